@@ -1,0 +1,39 @@
+# One venv, created on first use; every target installs what it needs from pyproject.toml.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check fmt lint types bench screenshots clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/flightdeck run examples/demo.toml --config examples/flightdeck.toml
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format src tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests
+
+types: $(STAMP)
+	$(VENV)/bin/mypy
+
+check: lint types test
+
+bench: $(STAMP)
+	$(PY) -m tests.bench.run
+
+screenshots: $(STAMP)
+	$(PY) scripts/screenshots.py
+
+clean:
+	rm -rf $(VENV) .flightdeck .pytest_cache .mypy_cache .ruff_cache
