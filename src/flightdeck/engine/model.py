@@ -1,0 +1,221 @@
+"""Frozen value types shared by the engine, the CLI and the UI.
+
+Everything here is immutable so it can cross threads freely: engine threads build these values
+and readers (the TUI timer, the headless printer, tests) only ever see finished objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+
+
+class ChildStatus(StrEnum):
+    """Lifecycle of a child; see DESIGN.md."""
+
+    QUEUED = "queued"
+    GATED = "gated"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    TIMED_OUT = "timed_out"
+    STALLED = "stalled"
+    UNKNOWN = "unknown"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in _LIVE
+
+    @property
+    def live(self) -> bool:
+        return self in _LIVE
+
+
+_LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING})
+
+
+class BatchStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"  # every child completed
+    FAILED = "failed"  # finished, at least one child did not complete
+    STOPPED = "stopped"  # the operator stopped the batch
+    ABANDONED = "abandoned"  # owner process died (crash recovery)
+
+
+class SteerState(StrEnum):
+    QUEUED = "queued"
+    DELIVERED = "delivered"
+    MISSED = "missed"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts; `input_tokens` excludes cache reads and writes."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    @property
+    def total(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Everything the model read: fresh input plus cache reads and writes."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What a child is doing right now: the activity token of DESIGN.md."""
+
+    api_calls: int = 0
+    tool_calls: int = 0
+    retries: int = 0
+    turns: int = 0
+    current_tool: str | None = None
+    tool_started_ts: float | None = None
+    last_activity_ts: float | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SteerReceipt:
+    """An operator message for one child and what became of it."""
+
+    id: int
+    child_id: str
+    message: str
+    now: bool
+    state: SteerState
+    created_ts: float
+    settled_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRow:
+    """One child as a reader sees it."""
+
+    id: str
+    seq: int
+    goal: str
+    group: str | None
+    route: str
+    model: str
+    status: ChildStatus
+    activity: Activity
+    usage: Usage
+    cost_usd: Decimal | None  # None: price unknown, never guessed
+    queued_ts: float
+    started_ts: float | None
+    finished_ts: float | None
+    error: str | None
+    result: str | None
+    transcript: str
+    steers: tuple[SteerReceipt, ...] = ()
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_ts is None:
+            return None
+        end = self.finished_ts if self.finished_ts is not None else self.activity.last_activity_ts
+        return None if end is None else max(0.0, end - self.started_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteHeadroom:
+    """Provider rate-limit headroom last seen on a route (from response headers)."""
+
+    route: str
+    remaining_requests: int | None = None
+    remaining_tokens: int | None = None
+    reset_requests_s: float | None = None
+    reset_tokens_s: float | None = None
+    paused_until: float | None = None  # a 429 with Retry-After paused the whole route
+    observed_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    children: int = 0
+    queued: int = 0
+    running: int = 0
+    completed: int = 0
+    failed: int = 0  # every terminal status other than completed
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: Decimal = Decimal(0)
+    cost_unknown: int = 0  # children whose price is unknown
+
+    @property
+    def done(self) -> int:
+        return self.completed + self.failed
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of a whole batch, cheap to poll."""
+
+    batch_id: str
+    status: BatchStatus
+    started_ts: float
+    now: float
+    children: tuple[ChildRow, ...]
+    totals: Totals
+    pool_size: int
+    max_cost_usd: Decimal | None = None
+    routes: tuple[RouteHeadroom, ...] = ()
+    version: int = 0
+
+    def child(self, child_id: str) -> ChildRow | None:
+        for row in self.children:
+            if row.id == child_id:
+                return row
+        return None
+
+
+# Discrete facts the engine publishes (past tense, see STYLE.md 5). Delivered to subscribers
+# from the coordinator thread, in the order they happened.
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStarted:
+    child_id: str
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChildFinished:
+    row: ChildRow
+    done: int  # children finished so far, this one included
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class SteerSettled:
+    receipt: SteerReceipt
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFinished:
+    batch_id: str
+    status: BatchStatus
+
+
+EngineEvent = ChildStarted | ChildFinished | SteerSettled | BatchFinished

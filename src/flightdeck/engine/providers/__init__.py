@@ -1,0 +1,1 @@
+"""Model clients behind one Protocol (base.py)."""

@@ -1,0 +1,149 @@
+"""The one seam between a child and a model: a Protocol, its events and its typed errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ..model import Usage
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message in a provider-neutral shape."""
+
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # for role == "tool"
+    name: str | None = None  # tool name, for role == "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]  # JSON schema of the arguments
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """Everything a provider needs for one streamed turn."""
+
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    max_tokens: int
+    child_id: str = ""
+
+
+# --- stream events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEvent:
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    """Usage billed for this call; may arrive more than once, each is an increment."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomEvent:
+    """Rate-limit headroom from response headers."""
+
+    remaining_requests: int | None = None
+    remaining_tokens: int | None = None
+    reset_requests_s: float | None = None
+    reset_tokens_s: float | None = None
+
+
+StreamEvent = TextDelta | ToolCallEvent | UsageEvent | HeadroomEvent
+
+
+# --- errors (see httpx/_exceptions.py for the shape: one tree, callers catch the base) -------
+
+
+class ProviderError(Exception):
+    """Base of every error a provider raises."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RateLimited(ProviderError):
+    """429 / 529: try again later; `retry_after` in seconds when the server said."""
+
+    retryable = True
+
+
+class TransientError(ProviderError):
+    """Connection reset, 5xx, a stream that broke or stalled mid-response."""
+
+    retryable = True
+
+
+class FatalError(ProviderError):
+    """Bad key, exhausted quota, bad request: retrying cannot help."""
+
+
+class Interrupted(Exception):
+    """The stream was closed from the controlling thread (stop or steer --now)."""
+
+
+# --- the protocol ------------------------------------------------------------------------------
+
+
+class TurnStream(Protocol):
+    """An open streamed response. `close()` may be called from another thread at any time and
+    must make a blocked iteration end promptly (raising `Interrupted` or just stopping)."""
+
+    def __iter__(self) -> Iterator[StreamEvent]: ...
+
+    def close(self) -> None: ...
+
+
+class Provider(Protocol):
+    """A model client. One instance per route, shared by all of that route's children."""
+
+    name: str
+    model: str
+
+    def open(self, request: TurnRequest) -> TurnStream:
+        """Start a streamed turn; may raise a ProviderError before any event."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; called once when the engine shuts down."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """A finished turn as the child loop assembles it."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)

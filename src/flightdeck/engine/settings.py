@@ -1,0 +1,140 @@
+"""flightdeck.toml + environment: routes, limits, prices, budgets, paths."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+ProviderName = Literal["sim", "openai", "anthropic"]
+
+DEFAULT_ROUTE = "sim"
+DEFAULT_STATE_DIR = Path(".flightdeck")
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input_per_mtok: Decimal
+    output_per_mtok: Decimal
+    cache_read_per_mtok: Decimal | None = None  # None: same as input
+    cache_write_per_mtok: Decimal | None = None  # None: same as input
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySettings:
+    attempts: int = 6  # total tries, the first included
+    base_s: float = 1.0  # first backoff ceiling; doubles per retry (full jitter)
+    max_s: float = 30.0  # cap on one backoff
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A named way to reach a model: provider, model, limits, price, provider options."""
+
+    name: str
+    provider: ProviderName
+    model: str
+    max_concurrent: int | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_tokens: int = 1024
+    price: Price | None = None  # None: look the model up in genai-prices
+    retry: RetrySettings = field(default_factory=RetrySettings)
+    # Provider-specific options, already validated (sim: time_scale, latency_ms, ...;
+    # openai/anthropic: base_url, api_key_env, connect_timeout_s, read_timeout_s).
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def time_scale(self) -> float:
+        """Multiplier on every simulated delay (sim only; 1.0 elsewhere)."""
+        return float(self.options.get("time_scale", 1.0)) if self.provider == "sim" else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    max_concurrent: int | Literal["auto"] = "auto"
+    state_dir: Path = DEFAULT_STATE_DIR
+    default_route: str = DEFAULT_ROUTE
+    stall_after_s: float = 120.0  # idle (no chunk, no call) outside a tool
+    tool_stall_after_s: float = 600.0  # idle inside a tool
+    stall_grace_s: float = 5.0  # after interrupting a stalled child, before finalizing it
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_cost_usd: Decimal | None = None
+    max_runs: int | None = None
+    max_depth: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    routes: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
+    budget: Budget = field(default_factory=Budget)
+    source: Path | None = None
+
+    def route(self, name: str | None) -> Route:
+        return self.routes[name or self.engine.default_route]
+
+
+SIM_PRICE = Price(
+    input_per_mtok=Decimal("1.00"),
+    output_per_mtok=Decimal("4.00"),
+    cache_read_per_mtok=Decimal("0.10"),
+    cache_write_per_mtok=Decimal("1.25"),
+)
+
+
+def default_sim_route(name: str = DEFAULT_ROUTE, **options: Any) -> Route:
+    """The built-in simulated route used when no config names one."""
+    return Route(
+        name=name,
+        provider="sim",
+        model="sim-1",
+        price=SIM_PRICE,
+        options=MappingProxyType(dict(options)),
+    )
+
+
+def load_settings(
+    path: Path | None = None, *, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Read flightdeck.toml (`path`, else ./flightdeck.toml if present, else defaults).
+
+    Unknown keys are errors. Raises ConfigError naming file, line and field."""
+    raise NotImplementedError
+
+
+def state_dir_from(
+    cli: Path | None, settings: Settings, env: Mapping[str, str] | None = None
+) -> Path:
+    """--state-dir wins, then FLIGHTDECK_HOME, then [engine] state_dir."""
+    env = os.environ if env is None else env
+    if cli is not None:
+        return cli
+    if env.get("FLIGHTDECK_HOME"):
+        return Path(env["FLIGHTDECK_HOME"])
+    return settings.engine.state_dir
+
+
+__all__ = [
+    "Budget",
+    "ConfigError",
+    "EngineSettings",
+    "Price",
+    "RetrySettings",
+    "Route",
+    "Settings",
+    "default_sim_route",
+    "load_settings",
+    "state_dir_from",
+]

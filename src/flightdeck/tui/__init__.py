@@ -1,0 +1,1 @@
+"""The Textual front end and the command line."""
