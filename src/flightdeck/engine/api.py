@@ -1,0 +1,295 @@
+"""`Engine`: the small API that the TUI, the headless CLI and the tests all drive."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from types import TracebackType
+
+from .child import Child
+from .coordinator import Coordinator, totals_of
+from .limits import RetryPolicy, RouteThrottle, auto_pool_size
+from .meter import Meter
+from .model import (
+    BatchFinished,
+    BatchStatus,
+    ChildRow,
+    EngineEvent,
+    Snapshot,
+    SteerReceipt,
+)
+from .providers import make_provider
+from .providers.base import Provider
+from .settings import Route, Settings
+from .spec import Batch, check_routes
+from .store import BatchInfo, Store, process_start_time
+from .tools import Toolbox
+from .transcripts import write_manifest
+
+log = logging.getLogger("flightdeck.engine")
+
+Subscriber = Callable[[EngineEvent], None]
+
+
+def new_batch_id(clock: Callable[[], float] = time.time) -> str:
+    """Sortable and readable: 20261129-081500-a3f2."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+class Engine:
+    """Runs one batch on the coordinator thread and a pool of worker threads."""
+
+    def __init__(
+        self,
+        batch: Batch,
+        settings: Settings,
+        *,
+        state_dir: Path,
+        max_concurrent: int | None = None,
+        clock: Callable[[], float] = time.time,
+        providers: Mapping[str, Provider] | None = None,
+        batch_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        check_routes(batch, settings.routes.keys(), settings.engine.default_route)
+        self.batch = batch
+        self.settings = settings
+        self.state_dir = Path(state_dir)
+        self.clock = clock
+        self.batch_id = batch_id or new_batch_id(clock)
+        self.batch_dir = self.state_dir / "batches" / self.batch_id
+        used = {settings.route(t.route).name for t in batch.tasks}
+        self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
+        self.pool_size = self._pool_size(max_concurrent)
+        # Providers are built before anything is written: a missing key fails cleanly here.
+        given = dict(providers or {})
+        self._providers: dict[str, Provider] = {
+            name: given.get(name) or make_provider(route, env)
+            for name, route in self.routes.items()
+        }
+        self.meter = Meter()
+        self._subscribers: list[Subscriber] = []
+        self._sub_lock = threading.Lock()
+        self._store: Store | None = None
+        self._coordinator: Coordinator | None = None
+        self._status = BatchStatus.RUNNING
+        self._started_ts = clock()
+        self._closed = False
+
+    def _pool_size(self, override: int | None) -> int:
+        if override is not None:
+            return override
+        configured = self.settings.engine.max_concurrent
+        if configured != "auto":
+            return configured
+        return auto_pool_size(self.routes.values(), os.cpu_count())
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Record the batch, then start the coordinator; returns the batch id."""
+        workspace = self.batch.workspace or self.batch_dir / "workspace"
+        workspace.mkdir(parents=True, exist_ok=True)
+        self.batch_dir.mkdir(parents=True, exist_ok=True)
+        self.workspace = workspace
+        toolbox = Toolbox(workspace)
+        throttles = {name: RouteThrottle() for name in self.routes}
+        now = self.clock()
+        self._started_ts = now
+        children = []
+        for task in self.batch.tasks:
+            route = self.settings.route(task.route)
+            retry = RetryPolicy(route.retry, scale=route.time_scale, throttle=throttles[route.name])
+            children.append(
+                Child(
+                    task,
+                    route,
+                    self._providers[route.name],
+                    retry,
+                    toolbox,
+                    self.batch_dir / f"{task.id}.log",
+                    self.meter,
+                    self.clock,
+                    self._report,
+                    now,
+                )
+            )
+        self._store = Store(self.state_dir / "flightdeck.db")
+        self._store.create_batch(self._info(now))
+        self._store.add_children(self.batch_id, [c.row() for c in children])
+        self._manifest(children)
+        store = self._store
+        self._coordinator = Coordinator(
+            children,
+            self.routes,
+            pool_size=self.pool_size,
+            engine=self.settings.engine,
+            budget=self.settings.budget,
+            meter=self.meter,
+            clock=self.clock,
+            record=lambda row: store.update_child(self.batch_id, row),
+            record_receipt=lambda r, kind: store.record_control(self.batch_id, r, kind),
+            record_event=lambda child, kind, detail: store.record_event(
+                self.batch_id, child, self.clock(), kind, detail
+            ),
+            publish=self._publish,
+            on_finished=self._finish,
+        )
+        self._coordinator.start()
+        return self.batch_id
+
+    def _report(self, fact: object) -> None:
+        assert self._coordinator is not None
+        self._coordinator.report(fact)
+
+    def _info(self, now: float) -> BatchInfo:
+        spec = [{k: v for k, v in asdict(t).items() if v is not None} for t in self.batch.tasks]
+        return BatchInfo(
+            id=self.batch_id,
+            name=self.batch.name,
+            source=str(self.batch.source) if self.batch.source else None,
+            spec_json=json.dumps(spec, ensure_ascii=False),
+            workspace=str(self.workspace),
+            state_dir=str(self.state_dir),
+            owner_pid=os.getpid(),
+            owner_start=process_start_time(),
+            pool_size=self.pool_size,
+            max_cost_usd=self.settings.budget.max_cost_usd,
+            status=BatchStatus.RUNNING,
+            created_ts=now,
+            finished_ts=None,
+        )
+
+    def _manifest(self, children: list[Child], status: BatchStatus = BatchStatus.RUNNING) -> None:
+        write_manifest(
+            self.batch_dir,
+            {
+                "batch_id": self.batch_id,
+                "name": self.batch.name,
+                "status": status.value,
+                "source": str(self.batch.source) if self.batch.source else None,
+                "workspace": str(self.workspace),
+                "pool_size": self.pool_size,
+                "routes": {
+                    n: {"provider": r.provider, "model": r.model} for n, r in self.routes.items()
+                },
+                "children": [
+                    {"id": c.task.id, "route": c.route.name, "transcript": c.transcript_path.name}
+                    for c in children
+                ],
+            },
+        )
+
+    def _finish(self, status: BatchStatus) -> None:
+        """Coordinator thread, once every child is final."""
+        self._status = status
+        assert self._store is not None and self._coordinator is not None
+        self._store.finish_batch(self.batch_id, status, self.clock())
+        self._store.flush()
+        self._manifest(self._coordinator.children, status)
+        self._publish(BatchFinished(self.batch_id, status))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every child is final; False on timeout."""
+        assert self._coordinator is not None, "start() first"
+        return self._coordinator.finished.wait(timeout)
+
+    def close(self) -> None:
+        """Stop what still runs, wait for the coordinator, release the store and providers."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._coordinator is not None:
+            if not self._coordinator.finished.is_set():
+                self.stop_all()
+                self._coordinator.finished.wait()
+            self._coordinator.shutdown()
+        if self._store is not None:
+            self._store.close()
+        for provider in self._providers.values():
+            provider.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- read ----------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> BatchStatus:
+        return self._status
+
+    def snapshot(self) -> Snapshot:
+        """An immutable view of every child and the totals; cheap enough to poll."""
+        c = self._coordinator
+        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.children) if c else ()
+        return Snapshot(
+            batch_id=self.batch_id,
+            status=self._status,
+            started_ts=self._started_ts,
+            now=self.clock(),
+            children=rows,
+            totals=totals_of(rows),
+            pool_size=self.pool_size,
+            max_cost_usd=self.settings.budget.max_cost_usd,
+            routes=c.headroom() if c else (),
+        )
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call `fn` for each engine event, on the coordinator thread; keep it fast."""
+        with self._sub_lock:
+            self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            with self._sub_lock:
+                if fn in self._subscribers:
+                    self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    def _publish(self, event: EngineEvent) -> None:
+        with self._sub_lock:
+            subscribers = list(self._subscribers)
+        for fn in subscribers:
+            try:
+                fn(event)
+            except Exception:  # a broken subscriber must not stop the batch
+                log.exception("engine subscriber failed on %s", type(event).__name__)
+
+    # --- control -------------------------------------------------------------------------------
+
+    def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
+        """Queue `message` for each child; returns receipt ids (see SteerReceipt)."""
+        c = self._require()
+        ids = [i for i in child_ids if i in c.by_id]
+        receipts = [c.next_receipt_id() for _ in ids]
+        c.command("steer", receipts, ids, message, now)
+        return receipts
+
+    def stop(self, child_ids: Iterable[str]) -> None:
+        """Interrupt these children (queued ones never start)."""
+        self._require().command("stop", list(child_ids))
+
+    def stop_all(self) -> None:
+        self._require().command("stop_all")
+
+    def receipts(self) -> list[SteerReceipt]:
+        snap = self.snapshot()
+        return [r for row in snap.children for r in row.steers]
+
+    def _require(self) -> Coordinator:
+        if self._coordinator is None:
+            raise RuntimeError("Engine.start() has not been called")
+        return self._coordinator

@@ -1,0 +1,402 @@
+"""One child's agent loop: turns, tools, steer inbox, interrupt, activity and usage.
+
+`Child.run` executes on a worker thread. Everything else here may be called from the coordinator
+thread; shared fields are guarded by one lock and readers get frozen `ChildRow` values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from .limits import RetryNotice, RetryPolicy, StopRequested
+from .meter import Meter
+from .model import Activity, ChildRow, ChildStatus, SteerReceipt, SteerState, Usage
+from .providers.base import (
+    HeadroomEvent,
+    Interrupted,
+    Message,
+    Provider,
+    ProviderError,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    TurnRequest,
+    TurnResult,
+    TurnStream,
+    UsageEvent,
+)
+from .settings import Route
+from .spec import Task
+from .tools import Toolbox, ToolError
+from .transcripts import TranscriptWriter
+
+SYSTEM_PROMPT = (
+    "You are a worker agent supervised by flightdeck. Use the tools to inspect the workspace "
+    "when it helps. Messages that start with [operator] come from the human supervising you: "
+    "follow them. When you are done, answer with your final result and call no tool."
+)
+TRANSCRIPT_TOOL_CHARS = 2000
+
+Fact = Callable[[object], None]
+
+
+class Child:
+    """A running (or queued) child; the coordinator owns it, one worker thread runs it."""
+
+    def __init__(
+        self,
+        task: Task,
+        route: Route,
+        provider: Provider,
+        retry: RetryPolicy,
+        toolbox: Toolbox,
+        transcript_path: Path,
+        meter: Meter,
+        clock: Callable[[], float],
+        report: Fact,
+        queued_ts: float,
+    ) -> None:
+        self.task = task
+        self.route = route
+        self._provider = provider
+        self._retry = retry
+        self._tools = toolbox
+        self.transcript_path = transcript_path
+        self._transcript: TranscriptWriter | None = None
+        self._meter = meter
+        self._clock = clock
+        self._report = report  # hands facts to the coordinator (thread-safe queue)
+        self._lock = threading.Lock()
+        self.interrupt = threading.Event()
+        self._stream: TurnStream | None = None
+        self._now_pending = False
+        self._inbox: deque[SteerReceipt] = deque()
+        self._steers: dict[int, SteerReceipt] = {}
+        self._stop_status: ChildStatus | None = None
+        self._stop_reason: str | None = None
+        # mutable state, guarded by _lock; `version` lets readers skip unchanged children
+        self.version = 0
+        self.status = ChildStatus.QUEUED
+        self._activity = Activity()
+        self._usage = Usage()
+        self._cost: Decimal | None = Decimal(0)
+        self.queued_ts = queued_ts
+        self.started_ts: float | None = None
+        self.finished_ts: float | None = None
+        self._error: str | None = None
+        self._result: str | None = None
+        self._row: ChildRow | None = None
+        self._row_version = -1
+
+    @property
+    def transcript(self) -> TranscriptWriter:
+        """Opened on first use, so a queued child holds no file descriptor."""
+        with self._lock:
+            if self._transcript is None:
+                self._transcript = TranscriptWriter(self.transcript_path, self._clock)
+            return self._transcript
+
+    # --- read side -----------------------------------------------------------------------------
+
+    def row(self) -> ChildRow:
+        """A frozen view; rebuilt only when something changed since the last call."""
+        with self._lock:
+            if self._row is not None and self._row_version == self.version:
+                return self._row
+            row = ChildRow(
+                id=self.task.id,
+                seq=self.task.seq,
+                goal=self.task.goal,
+                group=self.task.group,
+                route=self.route.name,
+                model=self.route.model,
+                status=self.status,
+                activity=self._activity,
+                usage=self._usage,
+                cost_usd=self._cost,
+                queued_ts=self.queued_ts,
+                started_ts=self.started_ts,
+                finished_ts=self.finished_ts,
+                error=self._error,
+                result=self._result,
+                transcript=str(self.transcript_path),
+                steers=tuple(self._steers.values()),
+            )
+            self._row, self._row_version = row, self.version
+            return row
+
+    @property
+    def last_activity(self) -> float | None:
+        return self._activity.last_activity_ts
+
+    @property
+    def in_tool(self) -> bool:
+        return self._activity.current_tool is not None
+
+    # --- control side (coordinator thread) -----------------------------------------------------
+
+    def request_stop(self, status: ChildStatus, reason: str) -> None:
+        """Interrupt: wake any sleep, close the open stream. The worker finalizes."""
+        with self._lock:
+            if self._stop_status is None:
+                self._stop_status, self._stop_reason = status, reason
+            self.interrupt.set()
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def add_steer(self, receipt: SteerReceipt) -> None:
+        """Queue an operator message; `now` closes the current response so the turn restarts."""
+        with self._lock:
+            self._inbox.append(receipt)
+            self._steers[receipt.id] = receipt
+            self.version += 1
+            stream = None
+            if receipt.now:
+                self._now_pending = True
+                stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def keep_receipt(self, receipt: SteerReceipt) -> None:
+        """Show a receipt settled without reaching the inbox (the child had already ended)."""
+        with self._lock:
+            self._steers[receipt.id] = receipt
+            self.version += 1
+
+    def finalize(self, status: ChildStatus, error: str | None = None) -> bool:
+        """Record the final status once; False if already final (first writer wins)."""
+        with self._lock:
+            if self.status.terminal:
+                return False
+            self.status = status
+            self.finished_ts = self._clock()
+            self._error = error
+            self._activity = _replace(
+                self._activity, current_tool=None, tool_started_ts=None, text=status.value
+            )
+            missed = list(self._inbox)
+            self._inbox.clear()
+            self.version += 1
+        for receipt in missed:
+            self._settle(receipt, SteerState.MISSED)
+        line = status.value + (f": {error}" if error else "")
+        self.transcript.write("engine", line)
+        self.transcript.close()
+        return True
+
+    # --- worker side ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The agent loop; never raises."""
+        try:
+            self._mark_running()
+            self._loop()
+        except (StopRequested, Interrupted):
+            self.finalize(self._stop_status or ChildStatus.STOPPED, self._stop_reason)
+        except ProviderError as exc:
+            self.finalize(ChildStatus.FAILED, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug must fail one child, not the batch
+            self.transcript.write("error", traceback.format_exc())
+            self.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
+        finally:
+            self._report(("done", self))
+
+    def _mark_running(self) -> None:
+        now = self._clock()
+        with self._lock:
+            self.status = ChildStatus.RUNNING
+            self.started_ts = now
+            self._activity = _replace(self._activity, last_activity_ts=now, text="starting")
+            self.version += 1
+        self.transcript.write("system", SYSTEM_PROMPT)
+
+    def _loop(self) -> None:
+        goal = self.task.goal
+        if self.task.context:
+            goal += "\n\nContext:\n" + self.task.context
+        self.transcript.write("user", goal)
+        messages: list[Message] = [Message("user", goal)]
+        for turn in range(self.task.max_turns):
+            self._check_stop()
+            self._deliver_steers(messages)
+            self._tick(turns=turn + 1)
+            result = self._turn(messages)
+            messages.append(Message("assistant", result.text, result.tool_calls))
+            if not result.tool_calls:
+                with self._lock:
+                    self._result = result.text
+                self.finalize(ChildStatus.COMPLETED)
+                return
+            for call in result.tool_calls:
+                self._check_stop()
+                messages.append(self._run_tool(call))
+        self.finalize(
+            ChildStatus.FAILED, f"max_turns ({self.task.max_turns}) reached without a final answer"
+        )
+
+    def _check_stop(self) -> None:
+        if self.interrupt.is_set():
+            raise StopRequested
+
+    def _turn(self, messages: list[Message]) -> TurnResult:
+        while True:
+            try:
+                return self._retry.call(
+                    lambda: self._stream_once(messages),
+                    interrupt=self.interrupt,
+                    on_retry=self._on_retry,
+                )
+            except Interrupted:
+                self._check_stop()
+                # steer --now: the partial response is dropped and the turn restarts with it
+                self.transcript.write("engine", "response interrupted by the operator")
+                self._deliver_steers(messages)
+
+    def _stream_once(self, messages: list[Message]) -> TurnResult:
+        request = TurnRequest(
+            system=SYSTEM_PROMPT,
+            messages=tuple(messages),
+            tools=self._tools.specs,
+            max_tokens=self.route.max_tokens,
+            child_id=self.task.id,
+        )
+        self._tick(api_call=True, text="waiting for model")
+        stream = self._provider.open(request)
+        with self._lock:
+            if self.interrupt.is_set() or self._now_pending:
+                stream.close()
+                raise Interrupted
+            self._stream = stream
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        usage = Usage()
+        try:
+            for event in stream:
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+                    self.transcript.stream(event.text)
+                    self._tick(text="streaming")
+                elif isinstance(event, ToolCallEvent):
+                    calls.append(event.call)
+                    self._tick(text=f"calling {event.call.name}")
+                elif isinstance(event, UsageEvent):
+                    usage += event.usage
+                    self._bill(event.usage)  # billed tokens count even if the turn is dropped
+                elif isinstance(event, HeadroomEvent):
+                    self._report(("headroom", self.route.name, event))
+        finally:
+            with self._lock:
+                self._stream = None
+            self.transcript.end_stream()
+        with self._lock:
+            if self.interrupt.is_set() or self._now_pending:
+                raise Interrupted  # the stream was closed under us and ended quietly
+        return TurnResult("".join(text), tuple(calls), usage)
+
+    def _run_tool(self, call: ToolCall) -> Message:
+        args = json.dumps(dict(call.arguments), ensure_ascii=False)
+        self.transcript.write("tool-call", f"{call.name} {args}")
+        now = self._clock()
+        with self._lock:
+            self._activity = _replace(
+                self._activity,
+                tool_calls=self._activity.tool_calls + 1,
+                current_tool=call.name,
+                tool_started_ts=now,
+                last_activity_ts=now,
+                text=f"tool: {call.name}",
+            )
+            self.version += 1
+        try:
+            output = self._tools.run(call.name, call.arguments)
+        except ToolError as exc:
+            output = f"error: {exc}"
+        shown = output if len(output) <= TRANSCRIPT_TOOL_CHARS else output[:TRANSCRIPT_TOOL_CHARS]
+        more = len(output) - len(shown)
+        self.transcript.write("tool", shown + (f"\n… ({more} more characters)" if more else ""))
+        now = self._clock()
+        with self._lock:
+            self._activity = _replace(
+                self._activity,
+                current_tool=None,
+                tool_started_ts=None,
+                last_activity_ts=now,
+                text="thinking",
+            )
+            self.version += 1
+        return Message("tool", output, tool_call_id=call.id, name=call.name)
+
+    def _deliver_steers(self, messages: list[Message]) -> None:
+        with self._lock:
+            pending = list(self._inbox)
+            self._inbox.clear()
+            self._now_pending = False
+        for receipt in pending:
+            text = f"[operator] {receipt.message}"
+            messages.append(Message("user", text))
+            self.transcript.write("operator", f"delivered: {receipt.message}")
+            self._settle(receipt, SteerState.DELIVERED)
+
+    def _settle(self, receipt: SteerReceipt, state: SteerState) -> None:
+        settled = SteerReceipt(
+            receipt.id,
+            receipt.child_id,
+            receipt.message,
+            receipt.now,
+            state,
+            receipt.created_ts,
+            self._clock(),
+        )
+        with self._lock:
+            self._steers[receipt.id] = settled
+            self.version += 1
+        self._report(("steer", settled))
+
+    def _bill(self, usage: Usage) -> None:
+        cost = self._meter.add(self.route, usage)
+        with self._lock:
+            self._usage += usage
+            self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self.version += 1
+
+    def _on_retry(self, notice: RetryNotice) -> None:
+        self.transcript.write("engine", notice.text)
+        with self._lock:
+            self._activity = _replace(
+                self._activity,
+                retries=self._activity.retries + 1,
+                last_activity_ts=self._clock(),
+                text=notice.text,
+            )
+            self.version += 1
+
+    def _tick(
+        self, *, text: str | None = None, api_call: bool = False, turns: int | None = None
+    ) -> None:
+        now = self._clock()
+        with self._lock:
+            a = self._activity
+            self._activity = Activity(
+                api_calls=a.api_calls + (1 if api_call else 0),
+                tool_calls=a.tool_calls,
+                retries=a.retries,
+                turns=a.turns if turns is None else turns,
+                current_tool=a.current_tool,
+                tool_started_ts=a.tool_started_ts,
+                last_activity_ts=now,
+                text=a.text if text is None else text,
+            )
+            self.version += 1
+
+
+def _replace(activity: Activity, **changes: Any) -> Activity:
+    return dataclasses.replace(activity, **changes)

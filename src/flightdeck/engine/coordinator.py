@@ -1,0 +1,393 @@
+"""The one deciding thread: queue, admission, dispatch, control commands, watchdog.
+
+Everything that decides whether work may start runs on the coordinator thread, so a task leaves
+the queue before it runs and never runs twice, without locks. Workers only wait (streams, tools);
+they report facts back through `_inbox`, and callers' commands arrive the same way.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from .child import Child
+from .meter import Meter
+from .model import (
+    BatchStatus,
+    ChildFinished,
+    ChildRow,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+    RouteHeadroom,
+    SteerReceipt,
+    SteerSettled,
+    SteerState,
+    Totals,
+    Usage,
+)
+from .providers.base import HeadroomEvent
+from .settings import Budget, EngineSettings, Route
+
+TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
+PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
+
+
+@dataclass
+class _Watch:
+    """Per-child watchdog state, coordinator thread only."""
+
+    stop_requested_ts: float | None = None
+    stop_status: ChildStatus | None = None
+
+
+@dataclass
+class _Route:
+    route: Route
+    queue: deque[Child] = field(default_factory=deque)
+    alive: int = 0
+    headroom: RouteHeadroom | None = None
+
+    @property
+    def cap(self) -> int | None:
+        return self.route.max_concurrent
+
+
+class Coordinator:
+    """Owns the queue and the pool; `Engine` is its public face."""
+
+    def __init__(
+        self,
+        children: list[Child],
+        routes: Mapping[str, Route],
+        *,
+        pool_size: int,
+        engine: EngineSettings,
+        budget: Budget,
+        meter: Meter,
+        clock: Callable[[], float],
+        record: Callable[[ChildRow], None],
+        record_receipt: Callable[[SteerReceipt, str], None],
+        record_event: Callable[[str | None, str, str], None],
+        publish: Callable[[EngineEvent], None],
+        on_finished: Callable[[BatchStatus], None],
+    ) -> None:
+        self.children = children
+        self.by_id = {c.task.id: c for c in children}
+        self.pool_size = pool_size
+        self._engine = engine
+        self._budget = budget
+        self._meter = meter
+        self._clock = clock
+        self._record = record
+        self._record_receipt = record_receipt
+        self._record_event = record_event
+        self._publish = publish
+        self._on_finished = on_finished
+        self._routes = {name: _Route(route) for name, route in routes.items()}
+        for child in children:
+            self._routes[child.route.name].queue.append(child)
+        self._inbox: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+        self._alive: dict[str, Child] = {}
+        self._watch: dict[str, _Watch] = {}
+        self._receipt_ids = itertools.count(1)
+        self._receipt_lock = threading.Lock()
+        self._started = 0
+        self._done = 0
+        self._stopping = False
+        self._shutdown = False
+        self._last_progress = 0.0
+        self._progress_versions: dict[str, int] = {}
+        # Spare threads absorb workers abandoned after a stall grace period.
+        self._pool = ThreadPoolExecutor(pool_size + 4, thread_name_prefix="flightdeck-child")
+        self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
+        self.finished = threading.Event()
+
+    # --- called from any thread ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def report(self, fact: object) -> None:
+        """Workers hand facts here (thread-safe)."""
+        self._inbox.put(("fact", fact))
+
+    def next_receipt_id(self) -> int:
+        with self._receipt_lock:
+            return next(self._receipt_ids)
+
+    def command(self, *cmd: object) -> None:
+        self._inbox.put(cmd)
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def shutdown(self) -> None:
+        self.command("shutdown")
+        self._thread.join()
+        # Workers still inside a stalled call are abandoned, not waited for.
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def headroom(self) -> tuple[RouteHeadroom, ...]:
+        out = []
+        for name, state in self._routes.items():
+            hr = state.headroom or RouteHeadroom(route=name)
+            out.append(hr)
+        return tuple(out)
+
+    # --- the coordinator thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._admit()
+            while not self._all_done():
+                self._drain(block=True)
+                self._watchdog()
+                self._admit()
+                self._progress()
+            self._on_finished(self._final_status())
+        finally:
+            self.finished.set()
+        # Keep answering commands until shutdown, so a late steer is settled as missed.
+        while not self._shutdown:
+            self._drain(block=True)
+
+    def _drain(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=TICK_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, item: tuple[object, ...]) -> None:
+        kind = item[0]
+        if kind == "fact":
+            self._fact(item[1])
+        elif kind == "steer":
+            _, receipt_ids, ids, message, now = item
+            self._steer(receipt_ids, ids, message, now)  # type: ignore[arg-type]
+        elif kind == "stop":
+            self._stop(item[1], "stopped by operator")  # type: ignore[arg-type]
+        elif kind == "shutdown":
+            self._shutdown = True
+        elif kind == "stop_all":
+            self._stopping = True
+            self._stop([c.task.id for c in self.children], "stopped by operator (stop all)")
+
+    def _fact(self, fact: object) -> None:
+        assert isinstance(fact, tuple)
+        if fact[0] == "done":
+            child: Child = fact[1]
+            if self._alive.pop(child.task.id, None) is not None:
+                self._routes[child.route.name].alive -= 1
+                self._finished(child)
+        elif fact[0] == "steer":
+            receipt: SteerReceipt = fact[1]
+            self._record_receipt(receipt, "steer")
+            self._publish(SteerSettled(receipt))
+        elif fact[0] == "headroom":
+            _, route, event = fact
+            self._headroom(route, event)
+
+    def _finished(self, child: Child) -> None:
+        self._done += 1
+        self._watch.pop(child.task.id, None)
+        row = child.row()
+        self._record(row)  # durable as each child finishes, not when the batch joins
+        self._publish(ChildFinished(row, self._done, len(self.children)))
+
+    def _all_done(self) -> bool:
+        return self._done >= len(self.children)
+
+    def _final_status(self) -> BatchStatus:
+        if self._stopping:
+            return BatchStatus.STOPPED
+        ok = all(c.status is ChildStatus.COMPLETED for c in self.children)
+        return BatchStatus.COMPLETED if ok else BatchStatus.FAILED
+
+    # --- admission -----------------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        """FIFO among tasks whose route is under its cap; capped routes wait in place."""
+        budget_reason = self._budget_exhausted()
+        if budget_reason is not None:
+            self._cancel_queued(budget_reason)
+            return
+        heads: list[tuple[int, str]] = []
+        for name, state in self._routes.items():
+            self._drop_settled(state)
+            if state.queue and (state.cap is None or state.alive < state.cap):
+                heads.append((state.queue[0].task.seq, name))
+        heapq.heapify(heads)
+        while heads and len(self._alive) < self.pool_size:
+            _, name = heapq.heappop(heads)
+            state = self._routes[name]
+            child = state.queue.popleft()
+            self._launch(child, state)
+            if self._budget_exhausted() is not None:
+                break
+            self._drop_settled(state)
+            if state.queue and (state.cap is None or state.alive < state.cap):
+                heapq.heappush(heads, (state.queue[0].task.seq, name))
+
+    @staticmethod
+    def _drop_settled(state: _Route) -> None:
+        while state.queue and state.queue[0].status.terminal:
+            state.queue.popleft()  # stopped while queued
+
+    def _launch(self, child: Child, state: _Route) -> None:
+        state.alive += 1
+        self._alive[child.task.id] = child
+        self._started += 1
+        self._pool.submit(child.run)
+        self._publish(ChildStarted(child.task.id, self._clock()))
+
+    def _budget_exhausted(self) -> str | None:
+        runs = self._budget.max_runs
+        if runs is not None and self._started >= runs:
+            return f"not started: max_runs ({runs}) reached"
+        cap = self._budget.max_cost_usd
+        if cap is not None and self._meter.totals().cost_usd >= cap:
+            return f"not started: budget of ${cap} reached"
+        return None
+
+    def _cancel_queued(self, reason: str) -> None:
+        for state in self._routes.values():
+            while state.queue:
+                child = state.queue.popleft()
+                if child.finalize(ChildStatus.STOPPED, reason):
+                    self._finished(child)
+
+    # --- control -------------------------------------------------------------------------------
+
+    def _steer(self, receipt_ids: list[int], ids: list[str], message: str, now: bool) -> None:
+        ts = self._clock()
+        for rid, child_id in zip(receipt_ids, ids, strict=True):
+            child = self.by_id.get(child_id)
+            if child is None:
+                continue
+            receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
+            when = "interrupt now" if now else "at next turn"
+            if child.status.terminal:
+                receipt = SteerReceipt(rid, child_id, message, now, SteerState.MISSED, ts, ts)
+                child.keep_receipt(receipt)
+                self._record_receipt(receipt, "steer")
+                self._publish(SteerSettled(receipt))
+                continue
+            child.transcript.write("operator", f"steer ({when}): {message}")
+            self._record_receipt(receipt, "steer")
+            self._record_event(child_id, "steer", message)
+            child.add_steer(receipt)
+
+    def _stop(self, ids: Iterable[str], reason: str) -> None:
+        for child_id in ids:
+            child = self.by_id.get(child_id)
+            if child is None or child.status.terminal:
+                continue
+            if child_id not in self._alive:
+                if child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                    self._finished(child)
+                continue
+            self._interrupt(child, ChildStatus.STOPPED, reason)
+            child.transcript.write("operator", "stop requested")
+            self._record_event(child_id, "stop", reason)
+
+    def _interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
+        watch = self._watch.setdefault(child.task.id, _Watch())
+        if watch.stop_requested_ts is None:
+            watch.stop_requested_ts = self._clock()
+            watch.stop_status = status
+        child.request_stop(status, reason)
+
+    def _watchdog(self) -> None:
+        """Timeouts, stalls, and children that ignore a stop past the grace period."""
+        now = self._clock()
+        grace = self._engine.stall_grace_s
+        for child in list(self._alive.values()):
+            watch = self._watch.get(child.task.id)
+            if watch is not None and watch.stop_requested_ts is not None:
+                if now - watch.stop_requested_ts > grace and child.finalize(
+                    watch.stop_status or ChildStatus.STALLED,
+                    f"did not stop within {grace:g}s; abandoned",
+                ):
+                    del self._alive[child.task.id]
+                    self._routes[child.route.name].alive -= 1
+                    self._finished(child)
+                continue
+            started = child.started_ts
+            timeout = child.task.timeout_s
+            if started is not None and timeout is not None and now - started > timeout:
+                self._interrupt(child, ChildStatus.TIMED_OUT, f"timed out after {timeout:g}s")
+                continue
+            last = child.last_activity
+            if last is None:
+                continue
+            limit = self._engine.tool_stall_after_s if child.in_tool else self._engine.stall_after_s
+            if now - last > limit:
+                self._interrupt(child, ChildStatus.STALLED, f"no activity for {limit:g}s")
+
+    def _headroom(self, route: str, event: HeadroomEvent) -> None:
+        state = self._routes.get(route)
+        if state is not None:
+            state.headroom = RouteHeadroom(
+                route=route,
+                remaining_requests=event.remaining_requests,
+                remaining_tokens=event.remaining_tokens,
+                reset_requests_s=event.reset_requests_s,
+                reset_tokens_s=event.reset_tokens_s,
+                observed_ts=self._clock(),
+            )
+
+    def _progress(self) -> None:
+        """Running children's counters reach the store about once a second (for attach)."""
+        now = self._clock()
+        if now - self._last_progress < PROGRESS_EVERY_S:
+            return
+        self._last_progress = now
+        for child in self._alive.values():
+            if self._progress_versions.get(child.task.id) != child.version:
+                self._progress_versions[child.task.id] = child.version
+                self._record(child.row())
+
+
+def totals_of(rows: Iterable[ChildRow]) -> Totals:
+    """Batch totals from child rows (one pass)."""
+    counts = {s: 0 for s in ChildStatus}
+    usage = Usage()
+    cost = Decimal(0)
+    unknown = 0
+    n = 0
+    for row in rows:
+        n += 1
+        counts[row.status] += 1
+        usage += row.usage
+        if row.cost_usd is None:
+            unknown += 1
+        else:
+            cost += row.cost_usd
+    queued = counts[ChildStatus.QUEUED]
+    running = counts[ChildStatus.RUNNING] + counts[ChildStatus.GATED]
+    completed = counts[ChildStatus.COMPLETED]
+    return Totals(
+        children=n,
+        queued=queued,
+        running=running,
+        completed=completed,
+        failed=n - queued - running - completed,
+        usage=usage,
+        cost_usd=cost,
+        cost_unknown=unknown,
+    )

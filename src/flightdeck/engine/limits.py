@@ -1,0 +1,183 @@
+"""Retry policy (tenacity) and per-route throttling shared by all of a route's children."""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from .providers.base import FatalError, ProviderError, RateLimited
+from .settings import RetrySettings, Route
+
+T = TypeVar("T")
+
+
+class StopRequested(Exception):
+    """The child was interrupted while waiting (backoff, route pause)."""
+
+
+def classify(exc: BaseException) -> bool:
+    """The one place that decides: retry this error or give up."""
+    return isinstance(exc, ProviderError) and exc.retryable and not isinstance(exc, FatalError)
+
+
+class RouteThrottle:
+    """Route-wide pause: a 429 with Retry-After holds every thread of the route, not just one."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._paused_until = 0.0
+
+    def pause(self, seconds: float) -> None:
+        with self._lock:
+            self._paused_until = max(self._paused_until, self._clock() + seconds)
+
+    def remaining(self) -> float:
+        with self._lock:
+            return max(0.0, self._paused_until - self._clock())
+
+    @property
+    def paused_until(self) -> float | None:
+        with self._lock:
+            return self._paused_until if self._paused_until > self._clock() else None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryNotice:
+    """What a child shows while it waits: "429, retry 2/6 in 3.1s"."""
+
+    attempt: int  # the retry about to happen (1 = first retry)
+    attempts: int  # total retries allowed
+    delay_s: float
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.reason}, retry {self.attempt}/{self.attempts} in {self.delay_s:.1f}s"
+
+
+def reason_of(exc: BaseException | None) -> str:
+    if isinstance(exc, RateLimited):
+        return "429"
+    if exc is None:
+        return "error"
+    text = str(exc)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+class _WaitWithRetryAfter:
+    """Full-jitter exponential backoff, never shorter than the server's Retry-After."""
+
+    def __init__(self, settings: RetrySettings, scale: float, rng: random.Random) -> None:
+        # tenacity computes the exponential ceiling; the jitter draws from our own generator
+        # (wait_random_exponential uses the global one) so tests can seed it.
+        self._ceiling = wait_exponential(
+            multiplier=settings.base_s * scale, max=settings.max_s * scale
+        )
+        self._rng = rng
+
+    def __call__(self, state: RetryCallState) -> float:
+        ours = self._rng.uniform(0.0, float(self._ceiling(state)))
+        exc = state.outcome.exception() if state.outcome is not None else None
+        server = getattr(exc, "retry_after", None)
+        return max(ours, float(server)) if server is not None else ours
+
+
+class RetryPolicy:
+    """Runs a call with bounded retries; sleeps wake at once when `interrupt` is set."""
+
+    def __init__(
+        self,
+        settings: RetrySettings,
+        *,
+        scale: float = 1.0,
+        throttle: RouteThrottle | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.scale = scale
+        self.throttle = throttle
+        self._rng = rng or random.Random()
+
+    def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        interrupt: threading.Event,
+        on_retry: Callable[[RetryNotice], None] | None = None,
+    ) -> T:
+        """Call `fn` until it succeeds, fails fatally, runs out of attempts, or is stopped."""
+
+        def sleep(seconds: float) -> None:
+            if interrupt.wait(seconds):
+                raise StopRequested
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            delay = state.upcoming_sleep
+            if isinstance(exc, RateLimited) and exc.retry_after and self.throttle is not None:
+                self.throttle.pause(exc.retry_after)
+            if on_retry is not None:
+                notice = RetryNotice(
+                    state.attempt_number, self.settings.attempts - 1, delay, reason_of(exc)
+                )
+                on_retry(notice)
+
+        def attempt() -> T:
+            if interrupt.is_set():
+                raise StopRequested
+            if self.throttle is not None:
+                # Another thread of this route was told to back off: wait with it.
+                wait = self.throttle.remaining()
+                if wait > 0 and interrupt.wait(wait):
+                    raise StopRequested
+            return fn()
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.settings.attempts),
+            wait=_WaitWithRetryAfter(self.settings, self.scale, self._rng),
+            retry=retry_if_exception(classify),
+            sleep=sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        return retrying(attempt)
+
+
+TYPICAL_CALL_S = 10.0  # a streamed turn of a few hundred tokens; converts rpm into concurrency
+
+
+def route_concurrency(route: Route) -> int | None:
+    """How many calls a route can usefully have in flight, or None when unbounded."""
+    if route.max_concurrent is not None:
+        return route.max_concurrent
+    if route.rpm is not None:
+        return max(1, math.ceil(route.rpm * TYPICAL_CALL_S / 60))
+    return None
+
+
+def auto_pool_size(routes: Iterable[Route], cpu_count: int | None) -> int:
+    """`auto` pool size: min(64, 8 × CPUs), bounded by what the routes can use at once.
+
+    Workers only wait on I/O, so several per core are cheap (CPython's own ThreadPoolExecutor
+    default is cpu + 4); past 64 the GIL and the SQLite writer dominate. A route contributes its
+    max_concurrent, else rpm × 10 s / 60; an unbounded route leaves the CPU bound in charge.
+    """
+    size = min(64, 8 * max(1, cpu_count or 1))
+    limits = [route_concurrency(r) for r in routes]
+    if limits and all(limit is not None for limit in limits):
+        size = min(size, sum(limit for limit in limits if limit is not None))
+    return max(1, size)

@@ -1,0 +1,296 @@
+"""`flightdeck` command line: run (TUI or headless), report, ls."""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import signal
+import sys
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from flightdeck.engine.errors import InputError
+from flightdeck.engine.model import ChildFinished, ChildStatus, EngineEvent, Snapshot
+from flightdeck.engine.sanitize import one_line
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+GLYPHS = {
+    ChildStatus.COMPLETED: "✓",
+    ChildStatus.FAILED: "✗",
+    ChildStatus.STOPPED: "■",
+    ChildStatus.TIMED_OUT: "⌛",
+    ChildStatus.STALLED: "⏸",
+    ChildStatus.UNKNOWN: "?",
+}
+
+
+class UsageError(InputError):
+    """A bad command-line argument."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="flightdeck",
+        description="Run many LLM subagents in parallel and supervise them live.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a batch (TUI on a terminal, plain lines otherwise)")
+    run.add_argument("batch_file", type=Path, help="tasks: .jsonl, .toml or .yaml")
+    run.add_argument("--config", type=Path, help="flightdeck.toml (default: ./flightdeck.toml)")
+    run.add_argument("--state-dir", type=Path, help="state folder (default: ./.flightdeck)")
+    run.add_argument("--max-concurrent", type=_positive_int, help="children alive at once")
+    run.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
+
+    report = sub.add_parser("report", help="metrics report of a batch (latest by default)")
+    report.add_argument("batch_id", nargs="?", help="batch id (default: the latest)")
+    report.add_argument("--format", choices=("json", "md"), default="md")
+    report.add_argument("--state-dir", type=Path)
+
+    ls = sub.add_parser("ls", help="list batches with their status and cost")
+    ls.add_argument("--state-dir", type=Path)
+    return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "report":
+            return cmd_report(args)
+        return cmd_ls(args)
+    except InputError as exc:
+        err.print(Text(f"flightdeck: {one_line(str(exc))}"))
+        return EXIT_USAGE
+
+
+# --- run -----------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from flightdeck.engine.api import Engine
+    from flightdeck.engine.settings import load_settings, state_dir_from
+    from flightdeck.engine.spec import load_batch
+
+    # Everything is validated before anything is written.
+    settings = load_settings(args.config)
+    batch = load_batch(args.batch_file)
+    engine = Engine(
+        batch,
+        settings,
+        state_dir=state_dir_from(args.state_dir, settings),
+        max_concurrent=args.max_concurrent,
+    )
+    if not args.headless and sys.stdout.isatty():
+        from flightdeck.tui.app import run_app
+
+        engine.start()
+        try:
+            return run_app(engine)
+        finally:
+            engine.close()
+    return run_headless(engine, Console(highlight=False, soft_wrap=True))
+
+
+def run_headless(engine: object, console: Console) -> int:
+    """Print the batch id, one line per finished child, then a summary table."""
+    from flightdeck.engine.api import Engine
+
+    assert isinstance(engine, Engine)
+    events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
+    engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
+    interrupted = False
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:
+            raise KeyboardInterrupt  # a second Ctrl+C: leave now
+        interrupted = True
+        console.print(Text("stopping all children… (Ctrl+C again to force)", style="yellow"))
+        engine.stop_all()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    batch_id = engine.start()
+    console.print(Text(f"batch {batch_id}", style="bold"))
+    total = len(engine.batch.tasks)
+    progress = (
+        Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        if console.is_terminal
+        else None
+    )
+    try:
+        if progress is not None:
+            progress.start()
+            bar = progress.add_task("running", total=total)
+        while True:
+            done = engine.wait(0.1)
+            while True:
+                try:
+                    event = events.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(event, ChildFinished):
+                    console.print(completion_line(event))
+                    if progress is not None:
+                        progress.update(bar, completed=event.done)
+            if done:
+                break
+    finally:
+        if progress is not None:
+            progress.stop()
+        signal.signal(signal.SIGINT, previous)
+        engine.close()
+    snap = engine.snapshot()
+    console.print(summary_table(snap))
+    console.print(Text(f"report: flightdeck report {batch_id} --state-dir {engine.state_dir}"))
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if snap.totals.completed == snap.totals.children else EXIT_FAILED
+
+
+def completion_line(event: ChildFinished) -> Text:
+    """`✓ [3/24] review-pr-104  api=4 tools=3  1.8k tok  $0.0042  2.3s`, reason on failure."""
+    row = event.row
+    ok = row.status is ChildStatus.COMPLETED
+    width = len(str(event.total))
+    line = Text()
+    line.append(GLYPHS.get(row.status, "?"), style="green" if ok else "red")
+    line.append(f" [{event.done:>{width}}/{event.total}] ")
+    line.append(row.id, style="bold")
+    a = row.activity
+    line.append(f"  api={a.api_calls} tools={a.tool_calls}")
+    if a.retries:
+        line.append(f" retries={a.retries}")
+    line.append(f"  {human_tokens(row.usage.total)} tok  {money(row.cost_usd)}")
+    duration = row.duration_s
+    line.append(f"  {duration:.1f}s" if duration is not None else "  -")
+    if not ok:
+        reason = row.status.value + (f": {row.error}" if row.error else "")
+        line.append(f"  {one_line(reason, 160)}", style="red")
+    return line
+
+
+def human_tokens(n: int) -> str:
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def money(cost: Decimal | None) -> str:
+    if cost is None:
+        return "$?"
+    return f"${cost:.4f}" if cost < 100 else f"${cost:,.2f}"
+
+
+def summary_table(snap: Snapshot) -> Table:
+    t = snap.totals
+    table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
+    for col in ("children", "completed", "failed", "tokens in", "tokens out", "cache read", "cost"):
+        table.add_column(col, justify="right")
+    cost = money(t.cost_usd) + (f" (+{t.cost_unknown} unknown)" if t.cost_unknown else "")
+    u = t.usage
+    table.add_row(
+        str(t.children),
+        str(t.completed),
+        str(t.failed),
+        human_tokens(u.input_tokens),
+        human_tokens(u.output_tokens),
+        human_tokens(u.cache_read_tokens),
+        cost,
+    )
+    return table
+
+
+# --- report / ls ---------------------------------------------------------------------------------
+
+
+def _reader(state_dir: Path | None) -> object:
+    from flightdeck.engine.settings import load_settings, state_dir_from
+    from flightdeck.engine.store import StoreReader
+
+    folder = state_dir_from(state_dir, load_settings(None))
+    db = folder / "flightdeck.db"
+    if not db.exists():
+        raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
+    return StoreReader(db)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from flightdeck.engine.report import build_report, render_json, render_markdown
+    from flightdeck.engine.store import StoreReader
+
+    reader = _reader(args.state_dir)
+    assert isinstance(reader, StoreReader)
+    try:
+        report = build_report(reader, args.batch_id)
+    except LookupError as exc:
+        raise UsageError(None, None, "batch_id", str(exc).strip("'\"")) from None
+    finally:
+        reader.close()
+    text = render_json(report) if args.format == "json" else render_markdown(report)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import time
+
+    from flightdeck.engine.store import StoreReader
+
+    reader = _reader(args.state_dir)
+    assert isinstance(reader, StoreReader)
+    try:
+        batches = reader.batches()
+    finally:
+        reader.close()
+    table = Table()
+    for col in ("batch", "name", "status", "children", "completed", "failed", "cost", "created"):
+        table.add_column(col)
+    for b in batches:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
+        cost = money(b.cost_usd) + ("+?" if b.cost_unknown else "")
+        table.add_row(
+            Text(b.id),
+            Text(one_line(b.name, 30)),
+            Text(b.status.value),
+            str(b.children),
+            str(b.completed),
+            str(b.failed),
+            cost,
+            created,
+        )
+    Console(highlight=False, soft_wrap=True).print(table)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

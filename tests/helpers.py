@@ -1,0 +1,71 @@
+"""Builders shared by the engine tests: sim routes, batches, settings, polling."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.settings import (
+    EngineSettings,
+    RetrySettings,
+    Route,
+    Settings,
+    default_sim_route,
+)
+from flightdeck.engine.spec import Batch, Task
+
+FAST = {"time_scale": 0.001, "latency_ms": 20, "tokens_per_s": 400}
+
+
+def sim_route(name: str = "sim", *, max_concurrent: int | None = None, **options: Any) -> Route:
+    merged = {**FAST, **options}
+    base = default_sim_route(name, **merged)
+    retry = RetrySettings(attempts=8, base_s=0.5, max_s=5.0)
+    return Route(
+        name=name,
+        provider="sim",
+        model=base.model,
+        max_concurrent=max_concurrent,
+        price=base.price,
+        retry=retry,
+        options=base.options,
+    )
+
+
+def settings(*routes: Route, pool: int | str = "auto", **engine: Any) -> Settings:
+    routes = routes or (sim_route(),)
+    return Settings(
+        engine=EngineSettings(max_concurrent=pool, default_route=routes[0].name, **engine),  # type: ignore[arg-type]
+        routes=MappingProxyType({r.name: r for r in routes}),
+    )
+
+
+def batch(n: int, *, route: str | None = None, goal: str = "Review item {i}", **fields: Any) -> Batch:
+    tasks = tuple(
+        Task(id=f"t{i:04d}", goal=goal.format(i=i), seq=i, route=route, **fields) for i in range(n)
+    )
+    return Batch(name="test", tasks=tasks)
+
+
+def tasks_batch(tasks: list[Task]) -> Batch:
+    return Batch(name="test", tasks=tuple(tasks))
+
+
+def start(b: Batch, s: Settings, tmp: Path, **kw: Any) -> Engine:
+    engine = Engine(b, s, state_dir=tmp / "state", **kw)
+    engine.start()
+    return engine
+
+
+def until(pred: Callable[[], bool], timeout: float = 10.0, every: float = 0.005) -> float:
+    """Poll `pred` until true; return the seconds it took. Fails the test on timeout."""
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(every)
+    return time.monotonic() - t0

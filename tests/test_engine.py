@@ -1,0 +1,313 @@
+"""The engine end to end on the sim provider: admission, control, retries, money, records."""
+
+from __future__ import annotations
+
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+from helpers import batch, settings, sim_route, start, tasks_batch, until
+
+from flightdeck.engine.meter import Meter, cost_of
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
+from flightdeck.engine.settings import SIM_PRICE
+from flightdeck.engine.spec import Task
+from flightdeck.engine.store import StoreReader
+
+
+def max_overlap(rows: list[ChildRow]) -> int:
+    """Most children alive at one instant, from recorded start/finish times."""
+    edges: list[tuple[float, int]] = []
+    for r in rows:
+        assert r.started_ts is not None and r.finished_ts is not None
+        edges += [(r.started_ts, 1), (r.finished_ts, -1)]
+    alive = peak = 0
+    for _, delta in sorted(edges, key=lambda e: (e[0], e[1])):  # finishes sort before starts
+        alive += delta
+        peak = max(peak, alive)
+    return peak
+
+
+def test_two_hundred_tasks_on_eight_slots_all_complete(tmp_path: Path) -> None:
+    engine = start(batch(200), settings(sim_route(tool_turns=1), pool=8), tmp_path)
+    try:
+        assert engine.wait(60)
+        snap = engine.snapshot()
+        assert snap.totals.completed == 200
+        assert max_overlap(list(snap.children)) <= 8
+        assert all(r.activity.api_calls == 2 and r.activity.tool_calls == 1 for r in snap.children)
+    finally:
+        engine.close()
+    rows = StoreReader(tmp_path / "state" / "flightdeck.db").children(engine.batch_id)
+    assert [r.status for r in rows] == [ChildStatus.COMPLETED] * 200
+
+
+def test_fifo_and_route_caps(tmp_path: Path) -> None:
+    capped = sim_route("capped", max_concurrent=2, latency_ms=30_000, tool_turns=0)
+    free = sim_route("free", latency_ms=30_000, tool_turns=0)
+    # Six capped tasks first, then four for the free route: the free ones must not wait.
+    tasks = [Task(id=f"c{i}", goal="g", seq=i, route="capped") for i in range(6)]
+    tasks += [Task(id=f"f{i}", goal="g", seq=6 + i, route="free") for i in range(4)]
+    engine = start(tasks_batch(tasks), settings(capped, free, pool=5), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.completed == 10, timeout=30)
+        rows = {r.id: r for r in engine.snapshot().children}
+    finally:
+        engine.close()
+    capped_rows = [rows[f"c{i}"] for i in range(6)]
+    free_rows = [rows[f"f{i}"] for i in range(4)]
+    assert max_overlap(capped_rows) <= 2
+    assert max_overlap(capped_rows + free_rows) <= 5
+    # FIFO within the capped route: started in task order.
+    starts = [r.started_ts for r in capped_rows]
+    assert starts == sorted(starts)  # type: ignore[type-var]
+    # The free route went ahead of capped tasks queued before it.
+    assert all(f.started_ts < capped_rows[2].started_ts for f in free_rows[:3])  # type: ignore[operator]
+
+
+def test_steer_is_delivered_at_the_next_turn_and_recorded(tmp_path: Path) -> None:
+    route = sim_route(tool_turns=3, latency_ms=60_000, time_scale=0.002)
+    engine = start(batch(1), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.api_calls >= 1)
+        [rid] = engine.steer(["t0000"], "focus on the retry loop")
+        assert engine.wait(30)
+        row = engine.snapshot().children[0]
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.COMPLETED
+    [receipt] = row.steers
+    assert receipt.id == rid and receipt.state is SteerState.DELIVERED
+    text = Path(row.transcript).read_text()
+    assert "steer (at next turn): focus on the retry loop" in text
+    assert "delivered: focus on the retry loop" in text
+    assert "Understood — focus on the retry loop" in text  # the model saw it
+    reader = StoreReader(tmp_path / "state" / "flightdeck.db")
+    assert [c.state for c in reader.controls(engine.batch_id)] == [SteerState.DELIVERED]
+
+
+def test_steer_now_interrupts_the_response_and_restarts_the_turn(tmp_path: Path) -> None:
+    route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0)
+    engine = start(batch(1), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.text == "streaming")
+        engine.steer(["t0000"], "stop and summarize", now=True)
+        took = until(
+            lambda: any(
+                r.state is SteerState.DELIVERED for r in engine.snapshot().children[0].steers
+            )
+        )
+        assert took < 1.0
+        log = Path(engine.snapshot().children[0].transcript)
+        until(lambda: "Understood — stop and summarize" in log.read_text())
+        engine.stop(["t0000"])
+        assert engine.wait(5)
+    finally:
+        engine.close()
+    text = log.read_text()
+    assert text.index("response interrupted by the operator") < text.index("Understood")
+
+
+def test_steer_for_a_finished_child_is_missed_not_lost(tmp_path: Path) -> None:
+    engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
+    try:
+        assert engine.wait(10)
+        engine.steer(["t0000"], "too late")
+        until(lambda: len(engine.snapshot().children[0].steers) == 1)
+        assert engine.snapshot().children[0].steers[0].state is SteerState.MISSED
+    finally:
+        engine.close()
+
+
+def test_stop_mid_stream_within_a_second_keeps_partial_work(tmp_path: Path) -> None:
+    # The first turn (a tool call) completes; the final answer streams at 10 tokens/s.
+    route = sim_route(tool_turns=1, latency_ms=0, tokens_per_s=10, time_scale=1.0)
+    engine = start(batch(1), settings(route), tmp_path)
+    try:
+        until(
+            lambda: (r := engine.snapshot().children[0]).activity.text == "streaming"
+            and r.activity.api_calls == 2,
+            timeout=20,
+        )
+        log = Path(engine.snapshot().children[0].transcript)
+        until(lambda: "Result for: Review item 0" in log.read_text())  # tailed live
+        t0 = time.monotonic()
+        engine.stop(["t0000"])
+        until(lambda: engine.snapshot().children[0].status.terminal, timeout=5)
+        took = time.monotonic() - t0
+        row = engine.snapshot().children[0]
+    finally:
+        engine.close()
+    assert took < 1.0
+    assert row.status is ChildStatus.STOPPED
+    assert row.usage.output_tokens > 0 and row.cost_usd and row.cost_usd > 0  # first turn kept
+    text = Path(row.transcript).read_text()
+    assert "Result for: Review item 0" in text  # the partial answer is in the transcript
+    assert "stop requested" in text and "stopped" in text.splitlines()[-1]
+
+
+def test_stop_during_retry_backoff_wakes_at_once(tmp_path: Path) -> None:
+    route = sim_route(error_rate=1.0, retry_after_s=60, time_scale=1.0)
+    engine = start(batch(1), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.retries >= 1)
+        assert "429, retry 1/7 in" in engine.snapshot().children[0].activity.text
+        t0 = time.monotonic()
+        engine.stop(["t0000"])
+        until(lambda: engine.snapshot().children[0].status.terminal, timeout=5)
+        assert time.monotonic() - t0 < 1.0
+        assert engine.snapshot().children[0].status is ChildStatus.STOPPED
+    finally:
+        engine.close()
+
+
+def test_burst_of_429s_is_recovered(tmp_path: Path) -> None:
+    route = sim_route(error_rate=0.5, retry_after_s=0.5, seed=3)
+    engine = start(batch(40), settings(route, pool=8), tmp_path)
+    try:
+        assert engine.wait(30)
+        snap = engine.snapshot()
+    finally:
+        engine.close()
+    assert snap.totals.completed == 40
+    assert sum(r.activity.retries for r in snap.children) >= 10
+
+
+def test_retries_run_out_and_fail_with_the_reason(tmp_path: Path) -> None:
+    engine = start(batch(1), settings(sim_route(error_rate=1.0, retry_after_s=0.1)), tmp_path)
+    try:
+        assert engine.wait(30)
+        row = engine.snapshot().children[0]
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.FAILED
+    assert row.error is not None and "429" in row.error
+    assert row.activity.api_calls == 8  # attempts=8 in helpers.sim_route
+
+
+def test_fatal_error_fails_without_retry(tmp_path: Path) -> None:
+    engine = start(batch(1), settings(sim_route(fail_rate=1.0)), tmp_path)
+    try:
+        assert engine.wait(10)
+        row = engine.snapshot().children[0]
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.FAILED and row.activity.retries == 0
+    assert "FatalError" in (row.error or "")
+
+
+def test_stop_all_stops_queued_and_running(tmp_path: Path) -> None:
+    route = sim_route(latency_ms=60_000, time_scale=1.0)
+    engine = start(batch(10), settings(route, pool=3), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.running == 3)
+        engine.stop_all()
+        assert engine.wait(3)
+        snap = engine.snapshot()
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.STOPPED}
+    assert snap.status.value == "stopped"
+
+
+def test_timeout_and_stall_are_detected(tmp_path: Path) -> None:
+    slow = sim_route("slow", latency_ms=60_000, time_scale=1.0)
+    stall = sim_route("stall", stall_rate=1.0, latency_ms=0, time_scale=1.0, read_timeout_s=60)
+    tasks = [
+        Task(id="late", goal="g", seq=0, route="slow", timeout_s=0.3),
+        Task(id="stuck", goal="g", seq=1, route="stall"),
+    ]
+    s = settings(slow, stall, stall_after_s=0.3, stall_grace_s=1.0)
+    engine = start(tasks_batch(tasks), s, tmp_path)
+    try:
+        assert engine.wait(5)
+        rows = {r.id: r for r in engine.snapshot().children}
+    finally:
+        engine.close()
+    assert rows["late"].status is ChildStatus.TIMED_OUT
+    assert rows["stuck"].status is ChildStatus.STALLED
+
+
+def test_cost_totals_are_exact_from_64_threads() -> None:
+    meter = Meter()
+    route = sim_route()
+    usages = [Usage(i % 97 + 1, i % 13 + 1, i % 7, i % 5) for i in range(64 * 500)]
+
+    def work(part: int) -> None:
+        for u in usages[part::64]:
+            meter.add(route, u)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = sum((cost_of(u, SIM_PRICE) for u in usages), Decimal(0))
+    totals = meter.totals()
+    assert totals.cost_usd == expected
+    assert totals.usage == sum(usages, Usage())
+
+
+def test_child_costs_sum_to_the_batch_total(tmp_path: Path) -> None:
+    engine = start(batch(30), settings(sim_route(), pool=16), tmp_path)
+    try:
+        assert engine.wait(30)
+        snap = engine.snapshot()
+    finally:
+        engine.close()
+    child_sum = sum((r.cost_usd or Decimal(0) for r in snap.children), Decimal(0))
+    assert child_sum == snap.totals.cost_usd == engine.meter.totals().cost_usd > 0
+    assert snap.totals.usage.cache_read_tokens > 0  # the shared prefix was cached
+
+
+def test_each_child_is_durable_as_it_finishes(tmp_path: Path) -> None:
+    fast = sim_route("fast", tool_turns=0)
+    slow = sim_route("slow", latency_ms=60_000, time_scale=1.0)
+    tasks = [Task(id="quick", goal="g", seq=0, route="fast")]
+    tasks += [Task(id="slow", goal="g", seq=1, route="slow")]
+    engine = start(tasks_batch(tasks), settings(fast, slow), tmp_path)
+    try:
+        until(lambda: engine.snapshot().child("quick").status.terminal)  # type: ignore[union-attr]
+        reader = StoreReader(tmp_path / "state" / "flightdeck.db")
+
+        def recorded() -> bool:
+            rows = {r.id: r for r in reader.children(engine.batch_id)}
+            return rows["quick"].status is ChildStatus.COMPLETED
+
+        until(recorded, timeout=2)
+        assert {r.id: r for r in reader.children(engine.batch_id)}["slow"].status.live
+    finally:
+        engine.close()
+
+
+def test_untrusted_goal_never_puts_escapes_in_the_transcript(tmp_path: Path) -> None:
+    goal = "Review \x1b]0;pwned\x07 this \x1b[31mred\x1b[0m and \x9b2J now"
+    tasks = [Task(id="evil", goal=goal, seq=0)]
+    engine = start(tasks_batch(tasks), settings(sim_route(tool_turns=0)), tmp_path)
+    try:
+        assert engine.wait(10)
+        text = Path(engine.snapshot().children[0].transcript).read_text()
+    finally:
+        engine.close()
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
+    assert "Review  this red and  now" in text  # the C1 CSI took its parameters with it
+
+
+def test_tools_cannot_escape_the_workspace(tmp_path: Path) -> None:
+    from flightdeck.engine.tools import Toolbox, ToolError
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "secret.txt").write_text("s3cret")
+    (tmp_path / "ws" / "link").symlink_to(tmp_path / "secret.txt")
+    box = Toolbox(tmp_path / "ws")
+    for bad in ("../secret.txt", "/etc/passwd", "link"):
+        try:
+            box.run("read_file", {"path": bad})
+        except ToolError as exc:
+            assert "outside the workspace" in str(exc)
+        else:
+            raise AssertionError(f"{bad} was readable")
+    assert box.run("write_file", {"path": "a/b.txt", "content": "hi"}).startswith("wrote 2")
+    assert box.run("read_file", {"path": "a/b.txt"}) == "hi"
+    assert box.run("list_dir", {"path": "."}) == "a/\nlink"
