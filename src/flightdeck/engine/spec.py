@@ -1,13 +1,41 @@
-"""Task and Batch: load and validate task files (JSONL, TOML, YAML), with decomposition."""
+"""Task and Batch: load and validate task files (JSONL, TOML, YAML), with decomposition.
+
+A TOML or YAML batch has an optional `[batch]` table (name, workspace), optional `[defaults]`
+(any task field but id and goal) and a `tasks` array. An entry with `for_each = [...]` or
+`for_each_file = "items.txt"` (or `.jsonl`) becomes one task per item; `{item}`, `{index}`
+(1-based) and, for table items, their keys are substituted in id, goal, context and group.
+A JSONL batch is one task object per line; blank lines and `#` lines are skipped.
+"""
 
 from __future__ import annotations
 
+import difflib
+import json
+import math
+import re
+import tomllib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from .errors import SpecError
+from .tomlpos import Key, TomlLocator, decode_error
 
 DEFAULT_MAX_TURNS = 8
+MAX_TURNS_LIMIT = 200
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+TASK_FIELDS = ("id", "goal", "context", "group", "route", "max_turns", "timeout_s")
+_DECOMPOSE = ("for_each", "for_each_file")
+_TEMPLATED = ("id", "goal", "context", "group")
+_TOP_KEYS = ("batch", "defaults", "tasks")
+_BATCH_KEYS = ("name", "workspace")
+
+Locate = Callable[[Key], int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +63,474 @@ class Batch:
     workspace: Path | None = None  # None: a fresh folder under the state dir
 
 
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """A file and a way to find the line of a key path in it, for error messages."""
+
+    path: Path
+    locate: Locate
+
+    def line(self, key: Key) -> int | None:
+        return self.locate(key)
+
+    def error(self, key: Key, field: str | None, message: str) -> SpecError:
+        return SpecError(self.path, self.locate(key), field, message)
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """A validated task before ids and positions are assigned."""
+
+    fields: dict[str, object]
+    src: _Source
+    key: Key
+    label: str  # "" or "for_each item 3: ", prefixed to messages about one expanded item
+
+
 def load_batch(path: Path) -> Batch:
     """Load and validate a batch file; raise SpecError naming file, line and field."""
-    raise NotImplementedError
+    path = Path(path)
+    text = _read_text(path)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        drafts = [d for raw, src in _jsonl_objects(path, text) for d in _expand(raw, src, (), {})]
+        return _finish(path, path.stem, None, drafts)
+    if suffix == ".toml":
+        data, locate = _parse_toml(path, text)
+    elif suffix in (".yaml", ".yml"):
+        data, locate = _parse_yaml(path, text)
+    else:
+        raise SpecError(path, None, None, "unsupported file type: use .jsonl, .toml, .yaml or .yml")
+    return _load_document(_Source(path, locate), data)
 
 
-__all__ = ["Batch", "SpecError", "Task", "load_batch"]
+def check_routes(batch: Batch, route_names: Collection[str], default: str) -> None:
+    """Raise SpecError at the first task whose route (or the default) is not configured."""
+    for task in batch.tasks:
+        name = task.route or default
+        if name in route_names:
+            continue
+        where, _, line = task.source.rpartition(":")
+        if not (where and line.isdigit()):  # no line known: source is just the path
+            where, line = task.source, ""
+        known = ", ".join(sorted(route_names)) or "none"
+        if task.route is None:
+            message = f"no route given and the default route {name!r} is not configured"
+        else:
+            message = f"unknown route {name!r}{_suggest(name, route_names)}"
+        line_number = int(line) if line else None
+        raise SpecError(where, line_number, "route", f"{message} (configured: {known})")
+
+
+# --- reading the three formats -------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(path, None, None, "file not found") from None
+    except OSError as exc:
+        raise SpecError(path, None, None, exc.strerror or str(exc)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(path, line, None, "not valid UTF-8 text") from None
+
+
+def _jsonl_objects(path: Path, text: str) -> list[tuple[object, _Source]]:
+    """Each non-blank, non-comment line as (parsed JSON, a source pinned to that line)."""
+    out: list[tuple[object, _Source]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            message = f"invalid JSON: {exc.msg} (column {exc.colno})"
+            raise SpecError(path, number, None, message) from None
+        if not isinstance(value, dict):
+            raise SpecError(path, number, None, f"expected a JSON object, got {_kind(value)}")
+        out.append((value, _Source(path, _fixed(number))))
+    return out
+
+
+def _fixed(line: int) -> Locate:
+    """A locator for JSONL: every key of the object is on its one line."""
+    return lambda _key: line
+
+
+def _parse_toml(path: Path, text: str) -> tuple[object, Locate]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, message = decode_error(exc, text)
+        raise SpecError(path, line, None, f"invalid TOML: {message}") from None
+    locator = TomlLocator(text)
+    return data, lambda key: locator.line(*key)
+
+
+def _parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data: object = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = " ".join(part for part in (exc.context, exc.problem) if part) or "syntax error"
+        line = mark.line + 1 if mark else None
+        raise SpecError(path, line, None, f"invalid YAML: {message}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(path, None, None, f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    lines: dict[Key, int] = {}
+    if node is not None:
+        _yaml_lines(path, node, (), lines, set())
+
+    def locate(key: Key) -> int | None:
+        for n in range(len(key), -1, -1):
+            if key[:n] in lines:
+                return lines[key[:n]]
+        return None
+
+    return data, locate
+
+
+def _yaml_lines(
+    path: Path, node: yaml.Node, key: Key, lines: dict[Key, int], active: set[int]
+) -> None:
+    """Record the line of every mapping key and sequence item; reject duplicate keys."""
+    if id(node) in active:  # a recursive alias: its lines are already recorded
+        return
+    active.add(id(node))
+    lines.setdefault(key, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            name = str(k.value)
+            line = k.start_mark.line + 1
+            # PyYAML silently keeps the last of two equal keys; a typo'd copy would vanish.
+            if name in seen and name != "<<":
+                field = ".".join(str(part) for part in (*key, name))
+                raise SpecError(path, line, field, f"duplicate key (first at line {seen[name]})")
+            seen[name] = line
+            lines[(*key, name)] = line
+            _yaml_lines(path, v, (*key, name), lines, active)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _yaml_lines(path, item, (*key, index), lines, active)
+    active.discard(id(node))
+
+
+# --- structure --------------------------------------------------------------------------------
+
+
+def _load_document(src: _Source, data: object) -> Batch:
+    if data is None:
+        raise src.error((), None, "the batch is empty: add tasks")
+    if isinstance(data, list):  # YAML may be just the list of tasks
+        data = {"tasks": data}
+    if not isinstance(data, dict):
+        raise src.error((), None, f"expected a table with [[tasks]], got {_kind(data)}")
+    for key in map(str, data):
+        if key not in _TOP_KEYS:
+            hint = " (task fields go inside a tasks entry)" if key in TASK_FIELDS else ""
+            raise src.error((key,), key, f"unknown key{_suggest(key, _TOP_KEYS)}{hint}")
+    header = _table(src, data, "batch")
+    for key in map(str, header):
+        if key not in _BATCH_KEYS:
+            field = f"batch.{key}"
+            raise src.error(("batch", key), field, f"unknown key{_suggest(key, _BATCH_KEYS)}")
+    name = header.get("name", src.path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise src.error(("batch", "name"), "batch.name", _expected("a non-empty string", name))
+    workspace = _workspace(src, header.get("workspace"))
+    defaults = _defaults(src, _table(src, data, "defaults"))
+    entries = data.get("tasks")
+    if entries is None or entries == []:
+        raise src.error(("tasks",), "tasks", "the batch has no tasks")
+    if not isinstance(entries, list):
+        raise src.error(("tasks",), "tasks", _expected("an array of tables ([[tasks]])", entries))
+    drafts = [d for i, raw in enumerate(entries) for d in _expand(raw, src, ("tasks", i), defaults)]
+    return _finish(src.path, name, workspace, drafts)
+
+
+def _table(src: _Source, data: dict[object, object], key: str) -> dict[object, object]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise src.error((key,), key, _expected(f"a table ([{key}])", value))
+    return value
+
+
+def _workspace(src: _Source, value: object) -> Path | None:
+    if value is None:
+        return None
+    key = ("batch", "workspace")
+    if not isinstance(value, str) or not value.strip():
+        raise src.error(key, "batch.workspace", _expected("a folder path string", value))
+    folder = src.path.parent / Path(value).expanduser()
+    if not folder.is_dir():
+        raise src.error(key, "batch.workspace", f"folder not found: {folder}")
+    return folder
+
+
+def _defaults(src: _Source, table: dict[object, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for raw_key, value in table.items():
+        key = str(raw_key)
+        field = f"defaults.{key}"
+        if key in ("id", "goal"):
+            raise src.error(("defaults", key), field, "every task needs its own; no default")
+        if key not in TASK_FIELDS:
+            raise src.error(("defaults", key), field, f"unknown key{_suggest(key, TASK_FIELDS)}")
+        problem = _check(key, value)
+        if problem:
+            raise src.error(("defaults", key), field, problem)
+        out[key] = value
+    return out
+
+
+# --- one entry -> tasks -----------------------------------------------------------------------
+
+
+def _expand(raw: object, src: _Source, key: Key, defaults: dict[str, object]) -> list[_Draft]:
+    """Validate one tasks entry and decompose it into one draft per item."""
+    if not isinstance(raw, dict):
+        raise src.error(key, None, _expected("a task table", raw))
+    allowed = TASK_FIELDS + _DECOMPOSE
+    for raw_name, value in raw.items():
+        name = str(raw_name)
+        if name not in allowed:
+            raise src.error((*key, name), name, f"unknown key{_suggest(name, allowed)}")
+        problem = _check(name, value)
+        if problem:
+            raise src.error((*key, name), name, problem)
+    if "goal" not in raw:
+        raise src.error(key, "goal", "required: what this task should do")
+    fields: dict[str, object] = {**defaults, **{k: v for k, v in raw.items() if k in TASK_FIELDS}}
+    if "for_each" in raw and "for_each_file" in raw:
+        raise src.error((*key, "for_each_file"), "for_each_file", "use for_each or for_each_file")
+    if "for_each" in raw:
+        items = _list_items(src, (*key, "for_each"), raw["for_each"])
+    elif "for_each_file" in raw:
+        items = _file_items(src, (*key, "for_each_file"), str(raw["for_each_file"]))
+    else:
+        return [_Draft(fields, src, key, "")]
+    # A template inherited from [defaults] is reported at its line there.
+    where = {
+        n: ((*key, n), n) if n in raw else (("defaults", n), f"defaults.{n}") for n in _TEMPLATED
+    }
+    drafts = []
+    for label, values in items:
+        drafts.append(_Draft(_substitute(src, where, fields, values, label), src, key, label))
+    return drafts
+
+
+_Items = list[tuple[str, dict[str, str]]]  # (label for messages, placeholder values)
+
+
+def _list_items(src: _Source, key: Key, items: object) -> _Items:
+    assert isinstance(items, list)  # _check accepted it
+    out: _Items = []
+    for index, item in enumerate(items, start=1):
+        label = f"for_each item {index}: "
+        values = _placeholders(item, index)
+        if values is None:
+            problem = _expected("a string, number or table", item)
+            raise src.error((*key, index - 1), "for_each", label + problem)
+        out.append((label, values))
+    return out
+
+
+def _file_items(src: _Source, key: Key, name: str) -> _Items:
+    """Items from a .txt (one per non-blank line) or .jsonl (one object per line) file."""
+    data_path = src.path.parent / Path(name).expanduser()
+    suffix = data_path.suffix.lower()
+    if suffix not in (".txt", ".jsonl"):
+        message = f"unsupported file type {suffix!r}: use .txt or .jsonl"
+        raise src.error(key, "for_each_file", message)
+    if not data_path.is_file():
+        raise src.error(key, "for_each_file", f"file not found: {data_path}")
+    text = _read_text(data_path)
+    out: _Items = []
+    if suffix == ".txt":
+        # Lines starting with "#" are items here ("#123" is a pull request), not comments.
+        lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        for index, (number, line) in enumerate(lines, start=1):
+            out.append((f"{data_path.name}:{number}: ", {"item": line, "index": str(index)}))
+    else:
+        for index, (obj, row) in enumerate(_jsonl_objects(data_path, text), start=1):
+            values = _placeholders(obj, index)
+            assert values is not None  # _jsonl_objects only returns objects
+            out.append((f"{data_path.name}:{row.line(())}: ", values))
+    if not out:
+        raise src.error(key, "for_each_file", f"no items in {data_path}")
+    return out
+
+
+def _placeholders(item: object, index: int) -> dict[str, str] | None:
+    """Placeholder values for one item (None: the item is not a usable type)."""
+    if isinstance(item, dict):
+        # A table's keys become placeholders; {item} and {index} keep their built-in meaning.
+        values = {str(k): _text(v) for k, v in item.items()}
+        return {**values, "item": json.dumps(item, separators=(",", ":")), "index": str(index)}
+    if isinstance(item, str | int | float) and not isinstance(item, bool):
+        return {"item": _text(item), "index": str(index)}
+    return None
+
+
+def _substitute(
+    src: _Source,
+    where: dict[str, tuple[Key, str]],  # field name -> (its key path, its name in messages)
+    fields: dict[str, object],
+    values: dict[str, str],
+    label: str,
+) -> dict[str, object]:
+    """Fill the placeholders of the templated fields with one item's values."""
+    out = dict(fields)
+    for name in _TEMPLATED:
+        template = fields.get(name)
+        if not isinstance(template, str):
+            continue
+        for placeholder in _PLACEHOLDER.findall(template):
+            if placeholder not in values:
+                known = ", ".join("{" + k + "}" for k in values)
+                message = f"{label}unknown placeholder {{{placeholder}}} (known: {known})"
+                raise src.error(*where[name], message)
+        out[name] = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+        if name == "goal" and not str(out[name]).strip():
+            raise src.error(*where[name], f"{label}the goal is empty for this item")
+    return out
+
+
+# --- ids, order, tasks ------------------------------------------------------------------------
+
+
+def _finish(path: Path, name: str, workspace: Path | None, drafts: list[_Draft]) -> Batch:
+    if not drafts:
+        raise SpecError(path, None, None, "the batch has no tasks")
+    tasks: list[Task] = []
+    first: dict[str, _Draft] = {}
+    for seq, draft in enumerate(drafts):
+        fields = draft.fields
+        given = fields.get("id")
+        task_id = given if isinstance(given, str) else f"task-{seq + 1:04d}"
+        id_key = (*draft.key, "id")
+        if not ID_PATTERN.fullmatch(task_id):
+            message = (
+                f"{draft.label}{task_id!r} is not a valid id: it names a file, so use 1-64 "
+                "letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+            raise draft.src.error(id_key, "id", message)
+        if task_id in first:
+            other = first[task_id]
+            where = f"{other.src.path}:{other.src.line((*other.key, 'id'))}"
+            if other.label:
+                where += f" ({other.label.rstrip(': ')})"
+            message = f"{draft.label}duplicate id {task_id!r} (first defined at {where})"
+            if given is None:
+                message = f"{draft.label}generated id {task_id!r} is already used at {where}"
+            raise draft.src.error(id_key, "id", message)
+        first[task_id] = draft
+        line = draft.src.line(draft.key)
+        timeout = fields.get("timeout_s")
+        tasks.append(
+            Task(
+                id=task_id,
+                goal=_str(fields["goal"]),
+                seq=seq,
+                context=_opt_str(fields.get("context")),
+                group=_opt_str(fields.get("group")),
+                route=_opt_str(fields.get("route")),
+                max_turns=_int(fields.get("max_turns", DEFAULT_MAX_TURNS)),
+                timeout_s=float(timeout) if isinstance(timeout, int | float) else None,
+                source=f"{path}:{line}" if line is not None else str(path),
+            )
+        )
+    return Batch(name=name, tasks=tuple(tasks), source=path, workspace=workspace)
+
+
+# --- field checks -----------------------------------------------------------------------------
+
+
+def _check(name: object, value: object) -> str | None:
+    """Why `value` is not valid for entry field `name` (None: it is)."""
+    if name in ("id", "goal", "context", "group", "route"):
+        if not isinstance(value, str):
+            return _expected("a string", value)
+        if name in ("goal", "route") and not value.strip():
+            return "must not be empty"
+    elif name == "max_turns":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return _expected("an integer", value)
+        if not 1 <= value <= MAX_TURNS_LIMIT:
+            return f"must be between 1 and {MAX_TURNS_LIMIT}, got {value}"
+    elif name == "timeout_s":
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return _expected("a number of seconds", value)
+        if not (math.isfinite(value) and value > 0):
+            return f"must be a positive number of seconds, got {value}"
+    elif name == "for_each":
+        if not isinstance(value, list):
+            return _expected("an array of items", value)
+        if not value:
+            return "no items: the list is empty"
+    elif name == "for_each_file" and (not isinstance(value, str) or not value.strip()):
+        return _expected("a file path string", value)
+    return None
+
+
+def _expected(what: str, value: object) -> str:
+    return f"expected {what}, got {_kind(value)}"
+
+
+def _kind(value: object) -> str:
+    """A short, terminal-safe description of a value: its type and (for scalars) a repr."""
+    names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
+    if isinstance(value, dict):
+        return "table"
+    if value is None:
+        return "null"
+    name = names.get(type(value), type(value).__name__)
+    if isinstance(value, list):
+        return name
+    shown = repr(value)  # repr escapes control characters, so untrusted text stays inert
+    return f"{name} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
+def _suggest(name: object, choices: Collection[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _str(value: object) -> str:
+    assert isinstance(value, str)
+    return value
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int)
+    return value
+
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "ID_PATTERN",
+    "TASK_FIELDS",
+    "Batch",
+    "SpecError",
+    "Task",
+    "check_routes",
+    "load_batch",
+]

@@ -1,0 +1,102 @@
+"""Terminal-safe text and secret redaction (used by transcripts, reports and the UI)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+REDACTED = "[REDACTED]"
+MIN_SECRET_LEN = 8
+
+# Anything that may need stripping: C0 except tab/newline, DEL, C1, bidi overrides/isolates.
+_UNSAFE_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_NEEDS_WORK = re.compile(f"[{_UNSAFE_CHARS}]")
+
+# Control strings: OSC, DCS, SOS, PM, APC in 7-bit (ESC ] P X ^ _) and 8-bit C1 form. The body
+# is an unrolled loop (no backtracking) in which an ESC only counts as the start of ST `ESC \`.
+_STRING_START = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])"
+_STRING_BODY = r"[^\x07\x1b\x9c]*(?:\x1b(?!\\)[^\x07\x1b\x9c]*)*"
+_CSI_START = r"(?:\x1b\[|\x9b)"
+_CSI_BODY = r"[\x30-\x3f]*[\x20-\x2f]*"
+
+# Order matters: control strings and CSI before the generic ESC form, which would otherwise
+# take `ESC [` or `ESC ]` as a complete two-byte sequence. A malformed or truncated sequence
+# loses its introducer and parameters, so what is left is plain printable text.
+_STRIP = re.compile(
+    f"{_STRING_START}{_STRING_BODY}(?:\\x07|\\x1b\\\\|\\x9c|\\Z)"
+    f"|{_CSI_START}{_CSI_BODY}[\\x40-\\x7e]?"
+    r"|\x1b[\x20-\x2f]*[\x30-\x7e]?"
+    f"|[{_UNSAFE_CHARS}]"
+)
+
+# A sequence that is still incomplete at the end of the text: a stream holds it back.
+_INCOMPLETE_TAIL = re.compile(
+    f"(?:{_STRING_START}{_STRING_BODY}|{_CSI_START}{_CSI_BODY}|\\x1b[\\x20-\\x2f]*)\\Z"
+)
+
+# A held-back sequence longer than this is shortened to its introducer plus its last char;
+# that is equivalent (the body is dropped anyway) and bounds memory on hostile streams.
+_MAX_HELD = 4096
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def sanitize(text: str) -> str:
+    """Strip escape sequences, control characters (but tab and newline) and bidi overrides."""
+    if _NEEDS_WORK.search(text) is None:
+        return text
+    return _STRIP.sub("", text)
+
+
+class StreamSanitizer:
+    """Sanitize a stream chunk by chunk; a sequence split across chunks never leaks a byte."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, chunk: str) -> str:
+        """Return the safe text of `chunk`, holding back an incomplete trailing sequence."""
+        data = self._held + chunk if self._held else chunk
+        if _NEEDS_WORK.search(data) is None:
+            self._held = ""
+            return data
+        tail = _INCOMPLETE_TAIL.search(data)
+        if tail is None:
+            self._held = ""
+            return _STRIP.sub("", data)
+        held = tail.group()
+        if len(held) > _MAX_HELD:
+            intro = 2 if held[0] == "\x1b" and held[1] in "[]PX^_" else 1
+            held = held[:intro] + held[-1]
+        self._held = held
+        return _STRIP.sub("", data[: tail.start()])
+
+    def flush(self) -> str:
+        """End of stream: drop any incomplete held-back sequence."""
+        # Whatever is held is an unterminated sequence, which sanitize() drops entirely.
+        self._held = ""
+        return ""
+
+    @property
+    def pending(self) -> bool:
+        """Whether an incomplete sequence is being held back."""
+        return bool(self._held)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace each secret (at least 8 characters long) with `[REDACTED]`."""
+    # Longest first, so a secret that contains another is replaced whole.
+    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def one_line(text: str, width: int | None = None) -> str:
+    """Sanitize, collapse all whitespace to single spaces and truncate to `width` with `…`."""
+    flat = _WHITESPACE.sub(" ", sanitize(text)).strip()
+    if width is not None and len(flat) > width:
+        return flat[: width - 1] + "…" if width > 0 else ""
+    return flat

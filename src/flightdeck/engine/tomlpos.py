@@ -1,0 +1,194 @@
+"""Line numbers for TOML: tomllib parses values but reports no positions, so we locate them."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+Key = tuple[str | int, ...]  # ("tasks", 2, "goal"): table keys and array indexes
+
+_AT_LINE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_AT_END = " (at end of document)"
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+_SCALAR_END = frozenset(",]}\n#")
+
+
+def decode_error(exc: tomllib.TOMLDecodeError, text: str) -> tuple[int | None, str]:
+    """Split a TOMLDecodeError on `text` into (1-based line, message without the position)."""
+    message = str(exc)
+    m = _AT_LINE.search(message)
+    if m is not None:
+        return int(m.group(1)), message[: m.start()]
+    if message.endswith(_AT_END):  # e.g. an unclosed array: blame the last line with content
+        return max(1, len(text.rstrip().splitlines())), message.removesuffix(_AT_END)
+    return None, message
+
+
+class TomlLocator:
+    """Maps key paths of an already-valid TOML document to the line that defines them."""
+
+    def __init__(self, text: str) -> None:
+        self._s = text
+        self._i = 0
+        self._line = 1
+        self._lines: dict[Key, int] = {}
+        self._aot: dict[Key, int] = {}  # array-of-tables path -> index of its current entry
+        self._scan()
+
+    def line(self, *key: str | int) -> int | None:
+        """The line of `key`, else of its nearest located parent (None: nowhere, e.g. empty)."""
+        for n in range(len(key), 0, -1):
+            found = self._lines.get(key[:n])
+            if found is not None:
+                return found
+        return None
+
+    # --- scanner: assumes tomllib accepted the text, so it only needs to find structure ---
+
+    def _peek(self, n: int = 1) -> str:
+        return self._s[self._i : self._i + n]
+
+    def _advance(self, n: int = 1) -> None:
+        self._line += self._s.count("\n", self._i, self._i + n)
+        self._i += n
+
+    def _skip_blank(self, newlines: bool) -> None:
+        while self._i < len(self._s):
+            c = self._s[self._i]
+            if c == "#":
+                end = self._s.find("\n", self._i)
+                self._advance((len(self._s) if end < 0 else end) - self._i)
+            elif c in " \t\r" or (newlines and c == "\n"):
+                self._advance()
+            else:
+                return
+
+    def _record(self, key: Key) -> None:
+        self._lines.setdefault(key, self._line)
+
+    def _scan(self) -> None:
+        table: Key = ()
+        while True:
+            self._skip_blank(newlines=True)
+            if self._i >= len(self._s):
+                return
+            if self._peek(2) == "[[":
+                self._advance(2)
+                parts = self._key()
+                self._advance(2)
+                parent = self._resolve(parts[:-1])
+                table = (*parent, parts[-1])
+                index = self._aot.get(table, -1) + 1
+                self._aot[table] = index
+                self._record(table)
+                table = (*table, index)
+                self._record(table)
+            elif self._peek() == "[":
+                self._advance()
+                parts = self._key()
+                self._advance()
+                table = self._resolve(parts)
+                self._record(table)
+            else:
+                self._pair(table)
+
+    def _resolve(self, parts: list[str]) -> Key:
+        # A header like [tasks.extra] after [[tasks]] refers to the latest tasks entry.
+        key: Key = ()
+        for part in parts:
+            key = (*key, part)
+            if key in self._aot:
+                key = (*key, self._aot[key])
+        for n in range(1, len(key) + 1):
+            self._record(key[:n])
+        return key
+
+    def _pair(self, table: Key) -> None:
+        key = table
+        for part in self._key():
+            key = (*key, part)
+            self._record(key)
+        self._skip_blank(newlines=False)
+        self._advance()  # "="
+        self._skip_blank(newlines=False)
+        self._value(key)
+
+    def _key(self) -> list[str]:
+        parts: list[str] = []
+        while True:
+            self._skip_blank(newlines=False)
+            c = self._peek()
+            if c in "\"'":
+                start = self._i + 1
+                self._string()
+                raw = self._s[start : self._i - 1]
+                parts.append(raw if c == "'" else _unescape(raw))
+            else:
+                m = _BARE.match(self._s, self._i)
+                assert m is not None, "tomllib accepted the document"
+                parts.append(m.group())
+                self._advance(m.end() - self._i)
+            self._skip_blank(newlines=False)
+            if self._peek() != ".":
+                return parts
+            self._advance()
+
+    def _value(self, key: Key) -> None:
+        c = self._peek()
+        if c in "\"'":
+            self._string()
+        elif c == "[":
+            self._advance()
+            index = 0
+            while True:
+                self._skip_blank(newlines=True)
+                if self._peek() == "]":
+                    self._advance()
+                    return
+                if self._peek() == ",":
+                    self._advance()
+                    index += 1
+                    continue
+                self._record((*key, index))
+                self._value((*key, index))
+        elif c == "{":
+            self._advance()
+            while True:
+                self._skip_blank(newlines=False)
+                if self._peek() == "}":
+                    self._advance()
+                    return
+                if self._peek() == ",":
+                    self._advance()
+                    continue
+                self._pair(key)
+        else:
+            while self._i < len(self._s) and self._s[self._i] not in _SCALAR_END:
+                self._i += 1
+
+    def _string(self) -> None:
+        quote = self._peek()
+        triple = self._peek(3) == quote * 3
+        delim = quote * 3 if triple else quote
+        self._advance(len(delim))
+        while self._i < len(self._s):
+            if quote == '"' and self._s[self._i] == "\\":
+                self._advance(2)
+            elif self._s.startswith(delim, self._i):
+                self._advance(len(delim))
+                # A multi-line string may end with up to two extra quotes: """a"""""
+                while triple and self._peek() == quote:
+                    self._advance()
+                return
+            else:
+                self._advance()
+
+
+def _unescape(raw: str) -> str:
+    """Decode a basic-string key the way tomllib does (keys with escapes are rare)."""
+    value = tomllib.loads(f'k = "{raw}"')["k"]
+    assert isinstance(value, str)
+    return value
+
+
+__all__ = ["Key", "TomlLocator", "decode_error"]

@@ -1,0 +1,191 @@
+"""Append-only, sanitized, human-readable transcripts: one file per child, one event per line."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from flightdeck.engine.sanitize import StreamSanitizer, redact, sanitize
+
+ROLES = ("system", "user", "assistant", "tool", "tool-call", "operator", "engine", "error")
+ROLE_WIDTH = 9
+SEPARATOR = " │ "
+MANIFEST = "manifest.json"
+
+# A streamed line longer than this is written out unfinished, so memory stays bounded when a
+# model streams megabytes without a newline.
+MAX_STREAM_LINE = 64 * 1024
+
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
+class TranscriptWriter:
+    """One child's transcript; every write is one `os.write` of whole lines (thread-safe)."""
+
+    def __init__(
+        self,
+        path: Path,
+        clock: Callable[[], float] = time.time,
+        *,
+        secrets: Iterable[str] = (),
+    ) -> None:
+        self.path = path
+        self._clock = clock
+        self._secrets = tuple(secrets)
+        self._lock = threading.Lock()
+        self._sanitizer = StreamSanitizer()
+        self._partial: list[str] = []
+        self._partial_len = 0
+        self._stamp_second = -1
+        self._stamp_prefix = ""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(path, _OPEN_FLAGS, 0o644)
+
+    def write(self, role: str, text: str, ts: float | None = None) -> None:
+        """Append one event; multi-line text becomes several lines with the same stamp."""
+        with self._lock:
+            # A pending streamed line goes out first, so the file stays in time order.
+            self._flush_partial()
+            body = sanitize(text).rstrip("\n")
+            self._emit(role, body.split("\n"), self._clock() if ts is None else ts)
+
+    def stream(self, chunk: str) -> None:
+        """Append streamed assistant text; each line is written as soon as it is complete."""
+        with self._lock:
+            self._take(self._sanitizer.feed(chunk))
+
+    def end_stream(self) -> None:
+        """Write the partial last line of the stream, if any."""
+        with self._lock:
+            self._take(self._sanitizer.flush())
+            self._flush_partial()
+
+    def close(self) -> None:
+        """End the stream and close the file; idempotent. Later writes reopen it briefly."""
+        with self._lock:
+            self._take(self._sanitizer.flush())
+            self._flush_partial()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> TranscriptWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Everything below runs with the lock held.
+
+    def _take(self, safe: str) -> None:
+        if not safe:
+            return
+        if "\n" not in safe:
+            self._partial.append(safe)
+            self._partial_len += len(safe)
+            if self._partial_len > MAX_STREAM_LINE:
+                self._flush_partial()
+            return
+        first, *middle, last = safe.split("\n")
+        lines = ["".join([*self._partial, first]), *middle]
+        self._partial = [last] if last else []
+        self._partial_len = len(last)
+        self._emit("assistant", lines, self._clock())
+
+    def _flush_partial(self) -> None:
+        if self._partial:
+            line = "".join(self._partial)
+            self._partial = []
+            self._partial_len = 0
+            self._emit("assistant", [line], self._clock())
+
+    def _emit(self, role: str, lines: list[str], ts: float) -> None:
+        head = f"{self._stamp(ts)}  {sanitize(role).ljust(ROLE_WIDTH)}{SEPARATOR}"
+        data = "".join(f"{head}{line}\n" for line in lines)
+        if self._secrets:
+            data = redact(data, self._secrets)
+        raw = data.encode("utf-8", "replace")
+        if self._fd is not None:
+            _write_all(self._fd, raw)
+            return
+        fd = os.open(self.path, _OPEN_FLAGS, 0o644)
+        try:
+            _write_all(fd, raw)
+        finally:
+            os.close(fd)
+
+    def _stamp(self, ts: float) -> str:
+        second = int(ts)
+        if second != self._stamp_second:
+            # localtime+strftime cost more than the rest of a line; once a second is enough.
+            self._stamp_second = second
+            self._stamp_prefix = time.strftime("%H:%M:%S", time.localtime(second))
+        millis = min(999, int((ts - second) * 1000))
+        return f"{self._stamp_prefix}.{millis:03d}"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # One write is the normal case (O_APPEND makes it atomic); loop only on a short write.
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_manifest(batch_dir: Path, data: Mapping[str, Any]) -> Path:
+    """Atomically write `manifest.json` in `batch_dir` (temp file, fsync, rename)."""
+    batch_dir.mkdir(parents=True, exist_ok=True)
+    target = batch_dir / MANIFEST
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=batch_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def tail_lines(
+    path: Path, max_lines: int, *, block_size: int = 64 * 1024, max_bytes: int = 8 * 1024 * 1024
+) -> tuple[list[str], bool]:
+    """The last `max_lines` lines of a file (sanitized) and whether earlier ones were cut."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return [], False  # a child that has not started yet has no transcript
+    with fh:
+        end = fh.seek(0, os.SEEK_END)
+        if max_lines <= 0:
+            return [], end > 0
+        pos = end
+        blocks: list[bytes] = []
+        newlines = 0
+        # Read backwards until we hold max_lines full lines plus the newline before them.
+        while pos > 0 and newlines <= max_lines and end - pos < max_bytes:
+            step = min(block_size, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            blocks.append(block)
+            newlines += block.count(b"\n")
+    data = b"".join(reversed(blocks))
+    if not data:
+        return [], False
+    lines = data.removesuffix(b"\n").split(b"\n")
+    cut = pos > 0
+    if cut and len(lines) > 1:
+        lines = lines[1:]  # the first piece is the tail of a line we did not read whole
+    if len(lines) > max_lines:
+        lines = lines[-max_lines:]
+        cut = True
+    return [sanitize(line.decode("utf-8", "replace")) for line in lines], cut

@@ -1,0 +1,159 @@
+"""Reports: totals, exact-then-rounded costs, unknown prices, tables that cannot break."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from flightdeck.engine.model import Activity, BatchStatus, ChildStatus, Usage
+from flightdeck.engine.report import build_report, render_json, render_markdown
+from flightdeck.engine.store import Store, StoreReader
+from test_store import make_batch, make_child  # the store tests' row builders
+
+CREATED = 1_714_564_800.0  # 2024-05-01T12:00:00Z
+
+
+@pytest.fixture
+def reader(tmp_path: Path) -> Iterator[StoreReader]:
+    db = tmp_path / "flightdeck.db"
+    with Store(db) as store:
+        store.create_batch(make_batch("old", created_ts=CREATED - 100))
+        store.create_batch(make_batch("b1", created_ts=CREATED, name="review | sweep"))
+        store.add_children(
+            "b1",
+            [
+                make_child(
+                    0,
+                    status=ChildStatus.COMPLETED,
+                    activity=Activity(api_calls=3, tool_calls=2, retries=1),
+                    usage=Usage(100, 50, 1000, 10),
+                    cost_usd=Decimal("0.1234565"),
+                    started_ts=CREATED + 1,
+                    finished_ts=CREATED + 31.25,
+                ),
+                make_child(
+                    1,
+                    status=ChildStatus.FAILED,
+                    goal="fix | the\nparser \x1b[31mnow\x1b[0m \\",
+                    usage=Usage(10, 5, 0, 0),
+                    cost_usd=None,
+                    error="429 | rate limited\nretry-after: 3",
+                    started_ts=CREATED + 2,
+                    finished_ts=CREATED + 4,
+                ),
+                make_child(2, status=ChildStatus.STOPPED, cost_usd=Decimal("0.2")),
+                make_child(3, status=ChildStatus.RUNNING, id="c3|x"),
+                make_child(4, status=ChildStatus.GATED),
+                make_child(5, status=ChildStatus.QUEUED),
+            ],
+        )
+        store.finish_batch("b1", BatchStatus.FAILED, CREATED + 3725)
+    reader = StoreReader(db)
+    yield reader
+    reader.close()
+
+
+def test_build_report(reader: StoreReader) -> None:
+    report = build_report(reader)  # the latest batch
+    assert report["batch_id"] == "b1"
+    assert report["status"] == "failed"
+    assert report["created"] == "2024-05-01T12:00:00+00:00"
+    assert report["finished"] == "2024-05-01T13:02:05+00:00"
+    assert report["elapsed_s"] == 3725.0
+    assert report["totals"] == {
+        "children": 6,
+        "completed": 1,
+        "failed": 2,
+        "running": 2,
+        "queued": 1,
+        "tokens_in": 110,
+        "tokens_out": 55,
+        "cache_read_tokens": 1000,
+        "cache_write_tokens": 10,
+        "cost_usd": 0.323457,  # the exact Decimal sum, rounded once
+        "cost_unknown_children": 1,
+    }
+    first, second = report["children"][:2]
+    assert first == {
+        "id": "c0",
+        "status": "completed",
+        "goal": "goal 0",
+        "route": "sim",
+        "model": "sim-1",
+        "api_calls": 3,
+        "tool_calls": 2,
+        "retries": 1,
+        "tokens_in": 100,
+        "tokens_out": 50,
+        "cache_read_tokens": 1000,
+        "cache_write_tokens": 10,
+        "cost_usd": 0.123457,
+        "duration_s": 30.25,
+        "error": None,
+        "transcript": "batches/b1/c0.log",
+    }
+    assert second["cost_usd"] is None and second["error"].startswith("429")
+    assert [c["duration_s"] for c in report["children"][2:]] == [None] * 4
+
+
+def test_running_batch_elapsed_uses_now(reader: StoreReader) -> None:
+    report = build_report(reader, "old", now=CREATED)
+    assert report["finished"] is None and report["elapsed_s"] == 100.0
+    assert report["totals"]["children"] == 0 and report["totals"]["cost_usd"] == 0.0
+
+
+def test_missing_batches(reader: StoreReader, tmp_path: Path) -> None:
+    with pytest.raises(LookupError, match="no batch 'nope'"):
+        build_report(reader, "nope")
+    Store(tmp_path / "empty.db").close()
+    with (
+        StoreReader(tmp_path / "empty.db") as empty,
+        pytest.raises(LookupError, match="no batches"),
+    ):
+        build_report(empty)
+
+
+def test_render_json_round_trips_and_is_terminal_safe(reader: StoreReader) -> None:
+    report = build_report(reader)
+    text = render_json(report)
+    assert json.loads(text) == report
+    assert "\x1b" not in text and text.startswith('{\n  "batch_id"')
+
+
+def _cells(row: str) -> list[str]:
+    # Split on pipes that are not escaped (a backslash escapes the next character).
+    return re.findall(r"((?:\\.|[^|\\])*)\|", row)[1:]
+
+
+def test_render_markdown_tables_cannot_break(reader: StoreReader) -> None:
+    md = render_markdown(build_report(reader))
+    assert md.startswith("# flightdeck batch review | sweep\n")
+    assert "\x1b" not in md
+    lines = md.splitlines()
+    header = lines.index("## Children") + 2
+    rows = lines[header : header + 2 + 6]
+    widths = {len(_cells(row)) for row in rows}
+    assert widths == {14}, rows
+    bad = rows[3]  # c1: pipes, a newline, escapes and a trailing backslash in the goal
+    assert "fix \\| the parser now \\\\" in bad
+    assert "429 \\| rate limited retry-after: 3" in bad
+    assert "| unknown |" in bad
+    assert "c3\\|x" in md
+    totals = lines[lines.index("## Totals") + 2 : lines.index("## Children") - 1]
+    assert {len(_cells(row)) for row in totals} == {2}
+    assert "| cost | $0.3235 + unknown for 1 child |" in md
+    assert "| budget | $2.5000 |" in md
+
+
+def test_render_markdown_truncates_long_goals(reader: StoreReader) -> None:
+    report = build_report(reader)
+    report["children"][0]["goal"] = "word " * 100
+    md = render_markdown(report)
+    (row,) = [line for line in md.splitlines() if line.startswith("| c0 |")]
+    goal = _cells(row)[12].strip()
+    assert len(goal) == 80 and goal.endswith("…")

@@ -1,0 +1,348 @@
+"""flightdeck.toml: defaults, a full round trip, and one precise error per bad key."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from flightdeck.engine.settings import (
+    SIM_OPTION_DEFAULTS,
+    SIM_PRICE,
+    Budget,
+    ConfigError,
+    EngineSettings,
+    Price,
+    RetrySettings,
+    load_settings,
+    state_dir_from,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def write(folder: Path, text: str, name: str = "flightdeck.toml") -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_at(path: Path, line: int | None, field: str | None) -> ConfigError:
+    """Load `path`, expecting one ConfigError at exactly this line and field."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), line, field), str(err)
+    where = f"{path}:{line}" if line is not None else str(path)
+    assert str(err).startswith(f"{where}: {field + ': ' if field else ''}")
+    return err
+
+
+# --- happy paths ---------------------------------------------------------------------------
+
+
+def test_defaults_when_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings()
+    assert settings.source is None
+    assert settings.engine == EngineSettings()
+    assert settings.budget == Budget()
+    assert list(settings.routes) == ["sim"]
+    sim = settings.route(None)
+    assert (sim.provider, sim.model, sim.price) == ("sim", "sim-1", SIM_PRICE)
+    assert dict(sim.options) == dict(SIM_OPTION_DEFAULTS)
+
+
+def test_finds_flightdeck_toml_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "[engine]\nmax_concurrent = 3\n")
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings()
+    assert settings.engine.max_concurrent == 3
+    assert settings.source == Path("flightdeck.toml")
+
+
+def test_full_config_round_trip(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+[engine]
+max_concurrent = "auto"
+state_dir = "state"
+default_route = "fast"
+stall_after_s = 30
+tool_stall_after_s = 90.5
+stall_grace_s = 2
+
+[routes.fast]
+provider = "openai"
+model = "gpt-4o-mini"
+base_url = "http://localhost:11434/v1"
+api_key_env = "LOCAL_KEY"
+connect_timeout_s = 5
+read_timeout_s = 60
+headers = { "X-Team" = "evals" }
+max_concurrent = 4
+rpm = 500
+tpm = 200000
+max_tokens = 2048
+price = { input_per_mtok = 0.15, output_per_mtok = 0.60, cache_read_per_mtok = 0.075 }
+retry = { attempts = 3, base_s = 0.5, max_s = 8 }
+
+[routes.claude]
+provider = "anthropic"
+model = "claude-3-5-haiku-latest"
+
+[routes.sim]
+time_scale = 0.01
+latency_ms = 0
+tokens_per_s = 1e9
+seed = 42
+error_rate = 0.1
+retry_after_s = 0
+server_error_rate = 0.05
+stall_rate = 0.01
+fail_rate = 0
+tool_turns = 2
+
+[budget]
+max_cost_usd = 12.34
+max_runs = 100
+max_depth = 0
+""",
+    )
+    settings = load_settings(path)
+    assert settings.source == path
+    assert settings.engine == EngineSettings(
+        max_concurrent="auto",
+        state_dir=tmp_path / "state",
+        default_route="fast",
+        stall_after_s=30.0,
+        tool_stall_after_s=90.5,
+        stall_grace_s=2.0,
+    )
+    assert settings.budget == Budget(Decimal("12.34"), 100, 0)
+    assert list(settings.routes) == ["fast", "claude", "sim"]
+
+    fast = settings.route(None)
+    assert (fast.name, fast.provider, fast.model) == ("fast", "openai", "gpt-4o-mini")
+    assert (fast.max_concurrent, fast.rpm, fast.tpm, fast.max_tokens) == (4, 500, 200000, 2048)
+    assert fast.price == Price(Decimal("0.15"), Decimal("0.60"), Decimal("0.075"), None)
+    assert fast.retry == RetrySettings(attempts=3, base_s=0.5, max_s=8.0)
+    assert dict(fast.options) == {
+        "base_url": "http://localhost:11434/v1",
+        "api_key_env": "LOCAL_KEY",
+        "connect_timeout_s": 5.0,
+        "read_timeout_s": 60.0,
+        "headers": {"X-Team": "evals"},
+    }
+    with pytest.raises(TypeError):
+        fast.options["headers"]["X-Team"] = "changed"
+
+    claude = settings.routes["claude"]
+    assert claude.price is None  # looked up in genai-prices later
+    assert claude.options == {"api_key_env": "ANTHROPIC_API_KEY"}
+    assert claude.retry == RetrySettings()
+
+    sim = settings.routes["sim"]
+    assert (sim.provider, sim.model, sim.price) == ("sim", "sim-1", SIM_PRICE)
+    assert sim.time_scale == 0.01
+    assert dict(sim.options) == {
+        "time_scale": 0.01,
+        "latency_ms": 0.0,
+        "tokens_per_s": 1e9,
+        "seed": 42,
+        "error_rate": 0.1,
+        "retry_after_s": 0.0,
+        "server_error_rate": 0.05,
+        "stall_rate": 0.01,
+        "fail_rate": 0.0,
+        "tool_turns": 2,
+    }
+
+
+def test_prices_stay_exact_decimals(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[routes.cheap]\nprovider = "sim"\n'
+        "price = { input_per_mtok = 0.15, output_per_mtok = 3 }\n",
+    )
+    price = load_settings(path).routes["cheap"].price
+    assert price is not None
+    assert (price.input_per_mtok, price.output_per_mtok) == (Decimal("0.15"), Decimal("3"))
+
+
+def test_implicit_sim_route_is_added_next_to_configured_ones(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.gpt]\nprovider = "openai"\nmodel = "gpt-4o"\n')
+    routes = load_settings(path).routes
+    assert list(routes) == ["gpt", "sim"]
+    assert routes["sim"].price == SIM_PRICE
+
+
+def test_a_second_sim_route_gets_sim_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.sim-slow]\nprovider = "sim"\ntokens_per_s = 5\n')
+    slow = load_settings(path).routes["sim-slow"]
+    assert (slow.model, slow.price, slow.options["tokens_per_s"]) == ("sim-1", SIM_PRICE, 5.0)
+    assert slow.options["latency_ms"] == SIM_OPTION_DEFAULTS["latency_ms"]
+
+
+def test_state_dir_precedence(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, '[engine]\nstate_dir = "s"\n'))
+    assert state_dir_from(None, settings, env={}) == tmp_path / "s"
+    assert state_dir_from(None, settings, env={"FLIGHTDECK_HOME": "/h"}) == Path("/h")
+    assert state_dir_from(Path("/c"), settings, env={"FLIGHTDECK_HOME": "/h"}) == Path("/c")
+
+
+def test_example_config_loads_without_keys() -> None:
+    settings = load_settings(EXAMPLES / "flightdeck.toml", env={})
+    assert settings.engine.max_concurrent == 8
+    sim = settings.routes["sim"]
+    assert sim.max_concurrent == 6
+    assert {k: sim.options[k] for k in ("latency_ms", "tokens_per_s", "seed")} == {
+        "latency_ms": 600.0,
+        "tokens_per_s": 40.0,
+        "seed": 7,
+    }
+    assert (sim.options["error_rate"], sim.options["fail_rate"]) == (0.08, 0.04)
+    assert {r.provider for r in settings.routes.values()} == {"sim"}
+
+
+# --- one precise error per malformed config ---------------------------------------------------
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    assert "not found" in str(error_at(tmp_path / "nope.toml", None, None))
+
+
+def test_unknown_route_key_names_the_dotted_field(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.fast]\nprovider = "sim"\nrpmm = 10\n')
+    assert "unknown key (did you mean 'rpm'?)" in str(error_at(path, 3, "routes.fast.rpmm"))
+
+
+def test_unknown_table(tmp_path: Path) -> None:
+    path = write(tmp_path, "# comment\n\n[egnine]\nmax_concurrent = 2\n")
+    assert "did you mean 'engine'?" in str(error_at(path, 3, "egnine"))
+
+
+def test_unknown_engine_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "[engine]\nmax_concurrent = 2\nstall_after = 3\n")
+    error_at(path, 3, "engine.stall_after")
+
+
+def test_bad_provider(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.x]\nmodel = "m"\nprovider = "openia"\n')
+    err = error_at(path, 3, "routes.x.provider")
+    assert "expected one of 'sim', 'openai', 'anthropic', got string 'openia'" in str(err)
+
+
+def test_provider_required_except_for_sim(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.fast]\nmodel = "m"\n')
+    assert "required" in str(error_at(path, 1, "routes.fast.provider"))
+
+
+def test_model_required_for_real_providers(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.a]\nprovider = "anthropic"\n')
+    assert "required for provider 'anthropic'" in str(error_at(path, 1, "routes.a.model"))
+
+
+def test_negative_rpm(tmp_path: Path) -> None:
+    path = write(tmp_path, "[routes.sim]\n\nrpm = -5\n")
+    assert "must be at least 1, got -5" in str(error_at(path, 3, "routes.sim.rpm"))
+
+
+def test_engine_max_concurrent_zero(tmp_path: Path) -> None:
+    path = write(tmp_path, "[engine]\nmax_concurrent = 0\n")
+    assert "at least 1, got 0" in str(error_at(path, 2, "engine.max_concurrent"))
+
+
+def test_engine_max_concurrent_wrong_word(tmp_path: Path) -> None:
+    path = write(tmp_path, '[engine]\nmax_concurrent = "lots"\n')
+    err = error_at(path, 2, "engine.max_concurrent")
+    assert 'expected an integer or "auto", got string' in str(err)
+
+
+def test_route_max_concurrent_zero(tmp_path: Path) -> None:
+    path = write(tmp_path, "[routes.sim]\nmax_concurrent = 0\n")
+    error_at(path, 2, "routes.sim.max_concurrent")
+
+
+@pytest.mark.parametrize(
+    ("price", "field", "message"),
+    [
+        ("{ input_per_mtok = -1, output_per_mtok = 1 }", "input_per_mtok", "0 or more, got -1"),
+        ('{ input_per_mtok = 1, output_per_mtok = "2" }', "output_per_mtok", "expected a number"),
+        ("{ input_per_mtok = 1 }", "output_per_mtok", "required"),
+        ("{ input_per_mtok = 1, output_per_mtok = 1, cache = 1 }", "cache", "unknown key"),
+        ("{ input_per_mtok = nan, output_per_mtok = 1 }", "input_per_mtok", "got nan"),
+        ("3", "", "expected a table, got integer 3"),
+    ],
+)
+def test_bad_price(tmp_path: Path, price: str, field: str, message: str) -> None:
+    path = write(tmp_path, f'[routes.r]\nprovider = "sim"\n\nprice = {price}\n')
+    dotted = f"routes.r.price.{field}" if field else "routes.r.price"
+    assert message in str(error_at(path, 4, dotted))
+
+
+def test_sim_option_on_a_real_provider(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.o]\nprovider = "openai"\nmodel = "m"\ntime_scale = 0.1\n')
+    assert "not an option of provider 'openai'" in str(error_at(path, 4, "routes.o.time_scale"))
+
+
+def test_tokens_per_s_zero_suggests_a_large_number(tmp_path: Path) -> None:
+    path = write(tmp_path, "[routes.sim]\ntokens_per_s = 0\n")
+    assert "large number" in str(error_at(path, 2, "routes.sim.tokens_per_s"))
+
+
+def test_rate_above_one(tmp_path: Path) -> None:
+    path = write(tmp_path, "[routes.sim]\nerror_rate = 1.5\n")
+    assert "between 0 and 1" in str(error_at(path, 2, "routes.sim.error_rate"))
+
+
+def test_api_key_pasted_as_env_name_is_not_echoed(tmp_path: Path) -> None:
+    secret = "sk-proj-abc123secret"
+    path = write(
+        tmp_path, f'[routes.o]\nprovider = "openai"\nmodel = "m"\napi_key_env = "{secret}"\n'
+    )
+    err = error_at(path, 4, "routes.o.api_key_env")
+    assert secret not in str(err)
+
+
+def test_base_url_needs_a_scheme(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[routes.o]\nprovider = "openai"\nmodel = "m"\nbase_url = "localhost:8000"\n'
+    )
+    error_at(path, 4, "routes.o.base_url")
+
+
+def test_retry_attempts_out_of_range(tmp_path: Path) -> None:
+    path = write(tmp_path, "[routes.sim]\nretry = { attempts = 21 }\n")
+    assert "between 1 and 20" in str(error_at(path, 2, "routes.sim.retry.attempts"))
+
+
+def test_default_route_must_exist(tmp_path: Path) -> None:
+    path = write(tmp_path, '[engine]\ndefault_route = "fast"\n')
+    assert "configured: sim" in str(error_at(path, 2, "engine.default_route"))
+
+
+def test_bad_route_name(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes."a b"]\nprovider = "sim"\n')
+    error_at(path, 1, "routes.a b")
+
+
+def test_budget_values(tmp_path: Path) -> None:
+    path = write(tmp_path, "[budget]\nmax_cost_usd = 1\nmax_runs = 0\n")
+    error_at(path, 3, "budget.max_runs")
+    path = write(tmp_path, "[budget]\nmax_cost_usd = -0.5\n")
+    error_at(path, 2, "budget.max_cost_usd")
+
+
+def test_wrong_type_for_a_table(tmp_path: Path) -> None:
+    path = write(tmp_path, 'engine = "fast"\n')
+    assert "expected a table, got string 'fast'" in str(error_at(path, 1, "engine"))
+
+
+def test_toml_syntax_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "[engine]\nmax_concurrent = 4\nstall_after_s = = 3\n")
+    assert "invalid TOML" in str(error_at(path, 3, None))

@@ -1,0 +1,443 @@
+"""Task files: the three formats, decomposition, and one precise error per bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flightdeck.engine.settings import load_settings
+from flightdeck.engine.spec import Batch, SpecError, Task, check_routes, load_batch
+from flightdeck.engine.tomlpos import TomlLocator
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_at(path: Path, line: int | None, field: str | None) -> SpecError:
+    """Load `path`, expecting one SpecError at exactly this line and field."""
+    with pytest.raises(SpecError) as info:
+        load_batch(path)
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), line, field), str(err)
+    where = f"{path}:{line}" if line is not None else str(path)
+    assert str(err).startswith(f"{where}: {field + ': ' if field else ''}")
+    return err
+
+
+# --- happy paths ---------------------------------------------------------------------------
+
+
+def test_jsonl_one_task_per_line_skipping_blanks_and_comments(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "b.jsonl",
+        '# a comment\n{"id": "a", "goal": "first", "group": "g", "max_turns": 3}\n\n'
+        '{"goal": "second", "timeout_s": 1.5, "route": "fast", "context": "ctx"}\n',
+    )
+    batch = load_batch(path)
+    assert batch.name == "b"
+    assert batch.source == path
+    assert batch.workspace is None
+    assert batch.tasks == (
+        Task(id="a", goal="first", seq=0, group="g", max_turns=3, source=f"{path}:2"),
+        Task(
+            id="task-0002",
+            goal="second",
+            seq=1,
+            context="ctx",
+            route="fast",
+            timeout_s=1.5,
+            source=f"{path}:4",
+        ),
+    )
+
+
+def test_toml_batch_defaults_and_workspace(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    path = write(
+        tmp_path,
+        "b.toml",
+        """\
+[batch]
+name = "nightly"
+workspace = "ws"
+
+[defaults]
+group = "review"
+max_turns = 4
+route = "slow"
+
+[[tasks]]
+goal = "one"
+
+[[tasks]]
+id = "two"
+goal = "two"
+group = "docs"
+max_turns = 9
+""",
+    )
+    batch = load_batch(path)
+    assert batch.name == "nightly"
+    assert batch.workspace == tmp_path / "ws"
+    first, second = batch.tasks
+    assert (first.id, first.group, first.route) == ("task-0001", "review", "slow")
+    assert first.max_turns == 4
+    assert (second.id, second.group, second.max_turns, second.route) == ("two", "docs", 9, "slow")
+    assert (first.source, second.source) == (f"{path}:10", f"{path}:13")
+
+
+def test_toml_batch_name_defaults_to_file_stem(tmp_path: Path) -> None:
+    path = write(tmp_path, "sweep-7.toml", '[[tasks]]\ngoal = "g"\n')
+    assert load_batch(path).name == "sweep-7"
+
+
+def test_yaml_for_each_list(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "b.yaml",
+        """\
+batch:
+  name: fan
+defaults:
+  group: g
+tasks:
+  - id: "r-{item}"
+    for_each: [calc, text, 7]
+    goal: "Review {item} ({index} of 3)"
+    context: "item {item}"
+  - goal: last
+""",
+    )
+    batch = load_batch(path)
+    assert [t.id for t in batch.tasks] == ["r-calc", "r-text", "r-7", "task-0004"]
+    assert batch.tasks[2].goal == "Review 7 (3 of 3)"
+    assert batch.tasks[0].context == "item calc"
+    assert {t.group for t in batch.tasks} == {"g"}
+    assert [t.seq for t in batch.tasks] == [0, 1, 2, 3]
+    assert [t.source for t in batch.tasks] == [f"{path}:6"] * 3 + [f"{path}:10"]
+
+
+def test_yaml_top_level_list_is_the_tasks(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.yml", "- goal: one\n- goal: two\n  id: second\n")
+    assert [t.id for t in load_batch(path).tasks] == ["task-0001", "second"]
+
+
+def test_for_each_list_of_fifty_makes_fifty_tasks(tmp_path: Path) -> None:
+    items = ", ".join(f'"pr-{n}"' for n in range(1, 51))
+    path = write(tmp_path, "b.toml", f'[[tasks]]\nfor_each = [{items}]\ngoal = "Review {{item}}"\n')
+    tasks = load_batch(path).tasks
+    assert len(tasks) == 50
+    assert tasks[49].goal == "Review pr-50"
+    assert tasks[49].id == "task-0050"
+
+
+def test_for_each_file_txt_one_item_per_non_blank_line(tmp_path: Path) -> None:
+    lines = [f"#{n}" for n in range(1, 51)]  # "#12" is an item here, not a comment
+    write(tmp_path, "data/prs.txt", "\n".join(lines[:25]) + "\n\n  \n" + "\n".join(lines[25:]))
+    path = write(
+        tmp_path,
+        "b.toml",
+        '[[tasks]]\nfor_each_file = "data/prs.txt"\nid = "pr-{index}"\n'
+        'goal = "Review pull request {item}"\ngroup = "review"\n',
+    )
+    tasks = load_batch(path).tasks
+    assert len(tasks) == 50
+    assert (tasks[0].id, tasks[0].goal) == ("pr-1", "Review pull request #1")
+    assert (tasks[49].id, tasks[49].goal) == ("pr-50", "Review pull request #50")
+
+
+def test_for_each_file_jsonl_keys_become_placeholders(tmp_path: Path) -> None:
+    rows = [{"number": n, "title": f"fix bug {n}"} for n in range(1, 51)]
+    write(tmp_path, "prs.jsonl", "# PRs\n" + "\n".join(json.dumps(r) for r in rows) + "\n")
+    path = write(
+        tmp_path,
+        "b.yaml",
+        'tasks:\n  - for_each_file: prs.jsonl\n    id: "pr-{number}"\n'
+        '    goal: "Review #{number}: {title}"\n',
+    )
+    tasks = load_batch(path).tasks
+    assert len(tasks) == 50
+    assert (tasks[6].id, tasks[6].goal) == ("pr-7", "Review #7: fix bug 7")
+
+
+def test_placeholders_are_plain_substitution_not_format(tmp_path: Path) -> None:
+    # str.format would evaluate {item.__class__} or choke on {0}; we leave non-matches alone.
+    path = write(
+        tmp_path,
+        "b.toml",
+        '[[tasks]]\nfor_each = ["x"]\ngoal = "{item} {item.__class__} {} {0x"\n',
+    )
+    assert load_batch(path).tasks[0].goal == "x {item.__class__} {} {0x"
+
+
+def test_entries_without_for_each_keep_braces(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "explain {item} in f-strings"}\n')
+    assert load_batch(path).tasks[0].goal == "explain {item} in f-strings"
+
+
+def test_toml_inline_tasks_array_locates_each_element(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", 'tasks = [\n  { goal = "a" },\n  { goal = "" },\n]\n')
+    error_at(path, 3, "goal")
+
+
+def test_example_batches_load_and_match_example_routes() -> None:
+    settings = load_settings(EXAMPLES / "flightdeck.toml")
+    demo = load_batch(EXAMPLES / "demo.toml")
+    assert demo.name == "demo"
+    assert len(demo.tasks) == 24
+    assert demo.workspace is not None and (demo.workspace / "README.md").is_file()
+    assert any(t.route == "sim-slow" for t in demo.tasks)
+    assert len({t.id for t in demo.tasks}) == 24
+    for name in ("demo.toml", "reviews.jsonl", "review-fanout.yaml"):
+        batch: Batch = load_batch(EXAMPLES / name)
+        check_routes(batch, settings.routes, settings.engine.default_route)
+
+
+def test_check_routes_names_the_task_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "a"}\n{"goal": "b", "route": "fsat"}\n')
+    batch = load_batch(path)
+    check_routes(batch, {"sim", "fsat"}, "sim")  # every route known: no error
+    with pytest.raises(SpecError) as info:
+        check_routes(batch, {"sim", "fast"}, "sim")
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), 2, "route")
+    assert "unknown route 'fsat' (did you mean 'fast'?)" in str(err)
+
+
+def test_check_routes_flags_a_missing_default(tmp_path: Path) -> None:
+    batch = load_batch(write(tmp_path, "b.jsonl", '{"goal": "a"}\n'))
+    with pytest.raises(SpecError, match=r"b\.jsonl:1: route: no route given.*'gone'"):
+        check_routes(batch, {"sim"}, "gone")
+
+
+def test_locator_ignores_headers_inside_multiline_strings() -> None:
+    text = '[[tasks]]\ngoal = """\n[[tasks]]\nid = 1\n"""\n\n[[tasks]]\nid = "b"\n'
+    locator = TomlLocator(text)
+    assert locator.line("tasks", 0, "goal") == 2
+    assert locator.line("tasks", 1) == 7
+    assert locator.line("tasks", 1, "id") == 8
+    assert locator.line("tasks", 1, "missing") == 7
+
+
+# --- one precise error per malformed input ----------------------------------------------------
+
+
+def test_bad_json_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "a"}\n\n{"goal": "b",}\n')
+    assert "invalid JSON" in str(error_at(path, 3, None))
+
+
+def test_jsonl_line_that_is_not_an_object(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "a"}\n["goal"]\n')
+    assert "expected a JSON object, got array" in str(error_at(path, 2, None))
+
+
+def test_missing_goal_points_at_the_entry(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\n\n[[tasks]]\nid = "b"\n')
+    assert "required" in str(error_at(path, 4, "goal"))
+
+
+def test_empty_goal(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "   "}\n')
+    assert "must not be empty" in str(error_at(path, 1, "goal"))
+
+
+def test_duplicate_id_names_both_lines(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "b.toml",
+        '[[tasks]]\nid = "same"\ngoal = "a"\n\n[[tasks]]\ngoal = "b"\nid = "same"\n',
+    )
+    err = error_at(path, 7, "id")
+    assert f"first defined at {path}:2" in str(err)
+
+
+def test_duplicate_id_from_decomposition(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "b.yaml", 'tasks:\n  - id: "r"\n    for_each: [a, b]\n    goal: "x {item}"\n'
+    )
+    err = error_at(path, 2, "id")
+    assert "for_each item 2: duplicate id 'r'" in str(err)
+
+
+def test_generated_id_clash_with_explicit_id(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"id": "task-0002", "goal": "a"}\n{"goal": "b"}\n')
+    assert "generated id 'task-0002'" in str(error_at(path, 2, "id"))
+
+
+def test_unknown_task_key_suggests_the_right_one(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nmax_turn = 3\n')
+    assert "unknown key (did you mean 'max_turns'?)" in str(error_at(path, 3, "max_turn"))
+
+
+def test_wrong_type_names_field_and_expected_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.yaml", "tasks:\n  - goal: a\n    max_turns: '8'\n")
+    err = error_at(path, 3, "max_turns")
+    assert "expected an integer, got string '8'" in str(err)
+
+
+def test_max_turns_out_of_range(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "a", "max_turns": 201}\n')
+    assert "between 1 and 200" in str(error_at(path, 1, "max_turns"))
+
+
+def test_boolean_is_not_a_number(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "a", "timeout_s": true}\n')
+    assert "got boolean" in str(error_at(path, 1, "timeout_s"))
+
+
+def test_negative_timeout(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\ntimeout_s = -1\n')
+    assert "positive" in str(error_at(path, 3, "timeout_s"))
+
+
+@pytest.mark.parametrize("bad", ["a b", "../etc", "-lead", "x" * 65, "é"])
+def test_bad_id_characters(tmp_path: Path, bad: str) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "ok"}\n' + json.dumps({"id": bad, "goal": "a"}))
+    assert "not a valid id" in str(error_at(path, 2, "id"))
+
+
+def test_id_made_invalid_by_an_item(tmp_path: Path) -> None:
+    write(tmp_path, "items.txt", "ok\nnot ok\n")
+    path = write(
+        tmp_path, "b.toml", '[[tasks]]\nfor_each_file = "items.txt"\nid = "t-{item}"\ngoal = "g"\n'
+    )
+    assert "items.txt:2: 't-not ok' is not a valid id" in str(error_at(path, 3, "id"))
+
+
+def test_unknown_placeholder_names_the_field(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "b.toml",
+        '[[tasks]]\nfor_each = ["a"]\ngoal = "g {item}"\ncontext = "about {nmae}"\n',
+    )
+    err = error_at(path, 4, "context")
+    assert "unknown placeholder {nmae} (known: {item}, {index})" in str(err)
+
+
+def test_unknown_placeholder_in_jsonl_data_names_the_data_line(tmp_path: Path) -> None:
+    write(tmp_path, "rows.jsonl", '{"n": 1, "who": "ann"}\n{"n": 2}\n')
+    path = write(
+        tmp_path, "b.toml", '[[tasks]]\nfor_each_file = "rows.jsonl"\ngoal = "ask {who}"\n'
+    )
+    err = error_at(path, 3, "goal")
+    assert "rows.jsonl:2: unknown placeholder {who}" in str(err)
+
+
+def test_toml_syntax_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nid = \n')
+    assert "invalid TOML" in str(error_at(path, 3, None))
+
+
+def test_toml_unclosed_array_blames_the_last_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nfor_each = [\n  "x",\n\n')
+    error_at(path, 4, None)
+
+
+def test_yaml_syntax_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.yaml", "tasks:\n  - goal: a\n  - goal: [unclosed\n  - goal: c\n")
+    assert "invalid YAML" in str(error_at(path, 4, None))
+
+
+def test_yaml_duplicate_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.yaml", "tasks:\n  - goal: a\n    group: x\n    goal: b\n")
+    assert "duplicate key (first at line 2)" in str(error_at(path, 4, "tasks.0.goal"))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line", "field", "message"),
+    [
+        ("b.jsonl", "# nothing here\n\n", None, None, "the batch has no tasks"),
+        ("b.toml", '[batch]\nname = "x"\n', None, "tasks", "the batch has no tasks"),
+        ("b.yaml", "# only a comment\n", None, None, "the batch is empty"),
+        ("b.yaml", "tasks: []\n", 1, "tasks", "the batch has no tasks"),
+    ],
+)
+def test_empty_batch(
+    tmp_path: Path, name: str, text: str, line: int | None, field: str | None, message: str
+) -> None:
+    path = write(tmp_path, name, text)
+    assert message in str(error_at(path, line, field))
+
+
+def test_task_fields_at_top_level_get_a_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", 'goal = "a"\n')
+    assert "go inside a tasks entry" in str(error_at(path, 1, "goal"))
+
+
+def test_defaults_cannot_set_id(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[defaults]\nid = "x"\n\n[[tasks]]\ngoal = "a"\n')
+    error_at(path, 2, "defaults.id")
+
+
+def test_bad_default_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[defaults]\ngroup = 3\n\n[[tasks]]\ngoal = "a"\n')
+    assert "expected a string, got integer 3" in str(error_at(path, 2, "defaults.group"))
+
+
+def test_missing_workspace(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[batch]\nworkspace = "nope"\n[[tasks]]\ngoal = "a"\n')
+    assert "folder not found" in str(error_at(path, 2, "batch.workspace"))
+
+
+def test_missing_for_each_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nfor_each_file = "gone.txt"\n')
+    assert "file not found" in str(error_at(path, 3, "for_each_file"))
+
+
+def test_empty_for_each_file(tmp_path: Path) -> None:
+    write(tmp_path, "none.txt", "\n  \n")
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nfor_each_file = "none.txt"\n')
+    assert "no items" in str(error_at(path, 3, "for_each_file"))
+
+
+def test_both_for_each_and_for_each_file(tmp_path: Path) -> None:
+    write(tmp_path, "i.txt", "a\n")
+    path = write(
+        tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nfor_each = [1]\nfor_each_file = "i.txt"\n'
+    )
+    error_at(path, 4, "for_each_file")
+
+
+def test_for_each_item_of_the_wrong_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nfor_each = [\n  "ok",\n  [1],\n]\n')
+    assert "for_each item 2: expected" in str(error_at(path, 5, "for_each"))
+
+
+def test_unsupported_extension(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.json", "{}")
+    assert "unsupported file type" in str(error_at(path, None, None))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert "file not found" in str(error_at(tmp_path / "gone.toml", None, None))
+
+
+def test_placeholder_error_in_an_inherited_default_points_at_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "b.toml",
+        '[defaults]\ncontext = "see {ticket}"\n\n[[tasks]]\nfor_each = [1]\ngoal = "g {item}"\n',
+    )
+    assert "unknown placeholder {ticket}" in str(error_at(path, 2, "defaults.context"))
+
+
+def test_goal_emptied_by_an_item(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\nfor_each = ["a", " "]\ngoal = "{item}"\n')
+    assert "for_each item 2: the goal is empty" in str(error_at(path, 3, "goal"))
+
+
+def test_check_routes_without_a_line_keeps_the_whole_path() -> None:
+    task = Task(id="a", goal="g", seq=0, route="nope", source="C:/batches/b.toml")
+    with pytest.raises(SpecError) as info:
+        check_routes(Batch(name="b", tasks=(task,)), {"sim"}, "sim")
+    assert (info.value.path, info.value.line) == ("C:/batches/b.toml", None)

@@ -1,0 +1,402 @@
+"""The SQLite store: one writer thread, concurrent enqueuers and readers, exact round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sqlite3
+import threading
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from flightdeck.engine import store as store_module
+from flightdeck.engine.model import (
+    Activity,
+    BatchStatus,
+    ChildRow,
+    ChildStatus,
+    SteerReceipt,
+    SteerState,
+    Usage,
+)
+from flightdeck.engine.store import (
+    SCHEMA_VERSION,
+    BatchInfo,
+    Store,
+    StoreNotFoundError,
+    StoreReader,
+    StoreVersionError,
+    process_start_time,
+)
+
+
+def make_batch(batch_id: str = "b1", created_ts: float = 1000.0, **kw: object) -> BatchInfo:
+    info = BatchInfo(
+        id=batch_id,
+        name=f"batch {batch_id}",
+        source="tasks.jsonl",
+        spec_json='{"tasks": []}',
+        workspace="/work",
+        state_dir="/work/.flightdeck",
+        owner_pid=os.getpid(),
+        owner_start=process_start_time(),
+        pool_size=4,
+        max_cost_usd=Decimal("2.50"),
+        status=BatchStatus.RUNNING,
+        created_ts=created_ts,
+        finished_ts=None,
+    )
+    return dataclasses.replace(info, **kw)  # type: ignore[arg-type]
+
+
+def make_child(seq: int, **kw: object) -> ChildRow:
+    row = ChildRow(
+        id=f"c{seq}",
+        seq=seq,
+        goal=f"goal {seq}",
+        group="g",
+        route="sim",
+        model="sim-1",
+        status=ChildStatus.QUEUED,
+        activity=Activity(),
+        usage=Usage(),
+        cost_usd=Decimal(0),
+        queued_ts=1000.0 + seq,
+        started_ts=None,
+        finished_ts=None,
+        error=None,
+        result=None,
+        transcript=f"batches/b1/c{seq}.log",
+    )
+    return dataclasses.replace(row, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "flightdeck.db"
+
+
+def test_schema_and_pragmas(db: Path) -> None:
+    with Store(db):
+        conn = sqlite3.connect(db)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"batches", "children", "controls", "events"} <= tables
+        conn.close()
+    Store(db).close()  # reopening an existing database is fine
+
+
+def test_batch_round_trip_with_summary(db: Path) -> None:
+    with Store(db) as store:
+        store.create_batch(make_batch("old", created_ts=1.0))
+        store.create_batch(make_batch("new", created_ts=2.0, max_cost_usd=None, source=None))
+        store.add_children(
+            "new",
+            [
+                make_child(0, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.1")),
+                make_child(1, status=ChildStatus.FAILED, cost_usd=Decimal("0.2")),
+                make_child(2, status=ChildStatus.STOPPED, cost_usd=None),
+                make_child(3, status=ChildStatus.RUNNING, cost_usd=Decimal("0.000001")),
+            ],
+        )
+        store.finish_batch("old", BatchStatus.COMPLETED, 5.0)
+    with StoreReader(db) as reader:
+        assert [b.id for b in reader.batches()] == ["new", "old"]
+        assert reader.latest_batch_id() == "new"
+        new = reader.batch("new")
+        assert new is not None
+        assert new == make_batch(
+            "new",
+            created_ts=2.0,
+            max_cost_usd=None,
+            source=None,
+            children=4,
+            completed=1,
+            failed=2,
+            cost_usd=Decimal("0.300001"),
+            cost_unknown=1,
+        )
+        old = reader.batch("old")
+        assert old is not None
+        assert (old.status, old.finished_ts, old.children, old.max_cost_usd) == (
+            BatchStatus.COMPLETED,
+            5.0,
+            0,
+            Decimal("2.50"),
+        )
+        assert reader.batch("nope") is None
+
+
+def test_child_round_trip_is_exact(db: Path) -> None:
+    receipt = SteerReceipt(1, "c7", "focus", True, SteerState.DELIVERED, 1.5, 2.5)
+    row = make_child(
+        7,
+        group=None,
+        status=ChildStatus.RUNNING,
+        activity=Activity(3, 2, 1, 4, "read_file", 1.25, 9.75, "tool: read_file"),
+        usage=Usage(100, 20, 3000, 400),
+        cost_usd=Decimal("0.000123456789012345678"),
+        started_ts=1001.5,
+        error="boom | with pipe",
+        result='{"ok": true}',
+        steers=(receipt,),
+    )
+    with Store(db) as store:
+        store.create_batch(make_batch())
+        store.add_children("b1", [row])
+        store.record_control("b1", receipt)
+        store.record_control(
+            "b1", SteerReceipt(2, "c7", "", False, SteerState.DELIVERED, 3.0), kind="stop"
+        )
+    with StoreReader(db) as reader:
+        assert reader.children("b1") == [row]
+        assert reader.child("b1", "c7") == row
+        assert reader.child("b1", "c8") is None
+        assert [c.id for c in reader.controls("b1")] == [1, 2]
+        assert [c.id for c in reader.controls("b1", "c7", kind="stop")] == [2]
+
+
+def test_decimal_cost_round_trip_is_exact(db: Path) -> None:
+    costs = [Decimal("0.1"), Decimal("1E-12"), Decimal("123456789.000000000001"), None]
+    with Store(db) as store:
+        store.add_children("b1", [make_child(i, cost_usd=c) for i, c in enumerate(costs)])
+    with StoreReader(db) as reader:
+        assert [c.cost_usd for c in reader.children("b1")] == costs
+
+
+def test_children_ordered_by_seq_and_update_upserts(db: Path) -> None:
+    with Store(db) as store:
+        store.add_children("b1", [make_child(i) for i in (2, 0, 1)])
+        store.update_child("b1", make_child(1, status=ChildStatus.COMPLETED, result="done"))
+        store.update_child("b1", make_child(5))  # not added before: inserted
+    with StoreReader(db) as reader:
+        rows = reader.children("b1")
+    assert [r.id for r in rows] == ["c0", "c1", "c2", "c5"]
+    assert (rows[1].status, rows[1].result) == (ChildStatus.COMPLETED, "done")
+
+
+def test_row_readable_by_fresh_reader_right_after_flush(db: Path) -> None:
+    store = Store(db)
+    try:
+        store.create_batch(make_batch())
+        store.add_children("b1", [make_child(i) for i in range(3)])
+        for i in range(3):
+            store.update_child("b1", make_child(i, status=ChildStatus.COMPLETED, result=f"r{i}"))
+            assert store.flush(timeout=10)
+            with StoreReader(db) as reader:  # as another process would after a crash
+                row = reader.child("b1", f"c{i}")
+                assert row is not None and row.status is ChildStatus.COMPLETED
+                assert row.result == f"r{i}"
+    finally:
+        store.close()
+
+
+def test_coalescing_keeps_the_last_update(db: Path) -> None:
+    ops = [
+        store_module._Write("u", "sql", (), key=("b", "c1")),
+        store_module._Write("e", "sql", ()),
+        store_module._Write("u", "sql", (), key=("b", "c2")),
+        store_module._Write("u", "sql", (), key=("b", "c1")),
+    ]
+    assert store_module._coalesce(ops) == [ops[1], ops[2], ops[3]]
+    assert store_module._coalesce(ops[:3]) == ops[:3]
+    # End to end: many updates in one drained batch, the last one wins.
+    with Store(db) as store:
+        for i in range(300):
+            store.update_child("b1", make_child(0, activity=Activity(api_calls=i)))
+    with StoreReader(db) as reader:
+        assert reader.children("b1")[0].activity.api_calls == 299
+
+
+def test_concurrent_writers_and_a_polling_reader(db: Path) -> None:
+    store = Store(db)
+    store.create_batch(make_batch())
+    store.add_children("b1", [make_child(i) for i in range(8)])
+    assert store.flush(timeout=10)
+    errors: list[BaseException] = []
+    stop_polling = threading.Event()
+    polls = 0
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(500):
+                act = Activity(api_calls=i, last_activity_ts=float(i))
+                store.update_child("b1", make_child(n, activity=act, status=ChildStatus.RUNNING))
+                if i % 100 == 0:
+                    store.record_event("b1", f"c{n}", float(i), "tick", f"{n}:{i}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def poll() -> None:
+        nonlocal polls
+        try:
+            with StoreReader(db) as reader:
+                while not stop_polling.is_set():
+                    rows = reader.children("b1")
+                    assert len(rows) == 8
+                    reader.batches()
+                    polls += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    assert store.flush(timeout=30)
+    stop_polling.set()
+    poller.join()
+    store.close()
+    assert errors == []
+    assert polls > 0
+    assert store.failed_writes == 0
+    with StoreReader(db) as reader:
+        rows = reader.children("b1")
+        assert [r.activity.api_calls for r in rows] == [499] * 8
+        assert all(r.status is ChildStatus.RUNNING for r in rows)
+        assert len(reader.events("b1")) == 8 * 5
+
+
+def test_reader_shared_between_threads(db: Path) -> None:
+    with Store(db) as store:
+        store.add_children("b1", [make_child(0)])
+    reader = StoreReader(db)  # made here, used from other threads (the TUI's worker)
+    results: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(len(reader.children("b1"))))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reader.close()
+    assert results == [1, 1, 1, 1]
+
+
+def test_controls_upsert_by_receipt_id(db: Path) -> None:
+    queued = SteerReceipt(1, "c0", "try again", False, SteerState.QUEUED, 10.0)
+    with Store(db) as store:
+        store.add_children("b1", [make_child(0)])
+        store.add_children("b2", [make_child(0)])
+        store.record_control("b1", queued)
+        store.record_control("b2", dataclasses.replace(queued, message="other batch"))
+        store.record_control(
+            "b1", dataclasses.replace(queued, state=SteerState.DELIVERED, settled_ts=11.0)
+        )
+    with StoreReader(db) as reader:
+        (receipt,) = reader.controls("b1", "c0")
+        assert (receipt.state, receipt.settled_ts) == (SteerState.DELIVERED, 11.0)
+        assert reader.children("b1")[0].steers == (receipt,)
+        assert [r.message for r in reader.controls("b2")] == ["other batch"]
+
+
+def test_events(db: Path) -> None:
+    with Store(db) as store:
+        store.record_event("b1", None, 1.0, "batch-started", "4 children")
+        store.record_event("b1", "c1", 2.0, "steer", "focus")
+        store.record_event("b2", None, 3.0, "batch-started", "")
+    with StoreReader(db) as reader:
+        assert reader.events("b1") == [
+            (1.0, None, "batch-started", "4 children"),
+            (2.0, "c1", "steer", "focus"),
+        ]
+
+
+def test_settle_live_children(db: Path) -> None:
+    with Store(db) as store:
+        store.add_children(
+            "b1",
+            [
+                make_child(0, status=ChildStatus.COMPLETED, finished_ts=5.0),
+                make_child(1, status=ChildStatus.RUNNING, activity=Activity(current_tool="x")),
+                make_child(2, status=ChildStatus.QUEUED),
+            ],
+        )
+        store.settle_live_children("b1", ChildStatus.UNKNOWN, 9.0)
+    with StoreReader(db) as reader:
+        rows = reader.children("b1")
+    assert [(r.status, r.finished_ts) for r in rows] == [
+        (ChildStatus.COMPLETED, 5.0),
+        (ChildStatus.UNKNOWN, 9.0),
+        (ChildStatus.UNKNOWN, 9.0),
+    ]
+    assert rows[1].activity.current_tool is None
+
+
+def test_failed_write_is_logged_and_writer_survives(
+    db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="flightdeck.engine.store")
+    with Store(db) as store:
+        store.add_children("b1", [make_child(0)])
+        store.record_control("b1", SteerReceipt(1, "c0", "m", False, SteerState.QUEUED, 1.0), "bad")
+        store.update_child(
+            "b1", dataclasses.replace(make_child(1), seq=2**70)
+        )  # OverflowError, not sqlite3.Error
+        store.update_child("b1", make_child(0, status=ChildStatus.COMPLETED))
+        assert store.flush(timeout=10)
+        assert store.failed_writes == 2
+    assert "record_control failed" in caplog.text and "update_child failed" in caplog.text
+    with StoreReader(db) as reader:
+        assert [(r.id, r.status) for r in reader.children("b1")] == [("c0", ChildStatus.COMPLETED)]
+        assert reader.controls("b1") == []
+
+
+def test_close_is_idempotent_and_flushes(db: Path) -> None:
+    store = Store(db)
+    store.add_children("b1", [make_child(i) for i in range(50)])
+    store.close()
+    store.close()
+    assert store.flush() is True
+    with pytest.raises(RuntimeError, match="closed"):
+        store.record_event("b1", None, 1.0, "late", "")
+    with StoreReader(db) as reader:  # no writer open: the read-only reader still works
+        assert len(reader.children("b1")) == 50
+
+
+def test_reader_errors(tmp_path: Path) -> None:
+    with pytest.raises(StoreNotFoundError, match="no flightdeck database") as info:
+        StoreReader(tmp_path / "missing.db")
+    assert isinstance(info.value, FileNotFoundError)
+    assert not (tmp_path / "missing.db").exists()  # read-only: never creates it
+
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    with StoreReader(empty) as reader:  # the writer has not made the schema yet
+        assert reader.batches() == [] and reader.latest_batch_id() is None
+
+    newer = tmp_path / "newer.db"
+    conn = sqlite3.connect(newer)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreVersionError):
+        Store(newer)
+    with StoreReader(newer) as reader, pytest.raises(StoreVersionError):
+        reader.batches()
+
+
+def test_reader_cannot_write(db: Path) -> None:
+    Store(db).close()
+    reader = StoreReader(db)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader._conn.execute("DELETE FROM batches")
+    reader.close()
+
+
+def test_process_start_time() -> None:
+    mine = process_start_time()
+    if not Path("/proc/self/stat").exists():
+        assert mine is None
+        return
+    assert mine is not None and mine > 0
+    assert process_start_time(os.getpid()) == mine
+    assert process_start_time(1) is not None and process_start_time(1) <= mine  # type: ignore[operator]
+    assert process_start_time(2**31 - 1) is None

@@ -1,0 +1,218 @@
+"""Transcripts: line format, sanitizing, streaming, atomic appends, manifest, tail."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from flightdeck.engine import transcripts
+from flightdeck.engine.transcripts import TranscriptWriter, tail_lines, write_manifest
+
+TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
+LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3}  .{9} │ .*$")
+
+
+class FakeClock:
+    def __init__(self, now: float = TS) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_line_format(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "c1.log"  # parents are created
+    with TranscriptWriter(path, clock=FakeClock()) as tw:
+        tw.write("user", "hello")
+        tw.write("assistant", "hi", ts=TS + 1.5)
+        tw.write("tool-call", "read_file(path='a')")
+    assert read(path) == [
+        "13:04:05.250  user      │ hello",
+        "13:04:06.750  assistant │ hi",
+        "13:04:05.250  tool-call │ read_file(path='a')",
+    ]
+
+
+def test_multiline_text_gets_a_stamp_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    with TranscriptWriter(path, clock=FakeClock()) as tw:
+        tw.write("tool", "one\n\nthree\n")
+    assert read(path) == [
+        "13:04:05.250  tool      │ one",
+        "13:04:05.250  tool      │ ",
+        "13:04:05.250  tool      │ three",
+    ]
+
+
+def test_everything_is_sanitized(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    with TranscriptWriter(path, clock=FakeClock()) as tw:
+        tw.write("tool", "a\x1b]0;pwned\x07b\x1b[2Jc\rd\u202e")
+        tw.stream("x\x1b[3")
+        tw.stream("1my\x9b2J\n")
+    raw = path.read_bytes()
+    assert b"\x1b" not in raw and b"\r" not in raw and "\x9b".encode() not in raw
+    assert read(path) == ["13:04:05.250  tool      │ abcd", "13:04:05.250  assistant │ xy"]
+
+
+def test_secrets_are_redacted(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    with TranscriptWriter(path, clock=FakeClock(), secrets=["sk-live-0123456789"]) as tw:
+        tw.write("error", "401 for key sk-live-0123456789")
+        tw.stream("the key is sk-live-")
+        tw.stream("0123456789 ok\n")
+    text = path.read_text()
+    assert "sk-live-0123456789" not in text
+    assert text.count("[REDACTED]") == 2
+
+
+def test_stream_writes_each_line_when_complete(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    clock = FakeClock()
+    tw = TranscriptWriter(path, clock=clock)
+    tw.stream("Hel")
+    tw.stream("lo")
+    assert path.read_text() == ""  # nothing until the newline
+    tw.stream(" world\nsecond ")
+    assert read(path) == ["13:04:05.250  assistant │ Hello world"]
+    clock.now += 1
+    tw.stream("line\nthird\nfourth")
+    tw.end_stream()
+    tw.end_stream()  # nothing pending: writes nothing
+    assert read(path)[1:] == [
+        "13:04:06.250  assistant │ second line",
+        "13:04:06.250  assistant │ third",
+        "13:04:06.250  assistant │ fourth",
+    ]
+    tw.close()
+
+
+def test_write_during_stream_keeps_time_order(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    with TranscriptWriter(path, clock=FakeClock()) as tw:
+        tw.stream("I will now")
+        tw.write("operator", "steer: focus on tests")
+        tw.stream(" continue\n")
+    assert [line.split("│ ")[1] for line in read(path)] == [
+        "I will now",
+        "steer: focus on tests",
+        " continue",
+    ]
+
+
+def test_close_flushes_partial_line_and_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    tw = TranscriptWriter(path, clock=FakeClock())
+    tw.stream("partial\x1b[")
+    tw.close()
+    tw.close()
+    assert read(path) == ["13:04:05.250  assistant │ partial"]
+    tw.write("operator", "stop (child already finished)")  # reopens the file briefly
+    assert read(path)[-1] == "13:04:05.250  operator  │ stop (child already finished)"
+
+
+def test_long_streamed_line_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transcripts, "MAX_STREAM_LINE", 10)
+    path = tmp_path / "c.log"
+    with TranscriptWriter(path, clock=FakeClock()) as tw:
+        for _ in range(5):
+            tw.stream("abcd")
+    assert [line.split("│ ")[1] for line in read(path)] == ["abcdabcdabcd", "abcdabcd"]
+
+
+def test_each_write_is_one_os_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bytes] = []
+    real_write = os.write
+
+    def spy(fd: int, data: bytes | memoryview) -> int:
+        calls.append(bytes(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", spy)
+    with TranscriptWriter(tmp_path / "c.log", clock=FakeClock()) as tw:
+        tw.write("tool", "one\ntwo")
+        tw.stream("a\nb\nc")
+    assert len(calls) == 3  # the event, the two completed stream lines, the flushed partial
+    assert all(call.endswith(b"\n") for call in calls)
+
+
+def test_concurrent_appenders_never_interleave_within_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    writers = [TranscriptWriter(path) for _ in range(2)]  # two fds on one file, plus threads
+
+    def work(n: int) -> None:
+        tw = writers[n % 2]
+        for i in range(200):
+            tw.write("engine", f"thread {n} line {i} " + "x" * 200)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for tw in writers:
+        tw.close()
+    lines = read(path)
+    assert len(lines) == 6 * 200
+    assert all(LINE.match(line) and line.endswith("x" * 200) for line in lines)
+
+
+def test_write_manifest_is_atomic_json(tmp_path: Path) -> None:
+    batch_dir = tmp_path / "batches" / "b1"
+    path = write_manifest(batch_dir, {"id": "b1", "max_cost_usd": Decimal("1.50")})
+    assert path == batch_dir / "manifest.json"
+    assert json.loads(path.read_text()) == {"id": "b1", "max_cost_usd": "1.50"}
+    write_manifest(batch_dir, {"id": "b1", "status": "completed"})
+    assert json.loads(path.read_text())["status"] == "completed"
+    assert [p.name for p in batch_dir.iterdir()] == ["manifest.json"]  # no temp files left
+
+
+def test_write_manifest_failure_leaves_old_file(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, {"v": 1})
+    with pytest.raises(TypeError):
+        write_manifest(tmp_path, {(1, 2): "keys must be strings"})  # type: ignore[dict-item]
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_tail_lines(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    path.write_text("".join(f"line {i}\n" for i in range(1000)))
+    assert tail_lines(path, 3) == (["line 997", "line 998", "line 999"], True)
+    # Small blocks force several backward reads and cuts mid-line.
+    assert tail_lines(path, 5, block_size=7) == ([f"line {i}" for i in range(995, 1000)], True)
+    lines, cut = tail_lines(path, 5000)
+    assert len(lines) == 1000 and lines[0] == "line 0" and not cut
+    assert tail_lines(path, 1000, block_size=13) == ([f"line {i}" for i in range(1000)], False)
+    assert tail_lines(path, 0) == ([], True)
+
+
+def test_tail_lines_edges(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    assert tail_lines(path, 5) == ([], False)  # missing
+    path.write_text("")
+    assert tail_lines(path, 5) == ([], False)
+    path.write_text("no newline at end")
+    assert tail_lines(path, 5) == (["no newline at end"], False)
+    path.write_text("a\nb\npartial")
+    assert tail_lines(path, 2) == (["b", "partial"], True)
+    path.write_bytes("é\x1b[31m\n".encode() * 3)
+    assert tail_lines(path, 2, block_size=3) == (["é", "é"], True)
+
+
+def test_tail_lines_bounded_memory_on_giant_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    path.write_text("x" * 100_000 + "\n")
+    lines, cut = tail_lines(path, 5, block_size=1000, max_bytes=5000)
+    assert cut and len(lines) == 1 and 4000 < len(lines[0]) < 7000
