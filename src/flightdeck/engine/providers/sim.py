@@ -20,7 +20,6 @@ from ..settings import Route
 from .base import (
     FatalError,
     Interrupted,
-    Message,
     RateLimited,
     StreamEvent,
     TextDelta,
@@ -76,6 +75,7 @@ class SimProvider:
         self._lock = threading.Lock()
         self._opens: dict[str, int] = {}
         self._prefix_ready: dict[str, threading.Event] = {}
+        self._prefix_keys: dict[tuple[str, int], tuple[str, int]] = {}
 
     def close(self) -> None:
         """Nothing to release: no connections."""
@@ -91,9 +91,14 @@ class SimProvider:
         """(cache_read, cache_write) prefix tokens and the event this response must set."""
         if not self.options.cache:
             return 0, 0, None
-        prefix = request.system + json.dumps([t.name for t in request.tools])
-        size = _tokens(prefix) + 60 * len(request.tools)
-        key = hashlib.blake2b(prefix.encode(), digest_size=8).hexdigest()
+        # Children of a route share one system prompt and tool tuple: key them by identity.
+        ident = (request.system, id(request.tools))
+        known = self._prefix_keys.get(ident)
+        if known is None:
+            prefix = request.system + json.dumps([t.name for t in request.tools])
+            digest = hashlib.blake2b(prefix.encode(), digest_size=8).hexdigest()
+            known = self._prefix_keys[ident] = (digest, _tokens(prefix) + 60 * len(request.tools))
+        key, size = known
         with self._lock:
             ready = self._prefix_ready.get(key)
             if ready is None:
@@ -194,9 +199,8 @@ def _plan(
     if done_tool_turns < tool_turns and tool_names:
         call = _next_tool(req, rng, done_tool_turns, tool_names)
         if call is not None:
-            return preface + _sentence(rng, 8, 18) + "\n", (call,)
-    n = rng.randint(40, 140)
-    body = " ".join(_sentence(rng, 8, 20) for _ in range(max(1, n // 14)))
+            return preface + _sentence(rng) + "\n", (call,)
+    body = " ".join(_sentence(rng) for _ in range(3 + int(rng.random() * 7)))
     return f"{preface}Result for: {goal_line}\n{body}\n", ()
 
 
@@ -218,8 +222,20 @@ def _next_tool(req: TurnRequest, rng: random.Random, turn: int, names: set[str])
     return None
 
 
-def _sentence(rng: random.Random, lo: int, hi: int) -> str:
-    start = rng.randrange(len(_WORDS))
-    n = rng.randint(lo, hi)
-    words = [_WORDS[(start + i) % len(_WORDS)] for i in range(n)]
-    return " ".join(words).capitalize().rstrip(";,") + "."
+def _make_sentences() -> tuple[str, ...]:
+    """A fixed pool of sentences: generating text per call would dominate a fast sim run."""
+    rng = random.Random(0)
+    out = []
+    for _ in range(64):
+        start = rng.randrange(len(_WORDS))
+        n = rng.randint(8, 20)
+        words = [_WORDS[(start + i) % len(_WORDS)] for i in range(n)]
+        out.append(" ".join(words).capitalize().rstrip(";,") + ".")
+    return tuple(out)
+
+
+_SENTENCES = _make_sentences()
+
+
+def _sentence(rng: random.Random) -> str:
+    return _SENTENCES[int(rng.random() * len(_SENTENCES))]
