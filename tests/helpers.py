@@ -44,7 +44,9 @@ def settings(*routes: Route, pool: int | str = "auto", **engine: Any) -> Setting
     )
 
 
-def batch(n: int, *, route: str | None = None, goal: str = "Review item {i}", **fields: Any) -> Batch:
+def batch(
+    n: int, *, route: str | None = None, goal: str = "Review item {i}", **fields: Any
+) -> Batch:
     tasks = tuple(
         Task(id=f"t{i:04d}", goal=goal.format(i=i), seq=i, route=route, **fields) for i in range(n)
     )

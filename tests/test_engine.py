@@ -7,13 +7,12 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-from helpers import batch, settings, sim_route, start, tasks_batch, until
-
 from flightdeck.engine.meter import Meter, cost_of
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.settings import SIM_PRICE
 from flightdeck.engine.spec import Task
 from flightdeck.engine.store import StoreReader
+from helpers import batch, settings, sim_route, start, tasks_batch, until
 
 
 def max_overlap(rows: list[ChildRow]) -> int:
@@ -126,8 +125,10 @@ def test_stop_mid_stream_within_a_second_keeps_partial_work(tmp_path: Path) -> N
     engine = start(batch(1), settings(route), tmp_path)
     try:
         until(
-            lambda: (r := engine.snapshot().children[0]).activity.text == "streaming"
-            and r.activity.api_calls == 2,
+            lambda: (
+                (r := engine.snapshot().children[0]).activity.text == "streaming"
+                and r.activity.api_calls == 2
+            ),
             timeout=20,
         )
         log = Path(engine.snapshot().children[0].transcript)

@@ -1,1 +1,1 @@
-"""The headless core. Never imports textual, rich or flightdeck.tui (tests/test_import_hygiene.py)."""
+"""The headless core: never imports textual, rich or flightdeck.tui (see test_import_hygiene)."""

@@ -30,7 +30,7 @@ from .settings import Route, Settings
 from .spec import Batch, Task, check_routes
 from .store import BatchInfo, Store, process_start_time
 from .tools import Toolbox
-from .transcripts import write_manifest
+from .transcripts import TranscriptSink, write_manifest
 
 log = logging.getLogger("flightdeck.engine")
 
@@ -72,7 +72,7 @@ class Engine:
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
         self.batch = batch
         self.settings = settings
-        self.state_dir = Path(state_dir)
+        self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
         self.clock = clock
         self.batch_id = batch_id or new_batch_id(clock)
         self.batch_dir = self.state_dir / "batches" / self.batch_id
@@ -89,6 +89,7 @@ class Engine:
         self._subscribers: list[Subscriber] = []
         self._sub_lock = threading.Lock()
         self._store: Store | None = None
+        self._sink: TranscriptSink | None = None
         self._coordinator: Coordinator | None = None
         self._status = BatchStatus.RUNNING
         self._started_ts = clock()
@@ -111,6 +112,7 @@ class Engine:
         self.batch_dir.mkdir(parents=True, exist_ok=True)
         self.workspace = workspace
         toolbox = Toolbox(workspace)
+        self._sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}
         now = self.clock()
         self._started_ts = now
@@ -130,6 +132,7 @@ class Engine:
                     self.clock,
                     self._report,
                     now,
+                    self._sink,
                 )
             )
         self._store = Store(self.state_dir / "flightdeck.db")
@@ -222,6 +225,8 @@ class Engine:
                 self.stop_all()
                 self._coordinator.finished.wait()
             self._coordinator.shutdown()
+        if self._sink is not None:
+            self._sink.close()
         if self._store is not None:
             self._store.close()
         for provider in self._providers.values():

@@ -33,10 +33,11 @@ from .providers.base import (
     TurnStream,
     UsageEvent,
 )
+from .ratelimit import estimate_tokens
 from .settings import Route
 from .spec import Task
 from .tools import Toolbox, ToolError
-from .transcripts import TranscriptWriter
+from .transcripts import TranscriptSink, TranscriptWriter
 
 SYSTEM_PROMPT = (
     "You are a worker agent supervised by flightdeck. Use the tools to inspect the workspace "
@@ -63,6 +64,7 @@ class Child:
         clock: Callable[[], float],
         report: Fact,
         queued_ts: float,
+        sink: TranscriptSink | None = None,
     ) -> None:
         self.task = task
         self.route = route
@@ -71,6 +73,8 @@ class Child:
         self._tools = toolbox
         self.transcript_path = transcript_path
         self._transcript: TranscriptWriter | None = None
+        self._sink = sink
+        self._finalizing = False
         self._meter = meter
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
@@ -101,7 +105,9 @@ class Child:
         """Opened on first use, so a queued child holds no file descriptor."""
         with self._lock:
             if self._transcript is None:
-                self._transcript = TranscriptWriter(self.transcript_path, self._clock)
+                self._transcript = TranscriptWriter(
+                    self.transcript_path, self._clock, sink=self._sink
+                )
             return self._transcript
 
     # --- read side -----------------------------------------------------------------------------
@@ -173,24 +179,30 @@ class Child:
             self.version += 1
 
     def finalize(self, status: ChildStatus, error: str | None = None) -> bool:
-        """Record the final status once; False if already final (first writer wins)."""
+        """Record the final status once; False if already final (first caller wins).
+
+        The transcript is complete on disk before the status turns final, so whoever sees the
+        final status can read the whole transcript."""
         with self._lock:
-            if self.status.terminal:
+            if self.status.terminal or self._finalizing:
                 return False
+            self._finalizing = True
+            missed = list(self._inbox)
+            self._inbox.clear()
+        for receipt in missed:
+            self._settle(receipt, SteerState.MISSED)
+        transcript = self.transcript
+        transcript.write("engine", status.value + (f": {error}" if error else ""))
+        transcript.close()
+        transcript.sync()
+        with self._lock:
             self.status = status
             self.finished_ts = self._clock()
             self._error = error
             self._activity = _replace(
                 self._activity, current_tool=None, tool_started_ts=None, text=status.value
             )
-            missed = list(self._inbox)
-            self._inbox.clear()
             self.version += 1
-        for receipt in missed:
-            self._settle(receipt, SteerState.MISSED)
-        line = status.value + (f": {error}" if error else "")
-        self.transcript.write("engine", line)
-        self.transcript.close()
         return True
 
     # --- worker side ---------------------------------------------------------------------------
@@ -269,17 +281,19 @@ class Child:
             max_tokens=self.route.max_tokens,
             child_id=self.task.id,
         )
+        # Route pause and rpm/tpm buckets; the token estimate is reconciled with usage below.
+        lease = self._retry.admit(self.route, estimate_tokens(request), self.interrupt)
         self._tick(api_call=True, text="waiting for model")
-        stream = self._provider.open(request)
-        with self._lock:
-            if self.interrupt.is_set() or self._now_pending:
-                stream.close()
-                raise Interrupted
-            self._stream = stream
         text: list[str] = []
         calls: list[ToolCall] = []
         usage = Usage()
         try:
+            stream = self._provider.open(request)
+            with self._lock:
+                if self.interrupt.is_set() or self._now_pending:
+                    stream.close()
+                    raise Interrupted
+                self._stream = stream
             for event in stream:
                 if isinstance(event, TextDelta):
                     text.append(event.text)
@@ -297,6 +311,7 @@ class Child:
             with self._lock:
                 self._stream = None
             self.transcript.end_stream()
+            lease.settle(usage.total)
         with self._lock:
             if self.interrupt.is_set() or self._now_pending:
                 raise Interrupted  # the stream was closed under us and ended quietly

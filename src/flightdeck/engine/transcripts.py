@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import queue
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.sanitize import StreamSanitizer, redact, sanitize
+
+log = logging.getLogger("flightdeck.transcripts")
 
 ROLES = ("system", "user", "assistant", "tool", "tool-call", "operator", "engine", "error")
 ROLE_WIDTH = 9
@@ -25,6 +30,84 @@ MAX_STREAM_LINE = 64 * 1024
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
+class TranscriptSink:
+    """One thread appends every child's lines, like the SQLite writer does for rows.
+
+    Worker threads then never block on file I/O, and 64 threads never contend to create files in
+    one folder; each queued item is still whole lines written with one `os.write`.
+    """
+
+    MAX_OPEN = 128  # descriptors kept open (least recently used are closed first)
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, bytes | threading.Event | None] | None] = (
+            queue.SimpleQueue()
+        )
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="flightdeck-transcripts")
+        self._thread.daemon = True  # close() drains it; a crash must not hang the exit
+        self._thread.start()
+
+    def append(self, path: str, data: bytes) -> None:
+        self._queue.put((path, data))
+
+    def release(self, path: str) -> None:
+        """The child is done with this file: close its descriptor once its lines are out."""
+        self._queue.put((path, None))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every line queued before this call has been written."""
+        if self._closed:
+            return True
+        done = threading.Event()
+        self._queue.put(("", done))
+        return done.wait(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            path, data = item
+            if isinstance(data, threading.Event):
+                data.set()
+            elif data is None:
+                fd = self._fds.pop(path, None)
+                if fd is not None:
+                    os.close(fd)
+            else:
+                try:
+                    _write_all(self._fd(path), data)
+                except OSError:
+                    log.exception("cannot append to transcript %s", path)
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def _fd(self, path: str) -> int:
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        if len(self._fds) >= self.MAX_OPEN:
+            os.close(self._fds.popitem(last=False)[1])
+        try:
+            fd = os.open(path, _OPEN_FLAGS, 0o644)
+        except FileNotFoundError:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, _OPEN_FLAGS, 0o644)
+        self._fds[path] = fd
+        return fd
+
+
 class TranscriptWriter:
     """One child's transcript; every write is one `os.write` of whole lines (thread-safe)."""
 
@@ -34,6 +117,7 @@ class TranscriptWriter:
         clock: Callable[[], float] = time.time,
         *,
         secrets: Iterable[str] = (),
+        sink: TranscriptSink | None = None,
     ) -> None:
         self.path = path
         self._clock = clock
@@ -44,8 +128,12 @@ class TranscriptWriter:
         self._partial_len = 0
         self._stamp_second = -1
         self._stamp_prefix = ""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(path, _OPEN_FLAGS, 0o644)
+        self._sink = sink
+        self._key = str(path)
+        self._fd: int | None = None
+        if sink is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, _OPEN_FLAGS, 0o644)
 
     def write(self, role: str, text: str, ts: float | None = None) -> None:
         """Append one event; multi-line text becomes several lines with the same stamp."""
@@ -71,9 +159,16 @@ class TranscriptWriter:
         with self._lock:
             self._take(self._sanitizer.flush())
             self._flush_partial()
+            if self._sink is not None:
+                self._sink.release(self._key)
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+    def sync(self) -> None:
+        """Return once every line written so far is in the file."""
+        if self._sink is not None:
+            self._sink.flush()
 
     def __enter__(self) -> TranscriptWriter:
         return self
@@ -111,6 +206,9 @@ class TranscriptWriter:
         if self._secrets:
             data = redact(data, self._secrets)
         raw = data.encode("utf-8", "replace")
+        if self._sink is not None:
+            self._sink.append(self._key, raw)
+            return
         if self._fd is not None:
             _write_all(self._fd, raw)
             return

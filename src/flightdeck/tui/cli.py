@@ -36,6 +36,14 @@ class UsageError(InputError):
     """A bad command-line argument."""
 
 
+def _console(stderr: bool = False) -> Console:
+    """Plain when piped: no colour codes, and wide enough that tables are not cut at 80."""
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, soft_wrap=True, width=200)
+    return console
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flightdeck",
@@ -72,7 +80,7 @@ def _positive_int(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = _console(stderr=True)
     try:
         if args.command == "run":
             return cmd_run(args)
@@ -106,10 +114,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         engine.start()
         try:
-            return run_app(engine)
+            code: int = run_app(engine)
+            return code
         finally:
             engine.close()
-    return run_headless(engine, Console(highlight=False, soft_wrap=True))
+    return run_headless(engine, _console())
 
 
 def run_headless(engine: object, console: Console) -> int:
@@ -273,7 +282,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     table = Table()
-    for col in ("batch", "name", "status", "children", "completed", "failed", "cost", "created"):
+    table.add_column("batch", no_wrap=True)
+    for col in ("name", "status", "children", "completed", "failed", "cost", "created"):
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
@@ -288,7 +298,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             cost,
             created,
         )
-    Console(highlight=False, soft_wrap=True).print(table)
+    _console().print(table)
     return EXIT_OK
 
 

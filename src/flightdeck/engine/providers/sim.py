@@ -30,12 +30,13 @@ from .base import (
     UsageEvent,
 )
 
-_WORDS = (
+_TEXT = (
     "the change looks correct overall but the error path needs a test and the naming could "
     "be clearer in two places; I checked the callers, the config loader, the retry loop and "
     "the docs; nothing blocks merging once the edge case with an empty input is handled and "
     "the log line stops printing the full payload"
-).split()
+)
+_WORDS = tuple(_TEXT.split())
 
 
 def _tokens(text: str) -> int:

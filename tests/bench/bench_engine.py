@@ -1,0 +1,105 @@
+"""Engine throughput: 2,000 one-call sim children vs the I/O floor of the same writes.
+
+The floor writes the same SQLite rows (insert queued, then one final update per child, batched
+commits in WAL mode) and the same transcript lines with a plain loop on one thread. The engine's
+figure is reported as a ratio of it, so the result means the same on a fast or a slow machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import MappingProxyType
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.settings import EngineSettings, Settings, default_sim_route
+from flightdeck.engine.spec import Batch, Task
+
+N = int(os.environ.get("BENCH_CHILDREN", "2000"))
+POOL = 64
+
+
+def run_engine(state: Path) -> tuple[float, int]:
+    route = default_sim_route(
+        time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0, cache=True
+    )
+    settings = Settings(
+        engine=EngineSettings(max_concurrent=POOL),
+        routes=MappingProxyType({"sim": route}),
+    )
+    tasks = tuple(Task(id=f"c{i:05d}", goal=f"Answer question {i}", seq=i) for i in range(N))
+    engine = Engine(Batch("bench", tasks), settings, state_dir=state)
+    t0 = time.perf_counter()
+    engine.start()
+    assert engine.wait(600)
+    elapsed = time.perf_counter() - t0
+    snap = engine.snapshot()
+    engine.close()
+    assert snap.totals.completed == N, snap.totals
+    lines = len(Path(snap.children[0].transcript).read_text(encoding="utf-8").splitlines())
+    return elapsed, lines
+
+
+def run_floor(state: Path, lines_per_child: int) -> float:
+    """The same rows and lines, written by a plain loop: the I/O floor."""
+    state.mkdir(parents=True)
+    conn = sqlite3.connect(state / "floor.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    cols = ", ".join(f"c{i}" for i in range(24))
+    conn.execute(f"CREATE TABLE children (batch_id, id, {cols}, PRIMARY KEY (batch_id, id))")
+    marks = ", ".join("?" * 26)
+    row = tuple(range(24))
+    line = "08:00:00.000  assistant │ " + "x" * 100 + "\n"
+    t0 = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        f"INSERT INTO children VALUES ({marks})", (("b", f"c{i}", *row) for i in range(N))
+    )
+    conn.execute("COMMIT")
+    for start in range(0, N, 100):  # the writer commits small batches as children finish
+        conn.execute("BEGIN IMMEDIATE")
+        for i in range(start, min(N, start + 100)):
+            path = state / f"c{i:05d}.log"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            for _ in range(lines_per_child):
+                os.write(fd, line.encode())
+            os.close(fd)
+            conn.execute(f"INSERT OR REPLACE INTO children VALUES ({marks})", ("b", f"c{i}", *row))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
+def main() -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        engine_s, lines = run_engine(Path(tmp) / "engine")
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        floor_s = run_floor(Path(tmp) / "floor", lines)
+    engine_rate = N / engine_s
+    floor_rate = N / floor_s
+    result = {
+        "bench": "engine",
+        "children": N,
+        "max_concurrent": POOL,
+        "transcript_lines_per_child": lines,
+        "engine_children_per_s": round(engine_rate, 1),
+        "floor_children_per_s": round(floor_rate, 1),
+        "ratio_of_floor": round(engine_rate / floor_rate, 3),
+        "peak_rss_mb": round(rss_mb, 1),
+        "targets": {"children_per_s": 1000, "ratio_of_floor": 0.5},
+    }
+    return result
+
+
+if __name__ == "__main__":
+    out = main()
+    print(json.dumps(out))
+    sys.exit(0)

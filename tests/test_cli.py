@@ -1,0 +1,164 @@
+"""The `flightdeck` command as a user runs it: a real subprocess, real files, real exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAST_CONFIG = """
+[engine]
+max_concurrent = 4
+
+[routes.sim]
+time_scale = 0.001
+latency_ms = 20
+tokens_per_s = 400
+retry = { attempts = 6, base_s = 0.1, max_s = 1 }
+
+[routes.broken]
+provider = "sim"
+fail_rate = 1.0
+"""
+
+
+def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "flightdeck.toml").write_text(FAST_CONFIG)
+    lines = [json.dumps({"id": f"job-{i}", "goal": f"Summarize file {i}"}) for i in range(6)]
+    (tmp_path / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
+    result = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    batch_id = re.fullmatch(r"batch (\S+)", out[0])
+    assert batch_id, out[0]
+    done = [line for line in out if re.match(r"✓ \[\d/6\] job-\d  api=\d+ tools=\d+  ", line)]
+    assert len(done) == 6
+    assert sorted(int(re.search(r"\[(\d)/6\]", d).group(1)) for d in done) == [1, 2, 3, 4, 5, 6]  # type: ignore[union-attr]
+    assert any("completed" in line for line in out)  # the summary table header
+    assert (project / ".flightdeck" / "flightdeck.db").exists()
+
+    report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
+    assert report["batch_id"] == batch_id.group(1)
+    assert report["status"] == "completed"
+    assert report["totals"]["children"] == 6 and report["totals"]["completed"] == 6
+    assert report["totals"]["cost_usd"] > 0
+    child = report["children"][0]
+    for key in ("id", "status", "api_calls", "tool_calls", "tokens_in", "tokens_out", "cost_usd"):
+        assert key in child
+    assert Path(child["transcript"]).exists()
+
+    md = flightdeck("report", batch_id.group(1), cwd=project).stdout
+    assert "| job-0 |" in md.replace("`", "")
+    listing = flightdeck("ls", cwd=project).stdout
+    assert batch_id.group(1)[:8] in listing
+
+
+def test_a_failed_child_gives_exit_1_with_the_reason(project: Path) -> None:
+    (project / "mixed.jsonl").write_text(
+        '{"id": "good", "goal": "fine"}\n{"id": "bad", "goal": "doomed", "route": "broken"}\n'
+    )
+    result = flightdeck("run", "mixed.jsonl", "--headless", cwd=project)
+    assert result.returncode == 1
+    [line] = [x for x in result.stdout.splitlines() if " bad " in x]
+    assert line.startswith("✗") and "failed: FatalError" in line
+
+
+BAD_INPUTS = [
+    ("t.jsonl", '{"goal": "ok"}\n{"goal": "ok", "id": 5}\n', "t.jsonl:2", "id"),
+    ("t.jsonl", '{"goal": "ok"}\n{not json\n', "t.jsonl:2", None),
+    ("t.jsonl", '{"id": "a", "goal": "x"}\n{"id": "a", "goal": "y"}\n', "t.jsonl:2", "id"),
+    ("t.jsonl", '{"id": "a", "gaol": "x"}\n', "t.jsonl:1", "gaol"),
+    ("t.toml", '[[tasks]]\ngoal = "a"\n\n[[tasks]]\nid = "b"\n', "t.toml:4", "goal"),
+    ("t.toml", '[[tasks]]\ngoal = "x"\nmax_turns = "many"\n', "t.toml:3", "max_turns"),
+    ("t.yaml", "tasks:\n  - goal: x\n  - goal: y\n    route: nowhere\n", "t.yaml:3", "route"),
+    ("t.yaml", "tasks:\n  - goal: [unclosed\n", "t.yaml:", None),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "where", "field"), BAD_INPUTS)
+def test_bad_task_files_exit_2_naming_line_and_field(
+    project: Path, name: str, text: str, where: str, field: str | None
+) -> None:
+    (project / name).write_text(text)
+    result = flightdeck("run", name, "--headless", cwd=project)
+    assert result.returncode == 2
+    assert where in result.stderr
+    if field:
+        assert f"{field}:" in result.stderr
+    assert not (project / ".flightdeck").exists()  # nothing half-written
+
+
+BAD_CONFIGS = [
+    ("[engine]\nmax_concurrent = 0\n", "flightdeck.toml:2", "engine.max_concurrent"),
+    ("[routes.fast]\nprovider = 'sim'\nrpmm = 5\n", "flightdeck.toml:3", "routes.fast.rpmm"),
+    ("[routes.x]\nprovider = 'gpt'\n", "flightdeck.toml:2", "routes.x.provider"),
+    ("[budget]\nmax_cost_usd = -1\n", "flightdeck.toml:2", "budget.max_cost_usd"),
+    ("[engine\n", "flightdeck.toml:1", None),
+]
+
+
+@pytest.mark.parametrize(("text", "where", "field"), BAD_CONFIGS)
+def test_bad_config_exits_2_naming_line_and_field(
+    project: Path, text: str, where: str, field: str | None
+) -> None:
+    (project / "flightdeck.toml").write_text(text)
+    result = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert result.returncode == 2, result.stdout
+    assert where in result.stderr
+    if field:
+        assert field in result.stderr
+    assert not (project / ".flightdeck").exists()
+
+
+def test_bad_arguments_exit_2(project: Path) -> None:
+    assert flightdeck("run", "tasks.jsonl", "--max-concurrent", "0", cwd=project).returncode == 2
+    missing = flightdeck("run", "nope.jsonl", cwd=project)
+    assert missing.returncode == 2 and "nope.jsonl" in missing.stderr
+    assert flightdeck("report", cwd=project).returncode == 2  # no state yet
+
+
+def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
+    (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert first.startswith("batch ")
+    time.sleep(0.2)  # let the coordinator admit the first children
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert time.monotonic() - t0 < 3
+    assert proc.returncode == 130, err
+    assert out.count("■") == 6  # every child reported as stopped
+    report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
+    assert report["status"] == "stopped"
+    assert {c["status"] for c in report["children"]} == {"stopped"}
