@@ -30,7 +30,7 @@ types: $(STAMP)
 check: lint types test
 
 bench: $(STAMP)
-	$(PY) -m tests.bench.run
+	$(PY) tests/bench/run.py $(BENCH)
 
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py

@@ -312,3 +312,31 @@ def test_tools_cannot_escape_the_workspace(tmp_path: Path) -> None:
     assert box.run("write_file", {"path": "a/b.txt", "content": "hi"}).startswith("wrote 2")
     assert box.run("read_file", {"path": "a/b.txt"}) == "hi"
     assert box.run("list_dir", {"path": "."}) == "a/\nlink"
+
+
+def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from flightdeck.engine.settings import Budget
+
+    s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_runs=3))
+    engine = start(batch(6), s, tmp_path)
+    try:
+        assert engine.wait(10)
+        rows = engine.snapshot().children
+    finally:
+        engine.close()
+    assert [r.status for r in rows[:3]] == [ChildStatus.COMPLETED] * 3
+    assert all(
+        r.status is ChildStatus.STOPPED and "max_runs (3)" in (r.error or "") for r in rows[3:]
+    )
+
+    s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_cost_usd=Decimal("0")))
+    engine = start(batch(2), s, tmp_path / "b")
+    try:
+        assert engine.wait(10)
+        rows = engine.snapshot().children
+    finally:
+        engine.close()
+    assert all("budget of $0 reached" in (r.error or "") for r in rows)
+    assert engine.snapshot().totals.cost_usd == 0

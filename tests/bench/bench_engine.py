@@ -79,16 +79,24 @@ def run_floor(state: Path, lines_per_child: int) -> float:
 
 
 def main() -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as tmp:
-        engine_s, lines = run_engine(Path(tmp) / "engine")
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        floor_s = run_floor(Path(tmp) / "floor", lines)
-    engine_rate = N / engine_s
-    floor_rate = N / floor_s
-    result = {
+    rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
+    engine_runs: list[float] = []
+    floor_runs: list[float] = []
+    rss_mb = 0.0
+    # Alternate the two so a noisy neighbour hurts both alike; keep each one's best round.
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            seconds, lines = run_engine(Path(tmp) / "engine")
+            engine_runs.append(seconds)
+            rss_mb = max(rss_mb, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            floor_runs.append(run_floor(Path(tmp) / "floor", lines))
+    engine_rate = N / min(engine_runs)
+    floor_rate = N / min(floor_runs)
+    return {
         "bench": "engine",
         "children": N,
         "max_concurrent": POOL,
+        "rounds": rounds,
         "transcript_lines_per_child": lines,
         "engine_children_per_s": round(engine_rate, 1),
         "floor_children_per_s": round(floor_rate, 1),
@@ -96,10 +104,8 @@ def main() -> dict[str, object]:
         "peak_rss_mb": round(rss_mb, 1),
         "targets": {"children_per_s": 1000, "ratio_of_floor": 0.5},
     }
-    return result
 
 
 if __name__ == "__main__":
-    out = main()
-    print(json.dumps(out))
+    print(json.dumps(main()))
     sys.exit(0)

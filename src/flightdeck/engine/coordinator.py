@@ -37,7 +37,8 @@ from .providers.base import HeadroomEvent
 from .settings import Budget, EngineSettings, Route
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
-PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
+PROGRESS_EVERY_S = 1.0
+WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake  # how often running children's counters reach the store
 
 
 @dataclass
@@ -104,6 +105,7 @@ class Coordinator:
         self._stopping = False
         self._shutdown = False
         self._last_progress = 0.0
+        self._last_watch = 0.0
         self._progress_versions: dict[str, int] = {}
         # Spare threads absorb workers abandoned after a stall grace period.
         self._pool = ThreadPoolExecutor(pool_size + 4, thread_name_prefix="flightdeck-child")
@@ -150,7 +152,10 @@ class Coordinator:
             self._admit()
             while not self._all_done():
                 self._drain(block=True)
-                self._watchdog()
+                now = self._clock()
+                if now - self._last_watch >= WATCH_EVERY_S:
+                    self._last_watch = now
+                    self._watchdog()
                 self._admit()
                 self._progress()
             self._on_finished(self._final_status())
