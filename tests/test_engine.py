@@ -340,3 +340,16 @@ def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
         engine.close()
     assert all("budget of $0 reached" in (r.error or "") for r in rows)
     assert engine.snapshot().totals.cost_usd == 0
+
+
+def test_a_429_with_retry_after_pauses_the_route_in_the_snapshot(tmp_path: Path) -> None:
+    route = sim_route(error_rate=1.0, retry_after_s=30, time_scale=1.0)
+    engine = start(batch(1), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.retries >= 1)
+        [headroom] = engine.snapshot().routes
+        assert headroom.route == "sim"
+        assert headroom.paused_until is not None
+        assert 20 < headroom.paused_until - time.time() <= 30
+    finally:
+        engine.close()

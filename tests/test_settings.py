@@ -199,13 +199,13 @@ def test_example_config_loads_without_keys() -> None:
     settings = load_settings(EXAMPLES / "flightdeck.toml", env={})
     assert settings.engine.max_concurrent == 8
     sim = settings.routes["sim"]
-    assert sim.max_concurrent == 6
+    assert sim.max_concurrent == 5
     assert {k: sim.options[k] for k in ("latency_ms", "tokens_per_s", "seed")} == {
-        "latency_ms": 600.0,
-        "tokens_per_s": 40.0,
+        "latency_ms": 1500.0,
+        "tokens_per_s": 12.0,
         "seed": 7,
     }
-    assert (sim.options["error_rate"], sim.options["fail_rate"]) == (0.08, 0.04)
+    assert (sim.options["error_rate"], sim.options["fail_rate"]) == (0.12, 0.015)
     assert {r.provider for r in settings.routes.values()} == {"sim"}
 
 
@@ -346,3 +346,18 @@ def test_wrong_type_for_a_table(tmp_path: Path) -> None:
 def test_toml_syntax_error(tmp_path: Path) -> None:
     path = write(tmp_path, "[engine]\nmax_concurrent = 4\nstall_after_s = = 3\n")
     assert "invalid TOML" in str(error_at(path, 3, None))
+
+
+def test_default_openai_key_is_never_sent_to_another_server(tmp_path: Path) -> None:
+    from flightdeck.engine.providers import make_provider
+
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[routes.router]\nprovider = "openai"\nmodel = "m"\nbase_url = "https://example.invalid/v1"\n'
+    )
+    route = load_settings(config).routes["router"]
+    assert "api_key_env" not in route.options
+    with pytest.raises(ConfigError) as err:
+        make_provider(route, {"OPENAI_API_KEY": "sk-should-not-travel"}, source=config)
+    assert "routes.router.api_key_env" in str(err.value)
+    assert "sk-should-not-travel" not in str(err.value)

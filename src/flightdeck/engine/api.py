@@ -82,7 +82,7 @@ class Engine:
         # Providers are built before anything is written: a missing key fails cleanly here.
         given = dict(providers or {})
         self._providers: dict[str, Provider] = {
-            name: given.get(name) or make_provider(route, env)
+            name: given.get(name) or make_provider(route, env, source=settings.source)
             for name, route in self.routes.items()
         }
         self.meter = Meter()
@@ -155,6 +155,7 @@ class Engine:
             ),
             publish=self._publish,
             on_finished=self._finish,
+            throttles=throttles,
         )
         self._coordinator.start()
         return self.batch_id
@@ -203,8 +204,10 @@ class Engine:
 
     def _finish(self, status: BatchStatus) -> None:
         """Coordinator thread, once every child is final."""
-        self._status = status
         assert self._store is not None and self._coordinator is not None
+        if self._sink is not None:
+            self._sink.flush()  # every transcript is complete before the batch says finished
+        self._status = status
         self._store.finish_batch(self.batch_id, status, self.clock())
         self._store.flush()
         self._manifest(self._coordinator.children, status)

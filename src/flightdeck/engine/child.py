@@ -179,10 +179,7 @@ class Child:
             self.version += 1
 
     def finalize(self, status: ChildStatus, error: str | None = None) -> bool:
-        """Record the final status once; False if already final (first caller wins).
-
-        The transcript is complete on disk before the status turns final, so whoever sees the
-        final status can read the whole transcript."""
+        """Record the final status once; False if already final (first caller wins)."""
         with self._lock:
             if self.status.terminal or self._finalizing:
                 return False
@@ -194,7 +191,6 @@ class Child:
         transcript = self.transcript
         transcript.write("engine", status.value + (f": {error}" if error else ""))
         transcript.close()
-        transcript.sync()
         with self._lock:
             self.status = status
             self.finished_ts = self._clock()

@@ -7,6 +7,7 @@ they report facts back through `_inbox`, and callers' commands arrive the same w
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import queue
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from .child import Child
+from .limits import RouteThrottle
 from .meter import Meter
 from .model import (
     BatchStatus,
@@ -79,6 +81,7 @@ class Coordinator:
         record_event: Callable[[str | None, str, str], None],
         publish: Callable[[EngineEvent], None],
         on_finished: Callable[[BatchStatus], None],
+        throttles: Mapping[str, RouteThrottle] | None = None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -93,6 +96,7 @@ class Coordinator:
         self._publish = publish
         self._on_finished = on_finished
         self._routes = {name: _Route(route) for name, route in routes.items()}
+        self._throttles = dict(throttles or {})
         for child in children:
             self._routes[child.route.name].queue.append(child)
         self._inbox: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
@@ -139,9 +143,14 @@ class Coordinator:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def headroom(self) -> tuple[RouteHeadroom, ...]:
+        """Per route: provider headroom last seen, and a pause a 429 put on the whole route."""
         out = []
         for name, state in self._routes.items():
             hr = state.headroom or RouteHeadroom(route=name)
+            throttle = self._throttles.get(name)
+            pause = throttle.remaining() if throttle is not None else 0.0
+            if pause > 0:
+                hr = dataclasses.replace(hr, paused_until=self._clock() + pause)
             out.append(hr)
         return tuple(out)
 

@@ -19,6 +19,7 @@ from tenacity import (
 )
 
 from .providers.base import FatalError, ProviderError, RateLimited
+from .ratelimit import Cancelled, Lease, RateLimiter
 from .settings import RetrySettings, Route
 
 T = TypeVar("T")
@@ -34,12 +35,30 @@ def classify(exc: BaseException) -> bool:
 
 
 class RouteThrottle:
-    """Route-wide pause: a 429 with Retry-After holds every thread of the route, not just one."""
+    """Route-wide pause: a 429 with Retry-After holds every thread of the route, not just one.
+    Also holds the route's rpm/tpm buckets (built from the route on first use if not given)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, limiter: RateLimiter | None = None
+    ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._paused_until = 0.0
+        self.limiter = limiter
+
+    def admit(self, route: Route, tokens: int, interrupt: threading.Event) -> Lease:
+        """Wait out a route pause, then reserve one request and `tokens` from the buckets."""
+        while (wait := self.remaining()) > 0:
+            if interrupt.wait(wait):
+                raise StopRequested
+        with self._lock:
+            if self.limiter is None:
+                self.limiter = RateLimiter(route.rpm, route.tpm, clock=self._clock)
+            limiter = self.limiter
+        try:
+            return limiter.acquire(tokens, interrupt)
+        except Cancelled:
+            raise StopRequested from None
 
     def pause(self, seconds: float) -> None:
         with self._lock:
@@ -70,12 +89,16 @@ class RetryNotice:
 
 
 def reason_of(exc: BaseException | None) -> str:
-    if isinstance(exc, RateLimited):
-        return "429"
+    """A short reason: "429", "529", "503 service unavailable", "read timeout"."""
     if exc is None:
         return "error"
     text = str(exc)
-    return text if len(text) <= 40 else text[:39] + "…"
+    head = text.split(": ", 1)[0]  # provider messages read "<short reason>: <detail>"
+    if isinstance(exc, RateLimited):
+        return head[:3] if head[:3].isdigit() else "429"
+    if len(text) <= 40:
+        return text
+    return head if len(head) <= 40 else text[:39] + "…"
 
 
 class _WaitWithRetryAfter:
@@ -140,10 +163,11 @@ class RetryPolicy:
             if interrupt.is_set():
                 raise StopRequested
             if self.throttle is not None:
-                # Another thread of this route was told to back off: wait with it.
-                wait = self.throttle.remaining()
-                if wait > 0 and interrupt.wait(wait):
-                    raise StopRequested
+                # Another thread of this route was told to back off: wait with it (again if
+                # the pause was extended meanwhile).
+                while (wait := self.throttle.remaining()) > 0:
+                    if interrupt.wait(wait):
+                        raise StopRequested
             return fn()
 
         retrying = Retrying(
@@ -155,6 +179,12 @@ class RetryPolicy:
             reraise=True,
         )
         return retrying(attempt)
+
+    def admit(self, route: Route, tokens: int, interrupt: threading.Event) -> Lease:
+        """Take this call's share of the route's rate limits (no limit without a throttle)."""
+        if self.throttle is None:
+            return Lease(None, tokens)
+        return self.throttle.admit(route, tokens, interrupt)
 
 
 TYPICAL_CALL_S = 10.0  # a streamed turn of a few hundred tokens; converts rpm into concurrency

@@ -267,8 +267,10 @@ class _Reader:
         if "retry" in table:
             retry = self.retry((*key, "retry"), self.table((*key, "retry"), table["retry"]))
         options = dict(SIM_OPTION_DEFAULTS) if provider == "sim" else {}
-        if provider != "sim":
+        if provider != "sim" and "base_url" not in table:
             # Only the variable's name is kept: the key itself is read when a client is made.
+            # The default variable is for the provider's own endpoint: a route with a base_url
+            # must name its variable, or OPENAI_API_KEY would be sent to someone else's server.
             options["api_key_env"] = API_KEY_ENV[provider]
         for option, check in checks.items():
             if option in table:

@@ -1,0 +1,277 @@
+"""`anthropic`: Messages streaming through the official SDK, with prompt caching.
+
+The shared system prompt and the tool list carry `cache_control: ephemeral` breakpoints, so every
+child of a batch reads the same cached prefix. Usage arrives cumulatively (`message_start`, then
+`message_delta`); it is emitted as increments as soon as it is known, so tokens billed for a turn
+that breaks later still count. SDK retries are off; the request is made lazily on the worker
+thread that iterates, so `close()` can abort it at any point (see transport.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx2
+
+from ..model import Usage
+from ..sanitize import redact
+from ..settings import Route
+from .base import (
+    FatalError,
+    Interrupted,
+    ProviderError,
+    RateLimited,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    TransientError,
+    TurnRequest,
+    UsageEvent,
+)
+from .openai import parse_arguments
+from .transport import Abort, anthropic_headroom, bound, http_client, retry_after, timeout_of
+
+EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+# An error event inside a stream is retried unless its type says the request itself is bad.
+FATAL_STREAM_TYPES = frozenset(
+    {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
+)
+# Account problems (out of credit, spend limit): retrying cannot help, whatever the status.
+FATAL_TYPES = frozenset({"billing_error", "insufficient_quota"})
+MAX_MESSAGE = 300
+
+
+class AnthropicProvider:
+    """One route's client; thread-safe, shared by the route's children."""
+
+    name = "anthropic"
+
+    def __init__(self, route: Route, api_key: str) -> None:
+        self.model = route.model
+        self.route = route
+        self._key = api_key
+        options = route.options
+        self._http = http_client(options)
+        self._client = anthropic.Anthropic(
+            api_key=api_key,
+            base_url=options.get("base_url"),
+            max_retries=0,  # retries are ours (limits.RetryPolicy)
+            timeout=timeout_of(options),
+            default_headers=dict(options.get("headers") or {}),
+            http_client=self._http,
+        )
+
+    def open(self, request: TurnRequest) -> AnthropicStream:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "messages": to_anthropic_messages(request),
+            "stream": True,
+        }
+        if request.system:
+            params["system"] = [
+                {"type": "text", "text": request.system, "cache_control": EPHEMERAL}
+            ]
+        if request.tools:
+            tools: list[dict[str, Any]] = [
+                {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+                for t in request.tools
+            ]
+            tools[-1]["cache_control"] = EPHEMERAL  # caches the whole tool list
+            params["tools"] = tools
+        return AnthropicStream(self, params)
+
+    def close(self) -> None:
+        self._client.close()
+        self._http.close()
+
+
+class AnthropicStream:
+    """One streamed turn. Iterate on one thread; `close()` from any thread ends it at once."""
+
+    def __init__(self, provider: AnthropicProvider, params: dict[str, Any]) -> None:
+        self._p = provider
+        self._params = params
+        self._abort = Abort()
+
+    def close(self) -> None:
+        self._abort.fire()
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        if self._abort.fired:
+            raise Interrupted
+        billed = _Cumulative()
+        tools: dict[int, dict[str, str]] = {}
+        stream: anthropic.Stream[Any] | None = None
+        try:
+            with bound(self._abort):
+                stream = self._p._client.messages.create(**self._params)
+            headroom = anthropic_headroom(stream.response.headers)
+            if headroom is not None:
+                yield headroom
+            events = iter(stream)
+            while True:
+                with bound(self._abort):
+                    event = next(events, None)
+                if event is None:
+                    break
+                kind = getattr(event, "type", None)
+                if kind == "message_start":
+                    increment = billed.update(event.message.usage)
+                    if increment is not None:
+                        yield UsageEvent(increment)
+                elif kind == "content_block_start":
+                    block = event.content_block
+                    if getattr(block, "type", None) == "tool_use":
+                        tools[event.index] = {"id": block.id, "name": block.name, "json": ""}
+                elif kind == "content_block_delta":
+                    delta = event.delta
+                    dtype = getattr(delta, "type", None)
+                    if dtype == "text_delta" and delta.text:
+                        yield TextDelta(delta.text)
+                    elif dtype == "input_json_delta" and event.index in tools:
+                        tools[event.index]["json"] += delta.partial_json or ""
+                elif kind == "content_block_stop":
+                    tool = tools.pop(event.index, None)
+                    if tool is not None:
+                        arguments = parse_arguments(tool["json"])
+                        yield ToolCallEvent(ToolCall(tool["id"], tool["name"], arguments))
+                elif kind == "message_delta":
+                    increment = billed.update(event.usage)
+                    if increment is not None:
+                        yield UsageEvent(increment)
+        except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
+            if self._abort.fired:
+                raise Interrupted from None
+            raise map_error(exc, secrets=(self._p._key,)) from exc
+        finally:
+            if stream is not None:
+                stream.close()
+
+
+class _Cumulative:
+    """Anthropic reports usage as running totals; hand out only what is new."""
+
+    def __init__(self) -> None:
+        self.seen = Usage()
+
+    def update(self, usage: Any) -> Usage | None:
+        if usage is None:
+            return None
+        total = Usage(
+            input_tokens=_max(usage, "input_tokens", self.seen.input_tokens),
+            output_tokens=_max(usage, "output_tokens", self.seen.output_tokens),
+            cache_read_tokens=_max(usage, "cache_read_input_tokens", self.seen.cache_read_tokens),
+            cache_write_tokens=_max(
+                usage, "cache_creation_input_tokens", self.seen.cache_write_tokens
+            ),
+        )
+        seen, self.seen = self.seen, total
+        increment = Usage(
+            total.input_tokens - seen.input_tokens,
+            total.output_tokens - seen.output_tokens,
+            total.cache_read_tokens - seen.cache_read_tokens,
+            total.cache_write_tokens - seen.cache_write_tokens,
+        )
+        return increment if increment.total else None
+
+
+def _max(usage: Any, field: str, seen: int) -> int:
+    value = getattr(usage, field, None)
+    return max(seen, int(value)) if isinstance(value, int) else seen
+
+
+def to_anthropic_messages(request: TurnRequest) -> list[dict[str, Any]]:
+    """Our messages in Messages API shape: tool results travel in user turns, and consecutive
+    same-role turns are merged (the API wants user and assistant to alternate)."""
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for m in request.messages:
+        if m.role == "tool":
+            result = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id or "",
+                "content": m.content,
+            }
+            add("user", [result])
+        elif m.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if m.content.strip():
+                blocks.append({"type": "text", "text": m.content.rstrip()})
+            blocks += [
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+                for c in m.tool_calls
+            ]
+            add("assistant", blocks)
+        elif m.role == "user":
+            add("user", [{"type": "text", "text": m.content or " "}])
+    return out
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def _clip(text: str, secrets: tuple[str, ...]) -> str:
+    text = redact(" ".join(text.split()), secrets)
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
+    body = exc.body
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        kind = error.get("type")
+        return (str(kind) if kind else None), str(error.get("message") or exc.message)
+    return None, exc.message
+
+
+def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
+    """An SDK or transport exception as one of our typed errors (classified in limits)."""
+    if isinstance(exc, anthropic.APIStatusError):
+        kind, message = _detail(exc)
+        detail = _clip(message, secrets)
+        wait = retry_after(exc.response.headers)
+        status = exc.status_code
+        if status == 200:  # an `event: error` inside the stream
+            where = f"{kind or 'error'} (in stream): {detail}"
+            if kind == "rate_limit_error":
+                return RateLimited(f"429 {where}", retry_after=wait)
+            if kind == "overloaded_error":
+                return RateLimited(f"529 {where}", retry_after=wait)
+            if kind in FATAL_TYPES or kind in FATAL_STREAM_TYPES:
+                return FatalError(where)
+            return TransientError(where)
+        if status in (401, 403):
+            return FatalError(f"{status} authentication failed (check the API key): {detail}")
+        if status == 402 or kind in FATAL_TYPES:
+            return FatalError(f"{status} {kind or 'billing_error'}: {detail}")
+        if status == 429:
+            return RateLimited(f"429 rate limited: {detail}", retry_after=wait)
+        if status == 529:
+            return RateLimited(f"529 overloaded: {detail}", retry_after=wait)
+        if status in (408, 409) or status >= 500:
+            return TransientError(f"{status} {kind or 'server error'}: {detail}", retry_after=wait)
+        return FatalError(f"{status} {kind or 'request rejected'}: {detail}")
+    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
+        return TransientError("timeout: no data within the read timeout")
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = exc.__cause__
+        why = f"{type(cause).__name__}: {cause}" if cause is not None else exc.message
+        return TransientError(_clip(f"connection error: {why}", secrets))
+    if isinstance(exc, httpx2.HTTPError):
+        return TransientError(_clip(f"stream broke: {type(exc).__name__}: {exc}", secrets))
+    if isinstance(exc, anthropic.APIError):
+        return TransientError(_clip(f"stream error: {exc.message}", secrets))
+    # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
+    return TransientError(_clip(f"malformed response: {type(exc).__name__}: {exc}", secrets))
