@@ -39,8 +39,8 @@ from .providers.base import HeadroomEvent
 from .settings import Budget, EngineSettings, Route
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
-PROGRESS_EVERY_S = 1.0
-WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake  # how often running children's counters reach the store
+PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
+WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 
 
 @dataclass
