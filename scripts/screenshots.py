@@ -1,0 +1,126 @@
+"""`make screenshots`: run the real app on the demo batch (sim) and save what it shows.
+
+Writes screenshots/main.svg, steer.svg and help.svg, plus main.png when rsvg-convert or
+cairosvg is available (the README shows the SVG; the PNG is for places that cannot). The
+demo's simulated delays are sped up so a busy moment (some done, some retrying, one failed)
+arrives in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import MappingProxyType
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import ChildStatus, Snapshot
+from flightdeck.engine.settings import Settings, load_settings
+from flightdeck.engine.spec import load_batch
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.dialogs import SteerDialog
+from flightdeck.tui.view import LiveView
+from flightdeck.tui.widgets.rows import is_retrying
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "screenshots"
+SIZE = (160, 45)
+SPEEDUP = 0.3  # multiplies the demo's simulated delays
+WAIT_S = 60.0
+
+
+def faster(settings: Settings) -> Settings:
+    """The same settings with every sim route's delays scaled down."""
+    routes = {
+        name: dataclasses.replace(
+            route, options=MappingProxyType({**route.options, "time_scale": SPEEDUP})
+        )
+        if route.provider == "sim"
+        else route
+        for name, route in settings.routes.items()
+    }
+    return dataclasses.replace(settings, routes=MappingProxyType(routes))
+
+
+def busy(snap: Snapshot) -> bool:
+    """A moment worth a picture: work done, work running, something needing attention."""
+    t = snap.totals
+    attention = any(
+        r.status.terminal and r.status is not ChildStatus.COMPLETED for r in snap.children
+    )
+    retrying = any(is_retrying(r) for r in snap.children)
+    return t.completed >= 4 and t.running >= 3 and (attention or retrying)
+
+
+def to_png(svg: Path) -> Path | None:
+    png = svg.with_suffix(".png")
+    if shutil.which("rsvg-convert"):
+        subprocess.run(["rsvg-convert", str(svg), "-o", str(png)], check=True)
+        return png
+    try:
+        import cairosvg  # type: ignore[import-not-found]
+
+        cairosvg.svg2png(url=str(svg), write_to=str(png))
+    except (ImportError, OSError):
+        return None
+    return png
+
+
+async def capture(engine: Engine) -> list[Path]:
+    app = FlightdeckApp(LiveView(engine), cursor_blink=False)
+    shots: list[Path] = []
+
+    async def save(name: str) -> None:
+        await pilot.pause(0.4)
+        shots.append(Path(app.save_screenshot(name, path=str(OUT))))
+
+    async with app.run_test(size=SIZE) as pilot:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_S
+        while not busy(engine.snapshot()) and loop.time() < deadline:
+            await pilot.pause(0.2)
+        table = app.main.table
+        running = [i for i in table.shown if table.rows_by_id[i].status is ChildStatus.RUNNING]
+        if running:
+            table.pinned_top = False
+            table.select(running[0])
+        await save("main.svg")
+        await pilot.press("s")
+        if isinstance(app.screen, SteerDialog):
+            await pilot.press(*"cite file names and line numbers")
+            await save("steer.svg")
+            await pilot.press("escape")
+        await pilot.press("question_mark")
+        await save("help.svg")
+        await pilot.press("escape")
+        app.exit()
+    return shots
+
+
+def main() -> int:
+    OUT.mkdir(exist_ok=True)
+    batch = load_batch(ROOT / "examples" / "demo.toml")
+    settings = faster(load_settings(ROOT / "examples" / "flightdeck.toml"))
+    with tempfile.TemporaryDirectory(prefix="flightdeck-shots-") as state:
+        engine = Engine(batch, settings, state_dir=Path(state))
+        engine.start()
+        try:
+            shots = asyncio.run(capture(engine))
+        finally:
+            engine.close()
+    pngs = 0
+    for svg in shots:
+        png = to_png(svg) if svg.name == "main.svg" else None
+        pngs += png is not None
+        print(f"wrote {svg.relative_to(ROOT)}" + (f" and {png.name}" if png else ""))
+    if shots and not pngs:
+        print("no PNG converter found (rsvg-convert or cairosvg): SVG only")
+    return 0 if shots else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

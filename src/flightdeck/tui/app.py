@@ -1,0 +1,93 @@
+"""The Textual app: wiring only. `run_app` is what `flightdeck run` calls on a terminal."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from functools import cached_property
+
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import ChildStatus, Snapshot
+from flightdeck.engine.sanitize import one_line
+
+from .screens.main import MainScreen
+from .view import EngineView, LiveView
+
+EXIT_OK = 0  # every child completed
+EXIT_INCOMPLETE = 1  # some child failed, stopped, timed out or stalled (or the UI crashed)
+EXIT_STOPPED = 130  # the operator chose "stop all and quit"
+STOP_WAIT_S = 10.0  # stop takes effect within a second; this only bounds a misbehaving child
+
+
+class FlightdeckApp(App[bool]):
+    """Supervise one batch; the result is True when the operator stopped everything to quit."""
+
+    TITLE = "flightdeck"
+
+    def __init__(
+        self,
+        view: EngineView,
+        *,
+        clock: Callable[[], float] = time.time,
+        poll_s: float = 0.3,
+        transcript_poll_s: float = 0.25,
+        cursor_blink: bool = True,
+    ) -> None:
+        super().__init__()
+        self.view = view
+        self.clock = clock
+        self.poll_s = poll_s
+        self.transcript_poll_s = transcript_poll_s
+        self.cursor_blink = cursor_blink
+
+    def on_mount(self) -> None:
+        # Pushed rather than made the default screen: only pushed screens load their CSS_PATH.
+        self.push_screen(self.main)
+
+    @cached_property
+    def main(self) -> MainScreen:
+        return MainScreen(
+            self.view,
+            clock=self.clock,
+            poll_s=self.poll_s,
+            transcript_poll_s=self.transcript_poll_s,
+            cursor_blink=self.cursor_blink,
+        )
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if isinstance(screen, MainScreen):
+            yield from screen.commands()
+
+    async def action_quit(self) -> None:
+        # ctrl+q and the palette's Quit go through the same question as `q`.
+        self.main.action_quit()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place worker errors surface: a notification, never a crash."""
+        if event.state is WorkerState.ERROR:
+            what = event.worker.description or event.worker.name
+            error = one_line(str(event.worker.error), 200)
+            self.notify(f"{what} failed: {error}", severity="error", markup=False)
+
+
+def exit_code(snapshot: Snapshot) -> int:
+    """0 if every child completed, 1 otherwise."""
+    done = all(row.status is ChildStatus.COMPLETED for row in snapshot.children)
+    return EXIT_OK if done else EXIT_INCOMPLETE
+
+
+def run_app(engine: Engine) -> int:
+    """Run the app on an already-started engine; returns the process exit code."""
+    app = FlightdeckApp(LiveView(engine))
+    stopped = app.run()
+    if stopped:
+        engine.wait(STOP_WAIT_S)
+        return EXIT_STOPPED
+    if app.return_code:
+        return EXIT_INCOMPLETE  # the UI crashed; Textual has printed the traceback
+    return exit_code(engine.snapshot())

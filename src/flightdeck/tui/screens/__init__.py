@@ -1,0 +1,1 @@
+"""Screens: the main screen, help, and the steer / stop / quit dialogs."""

@@ -1,0 +1,72 @@
+"""What the TUI reads and drives: the `EngineView` Protocol and `LiveView` over an `Engine`.
+
+Attach mode will add a StoreView over SQLite; keep the Protocol small so both fit it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import EngineEvent, Snapshot
+
+Listener = Callable[[EngineEvent], None]
+
+
+class EngineView(Protocol):
+    """A batch as the UI sees it: frozen snapshots to poll, a few commands, discrete facts."""
+
+    def snapshot(self) -> Snapshot:
+        """An immutable view of every child and the totals; cheap enough to poll."""
+        ...
+
+    def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None:
+        """Queue an operator message for each child (`now`: interrupt the current response)."""
+        ...
+
+    def stop(self, child_ids: Sequence[str]) -> None:
+        """Interrupt these children."""
+        ...
+
+    def stop_all(self) -> None:
+        """Interrupt every live child; queued ones never start."""
+        ...
+
+    def transcript_path(self, child_id: str) -> Path | None:
+        """The child's live transcript file, or None if the child is unknown."""
+        ...
+
+    def subscribe(self, fn: Listener) -> Callable[[], None]:
+        """Call `fn` for each engine event (on any thread); returns an unsubscribe function."""
+        ...
+
+
+class LiveView:
+    """`EngineView` over an in-process `Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._paths: dict[str, Path] = {}
+
+    def snapshot(self) -> Snapshot:
+        return self.engine.snapshot()
+
+    def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None:
+        self.engine.steer(child_ids, message, now=now)
+
+    def stop(self, child_ids: Sequence[str]) -> None:
+        self.engine.stop(child_ids)
+
+    def stop_all(self) -> None:
+        self.engine.stop_all()
+
+    def transcript_path(self, child_id: str) -> Path | None:
+        if child_id not in self._paths:
+            # The engine names each file; learn them all at once rather than guessing the layout.
+            self._paths = {row.id: Path(row.transcript) for row in self.engine.snapshot().children}
+        return self._paths.get(child_id)
+
+    def subscribe(self, fn: Listener) -> Callable[[], None]:
+        return self.engine.subscribe(fn)

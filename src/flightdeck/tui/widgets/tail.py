@@ -1,0 +1,57 @@
+"""Offset reads of a growing transcript file: whole lines only, bounded per read."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from flightdeck.engine.sanitize import sanitize
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Complete lines read from `start` up to `end` (a byte offset just past a newline)."""
+
+    lines: tuple[str, ...]
+    start: int | None  # the offset the read was asked to continue from; None: first read
+    end: int
+    cut: bool = False  # earlier lines were skipped to stay within the bounds
+    reset: bool = False  # the file shrank (replaced or truncated): the view starts over
+
+
+def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int) -> Chunk:
+    """Lines after `offset` (or the last `max_lines` when None), reading at most `max_bytes`.
+
+    A line still being written (no newline yet) is left for the next read.
+    """
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return Chunk((), offset, offset or 0)  # a queued child has no transcript yet
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        reset = offset is not None and size < offset
+        begin = 0 if offset is None or reset else offset
+        cut = False
+        if size - begin > max_bytes:
+            # Too much to show: keep the newest bytes and mark the rest as cut.
+            begin, cut = size - max_bytes, True
+        # Reading one byte before `begin` tells whether it sits at the start of a line.
+        lead = 1 if cut else 0
+        fh.seek(begin - lead)
+        data = fh.read(size - begin + lead)
+    first = 0
+    if lead:
+        newline = data.find(b"\n")
+        if newline < 0:
+            return Chunk((), offset, begin, cut=True, reset=reset)  # one giant partial line
+        first = newline + 1
+    last = data.rfind(b"\n")
+    if last < first:
+        return Chunk((), offset, begin - lead + first, cut=cut, reset=reset)
+    raw = data[first:last].split(b"\n")
+    if len(raw) > max_lines:
+        raw, cut = raw[-max_lines:], True
+    lines = tuple(sanitize(line.decode("utf-8", "replace")) for line in raw)
+    return Chunk(lines, offset, begin - lead + last + 1, cut=cut, reset=reset)

@@ -1,0 +1,343 @@
+"""TUI scale: the cost of one table refresh and key-press-to-screen latency.
+
+Refresh: the real app (headless, 160x50) is fed engine-like snapshots of 100 / 1,000 / 5,000
+children with a fifth of them running (every running row changes on every poll, a few children
+start and finish). One refresh = apply the snapshot by difference + render the visible table.
+The baseline, measured in the same run on the same app, rebuilds every row instead; the ratio
+is what updating by difference buys.
+
+Latency: keys are posted while polls apply 1,000 children (200 running), at phases unrelated
+to the poll timer; latency is from posting the key to the first frame that shows the moved
+cursor. Reported beside the same measurement on a frozen table (no refresh work at all), and on
+a real sim engine running 200 of 1,000 children in this process (its threads share the GIL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from rich.console import RenderableType
+from textual import events
+from textual.geometry import Region
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import (
+    Activity,
+    BatchStatus,
+    ChildRow,
+    ChildStatus,
+    EngineEvent,
+    Snapshot,
+    Totals,
+    Usage,
+)
+from flightdeck.engine.settings import Settings, default_sim_route
+from flightdeck.engine.spec import Batch, Task
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.view import LiveView
+
+SIZES = (100, 1000, 5000)
+RUNNING_SHARE = 0.2
+TICKS = 30
+BASELINE_TICKS = 5
+KEYS = 40
+SCREEN = (160, 50)
+RESULTS = Path(__file__).parent / "results"
+
+
+class SyntheticView:
+    """Engine-like snapshots: running rows change every call; some children start or end."""
+
+    def __init__(self, n: int, folder: Path) -> None:
+        self.folder = folder
+        self.t = 1_800_000_000.0
+        self.rows: dict[str, ChildRow] = {}
+        running = int(n * RUNNING_SHARE)
+        for seq in range(n):
+            if seq < running:
+                status = ChildStatus.RUNNING
+            elif seq < running + (n - running) // 2:
+                status = ChildStatus.QUEUED
+            else:
+                status = ChildStatus.COMPLETED
+            row = self._row(seq, status)
+            self.rows[row.id] = row
+        self.live = [r.id for r in self.rows.values() if r.status is ChildStatus.RUNNING]
+        self.waiting = [r.id for r in self.rows.values() if r.status is ChildStatus.QUEUED]
+
+    def _row(self, seq: int, status: ChildStatus) -> ChildRow:
+        child_id = f"child-{seq:05d}"
+        return ChildRow(
+            id=child_id,
+            seq=seq,
+            goal=f"Review pull request #{seq}: read the changed files and report risks",
+            group=None,
+            route="sim",
+            model="sim-1",
+            status=status,
+            activity=Activity(last_activity_ts=self.t, text=status.value),
+            usage=Usage(),
+            cost_usd=Decimal(0),
+            queued_ts=self.t,
+            started_ts=self.t if status is not ChildStatus.QUEUED else None,
+            finished_ts=self.t if status.terminal else None,
+            error=None,
+            result=None,
+            transcript=str(self.folder / f"{child_id}.log"),
+        )
+
+    def tick(self) -> None:
+        self.t += 0.3
+        for child_id in self.live:
+            row = self.rows[child_id]
+            a = row.activity
+            self.rows[child_id] = dataclasses.replace(
+                row,
+                activity=dataclasses.replace(
+                    a, api_calls=a.api_calls + 1, last_activity_ts=self.t, text="streaming"
+                ),
+                usage=row.usage + Usage(input_tokens=120, output_tokens=40),
+                cost_usd=(row.cost_usd or Decimal(0)) + Decimal("0.0003"),
+            )
+        # One in fifty running children finishes and a queued one takes its place.
+        for _ in range(max(1, len(self.live) // 50)):
+            if not self.waiting:
+                break
+            done, start = self.live.pop(0), self.waiting.pop(0)
+            self.rows[done] = dataclasses.replace(
+                self.rows[done], status=ChildStatus.COMPLETED, finished_ts=self.t
+            )
+            self.rows[start] = dataclasses.replace(
+                self.rows[start], status=ChildStatus.RUNNING, started_ts=self.t
+            )
+            self.live.append(start)
+
+    def snapshot(self) -> Snapshot:
+        self.tick()
+        rows = tuple(self.rows.values())
+        return Snapshot(
+            batch_id="bench",
+            status=BatchStatus.RUNNING,
+            started_ts=1_800_000_000.0,
+            now=self.t,
+            children=rows,
+            totals=Totals(children=len(rows), running=len(self.live)),
+            pool_size=len(self.live),
+        )
+
+    def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None: ...
+    def stop(self, child_ids: Sequence[str]) -> None: ...
+    def stop_all(self) -> None: ...
+
+    def transcript_path(self, child_id: str) -> Path | None:
+        return self.folder / f"{child_id}.log"
+
+    def subscribe(self, fn: Callable[[EngineEvent], None]) -> Callable[[], None]:
+        return lambda: None
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+async def refresh_costs(n: int, folder: Path) -> dict[str, Any]:
+    view = SyntheticView(n, folder)
+    app = FlightdeckApp(view, poll_s=3600, cursor_blink=False)  # polls are driven below
+    async with app.run_test(size=SCREEN) as pilot:
+        screen, table = app.main, app.main.table
+        await pilot.pause(0.1)
+        region = Region(0, 0, table.size.width, table.size.height)
+
+        def render() -> None:
+            table.render_lines(region)
+
+        diff, applied = [], []
+        for _ in range(TICKS):
+            snap = view.snapshot()
+            t0 = time.perf_counter()
+            screen.apply(snap)
+            t1 = time.perf_counter()
+            render()
+            diff.append(time.perf_counter() - t0)
+            applied.append(t1 - t0)
+            await pilot.pause(0)
+        rebuild = []
+        for _ in range(BASELINE_TICKS):
+            snap = view.snapshot()
+            t0 = time.perf_counter()
+            with app.batch_update():
+                table.rows_by_id.update({row.id: row for row in snap.children})
+                table.rebuild()
+            render()
+            rebuild.append(time.perf_counter() - t0)
+            await pilot.pause(0)
+        assert len(table.shown) == n
+    d, r = statistics.median(diff), statistics.median(rebuild)
+    return {
+        "bench": "tui_refresh",
+        "children": n,
+        "running": int(n * RUNNING_SHARE),
+        "refresh_ms_median": ms(d),
+        "apply_only_ms_median": ms(statistics.median(applied)),
+        "refresh_ms_max": ms(max(diff)),
+        "rebuild_ms_median": ms(r),
+        "rebuild_over_refresh": round(r / d, 1),
+    }
+
+
+async def key_latencies(app: FlightdeckApp, settle: Callable[[], bool]) -> list[float]:
+    """Post cursor keys at odd intervals; time each until a frame shows the cursor moved."""
+    frames: list[float] = []
+    display = app._display
+
+    def timed_display(screen: Any, renderable: RenderableType | None) -> None:
+        if renderable is not None:
+            frames.append(time.perf_counter())
+        display(screen, renderable)
+
+    app._display = timed_display  # type: ignore[method-assign]
+    out: list[float] = []
+    async with app.run_test(size=SCREEN) as pilot:
+        while not settle():
+            await pilot.pause(0.05)
+        table = app.main.table
+        table.focus()
+        for i in range(KEYS):
+            await asyncio.sleep(0.137)  # unrelated to the 0.3 s poll period
+            before = table.cursor_row
+            key = "down" if i % 2 == 0 else "up"
+            frames.clear()
+            t0 = time.perf_counter()
+            app.post_message(events.Key(key, None))
+            while table.cursor_row == before or not frames:
+                await asyncio.sleep(0.0005)
+                if time.perf_counter() - t0 > 5:
+                    raise RuntimeError("key not handled within 5 s")
+            out.append(frames[-1] - t0)
+    return out
+
+
+def summary(name: str, samples: list[float], **extra: Any) -> dict[str, Any]:
+    ordered = sorted(samples)
+    return {
+        "bench": name,
+        **extra,
+        "key_to_frame_ms_median": ms(statistics.median(ordered)),
+        "key_to_frame_ms_p95": ms(ordered[int(len(ordered) * 0.95) - 1]),
+        "key_to_frame_ms_max": ms(ordered[-1]),
+    }
+
+
+async def latency_synthetic(folder: Path) -> list[dict[str, Any]]:
+    results = []
+    for frozen in (False, True):
+        view = SyntheticView(1000, folder)
+        app = FlightdeckApp(view, cursor_blink=False)  # the shipped 0.3 s poll
+        if frozen:
+
+            def settle(app: FlightdeckApp = app) -> bool:
+                if len(app.main.table.shown) < 1000:
+                    return False
+                app.main.frozen = True
+                return True
+        else:
+
+            def settle(app: FlightdeckApp = app) -> bool:
+                return len(app.main.table.shown) == 1000
+
+        samples = await key_latencies(app, settle)
+        label = "frozen table" if frozen else "live, 200 of 1,000 running"
+        results.append(summary("tui_key_latency", samples, scenario=label))
+    return results
+
+
+async def latency_engine(folder: Path) -> dict[str, Any]:
+    route = default_sim_route(time_scale=1.0, latency_ms=500.0, tokens_per_s=20.0, tool_turns=50)
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    tasks = tuple(
+        Task(id=f"c{i:04d}", goal=f"Review change {i}", seq=i, max_turns=60) for i in range(1000)
+    )
+    engine = Engine(Batch("bench", tasks), settings, state_dir=folder, max_concurrent=200)
+    engine.start()
+    try:
+        snap_times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            engine.snapshot()
+            snap_times.append(time.perf_counter() - t0)
+        app = FlightdeckApp(LiveView(engine), cursor_blink=False)
+
+        def settle() -> bool:
+            return engine.snapshot().totals.running >= 200 and len(app.main.table.shown) == 1000
+
+        samples = await key_latencies(app, settle)
+    finally:
+        engine.close()
+    return summary(
+        "tui_key_latency",
+        samples,
+        scenario="real sim engine, 200 of 1,000 running",
+        engine_snapshot_ms_median=ms(statistics.median(snap_times)),
+    )
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["refresh (apply by difference + render) vs full rebuild:"]
+    head = ("children", "running", "refresh ms", "apply ms", "max", "rebuild ms", "ratio")
+    lines.append("  {:>8} {:>7} {:>11} {:>9} {:>8} {:>11} {:>6}".format(*head))
+    for r in results:
+        if r["bench"] == "tui_refresh":
+            ratio = f"{r['rebuild_over_refresh']}x"
+            lines.append(
+                f"  {r['children']:>8,} {r['running']:>7,} {r['refresh_ms_median']:>11} "
+                f"{r['apply_only_ms_median']:>9} {r['refresh_ms_max']:>8} "
+                f"{r['rebuild_ms_median']:>11} {ratio:>6}"
+            )
+    lines.append("key press to frame:")
+    lines.append(f"  {'scenario':<42} {'median ms':>9} {'p95':>8} {'max':>8}")
+    for r in results:
+        if r["bench"] == "tui_key_latency":
+            lines.append(
+                f"  {r['scenario']:<42} {r['key_to_frame_ms_median']:>9} "
+                f"{r['key_to_frame_ms_p95']:>8} {r['key_to_frame_ms_max']:>8}"
+            )
+    return "\n".join(lines)
+
+
+async def run() -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in SIZES:
+            results.append(await refresh_costs(n, Path(tmp)))
+        results.extend(await latency_synthetic(Path(tmp)))
+        results.append(await latency_engine(Path(tmp) / "engine"))
+    live = next(r for r in results if r.get("scenario", "").startswith("live"))
+    frozen = next(r for r in results if r.get("scenario") == "frozen table")
+    live["median_over_frozen"] = round(
+        live["key_to_frame_ms_median"] / frozen["key_to_frame_ms_median"], 2
+    )
+    return results
+
+
+def main() -> int:
+    results = asyncio.run(run())
+    print(table(results))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_tui.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results))  # last line: read by tests/bench/run.py
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""Pilot tests: the real app against a real engine on the sim provider."""
+
+from __future__ import annotations
+
+import pytest
+from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import ChildStatus, SteerState
+from flightdeck.engine.spec import Task
+from flightdeck.tui.app import EXIT_INCOMPLETE, EXIT_OK, exit_code
+from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
+from flightdeck.tui.screens.help import HelpScreen
+from flightdeck.tui.screens.main import MainScreen
+from flightdeck.tui.widgets import ChildrenTable
+from flightdeck.tui.widgets.filter import FilterInput
+from flightdeck.tui.widgets.rows import SortOrder
+
+pytestmark = pytest.mark.anyio
+
+
+def status_of(engine: Engine, child_id: str) -> ChildStatus:
+    row = engine.snapshot().child(child_id)
+    assert row is not None
+    return row.status
+
+
+def all_running(engine: Engine) -> bool:
+    return all(r.status is ChildStatus.RUNNING for r in engine.snapshot().children)
+
+
+def table_text(table: ChildrenTable) -> str:
+    """What the table draws on screen, as plain text."""
+    return "\n".join(table.render_line(y).text for y in range(table.size.height))
+
+
+async def test_rows_appear_and_update(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(
+        [f"review PR {i}" for i in range(6)], pool=2, sim={**FAST, "time_scale": 0.1}
+    )
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 6, "a row per child")
+        first = {table.displayed(i, "doing") for i in table.shown}
+        assert "queued" in first  # pool 2: most children still wait when rows first appear
+        await until(
+            pilot,
+            lambda: all(table.displayed(i, "doing") == "completed" for i in table.shown),
+            "every row completed",
+        )
+        assert all(table.displayed(i, "tokens") != "0/0" for i in table.shown)
+        assert all(table.displayed(i, "cost").startswith("$") for i in table.shown)
+        await until(
+            pilot, lambda: "6/6 done" in str(app.main.query_one("#meter").render()), "meter"
+        )
+
+
+async def test_selecting_a_child_tails_its_transcript(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(["first goal", "second goal"], pool=2, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table, transcript = app.main.table, app.main.transcript
+        await until(pilot, lambda: len(table.shown) == 2, "two rows")
+        await pilot.press("down")
+        chosen = table.selected_id
+        assert chosen == table.shown[1]
+        goal = engine.snapshot().child(chosen).goal
+        other = "first goal" if goal == "second goal" else "second goal"
+        await until(pilot, lambda: transcript.child_id == chosen, "transcript switched")
+        await until(
+            pilot,
+            lambda: any("user" in line and goal in line for line in transcript.lines),
+            "the child's goal in its transcript",
+        )
+        assert not any(other in line for line in transcript.lines)
+        count = len(transcript.lines)
+        await until(pilot, lambda: len(transcript.lines) > count, "new lines tailed live")
+
+
+async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(["steer me"], pool=1, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "running")
+        await until(pilot, lambda: app.main.check_action("steer", ()), "steer enabled")
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await type_text(pilot, "add tests")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(
+            pilot,
+            lambda: [r.state for r in engine.receipts()] == [SteerState.DELIVERED],
+            "the engine records the steer as delivered",
+        )
+        receipt = engine.receipts()[0]
+        assert (receipt.child_id, receipt.message, receipt.now) == ("c1", "add tests", False)
+        await until(pilot, lambda: table.displayed("c1", "steer") == "✓ delivered", "row receipt")
+        await until(
+            pilot,
+            lambda: any("operator" in ln and "add tests" in ln for ln in app.main.transcript.lines),
+            "the operator's message in the transcript",
+        )
+
+
+async def test_x_stops_the_selected_child(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(["stop me", "keep me"], pool=2, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: all_running(engine), "both running")
+        await until(pilot, lambda: app.main.check_action("stop", ()), "stop enabled")
+        chosen = table.selected_id
+        assert chosen is not None
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        await pilot.press("x")  # pressing x again confirms
+        await until(pilot, lambda: status_of(engine, chosen) is ChildStatus.STOPPED, "stopped")
+        await until(pilot, lambda: table.displayed(chosen, "doing").startswith("stopped"), "row")
+        assert table.displayed(chosen, "mark").endswith("■")
+        other = next(i for i in ("c1", "c2") if i != chosen)
+        assert status_of(engine, other) is ChildStatus.RUNNING
+
+
+async def test_tag_three_stop_them_and_the_others_keep_running(
+    engine_factory: EngineFactory,
+) -> None:
+    engine = engine_factory([f"job {i}" for i in range(5)], pool=5, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: all_running(engine), "all five running")
+        await until(pilot, lambda: len(table.shown) == 5, "five rows")
+        await pilot.press("space", "space", "space")
+        tagged = set(table.tagged)
+        assert len(tagged) == 3
+        assert all(table.displayed(i, "mark").startswith("◆") for i in tagged)
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        assert app.screen.child_ids == sorted(tagged, key=lambda i: int(i[1:]))
+        await pilot.press("enter")  # the Stop button has focus
+        await until(
+            pilot,
+            lambda: all(status_of(engine, i) is ChildStatus.STOPPED for i in tagged),
+            "the three tagged children stopped",
+        )
+        others = {r.id for r in engine.snapshot().children} - tagged
+        assert all(status_of(engine, i) is ChildStatus.RUNNING for i in others)
+        assert not table.tagged  # stopping clears the tags
+
+
+async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
+    # max_turns=1 with a tool turn first: those children fail ("max_turns reached").
+    tasks = tuple(
+        Task(id=f"c{i}", goal=f"goal {i}", seq=i, max_turns=1 if i % 2 == 0 else 8)
+        for i in range(1, 7)
+    )
+    failing = {t.id for t in tasks if t.max_turns == 1}
+    engine = engine_factory(tasks, pool=6, sim={**FAST, "tool_turns": 2})
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        rows = table.rows_by_id
+        await until(
+            pilot,
+            lambda: len(rows) == 6 and all(r.status.terminal for r in rows.values()),
+            "the batch finished",
+        )
+        await pilot.pause(0.1)
+        assert set(table.shown[:3]) == failing  # attention order: failures first
+
+        await pilot.press("slash")
+        box = app.main.query_one("#filter", FilterInput)
+        assert box.display and box.has_focus
+        await type_text(pilot, "status:failed")
+        await pilot.press("enter")
+        assert set(table.shown) == failing
+        assert not box.display
+
+        await pilot.press("slash", "ctrl+u")
+        await type_text(pilot, "goal 3")
+        await pilot.press("enter")
+        assert table.shown == ["c3"]
+
+        # Escape abandons an edit and restores the filter in force before it.
+        await pilot.press("slash")
+        await type_text(pilot, "zzz")
+        await until(pilot, lambda: table.shown == [], "live filtering while typing")
+        await pilot.press("escape")
+        assert table.shown == ["c3"]
+
+        await pilot.press("slash", "ctrl+u")
+        await type_text(pilot, "status:bogus")
+        await pilot.press("enter")
+        assert box.display and box.has_class("-invalid")
+        assert table.shown == ["c3"]  # a bad filter changes nothing
+        await pilot.press("ctrl+u", "enter")
+        assert len(table.shown) == 6
+
+        while table.order is not SortOrder.ID:
+            await pilot.press("o")
+        assert list(table.shown) == sorted(table.shown)
+        await pilot.press("o")
+        assert table.order is SortOrder.BATCH
+        assert list(table.shown) == [f"c{i}" for i in range(1, 7)]
+        assert app.main.query_one("#status").line.order == "batch"
+
+
+async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(["long job", "another"], pool=2, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: all_running(engine), "both running")
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "back to the table")
+        assert app.is_running and all_running(engine)
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog again")
+        await pilot.click("#stop-quit")
+        await until(pilot, lambda: not app.is_running, "the app exited")
+    assert app.return_value is True
+    assert engine.wait(5)
+    assert all(r.status is ChildStatus.STOPPED for r in engine.snapshot().children)
+
+
+async def test_quit_without_running_children_exits_at_once(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(["quick"], pool=1)
+    assert engine.wait(10)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 1, "a row")
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, "the app exited")
+    assert app.return_value is False
+    assert exit_code(engine.snapshot()) == EXIT_OK
+
+
+async def test_markup_and_escapes_in_goals_render_literally(engine_factory: EngineFactory) -> None:
+    goals = [
+        "[@click=app.quit]x[/]",
+        "[bold red]boom[/] \x1b[31mred\x1b[0m \x1b]0;evil title\x07done",
+    ]
+    engine = engine_factory(goals, pool=2)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 2, "two rows")
+        await pilot.pause(0.1)
+        text = table_text(table)
+        assert "[@click=app.quit]x[/]" in text
+        assert "[bold red]boom[/] red done" in text
+        assert "evil title" not in text and "\x1b" not in text
+        # Clicking the goal would quit the app if it had been parsed as markup.
+        y = table.shown.index("c1") + 1  # the header is line 0
+        await pilot.click(ChildrenTable, offset=(26, y))
+        await pilot.pause(0.1)
+        assert app.is_running
+        table.select("c1")
+        await until(
+            pilot,
+            lambda: any("[@click=app.quit]x[/]" in line for line in app.main.transcript.lines),
+            "the goal shown literally in the transcript",
+        )
+
+
+async def test_freeze_pauses_updates(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(["a"], pool=1, sim=SLOW)
+    app = app_for(engine)
+
+    def calls() -> int:
+        row = engine.snapshot().child("c1")
+        assert row is not None
+        return row.activity.api_calls
+
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: calls() >= 1, "the child's first call")
+        await pilot.press("z")
+        shown = table.displayed("c1", "calls")
+        await until(pilot, lambda: calls() > int(shown), "the engine moved on")
+        await pilot.pause(0.3)  # several polls
+        assert table.displayed("c1", "calls") == shown
+        assert app.main.query_one("#status").line.frozen
+        await pilot.press("z")
+        await until(pilot, lambda: int(table.displayed("c1", "calls")) > int(shown), "resumed")
+
+
+async def test_follow_tracks_activity_until_the_operator_moves(
+    engine_factory: EngineFactory,
+) -> None:
+    engine = engine_factory(["a", "b", "c"], pool=3, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 3, "rows")
+        await pilot.press("f")
+        assert app.main.following
+        assert app.main.query_one("#status").line.following
+        await pilot.press("down")
+        assert not app.main.following
+
+
+async def test_help_and_palette_list_every_key(engine_factory: EngineFactory) -> None:
+    engine = engine_factory(["a"], pool=1, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "running")
+        await until(pilot, lambda: app.main.check_action("steer", ()), "steer enabled")
+        for binding in MainScreen.BINDINGS:
+            assert binding.id and binding.tooltip, binding  # type: ignore[union-attr]
+        titles = {command.title for command in app.main.commands()}
+        assert {"child: steer", "child: stop", "batch: stop all", "app: quit"} <= titles
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        listed = {name for _, name, _ in app.screen.keys}
+        assert {b.description for b in MainScreen.BINDINGS} <= listed  # type: ignore[union-attr]
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "help closed")
+
+
+def test_exit_code_is_one_unless_every_child_completed(engine_factory: EngineFactory) -> None:
+    tasks = make_tasks(["fails"], max_turns=1)
+    engine = engine_factory(tasks, pool=1, sim={**FAST, "tool_turns": 2})
+    assert engine.wait(10)
+    assert exit_code(engine.snapshot()) == EXIT_INCOMPLETE

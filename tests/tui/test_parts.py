@@ -1,0 +1,131 @@
+"""Unit tests of the TUI's pure parts: filter language, sort orders, cells, transcript reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from tui_fakes import NOW, demo_rows
+
+from flightdeck.engine.model import ChildStatus
+from flightdeck.tui.widgets.rows import (
+    SortOrder,
+    fmt_age,
+    fmt_cost,
+    fmt_tokens,
+    parse_filter,
+    row_cells,
+    sort_key,
+)
+from flightdeck.tui.widgets.tail import read_chunk
+from flightdeck.tui.widgets.transcript import wrap_line
+
+
+def test_filter_terms(tmp_path: Path) -> None:
+    rows = {r.id: r for r in demo_rows(tmp_path)}
+
+    def ids(query: str, tagged: frozenset[str] = frozenset()) -> set[str]:
+        f = parse_filter(query)
+        return {i for i, r in rows.items() if f.matches(r, i in tagged)}
+
+    assert ids("status:failed") == {"review-04"}
+    assert ids("status:failed,stalled") == {"review-04", "review-09"}
+    assert ids("status:retrying") == {"review-03"}
+    assert ids("status:attention") == {"review-03", "review-04", "review-09"}
+    assert ids("s:queued") == {"review-07", "review-08"}
+    assert ids("MIGRATIONS") == {"review-05"}
+    assert ids("review pr #10") == set(rows) - {"review-10"}  # every word must match
+    assert ids("is:tagged", frozenset({"review-01"})) == {"review-01"}
+    assert ids("route:sim status:live") == {
+        "review-02",
+        "review-03",
+        "review-05",
+        "review-07",
+        "review-08",
+    }
+    assert ids("") == set(rows)
+    with pytest.raises(ValueError, match="unknown status 'bogus'"):
+        parse_filter("status:bogus")
+
+
+def test_attention_order(tmp_path: Path) -> None:
+    rows = demo_rows(tmp_path)
+    order = [r.id for r in sorted(rows, key=lambda r: sort_key(SortOrder.ATTENTION, r))]
+    # failed and stalled (latest first), retrying, running by age, queued, finished
+    assert order == [
+        "review-09", "review-04", "review-03", "review-02", "review-05",
+        "review-07", "review-08", "review-01", "review-06", "review-10",
+    ]  # fmt: skip
+    by_cost = sorted(rows, key=lambda r: sort_key(SortOrder.COST, r))
+    assert by_cost[0].id == "review-02" and by_cost[-1].cost_usd is None  # unknown cost last
+
+
+def test_order_cycle_returns_to_start() -> None:
+    order, seen = SortOrder.ATTENTION, []
+    for _ in SortOrder:
+        seen.append(order)
+        order = order.next()
+    assert order is SortOrder.ATTENTION and len(set(seen)) == len(SortOrder)
+
+
+def test_cells_are_plain_and_sanitized(tmp_path: Path) -> None:
+    row = demo_rows(tmp_path)[1]
+    hostile = dataclasses.replace(row, goal="[b]x[/b]\x1b[2J\nnext", id="evil\x1b]0;t\x07")
+    cells = dict(zip(("mark", "id", "goal"), row_cells(hostile, False, NOW), strict=False))
+    assert cells["goal"][0] == "[b]x[/b] next"
+    assert cells["id"][0] == "evil"
+    running = row_cells(row, True, NOW)
+    assert running[0][0] == "◆●"  # tagged, running
+    assert running[5][0] == "tool: read_file 6s"
+    assert running[6][0] == "2s ago"
+    assert running[10][0] == "✓ delivered"
+
+
+def test_formats() -> None:
+    assert [fmt_tokens(n) for n in (999, 12_345, 2_500_000)] == ["999", "12.3k", "2.50M"]
+    assert fmt_cost(None) == "?"
+    assert fmt_cost(Decimal("0.0085")) == "$0.0085"
+    assert fmt_cost(Decimal("0.1")) == "$0.10"
+    assert fmt_cost(Decimal("1234.5")) == "$1,234.50"
+    assert [fmt_age(s) for s in (0.4, 59, 61, 7300)] == ["0s ago", "59s ago", "1m ago", "2h ago"]
+
+
+def test_read_chunk_holds_back_a_partial_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    assert read_chunk(path, None, max_lines=10, max_bytes=1000).lines == ()  # not yet created
+    path.write_bytes(b"one\ntwo\nthr")
+    first = read_chunk(path, None, max_lines=10, max_bytes=1000)
+    assert first.lines == ("one", "two") and first.end == 8
+    with path.open("ab") as fh:
+        fh.write(b"ee\x1b[31m\nfour\n")
+    more = read_chunk(path, first.end, max_lines=10, max_bytes=1000)
+    assert more.lines == ("three", "four") and not more.cut
+
+
+def test_read_chunk_bounds_lines_and_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    path.write_text("".join(f"line {i}\n" for i in range(1000)))
+    tail = read_chunk(path, None, max_lines=5, max_bytes=1 << 20)
+    assert tail.lines == tuple(f"line {i}" for i in range(995, 1000)) and tail.cut
+    window = read_chunk(path, None, max_lines=1000, max_bytes=100)
+    assert window.cut and window.lines[-1] == "line 999"
+    assert all(line.startswith("line ") for line in window.lines)  # no torn first line
+    path.write_text("new\n")  # replaced by a shorter file: start over
+    again = read_chunk(path, tail.end, max_lines=5, max_bytes=1000)
+    assert again.reset and again.lines == ("new",)
+
+
+def test_wrap_keeps_the_text_column() -> None:
+    line = "10:00:00.000  assistant │ " + "word " * 30
+    parts = wrap_line(line, 60)
+    assert len(parts) > 1 and all(len(p) <= 60 for p in parts)
+    assert all(p.startswith(" " * 24 + "│ ") for p in parts[1:])
+    assert wrap_line("short", 60) == ["short"]
+
+
+def test_unknown_status_glyphs_cover_every_status(tmp_path: Path) -> None:
+    row = demo_rows(tmp_path)[0]
+    for status in ChildStatus:
+        assert row_cells(dataclasses.replace(row, status=status), False, NOW)[0][0].strip()

@@ -1,0 +1,56 @@
+"""Helpers for the TUI tests: sim settings, an app on a real engine, a condition poller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from textual.pilot import Pilot
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.spec import Task
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.view import LiveView
+
+# FAST: a whole child in a fraction of a second. SLOW: about a second per turn and seven turns,
+# for children that must still be running while keys are pressed (stop ends them at once).
+FAST: dict[str, Any] = {"time_scale": 0.01, "latency_ms": 400.0, "tokens_per_s": 60.0}
+SLOW: dict[str, Any] = {
+    "time_scale": 1.0,
+    "latency_ms": 300.0,
+    "tokens_per_s": 30.0,
+    "tool_turns": 6,
+}
+SIZE = (160, 50)
+
+EngineFactory = Callable[..., Engine]
+
+
+def make_tasks(goals: Sequence[str], **fields: Any) -> tuple[Task, ...]:
+    """Tasks c1, c2, ... with these goals."""
+    return tuple(
+        Task(id=f"c{i}", goal=goal, seq=i, **fields) for i, goal in enumerate(goals, start=1)
+    )
+
+
+def app_for(engine: Engine) -> FlightdeckApp:
+    """The real app on a real engine, polling faster than a person needs."""
+    return FlightdeckApp(LiveView(engine), poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False)
+
+
+async def until(
+    pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 10.0
+) -> None:
+    """Let the app run until `condition()` holds; fail naming `what` after `timeout` s."""
+    loop = pilot.app._loop
+    assert loop is not None
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await pilot.pause(0.02)
+
+
+async def type_text(pilot: Pilot[Any], text: str) -> None:
+    """Type `text` key by key (Pilot maps punctuation to key names)."""
+    await pilot.press(*text)
