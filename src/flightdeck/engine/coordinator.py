@@ -263,10 +263,15 @@ class Coordinator:
             state.queue.popleft()  # stopped while queued
 
     def _launch(self, child: Child, state: _Route) -> None:
+        try:
+            self._pool.submit(child.run)
+        except RuntimeError:  # the interpreter is exiting without Engine.close()
+            if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
+                self._finished(child)
+            return
         state.alive += 1
         self._alive[child.task.id] = child
         self._started += 1
-        self._pool.submit(child.run)
         self._publish(ChildStarted(child.task.id, self._clock()))
 
     def _budget_exhausted(self) -> str | None:
