@@ -65,8 +65,9 @@ class RouteThrottle:
             self._paused_until = max(self._paused_until, self._clock() + seconds)
 
     def remaining(self) -> float:
-        with self._lock:
-            return max(0.0, self._paused_until - self._clock())
+        # Every attempt of every child asks: read without the lock (a float read is atomic
+        # under the GIL); only pause() needs it, to keep the later of two deadlines.
+        return max(0.0, self._paused_until - self._clock())
 
     @property
     def paused_until(self) -> float | None:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .providers.base import TurnRequest
+from .providers.base import ToolSpec, TurnRequest
 
 Clock = Callable[[], float]
 # wait(cancel, seconds) -> True if `cancel` was set before the time was up
@@ -161,9 +161,25 @@ def prompt_tokens_estimate(request: TurnRequest) -> int:
         chars += len(message.content) + 8
         for call in message.tool_calls:
             chars += len(call.name) + len(json.dumps(dict(call.arguments)))
-    for tool in request.tools:
-        chars += len(tool.name) + len(tool.description) + len(json.dumps(dict(tool.parameters)))
+    chars += _tools_chars(request.tools)
     return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+_TOOLS_CHARS: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
+
+
+def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
+    """Size of the tool schemas; a route's children share one tuple, so it is measured once."""
+    cached = _TOOLS_CHARS.get(id(tools))
+    if cached is not None and cached[0] is tools:
+        return cached[1]
+    size = sum(
+        len(t.name) + len(t.description) + len(json.dumps(dict(t.parameters))) for t in tools
+    )
+    if len(_TOOLS_CHARS) > 64:
+        _TOOLS_CHARS.clear()
+    _TOOLS_CHARS[id(tools)] = (tools, size)  # keeps the tuple alive, so its id stays unique
+    return size
 
 
 def estimate_tokens(request: TurnRequest) -> int:
