@@ -10,11 +10,9 @@ import pytest
 from tui_fakes import NOW, demo_rows
 
 from flightdeck.engine.model import ChildStatus
+from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.rows import (
     SortOrder,
-    fmt_age,
-    fmt_cost,
-    fmt_tokens,
     parse_filter,
     row_cells,
     sort_key,
@@ -85,7 +83,7 @@ def test_cells_are_plain_and_sanitized(tmp_path: Path) -> None:
 
 def test_formats() -> None:
     assert [fmt_tokens(n) for n in (999, 12_345, 2_500_000)] == ["999", "12.3k", "2.50M"]
-    assert fmt_cost(None) == "?"
+    assert fmt_cost(None) == "$?"
     assert fmt_cost(Decimal("0.0085")) == "$0.0085"
     assert fmt_cost(Decimal("0.1")) == "$0.10"
     assert fmt_cost(Decimal("1234.5")) == "$1,234.50"

@@ -7,7 +7,6 @@ import queue
 import signal
 import sys
 from collections.abc import Sequence
-from decimal import Decimal
 from pathlib import Path
 from types import FrameType
 
@@ -19,6 +18,7 @@ from rich.text import Text
 from flightdeck.engine.errors import InputError
 from flightdeck.engine.model import ChildFinished, ChildStatus, EngineEvent, Snapshot
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.fmt import fmt_cost, fmt_tokens
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -197,7 +197,7 @@ def completion_line(event: ChildFinished) -> Text:
     line.append(f"  api={a.api_calls} tools={a.tool_calls}")
     if a.retries:
         line.append(f" retries={a.retries}")
-    line.append(f"  {human_tokens(row.usage.total)} tok  {money(row.cost_usd)}")
+    line.append(f"  {fmt_tokens(row.usage.total)} tok  {fmt_cost(row.cost_usd)}")
     duration = row.duration_s
     line.append(f"  {duration:.1f}s" if duration is not None else "  -")
     if not ok:
@@ -206,34 +206,20 @@ def completion_line(event: ChildFinished) -> Text:
     return line
 
 
-def human_tokens(n: int) -> str:
-    if n < 1000:
-        return str(n)
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k"
-    return f"{n / 1_000_000:.2f}M"
-
-
-def money(cost: Decimal | None) -> str:
-    if cost is None:
-        return "$?"
-    return f"${cost:.4f}" if cost < 100 else f"${cost:,.2f}"
-
-
 def summary_table(snap: Snapshot) -> Table:
     t = snap.totals
     table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
     for col in ("children", "completed", "failed", "tokens in", "tokens out", "cache read", "cost"):
         table.add_column(col, justify="right")
-    cost = money(t.cost_usd) + (f" (+{t.cost_unknown} unknown)" if t.cost_unknown else "")
+    cost = fmt_cost(t.cost_usd) + (f" (+{t.cost_unknown} unknown)" if t.cost_unknown else "")
     u = t.usage
     table.add_row(
         str(t.children),
         str(t.completed),
         str(t.failed),
-        human_tokens(u.input_tokens),
-        human_tokens(u.output_tokens),
-        human_tokens(u.cache_read_tokens),
+        fmt_tokens(u.input_tokens),
+        fmt_tokens(u.output_tokens),
+        fmt_tokens(u.cache_read_tokens),
         cost,
     )
     return table
@@ -287,7 +273,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        cost = money(b.cost_usd) + ("+?" if b.cost_unknown else "")
+        cost = fmt_cost(b.cost_usd) + ("+?" if b.cost_unknown else "")
         table.add_row(
             Text(b.id),
             Text(one_line(b.name, 30)),

@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from flightdeck.engine.model import Snapshot
 
-from .rows import fmt_clock, fmt_cost, fmt_tokens
+from ..fmt import fmt_clock, fmt_cost, fmt_tokens
 
 BAR_WIDTH = 24
 BURN_WINDOW_S = 60.0  # the burn rate is measured over the last minute

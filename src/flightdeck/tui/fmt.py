@@ -1,0 +1,53 @@
+"""Short human formats shared by the TUI and the headless CLI (no Textual import here)."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+__all__ = ["fmt_age", "fmt_clock", "fmt_cost", "fmt_span", "fmt_tokens"]
+
+
+def fmt_tokens(n: int) -> str:
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def fmt_cost(cost: Decimal | None) -> str:
+    if cost is None:
+        return "$?"  # price unknown: never guessed
+    if cost >= 1:
+        return f"${cost:,.2f}"
+    # Small sums need four places ($0.0085); rounder ones read better with two ($0.10).
+    text = f"{cost:.4f}".rstrip("0")
+    return "$" + (text if len(text.partition(".")[2]) >= 2 else f"{cost:.2f}")
+
+
+def fmt_span(seconds: float) -> str:
+    """A short duration: 4s, 2m05s, 1h12m."""
+    s = max(0, math.floor(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def fmt_age(seconds: float) -> str:
+    """How long ago, coarse enough that it changes rarely: 4s, 2m, 1h."""
+    s = max(0, math.floor(seconds))
+    if s < 60:
+        return f"{s}s ago"
+    if s < 3600:
+        return f"{s // 60}m ago"
+    return f"{s // 3600}h ago"
+
+
+def fmt_clock(seconds: float) -> str:
+    """Elapsed time as h:mm:ss or m:ss."""
+    s = max(0, math.floor(seconds))
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
