@@ -7,6 +7,7 @@ figure is reported as a ratio of it, so the result means the same on a fast or a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -18,7 +19,9 @@ import time
 from pathlib import Path
 from types import MappingProxyType
 
+from flightdeck.engine import store
 from flightdeck.engine.api import Engine
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.settings import EngineSettings, Settings, default_sim_route
 from flightdeck.engine.spec import Batch, Task
 
@@ -26,7 +29,8 @@ N = int(os.environ.get("BENCH_CHILDREN", "2000"))
 POOL = int(os.environ.get("BENCH_POOL", "64"))
 
 
-def run_engine(state: Path) -> tuple[float, int]:
+def run_engine(state: Path) -> tuple[float, list[ChildRow], list[bytes]]:
+    """Run the batch; return seconds, the final rows and each child's transcript bytes."""
     route = default_sim_route(
         time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0, cache=True
     )
@@ -43,36 +47,35 @@ def run_engine(state: Path) -> tuple[float, int]:
     snap = engine.snapshot()
     engine.close()
     assert snap.totals.completed == N, snap.totals
-    lines = len(Path(snap.children[0].transcript).read_text(encoding="utf-8").splitlines())
-    return elapsed, lines
+    logs = [Path(row.transcript).read_bytes() for row in snap.children]
+    return elapsed, list(snap.children), logs
 
 
-def run_floor(state: Path, lines_per_child: int) -> float:
-    """The same rows and lines, written by a plain loop: the I/O floor."""
+def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
+    """The engine's own rows and transcript lines, written again by a plain loop on one thread.
+
+    Same schema and values, same queued-then-final row writes in small batched transactions,
+    one file per child written one line per `os.write`: what the engine cannot go below.
+    """
     state.mkdir(parents=True)
     conn = sqlite3.connect(state / "floor.db", isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    cols = ", ".join(f"c{i}" for i in range(24))
-    conn.execute(f"CREATE TABLE children (batch_id, id, {cols}, PRIMARY KEY (batch_id, id))")
-    marks = ", ".join("?" * 26)
-    row = tuple(range(24))
-    line = "08:00:00.000  assistant │ " + "x" * 100 + "\n"
+    conn.executescript(store._SCHEMA)
+    queued = [dataclasses.replace(r, status=ChildStatus.QUEUED) for r in rows]
+    lines = [log.splitlines(keepends=True) for log in logs]
     t0 = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")
-    conn.executemany(
-        f"INSERT INTO children VALUES ({marks})", (("b", f"c{i}", *row) for i in range(N))
-    )
+    conn.executemany(store._UPSERT_CHILD, [store._child_params("b", r) for r in queued])
     conn.execute("COMMIT")
     for start in range(0, N, 100):  # the writer commits small batches as children finish
         conn.execute("BEGIN IMMEDIATE")
         for i in range(start, min(N, start + 100)):
-            path = state / f"c{i:05d}.log"
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            for _ in range(lines_per_child):
-                os.write(fd, line.encode())
+            fd = os.open(state / f"c{i:05d}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            for line in lines[i]:
+                os.write(fd, line)
             os.close(fd)
-            conn.execute(f"INSERT OR REPLACE INTO children VALUES ({marks})", ("b", f"c{i}", *row))
+            conn.execute(store._UPSERT_CHILD, store._child_params("b", rows[i]))
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - t0
     conn.close()
@@ -87,12 +90,13 @@ def main() -> dict[str, object]:
     rss_mb = 0.0
     lines = 0
     # File creation on a shared disk swings by 5x from minute to minute, so each round runs the
-    # floor and the engine back to back and the ratio is taken within the round; the median of
+    # engine and the floor back to back and the ratio is taken within the round; the median of
     # those ratios is the figure. Nothing is deleted until the end: deletes slow later creates.
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
-            floor_s = run_floor(Path(tmp) / f"floor{i}", lines or 5)
-            engine_s, lines = run_engine(Path(tmp) / f"engine{i}")
+            engine_s, rows, logs = run_engine(Path(tmp) / f"engine{i}")
+            floor_s = run_floor(Path(tmp) / f"floor{i}", rows, logs)
+            lines = logs[0].count(b"\n")
             rss_mb = max(rss_mb, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
             floor_rates.append(N / floor_s)
             engine_rates.append(N / engine_s)
