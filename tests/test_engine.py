@@ -353,3 +353,53 @@ def test_a_429_with_retry_after_pauses_the_route_in_the_snapshot(tmp_path: Path)
         assert 20 < headroom.paused_until - time.time() <= 30
     finally:
         engine.close()
+
+
+class _ResetOnClose:
+    """A provider whose stream, when closed, breaks like a network error (not Interrupted)."""
+
+    name = "sim"
+    model = "reset-on-close"
+
+    def __init__(self) -> None:
+        self.opened = 0
+
+    def open(self, request: object) -> object:
+        from flightdeck.engine.providers.base import TextDelta, TransientError, UsageEvent
+
+        self.opened += 1
+        first = self.opened == 1
+        closed = threading.Event()
+
+        class Stream:
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                yield TextDelta("partial ")
+                if first and closed.wait(10):
+                    raise TransientError("connection reset by peer")
+                yield TextDelta("done\n")
+                yield UsageEvent(Usage(10, 2))
+
+            def close(self) -> None:
+                closed.set()
+
+        return Stream()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stream_we_closed_is_an_interruption_not_a_retry(tmp_path: Path) -> None:
+    provider = _ResetOnClose()
+    engine = start(
+        batch(1), settings(sim_route(tool_turns=0)), tmp_path, providers={"sim": provider}
+    )
+    try:
+        until(lambda: engine.snapshot().children[0].activity.text == "streaming")
+        engine.steer(["t0000"], "wrap up", now=True)
+        assert engine.wait(5)
+        row = engine.snapshot().children[0]
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.COMPLETED
+    assert row.activity.retries == 0 and provider.opened == 2
+    assert [s.state for s in row.steers] == [SteerState.DELIVERED]

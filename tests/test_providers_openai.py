@@ -401,3 +401,28 @@ def test_close_also_aborts_a_connect_that_hangs() -> None:
         p.close()
         for s in (*fillers, listener):
             s.close()
+
+
+def test_steer_now_on_a_stalled_sdk_stream_restarts_the_turn_without_a_retry(
+    tmp_path: Path,
+) -> None:
+    with Loopback() as server:
+        # The first response stalls mid-stream; the restarted turn answers normally.
+        server.script(Reply(text="x" * 64, stall_after_chunks=3), Reply(text="Understood."))
+        route = route_for(server, "openai", read_timeout_s=30.0)
+        engine = Engine(batch(1, route="openai"), settings(route), state_dir=tmp_path, env=ENV)
+        engine.start()
+        try:
+            until(lambda: engine.snapshot().children[0].activity.text == "streaming")
+            t0 = time.monotonic()
+            engine.steer([engine.snapshot().children[0].id], "wrap up", now=True)
+            assert engine.wait(5)
+            elapsed = time.monotonic() - t0
+            row = engine.snapshot().children[0]
+        finally:
+            engine.close()
+    assert elapsed < 1.0
+    assert row.status is ChildStatus.COMPLETED
+    assert row.activity.retries == 0  # our own close is an interruption, not a network fault
+    assert [s.state.value for s in row.steers] == ["delivered"]
+    assert len(server.received) == 2

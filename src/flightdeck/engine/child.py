@@ -303,6 +303,13 @@ class Child:
                     self._bill(event.usage)  # billed tokens count even if the turn is dropped
                 elif isinstance(event, HeadroomEvent):
                     self._report(("headroom", self.route.name, event))
+        except ProviderError:
+            # A stream we closed ourselves (stop, steer --now) breaks like a network error:
+            # that is an interruption, not something to back off and retry.
+            with self._lock:
+                if self.interrupt.is_set() or self._now_pending:
+                    raise Interrupted from None
+            raise
         finally:
             with self._lock:
                 self._stream = None
