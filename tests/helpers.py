@@ -63,7 +63,7 @@ def start(b: Batch, s: Settings, tmp: Path, **kw: Any) -> Engine:
     return engine
 
 
-def until(pred: Callable[[], bool], timeout: float = 10.0, every: float = 0.005) -> float:
+def until(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005) -> float:
     """Poll `pred` until true; return the seconds it took. Fails the test on timeout."""
     t0 = time.monotonic()
     while not pred():

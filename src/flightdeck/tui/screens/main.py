@@ -455,6 +455,10 @@ class MainScreen(Screen[None]):
             self._filter_timer.stop()
         if self._set_filter(event.value):
             self._close_filter()
+        else:
+            # Live filtering may have shown a valid prefix ("status"); a bad filter submitted
+            # leaves the one in force before the edit.
+            self._use_filter(self._filter_before)
 
     def on_filter_input_cancelled(self, _: FilterInput.Cancelled) -> None:
         if self._filter_timer is not None:
