@@ -142,7 +142,9 @@ class SimStream:
         self._closed.set()
 
     def _wait(self, seconds: float) -> None:
-        if seconds <= 0:
+        # Below a millisecond a timed wait costs more than the delay it models (a condition,
+        # a futex, a GIL hand-off), so an "instant" sim only checks for close().
+        if seconds < 0.001:
             if self._closed.is_set():
                 raise Interrupted
             return
