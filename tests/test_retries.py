@@ -334,3 +334,25 @@ def test_a_canary_key_reaches_no_file_under_the_state_dir(
         assert canary.encode() not in path.read_bytes(), path
     assert canary not in str(snap)
     assert not any(canary in record.getMessage() for record in caplog.records)
+
+
+def test_first_attempt_outside_tenacity_is_replayed_as_attempt_one() -> None:
+    calls: list[int] = []
+    notices: list[RetryNotice] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RateLimited("429", retry_after=0.01)
+        return "ok"
+
+    policy = RetryPolicy(RetrySettings(attempts=3, base_s=0.001, max_s=0.002))
+    assert policy.call(flaky, interrupt=threading.Event(), on_retry=notices.append) == "ok"
+    assert len(calls) == 3
+    assert [(n.attempt, n.attempts) for n in notices] == [(1, 2), (2, 2)]
+    assert all(n.delay_s >= 0.01 for n in notices)  # Retry-After honoured from the first try
+
+    calls.clear()
+    with pytest.raises(RateLimited):
+        RetryPolicy(RetrySettings(attempts=1)).call(flaky, interrupt=threading.Event())
+    assert len(calls) == 1

@@ -171,6 +171,24 @@ class RetryPolicy:
                         raise StopRequested
             return fn()
 
+        # Nearly every call succeeds at once: make the first attempt before building the retry
+        # machinery, and on a retryable failure replay it into tenacity as its first attempt,
+        # so backoff, notices and attempt counts are exactly as if tenacity had made it.
+        try:
+            return attempt()
+        except Exception as exc:
+            if not classify(exc) or self.settings.attempts <= 1:
+                raise
+            first_error = exc
+        replayed = False
+
+        def replay_then_attempt() -> T:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                raise first_error
+            return attempt()
+
         retrying = Retrying(
             stop=stop_after_attempt(self.settings.attempts),
             wait=_WaitWithRetryAfter(self.settings, self.scale, self._rng),
@@ -179,7 +197,7 @@ class RetryPolicy:
             before_sleep=before_sleep,
             reraise=True,
         )
-        return retrying(attempt)
+        return retrying(replay_then_attempt)
 
     def admit(self, route: Route, tokens: int, interrupt: threading.Event) -> Lease:
         """Take this call's share of the route's rate limits (no limit without a throttle)."""
