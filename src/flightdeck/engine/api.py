@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import secrets
 import threading
 import time
@@ -119,7 +120,12 @@ class Engine:
         children = []
         for task in self.batch.tasks:
             route = self.settings.route(task.route)
-            retry = RetryPolicy(route.retry, scale=route.time_scale, throttle=throttles[route.name])
+            # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
+            # exactly), while children of one batch still spread out.
+            jitter = random.Random(f"{route.options.get('seed', 0)}:{task.id}")
+            retry = RetryPolicy(
+                route.retry, scale=route.time_scale, throttle=throttles[route.name], rng=jitter
+            )
             children.append(
                 Child(
                     task,
