@@ -1,0 +1,117 @@
+"""Both SDK providers against the loopback server: stalls, read timeouts and stop from another
+thread. One parametrized module, so the two providers are held to exactly the same bar."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.providers import make_provider
+from flightdeck.engine.providers.base import (
+    Interrupted,
+    Message,
+    Provider,
+    TextDelta,
+    ToolSpec,
+    TransientError,
+    TurnRequest,
+)
+from helpers import batch, settings, until
+from loopback import KEY_ENV, Loopback, Reply, route_for
+
+ENV = {KEY_ENV: "sk-test-0123456789abcdef"}
+READ_FILE = ToolSpec(
+    "read_file",
+    "Read a file in the workspace",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+REQUEST = TurnRequest("You are a worker.", (Message("user", "Review a.txt"),), (READ_FILE,), 256)
+PROVIDERS = ["openai", "anthropic"]
+
+
+@pytest.fixture
+def server() -> Iterator[Loopback]:
+    with Loopback() as s:
+        yield s
+
+
+def open_provider(server: Loopback, kind: str, **kw: float) -> Provider:
+    return make_provider(route_for(server, kind, **kw), ENV)
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+def test_a_stream_stalled_past_the_read_timeout_is_transient(server: Loopback, kind: str) -> None:
+    server.script(Reply(stall_after_chunks=1))
+    p = open_provider(server, kind, read_timeout_s=0.2)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(TransientError, match="timeout"):
+            list(p.open(REQUEST))
+    finally:
+        p.close()
+    assert time.monotonic() - t0 < 1.5
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+@pytest.mark.parametrize(
+    "stall", [Reply(stall_after_chunks=2), Reply(stall_before_headers=True)], ids=["mid", "head"]
+)
+def test_close_from_another_thread_ends_a_stalled_stream_within_a_second(
+    server: Loopback, kind: str, stall: Reply
+) -> None:
+    server.script(stall)
+    p = open_provider(server, kind, read_timeout_s=30.0)
+    stream = p.open(REQUEST)
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            outcome.extend(stream)
+            outcome.append("ended")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    until(lambda: len(server.received) == 1 and (stall.stall_before_headers or bool(outcome)))
+    time.sleep(0.05)  # let the reader block in recv
+    t0 = time.monotonic()
+    stream.close()
+    reader.join(2.0)
+    elapsed = time.monotonic() - t0
+    try:
+        assert not reader.is_alive()
+        assert elapsed < 1.0
+        assert isinstance(outcome[-1], Interrupted) or outcome[-1] == "ended"
+        # The route's connection pool still works after the abort.
+        assert any(isinstance(e, TextDelta) for e in p.open(REQUEST))
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+def test_stop_during_a_stall_in_the_engine_takes_under_a_second(tmp_path: Path, kind: str) -> None:
+    with Loopback() as server:
+        server.default = Reply(text="z" * 64, stall_after_chunks=3)
+        route = route_for(server, kind, read_timeout_s=30.0)
+        engine = Engine(batch(2, route=kind), settings(route), state_dir=tmp_path, env=ENV)
+        engine.start()
+        try:
+            until(lambda: all(r.activity.text == "streaming" for r in engine.snapshot().children))
+            t0 = time.monotonic()
+            engine.stop_all()
+            until(lambda: engine.snapshot().totals.running == 0, timeout=2.0)
+            elapsed = time.monotonic() - t0
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    assert elapsed < 1.0
+    assert [r.status for r in snap.children] == [ChildStatus.STOPPED] * 2
+    if kind == "anthropic":  # message_start bills the prompt before any text
+        assert all(r.usage.input_tokens == 120 for r in snap.children)
