@@ -162,3 +162,11 @@ def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
     assert report["status"] == "stopped"
     assert {c["status"] for c in report["children"]} == {"stopped"}
+
+
+def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
+    (project / "blocker").write_text("a file where a folder should be")
+    result = flightdeck("run", "tasks.jsonl", "--state-dir", "blocker/state", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.startswith("flightdeck: state_dir: cannot use ")
+    assert "Traceback" not in result.stderr

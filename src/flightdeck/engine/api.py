@@ -15,6 +15,7 @@ from types import TracebackType
 
 from .child import Child
 from .coordinator import Coordinator, totals_of
+from .errors import ConfigError
 from .limits import RetryPolicy, RouteThrottle, auto_pool_size
 from .meter import Meter
 from .model import (
@@ -109,8 +110,13 @@ class Engine:
     def start(self) -> str:
         """Record the batch, then start the coordinator; returns the batch id."""
         workspace = self.batch.workspace or self.batch_dir / "workspace"
-        workspace.mkdir(parents=True, exist_ok=True)
-        self.batch_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            workspace.mkdir(parents=True, exist_ok=True)
+            self.batch_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a state dir that is a file, read-only, on a full disk, ...
+            raise ConfigError(
+                None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
+            ) from exc
         self.workspace = workspace
         toolbox = Toolbox(workspace)
         self._sink = TranscriptSink()

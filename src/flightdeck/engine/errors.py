@@ -18,11 +18,12 @@ class InputError(Exception):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = self.path or "<input>"
-        if self.line is not None:
-            where += f":{self.line}"
-        what = f"{self.field}: " if self.field else ""
-        return f"{where}: {what}{self.message}"
+        parts = []
+        if self.path is not None:
+            parts.append(self.path if self.line is None else f"{self.path}:{self.line}")
+        if self.field:
+            parts.append(self.field)
+        return ": ".join([*parts, self.message])
 
 
 class SpecError(InputError):

@@ -138,8 +138,8 @@ def run_headless(engine: object, console: Console) -> int:
         console.print(Text("stopping all children… (Ctrl+C again to force)", style="yellow"))
         engine.stop_all()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
     batch_id = engine.start()
+    previous = signal.signal(signal.SIGINT, on_sigint)
     console.print(Text(f"batch {batch_id}", style="bold"))
     total = len(engine.batch.tasks)
     progress = (
