@@ -147,6 +147,11 @@ class Child:
     def in_tool(self) -> bool:
         return self._activity.current_tool is not None
 
+    @property
+    def stop_status(self) -> ChildStatus | None:
+        """The status a requested stop will end in (the first request wins); None if none."""
+        return self._stop_status
+
     # --- control side (coordinator thread) -----------------------------------------------------
 
     def request_stop(self, status: ChildStatus, reason: str) -> None:
@@ -324,16 +329,13 @@ class Child:
         args = json.dumps(dict(call.arguments), ensure_ascii=False)
         self.transcript.write("tool-call", f"{call.name} {args}")
         now = self._clock()
-        with self._lock:
-            self._activity = _replace(
-                self._activity,
-                tool_calls=self._activity.tool_calls + 1,
-                current_tool=call.name,
-                tool_started_ts=now,
-                last_activity_ts=now,
-                text=f"tool: {call.name}",
-            )
-            self.version += 1
+        self._tick(
+            tool_call=True,
+            current_tool=call.name,
+            tool_started_ts=now,
+            last_activity_ts=now,
+            text=f"tool: {call.name}",
+        )
         try:
             output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
@@ -341,16 +343,7 @@ class Child:
         shown = output if len(output) <= TRANSCRIPT_TOOL_CHARS else output[:TRANSCRIPT_TOOL_CHARS]
         more = len(output) - len(shown)
         self.transcript.write("tool", shown + (f"\n… ({more} more characters)" if more else ""))
-        now = self._clock()
-        with self._lock:
-            self._activity = _replace(
-                self._activity,
-                current_tool=None,
-                tool_started_ts=None,
-                last_activity_ts=now,
-                text="thinking",
-            )
-            self.version += 1
+        self._tick(current_tool=None, tool_started_ts=None, text="thinking")
         return Message("tool", output, tool_call_id=call.id, name=call.name)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
@@ -388,30 +381,26 @@ class Child:
 
     def _on_retry(self, notice: RetryNotice) -> None:
         self.transcript.write("engine", notice.text)
-        with self._lock:
-            self._activity = _replace(
-                self._activity,
-                retries=self._activity.retries + 1,
-                last_activity_ts=self._clock(),
-                text=notice.text,
-            )
-            self.version += 1
+        self._tick(retry=True, text=notice.text)
 
     def _tick(
-        self, *, text: str | None = None, api_call: bool = False, turns: int | None = None
+        self,
+        *,
+        api_call: bool = False,
+        tool_call: bool = False,
+        retry: bool = False,
+        **changes: Any,
     ) -> None:
-        now = self._clock()
+        """Update the activity token: bump counters, set `changes`, stamp the activity time."""
+        changes.setdefault("last_activity_ts", self._clock())
         with self._lock:
             a = self._activity
-            self._activity = Activity(
-                api_calls=a.api_calls + (1 if api_call else 0),
-                tool_calls=a.tool_calls,
-                retries=a.retries,
-                turns=a.turns if turns is None else turns,
-                current_tool=a.current_tool,
-                tool_started_ts=a.tool_started_ts,
-                last_activity_ts=now,
-                text=a.text if text is None else text,
+            self._activity = _replace(
+                a,
+                api_calls=a.api_calls + api_call,
+                tool_calls=a.tool_calls + tool_call,
+                retries=a.retries + retry,
+                **changes,
             )
             self.version += 1
 
