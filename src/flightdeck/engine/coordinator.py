@@ -44,14 +44,6 @@ WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not 
 
 
 @dataclass
-class _Watch:
-    """Per-child watchdog state, coordinator thread only."""
-
-    stop_requested_ts: float | None = None
-    stop_status: ChildStatus | None = None
-
-
-@dataclass
 class _Route:
     route: Route
     queue: deque[Child] = field(default_factory=deque)
@@ -101,7 +93,7 @@ class Coordinator:
             self._routes[child.route.name].queue.append(child)
         self._inbox: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
-        self._watch: dict[str, _Watch] = {}
+        self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
         self._receipt_ids = itertools.count(1)
         self._receipt_lock = threading.Lock()
         self._started = 0
@@ -132,10 +124,6 @@ class Coordinator:
     def command(self, *cmd: object) -> None:
         self._inbox.put(cmd)
 
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
     def shutdown(self) -> None:
         self.command("shutdown")
         self._thread.join()
@@ -160,7 +148,7 @@ class Coordinator:
         try:
             self._admit()
             while not self._all_done():
-                self._drain(block=True)
+                self._drain()
                 now = self._clock()
                 if now - self._last_watch >= WATCH_EVERY_S:
                     self._last_watch = now
@@ -172,11 +160,12 @@ class Coordinator:
             self.finished.set()
         # Keep answering commands until shutdown, so a late steer is settled as missed.
         while not self._shutdown:
-            self._drain(block=True)
+            self._drain()
 
-    def _drain(self, block: bool) -> None:
+    def _drain(self) -> None:
+        """Wait for the next fact or command (at most TICK_S), then handle all that queued."""
         try:
-            item = self._inbox.get(timeout=TICK_S) if block else self._inbox.get_nowait()
+            item = self._inbox.get(timeout=TICK_S)
         except queue.Empty:
             return
         while True:
@@ -205,8 +194,8 @@ class Coordinator:
         assert isinstance(fact, tuple)
         if fact[0] == "done":
             child: Child = fact[1]
-            if self._alive.pop(child.task.id, None) is not None:
-                self._routes[child.route.name].alive -= 1
+            if child.task.id in self._alive:  # else the watchdog abandoned it already
+                self._release(child)
                 self._finished(child)
         elif fact[0] == "steer":
             receipt: SteerReceipt = fact[1]
@@ -216,9 +205,14 @@ class Coordinator:
             _, route, event = fact
             self._headroom(route, event)
 
+    def _release(self, child: Child) -> None:
+        """Free the child's slot (in the pool and on its route)."""
+        del self._alive[child.task.id]
+        self._routes[child.route.name].alive -= 1
+
     def _finished(self, child: Child) -> None:
         self._done += 1
-        self._watch.pop(child.task.id, None)
+        self._stop_requested.pop(child.task.id, None)
         row = child.row()
         self._record(row)  # durable as each child finishes, not when the batch joins
         self._publish(ChildFinished(row, self._done, len(self.children)))
@@ -240,27 +234,16 @@ class Coordinator:
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
-        heads: list[tuple[int, str]] = []
-        for name, state in self._routes.items():
-            self._drop_settled(state)
-            if state.queue and (state.cap is None or state.alive < state.cap):
-                heads.append((state.queue[0].task.seq, name))
+        heads = [(seq, name) for name, s in self._routes.items() if (seq := _ready(s)) is not None]
         heapq.heapify(heads)
         while heads and len(self._alive) < self.pool_size:
             _, name = heapq.heappop(heads)
             state = self._routes[name]
-            child = state.queue.popleft()
-            self._launch(child, state)
+            self._launch(state.queue.popleft(), state)
             if self._budget_exhausted() is not None:
                 break
-            self._drop_settled(state)
-            if state.queue and (state.cap is None or state.alive < state.cap):
-                heapq.heappush(heads, (state.queue[0].task.seq, name))
-
-    @staticmethod
-    def _drop_settled(state: _Route) -> None:
-        while state.queue and state.queue[0].status.terminal:
-            state.queue.popleft()  # stopped while queued
+            if (seq := _ready(state)) is not None:
+                heapq.heappush(heads, (seq, name))
 
     def _launch(self, child: Child, state: _Route) -> None:
         try:
@@ -325,10 +308,7 @@ class Coordinator:
             self._record_event(child_id, "stop", reason)
 
     def _interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
-        watch = self._watch.setdefault(child.task.id, _Watch())
-        if watch.stop_requested_ts is None:
-            watch.stop_requested_ts = self._clock()
-            watch.stop_status = status
+        self._stop_requested.setdefault(child.task.id, self._clock())
         child.request_stop(status, reason)
 
     def _watchdog(self) -> None:
@@ -336,14 +316,13 @@ class Coordinator:
         now = self._clock()
         grace = self._engine.stall_grace_s
         for child in list(self._alive.values()):
-            watch = self._watch.get(child.task.id)
-            if watch is not None and watch.stop_requested_ts is not None:
-                if now - watch.stop_requested_ts > grace and child.finalize(
-                    watch.stop_status or ChildStatus.STALLED,
+            asked = self._stop_requested.get(child.task.id)
+            if asked is not None:
+                if now - asked > grace and child.finalize(
+                    child.stop_status or ChildStatus.STALLED,
                     f"did not stop within {grace:g}s; abandoned",
                 ):
-                    del self._alive[child.task.id]
-                    self._routes[child.route.name].alive -= 1
+                    self._release(child)
                     self._finished(child)
                 continue
             started = child.started_ts
@@ -380,6 +359,15 @@ class Coordinator:
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
                 self._record(child.row())
+
+
+def _ready(state: _Route) -> int | None:
+    """The seq of the route's next task if the route may start one now, else None."""
+    while state.queue and state.queue[0].status.terminal:
+        state.queue.popleft()  # stopped while queued
+    if state.queue and (state.cap is None or state.alive < state.cap):
+        return state.queue[0].task.seq
+    return None
 
 
 def totals_of(rows: Iterable[ChildRow]) -> Totals:
