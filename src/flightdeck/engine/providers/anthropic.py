@@ -16,7 +16,6 @@ import anthropic
 import httpx2
 
 from ..model import Usage
-from ..sanitize import redact
 from ..settings import Route
 from .base import (
     FatalError,
@@ -32,7 +31,15 @@ from .base import (
     UsageEvent,
 )
 from .openai import parse_arguments
-from .transport import Abort, anthropic_headroom, bound, http_client, retry_after, timeout_of
+from .transport import (
+    Abort,
+    anthropic_headroom,
+    bound,
+    clip_message,
+    http_client,
+    retry_after,
+    timeout_of,
+)
 
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 # An error event inside a stream is retried unless its type says the request itself is bad.
@@ -41,7 +48,6 @@ FATAL_STREAM_TYPES = frozenset(
 )
 # Account problems (out of credit, spend limit): retrying cannot help, whatever the status.
 FATAL_TYPES = frozenset({"billing_error", "insufficient_quota"})
-MAX_MESSAGE = 300
 
 
 class AnthropicProvider:
@@ -222,11 +228,6 @@ def to_anthropic_messages(request: TurnRequest) -> list[dict[str, Any]]:
 # --- errors --------------------------------------------------------------------------------------
 
 
-def _clip(text: str, secrets: tuple[str, ...]) -> str:
-    text = redact(" ".join(text.split()), secrets)
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
-
-
 def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
     body = exc.body
     error = body.get("error") if isinstance(body, dict) else None
@@ -240,7 +241,7 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
     """An SDK or transport exception as one of our typed errors (classified in limits)."""
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _detail(exc)
-        detail = _clip(message, secrets)
+        detail = clip_message(message, secrets)
         wait = retry_after(exc.response.headers)
         status = exc.status_code
         if status == 200:  # an `event: error` inside the stream
@@ -268,10 +269,10 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
     if isinstance(exc, anthropic.APIConnectionError):
         cause = exc.__cause__
         why = f"{type(cause).__name__}: {cause}" if cause is not None else exc.message
-        return TransientError(_clip(f"connection error: {why}", secrets))
+        return TransientError(clip_message(f"connection error: {why}", secrets))
     if isinstance(exc, httpx2.HTTPError):
-        return TransientError(_clip(f"stream broke: {type(exc).__name__}: {exc}", secrets))
+        return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
     if isinstance(exc, anthropic.APIError):
-        return TransientError(_clip(f"stream error: {exc.message}", secrets))
+        return TransientError(clip_message(f"stream error: {exc.message}", secrets))
     # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
-    return TransientError(_clip(f"malformed response: {type(exc).__name__}: {exc}", secrets))
+    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))

@@ -19,7 +19,6 @@ from openai.types.chat import ChatCompletionChunk
 
 from ..model import Usage
 from ..ratelimit import CHARS_PER_TOKEN, prompt_tokens_estimate
-from ..sanitize import redact
 from ..settings import Route
 from .base import (
     FatalError,
@@ -35,7 +34,15 @@ from .base import (
     TurnRequest,
     UsageEvent,
 )
-from .transport import Abort, bound, http_client, openai_headroom, retry_after, timeout_of
+from .transport import (
+    Abort,
+    bound,
+    clip_message,
+    http_client,
+    openai_headroom,
+    retry_after,
+    timeout_of,
+)
 
 # Error codes that mean "this account cannot be served": retrying cannot help.
 FATAL_CODES = frozenset(
@@ -48,7 +55,6 @@ FATAL_CODES = frozenset(
         "account_deactivated",
     }
 )
-MAX_MESSAGE = 300
 
 
 class OpenAIProvider:
@@ -240,11 +246,6 @@ def _message(m: Message) -> dict[str, Any]:
 # --- errors --------------------------------------------------------------------------------------
 
 
-def _clip(text: str, secrets: tuple[str, ...]) -> str:
-    text = redact(" ".join(text.split()), secrets)
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
-
-
 def _body_error(body: object) -> tuple[str | None, str]:
     """(code or type, message) from an OpenAI error body."""
     error = body.get("error", body) if isinstance(body, dict) else None
@@ -260,7 +261,7 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
         status = exc.status_code
         code, message = _body_error(exc.body)
         code = code or exc.code
-        detail = _clip(message or exc.message, secrets)
+        detail = clip_message(message or exc.message, secrets)
         wait = retry_after(exc.response.headers)
         if status in (401, 403):
             return FatalError(f"{status} authentication failed (check the API key): {detail}")
@@ -278,17 +279,17 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__
         why = f"{type(cause).__name__}: {cause}" if cause is not None else exc.message
-        return TransientError(_clip(f"connection error: {why}", secrets))
+        return TransientError(clip_message(f"connection error: {why}", secrets))
     if isinstance(exc, openai.APIError):
         # An error object inside the stream (status 200).
         code, message = _body_error({"error": exc.body})
-        detail = _clip(message or exc.message, secrets)
+        detail = clip_message(message or exc.message, secrets)
         if code in FATAL_CODES:
             return FatalError(f"{code}: {detail}")
         return TransientError(f"stream error: {detail}")
     if isinstance(exc, httpx2.TimeoutException):
         return TransientError("timeout: no data within the read timeout")
     if isinstance(exc, httpx2.HTTPError):
-        return TransientError(_clip(f"stream broke: {type(exc).__name__}: {exc}", secrets))
+        return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
     # json.JSONDecodeError (a ValueError) from a malformed chunk, or anything else the SDK threw.
-    return TransientError(_clip(f"malformed response: {type(exc).__name__}: {exc}", secrets))
+    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))

@@ -24,6 +24,7 @@ from typing import Any
 import httpcore2
 import httpx2
 
+from ..sanitize import redact
 from .base import HeadroomEvent
 
 try:  # not re-exported; without it a connect in progress is bounded by connect_timeout_s only
@@ -313,3 +314,12 @@ def anthropic_headroom(
         reset_tokens_s=tightest[1],
     )
     return event if event != HeadroomEvent() else None
+
+
+MAX_MESSAGE = 300  # an error message the operator reads in one row
+
+
+def clip_message(text: str, secrets: tuple[str, ...]) -> str:
+    """One line, the key redacted, at most MAX_MESSAGE characters: an error fit for the row."""
+    text = redact(" ".join(text.split()), secrets)
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
