@@ -174,11 +174,6 @@ class TranscriptWriter:
                 os.close(self._fd)
                 self._fd = None
 
-    def sync(self) -> None:
-        """Return once every line written so far is in the file."""
-        if self._sink is not None:
-            self._sink.flush()
-
     def __enter__(self) -> TranscriptWriter:
         return self
 
