@@ -23,6 +23,7 @@ from flightdeck.engine.settings import Settings, load_settings
 from flightdeck.engine.spec import load_batch
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import SteerDialog
+from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.rows import is_retrying
 
@@ -71,7 +72,7 @@ def to_png(svg: Path) -> Path | None:
 
 
 async def capture(engine: Engine) -> list[Path]:
-    app = FlightdeckApp(LiveView(engine), cursor_blink=False)
+    app = FlightdeckApp(LiveView(engine), UiOptions(cursor_blink=False))
     shots: list[Path] = []
 
     async def save(name: str) -> None:

@@ -45,6 +45,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.settings import Settings, default_sim_route
 from flightdeck.engine.spec import Batch, Task
 from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
 
 SIZES = (100, 1000, 5000)
@@ -153,7 +154,7 @@ def ms(seconds: float) -> float:
 
 async def refresh_costs(n: int, folder: Path) -> dict[str, Any]:
     view = SyntheticView(n, folder)
-    app = FlightdeckApp(view, poll_s=3600, cursor_blink=False)  # polls are driven below
+    app = FlightdeckApp(view, UiOptions(poll_s=3600, cursor_blink=False))  # polls are driven below
     async with app.run_test(size=SCREEN) as pilot:
         screen, table = app.main, app.main.table
         await pilot.pause(0.1)
@@ -243,7 +244,7 @@ async def latency_synthetic(folder: Path) -> list[dict[str, Any]]:
     results = []
     for frozen in (False, True):
         view = SyntheticView(1000, folder)
-        app = FlightdeckApp(view, cursor_blink=False)  # the shipped 0.3 s poll
+        app = FlightdeckApp(view, UiOptions(cursor_blink=False))  # the shipped 0.3 s poll
         if frozen:
 
             def settle(app: FlightdeckApp = app) -> bool:
@@ -276,7 +277,7 @@ async def latency_engine(folder: Path) -> dict[str, Any]:
             t0 = time.perf_counter()
             engine.snapshot()
             snap_times.append(time.perf_counter() - t0)
-        app = FlightdeckApp(LiveView(engine), cursor_blink=False)
+        app = FlightdeckApp(LiveView(engine), UiOptions(cursor_blink=False))
 
         def settle() -> bool:
             return engine.snapshot().totals.running >= 200 and len(app.main.table.shown) == 1000

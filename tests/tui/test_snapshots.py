@@ -14,12 +14,13 @@ from tui_fakes import StaticView, frozen_clock
 from tui_support import until
 
 from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.main import UiOptions
 
 SIZE = (160, 40)
 
 
 def app_on(folder: Path) -> FlightdeckApp:
-    return FlightdeckApp(StaticView(folder), clock=frozen_clock, cursor_blink=False)
+    return FlightdeckApp(StaticView(folder), UiOptions(clock=frozen_clock, cursor_blink=False))
 
 
 async def loaded(pilot: Pilot[Any]) -> None:

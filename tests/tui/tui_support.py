@@ -10,6 +10,7 @@ from textual.pilot import Pilot
 from flightdeck.engine.api import Engine
 from flightdeck.engine.spec import Task
 from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
 
 # FAST: a whole child in a fraction of a second. SLOW: about a second per turn and seven turns,
@@ -35,7 +36,9 @@ def make_tasks(goals: Sequence[str], **fields: Any) -> tuple[Task, ...]:
 
 def app_for(engine: Engine) -> FlightdeckApp:
     """The real app on a real engine, polling faster than a person needs."""
-    return FlightdeckApp(LiveView(engine), poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False)
+    return FlightdeckApp(
+        LiveView(engine), UiOptions(poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False)
+    )
 
 
 async def until(

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import cached_property
 
 from textual.app import App, SystemCommand
@@ -14,7 +13,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 
-from .screens.main import MainScreen
+from .screens.main import MainScreen, UiOptions
 from .view import EngineView, LiveView
 
 EXIT_OK = 0  # every child completed
@@ -28,21 +27,10 @@ class FlightdeckApp(App[bool]):
 
     TITLE = "flightdeck"
 
-    def __init__(
-        self,
-        view: EngineView,
-        *,
-        clock: Callable[[], float] = time.time,
-        poll_s: float = 0.3,
-        transcript_poll_s: float = 0.25,
-        cursor_blink: bool = True,
-    ) -> None:
+    def __init__(self, view: EngineView, options: UiOptions | None = None) -> None:
         super().__init__()
         self.view = view
-        self.clock = clock
-        self.poll_s = poll_s
-        self.transcript_poll_s = transcript_poll_s
-        self.cursor_blink = cursor_blink
+        self.options = options
 
     def on_mount(self) -> None:
         # Pushed rather than made the default screen: only pushed screens load their CSS_PATH.
@@ -50,13 +38,7 @@ class FlightdeckApp(App[bool]):
 
     @cached_property
     def main(self) -> MainScreen:
-        return MainScreen(
-            self.view,
-            clock=self.clock,
-            poll_s=self.poll_s,
-            transcript_poll_s=self.transcript_poll_s,
-            cursor_blink=self.cursor_blink,
-        )
+        return MainScreen(self.view, self.options)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
 
@@ -42,6 +43,16 @@ PALETTE = {
 }
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
 _FILTER_DEBOUNCE_S = 0.15
+
+
+@dataclass(frozen=True)
+class UiOptions:
+    """What tests, benchmarks and screenshots tune: the clock, poll intervals, cursor blink."""
+
+    clock: Callable[[], float] = time.time
+    poll_s: float = 0.3  # how often the table and meter read a fresh snapshot
+    transcript_poll_s: float = 0.25
+    cursor_blink: bool = True
 
 
 class MainScreen(Screen[None]):
@@ -139,21 +150,10 @@ class MainScreen(Screen[None]):
     frozen: var[bool] = var(False)
     """Whether live updates are paused (the engine keeps running)."""
 
-    def __init__(
-        self,
-        view: EngineView,
-        *,
-        clock: Callable[[], float] = time.time,
-        poll_s: float = 0.3,
-        transcript_poll_s: float = 0.25,
-        cursor_blink: bool = True,
-    ) -> None:
+    def __init__(self, view: EngineView, options: UiOptions | None = None) -> None:
         super().__init__()
         self.view = view
-        self.clock = clock
-        self.poll_s = poll_s
-        self.transcript_poll_s = transcript_poll_s
-        self.cursor_blink = cursor_blink
+        self.options = options or UiOptions()
         self.snapshot: Snapshot | None = None
         self.quit_requested = False
         self._notices: list[tuple[str, str]] = []  # (text, severity) since the last poll
@@ -165,10 +165,10 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield CostMeter(id="meter")
         yield ChildrenTable(id="children")
-        yield TranscriptView(id="transcript", poll_s=self.transcript_poll_s)
+        yield TranscriptView(id="transcript", poll_s=self.options.transcript_poll_s)
         filter_input = FilterInput(placeholder="filter: words status:failed route:sim is:tagged")
         filter_input.id = "filter"
-        filter_input.cursor_blink = self.cursor_blink
+        filter_input.cursor_blink = self.options.cursor_blink
         yield filter_input
         yield StatusBar(id="status")
         yield Footer()
@@ -185,7 +185,7 @@ class MainScreen(Screen[None]):
         self.query_one("#filter").display = False
         self._unsubscribe = self.view.subscribe(self._forward)
         self.poll()
-        self.set_interval(self.poll_s, self.poll)
+        self.set_interval(self.options.poll_s, self.poll)
 
     def on_unmount(self) -> None:
         if self._unsubscribe is not None:
@@ -207,7 +207,7 @@ class MainScreen(Screen[None]):
 
     def apply(self, snap: Snapshot) -> None:
         self.snapshot = snap
-        now = self.clock()
+        now = self.options.clock()
         table = self.table
         with self.app.batch_update():
             table.apply(snap.children, now)
@@ -328,7 +328,7 @@ class MainScreen(Screen[None]):
             when = "now" if request.now else "at next turn"
             self.notify(f"steer queued for {len(ids)} ({when})", markup=False)
 
-        self.app.push_screen(SteerDialog(ids, cursor_blink=self.cursor_blink), send)
+        self.app.push_screen(SteerDialog(ids, cursor_blink=self.options.cursor_blink), send)
 
     def action_stop(self) -> None:
         ids = self.live_targets()
