@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,18 +19,13 @@ from rich.text import Text
 from flightdeck.engine.errors import InputError
 from flightdeck.engine.model import ChildFinished, ChildStatus, EngineEvent, Snapshot
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import fmt_cost, fmt_tokens
+from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_tokens
+
+if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
+    from flightdeck.engine.api import Engine
+    from flightdeck.engine.store import StoreReader
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-GLYPHS = {
-    ChildStatus.COMPLETED: "✓",
-    ChildStatus.FAILED: "✗",
-    ChildStatus.STOPPED: "■",
-    ChildStatus.TIMED_OUT: "⌛",
-    ChildStatus.STALLED: "⏸",
-    ChildStatus.UNKNOWN: "?",
-}
 
 
 class UsageError(InputError):
@@ -121,11 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_headless(engine, _console())
 
 
-def run_headless(engine: object, console: Console) -> int:
+def run_headless(engine: Engine, console: Console) -> int:
     """Print the batch id, one line per finished child, then a summary table."""
-    from flightdeck.engine.api import Engine
-
-    assert isinstance(engine, Engine)
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
     interrupted = False
@@ -190,7 +183,8 @@ def completion_line(event: ChildFinished) -> Text:
     ok = row.status is ChildStatus.COMPLETED
     width = len(str(event.total))
     line = Text()
-    line.append(GLYPHS.get(row.status, "?"), style="green" if ok else "red")
+    glyph, style = GLYPHS[row.status]
+    line.append(glyph, style=style)
     line.append(f" [{event.done:>{width}}/{event.total}] ")
     line.append(row.id, style="bold")
     a = row.activity
@@ -228,7 +222,7 @@ def summary_table(snap: Snapshot) -> Table:
 # --- report / ls ---------------------------------------------------------------------------------
 
 
-def _reader(state_dir: Path | None) -> object:
+def _reader(state_dir: Path | None) -> StoreReader:
     from flightdeck.engine.settings import load_settings, state_dir_from
     from flightdeck.engine.store import StoreReader
 
@@ -241,10 +235,8 @@ def _reader(state_dir: Path | None) -> object:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from flightdeck.engine.report import build_report, render_json, render_markdown
-    from flightdeck.engine.store import StoreReader
 
     reader = _reader(args.state_dir)
-    assert isinstance(reader, StoreReader)
     try:
         report = build_report(reader, args.batch_id)
     except LookupError as exc:
@@ -259,10 +251,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     import time
 
-    from flightdeck.engine.store import StoreReader
-
     reader = _reader(args.state_dir)
-    assert isinstance(reader, StoreReader)
     try:
         batches = reader.batches()
     finally:

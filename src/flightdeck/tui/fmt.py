@@ -5,7 +5,26 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-__all__ = ["fmt_age", "fmt_clock", "fmt_cost", "fmt_span", "fmt_tokens"]
+from flightdeck.engine.model import ChildStatus
+
+__all__ = ["GLYPHS", "Cell", "fmt_age", "fmt_clock", "fmt_cost", "fmt_span", "fmt_tokens"]
+
+# A cell is its plain text and a Rich style name; comparing these tuples is how the table
+# finds the cells that changed without building any renderable.
+Cell = tuple[str, str]
+
+# One glyph per status, the same in the TUI and in headless output.
+GLYPHS: dict[ChildStatus, Cell] = {
+    ChildStatus.QUEUED: ("○", "dim"),
+    ChildStatus.GATED: ("◌", "dim"),
+    ChildStatus.RUNNING: ("●", "green"),
+    ChildStatus.COMPLETED: ("✓", "green"),
+    ChildStatus.FAILED: ("✗", "bold red"),
+    ChildStatus.STOPPED: ("■", "yellow"),
+    ChildStatus.TIMED_OUT: ("◷", "bold red"),
+    ChildStatus.STALLED: ("⊗", "bold red"),
+    ChildStatus.UNKNOWN: ("?", "bold magenta"),
+}
 
 
 def fmt_tokens(n: int) -> str:

@@ -14,7 +14,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..widgets.rows import GLYPHS, RETRYING_GLYPH, STATUS_ALIASES, TAG_MARK
+from ..fmt import GLYPHS
+from ..widgets.rows import RETRYING_GLYPH, STATUS_ALIASES, TAG_MARK
 
 FILTER_HELP = (
     ("words", "all must appear in the id, goal, group, activity or error"),

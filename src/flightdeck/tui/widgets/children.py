@@ -15,10 +15,10 @@ from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from flightdeck.engine.model import ChildRow, ChildStatus
 
+from ..fmt import Cell
 from .rows import (
     COLUMN_KEYS,
     COLUMNS,
-    Cell,
     RowFilter,
     SortOrder,
     doing,

@@ -8,26 +8,11 @@ from enum import StrEnum
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.sanitize import one_line
 
-from ..fmt import fmt_age, fmt_cost, fmt_span, fmt_tokens
-
-# A cell is its plain text and a Rich style name; comparing these tuples is how the table
-# finds the cells that changed without building any renderable.
-Cell = tuple[str, str]
+from ..fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
 DOING_CHARS = 60
 
-GLYPHS: dict[ChildStatus, Cell] = {
-    ChildStatus.QUEUED: ("○", "dim"),
-    ChildStatus.GATED: ("◌", "dim"),
-    ChildStatus.RUNNING: ("●", "green"),
-    ChildStatus.COMPLETED: ("✓", "green"),
-    ChildStatus.FAILED: ("✗", "bold red"),
-    ChildStatus.STOPPED: ("■", "yellow"),
-    ChildStatus.TIMED_OUT: ("◷", "bold red"),
-    ChildStatus.STALLED: ("⊗", "bold red"),
-    ChildStatus.UNKNOWN: ("?", "bold magenta"),
-}
 RETRYING_GLYPH: Cell = ("↻", "bold yellow")
 TAG_MARK = "◆"
 
