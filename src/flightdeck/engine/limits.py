@@ -47,10 +47,8 @@ class RouteThrottle:
         self.limiter = limiter
 
     def admit(self, route: Route, tokens: int, interrupt: threading.Event) -> Lease:
-        """Wait out a route pause, then reserve one request and `tokens` from the buckets."""
-        while (wait := self.remaining()) > 0:
-            if interrupt.wait(wait):
-                raise StopRequested
+        """Reserve one request and `tokens` from the buckets (a route pause is waited out by
+        RetryPolicy before every attempt)."""
         with self._lock:
             if self.limiter is None:
                 self.limiter = RateLimiter(route.rpm, route.tpm, clock=self._clock)
@@ -63,6 +61,12 @@ class RouteThrottle:
     def pause(self, seconds: float) -> None:
         with self._lock:
             self._paused_until = max(self._paused_until, self._clock() + seconds)
+
+    def wait_out_pause(self, interrupt: threading.Event) -> None:
+        """Block while the route is paused (again if the pause is extended meanwhile)."""
+        while (wait := self.remaining()) > 0:
+            if interrupt.wait(wait):
+                raise StopRequested
 
     def remaining(self) -> float:
         # Every attempt of every child asks: read without the lock (a float read is atomic
@@ -164,11 +168,8 @@ class RetryPolicy:
             if interrupt.is_set():
                 raise StopRequested
             if self.throttle is not None:
-                # Another thread of this route was told to back off: wait with it (again if
-                # the pause was extended meanwhile).
-                while (wait := self.throttle.remaining()) > 0:
-                    if interrupt.wait(wait):
-                        raise StopRequested
+                # Another thread of this route was told to back off: wait with it.
+                self.throttle.wait_out_pause(interrupt)
             return fn()
 
         # Nearly every call succeeds at once: make the first attempt before building the retry
