@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import secrets
 import threading
 import time
@@ -124,13 +123,16 @@ class Engine:
         now = self.clock()
         self._started_ts = now
         children = []
+        batch_dir = str(self.batch_dir)
         for task in self.batch.tasks:
             route = self.settings.route(task.route)
             # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
             # exactly), while children of one batch still spread out.
-            jitter = random.Random(f"{route.options.get('seed', 0)}:{task.id}")
             retry = RetryPolicy(
-                route.retry, scale=route.time_scale, throttle=throttles[route.name], rng=jitter
+                route.retry,
+                scale=route.time_scale,
+                throttle=throttles[route.name],
+                seed=f"{route.options.get('seed', 0)}:{task.id}",
             )
             children.append(
                 Child(
@@ -139,7 +141,7 @@ class Engine:
                     self._providers[route.name],
                     retry,
                     toolbox,
-                    self.batch_dir / f"{task.id}.log",
+                    f"{batch_dir}{os.sep}{task.id}.log",  # a str: 2,000 Paths cost more
                     self.meter,
                     self.clock,
                     self._report,
@@ -208,7 +210,11 @@ class Engine:
                     n: {"provider": r.provider, "model": r.model} for n, r in self.routes.items()
                 },
                 "children": [
-                    {"id": c.task.id, "route": c.route.name, "transcript": c.transcript_path.name}
+                    {
+                        "id": c.task.id,
+                        "route": c.route.name,
+                        "transcript": os.path.basename(c.transcript_path),
+                    }
                     for c in children
                 ],
             },

@@ -6,15 +6,12 @@ thread; shared fields are guarded by one lock and readers get frozen `ChildRow` 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import traceback
 from collections import deque
 from collections.abc import Callable
 from decimal import Decimal
-from pathlib import Path
-from typing import Any
 
 from .limits import RetryNotice, RetryPolicy, StopRequested
 from .meter import Meter
@@ -45,6 +42,7 @@ SYSTEM_PROMPT = (
     "follow them. When you are done, answer with your final result and call no tool."
 )
 TRANSCRIPT_TOOL_CHARS = 2000
+_KEEP = object()  # `_tick(tool=...)` left out: the current tool is unchanged
 
 Fact = Callable[[object], None]
 
@@ -59,7 +57,7 @@ class Child:
         provider: Provider,
         retry: RetryPolicy,
         toolbox: Toolbox,
-        transcript_path: Path,
+        transcript_path: str,
         meter: Meter,
         clock: Callable[[], float],
         report: Fact,
@@ -89,7 +87,16 @@ class Child:
         # mutable state, guarded by _lock; `version` lets readers skip unchanged children
         self.version = 0
         self.status = ChildStatus.QUEUED
-        self._activity = Activity()
+        # The activity token, as plain fields: ticked several times per turn, it becomes a
+        # frozen `Activity` only when a reader asks for a changed row.
+        self._api_calls = 0
+        self._tool_calls = 0
+        self._retries = 0
+        self._turns = 0
+        self._current_tool: str | None = None
+        self._tool_started_ts: float | None = None
+        self._last_activity_ts: float | None = None
+        self._text = ""
         self._usage = Usage()
         self._cost: Decimal | None = Decimal(0)
         self.queued_ts = queued_ts
@@ -125,7 +132,16 @@ class Child:
                 route=self.route.name,
                 model=self.route.model,
                 status=self.status,
-                activity=self._activity,
+                activity=Activity(
+                    self._api_calls,
+                    self._tool_calls,
+                    self._retries,
+                    self._turns,
+                    self._current_tool,
+                    self._tool_started_ts,
+                    self._last_activity_ts,
+                    self._text,
+                ),
                 usage=self._usage,
                 cost_usd=self._cost,
                 queued_ts=self.queued_ts,
@@ -133,7 +149,7 @@ class Child:
                 finished_ts=self.finished_ts,
                 error=self._error,
                 result=self._result,
-                transcript=str(self.transcript_path),
+                transcript=self.transcript_path,
                 steers=tuple(self._steers.values()),
             )
             self._row, self._row_version = row, self.version
@@ -141,11 +157,11 @@ class Child:
 
     @property
     def last_activity(self) -> float | None:
-        return self._activity.last_activity_ts
+        return self._last_activity_ts
 
     @property
     def in_tool(self) -> bool:
-        return self._activity.current_tool is not None
+        return self._current_tool is not None
 
     @property
     def stop_status(self) -> ChildStatus | None:
@@ -200,9 +216,8 @@ class Child:
             self.status = status
             self.finished_ts = self._clock()
             self._error = error
-            self._activity = _replace(
-                self._activity, current_tool=None, tool_started_ts=None, text=status.value
-            )
+            self._current_tool = self._tool_started_ts = None
+            self._text = status.value
             self.version += 1
         return True
 
@@ -227,8 +242,8 @@ class Child:
         now = self._clock()
         with self._lock:
             self.status = ChildStatus.RUNNING
-            self.started_ts = now
-            self._activity = _replace(self._activity, last_activity_ts=now, text="starting")
+            self.started_ts = self._last_activity_ts = now
+            self._text = "starting"
             self.version += 1
         self.transcript.write("system", SYSTEM_PROMPT)
 
@@ -241,7 +256,7 @@ class Child:
         for turn in range(self.task.max_turns):
             self._check_stop()
             self._deliver_steers(messages)
-            self._tick(turns=turn + 1)
+            self._tick(turn=turn + 1)
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
             if not result.tool_calls:
@@ -284,7 +299,7 @@ class Child:
         )
         # Route pause and rpm/tpm buckets; the token estimate is reconciled with usage below.
         lease = self._retry.admit(self.route, estimate_tokens(request), self.interrupt)
-        self._tick(api_call=True, text="waiting for model")
+        self._tick("waiting for model", api_call=True)
         text: list[str] = []
         calls: list[ToolCall] = []
         usage = Usage()
@@ -299,10 +314,10 @@ class Child:
                 if isinstance(event, TextDelta):
                     text.append(event.text)
                     self.transcript.stream(event.text)
-                    self._tick(text="streaming")
+                    self._tick("streaming")
                 elif isinstance(event, ToolCallEvent):
                     calls.append(event.call)
-                    self._tick(text=f"calling {event.call.name}")
+                    self._tick(f"calling {event.call.name}")
                 elif isinstance(event, UsageEvent):
                     usage += event.usage
                     self._bill(event.usage)  # billed tokens count even if the turn is dropped
@@ -328,14 +343,7 @@ class Child:
     def _run_tool(self, call: ToolCall) -> Message:
         args = json.dumps(dict(call.arguments), ensure_ascii=False)
         self.transcript.write("tool-call", f"{call.name} {args}")
-        now = self._clock()
-        self._tick(
-            tool_call=True,
-            current_tool=call.name,
-            tool_started_ts=now,
-            last_activity_ts=now,
-            text=f"tool: {call.name}",
-        )
+        self._tick(f"tool: {call.name}", tool_call=True, tool=call.name)
         try:
             output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
@@ -343,7 +351,7 @@ class Child:
         shown = output if len(output) <= TRANSCRIPT_TOOL_CHARS else output[:TRANSCRIPT_TOOL_CHARS]
         more = len(output) - len(shown)
         self.transcript.write("tool", shown + (f"\n… ({more} more characters)" if more else ""))
-        self._tick(current_tool=None, tool_started_ts=None, text="thinking")
+        self._tick("thinking", tool=None)
         return Message("tool", output, tool_call_id=call.id, name=call.name)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
@@ -381,35 +389,33 @@ class Child:
 
     def _on_retry(self, notice: RetryNotice) -> None:
         self.transcript.write("engine", notice.text)
-        self._tick(retry=True, text=notice.text)
+        self._tick(notice.text, retry=True)
 
     def _tick(
         self,
+        text: str | None = None,
         *,
         api_call: bool = False,
         tool_call: bool = False,
         retry: bool = False,
-        **changes: Any,
+        turn: int | None = None,
+        tool: str | None | object = _KEEP,
     ) -> None:
-        """Update the activity token: bump counters, set `changes`, stamp the activity time."""
-        changes.setdefault("last_activity_ts", self._clock())
+        """Update the activity token: bump counters, set what changed, stamp the activity time.
+
+        `tool` is the tool now running (None when it returns); left out, it stays as it was.
+        """
+        now = self._clock()
         with self._lock:
-            a = self._activity
-            self._activity = _replace(
-                a,
-                api_calls=a.api_calls + api_call,
-                tool_calls=a.tool_calls + tool_call,
-                retries=a.retries + retry,
-                **changes,
-            )
+            self._api_calls += api_call
+            self._tool_calls += tool_call
+            self._retries += retry
+            if turn is not None:
+                self._turns = turn
+            if tool is not _KEEP:
+                self._current_tool = tool  # type: ignore[assignment]
+                self._tool_started_ts = None if tool is None else now
+            if text is not None:
+                self._text = text
+            self._last_activity_ts = now
             self.version += 1
-
-
-def _replace(activity: Activity, **changes: Any) -> Activity:
-    """dataclasses.replace, without its per-call field introspection (a hot path)."""
-    values = {name: getattr(activity, name) for name in _ACTIVITY_FIELDS}
-    values.update(changes)
-    return Activity(**values)
-
-
-_ACTIVITY_FIELDS = tuple(f.name for f in dataclasses.fields(Activity))

@@ -134,11 +134,20 @@ class RetryPolicy:
         scale: float = 1.0,
         throttle: RouteThrottle | None = None,
         rng: random.Random | None = None,
+        seed: str | None = None,
     ) -> None:
         self.settings = settings
         self.scale = scale
         self.throttle = throttle
-        self._rng = rng or random.Random()
+        # Seeding from a string hashes it (sha512): built on the first retry, not per child,
+        # since nearly every call succeeds at once.
+        self._rng = rng
+        self._seed = seed
+
+    def _jitter_rng(self) -> random.Random:
+        if self._rng is None:
+            self._rng = random.Random(self._seed)
+        return self._rng
 
     def call(
         self,
@@ -192,7 +201,7 @@ class RetryPolicy:
 
         retrying = Retrying(
             stop=stop_after_attempt(self.settings.attempts),
-            wait=_WaitWithRetryAfter(self.settings, self.scale, self._rng),
+            wait=_WaitWithRetryAfter(self.settings, self.scale, self._jitter_rng()),
             retry=retry_if_exception(classify),
             sleep=sleep,
             before_sleep=before_sleep,

@@ -122,7 +122,7 @@ class TranscriptWriter:
 
     def __init__(
         self,
-        path: Path,
+        path: str | Path,
         clock: Callable[[], float] = time.time,
         *,
         secrets: Iterable[str] = (),
@@ -138,10 +138,10 @@ class TranscriptWriter:
         self._stamp_second = -1
         self._stamp_prefix = ""
         self._sink = sink
-        self._key = str(path)
+        self._key = os.fspath(path)
         self._fd: int | None = None
         if sink is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(path, _OPEN_FLAGS, 0o644)
 
     def write(self, role: str, text: str, ts: float | None = None) -> None:
