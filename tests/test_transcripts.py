@@ -216,3 +216,42 @@ def test_tail_lines_bounded_memory_on_giant_line(tmp_path: Path) -> None:
     path.write_text("x" * 100_000 + "\n")
     lines, cut = tail_lines(path, 5, block_size=1000, max_bytes=5000)
     assert cut and len(lines) == 1 and 4000 < len(lines[0]) < 7000
+
+
+class _ManualSink(transcripts.TranscriptSink):
+    """Drains only on flush/close, so a test decides what one drain sees."""
+
+    DRAIN_S = 60.0
+    MAX_OPEN = 2
+
+
+def test_sink_keeps_order_per_file_and_writes_each_file_once_per_drain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[tuple[int, bytes]] = []
+    real = transcripts._write_all
+
+    def counting(fd: int, data: bytes) -> None:
+        writes.append((fd, bytes(data)))
+        real(fd, data)
+
+    monkeypatch.setattr(transcripts, "_write_all", counting)
+    sink = _ManualSink()
+    paths = [str(tmp_path / f"c{i}.log") for i in range(3)]
+    for n in range(5):
+        for p in paths:
+            sink.append(p, f"{os.path.basename(p)} line {n}\n".encode())
+    assert sink.flush(5)
+    # three files, more than MAX_OPEN: the least recently used descriptor was closed, no loss
+    assert len(writes) == 3
+    for p in paths:
+        name = os.path.basename(p)
+        assert read(Path(p)) == [f"{name} line {n}" for n in range(5)]
+
+    # a release writes what is pending first; later lines reopen the file and append
+    sink.append(paths[0], b"before release\n")
+    sink.release(paths[0])
+    sink.append(paths[0], b"after release\n")
+    sink.close()
+    assert read(Path(paths[0]))[-2:] == ["before release", "after release"]
+    assert len(writes) == 5

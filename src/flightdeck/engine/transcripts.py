@@ -33,7 +33,7 @@ class TranscriptSink:
     """One thread appends every child's lines, like the SQLite writer does for rows.
 
     Worker threads then never block on file I/O, and 64 threads never contend to create files in
-    one folder; each queued item is still whole lines written with one `os.write`. Appends do
+    one folder; every `os.write` is whole lines, so a reader never sees half a line. Appends do
     not wake the thread: it drains every `DRAIN_S`, so a burst of lines costs no thread switch
     per line (a `tail -f` sees them at most that much later).
     """
@@ -79,27 +79,47 @@ class TranscriptSink:
         while True:
             self._wake.wait(self.DRAIN_S)
             self._wake.clear()  # whatever set it appended its item first: drained below
+            # Lines queued for one file since the last drain go out in one write: an instant
+            # child's whole transcript is one syscall, not one per line. Order within a file
+            # is kept; a release, flush or close first writes what is pending.
+            pending: dict[str, list[bytes]] = {}
             while items:
                 item = items.popleft()
                 if item is None:
+                    self._write_pending(pending)
                     for fd in self._fds.values():
                         os.close(fd)
                     self._fds.clear()
                     return
-                self._apply(*item)
+                path, data = item
+                if isinstance(data, bytes):
+                    chunks = pending.get(path)
+                    if chunks is None:
+                        pending[path] = [data]
+                    else:
+                        chunks.append(data)
+                elif data is None:
+                    self._write(path, pending.pop(path, None))
+                    fd = self._fds.pop(path, None)
+                    if fd is not None:
+                        os.close(fd)
+                else:
+                    self._write_pending(pending)
+                    data.set()
+            self._write_pending(pending)
 
-    def _apply(self, path: str, data: bytes | threading.Event | None) -> None:
-        if isinstance(data, threading.Event):
-            data.set()
-        elif data is None:
-            fd = self._fds.pop(path, None)
-            if fd is not None:
-                os.close(fd)
-        else:
-            try:
-                _write_all(self._fd(path), data)
-            except OSError:
-                log.exception("cannot append to transcript %s", path)
+    def _write_pending(self, pending: dict[str, list[bytes]]) -> None:
+        for path, chunks in pending.items():
+            self._write(path, chunks)
+        pending.clear()
+
+    def _write(self, path: str, chunks: list[bytes] | None) -> None:
+        if not chunks:
+            return
+        try:
+            _write_all(self._fd(path), chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        except OSError:
+            log.exception("cannot append to transcript %s", path)
 
     def _fd(self, path: str) -> int:
         fd = self._fds.get(path)
