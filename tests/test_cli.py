@@ -170,3 +170,17 @@ def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("flightdeck: state_dir: cannot use ")
     assert "Traceback" not in result.stderr
+
+
+def test_run_widens_the_gil_switch_interval(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flightdeck.engine.limits import GIL_SWITCH_INTERVAL_S
+    from flightdeck.tui import cli
+
+    seen: list[float] = []
+    monkeypatch.setattr(sys, "setswitchinterval", seen.append)  # the test process keeps its own
+    monkeypatch.chdir(project)
+    assert cli.main(["run", "tasks.jsonl", "--headless", "--state-dir", "st"]) == 0
+    assert seen == [GIL_SWITCH_INTERVAL_S]
+    assert "batch " in capsys.readouterr().out

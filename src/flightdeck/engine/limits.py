@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import threading
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -240,3 +241,19 @@ def auto_pool_size(routes: Iterable[Route], cpu_count: int | None) -> int:
     if limits and all(limit is not None for limit in limits):
         size = min(size, sum(limit for limit in limits if limit is not None))
     return max(1, size)
+
+
+# CPython's default is 5 ms. Every thread waiting for the GIL wakes once per interval to ask
+# for it, so 64 runnable workers cost thousands of futile wake-ups a second: on the engine
+# benchmark (2,000 instant sim children, 64 slots) 20 ms cut context switches by 5x and raised
+# throughput by about half, while the TUI's key-to-frame latency with 200 live children stayed
+# the same (tests/bench). Children that wait on the network are not affected either way.
+GIL_SWITCH_INTERVAL_S = 0.02
+
+
+def tune_interpreter() -> None:
+    """Process-wide settings for running the engine; the `flightdeck` command calls this.
+
+    A library embedding `Engine` decides for its own process, so `Engine` never calls it.
+    """
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)

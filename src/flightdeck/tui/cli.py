@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from flightdeck.engine.api import Engine
+    from flightdeck.engine.limits import tune_interpreter
     from flightdeck.engine.settings import load_settings, state_dir_from
     from flightdeck.engine.spec import load_batch
 
@@ -105,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         state_dir=state_dir_from(args.state_dir, settings),
         max_concurrent=args.max_concurrent,
     )
+    tune_interpreter()
     if not args.headless and sys.stdout.isatty():
         from flightdeck.tui.app import run_app
 
