@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from decimal import Decimal
 
+from .flag import Flag
 from .limits import RetryNotice, RetryPolicy, StopRequested
 from .meter import Meter
 from .model import Activity, ChildRow, ChildStatus, SteerReceipt, SteerState, Usage
@@ -77,7 +78,7 @@ class Child:
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
         self._lock = threading.Lock()
-        self.interrupt = threading.Event()
+        self.interrupt = Flag()
         self._stream: TurnStream | None = None
         self._now_pending = False
         self._inbox: deque[SteerReceipt] = deque()
@@ -399,7 +400,7 @@ class Child:
         tool_call: bool = False,
         retry: bool = False,
         turn: int | None = None,
-        tool: str | None | object = _KEEP,
+        tool: str | object | None = _KEEP,
     ) -> None:
         """Update the activity token: bump counters, set what changed, stamp the activity time.
 

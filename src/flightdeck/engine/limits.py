@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from .flag import Waitable
 from .providers.base import FatalError, ProviderError, RateLimited
 from .ratelimit import Cancelled, Lease, RateLimiter
 from .settings import RetrySettings, Route
@@ -47,7 +48,7 @@ class RouteThrottle:
         self._paused_until = 0.0
         self.limiter = limiter
 
-    def admit(self, route: Route, tokens: int, interrupt: threading.Event) -> Lease:
+    def admit(self, route: Route, tokens: int, interrupt: Waitable) -> Lease:
         """Reserve one request and `tokens` from the buckets (a route pause is waited out by
         RetryPolicy before every attempt)."""
         with self._lock:
@@ -63,7 +64,7 @@ class RouteThrottle:
         with self._lock:
             self._paused_until = max(self._paused_until, self._clock() + seconds)
 
-    def wait_out_pause(self, interrupt: threading.Event) -> None:
+    def wait_out_pause(self, interrupt: Waitable) -> None:
         """Block while the route is paused (again if the pause is extended meanwhile)."""
         while (wait := self.remaining()) > 0:
             if interrupt.wait(wait):
@@ -154,7 +155,7 @@ class RetryPolicy:
         self,
         fn: Callable[[], T],
         *,
-        interrupt: threading.Event,
+        interrupt: Waitable,
         on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> T:
         """Call `fn` until it succeeds, fails fatally, runs out of attempts, or is stopped."""
@@ -210,7 +211,7 @@ class RetryPolicy:
         )
         return retrying(replay_then_attempt)
 
-    def admit(self, route: Route, tokens: int, interrupt: threading.Event) -> Lease:
+    def admit(self, route: Route, tokens: int, interrupt: Waitable) -> Lease:
         """Take this call's share of the route's rate limits (no limit without a throttle)."""
         if self.throttle is None:
             return Lease(None, tokens)

@@ -19,16 +19,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .flag import Waitable
 from .providers.base import ToolSpec, TurnRequest
 
 Clock = Callable[[], float]
 # wait(cancel, seconds) -> True if `cancel` was set before the time was up
-Wait = Callable[[threading.Event | None, float], bool]
+Wait = Callable[[Waitable | None, float], bool]
 
 CHARS_PER_TOKEN = 4  # about right for English and code on current tokenizers
 
 
-def _wait(cancel: threading.Event | None, seconds: float) -> bool:
+def _wait(cancel: Waitable | None, seconds: float) -> bool:
     if cancel is None:
         time.sleep(seconds)
         return False
@@ -119,7 +120,7 @@ class RateLimiter:
     def unlimited(self) -> bool:
         return self.requests is None and self.tokens is None
 
-    def acquire(self, tokens: int, cancel: threading.Event | None = None) -> Lease:
+    def acquire(self, tokens: int, cancel: Waitable | None = None) -> Lease:
         """Reserve one request and `tokens`; sleep until both are covered. Raises Cancelled."""
         if self.unlimited:
             return Lease(None, tokens)

@@ -100,9 +100,9 @@ class TranscriptSink:
                         chunks.append(data)
                 elif data is None:
                     self._write(path, pending.pop(path, None))
-                    fd = self._fds.pop(path, None)
-                    if fd is not None:
-                        os.close(fd)
+                    open_fd = self._fds.pop(path, None)
+                    if open_fd is not None:
+                        os.close(open_fd)
                 else:
                     self._write_pending(pending)
                     data.set()

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..flag import Flag
 from ..model import Usage
 from ..settings import Route
 from .base import (
@@ -136,7 +137,7 @@ class SimStream:
         self._req = request
         self._rng = rng
         self._stall = stall
-        self._closed = threading.Event()
+        self._closed = Flag()
 
     def close(self) -> None:
         self._closed.set()
