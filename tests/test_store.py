@@ -400,3 +400,16 @@ def test_process_start_time() -> None:
     assert process_start_time(os.getpid()) == mine
     assert process_start_time(1) is not None and process_start_time(1) <= mine  # type: ignore[operator]
     assert process_start_time(2**31 - 1) is None
+
+
+def test_consecutive_writes_of_one_statement_run_as_one_executemany_in_order() -> None:
+    from flightdeck.engine.store import _runs, _Write
+
+    writes = [
+        _Write("a", "A", (1,)),
+        _Write("a", "A", [(2,), (3,)], many=True),
+        _Write("b", "B", (4,)),
+        _Write("a", "A", (5,)),
+    ]
+    assert list(_runs(writes)) == [("A", [(1,), (2,), (3,)]), ("B", [(4,)]), ("A", [(5,)])]
+    assert list(_runs([])) == []

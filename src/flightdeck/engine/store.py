@@ -8,7 +8,7 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -285,7 +285,8 @@ class Store:
             conn.close()
             raise
         self._conn = conn
-        self._queue: queue.Queue[_Op] = queue.Queue()
+        # SimpleQueue: put is one C call, no Python-level lock and condition per row
+        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self.failed_writes = 0
@@ -423,11 +424,8 @@ class Store:
     def _transaction(self, writes: list[_Write]) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
-        for write in writes:
-            if write.many:
-                conn.executemany(write.sql, write.params)
-            else:
-                conn.execute(write.sql, write.params)
+        for sql, params in _runs(writes):
+            conn.executemany(sql, params)
         conn.execute("COMMIT")
 
     def _rollback(self) -> None:
@@ -436,6 +434,23 @@ class Store:
                 self._conn.execute("ROLLBACK")
             except sqlite3.Error as exc:
                 log.error("flightdeck store: rollback failed: %s", exc)
+
+
+def _runs(writes: list[_Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
+    """Consecutive writes of one statement, merged: one executemany instead of a call each."""
+    sql: str | None = None
+    params: list[Sequence[Any]] = []
+    for write in writes:
+        if write.sql != sql:
+            if sql is not None:
+                yield sql, params
+            sql, params = write.sql, []
+        if write.many:
+            params.extend(write.params)
+        else:
+            params.append(write.params)
+    if sql is not None:
+        yield sql, params
 
 
 def _coalesce(writes: list[_Write]) -> list[_Write]:
