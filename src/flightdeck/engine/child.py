@@ -111,6 +111,9 @@ class Child:
     @property
     def transcript(self) -> TranscriptWriter:
         """Opened on first use, so a queued child holds no file descriptor."""
+        transcript = self._transcript
+        if transcript is not None:  # the common case, read without the lock (set only once)
+            return transcript
         with self._lock:
             if self._transcript is None:
                 self._transcript = TranscriptWriter(

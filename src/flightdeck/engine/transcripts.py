@@ -225,8 +225,12 @@ class TranscriptWriter:
             self._emit("assistant", [line], self._clock())
 
     def _emit(self, role: str, lines: list[str], ts: float) -> None:
-        head = f"{self._stamp(ts)}  {sanitize(role).ljust(ROLE_WIDTH)}{SEPARATOR}"
-        data = "".join(f"{head}{line}\n" for line in lines)
+        label = _LABELS.get(role) or _label(role)
+        head = f"{self._stamp(ts)}  {label}"
+        if len(lines) == 1:
+            data = f"{head}{lines[0]}\n"
+        else:
+            data = "".join(f"{head}{line}\n" for line in lines)
         if self._secrets:
             data = redact(data, self._secrets)
         raw = data.encode("utf-8", "replace")
@@ -250,6 +254,13 @@ class TranscriptWriter:
             self._stamp_prefix = time.strftime("%H:%M:%S", time.localtime(second))
         millis = min(999, int((ts - second) * 1000))
         return f"{self._stamp_prefix}.{millis:03d}"
+
+
+def _label(role: str) -> str:
+    return f"{sanitize(role).ljust(ROLE_WIDTH)}{SEPARATOR}"
+
+
+_LABELS = {role: _label(role) for role in ROLES}  # every line has one: built once, not per line
 
 
 def _write_all(fd: int, data: bytes) -> None:
