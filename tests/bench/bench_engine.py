@@ -89,18 +89,24 @@ def main() -> dict[str, object]:
     ratios: list[float] = []
     rss_mb = 0.0
     lines = 0
-    # File creation on a shared disk swings by 5x from minute to minute, so each round runs the
-    # engine and the floor back to back and the ratio is taken within the round; the median of
-    # those ratios is the figure. Nothing is deleted until the end: deletes slow later creates.
+    # File creation on a shared disk swings by 5x from minute to minute, so each round measures
+    # the floor just before and just after the engine and divides the engine's time into their
+    # mean; the median of those per-round ratios is the figure. Nothing is deleted until the
+    # end: deletes slow later creates.
     with tempfile.TemporaryDirectory() as tmp:
         # For reference, the engine in an untouched interpreter (5 ms GIL switch interval) ...
         default_interval = sys.getswitchinterval()
-        untuned = [N / run_engine(Path(tmp) / f"untuned{i}")[0] for i in range(max(1, rounds // 2))]
+        untuned = []
+        for i in range(max(1, rounds // 2)):
+            seconds, rows, logs = run_engine(Path(tmp) / f"untuned{i}")
+            untuned.append(N / seconds)
         # ... then the engine as `flightdeck run` runs it (see limits.tune_interpreter).
         tune_interpreter()
         for i in range(rounds):
+            before = run_floor(Path(tmp) / f"floor{i}a", rows, logs)
             engine_s, rows, logs = run_engine(Path(tmp) / f"engine{i}")
-            floor_s = run_floor(Path(tmp) / f"floor{i}", rows, logs)
+            after = run_floor(Path(tmp) / f"floor{i}b", rows, logs)
+            floor_s = (before + after) / 2
             lines = logs[0].count(b"\n")
             rss_mb = max(rss_mb, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
             floor_rates.append(N / floor_s)

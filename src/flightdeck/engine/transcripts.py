@@ -155,8 +155,6 @@ class TranscriptWriter:
         self._sanitizer = StreamSanitizer()
         self._partial: list[str] = []
         self._partial_len = 0
-        self._stamp_second = -1
-        self._stamp_prefix = ""
         self._sink = sink
         self._key = os.fspath(path)
         self._fd: int | None = None
@@ -248,12 +246,22 @@ class TranscriptWriter:
 
     def _stamp(self, ts: float) -> str:
         second = int(ts)
-        if second != self._stamp_second:
+        cached = _last_second  # one (second, "HH:MM:SS") pair shared by every writer
+        if cached[0] != second:
             # localtime+strftime cost more than the rest of a line; once a second is enough.
-            self._stamp_second = second
-            self._stamp_prefix = time.strftime("%H:%M:%S", time.localtime(second))
+            cached = _cache_second(second)
         millis = min(999, int((ts - second) * 1000))
-        return f"{self._stamp_prefix}.{millis:03d}"
+        return f"{cached[1]}.{millis:03d}"
+
+
+_last_second: tuple[int, str] = (-1, "")
+
+
+def _cache_second(second: int) -> tuple[int, str]:
+    global _last_second
+    # Replaced whole, never mutated: a writer on another thread sees the old pair or the new.
+    _last_second = (second, time.strftime("%H:%M:%S", time.localtime(second)))
+    return _last_second
 
 
 def _label(role: str) -> str:
