@@ -32,6 +32,7 @@ from textual import events
 from textual.geometry import Region
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.limits import tune_interpreter
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -332,6 +333,7 @@ async def run() -> list[dict[str, Any]]:
 
 
 def main() -> int:
+    tune_interpreter()  # as `flightdeck run` does before it opens the TUI
     results = asyncio.run(run())
     print(table(results))
     RESULTS.mkdir(exist_ok=True)

@@ -246,9 +246,12 @@ def auto_pool_size(routes: Iterable[Route], cpu_count: int | None) -> int:
 
 # CPython's default is 5 ms. Every thread waiting for the GIL wakes once per interval to ask
 # for it, so 64 runnable workers cost thousands of futile wake-ups a second: on the engine
-# benchmark (2,000 instant sim children, 64 slots) 20 ms cut context switches by 5x and raised
-# throughput by about half, while the TUI's key-to-frame latency with 200 live children stayed
-# the same (tests/bench). Children that wait on the network are not affected either way.
+# benchmark (2,000 instant sim children, 64 slots) 20 ms cut context switches 4-5x and raised
+# throughput by 25-75% on a fast disk (10 ms and 50 ms did less), while the TUI's key-to-frame
+# latency with 200 live children stayed the same (tests/bench). The price: a thread back from
+# a syscall may wait longer for the GIL, so when file creation is slow and the transcript sink
+# is the bottleneck the same benchmark ran 5-25% slower. Children that wait seconds on the
+# network see neither effect.
 GIL_SWITCH_INTERVAL_S = 0.02
 
 
