@@ -1,0 +1,123 @@
+"""The activity token of one child as a reader sees it: before, during and after a tool call."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from helpers import sim_route, until
+
+from flightdeck.engine.child import Child
+from flightdeck.engine.limits import RetryPolicy
+from flightdeck.engine.meter import Meter
+from flightdeck.engine.model import ChildStatus, Usage
+from flightdeck.engine.providers.base import (
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    TurnRequest,
+    UsageEvent,
+)
+from flightdeck.engine.settings import RetrySettings
+from flightdeck.engine.spec import Task
+from flightdeck.engine.tools import Toolbox
+
+
+class TwoTurns:
+    """Turn 1 asks for list_dir, turn 2 answers."""
+
+    name = "fake"
+    model = "fake-1"
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def open(self, request: TurnRequest) -> TwoTurns.Stream:
+        self.turns += 1
+        if self.turns == 1:
+            events: list[StreamEvent] = [
+                TextDelta("Looking first.\n"),
+                ToolCallEvent(ToolCall("t1", "list_dir", {"path": "."})),
+            ]
+        else:
+            events = [TextDelta("All done.\n")]
+        return TwoTurns.Stream([*events, UsageEvent(Usage(10, 5))])
+
+    def close(self) -> None: ...
+
+    class Stream:
+        def __init__(self, events: list[StreamEvent]) -> None:
+            self.events = events
+
+        def __iter__(self) -> Iterator[StreamEvent]:
+            return iter(self.events)
+
+        def close(self) -> None: ...
+
+
+class HeldTools(Toolbox):
+    """A toolbox whose calls wait until the test lets them finish."""
+
+    def __init__(self, workspace: Path) -> None:
+        super().__init__(workspace)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, name: str, arguments: Mapping[str, Any]) -> str:
+        self.entered.set()
+        assert self.release.wait(10)
+        return super().run(name, arguments)
+
+
+def test_activity_token_tracks_calls_turns_and_the_running_tool(tmp_path: Path) -> None:
+    now = [100.0]
+
+    def clock() -> float:
+        now[0] += 0.5
+        return now[0]
+
+    tools = HeldTools(tmp_path)
+    facts: list[object] = []
+    child = Child(
+        Task(id="c1", goal="Look around", seq=0),
+        sim_route(),
+        TwoTurns(),
+        RetryPolicy(RetrySettings()),
+        tools,
+        str(tmp_path / "c1.log"),
+        Meter(),
+        clock,
+        facts.append,
+        queued_ts=0.0,
+    )
+    queued = child.row().activity
+    assert (queued.api_calls, queued.turns, queued.last_activity_ts) == (0, 0, None)
+
+    worker = threading.Thread(target=child.run)
+    worker.start()
+    assert tools.entered.wait(10)
+    during = child.row()
+    act = during.activity
+    assert during.status is ChildStatus.RUNNING
+    assert (act.api_calls, act.tool_calls, act.turns) == (1, 1, 1)
+    assert act.current_tool == "list_dir" and act.text == "tool: list_dir"
+    assert act.tool_started_ts is not None and act.last_activity_ts == act.tool_started_ts
+    assert child.in_tool and child.last_activity == act.last_activity_ts
+
+    tools.release.set()
+    worker.join(10)
+    until(lambda: bool(facts))
+    done = child.row()
+    act = done.activity
+    assert done.status is ChildStatus.COMPLETED and done.result == "All done.\n"
+    assert (act.api_calls, act.tool_calls, act.turns) == (2, 1, 2)
+    assert act.current_tool is None and act.tool_started_ts is None
+    assert act.text == "completed" and not child.in_tool
+    before = during.activity.last_activity_ts
+    assert before is not None and act.last_activity_ts is not None
+    assert act.last_activity_ts > before
+    assert done.usage == Usage(20, 10)
+    assert child.row() is done  # unchanged since: the frozen row is reused, not rebuilt
