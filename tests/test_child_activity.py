@@ -7,8 +7,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from helpers import sim_route, until
-
 from flightdeck.engine.child import Child
 from flightdeck.engine.limits import RetryPolicy
 from flightdeck.engine.meter import Meter
@@ -24,6 +22,7 @@ from flightdeck.engine.providers.base import (
 from flightdeck.engine.settings import RetrySettings
 from flightdeck.engine.spec import Task
 from flightdeck.engine.tools import Toolbox
+from helpers import sim_route, until
 
 
 class TwoTurns:
