@@ -19,6 +19,7 @@ from ..model import Usage
 from ..settings import Route
 from .base import (
     FatalError,
+    HeadroomEvent,
     Interrupted,
     ProviderError,
     RateLimited,
@@ -32,13 +33,17 @@ from .base import (
 )
 from .openai import parse_arguments
 from .transport import (
+    READ_TIMEOUT,
     Abort,
     anthropic_headroom,
-    bound,
     clip_message,
+    connection_error,
     http_client,
+    read_stream,
     retry_after,
+    status_error,
     timeout_of,
+    transport_error,
 )
 
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
@@ -111,19 +116,16 @@ class AnthropicStream:
             raise Interrupted
         billed = _Cumulative()
         tools: dict[int, dict[str, str]] = {}
-        stream: anthropic.Stream[Any] | None = None
+        events = read_stream(
+            self._abort,
+            lambda: self._p._client.messages.create(**self._params),
+            anthropic_headroom,
+        )
         try:
-            with bound(self._abort):
-                stream = self._p._client.messages.create(**self._params)
-            headroom = anthropic_headroom(stream.response.headers)
-            if headroom is not None:
-                yield headroom
-            events = iter(stream)
-            while True:
-                with bound(self._abort):
-                    event = next(events, None)
-                if event is None:
-                    break
+            for event in events:
+                if isinstance(event, HeadroomEvent):
+                    yield event
+                    continue
                 kind = getattr(event, "type", None)
                 if kind == "message_start":
                     increment = billed.update(event.message.usage)
@@ -154,8 +156,7 @@ class AnthropicStream:
                 raise Interrupted from None
             raise map_error(exc, secrets=(self._p._key,)) from exc
         finally:
-            if stream is not None:
-                stream.close()
+            events.close()
 
 
 class _Cumulative:
@@ -253,26 +254,12 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
             if kind in FATAL_TYPES or kind in FATAL_STREAM_TYPES:
                 return FatalError(where)
             return TransientError(where)
-        if status in (401, 403):
-            return FatalError(f"{status} authentication failed (check the API key): {detail}")
-        if status == 402 or kind in FATAL_TYPES:
-            return FatalError(f"{status} {kind or 'billing_error'}: {detail}")
-        if status == 429:
-            return RateLimited(f"429 rate limited: {detail}", retry_after=wait)
-        if status == 529:
-            return RateLimited(f"529 overloaded: {detail}", retry_after=wait)
-        if status in (408, 409) or status >= 500:
-            return TransientError(f"{status} {kind or 'server error'}: {detail}", retry_after=wait)
-        return FatalError(f"{status} {kind or 'request rejected'}: {detail}")
-    if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return TransientError("timeout: no data within the read timeout")
+        account = (kind or "billing_error") if status == 402 or kind in FATAL_TYPES else None
+        return status_error(status, detail, wait, kind=kind, account=account)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return TransientError(READ_TIMEOUT)
     if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__
-        why = f"{type(cause).__name__}: {cause}" if cause is not None else exc.message
-        return TransientError(clip_message(f"connection error: {why}", secrets))
-    if isinstance(exc, httpx2.HTTPError):
-        return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
+        return connection_error(exc, exc.message, secrets)
     if isinstance(exc, anthropic.APIError):
         return TransientError(clip_message(f"stream error: {exc.message}", secrets))
-    # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
-    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))
+    return transport_error(exc, secrets)

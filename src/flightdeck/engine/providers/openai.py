@@ -15,17 +15,16 @@ from urllib.parse import urlsplit
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletionChunk
 
 from ..model import Usage
 from ..ratelimit import CHARS_PER_TOKEN, prompt_tokens_estimate
 from ..settings import Route
 from .base import (
     FatalError,
+    HeadroomEvent,
     Interrupted,
     Message,
     ProviderError,
-    RateLimited,
     StreamEvent,
     TextDelta,
     ToolCall,
@@ -35,13 +34,17 @@ from .base import (
     UsageEvent,
 )
 from .transport import (
+    READ_TIMEOUT,
     Abort,
-    bound,
     clip_message,
+    connection_error,
     http_client,
     openai_headroom,
+    read_stream,
     retry_after,
+    status_error,
     timeout_of,
+    transport_error,
 )
 
 # Error codes that mean "this account cannot be served": retrying cannot help.
@@ -130,19 +133,16 @@ class OpenAIStream:
         emitted = False
         usage_seen = False
         received_chars = 0
-        stream: openai.Stream[ChatCompletionChunk] | None = None
+        chunks = read_stream(
+            self._abort,
+            lambda: self._p._client.chat.completions.create(**self._params),
+            openai_headroom,
+        )
         try:
-            with bound(self._abort):
-                stream = self._p._client.chat.completions.create(**self._params)
-            headroom = openai_headroom(stream.response.headers)
-            if headroom is not None:
-                yield headroom
-            chunks = iter(stream)
-            while True:
-                with bound(self._abort):
-                    chunk = next(chunks, None)
-                if chunk is None:
-                    break
+            for chunk in chunks:
+                if isinstance(chunk, HeadroomEvent):
+                    yield chunk
+                    continue
                 if chunk.usage is not None:
                     usage_seen = True
                     yield UsageEvent(usage_of(chunk.usage))
@@ -169,14 +169,13 @@ class OpenAIStream:
         except (openai.OpenAIError, httpx2.HTTPError, ValueError) as exc:
             if self._abort.fired:
                 raise Interrupted from None
-            if stream is not None and not usage_seen and received_chars:
+            if not usage_seen and received_chars:
                 # The server bills a response cut short, but its usage chunk never came:
                 # count an estimate rather than nothing.
                 yield UsageEvent(_estimate(self._request, received_chars))
             raise self._p._error(exc) from exc
         finally:
-            if stream is not None:
-                stream.close()
+            chunks.close()
 
 
 def _estimate(request: TurnRequest, received_chars: int) -> Usage:
@@ -258,28 +257,16 @@ def _body_error(body: object) -> tuple[str | None, str]:
 def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
     """An SDK or transport exception as one of our typed errors (classified in limits)."""
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
         code, message = _body_error(exc.body)
         code = code or exc.code
         detail = clip_message(message or exc.message, secrets)
         wait = retry_after(exc.response.headers)
-        if status in (401, 403):
-            return FatalError(f"{status} authentication failed (check the API key): {detail}")
-        if code in FATAL_CODES:
-            return FatalError(f"{status} {code}: {detail}")
-        if status == 429:
-            return RateLimited(f"429 rate limited: {detail}", retry_after=wait)
-        if status == 529:
-            return RateLimited(f"529 overloaded: {detail}", retry_after=wait)
-        if status in (408, 409) or status >= 500:
-            return TransientError(f"{status} server error: {detail}", retry_after=wait)
-        return FatalError(f"{status} request rejected: {detail}")
+        account = code if code in FATAL_CODES else None
+        return status_error(exc.status_code, detail, wait, account=account)
     if isinstance(exc, openai.APITimeoutError):
-        return TransientError("timeout: no data within the read timeout")
+        return TransientError(READ_TIMEOUT)
     if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        why = f"{type(cause).__name__}: {cause}" if cause is not None else exc.message
-        return TransientError(clip_message(f"connection error: {why}", secrets))
+        return connection_error(exc, exc.message, secrets)
     if isinstance(exc, openai.APIError):
         # An error object inside the stream (status 200).
         code, message = _body_error({"error": exc.body})
@@ -287,9 +274,4 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
         if code in FATAL_CODES:
             return FatalError(f"{code}: {detail}")
         return TransientError(f"stream error: {detail}")
-    if isinstance(exc, httpx2.TimeoutException):
-        return TransientError("timeout: no data within the read timeout")
-    if isinstance(exc, httpx2.HTTPError):
-        return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
-    # json.JSONDecodeError (a ValueError) from a malformed chunk, or anything else the SDK threw.
-    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))
+    return transport_error(exc, secrets)

@@ -16,7 +16,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -25,7 +25,7 @@ import httpcore2
 import httpx2
 
 from ..sanitize import redact
-from .base import HeadroomEvent
+from .base import FatalError, HeadroomEvent, ProviderError, RateLimited, TransientError
 
 try:  # not re-exported; without it a connect in progress is bounded by connect_timeout_s only
     from httpcore2._backends.sync import SyncStream as _SyncStream
@@ -323,3 +323,78 @@ def clip_message(text: str, secrets: tuple[str, ...]) -> str:
     """One line, the key redacted, at most MAX_MESSAGE characters: an error fit for the row."""
     text = redact(" ".join(text.split()), secrets)
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def read_stream(
+    abort: Abort,
+    create: Callable[[], Any],
+    headroom_of: Callable[[Mapping[str, str]], HeadroomEvent | None],
+) -> Generator[Any, None, None]:
+    """Open an SDK stream with `create()` and yield its events, every wait abortable by `abort`.
+
+    The first item is the route's `HeadroomEvent` when the response headers carry one; the
+    stream is closed however the iteration ends.
+    """
+    with bound(abort):
+        stream = create()
+    try:
+        headroom = headroom_of(stream.response.headers)
+        if headroom is not None:
+            yield headroom
+        events = iter(stream)
+        while True:
+            with bound(abort):
+                event = next(events, None)
+            if event is None:
+                return
+            yield event
+    finally:
+        stream.close()
+
+
+# --- errors both SDKs map alike ------------------------------------------------------------------
+
+READ_TIMEOUT = "timeout: no data within the read timeout"
+
+
+def status_error(
+    status: int,
+    detail: str,
+    wait: float | None,
+    *,
+    kind: str | None = None,
+    account: str | None = None,
+) -> ProviderError:
+    """An HTTP error status as one of our typed errors.
+
+    `kind` is the provider's error type, named in the message when given; `account` names an
+    account problem (out of credit, key revoked) that no retry can fix.
+    """
+    if status in (401, 403):
+        return FatalError(f"{status} authentication failed (check the API key): {detail}")
+    if account is not None:
+        return FatalError(f"{status} {account}: {detail}")
+    if status == 429:
+        return RateLimited(f"429 rate limited: {detail}", retry_after=wait)
+    if status == 529:
+        return RateLimited(f"529 overloaded: {detail}", retry_after=wait)
+    if status in (408, 409) or status >= 500:
+        return TransientError(f"{status} {kind or 'server error'}: {detail}", retry_after=wait)
+    return FatalError(f"{status} {kind or 'request rejected'}: {detail}")
+
+
+def connection_error(exc: BaseException, message: str, secrets: tuple[str, ...]) -> ProviderError:
+    """An SDK's connection error, naming the socket-level cause when there is one."""
+    cause = exc.__cause__
+    why = f"{type(cause).__name__}: {cause}" if cause is not None else message
+    return TransientError(clip_message(f"connection error: {why}", secrets))
+
+
+def transport_error(exc: BaseException, secrets: tuple[str, ...]) -> ProviderError:
+    """What is left once an SDK's own errors are mapped: httpx failures and malformed data."""
+    if isinstance(exc, httpx2.TimeoutException):
+        return TransientError(READ_TIMEOUT)
+    if isinstance(exc, httpx2.HTTPError):
+        return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
+    # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
+    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))
