@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
 from typing import Any
 
+from flightdeck.engine.providers import make_provider
+from flightdeck.engine.providers.base import Provider, ToolSpec
 from flightdeck.engine.settings import Price, RetrySettings, Route
 
 OPENAI_PATH = "/v1/chat/completions"
@@ -520,3 +522,16 @@ def route_for(
         options=MappingProxyType(options),
         **fields,
     )
+
+
+# The tool the scripted replies call; provider tests put it in their requests.
+READ_FILE = ToolSpec(
+    "read_file",
+    "Read a file in the workspace",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+
+
+def provider_for(server: Loopback, provider: str, key: str, **fields: Any) -> Provider:
+    """A real SDK provider for `route_for(server, provider, ...)`, holding `key`."""
+    return make_provider(route_for(server, provider, **fields), {KEY_ENV: key})

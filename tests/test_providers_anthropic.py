@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,6 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.meter import cost_of
 from flightdeck.engine.model import ChildStatus, Usage
-from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.anthropic import AnthropicProvider, to_anthropic_messages
 from flightdeck.engine.providers.base import (
     FatalError,
@@ -29,29 +27,18 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.providers.transport import anthropic_headroom
 from helpers import batch, settings
-from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
+from loopback import KEY_ENV, READ_FILE, Loopback, Received, Reply, ToolUse, provider_for, route_for
 
 KEY = "sk-ant-test-0123456789abcdef"
 ENV = {KEY_ENV: KEY}
-READ_FILE = ToolSpec(
-    "read_file",
-    "Read a file in the workspace",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
 LIST_DIR = ToolSpec("list_dir", "List a folder", {"type": "object", "properties": {}})
 REQUEST = TurnRequest(
     "You are a worker.", (Message("user", "Review a.txt"),), (LIST_DIR, READ_FILE), 256
 )
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    with Loopback() as s:
-        yield s
-
-
 def provider(server: Loopback, **kw: float) -> AnthropicProvider:
-    p = make_provider(route_for(server, "anthropic", **kw), ENV)
+    p = provider_for(server, "anthropic", KEY, **kw)
     assert isinstance(p, AnthropicProvider)
     return p
 

@@ -6,7 +6,6 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
 
@@ -28,7 +27,6 @@ from flightdeck.engine.providers.base import (
     TextDelta,
     ToolCall,
     ToolCallEvent,
-    ToolSpec,
     TransientError,
     TurnRequest,
     UsageEvent,
@@ -36,26 +34,15 @@ from flightdeck.engine.providers.base import (
 from flightdeck.engine.providers.openai import OpenAIProvider, parse_arguments
 from flightdeck.engine.settings import Route
 from helpers import batch, settings, until
-from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
+from loopback import KEY_ENV, READ_FILE, Loopback, Received, Reply, ToolUse, provider_for, route_for
 
 KEY = "sk-test-0123456789abcdef"
 ENV = {KEY_ENV: KEY}
-READ_FILE = ToolSpec(
-    "read_file",
-    "Read a file in the workspace",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
 REQUEST = TurnRequest("You are a worker.", (Message("user", "Review a.txt"),), (READ_FILE,), 256)
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    with Loopback() as s:
-        yield s
-
-
 def provider(server: Loopback, **kw: float) -> OpenAIProvider:
-    p = make_provider(route_for(server, "openai", **kw), ENV)
+    p = provider_for(server, "openai", KEY, **kw)
     assert isinstance(p, OpenAIProvider)
     return p
 

@@ -5,44 +5,31 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus
-from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import (
     Interrupted,
     Message,
     Provider,
     TextDelta,
-    ToolSpec,
     TransientError,
     TurnRequest,
 )
 from helpers import batch, settings, until
-from loopback import KEY_ENV, Loopback, Reply, route_for
+from loopback import KEY_ENV, READ_FILE, Loopback, Reply, provider_for, route_for
 
-ENV = {KEY_ENV: "sk-test-0123456789abcdef"}
-READ_FILE = ToolSpec(
-    "read_file",
-    "Read a file in the workspace",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
+KEY = "sk-test-0123456789abcdef"
+ENV = {KEY_ENV: KEY}
 REQUEST = TurnRequest("You are a worker.", (Message("user", "Review a.txt"),), (READ_FILE,), 256)
 PROVIDERS = ["openai", "anthropic"]
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    with Loopback() as s:
-        yield s
-
-
 def open_provider(server: Loopback, kind: str, **kw: float) -> Provider:
-    return make_provider(route_for(server, kind, **kw), ENV)
+    return provider_for(server, kind, KEY, **kw)
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)

@@ -9,7 +9,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -25,7 +25,6 @@ from flightdeck.engine.limits import (
     reason_of,
 )
 from flightdeck.engine.model import ChildStatus
-from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import (
     FatalError,
     Message,
@@ -38,21 +37,15 @@ from flightdeck.engine.providers.base import (
 from flightdeck.engine.providers.transport import duration_s, retry_after
 from flightdeck.engine.settings import RetrySettings
 from helpers import batch, settings, until
-from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
+from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, provider_for, route_for
 
 KEY = "sk-retry-0123456789abcdef"
 REQUEST = TurnRequest("system", (Message("user", "hello"),), (), 64)
 PROVIDERS = ["openai", "anthropic"]
 
 
-@pytest.fixture
-def server() -> Iterator[Loopback]:
-    with Loopback() as s:
-        yield s
-
-
 def client(server: Loopback, provider: str, **kw: float) -> Provider:
-    return make_provider(route_for(server, provider, **kw), {KEY_ENV: KEY})
+    return provider_for(server, provider, KEY, **kw)
 
 
 def call(p: Provider) -> Callable[[], list[StreamEvent]]:
