@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -93,11 +94,7 @@ class TranscriptSink:
                     return
                 path, data = item
                 if isinstance(data, bytes):
-                    chunks = pending.get(path)
-                    if chunks is None:
-                        pending[path] = [data]
-                    else:
-                        chunks.append(data)
+                    pending.setdefault(path, []).append(data)
                 elif data is None:
                     self._write(path, pending.pop(path, None))
                     open_fd = self._fds.pop(path, None)
@@ -246,22 +243,14 @@ class TranscriptWriter:
 
     def _stamp(self, ts: float) -> str:
         second = int(ts)
-        cached = _last_second  # one (second, "HH:MM:SS") pair shared by every writer
-        if cached[0] != second:
-            # localtime+strftime cost more than the rest of a line; once a second is enough.
-            cached = _cache_second(second)
         millis = min(999, int((ts - second) * 1000))
-        return f"{cached[1]}.{millis:03d}"
+        return f"{_hms(second)}.{millis:03d}"
 
 
-_last_second: tuple[int, str] = (-1, "")
-
-
-def _cache_second(second: int) -> tuple[int, str]:
-    global _last_second
-    # Replaced whole, never mutated: a writer on another thread sees the old pair or the new.
-    _last_second = (second, time.strftime("%H:%M:%S", time.localtime(second)))
-    return _last_second
+@functools.lru_cache(maxsize=4)
+def _hms(second: int) -> str:
+    # localtime+strftime cost more than the rest of a line: once a second, for every writer.
+    return time.strftime("%H:%M:%S", time.localtime(second))
 
 
 def _label(role: str) -> str:
