@@ -164,7 +164,7 @@ def test_stop_during_retry_backoff_wakes_at_once(tmp_path: Path) -> None:
 
 
 def test_burst_of_429s_is_recovered(tmp_path: Path) -> None:
-    route = sim_route(error_rate=0.5, retry_after_s=0.5, seed=3)
+    route = sim_route(error_rate=0.3, retry_after_s=0.5, seed=3)
     engine = start(batch(40), settings(route, pool=8), tmp_path)
     try:
         assert engine.wait(30)

@@ -9,10 +9,12 @@ response that wrote it has started streaming. Every delay is multiplied by `time
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
+import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..flag import Flag
@@ -45,6 +47,48 @@ def _tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
+_WORDS_PER_BLOCK = struct.Struct("<8Q")
+_TO_UNIT = 2.0**-53
+
+
+class Dice:
+    """The draws of one simulated turn: blake2b of (seed, child, open) read as 64-bit words.
+
+    A turn is fully determined by its key, like `random.Random(key)` would make it, but seeding
+    a Mersenne Twister costs about 6 µs, more than everything else in an instant turn; one
+    hash gives eight draws and most turns need five.
+    """
+
+    __slots__ = ("_block", "_key", "_words")
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._block = 0
+        self._words: list[int] = list(_WORDS_PER_BLOCK.unpack(hashlib.blake2b(key).digest()))
+
+    def word(self) -> int:
+        """A uniform 64-bit integer."""
+        if not self._words:
+            self._block += 1
+            block = hashlib.blake2b(self._key, salt=self._block.to_bytes(16, "little"))
+            self._words = list(_WORDS_PER_BLOCK.unpack(block.digest()))
+        return self._words.pop()
+
+    def random(self) -> float:
+        """A uniform float in [0, 1)."""
+        return (self.word() >> 11) * _TO_UNIT
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + (b - a) * self.random()
+
+    def getrandbits(self, k: int) -> int:
+        """k (at most 64) uniform bits."""
+        return self.word() >> (64 - k)
+
+    def choice(self, seq: Sequence[str]) -> str:
+        return seq[int(self.random() * len(seq))]
+
+
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     time_scale: float = 1.0
@@ -66,6 +110,14 @@ class SimOptions:
         return cls(**{k: v for k, v in route.options.items() if k in known})
 
 
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    tools: tuple[object, ...]  # held so the id() in the cache key cannot be reused
+    key: str  # the provider-side prompt cache key
+    cache_tokens: int  # what a cache read or write of this prefix counts
+    prompt_tokens: int  # its share of a prompt's input tokens
+
+
 class SimProvider:
     """A simulated streaming chat model; one instance per route, shared by its children."""
 
@@ -77,30 +129,39 @@ class SimProvider:
         self._lock = threading.Lock()
         self._opens: dict[str, int] = {}
         self._prefix_ready: dict[str, threading.Event] = {}
-        self._prefix_keys: dict[tuple[str, int], tuple[str, int]] = {}
+        self._prefixes: dict[tuple[str, int], _Prefix] = {}
 
     def close(self) -> None:
         """Nothing to release: no connections."""
 
-    def _rng(self, request: TurnRequest) -> random.Random:
+    def _dice(self, request: TurnRequest) -> Dice:
         with self._lock:
             n = self._opens.get(request.child_id, 0)
             self._opens[request.child_id] = n + 1
-        key = f"{self.options.seed}|{request.child_id}|{n}".encode()
-        return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
+        return Dice(f"{self.options.seed}|{request.child_id}|{n}".encode())
+
+    def _prefix(self, request: TurnRequest) -> _Prefix:
+        """The system prompt and tool schemas, measured once: a route's children share them."""
+        ident = (request.system, id(request.tools))
+        known = self._prefixes.get(ident)
+        if known is None or known.tools is not request.tools:
+            text = request.system + json.dumps([t.name for t in request.tools])
+            if len(self._prefixes) > 64:
+                self._prefixes.clear()
+            known = self._prefixes[ident] = _Prefix(
+                request.tools,
+                hashlib.blake2b(text.encode(), digest_size=8).hexdigest(),
+                _tokens(text) + 60 * len(request.tools),
+                _tokens(request.system) + 60 * len(request.tools),
+            )
+        return known
 
     def _cache_split(self, request: TurnRequest) -> tuple[int, int, threading.Event | None]:
         """(cache_read, cache_write) prefix tokens and the event this response must set."""
         if not self.options.cache:
             return 0, 0, None
-        # Children of a route share one system prompt and tool tuple: key them by identity.
-        ident = (request.system, id(request.tools))
-        known = self._prefix_keys.get(ident)
-        if known is None:
-            prefix = request.system + json.dumps([t.name for t in request.tools])
-            digest = hashlib.blake2b(prefix.encode(), digest_size=8).hexdigest()
-            known = self._prefix_keys[ident] = (digest, _tokens(prefix) + 60 * len(request.tools))
-        key, size = known
+        prefix = self._prefix(request)
+        key, size = prefix.key, prefix.cache_tokens
         with self._lock:
             ready = self._prefix_ready.get(key)
             if ready is None:
@@ -112,7 +173,7 @@ class SimProvider:
         return 0, size, None
 
     def open(self, request: TurnRequest) -> SimStream:
-        rng = self._rng(request)
+        rng = self._dice(request)
         o = self.options
         roll = rng.random()
         if roll < o.fail_rate:
@@ -130,9 +191,7 @@ class SimProvider:
 class SimStream:
     """One simulated streamed response; `close()` from any thread ends it within one tick."""
 
-    def __init__(
-        self, provider: SimProvider, request: TurnRequest, rng: random.Random, stall: bool
-    ) -> None:
+    def __init__(self, provider: SimProvider, request: TurnRequest, rng: Dice, stall: bool) -> None:
         self._p = provider
         self._req = request
         self._rng = rng
@@ -156,10 +215,11 @@ class SimStream:
         o = self._p.options
         text, calls = _plan(self._req, self._rng, o.tool_turns)
         cache_read, cache_write, writes = self._p._cache_split(self._req)
-        prompt = _tokens(self._req.system) + sum(_tokens(m.content) for m in self._req.messages)
-        prompt += 60 * len(self._req.tools) + sum(
-            _tokens(json.dumps(dict(c.arguments))) for m in self._req.messages for c in m.tool_calls
-        )
+        prompt = self._p._prefix(self._req).prompt_tokens
+        for m in self._req.messages:
+            prompt += _tokens(m.content)
+            for c in m.tool_calls:
+                prompt += _tokens(json.dumps(dict(c.arguments)))
         usage_in = max(1, prompt - cache_read - cache_write)
         self._wait(o.latency_ms / 1000.0 * o.time_scale * self._rng.uniform(0.6, 1.4))
         if writes is not None:
@@ -185,30 +245,31 @@ class SimStream:
         yield UsageEvent(Usage(usage_in, out, cache_read, cache_write))
 
 
-def _plan(
-    req: TurnRequest, rng: random.Random, tool_turns: int | None
-) -> tuple[str, tuple[ToolCall, ...]]:
+def _plan(req: TurnRequest, rng: Dice, tool_turns: int | None) -> tuple[str, tuple[ToolCall, ...]]:
     """Decide this turn's text and tool calls from the conversation so far."""
-    goal = next((m.content for m in req.messages if m.role == "user"), "the task")
+    goal = "the task"
+    for m in req.messages:
+        if m.role == "user":
+            goal = m.content
+            break
     goal_line = goal.splitlines()[0][:120] if goal else "the task"
-    done_tool_turns = sum(1 for m in req.messages if m.role == "assistant" and m.tool_calls)
     if tool_turns is None:
         digest = hashlib.blake2b(goal.encode(), digest_size=2).digest()
         tool_turns = 1 + digest[0] % 3
-    tool_names = {t.name for t in req.tools}
     last = req.messages[-1] if req.messages else None
     preface = ""
     if last is not None and last.role == "user" and last.content.startswith("[operator]"):
         preface = f"Understood — {last.content.removeprefix('[operator]').strip()[:200]}. "
-    if done_tool_turns < tool_turns and tool_names:
-        call = _next_tool(req, rng, done_tool_turns, tool_names)
-        if call is not None:
-            return preface + _sentence(rng) + "\n", (call,)
-    body = " ".join(_sentence(rng) for _ in range(3 + int(rng.random() * 7)))
-    return f"{preface}Result for: {goal_line}\n{body}\n", ()
+    if tool_turns and req.tools:
+        done_tool_turns = sum(1 for m in req.messages if m.role == "assistant" and m.tool_calls)
+        if done_tool_turns < tool_turns:
+            call = _next_tool(req, rng, done_tool_turns, {t.name for t in req.tools})
+            if call is not None:
+                return preface + _sentence(rng) + "\n", (call,)
+    return f"{preface}Result for: {goal_line}\n{_body(rng)}\n", ()
 
 
-def _next_tool(req: TurnRequest, rng: random.Random, turn: int, names: set[str]) -> ToolCall | None:
+def _next_tool(req: TurnRequest, rng: Dice, turn: int, names: set[str]) -> ToolCall | None:
     call_id = f"call_{rng.getrandbits(40):010x}"
     if turn == 0 and "list_dir" in names:
         return ToolCall(call_id, "list_dir", {"path": "."})
@@ -239,7 +300,20 @@ def _make_sentences() -> tuple[str, ...]:
 
 
 _SENTENCES = _make_sentences()
+_SENTENCE_MASK = len(_SENTENCES) - 1  # 64 sentences: a draw's six bits pick one
+# The pool twice over, space-separated, and where each sentence starts in it: a body of
+# consecutive sentences is one slice instead of a join per turn.
+_RING = " ".join(_SENTENCES * 2) + " "
+_RING_AT = tuple(itertools.accumulate((len(x) + 1 for x in _SENTENCES * 2), initial=0))
 
 
-def _sentence(rng: random.Random) -> str:
-    return _SENTENCES[int(rng.random() * len(_SENTENCES))]
+def _sentence(rng: Dice) -> str:
+    return _SENTENCES[rng.word() & _SENTENCE_MASK]
+
+
+def _body(rng: Dice) -> str:
+    """Three to nine consecutive sentences of the pool (in a ring), as one slice."""
+    word = rng.word()
+    start = word & _SENTENCE_MASK
+    count = 3 + (word >> 6) % 7
+    return _RING[_RING_AT[start] : _RING_AT[start + count] - 1]

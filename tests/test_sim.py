@@ -1,0 +1,64 @@
+"""The sim provider's per-turn draws and planned text: deterministic, uniform enough, cheap."""
+
+from __future__ import annotations
+
+import statistics
+
+from flightdeck.engine.providers.base import Message, TextDelta, TurnRequest, UsageEvent
+from flightdeck.engine.providers.sim import _SENTENCES, Dice, SimProvider, _body
+from flightdeck.engine.settings import default_sim_route
+from flightdeck.engine.tools import TOOL_SPECS
+
+
+def test_dice_replay_for_a_key_and_differ_between_keys() -> None:
+    a, b, c = Dice(b"0|c1|0"), Dice(b"0|c1|0"), Dice(b"0|c1|1")
+    first = [a.word() for _ in range(20)]  # past the first block of eight words
+    assert first == [b.word() for _ in range(20)]
+    assert first != [c.word() for _ in range(20)]
+    assert len(set(first)) == 20  # a refill hashes a new block, it does not repeat the first
+
+
+def test_dice_draw_ranges() -> None:
+    dice = Dice(b"ranges")
+    floats = [dice.random() for _ in range(4000)]
+    assert all(0.0 <= x < 1.0 for x in floats)
+    assert 0.47 < statistics.fmean(floats) < 0.53
+    assert all(2.0 <= dice.uniform(2.0, 3.0) < 3.0 for _ in range(100))
+    assert all(0 <= dice.getrandbits(40) < 2**40 for _ in range(100))
+    assert {dice.choice(["a", "b", "c"]) for _ in range(100)} == {"a", "b", "c"}
+
+
+def test_a_body_is_three_to_nine_whole_sentences() -> None:
+    counts = set()
+    for i in range(300):
+        body = _body(Dice(i.to_bytes(2, "big")))
+        assert body.endswith(".") and not body.startswith(" ")
+        sentences = body.split(". ")
+        assert all(s.rstrip(".") + "." in _SENTENCES for s in sentences), body
+        counts.add(len(sentences))
+    assert counts == set(range(3, 10))
+
+
+def _answer(provider: SimProvider, child: str) -> tuple[str, UsageEvent]:
+    request = TurnRequest(
+        system="sys",
+        messages=(Message("user", "Review PR 7\nmore"),),
+        tools=TOOL_SPECS,
+        max_tokens=100,
+        child_id=child,
+    )
+    events = list(provider.open(request))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    usage = next(e for e in events if isinstance(e, UsageEvent))
+    return text, usage
+
+
+def test_a_turn_replays_for_a_seed_and_changes_with_it() -> None:
+    def route(seed: int) -> SimProvider:
+        return SimProvider(default_sim_route(tool_turns=0, latency_ms=0, seed=seed))
+
+    text, usage = _answer(route(1), "c1")
+    assert text.startswith("Result for: Review PR 7\n")
+    assert (text, usage) == _answer(route(1), "c1")
+    assert text != _answer(route(2), "c1")[0]
+    assert usage.usage.output_tokens == (len(text) + 3) // 4
