@@ -51,6 +51,36 @@ Fact = Callable[[object], None]
 class Child:
     """A running (or queued) child; the coordinator owns it, one worker thread runs it."""
 
+    # State that starts out the same for every child is a class default, assigned on the
+    # instance only when it changes: a batch builds all its children up front. All of it is
+    # guarded by `_lock`; `version` lets readers skip unchanged children.
+    version = 0
+    status = ChildStatus.QUEUED
+    started_ts: float | None = None
+    finished_ts: float | None = None
+    _transcript: TranscriptWriter | None = None
+    _finalizing = False
+    _stream: TurnStream | None = None
+    _now_pending = False
+    _stop_status: ChildStatus | None = None
+    _stop_reason: str | None = None
+    # The activity token, as plain fields: ticked several times per turn, it becomes a frozen
+    # `Activity` only when a reader asks for a changed row.
+    _api_calls = 0
+    _tool_calls = 0
+    _retries = 0
+    _turns = 0
+    _current_tool: str | None = None
+    _tool_started_ts: float | None = None
+    _last_activity_ts: float | None = None
+    _text = ""
+    _usage = Usage()
+    _cost: Decimal | None = Decimal(0)
+    _error: str | None = None
+    _result: str | None = None
+    _row: ChildRow | None = None
+    _row_version = -1
+
     def __init__(
         self,
         task: Task,
@@ -71,42 +101,15 @@ class Child:
         self._retry = retry
         self._tools = toolbox
         self.transcript_path = transcript_path
-        self._transcript: TranscriptWriter | None = None
         self._sink = sink
-        self._finalizing = False
         self._meter = meter
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
         self._lock = threading.Lock()
         self.interrupt = Flag()
-        self._stream: TurnStream | None = None
-        self._now_pending = False
         self._inbox: deque[SteerReceipt] = deque()
         self._steers: dict[int, SteerReceipt] = {}
-        self._stop_status: ChildStatus | None = None
-        self._stop_reason: str | None = None
-        # mutable state, guarded by _lock; `version` lets readers skip unchanged children
-        self.version = 0
-        self.status = ChildStatus.QUEUED
-        # The activity token, as plain fields: ticked several times per turn, it becomes a
-        # frozen `Activity` only when a reader asks for a changed row.
-        self._api_calls = 0
-        self._tool_calls = 0
-        self._retries = 0
-        self._turns = 0
-        self._current_tool: str | None = None
-        self._tool_started_ts: float | None = None
-        self._last_activity_ts: float | None = None
-        self._text = ""
-        self._usage = Usage()
-        self._cost: Decimal | None = Decimal(0)
         self.queued_ts = queued_ts
-        self.started_ts: float | None = None
-        self.finished_ts: float | None = None
-        self._error: str | None = None
-        self._result: str | None = None
-        self._row: ChildRow | None = None
-        self._row_version = -1
 
     @property
     def transcript(self) -> TranscriptWriter:

@@ -11,6 +11,7 @@ from .model import Usage
 from .settings import Price, Route
 
 _MILLION = Decimal(1_000_000)
+_ZERO = Decimal(0)
 
 
 def cost_of(usage: Usage, price: Price) -> Decimal:
@@ -85,12 +86,15 @@ class Meter:
     def add(self, route: Route, usage: Usage) -> Decimal | None:
         """Record `usage` on `route` and return its cost (None when the price is unknown)."""
         cost = route_cost(usage, route)
+        name = route.name
         with self._lock:
-            self._usage[route.name] = self._usage.get(route.name, Usage()) + usage
+            total = self._usage.get(name)
+            self._usage[name] = usage if total is None else total + usage
             if cost is None:
-                self._unknown[route.name] = self._unknown.get(route.name, Usage()) + usage
+                unknown = self._unknown.get(name)
+                self._unknown[name] = usage if unknown is None else unknown + usage
             else:
-                self._cost[route.name] = self._cost.get(route.name, Decimal(0)) + cost
+                self._cost[name] = self._cost.get(name, _ZERO) + cost
         return cost
 
     def totals(self) -> MeterTotals:

@@ -242,14 +242,20 @@ class TranscriptWriter:
             os.close(fd)
 
     def _stamp(self, ts: float) -> str:
-        second = int(ts)
-        millis = min(999, int((ts - second) * 1000))
-        return f"{_hms(second)}.{millis:03d}"
+        return _stamp_ms(int(ts * 1000))
+
+
+@functools.lru_cache(maxsize=256)
+def _stamp_ms(ms: int) -> str:
+    # Formatting a stamp costs more than the rest of a line, and a busy batch writes many
+    # lines per millisecond: HH:MM:SS.mmm once per millisecond, shared by every writer.
+    second, millis = divmod(ms, 1000)
+    return f"{_hms(second)}.{millis:03d}"
 
 
 @functools.lru_cache(maxsize=4)
 def _hms(second: int) -> str:
-    # localtime+strftime cost more than the rest of a line: once a second, for every writer.
+    # localtime+strftime: once a second, for every writer.
     return time.strftime("%H:%M:%S", time.localtime(second))
 
 
