@@ -14,7 +14,6 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -37,6 +36,7 @@ from .model import (
 )
 from .providers.base import HeadroomEvent
 from .settings import Budget, EngineSettings, Route
+from .workers import WorkerPool
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
@@ -104,7 +104,7 @@ class Coordinator:
         self._last_watch = 0.0
         self._progress_versions: dict[str, int] = {}
         # Spare threads absorb workers abandoned after a stall grace period.
-        self._pool = ThreadPoolExecutor(pool_size + 4, thread_name_prefix="flightdeck-child")
+        self._pool = WorkerPool(pool_size + 4, "flightdeck-child")
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
 
@@ -128,7 +128,7 @@ class Coordinator:
         self.command("shutdown")
         self._thread.join()
         # Workers still inside a stalled call are abandoned, not waited for.
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
     def headroom(self) -> tuple[RouteHeadroom, ...]:
         """Per route: provider headroom last seen, and a pause a 429 put on the whole route."""
