@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -172,15 +173,19 @@ def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_run_widens_the_gil_switch_interval(
+def test_run_widens_the_gil_switch_interval_and_gc_thresholds(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from flightdeck.engine.limits import GIL_SWITCH_INTERVAL_S
+    from flightdeck.engine.limits import GC_THRESHOLDS, GIL_SWITCH_INTERVAL_S
     from flightdeck.tui import cli
 
     seen: list[float] = []
-    monkeypatch.setattr(sys, "setswitchinterval", seen.append)  # the test process keeps its own
+    thresholds: list[tuple[int, ...]] = []
+    # the test process keeps its own settings
+    monkeypatch.setattr(sys, "setswitchinterval", seen.append)
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: thresholds.append(t))
     monkeypatch.chdir(project)
     assert cli.main(["run", "tasks.jsonl", "--headless", "--state-dir", "st"]) == 0
     assert seen == [GIL_SWITCH_INTERVAL_S]
+    assert thresholds == [GC_THRESHOLDS]
     assert "batch " in capsys.readouterr().out

@@ -8,6 +8,7 @@ figure is reported as a ratio of it, so the result means the same on a fast or a
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import resource
@@ -95,8 +96,10 @@ def main() -> dict[str, object]:
     # end: deletes slow later creates.
     # BENCH_DIR=/dev/shm takes the disk out: the engine alone, without file-creation noise.
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
-        # For reference, the engine in an untouched interpreter (5 ms GIL switch interval) ...
+        # For reference, the engine in an untouched interpreter (5 ms GIL switch interval,
+        # default GC thresholds) ...
         default_interval = sys.getswitchinterval()
+        default_gc = gc.get_threshold()
         untuned = []
         for i in range(max(1, rounds // 2)):
             seconds, rows, logs = run_engine(Path(tmp) / f"untuned{i}")
@@ -127,7 +130,9 @@ def main() -> dict[str, object]:
         "ratios_per_round": [round(r, 3) for r in ratios],
         "switch_interval_s": sys.getswitchinterval(),
         "untuned_children_per_s_median": round(statistics.median(untuned), 1),
+        "gc_thresholds": list(gc.get_threshold()),
         "untuned_switch_interval_s": default_interval,
+        "untuned_gc_thresholds": list(default_gc),
         "peak_rss_mb": round(rss_mb, 1),
         "targets": {"children_per_s": 1000, "ratio_of_floor": 0.5},
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 import sys
@@ -254,6 +255,15 @@ def auto_pool_size(routes: Iterable[Route], cpu_count: int | None) -> int:
 # network see neither effect.
 GIL_SWITCH_INTERVAL_S = 0.02
 
+# CPython collects the youngest generation every 700 net allocations of container objects, and
+# an engine allocates many (rows, messages, events) while it holds thousands of long-lived ones
+# (children, their state), which every older-generation pass walks again. On the engine
+# benchmark the collector took 111 ms of an 800 ms run (gen 0: 21, gen 1: 23, gen 2: 68 on
+# average); with these thresholds 27 ms, for 10% more children per second. Garbage is still
+# freed at once by reference counting; only reference cycles wait longer (at most 50,000 young
+# container objects, a few MB), and the engine makes few.
+GC_THRESHOLDS = (50_000, 20, 100)
+
 
 def tune_interpreter() -> None:
     """Process-wide settings for running the engine; the `flightdeck` command calls this.
@@ -261,3 +271,4 @@ def tune_interpreter() -> None:
     A library embedding `Engine` decides for its own process, so `Engine` never calls it.
     """
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    gc.set_threshold(*GC_THRESHOLDS)
