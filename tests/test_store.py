@@ -413,3 +413,31 @@ def test_consecutive_writes_of_one_statement_run_as_one_executemany_in_order() -
     ]
     assert list(_runs(writes)) == [("A", [(1,), (2,), (3,)]), ("B", [(4,)]), ("A", [(5,)])]
     assert list(_runs([])) == []
+
+
+@pytest.mark.parametrize("rows", [2, 5, 64, 85, 200])
+def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int) -> None:
+    from flightdeck.engine.store import _INSERT_EVENT, _UPSERT_CHILD, _insert_rows
+
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.executescript(store_module._SCHEMA)
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    events = [("b1", f"c{i}", float(i), "steer", f"detail {i}") for i in range(rows)]
+    _insert_rows(conn, _INSERT_EVENT, events)
+    chunks = [64] * (rows // 64) + [16] * (rows % 64 // 16) + [4] * (rows % 16 // 4)
+    chunks += [1] * (rows % 4)
+    inserts = [s for s in statements if s.startswith("INSERT")]
+    assert [s.count("), (") + 1 for s in inserts] == chunks  # rows per statement
+    stored = conn.execute("SELECT batch_id, child_id, ts, kind, detail FROM events ORDER BY id")
+    assert stored.fetchall() == events  # every row, in order (ids follow the order given)
+
+    # an upsert chunk may name one child twice: the later row wins, as with one per statement
+    first = store_module._child_params("b1", make_child(1))
+    later = store_module._child_params("b1", make_child(1, status=ChildStatus.COMPLETED))
+    others = [store_module._child_params("b1", make_child(i)) for i in range(2, rows)]
+    _insert_rows(conn, _UPSERT_CHILD, [first, *others, later])
+    status = conn.execute("SELECT status FROM children WHERE id = 'c1'").fetchone()[0]
+    assert status == "completed"
+    assert conn.execute("SELECT count(*) FROM children").fetchone()[0] == max(rows - 1, 1)

@@ -57,8 +57,9 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
     """The engine's own rows and transcript lines, written again by a plain loop on one thread.
 
     Same schema and values, same queued-then-final row writes in small batched transactions,
-    one file per child written with one `os.write` (the engine's sink coalesces a child's lines
-    the same way when they arrive within one drain): what the engine cannot go below.
+    several rows to a statement (as the engine's writer does), one file per child written with
+    one `os.write` (the engine's sink coalesces a child's lines the same way when they arrive
+    within one drain): what the engine cannot go below.
     """
     state.mkdir(parents=True)
     conn = sqlite3.connect(state / "floor.db", isolation_level=None)
@@ -68,15 +69,18 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
     queued = [dataclasses.replace(r, status=ChildStatus.QUEUED) for r in rows]
     t0 = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")
-    conn.executemany(store._UPSERT_CHILD, [store._child_params("b", r) for r in queued])
+    store._insert_rows(conn, store._UPSERT_CHILD, [store._child_params("b", r) for r in queued])
     conn.execute("COMMIT")
     for start in range(0, N, 100):  # the writer commits small batches as children finish
-        conn.execute("BEGIN IMMEDIATE")
-        for i in range(start, min(N, start + 100)):
+        batch = range(start, min(N, start + 100))
+        for i in batch:
             fd = os.open(state / f"c{i:05d}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(fd, logs[i])
             os.close(fd)
-            conn.execute(store._UPSERT_CHILD, store._child_params("b", rows[i]))
+        conn.execute("BEGIN IMMEDIATE")
+        store._insert_rows(
+            conn, store._UPSERT_CHILD, [store._child_params("b", rows[i]) for i in batch]
+        )
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - t0
     conn.close()
