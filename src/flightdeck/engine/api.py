@@ -28,10 +28,11 @@ from .model import (
 from .providers import make_provider
 from .providers.base import Provider
 from .settings import Route, Settings
+from .sink import TranscriptSink
 from .spec import Batch, Task, check_routes
 from .store import BatchInfo, Store, process_start_time
 from .tools import Toolbox
-from .transcripts import TranscriptSink, write_manifest
+from .transcripts import write_manifest
 
 log = logging.getLogger("flightdeck.engine")
 
@@ -182,6 +183,7 @@ class Engine:
             publish=self._publish,
             on_finished=self._finish,
             throttles=throttles,
+            between_facts=self._sink.pump,
         )
         self._coordinator.start()
         return self.batch_id

@@ -33,9 +33,10 @@ from .providers.base import (
 )
 from .ratelimit import estimate_tokens
 from .settings import Route
+from .sink import TranscriptSink
 from .spec import Task
 from .tools import Toolbox, ToolError
-from .transcripts import TranscriptSink, TranscriptWriter
+from .transcripts import TranscriptWriter
 
 SYSTEM_PROMPT = (
     "You are a worker agent supervised by flightdeck. Use the tools to inspect the workspace "

@@ -74,6 +74,7 @@ class Coordinator:
         publish: Callable[[EngineEvent], None],
         on_finished: Callable[[BatchStatus], None],
         throttles: Mapping[str, RouteThrottle] | None = None,
+        between_facts: Callable[[], None] = lambda: None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -87,6 +88,8 @@ class Coordinator:
         self._record_event = record_event
         self._publish = publish
         self._on_finished = on_finished
+        # Cheap work that must not wait for another thread (framing transcript lines).
+        self._between_facts = between_facts
         self._routes = {name: _Route(route) for name, route in routes.items()}
         self._throttles = dict(throttles or {})
         for child in children:
@@ -155,6 +158,7 @@ class Coordinator:
                     self._watchdog()
                 self._admit()
                 self._progress()
+                self._between_facts()
             self._on_finished(self._final_status())
         finally:
             self.finished.set()

@@ -9,12 +9,13 @@ import os
 import tempfile
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from flightdeck.engine.appender import OPEN_FLAGS, write_all
 from flightdeck.engine.sanitize import StreamSanitizer, redact, sanitize
+from flightdeck.engine.sink import TranscriptSink
 
 log = logging.getLogger("flightdeck.transcripts")
 
@@ -26,112 +27,6 @@ MANIFEST = "manifest.json"
 # A streamed line longer than this is written out unfinished, so memory stays bounded when a
 # model streams megabytes without a newline.
 MAX_STREAM_LINE = 64 * 1024
-
-_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-
-
-class TranscriptSink:
-    """One thread appends every child's lines, like the SQLite writer does for rows.
-
-    Worker threads then never block on file I/O, and 64 threads never contend to create files in
-    one folder; every `os.write` is whole lines, so a reader never sees half a line. Appends do
-    not wake the thread: it drains every `DRAIN_S`, so a burst of lines costs no thread switch
-    per line (a `tail -f` sees them at most that much later).
-    """
-
-    MAX_OPEN = 128  # descriptors kept open (least recently used are closed first)
-    DRAIN_S = 0.02
-
-    def __init__(self) -> None:
-        self._items: deque[tuple[str, bytes | threading.Event | None] | None] = deque()
-        self._wake = threading.Event()
-        self._fds: OrderedDict[str, int] = OrderedDict()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="flightdeck-transcripts")
-        self._thread.daemon = True  # close() drains it; a crash must not hang the exit
-        self._thread.start()
-
-    def append(self, path: str, data: bytes) -> None:
-        self._items.append((path, data))  # deque.append is atomic; no lock, no wake-up
-
-    def release(self, path: str) -> None:
-        """The child is done with this file: close its descriptor once its lines are out."""
-        self._items.append((path, None))
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Block until every line queued before this call has been written."""
-        if self._closed:
-            return True
-        done = threading.Event()
-        self._items.append(("", done))
-        self._wake.set()
-        return done.wait(timeout)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._items.append(None)
-        self._wake.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        items = self._items
-        while True:
-            self._wake.wait(self.DRAIN_S)
-            self._wake.clear()  # whatever set it appended its item first: drained below
-            # Lines queued for one file since the last drain go out in one write: an instant
-            # child's whole transcript is one syscall, not one per line. Order within a file
-            # is kept; a release, flush or close first writes what is pending.
-            pending: dict[str, list[bytes]] = {}
-            while items:
-                item = items.popleft()
-                if item is None:
-                    self._write_pending(pending)
-                    for fd in self._fds.values():
-                        os.close(fd)
-                    self._fds.clear()
-                    return
-                path, data = item
-                if isinstance(data, bytes):
-                    pending.setdefault(path, []).append(data)
-                elif data is None:
-                    self._write(path, pending.pop(path, None))
-                    open_fd = self._fds.pop(path, None)
-                    if open_fd is not None:
-                        os.close(open_fd)
-                else:
-                    self._write_pending(pending)
-                    data.set()
-            self._write_pending(pending)
-
-    def _write_pending(self, pending: dict[str, list[bytes]]) -> None:
-        for path, chunks in pending.items():
-            self._write(path, chunks)
-        pending.clear()
-
-    def _write(self, path: str, chunks: list[bytes] | None) -> None:
-        if not chunks:
-            return
-        try:
-            _write_all(self._fd(path), chunks[0] if len(chunks) == 1 else b"".join(chunks))
-        except OSError:
-            log.exception("cannot append to transcript %s", path)
-
-    def _fd(self, path: str) -> int:
-        fd = self._fds.get(path)
-        if fd is not None:
-            self._fds.move_to_end(path)
-            return fd
-        if len(self._fds) >= self.MAX_OPEN:
-            os.close(self._fds.popitem(last=False)[1])
-        try:
-            fd = os.open(path, _OPEN_FLAGS, 0o644)
-        except FileNotFoundError:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, _OPEN_FLAGS, 0o644)
-        self._fds[path] = fd
-        return fd
 
 
 class TranscriptWriter:
@@ -157,7 +52,7 @@ class TranscriptWriter:
         self._fd: int | None = None
         if sink is None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, _OPEN_FLAGS, 0o644)
+            self._fd = os.open(path, OPEN_FLAGS, 0o644)
 
     def write(self, role: str, text: str, ts: float | None = None) -> None:
         """Append one event; multi-line text becomes several lines with the same stamp."""
@@ -233,11 +128,11 @@ class TranscriptWriter:
             self._sink.append(self._key, raw)
             return
         if self._fd is not None:
-            _write_all(self._fd, raw)
+            write_all(self._fd, raw)
             return
-        fd = os.open(self.path, _OPEN_FLAGS, 0o644)
+        fd = os.open(self.path, OPEN_FLAGS, 0o644)
         try:
-            _write_all(fd, raw)
+            write_all(fd, raw)
         finally:
             os.close(fd)
 
@@ -264,13 +159,6 @@ def _label(role: str) -> str:
 
 
 _LABELS = {role: _label(role) for role in ROLES}  # every line has one: built once, not per line
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    # One write is the normal case (O_APPEND makes it atomic); loop only on a short write.
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def write_manifest(batch_dir: Path, data: Mapping[str, Any]) -> Path:
