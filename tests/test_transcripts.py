@@ -44,6 +44,21 @@ def test_line_format(tmp_path: Path) -> None:
     ]
 
 
+def test_stamps_follow_the_clock_to_the_millisecond(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    with TranscriptWriter(path, clock=FakeClock()) as tw:
+        for offset in (0.0, 0.0004, 0.001, 0.0019, 1.0, 0.0):
+            tw.write("user", "x", ts=TS + offset)
+    assert [line[:12] for line in read(path)] == [
+        "13:04:05.250",
+        "13:04:05.250",
+        "13:04:05.251",
+        "13:04:05.251",
+        "13:04:06.250",
+        "13:04:05.250",
+    ]
+
+
 def test_multiline_text_gets_a_stamp_per_line(tmp_path: Path) -> None:
     path = tmp_path / "c.log"
     with TranscriptWriter(path, clock=FakeClock()) as tw:

@@ -50,6 +50,8 @@ class TranscriptWriter:
         self._sink = sink
         self._key = os.fspath(path)
         self._fd: int | None = None
+        self._last_ms = -1  # the stamp of the last line, reused within its millisecond
+        self._last_stamp = ""
         if sink is None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(path, OPEN_FLAGS, 0o644)
@@ -101,8 +103,10 @@ class TranscriptWriter:
             if self._partial_len > MAX_STREAM_LINE:
                 self._flush_partial()
             return
-        first, *middle, last = safe.split("\n")
-        lines = ["".join([*self._partial, first]), *middle]
+        lines = safe.split("\n")
+        last = lines.pop()
+        if self._partial:
+            lines[0] = "".join([*self._partial, lines[0]])
         self._partial = [last] if last else []
         self._partial_len = len(last)
         self._emit("assistant", lines, self._clock())
@@ -115,12 +119,14 @@ class TranscriptWriter:
             self._emit("assistant", [line], self._clock())
 
     def _emit(self, role: str, lines: list[str], ts: float) -> None:
-        label = _LABELS.get(role) or _label(role)
-        head = f"{self._stamp(ts)}  {label}"
+        ms = int(ts * 1000)
+        if ms != self._last_ms:  # a fast child writes several lines a millisecond
+            self._last_ms, self._last_stamp = ms, _stamp_ms(ms)
+        head = f"{self._last_stamp}  {_LABELS.get(role) or _label(role)}"
         if len(lines) == 1:
             data = f"{head}{lines[0]}\n"
         else:
-            data = "".join(f"{head}{line}\n" for line in lines)
+            data = head + ("\n" + head).join(lines) + "\n"
         if self._secrets:
             data = redact(data, self._secrets)
         raw = data.encode("utf-8", "replace")
@@ -135,9 +141,6 @@ class TranscriptWriter:
             write_all(fd, raw)
         finally:
             os.close(fd)
-
-    def _stamp(self, ts: float) -> str:
-        return _stamp_ms(int(ts * 1000))
 
 
 @functools.lru_cache(maxsize=256)
