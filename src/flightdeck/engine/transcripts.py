@@ -123,10 +123,7 @@ class TranscriptWriter:
         if ms != self._last_ms:  # a fast child writes several lines a millisecond
             self._last_ms, self._last_stamp = ms, _stamp_ms(ms)
         head = f"{self._last_stamp}  {_LABELS.get(role) or _label(role)}"
-        if len(lines) == 1:
-            data = f"{head}{lines[0]}\n"
-        else:
-            data = head + ("\n" + head).join(lines) + "\n"
+        data = head + ("\n" + head).join(lines) + "\n"  # a stamp and label on every line
         if self._secrets:
             data = redact(data, self._secrets)
         raw = data.encode("utf-8", "replace")
