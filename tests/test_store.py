@@ -160,6 +160,23 @@ def test_child_round_trip_is_exact(db: Path) -> None:
         assert [c.id for c in reader.controls("b1", "c7", kind="stop")] == [2]
 
 
+def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
+    from flightdeck.engine.store import QueuedChild, _child_params, _queued_params
+
+    rows = [make_child(1), make_child(2, group=None)]
+    queued = [
+        QueuedChild(r.id, r.seq, r.goal, r.group, r.route, r.model, r.queued_ts, r.transcript)
+        for r in rows
+    ]
+    # the short path writes exactly the columns the full row would
+    assert [_queued_params("b1", q) for q in queued] == [_child_params("b1", r) for r in rows]
+    with Store(db) as store:
+        store.create_batch(make_batch())
+        store.add_queued("b1", queued)
+    with StoreReader(db) as reader:
+        assert reader.children("b1") == rows
+
+
 def test_decimal_cost_round_trip_is_exact(db: Path) -> None:
     costs = [Decimal("0.1"), Decimal("1E-12"), Decimal("123456789.000000000001"), None]
     with Store(db) as store:

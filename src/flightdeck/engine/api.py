@@ -30,7 +30,7 @@ from .providers.base import Provider
 from .settings import Route, Settings
 from .sink import TranscriptSink
 from .spec import Batch, Task, check_routes
-from .store import BatchInfo, Store, process_start_time
+from .store import BatchInfo, QueuedChild, Store, process_start_time
 from .tools import Toolbox
 from .transcripts import write_manifest
 
@@ -164,7 +164,22 @@ class Engine:
             )
         self._store = Store(self.state_dir / "flightdeck.db")
         self._store.create_batch(self._info(now))
-        self._store.add_children(self.batch_id, [c.row() for c in children])
+        self._store.add_queued(
+            self.batch_id,
+            [
+                QueuedChild(
+                    c.task.id,
+                    c.task.seq,
+                    c.task.goal,
+                    c.task.group,
+                    c.route.name,
+                    c.route.model,
+                    c.queued_ts,
+                    c.transcript_path,
+                )
+                for c in children
+            ],
+        )
         self._manifest(children)
         store = self._store
         self._coordinator = Coordinator(

@@ -9,11 +9,11 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from flightdeck.engine.model import (
     Activity,
@@ -238,6 +238,33 @@ def _child_params(batch_id: str, row: ChildRow) -> tuple[Any, ...]:
     )
 
 
+class QueuedChild(NamedTuple):
+    """A child as first recorded, before it runs: all `add_queued` needs (no frozen rows)."""
+
+    id: str
+    seq: int
+    goal: str
+    group: str | None
+    route: str
+    model: str
+    queued_ts: float
+    transcript: str
+
+
+def _queued_params(batch_id: str, c: QueuedChild) -> tuple[Any, ...]:
+    # The same columns as _child_params of a queued row with no activity (a test keeps them
+    # equal); a batch records thousands of these at once.
+    return (
+        batch_id, c.id, c.seq, c.goal, c.group, c.route, c.model, _QUEUED,
+        0, 0, 0, 0, None, None, "", None,
+        0, 0, 0, 0, "0",
+        c.queued_ts, None, None, None, None, c.transcript,
+    )  # fmt: skip
+
+
+_QUEUED = ChildStatus.QUEUED.value
+
+
 def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN/COMMIT ourselves. check_same_thread=False because
     # the writer connection is made here and used on the writer thread, and readers lock.
@@ -306,6 +333,11 @@ class Store:
         """Insert many children in one transaction."""
         params = [_child_params(batch_id, row) for row in rows]
         self._put(_Write("add_children", _UPSERT_CHILD, params, many=True))
+
+    def add_queued(self, batch_id: str, children: Iterable[QueuedChild]) -> None:
+        """Insert children that have not started, in one transaction."""
+        params = [_queued_params(batch_id, c) for c in children]
+        self._put(_Write("add_queued", _UPSERT_CHILD, params, many=True))
 
     def update_child(self, batch_id: str, row: ChildRow) -> None:
         """Upsert every column of one child."""
