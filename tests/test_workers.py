@@ -124,3 +124,33 @@ threading.Thread(target=late).start()
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True
     )
     assert out.stdout.strip() == "refused: cannot start work while the interpreter exits"
+
+
+def test_workers_started_ahead_take_the_first_items_without_new_threads() -> None:
+    pool = WorkerPool(4, "t")
+    pool.start_workers(10)  # capped
+    assert pool.size == 4
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def task() -> None:
+        started.release()
+        release.wait(5)
+
+    for _ in range(4):
+        pool.submit(task)
+    for _ in range(4):
+        assert started.acquire(timeout=5)  # four ran at once, on the threads started ahead
+    assert pool.size == 4
+    release.set()
+    pool.shutdown()
+
+    small = WorkerPool(8, "t")
+    small.start_workers(2)
+    assert small.size == 2
+    hold = threading.Event()
+    for _ in range(3):  # more work than started threads: a third thread starts on demand
+        small.submit(lambda: hold.wait(5))
+    assert small.size == 3
+    hold.set()
+    small.shutdown()

@@ -114,6 +114,8 @@ class Coordinator:
     # --- called from any thread ----------------------------------------------------------------
 
     def start(self) -> None:
+        # Workers for the first wave start here, on the caller's thread, while nothing runs yet.
+        self._pool.start_workers(min(self.pool_size, len(self.children)))
         self._thread.start()
 
     def report(self, fact: object) -> None:
