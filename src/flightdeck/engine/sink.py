@@ -11,8 +11,9 @@ anyway, so the drain thread, which has to win the lock back from busy workers, m
 write per drain.
 
 Without the helper (`process=False`, or it cannot start, or it dies) the drain thread writes
-the files itself. If the helper dies, lines it had read but not yet written are lost; every
-later line is written in this process.
+the files itself. If the helper dies, lines it had read but not yet written are lost, lines of
+the batch being sent at that moment may be written twice, and every later line is written in
+this process.
 """
 
 from __future__ import annotations
