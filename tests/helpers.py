@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.model import Snapshot
 from flightdeck.engine.settings import (
     EngineSettings,
     RetrySettings,
@@ -61,6 +62,15 @@ def start(b: Batch, s: Settings, tmp: Path, **kw: Any) -> Engine:
     engine = Engine(b, s, state_dir=tmp / "state", **kw)
     engine.start()
     return engine
+
+
+def run_to_end(engine: Engine, timeout: float = 30.0) -> Snapshot:
+    """Wait until every child is final, snapshot, and close the engine whatever happens."""
+    try:
+        assert engine.wait(timeout)
+        return engine.snapshot()
+    finally:
+        engine.close()
 
 
 def until(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005) -> float:

@@ -12,7 +12,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.settings import SIM_PRICE
 from flightdeck.engine.spec import Task
 from flightdeck.engine.store import StoreReader
-from helpers import batch, settings, sim_route, start, tasks_batch, until
+from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
 
 
 def max_overlap(rows: list[ChildRow]) -> int:
@@ -166,22 +166,14 @@ def test_stop_during_retry_backoff_wakes_at_once(tmp_path: Path) -> None:
 def test_burst_of_429s_is_recovered(tmp_path: Path) -> None:
     route = sim_route(error_rate=0.3, retry_after_s=0.5, seed=3)
     engine = start(batch(40), settings(route, pool=8), tmp_path)
-    try:
-        assert engine.wait(30)
-        snap = engine.snapshot()
-    finally:
-        engine.close()
+    snap = run_to_end(engine, 30)
     assert snap.totals.completed == 40
     assert sum(r.activity.retries for r in snap.children) >= 10
 
 
 def test_retries_run_out_and_fail_with_the_reason(tmp_path: Path) -> None:
     engine = start(batch(1), settings(sim_route(error_rate=1.0, retry_after_s=0.1)), tmp_path)
-    try:
-        assert engine.wait(30)
-        row = engine.snapshot().children[0]
-    finally:
-        engine.close()
+    row = run_to_end(engine, 30).children[0]
     assert row.status is ChildStatus.FAILED
     assert row.error is not None and "429" in row.error
     assert row.activity.api_calls == 8  # attempts=8 in helpers.sim_route
@@ -189,11 +181,7 @@ def test_retries_run_out_and_fail_with_the_reason(tmp_path: Path) -> None:
 
 def test_fatal_error_fails_without_retry(tmp_path: Path) -> None:
     engine = start(batch(1), settings(sim_route(fail_rate=1.0)), tmp_path)
-    try:
-        assert engine.wait(10)
-        row = engine.snapshot().children[0]
-    finally:
-        engine.close()
+    row = run_to_end(engine, 10).children[0]
     assert row.status is ChildStatus.FAILED and row.activity.retries == 0
     assert "FatalError" in (row.error or "")
 
@@ -252,11 +240,7 @@ def test_cost_totals_are_exact_from_64_threads() -> None:
 
 def test_child_costs_sum_to_the_batch_total(tmp_path: Path) -> None:
     engine = start(batch(30), settings(sim_route(), pool=16), tmp_path)
-    try:
-        assert engine.wait(30)
-        snap = engine.snapshot()
-    finally:
-        engine.close()
+    snap = run_to_end(engine, 30)
     child_sum = sum((r.cost_usd or Decimal(0) for r in snap.children), Decimal(0))
     assert child_sum == snap.totals.cost_usd == engine.meter.totals().cost_usd > 0
     assert snap.totals.usage.cache_read_tokens > 0  # the shared prefix was cached
@@ -321,11 +305,7 @@ def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
 
     s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_runs=3))
     engine = start(batch(6), s, tmp_path)
-    try:
-        assert engine.wait(10)
-        rows = engine.snapshot().children
-    finally:
-        engine.close()
+    rows = run_to_end(engine, 10).children
     assert [r.status for r in rows[:3]] == [ChildStatus.COMPLETED] * 3
     assert all(
         r.status is ChildStatus.STOPPED and "max_runs (3)" in (r.error or "") for r in rows[3:]
@@ -333,11 +313,7 @@ def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
 
     s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_cost_usd=Decimal("0")))
     engine = start(batch(2), s, tmp_path / "b")
-    try:
-        assert engine.wait(10)
-        rows = engine.snapshot().children
-    finally:
-        engine.close()
+    rows = run_to_end(engine, 10).children
     assert all("budget of $0 reached" in (r.error or "") for r in rows)
     assert engine.snapshot().totals.cost_usd == 0
 
@@ -409,11 +385,7 @@ def test_a_sim_batch_replays_exactly_for_a_seed(tmp_path: Path) -> None:
     def run(folder: str) -> list[tuple[str, str, int, int, int, int]]:
         route = sim_route(error_rate=0.3, fail_rate=0.05, retry_after_s=0.2, seed=11)
         engine = start(batch(12), settings(route, pool=4), tmp_path / folder)
-        try:
-            assert engine.wait(30)
-            rows = engine.snapshot().children
-        finally:
-            engine.close()
+        rows = run_to_end(engine, 30).children
         # Which child writes the shared prompt-cache prefix depends on thread timing, so the
         # split between fresh and cached input may differ; the totals may not.
         a = [(r.id, r.status.value, r.activity.api_calls, r.activity.retries) for r in rows]

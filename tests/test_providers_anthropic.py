@@ -26,7 +26,7 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
 )
 from flightdeck.engine.providers.transport import anthropic_headroom
-from helpers import batch, settings
+from helpers import batch, run_to_end, settings
 from loopback import KEY_ENV, READ_FILE, Loopback, Received, Reply, ToolUse, provider_for, route_for
 
 KEY = "sk-ant-test-0123456789abcdef"
@@ -236,11 +236,7 @@ def test_a_batch_runs_on_anthropic_with_tools_cache_usage_and_cost(tmp_path: Pat
         route = route_for(server, "anthropic")
         engine = Engine(batch(2, route="anthropic"), settings(route), state_dir=tmp_path, env=ENV)
         engine.start()
-        try:
-            assert engine.wait(30)
-            snap = engine.snapshot()
-        finally:
-            engine.close()
+        snap = run_to_end(engine, 30)
     assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 2
     for row in snap.children:
         assert row.result == "All good."

@@ -33,7 +33,7 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.providers.openai import OpenAIProvider, parse_arguments
 from flightdeck.engine.settings import Route
-from helpers import batch, settings, until
+from helpers import batch, run_to_end, settings, until
 from loopback import KEY_ENV, READ_FILE, Loopback, Received, Reply, ToolUse, provider_for, route_for
 
 KEY = "sk-test-0123456789abcdef"
@@ -266,11 +266,7 @@ def test_a_batch_runs_on_openai_with_text_tools_usage_and_cost(tmp_path: Path) -
         route = route_for(server, "openai")
         engine = Engine(batch(3, route="openai"), settings(route), state_dir=tmp_path, env=ENV)
         engine.start()
-        try:
-            assert engine.wait(30)
-            snap = engine.snapshot()
-        finally:
-            engine.close()
+        snap = run_to_end(engine, 30)
     assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 3
     for row in snap.children:
         assert row.result == "Done: the workspace is empty."

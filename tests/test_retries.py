@@ -36,7 +36,7 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.providers.transport import duration_s, retry_after
 from flightdeck.engine.settings import RetrySettings
-from helpers import batch, settings, until
+from helpers import batch, run_to_end, settings, until
 from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, provider_for, route_for
 
 KEY = "sk-retry-0123456789abcdef"
@@ -309,11 +309,7 @@ def test_a_canary_key_reaches_no_file_under_the_state_dir(
             batch(3, route=provider), settings(route), state_dir=state, env={KEY_ENV: canary}
         )
         engine.start()
-        try:
-            assert engine.wait(30)
-            snap = engine.snapshot()
-        finally:
-            engine.close()
+        snap = run_to_end(engine, 30)
     # The key did travel (so the test could fail), and the server echoed it back in an error.
     assert any(canary in str(r.headers) for r in server.received)
     assert [r.status for r in snap.children] == [
