@@ -52,6 +52,17 @@ def call(p: Provider) -> Callable[[], list[StreamEvent]]:
     return lambda: list(p.open(REQUEST))
 
 
+def retry_notices(policy: RetryPolicy, server: Loopback, provider: str) -> list[RetryNotice]:
+    """One call through `policy` to a fresh client; the notices of its retries."""
+    notices: list[RetryNotice] = []
+    p = client(server, provider)
+    try:
+        policy.call(call(p), interrupt=threading.Event(), on_retry=notices.append)
+    finally:
+        p.close()
+    return notices
+
+
 def gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in pairwise(times)]
 
@@ -63,12 +74,7 @@ def test_retry_spacing_is_full_jitter_backoff_as_configured(
     server.script(Reply(status=500), Reply(status=503), Reply(status=529), Reply(text="ok"))
     settings_ = RetrySettings(attempts=4, base_s=0.08, max_s=0.2)
     policy = RetryPolicy(settings_, rng=random.Random(7))
-    notices: list[RetryNotice] = []
-    p = client(server, provider)
-    try:
-        policy.call(call(p), interrupt=threading.Event(), on_retry=notices.append)
-    finally:
-        p.close()
+    notices = retry_notices(policy, server, provider)
     # The delays are uniform in [0, min(max_s, base_s * 2**n)]: replay the seeded draws.
     rng = random.Random(7)
     expected = [rng.uniform(0, min(0.2, 0.08 * 2**n)) for n in range(3)]
@@ -89,12 +95,7 @@ def test_retry_after_is_honoured_when_longer_than_our_backoff(
 ) -> None:
     server.script(Reply(status=429, **header), Reply(text="ok"))
     policy = RetryPolicy(RetrySettings(attempts=3, base_s=0.01, max_s=0.02))
-    notices: list[RetryNotice] = []
-    p = client(server, provider)
-    try:
-        policy.call(call(p), interrupt=threading.Event(), on_retry=notices.append)
-    finally:
-        p.close()
+    notices = retry_notices(policy, server, provider)
     (gap,) = gaps(server.times())
     assert notices[0].delay_s == pytest.approx(0.35)
     assert (
