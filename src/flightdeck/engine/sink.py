@@ -10,7 +10,7 @@ coordinator frames queued lines between facts (`pump`), while it holds the inter
 anyway, so the drain thread, which has to win the lock back from busy workers, makes one pipe
 write per drain.
 
-Without the helper (`process=False`, or it cannot start, or it dies) the drain thread writes
+Without the helper (it cannot start, or it dies) the drain thread writes
 the files itself. If the helper dies, lines it had read but not yet written are lost, lines of
 the batch being sent at that moment may be written twice, and every later line is written in
 this process.
@@ -57,14 +57,14 @@ class TranscriptSink:
     DRAIN_S = 0.02
     HELPER_EXIT_S = 10.0  # close() waits this long for the helper to write its last lines
 
-    def __init__(self, *, process: bool = True) -> None:
+    def __init__(self) -> None:
         self._items: deque[_Item] = deque()
         self._wake = threading.Event()
         self._frame_lock = threading.Lock()  # taking items off the queue and framing them
         self._out = bytearray()  # framed, not yet handed to the helper
         self._closed = False
         self._local = FileAppender(self.MAX_OPEN)
-        self._helper = _start_helper(self.MAX_OPEN) if process else None
+        self._helper = _start_helper(self.MAX_OPEN)
         self._thread = threading.Thread(target=self._run, name="flightdeck-transcripts")
         self._thread.daemon = True  # close() drains it; a crash must not hang the exit
         self._thread.start()
