@@ -1,4 +1,4 @@
-"""The transcript sink: framed lines to the writer process, or written in-process without it."""
+"""The transcript sink: events framed to the writer process, or written in-process without it."""
 
 from __future__ import annotations
 
@@ -6,17 +6,35 @@ import logging
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from flightdeck.engine import appender, sink
-from flightdeck.engine.appender import FileAppender, apply_frames, frame
+from flightdeck.engine.appender import (
+    FLUSH,
+    RELEASE,
+    STREAM,
+    WRITE,
+    FileAppender,
+    Transcripts,
+    apply_frames,
+    batch_frame,
+    frame,
+)
 from flightdeck.engine.sink import TranscriptSink
+from flightdeck.engine.transcripts import TranscriptWriter
+
+TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
 
 
 def read(path: str) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()
+
+
+def bodies(path: str) -> list[str]:
+    return [line.split(" │ ", 1)[1] for line in read(path)]
 
 
 def test_appender_keeps_order_per_file_and_writes_each_file_once(
@@ -52,15 +70,82 @@ def test_appender_keeps_order_per_file_and_writes_each_file_once(
 
 def test_frames_survive_any_split_and_odd_file_names(tmp_path: Path) -> None:
     odd = str(tmp_path / "naïve \udcff name.log")  # not valid UTF-8: a surrogate-escaped byte
-    stream = frame(1, odd, b"one\n") + frame(1, odd, b"two\n") + frame(2, odd) + frame(3)
+    events = [
+        (WRITE, odd, TS, "user", "one"),
+        (STREAM, odd, TS + 1, "two\nthr"),
+        (RELEASE, odd, TS + 2),  # ends the stream: the partial line is written
+    ]
+    stream = batch_frame(events) + frame(FLUSH)
     flushes: list[int] = []
-    files = FileAppender()
+    files = Transcripts()
     buf = bytearray()
     for byte in stream:  # the pipe may deliver a frame one byte at a time
         buf.append(byte)
         del buf[: apply_frames(buf, files, lambda: flushes.append(1))]
     assert not buf and flushes == [1]
-    assert Path(odd).read_bytes() == b"one\ntwo\n"
+    assert Path(odd).read_text(encoding="utf-8").splitlines() == [
+        "13:04:05.250  user      │ one",
+        "13:04:06.250  assistant │ two",
+        "13:04:07.250  assistant │ thr",
+    ]
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.now = TS
+
+    def __call__(self) -> float:
+        self.now += 0.0007
+        return self.now
+
+
+def scripted(tw: TranscriptWriter) -> None:
+    """Every kind of event, including hostile text, in one transcript."""
+    tw.write("system", "You are a worker.\nBe brief.")
+    tw.write("user", "Review \x1b]0;evil title\x07PR 104\u202e")
+    tw.stream("Looking at the \x1b[3")  # an escape sequence split across chunks
+    tw.stream("1mdiff\x1b[0m now.\nIt adds")
+    tw.write("operator", "steer: be quicker")  # a write in mid-stream keeps time order
+    tw.stream(" a test.\n")
+    tw.stream("ünïcode, then no newline")
+    tw.end_stream()
+    tw.write("tool-call", 'read_file {"path": "a.txt"}')
+    tw.write("tool", "line 1\n\nline 3\n")
+    tw.stream("partial at close")
+    tw.close()
+    tw.write("engine", "completed")  # after close: reopens the file
+
+
+def test_the_writer_process_formats_exactly_as_this_process_does(tmp_path: Path) -> None:
+    local = tmp_path / "local.log"
+    scripted(TranscriptWriter(local, StepClock()))
+    s = TranscriptSink()
+    try:
+        assert s.helper_pid is not None
+        remote = tmp_path / "remote.log"
+        scripted(TranscriptWriter(remote, StepClock(), sink=s))
+        assert s.flush(10)
+    finally:
+        s.close()
+    assert remote.read_bytes() == local.read_bytes()
+    text = local.read_text(encoding="utf-8")
+    assert "\x1b" not in text and "\u202e" not in text
+    assert bodies(str(local)) == [
+        "You are a worker.",
+        "Be brief.",
+        "Review PR 104",
+        "Looking at the diff now.",
+        "It adds",
+        "steer: be quicker",
+        " a test.",
+        "ünïcode, then no newline",
+        'read_file {"path": "a.txt"}',
+        "line 1",
+        "",
+        "line 3",
+        "partial at close",
+        "completed",
+    ]
 
 
 def test_the_writer_process_writes_the_files(tmp_path: Path) -> None:
@@ -71,18 +156,19 @@ def test_the_writer_process_writes_the_files(tmp_path: Path) -> None:
         # its own session: a Ctrl+C sent to the engine's process group does not reach it
         assert os.getsid(pid) != os.getsid(0)
         paths = [str(tmp_path / f"c{i}.log") for i in range(3)]
+        writers = [TranscriptWriter(p, sink=s) for p in paths]
         for n in range(50):
-            for p in paths:
-                s.append(p, f"line {n}\n".encode())
+            for tw in writers:
+                tw.write("engine", f"line {n}")
             s.pump()  # what the coordinator does between facts
-        s.release(paths[0])
+        writers[0].close()
         assert s.flush(10)  # returns once the helper has written them
         for p in paths:
-            assert read(p) == [f"line {n}" for n in range(50)]
-        s.append(paths[0], b"after release\n")
+            assert bodies(p) == [f"line {n}" for n in range(50)]
+        writers[0].write("engine", "after release")
     finally:
         s.close()
-    assert read(paths[0])[-1] == "after release"
+    assert bodies(paths[0])[-1] == "after release"
     with pytest.raises(ProcessLookupError):  # close() waited for it to exit
         os.kill(pid, 0)
 
@@ -93,18 +179,19 @@ def test_lines_keep_coming_when_the_writer_process_dies(
     s = TranscriptSink()
     path = str(tmp_path / "c.log")
     try:
-        s.append(path, b"before\n")
+        tw = TranscriptWriter(path, sink=s)
+        tw.write("engine", "before")
         assert s.flush(10)
         pid = s.helper_pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         for n in range(3):
-            s.append(path, f"after {n}\n".encode())
+            tw.write("engine", f"after {n}")
         assert s.flush(10)
         assert s.helper_pid is None
     finally:
         s.close()
-    assert read(path) == ["before", "after 0", "after 1", "after 2"]
+    assert bodies(path) == ["before", "after 0", "after 1", "after 2"]
     assert "writing in-process" in caplog.text
 
 
@@ -120,14 +207,35 @@ def test_without_the_writer_process_the_sink_writes_itself(
     path = str(tmp_path / "c.log")
     try:
         assert s.helper_pid is None
-        s.append(path, b"one\n")
+        tw = TranscriptWriter(path, sink=s)
+        tw.write("engine", "one")
         s.pump()  # nothing to frame for: a no-op
-        s.append(path, b"two\n")
+        tw.stream("two\nthree")
+        tw.close()
         assert s.flush(10)
-        assert read(path) == ["one", "two"]
+        assert bodies(path) == ["one", "two", "three"]
     finally:
         s.close()
     assert "cannot start the transcript writer process (fork failed)" in caplog.text
+
+
+def test_secrets_are_redacted_before_the_events_leave_this_process(tmp_path: Path) -> None:
+    sent: list[tuple[object, ...]] = []
+    s = TranscriptSink()
+    try:
+        real = s.send
+        s.send = lambda event: (sent.append(event), real(event))  # type: ignore[method-assign]
+        path = tmp_path / "c.log"
+        tw = TranscriptWriter(path, sink=s, secrets=["sk-live-0123456789"])
+        tw.write("user", "key is sk-live-0123456789")
+        tw.stream("echo sk-live-01234")
+        tw.stream("56789 done")
+        tw.close()
+        assert s.flush(10)
+    finally:
+        s.close()
+    assert "sk-live" not in repr(sent)  # neither the pipe nor the writer process sees it
+    assert bodies(str(path)) == ["key is [REDACTED]", "echo [REDACTED] done"]
 
 
 def test_a_failed_write_is_reported_by_the_writer_process(
@@ -137,11 +245,11 @@ def test_a_failed_write_is_reported_by_the_writer_process(
     blocker.write_text("")
     s = TranscriptSink()
     try:
-        s.append(str(blocker / "c.log"), b"x\n")  # a file where a folder should be
-        s.append(str(tmp_path / "ok.log"), b"fine\n")
+        TranscriptWriter(str(blocker / "c.log"), sink=s).write("engine", "x")  # a file as folder
+        TranscriptWriter(str(tmp_path / "ok.log"), sink=s).write("engine", "fine")
         assert s.flush(10)
     finally:
         s.close()
-    assert read(str(tmp_path / "ok.log")) == ["fine"]
+    assert bodies(str(tmp_path / "ok.log")) == ["fine"]
     assert "1 transcript write(s) failed" in caplog.text
     assert "cannot append to transcript" in caplog.text

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flightdeck.engine import transcripts
+from flightdeck.engine import lines
 from flightdeck.engine.transcripts import TranscriptWriter, tail_lines, write_manifest
 
 TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
@@ -138,7 +138,7 @@ def test_close_flushes_partial_line_and_is_idempotent(tmp_path: Path) -> None:
 
 
 def test_long_streamed_line_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transcripts, "MAX_STREAM_LINE", 10)
+    monkeypatch.setattr(lines, "MAX_STREAM_LINE", 10)
     path = tmp_path / "c.log"
     with TranscriptWriter(path, clock=FakeClock()) as tw:
         for _ in range(5):

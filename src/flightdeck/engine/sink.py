@@ -1,18 +1,18 @@
-"""`TranscriptSink`: every child's transcript lines on their way to one writer.
+"""`TranscriptSink`: every child's transcript events on their way to one writer.
 
 Like rows to the SQLite writer: worker threads never block on file I/O, and 64 threads never
-contend to create files in one folder. An append wakes nothing (a deque append); a drain thread
-moves lines every `DRAIN_S`, so a burst of lines costs no thread switch per line, and a
+contend to create files in one folder. Sending an event wakes nothing (a deque append); a drain
+thread moves events every `DRAIN_S`, so a burst costs no thread switch per line, and a
 `tail -f` sees a line at most that much later.
 
-A helper process writes the files (`appender.py` says why), fed framed lines down a pipe. The
-coordinator frames queued lines between facts (`pump`), while it holds the interpreter lock
-anyway, so the drain thread, which has to win the lock back from busy workers, makes one pipe
-write per drain.
+A helper process formats and writes the lines (`appender.py` says why), fed framed batches of
+events down a pipe. The coordinator frames queued events between facts (`pump`), while it holds
+the interpreter lock anyway, so the drain thread, which has to win the lock back from busy
+workers, makes one pipe write per drain.
 
-Without the helper (it cannot start, or it dies) the drain thread writes
-the files itself. If the helper dies, lines it had read but not yet written are lost, lines of
-the batch being sent at that moment may be written twice, and every later line is written in
+Without the helper (it cannot start, or it dies) the drain thread formats and writes the files
+itself. If the helper dies, events it had read but not yet written are lost, events of the
+batch being sent at that moment may be written twice, and every later event is written in
 this process.
 """
 
@@ -30,11 +30,11 @@ from collections import deque
 from flightdeck.engine import appender
 from flightdeck.engine.appender import (
     ACK,
-    APPEND,
     FLUSH,
-    RELEASE,
-    FileAppender,
+    Event,
+    Transcripts,
     apply_frames,
+    batch_frame,
     frame,
     write_all,
 )
@@ -49,7 +49,7 @@ class _Close:
 
 
 _CLOSE = _Close()
-_Item = tuple[str, bytes | threading.Event | None] | _Close
+_Item = Event | threading.Event | _Close  # an event, or a flush or close marker
 
 
 class TranscriptSink:
@@ -63,7 +63,7 @@ class TranscriptSink:
         self._frame_lock = threading.Lock()  # taking items off the queue and framing them
         self._out = bytearray()  # framed, not yet handed to the helper
         self._closed = False
-        self._local = FileAppender(self.MAX_OPEN)
+        self._local = Transcripts(self.MAX_OPEN)
         self._helper = _start_helper(self.MAX_OPEN)
         self._thread = threading.Thread(target=self._run, name="flightdeck-transcripts")
         self._thread.daemon = True  # close() drains it; a crash must not hang the exit
@@ -75,19 +75,16 @@ class TranscriptSink:
         helper = self._helper
         return None if helper is None else helper.pid
 
-    def append(self, path: str, data: bytes) -> None:
-        self._items.append((path, data))  # deque.append is atomic; no lock, no wake-up
-
-    def release(self, path: str) -> None:
-        """The child is done with this file: close its descriptor once its lines are out."""
-        self._items.append((path, None))
+    def send(self, event: Event) -> None:
+        """Queue one transcript event (`appender.WRITE`, ...); any thread, never blocks."""
+        self._items.append(event)  # deque.append is atomic; no lock, no wake-up
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every line queued before this call has been written."""
         if self._closed:
             return True
         done = threading.Event()
-        self._items.append(("", done))
+        self._items.append(done)
         self._wake.set()
         return done.wait(timeout)
 
@@ -110,18 +107,19 @@ class TranscriptSink:
     # --- the drain thread ----------------------------------------------------------------------
 
     def _frame(self) -> threading.Event | _Close | None:
-        """Frame queued items into `_out` up to a flush or close marker, and return that marker
+        """Frame queued events into `_out` up to a flush or close marker, and return that marker
         (taken off the queue); None when the queue ran empty. Holds `_frame_lock`."""
-        items, out = self._items, self._out
+        items, events = self._items, []
+        marker: threading.Event | _Close | None = None
         while items:
             item = items.popleft()
-            if isinstance(item, _Close):
-                return item
-            path, data = item
-            if isinstance(data, threading.Event):
-                return data
-            out += frame(APPEND, path, data) if data is not None else frame(RELEASE, path)
-        return None
+            if not isinstance(item, tuple):
+                marker = item
+                break
+            events.append(item)
+        if events:
+            self._out += batch_frame(events)
+        return marker
 
     def _run(self) -> None:
         while True:

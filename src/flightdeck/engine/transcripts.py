@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -13,24 +12,32 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flightdeck.engine.appender import OPEN_FLAGS, write_all
-from flightdeck.engine.sanitize import StreamSanitizer, redact, sanitize
+from flightdeck.engine.appender import (
+    END_STREAM,
+    OPEN_FLAGS,
+    RAW,
+    RELEASE,
+    STREAM,
+    WRITE,
+    write_all,
+)
+from flightdeck.engine.lines import LineFormatter
+from flightdeck.engine.sanitize import sanitize
 from flightdeck.engine.sink import TranscriptSink
 
 log = logging.getLogger("flightdeck.transcripts")
 
-ROLES = ("system", "user", "assistant", "tool", "tool-call", "operator", "engine", "error")
-ROLE_WIDTH = 9
-SEPARATOR = " │ "
 MANIFEST = "manifest.json"
-
-# A streamed line longer than this is written out unfinished, so memory stays bounded when a
-# model streams megabytes without a newline.
-MAX_STREAM_LINE = 64 * 1024
 
 
 class TranscriptWriter:
-    """One child's transcript; every write is one `os.write` of whole lines (thread-safe)."""
+    """One child's transcript (thread-safe); the format is `lines.LineFormatter`'s.
+
+    With a sink, the events go to it raw and its writer process formats them (`appender.py`):
+    a call here costs a tuple and a deque append. Without one, or with secrets to redact (which
+    stay in this process), they are formatted here and each event is one `os.write` of whole
+    lines.
+    """
 
     def __init__(
         self,
@@ -42,46 +49,58 @@ class TranscriptWriter:
     ) -> None:
         self.path = path
         self._clock = clock
-        self._secrets = tuple(secrets)
-        self._lock = threading.Lock()
-        self._sanitizer = StreamSanitizer()
-        self._partial: list[str] = []
-        self._partial_len = 0
-        self._sink = sink
         self._key = os.fspath(path)
+        self._send = sink.send if sink is not None else None
+        self._lock = threading.Lock()
+        secrets = tuple(secrets)
+        # None: the sink's writer process formats the lines.
+        self._formatter = LineFormatter(secrets) if sink is None or secrets else None
         self._fd: int | None = None
-        self._last_ms = -1  # the stamp of the last line, reused within its millisecond
-        self._last_stamp = ""
         if sink is None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(path, OPEN_FLAGS, 0o644)
 
     def write(self, role: str, text: str, ts: float | None = None) -> None:
         """Append one event; multi-line text becomes several lines with the same stamp."""
+        ts = self._clock() if ts is None else ts
+        if self._formatter is None and self._send is not None:
+            self._send((WRITE, self._key, ts, role, text))
+            return
         with self._lock:
-            # A pending streamed line goes out first, so the file stays in time order.
-            self._flush_partial()
-            body = sanitize(text).rstrip("\n")
-            self._emit(role, body.split("\n"), self._clock() if ts is None else ts)
+            assert self._formatter is not None
+            self._out(self._formatter.write(role, text, ts))
 
     def stream(self, chunk: str) -> None:
         """Append streamed assistant text; each line is written as soon as it is complete."""
+        ts = self._clock()
+        if self._formatter is None and self._send is not None:
+            self._send((STREAM, self._key, ts, chunk))
+            return
         with self._lock:
-            self._take(self._sanitizer.feed(chunk))
+            assert self._formatter is not None
+            self._out(self._formatter.stream(chunk, ts))
 
     def end_stream(self) -> None:
         """Write the partial last line of the stream, if any."""
+        ts = self._clock()
+        if self._formatter is None and self._send is not None:
+            self._send((END_STREAM, self._key, ts))
+            return
         with self._lock:
-            self._take(self._sanitizer.flush())
-            self._flush_partial()
+            assert self._formatter is not None
+            self._out(self._formatter.end_stream(ts))
 
     def close(self) -> None:
         """End the stream and close the file; idempotent. Later writes reopen it briefly."""
+        ts = self._clock()
+        if self._formatter is None and self._send is not None:
+            self._send((RELEASE, self._key, ts))
+            return
         with self._lock:
-            self._take(self._sanitizer.flush())
-            self._flush_partial()
-            if self._sink is not None:
-                self._sink.release(self._key)
+            assert self._formatter is not None
+            self._out(self._formatter.end_stream(ts))
+            if self._send is not None:
+                self._send((RELEASE, self._key, ts))
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -92,73 +111,21 @@ class TranscriptWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # Everything below runs with the lock held.
-
-    def _take(self, safe: str) -> None:
-        if not safe:
+    def _out(self, data: bytes) -> None:
+        """Append formatted lines (lock held)."""
+        if not data:
             return
-        if "\n" not in safe:
-            self._partial.append(safe)
-            self._partial_len += len(safe)
-            if self._partial_len > MAX_STREAM_LINE:
-                self._flush_partial()
-            return
-        lines = safe.split("\n")
-        last = lines.pop()
-        if self._partial:
-            lines[0] = "".join([*self._partial, lines[0]])
-        self._partial = [last] if last else []
-        self._partial_len = len(last)
-        self._emit("assistant", lines, self._clock())
-
-    def _flush_partial(self) -> None:
-        if self._partial:
-            line = "".join(self._partial)
-            self._partial = []
-            self._partial_len = 0
-            self._emit("assistant", [line], self._clock())
-
-    def _emit(self, role: str, lines: list[str], ts: float) -> None:
-        ms = int(ts * 1000)
-        if ms != self._last_ms:  # a fast child writes several lines a millisecond
-            self._last_ms, self._last_stamp = ms, _stamp_ms(ms)
-        head = f"{self._last_stamp}  {_LABELS.get(role) or _label(role)}"
-        data = head + ("\n" + head).join(lines) + "\n"  # a stamp and label on every line
-        if self._secrets:
-            data = redact(data, self._secrets)
-        raw = data.encode("utf-8", "replace")
-        if self._sink is not None:
-            self._sink.append(self._key, raw)
+        if self._send is not None:
+            self._send((RAW, self._key, 0.0, data))
             return
         if self._fd is not None:
-            write_all(self._fd, raw)
+            write_all(self._fd, data)
             return
         fd = os.open(self.path, OPEN_FLAGS, 0o644)
         try:
-            write_all(fd, raw)
+            write_all(fd, data)
         finally:
             os.close(fd)
-
-
-@functools.lru_cache(maxsize=256)
-def _stamp_ms(ms: int) -> str:
-    # Formatting a stamp costs more than the rest of a line, and a busy batch writes many
-    # lines per millisecond: HH:MM:SS.mmm once per millisecond, shared by every writer.
-    second, millis = divmod(ms, 1000)
-    return f"{_hms(second)}.{millis:03d}"
-
-
-@functools.lru_cache(maxsize=4)
-def _hms(second: int) -> str:
-    # localtime+strftime: once a second, for every writer.
-    return time.strftime("%H:%M:%S", time.localtime(second))
-
-
-def _label(role: str) -> str:
-    return f"{sanitize(role).ljust(ROLE_WIDTH)}{SEPARATOR}"
-
-
-_LABELS = {role: _label(role) for role in ROLES}  # every line has one: built once, not per line
 
 
 def write_manifest(batch_dir: Path, data: Mapping[str, Any]) -> Path:

@@ -1,0 +1,109 @@
+"""Transcript lines: one child's events formatted as `HH:MM:SS.mmm  role      │ text`, sanitized.
+
+Stdlib only (with `sanitize`): the transcript writer process imports it too, and formats the
+lines there, on another core, from the raw events the engine sends it (`appender.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from flightdeck.engine.sanitize import StreamSanitizer, redact, sanitize
+
+ROLES = ("system", "user", "assistant", "tool", "tool-call", "operator", "engine", "error")
+ROLE_WIDTH = 9
+SEPARATOR = " │ "
+
+# A streamed line longer than this is written out unfinished, so memory stays bounded when a
+# model streams megabytes without a newline.
+MAX_STREAM_LINE = 64 * 1024
+
+
+class LineFormatter:
+    """One transcript's state between events: the stream's held-back bytes and partial line.
+
+    Each method returns the whole lines the event completes (UTF-8, possibly empty). Not
+    thread-safe: its owner serializes the calls.
+    """
+
+    __slots__ = ("_last_ms", "_last_stamp", "_partial", "_partial_len", "_sanitizer", "_secrets")
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self._secrets = secrets
+        self._sanitizer = StreamSanitizer()
+        self._partial: list[str] = []
+        self._partial_len = 0
+        self._last_ms = -1  # the stamp of the last line, reused within its millisecond
+        self._last_stamp = ""
+
+    def write(self, role: str, text: str, ts: float) -> bytes:
+        """One event; multi-line text becomes several lines with the same stamp."""
+        # A pending streamed line goes out first, so the file stays in time order.
+        pending = self._flush_partial(ts)
+        body = sanitize(text).rstrip("\n")
+        return pending + self._emit(role, body.split("\n"), ts)
+
+    def stream(self, chunk: str, ts: float) -> bytes:
+        """Streamed assistant text: the lines it completes."""
+        return self._take(self._sanitizer.feed(chunk), ts)
+
+    def end_stream(self, ts: float) -> bytes:
+        """The partial last line of the stream, if any."""
+        return self._take(self._sanitizer.flush(), ts) + self._flush_partial(ts)
+
+    def _take(self, safe: str, ts: float) -> bytes:
+        if not safe:
+            return b""
+        if "\n" not in safe:
+            self._partial.append(safe)
+            self._partial_len += len(safe)
+            if self._partial_len > MAX_STREAM_LINE:
+                return self._flush_partial(ts)
+            return b""
+        lines = safe.split("\n")
+        last = lines.pop()
+        if self._partial:
+            lines[0] = "".join([*self._partial, lines[0]])
+        self._partial = [last] if last else []
+        self._partial_len = len(last)
+        return self._emit("assistant", lines, ts)
+
+    def _flush_partial(self, ts: float) -> bytes:
+        if not self._partial:
+            return b""
+        line = "".join(self._partial)
+        self._partial = []
+        self._partial_len = 0
+        return self._emit("assistant", [line], ts)
+
+    def _emit(self, role: str, lines: list[str], ts: float) -> bytes:
+        ms = int(ts * 1000)
+        if ms != self._last_ms:  # a fast child writes several lines a millisecond
+            self._last_ms, self._last_stamp = ms, _stamp_ms(ms)
+        head = f"{self._last_stamp}  {_LABELS.get(role) or _label(role)}"
+        data = head + ("\n" + head).join(lines) + "\n"  # a stamp and label on every line
+        if self._secrets:
+            data = redact(data, self._secrets)
+        return data.encode("utf-8", "replace")
+
+
+@functools.lru_cache(maxsize=256)
+def _stamp_ms(ms: int) -> str:
+    # Formatting a stamp costs more than the rest of a line, and a busy batch writes many
+    # lines per millisecond: HH:MM:SS.mmm once per millisecond, shared by every formatter.
+    second, millis = divmod(ms, 1000)
+    return f"{_hms(second)}.{millis:03d}"
+
+
+@functools.lru_cache(maxsize=4)
+def _hms(second: int) -> str:
+    # localtime+strftime: once a second, for every formatter.
+    return time.strftime("%H:%M:%S", time.localtime(second))
+
+
+def _label(role: str) -> str:
+    return f"{sanitize(role).ljust(ROLE_WIDTH)}{SEPARATOR}"
+
+
+_LABELS = {role: _label(role) for role in ROLES}  # every line has one: built once, not per line
