@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
+from flightdeck.engine import api
+from flightdeck.engine.api import Engine
 from flightdeck.engine.meter import Meter, cost_of
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.settings import SIM_PRICE
@@ -395,3 +400,21 @@ def test_a_sim_batch_replays_exactly_for_a_seed(tmp_path: Path) -> None:
     first, second = run("a"), run("b")
     assert first == second
     assert sum(r[3] for r in first) > 0  # retries happened, and happened alike
+
+
+def test_a_start_that_fails_leaves_no_worker_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_store(path: Path) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(api, "Store", broken_store)
+    engine = Engine(batch(5), settings(sim_route(), pool=3), state_dir=tmp_path / "state")
+    with pytest.raises(sqlite3.OperationalError):
+        engine.start()  # the worker threads had started: they come first
+    workers = [t for t in threading.enumerate() if t.name.startswith("flightdeck-child")]
+    assert len(workers) >= 3
+    engine.close()
+    for t in workers:
+        t.join(5)
+    assert not any(t.is_alive() for t in workers)

@@ -55,6 +55,14 @@ class _Route:
         return self.route.max_concurrent
 
 
+SPARE_WORKERS = 4  # threads beyond the slots, for workers abandoned after a stall grace period
+
+
+def worker_pool(pool_size: int) -> WorkerPool:
+    """The pool a coordinator with `pool_size` slots runs its children on."""
+    return WorkerPool(pool_size + SPARE_WORKERS, "flightdeck-child")
+
+
 class Coordinator:
     """Owns the queue and the pool; `Engine` is its public face."""
 
@@ -63,6 +71,7 @@ class Coordinator:
         children: list[Child],
         routes: Mapping[str, Route],
         *,
+        pool: WorkerPool,
         pool_size: int,
         engine: EngineSettings,
         budget: Budget,
@@ -106,16 +115,13 @@ class Coordinator:
         self._last_progress = 0.0
         self._last_watch = 0.0
         self._progress_versions: dict[str, int] = {}
-        # Spare threads absorb workers abandoned after a stall grace period.
-        self._pool = WorkerPool(pool_size + 4, "flightdeck-child")
+        self._pool = pool
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
 
     # --- called from any thread ----------------------------------------------------------------
 
     def start(self) -> None:
-        # Workers for the first wave start here, on the caller's thread, while nothing runs yet.
-        self._pool.start_workers(min(self.pool_size, len(self.children)))
         self._thread.start()
 
     def report(self, fact: object) -> None:
