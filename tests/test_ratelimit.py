@@ -3,22 +3,28 @@ providers held to 600 requests/min against an unlimited loopback server on a sca
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
+from flightdeck.engine.flag import Waitable
 from flightdeck.engine.limits import RetryPolicy, RouteThrottle, StopRequested, auto_pool_size
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Message, ToolSpec, TurnRequest
 from flightdeck.engine.ratelimit import (
     Cancelled,
+    Lease,
     RateLimiter,
     estimate_tokens,
     prompt_tokens_estimate,
 )
 from flightdeck.engine.settings import RetrySettings, Route
+from flightdeck.engine.spec import Task
+from helpers import run_to_end, settings, sim_route, start, tasks_batch
 from loopback import Loopback, Reply
 
 
@@ -210,3 +216,24 @@ def test_real_providers_hold_600_rpm_against_an_unlimited_server(provider: str) 
     if sum(1 for w in waits if w > 0) < 0.8 * len(waits):
         pytest.skip(f"the client, not the limit, set the pace here ({rate:.2f}/s)")
     assert rate >= 9.5, rate
+
+
+def test_children_reserve_their_estimate_only_against_a_tokens_bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reserved: dict[str, list[int]] = {"limited": [], "free": []}
+    real = RouteThrottle.admit
+
+    def spy(self: RouteThrottle, route: Route, tokens: int, interrupt: Waitable) -> Lease:
+        reserved[route.name].append(tokens)
+        return real(self, route, tokens, interrupt)
+
+    monkeypatch.setattr(RouteThrottle, "admit", spy)
+    limited = dataclasses.replace(sim_route("limited", tool_turns=0), tpm=10_000_000)
+    tasks = [Task(id=f"{r}{i}", goal="g", seq=i, route=r) for i in range(2) for r in reserved]
+    run_to_end(
+        start(tasks_batch(tasks), settings(limited, sim_route("free", tool_turns=0)), tmp_path)
+    )
+    assert reserved["free"] == [0, 0]  # nothing reads an estimate without a tokens bucket
+    assert len(reserved["limited"]) == 2
+    assert all(t > limited.max_tokens for t in reserved["limited"])  # the prompt plus max_tokens

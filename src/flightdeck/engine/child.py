@@ -306,7 +306,9 @@ class Child:
             child_id=self.task.id,
         )
         # Route pause and rpm/tpm buckets; the token estimate is reconciled with usage below.
-        lease = self._retry.admit(self.route, estimate_tokens(request), self.interrupt)
+        # Only a tokens-per-minute bucket reads it: without one, a turn skips the estimate.
+        tokens = estimate_tokens(request) if self.route.tpm else 0
+        lease = self._retry.admit(self.route, tokens, self.interrupt)
         self._tick("waiting for model", api_call=True)
         text: list[str] = []
         calls: list[ToolCall] = []
