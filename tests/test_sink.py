@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -253,3 +255,33 @@ def test_a_failed_write_is_reported_by_the_writer_process(
     assert bodies(str(tmp_path / "ok.log")) == ["fine"]
     assert "1 transcript write(s) failed" in caplog.text
     assert "cannot append to transcript" in caplog.text
+
+
+def test_stamps_follow_file_order_when_threads_share_a_transcript(tmp_path: Path) -> None:
+    ticks = itertools.count()
+
+    def clock() -> float:
+        now = TS + next(ticks) / 1000  # one millisecond a call
+        time.sleep(0)  # let the other thread run between reading the clock and writing
+        return now
+
+    s = TranscriptSink()
+    path = tmp_path / "c.log"
+    tw = TranscriptWriter(path, clock, sink=s)
+    try:
+
+        def work(role: str) -> None:
+            for i in range(100):
+                tw.write(role, f"{role} {i}")
+
+        threads = [threading.Thread(target=work, args=(r,)) for r in ("engine", "operator")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert s.flush(10)
+    finally:
+        s.close()
+    stamps = [line[:12] for line in read(str(path))]
+    assert len(stamps) == 200 and len(set(stamps)) == 200
+    assert stamps == sorted(stamps)

@@ -35,8 +35,8 @@ class TranscriptWriter:
 
     With a sink, the events go to it raw and its writer process formats them (`appender.py`):
     a call here costs a tuple and a deque append. Without one, or with secrets to redact (which
-    stay in this process), they are formatted here and each event is one `os.write` of whole
-    lines.
+    must not leave this process), they are formatted here and each event is one `os.write` of
+    whole lines (or one finished `RAW` event to the sink).
     """
 
     def __init__(
@@ -50,11 +50,12 @@ class TranscriptWriter:
         self.path = path
         self._clock = clock
         self._key = os.fspath(path)
-        self._send = sink.send if sink is not None else None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # stamps follow file order, whichever thread writes
         secrets = tuple(secrets)
-        # None: the sink's writer process formats the lines.
-        self._formatter = LineFormatter(secrets) if sink is None or secrets else None
+        self._sink = sink
+        # Exactly one of the two: the writer process formats, or this object does.
+        self._remote = sink.send if sink is not None and not secrets else None
+        self._formatter = None if self._remote is not None else LineFormatter(secrets)
         self._fd: int | None = None
         if sink is None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -62,45 +63,37 @@ class TranscriptWriter:
 
     def write(self, role: str, text: str, ts: float | None = None) -> None:
         """Append one event; multi-line text becomes several lines with the same stamp."""
-        ts = self._clock() if ts is None else ts
-        if self._formatter is None and self._send is not None:
-            self._send((WRITE, self._key, ts, role, text))
-            return
         with self._lock:
-            assert self._formatter is not None
-            self._out(self._formatter.write(role, text, ts))
+            ts = self._clock() if ts is None else ts
+            if self._remote is not None:
+                self._remote((WRITE, self._key, ts, role, text))
+            else:
+                self._out(self._local().write(role, text, ts))
 
     def stream(self, chunk: str) -> None:
         """Append streamed assistant text; each line is written as soon as it is complete."""
-        ts = self._clock()
-        if self._formatter is None and self._send is not None:
-            self._send((STREAM, self._key, ts, chunk))
-            return
         with self._lock:
-            assert self._formatter is not None
-            self._out(self._formatter.stream(chunk, ts))
+            if self._remote is not None:
+                self._remote((STREAM, self._key, self._clock(), chunk))
+            else:
+                self._out(self._local().stream(chunk, self._clock()))
 
     def end_stream(self) -> None:
         """Write the partial last line of the stream, if any."""
-        ts = self._clock()
-        if self._formatter is None and self._send is not None:
-            self._send((END_STREAM, self._key, ts))
-            return
         with self._lock:
-            assert self._formatter is not None
-            self._out(self._formatter.end_stream(ts))
+            if self._remote is not None:
+                self._remote((END_STREAM, self._key, self._clock()))
+            else:
+                self._out(self._local().end_stream(self._clock()))
 
     def close(self) -> None:
         """End the stream and close the file; idempotent. Later writes reopen it briefly."""
-        ts = self._clock()
-        if self._formatter is None and self._send is not None:
-            self._send((RELEASE, self._key, ts))
-            return
         with self._lock:
-            assert self._formatter is not None
-            self._out(self._formatter.end_stream(ts))
-            if self._send is not None:
-                self._send((RELEASE, self._key, ts))
+            ts = self._clock()
+            if self._remote is None:
+                self._out(self._local().end_stream(ts))
+            if self._sink is not None:
+                self._sink.send((RELEASE, self._key, ts))
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -111,12 +104,17 @@ class TranscriptWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # Below: formatting in this process, with the lock held.
+
+    def _local(self) -> LineFormatter:
+        assert self._formatter is not None  # set whenever _remote is not
+        return self._formatter
+
     def _out(self, data: bytes) -> None:
-        """Append formatted lines (lock held)."""
         if not data:
             return
-        if self._send is not None:
-            self._send((RAW, self._key, 0.0, data))
+        if self._sink is not None:
+            self._sink.send((RAW, self._key, 0.0, data))
             return
         if self._fd is not None:
             write_all(self._fd, data)
