@@ -112,7 +112,7 @@ def scripted(tw: TranscriptWriter) -> None:
     tw.stream("ünïcode, then no newline")
     tw.end_stream()
     tw.write("tool-call", 'read_file {"path": "a.txt"}')
-    tw.write("tool", "line 1\n\nline 3\n")
+    tw.write("tool", "line 1 \ud800\n\nline 3\n")  # a lone surrogate, as JSON can carry
     tw.stream("partial at close")
     tw.close()
     tw.write("engine", "completed")  # after close: reopens the file
@@ -142,7 +142,7 @@ def test_the_writer_process_formats_exactly_as_this_process_does(tmp_path: Path)
         " a test.",
         "ünïcode, then no newline",
         'read_file {"path": "a.txt"}',
-        "line 1",
+        "line 1 ?",
         "",
         "line 3",
         "partial at close",
