@@ -99,7 +99,8 @@ class Engine:
             for name, route in self.routes.items()
         }
         self.meter = Meter()
-        self._subscribers: list[Subscriber] = []
+        # Replaced, never mutated, under the lock: publishing reads it without one.
+        self._subscribers: tuple[Subscriber, ...] = ()
         self._sub_lock = threading.Lock()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
@@ -326,19 +327,19 @@ class Engine:
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call `fn` for each engine event, on the coordinator thread; keep it fast."""
         with self._sub_lock:
-            self._subscribers.append(fn)
+            self._subscribers = (*self._subscribers, fn)
 
         def unsubscribe() -> None:
             with self._sub_lock:
-                if fn in self._subscribers:
-                    self._subscribers.remove(fn)
+                subscribers = list(self._subscribers)
+                if fn in subscribers:
+                    subscribers.remove(fn)
+                    self._subscribers = tuple(subscribers)
 
         return unsubscribe
 
     def _publish(self, event: EngineEvent) -> None:
-        with self._sub_lock:
-            subscribers = list(self._subscribers)
-        for fn in subscribers:
+        for fn in self._subscribers:  # two events per child: no lock, no copy
             try:
                 fn(event)
             except Exception:  # a broken subscriber must not stop the batch

@@ -45,6 +45,7 @@ SYSTEM_PROMPT = (
 )
 TRANSCRIPT_TOOL_CHARS = 2000
 _KEEP = object()  # `_tick(tool=...)` left out: the current tool is unchanged
+_NO_USAGE = Usage()
 
 Fact = Callable[[object], None]
 
@@ -312,7 +313,8 @@ class Child:
         self._tick("waiting for model", api_call=True)
         text: list[str] = []
         calls: list[ToolCall] = []
-        usage = Usage()
+        usage = _NO_USAGE
+        transcript = self.transcript
         try:
             stream = self._provider.open(request)
             with self._lock:
@@ -321,9 +323,9 @@ class Child:
                     raise Interrupted
                 self._stream = stream
             for event in stream:
-                if isinstance(event, TextDelta):
+                if isinstance(event, TextDelta):  # the hot path: hundreds a turn from a model
                     text.append(event.text)
-                    self.transcript.stream(event.text)
+                    transcript.stream(event.text)
                     self._tick("streaming")
                 elif isinstance(event, ToolCallEvent):
                     calls.append(event.call)
@@ -343,7 +345,7 @@ class Child:
         finally:
             with self._lock:
                 self._stream = None
-            self.transcript.end_stream()
+            transcript.end_stream()
             lease.settle(usage.total)
         with self._lock:
             if self.interrupt.is_set() or self._now_pending:

@@ -156,17 +156,18 @@ class SimProvider:
             )
         return known
 
-    def _cache_split(self, request: TurnRequest) -> tuple[int, int, threading.Event | None]:
+    def _cache_split(self, prefix: _Prefix) -> tuple[int, int, threading.Event | None]:
         """(cache_read, cache_write) prefix tokens and the event this response must set."""
         if not self.options.cache:
             return 0, 0, None
-        prefix = self._prefix(request)
         key, size = prefix.key, prefix.cache_tokens
-        with self._lock:
-            ready = self._prefix_ready.get(key)
-            if ready is None:
-                ready = self._prefix_ready[key] = threading.Event()
-                return 0, size, ready
+        ready = self._prefix_ready.get(key)  # once written, read without the lock
+        if ready is None:
+            with self._lock:
+                ready = self._prefix_ready.get(key)
+                if ready is None:
+                    ready = self._prefix_ready[key] = threading.Event()
+                    return 0, size, ready
         if ready.is_set():
             return size, 0, None
         # Written by a response that has not started streaming yet: a miss, written again.
@@ -214,8 +215,9 @@ class SimStream:
     def __iter__(self) -> Iterator[StreamEvent]:
         o = self._p.options
         text, calls = _plan(self._req, self._rng, o.tool_turns)
-        cache_read, cache_write, writes = self._p._cache_split(self._req)
-        prompt = self._p._prefix(self._req).prompt_tokens
+        prefix = self._p._prefix(self._req)
+        cache_read, cache_write, writes = self._p._cache_split(prefix)
+        prompt = prefix.prompt_tokens
         for m in self._req.messages:
             prompt += _tokens(m.content)
             for c in m.tool_calls:
