@@ -418,3 +418,20 @@ def test_a_start_that_fails_leaves_no_worker_threads(
     for t in workers:
         t.join(5)
     assert not any(t.is_alive() for t in workers)
+
+
+def test_subscribers_get_every_event_until_they_unsubscribe(tmp_path: Path) -> None:
+    seen: list[object] = []
+    dropped: list[object] = []
+    engine = Engine(batch(3), settings(sim_route(tool_turns=0), pool=1), state_dir=tmp_path)
+    engine.subscribe(seen.append)
+    unsubscribe = engine.subscribe(dropped.append)
+    engine.subscribe(lambda event: 1 / 0)  # a broken subscriber must not stop the batch
+    unsubscribe()
+    unsubscribe()  # twice is harmless
+    engine.start()
+    assert run_to_end(engine).totals.completed == 3
+    kinds = [type(event).__name__ for event in seen]
+    assert kinds.count("ChildStarted") == 3 and kinds.count("ChildFinished") == 3
+    assert kinds[-1] == "BatchFinished"
+    assert dropped == []
