@@ -146,6 +146,7 @@ class Engine:
         prefix = f"{self.batch_dir}{os.sep}"  # transcript paths as str: 2,000 Paths cost more
         routes = {name: self.settings.route(name) for name in {t.route for t in self.batch.tasks}}
         seeds = {name: f"{route.options.get('seed', 0)}:" for name, route in routes.items()}
+        report = self._report  # one bound method for every child, not one object each
         for task in self.batch.tasks:
             route = routes[task.route]
             # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
@@ -166,7 +167,7 @@ class Engine:
                     prefix + transcript_name(task),
                     self.meter,
                     self.clock,
-                    self._report,
+                    report,
                     now,
                     self._sink,
                 )
