@@ -173,6 +173,20 @@ def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_an_unusable_database_is_one_clear_error(project: Path) -> None:
+    db = project / "state" / "flightdeck.db"
+    db.parent.mkdir()
+    db.write_text("this is not a database " * 20)
+    for args in (("run", "tasks.jsonl"), ("ls",), ("report",)):
+        result = flightdeck(*args, "--state-dir", "state", cwd=project)
+        assert result.returncode == 2, (args, result.stderr)
+        assert re.match(r"flightdeck: (\S*/)?state/flightdeck\.db: cannot ", result.stderr)
+        assert "file is not a database" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert db.read_text() == "this is not a database " * 20  # nothing was written
+    assert not list((project / "state").glob("batches/*/*.log"))
+
+
 def test_run_widens_the_gil_switch_interval_and_gc_thresholds(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

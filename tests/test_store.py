@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from flightdeck.engine import store as store_module
+from flightdeck.engine.errors import InputError, StoreError
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -394,10 +395,27 @@ def test_reader_errors(tmp_path: Path) -> None:
     conn = sqlite3.connect(newer)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
-    with pytest.raises(StoreVersionError):
+    with pytest.raises(StoreVersionError, match="newer than this flightdeck") as newer_info:
         Store(newer)
+    assert isinstance(newer_info.value, InputError) and newer_info.value.path == str(newer)
     with StoreReader(newer) as reader, pytest.raises(StoreVersionError):
         reader.batches()
+
+
+def test_an_unusable_database_is_one_clear_error_naming_it(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database, just text " * 40)
+    with pytest.raises(StoreError, match="cannot use the database: file is not a database") as info:
+        Store(garbage)
+    assert str(info.value).startswith(f"{garbage}: ")
+    assert garbage.read_bytes() == b"not a database, just text " * 40  # left as it was
+    with StoreReader(garbage) as reader, pytest.raises(StoreError, match="cannot read"):
+        reader.batches()
+
+    folder = tmp_path / "folder.db"
+    folder.mkdir()  # a folder where the database should be
+    with pytest.raises(StoreError, match="cannot open the database"):
+        Store(folder)
 
 
 def test_reader_cannot_write(db: Path) -> None:

@@ -32,3 +32,7 @@ class SpecError(InputError):
 
 class ConfigError(InputError):
     """flightdeck.toml (or the environment) is invalid."""
+
+
+class StoreError(InputError):
+    """The state database cannot be used: not a database, unreadable, or a newer schema."""

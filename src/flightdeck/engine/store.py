@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -143,8 +144,18 @@ class StoreNotFoundError(FileNotFoundError):
     """There is no flightdeck database at the given path."""
 
 
-class StoreVersionError(RuntimeError):
+class StoreVersionError(StoreError):
     """The database was written by a newer flightdeck."""
+
+
+def _newer_schema(path: Path, version: int) -> StoreVersionError:
+    return StoreVersionError(
+        path,
+        None,
+        None,
+        f"database schema {version} is newer than this flightdeck understands "
+        f"({SCHEMA_VERSION}); upgrade flightdeck",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,11 +315,17 @@ class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = _connect(str(path))
+        try:
+            conn = _connect(str(path))
+        except sqlite3.Error as exc:  # a folder by that name, no permission, ...
+            raise StoreError(path, None, None, f"cannot open the database: {exc}") from None
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            _ensure_schema(conn)
+            _ensure_schema(conn, path)
+        except sqlite3.DatabaseError as exc:  # not a database, corrupt, read-only, ...
+            conn.close()
+            raise StoreError(path, None, None, f"cannot use the database: {exc}") from None
         except BaseException:
             conn.close()
             raise
@@ -527,13 +544,10 @@ def _coalesce(writes: list[_Write]) -> list[_Write]:
     return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]
 
 
-def _ensure_schema(conn: sqlite3.Connection) -> None:
+def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
-        raise StoreVersionError(
-            f"flightdeck database schema {version} is newer than this flightdeck "
-            f"understands ({SCHEMA_VERSION}); upgrade flightdeck"
-        )
+        raise _newer_schema(path, version)
     if version == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
@@ -650,11 +664,14 @@ class StoreReader:
     def _check_ready(self) -> bool:
         # A reader may open the file in the instant before the writer has made the schema.
         if not self._ready:
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            try:
+                version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.DatabaseError as exc:  # not a database, unreadable
+                raise StoreError(
+                    self.path, None, None, f"cannot read the database: {exc}"
+                ) from None
             if version > SCHEMA_VERSION:
-                raise StoreVersionError(
-                    f"{self.path}: schema {version} is newer than this flightdeck understands"
-                )
+                raise _newer_schema(self.path, version)
             self._ready = version == SCHEMA_VERSION
         return self._ready
 

@@ -110,12 +110,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.headless and sys.stdout.isatty():
         from flightdeck.tui.app import run_app
 
-        engine.start()
         try:
+            engine.start()
             code: int = run_app(engine)
             return code
         finally:
-            engine.close()
+            engine.close()  # also after a failed start: its threads and writer process
     return run_headless(engine, _console())
 
 
@@ -133,7 +133,11 @@ def run_headless(engine: Engine, console: Console) -> int:
         console.print(Text("stopping all children… (Ctrl+C again to force)", style="yellow"))
         engine.stop_all()
 
-    batch_id = engine.start()
+    try:
+        batch_id = engine.start()
+    except BaseException:
+        engine.close()  # a failed start leaves no threads or writer process behind
+        raise
     previous = signal.signal(signal.SIGINT, on_sigint)
     console.print(Text(f"batch {batch_id}", style="bold"))
     total = len(engine.batch.tasks)
