@@ -45,7 +45,7 @@ SYSTEM_PROMPT = (
 )
 TRANSCRIPT_TOOL_CHARS = 2000
 _KEEP = object()  # `_tick(tool=...)` left out: the current tool is unchanged
-_NO_USAGE = Usage()
+_NO_USAGE = Usage()  # immutable: one shared empty usage for every child and turn
 
 Fact = Callable[[object], None]
 
@@ -76,7 +76,7 @@ class Child:
     _tool_started_ts: float | None = None
     _last_activity_ts: float | None = None
     _text = ""
-    _usage = Usage()
+    _usage = _NO_USAGE
     _cost: Decimal | None = Decimal(0)
     _error: str | None = None
     _result: str | None = None
