@@ -265,7 +265,9 @@ class Child:
         for turn in range(self.task.max_turns):
             self._check_stop()
             self._deliver_steers(messages)
-            self._tick(turn=turn + 1)
+            with self._lock:  # the call's tick stamps the activity time
+                self._turns = turn + 1
+                self.version += 1
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
             if not result.tool_calls:
@@ -367,6 +369,8 @@ class Child:
         return Message("tool", output, tool_call_id=call.id, name=call.name)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
+        if not self._inbox and not self._now_pending:
+            return  # nearly every turn: nothing to deliver (both only ever set under the lock)
         with self._lock:
             pending = list(self._inbox)
             self._inbox.clear()
