@@ -24,6 +24,7 @@ from flightdeck.engine.model import (
     SteerReceipt,
     SteerState,
     Usage,
+    record,
 )
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
     return conn
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Write:
     what: str  # for the log line when it fails; never the parameters (they may be large)
     sql: str

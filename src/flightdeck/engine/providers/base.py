@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Protocol
 
-from ..model import Usage
+from ..model import Usage, record
 
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolCall:
     id: str
     name: str
     arguments: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Message:
     """One chat message in a provider-neutral shape."""
 
@@ -29,14 +29,14 @@ class Message:
     name: str | None = None  # tool name, for role == "tool"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolSpec:
     name: str
     description: str
     parameters: Mapping[str, Any]  # JSON schema of the arguments
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnRequest:
     """Everything a provider needs for one streamed turn."""
 
@@ -50,24 +50,24 @@ class TurnRequest:
 # --- stream events -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TextDelta:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolCallEvent:
     call: ToolCall
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UsageEvent:
     """Usage billed for this call; may arrive more than once, each is an increment."""
 
     usage: Usage
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HeadroomEvent:
     """Rate-limit headroom from response headers."""
 
@@ -140,7 +140,7 @@ class Provider(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnResult:
     """A finished turn as the child loop assembles it."""
 
