@@ -218,15 +218,16 @@ class Child:
             self._inbox.clear()
         for receipt in missed:
             self._settle(receipt, SteerState.MISSED)
+        text = str(status)  # a StrEnum's value, without the enum's Python-level property
         transcript = self.transcript
-        transcript.write("engine", status.value + (f": {error}" if error else ""))
+        transcript.write("engine", text + (f": {error}" if error else ""))
         transcript.close()
         with self._lock:
             self.status = status
             self.finished_ts = self._clock()
             self._error = error
             self._current_tool = self._tool_started_ts = None
-            self._text = status.value
+            self._text = text
             self.version += 1
         return True
 
@@ -333,7 +334,7 @@ class Child:
                     calls.append(event.call)
                     self._tick(f"calling {event.call.name}")
                 elif isinstance(event, UsageEvent):
-                    usage += event.usage
+                    usage = event.usage if usage is _NO_USAGE else usage + event.usage
                     self._bill(event.usage)  # billed tokens count even if the turn is dropped
                 elif isinstance(event, HeadroomEvent):
                     self._report(("headroom", self.route.name, event))
@@ -399,7 +400,7 @@ class Child:
     def _bill(self, usage: Usage) -> None:
         cost = self._meter.add(self.route, usage)
         with self._lock:
-            self._usage += usage
+            self._usage = usage if self._usage is _NO_USAGE else self._usage + usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost
             self.version += 1
 

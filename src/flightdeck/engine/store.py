@@ -227,7 +227,7 @@ def _child_params(batch_id: str, row: ChildRow) -> tuple[Any, ...]:
         row.group,
         row.route,
         row.model,
-        row.status.value,
+        str(row.status),  # the StrEnum's value, cheaper than its `.value` property
         act.api_calls,
         act.tool_calls,
         act.retries,
