@@ -161,6 +161,25 @@ def test_child_round_trip_is_exact(db: Path) -> None:
         assert [c.id for c in reader.controls("b1", "c7", kind="stop")] == [2]
 
 
+def test_absent_values_are_stored_as_sql_null(db: Path) -> None:
+    """store.py gives None a fast adapter; what it binds must stay NULL, in any connection."""
+    with Store(db) as store:
+        store.create_batch(make_batch())
+        store.add_children("b1", [make_child(1, group=None)])
+        store.update_child("b1", make_child(2, group=None, error=None))
+    conn = sqlite3.connect(db)
+    try:
+        columns = "grp, current_tool, tool_started_ts, started_ts, finished_ts, error, result"
+        types = conn.execute(
+            f"SELECT {', '.join(f'typeof({c})' for c in columns.split(', '))} "
+            "FROM children ORDER BY seq"
+        ).fetchall()
+        assert types == [("null",) * 7] * 2
+        assert conn.execute("SELECT ? IS NULL, typeof(?)", (None, None)).fetchone() == (1, "null")
+    finally:
+        conn.close()
+
+
 def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
     from flightdeck.engine.store import QueuedChild, _child_params, _queued_params
 

@@ -277,6 +277,18 @@ def _queued_params(batch_id: str, c: QueuedChild) -> tuple[Any, ...]:
 _QUEUED = ChildStatus.QUEUED.value
 
 
+def _null(value: None) -> None:
+    return value
+
+
+# sqlite3 binds int, float, str and bytes as they are, but sends every other value, None
+# included, through its adapter protocol: a registry miss and two failed attribute lookups,
+# 0.8 µs per None, and a child's rows bind four to eight of them. A registered adapter is found
+# at the first step (0.25 µs). It returns None itself, so what is bound is still NULL, for
+# every connection in the process.
+sqlite3.register_adapter(type(None), _null)
+
+
 def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN/COMMIT ourselves. check_same_thread=False because
     # the writer connection is made here and used on the writer thread, and readers lock.
