@@ -181,20 +181,41 @@ def test_absent_values_are_stored_as_sql_null(db: Path) -> None:
 
 
 def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
-    from flightdeck.engine.store import QueuedChild, _child_params, _queued_params
+    from flightdeck.engine.store import _CHILD_COLUMNS, QueuedChild
 
     rows = [make_child(1), make_child(2, group=None)]
     queued = [
         QueuedChild(r.id, r.seq, r.goal, r.group, r.route, r.model, r.queued_ts, r.transcript)
         for r in rows
     ]
-    # the short path writes exactly the columns the full row would
-    assert [_queued_params("b1", q) for q in queued] == [_child_params("b1", r) for r in rows]
     with Store(db) as store:
-        store.create_batch(make_batch())
-        store.add_queued("b1", queued)
+        store.create_batch(make_batch("b1"))
+        store.create_batch(make_batch("b2"))
+        store.add_queued("b1", queued)  # the short path: literals for what has not happened
+        store.add_children("b2", rows)  # the full rows, every column bound
     with StoreReader(db) as reader:
         assert reader.children("b1") == rows
+    # column for column, SQL types included, the short path stores what the full row would
+    columns = [c.strip() for c in _CHILD_COLUMNS.split(",") if c.strip() != "batch_id"]
+    select = ", ".join(f"{c}, typeof({c})" for c in columns)
+    conn = sqlite3.connect(db)
+    try:
+        short, full = (
+            conn.execute(
+                f"SELECT {select} FROM children WHERE batch_id = ? ORDER BY seq", (b,)
+            ).fetchall()
+            for b in ("b1", "b2")
+        )
+    finally:
+        conn.close()
+    assert short == full and len(short) == 2
+
+
+def test_a_literal_for_a_column_that_does_not_exist_is_refused() -> None:
+    from flightdeck.engine.store import _CHILD_COLUMNS, _upsert
+
+    with pytest.raises(ValueError, match=r"not columns of children: \['tokens'\]"):
+        _upsert("children", _CHILD_COLUMNS, ("batch_id", "id"), {"tokens": "0"})
 
 
 def test_decimal_cost_round_trip_is_exact(db: Path) -> None:
