@@ -7,7 +7,6 @@ figure is reported as a ratio of it, so the result means the same on a fast or a
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import os
@@ -23,7 +22,7 @@ from types import MappingProxyType
 from flightdeck.engine import store
 from flightdeck.engine.api import Engine
 from flightdeck.engine.limits import tune_interpreter
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import ChildRow
 from flightdeck.engine.settings import EngineSettings, Settings, default_sim_route
 from flightdeck.engine.spec import Batch, Task
 
@@ -64,7 +63,8 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
     """The engine's own rows and transcript lines, written again by a plain loop on one thread.
 
     Same schema and values, same queued-then-final row writes in small batched transactions,
-    several rows to a statement (as the engine's writer does), one file per child written with
+    several rows to a statement and the queued rows' constant columns as SQL literals (as the
+    engine's writer does), one file per child written with
     one `os.write` (the engine's sink coalesces a child's lines the same way when they arrive
     within one drain): what the engine cannot go below.
     """
@@ -73,10 +73,13 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(store._SCHEMA)
-    queued = [dataclasses.replace(r, status=ChildStatus.QUEUED) for r in rows]
+    queued = [
+        store.QueuedChild(r.id, r.seq, r.goal, r.group, r.route, r.model, r.queued_ts, r.transcript)
+        for r in rows
+    ]
     t0 = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")
-    store._insert_rows(conn, store._UPSERT_CHILD, [store._child_params("b", r) for r in queued])
+    store._insert_rows(conn, store._UPSERT_QUEUED, [store._queued_params("b", q) for q in queued])
     conn.execute("COMMIT")
     for start in range(0, N, 100):  # the writer commits small batches as children finish
         batch = range(start, min(N, start + 100))
