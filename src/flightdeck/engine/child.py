@@ -208,8 +208,11 @@ class Child:
             self._steers[receipt.id] = receipt
             self.version += 1
 
-    def finalize(self, status: ChildStatus, error: str | None = None) -> bool:
-        """Record the final status once; False if already final (first caller wins)."""
+    def finalize(
+        self, status: ChildStatus, error: str | None = None, *, result: str | None = None
+    ) -> bool:
+        """Record the final status (and the final answer) once; False if already final (first
+        caller wins: a final answer that loses to the watchdog is not recorded)."""
         with self._lock:
             if self.status.terminal or self._finalizing:
                 return False
@@ -226,6 +229,7 @@ class Child:
             self.status = status
             self.finished_ts = self._clock()
             self._error = error
+            self._result = result
             self._current_tool = self._tool_started_ts = None
             self._text = text
             self.version += 1
@@ -272,9 +276,7 @@ class Child:
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
             if not result.tool_calls:
-                with self._lock:
-                    self._result = result.text
-                self.finalize(ChildStatus.COMPLETED)
+                self.finalize(ChildStatus.COMPLETED, result=result.text)
                 return
             for call in result.tool_calls:
                 self._check_stop()
@@ -348,11 +350,11 @@ class Child:
         finally:
             with self._lock:
                 self._stream = None
+                closed = self.interrupt.is_set() or self._now_pending
             transcript.end_stream()
             lease.settle(usage.total)
-        with self._lock:
-            if self.interrupt.is_set() or self._now_pending:
-                raise Interrupted  # the stream was closed under us and ended quietly
+        if closed:
+            raise Interrupted  # the stream was closed under us and ended quietly
         return TurnResult("".join(text), tuple(calls), usage)
 
     def _run_tool(self, call: ToolCall) -> Message:
