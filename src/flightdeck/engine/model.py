@@ -1,7 +1,8 @@
-"""Frozen value types shared by the engine, the CLI and the UI.
+"""Value types shared by the engine, the CLI and the UI.
 
 Everything here is immutable so it can cross threads freely: engine threads build these values
-and readers (the TUI timer, the headless printer, tests) only ever see finished objects.
+and readers (the TUI timer, the headless printer, tests) only ever see finished objects. The
+type checker enforces it (`record`, below), at no cost per value built.
 """
 
 from __future__ import annotations
