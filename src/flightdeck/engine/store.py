@@ -270,7 +270,8 @@ def _child_params(batch_id: str, row: ChildRow) -> tuple[Any, ...]:
 
 
 class QueuedChild(NamedTuple):
-    """A child as first recorded, before it runs: all `add_queued` needs (no frozen rows)."""
+    """A child as first recorded, before it runs: all `add_queued` needs, without building a
+    full `ChildRow` (and its `Activity` and `Usage`) for each of thousands of queued children."""
 
     id: str
     seq: int
