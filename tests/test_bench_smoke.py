@@ -30,7 +30,12 @@ def test_the_engine_benchmark_runs_and_reports(tmp_path: Path) -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["children"] == 30 and result["rounds"] == 1
     assert result["transcript_lines_per_child"] == 5  # system, user, answer (2 lines), status
-    for key in ("engine_children_per_s_median", "floor_children_per_s_median", "peak_rss_mb"):
+    for key in (
+        "engine_children_per_s_median",
+        "floor_children_per_s_median",
+        "headless_cli_children_per_s_median",
+        "peak_rss_mb",
+    ):
         assert result[key] > 0, key
     assert len(result["ratios_per_round"]) == 1 and result["ratio_of_floor_median"] > 0
     assert list(tmp_path.iterdir()) == []  # its temporary folder is gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 import re
@@ -10,9 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+
+from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
+from flightdeck.tui.cli import completion_text, print_lines
 
 FAST_CONFIG = """
 [engine]
@@ -203,3 +209,68 @@ def test_run_widens_the_gil_switch_interval_and_gc_thresholds(
     assert seen == [GIL_SWITCH_INTERVAL_S]
     assert thresholds == [GC_THRESHOLDS]
     assert "batch " in capsys.readouterr().out
+
+
+def _finished(
+    child_id: str, done: int, status: str = "completed", error: str | None = None
+) -> ChildFinished:
+    row = ChildRow(
+        id=child_id,
+        seq=done - 1,
+        goal="g",
+        group=None,
+        route="sim",
+        model="sim-1",
+        status=ChildStatus(status),
+        activity=Activity(api_calls=4, tool_calls=3, retries=1 if error else 0),
+        usage=Usage(1500, 300),
+        cost_usd=Decimal("0.0042"),
+        queued_ts=0.0,
+        started_ts=10.0,
+        finished_ts=12.3,
+        error=error,
+        result=None,
+        transcript=f"{child_id}.log",
+    )
+    return ChildFinished(row, done, 24)
+
+
+class _Writes(io.StringIO):
+    """A text file that keeps each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_piped_completion_lines_are_plain_text_in_one_write() -> None:
+    out = _Writes()
+    console = Console(file=out, width=200)
+    events = [
+        _finished("review-pr-104", 3),
+        _finished("bad", 4, "failed", "RateLimited: 429\x1b[31m\nretry\tlater"),
+    ]
+    print_lines(console, events, styled=False)
+    assert out.writes == [
+        "✓ [ 3/24] review-pr-104  api=4 tools=3  1.8k tok  $0.0042  2.3s\n"
+        "✗ [ 4/24] bad  api=4 tools=3 retries=1  1.8k tok  $0.0042  2.3s"
+        "  failed: RateLimited: 429 retry later\n"
+    ]
+
+
+def test_terminal_completion_lines_are_styled_with_the_same_text() -> None:
+    out = _Writes()
+    console = Console(file=out, force_terminal=True, color_system="standard", width=200)
+    events = [_finished(f"job-{i}", i + 1) for i in range(5)] + [
+        _finished("bad", 6, "failed", "boom")
+    ]
+    print_lines(console, events, styled=True)
+    written = "".join(out.writes)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", written)
+    assert plain == "".join(completion_text(e) + "\n" for e in events)
+    assert "\x1b[" in written  # styled: the glyphs, ids and the reason carry colour
+    assert len(out.writes) == 1  # one print for the whole drain, not one per child

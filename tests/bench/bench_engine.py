@@ -19,15 +19,48 @@ import time
 from pathlib import Path
 from types import MappingProxyType
 
+from rich.console import Console
+
 from flightdeck.engine import store
 from flightdeck.engine.api import Engine
 from flightdeck.engine.limits import tune_interpreter
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.settings import EngineSettings, Settings, default_sim_route
 from flightdeck.engine.spec import Batch, Task
+from flightdeck.tui.cli import run_headless
 
 N = int(os.environ.get("BENCH_CHILDREN", "2000"))
 POOL = int(os.environ.get("BENCH_POOL", "64"))
+
+
+def _engine(state: Path) -> Engine:
+    route = default_sim_route(
+        time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0, cache=True
+    )
+    settings = Settings(
+        engine=EngineSettings(max_concurrent=POOL),
+        routes=MappingProxyType({"sim": route}),
+    )
+    tasks = tuple(Task(id=f"c{i:05d}", goal=f"Answer question {i}", seq=i) for i in range(N))
+    return Engine(Batch("bench", tasks), settings, state_dir=state)
+
+
+def run_headless_cli(state: Path) -> float:
+    """The same batch as `flightdeck run --headless > file` runs it: seconds, start to summary.
+
+    Its line per child and the summary table go to a file, as when a user pipes the output.
+    """
+    engine = _engine(state)
+    with open(state.with_suffix(".out"), "w", encoding="utf-8") as out:
+        t0 = time.perf_counter()
+        code = run_headless(engine, Console(file=out, width=200, highlight=False))
+        elapsed = time.perf_counter() - t0
+    gc.collect()
+    assert code == 0, code
+    text = state.with_suffix(".out").read_text(encoding="utf-8")
+    lines = sum(1 for line in text.splitlines() if line.startswith("✓ ["))
+    assert lines == N, lines
+    return elapsed
 
 
 def run_engine(state: Path) -> tuple[float, list[ChildRow], list[bytes]]:
@@ -38,15 +71,7 @@ def run_engine(state: Path) -> tuple[float, list[ChildRow], list[bytes]]:
     collector, every other round did (one 35-45 ms pause), while a new `flightdeck run`
     process runs a batch of this size without a single collection (measured).
     """
-    route = default_sim_route(
-        time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0, cache=True
-    )
-    settings = Settings(
-        engine=EngineSettings(max_concurrent=POOL),
-        routes=MappingProxyType({"sim": route}),
-    )
-    tasks = tuple(Task(id=f"c{i:05d}", goal=f"Answer question {i}", seq=i) for i in range(N))
-    engine = Engine(Batch("bench", tasks), settings, state_dir=state)
+    engine = _engine(state)
     t0 = time.perf_counter()
     engine.start()
     assert engine.wait(600)
@@ -130,6 +155,11 @@ def main() -> dict[str, object]:
             floor_rates.append(N / floor_s)
             engine_rates.append(N / engine_s)
             ratios.append(floor_s / engine_s)
+        # The headless CLI prints a line per child on the engine's interpreter: its cost is
+        # reported against the engine rounds above.
+        headless = [
+            N / run_headless_cli(Path(tmp) / f"headless{i}") for i in range(max(1, rounds // 2))
+        ]
     return {
         "bench": "engine",
         "children": N,
@@ -142,6 +172,10 @@ def main() -> dict[str, object]:
         "floor_children_per_s_median": round(statistics.median(floor_rates), 1),
         "ratio_of_floor_median": round(statistics.median(ratios), 3),
         "ratios_per_round": [round(r, 3) for r in ratios],
+        "headless_cli_children_per_s_median": round(statistics.median(headless), 1),
+        "headless_cli_ratio_of_engine": round(
+            statistics.median(headless) / statistics.median(engine_rates), 3
+        ),
         "switch_interval_s": sys.getswitchinterval(),
         "untuned_children_per_s_median": round(statistics.median(untuned), 1),
         "gc_thresholds": list(gc.get_threshold()),

@@ -159,15 +159,18 @@ def run_headless(engine: Engine, console: Console) -> int:
             bar = progress.add_task("running", total=total)
         while True:
             done = engine.wait(0.1)
+            finished: list[ChildFinished] = []
             while True:
                 try:
                     event = events.get_nowait()
                 except queue.Empty:
                     break
                 if isinstance(event, ChildFinished):
-                    console.print(completion_line(event))
-                    if progress is not None:
-                        progress.update(bar, completed=event.done)
+                    finished.append(event)
+            if finished:
+                print_lines(console, finished, styled=progress is not None)
+                if progress is not None:
+                    progress.update(bar, completed=finished[-1].done)
             if done:
                 break
     finally:
@@ -183,27 +186,56 @@ def run_headless(engine: Engine, console: Console) -> int:
     return EXIT_OK if snap.totals.completed == snap.totals.children else EXIT_FAILED
 
 
-def completion_line(event: ChildFinished) -> Text:
-    """`✓ [3/24] review-pr-104  api=4 tools=3  1.8k tok  $0.0042  2.3s`, reason on failure."""
+def print_lines(console: Console, finished: list[ChildFinished], *, styled: bool) -> None:
+    """The completion lines of every child that finished since the last wake-up, in one write.
+
+    Printed line by line through Rich, 2,000 instant children ran at 2,600/s instead of the
+    engine's 5,600/s: each print (measure, render, write, flush) cost more interpreter time
+    than running the child. Piped output has no style to render, so it is plain text.
+    """
+    if styled:
+        console.print(Text("\n").join(completion_line(e) for e in finished))
+        return
+    out = console.file
+    out.write("".join([completion_text(e) + "\n" for e in finished]))
+    out.flush()
+
+
+def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
+    """The pieces of a completion line with their Rich styles ("" for none).
+
+    `✓ [3/24] review-pr-104  api=4 tools=3  1.8k tok  $0.0042  2.3s`, reason on failure.
+    """
     row = event.row
-    ok = row.status is ChildStatus.COMPLETED
-    width = len(str(event.total))
-    line = Text()
     glyph, style = GLYPHS[row.status]
-    line.append(glyph, style=style)
-    line.append(f" [{event.done:>{width}}/{event.total}] ")
-    line.append(row.id, style="bold")
     a = row.activity
-    line.append(f"  api={a.api_calls} tools={a.tool_calls}")
-    if a.retries:
-        line.append(f" retries={a.retries}")
-    line.append(f"  {fmt_tokens(row.usage.total)} tok  {fmt_cost(row.cost_usd)}")
+    retries = f" retries={a.retries}" if a.retries else ""
     duration = row.duration_s
-    line.append(f"  {duration:.1f}s" if duration is not None else "  -")
-    if not ok:
+    parts = [
+        (glyph, style),
+        (f" [{event.done:>{len(str(event.total))}}/{event.total}] ", ""),
+        (row.id, "bold"),
+        (
+            f"  api={a.api_calls} tools={a.tool_calls}{retries}"
+            f"  {fmt_tokens(row.usage.total)} tok  {fmt_cost(row.cost_usd)}"
+            + (f"  {duration:.1f}s" if duration is not None else "  -"),
+            "",
+        ),
+    ]
+    if row.status is not ChildStatus.COMPLETED:
         reason = row.status.value + (f": {row.error}" if row.error else "")
-        line.append(f"  {one_line(reason, 160)}", style="red")
-    return line
+        parts.append((f"  {one_line(reason, 160)}", "red"))
+    return parts
+
+
+def completion_line(event: ChildFinished) -> Text:
+    """A completion line, styled for a terminal."""
+    return Text.assemble(*completion_parts(event))
+
+
+def completion_text(event: ChildFinished) -> str:
+    """A completion line as plain text, for piped output."""
+    return "".join([text for text, _ in completion_parts(event)])
 
 
 def summary_table(snap: Snapshot) -> Table:
