@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import MappingProxyType
+
 import pytest
 from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus, SteerState
-from flightdeck.engine.spec import Task
+from flightdeck.engine.settings import Settings, default_sim_route
+from flightdeck.engine.spec import Batch, Task
 from flightdeck.tui.app import EXIT_INCOMPLETE, EXIT_OK, exit_code
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
 from flightdeck.tui.screens.help import HelpScreen
@@ -326,3 +330,47 @@ def test_exit_code_is_one_unless_every_child_completed(engine_factory: EngineFac
     engine = engine_factory(tasks, pool=1, sim={**FAST, "tool_turns": 2})
     assert engine.wait(10)
     assert exit_code(engine.snapshot()) == EXIT_INCOMPLETE
+
+
+async def test_only_facts_that_need_a_notice_reach_the_ui_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Started after the screen subscribes, so no event can slip past before it listens.
+    tasks = (
+        Task(id="ok", goal="fine", seq=1),
+        Task(id="bad", goal="doomed", seq=2, max_turns=1),  # its tool turn uses up max_turns
+    )
+    route = default_sim_route(**{**FAST, "tool_turns": 1})
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    engine = Engine(Batch("notices", tasks), settings, state_dir=tmp_path, max_concurrent=2)
+    app = app_for(engine)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            screen = app.main
+            posted: list[str] = []
+            notices: list[str] = []
+            post, notify = screen.post_message, screen.notify
+            monkeypatch.setattr(
+                screen, "post_message", lambda m: posted.append(type(m).__name__) or post(m)
+            )
+            monkeypatch.setattr(
+                screen, "notify", lambda text, **kw: notices.append(text) or notify(text, **kw)
+            )
+            engine.start()
+            table = screen.table
+            await until(
+                pilot,
+                lambda: (
+                    {i: table.rows_by_id[i].status.value for i in table.shown}
+                    == {"ok": "completed", "bad": "failed"}
+                ),
+                "both rows final",
+            )
+            await until(pilot, lambda: "BatchFinished" in posted, "the batch's end")
+            await until(pilot, lambda: len(notices) == 2, "two notices")
+    finally:
+        engine.close()
+    # The start of each child and the clean finish of "ok" come from the poll, not a message.
+    assert posted.count("ChildFinished") == 1 and "ChildStarted" not in posted
+    assert notices[0].startswith("bad failed: max_turns (1) reached")
+    assert notices[1] == "batch finished: failed"

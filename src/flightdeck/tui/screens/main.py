@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 
+from flightdeck.engine import model
 from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot
 from flightdeck.engine.sanitize import one_line
 
@@ -192,8 +193,18 @@ class MainScreen(Screen[None]):
             self._unsubscribe()
 
     def _forward(self, event: EngineEvent) -> None:
-        """Engine thread: hand the fact to the UI thread (post_message is thread-safe)."""
-        # RuntimeError: the app's loop already closed, nobody is left to tell.
+        """Engine thread: hand the facts this screen acts on to the UI thread.
+
+        A start, or a finish that needs no notice, is left to the next poll, which shows it
+        anyway: every message costs the UI thread a dispatch, and two per child slowed a batch
+        of 2,000 instant children under the TUI from 1,050 to 700 a second.
+        """
+        if isinstance(event, model.ChildStarted) or (
+            isinstance(event, model.ChildFinished) and event.row.status not in ATTENTION
+        ):
+            return
+        # post_message is thread-safe. RuntimeError: the app's loop already closed, nobody is
+        # left to tell.
         with suppress(RuntimeError):
             self.post_message(message_for(event))
 
