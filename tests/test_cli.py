@@ -274,3 +274,22 @@ def test_terminal_completion_lines_are_styled_with_the_same_text() -> None:
     assert plain == "".join(completion_text(e) + "\n" for e in events)
     assert "\x1b[" in written  # styled: the glyphs, ids and the reason carry colour
     assert len(out.writes) == 1  # one print for the whole drain, not one per child
+
+
+def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
+    # `flightdeck run … | head -1`: children slow enough that the reader is gone before the
+    # first completion line is written.
+    (project / "slow.toml").write_text("[routes.sim]\nlatency_ms = 300\ntokens_per_s = 400\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--config", "slow.toml"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith("batch ")
+    proc.stdout.close()
+    with proc.stderr:
+        assert proc.wait(timeout=60) == 1
+        assert proc.stderr.read() == ""  # no traceback

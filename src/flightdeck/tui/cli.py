@@ -197,8 +197,11 @@ def print_lines(console: Console, finished: list[ChildFinished], *, styled: bool
         console.print(Text("\n").join(completion_line(e) for e in finished))
         return
     out = console.file
-    out.write("".join([completion_text(e) + "\n" for e in finished]))
-    out.flush()
+    try:
+        out.write("".join([completion_text(e) + "\n" for e in finished]))
+        out.flush()
+    except BrokenPipeError:  # `flightdeck run … | head`: leave quietly, as Rich's prints do
+        console.on_broken_pipe()
 
 
 def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
