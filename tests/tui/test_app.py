@@ -1,4 +1,4 @@
-"""Pilot tests: the real app against a real engine on the sim provider."""
+"""Pilot tests: the real app, against a real engine on the sim provider unless it says otherwise."""
 
 from __future__ import annotations
 
@@ -6,19 +6,22 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from textual.widgets import _data_table as data_table_module
+from textual.widgets.data_table import ColumnKey
+from tui_fakes import StaticView, frozen_clock
 from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus, SteerState
 from flightdeck.engine.settings import Settings, default_sim_route
 from flightdeck.engine.spec import Batch, Task
-from flightdeck.tui.app import EXIT_INCOMPLETE, EXIT_OK, exit_code
+from flightdeck.tui.app import EXIT_INCOMPLETE, EXIT_OK, FlightdeckApp, exit_code
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
 from flightdeck.tui.screens.help import HelpScreen
-from flightdeck.tui.screens.main import MainScreen
+from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets.filter import FilterInput
-from flightdeck.tui.widgets.rows import SortOrder
+from flightdeck.tui.widgets.rows import COLUMN_KEYS, COLUMNS, SortOrder
 
 pytestmark = pytest.mark.anyio
 
@@ -374,3 +377,24 @@ async def test_only_facts_that_need_a_notice_reach_the_ui_thread(
     assert posted.count("ChildFinished") == 1 and "ChildStarted" not in posted
     assert notices[0].startswith("bad failed: max_turns (1) reached")
     assert notices[1] == "batch finished: failed"
+
+
+async def test_new_rows_are_not_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every column has a fixed width and every row one line: DataTable's measuring of each new
+    # cell decides nothing, and cost a second of frozen UI when 2,000 children appeared.
+    measured: list[object] = []
+    real = data_table_module.measure
+    monkeypatch.setattr(
+        data_table_module,
+        "measure",
+        lambda c, r, *a, **k: measured.append(r) or real(c, r, *a, **k),
+    )
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        await pilot.pause()
+        assert table.virtual_size.height == 1 + 10  # the header and one line per row
+        widths = [table.columns[ColumnKey(key)].get_render_width(table) for key in COLUMN_KEYS]
+        assert table.virtual_size.width == sum(widths)
+    assert [str(label) for label in measured] == [label for _, label, _ in COLUMNS]
