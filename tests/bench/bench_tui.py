@@ -10,6 +10,9 @@ Latency: keys are posted while polls apply 1,000 children (200 running), at phas
 to the poll timer; latency is from posting the key to the first frame that shows the moved
 cursor. Reported beside the same measurement on a frozen table (no refresh work at all), and on
 a real sim engine running 200 of 1,000 children in this process (its threads share the GIL).
+
+Throughput: 2,000 instant sim children with the app attached, as a ratio of the same engine
+alone: the interpreter time the app takes from a batch.
 """
 
 from __future__ import annotations
@@ -294,6 +297,52 @@ async def latency_engine(folder: Path) -> dict[str, Any]:
     )
 
 
+INSTANT = 2000  # children of the batch that runs with and without the app
+
+
+async def throughput_under_tui(folder: Path) -> dict[str, Any]:
+    """2,000 instant sim children with the app attached vs the same engine alone.
+
+    The app shares the interpreter with the engine: what it spends (the first paint of every
+    row, polls, engine events) is what the batch loses. Alternating rounds, medians.
+    """
+    route = default_sim_route(time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0)
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    tasks = tuple(Task(id=f"c{i:05d}", goal=f"Answer question {i}", seq=i) for i in range(INSTANT))
+    alone, attached = [], []
+    for i in range(3):
+        engine = Engine(
+            Batch("bench", tasks), settings, state_dir=folder / f"a{i}", max_concurrent=64
+        )
+        t0 = time.perf_counter()
+        engine.start()
+        assert engine.wait(600)
+        alone.append(INSTANT / (time.perf_counter() - t0))
+        engine.close()
+        engine = Engine(
+            Batch("bench", tasks), settings, state_dir=folder / f"t{i}", max_concurrent=64
+        )
+        app = FlightdeckApp(LiveView(engine), UiOptions(cursor_blink=False))
+        try:
+            async with app.run_test(size=SCREEN) as pilot:
+                await pilot.pause()
+                t0 = time.perf_counter()
+                engine.start()
+                while not engine.wait(0):
+                    await asyncio.sleep(0.01)
+                attached.append(INSTANT / (time.perf_counter() - t0))
+        finally:
+            engine.close()
+    a, t = statistics.median(alone), statistics.median(attached)
+    return {
+        "bench": "tui_throughput",
+        "children": INSTANT,
+        "engine_alone_children_per_s": round(a),
+        "with_tui_children_per_s": round(t),
+        "with_tui_over_alone": round(t / a, 2),
+    }
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = ["refresh (apply by difference + render) vs full rebuild:"]
     head = ("children", "running", "refresh ms", "apply ms", "max", "rebuild ms", "ratio")
@@ -314,6 +363,13 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"  {r['scenario']:<42} {r['key_to_frame_ms_median']:>9} "
                 f"{r['key_to_frame_ms_p95']:>8} {r['key_to_frame_ms_max']:>8}"
             )
+    for r in results:
+        if r["bench"] == "tui_throughput":
+            lines.append(
+                f"{r['children']:,} instant children: {r['with_tui_children_per_s']:,}/s with "
+                f"the app, {r['engine_alone_children_per_s']:,}/s alone "
+                f"({r['with_tui_over_alone']}x)"
+            )
     return "\n".join(lines)
 
 
@@ -324,6 +380,7 @@ async def run() -> list[dict[str, Any]]:
             results.append(await refresh_costs(n, Path(tmp)))
         results.extend(await latency_synthetic(Path(tmp)))
         results.append(await latency_engine(Path(tmp) / "engine"))
+        results.append(await throughput_under_tui(Path(tmp) / "throughput"))
     live = next(r for r in results if r.get("scenario", "").startswith("live"))
     frozen = next(r for r in results if r.get("scenario") == "frozen table")
     live["median_over_frozen"] = round(
