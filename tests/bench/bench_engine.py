@@ -3,6 +3,9 @@
 The floor writes the same SQLite rows (insert queued, then one final update per child, batched
 commits in WAL mode) and the same transcript lines with a plain loop on one thread. The engine's
 figure is reported as a ratio of it, so the result means the same on a fast or a slow machine.
+
+The same batch is also run the way a user runs it headless (`flightdeck run` with its output in
+a file), and reported as a ratio of the engine alone: what printing a line per child costs.
 """
 
 from __future__ import annotations

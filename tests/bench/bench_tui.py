@@ -318,6 +318,7 @@ async def throughput_under_tui(folder: Path) -> dict[str, Any]:
         engine.start()
         assert engine.wait(600)
         alone.append(INSTANT / (time.perf_counter() - t0))
+        assert engine.snapshot().totals.completed == INSTANT
         engine.close()
         engine = Engine(
             Batch("bench", tasks), settings, state_dir=folder / f"t{i}", max_concurrent=64
@@ -331,6 +332,7 @@ async def throughput_under_tui(folder: Path) -> dict[str, Any]:
                 while not engine.wait(0):
                     await asyncio.sleep(0.01)
                 attached.append(INSTANT / (time.perf_counter() - t0))
+            assert engine.snapshot().totals.completed == INSTANT
         finally:
             engine.close()
     a, t = statistics.median(alone), statistics.median(attached)

@@ -312,7 +312,7 @@ class ChildrenTable(DataTable[Text]):
         DataTable measures every cell of every new row (through Rich's console options, about
         50 µs a cell) to size auto-width columns and auto-height rows. Here every column has a
         fixed width and every row is one line, so the measurements decide nothing, and a
-        2,000-child batch appearing cost 22,000 of them: over a second of frozen UI.
+        2,000-child batch appearing cost 22,000 of them: about a second of frozen UI.
         """
         super()._update_dimensions(())
 
