@@ -14,6 +14,7 @@ a real sim engine running 200 of 1,000 children in this process (its threads sha
 Throughput: 2,000 instant sim children with the app attached, as a ratio of the same engine
 alone: the interpreter time the app takes from a batch. Its files go where BENCH_DIR says (as
 the engine benchmark's do): on a disk whose file creation is slow, that bounds both runs.
+BENCH_TUI_CHILDREN sets the batch size (the smoke test in `make test` uses 20).
 """
 
 from __future__ import annotations
@@ -299,7 +300,7 @@ async def latency_engine(folder: Path) -> dict[str, Any]:
     )
 
 
-INSTANT = 2000  # children of the batch that runs with and without the app
+INSTANT = int(os.environ.get("BENCH_TUI_CHILDREN", "2000"))  # run with and without the app
 
 
 async def throughput_under_tui(folder: Path) -> dict[str, Any]:
