@@ -273,10 +273,10 @@ class MainScreen(Screen[None]):
     # --- engine facts -----------------------------------------------------------------------
 
     def on_child_finished(self, message: ChildFinished) -> None:
+        """A child that needs attention (`_forward` posts no other finish)."""
         row = message.row
-        if row.status in ATTENTION:
-            detail = f": {one_line(row.error, 80)}" if row.error else ""
-            self._notices.append((f"{one_line(row.id)} {row.status.value}{detail}", "warning"))
+        detail = f": {one_line(row.error, 80)}" if row.error else ""
+        self._notices.append((f"{one_line(row.id)} {row.status.value}{detail}", "warning"))
 
     def on_steer_settled(self, message: SteerSettled) -> None:
         r = message.receipt
