@@ -50,6 +50,11 @@ _NO_USAGE = Usage()  # immutable: one shared empty usage for every child and tur
 Fact = Callable[[object], None]
 
 
+def _plus(total: Usage, usage: Usage) -> Usage:
+    """`total + usage`, without building a new value when `total` is still the empty one."""
+    return usage if total is _NO_USAGE else total + usage
+
+
 class Child:
     """A running (or queued) child; the coordinator owns it, one worker thread runs it."""
 
@@ -336,7 +341,7 @@ class Child:
                     calls.append(event.call)
                     self._tick(f"calling {event.call.name}")
                 elif isinstance(event, UsageEvent):
-                    usage = event.usage if usage is _NO_USAGE else usage + event.usage
+                    usage = _plus(usage, event.usage)
                     self._bill(event.usage)  # billed tokens count even if the turn is dropped
                 elif isinstance(event, HeadroomEvent):
                     self._report(("headroom", self.route.name, event))
@@ -402,7 +407,7 @@ class Child:
     def _bill(self, usage: Usage) -> None:
         cost = self._meter.add(self.route, usage)
         with self._lock:
-            self._usage = usage if self._usage is _NO_USAGE else self._usage + usage
+            self._usage = _plus(self._usage, usage)
             self._cost = None if cost is None or self._cost is None else self._cost + cost
             self.version += 1
 
