@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import logging
 import os
 import signal
 import subprocess
+import sys
+import termios
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from flightdeck.engine import appender, sink
+from flightdeck.engine import appender, writerproc
 from flightdeck.engine.appender import (
-    FLUSH,
     RELEASE,
     STREAM,
     WRITE,
@@ -23,10 +25,10 @@ from flightdeck.engine.appender import (
     Transcripts,
     apply_frames,
     batch_frame,
-    frame,
 )
 from flightdeck.engine.sink import TranscriptSink
 from flightdeck.engine.transcripts import TranscriptWriter
+from helpers import until
 
 TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
 
@@ -77,14 +79,21 @@ def test_frames_survive_any_split_and_odd_file_names(tmp_path: Path) -> None:
         (STREAM, odd, TS + 1, "two\nthr"),
         (RELEASE, odd, TS + 2),  # ends the stream: the partial line is written
     ]
-    stream = batch_frame(events) + frame(FLUSH)
-    flushes: list[int] = []
+    stream = batch_frame(events[:1]) + batch_frame(events[1:])
     files = Transcripts()
     buf = bytearray()
+    taken = []
     for byte in stream:  # the pipe may deliver a frame one byte at a time
         buf.append(byte)
-        del buf[: apply_frames(buf, files, lambda: flushes.append(1))]
-    assert not buf and flushes == [1]
+        done = apply_frames(buf, files)
+        del buf[:done]
+        taken.append(done)
+    # whole frames only: what the writer process answers falls on a frame boundary
+    assert not buf and [n for n in taken if n] == [
+        len(batch_frame(events[:1])),
+        len(stream) - len(batch_frame(events[:1])),
+    ]
+    files.write_pending()
     assert Path(odd).read_text(encoding="utf-8").splitlines() == [
         "13:04:05.250  user      │ one",
         "13:04:06.250  assistant │ two",
@@ -197,13 +206,52 @@ def test_lines_keep_coming_when_the_writer_process_dies(
     assert "writing in-process" in caplog.text
 
 
+def in_pipe(s: TranscriptSink) -> int:
+    """Bytes the sink wrote that the writer process has not read yet."""
+    helper = s._helper
+    assert helper is not None
+    buf = bytearray(4)
+    fcntl.ioctl(helper.proc.stdin.fileno(), termios.FIONREAD, buf)  # type: ignore[union-attr]
+    return int.from_bytes(buf, sys.byteorder)
+
+
+@pytest.mark.parametrize("then", ["write more", "close"])
+def test_lines_the_writer_process_never_wrote_are_written_when_it_dies(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, then: str
+) -> None:
+    s = TranscriptSink()
+    path = str(tmp_path / "c.log")
+    try:
+        tw = TranscriptWriter(path, sink=s)
+        tw.write("engine", "before")
+        assert s.flush(10)
+        pid = s.helper_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # it reads no more: the next lines wait in the pipe
+        for n in range(3):
+            tw.write("engine", f"sent {n}")
+        until(lambda: in_pipe(s) > 0)
+        os.kill(pid, signal.SIGKILL)  # dies with them unread
+        if then == "write more":
+            tw.write("engine", "after")
+            assert s.flush(10)
+            assert s.helper_pid is None
+    finally:
+        s.close()
+    expected = ["before", "sent 0", "sent 1", "sent 2"] + (
+        ["after"] if then == "write more" else []
+    )
+    assert bodies(path) == expected  # each line once, in order
+    assert "writing" in caplog.text and "in-process" in caplog.text
+
+
 def test_without_the_writer_process_the_sink_writes_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def no_process(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
         raise OSError("fork failed")
 
-    monkeypatch.setattr(sink.subprocess, "Popen", no_process)
+    monkeypatch.setattr(writerproc.subprocess, "Popen", no_process)
     caplog.set_level(logging.WARNING)
     s = TranscriptSink()
     path = str(tmp_path / "c.log")
@@ -285,3 +333,56 @@ def test_stamps_follow_file_order_when_threads_share_a_transcript(tmp_path: Path
     stamps = [line[:12] for line in read(str(path))]
     assert len(stamps) == 200 and len(set(stamps)) == 200
     assert stamps == sorted(stamps)
+
+
+def test_the_writer_process_waits_for_nothing_when_more_than_a_pipe_is_sent(
+    tmp_path: Path,
+) -> None:
+    # 4 MB in one send, four times the pipe: the send reads answers while the pipe is full
+    path = str(tmp_path / "big.log")
+    line = "x" * 1000
+    frames = bytearray()
+    for n in range(4000):
+        frames += batch_frame([(WRITE, path, TS, "tool", f"{n} {line}")])
+    proc = writerproc.WriterProcess.start(8)
+    assert proc is not None
+    proc.send(frames)
+    assert proc.wait_written(30)
+    assert not proc.stop(10)  # a clean exit: nothing left unconfirmed
+    assert [b.split(" ", 1)[0] for b in bodies(path)] == [str(n) for n in range(4000)]
+
+
+def test_a_dead_writer_process_hands_back_exactly_the_frames_it_did_not_confirm(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "c.log")
+    first = batch_frame([(WRITE, path, TS, "engine", "one")])
+    rest = batch_frame([(WRITE, path, TS, "engine", "two")]) + batch_frame(
+        [(WRITE, path, TS, "engine", "three")]
+    )
+    proc = writerproc.WriterProcess.start(8)
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    proc.send(first + rest)  # one send; the process answers per read, on frame boundaries
+    proc._answers += appender.DONE.pack(len(first), 0, 0)  # as if it had written the first
+    proc._take_answers()
+    assert proc.kill() == rest
+    assert not os.path.exists(path)  # it never ran: the answer above was ours
+
+
+def test_the_writer_process_writes_everything_after_the_engine_is_gone(tmp_path: Path) -> None:
+    # The engine died: nobody reads the answers. Every line sent is still written.
+    path = str(tmp_path / "c.log")
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", appender.__file__, "8"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdout.close()  # its first answer fails
+    for n in range(100):
+        proc.stdin.write(batch_frame([(WRITE, path, TS, "engine", f"line {n}")]))
+        proc.stdin.flush()
+    proc.stdin.close()
+    assert proc.wait(10) == 0
+    assert bodies(path) == [f"line {n}" for n in range(100)]

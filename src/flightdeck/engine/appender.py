@@ -22,7 +22,7 @@ import signal
 import struct
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 if __name__ == "__main__" and not __package__:  # pragma: no cover - the writer process
@@ -38,12 +38,13 @@ OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0
 WRITE, STREAM, END_STREAM, RELEASE, RAW = range(5)
 Event = tuple[Any, ...]
 
-# A frame: kind and length, then the data. BATCH carries a marshalled list of events; FLUSH
-# asks for everything before it to be written and answered with ACK.
+# A frame: kind and length, then the data. BATCH carries a marshalled list of events.
 FRAME = struct.Struct("<BI")
-BATCH, FLUSH = 1, 2
-# The answer to a FLUSH: how many writes failed since the last answer, and the last error.
-ACK = struct.Struct("<II")
+BATCH = 1
+# The process's answer after each read it has applied and written: how many bytes of frames it
+# has written in all, how many writes failed since the last answer, and the length of the last
+# failure's message, which follows (`writerproc.py` keeps frames until an answer covers them).
+DONE = struct.Struct("<QII")
 READ_SIZE = 1 << 20
 
 
@@ -173,9 +174,7 @@ def batch_frame(events: list[Event]) -> bytes:
     return frame(BATCH, marshal.dumps(events))
 
 
-def apply_frames(
-    buf: bytes | bytearray, transcripts: Transcripts, on_flush: Callable[[], None]
-) -> int:
+def apply_frames(buf: bytes | bytearray, transcripts: Transcripts) -> int:
     """Apply the complete frames at the start of `buf`; return how many bytes they took."""
     pos, size = 0, len(buf)
     while size - pos >= FRAME.size:
@@ -186,26 +185,28 @@ def apply_frames(
             break  # the rest of this frame has not arrived yet
         if kind == BATCH:
             transcripts.apply(marshal.loads(memoryview(buf)[start:end]))
-        elif kind == FLUSH:
-            transcripts.write_pending()
-            on_flush()
         pos = end
     return pos
 
 
 def serve(inp: int, out: int, transcripts: Transcripts) -> None:
-    """Apply frames read from `inp` until end of input; answer each FLUSH on `out`."""
-
-    def ack() -> None:
-        failed, error = transcripts.take_errors()
-        text = error.encode("utf-8", "replace")
-        write_all(out, ACK.pack(failed, len(text)) + text)
-
+    """Apply frames read from `inp` until end of input; after each read, answer on `out`."""
     buf = bytearray()
+    written = 0
+    answering = True
     while chunk := os.read(inp, READ_SIZE):
         buf += chunk
-        del buf[: apply_frames(buf, transcripts, ack)]
+        done = apply_frames(buf, transcripts)
+        del buf[:done]
         transcripts.write_pending()  # what one read brought: one write per file
+        written += done
+        failed, error = transcripts.take_errors()
+        text = error.encode("utf-8", "replace")
+        if answering:
+            try:
+                write_all(out, DONE.pack(written, failed, len(text)) + text)
+            except OSError:  # the engine died: still write every line it sent before that
+                answering = False
     transcripts.close()
 
 

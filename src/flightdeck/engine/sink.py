@@ -6,42 +6,25 @@ thread moves events every `DRAIN_S`, so a burst costs no thread switch per line,
 `tail -f` sees a line at most that much later.
 
 A helper process formats and writes the lines (`appender.py` says why), fed framed batches of
-events down a pipe. The coordinator frames queued events between facts (`pump`), while it holds
-the interpreter lock anyway, so the drain thread, which has to win the lock back from busy
-workers, makes one pipe write per drain.
+events down a pipe (`writerproc.py`). The coordinator frames queued events between facts
+(`pump`), while it holds the interpreter lock anyway, so the drain thread, which has to win the
+lock back from busy workers, makes one pipe write per drain.
 
 Without the helper (it cannot start, or it dies) the drain thread formats and writes the files
-itself. If the helper dies, events it had read but not yet written are lost, events of the
-batch being sent at that moment may be written twice, and every later event is written in
-this process.
+itself. If the helper dies, the events it had not confirmed writing are written here, then every
+later event (`writerproc.py` says what that can still cost).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-import os
-import subprocess
-import sys
 import threading
 from collections import deque
 
-from flightdeck.engine import appender
-from flightdeck.engine.appender import (
-    ACK,
-    FLUSH,
-    Event,
-    Transcripts,
-    apply_frames,
-    batch_frame,
-    frame,
-    write_all,
-)
+from flightdeck.engine.appender import Event, Transcripts, apply_frames, batch_frame
+from flightdeck.engine.writerproc import WriterProcess, log_failures
 
 log = logging.getLogger("flightdeck.transcripts")
-
-PIPE_SIZE = 1 << 20  # room for a burst while the helper starts (Linux; best effort)
 
 
 class _Close:
@@ -64,7 +47,7 @@ class TranscriptSink:
         self._out = bytearray()  # framed, not yet handed to the helper
         self._closed = False
         self._local = Transcripts(self.MAX_OPEN)
-        self._helper = _start_helper(self.MAX_OPEN)
+        self._helper = WriterProcess.start(self.MAX_OPEN)
         self._thread = threading.Thread(target=self._run, name="flightdeck-transcripts")
         self._thread.daemon = True  # close() drains it; a crash must not hang the exit
         self._thread.start()
@@ -129,11 +112,10 @@ class TranscriptSink:
                 with self._frame_lock:
                     marker = self._frame()
                     out, self._out = self._out, bytearray()
+                # a flush or a close first waits until everything before it is written
+                self._deliver(out, wait=marker is not None)
                 if marker is None:
-                    self._deliver(out, wait=False)
                     break
-                out += frame(FLUSH)  # a flush or a close first writes everything before it
-                self._deliver(out, wait=True)
                 if isinstance(marker, _Close):
                     self._stop_helper()
                     self._local.close()
@@ -142,84 +124,36 @@ class TranscriptSink:
 
     def _deliver(self, out: bytearray, *, wait: bool) -> None:
         """Hand frames to the helper (`wait`: until it has written them), or apply them here."""
-        if not out:
-            return
         helper = self._helper
-        if helper is not None:
-            assert helper.stdin is not None and helper.stdout is not None
-            try:
-                write_all(helper.stdin.fileno(), out)
-                if wait:
-                    failed, size = ACK.unpack(_read_exact(helper.stdout.fileno(), ACK.size))
-                    text = _read_exact(helper.stdout.fileno(), size)
-                    _log_failures(failed, text.decode("utf-8", "replace"))
-                return
-            except (OSError, EOFError) as exc:
-                log.error("transcript writer process failed (%s); writing in-process", exc)
-                self._helper = None
-                helper.kill()
-                _reap(helper)
-        # The same frames, applied here: nothing framed is lost when the helper goes away.
-        apply_frames(out, self._local, lambda: None)
-        self._local.write_pending()
-        _log_failures(*self._local.take_errors())
+        if helper is None:
+            self._apply(out)
+            return
+        try:
+            if out:
+                helper.send(out)
+            else:
+                helper.poll()  # its answers are read every drain, so it never waits on us
+            if wait:
+                helper.wait_written()
+        except (OSError, EOFError) as exc:
+            log.error("transcript writer process failed (%s); writing in-process", exc)
+            self._helper = None
+            self._apply(helper.kill())  # what it never wrote, this drain's frames included
+
+    def _apply(self, frames: bytearray) -> None:
+        """Format and write frames in this process."""
+        if frames:
+            apply_frames(frames, self._local)
+            self._local.write_pending()
+            log_failures(*self._local.take_errors())
 
     def _stop_helper(self) -> None:
         helper, self._helper = self._helper, None
         if helper is None:
             return
-        assert helper.stdin is not None
-        helper.stdin.close()  # end of input: it writes what it holds and exits
-        try:
-            helper.wait(self.HELPER_EXIT_S)
-        except subprocess.TimeoutExpired:
-            log.error("transcript writer process did not exit; killing it")
-            helper.kill()
-        _reap(helper)
-
-
-def _start_helper(max_open: int) -> subprocess.Popen[bytes] | None:
-    """The writer process, or None (logged) when it cannot start: then this process writes."""
-    if not sys.executable:  # an embedded interpreter may not know its own program
-        log.warning("no Python executable to run the transcript writer; writing in-process")
-        return None
-    try:
-        helper = subprocess.Popen(
-            [sys.executable, "-I", "-S", appender.__file__, str(max_open)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # failures come back in flush answers, not on the screen
-            start_new_session=True,  # a Ctrl+C for the engine does not reach it
-            bufsize=0,
-        )
-    except OSError as exc:
-        log.warning("cannot start the transcript writer process (%s); writing in-process", exc)
-        return None
-    assert helper.stdin is not None
-    with contextlib.suppress(OSError):  # a smaller pipe only makes the drain thread wait more
-        fcntl.fcntl(helper.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
-    return helper
-
-
-def _reap(helper: subprocess.Popen[bytes]) -> None:
-    """Wait for an ended (or killed) helper and close our ends of its pipes."""
-    helper.wait()
-    for pipe in (helper.stdin, helper.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):  # a pipe to a dead process may fail to flush
-                pipe.close()
-
-
-def _read_exact(fd: int, size: int) -> bytes:
-    out = bytearray()
-    while len(out) < size:
-        chunk = os.read(fd, size - len(out))
-        if not chunk:
-            raise EOFError("the transcript writer process closed its output")
-        out += chunk
-    return bytes(out)
-
-
-def _log_failures(failed: int, error: str) -> None:
-    if failed:
-        log.error("%d transcript write(s) failed; last: %s", failed, error)
+        left = helper.stop(self.HELPER_EXIT_S)
+        if left:
+            log.error(
+                "transcript writer process ended before writing everything; writing in-process"
+            )
+            self._apply(left)
