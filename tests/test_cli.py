@@ -147,6 +147,14 @@ def test_bad_arguments_exit_2(project: Path) -> None:
     assert flightdeck("report", cwd=project).returncode == 2  # no state yet
 
 
+def test_version_names_the_installed_package(project: Path) -> None:
+    import importlib.metadata
+
+    out = flightdeck("--version", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"flightdeck {importlib.metadata.version('flightdeck')}\n"
+
+
 def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
     proc = subprocess.Popen(

@@ -40,11 +40,29 @@ def _console(stderr: bool = False) -> Console:
     return console
 
 
+class _Version(argparse.Action):
+    """`--version`, looked up only when asked: importlib.metadata would slow every start."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("flightdeck")
+        except importlib.metadata.PackageNotFoundError:  # a source tree, not installed
+            version = "unknown"
+        sys.stdout.write(f"flightdeck {version}\n")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flightdeck",
         description="Run many LLM subagents in parallel and supervise them live.",
     )
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a batch (TUI on a terminal, plain lines otherwise)")
