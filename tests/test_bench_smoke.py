@@ -1,8 +1,9 @@
-"""`make bench` is not part of `make test`; this keeps the benchmarks that drive an engine runnable.
+"""`make bench` is not part of `make test`; this keeps every benchmark runnable.
 
 The engine benchmark's I/O floor reuses the store's statements and parameter builders, and the
-TUI throughput run drives the real app and engine, so a change there could break them without
-any other test noticing. Tiny sizes: this checks that they run and report, not how fast.
+TUI benchmark drives the real app and engine (and some of the app's internals), so a change
+there could break them without any other test noticing. Tiny sizes: this checks that they run
+and report, not how fast.
 """
 
 from __future__ import annotations
@@ -41,20 +42,79 @@ def test_the_engine_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # its temporary folder is gone
 
 
-def test_the_tui_throughput_benchmark_runs_and_reports(tmp_path: Path) -> None:
-    # Its refresh and latency parts need a minute; this runs the part that drives an engine.
+def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    # At full scale it takes minutes: every part runs here at 20 children and 3 key presses.
     code = (
-        "import asyncio, json, sys, pathlib; sys.path.insert(0, sys.argv[1]); import bench_tui; "
-        "print(json.dumps(asyncio.run(bench_tui.throughput_under_tui(pathlib.Path(sys.argv[2])))))"
+        "import asyncio, json, sys; sys.path.insert(0, sys.argv[1]); import bench_tui; "
+        "results = asyncio.run(bench_tui.run()); print(bench_tui.table(results)); "
+        "print(json.dumps(results))"
     )
+    scale = {
+        "BENCH_TUI_SIZES": "20",
+        "BENCH_TUI_LIVE": "20",
+        "BENCH_TUI_KEYS": "3",
+        "BENCH_TUI_CHILDREN": "20",
+        "BENCH_DIR": str(tmp_path),
+    }
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(BENCH.parent), str(tmp_path)],
+        [sys.executable, "-c", code, str(BENCH.parent)],
         capture_output=True,
         text=True,
-        env={**os.environ, "BENCH_TUI_CHILDREN": "20"},
+        env={**os.environ, **scale},
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["bench"] == "tui_throughput" and result["children"] == 20
-    assert result["with_tui_children_per_s"] > 0 and result["engine_alone_children_per_s"] > 0
+    results = {(r["bench"], r.get("scenario")): r for r in json.loads(proc.stdout.splitlines()[-1])}
+    assert set(results) == {
+        ("tui_refresh", None),
+        ("tui_key_latency", "live, 4 of 20 running"),
+        ("tui_key_latency", "frozen table"),
+        ("tui_key_latency", "real sim engine, 4 of 20 running"),
+        ("tui_throughput", None),
+    }
+    refresh = results["tui_refresh", None]
+    assert refresh["children"] == 20 and refresh["refresh_ms_median"] > 0
+    for key in [k for k in results if k[0] == "tui_key_latency"]:
+        assert 0 < results[key]["key_to_frame_ms_median"] <= results[key]["key_to_frame_ms_max"]
+    throughput = results["tui_throughput", None]
+    assert throughput["children"] == 20 and throughput["with_tui_children_per_s"] > 0
+    assert throughput["engine_alone_children_per_s"] > 0
+    table = proc.stdout.splitlines()[:-1]  # the printed table, before the JSON line
+    assert table[0].startswith("refresh (apply by difference + render)")
+    assert any(line.startswith("20 instant children: ") for line in table)
+
+
+def test_the_rate_limit_benchmark_runs_and_reports() -> None:
+    # Half a second a measurement and 8 children, against the same loopback server.
+    bench = BENCH.parent / "bench_ratelimit.py"
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_ratelimit as b; "
+        "rows = b.main(); print(b.table(rows)); print(json.dumps(rows))"
+    )
+    scale = {"BENCH_RATELIMIT_S": "0.5", "BENCH_RATELIMIT_CHILDREN": "8"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(bench.parent)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **scale},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout.splitlines()[-1])
+    assert [(r["limit"], r["mode"]) for r in rows] == [
+        ("60/min", "buckets + retries"),
+        ("60/min", "retries only"),
+        ("4 in flight", "max_concurrent + retries"),
+        ("4 in flight", "retries only"),
+    ]
+    for row in rows:
+        assert row["requests"] > 0 and row["ratio_of_limit"] > 0 and 0 <= row["share_429"] <= 1
+    assert all(r["children_failed"] == 0 for r in rows[2:])
+    assert proc.stdout.splitlines()[0].split() == [
+        "limit",
+        "mode",
+        "provider",
+        "requests",
+        "ratio",
+        "429s",
+    ]

@@ -15,6 +15,7 @@ Targets: at least 0.9 of the limit with under 2% 429s.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -36,10 +37,11 @@ from loopback import InFlightLimit, Loopback, Reply, WindowLimit, route_for
 RESULTS = Path(__file__).parent / "results"
 SCALE = 60.0  # simulated seconds per real second
 LIMIT = 60  # requests per (simulated) minute
-RUN_S = 2.0  # real seconds: two windows
+# Shrunk from the environment by `make test` (tests/test_bench_smoke.py), so it stays runnable.
+RUN_S = float(os.environ.get("BENCH_RATELIMIT_S", "2.0"))  # real seconds: two windows
 THREADS = 16
 IN_FLIGHT = 4
-CHILDREN = 32
+CHILDREN = int(os.environ.get("BENCH_RATELIMIT_CHILDREN", "32"))
 SERVICE = Reply(text="x" * 32, chunk_chars=8, chunk_delay_s=0.05)  # about 0.2 s a call
 RETRY = RetrySettings(attempts=10, base_s=0.02, max_s=0.5)
 

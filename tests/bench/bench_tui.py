@@ -55,11 +55,15 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
 
-SIZES = (100, 1000, 5000)
+# The scales below can be shrunk from the environment: `make test` runs every part this way
+# (tests/test_bench_smoke.py), so none can break unnoticed.
+SIZES = tuple(int(n) for n in os.environ.get("BENCH_TUI_SIZES", "100,1000,5000").split(","))
+LIVE = int(os.environ.get("BENCH_TUI_LIVE", "1000"))  # children in the key latency scenarios
 RUNNING_SHARE = 0.2
+RUNNING = int(LIVE * RUNNING_SHARE)
 TICKS = 30
 BASELINE_TICKS = 5
-KEYS = 40
+KEYS = int(os.environ.get("BENCH_TUI_KEYS", "40"))
 SCREEN = (160, 50)
 RESULTS = Path(__file__).parent / "results"
 
@@ -250,22 +254,22 @@ def summary(name: str, samples: list[float], **extra: Any) -> dict[str, Any]:
 async def latency_synthetic(folder: Path) -> list[dict[str, Any]]:
     results = []
     for frozen in (False, True):
-        view = SyntheticView(1000, folder)
+        view = SyntheticView(LIVE, folder)
         app = FlightdeckApp(view, UiOptions(cursor_blink=False))  # the shipped 0.3 s poll
         if frozen:
 
             def settle(app: FlightdeckApp = app) -> bool:
-                if len(app.main.table.shown) < 1000:
+                if len(app.main.table.shown) < LIVE:
                     return False
                 app.main.frozen = True
                 return True
         else:
 
             def settle(app: FlightdeckApp = app) -> bool:
-                return len(app.main.table.shown) == 1000
+                return len(app.main.table.shown) == LIVE
 
         samples = await key_latencies(app, settle)
-        label = "frozen table" if frozen else "live, 200 of 1,000 running"
+        label = "frozen table" if frozen else f"live, {RUNNING:,} of {LIVE:,} running"
         results.append(summary("tui_key_latency", samples, scenario=label))
     return results
 
@@ -274,9 +278,9 @@ async def latency_engine(folder: Path) -> dict[str, Any]:
     route = default_sim_route(time_scale=1.0, latency_ms=500.0, tokens_per_s=20.0, tool_turns=50)
     settings = Settings(routes=MappingProxyType({"sim": route}))
     tasks = tuple(
-        Task(id=f"c{i:04d}", goal=f"Review change {i}", seq=i, max_turns=60) for i in range(1000)
+        Task(id=f"c{i:04d}", goal=f"Review change {i}", seq=i, max_turns=60) for i in range(LIVE)
     )
-    engine = Engine(Batch("bench", tasks), settings, state_dir=folder, max_concurrent=200)
+    engine = Engine(Batch("bench", tasks), settings, state_dir=folder, max_concurrent=RUNNING)
     engine.start()
     try:
         snap_times = []
@@ -287,7 +291,8 @@ async def latency_engine(folder: Path) -> dict[str, Any]:
         app = FlightdeckApp(LiveView(engine), UiOptions(cursor_blink=False))
 
         def settle() -> bool:
-            return engine.snapshot().totals.running >= 200 and len(app.main.table.shown) == 1000
+            running = engine.snapshot().totals.running
+            return running >= RUNNING and len(app.main.table.shown) == LIVE
 
         samples = await key_latencies(app, settle)
     finally:
@@ -295,7 +300,7 @@ async def latency_engine(folder: Path) -> dict[str, Any]:
     return summary(
         "tui_key_latency",
         samples,
-        scenario="real sim engine, 200 of 1,000 running",
+        scenario=f"real sim engine, {RUNNING:,} of {LIVE:,} running",
         engine_snapshot_ms_median=ms(statistics.median(snap_times)),
     )
 
