@@ -12,7 +12,7 @@ things a dead process can still cost:
 Both pipes are non-blocking: a send that finds the input pipe full reads answers while it waits,
 so neither side can block the other with a full pipe. What is kept is bounded by what the
 process can be behind: the pipe (1 MB), the read it is working on (at most 1 MB) and one send
-(about 2 MB more peak memory on the engine benchmark).
+(2–4 MB more peak memory on the engine benchmark).
 """
 
 from __future__ import annotations
