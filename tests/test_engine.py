@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -45,6 +46,34 @@ def test_two_hundred_tasks_on_eight_slots_all_complete(tmp_path: Path) -> None:
         engine.close()
     rows = StoreReader(tmp_path / "state" / "flightdeck.db").children(engine.batch_id)
     assert [r.status for r in rows] == [ChildStatus.COMPLETED] * 200
+
+
+def test_the_manifest_names_every_child_and_ends_with_the_batch_status(tmp_path: Path) -> None:
+    slow = sim_route("slow", latency_ms=30_000, tool_turns=0)
+    fast = sim_route("fast", tool_turns=0)
+    tasks = [Task(id="a-1", goal="g", seq=0, route="slow"), Task(id="b.2", goal="g", seq=1)]
+    engine = start(tasks_batch(tasks), settings(fast, slow), tmp_path)
+    manifest = engine.batch_dir / "manifest.json"
+    try:
+        running = json.loads(manifest.read_text(encoding="utf-8"))  # written by start()
+        engine.stop_all()
+        assert engine.wait(30)
+    finally:
+        engine.close()
+    final = json.loads(manifest.read_text(encoding="utf-8"))
+    assert running["status"] == "running" and final["status"] == "stopped"
+    assert final["batch_id"] == engine.batch_id and final["name"] == "test"
+    assert final["routes"] == {
+        "fast": {"provider": "sim", "model": fast.model},
+        "slow": {"provider": "sim", "model": slow.model},
+    }
+    expected = [
+        {"id": "a-1", "route": "slow", "transcript": "a-1.log"},
+        {"id": "b.2", "route": "fast", "transcript": "b.2.log"},
+    ]
+    assert running["children"] == final["children"] == expected
+    for child in expected:  # transcript names are relative to the manifest's folder
+        assert (engine.batch_dir / child["transcript"]).is_file()
 
 
 def test_fifo_and_route_caps(tmp_path: Path) -> None:

@@ -231,3 +231,15 @@ def test_tail_lines_bounded_memory_on_giant_line(tmp_path: Path) -> None:
     path.write_text("x" * 100_000 + "\n")
     lines, cut = tail_lines(path, 5, block_size=1000, max_bytes=5000)
     assert cut and len(lines) == 1 and 4000 < len(lines[0]) < 7000
+
+
+def test_write_manifest_places_encoded_members_after_the_others(tmp_path: Path) -> None:
+    children = [{"id": "a-1", "route": "sim", "transcript": "a-1.log"}, {"id": "ü", "route": "x"}]
+    data = {"batch_id": "b1", "status": "completed"}
+    path = write_manifest(tmp_path, data, {"children": json.dumps(children, ensure_ascii=False)})
+    text = path.read_text(encoding="utf-8")
+    assert json.loads(text) == {**data, "children": children}
+    assert list(json.loads(text)) == ["batch_id", "status", "children"]
+    assert text.endswith("]}\n")
+    only = write_manifest(tmp_path, {}, {"children": "[]"})  # nothing before it: no comma
+    assert json.loads(only.read_text(encoding="utf-8")) == {"children": []}

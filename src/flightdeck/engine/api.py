@@ -107,6 +107,7 @@ class Engine:
         self._pool: WorkerPool | None = None
         self._coordinator: Coordinator | None = None
         self._status = BatchStatus.RUNNING
+        self._manifest_children = "[]"  # JSON, set by start()
         self._started_ts = clock()
         self._closed = False
 
@@ -190,7 +191,15 @@ class Engine:
                 for c in children
             ],
         )
-        self._manifest(children)
+        # The children part of the manifest does not change: encoded once, for start and end.
+        self._manifest_children = json.dumps(
+            [
+                {"id": c.task.id, "route": c.route.name, "transcript": transcript_name(c.task)}
+                for c in children
+            ],
+            ensure_ascii=False,
+        )
+        self._manifest()
         store = self._store
         self._coordinator = Coordinator(
             children,
@@ -236,7 +245,7 @@ class Engine:
             finished_ts=None,
         )
 
-    def _manifest(self, children: list[Child], status: BatchStatus = BatchStatus.RUNNING) -> None:
+    def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:
         write_manifest(
             self.batch_dir,
             {
@@ -249,15 +258,8 @@ class Engine:
                 "routes": {
                     n: {"provider": r.provider, "model": r.model} for n, r in self.routes.items()
                 },
-                "children": [
-                    {
-                        "id": c.task.id,
-                        "route": c.route.name,
-                        "transcript": transcript_name(c.task),
-                    }
-                    for c in children
-                ],
             },
+            {"children": self._manifest_children},
         )
 
     def _finish(self, status: BatchStatus) -> None:
@@ -268,7 +270,7 @@ class Engine:
         self._status = status
         self._store.finish_batch(self.batch_id, status, self.clock())
         self._store.flush()
-        self._manifest(self._coordinator.children, status)
+        self._manifest(status)
         self._publish(BatchFinished(self.batch_id, status))
 
     def wait(self, timeout: float | None = None) -> bool:
