@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from flightdeck.engine.api import Engine
 from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
-from flightdeck.tui.cli import completion_text, print_lines
+from flightdeck.tui.cli import completion_text, print_lines, run_headless
+from helpers import batch, settings, sim_route
 
 FAST_CONFIG = """
 [engine]
@@ -253,6 +255,22 @@ class _Writes(io.StringIO):
     def write(self, text: str) -> int:
         self.writes.append(text)
         return super().write(text)
+
+
+def test_engine_errors_reach_stderr_as_one_sanitized_line(tmp_path: Path) -> None:
+    engine = Engine(batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
+    (engine.batch_dir / "t0001.log").mkdir(parents=True)  # that transcript cannot be written
+    out, err = io.StringIO(), io.StringIO()
+    code = run_headless(engine, Console(file=out, width=200), Console(file=err, width=200))
+    assert code == 0  # the children still completed; only a transcript was lost
+    assert len([line for line in out.getvalue().splitlines() if line.startswith("✓ [")]) == 3
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1, lines  # every failed write of the batch, in one line
+    assert re.fullmatch(
+        r"flightdeck: error: \d+ transcript write\(s\) failed; last: cannot append to "
+        r"transcript \S+/t0001\.log: Is a directory",
+        lines[0],
+    ), lines[0]
 
 
 def test_piped_completion_lines_are_plain_text_in_one_write() -> None:

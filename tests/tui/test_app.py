@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
 from types import MappingProxyType
 
@@ -398,3 +400,27 @@ async def test_new_rows_are_not_measured(tmp_path: Path, monkeypatch: pytest.Mon
         widths = [table.columns[ColumnKey(key)].get_render_width(table) for key in COLUMN_KEYS]
         assert table.virtual_size.width == sum(widths)
     assert [str(label) for label in measured] == [label for _, label, _ in COLUMNS]
+
+
+async def test_engine_errors_become_notifications_while_the_app_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under the app stderr is not on screen: a failed store write must still be seen.
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    shown: list[tuple[str, object, object]] = []
+    notify = app.notify
+    monkeypatch.setattr(
+        app,
+        "notify",
+        lambda text, **kw: shown.append((text, kw["severity"], kw["markup"])) or notify(text, **kw),
+    )
+    log = logging.getLogger("flightdeck.engine.store")
+    async with app.run_test(size=SIZE) as pilot:
+        worker = threading.Thread(  # logged on an engine thread, as the store writer does
+            target=log.error, args=("flightdeck store: %s failed: %s", "update_child", "[b]full")
+        )
+        worker.start()
+        worker.join()
+        await until(pilot, lambda: bool(shown), "a notification")
+    log.error("flightdeck store: %s failed: %s", "finish_batch", "after the app")
+    assert shown == [("flightdeck store: update_child failed: [b]full", "error", False)]

@@ -13,6 +13,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 
+from .logs import Severity, forward_logs
 from .screens.main import MainScreen, UiOptions
 from .view import EngineView, LiveView
 
@@ -35,6 +36,15 @@ class FlightdeckApp(App[bool]):
     def on_mount(self) -> None:
         # Pushed rather than made the default screen: only pushed screens load their CSS_PATH.
         self.push_screen(self.main)
+        # The engine's warnings and errors as notifications: under the app, stderr is not shown.
+        self._stop_logs = forward_logs(self._show_log)
+
+    def on_unmount(self) -> None:
+        self._stop_logs()
+
+    def _show_log(self, text: str, severity: Severity) -> None:
+        # Called on the engine thread that logged: notify only posts a message (thread-safe).
+        self.notify(text, severity=severity, markup=False, timeout=10)
 
     @cached_property
     def main(self) -> MainScreen:

@@ -6,7 +6,7 @@ import argparse
 import queue
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ from flightdeck.engine.errors import InputError
 from flightdeck.engine.model import ChildFinished, ChildStatus, EngineEvent, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_tokens
+from flightdeck.tui.logs import Severity, forward_logs
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.api import Engine
@@ -137,8 +138,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_headless(engine, _console())
 
 
-def run_headless(engine: Engine, console: Console) -> int:
-    """Print the batch id, one line per finished child, then a summary table."""
+def run_headless(engine: Engine, console: Console, errors: Console | None = None) -> int:
+    """Print the batch id, one line per finished child, then a summary table.
+
+    The engine's warnings and errors (a store write that failed, ...) go to `errors` (stderr by
+    default) as they happen, one sanitized line each.
+    """
+    errors = errors or _console(stderr=True)
+    notices: queue.SimpleQueue[tuple[str, Severity]] = queue.SimpleQueue()
+
+    def show_notices() -> None:
+        # Logged on engine threads, printed here: all Rich output stays on this thread.
+        while True:
+            try:
+                text, severity = notices.get_nowait()
+            except queue.Empty:
+                return
+            style = "red" if severity == "error" else "yellow"
+            errors.print(Text(f"flightdeck: {severity}: {text}", style=style))
+
+    stop_forwarding = forward_logs(lambda text, severity: notices.put((text, severity)))
+    try:
+        return _run_headless(engine, console, show_notices)
+    finally:
+        stop_forwarding()
+        show_notices()
+
+
+def _run_headless(engine: Engine, console: Console, show_notices: Callable[[], None]) -> int:
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
     interrupted = False
@@ -189,6 +216,7 @@ def run_headless(engine: Engine, console: Console) -> int:
                 print_lines(console, finished, styled=progress is not None)
                 if progress is not None:
                     progress.update(bar, completed=finished[-1].done)
+            show_notices()
             if done:
                 break
     finally:
@@ -196,6 +224,7 @@ def run_headless(engine: Engine, console: Console) -> int:
             progress.stop()
         signal.signal(signal.SIGINT, previous)
         engine.close()
+        show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     console.print(summary_table(snap))
     console.print(Text(f"report: flightdeck report {batch_id} --state-dir {engine.state_dir}"))
