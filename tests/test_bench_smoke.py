@@ -13,8 +13,29 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).parent / "bench" / "bench_engine.py"
+
+
+def run_bench(code: str, scale: dict[str, str]) -> tuple[list[str], Any]:
+    """Run `code` (which prints a table, then JSON) in a fresh interpreter with tests/bench on
+    its path and `scale` in its environment; return the table's lines and the parsed JSON."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, sys.argv[1]); {code}",
+            str(BENCH.parent),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **scale},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    *table, last = proc.stdout.splitlines()
+    return table, json.loads(last)
 
 
 def test_the_engine_benchmark_runs_and_reports(tmp_path: Path) -> None:
@@ -45,9 +66,8 @@ def test_the_engine_benchmark_runs_and_reports(tmp_path: Path) -> None:
 def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> None:
     # At full scale it takes minutes: every part runs here at 20 children and 3 key presses.
     code = (
-        "import asyncio, json, sys; sys.path.insert(0, sys.argv[1]); import bench_tui; "
-        "results = asyncio.run(bench_tui.run()); print(bench_tui.table(results)); "
-        "print(json.dumps(results))"
+        "import asyncio, json, bench_tui; results = asyncio.run(bench_tui.run()); "
+        "print(bench_tui.table(results)); print(json.dumps(results))"
     )
     scale = {
         "BENCH_TUI_SIZES": "20",
@@ -56,15 +76,8 @@ def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> Non
         "BENCH_TUI_CHILDREN": "20",
         "BENCH_DIR": str(tmp_path),
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(BENCH.parent)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **scale},
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    results = {(r["bench"], r.get("scenario")): r for r in json.loads(proc.stdout.splitlines()[-1])}
+    table, rows = run_bench(code, scale)
+    results = {(r["bench"], r.get("scenario")): r for r in rows}
     assert set(results) == {
         ("tui_refresh", None),
         ("tui_key_latency", "live, 4 of 20 running"),
@@ -79,28 +92,17 @@ def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> Non
     throughput = results["tui_throughput", None]
     assert throughput["children"] == 20 and throughput["with_tui_children_per_s"] > 0
     assert throughput["engine_alone_children_per_s"] > 0
-    table = proc.stdout.splitlines()[:-1]  # the printed table, before the JSON line
     assert table[0].startswith("refresh (apply by difference + render)")
     assert any(line.startswith("20 instant children: ") for line in table)
 
 
 def test_the_rate_limit_benchmark_runs_and_reports() -> None:
     # Half a second a measurement and 8 children, against the same loopback server.
-    bench = BENCH.parent / "bench_ratelimit.py"
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_ratelimit as b; "
-        "rows = b.main(); print(b.table(rows)); print(json.dumps(rows))"
+        "import json, bench_ratelimit as b; rows = b.main(); print(b.table(rows)); "
+        "print(json.dumps(rows))"
     )
-    scale = {"BENCH_RATELIMIT_S": "0.5", "BENCH_RATELIMIT_CHILDREN": "8"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(bench.parent)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **scale},
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout.splitlines()[-1])
+    table, rows = run_bench(code, {"BENCH_RATELIMIT_S": "0.5", "BENCH_RATELIMIT_CHILDREN": "8"})
     assert [(r["limit"], r["mode"]) for r in rows] == [
         ("60/min", "buckets + retries"),
         ("60/min", "retries only"),
@@ -110,7 +112,7 @@ def test_the_rate_limit_benchmark_runs_and_reports() -> None:
     for row in rows:
         assert row["requests"] > 0 and row["ratio_of_limit"] > 0 and 0 <= row["share_429"] <= 1
     assert all(r["children_failed"] == 0 for r in rows[2:])
-    assert proc.stdout.splitlines()[0].split() == [
+    assert table[0].split() == [
         "limit",
         "mode",
         "provider",
