@@ -361,3 +361,9 @@ def test_default_openai_key_is_never_sent_to_another_server(tmp_path: Path) -> N
         make_provider(route, {"OPENAI_API_KEY": "sk-should-not-travel"}, source=config)
     assert "routes.router.api_key_env" in str(err.value)
     assert "sk-should-not-travel" not in str(err.value)
+
+
+def test_a_byte_order_mark_before_the_config_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "flightdeck.toml"
+    path.write_bytes(b"\xef\xbb\xbf[engine]\nmax_concurrent = 3\n")
+    assert load_settings(path).engine.max_concurrent == 3

@@ -441,3 +441,50 @@ def test_check_routes_without_a_line_keeps_the_whole_path() -> None:
     with pytest.raises(SpecError) as info:
         check_routes(Batch(name="b", tasks=(task,)), {"sim"}, "sim")
     assert (info.value.path, info.value.line) == ("C:/batches/b.toml", None)
+
+
+def test_jsonl_lines_are_split_at_newlines_only(tmp_path: Path) -> None:
+    # U+2028, U+2029 and U+0085 are legal unescaped inside a JSON string (json.dumps with
+    # ensure_ascii=False writes them so); they do not end the line, nor shift later lines.
+    goal = "para\u2028graph\u2029 and\u0085 more"
+    text = json.dumps({"id": "a", "goal": goal}, ensure_ascii=False) + "\r\n"
+    path = write(tmp_path, "t.jsonl", text + '{"id": "b", "goal": "x", "max_turns": 0}\n')
+    assert "max_turns" in str(error_at(path, 2, "max_turns"))
+    good = write(tmp_path, "good.jsonl", text)
+    assert load_batch(good).tasks[0].goal == goal
+
+
+def test_jsonl_duplicate_keys_are_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.jsonl", '{"goal": "x"}\n{"id": "a", "goal": "x", "id": "b"}\n')
+    assert "duplicate key" in str(error_at(path, 2, "id"))
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path: Path) -> None:
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_bytes(b'\xef\xbb\xbf{"id": "a", "goal": "x"}\n')
+    toml = tmp_path / "t.toml"
+    toml.write_bytes(b'\xef\xbb\xbf[[tasks]]\nid = "b"\ngoal = "y"\n')
+    assert [t.id for t in load_batch(jsonl).tasks] == ["a"]
+    assert [t.id for t in load_batch(toml).tasks] == ["b"]
+
+
+def test_for_each_dates_read_as_written_and_unusable_values_are_named(tmp_path: Path) -> None:
+    ok = write(
+        tmp_path,
+        "ok.toml",
+        '[[tasks]]\nfor_each = [{d = 1979-05-27, t = 07:32:00}]\ngoal = "on {d} at {t}: {item}"\n',
+    )
+    assert load_batch(ok).tasks[0].goal == (
+        'on 1979-05-27 at 07:32:00: {"d":"1979-05-27","t":"07:32:00"}'
+    )
+    binary = write(
+        tmp_path, "b.yaml", "tasks:\n  - goal: x {v}\n    for_each: [{v: !!binary aGk=}]\n"
+    )
+    assert "a value of type bytes cannot be used as text" in str(error_at(binary, 3, "for_each"))
+    loop = write(tmp_path, "l.yaml", "tasks: &t\n  - goal: x {item}\n    for_each: [{a: *t}]\n")
+    assert "refers to itself" in str(error_at(loop, 3, "for_each"))
+
+
+def test_a_yaml_list_of_tasks_names_the_line_of_the_bad_field(tmp_path: Path) -> None:
+    path = write(tmp_path, "l.yaml", "- id: a\n  goal: x\n- id: c\n  goal: z\n  max_turns: 0\n")
+    assert "max_turns" in str(error_at(path, 5, "max_turns"))

@@ -142,7 +142,7 @@ def load_settings(path: Path | None = None, *, env: Mapping[str, str] | None = N
         path = Path(CONFIG_NAME)
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # an editor's byte order mark is not TOML
     except FileNotFoundError:
         raise ConfigError(path, None, None, "config file not found") from None
     except UnicodeDecodeError:

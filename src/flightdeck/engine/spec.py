@@ -9,6 +9,7 @@ A JSONL batch is one task object per line; blank lines and `#` lines are skipped
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import json
 import math
@@ -133,7 +134,8 @@ def _read_text(path: Path) -> str:
     except OSError as exc:
         raise SpecError(path, None, None, exc.strerror or str(exc)) from None
     try:
-        return data.decode("utf-8")
+        # utf-8-sig: an editor's byte order mark is not part of the first line
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise SpecError(path, line, None, "not valid UTF-8 text") from None
@@ -142,18 +144,42 @@ def _read_text(path: Path) -> str:
 def _jsonl_objects(path: Path, text: str) -> list[tuple[object, _Source]]:
     """Each non-blank, non-comment line as (parsed JSON, a source pinned to that line)."""
     out: list[tuple[object, _Source]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         try:
-            value = json.loads(stripped)
+            value = json.loads(stripped, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             message = f"invalid JSON: {exc.msg} (column {exc.colno})"
             raise SpecError(path, number, None, message) from None
+        except _DuplicateKeyError as exc:
+            # json keeps the last of two equal keys: a typo'd copy would vanish silently.
+            raise SpecError(path, number, exc.key, "duplicate key") from None
         if not isinstance(value, dict):
             raise SpecError(path, number, None, f"expected a JSON object, got {_kind(value)}")
         out.append((value, _Source(path, _fixed(number))))
+    return out
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as a text editor counts them. `str.splitlines` also splits at U+2028, U+2029 and
+    U+0085, which JSON strings may hold unescaped, and would miscount every line after one."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
     return out
 
 
@@ -188,7 +214,9 @@ def _parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
         loader.dispose()
     lines: dict[Key, int] = {}
     if node is not None:
-        _yaml_lines(path, node, (), lines, set())
+        # A document that is just the list of tasks is read as {"tasks": [...]}: key it so.
+        root: Key = ("tasks",) if isinstance(node, yaml.SequenceNode) else ()
+        _yaml_lines(path, node, root, lines, set())
 
     def locate(key: Key) -> int | None:
         for n in range(len(key), -1, -1):
@@ -337,7 +365,10 @@ def _list_items(src: _Source, key: Key, items: object) -> _Items:
     out: _Items = []
     for index, item in enumerate(items, start=1):
         label = f"for_each item {index}: "
-        values = _placeholders(item, index)
+        try:
+            values = _placeholders(item, index)
+        except ValueError as exc:
+            raise src.error((*key, index - 1), "for_each", f"{label}{exc}") from None
         if values is None:
             problem = _expected("a string, number or table", item)
             raise src.error((*key, index - 1), "for_each", label + problem)
@@ -358,7 +389,7 @@ def _file_items(src: _Source, key: Key, name: str) -> _Items:
     out: _Items = []
     if suffix == ".txt":
         # Lines starting with "#" are items here ("#123" is a pull request), not comments.
-        lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        lines = [(n, line.strip()) for n, line in enumerate(_lines(text), 1) if line.strip()]
         for index, (number, line) in enumerate(lines, start=1):
             out.append((f"{data_path.name}:{number}: ", {"item": line, "index": str(index)}))
     else:
@@ -372,14 +403,31 @@ def _file_items(src: _Source, key: Key, name: str) -> _Items:
 
 
 def _placeholders(item: object, index: int) -> dict[str, str] | None:
-    """Placeholder values for one item (None: the item is not a usable type)."""
+    """Placeholder values for one item (None: the item is not a usable type; ValueError: a
+    value inside it cannot be written as text)."""
     if isinstance(item, dict):
         # A table's keys become placeholders; {item} and {index} keep their built-in meaning.
         values = {str(k): _text(v) for k, v in item.items()}
-        return {**values, "item": json.dumps(item, separators=(",", ":")), "index": str(index)}
+        return {**values, "item": _json(item), "index": str(index)}
     if isinstance(item, str | int | float) and not isinstance(item, bool):
         return {"item": _text(item), "index": str(index)}
     return None
+
+
+def _json(value: object) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), default=_json_default)
+    except TypeError as exc:  # from _json_default
+        raise ValueError(str(exc)) from None
+    except ValueError:  # json's own: "Circular reference detected"
+        raise ValueError("it refers to itself (a recursive alias)") from None
+
+
+def _json_default(value: object) -> object:
+    # TOML and YAML have dates and times: as text, they read as in the file.
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    raise TypeError(f"a value of type {type(value).__name__} cannot be used as text")
 
 
 def _substitute(
@@ -507,7 +555,11 @@ def _suggest(name: object, choices: Collection[str]) -> str:
 
 
 def _text(value: object) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    if isinstance(value, str):
+        return value
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return _json(value)
 
 
 def _str(value: object) -> str:
