@@ -181,6 +181,53 @@ def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     assert {c["status"] for c in report["children"]} == {"stopped"}
 
 
+def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
+    # Thousands of queued children and stalled streams: stopping all of them takes a while.
+    (project / "flightdeck.toml").write_text(
+        "[engine]\nmax_concurrent = 64\n"
+        "[routes.sim]\ntime_scale = 1.0\nstall_rate = 1.0\nread_timeout_s = 600\n"
+    )
+    lines = [json.dumps({"goal": f"g{i}"}) for i in range(20_000)]
+    (project / "many.jsonl").write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "many.jsonl", "--headless"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("batch ")
+    time.sleep(0.3)  # children are streaming
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)  # a third one changes nothing
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 3  # LEAVE_S for the store and for the transcripts at most
+    assert "Traceback" not in err
+    assert "left without waiting for children still stopping" in err
+
+
+def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> None:
+    lines = [json.dumps({"goal": f"g{i}"}) for i in range(100_000)]  # seconds to validate
+    (project / "huge.jsonl").write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "huge.jsonl", "--headless"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.8)  # imports done, the file is being read
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert (out, err) == ("", "flightdeck: interrupted\n")  # no batch started, no traceback
+
+
 def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     (project / "blocker").write_text("a file where a folder should be")
     result = flightdeck("run", "tasks.jsonl", "--state-dir", "blocker/state", cwd=project)

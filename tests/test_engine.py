@@ -76,6 +76,25 @@ def test_the_manifest_names_every_child_and_ends_with_the_batch_status(tmp_path:
         assert (engine.batch_dir / child["transcript"]).is_file()
 
 
+def test_flush_commits_what_finished_while_others_still_run(tmp_path: Path) -> None:
+    slow = sim_route("slow", latency_ms=30_000, tool_turns=0)
+    tasks = [Task(id="quick", goal="g", seq=0), Task(id="slow", goal="g", seq=1, route="slow")]
+    engine = start(tasks_batch(tasks), settings(sim_route(tool_turns=0), slow), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.completed == 1)
+        assert engine.flush(5)
+        rows = {
+            r.id: r
+            for r in StoreReader(tmp_path / "state" / "flightdeck.db").children(engine.batch_id)
+        }
+        assert rows["quick"].status is ChildStatus.COMPLETED
+        assert rows["slow"].status is ChildStatus.RUNNING
+        transcript = (engine.batch_dir / "quick.log").read_text(encoding="utf-8")
+        assert transcript.rstrip().endswith("completed")
+    finally:
+        engine.close()
+
+
 def test_fifo_and_route_caps(tmp_path: Path) -> None:
     capped = sim_route("capped", max_concurrent=2, latency_ms=30_000, tool_turns=0)
     free = sim_route("free", latency_ms=30_000, tool_turns=0)

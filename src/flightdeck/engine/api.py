@@ -278,6 +278,16 @@ class Engine:
         assert self._coordinator is not None, "start() first"
         return self._coordinator.finished.wait(timeout)
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until what is recorded so far is committed to the store and written to the
+        transcripts (at most `timeout` for each); False if either took longer.
+
+        For a process that leaves without `close()` (a second Ctrl+C): what already finished
+        is kept, whatever is still running."""
+        written = self._sink is None or self._sink.flush(timeout)
+        committed = self._store is None or self._store.flush(timeout)
+        return written and committed
+
     def close(self) -> None:
         """Stop what still runs, wait for the coordinator, release the store and providers."""
         if self._closed:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import queue
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -27,6 +29,7 @@ if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.store import StoreReader
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
 
 
 class UsageError(InputError):
@@ -105,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         err.print(Text(f"flightdeck: {one_line(str(exc))}"))
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl+C before a batch runs (loading a big file, say)
+        err.print(Text("flightdeck: interrupted"))
+        return EXIT_INTERRUPTED
 
 
 # --- run -----------------------------------------------------------------------------------------
@@ -159,31 +165,24 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
 
     stop_forwarding = forward_logs(lambda text, severity: notices.put((text, severity)))
     try:
-        return _run_headless(engine, console, show_notices)
+        return _run_headless(engine, console, errors, show_notices)
     finally:
         stop_forwarding()
         show_notices()
 
 
-def _run_headless(engine: Engine, console: Console, show_notices: Callable[[], None]) -> int:
+def _run_headless(
+    engine: Engine, console: Console, errors: Console, show_notices: Callable[[], None]
+) -> int:
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
     interrupted = False
-
-    def on_sigint(signum: int, frame: FrameType | None) -> None:
-        nonlocal interrupted
-        if interrupted:
-            raise KeyboardInterrupt  # a second Ctrl+C: leave now
-        interrupted = True
-        console.print(Text("stopping all children… (Ctrl+C again to force)", style="yellow"))
-        engine.stop_all()
 
     try:
         batch_id = engine.start()
     except BaseException:
         engine.close()  # a failed start leaves no threads or writer process behind
         raise
-    previous = signal.signal(signal.SIGINT, on_sigint)
     console.print(Text(f"batch {batch_id}", style="bold"))
     total = len(engine.batch.tasks)
     progress = (
@@ -198,6 +197,34 @@ def _run_headless(engine: Engine, console: Console, show_notices: Callable[[], N
         if console.is_terminal
         else None
     )
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if interrupted:
+            leave_now()
+        interrupted = True
+        console.print(Text("stopping all children… (Ctrl+C again to force)", style="yellow"))
+        engine.stop_all()
+
+    def leave_now() -> NoReturn:
+        """A second Ctrl+C: keep what is already recorded (a second or two at most), then go,
+        without waiting for the children still stopping, or the threads that run them."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third one cannot break the exit
+        if progress is not None:
+            progress.stop()  # the terminal gets its cursor back
+        engine.flush(LEAVE_S)
+        show_notices()
+        errors.print(
+            Text("flightdeck: left without waiting for children still stopping", style="yellow")
+        )
+        for stream in (console.file, errors.file):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    # Installed until the engine has closed: a Ctrl+C while it closes must not leave its
+    # threads half-stopped (the default handler would raise in the middle of close()).
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         if progress is not None:
             progress.start()
@@ -222,8 +249,8 @@ def _run_headless(engine: Engine, console: Console, show_notices: Callable[[], N
     finally:
         if progress is not None:
             progress.stop()
-        signal.signal(signal.SIGINT, previous)
         engine.close()
+        signal.signal(signal.SIGINT, previous)
         show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     console.print(summary_table(snap))
