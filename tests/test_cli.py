@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -157,6 +158,47 @@ def test_version_names_the_installed_package(project: Path) -> None:
     assert out.stdout == f"flightdeck {importlib.metadata.version('flightdeck')}\n"
 
 
+def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Path) -> None:
+    assert flightdeck("run", "tasks.jsonl", "--state-dir", "st", cwd=project).returncode == 0
+    (project / "flightdeck.toml").write_text("[engine]\nbogus = 1\n")  # broken since
+    for command in (["ls"], ["report", "--format", "json"]):
+        given = flightdeck(*command, "--state-dir", "st", cwd=project)
+        assert given.returncode == 0, given.stderr
+        home = subprocess.run(
+            [sys.executable, "-m", "flightdeck.tui.cli", *command],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "FLIGHTDECK_HOME": "st", "NO_COLOR": "1"},
+        )
+        assert home.returncode == 0, home.stderr
+        # without either, flightdeck.toml would say where the state is: its error stands
+        broken = flightdeck(*command, cwd=project)
+        assert broken.returncode == 2 and "engine.bogus: unknown key" in broken.stderr
+
+
+def test_the_report_hint_is_a_sanitized_shell_word(project: Path) -> None:
+    (project / "flightdeck.toml").write_text(
+        FAST_CONFIG.replace("[engine]\n", '[engine]\nstate_dir = "my st\\u001b]0;x\\u0007ate"\n')
+    )
+    out = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stdout and "\x07" not in out.stdout
+    hint = out.stdout.splitlines()[-1]
+    # the OSC sequence is gone whole; the space is quoted for the shell
+    assert re.fullmatch(r"report: flightdeck report \S+ --state-dir '/\S+/my state'", hint), hint
+
+
+def test_a_folder_named_like_the_database_is_one_clear_error(project: Path) -> None:
+    (project / "st" / "flightdeck.db").mkdir(parents=True)
+    for command in (["ls"], ["report"]):
+        out = flightdeck(*command, "--state-dir", "st", cwd=project)
+        assert out.returncode == 2, out.stderr
+        assert (
+            out.stderr == "flightdeck: st/flightdeck.db: not a flightdeck database (not a file)\n"
+        )
+
+
 def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
     proc = subprocess.Popen(
@@ -247,7 +289,26 @@ def test_an_unusable_database_is_one_clear_error(project: Path) -> None:
         assert "file is not a database" in result.stderr
         assert "Traceback" not in result.stderr
     assert db.read_text() == "this is not a database " * 20  # nothing was written
-    assert not list((project / "state").glob("batches/*/*.log"))
+    assert [p.name for p in (project / "state").iterdir()] == ["flightdeck.db"]
+
+
+def test_another_programs_database_is_left_alone(project: Path) -> None:
+    db = project / "state" / "flightdeck.db"
+    db.parent.mkdir()
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE batches (x)")
+        conn.execute("CREATE TABLE notes (y)")
+    result = flightdeck("run", "tasks.jsonl", "--state-dir", "state", cwd=project)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.endswith(
+        "state/flightdeck.db: not a flightdeck database (it has other tables: batches, notes)\n"
+    )
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert sorted(t[0] for t in tables) == ["batches", "notes"]
+    assert sorted(p.name for p in (project / "state").iterdir())[0] == "flightdeck.db"
+    assert not (project / "state" / "batches").exists()
 
 
 def test_run_widens_the_gil_switch_interval_and_gc_thresholds(

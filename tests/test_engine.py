@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from decimal import Decimal
@@ -453,13 +452,13 @@ def test_a_sim_batch_replays_exactly_for_a_seed(tmp_path: Path) -> None:
 def test_a_start_that_fails_leaves_no_worker_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken_store(path: Path) -> None:
-        raise sqlite3.OperationalError("disk I/O error")
+    def broken_sink() -> None:
+        raise OSError("too many open files")
 
-    monkeypatch.setattr(api, "Store", broken_store)
+    monkeypatch.setattr(api, "TranscriptSink", broken_sink)
     engine = Engine(batch(5), settings(sim_route(), pool=3), state_dir=tmp_path / "state")
-    with pytest.raises(sqlite3.OperationalError):
-        engine.start()  # the worker threads had started: they come first
+    with pytest.raises(OSError, match="too many open files"):
+        engine.start()  # the worker threads had started: they come before the sink
     workers = [t for t in threading.enumerate() if t.name.startswith("flightdeck-child")]
     assert len(workers) >= 3
     engine.close()

@@ -124,13 +124,11 @@ class Engine:
     def start(self) -> str:
         """Record the batch, then start the coordinator; returns the batch id."""
         workspace = self.batch.workspace or self.batch_dir / "workspace"
-        try:
-            workspace.mkdir(parents=True, exist_ok=True)
-            self.batch_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a state dir that is a file, read-only, on a full disk, ...
-            raise ConfigError(
-                None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
-            ) from exc
+        # The database first: one that cannot be used (not a database, a newer schema, another
+        # program's) is reported before this batch writes anything.
+        self._store = Store(self._folder(self.state_dir) / "flightdeck.db")
+        self._folder(workspace)
+        self._folder(self.batch_dir)
         self.workspace = workspace
         toolbox = Toolbox(workspace)
         # The first wave's worker threads start before any other thread of the engine runs:
@@ -173,7 +171,6 @@ class Engine:
                     self._sink,
                 )
             )
-        self._store = Store(self.state_dir / "flightdeck.db")
         self._store.create_batch(self._info(now))
         self._store.add_queued(
             self.batch_id,
@@ -222,6 +219,15 @@ class Engine:
         )
         self._coordinator.start()
         return self.batch_id
+
+    def _folder(self, path: Path) -> Path:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a state dir that is a file, read-only, on a full disk, ...
+            raise ConfigError(
+                None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
+            ) from exc
+        return path
 
     def _report(self, fact: object) -> None:
         assert self._coordinator is not None

@@ -576,6 +576,17 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
+        # Version 0 is a new file, or another program's database: never add tables to that.
+        tables = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        if tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            message = f"not a flightdeck database (it has other tables: {shown})"
+            raise StoreError(path, None, None, message)
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import queue
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from rich.text import Text
 
 from flightdeck.engine.errors import InputError
 from flightdeck.engine.model import ChildFinished, ChildStatus, EngineEvent, Snapshot
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_tokens
 from flightdeck.tui.logs import Severity, forward_logs
 
@@ -254,7 +255,10 @@ def _run_headless(
         show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     console.print(summary_table(snap))
-    console.print(Text(f"report: flightdeck report {batch_id} --state-dir {engine.state_dir}"))
+    # The state folder comes from the command line or flightdeck.toml: untrusted text, and a
+    # command to paste back into a shell.
+    state_dir = shlex.quote(sanitize(str(engine.state_dir)))
+    console.print(Text(f"report: flightdeck report {batch_id} --state-dir {state_dir}"))
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if snap.totals.completed == snap.totals.children else EXIT_FAILED
@@ -338,13 +342,18 @@ def summary_table(snap: Snapshot) -> Table:
 
 
 def _reader(state_dir: Path | None) -> StoreReader:
-    from flightdeck.engine.settings import load_settings, state_dir_from
+    from flightdeck.engine.settings import Settings, load_settings, state_dir_from
     from flightdeck.engine.store import StoreReader
 
-    folder = state_dir_from(state_dir, load_settings(None))
+    # flightdeck.toml only matters when it names the state folder: a broken one in the current
+    # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
+    given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
+    folder = state_dir_from(state_dir, Settings() if given else load_settings(None))
     db = folder / "flightdeck.db"
     if not db.exists():
         raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
+    if not db.is_file():
+        raise UsageError(db, None, None, "not a flightdeck database (not a file)")
     return StoreReader(db)
 
 
