@@ -120,3 +120,44 @@ def test_activity_token_tracks_calls_turns_and_the_running_tool(tmp_path: Path) 
     assert act.last_activity_ts > before
     assert done.usage == Usage(20, 10)
     assert child.row() is done  # unchanged since: the frozen row is reused, not rebuilt
+
+
+def make_child(tmp_path: Path, facts: list[object]) -> Child:
+    return Child(
+        Task(id="c1", goal="Look around", seq=0),
+        sim_route(),
+        TwoTurns(),
+        RetryPolicy(RetrySettings()),
+        Toolbox(tmp_path),
+        str(tmp_path / "c1.log"),
+        Meter(),
+        lambda: 100.0,
+        facts.append,
+        queued_ts=0.0,
+    )
+
+
+def test_a_child_that_ended_before_its_thread_ran_stays_ended(tmp_path: Path) -> None:
+    # Stopped (or abandoned by the watchdog) while it waited in the pool's queue: when a
+    # thread finally takes it, it must not come back as running.
+    facts: list[object] = []
+    child = make_child(tmp_path, facts)
+    assert child.finalize(ChildStatus.STOPPED, "stopped by operator before start")
+    child.run()
+    row = child.row()
+    assert row.status is ChildStatus.STOPPED and row.started_ts is None
+    assert row.activity.api_calls == 0
+    lines = (tmp_path / "c1.log").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 and lines[0].endswith("stopped: stopped by operator before start")
+
+
+def test_a_steer_that_arrives_while_the_child_ends_is_refused(tmp_path: Path) -> None:
+    from flightdeck.engine.model import SteerReceipt, SteerState
+
+    child = make_child(tmp_path, [])
+    early = SteerReceipt(1, "c1", "early", False, SteerState.QUEUED, 100.0)
+    assert child.add_steer(early)
+    assert child.finalize(ChildStatus.COMPLETED, result="done")  # empties the inbox: missed
+    late = SteerReceipt(2, "c1", "late", False, SteerState.QUEUED, 100.0)
+    assert not child.add_steer(late)  # the caller settles it as missed
+    assert [(r.id, r.state) for r in child.row().steers] == [(1, SteerState.MISSED)]

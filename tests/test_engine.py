@@ -350,6 +350,47 @@ def test_tools_cannot_escape_the_workspace(tmp_path: Path) -> None:
     assert box.run("list_dir", {"path": "."}) == "a/\nlink"
 
 
+def test_arguments_a_file_system_refuses_go_back_to_the_model(tmp_path: Path) -> None:
+    from flightdeck.engine.tools import Toolbox, ToolError
+
+    box = Toolbox(tmp_path)
+    for name, arguments, message in (
+        ("read_file", {"path": "a\x00b"}, "ValueError: embedded null byte"),
+        ("list_dir", {"path": "\x00"}, "ValueError: embedded null byte"),
+        ("write_file", {"path": "x\x00.txt", "content": "hi"}, "ValueError: embedded null byte"),
+        ("write_file", {"path": "out.txt", "content": "bad \ud800"}, "UnicodeEncodeError"),
+    ):
+        with pytest.raises(ToolError, match=message):
+            box.run(name, arguments)
+    assert list(tmp_path.iterdir()) == []  # no file, no temp file left behind
+
+
+def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flightdeck.engine import child as child_module
+
+    closing, gate = threading.Event(), threading.Event()
+    real_close = child_module.TranscriptWriter.close
+
+    def held_close(self: child_module.TranscriptWriter) -> None:
+        closing.set()  # inside finalize: the inbox is emptied for good, the status not yet final
+        assert gate.wait(10)
+        real_close(self)
+
+    monkeypatch.setattr(child_module.TranscriptWriter, "close", held_close)
+    engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
+    try:
+        assert closing.wait(10)
+        [rid] = engine.steer(["t0000"], "too late")
+        until(lambda: [r.state for r in engine.receipts()] == [SteerState.MISSED], timeout=5)
+    finally:
+        gate.set()
+        engine.close()
+    controls = StoreReader(tmp_path / "state" / "flightdeck.db").controls(engine.batch_id)
+    assert [(c.id, c.state) for c in controls] == [(rid, SteerState.MISSED)]
+
+
 def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
     from dataclasses import replace
 

@@ -364,3 +364,21 @@ def test_the_writer_process_writes_everything_after_the_engine_is_gone(tmp_path:
     proc.stdin.close()
     assert proc.wait(10) == 0
     assert bodies(path) == [f"line {n}" for n in range(100)]
+
+
+def test_a_flush_asked_from_another_thread_survives_the_coordinators_pump(
+    tmp_path: Path,
+) -> None:
+    # The coordinator frames events between facts (pump) while, say, a second Ctrl+C flushes
+    # from the main thread: pump must leave the flush marker for the drain thread to answer.
+    s = TranscriptSink()
+    try:
+        path = str(tmp_path / "c.log")
+        TranscriptWriter(path, sink=s).write("engine", "before the flush")
+        done = threading.Event()
+        s._items.append(done)  # what flush() queues, without waiting here
+        s.pump()
+        assert done.wait(5)
+        assert bodies(path) == ["before the flush"]
+    finally:
+        s.close()

@@ -408,6 +408,22 @@ def test_failed_write_is_logged_and_writer_survives(
         assert reader.controls("b1") == []
 
 
+def test_text_that_is_not_valid_unicode_is_kept_with_a_replacement(db: Path) -> None:
+    # JSON (a task file, a model's stream) can carry a lone surrogate; SQLite cannot store it.
+    with Store(db) as store:
+        store.create_batch(make_batch(name="bad \ud800 name"))
+        store.add_children("b1", [make_child(0, goal="goal \udfff")])
+        store.update_child("b1", make_child(1, result="answer \ud83d", error="e \ud800"))
+        assert store.flush(timeout=10)
+        assert store.failed_writes == 0
+    with StoreReader(db) as reader:
+        info = reader.batch("b1")
+        assert info is not None and info.name == "bad \ufffd name"
+        rows = reader.children("b1")
+    assert rows[0].goal == "goal \ufffd"
+    assert (rows[1].result, rows[1].error) == ("answer \ufffd", "e \ufffd")
+
+
 def test_close_is_idempotent_and_flushes(db: Path) -> None:
     store = Store(db)
     store.add_children("b1", [make_child(i) for i in range(50)])

@@ -194,9 +194,14 @@ class Child:
         if stream is not None:
             stream.close()
 
-    def add_steer(self, receipt: SteerReceipt) -> None:
-        """Queue an operator message; `now` closes the current response so the turn restarts."""
+    def add_steer(self, receipt: SteerReceipt) -> bool:
+        """Queue an operator message; `now` closes the current response so the turn restarts.
+
+        False when the child is already ending: its inbox has been emptied for the last time,
+        and the caller settles the receipt as missed."""
         with self._lock:
+            if self._finalizing:
+                return False
             self._inbox.append(receipt)
             self._steers[receipt.id] = receipt
             self.version += 1
@@ -206,6 +211,7 @@ class Child:
                 stream = self._stream
         if stream is not None:
             stream.close()
+        return True
 
     def keep_receipt(self, receipt: SteerReceipt) -> None:
         """Show a receipt settled without reaching the inbox (the child had already ended)."""
@@ -245,7 +251,8 @@ class Child:
     def run(self) -> None:
         """The agent loop; never raises."""
         try:
-            self._mark_running()
+            if not self._mark_running():
+                return  # it ended while it waited for a worker thread (stopped, abandoned)
             self._loop()
         except (StopRequested, Interrupted):
             self.finalize(self._stop_status or ChildStatus.STOPPED, self._stop_reason)
@@ -257,14 +264,17 @@ class Child:
         finally:
             self._report(("done", self))
 
-    def _mark_running(self) -> None:
+    def _mark_running(self) -> bool:
         now = self._clock()
         with self._lock:
+            if self._finalizing:  # a final status must never turn back into RUNNING
+                return False
             self.status = ChildStatus.RUNNING
             self.started_ts = self._last_activity_ts = now
             self._text = "starting"
             self.version += 1
         self.transcript.write("system", SYSTEM_PROMPT)
+        return True
 
     def _loop(self) -> None:
         goal = self.task.goal

@@ -304,7 +304,13 @@ class Coordinator:
             child.transcript.write("operator", f"steer ({when}): {message}")
             self._record_receipt(receipt, "steer")
             self._record_event(child_id, "steer", message)
-            child.add_steer(receipt)
+            if not child.add_steer(receipt):  # it began to end after the check above
+                missed = SteerReceipt(
+                    rid, child_id, message, now, SteerState.MISSED, ts, self._clock()
+                )
+                child.keep_receipt(missed)
+                self._record_receipt(missed, "steer")
+                self._publish(SteerSettled(missed))
 
     def _stop(self, ids: Iterable[str], reason: str) -> None:
         for child_id in ids:

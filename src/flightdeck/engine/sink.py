@@ -83,7 +83,10 @@ class TranscriptSink:
         """Frame what is queued, on the calling thread; never blocks and does no I/O."""
         if self._helper is not None and self._frame_lock.acquire(blocking=False):
             try:
-                self._frame()
+                marker = self._frame()
+                if marker is not None:  # a flush or close from another thread: the drain
+                    self._items.appendleft(marker)  # thread answers it, first in line
+                    self._wake.set()
             finally:
                 self._frame_lock.release()
 

@@ -489,7 +489,13 @@ class Store:
             self._rollback()
             for write in writes:
                 try:
-                    self._transaction([write])
+                    try:
+                        self._transaction([write])
+                    except UnicodeEncodeError:
+                        # Text SQLite cannot take (a lone surrogate, which JSON task files and
+                        # model output may carry): kept with U+FFFD in its place, not lost.
+                        self._rollback()
+                        self._transaction([_scrubbed(write)])
                 except Exception as exc:
                     self._rollback()
                     self.failed_writes += 1
@@ -555,6 +561,20 @@ def _runs(writes: list[_Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
             params.append(write.params)
     if sql is not None:
         yield sql, params
+
+
+def _scrubbed(write: _Write) -> _Write:
+    """The same write with every string made valid Unicode (lone surrogates become U+FFFD)."""
+
+    def row(params: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(_valid_text(v) if isinstance(v, str) else v for v in params)
+
+    params = [row(p) for p in write.params] if write.many else row(write.params)
+    return _Write(write.what, write.sql, params, write.many, write.key)
+
+
+def _valid_text(text: str) -> str:
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _coalesce(writes: list[_Write]) -> list[_Write]:

@@ -97,6 +97,10 @@ class Toolbox:
             raise
         except OSError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            # Arguments are the model's: a NUL byte in a path, text that is not valid Unicode
+            # (UnicodeError is a ValueError). The model is told; the child goes on.
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
     def _resolve(self, arguments: Mapping[str, Any], key: str = "path") -> Path:
         raw = arguments.get(key)
@@ -132,8 +136,13 @@ class Toolbox:
         if not isinstance(content, str):
             raise ToolError("argument 'content' must be a string")
         path.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode("utf-8")  # before any file is made: a lone surrogate fails here
         with self._locks.lock(path):
             tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-            tmp.write_text(content, encoding="utf-8")
-            os.replace(tmp, path)  # readers never see a half-written file
-        return f"wrote {len(content.encode('utf-8'))} bytes to {arguments['path']}"
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)  # readers never see a half-written file
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no temp file behind
+                raise
+        return f"wrote {len(data)} bytes to {arguments['path']}"
