@@ -270,6 +270,20 @@ def test_timeout_and_stall_are_detected(tmp_path: Path) -> None:
     assert rows["stuck"].status is ChildStatus.STALLED
 
 
+def test_waiting_on_the_routes_own_rate_limit_is_not_a_stall(tmp_path: Path) -> None:
+    # rpm 60: one call a second. The third child waits about 2 s for its turn, longer than
+    # stall_after_s: that wait is flightdeck's own, not a model that went quiet.
+    import dataclasses
+
+    route = dataclasses.replace(sim_route(tool_turns=0), rpm=60)
+    engine = start(batch(3), settings(route, pool=3, stall_after_s=0.5), tmp_path)
+    rows = run_to_end(engine, 30).children
+    assert [(r.status, r.error) for r in rows] == [(ChildStatus.COMPLETED, None)] * 3
+    starts = sorted(r.started_ts or 0 for r in rows)
+    finishes = sorted(r.finished_ts or 0 for r in rows)
+    assert finishes[-1] - starts[0] > 1.5  # the limit did hold the last one back
+
+
 def test_cost_totals_are_exact_from_64_threads() -> None:
     meter = Meter()
     route = sim_route()

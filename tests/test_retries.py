@@ -346,3 +346,31 @@ def test_first_attempt_outside_tenacity_is_replayed_as_attempt_one() -> None:
     with pytest.raises(RateLimited):
         RetryPolicy(RetrySettings(attempts=1)).call(flaky, interrupt=threading.Event())
     assert len(calls) == 1
+
+
+def test_steer_now_during_a_backoff_rides_the_next_attempt_without_a_wasted_request(
+    tmp_path: Path,
+) -> None:
+    def responder(received: Received) -> Reply:
+        if len(server.received) == 1:
+            return Reply(status=429, retry_after_ms="500")
+        return Reply(text="fine")
+
+    with Loopback(responder) as server:
+        route = route_for(server, "openai")
+        engine = Engine(
+            batch(1, route="openai"), settings(route), state_dir=tmp_path, env={KEY_ENV: KEY}
+        )
+        engine.start()
+        try:
+            until(lambda: engine.snapshot().children[0].activity.text.startswith("429, retry"))
+            engine.steer(["t0000"], "change of plan", now=True)
+            assert engine.wait(10)
+            row = engine.snapshot().children[0]
+        finally:
+            engine.close()
+    # the 429, then one request that carries the message: none opened only to be closed
+    assert len(server.received) == 2
+    assert "[operator] change of plan" in str(server.received[1].body["messages"][-1])
+    assert row.status is ChildStatus.COMPLETED and row.activity.api_calls == 2
+    assert [s.state.value for s in row.steers] == ["delivered"]

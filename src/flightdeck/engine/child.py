@@ -78,6 +78,7 @@ class Child:
     _retries = 0
     _turns = 0
     _current_tool: str | None = None
+    _held = False  # waiting on our own limits (backoff, route pause, rpm/tpm), not the model
     _tool_started_ts: float | None = None
     _last_activity_ts: float | None = None
     _text = ""
@@ -176,6 +177,11 @@ class Child:
     @property
     def in_tool(self) -> bool:
         return self._current_tool is not None
+
+    @property
+    def held(self) -> bool:
+        """Waiting on the route's own limits: a wait flightdeck imposes is never a stall."""
+        return self._held
 
     @property
     def stop_status(self) -> ChildStatus | None:
@@ -287,6 +293,7 @@ class Child:
             self._deliver_steers(messages)
             with self._lock:  # the call's tick stamps the activity time
                 self._turns = turn + 1
+                self._held = True  # until the call starts: route pause, rpm/tpm buckets
                 self.version += 1
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
@@ -319,6 +326,10 @@ class Child:
                 self._deliver_steers(messages)
 
     def _stream_once(self, messages: list[Message]) -> TurnResult:
+        if self._now_pending:
+            # steer --now during a backoff: it waited the backoff out (the server asked for
+            # it), and now restarts the turn with the message instead of sending without it.
+            raise Interrupted
         request = TurnRequest(
             system=SYSTEM_PROMPT,
             messages=tuple(messages),
@@ -423,7 +434,7 @@ class Child:
 
     def _on_retry(self, notice: RetryNotice) -> None:
         self.transcript.write("engine", notice.text)
-        self._tick(notice.text, retry=True)
+        self._tick(notice.text, retry=True)  # held again: the backoff, then the route's limits
 
     def _tick(
         self,
@@ -444,6 +455,8 @@ class Child:
             self._api_calls += api_call
             self._tool_calls += tool_call
             self._retries += retry
+            if api_call or retry:
+                self._held = retry
             if turn is not None:
                 self._turns = turn
             if tool is not _KEEP:

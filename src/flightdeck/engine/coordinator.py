@@ -349,7 +349,7 @@ class Coordinator:
                 self._interrupt(child, ChildStatus.TIMED_OUT, f"timed out after {timeout:g}s")
                 continue
             last = child.last_activity
-            if last is None:
+            if last is None or child.held:
                 continue
             limit = self._engine.tool_stall_after_s if child.in_tool else self._engine.stall_after_s
             if now - last > limit:
