@@ -103,7 +103,7 @@ BAD_INPUTS = [
     ("t.jsonl", '{"id": "a", "gaol": "x"}\n', "t.jsonl:1", "gaol"),
     ("t.toml", '[[tasks]]\ngoal = "a"\n\n[[tasks]]\nid = "b"\n', "t.toml:4", "goal"),
     ("t.toml", '[[tasks]]\ngoal = "x"\nmax_turns = "many"\n', "t.toml:3", "max_turns"),
-    ("t.yaml", "tasks:\n  - goal: x\n  - goal: y\n    route: nowhere\n", "t.yaml:3", "route"),
+    ("t.yaml", "tasks:\n  - goal: x\n  - goal: y\n    route: nowhere\n", "t.yaml:4", "route"),
     ("t.yaml", "tasks:\n  - goal: [unclosed\n", "t.yaml:", None),
 ]
 

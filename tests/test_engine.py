@@ -48,7 +48,7 @@ def test_two_hundred_tasks_on_eight_slots_all_complete(tmp_path: Path) -> None:
 
 
 def test_the_manifest_names_every_child_and_ends_with_the_batch_status(tmp_path: Path) -> None:
-    slow = sim_route("slow", latency_ms=30_000, tool_turns=0)
+    slow = sim_route("slow", latency_ms=30_000, time_scale=1.0, tool_turns=0)
     fast = sim_route("fast", tool_turns=0)
     tasks = [Task(id="a-1", goal="g", seq=0, route="slow"), Task(id="b.2", goal="g", seq=1)]
     engine = start(tasks_batch(tasks), settings(fast, slow), tmp_path)
@@ -76,7 +76,7 @@ def test_the_manifest_names_every_child_and_ends_with_the_batch_status(tmp_path:
 
 
 def test_flush_commits_what_finished_while_others_still_run(tmp_path: Path) -> None:
-    slow = sim_route("slow", latency_ms=30_000, tool_turns=0)
+    slow = sim_route("slow", latency_ms=30_000, time_scale=1.0, tool_turns=0)
     tasks = [Task(id="quick", goal="g", seq=0), Task(id="slow", goal="g", seq=1, route="slow")]
     engine = start(tasks_batch(tasks), settings(sim_route(tool_turns=0), slow), tmp_path)
     try:

@@ -56,6 +56,7 @@ def test_jsonl_one_task_per_line_skipping_blanks_and_comments(tmp_path: Path) ->
             route="fast",
             timeout_s=1.5,
             source=f"{path}:4",
+            route_source=f"{path}:4:route",
         ),
     )
 
@@ -211,6 +212,29 @@ def test_check_routes_names_the_task_line(tmp_path: Path) -> None:
     err = info.value
     assert (err.path, err.line, err.field) == (str(path), 2, "route")
     assert "unknown route 'fsat' (did you mean 'fast'?)" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ('[[tasks]]\nid = "a"\ngoal = "x"\nroute = "nope"\n', 4, "route"),
+        ('[defaults]\nroute = "nope"\n\n[[tasks]]\ngoal = "x"\n', 2, "defaults.route"),
+        (
+            '[[tasks]]\nfor_each = ["a", "b"]\ngoal = "x {item}"\n\nroute = "nope"\n',
+            5,
+            "route",
+        ),
+    ],
+)
+def test_check_routes_names_the_line_of_the_route_setting(
+    tmp_path: Path, text: str, line: int, field: str
+) -> None:
+    path = write(tmp_path, "b.toml", text)
+    with pytest.raises(SpecError) as info:
+        check_routes(load_batch(path), {"sim"}, "sim")
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), line, field)
+    assert "unknown route 'nope'" in str(err)
 
 
 def test_check_routes_flags_a_missing_default(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ class Task:
     max_turns: int = DEFAULT_MAX_TURNS
     timeout_s: float | None = None
     source: str = ""  # "file:line" where the task was defined, for messages
+    route_source: str = ""  # "file:line:field" where its route was set ("" if not set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class _Draft:
     src: _Source
     key: Key
     label: str  # "" or "for_each item 3: ", prefixed to messages about one expanded item
+    route_at: tuple[Key, str] | None = None  # where its route was set: the task or [defaults]
 
 
 def load_batch(path: Path) -> Batch:
@@ -114,13 +116,16 @@ def check_routes(batch: Batch, route_names: Collection[str], default: str) -> No
         where, _, line = task.source.rpartition(":")
         if not (where and line.isdigit()):  # no line known: source is just the path
             where, line = task.source, ""
+        field = "route"
+        if task.route is not None and task.route_source:  # the line of the route setting
+            where, line, field = task.route_source.rsplit(":", 2)
         known = ", ".join(sorted(route_names)) or "none"
         if task.route is None:
             message = f"no route given and the default route {name!r} is not configured"
         else:
             message = f"unknown route {name!r}{_suggest(name, route_names)}"
-        line_number = int(line) if line else None
-        raise SpecError(where, line_number, "route", f"{message} (configured: {known})")
+        line_number = int(line) if line and line != "0" else None
+        raise SpecError(where, line_number, field, f"{message} (configured: {known})")
 
 
 # --- reading the three formats -------------------------------------------------------------
@@ -346,14 +351,22 @@ def _expand(raw: object, src: _Source, key: Key, defaults: dict[str, object]) ->
     elif "for_each_file" in raw:
         items = _file_items(src, (*key, "for_each_file"), str(raw["for_each_file"]))
     else:
-        return [_Draft(fields, src, key, "")]
+        items = None
+    route_at: tuple[Key, str] | None = None
+    if "route" in raw:
+        route_at = ((*key, "route"), "route")
+    elif "route" in defaults:
+        route_at = (("defaults", "route"), "defaults.route")
+    if items is None:
+        return [_Draft(fields, src, key, "", route_at)]
     # A template inherited from [defaults] is reported at its line there.
     where = {
         n: ((*key, n), n) if n in raw else (("defaults", n), f"defaults.{n}") for n in _TEMPLATED
     }
     drafts = []
     for label, values in items:
-        drafts.append(_Draft(_substitute(src, where, fields, values, label), src, key, label))
+        fields_now = _substitute(src, where, fields, values, label)
+        drafts.append(_Draft(fields_now, src, key, label, route_at))
     return drafts
 
 
@@ -484,6 +497,10 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[_Draft])
             raise draft.src.error(id_key, "id", message)
         first[task_id] = draft
         line = draft.src.line(draft.key)
+        route_source = ""
+        if draft.route_at is not None:
+            route_key, route_field = draft.route_at
+            route_source = f"{path}:{draft.src.line(route_key) or line or 0}:{route_field}"
         timeout = fields.get("timeout_s")
         tasks.append(
             Task(
@@ -496,6 +513,7 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[_Draft])
                 max_turns=_int(fields.get("max_turns", DEFAULT_MAX_TURNS)),
                 timeout_s=float(timeout) if isinstance(timeout, int | float) else None,
                 source=f"{path}:{line}" if line is not None else str(path),
+                route_source=route_source,
             )
         )
     return Batch(name=name, tasks=tuple(tasks), source=path, workspace=workspace)
