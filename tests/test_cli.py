@@ -366,7 +366,9 @@ class _Writes(io.StringIO):
 
 
 def test_engine_errors_reach_stderr_as_one_sanitized_line(tmp_path: Path) -> None:
-    engine = Engine(batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
+    engine = Engine(
+        batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path, batch_id="b1"
+    )  # an id given, not drawn: its folder may exist already
     (engine.batch_dir / "t0001.log").mkdir(parents=True)  # that transcript cannot be written
     out, err = io.StringIO(), io.StringIO()
     code = run_headless(engine, Console(file=out, width=200), Console(file=err, width=200))

@@ -94,6 +94,21 @@ def test_flush_commits_what_finished_while_others_still_run(tmp_path: Path) -> N
         engine.close()
 
 
+def test_two_batches_that_draw_the_same_id_get_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn = iter(["20261129-120000-aaaa", "20261129-120000-aaaa", "20261129-120000-bbbb"])
+    monkeypatch.setattr(api, "new_batch_id", lambda clock: next(drawn))
+    first = start(batch(2), settings(sim_route(tool_turns=0)), tmp_path)
+    second = start(batch(3), settings(sim_route(tool_turns=0)), tmp_path)
+    for engine in (first, second):
+        run_to_end(engine)
+    assert (first.batch_id, second.batch_id) == ("20261129-120000-aaaa", "20261129-120000-bbbb")
+    reader = StoreReader(tmp_path / "state" / "flightdeck.db")
+    assert len(reader.children(first.batch_id)) == 2 and len(reader.children(second.batch_id)) == 3
+    assert second.batch_dir.name == second.batch_id and (second.batch_dir / "t0002.log").is_file()
+
+
 def test_fifo_and_route_caps(tmp_path: Path) -> None:
     capped = sim_route("capped", max_concurrent=2, latency_ms=30_000, tool_turns=0)
     free = sim_route("free", latency_ms=30_000, tool_turns=0)

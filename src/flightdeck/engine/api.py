@@ -87,6 +87,7 @@ class Engine:
         self.settings = settings
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
         self.clock = clock
+        self._id_given = batch_id is not None
         self.batch_id = batch_id or new_batch_id(clock)
         self.batch_dir = self.state_dir / "batches" / self.batch_id
         used = {settings.route(t.route).name for t in batch.tasks}
@@ -123,13 +124,12 @@ class Engine:
 
     def start(self) -> str:
         """Record the batch, then start the coordinator; returns the batch id."""
-        workspace = self.batch.workspace or self.batch_dir / "workspace"
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
         self._store = Store(self._folder(self.state_dir) / "flightdeck.db")
-        self._folder(workspace)
-        self._folder(self.batch_dir)
-        self.workspace = workspace
+        self._claim_batch_dir()
+        workspace = self.batch.workspace or self.batch_dir / "workspace"
+        self.workspace = self._folder(workspace)
         toolbox = Toolbox(workspace)
         # The first wave's worker threads start before any other thread of the engine runs:
         # `Thread.start` waits until the new thread wins the interpreter lock, and that takes
@@ -219,6 +219,22 @@ class Engine:
         )
         self._coordinator.start()
         return self.batch_id
+
+    def _claim_batch_dir(self) -> None:
+        """Make this batch's folder; a generated id already taken (two runs started in the same
+        second drew the same one) is drawn again, so two batches never share rows or files."""
+        while True:
+            try:
+                self._folder(self.batch_dir.parent)
+                self.batch_dir.mkdir(exist_ok=self._id_given)
+                return
+            except FileExistsError:
+                self.batch_id = new_batch_id(self.clock)
+                self.batch_dir = self.batch_dir.parent / self.batch_id
+            except OSError as exc:
+                raise ConfigError(
+                    None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
+                ) from exc
 
     def _folder(self, path: Path) -> Path:
         try:
