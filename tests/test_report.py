@@ -157,3 +157,13 @@ def test_render_markdown_truncates_long_goals(reader: StoreReader) -> None:
     (row,) = [line for line in md.splitlines() if line.startswith("| c0 |")]
     goal = _cells(row)[12].strip()
     assert len(goal) == 80 and goal.endswith("…")
+
+
+def test_render_markdown_prose_carries_no_raw_html(tmp_path: Path) -> None:
+    with Store(tmp_path / "f.db") as store:
+        store.create_batch(make_batch("b1", name="<img src=x onerror=alert(1)> sweep"))
+        store.add_children("b1", [make_child(0)])
+    with StoreReader(tmp_path / "f.db") as r:
+        md = render_markdown(build_report(r))
+    assert md.startswith("# flightdeck batch &lt;img src=x onerror=alert(1)> sweep\n")
+    assert "<" not in md

@@ -367,3 +367,23 @@ def test_a_byte_order_mark_before_the_config_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "flightdeck.toml"
     path.write_bytes(b"\xef\xbb\xbf[engine]\nmax_concurrent = 3\n")
     assert load_settings(path).engine.max_concurrent == 3
+
+
+@pytest.mark.parametrize(
+    ("table", "line"),
+    [
+        ('[routes.gpt]\nprovider = "openai"\nmodel = "gpt-4o-mini"\n', 3),
+        ('\n[routes.gpt]\nprovider = "openai"\nmodel = "m"\napi_key_env = "MY_KEY"\n', 7),
+    ],
+)
+def test_a_missing_key_names_the_line_of_its_route(tmp_path: Path, table: str, line: int) -> None:
+    from flightdeck.engine.providers import api_key
+
+    path = tmp_path / "flightdeck.toml"
+    path.write_text("[engine]\nmax_concurrent = 2\n" + table)
+    route = load_settings(path).routes["gpt"]
+    with pytest.raises(ConfigError) as caught:
+        api_key(route, {}, path)
+    err = caught.value
+    assert (err.line, err.field) == (line, "routes.gpt.api_key_env"), str(err)
+    assert str(err).startswith(f"{path}:{line}: routes.gpt.api_key_env: environment variable")

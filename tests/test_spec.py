@@ -512,3 +512,10 @@ def test_for_each_dates_read_as_written_and_unusable_values_are_named(tmp_path: 
 def test_a_yaml_list_of_tasks_names_the_line_of_the_bad_field(tmp_path: Path) -> None:
     path = write(tmp_path, "l.yaml", "- id: a\n  goal: x\n- id: c\n  goal: z\n  max_turns: 0\n")
     assert "max_turns" in str(error_at(path, 5, "max_turns"))
+
+
+def test_an_empty_yaml_section_is_an_empty_table(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.yaml", "batch:\ndefaults:\n  # max_turns: 4\ntasks:\n  - goal: x\n")
+    batch = load_batch(path)
+    assert batch.name == "b" and [t.goal for t in batch.tasks] == ["x"]
+    assert batch.tasks[0].max_turns == 8

@@ -82,7 +82,15 @@ def test_cells_are_plain_and_sanitized(tmp_path: Path) -> None:
 
 
 def test_formats() -> None:
-    assert [fmt_tokens(n) for n in (999, 12_345, 2_500_000)] == ["999", "12.3k", "2.50M"]
+    assert [fmt_tokens(n) for n in (999, 12_345, 999_949, 999_950, 2_500_000)] == [
+        "999",
+        "12.3k",
+        "999.9k",
+        "1.00M",
+        "2.50M",
+    ]
+    assert fmt_cost(Decimal("0.00004")) == "<$0.0001"
+    assert fmt_cost(Decimal(0)) == "$0.00"
     assert fmt_cost(None) == "$?"
     assert fmt_cost(Decimal("0.0085")) == "$0.0085"
     assert fmt_cost(Decimal("0.1")) == "$0.10"

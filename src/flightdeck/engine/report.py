@@ -171,12 +171,12 @@ def _seconds(value: float) -> str:
 
 
 def _text(value: object, width: int | None = None) -> str:
-    """Untrusted text for Markdown prose: one sanitized line."""
-    return one_line(str(value), width)
+    """Untrusted text for Markdown prose: one sanitized line, no raw HTML."""
+    return one_line(str(value), width).replace("<", "&lt;")
 
 
 def _cell(value: object, width: int | None = None) -> str:
     """Untrusted text for a table cell: one sanitized line that cannot break the table."""
-    # Backslashes first, so a trailing `\` cannot escape the `|` we add; `<` so no raw HTML.
-    text = _text(value, width).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+    # Backslashes first, so a trailing `\` cannot escape the `|` we add (`<` is done by _text).
+    text = _text(value, width).replace("\\", "\\\\").replace("|", "\\|")
     return text or " "

@@ -76,6 +76,9 @@ class Route:
     # Provider-specific options, already validated (sim: time_scale, latency_ms, ...;
     # openai/anthropic: base_url, api_key_env, connect_timeout_s, read_timeout_s).
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Where it was configured, for messages: the line of api_key_env if given, else of
+    # [routes.NAME] (None for a route not read from a file).
+    key_line: int | None = field(default=None, compare=False)
 
     @property
     def time_scale(self) -> float:
@@ -282,6 +285,7 @@ class _Reader:
             price=price,
             retry=retry,
             options=MappingProxyType(options),
+            key_line=self.locator.line(*key, "api_key_env"),
             **limits,
         )
 

@@ -293,6 +293,8 @@ def _load_document(src: _Source, data: object) -> Batch:
 
 def _table(src: _Source, data: dict[object, object], key: str) -> dict[object, object]:
     value = data.get(key, {})
+    if value is None:  # YAML `defaults:` with every line under it commented out
+        return {}
     if not isinstance(value, dict):
         raise src.error((key,), key, _expected(f"a table ([{key}])", value))
     return value

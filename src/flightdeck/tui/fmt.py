@@ -30,7 +30,7 @@ GLYPHS: dict[ChildStatus, Cell] = {
 def fmt_tokens(n: int) -> str:
     if n < 1000:
         return str(n)
-    if n < 1_000_000:
+    if round(n / 1000, 1) < 1000:  # 999,950 would read "1000.0k"
         return f"{n / 1000:.1f}k"
     return f"{n / 1_000_000:.2f}M"
 
@@ -40,6 +40,8 @@ def fmt_cost(cost: Decimal | None) -> str:
         return "$?"  # price unknown: never guessed
     if cost >= 1:
         return f"${cost:,.2f}"
+    if 0 < cost < Decimal("0.0001"):
+        return "<$0.0001"  # spent, but less than four places show: never "$0.00"
     # Small sums need four places ($0.0085); rounder ones read better with two ($0.10).
     text = f"{cost:.4f}".rstrip("0")
     return "$" + (text if len(text.partition(".")[2]) >= 2 else f"{cost:.2f}")

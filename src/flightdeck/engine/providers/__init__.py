@@ -47,7 +47,7 @@ def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = No
     if not named and base_url is not None and not is_local(base_url):
         raise ConfigError(
             source,
-            None,
+            route.key_line,
             f"routes.{route.name}.api_key_env",
             "a route with a base_url must name the environment variable that holds its key "
             f"(the default {API_KEY_ENV[route.provider]} is only sent to the provider itself)",
@@ -59,7 +59,10 @@ def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = No
     if is_local(base_url):
         return LOCAL_PLACEHOLDER_KEY
     raise ConfigError(
-        source, None, f"routes.{route.name}.api_key_env", f"environment variable {name} is not set"
+        source,
+        route.key_line,
+        f"routes.{route.name}.api_key_env",
+        f"environment variable {name} is not set",
     )
 
 
