@@ -299,6 +299,21 @@ def test_waiting_on_the_routes_own_rate_limit_is_not_a_stall(tmp_path: Path) -> 
     assert finishes[-1] - starts[0] > 1.5  # the limit did hold the last one back
 
 
+def test_the_engine_clock_ignores_steps_of_the_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stall and timeout checks subtract the engine's stamps: a step of the system clock (NTP)
+    # would make every running child look stalled. The wall clock is read once, at the start.
+    wall, mono = [1_000_000.0], [50.0]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    monkeypatch.setattr(time, "monotonic", lambda: mono[0])
+    engine = Engine(batch(1), settings(), state_dir=tmp_path)
+    assert engine.clock() == 1_000_000.0
+    wall[0] += 150.0  # the system clock steps forward
+    mono[0] += 2.0  # two seconds pass
+    assert engine.clock() == 1_000_002.0
+
+
 def test_cost_totals_are_exact_from_64_threads() -> None:
     meter = Meter()
     route = sim_route()

@@ -40,6 +40,17 @@ log = logging.getLogger("flightdeck.engine")
 Subscriber = Callable[[EngineEvent], None]
 
 
+def steady_clock() -> Callable[[], float]:
+    """Wall-clock seconds that advance only as `time.monotonic` does.
+
+    The engine's stamps are also its durations: stall and timeout checks, a child's elapsed
+    time. A step of the system clock (NTP, a laptop waking) must not make every running child
+    look stalled, so the wall clock is read once, here, and never again."""
+    offset = time.time() - time.monotonic()
+    monotonic = time.monotonic
+    return lambda: offset + monotonic()
+
+
 def new_batch_id(clock: Callable[[], float] = time.time) -> str:
     """Sortable and readable: 20261129-081500-a3f2."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
@@ -77,7 +88,7 @@ class Engine:
         *,
         state_dir: Path,
         max_concurrent: int | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         providers: Mapping[str, Provider] | None = None,
         batch_id: str | None = None,
         env: Mapping[str, str] | None = None,
@@ -86,7 +97,7 @@ class Engine:
         self.batch = batch
         self.settings = settings
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
-        self.clock = clock
+        self.clock = clock = clock or steady_clock()
         self._id_given = batch_id is not None
         self.batch_id = batch_id or new_batch_id(clock)
         self.batch_dir = self.state_dir / "batches" / self.batch_id

@@ -75,7 +75,8 @@ def exit_code(snapshot: Snapshot) -> int:
 
 def run_app(engine: Engine) -> int:
     """Run the app on an already-started engine; returns the process exit code."""
-    app = FlightdeckApp(LiveView(engine))
+    # Ages ("2s ago") on the engine's own clock: its stamps ignore steps of the system clock.
+    app = FlightdeckApp(LiveView(engine), UiOptions(clock=engine.clock))
     stopped = app.run()
     if stopped:
         engine.wait(STOP_WAIT_S)
