@@ -50,6 +50,17 @@ def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complet
     )
 
 
+def run_headless_in_background(project: Path, batch_file: str) -> subprocess.Popen[str]:
+    """`flightdeck run BATCH --headless` as a process the test can send signals to."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", batch_file, "--headless"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     (tmp_path / "flightdeck.toml").write_text(FAST_CONFIG)
@@ -201,13 +212,7 @@ def test_a_folder_named_like_the_database_is_one_clear_error(project: Path) -> N
 
 def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = run_headless_in_background(project, "tasks.jsonl")
     assert proc.stdout is not None
     first = proc.stdout.readline()
     assert first.startswith("batch ")
@@ -231,13 +236,7 @@ def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
     )
     lines = [json.dumps({"goal": f"g{i}"}) for i in range(20_000)]
     (project / "many.jsonl").write_text("\n".join(lines) + "\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", "many.jsonl", "--headless"],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = run_headless_in_background(project, "many.jsonl")
     assert proc.stdout is not None
     assert proc.stdout.readline().startswith("batch ")
     time.sleep(0.3)  # children are streaming
@@ -256,13 +255,7 @@ def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
 def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> None:
     lines = [json.dumps({"goal": f"g{i}"}) for i in range(100_000)]  # seconds to validate
     (project / "huge.jsonl").write_text("\n".join(lines) + "\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", "huge.jsonl", "--headless"],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = run_headless_in_background(project, "huge.jsonl")
     time.sleep(0.8)  # imports done, the file is being read
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
