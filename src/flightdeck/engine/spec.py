@@ -154,7 +154,7 @@ def _jsonl_objects(path: Path, text: str) -> list[tuple[object, _Source]]:
         if not stripped or stripped.startswith("#"):
             continue
         try:
-            value = json.loads(stripped, object_pairs_hook=_unique_keys)
+            value = _JSON.decode(stripped)
         except json.JSONDecodeError as exc:
             message = f"invalid JSON: {exc.msg} (column {exc.colno})"
             raise SpecError(path, number, None, message) from None
@@ -186,6 +186,10 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
             raise _DuplicateKeyError(key)
         out[key] = value
     return out
+
+
+# One decoder for every line: json.loads with a hook would build a new one per call.
+_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 def _fixed(line: int) -> Locate:
