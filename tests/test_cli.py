@@ -228,6 +228,22 @@ def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     assert {c["status"] for c in report["children"]} == {"stopped"}
 
 
+def test_sigterm_stops_every_child_records_it_and_exits_143(project: Path) -> None:
+    # `kill`, a service manager or a CI timeout: the batch must not stay "running".
+    (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
+    proc = run_headless_in_background(project, "tasks.jsonl")
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("batch ")
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 143, err
+    assert "stopping all children… (a second SIGTERM to force)" in out
+    report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
+    assert report["status"] == "stopped"
+    assert {c["status"] for c in report["children"]} == {"stopped"}
+
+
 def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
     # Thousands of queued children and stalled streams: stopping all of them takes a while.
     (project / "flightdeck.toml").write_text(

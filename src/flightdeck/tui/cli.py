@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.api import Engine
     from flightdeck.engine.store import StoreReader
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
 
 
@@ -178,6 +178,7 @@ def _run_headless(
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
     interrupted = False
+    exit_code = EXIT_INTERRUPTED
 
     try:
         batch_id = engine.start()
@@ -199,18 +200,23 @@ def _run_headless(
         else None
     )
 
-    def on_sigint(signum: int, frame: FrameType | None) -> None:
-        nonlocal interrupted
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # Ctrl+C, or SIGTERM (`kill`, a service manager, a CI timeout): stop every child and
+        # record it, rather than leave the batch "running" in the store.
+        nonlocal interrupted, exit_code
         if interrupted:
             leave_now()
         interrupted = True
-        console.print(Text("stopping all children… (Ctrl+C again to force)", style="yellow"))
+        exit_code = EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+        again = "Ctrl+C again" if signum == signal.SIGINT else "a second SIGTERM"
+        console.print(Text(f"stopping all children… ({again} to force)", style="yellow"))
         engine.stop_all()
 
     def leave_now() -> NoReturn:
         """A second Ctrl+C: keep what is already recorded (a second or two at most), then go,
         without waiting for the children still stopping, or the threads that run them."""
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third one cannot break the exit
+        for signum in handled:  # a third one cannot break the exit
+            signal.signal(signum, signal.SIG_IGN)
         if progress is not None:
             progress.stop()  # the terminal gets its cursor back
         engine.flush(LEAVE_S)
@@ -221,11 +227,12 @@ def _run_headless(
         for stream in (console.file, errors.file):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(exit_code)
 
     # Installed until the engine has closed: a Ctrl+C while it closes must not leave its
     # threads half-stopped (the default handler would raise in the middle of close()).
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, on_signal) for signum in handled}
     try:
         if progress is not None:
             progress.start()
@@ -251,7 +258,8 @@ def _run_headless(
         if progress is not None:
             progress.stop()
         engine.close()
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     console.print(summary_table(snap))
@@ -260,7 +268,7 @@ def _run_headless(
     state_dir = shlex.quote(sanitize(str(engine.state_dir)))
     console.print(Text(f"report: flightdeck report {batch_id} --state-dir {state_dir}"))
     if interrupted:
-        return EXIT_INTERRUPTED
+        return exit_code
     return EXIT_OK if snap.totals.completed == snap.totals.children else EXIT_FAILED
 
 
