@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 from pathlib import Path
 from types import MappingProxyType
@@ -424,3 +426,19 @@ async def test_engine_errors_become_notifications_while_the_app_runs(
         await until(pilot, lambda: bool(shown), "a notification")
     log.error("flightdeck store: %s failed: %s", "finish_batch", "after the app")
     assert shown == [("flightdeck store: update_child failed: [b]full", "error", False)]
+
+
+async def test_sigterm_stops_every_child_and_quits(tmp_path: Path) -> None:
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    caught: list[object] = []
+    # A safety net: without the app's own handler this test fails, instead of killing pytest.
+    previous = signal.signal(signal.SIGTERM, lambda *args: caught.append(args))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            os.kill(os.getpid(), signal.SIGTERM)  # `kill`, a service manager
+            await until(pilot, lambda: app.terminated, "the app handled SIGTERM", timeout=5)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert caught == [] and view.stopped_all == 1
+    assert app.return_value is True  # as "stop all and quit": run_app waits, then exits 143

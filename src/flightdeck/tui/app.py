@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import Iterable
 from functools import cached_property
 
@@ -20,6 +23,7 @@ from .view import EngineView, LiveView
 EXIT_OK = 0  # every child completed
 EXIT_INCOMPLETE = 1  # some child failed, stopped, timed out or stalled (or the UI crashed)
 EXIT_STOPPED = 130  # the operator chose "stop all and quit"
+EXIT_TERMINATED = 143  # SIGTERM: every child stopped, as for "stop all and quit"
 STOP_WAIT_S = 10.0  # stop takes effect within a second; this only bounds a misbehaving child
 
 
@@ -33,14 +37,28 @@ class FlightdeckApp(App[bool]):
         self.view = view
         self.options = options
 
+    terminated = False  # ended by SIGTERM
+
     def on_mount(self) -> None:
         # Pushed rather than made the default screen: only pushed screens load their CSS_PATH.
         self.push_screen(self.main)
         # The engine's warnings and errors as notifications: under the app, stderr is not shown.
         self._stop_logs = forward_logs(self._show_log)
+        # SIGTERM (`kill`, a service manager) would end the process with the terminal still in
+        # the app's mode and the batch "running" in the store: stop everything and quit instead.
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not on this platform
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.on_sigterm)
+
+    def on_sigterm(self) -> None:
+        """Stop every child and quit, as "stop all and quit" does, without asking."""
+        self.terminated = True
+        self.view.stop_all()
+        self.exit(result=True)
 
     def on_unmount(self) -> None:
         self._stop_logs()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
 
     def _show_log(self, text: str, severity: Severity) -> None:
         # Called on the engine thread that logged: notify only posts a message (thread-safe).
@@ -80,7 +98,7 @@ def run_app(engine: Engine) -> int:
     stopped = app.run()
     if stopped:
         engine.wait(STOP_WAIT_S)
-        return EXIT_STOPPED
+        return EXIT_TERMINATED if app.terminated else EXIT_STOPPED
     if app.return_code:
         return EXIT_INCOMPLETE  # the UI crashed; Textual has printed the traceback
     return exit_code(engine.snapshot())
