@@ -345,7 +345,7 @@ def test_unknown_placeholder_names_the_field(tmp_path: Path) -> None:
         '[[tasks]]\nfor_each = ["a"]\ngoal = "g {item}"\ncontext = "about {nmae}"\n',
     )
     err = error_at(path, 4, "context")
-    assert "unknown placeholder {nmae} (known: {item}, {index})" in str(err)
+    assert "unknown placeholder {nmae} (known: {item}, {index}; write {{nmae}}" in str(err)
 
 
 def test_unknown_placeholder_in_jsonl_data_names_the_data_line(tmp_path: Path) -> None:
@@ -519,3 +519,14 @@ def test_an_empty_yaml_section_is_an_empty_table(tmp_path: Path) -> None:
     batch = load_batch(path)
     assert batch.name == "b" and [t.goal for t in batch.tasks] == ["x"]
     assert batch.tasks[0].max_turns == 8
+
+
+def test_doubled_braces_are_literal_braces_in_a_template(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "b.toml",
+        '[[tasks]]\nfor_each = ["a"]\ngoal = "Fill {{name}} in {item}; keep {{ and }}, {{{item}}}"\n',
+    )
+    assert load_batch(path).tasks[0].goal == "Fill {name} in a; keep { and }, {a}"
+    bad = write(tmp_path, "c.toml", '[[tasks]]\nfor_each = ["a"]\ngoal = "Fill {name}"\n')
+    assert "write {{name}} for the text itself" in str(error_at(bad, 3, "goal"))

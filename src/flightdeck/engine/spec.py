@@ -28,7 +28,8 @@ DEFAULT_MAX_TURNS = 8
 MAX_TURNS_LIMIT = 200
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# {name} is a placeholder; {{ and }} are a literal brace, as in str.format.
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 
 TASK_FIELDS = ("id", "goal", "context", "group", "route", "max_turns", "timeout_s")
 _DECOMPOSE = ("for_each", "for_each_file")
@@ -463,14 +464,22 @@ def _substitute(
         if not isinstance(template, str):
             continue
         for placeholder in _PLACEHOLDER.findall(template):
-            if placeholder not in values:
+            if placeholder and placeholder not in values:  # "": an escaped brace
                 known = ", ".join("{" + k + "}" for k in values)
-                message = f"{label}unknown placeholder {{{placeholder}}} (known: {known})"
+                message = (
+                    f"{label}unknown placeholder {{{placeholder}}} (known: {known}; "
+                    f"write {{{{{placeholder}}}}} for the text itself)"
+                )
                 raise src.error(*where[name], message)
-        out[name] = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+        out[name] = _PLACEHOLDER.sub(lambda m: _fill(m, values), template)
         if name == "goal" and not str(out[name]).strip():
             raise src.error(*where[name], f"{label}the goal is empty for this item")
     return out
+
+
+def _fill(match: re.Match[str], values: dict[str, str]) -> str:
+    name = match.group(1)
+    return match.group(0)[0] if name is None else values[name]  # "{{" -> "{", "}}" -> "}"
 
 
 # --- ids, order, tasks ------------------------------------------------------------------------
