@@ -525,7 +525,8 @@ def test_doubled_braces_are_literal_braces_in_a_template(tmp_path: Path) -> None
     path = write(
         tmp_path,
         "b.toml",
-        '[[tasks]]\nfor_each = ["a"]\ngoal = "Fill {{name}} in {item}; keep {{ and }}, {{{item}}}"\n',
+        '[[tasks]]\nfor_each = ["a"]\n'
+        'goal = "Fill {{name}} in {item}; keep {{ and }}, {{{item}}}"\n',
     )
     assert load_batch(path).tasks[0].goal == "Fill {name} in a; keep { and }, {a}"
     bad = write(tmp_path, "c.toml", '[[tasks]]\nfor_each = ["a"]\ngoal = "Fill {name}"\n')
