@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 # neither is a failure of the demo itself; bad input (2) still is.
 demo: $(STAMP)
 	@$(VENV)/bin/flightdeck run examples/demo.toml --config examples/flightdeck.toml; \
-	code=$$?; [ $$code -eq 0 ] || [ $$code -eq 1 ] || [ $$code -eq 130 ] || exit $$code
+	code=$$?; [ $$code -eq 0 ] || [ $$code -eq 1 ] || [ $$code -eq 130 ] || [ $$code -eq 143 ] || exit $$code
 
 test: $(STAMP)
 	$(PY) -m pytest -q
