@@ -292,6 +292,8 @@ def test_waiting_on_the_routes_own_rate_limit_is_not_a_stall(tmp_path: Path) -> 
 
     route = dataclasses.replace(sim_route(tool_turns=0), rpm=60)
     engine = start(batch(3), settings(route, pool=3, stall_after_s=0.5), tmp_path)
+    waiting = "waiting for the route's rate limit ("  # what the table shows meanwhile
+    until(lambda: any(r.activity.text.startswith(waiting) for r in engine.snapshot().children))
     rows = run_to_end(engine, 30).children
     assert [(r.status, r.error) for r in rows] == [(ChildStatus.COMPLETED, None)] * 3
     starts = sorted(r.started_ts or 0 for r in rows)

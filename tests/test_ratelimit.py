@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -224,9 +225,11 @@ def test_children_reserve_their_estimate_only_against_a_tokens_bucket(
     reserved: dict[str, list[int]] = {"limited": [], "free": []}
     real = RouteThrottle.admit
 
-    def spy(self: RouteThrottle, route: Route, tokens: int, interrupt: Waitable) -> Lease:
+    def spy(
+        self: RouteThrottle, route: Route, tokens: int, interrupt: Waitable, on_wait: Any = None
+    ) -> Lease:
         reserved[route.name].append(tokens)
-        return real(self, route, tokens, interrupt)
+        return real(self, route, tokens, interrupt, on_wait)
 
     monkeypatch.setattr(RouteThrottle, "admit", spy)
     limited = dataclasses.replace(sim_route("limited", tool_turns=0), tpm=10_000_000)

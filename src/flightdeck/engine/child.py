@@ -318,6 +318,7 @@ class Child:
                     lambda: self._stream_once(messages),
                     interrupt=self.interrupt,
                     on_retry=self._on_retry,
+                    on_pause=self._on_pause,
                 )
             except Interrupted:
                 self._check_stop()
@@ -340,7 +341,7 @@ class Child:
         # Route pause and rpm/tpm buckets; the token estimate is reconciled with usage below.
         # Only a tokens-per-minute bucket reads it: without one, a turn skips the estimate.
         tokens = estimate_tokens(request) if self.route.tpm else 0
-        lease = self._retry.admit(self.route, tokens, self.interrupt)
+        lease = self._retry.admit(self.route, tokens, self.interrupt, self._on_rate_wait)
         self._tick("waiting for model", api_call=True)
         text: list[str] = []
         calls: list[ToolCall] = []
@@ -430,6 +431,18 @@ class Child:
         with self._lock:
             self._usage = _plus(self._usage, usage)
             self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self.version += 1
+
+    def _on_rate_wait(self, seconds: float) -> None:
+        self._show(f"waiting for the route's rate limit ({seconds:.1f}s)")
+
+    def _on_pause(self, seconds: float) -> None:
+        self._show(f"route paused after a 429 ({seconds:.1f}s)")
+
+    def _show(self, text: str) -> None:
+        """What the child waits for, without counting as activity (it is held, not idle)."""
+        with self._lock:
+            self._text = text
             self.version += 1
 
     def _on_retry(self, notice: RetryNotice) -> None:

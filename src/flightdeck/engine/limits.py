@@ -49,15 +49,21 @@ class RouteThrottle:
         self._paused_until = 0.0
         self.limiter = limiter
 
-    def admit(self, route: Route, tokens: int, interrupt: Waitable) -> Lease:
+    def admit(
+        self,
+        route: Route,
+        tokens: int,
+        interrupt: Waitable,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> Lease:
         """Reserve one request and `tokens` from the buckets (a route pause is waited out by
-        RetryPolicy before every attempt)."""
+        RetryPolicy before every attempt); `on_wait` hears how long a wait will be."""
         with self._lock:
             if self.limiter is None:
                 self.limiter = RateLimiter(route.rpm, route.tpm, clock=self._clock)
             limiter = self.limiter
         try:
-            return limiter.acquire(tokens, interrupt)
+            return limiter.acquire(tokens, interrupt, on_wait)
         except Cancelled:
             raise StopRequested from None
 
@@ -65,9 +71,13 @@ class RouteThrottle:
         with self._lock:
             self._paused_until = max(self._paused_until, self._clock() + seconds)
 
-    def wait_out_pause(self, interrupt: Waitable) -> None:
+    def wait_out_pause(
+        self, interrupt: Waitable, on_wait: Callable[[float], None] | None = None
+    ) -> None:
         """Block while the route is paused (again if the pause is extended meanwhile)."""
         while (wait := self.remaining()) > 0:
+            if on_wait is not None:
+                on_wait(wait)
             if interrupt.wait(wait):
                 raise StopRequested
 
@@ -158,6 +168,7 @@ class RetryPolicy:
         *,
         interrupt: Waitable,
         on_retry: Callable[[RetryNotice], None] | None = None,
+        on_pause: Callable[[float], None] | None = None,
     ) -> T:
         """Call `fn` until it succeeds, fails fatally, runs out of attempts, or is stopped."""
 
@@ -181,7 +192,7 @@ class RetryPolicy:
                 raise StopRequested
             if self.throttle is not None:
                 # Another thread of this route was told to back off: wait with it.
-                self.throttle.wait_out_pause(interrupt)
+                self.throttle.wait_out_pause(interrupt, on_pause)
             return fn()
 
         # Nearly every call succeeds at once: make the first attempt before building the retry
@@ -212,11 +223,17 @@ class RetryPolicy:
         )
         return retrying(replay_then_attempt)
 
-    def admit(self, route: Route, tokens: int, interrupt: Waitable) -> Lease:
+    def admit(
+        self,
+        route: Route,
+        tokens: int,
+        interrupt: Waitable,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> Lease:
         """Take this call's share of the route's rate limits (no limit without a throttle)."""
         if self.throttle is None:
             return Lease(None, tokens)
-        return self.throttle.admit(route, tokens, interrupt)
+        return self.throttle.admit(route, tokens, interrupt, on_wait)
 
 
 TYPICAL_CALL_S = 10.0  # a streamed turn of a few hundred tokens; converts rpm into concurrency

@@ -120,8 +120,14 @@ class RateLimiter:
     def unlimited(self) -> bool:
         return self.requests is None and self.tokens is None
 
-    def acquire(self, tokens: int, cancel: Waitable | None = None) -> Lease:
-        """Reserve one request and `tokens`; sleep until both are covered. Raises Cancelled."""
+    def acquire(
+        self,
+        tokens: int,
+        cancel: Waitable | None = None,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> Lease:
+        """Reserve one request and `tokens`; sleep until both are covered (told to `on_wait`
+        first, with the seconds). Raises Cancelled."""
         if self.unlimited:
             return Lease(None, tokens)
         with self._lock:
@@ -131,6 +137,8 @@ class RateLimiter:
                 delay = self.requests.take(1, now)
             if self.tokens is not None:
                 delay = max(delay, self.tokens.take(tokens, now))
+        if delay > 0 and on_wait is not None:
+            on_wait(delay)
         if delay > 0 and self._wait(cancel, delay):
             with self._lock:
                 now = self._clock()
