@@ -234,27 +234,29 @@ class Engine:
     def _claim_batch_dir(self) -> None:
         """Make this batch's folder; a generated id already taken (two runs started in the same
         second drew the same one) is drawn again, so two batches never share rows or files."""
+        self._folder(self.batch_dir.parent)
         while True:
             try:
-                self._folder(self.batch_dir.parent)
                 self.batch_dir.mkdir(exist_ok=self._id_given)
                 return
             except FileExistsError:
                 self.batch_id = new_batch_id(self.clock)
                 self.batch_dir = self.batch_dir.parent / self.batch_id
             except OSError as exc:
-                raise ConfigError(
-                    None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
-                ) from exc
+                raise self._unusable(exc) from exc
 
     def _folder(self, path: Path) -> Path:
         try:
             path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a state dir that is a file, read-only, on a full disk, ...
-            raise ConfigError(
-                None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
-            ) from exc
+        except OSError as exc:
+            raise self._unusable(exc) from exc
         return path
+
+    def _unusable(self, exc: OSError) -> ConfigError:
+        # A state dir that is a file, read-only, on a full disk, ...
+        return ConfigError(
+            None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
+        )
 
     def _report(self, fact: object) -> None:
         assert self._coordinator is not None

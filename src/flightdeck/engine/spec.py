@@ -125,7 +125,7 @@ def check_routes(batch: Batch, route_names: Collection[str], default: str) -> No
             message = f"no route given and the default route {name!r} is not configured"
         else:
             message = f"unknown route {name!r}{_suggest(name, route_names)}"
-        line_number = int(line) if line and line != "0" else None
+        line_number = int(line) if line else None
         raise SpecError(where, line_number, field, f"{message} (configured: {known})")
 
 
@@ -359,22 +359,21 @@ def _expand(raw: object, src: _Source, key: Key, defaults: dict[str, object]) ->
         items = _file_items(src, (*key, "for_each_file"), str(raw["for_each_file"]))
     else:
         items = None
-    route_at: tuple[Key, str] | None = None
-    if "route" in raw:
-        route_at = ((*key, "route"), "route")
-    elif "route" in defaults:
-        route_at = (("defaults", "route"), "defaults.route")
+    route_at = _set_at("route", raw, key) if "route" in fields else None
     if items is None:
         return [_Draft(fields, src, key, "", route_at)]
-    # A template inherited from [defaults] is reported at its line there.
-    where = {
-        n: ((*key, n), n) if n in raw else (("defaults", n), f"defaults.{n}") for n in _TEMPLATED
-    }
+    where = {n: _set_at(n, raw, key) for n in _TEMPLATED}
     drafts = []
     for label, values in items:
         fields_now = _substitute(src, where, fields, values, label)
         drafts.append(_Draft(fields_now, src, key, label, route_at))
     return drafts
+
+
+def _set_at(name: str, raw: dict[object, object], key: Key) -> tuple[Key, str]:
+    """Where a task's field was set, for messages: in the task, or inherited from [defaults]
+    (reported at its line there)."""
+    return ((*key, name), name) if name in raw else (("defaults", name), f"defaults.{name}")
 
 
 _Items = list[tuple[str, dict[str, str]]]  # (label for messages, placeholder values)
@@ -515,7 +514,8 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[_Draft])
         route_source = ""
         if draft.route_at is not None:
             route_key, route_field = draft.route_at
-            route_source = f"{path}:{draft.src.line(route_key) or line or 0}:{route_field}"
+            route_line = draft.src.line(route_key) or line
+            route_source = f"{path}:{route_line or ''}:{route_field}"
         timeout = fields.get("timeout_s")
         tasks.append(
             Task(
