@@ -442,3 +442,24 @@ async def test_sigterm_stops_every_child_and_quits(tmp_path: Path) -> None:
         signal.signal(signal.SIGTERM, previous)
     assert caught == [] and view.stopped_all == 1
     assert app.return_value is True  # as "stop all and quit": run_app waits, then exits 143
+
+
+async def test_an_unfinished_filter_turns_the_box_red_and_only_a_submitted_one_explains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.main
+        notices: list[str] = []
+        notify = screen.notify
+        monkeypatch.setattr(
+            screen, "notify", lambda text, **kw: notices.append(text) or notify(text, **kw)
+        )
+        await until(pilot, lambda: len(screen.table.shown) == 10, "rows")
+        await pilot.press("slash")
+        await type_text(pilot, "status:f")  # a pause mid-word: the debounced filter runs
+        box = screen.query_one("#filter", FilterInput)
+        await until(pilot, lambda: box.has_class("-invalid"), "the box marked invalid")
+        assert notices == []  # no error toast for a query still being typed
+        await pilot.press("enter")
+        assert len(notices) == 1 and notices[0].startswith("unknown status 'f'")

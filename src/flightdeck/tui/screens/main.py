@@ -456,7 +456,7 @@ class MainScreen(Screen[None]):
         if self._filter_timer is not None:
             self._filter_timer.stop()
         # Rebuilding thousands of rows per keystroke is wasted work: wait for a pause.
-        apply = partial(self._set_filter, event.value)
+        apply = partial(self._set_filter, event.value, submitted=False)
         self._filter_timer = self.set_timer(_FILTER_DEBOUNCE_S, apply)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -464,7 +464,7 @@ class MainScreen(Screen[None]):
             return
         if self._filter_timer is not None:
             self._filter_timer.stop()
-        if self._set_filter(event.value):
+        if self._set_filter(event.value, submitted=True):
             self._close_filter()
         else:
             # Live filtering may have shown a valid prefix ("status"); a bad filter submitted
@@ -477,13 +477,16 @@ class MainScreen(Screen[None]):
         self._use_filter(self._filter_before)
         self._close_filter()
 
-    def _set_filter(self, query: str) -> bool:
+    def _set_filter(self, query: str, *, submitted: bool) -> bool:
         box = self.query_one("#filter", FilterInput)
         try:
             row_filter = parse_filter(query)
         except ValueError as exc:
             box.add_class("-invalid")
-            self.notify(str(exc), severity="error", markup=False)
+            # While typing, a pause often falls on an unfinished query ("status:f"): the box
+            # turns red; why is said once the query is submitted.
+            if submitted:
+                self.notify(str(exc), severity="error", markup=False)
             return False
         box.remove_class("-invalid")
         self._use_filter(row_filter)
