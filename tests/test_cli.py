@@ -155,7 +155,14 @@ def test_bad_config_exits_2_naming_line_and_field(
 
 
 def test_bad_arguments_exit_2(project: Path) -> None:
-    assert flightdeck("run", "tasks.jsonl", "--max-concurrent", "0", cwd=project).returncode == 2
+    for bad, why in [
+        ("0", "between 1 and 1024, got 0"),
+        ("100000", "between 1 and 1024, got 100000"),
+        ("many", "expected a whole number, got 'many'"),
+    ]:
+        result = flightdeck("run", "tasks.jsonl", "--max-concurrent", bad, cwd=project)
+        assert result.returncode == 2, result.stderr
+        assert "--max-concurrent" in result.stderr and why in result.stderr, result.stderr
     missing = flightdeck("run", "nope.jsonl", cwd=project)
     assert missing.returncode == 2 and "nope.jsonl" in missing.stderr
     assert flightdeck("report", cwd=project).returncode == 2  # no state yet

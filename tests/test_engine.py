@@ -554,6 +554,14 @@ def test_a_start_that_fails_leaves_no_worker_threads(
     assert not any(t.is_alive() for t in workers)
 
 
+def test_an_explicit_pool_size_is_bounded(tmp_path: Path) -> None:
+    """The API refuses what the CLI and the config refuse: a thread per child alive."""
+    for bad in (0, 1025):
+        with pytest.raises(ValueError, match="between 1 and 1024"):
+            Engine(batch(1), settings(), state_dir=tmp_path, max_concurrent=bad)
+    assert Engine(batch(1), settings(), state_dir=tmp_path, max_concurrent=1024).pool_size == 1024
+
+
 def test_subscribers_get_every_event_until_they_unsubscribe(tmp_path: Path) -> None:
     seen: list[object] = []
     dropped: list[object] = []

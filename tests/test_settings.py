@@ -254,7 +254,15 @@ def test_negative_rpm(tmp_path: Path) -> None:
 
 def test_engine_max_concurrent_zero(tmp_path: Path) -> None:
     path = write(tmp_path, "[engine]\nmax_concurrent = 0\n")
-    assert "at least 1, got 0" in str(error_at(path, 2, "engine.max_concurrent"))
+    assert "between 1 and 1024, got 0" in str(error_at(path, 2, "engine.max_concurrent"))
+
+
+def test_engine_max_concurrent_has_an_upper_bound(tmp_path: Path) -> None:
+    """A mistyped 100000 would start a thread per child alive: refused, not attempted."""
+    write(tmp_path, "[engine]\nmax_concurrent = 1024\n")
+    assert load_settings(tmp_path / "flightdeck.toml").engine.max_concurrent == 1024
+    path = write(tmp_path, "[engine]\nmax_concurrent = 100000\n")
+    assert "between 1 and 1024, got 100000" in str(error_at(path, 2, "engine.max_concurrent"))
 
 
 def test_engine_max_concurrent_wrong_word(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from .model import (
 )
 from .providers import make_provider
 from .providers.base import Provider
-from .settings import Route, Settings
+from .settings import MAX_CONCURRENT, Route, Settings
 from .sink import TranscriptSink
 from .spec import Batch, Task, check_routes
 from .store import BatchInfo, QueuedChild, Store, process_start_time
@@ -125,6 +125,8 @@ class Engine:
 
     def _pool_size(self, override: int | None) -> int:
         if override is not None:
+            if not 1 <= override <= MAX_CONCURRENT:
+                raise ValueError(f"max_concurrent must be between 1 and {MAX_CONCURRENT}")
             return override
         configured = self.settings.engine.max_concurrent
         if configured != "auto":

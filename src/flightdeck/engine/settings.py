@@ -21,6 +21,9 @@ ProviderName = Literal["sim", "openai", "anthropic"]
 
 DEFAULT_ROUTE = "sim"
 DEFAULT_STATE_DIR = Path(".flightdeck")
+# One worker thread per child alive. Past a few hundred threads one interpreter spends its time
+# switching between them, and a mistyped 100000 would try to start that many: refused as input.
+MAX_CONCURRENT = 1024
 CONFIG_NAME = "flightdeck.toml"
 PROVIDERS: tuple[ProviderName, ...] = ("sim", "openai", "anthropic")
 API_KEY_ENV: Mapping[str, str] = MappingProxyType(
@@ -222,7 +225,9 @@ class _Reader:
             value = table["max_concurrent"]
             key: Key = ("engine", "max_concurrent")
             values["max_concurrent"] = (
-                "auto" if value == "auto" else self.integer(key, value, 1, also='or "auto"')
+                "auto"
+                if value == "auto"
+                else self.integer(key, value, 1, MAX_CONCURRENT, also='or "auto"')
             )
         if "state_dir" in table:
             folder = Path(self.string(("engine", "state_dir"), table["state_dir"])).expanduser()

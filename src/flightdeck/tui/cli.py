@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("batch_file", type=Path, help="tasks: .jsonl, .toml or .yaml")
     run.add_argument("--config", type=Path, help="flightdeck.toml (default: ./flightdeck.toml)")
     run.add_argument("--state-dir", type=Path, help="state folder (default: ./.flightdeck)")
-    run.add_argument("--max-concurrent", type=_positive_int, help="children alive at once")
+    run.add_argument("--max-concurrent", type=_pool_size, help="children alive at once")
     run.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
 
     report = sub.add_parser("report", help="metrics report of a batch (latest by default)")
@@ -87,13 +87,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
+def _pool_size(text: str) -> int:
+    from flightdeck.engine.settings import MAX_CONCURRENT  # only when the option is given
+
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if not 1 <= value <= MAX_CONCURRENT:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_CONCURRENT}, got {value}")
     return value
 
 
