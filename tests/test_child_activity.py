@@ -30,6 +30,7 @@ class TwoTurns:
 
     name = "fake"
     model = "fake-1"
+    secrets: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.turns = 0
@@ -161,3 +162,44 @@ def test_a_steer_that_arrives_while_the_child_ends_is_refused(tmp_path: Path) ->
     late = SteerReceipt(2, "c1", "late", False, SteerState.QUEUED, 100.0)
     assert not child.add_steer(late)  # the caller settles it as missed
     assert [(r.id, r.state) for r in child.row().steers] == [(1, SteerState.MISSED)]
+
+
+class EchoesTheKey(TwoTurns):
+    """A provider whose model repeats its key: in a tool call's name, then in its answer."""
+
+    secrets = ("sk-live-0123456789",)
+
+    def open(self, request: TurnRequest) -> TwoTurns.Stream:
+        self.turns += 1
+        key = self.secrets[0]
+        if self.turns == 1:
+            return TwoTurns.Stream([ToolCallEvent(ToolCall("t1", f"get_{key}", {"k": key}))])
+        return TwoTurns.Stream([TextDelta(f"The key is {key}."), UsageEvent(Usage(10, 5))])
+
+
+def test_the_route_key_never_reaches_the_row(tmp_path: Path) -> None:
+    """What a reader shows (the running tool, the activity, the answer) has the key redacted."""
+    tools = HeldTools(tmp_path)
+    facts: list[object] = []
+    child = Child(
+        Task(id="c1", goal="Look around", seq=0),
+        sim_route(),
+        EchoesTheKey(),
+        RetryPolicy(RetrySettings()),
+        tools,
+        str(tmp_path / "c1.log"),
+        Meter(),
+        lambda: 100.0,
+        facts.append,
+        queued_ts=0.0,
+    )
+    worker = threading.Thread(target=child.run)
+    worker.start()
+    assert tools.entered.wait(10)
+    during = child.row().activity
+    tools.release.set()
+    worker.join(10)
+    done = child.row()
+    assert (during.current_tool, during.text) == ("get_[REDACTED]", "tool: get_[REDACTED]")
+    assert done.status is ChildStatus.COMPLETED and done.result == "The key is [REDACTED]."
+    assert "sk-live" not in (tmp_path / "c1.log").read_text()

@@ -475,6 +475,7 @@ class _ResetOnClose:
 
     name = "sim"
     model = "reset-on-close"
+    secrets: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.opened = 0

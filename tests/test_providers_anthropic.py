@@ -180,6 +180,9 @@ def test_history_alternates_with_tool_results_in_user_turns() -> None:
         (Reply(stream_error="invalid_request_error"), FatalError, None),
         (Reply(malformed_after_chunks=1), TransientError, None),
         (Reply(disconnect_after_chunks=1), TransientError, None),
+        # A server that echoes the key in its error type, not only in the message.
+        (Reply(status=400, error_type=f"bad_{KEY}", message=f"key {KEY}"), FatalError, None),
+        (Reply(status=500, error_type=f"bad_{KEY}"), TransientError, None),
     ],
     ids=lambda v: repr(v)[:60] if isinstance(v, Reply) else None,
 )

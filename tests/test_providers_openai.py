@@ -279,6 +279,51 @@ def test_a_batch_runs_on_openai_with_text_tools_usage_and_cost(tmp_path: Path) -
     assert headroom.reset_requests_s == 2.0
 
 
+def _echo_key(received: Received) -> Reply:
+    """A server that echoes the key: in its text, a tool call's name and arguments, an error."""
+    if len(received.body["messages"]) > 2:
+        return Reply(status=400, message="bad request", error_type=f"bad_{KEY}")
+    return Reply(text=f"Your key is {KEY}.", tools=(ToolUse("c1", f"tool_{KEY}", {"path": KEY}),))
+
+
+def test_a_server_that_echoes_the_key_never_gets_it_recorded(tmp_path: Path) -> None:
+    with Loopback(_echo_key) as server:
+        route = route_for(server, "openai")
+        engine = Engine(batch(1, route="openai"), settings(route), state_dir=tmp_path, env=ENV)
+        engine.start()
+        snap = run_to_end(engine, 30)
+        engine.close()
+    (row,) = snap.children
+    assert row.status is ChildStatus.FAILED
+    assert row.error is not None and row.error.startswith("FatalError: 400 "), row.error
+    transcript = Path(row.transcript).read_text()
+    assert "Your key is [REDACTED]." in transcript
+    assert "tool_[REDACTED]" in transcript  # the call, and the tool error the model saw
+    assert KEY not in repr(snap)
+    # Nothing on disk: the database (and its WAL), transcripts, manifest.
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "flightdeck.db" for p in files)
+    assert not [p for p in files if KEY.encode() in p.read_bytes()]
+
+
+def test_a_lone_surrogate_in_a_server_error_is_printed_as_a_replacement(tmp_path: Path) -> None:
+    """JSON can carry "\\ud800"; printed as it is, the headless line raised and the run died."""
+    from rich.console import Console
+
+    from flightdeck.tui.cli import run_headless
+
+    with Loopback(lambda _: Reply(status=400, message="bad \ud800 thing")) as server:
+        route = route_for(server, "openai")
+        engine = Engine(batch(2, route="openai"), settings(route), state_dir=tmp_path, env=ENV)
+        out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+        with out.open("w", encoding="utf-8") as o, err.open("w", encoding="utf-8") as e:
+            code = run_headless(engine, Console(file=o, width=200), Console(file=e, width=200))
+    assert code == 1  # the children failed; the run itself did not
+    lines = [line for line in out.read_text().splitlines() if line.startswith("✗ [")]
+    assert len(lines) == 2
+    assert all("400 request rejected: bad \ufffd thing" in line for line in lines), lines
+
+
 def test_close_also_aborts_a_connect_that_hangs() -> None:
     """A server whose accept queue is full drops our SYNs: connect blocks until closed."""
     listener = socket.socket()

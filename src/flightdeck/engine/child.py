@@ -32,6 +32,7 @@ from .providers.base import (
     UsageEvent,
 )
 from .ratelimit import estimate_tokens
+from .sanitize import redact
 from .settings import Route
 from .sink import TranscriptSink
 from .spec import Task
@@ -88,6 +89,7 @@ class Child:
     _result: str | None = None
     _row: ChildRow | None = None
     _row_version = -1
+    _secrets: tuple[str, ...] = ()  # the route's API key, redacted from all we record and show
 
     def __init__(
         self,
@@ -113,6 +115,8 @@ class Child:
         self._meter = meter
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
+        if provider.secrets:
+            self._secrets = provider.secrets
         self._lock = threading.Lock()
         self.interrupt = Flag()
         self._inbox: deque[SteerReceipt] = deque()
@@ -128,7 +132,7 @@ class Child:
         with self._lock:
             if self._transcript is None:
                 self._transcript = TranscriptWriter(
-                    self.transcript_path, self._clock, sink=self._sink
+                    self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
                 )
             return self._transcript
 
@@ -238,6 +242,9 @@ class Child:
             self._inbox.clear()
         for receipt in missed:
             self._settle(receipt, SteerState.MISSED)
+        if self._secrets:  # a server's error text or the model's answer may echo the key
+            error = None if error is None else self._clean(error)
+            result = None if result is None else self._clean(result)
         text = str(status)  # a StrEnum's value, without the enum's Python-level property
         transcript = self.transcript
         transcript.write("engine", text + (f": {error}" if error else ""))
@@ -361,7 +368,7 @@ class Child:
                     self._tick("streaming")
                 elif isinstance(event, ToolCallEvent):
                     calls.append(event.call)
-                    self._tick(f"calling {event.call.name}")
+                    self._tick(self._clean(f"calling {event.call.name}"))
                 elif isinstance(event, UsageEvent):
                     usage = _plus(usage, event.usage)
                     self._bill(event.usage)  # billed tokens count even if the turn is dropped
@@ -387,7 +394,8 @@ class Child:
     def _run_tool(self, call: ToolCall) -> Message:
         args = json.dumps(dict(call.arguments), ensure_ascii=False)
         self.transcript.write("tool-call", f"{call.name} {args}")
-        self._tick(f"tool: {call.name}", tool_call=True, tool=call.name)
+        name = self._clean(call.name)  # the model's text, shown on screen
+        self._tick(f"tool: {name}", tool_call=True, tool=name)
         try:
             output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
@@ -447,7 +455,12 @@ class Child:
 
     def _on_retry(self, notice: RetryNotice) -> None:
         self.transcript.write("engine", notice.text)
-        self._tick(notice.text, retry=True)  # held again: the backoff, then the route's limits
+        # held again: the backoff, then the route's limits
+        self._tick(self._clean(notice.text), retry=True)
+
+    def _clean(self, text: str) -> str:
+        """`text` without the route's key: a server can echo it in an error or in its output."""
+        return redact(text, self._secrets) if self._secrets else text
 
     def _tick(
         self,

@@ -10,11 +10,9 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..settings import API_KEY_ENV, Route
-from .base import Provider
+from .base import LOCAL_PLACEHOLDER_KEY, Provider
 
-# What a local server (Ollama, vLLM, llama.cpp) gets when its route names no key that is set:
-# they ignore the key, but the SDKs insist on one.
-LOCAL_PLACEHOLDER_KEY = "local-server-no-key"
+__all__ = ["LOCAL_PLACEHOLDER_KEY", "Provider", "api_key", "is_local", "make_provider"]
 
 
 def make_provider(

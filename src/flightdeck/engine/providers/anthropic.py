@@ -18,6 +18,7 @@ import httpx2
 from ..model import Usage
 from ..settings import Route
 from .base import (
+    LOCAL_PLACEHOLDER_KEY,
     FatalError,
     HeadroomEvent,
     Interrupted,
@@ -63,7 +64,8 @@ class AnthropicProvider:
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
         self.route = route
-        self._key = api_key
+        # A local server's placeholder is no secret: it would only redact a model saying it.
+        self.secrets: tuple[str, ...] = () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
         options = route.options
         self._http = http_client(options)
         self._client = anthropic.Anthropic(
@@ -154,7 +156,7 @@ class AnthropicStream:
         except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
             if self._abort.fired:
                 raise Interrupted from None
-            raise map_error(exc, secrets=(self._p._key,)) from exc
+            raise map_error(exc, secrets=self._p.secrets) from exc
         finally:
             events.close()
 
@@ -242,6 +244,8 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
     """An SDK or transport exception as one of our typed errors (classified in limits)."""
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _detail(exc)
+        if kind is not None:  # the server's text, like the message: it may echo the key
+            kind = clip_message(kind, secrets)
         detail = clip_message(message, secrets)
         wait = retry_after(exc.response.headers)
         status = exc.status_code

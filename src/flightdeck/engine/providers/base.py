@@ -125,11 +125,19 @@ class TurnStream(Protocol):
     def close(self) -> None: ...
 
 
+# What a local server (Ollama, vLLM, llama.cpp) gets when its route names no key that is set:
+# they ignore the key, but the SDKs insist on one.
+LOCAL_PLACEHOLDER_KEY = "local-server-no-key"
+
+
 class Provider(Protocol):
     """A model client. One instance per route, shared by all of that route's children."""
 
     name: str
     model: str
+    # What must never be written anywhere: the route's API key. A server can echo it in an
+    # error or in model output, so the child redacts it from everything it records and shows.
+    secrets: tuple[str, ...]
 
     def open(self, request: TurnRequest) -> TurnStream:
         """Start a streamed turn; may raise a ProviderError before any event."""

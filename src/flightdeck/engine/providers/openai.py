@@ -20,6 +20,7 @@ from ..model import Usage
 from ..ratelimit import CHARS_PER_TOKEN, prompt_tokens_estimate
 from ..settings import Route
 from .base import (
+    LOCAL_PLACEHOLDER_KEY,
     FatalError,
     HeadroomEvent,
     Interrupted,
@@ -68,7 +69,8 @@ class OpenAIProvider:
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
         self.route = route
-        self._key = api_key
+        # A local server's placeholder is no secret: it would only redact a model saying it.
+        self.secrets: tuple[str, ...] = () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
         options = route.options
         self.base_url: str | None = options.get("base_url")
         self._http = http_client(options)
@@ -111,7 +113,7 @@ class OpenAIProvider:
         self._http.close()
 
     def _error(self, exc: BaseException) -> ProviderError:
-        return map_error(exc, secrets=(self._key,))
+        return map_error(exc, secrets=self.secrets)
 
 
 class OpenAIStream:

@@ -122,6 +122,7 @@ class SimProvider:
     """A simulated streaming chat model; one instance per route, shared by its children."""
 
     name = "sim"
+    secrets: tuple[str, ...] = ()  # no key
 
     def __init__(self, route: Route) -> None:
         self.model = route.model
