@@ -43,6 +43,8 @@ ST = "\x1b\\"
         ("safe\u202eevil\u202c \u2066iso\u2069 \u202a\u202b\u202d", "safeevil iso "),
         ("tab\tand\nnewline stay", "tab\tand\nnewline stay"),
         ("unicode ✓ │ é 日本 🚀", "unicode ✓ │ é 日本 🚀"),
+        ("bad \ud800 and \udfff end", "bad \ufffd and \ufffd end"),  # lone surrogates
+        (f"\udc80{ESC}[31m\ud83d", "\ufffd\ufffd"),
     ],
 )
 def test_sanitize(raw: str, safe: str) -> None:
@@ -94,6 +96,14 @@ def test_stream_random_chunkings_match_whole() -> None:
         cuts = sorted(rng.sample(range(len(text) + 1), k=min(len(text) + 1, rng.randint(0, 5))))
         chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
         assert _stream(chunks) == sanitize(text), (text, chunks)
+
+
+def test_sanitized_text_always_encodes() -> None:
+    """A lone surrogate (JSON "\\ud800" decodes to one) would make a print or a write raise."""
+    raw = f"error \ud800 from {ESC}]0;t\x07 a server \udfff"
+    for out in (sanitize(raw), one_line(raw), _stream(list(raw))):
+        out.encode("utf-8")  # strict: raises on a surrogate
+        assert out.count("\ufffd") == 2, out
 
 
 def test_stream_holds_back_incomplete_sequence() -> None:

@@ -193,6 +193,14 @@ def test_write_manifest_is_atomic_json(tmp_path: Path) -> None:
     assert [p.name for p in batch_dir.iterdir()] == ["manifest.json"]  # no temp files left
 
 
+def test_the_manifest_is_ascii_so_cat_shows_untrusted_names_escaped(tmp_path: Path) -> None:
+    name = "\x9b31mRED \u202eesrever b\udcff.jsonl"  # C1 CSI, bidi override, non-UTF-8 byte
+    path = write_manifest(tmp_path, {"name": name}, {"children": json.dumps([{"id": name}])})
+    raw = path.read_bytes()
+    assert raw.isascii(), raw
+    assert json.loads(raw) == {"name": name, "children": [{"id": name}]}
+
+
 def test_write_manifest_failure_leaves_old_file(tmp_path: Path) -> None:
     path = write_manifest(tmp_path, {"v": 1})
     with pytest.raises(TypeError):

@@ -184,6 +184,17 @@ class Engine:
                     self._sink,
                 )
             )
+        # The children part of the manifest does not change: encoded once, for start and end.
+        # ASCII: untrusted names (a C1 byte, a bidi override) stay escaped for `cat`, and a
+        # file name that is not UTF-8 cannot fail the write. Written before the batch row, so
+        # a manifest that cannot be written leaves no batch "running" for ever.
+        self._manifest_children = json.dumps(
+            [
+                {"id": c.task.id, "route": c.route.name, "transcript": transcript_name(c.task)}
+                for c in children
+            ]
+        )
+        self._manifest()
         self._store.create_batch(self._info(now))
         self._store.add_queued(
             self.batch_id,
@@ -201,15 +212,6 @@ class Engine:
                 for c in children
             ],
         )
-        # The children part of the manifest does not change: encoded once, for start and end.
-        self._manifest_children = json.dumps(
-            [
-                {"id": c.task.id, "route": c.route.name, "transcript": transcript_name(c.task)}
-                for c in children
-            ],
-            ensure_ascii=False,
-        )
-        self._manifest()
         store = self._store
         self._coordinator = Coordinator(
             children,

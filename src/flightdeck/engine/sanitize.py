@@ -8,8 +8,10 @@ from collections.abc import Iterable
 REDACTED = "[REDACTED]"
 MIN_SECRET_LEN = 8
 
-# Anything that may need stripping: C0 except tab/newline, DEL, C1, bidi overrides/isolates.
-_UNSAFE_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+# Anything that may need stripping: C0 except tab/newline, DEL, C1, bidi overrides/isolates,
+# and lone surrogates (a JSON "\\ud800" decodes to one; no terminal, file or database encodes
+# it, so a print or write of it raises): those become U+FFFD, so the reader sees something was.
+_UNSAFE_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _NEEDS_WORK = re.compile(f"[{_UNSAFE_CHARS}]")
 
 # Control strings: OSC, DCS, SOS, PM, APC in 7-bit (ESC ] P X ^ _) and 8-bit C1 form. The body
@@ -41,11 +43,16 @@ _MAX_HELD = 4096
 _WHITESPACE = re.compile(r"\s+")
 
 
+def _replacement(match: re.Match[str]) -> str:
+    return "\ufffd" if "\ud800" <= match.group() <= "\udfff" else ""
+
+
 def sanitize(text: str) -> str:
-    """Strip escape sequences, control characters (but tab and newline) and bidi overrides."""
+    """Strip escape sequences, control characters (but tab and newline) and bidi overrides;
+    a lone surrogate becomes U+FFFD."""
     if _NEEDS_WORK.search(text) is None:
         return text
-    return _STRIP.sub("", text)
+    return _STRIP.sub(_replacement, text)
 
 
 class StreamSanitizer:
@@ -65,13 +72,13 @@ class StreamSanitizer:
         tail = _INCOMPLETE_TAIL.search(data)
         if tail is None:
             self._held = ""
-            return _STRIP.sub("", data)
+            return _STRIP.sub(_replacement, data)
         held = tail.group()
         if len(held) > _MAX_HELD:
             intro = 2 if held[0] == "\x1b" and held[1] in "[]PX^_" else 1
             held = held[:intro] + held[-1]
         self._held = held
-        return _STRIP.sub("", data[: tail.start()])
+        return _STRIP.sub(_replacement, data[: tail.start()])
 
     def flush(self) -> str:
         """End of stream: drop any incomplete held-back sequence."""

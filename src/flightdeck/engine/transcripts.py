@@ -137,10 +137,10 @@ def write_manifest(
     batch_dir.mkdir(parents=True, exist_ok=True)
     target = batch_dir / MANIFEST
     # dumps without indent runs the C encoder; json.dump(indent=2) is 10x slower on a
-    # 5,000-child manifest.
-    text = json.dumps(data, default=str, ensure_ascii=False)
+    # 5,000-child manifest. ASCII, so names from task files reach `cat manifest.json` escaped.
+    text = json.dumps(data, default=str)
     if encoded:
-        members = [f"{json.dumps(key, ensure_ascii=False)}: {v}" for key, v in encoded.items()]
+        members = [f"{json.dumps(key)}: {v}" for key, v in encoded.items()]
         text = f"{text[:-1]}{', ' if data else ''}{', '.join(members)}}}"
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=batch_dir)
     try:

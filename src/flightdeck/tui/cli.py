@@ -257,12 +257,14 @@ def _run_headless(
             if done:
                 break
     finally:
-        if progress is not None:
-            progress.stop()
-        engine.close()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        show_notices()  # what closing the store and the writer process logged
+        try:
+            if progress is not None:
+                progress.stop()
+        finally:  # even if the terminal write failed: a close skipped here hangs the exit
+            engine.close()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     console.print(summary_table(snap))
     # The state folder comes from the command line or flightdeck.toml: untrusted text, and a
