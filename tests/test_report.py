@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -75,7 +76,7 @@ def test_build_report(reader: StoreReader) -> None:
         "tokens_out": 55,
         "cache_read_tokens": 1000,
         "cache_write_tokens": 10,
-        "cost_usd": 0.323457,  # the exact Decimal sum, rounded once
+        "cost_usd": 0.3234565,  # the exact Decimal sum, not a sum of rounded parts
         "cost_unknown_children": 1,
     }
     first, second = report["children"][:2]
@@ -92,7 +93,7 @@ def test_build_report(reader: StoreReader) -> None:
         "tokens_out": 50,
         "cache_read_tokens": 1000,
         "cache_write_tokens": 10,
-        "cost_usd": 0.123457,
+        "cost_usd": 0.1234565,
         "duration_s": 30.25,
         "error": None,
         "transcript": "batches/b1/c0.log",
@@ -167,3 +168,15 @@ def test_render_markdown_prose_carries_no_raw_html(tmp_path: Path) -> None:
         md = render_markdown(build_report(r))
     assert md.startswith("# flightdeck batch &lt;img src=x onerror=alert(1)> sweep\n")
     assert "<" not in md
+
+
+def test_render_markdown_makes_no_link_or_image_of_untrusted_text(tmp_path: Path) -> None:
+    with Store(tmp_path / "f.db") as store:
+        store.create_batch(make_batch("b1", name="![pixel](http://127.0.0.1:1/t.png) sweep"))
+        child = dataclasses.replace(make_child(0), goal="see [click](javascript:alert(1)) \\")
+        store.add_children("b1", [child])
+    with StoreReader(tmp_path / "f.db") as r:
+        md = render_markdown(build_report(r))
+    assert md.startswith("# flightdeck batch !\\[pixel\\](http://127.0.0.1:1/t.png) sweep\n")
+    assert "see \\[click\\](javascript:alert(1)) \\\\" in md
+    assert not re.search(r"(?<!\\)\[", md)  # every bracket escaped: no link, no image

@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.model import ChildStatus
@@ -15,7 +15,6 @@ from flightdeck.engine.store import StoreReader
 
 GOAL_WIDTH = 80
 ERROR_WIDTH = 120
-_MICRO = Decimal("0.000001")
 
 
 def build_report(
@@ -154,8 +153,10 @@ def _iso(ts: float) -> str:
 
 
 def _money(value: Decimal | None) -> float | None:
-    # Round the exact Decimal, not a float of it (0.1234565 must not become 0.123456).
-    return None if value is None else float(value.quantize(_MICRO, rounding=ROUND_HALF_UP))
+    # Not rounded: costs have more decimals than micro-dollars (a cached token costs $1e-7),
+    # and children rounded one by one stopped adding up to the total (5,000 of them: $4.0795
+    # against $4.0791). A float holds these few significant digits exactly as written.
+    return None if value is None else float(value)
 
 
 def _usd(value: float) -> str:
@@ -171,12 +172,16 @@ def _seconds(value: float) -> str:
 
 
 def _text(value: object, width: int | None = None) -> str:
-    """Untrusted text for Markdown prose: one sanitized line, no raw HTML."""
-    return one_line(str(value), width).replace("<", "&lt;")
+    """Untrusted text for Markdown prose: one sanitized line, no raw HTML, no link or image.
+
+    Only what can make Markdown fetch or point somewhere is escaped: emphasis and code spans
+    in a goal are harmless, and the report is read raw in a terminal as often as rendered.
+    """
+    # Backslashes first, so a trailing `\` cannot escape what follows it.
+    text = one_line(str(value), width).replace("\\", "\\\\")
+    return text.replace("[", "\\[").replace("]", "\\]").replace("<", "&lt;")
 
 
 def _cell(value: object, width: int | None = None) -> str:
     """Untrusted text for a table cell: one sanitized line that cannot break the table."""
-    # Backslashes first, so a trailing `\` cannot escape the `|` we add (`<` is done by _text).
-    text = _text(value, width).replace("\\", "\\\\").replace("|", "\\|")
-    return text or " "
+    return _text(value, width).replace("|", "\\|") or " "
