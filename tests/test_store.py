@@ -6,7 +6,10 @@ import dataclasses
 import logging
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -24,8 +27,10 @@ from flightdeck.engine.model import (
     Usage,
 )
 from flightdeck.engine.store import (
+    MAX_BATCH,
     SCHEMA_VERSION,
     BatchInfo,
+    QueuedChild,
     Store,
     StoreNotFoundError,
     StoreReader,
@@ -532,3 +537,239 @@ def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int
     status = conn.execute("SELECT status FROM children WHERE id = 'c1'").fetchone()[0]
     assert status == "completed"
     assert conn.execute("SELECT count(*) FROM children").fetchone()[0] == max(rows - 1, 1)
+
+
+# Opens a Store on each path read from stdin, at the moment it is read, and answers a line.
+_OPENER = """
+import sys
+from pathlib import Path
+from flightdeck.engine.store import Store
+for line in sys.stdin:
+    try:
+        Store(Path(line.strip())).close()
+        print("ok", flush=True)
+    except Exception as exc:
+        print(f"{type(exc).__name__}: {exc}", flush=True)
+"""
+
+
+def test_two_processes_opening_a_new_database_together_both_succeed(tmp_path: Path) -> None:
+    # Two `flightdeck run` started at the same moment on a new state folder: one of them used
+    # to fail, on "database is locked" (both turning the file to WAL) or on taking the other's
+    # new tables for another program's. Both processes wait on their stdin, so each round
+    # starts them within microseconds of each other, on a new file; two rounds in three failed.
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    answers = []
+    try:
+        for i in range(25):
+            db = tmp_path / str(i) / "flightdeck.db"
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write(f"{db}\n")
+                proc.stdin.flush()
+            for proc in procs:
+                assert proc.stdout is not None
+                answers.append(proc.stdout.readline().strip())
+    finally:
+        for proc in procs:
+            proc.communicate(timeout=30)
+    assert answers == ["ok"] * 50
+    with StoreReader(tmp_path / "0" / "flightdeck.db") as reader:
+        assert reader.batches() == []  # and the schema is there
+
+
+def test_turning_a_new_file_to_wal_waits_for_another_connections_lock(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite answers "database is locked" at once, without the busy timeout, while another
+    # connection holds the new file's write lock: the race above, made certain.
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 10_000)
+    db.parent.mkdir()
+    db.touch()
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.2, other.execute, ("COMMIT",))
+    release.start()
+    try:
+        Store(db).close()
+    finally:
+        release.join()
+        other.close()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    finally:
+        conn.close()
+
+
+def _queued(n: int) -> list[QueuedChild]:
+    return [
+        QueuedChild(f"c{i}", i, f"goal {i}", None, "sim", "m", 1.0, f"c{i}.log") for i in range(n)
+    ]
+
+
+def test_a_big_write_lets_another_writer_in_between_its_transactions(db: Path) -> None:
+    # A 200,000-task batch was one transaction: seconds of holding the write lock while
+    # another process's finished children waited in its queue (lost if it was killed).
+    n = 3 * MAX_BATCH
+    store = Store(db)
+    store.create_batch(make_batch())
+    assert store.flush(timeout=10)
+    begins = 0
+    between = threading.Event()
+    go_on = threading.Event()
+
+    def trace(sql: str) -> None:  # on the writer thread, before each statement runs
+        nonlocal begins
+        if sql == "BEGIN IMMEDIATE":
+            begins += 1
+            if begins == 2:  # the big write has committed one transaction
+                between.set()
+                go_on.wait(10)
+
+    store._conn.set_trace_callback(trace)
+    store.add_queued("b1", _queued(n))
+    try:
+        assert between.wait(5), "the whole write went in one transaction"
+        other = sqlite3.connect(db, isolation_level=None, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # at once: no lock is held between transactions
+            seen = other.execute("SELECT count(*) FROM children").fetchone()[0]
+            other.execute("COMMIT")
+        finally:
+            other.close()
+    finally:
+        go_on.set()
+    assert store.flush(timeout=10)
+    store.close()
+    assert seen == MAX_BATCH
+    with StoreReader(db) as reader:
+        assert [c.seq for c in reader.children("b1")] == list(range(n))
+
+
+def test_a_write_waits_for_a_lock_held_past_the_busy_timeout(
+    db: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another process's long transaction used to cost a write after two busy timeouts:
+    # "update_child failed: database is locked", and a finished child stayed running.
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 20)
+    caplog.set_level(logging.WARNING, logger="flightdeck.engine.store")
+    store = Store(db)
+    store.add_children("b1", [make_child(0, status=ChildStatus.RUNNING)])
+    assert store.flush(timeout=10)
+    attempts = 0
+    retried = threading.Event()
+
+    def trace(sql: str) -> None:
+        nonlocal attempts
+        if sql == "BEGIN IMMEDIATE":
+            attempts += 1
+            if attempts == 4:  # three attempts met the lock: one more than it used to take
+                retried.set()
+
+    store._conn.set_trace_callback(trace)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    closing = threading.Thread(target=store.close)
+    try:
+        store.update_child("b1", make_child(0, status=ChildStatus.COMPLETED, finished_ts=9.0))
+        assert retried.wait(5), "the writer stopped trying"
+        closing.start()  # close() waits for the write, however long the lock is held ...
+        t0 = time.monotonic()
+        assert store.flush(timeout=0.2) is False  # ... but a second Ctrl+C's flush does not
+        assert time.monotonic() - t0 < 2
+        assert closing.is_alive()
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    closing.join(10)
+    assert not closing.is_alive()
+    assert store.failed_writes == 0
+    assert "failed" not in caplog.text and "database is locked" in caplog.text
+    with StoreReader(db) as reader:
+        row = reader.child("b1", "c0")
+    assert row is not None and (row.status, row.finished_ts) == (ChildStatus.COMPLETED, 9.0)
+
+
+# Reads a database as a user who cannot write its folder. Root can write any folder (the
+# DAC_OVERRIDE capability): a root process gives up those capabilities, then runs again.
+_READ_AS_NON_WRITER = """
+import ctypes, os, sys
+if os.geteuid() == 0 and "--dropped" not in sys.argv:
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, out of the bounding set
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            sys.exit(77)
+    os.execv(sys.executable, [sys.executable, "-c", sys.argv[1], sys.argv[1], "--dropped"])
+from pathlib import Path
+from flightdeck.engine.errors import StoreError
+from flightdeck.engine.store import StoreReader
+db = Path(os.environ["DB"])
+print("writable" if os.access(db.parent, os.W_OK) else "read-only", end=": ")
+with StoreReader(db) as reader:
+    try:
+        print([b.id for b in reader.batches()], len(reader.children("b1")))
+    except StoreError as exc:
+        print(exc)
+"""
+
+
+def _read_from_read_only_folder(db: Path) -> str:
+    db.parent.chmod(0o555)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _READ_AS_NON_WRITER, _READ_AS_NON_WRITER],
+            env={**os.environ, "DB": str(db)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        db.parent.chmod(0o755)
+    if result.returncode == 77:
+        pytest.skip("runs as root, and cannot give up the power to write any folder")
+    assert (result.returncode, result.stderr) == (0, "")
+    return result.stdout
+
+
+def test_a_read_only_state_folder_can_still_be_read(db: Path) -> None:
+    # After a clean close there is no -shm file, and a WAL database's reader needs one: in a
+    # folder it cannot write (a read-only mount, another user's), `report` and `ls` failed with
+    # "unable to open database file" or "attempt to write a readonly database".
+    with Store(db) as store:
+        store.create_batch(make_batch())
+        store.add_children("b1", [make_child(i) for i in range(3)])
+    assert sorted(p.name for p in db.parent.iterdir()) == ["flightdeck.db"]
+    assert _read_from_read_only_folder(db) == "read-only: ['b1'] 3\n"
+    assert sorted(p.name for p in db.parent.iterdir()) == ["flightdeck.db"]
+
+
+def test_a_read_only_folder_whose_wal_holds_rows_is_not_read_without_them(
+    tmp_path: Path, db: Path
+) -> None:
+    # A -wal with frames and no -shm (copied from a live one): `immutable` would skip the -wal
+    # and show a batch without its children. The reader must refuse, not show less.
+    copy = tmp_path / "copy" / "flightdeck.db"
+    copy.parent.mkdir()
+    with Store(db) as store:
+        store.create_batch(make_batch())
+        assert store.flush(timeout=10)
+        other = sqlite3.connect(db)
+        other.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the batch, into the database file
+        other.close()
+        copy.write_bytes(db.read_bytes())
+        store.add_children("b1", [make_child(i) for i in range(3)])
+        assert store.flush(timeout=10)
+        Path(f"{copy}-wal").write_bytes(Path(f"{db}-wal").read_bytes())
+    assert os.path.getsize(f"{copy}-wal") > 0
+    out = _read_from_read_only_folder(copy)
+    assert out.startswith(f"read-only: {copy}: cannot read the database: ")

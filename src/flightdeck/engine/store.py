@@ -9,6 +9,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -31,7 +32,10 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
-MAX_BATCH = 500  # write operations per transaction: short transactions, few fsyncs
+# Rows per transaction (an operation writing several counts each): transactions stay short, so
+# another process's writer gets the lock between them, and fsyncs stay few. A multiple of the
+# largest multi-row INSERT, so a big write's transactions are whole statements of it.
+MAX_BATCH = 512
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -344,7 +348,7 @@ class Store:
         except sqlite3.Error as exc:  # a folder by that name, no permission, ...
             raise StoreError(path, None, None, f"cannot open the database: {exc}") from None
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn, path)
             conn.execute("PRAGMA synchronous = NORMAL")
             _ensure_schema(conn, path)
         except sqlite3.DatabaseError as exc:  # not a database, corrupt, read-only, ...
@@ -371,14 +375,14 @@ class Store:
         self._put(_Write("create_batch", _UPSERT_BATCH, _batch_params(info)))
 
     def add_children(self, batch_id: str, rows: Sequence[ChildRow]) -> None:
-        """Insert many children in one transaction."""
+        """Insert many children; a long list goes in several transactions (see MAX_BATCH)."""
         params = [_child_params(batch_id, row) for row in rows]
-        self._put(_Write("add_children", _UPSERT_CHILD, params, many=True))
+        self._put_rows("add_children", _UPSERT_CHILD, params)
 
     def add_queued(self, batch_id: str, children: Iterable[QueuedChild]) -> None:
-        """Insert children that have not started, in one transaction."""
+        """Insert children that have not started; several transactions for a long list."""
         params = [_queued_params(batch_id, c) for c in children]
-        self._put(_Write("add_queued", _UPSERT_QUEUED, params, many=True))
+        self._put_rows("add_queued", _UPSERT_QUEUED, params)
 
     def update_child(self, batch_id: str, row: ChildRow) -> None:
         """Upsert every column of one child."""
@@ -456,16 +460,35 @@ class Store:
                 raise RuntimeError(f"store {self.path} is closed")
             self._queue.put(op)
 
+    def _put_rows(self, what: str, sql: str, params: list[tuple[Any, ...]]) -> None:
+        # One transaction for a 200,000-task batch held the write lock for seconds, and another
+        # process's finished children waited (unwritten, lost on a kill) all that time.
+        ops = [
+            _Write(what, sql, params[i : i + MAX_BATCH], many=True)
+            for i in range(0, len(params), MAX_BATCH)
+        ]
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"store {self.path} is closed")
+            for op in ops:
+                self._queue.put(op)
+
     # -- the writer thread -------------------------------------------------------------------
 
     def _run(self) -> None:
         stopping = False
         try:
             while not stopping:
-                ops = [self._queue.get()]
-                while len(ops) <= MAX_BATCH:
+                ops: list[_Op] = []
+                rows = 0
+                op = self._queue.get()
+                while True:
+                    ops.append(op)
+                    rows += len(op.params) if isinstance(op, _Write) and op.many else 1
+                    if rows >= MAX_BATCH:
+                        break
                     try:
-                        ops.append(self._queue.get_nowait())
+                        op = self._queue.get_nowait()
                     except queue.Empty:
                         break
                 writes = _coalesce([op for op in ops if isinstance(op, _Write)])
@@ -502,6 +525,24 @@ class Store:
                     log.error("flightdeck store: %s failed: %s", write.what, exc)
 
     def _transaction(self, writes: list[_Write]) -> None:
+        # Another process holding the write lock past the busy timeout (a long transaction, a
+        # process stopped mid-write) is no reason to lose a child's final row: wait it out, for
+        # as long as it takes. close() waits too; flush(timeout) still returns in time.
+        waits = 0
+        while True:
+            try:
+                self._attempt(writes)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                self._rollback()
+                if not waits:
+                    log.warning("flightdeck store: %s by another process; still trying", exc)
+                _back_off(waits)
+                waits += 1
+
+    def _attempt(self, writes: list[_Write]) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         for sql, params in _runs(writes):
@@ -588,14 +629,44 @@ def _coalesce(writes: list[_Write]) -> list[_Write]:
     return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]
 
 
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether another connection holds a lock the statement needed ("database is locked"):
+    worth trying again. Not SQLITE_LOCKED, a conflict inside one connection: waiting never
+    ends that."""
+    return exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def _back_off(attempt: int) -> None:
+    time.sleep(min(0.001 * 2**attempt, 0.1))
+
+
+def _use_wal(conn: sqlite3.Connection, path: Path) -> None:
+    # Turning a new file to WAL takes an exclusive lock and fails at once, without the busy
+    # timeout, while another process does the same (two runs started together).
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    attempt = 0
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() >= deadline:
+                raise
+        _back_off(attempt)
+        attempt += 1
+    if mode != "wal":  # refused without an error: readers would block the writer
+        raise StoreError(path, None, None, f"cannot use WAL mode (the journal stays {mode})")
+
+
 def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        raise _newer_schema(path, version)
-    if version == SCHEMA_VERSION:
+    if _schema_version(conn, path) == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
+        # Another process may have made the schema while this one waited for the lock.
+        if _schema_version(conn, path) == SCHEMA_VERSION:
+            conn.execute("COMMIT")
+            return
         # Version 0 is a new file, or another program's database: never add tables to that.
         tables = [
             str(r[0])
@@ -617,6 +688,13 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         raise
 
 
+def _schema_version(conn: sqlite3.Connection, path: Path) -> int:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise _newer_schema(path, version)
+    return version
+
+
 class StoreReader:
     """A read-only connection for the UI, attach and reports; safe to share between threads."""
 
@@ -626,7 +704,8 @@ class StoreReader:
             raise StoreNotFoundError(
                 f"no flightdeck database at {path} (run a batch first, or pass --state-dir)"
             )
-        self._conn = _connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        self._uri = f"{path.resolve().as_uri()}?mode=ro"
+        self._conn = _connect(self._uri, uri=True)
         self._lock = threading.Lock()
         self._ready = False
 
@@ -720,13 +799,18 @@ class StoreReader:
         # A reader may open the file in the instant before the writer has made the schema.
         if not self._ready:
             try:
-                version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+                try:
+                    version = _schema_version(self._conn, self.path)
+                except sqlite3.OperationalError as exc:
+                    if not _readable_without_shm(self.path, exc):
+                        raise
+                    self._conn.close()
+                    self._conn = _connect(f"{self._uri}&immutable=1", uri=True)
+                    version = _schema_version(self._conn, self.path)
             except sqlite3.DatabaseError as exc:  # not a database, unreadable
                 raise StoreError(
                     self.path, None, None, f"cannot read the database: {exc}"
                 ) from None
-            if version > SCHEMA_VERSION:
-                raise _newer_schema(self.path, version)
             self._ready = version == SCHEMA_VERSION
         return self._ready
 
@@ -810,6 +894,26 @@ class StoreReader:
             )
             for r in rows
         ]
+
+
+def _readable_without_shm(path: Path, exc: sqlite3.Error) -> bool:
+    """Whether a read failed only because the -shm file (WAL's shared index, which even a
+    read-only connection needs) cannot be made, and the database can be read without it.
+
+    A clean close removes the -shm; in a folder this process cannot write (a read-only mount,
+    another user's state folder) it cannot be made again. With no -shm, no connection has the
+    file open, so no writer is at work; and with no frames in the -wal, everything is in the
+    database file, which `immutable` then reads without the -shm or any lock."""
+    if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+        return False
+    try:
+        if os.path.lexists(f"{path}-shm") or os.path.getsize(f"{path}-wal"):
+            return False
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return not os.access(path.parent, os.W_OK)
 
 
 class _ReadTransaction:
