@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from decimal import Decimal
@@ -362,6 +363,41 @@ def test_each_child_is_durable_as_it_finishes(tmp_path: Path) -> None:
         assert {r.id: r for r in reader.children(engine.batch_id)}["slow"].status.live
     finally:
         engine.close()
+
+
+def test_a_finish_is_announced_only_once_it_is_on_disk(tmp_path: Path) -> None:
+    """A headless line promises the child is recorded: a process killed right after it was
+    printed lost the row while another process held the database's write lock."""
+    from flightdeck.engine.model import ChildFinished
+    from flightdeck.engine.store import Store
+
+    db = tmp_path / "state" / "flightdeck.db"
+    db.parent.mkdir()
+    Store(db).close()  # the schema exists, so opening the store below needs no lock
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's long write
+    reader = StoreReader(db)
+    announced: list[tuple[str, ChildStatus | None]] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, ChildFinished):  # what did the store hold when it was announced?
+            rows = {r.id: r.status for r in reader.children(engine.batch_id)}
+            announced.append((event.row.id, rows.get(event.row.id)))
+
+    engine = Engine(batch(2), settings(sim_route(tool_turns=0)), state_dir=tmp_path / "state")
+    engine.subscribe(on_event)
+    try:
+        engine.start()
+        until(lambda: engine.snapshot().totals.completed == 2)  # both final, in memory
+        time.sleep(0.2)  # what the coordinator would have announced by now, it has
+        assert announced == [] and not engine.wait(0)
+        other.execute("COMMIT")
+        assert engine.wait(10)
+    finally:
+        other.close()
+        engine.close()
+        reader.close()
+    assert sorted(announced) == [(c, ChildStatus.COMPLETED) for c in ("t0000", "t0001")]
 
 
 def test_untrusted_goal_never_puts_escapes_in_the_transcript(tmp_path: Path) -> None:

@@ -223,6 +223,7 @@ class Engine:
             meter=self.meter,
             clock=self.clock,
             record=lambda row: store.update_child(self.batch_id, row),
+            record_final=lambda row, then: store.update_child(self.batch_id, row, then),
             record_receipt=lambda r, kind: store.record_control(self.batch_id, r, kind),
             record_event=lambda child, kind, detail: store.record_event(
                 self.batch_id, child, self.clock(), kind, detail

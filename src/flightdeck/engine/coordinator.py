@@ -78,6 +78,7 @@ class Coordinator:
         meter: Meter,
         clock: Callable[[], float],
         record: Callable[[ChildRow], None],
+        record_final: Callable[[ChildRow, Callable[[], None]], None],
         record_receipt: Callable[[SteerReceipt, str], None],
         record_event: Callable[[str | None, str, str], None],
         publish: Callable[[EngineEvent], None],
@@ -93,6 +94,7 @@ class Coordinator:
         self._meter = meter
         self._clock = clock
         self._record = record
+        self._record_final = record_final
         self._record_receipt = record_receipt
         self._record_event = record_event
         self._publish = publish
@@ -209,6 +211,10 @@ class Coordinator:
             if child.task.id in self._alive:  # else the watchdog abandoned it already
                 self._release(child)
                 self._finished(child)
+        elif fact[0] == "recorded":
+            row: ChildRow = fact[1]
+            self._done += 1
+            self._publish(ChildFinished(row, self._done, len(self.children)))
         elif fact[0] == "steer":
             receipt: SteerReceipt = fact[1]
             self._record_receipt(receipt, "steer")
@@ -223,11 +229,15 @@ class Coordinator:
         self._routes[child.route.name].alive -= 1
 
     def _finished(self, child: Child) -> None:
-        self._done += 1
+        """Record a final child at once; it counts as done, and is announced, once committed.
+
+        So a finish that a UI shows (a headless line, say) is already on disk: a process
+        killed right after loses none of them, and the batch ends only when all are written.
+        Its slot is free already (`_release`): admission never waits for the store.
+        """
         self._stop_requested.pop(child.task.id, None)
         row = child.row()
-        self._record(row)  # durable as each child finishes, not when the batch joins
-        self._publish(ChildFinished(row, self._done, len(self.children)))
+        self._record_final(row, lambda: self.report(("recorded", row)))
 
     def _all_done(self) -> bool:
         return self._done >= len(self.children)

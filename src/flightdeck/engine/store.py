@@ -10,7 +10,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -327,14 +327,17 @@ class _Write:
     key: tuple[str, str] | None = None  # (batch, child) for update_child coalescing
 
 
-class _Flush:
-    __slots__ = ("done",)
+class _Then:
+    """Runs `call` on the writer thread once every write queued before it has been committed
+    (or, for a write that can never succeed, given up on and logged)."""
 
-    def __init__(self) -> None:
-        self.done = threading.Event()
+    __slots__ = ("call",)
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        self.call = call
 
 
-_Op = _Write | _Flush | None  # None: stop the writer
+_Op = _Write | _Then | None  # None: stop the writer
 
 
 class Store:
@@ -384,10 +387,14 @@ class Store:
         params = [_queued_params(batch_id, c) for c in children]
         self._put_rows("add_queued", _UPSERT_QUEUED, params)
 
-    def update_child(self, batch_id: str, row: ChildRow) -> None:
-        """Upsert every column of one child."""
+    def update_child(
+        self, batch_id: str, row: ChildRow, then: Callable[[], object] | None = None
+    ) -> None:
+        """Upsert every column of one child; `then` runs (on the writer thread) once committed."""
         params = _child_params(batch_id, row)
         self._put(_Write("update_child", _UPSERT_CHILD, params, key=(batch_id, row.id)))
+        if then is not None:
+            self._put(_Then(then))
 
     def record_control(self, batch_id: str, receipt: SteerReceipt, kind: str = "steer") -> None:
         """Upsert a steer or stop command and its receipt state."""
@@ -422,18 +429,18 @@ class Store:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything enqueued before this call is committed; False on timeout."""
-        marker = _Flush()
+        done = threading.Event()
         with self._lock:
             closed = self._closed
             if not closed:
-                self._queue.put(marker)
+                self._queue.put(_Then(done.set))
         if closed:  # close() drains the queue: wait for it to finish
             self._thread.join(timeout)
             return not self._thread.is_alive()
         if timeout is not None:
-            return marker.done.wait(timeout)
+            return done.wait(timeout)
         # Wait in slices so a writer that died (it should not) cannot hang the caller forever.
-        while not marker.done.wait(0.5):
+        while not done.wait(0.5):
             if not self._thread.is_alive():
                 return False
         return True
@@ -454,7 +461,7 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, op: _Write) -> None:
+    def _put(self, op: _Write | _Then) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"store {self.path} is closed")
@@ -495,8 +502,11 @@ class Store:
                 if writes:
                     self._commit(writes)
                 for op in ops:
-                    if isinstance(op, _Flush):
-                        op.done.set()
+                    if isinstance(op, _Then):
+                        try:
+                            op.call()
+                        except Exception:  # the caller's bug must not stop the writer
+                            log.exception("flightdeck store: a commit callback failed")
                     elif op is None:
                         stopping = True
         finally:
