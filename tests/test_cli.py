@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import io
 import json
 import os
+import queue
 import re
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import IO
 
 import pytest
 from rich.console import Console
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
+from flightdeck.engine.store import StoreReader
 from flightdeck.tui.cli import completion_text, print_lines, run_headless
 from helpers import batch, settings, sim_route
 
@@ -50,15 +55,120 @@ def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complet
     )
 
 
-def run_headless_in_background(project: Path, batch_file: str) -> subprocess.Popen[str]:
-    """`flightdeck run BATCH --headless` as a process the test can send signals to."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", batch_file, "--headless"],
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class Lines:
+    """A pipe read on a thread, line by line: waiting for a line fails at a deadline instead of
+    hanging the test."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._stream = stream
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            self._queue.put(line)
+        self._queue.put(None)  # the end of the output
+
+    def wait_for(self, start: str, timeout: float = 30) -> str:
+        """The next line that starts with `start`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line {start!r}… in {timeout}s: {self.seen}") from None
+            if line is None:
+                raise AssertionError(f"the output ended before a line {start!r}…: {self.seen}")
+            self.seen.append(line)
+            if line.startswith(start):
+                return line
+
+    def close(self, timeout: float = 10) -> None:
+        """Wait for the end of the output, then close the pipe (not under the reading thread)."""
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._stream.close()
+
+    def rest(self, timeout: float = 10) -> str:
+        """The whole output, once the pipe is closed."""
+        self.close(timeout)
+        assert not self._thread.is_alive(), f"the pipe is still open: {self.seen}"
+        while True:
+            try:
+                line = self._queue.get_nowait()
+            except queue.Empty:
+                return "".join(self.seen)
+            if line is not None:
+                self.seen.append(line)
+
+
+class Headless:
+    """`flightdeck run BATCH --headless` as a process the test can send signals to; killed on
+    leaving the `with` block, so a test that fails half-way leaves nothing running."""
+
+    def __init__(self, project: Path, batch_file: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flightdeck.tui.cli", "run", batch_file, "--headless"],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.out, self.err = Lines(self.proc.stdout), Lines(self.proc.stderr)
+
+    def __enter__(self) -> Headless:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()  # nothing if it has exited
+        self.proc.wait()
+        self.out.close()
+        self.err.close()
+
+    def wait_for(self, start: str, timeout: float = 30) -> str:
+        """The next line of stdout that starts with `start`; a failure shows stderr too."""
+        try:
+            return self.out.wait_for(start, timeout)
+        except AssertionError as exc:
+            self.proc.kill()
+            raise AssertionError(f"{exc}\nstderr: {self.err.rest()}") from None
+
+    def finish(self, timeout: float) -> tuple[int, str, str]:
+        """Wait for the exit: the exit code, stdout and stderr."""
+        code = self.proc.wait(timeout)
+        return code, self.out.rest(), self.err.rest()
+
+
+def wait_until_running(project: Path, batch_id: str, child_id: str, timeout: float = 30) -> None:
+    """Poll the batch's store, read-only, until `child_id` runs: a signal sent then has a running
+    child to stop, not only queued ones."""
+    deadline = time.monotonic() + timeout
+    with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
+        while True:
+            row = reader.child(batch_id, child_id)
+            if row is not None and row.status is ChildStatus.RUNNING:
+                return
+            assert time.monotonic() < deadline, f"{child_id} not running after {timeout}s: {row}"
+            time.sleep(0.01)
+
+
+def sleeps_reading_a_pipe(pid: int) -> bool:
+    """Whether the process is blocked reading a pipe or FIFO, as Linux's /proc tells."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return True  # no /proc: no way to tell
+    # The wait channel reads "0" while the process runs, and always where the kernel hides it.
+    return "pipe" in wchan or (wchan == "0" and state == "S")
+
+
+def table_cells(line: str) -> list[str]:
+    """The cells of one row of a Rich table (header or body)."""
+    return [cell.strip() for cell in re.split("[┃│]", line)[1:-1]]
 
 
 @pytest.fixture
@@ -78,7 +188,20 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
     done = [line for line in out if re.match(r"✓ \[\d/6\] job-\d  api=\d+ tools=\d+  ", line)]
     assert len(done) == 6
     assert sorted(int(re.search(r"\[(\d)/6\]", d).group(1)) for d in done) == [1, 2, 3, 4, 5, 6]  # type: ignore[union-attr]
-    assert any("completed" in line for line in out)  # the summary table header
+    assert f"batch {batch_id.group(1)} — completed" in out  # the summary table's title
+    header, totals = [table_cells(line) for line in out if line.startswith(("┃", "│"))]
+    assert header == [
+        "children",
+        "completed",
+        "failed",
+        "tokens in",
+        "tokens out",
+        "cache read",
+        "cost",
+    ]
+    assert totals[:3] == ["6", "6", "0"]
+    assert all(re.fullmatch(r"\d+(\.\d+k)?", tokens) for tokens in totals[3:6]), totals
+    assert re.fullmatch(r"\$0\.\d+", totals[6]), totals
     assert (project / ".flightdeck" / "flightdeck.db").exists()
 
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
@@ -168,6 +291,21 @@ def test_bad_arguments_exit_2(project: Path) -> None:
     assert flightdeck("report", cwd=project).returncode == 2  # no state yet
 
 
+def test_argument_errors_never_print_escape_sequences(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """argparse quotes unrecognized arguments raw, and a glob can match any file name."""
+    from flightdeck.tui.cli import main
+
+    evil = "b\x1b]0;pwned\x07\u202e\x9b2J.jsonl"
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "a.jsonl", evil])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: unrecognized arguments: b.jsonl" in err, err
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", err), repr(err)
+
+
 def test_version_names_the_installed_package(project: Path) -> None:
     import importlib.metadata
 
@@ -219,16 +357,14 @@ def test_a_folder_named_like_the_database_is_one_clear_error(project: Path) -> N
 
 def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
-    proc = run_headless_in_background(project, "tasks.jsonl")
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
-    assert first.startswith("batch ")
-    time.sleep(0.2)  # let the coordinator admit the first children
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=10)
+    with Headless(project, "tasks.jsonl") as run:
+        batch_id = run.wait_for("batch ").split()[1]
+        wait_until_running(project, batch_id, "job-0")
+        t0 = time.monotonic()
+        run.proc.send_signal(signal.SIGINT)
+        code, out, err = run.finish(timeout=10)
     assert time.monotonic() - t0 < 3
-    assert proc.returncode == 130, err
+    assert code == 130, err
     assert out.count("■") == 6  # every child reported as stopped
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
     assert report["status"] == "stopped"
@@ -238,17 +374,31 @@ def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
 def test_sigterm_stops_every_child_records_it_and_exits_143(project: Path) -> None:
     # `kill`, a service manager or a CI timeout: the batch must not stay "running".
     (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
-    proc = run_headless_in_background(project, "tasks.jsonl")
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("batch ")
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=10)
-    assert proc.returncode == 143, err
+    with Headless(project, "tasks.jsonl") as run:
+        batch_id = run.wait_for("batch ").split()[1]
+        wait_until_running(project, batch_id, "job-0")
+        run.proc.send_signal(signal.SIGTERM)
+        code, out, err = run.finish(timeout=10)
+    assert code == 143, err
     assert "stopping all children… (a second SIGTERM to force)" in out
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
     assert report["status"] == "stopped"
     assert {c["status"] for c in report["children"]} == {"stopped"}
+
+
+def test_a_signal_as_soon_as_the_batch_id_is_printed_still_stops_and_records(
+    project: Path,
+) -> None:
+    # A script that reads the id and then kills the run, say. The handlers used to be installed
+    # only after that line: such a signal killed the process, leaving the batch "running".
+    (project / "flightdeck.toml").write_text("[routes.sim]\ntime_scale = 1.0\nlatency_ms = 60000\n")
+    with Headless(project, "tasks.jsonl") as run:
+        run.wait_for("batch ")
+        run.proc.send_signal(signal.SIGTERM)
+        code, _, err = run.finish(timeout=10)
+    assert code == 143, err
+    report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
+    assert report["status"] == "stopped"
 
 
 def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
@@ -259,30 +409,51 @@ def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
     )
     lines = [json.dumps({"goal": f"g{i}"}) for i in range(20_000)]
     (project / "many.jsonl").write_text("\n".join(lines) + "\n")
-    proc = run_headless_in_background(project, "many.jsonl")
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("batch ")
-    time.sleep(0.3)  # children are streaming
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.05)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    proc.send_signal(signal.SIGINT)  # a third one changes nothing
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130, err
-    assert time.monotonic() - t0 < 3  # LEAVE_S for the store and for the transcripts at most
+    with Headless(project, "many.jsonl") as run:
+        batch_id = run.wait_for("batch ").split()[1]
+        wait_until_running(project, batch_id, "task-0001")  # children are streaming
+        run.proc.send_signal(signal.SIGINT)
+        run.wait_for("stopping all children…")  # the first one is handled: the next is a second
+        t0 = time.monotonic()
+        run.proc.send_signal(signal.SIGINT)
+        run.proc.send_signal(signal.SIGINT)  # a third one changes nothing
+        code, _, err = run.finish(timeout=20)
+        left_after = time.monotonic() - t0
+    assert code == 130, err
+    # LEAVE_S (1 s) for the store, then for the transcripts, at most; the rest is room for a
+    # loaded machine. Stopping every child instead takes longer.
+    assert left_after < 6
     assert "Traceback" not in err
     assert "left without waiting for children still stopping" in err
 
 
 def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> None:
-    lines = [json.dumps({"goal": f"g{i}"}) for i in range(100_000)]  # seconds to validate
-    (project / "huge.jsonl").write_text("\n".join(lines) + "\n")
-    proc = run_headless_in_background(project, "huge.jsonl")
-    time.sleep(0.8)  # imports done, the file is being read
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130, err
+    # The batch file is a FIFO: its write end opens once the CLI opened it for reading, inside
+    # main(), and the CLI stays there, reading, until the write end is closed.
+    fifo = project / "tasks-pipe.jsonl"
+    os.mkfifo(fifo)
+    with Headless(project, fifo.name) as run:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader yet
+                break
+            except OSError as exc:
+                assert exc.errno == errno.ENXIO, exc
+            assert run.proc.poll() is None, run.err.rest()
+            assert time.monotonic() < deadline, "the CLI never opened the batch file"
+            time.sleep(0.01)
+        try:
+            # A signal that lands between the CLI's open() and its read() is only seen once the
+            # read returns: wait until the read blocks, so that the signal interrupts it.
+            while not sleeps_reading_a_pipe(run.proc.pid):
+                assert time.monotonic() < deadline, "the CLI never read the batch file"
+                time.sleep(0.01)
+            run.proc.send_signal(signal.SIGINT)
+        finally:
+            os.close(writer)  # the read ends, signal or not: the test cannot hang on it
+        code, out, err = run.finish(timeout=20)
+    assert code == 130, err
     assert (out, err) == ("", "flightdeck: interrupted\n")  # no batch started, no traceback
 
 

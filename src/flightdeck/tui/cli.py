@@ -62,8 +62,17 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors made terminal-safe: "unrecognized arguments" quotes them raw,
+    and a file name (a shell glob's match) can carry escape sequences."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="flightdeck",
         description="Run many LLM subagents in parallel and supervise them live.",
     )
@@ -179,28 +188,9 @@ def _run_headless(
 ) -> int:
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
-    interrupted = False
+    interrupted = started = False
     exit_code = EXIT_INTERRUPTED
-
-    try:
-        batch_id = engine.start()
-    except BaseException:
-        engine.close()  # a failed start leaves no threads or writer process behind
-        raise
-    console.print(Text(f"batch {batch_id}", style="bold"))
-    total = len(engine.batch.tasks)
-    progress = (
-        Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
-        if console.is_terminal
-        else None
-    )
+    progress: Progress | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         # Ctrl+C, or SIGTERM (`kill`, a service manager, a CI timeout): stop every child and
@@ -212,7 +202,8 @@ def _run_headless(
         exit_code = EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
         again = "Ctrl+C again" if signum == signal.SIGINT else "a second SIGTERM"
         console.print(Text(f"stopping all children… ({again} to force)", style="yellow"))
-        engine.stop_all()
+        if started:  # else start() has not returned yet: stopped as soon as it does
+            engine.stop_all()
 
     def leave_now() -> NoReturn:
         """A second Ctrl+C: keep what is already recorded (a second or two at most), then go,
@@ -231,14 +222,32 @@ def _run_headless(
                 stream.flush()
         os._exit(exit_code)
 
-    # Installed until the engine has closed: a Ctrl+C while it closes must not leave its
-    # threads half-stopped (the default handler would raise in the middle of close()).
+    # Installed before the batch starts and until the engine has closed: a signal in between
+    # (just after the batch id is printed, while the engine closes) must stop the children and
+    # record it, not kill the process or raise in the middle of start() or close().
     handled = (signal.SIGINT, signal.SIGTERM)
     previous = {signum: signal.signal(signum, on_signal) for signum in handled}
     try:
-        if progress is not None:
+        try:
+            batch_id = engine.start()
+        except BaseException:
+            engine.close()  # a failed start leaves no threads or writer process behind
+            raise
+        started = True
+        if interrupted:  # a signal while it started
+            engine.stop_all()
+        console.print(Text(f"batch {batch_id}", style="bold"))
+        if console.is_terminal:
+            progress = Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
             progress.start()
-            bar = progress.add_task("running", total=total)
+            bar = progress.add_task("running", total=len(engine.batch.tasks))
         while True:
             done = engine.wait(0.1)
             finished: list[ChildFinished] = []
@@ -261,7 +270,8 @@ def _run_headless(
             if progress is not None:
                 progress.stop()
         finally:  # even if the terminal write failed: a close skipped here hangs the exit
-            engine.close()
+            if started:
+                engine.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             show_notices()  # what closing the store and the writer process logged
