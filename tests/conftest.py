@@ -1,4 +1,4 @@
-"""Fixtures shared by the provider test modules."""
+"""Fixtures shared by every test module: a clean environment, the providers' loopback server."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ from collections.abc import Iterator
 import pytest
 
 from loopback import Loopback
+
+
+@pytest.fixture(autouse=True)
+def no_flightdeck_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's FLIGHTDECK_HOME would move every state folder the tests (and the `flightdeck`
+    subprocesses, which inherit the environment) read and write: into their real one."""
+    monkeypatch.delenv("FLIGHTDECK_HOME", raising=False)
 
 
 @pytest.fixture

@@ -55,7 +55,11 @@ def _answer(provider: SimProvider, child: str) -> tuple[str, UsageEvent]:
 
 def test_a_turn_replays_for_a_seed_and_changes_with_it() -> None:
     def route(seed: int) -> SimProvider:
-        return SimProvider(default_sim_route(tool_turns=0, latency_ms=0, seed=seed))
+        # Sped up: what a turn draws does not depend on the speed, and at the real 60 tok/s each
+        # answer streamed for seconds.
+        return SimProvider(
+            default_sim_route(tool_turns=0, latency_ms=0, seed=seed, time_scale=0.001)
+        )
 
     text, usage = _answer(route(1), "c1")
     assert text.startswith("Result for: Review PR 7\n")

@@ -18,9 +18,11 @@ import pytest
 
 from flightdeck.engine import appender, writerproc
 from flightdeck.engine.appender import (
+    RAW,
     RELEASE,
     STREAM,
     WRITE,
+    Event,
     FileAppender,
     Transcripts,
     apply_frames,
@@ -151,7 +153,7 @@ def test_the_writer_process_formats_exactly_as_this_process_does(tmp_path: Path)
         " a test.",
         "ünïcode, then no newline",
         'read_file {"path": "a.txt"}',
-        "line 1 ?",
+        "line 1 \ufffd",  # the lone surrogate, replaced: the reader sees one was there
         "",
         "line 3",
         "partial at close",
@@ -248,7 +250,7 @@ def test_without_the_writer_process_the_sink_writes_itself(
 
 
 def test_secrets_are_redacted_before_the_events_leave_this_process(tmp_path: Path) -> None:
-    sent: list[tuple[object, ...]] = []
+    sent: list[Event] = []
     s = TranscriptSink()
     try:
         real = s.send
@@ -263,6 +265,10 @@ def test_secrets_are_redacted_before_the_events_leave_this_process(tmp_path: Pat
     finally:
         s.close()
     assert "sk-live" not in repr(sent)  # neither the pipe nor the writer process sees it
+    # ... because lines formatted and redacted here are what is sent (not, say, nothing)
+    assert {event[0] for event in sent} == {RAW, RELEASE}
+    raw = b"".join(event[3] for event in sent if event[0] == RAW).decode()
+    assert "key is [REDACTED]" in raw and "echo [REDACTED] done" in raw
     assert bodies(str(path)) == ["key is [REDACTED]", "echo [REDACTED] done"]
 
 

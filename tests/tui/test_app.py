@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -12,7 +13,7 @@ from types import MappingProxyType
 import pytest
 from textual.widgets import _data_table as data_table_module
 from textual.widgets.data_table import ColumnKey
-from tui_fakes import StaticView, frozen_clock
+from tui_fakes import NOW, StaticView, frozen_clock
 from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
 
 from flightdeck.engine.api import Engine
@@ -45,26 +46,35 @@ def table_text(table: ChildrenTable) -> str:
     return "\n".join(table.render_line(y).text for y in range(table.size.height))
 
 
-async def test_rows_appear_and_update(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(
-        [f"review PR {i}" for i in range(6)], pool=2, sim={**FAST, "time_scale": 0.1}
-    )
+async def test_rows_appear_and_update(tmp_path: Path) -> None:
+    tasks = make_tasks([f"review PR {i}" for i in range(6)])
+    route = default_sim_route(**{**FAST, "time_scale": 0.1})
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    engine = Engine(Batch("rows", tasks), settings, state_dir=tmp_path, max_concurrent=2)
     app = app_for(engine)
-    async with app.run_test(size=SIZE) as pilot:
-        table = app.main.table
-        await until(pilot, lambda: len(table.shown) == 6, "a row per child")
-        first = {table.displayed(i, "doing") for i in table.shown}
-        assert "queued" in first  # pool 2: most children still wait when rows first appear
-        await until(
-            pilot,
-            lambda: all(table.displayed(i, "doing") == "completed" for i in table.shown),
-            "every row completed",
-        )
-        assert all(table.displayed(i, "tokens") != "0/0" for i in table.shown)
-        assert all(table.displayed(i, "cost").startswith("$") for i in table.shown)
-        await until(
-            pilot, lambda: "6/6 done" in str(app.main.query_one("#meter").render()), "meter"
-        )
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            assert not table.shown  # nothing started yet
+            # Started only once the app runs (a slow start cannot let the batch get ahead), and
+            # read at once, with no await in between: children 3 to 6 cannot leave the queue
+            # before one of the first two has slept through its turns (tenths of a second).
+            engine.start()
+            app.main.poll()
+            first = [table.displayed(i, "doing") for i in table.shown]
+            assert len(first) == 6 and first.count("queued") >= 4, first
+            await until(
+                pilot,
+                lambda: all(table.displayed(i, "doing") == "completed" for i in table.shown),
+                "every row completed",
+            )
+            assert all(table.displayed(i, "tokens") != "0/0" for i in table.shown)
+            assert all(table.displayed(i, "cost").startswith("$") for i in table.shown)
+            await until(
+                pilot, lambda: "6/6 done" in str(app.main.query_one("#meter").render()), "meter"
+            )
+    finally:
+        engine.close()
 
 
 async def test_selecting_a_child_tails_its_transcript(engine_factory: EngineFactory) -> None:
@@ -163,9 +173,10 @@ async def test_tag_three_stop_them_and_the_others_keep_running(
 
 
 async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
-    # max_turns=1 with a tool turn first: those children fail ("max_turns reached").
+    # max_turns=1 with a tool turn first: those children fail ("max_turns reached"). Batch order
+    # is the reverse of id order, so that the two orders differ.
     tasks = tuple(
-        Task(id=f"c{i}", goal=f"goal {i}", seq=i, max_turns=1 if i % 2 == 0 else 8)
+        Task(id=f"c{i}", goal=f"goal {i}", seq=7 - i, max_turns=1 if i % 2 == 0 else 8)
         for i in range(1, 7)
     )
     failing = {t.id for t in tasks if t.max_turns == 1}
@@ -185,13 +196,15 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
         await pilot.press("slash")
         box = app.main.query_one("#filter", FilterInput)
         assert box.display and box.has_focus
-        await type_text(pilot, "status:failed")
+        # Queries go in at once, as a paste would (a key press each costs the pilot a tenth of a
+        # second); typing itself is the "zzz" below.
+        box.insert_text_at_cursor("status:failed")
         await pilot.press("enter")
         assert set(table.shown) == failing
         assert not box.display
 
         await pilot.press("slash", "ctrl+u")
-        await type_text(pilot, "goal 3")
+        box.insert_text_at_cursor("goal 3")
         await pilot.press("enter")
         assert table.shown == ["c3"]
 
@@ -203,7 +216,7 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
         assert table.shown == ["c3"]
 
         await pilot.press("slash", "ctrl+u")
-        await type_text(pilot, "status:bogus")
+        box.insert_text_at_cursor("status:bogus")
         await pilot.press("enter")
         assert box.display and box.has_class("-invalid")
         assert table.shown == ["c3"]  # a bad filter changes nothing
@@ -212,10 +225,10 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
 
         while table.order is not SortOrder.ID:
             await pilot.press("o")
-        assert list(table.shown) == sorted(table.shown)
+        assert table.shown == ["c1", "c2", "c3", "c4", "c5", "c6"]
         await pilot.press("o")
         assert table.order is SortOrder.BATCH
-        assert list(table.shown) == [f"c{i}" for i in range(1, 7)]
+        assert table.shown == ["c6", "c5", "c4", "c3", "c2", "c1"]
         assert app.main.query_one("#status").line.order == "batch"
 
 
@@ -300,18 +313,44 @@ async def test_freeze_pauses_updates(engine_factory: EngineFactory) -> None:
         await until(pilot, lambda: int(table.displayed("c1", "calls")) > int(shown), "resumed")
 
 
-async def test_follow_tracks_activity_until_the_operator_moves(
-    engine_factory: EngineFactory,
-) -> None:
-    engine = engine_factory(["a", "b", "c"], pool=3, sim=SLOW)
-    app = app_for(engine)
+async def test_follow_tracks_activity_until_the_operator_moves(tmp_path: Path) -> None:
+    # The demo rows run three children: review-05 was active last (134 s), then review-02
+    # (133 s), then review-03 (131 s); none of them is the top row in attention order.
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+
+    def active_now(child_id: str) -> None:
+        """`child_id` does something: the next snapshot says so."""
+        view.rows = tuple(
+            dataclasses.replace(r, activity=dataclasses.replace(r.activity, last_activity_ts=NOW))
+            if r.id == child_id
+            else r
+            for r in view.rows
+        )
+        app.main.poll()
+
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: len(app.main.table.shown) == 3, "rows")
+        table, transcript = app.main.table, app.main.transcript
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        assert table.selected_id == "review-09"  # the top row
         await pilot.press("f")
         assert app.main.following
         assert app.main.query_one("#status").line.following
+        assert table.selected_id == "review-05"
+        await until(pilot, lambda: transcript.child_id == "review-05", "its transcript shown")
+        active_now("review-02")
+        assert table.selected_id == "review-02"
+        await until(pilot, lambda: transcript.child_id == "review-02", "the transcript follows")
+
         await pilot.press("down")
         assert not app.main.following
+        chosen = table.selected_id
+        assert chosen is not None and chosen != "review-02"
+        await until(pilot, lambda: transcript.child_id == chosen, "the chosen child's transcript")
+        active_now("review-03")
+        await pilot.pause()
+        assert table.selected_id == chosen  # where the operator put it
+        assert transcript.child_id == chosen
 
 
 async def test_help_and_palette_list_every_key(engine_factory: EngineFactory) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tui_fakes import NOW, demo_rows
+from tui_fakes import NOW, child, demo_rows
 
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.rows import (
     SortOrder,
@@ -58,6 +59,32 @@ def test_attention_order(tmp_path: Path) -> None:
     ]  # fmt: skip
     by_cost = sorted(rows, key=lambda r: sort_key(SortOrder.COST, r))
     assert by_cost[0].id == "review-02" and by_cost[-1].cost_usd is None  # unknown cost last
+
+
+def test_recent_tokens_id_and_batch_orders(tmp_path: Path) -> None:
+    S = ChildStatus
+
+    def row(seq: int, child_id: str, status: ChildStatus, **fields: Any) -> ChildRow:
+        return dataclasses.replace(child(seq, "g", status, folder=tmp_path, **fields), id=child_id)
+
+    # Batch order, id order and natural order all differ (c2 c10 c1; c1 c10 c2; c1 c2 c10), so
+    # does every order below; the two queued children tie on everything but their place.
+    rows = [
+        row(1, "c2", S.RUNNING, tokens=(300, 30), started=1, last=50),
+        row(2, "c10", S.COMPLETED, tokens=(5000, 500), started=1, last=20, finished=90),
+        row(3, "c1", S.RUNNING, tokens=(100, 10), started=1, last=70),
+        row(4, "q-b", S.QUEUED),
+        row(5, "q-a", S.QUEUED),
+    ]
+
+    def order(by: SortOrder) -> list[str]:
+        return [r.id for r in sorted(rows, key=lambda r: sort_key(by, r))]
+
+    assert order(SortOrder.BATCH) == ["c2", "c10", "c1", "q-b", "q-a"]
+    assert order(SortOrder.ID) == ["c1", "c10", "c2", "q-a", "q-b"]  # plain string order
+    # latest first: a finished child by its end, a running one by its last activity
+    assert order(SortOrder.RECENT) == ["c10", "c1", "c2", "q-b", "q-a"]
+    assert order(SortOrder.TOKENS) == ["c10", "c2", "c1", "q-b", "q-a"]  # most first
 
 
 def test_order_cycle_returns_to_start() -> None:
