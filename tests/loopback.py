@@ -27,9 +27,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import Snapshot
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider, ToolSpec
 from flightdeck.engine.settings import Price, RetrySettings, Route
@@ -497,6 +500,9 @@ class InFlightLimit:
 KEY_ENV = "FLIGHTDECK_TEST_KEY"
 
 
+PRICE = Price(Decimal("2.50"), Decimal("10"), Decimal("0.25"), Decimal("3"))  # every route's
+
+
 def route_for(
     server: Loopback,
     provider: str,
@@ -514,7 +520,7 @@ def route_for(
         "read_timeout_s": read_timeout_s,
     }
     fields.setdefault("retry", RetrySettings(attempts=4, base_s=0.01, max_s=0.05))
-    fields.setdefault("price", Price(Decimal("2.50"), Decimal("10"), Decimal("0.25"), Decimal("3")))
+    fields.setdefault("price", PRICE)
     return Route(
         name=name or provider,
         provider=provider,  # type: ignore[arg-type]
@@ -535,3 +541,22 @@ READ_FILE = ToolSpec(
 def provider_for(server: Loopback, provider: str, key: str, **fields: Any) -> Provider:
     """A real SDK provider for `route_for(server, provider, ...)`, holding `key`."""
     return make_provider(route_for(server, provider, **fields), {KEY_ENV: key})
+
+
+def run_batch(
+    responder: Responder, provider: str, children: int, state_dir: Path, key: str
+) -> Snapshot:
+    """`children` tasks on a `provider` route to a server answering with `responder`, its key
+    `key`, run to the end: the final snapshot (the engine closed)."""
+    from helpers import batch, run_to_end, settings
+
+    with Loopback(responder) as server:
+        route = route_for(server, provider)
+        engine = Engine(
+            batch(children, route=provider),
+            settings(route),
+            state_dir=state_dir,
+            env={KEY_ENV: key},
+        )
+        engine.start()
+        return run_to_end(engine, 30)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,18 +81,7 @@ def test_activity_token_tracks_calls_turns_and_the_running_tool(tmp_path: Path) 
 
     tools = HeldTools(tmp_path)
     facts: list[object] = []
-    child = Child(
-        Task(id="c1", goal="Look around", seq=0),
-        sim_route(),
-        TwoTurns(),
-        RetryPolicy(RetrySettings()),
-        tools,
-        str(tmp_path / "c1.log"),
-        Meter(),
-        clock,
-        facts.append,
-        queued_ts=0.0,
-    )
+    child = make_child(tmp_path, facts, tools=tools, clock=clock)
     queued = child.row().activity
     assert (queued.api_calls, queued.turns, queued.last_activity_ts) == (0, 0, None)
 
@@ -123,16 +112,22 @@ def test_activity_token_tracks_calls_turns_and_the_running_tool(tmp_path: Path) 
     assert child.row() is done  # unchanged since: the frozen row is reused, not rebuilt
 
 
-def make_child(tmp_path: Path, facts: list[object]) -> Child:
+def make_child(
+    tmp_path: Path,
+    facts: list[object],
+    provider: TwoTurns | None = None,
+    tools: Toolbox | None = None,
+    clock: Callable[[], float] = lambda: 100.0,
+) -> Child:
     return Child(
         Task(id="c1", goal="Look around", seq=0),
         sim_route(),
-        TwoTurns(),
+        provider or TwoTurns(),
         RetryPolicy(RetrySettings()),
-        Toolbox(tmp_path),
+        tools or Toolbox(tmp_path),
         str(tmp_path / "c1.log"),
         Meter(),
-        lambda: 100.0,
+        clock,
         facts.append,
         queued_ts=0.0,
     )
@@ -180,19 +175,7 @@ class EchoesTheKey(TwoTurns):
 def test_the_route_key_never_reaches_the_row(tmp_path: Path) -> None:
     """What a reader shows (the running tool, the activity, the answer) has the key redacted."""
     tools = HeldTools(tmp_path)
-    facts: list[object] = []
-    child = Child(
-        Task(id="c1", goal="Look around", seq=0),
-        sim_route(),
-        EchoesTheKey(),
-        RetryPolicy(RetrySettings()),
-        tools,
-        str(tmp_path / "c1.log"),
-        Meter(),
-        lambda: 100.0,
-        facts.append,
-        queued_ts=0.0,
-    )
+    child = make_child(tmp_path, [], EchoesTheKey(), tools)
     worker = threading.Thread(target=child.run)
     worker.start()
     assert tools.entered.wait(10)

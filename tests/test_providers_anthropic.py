@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from flightdeck.engine.api import Engine
 from flightdeck.engine.meter import cost_of
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.providers.anthropic import AnthropicProvider, to_anthropic_messages
@@ -26,8 +25,17 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
 )
 from flightdeck.engine.providers.transport import anthropic_headroom
-from helpers import batch, run_to_end, settings
-from loopback import KEY_ENV, READ_FILE, Loopback, Received, Reply, ToolUse, provider_for, route_for
+from loopback import (
+    KEY_ENV,
+    PRICE,
+    READ_FILE,
+    Loopback,
+    Received,
+    Reply,
+    ToolUse,
+    provider_for,
+    run_batch,
+)
 
 KEY = "sk-ant-test-0123456789abcdef"
 ENV = {KEY_ENV: KEY}
@@ -235,16 +243,11 @@ def _agent(received: Received) -> Reply:
 
 
 def test_a_batch_runs_on_anthropic_with_tools_cache_usage_and_cost(tmp_path: Path) -> None:
-    with Loopback(_agent) as server:
-        route = route_for(server, "anthropic")
-        engine = Engine(batch(2, route="anthropic"), settings(route), state_dir=tmp_path, env=ENV)
-        engine.start()
-        snap = run_to_end(engine, 30)
+    snap = run_batch(_agent, "anthropic", 2, tmp_path, KEY)
     assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 2
     for row in snap.children:
         assert row.result == "All good."
         assert row.usage == Usage(
             input_tokens=70, output_tokens=17, cache_read_tokens=1500, cache_write_tokens=1500
         )
-        assert route.price is not None
-        assert row.cost_usd == cost_of(row.usage, route.price)
+        assert row.cost_usd == cost_of(row.usage, PRICE)

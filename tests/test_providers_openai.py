@@ -33,8 +33,19 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.providers.openai import OpenAIProvider, parse_arguments
 from flightdeck.engine.settings import Route
-from helpers import batch, run_to_end, settings, until
-from loopback import KEY_ENV, READ_FILE, Loopback, Received, Reply, ToolUse, provider_for, route_for
+from helpers import batch, settings, until
+from loopback import (
+    KEY_ENV,
+    PRICE,
+    READ_FILE,
+    Loopback,
+    Received,
+    Reply,
+    ToolUse,
+    provider_for,
+    route_for,
+    run_batch,
+)
 
 KEY = "sk-test-0123456789abcdef"
 ENV = {KEY_ENV: KEY}
@@ -262,18 +273,13 @@ def _agent(received: Received) -> Reply:
 
 
 def test_a_batch_runs_on_openai_with_text_tools_usage_and_cost(tmp_path: Path) -> None:
-    with Loopback(_agent) as server:
-        route = route_for(server, "openai")
-        engine = Engine(batch(3, route="openai"), settings(route), state_dir=tmp_path, env=ENV)
-        engine.start()
-        snap = run_to_end(engine, 30)
+    snap = run_batch(_agent, "openai", 3, tmp_path, KEY)
     assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 3
     for row in snap.children:
         assert row.result == "Done: the workspace is empty."
         assert row.activity.api_calls == 2 and row.activity.tool_calls == 1
         assert row.usage == Usage(input_tokens=500, output_tokens=16, cache_read_tokens=64)
-        assert route.price is not None
-        assert row.cost_usd == cost_of(row.usage, route.price)
+        assert row.cost_usd == cost_of(row.usage, PRICE)
     (headroom,) = snap.routes
     assert headroom.route == "openai" and headroom.remaining_requests == 41
     assert headroom.reset_requests_s == 2.0
@@ -287,12 +293,7 @@ def _echo_key(received: Received) -> Reply:
 
 
 def test_a_server_that_echoes_the_key_never_gets_it_recorded(tmp_path: Path) -> None:
-    with Loopback(_echo_key) as server:
-        route = route_for(server, "openai")
-        engine = Engine(batch(1, route="openai"), settings(route), state_dir=tmp_path, env=ENV)
-        engine.start()
-        snap = run_to_end(engine, 30)
-        engine.close()
+    snap = run_batch(_echo_key, "openai", 1, tmp_path, KEY)
     (row,) = snap.children
     assert row.status is ChildStatus.FAILED
     assert row.error is not None and row.error.startswith("FatalError: 400 "), row.error
