@@ -429,6 +429,29 @@ def test_text_that_is_not_valid_unicode_is_kept_with_a_replacement(db: Path) -> 
     assert (rows[1].result, rows[1].error) == ("answer \ufffd", "e \ufffd")
 
 
+def test_flush_with_a_timeout_returns_even_while_the_store_lock_is_held(db: Path) -> None:
+    """A second Ctrl+C's handler flushes the store, and may have interrupted the main thread
+    in the middle of queueing rows, holding the store's lock: it must not wait for ever."""
+    store = Store(db)
+    results: list[bool] = []
+    try:
+        with store._lock:  # what the interrupted thread holds
+            flusher = threading.Thread(target=lambda: results.append(store.flush(0.1)))
+            flusher.start()
+            flusher.join(5)
+            assert results == [False], "flush(timeout) waited for the lock"
+    finally:
+        store.close()
+
+
+def test_waiting_out_a_lock_never_overflows_its_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(store_module.time, "sleep", slept.append)
+    for attempt in (0, 7, 2000):  # 2**2000 as a float overflowed: the write was dropped
+        store_module._back_off(attempt)
+    assert slept == [0.001, 0.128, 0.128]
+
+
 def test_close_is_idempotent_and_flushes(db: Path) -> None:
     store = Store(db)
     store.add_children("b1", [make_child(i) for i in range(50)])

@@ -430,10 +430,16 @@ class Store:
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything enqueued before this call is committed; False on timeout."""
         done = threading.Event()
-        with self._lock:
+        # Bounded like the wait: a second Ctrl+C's handler calls this, and may have interrupted
+        # this very thread while it held the lock (queuing a big batch's rows).
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
             closed = self._closed
             if not closed:
                 self._queue.put(_Then(done.set))
+        finally:
+            self._lock.release()
         if closed:  # close() drains the queue: wait for it to finish
             self._thread.join(timeout)
             return not self._thread.is_alive()
@@ -647,7 +653,7 @@ def _busy(exc: sqlite3.Error) -> bool:
 
 
 def _back_off(attempt: int) -> None:
-    time.sleep(min(0.001 * 2**attempt, 0.1))
+    time.sleep(0.001 * 2 ** min(attempt, 7))  # 1 ms doubling to 128 ms, however long it lasts
 
 
 def _use_wal(conn: sqlite3.Connection, path: Path) -> None:
