@@ -186,3 +186,25 @@ def test_the_route_key_never_reaches_the_row(tmp_path: Path) -> None:
     assert (during.current_tool, during.text) == ("get_[REDACTED]", "tool: get_[REDACTED]")
     assert done.status is ChildStatus.COMPLETED and done.result == "The key is [REDACTED]."
     assert "sk-live" not in (tmp_path / "c1.log").read_text()
+
+
+class ReadsAFile(EchoesTheKey):
+    """A model that reads `secret.txt`, then answers."""
+
+    def open(self, request: TurnRequest) -> TwoTurns.Stream:
+        self.turns += 1
+        if self.turns == 1:
+            return TwoTurns.Stream([ToolCallEvent(ToolCall("t1", "read_file", {"path": "s.txt"}))])
+        return TwoTurns.Stream([TextDelta("Read it."), UsageEvent(Usage(10, 5))])
+
+
+def test_a_key_at_the_cut_of_a_long_tool_output_is_redacted_first(tmp_path: Path) -> None:
+    """The transcript shows the first 2,000 characters of a tool's output: cut first, a key
+    across the cut left its start ("sk-li") where redaction could no longer see it."""
+    key = ReadsAFile.secrets[0]
+    (tmp_path / "s.txt").write_text("a" * 1995 + key + " and more")
+    child = make_child(tmp_path, [], ReadsAFile())
+    child.run()
+    assert child.row().status is ChildStatus.COMPLETED
+    text = (tmp_path / "c1.log").read_text()
+    assert "a" * 1995 + "[REDA" in text and "sk-li" not in text

@@ -31,6 +31,21 @@ def read(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+def test_a_key_across_the_cut_of_a_very_long_streamed_line_is_redacted(tmp_path: Path) -> None:
+    """A streamed line longer than MAX_STREAM_LINE is written out before it ends; a key that
+    straddled that cut went out as two unredacted halves."""
+    key = "sk-live-0123456789"
+    path = tmp_path / "c1.log"
+    with TranscriptWriter(path, clock=FakeClock(), secrets=[key]) as tw:
+        tw.stream("x" * (lines.MAX_STREAM_LINE - 5))
+        tw.stream(key[:9])  # the line is cut here, inside the key
+        tw.stream(key[9:] + " and on\n")
+    bodies = [line.split("│ ", 1)[1] for line in read(path)]
+    assert len(bodies) == 2  # it was cut
+    assert key not in "".join(bodies) and "sk-li" not in "".join(bodies)
+    assert "".join(bodies) == "x" * (lines.MAX_STREAM_LINE - 5) + "[REDACTED] and on"
+
+
 def test_line_format(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "dir" / "c1.log"  # parents are created
     with TranscriptWriter(path, clock=FakeClock()) as tw:

@@ -400,8 +400,11 @@ class Child:
             output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
             output = f"error: {exc}"
-        shown = output if len(output) <= TRANSCRIPT_TOOL_CHARS else output[:TRANSCRIPT_TOOL_CHARS]
-        more = len(output) - len(shown)
+        # Redacted before it is cut: the cut could leave the start of a key the transcript's
+        # own redaction would no longer recognise.
+        shown = self._clean(output)
+        more = max(0, len(shown) - TRANSCRIPT_TOOL_CHARS)
+        shown = shown[:TRANSCRIPT_TOOL_CHARS]
         self.transcript.write("tool", shown + (f"\n… ({more} more characters)" if more else ""))
         self._tick("thinking", tool=None)
         return Message("tool", output, tool_call_id=call.id, name=call.name)

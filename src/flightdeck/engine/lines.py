@@ -59,7 +59,7 @@ class LineFormatter:
             self._partial.append(safe)
             self._partial_len += len(safe)
             if self._partial_len > MAX_STREAM_LINE:
-                return self._flush_partial(ts)
+                return self._cut_partial(ts)
             return b""
         lines = safe.split("\n")
         last = lines.pop()
@@ -68,6 +68,19 @@ class LineFormatter:
         self._partial = [last] if last else []
         self._partial_len = len(last)
         return self._emit("assistant", lines, ts)
+
+    def _cut_partial(self, ts: float) -> bytes:
+        """A streamed line too long to hold: written out before it ends."""
+        if not self._secrets:
+            return self._flush_partial(ts)
+        # Redacted whole before the cut, and the start of a secret that may end in the next
+        # chunk held back: a key across the cut must not go out as two unredacted halves.
+        line = redact("".join(self._partial), self._secrets)
+        cut = len(line) - (max(len(s) for s in self._secrets) - 1)
+        held = line[cut:]
+        self._partial = [held] if held else []
+        self._partial_len = len(held)
+        return self._emit("assistant", [line[:cut]], ts)
 
     def _flush_partial(self, ts: float) -> bytes:
         if not self._partial:
