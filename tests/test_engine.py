@@ -599,6 +599,37 @@ def test_an_explicit_pool_size_is_bounded(tmp_path: Path) -> None:
     assert Engine(batch(1), settings(), state_dir=tmp_path, max_concurrent=1024).pool_size == 1024
 
 
+EXITS_WITHOUT_CLOSE = """
+import sys
+from pathlib import Path
+from types import MappingProxyType
+from flightdeck.engine.api import Engine
+from flightdeck.engine.settings import EngineSettings, Settings, default_sim_route
+from flightdeck.engine.spec import Batch, Task
+route = default_sim_route(time_scale=0.001, tool_turns=0)
+s = Settings(engine=EngineSettings(max_concurrent=2), routes=MappingProxyType({"sim": route}))
+tasks = tuple(Task(id=f"c{i}", goal="g", seq=i) for i in range(50))
+Engine(Batch("b", tasks), s, state_dir=Path(sys.argv[1])).start()
+"""
+
+
+def test_a_program_that_never_calls_close_still_exits_with_its_children_settled(
+    tmp_path: Path,
+) -> None:
+    """The coordinator thread answered commands until close(): without one, for ever."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", EXITS_WITHOUT_CLOSE, str(tmp_path)], timeout=30, capture_output=True
+    )
+    assert run.returncode == 0, run.stderr
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        (info,) = reader.batches()
+        statuses = {row.status for row in reader.children(info.id)}
+    assert not any(status.live for status in statuses), statuses  # none left running or queued
+
+
 def test_subscribers_get_every_event_until_they_unsubscribe(tmp_path: Path) -> None:
     seen: list[object] = []
     dropped: list[object] = []

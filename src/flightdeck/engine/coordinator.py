@@ -172,8 +172,9 @@ class Coordinator:
             self._on_finished(self._final_status())
         finally:
             self.finished.set()
-        # Keep answering commands until shutdown, so a late steer is settled as missed.
-        while not self._shutdown:
+        # Keep answering commands until shutdown, so a late steer is settled as missed; but not
+        # past the end of the program: one that never called close() would wait for ever.
+        while not self._shutdown and threading.main_thread().is_alive():
             self._drain()
 
     def _drain(self) -> None:
