@@ -174,8 +174,9 @@ def _seconds(value: float) -> str:
 def _text(value: object, width: int | None = None) -> str:
     """Untrusted text for Markdown prose: one sanitized line, no raw HTML, no link or image.
 
-    Only what can make Markdown fetch or point somewhere is escaped: emphasis and code spans
-    in a goal are harmless, and the report is read raw in a terminal as often as rendered.
+    Only what can make Markdown fetch or point somewhere is escaped (a bare URL is left as
+    written: a renderer that autolinks links it anyway): emphasis and code spans in a goal are
+    harmless, and the report is read raw in a terminal as often as rendered.
     """
     # Backslashes first, so a trailing `\` cannot escape what follows it.
     text = one_line(str(value), width).replace("\\", "\\\\")
