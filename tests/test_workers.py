@@ -67,6 +67,39 @@ def test_never_more_threads_than_the_cap_and_queued_work_waits_for_one() -> None
     pool.shutdown()
 
 
+def test_a_thread_the_system_refuses_leaves_the_pool_smaller_not_broken(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pids limit refuses threads before the cap: the work waits for the threads there are."""
+    real_start = threading.Thread.start
+    started = 0
+
+    def start(self: threading.Thread) -> None:
+        nonlocal started
+        if self.name.startswith("t-") and started == 2:
+            raise RuntimeError("can't start new thread")
+        started += self.name.startswith("t-")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    pool = WorkerPool(8, "t")
+    pool.start_workers(4)  # two start, the third is refused: no error
+    done: list[int] = []
+    all_done = threading.Event()
+
+    def task(i: int) -> None:
+        done.append(i)
+        if len(done) == 10:
+            all_done.set()
+
+    for i in range(10):
+        pool.submit(lambda i=i: task(i))  # type: ignore[misc]
+    assert all_done.wait(5)
+    assert sorted(done) == list(range(10)) and pool.size == 2
+    assert "cannot start another worker thread" in caplog.text
+    pool.shutdown()
+
+
 def test_shutdown_drops_queued_work_and_refuses_more() -> None:
     pool = WorkerPool(1, "t")
     started, release = threading.Event(), threading.Event()

@@ -56,7 +56,8 @@ class WorkerPool:
         """
         with self._lock:
             while len(self._threads) < min(count, self._max):
-                self._start_thread()
+                if not self._grow():
+                    return
                 self._idle.append(None)  # it will take the first item queued
 
     def submit(self, fn: Callable[[], object]) -> None:
@@ -77,7 +78,27 @@ class WorkerPool:
             if self._idle:
                 self._idle.pop()
                 return
+            self._grow()  # or, refused, it waits for a thread already started
+
+    def _grow(self) -> bool:
+        """Start one more thread; False when the system refuses one and others exist.
+
+        A pids limit or a short memory budget can refuse a thread long before the cap: the
+        pool then stays the size it has (queued work waits for a free thread, as it does at
+        the cap) instead of failing a child, or the whole start, for it."""
+        try:
             self._start_thread()
+        except RuntimeError as exc:
+            if not self._threads:
+                raise
+            self._max = len(self._threads)
+            log.warning(
+                "cannot start another worker thread (%s): at most %d children run at once",
+                exc,
+                self._max,
+            )
+            return False
+        return True
 
     def _start_thread(self) -> None:
         thread = threading.Thread(
