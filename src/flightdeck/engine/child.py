@@ -6,6 +6,7 @@ thread; shared fields are guarded by one lock and readers get frozen `ChildRow` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import traceback
@@ -423,15 +424,7 @@ class Child:
             self._settle(receipt, SteerState.DELIVERED)
 
     def _settle(self, receipt: SteerReceipt, state: SteerState) -> None:
-        settled = SteerReceipt(
-            receipt.id,
-            receipt.child_id,
-            receipt.message,
-            receipt.now,
-            state,
-            receipt.created_ts,
-            self._clock(),
-        )
+        settled = dataclasses.replace(receipt, state=state, settled_ts=self._clock())
         with self._lock:
             self._steers[receipt.id] = settled
             self.version += 1

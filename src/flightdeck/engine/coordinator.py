@@ -307,21 +307,20 @@ class Coordinator:
             receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
             when = "interrupt now" if now else "at next turn"
             if child.status.terminal:
-                receipt = SteerReceipt(rid, child_id, message, now, SteerState.MISSED, ts, ts)
-                child.keep_receipt(receipt)
-                self._record_receipt(receipt, "steer")
-                self._publish(SteerSettled(receipt))
+                self._missed(child, receipt, ts)
                 continue
             child.transcript.write("operator", f"steer ({when}): {message}")
             self._record_receipt(receipt, "steer")
             self._record_event(child_id, "steer", message)
             if not child.add_steer(receipt):  # it began to end after the check above
-                missed = SteerReceipt(
-                    rid, child_id, message, now, SteerState.MISSED, ts, self._clock()
-                )
-                child.keep_receipt(missed)
-                self._record_receipt(missed, "steer")
-                self._publish(SteerSettled(missed))
+                self._missed(child, receipt, self._clock())
+
+    def _missed(self, child: Child, receipt: SteerReceipt, settled_ts: float) -> None:
+        """A steer the child can no longer take (it has ended): shown, recorded, settled."""
+        missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
+        child.keep_receipt(missed)
+        self._record_receipt(missed, "steer")
+        self._publish(SteerSettled(missed))
 
     def _stop(self, ids: Iterable[str], reason: str) -> None:
         for child_id in ids:
