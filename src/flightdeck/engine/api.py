@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 from .child import Child
 from .coordinator import Coordinator, totals_of, worker_pool
 from .errors import ConfigError
 from .limits import RetryPolicy, RouteThrottle, auto_pool_size
-from .meter import Meter
+from .meter import Meter, price_known
 from .model import (
     BatchFinished,
     BatchStatus,
@@ -87,7 +88,7 @@ class Engine:
         settings: Settings,
         *,
         state_dir: Path,
-        max_concurrent: int | None = None,
+        max_concurrent: int | Literal["auto"] | None = None,
         clock: Callable[[], float] | None = None,
         providers: Mapping[str, Provider] | None = None,
         batch_id: str | None = None,
@@ -104,6 +105,7 @@ class Engine:
         used = {settings.route(t.route).name for t in batch.tasks}
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
         self.pool_size = self._pool_size(max_concurrent)
+        self._check_budget()
         # Providers are built before anything is written: a missing key fails cleanly here.
         given = dict(providers or {})
         self._providers: dict[str, Provider] = {
@@ -123,12 +125,28 @@ class Engine:
         self._started_ts = clock()
         self._closed = False
 
-    def _pool_size(self, override: int | None) -> int:
-        if override is not None:
+    def _check_budget(self) -> None:
+        """A cost cap needs every route priced: spend at an unknown price is never counted,
+        so the cap would silently never be reached."""
+        budget = self.settings.budget
+        if budget.max_cost_usd is None:
+            return
+        for route in self.routes.values():
+            if not price_known(route):
+                raise ConfigError(
+                    self.settings.source,
+                    budget.cost_line,
+                    "budget.max_cost_usd",
+                    f"cannot be enforced: no price is known for route {route.name!r} "
+                    f"(model {route.model!r}); give [routes.{route.name}] a price",
+                )
+
+    def _pool_size(self, override: int | Literal["auto"] | None) -> int:
+        if isinstance(override, int):
             if not 1 <= override <= MAX_CONCURRENT:
                 raise ValueError(f"max_concurrent must be between 1 and {MAX_CONCURRENT}")
             return override
-        configured = self.settings.engine.max_concurrent
+        configured = override or self.settings.engine.max_concurrent
         if configured != "auto":
             return configured
         return auto_pool_size(self.routes.values(), os.cpu_count())
@@ -136,7 +154,10 @@ class Engine:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> str:
-        """Record the batch, then start the coordinator; returns the batch id."""
+        """Record the batch, then start the coordinator; returns the batch id. Once only: an
+        engine runs one batch, and its tasks must never run twice."""
+        if self._store is not None or self._closed:
+            raise RuntimeError("Engine.start() can be called once, before close()")
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
         self._store = Store(self._folder(self.state_dir) / "flightdeck.db")
@@ -259,9 +280,10 @@ class Engine:
 
     def _unusable(self, exc: OSError) -> ConfigError:
         # A state dir that is a file, read-only, on a full disk, ...
-        return ConfigError(
-            None, None, "state_dir", f"cannot use {self.state_dir}: {exc.strerror or exc}"
-        )
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, FileExistsError):  # mkdir(exist_ok=True) met something else there
+            reason = f"{exc.filename} is a file, not a folder"
+        return ConfigError(None, None, "state_dir", f"cannot use {self.state_dir}: {reason}")
 
     def _report(self, fact: object) -> None:
         assert self._coordinator is not None
@@ -302,8 +324,8 @@ class Engine:
             {"children": self._manifest_children},
         )
 
-    def _finish(self, status: BatchStatus) -> None:
-        """Coordinator thread, once every child is final."""
+    def _finish(self, status: BatchStatus) -> BatchFinished:
+        """Coordinator thread, once every child is final; returns the event it then publishes."""
         assert self._store is not None and self._coordinator is not None
         if self._sink is not None:
             self._sink.flush()  # every transcript is complete before the batch says finished
@@ -311,12 +333,15 @@ class Engine:
         self._store.finish_batch(self.batch_id, status, self.clock())
         self._store.flush()
         self._manifest(status)
-        self._publish(BatchFinished(self.batch_id, status))
+        return BatchFinished(self.batch_id, status)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every child is final; False on timeout."""
-        assert self._coordinator is not None, "start() first"
-        return self._coordinator.finished.wait(timeout)
+        coordinator = self._require()
+        if coordinator.on_thread and not coordinator.finished.is_set():
+            # A subscriber runs on the coordinator thread: it would wait on itself.
+            raise RuntimeError("Engine.wait() cannot be called from an engine event subscriber")
+        return coordinator.finished.wait(timeout)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until what is recorded so far is committed to the store and written to the
@@ -332,6 +357,9 @@ class Engine:
         """Stop what still runs, wait for the coordinator, release the store and providers."""
         if self._closed:
             return
+        if self._coordinator is not None and self._coordinator.on_thread:
+            # It waits for the coordinator thread to end: from a subscriber, that is itself.
+            raise RuntimeError("Engine.close() cannot be called from an engine event subscriber")
         self._closed = True
         if self._coordinator is not None:
             if not self._coordinator.finished.is_set():
@@ -403,6 +431,8 @@ class Engine:
     def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
         """Queue `message` for each child; returns receipt ids (see SteerReceipt)."""
         c = self._require()
+        if self._closed:  # nothing would ever settle the receipts
+            raise RuntimeError("Engine.steer() after close(): every child has ended")
         ids = [i for i in child_ids if i in c.by_id]
         receipts = [c.next_receipt_id() for _ in ids]
         c.command("steer", receipts, ids, message, now)

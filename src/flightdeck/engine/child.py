@@ -299,21 +299,33 @@ class Child:
         for turn in range(self.task.max_turns):
             self._check_stop()
             self._deliver_steers(messages)
-            with self._lock:  # the call's tick stamps the activity time
-                self._turns = turn + 1
-                self._held = True  # until the call starts: route pause, rpm/tpm buckets
-                self.version += 1
+            self._hold(turn + 1)
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
             if not result.tool_calls:
                 self.finalize(ChildStatus.COMPLETED, result=result.text)
                 return
+            if turn + 1 == self.task.max_turns:
+                # No turn is left to read their results: running them would only leave side
+                # effects (a file written) that nothing follows up.
+                self.transcript.write(
+                    "engine", f"{len(result.tool_calls)} tool call(s) not run: no turns left"
+                )
+                break
             for call in result.tool_calls:
                 self._check_stop()
                 messages.append(self._run_tool(call))
         self.finalize(
             ChildStatus.FAILED, f"max_turns ({self.task.max_turns}) reached without a final answer"
         )
+
+    def _hold(self, turn: int) -> None:
+        """A call is about to be made: until it starts, the child waits on its route (a pause
+        after a 429, the rpm/tpm buckets), which is not a stall."""
+        with self._lock:  # the call's tick stamps the activity time
+            self._turns = turn
+            self._held = True
+            self.version += 1
 
     def _check_stop(self) -> None:
         if self.interrupt.is_set():
@@ -333,6 +345,7 @@ class Child:
                 # steer --now: the partial response is dropped and the turn restarts with it
                 self.transcript.write("engine", "response interrupted by the operator")
                 self._deliver_steers(messages)
+                self._hold(self._turns)  # the restarted call waits on the route again
 
     def _stream_once(self, messages: list[Message]) -> TurnResult:
         if self._now_pending:
@@ -350,6 +363,11 @@ class Child:
         # Only a tokens-per-minute bucket reads it: without one, a turn skips the estimate.
         tokens = estimate_tokens(request) if self.route.tpm else 0
         lease = self._retry.admit(self.route, tokens, self.interrupt, self._on_rate_wait)
+        if self._now_pending:
+            # steer --now while it waited for the rate limit: the reserved request goes back
+            # unsent, and the turn restarts with the message.
+            lease.cancel()
+            raise Interrupted
         self._tick("waiting for model", api_call=True)
         text: list[str] = []
         calls: list[ToolCall] = []

@@ -82,7 +82,7 @@ class Coordinator:
         record_receipt: Callable[[SteerReceipt, str], None],
         record_event: Callable[[str | None, str, str], None],
         publish: Callable[[EngineEvent], None],
-        on_finished: Callable[[BatchStatus], None],
+        on_finished: Callable[[BatchStatus], EngineEvent],
         throttles: Mapping[str, RouteThrottle] | None = None,
         between_facts: Callable[[], None] = lambda: None,
     ) -> None:
@@ -137,6 +137,11 @@ class Coordinator:
     def command(self, *cmd: object) -> None:
         self._inbox.put(cmd)
 
+    @property
+    def on_thread(self) -> bool:
+        """True when called on the coordinator thread (from an event subscriber)."""
+        return threading.current_thread() is self._thread
+
     def shutdown(self) -> None:
         self.command("shutdown")
         self._thread.join()
@@ -158,6 +163,7 @@ class Coordinator:
     # --- the coordinator thread ----------------------------------------------------------------
 
     def _run(self) -> None:
+        finished: EngineEvent | None = None
         try:
             self._admit()
             while not self._all_done():
@@ -169,9 +175,13 @@ class Coordinator:
                 self._admit()
                 self._progress()
                 self._between_facts()
-            self._on_finished(self._final_status())
+            finished = self._on_finished(self._final_status())
         finally:
             self.finished.set()
+        if finished is not None:
+            # Announced once waiters are released: a subscriber that calls `wait()` on it
+            # (from this thread) finds the batch finished rather than blocking it.
+            self._publish(finished)
         # Keep answering commands until shutdown, so a late steer is settled as missed; but not
         # past the end of the program: one that never called close() would wait for ever.
         while not self._shutdown and threading.main_thread().is_alive():

@@ -58,6 +58,13 @@ def genai_cost(usage: Usage, provider: str, model: str) -> Decimal | None:
     return Decimal(result.total_price)
 
 
+def price_known(route: Route) -> bool:
+    """Whether the route's calls can be priced (its own price, or genai-prices knows it)."""
+    if route.price is not None:
+        return True
+    return route.provider != "sim" and _known_model(route.provider, route.model)
+
+
 def route_cost(usage: Usage, route: Route) -> Decimal | None:
     """Cost for a route: its configured price first, then genai-prices, else unknown."""
     if route.price is not None:

@@ -94,6 +94,14 @@ class Lease:
         if self.limiter is not None:
             self.limiter._reconcile(self.tokens, actual_tokens)
 
+    def cancel(self) -> None:
+        """The call was never sent: give back its request and its tokens (instead of settle)."""
+        if self.settled:
+            return
+        self.settled = True
+        if self.limiter is not None:
+            self.limiter._refund(self.tokens)
+
 
 class RateLimiter:
     """A route's request and token buckets; thread-safe; `clock` and `wait` are injectable."""
@@ -140,14 +148,18 @@ class RateLimiter:
         if delay > 0 and on_wait is not None:
             on_wait(delay)
         if delay > 0 and self._wait(cancel, delay):
-            with self._lock:
-                now = self._clock()
-                if self.requests is not None:
-                    self.requests.give(1, now)
-                if self.tokens is not None:
-                    self.tokens.give(tokens, now)
+            self._refund(tokens)
             raise Cancelled
         return Lease(self, tokens, delay)
+
+    def _refund(self, tokens: int) -> None:
+        """Give back one reservation that was never used."""
+        with self._lock:
+            now = self._clock()
+            if self.requests is not None:
+                self.requests.give(1, now)
+            if self.tokens is not None:
+                self.tokens.give(tokens, now)
 
     def _reconcile(self, estimated: int, actual: int) -> None:
         if self.tokens is None or estimated == actual:

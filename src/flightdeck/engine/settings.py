@@ -104,6 +104,8 @@ class Budget:
     max_cost_usd: Decimal | None = None
     max_runs: int | None = None
     max_depth: int | None = None
+    # The line of max_cost_usd in the settings file, for messages (None: not from a file).
+    cost_line: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +331,7 @@ class _Reader:
         values: dict[str, Any] = {}
         if "max_cost_usd" in table:
             values["max_cost_usd"] = self.money(("budget", "max_cost_usd"), table["max_cost_usd"])
+            values["cost_line"] = self.locator.line("budget", "max_cost_usd")
         for name, low in (("max_runs", 1), ("max_depth", 0)):
             if name in table:
                 values[name] = self.integer(("budget", name), table[name], low)

@@ -9,6 +9,7 @@ thread that iterates, so `close()` can abort it at any point (see transport.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import anthropic
 import httpx2
 
 from ..model import Usage
+from ..ratelimit import CHARS_PER_TOKEN
 from ..settings import Route
 from .base import (
     LOCAL_PLACEHOLDER_KEY,
@@ -118,6 +120,7 @@ class AnthropicStream:
             raise Interrupted
         billed = _Cumulative()
         tools: dict[int, dict[str, str]] = {}
+        received_chars = 0  # of text and tool arguments, for a response cut short
         events = read_stream(
             self._abort,
             lambda: self._p._client.messages.create(**self._params),
@@ -141,24 +144,33 @@ class AnthropicStream:
                     delta = event.delta
                     dtype = getattr(delta, "type", None)
                     if dtype == "text_delta" and delta.text:
+                        received_chars += len(delta.text)
                         yield TextDelta(delta.text)
                     elif dtype == "input_json_delta" and event.index in tools:
                         tools[event.index]["json"] += delta.partial_json or ""
+                        received_chars += len(delta.partial_json or "")
                 elif kind == "content_block_stop":
                     tool = tools.pop(event.index, None)
                     if tool is not None:
                         arguments = parse_arguments(tool["json"])
                         yield ToolCallEvent(ToolCall(tool["id"], tool["name"], arguments))
                 elif kind == "message_delta":
+                    billed.final = True  # the response's own count: nothing to estimate
                     increment = billed.update(event.usage)
                     if increment is not None:
                         yield UsageEvent(increment)
         except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
+            rest = billed.unreported_output(received_chars)
+            if rest is not None:
+                yield UsageEvent(rest)
             if self._abort.fired:
                 raise Interrupted from None
             raise map_error(exc, secrets=self._p.secrets) from exc
         finally:
             events.close()
+        rest = billed.unreported_output(received_chars) if self._abort.fired else None
+        if rest is not None:
+            yield UsageEvent(rest)  # closed between events
 
 
 class _Cumulative:
@@ -166,6 +178,7 @@ class _Cumulative:
 
     def __init__(self) -> None:
         self.seen = Usage()
+        self.final = False
 
     def update(self, usage: Any) -> Usage | None:
         if usage is None:
@@ -186,6 +199,16 @@ class _Cumulative:
             total.cache_write_tokens - seen.cache_write_tokens,
         )
         return increment if increment.total else None
+
+    def unreported_output(self, received_chars: int) -> Usage | None:
+        """For a response cut short: the output written beyond what was reported, estimated
+        from its characters. The server bills it, but the final usage never came."""
+        estimate = -(-received_chars // CHARS_PER_TOKEN)
+        if self.final or estimate <= self.seen.output_tokens:
+            return None
+        increment = Usage(output_tokens=estimate - self.seen.output_tokens)
+        self.seen = dataclasses.replace(self.seen, output_tokens=estimate)
+        return increment
 
 
 def _max(usage: Any, field: str, seen: int) -> int:

@@ -169,15 +169,18 @@ class OpenAIStream:
             if not emitted:
                 yield from _tool_events(calls)
         except (openai.OpenAIError, httpx2.HTTPError, ValueError) as exc:
+            if not usage_seen and received_chars:
+                # The server bills a response cut short (by it, the network, or a stop or
+                # steer --now here), but its usage chunk never came: count an estimate
+                # rather than nothing.
+                yield UsageEvent(_estimate(self._request, received_chars))
             if self._abort.fired:
                 raise Interrupted from None
-            if not usage_seen and received_chars:
-                # The server bills a response cut short, but its usage chunk never came:
-                # count an estimate rather than nothing.
-                yield UsageEvent(_estimate(self._request, received_chars))
             raise self._p._error(exc) from exc
         finally:
             chunks.close()
+        if self._abort.fired and not usage_seen and received_chars:
+            yield UsageEvent(_estimate(self._request, received_chars))  # closed between chunks
 
 
 def _estimate(request: TurnRequest, received_chars: int) -> Usage:

@@ -231,19 +231,26 @@ class SimStream:
         # Emit a few tokens per chunk; coarser when the delay per chunk would be negligible.
         chunk_chars = 16 if per_token * 4 >= 0.002 else 4096
         sent = 0
-        for start in range(0, len(text), chunk_chars):
-            piece = text[start : start + chunk_chars]
-            self._wait(per_token * _tokens(piece))
-            sent += _tokens(piece)
-            yield TextDelta(piece)
-            if self._stall and start >= len(text) // 3:
-                # Hang like a server that stopped sending; the read timeout breaks it.
-                self._wait(o.read_timeout_s * o.time_scale)
-                yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
-                raise TransientError("sim: stream stalled past the read timeout")
-        for call in calls:
-            self._wait(per_token * _tokens(json.dumps(dict(call.arguments))))
-            yield ToolCallEvent(call)
+        try:
+            for start in range(0, len(text), chunk_chars):
+                piece = text[start : start + chunk_chars]
+                self._wait(per_token * _tokens(piece))
+                sent += _tokens(piece)
+                yield TextDelta(piece)
+                if self._stall and start >= len(text) // 3:
+                    # Hang like a server that stopped sending; the read timeout breaks it.
+                    self._wait(o.read_timeout_s * o.time_scale)
+                    yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
+                    raise TransientError("sim: stream stalled past the read timeout")
+            for call in calls:
+                self._wait(per_token * _tokens(json.dumps(dict(call.arguments))))
+                sent += _tokens(json.dumps(dict(call.arguments))) + 8
+                yield ToolCallEvent(call)
+        except Interrupted:
+            # Closed by a stop or a steer --now: the server has read the prompt and written
+            # `sent` tokens, and bills them like a real one would.
+            yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
+            raise
         out = _tokens(text) + sum(_tokens(json.dumps(dict(c.arguments))) + 8 for c in calls)
         yield UsageEvent(Usage(usage_in, out, cache_read, cache_write))
 

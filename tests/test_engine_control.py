@@ -1,0 +1,162 @@
+"""Control at the edges: interrupted calls are billed, steer --now under rate limits, the
+last turn, budgets that cannot be enforced, and the Engine API used out of order."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.model import BatchFinished, ChildStatus, EngineEvent, SteerState
+from flightdeck.engine.settings import Budget
+from helpers import batch, run_to_end, settings, sim_route, start, until
+from loopback import KEY_ENV, Loopback, Reply, route_for
+
+
+@pytest.mark.parametrize("provider", ["sim", "openai", "anthropic"])
+def test_a_stopped_response_is_billed_for_what_it_streamed(provider: str, tmp_path: Path) -> None:
+    # The server has read the prompt and written part of the answer: it bills both, although
+    # the usage report at the end of the stream never comes.
+    with Loopback() as server:
+        if provider == "sim":
+            route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=40, time_scale=1.0)
+        else:
+            answer = "Result for: the task\n" + "word " * 2000  # as the sim's answers begin
+            server.script(Reply(text=answer, chunk_chars=8, chunk_delay_s=0.005))
+            route = route_for(server, provider)
+        engine = Engine(
+            batch(1, route=route.name), settings(route), state_dir=tmp_path, env={KEY_ENV: "k"}
+        )
+        engine.start()
+        try:
+            log = Path(engine.snapshot().children[0].transcript)
+            # A line is written once it ends: the answer's first line is in, the rest is not.
+            until(lambda: log.exists() and "Result for:" in log.read_text())
+            engine.stop(["t0000"])
+            row = run_to_end(engine, 10).children[0]
+        finally:
+            engine.close()
+    assert row.status is ChildStatus.STOPPED
+    assert row.usage.prompt_tokens > 0
+    assert row.usage.output_tokens >= 5  # at least that first line, 4 characters a token
+    assert row.cost_usd is not None and row.cost_usd > 0
+    assert engine.snapshot().totals.usage == row.usage  # and in the batch's meter
+
+
+def test_steer_now_while_waiting_for_the_rate_limit_sends_one_request(tmp_path: Path) -> None:
+    # rpm 60: the first child takes the only request a second allows; the second waits for it.
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0), rpm=60
+    )
+    engine = start(batch(2), settings(route, pool=2), tmp_path)
+    try:
+        waiting = "waiting for the route's rate limit"
+        until(lambda: engine.snapshot().children[1].activity.text.startswith(waiting), 10)
+        engine.steer(["t0001"], "answer in one line", now=True)
+        until(lambda: engine.snapshot().children[1].activity.text == "streaming", 10)
+        row = engine.snapshot().children[1]
+    finally:
+        engine.close()
+    # The request it had waited for went out with the message: not thrown away for a second
+    # one (a call never made, counted, and another wait for the bucket).
+    assert row.activity.api_calls == 1
+    assert [s.state for s in row.steers] == [SteerState.DELIVERED]
+
+
+def test_a_turn_restarted_by_steer_now_may_wait_on_the_rate_limit(tmp_path: Path) -> None:
+    # The restarted call waits about a second for the rpm bucket, longer than stall_after_s:
+    # like any call's wait on its own route, that is not a stall.
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0), rpm=60
+    )
+    engine = start(batch(1), settings(route, stall_after_s=0.3, stall_grace_s=0.1), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.text == "streaming", 10)
+        engine.steer(["t0000"], "start over", now=True)
+        until(
+            lambda: (
+                (
+                    (r := engine.snapshot().children[0]).activity.api_calls == 2
+                    and r.activity.text == "streaming"
+                )
+                or r.status.terminal
+            ),
+            10,
+        )
+        row = engine.snapshot().children[0]
+    finally:
+        engine.close()
+    assert (row.status, row.error) == (ChildStatus.RUNNING, None)
+
+
+def test_the_last_turn_does_not_run_tools_nobody_would_read(tmp_path: Path) -> None:
+    # Every answer asks for another tool: the second (last) turn's call would write or read
+    # for nothing, since no third turn can see its result.
+    engine = start(batch(1, max_turns=2), settings(sim_route(tool_turns=5)), tmp_path)
+    row = run_to_end(engine, 20).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error == "max_turns (2) reached without a final answer"
+    assert (row.activity.api_calls, row.activity.tool_calls) == (2, 1)
+    text = Path(row.transcript).read_text()
+    assert text.count("tool-call") == 1 and "1 tool call(s) not run: no turns left" in text
+
+
+def test_a_cost_budget_needs_a_price_for_every_route(tmp_path: Path) -> None:
+    # Spend at an unknown price is never counted, so the cap would never be reached.
+    unpriced = dataclasses.replace(sim_route("free"), price=None)
+    budget = Budget(max_cost_usd=Decimal("0.50"), cost_line=7)
+    s = dataclasses.replace(
+        settings(sim_route(), unpriced), budget=budget, source=Path("flightdeck.toml")
+    )
+    with pytest.raises(ConfigError) as caught:
+        Engine(batch(2, route="free"), s, state_dir=tmp_path)
+    assert str(caught.value).startswith("flightdeck.toml:7: budget.max_cost_usd: cannot be")
+    assert "route 'free'" in str(caught.value)
+    Engine(batch(2), s, state_dir=tmp_path).close()  # a batch on priced routes only is fine
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+# --- the Engine API used out of order -----------------------------------------------------------
+
+
+def test_start_runs_one_batch_once(tmp_path: Path) -> None:
+    engine = Engine(batch(2), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="has not been called"):
+        engine.wait(0)
+    engine.start()
+    with pytest.raises(RuntimeError, match="once"):
+        engine.start()  # a second batch of the same tasks would run them twice
+    assert run_to_end(engine).totals.completed == 2
+    with pytest.raises(RuntimeError, match="once"):
+        engine.start()
+    with pytest.raises(RuntimeError, match="after close"):
+        engine.steer(["t0000"], "too late")  # no receipt that nothing would ever settle
+    engine.stop_all()  # nothing left to stop: harmless
+
+
+def test_a_subscriber_cannot_deadlock_the_engine(tmp_path: Path) -> None:
+    # Subscribers run on the coordinator thread: close() there would wait for that thread to
+    # end. It refuses, and the batch still ends and closes from the caller's thread.
+    engine = Engine(batch(2), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
+    seen: list[object] = []
+
+    def on_event(event: EngineEvent) -> None:
+        if isinstance(event, BatchFinished):
+            seen.append(engine.wait(0))  # waiters were released before the announcement
+            try:
+                engine.close()
+            except RuntimeError as exc:
+                seen.append(str(exc))
+
+    engine.subscribe(on_event)
+    engine.start()
+    assert engine.wait(10)
+    engine.close()
+    assert seen == [True, "Engine.close() cannot be called from an engine event subscriber"]
+    names = {t.name for t in threading.enumerate()}
+    assert "flightdeck-coordinator" not in names
