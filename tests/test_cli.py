@@ -281,7 +281,7 @@ def test_bad_arguments_exit_2(project: Path) -> None:
     for bad, why in [
         ("0", "between 1 and 1024, got 0"),
         ("100000", "between 1 and 1024, got 100000"),
-        ("many", "expected a whole number, got 'many'"),
+        ("many", "expected a whole number or 'auto', got 'many'"),
     ]:
         result = flightdeck("run", "tasks.jsonl", "--max-concurrent", bad, cwd=project)
         assert result.returncode == 2, result.stderr
@@ -289,6 +289,17 @@ def test_bad_arguments_exit_2(project: Path) -> None:
     missing = flightdeck("run", "nope.jsonl", cwd=project)
     assert missing.returncode == 2 and "nope.jsonl" in missing.stderr
     assert flightdeck("report", cwd=project).returncode == 2  # no state yet
+
+
+def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None:
+    from flightdeck.engine.limits import auto_pool_size
+    from flightdeck.engine.settings import default_sim_route
+
+    result = flightdeck("run", "tasks.jsonl", "--max-concurrent", "auto", cwd=project)
+    assert result.returncode == 0, result.stderr
+    (manifest,) = (project / ".flightdeck" / "batches").glob("*/manifest.json")
+    auto = auto_pool_size([default_sim_route()], os.cpu_count())  # the config says 4
+    assert auto != 4 and json.loads(manifest.read_text())["pool_size"] == auto
 
 
 def test_argument_errors_never_print_escape_sequences(
@@ -463,6 +474,9 @@ def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("flightdeck: state_dir: cannot use ")
     assert "Traceback" not in result.stderr
+    result = flightdeck("run", "tasks.jsonl", "--state-dir", "blocker", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.endswith("/blocker is a file, not a folder\n"), result.stderr
 
 
 def test_an_unusable_database_is_one_clear_error(project: Path) -> None:
@@ -611,8 +625,34 @@ def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
         text=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.readline().startswith("batch ")
+    batch_id = proc.stdout.readline().split()[1]
     proc.stdout.close()
     with proc.stderr:
-        assert proc.wait(timeout=60) == 1
-        assert proc.stderr.read() == ""  # no traceback
+        assert proc.wait(timeout=60) == 141  # as a shell shows a program a closed pipe ended
+        # One line, no traceback, and nothing about a flush at exit.
+        assert proc.stderr.read() == (
+            "flightdeck: output closed; children still running were stopped "
+            f"(flightdeck report {batch_id})\n"
+        )
+    with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
+        info = reader.batch(batch_id)
+        rows = reader.children(batch_id)
+    assert info is not None and info.status.value == "stopped"
+    assert {r.status for r in rows} <= {ChildStatus.STOPPED, ChildStatus.COMPLETED}
+    assert any(r.status is ChildStatus.STOPPED for r in rows)
+
+
+def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
+    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "report", "--format", "json"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the report is written
+    with proc.stderr:
+        assert proc.wait(timeout=60) == 141
+        assert proc.stderr.read() == ""

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.store import StoreReader
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE: what a shell shows for a program a closed pipe ended
 LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
 
 
@@ -37,11 +38,25 @@ class UsageError(InputError):
     """A bad command-line argument."""
 
 
+class OutputClosed(Exception):
+    """Whoever read our output has gone (`flightdeck run … | head -1`)."""
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # Rich's own answer is SystemExit(1), which reads as "some child failed".
+        self.quiet = True  # nothing more is written to the closed pipe
+        # Nor at exit: the interpreter's last flush would complain on stderr.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.file.fileno())
+        raise OutputClosed
+
+
 def _console(stderr: bool = False) -> Console:
     """Plain when piped: no colour codes, and wide enough that tables are not cut at 80."""
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = _Console(stderr=stderr, highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(stderr=stderr, highlight=False, soft_wrap=True, width=200)
+        console = _Console(stderr=stderr, highlight=False, soft_wrap=True, width=200)
     return console
 
 
@@ -83,7 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("batch_file", type=Path, help="tasks: .jsonl, .toml or .yaml")
     run.add_argument("--config", type=Path, help="flightdeck.toml (default: ./flightdeck.toml)")
     run.add_argument("--state-dir", type=Path, help="state folder (default: ./.flightdeck)")
-    run.add_argument("--max-concurrent", type=_pool_size, help="children alive at once")
+    run.add_argument(
+        "--max-concurrent",
+        type=_pool_size,
+        help='children alive at once: a number, or "auto" (overrides the config)',
+    )
     run.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
 
     report = sub.add_parser("report", help="metrics report of a batch (latest by default)")
@@ -96,13 +115,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _pool_size(text: str) -> int:
+def _pool_size(text: str) -> int | Literal["auto"]:
+    if text == "auto":  # puts a config's fixed number back to the automatic size
+        return "auto"
     from flightdeck.engine.settings import MAX_CONCURRENT  # only when the option is given
 
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number or 'auto', got {text!r}"
+        ) from None
     if not 1 <= value <= MAX_CONCURRENT:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_CONCURRENT}, got {value}")
     return value
@@ -123,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl+C before a batch runs (loading a big file, say)
         err.print(Text("flightdeck: interrupted"))
         return EXIT_INTERRUPTED
+    except OutputClosed:  # `flightdeck report | head`: the reader has what it wanted
+        return EXIT_OUTPUT_CLOSED
 
 
 # --- run -----------------------------------------------------------------------------------------
@@ -178,6 +203,17 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
     stop_forwarding = forward_logs(lambda text, severity: notices.put((text, severity)))
     try:
         return _run_headless(engine, console, errors, show_notices)
+    except OutputClosed:
+        # The engine has closed on the way out: children still running were stopped and
+        # recorded, as for Ctrl+C. Leaving them to run with nobody reading would spend money
+        # unseen, and hold up the shell pipeline until the batch ends.
+        errors.print(
+            Text(
+                "flightdeck: output closed; children still running were stopped "
+                f"(flightdeck report {engine.batch_id})"
+            )
+        )
+        return EXIT_OUTPUT_CLOSED
     finally:
         stop_forwarding()
         show_notices()
@@ -390,7 +426,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     text = render_json(report) if args.format == "json" else render_markdown(report)
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    try:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _console().on_broken_pipe()
     return EXIT_OK
 
 
