@@ -293,9 +293,18 @@ def test_duplicate_id_from_decomposition(tmp_path: Path) -> None:
     assert "for_each item 2: duplicate id 'r'" in str(err)
 
 
-def test_generated_id_clash_with_explicit_id(tmp_path: Path) -> None:
-    path = write(tmp_path, "b.jsonl", '{"id": "task-0002", "goal": "a"}\n{"goal": "b"}\n')
-    assert "generated id 'task-0002'" in str(error_at(path, 2, "id"))
+def test_generated_ids_step_around_the_files_own_ids(tmp_path: Path) -> None:
+    # Whether the explicit id comes before or after the task whose generated id it takes.
+    lines = [
+        {"id": "task-0002", "goal": "a"},
+        {"goal": "b"},
+        {"goal": "c"},
+        {"id": "task-0003", "goal": "d"},
+        {"id": "task-0003-2", "goal": "e"},
+    ]
+    path = write(tmp_path, "b.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
+    ids = [t.id for t in load_batch(path).tasks]
+    assert ids == ["task-0002", "task-0002-2", "task-0003-3", "task-0003", "task-0003-2"]
 
 
 def test_unknown_task_key_suggests_the_right_one(tmp_path: Path) -> None:

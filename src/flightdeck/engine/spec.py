@@ -489,10 +489,13 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[_Draft])
         raise SpecError(path, None, None, "the batch has no tasks")
     tasks: list[Task] = []
     first: dict[str, _Draft] = {}
+    # A generated id steps around every id the file gives, even on a later line: "task-0001"
+    # for the first task is no duplicate of the user's own "task-0001" further down.
+    given_ids = {i for d in drafts if isinstance(i := d.fields.get("id"), str)}
     for seq, draft in enumerate(drafts):
         fields = draft.fields
         given = fields.get("id")
-        task_id = given if isinstance(given, str) else f"task-{seq + 1:04d}"
+        task_id = given if isinstance(given, str) else _generated_id(seq, given_ids)
         id_key = (*draft.key, "id")
         if not ID_PATTERN.fullmatch(task_id):
             message = (
@@ -506,8 +509,6 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[_Draft])
             if other.label:
                 where += f" ({other.label.rstrip(': ')})"
             message = f"{draft.label}duplicate id {task_id!r} (first defined at {where})"
-            if given is None:
-                message = f"{draft.label}generated id {task_id!r} is already used at {where}"
             raise draft.src.error(id_key, "id", message)
         first[task_id] = draft
         line = draft.src.line(draft.key)
@@ -532,6 +533,16 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[_Draft])
             )
         )
     return Batch(name=name, tasks=tuple(tasks), source=path, workspace=workspace)
+
+
+def _generated_id(seq: int, taken: set[str]) -> str:
+    """`task-0001` for the first task, unless the file gives that id to a task itself."""
+    task_id = base = f"task-{seq + 1:04d}"
+    suffix = 1
+    while task_id in taken:
+        suffix += 1
+        task_id = f"{base}-{suffix}"
+    return task_id
 
 
 # --- field checks -----------------------------------------------------------------------------
