@@ -203,7 +203,7 @@ def test_example_config_loads_without_keys() -> None:
     assert {k: sim.options[k] for k in ("latency_ms", "tokens_per_s", "seed")} == {
         "latency_ms": 1500.0,
         "tokens_per_s": 12.0,
-        "seed": 7,
+        "seed": 6,
     }
     assert (sim.options["error_rate"], sim.options["fail_rate"]) == (0.12, 0.015)
     assert {r.provider for r in settings.routes.values()} == {"sim"}
