@@ -476,7 +476,7 @@ def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     assert "Traceback" not in result.stderr
     result = flightdeck("run", "tasks.jsonl", "--state-dir", "blocker", cwd=project)
     assert result.returncode == 2
-    assert result.stderr.endswith("/blocker is a file, not a folder\n"), result.stderr
+    assert result.stderr.endswith("/blocker exists and is not a folder\n"), result.stderr
 
 
 def test_an_unusable_database_is_one_clear_error(project: Path) -> None:
@@ -584,6 +584,32 @@ def test_engine_errors_reach_stderr_as_one_sanitized_line(tmp_path: Path) -> Non
     ), lines[0]
 
 
+class _ClosesAtSummary(io.StringIO):
+    """A pipe whose reader leaves after the last completion line, before the summary."""
+
+    def write(self, text: str) -> int:
+        if "children" in text and "completed" in text:  # the summary table's header
+            raise BrokenPipeError
+        return super().write(text)
+
+
+def test_output_closed_after_the_batch_ended_says_only_the_summary_is_lost(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.tui import cli
+
+    engine = Engine(batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
+    out, err = _ClosesAtSummary(), io.StringIO()
+    code = run_headless(engine, cli._Console(file=out, width=200), Console(file=err, width=200))
+    assert code == 141
+    assert out.getvalue().count("✓ [") == 3  # every line was read, the summary was not
+    assert err.getvalue() == (
+        "flightdeck: output closed; the batch had completed "
+        f"(flightdeck report {engine.batch_id} --state-dir {tmp_path})\n"
+    )
+    assert engine.snapshot().totals.completed == 3  # nothing was stopped
+
+
 def test_piped_completion_lines_are_plain_text_in_one_write() -> None:
     out = _Writes()
     console = Console(file=out, width=200)
@@ -630,9 +656,10 @@ def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
     with proc.stderr:
         assert proc.wait(timeout=60) == 141  # as a shell shows a program a closed pipe ended
         # One line, no traceback, and nothing about a flush at exit.
+        state = project / ".flightdeck"
         assert proc.stderr.read() == (
             "flightdeck: output closed; children still running were stopped "
-            f"(flightdeck report {batch_id})\n"
+            f"(flightdeck report {batch_id} --state-dir {state})\n"
         )
     with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
         info = reader.batch(batch_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import pytest
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
-from flightdeck.engine.model import BatchFinished, ChildStatus, EngineEvent, SteerState
+from flightdeck.engine.model import (
+    BatchFinished,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+    SteerState,
+)
 from flightdeck.engine.settings import Budget
 from helpers import batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
@@ -49,23 +56,27 @@ def test_a_stopped_response_is_billed_for_what_it_streamed(provider: str, tmp_pa
 
 
 def test_steer_now_while_waiting_for_the_rate_limit_sends_one_request(tmp_path: Path) -> None:
-    # rpm 60: the first child takes the only request a second allows; the second waits for it.
+    # rpm 60: one request a second. The first child takes the first; the second waits about
+    # a second for the next, the third about two seconds.
     route = dataclasses.replace(
         sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0), rpm=60
     )
-    engine = start(batch(2), settings(route, pool=2), tmp_path)
+    engine = start(batch(3), settings(route, pool=3), tmp_path)
     try:
         waiting = "waiting for the route's rate limit"
-        until(lambda: engine.snapshot().children[1].activity.text.startswith(waiting), 10)
+        until(lambda: engine.snapshot().children[2].activity.text.startswith(waiting), 10)
         engine.steer(["t0001"], "answer in one line", now=True)
+        until(lambda: engine.snapshot().children[1].activity.api_calls > 0, 10)
+        second, third = engine.snapshot().children[1:]
         until(lambda: engine.snapshot().children[1].activity.text == "streaming", 10)
-        row = engine.snapshot().children[1]
+        second = engine.snapshot().children[1]
     finally:
         engine.close()
-    # The request it had waited for went out with the message: not thrown away for a second
-    # one (a call never made, counted, and another wait for the bucket).
-    assert row.activity.api_calls == 1
-    assert [s.state for s in row.steers] == [SteerState.DELIVERED]
+    # The request it had waited for went out with the message, still ahead of the third
+    # child's: not thrown away for another (a call never made, counted, and another wait).
+    assert third.activity.api_calls == 0
+    assert second.activity.api_calls == 1
+    assert [s.state for s in second.steers] == [SteerState.DELIVERED]
 
 
 def test_a_turn_restarted_by_steer_now_may_wait_on_the_rate_limit(tmp_path: Path) -> None:
@@ -140,12 +151,21 @@ def test_start_runs_one_batch_once(tmp_path: Path) -> None:
 
 
 def test_a_subscriber_cannot_deadlock_the_engine(tmp_path: Path) -> None:
-    # Subscribers run on the coordinator thread: close() there would wait for that thread to
-    # end. It refuses, and the batch still ends and closes from the caller's thread.
+    # Subscribers run on the coordinator thread: close(), or wait() without a timeout, there
+    # would wait for that thread. They refuse, and the batch still ends and closes from the
+    # caller's thread.
     engine = Engine(batch(2), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
     seen: list[object] = []
 
     def on_event(event: EngineEvent) -> None:
+        if isinstance(event, ChildStarted) and event.child_id == "t0000":
+            t0 = time.monotonic()
+            seen.append(engine.wait(5))  # the batch cannot end meanwhile: False at once
+            seen.append(time.monotonic() - t0 < 1)
+            try:
+                engine.wait()
+            except RuntimeError as exc:
+                seen.append(str(exc))
         if isinstance(event, BatchFinished):
             seen.append(engine.wait(0))  # waiters were released before the announcement
             try:
@@ -157,6 +177,13 @@ def test_a_subscriber_cannot_deadlock_the_engine(tmp_path: Path) -> None:
     engine.start()
     assert engine.wait(10)
     engine.close()
-    assert seen == [True, "Engine.close() cannot be called from an engine event subscriber"]
+    assert seen == [
+        False,
+        True,
+        "Engine.wait() without a timeout cannot be called from an engine event subscriber: "
+        "it would wait on itself",
+        True,
+        "Engine.close() cannot be called from an engine event subscriber",
+    ]
     names = {t.name for t in threading.enumerate()}
     assert "flightdeck-coordinator" not in names

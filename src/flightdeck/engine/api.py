@@ -282,7 +282,7 @@ class Engine:
         # A state dir that is a file, read-only, on a full disk, ...
         reason = exc.strerror or str(exc)
         if isinstance(exc, FileExistsError):  # mkdir(exist_ok=True) met something else there
-            reason = f"{exc.filename} is a file, not a folder"
+            reason = f"{exc.filename} exists and is not a folder"
         return ConfigError(None, None, "state_dir", f"cannot use {self.state_dir}: {reason}")
 
     def _report(self, fact: object) -> None:
@@ -339,8 +339,14 @@ class Engine:
         """Block until every child is final; False on timeout."""
         coordinator = self._require()
         if coordinator.on_thread and not coordinator.finished.is_set():
-            # A subscriber runs on the coordinator thread: it would wait on itself.
-            raise RuntimeError("Engine.wait() cannot be called from an engine event subscriber")
+            # A subscriber runs on the coordinator thread, which the batch needs to finish:
+            # it cannot finish while this waits, so a timed wait answers at once.
+            if timeout is None:
+                raise RuntimeError(
+                    "Engine.wait() without a timeout cannot be called from an engine event "
+                    "subscriber: it would wait on itself"
+                )
+            return False
         return coordinator.finished.wait(timeout)
 
     def flush(self, timeout: float | None = None) -> bool:

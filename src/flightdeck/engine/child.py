@@ -350,24 +350,18 @@ class Child:
     def _stream_once(self, messages: list[Message]) -> TurnResult:
         if self._now_pending:
             # steer --now during a backoff: it waited the backoff out (the server asked for
-            # it), and now restarts the turn with the message instead of sending without it.
-            raise Interrupted
-        request = TurnRequest(
-            system=SYSTEM_PROMPT,
-            messages=tuple(messages),
-            tools=self._tools.specs,
-            max_tokens=self.route.max_tokens,
-            child_id=self.task.id,
-        )
+            # it), and this attempt carries the message instead of going without it.
+            self._deliver_steers(messages)
+        request = self._request(messages)
         # Route pause and rpm/tpm buckets; the token estimate is reconciled with usage below.
         # Only a tokens-per-minute bucket reads it: without one, a turn skips the estimate.
         tokens = estimate_tokens(request) if self.route.tpm else 0
         lease = self._retry.admit(self.route, tokens, self.interrupt, self._on_rate_wait)
         if self._now_pending:
-            # steer --now while it waited for the rate limit: the reserved request goes back
-            # unsent, and the turn restarts with the message.
-            lease.cancel()
-            raise Interrupted
+            # ... or while it waited for the rate limit: the request it waited (and paid) for
+            # goes out with the message, rather than queueing again behind other children.
+            self._deliver_steers(messages)
+            request = self._request(messages)
         self._tick("waiting for model", api_call=True)
         text: list[str] = []
         calls: list[ToolCall] = []
@@ -409,6 +403,15 @@ class Child:
         if closed:
             raise Interrupted  # the stream was closed under us and ended quietly
         return TurnResult("".join(text), tuple(calls), usage)
+
+    def _request(self, messages: list[Message]) -> TurnRequest:
+        return TurnRequest(
+            system=SYSTEM_PROMPT,
+            messages=tuple(messages),
+            tools=self._tools.specs,
+            max_tokens=self.route.max_tokens,
+            child_id=self.task.id,
+        )
 
     def _run_tool(self, call: ToolCall) -> Message:
         args = json.dumps(dict(call.arguments), ensure_ascii=False)

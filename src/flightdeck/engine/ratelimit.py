@@ -94,14 +94,6 @@ class Lease:
         if self.limiter is not None:
             self.limiter._reconcile(self.tokens, actual_tokens)
 
-    def cancel(self) -> None:
-        """The call was never sent: give back its request and its tokens (instead of settle)."""
-        if self.settled:
-            return
-        self.settled = True
-        if self.limiter is not None:
-            self.limiter._refund(self.tokens)
-
 
 class RateLimiter:
     """A route's request and token buckets; thread-safe; `clock` and `wait` are injectable."""

@@ -20,7 +20,13 @@ from rich.table import Table
 from rich.text import Text
 
 from flightdeck.engine.errors import InputError
-from flightdeck.engine.model import ChildFinished, ChildStatus, EngineEvent, Snapshot
+from flightdeck.engine.model import (
+    BatchStatus,
+    ChildFinished,
+    ChildStatus,
+    EngineEvent,
+    Snapshot,
+)
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_tokens
 from flightdeck.tui.logs import Severity, forward_logs
@@ -207,12 +213,10 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
         # The engine has closed on the way out: children still running were stopped and
         # recorded, as for Ctrl+C. Leaving them to run with nobody reading would spend money
         # unseen, and hold up the shell pipeline until the batch ends.
-        errors.print(
-            Text(
-                "flightdeck: output closed; children still running were stopped "
-                f"(flightdeck report {engine.batch_id})"
-            )
-        )
+        what = "children still running were stopped"
+        if engine.status is not BatchStatus.STOPPED:  # it had ended: only the summary is lost
+            what = f"the batch had {engine.status.value}"
+        errors.print(Text(f"flightdeck: output closed; {what} ({report_hint(engine)})"))
         return EXIT_OUTPUT_CLOSED
     finally:
         stop_forwarding()
@@ -313,13 +317,17 @@ def _run_headless(
             show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     console.print(summary_table(snap))
-    # The state folder comes from the command line or flightdeck.toml: untrusted text, and a
-    # command to paste back into a shell.
-    state_dir = shlex.quote(sanitize(str(engine.state_dir)))
-    console.print(Text(f"report: flightdeck report {batch_id} --state-dir {state_dir}"))
+    console.print(Text(f"report: {report_hint(engine)}"))
     if interrupted:
         return exit_code
     return EXIT_OK if snap.totals.completed == snap.totals.children else EXIT_FAILED
+
+
+def report_hint(engine: Engine) -> str:
+    """The command that shows this batch's report, to paste back into a shell."""
+    # The state folder comes from the command line or flightdeck.toml: untrusted text.
+    state_dir = shlex.quote(sanitize(str(engine.state_dir)))
+    return f"flightdeck report {engine.batch_id} --state-dir {state_dir}"
 
 
 def print_lines(console: Console, finished: list[ChildFinished], *, styled: bool) -> None:

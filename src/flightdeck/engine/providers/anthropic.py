@@ -168,9 +168,6 @@ class AnthropicStream:
             raise map_error(exc, secrets=self._p.secrets) from exc
         finally:
             events.close()
-        rest = billed.unreported_output(received_chars) if self._abort.fired else None
-        if rest is not None:
-            yield UsageEvent(rest)  # closed between events
 
 
 class _Cumulative:

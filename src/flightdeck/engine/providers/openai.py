@@ -179,8 +179,6 @@ class OpenAIStream:
             raise self._p._error(exc) from exc
         finally:
             chunks.close()
-        if self._abort.fired and not usage_seen and received_chars:
-            yield UsageEvent(_estimate(self._request, received_chars))  # closed between chunks
 
 
 def _estimate(request: TurnRequest, received_chars: int) -> Usage:
