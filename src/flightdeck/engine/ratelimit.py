@@ -140,18 +140,14 @@ class RateLimiter:
         if delay > 0 and on_wait is not None:
             on_wait(delay)
         if delay > 0 and self._wait(cancel, delay):
-            self._refund(tokens)
+            with self._lock:
+                now = self._clock()
+                if self.requests is not None:
+                    self.requests.give(1, now)
+                if self.tokens is not None:
+                    self.tokens.give(tokens, now)
             raise Cancelled
         return Lease(self, tokens, delay)
-
-    def _refund(self, tokens: int) -> None:
-        """Give back one reservation that was never used."""
-        with self._lock:
-            now = self._clock()
-            if self.requests is not None:
-                self.requests.give(1, now)
-            if self.tokens is not None:
-                self.tokens.give(tokens, now)
 
     def _reconcile(self, estimated: int, actual: int) -> None:
         if self.tokens is None or estimated == actual:

@@ -243,8 +243,9 @@ class SimStream:
                     yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
                     raise TransientError("sim: stream stalled past the read timeout")
             for call in calls:
-                self._wait(per_token * _tokens(json.dumps(dict(call.arguments))))
-                sent += _tokens(json.dumps(dict(call.arguments))) + 8
+                size = _tokens(json.dumps(dict(call.arguments)))
+                self._wait(per_token * size)
+                sent += size + 8
                 yield ToolCallEvent(call)
         except Interrupted:
             # Closed by a stop or a steer --now: the server has read the prompt and written
