@@ -335,7 +335,8 @@ class Child:
         while True:
             try:
                 return self._retry.call(
-                    lambda: self._stream_once(messages),
+                    self._stream_once,
+                    messages,
                     interrupt=self.interrupt,
                     on_retry=self._on_retry,
                     on_pause=self._on_pause,

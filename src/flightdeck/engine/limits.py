@@ -164,13 +164,50 @@ class RetryPolicy:
 
     def call(
         self,
-        fn: Callable[[], T],
-        *,
+        fn: Callable[..., T],
+        *args: object,
         interrupt: Waitable,
         on_retry: Callable[[RetryNotice], None] | None = None,
         on_pause: Callable[[float], None] | None = None,
     ) -> T:
-        """Call `fn` until it succeeds, fails fatally, runs out of attempts, or is stopped."""
+        """Call `fn(*args)` until it succeeds, fails fatally, runs out of attempts, or is
+        stopped."""
+        # Nearly every call succeeds at once: the first attempt is made here, without the
+        # retry machinery and its closures (a dozen objects built and freed per call); on a
+        # retryable failure it is replayed into tenacity as its first attempt, so backoff,
+        # notices and attempt counts are exactly as if tenacity had made it.
+        try:
+            return self._attempt(fn, args, interrupt, on_pause)
+        except Exception as exc:
+            if not classify(exc) or self.settings.attempts <= 1:
+                raise
+            first_error = exc
+        return self._retry(fn, args, first_error, interrupt, on_retry, on_pause)
+
+    def _attempt(
+        self,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        interrupt: Waitable,
+        on_pause: Callable[[float], None] | None,
+    ) -> T:
+        if interrupt.is_set():
+            raise StopRequested
+        if self.throttle is not None:
+            # Another thread of this route was told to back off: wait with it.
+            self.throttle.wait_out_pause(interrupt, on_pause)
+        return fn(*args)
+
+    def _retry(
+        self,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        first_error: Exception,
+        interrupt: Waitable,
+        on_retry: Callable[[RetryNotice], None] | None,
+        on_pause: Callable[[float], None] | None,
+    ) -> T:
+        """The attempts after a retryable first failure, under tenacity."""
 
         def sleep(seconds: float) -> None:
             if interrupt.wait(seconds):
@@ -187,23 +224,6 @@ class RetryPolicy:
                 )
                 on_retry(notice)
 
-        def attempt() -> T:
-            if interrupt.is_set():
-                raise StopRequested
-            if self.throttle is not None:
-                # Another thread of this route was told to back off: wait with it.
-                self.throttle.wait_out_pause(interrupt, on_pause)
-            return fn()
-
-        # Nearly every call succeeds at once: make the first attempt before building the retry
-        # machinery, and on a retryable failure replay it into tenacity as its first attempt,
-        # so backoff, notices and attempt counts are exactly as if tenacity had made it.
-        try:
-            return attempt()
-        except Exception as exc:
-            if not classify(exc) or self.settings.attempts <= 1:
-                raise
-            first_error = exc
         replayed = False
 
         def replay_then_attempt() -> T:
@@ -211,7 +231,7 @@ class RetryPolicy:
             if not replayed:
                 replayed = True
                 raise first_error
-            return attempt()
+            return self._attempt(fn, args, interrupt, on_pause)
 
         retrying = Retrying(
             stop=stop_after_attempt(self.settings.attempts),
