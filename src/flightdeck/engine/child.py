@@ -301,10 +301,10 @@ class Child:
             self._deliver_steers(messages)
             self._hold(turn + 1)
             result = self._turn(messages)
-            messages.append(Message("assistant", result.text, result.tool_calls))
             if not result.tool_calls:
                 self.finalize(ChildStatus.COMPLETED, result=result.text)
                 return
+            messages.append(Message("assistant", result.text, result.tool_calls))
             if turn + 1 == self.task.max_turns:
                 # No turn is left to read their results: running them would only leave side
                 # effects (a file written) that nothing follows up.

@@ -58,10 +58,12 @@ class RouteThrottle:
     ) -> Lease:
         """Reserve one request and `tokens` from the buckets (a route pause is waited out by
         RetryPolicy before every attempt); `on_wait` hears how long a wait will be."""
-        with self._lock:
-            if self.limiter is None:
-                self.limiter = RateLimiter(route.rpm, route.tpm, clock=self._clock)
-            limiter = self.limiter
+        limiter = self.limiter  # set once: every call after the first reads it without the lock
+        if limiter is None:
+            with self._lock:
+                if self.limiter is None:
+                    self.limiter = RateLimiter(route.rpm, route.tpm, clock=self._clock)
+                limiter = self.limiter
         try:
             return limiter.acquire(tokens, interrupt, on_wait)
         except Cancelled:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import itertools
 import logging
 import os
 import queue
@@ -602,7 +603,8 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, params: list[Sequence[Any]]
     for size in _CHUNKS:
         while n - i >= size:
             chunk = params[i : i + size]
-            conn.execute(_rows_sql(sql, size), [value for row in chunk for value in row])
+            # Flattened in C: a comprehension ran bytecode for each of 27 values a row.
+            conn.execute(_rows_sql(sql, size), list(itertools.chain.from_iterable(chunk)))
             i += size
 
 

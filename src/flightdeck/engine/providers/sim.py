@@ -234,8 +234,9 @@ class SimStream:
         try:
             for start in range(0, len(text), chunk_chars):
                 piece = text[start : start + chunk_chars]
-                self._wait(per_token * _tokens(piece))
-                sent += _tokens(piece)
+                tokens = _tokens(piece)
+                self._wait(per_token * tokens)
+                sent += tokens
                 yield TextDelta(piece)
                 if self._stall and start >= len(text) // 3:
                     # Hang like a server that stopped sending; the read timeout breaks it.
@@ -252,7 +253,9 @@ class SimStream:
             # `sent` tokens, and bills them like a real one would.
             yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
             raise
-        out = _tokens(text) + sum(_tokens(json.dumps(dict(c.arguments))) + 8 for c in calls)
+        out = _tokens(text)
+        for call in calls:
+            out += _tokens(json.dumps(dict(call.arguments))) + 8
         yield UsageEvent(Usage(usage_in, out, cache_read, cache_write))
 
 
