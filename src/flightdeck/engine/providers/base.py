@@ -130,6 +130,12 @@ class TurnStream(Protocol):
 LOCAL_PLACEHOLDER_KEY = "local-server-no-key"
 
 
+def key_secrets(api_key: str) -> tuple[str, ...]:
+    """A provider's `secrets` for its key. A local server's placeholder is no secret: it would
+    only redact a model saying it."""
+    return () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
+
+
 class Provider(Protocol):
     """A model client. One instance per route, shared by all of that route's children."""
 

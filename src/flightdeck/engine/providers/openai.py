@@ -20,7 +20,6 @@ from ..model import Usage
 from ..ratelimit import CHARS_PER_TOKEN, prompt_tokens_estimate
 from ..settings import Route
 from .base import (
-    LOCAL_PLACEHOLDER_KEY,
     FatalError,
     HeadroomEvent,
     Interrupted,
@@ -33,6 +32,7 @@ from .base import (
     TransientError,
     TurnRequest,
     UsageEvent,
+    key_secrets,
 )
 from .transport import (
     READ_TIMEOUT,
@@ -69,8 +69,7 @@ class OpenAIProvider:
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
         self.route = route
-        # A local server's placeholder is no secret: it would only redact a model saying it.
-        self.secrets: tuple[str, ...] = () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
+        self.secrets = key_secrets(api_key)
         options = route.options
         self.base_url: str | None = options.get("base_url")
         self._http = http_client(options)
