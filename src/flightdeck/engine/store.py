@@ -470,24 +470,22 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, op: _Write | _Then) -> None:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"store {self.path} is closed")
-            self._queue.put(op)
-
-    def _put_rows(self, what: str, sql: str, params: list[tuple[Any, ...]]) -> None:
-        # One transaction for a 200,000-task batch held the write lock for seconds, and another
-        # process's finished children waited (unwritten, lost on a kill) all that time.
-        ops = [
-            _Write(what, sql, params[i : i + MAX_BATCH], many=True)
-            for i in range(0, len(params), MAX_BATCH)
-        ]
-        with self._lock:
+    def _put(self, *ops: _Write | _Then) -> None:
+        with self._lock:  # several ops queue together, in order
             if self._closed:
                 raise RuntimeError(f"store {self.path} is closed")
             for op in ops:
                 self._queue.put(op)
+
+    def _put_rows(self, what: str, sql: str, params: list[tuple[Any, ...]]) -> None:
+        # One transaction for a 200,000-task batch held the write lock for seconds, and another
+        # process's finished children waited (unwritten, lost on a kill) all that time.
+        self._put(
+            *(
+                _Write(what, sql, params[i : i + MAX_BATCH], many=True)
+                for i in range(0, len(params), MAX_BATCH)
+            )
+        )
 
     # -- the writer thread -------------------------------------------------------------------
 
@@ -511,14 +509,15 @@ class Store:
                 if writes:
                     self._commit(writes)
                 for op in ops:
-                    call = op.call if isinstance(op, _Then) else op.then if op is not None else None
+                    if op is None:
+                        stopping = True
+                        continue
+                    call = op.call if isinstance(op, _Then) else op.then
                     if call is not None:
                         try:
                             call()
                         except Exception:  # the caller's bug must not stop the writer
                             log.exception("flightdeck store: a commit callback failed")
-                    elif op is None:
-                        stopping = True
         finally:
             self._conn.close()
 
