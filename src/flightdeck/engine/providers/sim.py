@@ -253,10 +253,9 @@ class SimStream:
             # `sent` tokens, and bills them like a real one would.
             yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
             raise
-        out = _tokens(text)
-        for call in calls:
-            out += _tokens(json.dumps(dict(call.arguments))) + 8
-        yield UsageEvent(Usage(usage_in, out, cache_read, cache_write))
+        # Everything is sent: `sent` is the text's tokens (every chunk but the last is a whole
+        # number of tokens, 4 or 4,096 characters) and the calls'.
+        yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
 
 
 def _plan(req: TurnRequest, rng: Dice, tool_turns: int | None) -> tuple[str, tuple[ToolCall, ...]]:
