@@ -19,8 +19,10 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     SteerState,
+    Usage,
 )
 from flightdeck.engine.settings import Budget
+from flightdeck.engine.store import StoreReader
 from helpers import batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
 
@@ -187,3 +189,66 @@ def test_a_subscriber_cannot_deadlock_the_engine(tmp_path: Path) -> None:
     ]
     names = {t.name for t in threading.enumerate()}
     assert "flightdeck-coordinator" not in names
+
+
+class _Deaf:
+    """A provider whose stream ignores close() until the test lets it go: an SDK call stuck
+    where no abort reaches it. It then bills the call, as a server would."""
+
+    name = "sim"
+    model = "deaf"
+    secrets: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.streaming = threading.Event()
+        self.release = threading.Event()
+
+    def open(self, request: object) -> object:
+        from flightdeck.engine.providers.base import TextDelta, UsageEvent
+
+        provider = self
+
+        class Stream:
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                provider.streaming.set()
+                provider.release.wait(10)
+                yield TextDelta("too late\n")
+                yield UsageEvent(Usage(1000, 200))
+
+            def close(self) -> None:
+                pass  # deaf
+
+        return Stream()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_child_abandoned_by_the_watchdog_is_recorded_again_when_it_bills_late(
+    tmp_path: Path,
+) -> None:
+    # Stopped, it does not stop within the grace period: the watchdog records it `stopped`
+    # ("abandoned") and frees its slot. When its call comes back, the tokens it was billed
+    # must reach the store too, or the report says less than the server charged.
+    provider = _Deaf()
+    s = settings(sim_route(tool_turns=0), stall_grace_s=0.1)
+    engine = start(batch(1), s, tmp_path, providers={"sim": provider})
+    try:
+        assert provider.streaming.wait(5)
+        engine.stop(["t0000"])
+        assert engine.wait(5)
+        reader = StoreReader(tmp_path / "state" / "flightdeck.db")
+        [row] = reader.children(engine.batch_id)
+        assert row.status is ChildStatus.STOPPED
+        assert row.error is not None and "abandoned" in row.error
+        assert row.usage.total == 0
+        provider.release.set()
+        until(lambda: reader.children(engine.batch_id)[0].usage.total == 1200, timeout=5)
+        [row] = reader.children(engine.batch_id)
+        live = engine.snapshot()
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.STOPPED  # still the status it ended with
+    assert row.cost_usd is not None and row.cost_usd > 0
+    assert row.usage == live.children[0].usage == live.totals.usage
+    assert row.cost_usd == live.totals.cost_usd

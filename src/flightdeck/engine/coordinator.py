@@ -219,9 +219,13 @@ class Coordinator:
         assert isinstance(fact, tuple)
         if fact[0] == "done":
             child: Child = fact[1]
-            if child.task.id in self._alive:  # else the watchdog abandoned it already
+            if child.task.id in self._alive:
                 self._release(child)
                 self._finished(child)
+            else:
+                # The watchdog abandoned it and recorded its final row; its call has come back
+                # since, and may have been billed: the store must say what was spent.
+                self._record(child.row())
         elif fact[0] == "recorded":
             row: ChildRow = fact[1]
             self._done += 1
