@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import gc
 import io
@@ -24,6 +25,7 @@ from rich.console import Console
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
+from flightdeck.engine.settings import Budget
 from flightdeck.engine.store import StoreReader
 from flightdeck.tui.cli import completion_text, print_lines, run_headless
 from helpers import batch, settings, sim_route
@@ -608,6 +610,19 @@ def test_output_closed_after_the_batch_ended_says_only_the_summary_is_lost(
         f"(flightdeck report {engine.batch_id} --state-dir {tmp_path})\n"
     )
     assert engine.snapshot().totals.completed == 3  # nothing was stopped
+
+
+def test_output_closed_after_a_batch_its_budget_stopped_says_so(tmp_path: Path) -> None:
+    # `stopped` by its budget, before the output closed: nothing was stopped on the way out.
+    from flightdeck.tui import cli
+
+    s = dataclasses.replace(settings(sim_route(tool_turns=0)), budget=Budget(max_runs=2))
+    engine = Engine(batch(3), s, state_dir=tmp_path)
+    out, err = _ClosesAtSummary(), io.StringIO()
+    code = run_headless(engine, cli._Console(file=out, width=200), Console(file=err, width=200))
+    assert code == 141
+    assert err.getvalue().startswith("flightdeck: output closed; the batch had stopped (")
+    assert engine.snapshot().totals.completed == 2
 
 
 def test_piped_completion_lines_are_plain_text_in_one_write() -> None:

@@ -15,6 +15,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.model import (
     BatchFinished,
+    BatchStatus,
     ChildStarted,
     ChildStatus,
     EngineEvent,
@@ -252,3 +253,32 @@ def test_a_child_abandoned_by_the_watchdog_is_recorded_again_when_it_bills_late(
     assert row.cost_usd is not None and row.cost_usd > 0
     assert row.usage == live.children[0].usage == live.totals.usage
     assert row.cost_usd == live.totals.cost_usd
+
+
+@pytest.mark.parametrize(
+    ("fail_one", "expected"), [(False, BatchStatus.STOPPED), (True, BatchStatus.FAILED)]
+)
+def test_a_batch_whose_children_were_stopped_one_by_one_ends_stopped(
+    fail_one: bool, expected: BatchStatus, tmp_path: Path
+) -> None:
+    # Stopping children one at a time is the operator's doing, as stop-all is: the batch
+    # did not fail. A child that did fail still makes it `failed`.
+    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    routes = [slow]
+    if fail_one:
+        routes.append(sim_route("bad", tool_turns=0, fail_rate=1.0))
+    tasks = batch(3).tasks
+    if fail_one:
+        tasks += (dataclasses.replace(tasks[0], id="broken", seq=3, route="bad"),)
+    b = dataclasses.replace(batch(0), tasks=tasks)
+    engine = start(b, settings(*routes), tmp_path)
+    try:
+        until(lambda: sum(r.status is ChildStatus.RUNNING for r in engine.snapshot().children) == 3)
+        for child_id in ("t0000", "t0001", "t0002"):
+            engine.stop([child_id])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert snap.status is expected
+    info = StoreReader(tmp_path / "state" / "flightdeck.db").batch(engine.batch_id)
+    assert info is not None and info.status is expected

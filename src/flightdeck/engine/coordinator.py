@@ -258,10 +258,16 @@ class Coordinator:
         return self._done >= len(self.children)
 
     def _final_status(self) -> BatchStatus:
+        """Stopped by the operator (all at once or one by one) or a budget, unless a child
+        failed, timed out or stalled first: a stop is nobody's failure."""
         if self._stopping:
             return BatchStatus.STOPPED
-        ok = all(c.status is ChildStatus.COMPLETED for c in self.children)
-        return BatchStatus.COMPLETED if ok else BatchStatus.FAILED
+        statuses = {c.status for c in self.children}
+        if statuses <= {ChildStatus.COMPLETED}:
+            return BatchStatus.COMPLETED
+        if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:
+            return BatchStatus.STOPPED
+        return BatchStatus.FAILED
 
     # --- admission -----------------------------------------------------------------------------
 
