@@ -447,6 +447,71 @@ def test_arguments_a_file_system_refuses_go_back_to_the_model(tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []  # no file, no temp file left behind
 
 
+def test_write_file_refuses_a_folder_before_writing_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "." is the workspace itself: its temp file would have gone next to the workspace, in
+    # the folder above it, before the replace failed.
+    from flightdeck.engine.tools import Toolbox, ToolError
+
+    written: list[Path] = []
+    real = Path.write_bytes
+    monkeypatch.setattr(Path, "write_bytes", lambda p, data: (written.append(p), real(p, data))[1])
+    (tmp_path / "ws" / "sub").mkdir(parents=True)
+    box = Toolbox(tmp_path / "ws")
+    for folder in (".", "sub", "sub/..", "sub/"):
+        with pytest.raises(ToolError, match="is a folder, not a file"):
+            box.run("write_file", {"path": folder, "content": "x"})
+    assert written == []
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub", "ws"]
+
+
+def test_writes_to_one_path_take_turns_across_workspaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two batches (two toolboxes) on one shared folder, the path spelled differently: one
+    # registry lock per real path, so no two writes of that file overlap. Writes to
+    # different files do overlap, which shows the check below can see an overlap.
+    from flightdeck.engine.tools import Toolbox
+
+    inside: dict[str, int] = {}
+    most: dict[str, int] = {}
+    guard = threading.Lock()
+    real = Path.write_bytes
+
+    def slow_write(p: Path, data: bytes) -> int:
+        keys = (p.name.split(".")[1], "any")  # the temp file's target, and all writes
+        with guard:
+            for key in keys:
+                inside[key] = inside.get(key, 0) + 1
+                most[key] = max(most.get(key, 0), inside[key])
+        time.sleep(0.01)
+        with guard:
+            for key in keys:
+                inside[key] -= 1
+        return real(p, data)
+
+    monkeypatch.setattr(Path, "write_bytes", slow_write)
+    (tmp_path / "ws" / "d").mkdir(parents=True)
+    boxes = (Toolbox(tmp_path / "ws"), Toolbox(tmp_path / "ws" / "d" / ".."))
+    jobs = [(boxes[i % 2], spelling) for i, spelling in enumerate(["shared", "d/../shared"] * 4)]
+    jobs += [(boxes[0], f"own{i}") for i in range(4)]
+    barrier = threading.Barrier(len(jobs))
+
+    def write(box: Toolbox, path: str) -> None:
+        barrier.wait()
+        box.run("write_file", {"path": path, "content": path})
+
+    threads = [threading.Thread(target=write, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert most["shared"] == 1
+    assert most["any"] > 1  # the other files were written meanwhile
+    assert (tmp_path / "ws" / "shared").read_text() in ("shared", "d/../shared")
+
+
 def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -135,6 +135,10 @@ class Toolbox:
         content = arguments.get("content")
         if not isinstance(content, str):
             raise ToolError("argument 'content' must be a string")
+        if path == self.root or path.is_dir():
+            # Checked first: the temp file goes beside the target, which for the workspace
+            # itself is the folder above it, outside the workspace.
+            raise ToolError(f"{arguments['path']!r} is a folder, not a file")
         path.parent.mkdir(parents=True, exist_ok=True)
         data = content.encode("utf-8")  # before any file is made: a lone surrogate fails here
         with self._locks.lock(path):
