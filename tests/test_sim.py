@@ -66,3 +66,35 @@ def test_a_turn_replays_for_a_seed_and_changes_with_it() -> None:
     assert (text, usage) == _answer(route(1), "c1")
     assert text != _answer(route(2), "c1")[0]
     assert usage.usage.output_tokens == (len(text) + 3) // 4
+
+
+def _tool_after(listing: str) -> list[tuple[str, dict[str, object]]]:
+    """The tool call the sim makes after `list_dir` answered `listing` (none: it answers)."""
+    from flightdeck.engine.providers.base import ToolCall, ToolCallEvent
+
+    provider = SimProvider(
+        default_sim_route(tool_turns=2, latency_ms=0, time_scale=0.001, fail_rate=0.0)
+    )
+    listed = ToolCall("call_1", "list_dir", {"path": "."})
+    request = TurnRequest(
+        system="sys",
+        messages=(
+            Message("user", "Review PR 7"),
+            Message("assistant", "Looking.", (listed,)),
+            Message("tool", listing, tool_call_id="call_1", name="list_dir"),
+        ),
+        tools=TOOL_SPECS,
+        max_tokens=100,
+        child_id="c1",
+    )
+    events = list(provider.open(request))
+    return [(e.call.name, dict(e.call.arguments)) for e in events if isinstance(e, ToolCallEvent)]
+
+
+def test_the_sim_reads_only_files_its_listing_named() -> None:
+    # An empty workspace (every batch without one) answers "(empty)": that is not a file to
+    # read, nor is a folder, a long listing's "… N more", or an error.
+    assert _tool_after("(empty)") == []
+    assert _tool_after("docs/\n… 12 more") == []
+    assert _tool_after("error: 'x' is not a folder") == []
+    assert _tool_after("docs/\nnotes.md\n… 3 more") == [("read_file", {"path": "notes.md"})]

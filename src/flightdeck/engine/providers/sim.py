@@ -288,16 +288,20 @@ def _next_tool(req: TurnRequest, rng: Dice, turn: int, names: set[str]) -> ToolC
         return ToolCall(call_id, "list_dir", {"path": "."})
     listing = [m.content for m in req.messages if m.role == "tool" and m.name == "list_dir"]
     files = [
-        line.strip()
+        name
         for text in listing[-1:]
         for line in text.splitlines()
-        if line.strip() and not line.strip().endswith("/") and not line.startswith("error")
+        if (name := line.strip()) and not _not_a_file(name)
     ]
     if files and "read_file" in names:
         return ToolCall(call_id, "read_file", {"path": rng.choice(files)})
-    if "list_dir" in names:
-        return ToolCall(call_id, "list_dir", {"path": "."})
-    return None
+    return None  # nothing listed to read: the model answers with what it has
+
+
+def _not_a_file(line: str) -> bool:
+    """A line of `list_dir`'s answer that names no file: a folder, an empty folder's
+    `(empty)`, the `… N more` of a long one, or an error."""
+    return line.endswith("/") or line == "(empty)" or line.startswith(("… ", "error"))
 
 
 def _make_sentences() -> tuple[str, ...]:
