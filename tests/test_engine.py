@@ -710,3 +710,17 @@ def test_subscribers_get_every_event_until_they_unsubscribe(tmp_path: Path) -> N
     assert kinds.count("ChildStarted") == 3 and kinds.count("ChildFinished") == 3
     assert kinds[-1] == "BatchFinished"
     assert dropped == []
+
+
+def test_the_batch_row_names_the_process_that_runs_it(tmp_path: Path) -> None:
+    # Crash recovery tells a live owner from a dead one (or a reused pid) by these two.
+    import os
+
+    from flightdeck.engine.store import process_start_time
+
+    engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
+    run_to_end(engine, 10)
+    info = StoreReader(tmp_path / "state" / "flightdeck.db").batch(engine.batch_id)
+    assert info is not None
+    assert info.owner_pid == os.getpid()
+    assert info.owner_start is not None and info.owner_start == process_start_time()
