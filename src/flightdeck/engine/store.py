@@ -357,6 +357,8 @@ class Store:
             raise StoreError(path, None, None, f"cannot open the database: {exc}") from None
         try:
             _use_wal(conn, path)
+            # A commit survives the process dying (a crash, kill -9); only an OS crash or a
+            # power cut can lose the last ones. FULL would fsync the log at every commit.
             conn.execute("PRAGMA synchronous = NORMAL")
             _ensure_schema(conn, path)
         except sqlite3.DatabaseError as exc:  # not a database, corrupt, read-only, ...
