@@ -98,3 +98,40 @@ def test_the_sim_reads_only_files_its_listing_named() -> None:
     assert _tool_after("docs/\n… 12 more") == []
     assert _tool_after("error: 'x' is not a folder") == []
     assert _tool_after("docs/\nnotes.md\n… 3 more") == [("read_file", {"path": "notes.md"})]
+
+
+def _timed(**options: object) -> tuple[float, float, int]:
+    """Seconds to the first text and to the end of one answer, and its output tokens."""
+    import time
+
+    provider = SimProvider(default_sim_route(tool_turns=0, seed=3, **options))  # type: ignore[arg-type]
+    request = TurnRequest(
+        system="sys",
+        messages=(Message("user", "Review PR 7"),),
+        tools=TOOL_SPECS,
+        max_tokens=100,
+        child_id="c1",
+    )
+    t0 = time.monotonic()
+    first = None
+    tokens = 0
+    for event in provider.open(request):
+        if first is None and isinstance(event, TextDelta):
+            first = time.monotonic() - t0
+        if isinstance(event, UsageEvent):
+            tokens = event.usage.output_tokens
+    assert first is not None
+    return first, time.monotonic() - t0, tokens
+
+
+def test_latency_and_speed_are_what_the_route_says_scaled_by_time_scale() -> None:
+    # Waits never end early, so the lower bounds are exact: latency is drawn in 0.6-1.4x
+    # latency_ms, and the answer streams at tokens_per_s (less the first chunk's tokens).
+    first, total, tokens = _timed(latency_ms=150, tokens_per_s=400, time_scale=1.0)
+    assert first >= 0.6 * 0.150
+    assert total - first >= (tokens - 4) / 400
+    # The same answer at a hundredth of the time: only an upper bound can show that, so it is
+    # loose (a tenth of the lower bound above).
+    _, scaled_total, scaled_tokens = _timed(latency_ms=150, tokens_per_s=400, time_scale=0.01)
+    assert scaled_tokens == tokens
+    assert scaled_total < total / 10
