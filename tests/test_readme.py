@@ -1,0 +1,43 @@
+"""The README's Python example runs as written (in a folder with a fast sim config)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_from_python_example_runs(tmp_path: Path) -> None:
+    section = README.read_text(encoding="utf-8").split("### From Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    (tmp_path / "flightdeck.toml").write_text(
+        # Each call waits at least 60 ms for its first token (0.6 x 400 ms x 0.25): the steer
+        # sent right after start() is delivered at t0's next turn, not missed.
+        "[routes.sim]\ntime_scale = 0.25\nlatency_ms = 400\ntokens_per_s = 4000\ntool_turns = 2\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "tasks.jsonl").write_text(
+        "".join(f'{{"id": "t{i}", "goal": "Review item {i}"}}\n' for i in range(3)),
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    finished = [line.split() for line in lines[:3]]
+    assert [f[0] for f in finished] == ["1/3", "2/3", "3/3"]
+    assert sorted(f[1] for f in finished) == ["t0", "t1", "t2"]
+    assert {f[2] for f in finished} == {"completed"}
+    assert re.fullmatch(r"completed 3 0\.\d+", lines[3]), lines[3]
+    assert lines[4] == "[<SteerState.DELIVERED: 'delivered'>]"
+    assert len(lines) == 5
+    assert (tmp_path / ".flightdeck" / "flightdeck.db").is_file()
