@@ -698,3 +698,103 @@ def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
     with proc.stderr:
         assert proc.wait(timeout=60) == 141
         assert proc.stderr.read() == ""
+
+
+# --- costs nobody can price, and batches on several routes ---------------------------------------
+
+
+def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dollars() -> None:
+    from flightdeck.engine.meter import totals_of
+    from flightdeck.engine.model import BatchStatus, Snapshot
+    from flightdeck.tui.cli import summary_table
+
+    rows = tuple(
+        dataclasses.replace(
+            _finished(f"c{i}", i + 1).row, route="gpt", model="no-such-model-zz", cost_usd=None
+        )
+        for i in range(2)
+    )
+    snap = Snapshot("b1", BatchStatus.COMPLETED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
+    out = io.StringIO()
+    Console(file=out, width=200).print(summary_table(snap))
+    header, totals = [
+        table_cells(line) for line in out.getvalue().splitlines() if line.startswith(("┃", "│"))
+    ]
+    assert header[-1] == "cost" and "route" not in header  # one route: one line, as before
+    assert totals[-1] == "$? (2 unknown)"
+
+
+def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:
+    from flightdeck.engine.store import Store
+    from test_store import make_batch, make_child
+
+    with Store(tmp_path / "st" / "flightdeck.db") as store:
+        store.create_batch(make_batch("b-unpriced", max_cost_usd=None))
+        store.add_children("b-unpriced", [make_child(i, cost_usd=None) for i in range(2)])
+        store.create_batch(make_batch("b-partly", created_ts=900.0))
+        store.add_children(
+            "b-partly", [make_child(0, cost_usd=Decimal("0.25")), make_child(1, cost_usd=None)]
+        )
+    out = flightdeck("ls", "--state-dir", "st", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = {cells[0]: cells for line in out.stdout.splitlines() if (cells := table_cells(line))}
+    assert rows["batch"][6] == "cost"
+    assert rows["b-unpriced"][6] == "$?"
+    assert rows["b-partly"][6] == "$0.25+?"
+
+
+def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknown(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.engine.providers.sim import SimProvider
+    from flightdeck.engine.report import build_report
+    from flightdeck.engine.spec import Task
+    from flightdeck.tui.fmt import fmt_cost
+    from helpers import tasks_batch
+
+    # genai-prices knows no such model: its children's cost is unknown, never guessed as $0.
+    gpt = dataclasses.replace(
+        sim_route("gpt", tool_turns=0), provider="openai", model="no-such-model-zz", price=None
+    )
+    routes = ("sim", "gpt", "sim", "gpt", "sim")
+    tasks = [
+        Task(id=f"t{i}", goal=f"Review item {i}", seq=i, route=r) for i, r in enumerate(routes)
+    ]
+    engine = Engine(
+        tasks_batch(tasks),
+        settings(sim_route(tool_turns=0), gpt),
+        state_dir=tmp_path,
+        providers={"gpt": SimProvider(sim_route("gpt", tool_turns=0))},
+    )
+    out = io.StringIO()
+    assert run_headless(engine, Console(file=out, width=200), Console(file=io.StringIO())) == 0
+
+    snap = engine.snapshot()
+    sim_cost = sum((r.cost_usd or Decimal(0) for r in snap.children), Decimal(0))
+    assert sim_cost > 0 and [r.cost_usd for r in snap.children if r.route == "gpt"] == [None] * 2
+    table = [
+        table_cells(line) for line in out.getvalue().splitlines() if line.startswith(("┃", "│"))
+    ]
+    assert [row[0] for row in table] == ["route", "gpt", "sim", "total"]
+    assert [row[1:4] for row in table[1:]] == [["2", "2", "0"], ["3", "3", "0"], ["5", "5", "0"]]
+    assert table[0][-1] == "cost"
+    assert [row[-1] for row in table[1:]] == [
+        "$? (2 unknown)",
+        fmt_cost(sim_cost),
+        f"{fmt_cost(sim_cost)} (+2 unknown)",
+    ]
+
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    assert (report["totals"]["cost_usd"], report["totals"]["cost_unknown_children"]) == (None, 2)
+    assert report["totals"]["cost_known_usd"] == float(sim_cost)
+    (gpt_totals, sim_totals) = report["routes"]
+    assert (gpt_totals["route"], gpt_totals["model"], gpt_totals["children"]) == (
+        "gpt",
+        "no-such-model-zz",
+        2,
+    )
+    assert (gpt_totals["cost_usd"], gpt_totals["cost_known_usd"]) == (None, 0.0)
+    assert gpt_totals["tokens_out"] == sum(r.usage.output_tokens for r in snap.children[1::2])
+    assert sim_totals["route"] == "sim" and sim_totals["completed"] == 3
+    assert sim_totals["cost_usd"] == sim_totals["cost_known_usd"] == float(sim_cost)

@@ -76,7 +76,8 @@ def test_build_report(reader: StoreReader) -> None:
         "tokens_out": 55,
         "cache_read_tokens": 1000,
         "cache_write_tokens": 10,
-        "cost_usd": 0.3234565,  # the exact Decimal sum, not a sum of rounded parts
+        "cost_usd": None,  # one child's price is unknown: so is the total
+        "cost_known_usd": 0.3234565,  # the exact Decimal sum, not a sum of rounded parts
         "cost_unknown_children": 1,
     }
     first, second = report["children"][:2]
@@ -106,6 +107,7 @@ def test_running_batch_elapsed_uses_now(reader: StoreReader) -> None:
     report = build_report(reader, "old", now=CREATED)
     assert report["finished"] is None and report["elapsed_s"] == 100.0
     assert report["totals"]["children"] == 0 and report["totals"]["cost_usd"] == 0.0
+    assert report["totals"]["cost_known_usd"] == 0.0 and report["routes"] == []
 
 
 def test_missing_batches(reader: StoreReader, tmp_path: Path) -> None:
@@ -145,7 +147,7 @@ def test_render_markdown_tables_cannot_break(reader: StoreReader) -> None:
     assert "429 \\| rate limited retry-after: 3" in bad
     assert "| unknown |" in bad
     assert "c3\\|x" in md
-    totals = lines[lines.index("## Totals") + 2 : lines.index("## Children") - 1]
+    totals = lines[lines.index("## Totals") + 2 : lines.index("## Routes") - 1]
     assert {len(_cells(row)) for row in totals} == {2}
     assert "| cost | $0.3235 + unknown for 1 child |" in md
     assert "| budget | $2.5000 |" in md
@@ -180,3 +182,107 @@ def test_render_markdown_makes_no_link_or_image_of_untrusted_text(tmp_path: Path
     assert md.startswith("# flightdeck batch !\\[pixel\\](http://127.0.0.1:1/t.png) sweep\n")
     assert "see \\[click\\](javascript:alert(1)) \\\\" in md
     assert not re.search(r"(?<!\\)\[", md)  # every bracket escaped: no link, no image
+
+
+def _two_routes(tmp_path: Path) -> StoreReader:
+    """A batch on a priced route and on one whose model has no known price."""
+    unpriced = {"route": "gpt", "model": "no-such-model-zz", "cost_usd": None}
+    with Store(tmp_path / "r.db") as store:
+        store.create_batch(make_batch("b1", created_ts=CREATED))
+        store.add_children(
+            "b1",
+            [
+                make_child(0, status=ChildStatus.COMPLETED, usage=Usage(1, 2, 3, 4), **unpriced),
+                make_child(1, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.1")),
+                make_child(2, status=ChildStatus.FAILED, usage=Usage(10, 20, 30, 40), **unpriced),
+                make_child(3, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.2")),
+                make_child(4, route="a|b", model="m<1>", cost_usd=Decimal("0.25")),
+            ],
+        )
+    return StoreReader(tmp_path / "r.db")
+
+
+def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
+    with _two_routes(tmp_path) as r:
+        report = build_report(r)
+    assert report["routes"] == [
+        {
+            "route": "a|b",
+            "model": "m<1>",
+            "children": 1,
+            "completed": 0,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "cost_usd": 0.25,
+            "cost_known_usd": 0.25,
+            "cost_unknown_children": 0,
+        },
+        {
+            "route": "gpt",
+            "model": "no-such-model-zz",
+            "children": 2,
+            "completed": 1,
+            "tokens_in": 11,
+            "tokens_out": 22,
+            "cache_read_tokens": 33,
+            "cache_write_tokens": 44,
+            "cost_usd": None,  # unknown, never $0
+            "cost_known_usd": 0.0,
+            "cost_unknown_children": 2,
+        },
+        {
+            "route": "sim",
+            "model": "sim-1",
+            "children": 2,
+            "completed": 2,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "cost_usd": 0.3,  # Decimal 0.1 + 0.2, where floats would give 0.30000000000000004
+            "cost_known_usd": 0.3,
+            "cost_unknown_children": 0,
+        },
+    ]
+    totals = report["totals"]
+    assert (totals["cost_usd"], totals["cost_unknown_children"]) == (None, 2)
+    assert totals["cost_known_usd"] == 0.55
+
+
+def test_a_batch_whose_every_price_is_unknown_costs_unknown_not_zero(tmp_path: Path) -> None:
+    unpriced = {"route": "gpt", "model": "no-such-model-zz", "cost_usd": None}
+    with Store(tmp_path / "u.db") as store:
+        store.create_batch(make_batch("b1", max_cost_usd=None))
+        store.add_children("b1", [make_child(i, **unpriced) for i in range(2)])
+    with StoreReader(tmp_path / "u.db") as r:
+        report = build_report(r)
+    totals = report["totals"]
+    assert (totals["cost_usd"], totals["cost_known_usd"], totals["cost_unknown_children"]) == (
+        None,
+        0.0,
+        2,
+    )
+    md = render_markdown(report)
+    assert "| cost | unknown |" in md
+    assert "$0" not in md
+
+
+def test_render_markdown_routes_table(tmp_path: Path) -> None:
+    with _two_routes(tmp_path) as r:
+        md = render_markdown(build_report(r))
+    lines = md.splitlines()
+    start = lines.index("## Routes")
+    assert lines.index("## Totals") < start < lines.index("## Children")
+    table = lines[start + 2 : lines.index("## Children") - 1]
+    assert table == [
+        "| route | model | children | completed | tokens in | tokens out | cache read "
+        "| cache write | cost |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| a\\|b | m&lt;1> | 1 | 0 | 0 | 0 | 0 | 0 | $0.2500 |",
+        "| gpt | no-such-model-zz | 2 | 1 | 11 | 22 | 33 | 44 | unknown |",
+        "| sim | sim-1 | 2 | 2 | 0 | 0 | 0 | 0 | $0.3000 |",
+    ]
+    assert {len(_cells(row)) for row in table} == {9}
+    assert "| cost | $0.5500 + unknown for 2 children |" in md

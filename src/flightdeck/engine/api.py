@@ -14,10 +14,10 @@ from types import TracebackType
 from typing import Literal
 
 from .child import Child
-from .coordinator import Coordinator, totals_of, worker_pool
+from .coordinator import Coordinator, worker_pool
 from .errors import ConfigError
 from .limits import RetryPolicy, RouteThrottle, auto_pool_size
-from .meter import Meter, price_known
+from .meter import Meter, price_known, totals_of
 from .model import (
     BatchFinished,
     BatchStatus,

@@ -15,7 +15,6 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from .child import Child
 from .limits import RouteThrottle
@@ -31,8 +30,6 @@ from .model import (
     SteerReceipt,
     SteerSettled,
     SteerState,
-    Totals,
-    Usage,
 )
 from .providers.base import HeadroomEvent
 from .settings import Budget, EngineSettings, Route
@@ -416,33 +413,3 @@ def _ready(state: _Route) -> int | None:
     if state.queue and (state.cap is None or state.alive < state.cap):
         return state.queue[0].task.seq
     return None
-
-
-def totals_of(rows: Iterable[ChildRow]) -> Totals:
-    """Batch totals from child rows (one pass)."""
-    counts = {s: 0 for s in ChildStatus}
-    usage = Usage()
-    cost = Decimal(0)
-    unknown = 0
-    n = 0
-    for row in rows:
-        n += 1
-        counts[row.status] += 1
-        usage += row.usage
-        if row.cost_usd is None:
-            unknown += 1
-        else:
-            cost += row.cost_usd
-    queued = counts[ChildStatus.QUEUED]
-    running = counts[ChildStatus.RUNNING] + counts[ChildStatus.GATED]
-    completed = counts[ChildStatus.COMPLETED]
-    return Totals(
-        children=n,
-        queued=queued,
-        running=running,
-        completed=completed,
-        failed=n - queued - running - completed,
-        usage=usage,
-        cost_usd=cost,
-        cost_unknown=unknown,
-    )

@@ -1,13 +1,15 @@
-"""Thread-safe usage and cost: exact Decimal sums, prices from genai-prices or the route config."""
+"""Usage and cost: exact Decimal sums, prices from genai-prices or the route config; the live
+thread-safe meter, and totals per batch and per route from child rows."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from .model import Usage
+from .model import ChildRow, ChildStatus, RouteTotals, Totals, Usage
 from .settings import Price, Route
 
 _MILLION = Decimal(1_000_000)
@@ -82,38 +84,89 @@ class MeterTotals:
 
 
 class Meter:
-    """Sums usage and cost per route; safe to call from any number of threads."""
+    """Sums a batch's usage and cost as it is billed; safe to call from any number of threads.
+
+    Per-route and per-child figures come from the child rows (`route_totals`), the same source
+    a report reads, so the live view and the report cannot disagree.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._usage: dict[str, Usage] = {}
-        self._cost: dict[str, Decimal] = {}
-        self._unknown: dict[str, Usage] = {}
+        self._usage = Usage()
+        self._cost = _ZERO
+        self._unknown = Usage()
 
     def add(self, route: Route, usage: Usage) -> Decimal | None:
         """Record `usage` on `route` and return its cost (None when the price is unknown)."""
         cost = route_cost(usage, route)
-        name = route.name
         with self._lock:
-            total = self._usage.get(name)
-            self._usage[name] = usage if total is None else total + usage
+            self._usage += usage
             if cost is None:
-                unknown = self._unknown.get(name)
-                self._unknown[name] = usage if unknown is None else unknown + usage
+                self._unknown += usage
             else:
-                self._cost[name] = self._cost.get(name, _ZERO) + cost
+                self._cost += cost
         return cost
 
     def totals(self) -> MeterTotals:
         with self._lock:
-            usage = sum(self._usage.values(), Usage())
-            cost = sum(self._cost.values(), Decimal(0))
-            unknown = sum(self._unknown.values(), Usage())
-        return MeterTotals(usage, cost, unknown)
+            return MeterTotals(self._usage, self._cost, self._unknown)
 
-    def by_route(self) -> dict[str, tuple[Usage, Decimal | None]]:
-        with self._lock:
-            return {
-                name: (usage, self._cost.get(name) if name not in self._unknown else None)
-                for name, usage in self._usage.items()
-            }
+
+class _Tally:
+    """Running totals of child rows: counts, usage and the exact sum of the known costs."""
+
+    __slots__ = ("cost", "counts", "unknown", "usage")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(ChildStatus, 0)
+        self.usage = Usage()
+        self.cost = _ZERO
+        self.unknown = 0
+
+    def add(self, row: ChildRow) -> None:
+        self.counts[row.status] += 1
+        self.usage += row.usage
+        if row.cost_usd is None:
+            self.unknown += 1
+        else:
+            self.cost += row.cost_usd
+
+    def totals(self) -> Totals:
+        counts = self.counts
+        n = sum(counts.values())
+        queued = counts[ChildStatus.QUEUED]
+        # Gated children hold a slot (admitted, waiting on the cache gate): count as running.
+        running = counts[ChildStatus.RUNNING] + counts[ChildStatus.GATED]
+        completed = counts[ChildStatus.COMPLETED]
+        return Totals(
+            children=n,
+            queued=queued,
+            running=running,
+            completed=completed,
+            failed=n - queued - running - completed,
+            usage=self.usage,
+            cost_usd=self.cost,
+            cost_unknown=self.unknown,
+        )
+
+
+def totals_of(rows: Iterable[ChildRow]) -> Totals:
+    """Batch totals from child rows (one pass)."""
+    tally = _Tally()
+    for row in rows:
+        tally.add(row)
+    return tally.totals()
+
+
+def route_totals(rows: Iterable[ChildRow]) -> tuple[RouteTotals, ...]:
+    """Totals per route from child rows (one pass), sorted by route name."""
+    tallies: dict[str, tuple[str, _Tally]] = {}
+    for row in rows:
+        entry = tallies.get(row.route)
+        if entry is None:  # a route has one model: its first row names it
+            entry = tallies[row.route] = (row.model, _Tally())
+        entry[1].add(row)
+    return tuple(
+        RouteTotals(route, model, tally.totals())
+        for route, (model, tally) in sorted(tallies.items())
+    )

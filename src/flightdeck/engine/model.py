@@ -189,6 +189,15 @@ class Totals:
 
 
 @record
+class RouteTotals:
+    """One route's share of a batch (`route_totals` in meter.py)."""
+
+    route: str
+    model: str
+    totals: Totals
+
+
+@record
 class Snapshot:
     """An immutable view of a whole batch, cheap to poll."""
 

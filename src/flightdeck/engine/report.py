@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.meter import route_totals, totals_of
+from flightdeck.engine.model import Totals
 from flightdeck.engine.sanitize import one_line
 from flightdeck.engine.store import StoreReader
 
@@ -31,8 +32,7 @@ def build_report(
     children = reader.children(batch_id)
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
-    known = [c.cost_usd for c in children if c.cost_usd is not None]
-    statuses = [c.status for c in children]
+    totals = totals_of(children)
     return {
         "batch_id": info.id,
         "name": info.name,
@@ -44,19 +44,23 @@ def build_report(
         "pool_size": info.pool_size,
         "max_cost_usd": _money(info.max_cost_usd),
         "totals": {
-            "children": len(children),
-            "completed": statuses.count(ChildStatus.COMPLETED),
-            "failed": sum(1 for s in statuses if s.terminal and s is not ChildStatus.COMPLETED),
-            # Gated children hold a slot (admitted, waiting on the cache gate): count as running.
-            "running": sum(1 for s in statuses if s in (ChildStatus.RUNNING, ChildStatus.GATED)),
-            "queued": statuses.count(ChildStatus.QUEUED),
-            "tokens_in": sum(c.usage.input_tokens for c in children),
-            "tokens_out": sum(c.usage.output_tokens for c in children),
-            "cache_read_tokens": sum(c.usage.cache_read_tokens for c in children),
-            "cache_write_tokens": sum(c.usage.cache_write_tokens for c in children),
-            "cost_usd": _money(sum(known, Decimal(0))),  # the known part only
-            "cost_unknown_children": len(children) - len(known),
+            "children": totals.children,
+            "completed": totals.completed,
+            "failed": totals.failed,
+            "running": totals.running,
+            "queued": totals.queued,
+            **_usage(totals),
         },
+        "routes": [
+            {
+                "route": r.route,
+                "model": r.model,
+                "children": r.totals.children,
+                "completed": r.totals.completed,
+                **_usage(r.totals),
+            }
+            for r in route_totals(children)
+        ],
         "children": [
             {
                 "id": c.id,
@@ -81,17 +85,29 @@ def build_report(
     }
 
 
+def _usage(totals: Totals) -> dict[str, Any]:
+    """Tokens and cost of a batch or a route; the cost is null if any child's price is unknown,
+    never the known part passed off as the whole."""
+    usage = totals.usage
+    return {
+        "tokens_in": usage.input_tokens,
+        "tokens_out": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "cost_usd": None if totals.cost_unknown else _money(totals.cost_usd),
+        "cost_known_usd": _money(totals.cost_usd),
+        "cost_unknown_children": totals.cost_unknown,
+    }
+
+
 def render_json(report: Mapping[str, Any]) -> str:
     """The report as indented JSON (ASCII-escaped, so it is safe to print to a terminal)."""
     return json.dumps(report, indent=2) + "\n"
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
-    """The report as Markdown: a heading, a totals table and a children table."""
+    """The report as Markdown: a heading, then tables of the totals, the routes, the children."""
     totals = report["totals"]
-    cost = _usd(totals["cost_usd"])
-    if unknown := totals["cost_unknown_children"]:
-        cost += f" + unknown for {unknown} {'child' if unknown == 1 else 'children'}"
     budget = report.get("max_cost_usd")
     lines = [
         f"# flightdeck batch {_text(report['name'])}",
@@ -115,10 +131,31 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| output tokens | {totals['tokens_out']:,} |",
         f"| cache read tokens | {totals['cache_read_tokens']:,} |",
         f"| cache write tokens | {totals['cache_write_tokens']:,} |",
-        f"| cost | {_cell(cost)} |",
+        f"| cost | {_spent(totals)} |",
     ]
     if budget is not None:
         lines.append(f"| budget | {_usd(budget)} |")
+    lines += [
+        "",
+        "## Routes",
+        "",
+        "| route | model | children | completed | tokens in | tokens out | cache read "
+        "| cache write | cost |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["routes"]:
+        cells = [
+            _cell(r["route"]),
+            _cell(r["model"]),
+            str(r["children"]),
+            str(r["completed"]),
+            f"{r['tokens_in']:,}",
+            f"{r['tokens_out']:,}",
+            f"{r['cache_read_tokens']:,}",
+            f"{r['cache_write_tokens']:,}",
+            _spent(r),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "## Children",
@@ -157,6 +194,17 @@ def _money(value: Decimal | None) -> float | None:
     # and children rounded one by one stopped adding up to the total (5,000 of them: $4.0795
     # against $4.0791). A float holds these few significant digits exactly as written.
     return None if value is None else float(value)
+
+
+def _spent(entry: Mapping[str, Any]) -> str:
+    """A batch's or a route's cost: `unknown` when only children of unknown price spent
+    anything, since a known $0 beside them is no total."""
+    known, unknown = entry["cost_known_usd"], entry["cost_unknown_children"]
+    if not unknown:
+        return _usd(known)
+    if not known:
+        return "unknown"
+    return f"{_usd(known)} + unknown for {unknown} {'child' if unknown == 1 else 'children'}"
 
 
 def _usd(value: float) -> str:

@@ -26,9 +26,10 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     Snapshot,
+    Totals,
 )
 from flightdeck.engine.sanitize import one_line, sanitize
-from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_tokens
+from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_tokens
 from flightdeck.tui.logs import Severity, forward_logs
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
@@ -393,22 +394,35 @@ def completion_text(event: ChildFinished) -> str:
 
 
 def summary_table(snap: Snapshot) -> Table:
-    t = snap.totals
+    """The batch's totals, after one line per route when it used more than one."""
+    from flightdeck.engine.meter import route_totals
+
+    routes = route_totals(snap.children)
+    by_route = len(routes) > 1
     table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
+    if by_route:
+        table.add_column("route")
     for col in ("children", "completed", "failed", "tokens in", "tokens out", "cache read", "cost"):
         table.add_column(col, justify="right")
-    cost = fmt_cost(t.cost_usd) + (f" (+{t.cost_unknown} unknown)" if t.cost_unknown else "")
+    if by_route:
+        for r in routes:
+            table.add_row(Text(one_line(r.route, 40)), *_summary_cells(r.totals))
+        table.add_section()
+    table.add_row(*(["total"] if by_route else []), *_summary_cells(snap.totals))
+    return table
+
+
+def _summary_cells(t: Totals) -> list[str]:
     u = t.usage
-    table.add_row(
+    return [
         str(t.children),
         str(t.completed),
         str(t.failed),
         fmt_tokens(u.input_tokens),
         fmt_tokens(u.output_tokens),
         fmt_tokens(u.cache_read_tokens),
-        cost,
-    )
-    return table
+        "".join(fmt_spent(t.cost_usd, t.cost_unknown)),
+    ]
 
 
 # --- report / ls ---------------------------------------------------------------------------------
@@ -463,7 +477,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        cost = fmt_cost(b.cost_usd) + ("+?" if b.cost_unknown else "")
+        # Compact: "$0.25+?" when some prices are unknown, "$?" when only those spent.
+        cost = fmt_spent(b.cost_usd, b.cost_unknown)[0] + (
+            "+?" if b.cost_unknown and b.cost_usd else ""
+        )
         table.add_row(
             Text(b.id),
             Text(one_line(b.name, 30)),

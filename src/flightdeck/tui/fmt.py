@@ -7,7 +7,16 @@ from decimal import Decimal
 
 from flightdeck.engine.model import ChildStatus
 
-__all__ = ["GLYPHS", "Cell", "fmt_age", "fmt_clock", "fmt_cost", "fmt_span", "fmt_tokens"]
+__all__ = [
+    "GLYPHS",
+    "Cell",
+    "fmt_age",
+    "fmt_clock",
+    "fmt_cost",
+    "fmt_span",
+    "fmt_spent",
+    "fmt_tokens",
+]
 
 # A cell is its plain text and a Rich style name; comparing these tuples is how the table
 # finds the cells that changed without building any renderable.
@@ -45,6 +54,19 @@ def fmt_cost(cost: Decimal | None) -> str:
     # Small sums need four places ($0.0085); rounder ones read better with two ($0.10).
     text = f"{cost:.4f}".rstrip("0")
     return "$" + (text if len(text.partition(".")[2]) >= 2 else f"{cost:.2f}")
+
+
+def fmt_spent(known: Decimal, unknown: int, noun: str = "unknown") -> tuple[str, str]:
+    """A total of which `unknown` children have no price, as (amount, note).
+
+    ("$0.25", " (+2 unknown)"), or ("$?", " (2 unknown)") when only those children spent
+    anything: a known $0 beside them is no total.
+    """
+    if not unknown:
+        return fmt_cost(known), ""
+    if not known:
+        return fmt_cost(None), f" ({unknown} {noun})"
+    return fmt_cost(known), f" (+{unknown} {noun})"
 
 
 def fmt_span(seconds: float) -> str:

@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from flightdeck.engine.model import Snapshot
 
-from ..fmt import fmt_clock, fmt_cost, fmt_tokens
+from ..fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens
 
 BAR_WIDTH = 24
 BURN_WINDOW_S = 60.0  # the burn rate is measured over the last minute
@@ -62,12 +62,15 @@ class CostMeter(Static):
         usage = t.usage
         text.append(f"{fmt_tokens(usage.prompt_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
         text.append("   spent ", style="dim")
-        text.append(fmt_cost(t.cost_usd), style="bold")
-        if t.cost_unknown:
-            text.append(f" (+{t.cost_unknown} unpriced)", style="yellow")
+        spent, note = fmt_spent(t.cost_usd, t.cost_unknown, "unpriced")
+        text.append(spent, style="bold")
+        text.append(note, style="yellow")
         burn = self.burn_per_min(snap, now)
         text.append("   burn ", style="dim")
-        text.append("—" if burn is None else f"{fmt_cost(burn)}/min")
+        if t.cost_unknown and not t.cost_usd:  # only unpriced spend: its rate is unknown too
+            text.append(f"{fmt_cost(None)}/min")
+        else:
+            text.append("—" if burn is None else f"{fmt_cost(burn)}/min")
         if snap.max_cost_usd:
             used = float(t.cost_usd / snap.max_cost_usd)
             style = "bold red" if used >= 0.9 else "yellow" if used >= 0.6 else "green"

@@ -1,0 +1,118 @@
+"""Per-route totals from child rows, and costs nobody can price shown as unknown, never as $0."""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal
+
+import pytest
+from textual.app import App, ComposeResult
+
+from flightdeck.engine.meter import route_totals, totals_of
+from flightdeck.engine.model import (
+    BatchStatus,
+    ChildRow,
+    ChildStatus,
+    RouteTotals,
+    Snapshot,
+    Totals,
+    Usage,
+)
+from flightdeck.tui.fmt import fmt_spent
+from flightdeck.tui.widgets.meter import CostMeter
+from test_store import make_child  # the store tests' row builder
+
+S = ChildStatus
+
+
+def _rows() -> list[ChildRow]:
+    unpriced = {"route": "gpt", "model": "no-such-model-zz", "cost_usd": None}
+    return [
+        make_child(0, status=S.COMPLETED, usage=Usage(1, 2, 3, 4), cost_usd=Decimal("0.1")),
+        make_child(1, status=S.RUNNING, usage=Usage(10, 20, 30, 40), **unpriced),
+        make_child(2, status=S.STOPPED, usage=Usage(5, 0, 0, 0), cost_usd=Decimal("0.2")),
+        make_child(3, status=S.QUEUED, route="gpt", model="no-such-model-zz"),  # unbilled: $0
+        make_child(4, status=S.GATED, route="alpha", model="a-1", cost_usd=Decimal("1e-7")),
+        make_child(5, status=S.COMPLETED, **unpriced),
+    ]
+
+
+def test_route_totals_group_the_rows_by_route_exactly() -> None:
+    assert route_totals(_rows()) == (
+        RouteTotals("alpha", "a-1", Totals(children=1, running=1, cost_usd=Decimal("0.0000001"))),
+        RouteTotals(
+            "gpt",
+            "no-such-model-zz",
+            Totals(
+                children=3,
+                queued=1,
+                running=1,
+                completed=1,
+                usage=Usage(10, 20, 30, 40),
+                cost_usd=Decimal(0),
+                cost_unknown=2,
+            ),
+        ),
+        RouteTotals(
+            "sim",
+            "sim-1",
+            Totals(
+                children=2,
+                completed=1,
+                failed=1,
+                usage=Usage(6, 2, 3, 4),
+                cost_usd=Decimal("0.3"),  # exact: no float ever held it
+            ),
+        ),
+    )
+
+
+def test_route_totals_add_up_to_the_batch_totals() -> None:
+    rows = _rows()
+    parts = [r.totals for r in route_totals(rows)]
+    batch = totals_of(rows)
+    assert batch.cost_usd == sum((t.cost_usd for t in parts), Decimal(0)) == Decimal("0.3000001")
+    assert batch.usage == sum((t.usage for t in parts), Usage())
+    for name in ("children", "queued", "running", "completed", "failed", "cost_unknown"):
+        assert getattr(batch, name) == sum(getattr(t, name) for t in parts), name
+    assert route_totals([]) == ()
+
+
+@pytest.mark.parametrize(
+    ("known", "unknown", "shown"),
+    [
+        (Decimal(0), 0, ("$0.00", "")),  # nothing unknown: a real $0
+        (Decimal("0.25"), 0, ("$0.25", "")),
+        (Decimal("0.25"), 2, ("$0.25", " (+2 unknown)")),
+        (Decimal(0), 2, ("$?", " (2 unknown)")),  # only unknown prices spent: no total to show
+    ],
+)
+def test_fmt_spent(known: Decimal, unknown: int, shown: tuple[str, str]) -> None:
+    assert fmt_spent(known, unknown) == shown
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Textual runs on asyncio
+
+
+class _MeterApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield CostMeter(id="meter")
+
+
+@pytest.mark.anyio
+async def test_the_cost_meter_shows_no_zero_dollars_when_every_price_is_unknown() -> None:
+    rows = tuple(
+        dataclasses.replace(make_child(i, status=S.COMPLETED, cost_usd=None), route="gpt")
+        for i in range(2)
+    )
+    snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, 30.0, rows, totals_of(rows), pool_size=2)
+    app = _MeterApp()
+    async with app.run_test(size=(160, 4)):
+        meter = app.query_one(CostMeter)
+        meter.show(snap, 30.0)
+        text = str(meter.render())
+    assert "spent $? (2 unpriced)" in text
+    assert "burn $?/min" in text
+    assert "$0" not in text
