@@ -93,10 +93,11 @@ def _tool_after(listing: str) -> list[tuple[str, dict[str, object]]]:
 
 def test_the_sim_reads_only_files_its_listing_named() -> None:
     # An empty workspace (every batch without one) answers "(empty)": that is not a file to
-    # read, nor is a folder, a long listing's "… N more", or an error.
-    assert _tool_after("(empty)") == []
-    assert _tool_after("docs/\n… 12 more") == []
-    assert _tool_after("error: 'x' is not a folder") == []
+    # read, nor is a folder, a long listing's "… N more", or an error. It looks again.
+    again = [("list_dir", {"path": "."})]
+    assert _tool_after("(empty)") == again
+    assert _tool_after("docs/\n… 12 more") == again
+    assert _tool_after("error: 'x' is not a folder") == again
     assert _tool_after("docs/\nnotes.md\n… 3 more") == [("read_file", {"path": "notes.md"})]
 
 

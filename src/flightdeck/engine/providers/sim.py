@@ -295,7 +295,11 @@ def _next_tool(req: TurnRequest, rng: Dice, turn: int, names: set[str]) -> ToolC
     ]
     if files and "read_file" in names:
         return ToolCall(call_id, "read_file", {"path": rng.choice(files)})
-    return None  # nothing listed to read: the model answers with what it has
+    if "list_dir" in names:
+        # Nothing listed to read (an empty workspace): it looks again, so a route's
+        # `tool_turns` still means that many tool turns.
+        return ToolCall(call_id, "list_dir", {"path": "."})
+    return None
 
 
 def _not_a_file(line: str) -> bool:
