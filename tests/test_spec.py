@@ -540,3 +540,124 @@ def test_doubled_braces_are_literal_braces_in_a_template(tmp_path: Path) -> None
     assert load_batch(path).tasks[0].goal == "Fill {name} in a; keep { and }, {a}"
     bad = write(tmp_path, "c.toml", '[[tasks]]\nfor_each = ["a"]\ngoal = "Fill {name}"\n')
     assert "write {{name}} for the text itself" in str(error_at(bad, 3, "goal"))
+
+
+# --- text that cannot be sent: lone surrogates --------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["id", "goal", "context", "group", "route"])
+def test_a_lone_surrogate_in_a_jsonl_field_is_rejected_at_its_line(
+    tmp_path: Path, field: str
+) -> None:
+    # JSON's \ud800 escape decodes to a str that no UTF-8 encoder accepts: the child would
+    # crash on it, and the store could not record it.
+    task = {"id": "a", "goal": "g", field: "see \\ud800 here"}
+    text = '{"goal": "fine"}\n' + json.dumps(task).replace("\\\\", "\\") + "\n"
+    path = write(tmp_path, "s.jsonl", text)
+    err = error_at(path, 2, field)
+    assert err.message == "not valid Unicode text: a lone surrogate (\\ud800) at character 5"
+
+
+def test_a_lone_surrogate_repro_from_the_report(tmp_path: Path) -> None:
+    path = write(tmp_path, "s.jsonl", '{"id":"sur","goal":"review \\ud800 this"}\n')
+    assert str(error_at(path, 1, "goal")).endswith(
+        "goal: not valid Unicode text: a lone surrogate (\\ud800) at character 8"
+    )
+
+
+def test_yaml_double_quoted_surrogates_are_rejected(tmp_path: Path) -> None:
+    # PyYAML decodes "\udc80" to a lone surrogate, and a pair to two of them (JSON would
+    # join the pair): the message says how to write the character instead.
+    lone = write(tmp_path, "l.yaml", 'tasks:\n  - goal: ok\n  - goal: "x\\udc80"\n')
+    assert "a lone surrogate (\\udc80) at character 2" in str(error_at(lone, 3, "goal"))
+    pair = write(tmp_path, "p.yaml", 'tasks:\n  - goal: ok\n    context: "hi \\ud83d\\ude00"\n')
+    err = error_at(pair, 3, "context")
+    assert err.message == (
+        "not valid Unicode text: a surrogate pair (\\ud83d\\ude00) at character 4; "
+        "write the character itself or \\U0001f600"
+    )
+
+
+def test_toml_refuses_a_surrogate_escape_itself(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "x \\ud800"\n')
+    assert "invalid TOML" in str(error_at(path, 2, None))
+
+
+def test_a_lone_surrogate_in_defaults_or_the_batch_name_is_rejected(tmp_path: Path) -> None:
+    defaults = write(tmp_path, "d.yaml", 'defaults:\n  group: "\\ud800"\ntasks:\n  - goal: x\n')
+    assert "lone surrogate" in str(error_at(defaults, 2, "defaults.group"))
+    name = write(tmp_path, "n.yaml", 'batch:\n  name: "\\ud800"\ntasks:\n  - goal: x\n')
+    assert "lone surrogate" in str(error_at(name, 2, "batch.name"))
+
+
+def test_a_lone_surrogate_in_a_decomposition_item_names_the_item(tmp_path: Path) -> None:
+    listed = write(
+        tmp_path,
+        "b.yaml",
+        'tasks:\n  - goal: "x {item}"\n    for_each:\n      - ok\n      - "\\ud800"\n',
+    )
+    err = error_at(listed, 5, "for_each")
+    assert (
+        err.message
+        == "for_each item 2: not valid Unicode text: a lone surrogate (\\ud800) at character 1"
+    )
+    write(tmp_path, "rows.jsonl", '{"who": "ann"}\n{"who": "b\\udfff"}\n')
+    from_file = write(
+        tmp_path, "f.toml", '[[tasks]]\nfor_each_file = "rows.jsonl"\ngoal = "ask {who}"\n'
+    )
+    err = error_at(from_file, 2, "for_each_file")
+    assert err.message == (
+        "rows.jsonl:2: who: not valid Unicode text: a lone surrogate (\\udfff) at character 2"
+    )
+
+
+# --- YAML merge keys ----------------------------------------------------------------------------
+
+
+def test_yaml_merge_key_with_an_override(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "m.yaml", "tasks:\n  - &t\n    goal: a\n    id: a\n  - <<: *t\n    id: b\n"
+    )
+    first, second = load_batch(path).tasks
+    assert (first.id, first.goal, second.id, second.goal) == ("a", "a", "b", "a")
+    assert second.source == f"{path}:5"
+
+
+def test_yaml_merged_keys_keep_the_line_they_were_written_on(tmp_path: Path) -> None:
+    # The second task's max_turns comes from an item of the first task's for_each list.
+    path = write(
+        tmp_path,
+        "m.yaml",
+        'tasks:\n  - goal: "x {item}"\n    for_each:\n      - &m\n        max_turns: "x"\n'
+        "  - <<: *m\n    goal: y\n",
+    )
+    assert "expected an integer" in str(error_at(path, 5, "max_turns"))
+
+
+def test_yaml_merge_list_earlier_mappings_win_and_own_keys_win_over_all(tmp_path: Path) -> None:
+    # PyYAML's own merge lets a later mapping win for a key it does not intern ("goal").
+    path = write(
+        tmp_path,
+        "m.yaml",
+        "defaults:\n  group: base\n"
+        "tasks:\n"
+        "  - &x {id: x, goal: from x, context: x ctx}\n"
+        "  - &y {id: y, goal: from y, context: y ctx, group: y}\n"
+        "  - <<: [*x, *y]\n    id: z\n"
+        "  - <<: *y\n    <<: *x\n    id: w\n    context: own\n",
+    )
+    tasks = {t.id: t for t in load_batch(path).tasks}
+    assert (tasks["z"].goal, tasks["z"].context, tasks["z"].group) == ("from x", "x ctx", "y")
+    assert (tasks["w"].goal, tasks["w"].context, tasks["w"].group) == ("from y", "own", "y")
+
+
+def test_yaml_key_written_twice_beside_a_merge_is_still_a_duplicate(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "m.yaml", "tasks:\n  - &t\n    goal: a\n  - <<: *t\n    id: b\n    id: c\n"
+    )
+    assert "duplicate key (first at line 5)" in str(error_at(path, 6, "tasks.1.id"))
+
+
+def test_yaml_merge_of_a_scalar_is_invalid_yaml_at_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.yaml", "tasks:\n  - goal: a\n    <<: 3\n")
+    assert "expected a mapping or list of mappings for merging" in str(error_at(path, 3, None))

@@ -30,6 +30,9 @@ MAX_TURNS_LIMIT = 200
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # {name} is a placeholder; {{ and }} are a literal brace, as in str.format.
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
+# A high then a low surrogate: what YAML makes of an escaped pair such as "\ud83d\ude00".
+_SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 TASK_FIELDS = ("id", "goal", "context", "group", "route", "max_turns", "timeout_s")
 _DECOMPOSE = ("for_each", "for_each_file")
@@ -208,8 +211,53 @@ def _parse_toml(path: Path, text: str) -> tuple[object, Locate]:
     return data, lambda key: locator.line(*key)
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader whose merge keys (`<<`) follow YAML's rule: keys written in the mapping win,
+    then the earlier of the merged mappings. PyYAML 6.0.4 lets a later one win for a key it has
+    not interned, and leaves overridden pairs in the node, which _yaml_lines calls duplicates."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        sources = [v for k, v in node.value if k.tag == _MERGE_TAG]
+        if sources:
+            # Dropped first, so a mapping merged into itself (via a cycle) ends the recursion.
+            node.value = [(k, v) for k, v in node.value if k.tag != _MERGE_TAG]
+            taken = {_yaml_key(k) for k, _ in node.value}
+            merged = []
+            for mapping in _merge_sources(node, sources):
+                self.flatten_mapping(mapping)
+                for k, v in mapping.value:
+                    if _yaml_key(k) not in taken:
+                        taken.add(_yaml_key(k))
+                        merged.append((k, v))
+            node.value = merged + node.value
+        super().flatten_mapping(node)  # no merge key is left: this types `=` keys only
+
+
+def _merge_sources(node: yaml.MappingNode, values: list[yaml.Node]) -> list[yaml.MappingNode]:
+    """The mappings that `<<: *a` or `<<: [*a, *b]` merge, in order."""
+    out: list[yaml.MappingNode] = []
+    for value in values:
+        items = value.value if isinstance(value, yaml.SequenceNode) else [value]
+        for item in items:
+            if not isinstance(item, yaml.MappingNode):
+                what = "a mapping" if item is not value else "a mapping or list of mappings"
+                found = "scalar" if isinstance(item, yaml.ScalarNode) else "sequence"
+                problem = f"expected {what} for merging, but found {found}"
+                context = "while constructing a mapping"
+                raise yaml.constructor.ConstructorError(
+                    context, node.start_mark, problem, item.start_mark
+                )
+            out.append(item)
+    return out
+
+
+def _yaml_key(node: yaml.Node) -> object:
+    # A tag tells 1 from "1"; a key that is itself a collection is compared by identity.
+    return (node.tag, node.value) if isinstance(node, yaml.ScalarNode) else id(node)
+
+
 def _parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
-    loader = yaml.SafeLoader(text)
+    loader = _YamlLoader(text)
     try:
         node = loader.get_single_node()
         data: object = loader.construct_document(node) if node is not None else None
@@ -251,7 +299,7 @@ def _yaml_lines(
             name = str(k.value)
             line = k.start_mark.line + 1
             # PyYAML silently keeps the last of two equal keys; a typo'd copy would vanish.
-            if name in seen and name != "<<":
+            if name in seen:
                 field = ".".join(str(part) for part in (*key, name))
                 raise SpecError(path, line, field, f"duplicate key (first at line {seen[name]})")
             seen[name] = line
@@ -285,6 +333,9 @@ def _load_document(src: _Source, data: object) -> Batch:
     name = header.get("name", src.path.stem)
     if not isinstance(name, str) or not name.strip():
         raise src.error(("batch", "name"), "batch.name", _expected("a non-empty string", name))
+    problem = unicode_problem(name)
+    if problem:
+        raise src.error(("batch", "name"), "batch.name", problem)
     workspace = _workspace(src, header.get("workspace"))
     defaults = _defaults(src, _table(src, data, "defaults"))
     entries = data.get("tasks")
@@ -413,9 +464,13 @@ def _file_items(src: _Source, key: Key, name: str) -> _Items:
             out.append((f"{data_path.name}:{number}: ", {"item": line, "index": str(index)}))
     else:
         for index, (obj, row) in enumerate(_jsonl_objects(data_path, text), start=1):
-            values = _placeholders(obj, index)
+            label = f"{data_path.name}:{row.line(())}: "
+            try:
+                values = _placeholders(obj, index)
+            except ValueError as exc:
+                raise src.error(key, "for_each_file", f"{label}{exc}") from None
             assert values is not None  # _jsonl_objects only returns objects
-            out.append((f"{data_path.name}:{row.line(())}: ", values))
+            out.append((label, values))
     if not out:
         raise src.error(key, "for_each_file", f"no items in {data_path}")
     return out
@@ -426,11 +481,18 @@ def _placeholders(item: object, index: int) -> dict[str, str] | None:
     value inside it cannot be written as text)."""
     if isinstance(item, dict):
         # A table's keys become placeholders; {item} and {index} keep their built-in meaning.
-        values = {str(k): _text(v) for k, v in item.items()}
+        values = {str(k): _item_text(k, v) for k, v in item.items()}
         return {**values, "item": _json(item), "index": str(index)}
     if isinstance(item, str | int | float) and not isinstance(item, bool):
         return {"item": _text(item), "index": str(index)}
     return None
+
+
+def _item_text(key: object, value: object) -> str:
+    try:
+        return _text(value)
+    except ValueError as exc:  # name the key: a table item has several values
+        raise ValueError(f"{key}: {exc}") from None
 
 
 def _json(value: object) -> str:
@@ -555,6 +617,7 @@ def _check(name: object, value: object) -> str | None:
             return _expected("a string", value)
         if name in ("goal", "route") and not value.strip():
             return "must not be empty"
+        return unicode_problem(value)
     elif name == "max_turns":
         if not isinstance(value, int) or isinstance(value, bool):
             return _expected("an integer", value)
@@ -570,9 +633,37 @@ def _check(name: object, value: object) -> str | None:
             return _expected("an array of items", value)
         if not value:
             return "no items: the list is empty"
-    elif name == "for_each_file" and (not isinstance(value, str) or not value.strip()):
-        return _expected("a file path string", value)
+    elif name == "for_each_file":
+        if not isinstance(value, str) or not value.strip():
+            return _expected("a file path string", value)
+        return unicode_problem(value)
     return None
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why `text` cannot be sent or stored (None: it can): a surrogate, which a JSON or YAML
+    escape decodes to but no UTF-8 encoder (a provider's, SQLite's) accepts."""
+    if text.isascii():  # constant time in CPython: most text pays nothing more
+        return None
+    try:
+        text.encode("utf-8")  # a third of the time of a regex search, measured
+        return None
+    except UnicodeEncodeError as exc:
+        at = exc.start
+    where = f"at character {at + 1}"
+    pair = _SURROGATE_PAIR.match(text, at)
+    if pair is None:
+        return f"not valid Unicode text: a lone surrogate ({_escaped(text[at])}) {where}"
+    # YAML does not join an escaped pair as JSON does: say how to write the character.
+    char = pair.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    return (
+        f"not valid Unicode text: a surrogate pair ({_escaped(pair.group())}) {where}; "
+        f"write the character itself or \\U{ord(char):08x}"
+    )
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
 
 
 def _expected(what: str, value: object) -> str:
@@ -600,6 +691,9 @@ def _suggest(name: object, choices: Collection[str]) -> str:
 
 def _text(value: object) -> str:
     if isinstance(value, str):
+        problem = unicode_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
@@ -629,4 +723,5 @@ __all__ = [
     "Task",
     "check_routes",
     "load_batch",
+    "unicode_problem",
 ]
