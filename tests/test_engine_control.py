@@ -282,3 +282,19 @@ def test_a_batch_whose_children_were_stopped_one_by_one_ends_stopped(
     assert snap.status is expected
     info = StoreReader(tmp_path / "state" / "flightdeck.db").batch(engine.batch_id)
     assert info is not None and info.status is expected
+
+
+def test_steer_refuses_text_that_cannot_be_sent_before_queueing_it(tmp_path: Path) -> None:
+    # A lone surrogate would crash the child's provider on send and the store's writer on
+    # record: the caller hears of it, and no receipt is made.
+    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    engine = start(batch(1), settings(slow), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)
+        with pytest.raises(ValueError, match=r"lone surrogate \(\\ud800\) at character 8"):
+            engine.steer(["t0000"], "answer \ud800 briefly")
+        assert engine.receipts() == []
+        [receipt] = engine.steer(["t0000"], "answer briefly")
+    finally:
+        engine.close()
+    assert [r.id for r in engine.receipts()] == [receipt]

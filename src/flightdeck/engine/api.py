@@ -30,7 +30,7 @@ from .providers import make_provider
 from .providers.base import Provider
 from .settings import MAX_CONCURRENT, Route, Settings
 from .sink import TranscriptSink
-from .spec import Batch, Task, check_routes
+from .spec import Batch, Task, check_routes, unicode_problem
 from .store import BatchInfo, QueuedChild, Store, process_start_time
 from .tools import Toolbox
 from .transcripts import write_manifest
@@ -435,10 +435,15 @@ class Engine:
     # --- control -------------------------------------------------------------------------------
 
     def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
-        """Queue `message` for each child; returns receipt ids (see SteerReceipt)."""
+        """Queue `message` for each child; returns receipt ids (see SteerReceipt).
+
+        Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate)."""
         c = self._require()
         if self._closed:  # nothing would ever settle the receipts
             raise RuntimeError("Engine.steer() after close(): every child has ended")
+        problem = unicode_problem(message)
+        if problem:  # it would fail the child's request and the store's write, far from here
+            raise ValueError(f"steer message: {problem}")
         ids = [i for i in child_ids if i in c.by_id]
         receipts = [c.next_receipt_id() for _ in ids]
         c.command("steer", receipts, ids, message, now)
