@@ -298,3 +298,21 @@ def test_steer_refuses_text_that_cannot_be_sent_before_queueing_it(tmp_path: Pat
     finally:
         engine.close()
     assert [r.id for r in engine.receipts()] == [receipt]
+
+
+def test_steer_and_stop_refuse_an_id_that_names_no_child(tmp_path: Path) -> None:
+    # A typo would otherwise be dropped in silence: nothing queued, nothing stopped.
+    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    engine = start(batch(2), settings(slow), tmp_path)
+    try:
+        with pytest.raises(ValueError, match=r"no child with id 't9999' in batch "):
+            engine.steer(["t0000", "t9999"], "hello")
+        with pytest.raises(ValueError, match=r"no child with id 'nope'"):
+            engine.stop(["t0000", "nope"])
+        engine.stop(iter(["t0001"]))  # any iterable of known ids
+        # Commands apply in order: anything the refused calls had queued is applied by now.
+        until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED, timeout=5)
+        assert not engine.snapshot().children[0].status.terminal
+        assert engine.receipts() == []
+    finally:
+        engine.close()

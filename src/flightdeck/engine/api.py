@@ -437,21 +437,34 @@ class Engine:
     def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
         """Queue `message` for each child; returns receipt ids (see SteerReceipt).
 
-        Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate)."""
+        Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate) or
+        an id names no child of this batch."""
         c = self._require()
         if self._closed:  # nothing would ever settle the receipts
             raise RuntimeError("Engine.steer() after close(): every child has ended")
         problem = unicode_problem(message)
         if problem:  # it would fail the child's request and the store's write, far from here
             raise ValueError(f"steer message: {problem}")
-        ids = [i for i in child_ids if i in c.by_id]
+        ids = self._known(child_ids)
         receipts = [c.next_receipt_id() for _ in ids]
         c.command("steer", receipts, ids, message, now)
         return receipts
 
     def stop(self, child_ids: Iterable[str]) -> None:
-        """Interrupt these children (queued ones never start)."""
-        self._require().command("stop", list(child_ids))
+        """Interrupt these children (queued ones never start); ValueError, stopping none, if an
+        id names no child of this batch."""
+        c = self._require()
+        c.command("stop", self._known(child_ids))
+
+    def _known(self, child_ids: Iterable[str]) -> list[str]:
+        # A mistyped id would otherwise be skipped in silence: the operator would wait for a
+        # steer or a stop that was never going to happen.
+        ids = list(child_ids)
+        unknown = [i for i in ids if i not in self._require().by_id]
+        if unknown:
+            shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+            raise ValueError(f"no child with id {shown} in batch {self.batch_id}")
+        return ids
 
     def stop_all(self) -> None:
         self._require().command("stop_all")
