@@ -26,3 +26,27 @@ def test_engine_imports_no_textual_rich_or_tui() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "", f"engine imported UI modules: {out}"
+
+
+def test_the_transcript_writer_process_starts_on_a_few_stdlib_modules() -> None:
+    # It starts with every batch, beside the engine: what it imports is start-up time. `typing`
+    # alone was a fifth of it.
+    from flightdeck.engine import appender
+
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", appender.__file__, "8"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "flightdeck.engine.lines" in imported  # the listing is what it seems
+    mine = sorted(m for m in imported if m.startswith("flightdeck"))
+    assert mine == [
+        "flightdeck",
+        "flightdeck.engine",
+        "flightdeck.engine.lines",
+        "flightdeck.engine.sanitize",
+    ]
+    assert not imported & {"typing", "json", "logging", "threading", "subprocess"}
