@@ -5,10 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 import pytest
 
+from flightdeck.engine import workers
 from flightdeck.engine.workers import WorkerPool
+from helpers import until
 
 
 def test_runs_everything_in_fifo_order_on_one_worker() -> None:
@@ -61,6 +64,8 @@ def test_never_more_threads_than_the_cap_and_queued_work_waits_for_one() -> None
     for _ in range(10):
         pool.submit(task)
     assert pool.size == 3
+    until(lambda: running == 3, timeout=5)  # three calls at once, the rest queued
+    assert finished == 0
     release.set()
     assert all_done.wait(5)
     assert peak == 3 and pool.size == 3
@@ -71,17 +76,17 @@ def test_a_thread_the_system_refuses_leaves_the_pool_smaller_not_broken(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A pids limit refuses threads before the cap: the work waits for the threads there are."""
-    real_start = threading.Thread.start
+    real_start = workers._start_new_thread
     started = 0
 
-    def start(self: threading.Thread) -> None:
+    def start(fn: Callable[..., object], args: tuple[object, ...]) -> int:
         nonlocal started
-        if self.name.startswith("t-") and started == 2:
+        if started == 2:
             raise RuntimeError("can't start new thread")
-        started += self.name.startswith("t-")
-        real_start(self)
+        started += 1
+        return real_start(fn, args)
 
-    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(workers, "_start_new_thread", start)
     pool = WorkerPool(8, "t")
     pool.start_workers(4)  # two start, the third is refused: no error
     done: list[int] = []
@@ -114,10 +119,10 @@ def test_shutdown_drops_queued_work_and_refuses_more() -> None:
     assert started.wait(5)
     pool.submit(lambda: ran.append("queued"))
     pool.shutdown()
+    assert pool.alive == 1  # inside its call
     release.set()
-    pool._threads[0].join(5)
+    until(lambda: pool.alive == 0, timeout=5)  # the worker exits once its call returns
     assert ran == ["blocker"]  # the running call finished, the queued one never started
-    assert not pool._threads[0].is_alive()
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit(lambda: None)
 

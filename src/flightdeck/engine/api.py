@@ -165,10 +165,9 @@ class Engine:
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = self._folder(workspace)
         toolbox = Toolbox(workspace)
-        # The first wave's worker threads start before any other thread of the engine runs:
-        # `Thread.start` waits until the new thread wins the interpreter lock, and that takes
-        # three times longer once the store and transcript threads are busy (64 threads on the
-        # engine benchmark: 8-12 ms here, 30-43 ms after the queued rows went to the store).
+        # The first wave's worker threads start now, not as the first children are admitted:
+        # started on demand, each new thread would have to win the interpreter lock from busy
+        # workers before it took its child (see WorkerPool.start_workers).
         self._pool = worker_pool(self.pool_size)
         self._pool.start_workers(min(self.pool_size, len(self.batch.tasks)))
         self._sink = TranscriptSink()

@@ -10,6 +10,7 @@ pool keeps `submit` and `shutdown` (queued work dropped) and drops the rest.
 
 from __future__ import annotations
 
+import _thread
 import logging
 import queue
 import threading
@@ -18,23 +19,31 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
+_start_new_thread = _thread.start_new_thread  # a name tests can replace
+
 
 class WorkerPool:
-    """Up to `max_workers` daemon threads running callables from one FIFO queue.
+    """Up to `max_workers` threads running callables from one FIFO queue.
 
     Threads start ahead (`start_workers`) or on demand, when work arrives and no started thread
-    is idle. They are daemon threads: a worker abandoned inside a call that never returns cannot
-    hold up interpreter exit.
+    is idle. They are low-level threads (`_thread`), started without `threading.Thread`'s
+    handshake: `Thread.start` blocks its caller until the operating system has run the new
+    thread, which on a busy two-core machine took up to a scheduler tick (4 ms) per thread:
+    40-80 ms to start 64 workers on the engine benchmark, with the engine idle all that time;
+    2-4 ms without it (+7% children/s). Like daemon threads, a worker abandoned inside a call
+    that never returns cannot hold up interpreter exit. They have no `threading` name: a log
+    record from one says `Dummy-N`.
     """
 
     def __init__(self, max_workers: int, name: str) -> None:
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
         self._max = max_workers
-        self._name = name
+        self._name = name  # in log records: the threads themselves have no name
         self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # submit and shutdown only; workers never take it
-        self._threads: list[threading.Thread] = []
+        self._started = 0  # threads started
+        self._alive = 0  # of those, not yet exited (after shutdown)
         # One token per finished item: a started worker that will take the next item without
         # a new thread. A deque, because workers must not take a lock after every item: with
         # 64 workers that lock convoys under the GIL (measured: 90 µs of CPU per child).
@@ -44,18 +53,23 @@ class WorkerPool:
     @property
     def size(self) -> int:
         """Threads started so far."""
-        return len(self._threads)
+        return self._started
+
+    @property
+    def alive(self) -> int:
+        """Threads that have not exited: each exits after shutdown, once its call returns."""
+        return self._alive
 
     def start_workers(self, count: int) -> None:
         """Start up to `count` threads now (never more than the cap), before work arrives.
 
-        `Thread.start` waits until the new thread runs, and a new thread has to win the
-        interpreter lock to run: started on demand while workers are busy, each start held the
-        caller (the coordinator) for one GIL switch interval. On the engine benchmark, 65
-        starts on demand took 450 ms of a 625 ms run; started before the batch, a few ms.
+        Started on demand, every new thread has to win the interpreter lock from the busy
+        workers before it takes its first item. On the engine benchmark, 65 starts on demand
+        (with `threading.Thread`, which also made the coordinator wait for each one) took
+        450 ms of a 625 ms run; started before the batch, a few ms.
         """
         with self._lock:
-            while len(self._threads) < min(count, self._max):
+            while self._started < min(count, self._max):
                 if not self._grow():
                     return
                 self._idle.append(None)  # it will take the first item queued
@@ -73,7 +87,7 @@ class WorkerPool:
             if not threading.main_thread().is_alive():
                 raise RuntimeError("cannot start work while the interpreter exits")
             self._queue.put(fn)
-            if len(self._threads) >= self._max:
+            if self._started >= self._max:
                 return  # every thread started: the next one free takes it
             if self._idle:
                 self._idle.pop()
@@ -89,9 +103,9 @@ class WorkerPool:
         try:
             self._start_thread()
         except RuntimeError as exc:
-            if not self._threads:
+            if not self._started:
                 raise
-            self._max = len(self._threads)
+            self._max = self._started
             log.warning(
                 "cannot start another worker thread (%s): at most %d children run at once",
                 exc,
@@ -101,11 +115,9 @@ class WorkerPool:
         return True
 
     def _start_thread(self) -> None:
-        thread = threading.Thread(
-            target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
-        )
-        thread.start()
-        self._threads.append(thread)
+        _start_new_thread(self._work, ())  # RuntimeError when the system refuses a thread
+        self._started += 1
+        self._alive += 1
 
     def shutdown(self) -> None:
         """Drop queued work that has not started and let idle workers exit; do not wait.
@@ -119,7 +131,7 @@ class WorkerPool:
                     self._queue.get_nowait()
                 except queue.Empty:
                     break
-            for _ in self._threads:
+            for _ in range(self._started):
                 self._queue.put(None)
 
     def _work(self) -> None:
@@ -127,10 +139,12 @@ class WorkerPool:
         while True:
             fn = get()
             if fn is None:
+                with self._lock:  # once per thread, at shutdown
+                    self._alive -= 1
                 return
             try:
                 fn()
             except Exception:  # Child.run never raises; anything else must not kill the worker
-                log.exception("flightdeck worker: a task raised")
+                log.exception("%s worker: a task raised", self._name)
             del fn  # drop the reference before blocking on the next item
             self._idle.append(None)  # atomic: no lock
