@@ -612,6 +612,38 @@ def test_output_closed_after_the_batch_ended_says_only_the_summary_is_lost(
     assert engine.snapshot().totals.completed == 3  # nothing was stopped
 
 
+def test_output_closed_at_the_last_line_while_the_batch_ends_stops_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The last child's line is printed while the engine is still ending the batch (flushing
+    # the store, writing the manifest): closing the engine then stops nothing, and must not
+    # say it did.
+    from flightdeck.tui import cli
+
+    broke = threading.Event()
+    real_finish = Engine._finish
+
+    def finish_after_the_break(self: Engine, status: object) -> object:
+        assert broke.wait(10)
+        return real_finish(self, status)  # type: ignore[arg-type]
+
+    class ClosesAtTheLastLine(io.StringIO):
+        def write(self, text: str) -> int:
+            if "[3/3]" in text:
+                broke.set()
+                raise BrokenPipeError
+            return super().write(text)
+
+    monkeypatch.setattr(Engine, "_finish", finish_after_the_break)
+    engine = Engine(batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
+    err = io.StringIO()
+    out = cli._Console(file=ClosesAtTheLastLine(), width=200)
+    code = run_headless(engine, out, Console(file=err, width=200))
+    assert code == 141
+    assert err.getvalue().startswith("flightdeck: output closed; the batch had completed (")
+    assert engine.status.value == "completed" and engine.stopped_by_stop_all == 0
+
+
 def test_output_closed_after_a_batch_its_budget_stopped_says_so(tmp_path: Path) -> None:
     # `stopped` by its budget, before the output closed: nothing was stopped on the way out.
     from flightdeck.tui import cli

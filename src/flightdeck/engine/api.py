@@ -394,6 +394,12 @@ class Engine:
     def status(self) -> BatchStatus:
         return self._status
 
+    @property
+    def stopped_by_stop_all(self) -> int:
+        """Children a stop-all (`stop_all()`, or `close()` before the end) found still queued or
+        running: 0 when every child had ended on its own."""
+        return self._coordinator.stopped_by_stop_all if self._coordinator else 0
+
     def snapshot(self) -> Snapshot:
         """An immutable view of every child and the totals; cheap enough to poll."""
         c = self._coordinator

@@ -110,6 +110,7 @@ class Coordinator:
         self._started = 0
         self._done = 0
         self._stopping = False
+        self.stopped_by_stop_all = 0  # children a stop-all found still queued or running
         self._shutdown = False
         self._last_progress = 0.0
         self._last_watch = 0.0
@@ -209,8 +210,13 @@ class Coordinator:
         elif kind == "shutdown":
             self._shutdown = True
         elif kind == "stop_all":
-            self._stopping = True
-            self._stop([c.task.id for c in self.children], "stopped by operator (stop all)")
+            stopped = self._stop(
+                [c.task.id for c in self.children], "stopped by operator (stop all)"
+            )
+            # Only a stop-all that stopped something makes the batch `stopped`: one that came
+            # as the last child ended (Engine.close() on the way out) changes nothing.
+            self.stopped_by_stop_all += stopped
+            self._stopping = self._stopping or stopped > 0
 
     def _fact(self, fact: object) -> None:
         assert isinstance(fact, tuple)
@@ -339,7 +345,9 @@ class Coordinator:
         self._record_receipt(missed, "steer")
         self._publish(SteerSettled(missed))
 
-    def _stop(self, ids: Iterable[str], reason: str) -> None:
+    def _stop(self, ids: Iterable[str], reason: str) -> int:
+        """Stop these children; returns how many were not already final."""
+        stopped = 0
         for child_id in ids:
             child = self.by_id.get(child_id)
             if child is None or child.status.terminal:
@@ -347,10 +355,13 @@ class Coordinator:
             if child_id not in self._alive:
                 if child.finalize(ChildStatus.STOPPED, reason + " before start"):
                     self._finished(child)
+                    stopped += 1
                 continue
             self._interrupt(child, ChildStatus.STOPPED, reason)
             child.transcript.write("operator", "stop requested")
             self._record_event(child_id, "stop", reason)
+            stopped += 1
+        return stopped
 
     def _interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
         self._stop_requested.setdefault(child.task.id, self._clock())

@@ -9,7 +9,6 @@ import queue
 import shlex
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -208,15 +207,14 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
             errors.print(Text(f"flightdeck: {severity}: {text}", style=style))
 
     stop_forwarding = forward_logs(lambda text, severity: notices.put((text, severity)))
-    ended = threading.Event()  # set when the batch had ended before the engine closed
     try:
-        return _run_headless(engine, console, errors, show_notices, ended)
+        return _run_headless(engine, console, errors, show_notices)
     except OutputClosed:
         # The engine has closed on the way out: children still running were stopped and
         # recorded, as for Ctrl+C. Leaving them to run with nobody reading would spend money
         # unseen, and hold up the shell pipeline until the batch ends.
         what = "children still running were stopped"
-        if ended.is_set():  # only the summary is lost
+        if not engine.stopped_by_stop_all:  # every child had ended: only output is lost
             what = f"the batch had {engine.status.value}"
         errors.print(Text(f"flightdeck: output closed; {what} ({report_hint(engine)})"))
         return EXIT_OUTPUT_CLOSED
@@ -226,11 +224,7 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
 
 
 def _run_headless(
-    engine: Engine,
-    console: Console,
-    errors: Console,
-    show_notices: Callable[[], None],
-    ended: threading.Event,
+    engine: Engine, console: Console, errors: Console, show_notices: Callable[[], None]
 ) -> int:
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
@@ -317,8 +311,6 @@ def _run_headless(
                 progress.stop()
         finally:  # even if the terminal write failed: a close skipped here hangs the exit
             if started:
-                if engine.wait(0):
-                    ended.set()
                 engine.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
