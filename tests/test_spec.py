@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -661,3 +662,19 @@ def test_yaml_key_written_twice_beside_a_merge_is_still_a_duplicate(tmp_path: Pa
 def test_yaml_merge_of_a_scalar_is_invalid_yaml_at_its_line(tmp_path: Path) -> None:
     path = write(tmp_path, "m.yaml", "tasks:\n  - goal: a\n    <<: 3\n")
     assert "expected a mapping or list of mappings for merging" in str(error_at(path, 3, None))
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml", ".jsonl"])
+def test_a_file_name_that_is_not_utf8_still_names_its_batch(tmp_path: Path, suffix: str) -> None:
+    # A file name may hold any bytes; the default name keeps what it can, with U+FFFD for the
+    # rest, rather than rejecting a field the file never wrote.
+    content = {
+        ".toml": '[[tasks]]\nid = "a"\ngoal = "g"\n',
+        ".yaml": "tasks:\n  - id: a\n    goal: g\n",
+        ".jsonl": '{"id": "a", "goal": "g"}\n',
+    }[suffix]
+    path = tmp_path / os.fsdecode(b"tt\xfe" + suffix.encode())
+    path.write_text(content, encoding="utf-8")
+    batch = load_batch(path)
+    assert batch.name == "tt\ufffd"
+    assert [t.id for t in batch.tasks] == ["a"]

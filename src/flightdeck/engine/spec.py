@@ -13,6 +13,7 @@ import datetime
 import difflib
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable, Collection
@@ -101,7 +102,7 @@ def load_batch(path: Path) -> Batch:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         drafts = [d for raw, src in _jsonl_objects(path, text) for d in _expand(raw, src, (), {})]
-        return _finish(path, path.stem, None, drafts)
+        return _finish(path, _file_name(path), None, drafts)
     if suffix == ".toml":
         data, locate = _parse_toml(path, text)
     elif suffix in (".yaml", ".yml"):
@@ -109,6 +110,12 @@ def load_batch(path: Path) -> Batch:
     else:
         raise SpecError(path, None, None, "unsupported file type: use .jsonl, .toml, .yaml or .yml")
     return _load_document(_Source(path, locate), data)
+
+
+def _file_name(path: Path) -> str:
+    """A batch's default name: its file's stem, with U+FFFD for bytes that are not UTF-8 (a
+    file name may hold any bytes; the name goes to the store and the screen)."""
+    return os.fsencode(path.stem).decode("utf-8", "replace")
 
 
 def check_routes(batch: Batch, route_names: Collection[str], default: str) -> None:
@@ -330,11 +337,11 @@ def _load_document(src: _Source, data: object) -> Batch:
         if key not in _BATCH_KEYS:
             field = f"batch.{key}"
             raise src.error(("batch", key), field, f"unknown key{_suggest(key, _BATCH_KEYS)}")
-    name = header.get("name", src.path.stem)
+    name = header.get("name", _file_name(src.path))
     if not isinstance(name, str) or not name.strip():
         raise src.error(("batch", "name"), "batch.name", _expected("a non-empty string", name))
     problem = unicode_problem(name)
-    if problem:
+    if problem:  # only a name the file writes: a default one is made valid below
         raise src.error(("batch", "name"), "batch.name", problem)
     workspace = _workspace(src, header.get("workspace"))
     defaults = _defaults(src, _table(src, data, "defaults"))
