@@ -442,10 +442,11 @@ def test_arguments_a_file_system_refuses_go_back_to_the_model(tmp_path: Path) ->
         ("list_dir", {"path": "\x00"}, "ValueError: embedded null byte"),
         ("write_file", {"path": "x\x00.txt", "content": "hi"}, "ValueError: embedded null byte"),
         ("write_file", {"path": "out.txt", "content": "bad \ud800"}, "UnicodeEncodeError"),
+        ("write_file", {"path": "new/out.txt", "content": "bad \ud800"}, "UnicodeEncodeError"),
     ):
         with pytest.raises(ToolError, match=message):
             box.run(name, arguments)
-    assert list(tmp_path.iterdir()) == []  # no file, no temp file left behind
+    assert list(tmp_path.iterdir()) == []  # no file, no temp file, no folder left behind
 
 
 def test_write_file_refuses_a_folder_before_writing_anything(

@@ -139,8 +139,8 @@ class Toolbox:
             # Checked first: the temp file goes beside the target, which for the workspace
             # itself is the folder above it, outside the workspace.
             raise ToolError(f"{arguments['path']!r} is a folder, not a file")
+        data = content.encode("utf-8")  # before any folder or file is made: a lone surrogate
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = content.encode("utf-8")  # before any file is made: a lone surrogate fails here
         with self._locks.lock(path):
             tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
             try:
