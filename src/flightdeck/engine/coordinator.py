@@ -227,7 +227,8 @@ class Coordinator:
                 self._finished(child)
             else:
                 # The watchdog abandoned it and recorded its final row; its call has come back
-                # since, and may have been billed: the store must say what was spent.
+                # since, and may have been billed: the store must say what was spent. (Only
+                # while the engine is open: a call still stuck at close() is not waited for.)
                 self._record(child.row())
         elif fact[0] == "recorded":
             row: ChildRow = fact[1]

@@ -59,8 +59,8 @@ _LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING})
 class BatchStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"  # every child completed
-    FAILED = "failed"  # finished, at least one child did not complete
-    STOPPED = "stopped"  # the operator stopped the batch
+    FAILED = "failed"  # finished, a child failed, timed out or stalled
+    STOPPED = "stopped"  # the rest were stopped (stop-all, one by one, a budget); none failed
     ABANDONED = "abandoned"  # owner process died (crash recovery)
 
 

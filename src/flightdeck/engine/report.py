@@ -57,6 +57,9 @@ def build_report(
                 "model": r.model,
                 "children": r.totals.children,
                 "completed": r.totals.completed,
+                "failed": r.totals.failed,
+                "running": r.totals.running,
+                "queued": r.totals.queued,
                 **_usage(r.totals),
             }
             for r in route_totals(children)
