@@ -99,6 +99,7 @@ def test_the_sim_reads_only_files_its_listing_named() -> None:
     assert _tool_after("docs/\n… 12 more") == again
     assert _tool_after("error: 'x' is not a folder") == again
     assert _tool_after("docs/\nnotes.md\n… 3 more") == [("read_file", {"path": "notes.md"})]
+    assert _tool_after("error.log") == [("read_file", {"path": "error.log"})]  # a real file
 
 
 def _timed(**options: object) -> tuple[float, float, int]:

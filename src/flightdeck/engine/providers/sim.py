@@ -305,7 +305,7 @@ def _next_tool(req: TurnRequest, rng: Dice, turn: int, names: set[str]) -> ToolC
 def _not_a_file(line: str) -> bool:
     """A line of `list_dir`'s answer that names no file: a folder, an empty folder's
     `(empty)`, the `… N more` of a long one, or an error."""
-    return line.endswith("/") or line == "(empty)" or line.startswith(("… ", "error"))
+    return line.endswith("/") or line == "(empty)" or line.startswith(("… ", "error: "))
 
 
 def _make_sentences() -> tuple[str, ...]:
