@@ -30,7 +30,7 @@ class WorkerPool:
     handshake: `Thread.start` blocks its caller until the operating system has run the new
     thread, which on a busy two-core machine took up to a scheduler tick (4 ms) per thread:
     40-80 ms to start 64 workers on the engine benchmark, with the engine idle all that time;
-    2-4 ms without it (+7% children/s). Like daemon threads, a worker abandoned inside a call
+    2-4 ms without it. Like daemon threads, a worker abandoned inside a call
     that never returns cannot hold up interpreter exit. They have no `threading` name: a log
     record from one says `Dummy-N`.
     """
