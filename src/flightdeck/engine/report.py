@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -138,54 +138,59 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     ]
     if budget is not None:
         lines.append(f"| budget | {_usd(budget)} |")
-    lines += [
-        "",
-        "## Routes",
-        "",
+    lines += _table(
+        "Routes",
         "| route | model | children | completed | tokens in | tokens out | cache read "
         "| cache write | cost |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in report["routes"]:
-        cells = [
-            _cell(r["route"]),
-            _cell(r["model"]),
-            str(r["children"]),
-            str(r["completed"]),
-            f"{r['tokens_in']:,}",
-            f"{r['tokens_out']:,}",
-            f"{r['cache_read_tokens']:,}",
-            f"{r['cache_write_tokens']:,}",
-            _spent(r),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Children",
-        "",
+        (_route_cells(r) for r in report["routes"]),
+    )
+    lines += _table(
+        "Children",
         "| id | status | route | model | calls | tools | retries | tokens in | tokens out "
         "| cache read | cost | duration | goal | error |",
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for c in report["children"]:
-        cells = [
-            _cell(c["id"]),
-            _cell(c["status"]),
-            _cell(c["route"]),
-            _cell(c["model"]),
-            str(c["api_calls"]),
-            str(c["tool_calls"]),
-            str(c["retries"]),
-            f"{c['tokens_in']:,}",
-            f"{c['tokens_out']:,}",
-            f"{c['cache_read_tokens']:,}",
-            "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]),
-            "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
-            _cell(c["goal"], GOAL_WIDTH),
-            "" if c["error"] is None else _cell(c["error"], ERROR_WIDTH),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        (_child_cells(c) for c in report["children"]),
+    )
     return "\n".join(lines) + "\n"
+
+
+def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> list[str]:
+    """A Markdown section: its heading, then a table of rows already made safe (`_cell`)."""
+    return ["", f"## {title}", "", header, align, *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _route_cells(r: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(r["route"]),
+        _cell(r["model"]),
+        str(r["children"]),
+        str(r["completed"]),
+        f"{r['tokens_in']:,}",
+        f"{r['tokens_out']:,}",
+        f"{r['cache_read_tokens']:,}",
+        f"{r['cache_write_tokens']:,}",
+        _spent(r),
+    ]
+
+
+def _child_cells(c: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(c["id"]),
+        _cell(c["status"]),
+        _cell(c["route"]),
+        _cell(c["model"]),
+        str(c["api_calls"]),
+        str(c["tool_calls"]),
+        str(c["retries"]),
+        f"{c['tokens_in']:,}",
+        f"{c['tokens_out']:,}",
+        f"{c['cache_read_tokens']:,}",
+        "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]),
+        "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
+        _cell(c["goal"], GOAL_WIDTH),
+        "" if c["error"] is None else _cell(c["error"], ERROR_WIDTH),
+    ]
 
 
 def _iso(ts: float) -> str:
