@@ -131,11 +131,15 @@ class Child:
         if transcript is not None:  # the common case, read without the lock (set only once)
             return transcript
         with self._lock:
-            if self._transcript is None:
-                self._transcript = TranscriptWriter(
-                    self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
-                )
-            return self._transcript
+            return self._open_transcript()
+
+    def _open_transcript(self) -> TranscriptWriter:
+        """The transcript, opened if need be; called with `_lock` held."""
+        if self._transcript is None:
+            self._transcript = TranscriptWriter(
+                self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
+            )
+        return self._transcript
 
     # --- read side -----------------------------------------------------------------------------
 
@@ -287,7 +291,8 @@ class Child:
             self.started_ts = self._last_activity_ts = now
             self._text = "starting"
             self.version += 1
-        self.transcript.write("system", SYSTEM_PROMPT)
+            transcript = self._open_transcript()  # under the lock already taken: one less
+        transcript.write("system", SYSTEM_PROMPT)
         return True
 
     def _loop(self) -> None:
