@@ -10,9 +10,9 @@ import dataclasses
 import json
 import threading
 import traceback
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
+from types import MappingProxyType
 
 from .flag import Flag
 from .limits import RetryNotice, RetryPolicy, StopRequested
@@ -91,6 +91,10 @@ class Child:
     _row: ChildRow | None = None
     _row_version = -1
     _secrets: tuple[str, ...] = ()  # the route's API key, redacted from all we record and show
+    # Steering is rare: both are replaced, never changed in place, so a child that is never
+    # steered shares these empty values and builds no inbox or receipts of its own.
+    _inbox: tuple[SteerReceipt, ...] = ()  # steers not yet delivered, oldest first
+    _steers: Mapping[int, SteerReceipt] = MappingProxyType({})  # every receipt, by id
 
     def __init__(
         self,
@@ -120,8 +124,6 @@ class Child:
             self._secrets = provider.secrets
         self._lock = threading.Lock()
         self.interrupt = Flag()
-        self._inbox: deque[SteerReceipt] = deque()
-        self._steers: dict[int, SteerReceipt] = {}
         self.queued_ts = queued_ts
 
     @property
@@ -217,9 +219,8 @@ class Child:
         with self._lock:
             if self._finalizing:
                 return False
-            self._inbox.append(receipt)
-            self._steers[receipt.id] = receipt
-            self.version += 1
+            self._inbox += (receipt,)
+            self._record_receipt(receipt)
             stream = None
             if receipt.now:
                 self._now_pending = True
@@ -231,8 +232,7 @@ class Child:
     def keep_receipt(self, receipt: SteerReceipt) -> None:
         """Show a receipt settled without reaching the inbox (the child had already ended)."""
         with self._lock:
-            self._steers[receipt.id] = receipt
-            self.version += 1
+            self._record_receipt(receipt)
 
     def finalize(
         self, status: ChildStatus, error: str | None = None, *, result: str | None = None
@@ -243,8 +243,7 @@ class Child:
             if self.status.terminal or self._finalizing:
                 return False
             self._finalizing = True
-            missed = list(self._inbox)
-            self._inbox.clear()
+            missed, self._inbox = self._inbox, ()
         for receipt in missed:
             self._settle(receipt, SteerState.MISSED)
         if self._secrets:  # a server's error text or the model's answer may echo the key
@@ -441,8 +440,7 @@ class Child:
         if not self._inbox and not self._now_pending:
             return  # nearly every turn: nothing to deliver (both only ever set under the lock)
         with self._lock:
-            pending = list(self._inbox)
-            self._inbox.clear()
+            pending, self._inbox = self._inbox, ()
             self._now_pending = False
         for receipt in pending:
             text = f"[operator] {receipt.message}"
@@ -453,9 +451,13 @@ class Child:
     def _settle(self, receipt: SteerReceipt, state: SteerState) -> None:
         settled = dataclasses.replace(receipt, state=state, settled_ts=self._clock())
         with self._lock:
-            self._steers[receipt.id] = settled
-            self.version += 1
+            self._record_receipt(settled)
         self._report(("steer", settled))
+
+    def _record_receipt(self, receipt: SteerReceipt) -> None:
+        """Record `receipt` (new or settled) under its id; called with `_lock` held."""
+        self._steers = {**self._steers, receipt.id: receipt}
+        self.version += 1
 
     def _bill(self, usage: Usage) -> None:
         cost = self._meter.add(self.route, usage)
