@@ -77,7 +77,9 @@ class RouteThrottle:
         self, interrupt: Waitable, on_wait: Callable[[float], None] | None = None
     ) -> None:
         """Block while the route is paused (again if the pause is extended meanwhile)."""
-        while (wait := self.remaining()) > 0:
+        # The pause read without remaining()'s call and max(): every attempt of every child
+        # passes here, nearly always with no pause.
+        while (wait := self._paused_until - self._clock()) > 0:
             if on_wait is not None:
                 on_wait(wait)
             if interrupt.wait(wait):
