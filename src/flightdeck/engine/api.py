@@ -178,6 +178,7 @@ class Engine:
         prefix = f"{self.batch_dir}{os.sep}"  # transcript paths as str: 2,000 Paths cost more
         routes = {name: self.settings.route(name) for name in {t.route for t in self.batch.tasks}}
         seeds = {name: f"{route.options.get('seed', 0)}:" for name, route in routes.items()}
+        scales = {name: route.time_scale for name, route in routes.items()}  # a property
         report = self._report  # one bound method for every child, not one object each
         for task in self.batch.tasks:
             route = routes[task.route]
@@ -185,7 +186,7 @@ class Engine:
             # exactly), while children of one batch still spread out.
             retry = RetryPolicy(
                 route.retry,
-                scale=route.time_scale,
+                scale=scales[task.route],
                 throttle=throttles[route.name],
                 seed=seeds[task.route] + task.id,
             )
