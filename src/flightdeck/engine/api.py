@@ -175,6 +175,7 @@ class Engine:
         now = self.clock()
         self._started_ts = now
         children = []
+        listed = []  # the manifest's entries
         prefix = f"{self.batch_dir}{os.sep}"  # transcript paths as str: 2,000 Paths cost more
         routes = {name: self.settings.route(name) for name in {t.route for t in self.batch.tasks}}
         seeds = {name: f"{route.options.get('seed', 0)}:" for name, route in routes.items()}
@@ -182,6 +183,8 @@ class Engine:
         report = self._report  # one bound method for every child, not one object each
         for task in self.batch.tasks:
             route = routes[task.route]
+            name = transcript_name(task)
+            listed.append({"id": task.id, "route": route.name, "transcript": name})
             # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
             # exactly), while children of one batch still spread out.
             retry = RetryPolicy(
@@ -197,7 +200,7 @@ class Engine:
                     self._providers[route.name],
                     retry,
                     toolbox,
-                    prefix + transcript_name(task),
+                    prefix + name,
                     self.meter,
                     self.clock,
                     report,
@@ -209,12 +212,7 @@ class Engine:
         # ASCII: untrusted names (a C1 byte, a bidi override) stay escaped for `cat`, and a
         # file name that is not UTF-8 cannot fail the write. Written before the batch row, so
         # a manifest that cannot be written leaves no batch "running" for ever.
-        self._manifest_children = json.dumps(
-            [
-                {"id": c.task.id, "route": c.route.name, "transcript": transcript_name(c.task)}
-                for c in children
-            ]
-        )
+        self._manifest_children = json.dumps(listed)
         self._manifest()
         self._store.create_batch(self._info(now))
         self._store.add_queued(
