@@ -222,7 +222,7 @@ def test_real_providers_hold_600_rpm_against_an_unlimited_server(provider: str) 
 def test_children_reserve_their_estimate_only_against_a_tokens_bucket(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reserved: dict[str, list[int]] = {"limited": [], "free": []}
+    reserved: dict[str, list[int]] = {"limited": [], "requests": [], "free": []}
     real = RouteThrottle.admit
 
     def spy(
@@ -233,10 +233,11 @@ def test_children_reserve_their_estimate_only_against_a_tokens_bucket(
 
     monkeypatch.setattr(RouteThrottle, "admit", spy)
     limited = dataclasses.replace(sim_route("limited", tool_turns=0), tpm=10_000_000)
+    requests = dataclasses.replace(sim_route("requests", tool_turns=0), rpm=10_000_000)
+    routes = settings(limited, requests, sim_route("free", tool_turns=0))
     tasks = [Task(id=f"{r}{i}", goal="g", seq=i, route=r) for i in range(2) for r in reserved]
-    run_to_end(
-        start(tasks_batch(tasks), settings(limited, sim_route("free", tool_turns=0)), tmp_path)
-    )
-    assert reserved["free"] == [0, 0]  # nothing reads an estimate without a tokens bucket
+    run_to_end(start(tasks_batch(tasks), routes, tmp_path))
+    assert reserved["requests"] == [0, 0]  # nothing reads an estimate without a tokens bucket
+    assert reserved["free"] == []  # no limit at all: nothing to reserve
     assert len(reserved["limited"]) == 2
     assert all(t > limited.max_tokens for t in reserved["limited"])  # the prompt plus max_tokens

@@ -358,10 +358,13 @@ class Child:
             # it), and this attempt carries the message instead of going without it.
             self._deliver_steers(messages)
         request = self._request(messages)
-        # Route pause and rpm/tpm buckets; the token estimate is reconciled with usage below.
-        # Only a tokens-per-minute bucket reads it: without one, a turn skips the estimate.
-        tokens = estimate_tokens(request) if self.route.tpm else 0
-        lease = self._retry.admit(self.route, tokens, self.interrupt, self._on_rate_wait)
+        # The route's rpm/tpm buckets (its pause was waited out before this attempt); the token
+        # estimate is reconciled with usage below. Without a limit (the throttle would hand
+        # out an inert lease) there is nothing to take, estimate or settle.
+        route, lease = self.route, None
+        if route.rpm or route.tpm:
+            tokens = estimate_tokens(request) if route.tpm else 0
+            lease = self._retry.admit(route, tokens, self.interrupt, self._on_rate_wait)
         if self._now_pending:
             # ... or while it waited for the rate limit: the request it waited (and paid) for
             # goes out with the message, rather than queueing again behind other children.
@@ -404,7 +407,8 @@ class Child:
                 self._stream = None
                 closed = self.interrupt.is_set() or self._now_pending
             transcript.end_stream()
-            lease.settle(usage.total)
+            if lease is not None:
+                lease.settle(usage.total)
         if closed:
             raise Interrupted  # the stream was closed under us and ended quietly
         return TurnResult("".join(text), tuple(calls), usage)
