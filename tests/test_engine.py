@@ -522,10 +522,10 @@ def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
     closing, gate = threading.Event(), threading.Event()
     real_close = child_module.TranscriptWriter.close
 
-    def held_close(self: child_module.TranscriptWriter) -> None:
+    def held_close(self: child_module.TranscriptWriter, *last: str) -> None:
         closing.set()  # inside finalize: the inbox is emptied for good, the status not yet final
         assert gate.wait(10)
-        real_close(self)
+        real_close(self, *last)
 
     monkeypatch.setattr(child_module.TranscriptWriter, "close", held_close)
     engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from flightdeck.engine import lines
+from flightdeck.engine.sink import TranscriptSink
 from flightdeck.engine.transcripts import TranscriptWriter, tail_lines, write_manifest
 
 TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
@@ -150,6 +151,27 @@ def test_close_flushes_partial_line_and_is_idempotent(tmp_path: Path) -> None:
     assert read(path) == ["13:04:05.250  assistant │ partial"]
     tw.write("operator", "stop (child already finished)")  # reopens the file briefly
     assert read(path)[-1] == "13:04:05.250  operator  │ stop (child already finished)"
+
+
+def test_close_with_a_last_event_writes_what_write_then_close_writes(tmp_path: Path) -> None:
+    for sink in (None, TranscriptSink()):
+        files = [tmp_path / f"{name}-{sink is None}.log" for name in ("two", "one")]
+        two, one = (TranscriptWriter(f, clock=FakeClock(), sink=sink) for f in files)
+        for tw in (two, one):
+            tw.stream("partial\x1b[")
+        two.write("engine", "completed")
+        two.close()
+        one.close("engine", "completed")
+        if sink is not None:
+            sink.close()
+        assert (
+            read(files[0])
+            == read(files[1])
+            == [
+                "13:04:05.250  assistant │ partial",
+                "13:04:05.250  engine    │ completed",
+            ]
+        )
 
 
 def test_long_streamed_line_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -250,9 +250,7 @@ class Child:
             error = None if error is None else self._clean(error)
             result = None if result is None else self._clean(result)
         text = str(status)  # a StrEnum's value, without the enum's Python-level property
-        transcript = self.transcript
-        transcript.write("engine", text + (f": {error}" if error else ""))
-        transcript.close()
+        self.transcript.close("engine", text + (f": {error}" if error else ""))
         with self._lock:
             self.status = status
             self.finished_ts = self._clock()

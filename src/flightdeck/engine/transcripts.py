@@ -86,10 +86,18 @@ class TranscriptWriter:
             else:
                 self._out(self._local().end_stream(self._clock()))
 
-    def close(self) -> None:
-        """End the stream and close the file; idempotent. Later writes reopen it briefly."""
+    def close(self, role: str | None = None, text: str = "") -> None:
+        """End the stream and close the file; idempotent. Later writes reopen it briefly.
+
+        With `role`, `write(role, text)` comes first under the same lock: a child's last line
+        costs no lock of its own."""
         with self._lock:
             ts = self._clock()
+            if role is not None:
+                if self._remote is not None:
+                    self._remote((WRITE, self._key, ts, role, text))
+                else:
+                    self._out(self._local().write(role, text, ts))
             if self._remote is None:
                 self._out(self._local().end_stream(ts))
             if self._sink is not None:
