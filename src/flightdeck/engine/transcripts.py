@@ -64,11 +64,7 @@ class TranscriptWriter:
     def write(self, role: str, text: str, ts: float | None = None) -> None:
         """Append one event; multi-line text becomes several lines with the same stamp."""
         with self._lock:
-            ts = self._clock() if ts is None else ts
-            if self._remote is not None:
-                self._remote((WRITE, self._key, ts, role, text))
-            else:
-                self._out(self._local().write(role, text, ts))
+            self._write(role, text, self._clock() if ts is None else ts)
 
     def stream(self, chunk: str) -> None:
         """Append streamed assistant text; each line is written as soon as it is complete."""
@@ -94,10 +90,7 @@ class TranscriptWriter:
         with self._lock:
             ts = self._clock()
             if role is not None:
-                if self._remote is not None:
-                    self._remote((WRITE, self._key, ts, role, text))
-                else:
-                    self._out(self._local().write(role, text, ts))
+                self._write(role, text, ts)
             if self._remote is None:
                 self._out(self._local().end_stream(ts))
             if self._sink is not None:
@@ -112,7 +105,13 @@ class TranscriptWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # Below: formatting in this process, with the lock held.
+    # Below: with the lock held.
+
+    def _write(self, role: str, text: str, ts: float) -> None:
+        if self._remote is not None:
+            self._remote((WRITE, self._key, ts, role, text))
+        else:
+            self._out(self._local().write(role, text, ts))
 
     def _local(self) -> LineFormatter:
         assert self._formatter is not None  # set whenever _remote is not
