@@ -109,8 +109,8 @@ class Coordinator:
         self._receipt_lock = threading.Lock()
         self._started = 0
         self._done = 0
-        self._stopping = False
-        self.stopped_by_stop_all = 0  # children a stop-all found still queued or running
+        # Children a stop-all found still queued or running; any makes the batch `stopped`.
+        self.stopped_by_stop_all = 0
         self._shutdown = False
         self._last_progress = 0.0
         self._last_watch = 0.0
@@ -210,13 +210,11 @@ class Coordinator:
         elif kind == "shutdown":
             self._shutdown = True
         elif kind == "stop_all":
-            stopped = self._stop(
-                [c.task.id for c in self.children], "stopped by operator (stop all)"
-            )
             # Only a stop-all that stopped something makes the batch `stopped`: one that came
             # as the last child ended (Engine.close() on the way out) changes nothing.
-            self.stopped_by_stop_all += stopped
-            self._stopping = self._stopping or stopped > 0
+            self.stopped_by_stop_all += self._stop(
+                [c.task.id for c in self.children], "stopped by operator (stop all)"
+            )
 
     def _fact(self, fact: object) -> None:
         assert isinstance(fact, tuple)
@@ -264,7 +262,7 @@ class Coordinator:
     def _final_status(self) -> BatchStatus:
         """Stopped by the operator (all at once or one by one) or a budget, unless a child
         failed, timed out or stalled first: a stop is nobody's failure."""
-        if self._stopping:
+        if self.stopped_by_stop_all:
             return BatchStatus.STOPPED
         statuses = {c.status for c in self.children}
         if statuses <= {ChildStatus.COMPLETED}:
