@@ -449,7 +449,7 @@ class Engine:
         problem = unicode_problem(message)
         if problem:  # it would fail the child's request and the store's write, far from here
             raise ValueError(f"steer message: {problem}")
-        ids = self._known(child_ids)
+        ids = _known(c, child_ids, self.batch_id)
         receipts = [c.next_receipt_id() for _ in ids]
         c.command("steer", receipts, ids, message, now)
         return receipts
@@ -458,17 +458,7 @@ class Engine:
         """Interrupt these children (queued ones never start); ValueError, stopping none, if an
         id names no child of this batch."""
         c = self._require()
-        c.command("stop", self._known(child_ids))
-
-    def _known(self, child_ids: Iterable[str]) -> list[str]:
-        # A mistyped id would otherwise be skipped in silence: the operator would wait for a
-        # steer or a stop that was never going to happen.
-        ids = list(child_ids)
-        unknown = [i for i in ids if i not in self._require().by_id]
-        if unknown:
-            shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-            raise ValueError(f"no child with id {shown} in batch {self.batch_id}")
-        return ids
+        c.command("stop", _known(c, child_ids, self.batch_id))
 
     def stop_all(self) -> None:
         self._require().command("stop_all")
@@ -481,3 +471,15 @@ class Engine:
         if self._coordinator is None:
             raise RuntimeError("Engine.start() has not been called")
         return self._coordinator
+
+
+def _known(coordinator: Coordinator, child_ids: Iterable[str], batch_id: str) -> list[str]:
+    """The ids, all of children of this batch; ValueError naming those that are not."""
+    # A mistyped id would otherwise be skipped in silence: the operator would wait for a
+    # steer or a stop that was never going to happen.
+    ids = list(child_ids)
+    unknown = [i for i in ids if i not in coordinator.by_id]
+    if unknown:
+        shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        raise ValueError(f"no child with id {shown} in batch {batch_id}")
+    return ids
