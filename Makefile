@@ -21,13 +21,18 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 fmt: $(STAMP)
-	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff format engine tui tests scripts
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff format --check src tests
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check engine tui tests scripts
+	$(VENV)/bin/ruff check engine tui tests scripts
 
+# mypy reads modules by path, not through the install's package-dir mapping: link the two
+# top-level folders under their import names.
 types: $(STAMP)
+	mkdir -p .typecheck/flightdeck
+	ln -sfn ../../engine .typecheck/flightdeck/engine
+	ln -sfn ../../tui .typecheck/flightdeck/tui
 	$(VENV)/bin/mypy
 
 check: lint types test
@@ -39,4 +44,4 @@ screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py
 
 clean:
-	rm -rf $(VENV) .flightdeck .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .typecheck .flightdeck .pytest_cache .mypy_cache .ruff_cache

@@ -18,9 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Settings, load_settings
+from flightdeck.engine.inputs.tasks import load_batch
 from flightdeck.engine.model import ChildStatus, Snapshot
-from flightdeck.engine.settings import Settings, load_settings
-from flightdeck.engine.spec import load_batch
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import SteerDialog
 from flightdeck.tui.screens.main import UiOptions

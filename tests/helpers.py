@@ -9,15 +9,15 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.api import Engine
-from flightdeck.engine.model import Snapshot
-from flightdeck.engine.settings import (
+from flightdeck.engine.inputs.settings import (
     EngineSettings,
     RetrySettings,
     Route,
     Settings,
     default_sim_route,
 )
-from flightdeck.engine.spec import Batch, Task
+from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.model import Snapshot
 
 FAST = {"time_scale": 0.001, "latency_ms": 20, "tokens_per_s": 400}
 

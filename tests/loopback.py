@@ -32,10 +32,10 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Price, RetrySettings, Route
 from flightdeck.engine.model import Snapshot
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider, ToolSpec
-from flightdeck.engine.settings import Price, RetrySettings, Route
 
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"

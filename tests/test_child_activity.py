@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from flightdeck.engine.child import Child
-from flightdeck.engine.limits import RetryPolicy
-from flightdeck.engine.meter import Meter
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.tools import Toolbox
+from flightdeck.engine.control.limits import RetryPolicy
+from flightdeck.engine.inputs.settings import RetrySettings
+from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.providers.base import (
     StreamEvent,
@@ -19,9 +21,8 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
     UsageEvent,
 )
-from flightdeck.engine.settings import RetrySettings
-from flightdeck.engine.spec import Task
-from flightdeck.engine.tools import Toolbox
+from flightdeck.engine.records.meter import Meter
+
 from helpers import sim_route, until
 
 

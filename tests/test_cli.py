@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
+from flightdeck.engine.records.store import StoreReader
+from flightdeck.tui.cli import completion_text, print_lines, run_headless
 from rich.console import Console
 
-from flightdeck.engine.api import Engine
-from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
-from flightdeck.engine.settings import Budget
-from flightdeck.engine.store import StoreReader
-from flightdeck.tui.cli import completion_text, print_lines, run_headless
 from helpers import batch, settings, sim_route
 
 FAST_CONFIG = """
@@ -294,8 +294,8 @@ def test_bad_arguments_exit_2(project: Path) -> None:
 
 
 def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None:
-    from flightdeck.engine.limits import auto_pool_size
-    from flightdeck.engine.settings import default_sim_route
+    from flightdeck.engine.control.limits import auto_pool_size
+    from flightdeck.engine.inputs.settings import default_sim_route
 
     result = flightdeck("run", "tasks.jsonl", "--max-concurrent", "auto", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -517,7 +517,7 @@ def test_another_programs_database_is_left_alone(project: Path) -> None:
 def test_run_widens_the_gil_switch_interval_and_gc_thresholds(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from flightdeck.engine.limits import GC_THRESHOLDS, GIL_SWITCH_INTERVAL_S
+    from flightdeck.engine.control.limits import GC_THRESHOLDS, GIL_SWITCH_INTERVAL_S
     from flightdeck.tui import cli
 
     seen: list[float] = []
@@ -736,8 +736,8 @@ def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
 
 
 def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dollars() -> None:
-    from flightdeck.engine.meter import totals_of
     from flightdeck.engine.model import BatchStatus, Snapshot
+    from flightdeck.engine.records.meter import totals_of
     from flightdeck.tui.cli import summary_table
 
     rows = tuple(
@@ -757,7 +757,8 @@ def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dolla
 
 
 def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:
-    from flightdeck.engine.store import Store
+    from flightdeck.engine.records.store import Store
+
     from test_store import make_batch, make_child
 
     with Store(tmp_path / "st" / "flightdeck.db") as store:
@@ -778,10 +779,11 @@ def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:
 def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknown(
     tmp_path: Path,
 ) -> None:
+    from flightdeck.engine.inputs.tasks import Task
     from flightdeck.engine.providers.sim import SimProvider
-    from flightdeck.engine.report import build_report
-    from flightdeck.engine.spec import Task
+    from flightdeck.engine.records.report import build_report
     from flightdeck.tui.fmt import fmt_cost
+
     from helpers import tasks_batch
 
     # genai-prices knows no such model: its children's cost is unknown, never guessed as $0.

@@ -10,14 +10,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from flightdeck.engine import api
 from flightdeck.engine.api import Engine
-from flightdeck.engine.meter import Meter, cost_of
+from flightdeck.engine.inputs.settings import SIM_PRICE
+from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
-from flightdeck.engine.settings import SIM_PRICE
-from flightdeck.engine.spec import Task
-from flightdeck.engine.store import StoreReader
+from flightdeck.engine.records.meter import Meter, cost_of
+from flightdeck.engine.records.store import StoreReader
+
 from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
 
 
@@ -370,7 +370,7 @@ def test_a_finish_is_announced_only_once_it_is_on_disk(tmp_path: Path) -> None:
     """A headless line promises the child is recorded: a process killed right after it was
     printed lost the row while another process held the database's write lock."""
     from flightdeck.engine.model import ChildFinished
-    from flightdeck.engine.store import Store
+    from flightdeck.engine.records.store import Store
 
     db = tmp_path / "state" / "flightdeck.db"
     db.parent.mkdir()
@@ -415,7 +415,7 @@ def test_untrusted_goal_never_puts_escapes_in_the_transcript(tmp_path: Path) -> 
 
 
 def test_tools_cannot_escape_the_workspace(tmp_path: Path) -> None:
-    from flightdeck.engine.tools import Toolbox, ToolError
+    from flightdeck.engine.child.tools import Toolbox, ToolError
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "secret.txt").write_text("s3cret")
@@ -434,7 +434,7 @@ def test_tools_cannot_escape_the_workspace(tmp_path: Path) -> None:
 
 
 def test_arguments_a_file_system_refuses_go_back_to_the_model(tmp_path: Path) -> None:
-    from flightdeck.engine.tools import Toolbox, ToolError
+    from flightdeck.engine.child.tools import Toolbox, ToolError
 
     box = Toolbox(tmp_path)
     for name, arguments, message in (
@@ -454,7 +454,7 @@ def test_write_file_refuses_a_folder_before_writing_anything(
 ) -> None:
     # "." is the workspace itself: its temp file would have gone next to the workspace, in
     # the folder above it, before the replace failed.
-    from flightdeck.engine.tools import Toolbox, ToolError
+    from flightdeck.engine.child.tools import Toolbox, ToolError
 
     written: list[Path] = []
     real = Path.write_bytes
@@ -474,7 +474,7 @@ def test_writes_to_one_path_take_turns_across_workspaces(
     # Two batches (two toolboxes) on one shared folder, the path spelled differently: one
     # registry lock per real path, so no two writes of that file overlap. Writes to
     # different files do overlap, which shows the check below can see an overlap.
-    from flightdeck.engine.tools import Toolbox
+    from flightdeck.engine.child.tools import Toolbox
 
     inside: dict[str, int] = {}
     most: dict[str, int] = {}
@@ -517,7 +517,7 @@ def test_writes_to_one_path_take_turns_across_workspaces(
 def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flightdeck.engine import child as child_module
+    from flightdeck.engine.child import loop as child_module
 
     closing, gate = threading.Event(), threading.Event()
     real_close = child_module.TranscriptWriter.close
@@ -543,7 +543,7 @@ def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
 def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from flightdeck.engine.settings import Budget
+    from flightdeck.engine.inputs.settings import Budget
 
     s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_runs=3))
     engine = start(batch(6), s, tmp_path)
@@ -669,8 +669,8 @@ import sys
 from pathlib import Path
 from types import MappingProxyType
 from flightdeck.engine.api import Engine
-from flightdeck.engine.settings import EngineSettings, Settings, default_sim_route
-from flightdeck.engine.spec import Batch, Task
+from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_sim_route
+from flightdeck.engine.inputs.tasks import Batch, Task
 route = default_sim_route(time_scale=0.001, tool_turns=0)
 s = Settings(engine=EngineSettings(max_concurrent=2), routes=MappingProxyType({"sim": route}))
 tasks = tuple(Task(id=f"c{i}", goal="g", seq=i) for i in range(50))
@@ -716,7 +716,7 @@ def test_the_batch_row_names_the_process_that_runs_it(tmp_path: Path) -> None:
     # Crash recovery tells a live owner from a dead one (or a reused pid) by these two.
     import os
 
-    from flightdeck.engine.store import process_start_time
+    from flightdeck.engine.records.store import process_start_time
 
     engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
     run_to_end(engine, 10)

@@ -10,9 +10,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -22,8 +22,8 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
-from flightdeck.engine.settings import Budget
-from flightdeck.engine.store import StoreReader
+from flightdeck.engine.records.store import StoreReader
+
 from helpers import batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from flightdeck.engine.flag import Flag
+from flightdeck.engine.control.flag import Flag
 
 
 def test_wait_times_out_when_nobody_sets_it() -> None:

@@ -13,7 +13,9 @@ def test_engine_imports_no_textual_rich_or_tui() -> None:
     modules = [
         m.name for m in pkgutil.walk_packages(flightdeck.engine.__path__, "flightdeck.engine.")
     ]
-    assert {"flightdeck.engine.coordinator", "flightdeck.engine.providers.sim"} <= set(modules)
+    assert {"flightdeck.engine.control.coordinator", "flightdeck.engine.providers.sim"} <= set(
+        modules
+    )
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
@@ -31,22 +33,23 @@ def test_engine_imports_no_textual_rich_or_tui() -> None:
 def test_the_transcript_writer_process_starts_on_a_few_stdlib_modules() -> None:
     # It starts with every batch, beside the engine: what it imports is start-up time. `typing`
     # alone was a fifth of it.
-    from flightdeck.engine import appender
+    from flightdeck.engine.records import writerproc
 
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-X", "importtime", appender.__file__, "8"],
+        [sys.executable, "-X", "importtime", *writerproc.command(8)[1:]],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         check=True,
     )
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "flightdeck.engine.lines" in imported  # the listing is what it seems
+    assert "flightdeck.engine.records.lines" in imported  # the listing is what it seems
     mine = sorted(m for m in imported if m.startswith("flightdeck"))
     assert mine == [
         "flightdeck",
         "flightdeck.engine",
-        "flightdeck.engine.lines",
+        "flightdeck.engine.records",
+        "flightdeck.engine.records.lines",
         "flightdeck.engine.sanitize",
     ]
     assert not imported & {"typing", "json", "logging", "threading", "subprocess"}

@@ -6,9 +6,6 @@ import dataclasses
 from decimal import Decimal
 
 import pytest
-from textual.app import App, ComposeResult
-
-from flightdeck.engine.meter import route_totals, totals_of
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
@@ -18,8 +15,11 @@ from flightdeck.engine.model import (
     Totals,
     Usage,
 )
+from flightdeck.engine.records.meter import route_totals, totals_of
 from flightdeck.tui.fmt import fmt_spent
 from flightdeck.tui.widgets.meter import CostMeter
+from textual.app import App, ComposeResult
+
 from test_store import make_child  # the store tests' row builder
 
 S = ChildStatus

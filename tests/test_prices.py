@@ -8,11 +8,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from flightdeck.engine.api import Engine
-from flightdeck.engine.meter import Meter, price_known, route_cost
 from flightdeck.engine.model import ChildStatus, Usage
-from flightdeck.engine.store import StoreReader
+from flightdeck.engine.records.meter import Meter, price_known, route_cost
+from flightdeck.engine.records.store import StoreReader
+
 from helpers import batch, run_to_end, settings
 from loopback import KEY_ENV, Loopback, Reply, route_for
 

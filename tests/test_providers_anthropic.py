@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from flightdeck.engine.meter import cost_of
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.providers.anthropic import AnthropicProvider, to_anthropic_messages
 from flightdeck.engine.providers.base import (
@@ -25,6 +23,8 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
 )
 from flightdeck.engine.providers.transport import anthropic_headroom
+from flightdeck.engine.records.meter import cost_of
+
 from loopback import (
     KEY_ENV,
     PRICE,

@@ -10,10 +10,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-
 from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
-from flightdeck.engine.meter import cost_of
+from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.providers import LOCAL_PLACEHOLDER_KEY, make_provider
 from flightdeck.engine.providers.base import (
@@ -32,7 +31,8 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
 )
 from flightdeck.engine.providers.openai import OpenAIProvider, parse_arguments
-from flightdeck.engine.settings import Route
+from flightdeck.engine.records.meter import cost_of
+
 from helpers import batch, settings, until
 from loopback import (
     KEY_ENV,
@@ -309,9 +309,8 @@ def test_a_server_that_echoes_the_key_never_gets_it_recorded(tmp_path: Path) -> 
 
 def test_a_lone_surrogate_in_a_server_error_is_printed_as_a_replacement(tmp_path: Path) -> None:
     """JSON can carry "\\ud800"; printed as it is, the headless line raised and the run died."""
-    from rich.console import Console
-
     from flightdeck.tui.cli import run_headless
+    from rich.console import Console
 
     with Loopback(lambda _: Reply(status=400, message="bad \ud800 thing")) as server:
         route = route_for(server, "openai")

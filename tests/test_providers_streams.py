@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers.base import (
@@ -19,6 +18,7 @@ from flightdeck.engine.providers.base import (
     TransientError,
     TurnRequest,
 )
+
 from helpers import batch, settings, until
 from loopback import KEY_ENV, READ_FILE, Loopback, Reply, provider_for, route_for
 

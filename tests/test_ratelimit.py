@@ -11,20 +11,25 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-
-from flightdeck.engine.flag import Waitable
-from flightdeck.engine.limits import RetryPolicy, RouteThrottle, StopRequested, auto_pool_size
-from flightdeck.engine.providers import make_provider
-from flightdeck.engine.providers.base import Message, ToolSpec, TurnRequest
-from flightdeck.engine.ratelimit import (
+from flightdeck.engine.control.flag import Waitable
+from flightdeck.engine.control.limits import (
+    RetryPolicy,
+    RouteThrottle,
+    StopRequested,
+    auto_pool_size,
+)
+from flightdeck.engine.control.ratelimit import (
     Cancelled,
     Lease,
     RateLimiter,
     estimate_tokens,
     prompt_tokens_estimate,
 )
-from flightdeck.engine.settings import RetrySettings, Route
-from flightdeck.engine.spec import Task
+from flightdeck.engine.inputs.settings import RetrySettings, Route
+from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.providers import make_provider
+from flightdeck.engine.providers.base import Message, ToolSpec, TurnRequest
+
 from helpers import run_to_end, settings, sim_route, start, tasks_batch
 from loopback import Loopback, Reply
 

@@ -10,10 +10,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from flightdeck.engine.model import Activity, BatchStatus, ChildStatus, Usage
-from flightdeck.engine.report import build_report, render_json, render_markdown
-from flightdeck.engine.store import Store, StoreReader
+from flightdeck.engine.records.report import build_report, render_json, render_markdown
+from flightdeck.engine.records.store import Store, StoreReader
+
 from test_store import make_batch, make_child  # the store tests' row builders
 
 CREATED = 1_714_564_800.0  # 2024-05-01T12:00:00Z

@@ -14,9 +14,8 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-
 from flightdeck.engine.api import Engine
-from flightdeck.engine.limits import (
+from flightdeck.engine.control.limits import (
     RetryNotice,
     RetryPolicy,
     RouteThrottle,
@@ -24,6 +23,7 @@ from flightdeck.engine.limits import (
     classify,
     reason_of,
 )
+from flightdeck.engine.inputs.settings import RetrySettings
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers.base import (
     FatalError,
@@ -35,7 +35,7 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
 )
 from flightdeck.engine.providers.transport import duration_s, retry_after
-from flightdeck.engine.settings import RetrySettings
+
 from helpers import batch, run_to_end, settings, until
 from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, provider_for, route_for
 

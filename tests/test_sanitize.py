@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from flightdeck.engine.sanitize import REDACTED, StreamSanitizer, one_line, redact, sanitize
 
 ESC = "\x1b"

@@ -6,8 +6,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
-from flightdeck.engine.settings import (
+from flightdeck.engine.inputs.settings import (
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
     Budget,

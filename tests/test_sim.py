@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 
+from flightdeck.engine.child.tools import TOOL_SPECS
+from flightdeck.engine.inputs.settings import default_sim_route
 from flightdeck.engine.providers.base import Message, TextDelta, TurnRequest, UsageEvent
 from flightdeck.engine.providers.sim import _SENTENCES, Dice, SimProvider, _body
-from flightdeck.engine.settings import default_sim_route
-from flightdeck.engine.tools import TOOL_SPECS
 
 
 def test_dice_replay_for_a_key_and_differ_between_keys() -> None:

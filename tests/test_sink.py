@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from flightdeck.engine import appender, writerproc
-from flightdeck.engine.appender import (
+from flightdeck.engine.records import appender, writerproc
+from flightdeck.engine.records.appender import (
     RAW,
     RELEASE,
     STREAM,
@@ -28,8 +27,9 @@ from flightdeck.engine.appender import (
     apply_frames,
     batch_frame,
 )
-from flightdeck.engine.sink import TranscriptSink
-from flightdeck.engine.transcripts import TranscriptWriter
+from flightdeck.engine.records.sink import TranscriptSink
+from flightdeck.engine.records.transcripts import TranscriptWriter
+
 from helpers import until
 
 TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
@@ -358,7 +358,7 @@ def test_the_writer_process_writes_everything_after_the_engine_is_gone(tmp_path:
     # The engine died: nobody reads the answers. Every line sent is still written.
     path = str(tmp_path / "c.log")
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", appender.__file__, "8"],
+        writerproc.command(8),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )

@@ -14,8 +14,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
-from flightdeck.engine import store as store_module
 from flightdeck.engine.errors import InputError, StoreError
 from flightdeck.engine.model import (
     Activity,
@@ -26,7 +24,8 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
-from flightdeck.engine.store import (
+from flightdeck.engine.records import store as store_module
+from flightdeck.engine.records.store import (
     MAX_BATCH,
     SCHEMA_VERSION,
     BatchInfo,
@@ -186,7 +185,7 @@ def test_absent_values_are_stored_as_sql_null(db: Path) -> None:
 
 
 def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
-    from flightdeck.engine.store import _CHILD_COLUMNS, QueuedChild
+    from flightdeck.engine.records.store import _CHILD_COLUMNS, QueuedChild
 
     rows = [make_child(1), make_child(2, group=None)]
     queued = [
@@ -217,7 +216,7 @@ def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
 
 
 def test_a_literal_for_a_column_that_does_not_exist_is_refused() -> None:
-    from flightdeck.engine.store import _CHILD_COLUMNS, _upsert
+    from flightdeck.engine.records.store import _CHILD_COLUMNS, _upsert
 
     with pytest.raises(ValueError, match=r"not columns of children: \['tokens'\]"):
         _upsert("children", _CHILD_COLUMNS, ("batch_id", "id"), {"tokens": "0"})
@@ -414,7 +413,7 @@ def test_settle_live_children(db: Path) -> None:
 def test_failed_write_is_logged_and_writer_survives(
     db: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="flightdeck.engine.store")
+    caplog.set_level(logging.ERROR, logger="flightdeck.engine.records.store")
     with Store(db) as store:
         store.add_children("b1", [make_child(0)])
         store.record_control("b1", SteerReceipt(1, "c0", "m", False, SteerState.QUEUED, 1.0), "bad")
@@ -539,7 +538,7 @@ def test_process_start_time() -> None:
 
 
 def test_consecutive_writes_of_one_statement_run_as_one_executemany_in_order() -> None:
-    from flightdeck.engine.store import _runs, _Write
+    from flightdeck.engine.records.store import _runs, _Write
 
     writes = [
         _Write("a", "A", (1,)),
@@ -553,7 +552,7 @@ def test_consecutive_writes_of_one_statement_run_as_one_executemany_in_order() -
 
 @pytest.mark.parametrize("rows", [2, 5, 64, 85, 200])
 def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int) -> None:
-    from flightdeck.engine.store import _INSERT_EVENT, _UPSERT_CHILD, _insert_rows
+    from flightdeck.engine.records.store import _INSERT_EVENT, _UPSERT_CHILD, _insert_rows
 
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db)
@@ -583,7 +582,7 @@ def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int
 _OPENER = """
 import sys
 from pathlib import Path
-from flightdeck.engine.store import Store
+from flightdeck.engine.records.store import Store
 for line in sys.stdin:
     try:
         Store(Path(line.strip())).close()
@@ -702,7 +701,7 @@ def test_a_write_waits_for_a_lock_held_past_the_busy_timeout(
     # Another process's long transaction used to cost a write after two busy timeouts:
     # "update_child failed: database is locked", and a finished child stayed running.
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 20)
-    caplog.set_level(logging.WARNING, logger="flightdeck.engine.store")
+    caplog.set_level(logging.WARNING, logger="flightdeck.engine.records.store")
     store = Store(db)
     store.add_children("b1", [make_child(0, status=ChildStatus.RUNNING)])
     assert store.flush(timeout=10)
@@ -752,7 +751,7 @@ if os.geteuid() == 0 and "--dropped" not in sys.argv:
     os.execv(sys.executable, [sys.executable, "-c", sys.argv[1], sys.argv[1], "--dropped"])
 from pathlib import Path
 from flightdeck.engine.errors import StoreError
-from flightdeck.engine.store import StoreReader
+from flightdeck.engine.records.store import StoreReader
 db = Path(os.environ["DB"])
 print("writable" if os.access(db.parent, os.W_OK) else "read-only", end=": ")
 with StoreReader(db) as reader:

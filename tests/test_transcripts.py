@@ -11,10 +11,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
-from flightdeck.engine import lines
-from flightdeck.engine.sink import TranscriptSink
-from flightdeck.engine.transcripts import TranscriptWriter, tail_lines, write_manifest
+from flightdeck.engine.records import lines
+from flightdeck.engine.records.sink import TranscriptSink
+from flightdeck.engine.records.transcripts import TranscriptWriter, tail_lines, write_manifest
 
 TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
 LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3}  .{9} │ .*$")

@@ -11,7 +11,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Usage
 from flightdeck.engine.providers.base import Message, TextDelta
 

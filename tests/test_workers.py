@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from flightdeck.engine.control import workers
+from flightdeck.engine.control.workers import WorkerPool
 
-from flightdeck.engine import workers
-from flightdeck.engine.workers import WorkerPool
 from helpers import until
 
 
@@ -147,7 +147,7 @@ def test_work_submitted_while_the_interpreter_exits_is_refused() -> None:
     # when a script ends without Engine.close().
     script = """
 import threading
-from flightdeck.engine.workers import WorkerPool
+from flightdeck.engine.control.workers import WorkerPool
 pool = WorkerPool(2, "t")
 def late():
     threading.main_thread().join()

@@ -22,15 +22,14 @@ import time
 from pathlib import Path
 from types import MappingProxyType
 
-from rich.console import Console
-
-from flightdeck.engine import store
 from flightdeck.engine.api import Engine
-from flightdeck.engine.limits import tune_interpreter
+from flightdeck.engine.control.limits import tune_interpreter
+from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_sim_route
+from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow
-from flightdeck.engine.settings import EngineSettings, Settings, default_sim_route
-from flightdeck.engine.spec import Batch, Task
+from flightdeck.engine.records import store
 from flightdeck.tui.cli import run_headless
+from rich.console import Console
 
 N = int(os.environ.get("BENCH_CHILDREN", "2000"))
 POOL = int(os.environ.get("BENCH_POOL", "64"))

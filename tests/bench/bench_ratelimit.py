@@ -25,12 +25,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: loopback, helpers
 
 from flightdeck.engine.api import Engine
-from flightdeck.engine.limits import RetryPolicy, RouteThrottle
+from flightdeck.engine.control.limits import RetryPolicy, RouteThrottle
+from flightdeck.engine.control.ratelimit import RateLimiter
+from flightdeck.engine.inputs.settings import RetrySettings
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Message, TurnRequest
-from flightdeck.engine.ratelimit import RateLimiter
-from flightdeck.engine.settings import RetrySettings
+
 from helpers import batch, settings
 from loopback import InFlightLimit, Loopback, Reply, WindowLimit, route_for
 

@@ -33,12 +33,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from rich.console import RenderableType
-from textual import events
-from textual.geometry import Region
-
 from flightdeck.engine.api import Engine
-from flightdeck.engine.limits import tune_interpreter
+from flightdeck.engine.control.limits import tune_interpreter
+from flightdeck.engine.inputs.settings import Settings, default_sim_route
+from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -49,11 +47,12 @@ from flightdeck.engine.model import (
     Totals,
     Usage,
 )
-from flightdeck.engine.settings import Settings, default_sim_route
-from flightdeck.engine.spec import Batch, Task
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
+from rich.console import RenderableType
+from textual import events
+from textual.geometry import Region
 
 # The scales below can be shrunk from the environment: `make test` runs every part this way
 # (tests/test_bench_smoke.py), so none can break unnoticed.

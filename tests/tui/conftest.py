@@ -8,11 +8,10 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from tui_support import FAST, EngineFactory, make_tasks
-
 from flightdeck.engine.api import Engine
-from flightdeck.engine.settings import Settings, default_sim_route
-from flightdeck.engine.spec import Batch, Task
+from flightdeck.engine.inputs.settings import Settings, default_sim_route
+from flightdeck.engine.inputs.tasks import Batch, Task
+from tui_support import FAST, EngineFactory, make_tasks
 
 
 @pytest.fixture

@@ -11,15 +11,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from textual.widgets import _data_table as data_table_module
-from textual.widgets.data_table import ColumnKey
-from tui_fakes import NOW, StaticView, frozen_clock
-from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
-
 from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Settings, default_sim_route
+from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus, SteerState
-from flightdeck.engine.settings import Settings, default_sim_route
-from flightdeck.engine.spec import Batch, Task
 from flightdeck.tui.app import EXIT_INCOMPLETE, EXIT_OK, FlightdeckApp, exit_code
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
 from flightdeck.tui.screens.help import HelpScreen
@@ -27,6 +22,10 @@ from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import COLUMN_KEYS, COLUMNS, SortOrder
+from textual.widgets import _data_table as data_table_module
+from textual.widgets.data_table import ColumnKey
+from tui_fakes import NOW, StaticView, frozen_clock
+from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
 
 pytestmark = pytest.mark.anyio
 
@@ -455,7 +454,7 @@ async def test_engine_errors_become_notifications_while_the_app_runs(
         "notify",
         lambda text, **kw: shown.append((text, kw["severity"], kw["markup"])) or notify(text, **kw),
     )
-    log = logging.getLogger("flightdeck.engine.store")
+    log = logging.getLogger("flightdeck.engine.records.store")
     async with app.run_test(size=SIZE) as pilot:
         worker = threading.Thread(  # logged on an engine thread, as the store writer does
             target=log.error, args=("flightdeck store: %s failed: %s", "update_child", "[b]full")

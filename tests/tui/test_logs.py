@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from flightdeck.tui.logs import EVERY_S, forward_logs
 
 
@@ -25,7 +24,7 @@ def shown() -> list[tuple[str, str]]:
 def test_warnings_and_errors_become_one_sanitized_line(shown: list[tuple[str, str]]) -> None:
     stop = forward_logs(lambda text, severity: shown.append((text, severity)), Clock())
     try:
-        store = logging.getLogger("flightdeck.engine.store")
+        store = logging.getLogger("flightdeck.engine.records.store")
         store.error("flightdeck store: %s failed: %s", "update_child", "disk\x1b[2J full\nnow")
         logging.getLogger("flightdeck.transcripts").warning("cannot start the writer (%s)", "x")
         logging.getLogger("flightdeck.engine").info("routine")  # below warning: not shown

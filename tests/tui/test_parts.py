@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tui_fakes import NOW, child, demo_rows
-
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.rows import (
@@ -20,6 +18,7 @@ from flightdeck.tui.widgets.rows import (
 )
 from flightdeck.tui.widgets.tail import read_chunk
 from flightdeck.tui.widgets.transcript import wrap_line
+from tui_fakes import NOW, child, demo_rows
 
 
 def test_filter_terms(tmp_path: Path) -> None:

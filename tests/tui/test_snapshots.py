@@ -9,12 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.main import UiOptions
 from textual.pilot import Pilot
 from tui_fakes import StaticView, frozen_clock
 from tui_support import until
-
-from flightdeck.tui.app import FlightdeckApp
-from flightdeck.tui.screens.main import UiOptions
 
 SIZE = (160, 40)
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from textual.pilot import Pilot
-
 from flightdeck.engine.api import Engine
-from flightdeck.engine.spec import Task
+from flightdeck.engine.inputs.tasks import Task
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
+from textual.pilot import Pilot
 
 # FAST: a whole child in a fraction of a second. SLOW: about a second per turn and seven turns,
 # for children that must still be running while keys are pressed (stop ends them at once).

@@ -1,0 +1,485 @@
+"""`Engine`: the small API that the TUI, the headless CLI and the tests all drive."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.tools import Toolbox
+from flightdeck.engine.control.coordinator import Coordinator, worker_pool
+from flightdeck.engine.control.limits import RetryPolicy, RouteThrottle, auto_pool_size
+from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Route, Settings
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
+from flightdeck.engine.model import (
+    BatchFinished,
+    BatchStatus,
+    ChildRow,
+    EngineEvent,
+    Snapshot,
+    SteerReceipt,
+)
+from flightdeck.engine.providers import make_provider
+from flightdeck.engine.providers.base import Provider
+from flightdeck.engine.records.meter import Meter, price_known, totals_of
+from flightdeck.engine.records.sink import TranscriptSink
+from flightdeck.engine.records.store import BatchInfo, QueuedChild, Store, process_start_time
+from flightdeck.engine.records.transcripts import write_manifest
+
+log = logging.getLogger("flightdeck.engine")
+
+Subscriber = Callable[[EngineEvent], None]
+
+
+def steady_clock() -> Callable[[], float]:
+    """Wall-clock seconds that advance only as `time.monotonic` does.
+
+    The engine's stamps are also its durations: stall and timeout checks, a child's elapsed
+    time. A step of the system clock (NTP, a laptop waking) must not make every running child
+    look stalled, so the wall clock is read once, here, and never again."""
+    offset = time.time() - time.monotonic()
+    monotonic = time.monotonic
+    return lambda: offset + monotonic()
+
+
+def new_batch_id(clock: Callable[[], float] = time.time) -> str:
+    """Sortable and readable: 20261129-081500-a3f2."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def transcript_name(task: Task) -> str:
+    """A child's transcript file name inside the batch folder."""
+    return f"{task.id}.log"
+
+
+def _task_json(task: Task) -> dict[str, object]:
+    """A task as stored in the batch row (asdict is ten times slower on big batches)."""
+    out: dict[str, object] = {"id": task.id, "goal": task.goal, "seq": task.seq}
+    if task.context is not None:
+        out["context"] = task.context
+    if task.group is not None:
+        out["group"] = task.group
+    if task.route is not None:
+        out["route"] = task.route
+    if task.timeout_s is not None:
+        out["timeout_s"] = task.timeout_s
+    out["source"] = task.source
+    out["max_turns"] = task.max_turns
+    return out
+
+
+class Engine:
+    """Runs one batch on the coordinator thread and a pool of worker threads."""
+
+    def __init__(
+        self,
+        batch: Batch,
+        settings: Settings,
+        *,
+        state_dir: Path,
+        max_concurrent: int | Literal["auto"] | None = None,
+        clock: Callable[[], float] | None = None,
+        providers: Mapping[str, Provider] | None = None,
+        batch_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        check_routes(batch, settings.routes.keys(), settings.engine.default_route)
+        self.batch = batch
+        self.settings = settings
+        self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
+        self.clock = clock = clock or steady_clock()
+        self._id_given = batch_id is not None
+        self.batch_id = batch_id or new_batch_id(clock)
+        self.batch_dir = self.state_dir / "batches" / self.batch_id
+        used = {settings.route(t.route).name for t in batch.tasks}
+        self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
+        self.pool_size = self._pool_size(max_concurrent)
+        self._check_budget()
+        # Providers are built before anything is written: a missing key fails cleanly here.
+        given = dict(providers or {})
+        self._providers: dict[str, Provider] = {
+            name: given.get(name) or make_provider(route, env, source=settings.source)
+            for name, route in self.routes.items()
+        }
+        self.meter = Meter()
+        # Replaced, never mutated, under the lock: publishing reads it without one.
+        self._subscribers: tuple[Subscriber, ...] = ()
+        self._sub_lock = threading.Lock()
+        self._store: Store | None = None
+        self._sink: TranscriptSink | None = None
+        self._pool: WorkerPool | None = None
+        self._coordinator: Coordinator | None = None
+        self._status = BatchStatus.RUNNING
+        self._manifest_children = "[]"  # JSON, set by start()
+        self._started_ts = clock()
+        self._closed = False
+
+    def _check_budget(self) -> None:
+        """A cost cap needs every route priced: spend at an unknown price is never counted,
+        so the cap would silently never be reached."""
+        budget = self.settings.budget
+        if budget.max_cost_usd is None:
+            return
+        for route in self.routes.values():
+            if not price_known(route):
+                raise ConfigError(
+                    self.settings.source,
+                    budget.cost_line,
+                    "budget.max_cost_usd",
+                    f"cannot be enforced: no price is known for route {route.name!r} "
+                    f"(model {route.model!r}); give [routes.{route.name}] a price",
+                )
+
+    def _pool_size(self, override: int | Literal["auto"] | None) -> int:
+        if isinstance(override, int):
+            if not 1 <= override <= MAX_CONCURRENT:
+                raise ValueError(f"max_concurrent must be between 1 and {MAX_CONCURRENT}")
+            return override
+        configured = override or self.settings.engine.max_concurrent
+        if configured != "auto":
+            return configured
+        return auto_pool_size(self.routes.values(), os.cpu_count())
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Record the batch, then start the coordinator; returns the batch id. Once only: an
+        engine runs one batch, and its tasks must never run twice."""
+        if self._store is not None or self._closed:
+            raise RuntimeError("Engine.start() can be called once, before close()")
+        # The database first: one that cannot be used (not a database, a newer schema, another
+        # program's) is reported before this batch writes anything.
+        self._store = Store(self._folder(self.state_dir) / "flightdeck.db")
+        self._claim_batch_dir()
+        workspace = self.batch.workspace or self.batch_dir / "workspace"
+        self.workspace = self._folder(workspace)
+        toolbox = Toolbox(workspace)
+        # The first wave's worker threads start now, not as the first children are admitted:
+        # started on demand, each new thread would have to win the interpreter lock from busy
+        # workers before it took its child (see WorkerPool.start_workers).
+        self._pool = worker_pool(self.pool_size)
+        self._pool.start_workers(min(self.pool_size, len(self.batch.tasks)))
+        self._sink = TranscriptSink()
+        throttles = {name: RouteThrottle() for name in self.routes}
+        now = self.clock()
+        self._started_ts = now
+        children = []
+        listed = []  # the manifest's entries
+        prefix = f"{self.batch_dir}{os.sep}"  # transcript paths as str: 2,000 Paths cost more
+        routes = {name: self.settings.route(name) for name in {t.route for t in self.batch.tasks}}
+        seeds = {name: f"{route.options.get('seed', 0)}:" for name, route in routes.items()}
+        scales = {name: route.time_scale for name, route in routes.items()}  # a property
+        report = self._report  # one bound method for every child, not one object each
+        for task in self.batch.tasks:
+            route = routes[task.route]
+            name = transcript_name(task)
+            listed.append({"id": task.id, "route": route.name, "transcript": name})
+            # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
+            # exactly), while children of one batch still spread out.
+            retry = RetryPolicy(
+                route.retry,
+                scale=scales[task.route],
+                throttle=throttles[route.name],
+                seed=seeds[task.route] + task.id,
+            )
+            children.append(
+                Child(
+                    task,
+                    route,
+                    self._providers[route.name],
+                    retry,
+                    toolbox,
+                    prefix + name,
+                    self.meter,
+                    self.clock,
+                    report,
+                    now,
+                    self._sink,
+                )
+            )
+        # The children part of the manifest does not change: encoded once, for start and end.
+        # ASCII: untrusted names (a C1 byte, a bidi override) stay escaped for `cat`, and a
+        # file name that is not UTF-8 cannot fail the write. Written before the batch row, so
+        # a manifest that cannot be written leaves no batch "running" for ever.
+        self._manifest_children = json.dumps(listed)
+        self._manifest()
+        self._store.create_batch(self._info(now))
+        self._store.add_queued(
+            self.batch_id,
+            [
+                QueuedChild(
+                    c.task.id,
+                    c.task.seq,
+                    c.task.goal,
+                    c.task.group,
+                    c.route.name,
+                    c.route.model,
+                    c.queued_ts,
+                    c.transcript_path,
+                )
+                for c in children
+            ],
+        )
+        store = self._store
+        self._coordinator = Coordinator(
+            children,
+            self.routes,
+            pool=self._pool,
+            pool_size=self.pool_size,
+            engine=self.settings.engine,
+            budget=self.settings.budget,
+            meter=self.meter,
+            clock=self.clock,
+            record=lambda row: store.update_child(self.batch_id, row),
+            record_final=lambda row, then: store.update_child(self.batch_id, row, then),
+            record_receipt=lambda r, kind: store.record_control(self.batch_id, r, kind),
+            record_event=lambda child, kind, detail: store.record_event(
+                self.batch_id, child, self.clock(), kind, detail
+            ),
+            publish=self._publish,
+            on_finished=self._finish,
+            throttles=throttles,
+            between_facts=self._sink.pump,
+        )
+        self._coordinator.start()
+        return self.batch_id
+
+    def _claim_batch_dir(self) -> None:
+        """Make this batch's folder; a generated id already taken (two runs started in the same
+        second drew the same one) is drawn again, so two batches never share rows or files."""
+        self._folder(self.batch_dir.parent)
+        while True:
+            try:
+                self.batch_dir.mkdir(exist_ok=self._id_given)
+                return
+            except FileExistsError:
+                self.batch_id = new_batch_id(self.clock)
+                self.batch_dir = self.batch_dir.parent / self.batch_id
+            except OSError as exc:
+                raise self._unusable(exc) from exc
+
+    def _folder(self, path: Path) -> Path:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unusable(exc) from exc
+        return path
+
+    def _unusable(self, exc: OSError) -> ConfigError:
+        # A state dir that is a file, read-only, on a full disk, ...
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, FileExistsError):  # mkdir(exist_ok=True) met something else there
+            reason = f"{exc.filename} exists and is not a folder"
+        return ConfigError(None, None, "state_dir", f"cannot use {self.state_dir}: {reason}")
+
+    def _report(self, fact: object) -> None:
+        assert self._coordinator is not None
+        self._coordinator.report(fact)
+
+    def _info(self, now: float) -> BatchInfo:
+        spec = [_task_json(t) for t in self.batch.tasks]
+        return BatchInfo(
+            id=self.batch_id,
+            name=self.batch.name,
+            source=str(self.batch.source) if self.batch.source else None,
+            spec_json=json.dumps(spec, ensure_ascii=False),
+            workspace=str(self.workspace),
+            state_dir=str(self.state_dir),
+            owner_pid=os.getpid(),
+            owner_start=process_start_time(),
+            pool_size=self.pool_size,
+            max_cost_usd=self.settings.budget.max_cost_usd,
+            status=BatchStatus.RUNNING,
+            created_ts=now,
+            finished_ts=None,
+        )
+
+    def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:
+        write_manifest(
+            self.batch_dir,
+            {
+                "batch_id": self.batch_id,
+                "name": self.batch.name,
+                "status": status.value,
+                "source": str(self.batch.source) if self.batch.source else None,
+                "workspace": str(self.workspace),
+                "pool_size": self.pool_size,
+                "routes": {
+                    n: {"provider": r.provider, "model": r.model} for n, r in self.routes.items()
+                },
+            },
+            {"children": self._manifest_children},
+        )
+
+    def _finish(self, status: BatchStatus) -> BatchFinished:
+        """Coordinator thread, once every child is final; returns the event it then publishes."""
+        assert self._store is not None and self._coordinator is not None
+        if self._sink is not None:
+            self._sink.flush()  # every transcript is complete before the batch says finished
+        self._status = status
+        self._store.finish_batch(self.batch_id, status, self.clock())
+        self._store.flush()
+        self._manifest(status)
+        return BatchFinished(self.batch_id, status)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every child is final; False on timeout."""
+        coordinator = self._require()
+        if coordinator.on_thread and not coordinator.finished.is_set():
+            # A subscriber runs on the coordinator thread, which the batch needs to finish:
+            # it cannot finish while this waits, so a timed wait answers at once.
+            if timeout is None:
+                raise RuntimeError(
+                    "Engine.wait() without a timeout cannot be called from an engine event "
+                    "subscriber: it would wait on itself"
+                )
+            return False
+        return coordinator.finished.wait(timeout)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until what is recorded so far is committed to the store and written to the
+        transcripts (at most `timeout` for each); False if either took longer.
+
+        For a process that leaves without `close()` (a second Ctrl+C): what already finished
+        is kept, whatever is still running."""
+        written = self._sink is None or self._sink.flush(timeout)
+        committed = self._store is None or self._store.flush(timeout)
+        return written and committed
+
+    def close(self) -> None:
+        """Stop what still runs, wait for the coordinator, release the store and providers."""
+        if self._closed:
+            return
+        if self._coordinator is not None and self._coordinator.on_thread:
+            # It waits for the coordinator thread to end: from a subscriber, that is itself.
+            raise RuntimeError("Engine.close() cannot be called from an engine event subscriber")
+        self._closed = True
+        if self._coordinator is not None:
+            if not self._coordinator.finished.is_set():
+                self.stop_all()
+                self._coordinator.finished.wait()
+            self._coordinator.shutdown()  # and its pool
+        elif self._pool is not None:  # start() failed before the coordinator existed
+            self._pool.shutdown()
+        if self._sink is not None:
+            self._sink.close()
+        if self._store is not None:
+            self._store.close()
+        for provider in self._providers.values():
+            provider.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- read ----------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> BatchStatus:
+        return self._status
+
+    @property
+    def stopped_by_stop_all(self) -> int:
+        """Children a stop-all (`stop_all()`, or `close()` before the end) found still queued or
+        running: 0 when every child had ended on its own."""
+        return self._coordinator.stopped_by_stop_all if self._coordinator else 0
+
+    def snapshot(self) -> Snapshot:
+        """An immutable view of every child and the totals; cheap enough to poll."""
+        c = self._coordinator
+        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.children) if c else ()
+        return Snapshot(
+            batch_id=self.batch_id,
+            status=self._status,
+            started_ts=self._started_ts,
+            now=self.clock(),
+            children=rows,
+            totals=totals_of(rows),
+            pool_size=self.pool_size,
+            max_cost_usd=self.settings.budget.max_cost_usd,
+            routes=c.headroom() if c else (),
+        )
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call `fn` for each engine event, on the coordinator thread; keep it fast."""
+        with self._sub_lock:
+            self._subscribers = (*self._subscribers, fn)
+
+        def unsubscribe() -> None:
+            with self._sub_lock:
+                subscribers = list(self._subscribers)
+                if fn in subscribers:
+                    subscribers.remove(fn)
+                    self._subscribers = tuple(subscribers)
+
+        return unsubscribe
+
+    def _publish(self, event: EngineEvent) -> None:
+        for fn in self._subscribers:  # two events per child: no lock, no copy
+            try:
+                fn(event)
+            except Exception:  # a broken subscriber must not stop the batch
+                log.exception("engine subscriber failed on %s", type(event).__name__)
+
+    # --- control -------------------------------------------------------------------------------
+
+    def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
+        """Queue `message` for each child; returns receipt ids (see SteerReceipt).
+
+        Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate) or
+        an id names no child of this batch."""
+        c = self._require()
+        if self._closed:  # nothing would ever settle the receipts
+            raise RuntimeError("Engine.steer() after close(): every child has ended")
+        problem = unicode_problem(message)
+        if problem:  # it would fail the child's request and the store's write, far from here
+            raise ValueError(f"steer message: {problem}")
+        ids = _known(c, child_ids, self.batch_id)
+        receipts = [c.next_receipt_id() for _ in ids]
+        c.command("steer", receipts, ids, message, now)
+        return receipts
+
+    def stop(self, child_ids: Iterable[str]) -> None:
+        """Interrupt these children (queued ones never start); ValueError, stopping none, if an
+        id names no child of this batch."""
+        c = self._require()
+        c.command("stop", _known(c, child_ids, self.batch_id))
+
+    def stop_all(self) -> None:
+        self._require().command("stop_all")
+
+    def receipts(self) -> list[SteerReceipt]:
+        snap = self.snapshot()
+        return [r for row in snap.children for r in row.steers]
+
+    def _require(self) -> Coordinator:
+        if self._coordinator is None:
+            raise RuntimeError("Engine.start() has not been called")
+        return self._coordinator
+
+
+def _known(coordinator: Coordinator, child_ids: Iterable[str], batch_id: str) -> list[str]:
+    """The ids, all of children of this batch; ValueError naming those that are not."""
+    # A mistyped id would otherwise be skipped in silence: the operator would wait for a
+    # steer or a stop that was never going to happen.
+    ids = list(child_ids)
+    unknown = [i for i in ids if i not in coordinator.by_id]
+    if unknown:
+        shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        raise ValueError(f"no child with id {shown} in batch {batch_id}")
+    return ids

@@ -1,0 +1,425 @@
+"""The one deciding thread: queue, admission, dispatch, control commands, watchdog.
+
+Everything that decides whether work may start runs on the coordinator thread, so a task leaves
+the queue before it runs and never runs twice, without locks. Workers only wait (streams, tools);
+they report facts back through `_inbox`, and callers' commands arrive the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.control.limits import RouteThrottle
+from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
+from flightdeck.engine.model import (
+    BatchStatus,
+    ChildFinished,
+    ChildRow,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+    RouteHeadroom,
+    SteerReceipt,
+    SteerSettled,
+    SteerState,
+)
+from flightdeck.engine.providers.base import HeadroomEvent
+from flightdeck.engine.records.meter import Meter
+
+TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
+PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
+WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
+
+
+@dataclass
+class _Route:
+    route: Route
+    queue: deque[Child] = field(default_factory=deque)
+    alive: int = 0
+    headroom: RouteHeadroom | None = None
+
+    @property
+    def cap(self) -> int | None:
+        return self.route.max_concurrent
+
+
+SPARE_WORKERS = 4  # threads beyond the slots, for workers abandoned after a stall grace period
+
+
+def worker_pool(pool_size: int) -> WorkerPool:
+    """The pool a coordinator with `pool_size` slots runs its children on."""
+    return WorkerPool(pool_size + SPARE_WORKERS, "flightdeck-child")
+
+
+class Coordinator:
+    """Owns the queue and the pool; `Engine` is its public face."""
+
+    def __init__(
+        self,
+        children: list[Child],
+        routes: Mapping[str, Route],
+        *,
+        pool: WorkerPool,
+        pool_size: int,
+        engine: EngineSettings,
+        budget: Budget,
+        meter: Meter,
+        clock: Callable[[], float],
+        record: Callable[[ChildRow], None],
+        record_final: Callable[[ChildRow, Callable[[], None]], None],
+        record_receipt: Callable[[SteerReceipt, str], None],
+        record_event: Callable[[str | None, str, str], None],
+        publish: Callable[[EngineEvent], None],
+        on_finished: Callable[[BatchStatus], EngineEvent],
+        throttles: Mapping[str, RouteThrottle] | None = None,
+        between_facts: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.children = children
+        self.by_id = {c.task.id: c for c in children}
+        self.pool_size = pool_size
+        self._engine = engine
+        self._budget = budget
+        self._meter = meter
+        self._clock = clock
+        self._record = record
+        self._record_final = record_final
+        self._record_receipt = record_receipt
+        self._record_event = record_event
+        self._publish = publish
+        self._on_finished = on_finished
+        # Cheap work that must not wait for another thread (framing transcript lines).
+        self._between_facts = between_facts
+        self._routes = {name: _Route(route) for name, route in routes.items()}
+        self._throttles = dict(throttles or {})
+        for child in children:
+            self._routes[child.route.name].queue.append(child)
+        self._inbox: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+        self._alive: dict[str, Child] = {}
+        self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
+        self._receipt_ids = itertools.count(1)
+        self._receipt_lock = threading.Lock()
+        self._started = 0
+        self._done = 0
+        # Children a stop-all found still queued or running; any makes the batch `stopped`.
+        self.stopped_by_stop_all = 0
+        self._shutdown = False
+        self._last_progress = 0.0
+        self._last_watch = 0.0
+        self._progress_versions: dict[str, int] = {}
+        self._pool = pool
+        self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
+        self.finished = threading.Event()
+
+    # --- called from any thread ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def report(self, fact: object) -> None:
+        """Workers hand facts here (thread-safe)."""
+        self._inbox.put(("fact", fact))
+
+    def next_receipt_id(self) -> int:
+        with self._receipt_lock:
+            return next(self._receipt_ids)
+
+    def command(self, *cmd: object) -> None:
+        self._inbox.put(cmd)
+
+    @property
+    def on_thread(self) -> bool:
+        """True when called on the coordinator thread (from an event subscriber)."""
+        return threading.current_thread() is self._thread
+
+    def shutdown(self) -> None:
+        self.command("shutdown")
+        self._thread.join()
+        # Workers still inside a stalled call are abandoned, not waited for.
+        self._pool.shutdown()
+
+    def headroom(self) -> tuple[RouteHeadroom, ...]:
+        """Per route: provider headroom last seen, and a pause a 429 put on the whole route."""
+        out = []
+        for name, state in self._routes.items():
+            hr = state.headroom or RouteHeadroom(route=name)
+            throttle = self._throttles.get(name)
+            pause = throttle.remaining() if throttle is not None else 0.0
+            if pause > 0:
+                hr = dataclasses.replace(hr, paused_until=self._clock() + pause)
+            out.append(hr)
+        return tuple(out)
+
+    # --- the coordinator thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        finished: EngineEvent | None = None
+        try:
+            self._admit()
+            while not self._all_done():
+                self._drain()
+                now = self._clock()
+                if now - self._last_watch >= WATCH_EVERY_S:
+                    self._last_watch = now
+                    self._watchdog()
+                self._admit()
+                self._progress()
+                self._between_facts()
+            finished = self._on_finished(self._final_status())
+        finally:
+            self.finished.set()
+        if finished is not None:
+            # Announced once waiters are released: a subscriber that calls `wait()` on it
+            # (from this thread) finds the batch finished rather than blocking it.
+            self._publish(finished)
+        # Keep answering commands until shutdown, so a late steer is settled as missed; but not
+        # past the end of the program: one that never called close() would wait for ever.
+        while not self._shutdown and threading.main_thread().is_alive():
+            self._drain()
+
+    def _drain(self) -> None:
+        """Wait for the next fact or command (at most TICK_S), then handle all that queued."""
+        try:
+            item = self._inbox.get(timeout=TICK_S)
+        except queue.Empty:
+            return
+        while True:
+            self._handle(item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, item: tuple[object, ...]) -> None:
+        kind = item[0]
+        if kind == "fact":
+            self._fact(item[1])
+        elif kind == "steer":
+            _, receipt_ids, ids, message, now = item
+            self._steer(receipt_ids, ids, message, now)  # type: ignore[arg-type]
+        elif kind == "stop":
+            self._stop(item[1], "stopped by operator")  # type: ignore[arg-type]
+        elif kind == "shutdown":
+            self._shutdown = True
+        elif kind == "stop_all":
+            # Only a stop-all that stopped something makes the batch `stopped`: one that came
+            # as the last child ended (Engine.close() on the way out) changes nothing.
+            self.stopped_by_stop_all += self._stop(
+                [c.task.id for c in self.children], "stopped by operator (stop all)"
+            )
+
+    def _fact(self, fact: object) -> None:
+        assert isinstance(fact, tuple)
+        if fact[0] == "done":
+            child: Child = fact[1]
+            if child.task.id in self._alive:
+                self._release(child)
+                self._finished(child)
+            else:
+                # The watchdog abandoned it and recorded its final row; its call has come back
+                # since, and may have been billed: the store must say what was spent. (Only
+                # while the engine is open: a call still stuck at close() is not waited for.)
+                self._record(child.row())
+        elif fact[0] == "recorded":
+            row: ChildRow = fact[1]
+            self._done += 1
+            self._publish(ChildFinished(row, self._done, len(self.children)))
+        elif fact[0] == "steer":
+            receipt: SteerReceipt = fact[1]
+            self._record_receipt(receipt, "steer")
+            self._publish(SteerSettled(receipt))
+        elif fact[0] == "headroom":
+            _, route, event = fact
+            self._headroom(route, event)
+
+    def _release(self, child: Child) -> None:
+        """Free the child's slot (in the pool and on its route)."""
+        del self._alive[child.task.id]
+        self._routes[child.route.name].alive -= 1
+
+    def _finished(self, child: Child) -> None:
+        """Record a final child at once; it counts as done, and is announced, once committed.
+
+        So a finish that a UI shows (a headless line, say) is already on disk: a process
+        killed right after loses none of them, and the batch ends only when all are written.
+        Its slot is free already (`_release`): admission never waits for the store.
+        """
+        self._stop_requested.pop(child.task.id, None)
+        row = child.row()
+        self._record_final(row, lambda: self.report(("recorded", row)))
+
+    def _all_done(self) -> bool:
+        return self._done >= len(self.children)
+
+    def _final_status(self) -> BatchStatus:
+        """Stopped by the operator (all at once or one by one) or a budget, unless a child
+        failed, timed out or stalled first: a stop is nobody's failure."""
+        if self.stopped_by_stop_all:
+            return BatchStatus.STOPPED
+        statuses = {c.status for c in self.children}
+        if statuses <= {ChildStatus.COMPLETED}:
+            return BatchStatus.COMPLETED
+        if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:
+            return BatchStatus.STOPPED
+        return BatchStatus.FAILED
+
+    # --- admission -----------------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        """FIFO among tasks whose route is under its cap; capped routes wait in place."""
+        budget_reason = self._budget_exhausted()
+        if budget_reason is not None:
+            self._cancel_queued(budget_reason)
+            return
+        heads = [(seq, name) for name, s in self._routes.items() if (seq := _ready(s)) is not None]
+        heapq.heapify(heads)
+        while heads and len(self._alive) < self.pool_size:
+            _, name = heapq.heappop(heads)
+            state = self._routes[name]
+            self._launch(state.queue.popleft(), state)
+            if self._budget_exhausted() is not None:
+                break
+            if (seq := _ready(state)) is not None:
+                heapq.heappush(heads, (seq, name))
+
+    def _launch(self, child: Child, state: _Route) -> None:
+        try:
+            self._pool.submit(child.run)
+        except RuntimeError:  # the interpreter is exiting without Engine.close()
+            if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
+                self._finished(child)
+            return
+        state.alive += 1
+        self._alive[child.task.id] = child
+        self._started += 1
+        self._publish(ChildStarted(child.task.id, self._clock()))
+
+    def _budget_exhausted(self) -> str | None:
+        runs = self._budget.max_runs
+        if runs is not None and self._started >= runs:
+            return f"not started: max_runs ({runs}) reached"
+        cap = self._budget.max_cost_usd
+        if cap is not None and self._meter.totals().cost_usd >= cap:
+            return f"not started: budget of ${cap} reached"
+        return None
+
+    def _cancel_queued(self, reason: str) -> None:
+        for state in self._routes.values():
+            while state.queue:
+                child = state.queue.popleft()
+                if child.finalize(ChildStatus.STOPPED, reason):
+                    self._finished(child)
+
+    # --- control -------------------------------------------------------------------------------
+
+    def _steer(self, receipt_ids: list[int], ids: list[str], message: str, now: bool) -> None:
+        ts = self._clock()
+        for rid, child_id in zip(receipt_ids, ids, strict=True):
+            child = self.by_id.get(child_id)
+            if child is None:
+                continue
+            receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
+            when = "interrupt now" if now else "at next turn"
+            if child.status.terminal:
+                self._missed(child, receipt, ts)
+                continue
+            child.transcript.write("operator", f"steer ({when}): {message}")
+            self._record_receipt(receipt, "steer")
+            self._record_event(child_id, "steer", message)
+            if not child.add_steer(receipt):  # it began to end after the check above
+                self._missed(child, receipt, self._clock())
+
+    def _missed(self, child: Child, receipt: SteerReceipt, settled_ts: float) -> None:
+        """A steer the child can no longer take (it has ended): shown, recorded, settled."""
+        missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
+        child.keep_receipt(missed)
+        self._record_receipt(missed, "steer")
+        self._publish(SteerSettled(missed))
+
+    def _stop(self, ids: Iterable[str], reason: str) -> int:
+        """Stop these children; returns how many were not already final."""
+        stopped = 0
+        for child_id in ids:
+            child = self.by_id.get(child_id)
+            if child is None or child.status.terminal:
+                continue
+            if child_id not in self._alive:
+                if child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                    self._finished(child)
+                    stopped += 1
+                continue
+            self._interrupt(child, ChildStatus.STOPPED, reason)
+            child.transcript.write("operator", "stop requested")
+            self._record_event(child_id, "stop", reason)
+            stopped += 1
+        return stopped
+
+    def _interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
+        self._stop_requested.setdefault(child.task.id, self._clock())
+        child.request_stop(status, reason)
+
+    def _watchdog(self) -> None:
+        """Timeouts, stalls, and children that ignore a stop past the grace period."""
+        now = self._clock()
+        grace = self._engine.stall_grace_s
+        for child in list(self._alive.values()):
+            asked = self._stop_requested.get(child.task.id)
+            if asked is not None:
+                if now - asked > grace and child.finalize(
+                    child.stop_status or ChildStatus.STALLED,
+                    f"did not stop within {grace:g}s; abandoned",
+                ):
+                    self._release(child)
+                    self._finished(child)
+                continue
+            started = child.started_ts
+            timeout = child.task.timeout_s
+            if started is not None and timeout is not None and now - started > timeout:
+                self._interrupt(child, ChildStatus.TIMED_OUT, f"timed out after {timeout:g}s")
+                continue
+            last = child.last_activity
+            if last is None or child.held:
+                continue
+            limit = self._engine.tool_stall_after_s if child.in_tool else self._engine.stall_after_s
+            if now - last > limit:
+                self._interrupt(child, ChildStatus.STALLED, f"no activity for {limit:g}s")
+
+    def _headroom(self, route: str, event: HeadroomEvent) -> None:
+        state = self._routes.get(route)
+        if state is not None:
+            state.headroom = RouteHeadroom(
+                route=route,
+                remaining_requests=event.remaining_requests,
+                remaining_tokens=event.remaining_tokens,
+                reset_requests_s=event.reset_requests_s,
+                reset_tokens_s=event.reset_tokens_s,
+                observed_ts=self._clock(),
+            )
+
+    def _progress(self) -> None:
+        """Running children's counters reach the store about once a second (for attach)."""
+        now = self._clock()
+        if now - self._last_progress < PROGRESS_EVERY_S:
+            return
+        self._last_progress = now
+        for child in self._alive.values():
+            if self._progress_versions.get(child.task.id) != child.version:
+                self._progress_versions[child.task.id] = child.version
+                self._record(child.row())
+
+
+def _ready(state: _Route) -> int | None:
+    """The seq of the route's next task if the route may start one now, else None."""
+    while state.queue and state.queue[0].status.terminal:
+        state.queue.popleft()  # stopped while queued
+    if state.queue and (state.cap is None or state.alive < state.cap):
+        return state.queue[0].task.seq
+    return None

@@ -1,0 +1,77 @@
+"""Model clients behind one Protocol (base.py); `make_provider` picks one for a route."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings import API_KEY_ENV, Route
+from flightdeck.engine.providers.base import LOCAL_PLACEHOLDER_KEY, Provider
+
+__all__ = ["LOCAL_PLACEHOLDER_KEY", "Provider", "api_key", "is_local", "make_provider"]
+
+
+def make_provider(
+    route: Route, env: Mapping[str, str] | None = None, *, source: Path | str | None = None
+) -> Provider:
+    """Build the client for `route`; SDK modules are imported only when a route uses them.
+
+    Raises ConfigError (naming `source`, the settings file) when the route's key is missing.
+    """
+    if route.provider == "sim":
+        from flightdeck.engine.providers.sim import SimProvider
+
+        return SimProvider(route)
+    key = api_key(route, os.environ if env is None else env, source)
+    if route.provider == "openai":
+        from flightdeck.engine.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(route, key)
+    if route.provider == "anthropic":
+        from flightdeck.engine.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(route, key)
+    raise ConfigError(source, None, f"routes.{route.name}.provider", "unknown provider")
+
+
+def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = None) -> str:
+    """The key from the environment variable the route names; never stored or shown."""
+    named = route.options.get("api_key_env")
+    base_url = route.options.get("base_url")
+    if not named and base_url is not None and not is_local(base_url):
+        raise ConfigError(
+            source,
+            route.key_line,
+            f"routes.{route.name}.api_key_env",
+            "a route with a base_url must name the environment variable that holds its key "
+            f"(the default {API_KEY_ENV[route.provider]} is only sent to the provider itself)",
+        )
+    name = str(named or API_KEY_ENV[route.provider])
+    key = env.get(name, "").strip() if named or base_url is None else ""
+    if key:
+        return key
+    if is_local(base_url):
+        return LOCAL_PLACEHOLDER_KEY
+    raise ConfigError(
+        source,
+        route.key_line,
+        f"routes.{route.name}.api_key_env",
+        f"environment variable {name} is not set",
+    )
+
+
+def is_local(base_url: object) -> bool:
+    """Whether `base_url` points at this machine (localhost or a loopback address)."""
+    if not isinstance(base_url, str):
+        return False
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,287 @@
+"""`anthropic`: Messages streaming through the official SDK, with prompt caching.
+
+The shared system prompt and the tool list carry `cache_control: ephemeral` breakpoints, so every
+child of a batch reads the same cached prefix. Usage arrives cumulatively (`message_start`, then
+`message_delta`); it is emitted as increments as soon as it is known, so tokens billed for a turn
+that breaks later still count. SDK retries are off; the request is made lazily on the worker
+thread that iterates, so `close()` can abort it at any point (see transport.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx2
+from flightdeck.engine.control.ratelimit import CHARS_PER_TOKEN
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.model import Usage
+from flightdeck.engine.providers.base import (
+    FatalError,
+    HeadroomEvent,
+    Interrupted,
+    ProviderError,
+    RateLimited,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    TransientError,
+    TurnRequest,
+    UsageEvent,
+    key_secrets,
+)
+from flightdeck.engine.providers.openai import parse_arguments
+from flightdeck.engine.providers.transport import (
+    READ_TIMEOUT,
+    Abort,
+    anthropic_headroom,
+    clip_message,
+    connection_error,
+    http_client,
+    read_stream,
+    retry_after,
+    status_error,
+    timeout_of,
+    transport_error,
+)
+
+EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+# An error event inside a stream is retried unless its type says the request itself is bad.
+FATAL_STREAM_TYPES = frozenset(
+    {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
+)
+# Account problems (out of credit, spend limit): retrying cannot help, whatever the status.
+FATAL_TYPES = frozenset({"billing_error", "insufficient_quota"})
+
+
+class AnthropicProvider:
+    """One route's client; thread-safe, shared by the route's children."""
+
+    name = "anthropic"
+
+    def __init__(self, route: Route, api_key: str) -> None:
+        self.model = route.model
+        self.route = route
+        self.secrets = key_secrets(api_key)
+        options = route.options
+        self._http = http_client(options)
+        self._client = anthropic.Anthropic(
+            api_key=api_key,
+            base_url=options.get("base_url"),
+            max_retries=0,  # retries are ours (limits.RetryPolicy)
+            timeout=timeout_of(options),
+            default_headers=dict(options.get("headers") or {}),
+            http_client=self._http,
+        )
+
+    def open(self, request: TurnRequest) -> AnthropicStream:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "messages": to_anthropic_messages(request),
+            "stream": True,
+        }
+        if request.system:
+            params["system"] = [
+                {"type": "text", "text": request.system, "cache_control": EPHEMERAL}
+            ]
+        if request.tools:
+            tools: list[dict[str, Any]] = [
+                {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+                for t in request.tools
+            ]
+            tools[-1]["cache_control"] = EPHEMERAL  # caches the whole tool list
+            params["tools"] = tools
+        return AnthropicStream(self, params)
+
+    def close(self) -> None:
+        self._client.close()
+        self._http.close()
+
+
+class AnthropicStream:
+    """One streamed turn. Iterate on one thread; `close()` from any thread ends it at once."""
+
+    def __init__(self, provider: AnthropicProvider, params: dict[str, Any]) -> None:
+        self._p = provider
+        self._params = params
+        self._abort = Abort()
+
+    def close(self) -> None:
+        self._abort.fire()
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        if self._abort.fired:
+            raise Interrupted
+        billed = _Cumulative()
+        tools: dict[int, dict[str, str]] = {}
+        received_chars = 0  # of text and tool arguments, for a response cut short
+        events = read_stream(
+            self._abort,
+            lambda: self._p._client.messages.create(**self._params),
+            anthropic_headroom,
+        )
+        try:
+            for event in events:
+                if isinstance(event, HeadroomEvent):
+                    yield event
+                    continue
+                kind = getattr(event, "type", None)
+                if kind == "message_start":
+                    increment = billed.update(event.message.usage)
+                    if increment is not None:
+                        yield UsageEvent(increment)
+                elif kind == "content_block_start":
+                    block = event.content_block
+                    if getattr(block, "type", None) == "tool_use":
+                        tools[event.index] = {"id": block.id, "name": block.name, "json": ""}
+                elif kind == "content_block_delta":
+                    delta = event.delta
+                    dtype = getattr(delta, "type", None)
+                    if dtype == "text_delta" and delta.text:
+                        received_chars += len(delta.text)
+                        yield TextDelta(delta.text)
+                    elif dtype == "input_json_delta" and event.index in tools:
+                        tools[event.index]["json"] += delta.partial_json or ""
+                        received_chars += len(delta.partial_json or "")
+                elif kind == "content_block_stop":
+                    tool = tools.pop(event.index, None)
+                    if tool is not None:
+                        arguments = parse_arguments(tool["json"])
+                        yield ToolCallEvent(ToolCall(tool["id"], tool["name"], arguments))
+                elif kind == "message_delta":
+                    billed.final = True  # the response's own count: nothing to estimate
+                    increment = billed.update(event.usage)
+                    if increment is not None:
+                        yield UsageEvent(increment)
+        except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
+            rest = billed.unreported_output(received_chars)
+            if rest is not None:
+                yield UsageEvent(rest)
+            if self._abort.fired:
+                raise Interrupted from None
+            raise map_error(exc, secrets=self._p.secrets) from exc
+        finally:
+            events.close()
+
+
+class _Cumulative:
+    """Anthropic reports usage as running totals; hand out only what is new."""
+
+    def __init__(self) -> None:
+        self.seen = Usage()
+        self.final = False
+
+    def update(self, usage: Any) -> Usage | None:
+        if usage is None:
+            return None
+        total = Usage(
+            input_tokens=_max(usage, "input_tokens", self.seen.input_tokens),
+            output_tokens=_max(usage, "output_tokens", self.seen.output_tokens),
+            cache_read_tokens=_max(usage, "cache_read_input_tokens", self.seen.cache_read_tokens),
+            cache_write_tokens=_max(
+                usage, "cache_creation_input_tokens", self.seen.cache_write_tokens
+            ),
+        )
+        seen, self.seen = self.seen, total
+        increment = Usage(
+            total.input_tokens - seen.input_tokens,
+            total.output_tokens - seen.output_tokens,
+            total.cache_read_tokens - seen.cache_read_tokens,
+            total.cache_write_tokens - seen.cache_write_tokens,
+        )
+        return increment if increment.total else None
+
+    def unreported_output(self, received_chars: int) -> Usage | None:
+        """For a response cut short: the output written beyond what was reported, estimated
+        from its characters. The server bills it, but the final usage never came."""
+        estimate = -(-received_chars // CHARS_PER_TOKEN)
+        if self.final or estimate <= self.seen.output_tokens:
+            return None
+        increment = Usage(output_tokens=estimate - self.seen.output_tokens)
+        self.seen = dataclasses.replace(self.seen, output_tokens=estimate)
+        return increment
+
+
+def _max(usage: Any, field: str, seen: int) -> int:
+    value = getattr(usage, field, None)
+    return max(seen, int(value)) if isinstance(value, int) else seen
+
+
+def to_anthropic_messages(request: TurnRequest) -> list[dict[str, Any]]:
+    """Our messages in Messages API shape: tool results travel in user turns, and consecutive
+    same-role turns are merged (the API wants user and assistant to alternate)."""
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for m in request.messages:
+        if m.role == "tool":
+            result = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id or "",
+                "content": m.content,
+            }
+            add("user", [result])
+        elif m.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if m.content.strip():
+                blocks.append({"type": "text", "text": m.content.rstrip()})
+            blocks += [
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+                for c in m.tool_calls
+            ]
+            add("assistant", blocks)
+        elif m.role == "user":
+            add("user", [{"type": "text", "text": m.content or " "}])
+    return out
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
+    body = exc.body
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        kind = error.get("type")
+        return (str(kind) if kind else None), str(error.get("message") or exc.message)
+    return None, exc.message
+
+
+def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
+    """An SDK or transport exception as one of our typed errors (classified in limits)."""
+    if isinstance(exc, anthropic.APIStatusError):
+        kind, message = _detail(exc)
+        if kind is not None:  # the server's text, like the message: it may echo the key
+            kind = clip_message(kind, secrets)
+        detail = clip_message(message, secrets)
+        wait = retry_after(exc.response.headers)
+        status = exc.status_code
+        if status == 200:  # an `event: error` inside the stream
+            where = f"{kind or 'error'} (in stream): {detail}"
+            if kind == "rate_limit_error":
+                return RateLimited(f"429 {where}", retry_after=wait)
+            if kind == "overloaded_error":
+                return RateLimited(f"529 {where}", retry_after=wait)
+            if kind in FATAL_TYPES or kind in FATAL_STREAM_TYPES:
+                return FatalError(where)
+            return TransientError(where)
+        account = (kind or "billing_error") if status == 402 or kind in FATAL_TYPES else None
+        return status_error(status, detail, wait, kind=kind, account=account)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return TransientError(READ_TIMEOUT)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return connection_error(exc, exc.message, secrets)
+    if isinstance(exc, anthropic.APIError):
+        return TransientError(clip_message(f"stream error: {exc.message}", secrets))
+    return transport_error(exc, secrets)

@@ -1,0 +1,163 @@
+"""The one seam between a child and a model: a Protocol, its events and its typed errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import field
+from typing import Any, Literal, Protocol
+
+from flightdeck.engine.model import Usage, record
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@record
+class ToolCall:
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@record
+class Message:
+    """One chat message in a provider-neutral shape."""
+
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # for role == "tool"
+    name: str | None = None  # tool name, for role == "tool"
+
+
+@record
+class ToolSpec:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]  # JSON schema of the arguments
+
+
+@record
+class TurnRequest:
+    """Everything a provider needs for one streamed turn."""
+
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    max_tokens: int
+    child_id: str = ""
+
+
+# --- stream events -----------------------------------------------------------------------------
+
+
+@record
+class TextDelta:
+    text: str
+
+
+@record
+class ToolCallEvent:
+    call: ToolCall
+
+
+@record
+class UsageEvent:
+    """Usage billed for this call; may arrive more than once, each is an increment."""
+
+    usage: Usage
+
+
+@record
+class HeadroomEvent:
+    """Rate-limit headroom from response headers."""
+
+    remaining_requests: int | None = None
+    remaining_tokens: int | None = None
+    reset_requests_s: float | None = None
+    reset_tokens_s: float | None = None
+
+
+StreamEvent = TextDelta | ToolCallEvent | UsageEvent | HeadroomEvent
+
+
+# --- errors (see httpx/_exceptions.py for the shape: one tree, callers catch the base) -------
+
+
+class ProviderError(Exception):
+    """Base of every error a provider raises."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RateLimited(ProviderError):
+    """429 / 529: try again later; `retry_after` in seconds when the server said."""
+
+    retryable = True
+
+
+class TransientError(ProviderError):
+    """Connection reset, 5xx, a stream that broke or stalled mid-response."""
+
+    retryable = True
+
+
+class FatalError(ProviderError):
+    """Bad key, exhausted quota, bad request: retrying cannot help."""
+
+
+class Interrupted(Exception):
+    """The stream was closed from the controlling thread (stop or steer --now)."""
+
+
+# --- the protocol ------------------------------------------------------------------------------
+
+
+class TurnStream(Protocol):
+    """An open streamed response. `close()` may be called from another thread at any time and
+    must make a blocked iteration end promptly (raising `Interrupted` or just stopping)."""
+
+    def __iter__(self) -> Iterator[StreamEvent]: ...
+
+    def close(self) -> None: ...
+
+
+# What a local server (Ollama, vLLM, llama.cpp) gets when its route names no key that is set:
+# they ignore the key, but the SDKs insist on one.
+LOCAL_PLACEHOLDER_KEY = "local-server-no-key"
+
+
+def key_secrets(api_key: str) -> tuple[str, ...]:
+    """A provider's `secrets` for its key. A local server's placeholder is no secret: it would
+    only redact a model saying it."""
+    return () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
+
+
+class Provider(Protocol):
+    """A model client. One instance per route, shared by all of that route's children."""
+
+    name: str
+    model: str
+    # What must never be written anywhere: the route's API key. A server can echo it in an
+    # error or in model output, so the child redacts it from everything it records and shows.
+    secrets: tuple[str, ...]
+
+    def open(self, request: TurnRequest) -> TurnStream:
+        """Start a streamed turn; may raise a ProviderError before any event."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; called once when the engine shuts down."""
+        ...
+
+
+@record
+class TurnResult:
+    """A finished turn as the child loop assembles it."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)

@@ -1,0 +1,340 @@
+"""`sim`: an embedded, simulated model. Deterministic for a seed; no key, no network.
+
+It behaves like a streaming chat model with tools: a time to first token, a token rate, tool-using
+turns derived from the goal, realistic token counts, injected 429s (with Retry-After), 503s,
+stalls and fatal errors, and a provider-side prompt cache whose prefix becomes readable once the
+response that wrote it has started streaming. Every delay is multiplied by `time_scale`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from flightdeck.engine.control.flag import Flag
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.model import Usage
+from flightdeck.engine.providers.base import (
+    FatalError,
+    Interrupted,
+    RateLimited,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallEvent,
+    TransientError,
+    TurnRequest,
+    UsageEvent,
+)
+
+_TEXT = (
+    "the change looks correct overall but the error path needs a test and the naming could "
+    "be clearer in two places; I checked the callers, the config loader, the retry loop and "
+    "the docs; nothing blocks merging once the edge case with an empty input is handled and "
+    "the log line stops printing the full payload"
+)
+_WORDS = tuple(_TEXT.split())
+
+
+def _tokens(text: str) -> int:
+    """About four characters a token, like real tokenizers on English and code."""
+    return (len(text) + 3) // 4 or 1  # not max(1, ...): several calls a turn, 10x the cost
+
+
+_WORDS_PER_BLOCK = struct.Struct("<8Q")
+_TO_UNIT = 2.0**-53
+
+
+class Dice:
+    """The draws of one simulated turn: blake2b of (seed, child, open) read as 64-bit words.
+
+    A turn is fully determined by its key, like `random.Random(key)` would make it, but seeding
+    a Mersenne Twister costs about 6 µs, more than everything else in an instant turn; one
+    hash gives eight draws and most turns need five.
+    """
+
+    __slots__ = ("_block", "_key", "_words")
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._block = 0
+        self._words: list[int] = list(_WORDS_PER_BLOCK.unpack(hashlib.blake2b(key).digest()))
+
+    def word(self) -> int:
+        """A uniform 64-bit integer."""
+        if not self._words:
+            self._block += 1
+            block = hashlib.blake2b(self._key, salt=self._block.to_bytes(16, "little"))
+            self._words = list(_WORDS_PER_BLOCK.unpack(block.digest()))
+        return self._words.pop()
+
+    def random(self) -> float:
+        """A uniform float in [0, 1)."""
+        return (self.word() >> 11) * _TO_UNIT
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + (b - a) * self.random()
+
+    def getrandbits(self, k: int) -> int:
+        """k (at most 64) uniform bits."""
+        return self.word() >> (64 - k)
+
+    def choice(self, seq: Sequence[str]) -> str:
+        return seq[int(self.random() * len(seq))]
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    time_scale: float = 1.0
+    latency_ms: float = 400.0
+    tokens_per_s: float = 60.0
+    seed: int = 0
+    error_rate: float = 0.0
+    retry_after_s: float = 2.0
+    server_error_rate: float = 0.0
+    stall_rate: float = 0.0
+    fail_rate: float = 0.0
+    tool_turns: int | None = None
+    read_timeout_s: float = 60.0
+    cache: bool = True
+
+    @classmethod
+    def from_route(cls, route: Route) -> SimOptions:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in route.options.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    tools: tuple[object, ...]  # held so the id() in the cache key cannot be reused
+    key: str  # the provider-side prompt cache key
+    cache_tokens: int  # what a cache read or write of this prefix counts
+    prompt_tokens: int  # its share of a prompt's input tokens
+
+
+class SimProvider:
+    """A simulated streaming chat model; one instance per route, shared by its children."""
+
+    name = "sim"
+    secrets: tuple[str, ...] = ()  # no key
+
+    def __init__(self, route: Route) -> None:
+        self.model = route.model
+        self.options = SimOptions.from_route(route)
+        self._lock = threading.Lock()
+        self._opens: dict[str, int] = {}
+        self._prefix_ready: dict[str, threading.Event] = {}
+        self._prefixes: dict[tuple[str, int], _Prefix] = {}
+
+    def close(self) -> None:
+        """Nothing to release: no connections."""
+
+    def _dice(self, request: TurnRequest) -> Dice:
+        with self._lock:
+            n = self._opens.get(request.child_id, 0)
+            self._opens[request.child_id] = n + 1
+        return Dice(f"{self.options.seed}|{request.child_id}|{n}".encode())
+
+    def _prefix(self, request: TurnRequest) -> _Prefix:
+        """The system prompt and tool schemas, measured once: a route's children share them."""
+        ident = (request.system, id(request.tools))
+        known = self._prefixes.get(ident)
+        if known is None or known.tools is not request.tools:
+            text = request.system + json.dumps([t.name for t in request.tools])
+            if len(self._prefixes) > 64:
+                self._prefixes.clear()
+            known = self._prefixes[ident] = _Prefix(
+                request.tools,
+                hashlib.blake2b(text.encode(), digest_size=8).hexdigest(),
+                _tokens(text) + 60 * len(request.tools),
+                _tokens(request.system) + 60 * len(request.tools),
+            )
+        return known
+
+    def _cache_split(self, prefix: _Prefix) -> tuple[int, int, threading.Event | None]:
+        """(cache_read, cache_write) prefix tokens and the event this response must set."""
+        if not self.options.cache:
+            return 0, 0, None
+        key, size = prefix.key, prefix.cache_tokens
+        ready = self._prefix_ready.get(key)  # once written, read without the lock
+        if ready is None:
+            with self._lock:
+                ready = self._prefix_ready.get(key)
+                if ready is None:
+                    ready = self._prefix_ready[key] = threading.Event()
+                    return 0, size, ready
+        if ready.is_set():
+            return size, 0, None
+        # Written by a response that has not started streaming yet: a miss, written again.
+        return 0, size, None
+
+    def open(self, request: TurnRequest) -> SimStream:
+        rng = self._dice(request)
+        o = self.options
+        roll = rng.random()
+        if roll < o.fail_rate:
+            raise FatalError("sim: simulated fatal error (invalid request)")
+        roll -= o.fail_rate
+        if roll < o.error_rate:
+            raise RateLimited("sim: 429 rate limited", retry_after=o.retry_after_s * o.time_scale)
+        roll -= o.error_rate
+        if roll < o.server_error_rate:
+            raise TransientError("sim: 503 service unavailable")
+        stall = rng.random() < o.stall_rate
+        return SimStream(self, request, rng, stall)
+
+
+class SimStream:
+    """One simulated streamed response; `close()` from any thread ends it within one tick."""
+
+    def __init__(self, provider: SimProvider, request: TurnRequest, rng: Dice, stall: bool) -> None:
+        self._p = provider
+        self._req = request
+        self._rng = rng
+        self._stall = stall
+        self._closed = Flag()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _wait(self, seconds: float) -> None:
+        # Below a millisecond a timed wait costs more than the delay it models (a condition,
+        # a futex, a GIL hand-off), so an "instant" sim only checks for close().
+        if seconds < 0.001:
+            if self._closed.is_set():
+                raise Interrupted
+            return
+        if self._closed.wait(seconds):
+            raise Interrupted
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        o = self._p.options
+        text, calls = _plan(self._req, self._rng, o.tool_turns)
+        prefix = self._p._prefix(self._req)
+        cache_read, cache_write, writes = self._p._cache_split(prefix)
+        prompt = prefix.prompt_tokens
+        for m in self._req.messages:
+            prompt += _tokens(m.content)
+            for c in m.tool_calls:
+                prompt += _tokens(json.dumps(dict(c.arguments)))
+        usage_in = max(1, prompt - cache_read - cache_write)
+        self._wait(o.latency_ms / 1000.0 * o.time_scale * self._rng.uniform(0.6, 1.4))
+        if writes is not None:
+            writes.set()  # the prefix is readable once the writing response streams
+        per_token = o.time_scale / o.tokens_per_s
+        # Emit a few tokens per chunk; coarser when the delay per chunk would be negligible.
+        chunk_chars = 16 if per_token * 4 >= 0.002 else 4096
+        sent = 0
+        try:
+            for start in range(0, len(text), chunk_chars):
+                piece = text[start : start + chunk_chars]
+                tokens = _tokens(piece)
+                self._wait(per_token * tokens)
+                sent += tokens
+                yield TextDelta(piece)
+                if self._stall and start >= len(text) // 3:
+                    # Hang like a server that stopped sending; the read timeout breaks it.
+                    self._wait(o.read_timeout_s * o.time_scale)
+                    yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
+                    raise TransientError("sim: stream stalled past the read timeout")
+            for call in calls:
+                size = _tokens(json.dumps(dict(call.arguments)))
+                self._wait(per_token * size)
+                sent += size + 8
+                yield ToolCallEvent(call)
+        except Interrupted:
+            # Closed by a stop or a steer --now: the server has read the prompt and written
+            # `sent` tokens, and bills them like a real one would.
+            yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
+            raise
+        # Everything is sent: `sent` is the text's tokens (every chunk but the last is a whole
+        # number of tokens, 4 or 4,096 characters) and the calls'.
+        yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
+
+
+def _plan(req: TurnRequest, rng: Dice, tool_turns: int | None) -> tuple[str, tuple[ToolCall, ...]]:
+    """Decide this turn's text and tool calls from the conversation so far."""
+    goal = "the task"
+    for m in req.messages:
+        if m.role == "user":
+            goal = m.content
+            break
+    goal_line = goal.splitlines()[0][:120] if goal else "the task"
+    if tool_turns is None:
+        digest = hashlib.blake2b(goal.encode(), digest_size=2).digest()
+        tool_turns = 1 + digest[0] % 3
+    last = req.messages[-1] if req.messages else None
+    preface = ""
+    if last is not None and last.role == "user" and last.content.startswith("[operator]"):
+        preface = f"Understood — {last.content.removeprefix('[operator]').strip()[:200]}. "
+    if tool_turns and req.tools:
+        done_tool_turns = sum(1 for m in req.messages if m.role == "assistant" and m.tool_calls)
+        if done_tool_turns < tool_turns:
+            call = _next_tool(req, rng, done_tool_turns, {t.name for t in req.tools})
+            if call is not None:
+                return preface + _sentence(rng) + "\n", (call,)
+    return f"{preface}Result for: {goal_line}\n{_body(rng)}\n", ()
+
+
+def _next_tool(req: TurnRequest, rng: Dice, turn: int, names: set[str]) -> ToolCall | None:
+    call_id = f"call_{rng.getrandbits(40):010x}"
+    if turn == 0 and "list_dir" in names:
+        return ToolCall(call_id, "list_dir", {"path": "."})
+    listing = [m.content for m in req.messages if m.role == "tool" and m.name == "list_dir"]
+    files = [
+        name
+        for text in listing[-1:]
+        for line in text.splitlines()
+        if (name := line.strip()) and not _not_a_file(name)
+    ]
+    if files and "read_file" in names:
+        return ToolCall(call_id, "read_file", {"path": rng.choice(files)})
+    if "list_dir" in names:
+        # Nothing listed to read (an empty workspace): it looks again, so a route's
+        # `tool_turns` still means that many tool turns.
+        return ToolCall(call_id, "list_dir", {"path": "."})
+    return None
+
+
+def _not_a_file(line: str) -> bool:
+    """A line of `list_dir`'s answer that names no file: a folder, an empty folder's
+    `(empty)`, the `… N more` of a long one, or an error."""
+    return line.endswith("/") or line == "(empty)" or line.startswith(("… ", "error: "))
+
+
+def _make_sentences() -> tuple[str, ...]:
+    """A fixed pool of sentences: generating text per call would dominate a fast sim run."""
+    rng = random.Random(0)
+    out = []
+    for _ in range(64):
+        start = rng.randrange(len(_WORDS))
+        n = rng.randint(8, 20)
+        words = [_WORDS[(start + i) % len(_WORDS)] for i in range(n)]
+        out.append(" ".join(words).capitalize().rstrip(";,") + ".")
+    return tuple(out)
+
+
+_SENTENCES = _make_sentences()
+_SENTENCE_MASK = len(_SENTENCES) - 1  # 64 sentences: a draw's six bits pick one
+# The pool twice over, space-separated, and where each sentence starts in it: a body of
+# consecutive sentences is one slice instead of a join per turn.
+_RING = " ".join(_SENTENCES * 2) + " "
+_RING_AT = tuple(itertools.accumulate((len(x) + 1 for x in _SENTENCES * 2), initial=0))
+
+
+def _sentence(rng: Dice) -> str:
+    return _SENTENCES[rng.word() & _SENTENCE_MASK]
+
+
+def _body(rng: Dice) -> str:
+    """Three to nine consecutive sentences of the pool (in a ring), as one slice."""
+    word = rng.word()
+    start = word & _SENTENCE_MASK
+    count = 3 + (word >> 6) % 7
+    return _RING[_RING_AT[start] : _RING_AT[start + count] - 1]

@@ -1,0 +1,172 @@
+"""Usage and cost: exact Decimal sums, prices from genai-prices or the route config; the live
+thread-safe meter, and totals per batch and per route from child rows."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+from flightdeck.engine.inputs.settings import Price, Route
+from flightdeck.engine.model import ChildRow, ChildStatus, RouteTotals, Totals, Usage
+
+_MILLION = Decimal(1_000_000)
+_ZERO = Decimal(0)
+
+
+def cost_of(usage: Usage, price: Price) -> Decimal:
+    """Exact dollar cost of `usage` at `price` (per million tokens)."""
+    cache_read = price.cache_read_per_mtok
+    cache_write = price.cache_write_per_mtok
+    total = (
+        usage.input_tokens * price.input_per_mtok
+        + usage.output_tokens * price.output_per_mtok
+        + usage.cache_read_tokens * (price.input_per_mtok if cache_read is None else cache_read)
+        + usage.cache_write_tokens * (price.input_per_mtok if cache_write is None else cache_write)
+    )
+    return total / _MILLION
+
+
+@lru_cache(maxsize=256)
+def _known_model(provider: str, model: str) -> bool:
+    """Whether genai-prices has a price for this model (looked up once, offline data)."""
+    try:
+        from genai_prices import Usage as GPUsage
+        from genai_prices import calc_price
+
+        calc_price(GPUsage(input_tokens=1, output_tokens=1), model, provider_id=provider)
+    except Exception:  # LookupError and friends: unknown model, unknown provider
+        return False
+    return True
+
+
+def genai_cost(usage: Usage, provider: str, model: str) -> Decimal | None:
+    """Cost from genai-prices, or None when the model is unknown (never guessed as zero)."""
+    if not _known_model(provider, model):
+        return None
+    from genai_prices import Usage as GPUsage
+    from genai_prices import calc_price
+
+    # genai-prices counts cache tokens inside input_tokens; ours are separate.
+    gp = GPUsage(
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
+    result = calc_price(gp, model, provider_id=provider)
+    return Decimal(result.total_price)
+
+
+def price_known(route: Route) -> bool:
+    """Whether the route's calls can be priced (its own price, or genai-prices knows it)."""
+    if route.price is not None:
+        return True
+    return route.provider != "sim" and _known_model(route.provider, route.model)
+
+
+def route_cost(usage: Usage, route: Route) -> Decimal | None:
+    """Cost for a route: its configured price first, then genai-prices, else unknown."""
+    if route.price is not None:
+        return cost_of(usage, route.price)
+    if route.provider == "sim":
+        return None
+    return genai_cost(usage, route.provider, route.model)
+
+
+@dataclass(frozen=True, slots=True)
+class MeterTotals:
+    usage: Usage
+    cost_usd: Decimal  # sum of known costs
+    unknown_cost_usage: Usage  # usage whose price is unknown: shown, never priced
+
+
+class Meter:
+    """Sums a batch's usage and cost as it is billed; safe to call from any number of threads.
+
+    Per-route and per-child figures come from the child rows (`route_totals`), the same source
+    a report reads, so the live view and the report cannot disagree.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._usage = Usage()
+        self._cost = _ZERO
+        self._unknown = Usage()
+
+    def add(self, route: Route, usage: Usage) -> Decimal | None:
+        """Record `usage` on `route` and return its cost (None when the price is unknown)."""
+        cost = route_cost(usage, route)
+        with self._lock:
+            self._usage += usage
+            if cost is None:
+                self._unknown += usage
+            else:
+                self._cost += cost
+        return cost
+
+    def totals(self) -> MeterTotals:
+        with self._lock:
+            return MeterTotals(self._usage, self._cost, self._unknown)
+
+
+class _Tally:
+    """Running totals of child rows: counts, usage and the exact sum of the known costs."""
+
+    __slots__ = ("cost", "counts", "unknown", "usage")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(ChildStatus, 0)
+        self.usage = Usage()
+        self.cost = _ZERO
+        self.unknown = 0
+
+    def add(self, row: ChildRow) -> None:
+        self.counts[row.status] += 1
+        self.usage += row.usage
+        if row.cost_usd is None:
+            self.unknown += 1
+        else:
+            self.cost += row.cost_usd
+
+    def totals(self) -> Totals:
+        counts = self.counts
+        n = sum(counts.values())
+        queued = counts[ChildStatus.QUEUED]
+        # Gated children hold a slot (admitted, waiting on the cache gate): count as running.
+        running = counts[ChildStatus.RUNNING] + counts[ChildStatus.GATED]
+        completed = counts[ChildStatus.COMPLETED]
+        return Totals(
+            children=n,
+            queued=queued,
+            running=running,
+            completed=completed,
+            failed=n - queued - running - completed,
+            usage=self.usage,
+            cost_usd=self.cost,
+            cost_unknown=self.unknown,
+        )
+
+
+def totals_of(rows: Iterable[ChildRow]) -> Totals:
+    """Batch totals from child rows (one pass)."""
+    tally = _Tally()
+    for row in rows:
+        tally.add(row)
+    return tally.totals()
+
+
+def route_totals(rows: Iterable[ChildRow]) -> tuple[RouteTotals, ...]:
+    """Totals per route from child rows (one pass), sorted by route name."""
+    tallies: dict[str, tuple[str, _Tally]] = {}
+    for row in rows:
+        entry = tallies.get(row.route)
+        if entry is None:  # a route has one model: its first row names it
+            entry = tallies[row.route] = (row.model, _Tally())
+        entry[1].add(row)
+    return tuple(
+        RouteTotals(route, model, tally.totals())
+        for route, (model, tally) in sorted(tallies.items())
+    )

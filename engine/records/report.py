@@ -1,0 +1,244 @@
+"""JSON and Markdown reports of a batch, built from the store."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from flightdeck.engine.model import Totals
+from flightdeck.engine.records.meter import route_totals, totals_of
+from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.sanitize import one_line
+
+GOAL_WIDTH = 80
+ERROR_WIDTH = 120
+
+
+def build_report(
+    reader: StoreReader, batch_id: str | None = None, *, now: float | None = None
+) -> dict[str, Any]:
+    """A JSON-ready report of one batch (the latest when `batch_id` is None)."""
+    if batch_id is None:
+        batch_id = reader.latest_batch_id()
+        if batch_id is None:
+            raise LookupError(f"no batches in {reader.path}")
+    info = reader.batch(batch_id)
+    if info is None:
+        raise LookupError(f"no batch {batch_id!r} in {reader.path}")
+    children = reader.children(batch_id)
+
+    end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
+    totals = totals_of(children)
+    return {
+        "batch_id": info.id,
+        "name": info.name,
+        "source": info.source,
+        "status": info.status.value,
+        "created": _iso(info.created_ts),
+        "finished": None if info.finished_ts is None else _iso(info.finished_ts),
+        "elapsed_s": round(max(0.0, end - info.created_ts), 3),
+        "pool_size": info.pool_size,
+        "max_cost_usd": _money(info.max_cost_usd),
+        "totals": {
+            "children": totals.children,
+            "completed": totals.completed,
+            "failed": totals.failed,
+            "running": totals.running,
+            "queued": totals.queued,
+            **_usage(totals),
+        },
+        "routes": [
+            {
+                "route": r.route,
+                "model": r.model,
+                "children": r.totals.children,
+                "completed": r.totals.completed,
+                "failed": r.totals.failed,
+                "running": r.totals.running,
+                "queued": r.totals.queued,
+                **_usage(r.totals),
+            }
+            for r in route_totals(children)
+        ],
+        "children": [
+            {
+                "id": c.id,
+                "status": c.status.value,
+                "goal": c.goal,
+                "route": c.route,
+                "model": c.model,
+                "api_calls": c.activity.api_calls,
+                "tool_calls": c.activity.tool_calls,
+                "retries": c.activity.retries,
+                "tokens_in": c.usage.input_tokens,
+                "tokens_out": c.usage.output_tokens,
+                "cache_read_tokens": c.usage.cache_read_tokens,
+                "cache_write_tokens": c.usage.cache_write_tokens,
+                "cost_usd": _money(c.cost_usd),
+                "duration_s": None if c.duration_s is None else round(c.duration_s, 3),
+                "error": c.error,
+                "transcript": c.transcript,
+            }
+            for c in children
+        ],
+    }
+
+
+def _usage(totals: Totals) -> dict[str, Any]:
+    """Tokens and cost of a batch or a route; the cost is null if any child's price is unknown,
+    never the known part passed off as the whole."""
+    usage = totals.usage
+    return {
+        "tokens_in": usage.input_tokens,
+        "tokens_out": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "cost_usd": None if totals.cost_unknown else _money(totals.cost_usd),
+        "cost_known_usd": _money(totals.cost_usd),
+        "cost_unknown_children": totals.cost_unknown,
+    }
+
+
+def render_json(report: Mapping[str, Any]) -> str:
+    """The report as indented JSON (ASCII-escaped, so it is safe to print to a terminal)."""
+    return json.dumps(report, indent=2) + "\n"
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """The report as Markdown: a heading, then tables of the totals, the routes, the children."""
+    totals = report["totals"]
+    budget = report.get("max_cost_usd")
+    lines = [
+        f"# flightdeck batch {_text(report['name'])}",
+        "",
+        f"- id: `{_text(report['batch_id'])}`",
+        f"- status: **{_text(report['status'])}**",
+        f"- created: {report['created']}",
+        f"- finished: {report['finished'] or '—'}",
+        f"- elapsed: {_seconds(report['elapsed_s'])}",
+        "",
+        "## Totals",
+        "",
+        "| | total |",
+        "|---|---:|",
+        f"| children | {totals['children']} |",
+        f"| completed | {totals['completed']} |",
+        f"| failed | {totals['failed']} |",
+        f"| running | {totals['running']} |",
+        f"| queued | {totals['queued']} |",
+        f"| input tokens | {totals['tokens_in']:,} |",
+        f"| output tokens | {totals['tokens_out']:,} |",
+        f"| cache read tokens | {totals['cache_read_tokens']:,} |",
+        f"| cache write tokens | {totals['cache_write_tokens']:,} |",
+        f"| cost | {_spent(totals)} |",
+    ]
+    if budget is not None:
+        lines.append(f"| budget | {_usd(budget)} |")
+    lines += _table(
+        "Routes",
+        "| route | model | children | completed | tokens in | tokens out | cache read "
+        "| cache write | cost |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        (_route_cells(r) for r in report["routes"]),
+    )
+    lines += _table(
+        "Children",
+        "| id | status | route | model | calls | tools | retries | tokens in | tokens out "
+        "| cache read | cost | duration | goal | error |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        (_child_cells(c) for c in report["children"]),
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> list[str]:
+    """A Markdown section: its heading, then a table of rows already made safe (`_cell`)."""
+    return ["", f"## {title}", "", header, align, *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _route_cells(r: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(r["route"]),
+        _cell(r["model"]),
+        str(r["children"]),
+        str(r["completed"]),
+        f"{r['tokens_in']:,}",
+        f"{r['tokens_out']:,}",
+        f"{r['cache_read_tokens']:,}",
+        f"{r['cache_write_tokens']:,}",
+        _spent(r),
+    ]
+
+
+def _child_cells(c: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(c["id"]),
+        _cell(c["status"]),
+        _cell(c["route"]),
+        _cell(c["model"]),
+        str(c["api_calls"]),
+        str(c["tool_calls"]),
+        str(c["retries"]),
+        f"{c['tokens_in']:,}",
+        f"{c['tokens_out']:,}",
+        f"{c['cache_read_tokens']:,}",
+        "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]),
+        "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
+        _cell(c["goal"], GOAL_WIDTH),
+        "" if c["error"] is None else _cell(c["error"], ERROR_WIDTH),
+    ]
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+
+
+def _money(value: Decimal | None) -> float | None:
+    # Not rounded: costs have more decimals than micro-dollars (a cached token costs $1e-7),
+    # and children rounded one by one stopped adding up to the total (5,000 of them: $4.0795
+    # against $4.0791). A float holds these few significant digits exactly as written.
+    return None if value is None else float(value)
+
+
+def _spent(entry: Mapping[str, Any]) -> str:
+    """A batch's or a route's cost: `unknown` when only children of unknown price spent
+    anything, since a known $0 beside them is no total."""
+    known, unknown = entry["cost_known_usd"], entry["cost_unknown_children"]
+    if not unknown:
+        return _usd(known)
+    if not known:
+        return "unknown"
+    return f"{_usd(known)} + unknown for {unknown} {'child' if unknown == 1 else 'children'}"
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
+
+
+def _seconds(value: float) -> str:
+    if value < 60:
+        return f"{value:.1f}s"
+    minutes, seconds = divmod(int(value), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def _text(value: object, width: int | None = None) -> str:
+    """Untrusted text for Markdown prose: one sanitized line, no raw HTML, no link or image.
+
+    Only what can make Markdown fetch or point somewhere is escaped (a bare URL is left as
+    written: a renderer that autolinks links it anyway): emphasis and code spans in a goal are
+    harmless, and the report is read raw in a terminal as often as rendered.
+    """
+    # Backslashes first, so a trailing `\` cannot escape what follows it.
+    text = one_line(str(value), width).replace("\\", "\\\\")
+    return text.replace("[", "\\[").replace("]", "\\]").replace("<", "&lt;")
+
+
+def _cell(value: object, width: int | None = None) -> str:
+    """Untrusted text for a table cell: one sanitized line that cannot break the table."""
+    return _text(value, width).replace("|", "\\|") or " "

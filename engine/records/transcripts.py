@@ -1,0 +1,198 @@
+"""Append-only, sanitized, human-readable transcripts: one file per child, one event per line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from flightdeck.engine.records.appender import (
+    END_STREAM,
+    OPEN_FLAGS,
+    RAW,
+    RELEASE,
+    STREAM,
+    WRITE,
+    write_all,
+)
+from flightdeck.engine.records.lines import LineFormatter
+from flightdeck.engine.records.sink import TranscriptSink
+from flightdeck.engine.sanitize import sanitize
+
+log = logging.getLogger("flightdeck.transcripts")
+
+MANIFEST = "manifest.json"
+
+
+class TranscriptWriter:
+    """One child's transcript (thread-safe); the format is `lines.LineFormatter`'s.
+
+    With a sink, the events go to it raw and its writer process formats them (`appender.py`):
+    a call here costs a tuple and a deque append. Without one, or with secrets to redact (which
+    must not leave this process), they are formatted here and each event is one `os.write` of
+    whole lines (or one finished `RAW` event to the sink).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        clock: Callable[[], float] = time.time,
+        *,
+        secrets: Iterable[str] = (),
+        sink: TranscriptSink | None = None,
+    ) -> None:
+        self.path = path
+        self._clock = clock
+        self._key = os.fspath(path)
+        self._lock = threading.Lock()  # stamps follow file order, whichever thread writes
+        secrets = tuple(secrets)
+        self._sink = sink
+        # Exactly one of the two: the writer process formats, or this object does.
+        self._remote = sink.send if sink is not None and not secrets else None
+        self._formatter = None if self._remote is not None else LineFormatter(secrets)
+        self._fd: int | None = None
+        if sink is None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, OPEN_FLAGS, 0o644)
+
+    def write(self, role: str, text: str, ts: float | None = None) -> None:
+        """Append one event; multi-line text becomes several lines with the same stamp."""
+        with self._lock:
+            self._write(role, text, self._clock() if ts is None else ts)
+
+    def stream(self, chunk: str) -> None:
+        """Append streamed assistant text; each line is written as soon as it is complete."""
+        with self._lock:
+            if self._remote is not None:
+                self._remote((STREAM, self._key, self._clock(), chunk))
+            else:
+                self._out(self._local().stream(chunk, self._clock()))
+
+    def end_stream(self) -> None:
+        """Write the partial last line of the stream, if any."""
+        with self._lock:
+            if self._remote is not None:
+                self._remote((END_STREAM, self._key, self._clock()))
+            else:
+                self._out(self._local().end_stream(self._clock()))
+
+    def close(self, role: str | None = None, text: str = "") -> None:
+        """End the stream and close the file; idempotent. Later writes reopen it briefly.
+
+        With `role`, `write(role, text)` comes first under the same lock: a child's last line
+        costs no lock of its own."""
+        with self._lock:
+            ts = self._clock()
+            if role is not None:
+                self._write(role, text, ts)
+            if self._remote is None:
+                self._out(self._local().end_stream(ts))
+            if self._sink is not None:
+                self._sink.send((RELEASE, self._key, ts))
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> TranscriptWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Below: with the lock held.
+
+    def _write(self, role: str, text: str, ts: float) -> None:
+        if self._remote is not None:
+            self._remote((WRITE, self._key, ts, role, text))
+        else:
+            self._out(self._local().write(role, text, ts))
+
+    def _local(self) -> LineFormatter:
+        assert self._formatter is not None  # set whenever _remote is not
+        return self._formatter
+
+    def _out(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._sink is not None:
+            self._sink.send((RAW, self._key, 0.0, data))
+            return
+        if self._fd is not None:
+            write_all(self._fd, data)
+            return
+        fd = os.open(self.path, OPEN_FLAGS, 0o644)
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+
+
+def write_manifest(
+    batch_dir: Path, data: Mapping[str, Any], encoded: Mapping[str, str] | None = None
+) -> Path:
+    """Atomically write `manifest.json` in `batch_dir` (temp file, fsync, rename).
+
+    `encoded` members are JSON text already, placed after those of `data`: a batch's list of
+    children is encoded once and written again with its final status.
+    """
+    batch_dir.mkdir(parents=True, exist_ok=True)
+    target = batch_dir / MANIFEST
+    # dumps without indent runs the C encoder; json.dump(indent=2) is 10x slower on a
+    # 5,000-child manifest. ASCII, so names from task files reach `cat manifest.json` escaped.
+    text = json.dumps(data, default=str)
+    if encoded:
+        members = [f"{json.dumps(key)}: {v}" for key, v in encoded.items()]
+        text = f"{text[:-1]}{', ' if data else ''}{', '.join(members)}}}"
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=batch_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def tail_lines(
+    path: Path, max_lines: int, *, block_size: int = 64 * 1024, max_bytes: int = 8 * 1024 * 1024
+) -> tuple[list[str], bool]:
+    """The last `max_lines` lines of a file (sanitized) and whether earlier ones were cut."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return [], False  # a child that has not started yet has no transcript
+    with fh:
+        end = fh.seek(0, os.SEEK_END)
+        if max_lines <= 0:
+            return [], end > 0
+        pos = end
+        blocks: list[bytes] = []
+        newlines = 0
+        # Read backwards until we hold max_lines full lines plus the newline before them.
+        while pos > 0 and newlines <= max_lines and end - pos < max_bytes:
+            step = min(block_size, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            blocks.append(block)
+            newlines += block.count(b"\n")
+    data = b"".join(reversed(blocks))
+    if not data:
+        return [], False
+    lines = data.removesuffix(b"\n").split(b"\n")
+    cut = pos > 0
+    if cut and len(lines) > 1:
+        lines = lines[1:]  # the first piece is the tail of a line we did not read whole
+    if len(lines) > max_lines:
+        lines = lines[-max_lines:]
+        cut = True
+    return [sanitize(line.decode("utf-8", "replace")) for line in lines], cut

@@ -1,0 +1,102 @@
+"""The Textual app: wiring only. `run_app` is what `flightdeck run` calls on a terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterable
+from functools import cached_property
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import ChildStatus, Snapshot
+from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.logs import Severity, forward_logs
+from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.view import EngineView, LiveView
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+EXIT_OK = 0  # every child completed
+EXIT_INCOMPLETE = 1  # some child failed, stopped, timed out or stalled (or the UI crashed)
+EXIT_STOPPED = 130  # the operator chose "stop all and quit"
+EXIT_TERMINATED = 143  # SIGTERM: every child stopped, as for "stop all and quit"
+STOP_WAIT_S = 10.0  # stop takes effect within a second; this only bounds a misbehaving child
+
+
+class FlightdeckApp(App[bool]):
+    """Supervise one batch; the result is True when the operator stopped everything to quit."""
+
+    TITLE = "flightdeck"
+
+    def __init__(self, view: EngineView, options: UiOptions | None = None) -> None:
+        super().__init__()
+        self.view = view
+        self.options = options
+
+    terminated = False  # ended by SIGTERM
+
+    def on_mount(self) -> None:
+        # Pushed rather than made the default screen: only pushed screens load their CSS_PATH.
+        self.push_screen(self.main)
+        # The engine's warnings and errors as notifications: under the app, stderr is not shown.
+        self._stop_logs = forward_logs(self._show_log)
+        # SIGTERM (`kill`, a service manager) would end the process with the terminal still in
+        # the app's mode and the batch "running" in the store: stop everything and quit instead.
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not on this platform
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.on_sigterm)
+
+    def on_sigterm(self) -> None:
+        """Stop every child and quit, as "stop all and quit" does, without asking."""
+        self.terminated = True
+        self.view.stop_all()
+        self.exit(result=True)
+
+    def on_unmount(self) -> None:
+        self._stop_logs()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+
+    def _show_log(self, text: str, severity: Severity) -> None:
+        # Called on the engine thread that logged: notify only posts a message (thread-safe).
+        self.notify(text, severity=severity, markup=False, timeout=10)
+
+    @cached_property
+    def main(self) -> MainScreen:
+        return MainScreen(self.view, self.options)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if isinstance(screen, MainScreen):
+            yield from screen.commands()
+
+    async def action_quit(self) -> None:
+        # ctrl+q and the palette's Quit go through the same question as `q`.
+        self.main.action_quit()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place worker errors surface: a notification, never a crash."""
+        if event.state is WorkerState.ERROR:
+            what = event.worker.description or event.worker.name
+            error = one_line(str(event.worker.error), 200)
+            self.notify(f"{what} failed: {error}", severity="error", markup=False)
+
+
+def exit_code(snapshot: Snapshot) -> int:
+    """0 if every child completed, 1 otherwise."""
+    done = all(row.status is ChildStatus.COMPLETED for row in snapshot.children)
+    return EXIT_OK if done else EXIT_INCOMPLETE
+
+
+def run_app(engine: Engine) -> int:
+    """Run the app on an already-started engine; returns the process exit code."""
+    # Ages ("2s ago") on the engine's own clock: its stamps ignore steps of the system clock.
+    app = FlightdeckApp(LiveView(engine), UiOptions(clock=engine.clock))
+    stopped = app.run()
+    if stopped:
+        engine.wait(STOP_WAIT_S)
+        return EXIT_TERMINATED if app.terminated else EXIT_STOPPED
+    if app.return_code:
+        return EXIT_INCOMPLETE  # the UI crashed; Textual has printed the traceback
+    return exit_code(engine.snapshot())

@@ -1,0 +1,55 @@
+"""Engine facts as Textual messages; posted from the engine's coordinator thread."""
+
+from __future__ import annotations
+
+from flightdeck.engine import model
+from textual.message import Message
+
+
+class ChildStarted(Message):
+    """A child left the queue and began its first turn."""
+
+    def __init__(self, child_id: str) -> None:
+        super().__init__()
+        self.child_id = child_id
+
+
+class ChildFinished(Message):
+    """A child reached a final status."""
+
+    def __init__(self, row: model.ChildRow, done: int, total: int) -> None:
+        super().__init__()
+        self.row = row
+        self.done = done
+        self.total = total
+
+
+class SteerSettled(Message):
+    """An operator message was delivered to a child, or missed it."""
+
+    def __init__(self, receipt: model.SteerReceipt) -> None:
+        super().__init__()
+        self.receipt = receipt
+
+
+class BatchFinished(Message):
+    """Every child is final."""
+
+    def __init__(self, batch_id: str, status: model.BatchStatus) -> None:
+        super().__init__()
+        self.batch_id = batch_id
+        self.status = status
+
+
+def message_for(event: model.EngineEvent) -> Message:
+    """The Textual message for one engine event."""
+    match event:
+        case model.ChildStarted(child_id=child_id):
+            return ChildStarted(child_id)
+        case model.ChildFinished(row=row, done=done, total=total):
+            return ChildFinished(row, done, total)
+        case model.SteerSettled(receipt=receipt):
+            return SteerSettled(receipt)
+        case model.BatchFinished(batch_id=batch_id, status=status):
+            return BatchFinished(batch_id, status)
+    raise TypeError(f"unknown engine event {event!r}")

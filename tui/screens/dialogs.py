@@ -1,0 +1,163 @@
+"""Modal dialogs: steer, confirm stop, quit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from flightdeck.engine.sanitize import one_line
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet
+
+_PREVIEW = 6  # ids listed by name before "and N more"
+
+
+def targets_text(child_ids: Sequence[str]) -> Text:
+    """`a, b, c and 4 more`, as plain text (ids are untrusted)."""
+    shown = ", ".join(one_line(i, 40) for i in child_ids[:_PREVIEW])
+    more = len(child_ids) - _PREVIEW
+    return Text(shown + (f" and {more} more" if more > 0 else ""), style="dim")
+
+
+def _children(n: int) -> str:
+    return f"{n} child" if n == 1 else f"{n} children"
+
+
+@dataclass(frozen=True, slots=True)
+class SteerRequest:
+    """What the operator asked for in the steer dialog."""
+
+    message: str
+    now: bool  # interrupt the current response instead of waiting for the next turn
+
+
+class SteerDialog(ModalScreen[SteerRequest | None]):
+    """Message plus "at next turn" / "interrupt now"."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="dialog.cancel", tooltip="Close, send nothing"),
+    ]
+
+    def __init__(self, child_ids: Sequence[str], *, cursor_blink: bool = True) -> None:
+        super().__init__()
+        self.child_ids = list(child_ids)
+        self.cursor_blink = cursor_blink
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(f"Steer {_children(len(self.child_ids))}", style="bold"))
+            yield Label(targets_text(self.child_ids), classes="targets")
+            message = Input(placeholder="message to the child", id="steer-message")
+            message.cursor_blink = self.cursor_blink
+            yield message
+            with RadioSet(id="steer-when"):
+                yield RadioButton("at next turn", value=True, id="steer-next-turn")
+                yield RadioButton("interrupt now", id="steer-now")
+            yield Label("", id="steer-error")
+            with Horizontal(classes="buttons"):
+                yield Button("Send", variant="primary", id="send")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#steer-message", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_send()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "send":
+            self.action_send()
+        else:
+            self.action_cancel()
+
+    def action_send(self) -> None:
+        message = self.query_one("#steer-message", Input).value.strip()
+        if not message:
+            self.query_one("#steer-error", Label).update(Text("Type a message first.", "red"))
+            self.query_one("#steer-message", Input).focus()
+            return
+        now = self.query_one("#steer-when", RadioSet).pressed_index == 1
+        self.dismiss(SteerRequest(message, now))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmStopDialog(ModalScreen[bool]):
+    """Confirm stopping some children (or all); pressing the stop key again confirms."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Keep them running"),
+        Binding("y,x,X", "confirm", "Stop", id="dialog.confirm", tooltip="Stop them"),
+    ]
+
+    def __init__(self, child_ids: Sequence[str], *, everything: bool = False) -> None:
+        super().__init__()
+        self.child_ids = list(child_ids)
+        self.everything = everything
+
+    def compose(self) -> ComposeResult:
+        n = _children(len(self.child_ids))
+        title = f"Stop all {n}?" if self.everything else f"Stop {n}?"
+        with Vertical(classes="dialog"):
+            yield Label(Text(title, style="bold"))
+            yield Label(targets_text(self.child_ids), classes="targets")
+            yield Label(Text("Partial transcripts and usage are kept. Queued ones never start."))
+            with Horizontal(classes="buttons"):
+                yield Button("Stop", variant="error", id="confirm")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "confirm")
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class QuitDialog(ModalScreen[bool]):
+    """Children still run: stop them all and quit, or stay."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Stay"),
+    ]
+
+    def __init__(self, live: int) -> None:
+        super().__init__()
+        self.live = live
+
+    def compose(self) -> ComposeResult:
+        verb = "is" if self.live == 1 else "are"
+        with Vertical(classes="dialog"):
+            yield Label(Text(f"{_children(self.live)} {verb} still running or queued.", "bold"))
+            yield Label(Text("Quitting stops them; finished work is already saved."))
+            with Horizontal(classes="buttons"):
+                yield Button("Stop all and quit", variant="error", id="stop-quit")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        # The safe choice has focus: `q` then Enter must not end a batch by accident.
+        self.query_one("#cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "stop-quit")
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)

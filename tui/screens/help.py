@@ -1,0 +1,75 @@
+"""The help screen: every key, the filter language and the status glyphs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from flightdeck.tui.fmt import GLYPHS
+from flightdeck.tui.widgets.rows import RETRYING_GLYPH, STATUS_ALIASES, TAG_MARK
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+FILTER_HELP = (
+    ("words", "all must appear in the id, goal, group, activity or error"),
+    ("status:failed,running", "any of these statuses; also " + ", ".join(STATUS_ALIASES)),
+    ("route:sim", "children on this route"),
+    ("is:tagged", "only tagged children"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Lists every key with what it does."""
+
+    CSS_PATH = "help.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close help"),
+    ]
+
+    def __init__(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.keys = list(keys)  # (key, name, what it does)
+
+    def compose(self) -> ComposeResult:
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold cyan", no_wrap=True)
+        keys.add_column(style="bold", no_wrap=True)
+        keys.add_column()
+        for key, name, tooltip in self.keys:
+            keys.add_row(Text(key), Text(name), Text(tooltip))
+        filters = Table.grid(padding=(0, 2))
+        filters.add_column(style="bold cyan", no_wrap=True)
+        filters.add_column()
+        for term, meaning in FILTER_HELP:
+            filters.add_row(Text(term), Text(meaning))
+        legend = Text()
+        for status, (glyph, style) in GLYPHS.items():
+            legend.append(f"{glyph} ", style=style)
+            legend.append(f"{status.value}   ")
+        legend.append(f"{RETRYING_GLYPH[0]} ", style=RETRYING_GLYPH[1])
+        legend.append("retrying   ")
+        legend.append(f"{TAG_MARK} ", style="bold magenta")
+        legend.append("tagged")
+        body = Group(
+            Text("Keys", style="bold underline"),
+            keys,
+            Text(""),
+            Text("Filter (/)", style="bold underline"),
+            filters,
+            Text(""),
+            Text("Status", style="bold underline"),
+            legend,
+            Text(""),
+            Text("Also in the command palette (ctrl+p). Esc closes.", style="dim"),
+        )
+        with VerticalScroll(classes="help"):
+            yield Static(body)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

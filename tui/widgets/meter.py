@@ -1,0 +1,84 @@
+"""The cost meter: batch progress, tokens, dollars, burn rate, budget and elapsed time."""
+
+from __future__ import annotations
+
+from collections import deque
+from decimal import Decimal
+
+from flightdeck.engine.model import Snapshot
+from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens
+from rich.text import Text
+from textual.widgets import Static
+
+BAR_WIDTH = 24
+BURN_WINDOW_S = 60.0  # the burn rate is measured over the last minute
+_MIN_WINDOW_S = 5.0  # below this the window is too short; use the batch average
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """A text progress bar, full at 1.0."""
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "░" * (width - filled)
+
+
+class CostMeter(Static):
+    """Batch progress and money at a glance; fed a snapshot on every poll."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, markup=False)
+        self._samples: deque[tuple[float, Decimal]] = deque()
+        self._shown: Text | None = None
+
+    def burn_per_min(self, snap: Snapshot, now: float) -> Decimal | None:
+        """Dollars per minute over the last minute (or since the start, early on)."""
+        cost = snap.totals.cost_usd
+        samples = self._samples
+        samples.append((now, cost))
+        while samples and now - samples[0][0] > BURN_WINDOW_S:
+            samples.popleft()
+        t0, c0 = samples[0]
+        if now - t0 >= _MIN_WINDOW_S:
+            return (cost - c0) * 60 / Decimal(now - t0)
+        elapsed = now - snap.started_ts
+        if elapsed <= 0:
+            return None
+        return cost * 60 / Decimal(elapsed)
+
+    def show(self, snap: Snapshot, now: float) -> None:
+        """Render the meter for `snap`; a no-op when nothing visible changed."""
+        t = snap.totals
+        total = max(1, t.children)
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(bar(t.done / total), style="green")
+        text.append(f" {t.done}/{t.children} done   ", style="bold")
+        text.append(f"● {t.running} running   ", style="green")
+        text.append(f"○ {t.queued} queued   ", style="dim")
+        text.append(f"✓ {t.completed} completed   ", style="green")
+        text.append(f"✗ {t.failed} failed/stopped", style="bold red" if t.failed else "dim")
+        text.append("\n")
+        text.append("tokens ", style="dim")
+        usage = t.usage
+        text.append(f"{fmt_tokens(usage.prompt_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
+        text.append("   spent ", style="dim")
+        spent, note = fmt_spent(t.cost_usd, t.cost_unknown, "unpriced")
+        text.append(spent, style="bold")
+        text.append(note, style="yellow")
+        burn = self.burn_per_min(snap, now)
+        text.append("   burn ", style="dim")
+        if t.cost_unknown and not t.cost_usd:  # only unpriced spend: its rate is unknown too
+            text.append(f"{fmt_cost(None)}/min")
+        else:
+            text.append("—" if burn is None else f"{fmt_cost(burn)}/min")
+        if snap.max_cost_usd:
+            used = float(t.cost_usd / snap.max_cost_usd)
+            style = "bold red" if used >= 0.9 else "yellow" if used >= 0.6 else "green"
+            text.append("   budget ", style="dim")
+            text.append(bar(used, 12), style=style)
+            text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
+        text.append("   elapsed ", style="dim")
+        text.append(fmt_clock(now - snap.started_ts))
+        text.append("   pool ", style="dim")
+        text.append(str(snap.pool_size))
+        if text != self._shown:
+            self._shown = text
+            self.update(text, layout=False)  # fixed height: no layout pass per poll

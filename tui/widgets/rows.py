@@ -1,0 +1,252 @@
+"""Pure helpers for the children table: cell text, sort orders and the filter language."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
+
+GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
+DOING_CHARS = 60
+
+RETRYING_GLYPH: Cell = ("↻", "bold yellow")
+TAG_MARK = "◆"
+
+ATTENTION = frozenset({ChildStatus.FAILED, ChildStatus.STALLED, ChildStatus.TIMED_OUT})
+_WAITING = frozenset({ChildStatus.QUEUED, ChildStatus.GATED})
+
+STEER_MARKS: dict[SteerState, Cell] = {
+    SteerState.QUEUED: ("… queued", "yellow"),
+    SteerState.DELIVERED: ("✓ delivered", "green"),
+    SteerState.MISSED: ("✗ missed", "red"),
+}
+
+
+def is_retrying(row: ChildRow) -> bool:
+    """A running child waiting out a 429 or another retryable error."""
+    if row.status is not ChildStatus.RUNNING:
+        return False
+    text = row.activity.text
+    return text.startswith("429") or "retry" in text.lower()
+
+
+def needs_attention(row: ChildRow) -> bool:
+    return row.status in ATTENTION or is_retrying(row)
+
+
+# --- cells ------------------------------------------------------------------------------------
+
+COLUMNS: tuple[tuple[str, str, int], ...] = (
+    # key, label, width (the goal column's width is recomputed from the table's width)
+    ("mark", "", 2),
+    ("id", "child", 16),
+    ("goal", "goal", 30),
+    ("route", "route", 10),
+    ("calls", "calls", 5),
+    ("doing", "doing", 24),
+    ("last", "last", 7),
+    ("tokens", "tok in/out", 11),
+    ("cost", "cost", 8),
+    ("retries", "rt", 3),
+    ("steer", "steer", 11),
+)
+COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
+
+
+def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
+    """Every cell that depends only on the row (and its tag), in COLUMNS order but time cells."""
+    glyph = RETRYING_GLYPH if is_retrying(row) else GLYPHS[row.status]
+    mark = (TAG_MARK if tagged else " ") + glyph[0]
+    route = row.route if row.model in ("", row.route) else f"{row.route}/{row.model}"
+    usage = row.usage
+    steer: Cell = ("", "")
+    if row.steers:
+        last = max(row.steers, key=lambda r: r.id)
+        text, style = STEER_MARKS[last.state]
+        steer = (text if len(row.steers) == 1 else f"{text} ({len(row.steers)})", style)
+    status_style = "bold red" if row.status in ATTENTION else ""
+    return (
+        (mark, ("bold magenta" if tagged else glyph[1])),
+        (one_line(row.id), "bold" if tagged else ""),
+        (one_line(row.goal[: GOAL_CHARS * 2], GOAL_CHARS), ""),
+        (one_line(route), "dim"),
+        (str(row.activity.api_calls), ""),
+        ("", status_style),  # placeholder: the "doing" cell is time-dependent
+        ("", "dim"),  # placeholder: "last"
+        (f"{fmt_tokens(usage.prompt_tokens)}/{fmt_tokens(usage.output_tokens)}", ""),
+        (fmt_cost(row.cost_usd), ""),
+        (str(row.activity.retries) if row.activity.retries else "", "yellow"),
+        steer,
+    )
+
+
+def doing(row: ChildRow, now: float) -> Cell:
+    """What the child is doing: its tool and for how long, its activity, or how it ended."""
+    a = row.activity
+    if row.status is ChildStatus.RUNNING:
+        if a.current_tool is not None:
+            since = fmt_span(now - a.tool_started_ts) if a.tool_started_ts is not None else ""
+            return (one_line(f"tool: {a.current_tool} {since}", DOING_CHARS), "cyan")
+        return (one_line(a.text, DOING_CHARS), "yellow" if is_retrying(row) else "")
+    if row.status in _WAITING:
+        return (row.status.value, "dim")
+    text = row.status.value + (f": {row.error}" if row.error else "")
+    return (one_line(text, DOING_CHARS), "bold red" if row.status in ATTENTION else "dim")
+
+
+def last(row: ChildRow, now: float) -> Cell:
+    """How long ago the child last did something (or finished)."""
+    if row.status in _WAITING:
+        return ("—", "dim")
+    ts = row.finished_ts if row.status.terminal else row.activity.last_activity_ts
+    if ts is None:
+        return ("—", "dim")
+    idle = now - ts
+    style = "dim" if row.status.terminal else ("yellow" if idle >= 30 else "")
+    return (fmt_age(idle), style)
+
+
+def row_cells(row: ChildRow, tagged: bool, now: float) -> tuple[Cell, ...]:
+    """All cells of one row, in COLUMNS order."""
+    cells = list(static_cells(row, tagged))
+    cells[5] = doing(row, now)
+    cells[6] = last(row, now)
+    return tuple(cells)
+
+
+# --- sort orders ------------------------------------------------------------------------------
+
+
+class SortOrder(StrEnum):
+    """Row orders that `o` cycles through."""
+
+    ATTENTION = "attention"
+    RECENT = "recent"
+    COST = "cost"
+    TOKENS = "tokens"
+    ID = "id"
+    BATCH = "batch"
+
+    def next(self) -> SortOrder:
+        members = list(SortOrder)
+        return members[(members.index(self) + 1) % len(members)]
+
+
+_INF = float("inf")
+
+
+def sort_key(order: SortOrder, row: ChildRow) -> tuple[object, ...]:
+    """Ascending key for `order`; ties fall back to batch order so rows never jitter."""
+    if order is SortOrder.ATTENTION:
+        return (*_attention_key(row), row.seq)
+    if order is SortOrder.RECENT:
+        ts = row.finished_ts if row.status.terminal else row.activity.last_activity_ts
+        return (-(ts if ts is not None else -_INF), row.seq)
+    if order is SortOrder.COST:
+        cost = -float(row.cost_usd) if row.cost_usd is not None else _INF
+        return (cost, row.seq)
+    if order is SortOrder.TOKENS:
+        return (-row.usage.total, row.seq)
+    if order is SortOrder.ID:
+        return (row.id, row.seq)
+    return (row.seq,)
+
+
+def _attention_key(row: ChildRow) -> tuple[int, float]:
+    # failed/stalled/timed out (latest first), retrying, running (oldest first), waiting,
+    # then finished (latest first)
+    if row.status in ATTENTION or row.status is ChildStatus.UNKNOWN:
+        return (0, -(row.finished_ts or 0.0))
+    if row.status is ChildStatus.RUNNING:
+        return (1 if is_retrying(row) else 2, row.started_ts or 0.0)
+    if row.status in _WAITING:
+        return (3, 0.0)
+    return (4, -(row.finished_ts or 0.0))
+
+
+# --- filter -----------------------------------------------------------------------------------
+
+STATUS_ALIASES: dict[str, frozenset[str]] = {
+    "live": frozenset({"queued", "gated", "running"}),
+    "done": frozenset(s.value for s in ChildStatus if s.terminal),
+    "attention": frozenset({"failed", "stalled", "timed_out", "retrying"}),
+    "retrying": frozenset({"retrying"}),
+}
+
+
+_STATUS_VALUES = frozenset(s.value for s in ChildStatus)
+
+
+@dataclass(frozen=True, slots=True)
+class RowFilter:
+    """A parsed filter: words (all must match, case-insensitive) plus field terms."""
+
+    query: str = ""
+    words: tuple[str, ...] = ()
+    statuses: frozenset[str] | None = None
+    routes: frozenset[str] | None = None
+    tagged_only: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.words or self.statuses is not None or self.routes or self.tagged_only)
+
+    def matches(self, row: ChildRow, tagged: bool) -> bool:
+        if self.tagged_only and not tagged:
+            return False
+        if self.statuses is not None:
+            retrying = is_retrying(row)
+            if row.status.value not in self.statuses and not (
+                retrying and "retrying" in self.statuses
+            ):
+                return False
+        if self.routes is not None and row.route.lower() not in self.routes:
+            return False
+        if self.words:
+            hay = " ".join(
+                (row.id, row.goal, row.group or "", row.activity.text, row.error or "", row.model)
+            ).lower()
+            return all(word in hay for word in self.words)
+        return True
+
+
+def parse_filter(query: str) -> RowFilter:
+    """Parse `text status:failed,running route:sim is:tagged`; raises ValueError on bad terms."""
+    words: list[str] = []
+    statuses: set[str] | None = None
+    routes: set[str] | None = None
+    tagged_only = False
+    for term in query.split():
+        name, sep, value = term.partition(":")
+        name = name.lower()
+        if not sep or not value:
+            words.append(term.lower())
+        elif name in ("status", "s"):
+            statuses = set() if statuses is None else statuses
+            for item in value.lower().split(","):
+                statuses |= _statuses(item)
+        elif name == "route":
+            routes = (routes or set()) | set(value.lower().split(","))
+        elif name == "is" and value.lower() == "tagged":
+            tagged_only = True
+        else:
+            words.append(term.lower())
+    return RowFilter(
+        query=query.strip(),
+        words=tuple(words),
+        statuses=frozenset(statuses) if statuses is not None else None,
+        routes=frozenset(routes) if routes is not None else None,
+        tagged_only=tagged_only,
+    )
+
+
+def _statuses(item: str) -> frozenset[str]:
+    if item in STATUS_ALIASES:
+        return STATUS_ALIASES[item]
+    if item in _STATUS_VALUES:
+        return frozenset({item})
+    known = ", ".join([*(s.value for s in ChildStatus), *STATUS_ALIASES])
+    raise ValueError(f"unknown status {item!r} (one of: {known})")

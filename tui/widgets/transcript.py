@@ -1,0 +1,196 @@
+"""The transcript pane: the selected child's transcript file, tailed live."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.widgets.tail import Chunk, read_chunk
+from rich.cells import cell_len
+from rich.highlighter import Highlighter
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Log, Static
+from textual.worker import Worker, WorkerState
+
+# Transcript lines look like `HH:MM:SS.mmm  role      │ text` (see engine/transcripts.py).
+_STAMP = 12
+_SEPARATOR = " │ "
+_HEAD = 26  # stamp, two spaces, role padded to 9, separator
+_INDENT = " " * (_HEAD - 2) + "│ "  # continuation lines keep the text column
+_MIN_BODY = 20  # narrower than this, wrapped lines are not indented
+ROLE_STYLES = {
+    "system": "dim",
+    "user": "bold cyan",
+    "assistant": "",
+    "tool": "cyan",
+    "tool-call": "cyan",
+    "operator": "bold magenta",
+    "engine": "yellow",
+    "error": "bold red",
+}
+_FINISHED = (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED)
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """Fold a long transcript line to `width`, continuing under its text column."""
+    if width <= 0 or cell_len(line) <= width:
+        return [line]
+    indent = _INDENT if width - _HEAD >= _MIN_BODY and line.find(_SEPARATOR) == _HEAD - 3 else ""
+    wrapped = textwrap.wrap(
+        line, width, subsequent_indent=indent, replace_whitespace=False, drop_whitespace=True
+    )
+    return wrapped or [line]
+
+
+class TranscriptHighlighter(Highlighter):
+    """Styles the stamp and role of each line by position; the text itself stays plain."""
+
+    def highlight(self, text: Text) -> None:
+        plain = text.plain
+        sep = plain.find(_SEPARATOR)
+        if sep < _STAMP:
+            return
+        text.stylize("dim", 0, _STAMP)
+        role = plain[_STAMP:sep].strip()
+        style = ROLE_STYLES.get(role, "")
+        if style:
+            text.stylize(style, _STAMP, sep)
+        if role in ("operator", "error"):
+            text.stylize(style, sep + len(_SEPARATOR))
+
+
+class TranscriptView(Vertical):
+    """Shows the last `max_lines` lines of one child's transcript and follows it as it grows."""
+
+    def __init__(
+        self,
+        *,
+        max_lines: int = 2000,
+        max_bytes: int = 1 << 20,
+        poll_s: float = 0.25,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(id=id)
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.poll_s = poll_s
+        self.child_id: str | None = None
+        self.path: Path | None = None
+        self.frozen = False
+        self.cut = False  # some earlier lines are not shown
+        self._offset: int | None = None  # bytes consumed so far; None: not loaded yet
+        self._generation = 0  # bumped on each switch, so a late read for another child is dropped
+        self._reading: Worker[tuple[int, Chunk]] | None = None
+        self._wrap_width: int | None = None  # lines on show were folded to this width
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="transcript-title", markup=False)
+        log = Log(max_lines=self.max_lines, highlight=True, id="transcript-log")
+        log.highlighter = TranscriptHighlighter()
+        yield log
+
+    def on_mount(self) -> None:
+        self._title()
+        self.set_interval(self.poll_s, self.poll)
+
+    @property
+    def log_widget(self) -> Log:
+        return self.query_one("#transcript-log", Log)
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines on show (for tests and the screen)."""
+        return list(self.log_widget.lines)
+
+    def show(self, child_id: str | None, path: Path | None) -> None:
+        """Switch to another child's transcript."""
+        if child_id == self.child_id and path == self.path:
+            return
+        self.child_id, self.path = child_id, path
+        self._reload()
+
+    def _width(self) -> int:
+        return self.log_widget.scrollable_content_region.width
+
+    def _reload(self) -> None:
+        self._generation += 1
+        self._offset = None
+        self._reading = None
+        self._wrap_width = None
+        self.cut = False
+        self.log_widget.clear()
+        self._title()
+        self.poll()
+
+    def poll(self) -> None:
+        """Read what was appended since the last read (in a thread: files may be slow)."""
+        if self.frozen or self.path is None or self._reading is not None:
+            return
+        if self._wrap_width is not None and self._width() != self._wrap_width:
+            self._reload()  # the pane was resized: fold the lines again
+            return
+        if self._offset is not None:
+            try:
+                if os.stat(self.path).st_size == self._offset:
+                    return  # nothing new: no thread for it
+            except FileNotFoundError:
+                return
+        self._reading = self._read(self._generation, self.path, self._offset)
+
+    @work(
+        thread=True,
+        exclusive=True,
+        exit_on_error=False,
+        group="transcript",
+        description="read transcript",
+    )
+    def _read(self, generation: int, path: Path, offset: int | None) -> tuple[int, Chunk]:
+        return generation, read_chunk(
+            path, offset, max_lines=self.max_lines, max_bytes=self.max_bytes
+        )
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # Errors are reported by the app's one handler; here only results are applied.
+        if event.worker is not self._reading or event.state not in _FINISHED:
+            return
+        self._reading = None
+        if event.state is WorkerState.SUCCESS and event.worker.result is not None:
+            generation, chunk = event.worker.result
+            if generation == self._generation and chunk.start == self._offset:
+                self._apply(chunk)
+
+    def _apply(self, chunk: Chunk) -> None:
+        log = self.log_widget
+        first = chunk.start is None or chunk.reset
+        if first:
+            log.clear()
+        cut = self.cut or chunk.cut
+        if chunk.lines:
+            width = self._wrap_width = self._width()
+            lines = [part for line in chunk.lines for part in wrap_line(line, width)]
+            # Log.write_lines only scrolls when the view was already at the bottom: sticky.
+            cut = cut or log.line_count + len(lines) > self.max_lines
+            log.write_lines(lines)
+        if first:
+            log.scroll_end(animate=False, immediate=True)
+        self._offset = chunk.end
+        if cut != self.cut:
+            self.cut = cut
+            self._title()
+
+    def _title(self) -> None:
+        title = Text("transcript", style="bold")
+        if self.child_id is None:
+            title.append("  no child selected", style="dim")
+        else:
+            title.append(f"  {one_line(self.child_id)}", style="bold")
+            if self.path is not None:
+                title.append(f"  {one_line(self.path.name)}", style="dim")
+        if self.cut:
+            title.append(f"  ⋯ earlier lines cut (last {self.max_lines:,} shown)", style="yellow")
+        self.query_one("#transcript-title", Static).update(title, layout=False)
