@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check fmt lint types bench screenshots clean
+.PHONY: demo test check fmt lint types imports wheel-test bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,7 +35,15 @@ types: $(STAMP)
 	ln -sfn ../../tui .typecheck/flightdeck/tui
 	$(VENV)/bin/mypy
 
-check: lint types test
+# The layering contracts in pyproject.toml ([tool.importlinter]).
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+
+# The built wheel, installed into a fresh venv and run outside the repository.
+wheel-test: $(STAMP)
+	PYTHON=$(PY) scripts/wheel_check.sh
+
+check: lint types imports test
 
 bench: $(STAMP)
 	$(PY) tests/bench/run.py $(BENCH)
