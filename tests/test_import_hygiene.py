@@ -1,4 +1,4 @@
-"""The engine is headless: importing all of it pulls in no UI library (STYLE.md 1)."""
+"""The engine is headless: importing all of it pulls in no UI library."""
 
 from __future__ import annotations
 
