@@ -14,7 +14,8 @@ Our exception hierarchy:
   * ToolError - a tool call failed; the message goes back to the model
 
 StoreError is an InputError because the command line reports it the same way: one line naming
-the database, exit code 2, before anything is written.
+the database, exit code 2, before anything is written. Beside their raisers live UsageError (a
+bad command-line argument, an InputError) and StoreVersionError (a StoreError).
 """
 
 from __future__ import annotations
