@@ -1,11 +1,36 @@
-"""Input errors that name the file, line and field (exit code 2 at the CLI)."""
+"""Every error flightdeck raises on purpose, under one root.
+
+Our exception hierarchy:
+
+* FlightdeckError
+  * InputError - something the operator gave or points at cannot be used; names file, line, field
+    * SpecError - a task or batch file is invalid
+    * ConfigError - flightdeck.toml (or the environment) is invalid
+    * StoreError - the state database cannot be used
+  * ProviderError - a model call failed
+    * RateLimited - 429 / 529: try again later
+    * TransientError - a connection, a 5xx or a stream broke
+    * FatalError - bad key, exhausted quota, bad request: retrying cannot help
+  * ToolError - a tool call failed; the message goes back to the model
+
+StoreError is an InputError because the command line reports it the same way: one line naming
+the database, exit code 2, before anything is written. Beside their raisers live UsageError (a
+bad command-line argument, an InputError) and StoreVersionError (a StoreError).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-class InputError(Exception):
+class FlightdeckError(Exception):
+    """Base of every error flightdeck raises on purpose."""
+
+
+# --- input: task files, the config, the state database ---------------------------------------
+
+
+class InputError(FlightdeckError):
     """Bad input: a task file, the config or a CLI argument. Nothing has been written yet."""
 
     def __init__(
@@ -36,3 +61,53 @@ class ConfigError(InputError):
 
 class StoreError(InputError):
     """The state database cannot be used: not a database, unreadable, or a newer schema."""
+
+
+# --- provider: one model call -----------------------------------------------------------------
+
+
+class ProviderError(FlightdeckError):
+    """Base of every error a provider raises."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RateLimited(ProviderError):
+    """429 / 529: try again later; `retry_after` in seconds when the server said."""
+
+    retryable = True
+
+
+class TransientError(ProviderError):
+    """Connection reset, 5xx, a stream that broke or stalled mid-response."""
+
+    retryable = True
+
+
+class FatalError(ProviderError):
+    """Bad key, exhausted quota, bad request: retrying cannot help."""
+
+
+# --- tool: one tool call ----------------------------------------------------------------------
+
+
+class ToolError(FlightdeckError):
+    """A tool failed; the message goes back to the model, not to the operator's terminal."""
+
+
+__all__ = [
+    "ConfigError",
+    "FatalError",
+    "FlightdeckError",
+    "InputError",
+    "ProviderError",
+    "RateLimited",
+    "SpecError",
+    "StoreError",
+    "ToolError",
+    "TransientError",
+]

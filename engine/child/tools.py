@@ -8,14 +8,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from flightdeck.engine.errors import ToolError as ToolError
 from flightdeck.engine.providers.base import ToolSpec
 
 MAX_READ_BYTES = 64 * 1024
 MAX_LIST_ENTRIES = 500
-
-
-class ToolError(Exception):
-    """A tool failed; the message goes back to the model, not to the operator's terminal."""
 
 
 class PathLocks:

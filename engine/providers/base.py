@@ -6,6 +6,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import field
 from typing import Any, Literal, Protocol
 
+from flightdeck.engine.errors import FatalError as FatalError
+from flightdeck.engine.errors import ProviderError as ProviderError
+from flightdeck.engine.errors import RateLimited as RateLimited
+from flightdeck.engine.errors import TransientError as TransientError
 from flightdeck.engine.model import Usage, record
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -80,33 +84,7 @@ class HeadroomEvent:
 StreamEvent = TextDelta | ToolCallEvent | UsageEvent | HeadroomEvent
 
 
-# --- errors (see httpx/_exceptions.py for the shape: one tree, callers catch the base) -------
-
-
-class ProviderError(Exception):
-    """Base of every error a provider raises."""
-
-    retryable = False
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class RateLimited(ProviderError):
-    """429 / 529: try again later; `retry_after` in seconds when the server said."""
-
-    retryable = True
-
-
-class TransientError(ProviderError):
-    """Connection reset, 5xx, a stream that broke or stalled mid-response."""
-
-    retryable = True
-
-
-class FatalError(ProviderError):
-    """Bad key, exhausted quota, bad request: retrying cannot help."""
+# --- errors: defined with the rest of the tree in errors.py, importable from here too -------
 
 
 class Interrupted(Exception):

@@ -1,0 +1,31 @@
+"""Wording shared by input errors: what a value is, and a did-you-mean."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection
+
+
+def expected(what: str, value: object) -> str:
+    """ "expected WHAT, got KIND": the usual message for a value of the wrong type."""
+    return f"expected {what}, got {kind(value)}"
+
+
+def kind(value: object) -> str:
+    """A short, terminal-safe description of a value: its type and (for scalars) a repr."""
+    names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
+    if isinstance(value, dict):
+        return "table"
+    if value is None:
+        return "null"
+    name = names.get(type(value), type(value).__name__)
+    if isinstance(value, list):
+        return name
+    shown = repr(value)  # repr escapes control characters, so untrusted text stays inert
+    return f"{name} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
+def suggest(name: object, choices: Collection[str]) -> str:
+    """ " (did you mean 'x'?)" for the closest of `choices`, or ""."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,50 @@
+"""flightdeck.toml + environment: routes, limits, prices, budgets, paths.
+
+The parts: `values` (the frozen settings), `load` (reading flightdeck.toml), `checks` (one
+TOML value each, with its line in errors).
+"""
+
+from __future__ import annotations
+
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings.load import load_settings, state_dir_from
+from flightdeck.engine.inputs.settings.values import (
+    API_KEY_ENV,
+    CONFIG_NAME,
+    DEFAULT_ROUTE,
+    DEFAULT_STATE_DIR,
+    MAX_CONCURRENT,
+    PROVIDERS,
+    SIM_OPTION_DEFAULTS,
+    SIM_PRICE,
+    Budget,
+    EngineSettings,
+    Price,
+    ProviderName,
+    RetrySettings,
+    Route,
+    Settings,
+    default_sim_route,
+)
+
+__all__ = [
+    "API_KEY_ENV",
+    "CONFIG_NAME",
+    "DEFAULT_ROUTE",
+    "DEFAULT_STATE_DIR",
+    "MAX_CONCURRENT",
+    "PROVIDERS",
+    "SIM_OPTION_DEFAULTS",
+    "SIM_PRICE",
+    "Budget",
+    "ConfigError",
+    "EngineSettings",
+    "Price",
+    "ProviderName",
+    "RetrySettings",
+    "Route",
+    "Settings",
+    "default_sim_route",
+    "load_settings",
+    "state_dir_from",
+]

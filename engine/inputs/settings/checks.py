@@ -1,0 +1,98 @@
+"""Checks of one TOML value each: return the checked value or raise ConfigError at its line."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Mapping
+from decimal import Decimal
+from pathlib import Path
+from types import MappingProxyType
+
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.messages import kind, suggest
+from flightdeck.engine.inputs.tomlpos import Key, TomlLocator
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+Table = dict[str, object]
+
+
+class ValueChecks:
+    """Checks values of one parsed TOML file; every error names the file, line and dotted key."""
+
+    def __init__(self, path: Path, locator: TomlLocator) -> None:
+        self.path = path
+        self.locator = locator
+
+    def error(self, key: Key, message: str) -> ConfigError:
+        field = ".".join(str(part) for part in key) or None
+        return ConfigError(self.path, self.locator.line(*key), field, message)
+
+    def known(self, key: Key, table: Table, allowed: Collection[str]) -> None:
+        for name in table:
+            if name not in allowed:
+                raise self.error((*key, name), f"unknown key{suggest(name, allowed)}")
+
+    def table(self, key: Key, value: object) -> Table:
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a table, got {kind(value)}")
+        return value
+
+    def string(self, key: Key, value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"expected a non-empty string, got {kind(value)}")
+        return value
+
+    def integer(
+        self, key: Key, value: object, low: int, high: int | None = None, also: str = ""
+    ) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            expected = f"an integer {also}".strip()
+            raise self.error(key, f"expected {expected}, got {kind(value)}")
+        if value < low or (high is not None and value > high):
+            bound = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise self.error(key, f"must be {bound}, got {value}")
+        return value
+
+    def number(self, key: Key, value: object, *, zero_ok: bool = False, hint: str = "") -> float:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.error(key, f"expected a number, got {kind(value)}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            bound = "0 or more" if zero_ok else "greater than 0"
+            raise self.error(key, f"must be {bound}, got {value}{hint}")
+        return float(value)
+
+    def fraction(self, key: Key, value: object) -> float:
+        rate = self.number(key, value, zero_ok=True)
+        if rate > 1:
+            raise self.error(key, f"must be between 0 and 1 (a probability), got {value}")
+        return rate
+
+    def money(self, key: Key, value: object) -> Decimal:
+        self.number(key, value, zero_ok=True)
+        return Decimal(str(value))  # via str, so 0.15 stays 0.15 and not 0.1499999...
+
+    def flag(self, key: Key, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {kind(value)}")
+        return value
+
+    def url(self, key: Key, value: object) -> str:
+        url = self.string(key, value)
+        if not url.startswith(("http://", "https://")):
+            raise self.error(key, f"expected an http:// or https:// URL, got {kind(value)}")
+        return url
+
+    def env_name(self, key: Key, value: object) -> str:
+        if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+            # The value is not echoed: it may be the key itself pasted in by mistake.
+            raise self.error(key, "expected the NAME of an environment variable holding the key")
+        return value
+
+    def headers(self, key: Key, value: object) -> Mapping[str, str]:
+        table = self.table(key, value)
+        for name, text in table.items():
+            if not isinstance(text, str):
+                raise self.error((*key, name), f"expected a string, got {kind(text)}")
+        return MappingProxyType({name: str(text) for name, text in table.items()})

@@ -1,0 +1,251 @@
+"""load_settings: read flightdeck.toml (and the environment) into Settings."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.messages import kind
+from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
+from flightdeck.engine.inputs.settings.values import (
+    API_KEY_ENV,
+    CONFIG_NAME,
+    DEFAULT_ROUTE,
+    MAX_CONCURRENT,
+    PROVIDERS,
+    SIM_OPTION_DEFAULTS,
+    SIM_PRICE,
+    Budget,
+    EngineSettings,
+    Price,
+    ProviderName,
+    RetrySettings,
+    Route,
+    Settings,
+    default_sim_route,
+)
+from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_TOP_KEYS = ("engine", "routes", "budget")
+_ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
+_ROUTE_KEYS = ("provider", "model", "max_concurrent", "rpm", "tpm", "max_tokens", "price", "retry")
+_PRICE_KEYS = tuple(Price.__dataclass_fields__)
+_RETRY_KEYS = tuple(RetrySettings.__dataclass_fields__)
+_BUDGET_KEYS = tuple(Budget.__dataclass_fields__)
+_PROVIDER_NAMES: Mapping[str, ProviderName] = MappingProxyType({p: p for p in PROVIDERS})
+
+
+def load_settings(path: Path | None = None, *, env: Mapping[str, str] | None = None) -> Settings:
+    """Read flightdeck.toml (`path`, else ./flightdeck.toml if present, else defaults).
+
+    Unknown keys are errors. Raises ConfigError naming file, line and field. `env` is accepted
+    for settings that will come from the environment; FLIGHTDECK_HOME is read by state_dir_from.
+    """
+    if path is None:
+        if not Path(CONFIG_NAME).is_file():
+            return Settings(routes=MappingProxyType({DEFAULT_ROUTE: _implicit_sim()}))
+        path = Path(CONFIG_NAME)
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")  # an editor's byte order mark is not TOML
+    except FileNotFoundError:
+        raise ConfigError(path, None, None, "config file not found") from None
+    except UnicodeDecodeError:
+        raise ConfigError(path, None, None, "not valid UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(path, None, None, exc.strerror or str(exc)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, message = decode_error(exc, text)
+        raise ConfigError(path, line, None, f"invalid TOML: {message}") from None
+    return _Reader(path, TomlLocator(text)).settings(data)
+
+
+def _implicit_sim() -> Route:
+    return default_sim_route(DEFAULT_ROUTE, **SIM_OPTION_DEFAULTS)
+
+
+def state_dir_from(
+    cli: Path | None, settings: Settings, env: Mapping[str, str] | None = None
+) -> Path:
+    """--state-dir wins, then FLIGHTDECK_HOME, then [engine] state_dir."""
+    env = os.environ if env is None else env
+    if cli is not None:
+        return cli
+    if env.get("FLIGHTDECK_HOME"):
+        return Path(env["FLIGHTDECK_HOME"])
+    return settings.engine.state_dir
+
+
+class _Reader(ValueChecks):
+    """Reads a parsed flightdeck.toml into Settings."""
+
+    def settings(self, data: Table) -> Settings:
+        self.known((), data, _TOP_KEYS)
+        routes: dict[str, Route] = {}
+        for name, table in self.table(("routes",), data.get("routes", {})).items():
+            routes[name] = self.route(name, self.table(("routes", name), table))
+        routes.setdefault(DEFAULT_ROUTE, _implicit_sim())
+        return Settings(
+            engine=self.engine(self.table(("engine",), data.get("engine", {})), routes),
+            routes=MappingProxyType(routes),
+            budget=self.budget(self.table(("budget",), data.get("budget", {}))),
+            source=self.path,
+        )
+
+    def engine(self, table: Table, routes: Collection[str]) -> EngineSettings:
+        self.known(("engine",), table, _ENGINE_KEYS)
+        values: dict[str, Any] = {}
+        if "max_concurrent" in table:
+            value = table["max_concurrent"]
+            key: Key = ("engine", "max_concurrent")
+            values["max_concurrent"] = (
+                "auto"
+                if value == "auto"
+                else self.integer(key, value, 1, MAX_CONCURRENT, also='or "auto"')
+            )
+        if "state_dir" in table:
+            folder = Path(self.string(("engine", "state_dir"), table["state_dir"])).expanduser()
+            # Relative to the config file, so a project's config works from any directory.
+            values["state_dir"] = self.path.parent / folder
+        if "default_route" in table:
+            name = self.string(("engine", "default_route"), table["default_route"])
+            if name not in routes:
+                known = ", ".join(routes)
+                message = f"no route named {name!r} (configured: {known})"
+                raise self.error(("engine", "default_route"), message)
+            values["default_route"] = name
+        for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s"):
+            if name in table:
+                values[name] = self.number(("engine", name), table[name])
+        return EngineSettings(**values)
+
+    def route(self, name: str, table: Table) -> Route:
+        key: Key = ("routes", name)
+        if not _NAME.fullmatch(name):
+            raise self.error(key, "route names use letters, digits, '.', '_' or '-'")
+        provider = self.provider(key, table.get("provider", "sim" if name == "sim" else None))
+        checks, others = (_SIM_OPTIONS, _HTTP_OPTIONS)
+        if provider != "sim":
+            checks, others = others, checks
+        for option in table:
+            if option in others and option not in checks:
+                raise self.error((*key, option), f"not an option of provider {provider!r}")
+        self.known(key, table, (*_ROUTE_KEYS, *checks))
+        if "model" in table:
+            model = self.string((*key, "model"), table["model"])
+        elif provider == "sim":
+            model = "sim-1"
+        else:
+            raise self.error((*key, "model"), f"required for provider {provider!r}")
+        limits = {
+            limit: self.integer((*key, limit), table[limit], 1)
+            for limit in ("max_concurrent", "rpm", "tpm", "max_tokens")
+            if limit in table
+        }
+        price = SIM_PRICE if provider == "sim" else None
+        if "price" in table:
+            price = self.price((*key, "price"), self.table((*key, "price"), table["price"]))
+        retry = RetrySettings()
+        if "retry" in table:
+            retry = self.retry((*key, "retry"), self.table((*key, "retry"), table["retry"]))
+        options = dict(SIM_OPTION_DEFAULTS) if provider == "sim" else {}
+        if provider != "sim" and "base_url" not in table:
+            # Only the variable's name is kept: the key itself is read when a client is made.
+            # The default variable is for the provider's own endpoint: a route with a base_url
+            # must name its variable, or OPENAI_API_KEY would be sent to someone else's server.
+            options["api_key_env"] = API_KEY_ENV[provider]
+        for option, check in checks.items():
+            if option in table:
+                options[option] = check(self, (*key, option), table[option])
+        return Route(
+            name=name,
+            provider=provider,
+            model=model,
+            price=price,
+            retry=retry,
+            options=MappingProxyType(options),
+            key_line=self.locator.line(*key, "api_key_env"),
+            **limits,
+        )
+
+    def provider(self, key: Key, value: object) -> ProviderName:
+        choices = ", ".join(repr(p) for p in PROVIDERS)
+        if value is None:
+            raise self.error((*key, "provider"), f"required: one of {choices}")
+        provider = _PROVIDER_NAMES.get(value) if isinstance(value, str) else None
+        if provider is None:
+            raise self.error((*key, "provider"), f"expected one of {choices}, got {kind(value)}")
+        return provider
+
+    def price(self, key: Key, table: Table) -> Price:
+        self.known(key, table, _PRICE_KEYS)
+        for required in ("input_per_mtok", "output_per_mtok"):
+            if required not in table:
+                raise self.error((*key, required), "required (US dollars per million tokens)")
+        money = {name: self.money((*key, name), value) for name, value in table.items()}
+        return Price(**money)
+
+    def retry(self, key: Key, table: Table) -> RetrySettings:
+        self.known(key, table, _RETRY_KEYS)
+        values: dict[str, Any] = {}
+        if "attempts" in table:
+            values["attempts"] = self.integer((*key, "attempts"), table["attempts"], 1, 20)
+        for name in ("base_s", "max_s"):
+            if name in table:
+                values[name] = self.number((*key, name), table[name])
+        out = RetrySettings(**values)
+        if out.max_s < out.base_s:
+            raise self.error((*key, "max_s"), f"must be at least base_s ({out.base_s})")
+        return out
+
+    def budget(self, table: Table) -> Budget:
+        self.known(("budget",), table, _BUDGET_KEYS)
+        values: dict[str, Any] = {}
+        if "max_cost_usd" in table:
+            values["max_cost_usd"] = self.money(("budget", "max_cost_usd"), table["max_cost_usd"])
+            values["cost_line"] = self.locator.line("budget", "max_cost_usd")
+        for name, low in (("max_runs", 1), ("max_depth", 0)):
+            if name in table:
+                values[name] = self.integer(("budget", name), table[name], low)
+        return Budget(**values)
+
+
+_Check = Callable[[ValueChecks, Key, object], object]
+
+_SIM_OPTIONS: Mapping[str, _Check] = MappingProxyType(
+    {
+        "time_scale": lambda r, k, v: r.number(k, v),
+        "latency_ms": lambda r, k, v: r.number(k, v, zero_ok=True),
+        "tokens_per_s": lambda r, k, v: r.number(
+            k, v, hint=" (for instant output use a large number such as 1e9)"
+        ),
+        "seed": lambda r, k, v: r.integer(k, v, -(2**63)),
+        "error_rate": ValueChecks.fraction,
+        "retry_after_s": lambda r, k, v: r.number(k, v, zero_ok=True),
+        "server_error_rate": ValueChecks.fraction,
+        "stall_rate": ValueChecks.fraction,
+        "fail_rate": ValueChecks.fraction,
+        "tool_turns": lambda r, k, v: r.integer(k, v, 0),
+        "read_timeout_s": lambda r, k, v: r.number(k, v),
+        "cache": ValueChecks.flag,
+    }
+)
+
+_HTTP_OPTIONS: Mapping[str, _Check] = MappingProxyType(
+    {
+        "base_url": ValueChecks.url,
+        "api_key_env": ValueChecks.env_name,
+        "connect_timeout_s": lambda r, k, v: r.number(k, v),
+        "read_timeout_s": lambda r, k, v: r.number(k, v),
+        "headers": ValueChecks.headers,
+    }
+)

@@ -1,0 +1,130 @@
+"""The settings as values: routes, limits, prices, budgets, paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+ProviderName = Literal["sim", "openai", "anthropic"]
+
+DEFAULT_ROUTE = "sim"
+DEFAULT_STATE_DIR = Path(".flightdeck")
+# One worker thread per child alive. Past a few hundred threads one interpreter spends its time
+# switching between them, and a mistyped 100000 would try to start that many: refused as input.
+MAX_CONCURRENT = 1024
+CONFIG_NAME = "flightdeck.toml"
+PROVIDERS: tuple[ProviderName, ...] = ("sim", "openai", "anthropic")
+API_KEY_ENV: Mapping[str, str] = MappingProxyType(
+    {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+)
+# What a sim route's options hold when the config leaves them out (tool_turns, cache and
+# read_timeout_s stay absent: the provider derives or defaults them).
+SIM_OPTION_DEFAULTS: Mapping[str, object] = MappingProxyType(
+    {
+        "time_scale": 1.0,
+        "latency_ms": 400.0,
+        "tokens_per_s": 60.0,
+        "seed": 0,
+        "error_rate": 0.0,
+        "retry_after_s": 2.0,
+        "server_error_rate": 0.0,
+        "stall_rate": 0.0,
+        "fail_rate": 0.0,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input_per_mtok: Decimal
+    output_per_mtok: Decimal
+    cache_read_per_mtok: Decimal | None = None  # None: same as input
+    cache_write_per_mtok: Decimal | None = None  # None: same as input
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySettings:
+    attempts: int = 6  # total tries, the first included
+    base_s: float = 1.0  # first backoff ceiling; doubles per retry (full jitter)
+    max_s: float = 30.0  # cap on one backoff
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A named way to reach a model: provider, model, limits, price, provider options."""
+
+    name: str
+    provider: ProviderName
+    model: str
+    max_concurrent: int | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_tokens: int = 1024
+    price: Price | None = None  # None: look the model up in genai-prices
+    retry: RetrySettings = field(default_factory=RetrySettings)
+    # Provider-specific options, already validated (sim: time_scale, latency_ms, ...;
+    # openai/anthropic: base_url, api_key_env, connect_timeout_s, read_timeout_s).
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Where it was configured, for messages: the line of api_key_env if given, else of
+    # [routes.NAME] (None for a route not read from a file).
+    key_line: int | None = field(default=None, compare=False)
+
+    @property
+    def time_scale(self) -> float:
+        """Multiplier on every simulated delay (sim only; 1.0 elsewhere)."""
+        return float(self.options.get("time_scale", 1.0)) if self.provider == "sim" else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    max_concurrent: int | Literal["auto"] = "auto"
+    state_dir: Path = DEFAULT_STATE_DIR
+    default_route: str = DEFAULT_ROUTE
+    stall_after_s: float = 120.0  # idle (no chunk, no call) outside a tool
+    tool_stall_after_s: float = 600.0  # idle inside a tool
+    stall_grace_s: float = 5.0  # after interrupting a stalled child, before finalizing it
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_cost_usd: Decimal | None = None
+    max_runs: int | None = None
+    max_depth: int | None = None
+    # The line of max_cost_usd in the settings file, for messages (None: not from a file).
+    cost_line: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    routes: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
+    budget: Budget = field(default_factory=Budget)
+    source: Path | None = None
+
+    def route(self, name: str | None) -> Route:
+        return self.routes[name or self.engine.default_route]
+
+
+SIM_PRICE = Price(
+    input_per_mtok=Decimal("1.00"),
+    output_per_mtok=Decimal("4.00"),
+    cache_read_per_mtok=Decimal("0.10"),
+    cache_write_per_mtok=Decimal("1.25"),
+)
+
+
+def default_sim_route(name: str = DEFAULT_ROUTE, **options: Any) -> Route:
+    """The built-in simulated route used when no config names one."""
+    return Route(
+        name=name,
+        provider="sim",
+        model="sim-1",
+        price=SIM_PRICE,
+        options=MappingProxyType(dict(options)),
+    )

@@ -1,0 +1,38 @@
+"""Task files: load and validate a batch (JSONL, TOML, YAML), with decomposition.
+
+A TOML or YAML batch has an optional `[batch]` table (name, workspace), optional `[defaults]`
+(any task field but id and goal) and a `tasks` array. An entry with `for_each = [...]` or
+`for_each_file = "items.txt"` (or `.jsonl`) becomes one task per item; `{item}`, `{index}`
+(1-based) and, for table items, their keys are substituted in id, goal, context and group.
+A JSONL batch is one task object per line; blank lines and `#` lines are skipped.
+
+The parts: `readers` (the three formats), `expand` (decomposition), `checks` (field
+validation), `load` (structure, ids and order), `values` (Task and Batch).
+"""
+
+from __future__ import annotations
+
+from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.tasks.checks import check_routes, unicode_problem
+from flightdeck.engine.inputs.tasks.load import load_batch
+from flightdeck.engine.inputs.tasks.values import (
+    DEFAULT_MAX_TURNS,
+    ID_PATTERN,
+    MAX_TURNS_LIMIT,
+    TASK_FIELDS,
+    Batch,
+    Task,
+)
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "ID_PATTERN",
+    "MAX_TURNS_LIMIT",
+    "TASK_FIELDS",
+    "Batch",
+    "SpecError",
+    "Task",
+    "check_routes",
+    "load_batch",
+    "unicode_problem",
+]

@@ -1,0 +1,91 @@
+"""Task field checks: each says why a value is invalid (None: it is valid)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection
+
+from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.messages import expected, suggest
+from flightdeck.engine.inputs.tasks.values import MAX_TURNS_LIMIT, Batch
+
+# A high then a low surrogate: what YAML makes of an escaped pair such as "\ud83d\ude00".
+_SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
+
+
+def check_field(name: object, value: object) -> str | None:
+    """Why `value` is not valid for entry field `name` (None: it is)."""
+    if name in ("id", "goal", "context", "group", "route"):
+        if not isinstance(value, str):
+            return expected("a string", value)
+        if name in ("goal", "route") and not value.strip():
+            return "must not be empty"
+        return unicode_problem(value)
+    elif name == "max_turns":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return expected("an integer", value)
+        if not 1 <= value <= MAX_TURNS_LIMIT:
+            return f"must be between 1 and {MAX_TURNS_LIMIT}, got {value}"
+    elif name == "timeout_s":
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return expected("a number of seconds", value)
+        if not (math.isfinite(value) and value > 0):
+            return f"must be a positive number of seconds, got {value}"
+    elif name == "for_each":
+        if not isinstance(value, list):
+            return expected("an array of items", value)
+        if not value:
+            return "no items: the list is empty"
+    elif name == "for_each_file":
+        if not isinstance(value, str) or not value.strip():
+            return expected("a file path string", value)
+        return unicode_problem(value)
+    return None
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why `text` cannot be sent or stored (None: it can): a surrogate, which a JSON or YAML
+    escape decodes to but no UTF-8 encoder (a provider's, SQLite's) accepts."""
+    if text.isascii():  # constant time in CPython: most text pays nothing more
+        return None
+    try:
+        text.encode("utf-8")  # quicker than searching for a surrogate with a regex
+        return None
+    except UnicodeEncodeError as exc:
+        at = exc.start
+    where = f"at character {at + 1}"
+    pair = _SURROGATE_PAIR.match(text, at)
+    if pair is None:
+        return f"not valid Unicode text: a lone surrogate ({_escaped(text[at])}) {where}"
+    # YAML does not join an escaped pair as JSON does: say how to write the character.
+    char = pair.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    return (
+        f"not valid Unicode text: a surrogate pair ({_escaped(pair.group())}) {where}; "
+        f"write the character itself or \\U{ord(char):08x}"
+    )
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+def check_routes(batch: Batch, route_names: Collection[str], default: str) -> None:
+    """Raise SpecError at the first task whose route (or the default) is not configured."""
+    for task in batch.tasks:
+        name = task.route or default
+        if name in route_names:
+            continue
+        where, _, line = task.source.rpartition(":")
+        if not (where and line.isdigit()):  # no line known: source is just the path
+            where, line = task.source, ""
+        field = "route"
+        if task.route is not None and task.route_source:  # the line of the route setting
+            where, line, field = task.route_source.rsplit(":", 2)
+        known = ", ".join(sorted(route_names)) or "none"
+        if task.route is None:
+            message = f"no route given and the default route {name!r} is not configured"
+        else:
+            message = f"unknown route {name!r}{suggest(name, route_names)}"
+        line_number = int(line) if line else None
+        raise SpecError(where, line_number, field, f"{message} (configured: {known})")

@@ -1,0 +1,196 @@
+"""load_batch: read a batch file, check its structure, and number its tasks in order."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.messages import expected, kind, suggest
+from flightdeck.engine.inputs.tasks.checks import check_field, unicode_problem
+from flightdeck.engine.inputs.tasks.expand import Draft, expand
+from flightdeck.engine.inputs.tasks.readers import (
+    Source,
+    jsonl_objects,
+    parse_toml,
+    parse_yaml,
+    read_text,
+)
+from flightdeck.engine.inputs.tasks.values import (
+    DEFAULT_MAX_TURNS,
+    ID_PATTERN,
+    TASK_FIELDS,
+    Batch,
+    Task,
+)
+
+_TOP_KEYS = ("batch", "defaults", "tasks")
+_BATCH_KEYS = ("name", "workspace")
+
+
+def load_batch(path: Path) -> Batch:
+    """Load and validate a batch file; raise SpecError naming file, line and field."""
+    path = Path(path)
+    text = read_text(path)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        drafts = [d for raw, src in jsonl_objects(path, text) for d in expand(raw, src, (), {})]
+        return _finish(path, _file_name(path), None, drafts)
+    if suffix == ".toml":
+        data, locate = parse_toml(path, text)
+    elif suffix in (".yaml", ".yml"):
+        data, locate = parse_yaml(path, text)
+    else:
+        raise SpecError(path, None, None, "unsupported file type: use .jsonl, .toml, .yaml or .yml")
+    return _load_document(Source(path, locate), data)
+
+
+def _file_name(path: Path) -> str:
+    """A batch's default name: its file's stem, with U+FFFD for bytes that are not UTF-8 (a
+    file name may hold any bytes; the name goes to the store and the screen)."""
+    return os.fsencode(path.stem).decode("utf-8", "replace")
+
+
+def _load_document(src: Source, data: object) -> Batch:
+    if data is None:
+        raise src.error((), None, "the batch is empty: add tasks")
+    if isinstance(data, list):  # YAML may be just the list of tasks
+        data = {"tasks": data}
+    if not isinstance(data, dict):
+        raise src.error((), None, f"expected a table with [[tasks]], got {kind(data)}")
+    for key in map(str, data):
+        if key not in _TOP_KEYS:
+            hint = " (task fields go inside a tasks entry)" if key in TASK_FIELDS else ""
+            raise src.error((key,), key, f"unknown key{suggest(key, _TOP_KEYS)}{hint}")
+    header = _table(src, data, "batch")
+    for key in map(str, header):
+        if key not in _BATCH_KEYS:
+            field = f"batch.{key}"
+            raise src.error(("batch", key), field, f"unknown key{suggest(key, _BATCH_KEYS)}")
+    name = header.get("name", _file_name(src.path))
+    if not isinstance(name, str) or not name.strip():
+        raise src.error(("batch", "name"), "batch.name", expected("a non-empty string", name))
+    problem = unicode_problem(name)
+    if problem:  # only a name the file writes: a default one is made valid below
+        raise src.error(("batch", "name"), "batch.name", problem)
+    workspace = _workspace(src, header.get("workspace"))
+    defaults = _defaults(src, _table(src, data, "defaults"))
+    entries = data.get("tasks")
+    if entries is None or entries == []:
+        raise src.error(("tasks",), "tasks", "the batch has no tasks")
+    if not isinstance(entries, list):
+        raise src.error(("tasks",), "tasks", expected("an array of tables ([[tasks]])", entries))
+    drafts = [d for i, raw in enumerate(entries) for d in expand(raw, src, ("tasks", i), defaults)]
+    return _finish(src.path, name, workspace, drafts)
+
+
+def _table(src: Source, data: dict[object, object], key: str) -> dict[object, object]:
+    value = data.get(key, {})
+    if value is None:  # YAML `defaults:` with every line under it commented out
+        return {}
+    if not isinstance(value, dict):
+        raise src.error((key,), key, expected(f"a table ([{key}])", value))
+    return value
+
+
+def _workspace(src: Source, value: object) -> Path | None:
+    if value is None:
+        return None
+    key = ("batch", "workspace")
+    if not isinstance(value, str) or not value.strip():
+        raise src.error(key, "batch.workspace", expected("a folder path string", value))
+    folder = src.path.parent / Path(value).expanduser()
+    if not folder.is_dir():
+        raise src.error(key, "batch.workspace", f"folder not found: {folder}")
+    return folder
+
+
+def _defaults(src: Source, table: dict[object, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for raw_key, value in table.items():
+        key = str(raw_key)
+        field = f"defaults.{key}"
+        if key in ("id", "goal"):
+            raise src.error(("defaults", key), field, "every task needs its own; no default")
+        if key not in TASK_FIELDS:
+            raise src.error(("defaults", key), field, f"unknown key{suggest(key, TASK_FIELDS)}")
+        problem = check_field(key, value)
+        if problem:
+            raise src.error(("defaults", key), field, problem)
+        out[key] = value
+    return out
+
+
+def _finish(path: Path, name: str, workspace: Path | None, drafts: list[Draft]) -> Batch:
+    if not drafts:
+        raise SpecError(path, None, None, "the batch has no tasks")
+    tasks: list[Task] = []
+    first: dict[str, Draft] = {}
+    # A generated id steps around every id the file gives, even on a later line: "task-0001"
+    # for the first task is no duplicate of the user's own "task-0001" further down.
+    given_ids = {i for d in drafts if isinstance(i := d.fields.get("id"), str)}
+    for seq, draft in enumerate(drafts):
+        fields = draft.fields
+        given = fields.get("id")
+        task_id = given if isinstance(given, str) else _generated_id(seq, given_ids)
+        id_key = (*draft.key, "id")
+        if not ID_PATTERN.fullmatch(task_id):
+            message = (
+                f"{draft.label}{task_id!r} is not a valid id: it names a file, so use 1-64 "
+                "letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+            raise draft.src.error(id_key, "id", message)
+        if task_id in first:
+            other = first[task_id]
+            where = f"{other.src.path}:{other.src.line((*other.key, 'id'))}"
+            if other.label:
+                where += f" ({other.label.rstrip(': ')})"
+            message = f"{draft.label}duplicate id {task_id!r} (first defined at {where})"
+            raise draft.src.error(id_key, "id", message)
+        first[task_id] = draft
+        line = draft.src.line(draft.key)
+        route_source = ""
+        if draft.route_at is not None:
+            route_key, route_field = draft.route_at
+            route_line = draft.src.line(route_key) or line
+            route_source = f"{path}:{route_line or ''}:{route_field}"
+        timeout = fields.get("timeout_s")
+        tasks.append(
+            Task(
+                id=task_id,
+                goal=_str(fields["goal"]),
+                seq=seq,
+                context=_opt_str(fields.get("context")),
+                group=_opt_str(fields.get("group")),
+                route=_opt_str(fields.get("route")),
+                max_turns=_int(fields.get("max_turns", DEFAULT_MAX_TURNS)),
+                timeout_s=float(timeout) if isinstance(timeout, int | float) else None,
+                source=f"{path}:{line}" if line is not None else str(path),
+                route_source=route_source,
+            )
+        )
+    return Batch(name=name, tasks=tuple(tasks), source=path, workspace=workspace)
+
+
+def _generated_id(seq: int, taken: set[str]) -> str:
+    """`task-0001` for the first task, unless the file gives that id to a task itself."""
+    task_id = base = f"task-{seq + 1:04d}"
+    suffix = 1
+    while task_id in taken:
+        suffix += 1
+        task_id = f"{base}-{suffix}"
+    return task_id
+
+
+def _str(value: object) -> str:
+    assert isinstance(value, str)
+    return value
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int)
+    return value

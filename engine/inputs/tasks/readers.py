@@ -1,0 +1,214 @@
+"""The three readers: a batch file's text parsed as JSONL, TOML or YAML, with a way to find the
+line of any key in it."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.messages import kind
+from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+Locate = Callable[[Key], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A file and a way to find the line of a key path in it, for error messages."""
+
+    path: Path
+    locate: Locate
+
+    def line(self, key: Key) -> int | None:
+        """The line of `key` (or of its nearest located parent)."""
+        return self.locate(key)
+
+    def error(self, key: Key, field: str | None, message: str) -> SpecError:
+        """A SpecError at the line of `key`."""
+        return SpecError(self.path, self.locate(key), field, message)
+
+
+def read_text(path: Path) -> str:
+    """The file's text; SpecError if it is missing, unreadable or not UTF-8."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(path, None, None, "file not found") from None
+    except OSError as exc:
+        raise SpecError(path, None, None, exc.strerror or str(exc)) from None
+    try:
+        # utf-8-sig: an editor's byte order mark is not part of the first line
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(path, line, None, "not valid UTF-8 text") from None
+
+
+def jsonl_objects(path: Path, text: str) -> list[tuple[object, Source]]:
+    """Each non-blank, non-comment line as (parsed JSON, a source pinned to that line)."""
+    out: list[tuple[object, Source]] = []
+    for number, line in enumerate(text_lines(text), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        try:
+            value = _JSON.decode(stripped)
+        except json.JSONDecodeError as exc:
+            message = f"invalid JSON: {exc.msg} (column {exc.colno})"
+            raise SpecError(path, number, None, message) from None
+        except _DuplicateKeyError as exc:
+            # json keeps the last of two equal keys: a typo'd copy would vanish silently.
+            raise SpecError(path, number, exc.key, "duplicate key") from None
+        if not isinstance(value, dict):
+            raise SpecError(path, number, None, f"expected a JSON object, got {kind(value)}")
+        out.append((value, Source(path, _fixed(number))))
+    return out
+
+
+def text_lines(text: str) -> list[str]:
+    """Lines as a text editor counts them. `str.splitlines` also splits at U+2028, U+2029 and
+    U+0085, which JSON strings may hold unescaped, and would miscount every line after one."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+# One decoder for every line: json.loads with a hook would build a new one per call.
+_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def _fixed(line: int) -> Locate:
+    """A locator for JSONL: every key of the object is on its one line."""
+    return lambda _key: line
+
+
+def parse_toml(path: Path, text: str) -> tuple[object, Locate]:
+    """The parsed TOML document and a locator for its keys."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, message = decode_error(exc, text)
+        raise SpecError(path, line, None, f"invalid TOML: {message}") from None
+    locator = TomlLocator(text)
+    return data, lambda key: locator.line(*key)
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader whose merge keys (`<<`) follow YAML's rule: keys written in the mapping win,
+    then the earlier of the merged mappings. PyYAML 6.0.4 lets a later one win for a key it has
+    not interned, and leaves overridden pairs in the node, which _yaml_lines calls duplicates."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        sources = [v for k, v in node.value if k.tag == _MERGE_TAG]
+        if sources:
+            # Dropped first, so a mapping merged into itself (via a cycle) ends the recursion.
+            node.value = [(k, v) for k, v in node.value if k.tag != _MERGE_TAG]
+            taken = {_yaml_key(k) for k, _ in node.value}
+            merged = []
+            for mapping in _merge_sources(node, sources):
+                self.flatten_mapping(mapping)
+                for k, v in mapping.value:
+                    if _yaml_key(k) not in taken:
+                        taken.add(_yaml_key(k))
+                        merged.append((k, v))
+            node.value = merged + node.value
+        super().flatten_mapping(node)  # no merge key is left: this types `=` keys only
+
+
+def _merge_sources(node: yaml.MappingNode, values: list[yaml.Node]) -> list[yaml.MappingNode]:
+    """The mappings that `<<: *a` or `<<: [*a, *b]` merge, in order."""
+    out: list[yaml.MappingNode] = []
+    for value in values:
+        items = value.value if isinstance(value, yaml.SequenceNode) else [value]
+        for item in items:
+            if not isinstance(item, yaml.MappingNode):
+                what = "a mapping" if item is not value else "a mapping or list of mappings"
+                found = "scalar" if isinstance(item, yaml.ScalarNode) else "sequence"
+                problem = f"expected {what} for merging, but found {found}"
+                context = "while constructing a mapping"
+                raise yaml.constructor.ConstructorError(
+                    context, node.start_mark, problem, item.start_mark
+                )
+            out.append(item)
+    return out
+
+
+def _yaml_key(node: yaml.Node) -> object:
+    # A tag tells 1 from "1"; a key that is itself a collection is compared by identity.
+    return (node.tag, node.value) if isinstance(node, yaml.ScalarNode) else id(node)
+
+
+def parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
+    """The parsed YAML document and a locator for its keys; duplicate keys are errors."""
+    loader = _YamlLoader(text)
+    try:
+        node = loader.get_single_node()
+        data: object = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = " ".join(part for part in (exc.context, exc.problem) if part) or "syntax error"
+        line = mark.line + 1 if mark else None
+        raise SpecError(path, line, None, f"invalid YAML: {message}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(path, None, None, f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    lines: dict[Key, int] = {}
+    if node is not None:
+        # A document that is just the list of tasks is read as {"tasks": [...]}: key it so.
+        root: Key = ("tasks",) if isinstance(node, yaml.SequenceNode) else ()
+        _yaml_lines(path, node, root, lines, set())
+
+    def locate(key: Key) -> int | None:
+        for n in range(len(key), -1, -1):
+            if key[:n] in lines:
+                return lines[key[:n]]
+        return None
+
+    return data, locate
+
+
+def _yaml_lines(
+    path: Path, node: yaml.Node, key: Key, lines: dict[Key, int], active: set[int]
+) -> None:
+    """Record the line of every mapping key and sequence item; reject duplicate keys."""
+    if id(node) in active:  # a recursive alias: its lines are already recorded
+        return
+    active.add(id(node))
+    lines.setdefault(key, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            name = str(k.value)
+            line = k.start_mark.line + 1
+            # PyYAML silently keeps the last of two equal keys; a typo'd copy would vanish.
+            if name in seen:
+                field = ".".join(str(part) for part in (*key, name))
+                raise SpecError(path, line, field, f"duplicate key (first at line {seen[name]})")
+            seen[name] = line
+            lines[(*key, name)] = line
+            _yaml_lines(path, v, (*key, name), lines, active)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _yaml_lines(path, item, (*key, index), lines, active)
+    active.discard(id(node))

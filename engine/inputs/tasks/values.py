@@ -1,0 +1,39 @@
+"""Task and Batch: the validated values a batch file becomes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_TURNS = 8
+MAX_TURNS_LIMIT = 200
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TASK_FIELDS = ("id", "goal", "context", "group", "route", "max_turns", "timeout_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One unit of work for one child."""
+
+    id: str
+    goal: str
+    seq: int  # position in the batch: FIFO order
+    context: str | None = None
+    group: str | None = None
+    route: str | None = None  # None: the settings' default route
+    max_turns: int = DEFAULT_MAX_TURNS
+    timeout_s: float | None = None
+    source: str = ""  # "file:line" where the task was defined, for messages
+    route_source: str = ""  # "file:line:field" where its route was set ("" if not set)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A validated batch: its tasks in order and where they came from."""
+
+    name: str
+    tasks: tuple[Task, ...]
+    source: Path | None = None
+    workspace: Path | None = None  # None: a fresh folder under the state dir
