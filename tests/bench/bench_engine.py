@@ -28,7 +28,7 @@ from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records import store
-from flightdeck.tui.cli import run_headless
+from flightdeck.tui.headless import run_headless
 from rich.console import Console
 
 N = int(os.environ.get("BENCH_CHILDREN", "2000"))
