@@ -94,8 +94,7 @@ class MainScreen(Screen[None]):
         """Engine thread: hand the facts this screen acts on to the UI thread.
 
         A start, or a finish that needs no notice, is left to the next poll, which shows it
-        anyway: every message costs the UI thread a dispatch, and two per child slowed a batch
-        of 2,000 instant children under the TUI from 1,100 to 730 a second.
+        anyway: every message costs the UI thread a dispatch, and a big batch sends thousands.
         """
         if isinstance(event, model.ChildStarted) or (
             isinstance(event, model.ChildFinished) and event.row.status not in ATTENTION
