@@ -25,7 +25,10 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
 from flightdeck.engine.records.store import StoreReader
-from flightdeck.tui.cli import completion_text, print_lines, run_headless
+from flightdeck.tui.console import PipeSafeConsole
+from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.headless import run_headless
+from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
 from helpers import batch, settings, sim_route
@@ -183,7 +186,7 @@ def project(tmp_path: Path) -> Path:
 
 def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
     result = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == ExitCode.OK, result.stderr
     out = result.stdout.splitlines()
     batch_id = re.fullmatch(r"batch (\S+)", out[0])
     assert batch_id, out[0]
@@ -227,7 +230,7 @@ def test_a_failed_child_gives_exit_1_with_the_reason(project: Path) -> None:
         '{"id": "good", "goal": "fine"}\n{"id": "bad", "goal": "doomed", "route": "broken"}\n'
     )
     result = flightdeck("run", "mixed.jsonl", "--headless", cwd=project)
-    assert result.returncode == 1
+    assert result.returncode == ExitCode.INCOMPLETE
     [line] = [x for x in result.stdout.splitlines() if " bad " in x]
     assert line.startswith("✗") and "failed: FatalError" in line
 
@@ -250,7 +253,7 @@ def test_bad_task_files_exit_2_naming_line_and_field(
 ) -> None:
     (project / name).write_text(text)
     result = flightdeck("run", name, "--headless", cwd=project)
-    assert result.returncode == 2
+    assert result.returncode == ExitCode.USAGE
     assert where in result.stderr
     if field:
         assert f"{field}:" in result.stderr
@@ -272,7 +275,7 @@ def test_bad_config_exits_2_naming_line_and_field(
 ) -> None:
     (project / "flightdeck.toml").write_text(text)
     result = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert result.returncode == 2, result.stdout
+    assert result.returncode == ExitCode.USAGE, result.stdout
     assert where in result.stderr
     if field:
         assert field in result.stderr
@@ -286,11 +289,11 @@ def test_bad_arguments_exit_2(project: Path) -> None:
         ("many", "expected a whole number or 'auto', got 'many'"),
     ]:
         result = flightdeck("run", "tasks.jsonl", "--max-concurrent", bad, cwd=project)
-        assert result.returncode == 2, result.stderr
+        assert result.returncode == ExitCode.USAGE, result.stderr
         assert "--max-concurrent" in result.stderr and why in result.stderr, result.stderr
     missing = flightdeck("run", "nope.jsonl", cwd=project)
-    assert missing.returncode == 2 and "nope.jsonl" in missing.stderr
-    assert flightdeck("report", cwd=project).returncode == 2  # no state yet
+    assert missing.returncode == ExitCode.USAGE and "nope.jsonl" in missing.stderr
+    assert flightdeck("report", cwd=project).returncode == ExitCode.USAGE  # no state yet
 
 
 def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None:
@@ -298,7 +301,7 @@ def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None
     from flightdeck.engine.inputs.settings import default_sim_route
 
     result = flightdeck("run", "tasks.jsonl", "--max-concurrent", "auto", cwd=project)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == ExitCode.OK, result.stderr
     (manifest,) = (project / ".flightdeck" / "batches").glob("*/manifest.json")
     auto = auto_pool_size([default_sim_route()], os.cpu_count())  # the config says 4
     assert auto != 4 and json.loads(manifest.read_text())["pool_size"] == auto
@@ -313,7 +316,7 @@ def test_argument_errors_never_print_escape_sequences(
     evil = "b\x1b]0;pwned\x07\u202e\x9b2J.jsonl"
     with pytest.raises(SystemExit) as caught:
         main(["run", "a.jsonl", evil])
-    assert caught.value.code == 2
+    assert caught.value.code == ExitCode.USAGE
     err = capsys.readouterr().err
     assert "error: unrecognized arguments: b.jsonl" in err, err
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", err), repr(err)
@@ -323,16 +326,18 @@ def test_version_names_the_installed_package(project: Path) -> None:
     import importlib.metadata
 
     out = flightdeck("--version", cwd=project)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == ExitCode.OK, out.stderr
     assert out.stdout == f"flightdeck {importlib.metadata.version('flightdeck')}\n"
 
 
 def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Path) -> None:
-    assert flightdeck("run", "tasks.jsonl", "--state-dir", "st", cwd=project).returncode == 0
+    assert (
+        flightdeck("run", "tasks.jsonl", "--state-dir", "st", cwd=project).returncode == ExitCode.OK
+    )
     (project / "flightdeck.toml").write_text("[engine]\nbogus = 1\n")  # broken since
     for command in (["ls"], ["report", "--format", "json"]):
         given = flightdeck(*command, "--state-dir", "st", cwd=project)
-        assert given.returncode == 0, given.stderr
+        assert given.returncode == ExitCode.OK, given.stderr
         home = subprocess.run(
             [sys.executable, "-m", "flightdeck.tui.cli", *command],
             cwd=project,
@@ -340,10 +345,10 @@ def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Pa
             text=True,
             env={**os.environ, "FLIGHTDECK_HOME": "st", "NO_COLOR": "1"},
         )
-        assert home.returncode == 0, home.stderr
+        assert home.returncode == ExitCode.OK, home.stderr
         # without either, flightdeck.toml would say where the state is: its error stands
         broken = flightdeck(*command, cwd=project)
-        assert broken.returncode == 2 and "engine.bogus: unknown key" in broken.stderr
+        assert broken.returncode == ExitCode.USAGE and "engine.bogus: unknown key" in broken.stderr
 
 
 def test_the_report_hint_is_a_sanitized_shell_word(project: Path) -> None:
@@ -351,7 +356,7 @@ def test_the_report_hint_is_a_sanitized_shell_word(project: Path) -> None:
         FAST_CONFIG.replace("[engine]\n", '[engine]\nstate_dir = "my st\\u001b]0;x\\u0007ate"\n')
     )
     out = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == ExitCode.OK, out.stderr
     assert "\x1b" not in out.stdout and "\x07" not in out.stdout
     hint = out.stdout.splitlines()[-1]
     # the OSC sequence is gone whole; the space is quoted for the shell
@@ -362,7 +367,7 @@ def test_a_folder_named_like_the_database_is_one_clear_error(project: Path) -> N
     (project / "st" / "flightdeck.db").mkdir(parents=True)
     for command in (["ls"], ["report"]):
         out = flightdeck(*command, "--state-dir", "st", cwd=project)
-        assert out.returncode == 2, out.stderr
+        assert out.returncode == ExitCode.USAGE, out.stderr
         assert (
             out.stderr == "flightdeck: st/flightdeck.db: not a flightdeck database (not a file)\n"
         )
@@ -377,7 +382,7 @@ def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
         run.proc.send_signal(signal.SIGINT)
         code, out, err = run.finish(timeout=10)
     assert time.monotonic() - t0 < 3
-    assert code == 130, err
+    assert code == ExitCode.INTERRUPTED, err
     assert out.count("■") == 6  # every child reported as stopped
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
     assert report["status"] == "stopped"
@@ -392,7 +397,7 @@ def test_sigterm_stops_every_child_records_it_and_exits_143(project: Path) -> No
         wait_until_running(project, batch_id, "job-0")
         run.proc.send_signal(signal.SIGTERM)
         code, out, err = run.finish(timeout=10)
-    assert code == 143, err
+    assert code == ExitCode.TERMINATED, err
     assert "stopping all children… (a second SIGTERM to force)" in out
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
     assert report["status"] == "stopped"
@@ -409,7 +414,7 @@ def test_a_signal_as_soon_as_the_batch_id_is_printed_still_stops_and_records(
         run.wait_for("batch ")
         run.proc.send_signal(signal.SIGTERM)
         code, _, err = run.finish(timeout=10)
-    assert code == 143, err
+    assert code == ExitCode.TERMINATED, err
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
     assert report["status"] == "stopped"
 
@@ -432,7 +437,7 @@ def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
         run.proc.send_signal(signal.SIGINT)  # a third one changes nothing
         code, _, err = run.finish(timeout=20)
         left_after = time.monotonic() - t0
-    assert code == 130, err
+    assert code == ExitCode.INTERRUPTED, err
     # LEAVE_S (1 s) for the store, then for the transcripts, at most; the rest is room for a
     # loaded machine. Stopping every child instead takes longer.
     assert left_after < 6
@@ -466,18 +471,18 @@ def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> N
         finally:
             os.close(writer)  # the read ends, signal or not: the test cannot hang on it
         code, out, err = run.finish(timeout=20)
-    assert code == 130, err
+    assert code == ExitCode.INTERRUPTED, err
     assert (out, err) == ("", "flightdeck: interrupted\n")  # no batch started, no traceback
 
 
 def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     (project / "blocker").write_text("a file where a folder should be")
     result = flightdeck("run", "tasks.jsonl", "--state-dir", "blocker/state", cwd=project)
-    assert result.returncode == 2
+    assert result.returncode == ExitCode.USAGE
     assert result.stderr.startswith("flightdeck: state_dir: cannot use ")
     assert "Traceback" not in result.stderr
     result = flightdeck("run", "tasks.jsonl", "--state-dir", "blocker", cwd=project)
-    assert result.returncode == 2
+    assert result.returncode == ExitCode.USAGE
     assert result.stderr.endswith("/blocker exists and is not a folder\n"), result.stderr
 
 
@@ -487,7 +492,7 @@ def test_an_unusable_database_is_one_clear_error(project: Path) -> None:
     db.write_text("this is not a database " * 20)
     for args in (("run", "tasks.jsonl"), ("ls",), ("report",)):
         result = flightdeck(*args, "--state-dir", "state", cwd=project)
-        assert result.returncode == 2, (args, result.stderr)
+        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
         assert re.match(r"flightdeck: (\S*/)?state/flightdeck\.db: cannot ", result.stderr)
         assert "file is not a database" in result.stderr
         assert "Traceback" not in result.stderr
@@ -502,7 +507,7 @@ def test_another_programs_database_is_left_alone(project: Path) -> None:
         conn.execute("CREATE TABLE batches (x)")
         conn.execute("CREATE TABLE notes (y)")
     result = flightdeck("run", "tasks.jsonl", "--state-dir", "state", cwd=project)
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == ExitCode.USAGE, result.stderr
     assert result.stderr.endswith(
         "state/flightdeck.db: not a flightdeck database (it has other tables: batches, notes)\n"
     )
@@ -526,7 +531,7 @@ def test_run_widens_the_gil_switch_interval_and_gc_thresholds(
     monkeypatch.setattr(sys, "setswitchinterval", seen.append)
     monkeypatch.setattr(gc, "set_threshold", lambda *t: thresholds.append(t))
     monkeypatch.chdir(project)
-    assert cli.main(["run", "tasks.jsonl", "--headless", "--state-dir", "st"]) == 0
+    assert cli.main(["run", "tasks.jsonl", "--headless", "--state-dir", "st"]) == ExitCode.OK
     assert seen == [GIL_SWITCH_INTERVAL_S]
     assert thresholds == [GC_THRESHOLDS]
     assert "batch " in capsys.readouterr().out
@@ -575,7 +580,7 @@ def test_engine_errors_reach_stderr_as_one_sanitized_line(tmp_path: Path) -> Non
     (engine.batch_dir / "t0001.log").mkdir(parents=True)  # that transcript cannot be written
     out, err = io.StringIO(), io.StringIO()
     code = run_headless(engine, Console(file=out, width=200), Console(file=err, width=200))
-    assert code == 0  # the children still completed; only a transcript was lost
+    assert code == ExitCode.OK  # the children still completed; only a transcript was lost
     assert len([line for line in out.getvalue().splitlines() if line.startswith("✓ [")]) == 3
     lines = err.getvalue().splitlines()
     assert len(lines) == 1, lines  # every failed write of the batch, in one line
@@ -598,12 +603,11 @@ class _ClosesAtSummary(io.StringIO):
 def test_output_closed_after_the_batch_ended_says_only_the_summary_is_lost(
     tmp_path: Path,
 ) -> None:
-    from flightdeck.tui import cli
 
     engine = Engine(batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
     out, err = _ClosesAtSummary(), io.StringIO()
-    code = run_headless(engine, cli._Console(file=out, width=200), Console(file=err, width=200))
-    assert code == 141
+    code = run_headless(engine, PipeSafeConsole(file=out, width=200), Console(file=err, width=200))
+    assert code == ExitCode.OUTPUT_CLOSED
     assert out.getvalue().count("✓ [") == 3  # every line was read, the summary was not
     assert err.getvalue() == (
         "flightdeck: output closed; the batch had completed "
@@ -618,7 +622,6 @@ def test_output_closed_at_the_last_line_while_the_batch_ends_stops_nothing(
     # The last child's line is printed while the engine is still ending the batch (flushing
     # the store, writing the manifest): closing the engine then stops nothing, and must not
     # say it did.
-    from flightdeck.tui import cli
 
     broke = threading.Event()
     real_finish = Engine._finish
@@ -637,22 +640,21 @@ def test_output_closed_at_the_last_line_while_the_batch_ends_stops_nothing(
     monkeypatch.setattr(Engine, "_finish", finish_after_the_break)
     engine = Engine(batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
     err = io.StringIO()
-    out = cli._Console(file=ClosesAtTheLastLine(), width=200)
+    out = PipeSafeConsole(file=ClosesAtTheLastLine(), width=200)
     code = run_headless(engine, out, Console(file=err, width=200))
-    assert code == 141
+    assert code == ExitCode.OUTPUT_CLOSED
     assert err.getvalue().startswith("flightdeck: output closed; the batch had completed (")
     assert engine.status.value == "completed" and engine.stopped_by_stop_all == 0
 
 
 def test_output_closed_after_a_batch_its_budget_stopped_says_so(tmp_path: Path) -> None:
     # `stopped` by its budget, before the output closed: nothing was stopped on the way out.
-    from flightdeck.tui import cli
 
     s = dataclasses.replace(settings(sim_route(tool_turns=0)), budget=Budget(max_runs=2))
     engine = Engine(batch(3), s, state_dir=tmp_path)
     out, err = _ClosesAtSummary(), io.StringIO()
-    code = run_headless(engine, cli._Console(file=out, width=200), Console(file=err, width=200))
-    assert code == 141
+    code = run_headless(engine, PipeSafeConsole(file=out, width=200), Console(file=err, width=200))
+    assert code == ExitCode.OUTPUT_CLOSED
     assert err.getvalue().startswith("flightdeck: output closed; the batch had stopped (")
     assert engine.snapshot().totals.completed == 2
 
@@ -701,7 +703,9 @@ def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
     batch_id = proc.stdout.readline().split()[1]
     proc.stdout.close()
     with proc.stderr:
-        assert proc.wait(timeout=60) == 141  # as a shell shows a program a closed pipe ended
+        assert (
+            proc.wait(timeout=60) == ExitCode.OUTPUT_CLOSED
+        )  # as a shell shows a program a closed pipe ended
         # One line, no traceback, and nothing about a flush at exit.
         state = project / ".flightdeck"
         assert proc.stderr.read() == (
@@ -717,7 +721,7 @@ def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
 
 
 def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
-    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == 0
+    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
     proc = subprocess.Popen(
         [sys.executable, "-m", "flightdeck.tui.cli", "report", "--format", "json"],
         cwd=project,
@@ -728,7 +732,7 @@ def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # before the report is written
     with proc.stderr:
-        assert proc.wait(timeout=60) == 141
+        assert proc.wait(timeout=60) == ExitCode.OUTPUT_CLOSED
         assert proc.stderr.read() == ""
 
 
@@ -738,7 +742,7 @@ def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
 def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dollars() -> None:
     from flightdeck.engine.model import BatchStatus, Snapshot
     from flightdeck.engine.records.meter import totals_of
-    from flightdeck.tui.cli import summary_table
+    from flightdeck.tui.output import summary_table
 
     rows = tuple(
         dataclasses.replace(
@@ -769,7 +773,7 @@ def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:
             "b-partly", [make_child(0, cost_usd=Decimal("0.25")), make_child(1, cost_usd=None)]
         )
     out = flightdeck("ls", "--state-dir", "st", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == ExitCode.OK, out.stderr
     rows = {cells[0]: cells for line in out.stdout.splitlines() if (cells := table_cells(line))}
     assert rows["batch"][6] == "cost"
     assert rows["b-unpriced"][6] == "$?"

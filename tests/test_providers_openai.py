@@ -309,7 +309,8 @@ def test_a_server_that_echoes_the_key_never_gets_it_recorded(tmp_path: Path) -> 
 
 def test_a_lone_surrogate_in_a_server_error_is_printed_as_a_replacement(tmp_path: Path) -> None:
     """JSON can carry "\\ud800"; printed as it is, the headless line raised and the run died."""
-    from flightdeck.tui.cli import run_headless
+    from flightdeck.tui.exitcodes import ExitCode
+    from flightdeck.tui.headless import run_headless
     from rich.console import Console
 
     with Loopback(lambda _: Reply(status=400, message="bad \ud800 thing")) as server:
@@ -318,7 +319,7 @@ def test_a_lone_surrogate_in_a_server_error_is_printed_as_a_replacement(tmp_path
         out, err = tmp_path / "out.txt", tmp_path / "err.txt"
         with out.open("w", encoding="utf-8") as o, err.open("w", encoding="utf-8") as e:
             code = run_headless(engine, Console(file=o, width=200), Console(file=e, width=200))
-    assert code == 1  # the children failed; the run itself did not
+    assert code == ExitCode.INCOMPLETE  # the children failed; the run itself did not
     lines = [line for line in out.read_text().splitlines() if line.startswith("✗ [")]
     assert len(lines) == 2
     assert all("400 request rejected: bad \ufffd thing" in line for line in lines), lines

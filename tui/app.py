@@ -11,6 +11,7 @@ from functools import cached_property
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.view import EngineView, LiveView
@@ -18,10 +19,6 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-EXIT_OK = 0  # every child completed
-EXIT_INCOMPLETE = 1  # some child failed, stopped, timed out or stalled (or the UI crashed)
-EXIT_STOPPED = 130  # the operator chose "stop all and quit"
-EXIT_TERMINATED = 143  # SIGTERM: every child stopped, as for "stop all and quit"
 STOP_WAIT_S = 10.0  # stop takes effect within a second; this only bounds a misbehaving child
 
 
@@ -83,20 +80,20 @@ class FlightdeckApp(App[bool]):
             self.notify(f"{what} failed: {error}", severity="error", markup=False)
 
 
-def exit_code(snapshot: Snapshot) -> int:
-    """0 if every child completed, 1 otherwise."""
+def exit_code(snapshot: Snapshot) -> ExitCode:
+    """OK if every child completed, INCOMPLETE otherwise."""
     done = all(row.status is ChildStatus.COMPLETED for row in snapshot.children)
-    return EXIT_OK if done else EXIT_INCOMPLETE
+    return ExitCode.OK if done else ExitCode.INCOMPLETE
 
 
-def run_app(engine: Engine) -> int:
+def run_app(engine: Engine) -> ExitCode:
     """Run the app on an already-started engine; returns the process exit code."""
     # Ages ("2s ago") on the engine's own clock: its stamps ignore steps of the system clock.
     app = FlightdeckApp(LiveView(engine), UiOptions(clock=engine.clock))
     stopped = app.run()
     if stopped:
         engine.wait(STOP_WAIT_S)
-        return EXIT_TERMINATED if app.terminated else EXIT_STOPPED
+        return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED
     if app.return_code:
-        return EXIT_INCOMPLETE  # the UI crashed; Textual has printed the traceback
+        return ExitCode.INCOMPLETE  # the UI crashed; Textual has printed the traceback
     return exit_code(engine.snapshot())

@@ -28,7 +28,8 @@ from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records import store
-from flightdeck.tui.cli import run_headless
+from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.headless import run_headless
 from rich.console import Console
 
 N = int(os.environ.get("BENCH_CHILDREN", "2000"))
@@ -58,7 +59,7 @@ def run_headless_cli(state: Path) -> float:
         code = run_headless(engine, Console(file=out, width=200, highlight=False))
         elapsed = time.perf_counter() - t0
     gc.collect()
-    assert code == 0, code
+    assert code == ExitCode.OK, code
     text = state.with_suffix(".out").read_text(encoding="utf-8")
     lines = sum(1 for line in text.splitlines() if line.startswith("✓ ["))
     assert lines == N, lines

@@ -15,7 +15,8 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus, SteerState
-from flightdeck.tui.app import EXIT_INCOMPLETE, EXIT_OK, FlightdeckApp, exit_code
+from flightdeck.tui.app import FlightdeckApp, exit_code
+from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.main import MainScreen, UiOptions
@@ -259,7 +260,7 @@ async def test_quit_without_running_children_exits_at_once(engine_factory: Engin
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, "the app exited")
     assert app.return_value is False
-    assert exit_code(engine.snapshot()) == EXIT_OK
+    assert exit_code(engine.snapshot()) == ExitCode.OK
 
 
 async def test_markup_and_escapes_in_goals_render_literally(engine_factory: EngineFactory) -> None:
@@ -374,7 +375,7 @@ def test_exit_code_is_one_unless_every_child_completed(engine_factory: EngineFac
     tasks = make_tasks(["fails"], max_turns=1)
     engine = engine_factory(tasks, pool=1, sim={**FAST, "tool_turns": 2})
     assert engine.wait(10)
-    assert exit_code(engine.snapshot()) == EXIT_INCOMPLETE
+    assert exit_code(engine.snapshot()) == ExitCode.INCOMPLETE
 
 
 async def test_only_facts_that_need_a_notice_reach_the_ui_thread(

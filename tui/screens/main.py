@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 from flightdeck.engine import model
@@ -15,33 +14,19 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.messages import BatchFinished, ChildFinished, SteerSettled, message_for
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog, SteerRequest
 from flightdeck.tui.screens.help import HelpScreen
+from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.filter import FilterInput
-from flightdeck.tui.widgets.rows import ATTENTION, RowFilter, parse_filter
+from flightdeck.tui.widgets.rows import ATTENTION
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.screen import Screen
-from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Footer
 
-# Command palette titles, "noun: verb", keyed by action.
-PALETTE = {
-    "steer": "child: steer",
-    "stop": "child: stop",
-    "stop_all": "batch: stop all",
-    "tag": "child: tag / untag",
-    "tag_visible": "view: tag all visible",
-    "filter": "view: filter",
-    "sort": "view: next sort order",
-    "follow": "view: follow most active",
-    "freeze": "view: freeze / unfreeze",
-    "help": "app: help",
-    "quit": "app: quit",
-}
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
-_FILTER_DEBOUNCE_S = 0.15
 
 
 @dataclass(frozen=True)
@@ -59,90 +44,7 @@ class MainScreen(Screen[None]):
 
     CSS_PATH = "main.tcss"
     AUTO_FOCUS = "#children"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "s",
-            "steer",
-            "Steer",
-            id="child.steer",
-            tooltip="Send a message to the selected or tagged children",
-        ),
-        Binding(
-            "x",
-            "stop",
-            "Stop",
-            id="child.stop",
-            tooltip="Stop the selected or tagged children (confirm, or press x twice)",
-        ),
-        Binding(
-            "X",
-            "stop_all",
-            "Stop all",
-            id="batch.stop-all",
-            tooltip="Stop every running and queued child (confirm)",
-        ),
-        Binding(
-            "space",
-            "tag",
-            "Tag",
-            show=False,
-            id="child.tag",
-            tooltip="Tag or untag the selected child and move down",
-        ),
-        Binding(
-            "t",
-            "tag_visible",
-            "Tag visible",
-            show=False,
-            id="view.tag-visible",
-            tooltip="Tag every visible child; again to untag them",
-        ),
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            id="view.filter",
-            tooltip="Filter rows: words, status:failed, route:NAME, is:tagged",
-        ),
-        Binding(
-            "o",
-            "sort",
-            "Sort",
-            show=False,
-            id="view.sort",
-            tooltip="Cycle the order: attention, recent, cost, tokens, id, batch",
-        ),
-        Binding(
-            "f",
-            "follow",
-            "Follow",
-            show=False,
-            id="view.follow",
-            tooltip="Keep the cursor on the most recently active child",
-        ),
-        Binding(
-            "z",
-            "freeze",
-            "Freeze",
-            show=False,
-            id="view.freeze",
-            tooltip="Pause or resume live updates",
-        ),
-        Binding(
-            "question_mark",
-            "help",
-            "Help",
-            id="app.help",
-            tooltip="Every key, the filter language and the status glyphs",
-        ),
-        Binding(
-            "q",
-            "quit",
-            "Quit",
-            id="app.quit",
-            tooltip="Quit; asks first while children still run",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = MAIN_BINDINGS
 
     following: var[bool] = var(False)
     """Whether the cursor jumps to the most recently active child on every poll."""
@@ -155,11 +57,9 @@ class MainScreen(Screen[None]):
         self.options = options or UiOptions()
         self.snapshot: Snapshot | None = None
         self.quit_requested = False
-        self._notices: list[tuple[str, str]] = []  # (text, severity) since the last poll
+        self._notices: list[tuple[str, SeverityLevel]] = []  # (text, severity) since the last poll
         self._unsubscribe: Callable[[], None] | None = None
         self._bindings_state: tuple[bool, ...] = ()
-        self._filter_before = RowFilter()
-        self._filter_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield CostMeter(id="meter")
@@ -194,8 +94,7 @@ class MainScreen(Screen[None]):
         """Engine thread: hand the facts this screen acts on to the UI thread.
 
         A start, or a finish that needs no notice, is left to the next poll, which shows it
-        anyway: every message costs the UI thread a dispatch, and two per child slowed a batch
-        of 2,000 instant children under the TUI from 1,100 to 730 a second.
+        anyway: every message costs the UI thread a dispatch, and a big batch sends thousands.
         """
         if isinstance(event, model.ChildStarted) or (
             isinstance(event, model.ChildFinished) and event.row.status not in ATTENTION
@@ -259,7 +158,7 @@ class MainScreen(Screen[None]):
             self.notify(f"{len(notices)} updates ({warnings} failures)", markup=False)
             return
         for text, severity in notices:
-            self.notify(text, severity=severity, markup=False)  # type: ignore[arg-type]
+            self.notify(text, severity=severity, markup=False)
 
     def _sync_bindings(self) -> None:
         """check_action depends on the rows; refresh the footer only when the answer changed."""
@@ -278,7 +177,7 @@ class MainScreen(Screen[None]):
 
     def on_steer_settled(self, message: SteerSettled) -> None:
         r = message.receipt
-        severity = "information" if r.state.value == "delivered" else "warning"
+        severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
         self._notices.append((f"steer {r.state.value}: {one_line(r.child_id)}", severity))
 
     def on_batch_finished(self, message: BatchFinished) -> None:
@@ -442,79 +341,26 @@ class MainScreen(Screen[None]):
     # --- filter -----------------------------------------------------------------------------
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", FilterInput)
-        self._filter_before = self.table.row_filter
-        box.value = self.table.row_filter.query
-        box.display = True
-        box.focus()
+        self.query_one("#filter", FilterInput).open(self.table.row_filter)
 
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id != "filter":
-            return
-        if self._filter_timer is not None:
-            self._filter_timer.stop()
-        # Rebuilding thousands of rows per keystroke is wasted work: wait for a pause.
-        apply = partial(self._set_filter, event.value, submitted=False)
-        self._filter_timer = self.set_timer(_FILTER_DEBOUNCE_S, apply)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id != "filter":
-            return
-        if self._filter_timer is not None:
-            self._filter_timer.stop()
-        if self._set_filter(event.value, submitted=True):
-            self._close_filter()
-        else:
-            # Live filtering may have shown a valid prefix ("status"); a bad filter submitted
-            # leaves the one in force before the edit.
-            self._use_filter(self._filter_before)
-
-    def on_filter_input_cancelled(self, _: FilterInput.Cancelled) -> None:
-        if self._filter_timer is not None:
-            self._filter_timer.stop()
-        self._use_filter(self._filter_before)
-        self._close_filter()
-
-    def _set_filter(self, query: str, *, submitted: bool) -> bool:
-        box = self.query_one("#filter", FilterInput)
-        try:
-            row_filter = parse_filter(query)
-        except ValueError as exc:
-            box.add_class("-invalid")
-            # While typing, a pause often falls on an unfinished query ("status:f"): the box
-            # turns red; why is said once the query is submitted.
-            if submitted:
-                self.notify(str(exc), severity="error", markup=False)
-            return False
-        box.remove_class("-invalid")
-        self._use_filter(row_filter)
-        return True
-
-    def _use_filter(self, row_filter: RowFilter) -> None:
+    def on_filter_input_applied(self, message: FilterInput.Applied) -> None:
         table = self.table
-        if row_filter == table.row_filter:
+        if message.row_filter == table.row_filter:
             return
-        table.row_filter = row_filter
+        table.row_filter = message.row_filter
         with self.app.batch_update():
             table.rebuild()
             self._show_status()
         self._sync_bindings()
 
-    def _close_filter(self) -> None:
-        self.query_one("#filter").display = False
+    def on_filter_input_rejected(self, message: FilterInput.Rejected) -> None:
+        self.notify(message.reason, severity="error", markup=False)
+
+    def on_filter_input_closed(self, _: FilterInput.Closed) -> None:
         self.table.focus()
 
     # --- command palette --------------------------------------------------------------------
 
     def commands(self) -> Iterator[SystemCommand]:
         """Every screen action that applies right now, as a palette command."""
-        for binding in self.BINDINGS:
-            if not isinstance(binding, Binding) or binding.action not in PALETTE:
-                continue
-            if self.check_action(binding.action, ()) is False:
-                continue
-            yield SystemCommand(
-                PALETTE[binding.action],
-                binding.tooltip,
-                partial(self.run_action, binding.action),
-            )
+        return palette_commands(self)

@@ -307,10 +307,10 @@ class ChildrenTable(DataTable[Text]):
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """The table's size, without measuring the cells of new rows.
 
-        DataTable measures every cell of every new row (through Rich's console options, about
-        50 µs a cell) to size auto-width columns and auto-height rows. Here every column has a
-        fixed width and every row is one line, so the measurements decide nothing, and a
-        2,000-child batch appearing cost 22,000 of them: about a second of frozen UI.
+        DataTable measures every cell of every new row (through Rich's console options) to size
+        auto-width columns and auto-height rows. Here every column has a fixed width and every
+        row is one line, so the measurements decide nothing, and a big batch appearing at once
+        would freeze the UI while they run.
         """
         super()._update_dimensions(())
 

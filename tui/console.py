@@ -1,0 +1,32 @@
+"""Rich consoles for the command line: plain when piped, and quiet once the reader has gone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from rich.console import Console
+
+
+class OutputClosed(Exception):
+    """Whoever read our output has gone (`flightdeck run … | head -1`)."""
+
+
+class PipeSafeConsole(Console):
+    """A Console that raises `OutputClosed` when its pipe closes, and writes nothing after."""
+
+    def on_broken_pipe(self) -> None:
+        # Rich's own answer is SystemExit(1), which reads as "some child failed".
+        self.quiet = True  # nothing more is written to the closed pipe
+        # Nor at exit: the interpreter's last flush would complain on stderr.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.file.fileno())
+        raise OutputClosed
+
+
+def console_for(stderr: bool = False) -> PipeSafeConsole:
+    """Plain when piped: no colour codes, and wide enough that tables are not cut at 80."""
+    console = PipeSafeConsole(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = PipeSafeConsole(stderr=stderr, highlight=False, soft_wrap=True, width=200)
+    return console

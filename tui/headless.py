@@ -1,0 +1,161 @@
+"""The headless runner: the batch id, a line per finished child, then a summary table."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
+
+from flightdeck.engine.model import ChildFinished, EngineEvent
+from flightdeck.tui.console import OutputClosed, console_for
+from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.logs import Severity, forward_logs
+from flightdeck.tui.output import print_lines, report_hint, summary_table
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from flightdeck.engine.api import Engine
+
+LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
+
+
+def run_headless(engine: Engine, console: Console, errors: Console | None = None) -> ExitCode:
+    """Print the batch id, one line per finished child, then a summary table.
+
+    The engine's warnings and errors (a store write that failed, ...) go to `errors` (stderr by
+    default) as they happen, one sanitized line each.
+    """
+    errors = errors or console_for(stderr=True)
+    notices: queue.SimpleQueue[tuple[str, Severity]] = queue.SimpleQueue()
+
+    def show_notices() -> None:
+        # Logged on engine threads, printed here: all Rich output stays on this thread.
+        while True:
+            try:
+                text, severity = notices.get_nowait()
+            except queue.Empty:
+                return
+            style = "red" if severity == "error" else "yellow"
+            errors.print(Text(f"flightdeck: {severity}: {text}", style=style))
+
+    stop_forwarding = forward_logs(lambda text, severity: notices.put((text, severity)))
+    try:
+        return _run_headless(engine, console, errors, show_notices)
+    except OutputClosed:
+        # The engine has closed on the way out: children still running were stopped and
+        # recorded, as for Ctrl+C. Leaving them to run with nobody reading would spend money
+        # unseen, and hold up the shell pipeline until the batch ends.
+        what = "children still running were stopped"
+        if not engine.stopped_by_stop_all:  # every child had ended: only output is lost
+            what = f"the batch had {engine.status.value}"
+        errors.print(Text(f"flightdeck: output closed; {what} ({report_hint(engine)})"))
+        return ExitCode.OUTPUT_CLOSED
+    finally:
+        stop_forwarding()
+        show_notices()
+
+
+def _run_headless(
+    engine: Engine, console: Console, errors: Console, show_notices: Callable[[], None]
+) -> ExitCode:
+    events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
+    engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
+    interrupted = started = False
+    exit_code = ExitCode.INTERRUPTED
+    progress: Progress | None = None
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # Ctrl+C, or SIGTERM (`kill`, a service manager, a CI timeout): stop every child and
+        # record it, rather than leave the batch "running" in the store.
+        nonlocal interrupted, exit_code
+        if interrupted:
+            leave_now()
+        interrupted = True
+        exit_code = ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED
+        again = "Ctrl+C again" if signum == signal.SIGINT else "a second SIGTERM"
+        console.print(Text(f"stopping all children… ({again} to force)", style="yellow"))
+        if started:  # else start() has not returned yet: stopped as soon as it does
+            engine.stop_all()
+
+    def leave_now() -> NoReturn:
+        """A second Ctrl+C: keep what is already recorded (a second or two at most), then go,
+        without waiting for the children still stopping, or the threads that run them."""
+        for signum in handled:  # a third one cannot break the exit
+            signal.signal(signum, signal.SIG_IGN)
+        if progress is not None:
+            progress.stop()  # the terminal gets its cursor back
+        engine.flush(LEAVE_S)
+        show_notices()
+        errors.print(
+            Text("flightdeck: left without waiting for children still stopping", style="yellow")
+        )
+        for stream in (console.file, errors.file):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(exit_code)
+
+    # Installed before the batch starts and until the engine has closed: a signal in between
+    # (just after the batch id is printed, while the engine closes) must stop the children and
+    # record it, not kill the process or raise in the middle of start() or close().
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, on_signal) for signum in handled}
+    try:
+        try:
+            batch_id = engine.start()
+        except BaseException:
+            engine.close()  # a failed start leaves no threads or writer process behind
+            raise
+        started = True
+        if interrupted:  # a signal while it started
+            engine.stop_all()
+        console.print(Text(f"batch {batch_id}", style="bold"))
+        if console.is_terminal:
+            progress = Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            progress.start()
+            bar = progress.add_task("running", total=len(engine.batch.tasks))
+        while True:
+            done = engine.wait(0.1)
+            finished: list[ChildFinished] = []
+            while True:
+                try:
+                    event = events.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(event, ChildFinished):
+                    finished.append(event)
+            if finished:
+                print_lines(console, finished, styled=progress is not None)
+                if progress is not None:
+                    progress.update(bar, completed=finished[-1].done)
+            show_notices()
+            if done:
+                break
+    finally:
+        try:
+            if progress is not None:
+                progress.stop()
+        finally:  # even if the terminal write failed: a close skipped here hangs the exit
+            if started:
+                engine.close()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            show_notices()  # what closing the store and the writer process logged
+    snap = engine.snapshot()
+    console.print(summary_table(snap))
+    console.print(Text(f"report: {report_hint(engine)}"))
+    if interrupted:
+        return exit_code
+    return ExitCode.OK if snap.totals.completed == snap.totals.children else ExitCode.INCOMPLETE

@@ -1,0 +1,109 @@
+"""What the headless runner prints: a completion line per child, the summary table."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from flightdeck.engine.model import ChildFinished, ChildStatus, Snapshot, Totals
+from flightdeck.engine.sanitize import one_line, sanitize
+from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_tokens
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from flightdeck.engine.api import Engine
+
+
+def report_hint(engine: Engine) -> str:
+    """The command that shows this batch's report, to paste back into a shell."""
+    # The state folder comes from the command line or flightdeck.toml: untrusted text.
+    state_dir = shlex.quote(sanitize(str(engine.state_dir)))
+    return f"flightdeck report {engine.batch_id} --state-dir {state_dir}"
+
+
+def print_lines(console: Console, finished: list[ChildFinished], *, styled: bool) -> None:
+    """The completion lines of every child that finished since the last wake-up, in one write.
+
+    A Rich print per line (measure, render, write, flush) costs more than running an instant
+    child; piped output has no style to render, so it is written as plain text.
+    """
+    if styled:
+        console.print(Text("\n").join(completion_line(e) for e in finished))
+        return
+    out = console.file
+    try:
+        out.write("".join([completion_text(e) + "\n" for e in finished]))
+        out.flush()
+    except BrokenPipeError:  # `flightdeck run … | head`: leave quietly, as Rich's prints do
+        console.on_broken_pipe()
+
+
+def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
+    """The pieces of a completion line with their Rich styles ("" for none).
+
+    `✓ [3/24] review-pr-104  api=4 tools=3  1.8k tok  $0.0042  2.3s`, reason on failure.
+    """
+    row = event.row
+    glyph, style = GLYPHS[row.status]
+    a = row.activity
+    retries = f" retries={a.retries}" if a.retries else ""
+    duration = row.duration_s
+    parts = [
+        (glyph, style),
+        (f" [{event.done:>{len(str(event.total))}}/{event.total}] ", ""),
+        (row.id, "bold"),
+        (
+            f"  api={a.api_calls} tools={a.tool_calls}{retries}"
+            f"  {fmt_tokens(row.usage.total)} tok  {fmt_cost(row.cost_usd)}"
+            + (f"  {duration:.1f}s" if duration is not None else "  -"),
+            "",
+        ),
+    ]
+    if row.status is not ChildStatus.COMPLETED:
+        reason = row.status.value + (f": {row.error}" if row.error else "")
+        parts.append((f"  {one_line(reason, 160)}", "red"))
+    return parts
+
+
+def completion_line(event: ChildFinished) -> Text:
+    """A completion line, styled for a terminal."""
+    return Text.assemble(*completion_parts(event))
+
+
+def completion_text(event: ChildFinished) -> str:
+    """A completion line as plain text, for piped output."""
+    return "".join([text for text, _ in completion_parts(event)])
+
+
+def summary_table(snap: Snapshot) -> Table:
+    """The batch's totals, after one line per route when it used more than one."""
+    from flightdeck.engine.records.meter import route_totals
+
+    routes = route_totals(snap.children)
+    by_route = len(routes) > 1
+    table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
+    if by_route:
+        table.add_column("route")
+    for col in ("children", "completed", "failed", "tokens in", "tokens out", "cache read", "cost"):
+        table.add_column(col, justify="right")
+    if by_route:
+        for r in routes:
+            table.add_row(Text(one_line(r.route, 40)), *_summary_cells(r.totals))
+        table.add_section()
+    table.add_row(*(["total"] if by_route else []), *_summary_cells(snap.totals))
+    return table
+
+
+def _summary_cells(t: Totals) -> list[str]:
+    u = t.usage
+    return [
+        str(t.children),
+        str(t.completed),
+        str(t.failed),
+        fmt_tokens(u.input_tokens),
+        fmt_tokens(u.output_tokens),
+        fmt_tokens(u.cache_read_tokens),
+        "".join(fmt_spent(t.cost_usd, t.cost_unknown)),
+    ]

@@ -1,0 +1,124 @@
+"""The main screen's keys, and the command palette's names for them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+
+from textual.app import SystemCommand
+from textual.binding import Binding, BindingType
+from textual.widget import Widget
+
+MAIN_BINDINGS: list[BindingType] = [
+    Binding(
+        "s",
+        "steer",
+        "Steer",
+        id="child.steer",
+        tooltip="Send a message to the selected or tagged children",
+    ),
+    Binding(
+        "x",
+        "stop",
+        "Stop",
+        id="child.stop",
+        tooltip="Stop the selected or tagged children (confirm, or press x twice)",
+    ),
+    Binding(
+        "X",
+        "stop_all",
+        "Stop all",
+        id="batch.stop-all",
+        tooltip="Stop every running and queued child (confirm)",
+    ),
+    Binding(
+        "space",
+        "tag",
+        "Tag",
+        show=False,
+        id="child.tag",
+        tooltip="Tag or untag the selected child and move down",
+    ),
+    Binding(
+        "t",
+        "tag_visible",
+        "Tag visible",
+        show=False,
+        id="view.tag-visible",
+        tooltip="Tag every visible child; again to untag them",
+    ),
+    Binding(
+        "slash",
+        "filter",
+        "Filter",
+        id="view.filter",
+        tooltip="Filter rows: words, status:failed, route:NAME, is:tagged",
+    ),
+    Binding(
+        "o",
+        "sort",
+        "Sort",
+        show=False,
+        id="view.sort",
+        tooltip="Cycle the order: attention, recent, cost, tokens, id, batch",
+    ),
+    Binding(
+        "f",
+        "follow",
+        "Follow",
+        show=False,
+        id="view.follow",
+        tooltip="Keep the cursor on the most recently active child",
+    ),
+    Binding(
+        "z",
+        "freeze",
+        "Freeze",
+        show=False,
+        id="view.freeze",
+        tooltip="Pause or resume live updates",
+    ),
+    Binding(
+        "question_mark",
+        "help",
+        "Help",
+        id="app.help",
+        tooltip="Every key, the filter language and the status glyphs",
+    ),
+    Binding(
+        "q",
+        "quit",
+        "Quit",
+        id="app.quit",
+        tooltip="Quit; asks first while children still run",
+    ),
+]
+
+# Command palette titles, "noun: verb", keyed by action.
+PALETTE = {
+    "steer": "child: steer",
+    "stop": "child: stop",
+    "stop_all": "batch: stop all",
+    "tag": "child: tag / untag",
+    "tag_visible": "view: tag all visible",
+    "filter": "view: filter",
+    "sort": "view: next sort order",
+    "follow": "view: follow most active",
+    "freeze": "view: freeze / unfreeze",
+    "help": "app: help",
+    "quit": "app: quit",
+}
+
+
+def palette_commands(screen: Widget) -> Iterator[SystemCommand]:
+    """Every action of `screen` with a palette title that applies right now."""
+    for binding in screen.BINDINGS:
+        if not isinstance(binding, Binding) or binding.action not in PALETTE:
+            continue
+        if screen.check_action(binding.action, ()) is False:
+            continue
+        yield SystemCommand(
+            PALETTE[binding.action],
+            binding.tooltip,
+            partial(screen.run_action, binding.action),
+        )
