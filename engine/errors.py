@@ -3,9 +3,10 @@
 Our exception hierarchy:
 
 * FlightdeckError
-  * InputError - something the operator gave or points at cannot be used; names file, line, field
-    * SpecError - a task or batch file is invalid
-    * ConfigError - flightdeck.toml (or the environment) is invalid
+  * LocatedError - names the file, line and field it is about
+    * InputError - something the operator gave cannot be used
+      * SpecError - a task or batch file is invalid
+      * ConfigError - flightdeck.toml (or the environment) is invalid
     * StoreError - the state database cannot be used
   * ProviderError - a model call failed
     * RateLimited - 429 / 529: try again later
@@ -13,9 +14,9 @@ Our exception hierarchy:
     * FatalError - bad key, exhausted quota, bad request: retrying cannot help
   * ToolError - a tool call failed; the message goes back to the model
 
-StoreError is an InputError because the command line reports it the same way: one line naming
-the database, exit code 2, before anything is written. Beside their raisers live UsageError (a
-bad command-line argument, an InputError) and StoreVersionError (a StoreError).
+The command line reports every LocatedError the same way: one line naming the file, exit code 2.
+Beside their raisers live UsageError (a bad command-line argument, an InputError) and
+StoreVersionError (a StoreError).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ class FlightdeckError(Exception):
     """Base of every error flightdeck raises on purpose."""
 
 
-# --- input: task files, the config, the state database ---------------------------------------
+# --- located: task files, the config, the state database -------------------------------------
 
 
-class InputError(FlightdeckError):
-    """Bad input: a task file, the config or a CLI argument. Nothing has been written yet."""
+class LocatedError(FlightdeckError):
+    """An error about a file: its path, and the line and field when there are some."""
 
     def __init__(
         self, path: Path | str | None, line: int | None, field: str | None, message: str
@@ -51,6 +52,10 @@ class InputError(FlightdeckError):
         return ": ".join([*parts, self.message])
 
 
+class InputError(LocatedError):
+    """Bad input: a task file, the config or a CLI argument. Nothing has been written yet."""
+
+
 class SpecError(InputError):
     """A task or batch file is invalid."""
 
@@ -59,7 +64,7 @@ class ConfigError(InputError):
     """flightdeck.toml (or the environment) is invalid."""
 
 
-class StoreError(InputError):
+class StoreError(LocatedError):
     """The state database cannot be used: not a database, unreadable, or a newer schema."""
 
 
@@ -104,6 +109,7 @@ __all__ = [
     "FatalError",
     "FlightdeckError",
     "InputError",
+    "LocatedError",
     "ProviderError",
     "RateLimited",
     "SpecError",

@@ -12,6 +12,7 @@ from flightdeck.engine.errors import (
     FatalError,
     FlightdeckError,
     InputError,
+    LocatedError,
     ProviderError,
     RateLimited,
     SpecError,
@@ -28,10 +29,11 @@ CLASSES = [
 
 
 def test_every_family_is_a_flightdeck_error() -> None:
-    for family in (InputError, ProviderError, ToolError):
+    for family in (InputError, StoreError, ProviderError, ToolError):
         assert issubclass(family, FlightdeckError)
-    for cls in (SpecError, ConfigError, StoreError):
+    for cls in (SpecError, ConfigError):
         assert issubclass(cls, InputError)
+    assert issubclass(InputError, LocatedError) and issubclass(StoreError, LocatedError)
     for cls in (RateLimited, TransientError, FatalError):
         assert issubclass(cls, ProviderError)
     assert all(issubclass(cls, FlightdeckError) for cls in CLASSES)
@@ -39,16 +41,17 @@ def test_every_family_is_a_flightdeck_error() -> None:
 
 def test_the_docstring_names_every_class() -> None:
     doc = errors.__doc__ or ""
-    assert len(CLASSES) == 10
+    assert len(CLASSES) == 11
     for cls in CLASSES:
         assert re.search(rf"^ *\* {cls.__name__}\b", doc, re.M), cls
 
 
 def test_families_stay_apart() -> None:
     # A handler for one family must not catch another's errors.
-    assert not issubclass(ProviderError, InputError | ToolError)
-    assert not issubclass(ToolError, InputError | ProviderError)
-    assert not issubclass(InputError, ProviderError | ToolError)
+    assert not issubclass(ProviderError, LocatedError | ToolError)
+    assert not issubclass(ToolError, LocatedError | ProviderError)
+    assert not issubclass(InputError, ProviderError | ToolError | StoreError)
+    assert not issubclass(StoreError, InputError | ProviderError | ToolError)
 
 
 def test_the_old_homes_still_export_them() -> None:

@@ -497,7 +497,7 @@ def test_reader_errors(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(StoreVersionError, match="newer than this flightdeck") as newer_info:
         Store(newer)
-    assert isinstance(newer_info.value, InputError) and newer_info.value.path == str(newer)
+    assert isinstance(newer_info.value, StoreError) and newer_info.value.path == str(newer)
     with StoreReader(newer) as reader, pytest.raises(StoreVersionError):
         reader.batches()
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, NoReturn
 
-from flightdeck.engine.errors import InputError
+from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
         if args.command == "report":
             return cmd_report(args)
         return cmd_ls(args)
-    except InputError as exc:
+    except LocatedError as exc:  # bad input, or a state folder that cannot be used
         err.print(Text(f"flightdeck: {one_line(str(exc))}"))
         return ExitCode.USAGE
     except KeyboardInterrupt:  # Ctrl+C before a batch runs (loading a big file, say)
