@@ -14,7 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.errors import InputError, StoreError
+from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
