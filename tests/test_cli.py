@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import gc
@@ -468,6 +469,10 @@ def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> N
                 assert time.monotonic() < deadline, "the CLI never read the batch file"
                 time.sleep(0.01)
             run.proc.send_signal(signal.SIGINT)
+            # Closing the write end at once would race the signal: the read could see the end
+            # of the file first, on a loaded machine.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.proc.wait(10)
         finally:
             os.close(writer)  # the read ends, signal or not: the test cannot hang on it
         code, out, err = run.finish(timeout=20)
