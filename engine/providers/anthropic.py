@@ -33,20 +33,16 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
     key_secrets,
 )
-from flightdeck.engine.providers.openai import parse_arguments
-from flightdeck.engine.providers.transport import (
+from flightdeck.engine.providers.headers import anthropic_headroom, retry_after
+from flightdeck.engine.providers.sdk import (
     READ_TIMEOUT,
-    Abort,
-    anthropic_headroom,
     clip_message,
     connection_error,
-    http_client,
-    read_stream,
-    retry_after,
+    parse_arguments,
     status_error,
-    timeout_of,
     transport_error,
 )
+from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 # An error event inside a stream is retried unless its type says the request itself is bad.
@@ -71,7 +67,7 @@ class AnthropicProvider:
         self._client = anthropic.Anthropic(
             api_key=api_key,
             base_url=options.get("base_url"),
-            max_retries=0,  # retries are ours (limits.RetryPolicy)
+            max_retries=0,  # retries are ours: the engine's retry policy
             timeout=timeout_of(options),
             default_headers=dict(options.get("headers") or {}),
             http_client=self._http,
@@ -259,7 +255,7 @@ def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
 
 
 def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors (classified in limits)."""
+    """An SDK or transport exception as one of our typed errors."""
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _detail(exc)
         if kind is not None:  # the server's text, like the message: it may echo the key

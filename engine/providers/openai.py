@@ -1,15 +1,15 @@
 """`openai`: Chat Completions through the official SDK, against any OpenAI-compatible server.
 
 Streaming with `stream_options.include_usage`, tool calls assembled from their deltas, cached
-prompt tokens, and `x-ratelimit-*` headroom. SDK retries are off: errors become our typed
-errors and `limits.RetryPolicy` decides. The request is made lazily, on the worker thread that
+prompt tokens, and `x-ratelimit-*` headroom. SDK retries are off: errors become our typed errors
+and the engine's retry policy decides. The request is made lazily, on the worker thread that
 iterates the stream, so `close()` can abort it even before the server has sent its headers.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,19 +33,16 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
     key_secrets,
 )
-from flightdeck.engine.providers.transport import (
+from flightdeck.engine.providers.headers import openai_headroom, retry_after
+from flightdeck.engine.providers.sdk import (
     READ_TIMEOUT,
-    Abort,
     clip_message,
     connection_error,
-    http_client,
-    openai_headroom,
-    read_stream,
-    retry_after,
+    parse_arguments,
     status_error,
-    timeout_of,
     transport_error,
 )
+from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 # Error codes that mean "this account cannot be served": retrying cannot help.
 FATAL_CODES = frozenset(
@@ -75,7 +72,7 @@ class OpenAIProvider:
         self._client = openai.OpenAI(
             api_key=api_key,
             base_url=self.base_url,
-            max_retries=0,  # retries are ours (limits.RetryPolicy)
+            max_retries=0,  # retries are ours: the engine's retry policy
             timeout=timeout_of(options),
             default_headers=dict(options.get("headers") or {}),
             http_client=self._http,
@@ -190,17 +187,6 @@ def _tool_events(calls: dict[int, dict[str, str]]) -> Iterator[ToolCallEvent]:
         yield ToolCallEvent(ToolCall(slot["id"], slot["name"], parse_arguments(slot["args"])))
 
 
-def parse_arguments(raw: str) -> Mapping[str, Any]:
-    """A tool call's JSON arguments; unparsable text is handed on for the tool to reject."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {"_unparsed_arguments": raw}
-    return value if isinstance(value, dict) else {"_arguments": value}
-
-
 def usage_of(usage: Any) -> Usage:
     """CompletionUsage → Usage; `input_tokens` excludes cached (and cache-written) tokens."""
     details = usage.prompt_tokens_details
@@ -256,7 +242,7 @@ def _body_error(body: object) -> tuple[str | None, str]:
 
 
 def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors (classified in limits)."""
+    """An SDK or transport exception as one of our typed errors."""
     if isinstance(exc, openai.APIStatusError):
         code, message = _body_error(exc.body)
         code = code or exc.code
