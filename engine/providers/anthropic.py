@@ -60,7 +60,6 @@ class AnthropicProvider:
 
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
-        self.route = route
         self.secrets = key_secrets(api_key)
         options = route.options
         self._http = http_client(options)
@@ -74,6 +73,7 @@ class AnthropicProvider:
         )
 
     def open(self, request: TurnRequest) -> AnthropicStream:
+        """A streamed turn for `request`; the request is sent when the stream is iterated."""
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": request.max_tokens,
@@ -94,6 +94,7 @@ class AnthropicProvider:
         return AnthropicStream(self, params)
 
     def close(self) -> None:
+        """Release the route's connections."""
         self._client.close()
         self._http.close()
 
@@ -107,6 +108,7 @@ class AnthropicStream:
         self._abort = Abort()
 
     def close(self) -> None:
+        """End the turn from any thread, waking a read blocked on the network."""
         self._abort.fire()
 
     def __iter__(self) -> Iterator[StreamEvent]:

@@ -64,24 +64,24 @@ class OpenAIProvider:
 
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
-        self.route = route
         self.secrets = key_secrets(api_key)
         options = route.options
-        self.base_url: str | None = options.get("base_url")
+        base_url: str | None = options.get("base_url")
         self._http = http_client(options)
         self._client = openai.OpenAI(
             api_key=api_key,
-            base_url=self.base_url,
+            base_url=base_url,
             max_retries=0,  # retries are ours: the engine's retry policy
             timeout=timeout_of(options),
             default_headers=dict(options.get("headers") or {}),
             http_client=self._http,
         )
         # OpenAI's own models want max_completion_tokens; compatible servers know max_tokens.
-        host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
+        host = urlsplit(base_url).hostname if base_url else "api.openai.com"
         self._max_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def open(self, request: TurnRequest) -> OpenAIStream:
+        """A streamed turn for `request`; the request is sent when the stream is iterated."""
         params: dict[str, Any] = {
             "model": self.model,
             "messages": to_openai_messages(request),
@@ -104,11 +104,9 @@ class OpenAIProvider:
         return OpenAIStream(self, request, params)
 
     def close(self) -> None:
+        """Release the route's connections."""
         self._client.close()
         self._http.close()
-
-    def _error(self, exc: BaseException) -> ProviderError:
-        return map_error(exc, secrets=self.secrets)
 
 
 class OpenAIStream:
@@ -121,6 +119,7 @@ class OpenAIStream:
         self._abort = Abort()
 
     def close(self) -> None:
+        """End the turn from any thread, waking a read blocked on the network."""
         self._abort.fire()
 
     def __iter__(self) -> Iterator[StreamEvent]:
@@ -171,7 +170,7 @@ class OpenAIStream:
                 yield UsageEvent(_estimate(self._request, received_chars))
             if self._abort.fired:
                 raise Interrupted from None
-            raise self._p._error(exc) from exc
+            raise map_error(exc, secrets=self._p.secrets) from exc
         finally:
             chunks.close()
 
