@@ -71,6 +71,7 @@ class SimOptions:
 
     @classmethod
     def from_route(cls, route: Route) -> SimOptions:
+        """This route's sim options; its other keys are not the sim's to read."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in route.options.items() if k in known})
 
