@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 import socket
+import time
 from importlib.metadata import version
 from pathlib import Path
 
@@ -76,6 +77,15 @@ def test_a_request_is_answered_through_the_transport(server: Loopback) -> None:
         for _ in range(2):  # the second on the pooled connection
             response = client.post(server.url + OPENAI_PATH, json=BODY)
             assert response.status_code == 200 and response.read()
+    assert len(server.received) == 2
+
+
+def test_a_pooled_connection_the_server_closed_is_replaced(server: Loopback) -> None:
+    with http_client({}) as client:
+        assert client.post(server.url + OPENAI_PATH, json=BODY).status_code == 200
+        server.drop_connections()
+        time.sleep(0.05)  # for the server's close to reach the client's socket
+        assert client.post(server.url + OPENAI_PATH, json=BODY).status_code == 200
     assert len(server.received) == 2
 
 
