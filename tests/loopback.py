@@ -149,6 +149,10 @@ class Loopback:
         """End every stall (stalled handlers then close their connection)."""
         self._released.set()
 
+    def drop_connections(self) -> None:
+        """Close every open connection from the server's side, as a keep-alive timeout does."""
+        self._server.close_all()
+
     def times(self) -> list[float]:
         with self._lock:
             return [r.ts for r in self.received]

@@ -22,7 +22,7 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
     UsageEvent,
 )
-from flightdeck.engine.providers.transport import anthropic_headroom
+from flightdeck.engine.providers.headers import anthropic_headroom
 from flightdeck.engine.records.meter import cost_of
 
 from loopback import (

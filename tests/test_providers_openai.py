@@ -30,7 +30,8 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
     UsageEvent,
 )
-from flightdeck.engine.providers.openai import OpenAIProvider, parse_arguments
+from flightdeck.engine.providers.openai import OpenAIProvider
+from flightdeck.engine.providers.sdk import parse_arguments
 from flightdeck.engine.records.meter import cost_of
 
 from helpers import batch, settings, until

@@ -1,37 +1,31 @@
-"""The sim provider's per-turn draws and planned text: deterministic, uniform enough, cheap."""
+"""The sim provider's per-turn draws and planned text: deterministic for a seed."""
 
 from __future__ import annotations
 
-import statistics
+import random
 
 from flightdeck.engine.child.tools import TOOL_SPECS
 from flightdeck.engine.inputs.settings import default_sim_route
 from flightdeck.engine.providers.base import Message, TextDelta, TurnRequest, UsageEvent
-from flightdeck.engine.providers.sim import _SENTENCES, Dice, SimProvider, _body
+from flightdeck.engine.providers.sim import _SENTENCES, SimProvider, _body, turn_random
 
 
-def test_dice_replay_for_a_key_and_differ_between_keys() -> None:
-    a, b, c = Dice(b"0|c1|0"), Dice(b"0|c1|0"), Dice(b"0|c1|1")
-    first = [a.word() for _ in range(20)]  # past the first block of eight words
-    assert first == [b.word() for _ in range(20)]
-    assert first != [c.word() for _ in range(20)]
-    assert len(set(first)) == 20  # a refill hashes a new block, it does not repeat the first
+def test_a_turns_draws_are_fixed_by_seed_child_and_turn() -> None:
+    def draws(seed: int, child: str, turn: int) -> list[float]:
+        rng = turn_random(seed, child, turn)
+        return [rng.random() for _ in range(20)]
 
-
-def test_dice_draw_ranges() -> None:
-    dice = Dice(b"ranges")
-    floats = [dice.random() for _ in range(4000)]
-    assert all(0.0 <= x < 1.0 for x in floats)
-    assert 0.47 < statistics.fmean(floats) < 0.53
-    assert all(2.0 <= dice.uniform(2.0, 3.0) < 3.0 for _ in range(100))
-    assert all(0 <= dice.getrandbits(40) < 2**40 for _ in range(100))
-    assert {dice.choice(["a", "b", "c"]) for _ in range(100)} == {"a", "b", "c"}
+    first = draws(0, "c1", 0)
+    assert first == draws(0, "c1", 0)
+    assert all(
+        first != other for other in (draws(1, "c1", 0), draws(0, "c2", 0), draws(0, "c1", 1))
+    )
 
 
 def test_a_body_is_three_to_nine_whole_sentences() -> None:
     counts = set()
     for i in range(300):
-        body = _body(Dice(i.to_bytes(2, "big")))
+        body = _body(random.Random(i))
         assert body.endswith(".") and not body.startswith(" ")
         sentences = body.split(". ")
         assert all(s.rstrip(".") + "." in _SENTENCES for s in sentences), body
@@ -66,6 +60,21 @@ def test_a_turn_replays_for_a_seed_and_changes_with_it() -> None:
     assert (text, usage) == _answer(route(1), "c1")
     assert text != _answer(route(2), "c1")[0]
     assert usage.usage.output_tokens == (len(text) + 3) // 4
+
+
+def test_a_childs_turns_do_not_depend_on_how_its_siblings_interleave() -> None:
+    def route() -> SimProvider:
+        # No prompt cache: which turn writes the shared prefix does depend on the order.
+        options = {"tool_turns": 0, "latency_ms": 0, "time_scale": 0.001, "cache": False}
+        return SimProvider(default_sim_route(seed=5, **options))
+
+    apart = route()
+    a = [_answer(apart, "a") for _ in range(3)]
+    b = [_answer(apart, "b") for _ in range(3)]
+    mixed = route()
+    interleaved = [(_answer(mixed, "b"), _answer(mixed, "a")) for _ in range(3)]
+    assert [x for _, x in interleaved] == a
+    assert [y for y, _ in interleaved] == b
 
 
 def _tool_after(listing: str) -> list[tuple[str, dict[str, object]]]:

@@ -33,20 +33,16 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
     key_secrets,
 )
-from flightdeck.engine.providers.openai import parse_arguments
-from flightdeck.engine.providers.transport import (
+from flightdeck.engine.providers.headers import anthropic_headroom, retry_after
+from flightdeck.engine.providers.sdk import (
     READ_TIMEOUT,
-    Abort,
-    anthropic_headroom,
     clip_message,
     connection_error,
-    http_client,
-    read_stream,
-    retry_after,
+    parse_arguments,
     status_error,
-    timeout_of,
     transport_error,
 )
+from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 # An error event inside a stream is retried unless its type says the request itself is bad.
@@ -64,20 +60,20 @@ class AnthropicProvider:
 
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
-        self.route = route
         self.secrets = key_secrets(api_key)
         options = route.options
         self._http = http_client(options)
         self._client = anthropic.Anthropic(
             api_key=api_key,
             base_url=options.get("base_url"),
-            max_retries=0,  # retries are ours (limits.RetryPolicy)
+            max_retries=0,  # retries are ours: the engine's retry policy
             timeout=timeout_of(options),
             default_headers=dict(options.get("headers") or {}),
             http_client=self._http,
         )
 
     def open(self, request: TurnRequest) -> AnthropicStream:
+        """A streamed turn for `request`; the request is sent when the stream is iterated."""
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": request.max_tokens,
@@ -98,6 +94,7 @@ class AnthropicProvider:
         return AnthropicStream(self, params)
 
     def close(self) -> None:
+        """Release the route's connections."""
         self._client.close()
         self._http.close()
 
@@ -111,6 +108,7 @@ class AnthropicStream:
         self._abort = Abort()
 
     def close(self) -> None:
+        """End the turn from any thread, waking a read blocked on the network."""
         self._abort.fire()
 
     def __iter__(self) -> Iterator[StreamEvent]:
@@ -259,7 +257,7 @@ def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
 
 
 def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors (classified in limits)."""
+    """An SDK or transport exception as one of our typed errors."""
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _detail(exc)
         if kind is not None:  # the server's text, like the message: it may echo the key

@@ -1,15 +1,15 @@
 """`openai`: Chat Completions through the official SDK, against any OpenAI-compatible server.
 
 Streaming with `stream_options.include_usage`, tool calls assembled from their deltas, cached
-prompt tokens, and `x-ratelimit-*` headroom. SDK retries are off: errors become our typed
-errors and `limits.RetryPolicy` decides. The request is made lazily, on the worker thread that
+prompt tokens, and `x-ratelimit-*` headroom. SDK retries are off: errors become our typed errors
+and the engine's retry policy decides. The request is made lazily, on the worker thread that
 iterates the stream, so `close()` can abort it even before the server has sent its headers.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,19 +33,16 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
     key_secrets,
 )
-from flightdeck.engine.providers.transport import (
+from flightdeck.engine.providers.headers import openai_headroom, retry_after
+from flightdeck.engine.providers.sdk import (
     READ_TIMEOUT,
-    Abort,
     clip_message,
     connection_error,
-    http_client,
-    openai_headroom,
-    read_stream,
-    retry_after,
+    parse_arguments,
     status_error,
-    timeout_of,
     transport_error,
 )
+from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 # Error codes that mean "this account cannot be served": retrying cannot help.
 FATAL_CODES = frozenset(
@@ -67,24 +64,24 @@ class OpenAIProvider:
 
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
-        self.route = route
         self.secrets = key_secrets(api_key)
         options = route.options
-        self.base_url: str | None = options.get("base_url")
+        base_url: str | None = options.get("base_url")
         self._http = http_client(options)
         self._client = openai.OpenAI(
             api_key=api_key,
-            base_url=self.base_url,
-            max_retries=0,  # retries are ours (limits.RetryPolicy)
+            base_url=base_url,
+            max_retries=0,  # retries are ours: the engine's retry policy
             timeout=timeout_of(options),
             default_headers=dict(options.get("headers") or {}),
             http_client=self._http,
         )
         # OpenAI's own models want max_completion_tokens; compatible servers know max_tokens.
-        host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
+        host = urlsplit(base_url).hostname if base_url else "api.openai.com"
         self._max_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def open(self, request: TurnRequest) -> OpenAIStream:
+        """A streamed turn for `request`; the request is sent when the stream is iterated."""
         params: dict[str, Any] = {
             "model": self.model,
             "messages": to_openai_messages(request),
@@ -107,11 +104,9 @@ class OpenAIProvider:
         return OpenAIStream(self, request, params)
 
     def close(self) -> None:
+        """Release the route's connections."""
         self._client.close()
         self._http.close()
-
-    def _error(self, exc: BaseException) -> ProviderError:
-        return map_error(exc, secrets=self.secrets)
 
 
 class OpenAIStream:
@@ -124,6 +119,7 @@ class OpenAIStream:
         self._abort = Abort()
 
     def close(self) -> None:
+        """End the turn from any thread, waking a read blocked on the network."""
         self._abort.fire()
 
     def __iter__(self) -> Iterator[StreamEvent]:
@@ -174,7 +170,7 @@ class OpenAIStream:
                 yield UsageEvent(_estimate(self._request, received_chars))
             if self._abort.fired:
                 raise Interrupted from None
-            raise self._p._error(exc) from exc
+            raise map_error(exc, secrets=self._p.secrets) from exc
         finally:
             chunks.close()
 
@@ -188,17 +184,6 @@ def _tool_events(calls: dict[int, dict[str, str]]) -> Iterator[ToolCallEvent]:
     for index in sorted(calls):
         slot = calls[index]
         yield ToolCallEvent(ToolCall(slot["id"], slot["name"], parse_arguments(slot["args"])))
-
-
-def parse_arguments(raw: str) -> Mapping[str, Any]:
-    """A tool call's JSON arguments; unparsable text is handed on for the tool to reject."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {"_unparsed_arguments": raw}
-    return value if isinstance(value, dict) else {"_arguments": value}
 
 
 def usage_of(usage: Any) -> Usage:
@@ -256,7 +241,7 @@ def _body_error(body: object) -> tuple[str | None, str]:
 
 
 def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors (classified in limits)."""
+    """An SDK or transport exception as one of our typed errors."""
     if isinstance(exc, openai.APIStatusError):
         code, message = _body_error(exc.body)
         code = code or exc.code

@@ -8,13 +8,12 @@ response that wrote it has started streaming. Every delay is multiplied by `time
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import itertools
 import json
 import random
-import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from flightdeck.engine.control.flag import Flag
@@ -44,53 +43,19 @@ _WORDS = tuple(_TEXT.split())
 
 def _tokens(text: str) -> int:
     """About four characters a token, like real tokenizers on English and code."""
-    return (len(text) + 3) // 4 or 1  # not max(1, ...): several calls a turn, 10x the cost
+    return max(1, (len(text) + 3) // 4)
 
 
-_WORDS_PER_BLOCK = struct.Struct("<8Q")
-_TO_UNIT = 2.0**-53
-
-
-class Dice:
-    """The draws of one simulated turn: blake2b of (seed, child, open) read as 64-bit words.
-
-    A turn is fully determined by its key, like `random.Random(key)` would make it, but seeding
-    a Mersenne Twister costs about 6 µs, more than everything else in an instant turn; one
-    hash gives eight draws and most turns need five.
-    """
-
-    __slots__ = ("_block", "_key", "_words")
-
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-        self._block = 0
-        self._words: list[int] = list(_WORDS_PER_BLOCK.unpack(hashlib.blake2b(key).digest()))
-
-    def word(self) -> int:
-        """A uniform 64-bit integer."""
-        if not self._words:
-            self._block += 1
-            block = hashlib.blake2b(self._key, salt=self._block.to_bytes(16, "little"))
-            self._words = list(_WORDS_PER_BLOCK.unpack(block.digest()))
-        return self._words.pop()
-
-    def random(self) -> float:
-        """A uniform float in [0, 1)."""
-        return (self.word() >> 11) * _TO_UNIT
-
-    def uniform(self, a: float, b: float) -> float:
-        return a + (b - a) * self.random()
-
-    def getrandbits(self, k: int) -> int:
-        """k (at most 64) uniform bits."""
-        return self.word() >> (64 - k)
-
-    def choice(self, seq: Sequence[str]) -> str:
-        return seq[int(self.random() * len(seq))]
+def turn_random(seed: int, child_id: str, turn: int) -> random.Random:
+    """The draws of one simulated turn: fixed by the route's seed, the child and its turn number,
+    so a batch replays for a seed however its threads interleave."""
+    return random.Random(f"{seed}|{child_id}|{turn}")
 
 
 @dataclass(frozen=True, slots=True)
 class SimOptions:
+    """A sim route's options; every delay is multiplied by `time_scale`."""
+
     time_scale: float = 1.0
     latency_ms: float = 400.0
     tokens_per_s: float = 60.0
@@ -106,16 +71,27 @@ class SimOptions:
 
     @classmethod
     def from_route(cls, route: Route) -> SimOptions:
+        """This route's sim options; its other keys are not the sim's to read."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in route.options.items() if k in known})
 
 
 @dataclass(frozen=True, slots=True)
 class _Prefix:
-    tools: tuple[object, ...]  # held so the id() in the cache key cannot be reused
     key: str  # the provider-side prompt cache key
     cache_tokens: int  # what a cache read or write of this prefix counts
     prompt_tokens: int  # its share of a prompt's input tokens
+
+
+@functools.lru_cache(maxsize=64)
+def _prefix(system: str, tool_names: tuple[str, ...]) -> _Prefix:
+    """A prompt's shared prefix, the system prompt and tool schemas; a route's children share it."""
+    text = system + json.dumps(list(tool_names))
+    return _Prefix(
+        hashlib.blake2b(text.encode(), digest_size=8).hexdigest(),
+        _tokens(text) + 60 * len(tool_names),
+        _tokens(system) + 60 * len(tool_names),
+    )
 
 
 class SimProvider:
@@ -130,52 +106,34 @@ class SimProvider:
         self._lock = threading.Lock()
         self._opens: dict[str, int] = {}
         self._prefix_ready: dict[str, threading.Event] = {}
-        self._prefixes: dict[tuple[str, int], _Prefix] = {}
 
     def close(self) -> None:
         """Nothing to release: no connections."""
 
-    def _dice(self, request: TurnRequest) -> Dice:
+    def _random(self, request: TurnRequest) -> random.Random:
         with self._lock:
-            n = self._opens.get(request.child_id, 0)
-            self._opens[request.child_id] = n + 1
-        return Dice(f"{self.options.seed}|{request.child_id}|{n}".encode())
-
-    def _prefix(self, request: TurnRequest) -> _Prefix:
-        """The system prompt and tool schemas, measured once: a route's children share them."""
-        ident = (request.system, id(request.tools))
-        known = self._prefixes.get(ident)
-        if known is None or known.tools is not request.tools:
-            text = request.system + json.dumps([t.name for t in request.tools])
-            if len(self._prefixes) > 64:
-                self._prefixes.clear()
-            known = self._prefixes[ident] = _Prefix(
-                request.tools,
-                hashlib.blake2b(text.encode(), digest_size=8).hexdigest(),
-                _tokens(text) + 60 * len(request.tools),
-                _tokens(request.system) + 60 * len(request.tools),
-            )
-        return known
+            turn = self._opens.get(request.child_id, 0)
+            self._opens[request.child_id] = turn + 1
+        return turn_random(self.options.seed, request.child_id, turn)
 
     def _cache_split(self, prefix: _Prefix) -> tuple[int, int, threading.Event | None]:
         """(cache_read, cache_write) prefix tokens and the event this response must set."""
         if not self.options.cache:
             return 0, 0, None
-        key, size = prefix.key, prefix.cache_tokens
-        ready = self._prefix_ready.get(key)  # once written, read without the lock
-        if ready is None:
-            with self._lock:
-                ready = self._prefix_ready.get(key)
-                if ready is None:
-                    ready = self._prefix_ready[key] = threading.Event()
-                    return 0, size, ready
+        size = prefix.cache_tokens
+        with self._lock:
+            ready = self._prefix_ready.get(prefix.key)
+            if ready is None:
+                self._prefix_ready[prefix.key] = ready = threading.Event()
+                return 0, size, ready
         if ready.is_set():
             return size, 0, None
         # Written by a response that has not started streaming yet: a miss, written again.
         return 0, size, None
 
     def open(self, request: TurnRequest) -> SimStream:
-        rng = self._dice(request)
+        """Start a simulated turn, or raise the error this turn draws."""
+        rng = self._random(request)
         o = self.options
         roll = rng.random()
         if roll < o.fail_rate:
@@ -193,7 +151,9 @@ class SimProvider:
 class SimStream:
     """One simulated streamed response; `close()` from any thread ends it within one tick."""
 
-    def __init__(self, provider: SimProvider, request: TurnRequest, rng: Dice, stall: bool) -> None:
+    def __init__(
+        self, provider: SimProvider, request: TurnRequest, rng: random.Random, stall: bool
+    ) -> None:
         self._p = provider
         self._req = request
         self._rng = rng
@@ -216,7 +176,7 @@ class SimStream:
     def __iter__(self) -> Iterator[StreamEvent]:
         o = self._p.options
         text, calls = _plan(self._req, self._rng, o.tool_turns)
-        prefix = self._p._prefix(self._req)
+        prefix = _prefix(self._req.system, tuple(t.name for t in self._req.tools))
         cache_read, cache_write, writes = self._p._cache_split(prefix)
         prompt = prefix.prompt_tokens
         for m in self._req.messages:
@@ -258,7 +218,9 @@ class SimStream:
         yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
 
 
-def _plan(req: TurnRequest, rng: Dice, tool_turns: int | None) -> tuple[str, tuple[ToolCall, ...]]:
+def _plan(
+    req: TurnRequest, rng: random.Random, tool_turns: int | None
+) -> tuple[str, tuple[ToolCall, ...]]:
     """Decide this turn's text and tool calls from the conversation so far."""
     goal = "the task"
     for m in req.messages:
@@ -282,7 +244,7 @@ def _plan(req: TurnRequest, rng: Dice, tool_turns: int | None) -> tuple[str, tup
     return f"{preface}Result for: {goal_line}\n{_body(rng)}\n", ()
 
 
-def _next_tool(req: TurnRequest, rng: Dice, turn: int, names: set[str]) -> ToolCall | None:
+def _next_tool(req: TurnRequest, rng: random.Random, turn: int, names: set[str]) -> ToolCall | None:
     call_id = f"call_{rng.getrandbits(40):010x}"
     if turn == 0 and "list_dir" in names:
         return ToolCall(call_id, "list_dir", {"path": "."})
@@ -309,7 +271,7 @@ def _not_a_file(line: str) -> bool:
 
 
 def _make_sentences() -> tuple[str, ...]:
-    """A fixed pool of sentences: generating text per call would dominate a fast sim run."""
+    """A fixed pool of sentences, made once, that a turn's text is drawn from."""
     rng = random.Random(0)
     out = []
     for _ in range(64):
@@ -321,20 +283,14 @@ def _make_sentences() -> tuple[str, ...]:
 
 
 _SENTENCES = _make_sentences()
-_SENTENCE_MASK = len(_SENTENCES) - 1  # 64 sentences: a draw's six bits pick one
-# The pool twice over, space-separated, and where each sentence starts in it: a body of
-# consecutive sentences is one slice instead of a join per turn.
-_RING = " ".join(_SENTENCES * 2) + " "
-_RING_AT = tuple(itertools.accumulate((len(x) + 1 for x in _SENTENCES * 2), initial=0))
 
 
-def _sentence(rng: Dice) -> str:
-    return _SENTENCES[rng.word() & _SENTENCE_MASK]
+def _sentence(rng: random.Random) -> str:
+    return rng.choice(_SENTENCES)
 
 
-def _body(rng: Dice) -> str:
-    """Three to nine consecutive sentences of the pool (in a ring), as one slice."""
-    word = rng.word()
-    start = word & _SENTENCE_MASK
-    count = 3 + (word >> 6) % 7
-    return _RING[_RING_AT[start] : _RING_AT[start + count] - 1]
+def _body(rng: random.Random) -> str:
+    """Three to nine consecutive sentences of the pool, taken as a ring."""
+    start = rng.randrange(len(_SENTENCES))
+    count = rng.randint(3, 9)
+    return " ".join(_SENTENCES[(start + i) % len(_SENTENCES)] for i in range(count))

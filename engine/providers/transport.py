@@ -1,41 +1,39 @@
-"""HTTP plumbing shared by the SDK providers: an abortable transport and rate-limit headers.
+"""An httpx client whose blocking socket calls a stop can end from another thread.
 
 Closing an httpx response from another thread does not wake a thread blocked in `recv` on its
-socket (we measured it: the reader stays blocked until the server sends or the read timeout
-fires). So each turn carries an `Abort` handle; the worker thread binds it around every blocking
-SDK call, and our network backend records the socket the thread is blocked on. `Abort.fire()`
-from the coordinator thread then `shutdown()`s exactly that socket, which wakes the blocked
-`recv`, `send` or `connect` at once. Only a socket in use by the bound thread at that instant is
-touched, so a pooled connection that another child picked up is never shut down by mistake.
+socket: the reader stays blocked until the server sends or the read timeout fires. So each turn
+carries an `Abort` handle; the worker thread binds it around every blocking SDK call, and our
+network backend records the socket the thread is blocked on. `Abort.fire()` from the controlling
+thread then `shutdown()`s exactly that socket, which wakes the blocked `connect`, `recv` or `send`
+at once. Only a socket in use by the bound thread at that instant is touched, so a pooled
+connection that another child picked up is never shut down by mistake.
+
+Built on the HTTP stack's public extension points only: httpcore's network backend
+(`NetworkBackend` and `NetworkStream`, handed to a `ConnectionPool`) and httpx's custom transport
+(`BaseTransport.handle_request`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpcore2
 import httpx2
-from flightdeck.engine.providers.base import (
-    FatalError,
-    HeadroomEvent,
-    ProviderError,
-    RateLimited,
-    TransientError,
-)
-from flightdeck.engine.sanitize import redact
+from flightdeck.engine.providers.base import HeadroomEvent
 
-try:  # not re-exported; without it a connect in progress is bounded by connect_timeout_s only
-    from httpcore2._backends.sync import SyncStream as _SyncStream
-except ImportError:  # pragma: no cover
-    _SyncStream = None  # type: ignore[assignment,misc]
+# Where they lived before headers.py: tests/test_retries.py still imports them from here.
+from flightdeck.engine.providers.headers import duration_s as duration_s
+from flightdeck.engine.providers.headers import retry_after as retry_after
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_READ_TIMEOUT_S = 120.0
+_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=30)
 
 _local = threading.local()
 
@@ -50,9 +48,11 @@ class Abort:
 
     @property
     def fired(self) -> bool:
+        """Whether `fire()` has been called."""
         return self._fired
 
     def fire(self) -> None:
+        """End the turn: shut down the socket its thread is blocked on, and refuse new waits."""
         with self._lock:
             self._fired = True
             sock = self._blocked_on
@@ -63,7 +63,7 @@ class Abort:
                     sock.shutdown(socket.SHUT_RDWR)
 
     @contextlib.contextmanager
-    def blocking(self, sock: socket.socket | None) -> Iterator[None]:
+    def blocking(self, sock: socket.socket) -> Iterator[None]:
         """Mark `sock` as the one this turn's thread is blocked on for the duration."""
         with self._lock:
             if self._fired:
@@ -87,31 +87,56 @@ def bound(abort: Abort) -> Iterator[None]:
         _local.abort = previous
 
 
-def _current() -> Abort | None:
+def _watch(sock: socket.socket) -> contextlib.AbstractContextManager[None]:
+    """Make a blocking call on `sock` abortable by the Abort bound to this thread, if any."""
     abort: Abort | None = getattr(_local, "abort", None)
-    return abort
+    return contextlib.nullcontext() if abort is None else abort.blocking(sock)
 
 
-class _WatchedStream(httpcore2.NetworkStream):
-    def __init__(self, inner: httpcore2.NetworkStream) -> None:
-        self._inner = inner
+@contextlib.contextmanager
+def _socket_errors(timeout: type[Exception], failure: type[Exception]) -> Iterator[None]:
+    """Socket errors as httpcore's own, which httpx and the SDKs report."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise timeout(str(exc)) from exc
+    except OSError as exc:
+        raise failure(str(exc)) from exc
 
-    def _guard(self) -> contextlib.AbstractContextManager[None]:
-        abort = _current()
-        if abort is None:
-            return contextlib.nullcontext()
-        return abort.blocking(self._inner.get_extra_info("socket"))
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a `recv` would return at once: data, or the end of a connection the server closed."""
+    if sock.fileno() < 0:
+        return True
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([sock], [], [], 0)[0])
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    return bool(poll.poll(0))
+
+
+class _SocketStream(httpcore2.NetworkStream):
+    """A connected socket, plain or TLS, whose every blocking call the bound Abort can wake."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        with self._guard():
-            return self._inner.read(max_bytes, timeout)
+        with _socket_errors(httpcore2.ReadTimeout, httpcore2.ReadError), _watch(self._sock):
+            self._sock.settimeout(timeout)
+            return self._sock.recv(max_bytes)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        with self._guard():
-            self._inner.write(buffer, timeout)
+        if not buffer:
+            return
+        with _socket_errors(httpcore2.WriteTimeout, httpcore2.WriteError), _watch(self._sock):
+            self._sock.settimeout(timeout)
+            view = memoryview(buffer)
+            while view:
+                view = view[self._sock.send(view) :]
 
     def close(self) -> None:
-        self._inner.close()
+        self._sock.close()
 
     def start_tls(
         self,
@@ -119,18 +144,32 @@ class _WatchedStream(httpcore2.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore2.NetworkStream:
-        with self._guard():
-            return _WatchedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        with _socket_errors(httpcore2.ConnectTimeout, httpcore2.ConnectError):
+            try:
+                with _watch(self._sock):
+                    self._sock.settimeout(timeout)
+                    tls = ssl_context.wrap_socket(self._sock, server_hostname=server_hostname)
+            except BaseException:
+                self._sock.close()
+                raise
+        return _SocketStream(tls)
 
     def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
+        if info == "ssl_object":  # read for the ALPN protocol, which an SSLSocket also answers
+            return self._sock if isinstance(self._sock, ssl.SSLSocket) else None
+        if info == "client_addr":
+            return self._sock.getsockname()
+        if info == "server_addr":
+            return self._sock.getpeername()
+        if info == "socket":
+            return self._sock
+        if info == "is_readable":
+            return _readable(self._sock)
+        return None
 
 
-class _WatchedBackend(httpcore2.NetworkBackend):
-    """httpcore's sync backend, with every blocking socket call visible to the bound Abort."""
-
-    def __init__(self) -> None:
-        self._inner = httpcore2.SyncBackend()
+class _AbortableBackend(httpcore2.NetworkBackend):
+    """httpcore's network I/O on sockets the bound Abort can wake, connecting included."""
 
     def connect_tcp(
         self,
@@ -140,16 +179,12 @@ class _WatchedBackend(httpcore2.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.NetworkStream:
-        abort = _current()
-        if abort is None or _SyncStream is None:
-            inner = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-            return _WatchedStream(inner)
-        # socket.create_connection, but with the socket visible to `abort` while it connects.
-        error: OSError | None = None
+        # socket.create_connection, with each socket visible to the Abort while it connects.
         try:
             addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise httpcore2.ConnectError(str(exc)) from exc
+        error: OSError | None = None
         for family, kind, proto, _, address in addresses:
             sock = socket.socket(family, kind, proto)
             try:
@@ -159,7 +194,7 @@ class _WatchedBackend(httpcore2.NetworkBackend):
                 sock.settimeout(timeout)
                 if local_address is not None:
                     sock.bind((local_address, 0))
-                with abort.blocking(sock):
+                with _watch(sock):
                     sock.connect(address)
             except TimeoutError as exc:
                 sock.close()
@@ -171,39 +206,92 @@ class _WatchedBackend(httpcore2.NetworkBackend):
             except BaseException:
                 sock.close()
                 raise
-            return _WatchedStream(_SyncStream(sock))
+            return _SocketStream(sock)
         raise httpcore2.ConnectError(str(error or f"cannot resolve {host}"))
 
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.NetworkStream:
-        return _WatchedStream(self._inner.connect_unix_socket(path, timeout, socket_options))
 
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
+# httpcore's errors and the httpx errors they become, the more specific first: what httpx's own
+# transport raises, and so what the SDKs and our error mapping expect.
+_HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx2.TransportError]], ...] = (
+    (httpcore2.ConnectTimeout, httpx2.ConnectTimeout),
+    (httpcore2.ReadTimeout, httpx2.ReadTimeout),
+    (httpcore2.WriteTimeout, httpx2.WriteTimeout),
+    (httpcore2.PoolTimeout, httpx2.PoolTimeout),
+    (httpcore2.TimeoutException, httpx2.TimeoutException),
+    (httpcore2.ConnectError, httpx2.ConnectError),
+    (httpcore2.ReadError, httpx2.ReadError),
+    (httpcore2.WriteError, httpx2.WriteError),
+    (httpcore2.NetworkError, httpx2.NetworkError),
+    (httpcore2.ProxyError, httpx2.ProxyError),
+    (httpcore2.UnsupportedProtocol, httpx2.UnsupportedProtocol),
+    (httpcore2.LocalProtocolError, httpx2.LocalProtocolError),
+    (httpcore2.RemoteProtocolError, httpx2.RemoteProtocolError),
+    (httpcore2.ProtocolError, httpx2.ProtocolError),
+)
 
 
-class AbortableTransport(httpx2.HTTPTransport):
-    """httpx's HTTP transport on our watched network backend."""
+@contextlib.contextmanager
+def _httpx_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        for core, mapped in _HTTPX_ERRORS:
+            if isinstance(exc, core):
+                raise mapped(str(exc)) from exc
+        raise
+
+
+class _ResponseStream(httpx2.SyncByteStream):
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class AbortableTransport(httpx2.BaseTransport):
+    """An httpx transport on an httpcore connection pool whose sockets an Abort can wake."""
 
     def __init__(self, *, limits: httpx2.Limits) -> None:
-        super().__init__(limits=limits)
-        # httpx does not expose httpcore's `network_backend`; rebuild its pool with ours.
         self._pool = httpcore2.ConnectionPool(
             ssl_context=httpx2.create_ssl_context(),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_WatchedBackend(),
+            network_backend=_AbortableBackend(),
         )
 
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send `request` through the pool; the response streams its body as it is read."""
+        url = request.url
+        core_request = httpcore2.Request(
+            method=request.method,
+            url=httpcore2.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _httpx_errors():
+            response = self._pool.handle_request(core_request)
+        if not isinstance(response.stream, Iterable):  # a sync pool always answers with one
+            raise TypeError("httpcore returned an async stream to a sync transport")
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
 
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_READ_TIMEOUT_S = 120.0
-_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=30)
+    def close(self) -> None:
+        self._pool.close()
 
 
 def http_client(options: Mapping[str, Any]) -> httpx2.Client:
@@ -212,122 +300,11 @@ def http_client(options: Mapping[str, Any]) -> httpx2.Client:
 
 
 def timeout_of(options: Mapping[str, Any]) -> httpx2.Timeout:
+    """The route's connect and read timeouts (`connect_timeout_s`, `read_timeout_s`)."""
     connect = float(options.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S))
     read = float(options.get("read_timeout_s", DEFAULT_READ_TIMEOUT_S))
     # A stream that stalls past `read` raises ReadTimeout, which the providers retry.
     return httpx2.Timeout(read, connect=connect, pool=connect)
-
-
-# --- headers -----------------------------------------------------------------------------------
-
-
-def retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:
-    """Seconds the server asked us to wait: `retry-after-ms`, else `retry-after` (s or a date)."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        with contextlib.suppress(ValueError):
-            return max(0.0, float(ms) / 1000.0)
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(0.0, when.timestamp() - now())
-
-
-def duration_s(text: str | None) -> float | None:
-    """OpenAI's reset durations: "1s", "6m0s", "20ms", "1h2m3.5s"."""
-    if not text:
-        return None
-    total, number, i = 0.0, "", 0
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            number += ch
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else ch
-        if unit not in units or not number:
-            return None
-        try:
-            total += float(number) * units[unit]
-        except ValueError:
-            return None
-        number, i = "", i + len(unit)
-    if number:  # a bare number: seconds
-        try:
-            total += float(number)
-        except ValueError:
-            return None
-    return total
-
-
-def seconds_until(stamp: str | None, now: Callable[[], float] = time.time) -> float | None:
-    """Anthropic's resets: an RFC 3339 time; seconds from now until then."""
-    if not stamp:
-        return None
-    try:
-        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return max(0.0, when.timestamp() - now())
-
-
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(float(text))
-    except ValueError:
-        return None
-
-
-def openai_headroom(headers: Mapping[str, str]) -> HeadroomEvent | None:
-    """`x-ratelimit-remaining-requests` and friends (OpenAI and many compatible servers)."""
-    event = HeadroomEvent(
-        remaining_requests=_int(headers.get("x-ratelimit-remaining-requests")),
-        remaining_tokens=_int(headers.get("x-ratelimit-remaining-tokens")),
-        reset_requests_s=duration_s(headers.get("x-ratelimit-reset-requests")),
-        reset_tokens_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
-    )
-    return event if event != HeadroomEvent() else None
-
-
-def anthropic_headroom(
-    headers: Mapping[str, str], now: Callable[[], float] = time.time
-) -> HeadroomEvent | None:
-    """`anthropic-ratelimit-requests-remaining` and friends; token figures from the tightest
-    of the combined, input and output token limits."""
-    tokens: list[tuple[int, float | None]] = []
-    for kind in ("tokens", "input-tokens", "output-tokens"):
-        left = _int(headers.get(f"anthropic-ratelimit-{kind}-remaining"))
-        if left is not None:
-            reset = seconds_until(headers.get(f"anthropic-ratelimit-{kind}-reset"), now)
-            tokens.append((left, reset))
-    tightest = min(tokens, key=lambda t: t[0]) if tokens else (None, None)
-    event = HeadroomEvent(
-        remaining_requests=_int(headers.get("anthropic-ratelimit-requests-remaining")),
-        remaining_tokens=tightest[0],
-        reset_requests_s=seconds_until(headers.get("anthropic-ratelimit-requests-reset"), now),
-        reset_tokens_s=tightest[1],
-    )
-    return event if event != HeadroomEvent() else None
-
-
-MAX_MESSAGE = 300  # an error message the operator reads in one row
-
-
-def clip_message(text: str, secrets: tuple[str, ...]) -> str:
-    """One line, the key redacted, at most MAX_MESSAGE characters: an error fit for the row."""
-    text = redact(" ".join(text.split()), secrets)
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
 def read_stream(
@@ -355,51 +332,3 @@ def read_stream(
             yield event
     finally:
         stream.close()
-
-
-# --- errors both SDKs map alike ------------------------------------------------------------------
-
-READ_TIMEOUT = "timeout: no data within the read timeout"
-
-
-def status_error(
-    status: int,
-    detail: str,
-    wait: float | None,
-    *,
-    kind: str | None = None,
-    account: str | None = None,
-) -> ProviderError:
-    """An HTTP error status as one of our typed errors.
-
-    `kind` is the provider's error type, named in the message when given; `account` names an
-    account problem (out of credit, key revoked) that no retry can fix.
-    """
-    if status in (401, 403):
-        return FatalError(f"{status} authentication failed (check the API key): {detail}")
-    if account is not None:
-        return FatalError(f"{status} {account}: {detail}")
-    if status == 429:
-        return RateLimited(f"429 rate limited: {detail}", retry_after=wait)
-    if status == 529:
-        return RateLimited(f"529 overloaded: {detail}", retry_after=wait)
-    if status in (408, 409) or status >= 500:
-        return TransientError(f"{status} {kind or 'server error'}: {detail}", retry_after=wait)
-    return FatalError(f"{status} {kind or 'request rejected'}: {detail}")
-
-
-def connection_error(exc: BaseException, message: str, secrets: tuple[str, ...]) -> ProviderError:
-    """An SDK's connection error, naming the socket-level cause when there is one."""
-    cause = exc.__cause__
-    why = f"{type(cause).__name__}: {cause}" if cause is not None else message
-    return TransientError(clip_message(f"connection error: {why}", secrets))
-
-
-def transport_error(exc: BaseException, secrets: tuple[str, ...]) -> ProviderError:
-    """What is left once an SDK's own errors are mapped: httpx failures and malformed data."""
-    if isinstance(exc, httpx2.TimeoutException):
-        return TransientError(READ_TIMEOUT)
-    if isinstance(exc, httpx2.HTTPError):
-        return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
-    # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
-    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))

@@ -1,0 +1,80 @@
+"""What the two SDK providers share: tool-call arguments, and typed errors from HTTP statuses and
+transport failures."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+from flightdeck.engine.providers.base import (
+    FatalError,
+    ProviderError,
+    RateLimited,
+    TransientError,
+)
+from flightdeck.engine.sanitize import redact
+
+READ_TIMEOUT = "timeout: no data within the read timeout"
+MAX_MESSAGE = 300  # an error message the operator reads in one row
+
+
+def parse_arguments(raw: str) -> Mapping[str, Any]:
+    """A tool call's JSON arguments; unparsable text is handed on for the tool to reject."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"_unparsed_arguments": raw}
+    return value if isinstance(value, dict) else {"_arguments": value}
+
+
+def clip_message(text: str, secrets: tuple[str, ...]) -> str:
+    """One line, the key redacted, at most MAX_MESSAGE characters: an error fit for the row."""
+    text = redact(" ".join(text.split()), secrets)
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def status_error(
+    status: int,
+    detail: str,
+    wait: float | None,
+    *,
+    kind: str | None = None,
+    account: str | None = None,
+) -> ProviderError:
+    """An HTTP error status as one of our typed errors.
+
+    `kind` is the provider's error type, named in the message when given; `account` names an
+    account problem (out of credit, key revoked) that no retry can fix.
+    """
+    if status in (401, 403):
+        return FatalError(f"{status} authentication failed (check the API key): {detail}")
+    if account is not None:
+        return FatalError(f"{status} {account}: {detail}")
+    if status == 429:
+        return RateLimited(f"429 rate limited: {detail}", retry_after=wait)
+    if status == 529:
+        return RateLimited(f"529 overloaded: {detail}", retry_after=wait)
+    if status in (408, 409) or status >= 500:
+        return TransientError(f"{status} {kind or 'server error'}: {detail}", retry_after=wait)
+    return FatalError(f"{status} {kind or 'request rejected'}: {detail}")
+
+
+def connection_error(exc: BaseException, message: str, secrets: tuple[str, ...]) -> ProviderError:
+    """An SDK's connection error, naming the socket-level cause when there is one."""
+    cause = exc.__cause__
+    why = f"{type(cause).__name__}: {cause}" if cause is not None else message
+    return TransientError(clip_message(f"connection error: {why}", secrets))
+
+
+def transport_error(exc: BaseException, secrets: tuple[str, ...]) -> ProviderError:
+    """What is left once an SDK's own errors are mapped: httpx failures and malformed data."""
+    if isinstance(exc, httpx2.TimeoutException):
+        return TransientError(READ_TIMEOUT)
+    if isinstance(exc, httpx2.HTTPError):
+        return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
+    # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
+    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))
