@@ -34,7 +34,7 @@ from flightdeck.engine.providers.base import (
     TransientError,
     TurnRequest,
 )
-from flightdeck.engine.providers.transport import duration_s, retry_after
+from flightdeck.engine.providers.headers import duration_s, retry_after
 
 from helpers import batch, run_to_end, settings, until
 from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, provider_for, route_for

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx2
-from flightdeck.engine.providers.base import (
+from flightdeck.engine.errors import (
     FatalError,
     ProviderError,
     RateLimited,

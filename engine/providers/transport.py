@@ -28,8 +28,6 @@ import httpx2
 from flightdeck.engine.providers.base import HeadroomEvent
 
 # Where they lived before headers.py: tests/test_retries.py still imports them from here.
-from flightdeck.engine.providers.headers import duration_s as duration_s
-from flightdeck.engine.providers.headers import retry_after as retry_after
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 120.0
