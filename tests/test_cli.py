@@ -24,7 +24,7 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
-from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.cli import completion_text, print_lines, run_headless
 from rich.console import Console
 
