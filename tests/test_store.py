@@ -161,7 +161,7 @@ def test_child_round_trip_is_exact(db: Path) -> None:
 
 
 def test_absent_values_are_stored_as_sql_null(db: Path) -> None:
-    """store.py gives None a fast adapter; what it binds must stay NULL, in any connection."""
+    """What the store binds for None is SQL NULL, and binding None elsewhere is unchanged."""
     with Store(db) as store:
         store.create_batch(make_batch())
         store.add_children("b1", [make_child(1, group=None)])

@@ -47,17 +47,6 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 512
 
 
-def _null(value: None) -> None:
-    return value
-
-
-# sqlite3 binds int, float, str and bytes as they are, but sends every other value, None
-# included, through its adapter protocol: a registry miss and two failed attribute lookups,
-# 0.8 µs per None, and a child's rows bind four to eight of them. A registered adapter is found
-# at the first step (0.25 µs). It returns None itself, so what is bound is still NULL, for
-# every connection in the process.
-sqlite3.register_adapter(type(None), _null)
-
 @dataclass(frozen=True, slots=True)
 class _Write:
     what: str  # for the log line when it fails; never the parameters (they may be large)
