@@ -16,7 +16,6 @@ Stdlib only, run as `python -I -S appender.py`: it starts in milliseconds, and i
 
 from __future__ import annotations
 
-import marshal
 import os
 import signal
 import struct
@@ -24,25 +23,19 @@ import sys
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from flightdeck.engine.records.events import (
+    EndStream,
+    Event,
+    Raw,
+    Release,
+    Stream,
+    Write,
+    decode,
+)
 from flightdeck.engine.records.lines import LineFormatter
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a fifth of this start
-if TYPE_CHECKING:
-    from typing import Any
 
 OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
-# Transcript events, as tuples: (WRITE, path, ts, role, text), (STREAM, path, ts, chunk),
-# (END_STREAM, path, ts), (RELEASE, path, ts) and (RAW, path, ts, lines already formatted).
-WRITE, STREAM, END_STREAM, RELEASE, RAW = range(5)
-if TYPE_CHECKING:
-    Event = tuple[Any, ...]
-else:
-    Event = tuple
-
-# A frame: kind and length, then the data. BATCH carries a marshalled list of events.
-FRAME = struct.Struct("<BI")
-BATCH = 1
 # The process's answer after each read it has applied and written: how many bytes of frames it
 # has written in all, how many writes failed since the last answer, and the length of the last
 # failure's message, which follows (`writerproc.py` keeps frames until an answer covers them).
@@ -135,26 +128,22 @@ class Transcripts:
         self._formatters: dict[str, LineFormatter] = {}
 
     def apply(self, events: Iterable[Event]) -> None:
-        add, formatters = self.files.add, self._formatters
+        """Format each event into its file's lines and queue them (see `write_pending`)."""
         for event in events:
-            kind, path, ts = event[0], event[1], event[2]
-            if kind == RAW:
-                add(path, event[3])
-                continue
-            formatter = formatters.get(path)
-            if formatter is None:
-                formatter = formatters[path] = LineFormatter()
-            if kind == WRITE:
-                data = formatter.write(event[3], event[4], ts)
-            elif kind == STREAM:
-                data = formatter.stream(event[3], ts)
-            else:  # END_STREAM, RELEASE
-                data = formatter.end_stream(ts)
-            if data:
-                add(path, data)
-            if kind == RELEASE:
-                del formatters[path]
-                self.files.release(path)
+            match event:
+                case Write(path, ts, role, text):
+                    self._add(path, self._formatter(path).write(role, text, ts))
+                case Stream(path, ts, chunk):
+                    self._add(path, self._formatter(path).stream(chunk, ts))
+                case EndStream(path, ts):
+                    self._add(path, self._formatter(path).end_stream(ts))
+                case Release(path, ts):
+                    formatter = self._formatters.pop(path, None)
+                    if formatter is not None:
+                        self._add(path, formatter.end_stream(ts))
+                    self.files.release(path)
+                case Raw(path, data):
+                    self._add(path, data)
 
     def write_pending(self) -> None:
         self.files.write_pending()
@@ -163,32 +152,25 @@ class Transcripts:
         self.files.close()
 
     def take_errors(self) -> tuple[int, str]:
+        """Failed writes since the last call, and the last one's message."""
         return self.files.take_errors()
 
+    def _formatter(self, path: str) -> LineFormatter:
+        formatter = self._formatters.get(path)
+        if formatter is None:
+            formatter = self._formatters[path] = LineFormatter()
+        return formatter
 
-def frame(kind: int, data: bytes = b"") -> bytes:
-    return FRAME.pack(kind, len(data)) + data
-
-
-def batch_frame(events: list[Event]) -> bytes:
-    # marshal: the fastest stdlib encoding of tuples of str, float and bytes (surrogates
-    # included), and both ends run the same interpreter.
-    return frame(BATCH, marshal.dumps(events))
+    def _add(self, path: str, data: bytes) -> None:
+        if data:  # nothing to write must not create the file
+            self.files.add(path, data)
 
 
 def apply_frames(buf: bytes | bytearray, transcripts: Transcripts) -> int:
     """Apply the complete frames at the start of `buf`; return how many bytes they took."""
-    pos, size = 0, len(buf)
-    while size - pos >= FRAME.size:
-        kind, length = FRAME.unpack_from(buf, pos)
-        start = pos + FRAME.size
-        end = start + length
-        if end > size:
-            break  # the rest of this frame has not arrived yet
-        if kind == BATCH:
-            transcripts.apply(marshal.loads(memoryview(buf)[start:end]))
-        pos = end
-    return pos
+    events, done = decode(buf)
+    transcripts.apply(events)
+    return done
 
 
 def serve(inp: int, out: int, transcripts: Transcripts) -> None:

@@ -21,7 +21,8 @@ import logging
 import threading
 from collections import deque
 
-from flightdeck.engine.records.appender import Event, Transcripts, apply_frames, batch_frame
+from flightdeck.engine.records.appender import Transcripts, apply_frames
+from flightdeck.engine.records.events import Event, encode
 from flightdeck.engine.records.writerproc import WriterProcess, log_failures
 
 log = logging.getLogger("flightdeck.transcripts")
@@ -59,7 +60,7 @@ class TranscriptSink:
         return None if helper is None else helper.pid
 
     def send(self, event: Event) -> None:
-        """Queue one transcript event (`appender.WRITE`, ...); any thread, never blocks."""
+        """Queue one transcript event; any thread, never blocks."""
         self._items.append(event)  # deque.append is atomic; no lock, no wake-up
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -95,16 +96,17 @@ class TranscriptSink:
     def _frame(self) -> threading.Event | _Close | None:
         """Frame queued events into `_out` up to a flush or close marker, and return that marker
         (taken off the queue); None when the queue ran empty. Holds `_frame_lock`."""
-        items, events = self._items, []
+        items = self._items
+        events: list[Event] = []
         marker: threading.Event | _Close | None = None
         while items:
             item = items.popleft()
-            if not isinstance(item, tuple):
+            if isinstance(item, threading.Event | _Close):
                 marker = item
                 break
             events.append(item)
         if events:
-            self._out += batch_frame(events)
+            self._out += encode(events)
         return marker
 
     def _run(self) -> None:
