@@ -1,17 +1,13 @@
-"""Appends transcript lines to files; also the transcript writer process (`python appender.py`).
+"""The transcript writer process (`python -I -m flightdeck.engine.records.appender`): it turns
+transcript events into lines and appends them to the files. The engine does the same in-process
+(`Transcripts`) when the process cannot run.
 
-Why a process: a writer thread inside the engine has to win the interpreter lock back after
-each `open`, `write` and `close` it makes, against dozens of busy worker threads. On the engine
-benchmark (2,000 instant children, 64 workers) that cost 17% of the throughput, and left lines
-to write after the last child finished. In a process of its own the same calls run on another
-core and never wait for the engine's lock.
+Why a process: the opens, writes and closes, and the formatting and sanitizing of every line,
+then run on another core instead of competing with the engine's worker threads for the
+interpreter lock.
 
-The engine sends it raw events (`WRITE`, `STREAM`, ...), not lines: formatting and sanitizing
-them here (`Transcripts`, `lines.LineFormatter`) also moves that work off the engine's lock:
-on the same benchmark, 45 of the engine's 295 µs of CPU per child, and +13% children/s.
-
-Stdlib only, run as `python -I -S appender.py`: it starts in milliseconds, and imports only
-`lines` and `sanitize` from its own source tree.
+It imports only the standard library, `events`, `lines` and `sanitize`, so it starts in
+milliseconds beside every batch.
 """
 
 from __future__ import annotations
@@ -59,6 +55,7 @@ class FileAppender:
         self.last_error = ""
 
     def add(self, path: str, data: bytes) -> None:
+        """Queue `data` (whole lines) for `path`."""
         chunks = self._pending.get(path)
         if chunks is None:
             self._pending[path] = [data]
@@ -66,17 +63,20 @@ class FileAppender:
             chunks.append(data)
 
     def release(self, path: str) -> None:
+        """Write what is queued for `path`, then close its descriptor."""
         self._write(path, self._pending.pop(path, None))
         fd = self._fds.pop(path, None)
         if fd is not None:
             os.close(fd)
 
     def write_pending(self) -> None:
+        """Append every file's queued lines, one write per file."""
         for path, chunks in self._pending.items():
             self._write(path, chunks)
         self._pending.clear()
 
     def close(self) -> None:
+        """Write everything queued and close every descriptor."""
         self.write_pending()
         for fd in self._fds.values():
             os.close(fd)
@@ -114,6 +114,7 @@ class FileAppender:
 
 
 def write_all(fd: int, data: bytes | bytearray) -> None:
+    """Write all of `data` to `fd`."""
     # One write is the normal case (O_APPEND makes a file write atomic); loop on a short write.
     view = memoryview(data)
     while view:
@@ -146,9 +147,11 @@ class Transcripts:
                     self._add(path, data)
 
     def write_pending(self) -> None:
+        """Append the lines queued so far."""
         self.files.write_pending()
 
     def close(self) -> None:
+        """Write everything queued and close the files."""
         self.files.close()
 
     def take_errors(self) -> tuple[int, str]:
@@ -195,6 +198,7 @@ def serve(inp: int, out: int, transcripts: Transcripts) -> None:
 
 
 def main() -> None:
+    """The writer process: events from stdin, answers on stdout, until stdin closes."""
     # The engine ends this process by closing the pipe after its last lines: a Ctrl+C meant for
     # the engine must not end it first (it also runs in a session of its own).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

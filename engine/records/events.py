@@ -119,4 +119,3 @@ def _from_wire(item: tuple[object, ...]) -> Event:
         case (_Tag.RAW, str(path), bytes(data)):
             return Raw(path, data)
     raise ValueError(f"not a transcript event: {item!r:.80}")
-

@@ -1,7 +1,7 @@
 """`TranscriptSink`: every child's transcript events on their way to one writer.
 
-Like rows to the SQLite writer: worker threads never block on file I/O, and 64 threads never
-contend to create files in one folder. Sending an event wakes nothing (a deque append); a drain
+Like rows to the SQLite writer: worker threads never block on file I/O, and never contend to
+create files in one folder. Sending an event wakes nothing (a deque append); a drain
 thread moves events every `DRAIN_S`, so a burst costs no thread switch per line, and a
 `tail -f` sees a line at most that much later.
 
@@ -37,6 +37,8 @@ _Item = Event | threading.Event | _Close  # an event, or a flush or close marker
 
 
 class TranscriptSink:
+    """Carries transcript events from any thread to the writer process, or writes them itself."""
+
     MAX_OPEN = 128  # descriptors kept open (least recently used are closed first)
     DRAIN_S = 0.02
     HELPER_EXIT_S = 10.0  # close() waits this long for the helper to write its last lines
@@ -73,6 +75,7 @@ class TranscriptSink:
         return done.wait(timeout)
 
     def close(self) -> None:
+        """Write everything sent, stop the writer process and close every file; idempotent."""
         if self._closed:
             return
         self._closed = True

@@ -136,8 +136,8 @@ def write_manifest(
     """
     batch_dir.mkdir(parents=True, exist_ok=True)
     target = batch_dir / MANIFEST
-    # dumps without indent runs the C encoder; json.dump(indent=2) is 10x slower on a
-    # 5,000-child manifest. ASCII, so names from task files reach `cat manifest.json` escaped.
+    # No indent: only then does json use its C encoder, and a manifest lists every child.
+    # ASCII, so names from task files reach `cat manifest.json` escaped.
     text = json.dumps(data, default=str)
     if encoded:
         members = [f"{json.dumps(key)}: {v}" for key, v in encoded.items()]
