@@ -36,7 +36,7 @@ from flightdeck.engine.records.rows import (
     queued_params,
 )
 
-# Re-exported: the store's public names were all here before it was split.
+# Importers elsewhere take these from here, though most now live in reader.py and rows.py.
 __all__ = ["MAX_BATCH", "BatchInfo", "QueuedChild", "Store", "StoreReader", "process_start_time"]
 
 log = logging.getLogger(__name__)
