@@ -93,17 +93,19 @@ def decode(buf: bytes | bytearray) -> tuple[list[Event], int]:
 
 
 def _to_wire(event: Event) -> tuple[object, ...]:
+    # Class patterns without captures: positional captures cost several times more, and this
+    # runs on the engine's coordinator thread for every event.
     match event:
-        case Write(path, ts, role, text):
-            return (_Tag.WRITE, path, ts, role, text)
-        case Stream(path, ts, chunk):
-            return (_Tag.STREAM, path, ts, chunk)
-        case EndStream(path, ts):
-            return (_Tag.END_STREAM, path, ts)
-        case Release(path, ts):
-            return (_Tag.RELEASE, path, ts)
-        case Raw(path, data):
-            return (_Tag.RAW, path, data)
+        case Write():
+            return (_Tag.WRITE, event.path, event.ts, event.role, event.text)
+        case Stream():
+            return (_Tag.STREAM, event.path, event.ts, event.chunk)
+        case EndStream():
+            return (_Tag.END_STREAM, event.path, event.ts)
+        case Release():
+            return (_Tag.RELEASE, event.path, event.ts)
+        case Raw():
+            return (_Tag.RAW, event.path, event.data)
 
 
 def _from_wire(item: tuple[object, ...]) -> Event:
