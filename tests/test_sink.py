@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.records import appender, writerproc
 from flightdeck.engine.records.appender import FileAppender, Transcripts, apply_frames
-from flightdeck.engine.records.events import Event, Raw, Release, Stream, Write, encode
+from flightdeck.engine.records.events import (
+    EndStream,
+    Event,
+    Raw,
+    Release,
+    Stream,
+    Write,
+    decode,
+    encode,
+)
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 
@@ -63,6 +72,20 @@ def test_appender_keeps_order_per_file_and_writes_each_file_once(
     files.close()
     assert read(paths[0])[-2:] == ["before release", "after release"]
     assert len(writes) == 5
+
+
+def test_every_kind_of_event_crosses_the_wire_unchanged() -> None:
+    odd = "naïve \udcff name.log"  # a lone surrogate, as a surrogate-escaped file name has
+    events: list[Event] = [
+        Write(odd, TS, "tool", "a\nb \udc80"),
+        Stream(odd, TS + 1, "chunk"),
+        EndStream(odd, TS + 2),
+        Release(odd, TS + 3),
+        Raw(odd, b"13:04:05.250  engine    \xe2\x94\x82 done\n"),
+    ]
+    frames = encode(events[:2]) + encode(events[2:]) + encode([])
+    assert decode(frames) == (events, len(frames))
+    assert decode(frames[:-1]) == (events, len(frames) - len(encode([])))  # a frame in part
 
 
 def test_frames_survive_any_split_and_odd_file_names(tmp_path: Path) -> None:

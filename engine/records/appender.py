@@ -131,20 +131,23 @@ class Transcripts:
     def apply(self, events: Iterable[Event]) -> None:
         """Format each event into its file's lines and queue them (see `write_pending`)."""
         for event in events:
-            match event:
-                case Write(path, ts, role, text):
-                    self._add(path, self._formatter(path).write(role, text, ts))
-                case Stream(path, ts, chunk):
-                    self._add(path, self._formatter(path).stream(chunk, ts))
-                case EndStream(path, ts):
-                    self._add(path, self._formatter(path).end_stream(ts))
-                case Release(path, ts):
+            path = event.path
+            match event:  # class patterns that capture nothing: cheaper, and this is every event
+                case Write():
+                    data = self._formatter(path).write(event.role, event.text, event.ts)
+                case Stream():
+                    data = self._formatter(path).stream(event.chunk, event.ts)
+                case EndStream():
+                    data = self._formatter(path).end_stream(event.ts)
+                case Release():
                     formatter = self._formatters.pop(path, None)
                     if formatter is not None:
-                        self._add(path, formatter.end_stream(ts))
+                        self._add(path, formatter.end_stream(event.ts))
                     self.files.release(path)
-                case Raw(path, data):
-                    self._add(path, data)
+                    continue
+                case Raw():
+                    data = event.data
+            self._add(path, data)
 
     def write_pending(self) -> None:
         """Append the lines queued so far."""

@@ -63,9 +63,12 @@ Event = Write | Stream | EndStream | Release | Raw
 FRAME = struct.Struct("<BI")
 BATCH = 1
 
+# On the wire an event is its kind's index here, then its fields in the order they are declared.
+_KINDS = (Write, Stream, EndStream, Release, Raw)
+
 
 class _Tag:
-    WRITE, STREAM, END_STREAM, RELEASE, RAW = range(5)
+    WRITE, STREAM, END_STREAM, RELEASE, RAW = range(len(_KINDS))
 
 
 def encode(events: Iterable[Event]) -> bytes:
@@ -87,7 +90,8 @@ def decode(buf: bytes | bytearray) -> tuple[list[Event], int]:
         if end > size:
             break  # the rest of this frame has not arrived yet
         if kind == BATCH:
-            events.extend(_from_wire(item) for item in marshal.loads(memoryview(buf)[start:end]))
+            kinds = _KINDS
+            events.extend(kinds[tag](*fields) for tag, *fields in marshal.loads(buf[start:end]))
         pos = end
     return events, pos
 
@@ -106,18 +110,3 @@ def _to_wire(event: Event) -> tuple[object, ...]:
             return (_Tag.RELEASE, event.path, event.ts)
         case Raw():
             return (_Tag.RAW, event.path, event.data)
-
-
-def _from_wire(item: tuple[object, ...]) -> Event:
-    match item:
-        case (_Tag.WRITE, str(path), float() | int() as ts, str(role), str(text)):
-            return Write(path, ts, role, text)
-        case (_Tag.STREAM, str(path), float() | int() as ts, str(chunk)):
-            return Stream(path, ts, chunk)
-        case (_Tag.END_STREAM, str(path), float() | int() as ts):
-            return EndStream(path, ts)
-        case (_Tag.RELEASE, str(path), float() | int() as ts):
-            return Release(path, ts)
-        case (_Tag.RAW, str(path), bytes(data)):
-            return Raw(path, data)
-    raise ValueError(f"not a transcript event: {item!r:.80}")
