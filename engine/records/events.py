@@ -67,7 +67,7 @@ BATCH = 1
 _KINDS = (Write, Stream, EndStream, Release, Raw)
 
 
-class _Tag:
+class _Tag:  # the indexes of _KINDS
     WRITE, STREAM, END_STREAM, RELEASE, RAW = range(len(_KINDS))
 
 
@@ -90,8 +90,8 @@ def decode(buf: bytes | bytearray) -> tuple[list[Event], int]:
         if end > size:
             break  # the rest of this frame has not arrived yet
         if kind == BATCH:
-            kinds = _KINDS
-            events.extend(kinds[tag](*fields) for tag, *fields in marshal.loads(buf[start:end]))
+            items = marshal.loads(memoryview(buf)[start:end])
+            events.extend(_KINDS[item[0]](*item[1:]) for item in items)
         pos = end
     return events, pos
 
