@@ -1,8 +1,8 @@
 """Transcript events, from the engine to its transcript writer, and their form on the wire.
 
 Each event is a small frozen value. On the wire (the pipe to the writer process) a batch of
-them is one frame: a header, then a marshalled list of tuples, each led by its kind's tag.
-`encode` and `decode` here are the only code that knows that form.
+them is one frame: a header, then a marshalled list of tuples (an event's kind, then its
+fields). `encode` and `decode` here are the only code that knows that form.
 """
 
 from __future__ import annotations
