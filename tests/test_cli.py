@@ -25,7 +25,7 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
-from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.console import PipeSafeConsole
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.headless import run_headless

@@ -16,7 +16,7 @@ from flightdeck.engine.inputs.settings import SIM_PRICE
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.records.meter import Meter, cost_of
-from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.records.reader import StoreReader
 
 from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
 
@@ -716,7 +716,7 @@ def test_the_batch_row_names_the_process_that_runs_it(tmp_path: Path) -> None:
     # Crash recovery tells a live owner from a dead one (or a reused pid) by these two.
     import os
 
-    from flightdeck.engine.records.store import process_start_time
+    from flightdeck.engine.records.rows import process_start_time
 
     engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
     run_to_end(engine, 10)

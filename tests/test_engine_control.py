@@ -22,7 +22,7 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
-from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.records.reader import StoreReader
 
 from helpers import batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for

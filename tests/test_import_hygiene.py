@@ -49,6 +49,7 @@ def test_the_transcript_writer_process_starts_on_a_few_stdlib_modules() -> None:
         "flightdeck",
         "flightdeck.engine",
         "flightdeck.engine.records",
+        "flightdeck.engine.records.events",
         "flightdeck.engine.records.lines",
         "flightdeck.engine.sanitize",
     ]

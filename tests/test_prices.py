@@ -11,7 +11,7 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.records.meter import Meter, price_known, route_cost
-from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.records.reader import StoreReader
 
 from helpers import batch, run_to_end, settings
 from loopback import KEY_ENV, Loopback, Reply, route_for

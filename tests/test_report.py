@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.model import Activity, BatchStatus, ChildStatus, Usage
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_json, render_markdown
-from flightdeck.engine.records.store import Store, StoreReader
+from flightdeck.engine.records.store import Store
 
 from test_store import make_batch, make_child  # the store tests' row builders
 

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.records import appender, writerproc
-from flightdeck.engine.records.appender import (
-    RAW,
-    RELEASE,
-    STREAM,
-    WRITE,
+from flightdeck.engine.records.appender import FileAppender, Transcripts, apply_frames
+from flightdeck.engine.records.events import (
+    EndStream,
     Event,
-    FileAppender,
-    Transcripts,
-    apply_frames,
-    batch_frame,
+    Raw,
+    Release,
+    Stream,
+    Write,
+    decode,
+    encode,
 )
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
@@ -74,14 +74,28 @@ def test_appender_keeps_order_per_file_and_writes_each_file_once(
     assert len(writes) == 5
 
 
+def test_every_kind_of_event_crosses_the_wire_unchanged() -> None:
+    odd = "naïve \udcff name.log"  # a lone surrogate, as a surrogate-escaped file name has
+    events: list[Event] = [
+        Write(odd, TS, "tool", "a\nb \udc80"),
+        Stream(odd, TS + 1, "chunk"),
+        EndStream(odd, TS + 2),
+        Release(odd, TS + 3),
+        Raw(odd, b"13:04:05.250  engine    \xe2\x94\x82 done\n"),
+    ]
+    frames = encode(events[:2]) + encode(events[2:]) + encode([])
+    assert decode(frames) == (events, len(frames))
+    assert decode(frames[:-1]) == (events, len(frames) - len(encode([])))  # a frame in part
+
+
 def test_frames_survive_any_split_and_odd_file_names(tmp_path: Path) -> None:
     odd = str(tmp_path / "naïve \udcff name.log")  # not valid UTF-8: a surrogate-escaped byte
-    events = [
-        (WRITE, odd, TS, "user", "one"),
-        (STREAM, odd, TS + 1, "two\nthr"),
-        (RELEASE, odd, TS + 2),  # ends the stream: the partial line is written
+    events: list[Event] = [
+        Write(odd, TS, "user", "one"),
+        Stream(odd, TS + 1, "two\nthr"),
+        Release(odd, TS + 2),  # ends the stream: the partial line is written
     ]
-    stream = batch_frame(events[:1]) + batch_frame(events[1:])
+    stream = encode(events[:1]) + encode(events[1:])
     files = Transcripts()
     buf = bytearray()
     taken = []
@@ -92,8 +106,8 @@ def test_frames_survive_any_split_and_odd_file_names(tmp_path: Path) -> None:
         taken.append(done)
     # whole frames only: what the writer process answers falls on a frame boundary
     assert not buf and [n for n in taken if n] == [
-        len(batch_frame(events[:1])),
-        len(stream) - len(batch_frame(events[:1])),
+        len(encode(events[:1])),
+        len(stream) - len(encode(events[:1])),
     ]
     files.write_pending()
     assert Path(odd).read_text(encoding="utf-8").splitlines() == [
@@ -266,8 +280,8 @@ def test_secrets_are_redacted_before_the_events_leave_this_process(tmp_path: Pat
         s.close()
     assert "sk-live" not in repr(sent)  # neither the pipe nor the writer process sees it
     # ... because lines formatted and redacted here are what is sent (not, say, nothing)
-    assert {event[0] for event in sent} == {RAW, RELEASE}
-    raw = b"".join(event[3] for event in sent if event[0] == RAW).decode()
+    assert {type(event) for event in sent} == {Raw, Release}
+    raw = b"".join(event.data for event in sent if isinstance(event, Raw)).decode()
     assert "key is [REDACTED]" in raw and "echo [REDACTED] done" in raw
     assert bodies(str(path)) == ["key is [REDACTED]", "echo [REDACTED] done"]
 
@@ -327,7 +341,7 @@ def test_the_writer_process_waits_for_nothing_when_more_than_a_pipe_is_sent(
     line = "x" * 1000
     frames = bytearray()
     for n in range(4000):
-        frames += batch_frame([(WRITE, path, TS, "tool", f"{n} {line}")])
+        frames += encode([Write(path, TS, "tool", f"{n} {line}")])
     proc = writerproc.WriterProcess.start(8)
     assert proc is not None
     proc.send(frames)
@@ -340,10 +354,8 @@ def test_a_dead_writer_process_hands_back_exactly_the_frames_it_did_not_confirm(
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "c.log")
-    first = batch_frame([(WRITE, path, TS, "engine", "one")])
-    rest = batch_frame([(WRITE, path, TS, "engine", "two")]) + batch_frame(
-        [(WRITE, path, TS, "engine", "three")]
-    )
+    first = encode([Write(path, TS, "engine", "one")])
+    rest = encode([Write(path, TS, "engine", "two")]) + encode([Write(path, TS, "engine", "three")])
     proc = writerproc.WriterProcess.start(8)
     assert proc is not None
     os.kill(proc.pid, signal.SIGSTOP)
@@ -365,7 +377,7 @@ def test_the_writer_process_writes_everything_after_the_engine_is_gone(tmp_path:
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdout.close()  # its first answer fails
     for n in range(100):
-        proc.stdin.write(batch_frame([(WRITE, path, TS, "engine", f"line {n}")]))
+        proc.stdin.write(encode([Write(path, TS, "engine", f"line {n}")]))
         proc.stdin.flush()
     proc.stdin.close()
     assert proc.wait(10) == 0

@@ -24,18 +24,13 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
+from flightdeck.engine.records import rows as rows_module
+from flightdeck.engine.records import schema
 from flightdeck.engine.records import store as store_module
-from flightdeck.engine.records.store import (
-    MAX_BATCH,
-    SCHEMA_VERSION,
-    BatchInfo,
-    QueuedChild,
-    Store,
-    StoreNotFoundError,
-    StoreReader,
-    StoreVersionError,
-    process_start_time,
-)
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
+from flightdeck.engine.records.schema import SCHEMA_VERSION, StoreNotFoundError, StoreVersionError
+from flightdeck.engine.records.store import MAX_BATCH, Store
 
 
 def make_batch(batch_id: str = "b1", created_ts: float = 1000.0, **kw: object) -> BatchInfo:
@@ -166,7 +161,7 @@ def test_child_round_trip_is_exact(db: Path) -> None:
 
 
 def test_absent_values_are_stored_as_sql_null(db: Path) -> None:
-    """store.py gives None a fast adapter; what it binds must stay NULL, in any connection."""
+    """What the store binds for None is SQL NULL, and binding None elsewhere is unchanged."""
     with Store(db) as store:
         store.create_batch(make_batch())
         store.add_children("b1", [make_child(1, group=None)])
@@ -185,8 +180,6 @@ def test_absent_values_are_stored_as_sql_null(db: Path) -> None:
 
 
 def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
-    from flightdeck.engine.records.store import _CHILD_COLUMNS, QueuedChild
-
     rows = [make_child(1), make_child(2, group=None)]
     queued = [
         QueuedChild(r.id, r.seq, r.goal, r.group, r.route, r.model, r.queued_ts, r.transcript)
@@ -200,7 +193,7 @@ def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
     with StoreReader(db) as reader:
         assert reader.children("b1") == rows
     # column for column, SQL types included, the short path stores what the full row would
-    columns = [c.strip() for c in _CHILD_COLUMNS.split(",") if c.strip() != "batch_id"]
+    columns = [c.strip() for c in rows_module.CHILD_COLUMNS.split(",") if c.strip() != "batch_id"]
     select = ", ".join(f"{c}, typeof({c})" for c in columns)
     conn = sqlite3.connect(db)
     try:
@@ -216,10 +209,10 @@ def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
 
 
 def test_a_literal_for_a_column_that_does_not_exist_is_refused() -> None:
-    from flightdeck.engine.records.store import _CHILD_COLUMNS, _upsert
-
     with pytest.raises(ValueError, match=r"not columns of children: \['tokens'\]"):
-        _upsert("children", _CHILD_COLUMNS, ("batch_id", "id"), {"tokens": "0"})
+        rows_module.upsert(
+            "children", rows_module.CHILD_COLUMNS, ("batch_id", "id"), {"tokens": "0"}
+        )
 
 
 def test_decimal_cost_round_trip_is_exact(db: Path) -> None:
@@ -462,9 +455,9 @@ def test_flush_with_a_timeout_returns_even_while_the_store_lock_is_held(db: Path
 
 def test_waiting_out_a_lock_never_overflows_its_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(store_module.time, "sleep", slept.append)
+    monkeypatch.setattr(schema.time, "sleep", slept.append)
     for attempt in (0, 7, 2000):  # 2**2000 as a float overflowed: the write was dropped
-        store_module._back_off(attempt)
+        schema.back_off(attempt)
     assert slept == [0.001, 0.128, 0.128]
 
 
@@ -552,15 +545,16 @@ def test_consecutive_writes_of_one_statement_run_as_one_executemany_in_order() -
 
 @pytest.mark.parametrize("rows", [2, 5, 64, 85, 200])
 def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int) -> None:
-    from flightdeck.engine.records.store import _INSERT_EVENT, _UPSERT_CHILD, _insert_rows
+    from flightdeck.engine.records.rows import INSERT_EVENT, UPSERT_CHILD
+    from flightdeck.engine.records.store import _insert_rows
 
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db)
-    conn.executescript(store_module._SCHEMA)
+    conn.executescript(schema.SCHEMA)
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     events = [("b1", f"c{i}", float(i), "steer", f"detail {i}") for i in range(rows)]
-    _insert_rows(conn, _INSERT_EVENT, events)
+    _insert_rows(conn, INSERT_EVENT, events)
     chunks = [64] * (rows // 64) + [16] * (rows % 64 // 16) + [4] * (rows % 16 // 4)
     chunks += [1] * (rows % 4)
     inserts = [s for s in statements if s.startswith("INSERT")]
@@ -569,10 +563,10 @@ def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int
     assert stored.fetchall() == events  # every row, in order (ids follow the order given)
 
     # an upsert chunk may name one child twice: the later row wins, as with one per statement
-    first = store_module._child_params("b1", make_child(1))
-    later = store_module._child_params("b1", make_child(1, status=ChildStatus.COMPLETED))
-    others = [store_module._child_params("b1", make_child(i)) for i in range(2, rows)]
-    _insert_rows(conn, _UPSERT_CHILD, [first, *others, later])
+    first = rows_module.child_params("b1", make_child(1))
+    later = rows_module.child_params("b1", make_child(1, status=ChildStatus.COMPLETED))
+    others = [rows_module.child_params("b1", make_child(i)) for i in range(2, rows)]
+    _insert_rows(conn, UPSERT_CHILD, [first, *others, later])
     status = conn.execute("SELECT status FROM children WHERE id = 'c1'").fetchone()[0]
     assert status == "completed"
     assert conn.execute("SELECT count(*) FROM children").fetchone()[0] == max(rows - 1, 1)
@@ -630,7 +624,7 @@ def test_turning_a_new_file_to_wal_waits_for_another_connections_lock(
 ) -> None:
     # SQLite answers "database is locked" at once, without the busy timeout, while another
     # connection holds the new file's write lock: the race above, made certain.
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 10_000)
+    monkeypatch.setattr(schema, "BUSY_TIMEOUT_MS", 10_000)
     db.parent.mkdir()
     db.touch()
     other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
@@ -700,7 +694,7 @@ def test_a_write_waits_for_a_lock_held_past_the_busy_timeout(
 ) -> None:
     # Another process's long transaction used to cost a write after two busy timeouts:
     # "update_child failed: database is locked", and a finished child stayed running.
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 20)
+    monkeypatch.setattr(schema, "BUSY_TIMEOUT_MS", 20)
     caplog.set_level(logging.WARNING, logger="flightdeck.engine.records.store")
     store = Store(db)
     store.add_children("b1", [make_child(0, status=ChildStatus.RUNNING)])
@@ -751,7 +745,7 @@ if os.geteuid() == 0 and "--dropped" not in sys.argv:
     os.execv(sys.executable, [sys.executable, "-c", sys.argv[1], sys.argv[1], "--dropped"])
 from pathlib import Path
 from flightdeck.engine.errors import StoreError
-from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.records.reader import StoreReader
 db = Path(os.environ["DB"])
 print("writable" if os.access(db.parent, os.W_OK) else "read-only", end=": ")
 with StoreReader(db) as reader:

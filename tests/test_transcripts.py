@@ -59,6 +59,23 @@ def test_line_format(tmp_path: Path) -> None:
     ]
 
 
+def test_a_written_line_parses_back_into_its_parts() -> None:
+    formatter = lines.LineFormatter()
+    written = formatter.write("operator", "stop │ now", TS) + formatter.write("long-role", "x", TS)
+    first, second = written.decode().splitlines()
+    assert lines.parse(first) == lines.Line("13:04:05.250", "operator", "stop │ now", 26)
+    assert lines.TEXT_COLUMN == 26  # every role the engine writes fits ROLE_WIDTH
+    assert lines.parse(second) == lines.Line("13:04:05.250", "long-role", "x", 26)
+    wide = lines.parse("13:04:05.250  tool-result-x │ y")
+    assert wide is not None and (wide.role, wide.text, wide.text_start) == (
+        "tool-result-x",
+        "y",
+        30,
+    )
+    for other in ("", "plain text", " " * 24 + "│ wrapped", "13:04:05.250 user │ one gap"):
+        assert lines.parse(other) is None
+
+
 def test_stamps_follow_the_clock_to_the_millisecond(tmp_path: Path) -> None:
     path = tmp_path / "c.log"
     with TranscriptWriter(path, clock=FakeClock()) as tw:

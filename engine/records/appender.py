@@ -1,22 +1,17 @@
-"""Appends transcript lines to files; also the transcript writer process (`python appender.py`).
+"""The transcript writer process (`python -I -m flightdeck.engine.records.appender`): it turns
+transcript events into lines and appends them to the files. The engine does the same in-process
+(`Transcripts`) when the process cannot run.
 
-Why a process: a writer thread inside the engine has to win the interpreter lock back after
-each `open`, `write` and `close` it makes, against dozens of busy worker threads. On the engine
-benchmark (2,000 instant children, 64 workers) that cost 17% of the throughput, and left lines
-to write after the last child finished. In a process of its own the same calls run on another
-core and never wait for the engine's lock.
+Why a process: the opens, writes and closes, and the formatting and sanitizing of every line,
+then run on another core instead of competing with the engine's worker threads for the
+interpreter lock.
 
-The engine sends it raw events (`WRITE`, `STREAM`, ...), not lines: formatting and sanitizing
-them here (`Transcripts`, `lines.LineFormatter`) also moves that work off the engine's lock:
-on the same benchmark, 45 of the engine's 295 µs of CPU per child, and +13% children/s.
-
-Stdlib only, run as `python -I -S appender.py`: it starts in milliseconds, and imports only
-`lines` and `sanitize` from its own source tree.
+It imports only the standard library, `events`, `lines` and `sanitize`, so it starts in
+milliseconds beside every batch.
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import signal
 import struct
@@ -24,25 +19,19 @@ import sys
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from flightdeck.engine.records.events import (
+    EndStream,
+    Event,
+    Raw,
+    Release,
+    Stream,
+    Write,
+    decode,
+)
 from flightdeck.engine.records.lines import LineFormatter
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a fifth of this start
-if TYPE_CHECKING:
-    from typing import Any
 
 OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
-# Transcript events, as tuples: (WRITE, path, ts, role, text), (STREAM, path, ts, chunk),
-# (END_STREAM, path, ts), (RELEASE, path, ts) and (RAW, path, ts, lines already formatted).
-WRITE, STREAM, END_STREAM, RELEASE, RAW = range(5)
-if TYPE_CHECKING:
-    Event = tuple[Any, ...]
-else:
-    Event = tuple
-
-# A frame: kind and length, then the data. BATCH carries a marshalled list of events.
-FRAME = struct.Struct("<BI")
-BATCH = 1
 # The process's answer after each read it has applied and written: how many bytes of frames it
 # has written in all, how many writes failed since the last answer, and the length of the last
 # failure's message, which follows (`writerproc.py` keeps frames until an answer covers them).
@@ -66,6 +55,7 @@ class FileAppender:
         self.last_error = ""
 
     def add(self, path: str, data: bytes) -> None:
+        """Queue `data` (whole lines) for `path`."""
         chunks = self._pending.get(path)
         if chunks is None:
             self._pending[path] = [data]
@@ -73,17 +63,20 @@ class FileAppender:
             chunks.append(data)
 
     def release(self, path: str) -> None:
+        """Write what is queued for `path`, then close its descriptor."""
         self._write(path, self._pending.pop(path, None))
         fd = self._fds.pop(path, None)
         if fd is not None:
             os.close(fd)
 
     def write_pending(self) -> None:
+        """Append every file's queued lines, one write per file."""
         for path, chunks in self._pending.items():
             self._write(path, chunks)
         self._pending.clear()
 
     def close(self) -> None:
+        """Write everything queued and close every descriptor."""
         self.write_pending()
         for fd in self._fds.values():
             os.close(fd)
@@ -121,6 +114,7 @@ class FileAppender:
 
 
 def write_all(fd: int, data: bytes | bytearray) -> None:
+    """Write all of `data` to `fd`."""
     # One write is the normal case (O_APPEND makes a file write atomic); loop on a short write.
     view = memoryview(data)
     while view:
@@ -135,60 +129,54 @@ class Transcripts:
         self._formatters: dict[str, LineFormatter] = {}
 
     def apply(self, events: Iterable[Event]) -> None:
-        add, formatters = self.files.add, self._formatters
+        """Format each event into its file's lines and queue them (see `write_pending`)."""
         for event in events:
-            kind, path, ts = event[0], event[1], event[2]
-            if kind == RAW:
-                add(path, event[3])
-                continue
-            formatter = formatters.get(path)
-            if formatter is None:
-                formatter = formatters[path] = LineFormatter()
-            if kind == WRITE:
-                data = formatter.write(event[3], event[4], ts)
-            elif kind == STREAM:
-                data = formatter.stream(event[3], ts)
-            else:  # END_STREAM, RELEASE
-                data = formatter.end_stream(ts)
-            if data:
-                add(path, data)
-            if kind == RELEASE:
-                del formatters[path]
-                self.files.release(path)
+            path = event.path
+            match event:  # class patterns that capture nothing: cheaper, and this is every event
+                case Write():
+                    data = self._formatter(path).write(event.role, event.text, event.ts)
+                case Stream():
+                    data = self._formatter(path).stream(event.chunk, event.ts)
+                case EndStream():
+                    data = self._formatter(path).end_stream(event.ts)
+                case Release():
+                    formatter = self._formatters.pop(path, None)
+                    if formatter is not None:
+                        self._add(path, formatter.end_stream(event.ts))
+                    self.files.release(path)
+                    continue
+                case Raw():
+                    data = event.data
+            self._add(path, data)
 
     def write_pending(self) -> None:
+        """Append the lines queued so far."""
         self.files.write_pending()
 
     def close(self) -> None:
+        """Write everything queued and close the files."""
         self.files.close()
 
     def take_errors(self) -> tuple[int, str]:
+        """Failed writes since the last call, and the last one's message."""
         return self.files.take_errors()
 
+    def _formatter(self, path: str) -> LineFormatter:
+        formatter = self._formatters.get(path)
+        if formatter is None:
+            formatter = self._formatters[path] = LineFormatter()
+        return formatter
 
-def frame(kind: int, data: bytes = b"") -> bytes:
-    return FRAME.pack(kind, len(data)) + data
-
-
-def batch_frame(events: list[Event]) -> bytes:
-    # marshal: the fastest stdlib encoding of tuples of str, float and bytes (surrogates
-    # included), and both ends run the same interpreter.
-    return frame(BATCH, marshal.dumps(events))
+    def _add(self, path: str, data: bytes) -> None:
+        if data:  # nothing to write must not create the file
+            self.files.add(path, data)
 
 
 def apply_frames(buf: bytes | bytearray, transcripts: Transcripts) -> int:
     """Apply the complete frames at the start of `buf`; return how many bytes they took."""
-    pos, size = 0, len(buf)
-    while size - pos >= FRAME.size:
-        kind, length = FRAME.unpack_from(buf, pos)
-        start = pos + FRAME.size
-        end = start + length
-        if end > size:
-            break  # the rest of this frame has not arrived yet
-        if kind == BATCH:
-            transcripts.apply(marshal.loads(memoryview(buf)[start:end]))
-        pos = end
-    return pos
+    events, done = decode(buf)
+    transcripts.apply(events)
+    return done
 
 
 def serve(inp: int, out: int, transcripts: Transcripts) -> None:
@@ -213,6 +201,7 @@ def serve(inp: int, out: int, transcripts: Transcripts) -> None:
 
 
 def main() -> None:
+    """The writer process: events from stdin, answers on stdout, until stdin closes."""
     # The engine ends this process by closing the pipe after its last lines: a Ctrl+C meant for
     # the engine must not end it first (it also runs in a session of its own).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

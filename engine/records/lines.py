@@ -1,19 +1,25 @@
-"""Transcript lines: one child's events formatted as `HH:MM:SS.mmm  role      │ text`, sanitized.
+"""Transcript lines: one child's events formatted as `HH:MM:SS.mmm  role      │ text`, sanitized,
+and such a line read back into its parts (`parse`).
 
 Stdlib only (with `sanitize`): the transcript writer process imports it too, and formats the
-lines there, on another core, from the raw events the engine sends it (`appender.py`).
+lines there from the events the engine sends it (`appender.py`).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import time
+from dataclasses import dataclass
 
 from flightdeck.engine.sanitize import StreamSanitizer, redact, sanitize
 
 ROLES = ("system", "user", "assistant", "tool", "tool-call", "operator", "engine", "error")
-ROLE_WIDTH = 9
+STAMP_WIDTH = len("HH:MM:SS.mmm")
+GAP = "  "  # between the stamp and the role
+ROLE_WIDTH = 9  # roles are padded to this width, so the text of every line starts in one column
 SEPARATOR = " │ "
+TEXT_COLUMN = STAMP_WIDTH + len(GAP) + ROLE_WIDTH + len(SEPARATOR)
 
 # A streamed line longer than this is written out unfinished, so memory stays bounded when a
 # model streams megabytes without a newline.
@@ -94,7 +100,7 @@ class LineFormatter:
         ms = int(ts * 1000)
         if ms != self._last_ms:  # a fast child writes several lines a millisecond
             self._last_ms, self._last_stamp = ms, _stamp_ms(ms)
-        head = f"{self._last_stamp}  {_LABELS.get(role) or _label(role)}"
+        head = f"{self._last_stamp}{GAP}{_LABELS.get(role) or _label(role)}"
         data = head + ("\n" + head).join(lines) + "\n"  # a stamp and label on every line
         if self._secrets:
             data = redact(data, self._secrets)
@@ -120,3 +126,25 @@ def _label(role: str) -> str:
 
 
 _LABELS = {role: _label(role) for role in ROLES}  # every line has one: built once, not per line
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One transcript line, read back into its parts."""
+
+    stamp: str  # HH:MM:SS.mmm, local time
+    role: str
+    text: str
+    text_start: int  # the column `text` starts at: TEXT_COLUMN unless the role is wider
+
+
+_LINE = re.compile(rf"(\d\d:\d\d:\d\d\.\d\d\d){GAP}(.*?){re.escape(SEPARATOR)}(.*)", re.DOTALL)
+
+
+def parse(line: str) -> Line | None:
+    """The parts of one line as `LineFormatter` writes it; None for any other text."""
+    match = _LINE.match(line)
+    if match is None:
+        return None
+    stamp, role, text = match.groups()
+    return Line(stamp, role.strip(), text, match.start(3))

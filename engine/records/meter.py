@@ -78,6 +78,8 @@ def route_cost(usage: Usage, route: Route) -> Decimal | None:
 
 @dataclass(frozen=True, slots=True)
 class MeterTotals:
+    """A batch's usage and cost so far."""
+
     usage: Usage
     cost_usd: Decimal  # sum of known costs
     unknown_cost_usage: Usage  # usage whose price is unknown: shown, never priced
@@ -108,6 +110,7 @@ class Meter:
         return cost
 
     def totals(self) -> MeterTotals:
+        """The sums so far."""
         with self._lock:
             return MeterTotals(self._usage, self._cost, self._unknown)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from flightdeck.engine.model import Totals
 from flightdeck.engine.records.meter import route_totals, totals_of
-from flightdeck.engine.records.store import StoreReader
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.sanitize import one_line
 
 GOAL_WIDTH = 80

@@ -1,7 +1,7 @@
 """`TranscriptSink`: every child's transcript events on their way to one writer.
 
-Like rows to the SQLite writer: worker threads never block on file I/O, and 64 threads never
-contend to create files in one folder. Sending an event wakes nothing (a deque append); a drain
+Like rows to the SQLite writer: worker threads never block on file I/O, and never contend to
+create files in one folder. Sending an event wakes nothing (a deque append); a drain
 thread moves events every `DRAIN_S`, so a burst costs no thread switch per line, and a
 `tail -f` sees a line at most that much later.
 
@@ -21,7 +21,8 @@ import logging
 import threading
 from collections import deque
 
-from flightdeck.engine.records.appender import Event, Transcripts, apply_frames, batch_frame
+from flightdeck.engine.records.appender import Transcripts, apply_frames
+from flightdeck.engine.records.events import Event, encode
 from flightdeck.engine.records.writerproc import WriterProcess, log_failures
 
 log = logging.getLogger("flightdeck.transcripts")
@@ -36,6 +37,8 @@ _Item = Event | threading.Event | _Close  # an event, or a flush or close marker
 
 
 class TranscriptSink:
+    """Carries transcript events from any thread to the writer process, or writes them itself."""
+
     MAX_OPEN = 128  # descriptors kept open (least recently used are closed first)
     DRAIN_S = 0.02
     HELPER_EXIT_S = 10.0  # close() waits this long for the helper to write its last lines
@@ -59,7 +62,7 @@ class TranscriptSink:
         return None if helper is None else helper.pid
 
     def send(self, event: Event) -> None:
-        """Queue one transcript event (`appender.WRITE`, ...); any thread, never blocks."""
+        """Queue one transcript event; any thread, never blocks."""
         self._items.append(event)  # deque.append is atomic; no lock, no wake-up
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -72,6 +75,7 @@ class TranscriptSink:
         return done.wait(timeout)
 
     def close(self) -> None:
+        """Write everything sent, stop the writer process and close every file; idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -95,16 +99,17 @@ class TranscriptSink:
     def _frame(self) -> threading.Event | _Close | None:
         """Frame queued events into `_out` up to a flush or close marker, and return that marker
         (taken off the queue); None when the queue ran empty. Holds `_frame_lock`."""
-        items, events = self._items, []
+        items = self._items
+        events: list[Event] = []
         marker: threading.Event | _Close | None = None
         while items:
             item = items.popleft()
-            if not isinstance(item, tuple):
+            if isinstance(item, threading.Event | _Close):
                 marker = item
                 break
             events.append(item)
         if events:
-            self._out += batch_frame(events)
+            self._out += encode(events)
         return marker
 
     def _run(self) -> None:

@@ -12,15 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flightdeck.engine.records.appender import (
-    END_STREAM,
-    OPEN_FLAGS,
-    RAW,
-    RELEASE,
-    STREAM,
-    WRITE,
-    write_all,
-)
+from flightdeck.engine.records.appender import OPEN_FLAGS, write_all
+from flightdeck.engine.records.events import EndStream, Raw, Release, Stream, Write
 from flightdeck.engine.records.lines import LineFormatter
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.sanitize import sanitize
@@ -33,10 +26,10 @@ MANIFEST = "manifest.json"
 class TranscriptWriter:
     """One child's transcript (thread-safe); the format is `lines.LineFormatter`'s.
 
-    With a sink, the events go to it raw and its writer process formats them (`appender.py`):
-    a call here costs a tuple and a deque append. Without one, or with secrets to redact (which
-    must not leave this process), they are formatted here and each event is one `os.write` of
-    whole lines (or one finished `RAW` event to the sink).
+    With a sink, the events go to it unformatted and its writer process formats them
+    (`appender.py`). Without one, or with secrets to redact (which must not leave this
+    process), they are formatted here and each event is one `os.write` of whole lines (or one
+    `Raw` event of them to the sink).
     """
 
     def __init__(
@@ -70,7 +63,7 @@ class TranscriptWriter:
         """Append streamed assistant text; each line is written as soon as it is complete."""
         with self._lock:
             if self._remote is not None:
-                self._remote((STREAM, self._key, self._clock(), chunk))
+                self._remote(Stream(self._key, self._clock(), chunk))
             else:
                 self._out(self._local().stream(chunk, self._clock()))
 
@@ -78,7 +71,7 @@ class TranscriptWriter:
         """Write the partial last line of the stream, if any."""
         with self._lock:
             if self._remote is not None:
-                self._remote((END_STREAM, self._key, self._clock()))
+                self._remote(EndStream(self._key, self._clock()))
             else:
                 self._out(self._local().end_stream(self._clock()))
 
@@ -94,7 +87,7 @@ class TranscriptWriter:
             if self._remote is None:
                 self._out(self._local().end_stream(ts))
             if self._sink is not None:
-                self._sink.send((RELEASE, self._key, ts))
+                self._sink.send(Release(self._key, ts))
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -109,7 +102,7 @@ class TranscriptWriter:
 
     def _write(self, role: str, text: str, ts: float) -> None:
         if self._remote is not None:
-            self._remote((WRITE, self._key, ts, role, text))
+            self._remote(Write(self._key, ts, role, text))
         else:
             self._out(self._local().write(role, text, ts))
 
@@ -121,7 +114,7 @@ class TranscriptWriter:
         if not data:
             return
         if self._sink is not None:
-            self._sink.send((RAW, self._key, 0.0, data))
+            self._sink.send(Raw(self._key, data))
             return
         if self._fd is not None:
             write_all(self._fd, data)
@@ -143,8 +136,8 @@ def write_manifest(
     """
     batch_dir.mkdir(parents=True, exist_ok=True)
     target = batch_dir / MANIFEST
-    # dumps without indent runs the C encoder; json.dump(indent=2) is 10x slower on a
-    # 5,000-child manifest. ASCII, so names from task files reach `cat manifest.json` escaped.
+    # No indent: only then does json use its C encoder, and a manifest lists every child.
+    # ASCII, so names from task files reach `cat manifest.json` escaped.
     text = json.dumps(data, default=str)
     if encoded:
         members = [f"{json.dumps(key)}: {v}" for key, v in encoded.items()]

@@ -11,8 +11,7 @@ things a dead process can still cost:
 
 Both pipes are non-blocking: a send that finds the input pipe full reads answers while it waits,
 so neither side can block the other with a full pipe. What is kept is bounded by what the
-process can be behind: the pipe (1 MB), the read it is working on (at most 1 MB) and one send
-(2–4 MB more peak memory on the engine benchmark).
+process can be behind: the pipe (1 MB), the read it is working on (at most 1 MB) and one send.
 """
 
 from __future__ import annotations
@@ -169,5 +168,6 @@ class WriterProcess:
 
 
 def log_failures(failed: int, error: str) -> None:
+    """Log the writes that failed, if any, with the last one's message."""
     if failed:
         log.error("%d transcript write(s) failed; last: %s", failed, error)

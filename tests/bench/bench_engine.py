@@ -28,6 +28,14 @@ from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records import store
+from flightdeck.engine.records.rows import (
+    UPSERT_CHILD,
+    UPSERT_QUEUED,
+    QueuedChild,
+    child_params,
+    queued_params,
+)
+from flightdeck.engine.records.schema import SCHEMA
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.headless import run_headless
 from rich.console import Console
@@ -100,14 +108,14 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
     conn = sqlite3.connect(state / "floor.db", isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    conn.executescript(store._SCHEMA)
+    conn.executescript(SCHEMA)
     queued = [
-        store.QueuedChild(r.id, r.seq, r.goal, r.group, r.route, r.model, r.queued_ts, r.transcript)
+        QueuedChild(r.id, r.seq, r.goal, r.group, r.route, r.model, r.queued_ts, r.transcript)
         for r in rows
     ]
     t0 = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")
-    store._insert_rows(conn, store._UPSERT_QUEUED, [store._queued_params("b", q) for q in queued])
+    store._insert_rows(conn, UPSERT_QUEUED, [queued_params("b", q) for q in queued])
     conn.execute("COMMIT")
     for start in range(0, N, 100):  # the writer commits small batches as children finish
         batch = range(start, min(N, start + 100))
@@ -116,9 +124,7 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
             os.write(fd, logs[i])
             os.close(fd)
         conn.execute("BEGIN IMMEDIATE")
-        store._insert_rows(
-            conn, store._UPSERT_CHILD, [store._child_params("b", rows[i]) for i in batch]
-        )
+        store._insert_rows(conn, UPSERT_CHILD, [child_params("b", rows[i]) for i in batch])
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - t0
     conn.close()

@@ -17,7 +17,8 @@ from flightdeck.tui.widgets.rows import (
     sort_key,
 )
 from flightdeck.tui.widgets.tail import read_chunk
-from flightdeck.tui.widgets.transcript import wrap_line
+from flightdeck.tui.widgets.transcript import TranscriptHighlighter, wrap_line
+from rich.text import Text
 from tui_fakes import NOW, child, demo_rows
 
 
@@ -155,6 +156,22 @@ def test_wrap_keeps_the_text_column() -> None:
     assert len(parts) > 1 and all(len(p) <= 60 for p in parts)
     assert all(p.startswith(" " * 24 + "│ ") for p in parts[1:])
     assert wrap_line("short", 60) == ["short"]
+
+
+def test_the_highlighter_styles_the_stamp_and_role_of_transcript_lines_only() -> None:
+    def spans(plain: str) -> list[tuple[int, int, str]]:
+        text = Text(plain)
+        TranscriptHighlighter().highlight(text)
+        return [(s.start, s.end, str(s.style)) for s in text.spans]
+
+    assert spans("10:00:00.000  user      │ [b]hi[/b]") == [(0, 12, "dim"), (12, 23, "bold cyan")]
+    assert spans("10:00:00.000  error     │ boom") == [
+        (0, 12, "dim"),
+        (12, 23, "bold red"),
+        (26, 30, "bold red"),
+    ]
+    assert spans(" " * 24 + "│ a wrapped line") == []
+    assert spans("no stamp │ here") == []
 
 
 def test_unknown_status_glyphs_cover_every_status(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import os
 import textwrap
 from pathlib import Path
 
+from flightdeck.engine.records.lines import SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.widgets.tail import Chunk, read_chunk
 from rich.cells import cell_len
@@ -17,11 +18,6 @@ from textual.containers import Vertical
 from textual.widgets import Log, Static
 from textual.worker import Worker, WorkerState
 
-# Transcript lines look like `HH:MM:SS.mmm  role      │ text` (see engine/transcripts.py).
-_STAMP = 12
-_SEPARATOR = " │ "
-_HEAD = 26  # stamp, two spaces, role padded to 9, separator
-_INDENT = " " * (_HEAD - 2) + "│ "  # continuation lines keep the text column
 _MIN_BODY = 20  # narrower than this, wrapped lines are not indented
 ROLE_STYLES = {
     "system": "dim",
@@ -40,7 +36,11 @@ def wrap_line(line: str, width: int) -> list[str]:
     """Fold a long transcript line to `width`, continuing under its text column."""
     if width <= 0 or cell_len(line) <= width:
         return [line]
-    indent = _INDENT if width - _HEAD >= _MIN_BODY and line.find(_SEPARATOR) == _HEAD - 3 else ""
+    parsed = parse(line)
+    indent = ""
+    if parsed is not None and width - parsed.text_start >= _MIN_BODY:
+        # continuation lines keep the text column, under the separator
+        indent = SEPARATOR.lstrip().rjust(parsed.text_start)
     wrapped = textwrap.wrap(
         line, width, subsequent_indent=indent, replace_whitespace=False, drop_whitespace=True
     )
@@ -48,20 +48,18 @@ def wrap_line(line: str, width: int) -> list[str]:
 
 
 class TranscriptHighlighter(Highlighter):
-    """Styles the stamp and role of each line by position; the text itself stays plain."""
+    """Styles a transcript line's stamp and role (and an operator or error line's text)."""
 
     def highlight(self, text: Text) -> None:
-        plain = text.plain
-        sep = plain.find(_SEPARATOR)
-        if sep < _STAMP:
+        line = parse(text.plain)
+        if line is None:
             return
-        text.stylize("dim", 0, _STAMP)
-        role = plain[_STAMP:sep].strip()
-        style = ROLE_STYLES.get(role, "")
+        text.stylize("dim", 0, STAMP_WIDTH)
+        style = ROLE_STYLES.get(line.role, "")
         if style:
-            text.stylize(style, _STAMP, sep)
-        if role in ("operator", "error"):
-            text.stylize(style, sep + len(_SEPARATOR))
+            text.stylize(style, STAMP_WIDTH, line.text_start - len(SEPARATOR))
+        if line.role in ("operator", "error"):
+            text.stylize(style, line.text_start)
 
 
 class TranscriptView(Vertical):

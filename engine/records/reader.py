@@ -1,0 +1,239 @@
+"""`StoreReader`: a read-only connection to the store, for the UI, attach and reports."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from flightdeck.engine.errors import StoreError
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt
+from flightdeck.engine.records.rows import (
+    BATCH_COLUMNS,
+    CHILD_COLUMNS,
+    RECEIPT_COLUMNS,
+    BatchInfo,
+    batch_info,
+    child_row,
+    receipt,
+)
+from flightdeck.engine.records.schema import (
+    SCHEMA_VERSION,
+    StoreNotFoundError,
+    connect,
+    readable_without_shm,
+    schema_version,
+)
+
+_TERMINAL_NOT_COMPLETED = tuple(
+    s.value for s in ChildStatus if s.terminal and s is not ChildStatus.COMPLETED
+)
+
+
+class StoreReader:
+    """A read-only connection for the UI, attach and reports; safe to share between threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.is_file():
+            raise StoreNotFoundError(
+                f"no flightdeck database at {path} (run a batch first, or pass --state-dir)"
+            )
+        self._uri = f"{path.resolve().as_uri()}?mode=ro"
+        self._conn = connect(self._uri, uri=True)
+        self._lock = threading.Lock()
+        self._ready = False
+
+    def close(self) -> None:
+        """Close the connection; idempotent."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def batches(self) -> list[BatchInfo]:
+        """Every batch, newest first, with summary fields."""
+        with self._lock:
+            if not self._check_ready():
+                return []
+            return self._batches(None)
+
+    def batch(self, batch_id: str) -> BatchInfo | None:
+        """One batch with summary fields, or None."""
+        with self._lock:
+            if not self._check_ready():
+                return None
+            found = self._batches(batch_id)
+            return found[0] if found else None
+
+    def latest_batch_id(self) -> str | None:
+        """The id of the most recently created batch, or None."""
+        with self._lock:
+            if not self._check_ready():
+                return None
+            row = self._conn.execute(
+                "SELECT id FROM batches ORDER BY created_ts DESC, rowid DESC LIMIT 1"
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+    def children(self, batch_id: str) -> list[ChildRow]:
+        """A batch's children in seq order, each with its steer receipts."""
+        with self._lock:
+            if not self._check_ready():
+                return []
+            with self._snapshot():
+                rows = self._conn.execute(
+                    f"SELECT {CHILD_COLUMNS} FROM children WHERE batch_id = ? ORDER BY seq, id",
+                    (batch_id,),
+                ).fetchall()
+                steers: dict[str, list[SteerReceipt]] = {}
+                for steer in self._controls(batch_id, None, "steer"):
+                    steers.setdefault(steer.child_id, []).append(steer)
+        return [child_row(r, tuple(steers.get(r[1], ()))) for r in rows]
+
+    def child(self, batch_id: str, child_id: str) -> ChildRow | None:
+        """One child with its steer receipts, or None."""
+        with self._lock:
+            if not self._check_ready():
+                return None
+            with self._snapshot():
+                row = self._conn.execute(
+                    f"SELECT {CHILD_COLUMNS} FROM children WHERE batch_id = ? AND id = ?",
+                    (batch_id, child_id),
+                ).fetchone()
+                steers = tuple(self._controls(batch_id, child_id, "steer"))
+        return None if row is None else child_row(row, steers)
+
+    def controls(
+        self, batch_id: str, child_id: str | None = None, kind: str | None = None
+    ) -> list[SteerReceipt]:
+        """Steer and stop receipts of a batch (or one child), oldest first."""
+        with self._lock:
+            if not self._check_ready():
+                return []
+            return self._controls(batch_id, child_id, kind)
+
+    def events(self, batch_id: str) -> list[tuple[float, str | None, str, str]]:
+        """A batch's events as (ts, child_id, kind, detail), oldest first."""
+        with self._lock:
+            if not self._check_ready():
+                return []
+            rows = self._conn.execute(
+                "SELECT ts, child_id, kind, detail FROM events WHERE batch_id = ? ORDER BY id",
+                (batch_id,),
+            ).fetchall()
+        return [(float(r[0]), r[1], str(r[2]), str(r[3])) for r in rows]
+
+    # Everything below runs with the lock held.
+
+    def _check_ready(self) -> bool:
+        # A reader may open the file in the instant before the writer has made the schema.
+        if not self._ready:
+            try:
+                try:
+                    version = schema_version(self._conn, self.path)
+                except sqlite3.OperationalError as exc:
+                    if not readable_without_shm(self.path, exc):
+                        raise
+                    self._conn.close()
+                    self._conn = connect(f"{self._uri}&immutable=1", uri=True)
+                    version = schema_version(self._conn, self.path)
+            except sqlite3.DatabaseError as exc:  # not a database, unreadable
+                raise StoreError(
+                    self.path, None, None, f"cannot read the database: {exc}"
+                ) from None
+            self._ready = version == SCHEMA_VERSION
+        return self._ready
+
+    def _snapshot(self) -> _ReadTransaction:
+        return _ReadTransaction(self._conn)
+
+    def _batches(self, batch_id: str | None) -> list[BatchInfo]:
+        where, args = ("WHERE id = ?", (batch_id,)) if batch_id is not None else ("", ())
+        with self._snapshot():
+            batch_rows = self._conn.execute(
+                f"SELECT {BATCH_COLUMNS} FROM batches {where} ORDER BY created_ts DESC, rowid DESC",
+                args,
+            ).fetchall()
+            child_where = "WHERE batch_id = ?" if batch_id is not None else ""
+            child_rows = self._conn.execute(
+                f"SELECT batch_id, status, cost_usd FROM children {child_where}", args
+            ).fetchall()
+        # Costs are exact Decimal strings: sum them here, not as SQL floats.
+        summary: dict[str, _Summary] = {}
+        for bid, status, cost in child_rows:
+            s = summary.get(bid)
+            if s is None:
+                s = summary[bid] = _Summary()
+            s.add(status, cost)
+        empty = _Summary()
+        out = []
+        for r in batch_rows:
+            s = summary.get(r[0], empty)
+            out.append(
+                batch_info(
+                    r,
+                    children=s.children,
+                    completed=s.completed,
+                    failed=s.failed,
+                    cost_usd=s.cost_usd,
+                    cost_unknown=s.cost_unknown,
+                )
+            )
+        return out
+
+    def _controls(
+        self, batch_id: str, child_id: str | None, kind: str | None
+    ) -> list[SteerReceipt]:
+        sql = f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ?"
+        args: list[Any] = [batch_id]
+        if child_id is not None:
+            sql += " AND child_id = ?"
+            args.append(child_id)
+        if kind is not None:
+            sql += " AND kind = ?"
+            args.append(kind)
+        return [receipt(r) for r in self._conn.execute(sql + " ORDER BY id", args).fetchall()]
+
+
+class _Summary:
+    """A batch's children counted by outcome, and the exact sum of their known costs."""
+
+    __slots__ = ("children", "completed", "cost_unknown", "cost_usd", "failed")
+
+    def __init__(self) -> None:
+        self.children = 0
+        self.completed = 0
+        self.failed = 0
+        self.cost_usd = Decimal(0)
+        self.cost_unknown = 0
+
+    def add(self, status: str, cost: str | None) -> None:
+        self.children += 1
+        if status == ChildStatus.COMPLETED:
+            self.completed += 1
+        elif status in _TERMINAL_NOT_COMPLETED:
+            self.failed += 1
+        if cost is None:
+            self.cost_unknown += 1
+        else:
+            self.cost_usd += Decimal(cost)
+
+
+class _ReadTransaction:
+    """BEGIN … COMMIT around several SELECTs so they see one consistent WAL snapshot."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN")
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.execute("COMMIT")

@@ -1,0 +1,291 @@
+"""Row mapping: the store's SQL statements, and values to and from their sqlite rows."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from flightdeck.engine.model import (
+    Activity,
+    BatchStatus,
+    ChildRow,
+    ChildStatus,
+    SteerReceipt,
+    SteerState,
+    Usage,
+)
+
+BATCH_COLUMNS = (
+    "id, name, source, spec_json, workspace, state_dir, owner_pid, owner_start, pool_size, "
+    "max_cost_usd, status, created_ts, finished_ts"
+)
+CHILD_COLUMNS = (
+    "batch_id, id, seq, goal, grp, route, model, status, api_calls, tool_calls, retries, turns, "
+    "current_tool, tool_started_ts, activity, last_activity_ts, tokens_in, tokens_out, "
+    "cache_read, cache_write, cost_usd, queued_ts, started_ts, finished_ts, error, result, "
+    "transcript"
+)
+CONTROL_COLUMNS = "id, batch_id, child_id, kind, message, now, state, created_ts, settled_ts"
+RECEIPT_COLUMNS = "id, child_id, message, now, state, created_ts, settled_ts"
+
+
+def upsert(
+    table: str, columns: str, keys: tuple[str, ...], fixed: Mapping[str, str] | None = None
+) -> str:
+    """An upsert of every column; `fixed` columns take an SQL literal instead of a parameter."""
+    names = [c.strip() for c in columns.split(",")]
+    if unknown := set(fixed or {}) - set(names):
+        raise ValueError(f"not columns of {table}: {sorted(unknown)}")
+    updates = ", ".join(f"{c} = excluded.{c}" for c in names if c not in keys)
+    marks = ", ".join((fixed or {}).get(n, "?") for n in names)
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES ({marks}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+    )
+
+
+UPSERT_BATCH = upsert("batches", BATCH_COLUMNS, ("id",))
+UPSERT_CHILD = upsert("children", CHILD_COLUMNS, ("batch_id", "id"))
+# A child that has not started: everything but what its task says is the same for all, so it
+# is written as literals and a queued row binds 9 values instead of 27. A test keeps the rows
+# equal to the full upsert's.
+_NOT_STARTED = {
+    "status": f"'{ChildStatus.QUEUED.value}'",
+    **dict.fromkeys(("api_calls", "tool_calls", "retries", "turns"), "0"),
+    **dict.fromkeys(("tokens_in", "tokens_out", "cache_read", "cache_write"), "0"),
+    **dict.fromkeys(("current_tool", "tool_started_ts", "last_activity_ts"), "NULL"),
+    **dict.fromkeys(("started_ts", "finished_ts", "error", "result"), "NULL"),
+    "activity": "''",
+    "cost_usd": "'0'",
+}
+UPSERT_QUEUED = upsert("children", CHILD_COLUMNS, ("batch_id", "id"), _NOT_STARTED)
+UPSERT_CONTROL = upsert("controls", CONTROL_COLUMNS, ("batch_id", "id"))
+INSERT_EVENT = "INSERT INTO events (batch_id, child_id, ts, kind, detail) VALUES (?, ?, ?, ?, ?)"
+FINISH_BATCH = "UPDATE batches SET status = ?, finished_ts = ? WHERE id = ?"
+SETTLE_LIVE = (
+    "UPDATE children SET status = ?, finished_ts = coalesce(finished_ts, ?), current_tool = NULL "
+    "WHERE batch_id = ? AND status IN ('queued', 'gated', 'running')"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """One batch as stored, plus summary fields filled in when read back."""
+
+    id: str
+    name: str
+    source: str | None
+    spec_json: str
+    workspace: str
+    state_dir: str
+    owner_pid: int
+    owner_start: float | None
+    pool_size: int
+    max_cost_usd: Decimal | None
+    status: BatchStatus
+    created_ts: float
+    finished_ts: float | None
+    children: int = 0
+    completed: int = 0
+    failed: int = 0  # every terminal status other than completed
+    cost_usd: Decimal = Decimal(0)  # sum of the known costs
+    cost_unknown: int = 0  # children whose price is unknown
+
+
+class QueuedChild(NamedTuple):
+    """A child as first recorded, before it runs: all `Store.add_queued` needs, without a full
+    `ChildRow` (and its `Activity` and `Usage`) for each of thousands of queued children."""
+
+    id: str
+    seq: int
+    goal: str
+    group: str | None
+    route: str
+    model: str
+    queued_ts: float
+    transcript: str
+
+
+def process_start_time(pid: int | None = None) -> float | None:
+    """Seconds since boot at which `pid` (default: this process) started; None if unknown."""
+    try:
+        with open(f"/proc/{os.getpid() if pid is None else pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+        # comm (field 2) may contain spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime in ticks
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# -- values to parameters, in column order ----------------------------------------------------
+
+
+def _text(value: Decimal | None) -> str | None:
+    # Decimals are stored as their exact text, never as SQL floats.
+    return None if value is None else str(value)
+
+
+def _decimal(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def batch_params(info: BatchInfo) -> tuple[Any, ...]:
+    """The parameters of UPSERT_BATCH."""
+    return (
+        info.id,
+        info.name,
+        info.source,
+        info.spec_json,
+        info.workspace,
+        info.state_dir,
+        info.owner_pid,
+        info.owner_start,
+        info.pool_size,
+        _text(info.max_cost_usd),
+        info.status.value,
+        info.created_ts,
+        info.finished_ts,
+    )
+
+
+def child_params(batch_id: str, row: ChildRow) -> tuple[Any, ...]:
+    """The parameters of UPSERT_CHILD."""
+    act, use = row.activity, row.usage
+    return (
+        batch_id,
+        row.id,
+        row.seq,
+        row.goal,
+        row.group,
+        row.route,
+        row.model,
+        row.status.value,
+        act.api_calls,
+        act.tool_calls,
+        act.retries,
+        act.turns,
+        act.current_tool,
+        act.tool_started_ts,
+        act.text,
+        act.last_activity_ts,
+        use.input_tokens,
+        use.output_tokens,
+        use.cache_read_tokens,
+        use.cache_write_tokens,
+        _text(row.cost_usd),
+        row.queued_ts,
+        row.started_ts,
+        row.finished_ts,
+        row.error,
+        row.result,
+        row.transcript,
+    )
+
+
+def queued_params(batch_id: str, c: QueuedChild) -> tuple[Any, ...]:
+    """The parameters of UPSERT_QUEUED."""
+    return (batch_id, c.id, c.seq, c.goal, c.group, c.route, c.model, c.queued_ts, c.transcript)
+
+
+def control_params(batch_id: str, receipt: SteerReceipt, kind: str) -> tuple[Any, ...]:
+    """The parameters of UPSERT_CONTROL."""
+    return (
+        receipt.id,
+        batch_id,
+        receipt.child_id,
+        kind,
+        receipt.message,
+        int(receipt.now),
+        receipt.state.value,
+        receipt.created_ts,
+        receipt.settled_ts,
+    )
+
+
+# -- rows to values ----------------------------------------------------------------------------
+
+
+def batch_info(
+    r: Sequence[Any],
+    *,
+    children: int = 0,
+    completed: int = 0,
+    failed: int = 0,
+    cost_usd: Decimal = Decimal(0),
+    cost_unknown: int = 0,
+) -> BatchInfo:
+    """A BATCH_COLUMNS row, with its summary fields."""
+    return BatchInfo(
+        id=r[0],
+        name=r[1],
+        source=r[2],
+        spec_json=r[3],
+        workspace=r[4],
+        state_dir=r[5],
+        owner_pid=r[6],
+        owner_start=r[7],
+        pool_size=r[8],
+        max_cost_usd=_decimal(r[9]),
+        status=BatchStatus(r[10]),
+        created_ts=r[11],
+        finished_ts=r[12],
+        children=children,
+        completed=completed,
+        failed=failed,
+        cost_usd=cost_usd,
+        cost_unknown=cost_unknown,
+    )
+
+
+def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...]) -> ChildRow:
+    """A CHILD_COLUMNS row, with the child's steer receipts."""
+    return ChildRow(
+        id=r[1],
+        seq=r[2],
+        goal=r[3],
+        group=r[4],
+        route=r[5],
+        model=r[6],
+        status=ChildStatus(r[7]),
+        activity=Activity(
+            api_calls=r[8],
+            tool_calls=r[9],
+            retries=r[10],
+            turns=r[11],
+            current_tool=r[12],
+            tool_started_ts=r[13],
+            last_activity_ts=r[15],
+            text=r[14],
+        ),
+        usage=Usage(
+            input_tokens=r[16],
+            output_tokens=r[17],
+            cache_read_tokens=r[18],
+            cache_write_tokens=r[19],
+        ),
+        cost_usd=_decimal(r[20]),
+        queued_ts=r[21],
+        started_ts=r[22],
+        finished_ts=r[23],
+        error=r[24],
+        result=r[25],
+        transcript=r[26],
+        steers=steers,
+    )
+
+
+def receipt(r: Sequence[Any]) -> SteerReceipt:
+    """A RECEIPT_COLUMNS row."""
+    return SteerReceipt(
+        id=r[0],
+        child_id=r[1],
+        message=r[2],
+        now=bool(r[3]),
+        state=SteerState(r[4]),
+        created_ts=r[5],
+        settled_ts=r[6],
+    )

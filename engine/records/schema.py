@@ -1,0 +1,203 @@
+"""The database file: connections, WAL mode, and the schema with its version."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from flightdeck.engine.errors import StoreError
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS batches (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    source TEXT,
+    spec_json TEXT NOT NULL,
+    workspace TEXT NOT NULL,
+    state_dir TEXT NOT NULL,
+    owner_pid INTEGER NOT NULL,
+    owner_start REAL,
+    pool_size INTEGER NOT NULL,
+    max_cost_usd TEXT,
+    status TEXT NOT NULL,
+    created_ts REAL NOT NULL,
+    finished_ts REAL
+);
+CREATE TABLE IF NOT EXISTS children (
+    batch_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    goal TEXT NOT NULL,
+    grp TEXT,
+    route TEXT NOT NULL,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    api_calls INTEGER NOT NULL DEFAULT 0,
+    tool_calls INTEGER NOT NULL DEFAULT 0,
+    retries INTEGER NOT NULL DEFAULT 0,
+    turns INTEGER NOT NULL DEFAULT 0,
+    current_tool TEXT,
+    tool_started_ts REAL,
+    activity TEXT NOT NULL DEFAULT '',
+    last_activity_ts REAL,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    cache_read INTEGER NOT NULL DEFAULT 0,
+    cache_write INTEGER NOT NULL DEFAULT 0,
+    cost_usd TEXT,
+    queued_ts REAL NOT NULL,
+    started_ts REAL,
+    finished_ts REAL,
+    error TEXT,
+    result TEXT,
+    transcript TEXT NOT NULL,
+    PRIMARY KEY (batch_id, id)
+);
+CREATE INDEX IF NOT EXISTS children_by_seq ON children (batch_id, seq);
+CREATE TABLE IF NOT EXISTS controls (
+    id INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    child_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('steer', 'stop')),
+    message TEXT NOT NULL,
+    now INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    created_ts REAL NOT NULL,
+    settled_ts REAL,
+    PRIMARY KEY (batch_id, id)
+);
+CREATE INDEX IF NOT EXISTS controls_by_child ON controls (batch_id, child_id, id);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch_id TEXT NOT NULL,
+    child_id TEXT,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_batch ON events (batch_id, id);
+"""
+
+
+class StoreNotFoundError(FileNotFoundError):
+    """There is no flightdeck database at the given path."""
+
+
+class StoreVersionError(StoreError):
+    """The database was written by a newer flightdeck."""
+
+
+def connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
+    """A connection that waits out other connections' locks; transactions are explicit."""
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves. check_same_thread=False because
+    # the writer connection is made here and used on the writer thread, and readers lock.
+    conn = sqlite3.connect(
+        target,
+        uri=uri,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+    )
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether another connection holds a lock the statement needed ("database is locked"):
+    worth trying again. Not SQLITE_LOCKED, a conflict inside one connection: waiting never
+    ends that."""
+    return exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def back_off(attempt: int) -> None:
+    """Sleep before another try at a busy database."""
+    time.sleep(0.001 * 2 ** min(attempt, 7))  # 1 ms doubling to 128 ms, however long it lasts
+
+
+def use_wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Put the database in WAL mode, so readers never block the writer."""
+    # Turning a new file to WAL takes an exclusive lock and fails at once, without the busy
+    # timeout, while another process does the same (two runs started together).
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    attempt = 0
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        back_off(attempt)
+        attempt += 1
+    if mode != "wal":  # refused without an error: readers would block the writer
+        raise StoreError(path, None, None, f"cannot use WAL mode (the journal stays {mode})")
+
+
+def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the tables in a new file; refuse another program's database or a newer one."""
+    if schema_version(conn, path) == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have made the schema while this one waited for the lock.
+        if schema_version(conn, path) == SCHEMA_VERSION:
+            conn.execute("COMMIT")
+            return
+        # Version 0 is a new file, or another program's database: never add tables to that.
+        tables = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        if tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            message = f"not a flightdeck database (it has other tables: {shown})"
+            raise StoreError(path, None, None, message)
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def schema_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version (0: no schema yet); StoreVersionError if it is newer."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(
+            path,
+            None,
+            None,
+            f"database schema {version} is newer than this flightdeck understands "
+            f"({SCHEMA_VERSION}); upgrade flightdeck",
+        )
+    return version
+
+
+def readable_without_shm(path: Path, exc: sqlite3.Error) -> bool:
+    """Whether a read failed only because the -shm file (WAL's shared index, which even a
+    read-only connection needs) cannot be made, and the database can be read without it.
+
+    A clean close removes the -shm; in a folder this process cannot write (a read-only mount,
+    another user's state folder) it cannot be made again. With no -shm, no connection has the
+    file open, so no writer is at work; and with no frames in the -wal, everything is in the
+    database file, which `immutable` then reads without the -shm or any lock."""
+    if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+        return False
+    try:
+        if os.path.lexists(f"{path}-shm") or os.path.getsize(f"{path}-wal"):
+            return False
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return not os.access(path.parent, os.W_OK)
