@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from flightdeck.engine.api import Engine
-    from flightdeck.engine.control.limits import tune_interpreter
+    from flightdeck.engine.control.pool import tune_interpreter
     from flightdeck.engine.inputs.settings import load_settings, state_dir_from
     from flightdeck.engine.inputs.tasks import load_batch
 

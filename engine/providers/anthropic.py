@@ -15,7 +15,6 @@ from typing import Any
 
 import anthropic
 import httpx2
-from flightdeck.engine.control.ratelimit import CHARS_PER_TOKEN
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -34,6 +33,7 @@ from flightdeck.engine.providers.base import (
     key_secrets,
 )
 from flightdeck.engine.providers.openai import parse_arguments
+from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN
 from flightdeck.engine.providers.transport import (
     READ_TIMEOUT,
     Abort,

@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 
 import httpx2
 import openai
-from flightdeck.engine.control.ratelimit import CHARS_PER_TOKEN, prompt_tokens_estimate
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -33,6 +32,7 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
     key_secrets,
 )
+from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN, prompt_tokens_estimate
 from flightdeck.engine.providers.transport import (
     READ_TIMEOUT,
     Abort,

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from flightdeck.engine.control.flag import Flag
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -198,7 +197,7 @@ class SimStream:
         self._req = request
         self._rng = rng
         self._stall = stall
-        self._closed = Flag()
+        self._closed = threading.Event()
 
     def close(self) -> None:
         self._closed.set()
