@@ -114,6 +114,7 @@ class Activity:
     tool_started_ts: float | None = None
     last_activity_ts: float | None = None
     text: str = ""
+    retrying: bool = False  # waiting to retry a failed call (a 429, a 5xx)
 
 
 @record
