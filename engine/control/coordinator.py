@@ -8,29 +8,28 @@ they report facts back through the inbox, and callers' commands arrive the same 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
 import logging
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 
 from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
-    RecordProgress,
     Recorded,
+    RecordProgress,
     Shutdown,
     Steer,
     Stop,
     StopAll,
 )
+from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
 from flightdeck.engine.model import (
     BatchStatus,
@@ -44,7 +43,6 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
-from flightdeck.engine.providers.base import HeadroomEvent
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
@@ -52,18 +50,6 @@ log = logging.getLogger(__name__)
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
-
-
-@dataclass
-class _Route:
-    route: Route
-    queue: deque[Child] = field(default_factory=deque)
-    alive: int = 0
-    headroom: RouteHeadroom | None = None
-
-    @property
-    def cap(self) -> int | None:
-        return self.route.max_concurrent
 
 
 class Coordinator:
@@ -104,10 +90,8 @@ class Coordinator:
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
-        self._routes = {name: _Route(route) for name, route in routes.items()}
+        self._queues = RouteQueues(routes, children)
         self._throttles = dict(throttles or {})
-        for child in children:
-            self._routes[child.route.name].queue.append(child)
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
@@ -173,7 +157,7 @@ class Coordinator:
     def headroom(self) -> tuple[RouteHeadroom, ...]:
         """Per route: provider headroom last seen, and a pause a 429 put on the whole route."""
         out = []
-        for name, state in self._routes.items():
+        for name, state in self._queues.routes.items():
             hr = state.headroom or RouteHeadroom(route=name)
             throttle = self._throttles.get(name)
             pause = throttle.remaining() if throttle is not None else 0.0
@@ -240,7 +224,7 @@ class Coordinator:
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
             case HeadroomSeen(route, event):
-                self._headroom(route, event)
+                self._queues.saw_headroom(route, event, self._clock())
             case Steer(receipt_ids, ids, text, now):
                 self._steer(receipt_ids, ids, text, now)
             case Stop(ids):
@@ -260,7 +244,7 @@ class Coordinator:
     def _release(self, child: Child) -> None:
         """Free the child's slot (in the pool and on its route)."""
         del self._alive[child.task.id]
-        self._routes[child.route.name].alive -= 1
+        self._queues.ended(child)
 
     def _finished(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
@@ -296,23 +280,20 @@ class Coordinator:
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
-        heads = [(seq, name) for name, s in self._routes.items() if (seq := _ready(s)) is not None]
-        heapq.heapify(heads)
-        while heads and len(self._alive) < self.pool_size:
-            _, name = heapq.heappop(heads)
-            state = self._routes[name]
-            self._launch(state.queue.popleft(), state)
-            if self._budget_exhausted() is not None:
+        if len(self._alive) >= self.pool_size:
+            return
+        for child in self._queues.ready():
+            self._launch(child)
+            if len(self._alive) >= self.pool_size or self._budget_exhausted() is not None:
                 break
-            if (seq := _ready(state)) is not None:
-                heapq.heappush(heads, (seq, name))
 
-    def _launch(self, child: Child, state: _Route) -> None:
+    def _launch(self, child: Child) -> None:
         try:
             self._pool.submit(child.run)
         except RuntimeError as exc:
-            if not threading.main_thread().is_alive() or not self._alive:
-                # The interpreter is exiting without Engine.close(): nothing runs any more.
+            if not _thread_refused(exc) or not self._alive:
+                # Shut down: the interpreter is exiting without Engine.close().
+                self._queues.ended(child)
                 if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
                     self._finished(child)
                 return
@@ -326,7 +307,6 @@ class Coordinator:
             )
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
-        state.alive += 1
         self._alive[child.task.id] = child
         self._started += 1
         self._publish(ChildStarted(child.task.id, self._clock()))
@@ -341,11 +321,9 @@ class Coordinator:
         return None
 
     def _cancel_queued(self, reason: str) -> None:
-        for state in self._routes.values():
-            while state.queue:
-                child = state.queue.popleft()
-                if child.finalize(ChildStatus.STOPPED, reason):
-                    self._finished(child)
+        for child in self._queues.drain():
+            if child.finalize(ChildStatus.STOPPED, reason):
+                self._finished(child)
 
     # --- control -------------------------------------------------------------------------------
 
@@ -400,40 +378,15 @@ class Coordinator:
     def _watchdog(self) -> None:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
         now = self._clock()
-        grace = self._engine.stall_grace_s
         for child in list(self._alive.values()):
-            asked = self._stop_requested.get(child.task.id)
-            if asked is not None:
-                if now - asked > grace and child.finalize(
-                    child.stop_status or ChildStatus.STALLED,
-                    f"did not stop within {grace:g}s; abandoned",
-                ):
-                    self._release(child)
-                    self._finished(child)
+            found = overdue(child, now, self._engine, self._stop_requested.get(child.task.id))
+            if found is None:
                 continue
-            started = child.started_ts
-            timeout = child.task.timeout_s
-            if started is not None and timeout is not None and now - started > timeout:
-                self._interrupt(child, ChildStatus.TIMED_OUT, f"timed out after {timeout:g}s")
-                continue
-            last = child.last_activity
-            if last is None or child.held:
-                continue
-            limit = self._engine.tool_stall_after_s if child.in_tool else self._engine.stall_after_s
-            if now - last > limit:
-                self._interrupt(child, ChildStatus.STALLED, f"no activity for {limit:g}s")
-
-    def _headroom(self, route: str, event: HeadroomEvent) -> None:
-        state = self._routes.get(route)
-        if state is not None:
-            state.headroom = RouteHeadroom(
-                route=route,
-                remaining_requests=event.remaining_requests,
-                remaining_tokens=event.remaining_tokens,
-                reset_requests_s=event.reset_requests_s,
-                reset_tokens_s=event.reset_tokens_s,
-                observed_ts=self._clock(),
-            )
+            if not found.abandon:
+                self._interrupt(child, found.status, found.reason)
+            elif child.finalize(found.status, found.reason):
+                self._release(child)
+                self._finished(child)
 
     def _progress(self) -> None:
         """Running children's counters reach the store about once a second (for attach)."""
@@ -449,10 +402,7 @@ class Coordinator:
                 self._record(child.row())
 
 
-def _ready(state: _Route) -> int | None:
-    """The seq of the route's next task if the route may start one now, else None."""
-    while state.queue and state.queue[0].status.terminal:
-        state.queue.popleft()  # stopped while queued
-    if state.queue and (state.cap is None or state.alive < state.cap):
-        return state.queue[0].task.seq
-    return None
+def _thread_refused(exc: RuntimeError) -> bool:
+    """True when the system refused a new thread (CPython's message), so the work is queued for
+    a thread already started; False when the pool is shut down and refused the work itself."""
+    return "can't start new thread" in str(exc)

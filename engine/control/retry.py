@@ -74,15 +74,20 @@ def reason_of(exc: BaseException | None) -> str:
 class _JitteredBackoff:
     """Full-jitter exponential backoff, never shorter than what `classify` says to wait."""
 
-    def __init__(self, settings: RetrySettings, scale: float, rng: random.Random) -> None:
+    def __init__(
+        self, settings: RetrySettings, scale: float, rng: random.Random | None, seed: str | None
+    ) -> None:
         # tenacity computes the exponential ceiling; the jitter draws from our own generator
-        # (wait_random_exponential uses the global one) so tests can seed it.
+        # (wait_random_exponential uses the global one) so a run can be replayed.
         self._ceiling = wait_exponential(
             multiplier=settings.base_s * scale, max=settings.max_s * scale
         )
         self._rng = rng
+        self._seed = seed
 
     def __call__(self, state: RetryCallState) -> float:
+        if self._rng is None:  # seeded on first use: nearly every call succeeds at once
+            self._rng = random.Random(self._seed)
         ours = self._rng.uniform(0.0, float(self._ceiling(state)))
         exc = state.outcome.exception() if state.outcome is not None else None
         verdict = classify(exc) if exc is not None else None
@@ -104,7 +109,7 @@ class RetryPolicy:
         self.settings = settings
         self.scale = scale
         self.throttle = throttle
-        self._backoff = _JitteredBackoff(settings, scale, rng or random.Random(seed))
+        self._backoff = _JitteredBackoff(settings, scale, rng, seed)
 
     def call(
         self,
