@@ -122,6 +122,29 @@ class RetryPolicy:
         """Call `fn(*args)` until it succeeds, fails for good, runs out of attempts, or is
         stopped (StopRequested)."""
 
+        def attempt() -> T:
+            if interrupt.is_set():
+                raise StopRequested
+            if self.throttle is not None:
+                # Another child of this route was told to back off: wait with it.
+                self.throttle.wait_out_pause(interrupt, on_pause)
+            return fn(*args)
+
+        # Nearly every call succeeds at once, and tenacity's bookkeeping is a large share of
+        # an instant call's cost: tenacity takes over from the first retryable failure.
+        try:
+            return attempt()
+        except Exception as exc:
+            if classify(exc) is None or self.settings.attempts <= 1:
+                raise
+            first_error = exc
+        return self._retrying(interrupt, on_retry)(_replaying(first_error, attempt))
+
+    def _retrying(
+        self, interrupt: threading.Event, on_retry: Callable[[RetryNotice], None] | None
+    ) -> Retrying:
+        """tenacity, composed: our stop, backoff, classification, and a sleep that wakes on stop."""
+
         def sleep(seconds: float) -> None:
             if interrupt.wait(seconds):
                 raise StopRequested
@@ -135,15 +158,7 @@ class RetryPolicy:
                 delay = state.upcoming_sleep
                 on_retry(RetryNotice(state.attempt_number, attempts, delay, reason_of(exc)))
 
-        def attempt() -> T:
-            if interrupt.is_set():
-                raise StopRequested
-            if self.throttle is not None:
-                # Another child of this route was told to back off: wait with it.
-                self.throttle.wait_out_pause(interrupt, on_pause)
-            return fn(*args)
-
-        retrying = Retrying(
+        return Retrying(
             stop=stop_after_attempt(self.settings.attempts),
             wait=self._backoff,
             retry=retry_if_exception(_retryable),
@@ -151,7 +166,6 @@ class RetryPolicy:
             before_sleep=before_sleep,
             reraise=True,
         )
-        return retrying(attempt)
 
     def admit(
         self,
@@ -164,3 +178,16 @@ class RetryPolicy:
         if self.throttle is None:
             return Lease(None, tokens)
         return self.throttle.admit(route, tokens, interrupt, on_wait)
+
+
+def _replaying(error: Exception, attempt: Callable[[], T]) -> Callable[[], T]:
+    """`attempt`, but its first call raises `error`: a failure made before tenacity took over
+    is its attempt 1, so backoff, notices and attempt counts are as if tenacity had made it."""
+    pending = [error]
+
+    def replayed() -> T:
+        if pending:
+            raise pending.pop()
+        return attempt()
+
+    return replayed
