@@ -13,9 +13,9 @@ from decimal import Decimal
 
 from flightdeck.engine.child.activity import ActivityState
 from flightdeck.engine.child.facts import ReceiptSettled, Report
+from flightdeck.engine.child.policy import CallPolicy
 from flightdeck.engine.child.steering import Steering
 from flightdeck.engine.child.tools import Toolbox
-from flightdeck.engine.control.retry import RetryPolicy
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, SteerState, Usage
@@ -34,7 +34,7 @@ class ChildState:
         task: Task,
         route: Route,
         provider: Provider,
-        retry: RetryPolicy,
+        retry: CallPolicy,
         toolbox: Toolbox,
         transcript_path: str,
         meter: Meter,

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from flightdeck.engine.control.throttle import Lease, RouteThrottle, StopRequested
+from flightdeck.engine.child.policy import RetryNotice, StopRequested
+from flightdeck.engine.control.throttle import Lease, RouteThrottle
 from flightdeck.engine.inputs.settings import RetrySettings, Route
 from flightdeck.engine.providers.base import FatalError, ProviderError, RateLimited
 from tenacity import (
@@ -41,21 +42,6 @@ def classify(exc: BaseException) -> Retry | None:
 
 def _retryable(exc: BaseException) -> bool:
     return classify(exc) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class RetryNotice:
-    """What a child shows while it waits: "429, retry 2/6 in 3.1s"."""
-
-    attempt: int  # the retry about to happen (1 = first retry)
-    attempts: int  # total retries allowed
-    delay_s: float
-    reason: str
-
-    @property
-    def text(self) -> str:
-        """The notice as one line of activity text."""
-        return f"{self.reason}, retry {self.attempt}/{self.attempts} in {self.delay_s:.1f}s"
 
 
 def reason_of(exc: BaseException | None) -> str:

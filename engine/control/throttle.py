@@ -17,15 +17,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flightdeck.engine.child.policy import StopRequested
 from flightdeck.engine.inputs.settings import Route
 
 Clock = Callable[[], float]
 # wait(cancel, seconds) -> True if `cancel` was set before the time was up
 Wait = Callable[[threading.Event | None, float], bool]
 
-
-class StopRequested(Exception):
-    """The child was interrupted while waiting (backoff, route pause, rate limit)."""
+__all__ = [
+    "Bucket",
+    "Cancelled",
+    "Lease",
+    "RateLimiter",
+    "RouteThrottle",
+    "StopRequested",
+]
 
 
 class Cancelled(Exception):
