@@ -45,7 +45,7 @@ def worker_pool(pool_size: int) -> ThreadPoolExecutor:
 # CPython's default is 5 ms. Every thread waiting for the GIL wakes once per interval to ask for
 # it, so many runnable workers make many futile wake-ups; a longer interval cuts them, at the
 # price of a thread back from a syscall waiting longer for the GIL. Children that wait seconds
-# on the network see neither effect (docs/performance.md has the figures).
+# on the network see neither effect (tests/bench/bench_engine.py measures both settings).
 GIL_SWITCH_INTERVAL_S = 0.02
 
 # An engine allocates many short-lived containers (rows, messages, events) while it holds
