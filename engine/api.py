@@ -5,22 +5,24 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine import assembly
+from flightdeck.engine.assembly import new_batch_id, steady_clock, task_json
+from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.tools import Toolbox
-from flightdeck.engine.control.coordinator import Coordinator, worker_pool
-from flightdeck.engine.control.limits import RetryPolicy, RouteThrottle, auto_pool_size
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.control.coordinator import Coordinator
+from flightdeck.engine.control.inbox import Steer, Stop, StopAll
+from flightdeck.engine.control.pool import tune_interpreter, worker_pool
+from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.errors import ConfigError
-from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Route, Settings
-from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
+from flightdeck.engine.inputs.settings import Route, Settings
+from flightdeck.engine.inputs.tasks import Batch, check_routes, unicode_problem
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -31,52 +33,16 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.meter import Meter, price_known, totals_of
+from flightdeck.engine.records.meter import Meter, totals_of
 from flightdeck.engine.records.sink import TranscriptSink
-from flightdeck.engine.records.store import BatchInfo, QueuedChild, Store, process_start_time
+from flightdeck.engine.records.store import BatchInfo, Store, process_start_time
 from flightdeck.engine.records.transcripts import write_manifest
+
+__all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]
 
 log = logging.getLogger("flightdeck.engine")
 
 Subscriber = Callable[[EngineEvent], None]
-
-
-def steady_clock() -> Callable[[], float]:
-    """Wall-clock seconds that advance only as `time.monotonic` does.
-
-    The engine's stamps are also its durations: stall and timeout checks, a child's elapsed
-    time. A step of the system clock (NTP, a laptop waking) must not make every running child
-    look stalled, so the wall clock is read once, here, and never again."""
-    offset = time.time() - time.monotonic()
-    monotonic = time.monotonic
-    return lambda: offset + monotonic()
-
-
-def new_batch_id(clock: Callable[[], float] = time.time) -> str:
-    """Sortable and readable: 20261129-081500-a3f2."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
-    return f"{stamp}-{secrets.token_hex(2)}"
-
-
-def transcript_name(task: Task) -> str:
-    """A child's transcript file name inside the batch folder."""
-    return f"{task.id}.log"
-
-
-def _task_json(task: Task) -> dict[str, object]:
-    """A task as stored in the batch row (asdict is ten times slower on big batches)."""
-    out: dict[str, object] = {"id": task.id, "goal": task.goal, "seq": task.seq}
-    if task.context is not None:
-        out["context"] = task.context
-    if task.group is not None:
-        out["group"] = task.group
-    if task.route is not None:
-        out["route"] = task.route
-    if task.timeout_s is not None:
-        out["timeout_s"] = task.timeout_s
-    out["source"] = task.source
-    out["max_turns"] = task.max_turns
-    return out
 
 
 class Engine:
@@ -104,8 +70,8 @@ class Engine:
         self.batch_dir = self.state_dir / "batches" / self.batch_id
         used = {settings.route(t.route).name for t in batch.tasks}
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
-        self.pool_size = self._pool_size(max_concurrent)
-        self._check_budget()
+        self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
+        assembly.check_budget(settings, self.routes.values())
         # Providers are built before anything is written: a missing key fails cleanly here.
         given = dict(providers or {})
         self._providers: dict[str, Provider] = {
@@ -118,38 +84,12 @@ class Engine:
         self._sub_lock = threading.Lock()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._coordinator: Coordinator | None = None
         self._status = BatchStatus.RUNNING
         self._manifest_children = "[]"  # JSON, set by start()
         self._started_ts = clock()
         self._closed = False
-
-    def _check_budget(self) -> None:
-        """A cost cap needs every route priced: spend at an unknown price is never counted,
-        so the cap would silently never be reached."""
-        budget = self.settings.budget
-        if budget.max_cost_usd is None:
-            return
-        for route in self.routes.values():
-            if not price_known(route):
-                raise ConfigError(
-                    self.settings.source,
-                    budget.cost_line,
-                    "budget.max_cost_usd",
-                    f"cannot be enforced: no price is known for route {route.name!r} "
-                    f"(model {route.model!r}); give [routes.{route.name}] a price",
-                )
-
-    def _pool_size(self, override: int | Literal["auto"] | None) -> int:
-        if isinstance(override, int):
-            if not 1 <= override <= MAX_CONCURRENT:
-                raise ValueError(f"max_concurrent must be between 1 and {MAX_CONCURRENT}")
-            return override
-        configured = override or self.settings.engine.max_concurrent
-        if configured != "auto":
-            return configured
-        return auto_pool_size(self.routes.values(), os.cpu_count())
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -165,72 +105,30 @@ class Engine:
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = self._folder(workspace)
         toolbox = Toolbox(workspace)
-        # The first wave's worker threads start now, not as the first children are admitted:
-        # started on demand, each new thread would have to win the interpreter lock from busy
-        # workers before it took its child (see WorkerPool.start_workers).
         self._pool = worker_pool(self.pool_size)
-        self._pool.start_workers(min(self.pool_size, len(self.batch.tasks)))
         self._sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}
         now = self.clock()
         self._started_ts = now
-        children = []
-        listed = []  # the manifest's entries
-        prefix = f"{self.batch_dir}{os.sep}"  # transcript paths as str: 2,000 Paths cost more
-        routes = {name: self.settings.route(name) for name in {t.route for t in self.batch.tasks}}
-        seeds = {name: f"{route.options.get('seed', 0)}:" for name, route in routes.items()}
-        scales = {name: route.time_scale for name, route in routes.items()}  # a property
-        report = self._report  # one bound method for every child, not one object each
-        for task in self.batch.tasks:
-            route = routes[task.route]
-            name = transcript_name(task)
-            listed.append({"id": task.id, "route": route.name, "transcript": name})
-            # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
-            # exactly), while children of one batch still spread out.
-            retry = RetryPolicy(
-                route.retry,
-                scale=scales[task.route],
-                throttle=throttles[route.name],
-                seed=seeds[task.route] + task.id,
-            )
-            children.append(
-                Child(
-                    task,
-                    route,
-                    self._providers[route.name],
-                    retry,
-                    toolbox,
-                    prefix + name,
-                    self.meter,
-                    self.clock,
-                    report,
-                    now,
-                    self._sink,
-                )
-            )
-        # The children part of the manifest does not change: encoded once, for start and end.
-        # ASCII: untrusted names (a C1 byte, a bidi override) stay escaped for `cat`, and a
-        # file name that is not UTF-8 cannot fail the write. Written before the batch row, so
-        # a manifest that cannot be written leaves no batch "running" for ever.
-        self._manifest_children = json.dumps(listed)
+        children = assembly.build_children(
+            self.batch,
+            self.settings,
+            providers=self._providers,
+            throttles=throttles,
+            toolbox=toolbox,
+            batch_dir=self.batch_dir,
+            meter=self.meter,
+            clock=self.clock,
+            report=self._report,
+            queued_ts=now,
+            sink=self._sink,
+        )
+        # Written before the batch row, so a manifest that cannot be written leaves no batch
+        # "running" for ever.
+        self._manifest_children = assembly.manifest_children(children)
         self._manifest()
         self._store.create_batch(self._info(now))
-        self._store.add_queued(
-            self.batch_id,
-            [
-                QueuedChild(
-                    c.task.id,
-                    c.task.seq,
-                    c.task.goal,
-                    c.task.group,
-                    c.route.name,
-                    c.route.model,
-                    c.queued_ts,
-                    c.transcript_path,
-                )
-                for c in children
-            ],
-        )
+        self._store.add_queued(self.batch_id, assembly.queued_rows(children))
         store = self._store
         self._coordinator = Coordinator(
             children,
@@ -283,12 +181,12 @@ class Engine:
             reason = f"{exc.filename} exists and is not a folder"
         return ConfigError(None, None, "state_dir", f"cannot use {self.state_dir}: {reason}")
 
-    def _report(self, fact: object) -> None:
+    def _report(self, fact: ChildFact) -> None:
         assert self._coordinator is not None
         self._coordinator.report(fact)
 
     def _info(self, now: float) -> BatchInfo:
-        spec = [_task_json(t) for t in self.batch.tasks]
+        spec = [task_json(t) for t in self.batch.tasks]
         return BatchInfo(
             id=self.batch_id,
             name=self.batch.name,
@@ -352,7 +250,9 @@ class Engine:
         transcripts (at most `timeout` for each); False if either took longer.
 
         For a process that leaves without `close()` (a second Ctrl+C): what already finished
-        is kept, whatever is still running."""
+        is kept, and the running children's counters as they are now."""
+        if self._coordinator is not None and not self._closed:
+            self._coordinator.record_progress(timeout)
         written = self._sink is None or self._sink.flush(timeout)
         committed = self._store is None or self._store.flush(timeout)
         return written and committed
@@ -371,7 +271,7 @@ class Engine:
                 self._coordinator.finished.wait()
             self._coordinator.shutdown()  # and its pool
         elif self._pool is not None:  # start() failed before the coordinator existed
-            self._pool.shutdown()
+            self._pool.shutdown(wait=False, cancel_futures=True)
         if self._sink is not None:
             self._sink.close()
         if self._store is not None:
@@ -451,17 +351,18 @@ class Engine:
             raise ValueError(f"steer message: {problem}")
         ids = _known(c, child_ids, self.batch_id)
         receipts = [c.next_receipt_id() for _ in ids]
-        c.command("steer", receipts, ids, message, now)
+        c.command(Steer(tuple(receipts), ids, message, now))
         return receipts
 
     def stop(self, child_ids: Iterable[str]) -> None:
         """Interrupt these children (queued ones never start); ValueError, stopping none, if an
         id names no child of this batch."""
         c = self._require()
-        c.command("stop", _known(c, child_ids, self.batch_id))
+        c.command(Stop(_known(c, child_ids, self.batch_id)))
 
     def stop_all(self) -> None:
-        self._require().command("stop_all")
+        """Stop every child that has not ended; queued ones never start."""
+        self._require().command(StopAll())
 
     def receipts(self) -> list[SteerReceipt]:
         snap = self.snapshot()
@@ -473,11 +374,11 @@ class Engine:
         return self._coordinator
 
 
-def _known(coordinator: Coordinator, child_ids: Iterable[str], batch_id: str) -> list[str]:
+def _known(coordinator: Coordinator, child_ids: Iterable[str], batch_id: str) -> tuple[str, ...]:
     """The ids, all of children of this batch; ValueError naming those that are not."""
     # A mistyped id would otherwise be skipped in silence: the operator would wait for a
     # steer or a stop that was never going to happen.
-    ids = list(child_ids)
+    ids = tuple(child_ids)
     unknown = [i for i in ids if i not in coordinator.by_id]
     if unknown:
         shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")

@@ -1,8 +1,7 @@
 """Value types shared by the engine, the CLI and the UI.
 
 Everything here is immutable so it can cross threads freely: engine threads build these values
-and readers (the TUI timer, the headless printer, tests) only ever see finished objects. The
-type checker enforces it (`record`, below), at no cost per value built.
+and readers (the TUI timer, the headless printer, tests) only ever see finished objects.
 """
 
 from __future__ import annotations
@@ -17,22 +16,19 @@ _T = TypeVar("_T")
 
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
 def record(cls: type[_T]) -> type[_T]:
-    """A value type: frozen for the type checker, built at run time as a plain slotted dataclass.
+    """A value type: frozen for the type checker, a slotted dataclass at run time.
 
-    The type checker (mypy, in `make check`) rejects any assignment to a field, which is what
-    makes these values safe to hand between threads. At run time `frozen=True` would set every
-    field through `object.__setattr__` while building: 800 ns for a four-field `Usage` instead
-    of 220 ns. An instant child builds about twenty of these values (request, messages, stream
-    events, usages, its row), and skipping that cost cut 14% of a child's instructions
-    (callgrind). `unsafe_hash` keeps the hash a frozen dataclass has.
-
-    For values built per call or per turn; types built once (settings, tasks) stay frozen.
+    mypy (in `make check`) rejects any assignment to a field, which is what makes these values
+    safe to hand between threads. At run time `frozen=True` would route every field of every
+    value built through `object.__setattr__`, a cost paid per streamed chunk, with nothing
+    gained once the type checker has passed. `unsafe_hash` keeps a frozen dataclass's hash.
     """
     return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
 class ChildStatus(StrEnum):
-    """Lifecycle of a child; see DESIGN.md."""
+    """Lifecycle of a child: queued → gated → running → a final status (`unknown` only from
+    crash recovery)."""
 
     QUEUED = "queued"
     GATED = "gated"
@@ -46,10 +42,12 @@ class ChildStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """True once the child has ended."""
         return self not in _LIVE
 
     @property
     def live(self) -> bool:
+        """True while queued, gated or running."""
         return self in _LIVE
 
 
@@ -57,6 +55,8 @@ _LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING})
 
 
 class BatchStatus(StrEnum):
+    """Lifecycle of a batch."""
+
     RUNNING = "running"
     COMPLETED = "completed"  # every child completed
     FAILED = "failed"  # finished, a child failed, timed out or stalled
@@ -65,6 +65,8 @@ class BatchStatus(StrEnum):
 
 
 class SteerState(StrEnum):
+    """What became of a steer: queued, delivered to the model, or missed (the child ended)."""
+
     QUEUED = "queued"
     DELIVERED = "delivered"
     MISSED = "missed"
@@ -89,6 +91,7 @@ class Usage:
 
     @property
     def total(self) -> int:
+        """Every token counted."""
         return (
             self.input_tokens
             + self.output_tokens
@@ -104,7 +107,8 @@ class Usage:
 
 @record
 class Activity:
-    """What a child is doing right now: the activity token of DESIGN.md."""
+    """What a child is doing right now: its counters, current tool, last activity and a short
+    text; `retrying` while it waits to retry a failed call."""
 
     api_calls: int = 0
     tool_calls: int = 0
@@ -114,6 +118,7 @@ class Activity:
     tool_started_ts: float | None = None
     last_activity_ts: float | None = None
     text: str = ""
+    retrying: bool = False  # waiting to retry a failed call (a 429, a 5xx)
 
 
 @record
@@ -153,6 +158,7 @@ class ChildRow:
 
     @property
     def duration_s(self) -> float | None:
+        """Seconds from start to end (or to the last activity while running); None if unstarted."""
         if self.started_ts is None:
             return None
         end = self.finished_ts if self.finished_ts is not None else self.activity.last_activity_ts
@@ -174,6 +180,8 @@ class RouteHeadroom:
 
 @record
 class Totals:
+    """Counts, usage and cost summed over a batch (or one route of it)."""
+
     children: int = 0
     queued: int = 0
     running: int = 0
@@ -185,6 +193,7 @@ class Totals:
 
     @property
     def done(self) -> int:
+        """Children that have ended, however."""
         return self.completed + self.failed
 
 
@@ -213,24 +222,29 @@ class Snapshot:
     version: int = 0
 
     def child(self, child_id: str) -> ChildRow | None:
+        """The row of `child_id`; None if the batch has no such child."""
         for row in self.children:
             if row.id == child_id:
                 return row
         return None
 
 
-# Discrete facts the engine publishes (past tense, see STYLE.md 5). Delivered to subscribers
+# Discrete facts the engine publishes, named in the past tense. Delivered to subscribers
 # from the coordinator thread, in the order they happened.
 
 
 @record
 class ChildStarted:
+    """A child was admitted and holds a slot."""
+
     child_id: str
     ts: float
 
 
 @record
 class ChildFinished:
+    """A child ended and its final row is committed to the store."""
+
     row: ChildRow
     done: int  # children finished so far, this one included
     total: int
@@ -238,11 +252,15 @@ class ChildFinished:
 
 @record
 class SteerSettled:
+    """A steer was delivered, or missed because its child had ended."""
+
     receipt: SteerReceipt
 
 
 @record
 class BatchFinished:
+    """Every child of the batch is final."""
+
     batch_id: str
     status: BatchStatus
 

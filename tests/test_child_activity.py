@@ -9,7 +9,7 @@ from typing import Any
 
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
-from flightdeck.engine.control.limits import RetryPolicy
+from flightdeck.engine.control.retry import RetryPolicy
 from flightdeck.engine.inputs.settings import RetrySettings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, Usage

@@ -298,7 +298,7 @@ def test_bad_arguments_exit_2(project: Path) -> None:
 
 
 def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None:
-    from flightdeck.engine.control.limits import auto_pool_size
+    from flightdeck.engine.control.pool import auto_pool_size
     from flightdeck.engine.inputs.settings import default_sim_route
 
     result = flightdeck("run", "tasks.jsonl", "--max-concurrent", "auto", cwd=project)
@@ -527,7 +527,7 @@ def test_another_programs_database_is_left_alone(project: Path) -> None:
 def test_run_widens_the_gil_switch_interval_and_gc_thresholds(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from flightdeck.engine.control.limits import GC_THRESHOLDS, GIL_SWITCH_INTERVAL_S
+    from flightdeck.engine.control.pool import GC_THRESHOLDS, GIL_SWITCH_INTERVAL_S
     from flightdeck.tui import cli
 
     seen: list[float] = []

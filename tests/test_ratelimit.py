@@ -11,24 +11,20 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from flightdeck.engine.control.flag import Waitable
-from flightdeck.engine.control.limits import (
-    RetryPolicy,
-    RouteThrottle,
-    StopRequested,
-    auto_pool_size,
-)
-from flightdeck.engine.control.ratelimit import (
+from flightdeck.engine.control.pool import auto_pool_size
+from flightdeck.engine.control.retry import RetryPolicy
+from flightdeck.engine.control.throttle import (
     Cancelled,
     Lease,
     RateLimiter,
-    estimate_tokens,
-    prompt_tokens_estimate,
+    RouteThrottle,
+    StopRequested,
 )
 from flightdeck.engine.inputs.settings import RetrySettings, Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Message, ToolSpec, TurnRequest
+from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
 
 from helpers import run_to_end, settings, sim_route, start, tasks_batch
 from loopback import Loopback, Reply
@@ -231,7 +227,11 @@ def test_children_reserve_their_estimate_only_against_a_tokens_bucket(
     real = RouteThrottle.admit
 
     def spy(
-        self: RouteThrottle, route: Route, tokens: int, interrupt: Waitable, on_wait: Any = None
+        self: RouteThrottle,
+        route: Route,
+        tokens: int,
+        interrupt: threading.Event,
+        on_wait: Any = None,
     ) -> Lease:
         reserved[route.name].append(tokens)
         return real(self, route, tokens, interrupt, on_wait)

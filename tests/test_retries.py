@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.control.limits import (
+from flightdeck.engine.control.retry import (
     RetryNotice,
     RetryPolicy,
-    RouteThrottle,
     StopRequested,
     classify,
     reason_of,
 )
+from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.inputs.settings import RetrySettings
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers.base import (

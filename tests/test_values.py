@@ -1,5 +1,5 @@
 """The engine's value types (`model.record`): read-only to the type checker, hashable like
-frozen dataclasses, and built without `object.__setattr__`."""
+frozen dataclasses, and slotted."""
 
 from __future__ import annotations
 

@@ -27,8 +27,7 @@ class UsageError(InputError):
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
     """`flightdeck run`: the TUI on a terminal, the headless runner otherwise."""
-    from flightdeck.engine.api import Engine
-    from flightdeck.engine.control.limits import tune_interpreter
+    from flightdeck.engine.api import Engine, tune_interpreter
     from flightdeck.engine.inputs.settings import load_settings, state_dir_from
     from flightdeck.engine.inputs.tasks import load_batch
 

@@ -2,23 +2,34 @@
 
 Everything that decides whether work may start runs on the coordinator thread, so a task leaves
 the queue before it runs and never runs twice, without locks. Workers only wait (streams, tools);
-they report facts back through `_inbox`, and callers' commands arrive the same way.
+they report facts back through the inbox, and callers' commands arrive the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
+import logging
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import Executor
 
+from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
 from flightdeck.engine.child.loop import Child
-from flightdeck.engine.control.limits import RouteThrottle
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.control.inbox import (
+    Command,
+    Message,
+    Recorded,
+    RecordProgress,
+    Shutdown,
+    Steer,
+    Stop,
+    StopAll,
+)
+from flightdeck.engine.control.queues import RouteQueues
+from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
 from flightdeck.engine.model import (
     BatchStatus,
@@ -32,32 +43,13 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
-from flightdeck.engine.providers.base import HeadroomEvent
 from flightdeck.engine.records.meter import Meter
+
+log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
-
-
-@dataclass
-class _Route:
-    route: Route
-    queue: deque[Child] = field(default_factory=deque)
-    alive: int = 0
-    headroom: RouteHeadroom | None = None
-
-    @property
-    def cap(self) -> int | None:
-        return self.route.max_concurrent
-
-
-SPARE_WORKERS = 4  # threads beyond the slots, for workers abandoned after a stall grace period
-
-
-def worker_pool(pool_size: int) -> WorkerPool:
-    """The pool a coordinator with `pool_size` slots runs its children on."""
-    return WorkerPool(pool_size + SPARE_WORKERS, "flightdeck-child")
 
 
 class Coordinator:
@@ -68,7 +60,7 @@ class Coordinator:
         children: list[Child],
         routes: Mapping[str, Route],
         *,
-        pool: WorkerPool,
+        pool: Executor,
         pool_size: int,
         engine: EngineSettings,
         budget: Budget,
@@ -98,11 +90,9 @@ class Coordinator:
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
-        self._routes = {name: _Route(route) for name, route in routes.items()}
+        self._queues = RouteQueues(routes, children)
         self._throttles = dict(throttles or {})
-        for child in children:
-            self._routes[child.route.name].queue.append(child)
-        self._inbox: queue.SimpleQueue[tuple[object, ...]] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
         self._receipt_ids = itertools.count(1)
@@ -122,18 +112,21 @@ class Coordinator:
     # --- called from any thread ----------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the coordinator thread."""
         self._thread.start()
 
-    def report(self, fact: object) -> None:
+    def report(self, fact: Message) -> None:
         """Workers hand facts here (thread-safe)."""
-        self._inbox.put(("fact", fact))
+        self._inbox.put(fact)
 
     def next_receipt_id(self) -> int:
+        """A steer receipt id no other steer of this batch has."""
         with self._receipt_lock:
             return next(self._receipt_ids)
 
-    def command(self, *cmd: object) -> None:
-        self._inbox.put(cmd)
+    def command(self, command: Command) -> None:
+        """Queue a caller's command for the coordinator thread (thread-safe)."""
+        self._inbox.put(command)
 
     @property
     def on_thread(self) -> bool:
@@ -141,15 +134,30 @@ class Coordinator:
         return threading.current_thread() is self._thread
 
     def shutdown(self) -> None:
-        self.command("shutdown")
+        """End the coordinator thread and the pool; queued work is dropped, not waited for."""
+        self.command(Shutdown())
         self._thread.join()
         # Workers still inside a stalled call are abandoned, not waited for.
-        self._pool.shutdown()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def record_progress(self, timeout: float | None = None) -> bool:
+        """Record every running child's current row now, not at the next progress tick; False
+        if the coordinator did not get to it within `timeout` (or has ended)."""
+        if self.on_thread:
+            self._record_progress()
+            return True
+        done = threading.Event()
+        self.command(RecordProgress(done))
+        deadline = None if timeout is None else self._clock() + timeout
+        while not done.wait(TICK_S if deadline is None else min(TICK_S, deadline - self._clock())):
+            if not self._thread.is_alive() or (deadline is not None and self._clock() >= deadline):
+                return False
+        return True
 
     def headroom(self) -> tuple[RouteHeadroom, ...]:
         """Per route: provider headroom last seen, and a pause a 429 put on the whole route."""
         out = []
-        for name, state in self._routes.items():
+        for name, state in self._queues.routes.items():
             hr = state.headroom or RouteHeadroom(route=name)
             throttle = self._throttles.get(name)
             pause = throttle.remaining() if throttle is not None else 0.0
@@ -198,52 +206,45 @@ class Coordinator:
             except queue.Empty:
                 return
 
-    def _handle(self, item: tuple[object, ...]) -> None:
-        kind = item[0]
-        if kind == "fact":
-            self._fact(item[1])
-        elif kind == "steer":
-            _, receipt_ids, ids, message, now = item
-            self._steer(receipt_ids, ids, message, now)  # type: ignore[arg-type]
-        elif kind == "stop":
-            self._stop(item[1], "stopped by operator")  # type: ignore[arg-type]
-        elif kind == "shutdown":
-            self._shutdown = True
-        elif kind == "stop_all":
-            # Only a stop-all that stopped something makes the batch `stopped`: one that came
-            # as the last child ended (Engine.close() on the way out) changes nothing.
-            self.stopped_by_stop_all += self._stop(
-                [c.task.id for c in self.children], "stopped by operator (stop all)"
-            )
-
-    def _fact(self, fact: object) -> None:
-        assert isinstance(fact, tuple)
-        if fact[0] == "done":
-            child: Child = fact[1]
-            if child.task.id in self._alive:
-                self._release(child)
-                self._finished(child)
-            else:
-                # The watchdog abandoned it and recorded its final row; its call has come back
-                # since, and may have been billed: the store must say what was spent. (Only
-                # while the engine is open: a call still stuck at close() is not waited for.)
-                self._record(child.row())
-        elif fact[0] == "recorded":
-            row: ChildRow = fact[1]
-            self._done += 1
-            self._publish(ChildFinished(row, self._done, len(self.children)))
-        elif fact[0] == "steer":
-            receipt: SteerReceipt = fact[1]
-            self._record_receipt(receipt, "steer")
-            self._publish(SteerSettled(receipt))
-        elif fact[0] == "headroom":
-            _, route, event = fact
-            self._headroom(route, event)
+    def _handle(self, message: Message) -> None:
+        match message:
+            case ChildDone(child):
+                if child.task.id in self._alive:
+                    self._release(child)
+                    self._finished(child)
+                else:
+                    # The watchdog abandoned it and recorded its final row; its call has come
+                    # back since, and may have been billed: the store must say what was spent.
+                    # (Only while the engine is open: a call stuck at close() is not waited for.)
+                    self._record(child.row())
+            case Recorded(row):
+                self._done += 1
+                self._publish(ChildFinished(row, self._done, len(self.children)))
+            case ReceiptSettled(receipt):
+                self._record_receipt(receipt, "steer")
+                self._publish(SteerSettled(receipt))
+            case HeadroomSeen(route, event):
+                self._queues.saw_headroom(route, event, self._clock())
+            case Steer(receipt_ids, ids, text, now):
+                self._steer(receipt_ids, ids, text, now)
+            case Stop(ids):
+                self._stop(ids, "stopped by operator")
+            case StopAll():
+                # Only a stop-all that stopped something makes the batch `stopped`: one that
+                # came as the last child ended (Engine.close() on the way out) changes nothing.
+                self.stopped_by_stop_all += self._stop(
+                    [c.task.id for c in self.children], "stopped by operator (stop all)"
+                )
+            case RecordProgress(done):
+                self._record_progress()
+                done.set()
+            case Shutdown():
+                self._shutdown = True
 
     def _release(self, child: Child) -> None:
         """Free the child's slot (in the pool and on its route)."""
         del self._alive[child.task.id]
-        self._routes[child.route.name].alive -= 1
+        self._queues.ended(child)
 
     def _finished(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
@@ -254,7 +255,7 @@ class Coordinator:
         """
         self._stop_requested.pop(child.task.id, None)
         row = child.row()
-        self._record_final(row, lambda: self.report(("recorded", row)))
+        self._record_final(row, lambda: self.report(Recorded(row)))
 
     def _all_done(self) -> bool:
         return self._done >= len(self.children)
@@ -279,25 +280,33 @@ class Coordinator:
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
-        heads = [(seq, name) for name, s in self._routes.items() if (seq := _ready(s)) is not None]
-        heapq.heapify(heads)
-        while heads and len(self._alive) < self.pool_size:
-            _, name = heapq.heappop(heads)
-            state = self._routes[name]
-            self._launch(state.queue.popleft(), state)
-            if self._budget_exhausted() is not None:
+        if len(self._alive) >= self.pool_size:
+            return
+        for child in self._queues.ready():
+            self._launch(child)
+            if len(self._alive) >= self.pool_size or self._budget_exhausted() is not None:
                 break
-            if (seq := _ready(state)) is not None:
-                heapq.heappush(heads, (seq, name))
 
-    def _launch(self, child: Child, state: _Route) -> None:
+    def _launch(self, child: Child) -> None:
         try:
             self._pool.submit(child.run)
-        except RuntimeError:  # the interpreter is exiting without Engine.close()
-            if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
-                self._finished(child)
-            return
-        state.alive += 1
+        except RuntimeError as exc:
+            if not _thread_refused(exc) or not self._alive:
+                # Shut down: the interpreter is exiting without Engine.close().
+                self._queues.ended(child)
+                if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
+                    self._finished(child)
+                return
+            # The system refused another thread (a pids limit, say): the child is queued in the
+            # pool for a thread already started, and no more than there are run at once.
+            self.pool_size = len(self._alive)
+            log.warning(
+                "cannot start another worker thread (%s): at most %d children run at once",
+                exc,
+                self.pool_size,
+            )
+        # It holds a slot from here, though its thread may not have taken it yet.
+        child.mark_running()
         self._alive[child.task.id] = child
         self._started += 1
         self._publish(ChildStarted(child.task.id, self._clock()))
@@ -312,15 +321,15 @@ class Coordinator:
         return None
 
     def _cancel_queued(self, reason: str) -> None:
-        for state in self._routes.values():
-            while state.queue:
-                child = state.queue.popleft()
-                if child.finalize(ChildStatus.STOPPED, reason):
-                    self._finished(child)
+        for child in self._queues.drain():
+            if child.finalize(ChildStatus.STOPPED, reason):
+                self._finished(child)
 
     # --- control -------------------------------------------------------------------------------
 
-    def _steer(self, receipt_ids: list[int], ids: list[str], message: str, now: bool) -> None:
+    def _steer(
+        self, receipt_ids: tuple[int, ...], ids: tuple[str, ...], message: str, now: bool
+    ) -> None:
         ts = self._clock()
         for rid, child_id in zip(receipt_ids, ids, strict=True):
             child = self.by_id.get(child_id)
@@ -369,57 +378,31 @@ class Coordinator:
     def _watchdog(self) -> None:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
         now = self._clock()
-        grace = self._engine.stall_grace_s
         for child in list(self._alive.values()):
-            asked = self._stop_requested.get(child.task.id)
-            if asked is not None:
-                if now - asked > grace and child.finalize(
-                    child.stop_status or ChildStatus.STALLED,
-                    f"did not stop within {grace:g}s; abandoned",
-                ):
-                    self._release(child)
-                    self._finished(child)
+            found = overdue(child, now, self._engine, self._stop_requested.get(child.task.id))
+            if found is None:
                 continue
-            started = child.started_ts
-            timeout = child.task.timeout_s
-            if started is not None and timeout is not None and now - started > timeout:
-                self._interrupt(child, ChildStatus.TIMED_OUT, f"timed out after {timeout:g}s")
-                continue
-            last = child.last_activity
-            if last is None or child.held:
-                continue
-            limit = self._engine.tool_stall_after_s if child.in_tool else self._engine.stall_after_s
-            if now - last > limit:
-                self._interrupt(child, ChildStatus.STALLED, f"no activity for {limit:g}s")
-
-    def _headroom(self, route: str, event: HeadroomEvent) -> None:
-        state = self._routes.get(route)
-        if state is not None:
-            state.headroom = RouteHeadroom(
-                route=route,
-                remaining_requests=event.remaining_requests,
-                remaining_tokens=event.remaining_tokens,
-                reset_requests_s=event.reset_requests_s,
-                reset_tokens_s=event.reset_tokens_s,
-                observed_ts=self._clock(),
-            )
+            if not found.abandon:
+                self._interrupt(child, found.status, found.reason)
+            elif child.finalize(found.status, found.reason):
+                self._release(child)
+                self._finished(child)
 
     def _progress(self) -> None:
         """Running children's counters reach the store about once a second (for attach)."""
         now = self._clock()
-        if now - self._last_progress < PROGRESS_EVERY_S:
-            return
-        self._last_progress = now
+        if now - self._last_progress >= PROGRESS_EVERY_S:
+            self._last_progress = now
+            self._record_progress()
+
+    def _record_progress(self) -> None:
         for child in self._alive.values():
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
                 self._record(child.row())
 
 
-def _ready(state: _Route) -> int | None:
-    """The seq of the route's next task if the route may start one now, else None."""
-    while state.queue and state.queue[0].status.terminal:
-        state.queue.popleft()  # stopped while queued
-    if state.queue and (state.cap is None or state.alive < state.cap):
-        return state.queue[0].task.seq
-    return None
+def _thread_refused(exc: RuntimeError) -> bool:
+    """True when the system refused a new thread (CPython's message), so the work is queued for
+    a thread already started; False when the pool is shut down and refused the work itself."""
+    return "can't start new thread" in str(exc)

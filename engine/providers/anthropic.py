@@ -15,7 +15,6 @@ from typing import Any
 
 import anthropic
 import httpx2
-from flightdeck.engine.control.ratelimit import CHARS_PER_TOKEN
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -42,6 +41,7 @@ from flightdeck.engine.providers.sdk import (
     status_error,
     transport_error,
 )
+from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN
 from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}

@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 
 import httpx2
 import openai
-from flightdeck.engine.control.ratelimit import CHARS_PER_TOKEN, prompt_tokens_estimate
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -42,6 +41,7 @@ from flightdeck.engine.providers.sdk import (
     status_error,
     transport_error,
 )
+from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN, prompt_tokens_estimate
 from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 # Error codes that mean "this account cannot be served": retrying cannot help.

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from flightdeck.engine.control.flag import Flag
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -158,7 +157,7 @@ class SimStream:
         self._req = request
         self._rng = rng
         self._stall = stall
-        self._closed = Flag()
+        self._closed = threading.Event()
 
     def close(self) -> None:
         self._closed.set()

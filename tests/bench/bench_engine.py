@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from flightdeck.engine.api import Engine
-from flightdeck.engine.control.limits import tune_interpreter
+from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow
@@ -152,7 +152,7 @@ def main() -> dict[str, object]:
         for i in range(max(1, rounds // 2)):
             seconds, rows, logs = run_engine(Path(tmp) / f"untuned{i}")
             untuned.append(N / seconds)
-        # ... then the engine as `flightdeck run` runs it (see limits.tune_interpreter).
+        # ... then the engine as `flightdeck run` runs it (see pool.tune_interpreter).
         tune_interpreter()
         for i in range(rounds):
             before = run_floor(Path(tmp) / f"floor{i}a", rows, logs)

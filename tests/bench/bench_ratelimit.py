@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: loopback, helpers
 
 from flightdeck.engine.api import Engine
-from flightdeck.engine.control.limits import RetryPolicy, RouteThrottle
-from flightdeck.engine.control.ratelimit import RateLimiter
+from flightdeck.engine.control.retry import RetryPolicy
+from flightdeck.engine.control.throttle import RateLimiter, RouteThrottle
 from flightdeck.engine.inputs.settings import RetrySettings
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers import make_provider

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.api import Engine
-from flightdeck.engine.control.limits import tune_interpreter
+from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import (

@@ -45,6 +45,7 @@ def child(
     finished: float | None = None,
     error: str | None = None,
     steers: tuple[SteerReceipt, ...] = (),
+    retrying: bool = False,
 ) -> ChildRow:
     """A child row; times are seconds after T0."""
     child_id = f"review-{seq:02d}"
@@ -65,6 +66,7 @@ def child(
             tool_started_ts=T0 + last - 4 if tool and last is not None else None,
             last_activity_ts=T0 + last if last is not None else None,
             text=text or status.value,
+            retrying=retrying,
         ),
         usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1]),
         cost_usd=Decimal(cost) if cost is not None else None,
@@ -91,7 +93,7 @@ def demo_rows(folder: Path) -> tuple[ChildRow, ...]:
               cost="0.0110", started=3, last=133, steers=(delivered,)),
         child(3, "Review PR #103: flaky scheduler test", S.RUNNING, folder=folder,
               text="429, retry 2/6 in 3.1s", calls=3, retries=2, tokens=(2100, 300),
-              cost="0.0033", started=10, last=131),
+              cost="0.0033", started=10, last=131, retrying=True),
         child(4, "Review PR #104: [@click=app.quit]x[/] markup in a goal", S.FAILED,
               folder=folder, calls=2, tokens=(1500, 120), cost="0.0020", started=5,
               last=40, finished=40, error="FatalError: sim: simulated fatal error"),

@@ -27,10 +27,7 @@ STEER_MARKS: dict[SteerState, Cell] = {
 
 def is_retrying(row: ChildRow) -> bool:
     """A running child waiting out a 429 or another retryable error."""
-    if row.status is not ChildStatus.RUNNING:
-        return False
-    text = row.activity.text
-    return text.startswith("429") or "retry" in text.lower()
+    return row.status is ChildStatus.RUNNING and row.activity.retrying
 
 
 def needs_attention(row: ChildRow) -> bool:

@@ -1,4 +1,4 @@
-"""Per-route token buckets: requests per minute and tokens per minute.
+"""A route's throttle: its rpm/tpm token buckets and the pause a 429 puts on every child of it.
 
 Each call reserves one request and its estimated tokens before it starts and waits for its turn;
 when the call ends the estimate is reconciled with the usage the server reported. A bucket may
@@ -12,32 +12,37 @@ server's window (it counts from receive times, we from send times), and jitter t
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flightdeck.engine.control.flag import Waitable
-from flightdeck.engine.providers.base import ToolSpec, TurnRequest
+from flightdeck.engine.child.policy import StopRequested
+from flightdeck.engine.inputs.settings import Route
 
 Clock = Callable[[], float]
 # wait(cancel, seconds) -> True if `cancel` was set before the time was up
-Wait = Callable[[Waitable | None, float], bool]
+Wait = Callable[[threading.Event | None, float], bool]
 
-CHARS_PER_TOKEN = 4  # about right for English and code on current tokenizers
-
-
-def _wait(cancel: Waitable | None, seconds: float) -> bool:
-    if cancel is None:
-        time.sleep(seconds)
-        return False
-    return cancel.wait(seconds)
+__all__ = [
+    "Bucket",
+    "Cancelled",
+    "Lease",
+    "RateLimiter",
+    "RouteThrottle",
+    "StopRequested",
+]
 
 
 class Cancelled(Exception):
     """The wait for a reservation was cancelled (the child is stopping)."""
+
+
+def _wait(cancel: threading.Event | None, seconds: float) -> bool:
+    if cancel is None:
+        time.sleep(seconds)
+        return False
+    return cancel.wait(seconds)
 
 
 class Bucket:
@@ -88,11 +93,12 @@ class Lease:
     settled: bool = False
 
     def settle(self, actual_tokens: int) -> None:
+        """Reconcile the reservation with the tokens the call used; later calls do nothing."""
         if self.settled:
             return
         self.settled = True
         if self.limiter is not None:
-            self.limiter._reconcile(self.tokens, actual_tokens)
+            self.limiter.reconcile(self.tokens, actual_tokens)
 
 
 class RateLimiter:
@@ -118,12 +124,13 @@ class RateLimiter:
 
     @property
     def unlimited(self) -> bool:
+        """True when the route has neither an rpm nor a tpm limit."""
         return self.requests is None and self.tokens is None
 
     def acquire(
         self,
         tokens: int,
-        cancel: Waitable | None = None,
+        cancel: threading.Event | None = None,
         on_wait: Callable[[float], None] | None = None,
     ) -> Lease:
         """Reserve one request and `tokens`; sleep until both are covered (told to `on_wait`
@@ -149,7 +156,8 @@ class RateLimiter:
             raise Cancelled
         return Lease(self, tokens, delay)
 
-    def _reconcile(self, estimated: int, actual: int) -> None:
+    def reconcile(self, estimated: int, actual: int) -> None:
+        """Give back (or charge) the difference between a reservation and what was used."""
         if self.tokens is None or estimated == actual:
             return
         with self._lock:
@@ -163,35 +171,56 @@ class RateLimiter:
         return max(waits, default=0.0)
 
 
-def prompt_tokens_estimate(request: TurnRequest) -> int:
-    """Rough prompt size from its characters: system, messages, tool calls and tool schemas."""
-    chars = len(request.system)
-    for message in request.messages:
-        chars += len(message.content) + 8
-        for call in message.tool_calls:
-            chars += len(call.name) + len(json.dumps(dict(call.arguments)))
-    chars += _tools_chars(request.tools)
-    return math.ceil(chars / CHARS_PER_TOKEN)
+class RouteThrottle:
+    """Route-wide limits: a 429 with Retry-After holds every child of the route, not just one,
+    and its rpm/tpm buckets (built from the route on first use if not given) pace every call."""
 
+    def __init__(self, clock: Clock = time.monotonic, limiter: RateLimiter | None = None) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._paused_until = 0.0
+        self.limiter = limiter
 
-_TOOLS_CHARS: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
+    def admit(
+        self,
+        route: Route,
+        tokens: int,
+        interrupt: threading.Event,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> Lease:
+        """Reserve one request and `tokens` from the buckets; `on_wait` hears how long a wait
+        will be. Raises StopRequested if `interrupt` is set while it waits."""
+        with self._lock:
+            if self.limiter is None:
+                self.limiter = RateLimiter(route.rpm, route.tpm, clock=self._clock)
+            limiter = self.limiter
+        try:
+            return limiter.acquire(tokens, interrupt, on_wait)
+        except Cancelled:
+            raise StopRequested from None
 
+    def pause(self, seconds: float) -> None:
+        """Hold the whole route for `seconds` (a longer pause already set is kept)."""
+        with self._lock:
+            self._paused_until = max(self._paused_until, self._clock() + seconds)
 
-def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
-    """Size of the tool schemas; a route's children share one tuple, so it is measured once."""
-    cached = _TOOLS_CHARS.get(id(tools))
-    if cached is not None and cached[0] is tools:
-        return cached[1]
-    size = sum(
-        len(t.name) + len(t.description) + len(json.dumps(dict(t.parameters))) for t in tools
-    )
-    if len(_TOOLS_CHARS) > 64:
-        _TOOLS_CHARS.clear()
-    _TOOLS_CHARS[id(tools)] = (tools, size)  # keeps the tuple alive, so its id stays unique
-    return size
+    def wait_out_pause(
+        self, interrupt: threading.Event, on_wait: Callable[[float], None] | None = None
+    ) -> None:
+        """Block while the route is paused (again if the pause is extended meanwhile)."""
+        while (wait := self.remaining()) > 0:
+            if on_wait is not None:
+                on_wait(wait)
+            if interrupt.wait(wait):
+                raise StopRequested
 
+    def remaining(self) -> float:
+        """Seconds left of the route's pause; 0 when it is not paused."""
+        with self._lock:
+            return max(0.0, self._paused_until - self._clock())
 
-def estimate_tokens(request: TurnRequest) -> int:
-    """What a call may use against a tokens-per-minute limit: the prompt plus `max_tokens`
-    (the most it can write; OpenAI reserves the same way), reconciled after the call."""
-    return prompt_tokens_estimate(request) + request.max_tokens
+    @property
+    def paused_until(self) -> float | None:
+        """When the route's pause ends, on the throttle's clock; None when it is not paused."""
+        with self._lock:
+            return self._paused_until if self._paused_until > self._clock() else None

@@ -1,0 +1,83 @@
+"""A child's activity token as it changes; `Child` guards it with its lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flightdeck.engine.model import Activity
+
+
+@dataclass
+class ActivityState:
+    """The mutable counterpart of `model.Activity`; every change stamps the activity time."""
+
+    api_calls: int = 0
+    tool_calls: int = 0
+    retries: int = 0
+    turns: int = 0
+    current_tool: str | None = None
+    tool_started_ts: float | None = None
+    last_activity_ts: float | None = None
+    text: str = ""
+    # Waiting on our own limits (backoff, route pause, rpm/tpm), not on the model: never a stall.
+    held: bool = False
+    retrying: bool = False
+
+    def frozen(self) -> Activity:
+        """The current state as an immutable value."""
+        return Activity(
+            api_calls=self.api_calls,
+            tool_calls=self.tool_calls,
+            retries=self.retries,
+            turns=self.turns,
+            current_tool=self.current_tool,
+            tool_started_ts=self.tool_started_ts,
+            last_activity_ts=self.last_activity_ts,
+            text=self.text,
+            retrying=self.retrying,
+        )
+
+    def started(self, now: float) -> None:
+        """The child's run began."""
+        self.last_activity_ts = now
+        self.text = "starting"
+
+    def hold(self, turn: int) -> None:
+        """A call of `turn` is about to be made and waits on the route until it starts."""
+        self.turns = turn
+        self.held = True
+
+    def call_started(self, now: float) -> None:
+        """A request goes out: no longer held, no longer retrying."""
+        self.api_calls += 1
+        self.held = self.retrying = False
+        self.tick("waiting for model", now)
+
+    def retry(self, text: str, now: float) -> None:
+        """A retry is scheduled: held again (the backoff, then the route's limits)."""
+        self.retries += 1
+        self.held = self.retrying = True
+        self.tick(text, now)
+
+    def tick(self, text: str, now: float) -> None:
+        """Something happened (a chunk streamed, a tool call announced)."""
+        self.text = text
+        self.last_activity_ts = now
+
+    def tool_started(self, name: str, now: float) -> None:
+        """A tool call began running."""
+        self.tool_calls += 1
+        self.current_tool = name
+        self.tool_started_ts = now
+        self.tick(f"tool: {name}", now)
+
+    def tool_ended(self, now: float) -> None:
+        """The running tool call returned."""
+        self.current_tool = self.tool_started_ts = None
+        self.tick("thinking", now)
+
+    def ended(self, text: str) -> None:
+        """The child is final: no tool runs and nothing is retried any more."""
+        self.current_tool = self.tool_started_ts = None
+        self.retrying = False
+        self.text = text

@@ -1,0 +1,40 @@
+"""The facts a child reports to its coordinator, from the worker thread that runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flightdeck.engine.model import SteerReceipt
+from flightdeck.engine.providers.base import HeadroomEvent
+
+if TYPE_CHECKING:
+    from flightdeck.engine.child.loop import Child
+
+
+@dataclass(frozen=True, slots=True)
+class ChildDone:
+    """The child's run has returned (it is final, or was abandoned while it ran)."""
+
+    child: Child
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptSettled:
+    """A steer was delivered to the model, or missed because the child ended first."""
+
+    receipt: SteerReceipt
+
+
+@dataclass(frozen=True, slots=True)
+class HeadroomSeen:
+    """A response carried the route's rate-limit headroom."""
+
+    route: str
+    event: HeadroomEvent
+
+
+ChildFact = ChildDone | ReceiptSettled | HeadroomSeen
+
+Report = Callable[[ChildFact], None]

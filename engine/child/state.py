@@ -1,0 +1,237 @@
+"""A child's state: what the coordinator changes (stop, steer, finalize) and readers see.
+
+The agent loop that changes it from a worker thread is `Child`, in loop.py. Shared fields are
+guarded by one lock, and readers get frozen `ChildRow` values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from decimal import Decimal
+
+from flightdeck.engine.child.activity import ActivityState
+from flightdeck.engine.child.facts import ReceiptSettled, Report
+from flightdeck.engine.child.policy import CallPolicy
+from flightdeck.engine.child.steering import Steering
+from flightdeck.engine.child.tools import Toolbox
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, SteerState, Usage
+from flightdeck.engine.providers.base import Provider, TurnStream
+from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.sink import TranscriptSink
+from flightdeck.engine.records.transcripts import TranscriptWriter
+from flightdeck.engine.sanitize import redact
+
+
+class ChildState:
+    """A child's state, as the coordinator changes it and readers see it; `Child` runs it."""
+
+    def __init__(
+        self,
+        task: Task,
+        route: Route,
+        provider: Provider,
+        retry: CallPolicy,
+        toolbox: Toolbox,
+        transcript_path: str,
+        meter: Meter,
+        clock: Callable[[], float],
+        report: Report,
+        queued_ts: float,
+        sink: TranscriptSink | None = None,
+    ) -> None:
+        self.task = task
+        self.route = route
+        self.transcript_path = transcript_path
+        self.queued_ts = queued_ts
+        self.interrupt = threading.Event()
+        self._provider = provider
+        self._retry = retry
+        self._tools = toolbox
+        self._sink = sink
+        self._meter = meter
+        self._clock = clock
+        self._report = report  # hands facts to the coordinator (thread-safe queue)
+        # The route's API key, redacted from all we record and show.
+        self._secrets = provider.secrets
+        # Everything below is guarded by `_lock`; `_version` lets readers skip unchanged rows.
+        self._lock = threading.Lock()
+        self._version = 0
+        self.status = ChildStatus.QUEUED
+        self.started_ts: float | None = None
+        self.finished_ts: float | None = None
+        self._transcript: TranscriptWriter | None = None
+        self._finalizing = False
+        self._stream: TurnStream | None = None
+        self._stop_status: ChildStatus | None = None
+        self._stop_reason: str | None = None
+        self._activity = ActivityState()
+        self._steering = Steering()
+        self._usage = Usage()
+        self._cost: Decimal | None = Decimal(0)  # None once any usage has an unknown price
+        self._error: str | None = None
+        self._result: str | None = None
+        self._row: ChildRow | None = None
+        self._row_version = -1
+
+    @property
+    def transcript(self) -> TranscriptWriter:
+        """Opened on first use, so a queued child holds no file descriptor."""
+        with self._lock:
+            if self._transcript is None:
+                self._transcript = TranscriptWriter(
+                    self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
+                )
+            return self._transcript
+
+    # --- read side -----------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the child's row would."""
+        return self._version + self._steering.version
+
+    def row(self) -> ChildRow:
+        """A frozen view; rebuilt only when something changed since the last call."""
+        with self._lock:
+            version = self.version
+            if self._row is not None and self._row_version == version:
+                return self._row
+            row = ChildRow(
+                id=self.task.id,
+                seq=self.task.seq,
+                goal=self.task.goal,
+                group=self.task.group,
+                route=self.route.name,
+                model=self.route.model,
+                status=self.status,
+                activity=self._activity.frozen(),
+                usage=self._usage,
+                cost_usd=self._cost,
+                queued_ts=self.queued_ts,
+                started_ts=self.started_ts,
+                finished_ts=self.finished_ts,
+                error=self._error,
+                result=self._result,
+                transcript=self.transcript_path,
+                steers=self._steering.receipts(),
+            )
+            self._row, self._row_version = row, version
+            return row
+
+    @property
+    def last_activity(self) -> float | None:
+        """When the child last showed activity (a chunk, a tool transition, a call)."""
+        return self._activity.last_activity_ts
+
+    @property
+    def in_tool(self) -> bool:
+        """True while one of its tool calls runs."""
+        return self._activity.current_tool is not None
+
+    @property
+    def held(self) -> bool:
+        """Waiting on the route's own limits: a wait flightdeck imposes is never a stall."""
+        return self._activity.held
+
+    @property
+    def stop_status(self) -> ChildStatus | None:
+        """The status a requested stop will end in (the first request wins); None if none."""
+        return self._stop_status
+
+    # --- control side (coordinator thread) -----------------------------------------------------
+
+    def request_stop(self, status: ChildStatus, reason: str) -> None:
+        """Interrupt: wake any sleep, close the open stream. The worker finalizes."""
+        with self._lock:
+            if self._stop_status is None:
+                self._stop_status, self._stop_reason = status, reason
+            self.interrupt.set()
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def add_steer(self, receipt: SteerReceipt) -> bool:
+        """Queue an operator message; `now` closes the current response so the turn restarts.
+
+        False when the child is already ending: its inbox has been emptied for the last time,
+        and the caller settles the receipt as missed."""
+        if not self._steering.add(receipt):
+            return False
+        if receipt.now:
+            # `now_pending` is set before this lock is taken, and a stream is only opened
+            # under it after checking `now_pending`: either way the response is dropped.
+            with self._lock:
+                stream = self._stream
+            if stream is not None:
+                stream.close()
+        return True
+
+    def keep_receipt(self, receipt: SteerReceipt) -> None:
+        """Show a receipt settled without reaching the inbox (the child had already ended)."""
+        self._steering.keep(receipt)
+
+    def finalize(
+        self, status: ChildStatus, error: str | None = None, *, result: str | None = None
+    ) -> bool:
+        """Record the final status (and the final answer) once; False if already final (first
+        caller wins: a final answer that loses to the watchdog is not recorded)."""
+        with self._lock:
+            if self.status.terminal or self._finalizing:
+                return False
+            self._finalizing = True
+            missed = self._steering.close()
+        for receipt in missed:
+            self._settle(receipt, SteerState.MISSED)
+        if self._secrets:  # a server's error text or the model's answer may echo the key
+            error = None if error is None else self._clean(error)
+            result = None if result is None else self._clean(result)
+        self.transcript.close("engine", status.value + (f": {error}" if error else ""))
+        with self._lock:
+            self.status = status
+            self.finished_ts = self._clock()
+            self._error = error
+            self._result = result
+            self._activity.ended(status.value)
+            self._version += 1
+        return True
+
+    def mark_running(self) -> bool:
+        """Admitted: from now on it holds a slot; False if it has already ended (stopped or
+        abandoned while it waited for its thread). Once only: later calls change nothing."""
+        now = self._clock()
+        with self._lock:
+            if self._finalizing:  # a final status must never turn back into RUNNING
+                return False
+            if self.status is ChildStatus.QUEUED:
+                self.status = ChildStatus.RUNNING
+                self.started_ts = now
+                self._activity.started(now)
+                self._version += 1
+        return True
+
+    # --- shared by both sides ------------------------------------------------------------------
+
+    def _settle(self, receipt: SteerReceipt, state: SteerState) -> None:
+        settled = dataclasses.replace(receipt, state=state, settled_ts=self._clock())
+        self._steering.keep(settled)
+        self._report(ReceiptSettled(settled))
+
+    def _show(self, text: str) -> None:
+        """What the child waits for, without counting as activity (it is held, not idle)."""
+        with self._lock:
+            self._activity.text = text
+            self._version += 1
+
+    def _tick(self, text: str) -> None:
+        """Activity: a chunk streamed or a tool call announced."""
+        with self._lock:
+            self._activity.tick(text, self._clock())
+            self._version += 1
+
+    def _clean(self, text: str) -> str:
+        """`text` without the route's key: a server can echo it in an error or in its output."""
+        return redact(text, self._secrets) if self._secrets else text

@@ -1,0 +1,67 @@
+"""A child's steer inbox and the receipts of every steer it was sent."""
+
+from __future__ import annotations
+
+import threading
+
+from flightdeck.engine.model import SteerReceipt
+
+
+class Steering:
+    """Steers not yet delivered, and every receipt by id; thread-safe.
+
+    Once `close()` has emptied the inbox for the last time (the child is ending), `add` refuses,
+    so no steer is queued where nothing would ever deliver it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inbox: list[SteerReceipt] = []  # oldest first
+        self._receipts: dict[int, SteerReceipt] = {}
+        self._closed = False
+        self.now_pending = False  # a steer --now waits: the current response is to be dropped
+        self.version = 0  # bumped on every change, so readers can skip an unchanged child
+
+    def add(self, receipt: SteerReceipt) -> bool:
+        """Queue a steer; False (nothing queued) once the inbox is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._inbox.append(receipt)
+            self._keep(receipt)
+            if receipt.now:
+                self.now_pending = True
+            return True
+
+    def keep(self, receipt: SteerReceipt) -> None:
+        """Record a receipt (new or settled) under its id."""
+        with self._lock:
+            self._keep(receipt)
+
+    def _keep(self, receipt: SteerReceipt) -> None:
+        self._receipts[receipt.id] = receipt
+        self.version += 1
+
+    @property
+    def waiting(self) -> bool:
+        """True when there is something to deliver (a steer, or a --now to honour)."""
+        return bool(self._inbox) or self.now_pending
+
+    def take(self) -> list[SteerReceipt]:
+        """The steers to deliver now, oldest first; the inbox is left empty."""
+        with self._lock:
+            pending, self._inbox = self._inbox, []
+            self.now_pending = False
+            return pending
+
+    def close(self) -> list[SteerReceipt]:
+        """Empty the inbox for the last time; returns the steers that will never be delivered."""
+        with self._lock:
+            self._closed = True
+            missed, self._inbox = self._inbox, []
+            return missed
+
+    def receipts(self) -> tuple[SteerReceipt, ...]:
+        """Every receipt, in the order the steers were sent."""
+        with self._lock:
+            return tuple(self._receipts.values())

@@ -1,0 +1,54 @@
+"""What the coordinator's inbox carries: callers' commands and the facts workers report."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from flightdeck.engine.child.facts import ChildFact
+from flightdeck.engine.model import ChildRow
+
+
+@dataclass(frozen=True, slots=True)
+class Steer:
+    """Queue `message` for each child in `ids`, under the receipt id at the same position."""
+
+    receipt_ids: tuple[int, ...]
+    ids: tuple[str, ...]
+    message: str
+    now: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop these children; queued ones never start."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StopAll:
+    """Stop every child that has not ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordProgress:
+    """Record every running child's current row now, then set `done`."""
+
+    done: threading.Event
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Stop answering commands: the engine is closing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A final row is committed to the store: the child now counts as done."""
+
+    row: ChildRow
+
+
+Command = Steer | Stop | StopAll | RecordProgress | Shutdown
+Message = Command | Recorded | ChildFact

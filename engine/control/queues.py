@@ -1,0 +1,80 @@
+"""The queued children, one FIFO queue per route, and what each route has running."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.model import RouteHeadroom
+from flightdeck.engine.providers.base import HeadroomEvent
+
+
+@dataclass
+class RouteState:
+    """One route's queue, how many of its children are alive, and its headroom last seen."""
+
+    route: Route
+    queue: deque[Child] = field(default_factory=deque)
+    alive: int = 0
+    headroom: RouteHeadroom | None = None
+
+    def next_seq(self) -> int | None:
+        """The seq of the route's next task if the route may start one now, else None."""
+        while self.queue and self.queue[0].status.terminal:
+            self.queue.popleft()  # stopped while queued
+        cap = self.route.max_concurrent
+        if self.queue and (cap is None or self.alive < cap):
+            return self.queue[0].task.seq
+        return None
+
+
+class RouteQueues:
+    """First in, first out among the routes below their `max_concurrent`; a task for a capped
+    route waits in place while tasks behind it for other routes go ahead."""
+
+    def __init__(self, routes: Mapping[str, Route], children: Iterable[Child]) -> None:
+        self.routes = {name: RouteState(route) for name, route in routes.items()}
+        for child in children:
+            self.routes[child.route.name].queue.append(child)
+
+    def ready(self) -> Iterator[Child]:
+        """The children that may start, in order; each is counted alive on its route as it is
+        handed out, so stop iterating to leave the rest queued."""
+        heads = [
+            (seq, name) for name, s in self.routes.items() if (seq := s.next_seq()) is not None
+        ]
+        heapq.heapify(heads)
+        while heads:
+            _, name = heapq.heappop(heads)
+            state = self.routes[name]
+            state.alive += 1
+            yield state.queue.popleft()
+            if (seq := state.next_seq()) is not None:
+                heapq.heappush(heads, (seq, name))
+
+    def ended(self, child: Child) -> None:
+        """An alive child has ended: its route may start another."""
+        self.routes[child.route.name].alive -= 1
+
+    def saw_headroom(self, route: str, event: HeadroomEvent, now: float) -> None:
+        """Keep the rate-limit headroom a response of `route` reported."""
+        state = self.routes.get(route)
+        if state is not None:
+            state.headroom = RouteHeadroom(
+                route=route,
+                remaining_requests=event.remaining_requests,
+                remaining_tokens=event.remaining_tokens,
+                reset_requests_s=event.reset_requests_s,
+                reset_tokens_s=event.reset_tokens_s,
+                observed_ts=now,
+            )
+
+    def drain(self) -> Iterator[Child]:
+        """Take every queued child off its queue."""
+        for state in self.routes.values():
+            while state.queue:
+                yield state.queue.popleft()
