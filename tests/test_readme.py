@@ -41,3 +41,24 @@ def test_the_from_python_example_runs(tmp_path: Path) -> None:
     assert lines[4] == "[<SteerState.DELIVERED: 'delivered'>]"
     assert len(lines) == 5
     assert (tmp_path / ".flightdeck" / "flightdeck.db").is_file()
+
+
+def test_the_layout_map_names_every_module_and_only_real_ones() -> None:
+    # Modules of engine/, tui/ and the engine's parts are named one by one; deeper folders
+    # (tasks/, screens/, ...) by their folder.
+    root = README.parent
+    section = README.read_text(encoding="utf-8").split("## Development", 1)[1]
+    block = re.search(r"```\nengine/.*?```", section, re.S)
+    assert block is not None
+    named = set(re.findall(r"\b([a-z_]+\.py)\b", block.group(0)))
+    folders = set(re.findall(r"\b([a-z_]+)/", block.group(0)))
+    every = {p for folder in ("engine", "tui") for p in (root / folder).rglob("*.py")}
+    assert named - {p.name for p in every} == set(), "the map names modules that do not exist"
+    unnamed = set()
+    for path in every:
+        depth = len(path.relative_to(root).parts)
+        if path.name == "__init__.py" or (depth > 3 - path.is_relative_to(root / "tui")):
+            assert path.parent.name in folders, f"the map does not name {path.parent}"
+        elif path.name not in named:
+            unnamed.add(str(path.relative_to(root)))
+    assert unnamed == set(), "modules the map does not name"
