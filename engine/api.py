@@ -34,8 +34,9 @@ from flightdeck.engine.model import (
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, totals_of
+from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
-from flightdeck.engine.records.store import BatchInfo, Store, process_start_time
+from flightdeck.engine.records.store import Store
 from flightdeck.engine.records.transcripts import write_manifest
 
 __all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]

@@ -21,8 +21,8 @@ from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, price_known
+from flightdeck.engine.records.rows import QueuedChild
 from flightdeck.engine.records.sink import TranscriptSink
-from flightdeck.engine.records.store import QueuedChild
 
 
 def steady_clock() -> Callable[[], float]:

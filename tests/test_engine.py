@@ -416,7 +416,8 @@ def test_untrusted_goal_never_puts_escapes_in_the_transcript(tmp_path: Path) -> 
 
 
 def test_tools_cannot_escape_the_workspace(tmp_path: Path) -> None:
-    from flightdeck.engine.child.tools import Toolbox, ToolError
+    from flightdeck.engine.child.tools import Toolbox
+    from flightdeck.engine.errors import ToolError
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "secret.txt").write_text("s3cret")
@@ -435,7 +436,8 @@ def test_tools_cannot_escape_the_workspace(tmp_path: Path) -> None:
 
 
 def test_arguments_a_file_system_refuses_go_back_to_the_model(tmp_path: Path) -> None:
-    from flightdeck.engine.child.tools import Toolbox, ToolError
+    from flightdeck.engine.child.tools import Toolbox
+    from flightdeck.engine.errors import ToolError
 
     box = Toolbox(tmp_path)
     for name, arguments, message in (
@@ -455,7 +457,8 @@ def test_write_file_refuses_a_folder_before_writing_anything(
 ) -> None:
     # "." is the workspace itself: its temp file would have gone next to the workspace, in
     # the folder above it, before the replace failed.
-    from flightdeck.engine.child.tools import Toolbox, ToolError
+    from flightdeck.engine.child.tools import Toolbox
+    from flightdeck.engine.errors import ToolError
 
     written: list[Path] = []
     real = Path.write_bytes
@@ -585,7 +588,8 @@ class _ResetOnClose:
         self.opened = 0
 
     def open(self, request: object) -> object:
-        from flightdeck.engine.providers.base import TextDelta, TransientError, UsageEvent
+        from flightdeck.engine.errors import TransientError
+        from flightdeck.engine.providers.base import TextDelta, UsageEvent
 
         self.opened += 1
         first = self.opened == 1

@@ -5,20 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.errors import FatalError, ProviderError, RateLimited, TransientError
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.providers.anthropic import AnthropicProvider, to_anthropic_messages
 from flightdeck.engine.providers.base import (
-    FatalError,
     HeadroomEvent,
     Message,
-    ProviderError,
-    RateLimited,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallEvent,
     ToolSpec,
-    TransientError,
     TurnRequest,
     UsageEvent,
 )

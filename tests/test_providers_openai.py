@@ -11,22 +11,24 @@ from types import MappingProxyType
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.errors import (
+    ConfigError,
+    FatalError,
+    ProviderError,
+    RateLimited,
+    TransientError,
+)
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.providers import LOCAL_PLACEHOLDER_KEY, make_provider
 from flightdeck.engine.providers.base import (
-    FatalError,
     HeadroomEvent,
     Interrupted,
     Message,
-    ProviderError,
-    RateLimited,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallEvent,
-    TransientError,
     TurnRequest,
     UsageEvent,
 )

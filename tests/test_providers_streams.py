@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.errors import TransientError
 from flightdeck.engine.model import ChildStatus
-from flightdeck.engine.providers.base import (
-    Interrupted,
-    Message,
-    Provider,
-    TextDelta,
-    TransientError,
-    TurnRequest,
-)
+from flightdeck.engine.providers.base import Interrupted, Message, Provider, TextDelta, TurnRequest
 
 from helpers import batch, settings, until
 from loopback import KEY_ENV, READ_FILE, Loopback, Reply, provider_for, route_for

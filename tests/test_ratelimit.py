@@ -11,15 +11,10 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from flightdeck.engine.child.policy import StopRequested
 from flightdeck.engine.control.pool import auto_pool_size
 from flightdeck.engine.control.retry import RetryPolicy
-from flightdeck.engine.control.throttle import (
-    Cancelled,
-    Lease,
-    RateLimiter,
-    RouteThrottle,
-    StopRequested,
-)
+from flightdeck.engine.control.throttle import Cancelled, Lease, RateLimiter, RouteThrottle
 from flightdeck.engine.inputs.settings import RetrySettings, Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.providers import make_provider

@@ -15,25 +15,13 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.control.retry import (
-    RetryNotice,
-    RetryPolicy,
-    StopRequested,
-    classify,
-    reason_of,
-)
+from flightdeck.engine.child.policy import RetryNotice, StopRequested
+from flightdeck.engine.control.retry import RetryPolicy, classify, reason_of
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.errors import FatalError, RateLimited, TransientError
 from flightdeck.engine.inputs.settings import RetrySettings
 from flightdeck.engine.model import ChildStatus
-from flightdeck.engine.providers.base import (
-    FatalError,
-    Message,
-    Provider,
-    RateLimited,
-    StreamEvent,
-    TransientError,
-    TurnRequest,
-)
+from flightdeck.engine.providers.base import Message, Provider, StreamEvent, TurnRequest
 from flightdeck.engine.providers.headers import duration_s, retry_after
 
 from helpers import batch, run_to_end, settings, until

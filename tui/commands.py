@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
-    from flightdeck.engine.records.store import StoreReader
+    from flightdeck.engine.records.reader import StoreReader
 
 
 class UsageError(InputError):
@@ -54,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
 def _reader(state_dir: Path | None) -> StoreReader:
     from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
-    from flightdeck.engine.records.store import StoreReader
+    from flightdeck.engine.records.reader import StoreReader
 
     # flightdeck.toml only matters when it names the state folder: a broken one in the current
     # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.

@@ -8,13 +8,12 @@ import traceback
 from flightdeck.engine.child.facts import ChildDone, HeadroomSeen
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.child.state import ChildState
-from flightdeck.engine.child.tools import ToolError
+from flightdeck.engine.errors import ProviderError, ToolError
 from flightdeck.engine.model import ChildStatus, SteerState, Usage
 from flightdeck.engine.providers.base import (
     HeadroomEvent,
     Interrupted,
     Message,
-    ProviderError,
     TextDelta,
     ToolCall,
     ToolCallEvent,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flightdeck.engine.errors import ToolError as ToolError
+from flightdeck.engine.errors import ToolError
 from flightdeck.engine.providers.base import ToolSpec
 
 MAX_READ_BYTES = 64 * 1024

@@ -11,8 +11,8 @@ from typing import TypeVar
 
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.control.throttle import Lease, RouteThrottle
+from flightdeck.engine.errors import FatalError, ProviderError, RateLimited
 from flightdeck.engine.inputs.settings import RetrySettings, Route
-from flightdeck.engine.providers.base import FatalError, ProviderError, RateLimited
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -21,7 +21,7 @@ from tenacity import (
     wait_exponential,
 )
 
-__all__ = ["Retry", "RetryNotice", "RetryPolicy", "StopRequested", "classify", "reason_of"]
+__all__ = ["Retry", "RetryPolicy", "classify", "reason_of"]
 
 T = TypeVar("T")
 

@@ -30,7 +30,6 @@ __all__ = [
     "Lease",
     "RateLimiter",
     "RouteThrottle",
-    "StopRequested",
 ]
 
 

@@ -15,19 +15,16 @@ from typing import Any
 
 import anthropic
 import httpx2
+from flightdeck.engine.errors import FatalError, ProviderError, RateLimited, TransientError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
-    FatalError,
     HeadroomEvent,
     Interrupted,
-    ProviderError,
-    RateLimited,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallEvent,
-    TransientError,
     TurnRequest,
     UsageEvent,
     key_secrets,

@@ -6,10 +6,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import field
 from typing import Any, Literal, Protocol
 
-from flightdeck.engine.errors import FatalError as FatalError
-from flightdeck.engine.errors import ProviderError as ProviderError
-from flightdeck.engine.errors import RateLimited as RateLimited
-from flightdeck.engine.errors import TransientError as TransientError
 from flightdeck.engine.model import Usage, record
 
 Role = Literal["system", "user", "assistant", "tool"]

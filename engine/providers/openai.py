@@ -15,19 +15,17 @@ from urllib.parse import urlsplit
 
 import httpx2
 import openai
+from flightdeck.engine.errors import FatalError, ProviderError, TransientError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
-    FatalError,
     HeadroomEvent,
     Interrupted,
     Message,
-    ProviderError,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallEvent,
-    TransientError,
     TurnRequest,
     UsageEvent,
     key_secrets,

@@ -16,17 +16,15 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from flightdeck.engine.errors import FatalError, RateLimited, TransientError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
-    FatalError,
     Interrupted,
-    RateLimited,
     StreamEvent,
     TextDelta,
     ToolCall,
     ToolCallEvent,
-    TransientError,
     TurnRequest,
     UsageEvent,
 )

@@ -18,7 +18,6 @@ from typing import Any
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt
 from flightdeck.engine.records import schema
-from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import (
     FINISH_BATCH,
     INSERT_EVENT,
@@ -32,12 +31,10 @@ from flightdeck.engine.records.rows import (
     batch_params,
     child_params,
     control_params,
-    process_start_time,
     queued_params,
 )
 
-# Importers elsewhere take these from here, though most now live in reader.py and rows.py.
-__all__ = ["MAX_BATCH", "BatchInfo", "QueuedChild", "Store", "StoreReader", "process_start_time"]
+__all__ = ["MAX_BATCH", "Store"]
 
 log = logging.getLogger(__name__)
 
