@@ -7,7 +7,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -20,6 +19,7 @@ from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import Steer, Stop, StopAll
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, check_routes, unicode_problem
@@ -85,7 +85,7 @@ class Engine:
         self._sub_lock = threading.Lock()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: WorkerPool | None = None
         self._coordinator: Coordinator | None = None
         self._status = BatchStatus.RUNNING
         self._manifest_children = "[]"  # JSON, set by start()
@@ -272,7 +272,7 @@ class Engine:
                 self._coordinator.finished.wait()
             self._coordinator.shutdown()  # and its pool
         elif self._pool is not None:  # start() failed before the coordinator existed
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
         if self._sink is not None:
             self._sink.close()
         if self._store is not None:

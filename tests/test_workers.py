@@ -1,13 +1,18 @@
-"""The worker threads children run on: a ThreadPoolExecutor with a few spare threads, whose
-shutdown drops queued work, and a coordinator that runs on when the system refuses a thread."""
+"""The worker threads children run on: daemon threads with a few spares, whose shutdown drops
+queued work and whose stuck calls do not hold the process, and a coordinator that runs on when
+the system refuses a thread."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.control.pool import SPARE_WORKERS, worker_pool
+from flightdeck.engine.control.workers import WorkerPool
 
 from helpers import batch, run_to_end, settings, sim_route, start, until
 
@@ -16,38 +21,51 @@ def test_at_most_the_slots_plus_spares_run_at_once_and_the_rest_wait() -> None:
     pool = worker_pool(2)
     release = threading.Event()
     lock = threading.Lock()
-    running = peak = 0
+    running = peak = finished = 0
 
     def task() -> None:
-        nonlocal running, peak
+        nonlocal running, peak, finished
         with lock:
             running += 1
             peak = max(peak, running)
         release.wait(5)
         with lock:
             running -= 1
+            finished += 1
 
-    futures = [pool.submit(task) for _ in range(2 + SPARE_WORKERS + 3)]
+    for _ in range(2 + SPARE_WORKERS + 3):
+        pool.submit(task)
     until(lambda: running == 2 + SPARE_WORKERS, timeout=5)
     release.set()
-    for future in futures:
-        future.result(5)
+    until(lambda: finished == 2 + SPARE_WORKERS + 3, timeout=5)
     assert peak == 2 + SPARE_WORKERS
+    assert pool.threads == 2 + SPARE_WORKERS
     pool.shutdown()
 
 
-def test_worker_threads_are_named_for_log_records() -> None:
+def test_a_free_thread_takes_the_next_work_instead_of_a_new_one() -> None:
+    pool = WorkerPool(8)
+    done = threading.Event()
+    for _ in range(20):
+        pool.submit(done.set)
+        assert done.wait(5)
+        done.clear()
+        until(lambda: pool.idle == 1, timeout=5)
+    assert pool.threads == 1
+    pool.shutdown()
+
+
+def test_worker_threads_are_named_for_log_records_and_are_daemons() -> None:
     pool = worker_pool(1)
-    assert (
-        pool.submit(lambda: threading.current_thread().name)
-        .result(5)
-        .startswith("flightdeck-child")
-    )
+    seen: list[threading.Thread] = []
+    pool.submit(lambda: seen.append(threading.current_thread()))
+    until(lambda: bool(seen), timeout=5)
+    assert seen[0].name.startswith("flightdeck-child") and seen[0].daemon
     pool.shutdown()
 
 
 def test_shutdown_drops_queued_work_and_refuses_more() -> None:
-    pool = worker_pool(1)  # one slot, plus the spares
+    pool = WorkerPool(1)
     started, release = threading.Event(), threading.Event()
     ran: list[str] = []
 
@@ -56,16 +74,14 @@ def test_shutdown_drops_queued_work_and_refuses_more() -> None:
         release.wait(5)
         ran.append("blocker")
 
-    blockers = [pool.submit(blocker) for _ in range(1 + SPARE_WORKERS)]
+    pool.submit(blocker)
     assert started.wait(5)
-    queued = pool.submit(lambda: ran.append("queued"))
-    pool.shutdown(wait=False, cancel_futures=True)
+    pool.submit(lambda: ran.append("queued"))
+    pool.shutdown()
     release.set()
-    for future in blockers:
-        future.result(5)
-    assert queued.cancelled()
-    assert "queued" not in ran  # the running calls finished, the queued one never started
-    with pytest.raises(RuntimeError, match="shutdown"):
+    until(lambda: ran == ["blocker"], timeout=5)
+    assert "queued" not in ran  # the running call finished, the queued one never started
+    with pytest.raises(RuntimeError, match="shut down"):
         pool.submit(lambda: None)
 
 
@@ -88,3 +104,57 @@ def test_a_thread_the_system_refuses_leaves_the_pool_smaller_not_broken(
         engine.close()
     assert snap.totals.completed == 10
     assert "cannot start another worker thread" in caplog.text
+
+
+DEAF_CHILD = """
+import sys, threading
+from pathlib import Path
+from helpers import batch, settings, sim_route, start
+from flightdeck.engine.model import Usage
+from flightdeck.engine.providers.base import TextDelta, UsageEvent
+
+streaming = threading.Event()
+
+class Stream:
+    def __iter__(self):
+        streaming.set()
+        threading.Event().wait(60)  # no stop reaches it: an SDK read with no abort
+        yield TextDelta("too late")
+        yield UsageEvent(Usage(1, 1))
+
+    def close(self):
+        pass
+
+class Deaf:
+    name, model, secrets = "sim", "deaf", ()
+
+    def open(self, request):
+        return Stream()
+
+    def close(self):
+        pass
+
+s = settings(sim_route(tool_turns=0), stall_grace_s=0.1)
+engine = start(batch(1), s, Path(sys.argv[1]), providers={"sim": Deaf()})
+assert streaming.wait(10)
+engine.stop_all()
+assert engine.wait(10)
+engine.close()
+print("closed", flush=True)
+"""
+
+
+def test_a_worker_stuck_in_a_call_does_not_hold_the_process_at_exit(tmp_path: Path) -> None:
+    # The child is abandoned (stopped, recorded) but its thread stays inside the call. The
+    # process must still end when its main thread does, as with daemon threads.
+    tests = Path(__file__).parent
+    done = subprocess.run(
+        [sys.executable, "-c", DEAF_CHILD, str(tmp_path)],
+        cwd=tests,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+        capture_output=True,
+        text=True,
+        timeout=30,  # the stuck call lasts 60 s: a process that waits for it fails here
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "closed\n"

@@ -13,7 +13,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Executor
 
 from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
 from flightdeck.engine.child.loop import Child
@@ -30,6 +29,7 @@ from flightdeck.engine.control.inbox import (
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
+from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
 from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
 from flightdeck.engine.model import (
     BatchStatus,
@@ -60,7 +60,7 @@ class Coordinator:
         children: list[Child],
         routes: Mapping[str, Route],
         *,
-        pool: Executor,
+        pool: WorkerPool,
         pool_size: int,
         engine: EngineSettings,
         budget: Budget,
@@ -138,7 +138,7 @@ class Coordinator:
         self.command(Shutdown())
         self._thread.join()
         # Workers still inside a stalled call are abandoned, not waited for.
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
     def record_progress(self, timeout: float | None = None) -> bool:
         """Record every running child's current row now, not at the next progress tick; False
@@ -290,21 +290,21 @@ class Coordinator:
     def _launch(self, child: Child) -> None:
         try:
             self._pool.submit(child.run)
-        except RuntimeError as exc:
-            if not _thread_refused(exc) or not self._alive:
-                # Shut down: the interpreter is exiting without Engine.close().
-                self._queues.ended(child)
-                if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
-                    self._finished(child)
-                return
-            # The system refused another thread (a pids limit, say): the child is queued in the
-            # pool for a thread already started, and no more than there are run at once.
+        except ThreadRefused as exc:
+            # The child waits in the pool for a thread already started: no more children than
+            # there are threads run at once.
             self.pool_size = len(self._alive)
             log.warning(
                 "cannot start another worker thread (%s): at most %d children run at once",
                 exc,
                 self.pool_size,
             )
+        except RuntimeError:
+            # Shut down: the interpreter is exiting without Engine.close().
+            self._queues.ended(child)
+            if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
+                self._finished(child)
+            return
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
         self._alive[child.task.id] = child
@@ -400,9 +400,3 @@ class Coordinator:
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
                 self._record(child.row())
-
-
-def _thread_refused(exc: RuntimeError) -> bool:
-    """True when the system refused a new thread (CPython's message), so the work is queued for
-    a thread already started; False when the pool is shut down and refused the work itself."""
-    return "can't start new thread" in str(exc)

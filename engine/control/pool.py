@@ -6,8 +6,8 @@ import gc
 import math
 import sys
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 
+from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.inputs.settings import Route
 
 TYPICAL_CALL_S = 10.0  # a streamed turn of a few hundred tokens; converts rpm into concurrency
@@ -37,9 +37,9 @@ def auto_pool_size(routes: Iterable[Route], cpu_count: int | None) -> int:
     return max(1, size)
 
 
-def worker_pool(pool_size: int) -> ThreadPoolExecutor:
+def worker_pool(pool_size: int) -> WorkerPool:
     """The threads a coordinator with `pool_size` slots runs its children on, one per child."""
-    return ThreadPoolExecutor(pool_size + SPARE_WORKERS, thread_name_prefix="flightdeck-child")
+    return WorkerPool(pool_size + SPARE_WORKERS)
 
 
 # CPython's default is 5 ms. Every thread waiting for the GIL wakes once per interval to ask for
