@@ -6,11 +6,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import (
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
     Budget,
-    ConfigError,
     EngineSettings,
     Price,
     RetrySettings,

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.settings import load_settings
-from flightdeck.engine.inputs.tasks import Batch, SpecError, Task, check_routes, load_batch
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch
 from flightdeck.engine.inputs.tomlpos import TomlLocator
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -6,7 +6,6 @@ TOML value each, with its line in errors).
 
 from __future__ import annotations
 
-from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings.load import load_settings, state_dir_from
 from flightdeck.engine.inputs.settings.values import (
     API_KEY_ENV,
@@ -37,7 +36,6 @@ __all__ = [
     "SIM_OPTION_DEFAULTS",
     "SIM_PRICE",
     "Budget",
-    "ConfigError",
     "EngineSettings",
     "Price",
     "ProviderName",

@@ -12,7 +12,6 @@ validation), `load` (structure, ids and order), `values` (Task and Batch).
 
 from __future__ import annotations
 
-from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.tasks.checks import check_routes, unicode_problem
 from flightdeck.engine.inputs.tasks.load import load_batch
 from flightdeck.engine.inputs.tasks.values import (
@@ -30,7 +29,6 @@ __all__ = [
     "MAX_TURNS_LIMIT",
     "TASK_FIELDS",
     "Batch",
-    "SpecError",
     "Task",
     "check_routes",
     "load_batch",
