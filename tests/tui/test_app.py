@@ -23,6 +23,8 @@ from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import COLUMN_KEYS, COLUMNS, SortOrder
+from textual.screen import Screen
+from textual.widgets import Label
 from textual.widgets import _data_table as data_table_module
 from textual.widgets.data_table import ColumnKey
 from tui_fakes import NOW, StaticView, frozen_clock
@@ -39,6 +41,11 @@ def status_of(engine: Engine, child_id: str) -> ChildStatus:
 
 def all_running(engine: Engine) -> bool:
     return all(r.status is ChildStatus.RUNNING for r in engine.snapshot().children)
+
+
+def dialog_title(dialog: Screen[object]) -> str:
+    """The first line a dialog shows."""
+    return str(dialog.query(Label).first().render())
 
 
 def table_text(table: ChildrenTable) -> str:
@@ -502,3 +509,54 @@ async def test_an_unfinished_filter_turns_the_box_red_and_only_a_submitted_one_e
         assert notices == []  # no error toast for a query still being typed
         await pilot.press("enter")
         assert len(notices) == 1 and notices[0].startswith("unknown status 'f'")
+
+
+async def test_steer_or_stop_on_a_finished_child_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.main
+        notices: list[str] = []
+        notify = screen.notify
+        monkeypatch.setattr(
+            screen, "notify", lambda text, **kw: notices.append(text) or notify(text, **kw)
+        )
+        await until(pilot, lambda: len(screen.table.shown) == 10, "rows")
+        screen.table.select("review-01")  # completed
+        await pilot.press("s", "x")
+        screen.table.select("review-06")  # stopped by the operator
+        await pilot.press("s")
+        screen.table.set_tagged(["review-01", "review-06"], True)
+        await pilot.press("x")
+        assert isinstance(app.screen, MainScreen)  # no dialog opened
+    assert notices == [
+        "review-01 has completed: nothing to steer",
+        "review-01 has completed: nothing to stop",
+        "review-06 was stopped: nothing to steer",
+        "all 2 tagged children have ended: nothing to stop",
+    ]
+    assert view.steered == [] and view.stopped == []
+
+
+async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path) -> None:
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        # Two running, one completed, one stopped.
+        table.set_tagged(["review-01", "review-02", "review-05", "review-06"], True)
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        assert dialog_title(app.screen) == "Steer 2 children (2 tagged have ended)"
+        assert app.screen.child_ids == ["review-02", "review-05"]
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "stop dialog")
+        assert dialog_title(app.screen) == "Stop 2 children (2 tagged have ended)?"
+        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+    assert view.stopped == [["review-02", "review-05"]]

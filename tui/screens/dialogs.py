@@ -28,6 +28,13 @@ def _children(n: int) -> str:
     return f"{n} child" if n == 1 else f"{n} children"
 
 
+def _ended(n: int) -> str:
+    """` (2 tagged have ended)`: tagged children the action leaves out, if any."""
+    if not n:
+        return ""
+    return f" ({n} tagged {'has' if n == 1 else 'have'} ended)"
+
+
 @dataclass(frozen=True, slots=True)
 class SteerRequest:
     """What the operator asked for in the steer dialog."""
@@ -44,14 +51,17 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
         Binding("escape", "cancel", "Cancel", id="dialog.cancel", tooltip="Close, send nothing"),
     ]
 
-    def __init__(self, child_ids: Sequence[str], *, cursor_blink: bool = True) -> None:
+    def __init__(
+        self, child_ids: Sequence[str], *, ended: int = 0, cursor_blink: bool = True
+    ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
+        self.heading = f"Steer {_children(len(self.child_ids))}{_ended(ended)}"
         self.cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(Text(f"Steer {_children(len(self.child_ids))}", style="bold"))
+            yield Label(Text(self.heading, style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             message = Input(placeholder="message to the child", id="steer-message")
             message.cursor_blink = self.cursor_blink
@@ -100,16 +110,17 @@ class ConfirmStopDialog(ModalScreen[bool]):
         Binding("y,x,X", "confirm", "Stop", id="dialog.confirm", tooltip="Stop them"),
     ]
 
-    def __init__(self, child_ids: Sequence[str], *, everything: bool = False) -> None:
+    def __init__(
+        self, child_ids: Sequence[str], *, everything: bool = False, ended: int = 0
+    ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
-        self.everything = everything
+        n = _children(len(self.child_ids))
+        self.heading = f"Stop all {n}?" if everything else f"Stop {n}{_ended(ended)}?"
 
     def compose(self) -> ComposeResult:
-        n = _children(len(self.child_ids))
-        title = f"Stop all {n}?" if self.everything else f"Stop {n}?"
         with Vertical(classes="dialog"):
-            yield Label(Text(title, style="bold"))
+            yield Label(Text(self.heading, style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             yield Label(Text("Partial transcripts and usage are kept. Queued ones never start."))
             with Horizontal(classes="buttons"):

@@ -115,7 +115,7 @@ def palette_commands(screen: Widget) -> Iterator[SystemCommand]:
     for binding in screen.BINDINGS:
         if not isinstance(binding, Binding) or binding.action not in PALETTE:
             continue
-        if screen.check_action(binding.action, ()) is False:
+        if not screen.check_action(binding.action, ()):  # None: shown in the footer, disabled
             continue
         yield SystemCommand(
             PALETTE[binding.action],

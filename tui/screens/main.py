@@ -19,6 +19,7 @@ from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import ATTENTION
+from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
@@ -27,6 +28,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
+# How a finished child ended, after its id; other statuses read "has <status>".
+_ENDED = {ChildStatus.STOPPED: "was stopped", ChildStatus.UNKNOWN: "ended (status unknown)"}
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class MainScreen(Screen[None]):
         self.quit_requested = False
         self._notices: list[tuple[str, SeverityLevel]] = []  # (text, severity) since the last poll
         self._unsubscribe: Callable[[], None] | None = None
-        self._bindings_state: tuple[bool, ...] = ()
+        self._bindings_state: tuple[bool | None, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield CostMeter(id="meter")
@@ -162,7 +165,7 @@ class MainScreen(Screen[None]):
 
     def _sync_bindings(self) -> None:
         """check_action depends on the rows; refresh the footer only when the answer changed."""
-        state = tuple(bool(self.check_action(a, ())) for a in ("steer", "stop", "stop_all", "tag"))
+        state = tuple(self.check_action(a, ()) for a in ("steer", "stop", "stop_all", "tag"))
         if state != self._bindings_state:
             self._bindings_state = state
             self.refresh_bindings()
@@ -208,6 +211,21 @@ class MainScreen(Screen[None]):
         rows = self.table.rows_by_id
         return [i for i in self.targets() if rows[i].status.live]
 
+    def _ended_targets(self) -> list[str]:
+        rows = self.table.rows_by_id
+        return [i for i in self.targets() if not rows[i].status.live]
+
+    def _nothing_to(self, verb: str) -> None:
+        """Every target has ended: say so, rather than let the key do nothing."""
+        ended = self._ended_targets()
+        if len(ended) == 1:
+            row = self.table.rows_by_id[ended[0]]
+            how = _ENDED.get(row.status, "has " + row.status.value.replace("_", " "))
+            why = f"{one_line(row.id)} {how}"
+        else:
+            why = f"all {len(ended)} tagged children have ended"
+        self.notify(f"{why}: nothing to {verb}", severity="warning", markup=False)
+
     def _any_live(self) -> bool:
         return any(row.status.live for row in self.table.rows_by_id.values())
 
@@ -215,12 +233,24 @@ class MainScreen(Screen[None]):
         if not self.is_mounted:
             return True
         if action in ("steer", "stop"):
-            return bool(self.live_targets())
+            if self.live_targets():
+                return True
+            # Shown disabled over finished children: on_key says why the key does nothing.
+            return None if self.targets() else False
         if action == "stop_all":
             return self._any_live()
         if action in ("tag", "tag_visible"):
             return bool(self.table.shown)
         return True
+
+    def on_key(self, event: events.Key) -> None:
+        """Steer or stop pressed over children that have all ended: say why nothing happens."""
+        # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
+        active = self.active_bindings.get(event.key)
+        if active is None or active.enabled or active.binding.action not in ("steer", "stop"):
+            return
+        if self.targets():
+            self._nothing_to(active.binding.action)
 
     # --- actions ----------------------------------------------------------------------------
 
@@ -236,7 +266,9 @@ class MainScreen(Screen[None]):
             when = "now" if request.now else "at next turn"
             self.notify(f"steer queued for {len(ids)} ({when})", markup=False)
 
-        self.app.push_screen(SteerDialog(ids, cursor_blink=self.options.cursor_blink), send)
+        ended = len(self._ended_targets())
+        dialog = SteerDialog(ids, ended=ended, cursor_blink=self.options.cursor_blink)
+        self.app.push_screen(dialog, send)
 
     def action_stop(self) -> None:
         ids = self.live_targets()
@@ -250,7 +282,7 @@ class MainScreen(Screen[None]):
                 self.notify(f"stop requested for {len(ids)}", markup=False)
                 self.poll()
 
-        self.app.push_screen(ConfirmStopDialog(ids), stop)
+        self.app.push_screen(ConfirmStopDialog(ids, ended=len(self._ended_targets())), stop)
 
     def action_stop_all(self) -> None:
         rows = self.table.rows_by_id
