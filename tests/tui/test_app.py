@@ -560,3 +560,24 @@ async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path)
         await pilot.press("y")
         await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
     assert view.stopped == [["review-02", "review-05"]]
+
+
+async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        await pilot.press("j", "j")
+        assert table.selected_id == table.shown[2]
+        await pilot.press("k")
+        assert table.selected_id == table.shown[1]
+        await pilot.press("end")
+        assert table.selected_id == table.shown[-1]
+        await pilot.press("home")
+        assert table.selected_id == table.shown[0]
+        # In the filter box the keys edit the text, as they do in any input.
+        await pilot.press("end", "slash")
+        await type_text(pilot, "jk")
+        await pilot.press("home", "x", "end", "y")
+        box = app.main.query_one("#filter", FilterInput)
+        assert box.value == "xjky"

@@ -32,6 +32,42 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Stop every running and queued child (confirm)",
     ),
     Binding(
+        "j",
+        "row_down",
+        "Down",
+        show=False,
+        id="view.row-down",
+        tooltip="Move down a row (as the down arrow does)",
+    ),
+    Binding(
+        "k",
+        "row_up",
+        "Up",
+        show=False,
+        id="view.row-up",
+        tooltip="Move up a row (as the up arrow does)",
+    ),
+    # Priority: the table's own Home and End scroll sideways. check_action lets the keys through
+    # to the filter box or the transcript when either has focus.
+    Binding(
+        "home",
+        "first_row",
+        "First row",
+        show=False,
+        priority=True,
+        id="view.first-row",
+        tooltip="Go to the first row",
+    ),
+    Binding(
+        "end",
+        "last_row",
+        "Last row",
+        show=False,
+        priority=True,
+        id="view.last-row",
+        tooltip="Go to the last row",
+    ),
+    Binding(
         "space",
         "tag",
         "Tag",

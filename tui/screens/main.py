@@ -28,6 +28,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
+_ROW_MOVES = frozenset({"row_down", "row_up", "first_row", "last_row"})
 # How a finished child ended, after its id; other statuses read "has <status>".
 _ENDED = {ChildStatus.STOPPED: "was stopped", ChildStatus.UNKNOWN: "ended (status unknown)"}
 
@@ -241,6 +242,8 @@ class MainScreen(Screen[None]):
             return self._any_live()
         if action in ("tag", "tag_visible"):
             return bool(self.table.shown)
+        if action in _ROW_MOVES:
+            return self.focused is self.table
         return True
 
     def on_key(self, event: events.Key) -> None:
@@ -297,6 +300,18 @@ class MainScreen(Screen[None]):
                 self.poll()
 
         self.app.push_screen(ConfirmStopDialog(ids, everything=True), stop_all)
+
+    def action_row_down(self) -> None:
+        self.table.action_cursor_down()
+
+    def action_row_up(self) -> None:
+        self.table.action_cursor_up()
+
+    def action_first_row(self) -> None:
+        self.table.action_scroll_top()
+
+    def action_last_row(self) -> None:
+        self.table.action_scroll_bottom()
 
     def action_tag(self) -> None:
         table = self.table
