@@ -64,9 +64,13 @@ class FlightdeckApp(App[bool]):
         return MainScreen(self.view, self.options)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        if isinstance(screen, MainScreen):
-            yield from screen.commands()
+        main = screen if isinstance(screen, MainScreen) else None
+        for command in super().get_system_commands(screen):
+            # The main screen lists its own "app: quit"; Textual's "Quit" would be a second one.
+            if main is None or command.callback != self.action_quit:
+                yield command
+        if main is not None:
+            yield from main.commands()
 
     async def action_quit(self) -> None:
         # ctrl+q and the palette's Quit go through the same question as `q`.

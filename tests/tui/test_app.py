@@ -370,6 +370,8 @@ async def test_help_and_palette_list_every_key(engine_factory: EngineFactory) ->
             assert binding.id and binding.tooltip, binding  # type: ignore[union-attr]
         titles = {command.title for command in app.main.commands()}
         assert {"child: steer", "child: stop", "batch: stop all", "app: quit"} <= titles
+        palette = [command.title for command in app.get_system_commands(app.main)]
+        assert [t for t in palette if "quit" in t.lower()] == ["app: quit"]  # one Quit, not two
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
         listed = {name for _, name, _ in app.screen.keys}
