@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import os
 import signal
@@ -23,8 +24,9 @@ from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import COLUMN_KEYS, COLUMNS, SortOrder
+from rich.console import Console
 from textual.screen import Screen
-from textual.widgets import Label
+from textual.widgets import Label, Static
 from textual.widgets import _data_table as data_table_module
 from textual.widgets.data_table import ColumnKey
 from tui_fakes import NOW, StaticView, frozen_clock
@@ -583,3 +585,18 @@ async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:
         await pilot.press("home", "x", "end", "y")
         box = app.main.query_one("#filter", FilterInput)
         assert box.value == "xjky"
+
+
+async def test_help_explains_every_column_header(tmp_path: Path) -> None:
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 10, "rows")
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        console = Console(width=120, file=io.StringIO(), record=True)
+        console.print(app.screen.query_one(Static).content)
+        lines = console.export_text().splitlines()
+    columns = lines[lines.index("Columns") + 1 :]
+    for _, label, _ in COLUMNS[1:]:  # the first, the tag mark and status glyph, has no header
+        assert any(line.split("  ", 1)[0].strip() == label for line in columns), label
+    assert any(line.startswith("rt ") and "retries" in line for line in columns)

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from flightdeck.tui.fmt import GLYPHS
-from flightdeck.tui.widgets.rows import RETRYING_GLYPH, STATUS_ALIASES, TAG_MARK
+from flightdeck.tui.widgets.rows import (
+    COLUMN_HELP,
+    COLUMNS,
+    RETRYING_GLYPH,
+    STATUS_ALIASES,
+    TAG_MARK,
+)
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -56,6 +62,12 @@ class HelpScreen(ModalScreen[None]):
         legend.append("retrying   ")
         legend.append(f"{TAG_MARK} ", style="bold magenta")
         legend.append("tagged")
+        columns = Table.grid(padding=(0, 2))
+        columns.add_column(style="bold cyan", no_wrap=True)
+        columns.add_column()
+        for key, label, _ in COLUMNS:
+            if label:
+                columns.add_row(Text(label), Text(COLUMN_HELP[key]))
         body = Group(
             Text("Keys", style="bold underline"),
             keys,
@@ -65,6 +77,9 @@ class HelpScreen(ModalScreen[None]):
             Text(""),
             Text("Status", style="bold underline"),
             legend,
+            Text(""),
+            Text("Columns", style="bold underline"),
+            columns,
             Text(""),
             Text("Also in the command palette (ctrl+p). Esc closes.", style="dim"),
         )

@@ -52,6 +52,20 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
 )
 COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
 
+# What each column header means, for the help screen (the mark column has no header).
+COLUMN_HELP: dict[str, str] = {
+    "id": "the child's id",
+    "goal": "its task, cut to the column's width",
+    "route": "the route it calls, as route/model when the model has another name",
+    "calls": "model requests sent so far",
+    "doing": "its running tool and for how long, what it streams, or how it ended",
+    "last": "how long ago it last did something, or ended",
+    "tokens": "tokens read (input plus cache reads and writes) / tokens written",
+    "cost": "dollars spent; $? when the model has no price",
+    "retries": "retries after a 429, a timeout or a server error",
+    "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
+}
+
 
 def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     """Every cell that depends only on the row (and its tag), in COLUMNS order but time cells."""
