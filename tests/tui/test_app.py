@@ -579,6 +579,10 @@ async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:
         assert table.selected_id == table.shown[-1]
         await pilot.press("home")
         assert table.selected_id == table.shown[0]
+        app.main.transcript.log_widget.focus()  # Home and End scroll the transcript instead
+        await pilot.press("end")
+        assert table.selected_id == table.shown[0]
+        table.focus()
         # In the filter box the keys edit the text, as they do in any input.
         await pilot.press("end", "slash")
         await type_text(pilot, "jk")
