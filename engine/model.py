@@ -186,7 +186,8 @@ class Totals:
     queued: int = 0
     running: int = 0
     completed: int = 0
-    failed: int = 0  # every terminal status other than completed
+    failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
+    stopped: int = 0  # stopped by the operator, a budget or a signal
     usage: Usage = field(default_factory=Usage)
     cost_usd: Decimal = Decimal(0)
     cost_unknown: int = 0  # children whose price is unknown
@@ -194,7 +195,7 @@ class Totals:
     @property
     def done(self) -> int:
         """Children that have ended, however."""
-        return self.completed + self.failed
+        return self.completed + self.failed + self.stopped
 
 
 @record

@@ -99,7 +99,7 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         reader.close()
     table = Table()
     table.add_column("batch", no_wrap=True)
-    for col in ("name", "status", "children", "completed", "failed", "cost", "created"):
+    for col in ("name", "status", "children", "completed", "failed", "stopped", "cost", "created"):
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
@@ -114,6 +114,7 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
             str(b.children),
             str(b.completed),
             str(b.failed),
+            str(b.stopped),
             cost,
             created,
         )

@@ -86,7 +86,8 @@ def summary_table(snap: Snapshot) -> Table:
     table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
     if by_route:
         table.add_column("route")
-    for col in ("children", "completed", "failed", "tokens in", "tokens out", "cache read", "cost"):
+    columns = ("children", "completed", "failed", "stopped")
+    for col in (*columns, "tokens in", "tokens out", "cache read", "cost"):
         table.add_column(col, justify="right")
     if by_route:
         for r in routes:
@@ -102,6 +103,7 @@ def _summary_cells(t: Totals) -> list[str]:
         str(t.children),
         str(t.completed),
         str(t.failed),
+        str(t.stopped),
         fmt_tokens(u.input_tokens),
         fmt_tokens(u.output_tokens),
         fmt_tokens(u.cache_read_tokens),

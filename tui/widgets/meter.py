@@ -54,7 +54,8 @@ class CostMeter(Static):
         text.append(f"● {t.running} running   ", style="green")
         text.append(f"○ {t.queued} queued   ", style="dim")
         text.append(f"✓ {t.completed} completed   ", style="green")
-        text.append(f"✗ {t.failed} failed/stopped", style="bold red" if t.failed else "dim")
+        text.append(f"✗ {t.failed} failed   ", style="bold red" if t.failed else "dim")
+        text.append(f"■ {t.stopped} stopped", style="yellow" if t.stopped else "dim")
         text.append("\n")
         text.append("tokens ", style="dim")
         usage = t.usage
