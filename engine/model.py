@@ -221,6 +221,7 @@ class Snapshot:
     max_cost_usd: Decimal | None = None
     routes: tuple[RouteHeadroom, ...] = ()
     version: int = 0
+    finished_ts: float | None = None  # when the batch ended, as the store records it
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""

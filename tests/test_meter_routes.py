@@ -140,3 +140,21 @@ async def test_the_cost_meter_shows_stopped_apart_from_failed() -> None:
         text = str(meter.render())
     assert "7/7 done" in text
     assert "✗ 4 failed   ■ 2 stopped" in text
+
+
+@pytest.mark.anyio
+async def test_the_cost_meter_freezes_elapsed_and_burn_when_the_batch_ends() -> None:
+    rows = (make_child(0, status=S.COMPLETED, cost_usd=Decimal("1.5")),)
+    snap = Snapshot(
+        "b1", BatchStatus.COMPLETED, 0.0, 100.0, rows, totals_of(rows), 2, finished_ts=90.0
+    )
+    app = _MeterApp()
+    async with app.run_test(size=(160, 4)):
+        meter = app.query_one(CostMeter)
+        shown = []
+        for now in (90.0, 100.0, 400.0, 4000.0):  # polls go on after the end
+            meter.show(dataclasses.replace(snap, now=now), now)
+            shown.append(str(meter.render()))
+    assert len(set(shown)) == 1, shown
+    # $1.50 over the batch's 90 s, as the report's cost and elapsed_s give it.
+    assert "elapsed 1:30" in shown[0] and "burn $1.00/min" in shown[0]
