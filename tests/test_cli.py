@@ -227,6 +227,34 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
     assert batch_id.group(1)[:8] in listing
 
 
+def test_quitting_the_tui_prints_the_batch_id_the_summary_and_the_report_hint(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import flightdeck.tui.app
+    from flightdeck.tui.cli import main
+
+    def run_app(engine: Engine) -> ExitCode:  # the operator watches the batch end, then quits
+        assert engine.wait(30)
+        print("<app screen>")
+        return ExitCode.OK
+
+    monkeypatch.setattr(flightdeck.tui.app, "run_app", run_app)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # what sends `run` to the TUI
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(project)
+    assert main(["run", "tasks.jsonl"]) == ExitCode.OK
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out).splitlines()  # bold, italic
+    assert out[0] == "<app screen>"  # all of it after the app has gone
+    batch_id = re.fullmatch(r"batch (\S+)", out[1])
+    assert batch_id, out
+    assert f"batch {batch_id.group(1)} — completed" in out  # the summary table's title
+    header, totals = [table_cells(line) for line in out if line.startswith(("┃", "│"))]
+    assert header[:4] == ["children", "completed", "failed", "stopped"]
+    assert totals[:4] == ["6", "6", "0", "0"]
+    assert out[-1].startswith(f"report: flightdeck report {batch_id.group(1)} --state-dir ")
+
+
 def test_a_failed_child_gives_exit_1_with_the_reason(project: Path) -> None:
     (project / "mixed.jsonl").write_text(
         '{"id": "good", "goal": "fine"}\n{"id": "bad", "goal": "doomed", "route": "broken"}\n'
