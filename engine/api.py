@@ -90,6 +90,7 @@ class Engine:
         self._status = BatchStatus.RUNNING
         self._manifest_children = "[]"  # JSON, set by start()
         self._started_ts = clock()
+        self._finished_ts: float | None = None
         self._closed = False
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -226,8 +227,9 @@ class Engine:
         assert self._store is not None and self._coordinator is not None
         if self._sink is not None:
             self._sink.flush()  # every transcript is complete before the batch says finished
+        self._finished_ts = finished = self.clock()
         self._status = status
-        self._store.finish_batch(self.batch_id, status, self.clock())
+        self._store.finish_batch(self.batch_id, status, finished)
         self._store.flush()
         self._manifest(status)
         return BatchFinished(self.batch_id, status)
@@ -314,6 +316,7 @@ class Engine:
             pool_size=self.pool_size,
             max_cost_usd=self.settings.budget.max_cost_usd,
             routes=c.headroom() if c else (),
+            finished_ts=self._finished_ts,
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:

@@ -186,7 +186,8 @@ class Totals:
     queued: int = 0
     running: int = 0
     completed: int = 0
-    failed: int = 0  # every terminal status other than completed
+    failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
+    stopped: int = 0  # stopped by the operator, a budget or a signal
     usage: Usage = field(default_factory=Usage)
     cost_usd: Decimal = Decimal(0)
     cost_unknown: int = 0  # children whose price is unknown
@@ -194,7 +195,7 @@ class Totals:
     @property
     def done(self) -> int:
         """Children that have ended, however."""
-        return self.completed + self.failed
+        return self.completed + self.failed + self.stopped
 
 
 @record
@@ -220,6 +221,7 @@ class Snapshot:
     max_cost_usd: Decimal | None = None
     routes: tuple[RouteHeadroom, ...] = ()
     version: int = 0
+    finished_ts: float | None = None  # when the batch ended, as the store records it
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""

@@ -200,14 +200,15 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
         "children",
         "completed",
         "failed",
+        "stopped",
         "tokens in",
         "tokens out",
         "cache read",
         "cost",
     ]
-    assert totals[:3] == ["6", "6", "0"]
-    assert all(re.fullmatch(r"\d+(\.\d+k)?", tokens) for tokens in totals[3:6]), totals
-    assert re.fullmatch(r"\$0\.\d+", totals[6]), totals
+    assert totals[:4] == ["6", "6", "0", "0"]
+    assert all(re.fullmatch(r"\d+(\.\d+k)?", tokens) for tokens in totals[4:7]), totals
+    assert re.fullmatch(r"\$0\.\d+", totals[7]), totals
     assert (project / ".flightdeck" / "flightdeck.db").exists()
 
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
@@ -224,6 +225,34 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
     assert "| job-0 |" in md.replace("`", "")
     listing = flightdeck("ls", cwd=project).stdout
     assert batch_id.group(1)[:8] in listing
+
+
+def test_quitting_the_tui_prints_the_batch_id_the_summary_and_the_report_hint(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import flightdeck.tui.app
+    from flightdeck.tui.cli import main
+
+    def run_app(engine: Engine) -> ExitCode:  # the operator watches the batch end, then quits
+        assert engine.wait(30)
+        print("<app screen>")
+        return ExitCode.OK
+
+    monkeypatch.setattr(flightdeck.tui.app, "run_app", run_app)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # what sends `run` to the TUI
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(project)
+    assert main(["run", "tasks.jsonl"]) == ExitCode.OK
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out).splitlines()  # bold, italic
+    assert out[0] == "<app screen>"  # all of it after the app has gone
+    batch_id = re.fullmatch(r"batch (\S+)", out[1])
+    assert batch_id, out
+    assert f"batch {batch_id.group(1)} — completed" in out  # the summary table's title
+    header, totals = [table_cells(line) for line in out if line.startswith(("┃", "│"))]
+    assert header[:4] == ["children", "completed", "failed", "stopped"]
+    assert totals[:4] == ["6", "6", "0", "0"]
+    assert out[-1].startswith(f"report: flightdeck report {batch_id.group(1)} --state-dir ")
 
 
 def test_a_failed_child_gives_exit_1_with_the_reason(project: Path) -> None:
@@ -780,9 +809,55 @@ def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:
     out = flightdeck("ls", "--state-dir", "st", cwd=tmp_path)
     assert out.returncode == ExitCode.OK, out.stderr
     rows = {cells[0]: cells for line in out.stdout.splitlines() if (cells := table_cells(line))}
-    assert rows["batch"][6] == "cost"
-    assert rows["b-unpriced"][6] == "$?"
-    assert rows["b-partly"][6] == "$0.25+?"
+    assert rows["batch"][7] == "cost"
+    assert rows["b-unpriced"][7] == "$?"
+    assert rows["b-partly"][7] == "$0.25+?"
+
+
+def _quit_rows() -> tuple[ChildRow, ...]:
+    """A batch the operator quit on two routes: one completed, one failed, one timed out, three
+    stopped."""
+    from test_store import make_child
+
+    S = ChildStatus
+    ended = [(S.COMPLETED, "a"), (S.FAILED, "a"), (S.STOPPED, "a"), (S.TIMED_OUT, "b")]
+    ended += [(S.STOPPED, "b"), (S.STOPPED, "b")]
+    return tuple(make_child(i, status=s, route=r) for i, (s, r) in enumerate(ended))
+
+
+def test_ls_shows_stopped_apart_from_failed(tmp_path: Path) -> None:
+    from flightdeck.engine.records.store import Store
+
+    from test_store import make_batch
+
+    with Store(tmp_path / "st" / "flightdeck.db") as store:
+        store.create_batch(make_batch("b-quit"))
+        store.add_children("b-quit", list(_quit_rows()))
+    out = flightdeck("ls", "--state-dir", "st", cwd=tmp_path)
+    assert out.returncode == ExitCode.OK, out.stderr
+    rows = {cells[0]: cells for line in out.stdout.splitlines() if (cells := table_cells(line))}
+    assert rows["batch"][3:7] == ["children", "completed", "failed", "stopped"]
+    assert rows["b-quit"][3:7] == ["6", "1", "2", "3"]
+
+
+def test_the_summary_shows_stopped_apart_from_failed_per_route() -> None:
+    from flightdeck.engine.model import BatchStatus, Snapshot
+    from flightdeck.engine.records.meter import totals_of
+    from flightdeck.tui.output import summary_table
+
+    rows = _quit_rows()
+    snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
+    out = io.StringIO()
+    Console(file=out, width=200).print(summary_table(snap))
+    header, *lines = [
+        table_cells(line) for line in out.getvalue().splitlines() if line.startswith(("┃", "│"))
+    ]
+    assert header[:5] == ["route", "children", "completed", "failed", "stopped"]
+    assert [cells[:5] for cells in lines] == [
+        ["a", "3", "1", "1", "1"],
+        ["b", "3", "0", "1", "2"],
+        ["total", "6", "1", "2", "3"],
+    ]
 
 
 def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknown(

@@ -346,6 +346,19 @@ def test_child_costs_sum_to_the_batch_total(tmp_path: Path) -> None:
     assert snap.totals.usage.cache_read_tokens > 0  # the shared prefix was cached
 
 
+def test_the_snapshot_ends_when_the_store_says_the_batch_ended(tmp_path: Path) -> None:
+    from flightdeck.engine.records.report import build_report
+
+    engine = start(batch(3), settings(sim_route(tool_turns=0)), tmp_path)
+    snap = run_to_end(engine, 30)
+    assert snap.finished_ts is not None
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        info = reader.batch(engine.batch_id)
+        report = build_report(reader, engine.batch_id)
+    assert info is not None and info.finished_ts == snap.finished_ts
+    assert report["elapsed_s"] == round(snap.finished_ts - snap.started_ts, 3)
+
+
 def test_each_child_is_durable_as_it_finishes(tmp_path: Path) -> None:
     fast = sim_route("fast", tool_turns=0)
     slow = sim_route("slow", latency_ms=60_000, time_scale=1.0)

@@ -59,7 +59,7 @@ def test_route_totals_group_the_rows_by_route_exactly() -> None:
             Totals(
                 children=2,
                 completed=1,
-                failed=1,
+                stopped=1,  # stopped is not failed
                 usage=Usage(6, 2, 3, 4),
                 cost_usd=Decimal("0.3"),  # exact: no float ever held it
             ),
@@ -73,9 +73,20 @@ def test_route_totals_add_up_to_the_batch_totals() -> None:
     batch = totals_of(rows)
     assert batch.cost_usd == sum((t.cost_usd for t in parts), Decimal(0)) == Decimal("0.3000001")
     assert batch.usage == sum((t.usage for t in parts), Usage())
-    for name in ("children", "queued", "running", "completed", "failed", "cost_unknown"):
+    for name in ("children", "queued", "running", "completed", "failed", "stopped", "cost_unknown"):
         assert getattr(batch, name) == sum(getattr(t, name) for t in parts), name
     assert route_totals([]) == ()
+
+
+def _ended_rows() -> tuple[ChildRow, ...]:
+    ended = (S.COMPLETED, S.FAILED, S.TIMED_OUT, S.STALLED, S.UNKNOWN, S.STOPPED, S.STOPPED)
+    return tuple(make_child(i, status=status) for i, status in enumerate(ended))
+
+
+def test_stopped_children_are_counted_apart_from_failed() -> None:
+    totals = totals_of(_ended_rows())
+    assert (totals.completed, totals.failed, totals.stopped) == (1, 4, 2)
+    assert totals.done == totals.children == 7
 
 
 @pytest.mark.parametrize(
@@ -116,3 +127,34 @@ async def test_the_cost_meter_shows_no_zero_dollars_when_every_price_is_unknown(
     assert "spent $? (2 unpriced)" in text
     assert "burn $?/min" in text
     assert "$0" not in text
+
+
+@pytest.mark.anyio
+async def test_the_cost_meter_shows_stopped_apart_from_failed() -> None:
+    rows = _ended_rows()
+    snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 30.0, rows, totals_of(rows), pool_size=2)
+    app = _MeterApp()
+    async with app.run_test(size=(160, 4)):
+        meter = app.query_one(CostMeter)
+        meter.show(snap, 30.0)
+        text = str(meter.render())
+    assert "7/7 done" in text
+    assert "✗ 4 failed   ■ 2 stopped" in text
+
+
+@pytest.mark.anyio
+async def test_the_cost_meter_freezes_elapsed_and_burn_when_the_batch_ends() -> None:
+    rows = (make_child(0, status=S.COMPLETED, cost_usd=Decimal("1.5")),)
+    snap = Snapshot(
+        "b1", BatchStatus.COMPLETED, 0.0, 100.0, rows, totals_of(rows), 2, finished_ts=90.0
+    )
+    app = _MeterApp()
+    async with app.run_test(size=(160, 4)):
+        meter = app.query_one(CostMeter)
+        shown = []
+        for now in (90.0, 100.0, 400.0, 4000.0):  # polls go on after the end
+            meter.show(dataclasses.replace(snap, now=now), now)
+            shown.append(str(meter.render()))
+    assert len(set(shown)) == 1, shown
+    # $1.50 over the batch's 90 s, as the report's cost and elapsed_s give it.
+    assert "elapsed 1:30" in shown[0] and "burn $1.00/min" in shown[0]

@@ -70,7 +70,8 @@ def test_build_report(reader: StoreReader) -> None:
     assert report["totals"] == {
         "children": 6,
         "completed": 1,
-        "failed": 2,
+        "failed": 1,
+        "stopped": 1,
         "running": 2,
         "queued": 1,
         "tokens_in": 110,
@@ -213,6 +214,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "children": 1,
             "completed": 0,
             "failed": 0,
+            "stopped": 0,
             "running": 0,
             "queued": 1,
             "tokens_in": 0,
@@ -229,6 +231,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "children": 2,
             "completed": 1,
             "failed": 1,
+            "stopped": 0,
             "running": 0,
             "queued": 0,
             "tokens_in": 11,
@@ -245,6 +248,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "children": 2,
             "completed": 2,
             "failed": 0,
+            "stopped": 0,
             "running": 0,
             "queued": 0,
             "tokens_in": 0,
@@ -287,12 +291,12 @@ def test_render_markdown_routes_table(tmp_path: Path) -> None:
     assert lines.index("## Totals") < start < lines.index("## Children")
     table = lines[start + 2 : lines.index("## Children") - 1]
     assert table == [
-        "| route | model | children | completed | tokens in | tokens out | cache read "
-        "| cache write | cost |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-        "| a\\|b | m&lt;1> | 1 | 0 | 0 | 0 | 0 | 0 | $0.2500 |",
-        "| gpt | no-such-model-zz | 2 | 1 | 11 | 22 | 33 | 44 | unknown |",
-        "| sim | sim-1 | 2 | 2 | 0 | 0 | 0 | 0 | $0.3000 |",
+        "| route | model | children | completed | failed | stopped | tokens in | tokens out "
+        "| cache read | cache write | cost |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| a\\|b | m&lt;1> | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | $0.2500 |",
+        "| gpt | no-such-model-zz | 2 | 1 | 1 | 0 | 11 | 22 | 33 | 44 | unknown |",
+        "| sim | sim-1 | 2 | 2 | 0 | 0 | 0 | 0 | 0 | 0 | $0.3000 |",
     ]
-    assert {len(_cells(row)) for row in table} == {9}
+    assert {len(_cells(row)) for row in table} == {11}
     assert "| cost | $0.5500 + unknown for 2 children |" in md

@@ -116,7 +116,8 @@ def test_batch_round_trip_with_summary(db: Path) -> None:
             source=None,
             children=4,
             completed=1,
-            failed=2,
+            failed=1,
+            stopped=1,  # counted apart from failed
             cost_usd=Decimal("0.300001"),
             cost_unknown=1,
         )

@@ -14,6 +14,7 @@ from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_spent
 from flightdeck.tui.headless import run_headless
+from flightdeck.tui.output import print_ending
 from rich.table import Table
 from rich.text import Text
 
@@ -46,9 +47,14 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
         try:
             engine.start()
-            return run_app(engine)
+            code = run_app(engine)
         finally:
             engine.close()  # also after a failed start: its threads and writer process
+        # Back on the shell's screen, the app's is gone: leave what headless leaves.
+        console = console_for()
+        console.print(Text(f"batch {engine.batch_id}", style="bold"))
+        print_ending(console, engine, engine.snapshot())
+        return code
     return run_headless(engine, console_for())
 
 
@@ -99,7 +105,7 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         reader.close()
     table = Table()
     table.add_column("batch", no_wrap=True)
-    for col in ("name", "status", "children", "completed", "failed", "cost", "created"):
+    for col in ("name", "status", "children", "completed", "failed", "stopped", "cost", "created"):
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
@@ -114,6 +120,7 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
             str(b.children),
             str(b.completed),
             str(b.failed),
+            str(b.stopped),
             cost,
             created,
         )

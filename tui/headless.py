@@ -14,7 +14,7 @@ from flightdeck.engine.model import ChildFinished, EngineEvent
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
-from flightdeck.tui.output import print_lines, report_hint, summary_table
+from flightdeck.tui.output import print_ending, print_lines, report_hint
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
@@ -154,8 +154,7 @@ def _run_headless(
                 signal.signal(signum, handler)
             show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
-    console.print(summary_table(snap))
-    console.print(Text(f"report: {report_hint(engine)}"))
+    print_ending(console, engine, snap)
     if interrupted:
         return exit_code
     return ExitCode.OK if snap.totals.completed == snap.totals.children else ExitCode.INCOMPLETE

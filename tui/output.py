@@ -1,4 +1,4 @@
-"""What the headless runner prints: a completion line per child, the summary table."""
+"""What a run prints: a completion line per child (headless), the summary table at the end."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def report_hint(engine: Engine) -> str:
     # The state folder comes from the command line or flightdeck.toml: untrusted text.
     state_dir = shlex.quote(sanitize(str(engine.state_dir)))
     return f"flightdeck report {engine.batch_id} --state-dir {state_dir}"
+
+
+def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
+    """What a run prints once its batch is over: the summary table, then the report command."""
+    console.print(summary_table(snap))
+    console.print(Text(f"report: {report_hint(engine)}"))
 
 
 def print_lines(console: Console, finished: list[ChildFinished], *, styled: bool) -> None:
@@ -86,7 +92,8 @@ def summary_table(snap: Snapshot) -> Table:
     table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
     if by_route:
         table.add_column("route")
-    for col in ("children", "completed", "failed", "tokens in", "tokens out", "cache read", "cost"):
+    columns = ("children", "completed", "failed", "stopped")
+    for col in (*columns, "tokens in", "tokens out", "cache read", "cost"):
         table.add_column(col, justify="right")
     if by_route:
         for r in routes:
@@ -102,6 +109,7 @@ def _summary_cells(t: Totals) -> list[str]:
         str(t.children),
         str(t.completed),
         str(t.failed),
+        str(t.stopped),
         fmt_tokens(u.input_tokens),
         fmt_tokens(u.output_tokens),
         fmt_tokens(u.cache_read_tokens),

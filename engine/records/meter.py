@@ -141,12 +141,14 @@ class _Tally:
         # Gated children hold a slot (admitted, waiting on the cache gate): count as running.
         running = counts[ChildStatus.RUNNING] + counts[ChildStatus.GATED]
         completed = counts[ChildStatus.COMPLETED]
+        stopped = counts[ChildStatus.STOPPED]
         return Totals(
             children=n,
             queued=queued,
             running=running,
             completed=completed,
-            failed=n - queued - running - completed,
+            failed=n - queued - running - completed - stopped,
+            stopped=stopped,
             usage=self.usage,
             cost_usd=self.cost,
             cost_unknown=self.unknown,

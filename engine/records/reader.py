@@ -27,8 +27,10 @@ from flightdeck.engine.records.schema import (
     schema_version,
 )
 
-_TERMINAL_NOT_COMPLETED = tuple(
-    s.value for s in ChildStatus if s.terminal and s is not ChildStatus.COMPLETED
+_FAILED = tuple(
+    s.value
+    for s in ChildStatus
+    if s.terminal and s not in (ChildStatus.COMPLETED, ChildStatus.STOPPED)
 )
 
 
@@ -182,6 +184,7 @@ class StoreReader:
                     children=s.children,
                     completed=s.completed,
                     failed=s.failed,
+                    stopped=s.stopped,
                     cost_usd=s.cost_usd,
                     cost_unknown=s.cost_unknown,
                 )
@@ -205,12 +208,13 @@ class StoreReader:
 class _Summary:
     """A batch's children counted by outcome, and the exact sum of their known costs."""
 
-    __slots__ = ("children", "completed", "cost_unknown", "cost_usd", "failed")
+    __slots__ = ("children", "completed", "cost_unknown", "cost_usd", "failed", "stopped")
 
     def __init__(self) -> None:
         self.children = 0
         self.completed = 0
         self.failed = 0
+        self.stopped = 0
         self.cost_usd = Decimal(0)
         self.cost_unknown = 0
 
@@ -218,7 +222,9 @@ class _Summary:
         self.children += 1
         if status == ChildStatus.COMPLETED:
             self.completed += 1
-        elif status in _TERMINAL_NOT_COMPLETED:
+        elif status == ChildStatus.STOPPED:
+            self.stopped += 1
+        elif status in _FAILED:
             self.failed += 1
         if cost is None:
             self.cost_unknown += 1

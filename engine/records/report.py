@@ -47,6 +47,7 @@ def build_report(
             "children": totals.children,
             "completed": totals.completed,
             "failed": totals.failed,
+            "stopped": totals.stopped,
             "running": totals.running,
             "queued": totals.queued,
             **_usage(totals),
@@ -58,6 +59,7 @@ def build_report(
                 "children": r.totals.children,
                 "completed": r.totals.completed,
                 "failed": r.totals.failed,
+                "stopped": r.totals.stopped,
                 "running": r.totals.running,
                 "queued": r.totals.queued,
                 **_usage(r.totals),
@@ -128,6 +130,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| children | {totals['children']} |",
         f"| completed | {totals['completed']} |",
         f"| failed | {totals['failed']} |",
+        f"| stopped | {totals['stopped']} |",
         f"| running | {totals['running']} |",
         f"| queued | {totals['queued']} |",
         f"| input tokens | {totals['tokens_in']:,} |",
@@ -140,9 +143,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"| budget | {_usd(budget)} |")
     lines += _table(
         "Routes",
-        "| route | model | children | completed | tokens in | tokens out | cache read "
-        "| cache write | cost |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| route | model | children | completed | failed | stopped | tokens in | tokens out "
+        "| cache read | cache write | cost |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         (_route_cells(r) for r in report["routes"]),
     )
     lines += _table(
@@ -166,6 +169,8 @@ def _route_cells(r: Mapping[str, Any]) -> list[str]:
         _cell(r["model"]),
         str(r["children"]),
         str(r["completed"]),
+        str(r["failed"]),
+        str(r["stopped"]),
         f"{r['tokens_in']:,}",
         f"{r['tokens_out']:,}",
         f"{r['cache_read_tokens']:,}",

@@ -90,7 +90,8 @@ class BatchInfo:
     finished_ts: float | None
     children: int = 0
     completed: int = 0
-    failed: int = 0  # every terminal status other than completed
+    failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
+    stopped: int = 0
     cost_usd: Decimal = Decimal(0)  # sum of the known costs
     cost_unknown: int = 0  # children whose price is unknown
 
@@ -215,6 +216,7 @@ def batch_info(
     children: int = 0,
     completed: int = 0,
     failed: int = 0,
+    stopped: int = 0,
     cost_usd: Decimal = Decimal(0),
     cost_unknown: int = 0,
 ) -> BatchInfo:
@@ -236,6 +238,7 @@ def batch_info(
         children=children,
         completed=completed,
         failed=failed,
+        stopped=stopped,
         cost_usd=cost_usd,
         cost_unknown=cost_unknown,
     )

@@ -138,7 +138,10 @@ def totals_of(rows: Sequence[ChildRow]) -> Totals:
         queued=count[ChildStatus.QUEUED] + count[ChildStatus.GATED],
         running=count[ChildStatus.RUNNING],
         completed=count[ChildStatus.COMPLETED],
-        failed=sum(1 for r in rows if r.status.terminal) - count[ChildStatus.COMPLETED],
+        failed=sum(1 for r in rows if r.status.terminal)
+        - count[ChildStatus.COMPLETED]
+        - count[ChildStatus.STOPPED],
+        stopped=count[ChildStatus.STOPPED],
         usage=usage,
         cost_usd=cost,
         cost_unknown=sum(1 for r in rows if r.cost_usd is None),

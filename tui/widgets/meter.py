@@ -21,6 +21,13 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
+def _average(cost: Decimal, elapsed: float) -> Decimal | None:
+    """Dollars per minute spent over `elapsed` seconds; None before any time has passed."""
+    if elapsed <= 0:
+        return None
+    return cost * 60 / Decimal(elapsed)
+
+
 class CostMeter(Static):
     """Batch progress and money at a glance; fed a snapshot on every poll."""
 
@@ -30,8 +37,10 @@ class CostMeter(Static):
         self._shown: Text | None = None
 
     def burn_per_min(self, snap: Snapshot, now: float) -> Decimal | None:
-        """Dollars per minute over the last minute (or since the start, early on)."""
+        """Dollars per minute over the last minute; early on and once ended, the batch average."""
         cost = snap.totals.cost_usd
+        if snap.finished_ts is not None:
+            return _average(cost, snap.finished_ts - snap.started_ts)
         samples = self._samples
         samples.append((now, cost))
         while samples and now - samples[0][0] > BURN_WINDOW_S:
@@ -39,13 +48,12 @@ class CostMeter(Static):
         t0, c0 = samples[0]
         if now - t0 >= _MIN_WINDOW_S:
             return (cost - c0) * 60 / Decimal(now - t0)
-        elapsed = now - snap.started_ts
-        if elapsed <= 0:
-            return None
-        return cost * 60 / Decimal(elapsed)
+        return _average(cost, now - snap.started_ts)
 
     def show(self, snap: Snapshot, now: float) -> None:
         """Render the meter for `snap`; a no-op when nothing visible changed."""
+        if snap.finished_ts is not None:  # the batch is over: its clock stops with it
+            now = snap.finished_ts
         t = snap.totals
         total = max(1, t.children)
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -54,7 +62,8 @@ class CostMeter(Static):
         text.append(f"● {t.running} running   ", style="green")
         text.append(f"○ {t.queued} queued   ", style="dim")
         text.append(f"✓ {t.completed} completed   ", style="green")
-        text.append(f"✗ {t.failed} failed/stopped", style="bold red" if t.failed else "dim")
+        text.append(f"✗ {t.failed} failed   ", style="bold red" if t.failed else "dim")
+        text.append(f"■ {t.stopped} stopped", style="yellow" if t.stopped else "dim")
         text.append("\n")
         text.append("tokens ", style="dim")
         usage = t.usage
