@@ -26,7 +26,7 @@ from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import COLUMN_KEYS, COLUMNS, SortOrder
 from rich.console import Console
 from textual.screen import Screen
-from textual.widgets import Label, Static
+from textual.widgets import Label, RadioButton, Static
 from textual.widgets import _data_table as data_table_module
 from textual.widgets.data_table import ColumnKey
 from tui_fakes import NOW, StaticView, frozen_clock
@@ -564,6 +564,26 @@ async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path)
         await pilot.press("y")
         await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
     assert view.stopped == [["review-02", "review-05"]]
+
+
+async def test_the_steer_dialog_says_which_mode_is_chosen_in_words(tmp_path: Path) -> None:
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 10, "rows")
+        app.main.table.set_tagged(["review-02"], True)  # a running child
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+
+        def labels() -> list[str]:
+            return [b.label.plain for b in app.screen.query(RadioButton)]
+
+        assert labels() == ["at next turn  ◂ chosen", "interrupt now"]
+        app.screen.query_one("#steer-now", RadioButton).value = True
+        await until(
+            pilot,
+            lambda: labels() == ["at next turn", "interrupt now  ◂ chosen"],
+            "the mark follows the choice",
+        )
 
 
 async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:

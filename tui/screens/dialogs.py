@@ -35,6 +35,26 @@ def _ended(n: int) -> str:
     return f" ({n} tagged {'has' if n == 1 else 'have'} ended)"
 
 
+def mode_label(text: str, chosen: bool) -> Text:
+    """A steer mode's label; the chosen one says so in words, readable without colour."""
+    label = Text(text)
+    if chosen:
+        label.append("  ◂ chosen", style="bold")
+    return label
+
+
+class ModeButton(RadioButton):
+    """A radio button whose label, not only its colour, shows that it is chosen."""
+
+    def __init__(self, text: str, *, value: bool = False, id: str | None = None) -> None:
+        self.text = text
+        super().__init__(mode_label(text, value), value=value, id=id)
+
+    def watch_value(self) -> None:
+        super().watch_value()
+        self.label = mode_label(self.text, self.value)
+
+
 @dataclass(frozen=True, slots=True)
 class SteerRequest:
     """What the operator asked for in the steer dialog."""
@@ -67,8 +87,8 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
             message.cursor_blink = self.cursor_blink
             yield message
             with RadioSet(id="steer-when"):
-                yield RadioButton("at next turn", value=True, id="steer-next-turn")
-                yield RadioButton("interrupt now", id="steer-now")
+                yield ModeButton("at next turn", value=True, id="steer-next-turn")
+                yield ModeButton("interrupt now", id="steer-now")
             yield Label("", id="steer-error")
             with Horizontal(classes="buttons"):
                 yield Button("Send", variant="primary", id="send")
