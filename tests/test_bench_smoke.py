@@ -1,4 +1,5 @@
-"""`make bench` is not part of `make test`; this keeps every benchmark runnable.
+"""`make bench` is not part of `make test`; this keeps every benchmark runnable, and checks the
+table its runner prints from recorded results.
 
 The engine benchmark's I/O floor reuses the store's statements and parameter builders, and the
 TUI benchmark drives the real app and engine (and some of the app's internals), so a change
@@ -8,14 +9,124 @@ and report, not how fast.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import pytest
+from rich.console import Console
+
 BENCH = Path(__file__).parent / "bench" / "bench_engine.py"
+
+# Results as the benchmarks emit them (trimmed to the keys the summary reads), one of each kind.
+RECORDED: list[dict[str, Any]] = [
+    {
+        "bench": "engine",
+        "children": 2000,
+        "engine_children_per_s_median": 1313.0,
+        "floor_children_per_s_median": 1382.1,
+        "ratio_of_floor_median": 0.95,
+        "headless_cli_children_per_s_median": 1100.5,
+        "headless_cli_ratio_of_engine": 0.838,
+    },
+    {
+        "bench": "ratelimit",
+        "limit": "60/min",
+        "mode": "buckets + retries",
+        "requests": 118,
+        "ratio_of_limit": 0.98,
+        "share_429": 0.0,
+    },
+    {
+        "bench": "tui_refresh",
+        "children": 5000,
+        "refresh_ms_median": 150.2,
+        "rebuild_ms_median": 901.0,
+        "rebuild_over_refresh": 6.0,
+    },
+    {
+        "bench": "tui_key_latency",
+        "scenario": "live, 200 of 1,000 running",
+        "key_to_frame_ms_median": 20.0,
+        "key_to_frame_ms_p95": 60.0,
+    },
+    {
+        "bench": "tui_key_latency",
+        "scenario": "frozen table",
+        "key_to_frame_ms_median": 10.0,
+        "key_to_frame_ms_p95": 30.0,
+    },
+    {
+        "bench": "tui_throughput",
+        "children": 2000,
+        "engine_alone_children_per_s": 3000,
+        "with_tui_children_per_s": 1110,
+        "with_tui_over_alone": 0.37,
+    },
+]
+
+
+def load_runner() -> ModuleType:
+    """tests/bench/run.py as a module (tests/bench is not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_run", BENCH.parent / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
+    rows = load_runner().summary_rows(RECORDED)
+    assert rows == [
+        ("engine: 2,000 sim children", "1,313.0 children/s", "I/O floor 1,382.1/s", 0.95),
+        ("headless CLI, the same batch", "1,100.5 children/s", "engine 1,313.0/s", 0.838),
+        (
+            "rate limit 60/min, buckets + retries",
+            "118 requests, 0.0% 429s",
+            "the limit",
+            0.98,
+        ),
+        ("TUI refresh, 5,000 children", "150.2 ms median", "full rebuild 901.0 ms", 6.0),
+        (
+            "key to frame, live, 200 of 1,000 running",
+            "20.0 ms median, 60.0 p95",
+            "frozen table 10.0 ms",
+            0.5,
+        ),
+        ("key to frame, frozen table", "10.0 ms median, 30.0 p95", "", None),
+        ("TUI attached, 2,000 instant children", "1,110 children/s", "engine alone 3,000/s", 0.37),
+    ]
+
+
+def test_make_bench_prints_the_table_after_the_runs_and_keeps_the_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A stand-in benchmark replays the recorded results: the real ones take minutes.
+    (tmp_path / "bench_recorded.py").write_text(
+        f"print('its own table')\nprint({json.dumps(RECORDED)!r})\n"
+    )
+    runner = load_runner()
+    monkeypatch.setattr(runner, "HERE", tmp_path)
+    monkeypatch.setattr(runner, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(runner, "Console", lambda: Console(width=140, force_terminal=False))
+    assert runner.main([]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "benchmark" in line and "ratio" in line)
+    assert [cell.strip() for cell in header.split("┃")[1:5]] == [
+        "benchmark",
+        "figure",
+        "baseline",
+        "ratio",
+    ]
+    assert any("engine: 2,000 sim children" in ln and "0.95" in ln for ln in out.splitlines())
+    (saved,) = (tmp_path / "results").glob("bench-*.json")
+    assert [r["bench"] for r in json.loads(saved.read_text())] == [r["bench"] for r in RECORDED]
+    assert out.index("┃ benchmark") < out.index(f"results: {saved}")
 
 
 def run_bench(code: str, scale: dict[str, str]) -> tuple[list[str], Any]:

@@ -10,10 +10,102 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
+
+Row = tuple[str, str, str, float | None]  # benchmark, figure, baseline, ratio
+
+
+def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
+    """The table's rows for one benchmark result (its JSON object)."""
+    match r.get("bench"):
+        case "engine":
+            engine = r["engine_children_per_s_median"]
+            yield (
+                f"engine: {r['children']:,} sim children",
+                f"{engine:,} children/s",
+                f"I/O floor {r['floor_children_per_s_median']:,}/s",
+                r["ratio_of_floor_median"],
+            )
+            yield (
+                "headless CLI, the same batch",
+                f"{r['headless_cli_children_per_s_median']:,} children/s",
+                f"engine {engine:,}/s",
+                r["headless_cli_ratio_of_engine"],
+            )
+        case "ratelimit":
+            yield (
+                f"rate limit {r['limit']}, {r['mode']}",
+                f"{r['requests']:,} requests, {r['share_429']:.1%} 429s",
+                "the limit",
+                r["ratio_of_limit"],
+            )
+        case "tui_refresh":
+            yield (
+                f"TUI refresh, {r['children']:,} children",
+                f"{r['refresh_ms_median']} ms median",
+                f"full rebuild {r['rebuild_ms_median']} ms",
+                r["rebuild_over_refresh"],
+            )
+        case "tui_key_latency":
+            median = r["key_to_frame_ms_median"]
+            frozen = r.get("scenario") == "frozen table"
+            yield (
+                f"key to frame, {r.get('scenario', '')}",
+                f"{median} ms median, {r['key_to_frame_ms_p95']} p95",
+                "" if frozen or frozen_ms is None else f"frozen table {frozen_ms} ms",
+                None if frozen or frozen_ms is None or not median else round(frozen_ms / median, 2),
+            )
+        case "tui_throughput":
+            yield (
+                f"TUI attached, {r['children']:,} instant children",
+                f"{r['with_tui_children_per_s']:,} children/s",
+                f"engine alone {r['engine_alone_children_per_s']:,}/s",
+                r["with_tui_over_alone"],
+            )
+        case other:
+            yield (str(other), "(see the JSON)", "", None)
+
+
+def summary_rows(results: list[dict[str, Any]]) -> list[Row]:
+    """Benchmark, figure, baseline and ratio for each result, in the order they ran."""
+    frozen_ms = next(
+        (
+            r["key_to_frame_ms_median"]
+            for r in results
+            if r.get("bench") == "tui_key_latency" and r.get("scenario") == "frozen table"
+        ),
+        None,
+    )
+    return [row for r in results for row in _rows(r, frozen_ms)]
+
+
+def summary_table(results: list[dict[str, Any]]) -> Table:
+    """The table `make bench` prints after its runs (the README's promise)."""
+    table = Table(
+        title="benchmarks",
+        title_justify="left",
+        caption="ratio: against the baseline, above 1 is faster (a rate limit: the share used)",
+        caption_justify="left",
+    )
+    table.add_column("benchmark")
+    table.add_column("figure")
+    table.add_column("baseline")
+    # One sense for every ratio: a rate over the baseline's rate, or the baseline's time over
+    # this time; above 1 is faster than the baseline.
+    table.add_column("ratio", justify="right")
+    for name, figure, baseline, ratio in summary_rows(results):
+        shown = "" if ratio is None else f"{ratio:.2f}"
+        table.add_row(Text(name), Text(figure), Text(baseline), Text(shown))
+    return table
 
 
 def main(names: list[str]) -> int:
@@ -22,7 +114,7 @@ def main(names: list[str]) -> int:
     if names:
         scripts = [s for s in scripts if any(n in s.stem for n in names)]
     failed = 0
-    collected: list[dict[str, object]] = []
+    collected: list[dict[str, Any]] = []
     for script in scripts:
         print(f"== {script.stem}", flush=True)
         t0 = time.perf_counter()
@@ -37,11 +129,10 @@ def main(names: list[str]) -> int:
         for result in results:
             result["wall_s"] = round(time.perf_counter() - t0, 2)
             collected.append(result)
-            for key, value in result.items():
-                print(f"   {key:<32} {value}")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = RESULTS / f"bench-{stamp}.json"
     out.write_text(json.dumps(collected, indent=2) + "\n")
+    Console().print(summary_table(collected))
     print(f"results: {out}")
     return 1 if failed else 0
 
