@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import threading
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 
@@ -24,7 +25,9 @@ from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import COLUMN_KEYS, COLUMNS, SortOrder
+from flightdeck.tui.widgets.transcript import TranscriptView
 from rich.console import Console
+from textual.app import App, ComposeResult
 from textual.screen import Screen
 from textual.widgets import Label, RadioButton, Static
 from textual.widgets import _data_table as data_table_module
@@ -106,6 +109,32 @@ async def test_selecting_a_child_tails_its_transcript(engine_factory: EngineFact
         assert not any(other in line for line in transcript.lines)
         count = len(transcript.lines)
         await until(pilot, lambda: len(transcript.lines) > count, "new lines tailed live")
+
+
+async def test_the_transcript_pane_shows_the_date_where_a_batch_passes_midnight(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c1.log"
+    path.write_text(
+        "23:59:59.000  assistant │ before midnight\n00:00:02.000  assistant │ after it\n"
+    )
+    modified = datetime(2026, 12, 2, 0, 0, 3).timestamp()  # local time, as the stamps are
+    os.utime(path, (modified, modified))
+
+    class Pane(App[None]):
+        def compose(self) -> ComposeResult:
+            yield TranscriptView(id="transcript")
+
+    app = Pane()
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(TranscriptView)
+        pane.show("c1", path)
+        await until(pilot, lambda: len(pane.lines) > 1, "the transcript read")
+        assert pane.lines == [
+            "23:59:59.000  assistant │ before midnight",
+            "── 2026-12-02 Wednesday ──",
+            "00:00:02.000  assistant │ after it",
+        ]
 
 
 async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory) -> None:

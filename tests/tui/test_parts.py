@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
+from flightdeck.tui.widgets.days import Days, day_of_last
 from flightdeck.tui.widgets.rows import (
     SortOrder,
     parse_filter,
@@ -172,6 +174,51 @@ def test_the_highlighter_styles_the_stamp_and_role_of_transcript_lines_only() ->
     ]
     assert spans(" " * 24 + "│ a wrapped line") == []
     assert spans("no stamp │ here") == []
+
+
+def stamped(*stamps: str) -> list[str]:
+    return [f"{stamp}  assistant │ line {i}" for i, stamp in enumerate(stamps)]
+
+
+def local(*when: int) -> float:
+    """A local time (transcript stamps are local) as a timestamp."""
+    return datetime(*when).timestamp()
+
+
+def test_a_date_line_marks_where_the_day_changes_within_a_read() -> None:
+    lines = stamped("23:59:58.000", "23:59:59.500", "00:00:01.000", "00:00:01.000")
+    out = Days().add(lines, local(2026, 12, 2, 0, 0, 1, 200_000))
+    assert out == [*lines[:2], "── 2026-12-02 Wednesday ──", *lines[2:]]
+
+
+def test_a_date_line_marks_a_day_changing_between_reads() -> None:
+    days = Days()
+    first = stamped("23:50:00.000")
+    assert days.add(first, local(2026, 12, 1, 23, 50, 0, 500_000)) == first
+    later = stamped("00:10:00.000", "00:20:00.000")
+    assert days.add(later, local(2026, 12, 2, 0, 20)) == ["── 2026-12-02 Wednesday ──", *later]
+
+
+def test_the_days_are_counted_back_from_the_files_modification_time() -> None:
+    # The start of the file was cut and the batch ended days ago: each day is still right.
+    lines = stamped("22:00:00.000", "02:00:00.000", "23:30:00.000", "00:30:00.000")
+    out = Days().add(lines, local(2026, 12, 5, 9, 0))
+    assert [line for line in out if line.startswith("──")] == [
+        "── 2026-12-04 Friday ──",
+        "── 2026-12-05 Saturday ──",
+    ]
+
+
+def test_a_clock_set_back_an_hour_is_not_a_new_day() -> None:
+    lines = stamped("01:59:59.000", "01:00:05.000")
+    assert Days().add(lines, local(2026, 10, 25, 1, 0, 6)) == lines
+
+
+def test_the_last_lines_day_allows_for_late_and_coarse_modification_times() -> None:
+    # Written just before midnight, the file's time just after it: the line's day is the first.
+    assert day_of_last("23:59:59.999", local(2026, 12, 2, 0, 0, 0, 10_000)).day == 1
+    # A filesystem that rounds modification times down to the second.
+    assert day_of_last("12:00:00.900", local(2026, 12, 2, 12, 0, 0)).day == 2
 
 
 def test_unknown_status_glyphs_cover_every_status(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ class Chunk:
     end: int
     cut: bool = False  # earlier lines were skipped to stay within the bounds
     reset: bool = False  # the file shrank (replaced or truncated): the view starts over
+    mtime: float = 0.0  # the file's modification time as read: no line in `lines` is newer
 
 
 def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int) -> Chunk:
@@ -30,7 +31,8 @@ def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int
     except FileNotFoundError:
         return Chunk((), offset, offset or 0)  # a queued child has no transcript yet
     with fh:
-        size = os.fstat(fh.fileno()).st_size
+        stat = os.fstat(fh.fileno())
+        size, mtime = stat.st_size, stat.st_mtime
         reset = offset is not None and size < offset
         begin = 0 if offset is None or reset else offset
         cut = False
@@ -45,13 +47,13 @@ def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int
     if lead:
         newline = data.find(b"\n")
         if newline < 0:
-            return Chunk((), offset, begin, cut=True, reset=reset)  # one giant partial line
+            return Chunk((), offset, begin, cut=True, reset=reset, mtime=mtime)  # a giant line
         first = newline + 1
     last = data.rfind(b"\n")
     if last < first:
-        return Chunk((), offset, begin - lead + first, cut=cut, reset=reset)
+        return Chunk((), offset, begin - lead + first, cut=cut, reset=reset, mtime=mtime)
     raw = data[first:last].split(b"\n")
     if len(raw) > max_lines:
         raw, cut = raw[-max_lines:], True
     lines = tuple(sanitize(line.decode("utf-8", "replace")) for line in raw)
-    return Chunk(lines, offset, begin - lead + last + 1, cut=cut, reset=reset)
+    return Chunk(lines, offset, begin - lead + last + 1, cut=cut, reset=reset, mtime=mtime)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from flightdeck.engine.records.lines import SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.widgets.days import Days
 from flightdeck.tui.widgets.tail import Chunk, read_chunk
 from rich.cells import cell_len
 from rich.highlighter import Highlighter
@@ -85,6 +86,7 @@ class TranscriptView(Vertical):
         self._generation = 0  # bumped on each switch, so a late read for another child is dropped
         self._reading: Worker[tuple[int, Chunk]] | None = None
         self._wrap_width: int | None = None  # lines on show were folded to this width
+        self._days = Days()
 
     def compose(self) -> ComposeResult:
         yield Static(id="transcript-title", markup=False)
@@ -167,10 +169,12 @@ class TranscriptView(Vertical):
         first = chunk.start is None or chunk.reset
         if first:
             log.clear()
+            self._days = Days()
         cut = self.cut or chunk.cut
         if chunk.lines:
             width = self._wrap_width = self._width()
-            lines = [part for line in chunk.lines for part in wrap_line(line, width)]
+            dated = self._days.add(list(chunk.lines), chunk.mtime)
+            lines = [part for line in dated for part in wrap_line(line, width)]
             # Log.write_lines only scrolls when the view was already at the bottom: sticky.
             cut = cut or log.line_count + len(lines) > self.max_lines
             log.write_lines(lines)
