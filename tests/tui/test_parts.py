@@ -108,6 +108,16 @@ def test_cells_are_plain_and_sanitized(tmp_path: Path) -> None:
     assert running[10][0] == "✓ delivered"
 
 
+def test_a_child_on_its_last_allowed_turn_says_so(tmp_path: Path) -> None:
+    row = demo_rows(tmp_path)[1]
+    last = dataclasses.replace(row, activity=dataclasses.replace(row.activity, last_turn=True))
+    assert row_cells(last, False, NOW)[5][0] == "last turn · tool: read_file 6s"
+    streaming = dataclasses.replace(last.activity, current_tool=None, text="streaming")
+    assert row_cells(dataclasses.replace(last, activity=streaming), False, NOW)[5][0] == (
+        "last turn · streaming"
+    )
+
+
 def test_formats() -> None:
     assert [fmt_tokens(n) for n in (999, 12_345, 999_949, 999_950, 2_500_000)] == [
         "999",
