@@ -180,6 +180,7 @@ def test_the_highlighter_styles_the_stamp_and_role_of_transcript_lines_only() ->
         (12, 23, "bold red"),
         (26, 30, "bold red"),
     ]
+    assert spans("10:00:00.000  assistant │ nothing blocks m↩") == [(0, 12, "dim"), (42, 43, "dim")]
     assert spans(" " * 24 + "│ a wrapped line") == []
     assert spans("no stamp │ here") == []
 
