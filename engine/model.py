@@ -119,6 +119,7 @@ class Activity:
     last_activity_ts: float | None = None
     text: str = ""
     retrying: bool = False  # waiting to retry a failed call (a 429, a 5xx)
+    last_turn: bool = False  # on the last turn `max_turns` allows: a steer after it is missed
 
 
 @record

@@ -119,9 +119,10 @@ def make_child(
     provider: TwoTurns | None = None,
     tools: Toolbox | None = None,
     clock: Callable[[], float] = lambda: 100.0,
+    max_turns: int = 30,
 ) -> Child:
     return Child(
-        Task(id="c1", goal="Look around", seq=0),
+        Task(id="c1", goal="Look around", seq=0, max_turns=max_turns),
         sim_route(),
         provider or TwoTurns(),
         RetryPolicy(RetrySettings()),
@@ -209,3 +210,81 @@ def test_a_key_at_the_cut_of_a_long_tool_output_is_redacted_first(tmp_path: Path
     assert child.row().status is ChildStatus.COMPLETED
     text = (tmp_path / "c1.log").read_text()
     assert "a" * 1995 + "[REDA" in text and "sk-li" not in text
+
+
+class AnswersWhileSteered(TwoTurns):
+    """Each turn is a final answer; the first waits mid-stream until the test has steered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.streaming = threading.Event()
+        self.steered = threading.Event()
+        self.requests: list[TurnRequest] = []
+
+    def open(self, request: TurnRequest) -> AnswersWhileSteered.Lazy:
+        self.requests.append(request)
+        self.turns += 1
+        return AnswersWhileSteered.Lazy(self._first() if self.turns == 1 else self._second())
+
+    def _first(self) -> Iterator[StreamEvent]:
+        yield TextDelta("My final answer")
+        self.streaming.set()
+        assert self.steered.wait(10)
+        yield TextDelta(" is this.\n")
+        yield UsageEvent(Usage(10, 5))
+
+    def _second(self) -> Iterator[StreamEvent]:
+        yield TextDelta("Done, as asked.\n")
+        yield UsageEvent(Usage(10, 5))
+
+    class Lazy:
+        def __init__(self, events: Iterator[StreamEvent]) -> None:
+            self.events = events
+
+        def __iter__(self) -> Iterator[StreamEvent]:
+            return self.events
+
+        def close(self) -> None: ...
+
+
+def steer_mid_answer(tmp_path: Path, max_turns: int) -> tuple[Child, AnswersWhileSteered]:
+    """Run a child and steer it (at next turn) while it streams its first, final answer."""
+    from flightdeck.engine.model import SteerReceipt, SteerState
+
+    provider = AnswersWhileSteered()
+    child = make_child(tmp_path, [], provider=provider, max_turns=max_turns)  # type: ignore[arg-type]
+    worker = threading.Thread(target=child.run)
+    worker.start()
+    assert provider.streaming.wait(10)
+    on_last_turn = child.row().activity.last_turn
+    assert child.add_steer(SteerReceipt(1, "c1", "cite your sources", False, SteerState.QUEUED, 1))
+    provider.steered.set()
+    worker.join(10)
+    assert on_last_turn is (max_turns == 1)
+    return child, provider
+
+
+def test_a_steer_sent_during_the_final_answer_gets_one_more_turn(tmp_path: Path) -> None:
+    from flightdeck.engine.model import SteerState
+
+    child, provider = steer_mid_answer(tmp_path, max_turns=5)
+    row = child.row()
+    assert row.status is ChildStatus.COMPLETED and row.result == "Done, as asked.\n"
+    assert [r.state for r in row.steers] == [SteerState.DELIVERED]
+    [_, second] = provider.requests
+    assert [(m.role, m.content) for m in second.messages[-2:]] == [
+        ("assistant", "My final answer is this.\n"),
+        ("user", "[operator] cite your sources"),
+    ]
+
+
+def test_a_steer_after_the_last_allowed_turn_is_missed_and_says_why(tmp_path: Path) -> None:
+    from flightdeck.engine.model import SteerState
+
+    child, provider = steer_mid_answer(tmp_path, max_turns=1)
+    row = child.row()
+    assert row.status is ChildStatus.COMPLETED and row.result == "My final answer is this.\n"
+    assert [r.state for r in row.steers] == [SteerState.MISSED]
+    assert provider.turns == 1
+    text = (tmp_path / "c1.log").read_text(encoding="utf-8")
+    assert "operator  │ missed: cite your sources (max_turns (1) used up)\n" in text

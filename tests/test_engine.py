@@ -185,6 +185,27 @@ def test_steer_for_a_finished_child_is_missed_not_lost(tmp_path: Path) -> None:
         assert engine.snapshot().children[0].steers[0].state is SteerState.MISSED
     finally:
         engine.close()
+    # Written into the transcript, as a delivered steer is.
+    last = Path(engine.snapshot().children[0].transcript).read_text().splitlines()[-1]
+    assert last.endswith("operator  │ missed: too late (the child had ended: completed)")
+
+
+def test_stopping_a_queued_child_is_written_as_the_operators_action(tmp_path: Path) -> None:
+    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    engine = start(batch(2), settings(slow, pool=1), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING, timeout=5)
+        engine.stop(["t0001"])
+        until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED, timeout=5)
+    finally:
+        engine.close()
+    lines = Path(engine.snapshot().children[1].transcript).read_text().splitlines()
+    assert [line[14:] for line in lines] == [
+        "operator  │ stop requested",
+        "engine    │ stopped: stopped by operator before start",
+    ]
+    events = StoreReader(tmp_path / "state" / "flightdeck.db").events(engine.batch_id)
+    assert ("t0001", "stop") in [(child, kind) for _, child, kind, _ in events]
 
 
 def test_stop_mid_stream_within_a_second_keeps_partial_work(tmp_path: Path) -> None:

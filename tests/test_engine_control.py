@@ -120,6 +120,21 @@ def test_the_last_turn_does_not_run_tools_nobody_would_read(tmp_path: Path) -> N
     assert text.count("tool-call") == 1 and "1 tool call(s) not run: no turns left" in text
 
 
+def test_a_steer_sent_while_the_final_answer_streams_reaches_the_child(tmp_path: Path) -> None:
+    # "At next turn" used to be missed by a child already writing its final answer.
+    streaming = sim_route(tool_turns=0, time_scale=1.0, latency_ms=0, tokens_per_s=200)
+    engine = start(batch(1), settings(streaming), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.text == "streaming", timeout=10)
+        engine.steer(["t0000"], "cite the file")
+        row = run_to_end(engine, 30).children[0]
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.COMPLETED and row.activity.turns == 2
+    assert [r.state for r in row.steers] == [SteerState.DELIVERED]
+    assert row.result is not None and row.result.startswith("Understood — cite the file.")
+
+
 def test_a_cost_budget_needs_a_price_for_every_route(tmp_path: Path) -> None:
     # Spend at an unknown price is never counted, so the cap would never be reached.
     unpriced = dataclasses.replace(sim_route("free"), price=None)

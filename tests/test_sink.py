@@ -162,7 +162,7 @@ def test_the_writer_process_formats_exactly_as_this_process_does(tmp_path: Path)
         "Be brief.",
         "Review PR 104",
         "Looking at the diff now.",
-        "It adds",
+        "It adds↩",  # cut by the operator's line: it goes on after it
         "steer: be quicker",
         " a test.",
         "ünïcode, then no newline",

@@ -41,7 +41,8 @@ def test_a_key_across_the_cut_of_a_very_long_streamed_line_is_redacted(tmp_path:
         tw.stream(key[:9])  # the line is cut here, inside the key
         tw.stream(key[9:] + " and on\n")
     bodies = [line.split("│ ", 1)[1] for line in read(path)]
-    assert len(bodies) == 2  # it was cut
+    assert len(bodies) == 2 and bodies[0].endswith(lines.CONTINUED)  # it was cut
+    bodies[0] = bodies[0].removesuffix(lines.CONTINUED)
     assert key not in "".join(bodies) and "sk-li" not in "".join(bodies)
     assert "".join(bodies) == "x" * (lines.MAX_STREAM_LINE - 5) + "[REDACTED] and on"
 
@@ -146,16 +147,27 @@ def test_stream_writes_each_line_when_complete(tmp_path: Path) -> None:
 
 
 def test_write_during_stream_keeps_time_order(tmp_path: Path) -> None:
+    # The reply's line is cut mid-word: it is marked as going on, so it still reads whole.
     path = tmp_path / "c.log"
     with TranscriptWriter(path, clock=FakeClock()) as tw:
-        tw.stream("I will now")
+        tw.stream("nothing blocks m")
         tw.write("operator", "steer: focus on tests")
-        tw.stream(" continue\n")
-    assert [line.split("│ ")[1] for line in read(path)] == [
-        "I will now",
+        tw.stream("erging once\n")
+    written = read(path)
+    assert [line.split("│ ")[1] for line in written] == [
+        "nothing blocks m↩",
         "steer: focus on tests",
-        " continue",
+        "erging once",
     ]
+    parsed = [lines.parse(line) for line in written]
+    assert [(p.role, p.text, p.continued) for p in parsed if p is not None] == [
+        ("assistant", "nothing blocks m", True),
+        ("operator", "steer: focus on tests", False),
+        ("assistant", "erging once", False),
+    ]
+    assert "".join(p.text for p in parsed if p is not None and p.role == "assistant") == (
+        "nothing blocks merging once"
+    )
 
 
 def test_close_flushes_partial_line_and_is_idempotent(tmp_path: Path) -> None:
@@ -184,7 +196,7 @@ def test_close_with_a_last_event_writes_what_write_then_close_writes(tmp_path: P
             read(files[0])
             == read(files[1])
             == [
-                "13:04:05.250  assistant │ partial",
+                "13:04:05.250  assistant │ partial↩",  # the stream had not ended
                 "13:04:05.250  engine    │ completed",
             ]
         )
@@ -196,7 +208,7 @@ def test_long_streamed_line_is_bounded(tmp_path: Path, monkeypatch: pytest.Monke
     with TranscriptWriter(path, clock=FakeClock()) as tw:
         for _ in range(5):
             tw.stream("abcd")
-    assert [line.split("│ ")[1] for line in read(path)] == ["abcdabcdabcd", "abcdabcd"]
+    assert [line.split("│ ")[1] for line in read(path)] == ["abcdabcdabcd↩", "abcdabcd"]
 
 
 def test_each_write_is_one_os_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

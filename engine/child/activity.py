@@ -22,6 +22,7 @@ class ActivityState:
     # Waiting on our own limits (backoff, route pause, rpm/tpm), not on the model: never a stall.
     held: bool = False
     retrying: bool = False
+    last_turn: bool = False  # the turn under way is the last `max_turns` allows
 
     def frozen(self) -> Activity:
         """The current state as an immutable value."""
@@ -35,6 +36,7 @@ class ActivityState:
             last_activity_ts=self.last_activity_ts,
             text=self.text,
             retrying=self.retrying,
+            last_turn=self.last_turn,
         )
 
     def started(self, now: float) -> None:
@@ -42,9 +44,11 @@ class ActivityState:
         self.last_activity_ts = now
         self.text = "starting"
 
-    def hold(self, turn: int) -> None:
-        """A call of `turn` is about to be made and waits on the route until it starts."""
+    def hold(self, turn: int, *, last: bool = False) -> None:
+        """A call of `turn` (`last`: the last allowed) is about to be made and waits on the
+        route until it starts."""
         self.turns = turn
+        self.last_turn = last
         self.held = True
 
     def call_started(self, now: float) -> None:

@@ -65,10 +65,13 @@ class Child(ChildState):
             self._deliver_steers(messages)
             self._hold(turn)
             result = self._turn(messages)
-            if not result.tool_calls:
-                self.finalize(ChildStatus.COMPLETED, result=result.text)
-                return
             messages.append(Message("assistant", result.text, result.tool_calls))
+            if not result.tool_calls:
+                if turn < self.task.max_turns and not self._steering.close_unless_waiting():
+                    # A steer came while it wrote its final answer: one more turn takes it.
+                    continue
+                self.finalize(ChildStatus.COMPLETED, result=result.text, missed=self._no_turns())
+                return
             if turn == self.task.max_turns:
                 # No turn is left to read their results: running them would only leave side
                 # effects (a file written) that nothing follows up.
@@ -80,14 +83,20 @@ class Child(ChildState):
                 self._check_stop()
                 messages.append(self._run_tool(call))
         self.finalize(
-            ChildStatus.FAILED, f"max_turns ({self.task.max_turns}) reached without a final answer"
+            ChildStatus.FAILED,
+            f"max_turns ({self.task.max_turns}) reached without a final answer",
+            missed=self._no_turns(),
         )
+
+    def _no_turns(self) -> str:
+        """Why a steer left in the inbox when its last allowed turn ended was missed."""
+        return f"max_turns ({self.task.max_turns}) used up"
 
     def _hold(self, turn: int) -> None:
         """A call is about to be made: until it starts, the child waits on its route (a pause
         after a 429, the rpm/tpm buckets), which is not a stall."""
         with self._lock:
-            self._activity.hold(turn)
+            self._activity.hold(turn, last=turn >= self.task.max_turns)
             self._version += 1
 
     def _check_stop(self) -> None:

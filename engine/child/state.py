@@ -14,7 +14,7 @@ from decimal import Decimal
 from flightdeck.engine.child.activity import ActivityState
 from flightdeck.engine.child.facts import ReceiptSettled, Report
 from flightdeck.engine.child.policy import CallPolicy
-from flightdeck.engine.child.steering import Steering
+from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
@@ -175,16 +175,24 @@ class ChildState:
         self._steering.keep(receipt)
 
     def finalize(
-        self, status: ChildStatus, error: str | None = None, *, result: str | None = None
+        self,
+        status: ChildStatus,
+        error: str | None = None,
+        *,
+        result: str | None = None,
+        missed: str | None = None,
     ) -> bool:
         """Record the final status (and the final answer) once; False if already final (first
-        caller wins: a final answer that loses to the watchdog is not recorded)."""
+        caller wins: a final answer that loses to the watchdog is not recorded). `missed` says
+        why steers still in the inbox were not delivered."""
         with self._lock:
             if self.status.terminal or self._finalizing:
                 return False
             self._finalizing = True
-            missed = self._steering.close()
-        for receipt in missed:
+            undelivered = self._steering.close()
+        reason = missed or f"the child ended ({status.value}) before its next turn"
+        for receipt in undelivered:
+            self.transcript.write("operator", missed_note(receipt.message, reason))
             self._settle(receipt, SteerState.MISSED)
         if self._secrets:  # a server's error text or the model's answer may echo the key
             error = None if error is None else self._clean(error)

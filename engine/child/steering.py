@@ -54,6 +54,14 @@ class Steering:
             self.now_pending = False
             return pending
 
+    def close_unless_waiting(self) -> bool:
+        """Close the inbox if it is empty; False (left open) when a steer waits in it."""
+        with self._lock:
+            if self._inbox:
+                return False
+            self._closed = True
+            return True
+
     def close(self) -> list[SteerReceipt]:
         """Empty the inbox for the last time; returns the steers that will never be delivered."""
         with self._lock:
@@ -65,3 +73,8 @@ class Steering:
         """Every receipt, in the order the steers were sent."""
         with self._lock:
             return tuple(self._receipts.values())
+
+
+def missed_note(message: str, reason: str) -> str:
+    """The transcript's operator line for a steer that was missed."""
+    return f"missed: {message} ({reason})"

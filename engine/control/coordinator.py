@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
 from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -348,6 +349,10 @@ class Coordinator:
 
     def _missed(self, child: Child, receipt: SteerReceipt, settled_ts: float) -> None:
         """A steer the child can no longer take (it has ended): shown, recorded, settled."""
+        reason = "the child had ended"
+        if child.status.terminal:  # else it is still writing its final line
+            reason += f": {child.status.value}"
+        child.transcript.write("operator", missed_note(receipt.message, reason))
         missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
         child.keep_receipt(missed)
         self._record_receipt(missed, "steer")
@@ -361,6 +366,9 @@ class Coordinator:
             if child is None or child.status.terminal:
                 continue
             if child_id not in self._alive:
+                # The operator's action, as a running child's stop is, then the engine's line.
+                child.transcript.write("operator", "stop requested")
+                self._record_event(child_id, "stop", reason)
                 if child.finalize(ChildStatus.STOPPED, reason + " before start"):
                     self._finished(child)
                     stopped += 1

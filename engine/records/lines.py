@@ -1,5 +1,5 @@
 """Transcript lines: one child's events formatted as `HH:MM:SS.mmm  role      │ text`, sanitized,
-and such a line read back into its parts (`parse`).
+and such a line read back into its parts (`parse`). A reply line cut mid-stream ends in `↩`.
 
 Stdlib only (with `sanitize`): the transcript writer process imports it too, and formats the
 lines there from the events the engine sends it (`appender.py`).
@@ -20,6 +20,9 @@ GAP = "  "  # between the stamp and the role
 ROLE_WIDTH = 9  # roles are padded to this width, so the text of every line starts in one column
 SEPARATOR = " │ "
 TEXT_COLUMN = STAMP_WIDTH + len(GAP) + ROLE_WIDTH + len(SEPARATOR)
+# Ends a reply line written before its end (another line came mid-stream, or it grew too long):
+# the reply goes on in the next assistant line, so it reads whole without the mark.
+CONTINUED = "↩"
 
 # A streamed line longer than this is written out unfinished, so memory stays bounded when a
 # model streams megabytes without a newline.
@@ -46,7 +49,7 @@ class LineFormatter:
     def write(self, role: str, text: str, ts: float) -> bytes:
         """One event; multi-line text becomes several lines with the same stamp."""
         # A pending streamed line goes out first, so the file stays in time order.
-        pending = self._flush_partial(ts)
+        pending = self._flush_partial(ts, continued=True)
         body = sanitize(text).rstrip("\n")
         return pending + self._emit(role, body.split("\n"), ts)
 
@@ -78,7 +81,7 @@ class LineFormatter:
     def _cut_partial(self, ts: float) -> bytes:
         """A streamed line too long to hold: written out before it ends."""
         if not self._secrets:
-            return self._flush_partial(ts)
+            return self._flush_partial(ts, continued=True)
         # Redacted whole before the cut, and the start of a secret that may end in the next
         # chunk held back: a key across the cut must not go out as two unredacted halves.
         line = redact("".join(self._partial), self._secrets)
@@ -86,15 +89,15 @@ class LineFormatter:
         held = line[cut:]
         self._partial = [held] if held else []
         self._partial_len = len(held)
-        return self._emit("assistant", [line[:cut]], ts)
+        return self._emit("assistant", [line[:cut] + CONTINUED], ts)
 
-    def _flush_partial(self, ts: float) -> bytes:
+    def _flush_partial(self, ts: float, *, continued: bool = False) -> bytes:
         if not self._partial:
             return b""
         line = "".join(self._partial)
         self._partial = []
         self._partial_len = 0
-        return self._emit("assistant", [line], ts)
+        return self._emit("assistant", [line + CONTINUED if continued else line], ts)
 
     def _emit(self, role: str, lines: list[str], ts: float) -> bytes:
         ms = int(ts * 1000)
@@ -134,8 +137,9 @@ class Line:
 
     stamp: str  # HH:MM:SS.mmm, local time
     role: str
-    text: str
+    text: str  # without the CONTINUED mark
     text_start: int  # the column `text` starts at: TEXT_COLUMN unless the role is wider
+    continued: bool = False  # a reply line cut before its end: it goes on in the next one
 
 
 _LINE = re.compile(rf"(\d\d:\d\d:\d\d\.\d\d\d){GAP}(.*?){re.escape(SEPARATOR)}(.*)", re.DOTALL)
@@ -147,4 +151,7 @@ def parse(line: str) -> Line | None:
     if match is None:
         return None
     stamp, role, text = match.groups()
-    return Line(stamp, role.strip(), text, match.start(3))
+    role = role.strip()
+    if role == "assistant" and text.endswith(CONTINUED):
+        return Line(stamp, role, text[: -len(CONTINUED)], match.start(3), continued=True)
+    return Line(stamp, role, text, match.start(3))

@@ -110,6 +110,16 @@ def test_cells_are_plain_and_sanitized(tmp_path: Path) -> None:
     assert running[10][0] == "✓ delivered"
 
 
+def test_a_child_on_its_last_allowed_turn_says_so(tmp_path: Path) -> None:
+    row = demo_rows(tmp_path)[1]
+    last = dataclasses.replace(row, activity=dataclasses.replace(row.activity, last_turn=True))
+    assert row_cells(last, False, NOW)[5][0] == "last turn · tool: read_file 6s"
+    streaming = dataclasses.replace(last.activity, current_tool=None, text="streaming")
+    assert row_cells(dataclasses.replace(last, activity=streaming), False, NOW)[5][0] == (
+        "last turn · streaming"
+    )
+
+
 def test_formats() -> None:
     assert [fmt_tokens(n) for n in (999, 12_345, 999_949, 999_950, 2_500_000)] == [
         "999",
@@ -172,6 +182,7 @@ def test_the_highlighter_styles_the_stamp_and_role_of_transcript_lines_only() ->
         (12, 23, "bold red"),
         (26, 30, "bold red"),
     ]
+    assert spans("10:00:00.000  assistant │ nothing blocks m↩") == [(0, 12, "dim"), (42, 43, "dim")]
     assert spans(" " * 24 + "│ a wrapped line") == []
     assert spans("no stamp │ here") == []
 

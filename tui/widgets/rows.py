@@ -13,6 +13,7 @@ GOAL_CHARS = 200  # the column truncates further; this only bounds memory per ro
 DOING_CHARS = 60
 
 RETRYING_GLYPH: Cell = ("↻", "bold yellow")
+LAST_TURN = "last turn · "  # before "doing" while the child is on its last allowed turn
 TAG_MARK = "◆"
 
 ATTENTION = frozenset({ChildStatus.FAILED, ChildStatus.STALLED, ChildStatus.TIMED_OUT})
@@ -58,7 +59,8 @@ COLUMN_HELP: dict[str, str] = {
     "goal": "its task, cut to the column's width",
     "route": "the route it calls, as route/model when the model has another name",
     "calls": "model requests sent so far",
-    "doing": "its running tool and for how long, what it streams, or how it ended",
+    "doing": "its running tool and for how long, what it streams, or how it ended; "
+    "'last turn' when max_turns allows no more (a steer sent then is missed)",
     "last": "how long ago it last did something, or ended",
     "tokens": "tokens read (input plus cache reads and writes) / tokens written",
     "cost": "dollars spent; $? when the model has no price",
@@ -98,10 +100,12 @@ def doing(row: ChildRow, now: float) -> Cell:
     """What the child is doing: its tool and for how long, its activity, or how it ended."""
     a = row.activity
     if row.status is ChildStatus.RUNNING:
+        # First, where the column cuts least: a steer sent now would be missed.
+        last_turn = LAST_TURN if a.last_turn else ""
         if a.current_tool is not None:
             since = fmt_span(now - a.tool_started_ts) if a.tool_started_ts is not None else ""
-            return (one_line(f"tool: {a.current_tool} {since}", DOING_CHARS), "cyan")
-        return (one_line(a.text, DOING_CHARS), "yellow" if is_retrying(row) else "")
+            return (one_line(f"{last_turn}tool: {a.current_tool} {since}", DOING_CHARS), "cyan")
+        return (one_line(last_turn + a.text, DOING_CHARS), "yellow" if is_retrying(row) else "")
     if row.status in _WAITING:
         return (row.status.value, "dim")
     text = row.status.value + (f": {row.error}" if row.error else "")

@@ -6,7 +6,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from flightdeck.engine.records.lines import SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.widgets.days import Days
 from flightdeck.tui.widgets.tail import Chunk, read_chunk
@@ -49,7 +49,8 @@ def wrap_line(line: str, width: int) -> list[str]:
 
 
 class TranscriptHighlighter(Highlighter):
-    """Styles a transcript line's stamp and role (and an operator or error line's text)."""
+    """Styles a transcript line's stamp and role (an operator or error line's text, a cut reply
+    line's mark)."""
 
     def highlight(self, text: Text) -> None:
         line = parse(text.plain)
@@ -61,6 +62,8 @@ class TranscriptHighlighter(Highlighter):
             text.stylize(style, STAMP_WIDTH, line.text_start - len(SEPARATOR))
         if line.role in ("operator", "error"):
             text.stylize(style, line.text_start)
+        if line.continued:  # the reply goes on after the lines that cut it
+            text.stylize("dim", len(text) - len(CONTINUED))
 
 
 class TranscriptView(Vertical):
