@@ -67,7 +67,10 @@ class CostMeter(Static):
         text.append("\n")
         text.append("tokens ", style="dim")
         usage = t.usage
-        text.append(f"{fmt_tokens(usage.prompt_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
+        # "in" is fresh input alone, as in the report; cache reads and writes are shown apart.
+        cached = usage.cache_read_tokens + usage.cache_write_tokens
+        text.append(f"{fmt_tokens(usage.input_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
+        text.append(f" · {fmt_tokens(cached)} cached")
         text.append("   spent ", style="dim")
         spent, note = fmt_spent(t.cost_usd, t.cost_unknown, "unpriced")
         text.append(spent, style="bold")

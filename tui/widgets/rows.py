@@ -60,7 +60,7 @@ COLUMN_HELP: dict[str, str] = {
     "calls": "model requests sent so far",
     "doing": "its running tool and for how long, what it streams, or how it ended",
     "last": "how long ago it last did something, or ended",
-    "tokens": "tokens read (input plus cache reads and writes) / tokens written",
+    "tokens": "input tokens (cache reads and writes apart, as in the report) / output tokens",
     "cost": "dollars spent; $? when the model has no price",
     "retries": "retries after a 429, a timeout or a server error",
     "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
@@ -87,7 +87,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         (str(row.activity.api_calls), ""),
         ("", status_style),  # placeholder: the "doing" cell is time-dependent
         ("", "dim"),  # placeholder: "last"
-        (f"{fmt_tokens(usage.prompt_tokens)}/{fmt_tokens(usage.output_tokens)}", ""),
+        (f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}", ""),
         (fmt_cost(row.cost_usd), ""),
         (str(row.activity.retries) if row.activity.retries else "", "yellow"),
         steer,
