@@ -216,6 +216,30 @@ def test_stop_mid_stream_within_a_second_keeps_partial_work(tmp_path: Path) -> N
     assert "stop requested" in text and "stopped" in text.splitlines()[-1]
 
 
+def test_the_snapshot_counts_what_streams_before_it_is_billed(tmp_path: Path) -> None:
+    # The sim bills a call when it ends; its answer streams at 10 tokens/s meanwhile.
+    route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=10, time_scale=1.0)
+    engine = start(batch(2), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.in_flight.output_tokens >= 2, timeout=20)
+        live = engine.snapshot()
+        engine.stop_all()
+        assert engine.wait(10)
+        ended = engine.snapshot()
+    finally:
+        engine.close()
+    assert live.totals.usage == Usage()  # nothing billed yet ...
+    assert live.totals.live_usage.input_tokens > 0  # ... but the meter counts the prompts
+    assert live.totals.live_cost_usd > 0
+    assert (
+        sum(r.in_flight.output_tokens for r in live.children) == live.totals.in_flight.output_tokens
+    )
+    # Once billed, only real usage is left, and it is what the store and the report keep.
+    assert ended.totals.in_flight == Usage() and ended.totals.usage.output_tokens > 0
+    stored = StoreReader(tmp_path / "state" / "flightdeck.db").children(engine.batch_id)
+    assert sum((r.usage for r in stored), Usage()) == ended.totals.usage
+
+
 def test_stop_during_retry_backoff_wakes_at_once(tmp_path: Path) -> None:
     route = sim_route(error_rate=1.0, retry_after_s=60, time_scale=1.0)
     engine = start(batch(1), settings(route), tmp_path)

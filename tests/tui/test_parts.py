@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot, Usage
+from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import (
@@ -212,3 +213,17 @@ def test_tokens_in_are_input_alone_with_cache_beside_them(tmp_path: Path) -> Non
     # The report's "input tokens" is input alone: the meter and the row say the same.
     assert "tokens 12.0k in · 3.0k out · 40.0k cached" in meter_text(_snapshot((row,)))
     assert "12.0k/3.0k" in [c[0] for c in row_cells(row, False, NOW)]
+
+
+def test_the_meter_and_the_row_count_the_call_in_progress(tmp_path: Path) -> None:
+    billed = child(1, "g", ChildStatus.RUNNING, folder=tmp_path, tokens=(1_000, 100), cost="0.01")
+    row = dataclasses.replace(
+        billed, in_flight=Usage(input_tokens=2_000, output_tokens=300),
+        in_flight_cost_usd=Decimal("0.005"),
+    )  # fmt: skip
+    snap = dataclasses.replace(_snapshot((row,)), totals=totals_of((row,)))
+    shown = meter_text(snap)
+    assert "tokens 3.0k in · 400 out · 0 cached" in shown
+    assert "spent $0.015 " in shown
+    cells = [c[0] for c in row_cells(row, False, NOW)]
+    assert "3.0k/400" in cells and "$0.015" in cells

@@ -72,7 +72,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     glyph = RETRYING_GLYPH if is_retrying(row) else GLYPHS[row.status]
     mark = (TAG_MARK if tagged else " ") + glyph[0]
     route = row.route if row.model in ("", row.route) else f"{row.route}/{row.model}"
-    usage = row.usage
+    usage = row.live_usage  # the call in progress counts as it streams
     steer: Cell = ("", "")
     if row.steers:
         last = max(row.steers, key=lambda r: r.id)
@@ -88,7 +88,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         ("", status_style),  # placeholder: the "doing" cell is time-dependent
         ("", "dim"),  # placeholder: "last"
         (f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}", ""),
-        (fmt_cost(row.cost_usd), ""),
+        (fmt_cost(row.live_cost_usd), ""),
         (str(row.activity.retries) if row.activity.retries else "", "yellow"),
         steer,
     )
@@ -157,10 +157,11 @@ def sort_key(order: SortOrder, row: ChildRow) -> tuple[object, ...]:
         ts = row.finished_ts if row.status.terminal else row.activity.last_activity_ts
         return (-(ts if ts is not None else -_INF), row.seq)
     if order is SortOrder.COST:
-        cost = -float(row.cost_usd) if row.cost_usd is not None else _INF
+        live = row.live_cost_usd
+        cost = -float(live) if live is not None else _INF
         return (cost, row.seq)
     if order is SortOrder.TOKENS:
-        return (-row.usage.total, row.seq)
+        return (-row.live_usage.total, row.seq)
     if order is SortOrder.ID:
         return (row.id, row.seq)
     return (row.seq,)
