@@ -135,6 +135,15 @@ class SteerReceipt:
 
 
 @record
+class StopRecord:
+    """A stop the store recorded: the child, when it was asked for, and why."""
+
+    child_id: str
+    ts: float
+    reason: str
+
+
+@record
 class ChildRow:
     """One child as a reader sees it."""
 

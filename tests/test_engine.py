@@ -17,6 +17,7 @@ from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.records.meter import Meter, cost_of
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
 
 from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
 
@@ -152,6 +153,32 @@ def test_steer_is_delivered_at_the_next_turn_and_recorded(tmp_path: Path) -> Non
     assert "Understood — focus on the retry loop" in text  # the model saw it
     reader = StoreReader(tmp_path / "state" / "flightdeck.db")
     assert [c.state for c in reader.controls(engine.batch_id)] == [SteerState.DELIVERED]
+
+
+def test_the_report_gives_the_operators_steers_and_stops_from_the_store(tmp_path: Path) -> None:
+    route = sim_route(tool_turns=20, latency_ms=200_000, time_scale=0.002)
+    engine = start(batch(1), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.api_calls >= 1)
+        engine.steer(["t0000"], "focus on the retry loop")
+        delivered = SteerState.DELIVERED
+        until(lambda: any(r.state is delivered for r in engine.snapshot().children[0].steers))
+        engine.stop(["t0000"])
+        assert engine.wait(30)
+    finally:
+        engine.close()
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    [steer] = report["steers"]
+    assert (steer["child_id"], steer["message"], steer["receipt"]) == (
+        "t0000",
+        "focus on the retry loop",
+        "delivered",
+    )
+    assert steer["settled"] is not None
+    [stop] = report["stops"]
+    assert (stop["child_id"], stop["reason"]) == ("t0000", "stopped by operator")
+    assert stop["requested"] >= steer["sent"]
 
 
 def test_steer_now_interrupts_the_response_and_restarts_the_turn(tmp_path: Path) -> None:
