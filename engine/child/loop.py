@@ -129,9 +129,10 @@ class Child(ChildState):
             # goes out with the message, rather than queueing again behind other children.
             self._deliver_steers(messages)
             request = self._request(messages)
+        call = InFlight(prompt_tokens_estimate(request))
         with self._lock:
             self._activity.call_started(self._clock())
-            self._in_flight = InFlight(prompt_tokens_estimate(request))
+            self._in_flight = call
             self._version += 1
         text: list[str] = []
         calls: list[ToolCall] = []
