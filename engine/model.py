@@ -136,6 +136,15 @@ class SteerReceipt:
 
 
 @record
+class StopRecord:
+    """A stop the store recorded: the child, when it was asked for, and why."""
+
+    child_id: str
+    ts: float
+    reason: str
+
+
+@record
 class ChildRow:
     """One child as a reader sees it."""
 
@@ -156,6 +165,22 @@ class ChildRow:
     result: str | None
     transcript: str
     steers: tuple[SteerReceipt, ...] = ()
+    # The call in progress, estimated from its prompt and what has streamed, until its real
+    # usage is billed; never stored. `usage` and `cost_usd` are what has been billed.
+    in_flight: Usage = field(default_factory=Usage)
+    in_flight_cost_usd: Decimal | None = Decimal(0)
+
+    @property
+    def live_usage(self) -> Usage:
+        """Billed usage plus the estimate of the call in progress."""
+        return self.usage + self.in_flight
+
+    @property
+    def live_cost_usd(self) -> Decimal | None:
+        """Billed cost plus the estimate of the call in progress; None if the price is unknown."""
+        if self.cost_usd is None or self.in_flight_cost_usd is None:
+            return None
+        return self.cost_usd + self.in_flight_cost_usd
 
     @property
     def duration_s(self) -> float | None:
@@ -192,6 +217,19 @@ class Totals:
     usage: Usage = field(default_factory=Usage)
     cost_usd: Decimal = Decimal(0)
     cost_unknown: int = 0  # children whose price is unknown
+    # Calls in progress, estimated (`ChildRow.in_flight`): zero in anything read from the store.
+    in_flight: Usage = field(default_factory=Usage)
+    in_flight_cost_usd: Decimal = Decimal(0)
+
+    @property
+    def live_usage(self) -> Usage:
+        """Billed usage plus the estimate of the calls in progress."""
+        return self.usage + self.in_flight
+
+    @property
+    def live_cost_usd(self) -> Decimal:
+        """Known billed cost plus the estimate of the calls in progress."""
+        return self.cost_usd + self.in_flight_cost_usd
 
     @property
     def done(self) -> int:

@@ -1,4 +1,5 @@
-"""The activity token of one child as a reader sees it: before, during and after a tool call."""
+"""The activity token of one child as a reader sees it: before, during and after a tool call;
+the estimate of its call in progress."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from flightdeck.engine.child.activity import InFlight
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.retry import RetryPolicy
@@ -116,7 +118,7 @@ def test_activity_token_tracks_calls_turns_and_the_running_tool(tmp_path: Path) 
 def make_child(
     tmp_path: Path,
     facts: list[object],
-    provider: TwoTurns | None = None,
+    provider: TwoTurns | HeldStream | None = None,
     tools: Toolbox | None = None,
     clock: Callable[[], float] = lambda: 100.0,
     max_turns: int = 30,
@@ -288,3 +290,62 @@ def test_a_steer_after_the_last_allowed_turn_is_missed_and_says_why(tmp_path: Pa
     assert provider.turns == 1
     text = (tmp_path / "c1.log").read_text(encoding="utf-8")
     assert "operator  │ missed: cite your sources (max_turns (1) used up)\n" in text
+
+
+class HeldStream:
+    """One final answer streamed in 40-character chunks; billed only when the test lets it end."""
+
+    name = "fake"
+    model = "fake-1"
+    secrets: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.streamed = threading.Event()
+        self.release = threading.Event()
+
+    def open(self, request: TurnRequest) -> HeldStream:
+        return self
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        yield TextDelta("x" * 40)
+        yield TextDelta("y" * 40)
+        self.streamed.set()
+        assert self.release.wait(10)
+        yield UsageEvent(Usage(input_tokens=30, output_tokens=25, cache_read_tokens=100))
+
+    def close(self) -> None: ...
+
+
+def test_the_call_in_progress_counts_as_it_streams_until_its_usage_is_billed(
+    tmp_path: Path,
+) -> None:
+    provider = HeldStream()
+    facts: list[object] = []
+    child = make_child(tmp_path, facts, provider=provider)
+    worker = threading.Thread(target=child.run)
+    worker.start()
+    assert provider.streamed.wait(10)
+    during = child.row()
+    # Nothing is billed yet; the estimate is the prompt's characters and the 80 streamed (/4).
+    assert during.usage == Usage()
+    assert during.in_flight.input_tokens > 0 and during.in_flight.output_tokens == 20
+    assert during.live_usage == during.in_flight
+    assert during.in_flight_cost_usd and during.in_flight_cost_usd > 0
+    assert during.live_cost_usd == during.in_flight_cost_usd
+    provider.release.set()
+    worker.join(10)
+    done = child.row()
+    # The real usage replaces the estimate, which is gone with the call.
+    assert done.usage == Usage(input_tokens=30, output_tokens=25, cache_read_tokens=100)
+    assert done.in_flight == Usage() and done.in_flight_cost_usd == 0
+    assert done.live_usage == done.usage and done.live_cost_usd == done.cost_usd
+
+
+def test_billed_figures_replace_the_estimate_as_they_come() -> None:
+    call = InFlight(prompt_tokens=1_000, streamed_chars=400)
+    assert call.usage() == Usage(input_tokens=1_000, output_tokens=100)
+    # Anthropic bills the prompt as the reply starts: the prompt estimate gives way to it.
+    call.billed += Usage(input_tokens=10, output_tokens=1, cache_read_tokens=900)
+    assert call.usage() == Usage(output_tokens=99)
+    call.billed += Usage(output_tokens=120)  # more than estimated: never a negative estimate
+    assert call.usage() == Usage()

@@ -17,6 +17,7 @@ from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.records.meter import Meter, cost_of
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
 
 from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
 
@@ -154,6 +155,32 @@ def test_steer_is_delivered_at_the_next_turn_and_recorded(tmp_path: Path) -> Non
     assert [c.state for c in reader.controls(engine.batch_id)] == [SteerState.DELIVERED]
 
 
+def test_the_report_gives_the_operators_steers_and_stops_from_the_store(tmp_path: Path) -> None:
+    route = sim_route(tool_turns=20, latency_ms=200_000, time_scale=0.002)
+    engine = start(batch(1), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].activity.api_calls >= 1)
+        engine.steer(["t0000"], "focus on the retry loop")
+        delivered = SteerState.DELIVERED
+        until(lambda: any(r.state is delivered for r in engine.snapshot().children[0].steers))
+        engine.stop(["t0000"])
+        assert engine.wait(30)
+    finally:
+        engine.close()
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    [steer] = report["steers"]
+    assert (steer["child_id"], steer["message"], steer["receipt"]) == (
+        "t0000",
+        "focus on the retry loop",
+        "delivered",
+    )
+    assert steer["settled"] is not None
+    [stop] = report["stops"]
+    assert (stop["child_id"], stop["reason"]) == ("t0000", "stopped by operator")
+    assert stop["requested"] >= steer["sent"]
+
+
 def test_steer_now_interrupts_the_response_and_restarts_the_turn(tmp_path: Path) -> None:
     route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0)
     engine = start(batch(1), settings(route), tmp_path)
@@ -235,6 +262,30 @@ def test_stop_mid_stream_within_a_second_keeps_partial_work(tmp_path: Path) -> N
     text = Path(row.transcript).read_text()
     assert "Result for: Review item 0" in text  # the partial answer is in the transcript
     assert "stop requested" in text and "stopped" in text.splitlines()[-1]
+
+
+def test_the_snapshot_counts_what_streams_before_it_is_billed(tmp_path: Path) -> None:
+    # The sim bills a call when it ends; its answer streams at 10 tokens/s meanwhile.
+    route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=10, time_scale=1.0)
+    engine = start(batch(2), settings(route), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.in_flight.output_tokens >= 2, timeout=20)
+        live = engine.snapshot()
+        engine.stop_all()
+        assert engine.wait(10)
+        ended = engine.snapshot()
+    finally:
+        engine.close()
+    assert live.totals.usage == Usage()  # nothing billed yet ...
+    assert live.totals.live_usage.input_tokens > 0  # ... but the meter counts the prompts
+    assert live.totals.live_cost_usd > 0
+    assert (
+        sum(r.in_flight.output_tokens for r in live.children) == live.totals.in_flight.output_tokens
+    )
+    # Once billed, only real usage is left, and it is what the store and the report keep.
+    assert ended.totals.in_flight == Usage() and ended.totals.usage.output_tokens > 0
+    stored = StoreReader(tmp_path / "state" / "flightdeck.db").children(engine.batch_id)
+    assert sum((r.usage for r in stored), Usage()) == ended.totals.usage
 
 
 def test_stop_during_retry_backoff_wakes_at_once(tmp_path: Path) -> None:

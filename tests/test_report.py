@@ -10,7 +10,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.model import Activity, BatchStatus, ChildStatus, Usage
+from flightdeck.engine.model import (
+    Activity,
+    BatchStatus,
+    ChildStatus,
+    SteerReceipt,
+    SteerState,
+    Usage,
+)
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_json, render_markdown
 from flightdeck.engine.records.store import Store
@@ -300,3 +307,50 @@ def test_render_markdown_routes_table(tmp_path: Path) -> None:
     ]
     assert {len(_cells(row)) for row in table} == {11}
     assert "| cost | $0.5500 + unknown for 2 children |" in md
+
+
+def test_the_report_carries_the_operators_steers_and_stops(tmp_path: Path) -> None:
+    db = tmp_path / "flightdeck.db"
+    S = SteerState
+    delivered = SteerReceipt(1, "c0", "focus | on [tests](x)", False, S.DELIVERED, CREATED + 5,
+                             CREATED + 7)  # fmt: skip
+    missed = SteerReceipt(2, "c1", "wrap up", True, S.MISSED, CREATED + 20, CREATED + 20)
+    with Store(db) as store:
+        store.create_batch(make_batch("b1", created_ts=CREATED))
+        store.add_children("b1", [make_child(0), make_child(1)])
+        store.record_control("b1", delivered)
+        store.record_event("b1", "c0", CREATED + 5, "steer", delivered.message)
+        store.record_event("b1", "c1", CREATED + 10, "stop", "stopped by operator")
+        store.record_control("b1", missed)
+    with StoreReader(db) as r:
+        report = build_report(r)
+    assert report["steers"] == [
+        {"id": 1, "child_id": "c0", "message": "focus | on [tests](x)", "mode": "next_turn",
+         "receipt": "delivered", "sent": "2024-05-01T12:00:05+00:00",
+         "settled": "2024-05-01T12:00:07+00:00"},
+        {"id": 2, "child_id": "c1", "message": "wrap up", "mode": "now", "receipt": "missed",
+         "sent": "2024-05-01T12:00:20+00:00", "settled": "2024-05-01T12:00:20+00:00"},
+    ]  # fmt: skip
+    assert report["stops"] == [
+        {
+            "child_id": "c1",
+            "requested": "2024-05-01T12:00:10+00:00",
+            "reason": "stopped by operator",
+        }
+    ]
+    lines = render_markdown(report).splitlines()
+    table = lines[lines.index("## Operator") + 4 :]
+    assert [_cells(row)[2] for row in table] == [
+        " steer (at next turn) ",
+        " stop ",
+        " steer (interrupt now) ",
+    ]  # in the order they happened
+    assert "focus \\| on \\[tests\\](x)" in table[0]  # untrusted text cannot break the table
+    assert table[0].endswith("| delivered 2024-05-01T12:00:07+00:00 |")
+    assert table[1].startswith("| 2024-05-01T12:00:10+00:00 | c1 | stop | stopped by operator |")
+
+
+def test_a_report_without_operator_actions_says_so(reader: StoreReader) -> None:
+    report = build_report(reader)
+    assert report["steers"] == [] and report["stops"] == []
+    assert render_markdown(report).endswith("## Operator\n\nNo steers or stops.\n")

@@ -1,10 +1,13 @@
-"""A child's activity token as it changes; `Child` guards it with its lock."""
+"""A child's activity as it changes, and the estimate of its call in progress; `Child` guards
+both with its lock."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
-from flightdeck.engine.model import Activity
+from flightdeck.engine.model import Activity, Usage
+from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN
 
 
 @dataclass
@@ -85,3 +88,23 @@ class ActivityState:
         self.current_tool = self.tool_started_ts = None
         self.retrying = False
         self.text = text
+
+
+@dataclass
+class InFlight:
+    """The call in progress: its prompt and what has streamed, counted until it is billed."""
+
+    prompt_tokens: int = 0
+    streamed_chars: int = 0
+    billed: Usage = field(default_factory=Usage)
+
+    def usage(self) -> Usage:
+        """The estimated usage not billed yet (zero with no call open)."""
+        # Once the server has counted the prompt (Anthropic does at the start, OpenAI at the
+        # end), its figures replace the estimate; output is topped up to what has streamed.
+        read = self.billed.input_tokens + self.billed.cache_read_tokens
+        written = math.ceil(self.streamed_chars / CHARS_PER_TOKEN)
+        return Usage(
+            input_tokens=0 if read or self.billed.cache_write_tokens else self.prompt_tokens,
+            output_tokens=max(0, written - self.billed.output_tokens),
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import traceback
 
+from flightdeck.engine.child.activity import InFlight
 from flightdeck.engine.child.facts import ChildDone, HeadroomSeen
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.child.state import ChildState
@@ -21,7 +22,7 @@ from flightdeck.engine.providers.base import (
     TurnResult,
     UsageEvent,
 )
-from flightdeck.engine.providers.tokens import estimate_tokens
+from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
 from flightdeck.engine.records.transcripts import TranscriptWriter
 
 __all__ = ["SYSTEM_PROMPT", "TRANSCRIPT_TOOL_CHARS", "Child", "TranscriptWriter"]
@@ -137,8 +138,10 @@ class Child(ChildState):
             # goes out with the message, rather than queueing again behind other children.
             self._deliver_steers(messages)
             request = self._request(messages)
+        call = InFlight(prompt_tokens_estimate(request))
         with self._lock:
             self._activity.call_started(self._clock())
+            self._in_flight = call
             self._version += 1
         text: list[str] = []
         calls: list[ToolCall] = []
@@ -155,7 +158,7 @@ class Child(ChildState):
                 if isinstance(event, TextDelta):
                     text.append(event.text)
                     transcript.stream(event.text)
-                    self._tick("streaming")
+                    self._streamed(event.text)
                 elif isinstance(event, ToolCallEvent):
                     calls.append(event.call)
                     self._tick(self._clean(f"calling {event.call.name}"))
@@ -175,6 +178,7 @@ class Child(ChildState):
             with self._lock:
                 self._stream = None
                 closed = self._closing()
+            self._call_ended()
             transcript.end_stream()
             if lease is not None:
                 lease.settle(usage.total)
@@ -229,6 +233,7 @@ class Child(ChildState):
         cost = self._meter.add(self.route, usage)
         with self._lock:
             self._usage += usage
+            self._in_flight.billed += usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost
             self._version += 1
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from decimal import Decimal
 
-from flightdeck.engine.child.activity import ActivityState
+from flightdeck.engine.child.activity import ActivityState, InFlight
 from flightdeck.engine.child.facts import ReceiptSettled, Report
 from flightdeck.engine.child.policy import CallPolicy
 from flightdeck.engine.child.steering import Steering, missed_note
@@ -20,7 +20,7 @@ from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.providers.base import Provider, TurnStream
-from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.meter import Meter, route_cost
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 from flightdeck.engine.sanitize import redact
@@ -72,6 +72,7 @@ class ChildState:
         self._steering = Steering()
         self._usage = Usage()
         self._cost: Decimal | None = Decimal(0)  # None once any usage has an unknown price
+        self._in_flight = InFlight()
         self._error: str | None = None
         self._result: str | None = None
         self._row: ChildRow | None = None
@@ -100,6 +101,8 @@ class ChildState:
             version = self.version
             if self._row is not None and self._row_version == version:
                 return self._row
+            in_flight = self._in_flight.usage()
+            flight_cost = route_cost(in_flight, self.route) if in_flight.total else Decimal(0)
             row = ChildRow(
                 id=self.task.id,
                 seq=self.task.seq,
@@ -118,6 +121,8 @@ class ChildState:
                 result=self._result,
                 transcript=self.transcript_path,
                 steers=self._steering.receipts(),
+                in_flight=in_flight,
+                in_flight_cost_usd=flight_cost,
             )
             self._row, self._row_version = row, version
             return row
@@ -232,6 +237,20 @@ class ChildState:
         """What the child waits for, without counting as activity (it is held, not idle)."""
         with self._lock:
             self._activity.text = text
+            self._version += 1
+
+    def _streamed(self, text: str) -> None:
+        """A chunk of the reply streamed: activity, and output the meter counts before it is
+        billed."""
+        with self._lock:
+            self._in_flight.streamed_chars += len(text)
+            self._activity.tick("streaming", self._clock())
+            self._version += 1
+
+    def _call_ended(self) -> None:
+        """The call is over: what it used is billed, or never will be (nothing to estimate)."""
+        with self._lock:
+            self._in_flight = InFlight()
             self._version += 1
 
     def _tick(self, text: str) -> None:

@@ -118,21 +118,27 @@ class Meter:
 class _Tally:
     """Running totals of child rows: counts, usage and the exact sum of the known costs."""
 
-    __slots__ = ("cost", "counts", "unknown", "usage")
+    __slots__ = ("cost", "counts", "flight", "flight_cost", "unknown", "usage")
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(ChildStatus, 0)
         self.usage = Usage()
         self.cost = _ZERO
         self.unknown = 0
+        self.flight = Usage()
+        self.flight_cost = _ZERO
 
     def add(self, row: ChildRow) -> None:
         self.counts[row.status] += 1
         self.usage += row.usage
-        if row.cost_usd is None:
+        if row.cost_usd is None or row.in_flight_cost_usd is None:
             self.unknown += 1
-        else:
+        if row.cost_usd is not None:
             self.cost += row.cost_usd
+        if row.in_flight.total:
+            self.flight += row.in_flight
+            if row.in_flight_cost_usd is not None:
+                self.flight_cost += row.in_flight_cost_usd
 
     def totals(self) -> Totals:
         counts = self.counts
@@ -152,6 +158,8 @@ class _Tally:
             usage=self.usage,
             cost_usd=self.cost,
             cost_unknown=self.unknown,
+            in_flight=self.flight,
+            in_flight_cost_usd=self.flight_cost,
         )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.errors import StoreError
-from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, StopRecord
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     CHILD_COLUMNS,
@@ -131,6 +131,18 @@ class StoreReader:
                 (batch_id,),
             ).fetchall()
         return [(float(r[0]), r[1], str(r[2]), str(r[3])) for r in rows]
+
+    def stops(self, batch_id: str) -> list[StopRecord]:
+        """The stops asked for in a batch (by the operator, a stop-all), oldest first."""
+        with self._lock:
+            if not self._check_ready():
+                return []
+            rows = self._conn.execute(
+                "SELECT child_id, ts, detail FROM events"
+                " WHERE batch_id = ? AND kind = 'stop' AND child_id IS NOT NULL ORDER BY id",
+                (batch_id,),
+            ).fetchall()
+        return [StopRecord(str(r[0]), float(r[1]), str(r[2])) for r in rows]
 
     # Everything below runs with the lock held.
 

@@ -30,6 +30,8 @@ def build_report(
     if info is None:
         raise LookupError(f"no batch {batch_id!r} in {reader.path}")
     children = reader.children(batch_id)
+    steers = reader.controls(batch_id, kind="steer")
+    stops = reader.stops(batch_id)
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
     totals = totals_of(children)
@@ -86,6 +88,21 @@ def build_report(
                 "transcript": c.transcript,
             }
             for c in children
+        ],
+        "steers": [
+            {
+                "id": r.id,
+                "child_id": r.child_id,
+                "message": r.message,
+                "mode": "now" if r.now else "next_turn",
+                "receipt": r.state.value,
+                "sent": _iso(r.created_ts),
+                "settled": None if r.settled_ts is None else _iso(r.settled_ts),
+            }
+            for r in steers
+        ],
+        "stops": [
+            {"child_id": s.child_id, "requested": _iso(s.ts), "reason": s.reason} for s in stops
         ],
     }
 
@@ -155,12 +172,43 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
         (_child_cells(c) for c in report["children"]),
     )
+    lines += _operator(report["steers"], report["stops"])
     return "\n".join(lines) + "\n"
 
 
 def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> list[str]:
     """A Markdown section: its heading, then a table of rows already made safe (`_cell`)."""
     return ["", f"## {title}", "", header, align, *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _operator(steers: list[dict[str, Any]], stops: list[dict[str, Any]]) -> list[str]:
+    """The operator's steers (with their receipts) and stops, in the order they were sent."""
+    if not steers and not stops:
+        return ["", "## Operator", "", "No steers or stops."]
+    rows = [
+        (
+            s["sent"],
+            [
+                s["sent"],
+                _cell(s["child_id"]),
+                "steer (interrupt now)" if s["mode"] == "now" else "steer (at next turn)",
+                _cell(s["message"], GOAL_WIDTH),
+                s["receipt"] + (f" {s['settled']}" if s["settled"] else ""),
+            ],
+        )
+        for s in steers
+    ]
+    rows += [
+        (s["requested"], [s["requested"], _cell(s["child_id"]), "stop", _cell(s["reason"]), ""])
+        for s in stops
+    ]
+    rows.sort(key=lambda r: r[0])  # ISO times of one zone sort as times; ties keep steers first
+    return _table(
+        "Operator",
+        "| time | child | action | message or reason | receipt |",
+        "|---|---|---|---|---|",
+        (cells for _, cells in rows),
+    )
 
 
 def _route_cells(r: Mapping[str, Any]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import datetime
 from decimal import Decimal
@@ -9,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot, Usage
+from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.days import Days, day_of_last
+from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import (
     SortOrder,
     parse_filter,
@@ -21,7 +24,9 @@ from flightdeck.tui.widgets.rows import (
 from flightdeck.tui.widgets.tail import read_chunk
 from flightdeck.tui.widgets.transcript import TranscriptHighlighter, wrap_line
 from rich.text import Text
-from tui_fakes import NOW, child, demo_rows
+from textual.app import App, ComposeResult
+from tui_fakes import NOW, T0, child, demo_rows
+from tui_fakes import totals_of as fake_totals
 
 
 def test_filter_terms(tmp_path: Path) -> None:
@@ -236,3 +241,47 @@ def test_unknown_status_glyphs_cover_every_status(tmp_path: Path) -> None:
     row = demo_rows(tmp_path)[0]
     for status in ChildStatus:
         assert row_cells(dataclasses.replace(row, status=status), False, NOW)[0][0].strip()
+
+
+def _snapshot(rows: tuple[ChildRow, ...]) -> Snapshot:
+    return Snapshot("b", BatchStatus.RUNNING, T0, NOW, rows, fake_totals(rows), pool_size=4)
+
+
+def meter_text(snap: Snapshot) -> str:
+    """What the meter shows for `snap`, rendered in a bare app."""
+
+    class MeterApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield CostMeter(id="meter")
+
+    async def run() -> str:
+        app = MeterApp()
+        async with app.run_test():
+            meter = app.query_one(CostMeter)
+            meter.show(snap, snap.now)
+            return str(meter.render())
+
+    return asyncio.run(run())
+
+
+def test_tokens_in_are_input_alone_with_cache_beside_them(tmp_path: Path) -> None:
+    usage = Usage(input_tokens=12_000, output_tokens=3_000, cache_read_tokens=30_000,
+                  cache_write_tokens=10_000)  # fmt: skip
+    row = dataclasses.replace(child(1, "g", ChildStatus.RUNNING, folder=tmp_path), usage=usage)
+    # The report's "input tokens" is input alone: the meter and the row say the same.
+    assert "tokens 12.0k in · 3.0k out · 40.0k cached" in meter_text(_snapshot((row,)))
+    assert "12.0k/3.0k" in [c[0] for c in row_cells(row, False, NOW)]
+
+
+def test_the_meter_and_the_row_count_the_call_in_progress(tmp_path: Path) -> None:
+    billed = child(1, "g", ChildStatus.RUNNING, folder=tmp_path, tokens=(1_000, 100), cost="0.01")
+    row = dataclasses.replace(
+        billed, in_flight=Usage(input_tokens=2_000, output_tokens=300),
+        in_flight_cost_usd=Decimal("0.005"),
+    )  # fmt: skip
+    snap = dataclasses.replace(_snapshot((row,)), totals=totals_of((row,)))
+    shown = meter_text(snap)
+    assert "tokens 3.0k in · 400 out · 0 cached" in shown
+    assert "spent $0.015 " in shown
+    cells = [c[0] for c in row_cells(row, False, NOW)]
+    assert "3.0k/400" in cells and "$0.015" in cells

@@ -38,7 +38,7 @@ class CostMeter(Static):
 
     def burn_per_min(self, snap: Snapshot, now: float) -> Decimal | None:
         """Dollars per minute over the last minute; early on and once ended, the batch average."""
-        cost = snap.totals.cost_usd
+        cost = snap.totals.live_cost_usd
         if snap.finished_ts is not None:
             return _average(cost, snap.finished_ts - snap.started_ts)
         samples = self._samples
@@ -66,20 +66,23 @@ class CostMeter(Static):
         text.append(f"■ {t.stopped} stopped", style="yellow" if t.stopped else "dim")
         text.append("\n")
         text.append("tokens ", style="dim")
-        usage = t.usage
-        text.append(f"{fmt_tokens(usage.prompt_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
+        usage = t.live_usage  # calls in progress count as they stream, until they are billed
+        # "in" is fresh input alone, as in the report; cache reads and writes are shown apart.
+        cached = usage.cache_read_tokens + usage.cache_write_tokens
+        text.append(f"{fmt_tokens(usage.input_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
+        text.append(f" · {fmt_tokens(cached)} cached")
         text.append("   spent ", style="dim")
-        spent, note = fmt_spent(t.cost_usd, t.cost_unknown, "unpriced")
+        spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, "unpriced")
         text.append(spent, style="bold")
         text.append(note, style="yellow")
         burn = self.burn_per_min(snap, now)
         text.append("   burn ", style="dim")
-        if t.cost_unknown and not t.cost_usd:  # only unpriced spend: its rate is unknown too
+        if t.cost_unknown and not t.live_cost_usd:  # only unpriced spend: its rate is unknown too
             text.append(f"{fmt_cost(None)}/min")
         else:
             text.append("—" if burn is None else f"{fmt_cost(burn)}/min")
         if snap.max_cost_usd:
-            used = float(t.cost_usd / snap.max_cost_usd)
+            used = float(t.live_cost_usd / snap.max_cost_usd)
             style = "bold red" if used >= 0.9 else "yellow" if used >= 0.6 else "green"
             text.append("   budget ", style="dim")
             text.append(bar(used, 12), style=style)

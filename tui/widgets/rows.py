@@ -62,7 +62,7 @@ COLUMN_HELP: dict[str, str] = {
     "doing": "its running tool and for how long, what it streams, or how it ended; "
     "'last turn' when max_turns allows no more (a steer sent then is missed)",
     "last": "how long ago it last did something, or ended",
-    "tokens": "tokens read (input plus cache reads and writes) / tokens written",
+    "tokens": "input tokens (cache reads and writes apart, as in the report) / output tokens",
     "cost": "dollars spent; $? when the model has no price",
     "retries": "retries after a 429, a timeout or a server error",
     "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
@@ -74,7 +74,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     glyph = RETRYING_GLYPH if is_retrying(row) else GLYPHS[row.status]
     mark = (TAG_MARK if tagged else " ") + glyph[0]
     route = row.route if row.model in ("", row.route) else f"{row.route}/{row.model}"
-    usage = row.usage
+    usage = row.live_usage  # the call in progress counts as it streams
     steer: Cell = ("", "")
     if row.steers:
         last = max(row.steers, key=lambda r: r.id)
@@ -89,8 +89,8 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         (str(row.activity.api_calls), ""),
         ("", status_style),  # placeholder: the "doing" cell is time-dependent
         ("", "dim"),  # placeholder: "last"
-        (f"{fmt_tokens(usage.prompt_tokens)}/{fmt_tokens(usage.output_tokens)}", ""),
-        (fmt_cost(row.cost_usd), ""),
+        (f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}", ""),
+        (fmt_cost(row.live_cost_usd), ""),
         (str(row.activity.retries) if row.activity.retries else "", "yellow"),
         steer,
     )
@@ -161,10 +161,11 @@ def sort_key(order: SortOrder, row: ChildRow) -> tuple[object, ...]:
         ts = row.finished_ts if row.status.terminal else row.activity.last_activity_ts
         return (-(ts if ts is not None else -_INF), row.seq)
     if order is SortOrder.COST:
-        cost = -float(row.cost_usd) if row.cost_usd is not None else _INF
+        live = row.live_cost_usd
+        cost = -float(live) if live is not None else _INF
         return (cost, row.seq)
     if order is SortOrder.TOKENS:
-        return (-row.usage.total, row.seq)
+        return (-row.live_usage.total, row.seq)
     if order is SortOrder.ID:
         return (row.id, row.seq)
     return (row.seq,)
