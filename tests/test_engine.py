@@ -181,6 +181,25 @@ def test_the_report_gives_the_operators_steers_and_stops_from_the_store(tmp_path
     assert stop["requested"] >= steer["sent"]
 
 
+def test_a_queued_child_stopped_before_it_started_is_in_the_reports_stops(
+    tmp_path: Path,
+) -> None:
+    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    engine = start(batch(2), settings(slow, pool=1), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)
+        engine.stop(["t0001"])  # still queued: one slot, held by t0000
+        until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED)
+        engine.stop_all()
+        assert engine.wait(30)
+    finally:
+        engine.close()
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    stops = [(s["child_id"], s["reason"]) for s in report["stops"]]
+    assert stops[0] == ("t0001", "stopped by operator")
+
+
 def test_steer_now_interrupts_the_response_and_restarts_the_turn(tmp_path: Path) -> None:
     route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0)
     engine = start(batch(1), settings(route), tmp_path)
