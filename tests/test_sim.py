@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import random
+import threading
 
+import pytest
 from flightdeck.engine.child.tools import TOOL_SPECS
 from flightdeck.engine.inputs.settings import default_sim_route
-from flightdeck.engine.providers.base import Message, TextDelta, TurnRequest, UsageEvent
+from flightdeck.engine.providers.base import (
+    Interrupted,
+    Message,
+    TextDelta,
+    TurnRequest,
+    UsageEvent,
+)
 from flightdeck.engine.providers.sim import _SENTENCES, SimProvider, _body, turn_random
 
 
@@ -146,3 +154,16 @@ def test_latency_and_speed_are_what_the_route_says_scaled_by_time_scale() -> Non
     _, scaled_total, scaled_tokens = _timed(latency_ms=150, tokens_per_s=400, time_scale=0.01)
     assert scaled_tokens == tokens
     assert scaled_total < total / 10
+
+
+def test_a_stop_before_the_first_token_still_bills_the_prompt() -> None:
+    # The sim, like a server, has read the prompt while the first token is on its way.
+    provider = SimProvider(default_sim_route(tool_turns=0, latency_ms=10_000, time_scale=1.0))
+    request = TurnRequest("sys", (Message("user", "Review PR 7"),), TOOL_SPECS, 100, "c1")
+    stream = provider.open(request)
+    threading.Timer(0.05, stream.close).start()
+    events: list[object] = []
+    with pytest.raises(Interrupted):
+        events.extend(stream)
+    [billed] = [e.usage for e in events if isinstance(e, UsageEvent)]
+    assert billed.prompt_tokens > 0 and billed.output_tokens == 0

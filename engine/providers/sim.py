@@ -181,14 +181,15 @@ class SimStream:
             for c in m.tool_calls:
                 prompt += _tokens(json.dumps(dict(c.arguments)))
         usage_in = max(1, prompt - cache_read - cache_write)
-        self._wait(o.latency_ms / 1000.0 * o.time_scale * self._rng.uniform(0.6, 1.4))
-        if writes is not None:
-            writes.set()  # the prefix is readable once the writing response streams
         per_token = o.time_scale / o.tokens_per_s
         # Emit a few tokens per chunk; coarser when the delay per chunk would be negligible.
         chunk_chars = 16 if per_token * 4 >= 0.002 else 4096
         sent = 0
         try:
+            # The prompt is read while the first token waits: a stop then still pays for it.
+            self._wait(o.latency_ms / 1000.0 * o.time_scale * self._rng.uniform(0.6, 1.4))
+            if writes is not None:
+                writes.set()  # the prefix is readable once the writing response streams
             for start in range(0, len(text), chunk_chars):
                 piece = text[start : start + chunk_chars]
                 tokens = _tokens(piece)
