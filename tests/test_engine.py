@@ -836,3 +836,56 @@ def test_the_batch_row_names_the_process_that_runs_it(tmp_path: Path) -> None:
     assert info is not None
     assert info.owner_pid == os.getpid()
     assert info.owner_start is not None and info.owner_start == process_start_time()
+
+
+class _QuietOnClose:
+    """A provider whose stream, when closed, just ends: no error and no usage (as an SSE
+    stream can when its socket is shut down)."""
+
+    name = "sim"
+    model = "quiet-on-close"
+    secrets: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.streaming = threading.Event()
+
+    def open(self, request: object) -> object:
+        from flightdeck.engine.providers.base import TextDelta
+
+        closed = threading.Event()
+        streaming = self.streaming
+
+        class Stream:
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                yield TextDelta("x" * 40)
+                streaming.set()
+                closed.wait(10)
+
+            def close(self) -> None:
+                closed.set()
+
+        return Stream()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_stopped_call_whose_stream_ends_quietly_is_billed_an_estimate(tmp_path: Path) -> None:
+    provider = _QuietOnClose()
+    engine = start(
+        batch(1), settings(sim_route(tool_turns=0)), tmp_path, providers={"sim": provider}
+    )
+    try:
+        assert provider.streaming.wait(5)
+        live = engine.snapshot().children[0]
+        engine.stop(["t0000"])
+        assert engine.wait(5)
+        row = engine.snapshot().children[0]
+    finally:
+        engine.close()
+    [stored] = StoreReader(tmp_path / "state" / "flightdeck.db").children(engine.batch_id)
+    assert row.status is ChildStatus.STOPPED
+    # What the meter showed while it streamed is what is billed once it stopped.
+    assert row.usage == live.in_flight == stored.usage
+    assert row.usage.input_tokens > 0 and row.usage.output_tokens == 10  # 40 characters
+    assert row.cost_usd is not None and row.cost_usd > 0 and stored.cost_usd == row.cost_usd

@@ -3,6 +3,7 @@ thread. One parametrized module, so the two providers are held to exactly the sa
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -12,6 +13,8 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import TransientError
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers.base import Interrupted, Message, Provider, TextDelta, TurnRequest
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
 
 from helpers import batch, settings, until
 from loopback import KEY_ENV, READ_FILE, Loopback, Reply, provider_for, route_for
@@ -96,3 +99,47 @@ def test_stop_during_a_stall_in_the_engine_takes_under_a_second(tmp_path: Path, 
     assert [r.status for r in snap.children] == [ChildStatus.STOPPED] * 2
     if kind == "anthropic":  # message_start bills the prompt before any text
         assert all(r.usage.input_tokens == 120 for r in snap.children)
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+@pytest.mark.parametrize("how", ["stop", "now"])
+@pytest.mark.parametrize(
+    "stall", [Reply(stall_after_chunks=3), Reply(stall_before_headers=True)], ids=["mid", "head"]
+)
+def test_a_call_cut_short_by_the_operator_is_billed_live_in_the_store_and_the_report(
+    tmp_path: Path, kind: str, how: str, stall: Reply
+) -> None:
+    # The prompt was sent (and, mid-stream, 24 characters had streamed): the server bills the
+    # call although its usage never came, and so must we, everywhere the figures are read.
+    with Loopback() as server:
+        # The restarted turn (steer --now) reports no usage: all the row has is the cut call's.
+        server.script(dataclasses.replace(stall, text="z" * 64), Reply(text="ok", no_usage=True))
+        route = route_for(server, kind, read_timeout_s=30.0)
+        engine = Engine(batch(1, route=kind), settings(route), state_dir=tmp_path, env=ENV)
+        engine.start()
+        try:
+            doing = "waiting for model" if stall.stall_before_headers else "streaming"
+            until(lambda: engine.snapshot().children[0].activity.text == doing)
+            until(lambda: len(server.received) == 1)
+            time.sleep(0.1)  # the first chunks are read, or the request waits for headers
+            if how == "stop":
+                engine.stop_all()
+            else:
+                engine.steer(["t0000"], "wrap up", now=True)
+            assert engine.wait(5)
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    row = snap.children[0]
+    assert row.status is (ChildStatus.STOPPED if how == "stop" else ChildStatus.COMPLETED)
+    assert row.usage.prompt_tokens > 0
+    if not stall.stall_before_headers:
+        assert row.usage.output_tokens >= 6  # ceil(24 / 4)
+    assert row.cost_usd is not None and row.cost_usd > 0
+    assert snap.totals.usage == row.usage and snap.totals.cost_usd == row.cost_usd
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        [stored] = reader.children(snap.batch_id)
+        report = build_report(reader, snap.batch_id)
+    assert stored.usage == row.usage and stored.cost_usd == row.cost_usd
+    assert report["totals"]["tokens_in"] == row.usage.input_tokens
+    assert report["children"][0]["tokens_out"] == row.usage.output_tokens

@@ -147,6 +147,7 @@ class Child(ChildState):
         calls: list[ToolCall] = []
         usage = Usage()
         transcript = self.transcript
+        sent = False
         try:
             stream = self._provider.open(request)
             with self._lock:
@@ -154,6 +155,7 @@ class Child(ChildState):
                     stream.close()
                     raise Interrupted
                 self._stream = stream
+            sent = True  # the prompt goes out as the stream is read (the SDKs' request is lazy)
             for event in stream:
                 if isinstance(event, TextDelta):
                     text.append(event.text)
@@ -178,6 +180,8 @@ class Child(ChildState):
             with self._lock:
                 self._stream = None
                 closed = self._closing()
+            if closed and sent:
+                usage += self._bill_cut_short()
             self._call_ended()
             transcript.end_stream()
             if lease is not None:
@@ -236,6 +240,17 @@ class Child(ChildState):
             self._in_flight.billed += usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost
             self._version += 1
+
+    def _bill_cut_short(self) -> Usage:
+        """A call closed by a stop or steer --now: bill the estimate of what the server read
+        and wrote beyond what it counted (the prompt, and what streamed)."""
+        # However the stream ended (an error, Interrupted, or quietly), the server had the
+        # prompt and wrote what streamed; its usage chunk may never come.
+        with self._lock:
+            rest = self._in_flight.usage()
+        if rest.total:
+            self._bill(rest)
+        return rest
 
     def _on_rate_wait(self, seconds: float) -> None:
         self._show(f"waiting for the route's rate limit ({seconds:.1f}s)")
