@@ -143,3 +143,4 @@ def test_a_call_cut_short_by_the_operator_is_billed_live_in_the_store_and_the_re
     assert stored.usage == row.usage and stored.cost_usd == row.cost_usd
     assert report["totals"]["tokens_in"] == row.usage.input_tokens
     assert report["children"][0]["tokens_out"] == row.usage.output_tokens
+    assert "billed as an estimate" in Path(row.transcript).read_text(encoding="utf-8")

@@ -35,6 +35,14 @@ SYSTEM_PROMPT = (
 TRANSCRIPT_TOOL_CHARS = 2000
 
 
+def estimated_note(usage: Usage) -> str:
+    """The transcript's line for usage billed as an estimate, not the server's count."""
+    return (
+        f"call cut short: {usage.input_tokens} input and {usage.output_tokens} output tokens "
+        "billed as an estimate (the server's count never came)"
+    )
+
+
 class Child(ChildState):
     """A running (or queued) child; the coordinator owns it, one worker thread runs it."""
 
@@ -145,7 +153,7 @@ class Child(ChildState):
             self._version += 1
         text: list[str] = []
         calls: list[ToolCall] = []
-        usage = Usage()
+        usage = estimated = Usage()
         transcript = self.transcript
         sent = False
         try:
@@ -166,6 +174,8 @@ class Child(ChildState):
                     self._tick(self._clean(f"calling {event.call.name}"))
                 elif isinstance(event, UsageEvent):
                     usage += event.usage
+                    if event.estimated:
+                        estimated += event.usage
                     self._bill(event.usage)  # billed tokens count even if the turn is dropped
                 elif isinstance(event, HeadroomEvent):
                     self._report(HeadroomSeen(self.route.name, event))
@@ -180,10 +190,13 @@ class Child(ChildState):
             with self._lock:
                 self._stream = None
                 closed = self._closing()
-            if closed and sent:
-                usage += self._bill_cut_short()
+            rest = self._bill_cut_short() if closed and sent else Usage()
+            usage += rest
+            estimated += rest
             self._call_ended()
             transcript.end_stream()
+            if estimated.total:  # after the reply's line, which it would otherwise break
+                transcript.write("engine", estimated_note(estimated))
             if lease is not None:
                 lease.settle(usage.total)
         if closed:

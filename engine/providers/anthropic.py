@@ -155,7 +155,7 @@ class AnthropicStream:
         except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
             rest = billed.unreported_output(received_chars)
             if rest is not None:
-                yield UsageEvent(rest)
+                yield UsageEvent(rest, estimated=True)
             if self._abort.fired:
                 raise Interrupted from None
             raise map_error(exc, secrets=self._p.secrets) from exc

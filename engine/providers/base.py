@@ -65,6 +65,7 @@ class UsageEvent:
     """Usage billed for this call; may arrive more than once, each is an increment."""
 
     usage: Usage
+    estimated: bool = False  # counted from characters: the server's own count never came
 
 
 @record

@@ -165,7 +165,7 @@ class OpenAIStream:
                 # The server bills a response cut short (by it, the network, or a stop or
                 # steer --now here), but its usage chunk never came: count an estimate
                 # rather than nothing.
-                yield UsageEvent(_estimate(self._request, received_chars))
+                yield UsageEvent(_estimate(self._request, received_chars), estimated=True)
             if self._abort.fired:
                 raise Interrupted from None
             raise map_error(exc, secrets=self._p.secrets) from exc
