@@ -192,6 +192,27 @@ def test_the_route_key_never_reaches_the_row(tmp_path: Path) -> None:
     assert "sk-live" not in (tmp_path / "c1.log").read_text()
 
 
+class EchoesTheKeyColoured(EchoesTheKey):
+    """A server that echoes the key with a colour change inside it, in the answer."""
+
+    def open(self, request: TurnRequest) -> TwoTurns.Stream:
+        key = self.secrets[0]
+        coloured = f"{key[:7]}\x1b[31m{key[7:]}"
+        return TwoTurns.Stream([TextDelta(f"The key is {coloured}."), UsageEvent(Usage(10, 5))])
+
+
+def test_a_key_with_an_escape_inside_never_reaches_the_row(tmp_path: Path) -> None:
+    """Sanitizing the stored answer (the screen, the report) must not give the key back."""
+    from flightdeck.engine.sanitize import sanitize
+
+    child = make_child(tmp_path, [], EchoesTheKeyColoured())
+    child.run()
+    done = child.row()
+    assert done.status is ChildStatus.COMPLETED and done.result is not None
+    assert sanitize(done.result) == "The key is [REDACTED]."
+    assert "sk-live" not in (tmp_path / "c1.log").read_text()
+
+
 class ReadsAFile(EchoesTheKey):
     """A model that reads `secret.txt`, then answers."""
 
