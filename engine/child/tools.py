@@ -141,9 +141,8 @@ class Toolbox:
             # Checked first: the temp file goes beside the target, which for the workspace
             # itself is the folder above it, outside the workspace.
             raise ToolError(f"{arguments['path']!r} is a folder, not a file")
-        data = redact(content, self._secrets).encode(
-            "utf-8"
-        )  # before any folder or file is made: a lone surrogate
+        # Encoded before any folder or file is made: a lone surrogate fails here, leaving nothing.
+        data = redact(content, self._secrets).encode("utf-8")
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._locks.lock(path):
             tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
