@@ -106,7 +106,8 @@ class Engine:
         self._claim_batch_dir()
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = self._folder(workspace)
-        toolbox = Toolbox(workspace)
+        secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
+        toolbox = Toolbox(workspace, secrets=secrets)
         self._pool = worker_pool(self.pool_size)
         self._sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}

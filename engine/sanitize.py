@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
 REDACTED = "[REDACTED]"
-MIN_SECRET_LEN = 8
+# Under 4 characters a key is no secret (62**3 values are guessed in seconds), and redacting it
+# would garble ordinary text and show the key by where `[REDACTED]` lands. From 4 to 7 a key is
+# matched only as a whole token, so a key "test" leaves "testing" alone; from 8, anywhere.
+MIN_SECRET_LEN = 4
+TOKEN_SECRET_LEN = 8
 
 # Anything that may need stripping: C0 except tab/newline, DEL, C1, bidi overrides/isolates,
 # and lone surrogates (a JSON "\\ud800" decodes to one; no terminal, file or database encodes
@@ -93,12 +98,29 @@ class StreamSanitizer:
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace each secret (at least 8 characters long) with `[REDACTED]`."""
-    # Longest first, so a secret that contains another is replaced whole.
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, REDACTED)
+    """Replace each secret (at least 4 characters long) with `[REDACTED]`, also in the text
+    that sanitizing would make of `text`."""
+    pattern = _secrets_pattern(tuple(sorted(set(secrets))))
+    if pattern is None:
+        return text
+    text = pattern.sub(REDACTED, text)
+    # An escape sequence or a bidi mark inside a key hides it here, but sanitizing (for the
+    # screen, a report) would give it back whole: then the text is kept sanitized, redacted.
+    clean = sanitize(text)
+    if clean is not text and pattern.search(clean) is not None:
+        return pattern.sub(REDACTED, clean)
     return text
+
+
+@functools.lru_cache(maxsize=64)
+def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    # Longest first, so a secret that contains another is replaced whole.
+    parts = [
+        re.escape(s) if len(s) >= TOKEN_SECRET_LEN else rf"(?<![\w-]){re.escape(s)}(?![\w-])"
+        for s in sorted(secrets, key=len, reverse=True)
+        if len(s) >= MIN_SECRET_LEN
+    ]
+    return re.compile("|".join(parts)) if parts else None
 
 
 def one_line(text: str, width: int | None = None) -> str:

@@ -192,6 +192,49 @@ def test_the_route_key_never_reaches_the_row(tmp_path: Path) -> None:
     assert "sk-live" not in (tmp_path / "c1.log").read_text()
 
 
+class EchoesTheKeyColoured(EchoesTheKey):
+    """A server that echoes the key with a colour change inside it, in the answer."""
+
+    def open(self, request: TurnRequest) -> TwoTurns.Stream:
+        key = self.secrets[0]
+        coloured = f"{key[:7]}\x1b[31m{key[7:]}"
+        return TwoTurns.Stream([TextDelta(f"The key is {coloured}."), UsageEvent(Usage(10, 5))])
+
+
+def test_a_key_with_an_escape_inside_never_reaches_the_row(tmp_path: Path) -> None:
+    """Sanitizing the stored answer (the screen, the report) must not give the key back."""
+    from flightdeck.engine.sanitize import sanitize
+
+    child = make_child(tmp_path, [], EchoesTheKeyColoured())
+    child.run()
+    done = child.row()
+    assert done.status is ChildStatus.COMPLETED and done.result is not None
+    assert sanitize(done.result) == "The key is [REDACTED]."
+    assert "sk-live" not in (tmp_path / "c1.log").read_text()
+
+
+class WritesTheKeyColoured(EchoesTheKey):
+    """A model that writes its key, a colour change inside it, to a file (and in a list)."""
+
+    def open(self, request: TurnRequest) -> TwoTurns.Stream:
+        self.turns += 1
+        key = self.secrets[0]
+        coloured = f"{key[:7]}\x1b[31m{key[7:]}"
+        content = {"path": "k.txt", "content": coloured, "notes": [{"k": coloured}]}
+        if self.turns == 1:
+            return TwoTurns.Stream([ToolCallEvent(ToolCall("t1", "write_file", content))])
+        return TwoTurns.Stream([TextDelta("Wrote it."), UsageEvent(Usage(10, 5))])
+
+
+def test_a_key_in_a_tool_call_is_redacted_before_it_is_json_escaped(tmp_path: Path) -> None:
+    """JSON writes ESC as `\\u001b`, which sanitizing keeps: the transcript would show the key
+    with six characters inside it, for any reader to take out."""
+    child = make_child(tmp_path, [], WritesTheKeyColoured())
+    child.run()
+    text = (tmp_path / "c1.log").read_text()
+    assert "write_file" in text and "0123456789" not in text and "[REDACTED]" in text
+
+
 class ReadsAFile(EchoesTheKey):
     """A model that reads `secret.txt`, then answers."""
 

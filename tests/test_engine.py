@@ -889,3 +889,50 @@ def test_a_stopped_call_whose_stream_ends_quietly_is_billed_an_estimate(tmp_path
     assert row.usage == live.in_flight == stored.usage
     assert row.usage.input_tokens > 0 and row.usage.output_tokens == 10  # 40 characters
     assert row.cost_usd is not None and row.cost_usd > 0 and stored.cost_usd == row.cost_usd
+
+
+class _WritesTheKey:
+    """A provider whose model writes its key to a workspace file, then answers."""
+
+    name = "sim"
+    model = "writes-the-key"
+    secrets = ("sk-live-0123456789",)
+
+    def __init__(self) -> None:
+        self.opened = 0
+
+    def open(self, request: object) -> object:
+        from flightdeck.engine.providers.base import TextDelta, ToolCall, ToolCallEvent, UsageEvent
+
+        self.opened += 1
+        key = self.secrets[0]
+        events: list[object] = (
+            [ToolCallEvent(ToolCall("t1", "write_file", {"path": "k.txt", "content": f"k={key}"}))]
+            if self.opened == 1
+            else [TextDelta("done"), UsageEvent(Usage(10, 2))]
+        )
+
+        class Stream:
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                yield from events
+
+            def close(self) -> None:
+                pass
+
+        return Stream()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_key_the_model_writes_to_a_file_is_redacted(tmp_path: Path) -> None:
+    engine = start(
+        batch(1), settings(sim_route(tool_turns=0)), tmp_path, providers={"sim": _WritesTheKey()}
+    )
+    try:
+        assert engine.wait(10)
+        assert engine.snapshot().children[0].status is ChildStatus.COMPLETED
+        written = (engine.workspace / "k.txt").read_text()
+    finally:
+        engine.close()
+    assert written == "k=[REDACTED]"

@@ -144,6 +144,28 @@ def test_redact_longest_secret_first() -> None:
     assert redact("token-1234567890", ["token-1234", "token-1234567890"]) == REDACTED
 
 
+@pytest.mark.parametrize("hidden", ["\x1b[31m", "\u202e", "\x1b]0;t\x07", "\x07"])
+def test_a_key_that_sanitizing_would_reveal_is_redacted(hidden: str) -> None:
+    key = "sk-live-0123456789"
+    echoed = f"bad key {key[:7]}{hidden}{key[7:]}!"
+    out = redact(echoed, [key])
+    assert key not in sanitize(out) and key not in one_line(out)
+    assert out == f"bad key {REDACTED}!"
+
+
+def test_redact_keeps_raw_text_when_no_key_hides_in_it() -> None:
+    assert redact("\x1b[1mbold\x1b[0m sk-live-0123456789", ["sk-live-0123456789"]) == (
+        f"\x1b[1mbold\x1b[0m {REDACTED}"
+    )
+
+
+def test_a_short_key_is_redacted_as_a_whole_token() -> None:
+    assert redact("key=x9Q2, again x9Q2", ["x9Q2"]) == f"key={REDACTED}, again {REDACTED}"
+    assert redact("ollama serves ollama-7b", ["ollama"]) == f"{REDACTED} serves ollama-7b"
+    assert redact("testing", ["test"]) == "testing"
+    assert redact("a abc b", ["abc"]) == "a abc b"  # under 4: no secret, not redacted
+
+
 def test_one_line() -> None:
     assert one_line("  a\n\tb   c\r\n\x1b[31md ") == "a b c d"
     assert one_line("abcdefgh", width=5) == "abcd…"

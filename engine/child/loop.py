@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Callable
 
 from flightdeck.engine.child.activity import InFlight
 from flightdeck.engine.child.facts import ChildDone, HeadroomSeen
@@ -217,7 +218,8 @@ class Child(ChildState):
         )
 
     def _run_tool(self, call: ToolCall) -> Message:
-        args = json.dumps(dict(call.arguments), ensure_ascii=False)
+        # Redacted before JSON escapes ESC as `\u001b`, text that no later redaction could see.
+        args = json.dumps(_each_string(dict(call.arguments), self._clean), ensure_ascii=False)
         self.transcript.write("tool-call", f"{call.name} {args}")
         name = self._clean(call.name)  # the model's text, shown on screen
         with self._lock:
@@ -276,3 +278,14 @@ class Child(ChildState):
         with self._lock:
             self._activity.retry(self._clean(notice.text), self._clock())
             self._version += 1
+
+
+def _each_string(value: object, clean: Callable[[str], str]) -> object:
+    """A tool call's JSON arguments with `clean` applied to every string in them."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {clean(str(k)): _each_string(v, clean) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_each_string(v, clean) for v in value]
+    return value

@@ -10,6 +10,7 @@ from typing import Any
 
 from flightdeck.engine.errors import ToolError
 from flightdeck.engine.providers.base import ToolSpec
+from flightdeck.engine.sanitize import redact
 
 MAX_READ_BYTES = 64 * 1024
 MAX_LIST_ENTRIES = 500
@@ -70,9 +71,13 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
 class Toolbox:
     """Runs tool calls inside one workspace folder; paths that escape it are refused."""
 
-    def __init__(self, workspace: Path, locks: PathLocks = PATH_LOCKS) -> None:
+    def __init__(
+        self, workspace: Path, locks: PathLocks = PATH_LOCKS, secrets: tuple[str, ...] = ()
+    ) -> None:
         self.root = workspace.resolve()
         self._locks = locks
+        # The batch's API keys: never a legitimate payload, so never written to a file.
+        self._secrets = secrets
         self._tools: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
             "list_dir": self._list_dir,
             "read_file": self._read_file,
@@ -136,7 +141,8 @@ class Toolbox:
             # Checked first: the temp file goes beside the target, which for the workspace
             # itself is the folder above it, outside the workspace.
             raise ToolError(f"{arguments['path']!r} is a folder, not a file")
-        data = content.encode("utf-8")  # before any folder or file is made: a lone surrogate
+        # Encoded before any folder or file is made: a lone surrogate fails here, leaving nothing.
+        data = redact(content, self._secrets).encode("utf-8")
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._locks.lock(path):
             tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
