@@ -32,7 +32,7 @@ from flightdeck.tui.headless import run_headless
 from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
-from helpers import batch, settings, sim_route
+from helpers import batch, laughs, settings, sim_route
 
 FAST_CONFIG = """
 [engine]
@@ -274,6 +274,7 @@ BAD_INPUTS = [
     ("t.toml", '[[tasks]]\ngoal = "x"\nmax_turns = "many"\n', "t.toml:3", "max_turns"),
     ("t.yaml", "tasks:\n  - goal: x\n  - goal: y\n    route: nowhere\n", "t.yaml:4", "route"),
     ("t.yaml", "tasks:\n  - goal: [unclosed\n", "t.yaml:", None),
+    ("t.yaml", laughs(10), "t.yaml:9", None),  # a "billion laughs": refused, and at once
 ]
 
 
