@@ -313,6 +313,19 @@ def test_bad_config_exits_2_naming_line_and_field(
     assert not (project / ".flightdeck").exists()
 
 
+def test_task_text_over_the_configured_limit_exits_2_naming_line_and_field(
+    project: Path,
+) -> None:
+    (project / "flightdeck.toml").write_text("[engine]\nmax_task_chars = 20\n")
+    (project / "t.jsonl").write_text(
+        '{"goal": "ok"}\n{"goal": "ok", "context": "' + 30 * "c" + '"}\n'
+    )
+    result = flightdeck("run", "t.jsonl", "--headless", cwd=project)
+    assert result.returncode == ExitCode.USAGE
+    assert "t.jsonl:2: context: too long: 30 characters" in result.stderr
+    assert not (project / ".flightdeck").exists()
+
+
 def test_bad_arguments_exit_2(project: Path) -> None:
     for bad, why in [
         ("0", "between 1 and 1024, got 0"),

@@ -708,3 +708,35 @@ def test_a_task_file_over_the_size_limit_is_refused_unread(
     monkeypatch.setattr(readers, "MAX_FILE_BYTES", 100)
     path = write(tmp_path, "b.jsonl", '{"goal": "' + "x" * 100 + '"}\n')
     assert "too large: over" in str(error_at(path, None, None))
+
+
+def test_a_goal_over_the_default_limit_is_refused_at_its_field(tmp_path: Path) -> None:
+    goal = "x" * 1_000_001
+    path = write(tmp_path, "b.jsonl", '{"goal": "ok"}\n{"goal": "' + goal + '"}\n')
+    err = error_at(path, 2, "goal")
+    assert "too long: 1,000,001 characters, over the limit of 1,000,000" in str(err)
+    assert "[engine] max_task_chars" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line", "field"),
+    [
+        (
+            "b.toml",
+            '[[tasks]]\ngoal = "ok"\n\n[[tasks]]\ngoal = "a"\ncontext = "0123456789"\n',
+            6,
+            "context",
+        ),
+        ("b.yaml", "tasks:\n  - goal: ok\n    group: '0123456789'\n", 3, "group"),
+        ("b.yaml", "tasks:\n  - goal: 'x {item}'\n    for_each: [a, 123456789]\n", 2, "goal"),
+    ],
+)
+def test_task_text_over_a_given_limit_is_refused_at_file_line_field(
+    tmp_path: Path, name: str, text: str, line: int, field: str
+) -> None:
+    path = write(tmp_path, name, text)
+    with pytest.raises(SpecError) as info:
+        load_batch(path, max_chars=9)
+    assert (info.value.line, info.value.field) == (line, field), str(info.value)
+    assert "over the limit of 9" in str(info.value)
+    assert load_batch(path, max_chars=11).tasks[0].goal in ("ok", "x a")
