@@ -728,6 +728,12 @@ def test_a_goal_over_the_default_limit_is_refused_at_its_field(tmp_path: Path) -
             "context",
         ),
         ("b.yaml", "tasks:\n  - goal: ok\n    group: '0123456789'\n", 3, "group"),
+        (
+            "b.yaml",
+            "defaults:\n  context: '0123456789'\ntasks:\n  - goal: ok\n",
+            2,
+            "defaults.context",
+        ),
         ("b.yaml", "tasks:\n  - goal: 'x {item}'\n    for_each: [a, 123456789]\n", 2, "goal"),
     ],
 )

@@ -77,7 +77,7 @@ def _load_document(src: Source, data: object, max_chars: int) -> Batch:
     if problem:  # only a name the file writes: a default one is made valid below
         raise src.error(("batch", "name"), "batch.name", problem)
     workspace = _workspace(src, header.get("workspace"))
-    defaults = _defaults(src, _table(src, data, "defaults"))
+    defaults = _defaults(src, _table(src, data, "defaults"), max_chars)
     entries = data.get("tasks")
     if entries is None or entries == []:
         raise src.error(("tasks",), "tasks", "the batch has no tasks")
@@ -108,7 +108,7 @@ def _workspace(src: Source, value: object) -> Path | None:
     return folder
 
 
-def _defaults(src: Source, table: dict[object, object]) -> dict[str, object]:
+def _defaults(src: Source, table: dict[object, object], max_chars: int) -> dict[str, object]:
     out: dict[str, object] = {}
     for raw_key, value in table.items():
         key = str(raw_key)
@@ -117,7 +117,7 @@ def _defaults(src: Source, table: dict[object, object]) -> dict[str, object]:
             raise src.error(("defaults", key), field, "every task needs its own; no default")
         if key not in TASK_FIELDS:
             raise src.error(("defaults", key), field, f"unknown key{suggest(key, TASK_FIELDS)}")
-        problem = check_field(key, value)
+        problem = check_field(key, value) or _length_problem(value, max_chars)
         if problem:
             raise src.error(("defaults", key), field, problem)
         out[key] = value
@@ -182,13 +182,16 @@ def _check_length(draft: Draft, max_chars: int) -> None:
     """SpecError at the first text field of `draft` over `max_chars` characters (after its
     placeholders are filled: an item may be what makes it long)."""
     for name in TEXT_FIELDS:
-        text = draft.fields.get(name)
-        if isinstance(text, str) and len(text) > max_chars:
-            message = (
-                f"{draft.label}too long: {len(text):,} characters, over the limit of "
-                f"{max_chars:,} ([engine] max_task_chars)"
-            )
-            raise draft.src.error((*draft.key, name), name, message)
+        problem = _length_problem(draft.fields.get(name), max_chars)
+        if problem:
+            raise draft.src.error((*draft.key, name), name, draft.label + problem)
+
+
+def _length_problem(value: object, max_chars: int) -> str | None:
+    if isinstance(value, str) and len(value) > max_chars:
+        limit = f"the limit of {max_chars:,} ([engine] max_task_chars)"
+        return f"too long: {len(value):,} characters, over {limit}"
+    return None
 
 
 def _generated_id(seq: int, taken: set[str]) -> str:
