@@ -81,3 +81,11 @@ def until(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005)
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(every)
     return time.monotonic() - t0
+
+
+def laughs(levels: int) -> str:
+    """A "billion laughs": each list is nine aliases of the one before, 9**levels values."""
+    items = ['      - &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for n in range(1, levels):
+        items.append(f"      - &a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]")
+    return 'tasks:\n  - goal: "x {item}"\n    for_each:\n' + "\n".join(items) + "\n"

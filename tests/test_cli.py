@@ -32,7 +32,7 @@ from flightdeck.tui.headless import run_headless
 from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
-from helpers import batch, settings, sim_route
+from helpers import batch, laughs, settings, sim_route
 
 FAST_CONFIG = """
 [engine]
@@ -274,6 +274,7 @@ BAD_INPUTS = [
     ("t.toml", '[[tasks]]\ngoal = "x"\nmax_turns = "many"\n', "t.toml:3", "max_turns"),
     ("t.yaml", "tasks:\n  - goal: x\n  - goal: y\n    route: nowhere\n", "t.yaml:4", "route"),
     ("t.yaml", "tasks:\n  - goal: [unclosed\n", "t.yaml:", None),
+    ("t.yaml", laughs(10), "t.yaml:9", None),  # a "billion laughs": refused, and at once
 ]
 
 
@@ -309,6 +310,19 @@ def test_bad_config_exits_2_naming_line_and_field(
     assert where in result.stderr
     if field:
         assert field in result.stderr
+    assert not (project / ".flightdeck").exists()
+
+
+def test_task_text_over_the_configured_limit_exits_2_naming_line_and_field(
+    project: Path,
+) -> None:
+    (project / "flightdeck.toml").write_text("[engine]\nmax_task_chars = 20\n")
+    (project / "t.jsonl").write_text(
+        '{"goal": "ok"}\n{"goal": "ok", "context": "' + 30 * "c" + '"}\n'
+    )
+    result = flightdeck("run", "t.jsonl", "--headless", cwd=project)
+    assert result.returncode == ExitCode.USAGE
+    assert "t.jsonl:2: context: too long: 30 characters" in result.stderr
     assert not (project / ".flightdeck").exists()
 
 

@@ -15,6 +15,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import SIM_PRICE
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
+from flightdeck.engine.records.lines import parse
 from flightdeck.engine.records.meter import Meter, cost_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
@@ -936,3 +937,50 @@ def test_a_key_the_model_writes_to_a_file_is_redacted(tmp_path: Path) -> None:
     finally:
         engine.close()
     assert written == "k=[REDACTED]"
+
+
+class _LongAnswer:
+    """A provider whose one answer is 250,000 characters, streamed in 1,000-character chunks."""
+
+    name = "sim"
+    model = "long-answer"
+    secrets: tuple[str, ...] = ()
+
+    def open(self, request: object) -> object:
+        from flightdeck.engine.providers.base import TextDelta, UsageEvent
+
+        class Stream:
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                for n in range(250):
+                    yield TextDelta(f"{n:03d}" + "y" * 997)
+                yield UsageEvent(Usage(10, 60_000))
+
+            def close(self) -> None:
+                pass
+
+        return Stream()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_long_answer_is_stored_cut_with_a_note_and_kept_whole_in_the_transcript(
+    tmp_path: Path,
+) -> None:
+    route = sim_route(tool_turns=0)
+    engine = start(batch(1), settings(route), tmp_path, providers={"sim": _LongAnswer()})
+    live = run_to_end(engine).children[0]
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        stored = reader.children(engine.batch_id)[0]
+    assert live.status is ChildStatus.COMPLETED and stored.result == live.result
+    result = stored.result or ""
+    assert result.startswith("000" + "y" * 997 + "001")
+    assert result[:100_000] == "".join(f"{n:03d}" + "y" * 997 for n in range(100))
+    note = result[100_000:]
+    assert note == (
+        f"\n\n[cut here: 150,000 more characters; the whole answer is in the transcript, "
+        f"{stored.transcript}]"
+    )
+    lines = Path(stored.transcript).read_text(encoding="utf-8").splitlines()
+    said = "".join(p.text for p in map(parse, lines) if p is not None and p.role == "assistant")
+    assert said == "".join(f"{n:03d}" + "y" * 997 for n in range(250))

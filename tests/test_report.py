@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import tracemalloc
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -354,3 +355,27 @@ def test_a_report_without_operator_actions_says_so(reader: StoreReader) -> None:
     report = build_report(reader)
     assert report["steers"] == [] and report["stops"] == []
     assert render_markdown(report).endswith("## Operator\n\nNo steers or stops.\n")
+
+
+def test_the_report_reads_no_answer_so_its_memory_does_not_grow_with_them(
+    tmp_path: Path,
+) -> None:
+    # Rows as an older flightdeck stored them: whole 4 MB answers, 20 MB in all.
+    answers = [
+        make_child(n, status=ChildStatus.COMPLETED, result="a" * 4_000_000) for n in range(5)
+    ]
+    with Store(tmp_path / "big.db") as store:
+        store.create_batch(make_batch("b1", created_ts=CREATED))
+        store.add_children("b1", answers)
+    tracemalloc.start()
+    try:
+        with StoreReader(tmp_path / "big.db") as r:
+            out = render_json(build_report(r)) + render_markdown(build_report(r))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(out) < 20_000
+    assert peak < 2_000_000, f"peak {peak:,} bytes"
+    with StoreReader(tmp_path / "big.db") as r:  # the answers are still there to read
+        assert [len(c.result or "") for c in r.children("b1")] == [4_000_000] * 5
+        assert {c.result for c in r.children("b1", results=False)} == {None}

@@ -264,6 +264,14 @@ def test_engine_max_concurrent_has_an_upper_bound(tmp_path: Path) -> None:
     assert "between 1 and 1024, got 100000" in str(error_at(path, 2, "engine.max_concurrent"))
 
 
+def test_engine_max_task_chars(tmp_path: Path) -> None:
+    assert load_settings(write(tmp_path, "")).engine.max_task_chars == 1_000_000
+    path = write(tmp_path, "[engine]\nmax_task_chars = 5000\n")
+    assert load_settings(path).engine.max_task_chars == 5000
+    path = write(tmp_path, "[engine]\nmax_task_chars = 0\n")
+    assert "must be at least 1, got 0" in str(error_at(path, 2, "engine.max_task_chars"))
+
+
 def test_engine_max_concurrent_wrong_word(tmp_path: Path) -> None:
     path = write(tmp_path, '[engine]\nmax_concurrent = "lots"\n')
     err = error_at(path, 2, "engine.max_concurrent")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.settings import load_settings
-from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch, readers
 from flightdeck.engine.inputs.tomlpos import TomlLocator
+
+from helpers import laughs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -678,3 +681,68 @@ def test_a_file_name_that_is_not_utf8_still_names_its_batch(tmp_path: Path, suff
     batch = load_batch(path)
     assert batch.name == "tt\ufffd"
     assert [t.id for t in batch.tasks] == ["a"]
+
+
+# --- hostile files --------------------------------------------------------------------------
+
+
+def test_yaml_nested_aliases_fail_fast_at_their_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.yaml", laughs(10))
+    started = time.monotonic()
+    err = error_at(path, 9, None)
+    assert time.monotonic() - started < 0.5
+    assert "aliases add more than 100,000 values" in str(err)
+
+
+def test_yaml_aliases_that_add_little_still_load(tmp_path: Path) -> None:
+    text = "defaults: &d\n  group: g\ntasks:\n" + "".join(
+        f"  - {{id: t{n}, goal: x, group: *g}}\n" for n in range(3)
+    )
+    text = text.replace("group: g", "group: &g g")
+    assert [t.group for t in load_batch(write(tmp_path, "b.yaml", text)).tasks] == ["g"] * 3
+
+
+def test_a_task_file_over_the_size_limit_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(readers, "MAX_FILE_BYTES", 100)
+    path = write(tmp_path, "b.jsonl", '{"goal": "' + "x" * 100 + '"}\n')
+    assert "too large: over" in str(error_at(path, None, None))
+
+
+def test_a_goal_over_the_default_limit_is_refused_at_its_field(tmp_path: Path) -> None:
+    goal = "x" * 1_000_001
+    path = write(tmp_path, "b.jsonl", '{"goal": "ok"}\n{"goal": "' + goal + '"}\n')
+    err = error_at(path, 2, "goal")
+    assert "too long: 1,000,001 characters, over the limit of 1,000,000" in str(err)
+    assert "[engine] max_task_chars" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line", "field"),
+    [
+        (
+            "b.toml",
+            '[[tasks]]\ngoal = "ok"\n\n[[tasks]]\ngoal = "a"\ncontext = "0123456789"\n',
+            6,
+            "context",
+        ),
+        ("b.yaml", "tasks:\n  - goal: ok\n    group: '0123456789'\n", 3, "group"),
+        (
+            "b.yaml",
+            "defaults:\n  context: '0123456789'\ntasks:\n  - goal: ok\n",
+            2,
+            "defaults.context",
+        ),
+        ("b.yaml", "tasks:\n  - goal: 'x {item}'\n    for_each: [a, 123456789]\n", 2, "goal"),
+    ],
+)
+def test_task_text_over_a_given_limit_is_refused_at_file_line_field(
+    tmp_path: Path, name: str, text: str, line: int, field: str
+) -> None:
+    path = write(tmp_path, name, text)
+    with pytest.raises(SpecError) as info:
+        load_batch(path, max_chars=9)
+    assert (info.value.line, info.value.field) == (line, field), str(info.value)
+    assert "over the limit of 9" in str(info.value)
+    assert load_batch(path, max_chars=11).tasks[0].goal in ("ok", "x a")

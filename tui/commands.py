@@ -34,7 +34,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
-    batch = load_batch(args.batch_file)
+    batch = load_batch(args.batch_file, max_chars=settings.engine.max_task_chars)
     engine = Engine(
         batch,
         settings,

@@ -25,6 +25,10 @@ from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 from flightdeck.engine.sanitize import redact
 
+# Characters of a final answer kept in the row (the store, the screen, the report's readers);
+# the whole answer is in the transcript. A 100 MB reply must not be copied everywhere.
+MAX_RESULT_CHARS = 100_000
+
 
 class ChildState:
     """A child's state, as the coordinator changes it and readers see it; `Child` runs it."""
@@ -202,6 +206,8 @@ class ChildState:
         if self._secrets:  # a server's error text or the model's answer may echo the key
             error = None if error is None else self._clean(error)
             result = None if result is None else self._clean(result)
+        if result is not None:
+            result = bounded_result(result, self.transcript_path)
         self.transcript.close("engine", status.value + (f": {error}" if error else ""))
         with self._lock:
             self.status = status
@@ -262,3 +268,14 @@ class ChildState:
     def _clean(self, text: str) -> str:
         """`text` without the route's key: a server can echo it in an error or in its output."""
         return redact(text, self._secrets) if self._secrets else text
+
+
+def bounded_result(text: str, transcript: str) -> str:
+    """`text`, or its first MAX_RESULT_CHARS characters and a note of where the rest is."""
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    rest = len(text) - MAX_RESULT_CHARS
+    return (
+        f"{text[:MAX_RESULT_CHARS]}\n\n[cut here: {rest:,} more characters; "
+        f"the whole answer is in the transcript, {transcript}]"
+    )

@@ -13,6 +13,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, StopRec
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     CHILD_COLUMNS,
+    CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
     batch_info,
@@ -84,14 +85,17 @@ class StoreReader:
             ).fetchone()
             return None if row is None else str(row[0])
 
-    def children(self, batch_id: str) -> list[ChildRow]:
-        """A batch's children in seq order, each with its steer receipts."""
+    def children(self, batch_id: str, *, results: bool = True) -> list[ChildRow]:
+        """A batch's children in seq order, each with its steer receipts; with `results` False,
+        every `result` is None and never read (a report's memory then does not grow with the
+        answers)."""
+        columns = CHILD_COLUMNS if results else CHILD_COLUMNS_NO_RESULT
         with self._lock:
             if not self._check_ready():
                 return []
             with self._snapshot():
                 rows = self._conn.execute(
-                    f"SELECT {CHILD_COLUMNS} FROM children WHERE batch_id = ? ORDER BY seq, id",
+                    f"SELECT {columns} FROM children WHERE batch_id = ? ORDER BY seq, id",
                     (batch_id,),
                 ).fetchall()
                 steers: dict[str, list[SteerReceipt]] = {}

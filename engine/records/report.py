@@ -29,7 +29,7 @@ def build_report(
     info = reader.batch(batch_id)
     if info is None:
         raise LookupError(f"no batch {batch_id!r} in {reader.path}")
-    children = reader.children(batch_id)
+    children = reader.children(batch_id, results=False)  # the report shows no answer
     steers = reader.controls(batch_id, kind="steer")
     stops = reader.stops(batch_id)
 

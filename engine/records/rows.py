@@ -28,6 +28,8 @@ CHILD_COLUMNS = (
     "cache_read, cache_write, cost_usd, queued_ts, started_ts, finished_ts, error, result, "
     "transcript"
 )
+# The same, with NULL for the result: what a reader that never shows answers selects.
+CHILD_COLUMNS_NO_RESULT = CHILD_COLUMNS.replace(" result,", " NULL,")
 CONTROL_COLUMNS = "id, batch_id, child_id, kind, message, now, state, created_ts, settled_ts"
 RECEIPT_COLUMNS = "id, child_id, message, now, state, created_ts, settled_ts"
 

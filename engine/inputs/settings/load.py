@@ -123,6 +123,9 @@ class _Reader(ValueChecks):
                 message = f"no route named {name!r} (configured: {known})"
                 raise self.error(("engine", "default_route"), message)
             values["default_route"] = name
+        if "max_task_chars" in table:
+            key = ("engine", "max_task_chars")
+            values["max_task_chars"] = self.integer(key, table["max_task_chars"], 1)
         for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s"):
             if name in table:
                 values[name] = self.number(("engine", name), table[name])

@@ -9,6 +9,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from flightdeck.engine.inputs.tasks.values import DEFAULT_MAX_TASK_CHARS
+
 ProviderName = Literal["sim", "openai", "anthropic"]
 
 DEFAULT_ROUTE = "sim"
@@ -89,6 +91,7 @@ class EngineSettings:
     stall_after_s: float = 120.0  # idle (no chunk, no call) outside a tool
     tool_stall_after_s: float = 600.0  # idle inside a tool
     stall_grace_s: float = 5.0  # after interrupting a stalled child, before finalizing it
+    max_task_chars: int = DEFAULT_MAX_TASK_CHARS  # per goal, context or group of a task
 
 
 @dataclass(frozen=True, slots=True)

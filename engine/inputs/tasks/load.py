@@ -17,9 +17,11 @@ from flightdeck.engine.inputs.tasks.readers import (
     read_text,
 )
 from flightdeck.engine.inputs.tasks.values import (
+    DEFAULT_MAX_TASK_CHARS,
     DEFAULT_MAX_TURNS,
     ID_PATTERN,
     TASK_FIELDS,
+    TEXT_FIELDS,
     Batch,
     Task,
 )
@@ -28,21 +30,22 @@ _TOP_KEYS = ("batch", "defaults", "tasks")
 _BATCH_KEYS = ("name", "workspace")
 
 
-def load_batch(path: Path) -> Batch:
-    """Load and validate a batch file; raise SpecError naming file, line and field."""
+def load_batch(path: Path, *, max_chars: int = DEFAULT_MAX_TASK_CHARS) -> Batch:
+    """Load and validate a batch file; raise SpecError naming file, line and field. A goal,
+    context or group longer than `max_chars` characters is an error."""
     path = Path(path)
     text = read_text(path)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         drafts = [d for raw, src in jsonl_objects(path, text) for d in expand(raw, src, (), {})]
-        return _finish(path, _file_name(path), None, drafts)
+        return _finish(path, _file_name(path), None, drafts, max_chars)
     if suffix == ".toml":
         data, locate = parse_toml(path, text)
     elif suffix in (".yaml", ".yml"):
         data, locate = parse_yaml(path, text)
     else:
         raise SpecError(path, None, None, "unsupported file type: use .jsonl, .toml, .yaml or .yml")
-    return _load_document(Source(path, locate), data)
+    return _load_document(Source(path, locate), data, max_chars)
 
 
 def _file_name(path: Path) -> str:
@@ -51,7 +54,7 @@ def _file_name(path: Path) -> str:
     return os.fsencode(path.stem).decode("utf-8", "replace")
 
 
-def _load_document(src: Source, data: object) -> Batch:
+def _load_document(src: Source, data: object, max_chars: int) -> Batch:
     if data is None:
         raise src.error((), None, "the batch is empty: add tasks")
     if isinstance(data, list):  # YAML may be just the list of tasks
@@ -74,14 +77,14 @@ def _load_document(src: Source, data: object) -> Batch:
     if problem:  # only a name the file writes: a default one is made valid below
         raise src.error(("batch", "name"), "batch.name", problem)
     workspace = _workspace(src, header.get("workspace"))
-    defaults = _defaults(src, _table(src, data, "defaults"))
+    defaults = _defaults(src, _table(src, data, "defaults"), max_chars)
     entries = data.get("tasks")
     if entries is None or entries == []:
         raise src.error(("tasks",), "tasks", "the batch has no tasks")
     if not isinstance(entries, list):
         raise src.error(("tasks",), "tasks", expected("an array of tables ([[tasks]])", entries))
     drafts = [d for i, raw in enumerate(entries) for d in expand(raw, src, ("tasks", i), defaults)]
-    return _finish(src.path, name, workspace, drafts)
+    return _finish(src.path, name, workspace, drafts, max_chars)
 
 
 def _table(src: Source, data: dict[object, object], key: str) -> dict[object, object]:
@@ -105,7 +108,7 @@ def _workspace(src: Source, value: object) -> Path | None:
     return folder
 
 
-def _defaults(src: Source, table: dict[object, object]) -> dict[str, object]:
+def _defaults(src: Source, table: dict[object, object], max_chars: int) -> dict[str, object]:
     out: dict[str, object] = {}
     for raw_key, value in table.items():
         key = str(raw_key)
@@ -114,14 +117,16 @@ def _defaults(src: Source, table: dict[object, object]) -> dict[str, object]:
             raise src.error(("defaults", key), field, "every task needs its own; no default")
         if key not in TASK_FIELDS:
             raise src.error(("defaults", key), field, f"unknown key{suggest(key, TASK_FIELDS)}")
-        problem = check_field(key, value)
+        problem = check_field(key, value) or _length_problem(value, max_chars)
         if problem:
             raise src.error(("defaults", key), field, problem)
         out[key] = value
     return out
 
 
-def _finish(path: Path, name: str, workspace: Path | None, drafts: list[Draft]) -> Batch:
+def _finish(
+    path: Path, name: str, workspace: Path | None, drafts: list[Draft], max_chars: int
+) -> Batch:
     if not drafts:
         raise SpecError(path, None, None, "the batch has no tasks")
     tasks: list[Task] = []
@@ -148,6 +153,7 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[Draft]) 
             message = f"{draft.label}duplicate id {task_id!r} (first defined at {where})"
             raise draft.src.error(id_key, "id", message)
         first[task_id] = draft
+        _check_length(draft, max_chars)
         line = draft.src.line(draft.key)
         route_source = ""
         if draft.route_at is not None:
@@ -170,6 +176,22 @@ def _finish(path: Path, name: str, workspace: Path | None, drafts: list[Draft]) 
             )
         )
     return Batch(name=name, tasks=tuple(tasks), source=path, workspace=workspace)
+
+
+def _check_length(draft: Draft, max_chars: int) -> None:
+    """SpecError at the first text field of `draft` over `max_chars` characters (after its
+    placeholders are filled: an item may be what makes it long)."""
+    for name in TEXT_FIELDS:
+        problem = _length_problem(draft.fields.get(name), max_chars)
+        if problem:
+            raise draft.src.error((*draft.key, name), name, draft.label + problem)
+
+
+def _length_problem(value: object, max_chars: int) -> str | None:
+    if isinstance(value, str) and len(value) > max_chars:
+        limit = f"the limit of {max_chars:,} ([engine] max_task_chars)"
+        return f"too long: {len(value):,} characters, over {limit}"
+    return None
 
 
 def _generated_id(seq: int, taken: set[str]) -> str:

@@ -15,6 +15,11 @@ from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# What aliases may add to a YAML document, each counted as all it stands for: nested aliases
+# ("billion laughs") would otherwise grow a few hundred bytes into billions of values.
+MAX_ALIAS_NODES = 100_000
+# A task file (or for_each_file) larger than this is refused before it is read into memory.
+MAX_FILE_BYTES = 256 * 1024 * 1024
 
 Locate = Callable[[Key], int | None]
 
@@ -38,6 +43,9 @@ class Source:
 def read_text(path: Path) -> str:
     """The file's text; SpecError if it is missing, unreadable or not UTF-8."""
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            message = f"too large: over {MAX_FILE_BYTES // 2**20} MiB"
+            raise SpecError(path, None, None, message)
         data = path.read_bytes()
     except FileNotFoundError:
         raise SpecError(path, None, None, "file not found") from None
@@ -163,6 +171,8 @@ def parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
     loader = _YamlLoader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            _check_size(path, node)
         data: object = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -186,6 +196,39 @@ def parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
         return None
 
     return data, locate
+
+
+def _check_size(path: Path, node: yaml.Node) -> None:
+    """SpecError at the first node whose aliases add more than MAX_ALIAS_NODES nodes. Each node
+    is sized once, so this takes time linear in the file, not in what it expands to."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # the ancestors of the node in hand: a cycle adds nothing
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:  # iterative: a deep file must not hit the recursion limit here
+        current, children_done = stack.pop()
+        key = id(current)
+        if not children_done:
+            if key not in sizes and key not in open_nodes:
+                open_nodes.add(key)
+                stack.append((current, True))
+                stack.extend((child, False) for child in _children(current))
+            continue
+        open_nodes.discard(key)
+        total = 1 + sum(sizes.get(id(child), 0) for child in _children(current))
+        # The nodes sized so far include all of this one's: what exceeds them came from aliases.
+        if total - len(sizes) - 1 > MAX_ALIAS_NODES:
+            line = current.start_mark.line + 1
+            message = f"too large: its aliases add more than {MAX_ALIAS_NODES:,} values"
+            raise SpecError(path, line, None, message)
+        sizes[key] = total
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _yaml_lines(

@@ -8,6 +8,10 @@ from pathlib import Path
 
 DEFAULT_MAX_TURNS = 8
 MAX_TURNS_LIMIT = 200
+# Characters a task's goal, context or group may hold ([engine] max_task_chars): each is copied
+# into every prompt and into the store, so one pasted-in file must not be taken as a goal.
+DEFAULT_MAX_TASK_CHARS = 1_000_000
+TEXT_FIELDS = ("goal", "context", "group")
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TASK_FIELDS = ("id", "goal", "context", "group", "route", "max_turns", "timeout_s")
