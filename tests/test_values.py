@@ -14,7 +14,7 @@ import pytest
 from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Usage
 from flightdeck.engine.providers.base import Message, TextDelta
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """\
 from flightdeck.engine.model import ChildRow, ChildStatus, Usage
@@ -37,6 +37,10 @@ def test_assigning_a_field_is_a_type_error(tmp_path: Path) -> None:
     """What keeps these values safe to share between threads: `make check` runs mypy."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
+    # mypy reads modules by path, not through the install's package-dir mapping: the engine
+    # under its import name, as `make types` links it (without depending on that having run).
+    (tmp_path / "path" / "flightdeck").mkdir(parents=True)
+    (tmp_path / "path" / "flightdeck" / "engine").symlink_to(ROOT / "engine")
     result = subprocess.run(
         [
             sys.executable,
@@ -51,7 +55,7 @@ def test_assigning_a_field_is_a_type_error(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "MYPYPATH": str(SRC)},
+        env={**os.environ, "MYPYPATH": str(tmp_path / "path")},
         timeout=120,
     )
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
