@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 from flightdeck.engine.errors import (
+    BrokenStream,
     FatalError,
     ProviderError,
     RateLimited,
@@ -18,6 +19,8 @@ from flightdeck.engine.sanitize import redact
 
 READ_TIMEOUT = "timeout: no data within the read timeout"
 MAX_MESSAGE = 300  # an error message the operator reads in one row
+
+T = TypeVar("T")
 
 
 def parse_arguments(raw: str) -> Mapping[str, Any]:
@@ -76,5 +79,20 @@ def transport_error(exc: BaseException, secrets: tuple[str, ...]) -> ProviderErr
         return TransientError(READ_TIMEOUT)
     if isinstance(exc, httpx2.HTTPError):
         return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
-    # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
-    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))
+    # json.JSONDecodeError (a ValueError): an SSE data line that is not JSON.
+    return broken(clip_message(f"malformed chunk: {type(exc).__name__}: {exc}", secrets))
+
+
+def broken(why: str) -> BrokenStream:
+    """A stream cut short or unreadable, in the words the transcript and the row show (the
+    retry notice shows the part before the first colon: "broken stream")."""
+    return BrokenStream(f"broken stream: {why}")
+
+
+def expect(value: object, kind: type[T], where: str) -> T:
+    """`value` if it is a `kind`, else the chunk is malformed. The SDKs build stream events
+    without validating them (pydantic `construct`), so an event of the wrong shape shows only
+    when a field of it is read: each field the providers use is read through this."""
+    if not isinstance(value, kind):
+        raise broken(f"malformed chunk: {where} is {type(value).__name__}, not {kind.__name__}")
+    return value
