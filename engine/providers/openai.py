@@ -15,14 +15,6 @@ from urllib.parse import urlsplit
 
 import httpx2
 import openai
-from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletionChunk
-from openai.types.chat.chat_completion_chunk import (
-    Choice,
-    ChoiceDelta,
-    ChoiceDeltaToolCall,
-    ChoiceDeltaToolCallFunction,
-)
 from flightdeck.engine.errors import BrokenStream, FatalError, ProviderError, TransientError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
@@ -51,6 +43,14 @@ from flightdeck.engine.providers.sdk import (
 )
 from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN, prompt_tokens_estimate
 from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import (
+    Choice,
+    ChoiceDelta,
+    ChoiceDeltaToolCall,
+    ChoiceDeltaToolCallFunction,
+)
 
 # Error codes that mean "this account cannot be served": retrying cannot help.
 FATAL_CODES = frozenset(
