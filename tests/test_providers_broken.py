@@ -1,5 +1,6 @@
-"""Both SDK providers against streams that are well-formed HTTP but no answer: a body that ends
-before the wire format's end marker, and chunks of the wrong shape (issue 17, section 2).
+"""Both SDK providers against responses that are well-formed HTTP but no answer: a stream that
+ends before the wire format's end marker, chunks of the wrong shape (issue 17, section 2), and
+error bodies of megabytes (section 4).
 
 The SDKs raise nothing for a body that simply ends: these are the cases where a half answer
 used to become the child's result.
@@ -22,6 +23,8 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
     UsageEvent,
 )
+from flightdeck.engine.providers.sdk import READ_OF_MESSAGE, clip_message
+from flightdeck.engine.records.reader import StoreReader
 
 from helpers import batch, run_to_end, settings
 from loopback import KEY_ENV, READ_FILE, Fault, Loopback, Reply, ToolUse, provider_for, route_for
@@ -217,3 +220,46 @@ def test_a_stream_broken_on_every_attempt_fails_the_child(tmp_path: Path, kind: 
     assert row.error is not None and row.error.startswith("BrokenStream: broken stream: ended")
     assert len(received) == 4  # the route's 4 attempts
     assert transcript.count("billed as an estimate") == 4
+
+
+# --- a huge error body (issue 17, section 4) ----------------------------------------------------
+
+MEGABYTES = 2_000_000
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(status=503, message=f"overloaded {KEY} " + "x" * MEGABYTES),
+        Reply(status=400, message="bad request " * (MEGABYTES // 12)),
+        Reply(status=502, fault=Fault(error_body=b"<html>" + b"gateway " * (MEGABYTES // 8))),
+    ],
+    ids=["5xx-json", "4xx-json", "5xx-html"],
+)
+def test_a_huge_error_body_is_capped_in_the_error_the_transcript_and_the_store(
+    tmp_path: Path, kind: str, reply: Reply
+) -> None:
+    row, _, transcript = run_one(tmp_path, kind, default=reply)
+    assert row.status is ChildStatus.FAILED
+    assert row.error is not None and len(row.error) < 400
+    assert KEY not in row.error and KEY not in transcript
+    assert len(transcript) < 20_000
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        [stored] = reader.children(row_batch(tmp_path))
+    assert stored.error == row.error
+    assert (tmp_path / "flightdeck.db").stat().st_size < 1_000_000
+
+
+def row_batch(state_dir: Path) -> str:
+    [folder] = (state_dir / "batches").iterdir()
+    return folder.name
+
+
+def test_a_key_at_the_cut_of_a_long_error_text_is_not_shown_in_part() -> None:
+    # The text read ends inside the key: cutting there would leave its start where redaction
+    # could no longer recognise it.
+    for shift in range(0, len(KEY) + 2):
+        text = "word " * ((READ_OF_MESSAGE - shift) // 5) + KEY + " tail" * 1000
+        shown = clip_message(text, (KEY,))
+        assert KEY[:6] not in shown and len(shown) <= 300

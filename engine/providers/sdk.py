@@ -4,6 +4,7 @@ transport failures."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -19,6 +20,10 @@ from flightdeck.engine.sanitize import redact
 
 READ_TIMEOUT = "timeout: no data within the read timeout"
 MAX_MESSAGE = 300  # an error message the operator reads in one row
+# Of a server's error text, at most this much is read at all: a 4xx/5xx body (a proxy's HTML
+# page, an echo of the request) can be megabytes, for every child that meets it.
+READ_OF_MESSAGE = 16 * MAX_MESSAGE
+_LAST_SPACE = re.compile(r"\s\S*\Z")
 
 T = TypeVar("T")
 
@@ -36,6 +41,11 @@ def parse_arguments(raw: str) -> Mapping[str, Any]:
 
 def clip_message(text: str, secrets: tuple[str, ...]) -> str:
     """One line, the key redacted, at most MAX_MESSAGE characters: an error fit for the row."""
+    if len(text) > READ_OF_MESSAGE:
+        # Cut at a space, which no key holds: a key split by the cut would escape redaction.
+        head = text[:READ_OF_MESSAGE]
+        space = _LAST_SPACE.search(head)
+        text = (head[: space.start()] if space else "") + " …"
     text = redact(" ".join(text.split()), secrets)
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
