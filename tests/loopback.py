@@ -4,7 +4,9 @@ It binds 127.0.0.1 on a random port, serves each connection on its own thread (H
 keep-alive, chunked SSE), records when each request arrived, and answers from a script of
 `Reply` values: text, tool calls, usage with cached tokens, rate-limit headers, and faults (429
 with or without Retry-After, 5xx/529, insufficient quota, 401, a stall before the headers or in
-the middle of the stream, a disconnect mid-stream, a malformed JSON chunk).
+the middle of the stream, a disconnect mid-stream, a malformed JSON chunk), and, through a
+`Fault`, responses whose HTTP is sound but whose content is not (a stream that ends cleanly
+before its end marker, a chunk of the wrong shape, an error body of raw bytes).
 
     with Loopback() as server:
         server.script(Reply(status=429, retry_after="1"), Reply(text="hi"))
