@@ -148,7 +148,7 @@ class AnthropicStream:
             yield from turn.unbilled(self._request)
             if self._abort.fired:
                 raise Interrupted from None
-            raise map_error(exc, secrets=self._p.secrets) from exc
+            raise map_error(exc, secrets=self._p.secrets, streaming=turn.opened) from exc
         finally:
             events.close()
 
@@ -325,8 +325,10 @@ def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
     return None, exc.message
 
 
-def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors."""
+def map_error(
+    exc: BaseException, *, secrets: tuple[str, ...] = (), streaming: bool = True
+) -> ProviderError:
+    """An SDK or transport exception as one of our typed errors (`streaming`: after a 200)."""
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _detail(exc)
         if kind is not None:  # the server's text, like the message: it may echo the key
@@ -351,4 +353,4 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
         return connection_error(exc, exc.message, secrets)
     if isinstance(exc, anthropic.APIError):
         return TransientError(clip_message(f"stream error: {exc.message}", secrets))
-    return transport_error(exc, secrets)
+    return transport_error(exc, secrets, streaming=streaming)

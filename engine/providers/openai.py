@@ -160,7 +160,7 @@ class OpenAIStream:
             yield from turn.unbilled(self._request)
             if self._abort.fired:
                 raise Interrupted from None
-            raise map_error(exc, secrets=self._p.secrets) from exc
+            raise map_error(exc, secrets=self._p.secrets, streaming=turn.opened) from exc
         finally:
             chunks.close()
 
@@ -293,8 +293,10 @@ def _body_error(body: object) -> tuple[str | None, str]:
     return (str(code) if code else None), str(error.get("message") or "")
 
 
-def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors."""
+def map_error(
+    exc: BaseException, *, secrets: tuple[str, ...] = (), streaming: bool = True
+) -> ProviderError:
+    """An SDK or transport exception as one of our typed errors (`streaming`: after a 200)."""
     if isinstance(exc, openai.APIStatusError):
         code, message = _body_error(exc.body)
         code = code or exc.code
@@ -313,4 +315,4 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
         if code in FATAL_CODES:
             return FatalError(f"{code}: {detail}")
         return TransientError(f"stream error: {detail}")
-    return transport_error(exc, secrets)
+    return transport_error(exc, secrets, streaming=streaming)

@@ -83,12 +83,17 @@ def connection_error(exc: BaseException, message: str, secrets: tuple[str, ...])
     return TransientError(clip_message(f"connection error: {why}", secrets))
 
 
-def transport_error(exc: BaseException, secrets: tuple[str, ...]) -> ProviderError:
-    """What is left once an SDK's own errors are mapped: httpx failures and malformed data."""
+def transport_error(
+    exc: BaseException, secrets: tuple[str, ...], *, streaming: bool = True
+) -> ProviderError:
+    """What is left once an SDK's own errors are mapped: httpx failures and malformed data
+    (`streaming`: a 200 response had begun, so bad data there is a broken stream)."""
     if isinstance(exc, httpx2.TimeoutException):
         return TransientError(READ_TIMEOUT)
     if isinstance(exc, httpx2.HTTPError):
         return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
+    if not streaming:  # raised before any response: not the stream's fault
+        return TransientError(clip_message(f"request failed: {type(exc).__name__}: {exc}", secrets))
     # json.JSONDecodeError (a ValueError): an SSE data line that is not JSON.
     return broken(clip_message(f"malformed chunk: {type(exc).__name__}: {exc}", secrets))
 
