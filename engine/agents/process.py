@@ -151,6 +151,12 @@ class Process:
         """Close our ends of its pipes (after it and its tree have ended)."""
         self.close_stdin()
         self.wait(0)
+        pipes = (self._popen.stdout, self._popen.stderr)
+        for pipe, reader in zip(pipes, self._readers, strict=True):
+            # A reader still blocked holds the buffer's lock: closing would wait for it. Only
+            # a process we never saw keeps a pipe open that long; its thread is a daemon.
+            if pipe is not None and not reader.is_alive():
+                pipe.close()
 
 
 def _reader(pipe: IO[bytes], stream: Stream, out: queue.SimpleQueue[Line]) -> threading.Thread:
