@@ -431,3 +431,22 @@ def test_start_checks_program_workspace_key_and_budget(tmp_path: Path) -> None:
     assert (err.line, err.field) == (7, "routes.cli.workspace") and "not in a git" in str(err)
     err = refused(fake("noisy.py"), extra="[budget]\nmax_cost_usd = 1\n")
     assert err.field == "budget.max_cost_usd"
+
+
+@pytest.mark.slow
+def test_the_example_batch_fans_out_the_shipped_script(tmp_path: Path) -> None:
+    from flightdeck.engine.inputs.tasks import load_batch
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    settings = load_settings(examples / "agents" / "flightdeck.toml")
+    batch = load_batch(examples / "agents" / "reviews.yaml")
+    snap = run_to_end(engine_for(tmp_path, settings, batch))
+    by_id = {row.id: row for row in snap.children}
+    assert {i for i, r in by_id.items() if r.status is ChildStatus.COMPLETED} == {
+        "review-calc",
+        "review-textutil",
+        "review-config",
+    }
+    assert "review of src/calc.py:" in (by_id["review-calc"].result or "")
+    assert by_id["review-missing"].error == "exit 1: reviewer: no such file: src/missing.py"
+    assert not any((tmp_path / "state" / "batches").glob("*/workspaces/*"))  # copies removed
