@@ -450,3 +450,15 @@ def test_the_example_batch_fans_out_the_shipped_script(tmp_path: Path) -> None:
     assert "review of src/calc.py:" in (by_id["review-calc"].result or "")
     assert by_id["review-missing"].error == "exit 1: reviewer: no such file: src/missing.py"
     assert not any((tmp_path / "state" / "batches").glob("*/workspaces/*"))  # copies removed
+
+
+def test_a_prompt_larger_than_the_pipe_never_blocks_the_stop(tmp_path: Path) -> None:
+    route = fake("silent.py") + f"stdin = true\nkill_grace_s = {GRACE}\n"  # it never reads
+    engine = engine_for(tmp_path, config(tmp_path, route), one("x" * 300_000))
+    until(lambda: written(engine, "run: "))
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    engine.stop(["t0"])
+    assert engine.wait(GRACE + 1.0)
+    assert time.monotonic() - t0 < GRACE + 1.0
+    assert run_to_end(engine).children[0].status is ChildStatus.STOPPED

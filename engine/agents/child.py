@@ -226,11 +226,10 @@ class CommandChild(Child):
         turns_sent = results = 0
         if spec.stdin:
             if spec.steer == "stdin":
-                proc.write(_user_turn(stdin_text))
+                proc.feed(_user_turn(stdin_text), then_close=False)
                 turns_sent = 1
             else:
-                proc.write(stdin_text)
-                proc.close_stdin()
+                proc.feed(stdin_text, then_close=True)
         stdin_open = spec.steer == "stdin"
         ended = {"stdout": False, "stderr": False}
         term_at: float | None = None

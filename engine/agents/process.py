@@ -87,6 +87,17 @@ class Process:
                 return False
             return True
 
+    def feed(self, text: str, *, then_close: bool) -> None:
+        """Write `text` to its stdin from a thread of its own (a prompt larger than the pipe
+        holds would block until the process reads it, and it may never), then close it."""
+
+        def write() -> None:
+            self.write(text)
+            if then_close:
+                self.close_stdin()
+
+        threading.Thread(target=write, name="flightdeck-stdin", daemon=True).start()
+
     def close_stdin(self) -> None:
         """End its input (a CLI reading user turns exits when it ends)."""
         with self._stdin_lock:
