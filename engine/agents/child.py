@@ -102,6 +102,7 @@ class CommandChild(Child):
         self._reported_usd = Decimal(0)
         self._cost_lost = False  # a run ended without its report, or a report had no price
         self._session: str | None = None
+        self._stopping = False  # SIGTERM sent: the row says `stopping` until it has ended
 
     # --- what the coordinator and the watchdog ask -----------------------------------------
 
@@ -286,6 +287,7 @@ class CommandChild(Child):
                 break  # something we never saw holds the pipes open: stop reading them
         self._reap(proc, term_at, killed)
         end.code = proc.poll()
+        self._stopping = False
         if not end.reported and spec.format != "plain":
             self._lose_cost("no usage was reported for a run (it was cut short)")
         with self._lock:
@@ -297,6 +299,7 @@ class CommandChild(Child):
 
     def _terminate(self, proc: Process, why: str) -> float:
         """SIGTERM to the group and the tree; returns when, for the grace period."""
+        self._stopping = True
         self.transcript.write(
             "engine", f"SIGTERM sent ({why}); SIGKILL in {self._spec.kill_grace_s:g}s"
         )
@@ -305,19 +308,17 @@ class CommandChild(Child):
 
     def _reap(self, proc: Process, term_at: float | None, killed: bool) -> None:
         """No survivor: descendants left after the process ended get the same two signals."""
-        import psutil
-
         survivors = proc.survivors()
         if survivors and term_at is None:
             term_at = self._terminate(proc, "descendants outlived the process")
         if survivors and not killed:
             assert term_at is not None
             left = max(0.0, self._spec.kill_grace_s - (time.monotonic() - term_at))
-            _, survivors = psutil.wait_procs(survivors, timeout=left)
+            survivors = proc.wait_gone(left)
             if survivors:
                 proc.signal(signal.SIGKILL)
         if survivors:
-            _, survivors = psutil.wait_procs(survivors, timeout=1.0)
+            survivors = proc.wait_gone(1.0)
         for survivor in survivors:
             self.transcript.write("error", f"process {survivor.pid} could not be killed")
         proc.release()
@@ -357,7 +358,7 @@ class CommandChild(Child):
         """A line came: activity (inside a tool, the tool stays what is shown)."""
         with self._lock:
             now = self._clock()
-            if self._activity.current_tool is None:
+            if self._activity.current_tool is None and not self._stopping:
                 self._activity.tick("output", now)
             else:
                 self._activity.last_activity_ts = now

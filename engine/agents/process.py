@@ -9,6 +9,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,16 @@ class Process:
                     alive.append(proc)
             except psutil.Error:
                 pass
+        return alive
+
+    def wait_gone(self, timeout: float) -> list[psutil.Process]:
+        """Wait up to `timeout` for the tree to end; returns the survivors.
+
+        Not psutil.wait_procs: a descendant whose parent has gone is reaped by init, and a
+        zombie init has not reaped yet would count as alive for the whole timeout."""
+        deadline = time.monotonic() + timeout
+        while (alive := self.survivors()) and time.monotonic() < deadline:
+            time.sleep(0.02)
         return alive
 
     def readers_done(self, timeout: float = 0.0) -> bool:
