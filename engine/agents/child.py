@@ -165,6 +165,8 @@ class CommandChild(Child):
         if self.task.context:
             prompt += "\n\nContext:\n" + self.task.context
         self.transcript.write("user", prompt)
+        if self.interrupt.is_set():  # stopped while its copy or worktree was being made
+            return self._stop_status or ChildStatus.STOPPED, self._stop_reason, None
         end = self._run_once(expand(self._command.argv, values), cwd, prompt)
         while self._spec.steer == "resume" and not self.interrupt.is_set():
             # At the next turn: once the process ended well. --now: it was ended for this.
@@ -283,7 +285,7 @@ class CommandChild(Child):
                 self.transcript.write("engine", "SIGKILL sent: it outlived the grace period")
             if exited and all(ended.values()):
                 break
-            if exited and killed and now - term_at >= spec.kill_grace_s + 1.0:  # type: ignore[operator]
+            if exited and killed and term_at is not None and now - term_at >= spec.kill_grace_s + 1:
                 break  # something we never saw holds the pipes open: stop reading them
         self._reap(proc, term_at, killed)
         end.code = proc.poll()
