@@ -75,6 +75,7 @@ class Engine:
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
         assembly.check_budget(settings, self.routes.values())
+        assembly.check_commands(batch, self.routes.values(), settings.source)
         # Providers are built before anything is written: a missing key fails cleanly here.
         given = dict(providers or {})
         self._providers: dict[str, Provider] = {

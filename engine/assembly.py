@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from flightdeck.engine.agents.child import CommandChild
+from flightdeck.engine.agents.launch import CommandRoute
+from flightdeck.engine.agents.workspace import Workspace, git_toplevel
 from flightdeck.engine.child.facts import Report
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -83,13 +86,37 @@ def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
     if budget.max_cost_usd is None:
         return
     for route in routes:
-        if not price_known(route):
+        # Claude Code reports what it spent; another command's tokens need the route's price.
+        reports_cost = route.command is not None and route.command.format == "claude-stream-json"
+        if not price_known(route) and not reports_cost:
             raise ConfigError(
                 settings.source,
                 budget.cost_line,
                 "budget.max_cost_usd",
                 f"cannot be enforced: no price is known for route {route.name!r} "
                 f"(model {route.model!r}); give [routes.{route.name}] a price",
+            )
+
+
+def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:
+    """A command route's workspace must be usable before anything starts: a worktree needs
+    the batch workspace to be in a git repository."""
+    for route in routes:
+        spec = route.command
+        if spec is None or spec.workspace != "worktree":
+            continue
+        where = (source, spec.lines.get("workspace"), f"routes.{route.name}.workspace")
+        if batch.workspace is None:
+            raise ConfigError(
+                *where,
+                'workspace = "worktree" needs the batch\'s workspace to be a git checkout, '
+                "and the batch names no workspace",
+            )
+        if git_toplevel(Path(batch.workspace)) is None:
+            raise ConfigError(
+                *where,
+                f'workspace = "worktree": {batch.workspace} is not in a git repository '
+                "(or git is not installed)",
             )
 
 
@@ -108,7 +135,7 @@ def build_children(
     sink: TranscriptSink,
 ) -> list[Child]:
     """One queued child per task, in the batch's order."""
-    children = []
+    children: list[Child] = []
     for task in batch.tasks:
         route = settings.route(task.route)
         # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
@@ -119,6 +146,31 @@ def build_children(
             throttle=throttles[route.name],
             seed=f"{route.options.get('seed', 0)}:{task.id}",
         )
+        provider = providers[route.name]
+        if isinstance(provider, CommandRoute):
+            assert route.command is not None
+            workspace = Workspace(
+                route.command.workspace,
+                toolbox.root,
+                batch_dir / "workspaces" / task.id,
+                keep=route.command.keep_worktrees,
+            )
+            children.append(
+                CommandChild(
+                    task,
+                    provider,
+                    retry,
+                    toolbox,
+                    str(batch_dir / transcript_name(task)),
+                    meter,
+                    clock,
+                    report,
+                    queued_ts,
+                    sink,
+                    workspace=workspace,
+                )
+            )
+            continue
         children.append(
             Child(
                 task,
