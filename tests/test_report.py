@@ -94,6 +94,7 @@ def test_build_report(reader: StoreReader) -> None:
     assert first == {
         "id": "c0",
         "status": "completed",
+        "group": "g",
         "goal": "goal 0",
         "route": "sim",
         "model": "sim-1",

@@ -29,6 +29,7 @@ from flightdeck.engine.control.inbox import (
 )
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
 from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
@@ -92,6 +93,7 @@ class Coordinator:
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
         self._queues = RouteQueues(routes, children)
+        self._units = Units((c.task.id, c.task.group) for c in children)
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
@@ -221,6 +223,9 @@ class Coordinator:
             case Recorded(row):
                 self._done += 1
                 self._publish(ChildFinished(row, self._done, len(self.children)))
+                unit = self._units.ended(row)
+                if unit is not None:
+                    self._publish(unit)
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.model import Totals
+from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, Totals
 from flightdeck.engine.records.meter import route_totals, totals_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.sanitize import one_line
@@ -72,6 +72,7 @@ def build_report(
             {
                 "id": c.id,
                 "status": c.status.value,
+                "group": c.group,
                 "goal": c.goal,
                 "route": c.route,
                 "model": c.model,
@@ -89,6 +90,7 @@ def build_report(
             }
             for c in children
         ],
+        "groups": _groups(children),
         "steers": [
             {
                 "id": r.id,
@@ -105,6 +107,33 @@ def build_report(
             {"child_id": s.child_id, "requested": _iso(s.ts), "reason": s.reason} for s in stops
         ],
     }
+
+
+def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
+    """Each completion unit, in the order of its first member: `open` while a member has not
+    ended, else the unit's result as the engine announced it."""
+    members: dict[str, list[ChildRow]] = {}
+    for c in children:
+        if c.group is not None:
+            members.setdefault(c.group, []).append(c)
+    out = []
+    for group, rows in members.items():
+        unit = GroupFinished.of(group, rows)
+        ended = all(r.status.terminal for r in rows)
+        ends = [r.finished_ts for r in rows if r.finished_ts is not None]
+        out.append(
+            {
+                "group": group,
+                "status": unit.status.value if ended else "open",
+                "children": len(rows),
+                "completed": sum(r.status is ChildStatus.COMPLETED for r in rows),
+                "members": [{"id": r.id, "status": r.status.value} for r in rows],
+                "cost_usd": _money(unit.cost_usd),
+                "duration_s": round(unit.duration_s, 3) if ended else None,
+                "finished": _iso(max(ends)) if ended and ends else None,
+            }
+        )
+    return out
 
 
 def _usage(totals: Totals) -> dict[str, Any]:
@@ -172,6 +201,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
         (_child_cells(c) for c in report["children"]),
     )
+    if report["groups"]:
+        lines += _table(
+            "Groups",
+            "| group | status | children | completed | cost | duration | members |",
+            "|---|---|---:|---:|---:|---:|---|",
+            (_group_cells(g) for g in report["groups"]),
+        )
     lines += _operator(report["steers"], report["stops"])
     return "\n".join(lines) + "\n"
 
@@ -209,6 +245,19 @@ def _operator(steers: list[dict[str, Any]], stops: list[dict[str, Any]]) -> list
         "|---|---|---|---|---|",
         (cells for _, cells in rows),
     )
+
+
+def _group_cells(g: Mapping[str, Any]) -> list[str]:
+    cost, duration = g["cost_usd"], g["duration_s"]
+    return [
+        _cell(g["group"]),
+        g["status"],
+        str(g["children"]),
+        str(g["completed"]),
+        "unknown" if cost is None else _usd(cost),
+        "—" if duration is None else _seconds(duration),
+        _cell(" ".join(f"{m['id']} ({m['status']})" for m in g["members"]), GOAL_WIDTH),
+    ]
 
 
 def _route_cells(r: Mapping[str, Any]) -> list[str]:
