@@ -170,6 +170,8 @@ class ChildRow:
     # usage is billed; never stored. `usage` and `cost_usd` are what has been billed.
     in_flight: Usage = field(default_factory=Usage)
     in_flight_cost_usd: Decimal | None = Decimal(0)
+    # What its cache reads saved against the uncached input price (None: price unknown).
+    cache_saved_usd: Decimal | None = Decimal(0)
 
     @property
     def live_usage(self) -> Usage:
@@ -221,6 +223,8 @@ class Totals:
     # Calls in progress, estimated (`ChildRow.in_flight`): zero in anything read from the store.
     in_flight: Usage = field(default_factory=Usage)
     in_flight_cost_usd: Decimal = Decimal(0)
+    # What cache reads saved against the uncached input price (known prices only).
+    cache_saved_usd: Decimal = Decimal(0)
 
     @property
     def live_usage(self) -> Usage:

@@ -136,8 +136,9 @@ def summary_table(snap: Snapshot) -> Table:
     table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
     if by_route:
         table.add_column("route")
-    columns = ("children", "completed", "failed", "stopped")
-    for col in (*columns, "tokens in", "tokens out", "cache read", "cost"):
+    columns = ("children", "completed", "failed", "stopped", "tokens in", "tokens out")
+    # "cache saved": what cache reads saved against the uncached input price.
+    for col in (*columns, "cache read", "cost", "cache saved"):
         table.add_column(col, justify="right")
     if by_route:
         for r in routes:
@@ -158,4 +159,6 @@ def _summary_cells(t: Totals) -> list[str]:
         fmt_tokens(u.output_tokens),
         fmt_tokens(u.cache_read_tokens),
         "".join(fmt_spent(t.cost_usd, t.cost_unknown)),
+        # only unpriced children: what they saved is as unknown as what they cost
+        fmt_cost(None if t.cost_unknown and not t.cache_saved_usd else t.cache_saved_usd),
     ]

@@ -35,6 +35,13 @@ class HeadroomSeen:
     event: HeadroomEvent
 
 
-ChildFact = ChildDone | ReceiptSettled | HeadroomSeen
+@dataclass(frozen=True, slots=True)
+class FirstChunk:
+    """A prompt-cache gate's leader: its first response began streaming."""
+
+    child: Child
+
+
+ChildFact = ChildDone | ReceiptSettled | HeadroomSeen | FirstChunk
 
 Report = Callable[[ChildFact], None]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import traceback
 from collections.abc import Callable
 
 from flightdeck.engine.child.activity import InFlight
-from flightdeck.engine.child.facts import ChildDone, HeadroomSeen
+from flightdeck.engine.child.facts import ChildDone, FirstChunk, HeadroomSeen
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.child.state import ChildState
 from flightdeck.engine.errors import ProviderError, ToolError
@@ -19,11 +21,13 @@ from flightdeck.engine.providers.base import (
     TextDelta,
     ToolCall,
     ToolCallEvent,
+    ToolSpec,
     TurnRequest,
     TurnResult,
     UsageEvent,
 )
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
+from flightdeck.engine.records.meter import cache_saving
 from flightdeck.engine.records.transcripts import TranscriptWriter
 
 __all__ = ["SYSTEM_PROMPT", "TRANSCRIPT_TOOL_CHARS", "Child", "TranscriptWriter"]
@@ -44,8 +48,21 @@ def estimated_note(usage: Usage) -> str:
     )
 
 
+def prefix_digest(system: str, tools: tuple[ToolSpec, ...]) -> str:
+    """A digest of a prompt's shared prefix: the system prompt and the tool schemas."""
+    schemas = [(t.name, t.description, dict(t.parameters)) for t in tools]
+    text = system + json.dumps(schemas, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 class Child(ChildState):
     """A running (or queued) child; the coordinator owns it, one worker thread runs it."""
+
+    @functools.cached_property
+    def prefix_key(self) -> tuple[str, str]:
+        """What its requests share with its siblings' ahead of the goal: the route, the system
+        prompt and the tools. Children with one key read one provider-side cache entry."""
+        return self.route.name, prefix_digest(SYSTEM_PROMPT, self._tools.specs)
 
     def run(self) -> None:
         """The agent loop; never raises."""
@@ -166,6 +183,9 @@ class Child(ChildState):
                 self._stream = stream
             sent = True  # the prompt goes out as the stream is read (the SDKs' request is lazy)
             for event in stream:
+                if self.leads_gate:  # its siblings wait for this: the cache entry is readable
+                    self.leads_gate = False
+                    self._report(FirstChunk(self))
                 if isinstance(event, TextDelta):
                     text.append(event.text)
                     transcript.stream(event.text)
@@ -250,7 +270,12 @@ class Child(ChildState):
 
     def _bill(self, usage: Usage) -> None:
         cost = self._meter.add(self.route, usage)
+        saved = cache_saving(usage, self.route)
         with self._lock:
+            if saved is None or self._saved is None:
+                self._saved = None
+            else:
+                self._saved += saved
             self._usage += usage
             self._in_flight.billed += usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost

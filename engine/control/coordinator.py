@@ -14,9 +14,10 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
+from flightdeck.engine.child.facts import ChildDone, FirstChunk, HeadroomSeen, ReceiptSettled
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.steering import missed_note
+from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -94,6 +95,7 @@ class Coordinator:
         self._between_facts = between_facts
         self._queues = RouteQueues(routes, children)
         self._units = Units((c.task.id, c.task.group) for c in children)
+        self._gate = CacheGate()
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
@@ -229,6 +231,8 @@ class Coordinator:
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
+            case FirstChunk(child):
+                self._queues.requeue(self._gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
             case Steer(receipt_ids, ids, text, now):
@@ -248,9 +252,10 @@ class Coordinator:
                 self._shutdown = True
 
     def _release(self, child: Child) -> None:
-        """Free the child's slot (in the pool and on its route)."""
+        """Free the child's slot (in the pool and on its route); a gate it led opens."""
         del self._alive[child.task.id]
         self._queues.ended(child)
+        self._queues.requeue(self._gate.ended(child))
 
     def _finished(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
@@ -286,9 +291,14 @@ class Coordinator:
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
+        self._queues.requeue(self._gate.expired(self._clock()))
         if len(self._alive) >= self.pool_size:
             return
+        now = self._clock()
         for child in self._queues.ready():
+            if self._gate.holds(child, now):
+                self._queues.ended(child)  # handed out, held back: it takes no slot
+                continue
             self._launch(child)
             if len(self._alive) >= self.pool_size or self._budget_exhausted() is not None:
                 break
@@ -327,7 +337,7 @@ class Coordinator:
         return None
 
     def _cancel_queued(self, reason: str) -> None:
-        for child in self._queues.drain():
+        for child in (*self._queues.drain(), *self._gate.drain()):
             if child.finalize(ChildStatus.STOPPED, reason):
                 self._finished(child)
 

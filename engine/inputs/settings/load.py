@@ -35,7 +35,17 @@ from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_KEYS = ("engine", "routes", "budget")
 _ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
-_ROUTE_KEYS = ("provider", "model", "max_concurrent", "rpm", "tpm", "max_tokens", "price", "retry")
+_ROUTE_KEYS = (
+    "provider",
+    "model",
+    "max_concurrent",
+    "rpm",
+    "tpm",
+    "max_tokens",
+    "price",
+    "retry",
+    "cache_gate_s",
+)
 _PRICE_KEYS = tuple(Price.__dataclass_fields__)
 _RETRY_KEYS = tuple(RetrySettings.__dataclass_fields__)
 _BUDGET_KEYS = tuple(Budget.__dataclass_fields__)
@@ -169,6 +179,14 @@ class _Reader(ValueChecks):
         for option, check in checks.items():
             if option in table:
                 options[option] = check(self, (*key, option), table[option])
+        gate = 0.0
+        if "cache_gate_s" in table:
+            gate = self.number((*key, "cache_gate_s"), table["cache_gate_s"], zero_ok=True)
+            if gate and provider == "sim" and not options.get("cache", True):
+                raise self.error(
+                    (*key, "cache_gate_s"),
+                    "this route caches no prompts (cache = false): there is nothing to warm up",
+                )
         return Route(
             name=name,
             provider=provider,
@@ -177,6 +195,7 @@ class _Reader(ValueChecks):
             retry=retry,
             options=MappingProxyType(options),
             key_line=self.locator.line(*key, "api_key_env"),
+            cache_gate_s=gate,
             **limits,
         )
 

@@ -70,6 +70,8 @@ class Route:
     max_tokens: int = 1024
     price: Price | None = None  # None: look the model up in genai-prices
     retry: RetrySettings = field(default_factory=RetrySettings)
+    # The prompt-cache warm-up gate's cap in seconds (0: no gate); see control/gate.py.
+    cache_gate_s: float = 0.0
     # Provider-specific options, already validated (sim: time_scale, latency_ms, ...;
     # openai/anthropic: base_url, api_key_env, connect_timeout_s, read_timeout_s).
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
