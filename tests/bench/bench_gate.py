@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -23,8 +24,8 @@ from flightdeck.engine.api import Engine
 
 from helpers import batch, settings, sim_route
 
-CHILDREN = 64
-RUNS = 5
+CHILDREN = int(os.environ.get("BENCH_GATE_CHILDREN", "64"))
+RUNS = int(os.environ.get("BENCH_GATE_RUNS", "5"))
 # 400 ms to the first token at time scale 0.25 (60-140 ms drawn), a short answer
 ROUTE = {"tool_turns": 0, "time_scale": 0.25, "latency_ms": 400, "tokens_per_s": 4000}
 
