@@ -8,12 +8,23 @@ seconds apart says when it was last heard of: an abandoned batch's elapsed time 
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
+from flightdeck.engine.records.requests import with_connection
 
-__all__ = ["HEARTBEAT_EVERY_S", "STALE_AFTER_S", "Owner", "owner_of", "process_matches"]
+__all__ = [
+    "HEARTBEAT_EVERY_S",
+    "STALE_AFTER_S",
+    "Owner",
+    "OwnerAlive",
+    "claim_batch",
+    "owner_of",
+    "process_matches",
+]
 
 HEARTBEAT_EVERY_S = 2.0  # how often a live owner stamps its batch row
 # A live owner whose heartbeat is older than this is alive but not keeping up (a stopped
@@ -71,3 +82,45 @@ def owner_of(
     now = time.time() if now is None else now
     age = None if heartbeat_ts is None else max(0.0, now - heartbeat_ts)
     return Owner(pid, process_matches(pid, start), heartbeat_ts, age)
+
+
+class OwnerAlive(Exception):
+    """The batch's owner process still runs: nobody else may own it."""
+
+    def __init__(self, batch_id: str, pid: int) -> None:
+        super().__init__(f"batch {batch_id} is owned by a live process (pid {pid})")
+        self.batch_id = batch_id
+        self.pid = pid
+
+
+def claim_batch(db_path: Path, batch_id: str, pid: int, start: float | None, now: float) -> str:
+    """Make process `pid` the owner of a `running` batch whose owner is gone; returns the
+    batch's stored status (a finished batch is left as it is, and its status returned).
+
+    One IMMEDIATE transaction, so of two claims at once one wins and the other finds the
+    winner alive. LookupError for an unknown batch; OwnerAlive if its owner lives."""
+
+    def claim(conn: sqlite3.Connection) -> str:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(
+                "SELECT status, owner_pid, owner_start FROM batches WHERE id = ?", (batch_id,)
+            ).fetchone()
+            if row is None:
+                raise LookupError(f"no batch {batch_id} in this state folder")
+            status, owner_pid, owner_start = str(row[0]), int(row[1]), row[2]
+            if status == "running":
+                if owner_pid != pid and process_matches(owner_pid, owner_start):
+                    raise OwnerAlive(batch_id, owner_pid)
+                conn.execute(
+                    "UPDATE batches SET owner_pid = ?, owner_start = ?, heartbeat_ts = ?"
+                    " WHERE id = ?",
+                    (pid, start, now, batch_id),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return status
+
+    return with_connection(db_path, claim, readonly=False)

@@ -35,6 +35,7 @@ __all__ = [
     "submit_steer",
     "submit_stop",
     "submit_stop_all",
+    "with_connection",
 ]
 
 REQUEST_COLUMNS = (
@@ -127,7 +128,7 @@ def request(db_path: Path, batch_id: str, request_id: int) -> RequestRow | None:
             conn.execute("COMMIT")
         return request_row(row, tuple(receipt(r) for r in receipts))
 
-    return _with_connection(db_path, read, readonly=True)
+    return with_connection(db_path, read, readonly=True)
 
 
 def pending_requests(conn: sqlite3.Connection, batch_id: str, after: int = 0) -> list[RequestRow]:
@@ -188,7 +189,7 @@ def _submit(
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    return _with_connection(db_path, write, readonly=False)
+    return with_connection(db_path, write, readonly=False)
 
 
 def _check_target(conn: sqlite3.Connection, batch_id: str, ids: tuple[str, ...]) -> None:
@@ -210,10 +211,11 @@ def _check_target(conn: sqlite3.Connection, batch_id: str, ids: tuple[str, ...])
         raise ValueError(f"no child with id {shown} in batch {batch_id}")
 
 
-def _with_connection(
+def with_connection(
     db_path: Path, work: Callable[[sqlite3.Connection], _T], *, readonly: bool
 ) -> _T:
-    """`work` on a fresh connection, tried again while another connection holds the lock."""
+    """`work` on a fresh connection to a schema 2 database, tried again while another
+    connection holds the lock past the busy timeout; sqlite errors become StoreError."""
     path = Path(db_path)
     if not path.is_file():
         raise schema.StoreNotFoundError(f"no flightdeck database at {path}")

@@ -70,6 +70,7 @@ UPSERT_CONTROL = upsert("controls", CONTROL_COLUMNS, ("batch_id", "id"))
 # A client's steer: its receipt names the request that made it, so a request the owner applied
 # but did not get to mark before it died is found applied, not applied again, by `resume`.
 UPSERT_CONTROL_REQUEST = upsert("controls", CONTROL_COLUMNS + ", request_id", ("batch_id", "id"))
+UPSERT_CONTROL_REASON = upsert("controls", CONTROL_COLUMNS + ", reason", ("batch_id", "id"))
 HEARTBEAT = "UPDATE batches SET heartbeat_ts = ? WHERE id = ?"
 SETTLE_REQUEST = (
     "UPDATE requests SET state = ?, reason = ?, control_ids = ?, settled_ts = ? "

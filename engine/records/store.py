@@ -29,6 +29,7 @@ from flightdeck.engine.records.rows import (
     UPSERT_BATCH,
     UPSERT_CHILD,
     UPSERT_CONTROL,
+    UPSERT_CONTROL_REASON,
     UPSERT_CONTROL_REQUEST,
     UPSERT_QUEUED,
     BatchInfo,
@@ -136,15 +137,18 @@ class Store:
         receipt: SteerReceipt,
         kind: str = "steer",
         request_id: int | None = None,
+        reason: str | None = None,
     ) -> None:
         """Upsert a steer or stop command and its receipt state; `request_id` names the
-        client request it came from (its first write; later ones keep it)."""
+        client request it came from (its first write; later ones keep it), `reason` why it
+        was missed when the child's own end does not say (the owner was lost)."""
         params = control_params(batch_id, receipt, kind)
-        if request_id is None:
+        if request_id is None and reason is None:
             self._put(_Write("record_control", UPSERT_CONTROL, params))
         else:
-            sql = UPSERT_CONTROL_REQUEST
-            self._put(_Write("record_control", sql, (*params, request_id)))
+            sql = UPSERT_CONTROL_REQUEST if reason is None else UPSERT_CONTROL_REASON
+            extra = request_id if reason is None else reason
+            self._put(_Write("record_control", sql, (*params, extra)))
 
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
