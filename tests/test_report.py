@@ -80,8 +80,8 @@ def test_build_report(reader: StoreReader) -> None:
         "completed": 1,
         "failed": 1,
         "stopped": 1,
-        "running": 2,
-        "queued": 1,
+        "running": 1,
+        "queued": 2,  # the gated child holds no slot: it is queued
         "tokens_in": 110,
         "tokens_out": 55,
         "cache_read_tokens": 1000,
