@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Route, Settings
-from flightdeck.engine.inputs.tasks import Batch, check_routes, unicode_problem
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -171,6 +172,27 @@ class Engine:
             queued_ts=now,
             sink=self._sink,
         )
+        # A child's delegates are made the same way, when it asks (coordinator thread).
+        make_child = functools.partial(
+            assembly.build_child,
+            batch=self.batch,
+            settings=self.settings,
+            providers=self._providers,
+            throttles=throttles,
+            toolbox=toolbox,
+            batch_dir=self.batch_dir,
+            meter=self.meter,
+            clock=self.clock,
+            report=self._report,
+            sink=self._sink,
+        )
+
+        def spawn(task: Task) -> Child:
+            child = make_child(task, queued_ts=self.clock())
+            store.add_queued(self.batch_id, assembly.queued_rows([child]))
+            store.record_event(self.batch_id, task.id, self.clock(), "delegate", task.parent or "")
+            return child
+
         # Written before the batch row, so a manifest that cannot be written leaves no batch
         # "running" for ever.
         self._manifest_children = assembly.manifest_children(children)
@@ -209,6 +231,7 @@ class Engine:
             between_facts=self._sink.pump,
             carried=carried,
             first_receipt_id=first_receipt,
+            spawn=spawn,
         )
         self._coordinator.start()
         self._duties = OwnerDuties(

@@ -172,6 +172,8 @@ class ChildRow:
     in_flight_cost_usd: Decimal | None = Decimal(0)
     # What its cache reads saved against the uncached input price (None: price unknown).
     cache_saved_usd: Decimal | None = Decimal(0)
+    parent: str | None = None  # the child that delegated it (None: one of the batch's tasks)
+    depth: int = 0
 
     @property
     def live_usage(self) -> Usage:

@@ -95,6 +95,7 @@ def test_build_report(reader: StoreReader) -> None:
         "id": "c0",
         "status": "completed",
         "group": "g",
+        "parent": None,
         "goal": "goal 0",
         "route": "sim",
         "model": "sim-1",

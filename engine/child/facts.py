@@ -10,6 +10,7 @@ from flightdeck.engine.model import SteerReceipt
 from flightdeck.engine.providers.base import HeadroomEvent
 
 if TYPE_CHECKING:
+    from flightdeck.engine.child.delegate import DelegateCall
     from flightdeck.engine.child.loop import Child
 
 
@@ -42,6 +43,14 @@ class FirstChunk:
     child: Child
 
 
-ChildFact = ChildDone | ReceiptSettled | HeadroomSeen | FirstChunk
+@dataclass(frozen=True, slots=True)
+class Delegated:
+    """A child called `delegate`: the coordinator queues the sub-tasks and settles `call`."""
+
+    child: Child
+    call: DelegateCall
+
+
+ChildFact = ChildDone | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated
 
 Report = Callable[[ChildFact], None]

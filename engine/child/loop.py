@@ -6,10 +6,18 @@ import functools
 import hashlib
 import json
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from flightdeck.engine.child.activity import InFlight
-from flightdeck.engine.child.facts import ChildDone, FirstChunk, HeadroomSeen
+from flightdeck.engine.child.delegate import (
+    DELEGATE_SPEC,
+    DelegateCall,
+    Delegation,
+    parse_call,
+    result_text,
+)
+from flightdeck.engine.child.facts import ChildDone, Delegated, FirstChunk, HeadroomSeen
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.child.state import ChildState
 from flightdeck.engine.errors import ProviderError, ToolError
@@ -62,7 +70,12 @@ class Child(ChildState):
     def prefix_key(self) -> tuple[str, str]:
         """What its requests share with its siblings' ahead of the goal: the route, the system
         prompt and the tools. Children with one key read one provider-side cache entry."""
-        return self.route.name, prefix_digest(SYSTEM_PROMPT, self._tools.specs)
+        return self.route.name, prefix_digest(SYSTEM_PROMPT, self.tool_specs)
+
+    @functools.cached_property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The tools its model is offered: the workspace's, and `delegate` if it may."""
+        return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ())
 
     def run(self) -> None:
         """The agent loop; never raises."""
@@ -232,7 +245,7 @@ class Child(ChildState):
         return TurnRequest(
             system=SYSTEM_PROMPT,
             messages=tuple(messages),
-            tools=self._tools.specs,
+            tools=self.tool_specs,
             max_tokens=self.route.max_tokens,
             child_id=self.task.id,
         )
@@ -246,7 +259,10 @@ class Child(ChildState):
             self._activity.tool_started(name, self._clock())
             self._version += 1
         try:
-            output = self._tools.run(call.name, call.arguments)
+            if call.name == DELEGATE_SPEC.name and self.delegation is not None:
+                output = self._delegate(call.arguments, self.delegation)
+            else:
+                output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
             output = f"error: {exc}"
         # Redacted before it is cut: the cut could leave the start of a key the transcript's
@@ -259,6 +275,18 @@ class Child(ChildState):
             self._activity.tool_ended(self._clock())
             self._version += 1
         return Message("tool", output, tool_call_id=call.id, name=call.name)
+
+    def _delegate(self, arguments: Mapping[str, Any], rules: Delegation) -> str:
+        """Hand the sub-tasks to the coordinator and wait (holding no slot) until all end."""
+        call = DelegateCall(self.task.id, parse_call(arguments, rules))
+        self._show(f"waiting for {len(call.tasks)} delegate(s)")
+        self._report(Delegated(self, call))
+        while not call.done.wait(0.05):
+            self._check_stop()  # a stop ends the parent; the coordinator stops its subtree
+        self._check_stop()
+        if call.refused is not None:
+            raise ToolError(call.refused)
+        return result_text(call.results)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
         if not self._steering.waiting:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from flightdeck.engine.child.activity import ActivityState, InFlight
+from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import ReceiptSettled, Report
 from flightdeck.engine.child.policy import CallPolicy
 from flightdeck.engine.child.steering import Steering, missed_note
@@ -84,6 +85,8 @@ class ChildState:
         self._row_version = -1
         # Set by the coordinator when it leads a prompt-cache gate: report the first chunk.
         self.leads_gate = False
+        # Whether (and how much) it may hand sub-tasks to the engine; set before it starts.
+        self.delegation: Delegation | None = None
 
     @property
     def transcript(self) -> TranscriptWriter:
@@ -131,6 +134,8 @@ class ChildState:
                 in_flight=in_flight,
                 in_flight_cost_usd=flight_cost,
                 cache_saved_usd=self._saved,
+                parent=self.task.parent,
+                depth=self.task.depth,
             )
             self._row, self._row_version = row, version
             return row

@@ -61,6 +61,16 @@ class RouteQueues:
         another."""
         self.routes[child.route.name].alive -= 1
 
+    def take(self, child: Child) -> bool:
+        """Count an already started child alive on its route again, if the route's cap allows
+        (a parent resuming after its delegates)."""
+        state = self.routes[child.route.name]
+        cap = state.route.max_concurrent
+        if cap is not None and state.alive >= cap:
+            return False
+        state.alive += 1
+        return True
+
     def requeue(self, children: list[Child]) -> None:
         """Put held-back children at the front of their routes' queues, in batch order: they
         were handed out before everything still queued there."""

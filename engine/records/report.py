@@ -31,6 +31,8 @@ def build_report(
         raise LookupError(f"no batch {batch_id!r} in {reader.path}")
     children = reader.children(batch_id, results=False)  # the report shows no answer
     steers = reader.controls(batch_id, kind="steer")
+    # A delegate's parent is kept as its "delegate" event.
+    parents = {c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c}
     stops = reader.stops(batch_id)
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
@@ -73,6 +75,7 @@ def build_report(
                 "id": c.id,
                 "status": c.status.value,
                 "group": c.group,
+                "parent": parents.get(c.id),
                 "goal": c.goal,
                 "route": c.route,
                 "model": c.model,

@@ -45,6 +45,7 @@ _ROUTE_KEYS = (
     "price",
     "retry",
     "cache_gate_s",
+    "delegate",
 )
 _PRICE_KEYS = tuple(Price.__dataclass_fields__)
 _RETRY_KEYS = tuple(RetrySettings.__dataclass_fields__)
@@ -196,6 +197,9 @@ class _Reader(ValueChecks):
             options=MappingProxyType(options),
             key_line=self.locator.line(*key, "api_key_env"),
             cache_gate_s=gate,
+            delegate=self.flag((*key, "delegate"), table["delegate"])
+            if "delegate" in table
+            else False,
             **limits,
         )
 
@@ -235,7 +239,7 @@ class _Reader(ValueChecks):
         if "max_cost_usd" in table:
             values["max_cost_usd"] = self.money(("budget", "max_cost_usd"), table["max_cost_usd"])
             values["cost_line"] = self.locator.line("budget", "max_cost_usd")
-        for name, low in (("max_runs", 1), ("max_depth", 0)):
+        for name, low in (("max_runs", 1), ("max_depth", 0), ("max_delegates", 1)):
             if name in table:
                 values[name] = self.integer(("budget", name), table[name], low)
         return Budget(**values)
@@ -257,6 +261,8 @@ _SIM_OPTIONS: Mapping[str, _Check] = MappingProxyType(
         "stall_rate": ValueChecks.fraction,
         "fail_rate": ValueChecks.fraction,
         "tool_turns": lambda r, k, v: r.integer(k, v, 0),
+        "delegate_rate": ValueChecks.fraction,
+        "delegates": lambda r, k, v: r.integer(k, v, 1),
         "read_timeout_s": lambda r, k, v: r.number(k, v),
         "cache": ValueChecks.flag,
     }
