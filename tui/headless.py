@@ -10,7 +10,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from flightdeck.engine.model import ChildFinished, EngineEvent
+from flightdeck.engine.model import ChildFinished, EngineEvent, GroupFinished
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
@@ -128,18 +128,19 @@ def _run_headless(
             bar = progress.add_task("running", total=len(engine.batch.tasks))
         while True:
             done = engine.wait(0.1)
-            finished: list[ChildFinished] = []
+            finished: list[ChildFinished | GroupFinished] = []
             while True:
                 try:
                     event = events.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(event, ChildFinished):
+                if isinstance(event, ChildFinished | GroupFinished):
                     finished.append(event)
             if finished:
                 print_lines(console, finished, styled=progress is not None)
-                if progress is not None:
-                    progress.update(bar, completed=finished[-1].done)
+                done_so_far = [e.done for e in finished if isinstance(e, ChildFinished)]
+                if progress is not None and done_so_far:
+                    progress.update(bar, completed=done_so_far[-1])
             show_notices()
             if done:
                 break

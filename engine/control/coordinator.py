@@ -14,9 +14,18 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
+from flightdeck.engine.child.delegate import DelegateCall
+from flightdeck.engine.child.facts import (
+    ChildDone,
+    Delegated,
+    FirstChunk,
+    HeadroomSeen,
+    ReceiptSettled,
+)
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.steering import missed_note
+from flightdeck.engine.control.delegation import Delegations
+from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -26,12 +35,15 @@ from flightdeck.engine.control.inbox import (
     Steer,
     Stop,
     StopAll,
+    Then,
 )
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
 from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
+from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import (
     BatchStatus,
     ChildFinished,
@@ -75,6 +87,9 @@ class Coordinator:
         on_finished: Callable[[BatchStatus], EngineEvent],
         throttles: Mapping[str, RouteThrottle] | None = None,
         between_facts: Callable[[], None] = lambda: None,
+        carried: tuple[ChildStatus, ...] = (),
+        first_receipt_id: int = 1,
+        spawn: Callable[[Task], Child] | None = None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -92,13 +107,22 @@ class Coordinator:
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
         self._queues = RouteQueues(routes, children)
+        self._units = Units((c.task.id, c.task.group) for c in children)
+        self._gate = CacheGate()
+        self._spawn = spawn
+        self._delegations = Delegations()
+        self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
+        self._next_seq = max((c.task.seq for c in children), default=0) + 1
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
-        self._receipt_ids = itertools.count(1)
+        self._receipt_ids = itertools.count(first_receipt_id)
         self._receipt_lock = threading.Lock()
-        self._started = 0
+        # A resumed batch: the final statuses of children an earlier owner finished (they
+        # count in the batch's status and against max_runs; they never run again).
+        self._carried = carried
+        self._started = len(carried)
         self._done = 0
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
@@ -221,15 +245,24 @@ class Coordinator:
             case Recorded(row):
                 self._done += 1
                 self._publish(ChildFinished(row, self._done, len(self.children)))
+                unit = self._units.ended(row)
+                if unit is not None:
+                    self._publish(unit)
+                self._delegations.ended(row)
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
+            case Delegated(child, call):
+                self._delegate(child, call)
+            case FirstChunk(child):
+                self._queues.requeue(self._gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
             case Steer(receipt_ids, ids, text, now):
                 self._steer(receipt_ids, ids, text, now)
             case Stop(ids):
-                self._stop(ids, "stopped by operator")
+                # a parent's delegates are its own work: they stop with it
+                self._stop(self._delegations.subtree(ids), "stopped by operator")
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
@@ -239,13 +272,51 @@ class Coordinator:
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
+            case Then(call):
+                try:
+                    call()
+                except Exception:  # the caller's bug must not stop the batch
+                    log.exception("a coordinator callback failed")
             case Shutdown():
                 self._shutdown = True
 
     def _release(self, child: Child) -> None:
-        """Free the child's slot (in the pool and on its route)."""
+        """Free the child's slot (in the pool and on its route); a gate it led opens."""
         del self._alive[child.task.id]
-        self._queues.ended(child)
+        if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
+            self._queues.ended(child)
+        self._queues.requeue(self._gate.ended(child))
+
+    def _busy(self) -> int:
+        """Slots in use: alive children, less the parents waiting on their delegates."""
+        return len(self._alive) - len(self._waiting)
+
+    def _delegate(self, parent: Child, call: DelegateCall) -> None:
+        """Queue a `delegate` call's sub-tasks ahead of everything else, and let the parent
+        wait without its slot, so its delegates (or other parents') can have it."""
+        if self._spawn is None or parent.task.id not in self._alive or parent.stop_status:
+            call.refuse("delegation is not possible now: the child is stopping")
+            return
+        tasks = self._delegations.tasks(parent, call, self._next_seq)
+        self._next_seq += len(tasks)
+        made = [self._spawn(t) for t in tasks]
+        self.children.extend(made)
+        self.by_id.update((c.task.id, c) for c in made)
+        self._queues.requeue(made)
+        self._waiting[parent.task.id] = parent
+        self._queues.ended(parent)
+
+    def _resume_parents(self) -> None:
+        """Parents whose delegates have all ended take a slot again, first come first."""
+        ready = self._delegations.ready
+        while ready:
+            parent, call, rows = ready[0]
+            if parent.task.id in self._waiting:
+                if self._busy() >= self.pool_size or not self._queues.take(parent):
+                    return
+                del self._waiting[parent.task.id]
+            ready.pop(0)
+            call.finish(rows)
 
     def _finished(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
@@ -266,7 +337,7 @@ class Coordinator:
         failed, timed out or stalled first: a stop is nobody's failure."""
         if self.stopped_by_stop_all:
             return BatchStatus.STOPPED
-        statuses = {c.status for c in self.children}
+        statuses = {c.status for c in self.children} | set(self._carried)
         if statuses <= {ChildStatus.COMPLETED}:
             return BatchStatus.COMPLETED
         if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:
@@ -277,15 +348,21 @@ class Coordinator:
 
     def _admit(self) -> None:
         """FIFO among tasks whose route is under its cap; capped routes wait in place."""
+        self._resume_parents()  # not new work: a parent finishing what it began
         budget_reason = self._budget_exhausted()
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
-        if len(self._alive) >= self.pool_size:
+        self._queues.requeue(self._gate.expired(self._clock()))
+        if self._busy() >= self.pool_size:
             return
+        now = self._clock()
         for child in self._queues.ready():
+            if self._gate.holds(child, now):
+                self._queues.ended(child)  # handed out, held back: it takes no slot
+                continue
             self._launch(child)
-            if len(self._alive) >= self.pool_size or self._budget_exhausted() is not None:
+            if self._busy() >= self.pool_size or self._budget_exhausted() is not None:
                 break
 
     def _launch(self, child: Child) -> None:
@@ -294,7 +371,7 @@ class Coordinator:
         except ThreadRefused as exc:
             # The child waits in the pool for a thread already started: no more children than
             # there are threads run at once.
-            self.pool_size = len(self._alive)
+            self.pool_size = self._busy()
             log.warning(
                 "cannot start another worker thread (%s): at most %d children run at once",
                 exc,
@@ -322,7 +399,7 @@ class Coordinator:
         return None
 
     def _cancel_queued(self, reason: str) -> None:
-        for child in self._queues.drain():
+        for child in (*self._queues.drain(), *self._gate.drain()):
             if child.finalize(ChildStatus.STOPPED, reason):
                 self._finished(child)
 

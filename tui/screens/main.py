@@ -11,7 +11,14 @@ from typing import ClassVar
 from flightdeck.engine import model
 from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.messages import BatchFinished, ChildFinished, SteerSettled, message_for
+from flightdeck.tui.messages import (
+    BatchFinished,
+    ChildFinished,
+    GroupFinished,
+    SteerSettled,
+    message_for,
+)
+from flightdeck.tui.output import completion_text
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog, SteerRequest
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
@@ -178,6 +185,11 @@ class MainScreen(Screen[None]):
         row = message.row
         detail = f": {one_line(row.error, 80)}" if row.error else ""
         self._notices.append((f"{one_line(row.id)} {row.status.value}{detail}", "warning"))
+
+    def on_group_finished(self, message: GroupFinished) -> None:
+        unit = message.unit
+        severity: SeverityLevel = "information" if unit.status.value == "completed" else "warning"
+        self._notices.append((completion_text(unit), severity))
 
     def on_steer_settled(self, message: SteerSettled) -> None:
         r = message.receipt
