@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from time import monotonic
 from types import TracebackType
 from typing import Literal
 
@@ -102,7 +103,10 @@ class Engine:
             raise RuntimeError("Engine.start() can be called once, before close()")
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
-        self._store = Store(self._folder(self.state_dir) / "flightdeck.db")
+        self._store = Store(
+            self._folder(self.state_dir) / "flightdeck.db",
+            retry_s=self.settings.engine.store_retry_s,
+        )
         self._claim_batch_dir()
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = self._folder(workspace)
@@ -129,7 +133,10 @@ class Engine:
         # Written before the batch row, so a manifest that cannot be written leaves no batch
         # "running" for ever.
         self._manifest_children = assembly.manifest_children(children)
-        self._manifest()
+        try:
+            self._manifest()
+        except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
+            raise self._unusable(exc) from exc
         self._store.create_batch(self._info(now))
         self._store.add_queued(self.batch_id, assembly.queued_rows(children))
         store = self._store
@@ -152,6 +159,7 @@ class Engine:
             on_finished=self._finish,
             throttles=throttles,
             between_facts=self._sink.pump,
+            store_trouble=lambda: store.trouble,
         )
         self._coordinator.start()
         return self.batch_id
@@ -226,13 +234,21 @@ class Engine:
     def _finish(self, status: BatchStatus) -> BatchFinished:
         """Coordinator thread, once every child is final; returns the event it then publishes."""
         assert self._store is not None and self._coordinator is not None
+        self._status = status
         if self._sink is not None:
             self._sink.flush()  # every transcript is complete before the batch says finished
         self._finished_ts = finished = self.clock()
-        self._status = status
         self._store.finish_batch(self.batch_id, status, finished)
-        self._store.flush()
-        self._manifest(status)
+        if not self._store.flush():
+            log.error(
+                "flightdeck engine: the store could not record that batch %s %s",
+                self.batch_id,
+                status.value,
+            )
+        try:
+            self._manifest(status)
+        except OSError as exc:
+            log.error("flightdeck engine: cannot write the batch manifest: %s", exc)
         return BatchFinished(self.batch_id, status)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -298,6 +314,39 @@ class Engine:
         return self._status
 
     @property
+    def unrecorded(self) -> int:
+        """Finished children whose final row the store gave up on (never announced)."""
+        return self._coordinator.unrecorded if self._coordinator else 0
+
+    @property
+    def failure(self) -> str | None:
+        """Why the batch failed as a whole (the store gave up, the engine failed), if it did."""
+        return self._coordinator.failure if self._coordinator else None
+
+    def problem(self) -> str | None:
+        """What keeps the engine from recording or running as it should, in a sentence for the
+        operator; None when all is well."""
+        c = self._coordinator
+        trouble = self._store.trouble if self._store else None
+        if c is None:
+            return None
+        lost = c.unrecorded
+        if c.failure is not None:
+            text = f"the batch fails: {c.failure}"
+            if lost or trouble is not None:
+                text += f"; {_children(lost)} could not be recorded"
+            return text
+        if trouble is not None:
+            left = max(0.0, trouble.since + self.settings.engine.store_retry_s - monotonic())
+            return (
+                f"cannot write to the store ({trouble.reason}): {_children(c.held)} held in "
+                f"memory, trying again for up to {left:.0f}s; no new child starts"
+            )
+        if lost:
+            return f"{_children(lost)} could not be recorded"
+        return None
+
+    @property
     def stopped_by_stop_all(self) -> int:
         """Children a stop-all (`stop_all()`, or `close()` before the end) found still queued or
         running: 0 when every child had ended on its own."""
@@ -318,6 +367,7 @@ class Engine:
             max_cost_usd=self.settings.budget.max_cost_usd,
             routes=c.headroom() if c else (),
             finished_ts=self._finished_ts,
+            problem=self.problem(),
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
@@ -377,6 +427,10 @@ class Engine:
         if self._coordinator is None:
             raise RuntimeError("Engine.start() has not been called")
         return self._coordinator
+
+
+def _children(n: int) -> str:
+    return f"{n} finished child" + ("" if n == 1 else "ren")
 
 
 def _known(coordinator: Coordinator, child_ids: Iterable[str], batch_id: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
@@ -26,6 +27,7 @@ from flightdeck.engine.control.inbox import (
     Steer,
     Stop,
     StopAll,
+    Unrecorded,
 )
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
@@ -45,12 +47,14 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.store import StoreTrouble
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
+WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
 
 
 class Coordinator:
@@ -68,13 +72,14 @@ class Coordinator:
         meter: Meter,
         clock: Callable[[], float],
         record: Callable[[ChildRow], None],
-        record_final: Callable[[ChildRow, Callable[[], None]], None],
+        record_final: Callable[[ChildRow, Callable[[bool], None]], None],
         record_receipt: Callable[[SteerReceipt, str], None],
         record_event: Callable[[str | None, str, str], None],
         publish: Callable[[EngineEvent], None],
         on_finished: Callable[[BatchStatus], EngineEvent],
         throttles: Mapping[str, RouteThrottle] | None = None,
         between_facts: Callable[[], None] = lambda: None,
+        store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -91,6 +96,7 @@ class Coordinator:
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
+        self._store_trouble = store_trouble
         self._queues = RouteQueues(routes, children)
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
@@ -100,6 +106,12 @@ class Coordinator:
         self._receipt_lock = threading.Lock()
         self._started = 0
         self._done = 0
+        self._finals = 0  # final rows handed to the store (committed or not yet)
+        # Final rows the store gave up on: those children ended, but were never announced.
+        self.unrecorded = 0
+        # Why the batch is ending before its time: the store gave up, or this thread failed.
+        self.failure: str | None = None
+        self._admission_paused = False
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
         self._shutdown = False
@@ -172,17 +184,11 @@ class Coordinator:
     def _run(self) -> None:
         finished: EngineEvent | None = None
         try:
-            self._admit()
-            while not self._all_done():
-                self._drain()
-                now = self._clock()
-                if now - self._last_watch >= WATCH_EVERY_S:
-                    self._last_watch = now
-                    self._watchdog()
-                self._admit()
-                self._progress()
-                self._between_facts()
-            finished = self._on_finished(self._final_status())
+            try:
+                self._loop()
+            except Exception as exc:
+                self._failed(exc)
+            finished = self._end()
         finally:
             self.finished.set()
         if finished is not None:
@@ -192,7 +198,80 @@ class Coordinator:
         # Keep answering commands until shutdown, so a late steer is settled as missed; but not
         # past the end of the program: one that never called close() would wait for ever.
         while not self._shutdown and threading.main_thread().is_alive():
+            try:
+                self._drain()
+            except Exception:
+                log.exception("flightdeck engine: a command after the batch ended failed")
+
+    def _loop(self) -> None:
+        self._watch_store()
+        self._admit()
+        while not self._all_done():
             self._drain()
+            self._watch_store()
+            now = self._clock()
+            if now - self._last_watch >= WATCH_EVERY_S:
+                self._last_watch = now
+                self._watchdog()
+            self._admit()
+            self._progress()
+            self._between_facts()
+
+    def _failed(self, exc: Exception) -> None:
+        """This thread's one error path: say so, stop every child, let them end (for a bounded
+        time), so the batch ends `failed` with the reason rather than stay `running`."""
+        log.exception("flightdeck engine: the coordinator failed; stopping every child")
+        self.failure = f"engine error: {type(exc).__name__}: {exc}"
+        try:
+            self._stop_everything(f"stopped: {self.failure}")
+            deadline = time.monotonic() + WIND_DOWN_S
+            while not self._all_done() and time.monotonic() < deadline:
+                self._drain()
+                self._watchdog()
+        except Exception:
+            log.exception("flightdeck engine: the coordinator failed again; ending the batch now")
+
+    def _end(self) -> EngineEvent | None:
+        status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
+        try:
+            return self._on_finished(status)
+        except Exception:
+            log.exception("flightdeck engine: the batch's end could not be recorded")
+            return None
+
+    def _watch_store(self) -> None:
+        """No child starts while the store cannot commit; once it gives up, every child is
+        stopped and the batch fails (its rows could not be kept)."""
+        trouble = self._store_trouble()
+        if (trouble is not None) != self._admission_paused:
+            self._admission_paused = trouble is not None
+            if trouble is not None:
+                log.error(
+                    "flightdeck engine: no new child starts while the store cannot commit (%s)",
+                    trouble.reason,
+                )
+            else:
+                log.warning("flightdeck engine: the store commits again; children start again")
+        if trouble is not None and trouble.gave_up and self.failure is None:
+            self.failure = f"the store cannot record ({trouble.reason})"
+            log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
+            self._stop_everything(f"stopped: {self.failure}")
+
+    def _stop_everything(self, reason: str) -> None:
+        """The engine's own stop (not the operator's): running children are interrupted,
+        queued ones end without starting."""
+        for child in self.children:
+            if child.status.terminal:
+                continue
+            if child.task.id in self._alive:
+                self._interrupt(child, ChildStatus.STOPPED, reason)
+            elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                self._finished(child)
+
+    @property
+    def held(self) -> int:
+        """Final rows handed to the store and not yet committed (nor given up on)."""
+        return self._finals - self._done
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S), then handle all that queued."""
@@ -221,6 +300,9 @@ class Coordinator:
             case Recorded(row):
                 self._done += 1
                 self._publish(ChildFinished(row, self._done, len(self.children)))
+            case Unrecorded():
+                self._done += 1  # ended, and never announced: the batch fails, counting it
+                self.unrecorded += 1
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
@@ -256,7 +338,10 @@ class Coordinator:
         """
         self._stop_requested.pop(child.task.id, None)
         row = child.row()
-        self._record_final(row, lambda: self.report(Recorded(row)))
+        self._finals += 1
+        self._record_final(
+            row, lambda committed: self.report(Recorded(row) if committed else Unrecorded(row))
+        )
 
     def _all_done(self) -> bool:
         return self._done >= len(self.children)
@@ -281,7 +366,7 @@ class Coordinator:
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
-        if len(self._alive) >= self.pool_size:
+        if len(self._alive) >= self.pool_size or self._admission_paused or self.failure:
             return
         for child in self._queues.ready():
             self._launch(child)

@@ -4,12 +4,14 @@ connection and draining a queue in short `BEGIN IMMEDIATE` transactions."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import itertools
 import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,7 @@ from flightdeck.engine.records.rows import (
     queued_params,
 )
 
-__all__ = ["MAX_BATCH", "Store"]
+__all__ = ["MAX_BATCH", "RETRY_S", "Store", "StoreTrouble", "storage_fault"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,53 @@ log = logging.getLogger(__name__)
 # another process's writer gets the lock between them, and fsyncs stay few. A multiple of the
 # largest multi-row INSERT, so a big write's transactions are whole statements of it.
 MAX_BATCH = 512
+
+# How long a commit the disk refuses (full, I/O error) is retried, its rows held in memory,
+# before the store gives up on it ([engine] store_retry_s).
+RETRY_S = 60.0
+_RETRY_MAX_WAIT_S = 1.0  # the longest pause between two tries of a refused commit
+
+# SQLite's primary result codes that say the storage, not the statement, is at fault.
+_STORAGE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_NOTADB,
+    }
+)
+_STORAGE_WORDS = ("disk is full", "disk i/o error", "unable to open", "readonly", "malformed")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTrouble:
+    """The store cannot commit: since when (time.monotonic), why, and whether it gave up."""
+
+    reason: str
+    since: float
+    gave_up: bool = False
+    """The retry window passed: each write is now tried once, and dropped (and counted) if it
+    fails."""
+
+
+def storage_fault(exc: BaseException) -> str | None:
+    """What is wrong with the storage, if `exc` says the disk or the database file is at fault
+    (full, I/O error, gone, read-only, corrupt); None for a fault of the statement or value."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return str(exc) if code & 0xFF in _STORAGE_CODES else None
+    text = str(exc).lower()  # raised without a code (by a wrapper, say): its words tell
+    return str(exc) if any(word in text for word in _STORAGE_WORDS) else None
+
+
+class _GaveUp(Exception):
+    """A commit the storage refused for longer than the retry window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +101,9 @@ class _Write:
     many: bool = False
     key: tuple[str, str] | None = None  # (batch, child) for update_child coalescing
     # Runs like a `_Then` queued right after this write, so a child's final row and its
-    # callback are one queued item. A write coalesced away still has its callback run.
-    then: Callable[[], object] | None = None
+    # callback are one queued item; it is told whether the write was committed. A write
+    # coalesced away still has its callback run, told what became of the one that replaced it.
+    then: Callable[[bool], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +120,9 @@ _Op = _Write | _Then | None  # None: stop the writer
 class Store:
     """The write side: non-blocking enqueuers in front of one writer thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, retry_s: float = RETRY_S) -> None:
         self.path = path
+        self.retry_s = retry_s
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = schema.connect(str(path))
@@ -95,6 +146,9 @@ class Store:
         self._lock = threading.Lock()
         self._closed = False
         self.failed_writes = 0
+        # Replaced, never mutated: any thread may read it (the engine stops admitting children
+        # while it is set, and fails the batch once it has given up).
+        self.trouble: StoreTrouble | None = None
         self._thread = threading.Thread(target=self._run, name="flightdeck-store", daemon=True)
         self._thread.start()
         # Daemon, so a forgotten close() cannot hang exit; atexit still drains the queue.
@@ -117,9 +171,10 @@ class Store:
         self._put_rows("add_queued", UPSERT_QUEUED, params)
 
     def update_child(
-        self, batch_id: str, row: ChildRow, then: Callable[[], object] | None = None
+        self, batch_id: str, row: ChildRow, then: Callable[[bool], object] | None = None
     ) -> None:
-        """Upsert every column of one child; `then` runs (on the writer thread) once committed."""
+        """Upsert every column of one child; `then` runs (on the writer thread) once the write
+        is committed, `then(True)`, or given up on, `then(False)`."""
         params = child_params(batch_id, row)
         self._put(_Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then))
 
@@ -145,7 +200,11 @@ class Store:
     # -- synchronisation ---------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Block until everything enqueued before this call is committed; False on timeout."""
+        """Block until everything enqueued before this call is committed; False on timeout,
+        and once the store has given up on a commit (`trouble`)."""
+        return self._flushed(timeout) and not (self.trouble is not None and self.trouble.gave_up)
+
+    def _flushed(self, timeout: float | None) -> bool:
         done = threading.Event()
         # Bounded like the wait: a second Ctrl+C's handler calls this, and may have interrupted
         # this very thread while it held the lock (queuing a big batch's rows).
@@ -219,43 +278,125 @@ class Store:
                         op = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                writes = _coalesce([op for op in ops if isinstance(op, _Write)])
-                if writes:
-                    self._commit(writes)
-                for op in ops:
-                    if op is None:
-                        stopping = True
-                        continue
-                    call = op.call if isinstance(op, _Then) else op.then
-                    if call is not None:
-                        try:
-                            call()
-                        except Exception:  # the caller's bug must not stop the writer
-                            log.exception("flightdeck store: a commit callback failed")
+                stopping = self._handle(ops)
         finally:
             self._conn.close()
 
-    def _commit(self, writes: list[_Write]) -> None:
+    def _handle(self, ops: list[_Op]) -> bool:
+        """Commit these ops, then run their callbacks; True if they hold the stop marker.
+
+        The writer's one error path: whatever goes wrong costs these writes (logged, counted,
+        their callbacks told so), never the writer thread."""
+        writes = [op for op in ops if isinstance(op, _Write)]
+        try:
+            failed = self._commit(_coalesce(writes)) if writes else []
+        except Exception:
+            self._rollback()
+            self.failed_writes += len(writes)
+            log.exception("flightdeck store: %d write(s) not committed", len(writes))
+            failed = writes
+        lost = {id(w) for w in failed}
+        lost_keys = {w.key for w in failed if w.key is not None}
+        for op in ops:
+            if op is None:
+                continue
+            try:
+                if isinstance(op, _Then):
+                    op.call()
+                elif op.then is not None:
+                    op.then(id(op) not in lost and op.key not in lost_keys)
+            except Exception:  # the caller's bug must not stop the writer
+                log.exception("flightdeck store: a commit callback failed")
+        return any(op is None for op in ops)
+
+    def _commit(self, writes: list[_Write]) -> list[_Write]:
+        """Commit `writes`; returns those that could not be (each counted and logged)."""
         # Broad excepts: a bad value (e.g. an int too large for SQLite raises OverflowError)
         # must cost one write, never the writer thread.
         try:
-            self._transaction(writes)
+            self._durably(writes)
+            return []
+        except _GaveUp as exc:
+            self._lost(writes, str(exc))
+            return writes
         except Exception:
-            # Find the bad operation(s): retry one per transaction so the good ones still land.
             self._rollback()
-            for write in writes:
+        # Find the bad operation(s): retry one per transaction so the good ones still land.
+        failed: list[_Write] = []
+        for write in writes:
+            try:
                 try:
-                    try:
-                        self._transaction([write])
-                    except UnicodeEncodeError:
-                        # Text SQLite cannot take (a lone surrogate, which JSON task files and
-                        # model output may carry): kept with U+FFFD in its place, not lost.
-                        self._rollback()
-                        self._transaction([_scrubbed(write)])
-                except Exception as exc:
+                    self._durably([write])
+                except UnicodeEncodeError:
+                    # Text SQLite cannot take (a lone surrogate, which JSON task files and
+                    # model output may carry): kept with U+FFFD in its place, not lost.
                     self._rollback()
-                    self.failed_writes += 1
-                    log.error("flightdeck store: %s failed: %s", write.what, exc)
+                    self._durably([_scrubbed(write)])
+            except Exception as exc:
+                self._rollback()
+                self._lost([write], str(exc))
+                failed.append(write)
+        return failed
+
+    def _lost(self, writes: list[_Write], reason: str) -> None:
+        self.failed_writes += len(writes)
+        what = ", ".join(sorted({w.what for w in writes}))
+        if len(writes) == 1:
+            log.error("flightdeck store: %s failed: %s", what, reason)
+        else:
+            log.error("flightdeck store: %d writes (%s) failed: %s", len(writes), what, reason)
+
+    def _durably(self, writes: list[_Write]) -> None:
+        """One transaction of `writes`. A commit the storage refuses (disk full, I/O error, the
+        file gone) is tried again, its rows held, for up to `retry_s` from the first refusal;
+        then `_GaveUp`, and from then on every commit is tried once. Any other error raises."""
+        try:
+            self._transaction(writes)
+        except Exception as exc:
+            reason = storage_fault(exc)
+            if reason is None:
+                raise
+            self._rollback()
+        else:
+            if self.trouble is not None and not self.trouble.gave_up:
+                self._recovered()
+            return
+        trouble = self.trouble
+        if trouble is not None and trouble.gave_up:
+            raise _GaveUp(reason)
+        if trouble is None:
+            trouble = self.trouble = StoreTrouble(reason, time.monotonic())
+            log.error(
+                "flightdeck store: cannot commit to %s (%s); %d row(s) held in memory, "
+                "trying again for up to %gs",
+                self.path,
+                reason,
+                sum(len(w.params) if w.many else 1 for w in writes) + self._queue.qsize(),
+                self.retry_s,
+            )
+        tries = 0
+        while (left := trouble.since + self.retry_s - time.monotonic()) > 0:
+            time.sleep(min(left, _RETRY_MAX_WAIT_S, 0.01 * 2**tries))
+            tries += 1
+            try:
+                self._transaction(writes)
+            except Exception as exc:
+                reason = storage_fault(exc)
+                if reason is None:
+                    raise
+                self._rollback()
+                continue
+            self._recovered()
+            return
+        self.trouble = dataclasses.replace(trouble, reason=reason, gave_up=True)
+        log.error("flightdeck store: gave up on %s after %gs: %s", self.path, self.retry_s, reason)
+        raise _GaveUp(reason)
+
+    def _recovered(self) -> None:
+        trouble, self.trouble = self.trouble, None
+        if trouble is not None:
+            held = time.monotonic() - trouble.since
+            log.warning("flightdeck store: commits land again (after %.1fs)", held)
 
     def _transaction(self, writes: list[_Write]) -> None:
         # Another process holding the write lock past the busy timeout (a long transaction, a
@@ -267,7 +408,7 @@ class Store:
                 self._attempt(writes)
                 return
             except sqlite3.OperationalError as exc:
-                if not schema.is_busy(exc):
+                if getattr(exc, "sqlite_errorcode", None) is None or not schema.is_busy(exc):
                     raise
                 self._rollback()
                 if not waits:
