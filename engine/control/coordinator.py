@@ -8,6 +8,7 @@ they report facts back through the inbox, and callers' commands arrive the same 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import queue
@@ -375,7 +376,7 @@ class Coordinator:
 
     def _launch(self, child: Child) -> None:
         try:
-            self._pool.submit(child.run)
+            self._pool.submit(functools.partial(self._run_child, child))
         except ThreadRefused as exc:
             # The child waits in the pool for a thread already started: no more children than
             # there are threads run at once.
@@ -396,6 +397,18 @@ class Coordinator:
         self._alive[child.task.id] = child
         self._started += 1
         self._publish(ChildStarted(child.task.id, self._clock()))
+
+    def _run_child(self, child: Child) -> None:
+        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
+        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
+        try:
+            child.run()
+        except Exception as exc:
+            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
+            try:
+                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
+            finally:
+                self.report(ChildDone(child))
 
     def _budget_exhausted(self) -> str | None:
         runs = self._budget.max_runs
