@@ -165,3 +165,16 @@ def test_a_batch_on_a_full_real_filesystem_fails_and_prints_no_line_it_did_not_s
     assert code == ExitCode.NOT_RECORDED
     assert len(lines) == len(completed) < 400
     assert "could not be recorded" in err.getvalue()
+
+
+def test_store_retry_s_is_read_from_the_config_and_checked(tmp_path: Path) -> None:
+    from flightdeck.engine.errors import ConfigError
+    from flightdeck.engine.inputs.settings import EngineSettings, load_settings
+
+    path = tmp_path / "flightdeck.toml"
+    path.write_text("[engine]\nstore_retry_s = 5\n")
+    assert load_settings(path).engine.store_retry_s == 5
+    assert EngineSettings().store_retry_s == 60  # the documented default
+    path.write_text('[engine]\nstore_retry_s = "soon"\n')
+    with pytest.raises(ConfigError, match=r"flightdeck\.toml:2.*store_retry_s"):
+        load_settings(path)
