@@ -8,10 +8,10 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import BatchStatus, ChildFinished, EngineEvent
 from flightdeck.tui.widgets.banner import Banner
+from tui_support import SIZE, app_for, until
 
 from helpers import batch, settings, sim_route
 from test_engine_faults import FaultyStores
-from tui_support import SIZE, app_for, until
 
 pytestmark = pytest.mark.anyio
 
