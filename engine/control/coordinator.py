@@ -48,7 +48,7 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.records.meter import Meter
-from flightdeck.engine.records.store import StoreTrouble
+from flightdeck.engine.records.faults import StoreTrouble
 
 log = logging.getLogger(__name__)
 

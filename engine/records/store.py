@@ -4,14 +4,12 @@ connection and draining a queue in short `BEGIN IMMEDIATE` transactions."""
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import functools
 import itertools
 import logging
 import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,13 @@ from typing import Any
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt
 from flightdeck.engine.records import schema
+from flightdeck.engine.records.faults import (
+    RETRY_S,
+    GaveUp,
+    RefusedCommits,
+    StoreTrouble,
+    storage_fault,
+)
 from flightdeck.engine.records.rows import (
     FINISH_BATCH,
     INSERT_EVENT,
@@ -44,53 +49,6 @@ log = logging.getLogger(__name__)
 # another process's writer gets the lock between them, and fsyncs stay few. A multiple of the
 # largest multi-row INSERT, so a big write's transactions are whole statements of it.
 MAX_BATCH = 512
-
-# How long a commit the disk refuses (full, I/O error) is retried, its rows held in memory,
-# before the store gives up on it ([engine] store_retry_s).
-RETRY_S = 60.0
-_RETRY_MAX_WAIT_S = 1.0  # the longest pause between two tries of a refused commit
-
-# SQLite's primary result codes that say the storage, not the statement, is at fault.
-_STORAGE_CODES = frozenset(
-    {
-        sqlite3.SQLITE_FULL,
-        sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_CANTOPEN,
-        sqlite3.SQLITE_READONLY,
-        sqlite3.SQLITE_CORRUPT,
-        sqlite3.SQLITE_NOTADB,
-    }
-)
-_STORAGE_WORDS = ("disk is full", "disk i/o error", "unable to open", "readonly", "malformed")
-
-
-@dataclass(frozen=True, slots=True)
-class StoreTrouble:
-    """The store cannot commit: since when (time.monotonic), why, and whether it gave up."""
-
-    reason: str
-    since: float
-    gave_up: bool = False
-    """The retry window passed: each write is now tried once, and dropped (and counted) if it
-    fails."""
-
-
-def storage_fault(exc: BaseException) -> str | None:
-    """What is wrong with the storage, if `exc` says the disk or the database file is at fault
-    (full, I/O error, gone, read-only, corrupt); None for a fault of the statement or value."""
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    if not isinstance(exc, sqlite3.DatabaseError):
-        return None
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return str(exc) if code & 0xFF in _STORAGE_CODES else None
-    text = str(exc).lower()  # raised without a code (by a wrapper, say): its words tell
-    return str(exc) if any(word in text for word in _STORAGE_WORDS) else None
-
-
-class _GaveUp(Exception):
-    """A commit the storage refused for longer than the retry window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +80,6 @@ class Store:
 
     def __init__(self, path: Path, *, retry_s: float = RETRY_S) -> None:
         self.path = path
-        self.retry_s = retry_s
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = schema.connect(str(path))
@@ -146,9 +103,7 @@ class Store:
         self._lock = threading.Lock()
         self._closed = False
         self.failed_writes = 0
-        # Replaced, never mutated: any thread may read it (the engine stops admitting children
-        # while it is set, and fails the batch once it has given up).
-        self.trouble: StoreTrouble | None = None
+        self._refused = RefusedCommits(path, retry_s)
         self._thread = threading.Thread(target=self._run, name="flightdeck-store", daemon=True)
         self._thread.start()
         # Daemon, so a forgotten close() cannot hang exit; atexit still drains the queue.
@@ -196,6 +151,12 @@ class Store:
     def settle_live_children(self, batch_id: str, status: ChildStatus, ts: float) -> None:
         """Give every queued/gated/running child of a batch a final status (crash recovery)."""
         self._put(_Write("settle_live_children", SETTLE_LIVE, (status.value, ts, batch_id)))
+
+    @property
+    def trouble(self) -> StoreTrouble | None:
+        """Set while commits are refused (a full disk, say), and for good once the store has
+        given up on one; any thread may read it."""
+        return self._refused.trouble
 
     # -- synchronisation ---------------------------------------------------------------------
 
@@ -316,7 +277,7 @@ class Store:
         try:
             self._durably(writes)
             return []
-        except _GaveUp as exc:
+        except GaveUp as exc:
             self._lost(writes, str(exc))
             return writes
         except Exception:
@@ -347,56 +308,10 @@ class Store:
             log.error("flightdeck store: %d writes (%s) failed: %s", len(writes), what, reason)
 
     def _durably(self, writes: list[_Write]) -> None:
-        """One transaction of `writes`. A commit the storage refuses (disk full, I/O error, the
-        file gone) is tried again, its rows held, for up to `retry_s` from the first refusal;
-        then `_GaveUp`, and from then on every commit is tried once. Any other error raises."""
-        try:
-            self._transaction(writes)
-        except Exception as exc:
-            reason = storage_fault(exc)
-            if reason is None:
-                raise
-            self._rollback()
-        else:
-            if self.trouble is not None and not self.trouble.gave_up:
-                self._recovered()
-            return
-        trouble = self.trouble
-        if trouble is not None and trouble.gave_up:
-            raise _GaveUp(reason)
-        if trouble is None:
-            trouble = self.trouble = StoreTrouble(reason, time.monotonic())
-            log.error(
-                "flightdeck store: cannot commit to %s (%s); %d row(s) held in memory, "
-                "trying again for up to %gs",
-                self.path,
-                reason,
-                sum(len(w.params) if w.many else 1 for w in writes) + self._queue.qsize(),
-                self.retry_s,
-            )
-        tries = 0
-        while (left := trouble.since + self.retry_s - time.monotonic()) > 0:
-            time.sleep(min(left, _RETRY_MAX_WAIT_S, 0.01 * 2**tries))
-            tries += 1
-            try:
-                self._transaction(writes)
-            except Exception as exc:
-                reason = storage_fault(exc)
-                if reason is None:
-                    raise
-                self._rollback()
-                continue
-            self._recovered()
-            return
-        self.trouble = dataclasses.replace(trouble, reason=reason, gave_up=True)
-        log.error("flightdeck store: gave up on %s after %gs: %s", self.path, self.retry_s, reason)
-        raise _GaveUp(reason)
-
-    def _recovered(self) -> None:
-        trouble, self.trouble = self.trouble, None
-        if trouble is not None:
-            held = time.monotonic() - trouble.since
-            log.warning("flightdeck store: commits land again (after %.1fs)", held)
+        """One transaction of `writes`, retried for a while if the storage refuses it
+        (`faults.py`); GaveUp once that is over."""
+        held = sum(len(w.params) if w.many else 1 for w in writes) + self._queue.qsize()
+        self._refused.commit(lambda: self._transaction(writes), self._rollback, held)
 
     def _transaction(self, writes: list[_Write]) -> None:
         # Another process holding the write lock past the busy timeout (a long transaction, a
