@@ -47,8 +47,8 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
-from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.records.faults import StoreTrouble
+from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
 
