@@ -173,3 +173,24 @@ def test_a_full_real_filesystem_past_the_window_gives_the_rows_up_and_says_so() 
             assert store.failed_writes == 4
         finally:
             store.close()
+
+
+def test_a_database_file_deleted_under_the_store_is_a_storage_fault_not_a_silent_loss(
+    tmp_path: Path,
+) -> None:
+    """SQLite would go on committing to the deleted file it has open: rows nobody can read."""
+    db = tmp_path / "flightdeck.db"
+    store = Store(db, retry_s=0.2)
+    calls = Calls()
+    try:
+        store.create_batch(make_batch())
+        assert store.flush(timeout=10)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        store.update_child("b1", make_child(0), then=calls.then(0))
+        assert not store.flush(timeout=10)
+        assert calls.seen == [(0, False)]
+        assert store.trouble is not None and store.trouble.gave_up
+        assert "was deleted or replaced" in store.trouble.reason
+    finally:
+        store.close()

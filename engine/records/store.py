@@ -4,9 +4,11 @@ connection and draining a queue in short `BEGIN IMMEDIATE` transactions."""
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import itertools
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -98,6 +100,7 @@ class Store:
             conn.close()
             raise
         self._conn = conn
+        self._file_id = _file_id(path)
         # SimpleQueue: put is one C call, no Python-level lock and condition per row
         self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -317,6 +320,10 @@ class Store:
         # Another process holding the write lock past the busy timeout (a long transaction, a
         # process stopped mid-write) is no reason to lose a child's final row: wait it out, for
         # as long as it takes. close() waits too; flush(timeout) still returns in time.
+        if _file_id(self.path) != self._file_id:
+            # Deleted (or replaced) under us: SQLite would go on writing the file it has open,
+            # which nobody will ever read. A storage fault like a full disk, said and held.
+            raise FileNotFoundError(errno.ENOENT, f"{self.path} was deleted or replaced")
         waits = 0
         while True:
             try:
@@ -394,6 +401,14 @@ def _runs(writes: list[_Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
             params.append(write.params)
     if sql is not None:
         yield sql, params
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _scrubbed(write: _Write) -> _Write:
