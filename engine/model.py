@@ -271,6 +271,9 @@ class Snapshot:
     routes: tuple[RouteHeadroom, ...] = ()
     version: int = 0
     finished_ts: float | None = None  # when the batch ended, as the store records it
+    # What keeps the engine from recording or running as it should (the store cannot commit,
+    # say), in a sentence for a banner; None when all is well.
+    problem: str | None = None
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""

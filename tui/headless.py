@@ -14,7 +14,7 @@ from flightdeck.engine.model import ChildFinished, EngineEvent, GroupFinished
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
-from flightdeck.tui.output import print_ending, print_lines, report_hint
+from flightdeck.tui.output import failure_text, print_ending, print_lines, report_hint
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
@@ -156,6 +156,10 @@ def _run_headless(
             show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     print_ending(console, engine, snap)
+    failure = failure_text(engine)
+    if failure is not None:  # said last, on stderr, so it is what a reader sees
+        errors.print(Text(f"flightdeck: error: {failure}", style="red"))
+        return ExitCode.NOT_RECORDED
     if interrupted:
         return exit_code
     return ExitCode.OK if snap.totals.completed == snap.totals.children else ExitCode.INCOMPLETE

@@ -36,6 +36,14 @@ def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
     console.print(Text(f"report: {report_hint(engine)}"))
 
 
+def failure_text(engine: Engine) -> str | None:
+    """Why the batch failed as a whole (the store gave up, an engine thread failed), with how
+    many finished children could not be recorded; None if it did not."""
+    if engine.failure is None and not engine.unrecorded:
+        return None
+    return engine.problem()
+
+
 Ended = ChildFinished | GroupFinished
 
 

@@ -8,10 +8,12 @@ they report facts back through the inbox, and callers' commands arrive the same 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from flightdeck.engine.child.delegate import DelegateCall
@@ -36,6 +38,7 @@ from flightdeck.engine.control.inbox import (
     Stop,
     StopAll,
     Then,
+    Unrecorded,
 )
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
@@ -56,6 +59,7 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
+from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
@@ -63,6 +67,7 @@ log = logging.getLogger(__name__)
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
+WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
 
 
 class Coordinator:
@@ -80,7 +85,7 @@ class Coordinator:
         meter: Meter,
         clock: Callable[[], float],
         record: Callable[[ChildRow], None],
-        record_final: Callable[[ChildRow, Callable[[], None]], None],
+        record_final: Callable[[ChildRow, Callable[[bool], None]], None],
         record_receipt: Callable[[SteerReceipt, str], None],
         record_event: Callable[[str | None, str, str], None],
         publish: Callable[[EngineEvent], None],
@@ -90,6 +95,7 @@ class Coordinator:
         carried: tuple[ChildStatus, ...] = (),
         first_receipt_id: int = 1,
         spawn: Callable[[Task], Child] | None = None,
+        store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -106,6 +112,7 @@ class Coordinator:
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
+        self._store_trouble = store_trouble
         self._queues = RouteQueues(routes, children)
         self._units = Units((c.task.id, c.task.group) for c in children)
         self._gate = CacheGate()
@@ -124,6 +131,12 @@ class Coordinator:
         self._carried = carried
         self._started = len(carried)
         self._done = 0
+        self._finals = 0  # final rows handed to the store (committed or not yet)
+        # Final rows the store gave up on: those children ended, but were never announced.
+        self.unrecorded = 0
+        # Why the batch is ending before its time: the store gave up, or this thread failed.
+        self.failure: str | None = None
+        self._admission_paused = False
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
         self._shutdown = False
@@ -196,17 +209,11 @@ class Coordinator:
     def _run(self) -> None:
         finished: EngineEvent | None = None
         try:
-            self._admit()
-            while not self._all_done():
-                self._drain()
-                now = self._clock()
-                if now - self._last_watch >= WATCH_EVERY_S:
-                    self._last_watch = now
-                    self._watchdog()
-                self._admit()
-                self._progress()
-                self._between_facts()
-            finished = self._on_finished(self._final_status())
+            try:
+                self._loop()
+            except Exception as exc:
+                self._failed(exc)
+            finished = self._end()
         finally:
             self.finished.set()
         if finished is not None:
@@ -216,7 +223,80 @@ class Coordinator:
         # Keep answering commands until shutdown, so a late steer is settled as missed; but not
         # past the end of the program: one that never called close() would wait for ever.
         while not self._shutdown and threading.main_thread().is_alive():
+            try:
+                self._drain()
+            except Exception:
+                log.exception("flightdeck engine: a command after the batch ended failed")
+
+    def _loop(self) -> None:
+        self._watch_store()
+        self._admit()
+        while not self._all_done():
             self._drain()
+            self._watch_store()
+            now = self._clock()
+            if now - self._last_watch >= WATCH_EVERY_S:
+                self._last_watch = now
+                self._watchdog()
+            self._admit()
+            self._progress()
+            self._between_facts()
+
+    def _failed(self, exc: Exception) -> None:
+        """This thread's one error path: say so, stop every child, let them end (for a bounded
+        time), so the batch ends `failed` with the reason rather than stay `running`."""
+        log.exception("flightdeck engine: the coordinator failed; stopping every child")
+        self.failure = f"engine error: {type(exc).__name__}: {exc}"
+        try:
+            self._stop_everything(f"stopped: {self.failure}")
+            deadline = time.monotonic() + WIND_DOWN_S
+            while not self._all_done() and time.monotonic() < deadline:
+                self._drain()
+                self._watchdog()
+        except Exception:
+            log.exception("flightdeck engine: the coordinator failed again; ending the batch now")
+
+    def _end(self) -> EngineEvent | None:
+        status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
+        try:
+            return self._on_finished(status)
+        except Exception:
+            log.exception("flightdeck engine: the batch's end could not be recorded")
+            return None
+
+    def _watch_store(self) -> None:
+        """No child starts while the store cannot commit; once it gives up, every child is
+        stopped and the batch fails (its rows could not be kept)."""
+        trouble = self._store_trouble()
+        if (trouble is not None) != self._admission_paused:
+            self._admission_paused = trouble is not None
+            if trouble is not None:
+                log.error(
+                    "flightdeck engine: no new child starts while the store cannot commit (%s)",
+                    trouble.reason,
+                )
+            else:
+                log.warning("flightdeck engine: the store commits again; children start again")
+        if trouble is not None and trouble.gave_up and self.failure is None:
+            self.failure = f"the store cannot record ({trouble.reason})"
+            log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
+            self._stop_everything(f"stopped: {self.failure}")
+
+    def _stop_everything(self, reason: str) -> None:
+        """The engine's own stop (not the operator's): running children are interrupted,
+        queued ones end without starting."""
+        for child in self.children:
+            if child.status.terminal:
+                continue
+            if child.task.id in self._alive:
+                self._interrupt(child, ChildStatus.STOPPED, reason)
+            elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                self._finished(child)
+
+    @property
+    def held(self) -> int:
+        """Final rows handed to the store and not yet committed (nor given up on)."""
+        return self._finals - self._done
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S), then handle all that queued."""
@@ -249,6 +329,10 @@ class Coordinator:
                 if unit is not None:
                     self._publish(unit)
                 self._delegations.ended(row)
+            case Unrecorded(row):
+                self._done += 1  # ended, and never announced: the batch fails, counting it
+                self.unrecorded += 1
+                self._delegations.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
@@ -327,7 +411,10 @@ class Coordinator:
         """
         self._stop_requested.pop(child.task.id, None)
         row = child.row()
-        self._record_final(row, lambda: self.report(Recorded(row)))
+        self._finals += 1
+        self._record_final(
+            row, lambda committed: self.report(Recorded(row) if committed else Unrecorded(row))
+        )
 
     def _all_done(self) -> bool:
         return self._done >= len(self.children)
@@ -354,7 +441,7 @@ class Coordinator:
             self._cancel_queued(budget_reason)
             return
         self._queues.requeue(self._gate.expired(self._clock()))
-        if self._busy() >= self.pool_size:
+        if self._busy() >= self.pool_size or self._admission_paused or self.failure:
             return
         now = self._clock()
         for child in self._queues.ready():
@@ -367,7 +454,7 @@ class Coordinator:
 
     def _launch(self, child: Child) -> None:
         try:
-            self._pool.submit(child.run)
+            self._pool.submit(functools.partial(self._run_child, child))
         except ThreadRefused as exc:
             # The child waits in the pool for a thread already started: no more children than
             # there are threads run at once.
@@ -388,6 +475,18 @@ class Coordinator:
         self._alive[child.task.id] = child
         self._started += 1
         self._publish(ChildStarted(child.task.id, self._clock()))
+
+    def _run_child(self, child: Child) -> None:
+        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
+        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
+        try:
+            child.run()
+        except Exception as exc:
+            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
+            try:
+                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
+            finally:
+                self.report(ChildDone(child))
 
     def _budget_exhausted(self) -> str | None:
         runs = self._budget.max_runs

@@ -24,6 +24,7 @@ from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
+from flightdeck.tui.widgets.banner import Banner
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import ATTENTION
 from textual import events
@@ -73,6 +74,7 @@ class MainScreen(Screen[None]):
         self._bindings_state: tuple[bool | None, ...] = ()
 
     def compose(self) -> ComposeResult:
+        yield Banner(id="banner")
         yield CostMeter(id="meter")
         yield ChildrenTable(id="children")
         yield TranscriptView(id="transcript", poll_s=self.options.transcript_poll_s)
@@ -133,6 +135,7 @@ class MainScreen(Screen[None]):
             if self.following:
                 self._follow()
             self.query_one("#meter", CostMeter).show(snap, now)
+            self.query_one("#banner", Banner).show(snap.problem)
             self._show_status()
         self._flush_notices()
         self._sync_bindings()

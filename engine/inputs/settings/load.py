@@ -140,7 +140,7 @@ class _Reader(ValueChecks):
         if "max_task_chars" in table:
             key = ("engine", "max_task_chars")
             values["max_task_chars"] = self.integer(key, table["max_task_chars"], 1)
-        for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s"):
+        for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s", "store_retry_s"):
             if name in table:
                 values[name] = self.number(("engine", name), table[name])
         return EngineSettings(**values)

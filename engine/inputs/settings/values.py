@@ -130,6 +130,7 @@ class EngineSettings:
     tool_stall_after_s: float = 600.0  # idle inside a tool
     stall_grace_s: float = 5.0  # after interrupting a stalled child, before finalizing it
     max_task_chars: int = DEFAULT_MAX_TASK_CHARS  # per goal, context or group of a task
+    store_retry_s: float = 60.0  # how long a commit the disk refuses is tried again
 
 
 @dataclass(frozen=True, slots=True)
