@@ -247,8 +247,8 @@ def _snapshot(rows: tuple[ChildRow, ...]) -> Snapshot:
     return Snapshot("b", BatchStatus.RUNNING, T0, NOW, rows, fake_totals(rows), pool_size=4)
 
 
-def meter_text(snap: Snapshot) -> str:
-    """What the meter shows for `snap`, rendered in a bare app."""
+def meter_text(snap: Snapshot, width: int = 160) -> str:
+    """What the meter shows for `snap`, rendered in a bare app `width` columns wide."""
 
     class MeterApp(App[None]):
         def compose(self) -> ComposeResult:
@@ -256,7 +256,7 @@ def meter_text(snap: Snapshot) -> str:
 
     async def run() -> str:
         app = MeterApp()
-        async with app.run_test():
+        async with app.run_test(size=(width, 10)):
             meter = app.query_one(CostMeter)
             meter.show(snap, snap.now)
             return str(meter.render())
@@ -271,6 +271,18 @@ def test_tokens_in_are_input_alone_with_cache_beside_them(tmp_path: Path) -> Non
     # The report's "input tokens" is input alone: the meter and the row say the same.
     assert "tokens 12.0k in · 3.0k out · 40.0k cached" in meter_text(_snapshot((row,)))
     assert "12.0k/3.0k" in [c[0] for c in row_cells(row, False, NOW)]
+
+
+def test_the_meter_says_tokens_and_dollars_at_80_columns(tmp_path: Path) -> None:
+    row = child(1, "g", ChildStatus.RUNNING, folder=tmp_path, tokens=(123_000, 13_000), cost="12.25")
+    snap = dataclasses.replace(_snapshot((row,)), max_cost_usd=Decimal("100.00"))
+    lines = meter_text(snap, width=80).splitlines()
+    assert len(lines) == 2
+    counts, money = lines
+    assert "0/1 done" in counts and "●1 run" in counts and "■0 stopped" in counts
+    for part in ("123.0k in", "13.0k out", "0 cached", "$12.25", "/min", "budget 12%", "2:15"):
+        assert part in money, part
+    assert all(len(line) <= 78 for line in lines)  # nothing cut: 80 columns less the padding
 
 
 def test_the_meter_and_the_row_count_the_call_in_progress(tmp_path: Path) -> None:
