@@ -26,13 +26,13 @@ def detail_text(row: ChildRow | None, now: float) -> Text:
     text.append(f"{glyph} ", style=glyph_style)
     text.append(one_line(row.id), style="bold")
     status = "retrying" if is_retrying(row) else row.status.value
-    text.append(f"  {status}", style=glyph_style)
-    # doing() says the error already for a child that ended with one; a running child's error
-    # (its last retry's reason) is said apart.
+    # doing() starts with the status (and says the error) for a child that has ended; a running
+    # child's error (its last retry's reason) is said apart.
     what, style = doing(row, now, _FULL)
-    if what and what != row.status.value:
-        text.append("  ")
-        text.append(what, style=style)
+    if not what.startswith(row.status.value):
+        text.append(f"  {status}", style=glyph_style)
+    text.append("  ")
+    text.append(what, style=style)
     if row.error and row.status.live:
         text.append("  error: ", style="dim")
         text.append(one_line(row.error, _FULL), style="red")

@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 BAR_WIDTH = 24
 COMPACT_BAR = 8
-COMPACT_BELOW = 120  # columns: under this the meter uses its compact form
+COMPACT_BELOW = 150  # columns: under this the meter uses its compact form (the full one is ~150)
 BURN_WINDOW_S = 60.0  # the burn rate is measured over the last minute
 _MIN_WINDOW_S = 5.0  # below this the window is too short; use the batch average
 
@@ -106,7 +106,8 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
         text.append("tokens ", style="dim")
     dot = " " if compact else " · "
     text.append(f"{fmt_tokens(usage.input_tokens)} in{dot}{fmt_tokens(usage.output_tokens)} out")
-    text.append(f"{dot}{fmt_tokens(cached)} cached")
+    if cached or not compact:
+        text.append(f"{dot}{fmt_tokens(cached)} cached")
     text.append(f"{gap}spent " if not compact else gap, style="dim")
     spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, "unpriced")
     text.append(spent, style="bold")
@@ -127,6 +128,7 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
             text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
     text.append(f"{gap}elapsed " if not compact else gap, style="dim")
     text.append(fmt_clock(now - snap.started_ts))
-    text.append(f"{gap}pool " if not compact else " pool ", style="dim")
-    text.append(str(snap.pool_size))
+    if not compact:  # the least needed figure: compact leaves it out
+        text.append(f"{gap}pool ", style="dim")
+        text.append(str(snap.pool_size))
     return text
