@@ -718,3 +718,23 @@ async def test_help_explains_every_column_header(tmp_path: Path) -> None:
     for _, label, _ in COLUMNS[1:]:  # the first, the tag mark and status glyph, has no header
         assert any(line.split("  ", 1)[0].strip() == label for line in columns), label
     assert any(line.startswith("rt ") and "retries" in line for line in columns)
+
+
+async def test_the_detail_line_follows_the_cursor_at_80_columns(tmp_path: Path) -> None:
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        detail = app.main.query_one("#detail")
+
+        def says() -> str:
+            return str(detail.render())
+
+        assert says().startswith("⊗ review-09  stalled: no activity for 120s")
+        await pilot.press("down")  # review-04: its whole error, cut in the table at 80 columns
+        await until(pilot, lambda: "review-04" in says(), "the detail line moved")
+        assert "failed: FatalError: sim: simulated fatal error" in says()
+        assert "goal Review PR #104: [@click=app.quit]x[/] markup in a goal" in says()
+        assert "sim: simulated fatal error" not in table_text(table)
+        meter = str(app.main.query_one("#meter").render())
+        assert "spent" not in meter and "$0.0345" in meter and "2:15" in meter  # compact form

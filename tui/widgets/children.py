@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import ChildRow
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.rows import (
     COLUMN_KEYS,

@@ -17,7 +17,7 @@ _FULL = 400  # characters of "doing" and the error kept; the line cuts to the wi
 
 
 def detail_text(row: ChildRow | None, now: float) -> Text:
-    """Two lines: id, status, what it does (or how it ended) and its steer; then its goal."""
+    """Two lines: id, status, what it does (or how it ended), retries and steer; then its goal."""
     text = Text(no_wrap=True, overflow="ellipsis")
     if row is None:
         text.append("no child selected", style="dim")
@@ -36,6 +36,8 @@ def detail_text(row: ChildRow | None, now: float) -> Text:
     if row.error and row.status.live:
         text.append("  error: ", style="dim")
         text.append(one_line(row.error, _FULL), style="red")
+    if row.activity.retries:  # the rt column is the first a narrow screen leaves out
+        text.append(f"  retries {row.activity.retries}", style="yellow")
     if row.steers:
         last = max(row.steers, key=lambda r: r.id)
         mark, mark_style = STEER_MARKS[last.state]

@@ -38,7 +38,13 @@ def status_parts(line: StatusLine) -> list[Part]:
         else "green"
     )
     parts: list[Part] = [
-        (0, [(f"batch {one_line(line.batch_id, 24)} ", "bold"), (line.batch_status.value, state_style)]),
+        (
+            0,
+            [
+                (f"batch {one_line(line.batch_id, 24)} ", "bold"),
+                (line.batch_status.value, state_style),
+            ],
+        ),
     ]
     if finished:
         parts.append((1, [(" (q to quit)", "dim")]))
@@ -63,6 +69,7 @@ def fit_parts(parts: list[Part], width: int) -> Text:
     A part that does not fit is left out whole rather than cut mid-word; only the first part
     (the batch) is ever cut, with an ellipsis, on a screen too narrow for it.
     """
+
     def size(part: Part) -> int:
         return sum(len(t) for t, _ in part[1])
 
