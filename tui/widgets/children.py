@@ -152,7 +152,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         """Bring the table in line with `rows`."""
         self._now = now
         by_id, keys, order = self.rows_by_id, self._keys, self.order
-        keep = self.row_filter.matches
+        keep, position = self.row_filter.matches, self.position
         added: list[str] = []
         removed: set[str] = set()
         moved = False
@@ -165,7 +165,7 @@ class ChildrenTable(ScrollView, can_focus=True):
             key = sort_key(order, row)
             moved = moved or keys.get(row.id) != key
             keys[row.id] = key
-            was = old is not None and keep(old, row.id in self.tagged)
+            was = position(row.id) is not None
             now_visible = keep(row, row.id in self.tagged)
             if now_visible and not was:
                 added.append(row.id)
