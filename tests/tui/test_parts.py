@@ -14,8 +14,8 @@ from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.days import Days, day_of_last
-from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.detail import detail_text
+from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import (
     SortOrder,
     fit_columns,
