@@ -271,7 +271,8 @@ class ChildrenTable(ScrollView, can_focus=True):
             self.cursor_row = index
             self.refresh_line(old + 1)
             self.refresh_line(index + 1)
-        self._scroll_to_cursor()
+            # Only when the cursor moved: a poll must not pull back a view scrolled by the wheel.
+            self._scroll_to_cursor()
         child_id = self.selected_id
         if child_id != self._highlighted:
             self._highlighted = child_id
