@@ -47,8 +47,8 @@ MAIN_BINDINGS: list[BindingType] = [
         id="view.row-up",
         tooltip="Move up a row (as the up arrow does)",
     ),
-    # Priority: the table's own Home and End scroll sideways. check_action lets the keys through
-    # to the filter box or the transcript when either has focus.
+    # Priority, so the keys reach the table before the screen's scrolling; check_action lets them
+    # through to the filter box or the transcript when either has focus.
     Binding(
         "home",
         "first_row",

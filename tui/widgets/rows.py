@@ -8,6 +8,7 @@ from enum import StrEnum
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
+from rich.cells import cell_len, set_cell_size
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
 DOING_CHARS = 60
@@ -69,6 +70,57 @@ COLUMN_HELP: dict[str, str] = {
 }
 
 
+# --- layout by priority -----------------------------------------------------------------------
+
+# Dropped first to last when the screen is narrow; the mark (status), id, "doing" (activity) and
+# cost stay. The goal shrinks to its floor before anything is dropped, and goes last.
+DROP_ORDER = ("retries", "calls", "route", "last", "steer", "tokens", "goal")
+GOAL_MIN = 12
+DOING_MIN = 12
+ID_MIN = 8
+DOING_MAX = DOING_CHARS  # the full text is in the detail line under the table
+
+
+def fit_columns(width: int) -> tuple[tuple[str, str, int], ...]:
+    """The columns to show at `width` cells (one space between columns), with their widths.
+
+    Extra width beyond every column's own goes half to "doing" (up to what it can say) and the
+    rest to the goal, so a wide screen does not spend it all on the goal.
+    """
+    widths = {key: w for key, _, w in COLUMNS}
+    widths["goal"] = GOAL_MIN
+    keys = list(COLUMN_KEYS)
+
+    def total() -> int:
+        return sum(widths[k] for k in keys) + len(keys) - 1
+
+    for key in DROP_ORDER:
+        if total() <= width:
+            break
+        keys.remove(key)
+    over = total() - width
+    for key, floor in (("doing", DOING_MIN), ("id", ID_MIN)):
+        cut = max(0, min(over, widths[key] - floor))
+        widths[key] -= cut
+        over -= cut
+    extra = width - total()
+    if extra > 0:
+        to_doing = min(extra // 2 if "goal" in keys else extra, DOING_MAX - widths["doing"])
+        widths["doing"] += max(0, to_doing)
+        if "goal" in keys:
+            widths["goal"] += extra - max(0, to_doing)
+    return tuple((key, label, widths[key]) for key, label, _ in COLUMNS if key in keys)
+
+
+def fit_text(text: str, width: int) -> str:
+    """`text` in exactly `width` cells: padded, or cut with an ellipsis."""
+    if width <= 0:
+        return ""
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    return set_cell_size(text, width - 1) + "…"
+
+
 def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     """Every cell that depends only on the row (and its tag), in COLUMNS order but time cells."""
     glyph = RETRYING_GLYPH if is_retrying(row) else GLYPHS[row.status]
@@ -96,7 +148,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     )
 
 
-def doing(row: ChildRow, now: float) -> Cell:
+def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
     """What the child is doing: its tool and for how long, its activity, or how it ended."""
     a = row.activity
     if row.status is ChildStatus.RUNNING:
@@ -104,12 +156,12 @@ def doing(row: ChildRow, now: float) -> Cell:
         last_turn = LAST_TURN if a.last_turn else ""
         if a.current_tool is not None:
             since = fmt_span(now - a.tool_started_ts) if a.tool_started_ts is not None else ""
-            return (one_line(f"{last_turn}tool: {a.current_tool} {since}", DOING_CHARS), "cyan")
-        return (one_line(last_turn + a.text, DOING_CHARS), "yellow" if is_retrying(row) else "")
+            return (one_line(f"{last_turn}tool: {a.current_tool} {since}", limit), "cyan")
+        return (one_line(last_turn + a.text, limit), "yellow" if is_retrying(row) else "")
     if row.status in _WAITING:
         return (row.status.value, "dim")
     text = row.status.value + (f": {row.error}" if row.error else "")
-    return (one_line(text, DOING_CHARS), "bold red" if row.status in ATTENTION else "dim")
+    return (one_line(text, limit), "bold red" if row.status in ATTENTION else "dim")
 
 
 def last(row: ChildRow, now: float) -> Cell:
