@@ -272,7 +272,7 @@ class MainScreen(Screen[None]):
             return None if self.targets() else False
         if action == "stop_all":
             return self._any_live()
-        if action in ("tag", "tag_visible"):
+        if action in ("tag", "tag_visible", "tag_group"):
             return bool(self.table.shown)
         if action in _ROW_MOVES:
             return self.focused is self.table
@@ -366,6 +366,23 @@ class MainScreen(Screen[None]):
         shown = list(table.shown)
         every = all(i in table.tagged for i in shown)
         table.set_tagged(shown, not every)
+        if table.row_filter.tagged_only:
+            table.rebuild()
+        self._after_tags()
+
+    def action_tag_group(self) -> None:
+        """Tag the selected child's whole group (a completion unit): s and x then act on it."""
+        table = self.table
+        selected = table.selected_id
+        row = table.rows_by_id.get(selected) if selected is not None else None
+        if row is None:
+            return
+        if row.group is None:
+            self.notify(f"{one_line(row.id)} is in no group", markup=False)
+            return
+        members = [i for i, r in table.rows_by_id.items() if r.group == row.group]
+        every = all(i in table.tagged for i in members)
+        table.set_tagged(members, not every)
         if table.row_filter.tagged_only:
             table.rebuild()
         self._after_tags()

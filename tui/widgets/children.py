@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
 from typing import ClassVar
 
 from flightdeck.engine.model import ChildRow
@@ -21,6 +22,9 @@ from flightdeck.tui.widgets.rows import (
     fit_text,
     row_cells,
     sort_key,
+    subtree_costs,
+    tree_cells,
+    tree_key,
 )
 from rich.segment import Segment
 from rich.style import Style
@@ -101,6 +105,8 @@ class ChildrenTable(ScrollView, can_focus=True):
         self.tagged: set[str] = set()
         self.order = SortOrder.ATTENTION
         self.row_filter = RowFilter()
+        self._delegated = False  # some child delegated: the tree order has a tree to show
+        self._subtree: dict[str, Decimal | None] = {}  # in the tree order: each parent's total
         self._keys: dict[str, tuple[object, ...]] = {}  # sort key of every row
         self._shown: list[str] = []  # visible ids in display order
         self._index: dict[str, int] | None = None  # id -> position in _shown, built on demand
@@ -135,7 +141,15 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     def cells(self, child_id: str) -> tuple[Cell, ...]:
         row = self.rows_by_id[child_id]
-        return row_cells(row, child_id in self.tagged, self._now)
+        cells = row_cells(row, child_id in self.tagged, self._now)
+        if self.order is SortOrder.TREE and self._delegated:
+            cells = tree_cells(cells, row, self._subtree.get(child_id, False))
+        return cells
+
+    def _key(self, row: ChildRow) -> tuple[object, ...]:
+        if self.order is SortOrder.TREE:
+            return tree_key(row, self.rows_by_id)
+        return sort_key(self.order, row)
 
     def displayed(self, child_id: str, column: str) -> str:
         """The plain text a cell shows, before the column's width cuts it."""
@@ -162,7 +176,9 @@ class ChildrenTable(ScrollView, can_focus=True):
             if old is row:
                 continue
             by_id[row.id] = row
-            key = sort_key(order, row)
+            if row.parent is not None:
+                self._delegated = True
+            key = self._key(row)
             moved = moved or keys.get(row.id) != key
             keys[row.id] = key
             was = position(row.id) is not None
@@ -171,6 +187,8 @@ class ChildrenTable(ScrollView, can_focus=True):
                 added.append(row.id)
             elif was and not now_visible:
                 removed.add(row.id)
+        if self._delegated and order is SortOrder.TREE:
+            self._subtree = subtree_costs(by_id)
         if removed or added:
             selected = self.selected_id
             if removed:
@@ -200,7 +218,9 @@ class ChildrenTable(ScrollView, can_focus=True):
     def set_order(self, order: SortOrder) -> None:
         """Sort by `order` now (the operator asked for it: no hold)."""
         self.order = order
-        self._keys = {i: sort_key(order, row) for i, row in self.rows_by_id.items()}
+        self._keys = {i: self._key(row) for i, row in self.rows_by_id.items()}
+        if order is SortOrder.TREE and self._delegated:
+            self._subtree = subtree_costs(self.rows_by_id)
         self._reorder(self.selected_id, force=True)
         self.refresh()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
@@ -56,7 +58,8 @@ COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
 
 # What each column header means, for the help screen (the mark column has no header).
 COLUMN_HELP: dict[str, str] = {
-    "id": "the child's id",
+    "id": "the child's id (a delegate's is its parent's, then .1, .2, ...; indented under its "
+    "parent in the tree order)",
     "goal": "its task, cut to the column's width",
     "route": "the route it calls, as route/model when the model has another name",
     "calls": "model requests sent so far",
@@ -64,7 +67,8 @@ COLUMN_HELP: dict[str, str] = {
     "'last turn' when max_turns allows no more (a steer sent then is missed)",
     "last": "how long ago it last did something, or ended",
     "tokens": "input tokens (cache reads and writes apart, as in the report) / output tokens",
-    "cost": "dollars spent; $? when the model has no price",
+    "cost": "dollars spent; $? when the model has no price; in the tree order, Σ is a "
+    "parent's cost with all its delegates'",
     "retries": "retries after a 429, a timeout or a server error",
     "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
 }
@@ -196,6 +200,8 @@ class SortOrder(StrEnum):
     TOKENS = "tokens"
     ID = "id"
     BATCH = "batch"
+    GROUP = "group"  # a group's members together, in batch order; ungrouped last
+    TREE = "tree"  # each parent, then its delegates indented under it (ChildrenTable keys it)
 
     def next(self) -> SortOrder:
         members = list(SortOrder)
@@ -220,7 +226,58 @@ def sort_key(order: SortOrder, row: ChildRow) -> tuple[object, ...]:
         return (-row.live_usage.total, row.seq)
     if order is SortOrder.ID:
         return (row.id, row.seq)
+    if order is SortOrder.GROUP:
+        return (row.group is None, row.group or "", row.seq)
     return (row.seq,)
+
+
+def tree_key(row: ChildRow, rows: Mapping[str, ChildRow]) -> tuple[int, ...]:
+    """The seqs from the root down to `row`: a parent sorts before its delegates (made after
+    it, so with later seqs), and each delegate's own delegates right after it."""
+    seqs = [row.seq]
+    parent = row.parent
+    while parent is not None and len(seqs) < 64:
+        up = rows.get(parent)
+        if up is None:
+            break
+        seqs.append(up.seq)
+        parent = up.parent
+    return tuple(reversed(seqs))
+
+
+def subtree_costs(rows: Mapping[str, ChildRow]) -> dict[str, Decimal | None]:
+    """Each parent's cost with every delegate below it (live, as the cost column); None when a
+    price in the subtree is unknown. Only children that delegated are in it."""
+    totals: dict[str, Decimal | None] = {}
+    for row in rows.values():
+        if row.parent is None:
+            continue
+        cost = row.live_cost_usd
+        parent: str | None = row.parent
+        for _ in range(64):
+            if parent is None or parent not in rows:
+                break
+            if parent not in totals:
+                totals[parent] = rows[parent].live_cost_usd
+            known = totals[parent]
+            totals[parent] = None if known is None or cost is None else known + cost
+            parent = rows[parent].parent
+    return totals
+
+
+def tree_cells(
+    cells: tuple[Cell, ...], row: ChildRow, subtree_cost: Decimal | bool | None
+) -> tuple[Cell, ...]:
+    """A row's cells in the tree order: its id indented by depth, and for a parent the cost of
+    its whole subtree (`Σ$…`). `subtree_cost` False: it delegated nothing."""
+    out = list(cells)
+    if row.depth:
+        text, style = out[1]
+        out[1] = ("  " * (row.depth - 1) + "└ " + text, style)
+    if subtree_cost is not False:
+        cost = subtree_cost if isinstance(subtree_cost, Decimal) else None
+        out[8] = ("Σ" + fmt_cost(cost), "bold")
+    return tuple(out)
 
 
 def _attention_key(row: ChildRow) -> tuple[int, float]:
