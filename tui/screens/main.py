@@ -297,7 +297,13 @@ class MainScreen(Screen[None]):
         def send(request: SteerRequest | None) -> None:
             if request is None:
                 return
-            self.view.steer(ids, request.message, request.now)
+            try:
+                self.view.steer(ids, request.message, request.now)
+            except ValueError as exc:  # too long, or not valid text: nothing was queued
+                self.notify(
+                    f"steer not sent: {one_line(str(exc), 200)}", severity="error", markup=False
+                )
+                return
             when = "now" if request.now else "at next turn"
             self.notify(f"steer queued for {len(ids)} ({when})", markup=False)
 
