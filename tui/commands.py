@@ -1,4 +1,4 @@
-"""The `flightdeck` commands: run (TUI or headless), report, ls."""
+"""The `flightdeck` commands: run (an owner in the background, or headless), report, ls."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_spent
 from flightdeck.tui.headless import run_headless
-from flightdeck.tui.output import print_ending
 from rich.table import Table
 from rich.text import Text
 
@@ -40,27 +39,21 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         settings,
         state_dir=state_dir_from(args.state_dir, settings),
         max_concurrent=args.max_concurrent,
+        batch_id=args.owner_of,  # an owner started by `run` below: its folder is claimed
     )
-    tune_interpreter()
-    if not args.headless and sys.stdout.isatty():
-        from flightdeck.tui.app import run_app
+    if args.detach or (not args.headless and args.owner_of is None and sys.stdout.isatty()):
+        # The batch runs in an owner process of its own; this one only checked the input.
+        engine.close()
+        from flightdeck.tui.attached import run_in_background
 
-        try:
-            engine.start()
-            code = run_app(engine)
-        finally:
-            engine.close()  # also after a failed start: its threads and writer process
-        # Back on the shell's screen, the app's is gone: leave what headless leaves.
-        console = console_for()
-        console.print(Text(f"batch {engine.batch_id}", style="bold"))
-        print_ending(console, engine, engine.snapshot())
-        return code
+        return run_in_background(args, engine.state_dir)
+    tune_interpreter()
     return run_headless(engine, console_for())
 
 
-def _reader(state_dir: Path | None) -> StoreReader:
+def state_db(state_dir: Path | None) -> Path:
+    """The database of the state folder a reading command (report, ls, attach, logs) names."""
     from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
-    from flightdeck.engine.records.reader import StoreReader
 
     # flightdeck.toml only matters when it names the state folder: a broken one in the current
     # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
@@ -71,7 +64,13 @@ def _reader(state_dir: Path | None) -> StoreReader:
         raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
     if not db.is_file():
         raise UsageError(db, None, None, "not a flightdeck database (not a file)")
-    return StoreReader(db)
+    return db
+
+
+def _reader(state_dir: Path | None) -> StoreReader:
+    from flightdeck.engine.records.reader import StoreReader
+
+    return StoreReader(state_db(state_dir))
 
 
 def cmd_report(args: argparse.Namespace) -> ExitCode:

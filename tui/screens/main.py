@@ -12,7 +12,13 @@ from flightdeck.engine import model
 from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.messages import BatchFinished, ChildFinished, SteerSettled, message_for
-from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog, SteerRequest
+from flightdeck.tui.screens.dialogs import (
+    ConfirmStopDialog,
+    QuitChoice,
+    QuitDialog,
+    SteerDialog,
+    SteerRequest,
+)
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
@@ -257,7 +263,16 @@ class MainScreen(Screen[None]):
 
     # --- actions ----------------------------------------------------------------------------
 
+    def _refused(self) -> bool:
+        """A batch whose owner is gone hears no command: say why, rather than send one."""
+        reason = self.view.read_only
+        if reason:
+            self.notify(reason, severity="warning", markup=False)
+        return bool(reason)
+
     def action_steer(self) -> None:
+        if self._refused():
+            return
         ids = self.live_targets()
         if not ids:
             return
@@ -274,6 +289,8 @@ class MainScreen(Screen[None]):
         self.app.push_screen(dialog, send)
 
     def action_stop(self) -> None:
+        if self._refused():
+            return
         ids = self.live_targets()
         if not ids:
             return
@@ -288,6 +305,8 @@ class MainScreen(Screen[None]):
         self.app.push_screen(ConfirmStopDialog(ids, ended=len(self._ended_targets())), stop)
 
     def action_stop_all(self) -> None:
+        if self._refused():
+            return
         rows = self.table.rows_by_id
         ids = sorted((i for i, r in rows.items() if r.status.live), key=lambda i: rows[i].seq)
         if not ids:
@@ -376,14 +395,17 @@ class MainScreen(Screen[None]):
             self.app.exit(result=False)
             return
 
-        def answer(stop: bool | None) -> None:
+        def answer(choice: QuitChoice | None) -> None:
             self.quit_requested = False
-            if stop:
+            if choice is QuitChoice.STOP:
                 self.view.stop_all()
                 self.app.exit(result=True)
+            elif choice is QuitChoice.DETACH:  # the owner process runs the batch on
+                self.app.exit(result=False)
 
         self.quit_requested = True
-        self.app.push_screen(QuitDialog(live), answer)
+        can_detach = self.view.can_detach and not self.view.read_only
+        self.app.push_screen(QuitDialog(live, detach=can_detach), answer)
 
     # --- filter -----------------------------------------------------------------------------
 

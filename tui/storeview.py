@@ -1,0 +1,279 @@
+"""`StoreView`: the `EngineView` of a batch whose owner is another process, read from the store.
+
+A watcher thread (watch.py) wakes on every change to the database's WAL, and at least every
+`poll_s`; each wake asks SQLite's `data_version` whether another connection committed, and only
+then reads. A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only
+for the rows that changed, so a 1,000-child batch costs little more than its running ones.
+The discrete facts (a child started or finished, a steer settled, the batch finished) are the
+differences between two reads, published to subscribers on the watcher thread.
+
+Commands go into the store's requests table (records/requests.py), which the owner applies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from flightdeck.engine.model import (
+    BatchFinished,
+    BatchStatus,
+    ChildFinished,
+    ChildRow,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+    Snapshot,
+    SteerReceipt,
+    SteerSettled,
+    SteerState,
+)
+from flightdeck.engine.records.meter import totals_of
+from flightdeck.engine.records.rows import (
+    BATCH_COLUMNS,
+    CHILD_COLUMNS_NO_RESULT,
+    RECEIPT_COLUMNS,
+    BatchInfo,
+    batch_info,
+    child_row,
+    receipt,
+)
+from flightdeck.engine.records.schema import connect
+from flightdeck.tui.view import Listener
+from flightdeck.tui.watch import Waker
+
+DB_FILES = ("flightdeck.db", "flightdeck.db-wal")
+
+
+class StoreView:
+    """`EngineView` over the store of a batch run by an owner process elsewhere."""
+
+    def __init__(
+        self,
+        db: Path,
+        batch_id: str,
+        *,
+        poll_s: float = 0.25,
+        watch: bool = True,
+        force_polling: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.batch_id = batch_id
+        self.clock = clock
+        self._conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
+        self._data_version: int | None = None
+        self._raw: dict[str, tuple[Any, ...]] = {}
+        self._rows: dict[str, ChildRow] = {}
+        self._order: tuple[ChildRow, ...] = ()
+        self._receipts: dict[int, SteerReceipt] = {}
+        self._subscribers: tuple[Listener, ...] = ()
+        self._sub_lock = threading.Lock()
+        self.info: BatchInfo | None = None
+        self.reads = 0  # reads that found a change (for the benchmark)
+        first = self._read()
+        if first is None:
+            self._conn.close()
+            raise LookupError(f"no batch {batch_id!r} in {db}")
+        self._snapshot = first
+        self._waker: Waker | None = None
+        if watch:
+            self._waker = Waker(
+                db.parent, DB_FILES, self.refresh, poll_s=poll_s, force_polling=force_polling
+            ).start()
+
+    def close(self) -> None:
+        """Stop watching and close the connection; idempotent."""
+        if self._waker is not None:
+            self._waker.close()
+        with self._lock:
+            self._conn.close()
+
+    # --- EngineView ---------------------------------------------------------------------------
+
+    can_detach = True  # the owner is another process: the batch runs on without this one
+
+    @property
+    def read_only(self) -> str | None:
+        info = self.info
+        if info is None or info.status is BatchStatus.RUNNING:
+            return None
+        if info.status is BatchStatus.ABANDONED:
+            return (
+                f"batch {info.id} is abandoned (its owner, pid {info.owner_pid}, is gone): "
+                f"nothing would apply a steer or a stop; flightdeck resume {info.id} runs it on"
+            )
+        return f"batch {info.id} has ended ({info.status.value}): nothing left to steer or stop"
+
+    def snapshot(self) -> Snapshot:
+        snap = self._snapshot
+        if snap.status is BatchStatus.RUNNING:
+            return _replace_now(snap, self.clock())
+        return snap
+
+    def transcript_path(self, child_id: str) -> Path | None:
+        row = self._rows.get(child_id)
+        return None if row is None else Path(row.transcript)
+
+    def subscribe(self, fn: Listener) -> Callable[[], None]:
+        with self._sub_lock:
+            self._subscribers = (*self._subscribers, fn)
+
+        def unsubscribe() -> None:
+            with self._sub_lock:
+                self._subscribers = tuple(s for s in self._subscribers if s is not fn)
+
+        return unsubscribe
+
+    def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None:
+        raise NotImplementedError  # requests.py (the owner's half) is merged next
+
+    def stop(self, child_ids: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def stop_all(self) -> None:
+        raise NotImplementedError
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Read what another connection committed since the last read; True if anything
+        changed. Called by the watcher thread; tests and benchmarks may call it directly."""
+        events: list[EngineEvent] = []
+        with self._lock:
+            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._data_version:
+                return False
+            snap = self._read(events)
+            if snap is None:
+                return False
+            self._snapshot = snap
+            self.reads += 1
+        for event in events:
+            self._publish(event)
+        return True
+
+    def _read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            self._data_version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+            found = conn.execute(
+                f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?", (self.batch_id,)
+            ).fetchone()
+            if found is None:
+                return None
+            raw = conn.execute(
+                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children WHERE batch_id = ?"
+                " ORDER BY seq, id",
+                (self.batch_id,),
+            ).fetchall()
+            controls = conn.execute(
+                f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
+                " ORDER BY id",
+                (self.batch_id,),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        info = batch_info(found)
+        was = self.info
+        self.info = info
+        receipts = self._receipts_of(controls, events)
+        by_child: dict[str, list[SteerReceipt]] = {}
+        for r in receipts:
+            by_child.setdefault(r.child_id, []).append(r)
+        old_raw, old_rows = self._raw, self._rows
+        new_raw: dict[str, tuple[Any, ...]] = {}
+        new_rows: dict[str, ChildRow] = {}
+        order: list[ChildRow] = []
+        done = sum(1 for r in raw if ChildStatus(r[7]).terminal)
+        for r in raw:
+            cid = r[1]
+            steers = tuple(by_child.get(cid, ()))
+            row = old_rows.get(cid)
+            if row is None or old_raw.get(cid) != r or row.steers != steers:
+                row = child_row(r, steers)
+                if events is not None:
+                    _facts(old_rows.get(cid), row, done, len(raw), events)
+            new_raw[cid] = r
+            new_rows[cid] = row
+            order.append(row)
+        self._raw, self._rows, self._order = new_raw, new_rows, tuple(order)
+        if (
+            events is not None
+            and was is not None
+            and was.status is BatchStatus.RUNNING
+            and info.status is not BatchStatus.RUNNING
+        ):
+            events.append(BatchFinished(info.id, info.status))
+        rows = self._order
+        return Snapshot(
+            batch_id=info.id,
+            status=info.status,
+            started_ts=info.created_ts,
+            now=info.finished_ts if info.finished_ts is not None else self.clock(),
+            children=rows,
+            totals=totals_of(rows),
+            pool_size=info.pool_size,
+            max_cost_usd=info.max_cost_usd,
+            version=self._data_version,
+            finished_ts=info.finished_ts,
+        )
+
+    def _receipts_of(
+        self, controls: list[tuple[Any, ...]], events: list[EngineEvent] | None
+    ) -> list[SteerReceipt]:
+        old = self._receipts
+        new: dict[int, SteerReceipt] = {}
+        for c in controls:
+            r = receipt(c)
+            before = old.get(r.id)
+            if (
+                events is not None
+                and r.state is not SteerState.QUEUED
+                and (before is None or before.state is SteerState.QUEUED)
+            ):
+                events.append(SteerSettled(r))
+            new[r.id] = r
+        self._receipts = new
+        return list(new.values())
+
+    def _publish(self, event: EngineEvent) -> None:
+        for fn in self._subscribers:
+            try:
+                fn(event)
+            except Exception:  # a broken subscriber must not stop the watching
+                import logging
+
+                logging.getLogger(__name__).exception("attach subscriber failed")
+
+
+def _facts(
+    before: ChildRow | None, row: ChildRow, done: int, total: int, events: list[EngineEvent]
+) -> None:
+    """The facts between two reads of one child."""
+    was = before.status if before is not None else ChildStatus.QUEUED
+    if was is not ChildStatus.RUNNING and row.status is ChildStatus.RUNNING:
+        events.append(ChildStarted(row.id, row.started_ts or 0.0))
+    if was.live and row.status.terminal:
+        events.append(ChildFinished(row, done, total))
+
+
+def _replace_now(snap: Snapshot, now: float) -> Snapshot:
+    return Snapshot(
+        batch_id=snap.batch_id,
+        status=snap.status,
+        started_ts=snap.started_ts,
+        now=now,
+        children=snap.children,
+        totals=snap.totals,
+        pool_size=snap.pool_size,
+        max_cost_usd=snap.max_cost_usd,
+        routes=snap.routes,
+        version=snap.version,
+        finished_ts=snap.finished_ts,
+    )
