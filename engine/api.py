@@ -14,9 +14,10 @@ from typing import Literal
 from flightdeck.engine import assembly
 from flightdeck.engine.assembly import new_batch_id, steady_clock, task_json
 from flightdeck.engine.child.facts import ChildFact
+from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import Steer, Stop, StopAll
+from flightdeck.engine.control.inbox import Steer, Stop, StopAll, Then
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
@@ -27,17 +28,23 @@ from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
     ChildRow,
+    ChildStatus,
     EngineEvent,
     Snapshot,
     SteerReceipt,
 )
+from flightdeck.engine.owner import OwnerDuties
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
+from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.meter import Meter, totals_of
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.requests import RequestKind, RequestRow, RequestState
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.records.transcripts import write_manifest
+from flightdeck.engine.resume import NothingToResume, Resumed, Stored
 
 __all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]
 
@@ -92,6 +99,42 @@ class Engine:
         self._started_ts = clock()
         self._finished_ts: float | None = None
         self._closed = False
+        self._duties: OwnerDuties | None = None
+        self._request_of: dict[int, int] = {}  # steer receipt id -> the client request
+        self._resuming: tuple[Stored, bool] | None = None  # set by `resume`
+        self.resumed: Resumed | None = None  # what resuming found, once started
+        self._carried: tuple[ChildRow, ...] = ()  # final rows an earlier owner left
+
+    @classmethod
+    def resume(
+        cls,
+        state_dir: Path,
+        batch_id: str,
+        *,
+        rerun: bool = True,
+        clock: Callable[[], float] | None = None,
+        providers: Mapping[str, Provider] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Engine:
+        """An engine for a batch whose owner died, built from the store alone; `start()`
+        claims it and runs what is left. Raises NothingToResume for a finished batch, an
+        InputError for one this state folder cannot resume."""
+        from flightdeck.engine import resume
+
+        state_dir = Path(state_dir).absolute()
+        stored = resume.load(state_dir, batch_id)
+        engine = cls(
+            stored.batch,
+            stored.settings,
+            state_dir=state_dir,
+            max_concurrent=stored.info.pool_size,
+            clock=clock,
+            providers=providers,
+            batch_id=batch_id,
+            env=env,
+        )
+        engine._resuming = (stored, rerun)
+        return engine
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -103,6 +146,8 @@ class Engine:
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
         self._store = Store(self._folder(self.state_dir) / "flightdeck.db")
+        if self._resuming is not None:
+            self._claim_resumed()
         self._claim_batch_dir()
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = self._folder(workspace)
@@ -130,9 +175,17 @@ class Engine:
         # "running" for ever.
         self._manifest_children = assembly.manifest_children(children)
         self._manifest()
-        self._store.create_batch(self._info(now))
-        self._store.add_queued(self.batch_id, assembly.queued_rows(children))
         store = self._store
+        carried: tuple[ChildStatus, ...] = ()
+        first_receipt = 1
+        if self._resuming is None:
+            store.create_batch(self._info(now))
+            store.add_queued(self.batch_id, assembly.queued_rows(children))
+        else:
+            found = self._settle_resumed(children)
+            children = found.live
+            carried = tuple(r.status for r in self._carried)
+            first_receipt = found.first_receipt_id
         self._coordinator = Coordinator(
             children,
             self.routes,
@@ -144,7 +197,9 @@ class Engine:
             clock=self.clock,
             record=lambda row: store.update_child(self.batch_id, row),
             record_final=lambda row, then: store.update_child(self.batch_id, row, then),
-            record_receipt=lambda r, kind: store.record_control(self.batch_id, r, kind),
+            record_receipt=lambda r, kind: store.record_control(
+                self.batch_id, r, kind, self._request_of.pop(r.id, None)
+            ),
             record_event=lambda child, kind, detail: store.record_event(
                 self.batch_id, child, self.clock(), kind, detail
             ),
@@ -152,9 +207,65 @@ class Engine:
             on_finished=self._finish,
             throttles=throttles,
             between_facts=self._sink.pump,
+            carried=carried,
+            first_receipt_id=first_receipt,
         )
         self._coordinator.start()
+        self._duties = OwnerDuties(
+            store.path, self.batch_id, store, self._apply_request, self.clock
+        )
+        self._duties.start()
         return self.batch_id
+
+    def _claim_resumed(self) -> None:
+        """Become the batch's owner, atomically: one that still lives keeps it (OwnerAlive)."""
+        assert self._store is not None and self._resuming is not None
+        status = claim_batch(
+            self._store.path, self.batch_id, os.getpid(), process_start_time(), self.clock()
+        )
+        if status != BatchStatus.RUNNING:  # finished since `resume` looked
+            raise NothingToResume(self.batch_id, status)
+
+    def _settle_resumed(self, children: list[Child]) -> Resumed:
+        from flightdeck.engine import resume
+
+        assert self._store is not None and self._resuming is not None
+        stored, rerun = self._resuming
+        info = stored.info
+        with StoreReader(self._store.path) as reader:
+            rows = reader.children(self.batch_id, results=False)
+            receipts = reader.controls(self.batch_id, kind="steer")
+        lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
+        found = resume.settle(
+            children,
+            rows,
+            receipts,
+            batch_id=self.batch_id,
+            store=self._store,
+            meter=self.meter,
+            rerun=rerun,
+            lost_owner=info.owner_pid,
+            lost_ts=lost_ts,
+            clock=self.clock,
+        )
+        self._started_ts = info.created_ts
+        self._carried = tuple(found.carried)
+        self.resumed = found
+        self._store.record_event(
+            self.batch_id,
+            None,
+            self.clock(),
+            "resumed",
+            json.dumps(
+                {
+                    "owner_lost": info.owner_pid,
+                    "rerun": found.rerun,
+                    "lost": found.lost,
+                    "lost_cost_usd": str(found.lost_cost_usd),
+                }
+            ),
+        )
+        return found
 
     def _claim_batch_dir(self) -> None:
         """Make this batch's folder; a generated id already taken (two runs started in the same
@@ -204,6 +315,8 @@ class Engine:
             status=BatchStatus.RUNNING,
             created_ts=now,
             finished_ts=None,
+            heartbeat_ts=now,
+            settings_json=assembly.settings_json(self.settings),
         )
 
     def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:
@@ -273,6 +386,12 @@ class Engine:
             if not self._coordinator.finished.is_set():
                 self.stop_all()
                 self._coordinator.finished.wait()
+            if self._duties is not None:
+                # Requests recorded before the batch finished are settled, not left pending
+                # (the coordinator still answers until shutdown: late steers end missed).
+                self._duties.stop()
+                self._duties.poll_now()
+                self._duties.stop()
             self._coordinator.shutdown()  # and its pool
         elif self._pool is not None:  # start() failed before the coordinator existed
             self._pool.shutdown()
@@ -307,6 +426,8 @@ class Engine:
         """An immutable view of every child and the totals; cheap enough to poll."""
         c = self._coordinator
         rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.children) if c else ()
+        if self._carried:  # a resumed batch: what an earlier owner finished, in seq order
+            rows = tuple(sorted((*self._carried, *rows), key=lambda r: r.seq))
         return Snapshot(
             batch_id=self.batch_id,
             status=self._status,
@@ -368,6 +489,69 @@ class Engine:
     def stop_all(self) -> None:
         """Stop every child that has not ended; queued ones never start."""
         self._require().command(StopAll())
+
+    def _apply_request(self, request: RequestRow) -> None:
+        """A client's command (owner duties thread): applied by the coordinator in order, and
+        marked applied once what it made is recorded; an id this batch lacks, refused."""
+        c, store = self._require(), self._store
+        assert store is not None
+        known = {r.id for r in self._carried}
+        unknown = [i for i in request.child_ids if i not in c.by_id and i not in known]
+        if unknown:
+            reason = f"no child with id {', '.join(unknown[:5])} in batch {self.batch_id}"
+            store.settle_request(
+                self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=reason
+            )
+            return
+        live = tuple(i for i in request.child_ids if i in c.by_id)
+        receipts: list[int] = []
+        if request.kind == RequestKind.STEER:
+            receipts = [c.next_receipt_id() for _ in live]
+            for rid in receipts:
+                self._request_of[rid] = request.id
+            c.command(Steer(tuple(receipts), live, request.message or "", request.now))
+            receipts += self._missed_carried(request, known)
+        elif request.kind == RequestKind.STOP:
+            c.command(Stop(live))
+        else:
+            c.command(StopAll())
+
+        def applied() -> None:
+            store.settle_request(
+                self.batch_id,
+                request.id,
+                RequestState.APPLIED,
+                self.clock(),
+                control_ids=receipts,
+            )
+
+        c.command(Then(applied))
+
+    def _missed_carried(self, request: RequestRow, carried: set[str]) -> list[int]:
+        """A client steer for a child an earlier owner finished: settled missed at once."""
+        from flightdeck.engine.child.steering import missed_note
+        from flightdeck.engine.model import SteerState
+        from flightdeck.engine.records.transcripts import TranscriptWriter
+
+        c, store = self._require(), self._store
+        assert store is not None
+        out = []
+        for row in self._carried:
+            if row.id not in request.child_ids or row.id not in carried:
+                continue
+            rid = c.next_receipt_id()
+            now = self.clock()
+            missed = SteerReceipt(
+                rid, row.id, request.message or "", request.now, SteerState.MISSED, now, now
+            )
+            store.record_control(self.batch_id, missed, "steer", request.id)
+            writer = TranscriptWriter(row.transcript, self.clock)
+            writer.write(
+                "operator", missed_note(missed.message, f"the child had ended: {row.status.value}")
+            )
+            writer.close()
+            out.append(rid)
+        return out
 
     def receipts(self) -> list[SteerReceipt]:
         snap = self.snapshot()

@@ -10,7 +10,15 @@ from typing import Literal, NoReturn
 
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_run
+from flightdeck.tui.commands import (
+    cmd_ls,
+    cmd_report,
+    cmd_resume,
+    cmd_run,
+    cmd_steer,
+    cmd_stop,
+    cmd_wait,
+)
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from rich.text import Text
@@ -75,8 +83,38 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("ls", help="list batches with their status and cost")
     ls.add_argument("--state-dir", type=Path)
+    _owner_commands(sub)
     _attach_parsers(sub)
     return p
+
+
+def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """resume, steer, stop, wait: a batch's owner taken over, or sent commands from here."""
+    resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
+    resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
+    resume.add_argument(
+        "--no-rerun",
+        action="store_true",
+        help="leave children that were running when the owner died unknown",
+    )
+    resume.add_argument("--state-dir", type=Path)
+
+    steer = sub.add_parser("steer", help="send children of a running batch a message")
+    steer.add_argument("batch_id")
+    steer.add_argument("child_ids", nargs="+", metavar="CHILD")
+    steer.add_argument("-m", "--message", required=True, help="the operator's message")
+    steer.add_argument("--now", action="store_true", help="interrupt the current response")
+    steer.add_argument("--state-dir", type=Path)
+
+    stop = sub.add_parser("stop", help="stop children of a running batch (or --all)")
+    stop.add_argument("batch_id")
+    stop.add_argument("child_ids", nargs="*", metavar="CHILD")
+    stop.add_argument("--all", action="store_true", help="stop every child not ended")
+    stop.add_argument("--state-dir", type=Path)
+
+    wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")
+    wait.add_argument("batch_id")
+    wait.add_argument("--state-dir", type=Path)
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -111,6 +149,9 @@ def _pool_size(text: str) -> int | Literal["auto"]:
     return value
 
 
+_OWNER_COMMANDS = {"resume": cmd_resume, "steer": cmd_steer, "stop": cmd_stop, "wait": cmd_wait}
+
+
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     """Parse `argv` (the process's arguments by default), run the command, return its code."""
     args = _parser().parse_args(argv)
@@ -120,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
             return cmd_run(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command in _OWNER_COMMANDS:
+            return _OWNER_COMMANDS[args.command](args)
         if args.command in ("attach", "logs"):
             from flightdeck.tui import attached
 

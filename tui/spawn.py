@@ -20,6 +20,7 @@ from pathlib import Path
 
 from flightdeck.engine.api import new_batch_id
 from flightdeck.engine.errors import ConfigError, InputError
+from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.schema import StoreNotFoundError
 from flightdeck.engine.sanitize import one_line
@@ -104,7 +105,9 @@ def _wait_ready(owner: Owner, folder: Path) -> None:
     reader: StoreReader | None = None
     try:
         while True:
-            alive = process_alive(owner.pid)  # asked first: a batch row seen after it counts
+            alive = process_matches(
+                owner.pid, None
+            )  # asked first: a batch row seen after it counts
             if reader is None:
                 with contextlib.suppress(StoreNotFoundError):
                     reader = StoreReader(owner.db)
@@ -126,24 +129,6 @@ def _wait_ready(owner: Owner, folder: Path) -> None:
     finally:
         if reader is not None:
             reader.close()
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("ascii", "replace")
-        return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError, IndexError):  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def _last_error(log: Path) -> str | None:

@@ -7,11 +7,14 @@ for the rows that changed, so a 1,000-child batch costs little more than its run
 The discrete facts (a child started or finished, a steer settled, the batch finished) are the
 differences between two reads, published to subscribers on the watcher thread.
 
-Commands go into the store's requests table (records/requests.py), which the owner applies.
+Commands go into the store's requests table (records/requests.py), which the owner applies; a
+command it refuses, or one that cannot be recorded, is logged as a warning (the TUI shows it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,9 +34,13 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
+from flightdeck.engine.errors import StoreError
+from flightdeck.engine.records import requests
+from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
+    BATCH_COLUMNS_V1,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
@@ -41,11 +48,14 @@ from flightdeck.engine.records.rows import (
     child_row,
     receipt,
 )
-from flightdeck.engine.records.schema import connect
+from flightdeck.engine.records.schema import SCHEMA_VERSION, connect
 from flightdeck.tui.view import Listener
 from flightdeck.tui.watch import Waker
 
 DB_FILES = ("flightdeck.db", "flightdeck.db-wal")
+OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
+
+log = logging.getLogger(__name__)  # under "flightdeck": the TUI shows warnings as notifications
 
 
 class StoreView:
@@ -65,6 +75,12 @@ class StoreView:
         self.batch_id = batch_id
         self.clock = clock
         self._conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+        # A version 1 file (an old state folder, never opened to write since) reads the same.
+        self._batch_columns = BATCH_COLUMNS if version == SCHEMA_VERSION else BATCH_COLUMNS_V1
+        self._owner_checked = 0.0
+        self._owner_alive = True
+        self._pending: set[int] = set()  # requests this view sent that the owner has not settled
         self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
         self._data_version: int | None = None
         self._raw: dict[str, tuple[Any, ...]] = {}
@@ -130,13 +146,27 @@ class StoreView:
         return unsubscribe
 
     def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None:
-        raise NotImplementedError  # requests.py (the owner's half) is merged next
+        self._send(
+            "steer",
+            lambda: requests.submit_steer(self.db, self.batch_id, child_ids, message, now=now),
+        )
 
     def stop(self, child_ids: Sequence[str]) -> None:
-        raise NotImplementedError
+        self._send("stop", lambda: requests.submit_stop(self.db, self.batch_id, child_ids))
 
     def stop_all(self) -> None:
-        raise NotImplementedError
+        self._send("stop all", lambda: requests.submit_stop_all(self.db, self.batch_id))
+
+    def _send(self, what: str, submit: Callable[[], int]) -> None:
+        """Record a command for the owner; one that cannot be recorded (the batch ended in the
+        meantime, the disk is full) is said as a warning, which the TUI shows."""
+        try:
+            rid = submit()
+        except (LookupError, ValueError, StoreError) as exc:
+            log.warning("%s not sent: %s", what, str(exc).strip("'\""))
+            return
+        with self._lock:
+            self._pending.add(rid)
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -146,16 +176,49 @@ class StoreView:
         events: list[EngineEvent] = []
         with self._lock:
             version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-            if version == self._data_version:
+            if version == self._data_version and not self._owner_died():
                 return False
             snap = self._read(events)
             if snap is None:
                 return False
             self._snapshot = snap
             self.reads += 1
+            refused = self._refused() if self._pending else []
         for event in events:
             self._publish(event)
+        for what, reason in refused:
+            log.warning("%s refused: %s", what, reason)
         return True
+
+    def _owner_died(self) -> bool:
+        """Whether the owner of a running batch was found gone since the last look (a kill -9
+        writes nothing: only its pid tells)."""
+        info = self.info
+        now = time.monotonic()
+        if info is None or info.status is not BatchStatus.RUNNING:
+            return False
+        if now - self._owner_checked < OWNER_CHECK_S:
+            return False
+        self._owner_checked = now
+        alive = process_matches(info.owner_pid, info.owner_start)
+        died, self._owner_alive = self._owner_alive and not alive, alive
+        return died
+
+    def _refused(self) -> list[tuple[str, str]]:
+        """This view's requests the owner refused since the last read, with the reason."""
+        ids = sorted(self._pending)
+        marks = ", ".join("?" * len(ids))
+        rows = self._conn.execute(
+            f"SELECT id, kind, state, reason FROM requests WHERE batch_id = ? AND id IN ({marks})",
+            (self.batch_id, *ids),
+        ).fetchall()
+        out = []
+        for rid, kind, state, reason in rows:
+            if state != "pending":
+                self._pending.discard(rid)
+            if state == "refused":
+                out.append((str(kind).replace("_", " "), str(reason or "")))
+        return out
 
     def _read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
         conn = self._conn
@@ -163,7 +226,7 @@ class StoreView:
         try:
             self._data_version = int(conn.execute("PRAGMA data_version").fetchone()[0])
             found = conn.execute(
-                f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?", (self.batch_id,)
+                f"SELECT {self._batch_columns} FROM batches WHERE id = ?", (self.batch_id,)
             ).fetchone()
             if found is None:
                 return None
@@ -179,7 +242,7 @@ class StoreView:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        info = batch_info(found)
+        info = self._alive_or_abandoned(batch_info(found), raw)
         was = self.info
         self.info = info
         receipts = self._receipts_of(controls, events)
@@ -224,6 +287,23 @@ class StoreView:
             finished_ts=info.finished_ts,
         )
 
+    def _alive_or_abandoned(self, info: BatchInfo, raw: list[tuple[Any, ...]]) -> BatchInfo:
+        """A running batch whose owner is gone is abandoned, its time stopped at the last
+        heartbeat (as records/reader.py has it)."""
+        if info.status is not BatchStatus.RUNNING:
+            return info
+        if self._owner_checked == 0.0 or not self._owner_alive:
+            self._owner_checked = time.monotonic()
+            self._owner_alive = process_matches(info.owner_pid, info.owner_start)
+        if self._owner_alive:
+            return info
+        last = info.heartbeat_ts
+        if last is None:  # written before heartbeats: the last thing a child did
+            last = max((max(r[15] or 0.0, r[23] or 0.0) for r in raw), default=0.0)
+        return dataclasses.replace(
+            info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
+        )
+
     def _receipts_of(
         self, controls: list[tuple[Any, ...]], events: list[EngineEvent] | None
     ) -> list[SteerReceipt]:
@@ -247,9 +327,7 @@ class StoreView:
             try:
                 fn(event)
             except Exception:  # a broken subscriber must not stop the watching
-                import logging
-
-                logging.getLogger(__name__).exception("attach subscriber failed")
+                log.exception("attach subscriber failed on %s", type(event).__name__)
 
 
 def _facts(

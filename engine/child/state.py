@@ -218,6 +218,14 @@ class ChildState:
             self._version += 1
         return True
 
+    def carry(self, usage: Usage, cost: Decimal | None) -> None:
+        """Before it runs again (`resume`): what an earlier attempt, lost with its owner
+        process, was billed. It stays in this child's usage and cost: spent is spent."""
+        with self._lock:
+            self._usage += usage
+            self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self._version += 1
+
     def mark_running(self) -> bool:
         """Admitted: from now on it holds a slot; False if it has already ended (stopped or
         abandoned while it waited for its thread). Once only: later calls change nothing."""

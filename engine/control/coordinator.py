@@ -26,6 +26,7 @@ from flightdeck.engine.control.inbox import (
     Steer,
     Stop,
     StopAll,
+    Then,
 )
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
@@ -75,6 +76,8 @@ class Coordinator:
         on_finished: Callable[[BatchStatus], EngineEvent],
         throttles: Mapping[str, RouteThrottle] | None = None,
         between_facts: Callable[[], None] = lambda: None,
+        carried: tuple[ChildStatus, ...] = (),
+        first_receipt_id: int = 1,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -96,9 +99,12 @@ class Coordinator:
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
-        self._receipt_ids = itertools.count(1)
+        self._receipt_ids = itertools.count(first_receipt_id)
         self._receipt_lock = threading.Lock()
-        self._started = 0
+        # A resumed batch: the final statuses of children an earlier owner finished (they
+        # count in the batch's status and against max_runs; they never run again).
+        self._carried = carried
+        self._started = len(carried)
         self._done = 0
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
@@ -239,6 +245,11 @@ class Coordinator:
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
+            case Then(call):
+                try:
+                    call()
+                except Exception:  # the caller's bug must not stop the batch
+                    log.exception("a coordinator callback failed")
             case Shutdown():
                 self._shutdown = True
 
@@ -266,7 +277,7 @@ class Coordinator:
         failed, timed out or stalled first: a stop is nobody's failure."""
         if self.stopped_by_stop_all:
             return BatchStatus.STOPPED
-        statuses = {c.status for c in self.children}
+        statuses = {c.status for c in self.children} | set(self._carried)
         if statuses <= {ChildStatus.COMPLETED}:
             return BatchStatus.COMPLETED
         if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flightdeck.engine.child.facts import ChildFact
@@ -39,6 +40,14 @@ class RecordProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class Then:
+    """Run `call` on the coordinator thread once the commands queued before it are applied
+    (a client request is marked applied only after what it asked for is recorded)."""
+
+    call: Callable[[], object]
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """Stop answering commands: the engine is closing."""
 
@@ -50,5 +59,5 @@ class Recorded:
     row: ChildRow
 
 
-Command = Steer | Stop | StopAll | RecordProgress | Shutdown
+Command = Steer | Stop | StopAll | RecordProgress | Then | Shutdown
 Message = Command | Recorded | ChildFact

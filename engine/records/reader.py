@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 from decimal import Decimal
@@ -9,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.errors import StoreError
-from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, StopRecord
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, StopRecord
+from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
+    BATCH_COLUMNS_V1,
     CHILD_COLUMNS,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
@@ -48,6 +51,7 @@ class StoreReader:
         self._conn = connect(self._uri, uri=True)
         self._lock = threading.Lock()
         self._ready = False
+        self._version = 0
 
     def close(self) -> None:
         """Close the connection; idempotent."""
@@ -166,7 +170,10 @@ class StoreReader:
                 raise StoreError(
                     self.path, None, None, f"cannot read the database: {exc}"
                 ) from None
-            self._ready = version == SCHEMA_VERSION
+            # A version 1 file nobody has opened to write since (an old state folder, read
+            # only) reads the same, with no heartbeats and no requests.
+            self._ready = version in (1, SCHEMA_VERSION)
+            self._version = version
         return self._ready
 
     def _snapshot(self) -> _ReadTransaction:
@@ -174,22 +181,27 @@ class StoreReader:
 
     def _batches(self, batch_id: str | None) -> list[BatchInfo]:
         where, args = ("WHERE id = ?", (batch_id,)) if batch_id is not None else ("", ())
+        columns = BATCH_COLUMNS if self._version == SCHEMA_VERSION else BATCH_COLUMNS_V1
         with self._snapshot():
             batch_rows = self._conn.execute(
-                f"SELECT {BATCH_COLUMNS} FROM batches {where} ORDER BY created_ts DESC, rowid DESC",
+                f"SELECT {columns} FROM batches {where} ORDER BY created_ts DESC, rowid DESC",
                 args,
             ).fetchall()
             child_where = "WHERE batch_id = ?" if batch_id is not None else ""
             child_rows = self._conn.execute(
-                f"SELECT batch_id, status, cost_usd FROM children {child_where}", args
+                "SELECT batch_id, status, cost_usd,"
+                " max(coalesce(finished_ts, 0), coalesce(last_activity_ts, 0))"
+                f" FROM children {child_where}",
+                args,
             ).fetchall()
         # Costs are exact Decimal strings: sum them here, not as SQL floats.
         summary: dict[str, _Summary] = {}
-        for bid, status, cost in child_rows:
+        for bid, status, cost, last_ts in child_rows:
             s = summary.get(bid)
             if s is None:
                 s = summary[bid] = _Summary()
             s.add(status, cost)
+            s.last_ts = max(s.last_ts, float(last_ts or 0))
         empty = _Summary()
         out = []
         for r in batch_rows:
@@ -205,6 +217,7 @@ class StoreReader:
                     cost_unknown=s.cost_unknown,
                 )
             )
+            out[-1] = _abandoned(out[-1], s.last_ts)
         return out
 
     def _controls(
@@ -221,10 +234,29 @@ class StoreReader:
         return [receipt(r) for r in self._conn.execute(sql + " ORDER BY id", args).fetchall()]
 
 
+def _abandoned(info: BatchInfo, last_child_ts: float) -> BatchInfo:
+    """A `running` batch whose owner process is gone, as `abandoned`: its elapsed time stops
+    at the last heartbeat (or, written before heartbeats, the last thing a child did)."""
+    if info.status != BatchStatus.RUNNING or process_matches(info.owner_pid, info.owner_start):
+        return info
+    last = info.heartbeat_ts if info.heartbeat_ts is not None else last_child_ts
+    return dataclasses.replace(
+        info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
+    )
+
+
 class _Summary:
     """A batch's children counted by outcome, and the exact sum of their known costs."""
 
-    __slots__ = ("children", "completed", "cost_unknown", "cost_usd", "failed", "stopped")
+    __slots__ = (
+        "children",
+        "completed",
+        "cost_unknown",
+        "cost_usd",
+        "failed",
+        "last_ts",
+        "stopped",
+    )
 
     def __init__(self) -> None:
         self.children = 0
@@ -233,6 +265,7 @@ class _Summary:
         self.stopped = 0
         self.cost_usd = Decimal(0)
         self.cost_unknown = 0
+        self.last_ts = 0.0
 
     def add(self, status: str, cost: str | None) -> None:
         self.children += 1

@@ -104,6 +104,35 @@ def build_report(
         "stops": [
             {"child_id": s.child_id, "requested": _iso(s.ts), "reason": s.reason} for s in stops
         ],
+        "recovery": _recovery(reader.events(batch_id)),
+    }
+
+
+def _recovery(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str, Any]:
+    """What resuming after a lost owner cost: children re-run (or left unknown) and what
+    their lost attempts were billed (already in the totals: spent is spent)."""
+    resumes = rerun = unknown = 0
+    cost = Decimal(0)
+    cost_unknown = 0
+    for _ts, _child, kind, detail in events:
+        if kind == "resumed":
+            resumes += 1
+        elif kind == "lost_attempt":
+            lost = json.loads(detail)
+            if lost.get("rerun"):
+                rerun += 1
+            else:
+                unknown += 1
+            if lost.get("cost_usd") is None:
+                cost_unknown += 1
+            else:
+                cost += Decimal(lost["cost_usd"])
+    return {
+        "resumes": resumes,
+        "rerun": rerun,
+        "left_unknown": unknown,
+        "lost_cost_usd": _money(cost),
+        "lost_cost_unknown": cost_unknown,
     }
 
 
@@ -173,6 +202,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         (_child_cells(c) for c in report["children"]),
     )
     lines += _operator(report["steers"], report["stops"])
+    recovery = report.get("recovery") or {}
+    if recovery.get("resumes"):
+        lost = _usd(recovery["lost_cost_usd"]) + (
+            f" (+{recovery['lost_cost_unknown']} at an unknown price)"
+            if recovery["lost_cost_unknown"]
+            else ""
+        )
+        lines += [
+            "",
+            "## Recovery",
+            "",
+            f"- resumed after a lost owner: {recovery['resumes']} time(s)",
+            f"- children re-run: {recovery['rerun']}; left unknown: {recovery['left_unknown']}",
+            f"- their lost attempts cost: {lost} (counted in the totals)",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -20,8 +20,10 @@ from flightdeck.engine.model import (
 
 BATCH_COLUMNS = (
     "id, name, source, spec_json, workspace, state_dir, owner_pid, owner_start, pool_size, "
-    "max_cost_usd, status, created_ts, finished_ts"
+    "max_cost_usd, status, created_ts, finished_ts, heartbeat_ts, settings_json"
 )
+# What a version 1 file (read, never migrated, by a reader) has of them.
+BATCH_COLUMNS_V1 = BATCH_COLUMNS.replace("heartbeat_ts, settings_json", "NULL, NULL")
 CHILD_COLUMNS = (
     "batch_id, id, seq, goal, grp, route, model, status, api_calls, tool_calls, retries, turns, "
     "current_tool, tool_started_ts, activity, last_activity_ts, tokens_in, tokens_out, "
@@ -65,6 +67,15 @@ _NOT_STARTED = {
 }
 UPSERT_QUEUED = upsert("children", CHILD_COLUMNS, ("batch_id", "id"), _NOT_STARTED)
 UPSERT_CONTROL = upsert("controls", CONTROL_COLUMNS, ("batch_id", "id"))
+# A client's steer: its receipt names the request that made it, so a request the owner applied
+# but did not get to mark before it died is found applied, not applied again, by `resume`.
+UPSERT_CONTROL_REQUEST = upsert("controls", CONTROL_COLUMNS + ", request_id", ("batch_id", "id"))
+UPSERT_CONTROL_REASON = upsert("controls", CONTROL_COLUMNS + ", reason", ("batch_id", "id"))
+HEARTBEAT = "UPDATE batches SET heartbeat_ts = ? WHERE id = ?"
+SETTLE_REQUEST = (
+    "UPDATE requests SET state = ?, reason = ?, control_ids = ?, settled_ts = ? "
+    "WHERE batch_id = ? AND id = ? AND state = 'pending'"
+)
 INSERT_EVENT = "INSERT INTO events (batch_id, child_id, ts, kind, detail) VALUES (?, ?, ?, ?, ?)"
 FINISH_BATCH = "UPDATE batches SET status = ?, finished_ts = ? WHERE id = ?"
 SETTLE_LIVE = (
@@ -90,6 +101,8 @@ class BatchInfo:
     status: BatchStatus
     created_ts: float
     finished_ts: float | None
+    heartbeat_ts: float | None = None  # the owner's last sign of life (None: never written)
+    settings_json: str | None = None  # the settings it started with, for `resume`
     children: int = 0
     completed: int = 0
     failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
@@ -113,14 +126,13 @@ class QueuedChild(NamedTuple):
 
 
 def process_start_time(pid: int | None = None) -> float | None:
-    """Seconds since boot at which `pid` (default: this process) started; None if unknown."""
+    """When `pid` (default: this process) started, in epoch seconds (psutil's create_time);
+    None if unknown. With the pid it tells this process from a later one given the same pid."""
+    import psutil  # here: rows are imported by every reader, this only by an owner
+
     try:
-        with open(f"/proc/{os.getpid() if pid is None else pid}/stat", "rb") as fh:
-            stat = fh.read().decode("ascii", "replace")
-        # comm (field 2) may contain spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime in ticks
-    except (OSError, ValueError, IndexError):
+        return float(psutil.Process(os.getpid() if pid is None else pid).create_time())
+    except (psutil.Error, OSError):
         return None
 
 
@@ -152,6 +164,8 @@ def batch_params(info: BatchInfo) -> tuple[Any, ...]:
         info.status.value,
         info.created_ts,
         info.finished_ts,
+        info.heartbeat_ts,
+        info.settings_json,
     )
 
 
@@ -237,6 +251,8 @@ def batch_info(
         status=BatchStatus(r[10]),
         created_ts=r[11],
         finished_ts=r[12],
+        heartbeat_ts=r[13],
+        settings_json=r[14],
         children=children,
         completed=completed,
         failed=failed,

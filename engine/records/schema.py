@@ -9,10 +9,40 @@ from pathlib import Path
 
 from flightdeck.engine.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
-SCHEMA = """
+# Commands from clients (other processes: `flightdeck steer/stop`, an attached TUI), recorded
+# before the owner applies them, so none is lost if the owner dies first: `resume` settles them.
+REQUESTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('steer', 'stop', 'stop_all')),
+    child_ids TEXT NOT NULL,
+    message TEXT,
+    now INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'applied', 'refused')),
+    reason TEXT,
+    control_ids TEXT,
+    created_ts REAL NOT NULL,
+    settled_ts REAL
+);
+CREATE INDEX IF NOT EXISTS requests_pending ON requests (batch_id, state, id);
+"""
+
+# From version 1: what the statements above add to its tables. Columns only ever added, so a
+# version 1 row reads the same, with NULL in the new columns.
+MIGRATE_1_TO_2 = (
+    "ALTER TABLE batches ADD COLUMN heartbeat_ts REAL",
+    "ALTER TABLE batches ADD COLUMN settings_json TEXT",
+    "ALTER TABLE controls ADD COLUMN request_id INTEGER",
+    "ALTER TABLE controls ADD COLUMN reason TEXT",
+    *(s for s in REQUESTS_SCHEMA.split(";") if s.strip()),
+)
+
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS batches (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -26,7 +56,9 @@ CREATE TABLE IF NOT EXISTS batches (
     max_cost_usd TEXT,
     status TEXT NOT NULL,
     created_ts REAL NOT NULL,
-    finished_ts REAL
+    finished_ts REAL,
+    heartbeat_ts REAL,
+    settings_json TEXT
 );
 CREATE TABLE IF NOT EXISTS children (
     batch_id TEXT NOT NULL,
@@ -69,6 +101,8 @@ CREATE TABLE IF NOT EXISTS controls (
     state TEXT NOT NULL,
     created_ts REAL NOT NULL,
     settled_ts REAL,
+    request_id INTEGER,
+    reason TEXT,
     PRIMARY KEY (batch_id, id)
 );
 CREATE INDEX IF NOT EXISTS controls_by_child ON controls (batch_id, child_id, id);
@@ -82,6 +116,8 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_batch ON events (batch_id, id);
 """
+    + REQUESTS_SCHEMA
+)
 
 
 class StoreNotFoundError(FileNotFoundError):
@@ -139,13 +175,21 @@ def use_wal(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the tables in a new file; refuse another program's database or a newer one."""
+    """Create the tables in a new file, or bring a version 1 file to this version; refuse
+    another program's database or a newer one."""
     if schema_version(conn, path) == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Another process may have made the schema while this one waited for the lock.
-        if schema_version(conn, path) == SCHEMA_VERSION:
+        version = schema_version(conn, path)
+        if version == SCHEMA_VERSION:
+            conn.execute("COMMIT")
+            return
+        if version == 1:
+            for statement in MIGRATE_1_TO_2:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
             return
         # Version 0 is a new file, or another program's database: never add tables to that.

@@ -6,7 +6,9 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
+import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -20,11 +22,15 @@ from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerRec
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.rows import (
     FINISH_BATCH,
+    HEARTBEAT,
     INSERT_EVENT,
     SETTLE_LIVE,
+    SETTLE_REQUEST,
     UPSERT_BATCH,
     UPSERT_CHILD,
     UPSERT_CONTROL,
+    UPSERT_CONTROL_REASON,
+    UPSERT_CONTROL_REQUEST,
     UPSERT_QUEUED,
     BatchInfo,
     QueuedChild,
@@ -72,12 +78,14 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # The user's alone: other users can neither read the batches nor send them commands.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             conn = schema.connect(str(path))
         except sqlite3.Error as exc:  # a folder by that name, no permission, ...
             raise StoreError(path, None, None, f"cannot open the database: {exc}") from None
         try:
+            _owner_only(path)  # before the -wal and -shm, which SQLite makes with its mode
             schema.use_wal(conn, path)
             # A commit survives the process dying (a crash, kill -9); only an OS crash or a
             # power cut can lose the last ones. FULL would fsync the log at every commit.
@@ -123,10 +131,42 @@ class Store:
         params = child_params(batch_id, row)
         self._put(_Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then))
 
-    def record_control(self, batch_id: str, receipt: SteerReceipt, kind: str = "steer") -> None:
-        """Upsert a steer or stop command and its receipt state."""
+    def record_control(
+        self,
+        batch_id: str,
+        receipt: SteerReceipt,
+        kind: str = "steer",
+        request_id: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Upsert a steer or stop command and its receipt state; `request_id` names the
+        client request it came from (its first write; later ones keep it), `reason` why it
+        was missed when the child's own end does not say (the owner was lost)."""
         params = control_params(batch_id, receipt, kind)
-        self._put(_Write("record_control", UPSERT_CONTROL, params))
+        if request_id is None and reason is None:
+            self._put(_Write("record_control", UPSERT_CONTROL, params))
+        else:
+            sql = UPSERT_CONTROL_REQUEST if reason is None else UPSERT_CONTROL_REASON
+            extra = request_id if reason is None else reason
+            self._put(_Write("record_control", sql, (*params, extra)))
+
+    def heartbeat(self, batch_id: str, ts: float) -> None:
+        """Stamp the batch row: its owner is alive at `ts`."""
+        self._put(_Write("heartbeat", HEARTBEAT, (ts, batch_id)))
+
+    def settle_request(
+        self,
+        batch_id: str,
+        request_id: int,
+        state: str,
+        ts: float,
+        *,
+        control_ids: Sequence[int] = (),
+        reason: str | None = None,
+    ) -> None:
+        """Mark a pending client request applied or refused (a settled one stays as it is)."""
+        params = (state, reason, json.dumps(list(control_ids)), ts, batch_id, request_id)
+        self._put(_Write("settle_request", SETTLE_REQUEST, params))
 
     def record_event(
         self, batch_id: str, child_id: str | None, ts: float, kind: str, detail: str
@@ -363,3 +403,12 @@ def _coalesce(writes: list[_Write]) -> list[_Write]:
     if len(last) == sum(1 for w in writes if w.key is not None):
         return writes
     return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]
+
+
+def _owner_only(path: Path) -> None:
+    """Make the database file readable and writable by its owner alone (0600)."""
+    try:
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o600)
+    except PermissionError:  # another user's file: using it fails with its own message
+        pass

@@ -1,0 +1,99 @@
+"""The owner's duties beside the batch: a heartbeat in the batch row, and client requests.
+
+One small thread wakes every POLL_S: it stamps the heartbeat every HEARTBEAT_EVERY_S and reads
+the requests other processes recorded (`flightdeck steer/stop`, an attached TUI). Polling the
+database is one indexed read of a WAL snapshot, cheap at this rate, and works on filesystems
+that give no change events (a network share) as well as on a local disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from flightdeck.engine.records import schema
+from flightdeck.engine.records.liveness import HEARTBEAT_EVERY_S
+from flightdeck.engine.records.requests import RequestRow, pending_requests
+from flightdeck.engine.records.store import Store
+
+__all__ = ["POLL_S", "OwnerDuties"]
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1  # a stop from another terminal lands well within a second
+
+
+class OwnerDuties:
+    """Heartbeat and request polling for one batch, on a thread of its own."""
+
+    def __init__(
+        self,
+        db_path: Path,
+        batch_id: str,
+        store: Store,
+        apply: Callable[[RequestRow], None],
+        clock: Callable[[], float],
+        *,
+        poll_s: float = POLL_S,
+        heartbeat_s: float = HEARTBEAT_EVERY_S,
+    ) -> None:
+        self._db_path = db_path
+        self._batch_id = batch_id
+        self._store = store
+        self._apply = apply
+        self._clock = clock
+        self._poll_s = poll_s
+        self._heartbeat_s = heartbeat_s
+        self._seen = 0  # the highest request id handed to `apply`
+        self._last_beat = float("-inf")
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # one poll at a time (the thread's, or `poll_now`)
+        self._conn: sqlite3.Connection | None = None
+        self._thread = threading.Thread(target=self._run, name="flightdeck-owner", daemon=True)
+
+    def start(self) -> None:
+        """Beat once and pick up what is already pending, then keep at it on the thread."""
+        self.poll_now()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread; idempotent. Requests still pending stay recorded."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def poll_now(self) -> list[RequestRow]:
+        """One round: the heartbeat when due, and every new pending request applied."""
+        with self._lock:
+            now = self._clock()
+            if now - self._last_beat >= self._heartbeat_s:
+                self._last_beat = now
+                self._store.heartbeat(self._batch_id, now)
+            try:
+                found = pending_requests(self._connection(), self._batch_id, self._seen)
+            except sqlite3.Error as exc:  # busy past the timeout, a file gone: next round
+                log.warning("flightdeck: cannot read client requests: %s", exc)
+                return []
+            for row in found:
+                self._seen = row.id
+                try:
+                    self._apply(row)
+                except Exception:  # one bad request must not end the polling
+                    log.exception("flightdeck: applying client request %d failed", row.id)
+            return found
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = schema.connect(f"{self._db_path.resolve().as_uri()}?mode=ro", uri=True)
+        return self._conn
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            self.poll_now()

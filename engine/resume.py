@@ -1,0 +1,190 @@
+"""`resume`: a batch whose owner died, picked up from the store alone and run to the end.
+
+What the store says of each child decides what becomes of it: a final row is kept and never
+run again; a child that was running when the owner died is marked `unknown` with what was
+recorded (usage, transcript) and runs again from the start (unless `--no-rerun`); a queued one
+runs in its original order. Spend before the crash counts in the totals and against the
+budget; steers queued and never delivered go to the re-run child or are marked missed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from flightdeck.engine import assembly
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.steering import missed_note
+from flightdeck.engine.errors import ConfigError, InputError
+from flightdeck.engine.inputs.settings import Settings
+from flightdeck.engine.inputs.tasks import Batch
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.rows import BatchInfo
+from flightdeck.engine.records.store import Store
+
+__all__ = ["OWNER_LOST", "NothingToResume", "Resumed", "Stored", "load", "settle"]
+
+OWNER_LOST = "owner lost"
+
+
+class ResumeError(InputError):
+    """A batch that cannot be resumed from this state folder (unknown, too old)."""
+
+
+class NothingToResume(Exception):
+    """The batch has already finished: there is nothing to do."""
+
+    def __init__(self, batch_id: str, status: str) -> None:
+        super().__init__(f"batch {batch_id} has already finished ({status}): nothing to do")
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A batch as its row keeps it: enough to build its Engine again."""
+
+    info: BatchInfo
+    batch: Batch
+    settings: Settings
+
+
+@dataclass(slots=True)
+class Resumed:
+    """What `settle` made of the stored children."""
+
+    live: list[Child]  # to run, in their original order (re-runs and queued)
+    carried: list[ChildRow]  # final rows kept from before; never run again
+    rerun: int = 0  # children that were running when the owner died, run again
+    lost: int = 0  # of those, left `unknown` (--no-rerun)
+    lost_cost_usd: Decimal = Decimal(0)  # what the lost attempts were billed (known prices)
+    first_receipt_id: int = 1
+
+
+def load(state_dir: Path, batch_id: str) -> Stored:
+    """The batch's row and what it was started with; one clear error if it cannot resume."""
+    db = state_dir / "flightdeck.db"
+    if not db.is_file():
+        raise ResumeError(db, None, None, "no flightdeck state here (run a batch first)")
+    if not os.access(state_dir, os.W_OK) or not os.access(db, os.W_OK):
+        raise ConfigError(None, None, "state_dir", f"cannot use {state_dir}: not writable")
+    with StoreReader(db) as reader:
+        info = reader.batch(batch_id)
+    if info is None:
+        raise ResumeError(
+            db, None, "batch_id", f"no batch {batch_id} in this state folder (see flightdeck ls)"
+        )
+    if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
+        raise NothingToResume(batch_id, info.status.value)
+    if info.settings_json is None:
+        raise ResumeError(
+            db,
+            None,
+            "batch_id",
+            f"batch {batch_id} was started by an older flightdeck that kept no settings: "
+            "it cannot be resumed",
+        )
+    settings = assembly.settings_from_json(info.settings_json)
+    batch = assembly.batch_from_store(info.name, info.spec_json, info.source, info.workspace)
+    return Stored(info, batch, settings)
+
+
+def settle(
+    children: Sequence[Child],
+    rows: Sequence[ChildRow],
+    receipts: Sequence[SteerReceipt],
+    *,
+    batch_id: str,
+    store: Store,
+    meter: Meter,
+    rerun: bool,
+    lost_owner: int,
+    lost_ts: float,
+    clock: Callable[[], float],
+) -> Resumed:
+    """Decide each child's fate from its stored row, and record what that changes."""
+    by_id = {r.id: r for r in rows}
+    out = Resumed(live=[], carried=[])
+    for child in children:
+        row = by_id.get(child.task.id)
+        if row is None or row.status == ChildStatus.QUEUED:
+            if row is None:  # the owner died before its queued rows were committed
+                store.add_queued(batch_id, assembly.queued_rows([child]))
+            out.live.append(child)
+        elif row.status.terminal:
+            meter.add(child.route, row.usage)
+            out.carried.append(row)
+        else:  # running or gated when its owner died
+            out.lost_cost_usd += row.cost_usd or 0
+            meter.add(child.route, row.usage)
+            _lost(child, row, batch_id, store, lost_owner, lost_ts, rerun)
+            if rerun:
+                child.carry(row.usage, row.cost_usd)
+                out.live.append(child)
+                out.rerun += 1
+            else:
+                out.lost += 1
+                out.carried.append(
+                    dataclasses.replace(
+                        row, status=ChildStatus.UNKNOWN, finished_ts=lost_ts, error=_why(lost_owner)
+                    )
+                )
+    live = {c.task.id: c for c in out.live}
+    for receipt in receipts:
+        out.first_receipt_id = max(out.first_receipt_id, receipt.id + 1)
+        if receipt.state != SteerState.QUEUED:
+            continue
+        target = live.get(receipt.child_id)
+        if target is not None and target.add_steer(receipt):
+            continue  # delivered at its first turn boundary
+        missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=clock())
+        store.record_control(batch_id, missed, "steer", reason=OWNER_LOST)
+        path = next((r.transcript for r in rows if r.id == receipt.child_id), None)
+        if path is not None:
+            _append(path, "operator", missed_note(receipt.message, OWNER_LOST), clock)
+    return out
+
+
+def _why(pid: int) -> str:
+    return f"{OWNER_LOST}: its owner process (pid {pid}) died while it ran"
+
+
+def _lost(
+    child: Child,
+    row: ChildRow,
+    batch_id: str,
+    store: Store,
+    pid: int,
+    ts: float,
+    rerun: bool,
+) -> None:
+    """Mark a child that was running when its owner died `unknown`, keeping what was
+    recorded, and say so in its transcript (and that it restarts)."""
+    unknown = dataclasses.replace(row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=_why(pid))
+    store.update_child(batch_id, unknown)
+    detail = {
+        "usage": dataclasses.asdict(row.usage),
+        "cost_usd": None if row.cost_usd is None else str(row.cost_usd),
+        "rerun": rerun,
+    }
+    store.record_event(batch_id, row.id, ts, "lost_attempt", json.dumps(detail))
+    then = "it restarts from the start" if rerun else "it is left unknown (--no-rerun)"
+    child.transcript.write("engine", f"{_why(pid)}; {then}")
+    if not rerun:
+        child.transcript.close("engine", f"unknown: {OWNER_LOST}")
+
+
+def _append(path: str, role: str, text: str, clock: Callable[[], float]) -> None:
+    from flightdeck.engine.records.transcripts import TranscriptWriter
+
+    writer = TranscriptWriter(path, clock)
+    try:
+        writer.write(role, text)
+    finally:
+        writer.close()

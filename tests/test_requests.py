@@ -1,0 +1,194 @@
+"""Schema 2: the migration from 1, client requests through the store, owner liveness."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.model import BatchStatus, ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.records import schema
+from flightdeck.engine.records.liveness import owner_of, process_matches
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.requests import (
+    RequestKind,
+    RequestState,
+    pending_requests,
+    request,
+    submit_steer,
+    submit_stop,
+    submit_stop_all,
+)
+from flightdeck.engine.records.rows import process_start_time
+from flightdeck.engine.records.store import Store
+
+from test_store import make_batch, make_child
+
+# The version 1 schema, as flightdeck wrote it before durable batches.
+V1_BATCHES = (
+    "CREATE TABLE batches (id TEXT PRIMARY KEY, name TEXT NOT NULL, source TEXT,"
+    " spec_json TEXT NOT NULL, workspace TEXT NOT NULL, state_dir TEXT NOT NULL,"
+    " owner_pid INTEGER NOT NULL, owner_start REAL, pool_size INTEGER NOT NULL,"
+    " max_cost_usd TEXT, status TEXT NOT NULL, created_ts REAL NOT NULL, finished_ts REAL)"
+)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "state" / "flightdeck.db"
+    with Store(path) as store:
+        store.create_batch(make_batch("b1"))
+        store.add_children("b1", [make_child(1), make_child(2)])
+    return path
+
+
+def dead_pid() -> tuple[int, float | None]:
+    """A pid that was a process a moment ago, and its start time."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start_time(proc.pid)
+    proc.wait()
+    return proc.pid, start
+
+
+def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "flightdeck.db"
+    v1 = schema.SCHEMA.replace(schema.REQUESTS_SCHEMA, "")
+    v1 = v1.replace(
+        "    finished_ts REAL,\n    heartbeat_ts REAL,\n    settings_json TEXT\n",
+        "    finished_ts REAL\n",
+    )
+    v1 = v1.replace("    request_id INTEGER,\n    reason TEXT,\n", "")
+    conn = sqlite3.connect(path)
+    conn.executescript(v1)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO batches VALUES ('old', 'old', NULL, '[]', '/w', '/s', 1, NULL, 1, NULL,"
+        " 'completed', 5.0, 6.0)"
+    )
+    conn.commit()
+    conn.close()
+    with StoreReader(path) as reader:  # read as it is, before anything migrates it
+        old = reader.batch("old")
+        assert old is not None and old.status == BatchStatus.COMPLETED and old.heartbeat_ts is None
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    assert conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    with StoreReader(path) as reader:
+        assert [b.id for b in reader.batches()] == ["old"]
+
+
+def test_database_and_folder_are_the_users_alone(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "flightdeck.db"
+    Store(path).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_a_steer_is_pending_until_the_owner_applies_it(db: Path) -> None:
+    rid = submit_steer(db, "b1", ["c1", "c2"], "focus on tests", now=True)
+    row = request(db, "b1", rid)
+    assert row is not None and row.state == RequestState.PENDING
+    assert row.kind == RequestKind.STEER and row.child_ids == ("c1", "c2") and row.now
+    conn = schema.connect(str(db))
+    assert [r.id for r in pending_requests(conn, "b1")] == [rid]
+    assert pending_requests(conn, "b1", after=rid) == []
+    conn.close()
+    # The owner: receipts that name the request, then the request marked applied.
+    with Store(db) as store:
+        for cid, child in ((7, "c1"), (8, "c2")):
+            receipt = SteerReceipt(cid, child, "focus on tests", True, SteerState.QUEUED, 1.0)
+            store.record_control("b1", receipt, request_id=rid)
+        store.settle_request("b1", rid, RequestState.APPLIED, 2.0, control_ids=[7, 8])
+        delivered = SteerReceipt(7, "c1", "focus on tests", True, SteerState.DELIVERED, 1.0, 3.0)
+        store.record_control("b1", delivered)  # a later write keeps the request id
+    row = request(db, "b1", rid)
+    assert row is not None and row.state == RequestState.APPLIED and row.control_ids == (7, 8)
+    assert [(r.id, r.state) for r in row.receipts] == [
+        (7, SteerState.DELIVERED),
+        (8, SteerState.QUEUED),
+    ]
+    assert request(db, "b1", rid + 1) is None
+
+
+def test_stops_and_a_refusal(db: Path) -> None:
+    stop = submit_stop(db, "b1", ["c2"])
+    everything = submit_stop_all(db, "b1")
+    assert everything > stop
+    with Store(db) as store:
+        store.settle_request("b1", stop, RequestState.REFUSED, 1.0, reason="no owner")
+        store.settle_request("b1", stop, RequestState.APPLIED, 2.0)  # settled once only
+    row = request(db, "b1", stop)
+    assert row is not None and row.state == RequestState.REFUSED and row.reason == "no owner"
+    row = request(db, "b1", everything)
+    assert row is not None and row.kind == RequestKind.STOP_ALL and row.child_ids == ()
+
+
+def test_bad_requests_record_nothing(db: Path, tmp_path: Path) -> None:
+    with pytest.raises(LookupError, match="no batch nope"):
+        submit_stop(db, "nope", ["c1"])
+    with pytest.raises(ValueError, match="no child with id 'c9'"):
+        submit_steer(db, "b1", ["c1", "c9"], "hi")
+    with pytest.raises(ValueError, match="at least one child"):
+        submit_stop(db, "b1", [])
+    with pytest.raises(ValueError, match="steer message"):
+        submit_steer(db, "b1", ["c1"], "bad \ud800")
+    with Store(db) as store:
+        store.finish_batch("b1", BatchStatus.COMPLETED, 9.0)
+    with pytest.raises(ValueError, match="has finished"):
+        submit_stop_all(db, "b1")
+    with pytest.raises(FileNotFoundError):
+        submit_stop_all(tmp_path / "none.db", "b1")
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
+    conn.close()
+
+
+def test_submits_wait_out_a_busy_database(db: Path) -> None:
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(submit_stop(db, "b1", ["c1"])))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got  # waiting for the lock, not failing
+    holder.execute("COMMIT")
+    t.join(10)
+    assert got
+    holder.close()
+
+
+def test_liveness_needs_the_pid_and_its_start_time() -> None:
+    me = os.getpid()
+    start = process_start_time()
+    assert process_matches(me, start)
+    assert process_matches(me, None)
+    assert start is not None and not process_matches(me, start - 60)  # a reused pid
+    pid, gone = dead_pid()
+    assert not process_matches(pid, gone)
+    owner = owner_of(me, start, heartbeat_ts=100.0, now=160.0)
+    assert owner.alive and owner.heartbeat_age_s == 60.0 and owner.stale
+
+
+def test_a_running_batch_whose_owner_died_reads_as_abandoned(db: Path) -> None:
+    pid, start = dead_pid()
+    with Store(db) as store:
+        store.create_batch(make_batch("dead", owner_pid=pid, owner_start=start, created_ts=50.0))
+        store.add_children("dead", [make_child(1, status=ChildStatus.RUNNING)])
+        store.heartbeat("dead", 80.0)
+        store.create_batch(make_batch("reused", owner_start=(start or 0) - 999, created_ts=60.0))
+    with StoreReader(db) as reader:
+        dead = reader.batch("dead")
+        assert dead is not None and dead.status == BatchStatus.ABANDONED
+        assert dead.finished_ts == 80.0 and dead.heartbeat_ts == 80.0
+        reused = reader.batch("reused")
+        assert reused is not None and reused.status == BatchStatus.ABANDONED
+        live = reader.batch("b1")
+        assert live is not None and live.status == BatchStatus.RUNNING
