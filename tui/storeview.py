@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -34,7 +35,6 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
-from flightdeck.engine.errors import StoreError
 from flightdeck.engine.records import requests
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.meter import totals_of
