@@ -391,7 +391,7 @@ class MainScreen(Screen[None]):
             return
         snap = self.view.snapshot()
         live = sum(1 for row in snap.children if row.status.live)
-        if not live:
+        if not live or self.view.read_only:  # nothing this UI could stop: just go
             self.app.exit(result=False)
             return
 
