@@ -49,10 +49,10 @@ class Waker:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Stop watching (within a few milliseconds); idempotent."""
+    def close(self, wait: bool = True) -> None:
+        """Stop watching (within a few milliseconds; `wait` for it); idempotent."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if wait and self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
 
     def _run(self) -> None:
