@@ -68,6 +68,20 @@ RECORDED: list[dict[str, Any]] = [
         "with_tui_children_per_s": 1110,
         "with_tui_over_alone": 0.37,
     },
+    {
+        "bench": "attach_latency",
+        "children": 1000,
+        "running_peak": 200,
+        "view": {"samples": 900, "p50_ms": 60.0, "p99_ms": 300.0},
+        "screen": {"samples": 900, "p50_ms": 200.0, "p99_ms": 500.0},
+    },
+    {
+        "bench": "attach_throughput",
+        "children": 2000,
+        "alone_children_per_s": 500.0,
+        "two_clients_children_per_s": 480.0,
+        "two_clients_over_alone": 0.96,
+    },
 ]
 
 
@@ -100,6 +114,18 @@ def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
         ),
         ("key to frame, frozen table", "10.0 ms median, 30.0 p95", "", None),
         ("TUI attached, 2,000 instant children", "1,110 children/s", "engine alone 3,000/s", 0.37),
+        (
+            "attach latency, 1,000 children, 200 running",
+            "screen 200.0 ms p50, 500.0 p99",
+            "store view 60.0 ms p50, 300.0 p99",
+            None,
+        ),
+        (
+            "owner, 2,000 instant children, 2 clients attached",
+            "480.0 children/s",
+            "alone 500.0/s",
+            0.96,
+        ),
     ]
 
 
@@ -231,3 +257,22 @@ def test_the_rate_limit_benchmark_runs_and_reports() -> None:
         "ratio",
         "429s",
     ]
+
+
+@pytest.mark.slow
+def test_the_attach_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    # A real owner process and two client processes, at a few children: it runs, it reports.
+    code = "import json, bench_attach; print('-'); print(json.dumps(bench_attach.main()))"
+    scale = {
+        "BENCH_ATTACH_CHILDREN": "12",
+        "BENCH_ATTACH_POOL": "4",
+        "BENCH_ATTACH_WINDOW_S": "1.5",
+        "BENCH_ATTACH_TIME_SCALE": "0.05",
+        "BENCH_ATTACH_TP_CHILDREN": "20",
+        "BENCH_ATTACH_ROUNDS": "1",
+        "BENCH_DIR": str(tmp_path),
+    }
+    _, (latency, throughput) = run_bench(code, scale)
+    assert latency["bench"] == "attach_latency" and latency["view"]["samples"] > 0
+    assert throughput["two_clients_over_alone"] > 0
+    assert list(tmp_path.iterdir()) == []

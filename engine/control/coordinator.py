@@ -50,7 +50,7 @@ from flightdeck.engine.records.meter import Meter
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
-PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (attach shows them)
+PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 
 
@@ -201,9 +201,10 @@ class Coordinator:
             self._drain()
 
     def _drain(self) -> None:
-        """Wait for the next fact or command (at most TICK_S), then handle all that queued."""
+        """Wait for the next fact or command (at most TICK_S, and no longer than the next
+        progress record is due), then handle all that queued."""
         try:
-            item = self._inbox.get(timeout=TICK_S)
+            item = self._inbox.get(timeout=min(TICK_S, PROGRESS_EVERY_S))
         except queue.Empty:
             return
         while True:

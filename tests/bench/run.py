@@ -71,6 +71,21 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"engine alone {r['engine_alone_children_per_s']:,}/s",
                 r["with_tui_over_alone"],
             )
+        case "attach_latency":
+            view, screen = r["view"], r["screen"]
+            yield (
+                f"attach latency, {r['children']:,} children, {r['running_peak']} running",
+                f"screen {screen.get('p50_ms')} ms p50, {screen.get('p99_ms')} p99",
+                f"store view {view.get('p50_ms')} ms p50, {view.get('p99_ms')} p99",
+                None,
+            )
+        case "attach_throughput":
+            yield (
+                f"owner, {r['children']:,} instant children, 2 clients attached",
+                f"{r['two_clients_children_per_s']:,} children/s",
+                f"alone {r['alone_children_per_s']:,}/s",
+                r["two_clients_over_alone"],
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 

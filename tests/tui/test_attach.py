@@ -32,6 +32,9 @@ tool_turns = 6
 OPTIONS = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
 
 
+RUN = (sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless")
+
+
 class Owner:
     """A real owner process, and the batch it runs."""
 
@@ -46,8 +49,7 @@ class Owner:
         self.state = folder / "state"
         self.db = self.state / "flightdeck.db"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"]
-            + ["--state-dir", str(self.state)],
+            [*RUN, "--state-dir", str(self.state)],
             cwd=folder,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
