@@ -86,19 +86,24 @@ def _project(folder: Path, config: str, children: int) -> None:
     )
 
 
-def _owner(folder: Path, pool: int) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [*RUN, "--state-dir", str(folder / "state"), "--max-concurrent", str(pool)],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    assert process.stdout is not None
-    first = process.stdout.readline()
-    assert first.startswith("batch "), first
-    return process, first.split()[1]
+def _owner(folder: Path, pool: int) -> tuple[subprocess.Popen[bytes], str]:
+    """A headless owner; its output goes to a file (a pipe nobody reads would block it)."""
+    out = folder / "owner.out"
+    with out.open("wb") as fh:
+        process = subprocess.Popen(
+            [*RUN, "--state-dir", str(folder / "state"), "--max-concurrent", str(pool)],
+            cwd=folder,
+            stdout=fh,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    while True:
+        first = out.read_text(encoding="utf-8").partition("\n")
+        if first[1]:
+            assert first[0].startswith("batch "), first
+            return process, first[0].split()[1]
+        assert process.poll() is None, "the owner exited before its batch started"
+        time.sleep(0.005)
 
 
 def _view(db: Path, batch_id: str) -> StoreView:
@@ -176,9 +181,7 @@ async def latency(folder: Path) -> dict[str, Any]:
         view.close()
     finally:
         owner.terminate()
-        owner.wait(30)
-        assert owner.stdout is not None
-        owner.stdout.close()
+        owner.wait(60)
     return {
         "bench": "attach_latency",
         "children": CHILDREN,
@@ -202,10 +205,7 @@ def _throughput_round(folder: Path, clients: int) -> float:
     for client in attached:
         assert client.stdout is not None and client.stdout.readline() == "ready\n"
     owner, batch_id = _owner(folder, 64)
-    assert owner.stdout is not None
-    owner.stdout.read()
     owner.wait()
-    owner.stdout.close()
     for client in attached:
         client.wait(30)
         assert client.stdout is not None
