@@ -233,11 +233,13 @@ class Engine:
         stored, rerun = self._resuming
         info = stored.info
         with StoreReader(self._store.path) as reader:
-            rows = reader.children(self.batch_id, results=False)
+            stored_ids = reader.child_ids(self.batch_id)
+            rows = reader.children(self.batch_id, results=False, started=True)
             receipts = reader.controls(self.batch_id, kind="steer")
         lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
         found = resume.settle(
             children,
+            stored_ids,
             rows,
             receipts,
             batch_id=self.batch_id,

@@ -168,7 +168,8 @@ def test_a_request_left_pending_by_a_dead_owner_is_applied_by_resume(tmp_path: P
 @pytest.mark.slow
 def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
-        folder = project(tmp_path, server, 10, pool=2)
+        # long enough that the first resume cannot finish before the second one claims
+        folder = project(tmp_path, server, 24, pool=2)
         batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 1)
         first, second = (
             flightdeck(folder, "resume", batch_id),
@@ -179,7 +180,7 @@ def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
         assert codes == [0, 2], results
         loser = results[[first.returncode, second.returncode].index(2)]
         assert "owned by a live process (pid" in loser[1]
-        assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(10))
+        assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(24))
 
 
 def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
