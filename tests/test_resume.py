@@ -195,3 +195,20 @@ def test_a_live_owner_keeps_its_batch(tmp_path: Path) -> None:
     with StoreReader(tmp_path / "flightdeck.db") as reader:
         rows = {r.id: r.status for r in reader.children(batch_id)}
     assert rows["t0001"] == ChildStatus.RUNNING  # nothing changed
+
+
+def test_a_steer_for_a_child_finished_before_the_resume_is_missed_at_once(tmp_path: Path) -> None:
+    batch_id, bdir = abandoned(tmp_path)
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    try:
+        [rid] = engine.steer(["t0000"], "too late")
+        engine.stop(["t0000"])  # ended already: nothing to stop, no error
+        with pytest.raises(ValueError, match="no child with id 'nope'"):
+            engine.steer(["nope"], "hi")
+    finally:
+        run_to_end(engine)
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        [steer] = [s for s in reader.controls(batch_id) if s.id == rid]
+    assert steer.state == SteerState.MISSED and rid > 5  # ids go on past the stored ones
+    assert "missed: too late (the child had ended: completed)" in (bdir / "t0000.log").read_text()
