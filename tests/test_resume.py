@@ -212,3 +212,23 @@ def test_a_steer_for_a_child_finished_before_the_resume_is_missed_at_once(tmp_pa
         [steer] = [s for s in reader.controls(batch_id) if s.id == rid]
     assert steer.state == SteerState.MISSED and rid > 5  # ids go on past the stored ones
     assert "missed: too late (the child had ended: completed)" in (bdir / "t0000.log").read_text()
+
+
+def test_a_steer_applied_but_not_marked_before_the_crash_is_not_applied_twice(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.engine.records.requests import request, submit_steer
+
+    batch_id, bdir = abandoned(tmp_path)
+    db = tmp_path / "flightdeck.db"
+    rid = submit_steer(db, batch_id, ["t0002"], "once only")
+    with Store(db) as store:  # what the dead owner had committed of applying it
+        receipt = SteerReceipt(6, "t0002", "once only", False, SteerState.QUEUED, 1470.0)
+        store.record_control(batch_id, receipt, request_id=rid)
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    run_to_end(engine)
+    row = request(db, batch_id, rid)
+    assert row is not None and row.state.value == "applied" and row.control_ids == (6,)
+    assert [(r.id, r.state) for r in row.receipts] == [(6, SteerState.DELIVERED)]
+    assert (bdir / "t0002.log").read_text().count("delivered: once only") == 1
