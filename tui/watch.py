@@ -59,6 +59,8 @@ class Waker:
         if not self.force_polling:
             try:
                 self._watch()
+                if self._stop.is_set():
+                    return
             except Exception as exc:  # no inotify watches left, the folder gone, ...
                 if self._stop.is_set():
                     return

@@ -322,6 +322,9 @@ class Coordinator:
         child.mark_running()
         self._alive[child.task.id] = child
         self._started += 1
+        # In the store at once, not at the next progress tick: an owner that dies now leaves
+        # it `running` there, so `resume` knows it was lost (unknown) rather than never run.
+        self._record(child.row())
         self._publish(ChildStarted(child.task.id, self._clock()))
 
     def _budget_exhausted(self) -> str | None:

@@ -86,6 +86,13 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"alone {r['alone_children_per_s']:,}/s",
                 r["two_clients_over_alone"],
             )
+        case "resume":
+            yield (
+                f"resume to first re-run start, {r['children']:,} children",
+                f"{r['resume_to_first_start_s_median']} s median",
+                f"fresh start {r['fresh_start_to_first_start_s_median']} s",
+                r["fresh_over_resume"],
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 
