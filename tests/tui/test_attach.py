@@ -130,6 +130,13 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
         await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
         await pilot.press("x")
         await until(pilot, lambda: table.displayed("c2", "doing").startswith("stopped"), "stopped")
+        second = owner.view()  # another terminal attached at the same time sees the same
+        try:
+            assert status(second, "c2") is ChildStatus.STOPPED
+            [seen] = second.snapshot().child("c1").steers  # type: ignore[union-attr]
+            assert seen.state is SteerState.DELIVERED
+        finally:
+            second.close()
 
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog")
