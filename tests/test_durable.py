@@ -108,14 +108,14 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
     tmp_path: Path,
 ) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
-        folder = project(tmp_path, server, 12, pool=2)
+        folder = project(tmp_path, server, 40, pool=2)  # still running at the stop --all
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
             until(lambda: server.total_runs() >= 1, what="the first run")
             with StoreReader(db_of(folder)) as reader:
                 batch_id = reader.latest_batch_id()
             assert batch_id is not None
-            stop = flightdeck(folder, "stop", batch_id, "c011")
+            stop = flightdeck(folder, "stop", batch_id, "c011")  # queued: never runs
             out, err = stop.communicate(timeout=30)
             assert stop.returncode == 0, err
             assert "stop applied: c011" in out
@@ -124,9 +124,13 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
             assert steer.returncode == 0, err
             assert "c010: delivered" in out
             waiter = flightdeck(folder, "wait", batch_id)
+            everything = flightdeck(folder, "stop", batch_id, "--all")
+            out, err = everything.communicate(timeout=30)
+            assert everything.returncode == 0 and "stop applied: every child" in out, err
             out, err = waiter.communicate(timeout=60)
-            assert waiter.returncode == 1, err  # a child was stopped: not every one completed
-            assert "stopped" in out
+            assert waiter.returncode == 1, err  # stopped: not every child completed
+            assert f"batch {batch_id} stopped" in out
+            assert owner.wait(30) == 1  # the owner ends with the batch
         finally:
             owner.kill()
             owner.communicate()
