@@ -28,6 +28,8 @@ class CountingServer:
         self.lock = threading.Lock()
         self.reply = Reply(text="done: " + "x" * 40, chunk_delay_s=chunk_delay_s)
         self.server = Loopback(self._answer)
+        self.open = threading.Event()  # cleared: requests wait (counted) until it is set
+        self.open.set()
 
     def __enter__(self) -> CountingServer:
         self.server.__enter__()
@@ -44,6 +46,7 @@ class CountingServer:
             if found:
                 with self.lock:
                     self.runs[found.group(1)] += 1
+        self.open.wait(30)
         return self.reply
 
     def total_runs(self) -> int:

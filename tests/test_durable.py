@@ -108,14 +108,14 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
     tmp_path: Path,
 ) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
-        folder = project(tmp_path, server, 12, pool=2)
+        folder = project(tmp_path, server, 40, pool=2)  # still running at the stop --all
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
             until(lambda: server.total_runs() >= 1, what="the first run")
             with StoreReader(db_of(folder)) as reader:
                 batch_id = reader.latest_batch_id()
             assert batch_id is not None
-            stop = flightdeck(folder, "stop", batch_id, "c011")
+            stop = flightdeck(folder, "stop", batch_id, "c011")  # queued: never runs
             out, err = stop.communicate(timeout=30)
             assert stop.returncode == 0, err
             assert "stop applied: c011" in out
@@ -124,9 +124,13 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
             assert steer.returncode == 0, err
             assert "c010: delivered" in out
             waiter = flightdeck(folder, "wait", batch_id)
+            everything = flightdeck(folder, "stop", batch_id, "--all")
+            out, err = everything.communicate(timeout=30)
+            assert everything.returncode == 0 and "stop applied: every child" in out, err
             out, err = waiter.communicate(timeout=60)
-            assert waiter.returncode == 1, err  # a child was stopped: not every one completed
-            assert "stopped" in out
+            assert waiter.returncode == 1, err  # stopped: not every child completed
+            assert f"batch {batch_id} stopped" in out
+            assert owner.wait(30) == 1  # the owner ends with the batch
         finally:
             owner.kill()
             owner.communicate()
@@ -167,20 +171,23 @@ def test_a_request_left_pending_by_a_dead_owner_is_applied_by_resume(tmp_path: P
 
 @pytest.mark.slow
 def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
-    with CountingServer(chunk_delay_s=0.05) as server:
-        # long enough that the first resume cannot finish before the second one claims
-        folder = project(tmp_path, server, 24, pool=2)
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 6, pool=2)
         batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 1)
+        server.open.clear()  # the winner cannot finish before the loser has tried
         first, second = (
             flightdeck(folder, "resume", batch_id),
             flightdeck(folder, "resume", batch_id),
         )
-        results = [first.communicate(timeout=60), second.communicate(timeout=60)]
-        codes = sorted([first.returncode, second.returncode])
-        assert codes == [0, 2], results
-        loser = results[[first.returncode, second.returncode].index(2)]
-        assert "owned by a live process (pid" in loser[1]
-        assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(24))
+        until(lambda: first.poll() is not None or second.poll() is not None, what="a loser")
+        loser, winner = (first, second) if first.poll() is not None else (second, first)
+        out, err = loser.communicate(timeout=30)
+        assert loser.returncode == 2, out + err
+        assert f"owned by a live process (pid {winner.pid})" in err
+        server.open.set()
+        out, err = winner.communicate(timeout=60)
+        assert winner.returncode == 0, out + err
+        assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(6))
 
 
 def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
