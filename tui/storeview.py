@@ -34,6 +34,7 @@ from flightdeck.engine.model import (
     SteerReceipt,
     SteerSettled,
     SteerState,
+    Totals,
 )
 from flightdeck.engine.records import requests
 from flightdeck.engine.records.liveness import process_matches
@@ -53,6 +54,17 @@ from flightdeck.tui.view import Listener
 from flightdeck.tui.watch import Waker
 
 DB_FILES = ("flightdeck.db", "flightdeck.db-wal")
+# The children's columns a run changes, in CHILD_COLUMNS order after the id: status (index 7 of
+# CHILD_COLUMNS) to cost_usd (20), then started_ts, finished_ts, error (22-24).
+_MUTABLE = (
+    "id, status, api_calls, tool_calls, retries, turns, current_tool, tool_started_ts, "
+    "activity, last_activity_ts, tokens_in, tokens_out, cache_read, cache_write, cost_usd, "
+    "started_ts, finished_ts, error"
+)
+_TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
+# Reads at most this often: the owner records running children every 0.1 s, but a batch of
+# instant children commits many times that; each read costs this process (and the machine).
+MIN_READ_S = 0.05
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 log = logging.getLogger(__name__)  # under "flightdeck": the TUI shows warnings as notifications
@@ -83,7 +95,9 @@ class StoreView:
         self._pending: set[int] = set()  # requests this view sent that the owner has not settled
         self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
         self._data_version: int | None = None
-        self._raw: dict[str, tuple[Any, ...]] = {}
+        self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
+        self._fixed: dict[str, tuple[Any, ...]] = {}  # each child's full row, first read
+        self._totals: Totals | None = None
         self._rows: dict[str, ChildRow] = {}
         self._order: tuple[ChildRow, ...] = ()
         self._receipts: dict[int, SteerReceipt] = {}
@@ -99,7 +113,12 @@ class StoreView:
         self._waker: Waker | None = None
         if watch:
             self._waker = Waker(
-                db.parent, DB_FILES, self.refresh, poll_s=poll_s, force_polling=force_polling
+                db.parent,
+                DB_FILES,
+                self.refresh,
+                poll_s=poll_s,
+                force_polling=force_polling,
+                min_interval_s=MIN_READ_S,
             ).start()
 
     def close(self) -> None:
@@ -230,11 +249,14 @@ class StoreView:
             ).fetchone()
             if found is None:
                 return None
-            raw = conn.execute(
-                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children WHERE batch_id = ?"
-                " ORDER BY seq, id",
+            # What changes as a child runs; its goal, route, transcript path ... are read once.
+            mutable = conn.execute(
+                f"SELECT {_MUTABLE} FROM children WHERE batch_id = ? ORDER BY seq, id",
                 (self.batch_id,),
             ).fetchall()
+            new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
+            if new_ids:
+                self._read_fixed(new_ids)
             controls = conn.execute(
                 f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
                 " ORDER BY id",
@@ -242,27 +264,35 @@ class StoreView:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        info = self._alive_or_abandoned(batch_info(found), raw)
+        info = self._alive_or_abandoned(batch_info(found), mutable)
         was = self.info
         self.info = info
         receipts = self._receipts_of(controls, events)
         by_child: dict[str, list[SteerReceipt]] = {}
         for r in receipts:
             by_child.setdefault(r.child_id, []).append(r)
-        old_raw, old_rows = self._raw, self._rows
+        old_raw, old_rows, fixed = self._raw, self._rows, self._fixed
         new_raw: dict[str, tuple[Any, ...]] = {}
         new_rows: dict[str, ChildRow] = {}
         order: list[ChildRow] = []
-        done = sum(1 for r in raw if ChildStatus(r[7]).terminal)
-        for r in raw:
-            cid = r[1]
-            steers = tuple(by_child.get(cid, ()))
+        done: int | None = None  # counted only when a child finished since the last read
+        changed = len(mutable) != len(old_rows)
+        for m in mutable:
+            cid = m[0]
+            steers = tuple(by_child.get(cid, ())) if by_child else ()
             row = old_rows.get(cid)
-            if row is None or old_raw.get(cid) != r or row.steers != steers:
-                row = child_row(r, steers)
+            if row is None or old_raw.get(cid) != m or row.steers != steers:
+                f = fixed[cid]
+                # Back into CHILD_COLUMNS order, for rows.child_row.
+                full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
+                before = row
+                row = child_row(full, steers)
+                changed = True
                 if events is not None:
-                    _facts(old_rows.get(cid), row, done, len(raw), events)
-            new_raw[cid] = r
+                    if done is None and row.status.terminal:
+                        done = sum(1 for x in mutable if x[1] in _TERMINAL)
+                    _facts(before, row, done or 0, len(mutable), events)
+            new_raw[cid] = m
             new_rows[cid] = row
             order.append(row)
         self._raw, self._rows, self._order = new_raw, new_rows, tuple(order)
@@ -274,20 +304,41 @@ class StoreView:
         ):
             events.append(BatchFinished(info.id, info.status))
         rows = self._order
+        # A heartbeat or a request: no row changed, nor did the totals.
+        if changed or self._totals is None:
+            self._totals = totals_of(rows)
+        totals = self._totals
         return Snapshot(
             batch_id=info.id,
             status=info.status,
             started_ts=info.created_ts,
             now=info.finished_ts if info.finished_ts is not None else self.clock(),
             children=rows,
-            totals=totals_of(rows),
+            totals=totals,
             pool_size=info.pool_size,
             max_cost_usd=info.max_cost_usd,
             version=self._data_version,
             finished_ts=info.finished_ts,
         )
 
-    def _alive_or_abandoned(self, info: BatchInfo, raw: list[tuple[Any, ...]]) -> BatchInfo:
+    def _read_fixed(self, ids: list[str]) -> None:
+        """The columns of these children that never change (inside the read transaction)."""
+        if len(ids) > 500:  # the first read: every child, in one go
+            rows = self._conn.execute(
+                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children WHERE batch_id = ?",
+                (self.batch_id,),
+            ).fetchall()
+        else:
+            marks = ", ".join("?" * len(ids))
+            rows = self._conn.execute(
+                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children"
+                f" WHERE batch_id = ? AND id IN ({marks})",
+                (self.batch_id, *ids),
+            ).fetchall()
+        for r in rows:
+            self._fixed[r[1]] = r
+
+    def _alive_or_abandoned(self, info: BatchInfo, mutable: list[tuple[Any, ...]]) -> BatchInfo:
         """A running batch whose owner is gone is abandoned, its time stopped at the last
         heartbeat (as records/reader.py has it)."""
         if info.status is not BatchStatus.RUNNING:
@@ -299,7 +350,7 @@ class StoreView:
             return info
         last = info.heartbeat_ts
         if last is None:  # written before heartbeats: the last thing a child did
-            last = max((max(r[15] or 0.0, r[23] or 0.0) for r in raw), default=0.0)
+            last = max((max(m[9] or 0.0, m[16] or 0.0) for m in mutable), default=0.0)
         return dataclasses.replace(
             info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -35,11 +36,15 @@ class Waker:
         *,
         poll_s: float = 0.25,
         force_polling: bool = False,
+        min_interval_s: float = 0.0,
     ) -> None:
         self.folder = folder
         self.names = frozenset(names)
         self.poll_s = poll_s
         self.force_polling = force_polling
+        # A writer committing hundreds of times a second wakes a reader at most this often.
+        self.min_interval_s = min_interval_s
+        self._last = 0.0
         self._wake = wake
         self._stop = threading.Event()
         self.events = True  # False once watching failed and only polling is left
@@ -91,6 +96,10 @@ class Waker:
             self._call()
 
     def _call(self) -> None:
+        wait = self._last + self.min_interval_s - time.monotonic()
+        if wait > 0 and self._stop.wait(wait):
+            return
+        self._last = time.monotonic()
         try:
             self._wake()
         except Exception:  # a reader's bug must not end the watching

@@ -18,6 +18,7 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
 )
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.storeview import StoreView
 
 from helpers import batch, settings, sim_route
@@ -56,6 +57,8 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         assert snap.status is BatchStatus.COMPLETED and snap.finished_ts is not None
         assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 6
         assert snap.totals.completed == 6 and snap.totals.usage.total > 0
+        with StoreReader(db) as reader:  # the rows as the store's own reader builds them
+            assert list(snap.children) == reader.children(engine.batch_id, results=False)
         finished = [e.row.id for e in events if isinstance(e, ChildFinished)]
         assert sorted(finished) == [f"t{i:04d}" for i in range(6)]  # each exactly once
         started = {e.child_id for e in events if isinstance(e, ChildStarted)}
