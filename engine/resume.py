@@ -29,7 +29,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.store import Store
 
-__all__ = ["OWNER_LOST", "NothingToResume", "Resumed", "Stored", "load", "settle"]
+__all__ = ["OWNER_LOST", "NothingToResume", "ResumeError", "Resumed", "Stored", "load", "settle"]
 
 OWNER_LOST = "owner lost"
 
