@@ -21,9 +21,10 @@ from flightdeck.engine.control.inbox import Steer, Stop, StopAll, Then
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
-from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.errors import ConfigError, SpecError
 from flightdeck.engine.inputs.settings import Route, Settings
-from flightdeck.engine.inputs.tasks import Batch, check_routes, unicode_problem
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
+from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -69,6 +70,7 @@ class Engine:
         env: Mapping[str, str] | None = None,
     ) -> None:
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
+        _check_task_text(batch, settings.engine.max_task_chars)
         self.batch = batch
         self.settings = settings
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
@@ -80,6 +82,7 @@ class Engine:
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
         assembly.check_budget(settings, self.routes.values())
+        assembly.check_commands(batch, self.routes.values(), settings.source)
         # Providers are built before anything is written: a missing key fails cleanly here.
         given = dict(providers or {})
         self._providers: dict[str, Provider] = {
@@ -469,11 +472,14 @@ class Engine:
     def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
         """Queue `message` for each child; returns receipt ids (see SteerReceipt).
 
-        Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate) or
-        an id names no child of this batch."""
+        Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate, or
+        longer than `[engine] max_task_chars`) or an id names no child of this batch."""
         c = self._require()
         if self._closed:  # nothing would ever settle the receipts
             raise RuntimeError("Engine.steer() after close(): every child has ended")
+        limit = self.settings.engine.max_task_chars
+        if len(message) > limit:  # it joins the child's prompt, as a goal does: the same bound
+            raise ValueError(f"steer message: {_too_long(len(message), limit)}")
         problem = unicode_problem(message)
         if problem:  # it would fail the child's request and the store's write, far from here
             raise ValueError(f"steer message: {problem}")
@@ -568,6 +574,32 @@ class Engine:
         if self._coordinator is None:
             raise RuntimeError("Engine.start() has not been called")
         return self._coordinator
+
+
+def _too_long(length: int, limit: int) -> str:
+    return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
+
+
+def _check_task_text(batch: Batch, limit: int) -> None:
+    """SpecError at the first task whose goal, context or group is over `limit` characters. A
+    task file is checked as it loads; a Batch built in Python is checked here."""
+    for task in batch.tasks:
+        for name in TEXT_FIELDS:
+            value = getattr(task, name)
+            if isinstance(value, str) and len(value) > limit:
+                path, line = _where(task)
+                raise SpecError(
+                    path, line, name, f"task {task.id!r}: {_too_long(len(value), limit)}"
+                )
+
+
+def _where(task: Task) -> tuple[str | None, int | None]:
+    """The path and line of `task.source` ("file:line", a path, or "" for a Batch built in
+    Python)."""
+    path, _, line = task.source.rpartition(":")
+    if path and line.isdigit():
+        return path, int(line)
+    return task.source or None, None
 
 
 def _known(

@@ -13,6 +13,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from flightdeck.engine.agents.child import CommandChild
+from flightdeck.engine.agents.launch import CommandRoute
+from flightdeck.engine.agents.workspace import Workspace, git_toplevel
 from flightdeck.engine.child.facts import Report
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -23,6 +26,7 @@ from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     Budget,
+    CommandSpec,
     EngineSettings,
     Price,
     RetrySettings,
@@ -94,13 +98,37 @@ def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
     if budget.max_cost_usd is None:
         return
     for route in routes:
-        if not price_known(route):
+        # Claude Code reports what it spent; another command's tokens need the route's price.
+        reports_cost = route.command is not None and route.command.format == "claude-stream-json"
+        if not price_known(route) and not reports_cost:
             raise ConfigError(
                 settings.source,
                 budget.cost_line,
                 "budget.max_cost_usd",
                 f"cannot be enforced: no price is known for route {route.name!r} "
                 f"(model {route.model!r}); give [routes.{route.name}] a price",
+            )
+
+
+def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:
+    """A command route's workspace must be usable before anything starts: a worktree needs
+    the batch workspace to be in a git repository."""
+    for route in routes:
+        spec = route.command
+        if spec is None or spec.workspace != "worktree":
+            continue
+        where = (source, spec.lines.get("workspace"), f"routes.{route.name}.workspace")
+        if batch.workspace is None:
+            raise ConfigError(
+                *where,
+                'workspace = "worktree" needs the batch\'s workspace to be a git checkout, '
+                "and the batch names no workspace",
+            )
+        if git_toplevel(Path(batch.workspace)) is None:
+            raise ConfigError(
+                *where,
+                f'workspace = "worktree": {batch.workspace} is not in a git repository '
+                "(or git is not installed)",
             )
 
 
@@ -119,7 +147,7 @@ def build_children(
     sink: TranscriptSink,
 ) -> list[Child]:
     """One queued child per task, in the batch's order."""
-    children = []
+    children: list[Child] = []
     for task in batch.tasks:
         route = settings.route(task.route)
         # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
@@ -130,6 +158,31 @@ def build_children(
             throttle=throttles[route.name],
             seed=f"{route.options.get('seed', 0)}:{task.id}",
         )
+        provider = providers[route.name]
+        if isinstance(provider, CommandRoute):
+            assert route.command is not None
+            workspace = Workspace(
+                route.command.workspace,
+                toolbox.root,
+                batch_dir / "workspaces" / task.id,
+                keep=route.command.keep_worktrees,
+            )
+            children.append(
+                CommandChild(
+                    task,
+                    provider,
+                    retry,
+                    toolbox,
+                    str(batch_dir / transcript_name(task)),
+                    meter,
+                    clock,
+                    report,
+                    queued_ts,
+                    sink,
+                    workspace=workspace,
+                )
+            )
+            continue
         children.append(
             Child(
                 task,
@@ -257,7 +310,27 @@ def _route_json(route: Route) -> dict[str, object]:
         "retry": dataclasses.asdict(route.retry),
         "options": {k: dict(v) if isinstance(v, Mapping) else v for k, v in route.options.items()},
         "key_line": route.key_line,
+        "command": None if route.command is None else _command_json(route.command),
     }
+
+
+def _command_json(spec: CommandSpec) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(CommandSpec):
+        value = getattr(spec, f.name)
+        out[f.name] = dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def _command_from(data: Mapping[str, Any] | None) -> CommandSpec | None:
+    if data is None:
+        return None
+    # JSON has lists where the spec keeps tuples, and dicts where it keeps read-only maps.
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else MappingProxyType(v) if isinstance(v, dict) else v
+        for k, v in data.items()
+    }
+    return CommandSpec(**fields)
 
 
 def _route_from(name: str, data: Mapping[str, Any]) -> Route:
@@ -284,4 +357,5 @@ def _route_from(name: str, data: Mapping[str, Any]) -> Route:
         retry=RetrySettings(**data["retry"]),
         options=MappingProxyType(options),
         key_line=data["key_line"],
+        command=_command_from(data.get("command")),
     )

@@ -11,6 +11,7 @@ Our exception hierarchy:
   * ProviderError - a model call failed
     * RateLimited - 429 / 529: try again later
     * TransientError - a connection, a 5xx or a stream broke
+      * BrokenStream - a stream ended without its end marker, or sent a malformed chunk
     * FatalError - bad key, exhausted quota, bad request: retrying cannot help
   * ToolError - a tool call failed; the message goes back to the model
 
@@ -93,6 +94,13 @@ class TransientError(ProviderError):
     retryable = True
 
 
+class BrokenStream(TransientError):
+    """A 200 stream that is no answer: it ended without its end marker (OpenAI's
+    `finish_reason`, Anthropic's `message_stop`) or carried a chunk that cannot be read (bad
+    JSON, an event of the wrong shape). The SDKs raise nothing for the first; retried like a
+    dropped connection, and what streamed is never taken as the final text."""
+
+
 class FatalError(ProviderError):
     """Bad key, exhausted quota, bad request: retrying cannot help."""
 
@@ -105,6 +113,7 @@ class ToolError(FlightdeckError):
 
 
 __all__ = [
+    "BrokenStream",
     "ConfigError",
     "FatalError",
     "FlightdeckError",

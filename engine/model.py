@@ -169,6 +169,9 @@ class ChildRow:
     # usage is billed; never stored. `usage` and `cost_usd` are what has been billed.
     in_flight: Usage = field(default_factory=Usage)
     in_flight_cost_usd: Decimal | None = Decimal(0)
+    # False for a command route that takes no steer: a steer is `missed` at once, and the TUI
+    # says so before the operator types one. Not stored (an attached view assumes True).
+    steerable: bool = True
 
     @property
     def live_usage(self) -> Usage:

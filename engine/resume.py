@@ -29,7 +29,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.store import Store
 
-__all__ = ["OWNER_LOST", "NothingToResume", "Resumed", "Stored", "load", "settle"]
+__all__ = ["OWNER_LOST", "NothingToResume", "ResumeError", "Resumed", "Stored", "load", "settle"]
 
 OWNER_LOST = "owner lost"
 
@@ -78,7 +78,11 @@ def load(state_dir: Path, batch_id: str) -> Stored:
         info = reader.batch(batch_id)
     if info is None:
         raise ResumeError(
-            db, None, "batch_id", f"no batch {batch_id} in this state folder (see flightdeck ls)"
+            db,
+            None,
+            "batch_id",
+            f"no batch {batch_id} in this state folder (see flightdeck ls; another state "
+            "folder is named with --state-dir)",
         )
     if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
         raise NothingToResume(batch_id, info.status.value)

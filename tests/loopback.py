@@ -4,7 +4,9 @@ It binds 127.0.0.1 on a random port, serves each connection on its own thread (H
 keep-alive, chunked SSE), records when each request arrived, and answers from a script of
 `Reply` values: text, tool calls, usage with cached tokens, rate-limit headers, and faults (429
 with or without Retry-After, 5xx/529, insufficient quota, 401, a stall before the headers or in
-the middle of the stream, a disconnect mid-stream, a malformed JSON chunk).
+the middle of the stream, a disconnect mid-stream, a malformed JSON chunk), and, through a
+`Fault`, responses whose HTTP is sound but whose content is not (a stream that ends cleanly
+before its end marker, a chunk of the wrong shape, an error body of raw bytes).
 
     with Loopback() as server:
         server.script(Reply(status=429, retry_after="1"), Reply(text="hi"))
@@ -73,6 +75,7 @@ class Reply:
     disconnect_after_chunks: int | None = None
     malformed_after_chunks: int | None = None
     no_usage: bool = False
+    fault: Fault | None = None  # a stream cut short cleanly, a wrong-shaped chunk: see Fault
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.retry_after_ms is not None:
             headers["retry-after-ms"] = reply.retry_after_ms
         if reply.status != 200:
+            if reply.fault is not None and reply.fault.error_body is not None:
+                _send_raw(self, reply.status, reply.fault.error_body, headers)
+                return
             self._send_json(reply.status, fmt.error(reply), headers)
             return
         self.send_response(200)
@@ -281,7 +287,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         sent = 0
-        for kind, event in fmt.events(reply, bool(body.get("stream"))):
+        events = fmt.events(reply, bool(body.get("stream")))
+        if reply.fault is not None:
+            events = reply.fault.apply(events)
+        for kind, event in events:
             if kind == "content":
                 if reply.stall_after_chunks is not None and sent == reply.stall_after_chunks:
                     loopback._stall()
@@ -450,6 +459,47 @@ class _AnthropicFormat(_Format):
 
     def malformed(self) -> bytes:
         return b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n'
+
+
+# --- faults a well-formed HTTP response can carry (issue 17: broken streams, huge errors) -------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A response that goes wrong while its HTTP stays well formed, so no transport error shows:
+    the body ends cleanly (its last chunk is sent) before the wire format's own end, a raw SSE
+    chunk is slipped in, or a non-200 reply's body is raw bytes instead of the JSON error."""
+
+    end_after_chunks: int | None = None  # end the body once this many content chunks were sent
+    end_before: str | None = None  # end the body at the first event whose bytes hold this text
+    inject: bytes = b""  # raw SSE bytes, sent once `inject_after_chunks` content chunks were
+    inject_after_chunks: int = 0
+    error_body: bytes | None = None  # a non-200 reply's body, as text/html
+
+    def apply(self, events: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, bytes]]:
+        """The format's events, cut short or with the injected chunk."""
+        sent = 0
+        for kind, event in events:
+            if self.end_before is not None and self.end_before.encode() in event:
+                return
+            if kind == "content":
+                if self.end_after_chunks == sent:
+                    return
+                if self.inject and self.inject_after_chunks == sent:
+                    yield "meta", self.inject
+                sent += 1
+            yield kind, event
+
+
+def _send_raw(handler: _Handler, status: int, data: bytes, headers: dict[str, str]) -> None:
+    handler.send_response(status)
+    handler.send_header("content-type", "text/html")
+    handler.send_header("content-length", str(len(data)))
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+    handler.wfile.flush()
 
 
 # --- rate-limited responders for the benchmark and the retry tests -------------------------------

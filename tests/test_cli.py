@@ -303,6 +303,16 @@ BAD_CONFIGS = [
     ("[routes.x]\nprovider = 'gpt'\n", "flightdeck.toml:2", "routes.x.provider"),
     ("[budget]\nmax_cost_usd = -1\n", "flightdeck.toml:2", "budget.max_cost_usd"),
     ("[engine\n", "flightdeck.toml:1", None),
+    (
+        "[routes.x]\nprovider = 'command'\nargv = ['cli', '{prompt}']\n",
+        "flightdeck.toml:3",
+        "routes.x.argv.1",
+    ),
+    (  # found missing at start, before anything is written
+        "[engine]\ndefault_route = 'x'\n[routes.x]\nprovider = 'command'\nargv = ['no-such-cli']\n",
+        "flightdeck.toml:5",
+        "routes.x.argv",
+    ),
 ]
 
 

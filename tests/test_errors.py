@@ -8,6 +8,7 @@ import re
 import pytest
 from flightdeck.engine import errors
 from flightdeck.engine.errors import (
+    BrokenStream,
     ConfigError,
     FatalError,
     FlightdeckError,
@@ -36,12 +37,13 @@ def test_every_family_is_a_flightdeck_error() -> None:
     assert issubclass(InputError, LocatedError) and issubclass(StoreError, LocatedError)
     for cls in (RateLimited, TransientError, FatalError):
         assert issubclass(cls, ProviderError)
+    assert issubclass(BrokenStream, TransientError) and BrokenStream.retryable
     assert all(issubclass(cls, FlightdeckError) for cls in CLASSES)
 
 
 def test_the_docstring_names_every_class() -> None:
     doc = errors.__doc__ or ""
-    assert len(CLASSES) == 11
+    assert len(CLASSES) == 12
     for cls in CLASSES:
         assert re.search(rf"^ *\* {cls.__name__}\b", doc, re.M), cls
 

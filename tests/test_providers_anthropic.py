@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.errors import FatalError, ProviderError, RateLimited, TransientError
+from flightdeck.engine.errors import (
+    BrokenStream,
+    FatalError,
+    ProviderError,
+    RateLimited,
+    TransientError,
+)
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.providers.anthropic import AnthropicProvider, to_anthropic_messages
 from flightdeck.engine.providers.base import (
@@ -183,7 +189,7 @@ def test_history_alternates_with_tool_results_in_user_turns() -> None:
         (Reply(stream_error="overloaded_error"), RateLimited, None),
         (Reply(stream_error="api_error"), TransientError, None),
         (Reply(stream_error="invalid_request_error"), FatalError, None),
-        (Reply(malformed_after_chunks=1), TransientError, None),
+        (Reply(malformed_after_chunks=1), BrokenStream, None),
         (Reply(disconnect_after_chunks=1), TransientError, None),
         # A server that echoes the key in its error type, not only in the message.
         (Reply(status=400, error_type=f"bad_{KEY}", message=f"key {KEY}"), FatalError, None),

@@ -12,6 +12,7 @@ from types import MappingProxyType
 import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import (
+    BrokenStream,
     ConfigError,
     FatalError,
     ProviderError,
@@ -191,7 +192,7 @@ def test_unparsable_tool_arguments_reach_the_tool_as_text() -> None:
         (Reply(status=403), FatalError, None),
         (Reply(status=429, error_type="insufficient_quota"), FatalError, None),
         (Reply(status=400, error_type="invalid_request_error"), FatalError, None),
-        (Reply(malformed_after_chunks=1), TransientError, None),
+        (Reply(malformed_after_chunks=1), BrokenStream, None),
         (Reply(disconnect_after_chunks=2), TransientError, None),
     ],
     ids=lambda v: repr(v)[:60] if isinstance(v, Reply) else None,

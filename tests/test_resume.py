@@ -232,3 +232,32 @@ def test_a_steer_applied_but_not_marked_before_the_crash_is_not_applied_twice(
     assert row is not None and row.state.value == "applied" and row.control_ids == (6,)
     assert [(r.id, r.state) for r in row.receipts] == [(6, SteerState.DELIVERED)]
     assert (bdir / "t0002.log").read_text().count("delivered: once only") == 1
+
+
+def test_the_settings_kept_for_resume_read_back_equal(tmp_path: Path) -> None:
+    from flightdeck.engine.inputs.settings import load_settings
+
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        """[engine]
+max_concurrent = 3
+default_route = "cli"
+
+[routes.cli]
+provider = "command"
+model = "reviewer"
+argv = ["python3", "reviewer.py", "{goal}"]
+workspace = "copy"
+price = { input_per_mtok = 1.5, output_per_mtok = 2 }
+
+[routes.sim]
+provider = "sim"
+model = "sim-1"
+time_scale = 0.5
+
+[budget]
+max_cost_usd = 1.25
+"""
+    )
+    cfg = load_settings(config)
+    assert assembly.settings_from_json(assembly.settings_json(cfg)) == cfg

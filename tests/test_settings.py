@@ -233,7 +233,9 @@ def test_unknown_engine_key(tmp_path: Path) -> None:
 def test_bad_provider(tmp_path: Path) -> None:
     path = write(tmp_path, '[routes.x]\nmodel = "m"\nprovider = "openia"\n')
     err = error_at(path, 3, "routes.x.provider")
-    assert "expected one of 'sim', 'openai', 'anthropic', got string 'openia'" in str(err)
+    assert "expected one of 'sim', 'openai', 'anthropic', 'command', got string 'openia'" in str(
+        err
+    )
 
 
 def test_provider_required_except_for_sim(tmp_path: Path) -> None:

@@ -179,7 +179,12 @@ def _request_db(args: argparse.Namespace) -> Path:
     with StoreReader(db) as reader:
         info = reader.batch(args.batch_id)
     if info is None:
-        raise UsageError(None, None, "batch_id", f"no batch {args.batch_id} in {db.parent}")
+        raise UsageError(
+            None,
+            None,
+            "batch_id",
+            f"no batch {args.batch_id} in {db.parent} (another state folder: --state-dir)",
+        )
     return db
 
 

@@ -127,6 +127,7 @@ class ChildState:
                 steers=self._steering.receipts(),
                 in_flight=in_flight,
                 in_flight_cost_usd=flight_cost,
+                steerable=self.steerable,
             )
             self._row, self._row_version = row, version
             return row
@@ -145,6 +146,16 @@ class ChildState:
     def held(self) -> bool:
         """Waiting on the route's own limits: a wait flightdeck imposes is never a stall."""
         return self._activity.held
+
+    @property
+    def stop_grace_s(self) -> float:
+        """Seconds a stop may take beyond the engine's stall_grace_s (a process's kill grace)."""
+        return 0.0
+
+    @property
+    def steerable(self) -> bool:
+        """Whether a steer can reach this child (a command route may not read any)."""
+        return True
 
     @property
     def stop_status(self) -> ChildStatus | None:

@@ -15,7 +15,13 @@ from typing import Any
 
 import anthropic
 import httpx2
-from flightdeck.engine.errors import FatalError, ProviderError, RateLimited, TransientError
+from flightdeck.engine.errors import (
+    BrokenStream,
+    FatalError,
+    ProviderError,
+    RateLimited,
+    TransientError,
+)
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -32,13 +38,15 @@ from flightdeck.engine.providers.base import (
 from flightdeck.engine.providers.headers import anthropic_headroom, retry_after
 from flightdeck.engine.providers.sdk import (
     READ_TIMEOUT,
+    broken,
     clip_message,
     connection_error,
+    expect,
     parse_arguments,
     status_error,
     transport_error,
 )
-from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN
+from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN, prompt_tokens_estimate
 from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
@@ -88,7 +96,7 @@ class AnthropicProvider:
             ]
             tools[-1]["cache_control"] = EPHEMERAL  # caches the whole tool list
             params["tools"] = tools
-        return AnthropicStream(self, params)
+        return AnthropicStream(self, request, params)
 
     def close(self) -> None:
         """Release the route's connections."""
@@ -99,8 +107,11 @@ class AnthropicProvider:
 class AnthropicStream:
     """One streamed turn. Iterate on one thread; `close()` from any thread ends it at once."""
 
-    def __init__(self, provider: AnthropicProvider, params: dict[str, Any]) -> None:
+    def __init__(
+        self, provider: AnthropicProvider, request: TurnRequest, params: dict[str, Any]
+    ) -> None:
         self._p = provider
+        self._request = request
         self._params = params
         self._abort = Abort()
 
@@ -111,56 +122,117 @@ class AnthropicStream:
     def __iter__(self) -> Iterator[StreamEvent]:
         if self._abort.fired:
             raise Interrupted
-        billed = _Cumulative()
-        tools: dict[int, dict[str, str]] = {}
-        received_chars = 0  # of text and tool arguments, for a response cut short
-        events = read_stream(
-            self._abort,
-            lambda: self._p._client.messages.create(**self._params),
-            anthropic_headroom,
-        )
+        turn = _Turn()
+
+        def create() -> Any:
+            stream = self._p._client.messages.create(**self._params)
+            turn.opened = True  # a 200: the server has the prompt
+            return stream
+
+        events = read_stream(self._abort, create, anthropic_headroom)
         try:
             for event in events:
                 if isinstance(event, HeadroomEvent):
                     yield event
-                    continue
-                kind = getattr(event, "type", None)
-                if kind == "message_start":
-                    increment = billed.update(event.message.usage)
-                    if increment is not None:
-                        yield UsageEvent(increment)
-                elif kind == "content_block_start":
-                    block = event.content_block
-                    if getattr(block, "type", None) == "tool_use":
-                        tools[event.index] = {"id": block.id, "name": block.name, "json": ""}
-                elif kind == "content_block_delta":
-                    delta = event.delta
-                    dtype = getattr(delta, "type", None)
-                    if dtype == "text_delta" and delta.text:
-                        received_chars += len(delta.text)
-                        yield TextDelta(delta.text)
-                    elif dtype == "input_json_delta" and event.index in tools:
-                        tools[event.index]["json"] += delta.partial_json or ""
-                        received_chars += len(delta.partial_json or "")
-                elif kind == "content_block_stop":
-                    tool = tools.pop(event.index, None)
-                    if tool is not None:
-                        arguments = parse_arguments(tool["json"])
-                        yield ToolCallEvent(ToolCall(tool["id"], tool["name"], arguments))
-                elif kind == "message_delta":
-                    billed.final = True  # the response's own count: nothing to estimate
-                    increment = billed.update(event.usage)
-                    if increment is not None:
-                        yield UsageEvent(increment)
-        except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
-            rest = billed.unreported_output(received_chars)
-            if rest is not None:
-                yield UsageEvent(rest, estimated=True)
+                else:
+                    yield from turn.read(event)
+            if not turn.stopped:
+                # The body ended cleanly but the message did not: the SDK raises nothing here.
+                raise broken(f"ended without message_stop{turn.progress()}")
+        except BrokenStream:
+            yield from turn.unbilled(self._request)
             if self._abort.fired:
                 raise Interrupted from None
-            raise map_error(exc, secrets=self._p.secrets) from exc
+            raise
+        except (anthropic.AnthropicError, httpx2.HTTPError, ValueError) as exc:
+            yield from turn.unbilled(self._request)
+            if self._abort.fired:
+                raise Interrupted from None
+            raise map_error(exc, secrets=self._p.secrets, streaming=turn.opened) from exc
         finally:
             events.close()
+
+
+class _Turn:
+    """What one response has streamed so far, read event by event; its end marker is
+    `message_stop`. Event types we do not know are skipped: the API may add some."""
+
+    def __init__(self) -> None:
+        self.opened = False
+        self.started = False  # message_start came: it bills the prompt
+        self.stopped = False
+        self.billed = _Cumulative()
+        self.tools: dict[int, dict[str, str]] = {}
+        self.received_chars = 0  # of text and tool arguments, for a response cut short
+        self.events = 0
+
+    def read(self, event: object) -> Iterator[StreamEvent]:
+        kind = expect(getattr(event, "type", None), str, "the event's type")
+        self.events += 1
+        if kind == "message_start":
+            self.started = True
+            message = getattr(event, "message", None)
+            if message is None:
+                raise broken("malformed chunk: message_start without a message")
+            increment = self.billed.update(getattr(message, "usage", None))
+            if increment is not None:
+                yield UsageEvent(increment)
+        elif kind == "content_block_start":
+            index = expect(getattr(event, "index", None), int, "content_block_start.index")
+            block = getattr(event, "content_block", None)
+            btype = expect(getattr(block, "type", None), str, "content_block.type")
+            if btype == "tool_use":
+                tool_id = expect(getattr(block, "id", None), str, "tool_use.id")
+                name = expect(getattr(block, "name", None), str, "tool_use.name")
+                self.tools[index] = {"id": tool_id, "name": name, "json": ""}
+        elif kind == "content_block_delta":
+            index = expect(getattr(event, "index", None), int, "content_block_delta.index")
+            delta = getattr(event, "delta", None)
+            dtype = expect(getattr(delta, "type", None), str, "delta.type")
+            if dtype == "text_delta":
+                text = expect(getattr(delta, "text", None), str, "text_delta.text")
+                if text:
+                    self.received_chars += len(text)
+                    yield TextDelta(text)
+            elif dtype == "input_json_delta":
+                part = expect(getattr(delta, "partial_json", None), str, "partial_json")
+                if index in self.tools:
+                    self.tools[index]["json"] += part
+                    self.received_chars += len(part)
+        elif kind == "content_block_stop":
+            index = expect(getattr(event, "index", None), int, "content_block_stop.index")
+            tool = self.tools.pop(index, None)
+            if tool is not None:
+                # Handed on now, but the child acts on a turn's calls only once it ended well.
+                arguments = parse_arguments(tool["json"])
+                yield ToolCallEvent(ToolCall(tool["id"], tool["name"], arguments))
+        elif kind == "message_delta":
+            self.billed.final = True  # the response's own count: nothing to estimate
+            increment = self.billed.update(getattr(event, "usage", None))
+            if increment is not None:
+                yield UsageEvent(increment)
+        elif kind == "message_stop":
+            self.stopped = True
+
+    def progress(self) -> str:
+        if not self.received_chars:
+            return f" (after {self.events} events, before any text)"
+        return f" (after {self.events} events, {self.received_chars:,} characters)"
+
+    def unbilled(self, request: TurnRequest) -> Iterator[UsageEvent]:
+        """For a response cut short after the server took it: what it bills beyond what it
+        reported, estimated (the prompt, if message_start never came; the output streamed)."""
+        if not self.opened:
+            return
+        prompt = 0
+        if not self.started:
+            self.started = True  # once
+            prompt = prompt_tokens_estimate(request)
+            self.billed.seen = dataclasses.replace(self.billed.seen, input_tokens=prompt)
+        rest = self.billed.unreported_output(self.received_chars)
+        usage = Usage(input_tokens=prompt) + (rest or Usage())
+        if usage.total:
+            yield UsageEvent(usage, estimated=True)
 
 
 class _Cumulative:
@@ -253,8 +325,10 @@ def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
     return None, exc.message
 
 
-def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors."""
+def map_error(
+    exc: BaseException, *, secrets: tuple[str, ...] = (), streaming: bool = True
+) -> ProviderError:
+    """An SDK or transport exception as one of our typed errors (`streaming`: after a 200)."""
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _detail(exc)
         if kind is not None:  # the server's text, like the message: it may echo the key
@@ -279,4 +353,4 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
         return connection_error(exc, exc.message, secrets)
     if isinstance(exc, anthropic.APIError):
         return TransientError(clip_message(f"stream error: {exc.message}", secrets))
-    return transport_error(exc, secrets)
+    return transport_error(exc, secrets, streaming=streaming)

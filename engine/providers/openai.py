@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 import openai
-from flightdeck.engine.errors import FatalError, ProviderError, TransientError
+from flightdeck.engine.errors import BrokenStream, FatalError, ProviderError, TransientError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
 from flightdeck.engine.providers.base import (
@@ -33,14 +33,24 @@ from flightdeck.engine.providers.base import (
 from flightdeck.engine.providers.headers import openai_headroom, retry_after
 from flightdeck.engine.providers.sdk import (
     READ_TIMEOUT,
+    broken,
     clip_message,
     connection_error,
+    expect,
     parse_arguments,
     status_error,
     transport_error,
 )
 from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN, prompt_tokens_estimate
 from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import (
+    Choice,
+    ChoiceDelta,
+    ChoiceDeltaToolCall,
+    ChoiceDeltaToolCallFunction,
+)
 
 # Error codes that mean "this account cannot be served": retrying cannot help.
 FATAL_CODES = frozenset(
@@ -123,65 +133,108 @@ class OpenAIStream:
     def __iter__(self) -> Iterator[StreamEvent]:
         if self._abort.fired:
             raise Interrupted
-        calls: dict[int, dict[str, str]] = {}
-        emitted = False
-        usage_seen = False
-        received_chars = 0
-        chunks = read_stream(
-            self._abort,
-            lambda: self._p._client.chat.completions.create(**self._params),
-            openai_headroom,
-        )
+        turn = _Turn()
+
+        def create() -> Any:
+            stream = self._p._client.chat.completions.create(**self._params)
+            turn.opened = True  # a 200: the server has the prompt
+            return stream
+
+        chunks = read_stream(self._abort, create, openai_headroom)
         try:
             for chunk in chunks:
                 if isinstance(chunk, HeadroomEvent):
                     yield chunk
-                    continue
-                if chunk.usage is not None:
-                    usage_seen = True
-                    yield UsageEvent(usage_of(chunk.usage))
-                for choice in chunk.choices:
-                    delta = choice.delta
-                    if delta.content:
-                        received_chars += len(delta.content)
-                        yield TextDelta(delta.content)
-                    for tc in delta.tool_calls or ():
-                        # Some compatible servers send whole calls without an index.
-                        index = getattr(tc, "index", None)
-                        key = index if isinstance(index, int) else len(calls)
-                        slot = calls.setdefault(key, {"id": "", "name": "", "args": ""})
-                        slot["id"] = slot["id"] or tc.id or f"call_{key}"
-                        if tc.function is not None:
-                            slot["name"] = slot["name"] or tc.function.name or ""
-                            slot["args"] += tc.function.arguments or ""
-                            received_chars += len(tc.function.arguments or "")
-                    if choice.finish_reason is not None and not emitted:
-                        emitted = True
-                        yield from _tool_events(calls)
-            if not emitted:
-                yield from _tool_events(calls)
-        except (openai.OpenAIError, httpx2.HTTPError, ValueError) as exc:
-            if not usage_seen and received_chars:
-                # The server bills a response cut short (by it, the network, or a stop or
-                # steer --now here), but its usage chunk never came: count an estimate
-                # rather than nothing.
-                yield UsageEvent(_estimate(self._request, received_chars), estimated=True)
+                else:
+                    yield from turn.read(chunk)
+            if not turn.finished:
+                # The body ended cleanly but the answer did not: the SDK raises nothing here.
+                raise broken(f"ended without a finish_reason{turn.progress()}")
+            yield from turn.unbilled(self._request)  # a whole answer whose usage never came
+        except BrokenStream:
+            yield from turn.unbilled(self._request)
             if self._abort.fired:
                 raise Interrupted from None
-            raise map_error(exc, secrets=self._p.secrets) from exc
+            raise
+        except (openai.OpenAIError, httpx2.HTTPError, ValueError) as exc:
+            yield from turn.unbilled(self._request)
+            if self._abort.fired:
+                raise Interrupted from None
+            raise map_error(exc, secrets=self._p.secrets, streaming=turn.opened) from exc
         finally:
             chunks.close()
 
 
-def _estimate(request: TurnRequest, received_chars: int) -> Usage:
-    out = -(-received_chars // CHARS_PER_TOKEN)
-    return Usage(input_tokens=prompt_tokens_estimate(request), output_tokens=out)
+class _Turn:
+    """What one response has streamed so far, read chunk by chunk.
 
+    The end marker is a `finish_reason`. A missing `data: [DONE]` after it is not a broken
+    stream: the SDK consumes [DONE] without telling us, some compatible servers never send it,
+    and all that may follow a finish_reason is the usage chunk (`include_usage` is asked for),
+    whose absence is billed as an estimate (see `unbilled`) rather than as nothing.
+    """
 
-def _tool_events(calls: dict[int, dict[str, str]]) -> Iterator[ToolCallEvent]:
-    for index in sorted(calls):
-        slot = calls[index]
-        yield ToolCallEvent(ToolCall(slot["id"], slot["name"], parse_arguments(slot["args"])))
+    def __init__(self) -> None:
+        self.opened = False
+        self.finished = False
+        self.usage_seen = False
+        self.received_chars = 0  # of text and tool arguments, for a response cut short
+        self.chunks = 0
+        self.calls: dict[int, dict[str, str]] = {}
+
+    def read(self, chunk: object) -> Iterator[StreamEvent]:
+        chunk = expect(chunk, ChatCompletionChunk, "the chunk")
+        self.chunks += 1
+        if chunk.usage is not None:
+            self.usage_seen = True
+            yield UsageEvent(usage_of(expect(chunk.usage, CompletionUsage, "usage")))
+        for choice in expect(chunk.choices or [], list, "choices"):
+            choice = expect(choice, Choice, "a choice")
+            if choice.delta is not None:
+                yield from self._delta(expect(choice.delta, ChoiceDelta, "delta"))
+            if choice.finish_reason is not None and not self.finished:
+                self.finished = True
+                yield from self._tool_events()
+
+    def _delta(self, delta: ChoiceDelta) -> Iterator[StreamEvent]:
+        content = delta.content
+        if content is not None and expect(content, str, "delta.content"):
+            self.received_chars += len(content)
+            yield TextDelta(content)
+        for tc in expect(delta.tool_calls or [], list, "delta.tool_calls"):
+            tc = expect(tc, ChoiceDeltaToolCall, "a tool call")
+            # Some compatible servers send whole calls without an index.
+            key = tc.index if isinstance(tc.index, int) else len(self.calls)
+            slot = self.calls.setdefault(key, {"id": "", "name": "", "args": ""})
+            slot["id"] = slot["id"] or expect(tc.id or "", str, "tool_calls.id") or f"call_{key}"
+            if tc.function is not None:
+                function = expect(tc.function, ChoiceDeltaToolCallFunction, "tool_calls.function")
+                name = expect(function.name or "", str, "function.name")
+                args = expect(function.arguments or "", str, "function.arguments")
+                slot["name"] = slot["name"] or name
+                slot["args"] += args
+                self.received_chars += len(args)
+
+    def _tool_events(self) -> Iterator[ToolCallEvent]:
+        for index in sorted(self.calls):
+            slot = self.calls[index]
+            arguments = parse_arguments(slot["args"])
+            yield ToolCallEvent(ToolCall(slot["id"], slot["name"], arguments))
+
+    def progress(self) -> str:
+        if not self.received_chars:
+            return f" (after {self.chunks} chunks, before any text)"
+        return f" (after {self.chunks} chunks, {self.received_chars:,} characters)"
+
+    def unbilled(self, request: TurnRequest) -> Iterator[UsageEvent]:
+        """For a response the server took (a 200) whose usage chunk never came: cut short (by
+        the server, the network, or a stop or steer --now here) or ended without it. The server
+        bills the prompt and what it wrote, so count an estimate of both rather than nothing."""
+        if self.opened and not self.usage_seen:
+            self.usage_seen = True  # once
+            out = -(-self.received_chars // CHARS_PER_TOKEN)
+            usage = Usage(input_tokens=prompt_tokens_estimate(request), output_tokens=out)
+            yield UsageEvent(usage, estimated=True)
 
 
 def usage_of(usage: Any) -> Usage:
@@ -189,10 +242,12 @@ def usage_of(usage: Any) -> Usage:
     details = usage.prompt_tokens_details
     cached = (details.cached_tokens or 0) if details is not None else 0
     written = (getattr(details, "cache_write_tokens", None) or 0) if details is not None else 0
-    prompt = usage.prompt_tokens or 0
+    prompt = expect(usage.prompt_tokens or 0, int, "usage.prompt_tokens")
+    cached = expect(cached, int, "usage.prompt_tokens_details.cached_tokens")
+    written = expect(written, int, "usage.prompt_tokens_details.cache_write_tokens")
     return Usage(
         input_tokens=max(0, prompt - cached - written),
-        output_tokens=usage.completion_tokens or 0,
+        output_tokens=expect(usage.completion_tokens or 0, int, "usage.completion_tokens"),
         cache_read_tokens=cached,
         cache_write_tokens=written,
     )
@@ -238,8 +293,10 @@ def _body_error(body: object) -> tuple[str | None, str]:
     return (str(code) if code else None), str(error.get("message") or "")
 
 
-def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderError:
-    """An SDK or transport exception as one of our typed errors."""
+def map_error(
+    exc: BaseException, *, secrets: tuple[str, ...] = (), streaming: bool = True
+) -> ProviderError:
+    """An SDK or transport exception as one of our typed errors (`streaming`: after a 200)."""
     if isinstance(exc, openai.APIStatusError):
         code, message = _body_error(exc.body)
         code = code or exc.code
@@ -258,4 +315,4 @@ def map_error(exc: BaseException, *, secrets: tuple[str, ...] = ()) -> ProviderE
         if code in FATAL_CODES:
             return FatalError(f"{code}: {detail}")
         return TransientError(f"stream error: {detail}")
-    return transport_error(exc, secrets)
+    return transport_error(exc, secrets, streaming=streaming)

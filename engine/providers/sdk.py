@@ -4,11 +4,13 @@ transport failures."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 from flightdeck.engine.errors import (
+    BrokenStream,
     FatalError,
     ProviderError,
     RateLimited,
@@ -18,6 +20,12 @@ from flightdeck.engine.sanitize import redact
 
 READ_TIMEOUT = "timeout: no data within the read timeout"
 MAX_MESSAGE = 300  # an error message the operator reads in one row
+# Of a server's error text, at most this much is read at all: a 4xx/5xx body (a proxy's HTML
+# page, an echo of the request) can be megabytes, for every child that meets it.
+READ_OF_MESSAGE = 16 * MAX_MESSAGE
+_LAST_SPACE = re.compile(r"\s\S*\Z")
+
+T = TypeVar("T")
 
 
 def parse_arguments(raw: str) -> Mapping[str, Any]:
@@ -33,6 +41,11 @@ def parse_arguments(raw: str) -> Mapping[str, Any]:
 
 def clip_message(text: str, secrets: tuple[str, ...]) -> str:
     """One line, the key redacted, at most MAX_MESSAGE characters: an error fit for the row."""
+    if len(text) > READ_OF_MESSAGE:
+        # Cut at a space, which no key holds: a key split by the cut would escape redaction.
+        head = text[:READ_OF_MESSAGE]
+        space = _LAST_SPACE.search(head)
+        text = (head[: space.start()] if space else "") + " …"
     text = redact(" ".join(text.split()), secrets)
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
@@ -70,11 +83,31 @@ def connection_error(exc: BaseException, message: str, secrets: tuple[str, ...])
     return TransientError(clip_message(f"connection error: {why}", secrets))
 
 
-def transport_error(exc: BaseException, secrets: tuple[str, ...]) -> ProviderError:
-    """What is left once an SDK's own errors are mapped: httpx failures and malformed data."""
+def transport_error(
+    exc: BaseException, secrets: tuple[str, ...], *, streaming: bool = True
+) -> ProviderError:
+    """What is left once an SDK's own errors are mapped: httpx failures and malformed data
+    (`streaming`: a 200 response had begun, so bad data there is a broken stream)."""
     if isinstance(exc, httpx2.TimeoutException):
         return TransientError(READ_TIMEOUT)
     if isinstance(exc, httpx2.HTTPError):
         return TransientError(clip_message(f"stream broke: {type(exc).__name__}: {exc}", secrets))
-    # json.JSONDecodeError (a ValueError) from a malformed event, or anything else the SDK threw.
-    return TransientError(clip_message(f"malformed response: {type(exc).__name__}: {exc}", secrets))
+    if not streaming:  # raised before any response: not the stream's fault
+        return TransientError(clip_message(f"request failed: {type(exc).__name__}: {exc}", secrets))
+    # json.JSONDecodeError (a ValueError): an SSE data line that is not JSON.
+    return broken(clip_message(f"malformed chunk: {type(exc).__name__}: {exc}", secrets))
+
+
+def broken(why: str) -> BrokenStream:
+    """A stream cut short or unreadable, in the words the transcript and the row show (the
+    retry notice shows the part before the first colon: "broken stream")."""
+    return BrokenStream(f"broken stream: {why}")
+
+
+def expect(value: object, kind: type[T], where: str) -> T:
+    """`value` if it is a `kind`, else the chunk is malformed. The SDKs build stream events
+    without validating them (pydantic `construct`), so an event of the wrong shape shows only
+    when a field of it is read: each field the providers use is read through this."""
+    if not isinstance(value, kind):
+        raise broken(f"malformed chunk: {where} is {type(value).__name__}, not {kind.__name__}")
+    return value

@@ -109,6 +109,12 @@ class Meter:
                 self._cost += cost
         return cost
 
+    def add_cost(self, usage: Usage, cost: Decimal) -> None:
+        """Record `usage` at the `cost` its agent CLI reported for it."""
+        with self._lock:
+            self._usage += usage
+            self._cost += cost
+
     def totals(self) -> MeterTotals:
         """The sums so far."""
         with self._lock:

@@ -32,7 +32,7 @@ from textual.screen import Screen
 from textual.widgets import Label, RadioButton, Static
 from textual.widgets import _data_table as data_table_module
 from textual.widgets.data_table import ColumnKey
-from tui_fakes import NOW, StaticView, frozen_clock
+from tui_fakes import NOW, StaticView, demo_rows, frozen_clock
 from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
 
 pytestmark = pytest.mark.anyio
@@ -613,6 +613,32 @@ async def test_the_steer_dialog_says_which_mode_is_chosen_in_words(tmp_path: Pat
             lambda: labels() == ["at next turn", "interrupt now  ◂ chosen"],
             "the mark follows the choice",
         )
+
+
+async def test_the_steer_dialog_says_a_command_route_cannot_be_steered(tmp_path: Path) -> None:
+    rows = tuple(
+        dataclasses.replace(r, steerable=False) if r.id == "review-02" else r
+        for r in demo_rows(tmp_path)
+    )
+    app = FlightdeckApp(
+        StaticView(tmp_path, rows), UiOptions(clock=frozen_clock, cursor_blink=False)
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        table.set_tagged(["review-02"], True)
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        # Said before anything is typed.
+        note = app.screen.query_one("#steer-cannot", Label)
+        assert "cannot be steered" in str(note.render())
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        table.set_tagged(["review-02"], False)
+        table.set_tagged(["review-05"], True)  # a model child: nothing to warn of
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        assert not app.screen.query("#steer-cannot")
 
 
 async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:

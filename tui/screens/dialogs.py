@@ -36,6 +36,17 @@ def _ended(n: int) -> str:
     return f" ({n} tagged {'has' if n == 1 else 'have'} ended)"
 
 
+def unsteerable_text(n: int, of: int) -> Text:
+    """Said before the operator types: a steer to these children will be `missed`."""
+    if of == 1:
+        text = "This child's route cannot be steered: a message would be missed."
+    elif n == of:
+        text = "None of these children can be steered (a command route): it would be missed."
+    else:
+        text = f"{n} of these children cannot be steered (a command route): missed for them."
+    return Text(text, style="yellow")
+
+
 def mode_label(text: str, chosen: bool) -> Text:
     """A steer mode's label; the chosen one says so in words, readable without colour."""
     label = Text(text)
@@ -73,10 +84,16 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
     ]
 
     def __init__(
-        self, child_ids: Sequence[str], *, ended: int = 0, cursor_blink: bool = True
+        self,
+        child_ids: Sequence[str],
+        *,
+        ended: int = 0,
+        unsteerable: int = 0,
+        cursor_blink: bool = True,
     ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
+        self.unsteerable = unsteerable  # children whose route takes no steer (a command)
         self.heading = f"Steer {_children(len(self.child_ids))}{_ended(ended)}"
         self.cursor_blink = cursor_blink
 
@@ -84,6 +101,10 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
         with Vertical(classes="dialog"):
             yield Label(Text(self.heading, style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
+            if self.unsteerable:
+                yield Label(
+                    unsteerable_text(self.unsteerable, len(self.child_ids)), id="steer-cannot"
+                )
             message = Input(placeholder="message to the child", id="steer-message")
             message.cursor_blink = self.cursor_blink
             yield message

@@ -285,7 +285,11 @@ class MainScreen(Screen[None]):
             self.notify(f"steer queued for {len(ids)} ({when})", markup=False)
 
         ended = len(self._ended_targets())
-        dialog = SteerDialog(ids, ended=ended, cursor_blink=self.options.cursor_blink)
+        rows = self.table.rows_by_id
+        unsteerable = sum(1 for i in ids if not rows[i].steerable)
+        dialog = SteerDialog(
+            ids, ended=ended, unsteerable=unsteerable, cursor_blink=self.options.cursor_blink
+        )
         self.app.push_screen(dialog, send)
 
     def action_stop(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
+from flightdeck.engine.inputs.settings.command import COMMAND_KEYS, read_command
 from flightdeck.engine.inputs.settings.values import (
     API_KEY_ENV,
     CONFIG_NAME,
@@ -36,6 +37,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_KEYS = ("engine", "routes", "budget")
 _ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
 _ROUTE_KEYS = ("provider", "model", "max_concurrent", "rpm", "tpm", "max_tokens", "price", "retry")
+# A command route is no model call: no rpm/tpm, max_tokens or retry of its own.
+_COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price")
 _PRICE_KEYS = tuple(Price.__dataclass_fields__)
 _RETRY_KEYS = tuple(RetrySettings.__dataclass_fields__)
 _BUDGET_KEYS = tuple(Budget.__dataclass_fields__)
@@ -136,6 +139,8 @@ class _Reader(ValueChecks):
         if not _NAME.fullmatch(name):
             raise self.error(key, "route names use letters, digits, '.', '_' or '-'")
         provider = self.provider(key, table.get("provider", "sim" if name == "sim" else None))
+        if provider == "command":
+            return self.command_route(name, table)
         checks, others = (_SIM_OPTIONS, _HTTP_OPTIONS)
         if provider != "sim":
             checks, others = others, checks
@@ -149,7 +154,7 @@ class _Reader(ValueChecks):
             model = "sim-1"
         else:
             raise self.error((*key, "model"), f"required for provider {provider!r}")
-        limits = {
+        limits: dict[str, Any] = {
             limit: self.integer((*key, limit), table[limit], 1)
             for limit in ("max_concurrent", "rpm", "tpm", "max_tokens")
             if limit in table
@@ -177,6 +182,40 @@ class _Reader(ValueChecks):
             retry=retry,
             options=MappingProxyType(options),
             key_line=self.locator.line(*key, "api_key_env"),
+            **limits,
+        )
+
+    def command_route(self, name: str, table: Table) -> Route:
+        """A route that runs each task as a process (engine/agents)."""
+        key: Key = ("routes", name)
+        allowed = (*_COMMAND_ROUTE_KEYS, *COMMAND_KEYS)
+        for option in table:
+            if option not in allowed and option in (*_ROUTE_KEYS, *_SIM_OPTIONS, *_HTTP_OPTIONS):
+                raise self.error((*key, option), "not an option of provider 'command'")
+        self.known(key, table, allowed)
+        spec = read_command(self, key, table)
+        options: dict[str, object] = {}
+        if "api_key_env" in table:
+            options["api_key_env"] = self.env_name((*key, "api_key_env"), table["api_key_env"])
+        price = None
+        if "price" in table:
+            price = self.price((*key, "price"), self.table((*key, "price"), table["price"]))
+        limits: dict[str, Any] = {}
+        if "max_concurrent" in table:
+            limits["max_concurrent"] = self.integer(
+                (*key, "max_concurrent"), table["max_concurrent"], 1
+            )
+        model = Path(spec.argv[0]).name
+        if "model" in table:
+            model = self.string((*key, "model"), table["model"])
+        return Route(
+            name=name,
+            provider="command",
+            model=model,
+            price=price,
+            options=MappingProxyType(options),
+            key_line=self.locator.line(*key, "api_key_env") or self.locator.line(*key),
+            command=spec,
             **limits,
         )
 

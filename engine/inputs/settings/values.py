@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from flightdeck.engine.inputs.tasks.values import DEFAULT_MAX_TASK_CHARS
 
-ProviderName = Literal["sim", "openai", "anthropic"]
+ProviderName = Literal["sim", "openai", "anthropic", "command"]
 
 DEFAULT_ROUTE = "sim"
 DEFAULT_STATE_DIR = Path(".flightdeck")
@@ -19,7 +19,7 @@ DEFAULT_STATE_DIR = Path(".flightdeck")
 # switching between them, and a mistyped 100000 would try to start that many: refused as input.
 MAX_CONCURRENT = 1024
 CONFIG_NAME = "flightdeck.toml"
-PROVIDERS: tuple[ProviderName, ...] = ("sim", "openai", "anthropic")
+PROVIDERS: tuple[ProviderName, ...] = ("sim", "openai", "anthropic", "command")
 API_KEY_ENV: Mapping[str, str] = MappingProxyType(
     {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 )
@@ -57,6 +57,39 @@ class RetrySettings:
     max_s: float = 30.0  # cap on one backoff
 
 
+WorkspaceMode = Literal["shared", "copy", "worktree"]
+OutputFormat = Literal["plain", "claude-stream-json", "codex-json"]
+SteerMode = Literal["none", "stdin", "resume"]
+WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("shared", "copy", "worktree")
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("plain", "claude-stream-json", "codex-json")
+STEER_MODES: tuple[SteerMode, ...] = ("none", "stdin", "resume")
+# What an argv template may name, each substituted as (part of) one argument, never split.
+ARGV_PLACEHOLDERS = ("goal", "context", "id", "workspace")
+RESUME_PLACEHOLDERS = (*ARGV_PLACEHOLDERS, "session", "message")
+# Formats that report the CLI's own session id, which `steer = "resume"` continues.
+SESSION_FORMATS: tuple[OutputFormat, ...] = ("claude-stream-json", "codex-json")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """How a `provider = "command"` route runs each of its tasks as a process."""
+
+    argv: tuple[str, ...]
+    stdin: bool = False  # the prompt also goes to the process on stdin
+    workspace: WorkspaceMode = "shared"
+    keep_worktrees: bool = False  # keep each child's copy or worktree after it ends
+    env_pass: tuple[str, ...] = ()  # environment names passed on, beyond the allowlist
+    format: OutputFormat = "plain"
+    kill_grace_s: float = 5.0  # after SIGTERM to the process group, before SIGKILL
+    steer: SteerMode = "none"
+    resume_argv: tuple[str, ...] = ()  # steer = "resume": continue {session} with {message}
+    # Lines of the fields in the settings file, for errors found at start (a program not on
+    # PATH, a workspace that is no git repository): field name -> line.
+    lines: Mapping[str, int | None] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """A named way to reach a model: provider, model, limits, price, provider options."""
@@ -76,6 +109,7 @@ class Route:
     # Where it was configured, for messages: the line of api_key_env if given, else of
     # [routes.NAME] (None for a route not read from a file).
     key_line: int | None = field(default=None, compare=False)
+    command: CommandSpec | None = None  # provider "command": the process each task runs
 
     @property
     def time_scale(self) -> float:

@@ -1,0 +1,88 @@
+"""What a format makes of a CLI's stdout lines: transcript lines, tools, usage, the result."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Protocol
+
+from flightdeck.engine.model import Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """A transcript line: `role` is a transcript role (assistant, tool-call, tool, output)."""
+
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    """The CLI began running a tool: it is the child's current tool."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEnded:
+    """The current tool returned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Usage the CLI reported, and its own cost for it (None: it gave none)."""
+
+    usage: Usage
+    cost_usd: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """The CLI's session id, which a resume continues."""
+
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The CLI's final answer for a turn; `error`: it says the turn failed."""
+
+    text: str
+    error: bool = False
+
+
+Event = Shown | ToolStarted | ToolEnded | Report | Session | Result
+
+
+class OutputReader(Protocol):
+    """Reads one process's stdout, line by line."""
+
+    def feed(self, line: str) -> list[Event]:
+        """The events of one stdout line."""
+        ...
+
+
+def json_object(line: str) -> dict[str, object] | None:
+    """The line as a JSON object, or None when it is not one (a CLI's stray output)."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def count(value: object) -> int:
+    """A token count from JSON; anything that is not a whole number counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def text_of(value: object) -> str:
+    """A JSON value shown as text: strings as they are, the rest as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,75 @@
+"""A command route made ready at start: its program found on PATH, its environment, its key.
+
+It stands where a model route's client does (one per route, shared by its children), so the
+engine builds, checks and closes it like one; the children run its processes
+(`agents/child.py`), and it serves no model turns.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from flightdeck.engine.agents.env import child_env
+from flightdeck.engine.errors import ConfigError, FatalError
+from flightdeck.engine.inputs.settings import CommandSpec, Route
+from flightdeck.engine.providers.base import TurnRequest, TurnStream
+
+
+class CommandRoute:
+    """The route's resolved programs, the environment its processes get, and its key."""
+
+    def __init__(
+        self, route: Route, env: Mapping[str, str], source: Path | str | None = None
+    ) -> None:
+        assert route.command is not None
+        self.route = route
+        self.name = route.name
+        self.model = route.model
+        self.spec: CommandSpec = route.command
+        self._source = source
+        self.env = child_env(route, env)
+        key_name = route.options.get("api_key_env")
+        self.secrets: tuple[str, ...] = ()
+        if key_name:
+            key = env.get(str(key_name), "").strip()
+            if not key:
+                raise ConfigError(
+                    source,
+                    route.key_line,
+                    f"routes.{route.name}.api_key_env",
+                    f"environment variable {key_name} is not set",
+                )
+            self.secrets = (key,)
+        base = Path(source).parent if source is not None else Path.cwd()
+        self.argv = self._resolved(self.spec.argv, "argv", base)
+        self.resume_argv = (
+            self._resolved(self.spec.resume_argv, "resume_argv", base)
+            if self.spec.resume_argv
+            else ()
+        )
+
+    def _resolved(self, argv: tuple[str, ...], field: str, base: Path) -> tuple[str, ...]:
+        """`argv` with its program as an absolute path: a name found on the PATH the process
+        gets, a relative path taken from the settings file's folder."""
+        program = argv[0]
+        if "/" in program:
+            program = str((base / Path(program).expanduser()).absolute())
+        found = shutil.which(program, path=self.env.get("PATH", ""))
+        if found is None:
+            where = "is not an executable file" if "/" in program else "was not found on PATH"
+            raise ConfigError(
+                self._source,
+                self.spec.lines.get(field),
+                f"routes.{self.name}.{field}",
+                f"program {argv[0]!r} {where}",
+            )
+        return (str(Path(found).absolute()), *argv[1:])
+
+    def open(self, request: TurnRequest) -> TurnStream:
+        """Never called: a command child runs processes, not model turns."""
+        raise FatalError(f"route {self.name!r} runs a command, not model turns")
+
+    def close(self) -> None:
+        """Nothing to release: each child's process ends with the child."""

@@ -1,0 +1,94 @@
+"""A command child's working folder: the batch workspace, its own copy, or its own git
+worktree of the workspace's repository (removed at the end unless kept)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from flightdeck.engine.inputs.settings.values import WorkspaceMode
+
+GIT_TIMEOUT_S = 60.0
+
+
+class WorkspaceError(Exception):
+    """The child's folder could not be made (the child fails, the batch goes on)."""
+
+
+def git_toplevel(folder: Path) -> Path | None:
+    """The root of the git repository `folder` is in; None if it is in none (or no git)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
+
+
+class Workspace:
+    """Where one child runs; `prepare()` makes it, `release()` removes what it made."""
+
+    def __init__(self, mode: WorkspaceMode, shared: Path, own: Path, *, keep: bool) -> None:
+        self.mode = mode
+        self._shared = shared
+        self._own = own  # the child's own folder, for a copy or a worktree
+        self._keep = keep
+        self._repo: Path | None = None
+        self.path = shared if mode == "shared" else own
+
+    def prepare(self) -> Path:
+        """Make the folder (a copy, a worktree); returns where the process runs."""
+        if self.mode == "shared":
+            return self.path
+        self._own.parent.mkdir(parents=True, exist_ok=True)
+        if self.mode == "copy":
+            try:
+                shutil.copytree(self._shared, self._own, symlinks=True)
+            except OSError as exc:
+                raise WorkspaceError(f"cannot copy {self._shared}: {exc}") from exc
+            return self.path
+        repo = git_toplevel(self._shared)
+        if repo is None:
+            raise WorkspaceError(f"{self._shared} is not in a git repository")
+        self._git(repo, "worktree", "add", "--detach", str(self._own), "HEAD")
+        self._repo = repo
+        # The same place inside the repository as the batch workspace is.
+        self.path = self._own / self._shared.resolve().relative_to(repo.resolve())
+        return self.path
+
+    def release(self) -> str | None:
+        """Remove the copy or worktree unless kept; a note for the transcript, or None."""
+        if self.mode == "shared":
+            return None
+        if self._keep:
+            return f"kept {self.mode}: {self._own}"
+        if self.mode == "copy":
+            shutil.rmtree(self._own, ignore_errors=True)
+            return None
+        if self._repo is None:
+            return None  # it was never made
+        try:
+            self._git(self._repo, "worktree", "remove", "--force", str(self._own))
+        except WorkspaceError as exc:
+            return f"worktree not removed: {exc}"
+        return None
+
+    def _git(self, repo: Path, *args: str) -> None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(repo), *args],
+                capture_output=True,
+                text=True,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise WorkspaceError(f"git {args[0]}: {exc}") from exc
+        if done.returncode != 0:
+            raise WorkspaceError(f"git {' '.join(args[:2])}: {done.stderr.strip()}")

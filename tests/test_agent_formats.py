@@ -1,0 +1,134 @@
+"""The CLI output formats, line by line (engine/agents/formats)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from flightdeck.engine.agents.formats import (
+    Report,
+    Result,
+    Session,
+    Shown,
+    ToolEnded,
+    ToolStarted,
+    reader_for,
+)
+from flightdeck.engine.model import Usage
+
+
+def line(event: dict[str, object]) -> str:
+    return json.dumps(event)
+
+
+def test_claude_result_bills_what_each_turn_adds_to_the_running_cost() -> None:
+    reader = reader_for("claude-stream-json")
+    first = reader.feed(
+        line(
+            {
+                "type": "result",
+                "subtype": "success",
+                "result": "a",
+                "session_id": "s1",
+                "total_cost_usd": 0.25,
+                "usage": {"input_tokens": 3, "output_tokens": 4},
+            }
+        )
+    )
+    second = reader.feed(
+        line(
+            {
+                "type": "result",
+                "subtype": "success",
+                "result": "b",
+                "total_cost_usd": 0.4,
+                "usage": {"output_tokens": 1},
+            }
+        )
+    )
+    assert Session("s1") in first
+    assert Report(Usage(3, 4), Decimal("0.25")) in first
+    assert Report(Usage(0, 1), Decimal("0.15")) in second
+    assert Result("b") in second
+
+
+def test_claude_error_result_and_tool_blocks() -> None:
+    reader = reader_for("claude-stream-json")
+    events = reader.feed(
+        line(
+            {
+                "type": "assistant",
+                "message": {
+                    "content": [
+                        {"type": "tool_use", "id": "t", "name": "Edit", "input": {"file": "a.py"}}
+                    ]
+                },
+            }
+        )
+    )
+    assert events == [Shown("tool-call", 'Edit {"file": "a.py"}'), ToolStarted("Edit")]
+    events = reader.feed(
+        line(
+            {
+                "type": "user",
+                "message": {
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "content": [{"type": "text", "text": "no"}],
+                            "is_error": True,
+                        }
+                    ]
+                },
+            }
+        )
+    )
+    assert events == [Shown("tool", "error: no"), ToolEnded()]
+    events = reader.feed(line({"type": "result", "subtype": "error_max_turns", "is_error": True}))
+    assert Result("error_max_turns", error=True) in events
+    assert [e for e in events if isinstance(e, Report)] == [Report(Usage(), None)]  # no cost
+
+
+def test_stray_lines_are_shown_and_bad_json_never_raises() -> None:
+    for name in ("claude-stream-json", "codex-json"):
+        reader = reader_for(name)  # type: ignore[arg-type]
+        assert reader.feed("npm warn something") == [Shown("output", "npm warn something")]
+        assert reader.feed('{"type": "result", "usage": ') == [
+            Shown("output", '{"type": "result", "usage": ')
+        ]
+        assert reader.feed('{"type": "assistant", "message": 3}') == []
+    assert reader_for("plain").feed("x") == [Shown("output", "x")]
+
+
+def test_codex_failed_turn_and_mcp_tool() -> None:
+    reader = reader_for("codex-json")
+    started = reader.feed(
+        line(
+            {
+                "type": "item.started",
+                "item": {
+                    "type": "mcp_tool_call",
+                    "server": "gh",
+                    "tool": "search",
+                    "arguments": {"q": "x"},
+                },
+            }
+        )
+    )
+    assert ToolStarted("gh.search") in started
+    done = reader.feed(
+        line(
+            {
+                "type": "item.completed",
+                "item": {
+                    "type": "mcp_tool_call",
+                    "server": "gh",
+                    "tool": "search",
+                    "status": "completed",
+                },
+            }
+        )
+    )
+    assert ToolEnded() in done
+    failed = reader.feed(line({"type": "turn.failed", "error": {"message": "quota"}}))
+    assert Result("quota", error=True) in failed

@@ -1,0 +1,466 @@
+"""Command children (engine/agents): real processes from the fake CLIs in tests/fakes/, run
+through the whole engine with settings read from a real flightdeck.toml."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import psutil
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Settings, load_settings
+from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+
+from tests.helpers import run_to_end, until
+
+FAKES = Path(__file__).parent / "fakes"
+PY = sys.executable
+KEY = "sk-fake-test-key-0123456789"
+GRACE = 0.3  # kill_grace_s in these tests: a stop must end within GRACE + 1 s
+
+
+def config(tmp_path: Path, route: str, *, engine: str = "") -> Settings:
+    text = f'[engine]\ndefault_route = "cli"\n{engine}\n[routes.cli]\nprovider = "command"\n'
+    path = tmp_path / "flightdeck.toml"
+    path.write_text(text + route)
+    return load_settings(path)
+
+
+def fake(name: str, *args: str) -> str:
+    """An argv list in TOML: this Python running one of the fakes."""
+    return "argv = " + repr([PY, str(FAKES / name), *args]).replace("'", '"') + "\n"
+
+
+def one(goal: str = "review the change", workspace: Path | None = None, n: int = 1) -> Batch:
+    tasks = tuple(Task(id=f"t{i}", goal=goal, seq=i) for i in range(n))
+    return Batch(name="agents", tasks=tasks, workspace=workspace)
+
+
+def engine_for(
+    tmp_path: Path, settings: Settings, batch: Batch | None = None, **env: str
+) -> Engine:
+    environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env}
+    engine = Engine(batch or one(), settings, state_dir=tmp_path / "state", env=environment)
+    engine.start()
+    return engine
+
+
+def row_of(engine: Engine, child: str = "t0") -> ChildRow:
+    row = engine.snapshot().child(child)
+    assert row is not None
+    return row
+
+
+def transcript(row: ChildRow) -> str:
+    return Path(row.transcript).read_text()
+
+
+def written(engine: Engine, text: str, child: str = "t0") -> bool:
+    engine.flush(1.0)
+    path = Path(row_of(engine, child).transcript)
+    return path.exists() and text in path.read_text()
+
+
+# --- formats, results, exit codes ------------------------------------------------------------
+
+
+def test_claude_stream_json_gives_result_tools_usage_and_cost(tmp_path: Path) -> None:
+    route = fake("fake_claude.py", "-p", "--output-format", "stream-json", "--verbose", "{goal}")
+    route += 'format = "claude-stream-json"\n'
+    snap = run_to_end(engine_for(tmp_path, config(tmp_path, route)))
+    row = snap.children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "got: review the change"
+    assert row.cost_usd == Decimal("0.0123")  # the CLI's own report
+    assert row.usage.input_tokens == 100 and row.usage.output_tokens == 20
+    assert row.usage.cache_read_tokens == 1000 and row.usage.cache_write_tokens == 50
+    assert row.activity.tool_calls == 1 and row.activity.current_tool is None
+    assert snap.totals.cost_usd == Decimal("0.0123") and snap.totals.cost_unknown == 0
+    text = transcript(row)
+    assert 'tool-call │ Bash {"command": "ls"}' in text
+    assert "tool      │ README.md" in text
+    assert "assistant │ got: review the change" in text
+
+
+def test_codex_json_gives_usage_and_no_cost_without_a_price(tmp_path: Path) -> None:
+    route = fake("fake_codex.py", "exec", "--json", "{goal}") + 'format = "codex-json"\n'
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "done: review the change"
+    assert (row.usage.input_tokens, row.usage.cache_read_tokens) == (500, 1500)
+    assert row.usage.output_tokens == 300
+    assert row.cost_usd is None  # codex reports no cost, the route has no price: `$?`
+    assert row.activity.tool_calls == 1
+    text = transcript(row)
+    assert "tool-call │ shell bash -lc ls" in text and "file change: add notes.md" in text
+
+
+def test_codex_tokens_are_priced_by_the_route_price(tmp_path: Path) -> None:
+    route = fake("fake_codex.py", "exec", "--json", "{goal}") + 'format = "codex-json"\n'
+    route += "price = { input_per_mtok = 1.0, output_per_mtok = 10.0, cache_read_per_mtok = 0.1 }\n"
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    # 500 in at $1, 1500 cached at $0.10, 300 out at $10 per million
+    assert row.cost_usd == Decimal("0.00365")
+
+
+def test_plain_output_completes_with_its_last_lines_and_unknown_cost(tmp_path: Path) -> None:
+    route = fake("workspace_probe.py", "{id}", "{workspace}")
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED
+    assert row.result is not None and row.result.splitlines()[-1].startswith("workspace ")
+    assert row.cost_usd is None and row.usage.total == 0  # never shown as zero dollars
+
+
+def test_nonzero_exit_fails_with_the_last_stderr_lines(tmp_path: Path) -> None:
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, fake("exit3.py")))).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error == "exit 3: warning: something odd\nfatal: could not finish"
+    assert "stderr    │ fatal: could not finish" in transcript(row)
+
+
+def test_argv_placeholders_stay_whole_arguments(tmp_path: Path) -> None:
+    route = fake("workspace_probe.py", "{id}", "--at={workspace}")
+    goal = "a goal; with `quotes` and $(rm -rf ~) in it"
+    settings = config(tmp_path, route.replace('"{id}"', '"{goal}"'))
+    row = run_to_end(engine_for(tmp_path, settings, one(goal, tmp_path / "ws"))).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    # The goal, one argument, became the name of the file the probe wrote.
+    assert (tmp_path / "ws" / f"{goal}.txt").exists()
+    assert f"workspace --at={tmp_path / 'ws'}" in (row.result or "")
+
+
+def test_output_is_sanitized_keys_redacted_and_env_allowlisted(tmp_path: Path) -> None:
+    route = fake("noisy.py") + 'api_key_env = "FAKE_KEY"\nenv_pass = ["PASSED_ON"]\n'
+    engine = engine_for(
+        tmp_path, config(tmp_path, route), FAKE_KEY=KEY, PASSED_ON="1", NOT_PASSED="1"
+    )
+    row = run_to_end(engine).children[0]
+    assert row.status is ChildStatus.COMPLETED
+    text = transcript(row)
+    assert KEY not in text and "key=[REDACTED]" in text
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "red" in text and "stderr key=[REDACTED]" in text
+    env_line = next(line for line in text.splitlines() if "env: " in line)
+    names = set(env_line.split("env: ", 1)[1].split())
+    assert names <= {"PATH", "HOME", "LANG", "TERM", "FAKE_KEY", "PASSED_ON", "LC_CTYPE"}
+    assert "PASSED_ON" in names and "NOT_PASSED" not in names
+    assert KEY not in (row.result or "")
+
+
+# --- stop and stall --------------------------------------------------------------------------
+
+
+def _pid_in(engine: Engine, pattern: str) -> int:
+    """A pid the fake printed, from the transcript."""
+    found: list[int] = []
+
+    def seen() -> bool:
+        engine.flush(1.0)
+        path = Path(row_of(engine).transcript)
+        match = re.search(pattern, path.read_text()) if path.exists() else None
+        found.extend([int(match.group(1))] if match else [])
+        return bool(found)
+
+    until(seen, timeout=10)
+    return found[0]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_stop_kills_a_process_that_ignores_sigterm_within_the_grace(tmp_path: Path) -> None:
+    route = fake("ignore_term.py") + f"kill_grace_s = {GRACE}\n"
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    pid = _pid_in(engine, r"pid (\d+) ignoring")
+    t0 = time.monotonic()
+    engine.stop(["t0"])
+    until(lambda: row_of(engine).activity.text == "stopping", timeout=GRACE)  # the grace period
+    until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
+    assert time.monotonic() - t0 < GRACE + 1.0
+    row = run_to_end(engine).children[0]
+    assert row.status is ChildStatus.STOPPED
+    assert _gone(pid)
+    assert "SIGKILL sent" in transcript(row)
+
+
+def test_stop_kills_a_setsid_grandchild_outside_the_group(tmp_path: Path) -> None:
+    route = fake("setsid_grandchild.py") + f"kill_grace_s = {GRACE}\n"
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    grandchild = _pid_in(engine, r"grandchild (\d+)")
+    assert os.getsid(grandchild) == grandchild and not _gone(grandchild)  # out of our group
+    time.sleep(0.3)  # the tree is walked every 0.2 s
+    t0 = time.monotonic()
+    engine.stop(["t0"])
+    # Final (the whole tree reaped) within the grace and a second; recording it may take longer.
+    until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
+    assert time.monotonic() - t0 < GRACE + 1.0
+    row = run_to_end(engine).children[0]
+    assert row.status is ChildStatus.STOPPED
+    assert _gone(grandchild)
+
+
+def test_a_silent_process_is_stalled_and_killed(tmp_path: Path) -> None:
+    route = fake("silent.py") + f"kill_grace_s = {GRACE}\n"
+    settings = config(tmp_path, route, engine="stall_after_s = 0.3\nstall_grace_s = 0.5")
+    engine = engine_for(tmp_path, settings)
+    pids: list[int] = []
+
+    def spawned() -> bool:
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if str(FAKES / "silent.py") in proc.cmdline():
+                    pids.append(proc.pid)
+        return bool(pids)
+
+    until(spawned, timeout=10)
+    row = run_to_end(engine, timeout=5).children[0]
+    assert row.status is ChildStatus.STALLED
+    assert row.error == "no activity for 0.3s"
+    assert pids and all(_gone(pid) for pid in pids)
+
+
+# --- workspaces ------------------------------------------------------------------------------
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "start"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
+    return repo
+
+
+def _worktrees(repo: Path) -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_each_child_gets_its_own_worktree(tmp_path: Path, keep: bool) -> None:
+    repo = _repo(tmp_path)
+    route = fake("workspace_probe.py", "{id}", "{workspace}") + 'workspace = "worktree"\n'
+    route += f"keep_worktrees = {'true' if keep else 'false'}\n"
+    snap = run_to_end(engine_for(tmp_path, config(tmp_path, route), one(workspace=repo, n=2)))
+    cwds = set()
+    for row in snap.children:
+        assert row.status is ChildStatus.COMPLETED, row.error
+        cwd = Path(re.search(r"cwd (.+)", row.result or "").group(1))  # type: ignore[union-attr]
+        cwds.add(cwd)
+        assert cwd != repo and cwd.parent.name == "workspaces"
+        assert f"workspace (worktree): {cwd}" in transcript(row)
+        assert cwd.exists() == keep and (cwd / f"{row.id}.txt").exists() == keep
+    assert len(cwds) == 2
+    assert not list(repo.glob("t*.txt"))  # nobody wrote into the shared checkout
+    assert len(_worktrees(repo)) == (3 if keep else 1)
+
+
+def test_copy_workspace_leaves_the_batch_workspace_alone(tmp_path: Path) -> None:
+    shared = tmp_path / "ws"
+    shared.mkdir()
+    (shared / "input.txt").write_text("x")
+    route = fake("workspace_probe.py", "{id}", "{workspace}") + 'workspace = "copy"\n'
+    route += "keep_worktrees = true\n"
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route), one(workspace=shared))).children[
+        0
+    ]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    copy = Path(re.search(r"cwd (.+)", row.result or "").group(1))  # type: ignore[union-attr]
+    assert (copy / "input.txt").exists() and (copy / "t0.txt").exists()
+    assert not (shared / "t0.txt").exists()
+
+
+# --- steer -----------------------------------------------------------------------------------
+
+
+def test_a_route_that_cannot_be_steered_misses_the_steer_and_says_so(tmp_path: Path) -> None:
+    route = fake("ignore_term.py") + "kill_grace_s = 0\n"
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "ignoring SIGTERM"))
+    assert row_of(engine).steerable is False
+    engine.steer(["t0"], "look at tests too")
+    until(
+        lambda: bool(row_of(engine).steers) and row_of(engine).steers[0].state is SteerState.MISSED
+    )
+    engine.stop(["t0"])
+    row = run_to_end(engine).children[0]
+    assert "missed: look at tests too (this route cannot be steered)" in transcript(row)
+
+
+def test_steer_reaches_claude_on_stdin_as_a_user_turn(tmp_path: Path) -> None:
+    route = fake(
+        "fake_claude.py",
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--fake-sleep",
+        "0.5",
+    )
+    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: row_of(engine).status is ChildStatus.RUNNING)
+    assert row_of(engine).steerable
+    engine.steer(["t0"], "also check the docs")
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert [r.state for r in row.steers] == [SteerState.DELIVERED]
+    assert row.result == "got: also check the docs"  # the last turn's answer
+    text = transcript(row)
+    assert "assistant │ got: review the change" in text
+    assert row.cost_usd == Decimal("0.0246")  # two turns; total_cost_usd is cumulative
+    assert row.usage.input_tokens == 200
+
+
+def test_steer_now_stops_claude_and_resumes_its_session(tmp_path: Path) -> None:
+    args = ("-p", "--output-format", "stream-json", "--verbose")
+    route = fake("fake_claude.py", *args, "--fake-sleep", "30", "{goal}")
+    route += "resume_" + fake("fake_claude.py", *args, "--resume", "{session}", "{message}")
+    route += f'format = "claude-stream-json"\nsteer = "resume"\nkill_grace_s = {GRACE}\n'
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "claude session sess-0001"), timeout=10)
+    engine.steer(["t0"], "focus on security", now=True)
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "resumed sess-0001: focus on security"
+    assert [r.state for r in row.steers] == [SteerState.DELIVERED]
+    assert row.cost_usd is None  # the first run was cut short before it reported
+    assert row.activity.api_calls == 2
+
+
+def test_steer_at_next_turn_resumes_codex_after_it_ends(tmp_path: Path) -> None:
+    route = fake("fake_codex.py", "exec", "--json", "--fake-sleep", "0.5", "{goal}")
+    route += "resume_" + fake("fake_codex.py", "exec", "resume", "{session}", "--json", "{message}")
+    route += 'format = "codex-json"\nsteer = "resume"\n'
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "codex thread thread-42"), timeout=10)
+    engine.steer(["t0"], "and the changelog")
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "resumed thread-42: and the changelog"
+    assert [r.state for r in row.steers] == [SteerState.DELIVERED]
+    assert row.usage.output_tokens == 600  # both runs reported
+
+
+# --- bad configuration -----------------------------------------------------------------------
+
+BAD = [
+    ('argv = ["x", "{nope}"]\n', 6, "routes.cli.argv.1", "unknown placeholder {nope}"),
+    ("argv = []\n", 6, "routes.cli.argv", "the list is empty"),
+    ('argv = "claude -p"\n', 6, "routes.cli.argv", "expected a list of strings"),
+    ('argv = ["{goal}"]\n', 6, "routes.cli.argv.0", "not a placeholder"),
+    ('argv = ["x", "{goal!r}"]\n', 6, "routes.cli.argv.1", "bad placeholder"),
+    ('argv = ["x"]\nworkspace = "mine"\n', 7, "routes.cli.workspace", "expected one of"),
+    ('argv = ["x"]\nformat = "json"\n', 7, "routes.cli.format", "expected one of"),
+    ('argv = ["x"]\nkill_grace_s = -1\n', 7, "routes.cli.kill_grace_s", "0 or more"),
+    ('argv = ["x"]\nsteer = "stdin"\n', 7, "routes.cli.steer", "stdin = true"),
+    (
+        'argv = ["x"]\nsteer = "resume"\nformat = "codex-json"\n',
+        4,
+        "routes.cli.resume_argv",
+        "required",
+    ),
+    (
+        'argv = ["x"]\nsteer = "resume"\nresume_argv = ["x", "{message}"]\n',
+        8,
+        "routes.cli.resume_argv",
+        "{session}",
+    ),
+    ('argv = ["x"]\nresume_argv = ["x", "{session}"]\n', 7, "routes.cli.resume_argv", "only used"),
+    ('argv = ["x"]\nrpm = 5\n', 7, "routes.cli.rpm", "not an option of provider 'command'"),
+    ('argv = ["x"]\nenv_pass = ["A B"]\n', 7, "routes.cli.env_pass.0", "NAME"),
+    ("stdin = true\n", 4, "routes.cli.argv", "required"),
+]
+
+
+@pytest.mark.parametrize(("route", "line", "field", "message"), BAD)
+def test_bad_command_routes_are_rejected_at_their_line(
+    tmp_path: Path, route: str, line: int, field: str, message: str
+) -> None:
+    from flightdeck.engine.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        config(tmp_path, route)
+    assert (info.value.line, info.value.field) == (line, field), str(info.value)
+    assert message in str(info.value)
+
+
+def test_start_checks_program_workspace_key_and_budget(tmp_path: Path) -> None:
+    from flightdeck.engine.errors import ConfigError
+
+    def refused(route: str, batch: Batch | None = None, extra: str = "") -> ConfigError:
+        settings = config(tmp_path, route + extra)
+        with pytest.raises(ConfigError) as info:
+            Engine(batch or one(), settings, state_dir=tmp_path / "state", env={"PATH": "/nowhere"})
+        assert not (tmp_path / "state").exists()  # nothing written
+        return info.value
+
+    err = refused('argv = ["no-such-cli-anywhere", "{goal}"]\n')
+    assert (err.line, err.field) == (6, "routes.cli.argv") and "not found on PATH" in str(err)
+    err = refused('argv = ["./missing.py"]\n')
+    assert "not an executable file" in str(err)
+    err = refused(fake("noisy.py") + 'api_key_env = "FAKE_KEY"\n')
+    assert err.field == "routes.cli.api_key_env" and "FAKE_KEY is not set" in str(err)
+    not_git = tmp_path / "plain"
+    not_git.mkdir()
+    err = refused(fake("noisy.py") + 'workspace = "worktree"\n', one(workspace=not_git))
+    assert (err.line, err.field) == (7, "routes.cli.workspace") and "not in a git" in str(err)
+    err = refused(fake("noisy.py"), extra="[budget]\nmax_cost_usd = 1\n")
+    assert err.field == "budget.max_cost_usd"
+
+
+@pytest.mark.slow
+def test_the_example_batch_fans_out_the_shipped_script(tmp_path: Path) -> None:
+    from flightdeck.engine.inputs.tasks import load_batch
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    settings = load_settings(examples / "agents" / "flightdeck.toml")
+    batch = load_batch(examples / "agents" / "reviews.yaml")
+    snap = run_to_end(engine_for(tmp_path, settings, batch))
+    by_id = {row.id: row for row in snap.children}
+    assert {i for i, r in by_id.items() if r.status is ChildStatus.COMPLETED} == {
+        "review-calc",
+        "review-textutil",
+        "review-config",
+    }
+    assert "review of src/calc.py:" in (by_id["review-calc"].result or "")
+    assert by_id["review-missing"].error == "exit 1: reviewer: no such file: src/missing.py"
+    assert not any((tmp_path / "state" / "batches").glob("*/workspaces/*"))  # copies removed
+
+
+def test_a_prompt_larger_than_the_pipe_never_blocks_the_stop(tmp_path: Path) -> None:
+    route = fake("silent.py") + f"stdin = true\nkill_grace_s = {GRACE}\n"  # it never reads
+    engine = engine_for(tmp_path, config(tmp_path, route), one("x" * 300_000))
+    until(lambda: written(engine, "run: "))
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    engine.stop(["t0"])
+    # Final (the whole tree reaped) within the grace and a second; recording it may take longer.
+    until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
+    assert time.monotonic() - t0 < GRACE + 1.0
+    assert run_to_end(engine).children[0].status is ChildStatus.STOPPED

@@ -1,0 +1,61 @@
+"""`[engine] max_task_chars` bounds every text that becomes a prompt, not only task files': a
+Batch built in Python and a steer message (issue 17, section 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import ChildStatus
+
+from helpers import batch, settings, sim_route, start, tasks_batch, until
+
+LIMIT = "over the limit of 100 ([engine] max_task_chars)"
+
+
+@pytest.mark.parametrize("field", ["goal", "context", "group"])
+def test_a_batch_built_in_python_with_a_text_over_the_limit_is_refused(
+    tmp_path: Path, field: str
+) -> None:
+    ok = Task(id="fine", goal="g" * 100, seq=0, context="c" * 100, group="p" * 100)
+    long = dataclasses.replace(ok, id="long", seq=1, **{field: "x" * 101})
+    with pytest.raises(SpecError) as caught:
+        Engine(tasks_batch([ok, long]), settings(max_task_chars=100), state_dir=tmp_path)
+    err = caught.value
+    assert err.field == field and err.path is None
+    assert str(err) == f"{field}: task 'long': too long: 101 characters, {LIMIT}"
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_task_from_a_file_is_named_at_its_line(tmp_path: Path) -> None:
+    task = Task(id="a", goal="x" * 101, seq=0, source="tasks.jsonl:7")
+    with pytest.raises(SpecError) as caught:
+        Engine(tasks_batch([task]), settings(max_task_chars=100), state_dir=tmp_path)
+    assert str(caught.value) == f"tasks.jsonl:7: goal: task 'a': too long: 101 characters, {LIMIT}"
+
+
+def test_the_default_limit_is_a_million_characters(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"over the limit of 1,000,000 \("):
+        Engine(batch(1, goal="y" * 1_000_001), settings(), state_dir=tmp_path)
+    Engine(batch(1, goal="y" * 1_000_000), settings(), state_dir=tmp_path).close()
+
+
+def test_a_steer_message_over_the_limit_is_refused_and_nothing_is_queued(tmp_path: Path) -> None:
+    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    engine = start(batch(1), settings(slow, max_task_chars=100), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)
+        with pytest.raises(
+            ValueError, match=re.escape(f"steer message: too long: 101 characters, {LIMIT}")
+        ):
+            engine.steer(["t0000"], "s" * 101)
+        assert engine.receipts() == []
+        [receipt] = engine.steer(["t0000"], "s" * 100)  # at the limit: sent
+    finally:
+        engine.close()
+    assert [r.id for r in engine.receipts()] == [receipt]
