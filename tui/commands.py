@@ -36,10 +36,13 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
     batch = load_batch(args.batch_file, max_chars=settings.engine.max_task_chars)
+    state_dir = state_dir_from(args.state_dir, settings)
+    if args.owner_of is not None:
+        _check_claimed(state_dir, args.owner_of)
     engine = Engine(
         batch,
         settings,
-        state_dir=state_dir_from(args.state_dir, settings),
+        state_dir=state_dir,
         max_concurrent=args.max_concurrent,
         batch_id=args.owner_of,  # an owner started by `run` below: its folder is claimed
     )
@@ -51,6 +54,18 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         return run_in_background(args, engine.state_dir)
     tune_interpreter()
     return run_headless(engine, console_for())
+
+
+def _check_claimed(state_dir: Path, batch_id: str) -> None:
+    """`--owner-of` (how `run` starts a batch's owner) names a folder `run` claimed for it and
+    no owner has started in: never another batch's id, whose rows it would overwrite."""
+    from flightdeck.tui.spawn import OWNER_LOG
+
+    folder = state_dir / "batches" / batch_id
+    if not (folder / OWNER_LOG).is_file() or (folder / "manifest.json").exists():
+        raise UsageError(
+            None, None, "--owner-of", f"{one_line(batch_id)} is not a batch folder run claimed"
+        )
 
 
 def state_db(state_dir: Path | None) -> Path:

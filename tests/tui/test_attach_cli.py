@@ -151,6 +151,11 @@ def test_logs_and_attach_bad_inputs_exit_2_with_one_line(project: Path, owners: 
         (("logs", batch_id, "nope"), f"no child 'nope' in batch {batch_id}"),
         (("attach", batch_id), "attach needs a terminal"),
         (("attach", "x", "--state-dir", str(project / "elsewhere")), "no flightdeck state here"),
+        # The owner's own start, by hand, on a batch that exists: its rows are never replaced.
+        (
+            ("run", "tasks.jsonl", "--config", "quick.toml", "--headless", "--owner-of", batch_id),
+            "is not a batch folder run claimed",
+        ),
     ]
     for args, expected in cases:
         result = flightdeck(*args, cwd=project)
