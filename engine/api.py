@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from time import monotonic
 from types import TracebackType
@@ -270,11 +270,13 @@ class Engine:
         stored, rerun = self._resuming
         info = stored.info
         with StoreReader(self._store.path) as reader:
-            rows = reader.children(self.batch_id, results=False)
+            stored_ids = reader.child_ids(self.batch_id)
+            rows = reader.children(self.batch_id, results=False, started=True)
             receipts = reader.controls(self.batch_id, kind="steer")
         lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
         found = resume.settle(
             children,
+            stored_ids,
             rows,
             receipts,
             batch_id=self.batch_id,
@@ -557,16 +559,20 @@ class Engine:
         problem = unicode_problem(message)
         if problem:  # it would fail the child's request and the store's write, far from here
             raise ValueError(f"steer message: {problem}")
-        ids = _known(c, child_ids, self.batch_id)
-        receipts = [c.next_receipt_id() for _ in ids]
-        c.command(Steer(tuple(receipts), ids, message, now))
-        return receipts
+        carried = {r.id for r in self._carried}
+        ids = _known(c, child_ids, self.batch_id, carried)
+        live = tuple(i for i in ids if i in c.by_id)
+        receipts = [c.next_receipt_id() for _ in live]
+        c.command(Steer(tuple(receipts), live, message, now))
+        ended = [i for i in ids if i not in c.by_id]  # finished before a resume
+        return receipts + self._missed_carried(ended, message, now)
 
     def stop(self, child_ids: Iterable[str]) -> None:
         """Interrupt these children (queued ones never start); ValueError, stopping none, if an
         id names no child of this batch."""
         c = self._require()
-        c.command(Stop(_known(c, child_ids, self.batch_id)))
+        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
+        c.command(Stop(tuple(i for i in ids if i in c.by_id)))  # the others have ended
 
     def stop_all(self) -> None:
         """Stop every child that has not ended; queued ones never start."""
@@ -588,11 +594,13 @@ class Engine:
         live = tuple(i for i in request.child_ids if i in c.by_id)
         receipts: list[int] = []
         if request.kind == RequestKind.STEER:
+            message = request.message or ""
             receipts = [c.next_receipt_id() for _ in live]
             for rid in receipts:
                 self._request_of[rid] = request.id
-            c.command(Steer(tuple(receipts), live, request.message or "", request.now))
-            receipts += self._missed_carried(request, known)
+            c.command(Steer(tuple(receipts), live, message, request.now))
+            ended = [i for i in request.child_ids if i not in c.by_id]
+            receipts += self._missed_carried(ended, message, request.now, request.id)
         elif request.kind == RequestKind.STOP:
             c.command(Stop(live))
         else:
@@ -609,28 +617,27 @@ class Engine:
 
         c.command(Then(applied))
 
-    def _missed_carried(self, request: RequestRow, carried: set[str]) -> list[int]:
-        """A client steer for a child an earlier owner finished: settled missed at once."""
+    def _missed_carried(
+        self, ids: Iterable[str], message: str, now: bool, request_id: int | None = None
+    ) -> list[int]:
+        """A steer for children an earlier owner finished (a resumed batch): each settled
+        missed at once, as for any child that has ended."""
         from flightdeck.engine.child.steering import missed_note
         from flightdeck.engine.model import SteerState
         from flightdeck.engine.records.transcripts import TranscriptWriter
 
         c, store = self._require(), self._store
         assert store is not None
+        rows = {r.id: r for r in self._carried}
         out = []
-        for row in self._carried:
-            if row.id not in request.child_ids or row.id not in carried:
-                continue
-            rid = c.next_receipt_id()
-            now = self.clock()
-            missed = SteerReceipt(
-                rid, row.id, request.message or "", request.now, SteerState.MISSED, now, now
-            )
-            store.record_control(self.batch_id, missed, "steer", request.id)
+        for child_id in ids:
+            row = rows[child_id]
+            rid, ts = c.next_receipt_id(), self.clock()
+            missed = SteerReceipt(rid, child_id, message, now, SteerState.MISSED, ts, ts)
+            store.record_control(self.batch_id, missed, "steer", request_id)
             writer = TranscriptWriter(row.transcript, self.clock)
-            writer.write(
-                "operator", missed_note(missed.message, f"the child had ended: {row.status.value}")
-            )
+            reason = f"the child had ended: {row.status.value}"
+            writer.write("operator", missed_note(message, reason))
             writer.close()
             out.append(rid)
         return out
@@ -675,12 +682,18 @@ def _children(n: int) -> str:
     return f"{n} finished child" + ("" if n == 1 else "ren")
 
 
-def _known(coordinator: Coordinator, child_ids: Iterable[str], batch_id: str) -> tuple[str, ...]:
-    """The ids, all of children of this batch; ValueError naming those that are not."""
+def _known(
+    coordinator: Coordinator,
+    child_ids: Iterable[str],
+    batch_id: str,
+    ended: Collection[str] = (),
+) -> tuple[str, ...]:
+    """The ids, all of children of this batch (running here, or `ended` before a resume);
+    ValueError naming those that are not."""
     # A mistyped id would otherwise be skipped in silence: the operator would wait for a
     # steer or a stop that was never going to happen.
     ids = tuple(child_ids)
-    unknown = [i for i in ids if i not in coordinator.by_id]
+    unknown = [i for i in ids if i not in coordinator.by_id and i not in ended]
     if unknown:
         shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
         raise ValueError(f"no child with id {shown} in batch {batch_id}")

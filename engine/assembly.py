@@ -28,6 +28,7 @@ from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     Budget,
+    CommandSpec,
     EngineSettings,
     Price,
     RetrySettings,
@@ -341,7 +342,27 @@ def _route_json(route: Route) -> dict[str, object]:
         "delegate": route.delegate,
         "options": {k: dict(v) if isinstance(v, Mapping) else v for k, v in route.options.items()},
         "key_line": route.key_line,
+        "command": None if route.command is None else _command_json(route.command),
     }
+
+
+def _command_json(spec: CommandSpec) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(CommandSpec):
+        value = getattr(spec, f.name)
+        out[f.name] = dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def _command_from(data: Mapping[str, Any] | None) -> CommandSpec | None:
+    if data is None:
+        return None
+    # JSON has lists where the spec keeps tuples, and dicts where it keeps read-only maps.
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else MappingProxyType(v) if isinstance(v, dict) else v
+        for k, v in data.items()
+    }
+    return CommandSpec(**fields)
 
 
 def _route_from(name: str, data: Mapping[str, Any]) -> Route:
@@ -370,4 +391,5 @@ def _route_from(name: str, data: Mapping[str, Any]) -> Route:
         delegate=data.get("delegate", False),
         options=MappingProxyType(options),
         key_line=data["key_line"],
+        command=_command_from(data.get("command")),
     )

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.liveness import HEARTBEAT_EVERY_S
-from flightdeck.engine.records.requests import RequestRow, pending_requests
+from flightdeck.engine.records.requests import (
+    RequestKind,
+    RequestRow,
+    RequestState,
+    pending_requests,
+    recorded_controls,
+)
 from flightdeck.engine.records.store import Store
 
 __all__ = ["POLL_S", "OwnerDuties"]
@@ -84,10 +90,23 @@ class OwnerDuties:
             for row in found:
                 self._seen = row.id
                 try:
+                    if row.kind == RequestKind.STEER and self._already_applied(row):
+                        continue
                     self._apply(row)
                 except Exception:  # one bad request must not end the polling
                     log.exception("flightdeck: applying client request %d failed", row.id)
             return found
+
+    def _already_applied(self, row: RequestRow) -> bool:
+        """A steer an earlier owner applied but died before marking: marked now, with the
+        receipts it made, never applied twice (its receipts are settled by `resume`)."""
+        controls = recorded_controls(self._connection(), self._batch_id, row.id)
+        if not controls:
+            return False
+        self._store.settle_request(
+            self._batch_id, row.id, RequestState.APPLIED, self._clock(), control_ids=controls
+        )
+        return True
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -29,7 +29,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.store import Store
 
-__all__ = ["OWNER_LOST", "NothingToResume", "Resumed", "Stored", "load", "settle"]
+__all__ = ["OWNER_LOST", "NothingToResume", "ResumeError", "Resumed", "Stored", "load", "settle"]
 
 OWNER_LOST = "owner lost"
 
@@ -78,7 +78,11 @@ def load(state_dir: Path, batch_id: str) -> Stored:
         info = reader.batch(batch_id)
     if info is None:
         raise ResumeError(
-            db, None, "batch_id", f"no batch {batch_id} in this state folder (see flightdeck ls)"
+            db,
+            None,
+            "batch_id",
+            f"no batch {batch_id} in this state folder (see flightdeck ls; another state "
+            "folder is named with --state-dir)",
         )
     if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
         raise NothingToResume(batch_id, info.status.value)
@@ -97,6 +101,7 @@ def load(state_dir: Path, batch_id: str) -> Stored:
 
 def settle(
     children: Sequence[Child],
+    stored: Collection[str],
     rows: Sequence[ChildRow],
     receipts: Sequence[SteerReceipt],
     *,
@@ -108,14 +113,18 @@ def settle(
     lost_ts: float,
     clock: Callable[[], float],
 ) -> Resumed:
-    """Decide each child's fate from its stored row, and record what that changes."""
+    """Decide each child's fate from its stored row, and record what that changes.
+
+    `stored` holds the ids of every child in the store, `rows` the rows of those that had
+    started (a queued child needs no row built: most of a big batch, often)."""
     by_id = {r.id: r for r in rows}
     out = Resumed(live=[], carried=[])
+    missing = []
     for child in children:
         row = by_id.get(child.task.id)
         if row is None or row.status == ChildStatus.QUEUED:
-            if row is None:  # the owner died before its queued rows were committed
-                store.add_queued(batch_id, assembly.queued_rows([child]))
+            if child.task.id not in stored:  # the owner died before it was committed
+                missing.append(child)
             out.live.append(child)
         elif row.status.terminal:
             meter.add(child.route, row.usage)
@@ -135,6 +144,8 @@ def settle(
                         row, status=ChildStatus.UNKNOWN, finished_ts=lost_ts, error=_why(lost_owner)
                     )
                 )
+    if missing:
+        store.add_queued(batch_id, assembly.queued_rows(missing))
     live = {c.task.id: c for c in out.live}
     for receipt in receipts:
         out.first_receipt_id = max(out.first_receipt_id, receipt.id + 1)
@@ -145,7 +156,7 @@ def settle(
             continue  # delivered at its first turn boundary
         missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=clock())
         store.record_control(batch_id, missed, "steer", reason=OWNER_LOST)
-        path = next((r.transcript for r in rows if r.id == receipt.child_id), None)
+        path = by_id[receipt.child_id].transcript if receipt.child_id in by_id else None
         if path is not None:
             _append(path, "operator", missed_note(receipt.message, OWNER_LOST), clock)
     return out

@@ -77,6 +77,20 @@ RECORDED: list[dict[str, Any]] = [
         "cost_usd_off": 0.050412,
         "cost_off_over_on": 1.57,
     },
+    {
+        "bench": "attach_latency",
+        "children": 1000,
+        "running_peak": 200,
+        "view": {"samples": 900, "p50_ms": 60.0, "p99_ms": 300.0},
+        "screen": {"samples": 900, "p50_ms": 200.0, "p99_ms": 500.0},
+    },
+    {
+        "bench": "attach_throughput",
+        "children": 2000,
+        "alone_children_per_s": 500.0,
+        "two_clients_children_per_s": 480.0,
+        "two_clients_over_alone": 0.96,
+    },
 ]
 
 
@@ -114,6 +128,18 @@ def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
             "98% of the prefix cached, +0.092s",
             "gate off: 0%, $0.050412",
             1.57,
+        ),
+        (
+            "attach latency, 1,000 children, 200 running",
+            "screen 200.0 ms p50, 500.0 p99",
+            "store view 60.0 ms p50, 300.0 p99",
+            None,
+        ),
+        (
+            "owner, 2,000 instant children, 2 clients attached",
+            "480.0 children/s",
+            "alone 500.0/s",
+            0.96,
         ),
     ]
 
@@ -257,3 +283,22 @@ def test_the_cache_gate_benchmark_runs_and_reports() -> None:
     assert result["bench"] == "cache_gate" and result["children"] == 4
     assert result["cached_share_off"] == 0 and result["cached_share_on"] >= 0.75
     assert result["cost_off_over_on"] > 1
+
+
+@pytest.mark.slow
+def test_the_attach_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    # A real owner process and two client processes, at a few children: it runs, it reports.
+    code = "import json, bench_attach; print('-'); print(json.dumps(bench_attach.main()))"
+    scale = {
+        "BENCH_ATTACH_CHILDREN": "12",
+        "BENCH_ATTACH_POOL": "4",
+        "BENCH_ATTACH_WINDOW_S": "1.5",
+        "BENCH_ATTACH_TIME_SCALE": "0.05",
+        "BENCH_ATTACH_TP_CHILDREN": "20",
+        "BENCH_ATTACH_ROUNDS": "1",
+        "BENCH_DIR": str(tmp_path),
+    }
+    _, (latency, throughput) = run_bench(code, scale)
+    assert latency["bench"] == "attach_latency" and latency["view"]["samples"] > 0
+    assert throughput["two_clients_over_alone"] > 0
+    assert list(tmp_path.iterdir()) == []

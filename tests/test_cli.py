@@ -229,18 +229,25 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
     assert batch_id.group(1)[:8] in listing
 
 
-def test_quitting_the_tui_prints_the_batch_id_the_summary_and_the_report_hint(
+def test_quitting_the_tui_prints_the_summary_and_the_report_hint(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import flightdeck.tui.app
+    # On a terminal `run` starts the owner process and attaches the TUI to it through the store.
+    from flightdeck.engine.model import BatchStatus
+    from flightdeck.tui.app import FlightdeckApp
     from flightdeck.tui.cli import main
+    from flightdeck.tui.storeview import StoreView
 
-    def run_app(engine: Engine) -> ExitCode:  # the operator watches the batch end, then quits
-        assert engine.wait(30)
+    def run_app(app: FlightdeckApp) -> bool:  # the operator watches the batch end, then quits
+        assert isinstance(app.view, StoreView)
+        deadline = time.monotonic() + 30
+        while app.view.snapshot().status is BatchStatus.RUNNING:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         print("<app screen>")
-        return ExitCode.OK
+        return False
 
-    monkeypatch.setattr(flightdeck.tui.app, "run_app", run_app)
+    monkeypatch.setattr(FlightdeckApp, "run", run_app)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # what sends `run` to the TUI
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
@@ -248,9 +255,8 @@ def test_quitting_the_tui_prints_the_batch_id_the_summary_and_the_report_hint(
     assert main(["run", "tasks.jsonl"]) == ExitCode.OK
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out).splitlines()  # bold, italic
     assert out[0] == "<app screen>"  # all of it after the app has gone
-    batch_id = re.fullmatch(r"batch (\S+)", out[1])
+    batch_id = re.fullmatch(r"batch (\S+) — completed", out[1])  # the summary table's title
     assert batch_id, out
-    assert f"batch {batch_id.group(1)} — completed" in out  # the summary table's title
     header, totals = [table_cells(line) for line in out if line.startswith(("┃", "│"))]
     assert header[:4] == ["children", "completed", "failed", "stopped"]
     assert totals[:4] == ["6", "6", "0", "0"]

@@ -45,8 +45,12 @@ class FlightdeckApp(App[bool]):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.on_sigterm)
 
     def on_sigterm(self) -> None:
-        """Stop every child and quit, as "stop all and quit" does, without asking."""
+        """Stop every child and quit, as "stop all and quit" does, without asking; attached to
+        an owner process, only this client goes (the batch is the owner's to end)."""
         self.terminated = True
+        if self.view.can_detach:
+            self.exit(result=False)
+            return
         self.view.stop_all()
         self.exit(result=True)
 

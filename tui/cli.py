@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
         help='children alive at once: a number, or "auto" (overrides the config)',
     )
     run.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the batch's owner in the background, print the batch id, return",
+    )
+    # The owner process `run` starts: its batch id, whose folder the parent has claimed.
+    run.add_argument("--owner-of", metavar="BATCH_ID", help=argparse.SUPPRESS)
 
     report = sub.add_parser("report", help="metrics report of a batch (latest by default)")
     report.add_argument("batch_id", nargs="?", help="batch id (default: the latest)")
@@ -77,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("ls", help="list batches with their status and cost")
     ls.add_argument("--state-dir", type=Path)
     _owner_commands(sub)
+    _attach_parsers(sub)
     return p
 
 
@@ -109,6 +117,22 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     wait.add_argument("--state-dir", type=Path)
 
 
+def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`attach` and `logs`: clients of a batch's owner process."""
+    attach = sub.add_parser(
+        "attach", help="the TUI on a running batch (read-only once it has ended)"
+    )
+    attach.add_argument("batch_id", nargs="?", help="batch id (default: the latest running)")
+    attach.add_argument("--state-dir", type=Path)
+    logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
+    logs.add_argument("batch_id")
+    logs.add_argument("child_id")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="follow the transcript until the child ends"
+    )
+    logs.add_argument("--state-dir", type=Path)
+
+
 def _pool_size(text: str) -> int | Literal["auto"]:
     if text == "auto":  # puts a config's fixed number back to the automatic size
         return "auto"
@@ -139,6 +163,12 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
             return cmd_report(args)
         if args.command in _OWNER_COMMANDS:
             return _OWNER_COMMANDS[args.command](args)
+        if args.command in ("attach", "logs"):
+            from flightdeck.tui import attached
+
+            return (
+                attached.cmd_attach(args) if args.command == "attach" else attached.cmd_logs(args)
+            )
         return cmd_ls(args)
     except LocatedError as exc:  # bad input, or a state folder that cannot be used
         err.print(Text(f"flightdeck: {one_line(str(exc))}"))

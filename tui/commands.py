@@ -1,4 +1,5 @@
-"""The `flightdeck` commands: run (TUI or headless), report, ls; resume, steer, stop, wait."""
+"""The `flightdeck` commands: run (an owner in the background, or headless), report, ls;
+resume, steer, stop, wait."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost, fmt_spent
 from flightdeck.tui.headless import run_headless
-from flightdeck.tui.output import failure_text, print_ending
 from rich.table import Table
 from rich.text import Text
 
@@ -36,35 +36,41 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
     batch = load_batch(args.batch_file, max_chars=settings.engine.max_task_chars)
+    state_dir = state_dir_from(args.state_dir, settings)
+    if args.owner_of is not None:
+        _check_claimed(state_dir, args.owner_of)
     engine = Engine(
         batch,
         settings,
-        state_dir=state_dir_from(args.state_dir, settings),
+        state_dir=state_dir,
         max_concurrent=args.max_concurrent,
+        batch_id=args.owner_of,  # an owner started by `run` below: its folder is claimed
     )
-    tune_interpreter()
-    if not args.headless and sys.stdout.isatty():
-        from flightdeck.tui.app import run_app
+    if args.detach or (not args.headless and args.owner_of is None and sys.stdout.isatty()):
+        # The batch runs in an owner process of its own; this one only checked the input.
+        engine.close()
+        from flightdeck.tui.attached import run_in_background
 
-        try:
-            engine.start()
-            code = run_app(engine)
-        finally:
-            engine.close()  # also after a failed start: its threads and writer process
-        # Back on the shell's screen, the app's is gone: leave what headless leaves.
-        console = console_for()
-        console.print(Text(f"batch {engine.batch_id}", style="bold"))
-        print_ending(console, engine, engine.snapshot())
-        failure = failure_text(engine)
-        if failure is not None:
-            console_for(stderr=True).print(Text(f"flightdeck: error: {failure}", style="red"))
-        return code
+        return run_in_background(args, engine.state_dir)
+    tune_interpreter()
     return run_headless(engine, console_for())
 
 
-def _reader(state_dir: Path | None) -> StoreReader:
+def _check_claimed(state_dir: Path, batch_id: str) -> None:
+    """`--owner-of` (how `run` starts a batch's owner) names a folder `run` claimed for it and
+    no owner has started in: never another batch's id, whose rows it would overwrite."""
+    from flightdeck.tui.spawn import OWNER_LOG
+
+    folder = state_dir / "batches" / batch_id
+    if not (folder / OWNER_LOG).is_file() or (folder / "manifest.json").exists():
+        raise UsageError(
+            None, None, "--owner-of", f"{one_line(batch_id)} is not a batch folder run claimed"
+        )
+
+
+def state_db(state_dir: Path | None) -> Path:
+    """The database of the state folder a reading command (report, ls, attach, logs) names."""
     from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
-    from flightdeck.engine.records.reader import StoreReader
 
     # flightdeck.toml only matters when it names the state folder: a broken one in the current
     # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
@@ -75,7 +81,13 @@ def _reader(state_dir: Path | None) -> StoreReader:
         raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
     if not db.is_file():
         raise UsageError(db, None, None, "not a flightdeck database (not a file)")
-    return StoreReader(db)
+    return db
+
+
+def _reader(state_dir: Path | None) -> StoreReader:
+    from flightdeck.engine.records.reader import StoreReader
+
+    return StoreReader(state_db(state_dir))
 
 
 def cmd_report(args: argparse.Namespace) -> ExitCode:
@@ -182,7 +194,12 @@ def _request_db(args: argparse.Namespace) -> Path:
     with StoreReader(db) as reader:
         info = reader.batch(args.batch_id)
     if info is None:
-        raise UsageError(None, None, "batch_id", f"no batch {args.batch_id} in {db.parent}")
+        raise UsageError(
+            None,
+            None,
+            "batch_id",
+            f"no batch {args.batch_id} in {db.parent} (another state folder: --state-dir)",
+        )
     return db
 
 

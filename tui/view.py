@@ -1,6 +1,7 @@
 """What the TUI reads and drives: the `EngineView` Protocol and `LiveView` over an `Engine`.
 
-Attach mode will add a StoreView over SQLite; keep the Protocol small so both fit it.
+`StoreView` (storeview.py) is the other one: a batch whose owner is another process, read from
+the store. Keep the Protocol small so both fit it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ Listener = Callable[[EngineEvent], None]
 
 class EngineView(Protocol):
     """A batch as the UI sees it: frozen snapshots to poll, a few commands, discrete facts."""
+
+    @property
+    def read_only(self) -> str | None:
+        """Why steer and stop cannot reach this batch (its owner is gone), or None."""
+        ...
+
+    @property
+    def can_detach(self) -> bool:
+        """Whether the UI can leave and the batch run on (its owner is another process)."""
+        ...
 
     def snapshot(self) -> Snapshot:
         """An immutable view of every child and the totals; cheap enough to poll."""
@@ -49,6 +60,9 @@ class LiveView:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._paths: dict[str, Path] = {}
+
+    read_only: str | None = None  # the engine is in this process: it hears every command
+    can_detach: bool = False  # and ends with it
 
     def snapshot(self) -> Snapshot:
         return self.engine.snapshot()

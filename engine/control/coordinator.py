@@ -66,7 +66,7 @@ from flightdeck.engine.records.meter import Meter
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
-PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
+PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
 
@@ -304,9 +304,10 @@ class Coordinator:
         return self._finals - self._done
 
     def _drain(self) -> None:
-        """Wait for the next fact or command (at most TICK_S), then handle all that queued."""
+        """Wait for the next fact or command (at most TICK_S, and no longer than the next
+        progress record is due), then handle all that queued."""
         try:
-            item = self._inbox.get(timeout=TICK_S)
+            item = self._inbox.get(timeout=min(TICK_S, PROGRESS_EVERY_S))
         except queue.Empty:
             return
         while True:
@@ -506,6 +507,9 @@ class Coordinator:
         child.mark_running()
         self._alive[child.task.id] = child
         self._started += 1
+        # In the store at once, not at the next progress tick: an owner that dies now leaves
+        # it `running` there, so `resume` knows it was lost (unknown) rather than never run.
+        self._record(child.row())
         self._publish(ChildStarted(child.task.id, self._clock()))
 
     def _run_child(self, child: Child) -> None:
@@ -606,7 +610,7 @@ class Coordinator:
                 self._finished(child)
 
     def _progress(self) -> None:
-        """Running children's counters reach the store about once a second (for attach)."""
+        """Running children's counters reach the store every PROGRESS_EVERY_S (for attach)."""
         now = self._clock()
         if now - self._last_progress >= PROGRESS_EVERY_S:
             self._last_progress = now

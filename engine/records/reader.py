@@ -89,23 +89,36 @@ class StoreReader:
             ).fetchone()
             return None if row is None else str(row[0])
 
-    def children(self, batch_id: str, *, results: bool = True) -> list[ChildRow]:
+    def children(
+        self, batch_id: str, *, results: bool = True, started: bool = False
+    ) -> list[ChildRow]:
         """A batch's children in seq order, each with its steer receipts; with `results` False,
         every `result` is None and never read (a report's memory then does not grow with the
-        answers)."""
+        answers); with `started`, only those that are no longer queued."""
         columns = CHILD_COLUMNS if results else CHILD_COLUMNS_NO_RESULT
+        where = " AND status != 'queued'" if started else ""
         with self._lock:
             if not self._check_ready():
                 return []
             with self._snapshot():
                 rows = self._conn.execute(
-                    f"SELECT {columns} FROM children WHERE batch_id = ? ORDER BY seq, id",
+                    f"SELECT {columns} FROM children WHERE batch_id = ?{where} ORDER BY seq, id",
                     (batch_id,),
                 ).fetchall()
                 steers: dict[str, list[SteerReceipt]] = {}
                 for steer in self._controls(batch_id, None, "steer"):
                     steers.setdefault(steer.child_id, []).append(steer)
         return [child_row(r, tuple(steers.get(r[1], ()))) for r in rows]
+
+    def child_ids(self, batch_id: str) -> set[str]:
+        """The ids of a batch's children (cheap: no rows built)."""
+        with self._lock:
+            if not self._check_ready():
+                return set()
+            rows = self._conn.execute(
+                "SELECT id FROM children WHERE batch_id = ?", (batch_id,)
+            ).fetchall()
+        return {str(r[0]) for r in rows}
 
     def child(self, batch_id: str, child_id: str) -> ChildRow | None:
         """One child with its steer receipts, or None."""

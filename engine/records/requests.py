@@ -30,6 +30,7 @@ __all__ = [
     "RequestRow",
     "RequestState",
     "pending_requests",
+    "recorded_controls",
     "request",
     "request_row",
     "submit_steer",
@@ -139,6 +140,16 @@ def pending_requests(conn: sqlite3.Connection, batch_id: str, after: int = 0) ->
         (batch_id, after),
     ).fetchall()
     return [request_row(r) for r in rows]
+
+
+def recorded_controls(conn: sqlite3.Connection, batch_id: str, request_id: int) -> list[int]:
+    """The steer receipts already recorded for a request (by an owner that died before it
+    could mark the request applied), oldest first."""
+    rows = conn.execute(
+        "SELECT id FROM controls WHERE batch_id = ? AND request_id = ? ORDER BY id",
+        (batch_id, request_id),
+    ).fetchall()
+    return [int(r[0]) for r in rows]
 
 
 def request_row(r: Sequence[Any], receipts: tuple[SteerReceipt, ...] = ()) -> RequestRow:

@@ -93,6 +93,28 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"engine alone {r['engine_alone_cpu_s']} s",
                 round(r["engine_alone_cpu_s"] / r["with_tui_cpu_s"], 2),
             )
+        case "attach_latency":
+            view, screen = r["view"], r["screen"]
+            yield (
+                f"attach latency, {r['children']:,} children, {r['running_peak']} running",
+                f"screen {screen.get('p50_ms')} ms p50, {screen.get('p99_ms')} p99",
+                f"store view {view.get('p50_ms')} ms p50, {view.get('p99_ms')} p99",
+                None,
+            )
+        case "attach_throughput":
+            yield (
+                f"owner, {r['children']:,} instant children, 2 clients attached",
+                f"{r['two_clients_children_per_s']:,} children/s",
+                f"alone {r['alone_children_per_s']:,}/s",
+                r["two_clients_over_alone"],
+            )
+        case "resume":
+            yield (
+                f"resume to first re-run start, {r['children']:,} children",
+                f"{r['resume_to_first_start_s_median']} s median",
+                f"fresh start {r['fresh_start_to_first_start_s_median']} s",
+                r["fresh_over_resume"],
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 

@@ -161,6 +161,9 @@ class StaticView:
         self.stopped: list[list[str]] = []
         self.stopped_all = 0
 
+    read_only: str | None = None
+    can_detach: bool = False
+
     def snapshot(self) -> Snapshot:
         return Snapshot(
             batch_id="20270115-080000-demo",

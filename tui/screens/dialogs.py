@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from flightdeck.engine.sanitize import one_line
@@ -182,24 +183,43 @@ class ConfirmStopDialog(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class QuitDialog(ModalScreen[bool]):
-    """Children still run: stop them all and quit, or stay."""
+class QuitChoice(StrEnum):
+    """What `q` can do while children still run."""
+
+    DETACH = "detach"  # leave: the owner process runs the batch on
+    STOP = "stop"  # stop every child, then quit
+
+
+class QuitDialog(ModalScreen[QuitChoice | None]):
+    """Children still run: detach (when the batch has an owner elsewhere), stop them all and
+    quit, or stay (None)."""
 
     CSS_PATH = "dialogs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Stay"),
     ]
 
-    def __init__(self, live: int) -> None:
+    def __init__(self, live: int, *, detach: bool = False) -> None:
         super().__init__()
         self.live = live
+        self.detach = detach
 
     def compose(self) -> ComposeResult:
         verb = "is" if self.live == 1 else "are"
         with Vertical(classes="dialog"):
             yield Label(Text(f"{_children(self.live)} {verb} still running or queued.", "bold"))
-            yield Label(Text("Quitting stops them; finished work is already saved."))
+            if self.detach:
+                yield Label(
+                    Text(
+                        "Detach leaves them running (attach again with `flightdeck attach`); "
+                        "stopping ends them. Finished work is already saved."
+                    )
+                )
+            else:
+                yield Label(Text("Quitting stops them; finished work is already saved."))
             with Horizontal(classes="buttons"):
+                if self.detach:
+                    yield Button("Detach", variant="primary", id="detach")
                 yield Button("Stop all and quit", variant="error", id="stop-quit")
                 yield Button("Cancel", id="cancel")
 
@@ -209,7 +229,8 @@ class QuitDialog(ModalScreen[bool]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        self.dismiss(event.button.id == "stop-quit")
+        choices = {"detach": QuitChoice.DETACH, "stop-quit": QuitChoice.STOP}
+        self.dismiss(choices.get(event.button.id or ""))
 
     def action_cancel(self) -> None:
-        self.dismiss(False)
+        self.dismiss(None)

@@ -19,7 +19,13 @@ from flightdeck.tui.messages import (
     message_for,
 )
 from flightdeck.tui.output import completion_text
-from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog, SteerRequest
+from flightdeck.tui.screens.dialogs import (
+    ConfirmStopDialog,
+    QuitChoice,
+    QuitDialog,
+    SteerDialog,
+    SteerRequest,
+)
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
@@ -289,7 +295,16 @@ class MainScreen(Screen[None]):
 
     # --- actions ----------------------------------------------------------------------------
 
+    def _refused(self) -> bool:
+        """A batch whose owner is gone hears no command: say why, rather than send one."""
+        reason = self.view.read_only
+        if reason:
+            self.notify(reason, severity="warning", markup=False)
+        return bool(reason)
+
     def action_steer(self) -> None:
+        if self._refused():
+            return
         ids = self.live_targets()
         if not ids:
             return
@@ -316,6 +331,8 @@ class MainScreen(Screen[None]):
         self.app.push_screen(dialog, send)
 
     def action_stop(self) -> None:
+        if self._refused():
+            return
         ids = self.live_targets()
         if not ids:
             return
@@ -330,6 +347,8 @@ class MainScreen(Screen[None]):
         self.app.push_screen(ConfirmStopDialog(ids, ended=len(self._ended_targets())), stop)
 
     def action_stop_all(self) -> None:
+        if self._refused():
+            return
         rows = self.table.rows_by_id
         ids = sorted((i for i, r in rows.items() if r.status.live), key=lambda i: rows[i].seq)
         if not ids:
@@ -431,18 +450,21 @@ class MainScreen(Screen[None]):
             return
         snap = self.view.snapshot()
         live = sum(1 for row in snap.children if row.status.live)
-        if not live:
+        if not live or self.view.read_only:  # nothing this UI could stop: just go
             self.app.exit(result=False)
             return
 
-        def answer(stop: bool | None) -> None:
+        def answer(choice: QuitChoice | None) -> None:
             self.quit_requested = False
-            if stop:
+            if choice is QuitChoice.STOP:
                 self.view.stop_all()
                 self.app.exit(result=True)
+            elif choice is QuitChoice.DETACH:  # the owner process runs the batch on
+                self.app.exit(result=False)
 
         self.quit_requested = True
-        self.app.push_screen(QuitDialog(live), answer)
+        can_detach = self.view.can_detach and not self.view.read_only
+        self.app.push_screen(QuitDialog(live, detach=can_detach), answer)
 
     # --- filter -----------------------------------------------------------------------------
 

@@ -1,8 +1,12 @@
-"""Offset reads of a growing transcript file: whole lines only, bounded per read."""
+"""Offset reads of a growing transcript file: whole lines only, bounded per read; and
+`follow`, the reads as the file grows."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,3 +61,47 @@ def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int
         raw, cut = raw[-max_lines:], True
     lines = tuple(sanitize(line.decode("utf-8", "replace")) for line in raw)
     return Chunk(lines, offset, begin - lead + last + 1, cut=cut, reset=reset, mtime=mtime)
+
+
+def follow(
+    path: Path,
+    *,
+    ended: Callable[[], bool],
+    poll_s: float = 0.25,
+    settle_s: float = 0.5,
+) -> Iterator[Chunk]:
+    """Every line of `path` as it is written (`logs -f`, and the same wake-ups as the pane):
+    what is there first, then what is appended, until `ended()` says no more will come and the
+    file has not grown for `settle_s` (its writer process may still be writing the last lines).
+
+    Woken by watchfiles when the file changes, and every `poll_s` whatever happens.
+    """
+    from flightdeck.tui.watch import Waker
+
+    changed = threading.Event()
+    waker = Waker(path.parent, (path.name,), changed.set, poll_s=poll_s).start()
+    try:
+        offset = 0
+        quiet_since: float | None = None
+        while True:
+            chunk = read_chunk(path, offset, max_lines=_ALL, max_bytes=_ALL)
+            if chunk.reset:  # replaced or truncated: start over, as `tail -F` does
+                chunk = read_chunk(path, 0, max_lines=_ALL, max_bytes=_ALL)
+            if chunk.lines:
+                yield chunk
+            grew = chunk.end != offset
+            offset = chunk.end
+            if grew:
+                quiet_since = None
+            elif ended():
+                now = time.monotonic()
+                quiet_since = quiet_since or now
+                if now - quiet_since >= settle_s:
+                    return
+            changed.wait(poll_s)
+            changed.clear()
+    finally:
+        waker.close()
+
+
+_ALL = 1 << 62  # `logs` prints every line; the pane bounds its reads instead

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.watch import Waker
 from flightdeck.tui.widgets.days import Days
 from flightdeck.tui.widgets.tail import Chunk, read_chunk
 from rich.cells import cell_len
@@ -16,6 +18,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Log, Static
 from textual.worker import Worker, WorkerState
 
@@ -67,7 +70,14 @@ class TranscriptHighlighter(Highlighter):
 
 
 class TranscriptView(Vertical):
-    """Shows the last `max_lines` lines of one child's transcript and follows it as it grows."""
+    """Shows the last `max_lines` lines of one child's transcript and follows it as it grows:
+    read when watchfiles says the file changed (watch.py, as `logs -f`), and every `poll_s`
+    whatever happens."""
+
+    WAKE_EVERY_S = 0.05  # a streaming child writes a line per chunk: read at most this often
+
+    class Changed(Message):
+        """The transcript file changed (posted from the watcher thread)."""
 
     def __init__(
         self,
@@ -90,6 +100,8 @@ class TranscriptView(Vertical):
         self._reading: Worker[tuple[int, Chunk]] | None = None
         self._wrap_width: int | None = None  # lines on show were folded to this width
         self._days = Days()
+        self._waker: Waker | None = None
+        self._woken = 0.0
 
     def compose(self) -> ComposeResult:
         yield Static(id="transcript-title", markup=False)
@@ -115,7 +127,29 @@ class TranscriptView(Vertical):
         if child_id == self.child_id and path == self.path:
             return
         self.child_id, self.path = child_id, path
+        self._watch(path)
         self._reload()
+
+    def _watch(self, path: Path | None) -> None:
+        if self._waker is not None:
+            self._waker.close(wait=False)  # a row move must not wait for its thread
+            self._waker = None
+        if path is not None and path.parent.is_dir():
+            # Its own polling stays the interval timer: the waker only adds the prompt wake-ups.
+            self._waker = Waker(path.parent, (path.name,), self._changed, poll_s=3600).start()
+
+    def _changed(self) -> None:
+        """Watcher thread: at most one message per WAKE_EVERY_S (post_message is thread-safe)."""
+        now = time.monotonic()
+        if now - self._woken >= self.WAKE_EVERY_S:
+            self._woken = now
+            self.post_message(self.Changed())
+
+    def on_transcript_view_changed(self, _: TranscriptView.Changed) -> None:
+        self.poll()
+
+    def on_unmount(self) -> None:
+        self._watch(None)
 
     def _width(self) -> int:
         return self.log_widget.scrollable_content_region.width

@@ -1,0 +1,96 @@
+"""A real owner process to kill: `flightdeck run --headless` on an OpenAI route to the
+loopback server, which counts the runs of each child (its first request) on the provider's
+side, whatever the store claims. Shared by tests/test_durable.py and scripts/kill_resume.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+from loopback import KEY_ENV, Loopback, Received, Reply
+
+GOAL = re.compile(r"durable task (c\d+)")
+
+
+class CountingServer:
+    """The loopback server, answering every request slowly enough to be killed mid-run, and
+    counting the runs of each child: requests carrying only its goal (turn one)."""
+
+    def __init__(self, chunk_delay_s: float = 0.03) -> None:
+        self.runs: Counter[str] = Counter()
+        self.served: Counter[str] = Counter()  # runs whose reply was sent in full
+        self.lock = threading.Lock()
+        self.reply = Reply(text="done: " + "x" * 40, chunk_delay_s=chunk_delay_s)
+        self.server = Loopback(self._answer)
+        self.open = threading.Event()  # cleared: requests wait (counted) until it is set
+        self.open.set()
+
+    def __enter__(self) -> CountingServer:
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.__exit__(*exc)
+
+    def _answer(self, received: Received) -> Reply:
+        messages = received.body.get("messages") or []
+        users = [m for m in messages if m.get("role") == "user"]
+        if len(users) == 1 and len(messages) <= 2:  # the first turn: a run of the child
+            found = GOAL.search(str(users[0].get("content")))
+            if found:
+                with self.lock:
+                    self.runs[found.group(1)] += 1
+        self.open.wait(30)
+        return self.reply
+
+    def total_runs(self) -> int:
+        with self.lock:
+            return sum(self.runs.values())
+
+    def snapshot(self) -> Counter[str]:
+        with self.lock:
+            return Counter(self.runs)
+
+
+def project(folder: Path, server: CountingServer, children: int, pool: int = 3) -> Path:
+    """A folder with tasks.jsonl and a flightdeck.toml whose route is the server."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "tasks.jsonl", "w") as fh:
+        for i in range(children):
+            fh.write(json.dumps({"id": f"c{i:03d}", "goal": f"durable task c{i:03d}"}) + "\n")
+    (folder / "flightdeck.toml").write_text(
+        f"""[engine]
+max_concurrent = {pool}
+default_route = "lb"
+state_dir = "state"
+
+[routes.lb]
+provider = "openai"
+model = "gpt-loopback"
+base_url = "{server.server.openai_url}"
+api_key_env = "{KEY_ENV}"
+connect_timeout_s = 2
+read_timeout_s = 10
+price = {{ input_per_mtok = 2.5, output_per_mtok = 10 }}
+retry = {{ attempts = 3, base_s = 0.01, max_s = 0.05 }}
+"""
+    )
+    return folder
+
+
+def flightdeck(folder: Path, *args: str) -> subprocess.Popen[str]:
+    """`flightdeck ARGS` in the project folder, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", *args],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, KEY_ENV: "sk-test-durable", "NO_COLOR": "1"},
+    )

@@ -1,0 +1,234 @@
+"""Durable batches: a real owner process killed with SIGKILL, then `flightdeck resume`.
+
+What ran is counted by the provider (the loopback server sees each child's first request),
+not taken from the store's own claim."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.requests import request
+
+from durable import CountingServer, flightdeck, project
+
+CHILDREN = 9
+
+
+def until(condition: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def db_of(folder: Path) -> Path:
+    return folder / "state" / "flightdeck.db"
+
+
+def killed_owner(folder: Path, server: CountingServer, moment: Callable[[], bool]) -> str:
+    """Start `flightdeck run --headless`, SIGKILL it at `moment`; the batch id."""
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    try:
+        until(lambda: moment() or owner.poll() is not None, what="the moment to kill")
+        owner.send_signal(signal.SIGKILL)
+    finally:
+        owner.wait(10)
+        owner.communicate()
+    until(db_of(folder).is_file, what="the database")
+    with StoreReader(db_of(folder)) as reader:
+        batch_id = reader.latest_batch_id()
+    assert batch_id is not None
+    return batch_id
+
+
+def resumed(folder: Path, batch_id: str, *args: str) -> tuple[int, str, str]:
+    proc = flightdeck(folder, "resume", batch_id, *args)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before_first_commit", "mid_run", "final_commits"])
+def test_a_killed_owner_is_resumed_and_no_finished_child_runs_again(
+    tmp_path: Path, when: str
+) -> None:
+    with CountingServer() as server:
+        folder = project(tmp_path, server, CHILDREN)
+        moments = {
+            "before_first_commit": lambda: server.total_runs() >= 1,
+            "mid_run": lambda: server.total_runs() >= CHILDREN // 2,
+            # every reply sent: the owner is committing the last rows and the batch's end
+            "final_commits": lambda: len(server.server.served) >= CHILDREN,
+        }
+        batch_id = killed_owner(folder, server, moments[when])
+        with StoreReader(db_of(folder)) as reader:
+            info = reader.batch(batch_id)
+            before = {c.id: c.status for c in reader.children(batch_id)}
+        assert info is not None
+        if info.status != BatchStatus.COMPLETED:  # the kill can land just after the end
+            assert info.status == BatchStatus.ABANDONED
+            assert info.finished_ts is not None  # elapsed frozen at the last heartbeat
+        if when == "before_first_commit":
+            assert ChildStatus.COMPLETED not in before.values()
+        ran_before = server.snapshot()
+
+        code, out, err = resumed(folder, batch_id)
+        assert code == 0, out + err
+
+        runs = server.snapshot()
+        with StoreReader(db_of(folder)) as reader:
+            after = reader.batch(batch_id)
+            rows = reader.children(batch_id)
+        assert after is not None and after.status == BatchStatus.COMPLETED
+        assert [r.id for r in rows] == [f"c{i:03d}" for i in range(CHILDREN)]
+        assert all(r.status == ChildStatus.COMPLETED for r in rows)
+        for child, status in before.items():
+            if status == ChildStatus.COMPLETED:
+                assert runs[child] == 1, f"{child} finished before the kill, ran again"
+        for i in range(CHILDREN):
+            child = f"c{i:03d}"
+            assert 1 <= runs[child] <= 2, (child, runs[child])
+            if runs[child] == 2:  # only a child that was running at the kill
+                assert ran_before[child] == 1 and before.get(child) != ChildStatus.COMPLETED
+        conn = sqlite3.connect(db_of(folder))
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        conn.close()
+
+
+@pytest.mark.slow
+def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kill(
+    tmp_path: Path,
+) -> None:
+    with CountingServer(chunk_delay_s=0.05) as server:
+        folder = project(tmp_path, server, 40, pool=2)  # still running at the stop --all
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        try:
+            until(lambda: server.total_runs() >= 1, what="the first run")
+            with StoreReader(db_of(folder)) as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            stop = flightdeck(folder, "stop", batch_id, "c011")  # queued: never runs
+            out, err = stop.communicate(timeout=30)
+            assert stop.returncode == 0, err
+            assert "stop applied: c011" in out
+            steer = flightdeck(folder, "steer", batch_id, "c010", "-m", "mind the tests")
+            out, err = steer.communicate(timeout=30)
+            assert steer.returncode == 0, err
+            assert "c010: delivered" in out
+            waiter = flightdeck(folder, "wait", batch_id)
+            everything = flightdeck(folder, "stop", batch_id, "--all")
+            out, err = everything.communicate(timeout=30)
+            assert everything.returncode == 0 and "stop applied: every child" in out, err
+            out, err = waiter.communicate(timeout=60)
+            assert waiter.returncode == 1, err  # stopped: not every child completed
+            assert f"batch {batch_id} stopped" in out
+            assert owner.wait(30) == 1  # the owner ends with the batch
+        finally:
+            owner.kill()
+            owner.communicate()
+        assert server.runs["c011"] == 0  # stopped while queued: never ran
+        log = (folder / "state" / "batches" / batch_id / "c010.log").read_text()
+        assert "operator" in log and "mind the tests" in log
+
+
+@pytest.mark.slow
+def test_a_request_left_pending_by_a_dead_owner_is_applied_by_resume(tmp_path: Path) -> None:
+    from flightdeck.engine.records.requests import submit_steer, submit_stop
+
+    with CountingServer(chunk_delay_s=0.05) as server:
+        folder = project(tmp_path, server, 8, pool=2)
+        batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 2)
+        db = db_of(folder)
+        steer = submit_steer(db, batch_id, ["c007"], "after the crash")
+        stop = submit_stop(db, batch_id, ["c006"])
+        # the CLI says plainly that nobody will apply it now
+        proc = flightdeck(folder, "stop", batch_id, "c005")
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 1 and "no live owner" in err and "resume" in err
+        code, out, err = resumed(folder, batch_id, "--no-rerun")
+        assert code == 1, out + err  # one stopped, the lost ones left unknown
+        assert "re-run" in out
+        steered, stopped = request(db, batch_id, steer), request(db, batch_id, stop)
+        assert steered is not None and steered.state.value == "applied"
+        assert [r.state.value for r in steered.receipts] == ["delivered"]
+        assert stopped is not None and stopped.state.value == "applied"
+        with StoreReader(db) as reader:
+            rows = {r.id: r for r in reader.children(batch_id)}
+        assert rows["c006"].status == ChildStatus.STOPPED and server.runs["c006"] == 0
+        lost = [r for r in rows.values() if r.status == ChildStatus.UNKNOWN]
+        assert lost and all("owner lost" in (r.error or "") for r in lost)
+        assert all(server.runs[r.id] == 1 for r in lost)  # --no-rerun: never run again
+        assert all("owner lost" in Path(r.transcript).read_text() for r in lost)
+
+
+@pytest.mark.slow
+def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 6, pool=2)
+        batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 1)
+        server.open.clear()  # the winner cannot finish before the loser has tried
+        first, second = (
+            flightdeck(folder, "resume", batch_id),
+            flightdeck(folder, "resume", batch_id),
+        )
+        until(lambda: first.poll() is not None or second.poll() is not None, what="a loser")
+        loser, winner = (first, second) if first.poll() is not None else (second, first)
+        out, err = loser.communicate(timeout=30)
+        assert loser.returncode == 2, out + err
+        assert f"owned by a live process (pid {winner.pid})" in err
+        server.open.set()
+        out, err = winner.communicate(timeout=60)
+        assert winner.returncode == 0, out + err
+        assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(6))
+
+
+def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 2)
+        missing = flightdeck(folder, "resume", "nope")
+        out, err = missing.communicate(timeout=30)
+        assert missing.returncode == 2 and "no flightdeck state here" in err
+        done = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        done.communicate(timeout=60)
+        with StoreReader(db_of(folder)) as reader:
+            batch_id = reader.latest_batch_id()
+        before = db_of(folder).read_bytes()
+        for args, code, text in (
+            (("resume", "nope"), 2, "no batch nope in this state folder"),
+            (("resume", str(batch_id)), 0, "nothing to do"),
+            (("steer", "nope", "c000", "-m", "hi"), 2, "no batch nope"),
+            (("steer", str(batch_id), "c000", "-m", "hi"), 2, "has finished (completed)"),
+            (("stop", str(batch_id)), 2, "name the children to stop, or --all"),
+            (("wait", "nope"), 2, "no batch nope"),
+            (("wait", str(batch_id)), 0, "completed"),
+        ):
+            proc = flightdeck(folder, *args)
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == code, (args, out, err)
+            shown = out + err
+            assert text in shown, (args, shown)
+            assert len(shown.strip().splitlines()) == 1, (args, shown)
+        assert db_of(folder).read_bytes() == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_resume_in_a_state_folder_the_user_cannot_write(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 1)
+        flightdeck(folder, "run", "tasks.jsonl", "--headless").communicate(timeout=60)
+        state = folder / "state"
+        state.chmod(0o500)
+        try:
+            proc = flightdeck(folder, "resume", "x")
+            _out, err = proc.communicate(timeout=30)
+        finally:
+            state.chmod(0o700)
+        assert proc.returncode == 2 and "not writable" in err

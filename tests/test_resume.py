@@ -1,0 +1,263 @@
+"""Engine.resume in-process, on a store left as a dead owner leaves it (written with the real
+Store, on disk): what is carried, re-run, missed, and counted against the budget."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from flightdeck.engine import assembly
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.model import (
+    Activity,
+    BatchStatus,
+    ChildStatus,
+    SteerReceipt,
+    SteerState,
+    Usage,
+)
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
+from flightdeck.engine.records.rows import process_start_time
+from flightdeck.engine.records.store import Store
+from flightdeck.engine.resume import NothingToResume
+
+from helpers import batch, run_to_end, settings, sim_route
+from test_store import make_batch, make_child
+
+LOST_USAGE = Usage(input_tokens=1000, output_tokens=500)
+
+
+def dead_owner() -> tuple[int, float | None]:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start_time(proc.pid)
+    proc.wait()
+    return proc.pid, start
+
+
+def abandoned(state: Path, *, max_cost: Decimal | None = None) -> tuple[str, Path]:
+    """Batch b1 of 4 children as its dead owner left it: t0000 completed, t0001 running (with a
+    queued steer), t0002 and t0003 queued."""
+    cfg = settings(sim_route())
+    if max_cost is not None:
+        cfg = dataclasses.replace(cfg, budget=Budget(max_cost_usd=max_cost))
+    tasks = batch(4)
+    pid, start = dead_owner()
+    bdir = state / "batches" / "b1"
+    bdir.mkdir(parents=True)
+    (bdir / "t0001.log").write_text("10:00:00.000  user      │ Review item 1\n")
+    info = make_batch(
+        "b1",
+        spec_json=json.dumps([assembly.task_json(t) for t in tasks.tasks]),
+        workspace=str(state / "ws"),
+        state_dir=str(state),
+        owner_pid=pid,
+        owner_start=start,
+        heartbeat_ts=1500.0,
+        settings_json=assembly.settings_json(cfg),
+        max_cost_usd=max_cost,
+    )
+    rows = [
+        make_child(
+            0,
+            id="t0000",
+            goal="Review item 0",
+            status=ChildStatus.COMPLETED,
+            result="done",
+            usage=Usage(input_tokens=10, output_tokens=10),
+            cost_usd=Decimal("0.00005"),
+            finished_ts=1400.0,
+            transcript=str(bdir / "t0000.log"),
+        ),
+        make_child(
+            1,
+            id="t0001",
+            goal="Review item 1",
+            status=ChildStatus.RUNNING,
+            usage=LOST_USAGE,
+            cost_usd=Decimal("0.003"),  # sim price: 1000 * $1/M + 500 * $4/M
+            activity=Activity(api_calls=1),
+            started_ts=1450.0,
+            transcript=str(bdir / "t0001.log"),
+        ),
+        *(
+            make_child(
+                i, id=f"t{i:04d}", goal=f"Review item {i}", transcript=str(bdir / f"t{i:04d}.log")
+            )
+            for i in (2, 3)
+        ),
+    ]
+    steer = SteerReceipt(5, "t0001", "check the totals", False, SteerState.QUEUED, 1460.0)
+    with Store(state / "flightdeck.db") as store:
+        store.create_batch(info)
+        store.add_children("b1", rows)
+        store.record_control("b1", steer)
+    return "b1", bdir
+
+
+def test_resume_carries_finished_children_and_reruns_the_lost_one(tmp_path: Path) -> None:
+    batch_id, bdir = abandoned(tmp_path)
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        found = reader.batch(batch_id)
+        assert found is not None and found.status == BatchStatus.ABANDONED
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    snap = run_to_end(engine)
+    assert engine.resumed is not None and engine.resumed.rerun == 1
+    assert engine.resumed.lost_cost_usd == Decimal("0.003")
+    assert snap.status == BatchStatus.COMPLETED
+    by_id = {r.id: r for r in snap.children}
+    assert [r.id for r in snap.children] == ["t0000", "t0001", "t0002", "t0003"]
+    assert by_id["t0000"].result is None or by_id["t0000"].result == "done"
+    assert by_id["t0000"].finished_ts == 1400.0  # kept, never run again
+    rerun = by_id["t0001"]
+    assert rerun.status == ChildStatus.COMPLETED
+    assert rerun.usage.input_tokens > LOST_USAGE.input_tokens  # both attempts
+    assert rerun.cost_usd is not None and rerun.cost_usd > Decimal("0.003")
+    # the queued steer reached the re-run child at its first turn boundary
+    assert [s.state for s in rerun.steers if s.id == 5] == [SteerState.DELIVERED]
+    log = (bdir / "t0001.log").read_text()
+    assert "owner lost" in log and "restarts from the start" in log
+    assert "delivered: check the totals" in log
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, batch_id)
+        done = reader.batch(batch_id)
+    assert done is not None and done.status == BatchStatus.COMPLETED
+    assert report["recovery"]["rerun"] == 1 and report["recovery"]["lost_cost_usd"] == 0.003
+    assert Decimal(str(report["totals"]["cost_usd"])) == snap.totals.cost_usd
+    with pytest.raises(NothingToResume, match="nothing to do"):
+        Engine.resume(tmp_path, batch_id)
+
+
+def test_no_rerun_leaves_the_lost_child_unknown_and_its_steer_missed(tmp_path: Path) -> None:
+    batch_id, bdir = abandoned(tmp_path)
+    engine = Engine.resume(tmp_path, batch_id, rerun=False)
+    engine.start()
+    snap = run_to_end(engine)
+    by_id = {r.id: r for r in snap.children}
+    assert by_id["t0001"].status == ChildStatus.UNKNOWN
+    assert "owner lost" in (by_id["t0001"].error or "")
+    assert snap.status == BatchStatus.FAILED  # an unknown end is nobody's success
+    assert snap.totals.cost_usd >= Decimal("0.003") + Decimal("0.00005")  # spent is spent
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        [steer] = [s for s in reader.controls(batch_id) if s.id == 5]
+        reason = reader._conn.execute(
+            "SELECT reason FROM controls WHERE batch_id = ? AND id = 5", (batch_id,)
+        ).fetchone()[0]
+    assert steer.state == SteerState.MISSED and reason == "owner lost"
+    log = (bdir / "t0001.log").read_text()
+    assert "missed: check the totals (owner lost)" in log
+
+
+def test_spend_before_the_crash_counts_against_the_budget(tmp_path: Path) -> None:
+    # $0.003 was spent by the lost attempt: a cap of $0.002 is already reached at resume.
+    batch_id, _ = abandoned(tmp_path, max_cost=Decimal("0.002"))
+    engine = Engine.resume(tmp_path, batch_id, rerun=False)
+    engine.start()
+    snap = run_to_end(engine)
+    by_id = {r.id: r for r in snap.children}
+    for queued in ("t0002", "t0003"):
+        assert by_id[queued].status == ChildStatus.STOPPED
+        assert "budget" in (by_id[queued].error or "")
+        assert by_id[queued].activity.api_calls == 0
+
+
+def test_a_live_owner_keeps_its_batch(tmp_path: Path) -> None:
+    from flightdeck.engine.records.liveness import OwnerAlive
+
+    batch_id, _ = abandoned(tmp_path)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with Store(tmp_path / "flightdeck.db") as store:  # as if it were the owner
+            start = process_start_time(sleeper.pid)
+            store.create_batch(
+                dataclasses.replace(
+                    StoreReader(tmp_path / "flightdeck.db").batch(batch_id),  # type: ignore[arg-type]
+                    owner_pid=sleeper.pid,
+                    owner_start=start,
+                    status=BatchStatus.RUNNING,
+                    finished_ts=None,
+                )
+            )
+        engine = Engine.resume(tmp_path, batch_id)
+        with pytest.raises(OwnerAlive, match=f"pid {sleeper.pid}"):
+            engine.start()
+        engine.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        rows = {r.id: r.status for r in reader.children(batch_id)}
+    assert rows["t0001"] == ChildStatus.RUNNING  # nothing changed
+
+
+def test_a_steer_for_a_child_finished_before_the_resume_is_missed_at_once(tmp_path: Path) -> None:
+    batch_id, bdir = abandoned(tmp_path)
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    try:
+        [rid] = engine.steer(["t0000"], "too late")
+        engine.stop(["t0000"])  # ended already: nothing to stop, no error
+        with pytest.raises(ValueError, match="no child with id 'nope'"):
+            engine.steer(["nope"], "hi")
+    finally:
+        run_to_end(engine)
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        [steer] = [s for s in reader.controls(batch_id) if s.id == rid]
+    assert steer.state == SteerState.MISSED and rid > 5  # ids go on past the stored ones
+    assert "missed: too late (the child had ended: completed)" in (bdir / "t0000.log").read_text()
+
+
+def test_a_steer_applied_but_not_marked_before_the_crash_is_not_applied_twice(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.engine.records.requests import request, submit_steer
+
+    batch_id, bdir = abandoned(tmp_path)
+    db = tmp_path / "flightdeck.db"
+    rid = submit_steer(db, batch_id, ["t0002"], "once only")
+    with Store(db) as store:  # what the dead owner had committed of applying it
+        receipt = SteerReceipt(6, "t0002", "once only", False, SteerState.QUEUED, 1470.0)
+        store.record_control(batch_id, receipt, request_id=rid)
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    run_to_end(engine)
+    row = request(db, batch_id, rid)
+    assert row is not None and row.state.value == "applied" and row.control_ids == (6,)
+    assert [(r.id, r.state) for r in row.receipts] == [(6, SteerState.DELIVERED)]
+    assert (bdir / "t0002.log").read_text().count("delivered: once only") == 1
+
+
+def test_the_settings_kept_for_resume_read_back_equal(tmp_path: Path) -> None:
+    from flightdeck.engine.inputs.settings import load_settings
+
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        """[engine]
+max_concurrent = 3
+default_route = "cli"
+
+[routes.cli]
+provider = "command"
+model = "reviewer"
+argv = ["python3", "reviewer.py", "{goal}"]
+workspace = "copy"
+price = { input_per_mtok = 1.5, output_per_mtok = 2 }
+
+[routes.sim]
+provider = "sim"
+model = "sim-1"
+time_scale = 0.5
+
+[budget]
+max_cost_usd = 1.25
+"""
+    )
+    cfg = load_settings(config)
+    assert assembly.settings_from_json(assembly.settings_json(cfg)) == cfg

@@ -1,0 +1,164 @@
+"""The TUI attached to an owner in another process: a real `flightdeck run --headless`
+subprocess on sim, read through the store (StoreView), commanded through its requests table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
+from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.storeview import StoreView
+from tui_support import SIZE, type_text, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+# Children that stay running for seconds (seven turns of about a second each).
+SLOW_CONFIG = """
+[routes.sim]
+time_scale = 1.0
+latency_ms = 300
+tokens_per_s = 30
+tool_turns = 6
+"""
+OPTIONS = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+
+
+RUN = (sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless")
+
+
+class Owner:
+    """A real owner process, and the batch it runs."""
+
+    def __init__(self, folder: Path, children: int) -> None:
+        (folder / "flightdeck.toml").write_text(SLOW_CONFIG, encoding="utf-8")
+        (folder / "tasks.jsonl").write_text(
+            "".join(
+                f'{{"id": "c{i}", "goal": "Review item {i}"}}\n' for i in range(1, 1 + children)
+            ),
+            encoding="utf-8",
+        )
+        self.state = folder / "state"
+        self.db = self.state / "flightdeck.db"
+        self.process = subprocess.Popen(
+            [*RUN, "--state-dir", str(self.state)],
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        assert self.process.stdout is not None
+        first = self.process.stdout.readline()  # "batch <id>", printed once it has started
+        assert first.startswith("batch "), first
+        self.batch_id = first.split()[1]
+
+    def view(self) -> StoreView:
+        deadline = time.monotonic() + 10
+        while True:  # the batch row is committed a moment after the id is printed
+            try:
+                return StoreView(self.db, self.batch_id)
+            except LookupError:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+@pytest.fixture
+def owner(tmp_path: Path) -> Iterator[Owner]:
+    running = Owner(tmp_path, children=3)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def status(view: StoreView, child_id: str) -> ChildStatus | None:
+    row = view.snapshot().child(child_id)
+    return None if row is None else row.status
+
+
+async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owner) -> None:
+    view = owner.view()
+    app = FlightdeckApp(view, OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 3, "three rows from the store")
+        await until(
+            pilot,
+            lambda: all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values()),
+            "all three running",
+        )
+        calls = table.rows_by_id["c1"].activity.api_calls
+        await until(pilot, lambda: table.rows_by_id["c1"].activity.api_calls > calls, "rows update")
+
+        table.select("c1")
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await type_text(pilot, "add tests")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: table.displayed("c1", "steer") == "✓ delivered", "delivered")
+        [receipt] = view.snapshot().child("c1").steers  # type: ignore[union-attr]
+        assert (receipt.message, receipt.state) == ("add tests", SteerState.DELIVERED)
+        await until(
+            pilot,
+            lambda: any("operator" in ln and "add tests" in ln for ln in app.main.transcript.lines),
+            "the operator's message in the transcript pane",
+        )
+
+        table.select("c2")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        await pilot.press("x")
+        await until(pilot, lambda: table.displayed("c2", "doing").startswith("stopped"), "stopped")
+        second = owner.view()  # another terminal attached at the same time sees the same
+        try:
+            assert status(second, "c2") is ChildStatus.STOPPED
+            [seen] = second.snapshot().child("c1").steers  # type: ignore[union-attr]
+            assert seen.state is SteerState.DELIVERED
+        finally:
+            second.close()
+
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog")
+        await pilot.click("#detach")
+    assert app.return_value is False  # detached: nothing stopped
+    view.close()
+
+    assert owner.process.poll() is None, "detaching leaves the owner running"
+    again = owner.view()
+    assert status(again, "c1") is ChildStatus.RUNNING
+    assert status(again, "c2") is ChildStatus.STOPPED
+    app = FlightdeckApp(again, OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 3, "the same three rows")
+        assert table.displayed("c1", "steer") == "✓ delivered"
+        assert table.displayed("c2", "doing").startswith("stopped")
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog again")
+        await pilot.click("#stop-quit")
+    assert app.return_value is True
+    assert owner.process.wait(15) == 1  # stopped children: the batch did not complete
+    again.refresh()
+    assert again.snapshot().status is BatchStatus.STOPPED
+    again.close()

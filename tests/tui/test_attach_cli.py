@@ -1,0 +1,222 @@
+"""`run --detach`, `attach` and `logs` as a user runs them: real subprocesses, real owners."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.attached import open_view
+from flightdeck.tui.commands import UsageError
+from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.screens.main import UiOptions
+from tui_support import SIZE, until
+
+QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
+# A child that runs for seconds: time to look at it while it runs.
+SLOW = "[routes.sim]\ntime_scale = 1.0\nlatency_ms = 300\ntokens_per_s = 30\ntool_turns = 6\n"
+
+
+def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "quick.toml").write_text(QUICK, encoding="utf-8")
+    (tmp_path / "slow.toml").write_text(SLOW, encoding="utf-8")
+    (tmp_path / "tasks.jsonl").write_text(
+        "".join(f'{{"id": "c{i}", "goal": "Review item {i}"}}\n' for i in range(1, 4)),
+        encoding="utf-8",
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def owners() -> Iterator[list[int]]:
+    """Owner pids a test started; any still alive at the end is stopped (SIGTERM)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        for _ in range(200):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+
+
+def detach(project: Path, config: str, owners: list[int]) -> str:
+    result = flightdeck("run", "--detach", "tasks.jsonl", "--config", config, cwd=project)
+    assert result.returncode == ExitCode.OK, result.stderr
+    batch_id = result.stdout.strip()
+    with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
+        info = reader.batch(batch_id)
+    assert info is not None
+    owners.append(info.owner_pid)
+    return batch_id
+
+
+@pytest.mark.slow
+def test_run_detach_prints_the_id_and_leaves_the_owner_running(
+    project: Path, owners: list[int]
+) -> None:
+    t0 = time.monotonic()
+    batch_id = detach(project, "slow.toml", owners)
+    assert time.monotonic() - t0 < 10  # returned long before seven-second children end
+    db = project / ".flightdeck" / "flightdeck.db"
+    with StoreReader(db) as reader:
+        info = reader.batch(batch_id)
+        assert info is not None and info.status is BatchStatus.RUNNING
+        assert info.owner_pid != os.getpid()
+        assert os.getsid(info.owner_pid) == info.owner_pid  # a session of its own
+    assert (project / ".flightdeck" / "batches" / batch_id / "owner.log").is_file()
+    stopped = flightdeck("stop", batch_id, "--all", cwd=project)
+    assert stopped.returncode == ExitCode.OK, stopped.stderr
+    waited = flightdeck("wait", batch_id, cwd=project)
+    assert waited.returncode == ExitCode.INCOMPLETE  # stopped, not completed
+
+
+def test_run_detach_on_bad_input_says_why_and_writes_nothing(project: Path) -> None:
+    (project / "bad.jsonl").write_text('{"id": "a", "goal": "x"}\n{"id": 5, "goal": "y"}\n')
+    result = flightdeck("run", "--detach", "bad.jsonl", "--config", "quick.toml", cwd=project)
+    assert result.returncode == ExitCode.USAGE
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("flightdeck: bad.jsonl:2: id"), line
+    assert not (project / ".flightdeck").exists()
+
+
+@pytest.mark.slow
+def test_logs_prints_and_follows_a_transcript_sanitized(project: Path, owners: list[int]) -> None:
+    batch_id = detach(project, "slow.toml", owners)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "logs", batch_id, "c1", "-f"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout is not None
+        first = follow.stdout.readline()  # the transcript so far, then as it grows
+        assert "system" in first
+        # Something untrusted in the file (the writer sanitizes; the reader does again).
+        with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
+            row = reader.child(batch_id, "c1")
+        assert row is not None
+        with open(row.transcript, "a", encoding="utf-8") as fh:
+            fh.write("00:00:00.000  tool      │ \x1b]0;pwned\x07evil \x1b[31mred\n")
+        flightdeck("stop", batch_id, "c1", cwd=project)
+        follow.wait(30)  # it ends once the child has ended (its output is far below a pipe's)
+        out = follow.stdout.read()  # through the same buffer `readline` filled
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+        if follow.stdout is not None:
+            follow.stdout.close()
+    assert follow.returncode == ExitCode.OK
+    assert "evil red" in out and "\x1b" not in out and "\x07" not in out
+    assert "stopped" in out.splitlines()[-1]
+    printed = flightdeck("logs", batch_id, "c1", cwd=project)
+    assert printed.returncode == ExitCode.OK
+    assert printed.stdout == first + out
+
+
+def test_logs_and_attach_bad_inputs_exit_2_with_one_line(project: Path, owners: list[int]) -> None:
+    none_here = flightdeck("logs", "x", "c1", cwd=project)
+    assert none_here.returncode == ExitCode.USAGE
+    assert "no flightdeck state here" in none_here.stderr
+    batch_id = detach(project, "quick.toml", owners)
+    cases = [
+        (("logs", "nope", "c1"), "no batch 'nope'"),
+        (("logs", batch_id, "nope"), f"no child 'nope' in batch {batch_id}"),
+        (("attach", batch_id), "attach needs a terminal"),
+        (("attach", "x", "--state-dir", str(project / "elsewhere")), "no flightdeck state here"),
+        # The owner's own start, by hand, on a batch that exists: its rows are never replaced.
+        (
+            ("run", "tasks.jsonl", "--config", "quick.toml", "--headless", "--owner-of", batch_id),
+            "is not a batch folder run claimed",
+        ),
+    ]
+    for args, expected in cases:
+        result = flightdeck(*args, cwd=project)
+        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert expected in result.stderr, (args, result.stderr)
+    db = project / ".flightdeck" / "flightdeck.db"
+    with pytest.raises(UsageError, match="no batch 'nope'"):
+        open_view(db, "nope")
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_attach_on_a_finished_batch_is_read_only(project: Path, owners: list[int]) -> None:
+    batch_id = detach(project, "quick.toml", owners)
+    assert flightdeck("wait", batch_id, cwd=project).returncode == ExitCode.OK
+    db = project / ".flightdeck" / "flightdeck.db"
+    with pytest.raises(UsageError, match="no running batch"):
+        open_view(db, None)  # the default is the latest running batch: there is none
+    view = open_view(db, batch_id)
+    assert view.read_only is not None and "has ended (completed)" in view.read_only
+    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 3, "three rows")
+        assert all(r.status is ChildStatus.COMPLETED for r in table.rows_by_id.values())
+        await until(pilot, lambda: app.main.transcript.lines, "a transcript to browse")
+        await pilot.press("s")  # nothing to steer: it says so, and sends nothing
+        await pilot.press("q")  # nothing runs: quits at once
+    assert app.return_value is False
+    view.close()
+    with StoreReader(db) as reader:
+        assert reader.controls(batch_id) == []
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_an_abandoned_batch_opens_read_only_and_says_why(
+    project: Path, owners: list[int]
+) -> None:
+    batch_id = detach(project, "slow.toml", owners)
+    db = project / ".flightdeck" / "flightdeck.db"
+    view = open_view(db, None)  # the latest running batch
+    assert view.batch_id == batch_id and view.read_only is None
+    os.kill(owners[-1], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while view.snapshot().status is not BatchStatus.ABANDONED:
+        assert time.monotonic() < deadline, "the dead owner is noticed"
+        time.sleep(0.05)
+    reason = view.read_only
+    assert reason is not None and "abandoned" in reason and f"resume {batch_id}" in reason
+    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 3, "three rows")
+        app.main.action_stop_all()  # a key over rows still marked running: refused, said why
+        await until(
+            pilot,
+            lambda: any("abandoned" in str(n.message) for n in app._notifications),
+            "the reason shown",
+        )
+        await pilot.press("q")
+    view.close()
+    with StoreReader(db) as reader:
+        assert reader.controls(batch_id) == []

@@ -1,0 +1,74 @@
+"""StoreView over a real store written by an in-process engine: the snapshot follows the
+store, and the facts (started, finished, batch finished) are the differences between reads,
+whether watchfiles reports the changes or only polling finds them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import (
+    BatchFinished,
+    BatchStatus,
+    ChildFinished,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+)
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.tui.storeview import StoreView
+
+from helpers import batch, settings, sim_route
+
+
+@pytest.mark.parametrize("force_polling", [False, True], ids=["watchfiles", "polling"])
+def test_the_view_follows_the_store_and_derives_the_facts(
+    tmp_path: Path, force_polling: bool
+) -> None:
+    engine = Engine(
+        batch(6), settings(sim_route(time_scale=0.02), pool=2), state_dir=tmp_path / "state"
+    )
+    engine.start()
+    try:
+        db = tmp_path / "state" / "flightdeck.db"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                view = StoreView(db, engine.batch_id, poll_s=0.05, force_polling=force_polling)
+                break
+            except LookupError:  # the batch row is a moment behind start()
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+        events: list[EngineEvent] = []
+        ended = threading.Event()
+
+        def on_event(event: EngineEvent) -> None:
+            events.append(event)
+            if isinstance(event, BatchFinished):
+                ended.set()
+
+        view.subscribe(on_event)
+        assert ended.wait(30), "the batch's end seen through the store"
+        assert view._waker is not None and view._waker.events is not force_polling
+        snap = view.snapshot()
+        assert snap.status is BatchStatus.COMPLETED and snap.finished_ts is not None
+        assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 6
+        assert snap.totals.completed == 6 and snap.totals.usage.total > 0
+        with StoreReader(db) as reader:  # the rows as the store's own reader builds them
+            assert list(snap.children) == reader.children(engine.batch_id, results=False)
+        finished = [e.row.id for e in events if isinstance(e, ChildFinished)]
+        assert sorted(finished) == [f"t{i:04d}" for i in range(6)]  # each exactly once
+        started = {e.child_id for e in events if isinstance(e, ChildStarted)}
+        assert started <= set(finished)
+        assert [e for e in events if isinstance(e, BatchFinished)] == [
+            BatchFinished(engine.batch_id, BatchStatus.COMPLETED)
+        ]
+        assert view.transcript_path("t0000") == Path(snap.children[0].transcript)
+        assert view.read_only is not None and "has ended" in view.read_only
+        assert not view.refresh()  # nothing committed since: no read
+        view.close()
+    finally:
+        engine.close()

@@ -1,0 +1,170 @@
+"""The commands of a batch run by an owner process: `run` in the background (attached or
+`--detach`), `attach`, `logs`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.sanitize import one_line, sanitize
+from flightdeck.tui.commands import UsageError, state_db
+from flightdeck.tui.console import console_for
+from flightdeck.tui.exitcodes import ExitCode
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from flightdeck.tui.storeview import StoreView
+
+STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to record the end
+
+
+def run_in_background(args: argparse.Namespace, state_dir: Path) -> ExitCode:
+    """`flightdeck run` on a terminal (the TUI attached to a new owner) or with `--detach`."""
+    from flightdeck.tui.spawn import start_owner
+
+    owner_args = [str(args.batch_file.absolute()), "--state-dir", str(state_dir)]
+    if args.config is not None:
+        owner_args += ["--config", str(args.config.absolute())]
+    if args.max_concurrent is not None:
+        owner_args += ["--max-concurrent", str(args.max_concurrent)]
+    owner = start_owner(owner_args, state_dir)
+    if args.detach:
+        # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.
+        try:
+            sys.stdout.write(owner.batch_id + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            console_for().on_broken_pipe()
+        err = console_for(stderr=True)
+        err.print(Text(f"owner pid {owner.pid}, log {sanitize(str(owner.log))}"))
+        err.print(Text(f"attach: {attach_hint(owner.batch_id, state_dir)}"))
+        return ExitCode.OK
+    from flightdeck.tui.storeview import StoreView
+
+    return attach_tui(StoreView(owner.db, owner.batch_id))
+
+
+def cmd_attach(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck attach [BATCH_ID]`: the TUI on a batch (the latest running one by default);
+    read-only once the batch has ended or its owner is gone."""
+    db = state_db(args.state_dir)
+    if not sys.stdout.isatty():
+        raise UsageError(
+            None, None, None, "attach needs a terminal (scripts: flightdeck logs, report, wait)"
+        )
+    return attach_tui(open_view(db, args.batch_id))
+
+
+def open_view(db: Path, batch_id: str | None) -> StoreView:
+    """The StoreView of `batch_id` (default: the latest running batch); UsageError if none."""
+    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.tui.storeview import StoreView
+
+    if batch_id is None:
+        with StoreReader(db) as reader:
+            running = [b for b in reader.batches() if b.status is BatchStatus.RUNNING]
+        if not running:
+            raise UsageError(
+                None,
+                None,
+                "batch_id",
+                f"no running batch in {sanitize(str(db.parent))} (flightdeck ls lists them all)",
+            )
+        batch_id = running[0].id
+    try:
+        return StoreView(db, batch_id)
+    except LookupError:
+        raise UsageError(None, None, "batch_id", _no_batch(batch_id, db)) from None
+
+
+def _no_batch(batch_id: str, db: Path) -> str:
+    folder = sanitize(str(db.parent))
+    return f"no batch {one_line(batch_id)!r} in {folder} (another state folder? --state-dir)"
+
+
+def attach_tui(view: StoreView) -> ExitCode:
+    """Run the TUI over `view` until the operator detaches or quits; say what is left."""
+    from flightdeck.tui.app import FlightdeckApp, exit_code
+
+    state_dir = view.db.parent
+    try:
+        app = FlightdeckApp(view)
+        stopped = app.run()
+        if stopped:  # "stop all and quit": the owner records the end, then this says so
+            deadline = time.monotonic() + STOP_WAIT_S
+            while view.snapshot().status is BatchStatus.RUNNING and time.monotonic() < deadline:
+                time.sleep(0.05)
+                view.refresh()
+        view.refresh()
+        snap = view.snapshot()
+    finally:
+        view.close()
+    console = console_for()
+    if app.return_code:
+        return ExitCode.INCOMPLETE  # the UI crashed; Textual has printed the traceback
+    if snap.status is BatchStatus.RUNNING:
+        pid = f" (owner pid {view.info.owner_pid})" if view.info is not None else ""
+        console.print(Text(f"detached: batch {snap.batch_id} runs on{pid}", style="bold"))
+        console.print(Text(f"attach again: {attach_hint(snap.batch_id, state_dir)}"))
+        return ExitCode.OK
+    from flightdeck.tui.output import summary_table
+
+    console.print(summary_table(snap))
+    console.print(Text(f"report: flightdeck report {snap.batch_id} {_state_arg(state_dir)}"))
+    if stopped:
+        return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED
+    return exit_code(snap)
+
+
+def attach_hint(batch_id: str, state_dir: Path) -> str:
+    """The command that attaches to this batch again, to paste back into a shell."""
+    return f"flightdeck attach {batch_id} {_state_arg(state_dir)}"
+
+
+def _state_arg(state_dir: Path) -> str:
+    # The state folder comes from the command line or flightdeck.toml: untrusted text.
+    return f"--state-dir {shlex.quote(sanitize(str(state_dir)))}"
+
+
+def cmd_logs(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck logs BATCH CHILD [-f]`: print a transcript, or follow it until the child ends."""
+    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.tui.widgets.tail import follow, read_chunk
+
+    db = state_db(args.state_dir)
+    reader = StoreReader(db)
+    try:
+        if reader.batch(args.batch_id) is None:
+            raise UsageError(None, None, "batch_id", _no_batch(args.batch_id, db))
+        row = reader.child(args.batch_id, args.child_id)
+        if row is None:
+            message = f"no child {one_line(args.child_id)!r} in batch {one_line(args.batch_id)}"
+            raise UsageError(None, None, "child_id", message)
+        path = Path(row.transcript)
+        out = sys.stdout
+        try:
+            if not args.follow:
+                chunk = read_chunk(path, 0, max_lines=1 << 62, max_bytes=1 << 62)
+                out.write("".join(line + "\n" for line in chunk.lines))
+                out.flush()
+                return ExitCode.OK
+
+            def ended() -> bool:
+                found = reader.child(args.batch_id, args.child_id)
+                return found is None or found.status.terminal
+
+            for chunk in follow(path, ended=ended):
+                out.write("".join(line + "\n" for line in chunk.lines))
+                out.flush()
+        except BrokenPipeError:  # `flightdeck logs … | head`
+            console_for().on_broken_pipe()
+        except KeyboardInterrupt:
+            return ExitCode.INTERRUPTED
+        return ExitCode.OK
+    finally:
+        reader.close()

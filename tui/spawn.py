@@ -1,0 +1,150 @@
+"""Starting a batch's owner process in the background, and knowing it started.
+
+The hand-off: this process validates the input (so bad input fails here, exit 2, nothing
+written), chooses the batch id and claims its folder, then starts `flightdeck run --headless`
+with that id in a session of its own (a closed terminal, or Ctrl+C in the TUI, does not reach
+it). Its stdout and stderr go to `owner.log` in the batch folder, never to a pipe this process
+could close. The owner is ready once its batch row is in the store; if it exits first, its last
+error line is what this process says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from flightdeck.engine.api import new_batch_id
+from flightdeck.engine.errors import ConfigError, InputError
+from flightdeck.engine.records.liveness import process_matches
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.schema import StoreNotFoundError
+from flightdeck.engine.sanitize import one_line
+
+OWNER_LOG = "owner.log"
+READY_TIMEOUT_S = 120.0  # loading and recording a very big batch file takes a while
+_READY_EVERY_S = 0.02
+
+
+class OwnerFailed(InputError):
+    """The owner process exited before its batch was recorded (its own error is the message)."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A started owner process: its batch, its pid, where it logs."""
+
+    batch_id: str
+    pid: int
+    db: Path
+    log: Path
+
+
+def claim_batch_folder(state_dir: Path) -> tuple[str, Path]:
+    """A fresh batch id and its folder, made here so no other run can draw the same one."""
+    batches = state_dir / "batches"
+    try:
+        batches.mkdir(parents=True, exist_ok=True)
+        while True:
+            batch_id = new_batch_id()
+            folder = batches / batch_id
+            try:
+                folder.mkdir(mode=0o700)
+                return batch_id, folder
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(None, None, "state_dir", f"cannot use {state_dir}: {reason}") from None
+
+
+# Started through a short-lived launcher, so the owner is nobody's child here: it is reaped by
+# init when it ends (a zombie would still look alive), and no Popen is left unwaited.
+_LAUNCH = (
+    "import subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=2, stderr=2,"
+    " start_new_session=True)\n"
+    "print(p.pid)\n"
+)
+
+
+def start_owner(owner_args: list[str], state_dir: Path) -> Owner:
+    """Start `flightdeck run --headless OWNER_ARGS` as a batch's owner; return once it has
+    recorded the batch. OwnerFailed (exit 2 upstream) if it exits before that."""
+    batch_id, folder = claim_batch_folder(state_dir)
+    log = folder / OWNER_LOG
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    argv = [sys.executable, "-m", "flightdeck.tui.cli", "run", *owner_args]
+    argv += ["--headless", "--owner-of", batch_id]
+    try:
+        launched = subprocess.run(
+            [sys.executable, "-S", "-c", _LAUNCH, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=fd,  # the owner's stdout and stderr: the log, never a pipe we could close
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    try:
+        pid = int(launched.stdout)
+    except ValueError:
+        _forget(folder)
+        raise OwnerFailed(None, None, None, "could not start the owner process") from None
+    owner = Owner(batch_id, pid, state_dir / "flightdeck.db", log)
+    _wait_ready(owner, folder)
+    return owner
+
+
+def _wait_ready(owner: Owner, folder: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    reader: StoreReader | None = None
+    try:
+        while True:
+            alive = process_matches(
+                owner.pid, None
+            )  # asked first: a batch row seen after it counts
+            if reader is None:
+                with contextlib.suppress(StoreNotFoundError):
+                    reader = StoreReader(owner.db)
+            if reader is not None and reader.batch(owner.batch_id) is not None:
+                return
+            if not alive:
+                message = _last_error(owner.log) or "the owner process exited"
+                _forget(folder)
+                raise OwnerFailed(None, None, None, message)
+            if time.monotonic() > deadline:
+                raise OwnerFailed(
+                    None,
+                    None,
+                    None,
+                    f"the owner process (pid {owner.pid}) did not start the batch in "
+                    f"{READY_TIMEOUT_S:.0f}s; see {owner.log}",
+                )
+            time.sleep(_READY_EVERY_S)
+    finally:
+        if reader is not None:
+            reader.close()
+
+
+def _last_error(log: Path) -> str | None:
+    """The owner's error line (`flightdeck: ...`), without the prefix the caller adds again."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if line.startswith("flightdeck: "):
+            return one_line(line.removeprefix("flightdeck: "))
+    return one_line(lines[-1]) if lines else None
+
+
+def _forget(folder: Path) -> None:
+    """The folder of a batch that never started: nothing of it stays behind."""
+    with contextlib.suppress(OSError):
+        (folder / OWNER_LOG).unlink()
+        folder.rmdir()
