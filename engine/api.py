@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
+from time import monotonic
 from types import TracebackType
 from typing import Literal
 
@@ -148,7 +150,10 @@ class Engine:
             raise RuntimeError("Engine.start() can be called once, before close()")
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
-        self._store = Store(self._folder(self.state_dir) / "flightdeck.db")
+        self._store = Store(
+            self._folder(self.state_dir) / "flightdeck.db",
+            retry_s=self.settings.engine.store_retry_s,
+        )
         if self._resuming is not None:
             self._claim_resumed()
         self._claim_batch_dir()
@@ -174,10 +179,34 @@ class Engine:
             queued_ts=now,
             sink=self._sink,
         )
+        # A child's delegates are made the same way, when it asks (coordinator thread).
+        make_child = functools.partial(
+            assembly.build_child,
+            batch=self.batch,
+            settings=self.settings,
+            providers=self._providers,
+            throttles=throttles,
+            toolbox=toolbox,
+            batch_dir=self.batch_dir,
+            meter=self.meter,
+            clock=self.clock,
+            report=self._report,
+            sink=self._sink,
+        )
+
+        def spawn(task: Task) -> Child:
+            child = make_child(task, queued_ts=self.clock())
+            store.add_queued(self.batch_id, assembly.queued_rows([child]))
+            store.record_event(self.batch_id, task.id, self.clock(), "delegate", task.parent or "")
+            return child
+
         # Written before the batch row, so a manifest that cannot be written leaves no batch
         # "running" for ever.
         self._manifest_children = assembly.manifest_children(children)
-        self._manifest()
+        try:
+            self._manifest()
+        except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
+            raise self._unusable(exc) from exc
         store = self._store
         carried: tuple[ChildStatus, ...] = ()
         first_receipt = 1
@@ -212,6 +241,8 @@ class Engine:
             between_facts=self._sink.pump,
             carried=carried,
             first_receipt_id=first_receipt,
+            spawn=spawn,
+            store_trouble=lambda: store.trouble,
         )
         self._coordinator.start()
         self._duties = OwnerDuties(
@@ -344,13 +375,21 @@ class Engine:
     def _finish(self, status: BatchStatus) -> BatchFinished:
         """Coordinator thread, once every child is final; returns the event it then publishes."""
         assert self._store is not None and self._coordinator is not None
+        self._status = status
         if self._sink is not None:
             self._sink.flush()  # every transcript is complete before the batch says finished
         self._finished_ts = finished = self.clock()
-        self._status = status
         self._store.finish_batch(self.batch_id, status, finished)
-        self._store.flush()
-        self._manifest(status)
+        if not self._store.flush():
+            log.error(
+                "flightdeck engine: the store could not record that batch %s %s",
+                self.batch_id,
+                status.value,
+            )
+        try:
+            self._manifest(status)
+        except OSError as exc:
+            log.error("flightdeck engine: cannot write the batch manifest: %s", exc)
         return BatchFinished(self.batch_id, status)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -422,6 +461,39 @@ class Engine:
         return self._status
 
     @property
+    def unrecorded(self) -> int:
+        """Finished children whose final row the store gave up on (never announced)."""
+        return self._coordinator.unrecorded if self._coordinator else 0
+
+    @property
+    def failure(self) -> str | None:
+        """Why the batch failed as a whole (the store gave up, the engine failed), if it did."""
+        return self._coordinator.failure if self._coordinator else None
+
+    def problem(self) -> str | None:
+        """What keeps the engine from recording or running as it should, in a sentence for the
+        operator; None when all is well."""
+        c = self._coordinator
+        trouble = self._store.trouble if self._store else None
+        if c is None:
+            return None
+        lost = c.unrecorded
+        if c.failure is not None:
+            text = f"the batch fails: {c.failure}"
+            if lost or trouble is not None:
+                text += f"; {_children(lost)} could not be recorded"
+            return text
+        if trouble is not None:
+            left = max(0.0, trouble.since + self.settings.engine.store_retry_s - monotonic())
+            return (
+                f"cannot write to the store ({trouble.reason}): {_children(c.held)} held in "
+                f"memory, trying again for up to {left:.0f}s; no new child starts"
+            )
+        if lost:
+            return f"{_children(lost)} could not be recorded"
+        return None
+
+    @property
     def stopped_by_stop_all(self) -> int:
         """Children a stop-all (`stop_all()`, or `close()` before the end) found still queued or
         running: 0 when every child had ended on its own."""
@@ -444,6 +516,7 @@ class Engine:
             max_cost_usd=self.settings.budget.max_cost_usd,
             routes=c.headroom() if c else (),
             finished_ts=self._finished_ts,
+            problem=self.problem(),
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
@@ -600,6 +673,10 @@ def _where(task: Task) -> tuple[str | None, int | None]:
     if path and line.isdigit():
         return path, int(line)
     return task.source or None, None
+
+
+def _children(n: int) -> str:
+    return f"{n} finished child" + ("" if n == 1 else "ren")
 
 
 def _known(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ from typing import Any, Literal
 from flightdeck.engine.agents.child import CommandChild
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.agents.workspace import Workspace, git_toplevel
+from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import Report
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -147,58 +149,86 @@ def build_children(
     sink: TranscriptSink,
 ) -> list[Child]:
     """One queued child per task, in the batch's order."""
-    children: list[Child] = []
-    for task in batch.tasks:
-        route = settings.route(task.route)
-        # Jitter seeded per task: reruns of a batch back off alike (a sim run replays
-        # exactly), while children of one batch still spread out.
-        retry = RetryPolicy(
-            route.retry,
-            scale=route.time_scale,
-            throttle=throttles[route.name],
-            seed=f"{route.options.get('seed', 0)}:{task.id}",
+    make = functools.partial(
+        build_child,
+        batch=batch,
+        settings=settings,
+        providers=providers,
+        throttles=throttles,
+        toolbox=toolbox,
+        batch_dir=batch_dir,
+        meter=meter,
+        clock=clock,
+        report=report,
+        sink=sink,
+    )
+    return [make(task, queued_ts=queued_ts) for task in batch.tasks]
+
+
+def build_child(
+    task: Task,
+    *,
+    batch: Batch,
+    settings: Settings,
+    providers: Mapping[str, Provider],
+    throttles: Mapping[str, RouteThrottle],
+    toolbox: Toolbox,
+    batch_dir: Path,
+    meter: Meter,
+    clock: Callable[[], float],
+    report: Report,
+    queued_ts: float,
+    sink: TranscriptSink,
+) -> Child:
+    """A queued child for one task: one of the batch's, or a child's delegate."""
+    route = settings.route(task.route)
+    # Jitter seeded per task: reruns of a batch back off alike (a sim run replays exactly),
+    # while children of one batch still spread out.
+    retry = RetryPolicy(
+        route.retry,
+        scale=route.time_scale,
+        throttle=throttles[route.name],
+        seed=f"{route.options.get('seed', 0)}:{task.id}",
+    )
+    provider = providers[route.name]
+    if isinstance(provider, CommandRoute):
+        assert route.command is not None
+        workspace = Workspace(
+            route.command.workspace,
+            toolbox.root,
+            batch_dir / "workspaces" / task.id,
+            keep=route.command.keep_worktrees,
         )
-        provider = providers[route.name]
-        if isinstance(provider, CommandRoute):
-            assert route.command is not None
-            workspace = Workspace(
-                route.command.workspace,
-                toolbox.root,
-                batch_dir / "workspaces" / task.id,
-                keep=route.command.keep_worktrees,
-            )
-            children.append(
-                CommandChild(
-                    task,
-                    provider,
-                    retry,
-                    toolbox,
-                    str(batch_dir / transcript_name(task)),
-                    meter,
-                    clock,
-                    report,
-                    queued_ts,
-                    sink,
-                    workspace=workspace,
-                )
-            )
-            continue
-        children.append(
-            Child(
-                task,
-                route,
-                providers[route.name],
-                retry,
-                toolbox,
-                str(batch_dir / transcript_name(task)),
-                meter,
-                clock,
-                report,
-                queued_ts,
-                sink,
-            )
+        return CommandChild(
+            task,
+            provider,
+            retry,
+            toolbox,
+            str(batch_dir / transcript_name(task)),
+            meter,
+            clock,
+            report,
+            queued_ts,
+            sink,
+            workspace=workspace,
         )
-    return children
+    child = Child(
+        task,
+        route,
+        provider,
+        retry,
+        toolbox,
+        str(batch_dir / transcript_name(task)),
+        meter,
+        clock,
+        report,
+        queued_ts,
+        sink,
+    )
+    budget = settings.budget
+    if (batch.delegate or route.delegate) and task.depth < budget.max_depth:
+        child.delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
+    return child
 
 
 def manifest_children(children: Iterable[Child]) -> str:
@@ -308,6 +338,8 @@ def _route_json(route: Route) -> dict[str, object]:
         if price is None
         else {f.name: _plain(getattr(price, f.name)) for f in dataclasses.fields(Price)},
         "retry": dataclasses.asdict(route.retry),
+        "cache_gate_s": route.cache_gate_s,
+        "delegate": route.delegate,
         "options": {k: dict(v) if isinstance(v, Mapping) else v for k, v in route.options.items()},
         "key_line": route.key_line,
         "command": None if route.command is None else _command_json(route.command),
@@ -355,6 +387,8 @@ def _route_from(name: str, data: Mapping[str, Any]) -> Route:
             cache_write_per_mtok=_decimal(price["cache_write_per_mtok"]),
         ),
         retry=RetrySettings(**data["retry"]),
+        cache_gate_s=data.get("cache_gate_s", 0.0),
+        delegate=data.get("delegate", False),
         options=MappingProxyType(options),
         key_line=data["key_line"],
         command=_command_from(data.get("command")),

@@ -6,6 +6,7 @@ and readers (the TUI timer, the headless printer, tests) only ever see finished 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
@@ -172,6 +173,10 @@ class ChildRow:
     # False for a command route that takes no steer: a steer is `missed` at once, and the TUI
     # says so before the operator types one. Not stored (an attached view assumes True).
     steerable: bool = True
+    # What its cache reads saved against the uncached input price (None: price unknown).
+    cache_saved_usd: Decimal | None = Decimal(0)
+    parent: str | None = None  # the child that delegated it (None: one of the batch's tasks)
+    depth: int = 0
 
     @property
     def live_usage(self) -> Usage:
@@ -223,6 +228,8 @@ class Totals:
     # Calls in progress, estimated (`ChildRow.in_flight`): zero in anything read from the store.
     in_flight: Usage = field(default_factory=Usage)
     in_flight_cost_usd: Decimal = Decimal(0)
+    # What cache reads saved against the uncached input price (known prices only).
+    cache_saved_usd: Decimal = Decimal(0)
 
     @property
     def live_usage(self) -> Usage:
@@ -264,6 +271,9 @@ class Snapshot:
     routes: tuple[RouteHeadroom, ...] = ()
     version: int = 0
     finished_ts: float | None = None  # when the batch ended, as the store records it
+    # What keeps the engine from recording or running as it should (the store cannot commit,
+    # say), in a sentence for a banner; None when all is well.
+    problem: str | None = None
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""
@@ -301,6 +311,43 @@ class SteerSettled:
     receipt: SteerReceipt
 
 
+class UnitStatus(StrEnum):
+    """How a completion unit (the tasks sharing a `group`) ended."""
+
+    COMPLETED = "completed"  # every member completed
+    PARTIAL = "partial"  # some did, some did not
+    FAILED = "failed"  # none did
+
+
+@record
+class GroupFinished:
+    """The last member of a group ended (and is committed): the unit's result, members in
+    batch order. `cost_usd` is None when a member's price is unknown, never a partial sum."""
+
+    group: str
+    status: UnitStatus
+    members: tuple[ChildRow, ...]
+    cost_usd: Decimal | None
+    duration_s: float  # from the first member's start to the last member's end
+
+    @classmethod
+    def of(cls, group: str, members: Sequence[ChildRow]) -> GroupFinished:
+        """The result of a unit whose members (in batch order) have all ended."""
+        completed = sum(m.status is ChildStatus.COMPLETED for m in members)
+        if completed == len(members):
+            status = UnitStatus.COMPLETED
+        elif completed == 0:
+            status = UnitStatus.FAILED
+        else:
+            status = UnitStatus.PARTIAL
+        costs = [m.cost_usd for m in members]
+        cost = None if None in costs else sum((c for c in costs if c is not None), Decimal(0))
+        starts = [m.started_ts for m in members if m.started_ts is not None]
+        ends = [m.finished_ts for m in members if m.finished_ts is not None]
+        duration = max(0.0, max(ends) - min(starts)) if starts and ends else 0.0
+        return cls(group, status, tuple(members), cost, duration)
+
+
 @record
 class BatchFinished:
     """Every child of the batch is final."""
@@ -309,4 +356,4 @@ class BatchFinished:
     status: BatchStatus
 
 
-EngineEvent = ChildStarted | ChildFinished | SteerSettled | BatchFinished
+EngineEvent = ChildStarted | ChildFinished | GroupFinished | SteerSettled | BatchFinished

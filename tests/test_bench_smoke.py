@@ -68,6 +68,15 @@ RECORDED: list[dict[str, Any]] = [
         "with_tui_children_per_s": 1110,
         "with_tui_over_alone": 0.37,
     },
+    {
+        "bench": "cache_gate",
+        "children": 64,
+        "cached_share_on": 0.984,
+        "cached_share_off": 0.0,
+        "added_latency_s": 0.092,
+        "cost_usd_off": 0.050412,
+        "cost_off_over_on": 1.57,
+    },
 ]
 
 
@@ -100,6 +109,12 @@ def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
         ),
         ("key to frame, frozen table", "10.0 ms median, 30.0 p95", "", None),
         ("TUI attached, 2,000 instant children", "1,110 children/s", "engine alone 3,000/s", 0.37),
+        (
+            "cache gate, 64 siblings",
+            "98% of the prefix cached, +0.092s",
+            "gate off: 0%, $0.050412",
+            1.57,
+        ),
     ]
 
 
@@ -231,3 +246,11 @@ def test_the_rate_limit_benchmark_runs_and_reports() -> None:
         "ratio",
         "429s",
     ]
+
+
+def test_the_cache_gate_benchmark_runs_and_reports() -> None:
+    code = "import bench_gate; bench_gate.main()"
+    _, result = run_bench(code, {"BENCH_GATE_CHILDREN": "4", "BENCH_GATE_RUNS": "1"})
+    assert result["bench"] == "cache_gate" and result["children"] == 4
+    assert result["cached_share_off"] == 0 and result["cached_share_on"] >= 0.75
+    assert result["cost_off_over_on"] > 1

@@ -205,10 +205,12 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
         "tokens out",
         "cache read",
         "cost",
+        "cache saved",
     ]
     assert totals[:4] == ["6", "6", "0", "0"]
     assert all(re.fullmatch(r"\d+(\.\d+k)?", tokens) for tokens in totals[4:7]), totals
     assert re.fullmatch(r"\$0\.\d+", totals[7]), totals
+    assert re.fullmatch(r"\$0\.\d+", totals[8]), totals
     assert (project / ".flightdeck" / "flightdeck.db").exists()
 
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
@@ -814,8 +816,8 @@ def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dolla
     header, totals = [
         table_cells(line) for line in out.getvalue().splitlines() if line.startswith(("┃", "│"))
     ]
-    assert header[-1] == "cost" and "route" not in header  # one route: one line, as before
-    assert totals[-1] == "$? (2 unknown)"
+    assert header[-2:] == ["cost", "cache saved"] and "route" not in header  # one line
+    assert totals[-2:] == ["$? (2 unknown)", "$?"]
 
 
 def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:
@@ -919,12 +921,13 @@ def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknow
     ]
     assert [row[0] for row in table] == ["route", "gpt", "sim", "total"]
     assert [row[1:4] for row in table[1:]] == [["2", "2", "0"], ["3", "3", "0"], ["5", "5", "0"]]
-    assert table[0][-1] == "cost"
-    assert [row[-1] for row in table[1:]] == [
+    assert table[0][-2:] == ["cost", "cache saved"]
+    assert [row[-2] for row in table[1:]] == [
         "$? (2 unknown)",
         fmt_cost(sim_cost),
         f"{fmt_cost(sim_cost)} (+2 unknown)",
     ]
+    assert table[1][-1] == "$?"  # the unpriced route's saving is as unknown as its cost
 
     with StoreReader(tmp_path / "flightdeck.db") as reader:
         report = build_report(reader, engine.batch_id)

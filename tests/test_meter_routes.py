@@ -39,7 +39,8 @@ def _rows() -> list[ChildRow]:
 
 def test_route_totals_group_the_rows_by_route_exactly() -> None:
     assert route_totals(_rows()) == (
-        RouteTotals("alpha", "a-1", Totals(children=1, running=1, cost_usd=Decimal("0.0000001"))),
+        # a gated child holds no slot: it is queued, not running
+        RouteTotals("alpha", "a-1", Totals(children=1, queued=1, cost_usd=Decimal("0.0000001"))),
         RouteTotals(
             "gpt",
             "no-such-model-zz",

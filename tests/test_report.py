@@ -80,8 +80,8 @@ def test_build_report(reader: StoreReader) -> None:
         "completed": 1,
         "failed": 1,
         "stopped": 1,
-        "running": 2,
-        "queued": 1,
+        "running": 1,
+        "queued": 2,  # the gated child holds no slot: it is queued
         "tokens_in": 110,
         "tokens_out": 55,
         "cache_read_tokens": 1000,
@@ -94,6 +94,8 @@ def test_build_report(reader: StoreReader) -> None:
     assert first == {
         "id": "c0",
         "status": "completed",
+        "group": "g",
+        "parent": None,
         "goal": "goal 0",
         "route": "sim",
         "model": "sim-1",

@@ -271,18 +271,18 @@ def test_coalescing_keeps_the_last_update(db: Path) -> None:
 def test_a_coalesced_update_still_runs_its_callback(db: Path) -> None:
     """A final row superseded in its batch by a later one for the same child: its callback,
     and every other, still runs once the batch is committed, in the order they were queued."""
-    calls: list[int] = []
+    calls: list[tuple[int, bool]] = []
     with Store(db) as store:
         for i in range(300):
             store.update_child(
                 "b1",
                 make_child(0, activity=Activity(api_calls=i)),
-                then=lambda i=i: calls.append(i),
+                then=lambda committed, i=i: calls.append((i, committed)),
             )
         with StoreReader(db) as reader:
             assert store.flush(timeout=10)
             assert reader.children("b1")[0].activity.api_calls == 299
-    assert calls == list(range(300))
+    assert calls == [(i, True) for i in range(300)]
 
 
 def test_concurrent_writers_and_a_polling_reader(db: Path) -> None:

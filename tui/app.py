@@ -100,4 +100,6 @@ def run_app(engine: Engine) -> ExitCode:
         return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED
     if app.return_code:
         return ExitCode.INCOMPLETE  # the UI crashed; Textual has printed the traceback
+    if engine.failure is not None or engine.unrecorded:
+        return ExitCode.NOT_RECORDED  # the banner said why, and stderr says it again
     return exit_code(engine.snapshot())

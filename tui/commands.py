@@ -15,7 +15,7 @@ from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost, fmt_spent
 from flightdeck.tui.headless import run_headless
-from flightdeck.tui.output import print_ending
+from flightdeck.tui.output import failure_text, print_ending
 from rich.table import Table
 from rich.text import Text
 
@@ -55,6 +55,9 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         console = console_for()
         console.print(Text(f"batch {engine.batch_id}", style="bold"))
         print_ending(console, engine, engine.snapshot())
+        failure = failure_text(engine)
+        if failure is not None:
+            console_for(stderr=True).print(Text(f"flightdeck: error: {failure}", style="red"))
         return code
     return run_headless(engine, console_for())
 

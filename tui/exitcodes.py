@@ -14,6 +14,10 @@ class ExitCode(IntEnum):
     """Some child failed, was stopped, timed out or stalled; or the TUI crashed."""
     USAGE = 2
     """Bad input: a task file, the config, an argument, an unusable state folder."""
+    NOT_RECORDED = 3
+    """The batch failed as a whole: the store could not commit (a full disk, an I/O error)
+    for longer than `store_retry_s`, or an engine thread failed; stderr says why, and how many
+    finished children could not be recorded."""
     INTERRUPTED = 130
     """Ctrl+C headless, or "stop all and quit" in the TUI: every child stopped and recorded."""
     OUTPUT_CLOSED = 141

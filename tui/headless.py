@@ -10,11 +10,11 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from flightdeck.engine.model import ChildFinished, EngineEvent
+from flightdeck.engine.model import ChildFinished, EngineEvent, GroupFinished
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
-from flightdeck.tui.output import print_ending, print_lines, report_hint
+from flightdeck.tui.output import failure_text, print_ending, print_lines, report_hint
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
@@ -128,18 +128,19 @@ def _run_headless(
             bar = progress.add_task("running", total=len(engine.batch.tasks))
         while True:
             done = engine.wait(0.1)
-            finished: list[ChildFinished] = []
+            finished: list[ChildFinished | GroupFinished] = []
             while True:
                 try:
                     event = events.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(event, ChildFinished):
+                if isinstance(event, ChildFinished | GroupFinished):
                     finished.append(event)
             if finished:
                 print_lines(console, finished, styled=progress is not None)
-                if progress is not None:
-                    progress.update(bar, completed=finished[-1].done)
+                done_so_far = [e.done for e in finished if isinstance(e, ChildFinished)]
+                if progress is not None and done_so_far:
+                    progress.update(bar, completed=done_so_far[-1])
             show_notices()
             if done:
                 break
@@ -155,6 +156,10 @@ def _run_headless(
             show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     print_ending(console, engine, snap)
+    failure = failure_text(engine)
+    if failure is not None:  # said last, on stderr, so it is what a reader sees
+        errors.print(Text(f"flightdeck: error: {failure}", style="red"))
+        return ExitCode.NOT_RECORDED
     if interrupted:
         return exit_code
     return ExitCode.OK if snap.totals.completed == snap.totals.children else ExitCode.INCOMPLETE

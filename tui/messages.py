@@ -24,6 +24,14 @@ class ChildFinished(Message):
         self.total = total
 
 
+class GroupFinished(Message):
+    """The last member of a group ended: the unit's result."""
+
+    def __init__(self, unit: model.GroupFinished) -> None:
+        super().__init__()
+        self.unit = unit
+
+
 class SteerSettled(Message):
     """An operator message was delivered to a child, or missed it."""
 
@@ -48,6 +56,8 @@ def message_for(event: model.EngineEvent) -> Message:
             return ChildStarted(child_id)
         case model.ChildFinished(row=row, done=done, total=total):
             return ChildFinished(row, done, total)
+        case model.GroupFinished():
+            return GroupFinished(event)
         case model.SteerSettled(receipt=receipt):
             return SteerSettled(receipt)
         case model.BatchFinished(batch_id=batch_id, status=status):

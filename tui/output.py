@@ -5,7 +5,14 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.model import ChildFinished, ChildStatus, Snapshot, Totals
+from flightdeck.engine.model import (
+    ChildFinished,
+    ChildStatus,
+    GroupFinished,
+    Snapshot,
+    Totals,
+    UnitStatus,
+)
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_tokens
 from rich.console import Console
@@ -29,8 +36,20 @@ def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
     console.print(Text(f"report: {report_hint(engine)}"))
 
 
-def print_lines(console: Console, finished: list[ChildFinished], *, styled: bool) -> None:
-    """The completion lines of every child that finished since the last wake-up, in one write.
+def failure_text(engine: Engine) -> str | None:
+    """Why the batch failed as a whole (the store gave up, an engine thread failed), with how
+    many finished children could not be recorded; None if it did not."""
+    if engine.failure is None and not engine.unrecorded:
+        return None
+    return engine.problem()
+
+
+Ended = ChildFinished | GroupFinished
+
+
+def print_lines(console: Console, finished: list[Ended], *, styled: bool) -> None:
+    """The completion lines of every child (and unit) that ended since the last wake-up, in one
+    write.
 
     A Rich print per line (measure, render, write, flush) costs more than running an instant
     child; piped output has no style to render, so it is written as plain text.
@@ -73,14 +92,47 @@ def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
     return parts
 
 
-def completion_line(event: ChildFinished) -> Text:
+UNIT_STYLES = {
+    UnitStatus.COMPLETED: "green",
+    UnitStatus.PARTIAL: "yellow",
+    UnitStatus.FAILED: "red",
+}
+
+
+def unit_parts(unit: GroupFinished) -> list[tuple[str, str]]:
+    """A unit's line: `▣ group security  partial: 2/3 completed  5.1k tok  $0.0123  6.3s`,
+    then each member's glyph and id, in batch order."""
+    members = unit.members
+    completed = sum(m.status is ChildStatus.COMPLETED for m in members)
+    tokens = sum(m.usage.total for m in members)
+    each = " ".join(f"{GLYPHS[m.status][0]}{m.id}" for m in members)
+    return [
+        ("▣ group ", ""),
+        (one_line(unit.group, 60), "bold"),
+        (f"  {unit.status.value}", UNIT_STYLES[unit.status]),
+        (
+            f": {completed}/{len(members)} completed  {fmt_tokens(tokens)} tok"
+            f"  {fmt_cost(unit.cost_usd)}  {unit.duration_s:.1f}s",
+            "",
+        ),
+        (f"  {one_line(each, 160)}", "dim"),
+    ]
+
+
+def completion_line(event: Ended) -> Text:
     """A completion line, styled for a terminal."""
-    return Text.assemble(*completion_parts(event))
+    return Text.assemble(*_parts(event))
 
 
-def completion_text(event: ChildFinished) -> str:
+def completion_text(event: Ended) -> str:
     """A completion line as plain text, for piped output."""
-    return "".join([text for text, _ in completion_parts(event)])
+    return "".join([text for text, _ in _parts(event)])
+
+
+def _parts(event: Ended) -> list[tuple[str, str]]:
+    if isinstance(event, GroupFinished):
+        return unit_parts(event)
+    return completion_parts(event)
 
 
 def summary_table(snap: Snapshot) -> Table:
@@ -92,8 +144,9 @@ def summary_table(snap: Snapshot) -> Table:
     table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
     if by_route:
         table.add_column("route")
-    columns = ("children", "completed", "failed", "stopped")
-    for col in (*columns, "tokens in", "tokens out", "cache read", "cost"):
+    columns = ("children", "completed", "failed", "stopped", "tokens in", "tokens out")
+    # "cache saved": what cache reads saved against the uncached input price.
+    for col in (*columns, "cache read", "cost", "cache saved"):
         table.add_column(col, justify="right")
     if by_route:
         for r in routes:
@@ -114,4 +167,6 @@ def _summary_cells(t: Totals) -> list[str]:
         fmt_tokens(u.output_tokens),
         fmt_tokens(u.cache_read_tokens),
         "".join(fmt_spent(t.cost_usd, t.cost_unknown)),
+        # only unpriced children: what they saved is as unknown as what they cost
+        fmt_cost(None if t.cost_unknown and not t.cache_saved_usd else t.cache_saved_usd),
     ]

@@ -10,6 +10,7 @@ from flightdeck.engine.model import SteerReceipt
 from flightdeck.engine.providers.base import HeadroomEvent
 
 if TYPE_CHECKING:
+    from flightdeck.engine.child.delegate import DelegateCall
     from flightdeck.engine.child.loop import Child
 
 
@@ -35,6 +36,21 @@ class HeadroomSeen:
     event: HeadroomEvent
 
 
-ChildFact = ChildDone | ReceiptSettled | HeadroomSeen
+@dataclass(frozen=True, slots=True)
+class FirstChunk:
+    """A prompt-cache gate's leader: its first response began streaming."""
+
+    child: Child
+
+
+@dataclass(frozen=True, slots=True)
+class Delegated:
+    """A child called `delegate`: the coordinator queues the sub-tasks and settles `call`."""
+
+    child: Child
+    call: DelegateCall
+
+
+ChildFact = ChildDone | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated
 
 Report = Callable[[ChildFact], None]

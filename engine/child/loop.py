@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from flightdeck.engine.child.activity import InFlight
-from flightdeck.engine.child.facts import ChildDone, HeadroomSeen
+from flightdeck.engine.child.delegate import (
+    DELEGATE_SPEC,
+    DelegateCall,
+    Delegation,
+    parse_call,
+    result_text,
+)
+from flightdeck.engine.child.facts import ChildDone, Delegated, FirstChunk, HeadroomSeen
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.child.state import ChildState
 from flightdeck.engine.errors import ProviderError, ToolError
@@ -19,11 +29,13 @@ from flightdeck.engine.providers.base import (
     TextDelta,
     ToolCall,
     ToolCallEvent,
+    ToolSpec,
     TurnRequest,
     TurnResult,
     UsageEvent,
 )
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
+from flightdeck.engine.records.meter import cache_saving
 from flightdeck.engine.records.transcripts import TranscriptWriter
 
 __all__ = ["SYSTEM_PROMPT", "TRANSCRIPT_TOOL_CHARS", "Child", "TranscriptWriter"]
@@ -44,8 +56,26 @@ def estimated_note(usage: Usage) -> str:
     )
 
 
+def prefix_digest(system: str, tools: tuple[ToolSpec, ...]) -> str:
+    """A digest of a prompt's shared prefix: the system prompt and the tool schemas."""
+    schemas = [(t.name, t.description, dict(t.parameters)) for t in tools]
+    text = system + json.dumps(schemas, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 class Child(ChildState):
     """A running (or queued) child; the coordinator owns it, one worker thread runs it."""
+
+    @functools.cached_property
+    def prefix_key(self) -> tuple[str, str]:
+        """What its requests share with its siblings' ahead of the goal: the route, the system
+        prompt and the tools. Children with one key read one provider-side cache entry."""
+        return self.route.name, prefix_digest(SYSTEM_PROMPT, self.tool_specs)
+
+    @functools.cached_property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The tools its model is offered: the workspace's, and `delegate` if it may."""
+        return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ())
 
     def run(self) -> None:
         """The agent loop; never raises."""
@@ -166,6 +196,9 @@ class Child(ChildState):
                 self._stream = stream
             sent = True  # the prompt goes out as the stream is read (the SDKs' request is lazy)
             for event in stream:
+                if self.leads_gate:  # its siblings wait for this: the cache entry is readable
+                    self.leads_gate = False
+                    self._report(FirstChunk(self))
                 if isinstance(event, TextDelta):
                     text.append(event.text)
                     transcript.stream(event.text)
@@ -212,7 +245,7 @@ class Child(ChildState):
         return TurnRequest(
             system=SYSTEM_PROMPT,
             messages=tuple(messages),
-            tools=self._tools.specs,
+            tools=self.tool_specs,
             max_tokens=self.route.max_tokens,
             child_id=self.task.id,
         )
@@ -226,7 +259,10 @@ class Child(ChildState):
             self._activity.tool_started(name, self._clock())
             self._version += 1
         try:
-            output = self._tools.run(call.name, call.arguments)
+            if call.name == DELEGATE_SPEC.name and self.delegation is not None:
+                output = self._delegate(call.arguments, self.delegation)
+            else:
+                output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
             output = f"error: {exc}"
         # Redacted before it is cut: the cut could leave the start of a key the transcript's
@@ -240,6 +276,18 @@ class Child(ChildState):
             self._version += 1
         return Message("tool", output, tool_call_id=call.id, name=call.name)
 
+    def _delegate(self, arguments: Mapping[str, Any], rules: Delegation) -> str:
+        """Hand the sub-tasks to the coordinator and wait (holding no slot) until all end."""
+        call = DelegateCall(self.task.id, parse_call(arguments, rules))
+        self._show(f"waiting for {len(call.tasks)} delegate(s)")
+        self._report(Delegated(self, call))
+        while not call.done.wait(0.05):
+            self._check_stop()  # a stop ends the parent; the coordinator stops its subtree
+        self._check_stop()
+        if call.refused is not None:
+            raise ToolError(call.refused)
+        return result_text(call.results)
+
     def _deliver_steers(self, messages: list[Message]) -> None:
         if not self._steering.waiting:
             return
@@ -250,7 +298,12 @@ class Child(ChildState):
 
     def _bill(self, usage: Usage) -> None:
         cost = self._meter.add(self.route, usage)
+        saved = cache_saving(usage, self.route)
         with self._lock:
+            if saved is None or self._saved is None:
+                self._saved = None
+            else:
+                self._saved += saved
             self._usage += usage
             self._in_flight.billed += usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost

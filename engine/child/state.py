@@ -12,6 +12,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from flightdeck.engine.child.activity import ActivityState, InFlight
+from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import ReceiptSettled, Report
 from flightdeck.engine.child.policy import CallPolicy
 from flightdeck.engine.child.steering import Steering, missed_note
@@ -76,11 +77,16 @@ class ChildState:
         self._steering = Steering()
         self._usage = Usage()
         self._cost: Decimal | None = Decimal(0)  # None once any usage has an unknown price
+        self._saved: Decimal | None = Decimal(0)  # by cache reads; None: price unknown
         self._in_flight = InFlight()
         self._error: str | None = None
         self._result: str | None = None
         self._row: ChildRow | None = None
         self._row_version = -1
+        # Set by the coordinator when it leads a prompt-cache gate: report the first chunk.
+        self.leads_gate = False
+        # Whether (and how much) it may hand sub-tasks to the engine; set before it starts.
+        self.delegation: Delegation | None = None
 
     @property
     def transcript(self) -> TranscriptWriter:
@@ -128,6 +134,9 @@ class ChildState:
                 in_flight=in_flight,
                 in_flight_cost_usd=flight_cost,
                 steerable=self.steerable,
+                cache_saved_usd=self._saved,
+                parent=self.task.parent,
+                depth=self.task.depth,
             )
             self._row, self._row_version = row, version
             return row
@@ -250,6 +259,24 @@ class ChildState:
                 self._activity.started(now)
                 self._version += 1
         return True
+
+    def mark_gated(self, leader_id: str) -> None:
+        """Held by the prompt-cache gate until `leader_id`'s first response streams; no slot."""
+        with self._lock:
+            if self.status is ChildStatus.QUEUED and not self._finalizing:
+                self.status = ChildStatus.GATED
+                self._activity.text = f"gated: cache warm-up, waiting for {leader_id}"
+                self._version += 1
+
+    def unmark_gated(self) -> bool:
+        """The gate opened: queued again, to be admitted next; False if it ended meanwhile."""
+        with self._lock:
+            if self.status is not ChildStatus.GATED or self._finalizing:
+                return False
+            self.status = ChildStatus.QUEUED
+            self._activity.text = ""
+            self._version += 1
+            return True
 
     # --- shared by both sides ------------------------------------------------------------------
 

@@ -8,15 +8,26 @@ they report facts back through the inbox, and callers' commands arrive the same 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 
-from flightdeck.engine.child.facts import ChildDone, HeadroomSeen, ReceiptSettled
+from flightdeck.engine.child.delegate import DelegateCall
+from flightdeck.engine.child.facts import (
+    ChildDone,
+    Delegated,
+    FirstChunk,
+    HeadroomSeen,
+    ReceiptSettled,
+)
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.steering import missed_note
+from flightdeck.engine.control.delegation import Delegations
+from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -27,12 +38,15 @@ from flightdeck.engine.control.inbox import (
     Stop,
     StopAll,
     Then,
+    Unrecorded,
 )
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
 from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
+from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import (
     BatchStatus,
     ChildFinished,
@@ -45,6 +59,7 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
+from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
@@ -52,6 +67,7 @@ log = logging.getLogger(__name__)
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 PROGRESS_EVERY_S = 1.0  # how often running children's counters reach the store
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
+WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
 
 
 class Coordinator:
@@ -69,7 +85,7 @@ class Coordinator:
         meter: Meter,
         clock: Callable[[], float],
         record: Callable[[ChildRow], None],
-        record_final: Callable[[ChildRow, Callable[[], None]], None],
+        record_final: Callable[[ChildRow, Callable[[bool], None]], None],
         record_receipt: Callable[[SteerReceipt, str], None],
         record_event: Callable[[str | None, str, str], None],
         publish: Callable[[EngineEvent], None],
@@ -78,6 +94,8 @@ class Coordinator:
         between_facts: Callable[[], None] = lambda: None,
         carried: tuple[ChildStatus, ...] = (),
         first_receipt_id: int = 1,
+        spawn: Callable[[Task], Child] | None = None,
+        store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -94,7 +112,14 @@ class Coordinator:
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
+        self._store_trouble = store_trouble
         self._queues = RouteQueues(routes, children)
+        self._units = Units((c.task.id, c.task.group) for c in children)
+        self._gate = CacheGate()
+        self._spawn = spawn
+        self._delegations = Delegations()
+        self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
+        self._next_seq = max((c.task.seq for c in children), default=0) + 1
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
@@ -106,6 +131,12 @@ class Coordinator:
         self._carried = carried
         self._started = len(carried)
         self._done = 0
+        self._finals = 0  # final rows handed to the store (committed or not yet)
+        # Final rows the store gave up on: those children ended, but were never announced.
+        self.unrecorded = 0
+        # Why the batch is ending before its time: the store gave up, or this thread failed.
+        self.failure: str | None = None
+        self._admission_paused = False
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
         self._shutdown = False
@@ -178,17 +209,11 @@ class Coordinator:
     def _run(self) -> None:
         finished: EngineEvent | None = None
         try:
-            self._admit()
-            while not self._all_done():
-                self._drain()
-                now = self._clock()
-                if now - self._last_watch >= WATCH_EVERY_S:
-                    self._last_watch = now
-                    self._watchdog()
-                self._admit()
-                self._progress()
-                self._between_facts()
-            finished = self._on_finished(self._final_status())
+            try:
+                self._loop()
+            except Exception as exc:
+                self._failed(exc)
+            finished = self._end()
         finally:
             self.finished.set()
         if finished is not None:
@@ -198,7 +223,80 @@ class Coordinator:
         # Keep answering commands until shutdown, so a late steer is settled as missed; but not
         # past the end of the program: one that never called close() would wait for ever.
         while not self._shutdown and threading.main_thread().is_alive():
+            try:
+                self._drain()
+            except Exception:
+                log.exception("flightdeck engine: a command after the batch ended failed")
+
+    def _loop(self) -> None:
+        self._watch_store()
+        self._admit()
+        while not self._all_done():
             self._drain()
+            self._watch_store()
+            now = self._clock()
+            if now - self._last_watch >= WATCH_EVERY_S:
+                self._last_watch = now
+                self._watchdog()
+            self._admit()
+            self._progress()
+            self._between_facts()
+
+    def _failed(self, exc: Exception) -> None:
+        """This thread's one error path: say so, stop every child, let them end (for a bounded
+        time), so the batch ends `failed` with the reason rather than stay `running`."""
+        log.exception("flightdeck engine: the coordinator failed; stopping every child")
+        self.failure = f"engine error: {type(exc).__name__}: {exc}"
+        try:
+            self._stop_everything(f"stopped: {self.failure}")
+            deadline = time.monotonic() + WIND_DOWN_S
+            while not self._all_done() and time.monotonic() < deadline:
+                self._drain()
+                self._watchdog()
+        except Exception:
+            log.exception("flightdeck engine: the coordinator failed again; ending the batch now")
+
+    def _end(self) -> EngineEvent | None:
+        status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
+        try:
+            return self._on_finished(status)
+        except Exception:
+            log.exception("flightdeck engine: the batch's end could not be recorded")
+            return None
+
+    def _watch_store(self) -> None:
+        """No child starts while the store cannot commit; once it gives up, every child is
+        stopped and the batch fails (its rows could not be kept)."""
+        trouble = self._store_trouble()
+        if (trouble is not None) != self._admission_paused:
+            self._admission_paused = trouble is not None
+            if trouble is not None:
+                log.error(
+                    "flightdeck engine: no new child starts while the store cannot commit (%s)",
+                    trouble.reason,
+                )
+            else:
+                log.warning("flightdeck engine: the store commits again; children start again")
+        if trouble is not None and trouble.gave_up and self.failure is None:
+            self.failure = f"the store cannot record ({trouble.reason})"
+            log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
+            self._stop_everything(f"stopped: {self.failure}")
+
+    def _stop_everything(self, reason: str) -> None:
+        """The engine's own stop (not the operator's): running children are interrupted,
+        queued ones end without starting."""
+        for child in self.children:
+            if child.status.terminal:
+                continue
+            if child.task.id in self._alive:
+                self._interrupt(child, ChildStatus.STOPPED, reason)
+            elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                self._finished(child)
+
+    @property
+    def held(self) -> int:
+        """Final rows handed to the store and not yet committed (nor given up on)."""
+        return self._finals - self._done
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S), then handle all that queued."""
@@ -227,15 +325,28 @@ class Coordinator:
             case Recorded(row):
                 self._done += 1
                 self._publish(ChildFinished(row, self._done, len(self.children)))
+                unit = self._units.ended(row)
+                if unit is not None:
+                    self._publish(unit)
+                self._delegations.ended(row)
+            case Unrecorded(row):
+                self._done += 1  # ended, and never announced: the batch fails, counting it
+                self.unrecorded += 1
+                self._delegations.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
+            case Delegated(child, call):
+                self._delegate(child, call)
+            case FirstChunk(child):
+                self._queues.requeue(self._gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
             case Steer(receipt_ids, ids, text, now):
                 self._steer(receipt_ids, ids, text, now)
             case Stop(ids):
-                self._stop(ids, "stopped by operator")
+                # a parent's delegates are its own work: they stop with it
+                self._stop(self._delegations.subtree(ids), "stopped by operator")
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
@@ -254,9 +365,42 @@ class Coordinator:
                 self._shutdown = True
 
     def _release(self, child: Child) -> None:
-        """Free the child's slot (in the pool and on its route)."""
+        """Free the child's slot (in the pool and on its route); a gate it led opens."""
         del self._alive[child.task.id]
-        self._queues.ended(child)
+        if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
+            self._queues.ended(child)
+        self._queues.requeue(self._gate.ended(child))
+
+    def _busy(self) -> int:
+        """Slots in use: alive children, less the parents waiting on their delegates."""
+        return len(self._alive) - len(self._waiting)
+
+    def _delegate(self, parent: Child, call: DelegateCall) -> None:
+        """Queue a `delegate` call's sub-tasks ahead of everything else, and let the parent
+        wait without its slot, so its delegates (or other parents') can have it."""
+        if self._spawn is None or parent.task.id not in self._alive or parent.stop_status:
+            call.refuse("delegation is not possible now: the child is stopping")
+            return
+        tasks = self._delegations.tasks(parent, call, self._next_seq)
+        self._next_seq += len(tasks)
+        made = [self._spawn(t) for t in tasks]
+        self.children.extend(made)
+        self.by_id.update((c.task.id, c) for c in made)
+        self._queues.requeue(made)
+        self._waiting[parent.task.id] = parent
+        self._queues.ended(parent)
+
+    def _resume_parents(self) -> None:
+        """Parents whose delegates have all ended take a slot again, first come first."""
+        ready = self._delegations.ready
+        while ready:
+            parent, call, rows = ready[0]
+            if parent.task.id in self._waiting:
+                if self._busy() >= self.pool_size or not self._queues.take(parent):
+                    return
+                del self._waiting[parent.task.id]
+            ready.pop(0)
+            call.finish(rows)
 
     def _finished(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
@@ -267,7 +411,10 @@ class Coordinator:
         """
         self._stop_requested.pop(child.task.id, None)
         row = child.row()
-        self._record_final(row, lambda: self.report(Recorded(row)))
+        self._finals += 1
+        self._record_final(
+            row, lambda committed: self.report(Recorded(row) if committed else Unrecorded(row))
+        )
 
     def _all_done(self) -> bool:
         return self._done >= len(self.children)
@@ -288,24 +435,30 @@ class Coordinator:
 
     def _admit(self) -> None:
         """FIFO among tasks whose route is under its cap; capped routes wait in place."""
+        self._resume_parents()  # not new work: a parent finishing what it began
         budget_reason = self._budget_exhausted()
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
-        if len(self._alive) >= self.pool_size:
+        self._queues.requeue(self._gate.expired(self._clock()))
+        if self._busy() >= self.pool_size or self._admission_paused or self.failure:
             return
+        now = self._clock()
         for child in self._queues.ready():
+            if self._gate.holds(child, now):
+                self._queues.ended(child)  # handed out, held back: it takes no slot
+                continue
             self._launch(child)
-            if len(self._alive) >= self.pool_size or self._budget_exhausted() is not None:
+            if self._busy() >= self.pool_size or self._budget_exhausted() is not None:
                 break
 
     def _launch(self, child: Child) -> None:
         try:
-            self._pool.submit(child.run)
+            self._pool.submit(functools.partial(self._run_child, child))
         except ThreadRefused as exc:
             # The child waits in the pool for a thread already started: no more children than
             # there are threads run at once.
-            self.pool_size = len(self._alive)
+            self.pool_size = self._busy()
             log.warning(
                 "cannot start another worker thread (%s): at most %d children run at once",
                 exc,
@@ -326,6 +479,18 @@ class Coordinator:
         self._record(child.row())
         self._publish(ChildStarted(child.task.id, self._clock()))
 
+    def _run_child(self, child: Child) -> None:
+        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
+        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
+        try:
+            child.run()
+        except Exception as exc:
+            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
+            try:
+                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
+            finally:
+                self.report(ChildDone(child))
+
     def _budget_exhausted(self) -> str | None:
         runs = self._budget.max_runs
         if runs is not None and self._started >= runs:
@@ -336,7 +501,7 @@ class Coordinator:
         return None
 
     def _cancel_queued(self, reason: str) -> None:
-        for child in self._queues.drain():
+        for child in (*self._queues.drain(), *self._gate.drain()):
             if child.finalize(ChildStatus.STOPPED, reason):
                 self._finished(child)
 

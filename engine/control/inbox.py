@@ -59,5 +59,12 @@ class Recorded:
     row: ChildRow
 
 
+@dataclass(frozen=True, slots=True)
+class Unrecorded:
+    """A final row the store gave up on: the child counts as done, but is never announced."""
+
+    row: ChildRow
+
+
 Command = Steer | Stop | StopAll | RecordProgress | Then | Shutdown
-Message = Command | Recorded | ChildFact
+Message = Command | Recorded | Unrecorded | ChildFact

@@ -57,8 +57,25 @@ class RouteQueues:
                 heapq.heappush(heads, (seq, name))
 
     def ended(self, child: Child) -> None:
-        """An alive child has ended: its route may start another."""
+        """An alive child has ended (or was handed out and held back): its route may start
+        another."""
         self.routes[child.route.name].alive -= 1
+
+    def take(self, child: Child) -> bool:
+        """Count an already started child alive on its route again, if the route's cap allows
+        (a parent resuming after its delegates)."""
+        state = self.routes[child.route.name]
+        cap = state.route.max_concurrent
+        if cap is not None and state.alive >= cap:
+            return False
+        state.alive += 1
+        return True
+
+    def requeue(self, children: list[Child]) -> None:
+        """Put held-back children at the front of their routes' queues, in batch order: they
+        were handed out before everything still queued there."""
+        for child in sorted(children, key=lambda c: c.task.seq, reverse=True):
+            self.routes[child.route.name].queue.appendleft(child)
 
     def saw_headroom(self, route: str, event: HeadroomEvent, now: float) -> None:
         """Keep the rate-limit headroom a response of `route` reported."""

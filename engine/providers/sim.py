@@ -63,6 +63,10 @@ class SimOptions:
     stall_rate: float = 0.0
     fail_rate: float = 0.0
     tool_turns: int | None = None
+    # With the `delegate` tool offered: the chance a child splits its task on its first turn,
+    # and into how many sub-tasks.
+    delegate_rate: float = 0.0
+    delegates: int = 3
     read_timeout_s: float = 60.0
     cache: bool = True
 
@@ -172,7 +176,7 @@ class SimStream:
 
     def __iter__(self) -> Iterator[StreamEvent]:
         o = self._p.options
-        text, calls = _plan(self._req, self._rng, o.tool_turns)
+        text, calls = _plan(self._req, self._rng, o)
         prefix = _prefix(self._req.system, tuple(t.name for t in self._req.tools))
         cache_read, cache_write, writes = self._p._cache_split(prefix)
         prompt = prefix.prompt_tokens
@@ -216,10 +220,9 @@ class SimStream:
         yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
 
 
-def _plan(
-    req: TurnRequest, rng: random.Random, tool_turns: int | None
-) -> tuple[str, tuple[ToolCall, ...]]:
+def _plan(req: TurnRequest, rng: random.Random, o: SimOptions) -> tuple[str, tuple[ToolCall, ...]]:
     """Decide this turn's text and tool calls from the conversation so far."""
+    tool_turns = o.tool_turns
     goal = "the task"
     for m in req.messages:
         if m.role == "user":
@@ -233,6 +236,15 @@ def _plan(
     preface = ""
     if last is not None and last.role == "user" and last.content.startswith("[operator]"):
         preface = f"Understood — {last.content.removeprefix('[operator]').strip()[:200]}. "
+    first_turn = not any(m.role == "assistant" for m in req.messages)
+    offered = first_turn and o.delegate_rate and any(t.name == "delegate" for t in req.tools)
+    if offered and rng.random() < o.delegate_rate:
+        parts = [
+            {"goal": f"Part {i} of {o.delegates} of: {goal_line}"}
+            for i in range(1, o.delegates + 1)
+        ]
+        split = ToolCall(f"call_{rng.getrandbits(40):010x}", "delegate", {"tasks": parts})
+        return preface + "This splits into parts; delegating them.\n", (split,)
     if tool_turns and req.tools:
         done_tool_turns = sum(1 for m in req.messages if m.role == "assistant" and m.tool_calls)
         if done_tool_turns < tool_turns:

@@ -3,6 +3,7 @@ thread-safe meter, and totals per batch and per route from child rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -76,6 +77,20 @@ def route_cost(usage: Usage, route: Route) -> Decimal | None:
     return genai_cost(usage, route.provider, route.model)
 
 
+def cache_saving(usage: Usage, route: Route) -> Decimal | None:
+    """What reading `usage`'s cache tokens saved against paying them as input (None: the price
+    is unknown)."""
+    if not usage.cache_read_tokens:
+        return _ZERO
+    uncached = dataclasses.replace(
+        usage,
+        input_tokens=usage.input_tokens + usage.cache_read_tokens,
+        cache_read_tokens=0,
+    )
+    full, paid = route_cost(uncached, route), route_cost(usage, route)
+    return None if full is None or paid is None else full - paid
+
+
 @dataclass(frozen=True, slots=True)
 class MeterTotals:
     """A batch's usage and cost so far."""
@@ -124,7 +139,7 @@ class Meter:
 class _Tally:
     """Running totals of child rows: counts, usage and the exact sum of the known costs."""
 
-    __slots__ = ("cost", "counts", "flight", "flight_cost", "unknown", "usage")
+    __slots__ = ("cost", "counts", "flight", "flight_cost", "saved", "unknown", "usage")
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(ChildStatus, 0)
@@ -133,6 +148,7 @@ class _Tally:
         self.unknown = 0
         self.flight = Usage()
         self.flight_cost = _ZERO
+        self.saved = _ZERO
 
     def add(self, row: ChildRow) -> None:
         self.counts[row.status] += 1
@@ -141,6 +157,8 @@ class _Tally:
             self.unknown += 1
         if row.cost_usd is not None:
             self.cost += row.cost_usd
+        if row.cache_saved_usd:
+            self.saved += row.cache_saved_usd
         if row.in_flight.total:
             self.flight += row.in_flight
             if row.in_flight_cost_usd is not None:
@@ -149,9 +167,9 @@ class _Tally:
     def totals(self) -> Totals:
         counts = self.counts
         n = sum(counts.values())
-        queued = counts[ChildStatus.QUEUED]
-        # Gated children hold a slot (admitted, waiting on the cache gate): count as running.
-        running = counts[ChildStatus.RUNNING] + counts[ChildStatus.GATED]
+        # Gated children wait for the prompt-cache gate and hold no slot: they are queued.
+        queued = counts[ChildStatus.QUEUED] + counts[ChildStatus.GATED]
+        running = counts[ChildStatus.RUNNING]
         completed = counts[ChildStatus.COMPLETED]
         stopped = counts[ChildStatus.STOPPED]
         return Totals(
@@ -166,6 +184,7 @@ class _Tally:
             cost_unknown=self.unknown,
             in_flight=self.flight,
             in_flight_cost_usd=self.flight_cost,
+            cache_saved_usd=self.saved,
         )
 
 

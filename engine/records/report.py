@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.model import Totals
+from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, Totals
 from flightdeck.engine.records.meter import route_totals, totals_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.sanitize import one_line
@@ -31,6 +31,8 @@ def build_report(
         raise LookupError(f"no batch {batch_id!r} in {reader.path}")
     children = reader.children(batch_id, results=False)  # the report shows no answer
     steers = reader.controls(batch_id, kind="steer")
+    # A delegate's parent is kept as its "delegate" event.
+    parents = {c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c}
     stops = reader.stops(batch_id)
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
@@ -72,6 +74,8 @@ def build_report(
             {
                 "id": c.id,
                 "status": c.status.value,
+                "group": c.group,
+                "parent": parents.get(c.id),
                 "goal": c.goal,
                 "route": c.route,
                 "model": c.model,
@@ -89,6 +93,7 @@ def build_report(
             }
             for c in children
         ],
+        "groups": _groups(children),
         "steers": [
             {
                 "id": r.id,
@@ -134,6 +139,33 @@ def _recovery(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str,
         "lost_cost_usd": _money(cost),
         "lost_cost_unknown": cost_unknown,
     }
+
+
+def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
+    """Each completion unit, in the order of its first member: `open` while a member has not
+    ended, else the unit's result as the engine announced it."""
+    members: dict[str, list[ChildRow]] = {}
+    for c in children:
+        if c.group is not None:
+            members.setdefault(c.group, []).append(c)
+    out = []
+    for group, rows in members.items():
+        unit = GroupFinished.of(group, rows)
+        ended = all(r.status.terminal for r in rows)
+        ends = [r.finished_ts for r in rows if r.finished_ts is not None]
+        out.append(
+            {
+                "group": group,
+                "status": unit.status.value if ended else "open",
+                "children": len(rows),
+                "completed": sum(r.status is ChildStatus.COMPLETED for r in rows),
+                "members": [{"id": r.id, "status": r.status.value} for r in rows],
+                "cost_usd": _money(unit.cost_usd),
+                "duration_s": round(unit.duration_s, 3) if ended else None,
+                "finished": _iso(max(ends)) if ended and ends else None,
+            }
+        )
+    return out
 
 
 def _usage(totals: Totals) -> dict[str, Any]:
@@ -201,6 +233,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
         (_child_cells(c) for c in report["children"]),
     )
+    if report["groups"]:
+        lines += _table(
+            "Groups",
+            "| group | status | children | completed | cost | duration | members |",
+            "|---|---|---:|---:|---:|---:|---|",
+            (_group_cells(g) for g in report["groups"]),
+        )
     lines += _operator(report["steers"], report["stops"])
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
@@ -253,6 +292,19 @@ def _operator(steers: list[dict[str, Any]], stops: list[dict[str, Any]]) -> list
         "|---|---|---|---|---|",
         (cells for _, cells in rows),
     )
+
+
+def _group_cells(g: Mapping[str, Any]) -> list[str]:
+    cost, duration = g["cost_usd"], g["duration_s"]
+    return [
+        _cell(g["group"]),
+        g["status"],
+        str(g["children"]),
+        str(g["completed"]),
+        "unknown" if cost is None else _usd(cost),
+        "—" if duration is None else _seconds(duration),
+        _cell(" ".join(f"{m['id']} ({m['status']})" for m in g["members"]), GOAL_WIDTH),
+    ]
 
 
 def _route_cells(r: Mapping[str, Any]) -> list[str]:

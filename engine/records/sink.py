@@ -109,7 +109,10 @@ class TranscriptSink:
                 break
             events.append(item)
         if events:
-            self._out += encode(events)
+            try:
+                self._out += encode(events)
+            except Exception:  # a bug: it costs these lines, never a flush's answer
+                log.exception("transcript lines could not be framed: %d event(s) lost", len(events))
         return marker
 
     def _run(self) -> None:
@@ -120,15 +123,29 @@ class TranscriptSink:
                 with self._frame_lock:
                     marker = self._frame()
                     out, self._out = self._out, bytearray()
-                # a flush or a close first waits until everything before it is written
-                self._deliver(out, wait=marker is not None)
+                # The drain thread's one error path: what goes wrong costs these lines (said,
+                # with their count), never the thread, nor a flush's or a close's answer.
+                try:
+                    # a flush or a close first waits until everything before it is written
+                    self._deliver(out, wait=marker is not None)
+                except Exception:
+                    log.exception("transcript lines could not be written: %d byte(s)", len(out))
                 if marker is None:
                     break
                 if isinstance(marker, _Close):
-                    self._stop_helper()
-                    self._local.close()
+                    self._close_all()
                     return
                 marker.set()
+
+    def _close_all(self) -> None:
+        try:
+            self._stop_helper()
+        except Exception:
+            log.exception("the transcript writer process could not be stopped cleanly")
+        try:
+            self._local.close()
+        except Exception:
+            log.exception("transcript files could not be closed")
 
     def _deliver(self, out: bytearray, *, wait: bool) -> None:
         """Hand frames to the helper (`wait`: until it has written them), or apply them here."""

@@ -4,6 +4,7 @@ connection and draining a queue in short `BEGIN IMMEDIATE` transactions."""
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import itertools
 import json
@@ -20,6 +21,13 @@ from typing import Any
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt
 from flightdeck.engine.records import schema
+from flightdeck.engine.records.faults import (
+    RETRY_S,
+    GaveUp,
+    RefusedCommits,
+    StoreTrouble,
+    storage_fault,
+)
 from flightdeck.engine.records.rows import (
     FINISH_BATCH,
     HEARTBEAT,
@@ -40,7 +48,7 @@ from flightdeck.engine.records.rows import (
     queued_params,
 )
 
-__all__ = ["MAX_BATCH", "Store"]
+__all__ = ["MAX_BATCH", "RETRY_S", "Store", "StoreTrouble", "storage_fault"]
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +66,9 @@ class _Write:
     many: bool = False
     key: tuple[str, str] | None = None  # (batch, child) for update_child coalescing
     # Runs like a `_Then` queued right after this write, so a child's final row and its
-    # callback are one queued item. A write coalesced away still has its callback run.
-    then: Callable[[], object] | None = None
+    # callback are one queued item; it is told whether the write was committed. A write
+    # coalesced away still has its callback run, told what became of the one that replaced it.
+    then: Callable[[bool], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +85,7 @@ _Op = _Write | _Then | None  # None: stop the writer
 class Store:
     """The write side: non-blocking enqueuers in front of one writer thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, retry_s: float = RETRY_S) -> None:
         self.path = path
         # The user's alone: other users can neither read the batches nor send them commands.
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -98,11 +107,13 @@ class Store:
             conn.close()
             raise
         self._conn = conn
+        self._file_id = _file_id(path)
         # SimpleQueue: put is one C call, no Python-level lock and condition per row
         self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self.failed_writes = 0
+        self._refused = RefusedCommits(path, retry_s)
         self._thread = threading.Thread(target=self._run, name="flightdeck-store", daemon=True)
         self._thread.start()
         # Daemon, so a forgotten close() cannot hang exit; atexit still drains the queue.
@@ -125,9 +136,10 @@ class Store:
         self._put_rows("add_queued", UPSERT_QUEUED, params)
 
     def update_child(
-        self, batch_id: str, row: ChildRow, then: Callable[[], object] | None = None
+        self, batch_id: str, row: ChildRow, then: Callable[[bool], object] | None = None
     ) -> None:
-        """Upsert every column of one child; `then` runs (on the writer thread) once committed."""
+        """Upsert every column of one child; `then` runs (on the writer thread) once the write
+        is committed, `then(True)`, or given up on, `then(False)`."""
         params = child_params(batch_id, row)
         self._put(_Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then))
 
@@ -182,10 +194,20 @@ class Store:
         """Give every queued/gated/running child of a batch a final status (crash recovery)."""
         self._put(_Write("settle_live_children", SETTLE_LIVE, (status.value, ts, batch_id)))
 
+    @property
+    def trouble(self) -> StoreTrouble | None:
+        """Set while commits are refused (a full disk, say), and for good once the store has
+        given up on one; any thread may read it."""
+        return self._refused.trouble
+
     # -- synchronisation ---------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Block until everything enqueued before this call is committed; False on timeout."""
+        """Block until everything enqueued before this call is committed; False on timeout,
+        and once the store has given up on a commit (`trouble`)."""
+        return self._flushed(timeout) and not (self.trouble is not None and self.trouble.gave_up)
+
+    def _flushed(self, timeout: float | None) -> bool:
         done = threading.Event()
         # Bounded like the wait: a second Ctrl+C's handler calls this, and may have interrupted
         # this very thread while it held the lock (queuing a big batch's rows).
@@ -259,55 +281,95 @@ class Store:
                         op = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                writes = _coalesce([op for op in ops if isinstance(op, _Write)])
-                if writes:
-                    self._commit(writes)
-                for op in ops:
-                    if op is None:
-                        stopping = True
-                        continue
-                    call = op.call if isinstance(op, _Then) else op.then
-                    if call is not None:
-                        try:
-                            call()
-                        except Exception:  # the caller's bug must not stop the writer
-                            log.exception("flightdeck store: a commit callback failed")
+                stopping = self._handle(ops)
         finally:
             self._conn.close()
 
-    def _commit(self, writes: list[_Write]) -> None:
+    def _handle(self, ops: list[_Op]) -> bool:
+        """Commit these ops, then run their callbacks; True if they hold the stop marker.
+
+        The writer's one error path: whatever goes wrong costs these writes (logged, counted,
+        their callbacks told so), never the writer thread."""
+        writes = [op for op in ops if isinstance(op, _Write)]
+        try:
+            failed = self._commit(_coalesce(writes)) if writes else []
+        except Exception:
+            self._rollback()
+            self.failed_writes += len(writes)
+            log.exception("flightdeck store: %d write(s) not committed", len(writes))
+            failed = writes
+        lost = {id(w) for w in failed}
+        lost_keys = {w.key for w in failed if w.key is not None}
+        for op in ops:
+            if op is None:
+                continue
+            try:
+                if isinstance(op, _Then):
+                    op.call()
+                elif op.then is not None:
+                    op.then(id(op) not in lost and op.key not in lost_keys)
+            except Exception:  # the caller's bug must not stop the writer
+                log.exception("flightdeck store: a commit callback failed")
+        return any(op is None for op in ops)
+
+    def _commit(self, writes: list[_Write]) -> list[_Write]:
+        """Commit `writes`; returns those that could not be (each counted and logged)."""
         # Broad excepts: a bad value (e.g. an int too large for SQLite raises OverflowError)
         # must cost one write, never the writer thread.
         try:
-            self._transaction(writes)
+            self._durably(writes)
+            return []
+        except GaveUp as exc:
+            self._lost(writes, str(exc))
+            return writes
         except Exception:
-            # Find the bad operation(s): retry one per transaction so the good ones still land.
             self._rollback()
-            for write in writes:
+        # Find the bad operation(s): retry one per transaction so the good ones still land.
+        failed: list[_Write] = []
+        for write in writes:
+            try:
                 try:
-                    try:
-                        self._transaction([write])
-                    except UnicodeEncodeError:
-                        # Text SQLite cannot take (a lone surrogate, which JSON task files and
-                        # model output may carry): kept with U+FFFD in its place, not lost.
-                        self._rollback()
-                        self._transaction([_scrubbed(write)])
-                except Exception as exc:
+                    self._durably([write])
+                except UnicodeEncodeError:
+                    # Text SQLite cannot take (a lone surrogate, which JSON task files and
+                    # model output may carry): kept with U+FFFD in its place, not lost.
                     self._rollback()
-                    self.failed_writes += 1
-                    log.error("flightdeck store: %s failed: %s", write.what, exc)
+                    self._durably([_scrubbed(write)])
+            except Exception as exc:
+                self._rollback()
+                self._lost([write], str(exc))
+                failed.append(write)
+        return failed
+
+    def _lost(self, writes: list[_Write], reason: str) -> None:
+        self.failed_writes += len(writes)
+        what = ", ".join(sorted({w.what for w in writes}))
+        if len(writes) == 1:
+            log.error("flightdeck store: %s failed: %s", what, reason)
+        else:
+            log.error("flightdeck store: %d writes (%s) failed: %s", len(writes), what, reason)
+
+    def _durably(self, writes: list[_Write]) -> None:
+        """One transaction of `writes`, retried for a while if the storage refuses it
+        (`faults.py`); GaveUp once that is over."""
+        held = sum(len(w.params) if w.many else 1 for w in writes) + self._queue.qsize()
+        self._refused.commit(lambda: self._transaction(writes), self._rollback, held)
 
     def _transaction(self, writes: list[_Write]) -> None:
         # Another process holding the write lock past the busy timeout (a long transaction, a
         # process stopped mid-write) is no reason to lose a child's final row: wait it out, for
         # as long as it takes. close() waits too; flush(timeout) still returns in time.
+        if _file_id(self.path) != self._file_id:
+            # Deleted (or replaced) under us: SQLite would go on writing the file it has open,
+            # which nobody will ever read. A storage fault like a full disk, said and held.
+            raise FileNotFoundError(errno.ENOENT, f"{self.path} was deleted or replaced")
         waits = 0
         while True:
             try:
                 self._attempt(writes)
                 return
             except sqlite3.OperationalError as exc:
-                if not schema.is_busy(exc):
+                if getattr(exc, "sqlite_errorcode", None) is None or not schema.is_busy(exc):
                     raise
                 self._rollback()
                 if not waits:
@@ -378,6 +440,14 @@ def _runs(writes: list[_Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
             params.append(write.params)
     if sql is not None:
         yield sql, params
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _scrubbed(write: _Write) -> _Write:

@@ -78,6 +78,13 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"fresh start {r['fresh_start_to_first_start_s_median']} s",
                 r["fresh_over_resume"],
             )
+        case "cache_gate":
+            yield (
+                f"cache gate, {r['children']} siblings",
+                f"{r['cached_share_on']:.0%} of the prefix cached, +{r['added_latency_s']}s",
+                f"gate off: {r['cached_share_off']:.0%}, ${r['cost_usd_off']}",
+                r["cost_off_over_on"],
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 

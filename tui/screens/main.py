@@ -11,12 +11,20 @@ from typing import ClassVar
 from flightdeck.engine import model
 from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.messages import BatchFinished, ChildFinished, SteerSettled, message_for
+from flightdeck.tui.messages import (
+    BatchFinished,
+    ChildFinished,
+    GroupFinished,
+    SteerSettled,
+    message_for,
+)
+from flightdeck.tui.output import completion_text
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog, SteerRequest
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
+from flightdeck.tui.widgets.banner import Banner
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import ATTENTION
 from textual import events
@@ -66,6 +74,7 @@ class MainScreen(Screen[None]):
         self._bindings_state: tuple[bool | None, ...] = ()
 
     def compose(self) -> ComposeResult:
+        yield Banner(id="banner")
         yield CostMeter(id="meter")
         yield ChildrenTable(id="children")
         yield TranscriptView(id="transcript", poll_s=self.options.transcript_poll_s)
@@ -126,6 +135,7 @@ class MainScreen(Screen[None]):
             if self.following:
                 self._follow()
             self.query_one("#meter", CostMeter).show(snap, now)
+            self.query_one("#banner", Banner).show(snap.problem)
             self._show_status()
         self._flush_notices()
         self._sync_bindings()
@@ -178,6 +188,11 @@ class MainScreen(Screen[None]):
         row = message.row
         detail = f": {one_line(row.error, 80)}" if row.error else ""
         self._notices.append((f"{one_line(row.id)} {row.status.value}{detail}", "warning"))
+
+    def on_group_finished(self, message: GroupFinished) -> None:
+        unit = message.unit
+        severity: SeverityLevel = "information" if unit.status.value == "completed" else "warning"
+        self._notices.append((completion_text(unit), severity))
 
     def on_steer_settled(self, message: SteerSettled) -> None:
         r = message.receipt

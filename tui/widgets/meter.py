@@ -71,6 +71,8 @@ class CostMeter(Static):
         cached = usage.cache_read_tokens + usage.cache_write_tokens
         text.append(f"{fmt_tokens(usage.input_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
         text.append(f" · {fmt_tokens(cached)} cached")
+        if t.cache_saved_usd:  # what reading the cache saved against the uncached price
+            text.append(f" (saved {fmt_cost(t.cache_saved_usd)})", style="green")
         text.append("   spent ", style="dim")
         spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, "unpriced")
         text.append(spent, style="bold")

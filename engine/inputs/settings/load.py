@@ -36,7 +36,18 @@ from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_KEYS = ("engine", "routes", "budget")
 _ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
-_ROUTE_KEYS = ("provider", "model", "max_concurrent", "rpm", "tpm", "max_tokens", "price", "retry")
+_ROUTE_KEYS = (
+    "provider",
+    "model",
+    "max_concurrent",
+    "rpm",
+    "tpm",
+    "max_tokens",
+    "price",
+    "retry",
+    "cache_gate_s",
+    "delegate",
+)
 # A command route is no model call: no rpm/tpm, max_tokens or retry of its own.
 _COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price")
 _PRICE_KEYS = tuple(Price.__dataclass_fields__)
@@ -129,7 +140,7 @@ class _Reader(ValueChecks):
         if "max_task_chars" in table:
             key = ("engine", "max_task_chars")
             values["max_task_chars"] = self.integer(key, table["max_task_chars"], 1)
-        for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s"):
+        for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s", "store_retry_s"):
             if name in table:
                 values[name] = self.number(("engine", name), table[name])
         return EngineSettings(**values)
@@ -174,6 +185,14 @@ class _Reader(ValueChecks):
         for option, check in checks.items():
             if option in table:
                 options[option] = check(self, (*key, option), table[option])
+        gate = 0.0
+        if "cache_gate_s" in table:
+            gate = self.number((*key, "cache_gate_s"), table["cache_gate_s"], zero_ok=True)
+            if gate and provider == "sim" and not options.get("cache", True):
+                raise self.error(
+                    (*key, "cache_gate_s"),
+                    "this route caches no prompts (cache = false): there is nothing to warm up",
+                )
         return Route(
             name=name,
             provider=provider,
@@ -182,6 +201,10 @@ class _Reader(ValueChecks):
             retry=retry,
             options=MappingProxyType(options),
             key_line=self.locator.line(*key, "api_key_env"),
+            cache_gate_s=gate,
+            delegate=self.flag((*key, "delegate"), table["delegate"])
+            if "delegate" in table
+            else False,
             **limits,
         )
 
@@ -255,7 +278,7 @@ class _Reader(ValueChecks):
         if "max_cost_usd" in table:
             values["max_cost_usd"] = self.money(("budget", "max_cost_usd"), table["max_cost_usd"])
             values["cost_line"] = self.locator.line("budget", "max_cost_usd")
-        for name, low in (("max_runs", 1), ("max_depth", 0)):
+        for name, low in (("max_runs", 1), ("max_depth", 0), ("max_delegates", 1)):
             if name in table:
                 values[name] = self.integer(("budget", name), table[name], low)
         return Budget(**values)
@@ -277,6 +300,8 @@ _SIM_OPTIONS: Mapping[str, _Check] = MappingProxyType(
         "stall_rate": ValueChecks.fraction,
         "fail_rate": ValueChecks.fraction,
         "tool_turns": lambda r, k, v: r.integer(k, v, 0),
+        "delegate_rate": ValueChecks.fraction,
+        "delegates": lambda r, k, v: r.integer(k, v, 1),
         "read_timeout_s": lambda r, k, v: r.number(k, v),
         "cache": ValueChecks.flag,
     }

@@ -103,6 +103,10 @@ class Route:
     max_tokens: int = 1024
     price: Price | None = None  # None: look the model up in genai-prices
     retry: RetrySettings = field(default_factory=RetrySettings)
+    # The prompt-cache warm-up gate's cap in seconds (0: no gate); see control/gate.py.
+    cache_gate_s: float = 0.0
+    # Whether its children are offered the `delegate` tool (see child/delegate.py).
+    delegate: bool = False
     # Provider-specific options, already validated (sim: time_scale, latency_ms, ...;
     # openai/anthropic: base_url, api_key_env, connect_timeout_s, read_timeout_s).
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -126,13 +130,15 @@ class EngineSettings:
     tool_stall_after_s: float = 600.0  # idle inside a tool
     stall_grace_s: float = 5.0  # after interrupting a stalled child, before finalizing it
     max_task_chars: int = DEFAULT_MAX_TASK_CHARS  # per goal, context or group of a task
+    store_retry_s: float = 60.0  # how long a commit the disk refuses is tried again
 
 
 @dataclass(frozen=True, slots=True)
 class Budget:
     max_cost_usd: Decimal | None = None
     max_runs: int | None = None
-    max_depth: int | None = None
+    max_depth: int = 2  # how deep children may delegate (0: no delegation at all)
+    max_delegates: int = 8  # sub-tasks one `delegate` call may submit
     # The line of max_cost_usd in the settings file, for messages (None: not from a file).
     cost_line: int | None = field(default=None, compare=False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from flightdeck.engine.inputs.tasks.values import (
 )
 
 _TOP_KEYS = ("batch", "defaults", "tasks")
-_BATCH_KEYS = ("name", "workspace")
+_BATCH_KEYS = ("name", "workspace", "delegate")
 
 
 def load_batch(path: Path, *, max_chars: int = DEFAULT_MAX_TASK_CHARS) -> Batch:
@@ -77,6 +78,11 @@ def _load_document(src: Source, data: object, max_chars: int) -> Batch:
     if problem:  # only a name the file writes: a default one is made valid below
         raise src.error(("batch", "name"), "batch.name", problem)
     workspace = _workspace(src, header.get("workspace"))
+    delegate = header.get("delegate", False)
+    if not isinstance(delegate, bool):
+        raise src.error(
+            ("batch", "delegate"), "batch.delegate", expected("true or false", delegate)
+        )
     defaults = _defaults(src, _table(src, data, "defaults"), max_chars)
     entries = data.get("tasks")
     if entries is None or entries == []:
@@ -84,7 +90,8 @@ def _load_document(src: Source, data: object, max_chars: int) -> Batch:
     if not isinstance(entries, list):
         raise src.error(("tasks",), "tasks", expected("an array of tables ([[tasks]])", entries))
     drafts = [d for i, raw in enumerate(entries) for d in expand(raw, src, ("tasks", i), defaults)]
-    return _finish(src.path, name, workspace, drafts, max_chars)
+    batch = _finish(src.path, name, workspace, drafts, max_chars)
+    return dataclasses.replace(batch, delegate=delegate) if delegate else batch
 
 
 def _table(src: Source, data: dict[object, object], key: str) -> dict[object, object]:

@@ -31,6 +31,8 @@ class Task:
     timeout_s: float | None = None
     source: str = ""  # "file:line" where the task was defined, for messages
     route_source: str = ""  # "file:line:field" where its route was set ("" if not set)
+    parent: str | None = None  # the child that delegated it (None: a task of the batch file)
+    depth: int = 0  # 0 for the batch's own tasks, parent's + 1 for a delegate
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +43,4 @@ class Batch:
     tasks: tuple[Task, ...]
     source: Path | None = None
     workspace: Path | None = None  # None: a fresh folder under the state dir
+    delegate: bool = False  # offer every child the `delegate` tool (routes may, one by one)

@@ -1,0 +1,153 @@
+"""Children that delegate: sub-tasks run as their children in the same engine, under the same
+queue, slots and budgets, and come back as the `delegate` tool's result."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.errors import ConfigError, SpecError
+from flightdeck.engine.inputs.settings import Budget, Settings, load_settings
+from flightdeck.engine.inputs.tasks import load_batch
+from flightdeck.engine.model import ChildStatus, Snapshot
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
+
+from helpers import batch, run_to_end, settings, sim_route, until
+
+FAST = {"tool_turns": 0, "delegate_rate": 1.0, "delegates": 3}
+
+
+def delegating(pool: int, *, depth: int = 1, max_delegates: int = 8, **sim: Any) -> Settings:
+    route = dataclasses.replace(sim_route(**{**FAST, **sim}), delegate=True)
+    s = settings(route, pool=pool)
+    return dataclasses.replace(s, budget=Budget(max_depth=depth, max_delegates=max_delegates))
+
+
+def run(tmp_path: Path, n: int, s: Settings) -> tuple[Snapshot, Engine]:
+    engine = Engine(batch(n), s, state_dir=tmp_path / "state")
+    engine.start()
+    return run_to_end(engine, timeout=60), engine
+
+
+def test_parents_that_wait_on_delegates_hold_no_slot_they_need(tmp_path: Path) -> None:
+    # Four parents and two slots: were a waiting parent to keep its slot, two parents would
+    # hold both and their delegates could never start.
+    snap, _ = run(tmp_path, 4, delegating(pool=2))
+    rows = {c.id: c for c in snap.children}
+    assert len(rows) == 4 + 4 * 3
+    assert {c.status for c in snap.children} == {ChildStatus.COMPLETED}
+    for i in range(4):
+        parent = rows[f"t{i:04d}"]
+        kids = [rows[f"t{i:04d}.{k}"] for k in (1, 2, 3)]
+        assert all(k.parent == parent.id and k.depth == 1 for k in kids)
+        assert parent.parent is None and parent.depth == 0
+        # the delegates' answers came back to the parent as the tool's result
+        transcript = Path(parent.transcript).read_text()
+        for k in kids:
+            assert f"[{k.id}] completed" in transcript
+    assert snap.pool_size == 2
+
+
+def test_nesting_stops_at_max_depth(tmp_path: Path) -> None:
+    snap, _ = run(tmp_path, 1, delegating(pool=4, depth=2, delegates=2))
+    depths = sorted(c.depth for c in snap.children)
+    assert depths == [0, 1, 1, 2, 2, 2, 2]  # depth 2 is not offered the tool
+    assert {c.status for c in snap.children} == {ChildStatus.COMPLETED}
+    assert {c.id for c in snap.children if c.depth == 2} == {
+        "t0000.1.1",
+        "t0000.1.2",
+        "t0000.2.1",
+        "t0000.2.2",
+    }
+
+
+def test_too_many_sub_tasks_is_an_error_the_model_sees(tmp_path: Path) -> None:
+    snap, _ = run(tmp_path, 1, delegating(pool=2, max_delegates=2, delegates=3))
+    (parent,) = snap.children  # nothing was delegated
+    assert parent.status is ChildStatus.COMPLETED
+    transcript = Path(parent.transcript).read_text()
+    assert "error: 3 sub-tasks asked for; at most 2 per call (max_delegates)" in transcript
+
+
+@pytest.mark.slow
+def test_stopping_a_parent_stops_its_subtree_and_steering_it_does_not_steer_them(
+    tmp_path: Path,
+) -> None:
+    # Each call takes 0.3-0.7 s: the tree is whole after two calls, and its leaves are still
+    # streaming when the stop comes.
+    s = delegating(pool=8, depth=2, delegates=2, time_scale=1.0, latency_ms=500)
+    engine = Engine(batch(1), s, state_dir=tmp_path / "state")
+    engine.start()
+    try:
+        until(lambda: len(engine.snapshot().children) == 7)
+        engine.steer(["t0000"], "focus on tests")
+        engine.stop(["t0000"])
+        until(lambda: engine.snapshot().totals.done == 7, timeout=3)
+    finally:
+        engine.close()
+    snap = engine.snapshot()
+    assert {c.status for c in snap.children} == {ChildStatus.STOPPED}
+    assert [len(c.steers) for c in snap.children] == [1] + [0] * 6  # only the parent's
+
+
+def test_the_report_names_each_childs_parent(tmp_path: Path) -> None:
+    _, engine = run(tmp_path, 2, delegating(pool=2, delegates=2))
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    parents = {c["id"]: c["parent"] for c in report["children"]}
+    assert parents == {
+        "t0000": None,
+        "t0001": None,
+        "t0000.1": "t0000",
+        "t0000.2": "t0000",
+        "t0001.1": "t0001",
+        "t0001.2": "t0001",
+    }
+
+
+def test_the_sim_delegates_the_same_way_for_a_seed(tmp_path: Path) -> None:
+    s = delegating(pool=4, delegate_rate=0.5, delegates=2, seed=7)
+    first, _ = run(tmp_path / "a", 8, s)
+    second, _ = run(tmp_path / "b", 8, s)
+    ids = sorted(c.id for c in first.children)
+    assert ids == sorted(c.id for c in second.children)
+    assert 8 < len(ids) < 8 + 8 * 2  # some parents delegated, not all
+
+
+def test_without_the_option_no_child_is_offered_the_tool(tmp_path: Path) -> None:
+    route = sim_route(**FAST)  # delegate_rate 1, but delegate not enabled
+    snap, _ = run(tmp_path, 2, settings(route, pool=2))
+    assert len(snap.children) == 2
+
+
+def test_a_batch_file_can_enable_delegation_for_all_its_routes(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text('[batch]\ndelegate = true\n\n[[tasks]]\ngoal = "x"\n')
+    assert load_batch(path).delegate is True
+    path.write_text('[batch]\ndelegate = "yes"\n\n[[tasks]]\ngoal = "x"\n')
+    with pytest.raises(SpecError) as err:
+        load_batch(path)
+    assert f"{path}:2" in str(err.value) and "batch.delegate" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ('[routes.sim]\ndelegate = "yes"\n', "routes.sim.delegate", "expected true or false"),
+        ("[budget]\nmax_delegates = 0\n", "budget.max_delegates", "at least 1"),
+        ("[budget]\nmax_depth = -1\n", "budget.max_depth", "at least 0"),
+    ],
+)
+def test_bad_delegation_settings_are_errors_at_their_line(
+    tmp_path: Path, text: str, where: str, message: str
+) -> None:
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert f"{config}:2" in str(err.value) and where in str(err.value)
+    assert message in str(err.value)

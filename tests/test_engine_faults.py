@@ -1,0 +1,180 @@
+"""The engine on a store that cannot write: a finish is announced only once committed, no child
+starts while commits are refused, and a store that gives up fails the batch (exit 3), naming
+how many finished children could not be recorded."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flightdeck.engine import api
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import BatchStatus, ChildFinished, ChildStarted, ChildStatus
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.store import Store
+from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.headless import run_headless
+from rich.console import Console
+
+from faults import FaultyConnection, faulty, small_filesystem
+from helpers import batch, settings, sim_route, until
+
+# Children that take some tens of milliseconds each, two at a time: a fault can land mid-batch.
+SLOW = {"time_scale": 0.05, "tool_turns": 0}
+
+
+class FaultyStores:
+    """Every Store the engine makes gets a FaultyConnection (kept here)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.conns: list[FaultyConnection] = []
+        stores = self
+
+        class _Store(Store):
+            def __init__(self, path: Path, **kw: Any) -> None:
+                super().__init__(path, **kw)
+                stores.conns.append(faulty(self))
+
+        monkeypatch.setattr(api, "Store", _Store)
+
+    @property
+    def conn(self) -> FaultyConnection:
+        return self.conns[0]
+
+
+def fail_at_first_finish(engine: Engine, stores: FaultyStores) -> list[Any]:
+    """Subscribe: every event, in order; the disk fills as the first finish is announced."""
+    events: list[Any] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, ChildFinished) and not any(
+            isinstance(e, ChildFinished) for e in events
+        ):
+            stores.conn.failing.set()
+        events.append(event)
+
+    engine.subscribe(on_event)
+    return events
+
+
+def stored(engine: Engine) -> dict[str, ChildStatus]:
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        return {r.id: r.status for r in reader.children(engine.batch_id)}
+
+
+def test_a_store_that_gives_up_fails_the_batch_and_announces_only_what_it_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = FaultyStores(monkeypatch)
+    s = settings(sim_route(**SLOW), pool=2, store_retry_s=0.3)
+    engine = Engine(batch(20), s, state_dir=tmp_path / "state")
+    events = fail_at_first_finish(engine, stores)
+    engine.start()
+    try:
+        assert engine.wait(30)
+        snap = engine.snapshot()
+    finally:
+        engine.close()
+    announced = [e.row.id for e in events if isinstance(e, ChildFinished)]
+    assert snap.status is BatchStatus.FAILED and engine.status is BatchStatus.FAILED
+    assert engine.failure == "the store cannot record (database or disk is full)"
+    # Every child ended; those announced are on disk with their final status, the rest are
+    # counted, none dropped in silence.
+    assert all(row.status.terminal for row in snap.children)
+    on_disk = stored(engine)
+    assert announced and all(on_disk[i] is ChildStatus.COMPLETED for i in announced)
+    assert engine.unrecorded == 20 - len(announced) > 0
+    assert snap.problem is not None
+    assert f"{engine.unrecorded} finished children could not be recorded" in snap.problem
+    # No child started once the store had given up: the rest ended without starting.
+    not_started = [r for r in snap.children if r.started_ts is None]
+    assert not_started and all("before start" in (r.error or "") for r in not_started)
+
+
+def test_no_child_starts_while_commits_are_refused_and_all_land_once_they_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    stores = FaultyStores(monkeypatch)
+    s = settings(sim_route(**SLOW), pool=2, store_retry_s=60)
+    engine = Engine(batch(12), s, state_dir=tmp_path / "state")
+    events = fail_at_first_finish(engine, stores)
+    with caplog.at_level(logging.WARNING, logger="flightdeck"):
+        engine.start()
+        try:
+            until(lambda: "no new child starts while the store cannot commit" in caplog.text)
+            started = sum(isinstance(e, ChildStarted) for e in events)
+            finished = sum(isinstance(e, ChildFinished) for e in events)
+            until(lambda: engine.snapshot().totals.running == 0)  # those running have ended
+            time.sleep(0.1)  # a few coordinator wake-ups: none admits a child
+            assert sum(isinstance(e, ChildStarted) for e in events) == started < 12
+            assert sum(isinstance(e, ChildFinished) for e in events) == finished  # held, unsaid
+            problem = engine.snapshot().problem or ""
+            assert "cannot write to the store (database or disk is full)" in problem
+            assert "held in memory" in problem and "no new child starts" in problem
+            stores.conn.failing.clear()  # room again
+            assert engine.wait(30)
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    assert snap.status is BatchStatus.COMPLETED and snap.problem is None
+    assert engine.unrecorded == 0 and engine.failure is None
+    assert sum(isinstance(e, ChildFinished) for e in events) == 12
+    assert set(stored(engine).values()) == {ChildStatus.COMPLETED}
+    assert "the store commits again" in caplog.text
+
+
+def test_headless_prints_a_line_only_for_a_committed_child_and_exits_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = FaultyStores(monkeypatch)
+    s = settings(sim_route(**SLOW), pool=2, store_retry_s=0.3)
+    engine = Engine(batch(20), s, state_dir=tmp_path / "state")
+    fail_at_first_finish(engine, stores)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_headless(engine, Console(file=out, width=200), Console(file=err, width=200))
+    assert code == ExitCode.NOT_RECORDED == 3
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("✓ [")]
+    completed_on_disk = [i for i, st in stored(engine).items() if st is ChildStatus.COMPLETED]
+    assert lines and len(lines) == len(completed_on_disk)
+    assert "— failed" in out.getvalue()  # the summary's title
+    errors = err.getvalue()
+    assert "cannot commit" in errors and "database or disk is full" in errors  # said at once
+    last = errors.strip().splitlines()[-1]
+    assert last == (
+        "flightdeck: error: the batch fails: the store cannot record (database or disk is "
+        f"full); {engine.unrecorded} finished children could not be recorded"
+    )
+
+
+def test_a_batch_on_a_full_real_filesystem_fails_and_prints_no_line_it_did_not_store(
+    tmp_path: Path,
+) -> None:
+    """The reported case, small: a 1 MB tmpfs state folder, many children. Skipped where this
+    machine cannot mount one."""
+    with small_filesystem("1m") as fs:
+        s = settings(sim_route(tool_turns=0), pool=4, store_retry_s=0.3)
+        engine = Engine(batch(400, goal="Review item {i} " + "padding " * 40), s, state_dir=fs)
+        out, err = io.StringIO(), io.StringIO()
+        code = run_headless(engine, Console(file=out, width=200), Console(file=err, width=200))
+        lines = [line for line in out.getvalue().splitlines() if line.startswith("✓ [")]
+        completed = [i for i, st in stored(engine).items() if st is ChildStatus.COMPLETED]
+    assert code == ExitCode.NOT_RECORDED
+    assert len(lines) == len(completed) < 400
+    assert "could not be recorded" in err.getvalue()
+
+
+def test_store_retry_s_is_read_from_the_config_and_checked(tmp_path: Path) -> None:
+    from flightdeck.engine.errors import ConfigError
+    from flightdeck.engine.inputs.settings import EngineSettings, load_settings
+
+    path = tmp_path / "flightdeck.toml"
+    path.write_text("[engine]\nstore_retry_s = 5\n")
+    assert load_settings(path).engine.store_retry_s == 5
+    assert EngineSettings().store_retry_s == 60  # the documented default
+    path.write_text('[engine]\nstore_retry_s = "soon"\n')
+    with pytest.raises(ConfigError, match=r"flightdeck\.toml:2.*store_retry_s"):
+        load_settings(path)

@@ -1,0 +1,179 @@
+"""Completion units: tasks sharing a `group` are reported together the moment the last ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import (
+    ChildFinished,
+    ChildStatus,
+    EngineEvent,
+    GroupFinished,
+    UnitStatus,
+)
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report, render_markdown
+
+from helpers import run_to_end, settings, sim_route, tasks_batch, until
+
+# group: the routes of its members, in batch order ("bad" always fails)
+PLAN = {
+    "all-good": ["sim", "sim", "sim"],
+    "mixed": ["sim", "bad", "sim"],
+    "all-bad": ["bad", "bad"],
+}
+
+
+def plan_tasks() -> list[Task]:
+    tasks, seq = [], 0
+    # interleave the groups, so a unit's members are not neighbours in the batch
+    for i in range(3):
+        for group, routes in PLAN.items():
+            if i < len(routes):
+                tasks.append(
+                    Task(id=f"{group}-{i}", goal=f"item {i}", seq=seq, route=routes[i], group=group)
+                )
+                seq += 1
+    tasks.append(Task(id="loner", goal="no group", seq=seq))
+    return tasks
+
+
+def run_plan(tmp_path: Path) -> tuple[list[EngineEvent], Engine]:
+    s = settings(sim_route("sim"), sim_route("bad", fail_rate=1.0), pool=3)
+    engine = Engine(tasks_batch(plan_tasks()), s, state_dir=tmp_path / "state")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)  # the coordinator thread, in the order things happened
+    engine.start()
+    run_to_end(engine)
+    return events, engine
+
+
+def test_a_unit_is_reported_once_right_after_its_last_member(tmp_path: Path) -> None:
+    events, _ = run_plan(tmp_path)
+    units = [e for e in events if isinstance(e, GroupFinished)]
+    assert sorted(u.group for u in units) == sorted(PLAN)
+    for unit in units:
+        at = events.index(unit)
+        members = [e for e in events if isinstance(e, ChildFinished) and e.row.group == unit.group]
+        # every member announced before the unit, and the last of them just before it
+        assert all(events.index(m) < at for m in members)
+        assert events[at - 1] == members[-1]
+        # members in batch order, not in the order they ended
+        assert [m.id for m in unit.members] == [
+            f"{unit.group}-{i}" for i in range(len(PLAN[unit.group]))
+        ]
+    by_group = {u.group: u for u in units}
+    assert by_group["all-good"].status is UnitStatus.COMPLETED
+    assert by_group["mixed"].status is UnitStatus.PARTIAL
+    assert by_group["all-bad"].status is UnitStatus.FAILED
+    mixed = by_group["mixed"]
+    assert [m.status for m in mixed.members] == [
+        ChildStatus.COMPLETED,
+        ChildStatus.FAILED,
+        ChildStatus.COMPLETED,
+    ]
+    known = [m.cost_usd for m in mixed.members]
+    assert None not in known
+    assert mixed.cost_usd == sum(known, Decimal(0)) and mixed.cost_usd > 0
+    starts = [m.started_ts for m in mixed.members if m.started_ts is not None]
+    ends = [m.finished_ts for m in mixed.members if m.finished_ts is not None]
+    assert mixed.duration_s == max(ends) - min(starts)
+
+
+def test_the_report_has_each_unit_with_its_members(tmp_path: Path) -> None:
+    _, engine = run_plan(tmp_path)
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    groups = {g["group"]: g for g in report["groups"]}
+    assert list(groups) == list(PLAN)  # the order of each unit's first member
+    assert groups["mixed"]["status"] == "partial"
+    assert groups["mixed"]["children"] == 3 and groups["mixed"]["completed"] == 2
+    assert [m["status"] for m in groups["mixed"]["members"]] == [
+        "completed",
+        "failed",
+        "completed",
+    ]
+    assert groups["all-bad"]["status"] == "failed"
+    assert groups["all-good"]["cost_usd"] > 0 and groups["all-good"]["finished"]
+    assert {c["id"]: c["group"] for c in report["children"]}["loner"] is None
+    json.dumps(report)  # JSON-ready
+    md = render_markdown(report)
+    assert "## Groups" in md
+    assert "| mixed | partial | 3 | 2 |" in md
+
+
+def test_a_unit_still_running_is_open_in_the_report(tmp_path: Path) -> None:
+    # a route that never answers in time keeps one member running
+    s = settings(sim_route("sim"), sim_route("slow", latency_ms=60_000_000), pool=2)
+    tasks = [
+        Task(id="a", goal="x", seq=0, route="sim", group="g"),
+        Task(id="b", goal="x", seq=1, route="slow", group="g"),
+    ]
+    engine = Engine(tasks_batch(tasks), s, state_dir=tmp_path / "state")
+    engine.start()
+    try:
+        until(lambda: engine.snapshot().totals.completed == 1)
+        engine.flush()
+        with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+            report = build_report(reader, engine.batch_id)
+        (g,) = report["groups"]
+        assert g["status"] == "open" and g["duration_s"] is None and g["finished"] is None
+    finally:
+        engine.stop_all()
+        engine.close()
+
+
+GROUPED = """
+[batch]
+name = "units"
+
+[[tasks]]
+id = "r1"
+goal = "review one"
+group = "security"
+
+[[tasks]]
+id = "r2"
+goal = "review two"
+group = "security"
+route = "broken"
+"""
+
+CONFIG = """
+[routes.sim]
+time_scale = 0.001
+latency_ms = 20
+tokens_per_s = 400
+
+[routes.broken]
+provider = "sim"
+fail_rate = 1.0
+"""
+
+
+def test_headless_prints_the_unit_line_after_its_members(tmp_path: Path) -> None:
+    (tmp_path / "b.toml").write_text(GROUPED)
+    (tmp_path / "c.toml").write_text(CONFIG)
+    out = subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "b.toml", "--config", "c.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.splitlines()
+    unit = [i for i, line in enumerate(lines) if line.startswith("▣ group security")]
+    assert len(unit) == 1, out.stdout
+    members = [i for i, line in enumerate(lines) if " r1 " in line or " r2 " in line]
+    assert len(members) == 2 and max(members) < unit[0]
+    assert "partial: 1/2 completed" in lines[unit[0]]
+    assert "✓r1 ✗r2" in lines[unit[0]]
