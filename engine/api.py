@@ -80,7 +80,8 @@ class Engine:
         self._id_given = batch_id is not None
         self.batch_id = batch_id or new_batch_id(clock)
         self.batch_dir = self.state_dir / "batches" / self.batch_id
-        used = {settings.route(t.route).name for t in batch.tasks}
+        templates = [t for s in batch.schedules for t in s.tasks]
+        used = {settings.route(t.route).name for t in (*batch.tasks, *templates)}
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
         assembly.check_budget(settings, self.routes.values())
@@ -197,7 +198,8 @@ class Engine:
         def spawn(task: Task) -> Child:
             child = make_child(task, queued_ts=self.clock())
             store.add_queued(self.batch_id, assembly.queued_rows([child]))
-            store.record_event(self.batch_id, task.id, self.clock(), "delegate", task.parent or "")
+            if task.parent is not None:  # the report's record of who delegated it
+                store.record_event(self.batch_id, task.id, self.clock(), "delegate", task.parent)
             return child
 
         # Written before the batch row, so a manifest that cannot be written leaves no batch
@@ -243,6 +245,7 @@ class Engine:
             first_receipt_id=first_receipt,
             spawn=spawn,
             store_trouble=lambda: store.trouble,
+            schedules=self.batch.schedules,
         )
         self._coordinator.start()
         self._duties = OwnerDuties(

@@ -88,7 +88,7 @@ async def capture(engine: Engine) -> list[Path]:
         running = [i for i in table.shown if table.rows_by_id[i].status is ChildStatus.RUNNING]
         if running:
             table.pinned_top = False
-            table.select(running[0])
+            table.select(running[-1])  # the latest started: the likeliest to run on a while
         await save("main.svg")
         await pilot.press("s")
         if isinstance(app.screen, SteerDialog):

@@ -210,9 +210,12 @@ def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> Non
         ("tui_key_latency", "frozen table"),
         ("tui_key_latency", "real sim engine, 4 of 20 running"),
         ("tui_throughput", None),
+        ("tui_cpu", None),
     }
     refresh = results["tui_refresh", None]
     assert refresh["children"] == 20 and refresh["refresh_ms_median"] > 0
+    assert refresh["filter_clear_ms_median"] > 0
+    assert results["tui_cpu", None]["with_tui_cpu_over_alone"] > 0
     for key in [k for k in results if k[0] == "tui_key_latency"]:
         assert 0 < results[key]["key_to_frame_ms_median"] <= results[key]["key_to_frame_ms_max"]
     throughput = results["tui_throughput", None]

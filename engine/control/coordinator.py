@@ -41,12 +41,13 @@ from flightdeck.engine.control.inbox import (
     Unrecorded,
 )
 from flightdeck.engine.control.queues import RouteQueues
+from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
 from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
-from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.model import (
     BatchStatus,
     ChildFinished,
@@ -95,6 +96,7 @@ class Coordinator:
         carried: tuple[ChildStatus, ...] = (),
         first_receipt_id: int = 1,
         spawn: Callable[[Task], Child] | None = None,
+        schedules: tuple[Schedule, ...] = (),
         store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
     ) -> None:
         self.children = children
@@ -120,6 +122,8 @@ class Coordinator:
         self._delegations = Delegations()
         self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
         self._next_seq = max((c.task.seq for c in children), default=0) + 1
+        # Off once stopped (stop all, a budget): the batch then ends with its last wave.
+        self._schedules = ScheduleClock(schedules, clock()) if schedules else None
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
@@ -238,6 +242,7 @@ class Coordinator:
             if now - self._last_watch >= WATCH_EVERY_S:
                 self._last_watch = now
                 self._watchdog()
+            self._tick()
             self._admit()
             self._progress()
             self._between_facts()
@@ -353,6 +358,9 @@ class Coordinator:
                 self.stopped_by_stop_all += self._stop(
                     [c.task.id for c in self.children], "stopped by operator (stop all)"
                 )
+                if self._schedules is not None:  # a scheduled batch ends only this way
+                    self._end_schedules()
+                    self.stopped_by_stop_all += 1
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
@@ -417,7 +425,31 @@ class Coordinator:
         )
 
     def _all_done(self) -> bool:
-        return self._done >= len(self.children)
+        return self._done >= len(self.children) and self._schedules is None
+
+    def _tick(self) -> None:
+        """Queue the wave of each schedule whose time has come (between two steps, so no wave
+        is ever seen half queued)."""
+        if self._schedules is None or self._spawn is None:
+            return
+        if self._budget_exhausted() is not None:  # max_runs and max_cost_usd span the waves
+            self._end_schedules()
+            return
+        for wave in self._schedules.due(self._clock(), self._live):
+            tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
+            self._next_seq += len(tasks)
+            made = [self._spawn(t) for t in tasks]
+            self.children.extend(made)
+            self.by_id.update((c.task.id, c) for c in made)
+            self._queues.add(made)
+
+    def _live(self, child_id: str) -> bool:
+        child = self.by_id.get(child_id)
+        return child is not None and child.status.live
+
+    def _end_schedules(self) -> None:
+        """No more waves: the batch ends once the children it has are done."""
+        self._schedules = None
 
     def _final_status(self) -> BatchStatus:
         """Stopped by the operator (all at once or one by one) or a budget, unless a child
@@ -507,6 +539,7 @@ class Coordinator:
         return None
 
     def _cancel_queued(self, reason: str) -> None:
+        self._end_schedules()  # max_runs and max_cost_usd count across waves
         for child in (*self._queues.drain(), *self._gate.drain()):
             if child.finalize(ChildStatus.STOPPED, reason):
                 self._finished(child)

@@ -71,6 +71,11 @@ class RouteQueues:
         state.alive += 1
         return True
 
+    def add(self, children: list[Child]) -> None:
+        """New children (a schedule's wave) at the back of their routes' queues."""
+        for child in children:
+            self.routes[child.route.name].queue.append(child)
+
     def requeue(self, children: list[Child]) -> None:
         """Put held-back children at the front of their routes' queues, in batch order: they
         were handed out before everything still queued there."""

@@ -1,20 +1,27 @@
-"""TUI scale: the cost of one table refresh and key-press-to-screen latency.
+"""TUI scale: the cost of one table refresh, of clearing a filter, key-press-to-screen latency
+and the CPU the app adds to a batch.
 
 Refresh: the real app (headless, 160x50) is fed engine-like snapshots of 100 / 1,000 / 5,000
 children with a fifth of them running (every running row changes on every poll, a few children
 start and finish). One refresh = apply the snapshot by difference + render the visible table.
 The baseline, measured in the same run on the same app, rebuilds every row instead; the ratio
-is what updating by difference buys.
+is what updating by difference buys. Clearing a filter: from a filter that keeps a few rows back
+to all of them, applied and rendered.
 
-Latency: keys are posted while polls apply 1,000 children (200 running), at phases unrelated
+Latency: keys are posted while polls apply 5,000 children (200 running), at phases unrelated
 to the poll timer; latency is from posting the key to the first frame that shows the moved
 cursor. Reported beside the same measurement on a frozen table (no refresh work at all), and on
-a real sim engine running 200 of 1,000 children in this process (its threads share the GIL).
+a real sim engine running 200 of 5,000 children in this process (its threads share the GIL).
 
 Throughput: 2,000 instant sim children with the app attached, as a ratio of the same engine
 alone: the interpreter time the app takes from a batch. Its files go where BENCH_DIR says (as
 the engine benchmark's do): on a disk whose file creation is slow, that bounds both runs.
-BENCH_TUI_CHILDREN sets the batch size (the smoke test in `make test` uses 20).
+CPU: a paced batch of the same size (200 at a time, each child a few turns of a second) run
+alone and with the app attached, alternately: the process's CPU time with the app over without.
+BENCH_TUI_CHILDREN sets both batch sizes (the smoke test in `make test` uses 20).
+
+The same file runs against another checkout's code (PYTHONPATH to a folder whose `flightdeck`
+holds its engine/ and tui/) for side-by-side figures; see docs/performance.md.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ from flightdeck.engine.model import (
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
+from flightdeck.tui.widgets.filter import FilterInput
+from flightdeck.tui.widgets.rows import parse_filter
 from rich.console import RenderableType
 from textual import events
 from textual.geometry import Region
@@ -57,12 +66,13 @@ from textual.geometry import Region
 # The scales below can be shrunk from the environment: `make test` runs every part this way
 # (tests/test_bench_smoke.py), so none can break unnoticed.
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_TUI_SIZES", "100,1000,5000").split(","))
-LIVE = int(os.environ.get("BENCH_TUI_LIVE", "1000"))  # children in the key latency scenarios
-RUNNING_SHARE = 0.2
-RUNNING = int(LIVE * RUNNING_SHARE)
+LIVE = int(os.environ.get("BENCH_TUI_LIVE", "5000"))  # children in the key latency scenarios
+RUNNING_SHARE = 0.2  # of the refresh scenarios' children
+RUNNING = min(200, int(LIVE * RUNNING_SHARE))  # in the key latency scenarios
 TICKS = 30
 BASELINE_TICKS = 5
-KEYS = int(os.environ.get("BENCH_TUI_KEYS", "40"))
+FILTER_CLEARS = 5
+KEYS = int(os.environ.get("BENCH_TUI_KEYS", "100"))
 SCREEN = (160, 50)
 RESULTS = Path(__file__).parent / "results"
 
@@ -70,11 +80,11 @@ RESULTS = Path(__file__).parent / "results"
 class SyntheticView:
     """Engine-like snapshots: running rows change every call; some children start or end."""
 
-    def __init__(self, n: int, folder: Path) -> None:
+    def __init__(self, n: int, folder: Path, running: int | None = None) -> None:
         self.folder = folder
         self.t = 1_800_000_000.0
         self.rows: dict[str, ChildRow] = {}
-        running = int(n * RUNNING_SHARE)
+        running = int(n * RUNNING_SHARE) if running is None else running
         for seq in range(n):
             if seq < running:
                 status = ChildStatus.RUNNING
@@ -194,6 +204,19 @@ async def refresh_costs(n: int, folder: Path) -> dict[str, Any]:
             rebuild.append(time.perf_counter() - t0)
             await pilot.pause(0)
         assert len(table.shown) == n
+        clears = []
+        few = FilterInput.Applied(parse_filter("child-0000"))  # keeps ten rows or fewer
+        everything = FilterInput.Applied(parse_filter(""))
+        for _ in range(FILTER_CLEARS):
+            screen.on_filter_input_applied(few)
+            render()
+            await pilot.pause(0)
+            t0 = time.perf_counter()
+            screen.on_filter_input_applied(everything)
+            render()
+            clears.append(time.perf_counter() - t0)
+            await pilot.pause(0)
+        assert len(table.shown) == n
     d, r = statistics.median(diff), statistics.median(rebuild)
     return {
         "bench": "tui_refresh",
@@ -204,6 +227,8 @@ async def refresh_costs(n: int, folder: Path) -> dict[str, Any]:
         "refresh_ms_max": ms(max(diff)),
         "rebuild_ms_median": ms(r),
         "rebuild_over_refresh": round(r / d, 1),
+        "filter_clear_ms_median": ms(statistics.median(clears)),
+        "filter_clear_ms_max": ms(max(clears)),
     }
 
 
@@ -245,7 +270,8 @@ def summary(name: str, samples: list[float], **extra: Any) -> dict[str, Any]:
         "bench": name,
         **extra,
         "key_to_frame_ms_median": ms(statistics.median(ordered)),
-        "key_to_frame_ms_p95": ms(ordered[int(len(ordered) * 0.95) - 1]),
+        "key_to_frame_ms_p95": ms(ordered[max(0, int(len(ordered) * 0.95) - 1)]),
+        "key_to_frame_ms_p99": ms(ordered[max(0, int(len(ordered) * 0.99) - 1)]),
         "key_to_frame_ms_max": ms(ordered[-1]),
     }
 
@@ -253,7 +279,7 @@ def summary(name: str, samples: list[float], **extra: Any) -> dict[str, Any]:
 async def latency_synthetic(folder: Path) -> list[dict[str, Any]]:
     results = []
     for frozen in (False, True):
-        view = SyntheticView(LIVE, folder)
+        view = SyntheticView(LIVE, folder, running=RUNNING)
         app = FlightdeckApp(view, UiOptions(cursor_blink=False))  # the shipped 0.3 s poll
         if frozen:
 
@@ -352,25 +378,81 @@ async def throughput_under_tui(folder: Path) -> dict[str, Any]:
     }
 
 
+async def cpu_under_tui(folder: Path) -> dict[str, Any]:
+    """The same paced batch alone and with the app attached: process CPU time, alternately.
+
+    The headless runner's own cost (a line per finished child, printed in batches) is small
+    beside the engine's; the engine alone is the baseline.
+    """
+    route = default_sim_route(time_scale=1.0, latency_ms=150.0, tokens_per_s=400.0, tool_turns=2)
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    tasks = tuple(Task(id=f"p{i:05d}", goal=f"Review change {i}", seq=i) for i in range(INSTANT))
+    pool = min(200, INSTANT)
+    alone, attached = [], []
+    for i in range(2):
+        engine = Engine(
+            Batch("bench", tasks), settings, state_dir=folder / f"ca{i}", max_concurrent=pool
+        )
+        c0 = time.process_time()
+        engine.start()
+        while not engine.wait(0.05):
+            await asyncio.sleep(0)
+        alone.append(time.process_time() - c0)
+        engine.close()
+        engine = Engine(
+            Batch("bench", tasks), settings, state_dir=folder / f"ct{i}", max_concurrent=pool
+        )
+        app = FlightdeckApp(LiveView(engine), UiOptions(cursor_blink=False))
+        try:
+            async with app.run_test(size=SCREEN) as pilot:
+                await pilot.pause()
+                c0 = time.process_time()
+                engine.start()
+                while not engine.wait(0):
+                    await asyncio.sleep(0.05)
+                attached.append(time.process_time() - c0)
+        finally:
+            engine.close()
+    a, t = statistics.median(alone), statistics.median(attached)
+    return {
+        "bench": "tui_cpu",
+        "children": INSTANT,
+        "pool": pool,
+        "engine_alone_cpu_s": round(a, 2),
+        "with_tui_cpu_s": round(t, 2),
+        "with_tui_cpu_over_alone": round(t / a, 2),
+    }
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = ["refresh (apply by difference + render) vs full rebuild:"]
-    head = ("children", "running", "refresh ms", "apply ms", "max", "rebuild ms", "ratio")
-    lines.append("  {:>8} {:>7} {:>11} {:>9} {:>8} {:>11} {:>6}".format(*head))
+    head = (
+        "children",
+        "running",
+        "refresh ms",
+        "apply ms",
+        "max",
+        "rebuild ms",
+        "ratio",
+        "unfilter",
+    )
+    lines.append("  {:>8} {:>7} {:>11} {:>9} {:>8} {:>11} {:>6} {:>9}".format(*head))
     for r in results:
         if r["bench"] == "tui_refresh":
             ratio = f"{r['rebuild_over_refresh']}x"
             lines.append(
                 f"  {r['children']:>8,} {r['running']:>7,} {r['refresh_ms_median']:>11} "
                 f"{r['apply_only_ms_median']:>9} {r['refresh_ms_max']:>8} "
-                f"{r['rebuild_ms_median']:>11} {ratio:>6}"
+                f"{r['rebuild_ms_median']:>11} {ratio:>6} {r['filter_clear_ms_median']:>9}"
             )
     lines.append("key press to frame:")
-    lines.append(f"  {'scenario':<42} {'median ms':>9} {'p95':>8} {'max':>8}")
+    lines.append(f"  {'scenario':<42} {'median ms':>9} {'p95':>8} {'p99':>8} {'max':>8}")
     for r in results:
         if r["bench"] == "tui_key_latency":
             lines.append(
                 f"  {r['scenario']:<42} {r['key_to_frame_ms_median']:>9} "
-                f"{r['key_to_frame_ms_p95']:>8} {r['key_to_frame_ms_max']:>8}"
+                f"{r['key_to_frame_ms_p95']:>8} {r['key_to_frame_ms_p99']:>8} "
+                f"{r['key_to_frame_ms_max']:>8}"
             )
     for r in results:
         if r["bench"] == "tui_throughput":
@@ -378,6 +460,12 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"{r['children']:,} instant children: {r['with_tui_children_per_s']:,}/s with "
                 f"the app, {r['engine_alone_children_per_s']:,}/s alone "
                 f"({r['with_tui_over_alone']}x)"
+            )
+        if r["bench"] == "tui_cpu":
+            lines.append(
+                f"{r['children']:,} paced children, {r['pool']} at a time: "
+                f"{r['with_tui_cpu_s']} s CPU with the app, {r['engine_alone_cpu_s']} s alone "
+                f"({r['with_tui_cpu_over_alone']}x)"
             )
     return "\n".join(lines)
 
@@ -393,6 +481,7 @@ async def run() -> list[dict[str, Any]]:
         # the same footing: on a disk, file creation speed decides much of it.
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as files:
             results.append(await throughput_under_tui(Path(files)))
+            results.append(await cpu_under_tui(Path(files)))
     live = next(r for r in results if r.get("scenario", "").startswith("live"))
     frozen = next(r for r in results if r.get("scenario") == "frozen table")
     live["median_over_frozen"] = round(

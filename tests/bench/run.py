@@ -55,12 +55,20 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"full rebuild {r['rebuild_ms_median']} ms",
                 r["rebuild_over_refresh"],
             )
+            if "filter_clear_ms_median" in r:
+                yield (
+                    f"TUI filter cleared, {r['children']:,} children",
+                    f"{r['filter_clear_ms_median']} ms median, {r['filter_clear_ms_max']} max",
+                    "",
+                    None,
+                )
         case "tui_key_latency":
             median = r["key_to_frame_ms_median"]
             frozen = r.get("scenario") == "frozen table"
             yield (
                 f"key to frame, {r.get('scenario', '')}",
-                f"{median} ms median, {r['key_to_frame_ms_p95']} p95",
+                f"{median} ms median, {r['key_to_frame_ms_p95']} p95"
+                + (f", {r['key_to_frame_ms_p99']} p99" if "key_to_frame_ms_p99" in r else ""),
                 "" if frozen or frozen_ms is None else f"frozen table {frozen_ms} ms",
                 None if frozen or frozen_ms is None or not median else round(frozen_ms / median, 2),
             )
@@ -84,6 +92,13 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"{r['cached_share_on']:.0%} of the prefix cached, +{r['added_latency_s']}s",
                 f"gate off: {r['cached_share_off']:.0%}, ${r['cost_usd_off']}",
                 r["cost_off_over_on"],
+            )
+        case "tui_cpu":
+            yield (
+                f"TUI attached, {r['children']:,} paced children (CPU)",
+                f"{r['with_tui_cpu_s']} s CPU",
+                f"engine alone {r['engine_alone_cpu_s']} s",
+                round(r["engine_alone_cpu_s"] / r["with_tui_cpu_s"], 2),
             )
         case other:
             yield (str(other), "(see the JSON)", "", None)

@@ -14,13 +14,17 @@ from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.days import Days, day_of_last
+from flightdeck.tui.widgets.detail import detail_text
 from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import (
     SortOrder,
+    fit_columns,
+    fit_text,
     parse_filter,
     row_cells,
     sort_key,
 )
+from flightdeck.tui.widgets.status import StatusLine, fit_parts, status_parts
 from flightdeck.tui.widgets.tail import read_chunk
 from flightdeck.tui.widgets.transcript import TranscriptHighlighter, wrap_line
 from rich.text import Text
@@ -247,8 +251,8 @@ def _snapshot(rows: tuple[ChildRow, ...]) -> Snapshot:
     return Snapshot("b", BatchStatus.RUNNING, T0, NOW, rows, fake_totals(rows), pool_size=4)
 
 
-def meter_text(snap: Snapshot) -> str:
-    """What the meter shows for `snap`, rendered in a bare app."""
+def meter_text(snap: Snapshot, width: int = 160) -> str:
+    """What the meter shows for `snap`, rendered in a bare app `width` columns wide."""
 
     class MeterApp(App[None]):
         def compose(self) -> ComposeResult:
@@ -256,7 +260,7 @@ def meter_text(snap: Snapshot) -> str:
 
     async def run() -> str:
         app = MeterApp()
-        async with app.run_test():
+        async with app.run_test(size=(width, 10)):
             meter = app.query_one(CostMeter)
             meter.show(snap, snap.now)
             return str(meter.render())
@@ -273,6 +277,21 @@ def test_tokens_in_are_input_alone_with_cache_beside_them(tmp_path: Path) -> Non
     assert "12.0k/3.0k" in [c[0] for c in row_cells(row, False, NOW)]
 
 
+def test_the_meter_says_tokens_and_dollars_at_80_columns(tmp_path: Path) -> None:
+    row = child(
+        1, "g", ChildStatus.RUNNING, folder=tmp_path, tokens=(123_000, 13_000), cost="12.25"
+    )
+    snap = dataclasses.replace(_snapshot((row,)), max_cost_usd=Decimal("100.00"))
+    lines = meter_text(snap, width=80).splitlines()
+    assert len(lines) == 2
+    counts, money = lines
+    assert "0/1 done" in counts and "●1 run" in counts and "■0 stopped" in counts
+    for part in ("123.0k in", "13.0k out", "$12.25", "/min", "budget 12%", "2:15"):
+        assert part in money, part
+    assert "pool" not in money  # the least needed figure is left out
+    assert all(len(line) <= 78 for line in lines)  # nothing cut: 80 columns less the padding
+
+
 def test_the_meter_and_the_row_count_the_call_in_progress(tmp_path: Path) -> None:
     billed = child(1, "g", ChildStatus.RUNNING, folder=tmp_path, tokens=(1_000, 100), cost="0.01")
     row = dataclasses.replace(
@@ -285,3 +304,55 @@ def test_the_meter_and_the_row_count_the_call_in_progress(tmp_path: Path) -> Non
     assert "spent $0.015 " in shown
     cells = [c[0] for c in row_cells(row, False, NOW)]
     assert "3.0k/400" in cells and "$0.015" in cells
+
+
+# --- any width ----------------------------------------------------------------------------------
+
+
+def widths(width: int) -> dict[str, int]:
+    return {key: w for key, _, w in fit_columns(width)}
+
+
+def test_columns_are_dropped_by_importance_and_the_goal_shrinks_first() -> None:
+    for width in range(60, 260):
+        shown = widths(width)
+        assert {"mark", "id", "doing", "cost"} <= shown.keys(), width  # status, activity, cost
+        assert sum(shown.values()) + len(shown) - 1 <= width, width
+    wide, narrow = widths(200), widths(120)
+    assert wide.keys() == narrow.keys()  # at 120 columns every column still fits...
+    assert narrow["goal"] < wide["goal"] and narrow["goal"] <= 13  # ...the goal shrank first
+    assert wide["doing"] == 60 and wide["goal"] >= 50  # a wide screen gives "doing" its share
+    at_80 = widths(78)  # 80 columns less the padding
+    assert set(at_80) == {"mark", "id", "goal", "doing", "tokens", "cost"}
+    assert list(widths(98)) == ["mark", "id", "goal", "doing", "last", "tokens", "cost", "steer"]
+
+
+def test_a_cell_is_cut_with_an_ellipsis_to_its_width() -> None:
+    assert fit_text("streaming", 12) == "streaming   "
+    assert fit_text("tool: read_file 12s", 10) == "tool: rea…"
+    assert fit_text("日本語のテキスト", 7) == "日本語…"
+
+
+def test_the_status_bar_leaves_out_whole_parts_by_priority() -> None:
+    line = StatusLine(
+        batch_id="20270115-080000-demo", order="attention", query="status:failed",
+        shown=4, total=5000, tagged=2, resort_pending=True,
+    )  # fmt: skip
+    full = fit_parts(status_parts(line), 200).plain
+    assert full.index("re-sort pending") < full.index("sort attention") < full.index("filter")
+    narrow = fit_parts(status_parts(line), 78).plain
+    assert len(narrow) <= 78
+    assert "re-sort pending" in narrow and "2 tagged" in narrow and "filter" not in narrow
+    assert not narrow.endswith("…")  # nothing cut mid-word
+
+
+def test_the_detail_line_says_the_selected_child_in_full(tmp_path: Path) -> None:
+    rows = {r.id: r for r in demo_rows(tmp_path)}
+    failed = detail_text(rows["review-04"], NOW).plain.splitlines()
+    assert failed[0] == "✗ review-04  failed: FatalError: sim: simulated fatal error"
+    assert failed[1] == "goal Review PR #104: [@click=app.quit]x[/] markup in a goal"
+    long = dataclasses.replace(rows["review-05"], activity=dataclasses.replace(
+        rows["review-05"].activity, text="route paused after a 429 " + "x" * 80))  # fmt: skip
+    running = detail_text(long, NOW).plain.splitlines()[0]
+    assert "route paused after a 429 " + "x" * 80 in running  # not cut at the column's width
+    assert running.endswith("steer … queued")

@@ -34,6 +34,20 @@ def test_main_screen(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(app_on(tmp_path), terminal_size=SIZE, run_before=loaded)
 
 
+# Any width: the meter (compact under 150 columns), the columns by priority, the detail line and
+# a status bar that drops whole parts rather than cut one.
+def test_main_screen_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(app_on(tmp_path), terminal_size=(80, 24), run_before=loaded)
+
+
+def test_main_screen_120x40(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(app_on(tmp_path), terminal_size=(120, 40), run_before=loaded)
+
+
+def test_main_screen_200x50(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(app_on(tmp_path), terminal_size=(200, 50), run_before=loaded)
+
+
 def test_tagged_and_filtered(snap_compare: Any, tmp_path: Path) -> None:
     async def setup(pilot: Pilot[Any]) -> None:
         await loaded(pilot)

@@ -80,6 +80,13 @@ class HelpScreen(ModalScreen[None]):
             Text(""),
             Text("Columns", style="bold underline"),
             columns,
+            Text(
+                "A narrow screen leaves columns out (rt, calls, route, last, steer, tokens, then "
+                "the goal); the line under the table shows the selected child's whole doing, "
+                "error, steer and goal. After a key press rows keep their places for a few "
+                "seconds: the status bar says 're-sort pending' until they move.",
+                style="dim",
+            ),
             Text(""),
             Text("Also in the command palette (ctrl+p). Esc closes.", style="dim"),
         )

@@ -47,8 +47,8 @@ MAIN_BINDINGS: list[BindingType] = [
         id="view.row-up",
         tooltip="Move up a row (as the up arrow does)",
     ),
-    # Priority: the table's own Home and End scroll sideways. check_action lets the keys through
-    # to the filter box or the transcript when either has focus.
+    # Priority, so the keys reach the table before the screen's scrolling; check_action lets them
+    # through to the filter box or the transcript when either has focus.
     Binding(
         "home",
         "first_row",
@@ -84,6 +84,14 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Tag every visible child; again to untag them",
     ),
     Binding(
+        "g",
+        "tag_group",
+        "Tag group",
+        show=False,
+        id="view.tag-group",
+        tooltip="Tag every child of the selected child's group (steer and stop then act on it)",
+    ),
+    Binding(
         "slash",
         "filter",
         "Filter",
@@ -96,7 +104,7 @@ MAIN_BINDINGS: list[BindingType] = [
         "Sort",
         show=False,
         id="view.sort",
-        tooltip="Cycle the order: attention, recent, cost, tokens, id, batch",
+        tooltip="Cycle the order: attention, recent, cost, tokens, id, batch, group, tree",
     ),
     Binding(
         "f",
@@ -137,6 +145,7 @@ PALETTE = {
     "stop_all": "batch: stop all",
     "tag": "child: tag / untag",
     "tag_visible": "view: tag all visible",
+    "tag_group": "view: tag the selected child's group",
     "filter": "view: filter",
     "sort": "view: next sort order",
     "follow": "view: follow most active",

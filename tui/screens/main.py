@@ -25,6 +25,7 @@ from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.banner import Banner
+from flightdeck.tui.widgets.detail import ChildDetail
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import ATTENTION
 from textual import events
@@ -33,7 +34,7 @@ from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import Footer
 
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
 _ROW_MOVES = frozenset({"row_down", "row_up", "first_row", "last_row"})
@@ -49,6 +50,7 @@ class UiOptions:
     poll_s: float = 0.3  # how often the table and meter read a fresh snapshot
     transcript_poll_s: float = 0.25
     cursor_blink: bool = True
+    sort_hold_s: float = 3.0  # rows keep their places this long after a key press
 
 
 class MainScreen(Screen[None]):
@@ -76,7 +78,9 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
         yield CostMeter(id="meter")
-        yield ChildrenTable(id="children")
+        table = ChildrenTable(id="children", hold_s=self.options.sort_hold_s)
+        yield table
+        yield ChildDetail(id="detail")
         yield TranscriptView(id="transcript", poll_s=self.options.transcript_poll_s)
         filter_input = FilterInput(placeholder="filter: words status:failed route:sim is:tagged")
         filter_input.id = "filter"
@@ -136,6 +140,7 @@ class MainScreen(Screen[None]):
                 self._follow()
             self.query_one("#meter", CostMeter).show(snap, now)
             self.query_one("#banner", Banner).show(snap.problem)
+            self._show_detail()
             self._show_status()
         self._flush_notices()
         self._sync_bindings()
@@ -147,6 +152,12 @@ class MainScreen(Screen[None]):
             newest = max(running, key=lambda r: r.activity.last_activity_ts or 0.0)
             self.table.pinned_top = False
             self.table.select(newest.id)
+
+    def _show_detail(self) -> None:
+        table = self.table
+        selected = table.selected_id
+        row = table.rows_by_id.get(selected) if selected is not None else None
+        self.query_one("#detail", ChildDetail).show(row, self.options.clock())
 
     def _show_status(self) -> None:
         snap = self.snapshot
@@ -162,6 +173,7 @@ class MainScreen(Screen[None]):
                 tagged=len(table.tagged),
                 following=self.following,
                 frozen=self.frozen,
+                resort_pending=table.resort_pending,
             )
         )
 
@@ -205,14 +217,19 @@ class MainScreen(Screen[None]):
 
     # --- selection --------------------------------------------------------------------------
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        child_id = event.row_key.value
+    def on_children_table_highlighted(self, event: ChildrenTable.Highlighted) -> None:
+        child_id = event.child_id
         path = self.view.transcript_path(child_id) if child_id is not None else None
         self.transcript.show(child_id, path)
+        self._show_detail()
         self._sync_bindings()
+
+    def on_children_table_resorted(self, _: ChildrenTable.Resorted) -> None:
+        self._show_status()
 
     def on_children_table_navigated(self, _: ChildrenTable.Navigated) -> None:
         self.following = False
+        self._show_status()
 
     def targets(self) -> list[str]:
         """Tagged children if any, else the one under the cursor."""
@@ -255,7 +272,7 @@ class MainScreen(Screen[None]):
             return None if self.targets() else False
         if action == "stop_all":
             return self._any_live()
-        if action in ("tag", "tag_visible"):
+        if action in ("tag", "tag_visible", "tag_group"):
             return bool(self.table.shown)
         if action in _ROW_MOVES:
             return self.focused is self.table
@@ -280,7 +297,13 @@ class MainScreen(Screen[None]):
         def send(request: SteerRequest | None) -> None:
             if request is None:
                 return
-            self.view.steer(ids, request.message, request.now)
+            try:
+                self.view.steer(ids, request.message, request.now)
+            except ValueError as exc:  # too long, or not valid text: nothing was queued
+                self.notify(
+                    f"steer not sent: {one_line(str(exc), 200)}", severity="error", markup=False
+                )
+                return
             when = "now" if request.now else "at next turn"
             self.notify(f"steer queued for {len(ids)} ({when})", markup=False)
 
@@ -327,10 +350,10 @@ class MainScreen(Screen[None]):
         self.table.action_cursor_up()
 
     def action_first_row(self) -> None:
-        self.table.action_scroll_top()
+        self.table.action_first_row()
 
     def action_last_row(self) -> None:
-        self.table.action_scroll_bottom()
+        self.table.action_last_row()
 
     def action_tag(self) -> None:
         table = self.table
@@ -349,6 +372,23 @@ class MainScreen(Screen[None]):
         shown = list(table.shown)
         every = all(i in table.tagged for i in shown)
         table.set_tagged(shown, not every)
+        if table.row_filter.tagged_only:
+            table.rebuild()
+        self._after_tags()
+
+    def action_tag_group(self) -> None:
+        """Tag the selected child's whole group (a completion unit): s and x then act on it."""
+        table = self.table
+        selected = table.selected_id
+        row = table.rows_by_id.get(selected) if selected is not None else None
+        if row is None:
+            return
+        if row.group is None:
+            self.notify(f"{one_line(row.id)} is in no group", markup=False)
+            return
+        members = [i for i, r in table.rows_by_id.items() if r.group == row.group]
+        every = all(i in table.tagged for i in members)
+        table.set_tagged(members, not every)
         if table.row_filter.tagged_only:
             table.rebuild()
         self._after_tags()

@@ -1,85 +1,129 @@
-"""The children table: one row per child, updated by difference from engine snapshots."""
+"""The children table: a Line API widget that renders only the rows on screen.
+
+It keeps no renderable per child: the snapshot's rows, their sort keys and the visible order.
+A frame asks `render_line` for the few dozen lines on screen; each is built from the row's cells
+(plain text and a style name) and cached by what it shows, so an unchanged line costs a lookup.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+from typing import ClassVar
 
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import ChildRow
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.rows import (
     COLUMN_KEYS,
-    COLUMNS,
     RowFilter,
     SortOrder,
-    doing,
-    last,
+    fit_columns,
+    fit_text,
     row_cells,
     sort_key,
+    subtree_costs,
+    tree_cells,
+    tree_key,
 )
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual import events
+from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
+from textual.geometry import Size
 from textual.message import Message
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.timer import Timer
 
-_GOAL = COLUMN_KEYS.index("goal")
-_DOING = COLUMN_KEYS.index("doing")
-_LAST = COLUMN_KEYS.index("last")
-_MIN_GOAL = 16
-# Finished rows only show a coarse age; refreshing it every few polls is enough.
-_SLOW_EVERY = 8
-# Past this many removals in one update a rebuild is cheaper than DataTable.remove_row (O(n)).
-_REBUILD_AFTER = 32
-_CELL_CACHE = 8192  # rendered cells kept; a screenful is a few hundred
-_COLUMN_KEYS = tuple(ColumnKey(key) for key in COLUMN_KEYS)
+HOLD_S = 3.0  # after a key press, rows keep their places this long
+_STRIPS = 4096  # rendered lines kept; a screenful is a few dozen
+_SEP = " "  # between columns
+
+# (cells, widths, look) -> the rendered line; `look` is cursor, focus and theme.
+_LineKey = tuple[tuple[Cell, ...], tuple[int, ...], tuple[object, ...]]
 
 
-# A rendered cell: the value it showed, how it looked, its row index, its segments.
-_Rendered = tuple[object, tuple[object, ...], int, list[list[Segment]]]
+class ChildrenTable(ScrollView, can_focus=True):
+    """Children as rows, the header on top; `apply` updates by difference from a snapshot."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+    ]
 
-class _IdCell(Text):
-    """The id cell keeps the raw child id, so sorting can map rows back to children."""
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "children-table--header",
+        "children-table--cursor",
+        "children-table--cursor-blurred",
+    }
 
-    def __init__(self, child_id: str, text: str, style: str) -> None:
-        super().__init__(text, style=style, no_wrap=True, overflow="ellipsis")
-        self.child_id = child_id
+    DEFAULT_CSS = """
+    ChildrenTable {
+        background: $surface;
+        color: $foreground;
+        overflow-x: hidden;
+        overflow-y: auto;
+        scrollbar-size-vertical: 1;
+    }
+    ChildrenTable > .children-table--header {
+        text-style: bold;
+        background: $panel;
+        color: $foreground;
+    }
+    ChildrenTable > .children-table--cursor {
+        background: $block-cursor-background;
+        color: $block-cursor-foreground;
+        text-style: $block-cursor-text-style;
+    }
+    ChildrenTable > .children-table--cursor-blurred {
+        background: $block-cursor-blurred-background;
+        color: $block-cursor-blurred-foreground;
+        text-style: $block-cursor-blurred-text-style;
+    }
+    """
 
+    class Highlighted(Message):
+        """A different child is under the cursor (or none)."""
 
-def _render(cell: Cell) -> Text:
-    # Plain Text, never markup: goals, ids and errors are untrusted.
-    return Text(cell[0], style=cell[1], no_wrap=True, overflow="ellipsis")
-
-
-class ChildrenTable(DataTable[Text]):
-    """Children as rows; `apply` updates only the cells that changed."""
+        def __init__(self, child_id: str | None) -> None:
+            super().__init__()
+            self.child_id = child_id
 
     class Navigated(Message):
         """The operator moved the cursor (so follow mode should let go)."""
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+    class Resorted(Message):
+        """A re-sort held back while the operator navigated has been applied."""
+
+    def __init__(self, *, id: str | None = None, hold_s: float = HOLD_S) -> None:
+        super().__init__(id=id)
         self.rows_by_id: dict[str, ChildRow] = {}
         self.tagged: set[str] = set()
         self.order = SortOrder.ATTENTION
         self.row_filter = RowFilter()
-        self._cells: dict[str, tuple[Cell, ...]] = {}  # what each visible row shows now
-        self._keys: dict[str, tuple[object, ...]] = {}  # sort key per visible row
+        self._delegated = False  # some child delegated: the tree order has a tree to show
+        self._subtree: dict[str, Decimal | None] = {}  # in the tree order: each parent's total
+        self._keys: dict[str, tuple[object, ...]] = {}  # sort key of every row
         self._shown: list[str] = []  # visible ids in display order
+        self._index: dict[str, int] | None = None  # id -> position in _shown, built on demand
+        self.cursor_row = 0
+        self._highlighted: str | None = None
         self._now = 0.0
-        self._polls = 0
         # Until the operator picks a row, the cursor stays on the top one (the most urgent).
         self.pinned_top = True
-        self._unflushed = False  # cells were written since the last refresh
-        self._rendered: LRUCache[tuple[object, object], _Rendered] = LRUCache(_CELL_CACHE)
-
-    def on_mount(self) -> None:
-        for key, label, width in COLUMNS:
-            self.add_column(label, width=width, key=key)
-        self._fit_goal()
+        self.hold_s = hold_s
+        self.clock: Callable[[], float] = time.monotonic
+        self._held_until = 0.0
+        self._hold_timer: Timer | None = None
+        self.resort_pending = False
+        self.columns = fit_columns(120)
+        self._widths = tuple(width for _, _, width in self.columns)
+        self._on_screen: dict[str, tuple[Cell, ...]] = {}  # cells each visible line last drew
+        self._strips: LRUCache[_LineKey, Strip] = LRUCache(_STRIPS)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -91,73 +135,94 @@ class ChildrenTable(DataTable[Text]):
     @property
     def selected_id(self) -> str | None:
         """The child under the cursor."""
-        if not self._shown or not self.is_valid_row_index(self.cursor_row):
-            return None
-        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        if 0 <= self.cursor_row < len(self._shown):
+            return self._shown[self.cursor_row]
+        return None
+
+    def cells(self, child_id: str) -> tuple[Cell, ...]:
+        row = self.rows_by_id[child_id]
+        cells = row_cells(row, child_id in self.tagged, self._now)
+        if self.order is SortOrder.TREE and self._delegated:
+            cells = tree_cells(cells, row, self._subtree.get(child_id, False))
+        return cells
+
+    def _key(self, row: ChildRow) -> tuple[object, ...]:
+        if self.order is SortOrder.TREE:
+            return tree_key(row, self.rows_by_id)
+        return sort_key(self.order, row)
 
     def displayed(self, child_id: str, column: str) -> str:
-        """The plain text a cell shows (for tests and the screen)."""
-        return self._cells[child_id][COLUMN_KEYS.index(column)][0]
+        """The plain text a cell shows, before the column's width cuts it."""
+        return self.cells(child_id)[COLUMN_KEYS.index(column)][0]
+
+    def position(self, child_id: str) -> int | None:
+        if self._index is None:
+            self._index = {child_id: i for i, child_id in enumerate(self._shown)}
+        return self._index.get(child_id)
 
     # --- updating ---------------------------------------------------------------------------
 
     def apply(self, rows: Iterable[ChildRow], now: float) -> None:
-        """Bring the table in line with `rows`; call inside `App.batch_update()`."""
+        """Bring the table in line with `rows`."""
         self._now = now
-        self._polls += 1
-        slow = self._polls % _SLOW_EVERY == 0
-        changed: list[ChildRow] = []
-        by_id = self.rows_by_id
+        by_id, keys, order = self.rows_by_id, self._keys, self.order
+        keep, position = self.row_filter.matches, self.position
+        added: list[str] = []
+        removed: set[str] = set()
+        moved = False
         for row in rows:
             # The engine hands out the same ChildRow object until the child changes.
-            if by_id.get(row.id) is not row:
-                by_id[row.id] = row
-                changed.append(row)
-        added: list[str] = []
-        removed: list[str] = []
-        for row in changed:
-            visible = self.row_filter.matches(row, row.id in self.tagged)
-            if row.id in self._cells:
-                if visible:
-                    self._keys[row.id] = sort_key(self.order, row)
-                    self._update(row)
-                else:
-                    removed.append(row.id)
-            elif visible:
+            old = by_id.get(row.id)
+            if old is row:
+                continue
+            by_id[row.id] = row
+            if row.parent is not None:
+                self._delegated = True
+            key = self._key(row)
+            moved = moved or keys.get(row.id) != key
+            keys[row.id] = key
+            was = position(row.id) is not None
+            now_visible = keep(row, row.id in self.tagged)
+            if now_visible and not was:
                 added.append(row.id)
-        if len(removed) > _REBUILD_AFTER:
-            self.rebuild()
-            return
-        for child_id in removed:
-            self._drop(child_id)
-        for child_id in added:
-            self._add(by_id[child_id])
-        self._tick_time(slow, skip={r.id for r in changed})
-        self._flush()
-        if changed or added or removed:
-            self._reorder()
+            elif was and not now_visible:
+                removed.add(row.id)
+        if self._delegated and order is SortOrder.TREE:
+            self._subtree = subtree_costs(by_id)
+        if removed or added:
+            selected = self.selected_id
+            if removed:
+                self._shown = [i for i in self._shown if i not in removed]
+            self._shown.extend(added)
+            self._index = None
+            self._sized()
+            self._reorder(selected, force=False)
+            self._place_cursor(selected)
+        elif moved:
+            self._reorder(self.selected_id, force=False)
+        self._repaint_changed()
 
     def rebuild(self) -> None:
-        """Re-create every row (after a filter or order change), keeping the cursor's child."""
+        """Show the rows the filter keeps in order (after a filter or tag change)."""
         selected = self.selected_id
-        self.clear()
-        self._cells.clear()
-        self._keys.clear()
-        keep = self.row_filter.matches
-        rows = [row for row in self.rows_by_id.values() if keep(row, row.id in self.tagged)]
-        for row in rows:
-            self._keys[row.id] = sort_key(self.order, row)
-        rows.sort(key=lambda r: self._keys[r.id])
-        self._shown = [row.id for row in rows]
-        for row in rows:
-            self._add_cells(row)
-        top = self._shown[0] if self._shown else None
-        self._keep_cursor(selected, top if self.pinned_top else selected)
+        keep, tagged = self.row_filter.matches, self.tagged
+        shown = [i for i, row in self.rows_by_id.items() if keep(row, i in tagged)]
+        shown.sort(key=self._keys.__getitem__)
+        self._shown = shown
+        self._index = None
+        self.resort_pending = False
+        self._sized()
+        self._place_cursor(selected)
+        self.refresh()
 
     def set_order(self, order: SortOrder) -> None:
+        """Sort by `order` now (the operator asked for it: no hold)."""
         self.order = order
-        self._keys = {i: sort_key(order, self.rows_by_id[i]) for i in self._shown}
-        self._reorder()
+        self._keys = {i: self._key(row) for i, row in self.rows_by_id.items()}
+        if order is SortOrder.TREE and self._delegated:
+            self._subtree = subtree_costs(self.rows_by_id)
+        self._reorder(self.selected_id, force=True)
+        self.refresh()
 
     def set_tagged(self, child_ids: Iterable[str], tagged: bool) -> None:
         """Tag or untag children and redraw their mark."""
@@ -166,204 +231,204 @@ class ChildrenTable(DataTable[Text]):
                 self.tagged.add(child_id)
             else:
                 self.tagged.discard(child_id)
-            if child_id in self._cells:
-                self._update(self.rows_by_id[child_id])
-        self._flush()
+        self._repaint_changed()
 
     def select(self, child_id: str | None) -> bool:
         """Put the cursor on `child_id` if it is shown (and keep it there as rows move)."""
-        if child_id is None or child_id not in self._cells:
+        index = self.position(child_id) if child_id is not None else None
+        if index is None:
             return False
-        try:
-            index = self.get_row_index(child_id)
-        except RowDoesNotExist:
-            return False
-        if index != self.cursor_row:
-            self.move_cursor(row=index, animate=False)
+        self._move_to(index)
         return True
 
-    def _add(self, row: ChildRow) -> None:
-        self._keys[row.id] = sort_key(self.order, row)
-        self._shown.append(row.id)
-        self._add_cells(row)
-
-    def _add_cells(self, row: ChildRow) -> None:
-        cells = row_cells(row, row.id in self.tagged, self._now)
-        self._cells[row.id] = cells
-        self.add_row(*self._renderables(row.id, cells), key=row.id)
-
-    def _drop(self, child_id: str) -> None:
-        self._cells.pop(child_id, None)
-        self._keys.pop(child_id, None)
-        self._shown.remove(child_id)
-        self.remove_row(child_id)
-
-    def _renderables(self, child_id: str, cells: tuple[Cell, ...]) -> list[Text]:
-        out = [_render(cell) for cell in cells]
-        out[1] = _IdCell(child_id, *cells[1])
-        return out
-
-    def _update(self, row: ChildRow) -> None:
-        new = row_cells(row, row.id in self.tagged, self._now)
-        self._write(row.id, new)
-
-    def _write(self, child_id: str, new: tuple[Cell, ...]) -> None:
-        old = self._cells[child_id]
-        if new == old:
-            return
-        self._cells[child_id] = new
-        data = self._data[RowKey(child_id)]
-        for index, (before, after) in enumerate(zip(old, new, strict=True)):
-            if before != after:
-                value = _IdCell(child_id, *after) if index == 1 else _render(after)
-                # What update_cell does, minus its refresh() per cell: hundreds of cells
-                # change per poll and one refresh at the end (_flush) is enough.
-                data[_COLUMN_KEYS[index]] = value
-                self._unflushed = True
-
-    def _flush(self) -> None:
-        if self._unflushed:
-            self._unflushed = False
-            self._update_count += 1
-            self.refresh()
-
-    def _tick_time(self, slow: bool, skip: set[str]) -> None:
-        """Ages and tool durations move with the clock, even when the child does not."""
-        now = self._now
-        for child_id, cells in self._cells.items():
-            if child_id in skip:
-                continue
-            row = self.rows_by_id[child_id]
-            # Only running children tick every poll; finished ones show a coarse age.
-            if row.status is not ChildStatus.RUNNING and not (slow and row.status.terminal):
-                continue
-            new_doing, new_last = doing(row, now), last(row, now)
-            if new_doing != cells[_DOING] or new_last != cells[_LAST]:
-                updated = list(cells)
-                updated[_DOING], updated[_LAST] = new_doing, new_last
-                self._write(child_id, tuple(updated))
-
-    def _reorder(self) -> None:
+    def _reorder(self, selected: str | None, *, force: bool) -> None:
         keys = self._keys
         wanted = sorted(self._shown, key=keys.__getitem__)
         if wanted == self._shown:
+            self.resort_pending = False
             return
-        selected = self.selected_id
+        if not force and self.holding:
+            # The operator is reading these rows: they move once the keys have rested.
+            self.resort_pending = True
+            return
+        self.resort_pending = False
         self._shown = wanted
-        rank = {child_id: i for i, child_id in enumerate(wanted)}
-        self.sort("id", key=lambda cell: rank[cell.child_id])
-        # DataTable.sort keeps the cursor's index; keep its child instead (htop does the same).
-        self._keep_cursor(selected, wanted[0] if self.pinned_top else selected)
+        self._index = None
+        self._place_cursor(selected)
+        self.refresh()
 
-    def _keep_cursor(self, before: str | None, target: str | None) -> None:
-        self.select(target)
-        after = self.selected_id
-        if after is not None and after != before:
-            # A different child now sits under a cursor that did not move: say so, as a move would.
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-            self.post_message(self.RowHighlighted(self, self.cursor_row, key))
+    def _place_cursor(self, selected: str | None) -> None:
+        """After rows moved: keep the cursor's child (htop does the same), or the top row."""
+        target = 0 if self.pinned_top or selected is None else self.position(selected)
+        self._move_to(target if target is not None else min(self.cursor_row, self._last_row))
 
-    # --- rendering --------------------------------------------------------------------------
+    @property
+    def holding(self) -> bool:
+        return not self.pinned_top and self.clock() < self._held_until
 
-    def _render_cell(
-        self,
-        row_index: int,
-        column_index: int,
-        base_style: Style,
-        width: int,
-        cursor: bool = False,
-        hover: bool = False,
-    ) -> list[list[Segment]]:
-        """Render a cell only when it changed.
+    def _hold(self) -> None:
+        self._held_until = self.clock() + self.hold_s
+        if self._hold_timer is not None:
+            self._hold_timer.stop()
+        self._hold_timer = self.set_timer(self.hold_s, self._release)
 
-        DataTable keys its render caches on a table-wide update count, so one update_cell
-        re-renders every visible cell, and with hundreds of running children that is every
-        frame. Here a cell is rendered again only when its value object or its look changed;
-        a row that merely moved gets its cached segments with the new row index patched in.
-        """
-        if row_index < 0 or column_index < 0:  # header and row labels: DataTable's own path
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        row_key = self._row_locations.get_key(row_index)
-        column_key = self._column_locations.get_key(column_index)
-        assert row_key is not None and column_key is not None
-        value = self._data[row_key].get(column_key)
-        look = (base_style, width, cursor, hover, self._show_hover_cursor, self._pseudo_class_state)
-        hit = self._rendered.get((row_key, column_key))
-        if hit is not None and hit[0] is value and hit[1] == look:
-            cached_index, lines = hit[2], hit[3]
-            if cached_index == row_index:
-                return lines
-            # DataTable marks each cell's segments with its row index (for mouse clicks).
-            meta = Style.from_meta({"row": row_index, "column": column_index})
-            moved = [[Segment(t, s + meta if s else meta, c) for t, s, c in line] for line in lines]
-            self._rendered[(row_key, column_key)] = (value, look, row_index, moved)
-            return moved
-        lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        self._rendered[(row_key, column_key)] = (value, look, row_index, lines)
-        return lines
+    def _release(self) -> None:
+        self._hold_timer = None
+        if self.resort_pending:
+            self._reorder(self.selected_id, force=True)
+            self.post_message(self.Resorted())
 
-    # --- layout -----------------------------------------------------------------------------
+    # --- cursor -----------------------------------------------------------------------------
 
-    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
-        """The table's size, without measuring the cells of new rows.
+    @property
+    def _last_row(self) -> int:
+        return max(0, len(self._shown) - 1)
 
-        DataTable measures every cell of every new row (through Rich's console options) to size
-        auto-width columns and auto-height rows. Here every column has a fixed width and every
-        row is one line, so the measurements decide nothing, and a big batch appearing at once
-        would freeze the UI while they run.
-        """
-        super()._update_dimensions(())
+    def _move_to(self, index: int) -> None:
+        index = max(0, min(index, self._last_row))
+        if index != self.cursor_row:
+            old = self.cursor_row
+            self.cursor_row = index
+            self.refresh_line(old + 1)
+            self.refresh_line(index + 1)
+            # Only when the cursor moved: a poll must not pull back a view scrolled by the wheel.
+            self._scroll_to_cursor()
+        child_id = self.selected_id
+        if child_id != self._highlighted:
+            self._highlighted = child_id
+            self.post_message(self.Highlighted(child_id))
 
-    def on_resize(self, event: events.Resize) -> None:
-        self._fit_goal()
+    def _scroll_to_cursor(self) -> None:
+        rows = max(1, self.scrollable_content_region.height - 1)  # the header takes a line
+        top = round(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + rows:
+            self.scroll_to(y=self.cursor_row - rows + 1, animate=False, immediate=True)
 
-    def _fit_goal(self) -> None:
-        """Give the goal column whatever width the other columns leave."""
-        if not self.columns:
-            return
-        pad = 2 * self.cell_padding
-        others = sum(width + pad for key, _, width in COLUMNS if key != "goal")
-        available = self.scrollable_content_region.width - others - pad - 1
-        goal = self.columns[ColumnKey("goal")]
-        width = max(_MIN_GOAL, available)
-        if goal.width != width:
-            goal.width = width
-            # Column widths feed DataTable's render caches, which key on the update count.
-            self._update_count += 1
-            self._require_update_dimensions = True
-            self.refresh()
-
-    # --- operator navigation ----------------------------------------------------------------
+    @property
+    def _page(self) -> int:
+        return max(1, self.scrollable_content_region.height - 2)
 
     def navigated(self) -> None:
-        """The operator chose a row: stop pinning the cursor to the top, tell the screen."""
+        """The operator chose a row: stop pinning the cursor to the top, hold the order."""
         self.pinned_top = False
+        self._hold()
         self.post_message(self.Navigated())
 
     def action_cursor_up(self) -> None:
         self.navigated()
-        super().action_cursor_up()
+        self._move_to(self.cursor_row - 1)
 
     def action_cursor_down(self) -> None:
         self.navigated()
-        super().action_cursor_down()
+        self._move_to(self.cursor_row + 1)
 
     def action_page_up(self) -> None:
         self.navigated()
-        super().action_page_up()
+        self._move_to(self.cursor_row - self._page)
 
     def action_page_down(self) -> None:
         self.navigated()
-        super().action_page_down()
+        self._move_to(self.cursor_row + self._page)
 
-    def action_scroll_top(self) -> None:
+    def action_first_row(self) -> None:
         self.navigated()
-        super().action_scroll_top()
+        self._move_to(0)
 
-    def action_scroll_bottom(self) -> None:
+    def action_last_row(self) -> None:
         self.navigated()
-        super().action_scroll_bottom()
+        self._move_to(self._last_row)
 
-    async def _on_click(self, event: events.Click) -> None:
-        self.navigated()
-        await super()._on_click(event)
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y < 1:  # the header
+            return
+        index = round(self.scroll_y) + offset.y - 1
+        if index < len(self._shown):
+            self.navigated()
+            self._move_to(index)
+
+    # --- layout -----------------------------------------------------------------------------
+
+    def on_resize(self, _: events.Resize) -> None:
+        self._fit()
+
+    def on_mount(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """Columns by priority for the width there is (see rows.fit_columns)."""
+        self.columns = fit_columns(self.scrollable_content_region.width)
+        self._widths = tuple(width for _, _, width in self.columns)
+        self._sized()
+        self._scroll_to_cursor()
+        self.refresh()
+
+    def _sized(self) -> None:
+        width = sum(self._widths) + len(self._widths) - 1
+        self.virtual_size = Size(width, len(self._shown) + 1)
+
+    # --- rendering --------------------------------------------------------------------------
+
+    def _repaint_changed(self) -> None:
+        """Refresh only the lines on screen whose cells changed since they were drawn."""
+        top = round(self.scroll_y)
+        for index in range(top, min(len(self._shown), top + self.size.height)):
+            child_id = self._shown[index]
+            if self._on_screen.get(child_id) != self.cells(child_id):
+                self.refresh_line(index + 1)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if y == 0:
+            return self._header(width)
+        index = round(self.scroll_y) + y - 1
+        if index >= len(self._shown):
+            return Strip.blank(width, self.rich_style)
+        child_id = self._shown[index]
+        cells = self.cells(child_id)
+        self._on_screen[child_id] = cells
+        if index == self.cursor_row:
+            name = "children-table--cursor" if self.has_focus else "children-table--cursor-blurred"
+            base = self.get_component_rich_style(name)
+        else:
+            base = self.rich_style
+        key: _LineKey = (cells, self._widths, (base, width))
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._line(cells, base, width)
+            self._strips[key] = strip
+        return strip
+
+    def _line(self, cells: tuple[Cell, ...], base: Style, width: int) -> Strip:
+        by_key = dict(zip(COLUMN_KEYS, cells, strict=True))
+        sep = Segment(_SEP, base)
+        segments: list[Segment] = []
+        for key, _, col_width in self.columns:
+            text, style = by_key[key]
+            if segments:
+                segments.append(sep)
+            # Plain text, never markup: goals, ids and errors are untrusted.
+            segments.append(Segment(fit_text(text, col_width), base + Style.parse(style)))
+        return Strip(segments).adjust_cell_length(width, base)
+
+    def _header(self, width: int) -> Strip:
+        style = self.get_component_rich_style("children-table--header")
+        key: _LineKey = ((), self._widths, ("header", style, width))
+        strip = self._strips.get(key)
+        if strip is None:
+            text = _SEP.join(fit_text(label, w) for _, label, w in self.columns)
+            strip = Strip([Segment(text, style)]).adjust_cell_length(width, style)
+            self._strips[key] = strip
+        return strip
+
+    def on_focus(self) -> None:
+        self.refresh_line(self.cursor_row + 1)
+
+    def on_blur(self) -> None:
+        self.refresh_line(self.cursor_row + 1)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()

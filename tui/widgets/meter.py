@@ -11,6 +11,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 BAR_WIDTH = 24
+COMPACT_BAR = 8
+COMPACT_BELOW = 150  # columns: under this the meter uses its compact form (the full one is ~150)
 BURN_WINDOW_S = 60.0  # the burn rate is measured over the last minute
 _MIN_WINDOW_S = 5.0  # below this the window is too short; use the batch average
 
@@ -35,6 +37,7 @@ class CostMeter(Static):
         super().__init__(id=id, markup=False)
         self._samples: deque[tuple[float, Decimal]] = deque()
         self._shown: Text | None = None
+        self._last: tuple[Snapshot, float, Decimal | None] | None = None
 
     def burn_per_min(self, snap: Snapshot, now: float) -> Decimal | None:
         """Dollars per minute over the last minute; early on and once ended, the batch average."""
@@ -54,45 +57,80 @@ class CostMeter(Static):
         """Render the meter for `snap`; a no-op when nothing visible changed."""
         if snap.finished_ts is not None:  # the batch is over: its clock stops with it
             now = snap.finished_ts
-        t = snap.totals
-        total = max(1, t.children)
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(bar(t.done / total), style="green")
-        text.append(f" {t.done}/{t.children} done   ", style="bold")
-        text.append(f"● {t.running} running   ", style="green")
-        text.append(f"○ {t.queued} queued   ", style="dim")
-        text.append(f"✓ {t.completed} completed   ", style="green")
-        text.append(f"✗ {t.failed} failed   ", style="bold red" if t.failed else "dim")
-        text.append(f"■ {t.stopped} stopped", style="yellow" if t.stopped else "dim")
-        text.append("\n")
-        text.append("tokens ", style="dim")
-        usage = t.live_usage  # calls in progress count as they stream, until they are billed
-        # "in" is fresh input alone, as in the report; cache reads and writes are shown apart.
-        cached = usage.cache_read_tokens + usage.cache_write_tokens
-        text.append(f"{fmt_tokens(usage.input_tokens)} in · {fmt_tokens(usage.output_tokens)} out")
-        text.append(f" · {fmt_tokens(cached)} cached")
-        if t.cache_saved_usd:  # what reading the cache saved against the uncached price
-            text.append(f" (saved {fmt_cost(t.cache_saved_usd)})", style="green")
-        text.append("   spent ", style="dim")
-        spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, "unpriced")
-        text.append(spent, style="bold")
-        text.append(note, style="yellow")
         burn = self.burn_per_min(snap, now)
-        text.append("   burn ", style="dim")
-        if t.cost_unknown and not t.live_cost_usd:  # only unpriced spend: its rate is unknown too
-            text.append(f"{fmt_cost(None)}/min")
-        else:
-            text.append("—" if burn is None else f"{fmt_cost(burn)}/min")
-        if snap.max_cost_usd:
-            used = float(t.live_cost_usd / snap.max_cost_usd)
-            style = "bold red" if used >= 0.9 else "yellow" if used >= 0.6 else "green"
-            text.append("   budget ", style="dim")
-            text.append(bar(used, 12), style=style)
-            text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
-        text.append("   elapsed ", style="dim")
-        text.append(fmt_clock(now - snap.started_ts))
-        text.append("   pool ", style="dim")
-        text.append(str(snap.pool_size))
+        self._last = (snap, now, burn)
+        text = meter_text(snap, now, burn, compact=self._compact())
         if text != self._shown:
             self._shown = text
             self.update(text, layout=False)  # fixed height: no layout pass per poll
+
+    def on_resize(self) -> None:
+        if self._last is not None:  # the compact form depends on the width
+            snap, now, burn = self._last
+            self._shown = meter_text(snap, now, burn, compact=self._compact())
+            self.update(self._shown, layout=False)
+
+    def _compact(self) -> bool:
+        return 0 < self.content_region.width < COMPACT_BELOW
+
+
+def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: bool) -> Text:
+    """Two lines: children by state; then tokens, dollars, burn, budget, elapsed and pool.
+
+    Compact (under COMPACT_BELOW columns) says the same with a short bar and short labels, so
+    the tokens and dollars fit on an 80-column screen.
+    """
+    t = snap.totals
+    total = max(1, t.children)
+    text = Text(no_wrap=True, overflow="ellipsis")
+    gap = "  " if compact else "   "
+    text.append(bar(t.done / total, COMPACT_BAR if compact else BAR_WIDTH), style="green")
+    text.append(f" {t.done}/{t.children} done{gap}", style="bold")
+    if compact:
+        text.append(f"●{t.running} run ", style="green")
+        text.append(f"○{t.queued} queued ", style="dim")
+        text.append(f"✓{t.completed} ok ", style="green")
+        text.append(f"✗{t.failed} failed ", style="bold red" if t.failed else "dim")
+        text.append(f"■{t.stopped} stopped", style="yellow" if t.stopped else "dim")
+    else:
+        text.append(f"● {t.running} running{gap}", style="green")
+        text.append(f"○ {t.queued} queued{gap}", style="dim")
+        text.append(f"✓ {t.completed} completed{gap}", style="green")
+        text.append(f"✗ {t.failed} failed{gap}", style="bold red" if t.failed else "dim")
+        text.append(f"■ {t.stopped} stopped", style="yellow" if t.stopped else "dim")
+    text.append("\n")
+    usage = t.live_usage  # calls in progress count as they stream, until they are billed
+    # "in" is fresh input alone, as in the report; cache reads and writes are shown apart.
+    cached = usage.cache_read_tokens + usage.cache_write_tokens
+    if not compact:
+        text.append("tokens ", style="dim")
+    dot = " " if compact else " · "
+    text.append(f"{fmt_tokens(usage.input_tokens)} in{dot}{fmt_tokens(usage.output_tokens)} out")
+    if cached or not compact:
+        text.append(f"{dot}{fmt_tokens(cached)} cached")
+    if t.cache_saved_usd and not compact:  # what reading the cache saved, at the uncached price
+        text.append(f" (saved {fmt_cost(t.cache_saved_usd)})", style="green")
+    text.append(f"{gap}spent " if not compact else gap, style="dim")
+    spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, "unpriced")
+    text.append(spent, style="bold")
+    text.append(note, style="yellow")
+    text.append(f"{gap}burn " if not compact else " ", style="dim")
+    if t.cost_unknown and not t.live_cost_usd:  # only unpriced spend: its rate is unknown too
+        text.append(f"{fmt_cost(None)}/min")
+    else:
+        text.append("—" if burn is None else f"{fmt_cost(burn)}/min")
+    if snap.max_cost_usd:
+        used = float(t.live_cost_usd / snap.max_cost_usd)
+        style = "bold red" if used >= 0.9 else "yellow" if used >= 0.6 else "green"
+        text.append(f"{gap}budget ", style="dim")
+        if compact:
+            text.append(f"{used:.0%}", style=style)
+        else:
+            text.append(bar(used, 12), style=style)
+            text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
+    text.append(f"{gap}elapsed " if not compact else gap, style="dim")
+    text.append(fmt_clock(now - snap.started_ts))
+    if not compact:  # the least needed figure: compact leaves it out
+        text.append(f"{gap}pool ", style="dim")
+        text.append(str(snap.pool_size))
+    return text

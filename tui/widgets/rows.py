@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
+from rich.cells import cell_len, set_cell_size
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
 DOING_CHARS = 60
@@ -55,7 +58,8 @@ COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
 
 # What each column header means, for the help screen (the mark column has no header).
 COLUMN_HELP: dict[str, str] = {
-    "id": "the child's id",
+    "id": "the child's id (a delegate's is its parent's, then .1, .2, ...; indented under its "
+    "parent in the tree order)",
     "goal": "its task, cut to the column's width",
     "route": "the route it calls, as route/model when the model has another name",
     "calls": "model requests sent so far",
@@ -63,10 +67,62 @@ COLUMN_HELP: dict[str, str] = {
     "'last turn' when max_turns allows no more (a steer sent then is missed)",
     "last": "how long ago it last did something, or ended",
     "tokens": "input tokens (cache reads and writes apart, as in the report) / output tokens",
-    "cost": "dollars spent; $? when the model has no price",
+    "cost": "dollars spent; $? when the model has no price; in the tree order, Σ is a "
+    "parent's cost with all its delegates'",
     "retries": "retries after a 429, a timeout or a server error",
     "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
 }
+
+
+# --- layout by priority -----------------------------------------------------------------------
+
+# Dropped first to last when the screen is narrow; the mark (status), id, "doing" (activity) and
+# cost stay. The goal shrinks to its floor before anything is dropped, and goes last.
+DROP_ORDER = ("retries", "calls", "route", "last", "steer", "tokens", "goal")
+GOAL_MIN = 12
+DOING_MIN = 12
+ID_MIN = 8
+DOING_MAX = DOING_CHARS  # the full text is in the detail line under the table
+
+
+def fit_columns(width: int) -> tuple[tuple[str, str, int], ...]:
+    """The columns to show at `width` cells (one space between columns), with their widths.
+
+    Extra width beyond every column's own goes half to "doing" (up to what it can say) and the
+    rest to the goal, so a wide screen does not spend it all on the goal.
+    """
+    widths = {key: w for key, _, w in COLUMNS}
+    widths["goal"] = GOAL_MIN
+    keys = list(COLUMN_KEYS)
+
+    def total() -> int:
+        return sum(widths[k] for k in keys) + len(keys) - 1
+
+    for key in DROP_ORDER:
+        if total() <= width:
+            break
+        keys.remove(key)
+    over = total() - width
+    for key, floor in (("doing", DOING_MIN), ("id", ID_MIN)):
+        cut = max(0, min(over, widths[key] - floor))
+        widths[key] -= cut
+        over -= cut
+    extra = width - total()
+    if extra > 0:
+        to_doing = min(extra // 2 if "goal" in keys else extra, DOING_MAX - widths["doing"])
+        widths["doing"] += max(0, to_doing)
+        if "goal" in keys:
+            widths["goal"] += extra - max(0, to_doing)
+    return tuple((key, label, widths[key]) for key, label, _ in COLUMNS if key in keys)
+
+
+def fit_text(text: str, width: int) -> str:
+    """`text` in exactly `width` cells: padded, or cut with an ellipsis."""
+    if width <= 0:
+        return ""
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    return set_cell_size(text, width - 1) + "…"
 
 
 def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
@@ -96,7 +152,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     )
 
 
-def doing(row: ChildRow, now: float) -> Cell:
+def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
     """What the child is doing: its tool and for how long, its activity, or how it ended."""
     a = row.activity
     if row.status is ChildStatus.RUNNING:
@@ -104,12 +160,12 @@ def doing(row: ChildRow, now: float) -> Cell:
         last_turn = LAST_TURN if a.last_turn else ""
         if a.current_tool is not None:
             since = fmt_span(now - a.tool_started_ts) if a.tool_started_ts is not None else ""
-            return (one_line(f"{last_turn}tool: {a.current_tool} {since}", DOING_CHARS), "cyan")
-        return (one_line(last_turn + a.text, DOING_CHARS), "yellow" if is_retrying(row) else "")
+            return (one_line(f"{last_turn}tool: {a.current_tool} {since}", limit), "cyan")
+        return (one_line(last_turn + a.text, limit), "yellow" if is_retrying(row) else "")
     if row.status in _WAITING:
         return (row.status.value, "dim")
     text = row.status.value + (f": {row.error}" if row.error else "")
-    return (one_line(text, DOING_CHARS), "bold red" if row.status in ATTENTION else "dim")
+    return (one_line(text, limit), "bold red" if row.status in ATTENTION else "dim")
 
 
 def last(row: ChildRow, now: float) -> Cell:
@@ -144,6 +200,8 @@ class SortOrder(StrEnum):
     TOKENS = "tokens"
     ID = "id"
     BATCH = "batch"
+    GROUP = "group"  # a group's members together, in batch order; ungrouped last
+    TREE = "tree"  # each parent, then its delegates indented under it (ChildrenTable keys it)
 
     def next(self) -> SortOrder:
         members = list(SortOrder)
@@ -168,7 +226,58 @@ def sort_key(order: SortOrder, row: ChildRow) -> tuple[object, ...]:
         return (-row.live_usage.total, row.seq)
     if order is SortOrder.ID:
         return (row.id, row.seq)
+    if order is SortOrder.GROUP:
+        return (row.group is None, row.group or "", row.seq)
     return (row.seq,)
+
+
+def tree_key(row: ChildRow, rows: Mapping[str, ChildRow]) -> tuple[int, ...]:
+    """The seqs from the root down to `row`: a parent sorts before its delegates (made after
+    it, so with later seqs), and each delegate's own delegates right after it."""
+    seqs = [row.seq]
+    parent = row.parent
+    while parent is not None and len(seqs) < 64:
+        up = rows.get(parent)
+        if up is None:
+            break
+        seqs.append(up.seq)
+        parent = up.parent
+    return tuple(reversed(seqs))
+
+
+def subtree_costs(rows: Mapping[str, ChildRow]) -> dict[str, Decimal | None]:
+    """Each parent's cost with every delegate below it (live, as the cost column); None when a
+    price in the subtree is unknown. Only children that delegated are in it."""
+    totals: dict[str, Decimal | None] = {}
+    for row in rows.values():
+        if row.parent is None:
+            continue
+        cost = row.live_cost_usd
+        parent: str | None = row.parent
+        for _ in range(64):
+            if parent is None or parent not in rows:
+                break
+            if parent not in totals:
+                totals[parent] = rows[parent].live_cost_usd
+            known = totals[parent]
+            totals[parent] = None if known is None or cost is None else known + cost
+            parent = rows[parent].parent
+    return totals
+
+
+def tree_cells(
+    cells: tuple[Cell, ...], row: ChildRow, subtree_cost: Decimal | bool | None
+) -> tuple[Cell, ...]:
+    """A row's cells in the tree order: its id indented by depth, and for a parent the cost of
+    its whole subtree (`Σ$…`). `subtree_cost` False: it delegated nothing."""
+    out = list(cells)
+    if row.depth:
+        text, style = out[1]
+        out[1] = ("  " * (row.depth - 1) + "└ " + text, style)
+    if subtree_cost is not False:
+        cost = subtree_cost if isinstance(subtree_cost, Decimal) else None
+        out[8] = ("Σ" + fmt_cost(cost), "bold")
+    return tuple(out)
 
 
 def _attention_key(row: ChildRow) -> tuple[int, float]:

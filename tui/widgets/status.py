@@ -23,39 +23,87 @@ class StatusLine:
     tagged: int = 0
     following: bool = False
     frozen: bool = False
+    resort_pending: bool = False
+
+
+Part = tuple[int, list[tuple[str, str]]]  # (priority: lower stays longer, [(text, style)])
+
+
+def status_parts(line: StatusLine) -> list[Part]:
+    """What the bar says, in display order, each part with its priority."""
+    finished = line.batch_status is not BatchStatus.RUNNING
+    state_style = (
+        ("bold green" if line.batch_status is BatchStatus.COMPLETED else "bold yellow")
+        if finished
+        else "green"
+    )
+    parts: list[Part] = [
+        (
+            0,
+            [
+                (f"batch {one_line(line.batch_id, 24)} ", "bold"),
+                (line.batch_status.value, state_style),
+            ],
+        ),
+    ]
+    if finished:
+        parts.append((1, [(" (q to quit)", "dim")]))
+    if line.frozen:
+        parts.append((0, [("  │  ", "dim"), ("FROZEN", "bold reverse yellow")]))
+    if line.resort_pending:
+        parts.append((1, [("  │  ", "dim"), ("re-sort pending", "bold yellow")]))
+    parts.append((2, [("  │  sort ", "dim"), (line.order, "")]))
+    if line.tagged:
+        parts.append((1, [(f"  │  {line.tagged} tagged", "bold magenta")]))
+    parts.append((2, [(f"  │  {line.shown:,} of {line.total:,} shown", "dim")]))
+    if line.following:
+        parts.append((2, [("  │  following", "bold cyan")]))
+    query = one_line(line.query, 40) if line.query else "—"
+    parts.append((3, [("  │  filter ", "dim"), (query, "")]))
+    return parts
+
+
+def fit_parts(parts: list[Part], width: int) -> Text:
+    """The parts that fit in `width`, most important first, kept in display order.
+
+    A part that does not fit is left out whole rather than cut mid-word; only the first part
+    (the batch) is ever cut, with an ellipsis, on a screen too narrow for it.
+    """
+
+    def size(part: Part) -> int:
+        return sum(len(t) for t, _ in part[1])
+
+    keep: set[int] = set()
+    used = 0
+    for index in sorted(range(len(parts)), key=lambda i: (parts[i][0], i)):
+        need = size(parts[index])
+        if index == 0 or used + need <= width:
+            keep.add(index)
+            used += need
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for index, (_, pieces) in enumerate(parts):
+        if index in keep:
+            for piece, style in pieces:
+                text.append(piece, style=style)
+    return text
 
 
 class StatusBar(Static):
-    """One line under the table."""
+    """One line under the table; what does not fit is dropped by priority."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, markup=False)
         self.line: StatusLine | None = None
+        self._width = 0
 
     def show(self, line: StatusLine) -> None:
-        if line == self.line:
+        width = self.content_region.width or 160
+        if line == self.line and width == self._width:
             return
-        self.line = line
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f"batch {one_line(line.batch_id)} ", style="bold")
-        finished = line.batch_status is not BatchStatus.RUNNING
-        text.append(
-            line.batch_status.value,
-            style=("bold green" if line.batch_status is BatchStatus.COMPLETED else "bold yellow")
-            if finished
-            else "green",
-        )
-        if finished:
-            text.append(" (q to quit)", style="dim")
-        text.append("  │  sort ", style="dim")
-        text.append(line.order)
-        text.append("  │  filter ", style="dim")
-        text.append(one_line(line.query, 40) if line.query else "—")
-        text.append(f"  │  {line.shown:,} of {line.total:,} shown", style="dim")
-        if line.tagged:
-            text.append(f"  │  {line.tagged} tagged", style="bold magenta")
-        if line.following:
-            text.append("  │  following", style="bold cyan")
-        if line.frozen:
-            text.append("  │  FROZEN", style="bold reverse yellow")
-        self.update(text, layout=False)  # fixed height: no layout pass per poll
+        self.line, self._width = line, width
+        self.update(fit_parts(status_parts(line), width), layout=False)  # fixed height
+
+    def on_resize(self) -> None:
+        if self.line is not None:
+            line, self.line = self.line, None
+            self.show(line)

@@ -20,6 +20,7 @@ from flightdeck.engine.inputs.tasks.values import (
     MAX_TURNS_LIMIT,
     TASK_FIELDS,
     Batch,
+    Schedule,
     Task,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_TURNS_LIMIT",
     "TASK_FIELDS",
     "Batch",
+    "Schedule",
     "Task",
     "check_routes",
     "load_batch",

@@ -71,8 +71,9 @@ def _escaped(text: str) -> str:
 
 
 def check_routes(batch: Batch, route_names: Collection[str], default: str) -> None:
-    """Raise SpecError at the first task whose route (or the default) is not configured."""
-    for task in batch.tasks:
+    """Raise SpecError at the first task (or schedule template) whose route (or the default)
+    is not configured."""
+    for task in (*batch.tasks, *(t for s in batch.schedules for t in s.tasks)):
         name = task.route or default
         if name in route_names:
             continue

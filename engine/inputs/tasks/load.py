@@ -17,6 +17,7 @@ from flightdeck.engine.inputs.tasks.readers import (
     parse_yaml,
     read_text,
 )
+from flightdeck.engine.inputs.tasks.schedules import load_schedules
 from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TASK_CHARS,
     DEFAULT_MAX_TURNS,
@@ -27,7 +28,7 @@ from flightdeck.engine.inputs.tasks.values import (
     Task,
 )
 
-_TOP_KEYS = ("batch", "defaults", "tasks")
+_TOP_KEYS = ("batch", "defaults", "tasks", "schedules")
 _BATCH_KEYS = ("name", "workspace", "delegate")
 
 
@@ -84,13 +85,26 @@ def _load_document(src: Source, data: object, max_chars: int) -> Batch:
             ("batch", "delegate"), "batch.delegate", expected("true or false", delegate)
         )
     defaults = _defaults(src, _table(src, data, "defaults"), max_chars)
+    schedules = load_schedules(
+        src,
+        data.get("schedules"),
+        defaults,
+        lambda drafts: _finish(src.path, name, workspace, drafts, max_chars),
+    )
     entries = data.get("tasks")
-    if entries is None or entries == []:
+    if (entries is None or entries == []) and not schedules:
         raise src.error(("tasks",), "tasks", "the batch has no tasks")
-    if not isinstance(entries, list):
+    if not isinstance(entries, list | None):
         raise src.error(("tasks",), "tasks", expected("an array of tables ([[tasks]])", entries))
-    drafts = [d for i, raw in enumerate(entries) for d in expand(raw, src, ("tasks", i), defaults)]
-    batch = _finish(src.path, name, workspace, drafts, max_chars)
+    drafts = [
+        d for i, raw in enumerate(entries or []) for d in expand(raw, src, ("tasks", i), defaults)
+    ]
+    if drafts:
+        batch = _finish(src.path, name, workspace, drafts, max_chars)
+    else:  # only schedules: the tasks come in waves
+        batch = Batch(name=name, tasks=(), source=src.path, workspace=workspace)
+    if schedules:
+        batch = dataclasses.replace(batch, schedules=schedules)
     return dataclasses.replace(batch, delegate=delegate) if delegate else batch
 
 

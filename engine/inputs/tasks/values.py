@@ -36,6 +36,19 @@ class Task:
 
 
 @dataclass(frozen=True, slots=True)
+class Schedule:
+    """A `[[schedules]]` entry: every `every_s` seconds, or at each `cron` time, its template
+    tasks become a new wave (see control/schedules.py)."""
+
+    id: str
+    tasks: tuple[Task, ...]  # the template: ids and goals before a wave fills them in
+    every_s: float | None = None
+    cron: str | None = None
+    at_start: bool = False
+    source: str = ""  # "file:line" of the entry
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """A validated batch: its tasks in order and where they came from."""
 
@@ -44,3 +57,4 @@ class Batch:
     source: Path | None = None
     workspace: Path | None = None  # None: a fresh folder under the state dir
     delegate: bool = False  # offer every child the `delegate` tool (routes may, one by one)
+    schedules: tuple[Schedule, ...] = ()  # a batch with schedules runs until it is stopped

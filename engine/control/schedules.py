@@ -1,0 +1,78 @@
+"""Schedules on the coordinator's clock: each tick of a schedule is a new wave of its tasks.
+
+The clock is read on the coordinator thread between one step and the next, so a wave is never
+seen half queued. A tick is skipped while the schedule's last wave is still queued or running;
+after a long sleep (a suspended laptop, a stopped process) a schedule fires once, not once for
+every tick it missed; nothing fires at start unless `at_start`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from croniter import croniter
+from flightdeck.engine.inputs.tasks import Schedule, Task
+
+
+class ScheduleClock:
+    """When each schedule fires next, and which of its waves is the latest."""
+
+    def __init__(self, schedules: tuple[Schedule, ...], now: float) -> None:
+        self._schedules = schedules
+        self._next = {s.id: now if s.at_start else _after(s, now) for s in schedules}
+        self._waves = dict.fromkeys((s.id for s in schedules), 0)
+        self._last_wave: dict[str, tuple[str, ...]] = {}
+        self.skipped = dict.fromkeys((s.id for s in schedules), 0)
+
+    def __bool__(self) -> bool:
+        return bool(self._schedules)
+
+    def due(self, now: float, live: Callable[[str], bool]) -> list[list[Task]]:
+        """The waves to queue now, one per schedule whose time has come and whose last wave
+        has ended (`live(child_id)`: still queued or running). The next time is the first one
+        after `now`, however many were missed."""
+        waves = []
+        for s in self._schedules:
+            if now < self._next[s.id]:
+                continue
+            self._next[s.id] = _after(s, now)
+            if any(live(i) for i in self._last_wave.get(s.id, ())):
+                self.skipped[s.id] += 1
+                continue
+            self._waves[s.id] += 1
+            wave = _wave(s, self._waves[s.id])
+            self._last_wave[s.id] = tuple(t.id for t in wave)
+            waves.append(wave)
+        return waves
+
+    def next_in(self, now: float) -> float | None:
+        """Seconds until the next schedule is due (None: no schedules)."""
+        if not self._next:
+            return None
+        return max(0.0, min(self._next.values()) - now)
+
+
+def _after(s: Schedule, now: float) -> float:
+    """The first time this schedule fires strictly after `now`."""
+    if s.every_s is not None:
+        return now + s.every_s
+    assert s.cron is not None
+    start = datetime.fromtimestamp(now, UTC)
+    return float(croniter(s.cron, start).get_next(float))
+
+
+def _wave(s: Schedule, n: int) -> list[Task]:
+    """Wave `n` of a schedule: its template tasks with `{wave}` filled in and ids of their own
+    (`<task id>-w<n>`)."""
+    return [
+        dataclasses.replace(
+            t,
+            id=f"{t.id}-w{n}",
+            goal=t.goal.replace("{wave}", str(n)),
+            context=None if t.context is None else t.context.replace("{wave}", str(n)),
+            source=f"{t.source} (schedule {s.id}, wave {n})",
+        )
+        for t in s.tasks
+    ]

@@ -1,0 +1,193 @@
+"""Schedules on the coordinator's clock: waves of tasks, with an injected clock (no waiting for
+real minutes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.control.schedules import ScheduleClock
+from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, load_batch
+from flightdeck.engine.model import BatchStatus, ChildStatus
+
+from helpers import settings, sim_route, until
+
+T0 = datetime(2026, 12, 1, 0, 7, tzinfo=UTC).timestamp()  # 00:07 UTC
+TEMPLATE = (Task(id="scan", goal="Scan the logs (wave {wave})", seq=0),)
+
+
+def every(seconds: float, **kw: object) -> Schedule:
+    return Schedule(id="scan", tasks=TEMPLATE, every_s=seconds, **kw)  # type: ignore[arg-type]
+
+
+def never_live(_: str) -> bool:
+    return False
+
+
+def test_nothing_fires_at_start_then_one_wave_per_tick() -> None:
+    clock = ScheduleClock((every(900),), T0)
+    assert clock.due(T0, never_live) == []
+    assert clock.due(T0 + 899, never_live) == []
+    (wave,) = clock.due(T0 + 900, never_live)
+    assert [(t.id, t.goal) for t in wave] == [("scan-w1", "Scan the logs (wave 1)")]
+    assert clock.due(T0 + 1799, never_live) == []
+    (wave,) = clock.due(T0 + 1800, never_live)
+    assert wave[0].id == "scan-w2"
+
+
+def test_at_start_fires_at_once() -> None:
+    clock = ScheduleClock((every(900, at_start=True),), T0)
+    assert [w[0].id for w in clock.due(T0, never_live)] == ["scan-w1"]
+
+
+def test_a_tick_is_skipped_while_the_last_wave_is_live() -> None:
+    clock = ScheduleClock((every(60),), T0)
+    (wave,) = clock.due(T0 + 60, never_live)
+    live = {wave[0].id}
+    assert clock.due(T0 + 120, lambda i: i in live) == []  # still running: skipped
+    assert clock.skipped["scan"] == 1
+    live.clear()
+    assert [w[0].id for w in clock.due(T0 + 180, lambda i: i in live)] == ["scan-w2"]
+
+
+def test_after_a_long_sleep_it_fires_once_not_once_per_missed_tick() -> None:
+    clock = ScheduleClock((every(60),), T0)
+    assert len(clock.due(T0 + 36_000, never_live)) == 1  # ten hours later: one wave
+    assert clock.due(T0 + 36_001, never_live) == []
+    assert clock.next_in(T0 + 36_001) == pytest.approx(59)
+
+
+def test_a_cron_schedule_fires_at_its_times() -> None:
+    cron = Schedule(id="scan", tasks=TEMPLATE, cron="*/15 * * * *")
+    clock = ScheduleClock((cron,), T0)  # 00:07: next at 00:15
+    assert clock.next_in(T0) == pytest.approx(8 * 60)
+    assert clock.due(T0 + 8 * 60 - 1, never_live) == []
+    assert len(clock.due(T0 + 8 * 60, never_live)) == 1
+    assert clock.next_in(T0 + 8 * 60) == pytest.approx(15 * 60)
+
+
+# --- on a real engine, with an injected clock -------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scheduled_engine(tmp_path: Path, clock: FakeClock, **budget: int) -> Engine:
+    batch = Batch(name="scheduled", tasks=(), schedules=(every(60),))
+    s = dataclasses.replace(settings(sim_route(tool_turns=0)), budget=Budget(**budget))
+    return Engine(batch, s, state_dir=tmp_path / "state", clock=clock)
+
+
+def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> None:
+    clock = FakeClock()
+    engine = scheduled_engine(tmp_path, clock)
+    engine.start()
+    try:
+        assert not engine.wait(0.3)  # no tasks and nothing due: it keeps running
+        assert engine.snapshot().children == ()
+        for n in (1, 2):
+            clock.now += 60
+            until(lambda n=n: engine.snapshot().totals.completed == n, timeout=10)
+        assert [c.id for c in engine.snapshot().children] == ["scan-w1", "scan-w2"]
+        engine.stop_all()
+        assert engine.wait(5)
+    finally:
+        engine.close()
+    assert engine.status is BatchStatus.STOPPED
+
+
+def test_max_runs_counts_across_waves_and_ends_the_batch(tmp_path: Path) -> None:
+    clock = FakeClock()
+    engine = scheduled_engine(tmp_path, clock, max_runs=2)
+    engine.start()
+    try:
+        for n in (1, 2):
+            clock.now += 60
+            until(lambda n=n: engine.snapshot().totals.completed == n, timeout=10)
+        clock.now += 60
+        assert engine.wait(5)  # the third tick finds the budget spent: no wave, the end
+    finally:
+        engine.close()
+    snap = engine.snapshot()
+    assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 2
+    assert engine.status is BatchStatus.COMPLETED
+
+
+# --- the file format ---------------------------------------------------------------------------
+
+GOOD = """
+[[schedules]]
+id = "log-scan"
+every = "15m"
+at_start = true
+[schedules.task]
+goal = "Scan the logs (wave {wave})"
+group = "ops"
+
+[[schedules]]
+cron = "0 * * * *"
+[schedules.task]
+goal = "Hourly check"
+"""
+
+
+def test_a_batch_of_schedules_loads(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text(GOOD)
+    batch = load_batch(path)
+    assert batch.tasks == ()
+    first, second = batch.schedules
+    assert (first.id, first.every_s, first.at_start, first.cron) == ("log-scan", 900.0, True, None)
+    assert [(t.id, t.group) for t in first.tasks] == [("log-scan", "ops")]
+    assert (second.id, second.cron, second.every_s) == ("schedule-2", "0 * * * *", None)
+
+
+@pytest.mark.parametrize(
+    ("entry", "line", "field", "message"),
+    [
+        ('every = "15x"', 3, "schedules.every", "unknown unit 'x'"),
+        ("every = -5", 3, "schedules.every", "must be more than 0"),
+        ('cron = "every day"', 3, "schedules.cron", "croniter"),
+        ('every = "1m"\ncron = "* * * * *"', 2, "schedules.every", "one of them"),
+        ('every = "1m"\nat_start = "yes"', 4, "schedules.at_start", "true or false"),
+    ],
+)
+def test_a_bad_schedule_is_an_error_at_its_line(
+    tmp_path: Path, entry: str, line: int, field: str, message: str
+) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text(f'\n[[schedules]]\n{entry}\n[schedules.task]\ngoal = "x"\n')
+    with pytest.raises(SpecError) as err:
+        load_batch(path)
+    text = str(err.value)
+    assert f"{path}:{line}" in text and field in text and message in text, text
+
+
+def test_a_schedule_without_a_template_is_refused_by_run_with_nothing_written(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "b.toml").write_text('[[schedules]]\nevery = "1m"\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "b.toml", "--headless"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert out.returncode == 2
+    assert "b.toml:1" in out.stderr and "schedules.task" in out.stderr
+    assert not (tmp_path / ".flightdeck").exists()

@@ -1,0 +1,63 @@
+"""The detail line under the table: the selected child's whole "doing", error and goal.
+
+Columns cut these to their width (and a narrow screen drops some columns); this says them in
+full, as far as the screen's width allows.
+"""
+
+from __future__ import annotations
+
+from flightdeck.engine.model import ChildRow
+from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.fmt import GLYPHS
+from flightdeck.tui.widgets.rows import GOAL_CHARS, STEER_MARKS, doing, is_retrying
+from rich.text import Text
+from textual.widgets import Static
+
+_FULL = 400  # characters of "doing" and the error kept; the line cuts to the width anyway
+
+
+def detail_text(row: ChildRow | None, now: float) -> Text:
+    """Two lines: id, status, what it does (or how it ended), retries and steer; then its goal."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if row is None:
+        text.append("no child selected", style="dim")
+        return text
+    glyph, glyph_style = GLYPHS[row.status]
+    text.append(f"{glyph} ", style=glyph_style)
+    text.append(one_line(row.id), style="bold")
+    status = "retrying" if is_retrying(row) else row.status.value
+    # doing() starts with the status (and says the error) for a child that has ended; a running
+    # child's error (its last retry's reason) is said apart.
+    what, style = doing(row, now, _FULL)
+    if not what.startswith(row.status.value):
+        text.append(f"  {status}", style=glyph_style)
+    text.append("  ")
+    text.append(what, style=style)
+    if row.error and row.status.live:
+        text.append("  error: ", style="dim")
+        text.append(one_line(row.error, _FULL), style="red")
+    if row.activity.retries:  # the rt column is the first a narrow screen leaves out
+        text.append(f"  retries {row.activity.retries}", style="yellow")
+    if row.steers:
+        last = max(row.steers, key=lambda r: r.id)
+        mark, mark_style = STEER_MARKS[last.state]
+        text.append("  steer ", style="dim")
+        text.append(mark, style=mark_style)
+    text.append("\n")
+    text.append("goal ", style="dim")
+    text.append(one_line(row.goal[: GOAL_CHARS * 4], GOAL_CHARS * 2))
+    return text
+
+
+class ChildDetail(Static):
+    """Fed the selected row on every poll and every cursor move; redraws only on change."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, markup=False)
+        self._shown: Text | None = None
+
+    def show(self, row: ChildRow | None, now: float) -> None:
+        text = detail_text(row, now)
+        if text != self._shown:
+            self._shown = text
+            self.update(text, layout=False)  # fixed height: no layout pass
