@@ -26,6 +26,7 @@ from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.requests import refuse_pending
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.store import Store
 
@@ -85,6 +86,8 @@ def load(state_dir: Path, batch_id: str) -> Stored:
             "folder is named with --state-dir)",
         )
     if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
+        # Nothing is left pending for ever: the owner that would have applied it has gone.
+        refuse_pending(db, batch_id, f"the batch had finished ({info.status.value})")
         raise NothingToResume(batch_id, info.status.value)
     if info.settings_json is None:
         raise ResumeError(

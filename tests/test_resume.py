@@ -261,3 +261,18 @@ max_cost_usd = 1.25
     )
     cfg = load_settings(config)
     assert assembly.settings_from_json(assembly.settings_json(cfg)) == cfg
+
+
+def test_resuming_a_finished_batch_refuses_what_its_owner_left_pending(tmp_path: Path) -> None:
+    from flightdeck.engine.records.requests import request, submit_stop
+
+    batch_id, _ = abandoned(tmp_path)
+    db = tmp_path / "flightdeck.db"
+    rid = submit_stop(db, batch_id, ["t0002"])
+    with Store(db) as store:  # the owner committed the end, then died before applying it
+        store.finish_batch(batch_id, BatchStatus.COMPLETED, 1600.0)
+    with pytest.raises(NothingToResume):
+        Engine.resume(tmp_path, batch_id)
+    row = request(db, batch_id, rid)
+    assert row is not None and row.state.value == "refused"
+    assert row.reason == "the batch had finished (completed)"

@@ -477,15 +477,23 @@ class Coordinator:
         if self._busy() >= self.pool_size or self._admission_paused or self.failure:
             return
         now = self._clock()
+        launched = []
         for child in self._queues.ready():
             if self._gate.holds(child, now):
                 self._queues.ended(child)  # handed out, held back: it takes no slot
                 continue
-            self._launch(child)
+            if self._launch(child):
+                launched.append(child)
             if self._busy() >= self.pool_size or self._budget_exhausted() is not None:
                 break
+        # In the store at once, not at the next progress tick: an owner that dies now leaves
+        # them `running` there, so `resume` knows they were lost (unknown), not never run.
+        # After the loop, so the submits follow each other as closely as before.
+        for child in launched:
+            self._record(child.row())
 
-    def _launch(self, child: Child) -> None:
+    def _launch(self, child: Child) -> bool:
+        """Hand the child to the pool; False if it could not be (the process is exiting)."""
         try:
             self._pool.submit(functools.partial(self._run_child, child))
         except ThreadRefused as exc:
@@ -502,15 +510,13 @@ class Coordinator:
             self._queues.ended(child)
             if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
                 self._finished(child)
-            return
+            return False
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
         self._alive[child.task.id] = child
         self._started += 1
-        # In the store at once, not at the next progress tick: an owner that dies now leaves
-        # it `running` there, so `resume` knows it was lost (unknown) rather than never run.
-        self._record(child.row())
         self._publish(ChildStarted(child.task.id, self._clock()))
+        return True
 
     def _run_child(self, child: Child) -> None:
         """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the

@@ -31,6 +31,7 @@ __all__ = [
     "RequestState",
     "pending_requests",
     "recorded_controls",
+    "refuse_pending",
     "request",
     "request_row",
     "submit_steer",
@@ -130,6 +131,27 @@ def request(db_path: Path, batch_id: str, request_id: int) -> RequestRow | None:
         return request_row(row, tuple(receipt(r) for r in receipts))
 
     return with_connection(db_path, read, readonly=True)
+
+
+def refuse_pending(db_path: Path, batch_id: str, reason: str) -> int:
+    """Settle every request still pending for a finished batch as refused (its owner died
+    after the batch's end was committed, before it could apply them); how many."""
+
+    def refuse(conn: sqlite3.Connection) -> int:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cursor = conn.execute(
+                "UPDATE requests SET state = 'refused', reason = ?, settled_ts = ?"
+                " WHERE batch_id = ? AND state = 'pending'",
+                (reason, time.time(), batch_id),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return cursor.rowcount
+
+    return with_connection(db_path, refuse, readonly=False)
 
 
 def pending_requests(conn: sqlite3.Connection, batch_id: str, after: int = 0) -> list[RequestRow]:
