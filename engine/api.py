@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Literal
 
 from flightdeck.engine import assembly
-from flightdeck.engine.assembly import new_batch_id, steady_clock, task_json
+from flightdeck.engine.assembly import new_batch_id, steady_clock
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -25,6 +25,7 @@ from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.errors import ConfigError, SpecError
 from flightdeck.engine.inputs.settings import Route, Settings
+from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import (
@@ -246,6 +247,7 @@ class Engine:
             spawn=spawn,
             store_trouble=lambda: store.trouble,
             schedules=self.batch.schedules,
+            taken_ids=frozenset(r.id for r in self._carried),
         )
         self._coordinator.start()
         self._duties = OwnerDuties(
@@ -272,6 +274,10 @@ class Engine:
         with StoreReader(self._store.path) as reader:
             stored_ids = reader.child_ids(self.batch_id)
             rows = reader.children(self.batch_id, results=False, started=True)
+            # Queued children the batch made as it ran (delegates, waves): not in its spec.
+            spec, started = {c.task.id for c in children}, {r.id for r in rows}
+            made = [i for i in stored_ids if i not in spec and i not in started]
+            rows += [r for i in made if (r := reader.child(self.batch_id, i)) is not None]
             receipts = reader.controls(self.batch_id, kind="steer")
         lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
         found = resume.settle(
@@ -339,12 +345,12 @@ class Engine:
         self._coordinator.report(fact)
 
     def _info(self, now: float) -> BatchInfo:
-        spec = [task_json(t) for t in self.batch.tasks]
+
         return BatchInfo(
             id=self.batch_id,
             name=self.batch.name,
             source=str(self.batch.source) if self.batch.source else None,
-            spec_json=json.dumps(spec, ensure_ascii=False),
+            spec_json=assembly.spec_json(self.batch),
             workspace=str(self.workspace),
             state_dir=str(self.state_dir),
             owner_pid=os.getpid(),
@@ -355,7 +361,7 @@ class Engine:
             created_ts=now,
             finished_ts=None,
             heartbeat_ts=now,
-            settings_json=assembly.settings_json(self.settings),
+            settings_json=settings_json(self.settings),
         )
 
     def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:

@@ -9,9 +9,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
-from decimal import Decimal
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Literal
 
 from flightdeck.engine.agents.child import CommandChild
@@ -27,15 +25,10 @@ from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
-    Budget,
-    CommandSpec,
-    EngineSettings,
-    Price,
-    RetrySettings,
     Route,
     Settings,
 )
-from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, price_known
 from flightdeck.engine.records.rows import QueuedChild
@@ -263,133 +256,55 @@ def queued_rows(children: Iterable[Child]) -> list[QueuedChild]:
 # -- what a batch keeps in the store for `resume` ----------------------------------------------
 
 
-def settings_json(settings: Settings) -> str:
-    """The settings a batch runs with, as JSON for its row: `resume` needs only the store, not
-    a flightdeck.toml that may have changed since. Keys are never in it: a route names the
-    environment variable its key is read from."""
-    return json.dumps(
+def spec_json(batch: Batch) -> str:
+    """What a batch's row keeps of it for `resume`: its tasks (`task_json`) as a list, or, when
+    it has schedules or delegation on, an object with them beside the tasks."""
+    tasks = [task_json(t) for t in batch.tasks]
+    if not batch.schedules and not batch.delegate:
+        return json.dumps(tasks, ensure_ascii=False)
+    schedules = [
         {
-            "engine": {
-                f.name: _plain(getattr(settings.engine, f.name))
-                for f in dataclasses.fields(EngineSettings)
-            },
-            "routes": {name: _route_json(r) for name, r in settings.routes.items()},
-            "budget": {
-                f.name: _plain(getattr(settings.budget, f.name)) for f in dataclasses.fields(Budget)
-            },
-            "source": None if settings.source is None else str(settings.source),
-        },
-        ensure_ascii=False,
-    )
-
-
-def settings_from_json(text: str) -> Settings:
-    """The inverse of `settings_json`."""
-    data = json.loads(text)
-    eng = dict(data["engine"])
-    eng["state_dir"] = Path(eng["state_dir"])
-    budget = dict(data["budget"])
-    if budget["max_cost_usd"] is not None:
-        budget["max_cost_usd"] = Decimal(budget["max_cost_usd"])
-    routes = {name: _route_from(name, r) for name, r in data["routes"].items()}
-    return Settings(
-        engine=EngineSettings(**eng),
-        routes=MappingProxyType(routes),
-        budget=Budget(**budget),
-        source=None if data["source"] is None else Path(data["source"]),
-    )
+            "id": s.id,
+            "every_s": s.every_s,
+            "cron": s.cron,
+            "at_start": s.at_start,
+            "source": s.source,
+            "tasks": [task_json(t) for t in s.tasks],
+        }
+        for s in batch.schedules
+    ]
+    spec = {"tasks": tasks, "schedules": schedules, "delegate": batch.delegate}
+    return json.dumps(spec, ensure_ascii=False)
 
 
 def batch_from_store(info_name: str, spec_json: str, source: str | None, workspace: str) -> Batch:
-    """A batch's tasks as its row keeps them (`task_json`), in their original order."""
-    fields = {f.name for f in dataclasses.fields(Task)}
-    tasks = tuple(
-        Task(**{k: v for k, v in t.items() if k in fields})
-        for t in sorted(json.loads(spec_json), key=lambda t: int(t["seq"]))
+    """A batch as its row keeps it (`spec_json`), its tasks in their original order."""
+    data = json.loads(spec_json)
+    spec = data if isinstance(data, dict) else {"tasks": data}
+    schedules = tuple(
+        Schedule(
+            id=s["id"],
+            tasks=_tasks(s["tasks"]),
+            every_s=s["every_s"],
+            cron=s["cron"],
+            at_start=s["at_start"],
+            source=s["source"],
+        )
+        for s in spec.get("schedules", ())
     )
     return Batch(
         name=info_name,
-        tasks=tasks,
+        tasks=_tasks(spec["tasks"]),
         source=None if source is None else Path(source),
         workspace=Path(workspace),
+        delegate=bool(spec.get("delegate", False)),
+        schedules=schedules,
     )
 
 
-def _decimal(text: str | None) -> Decimal | None:
-    return None if text is None else Decimal(text)
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, Decimal | Path):
-        return str(value)
-    return value
-
-
-def _route_json(route: Route) -> dict[str, object]:
-    price = route.price
-    return {
-        "provider": route.provider,
-        "model": route.model,
-        "max_concurrent": route.max_concurrent,
-        "rpm": route.rpm,
-        "tpm": route.tpm,
-        "max_tokens": route.max_tokens,
-        "price": None
-        if price is None
-        else {f.name: _plain(getattr(price, f.name)) for f in dataclasses.fields(Price)},
-        "retry": dataclasses.asdict(route.retry),
-        "cache_gate_s": route.cache_gate_s,
-        "delegate": route.delegate,
-        "options": {k: dict(v) if isinstance(v, Mapping) else v for k, v in route.options.items()},
-        "key_line": route.key_line,
-        "command": None if route.command is None else _command_json(route.command),
-    }
-
-
-def _command_json(spec: CommandSpec) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for f in dataclasses.fields(CommandSpec):
-        value = getattr(spec, f.name)
-        out[f.name] = dict(value) if isinstance(value, Mapping) else value
-    return out
-
-
-def _command_from(data: Mapping[str, Any] | None) -> CommandSpec | None:
-    if data is None:
-        return None
-    # JSON has lists where the spec keeps tuples, and dicts where it keeps read-only maps.
-    fields: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else MappingProxyType(v) if isinstance(v, dict) else v
-        for k, v in data.items()
-    }
-    return CommandSpec(**fields)
-
-
-def _route_from(name: str, data: Mapping[str, Any]) -> Route:
-    price = data["price"]
-    options = {
-        k: MappingProxyType(v) if isinstance(v, dict) else v for k, v in data["options"].items()
-    }
-    return Route(
-        name=name,
-        provider=data["provider"],
-        model=data["model"],
-        max_concurrent=data["max_concurrent"],
-        rpm=data["rpm"],
-        tpm=data["tpm"],
-        max_tokens=data["max_tokens"],
-        price=None
-        if price is None
-        else Price(
-            input_per_mtok=Decimal(price["input_per_mtok"]),
-            output_per_mtok=Decimal(price["output_per_mtok"]),
-            cache_read_per_mtok=_decimal(price["cache_read_per_mtok"]),
-            cache_write_per_mtok=_decimal(price["cache_write_per_mtok"]),
-        ),
-        retry=RetrySettings(**data["retry"]),
-        cache_gate_s=data.get("cache_gate_s", 0.0),
-        delegate=data.get("delegate", False),
-        options=MappingProxyType(options),
-        key_line=data["key_line"],
-        command=_command_from(data.get("command")),
+def _tasks(items: list[dict[str, Any]]) -> tuple[Task, ...]:
+    fields = {f.name for f in dataclasses.fields(Task)}
+    return tuple(
+        Task(**{k: v for k, v in t.items() if k in fields})
+        for t in sorted(items, key=lambda t: int(t["seq"]))
     )

@@ -22,6 +22,7 @@ from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.inputs.settings import Settings
+from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.records.meter import Meter
@@ -97,7 +98,7 @@ def load(state_dir: Path, batch_id: str) -> Stored:
             f"batch {batch_id} was started by an older flightdeck that kept no settings: "
             "it cannot be resumed",
         )
-    settings = assembly.settings_from_json(info.settings_json)
+    settings = settings_from_json(info.settings_json)
     batch = assembly.batch_from_store(info.name, info.spec_json, info.source, info.workspace)
     return Stored(info, batch, settings)
 
@@ -149,6 +150,7 @@ def settle(
                 )
     if missing:
         store.add_queued(batch_id, assembly.queued_rows(missing))
+    _settle_made(children, rows, out, batch_id, store, meter, lost_owner, lost_ts, clock)
     live = {c.task.id: c for c in out.live}
     for receipt in receipts:
         out.first_receipt_id = max(out.first_receipt_id, receipt.id + 1)
@@ -163,6 +165,50 @@ def settle(
         if path is not None:
             _append(path, "operator", missed_note(receipt.message, OWNER_LOST), clock)
     return out
+
+
+def _settle_made(
+    children: Sequence[Child],
+    rows: Sequence[ChildRow],
+    out: Resumed,
+    batch_id: str,
+    store: Store,
+    meter: Meter,
+    pid: int,
+    ts: float,
+    clock: Callable[[], float],
+) -> None:
+    """Children the batch made as it ran (a child's delegates, a schedule's waves): not in its
+    spec, so never run again here. An ended one is kept; one still live is left `unknown`
+    (its parent, re-run, delegates afresh; its schedule fires again)."""
+    spec = {c.task.id for c in children}
+    for row in rows:
+        if row.id in spec:
+            continue
+        if row.status.terminal:
+            out.carried.append(row)
+            continue
+        if row.status is ChildStatus.QUEUED:  # never started: nothing was lost
+            ended = dataclasses.replace(
+                row, status=ChildStatus.STOPPED, finished_ts=ts, error=f"not started: {OWNER_LOST}"
+            )
+        else:
+            ended = dataclasses.replace(
+                row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=_why(pid)
+            )
+            out.lost += 1
+            out.lost_cost_usd += row.cost_usd or 0
+            _append(row.transcript, "engine", f"{_why(pid)}; it is not run again", clock)
+        store.update_child(batch_id, ended)
+        out.carried.append(ended)
+    routes = {c.route.name: c.route for c in children}
+    for row in out.carried:  # their spend counts in the totals and against the budget
+        if row.id in spec or not row.usage.total:
+            continue
+        if row.route in routes:
+            meter.add(routes[row.route], row.usage)
+        elif row.cost_usd is not None:
+            meter.add_cost(row.usage, row.cost_usd)
 
 
 def _why(pid: int) -> str:

@@ -151,3 +151,19 @@ def test_a_good_cache_gate_is_read(tmp_path: Path) -> None:
     config = tmp_path / "flightdeck.toml"
     config.write_text("[routes.sim]\ncache_gate_s = 10\n")
     assert load_settings(config).routes["sim"].cache_gate_s == 10.0
+
+
+def test_the_report_says_what_the_cache_saved_per_route(tmp_path: Path) -> None:
+    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.engine.records.report import build_report, render_markdown
+
+    engine = Engine(batch(N), settings(gated(sim_route(**ONE_CALL)), pool=N), state_dir=tmp_path)
+    engine.start()
+    snap = run_to_end(engine)
+    assert snap.totals.cache_saved_usd > 0
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    (route,) = report["routes"]
+    assert route["cache_saved_usd"] == float(snap.totals.cache_saved_usd)
+    assert report["totals"]["cache_saved_usd"] == route["cache_saved_usd"]
+    assert "| cache saved | $" in render_markdown(report)

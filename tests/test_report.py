@@ -89,6 +89,7 @@ def test_build_report(reader: StoreReader) -> None:
         "cost_usd": None,  # one child's price is unknown: so is the total
         "cost_known_usd": 0.3234565,  # the exact Decimal sum, not a sum of rounded parts
         "cost_unknown_children": 1,
+        "cache_saved_usd": None,  # no settings kept in this row: the prices are unknown
     }
     first, second = report["children"][:2]
     assert first == {
@@ -234,6 +235,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_usd": 0.25,
             "cost_known_usd": 0.25,
             "cost_unknown_children": 0,
+            "cache_saved_usd": None,
         },
         {
             "route": "gpt",
@@ -251,6 +253,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_usd": None,  # unknown, never $0
             "cost_known_usd": 0.0,
             "cost_unknown_children": 2,
+            "cache_saved_usd": None,
         },
         {
             "route": "sim",
@@ -268,6 +271,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_usd": 0.3,  # Decimal 0.1 + 0.2, where floats would give 0.30000000000000004
             "cost_known_usd": 0.3,
             "cost_unknown_children": 0,
+            "cache_saved_usd": None,
         },
     ]
     totals = report["totals"]

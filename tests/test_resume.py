@@ -14,6 +14,7 @@ import pytest
 from flightdeck.engine import assembly
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.inputs.settings.stored import settings_from_json, settings_json
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -60,7 +61,7 @@ def abandoned(state: Path, *, max_cost: Decimal | None = None) -> tuple[str, Pat
         owner_pid=pid,
         owner_start=start,
         heartbeat_ts=1500.0,
-        settings_json=assembly.settings_json(cfg),
+        settings_json=settings_json(cfg),
         max_cost_usd=max_cost,
     )
     rows = [
@@ -260,7 +261,7 @@ max_cost_usd = 1.25
 """
     )
     cfg = load_settings(config)
-    assert assembly.settings_from_json(assembly.settings_json(cfg)) == cfg
+    assert settings_from_json(settings_json(cfg)) == cfg
 
 
 def test_resuming_a_finished_batch_refuses_what_its_owner_left_pending(tmp_path: Path) -> None:
@@ -276,3 +277,81 @@ def test_resuming_a_finished_batch_refuses_what_its_owner_left_pending(tmp_path:
     row = request(db, batch_id, rid)
     assert row is not None and row.state.value == "refused"
     assert row.reason == "the batch had finished (completed)"
+
+
+def test_resume_keeps_the_delegates_that_ended_and_never_reuses_their_ids(
+    tmp_path: Path,
+) -> None:
+    # t0000 had delegated three sub-tasks when its owner died: one done, one running, one queued.
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, delegate_rate=1.0, delegates=2), delegate=True
+    )
+    cfg = dataclasses.replace(settings(route), budget=Budget(max_depth=1))
+    tasks = batch(1)
+    pid, start = dead_owner()
+    bdir = tmp_path / "batches" / "b1"
+    bdir.mkdir(parents=True)
+    info = make_batch(
+        "b1",
+        spec_json=assembly.spec_json(tasks),
+        workspace=str(tmp_path / "ws"),
+        state_dir=str(tmp_path),
+        owner_pid=pid,
+        owner_start=start,
+        heartbeat_ts=1500.0,
+        settings_json=settings_json(cfg),
+    )
+
+    def row(seq: int, child_id: str, status: ChildStatus, **kw: object) -> object:
+        return make_child(
+            seq,
+            id=child_id,
+            goal="g",
+            status=status,
+            transcript=str(bdir / f"{child_id}.log"),
+            **kw,
+        )
+
+    rows = [
+        row(0, "t0000", ChildStatus.RUNNING, started_ts=1400.0),
+        row(1, "t0000.1", ChildStatus.COMPLETED, result="part one", finished_ts=1450.0),
+        row(2, "t0000.2", ChildStatus.RUNNING, started_ts=1460.0, usage=LOST_USAGE),
+        row(3, "t0000.3", ChildStatus.QUEUED),
+    ]
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.create_batch(info)
+        store.add_children("b1", rows)  # type: ignore[arg-type]
+    engine = Engine.resume(tmp_path, "b1")
+    engine.start()
+    snap = run_to_end(engine)
+    by_id = {r.id: r for r in snap.children}
+    assert by_id["t0000"].status is ChildStatus.COMPLETED  # re-run, and delegated afresh
+    assert by_id["t0000.1"].status is ChildStatus.COMPLETED  # kept, never run again
+    assert by_id["t0000.2"].status is ChildStatus.UNKNOWN
+    assert by_id["t0000.3"].status is ChildStatus.STOPPED
+    assert by_id["t0000.3"].error == "not started: owner lost"
+    fresh = sorted(i for i in by_id if i not in {"t0000", "t0000.1", "t0000.2", "t0000.3"})
+    assert fresh == ["t0000.4", "t0000.5"]  # new ids: the old rows keep theirs
+    assert all(by_id[i].status is ChildStatus.COMPLETED for i in fresh)
+    assert engine.resumed is not None and engine.resumed.lost == 1
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        stored = {r.id: r.status for r in reader.children("b1", results=False)}
+    assert stored["t0000.3"] is ChildStatus.STOPPED and stored["t0000.2"] is ChildStatus.UNKNOWN
+
+
+def test_a_batchs_schedules_and_delegation_are_kept_for_resume() -> None:
+    from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
+
+    template = (Task(id="scan", goal="scan {wave}", seq=0, group="ops"),)
+    original = Batch(
+        name="n",
+        tasks=(Task(id="a", goal="x", seq=0),),
+        workspace=Path("/w"),
+        delegate=True,
+        schedules=(Schedule(id="scan", tasks=template, every_s=60.0, at_start=True),),
+    )
+    back = assembly.batch_from_store("n", assembly.spec_json(original), None, "/w")
+    assert back == original
+    plain = dataclasses.replace(original, delegate=False, schedules=())
+    assert json.loads(assembly.spec_json(plain))[0]["id"] == "a"  # a plain list, as before
+    assert assembly.batch_from_store("n", assembly.spec_json(plain), None, "/w") == plain

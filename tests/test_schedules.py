@@ -191,3 +191,10 @@ def test_a_schedule_without_a_template_is_refused_by_run_with_nothing_written(
     assert out.returncode == 2
     assert "b.toml:1" in out.stderr and "schedules.task" in out.stderr
     assert not (tmp_path / ".flightdeck").exists()
+
+
+def test_a_resumed_schedule_never_reuses_a_waves_id() -> None:
+    taken = {"scan-w1", "scan-w2"}  # the waves before the owner died
+    clock = ScheduleClock((every(60),), T0, lambda i: i in taken)
+    (wave,) = clock.due(T0 + 60, never_live)
+    assert wave[0].id == "scan-w3" and wave[0].goal == "Scan the logs (wave 3)"

@@ -97,6 +97,7 @@ class Coordinator:
         first_receipt_id: int = 1,
         spawn: Callable[[Task], Child] | None = None,
         schedules: tuple[Schedule, ...] = (),
+        taken_ids: frozenset[str] = frozenset(),  # children kept from before a resume
         store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
     ) -> None:
         self.children = children
@@ -119,11 +120,12 @@ class Coordinator:
         self._units = Units((c.task.id, c.task.group) for c in children)
         self._gate = CacheGate()
         self._spawn = spawn
-        self._delegations = Delegations()
+        self._taken = taken_ids
+        self._delegations = Delegations(self._id_taken)
         self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
         self._next_seq = max((c.task.seq for c in children), default=0) + 1
         # Off once stopped (stop all, a budget): the batch then ends with its last wave.
-        self._schedules = ScheduleClock(schedules, clock()) if schedules else None
+        self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
@@ -443,6 +445,10 @@ class Coordinator:
             self.children.extend(made)
             self.by_id.update((c.task.id, c) for c in made)
             self._queues.add(made)
+
+    def _id_taken(self, child_id: str) -> bool:
+        """Whether a child has this id (running here, or kept from before a resume)."""
+        return child_id in self.by_id or child_id in self._taken
 
     def _live(self, child_id: str) -> bool:
         child = self.by_id.get(child_id)

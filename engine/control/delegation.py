@@ -8,7 +8,7 @@ slot again, when one is free, once its last delegate has ended.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.loop import Child
@@ -19,7 +19,8 @@ from flightdeck.engine.model import ChildRow
 class Delegations:
     """The delegate calls in flight, and every child's delegates."""
 
-    def __init__(self) -> None:
+    def __init__(self, taken: Callable[[str], bool] = lambda _: False) -> None:
+        self._id_taken = taken  # ids in use (a resumed batch's earlier delegates among them)
         self._call_of: dict[str, DelegateCall] = {}  # delegate id -> the call that made it
         self._ended: dict[int, dict[str, ChildRow]] = {}  # id(call) -> rows of ended delegates
         self._members: dict[int, list[str]] = {}  # id(call) -> its delegates' ids, in order
@@ -32,9 +33,13 @@ class Delegations:
         """The tasks for `call`'s sub-tasks: ids `<parent>.<n>`, on the parent's route, one
         level deeper, in order from `first_seq`."""
         kids = self._kids.setdefault(parent.task.id, [])
-        out = []
+        out: list[Task] = []
+        n = len(kids)
         for i, sub in enumerate(call.tasks):
-            task_id = f"{parent.task.id}.{len(kids) + i + 1}"
+            n += 1
+            while self._id_taken(f"{parent.task.id}.{n}"):
+                n += 1
+            task_id = f"{parent.task.id}.{n}"
             out.append(
                 Task(
                     id=task_id,

@@ -19,8 +19,14 @@ from flightdeck.engine.inputs.tasks import Schedule, Task
 class ScheduleClock:
     """When each schedule fires next, and which of its waves is the latest."""
 
-    def __init__(self, schedules: tuple[Schedule, ...], now: float) -> None:
+    def __init__(
+        self,
+        schedules: tuple[Schedule, ...],
+        now: float,
+        taken: Callable[[str], bool] = lambda _: False,
+    ) -> None:
         self._schedules = schedules
+        self._id_taken = taken  # a resumed batch's earlier waves keep their ids
         self._next = {s.id: now if s.at_start else _after(s, now) for s in schedules}
         self._waves = dict.fromkeys((s.id for s in schedules), 0)
         self._last_wave: dict[str, tuple[str, ...]] = {}
@@ -43,6 +49,9 @@ class ScheduleClock:
                 continue
             self._waves[s.id] += 1
             wave = _wave(s, self._waves[s.id])
+            while any(self._id_taken(t.id) for t in wave):
+                self._waves[s.id] += 1
+                wave = _wave(s, self._waves[s.id])
             self._last_wave[s.id] = tuple(t.id for t in wave)
             waves.append(wave)
         return waves

@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, Totals
-from flightdeck.engine.records.meter import route_totals, totals_of
+from flightdeck.engine.inputs.settings.stored import settings_from_json
+from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
+from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.sanitize import one_line
 
@@ -37,6 +38,8 @@ def build_report(
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
     totals = totals_of(children)
+    per_route = route_totals(children)
+    saved = _cache_saved(info.settings_json, per_route)
     return {
         "batch_id": info.id,
         "name": info.name,
@@ -55,6 +58,8 @@ def build_report(
             "running": totals.running,
             "queued": totals.queued,
             **_usage(totals),
+            # what cache reads saved against the uncached input price (null: a price unknown)
+            "cache_saved_usd": _money(_sum_known(saved.values())),
         },
         "routes": [
             {
@@ -67,8 +72,9 @@ def build_report(
                 "running": r.totals.running,
                 "queued": r.totals.queued,
                 **_usage(r.totals),
+                "cache_saved_usd": _money(saved.get(r.route)),
             }
-            for r in route_totals(children)
+            for r in per_route
         ],
         "children": [
             {
@@ -168,6 +174,28 @@ def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
     return out
 
 
+def _cache_saved(
+    settings_json: str | None, per_route: Iterable[RouteTotals]
+) -> dict[str, Decimal | None]:
+    """What each route's cache reads saved, at the prices the batch ran with (kept in its row);
+    None for a route whose price is unknown, or a batch from before the row kept them."""
+    if settings_json is None:
+        return {}
+    routes = settings_from_json(settings_json).routes
+    return {
+        r.route: cache_saving(r.totals.usage, routes[r.route]) if r.route in routes else None
+        for r in per_route
+    }
+
+
+def _sum_known(values: Iterable[Decimal | None]) -> Decimal | None:
+    """The sum, or None if there is nothing to sum or any part is unknown."""
+    parts = list(values)
+    if not parts or any(v is None for v in parts):
+        return None
+    return sum((v for v in parts if v is not None), Decimal(0))
+
+
 def _usage(totals: Totals) -> dict[str, Any]:
     """Tokens and cost of a batch or a route; the cost is null if any child's price is unknown,
     never the known part passed off as the whole."""
@@ -217,6 +245,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| cache write tokens | {totals['cache_write_tokens']:,} |",
         f"| cost | {_spent(totals)} |",
     ]
+    if totals.get("cache_saved_usd"):
+        lines.append(f"| cache saved | {_usd(totals['cache_saved_usd'])} |")
     if budget is not None:
         lines.append(f"| budget | {_usd(budget)} |")
     lines += _table(
