@@ -168,20 +168,8 @@ class Engine:
         throttles = {name: RouteThrottle() for name in self.routes}
         now = self.clock()
         self._started_ts = now
-        children = assembly.build_children(
-            self.batch,
-            self.settings,
-            providers=self._providers,
-            throttles=throttles,
-            toolbox=toolbox,
-            batch_dir=self.batch_dir,
-            meter=self.meter,
-            clock=self.clock,
-            report=self._report,
-            queued_ts=now,
-            sink=self._sink,
-        )
-        # A child's delegates are made the same way, when it asks (coordinator thread).
+        # One way to make a child: for each task now, for a delegate or a wave later (on the
+        # coordinator thread).
         make_child = functools.partial(
             assembly.build_child,
             batch=self.batch,
@@ -195,6 +183,7 @@ class Engine:
             report=self._report,
             sink=self._sink,
         )
+        children = [make_child(task, queued_ts=now) for task in self.batch.tasks]
 
         def spawn(task: Task) -> Child:
             child = make_child(task, queued_ts=self.clock())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import secrets
@@ -125,37 +124,6 @@ def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -
                 f'workspace = "worktree": {batch.workspace} is not in a git repository '
                 "(or git is not installed)",
             )
-
-
-def build_children(
-    batch: Batch,
-    settings: Settings,
-    *,
-    providers: Mapping[str, Provider],
-    throttles: Mapping[str, RouteThrottle],
-    toolbox: Toolbox,
-    batch_dir: Path,
-    meter: Meter,
-    clock: Callable[[], float],
-    report: Report,
-    queued_ts: float,
-    sink: TranscriptSink,
-) -> list[Child]:
-    """One queued child per task, in the batch's order."""
-    make = functools.partial(
-        build_child,
-        batch=batch,
-        settings=settings,
-        providers=providers,
-        throttles=throttles,
-        toolbox=toolbox,
-        batch_dir=batch_dir,
-        meter=meter,
-        clock=clock,
-        report=report,
-        sink=sink,
-    )
-    return [make(task, queued_ts=queued_ts) for task in batch.tasks]
 
 
 def build_child(

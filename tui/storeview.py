@@ -30,6 +30,7 @@ from flightdeck.engine.model import (
     ChildStarted,
     ChildStatus,
     EngineEvent,
+    GroupFinished,
     Snapshot,
     SteerReceipt,
     SteerSettled,
@@ -99,6 +100,7 @@ class StoreView:
         self._fixed: dict[str, tuple[Any, ...]] = {}  # each child's full row, first read
         self._totals: Totals | None = None
         self._rows: dict[str, ChildRow] = {}
+        self._units_told: set[str] = set()  # groups whose unit result was published
         self._order: tuple[ChildRow, ...] = ()
         self._receipts: dict[int, SteerReceipt] = {}
         self._subscribers: tuple[Listener, ...] = ()
@@ -296,6 +298,8 @@ class StoreView:
             new_rows[cid] = row
             order.append(row)
         self._raw, self._rows, self._order = new_raw, new_rows, tuple(order)
+        if events is not None:
+            self._units(order, events)
         if (
             events is not None
             and was is not None
@@ -355,6 +359,16 @@ class StoreView:
             info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
         )
 
+    def _units(self, order: list[ChildRow], events: list[EngineEvent]) -> None:
+        """A group whose last member ended since the last read: its unit's result, once (as
+        the engine publishes it in-process)."""
+        ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
+        for group in sorted(ended - self._units_told):
+            members = _unit_members(order, group)
+            if all(r.status.terminal for r in members):
+                self._units_told.add(group)
+                events.append(GroupFinished.of(group, members))
+
     def _receipts_of(
         self, controls: list[tuple[Any, ...]], events: list[EngineEvent] | None
     ) -> list[SteerReceipt]:
@@ -381,6 +395,10 @@ class StoreView:
                 log.exception("attach subscriber failed on %s", type(event).__name__)
 
 
+def _unit_members(order: list[ChildRow], group: str) -> list[ChildRow]:
+    return sorted((r for r in order if r.group == group), key=lambda r: r.seq)
+
+
 def _facts(
     before: ChildRow | None, row: ChildRow, done: int, total: int, events: list[EngineEvent]
 ) -> None:
@@ -393,16 +411,4 @@ def _facts(
 
 
 def _replace_now(snap: Snapshot, now: float) -> Snapshot:
-    return Snapshot(
-        batch_id=snap.batch_id,
-        status=snap.status,
-        started_ts=snap.started_ts,
-        now=now,
-        children=snap.children,
-        totals=snap.totals,
-        pool_size=snap.pool_size,
-        max_cost_usd=snap.max_cost_usd,
-        routes=snap.routes,
-        version=snap.version,
-        finished_ts=snap.finished_ts,
-    )
+    return dataclasses.replace(snap, now=now)

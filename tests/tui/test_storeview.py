@@ -72,3 +72,46 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         view.close()
     finally:
         engine.close()
+
+
+def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path) -> None:
+    from flightdeck.engine.inputs.tasks import Batch, Task
+    from flightdeck.engine.model import GroupFinished, UnitStatus
+
+    tasks = tuple(
+        Task(id=f"r{i}", goal="x", seq=i, group="security" if i < 3 else None) for i in range(5)
+    )
+    engine = Engine(
+        Batch("units", tasks),
+        settings(sim_route(time_scale=0.02), pool=2),
+        state_dir=tmp_path / "state",
+    )
+    engine.start()
+    try:
+        db = tmp_path / "state" / "flightdeck.db"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                view = StoreView(db, engine.batch_id, poll_s=0.05)
+                break
+            except LookupError:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+        events: list[EngineEvent] = []
+        ended = threading.Event()
+
+        def on_event(event: EngineEvent) -> None:
+            events.append(event)
+            if isinstance(event, BatchFinished):
+                ended.set()
+
+        view.subscribe(on_event)
+        assert ended.wait(30)
+        view.close()
+    finally:
+        engine.close()
+    (unit,) = [e for e in events if isinstance(e, GroupFinished)]
+    assert unit.group == "security" and unit.status is UnitStatus.COMPLETED
+    assert [m.id for m in unit.members] == ["r0", "r1", "r2"]
+    last = max(i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.group)
+    assert events.index(unit) > last  # after its last member
