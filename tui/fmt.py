@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import ChildRow, ChildStatus
 
 __all__ = [
     "GLYPHS",
@@ -16,6 +16,7 @@ __all__ = [
     "fmt_span",
     "fmt_spent",
     "fmt_tokens",
+    "tokens_unknown",
 ]
 
 # A cell is its plain text and a Rich style name; comparing these tuples is how the table
@@ -94,3 +95,9 @@ def fmt_clock(seconds: float) -> str:
     s = max(0, math.floor(seconds))
     h, rest = divmod(s, 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def tokens_unknown(row: ChildRow) -> bool:
+    """A child that ran but whose tokens nobody counted (a command whose CLI reports no usage):
+    shown as `?`, never as 0. Its cost is unknown too; a model child always has a count."""
+    return row.cost_usd is None and row.activity.api_calls > 0 and not row.live_usage.total

@@ -14,7 +14,7 @@ from flightdeck.engine.model import (
     UnitStatus,
 )
 from flightdeck.engine.sanitize import one_line, sanitize
-from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_tokens
+from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_tokens, tokens_unknown
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -81,7 +81,8 @@ def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
         (row.id, "bold"),
         (
             f"  api={a.api_calls} tools={a.tool_calls}{retries}"
-            f"  {fmt_tokens(row.usage.total)} tok  {fmt_cost(row.cost_usd)}"
+            f"  {'?' if tokens_unknown(row) else fmt_tokens(row.usage.total)} tok"
+            f"  {fmt_cost(row.cost_usd)}"
             + (f"  {duration:.1f}s" if duration is not None else "  -"),
             "",
         ),

@@ -9,7 +9,7 @@ from enum import StrEnum
 
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
+from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens, tokens_unknown
 from rich.cells import cell_len, set_cell_size
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
@@ -145,7 +145,12 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         (str(row.activity.api_calls), ""),
         ("", status_style),  # placeholder: the "doing" cell is time-dependent
         ("", "dim"),  # placeholder: "last"
-        (f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}", ""),
+        (
+            "?/?"
+            if tokens_unknown(row)
+            else f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}",
+            "dim" if tokens_unknown(row) else "",
+        ),
         (fmt_cost(row.live_cost_usd), ""),
         (str(row.activity.retries) if row.activity.retries else "", "yellow"),
         steer,
