@@ -117,6 +117,7 @@ def build_children(
             route.retry,
             scale=route.time_scale,
             throttle=throttles[route.name],
+            route=route,
             seed=f"{route.options.get('seed', 0)}:{task.id}",
         )
         children.append(
