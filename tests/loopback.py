@@ -612,7 +612,9 @@ class BucketLimit:
 
     def cost(self, kind: str) -> float:
         """What one reply takes from the `kind` bucket."""
-        return 1.0 if kind == "requests" else float(self.reply.input_tokens + self.reply.output_tokens)
+        return (
+            1.0 if kind == "requests" else float(self.reply.input_tokens + self.reply.output_tokens)
+        )
 
     def bound_s(self, n: int) -> float:
         """The least time, from the first request, in which the buckets admit `n` requests."""

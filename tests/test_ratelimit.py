@@ -4,6 +4,7 @@ providers held to 600 requests/min against an unlimited loopback server on a sca
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -337,7 +338,7 @@ def test_learned_limits_pace_from_what_remains_at_the_stated_rate() -> None:
         limiter.acquire(0)
         times.append(clock.now - start)
     assert times[:10] == [0.0] * 10  # what the server said remains, at once
-    gaps = [b - a for a, b in zip(times[10:], times[11:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times[10:])]
     assert gaps == pytest.approx([60 / (240 * 0.98)] * len(gaps))  # then 2% under its rate
     limiter.learn("requests", 240, 0)  # never claim more than the server says is left
     limiter.exhausted()
@@ -450,7 +451,11 @@ def test_a_learned_limit_reaches_the_snapshot_and_a_bad_header_fails_no_child(
     with Loopback(limit) as server:
         learned = route_for(server, "openai", name="learned")
         configured = route_for(server, "openai", name="configured", rpm=100)
-        tasks = [Task(id=f"{r}{i}", goal="g", seq=i, route=r) for i in range(3) for r in ("learned", "configured")]
+        tasks = [
+            Task(id=f"{r}{i}", goal="g", seq=i, route=r)
+            for i in range(3)
+            for r in ("learned", "configured")
+        ]
         engine = start(
             tasks_batch(tasks), settings(learned, configured), tmp_path, env={KEY_ENV: "k"}
         )

@@ -81,9 +81,7 @@ class _JitteredBackoff:
         self._rng = rng
         self._seed = seed
 
-    def __call__(
-        self, state: RetryCallState, release: Callable[[], float] | None = None
-    ) -> float:
+    def __call__(self, state: RetryCallState, release: Callable[[], float] | None = None) -> float:
         """The backoff before the next attempt. A 429 with Retry-After paused the route: with
         `release` (the route's: when this waiter leaves the pause, spread out from the others)
         that is the backoff, rather than one growing with the attempts."""

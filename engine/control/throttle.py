@@ -392,7 +392,9 @@ class RouteThrottle:
                 warn, self._warned = not self._warned, True
             if warn:
                 names = ", ".join(sorted(set(event.malformed)))
-                log.warning("route %s: ignoring unreadable rate-limit headers: %s", route.name, names)
+                log.warning(
+                    "route %s: ignoring unreadable rate-limit headers: %s", route.name, names
+                )
         limiter.learn("requests", event.limit_requests, event.remaining_requests)
         limiter.learn("tokens", event.limit_tokens, event.remaining_tokens)
 
