@@ -88,7 +88,12 @@ class _JitteredBackoff:
         if self._rng is None:  # seeded on first use: nearly every call succeeds at once
             self._rng = random.Random(self._seed)
         exc = state.outcome.exception() if state.outcome is not None else None
-        if release is not None and throttled(exc) and exc is not None and exc.retry_after:
+        if (
+            release is not None
+            and isinstance(exc, RateLimited)
+            and throttled(exc)
+            and exc.retry_after
+        ):
             return release()
         ours = self._rng.uniform(0.0, float(self._ceiling(state)))
         verdict = classify(exc) if exc is not None else None
