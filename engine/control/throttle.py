@@ -49,6 +49,7 @@ __all__ = [
 Kind = Literal["requests", "tokens"]
 # on_wait(seconds, why): why is the limit that holds the call, e.g. "rpm 240 learned"
 OnWait = Callable[[float, str], None]
+REFUND_POLL_S = 0.1  # how often a wait on a token bucket looks whether refunds repaid it
 
 
 class Cancelled(Exception):
@@ -67,32 +68,49 @@ class Bucket:
 
     The capacity grows to the largest single reservation (up to a minute's worth): otherwise
     the refund of an over-estimate would overflow the bucket and be lost, and calls that use
-    far less than they reserve would run far below the limit.
+    far less than they reserve would run far below the limit. `inflow` counts every unit that
+    came in (refill, refunds) so a reservation in debt is covered once the inflow since it was
+    taken repays its share, refunds included, not only at the refill's pace.
     """
 
     def __init__(self, per_minute: float, burst_s: float, now: float) -> None:
         self.rate = per_minute / 60.0
         self.capacity = max(1.0, self.rate * burst_s)
         self.level = self.capacity
+        self.inflow = 0.0
         self._stamp = now
         self._max_capacity = max(self.capacity, float(per_minute))
 
+    def _set(self, level: float) -> None:
+        self.inflow += level - self.level
+        self.level = level
+
     def _refill(self, now: float) -> None:
         if now > self._stamp:
-            self.level = min(self.capacity, self.level + (now - self._stamp) * self.rate)
+            self._set(min(self.capacity, self.level + (now - self._stamp) * self.rate))
             self._stamp = now
 
     def take(self, amount: float, now: float) -> float:
-        """Reserve `amount`; return the seconds until the reservation is covered."""
+        """Reserve `amount`; return the seconds until the reservation is covered at the refill's
+        pace (`covered_in(target)` is sooner if refunds come)."""
         self._refill(now)
         self.capacity = max(self.capacity, min(float(amount), self._max_capacity))
         self.level -= amount
         return 0.0 if self.level >= 0 else -self.level / self.rate
 
+    def target(self) -> float:
+        """Right after `take`: the inflow at which that reservation is covered."""
+        return self.inflow + max(0.0, -self.level)
+
+    def covered_in(self, target: float, now: float) -> float:
+        """Seconds until the inflow reaches `target` at the refill's pace; 0 once it has."""
+        self._refill(now)
+        return max(0.0, target - self.inflow) / self.rate
+
     def give(self, amount: float, now: float) -> None:
         """Return `amount` (negative: charge more after the fact)."""
         self._refill(now)
-        self.level = min(self.capacity, self.level + amount)
+        self._set(min(self.capacity, self.level + amount))
 
     def delay(self, now: float) -> float:
         """Seconds a one-unit reservation made now would wait."""
@@ -105,12 +123,12 @@ class Bucket:
         self.rate = per_minute / 60.0
         self.capacity = max(1.0, capacity)
         self._max_capacity = max(self.capacity, float(per_minute))
-        self.level = min(self.level, self.capacity)
+        self._set(min(self.level, self.capacity))
 
     def at_most(self, level: float, now: float) -> None:
         """The server says no more than `level` remains: never claim more than that."""
         self._refill(now)
-        self.level = min(self.level, level)
+        self._set(min(self.level, level))
 
 
 @dataclass
@@ -229,10 +247,13 @@ class RateLimiter:
         with self._lock:
             now = self._clock()
             delay, why = 0.0, ""
+            targets: list[tuple[Bucket, float]] = []
             if self.requests is not None:
                 delay, why = self.requests.take(1, now), self._why("requests")
+                targets.append((self.requests, self.requests.target()))
             if self.tokens is not None:
                 token_delay = self.tokens.take(tokens, now)
+                targets.append((self.tokens, self.tokens.target()))
                 if token_delay > delay:
                     delay, why = token_delay, self._why("tokens")
             if delay > 0 and self._jitter and self.requests is not None:
@@ -240,18 +261,30 @@ class RateLimiter:
                 # two of them from landing on the server at the same instant.
                 if self._rng is None:
                     self._rng = random.Random(id(self))
-                delay += self._rng.uniform(0.0, self._jitter / self.requests.rate)
+                bucket, target = targets[0]
+                targets[0] = (bucket, target + self._rng.uniform(0.0, self._jitter))
+                delay = max(delay, bucket.covered_in(targets[0][1], now))
         if delay > 0 and on_wait is not None:
             on_wait(delay, why)
-        if delay > 0 and self._wait(cancel, delay):
+        waited = 0.0
+        while delay > 0:
+            # Refunds of over-estimated tokens repay a debt sooner than the refill: look again.
+            step = min(delay, REFUND_POLL_S) if self.tokens is not None else delay
+            if self._wait(cancel, step):
+                with self._lock:
+                    now = self._clock()
+                    if self.requests is not None:
+                        self.requests.give(1, now)
+                    if self.tokens is not None:
+                        self.tokens.give(tokens, now)
+                raise Cancelled
+            waited += step
             with self._lock:
                 now = self._clock()
-                if self.requests is not None:
-                    self.requests.give(1, now)
-                if self.tokens is not None:
-                    self.tokens.give(tokens, now)
-            raise Cancelled
-        return Lease(self, tokens, delay)
+                delay = max(b.covered_in(t, now) for b, t in targets)
+                if delay < 1e-9:
+                    delay = 0.0
+        return Lease(self, tokens, waited)
 
     def reconcile(self, estimated: int, actual: int) -> None:
         """Give back (or charge) the difference between a reservation and what was used."""
