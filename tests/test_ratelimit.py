@@ -32,7 +32,7 @@ from flightdeck.engine.providers.base import HeadroomEvent, Message, ToolSpec, T
 from flightdeck.engine.providers.headers import anthropic_headroom, openai_headroom
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
 
-from helpers import run_to_end, settings, sim_route, start, tasks_batch
+from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch
 from loopback import KEY_ENV, BucketLimit, Loopback, Reply, route_for
 
 
@@ -468,3 +468,19 @@ def test_a_learned_limit_reaches_the_snapshot_and_a_bad_header_fails_no_child(
     }
     warned = [r for r in caplog.records if "unreadable rate-limit headers" in r.getMessage()]
     assert len(warned) == 2  # one a route
+
+
+@pytest.mark.slow
+def test_an_unconfigured_route_is_paced_to_the_servers_bucket_and_no_child_fails(
+    tmp_path: Path,
+) -> None:
+    """The issue's scenario, small: no rpm configured, a server whose bucket holds 20 requests
+    and refills 20 a second (stating 1200/min), Retry-After on its 429s; 60 children on 16
+    slots, with 4 attempts each. Throttled is not failed, and learned pacing keeps 429s few."""
+    limit = BucketLimit(20, dialect="openai", scale=60)
+    with Loopback(limit) as server:
+        route = route_for(server, "openai")  # retry: 4 attempts, no rpm, no tpm
+        engine = start(batch(60, route="openai"), settings(route, pool=16), tmp_path, env={})
+        snap = run_to_end(engine, 60)
+    assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 60
+    assert limit.limited <= 0.1 * (limit.ok + limit.limited), (limit.ok, limit.limited)
