@@ -484,3 +484,18 @@ def test_an_unconfigured_route_is_paced_to_the_servers_bucket_and_no_child_fails
         snap = run_to_end(engine, 60)
     assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 60
     assert limit.limited <= 0.1 * (limit.ok + limit.limited), (limit.ok, limit.limited)
+
+
+def test_reservations_shrink_to_what_settled_calls_used() -> None:
+    # max_tokens counted in full, held for the length of every call, throttled a learned tpm
+    # route to a third of its limit: once calls settle, a reservation is 1.5x their share.
+    clock = VirtualClock()
+    limiter = RateLimiter(tpm=60_000, clock=clock, wait=clock.wait, margin=0)
+    first = limiter.acquire(5_000)
+    assert first.tokens == 5_000  # nothing settled yet: the whole estimate
+    first.settle(500)  # a tenth of it used
+    second = limiter.acquire(5_000)
+    assert second.tokens == 750
+    second.settle(2_000)  # more than reserved: charged after the fact
+    assert limiter.tokens is not None and limiter.tokens.level == pytest.approx(2_500)
+    assert limiter.acquire(5_000).tokens == 1_200  # the share moved towards 0.4: 0.16

@@ -161,12 +161,9 @@ class RetryPolicy:
                 raise StopRequested
             if throttle is None:
                 return fn(*args)
-            # Another child of this route was told to back off: wait with it.
-            account.waited_s += throttle.wait_out_pause(interrupt, on_pause)
-            if route is None:
-                return self._noting(fn, args, None)
-            account.waited_s += throttle.slot(route, interrupt, on_wait)
-            return self._noting(fn, args, route)
+            if route is not None:
+                account.waited_s += throttle.slot(route, interrupt, on_wait)
+            return self._noting(fn, args, route, interrupt, on_pause)
 
         # Nearly every call succeeds at once, and tenacity's bookkeeping is a large share of
         # an instant call's cost: tenacity takes over from the first retryable failure.
@@ -186,13 +183,24 @@ class RetryPolicy:
         except RateLimited as exc:
             raise self._gave_up(account, exc) from exc
 
-    def _noting(self, fn: Callable[..., T], args: tuple[object, ...], route: Route | None) -> T:
-        """`fn(*args)`, telling the throttle how it went (and giving back the slot taken)."""
+    def _noting(
+        self,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        route: Route | None,
+        interrupt: threading.Event,
+        on_pause: Callable[[float], None] | None,
+    ) -> T:
+        """`fn(*args)` once the route's pause is over, telling the throttle how it went (and
+        giving back the slot taken, if `route`)."""
         throttle = self.throttle
         assert throttle is not None
-        started = throttle.now()
         ok = False
         try:
+            # Another child of this route was told to back off: wait with it. After taking
+            # the slot: a child that waited for a slot while a 429 paused the route waits on.
+            self._account.waited_s += throttle.wait_out_pause(interrupt, on_pause)
+            started = throttle.now()
             result = fn(*args)
             ok = True
             return result
