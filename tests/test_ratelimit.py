@@ -498,4 +498,4 @@ def test_reservations_shrink_to_what_settled_calls_used() -> None:
     assert second.tokens == 750
     second.settle(2_000)  # more than reserved: charged after the fact
     assert limiter.tokens is not None and limiter.tokens.level == pytest.approx(2_500)
-    assert limiter.acquire(5_000).tokens == 1_200  # the share moved towards 0.4: 0.16
+    assert limiter.acquire(5_000).tokens == pytest.approx(1_200, abs=1)  # the share: 0.16
