@@ -202,14 +202,15 @@ class RateLimiter:
                 self._learned[kind] = limit
                 configured = self._configured[kind]
                 if configured is None or limit < configured:
-                    # The server's bucket holds a minute's worth; so does ours, kept honest
-                    # by the `remaining` it reports.
+                    # The server's bucket holds a minute's worth; so does ours (it refills a
+                    # little slower), kept honest by the `remaining` the server reports.
                     start = float(limit if remaining is None else remaining)
                     if bucket is None:
                         bucket = Bucket(limit * self._pace, 60.0, now)
+                        bucket.retune(limit * self._pace, float(limit), now)
                         bucket.level = min(bucket.capacity, start)
                     else:
-                        bucket.retune(limit * self._pace, limit * self._pace, now)
+                        bucket.retune(limit * self._pace, float(limit), now)
                     if kind == "requests":
                         self.requests = bucket
                     else:
