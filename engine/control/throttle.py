@@ -250,9 +250,12 @@ class RateLimiter:
         tokens: int,
         cancel: threading.Event | None = None,
         on_wait: OnWait | None = None,
+        *,
+        spare: int | None = None,
     ) -> Lease:
-        """Reserve one request and `tokens`; sleep until both are covered (told to `on_wait`
-        first, with the seconds and the limit that holds it). Raises Cancelled."""
+        """Reserve one request and `tokens` (of which the call may not use `spare`: its
+        max_tokens); sleep until both are covered (told to `on_wait` first, with the seconds
+        and the limit that holds it). Raises Cancelled."""
         if self.unlimited:
             return Lease(None, tokens)
         with self._lock:
@@ -299,10 +302,13 @@ class RateLimiter:
         held = 0
         if self.tokens is not None:
             with self._lock:
-                # The refund to expect: before any call has been settled, a reservation is the
-                # whole estimate, and most of it comes back; after, it is close to what calls
-                # use (counting those refunds too ran the tpm benchmark 1.15x its bound).
-                held = 0 if self._used_ratio else reserved
+                # The refund to expect: what the reservation holds beyond the share of its
+                # estimate calls use; before any call has been settled, up to its `spare`.
+                ratio = self._used_ratio
+                if ratio is not None:
+                    held = max(0, reserved - math.floor(tokens * ratio))
+                else:
+                    held = reserved if spare is None else min(reserved, spare)
                 self._outstanding += held
         estimate = tokens if reserved != tokens else None
         return Lease(self, reserved, waited, estimate=estimate, held=held)
@@ -454,7 +460,7 @@ class RouteThrottle:
         waits."""
         limiter = self._limiter(route)
         try:
-            return limiter.acquire(tokens, interrupt, on_wait)
+            return limiter.acquire(tokens, interrupt, on_wait, spare=route.max_tokens)
         except Cancelled:
             raise StopRequested from None
 
