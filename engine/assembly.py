@@ -149,6 +149,7 @@ def build_child(
         route.retry,
         scale=route.time_scale,
         throttle=throttles[route.name],
+        route=route,
         seed=f"{route.options.get('seed', 0)}:{task.id}",
     )
     provider = providers[route.name]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
-from typing import TypeVar, dataclass_transform
+from typing import Literal, TypeVar, dataclass_transform
 
 _T = TypeVar("_T")
 
@@ -200,8 +200,23 @@ class ChildRow:
 
 
 @record
+class RouteLimit:
+    """A per-minute limit a route is paced to, and where it came from: the route's settings
+    ("configured") or the server's rate-limit headers ("learned", lower than any configured)."""
+
+    per_minute: int
+    source: Literal["configured", "learned"]
+
+    @property
+    def label(self) -> str:
+        """E.g. "240 learned"."""
+        return f"{self.per_minute} {self.source}"
+
+
+@record
 class RouteHeadroom:
-    """Provider rate-limit headroom last seen on a route (from response headers)."""
+    """Provider rate-limit headroom last seen on a route (from response headers), and the
+    limits the route is paced to."""
 
     route: str
     remaining_requests: int | None = None
@@ -210,6 +225,10 @@ class RouteHeadroom:
     reset_tokens_s: float | None = None
     paused_until: float | None = None  # a 429 with Retry-After paused the whole route
     observed_ts: float | None = None
+    rpm: RouteLimit | None = None
+    tpm: RouteLimit | None = None
+    # With no limit known, 429s adapt how many calls the route has in flight (None: no cap yet).
+    adaptive_concurrency: int | None = None
 
 
 @record

@@ -17,8 +17,10 @@ before its end marker, a chunk of the wrong shape, an error body of raw bytes).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
+import math
 import socket
 import sys
 import threading
@@ -26,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -614,3 +617,106 @@ def run_batch(
         )
         engine.start()
         return run_to_end(engine, 30)
+
+
+# --- a provider's rate limit: a bucket with real waits, and its headers in both dialects ---------
+# (kept apart from the replies and responders above: the rate-limit benchmark and tests use it)
+
+
+class BucketLimit:
+    """Enforces a provider's per-minute limits the way providers do: a bucket of `requests`
+    that refills `requests`/60 a second (and, with `tokens`, one of that many tokens, charged
+    each reply's usage on arrival); an empty bucket answers 429 with `retry-after` (seconds
+    until one request fits). Every response carries the limits in `dialect` ("openai":
+    `x-ratelimit-*`, "anthropic": `anthropic-ratelimit-*`, None: no limit headers at all).
+
+    `scale` runs the bucket's time faster (4: refills four times as fast); the headers then
+    state the limit per scaled minute, as a server with a limit `scale` times higher would.
+    `bound_s(n)` is the shortest time in which the bucket lets `n` requests through.
+    """
+
+    def __init__(
+        self,
+        requests: int | None = 240,
+        tokens: int | None = None,
+        *,
+        dialect: str | None = "openai",
+        scale: float = 1.0,
+        reply: Reply | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.dialect = dialect
+        self.scale = scale
+        self.reply = reply or Reply(text="ok", output_tokens=12)
+        self._clock = clock
+        self._lock = threading.Lock()
+        now = clock()
+        # name -> [capacity, level, stamp]; refill per real second = capacity / 60 * scale
+        self._buckets: dict[str, list[float]] = {}
+        if requests:
+            self._buckets["requests"] = [float(requests), float(requests), now]
+        if tokens:
+            self._buckets["tokens"] = [float(tokens), float(tokens), now]
+        self.ok = 0
+        self.limited = 0
+
+    def cost(self, kind: str) -> float:
+        """What one reply takes from the `kind` bucket."""
+        return (
+            1.0 if kind == "requests" else float(self.reply.input_tokens + self.reply.output_tokens)
+        )
+
+    def bound_s(self, n: int) -> float:
+        """The least time, from the first request, in which the buckets admit `n` requests."""
+        worst = 0.0
+        for kind, (capacity, _, _) in self._buckets.items():
+            over = n * self.cost(kind) - capacity
+            worst = max(worst, over / (capacity / 60.0 * self.scale)) if over > 0 else worst
+        return worst
+
+    def _refill(self, bucket: list[float], now: float) -> None:
+        capacity, level, stamp = bucket
+        bucket[1] = min(capacity, level + (now - stamp) * capacity / 60.0 * self.scale)
+        bucket[2] = now
+
+    def __call__(self, received: Received) -> Reply:
+        with self._lock:
+            now = self._clock()
+            for bucket in self._buckets.values():
+                self._refill(bucket, now)
+            short = [
+                (self.cost(kind) - b[1]) / (b[0] / 60.0 * self.scale)
+                for kind, b in self._buckets.items()
+                if b[1] < self.cost(kind)
+            ]
+            if short:
+                self.limited += 1
+                wait = max(short)
+                headers = self._headers(received, now)
+                return Reply(status=429, retry_after=f"{max(1, math.ceil(wait))}", headers=headers)
+            for kind, bucket in self._buckets.items():
+                bucket[1] -= self.cost(kind)
+            self.ok += 1
+            headers = {**self._headers(received, now), **self.reply.headers}
+            return dataclasses.replace(self.reply, headers=headers)
+
+    def _headers(self, received: Received, now: float) -> dict[str, str]:
+        dialect = self.dialect
+        if dialect is None:
+            return {}
+        out: dict[str, str] = {}
+        for kind, (capacity, level, _) in self._buckets.items():
+            per_minute = capacity * self.scale
+            refill = capacity / 60.0 * self.scale
+            left = max(0, int(level))
+            full_in = (capacity - level) / refill  # seconds until the bucket is full again
+            if dialect == "openai":
+                out[f"x-ratelimit-limit-{kind}"] = f"{per_minute:.0f}"
+                out[f"x-ratelimit-remaining-{kind}"] = str(left)
+                out[f"x-ratelimit-reset-{kind}"] = f"{full_in:.3f}s"
+            else:
+                when = datetime.now(UTC) + timedelta(seconds=full_in)
+                out[f"anthropic-ratelimit-{kind}-limit"] = f"{per_minute:.0f}"
+                out[f"anthropic-ratelimit-{kind}-remaining"] = str(left)
+                out[f"anthropic-ratelimit-{kind}-reset"] = when.isoformat().replace("+00:00", "Z")
+        return out

@@ -257,16 +257,25 @@ def test_the_rate_limit_benchmark_runs_and_reports() -> None:
         "import json, bench_ratelimit as b; rows = b.main(); print(b.table(rows)); "
         "print(json.dumps(rows))"
     )
-    table, rows = run_bench(code, {"BENCH_RATELIMIT_S": "0.5", "BENCH_RATELIMIT_CHILDREN": "8"})
+    # The unknown-limit scenario: 8 children, the bucket's time 60 times as fast.
+    small = {"BENCH_RATELIMIT_BUCKET_CHILDREN": "8", "BENCH_RATELIMIT_BUCKET_SCALE": "60"}
+    table, rows = run_bench(
+        code, {"BENCH_RATELIMIT_S": "0.5", "BENCH_RATELIMIT_CHILDREN": "8", **small}
+    )
     assert [(r["limit"], r["mode"]) for r in rows] == [
         ("60/min", "buckets + retries"),
         ("60/min", "retries only"),
         ("4 in flight", "max_concurrent + retries"),
         ("4 in flight", "retries only"),
+        ("240 rpm bucket x60", "unknown, openai headers"),
+        ("240 rpm bucket x60", "unknown, anthropic headers"),
+        ("31680 tpm bucket x60", "unknown, openai headers"),
+        ("240 rpm bucket x60", "unknown, no headers"),
     ]
     for row in rows:
         assert row["requests"] > 0 and row["ratio_of_limit"] > 0 and 0 <= row["share_429"] <= 1
     assert all(r["children_failed"] == 0 for r in rows[2:])
+    assert all(r["makespan_s"] > 0 and r["bound_s"] > 0 for r in rows[4:])
     assert table[0].split() == [
         "limit",
         "mode",
@@ -274,6 +283,8 @@ def test_the_rate_limit_benchmark_runs_and_reports() -> None:
         "requests",
         "ratio",
         "429s",
+        "failed",
+        "makespan",
     ]
 
 

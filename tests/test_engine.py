@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -314,7 +315,7 @@ def test_stop_during_retry_backoff_wakes_at_once(tmp_path: Path) -> None:
     try:
         until(lambda: engine.snapshot().children[0].activity.retries >= 1)
         activity = engine.snapshot().children[0].activity
-        assert "429, retry 1/7 in" in activity.text and activity.retrying
+        assert "429, retry in" in activity.text and activity.retrying
         t0 = time.monotonic()
         engine.stop(["t0000"])
         until(lambda: engine.snapshot().children[0].status.terminal, timeout=5)
@@ -333,11 +334,23 @@ def test_burst_of_429s_is_recovered(tmp_path: Path) -> None:
 
 
 def test_retries_run_out_and_fail_with_the_reason(tmp_path: Path) -> None:
-    engine = start(batch(1), settings(sim_route(error_rate=1.0, retry_after_s=0.1)), tmp_path)
+    engine = start(batch(1), settings(sim_route(server_error_rate=1.0)), tmp_path)
     row = run_to_end(engine, 30).children[0]
     assert row.status is ChildStatus.FAILED
-    assert row.error is not None and "429" in row.error
+    assert row.error is not None and "503" in row.error
     assert row.activity.api_calls == 8  # attempts=8 in helpers.sim_route
+
+
+def test_rate_limits_fail_a_child_only_after_max_wait_s_with_that_reason(tmp_path: Path) -> None:
+    # Every call draws a 429 with Retry-After 20 s (scaled: 20 ms); max_wait_s 100 s (0.1 s).
+    route = sim_route(error_rate=1.0, retry_after_s=20)
+    route = dataclasses.replace(route, retry=dataclasses.replace(route.retry, max_wait_s=100))
+    row = run_to_end(start(batch(1), settings(route), tmp_path), 30).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error is not None and "still rate limited after" in row.error
+    assert "(max_wait_s 0.1s)" in row.error
+    assert row.activity.api_calls > 1  # 429s use no attempt: far from the first one, ...
+    assert row.activity.api_calls < 20  # ... and time-bound: about 0.1 s of 20 ms pauses
 
 
 def test_fatal_error_fails_without_retry(tmp_path: Path) -> None:
@@ -386,7 +399,7 @@ def test_waiting_on_the_routes_own_rate_limit_is_not_a_stall(tmp_path: Path) -> 
 
     route = dataclasses.replace(sim_route(tool_turns=0), rpm=60)
     engine = start(batch(3), settings(route, pool=3, stall_after_s=0.5), tmp_path)
-    waiting = "waiting for the route's rate limit ("  # what the table shows meanwhile
+    waiting = "rpm 60 configured: next slot in "  # what the table shows meanwhile
     until(lambda: any(r.activity.text.startswith(waiting) for r in engine.snapshot().children))
     rows = run_to_end(engine, 30).children
     assert [(r.status, r.error) for r in rows] == [(ChildStatus.COMPLETED, None)] * 3

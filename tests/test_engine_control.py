@@ -66,7 +66,7 @@ def test_steer_now_while_waiting_for_the_rate_limit_sends_one_request(tmp_path: 
     )
     engine = start(batch(3), settings(route, pool=3), tmp_path)
     try:
-        waiting = "waiting for the route's rate limit"
+        waiting = "rpm 60 configured: next slot in"
         until(lambda: engine.snapshot().children[2].activity.text.startswith(waiting), 10)
         engine.steer(["t0001"], "answer in one line", now=True)
         until(lambda: engine.snapshot().children[1].activity.api_calls > 0, 10)

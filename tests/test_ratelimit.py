@@ -4,6 +4,8 @@ providers held to 600 requests/min against an unlimited loopback server on a sca
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import logging
 import threading
 import time
 from pathlib import Path
@@ -11,18 +13,27 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from flightdeck.engine.child.policy import StopRequested
+from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.control.pool import auto_pool_size
 from flightdeck.engine.control.retry import RetryPolicy
-from flightdeck.engine.control.throttle import Cancelled, Lease, RateLimiter, RouteThrottle
+from flightdeck.engine.control.throttle import (
+    AdaptiveConcurrency,
+    Cancelled,
+    Lease,
+    RateLimiter,
+    RouteThrottle,
+)
+from flightdeck.engine.errors import RateLimited
 from flightdeck.engine.inputs.settings import RetrySettings, Route
 from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import ChildStatus, RouteLimit
 from flightdeck.engine.providers import make_provider
-from flightdeck.engine.providers.base import Message, ToolSpec, TurnRequest
+from flightdeck.engine.providers.base import HeadroomEvent, Message, ToolSpec, TurnRequest
+from flightdeck.engine.providers.headers import anthropic_headroom, openai_headroom
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
 
-from helpers import run_to_end, settings, sim_route, start, tasks_batch
-from loopback import Loopback, Reply
+from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch
+from loopback import KEY_ENV, BucketLimit, Loopback, Reply, route_for
 
 
 class VirtualClock:
@@ -241,3 +252,250 @@ def test_children_reserve_their_estimate_only_against_a_tokens_bucket(
     assert reserved["free"] == []  # no limit at all: nothing to reserve
     assert len(reserved["limited"]) == 2
     assert all(t > limited.max_tokens for t in reserved["limited"])  # the prompt plus max_tokens
+
+
+# --- limits nobody wrote down: learned from the headers, adapted without them -----------------
+
+
+def test_openai_headers_state_the_limits_and_what_remains() -> None:
+    headers = {
+        "x-ratelimit-limit-requests": "240",
+        "x-ratelimit-remaining-requests": "199",
+        "x-ratelimit-reset-requests": "10.25s",
+        "x-ratelimit-limit-tokens": "40000",
+        "x-ratelimit-remaining-tokens": "39000.0",
+        "x-ratelimit-reset-tokens": "1m30s",
+    }
+    assert openai_headroom(headers) == HeadroomEvent(
+        remaining_requests=199,
+        remaining_tokens=39000,
+        reset_requests_s=10.25,
+        reset_tokens_s=90.0,
+        limit_requests=240,
+        limit_tokens=40000,
+    )
+    assert openai_headroom({"x-ratelimit-limit-requests": "60"}) == HeadroomEvent(limit_requests=60)
+    assert openai_headroom({"content-type": "text/event-stream"}) is None
+
+
+def test_anthropic_headers_state_the_limits_the_tightest_token_limit_wins() -> None:
+    now = 1893456000.0  # 2030-01-01T00:00:00Z
+    headers = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "49",
+        "anthropic-ratelimit-requests-reset": "2030-01-01T00:00:01Z",
+        "anthropic-ratelimit-input-tokens-limit": "30000",
+        "anthropic-ratelimit-input-tokens-remaining": "29000",
+        "anthropic-ratelimit-output-tokens-limit": "8000",
+        "anthropic-ratelimit-output-tokens-remaining": "7990",
+        "anthropic-ratelimit-output-tokens-reset": "2030-01-01T00:00:02Z",
+    }
+    assert anthropic_headroom(headers, lambda: now) == HeadroomEvent(
+        remaining_requests=49,
+        remaining_tokens=7990,
+        reset_requests_s=1.0,
+        reset_tokens_s=2.0,
+        limit_requests=50,
+        limit_tokens=8000,
+    )
+    assert anthropic_headroom({"x-ratelimit-limit-requests": "60"}, lambda: now) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("x-ratelimit-limit-requests", "lots"),
+        ("x-ratelimit-limit-requests", "-5"),
+        ("x-ratelimit-limit-requests", "nan"),
+        ("x-ratelimit-remaining-requests", "inf"),
+        ("x-ratelimit-remaining-tokens", "1e400"),
+        ("x-ratelimit-reset-requests", "soon"),
+        ("x-ratelimit-reset-tokens", ""),
+        ("anthropic-ratelimit-requests-limit", "1,000"),
+        ("anthropic-ratelimit-tokens-remaining", "12abc"),
+        ("anthropic-ratelimit-requests-reset", "tomorrow"),
+        ("anthropic-ratelimit-output-tokens-reset", "0001-01-01T00:00:00"),
+    ],
+)
+def test_a_malformed_header_is_left_out_and_named(name: str, value: str) -> None:
+    good = {"x-ratelimit-limit-tokens": "1000", "anthropic-ratelimit-requests-remaining": "3"}
+    parse = openai_headroom if name.startswith("x-") else anthropic_headroom
+    event = parse({**good, name: value})
+    assert event is not None
+    if value:  # an empty reset reads as no reset at all
+        assert event.malformed == (name,)
+    assert event == dataclasses.replace(parse(good), malformed=event.malformed)  # type: ignore[arg-type]
+
+
+def test_learned_limits_pace_from_what_remains_at_the_stated_rate() -> None:
+    clock = VirtualClock()
+    limiter = RateLimiter(clock=clock, wait=clock.wait)
+    assert limiter.unlimited and limiter.limit("requests") is None
+    limiter.learn("requests", 240, 10)
+    assert limiter.limit("requests") == RouteLimit(240, "learned")
+    start, times = clock.now, []
+    for _ in range(30):
+        limiter.acquire(0)
+        times.append(clock.now - start)
+    assert times[:10] == [0.0] * 10  # what the server said remains, at once
+    gaps = [b - a for a, b in itertools.pairwise(times[10:])]
+    assert gaps == pytest.approx([60 / (240 * 0.98)] * len(gaps))  # then 2% under its rate
+    limiter.learn("requests", 240, 0)  # never claim more than the server says is left
+    limiter.exhausted()
+    t0 = clock.now
+    limiter.acquire(0)
+    assert clock.now - t0 == pytest.approx(60 / (240 * 0.98))
+
+
+def test_a_configured_limit_stays_an_upper_bound() -> None:
+    clock = VirtualClock()
+    lower = RateLimiter(rpm=100, clock=clock, wait=clock.wait)
+    lower.learn("requests", 240, 200)
+    assert lower.limit("requests") == RouteLimit(100, "configured")
+    assert lower.requests is not None and lower.requests.rate == pytest.approx(100 * 0.98 / 60)
+    higher = RateLimiter(rpm=600, tpm=100_000, clock=clock, wait=clock.wait)
+    higher.learn("requests", 240, 200)
+    higher.learn("tokens", 500_000, None)
+    assert higher.limit("requests") == RouteLimit(240, "learned")
+    assert higher.limit("tokens") == RouteLimit(100_000, "configured")
+    assert higher.requests is not None and higher.requests.rate == pytest.approx(240 * 0.98 / 60)
+
+
+def test_a_wait_says_which_limit_holds_it() -> None:
+    clock = VirtualClock()
+    route = Route(name="r", provider="openai", model="m")
+    throttle = RouteThrottle(clock, RateLimiter(clock=clock, wait=clock.wait))
+    assert throttle.limited(route) == (False, False)
+    throttle.learn(route, HeadroomEvent(remaining_requests=0, limit_requests=240))
+    assert throttle.limited(route) == (True, False)
+    waits: list[tuple[float, str]] = []
+    throttle.admit(route, 0, threading.Event(), lambda s, why: waits.append((s, why)))
+    assert waits == [(pytest.approx(60 / (240 * 0.98)), "rpm 240 learned")]
+    assert throttle.limits(route) == (RouteLimit(240, "learned"), None, None)
+
+
+def test_unreadable_headers_warn_once_per_route(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    routes = [Route(name=n, provider="openai", model="m") for n in ("a", "b")]
+    bad = HeadroomEvent(limit_requests=240, malformed=("x-ratelimit-remaining-requests",))
+    throttles = {r.name: RouteThrottle() for r in routes}
+    for _ in range(3):
+        for r in routes:
+            throttles[r.name].learn(r, bad)
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warnings == [
+        "route a: ignoring unreadable rate-limit headers: x-ratelimit-remaining-requests",
+        "route b: ignoring unreadable rate-limit headers: x-ratelimit-remaining-requests",
+    ]
+    assert throttles["a"].limits(routes[0])[0] == RouteLimit(240, "learned")  # the rest is used
+
+
+def test_without_headers_429s_cut_concurrency_and_successes_raise_it_slowly() -> None:
+    clock = VirtualClock()
+    gate = AdaptiveConcurrency(ceiling=10, clock=clock)
+    stop = threading.Event()
+    for _ in range(8):
+        assert gate.acquire(stop) == 0.0  # no cap before the first 429
+    started = clock.now
+    clock.now += 1
+    gate.rate_limited(started)
+    assert gate.limit == 4  # halved from the 8 in flight
+    gate.rate_limited(started)  # the same burst (sent before the cut): cut once
+    assert gate.limit == 4
+    for _ in range(8):
+        gate.release(ok=True)
+    assert gate.limit == 5  # + 1/cap a success: about one a cap's worth
+    clock.now += 1
+    gate.rate_limited(clock.now)
+    assert gate.limit == 2
+    for _ in range(200):
+        assert gate.acquire(stop) == 0.0
+        gate.release(ok=True)
+    assert gate.limit == 10  # never above the route's max_concurrent
+
+
+def test_a_slot_wait_of_the_adaptive_cap_wakes_on_stop() -> None:
+    gate = AdaptiveConcurrency(ceiling=None)
+    stop = threading.Event()
+    gate.acquire(stop)
+    gate.rate_limited(-1.0)  # cap 1, one in flight
+    threading.Timer(0.05, stop.set).start()
+    with pytest.raises(Cancelled):
+        gate.acquire(stop)
+
+
+def test_rate_limits_use_no_attempt_until_max_wait_s() -> None:
+    calls: list[float] = []
+
+    def limited() -> str:
+        calls.append(time.monotonic())
+        raise RateLimited("429 rate limited: slow down", retry_after=0.02)
+
+    retry = RetrySettings(attempts=2, base_s=0.001, max_s=0.002, max_wait_s=0.2)
+    notices: list[RetryNotice] = []
+    policy = RetryPolicy(retry, throttle=RouteThrottle(), route=Route("r", "openai", "m"))
+    with pytest.raises(RateLimited) as caught:
+        policy.call(limited, interrupt=threading.Event(), on_retry=notices.append)
+    assert len(calls) > 4  # far more tries than `attempts`: throttled is not failed
+    assert calls[-1] - calls[0] >= 0.18
+    assert "still rate limited after 0s throttled (max_wait_s 0.2s)" in str(caught.value)
+    assert notices[0].text.startswith("429, retry in 0.0s (throttled 0s of 0s)")
+
+
+def test_a_learned_limit_reaches_the_snapshot_and_a_bad_header_fails_no_child(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    bad = {"x-ratelimit-remaining-tokens": "plenty"}
+    limit = BucketLimit(240, dialect="openai", reply=Reply(text="ok", headers=bad))
+    with Loopback(limit) as server:
+        learned = route_for(server, "openai", name="learned")
+        configured = route_for(server, "openai", name="configured", rpm=100)
+        tasks = [
+            Task(id=f"{r}{i}", goal="g", seq=i, route=r)
+            for i in range(3)
+            for r in ("learned", "configured")
+        ]
+        engine = start(
+            tasks_batch(tasks), settings(learned, configured), tmp_path, env={KEY_ENV: "k"}
+        )
+        snap = run_to_end(engine)
+    assert all(c.status is ChildStatus.COMPLETED for c in snap.children)
+    limits = {r.route: (r.rpm, r.tpm) for r in snap.routes}
+    assert limits == {
+        "learned": (RouteLimit(240, "learned"), None),
+        "configured": (RouteLimit(100, "configured"), None),
+    }
+    warned = [r for r in caplog.records if "unreadable rate-limit headers" in r.getMessage()]
+    assert len(warned) == 2  # one a route
+
+
+@pytest.mark.slow
+def test_an_unconfigured_route_is_paced_to_the_servers_bucket_and_no_child_fails(
+    tmp_path: Path,
+) -> None:
+    """The issue's scenario, small: no rpm configured, a server whose bucket holds 20 requests
+    and refills 20 a second (stating 1200/min), Retry-After on its 429s; 60 children on 16
+    slots, with 4 attempts each. Throttled is not failed, and learned pacing keeps 429s few."""
+    limit = BucketLimit(20, dialect="openai", scale=60)
+    with Loopback(limit) as server:
+        route = route_for(server, "openai")  # retry: 4 attempts, no rpm, no tpm
+        engine = start(batch(60, route="openai"), settings(route, pool=16), tmp_path, env={})
+        snap = run_to_end(engine, 60)
+    assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 60
+    assert limit.limited <= 0.1 * (limit.ok + limit.limited), (limit.ok, limit.limited)
+
+
+def test_reservations_shrink_to_what_settled_calls_used() -> None:
+    # max_tokens counted in full, held for the length of every call, throttled a learned tpm
+    # route to a third of its limit: once calls settle, a reservation is 1.5x their share.
+    clock = VirtualClock()
+    limiter = RateLimiter(tpm=60_000, clock=clock, wait=clock.wait, margin=0)
+    first = limiter.acquire(5_000)
+    assert first.tokens == 5_000  # nothing settled yet: the whole estimate
+    first.settle(500)  # a tenth of it used
+    second = limiter.acquire(5_000)
+    assert second.tokens == 750
+    second.settle(2_000)  # more than reserved: charged after the fact
+    assert limiter.tokens is not None and limiter.tokens.level == pytest.approx(2_500)
+    assert limiter.acquire(5_000).tokens == pytest.approx(1_200, abs=1)  # the share: 0.16

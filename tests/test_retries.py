@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import secrets
 import threading
 import time
@@ -86,8 +87,10 @@ def test_retry_after_is_honoured_when_longer_than_our_backoff(
     notices = retry_notices(policy, server, provider)
     (gap,) = gaps(server.times())
     assert notices[0].delay_s == pytest.approx(0.35)
-    assert (
-        notices[0].text == "429, retry 1/2 in 0.3s" or notices[0].text == "429, retry 1/2 in 0.4s"
+    # A rate limit uses no attempt: the notice counts the time throttled instead.
+    assert notices[0].text in (
+        "429, retry in 0.3s (throttled 0s of 600s)",
+        "429, retry in 0.4s (throttled 0s of 600s)",
     )
     assert 0.345 <= gap <= 0.8
 
@@ -253,7 +256,8 @@ def test_the_engine_shows_the_retry_and_fails_fatal_errors_with_a_reason(
             snap = engine.snapshot()
         finally:
             engine.close()
-    assert waiting.text in ("429, retry 1/3 in 0.6s", "429, retry 1/3 in 0.5s")
+    # The route's pause (0.6 s), plus up to a tenth of it: its waiters leave spread out.
+    assert re.fullmatch(r"429, retry in 0\.[5-7]s \(throttled [01]s of 600s\)", waiting.text)
     assert waiting.retries == 1
     failed, retried = snap.children
     assert failed.status is ChildStatus.FAILED
@@ -261,7 +265,7 @@ def test_the_engine_shows_the_retry_and_fails_fatal_errors_with_a_reason(
     assert retried.status is ChildStatus.COMPLETED and retried.activity.retries == 1
     assert sum(1 for r in server.received if "item 0" in str(r.body)) == 1  # never retried
     transcript = Path(retried.transcript).read_text(encoding="utf-8")
-    assert "429, retry 1/3 in" in transcript
+    assert "429, retry in" in transcript
 
 
 def _canary_agent(key: str) -> Callable[[Received], Reply]:
@@ -327,13 +331,23 @@ def test_first_attempt_outside_tenacity_is_replayed_as_attempt_one() -> None:
     policy = RetryPolicy(RetrySettings(attempts=3, base_s=0.001, max_s=0.002))
     assert policy.call(flaky, interrupt=threading.Event(), on_retry=notices.append) == "ok"
     assert len(calls) == 3
-    assert [(n.attempt, n.attempts) for n in notices] == [(1, 2), (2, 2)]
+    # 429s use no attempt: numbered, bounded by max_wait_s rather than attempts
+    assert [(n.attempt, n.attempts, n.max_wait_s) for n in notices] == [(1, 0, 600), (2, 0, 600)]
     assert all(n.delay_s >= 0.01 for n in notices)  # Retry-After honoured from the first try
 
     calls.clear()
-    with pytest.raises(RateLimited):
-        RetryPolicy(RetrySettings(attempts=1)).call(flaky, interrupt=threading.Event())
-    assert len(calls) == 1
+    one = RetrySettings(attempts=1, base_s=0.001, max_s=0.002)
+    assert RetryPolicy(one).call(flaky, interrupt=threading.Event()) == "ok"
+    assert len(calls) == 3  # a single attempt still rides out two rate limits
+
+    def broken() -> str:
+        calls.append(1)
+        raise TransientError("503 server error: down")
+
+    calls.clear()
+    with pytest.raises(TransientError):
+        RetryPolicy(one).call(broken, interrupt=threading.Event())
+    assert len(calls) == 1  # ... but a server error uses it up
 
 
 def test_steer_now_during_a_backoff_rides_the_next_attempt_without_a_wasted_request(

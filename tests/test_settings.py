@@ -88,7 +88,7 @@ rpm = 500
 tpm = 200000
 max_tokens = 2048
 price = { input_per_mtok = 0.15, output_per_mtok = 0.60, cache_read_per_mtok = 0.075 }
-retry = { attempts = 3, base_s = 0.5, max_s = 8 }
+retry = { attempts = 3, base_s = 0.5, max_s = 8, max_wait_s = 120 }
 
 [routes.claude]
 provider = "anthropic"
@@ -129,7 +129,7 @@ max_depth = 0
     assert (fast.name, fast.provider, fast.model) == ("fast", "openai", "gpt-4o-mini")
     assert (fast.max_concurrent, fast.rpm, fast.tpm, fast.max_tokens) == (4, 500, 200000, 2048)
     assert fast.price == Price(Decimal("0.15"), Decimal("0.60"), Decimal("0.075"), None)
-    assert fast.retry == RetrySettings(attempts=3, base_s=0.5, max_s=8.0)
+    assert fast.retry == RetrySettings(attempts=3, base_s=0.5, max_s=8.0, max_wait_s=120.0)
     assert dict(fast.options) == {
         "base_url": "http://localhost:11434/v1",
         "api_key_env": "LOCAL_KEY",
@@ -300,6 +300,11 @@ def test_bad_price(tmp_path: Path, price: str, field: str, message: str) -> None
     path = write(tmp_path, f'[routes.r]\nprovider = "sim"\n\nprice = {price}\n')
     dotted = f"routes.r.price.{field}" if field else "routes.r.price"
     assert message in str(error_at(path, 4, dotted))
+
+
+def test_max_wait_s_must_be_a_positive_number(tmp_path: Path) -> None:
+    path = write(tmp_path, '[routes.r]\nprovider = "sim"\nretry = { max_wait_s = 0 }\n')
+    assert "greater than 0, got 0" in str(error_at(path, 3, "routes.r.retry.max_wait_s"))
 
 
 def test_sim_option_on_a_real_provider(tmp_path: Path) -> None:

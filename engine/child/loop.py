@@ -152,6 +152,7 @@ class Child(ChildState):
                     interrupt=self.interrupt,
                     on_retry=self._on_retry,
                     on_pause=self._on_pause,
+                    on_wait=self._on_rate_wait,
                 )
             except Interrupted:
                 self._check_stop()
@@ -166,11 +167,12 @@ class Child(ChildState):
             # it), and this attempt carries the message instead of going without it.
             self._deliver_steers(messages)
         request = self._request(messages)
-        # The route's rpm/tpm buckets (its pause was waited out before this attempt); the token
-        # estimate is reconciled with usage below.
+        # The route's rpm/tpm buckets, configured or learned (its pause was waited out before
+        # this attempt); the token estimate is reconciled with usage below.
         lease = None
-        if self.route.rpm or self.route.tpm:
-            tokens = estimate_tokens(request) if self.route.tpm else 0
+        by_requests, by_tokens = self._retry.limited(self.route)
+        if by_requests or by_tokens:
+            tokens = estimate_tokens(request) if by_tokens else 0
             lease = self._retry.admit(self.route, tokens, self.interrupt, self._on_rate_wait)
         if self._steering.now_pending:
             # ... or while it waited for the rate limit: the request it waited (and paid) for
@@ -212,6 +214,7 @@ class Child(ChildState):
                         estimated += event.usage
                     self._bill(event.usage)  # billed tokens count even if the turn is dropped
                 elif isinstance(event, HeadroomEvent):
+                    self._retry.saw_headroom(self.route, event)  # the route paces to it now
                     self._report(HeadroomSeen(self.route.name, event))
         except ProviderError:
             # A stream we closed ourselves (stop, steer --now) breaks like a network error:
@@ -320,11 +323,12 @@ class Child(ChildState):
             self._bill(rest)
         return rest
 
-    def _on_rate_wait(self, seconds: float) -> None:
-        self._show(f"waiting for the route's rate limit ({seconds:.1f}s)")
+    def _on_rate_wait(self, seconds: float, why: str) -> None:
+        # why: "rpm 240 learned", "tpm 40000 configured", "concurrency 8 adapted to 429s"
+        self._show(f"{why}: next slot in {seconds:.1f}s" if seconds else f"{why}: waiting")
 
     def _on_pause(self, seconds: float) -> None:
-        self._show(f"route paused after a 429 ({seconds:.1f}s)")
+        self._show(f"route paused {seconds:.1f}s")
 
     def _on_retry(self, notice: RetryNotice) -> None:
         self.transcript.write("engine", notice.text)

@@ -207,6 +207,9 @@ class Coordinator:
             pause = throttle.remaining() if throttle is not None else 0.0
             if pause > 0:
                 hr = dataclasses.replace(hr, paused_until=self._clock() + pause)
+            if throttle is not None:  # the limits it is paced to: configured or learned
+                rpm, tpm, adaptive = throttle.limits(state.route)
+                hr = dataclasses.replace(hr, rpm=rpm, tpm=tpm, adaptive_concurrency=adaptive)
             out.append(hr)
         return tuple(out)
 

@@ -76,6 +76,9 @@ class HeadroomEvent:
     remaining_tokens: int | None = None
     reset_requests_s: float | None = None
     reset_tokens_s: float | None = None
+    limit_requests: int | None = None  # the server's stated limits, per minute
+    limit_tokens: int | None = None
+    malformed: tuple[str, ...] = ()  # rate-limit headers present but unreadable (ignored)
 
 
 StreamEvent = TextDelta | ToolCallEvent | UsageEvent | HeadroomEvent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -16,14 +17,17 @@ def retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time
     ms = headers.get("retry-after-ms")
     if ms is not None:
         with contextlib.suppress(ValueError):
-            return max(0.0, float(ms) / 1000.0)
+            if math.isfinite(wait := float(ms) / 1000.0):
+                return max(0.0, wait)
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        wait = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, wait) if math.isfinite(wait) else None
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
@@ -64,28 +68,69 @@ def seconds_until(stamp: str | None, now: Callable[[], float] = time.time) -> fl
     if not stamp:
         return None
     try:
-        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError):
         return None
-    return max(0.0, when.timestamp() - now())
+    return max(0.0, when - now())
 
 
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(float(text))
-    except ValueError:
-        return None
+class _Reader:
+    """Reads rate-limit headers, noting the ones that are present but unreadable."""
+
+    def __init__(self, headers: Mapping[str, str], now: Callable[[], float]) -> None:
+        self.headers = headers
+        self.now = now
+        self.malformed: list[str] = []
+
+    def _bad(self, name: str) -> None:
+        self.malformed.append(name)
+
+    def count(self, name: str) -> int | None:
+        """A non-negative whole number ("240", "240.0"); None if absent or unreadable."""
+        text = self.headers.get(name)
+        if text is None:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value < 1e15:  # also NaN and inf
+            self._bad(name)
+            return None
+        return int(value)
+
+    def duration(self, name: str) -> float | None:
+        """OpenAI's reset: a duration ("6m0s")."""
+        text = self.headers.get(name)
+        value = duration_s(text)
+        if text is not None and (value is None or not 0 <= value < 1e9):
+            self._bad(name)
+            return None
+        return value
+
+    def stamp(self, name: str) -> float | None:
+        """Anthropic's reset: an RFC 3339 time, as seconds from now."""
+        text = self.headers.get(name)
+        value = seconds_until(text, self.now)
+        if text is not None and value is None:
+            self._bad(name)
+        return value
 
 
-def openai_headroom(headers: Mapping[str, str]) -> HeadroomEvent | None:
-    """`x-ratelimit-remaining-requests` and friends (OpenAI and many compatible servers)."""
+def openai_headroom(
+    headers: Mapping[str, str], now: Callable[[], float] = time.time
+) -> HeadroomEvent | None:
+    """`x-ratelimit-limit-requests`, `-remaining-`, `-reset-` and the same for tokens (OpenAI and
+    many compatible servers); an unreadable value is left out and named in `malformed`."""
+    read = _Reader(headers, now)
     event = HeadroomEvent(
-        remaining_requests=_int(headers.get("x-ratelimit-remaining-requests")),
-        remaining_tokens=_int(headers.get("x-ratelimit-remaining-tokens")),
-        reset_requests_s=duration_s(headers.get("x-ratelimit-reset-requests")),
-        reset_tokens_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
+        remaining_requests=read.count("x-ratelimit-remaining-requests"),
+        remaining_tokens=read.count("x-ratelimit-remaining-tokens"),
+        reset_requests_s=read.duration("x-ratelimit-reset-requests"),
+        reset_tokens_s=read.duration("x-ratelimit-reset-tokens"),
+        limit_requests=read.count("x-ratelimit-limit-requests"),
+        limit_tokens=read.count("x-ratelimit-limit-tokens"),
+        malformed=tuple(read.malformed),
     )
     return event if event != HeadroomEvent() else None
 
@@ -93,19 +138,28 @@ def openai_headroom(headers: Mapping[str, str]) -> HeadroomEvent | None:
 def anthropic_headroom(
     headers: Mapping[str, str], now: Callable[[], float] = time.time
 ) -> HeadroomEvent | None:
-    """`anthropic-ratelimit-requests-remaining` and friends; token figures from the tightest
-    of the combined, input and output token limits."""
-    tokens: list[tuple[int, float | None]] = []
+    """`anthropic-ratelimit-requests-limit`, `-remaining`, `-reset` and friends; token figures
+    from the tightest of the combined, input and output token limits (the one with the least
+    remaining; its limit, else the smallest stated)."""
+    read = _Reader(headers, now)
+    tokens: list[tuple[int, float | None, int | None]] = []
+    limits: list[int] = []
     for kind in ("tokens", "input-tokens", "output-tokens"):
-        left = _int(headers.get(f"anthropic-ratelimit-{kind}-remaining"))
+        left = read.count(f"anthropic-ratelimit-{kind}-remaining")
+        reset = read.stamp(f"anthropic-ratelimit-{kind}-reset")
+        limit = read.count(f"anthropic-ratelimit-{kind}-limit")
+        if limit is not None:
+            limits.append(limit)
         if left is not None:
-            reset = seconds_until(headers.get(f"anthropic-ratelimit-{kind}-reset"), now)
-            tokens.append((left, reset))
-    tightest = min(tokens, key=lambda t: t[0]) if tokens else (None, None)
+            tokens.append((left, reset, limit))
+    left, reset, limit = min(tokens, key=lambda t: t[0]) if tokens else (None, None, None)
     event = HeadroomEvent(
-        remaining_requests=_int(headers.get("anthropic-ratelimit-requests-remaining")),
-        remaining_tokens=tightest[0],
-        reset_requests_s=seconds_until(headers.get("anthropic-ratelimit-requests-reset"), now),
-        reset_tokens_s=tightest[1],
+        remaining_requests=read.count("anthropic-ratelimit-requests-remaining"),
+        remaining_tokens=left,
+        reset_requests_s=read.stamp("anthropic-ratelimit-requests-reset"),
+        reset_tokens_s=reset,
+        limit_requests=read.count("anthropic-ratelimit-requests-limit"),
+        limit_tokens=limit if limit is not None else min(limits, default=None),
+        malformed=tuple(read.malformed),
     )
     return event if event != HeadroomEvent() else None

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot, Usage
+from flightdeck.engine.model import (
+    BatchStatus,
+    ChildRow,
+    ChildStatus,
+    RouteHeadroom,
+    RouteLimit,
+    Snapshot,
+    Usage,
+)
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.days import Days, day_of_last
@@ -356,3 +364,16 @@ def test_the_detail_line_says_the_selected_child_in_full(tmp_path: Path) -> None
     running = detail_text(long, NOW).plain.splitlines()[0]
     assert "route paused after a 429 " + "x" * 80 in running  # not cut at the column's width
     assert running.endswith("steer … queued")
+
+
+def test_the_meter_says_whether_a_routes_limit_is_configured_or_learned(tmp_path: Path) -> None:
+    row = child(1, "g", ChildStatus.RUNNING, folder=tmp_path)
+    routes = (
+        RouteHeadroom("gpt", rpm=RouteLimit(240, "learned")),
+        RouteHeadroom("claude", tpm=RouteLimit(40_000, "configured")),
+        RouteHeadroom("local", adaptive_concurrency=3),
+        RouteHeadroom("sim"),
+    )
+    shown = meter_text(dataclasses.replace(_snapshot((row,)), routes=routes))
+    assert "gpt rpm 240 learned   claude tpm 40000 configured   local 3 in flight" in shown
+    assert "sim" not in shown.split("pool")[-1]

@@ -1,4 +1,5 @@
-"""The cost meter: batch progress, tokens, dollars, burn rate, budget and elapsed time."""
+"""The cost meter: batch progress, tokens, dollars, burn rate, budget, elapsed time, and the
+limit each route is paced to (configured or learned)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections import deque
 from decimal import Decimal
 
 from flightdeck.engine.model import Snapshot
+from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens
 from rich.text import Text
 from textual.widgets import Static
@@ -130,7 +132,15 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
             text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
     text.append(f"{gap}elapsed " if not compact else gap, style="dim")
     text.append(fmt_clock(now - snap.started_ts))
-    if not compact:  # the least needed figure: compact leaves it out
+    if not compact:  # the least needed figures: compact leaves them out
         text.append(f"{gap}pool ", style="dim")
         text.append(str(snap.pool_size))
+        for route in snap.routes:  # the limit each route is paced to: configured or learned
+            limit = route.rpm or route.tpm
+            if limit is not None:
+                text.append(f"{gap}{one_line(route.route)} ", style="dim")
+                text.append(f"{'rpm' if route.rpm else 'tpm'} {limit.label}")
+            elif route.adaptive_concurrency is not None:
+                text.append(f"{gap}{one_line(route.route)} ", style="dim")
+                text.append(f"{route.adaptive_concurrency} in flight (adapting to 429s)")
     return text

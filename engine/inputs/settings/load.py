@@ -264,7 +264,7 @@ class _Reader(ValueChecks):
         values: dict[str, Any] = {}
         if "attempts" in table:
             values["attempts"] = self.integer((*key, "attempts"), table["attempts"], 1, 20)
-        for name in ("base_s", "max_s"):
+        for name in ("base_s", "max_s", "max_wait_s"):
             if name in table:
                 values[name] = self.number((*key, name), table[name])
         out = RetrySettings(**values)

@@ -55,6 +55,9 @@ class RetrySettings:
     attempts: int = 6  # total tries, the first included
     base_s: float = 1.0  # first backoff ceiling; doubles per retry (full jitter)
     max_s: float = 30.0  # cap on one backoff
+    # Rate limits use no attempt: a call fails for them only once it has spent this long in
+    # total throttled (its route's pause, rate buckets and concurrency, backoff after 429s).
+    max_wait_s: float = 600.0
 
 
 WorkspaceMode = Literal["shared", "copy", "worktree"]
