@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from flightdeck.engine.api import Engine
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.control.pool import auto_pool_size
 from flightdeck.engine.control.retry import RetryPolicy
@@ -499,3 +500,14 @@ def test_reservations_shrink_to_what_settled_calls_used() -> None:
     second.settle(2_000)  # more than reserved: charged after the fact
     assert limiter.tokens is not None and limiter.tokens.level == pytest.approx(2_500)
     assert limiter.acquire(5_000).tokens == pytest.approx(1_200, abs=1)  # the share: 0.16
+
+
+def test_the_sims_random_429s_do_not_cut_its_concurrency(tmp_path: Path) -> None:
+    # Every first call draws a 429: a real server's would mean "too many at once", the sim's
+    # mean nothing of the load, so all eight still run side by side.
+    route = sim_route(error_rate=0.5, retry_after_s=0.01, tool_turns=0)
+    engine = Engine(batch(8), settings(route, pool=8), state_dir=tmp_path / "s")
+    engine.start()
+    snap = run_to_end(engine)
+    assert snap.totals.completed == 8
+    assert all(r.adaptive_concurrency is None for r in snap.routes)

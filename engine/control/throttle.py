@@ -501,7 +501,9 @@ class RouteThrottle:
         empty; with no rate known, cut the concurrency; hold the route for `retry_after`."""
         limiter = self._limiter(route)
         limiter.exhausted()
-        if limiter.unlimited and self.concurrency is not None:
+        # The sim draws its 429s at random, whatever the load: fewer calls in flight would not
+        # make them rarer, only slow the batch (the demo crawled at one child at a time).
+        if limiter.unlimited and self.concurrency is not None and route.provider != "sim":
             self.concurrency.rate_limited(started)
         if retry_after:
             self.pause(retry_after)
