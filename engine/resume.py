@@ -22,7 +22,7 @@ from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.inputs.settings import Settings
-from flightdeck.engine.inputs.settings.stored import settings_from_json
+from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_headers
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.records.meter import Meter
@@ -99,6 +99,15 @@ def load(state_dir: Path, batch_id: str) -> Stored:
             "it cannot be resumed",
         )
     settings = settings_from_json(info.settings_json)
+    if routes := unkept_headers(settings):
+        names = ", ".join(repr(r) for r in routes)
+        raise ResumeError(
+            db,
+            None,
+            "batch_id",
+            f"route(s) {names} send headers, whose values are not kept in the store (they may "
+            "hold keys): this batch cannot be resumed",
+        )
     batch = assembly.batch_from_store(info.name, info.spec_json, info.source, info.workspace)
     return Stored(info, batch, settings)
 

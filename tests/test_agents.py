@@ -464,3 +464,100 @@ def test_a_prompt_larger_than_the_pipe_never_blocks_the_stop(tmp_path: Path) -> 
     until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
     assert time.monotonic() - t0 < GRACE + 1.0
     assert run_to_end(engine).children[0].status is ChildStatus.STOPPED
+
+
+# --- found in review ---------------------------------------------------------------------------
+
+
+def test_output_nested_past_the_stack_neither_fails_nor_leaves_the_process_running(
+    tmp_path: Path,
+) -> None:
+    route = fake("deep_json.py") + 'format = "claude-stream-json"\n' + f"kill_grace_s = {GRACE}\n"
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    try:
+        until(lambda: written(engine, "[[[["), timeout=10)  # read, and shown as output
+        pids = [
+            p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if "deep_json.py" in " ".join(p.info["cmdline"] or [])
+        ]
+        assert pids and row_of(engine).status is ChildStatus.RUNNING
+        engine.stop(["t0"])
+        until(lambda: row_of(engine).status is ChildStatus.STOPPED, timeout=10)
+    finally:
+        engine.close()
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+def test_a_copy_never_copies_the_state_folder_inside_the_workspace_into_itself(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "input.txt").write_text("x")
+    route = fake("workspace_probe.py", "{id}", "{workspace}") + 'workspace = "copy"\n'
+    route += "keep_worktrees = true\n"
+    settings = config(tmp_path, route)
+    # the state folder is inside the batch workspace, as with workspace = "." and ./.flightdeck
+    environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    engine = Engine(
+        one(workspace=tmp_path), settings, state_dir=tmp_path / "state", env=environment
+    )
+    engine.start()
+    snap = run_to_end(engine)
+    row = snap.children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    copy = Path(re.search(r"cwd (.+)", row.result or "").group(1))  # type: ignore[union-attr]
+    assert (copy / "input.txt").exists() and not (copy / "state").exists()
+
+
+def test_values_passed_by_env_pass_are_redacted_like_the_key(tmp_path: Path) -> None:
+    token = "ghp-secret-token-0123456789"
+    script = tmp_path / "echo_token.py"
+    script.write_text("import os\nprint('token', os.environ['GH_TOKEN'])\n")
+    route = "argv = " + repr([PY, str(script)]).replace("'", '"') + '\nenv_pass = ["GH_TOKEN"]\n'
+    snap = run_to_end(engine_for(tmp_path, config(tmp_path, route), GH_TOKEN=token))
+    row = snap.children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert token not in transcript(row) and token not in (row.result or "")
+    assert "token" in transcript(row)
+
+
+def test_a_process_killed_by_a_real_time_signal_says_so() -> None:
+    from flightdeck.engine.agents.child import _status_text
+
+    assert _status_text(-40) == "killed by signal 40"
+    assert _status_text(-9) == "killed by SIGKILL"
+
+
+def test_a_copy_or_worktree_left_by_a_dead_owner_is_made_afresh(tmp_path: Path) -> None:
+    from flightdeck.engine.agents.workspace import Workspace
+
+    shared = tmp_path / "ws"
+    shared.mkdir()
+    (shared / "a.txt").write_text("new")
+    own = tmp_path / "state" / "workspaces" / "t0"
+    own.mkdir(parents=True)
+    (own / "stale.txt").write_text("from the run before the crash")
+    copy = Workspace("copy", shared, own, keep=False)
+    assert (copy.prepare() / "a.txt").read_text() == "new" and not (own / "stale.txt").exists()
+    subprocess.run(["git", "init", "-q", str(shared)], check=True)
+    subprocess.run(["git", "-C", str(shared), "add", "."], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(shared),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "x",
+        ],
+        check=True,
+    )
+    tree = tmp_path / "state" / "workspaces" / "t1"
+    Workspace("worktree", shared, tree, keep=False).prepare()  # the crashed owner's
+    again = Workspace("worktree", shared, tree, keep=False)
+    assert (again.prepare() / "a.txt").exists()
+    assert again.release() is None and not tree.exists()

@@ -355,3 +355,32 @@ def test_a_batchs_schedules_and_delegation_are_kept_for_resume() -> None:
     plain = dataclasses.replace(original, delegate=False, schedules=())
     assert json.loads(assembly.spec_json(plain))[0]["id"] == "a"  # a plain list, as before
     assert assembly.batch_from_store("n", assembly.spec_json(plain), None, "/w") == plain
+
+
+def test_header_values_are_not_kept_and_a_batch_that_needs_them_is_not_resumed(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.resume import ResumeError, load
+
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[routes.gw]\nprovider = "openai"\nmodel = "m"\nbase_url = "http://localhost:9/v1"\n'
+        'api_key_env = "GW_KEY"\nheaders = { Authorization = "Bearer sk-gateway-secret-99" }\n'
+    )
+    kept = settings_json(load_settings(config))
+    assert "sk-gateway-secret-99" not in kept and "Authorization" in kept
+    pid, start = dead_owner()
+    info = make_batch(
+        "b1",
+        spec_json=assembly.spec_json(batch(1)),
+        workspace=str(tmp_path / "ws"),
+        state_dir=str(tmp_path),
+        owner_pid=pid,
+        owner_start=start,
+        settings_json=kept,
+    )
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.create_batch(info)
+    with pytest.raises(ResumeError, match="'gw' send headers, whose values are not kept"):
+        load(tmp_path, "b1")

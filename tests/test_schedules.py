@@ -160,6 +160,8 @@ def test_a_batch_of_schedules_loads(tmp_path: Path) -> None:
     [
         ('every = "15x"', 3, "schedules.every", "unknown unit 'x'"),
         ("every = -5", 3, "schedules.every", "must be more than 0"),
+        ("every = nan", 3, "schedules.every", "finite"),
+        ("every = inf", 3, "schedules.every", "finite"),
         ('cron = "every day"', 3, "schedules.cron", "croniter"),
         ('every = "1m"\ncron = "* * * * *"', 2, "schedules.every", "one of them"),
         ('every = "1m"\nat_start = "yes"', 4, "schedules.at_start", "true or false"),

@@ -36,6 +36,7 @@ from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.policy import CallPolicy
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.child.tools import Toolbox
+from flightdeck.engine.inputs.settings import CommandSpec
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.records.meter import Meter
@@ -198,10 +199,7 @@ class CommandChild(Child):
             return ChildStatus.FAILED, f"the CLI reported an error: {end.result}", None
         if end.code is None:
             return ChildStatus.FAILED, "the process could not be started", None
-        if end.code < 0:
-            reason = f"killed by {signal.Signals(-end.code).name}"
-        else:
-            reason = f"exit {end.code}"
+        reason = _status_text(end.code)
         last = [line for line in end.err if line.strip()][-REASON_LINES:]
         return ChildStatus.FAILED, reason + (": " + "\n".join(last) if last else ""), None
 
@@ -226,13 +224,32 @@ class CommandChild(Child):
             end.code = 127
             return end
         reader = reader_for(spec.format)
-        turns_sent = results = 0
+        turns_sent = 0
         if spec.stdin:
             if spec.steer == "stdin":
                 proc.feed(_user_turn(stdin_text), then_close=False)
                 turns_sent = 1
             else:
                 proc.feed(stdin_text, then_close=True)
+        try:
+            return self._supervise(proc, reader, spec, stdin_text, turns_sent, end)
+        except BaseException:
+            # A bug (or a signal) while reading it: the process must not outlive its child.
+            proc.signal(signal.SIGKILL)
+            self._reap(proc, time.monotonic(), killed=True)
+            raise
+
+    def _supervise(
+        self,
+        proc: Process,
+        reader: OutputReader,
+        spec: CommandSpec,
+        stdin_text: str,
+        turns_sent: int,
+        end: RunEnd,
+    ) -> RunEnd:
+        """Read its output until it and its whole tree have ended; stop it when asked."""
+        results = 0
         stdin_open = spec.steer == "stdin"
         ended = {"stdout": False, "stderr": False}
         term_at: float | None = None
@@ -420,5 +437,8 @@ def _status_text(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:  # a real-time signal has no name
+            return f"killed by signal {-code}"
     return f"exit {code}"

@@ -15,6 +15,7 @@ from flightdeck.engine.agents.env import child_env
 from flightdeck.engine.errors import ConfigError, FatalError
 from flightdeck.engine.inputs.settings import CommandSpec, Route
 from flightdeck.engine.providers.base import TurnRequest, TurnStream
+from flightdeck.engine.sanitize import MIN_SECRET_LEN
 
 
 class CommandRoute:
@@ -42,6 +43,9 @@ class CommandRoute:
                     f"environment variable {key_name} is not set",
                 )
             self.secrets = (key,)
+        # What env_pass hands the process is often a token too (GITHUB_TOKEN): redacted alike.
+        passed = (env.get(name, "").strip() for name in self.spec.env_pass)
+        self.secrets += tuple(v for v in passed if len(v) >= MIN_SECRET_LEN)
         base = Path(source).parent if source is not None else Path.cwd()
         self.argv = self._resolved(self.spec.argv, "argv", base)
         self.resume_argv = (

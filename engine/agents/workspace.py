@@ -48,19 +48,33 @@ class Workspace:
             return self.path
         self._own.parent.mkdir(parents=True, exist_ok=True)
         if self.mode == "copy":
+            # One left by an owner that died (a resumed batch re-runs the child): made afresh.
+            shutil.rmtree(self._own, ignore_errors=True)
             try:
-                shutil.copytree(self._shared, self._own, symlinks=True)
+                shutil.copytree(
+                    self._shared, self._own, symlinks=True, ignore=self._inside_own_parent
+                )
             except OSError as exc:
                 raise WorkspaceError(f"cannot copy {self._shared}: {exc}") from exc
             return self.path
         repo = git_toplevel(self._shared)
         if repo is None:
             raise WorkspaceError(f"{self._shared} is not in a git repository")
+        if self._own.exists():  # left by an owner that died: its worktree goes first
+            self._git(repo, "worktree", "remove", "--force", str(self._own))
+            self._git(repo, "worktree", "prune")
         self._git(repo, "worktree", "add", "--detach", str(self._own), "HEAD")
         self._repo = repo
         # The same place inside the repository as the batch workspace is.
         self.path = self._own / self._shared.resolve().relative_to(repo.resolve())
         return self.path
+
+    def _inside_own_parent(self, folder: str, names: list[str]) -> set[str]:
+        """copytree's `ignore`: the folder the copies go into, when the state folder lies
+        inside the workspace (`workspace = "."`), is never copied into itself."""
+        here = Path(folder).resolve()
+        where = self._own.parent.resolve()
+        return {n for n in names if where == here / n or where.is_relative_to(here / n)}
 
     def release(self) -> str | None:
         """Remove the copy or worktree unless kept; a note for the transcript, or None."""

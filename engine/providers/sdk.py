@@ -34,7 +34,7 @@ def parse_arguments(raw: str) -> Mapping[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
         return {"_unparsed_arguments": raw}
     return value if isinstance(value, dict) else {"_arguments": value}
 

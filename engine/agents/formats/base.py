@@ -71,7 +71,7 @@ def json_object(line: str) -> dict[str, object] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
         return None
     return value if isinstance(value, dict) else None
 

@@ -84,7 +84,7 @@ def _route_json(route: Route) -> dict[str, object]:
         "retry": dataclasses.asdict(route.retry),
         "cache_gate_s": route.cache_gate_s,
         "delegate": route.delegate,
-        "options": {k: dict(v) if isinstance(v, Mapping) else v for k, v in route.options.items()},
+        "options": {k: _option_json(k, v) for k, v in route.options.items()},
         "key_line": route.key_line,
         "command": None if route.command is None else _command_json(route.command),
     }
@@ -107,6 +107,22 @@ def _command_from(data: Mapping[str, Any] | None) -> CommandSpec | None:
         for k, v in data.items()
     }
     return CommandSpec(**fields)
+
+
+def _option_json(name: str, value: object) -> object:
+    # A header's value may be a key (a gateway's Authorization): only its name is kept.
+    if name == "headers" and isinstance(value, Mapping):
+        return dict.fromkeys(value, None)
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def unkept_headers(settings: Settings) -> list[str]:
+    """The routes of stored settings whose headers' values were not kept (see _option_json)."""
+    return [
+        name
+        for name, route in settings.routes.items()
+        if any(v is None for v in dict(route.options.get("headers") or {}).values())
+    ]
 
 
 def _route_from(name: str, data: Mapping[str, Any]) -> Route:

@@ -10,6 +10,7 @@ goal = "Scan today's logs for new errors (wave {wave})"
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -101,6 +102,6 @@ def _every(src: Source, key: Key, value: object) -> float:
         seconds = float(m.group(1)) * _UNITS[unit]
     else:
         raise src.error(key, "schedules.every", expected('a duration such as "15m"', value))
-    if seconds <= 0:
-        raise src.error(key, "schedules.every", f"must be more than 0, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:  # TOML has nan and inf
+        raise src.error(key, "schedules.every", f"must be more than 0 and finite, got {value!r}")
     return seconds
