@@ -409,3 +409,10 @@ def test_a_missing_key_names_the_line_of_its_route(tmp_path: Path, table: str, l
     err = caught.value
     assert (err.line, err.field) == (line, "routes.gpt.api_key_env"), str(err)
     assert str(err).startswith(f"{path}:{line}: routes.gpt.api_key_env: environment variable")
+
+
+def test_a_config_nested_past_the_parsers_stack_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "flightdeck.toml"
+    path.write_text("[engine]\nx = " + "[" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_settings(path)

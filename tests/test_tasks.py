@@ -746,3 +746,21 @@ def test_task_text_over_a_given_limit_is_refused_at_file_line_field(
     assert (info.value.line, info.value.field) == (line, field), str(info.value)
     assert "over the limit of 9" in str(info.value)
     assert load_batch(path, max_chars=11).tasks[0].goal in ("ok", "x a")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.jsonl", '{"goal": ' + "[" * 100_000 + "\n"),
+        ("deep.toml", '[[tasks]]\ngoal = "x"\ncontext = ' + "[" * 100_000 + "\n"),
+        ("deep.yaml", "tasks:\n  - goal: " + "[" * 100_000 + "\n"),
+    ],
+)
+def test_input_nested_past_the_parsers_stack_is_a_clear_error(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_batch(path)
+    assert str(path) in str(err.value)

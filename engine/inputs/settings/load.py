@@ -80,6 +80,8 @@ def load_settings(path: Path | None = None, *, env: Mapping[str, str] | None = N
     except tomllib.TOMLDecodeError as exc:
         line, message = decode_error(exc, text)
         raise ConfigError(path, line, None, f"invalid TOML: {message}") from None
+    except RecursionError:  # a value nested deeper than the parser's stack (`[[[[…`)
+        raise ConfigError(path, None, None, "nested too deeply to read") from None
     return _Reader(path, TomlLocator(text)).settings(data)
 
 

@@ -37,6 +37,13 @@ def load_batch(path: Path, *, max_chars: int = DEFAULT_MAX_TASK_CHARS) -> Batch:
     context or group longer than `max_chars` characters is an error."""
     path = Path(path)
     text = read_text(path)
+    try:
+        return _load_text(path, text, max_chars)
+    except RecursionError:  # a value nested deeper than the parsers' stack (`[[[[…`)
+        raise SpecError(path, None, None, "nested too deeply to read") from None
+
+
+def _load_text(path: Path, text: str, max_chars: int) -> Batch:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         drafts = [d for raw, src in jsonl_objects(path, text) for d in expand(raw, src, (), {})]
