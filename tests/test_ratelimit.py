@@ -511,3 +511,14 @@ def test_the_sims_random_429s_do_not_cut_its_concurrency(tmp_path: Path) -> None
     snap = run_to_end(engine)
     assert snap.totals.completed == 8
     assert all(r.adaptive_concurrency is None for r in snap.routes)
+
+
+def test_a_learned_limit_below_the_configured_one_is_lifted_when_the_server_raises_it() -> None:
+    clock = [0.0]
+    limiter = RateLimiter(rpm=150, clock=lambda: clock[0])
+    limiter.learn("requests", 100, None)
+    assert limiter.limit("requests") == RouteLimit(100, "learned")
+    assert limiter.requests is not None and limiter.requests.rate == pytest.approx(100 * 0.98 / 60)
+    limiter.learn("requests", 200, None)  # the server's limit went up past ours
+    assert limiter.limit("requests") == RouteLimit(150, "configured")
+    assert limiter.requests.rate == pytest.approx(150 * 0.98 / 60)  # paced to it again

@@ -172,6 +172,7 @@ class RateLimiter:
         self._lock = threading.Lock()
         now = clock()
         self._pace = pace = 1.0 - margin
+        self._burst_s = burst_s
         self.requests = Bucket(rpm * pace, burst_s, now) if rpm else None
         self.tokens = Bucket(tpm * pace, burst_s, now) if tpm else None
         self._configured: dict[Kind, float | None] = {"requests": rpm, "tokens": tpm}
@@ -215,6 +216,11 @@ class RateLimiter:
                         self.requests = bucket
                     else:
                         self.tokens = bucket
+                elif bucket is not None:
+                    # The server's limit is back at or above the configured one: pace to that
+                    # again, not to the lower one learned before.
+                    rate = configured * self._pace
+                    bucket.retune(rate, rate / 60.0 * self._burst_s, now)
             if bucket is not None and remaining is not None:
                 # Calls not settled yet will be refunded in part, and the server has likely
                 # counted them already at what they use: what remains for new calls is at most
