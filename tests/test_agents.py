@@ -561,3 +561,18 @@ def test_a_copy_or_worktree_left_by_a_dead_owner_is_made_afresh(tmp_path: Path) 
     again = Workspace("worktree", shared, tree, keep=False)
     assert (again.prepare() / "a.txt").exists()
     assert again.release() is None and not tree.exists()
+
+
+def test_a_json_event_of_hundreds_of_kilobytes_is_read_whole(tmp_path: Path) -> None:
+    script = tmp_path / "big_result.py"
+    script.write_text(
+        "import json\n"
+        "print(json.dumps({'type': 'result', 'subtype': 'success', 'is_error': False,\n"
+        "    'result': 'x' * 300_000, 'total_cost_usd': 0.5, 'session_id': 's1',\n"
+        "    'usage': {'input_tokens': 10, 'output_tokens': 20}}))\n"
+    )
+    route = "argv = " + repr([PY, str(script)]).replace("'", '"') + "\n"
+    route += 'format = "claude-stream-json"\n'
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.cost_usd == Decimal("0.5") and row.usage.output_tokens == 20

@@ -19,9 +19,10 @@ import psutil
 
 Stream = Literal["stdout", "stderr"]
 
-# A line longer than this is cut into pieces: a CLI that prints a megabyte with no newline
-# must not be held in memory whole before anything reaches the transcript.
-MAX_LINE_BYTES = 64 * 1024
+# A line longer than this is cut into pieces, so output with no newline is never held whole.
+# Not much less: one JSON event is one line, Claude Code's tool results and Codex's command
+# output run to hundreds of kilobytes, and a piece of an event parses as nothing.
+MAX_LINE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
