@@ -12,7 +12,7 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
-from flightdeck.tui.widgets.rows import GroupSummary, SortOrder, group_header, group_summaries
+from flightdeck.tui.widgets.rows import GroupSummary, SortOrder, group_header, group_summary
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
 from tui_support import SIZE, SLOW, EngineFactory, app_for, until
@@ -35,14 +35,14 @@ def _rows(folder: Path) -> tuple[ChildRow, ...]:
 
 
 def test_a_header_counts_its_members_by_status_and_sums_their_cost(tmp_path: Path) -> None:
-    rows = {r.id: r for r in _rows(tmp_path)}
-    summaries = group_summaries(rows, tagged=set())
-    assert set(summaries) == {"security", "docs"}  # the ungrouped child is in none
-    text, _ = group_header("security", summaries["security"], folded=False)
+    rows = _rows(tmp_path)
+    security = [r for r in rows if r.group == "security"]
+    text, _ = group_header("security", group_summary(security, ()), folded=False)
     assert text == "▾ security  3 children: 2 ✓ 1 ●  $0.0123"
-    text, _ = group_header("docs", summaries["docs"], folded=True)
+    docs = [r for r in rows if r.group == "docs"]
+    text, _ = group_header("docs", group_summary(docs, ()), folded=True)
     assert text == "▸ docs  1 child: 1 ✗  $?"  # a price unknown: never guessed
-    tagged = group_summaries(rows, tagged={"review-01", "review-02"})["security"]
+    tagged = group_summary(security, {"review-01", "review-02"})
     assert group_header("security", tagged, folded=False) == (
         "▾ security  3 children: 2 ✓ 1 ●  $0.0123  ◆ 2 tagged",
         "bold magenta",

@@ -301,8 +301,8 @@ class MainScreen(Screen[None]):
             return bool(self.table.shown) or self.table.selected_group is not None
         if action == "tag_visible":
             return bool(self.table.shown)
-        if action == "fold":
-            return self.table.group_under_cursor() is not None
+        if action == "fold":  # enter elsewhere (the filter box, the transcript) is theirs
+            return self.focused is self.table and self.table.group_under_cursor() is not None
         if action in _ROW_MOVES:
             return self.focused is self.table
         return True

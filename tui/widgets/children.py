@@ -27,7 +27,7 @@ from flightdeck.tui.widgets.rows import (
     fit_columns,
     fit_text,
     group_header,
-    group_summaries,
+    group_summary,
     row_cells,
     sort_key,
     subtree_costs,
@@ -134,7 +134,8 @@ class ChildrenTable(ScrollView, can_focus=True):
         self._line_index: dict[Entry, int] | None = None  # group order: entry -> line
         self._children: list[str] | None = None  # group order: the child ids on lines
         self.folded: set[str] = set()  # groups shown as their header only
-        self._summaries: dict[str, GroupSummary] | None = None  # per group, until rows change
+        self._summaries: dict[str, GroupSummary] = {}  # headers drawn since rows last changed
+        self._members: dict[str, list[str]] | None = None  # group -> ids, until a row is added
         self.cursor_row = 0
         self._highlighted: Entry | None = None
         self._now = 0.0
@@ -195,14 +196,26 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     def group_members(self, name: str) -> list[str]:
         """Every child of group `name` (the filter and folds aside), in batch order."""
-        rows = self.rows_by_id
-        return sorted((i for i, r in rows.items() if r.group == name), key=lambda i: rows[i].seq)
+        if self._members is None:
+            members: dict[str, list[str]] = {}
+            for child_id, row in self.rows_by_id.items():
+                if row.group is not None:
+                    members.setdefault(row.group, []).append(child_id)
+            rows = self.rows_by_id
+            for ids in members.values():
+                ids.sort(key=lambda i: rows[i].seq)
+            self._members = members
+        return list(self._members.get(name, ()))
 
     def summary(self, name: str) -> GroupSummary:
-        """What group `name`'s header counts (all its members, whatever the filter keeps)."""
-        if self._summaries is None:
-            self._summaries = group_summaries(self.rows_by_id, self.tagged)
-        return self._summaries.get(name) or GroupSummary()
+        """What group `name`'s header counts (all its members, whatever the filter keeps).
+        Only headers on screen are counted, once per snapshot: not the whole table each poll."""
+        summary = self._summaries.get(name)
+        if summary is None:
+            rows = self.rows_by_id
+            members = (rows[i] for i in self.group_members(name))
+            summary = self._summaries[name] = group_summary(members, self.tagged)
+        return summary
 
     def header_cells(self, name: str) -> tuple[Cell, ...]:
         return (group_header(name, self.summary(name), name in self.folded),)
@@ -254,6 +267,8 @@ class ChildrenTable(ScrollView, can_focus=True):
             old = by_id.get(row.id)
             if old is row:
                 continue
+            if old is None:
+                self._members = None  # a new child: groups are listed again when asked
             by_id[row.id] = row
             if row.parent is not None:
                 self._delegated = True
@@ -268,7 +283,8 @@ class ChildrenTable(ScrollView, can_focus=True):
                 removed.add(row.id)
         if self._delegated and order is SortOrder.TREE:
             self._subtree = subtree_costs(by_id)
-        self._summaries = None
+        if self._summaries:
+            self._summaries = {}
         if removed or added:
             selected = self.selected_entry
             if removed:
@@ -324,7 +340,7 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     def set_tagged(self, child_ids: Iterable[str], tagged: bool) -> None:
         """Tag or untag children and redraw their mark."""
-        self._summaries = None  # headers count their tagged members
+        self._summaries = {}  # headers count their tagged members
         for child_id in child_ids:
             if tagged:
                 self.tagged.add(child_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
@@ -417,16 +417,12 @@ class GroupSummary:
         self.tagged += tagged
 
 
-def group_summaries(rows: Mapping[str, ChildRow], tagged: set[str]) -> dict[str, GroupSummary]:
-    """Every group's summary, in one pass over the rows (ungrouped children are in none)."""
-    out: dict[str, GroupSummary] = {}
-    for child_id, row in rows.items():
-        if row.group is not None:
-            summary = out.get(row.group)
-            if summary is None:
-                summary = out[row.group] = GroupSummary()
-            summary.add(row, child_id in tagged)
-    return out
+def group_summary(members: Iterable[ChildRow], tagged: Container[str]) -> GroupSummary:
+    """One group's summary from its members' rows."""
+    summary = GroupSummary()
+    for row in members:
+        summary.add(row, row.id in tagged)
+    return summary
 
 
 def group_header(name: str, summary: GroupSummary, folded: bool) -> Cell:
