@@ -232,6 +232,7 @@ def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> Non
     results = {(r["bench"], r.get("scenario")): r for r in rows}
     assert set(results) == {
         ("tui_refresh", None),
+        ("tui_refresh", "group order, 50 groups"),
         ("tui_key_latency", "live, 4 of 20 running"),
         ("tui_key_latency", "frozen table"),
         ("tui_key_latency", "real sim engine, 4 of 20 running"),

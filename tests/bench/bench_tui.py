@@ -5,8 +5,9 @@ Refresh: the real app (headless, 160x50) is fed engine-like snapshots of 100 / 1
 children with a fifth of them running (every running row changes on every poll, a few children
 start and finish). One refresh = apply the snapshot by difference + render the visible table.
 The baseline, measured in the same run on the same app, rebuilds every row instead; the ratio
-is what updating by difference buys. Clearing a filter: from a filter that keeps a few rows back
-to all of them, applied and rendered.
+is what updating by difference buys. The largest size runs once more in the group order, its
+children in 50 groups, each led by a header that counts its members and cost. Clearing a
+filter: from a filter that keeps a few rows back to all of them, applied and rendered.
 
 Latency: keys are posted while polls apply 5,000 children (200 running), at phases unrelated
 to the poll timer; latency is from posting the key to the first frame that shows the moved
@@ -58,7 +59,7 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.filter import FilterInput
-from flightdeck.tui.widgets.rows import parse_filter
+from flightdeck.tui.widgets.rows import SortOrder, parse_filter
 from rich.console import RenderableType
 from textual import events
 from textual.geometry import Region
@@ -73,6 +74,7 @@ TICKS = 30
 BASELINE_TICKS = 5
 FILTER_CLEARS = 5
 KEYS = int(os.environ.get("BENCH_TUI_KEYS", "100"))
+GROUPS = 50  # in the group order's refresh, at the largest size: a header per group
 SCREEN = (160, 50)
 RESULTS = Path(__file__).parent / "results"
 
@@ -80,8 +82,9 @@ RESULTS = Path(__file__).parent / "results"
 class SyntheticView:
     """Engine-like snapshots: running rows change every call; some children start or end."""
 
-    def __init__(self, n: int, folder: Path, running: int | None = None) -> None:
+    def __init__(self, n: int, folder: Path, running: int | None = None, groups: int = 0) -> None:
         self.folder = folder
+        self.groups = groups  # children spread over this many groups (0: none)
         self.t = 1_800_000_000.0
         self.rows: dict[str, ChildRow] = {}
         running = int(n * RUNNING_SHARE) if running is None else running
@@ -103,7 +106,7 @@ class SyntheticView:
             id=child_id,
             seq=seq,
             goal=f"Review pull request #{seq}: read the changed files and report risks",
-            group=None,
+            group=f"group-{seq % self.groups:02d}" if self.groups else None,
             route="sim",
             model="sim-1",
             status=status,
@@ -172,12 +175,16 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
-async def refresh_costs(n: int, folder: Path) -> dict[str, Any]:
-    view = SyntheticView(n, folder)
+async def refresh_costs(n: int, folder: Path, groups: int = 0) -> dict[str, Any]:
+    """`groups`: the children in that many groups, shown in the group order (with headers)."""
+    view = SyntheticView(n, folder, groups=groups)
     app = FlightdeckApp(view, UiOptions(poll_s=3600, cursor_blink=False))  # polls are driven below
     async with app.run_test(size=SCREEN) as pilot:
         screen, table = app.main, app.main.table
         await pilot.pause(0.1)
+        if groups:
+            table.set_order(SortOrder.GROUP)
+            await pilot.pause(0)
         region = Region(0, 0, table.size.width, table.size.height)
 
         def render() -> None:
@@ -218,8 +225,10 @@ async def refresh_costs(n: int, folder: Path) -> dict[str, Any]:
             await pilot.pause(0)
         assert len(table.shown) == n
     d, r = statistics.median(diff), statistics.median(rebuild)
+    scenario = {"scenario": f"group order, {groups} groups"} if groups else {}
     return {
         "bench": "tui_refresh",
+        **scenario,
         "children": n,
         "running": int(n * RUNNING_SHARE),
         "refresh_ms_median": ms(d),
@@ -444,6 +453,7 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"  {r['children']:>8,} {r['running']:>7,} {r['refresh_ms_median']:>11} "
                 f"{r['apply_only_ms_median']:>9} {r['refresh_ms_max']:>8} "
                 f"{r['rebuild_ms_median']:>11} {ratio:>6} {r['filter_clear_ms_median']:>9}"
+                + (f"  ({r['scenario']})" if "scenario" in r else "")
             )
     lines.append("key press to frame:")
     lines.append(f"  {'scenario':<42} {'median ms':>9} {'p95':>8} {'p99':>8} {'max':>8}")
@@ -475,6 +485,7 @@ async def run() -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         for n in SIZES:
             results.append(await refresh_costs(n, Path(tmp)))
+        results.append(await refresh_costs(SIZES[-1], Path(tmp), groups=GROUPS))
         results.extend(await latency_synthetic(Path(tmp)))
         results.append(await latency_engine(Path(tmp) / "engine"))
         # Where the engine bench puts its files (BENCH_DIR), so the engine alone is measured on

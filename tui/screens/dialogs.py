@@ -29,11 +29,11 @@ def _children(n: int) -> str:
     return f"{n} child" if n == 1 else f"{n} children"
 
 
-def _ended(n: int) -> str:
-    """` (2 tagged have ended)`: tagged children the action leaves out, if any."""
+def _ended(n: int, of: str = "tagged") -> str:
+    """` (2 tagged have ended)`: tagged children (or a group's) the action leaves out, if any."""
     if not n:
         return ""
-    return f" ({n} tagged {'has' if n == 1 else 'have'} ended)"
+    return f" ({n} {of} {'has' if n == 1 else 'have'} ended)"
 
 
 def unsteerable_text(n: int, of: int) -> Text:
@@ -88,13 +88,14 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
         child_ids: Sequence[str],
         *,
         ended: int = 0,
+        ended_of: str = "tagged",
         unsteerable: int = 0,
         cursor_blink: bool = True,
     ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
         self.unsteerable = unsteerable  # children whose route takes no steer (a command)
-        self.heading = f"Steer {_children(len(self.child_ids))}{_ended(ended)}"
+        self.heading = f"Steer {_children(len(self.child_ids))}{_ended(ended, ended_of)}"
         self.cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
@@ -153,12 +154,17 @@ class ConfirmStopDialog(ModalScreen[bool]):
     ]
 
     def __init__(
-        self, child_ids: Sequence[str], *, everything: bool = False, ended: int = 0
+        self,
+        child_ids: Sequence[str],
+        *,
+        everything: bool = False,
+        ended: int = 0,
+        ended_of: str = "tagged",
     ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
         n = _children(len(self.child_ids))
-        self.heading = f"Stop all {n}?" if everything else f"Stop {n}{_ended(ended)}?"
+        self.heading = f"Stop all {n}?" if everything else f"Stop {n}{_ended(ended, ended_of)}?"
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):

@@ -88,6 +88,13 @@ class HelpScreen(ModalScreen[None]):
                 style="dim",
             ),
             Text(""),
+            Text(
+                "In the group order (o) a header leads each group: ▾, its name, its children "
+                "counted by status and their cost. enter folds it to its header (▸) or unfolds "
+                "it; on a header, s and x act on the group's live members and space tags them.",
+                style="dim",
+            ),
+            Text(""),
             Text("Also in the command palette (ctrl+p). Esc closes.", style="dim"),
         )
         with VerticalScroll(classes="help"):

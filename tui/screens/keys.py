@@ -92,6 +92,14 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Tag every child of the selected child's group (steer and stop then act on it)",
     ),
     Binding(
+        "enter",
+        "fold",
+        "Fold",
+        show=False,
+        id="view.fold",
+        tooltip="Group order: fold or unfold the group under the cursor",
+    ),
+    Binding(
         "slash",
         "filter",
         "Filter",
@@ -146,6 +154,7 @@ PALETTE = {
     "tag": "child: tag / untag",
     "tag_visible": "view: tag all visible",
     "tag_group": "view: tag the selected child's group",
+    "fold": "view: fold / unfold the group",
     "filter": "view: filter",
     "sort": "view: next sort order",
     "follow": "view: follow most active",

@@ -31,7 +31,7 @@ from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.banner import Banner
-from flightdeck.tui.widgets.detail import ChildDetail
+from flightdeck.tui.widgets.detail import ChildDetail, group_detail_text
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import ATTENTION
 from textual import events
@@ -161,6 +161,13 @@ class MainScreen(Screen[None]):
 
     def _show_detail(self) -> None:
         table = self.table
+        group = table.selected_group
+        if group is not None:  # a header: the group's summary, never a member's detail
+            rows = table.rows_by_id
+            live = sum(1 for i in table.group_members(group) if rows[i].status.live)
+            text = group_detail_text(table.header_text(group), live)
+            self.query_one("#detail", ChildDetail).show_text(text)
+            return
         selected = table.selected_id
         row = table.rows_by_id.get(selected) if selected is not None else None
         self.query_one("#detail", ChildDetail).show(row, self.options.clock())
@@ -194,7 +201,8 @@ class MainScreen(Screen[None]):
 
     def _sync_bindings(self) -> None:
         """check_action depends on the rows; refresh the footer only when the answer changed."""
-        state = tuple(self.check_action(a, ()) for a in ("steer", "stop", "stop_all", "tag"))
+        actions = ("steer", "stop", "stop_all", "tag", "fold")
+        state = tuple(self.check_action(a, ()) for a in actions)
         if state != self._bindings_state:
             self._bindings_state = state
             self.refresh_bindings()
@@ -238,13 +246,21 @@ class MainScreen(Screen[None]):
         self._show_status()
 
     def targets(self) -> list[str]:
-        """Tagged children if any, else the one under the cursor."""
+        """Tagged children if any, else the one under the cursor (on a header: its group)."""
         table = self.table
         if table.tagged:
             rows = table.rows_by_id
             return sorted((i for i in table.tagged if i in rows), key=lambda i: rows[i].seq)
+        group = table.selected_group
+        if group is not None:
+            return table.group_members(group)
         selected = table.selected_id
         return [selected] if selected is not None else []
+
+    def _ended_of(self) -> str:
+        """Whose ended children a dialog counts: the tagged ones, or the header's group's."""
+        table = self.table
+        return "in the group" if not table.tagged and table.selected_group else "tagged"
 
     def live_targets(self) -> list[str]:
         rows = self.table.rows_by_id
@@ -257,7 +273,10 @@ class MainScreen(Screen[None]):
     def _nothing_to(self, verb: str) -> None:
         """Every target has ended: say so, rather than let the key do nothing."""
         ended = self._ended_targets()
-        if len(ended) == 1:
+        group = self.table.selected_group if not self.table.tagged else None
+        if group is not None:
+            why = f"every child of group {one_line(group, 60)} has ended"
+        elif len(ended) == 1:
             row = self.table.rows_by_id[ended[0]]
             how = _ENDED.get(row.status, "has " + row.status.value.replace("_", " "))
             why = f"{one_line(row.id)} {how}"
@@ -278,8 +297,12 @@ class MainScreen(Screen[None]):
             return None if self.targets() else False
         if action == "stop_all":
             return self._any_live()
-        if action in ("tag", "tag_visible", "tag_group"):
+        if action in ("tag", "tag_group"):
+            return bool(self.table.shown) or self.table.selected_group is not None
+        if action == "tag_visible":
             return bool(self.table.shown)
+        if action == "fold":  # enter elsewhere (the filter box, the transcript) is theirs
+            return self.focused is self.table and self.table.group_under_cursor() is not None
         if action in _ROW_MOVES:
             return self.focused is self.table
         return True
@@ -326,7 +349,11 @@ class MainScreen(Screen[None]):
         rows = self.table.rows_by_id
         unsteerable = sum(1 for i in ids if not rows[i].steerable)
         dialog = SteerDialog(
-            ids, ended=ended, unsteerable=unsteerable, cursor_blink=self.options.cursor_blink
+            ids,
+            ended=ended,
+            ended_of=self._ended_of(),
+            unsteerable=unsteerable,
+            cursor_blink=self.options.cursor_blink,
         )
         self.app.push_screen(dialog, send)
 
@@ -344,7 +371,8 @@ class MainScreen(Screen[None]):
                 self.notify(f"stop requested for {len(ids)}", markup=False)
                 self.poll()
 
-        self.app.push_screen(ConfirmStopDialog(ids, ended=len(self._ended_targets())), stop)
+        dialog = ConfirmStopDialog(ids, ended=len(self._ended_targets()), ended_of=self._ended_of())
+        self.app.push_screen(dialog, stop)
 
     def action_stop_all(self) -> None:
         if self._refused():
@@ -376,10 +404,15 @@ class MainScreen(Screen[None]):
 
     def action_tag(self) -> None:
         table = self.table
+        group = table.selected_group
         selected = table.selected_id
-        if selected is None:
+        if group is not None:  # a header tags (or untags) its whole group
+            members = table.group_members(group)
+            table.set_tagged(members, not all(i in table.tagged for i in members))
+        elif selected is not None:
+            table.set_tagged([selected], selected not in table.tagged)
+        else:
             return
-        table.set_tagged([selected], selected not in table.tagged)
         if table.row_filter.tagged_only:
             table.rebuild()
         else:
@@ -398,14 +431,17 @@ class MainScreen(Screen[None]):
     def action_tag_group(self) -> None:
         """Tag the selected child's whole group (a completion unit): s and x then act on it."""
         table = self.table
+        group = table.selected_group
         selected = table.selected_id
         row = table.rows_by_id.get(selected) if selected is not None else None
-        if row is None:
+        if group is None and row is not None:
+            if row.group is None:
+                self.notify(f"{one_line(row.id)} is in no group", markup=False)
+                return
+            group = row.group
+        if group is None:
             return
-        if row.group is None:
-            self.notify(f"{one_line(row.id)} is in no group", markup=False)
-            return
-        members = [i for i, r in table.rows_by_id.items() if r.group == row.group]
+        members = table.group_members(group)
         every = all(i in table.tagged for i in members)
         table.set_tagged(members, not every)
         if table.row_filter.tagged_only:
@@ -413,7 +449,20 @@ class MainScreen(Screen[None]):
         self._after_tags()
 
     def _after_tags(self) -> None:
+        self._show_detail()  # over a header, it counts the tagged members
         self._show_status()
+        self._sync_bindings()
+
+    def action_fold(self) -> None:
+        """In the group order: fold the group under the cursor to its header, or unfold it."""
+        table = self.table
+        group = table.group_under_cursor()
+        if group is None:
+            return
+        with self.app.batch_update():
+            table.toggle_fold(group)
+            self._show_detail()
+            self._show_status()
         self._sync_bindings()
 
     def action_sort(self) -> None:

@@ -3,12 +3,17 @@
 It keeps no renderable per child: the snapshot's rows, their sort keys and the visible order.
 A frame asks `render_line` for the few dozen lines on screen; each is built from the row's cells
 (plain text and a style name) and cached by what it shows, so an unchanged line costs a lookup.
+
+In the group order the lines are the rows with a header before each group's members (its
+counts and cost), and a folded group shows only its header. In every other order the lines are
+the rows themselves (the same list: no extra work on the common path).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import ClassVar
 
@@ -16,10 +21,13 @@ from flightdeck.engine.model import ChildRow
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.rows import (
     COLUMN_KEYS,
+    GroupSummary,
     RowFilter,
     SortOrder,
     fit_columns,
     fit_text,
+    group_header,
+    group_summary,
     row_cells,
     sort_key,
     subtree_costs,
@@ -43,6 +51,16 @@ _SEP = " "  # between columns
 
 # (cells, widths, look) -> the rendered line; `look` is cursor, focus and theme.
 _LineKey = tuple[tuple[Cell, ...], tuple[int, ...], tuple[object, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupHeader:
+    """A group's header line in the group order. Not a str, so never mistaken for a child id."""
+
+    name: str
+
+
+Entry = str | GroupHeader  # what a line shows: a child (by id) or a group's header
 
 
 class ChildrenTable(ScrollView, can_focus=True):
@@ -87,11 +105,12 @@ class ChildrenTable(ScrollView, can_focus=True):
     """
 
     class Highlighted(Message):
-        """A different child is under the cursor (or none)."""
+        """A different child, or a group's header, is under the cursor (or nothing)."""
 
-        def __init__(self, child_id: str | None) -> None:
+        def __init__(self, child_id: str | None, group: str | None = None) -> None:
             super().__init__()
             self.child_id = child_id
+            self.group = group  # the header's group, when the cursor is on one
 
     class Navigated(Message):
         """The operator moved the cursor (so follow mode should let go)."""
@@ -108,10 +127,17 @@ class ChildrenTable(ScrollView, can_focus=True):
         self._delegated = False  # some child delegated: the tree order has a tree to show
         self._subtree: dict[str, Decimal | None] = {}  # in the tree order: each parent's total
         self._keys: dict[str, tuple[object, ...]] = {}  # sort key of every row
-        self._shown: list[str] = []  # visible ids in display order
+        self._shown: list[str] = []  # ids the filter keeps, in display order
         self._index: dict[str, int] | None = None  # id -> position in _shown, built on demand
+        # The lines: _shown itself, or in the group order with headers and folds applied.
+        self._lines: Sequence[Entry] = self._shown
+        self._line_index: dict[Entry, int] | None = None  # group order: entry -> line
+        self._children: list[str] | None = None  # group order: the child ids on lines
+        self.folded: set[str] = set()  # groups shown as their header only
+        self._summaries: dict[str, GroupSummary] = {}  # headers drawn since rows last changed
+        self._members: dict[str, list[str]] | None = None  # group -> ids, until a row is added
         self.cursor_row = 0
-        self._highlighted: str | None = None
+        self._highlighted: Entry | None = None
         self._now = 0.0
         # Until the operator picks a row, the cursor stays on the top one (the most urgent).
         self.pinned_top = True
@@ -122,22 +148,80 @@ class ChildrenTable(ScrollView, can_focus=True):
         self.resort_pending = False
         self.columns = fit_columns(120)
         self._widths = tuple(width for _, _, width in self.columns)
-        self._on_screen: dict[str, tuple[Cell, ...]] = {}  # cells each visible line last drew
+        self._on_screen: dict[Entry, tuple[Cell, ...]] = {}  # cells each visible line last drew
         self._strips: LRUCache[_LineKey, Strip] = LRUCache(_STRIPS)
 
     # --- reading ----------------------------------------------------------------------------
 
     @property
     def shown(self) -> Sequence[str]:
-        """Visible child ids, in display order."""
-        return self._shown
+        """Child ids on lines (no header, no folded group's member), in display order."""
+        if self._lines is self._shown:
+            return self._shown
+        if self._children is None:
+            self._children = [e for e in self._lines if isinstance(e, str)]
+        return self._children
+
+    @property
+    def lines(self) -> Sequence[Entry]:
+        """What each line under the column header shows, top to bottom."""
+        return self._lines
+
+    @property
+    def selected_entry(self) -> Entry | None:
+        if 0 <= self.cursor_row < len(self._lines):
+            return self._lines[self.cursor_row]
+        return None
 
     @property
     def selected_id(self) -> str | None:
-        """The child under the cursor."""
-        if 0 <= self.cursor_row < len(self._shown):
-            return self._shown[self.cursor_row]
-        return None
+        """The child under the cursor (None on a group's header)."""
+        entry = self.selected_entry
+        return entry if isinstance(entry, str) else None
+
+    @property
+    def selected_group(self) -> str | None:
+        """The group whose header is under the cursor."""
+        entry = self.selected_entry
+        return entry.name if isinstance(entry, GroupHeader) else None
+
+    def group_under_cursor(self) -> str | None:
+        """In the group order: the header's group, or the selected child's."""
+        if self.order is not SortOrder.GROUP:
+            return None
+        entry = self.selected_entry
+        if isinstance(entry, GroupHeader):
+            return entry.name
+        return self.rows_by_id[entry].group if entry is not None else None
+
+    def group_members(self, name: str) -> list[str]:
+        """Every child of group `name` (the filter and folds aside), in batch order."""
+        if self._members is None:
+            members: dict[str, list[str]] = {}
+            for child_id, row in self.rows_by_id.items():
+                if row.group is not None:
+                    members.setdefault(row.group, []).append(child_id)
+            rows = self.rows_by_id
+            for ids in members.values():
+                ids.sort(key=lambda i: rows[i].seq)
+            self._members = members
+        return list(self._members.get(name, ()))
+
+    def summary(self, name: str) -> GroupSummary:
+        """What group `name`'s header counts (all its members, whatever the filter keeps).
+        Only headers on screen are counted, once per snapshot: not the whole table each poll."""
+        summary = self._summaries.get(name)
+        if summary is None:
+            rows = self.rows_by_id
+            members = (rows[i] for i in self.group_members(name))
+            summary = self._summaries[name] = group_summary(members, self.tagged)
+        return summary
+
+    def header_cells(self, name: str) -> tuple[Cell, ...]:
+        return (group_header(name, self.summary(name), name in self.folded),)
+
+    def header_text(self, name: str) -> str:
+        return self.header_cells(name)[0][0]
 
     def cells(self, child_id: str) -> tuple[Cell, ...]:
         row = self.rows_by_id[child_id]
@@ -155,10 +239,18 @@ class ChildrenTable(ScrollView, can_focus=True):
         """The plain text a cell shows, before the column's width cuts it."""
         return self.cells(child_id)[COLUMN_KEYS.index(column)][0]
 
-    def position(self, child_id: str) -> int | None:
+    def _kept(self) -> dict[str, int]:
         if self._index is None:
             self._index = {child_id: i for i, child_id in enumerate(self._shown)}
-        return self._index.get(child_id)
+        return self._index
+
+    def position(self, entry: Entry) -> int | None:
+        """The line `entry` (a child id or a group's header) is on, if it is on one."""
+        if self._lines is self._shown:
+            return self._kept().get(entry) if isinstance(entry, str) else None
+        if self._line_index is None:
+            self._line_index = {e: i for i, e in enumerate(self._lines)}
+        return self._line_index.get(entry)
 
     # --- updating ---------------------------------------------------------------------------
 
@@ -166,7 +258,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         """Bring the table in line with `rows`."""
         self._now = now
         by_id, keys, order = self.rows_by_id, self._keys, self.order
-        keep, position = self.row_filter.matches, self.position
+        keep, kept = self.row_filter.matches, self._kept()
         added: list[str] = []
         removed: set[str] = set()
         moved = False
@@ -175,13 +267,15 @@ class ChildrenTable(ScrollView, can_focus=True):
             old = by_id.get(row.id)
             if old is row:
                 continue
+            if old is None:
+                self._members = None  # a new child: groups are listed again when asked
             by_id[row.id] = row
             if row.parent is not None:
                 self._delegated = True
             key = self._key(row)
             moved = moved or keys.get(row.id) != key
             keys[row.id] = key
-            was = position(row.id) is not None
+            was = row.id in kept
             now_visible = keep(row, row.id in self.tagged)
             if now_visible and not was:
                 added.append(row.id)
@@ -189,43 +283,64 @@ class ChildrenTable(ScrollView, can_focus=True):
                 removed.add(row.id)
         if self._delegated and order is SortOrder.TREE:
             self._subtree = subtree_costs(by_id)
+        if self._summaries:
+            self._summaries = {}
         if removed or added:
-            selected = self.selected_id
+            selected = self.selected_entry
             if removed:
                 self._shown = [i for i in self._shown if i not in removed]
             self._shown.extend(added)
-            self._index = None
-            self._sized()
-            self._reorder(selected, force=False)
-            self._place_cursor(selected)
+            if not self._reorder(selected, force=False):
+                self._relayout()
+                self._place_cursor(selected)
         elif moved:
-            self._reorder(self.selected_id, force=False)
+            self._reorder(self.selected_entry, force=False)
         self._repaint_changed()
 
     def rebuild(self) -> None:
         """Show the rows the filter keeps in order (after a filter or tag change)."""
-        selected = self.selected_id
+        selected = self.selected_entry
         keep, tagged = self.row_filter.matches, self.tagged
         shown = [i for i, row in self.rows_by_id.items() if keep(row, i in tagged)]
         shown.sort(key=self._keys.__getitem__)
         self._shown = shown
-        self._index = None
         self.resort_pending = False
-        self._sized()
+        self._relayout()
         self._place_cursor(selected)
         self.refresh()
 
     def set_order(self, order: SortOrder) -> None:
         """Sort by `order` now (the operator asked for it: no hold)."""
+        selected = self.selected_entry
         self.order = order
         self._keys = {i: self._key(row) for i, row in self.rows_by_id.items()}
         if order is SortOrder.TREE and self._delegated:
             self._subtree = subtree_costs(self.rows_by_id)
-        self._reorder(self.selected_id, force=True)
+        if not self._reorder(selected, force=True):
+            self._relayout()  # the same order may still gain or lose group headers
+            self._place_cursor(selected)
+        self.refresh()
+
+    def toggle_fold(self, name: str) -> None:
+        """Fold group `name` to its header, or unfold it (shown so in the group order)."""
+        folding = name not in self.folded
+        if folding:
+            self.folded.add(name)
+        else:
+            self.folded.discard(name)
+        if self.order is not SortOrder.GROUP:
+            return
+        self.pinned_top = False  # the operator acted on this row: the cursor stays with it
+        selected = self.selected_entry
+        if folding and isinstance(selected, str) and self.rows_by_id[selected].group == name:
+            selected = GroupHeader(name)  # its row is going: the cursor goes to the header
+        self._relayout()
+        self._place_cursor(selected)
         self.refresh()
 
     def set_tagged(self, child_ids: Iterable[str], tagged: bool) -> None:
         """Tag or untag children and redraw their mark."""
+        self._summaries = {}  # headers count their tagged members
         for child_id in child_ids:
             if tagged:
                 self.tagged.add(child_id)
@@ -233,31 +348,61 @@ class ChildrenTable(ScrollView, can_focus=True):
                 self.tagged.discard(child_id)
         self._repaint_changed()
 
-    def select(self, child_id: str | None) -> bool:
-        """Put the cursor on `child_id` if it is shown (and keep it there as rows move)."""
-        index = self.position(child_id) if child_id is not None else None
+    def select(self, entry: Entry | None) -> bool:
+        """Put the cursor on `entry` if it is shown (and keep it there as rows move)."""
+        index = self.position(entry) if entry is not None else None
         if index is None:
             return False
         self._move_to(index)
         return True
 
-    def _reorder(self, selected: str | None, *, force: bool) -> None:
+    def _reorder(self, selected: Entry | None, *, force: bool) -> bool:
+        """Sort the rows (unless the operator holds them); True when the lines were redone."""
         keys = self._keys
         wanted = sorted(self._shown, key=keys.__getitem__)
         if wanted == self._shown:
             self.resort_pending = False
-            return
+            return False
         if not force and self.holding:
             # The operator is reading these rows: they move once the keys have rested.
             self.resort_pending = True
-            return
+            return False
         self.resort_pending = False
         self._shown = wanted
-        self._index = None
+        self._relayout()
         self._place_cursor(selected)
         self.refresh()
+        return True
 
-    def _place_cursor(self, selected: str | None) -> None:
+    def _relayout(self) -> None:
+        """The lines from the kept rows (after _shown changed, or the order, or a fold)."""
+        self._index = None
+        self._line_index = None
+        self._children = None
+        self._lines = self._grouped() if self.order is SortOrder.GROUP else self._shown
+        self._sized()
+
+    def _grouped(self) -> list[Entry]:
+        """Each group's header, then its members unless folded; ungrouped children last.
+        Grouped by name, not by adjacency, so rows added while the order is held stay put."""
+        rows = self.rows_by_id
+        groups: dict[str, list[str]] = {}
+        loose: list[str] = []
+        for child_id in self._shown:
+            group = rows[child_id].group
+            if group is None:
+                loose.append(child_id)
+            else:
+                groups.setdefault(group, []).append(child_id)
+        lines: list[Entry] = []
+        for name, members in groups.items():
+            lines.append(GroupHeader(name))
+            if name not in self.folded:
+                lines.extend(members)
+        lines.extend(loose)
+        return lines
+
+    def _place_cursor(self, selected: Entry | None) -> None:
         """After rows moved: keep the cursor's child (htop does the same), or the top row."""
         target = 0 if self.pinned_top or selected is None else self.position(selected)
         self._move_to(target if target is not None else min(self.cursor_row, self._last_row))
@@ -275,14 +420,14 @@ class ChildrenTable(ScrollView, can_focus=True):
     def _release(self) -> None:
         self._hold_timer = None
         if self.resort_pending:
-            self._reorder(self.selected_id, force=True)
+            self._reorder(self.selected_entry, force=True)
             self.post_message(self.Resorted())
 
     # --- cursor -----------------------------------------------------------------------------
 
     @property
     def _last_row(self) -> int:
-        return max(0, len(self._shown) - 1)
+        return max(0, len(self._lines) - 1)
 
     def _move_to(self, index: int) -> None:
         index = max(0, min(index, self._last_row))
@@ -293,10 +438,13 @@ class ChildrenTable(ScrollView, can_focus=True):
             self.refresh_line(index + 1)
             # Only when the cursor moved: a poll must not pull back a view scrolled by the wheel.
             self._scroll_to_cursor()
-        child_id = self.selected_id
-        if child_id != self._highlighted:
-            self._highlighted = child_id
-            self.post_message(self.Highlighted(child_id))
+        entry = self.selected_entry
+        if entry != self._highlighted:
+            self._highlighted = entry
+            if isinstance(entry, GroupHeader):
+                self.post_message(self.Highlighted(None, group=entry.name))
+            else:
+                self.post_message(self.Highlighted(entry))
 
     def _scroll_to_cursor(self) -> None:
         rows = max(1, self.scrollable_content_region.height - 1)  # the header takes a line
@@ -345,7 +493,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         if offset is None or offset.y < 1:  # the header
             return
         index = round(self.scroll_y) + offset.y - 1
-        if index < len(self._shown):
+        if index < len(self._lines):
             self.navigated()
             self._move_to(index)
 
@@ -367,16 +515,18 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     def _sized(self) -> None:
         width = sum(self._widths) + len(self._widths) - 1
-        self.virtual_size = Size(width, len(self._shown) + 1)
+        self.virtual_size = Size(width, len(self._lines) + 1)
 
     # --- rendering --------------------------------------------------------------------------
 
     def _repaint_changed(self) -> None:
         """Refresh only the lines on screen whose cells changed since they were drawn."""
         top = round(self.scroll_y)
-        for index in range(top, min(len(self._shown), top + self.size.height)):
-            child_id = self._shown[index]
-            if self._on_screen.get(child_id) != self.cells(child_id):
+        lines = self._lines
+        for index in range(top, min(len(lines), top + self.size.height)):
+            entry = lines[index]
+            cells = self.cells(entry) if isinstance(entry, str) else self.header_cells(entry.name)
+            if self._on_screen.get(entry) != cells:
                 self.refresh_line(index + 1)
 
     def render_line(self, y: int) -> Strip:
@@ -384,11 +534,12 @@ class ChildrenTable(ScrollView, can_focus=True):
         if y == 0:
             return self._header(width)
         index = round(self.scroll_y) + y - 1
-        if index >= len(self._shown):
+        if index >= len(self._lines):
             return Strip.blank(width, self.rich_style)
-        child_id = self._shown[index]
-        cells = self.cells(child_id)
-        self._on_screen[child_id] = cells
+        entry = self._lines[index]
+        child = isinstance(entry, str)
+        cells = self.cells(entry) if isinstance(entry, str) else self.header_cells(entry.name)
+        self._on_screen[entry] = cells
         if index == self.cursor_row:
             name = "children-table--cursor" if self.has_focus else "children-table--cursor-blurred"
             base = self.get_component_rich_style(name)
@@ -397,9 +548,17 @@ class ChildrenTable(ScrollView, can_focus=True):
         key: _LineKey = (cells, self._widths, (base, width))
         strip = self._strips.get(key)
         if strip is None:
-            strip = self._line(cells, base, width)
+            strip = (
+                self._line(cells, base, width) if child else self._group_line(cells, base, width)
+            )
             self._strips[key] = strip
         return strip
+
+    def _group_line(self, cells: tuple[Cell, ...], base: Style, width: int) -> Strip:
+        """A group's header: one plain text across the columns (the name is sanitized)."""
+        text, style = cells[0]
+        segment = Segment(fit_text(text, width), base + Style.parse(style))
+        return Strip([segment]).adjust_cell_length(width, base)
 
     def _line(self, cells: tuple[Cell, ...], base: Style, width: int) -> Strip:
         by_key = dict(zip(COLUMN_KEYS, cells, strict=True))

@@ -49,6 +49,21 @@ def detail_text(row: ChildRow | None, now: float) -> Text:
     return text
 
 
+def group_detail_text(header: str, live: int) -> Text:
+    """Over a group's header: its summary (as the header says it), then what the keys do."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("group ", style="dim")
+    text.append(header, style="bold")  # plain text, its name already sanitized
+    text.append("\n")
+    if live:
+        noun = "member" if live == 1 else "members"
+        text.append(f"s steers, x stops its {live} live {noun}; ", style="dim")
+    else:
+        text.append("every member has ended; ", style="dim")
+    text.append("enter folds or unfolds it; space tags them all", style="dim")
+    return text
+
+
 class ChildDetail(Static):
     """Fed the selected row on every poll and every cursor move; redraws only on change."""
 
@@ -57,7 +72,9 @@ class ChildDetail(Static):
         self._shown: Text | None = None
 
     def show(self, row: ChildRow | None, now: float) -> None:
-        text = detail_text(row, now)
+        self.show_text(detail_text(row, now))
+
+    def show_text(self, text: Text) -> None:
         if text != self._shown:
             self._shown = text
             self.update(text, layout=False)  # fixed height: no layout pass

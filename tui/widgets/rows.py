@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 
@@ -380,3 +380,60 @@ def _statuses(item: str) -> frozenset[str]:
         return frozenset({item})
     known = ", ".join([*(s.value for s in ChildStatus), *STATUS_ALIASES])
     raise ValueError(f"unknown status {item!r} (one of: {known})")
+
+
+# --- group headers (the group order) ----------------------------------------------------------
+
+GROUP_CHARS = 60  # of a group's name in its header
+FOLDED, UNFOLDED = "▸", "▾"
+# Statuses in the order a header counts them: what is done first, then what still runs.
+_COUNT_ORDER = (
+    ChildStatus.COMPLETED,
+    ChildStatus.FAILED,
+    ChildStatus.TIMED_OUT,
+    ChildStatus.STALLED,
+    ChildStatus.STOPPED,
+    ChildStatus.UNKNOWN,
+    ChildStatus.RUNNING,
+    ChildStatus.GATED,
+    ChildStatus.QUEUED,
+)
+
+
+@dataclass(slots=True)
+class GroupSummary:
+    """What a group's header says: its members by status, their live cost, how many tagged."""
+
+    members: int = 0
+    by_status: dict[ChildStatus, int] = field(default_factory=dict)
+    cost: Decimal | None = Decimal(0)  # None: a member's price is unknown
+    tagged: int = 0
+
+    def add(self, row: ChildRow, tagged: bool) -> None:
+        self.members += 1
+        self.by_status[row.status] = self.by_status.get(row.status, 0) + 1
+        cost = row.live_cost_usd
+        self.cost = None if cost is None or self.cost is None else self.cost + cost
+        self.tagged += tagged
+
+
+def group_summary(members: Iterable[ChildRow], tagged: Container[str]) -> GroupSummary:
+    """One group's summary from its members' rows."""
+    summary = GroupSummary()
+    for row in members:
+        summary.add(row, row.id in tagged)
+    return summary
+
+
+def group_header(name: str, summary: GroupSummary, folded: bool) -> Cell:
+    """`▾ security  3 children: 2 ✓ 1 ●  $0.0123`: plain text (the name is sanitized)."""
+    counts = summary.by_status
+    by_status = " ".join(f"{counts[s]} {GLYPHS[s][0]}" for s in _COUNT_ORDER if counts.get(s))
+    noun = "child" if summary.members == 1 else "children"
+    text = (
+        f"{FOLDED if folded else UNFOLDED} {one_line(name, GROUP_CHARS)}  "
+        f"{summary.members} {noun}: {by_status}  {fmt_cost(summary.cost)}"
+    )
+    if summary.tagged:
+        text += f"  {TAG_MARK} {summary.tagged} tagged"
+    return (text, "bold magenta" if summary.tagged else "bold")

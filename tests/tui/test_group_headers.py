@@ -1,0 +1,197 @@
+"""The group order's headers: counts and cost per group, fold and unfold, stop and steer a group."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
+from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
+from flightdeck.tui.widgets.rows import GroupSummary, SortOrder, group_header, group_summary
+from flightdeck.tui.widgets.status import StatusBar
+from tui_fakes import StaticView, child, frozen_clock
+from tui_support import SIZE, SLOW, EngineFactory, app_for, until
+
+pytestmark = pytest.mark.anyio
+
+
+def _rows(folder: Path) -> tuple[ChildRow, ...]:
+    def row(seq: int, status: ChildStatus, group: str | None, cost: str | None) -> ChildRow:
+        base = child(seq, f"task {seq}", status, folder=folder, cost=cost, started=1.0)
+        return dataclasses.replace(base, group=group)
+
+    return (
+        row(1, ChildStatus.COMPLETED, "security", "0.0100"),
+        row(2, ChildStatus.RUNNING, "security", "0.0020"),
+        row(3, ChildStatus.QUEUED, None, "0"),
+        row(4, ChildStatus.COMPLETED, "security", "0.0003"),
+        row(5, ChildStatus.FAILED, "docs", None),
+    )
+
+
+def test_a_header_counts_its_members_by_status_and_sums_their_cost(tmp_path: Path) -> None:
+    rows = _rows(tmp_path)
+    security = [r for r in rows if r.group == "security"]
+    text, _ = group_header("security", group_summary(security, ()), folded=False)
+    assert text == "▾ security  3 children: 2 ✓ 1 ●  $0.0123"
+    docs = [r for r in rows if r.group == "docs"]
+    text, _ = group_header("docs", group_summary(docs, ()), folded=True)
+    assert text == "▸ docs  1 child: 1 ✗  $?"  # a price unknown: never guessed
+    tagged = group_summary(security, {"review-01", "review-02"})
+    assert group_header("security", tagged, folded=False) == (
+        "▾ security  3 children: 2 ✓ 1 ●  $0.0123  ◆ 2 tagged",
+        "bold magenta",
+    )
+    # An untrusted name reaches the screen as one plain line, its escapes and newlines gone.
+    text, _ = group_header("[b]x\x1b[31m\ny", GroupSummary(), folded=False)
+    assert "\x1b" not in text and "\n" not in text and text.startswith("▾ [b]x")
+
+
+def status_shown(table: ChildrenTable, child_id: str) -> ChildStatus | None:
+    row = table.rows_by_id.get(child_id)
+    return row.status if row is not None else None
+
+
+def _static_app(folder: Path) -> tuple[FlightdeckApp, StaticView]:
+    view = StaticView(folder, _rows(folder))
+    return FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False)), view
+
+
+def _status_text(app: FlightdeckApp) -> str:
+    return str(app.main.query_one("#status", StatusBar).render())
+
+
+async def test_headers_lead_each_group_and_fold_to_themselves(tmp_path: Path) -> None:
+    app, _ = _static_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 5, "rows")
+        table.set_order(SortOrder.GROUP)
+        await pilot.pause()
+        security, docs = GroupHeader("security"), GroupHeader("docs")
+        assert list(table.lines) == [
+            docs,
+            "review-05",
+            security,
+            "review-01",
+            "review-02",
+            "review-04",
+            "review-03",  # ungrouped last, under no header
+        ]
+        assert table.header_text("security") == "▾ security  3 children: 2 ✓ 1 ●  $0.0123"
+        assert list(table.shown) == [
+            "review-05",
+            "review-01",
+            "review-02",
+            "review-04",
+            "review-03",
+        ]
+        assert "5 of 5 shown" in _status_text(app)  # headers are not children
+        # The header renders as it reads (line 0 is the column header).
+        y = table.lines.index(security) + 1
+        assert table.render_line(y).text.strip() == "▾ security  3 children: 2 ✓ 1 ●  $0.0123"
+
+        table.pinned_top = False
+        assert table.select(security)
+        await pilot.pause()
+        assert table.selected_id is None and table.selected_group == "security"
+        assert app.main.transcript.child_id is None  # no member's transcript passed off as it
+        detail = str(app.main.query_one("#detail").render())
+        assert "security  3 children" in detail and "x stops its 1 live member" in detail
+
+        await pilot.press("enter")  # fold
+        assert list(table.lines) == [docs, "review-05", security, "review-03"]
+        assert table.header_text("security").startswith("▸ security  3 children")
+        assert table.selected_group == "security"  # the cursor stays on the header
+        assert list(table.shown) == ["review-05", "review-03"]
+        assert "2 of 5 shown" in _status_text(app)
+        await pilot.press("t")  # tag every visible child: a folded group's are not visible
+        assert table.tagged == {"review-05", "review-03"}
+        await pilot.press("t")
+        await pilot.press("enter")  # unfold
+        assert list(table.lines)[3:6] == ["review-01", "review-02", "review-04"]
+        assert "5 of 5 shown" in _status_text(app)
+
+        table.select("review-02")  # enter on a member folds its group, the cursor to its header
+        await pilot.press("enter")
+        assert table.selected_group == "security" and "review-02" not in table.shown
+        await pilot.press("enter")
+
+        await pilot.press("space")  # tagging a header tags its members
+        assert table.tagged == {"review-01", "review-02", "review-04"}
+        table.select(security)
+        await pilot.press("space")
+        assert table.tagged == set()
+
+        table.set_order(SortOrder.BATCH)  # other orders: rows only, as before
+        await pilot.pause()
+        assert list(table.lines) == [f"review-0{i}" for i in range(1, 6)]
+        assert app.main.check_action("fold", ()) is False
+
+
+async def test_s_on_a_header_steers_the_groups_live_members(tmp_path: Path) -> None:
+    app, view = _static_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 5, "rows")
+        table.set_order(SortOrder.GROUP)
+        table.pinned_top = False
+        assert table.select(GroupHeader("security"))
+        await pilot.pause()
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        dialog = app.screen
+        assert isinstance(dialog, SteerDialog)
+        assert dialog.child_ids == ["review-02"]  # the one of three still running
+        assert dialog.heading == "Steer 1 child (2 in the group have ended)"
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        table.select(GroupHeader("docs"))  # every member ended: the key says why
+        await pilot.pause()
+        assert app.main.check_action("stop", ()) is None
+        assert view.steered == [] and view.stopped == []
+
+
+async def test_x_on_a_header_stops_exactly_the_groups_live_members(
+    engine_factory: EngineFactory,
+) -> None:
+    tasks = (
+        Task(id="r1", goal="x", seq=0, group="security"),
+        Task(id="solo", goal="x", seq=1),
+        Task(id="r2", goal="x", seq=2, group="security"),
+        Task(id="r3", goal="x", seq=3, group="security"),
+        Task(id="d1", goal="x", seq=4, group="docs"),
+    )
+    engine = engine_factory(tasks, pool=5, sim=SLOW)
+    app = app_for(engine)
+
+    def status(child_id: str) -> ChildStatus:
+        return next(r.status for r in engine.snapshot().children if r.id == child_id)
+
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: all(status(t.id) is ChildStatus.RUNNING for t in tasks), "run")
+        engine.stop(["r3"])  # a member that has ended before the group is stopped
+        await until(pilot, lambda: status("r3") is ChildStatus.STOPPED, "r3 stopped")
+        await until(pilot, lambda: status_shown(table, "r3") is ChildStatus.STOPPED, "r3 shown")
+        table.set_order(SortOrder.GROUP)
+        table.pinned_top = False  # as a key press would: the cursor stays where it is put
+        assert table.select(GroupHeader("security"))
+        await until(pilot, lambda: app.main.check_action("stop", ()), "stop enabled")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmStopDialog)
+        assert dialog.child_ids == ["r1", "r2"]
+        assert dialog.heading == "Stop 2 children (1 in the group has ended)?"
+        await pilot.press("x")
+        await until(
+            pilot, lambda: {status("r1"), status("r2")} == {ChildStatus.STOPPED}, "group stopped"
+        )
+        assert status("solo") is ChildStatus.RUNNING and status("d1") is ChildStatus.RUNNING
+        await until(pilot, lambda: "3 children: 3 ■  $" in table.header_text("security"), "hdr")
