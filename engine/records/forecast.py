@@ -47,7 +47,8 @@ def burn_rate(row: ChildRow, now: float) -> Decimal | None:
     seconds = end - row.started_ts
     if seconds <= 0:
         return None
-    return cost * 60 / Decimal(seconds)
+    rate: Decimal = cost * 60 / Decimal(seconds)
+    return rate
 
 
 def forecast(children: Sequence[ChildRow]) -> Forecast:

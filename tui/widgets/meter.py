@@ -7,6 +7,7 @@ from collections import deque
 from decimal import Decimal
 
 from flightdeck.engine.model import Snapshot
+from flightdeck.engine.records.forecast import Forecast, forecast
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens
 from rich.text import Text
@@ -130,6 +131,11 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
         else:
             text.append(bar(used, 12), style=style)
             text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
+    ahead = forecast(snap.children)
+    if ahead.remaining:  # once all have finished, the projection is what was spent
+        # compact: an arrow for "heading to", so the elapsed time still fits 80 columns
+        text.append(f"{gap}{'→' if compact else 'forecast'} ", style="dim")
+        text.append(forecast_label(ahead, compact=compact))
     text.append(f"{gap}elapsed " if not compact else gap, style="dim")
     text.append(fmt_clock(now - snap.started_ts))
     if not compact:  # the least needed figures: compact leaves them out
@@ -144,3 +150,16 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
                 text.append(f"{gap}{one_line(route.route)} ", style="dim")
                 text.append(f"{route.adaptive_concurrency} in flight (adapting to 429s)")
     return text
+
+
+def forecast_label(ahead: Forecast, *, compact: bool) -> str:
+    """The projected cost at completion: "$2.67 ($2.22–$3.12)", compact without the range;
+    "—" until a child has finished, "$?" when a price is unknown."""
+    if ahead.unpriced:
+        return fmt_cost(None)
+    if ahead.projected_usd is None or ahead.low_usd is None or ahead.high_usd is None:
+        return "—"
+    shown = fmt_cost(ahead.projected_usd)
+    if compact or ahead.low_usd == ahead.high_usd:
+        return shown
+    return f"{shown} ({fmt_cost(ahead.low_usd)}–{fmt_cost(ahead.high_usd)})"
