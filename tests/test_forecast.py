@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 from flightdeck.engine.model import ChildRow, ChildStatus
-from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
+from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast, lost_cost
 
 from test_store import make_child  # the store tests' row builder
 
@@ -82,3 +83,13 @@ def test_burn_rate_is_the_live_cost_over_the_running_time() -> None:
     assert burn_rate(running, now=1000.0) is None  # no time has passed
     unpriced = make_child(2, status=S.RUNNING, cost_usd=None, started_ts=1000.0)
     assert burn_rate(unpriced, now=1030.0) is None
+
+
+def test_lost_attempts_are_summed_from_the_events_and_one_unpriced_makes_them_unknown() -> None:
+    def lost(cost: str | None) -> tuple[float, str | None, str, str]:
+        return (1.0, "c1", "lost_attempt", json.dumps({"cost_usd": cost, "rerun": True}))
+
+    resumed = (0.5, None, "resumed", json.dumps({"lost_cost_usd": "9"}))  # not summed twice
+    assert lost_cost([resumed, lost("0.01"), lost("0.003")]) == D("0.013")
+    assert lost_cost([resumed]) == 0
+    assert lost_cost([lost("0.01"), lost(None)]) is None

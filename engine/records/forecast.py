@@ -12,8 +12,9 @@ Unknown prices stay unknown: one child with no price makes the projection None, 
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -85,3 +86,16 @@ def forecast(children: Sequence[ChildRow]) -> Forecast:
         spent + Decimal(low) * remaining,
         spent + Decimal(high) * remaining,
     )
+
+
+def lost_cost(events: Iterable[tuple[float, str | None, str, str]]) -> Decimal | None:
+    """What the attempts lost with an owner cost, from a batch's `lost_attempt` events (as the
+    reader gives them); None if one of them had no price."""
+    total = Decimal(0)
+    for _ts, _child, kind, detail in events:
+        if kind == "lost_attempt":
+            cost = json.loads(detail).get("cost_usd")
+            if cost is None:
+                return None
+            total += Decimal(cost)
+    return total

@@ -335,6 +335,11 @@ def test_the_meter_projects_the_cost_at_completion_with_its_range(tmp_path: Path
     assert "forecast $? " in meter_text(_snapshot(unpriced))  # never a guess, never $0
     assert "forecast — " in meter_text(_snapshot(rows[4:]))  # nothing finished yet
     assert "forecast" not in meter_text(_snapshot(rows[:4]))  # all finished: spent is the total
+    lost = dataclasses.replace(snap, lost_cost_usd=Decimal("0.07"))
+    assert "forecast $1.62 ($1.47–$1.77)   lost attempts $0.07" in meter_text(lost)
+    assert meter_text(lost, 80).splitlines()[1].endswith("2:15  lost $0.07")
+    assert "lost attempts $?" in meter_text(dataclasses.replace(snap, lost_cost_usd=None))
+    assert "lost" not in meter_text(snap)  # none lost: nothing said
 
 
 # --- any width ----------------------------------------------------------------------------------

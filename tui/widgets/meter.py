@@ -136,8 +136,15 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
         # compact: an arrow for "heading to", so the elapsed time still fits 80 columns
         text.append(f"{gap}{'→' if compact else 'forecast'} ", style="dim")
         text.append(forecast_label(ahead, compact=compact))
+    lost = snap.lost_cost_usd  # after a resume: what attempts lost with the owner cost
+    if lost != 0 and not compact:
+        text.append(f"{gap}lost attempts ", style="dim")
+        text.append(fmt_cost(lost), style="yellow")
     text.append(f"{gap}elapsed " if not compact else gap, style="dim")
     text.append(fmt_clock(now - snap.started_ts))
+    if lost != 0 and compact:  # last, so a narrow screen cuts it first
+        text.append(f"{gap}lost ", style="dim")
+        text.append(fmt_cost(lost), style="yellow")
     if not compact:  # the least needed figures: compact leaves them out
         text.append(f"{gap}pool ", style="dim")
         text.append(str(snap.pool_size))
