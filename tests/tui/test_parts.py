@@ -342,6 +342,22 @@ def test_the_meter_projects_the_cost_at_completion_with_its_range(tmp_path: Path
     assert "lost" not in meter_text(snap)  # none lost: nothing said
 
 
+def test_headless_says_the_forecast_and_the_lost_attempts_in_words(tmp_path: Path) -> None:
+    from flightdeck.tui.output import money_lines, progress_label
+
+    rows = _forecast_batch(tmp_path)
+    snap = dataclasses.replace(_snapshot(rows), totals=totals_of(rows))
+    assert progress_label(snap) == "running  $1.12 → $1.62"
+    assert [t.plain for t in money_lines(snap)] == [
+        "forecast: $1.62 ($1.47–$1.77) at completion, 2 not finished"
+    ]
+    ended = dataclasses.replace(_snapshot(rows[:4]), lost_cost_usd=Decimal("0.07"))
+    assert [t.plain for t in money_lines(ended)] == [
+        "lost attempts: $0.07 (re-runs after a lost owner), in the cost"
+    ]
+    assert money_lines(_snapshot(rows[:4])) == []  # all finished, nothing lost: nothing to add
+
+
 # --- any width ----------------------------------------------------------------------------------
 
 

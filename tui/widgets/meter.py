@@ -7,9 +7,9 @@ from collections import deque
 from decimal import Decimal
 
 from flightdeck.engine.model import Snapshot
-from flightdeck.engine.records.forecast import Forecast, forecast
+from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens
+from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens, forecast_label
 from rich.text import Text
 from textual.widgets import Static
 
@@ -157,16 +157,3 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
                 text.append(f"{gap}{one_line(route.route)} ", style="dim")
                 text.append(f"{route.adaptive_concurrency} in flight (adapting to 429s)")
     return text
-
-
-def forecast_label(ahead: Forecast, *, compact: bool) -> str:
-    """The projected cost at completion: "$2.67 ($2.22–$3.12)", compact without the range;
-    "—" until a child has finished, "$?" when a price is unknown."""
-    if ahead.unpriced:
-        return fmt_cost(None)
-    if ahead.projected_usd is None or ahead.low_usd is None or ahead.high_usd is None:
-        return "—"
-    shown = fmt_cost(ahead.projected_usd)
-    if compact or ahead.low_usd == ahead.high_usd:
-        return shown
-    return f"{shown} ({fmt_cost(ahead.low_usd)}–{fmt_cost(ahead.high_usd)})"
