@@ -104,7 +104,7 @@ MAIN_BINDINGS: list[BindingType] = [
         "filter",
         "Filter",
         id="view.filter",
-        tooltip="Filter rows: words, status:failed, route:NAME, is:tagged",
+        tooltip="Filter rows by a query: words, status:failed, cost>0.50, idle>5m (see help)",
     ),
     Binding(
         "o",
