@@ -91,8 +91,8 @@ def test_comparisons_and_units() -> None:
 
 def test_terms_are_anded_with_free_text() -> None:
     assert ids(
-        'status:running route:claude tool:read_file group:security cost>0.50 idle<5m '
-        'tokens>20k depth<1'
+        "status:running route:claude tool:read_file group:security cost>0.50 idle<5m "
+        "tokens>20k depth<1"
     ) == ["c-1"]
     assert ids('"rate limit"') == ["c-3", "c-5"]  # a quoted phrase, in the error or the goal
     assert ids("rate limit docs") == ["c-5"]

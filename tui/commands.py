@@ -253,7 +253,9 @@ def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list
         rows = reader.children(batch_id, results=False)
         if any(c.field == "depth" for c in row_filter.comparisons):
             # The store keeps a delegate's parent as its "delegate" event.
-            parents = {c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c}
+            parents = {
+                c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c
+            }
             rows = [dataclasses.replace(r, depth=_depth(r.id, parents)) for r in rows]
     now = time.time()
     kept = [r for r in rows if row_filter.matches(r, False, now)]

@@ -23,7 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 FILTER_HELP = (
-    ("words, \"a phrase\"", "all must appear in the id, goal, group, activity or error"),
+    ('words, "a phrase"', "all must appear in the id, goal, group, activity or error"),
     ("status:failed,running", "any of these statuses; also " + ", ".join(STATUS_ALIASES)),
     ("route:sim  group:NAME", "children on this route / in this group"),
     ("tool:read_file", "children running this tool now"),

@@ -8,6 +8,7 @@ from decimal import Decimal
 from enum import StrEnum
 
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+
 # The filter language is shared with `--where` on the command line.
 from flightdeck.engine.query import STATUS_ALIASES as STATUS_ALIASES
 from flightdeck.engine.query import QueryError as QueryError
