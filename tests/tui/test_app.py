@@ -795,7 +795,12 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
         await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
         heading = "Steer 2 children matching `alpha route:sim` (1 matching has ended)"
         assert dialog_title(app.screen) == heading
-        await pilot.press("escape")
+        await type_text(pilot, "go on")
+        await pilot.press("enter")
+        summary = "steer: 2 delivered, 0 missed, 1 had already ended"
+        await until(pilot, lambda: summary in notices, "the steer's summary")
+        assert notices.count(summary) == 1
+        assert not any(n.startswith("steer delivered") for n in notices)  # not one per child
 
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flightdeck.engine import model
-from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot
+from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot, SteerState
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.messages import (
     BatchFinished,
@@ -56,6 +56,15 @@ class _BulkStop:
     ended: int
 
 
+@dataclass(frozen=True, slots=True)
+class _BulkSteer:
+    """A steer sent to every child matching a filter: the receipts each child had before it
+    (the new one is the one not among them), and how many had ended."""
+
+    before: dict[str, frozenset[int]]
+    ended: int
+
+
 def _had_ended(n: int) -> str:
     """`, 2 had already ended` (nothing when none had)."""
     return f", {n} had already ended" if n else ""
@@ -94,6 +103,7 @@ class MainScreen(Screen[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self._bindings_state: tuple[bool | None, ...] = ()
         self._stops: list[_BulkStop] = []  # stops of everything matching, not all landed yet
+        self._steers: list[_BulkSteer] = []  # steers of everything matching, not all settled
 
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
@@ -165,6 +175,7 @@ class MainScreen(Screen[None]):
             self._show_detail()
             self._show_status()
         self._settle_stops()
+        self._settle_steers()
         self._flush_notices()
         self._sync_bindings()
 
@@ -239,6 +250,8 @@ class MainScreen(Screen[None]):
 
     def on_steer_settled(self, message: SteerSettled) -> None:
         r = message.receipt
+        if any(r.child_id in bulk.before for bulk in self._steers):
+            return  # one of a steer to everything matching: summed up when all have settled
         severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
         self._notices.append((f"steer {r.state.value}: {one_line(r.child_id)}", severity))
 
@@ -375,6 +388,8 @@ class MainScreen(Screen[None]):
                 return
             # Everything matching: a child may have ended while the dialog was open.
             live, ended_since = self._still_live(ids) if query is not None else (ids, [])
+            rows = self.table.rows_by_id
+            before = {i: frozenset(r.id for r in rows[i].steers) for i in live}
             try:
                 if live:
                     self.view.steer(live, request.message, request.now)
@@ -388,6 +403,8 @@ class MainScreen(Screen[None]):
             if query is not None:
                 text = f"steer queued for {len(live)} matching `{one_line(query, 60)}` ({when})"
                 text += _had_ended(len(ended_since) + ended)
+                if live:  # their receipts are summed up in one notice once all have settled
+                    self._steers.append(_BulkSteer(before, ended + len(ended_since)))
             self.notify(text, markup=False)
 
         ended = len(self._ended_targets())
@@ -440,6 +457,27 @@ class MainScreen(Screen[None]):
         rows = {r.id: r for r in self.view.snapshot().children}
         live = [i for i in ids if i in rows and rows[i].status.live]
         return live, [i for i in ids if i not in live]
+
+    def _settle_steers(self) -> None:
+        """A steer of everything matching, every receipt settled: one summary of them."""
+        if not self._steers:
+            return
+        rows = self.table.rows_by_id
+        waiting: list[_BulkSteer] = []
+        for bulk in self._steers:
+            states: list[SteerState] = []
+            for child_id, known in bulk.before.items():
+                new = [r for r in rows[child_id].steers if r.id not in known]
+                if not new or new[-1].state is SteerState.QUEUED:
+                    break
+                states.append(new[-1].state)
+            else:
+                delivered = states.count(SteerState.DELIVERED)
+                text = f"steer: {delivered} delivered, {len(states) - delivered} missed"
+                self.notify(text + _had_ended(bulk.ended), markup=False)
+                continue
+            waiting.append(bulk)
+        self._steers = waiting
 
     def _settle_stops(self) -> None:
         """A stop of everything matching, every child of it ended: one summary of how."""
