@@ -104,6 +104,7 @@ class MainScreen(Screen[None]):
         self._bindings_state: tuple[bool | None, ...] = ()
         self._stops: list[_BulkStop] = []  # stops of everything matching, not all landed yet
         self._steers: list[_BulkSteer] = []  # steers of everything matching, not all settled
+        self._summed: set[int] = set()  # receipts a steer's summary has counted
 
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
@@ -250,7 +251,7 @@ class MainScreen(Screen[None]):
 
     def on_steer_settled(self, message: SteerSettled) -> None:
         r = message.receipt
-        if any(r.child_id in bulk.before for bulk in self._steers):
+        if r.id in self._summed or any(r.child_id in bulk.before for bulk in self._steers):
             return  # one of a steer to everything matching: summed up when all have settled
         severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
         self._notices.append((f"steer {r.state.value}: {one_line(r.child_id)}", severity))
@@ -466,12 +467,15 @@ class MainScreen(Screen[None]):
         waiting: list[_BulkSteer] = []
         for bulk in self._steers:
             states: list[SteerState] = []
+            receipts: list[int] = []
             for child_id, known in bulk.before.items():
                 new = [r for r in rows[child_id].steers if r.id not in known]
                 if not new or new[-1].state is SteerState.QUEUED:
                     break
                 states.append(new[-1].state)
+                receipts.append(new[-1].id)
             else:
+                self._summed.update(receipts)  # their own notices may still be on the way
                 delivered = states.count(SteerState.DELIVERED)
                 text = f"steer: {delivered} delivered, {len(states) - delivered} missed"
                 self.notify(text + _had_ended(bulk.ended), markup=False)
