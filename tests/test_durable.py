@@ -206,7 +206,13 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("resume", str(batch_id)), 0, "nothing to do"),
             (("steer", "nope", "c000", "-m", "hi"), 2, "no batch nope"),
             (("steer", str(batch_id), "c000", "-m", "hi"), 2, "has finished (completed)"),
-            (("stop", str(batch_id)), 2, "name the children to stop, or --all"),
+            (("stop", str(batch_id)), 2, "name the children to stop, --all or --where"),
+            (("stop", str(batch_id), "--where", "idle>5d"), 2, "--where: 'idle>5d': unknown unit"),
+            (("stop", "nope", "--where", "stauts:x"), 2, "'stauts:x': unknown field 'stauts'"),
+            (("steer", str(batch_id), "--where", "is:tagged", "-m", "hi"), 2, "nothing is tagged"),
+            (("stop", str(batch_id), "c000", "--where", "idle>1m"), 2, "not both"),
+            (("steer", str(batch_id), "-m", "hi"), 2, "name the children to steer, or --where"),
+            (("stop", str(batch_id), "--where", "durable"), 0, "2 children match `durable`, 2 had"),
             (("wait", "nope"), 2, "no batch nope"),
             (("wait", str(batch_id)), 0, "completed"),
         ):
@@ -232,3 +238,45 @@ def test_resume_in_a_state_folder_the_user_cannot_write(tmp_path: Path) -> None:
         finally:
             state.chmod(0o700)
         assert proc.returncode == 2 and "not writable" in err
+
+
+@pytest.mark.slow
+def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_path: Path) -> None:
+    with CountingServer(chunk_delay_s=0.05) as server:
+        folder = project(tmp_path, server, 40, pool=2)  # c030..c039 still queued at the stop
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        try:
+            until(lambda: server.total_runs() >= 1, what="the first run")
+            with StoreReader(db_of(folder)) as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            query = 'status:queued "task c03"'
+            stop = flightdeck(folder, "stop", batch_id, "--where", query)
+            out, err = stop.communicate(timeout=30)
+            assert stop.returncode == 0, err
+            assert out.splitlines() == [f"10 children match `{query}`", "stop applied: 10 children"]
+
+            steer = flightdeck(
+                folder, "steer", batch_id, "--where", "status:running", "-m", "mind the tests"
+            )
+            out, err = steer.communicate(timeout=30)
+            first, *receipts = out.splitlines()
+            assert " match `status:running`" in first or " matches `status:running`" in first
+            settled = [line for line in receipts if not line.endswith(": queued")]
+            # Each child the query kept has its receipt settle once, delivered or missed.
+            assert len(settled) == len({line.split(":")[0] for line in receipts})
+            assert len(settled) == int(first.split()[0])
+            assert all(line.endswith((": delivered", ": missed")) for line in settled)
+            missed = any(line.endswith(": missed") for line in settled)
+            assert steer.returncode == (1 if missed else 0), err
+
+            everything = flightdeck(folder, "stop", batch_id, "--all")
+            assert everything.communicate(timeout=30)[0].startswith("stop applied")
+            assert owner.wait(30) == 1
+        finally:
+            owner.kill()
+            owner.communicate()
+        assert all(server.runs[f"c03{i}"] == 0 for i in range(10))  # stopped while queued
+        with StoreReader(db_of(folder)) as reader:
+            stopped = {c.id for c in reader.children(batch_id) if c.status is ChildStatus.STOPPED}
+        assert {f"c03{i}" for i in range(10)} <= stopped

@@ -88,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_WHERE_HELP = (
+    "{verb} every child not ended that the query keeps, the TUI's filter language: "
+    "'idle>10m status:running route:sim cost>0.50 tokens>20k error:\"rate limit\"'"
+)
+
+
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     """resume, steer, stop, wait: a batch's owner taken over, or sent commands from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
@@ -101,7 +107,8 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 
     steer = sub.add_parser("steer", help="send children of a running batch a message")
     steer.add_argument("batch_id")
-    steer.add_argument("child_ids", nargs="+", metavar="CHILD")
+    steer.add_argument("child_ids", nargs="*", metavar="CHILD")
+    steer.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="steer"))
     steer.add_argument("-m", "--message", required=True, help="the operator's message")
     steer.add_argument("--now", action="store_true", help="interrupt the current response")
     steer.add_argument("--state-dir", type=Path)
@@ -110,6 +117,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     stop.add_argument("batch_id")
     stop.add_argument("child_ids", nargs="*", metavar="CHILD")
     stop.add_argument("--all", action="store_true", help="stop every child not ended")
+    stop.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="stop"))
     stop.add_argument("--state-dir", type=Path)
 
     wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
+    from flightdeck.engine.query import RowFilter
     from flightdeck.engine.records.reader import StoreReader
 
 
@@ -225,6 +226,55 @@ def _owner_gone(db: Path, batch_id: str) -> str | None:
     return None
 
 
+def _where_filter(args: argparse.Namespace) -> RowFilter | None:
+    """`--where`'s query parsed (before anything is read), or None without one; names or
+    --all with it are a usage error, as a query that does not parse is."""
+    from flightdeck.engine.query import QueryError, parse_filter
+
+    if args.where is None:
+        return None
+    if args.child_ids or getattr(args, "all", False):
+        raise UsageError(None, None, "--where", "name children or give --where (not both)")
+    try:
+        return parse_filter(args.where, tags=False)
+    except QueryError as exc:
+        raise UsageError(None, None, "--where", str(exc)) from None
+
+
+def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list[str]:
+    """The ids of the batch's children `row_filter` keeps that have not ended, in batch order;
+    how many it keeps (and how many of those had ended) is printed."""
+    import dataclasses
+    import time
+
+    from flightdeck.engine.records.reader import StoreReader
+
+    with StoreReader(db) as reader:
+        rows = reader.children(batch_id, results=False)
+        if any(c.field == "depth" for c in row_filter.comparisons):
+            # The store keeps a delegate's parent as its "delegate" event.
+            parents = {
+                c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c
+            }
+            rows = [dataclasses.replace(r, depth=_depth(r.id, parents)) for r in rows]
+    now = time.time()
+    kept = [r for r in rows if row_filter.matches(r, False, now)]
+    live = [r.id for r in kept if r.status.live]
+    ended = len(kept) - len(live)
+    noun = "child matches" if len(kept) == 1 else "children match"
+    line = f"{len(kept)} {noun} `{one_line(row_filter.query, 200)}`"
+    line += f", {ended} had already ended" if ended else ""
+    console_for().print(Text(line + ("" if live else f": nothing to {verb}")))
+    return live
+
+
+def _depth(child_id: str, parents: dict[str, str]) -> int:
+    depth, at = 0, child_id
+    while at in parents and depth < 64:
+        depth, at = depth + 1, parents[at]
+    return depth
+
+
 def cmd_steer(args: argparse.Namespace) -> ExitCode:
     """`flightdeck steer`: a message for children of a running batch; each receipt printed
     as it settles (delivered, or missed and why)."""
@@ -232,10 +282,16 @@ def cmd_steer(args: argparse.Namespace) -> ExitCode:
 
     from flightdeck.engine.records.requests import request, submit_steer
 
+    row_filter = _where_filter(args)
+    if row_filter is None and not args.child_ids:
+        raise UsageError(None, None, None, "name the children to steer, or --where QUERY")
     db = _request_db(args)
-    rid = _submitted(
-        lambda: submit_steer(db, args.batch_id, args.child_ids, args.message, now=args.now)
-    )
+    ids = args.child_ids
+    if row_filter is not None:
+        ids = _matching(db, args.batch_id, row_filter, "steer")
+        if not ids:
+            return ExitCode.OK
+    rid = _submitted(lambda: submit_steer(db, args.batch_id, ids, args.message, now=args.now))
     console = console_for()
     shown: dict[int, str] = {}
     missed = False
@@ -271,18 +327,31 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
 
     from flightdeck.engine.records.requests import request, submit_stop, submit_stop_all
 
-    if args.all == bool(args.child_ids):
-        raise UsageError(None, None, None, "name the children to stop, or --all (not both)")
+    row_filter = _where_filter(args)
+    if row_filter is None and args.all == bool(args.child_ids):
+        raise UsageError(
+            None, None, None, "name the children to stop, --all or --where QUERY (one of them)"
+        )
     db = _request_db(args)
+    ids = args.child_ids
+    if row_filter is not None:
+        ids = _matching(db, args.batch_id, row_filter, "stop")
+        if not ids:
+            return ExitCode.OK
     if args.all:
         rid = _submitted(lambda: submit_stop_all(db, args.batch_id))
     else:
-        rid = _submitted(lambda: submit_stop(db, args.batch_id, args.child_ids))
+        rid = _submitted(lambda: submit_stop(db, args.batch_id, ids))
     while True:
         row = request(db, args.batch_id, rid)
         assert row is not None
         if row.state.value == "applied":
-            what = "every child" if args.all else ", ".join(one_line(i, 60) for i in row.child_ids)
+            if row_filter is not None:  # thousands, maybe: a count, not every name
+                what = f"{len(ids)} {'child' if len(ids) == 1 else 'children'}"
+            elif args.all:
+                what = "every child"
+            else:
+                what = ", ".join(one_line(i, 60) for i in row.child_ids)
             console_for().print(Text(f"stop applied: {what}"))
             return ExitCode.OK
         if row.state.value == "refused":

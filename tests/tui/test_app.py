@@ -609,7 +609,7 @@ async def test_an_unfinished_filter_turns_the_box_red_and_only_a_submitted_one_e
         await until(pilot, lambda: box.has_class("-invalid"), "the box marked invalid")
         assert notices == []  # no error toast for a query still being typed
         await pilot.press("enter")
-        assert len(notices) == 1 and notices[0].startswith("unknown status 'f'")
+        assert len(notices) == 1 and notices[0].startswith("'status:f': unknown status 'f'")
 
 
 async def test_steer_or_stop_on_a_finished_child_says_why(
@@ -767,3 +767,55 @@ async def test_the_detail_line_follows_the_cursor_at_80_columns(tmp_path: Path) 
         assert "sim: simulated fatal error" not in table_text(table)
         meter = str(app.main.query_one("#meter").render())
         assert "spent" not in meter and "$0.0345" in meter and "2:15" in meter  # compact form
+
+
+@pytest.mark.slow
+async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
+    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engine_factory(["alpha one", "alpha two", "alpha three", "beta"], pool=4, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, table = app.main, app.main.table
+        notices: list[str] = []
+        notify = screen.notify
+        monkeypatch.setattr(
+            screen, "notify", lambda text, **kw: notices.append(text) or notify(text, **kw)
+        )
+        await until(pilot, lambda: all_running(engine), "all four running")
+        engine.stop(["c1"])  # one that matches has ended before the operator acts
+        await until(pilot, lambda: table.rows_by_id["c1"].status.terminal, "c1 stopped")
+        await pilot.press("slash")
+        screen.query_one("#filter", FilterInput).insert_text_at_cursor("alpha route:sim")
+        await pilot.press("enter")
+        assert sorted(table.shown) == ["c1", "c2", "c3"]
+        assert screen.matching_query() == "alpha route:sim"
+
+        await pilot.press("s")  # steer, too, is for everything matching
+        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        heading = "Steer 2 children matching `alpha route:sim` (1 matching has ended)"
+        assert dialog_title(app.screen) == heading
+        await type_text(pilot, "go on")
+        await pilot.press("enter")
+        summary = "steer: 2 delivered, 0 missed, 1 had already ended"
+        await until(pilot, lambda: summary in notices, "the steer's summary")
+        assert notices.count(summary) == 1
+        assert not any(n.startswith("steer delivered") for n in notices)  # not one per child
+
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmStopDialog)
+        assert dialog_title(dialog) == (
+            "Stop 2 children matching `alpha route:sim` (1 matching has ended)?"
+        )
+        assert sorted(dialog.child_ids) == ["c2", "c3"]
+        await pilot.press("enter")
+        await until(pilot, lambda: "2 stopped, 1 had already ended" in notices, "the summary")
+        assert status_of(engine, "c2") is status_of(engine, "c3") is ChildStatus.STOPPED
+        assert status_of(engine, "c4") is ChildStatus.RUNNING  # the filter hid it: untouched
+        assert notices.count("2 stopped, 1 had already ended") == 1
+
+        # Without a filter, s and x are for the child under the cursor again.
+        await pilot.press("slash", "ctrl+u", "enter")
+        assert screen.matching_query() is None

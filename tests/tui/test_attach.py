@@ -162,3 +162,37 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
     again.refresh()
     assert again.snapshot().status is BatchStatus.STOPPED
     again.close()
+
+
+async def test_attached_tui_stops_everything_a_filter_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = Owner(tmp_path, children=12)
+    try:
+        view = owner.view()
+        app = FlightdeckApp(view, OPTIONS)
+        async with app.run_test(size=SIZE) as pilot:
+            screen, table = app.main, app.main.table
+            notices: list[str] = []
+            notify = screen.notify
+            monkeypatch.setattr(
+                screen, "notify", lambda text, **kw: notices.append(text) or notify(text, **kw)
+            )
+            await until(pilot, lambda: len(table.shown) == 12, "twelve rows from the store")
+            await pilot.press("slash")
+            await type_text(pilot, '"item 1"')  # c1, c10, c11, c12 (queued or running)
+            await pilot.press("enter")
+            await until(pilot, lambda: sorted(table.shown) == ["c1", "c10", "c11", "c12"], "kept")
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "dialog")
+            assert str(app.screen.query("Label").first().render()) == (
+                'Stop 4 children matching `"item 1"`?'
+            )
+            await pilot.press("x")
+            await until(pilot, lambda: "4 stopped" in notices, "one summary of the stops")
+            for child_id in ("c1", "c10", "c11", "c12"):
+                assert status(view, child_id) is ChildStatus.STOPPED
+            assert status(view, "c2") in (ChildStatus.RUNNING, ChildStatus.QUEUED)
+        view.close()
+    finally:
+        owner.close()

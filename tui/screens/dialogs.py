@@ -36,6 +36,11 @@ def _ended(n: int, of: str = "tagged") -> str:
     return f" ({n} {of} {'has' if n == 1 else 'have'} ended)"
 
 
+def _matching(query: str | None) -> str:
+    """` matching `cost>0.50`` when the action is on everything a filter keeps."""
+    return f" matching `{one_line(query, 60)}`" if query is not None else ""
+
+
 def unsteerable_text(n: int, of: int) -> Text:
     """Said before the operator types: a steer to these children will be `missed`."""
     if of == 1:
@@ -91,11 +96,13 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
         ended_of: str = "tagged",
         unsteerable: int = 0,
         cursor_blink: bool = True,
+        query: str | None = None,
     ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
         self.unsteerable = unsteerable  # children whose route takes no steer (a command)
-        self.heading = f"Steer {_children(len(self.child_ids))}{_ended(ended, ended_of)}"
+        n = _children(len(self.child_ids))
+        self.heading = f"Steer {n}{_matching(query)}{_ended(ended, ended_of)}"
         self.cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
@@ -160,11 +167,15 @@ class ConfirmStopDialog(ModalScreen[bool]):
         everything: bool = False,
         ended: int = 0,
         ended_of: str = "tagged",
+        query: str | None = None,
     ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
         n = _children(len(self.child_ids))
-        self.heading = f"Stop all {n}?" if everything else f"Stop {n}{_ended(ended, ended_of)}?"
+        if everything:
+            self.heading = f"Stop all {n}?"
+        else:
+            self.heading = f"Stop {n}{_matching(query)}{_ended(ended, ended_of)}?"
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):

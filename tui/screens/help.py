@@ -23,10 +23,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 FILTER_HELP = (
-    ("words", "all must appear in the id, goal, group, activity or error"),
+    ('words, "a phrase"', "all must appear in the id, goal, group, activity or error"),
     ("status:failed,running", "any of these statuses; also " + ", ".join(STATUS_ALIASES)),
-    ("route:sim", "children on this route"),
-    ("is:tagged", "only tagged children"),
+    ("route:sim  group:NAME", "children on this route / in this group"),
+    ("tool:read_file", "children running this tool now"),
+    ('error:"rate limit"', "children whose error says this"),
+    ("cost>0.50  tokens>20k", "compare with > < >= <=: dollars ($ optional), tokens (k, m)"),
+    ("idle>5m  depth>0", "since its last activity (s, m, h); a delegate's depth"),
+    ("is:tagged", "only tagged children; every term must hold (AND)"),
 )
 
 

@@ -15,14 +15,16 @@ MAIN_BINDINGS: list[BindingType] = [
         "steer",
         "Steer",
         id="child.steer",
-        tooltip="Send a message to the selected or tagged children",
+        tooltip="Send a message to the selected or tagged children; with a filter on and none "
+        "tagged, to every child it keeps",
     ),
     Binding(
         "x",
         "stop",
         "Stop",
         id="child.stop",
-        tooltip="Stop the selected or tagged children (confirm, or press x twice)",
+        tooltip="Stop the selected or tagged children; with a filter on and none tagged, every "
+        "child it keeps (confirm, or press x twice)",
     ),
     Binding(
         "X",
@@ -104,7 +106,7 @@ MAIN_BINDINGS: list[BindingType] = [
         "filter",
         "Filter",
         id="view.filter",
-        tooltip="Filter rows: words, status:failed, route:NAME, is:tagged",
+        tooltip="Filter rows by a query: words, status:failed, cost>0.50, idle>5m (see help)",
     ),
     Binding(
         "o",

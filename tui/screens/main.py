@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flightdeck.engine import model
-from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot
+from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot, SteerState
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.messages import (
     BatchFinished,
@@ -48,6 +48,28 @@ _ROW_MOVES = frozenset({"row_down", "row_up", "first_row", "last_row"})
 _ENDED = {ChildStatus.STOPPED: "was stopped", ChildStatus.UNKNOWN: "ended (status unknown)"}
 
 
+@dataclass(frozen=True, slots=True)
+class _BulkStop:
+    """A stop sent to every child matching a filter: the ones sent, and how many had ended."""
+
+    ids: tuple[str, ...]
+    ended: int
+
+
+@dataclass(frozen=True, slots=True)
+class _BulkSteer:
+    """A steer sent to every child matching a filter: the receipts each child had before it
+    (the new one is the one not among them), and how many had ended."""
+
+    before: dict[str, frozenset[int]]
+    ended: int
+
+
+def _had_ended(n: int) -> str:
+    """`, 2 had already ended` (nothing when none had)."""
+    return f", {n} had already ended" if n else ""
+
+
 @dataclass(frozen=True)
 class UiOptions:
     """What tests, benchmarks and screenshots tune: the clock, poll intervals, cursor blink."""
@@ -80,6 +102,9 @@ class MainScreen(Screen[None]):
         self._notices: list[tuple[str, SeverityLevel]] = []  # (text, severity) since the last poll
         self._unsubscribe: Callable[[], None] | None = None
         self._bindings_state: tuple[bool | None, ...] = ()
+        self._stops: list[_BulkStop] = []  # stops of everything matching, not all landed yet
+        self._steers: list[_BulkSteer] = []  # steers of everything matching, not all settled
+        self._summed: set[int] = set()  # receipts a steer's summary has counted
 
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
@@ -88,7 +113,9 @@ class MainScreen(Screen[None]):
         yield table
         yield ChildDetail(id="detail")
         yield TranscriptView(id="transcript", poll_s=self.options.transcript_poll_s)
-        filter_input = FilterInput(placeholder="filter: words status:failed route:sim is:tagged")
+        filter_input = FilterInput(
+            placeholder="filter: words status:failed route:sim cost>0.50 idle>5m is:tagged"
+        )
         filter_input.id = "filter"
         filter_input.cursor_blink = self.options.cursor_blink
         yield filter_input
@@ -148,6 +175,8 @@ class MainScreen(Screen[None]):
             self.query_one("#banner", Banner).show(snap.problem)
             self._show_detail()
             self._show_status()
+        self._settle_stops()
+        self._settle_steers()
         self._flush_notices()
         self._sync_bindings()
 
@@ -222,6 +251,8 @@ class MainScreen(Screen[None]):
 
     def on_steer_settled(self, message: SteerSettled) -> None:
         r = message.receipt
+        if r.id in self._summed or any(r.child_id in bulk.before for bulk in self._steers):
+            return  # one of a steer to everything matching: summed up when all have settled
         severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
         self._notices.append((f"steer {r.state.value}: {one_line(r.child_id)}", severity))
 
@@ -245,8 +276,17 @@ class MainScreen(Screen[None]):
         self.following = False
         self._show_status()
 
+    def matching_query(self) -> str | None:
+        """The filter's query when s and x act on every child it keeps: a filter is on, nothing
+        is tagged and the cursor is not on a group's header. None otherwise."""
+        table = self.table
+        if table.tagged or table.selected_group is not None or not table.row_filter.active:
+            return None
+        return table.row_filter.query
+
     def targets(self) -> list[str]:
-        """Tagged children if any, else the one under the cursor (on a header: its group)."""
+        """Tagged children if any; on a header, its group; with a filter on, every child it
+        keeps; else the one under the cursor."""
         table = self.table
         if table.tagged:
             rows = table.rows_by_id
@@ -254,13 +294,20 @@ class MainScreen(Screen[None]):
         group = table.selected_group
         if group is not None:
             return table.group_members(group)
+        if self.matching_query() is not None:
+            return table.matching
         selected = table.selected_id
         return [selected] if selected is not None else []
 
     def _ended_of(self) -> str:
-        """Whose ended children a dialog counts: the tagged ones, or the header's group's."""
+        """Whose ended children a dialog counts: the tagged ones, the header's group's, or the
+        filter's."""
         table = self.table
-        return "in the group" if not table.tagged and table.selected_group else "tagged"
+        if table.tagged:
+            return "tagged"
+        if table.selected_group:
+            return "in the group"
+        return "matching" if self.matching_query() is not None else "tagged"
 
     def live_targets(self) -> list[str]:
         rows = self.table.rows_by_id
@@ -274,8 +321,11 @@ class MainScreen(Screen[None]):
         """Every target has ended: say so, rather than let the key do nothing."""
         ended = self._ended_targets()
         group = self.table.selected_group if not self.table.tagged else None
+        query = self.matching_query()
         if group is not None:
             why = f"every child of group {one_line(group, 60)} has ended"
+        elif query is not None:
+            why = f"every child matching `{one_line(query, 60)}` has ended"
         elif len(ended) == 1:
             row = self.table.rows_by_id[ended[0]]
             how = _ENDED.get(row.status, "has " + row.status.value.replace("_", " "))
@@ -332,18 +382,31 @@ class MainScreen(Screen[None]):
         if not ids:
             return
 
+        query = self.matching_query()
+
         def send(request: SteerRequest | None) -> None:
             if request is None:
                 return
+            # Everything matching: a child may have ended while the dialog was open.
+            live, ended_since = self._still_live(ids) if query is not None else (ids, [])
+            rows = self.table.rows_by_id
+            before = {i: frozenset(r.id for r in rows[i].steers) for i in live}
             try:
-                self.view.steer(ids, request.message, request.now)
+                if live:
+                    self.view.steer(live, request.message, request.now)
             except ValueError as exc:  # too long, or not valid text: nothing was queued
                 self.notify(
                     f"steer not sent: {one_line(str(exc), 200)}", severity="error", markup=False
                 )
                 return
             when = "now" if request.now else "at next turn"
-            self.notify(f"steer queued for {len(ids)} ({when})", markup=False)
+            text = f"steer queued for {len(live)} ({when})"
+            if query is not None:
+                text = f"steer queued for {len(live)} matching `{one_line(query, 60)}` ({when})"
+                text += _had_ended(len(ended_since) + ended)
+                if live:  # their receipts are summed up in one notice once all have settled
+                    self._steers.append(_BulkSteer(before, ended + len(ended_since)))
+            self.notify(text, markup=False)
 
         ended = len(self._ended_targets())
         rows = self.table.rows_by_id
@@ -354,6 +417,7 @@ class MainScreen(Screen[None]):
             ended_of=self._ended_of(),
             unsteerable=unsteerable,
             cursor_blink=self.options.cursor_blink,
+            query=query,
         )
         self.app.push_screen(dialog, send)
 
@@ -364,15 +428,78 @@ class MainScreen(Screen[None]):
         if not ids:
             return
 
+        query = self.matching_query()
+        ended = len(self._ended_targets())
+
         def stop(confirmed: bool | None) -> None:
-            if confirmed:
+            if not confirmed:
+                return
+            if query is None:
                 self.view.stop(ids)
                 self.table.set_tagged(ids, False)
                 self.notify(f"stop requested for {len(ids)}", markup=False)
                 self.poll()
+                return
+            # Everything matching: one summary once every stop has landed (see _settle_stops).
+            live, ended_since = self._still_live(ids)
+            if live:
+                self.view.stop(live)
+            self._stops.append(_BulkStop(tuple(live), ended + len(ended_since)))
+            self.notify(
+                f"stop requested for {len(live)} matching `{one_line(query, 60)}`", markup=False
+            )
+            self.poll()
 
-        dialog = ConfirmStopDialog(ids, ended=len(self._ended_targets()), ended_of=self._ended_of())
+        dialog = ConfirmStopDialog(ids, ended=ended, ended_of=self._ended_of(), query=query)
         self.app.push_screen(dialog, stop)
+
+    def _still_live(self, ids: list[str]) -> tuple[list[str], list[str]]:
+        """`ids` split by a fresh snapshot into those still live and those ended meanwhile."""
+        rows = {r.id: r for r in self.view.snapshot().children}
+        live = [i for i in ids if i in rows and rows[i].status.live]
+        return live, [i for i in ids if i not in live]
+
+    def _settle_steers(self) -> None:
+        """A steer of everything matching, every receipt settled: one summary of them."""
+        if not self._steers:
+            return
+        rows = self.table.rows_by_id
+        waiting: list[_BulkSteer] = []
+        for bulk in self._steers:
+            states: list[SteerState] = []
+            receipts: list[int] = []
+            for child_id, known in bulk.before.items():
+                new = [r for r in rows[child_id].steers if r.id not in known]
+                if not new or new[-1].state is SteerState.QUEUED:
+                    break
+                states.append(new[-1].state)
+                receipts.append(new[-1].id)
+            else:
+                self._summed.update(receipts)  # their own notices may still be on the way
+                delivered = states.count(SteerState.DELIVERED)
+                text = f"steer: {delivered} delivered, {len(states) - delivered} missed"
+                self.notify(text + _had_ended(bulk.ended), markup=False)
+                continue
+            waiting.append(bulk)
+        self._steers = waiting
+
+    def _settle_stops(self) -> None:
+        """A stop of everything matching, every child of it ended: one summary of how."""
+        if not self._stops:
+            return
+        rows = self.table.rows_by_id
+        waiting: list[_BulkStop] = []
+        for bulk in self._stops:
+            if any(i in rows and rows[i].status.live for i in bulk.ids):
+                waiting.append(bulk)
+                continue
+            stopped = sum(1 for i in bulk.ids if rows[i].status is ChildStatus.STOPPED)
+            # A child that finished on its own before the stop reached it had ended too.
+            self.notify(
+                f"{stopped} stopped" + _had_ended(bulk.ended + len(bulk.ids) - stopped),
+                markup=False,
+            )
+        self._stops = waiting
 
     def action_stop_all(self) -> None:
         if self._refused():

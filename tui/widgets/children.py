@@ -163,6 +163,11 @@ class ChildrenTable(ScrollView, can_focus=True):
         return self._children
 
     @property
+    def matching(self) -> list[str]:
+        """Every child the filter keeps, folded groups' members too, in display order."""
+        return list(self._shown)
+
+    @property
     def lines(self) -> Sequence[Entry]:
         """What each line under the column header shows, top to bottom."""
         return self._lines
@@ -262,10 +267,18 @@ class ChildrenTable(ScrollView, can_focus=True):
         added: list[str] = []
         removed: set[str] = set()
         moved = False
+        timed = self.row_filter.timed
         for row in rows:
             # The engine hands out the same ChildRow object until the child changes.
             old = by_id.get(row.id)
             if old is row:
+                if timed:  # idle>5m: an unchanged child can come to match (or stop) by itself
+                    was = row.id in kept
+                    now_visible = keep(row, row.id in self.tagged, now)
+                    if now_visible and not was:
+                        added.append(row.id)
+                    elif was and not now_visible:
+                        removed.add(row.id)
                 continue
             if old is None:
                 self._members = None  # a new child: groups are listed again when asked
@@ -276,7 +289,7 @@ class ChildrenTable(ScrollView, can_focus=True):
             moved = moved or keys.get(row.id) != key
             keys[row.id] = key
             was = row.id in kept
-            now_visible = keep(row, row.id in self.tagged)
+            now_visible = keep(row, row.id in self.tagged, now)
             if now_visible and not was:
                 added.append(row.id)
             elif was and not now_visible:
@@ -300,8 +313,8 @@ class ChildrenTable(ScrollView, can_focus=True):
     def rebuild(self) -> None:
         """Show the rows the filter keeps in order (after a filter or tag change)."""
         selected = self.selected_entry
-        keep, tagged = self.row_filter.matches, self.tagged
-        shown = [i for i, row in self.rows_by_id.items() if keep(row, i in tagged)]
+        keep, tagged, now = self.row_filter.matches, self.tagged, self._now
+        shown = [i for i, row in self.rows_by_id.items() if keep(row, i in tagged, now)]
         shown.sort(key=self._keys.__getitem__)
         self._shown = shown
         self.resort_pending = False

@@ -8,6 +8,13 @@ from decimal import Decimal
 from enum import StrEnum
 
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+
+# The filter language is shared with `--where` on the command line.
+from flightdeck.engine.query import STATUS_ALIASES as STATUS_ALIASES
+from flightdeck.engine.query import QueryError as QueryError
+from flightdeck.engine.query import RowFilter as RowFilter
+from flightdeck.engine.query import is_retrying as is_retrying
+from flightdeck.engine.query import parse_filter as parse_filter
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens, tokens_unknown
 from rich.cells import cell_len, set_cell_size
@@ -27,11 +34,6 @@ STEER_MARKS: dict[SteerState, Cell] = {
     SteerState.DELIVERED: ("✓ delivered", "green"),
     SteerState.MISSED: ("✗ missed", "red"),
 }
-
-
-def is_retrying(row: ChildRow) -> bool:
-    """A running child waiting out a 429 or another retryable error."""
-    return row.status is ChildStatus.RUNNING and row.activity.retrying
 
 
 def needs_attention(row: ChildRow) -> bool:
@@ -295,91 +297,6 @@ def _attention_key(row: ChildRow) -> tuple[int, float]:
     if row.status in _WAITING:
         return (3, 0.0)
     return (4, -(row.finished_ts or 0.0))
-
-
-# --- filter -----------------------------------------------------------------------------------
-
-STATUS_ALIASES: dict[str, frozenset[str]] = {
-    "live": frozenset({"queued", "gated", "running"}),
-    "done": frozenset(s.value for s in ChildStatus if s.terminal),
-    "attention": frozenset({"failed", "stalled", "timed_out", "retrying"}),
-    "retrying": frozenset({"retrying"}),
-}
-
-
-_STATUS_VALUES = frozenset(s.value for s in ChildStatus)
-
-
-@dataclass(frozen=True, slots=True)
-class RowFilter:
-    """A parsed filter: words (all must match, case-insensitive) plus field terms."""
-
-    query: str = ""
-    words: tuple[str, ...] = ()
-    statuses: frozenset[str] | None = None
-    routes: frozenset[str] | None = None
-    tagged_only: bool = False
-
-    @property
-    def active(self) -> bool:
-        return bool(self.words or self.statuses is not None or self.routes or self.tagged_only)
-
-    def matches(self, row: ChildRow, tagged: bool) -> bool:
-        if self.tagged_only and not tagged:
-            return False
-        if self.statuses is not None:
-            retrying = is_retrying(row)
-            if row.status.value not in self.statuses and not (
-                retrying and "retrying" in self.statuses
-            ):
-                return False
-        if self.routes is not None and row.route.lower() not in self.routes:
-            return False
-        if self.words:
-            hay = " ".join(
-                (row.id, row.goal, row.group or "", row.activity.text, row.error or "", row.model)
-            ).lower()
-            return all(word in hay for word in self.words)
-        return True
-
-
-def parse_filter(query: str) -> RowFilter:
-    """Parse `text status:failed,running route:sim is:tagged`; raises ValueError on bad terms."""
-    words: list[str] = []
-    statuses: set[str] | None = None
-    routes: set[str] | None = None
-    tagged_only = False
-    for term in query.split():
-        name, sep, value = term.partition(":")
-        name = name.lower()
-        if not sep or not value:
-            words.append(term.lower())
-        elif name in ("status", "s"):
-            statuses = set() if statuses is None else statuses
-            for item in value.lower().split(","):
-                statuses |= _statuses(item)
-        elif name == "route":
-            routes = (routes or set()) | set(value.lower().split(","))
-        elif name == "is" and value.lower() == "tagged":
-            tagged_only = True
-        else:
-            words.append(term.lower())
-    return RowFilter(
-        query=query.strip(),
-        words=tuple(words),
-        statuses=frozenset(statuses) if statuses is not None else None,
-        routes=frozenset(routes) if routes is not None else None,
-        tagged_only=tagged_only,
-    )
-
-
-def _statuses(item: str) -> frozenset[str]:
-    if item in STATUS_ALIASES:
-        return STATUS_ALIASES[item]
-    if item in _STATUS_VALUES:
-        return frozenset({item})
-    known = ", ".join([*(s.value for s in ChildStatus), *STATUS_ALIASES])
-    raise ValueError(f"unknown status {item!r} (one of: {known})")
 
 
 # --- group headers (the group order) ----------------------------------------------------------
