@@ -13,7 +13,7 @@ from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import RouteHeadroom, RouteLimit, Snapshot, Usage
 from flightdeck.engine.records.meter import route_totals
-from flightdeck.tui.widgets.routes import NOT_STORED, cache_ratio, routes_text
+from flightdeck.tui.widgets.routes import NOT_STORED, RouteRows, routes_text
 from tui_fakes import NOW, StaticView
 from tui_support import SIZE, SLOW, app_for, make_tasks, until
 
@@ -44,7 +44,7 @@ def test_the_panel_reads_each_routes_gauges_from_a_snapshot(tmp_path: Path) -> N
     )
     hostile = RouteHeadroom(route="[bold]evil\x1b[31m\nroute", adaptive_concurrency=2, alive=1)
     snap = _snapshot(tmp_path, (sim, hostile))
-    lines = routes_text(snap, route_totals(snap.children)).plain.splitlines()
+    lines = routes_text(snap).plain.splitlines()
     assert lines[0].startswith("routes")
     assert lines[1] == "[bold]evil route  in flight 1/2 adapting to 429s  429s/min 0  cache —"
     # rows 1 and 2 read 300 from the cache of 1000 read; the others read only fresh input
@@ -60,7 +60,7 @@ def test_the_panel_reads_each_routes_gauges_from_a_snapshot(tmp_path: Path) -> N
 
 def test_without_the_owners_gauges_the_panel_counts_from_the_rows(tmp_path: Path) -> None:
     snap = _snapshot(tmp_path, ())  # attached: Snapshot.routes is not stored
-    lines = routes_text(snap, route_totals(snap.children)).plain.splitlines()
+    lines = routes_text(snap).plain.splitlines()
     running = snap.totals.running
     assert lines[1].startswith(f"sim sim-1  in flight {running}  cache ")
     assert "429s" not in lines[1] and "rpm" not in lines[1]
@@ -68,9 +68,9 @@ def test_without_the_owners_gauges_the_panel_counts_from_the_rows(tmp_path: Path
 
 
 def test_the_cache_ratio_is_reads_over_everything_read() -> None:
-    assert cache_ratio(Usage()) is None
-    assert cache_ratio(Usage(input_tokens=50, cache_read_tokens=150, cache_write_tokens=50)) == 0.6
-    assert cache_ratio(Usage(input_tokens=10, output_tokens=1000)) == 0.0
+    assert RouteRows("m").cache_ratio is None
+    assert RouteRows("m", 0, 50, 150, 50).cache_ratio == 0.6
+    assert RouteRows("m", 0, 10, 0, 0).cache_ratio == 0.0
 
 
 @pytest.mark.slow
@@ -104,8 +104,9 @@ async def test_r_opens_the_route_panel_on_a_live_engine(tmp_path: Path) -> None:
             engine.stop_all()
             await until(pilot, lambda: engine.snapshot().totals.done == 3, "the batch stopped")
             (totals,) = route_totals(engine.snapshot().children)
-            ratio = cache_ratio(totals.totals.usage)
-            assert ratio is not None and ratio > 0
+            usage = totals.totals.usage  # the meter's own sums: the panel counts apart
+            ratio = usage.cache_read_tokens / usage.prompt_tokens
+            assert ratio > 0
             await until(
                 pilot,
                 lambda: f"in flight 0/2 max_concurrent  429s/min 0  cache {ratio:.0%}" in text(),
