@@ -1,12 +1,13 @@
-"""A route's 429s in the last minute: the sliding window on an injected clock, and the count a
-snapshot carries after the sim's 429s."""
+"""A route's gauges in the engine: its 429s in the last minute (the sliding window on an injected
+clock, the count a snapshot carries after the sim's 429s) and what its own buckets bank."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from flightdeck.engine.api import Engine
-from flightdeck.engine.control.throttle import RecentCount, RouteThrottle
+from flightdeck.engine.control.throttle import RateLimiter, RecentCount, RouteThrottle
 from flightdeck.engine.inputs.settings import Route
 
 from helpers import batch, run_to_end, settings, sim_route
@@ -49,3 +50,24 @@ def test_a_snapshot_carries_the_routes_429s_and_its_children_alive(tmp_path: Pat
     assert retries > 0
     assert routes["sim"].rate_limited_1m == retries
     assert (routes["sim"].alive, routes["sim"].max_concurrent) == (0, 3)
+
+
+def test_the_buckets_say_what_they_bank_and_what_waiting_calls_owe() -> None:
+    now = [0.0]
+    limiter = RateLimiter(rpm=60, clock=lambda: now[0], margin=0.0)  # one a second, one banked
+    assert limiter.levels() == (1.0, None)  # no tpm: no token bucket
+    for _ in range(3):
+        limiter.requests.take(1, now[0])  # type: ignore[union-attr]
+    assert limiter.levels() == (-2.0, None)  # two calls owed
+    now[0] += 1.5
+    assert limiter.levels() == (-0.5, None)  # repaid at one a second
+
+
+def test_a_snapshot_carries_what_a_paced_route_banks(tmp_path: Path) -> None:
+    route = dataclasses.replace(sim_route(tool_turns=0), rpm=6000, tpm=None)
+    engine = Engine(batch(2), settings(route, pool=2), state_dir=tmp_path / "s")
+    engine.start()
+    snap = run_to_end(engine)
+    (hr,) = snap.routes
+    assert hr.banked_requests is not None and hr.banked_requests <= 100  # a second's burst
+    assert hr.banked_tokens is None

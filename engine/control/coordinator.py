@@ -214,12 +214,15 @@ class Coordinator:
                 hr = dataclasses.replace(hr, paused_until=self._clock() + pause)
             if throttle is not None:  # the limits it is paced to: configured or learned
                 rpm, tpm, adaptive = throttle.limits(state.route)
+                banked_requests, banked_tokens = throttle.banked(state.route)
                 hr = dataclasses.replace(
                     hr,
                     rpm=rpm,
                     tpm=tpm,
                     adaptive_concurrency=adaptive,
                     rate_limited_1m=throttle.rate_limited_recently(),
+                    banked_requests=banked_requests,
+                    banked_tokens=banked_tokens,
                 )
             out.append(hr)
         return tuple(out)

@@ -130,6 +130,11 @@ class Bucket:
         self._max_capacity = max(self.capacity, float(per_minute))
         self._set(min(self.level, self.capacity))
 
+    def level_at(self, now: float) -> float:
+        """What is banked at `now` (negative: owed by reservations still waiting)."""
+        self._refill(now)
+        return self.level
+
     def at_most(self, level: float, now: float) -> None:
         """The server says no more than `level` remains: never claim more than that."""
         self._refill(now)
@@ -238,6 +243,16 @@ class RateLimiter:
             for bucket in (self.requests, self.tokens):
                 if bucket is not None:
                     bucket.at_most(0.0, now)
+
+    def levels(self) -> tuple[float | None, float | None]:
+        """What the request and token buckets hold now (None: no such bucket)."""
+        with self._lock:
+            now = self._clock()
+            requests, tokens = self.requests, self.tokens
+            return (
+                requests.level_at(now) if requests is not None else None,
+                tokens.level_at(now) if tokens is not None else None,
+            )
 
     def slot_s(self) -> float:
         """Seconds between two requests at the paced rate (0 with no request bucket)."""
@@ -594,6 +609,10 @@ class RouteThrottle:
         """When the route's pause ends, on the throttle's clock; None when it is not paused."""
         with self._lock:
             return self._paused_until if self._paused_until > self._clock() else None
+
+    def banked(self, route: Route) -> tuple[float | None, float | None]:
+        """What the route's request and token buckets hold now (see `RateLimiter.levels`)."""
+        return self._limiter(route).levels()
 
     def rate_limited_recently(self) -> int:
         """How many 429s the route's calls drew in the last minute."""

@@ -39,6 +39,8 @@ def test_the_panel_reads_each_routes_gauges_from_a_snapshot(tmp_path: Path) -> N
         rpm=RouteLimit(240, "learned"),
         tpm=RouteLimit(100_000, "configured"),
         rate_limited_1m=7,
+        banked_requests=3.7,
+        banked_tokens=-1500.4,
         alive=3,
         max_concurrent=3,
     )
@@ -52,8 +54,8 @@ def test_the_panel_reads_each_routes_gauges_from_a_snapshot(tmp_path: Path) -> N
     ratio = 600 / (2 * 1000 + fresh)
     assert lines[2] == (
         f"sim sim-1  in flight 3/3 max_concurrent  paused 2.5s  429s/min 7  cache {ratio:.0%}"
-        "  rpm 240 learned · server 20 left (resets in 3s)"
-        "  tpm 100000 configured · server 90.0k left (resets in 0s)"
+        "  rpm 240 learned · ours 3 banked · server 20 left (resets in 3s)"
+        "  tpm 100000 configured · ours 1.5k owed · server 90.0k left (resets in 0s)"
     )
     assert len(lines) == 3  # live: no "not stored" line
 

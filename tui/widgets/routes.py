@@ -13,6 +13,10 @@ from flightdeck.tui.fmt import fmt_span, fmt_tokens
 from rich.text import Text
 from textual.widgets import Static
 
+TITLE = (
+    "  in flight/cap · paused · 429s in the last minute · cache hit ratio · "
+    "rpm/tpm paced to · our buckets · server headroom (r hides)"
+)
 NOT_STORED = (
     "rpm/tpm headroom, pauses and 429s need the owner's process (not stored): "
     "in flight and cache ratio are counted from the rows"
@@ -91,16 +95,24 @@ def _limit(
     text: Text,
     kind: str,
     limit: RouteLimit | None,
+    banked: float | None,
     remaining: int | None,
     reset_s: float | None,
     *,
     since: float,
 ) -> None:
-    """`kind` ("rpm"/"tpm"): the limit paced to, and what the server last said remains."""
+    """`kind` ("rpm"/"tpm"): the limit paced to, what our bucket holds, and what the server
+    last said remains."""
     if limit is None and remaining is None:
         return
     text.append(f"  {kind} ", style="dim")
     text.append(limit.label if limit is not None else "no limit")
+    if banked is not None:
+        text.append(" · ours ", style="dim")
+        if banked < 0:  # calls wait their turn: the pacing holds them
+            text.append(f"{fmt_tokens(round(-banked))} owed", style="bold yellow")
+        else:
+            text.append(f"{fmt_tokens(int(banked))} banked")
     if remaining is not None:
         low = limit is not None and remaining < limit.per_minute * 0.1
         text.append(" · server ", style="dim")
@@ -127,8 +139,24 @@ def _route_line(name: str, rows: RouteRows | None, hr: RouteHeadroom | None, now
     text.append("—" if ratio is None else f"{ratio:.0%}")
     if hr is not None:
         since = now - hr.observed_ts if hr.observed_ts is not None else 0.0
-        _limit(text, "rpm", hr.rpm, hr.remaining_requests, hr.reset_requests_s, since=since)
-        _limit(text, "tpm", hr.tpm, hr.remaining_tokens, hr.reset_tokens_s, since=since)
+        _limit(
+            text,
+            "rpm",
+            hr.rpm,
+            hr.banked_requests,
+            hr.remaining_requests,
+            hr.reset_requests_s,
+            since=since,
+        )
+        _limit(
+            text,
+            "tpm",
+            hr.tpm,
+            hr.banked_tokens,
+            hr.remaining_tokens,
+            hr.reset_tokens_s,
+            since=since,
+        )
     return text
 
 
@@ -138,8 +166,7 @@ def routes_text(snap: Snapshot) -> Text:
     headroom = {hr.route: hr for hr in snap.routes}
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append("routes", style="bold underline")
-    text.append("  in flight/cap · paused · 429s in the last minute · cache hit ratio · "
-                "rpm/tpm paced to · server headroom (r hides)", style="dim")  # fmt: skip
+    text.append(TITLE, style="dim")
     for name in sorted(by_route.keys() | headroom.keys()):
         text.append("\n")
         text.append_text(_route_line(name, by_route.get(name), headroom.get(name), snap.now))
