@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
+from decimal import Decimal
 from pathlib import Path
 from time import monotonic
 from types import TracebackType
@@ -40,6 +41,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.owner import OwnerDuties
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
+from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.meter import Meter, totals_of
 from flightdeck.engine.records.reader import StoreReader
@@ -111,6 +113,7 @@ class Engine:
         self._resuming: tuple[Stored, bool] | None = None  # set by `resume`
         self.resumed: Resumed | None = None  # what resuming found, once started
         self._carried: tuple[ChildRow, ...] = ()  # final rows an earlier owner left
+        self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
 
     @classmethod
     def resume(
@@ -268,6 +271,7 @@ class Engine:
             made = [i for i in stored_ids if i not in spec and i not in started]
             rows += [r for i in made if (r := reader.child(self.batch_id, i)) is not None]
             receipts = reader.controls(self.batch_id, kind="steer")
+            lost_before = lost_cost(reader.events(self.batch_id))  # earlier resumes' losses
         lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
         found = resume.settle(
             children,
@@ -285,6 +289,10 @@ class Engine:
         self._started_ts = info.created_ts
         self._carried = tuple(found.carried)
         self.resumed = found
+        if lost_before is None or found.lost_cost_unknown:
+            self._lost_cost = None
+        else:
+            self._lost_cost = lost_before + found.lost_cost_usd
         self._store.record_event(
             self.batch_id,
             None,
@@ -515,6 +523,7 @@ class Engine:
             routes=c.headroom() if c else (),
             finished_ts=self._finished_ts,
             problem=self.problem(),
+            lost_cost_usd=self._lost_cost,
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:

@@ -66,6 +66,7 @@ class Resumed:
     rerun: int = 0  # children that were running when the owner died, run again
     lost: int = 0  # of those, left `unknown` (--no-rerun)
     lost_cost_usd: Decimal = Decimal(0)  # what the lost attempts were billed (known prices)
+    lost_cost_unknown: int = 0  # lost attempts with no price
     first_receipt_id: int = 1
 
 
@@ -144,6 +145,7 @@ def settle(
             out.carried.append(row)
         else:  # running or gated when its owner died
             out.lost_cost_usd += row.cost_usd or 0
+            out.lost_cost_unknown += row.cost_usd is None
             meter.add(child.route, row.usage)
             _lost(child, row, batch_id, store, lost_owner, lost_ts, rerun)
             if rerun:
@@ -207,6 +209,7 @@ def _settle_made(
             )
             out.lost += 1
             out.lost_cost_usd += row.cost_usd or 0
+            out.lost_cost_unknown += row.cost_usd is None
             _append(row.transcript, "engine", f"{_why(pid)}; it is not run again", clock)
         store.update_child(batch_id, ended)
         out.carried.append(ended)

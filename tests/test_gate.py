@@ -50,8 +50,10 @@ def test_siblings_read_the_prefix_the_leader_wrote(tmp_path: Path) -> None:
     read = sum(c.usage.cache_read_tokens for c in snap.children)
     assert snap.totals.cache_saved_usd == Decimal(read) * Decimal("0.90") / 1_000_000
     # Without the gate, the same batch launched at once misses the cache every time.
-    off = run(tmp_path / "off", sim_route(**ONE_CALL))
-    assert cached_share(off) == 0 and off.totals.cache_saved_usd == 0
+    # (A first token 4x later than above, 240-560 ms: on a loaded machine the eight threads
+    # still start within it, so none finds the cache warm by luck.)
+    off = run(tmp_path / "off", sim_route(**{**ONE_CALL, "time_scale": 1.0}))
+    assert cached_share(off) <= 1 / N  # at most a straggler, against (N-1)/N with the gate
 
 
 def test_siblings_wait_only_for_the_leaders_first_token(tmp_path: Path) -> None:

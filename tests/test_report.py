@@ -385,3 +385,68 @@ def test_the_report_reads_no_answer_so_its_memory_does_not_grow_with_them(
     with StoreReader(tmp_path / "big.db") as r:  # the answers are still there to read
         assert [len(c.result or "") for c in r.children("b1")] == [4_000_000] * 5
         assert {c.result for c in r.children("b1", results=False)} == {None}
+
+
+def test_the_report_forecasts_the_cost_at_completion_and_shows_lost_attempts_apart(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "flightdeck.db"
+    costs = ("0.10", "0.20", "0.30", "0.40")
+    with Store(db) as store:
+        store.create_batch(make_batch("b1", created_ts=CREATED))
+        store.add_children(
+            "b1",
+            [
+                *(
+                    make_child(
+                        i,
+                        status=ChildStatus.COMPLETED,
+                        cost_usd=Decimal(c),
+                        started_ts=CREATED,
+                        finished_ts=CREATED + 60,
+                    )
+                    for i, c in enumerate(costs)
+                ),
+                make_child(
+                    4, status=ChildStatus.RUNNING, cost_usd=Decimal("0.12"), started_ts=CREATED
+                ),
+                make_child(5),
+            ],
+        )
+        detail = json.dumps({"cost_usd": "0.07", "rerun": True})
+        store.record_event("b1", "c4", CREATED + 5, "resumed", "{}")
+        store.record_event("b1", "c4", CREATED + 5, "lost_attempt", detail)
+    with StoreReader(db) as reader:
+        report = build_report(reader, "b1", now=CREATED + 120)
+    # spent $1.12; two not finished at the average $0.25 (the quartiles $0.175 and $0.325)
+    assert report["forecast"] == {
+        "finished": 4,
+        "remaining": 2,
+        "unpriced_children": 0,
+        "projected_usd": 1.62,
+        "low_usd": 1.47,
+        "high_usd": 1.77,
+        "lost_cost_usd": 0.07,
+        "lost_cost_unknown": 0,
+    }
+    md = render_markdown(report)
+    forecast = md.split("## Forecast\n\n")[1].split("\n\n")[0].splitlines()
+    assert forecast == [
+        "- projected cost at completion: $1.6200 (range $1.4700 to $1.7700: the finished "
+        "costs' 25th to 75th percentile)",
+        "- children not finished: 2 of 6",
+        "- lost attempts (re-runs after a lost owner): $0.0700, in the spend",
+    ]
+
+
+def test_a_forecast_with_an_unknown_price_says_so_and_a_finished_batch_has_none(
+    reader: StoreReader,
+) -> None:
+    report = build_report(reader, "b1")  # child 1 has no price; three have not finished
+    assert report["forecast"]["projected_usd"] is None
+    assert report["forecast"]["unpriced_children"] == 1
+    assert "- projected cost at completion: unknown (1 without a price)" in (
+        render_markdown(report)
+    )
+    old = build_report(reader, "old")  # nothing in it: no forecast section
+    assert old["forecast"]["remaining"] == 0 and "## Forecast" not in render_markdown(old)

@@ -102,6 +102,26 @@ def abandoned(state: Path, *, max_cost: Decimal | None = None) -> tuple[str, Pat
     return "b1", bdir
 
 
+def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_view(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.tui.storeview import StoreView
+
+    batch_id, _ = abandoned(tmp_path)
+    with Store(tmp_path / "flightdeck.db") as store:  # an earlier resume lost $0.01 more
+        detail = json.dumps({"cost_usd": "0.01", "rerun": True})
+        store.record_event(batch_id, "t0001", 1300.0, "lost_attempt", detail)
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    snap = run_to_end(engine)
+    assert snap.lost_cost_usd == Decimal("0.013")  # $0.003 this time, as the test below
+    view = StoreView(tmp_path / "flightdeck.db", batch_id, watch=False)
+    try:
+        assert view.snapshot().lost_cost_usd == Decimal("0.013")
+    finally:
+        view.close()
+
+
 def test_resume_carries_finished_children_and_reruns_the_lost_one(tmp_path: Path) -> None:
     batch_id, bdir = abandoned(tmp_path)
     with StoreReader(tmp_path / "flightdeck.db") as reader:

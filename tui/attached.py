@@ -112,9 +112,11 @@ def attach_tui(view: StoreView) -> ExitCode:
         console.print(Text(f"detached: batch {snap.batch_id} runs on{pid}", style="bold"))
         console.print(Text(f"attach again: {attach_hint(snap.batch_id, state_dir)}"))
         return ExitCode.OK
-    from flightdeck.tui.output import summary_table
+    from flightdeck.tui.output import money_lines, summary_table
 
     console.print(summary_table(snap))
+    for line in money_lines(snap):
+        console.print(line)
     console.print(Text(f"report: flightdeck report {snap.batch_id} {_state_arg(state_dir)}"))
     if stopped:
         return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED

@@ -6,6 +6,7 @@ import math
 from decimal import Decimal
 
 from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.records.forecast import Forecast
 
 __all__ = [
     "GLYPHS",
@@ -101,3 +102,16 @@ def tokens_unknown(row: ChildRow) -> bool:
     """A child that ran but whose tokens nobody counted (a command whose CLI reports no usage):
     shown as `?`, never as 0. Its cost is unknown too; a model child always has a count."""
     return row.cost_usd is None and row.activity.api_calls > 0 and not row.live_usage.total
+
+
+def forecast_label(ahead: Forecast, *, compact: bool) -> str:
+    """The projected cost at completion: "$2.67 ($2.22–$3.12)", compact without the range;
+    "—" until a child has finished, "$?" when a price is unknown."""
+    if ahead.unpriced:
+        return fmt_cost(None)
+    if ahead.projected_usd is None or ahead.low_usd is None or ahead.high_usd is None:
+        return "—"
+    shown = fmt_cost(ahead.projected_usd)
+    if compact or ahead.low_usd == ahead.high_usd:
+        return shown
+    return f"{shown} ({fmt_cost(ahead.low_usd)}–{fmt_cost(ahead.high_usd)})"

@@ -14,7 +14,13 @@ from flightdeck.engine.model import ChildFinished, EngineEvent, GroupFinished
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
-from flightdeck.tui.output import failure_text, print_ending, print_lines, report_hint
+from flightdeck.tui.output import (
+    failure_text,
+    print_ending,
+    print_lines,
+    progress_label,
+    report_hint,
+)
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
@@ -117,7 +123,8 @@ def _run_headless(
         console.print(Text(f"batch {batch_id}", style="bold"))
         if console.is_terminal:
             progress = Progress(
-                TextColumn("[progress.description]{task.description}"),
+                # the words are the spend and the forecast: plain text, never markup
+                TextColumn("{task.description}", style="progress.description", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -140,7 +147,9 @@ def _run_headless(
                 print_lines(console, finished, styled=progress is not None)
                 done_so_far = [e.done for e in finished if isinstance(e, ChildFinished)]
                 if progress is not None and done_so_far:
-                    progress.update(bar, completed=done_so_far[-1])
+                    # a snapshot per wake-up that saw an end: the forecast moves only then
+                    label = progress_label(engine.snapshot())
+                    progress.update(bar, completed=done_so_far[-1], description=label)
             show_notices()
             if done:
                 break

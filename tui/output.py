@@ -13,8 +13,16 @@ from flightdeck.engine.model import (
     Totals,
     UnitStatus,
 )
+from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.sanitize import one_line, sanitize
-from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_tokens, tokens_unknown
+from flightdeck.tui.fmt import (
+    GLYPHS,
+    fmt_cost,
+    fmt_spent,
+    fmt_tokens,
+    forecast_label,
+    tokens_unknown,
+)
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -33,7 +41,31 @@ def report_hint(engine: Engine) -> str:
 def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
     """What a run prints once its batch is over: the summary table, then the report command."""
     console.print(summary_table(snap))
+    for line in money_lines(snap):
+        console.print(line)
     console.print(Text(f"report: {report_hint(engine)}"))
+
+
+def money_lines(snap: Snapshot) -> list[Text]:
+    """Under the summary: the projected cost while children remain (a batch left running, or
+    one that ended early), and what attempts lost with an owner cost, when any did."""
+    out = []
+    ahead = forecast(snap.children)
+    if ahead.remaining:
+        label = forecast_label(ahead, compact=False)
+        out.append(Text(f"forecast: {label} at completion, {ahead.remaining} not finished"))
+    if snap.lost_cost_usd != 0:
+        lost = fmt_cost(snap.lost_cost_usd)
+        out.append(Text(f"lost attempts: {lost} (re-runs after a lost owner), in the cost"))
+    return out
+
+
+def progress_label(snap: Snapshot) -> str:
+    """The headless progress bar's words: what is spent, and where it is heading."""
+    spent, note = fmt_spent(snap.totals.live_cost_usd, snap.totals.cost_unknown, "unpriced")
+    ahead = forecast(snap.children)
+    heading = f" → {forecast_label(ahead, compact=True)}" if ahead.remaining else ""
+    return f"running  {spent}{note}{heading}"
 
 
 def failure_text(engine: Engine) -> str | None:

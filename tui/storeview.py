@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from flightdeck.engine.model import (
     Totals,
 )
 from flightdeck.engine.records import requests
+from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.rows import (
@@ -96,6 +98,8 @@ class StoreView:
         self._pending: set[int] = set()  # requests this view sent that the owner has not settled
         self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
         self._data_version: int | None = None
+        self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
+        self._lost_read = False
         self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
         self._fixed: dict[str, tuple[Any, ...]] = {}  # each child's full row, first read
         self._totals: Totals | None = None
@@ -256,6 +260,13 @@ class StoreView:
                 f"SELECT {_MUTABLE} FROM children WHERE batch_id = ? ORDER BY seq, id",
                 (self.batch_id,),
             ).fetchall()
+            if not self._lost_read:  # written when an owner resumes, before it runs: read once
+                lost = conn.execute(
+                    "SELECT ts, child_id, kind, detail FROM events "
+                    "WHERE batch_id = ? AND kind = 'lost_attempt'",
+                    (self.batch_id,),
+                ).fetchall()
+                self._lost_cost, self._lost_read = lost_cost(lost), True
             new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
             if new_ids:
                 self._read_fixed(new_ids)
@@ -323,6 +334,7 @@ class StoreView:
             max_cost_usd=info.max_cost_usd,
             version=self._data_version,
             finished_ts=info.finished_ts,
+            lost_cost_usd=self._lost_cost,
         )
 
     def _read_fixed(self, ids: list[str]) -> None:

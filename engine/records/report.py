@@ -11,6 +11,7 @@ from typing import Any
 
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
+from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.sanitize import one_line
@@ -40,6 +41,7 @@ def build_report(
     totals = totals_of(children)
     per_route = route_totals(children)
     saved = _cache_saved(info.settings_json, per_route)
+    recovery = _recovery(reader.events(batch_id))
     return {
         "batch_id": info.id,
         "name": info.name,
@@ -115,7 +117,24 @@ def build_report(
         "stops": [
             {"child_id": s.child_id, "requested": _iso(s.ts), "reason": s.reason} for s in stops
         ],
-        "recovery": _recovery(reader.events(batch_id)),
+        "forecast": _forecast(children, recovery),
+        "recovery": recovery,
+    }
+
+
+def _forecast(children: list[ChildRow], recovery: Mapping[str, Any]) -> dict[str, Any]:
+    """The projected cost at completion (engine/records/forecast.py says how), and beside it
+    what lost attempts cost (already in the spend: spent is spent)."""
+    ahead = forecast(children)
+    return {
+        "finished": ahead.finished,
+        "remaining": ahead.remaining,
+        "unpriced_children": ahead.unpriced,
+        "projected_usd": _money(ahead.projected_usd),
+        "low_usd": _money(ahead.low_usd),
+        "high_usd": _money(ahead.high_usd),
+        "lost_cost_usd": recovery["lost_cost_usd"],
+        "lost_cost_unknown": recovery["lost_cost_unknown"],
     }
 
 
@@ -270,6 +289,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             "|---|---|---:|---:|---:|---:|---|",
             (_group_cells(g) for g in report["groups"]),
         )
+    lines += _forecast_lines(report.get("forecast") or {})
     lines += _operator(report["steers"], report["stops"])
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
@@ -287,6 +307,32 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"- their lost attempts cost: {lost} (counted in the totals)",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _forecast_lines(ahead: Mapping[str, Any]) -> list[str]:
+    """While children remain, the projected cost at completion; any lost attempts' cost apart."""
+    lines = []
+    if ahead.get("remaining"):
+        if ahead["unpriced_children"]:
+            projected = f"unknown ({ahead['unpriced_children']} without a price)"
+        elif ahead["projected_usd"] is None:
+            projected = "— (no child has finished yet)"
+        else:
+            projected = (
+                f"{_usd(ahead['projected_usd'])} (range {_usd(ahead['low_usd'])} to "
+                f"{_usd(ahead['high_usd'])}: the finished costs' 25th to 75th percentile)"
+            )
+        lines.append(f"- projected cost at completion: {projected}")
+        lines.append(f"- children not finished: {ahead['remaining']} of "
+                     f"{ahead['remaining'] + ahead['finished']}")  # fmt: skip
+    if ahead.get("lost_cost_usd") or ahead.get("lost_cost_unknown"):
+        lost = _usd(ahead["lost_cost_usd"] or 0) + (
+            f" (+{ahead['lost_cost_unknown']} at an unknown price)"
+            if ahead["lost_cost_unknown"]
+            else ""
+        )
+        lines.append(f"- lost attempts (re-runs after a lost owner): {lost}, in the spend")
+    return ["", "## Forecast", "", *lines] if lines else []
 
 
 def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> list[str]:

@@ -314,6 +314,50 @@ def test_the_meter_and_the_row_count_the_call_in_progress(tmp_path: Path) -> Non
     assert "3.0k/400" in cells and "$0.015" in cells
 
 
+def _forecast_batch(folder: Path) -> tuple[ChildRow, ...]:
+    """Four finished at $0.10 to $0.40, one running at $0.12, one queued: a known forecast."""
+    done = [
+        child(i + 1, "g", ChildStatus.COMPLETED, folder=folder, cost=c, started=0, finished=60)
+        for i, c in enumerate(("0.10", "0.20", "0.30", "0.40"))
+    ]
+    running = child(5, "g", ChildStatus.RUNNING, folder=folder, cost="0.12", started=75)
+    return (*done, running, child(6, "g", ChildStatus.QUEUED, folder=folder))
+
+
+def test_the_meter_projects_the_cost_at_completion_with_its_range(tmp_path: Path) -> None:
+    rows = _forecast_batch(tmp_path)
+    snap = dataclasses.replace(_snapshot(rows), totals=totals_of(rows))
+    # spent $1.12, plus the average $0.25 (quartiles $0.175, $0.325) for the two not finished
+    assert "forecast $1.62 ($1.47–$1.77)" in meter_text(snap)
+    lines = meter_text(dataclasses.replace(snap, max_cost_usd=Decimal(100)), 80).splitlines()
+    assert "budget 1%  → $1.62  2:15" in lines[1] and all(len(line) <= 78 for line in lines)
+    unpriced = (*rows[:4], dataclasses.replace(rows[4], cost_usd=None), rows[5])
+    assert "forecast $? " in meter_text(_snapshot(unpriced))  # never a guess, never $0
+    assert "forecast — " in meter_text(_snapshot(rows[4:]))  # nothing finished yet
+    assert "forecast" not in meter_text(_snapshot(rows[:4]))  # all finished: spent is the total
+    lost = dataclasses.replace(snap, lost_cost_usd=Decimal("0.07"))
+    assert "forecast $1.62 ($1.47–$1.77)   lost attempts $0.07" in meter_text(lost)
+    assert meter_text(lost, 80).splitlines()[1].endswith("2:15  lost $0.07")
+    assert "lost attempts $?" in meter_text(dataclasses.replace(snap, lost_cost_usd=None))
+    assert "lost" not in meter_text(snap)  # none lost: nothing said
+
+
+def test_headless_says_the_forecast_and_the_lost_attempts_in_words(tmp_path: Path) -> None:
+    from flightdeck.tui.output import money_lines, progress_label
+
+    rows = _forecast_batch(tmp_path)
+    snap = dataclasses.replace(_snapshot(rows), totals=totals_of(rows))
+    assert progress_label(snap) == "running  $1.12 → $1.62"
+    assert [t.plain for t in money_lines(snap)] == [
+        "forecast: $1.62 ($1.47–$1.77) at completion, 2 not finished"
+    ]
+    ended = dataclasses.replace(_snapshot(rows[:4]), lost_cost_usd=Decimal("0.07"))
+    assert [t.plain for t in money_lines(ended)] == [
+        "lost attempts: $0.07 (re-runs after a lost owner), in the cost"
+    ]
+    assert money_lines(_snapshot(rows[:4])) == []  # all finished, nothing lost: nothing to add
+
+
 # --- any width ----------------------------------------------------------------------------------
 
 
@@ -364,6 +408,11 @@ def test_the_detail_line_says_the_selected_child_in_full(tmp_path: Path) -> None
     running = detail_text(long, NOW).plain.splitlines()[0]
     assert "route paused after a 429 " + "x" * 80 in running  # not cut at the column's width
     assert running.endswith("steer … queued")
+    burning = dataclasses.replace(rows["review-05"], cost_usd=Decimal("0.30"), started_ts=NOW - 90)
+    assert "  burn $0.20/min" in detail_text(burning, NOW).plain  # $0.30 in a minute and a half
+    unpriced = dataclasses.replace(burning, cost_usd=None)
+    assert "  burn $?/min" in detail_text(unpriced, NOW).plain
+    assert "burn" not in detail_text(rows["review-04"], NOW).plain  # ended: its rate is history
 
 
 def test_the_meter_says_whether_a_routes_limit_is_configured_or_learned(tmp_path: Path) -> None:

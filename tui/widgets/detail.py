@@ -7,8 +7,9 @@ full, as far as the screen's width allows.
 from __future__ import annotations
 
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.records.forecast import burn_rate
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import GLYPHS
+from flightdeck.tui.fmt import GLYPHS, fmt_cost
 from flightdeck.tui.widgets.rows import GOAL_CHARS, STEER_MARKS, doing, is_retrying
 from rich.text import Text
 from textual.widgets import Static
@@ -17,7 +18,8 @@ _FULL = 400  # characters of "doing" and the error kept; the line cuts to the wi
 
 
 def detail_text(row: ChildRow | None, now: float) -> Text:
-    """Two lines: id, status, what it does (or how it ended), retries and steer; then its goal."""
+    """Two lines: id, status, what it does (or how it ended), burn rate, retries and steer;
+    then its goal."""
     text = Text(no_wrap=True, overflow="ellipsis")
     if row is None:
         text.append("no child selected", style="dim")
@@ -36,6 +38,9 @@ def detail_text(row: ChildRow | None, now: float) -> Text:
     if row.error and row.status.live:
         text.append("  error: ", style="dim")
         text.append(one_line(row.error, _FULL), style="red")
+    if row.status.live and row.started_ts is not None:  # what it spends a minute, as it runs
+        text.append("  burn ", style="dim")
+        text.append(f"{fmt_cost(burn_rate(row, now))}/min")
     if row.activity.retries:  # the rt column is the first a narrow screen leaves out
         text.append(f"  retries {row.activity.retries}", style="yellow")
     if row.steers:

@@ -7,8 +7,9 @@ from collections import deque
 from decimal import Decimal
 
 from flightdeck.engine.model import Snapshot
+from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens
+from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens, forecast_label
 from rich.text import Text
 from textual.widgets import Static
 
@@ -130,8 +131,20 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
         else:
             text.append(bar(used, 12), style=style)
             text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
+    ahead = forecast(snap.children)
+    if ahead.remaining:  # once all have finished, the projection is what was spent
+        # compact: an arrow for "heading to", so the elapsed time still fits 80 columns
+        text.append(f"{gap}{'→' if compact else 'forecast'} ", style="dim")
+        text.append(forecast_label(ahead, compact=compact))
+    lost = snap.lost_cost_usd  # after a resume: what attempts lost with the owner cost
+    if lost != 0 and not compact:
+        text.append(f"{gap}lost attempts ", style="dim")
+        text.append(fmt_cost(lost), style="yellow")
     text.append(f"{gap}elapsed " if not compact else gap, style="dim")
     text.append(fmt_clock(now - snap.started_ts))
+    if lost != 0 and compact:  # last, so a narrow screen cuts it first
+        text.append(f"{gap}lost ", style="dim")
+        text.append(fmt_cost(lost), style="yellow")
     if not compact:  # the least needed figures: compact leaves them out
         text.append(f"{gap}pool ", style="dim")
         text.append(str(snap.pool_size))

@@ -1,0 +1,101 @@
+"""The money forecast: each child's burn rate, and what the batch will have cost at completion.
+
+The projection is what has been spent (finished and running children alike), plus the finished
+children's average cost for each child not yet finished (queued or running). A running child
+thus counts its spend so far and one more average: a deliberate lean to the high side, since
+a forecast that runs short is the one that surprises. The range takes the 25th and 75th
+percentiles of the finished children's costs in place of the average. Children that a child
+delegates later are not known yet and are not counted.
+
+Unknown prices stay unknown: one child with no price makes the projection None, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from flightdeck.engine.model import ChildRow, ChildStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """A batch's projected cost at completion, with a low and a high estimate."""
+
+    finished: int  # children that have ended, however
+    remaining: int  # children not yet finished: queued and running
+    unpriced: int  # started children whose price is unknown (any makes the projection None)
+    projected_usd: Decimal | None  # None: no child has finished yet, or a price is unknown
+    low_usd: Decimal | None  # the 25th percentile of finished costs in place of the average
+    high_usd: Decimal | None  # the 75th
+
+    @property
+    def known(self) -> bool:
+        """A projection exists: something has finished and every price is known."""
+        return self.projected_usd is not None
+
+
+def burn_rate(row: ChildRow, now: float) -> Decimal | None:
+    """A child's dollars per minute over its running time (to `now` while it runs); None if
+    it has not started, no time has passed, or its price is unknown."""
+    cost = row.live_cost_usd
+    if cost is None or row.started_ts is None:
+        return None
+    end = row.finished_ts if row.finished_ts is not None else now
+    seconds = end - row.started_ts
+    if seconds <= 0:
+        return None
+    rate: Decimal = cost * 60 / Decimal(seconds)
+    return rate
+
+
+def forecast(children: Sequence[ChildRow]) -> Forecast:
+    """The projected cost of `children` once all have finished (see the module docstring)."""
+    finished_costs: list[Decimal] = []
+    spent = Decimal(0)
+    remaining = unpriced = 0
+    for row in children:
+        ended = row.status.terminal
+        if not ended:
+            remaining += 1
+        if row.status is ChildStatus.QUEUED:
+            continue  # nothing spent yet (a re-queued child's lost attempt is in `recovery`)
+        cost = row.cost_usd if ended else row.live_cost_usd
+        if cost is None:
+            unpriced += 1
+            continue
+        spent += cost
+        if ended:
+            finished_costs.append(cost)
+    finished = len(children) - remaining
+    if unpriced or not finished_costs:
+        return Forecast(finished, remaining, unpriced, None, None, None)
+    mean = sum(finished_costs, Decimal(0)) / len(finished_costs)
+    if len(finished_costs) > 1:
+        low, _, high = statistics.quantiles(finished_costs, n=4, method="inclusive")
+    else:
+        low = high = mean
+    return Forecast(
+        finished,
+        remaining,
+        0,
+        spent + mean * remaining,
+        spent + Decimal(low) * remaining,
+        spent + Decimal(high) * remaining,
+    )
+
+
+def lost_cost(events: Iterable[tuple[float, str | None, str, str]]) -> Decimal | None:
+    """What the attempts lost with an owner cost, from a batch's `lost_attempt` events (as the
+    reader gives them); None if one of them had no price."""
+    total = Decimal(0)
+    for _ts, _child, kind, detail in events:
+        if kind == "lost_attempt":
+            cost = json.loads(detail).get("cost_usd")
+            if cost is None:
+                return None
+            total += Decimal(cost)
+    return total

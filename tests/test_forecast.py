@@ -1,0 +1,95 @@
+"""The money forecast against a batch whose costs are known exactly."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast, lost_cost
+
+from test_store import make_child  # the store tests' row builder
+
+S = ChildStatus
+D = Decimal
+
+
+def _batch() -> list[ChildRow]:
+    """Four finished ($0.10, $0.20, $0.30, $0.40), two running, four queued."""
+    done = [
+        make_child(i, status=s, cost_usd=D(c), started_ts=1000.0, finished_ts=1060.0 * (i + 1))
+        for i, (s, c) in enumerate(
+            [(S.COMPLETED, "0.10"), (S.FAILED, "0.20"), (S.STOPPED, "0.30"), (S.COMPLETED, "0.40")]
+        )
+    ]
+    running = [
+        make_child(4, status=S.RUNNING, cost_usd=D("0.05"), started_ts=1000.0),
+        # a call in progress counts as it streams
+        make_child(5, status=S.RUNNING, cost_usd=D("0.10"), in_flight_cost_usd=D("0.02"),
+                   started_ts=1000.0),
+    ]  # fmt: skip
+    queued = [make_child(6 + i) for i in range(4)]
+    return done + running + queued
+
+
+def test_the_projection_is_the_spend_plus_the_average_for_each_child_not_finished() -> None:
+    got = forecast(_batch())
+    spent = D("1.00") + D("0.05") + D("0.12")  # finished, then running (billed and in flight)
+    # six not finished; average $0.25, quartiles (inclusive) $0.175 and $0.325
+    assert got == Forecast(
+        finished=4,
+        remaining=6,
+        unpriced=0,
+        projected_usd=spent + 6 * D("0.25"),
+        low_usd=spent + 6 * D("0.175"),
+        high_usd=spent + 6 * D("0.325"),
+    )
+    assert got.projected_usd == D("2.67") and got.low_usd == D("2.22") and got.high_usd == D("3.12")
+
+
+def test_once_all_have_finished_the_projection_is_what_was_spent() -> None:
+    done = [r for r in _batch() if r.status.terminal]
+    got = forecast(done)
+    assert got.remaining == 0
+    assert got.projected_usd == got.low_usd == got.high_usd == D("1.00")
+
+
+def test_no_projection_before_anything_finishes_and_one_finished_gives_no_spread() -> None:
+    batch = _batch()
+    assert forecast(batch[4:]).projected_usd is None  # running and queued only
+    assert not forecast(batch[4:]).known
+    one = forecast([batch[0], *batch[6:]])
+    assert one.projected_usd == one.low_usd == one.high_usd == D("0.10") * 5
+
+
+def test_an_unknown_price_leaves_the_projection_unknown_never_zero() -> None:
+    batch = _batch()
+    batch[4] = make_child(4, status=S.RUNNING, cost_usd=None, started_ts=1000.0)
+    got = forecast(batch)
+    assert got.unpriced == 1
+    assert got.projected_usd is None and got.low_usd is None and got.high_usd is None
+    batch[4] = make_child(4, status=S.RUNNING, cost_usd=D("0"), in_flight_cost_usd=None)
+    assert forecast(batch).projected_usd is None  # the call in progress has no price either
+
+
+def test_burn_rate_is_the_live_cost_over_the_running_time() -> None:
+    running = make_child(5, status=S.RUNNING, cost_usd=D("0.10"), in_flight_cost_usd=D("0.02"),
+                         started_ts=1000.0)  # fmt: skip
+    assert burn_rate(running, now=1030.0) == D("0.24")  # $0.12 in half a minute
+    ended = make_child(0, status=S.COMPLETED, cost_usd=D("0.30"), started_ts=1000.0,
+                       finished_ts=1090.0)  # fmt: skip
+    assert burn_rate(ended, now=5000.0) == D("0.2")  # its own running time, not the clock's
+    assert burn_rate(make_child(1), now=1030.0) is None  # not started
+    assert burn_rate(running, now=1000.0) is None  # no time has passed
+    unpriced = make_child(2, status=S.RUNNING, cost_usd=None, started_ts=1000.0)
+    assert burn_rate(unpriced, now=1030.0) is None
+
+
+def test_lost_attempts_are_summed_from_the_events_and_one_unpriced_makes_them_unknown() -> None:
+    def lost(cost: str | None) -> tuple[float, str | None, str, str]:
+        return (1.0, "c1", "lost_attempt", json.dumps({"cost_usd": cost, "rerun": True}))
+
+    resumed = (0.5, None, "resumed", json.dumps({"lost_cost_usd": "9"}))  # not summed twice
+    assert lost_cost([resumed, lost("0.01"), lost("0.003")]) == D("0.013")
+    assert lost_cost([resumed]) == 0
+    assert lost_cost([lost("0.01"), lost(None)]) is None
