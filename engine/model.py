@@ -229,6 +229,13 @@ class RouteHeadroom:
     tpm: RouteLimit | None = None
     # With no limit known, 429s adapt how many calls the route has in flight (None: no cap yet).
     adaptive_concurrency: int | None = None
+    rate_limited_1m: int = 0  # 429s the route's calls drew in the last minute
+    alive: int = 0  # children started and not ended (counted against `max_concurrent`)
+    max_concurrent: int | None = None  # the route's configured cap (None: none)
+    # What flightdeck's own request and token buckets hold (negative: owed by calls waiting for
+    # their turn); None without such a bucket.
+    banked_requests: float | None = None
+    banked_tokens: float | None = None
 
 
 @record

@@ -199,17 +199,31 @@ class Coordinator:
         return True
 
     def headroom(self) -> tuple[RouteHeadroom, ...]:
-        """Per route: provider headroom last seen, and a pause a 429 put on the whole route."""
+        """Per route: provider headroom last seen, a pause a 429 put on the whole route, the
+        limits it is paced to, its 429s in the last minute and its children alive."""
         out = []
         for name, state in self._queues.routes.items():
-            hr = state.headroom or RouteHeadroom(route=name)
+            hr = dataclasses.replace(
+                state.headroom or RouteHeadroom(route=name),
+                alive=state.alive,
+                max_concurrent=state.route.max_concurrent,
+            )
             throttle = self._throttles.get(name)
             pause = throttle.remaining() if throttle is not None else 0.0
             if pause > 0:
                 hr = dataclasses.replace(hr, paused_until=self._clock() + pause)
             if throttle is not None:  # the limits it is paced to: configured or learned
                 rpm, tpm, adaptive = throttle.limits(state.route)
-                hr = dataclasses.replace(hr, rpm=rpm, tpm=tpm, adaptive_concurrency=adaptive)
+                banked_requests, banked_tokens = throttle.banked(state.route)
+                hr = dataclasses.replace(
+                    hr,
+                    rpm=rpm,
+                    tpm=tpm,
+                    adaptive_concurrency=adaptive,
+                    rate_limited_1m=throttle.rate_limited_recently(),
+                    banked_requests=banked_requests,
+                    banked_tokens=banked_tokens,
+                )
             out.append(hr)
         return tuple(out)
 

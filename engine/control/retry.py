@@ -206,7 +206,9 @@ class RetryPolicy:
             return result
         except RateLimited as exc:
             if route is not None:
-                throttle.rate_limited(route, started, exc.retry_after)
+                throttle.rate_limited(
+                    route, started, exc.retry_after, overloaded=not throttled(exc)
+                )
             elif exc.retry_after:
                 throttle.pause(exc.retry_after)
             raise

@@ -22,6 +22,7 @@ import math
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -43,6 +44,7 @@ __all__ = [
     "Cancelled",
     "Lease",
     "RateLimiter",
+    "RecentCount",
     "RouteThrottle",
 ]
 
@@ -52,6 +54,7 @@ OnWait = Callable[[float, str], None]
 REFUND_POLL_S = 0.1  # how often a wait on a token bucket looks whether refunds repaid it
 USED_EMA = 0.2  # weight of the latest call in the share of its estimate calls use
 USED_MARGIN = 1.5  # reserve this many times that share of a call's estimate
+RECENT_WINDOW_S = 60.0  # a route's 429s are counted over the last minute
 
 
 class Cancelled(Exception):
@@ -126,6 +129,11 @@ class Bucket:
         self.capacity = max(1.0, capacity)
         self._max_capacity = max(self.capacity, float(per_minute))
         self._set(min(self.level, self.capacity))
+
+    def level_at(self, now: float) -> float:
+        """What is banked at `now` (negative: owed by reservations still waiting)."""
+        self._refill(now)
+        return self.level
 
     def at_most(self, level: float, now: float) -> None:
         """The server says no more than `level` remains: never claim more than that."""
@@ -235,6 +243,16 @@ class RateLimiter:
             for bucket in (self.requests, self.tokens):
                 if bucket is not None:
                     bucket.at_most(0.0, now)
+
+    def levels(self) -> tuple[float | None, float | None]:
+        """What the request and token buckets hold now (None: no such bucket)."""
+        with self._lock:
+            now = self._clock()
+            requests, tokens = self.requests, self.tokens
+            return (
+                requests.level_at(now) if requests is not None else None,
+                tokens.level_at(now) if tokens is not None else None,
+            )
 
     def slot_s(self) -> float:
         """Seconds between two requests at the paced rate (0 with no request bucket)."""
@@ -416,6 +434,30 @@ class AdaptiveConcurrency:
             return None if self.cap is None else int(self.cap)
 
 
+class RecentCount:
+    """How many events happened in the last `window_s` seconds (a sliding window of their
+    times); not thread-safe: its owner holds a lock."""
+
+    def __init__(self, window_s: float = RECENT_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+
+    def add(self, now: float) -> None:
+        """One event at `now`."""
+        self._times.append(now)
+        self._expire(now)
+
+    def count(self, now: float) -> int:
+        """Events within the window ending at `now`."""
+        self._expire(now)
+        return len(self._times)
+
+    def _expire(self, now: float) -> None:
+        times = self._times
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+
+
 class RouteThrottle:
     """Route-wide limits: a 429 with Retry-After holds every child of the route, not just one;
     its rpm/tpm buckets (built from the route on first use if not given, and from the limits
@@ -436,6 +478,7 @@ class RouteThrottle:
         self.concurrency: AdaptiveConcurrency | None = None
         self._rng = rng or random.Random()
         self._warned = False
+        self._recent_429s = RecentCount()
 
     def now(self) -> float:
         """The throttle's clock."""
@@ -502,10 +545,16 @@ class RouteThrottle:
         if self.concurrency is not None:
             self.concurrency.release(ok=ok)
 
-    def rate_limited(self, route: Route, started: float, retry_after: float | None) -> None:
+    def rate_limited(
+        self, route: Route, started: float, retry_after: float | None, *, overloaded: bool = False
+    ) -> None:
         """A call begun at `started` drew a 429: the server's buckets are empty, so pace from
-        empty; with no rate known, cut the concurrency; hold the route for `retry_after`."""
+        empty; with no rate known, cut the concurrency; hold the route for `retry_after`.
+        `overloaded`: it was a 529, handled alike but not counted among the route's 429s."""
         limiter = self._limiter(route)
+        if not overloaded:
+            with self._lock:
+                self._recent_429s.add(self._clock())
         limiter.exhausted()
         # The sim draws its 429s at random, whatever the load: fewer calls in flight would not
         # make them rarer, only slow the batch (the demo crawled at one child at a time).
@@ -560,6 +609,15 @@ class RouteThrottle:
         """When the route's pause ends, on the throttle's clock; None when it is not paused."""
         with self._lock:
             return self._paused_until if self._paused_until > self._clock() else None
+
+    def banked(self, route: Route) -> tuple[float | None, float | None]:
+        """What the route's request and token buckets hold now (see `RateLimiter.levels`)."""
+        return self._limiter(route).levels()
+
+    def rate_limited_recently(self) -> int:
+        """How many 429s the route's calls drew in the last minute."""
+        with self._lock:
+            return self._recent_429s.count(self._clock())
 
     def limits(self, route: Route) -> tuple[RouteLimit | None, RouteLimit | None, int | None]:
         """(rpm, tpm, adaptive concurrency) the route is held to now; None where none is."""

@@ -177,8 +177,11 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
-async def refresh_costs(n: int, folder: Path, groups: int = 0) -> dict[str, Any]:
-    """`groups`: the children in that many groups, shown in the group order (with headers)."""
+async def refresh_costs(
+    n: int, folder: Path, groups: int = 0, *, routes: bool = False
+) -> dict[str, Any]:
+    """`groups`: the children in that many groups, shown in the group order (with headers);
+    `routes`: with the route gauges shown (a pass over the rows per poll)."""
     view = SyntheticView(n, folder, groups=groups)
     app = FlightdeckApp(view, UiOptions(poll_s=3600, cursor_blink=False))  # polls are driven below
     async with app.run_test(size=SCREEN) as pilot:
@@ -186,6 +189,9 @@ async def refresh_costs(n: int, folder: Path, groups: int = 0) -> dict[str, Any]
         await pilot.pause(0.1)
         if groups:
             table.set_order(SortOrder.GROUP)
+            await pilot.pause(0)
+        if routes:
+            screen.action_routes()
             await pilot.pause(0)
         region = Region(0, 0, table.size.width, table.size.height)
 
@@ -256,6 +262,8 @@ async def refresh_costs(n: int, folder: Path, groups: int = 0) -> dict[str, Any]
             screen.on_filter_input_applied(everything)
     d, r = statistics.median(diff), statistics.median(rebuild)
     scenario = {"scenario": f"group order, {groups} groups"} if groups else {}
+    if routes:
+        scenario = {"scenario": "route gauges shown"}
     return {
         "bench": "tui_refresh",
         **scenario,
@@ -520,6 +528,7 @@ async def run() -> list[dict[str, Any]]:
         for n in SIZES:
             results.append(await refresh_costs(n, Path(tmp)))
         results.append(await refresh_costs(SIZES[-1], Path(tmp), groups=GROUPS))
+        results.append(await refresh_costs(SIZES[-1], Path(tmp), routes=True))
         results.extend(await latency_synthetic(Path(tmp)))
         results.append(await latency_engine(Path(tmp) / "engine"))
         # Where the engine bench puts its files (BENCH_DIR), so the engine alone is measured on

@@ -4,6 +4,7 @@ subprocess on sim, read through the store (StoreView), commanded through its req
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.storeview import StoreView
+from flightdeck.tui.widgets.routes import NOT_STORED
 from tui_support import SIZE, type_text, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -154,6 +156,11 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
         await until(pilot, lambda: len(table.shown) == 3, "the same three rows")
         assert table.displayed("c1", "steer") == "✓ delivered"
         assert table.displayed("c2", "doing").startswith("stopped")
+        await pilot.press("r")  # the route gauges: the owner's are not stored, the rows tell some
+        gauges = app.main.query_one("#routes")
+        await until(pilot, lambda: NOT_STORED in str(gauges.render()), "the route gauges")
+        line = str(gauges.render()).splitlines()[1]
+        assert re.fullmatch(r"sim sim-1  in flight [0-2]  cache (—|\d+%)", line), line
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog again")
         await pilot.click("#stop-quit")

@@ -133,6 +133,14 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Pause or resume live updates",
     ),
     Binding(
+        "r",
+        "routes",
+        "Routes",
+        show=False,
+        id="view.routes",
+        tooltip="Route gauges: in flight/cap, pause, 429s, cache ratio, rpm/tpm",
+    ),
+    Binding(
         "question_mark",
         "help",
         "Help",
@@ -161,6 +169,7 @@ PALETTE = {
     "sort": "view: next sort order",
     "follow": "view: follow most active",
     "freeze": "view: freeze / unfreeze",
+    "routes": "view: route gauges",
     "help": "app: help",
     "quit": "app: quit",
 }

@@ -33,6 +33,7 @@ from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLi
 from flightdeck.tui.widgets.banner import Banner
 from flightdeck.tui.widgets.detail import ChildDetail, group_detail_text
 from flightdeck.tui.widgets.filter import FilterInput
+from flightdeck.tui.widgets.routes import RoutePanel
 from flightdeck.tui.widgets.rows import ATTENTION
 from textual import events
 from textual.app import ComposeResult, SystemCommand
@@ -109,6 +110,7 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
         yield CostMeter(id="meter")
+        yield RoutePanel(id="routes")
         table = ChildrenTable(id="children", hold_s=self.options.sort_hold_s)
         yield table
         yield ChildDetail(id="detail")
@@ -132,6 +134,7 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#filter").display = False
+        self.query_one("#routes").display = False  # until `r`: it costs a pass over the rows
         self._unsubscribe = self.view.subscribe(self._forward)
         self.poll()
         self.set_interval(self.options.poll_s, self.poll)
@@ -172,6 +175,9 @@ class MainScreen(Screen[None]):
             if self.following:
                 self._follow()
             self.query_one("#meter", CostMeter).show(snap, now)
+            routes = self.query_one("#routes", RoutePanel)
+            if routes.display:
+                routes.show(snap)
             self.query_one("#banner", Banner).show(snap.problem)
             self._show_detail()
             self._show_status()
@@ -608,6 +614,12 @@ class MainScreen(Screen[None]):
         self._show_status()
         if not self.frozen:
             self.poll()
+
+    def action_routes(self) -> None:
+        routes = self.query_one("#routes", RoutePanel)
+        routes.display = not routes.display
+        if routes.display and self.snapshot is not None:
+            routes.show(self.snapshot)
 
     def action_help(self) -> None:
         keys = [
