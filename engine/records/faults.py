@@ -81,14 +81,8 @@ class RefusedCommits:
     ) -> None:
         """Run `transaction`; a storage fault is rolled back and tried again within the window
         (`held`: the rows waiting on it, for the message), then GaveUp. Other errors raise."""
-        try:
-            transaction()
-        except Exception as exc:
-            reason = storage_fault(exc)
-            if reason is None:
-                raise
-            rollback()
-        else:
+        reason = self._attempt(transaction, rollback)
+        if reason is None:
             if self.trouble is not None and not self.trouble.gave_up:
                 self._recovered()
             return
@@ -109,19 +103,28 @@ class RefusedCommits:
         while (left := trouble.since + self.retry_s - time.monotonic()) > 0:
             time.sleep(min(left, _MAX_WAIT_S, 0.01 * 2**tries))
             tries += 1
-            try:
-                transaction()
-            except Exception as exc:
-                reason = storage_fault(exc)
-                if reason is None:
-                    raise
-                rollback()
-                continue
-            self._recovered()
-            return
+            fault = self._attempt(transaction, rollback)
+            if fault is None:
+                self._recovered()
+                return
+            reason = fault
         self.trouble = dataclasses.replace(trouble, reason=reason, gave_up=True)
         log.error("flightdeck store: gave up on %s after %gs: %s", self.path, self.retry_s, reason)
         raise GaveUp(reason)
+
+    @staticmethod
+    def _attempt(transaction: Callable[[], None], rollback: Callable[[], None]) -> str | None:
+        """Run `transaction` once; the storage fault it was rolled back for, or None if it
+        committed. Any other error raises."""
+        try:
+            transaction()
+        except Exception as exc:
+            reason = storage_fault(exc)
+            if reason is None:
+                raise
+            rollback()
+            return reason
+        return None
 
     def _recovered(self) -> None:
         trouble, self.trouble = self.trouble, None
