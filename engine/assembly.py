@@ -153,31 +153,8 @@ def build_child(
         seed=f"{route.options.get('seed', 0)}:{task.id}",
     )
     provider = providers[route.name]
-    if isinstance(provider, CommandRoute):
-        assert route.command is not None
-        workspace = Workspace(
-            route.command.workspace,
-            toolbox.root,
-            batch_dir / "workspaces" / task.id,
-            keep=route.command.keep_worktrees,
-        )
-        return CommandChild(
-            task,
-            provider,
-            retry,
-            toolbox,
-            str(batch_dir / transcript_name(task)),
-            meter,
-            clock,
-            report,
-            queued_ts,
-            sink,
-            workspace=workspace,
-        )
-    child = Child(
-        task,
-        route,
-        provider,
+    # What a command child and a model child are both made with, after their route.
+    shared = (
         retry,
         toolbox,
         str(batch_dir / transcript_name(task)),
@@ -187,6 +164,16 @@ def build_child(
         queued_ts,
         sink,
     )
+    if isinstance(provider, CommandRoute):
+        assert route.command is not None
+        workspace = Workspace(
+            route.command.workspace,
+            toolbox.root,
+            batch_dir / "workspaces" / task.id,
+            keep=route.command.keep_worktrees,
+        )
+        return CommandChild(task, provider, *shared, workspace=workspace)
+    child = Child(task, route, provider, *shared)
     budget = settings.budget
     if (batch.delegate or route.delegate) and task.depth < budget.max_depth:
         child.delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
