@@ -268,17 +268,22 @@ class ChildrenTable(ScrollView, can_focus=True):
         removed: set[str] = set()
         moved = False
         timed = self.row_filter.timed
+
+        def recheck(row: ChildRow) -> None:
+            """Whether the filter keeps `row` now: shown or hidden if that changed."""
+            was = row.id in kept
+            now_visible = keep(row, row.id in self.tagged, now)
+            if now_visible and not was:
+                added.append(row.id)
+            elif was and not now_visible:
+                removed.add(row.id)
+
         for row in rows:
             # The engine hands out the same ChildRow object until the child changes.
             old = by_id.get(row.id)
             if old is row:
                 if timed:  # idle>5m: an unchanged child can come to match (or stop) by itself
-                    was = row.id in kept
-                    now_visible = keep(row, row.id in self.tagged, now)
-                    if now_visible and not was:
-                        added.append(row.id)
-                    elif was and not now_visible:
-                        removed.add(row.id)
+                    recheck(row)
                 continue
             if old is None:
                 self._members = None  # a new child: groups are listed again when asked
@@ -288,12 +293,7 @@ class ChildrenTable(ScrollView, can_focus=True):
             key = self._key(row)
             moved = moved or keys.get(row.id) != key
             keys[row.id] = key
-            was = row.id in kept
-            now_visible = keep(row, row.id in self.tagged, now)
-            if now_visible and not was:
-                added.append(row.id)
-            elif was and not now_visible:
-                removed.add(row.id)
+            recheck(row)
         if self._delegated and order is SortOrder.TREE:
             self._subtree = subtree_costs(by_id)
         if self._summaries:
