@@ -24,6 +24,32 @@ from flightdeck.tui.storeview import StoreView
 from helpers import batch, settings, sim_route
 
 
+def open_view(db: Path, batch_id: str, *, force_polling: bool = False) -> StoreView:
+    """A StoreView on the batch, once its row is there (a moment behind start())."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return StoreView(db, batch_id, poll_s=0.05, force_polling=force_polling)
+        except LookupError:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+
+
+def events_to_the_end(view: StoreView) -> list[EngineEvent]:
+    """Every fact the view derives, until (and with) the batch's end."""
+    events: list[EngineEvent] = []
+    ended = threading.Event()
+
+    def on_event(event: EngineEvent) -> None:
+        events.append(event)
+        if isinstance(event, BatchFinished):
+            ended.set()
+
+    view.subscribe(on_event)
+    assert ended.wait(30), "the batch's end seen through the store"
+    return events
+
+
 @pytest.mark.parametrize("force_polling", [False, True], ids=["watchfiles", "polling"])
 def test_the_view_follows_the_store_and_derives_the_facts(
     tmp_path: Path, force_polling: bool
@@ -34,24 +60,8 @@ def test_the_view_follows_the_store_and_derives_the_facts(
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                view = StoreView(db, engine.batch_id, poll_s=0.05, force_polling=force_polling)
-                break
-            except LookupError:  # the batch row is a moment behind start()
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-        events: list[EngineEvent] = []
-        ended = threading.Event()
-
-        def on_event(event: EngineEvent) -> None:
-            events.append(event)
-            if isinstance(event, BatchFinished):
-                ended.set()
-
-        view.subscribe(on_event)
-        assert ended.wait(30), "the batch's end seen through the store"
+        view = open_view(db, engine.batch_id, force_polling=force_polling)
+        events = events_to_the_end(view)
         assert view._waker is not None and view._waker.events is not force_polling
         snap = view.snapshot()
         assert snap.status is BatchStatus.COMPLETED and snap.finished_ts is not None
@@ -89,24 +99,8 @@ def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path) -> No
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                view = StoreView(db, engine.batch_id, poll_s=0.05)
-                break
-            except LookupError:
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-        events: list[EngineEvent] = []
-        ended = threading.Event()
-
-        def on_event(event: EngineEvent) -> None:
-            events.append(event)
-            if isinstance(event, BatchFinished):
-                ended.set()
-
-        view.subscribe(on_event)
-        assert ended.wait(30)
+        view = open_view(db, engine.batch_id)
+        events = events_to_the_end(view)
         view.close()
     finally:
         engine.close()
