@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,3 +92,15 @@ def laughs(levels: int) -> str:
     for n in range(1, levels):
         items.append(f"      - &a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]")
     return 'tasks:\n  - goal: "x {item}"\n    for_each:\n' + "\n".join(items) + "\n"
+
+
+def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The `flightdeck` command as a user runs it: a real subprocess, plain (NO_COLOR) output."""
+    return subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )

@@ -32,7 +32,7 @@ from flightdeck.tui.headless import run_headless
 from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
-from helpers import batch, laughs, settings, sim_route
+from helpers import batch, flightdeck, laughs, settings, sim_route
 
 FAST_CONFIG = """
 [engine]
@@ -48,17 +48,6 @@ retry = { attempts = 6, base_s = 0.1, max_s = 1 }
 provider = "sim"
 fail_rate = 1.0
 """
-
-
-def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flightdeck.tui.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
 
 
 class Lines:

@@ -4,9 +4,6 @@ real minutes)."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,7 +15,7 @@ from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, load_batch
 from flightdeck.engine.model import BatchStatus, ChildStatus
 
-from helpers import settings, sim_route, until
+from helpers import flightdeck, settings, sim_route, until
 
 T0 = datetime(2026, 12, 1, 0, 7, tzinfo=UTC).timestamp()  # 00:07 UTC
 TEMPLATE = (Task(id="scan", goal="Scan the logs (wave {wave})", seq=0),)
@@ -182,14 +179,7 @@ def test_a_schedule_without_a_template_is_refused_by_run_with_nothing_written(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "b.toml").write_text('[[schedules]]\nevery = "1m"\n')
-    out = subprocess.run(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", "b.toml", "--headless"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
+    out = flightdeck("run", "b.toml", "--headless", cwd=tmp_path)
     assert out.returncode == 2
     assert "b.toml:1" in out.stderr and "schedules.task" in out.stderr
     assert not (tmp_path / ".flightdeck").exists()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,7 +18,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
 
-from helpers import run_to_end, settings, sim_route, tasks_batch, until
+from helpers import flightdeck, run_to_end, settings, sim_route, tasks_batch, until
 
 # group: the routes of its members, in batch order ("bad" always fails)
 PLAN = {
@@ -161,14 +158,7 @@ fail_rate = 1.0
 def test_headless_prints_the_unit_line_after_its_members(tmp_path: Path) -> None:
     (tmp_path / "b.toml").write_text(GROUPED)
     (tmp_path / "c.toml").write_text(CONFIG)
-    out = subprocess.run(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", "b.toml", "--config", "c.toml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
+    out = flightdeck("run", "b.toml", "--config", "c.toml", cwd=tmp_path)
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
     unit = [i for i, line in enumerate(lines) if line.startswith("▣ group security")]

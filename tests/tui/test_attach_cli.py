@@ -20,20 +20,11 @@ from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
 from tui_support import SIZE, until
 
+from helpers import flightdeck
+
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
 # A child that runs for seconds: time to look at it while it runs.
 SLOW = "[routes.sim]\ntime_scale = 1.0\nlatency_ms = 300\ntokens_per_s = 30\ntool_turns = 6\n"
-
-
-def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flightdeck.tui.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
 
 
 @pytest.fixture
