@@ -139,6 +139,11 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         text, style = STEER_MARKS[last.state]
         steer = (text if len(row.steers) == 1 else f"{text} ({len(row.steers)})", style)
     status_style = "bold red" if row.status in ATTENTION else ""
+    tokens: Cell = (
+        ("?/?", "dim")  # nobody counted them: unknown, never 0
+        if tokens_unknown(row)
+        else (f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}", "")
+    )
     return (
         (mark, ("bold magenta" if tagged else glyph[1])),
         (one_line(row.id), "bold" if tagged else ""),
@@ -147,12 +152,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         (str(row.activity.api_calls), ""),
         ("", status_style),  # placeholder: the "doing" cell is time-dependent
         ("", "dim"),  # placeholder: "last"
-        (
-            "?/?"
-            if tokens_unknown(row)
-            else f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}",
-            "dim" if tokens_unknown(row) else "",
-        ),
+        tokens,
         (fmt_cost(row.live_cost_usd), ""),
         (str(row.activity.retries) if row.activity.retries else "", "yellow"),
         steer,
