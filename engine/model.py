@@ -146,6 +146,17 @@ class StopRecord:
 
 
 @record
+class LoopEvidence:
+    """Why a child was judged to be looping: what kind of loop, a one-line summary for the table
+    and the steer, and the calls themselves for the detail pane to show side by side."""
+
+    kind: Literal["repeat", "no_output", "no_change"]
+    summary: str  # "read_file(path='a.py') called 5 times with the same arguments"
+    calls: tuple[str, ...]  # the repeated calls (or turns), oldest first, each one line
+    ts: float  # when it was flagged
+
+
+@record
 class ChildRow:
     """One child as a reader sees it."""
 
@@ -177,6 +188,7 @@ class ChildRow:
     cache_saved_usd: Decimal | None = Decimal(0)
     parent: str | None = None  # the child that delegated it (None: one of the batch's tasks)
     depth: int = 0
+    loop: LoopEvidence | None = None  # flagged as looping (cleared when it makes progress)
 
     @property
     def live_usage(self) -> Usage:
@@ -303,6 +315,9 @@ class Snapshot:
     # What keeps the engine from recording or running as it should (the store cannot commit,
     # say), in a sentence for a banner; None when all is well.
     problem: str | None = None
+    # Why admission is held (the operator paused the batch, the soft budget was reached), in a
+    # sentence; None while new children may start.
+    held: str | None = None
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""
