@@ -15,6 +15,7 @@ from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     BATCH_COLUMNS_V1,
+    BATCH_COLUMNS_V2,
     CHILD_COLUMNS,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
@@ -183,9 +184,9 @@ class StoreReader:
                 raise StoreError(
                     self.path, None, None, f"cannot read the database: {exc}"
                 ) from None
-            # A version 1 file nobody has opened to write since (an old state folder, read
-            # only) reads the same, with no heartbeats and no requests.
-            self._ready = version in (1, SCHEMA_VERSION)
+            # A version 1 or 2 file nobody has opened to write since (an old state folder,
+            # read only) reads the same, without what later versions added.
+            self._ready = version in (1, 2, SCHEMA_VERSION)
             self._version = version
         return self._ready
 
@@ -194,7 +195,9 @@ class StoreReader:
 
     def _batches(self, batch_id: str | None) -> list[BatchInfo]:
         where, args = ("WHERE id = ?", (batch_id,)) if batch_id is not None else ("", ())
-        columns = BATCH_COLUMNS if self._version == SCHEMA_VERSION else BATCH_COLUMNS_V1
+        columns = {SCHEMA_VERSION: BATCH_COLUMNS, 2: BATCH_COLUMNS_V2}.get(
+            self._version, BATCH_COLUMNS_V1
+        )
         with self._snapshot():
             batch_rows = self._conn.execute(
                 f"SELECT {columns} FROM batches {where} ORDER BY created_ts DESC, rowid DESC",
