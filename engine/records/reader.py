@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import threading
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from flightdeck.engine.records.schema import (
     readable_without_shm,
     schema_version,
 )
+
+MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 
 _FAILED = tuple(
     s.value
@@ -109,7 +112,14 @@ class StoreReader:
                 steers: dict[str, list[SteerReceipt]] = {}
                 for steer in self._controls(batch_id, None, "steer"):
                     steers.setdefault(steer.child_id, []).append(steer)
-        return [child_row(r, tuple(steers.get(r[1], ()))) for r in rows]
+                parents = dict(
+                    self._conn.execute(
+                        "SELECT child_id, detail FROM events"
+                        " WHERE batch_id = ? AND kind = 'delegate' AND child_id IS NOT NULL",
+                        (batch_id,),
+                    ).fetchall()
+                )
+        return with_lineage([child_row(r, tuple(steers.get(r[1], ()))) for r in rows], parents)
 
     def child_ids(self, batch_id: str) -> set[str]:
         """The ids of a batch's children (cheap: no rows built)."""
@@ -308,3 +318,24 @@ class _ReadTransaction:
 
     def __exit__(self, *exc: object) -> None:
         self._conn.execute("COMMIT")
+
+
+def depth_of(child_id: str, parents: Mapping[str, str]) -> int:
+    """How many delegations deep a child is (0: one of the batch's own tasks)."""
+    depth, at = 0, child_id
+    while at in parents and depth < MAX_LINEAGE:
+        depth, at = depth + 1, parents[at]
+    return depth
+
+
+def with_lineage(rows: list[ChildRow], parents: Mapping[str, str]) -> list[ChildRow]:
+    """The rows with `parent` and `depth` set from who delegated whom (the store keeps a
+    delegate's parent as its "delegate" event, not in its row)."""
+    if not parents:
+        return rows
+    return [
+        dataclasses.replace(r, parent=parents[r.id], depth=depth_of(r.id, parents))
+        if r.id in parents
+        else r
+        for r in rows
+    ]
