@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.errors import StoreError
+from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER
+from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -32,6 +34,7 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     GroupFinished,
+    LoopEvidence,
     Snapshot,
     SteerReceipt,
     SteerSettled,
@@ -41,6 +44,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records import requests
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import process_matches
+from flightdeck.engine.records.loops import evidence_from_json
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
@@ -107,6 +111,9 @@ class StoreView:
         self._units_told: set[str] = set()  # groups whose unit result was published
         self._order: tuple[ChildRow, ...] = ()
         self._receipts: dict[int, SteerReceipt] = {}
+        # Each child's loop evidence, from the owner's "loop" events (the last one wins).
+        self._loops: dict[str, LoopEvidence] = {}
+        self._last_loop_event = 0
         self._subscribers: tuple[Listener, ...] = ()
         self._sub_lock = threading.Lock()
         self.info: BatchInfo | None = None
@@ -155,6 +162,14 @@ class StoreView:
         if snap.status is BatchStatus.RUNNING:
             return _replace_now(snap, self.clock())
         return snap
+
+    @property
+    def loop_steer(self) -> str:
+        # The owner's settings, as it started with them (not a flightdeck.toml changed since).
+        info = self.info
+        if info is None or not info.settings_json:
+            return DEFAULT_LOOP_STEER
+        return settings_from_json(info.settings_json).canned.loop
 
     def transcript_path(self, child_id: str) -> Path | None:
         row = self._rows.get(child_id)
@@ -270,6 +285,7 @@ class StoreView:
             new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
             if new_ids:
                 self._read_fixed(new_ids)
+            self._read_loops()
             controls = conn.execute(
                 f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
                 " ORDER BY id",
@@ -294,12 +310,15 @@ class StoreView:
             cid = m[0]
             steers = tuple(by_child.get(cid, ())) if by_child else ()
             row = old_rows.get(cid)
-            if row is None or old_raw.get(cid) != m or row.steers != steers:
+            loop = self._loops.get(cid)
+            if row is None or old_raw.get(cid) != m or row.steers != steers or row.loop != loop:
                 f = fixed[cid]
                 # Back into CHILD_COLUMNS order, for rows.child_row.
                 full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
                 before = row
                 row = child_row(full, steers)
+                if loop is not None:
+                    row = dataclasses.replace(row, loop=loop)
                 changed = True
                 if events is not None:
                     if done is None and row.status.terminal:
@@ -336,6 +355,21 @@ class StoreView:
             finished_ts=info.finished_ts,
             lost_cost_usd=self._lost_cost,
         )
+
+    def _read_loops(self) -> None:
+        """The loop flags the owner recorded since the last read (inside the transaction)."""
+        found = self._conn.execute(
+            "SELECT id, child_id, detail FROM events"
+            " WHERE batch_id = ? AND kind = 'loop' AND id > ? ORDER BY id",
+            (self.batch_id, self._last_loop_event),
+        ).fetchall()
+        for event_id, child_id, detail in found:
+            self._last_loop_event = int(event_id)
+            evidence = evidence_from_json(str(detail))
+            if evidence is None:
+                self._loops.pop(str(child_id), None)
+            else:
+                self._loops[str(child_id)] = evidence
 
     def _read_fixed(self, ids: list[str]) -> None:
         """The columns of these children that never change (inside the read transaction)."""
