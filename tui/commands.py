@@ -247,6 +247,7 @@ def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list
     import dataclasses
     import time
 
+    from flightdeck.engine.records.loops import current_loops
     from flightdeck.engine.records.reader import StoreReader
 
     with StoreReader(db) as reader:
@@ -257,6 +258,9 @@ def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list
                 c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c
             }
             rows = [dataclasses.replace(r, depth=_depth(r.id, parents)) for r in rows]
+        if row_filter.looping_only:  # the owner's loop flags are its "loop" events
+            loops = current_loops(reader.events(batch_id))
+            rows = [dataclasses.replace(r, loop=loops.get(r.id)) for r in rows]
     now = time.time()
     kept = [r for r in rows if row_filter.matches(r, False, now)]
     live = [r.id for r in kept if r.status.live]

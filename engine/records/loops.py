@@ -79,3 +79,17 @@ def loop_records(
             if isinstance(step, dict):
                 steps.append({"child_id": child, "ts": ts, **step})
     return flags, steps
+
+
+def current_loops(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str, LoopEvidence]:
+    """Each child's loop evidence as its last "loop" event left it (cleared ones left out)."""
+    out: dict[str, LoopEvidence] = {}
+    for _ts, child, kind, detail in events:
+        if kind != "loop" or child is None:
+            continue
+        evidence = evidence_from_json(detail)
+        if evidence is None:
+            out.pop(child, None)
+        else:
+            out[child] = evidence
+    return out

@@ -11,6 +11,7 @@ from flightdeck.engine.model import SteerState
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.widgets.detail import ChildDetail
 from test_attach import OPTIONS, Owner
+from tests.helpers import flightdeck
 from tui_support import FAST, SIZE, EngineFactory, app_for, make_tasks, until
 
 pytestmark = pytest.mark.anyio
@@ -23,6 +24,7 @@ def _detail(app: FlightdeckApp) -> str:
     return str(app.main.query_one("#detail", ChildDetail).render())
 
 
+@pytest.mark.slow
 async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
     engine_factory: EngineFactory,
 ) -> None:
@@ -63,7 +65,6 @@ async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
             "the operator's canned steer in the transcript",
         )
         # `is:looping` keeps the looping child only; n over a child that is not is refused.
-        await until(pilot, lambda: table.rows_by_id["c2"].status.terminal, "c2 done")
         table.select("c2")
         assert not app.main.check_action("nudge", ())
         await pilot.press("slash", *"is:looping", "enter")
@@ -106,6 +107,18 @@ async def test_attached_a_looping_child_shows_its_evidence_and_n_steers_it(
             )
             log = Path(view.snapshot().children[0].transcript).read_text()
             assert f"operator  │ steer (at next turn): {message}" in log
+        # The same query from the command line: the looping child, and it is stopped.
+        stop = flightdeck(
+            "stop",
+            owner.batch_id,
+            "--where",
+            "is:looping",
+            "--state-dir",
+            str(owner.state),
+            cwd=tmp_path,
+        )
+        assert stop.returncode == 0, stop.stderr
+        assert stop.stdout.splitlines()[0] == "1 child matches `is:looping`"
         view.close()
     finally:
         owner.close()
