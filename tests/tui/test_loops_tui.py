@@ -11,8 +11,9 @@ from flightdeck.engine.model import SteerState
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.widgets.detail import ChildDetail
 from test_attach import OPTIONS, Owner
-from tests.helpers import flightdeck
 from tui_support import FAST, SIZE, EngineFactory, app_for, make_tasks, until
+
+from tests.helpers import flightdeck
 
 pytestmark = pytest.mark.anyio
 
