@@ -3,13 +3,14 @@ arguments, clearing on progress, the evidence kept in the events table."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.child.loops import LoopDetector, call_key, workspace_fingerprint
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import LoopSettings, load_settings
-from flightdeck.engine.model import LoopEvidence
+from flightdeck.engine.model import Activity, ChildRow, ChildStatus, LoopEvidence, Usage
 from flightdeck.engine.records.loops import evidence_from_json, evidence_json
 
 OFF = LoopSettings(repeat_calls=0, stale_turns=0, still_turns=0)
@@ -177,3 +178,36 @@ def test_bad_loop_settings_name_file_line_and_field(
     message = str(caught.value)
     assert message.startswith(f"{path}:{line}: {field}: "), message
     assert says in message
+
+
+def test_untrusted_arguments_are_sanitized_and_never_markup() -> None:
+    from flightdeck.tui.widgets.detail import detail_text
+
+    d = LoopDetector(LoopSettings(repeat_calls=2, stale_turns=0))
+    for _ in range(2):
+        _turn(d, ("read_file", {"path": "\x1b]0;pwned\x07[bold red]x[/]\nnext"}, "out"))
+    ev = d.evidence
+    assert ev is not None
+    assert all("\x1b" not in c and "\x07" not in c and "\n" not in c for c in ev.calls)
+    row = ChildRow(
+        id="c1",
+        seq=1,
+        goal="g",
+        group=None,
+        route="sim",
+        model="sim-1",
+        status=ChildStatus.RUNNING,
+        activity=Activity(),
+        usage=Usage(),
+        cost_usd=Decimal(0),
+        queued_ts=0.0,
+        started_ts=1.0,
+        finished_ts=None,
+        error=None,
+        result=None,
+        transcript="",
+        loop=ev,
+    )
+    text = detail_text(row, 2.0)
+    assert "[bold red]x[/]" in text.plain  # shown as written, not as markup
+    assert not any("bold red" in str(span.style) for span in text.spans)

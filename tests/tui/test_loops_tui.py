@@ -65,7 +65,10 @@ async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
             ),
             "the operator's canned steer in the transcript",
         )
-        # `is:looping` keeps the looping child only; n over a child that is not is refused.
+        # `is:looping` keeps the looping child only (a stopped one keeps its evidence); n
+        # over a child that is not looping is hidden.
+        engine.stop(["c1"])
+        await until(pilot, lambda: table.rows_by_id["c1"].status.terminal, "c1 stopped")
         table.select("c2")
         assert not app.main.check_action("nudge", ())
         await pilot.press("slash", *"is:looping", "enter")
