@@ -13,6 +13,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.loops import evidence_from_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.tui.storeview import StoreView
 
 from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch
 
@@ -115,6 +116,14 @@ def test_a_stubborn_loop_is_nudged_then_steered_now_then_stopped(tmp_path: Path)
         for n, s in ((1, "nudge"), (2, "steer_now"), (3, "stop"))
     ]
     assert order == sorted(order)
+    # A view of the store (an attached TUI) sees the same evidence, and whose steers they were.
+    view = StoreView(db, snap.batch_id, watch=False)
+    try:
+        seen = view.snapshot().child("loops")
+        assert seen is not None and seen.loop == row.loop
+        assert [(r.by, r.now) for r in seen.steers] == [("policy", False), ("policy", True)]
+    finally:
+        view.close()
     # The report shows them as the policy's, apart from the operator's actions.
     with StoreReader(db) as reader:
         report = build_report(reader, snap.batch_id)

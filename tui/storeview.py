@@ -44,7 +44,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records import requests
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import process_matches
-from flightdeck.engine.records.loops import evidence_from_json
+from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
@@ -113,6 +113,7 @@ class StoreView:
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
+        self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
         self._last_loop_event = 0
         self._subscribers: tuple[Listener, ...] = ()
         self._sub_lock = threading.Lock()
@@ -357,14 +358,20 @@ class StoreView:
         )
 
     def _read_loops(self) -> None:
-        """The loop flags the owner recorded since the last read (inside the transaction)."""
+        """The loop flags (and the loop policies' steers) the owner recorded since the last
+        read (inside the transaction)."""
         found = self._conn.execute(
-            "SELECT id, child_id, detail FROM events"
-            " WHERE batch_id = ? AND kind = 'loop' AND id > ? ORDER BY id",
+            "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
+            " AND kind IN ('loop', 'loop_policy') ORDER BY id",
             (self.batch_id, self._last_loop_event),
         ).fetchall()
-        for event_id, child_id, detail in found:
+        for event_id, child_id, kind, detail in found:
             self._last_loop_event = int(event_id)
+            if kind == "loop_policy":
+                receipt_id = policy_receipt(str(detail))
+                if receipt_id is not None:
+                    self._by_policy.add(receipt_id)
+                continue
             evidence = evidence_from_json(str(detail))
             if evidence is None:
                 self._loops.pop(str(child_id), None)
@@ -422,6 +429,8 @@ class StoreView:
         new: dict[int, SteerReceipt] = {}
         for c in controls:
             r = receipt(c)
+            if r.id in self._by_policy:
+                r = dataclasses.replace(r, by="policy")
             before = old.get(r.id)
             if (
                 events is not None

@@ -44,6 +44,16 @@ def evidence_from_json(text: str) -> LoopEvidence | None:
     )
 
 
+def policy_receipt(detail: str) -> int | None:
+    """The steer receipt a "loop_policy" event names (None: a stop, or unreadable)."""
+    try:
+        step = json.loads(detail)
+    except ValueError:
+        return None
+    found = step.get("receipt") if isinstance(step, dict) else None
+    return found if isinstance(found, int) else None
+
+
 def loop_records(
     events: Iterable[tuple[float, str | None, str, str]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
