@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.errors import StoreError
+from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER
+from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -32,6 +34,7 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     GroupFinished,
+    LoopEvidence,
     Snapshot,
     SteerReceipt,
     SteerSettled,
@@ -41,6 +44,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records import requests
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import process_matches
+from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
@@ -104,7 +108,7 @@ class StoreView:
         self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
         self._data_version: int | None = None
         self._parents: dict[str, str] = {}  # a delegate's parent, from the "delegate" events
-        self._delegates_seen = 0  # the last of those events read
+        self._events_seen = 0  # the last event read (delegate and loop events: _read_events)
         self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
         self._lost_read = False
         self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
@@ -114,6 +118,9 @@ class StoreView:
         self._units_told: set[str] = set()  # groups whose unit result was published
         self._order: tuple[ChildRow, ...] = ()
         self._receipts: dict[int, SteerReceipt] = {}
+        # Each child's loop evidence, from the owner's "loop" events (the last one wins).
+        self._loops: dict[str, LoopEvidence] = {}
+        self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
         self._subscribers: tuple[Listener, ...] = ()
         self._sub_lock = threading.Lock()
         self.info: BatchInfo | None = None
@@ -162,6 +169,14 @@ class StoreView:
         if snap.status is BatchStatus.RUNNING:
             return _replace_now(snap, self.clock())
         return snap
+
+    @property
+    def loop_steer(self) -> str:
+        # The owner's settings, as it started with them (not a flightdeck.toml changed since).
+        info = self.info
+        if info is None or not info.settings_json:
+            return DEFAULT_LOOP_STEER
+        return settings_from_json(info.settings_json).canned.loop
 
     def transcript_path(self, child_id: str) -> Path | None:
         row = self._rows.get(child_id)
@@ -277,12 +292,7 @@ class StoreView:
             new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
             if new_ids:
                 self._read_fixed(new_ids)
-            # Who delegated whom: kept as "delegate" events, read as they come.
-            linked = conn.execute(
-                "SELECT id, child_id, detail FROM events WHERE batch_id = ? AND id > ?"
-                " AND kind = 'delegate' AND child_id IS NOT NULL ORDER BY id",
-                (self.batch_id, self._delegates_seen),
-            ).fetchall()
+            relinked = self._read_events()
             controls = conn.execute(
                 f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
                 " ORDER BY id",
@@ -290,11 +300,6 @@ class StoreView:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
-        relinked = set()
-        for event_id, child_id, parent in linked:
-            self._parents[child_id] = parent
-            self._delegates_seen = event_id
-            relinked.add(child_id)
         info = self._alive_or_abandoned(batch_info(found), mutable)
         was = self.info
         self.info = info
@@ -318,11 +323,10 @@ class StoreView:
                 full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
                 before = row
                 row = child_row(full, steers)
-                if cid in self._parents:
-                    parent = self._parents[cid]
-                    row = dataclasses.replace(
-                        row, parent=parent, depth=depth_of(cid, self._parents)
-                    )
+                parent, loop = self._parents.get(cid), self._loops.get(cid)
+                if parent is not None or loop is not None:
+                    depth = depth_of(cid, self._parents) if parent is not None else 0
+                    row = dataclasses.replace(row, parent=parent, depth=depth, loop=loop)
                 changed = True
                 if events is not None:
                     if done is None and row.status.terminal:
@@ -359,6 +363,36 @@ class StoreView:
             finished_ts=info.finished_ts,
             lost_cost_usd=self._lost_cost,
         )
+
+    def _read_events(self) -> set[str]:
+        """What the owner keeps as events, not in the rows, recorded since the last read
+        (inside the transaction): who delegated whom, the loop flags, and the loop policies'
+        steers. The ids of the children whose rows must be built again."""
+        found = self._conn.execute(
+            "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
+            " AND kind IN ('delegate', 'loop', 'loop_policy') AND child_id IS NOT NULL"
+            " ORDER BY id",
+            (self.batch_id, self._events_seen),
+        ).fetchall()
+        changed = set()
+        for event_id, child_id, kind, detail in found:
+            self._events_seen = int(event_id)
+            child_id, detail = str(child_id), str(detail)
+            if kind == "delegate":
+                self._parents[child_id] = detail
+            elif kind == "loop_policy":
+                receipt_id = policy_receipt(detail)
+                if receipt_id is not None:
+                    self._by_policy.add(receipt_id)
+                continue
+            else:
+                evidence = evidence_from_json(detail)
+                if evidence is None:
+                    self._loops.pop(child_id, None)
+                else:
+                    self._loops[child_id] = evidence
+            changed.add(child_id)
+        return changed
 
     def _read_fixed(self, ids: list[str]) -> None:
         """The columns of these children that never change (inside the read transaction)."""
@@ -411,6 +445,8 @@ class StoreView:
         new: dict[int, SteerReceipt] = {}
         for c in controls:
             r = receipt(c)
+            if r.id in self._by_policy:
+                r = dataclasses.replace(r, by="policy")
             before = old.get(r.id)
             if (
                 events is not None

@@ -13,6 +13,7 @@ from typing import Any
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, StopRecord
 from flightdeck.engine.records.liveness import process_matches
+from flightdeck.engine.records.loops import current_loops
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     BATCH_COLUMNS_V1,
@@ -112,14 +113,18 @@ class StoreReader:
                 steers: dict[str, list[SteerReceipt]] = {}
                 for steer in self._controls(batch_id, None, "steer"):
                     steers.setdefault(steer.child_id, []).append(steer)
-                parents = dict(
-                    self._conn.execute(
-                        "SELECT child_id, detail FROM events"
-                        " WHERE batch_id = ? AND kind = 'delegate' AND child_id IS NOT NULL",
-                        (batch_id,),
-                    ).fetchall()
-                )
-        return with_lineage([child_row(r, tuple(steers.get(r[1], ()))) for r in rows], parents)
+                # What the store keeps as events, not in the rows.
+                kept = self._conn.execute(
+                    "SELECT ts, child_id, kind, detail FROM events WHERE batch_id = ?"
+                    " AND kind IN ('delegate', 'loop') AND child_id IS NOT NULL ORDER BY id",
+                    (batch_id,),
+                ).fetchall()
+        parents = {str(c): str(d) for _, c, kind, d in kept if kind == "delegate"}
+        loops = current_loops((float(t), str(c), str(k), str(d)) for t, c, k, d in kept)
+        out = with_lineage([child_row(r, tuple(steers.get(r[1], ()))) for r in rows], parents)
+        if loops:
+            out = [dataclasses.replace(r, loop=loops[r.id]) if r.id in loops else r for r in out]
+        return out
 
     def child_ids(self, batch_id: str) -> set[str]:
         """The ids of a batch's children (cheap: no rows built)."""

@@ -27,6 +27,14 @@ MAIN_BINDINGS: list[BindingType] = [
         "child it keeps (confirm, or press x twice)",
     ),
     Binding(
+        "n",
+        "nudge",
+        "Nudge loop",
+        id="child.nudge",
+        tooltip="Send the canned steer ([steer.canned] loop) to the selected or tagged children "
+        "flagged as looping; with a filter on and none tagged, to every looping child it keeps",
+    ),
+    Binding(
         "X",
         "stop_all",
         "Stop all",
@@ -160,6 +168,7 @@ MAIN_BINDINGS: list[BindingType] = [
 PALETTE = {
     "steer": "child: steer",
     "stop": "child: stop",
+    "nudge": "child: nudge out of its loop",
     "stop_all": "batch: stop all",
     "tag": "child: tag / untag",
     "tag_visible": "view: tag all visible",

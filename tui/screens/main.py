@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flightdeck.engine import model
+from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot, SteerState
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.messages import (
@@ -236,7 +237,7 @@ class MainScreen(Screen[None]):
 
     def _sync_bindings(self) -> None:
         """check_action depends on the rows; refresh the footer only when the answer changed."""
-        actions = ("steer", "stop", "stop_all", "tag", "fold")
+        actions = ("steer", "stop", "nudge", "stop_all", "tag", "fold")
         state = tuple(self.check_action(a, ()) for a in actions)
         if state != self._bindings_state:
             self._bindings_state = state
@@ -351,6 +352,8 @@ class MainScreen(Screen[None]):
                 return True
             # Shown disabled over finished children: on_key says why the key does nothing.
             return None if self.targets() else False
+        if action == "nudge":  # shown only over a child flagged as looping
+            return bool(self._looping_targets())
         if action == "stop_all":
             return self._any_live()
         if action in ("tag", "tag_group"):
@@ -366,6 +369,10 @@ class MainScreen(Screen[None]):
     def on_key(self, event: events.Key) -> None:
         """Steer or stop pressed over children that have all ended: say why nothing happens."""
         # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
+        if event.key == "n" and self.focused is self.table and not self._looping_targets():
+            if self.targets():  # n is hidden here: say why it does nothing
+                self.notify("no child here is flagged as looping: nothing to nudge", markup=False)
+            return
         active = self.active_bindings.get(event.key)
         if active is None or active.enabled or active.binding.action not in ("steer", "stop"):
             return
@@ -458,6 +465,39 @@ class MainScreen(Screen[None]):
 
         dialog = ConfirmStopDialog(ids, ended=ended, ended_of=self._ended_of(), query=query)
         self.app.push_screen(dialog, stop)
+
+    def _looping_targets(self) -> list[str]:
+        rows = self.table.rows_by_id
+        return [i for i in self.live_targets() if rows[i].loop is not None]
+
+    def action_nudge(self) -> None:
+        """The canned loop steer to each looping target, its evidence filled in: a steer as
+        `s` sends one (the operator's, at the next turn), with no dialog."""
+        if self._refused():
+            return
+        rows = self.table.rows_by_id
+        by_message: dict[str, list[str]] = {}
+        template = self.view.loop_steer
+        for child_id in self._looping_targets():
+            loop = rows[child_id].loop
+            if loop is None:
+                continue
+            message = fill(template, summary=loop.summary, kind=loop.kind, child_id=child_id)
+            by_message.setdefault(message, []).append(child_id)
+        if not by_message:
+            return
+        sent = 0
+        try:
+            for message, ids in by_message.items():
+                self.view.steer(ids, message, False)
+                sent += len(ids)
+        except ValueError as exc:  # too long, or not valid text: this one was not queued
+            self.notify(
+                f"steer not sent: {one_line(str(exc), 200)}", severity="error", markup=False
+            )
+        if sent:
+            noun = "child" if sent == 1 else "children"
+            self.notify(f"loop steer queued for {sent} looping {noun} (at next turn)", markup=False)
 
     def _still_live(self, ids: list[str]) -> tuple[list[str], list[str]]:
         """`ids` split by a fresh snapshot into those still live and those ended meanwhile."""

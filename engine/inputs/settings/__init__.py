@@ -9,7 +9,9 @@ from __future__ import annotations
 from flightdeck.engine.inputs.settings.load import load_settings, state_dir_from
 from flightdeck.engine.inputs.settings.values import (
     API_KEY_ENV,
+    CANNED_PLACEHOLDERS,
     CONFIG_NAME,
+    DEFAULT_LOOP_STEER,
     DEFAULT_ROUTE,
     DEFAULT_STATE_DIR,
     MAX_CONCURRENT,
@@ -17,8 +19,11 @@ from flightdeck.engine.inputs.settings.values import (
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
     Budget,
+    CannedSteers,
     CommandSpec,
     EngineSettings,
+    LoopSettings,
+    LoopStep,
     Price,
     ProviderName,
     RetrySettings,
@@ -29,7 +34,9 @@ from flightdeck.engine.inputs.settings.values import (
 
 __all__ = [
     "API_KEY_ENV",
+    "CANNED_PLACEHOLDERS",
     "CONFIG_NAME",
+    "DEFAULT_LOOP_STEER",
     "DEFAULT_ROUTE",
     "DEFAULT_STATE_DIR",
     "MAX_CONCURRENT",
@@ -37,8 +44,11 @@ __all__ = [
     "SIM_OPTION_DEFAULTS",
     "SIM_PRICE",
     "Budget",
+    "CannedSteers",
     "CommandSpec",
     "EngineSettings",
+    "LoopSettings",
+    "LoopStep",
     "Price",
     "ProviderName",
     "RetrySettings",

@@ -14,6 +14,7 @@ from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
 from flightdeck.engine.inputs.settings.command import COMMAND_KEYS, read_command
+from flightdeck.engine.inputs.settings.loops import read_loops, read_steer
 from flightdeck.engine.inputs.settings.values import (
     API_KEY_ENV,
     CONFIG_NAME,
@@ -24,6 +25,7 @@ from flightdeck.engine.inputs.settings.values import (
     SIM_PRICE,
     Budget,
     EngineSettings,
+    LoopSettings,
     Price,
     ProviderName,
     RetrySettings,
@@ -34,7 +36,7 @@ from flightdeck.engine.inputs.settings.values import (
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_TOP_KEYS = ("engine", "routes", "budget")
+_TOP_KEYS = ("engine", "routes", "budget", "steer")
 _ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
 _ROUTE_KEYS = (
     "provider",
@@ -47,9 +49,10 @@ _ROUTE_KEYS = (
     "retry",
     "cache_gate_s",
     "delegate",
+    "loops",
 )
 # A command route is no model call: no rpm/tpm, max_tokens or retry of its own.
-_COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price")
+_COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price", "loops")
 _PRICE_KEYS = tuple(Price.__dataclass_fields__)
 _RETRY_KEYS = tuple(RetrySettings.__dataclass_fields__)
 _BUDGET_KEYS = tuple(Budget.__dataclass_fields__)
@@ -114,6 +117,7 @@ class _Reader(ValueChecks):
             engine=self.engine(self.table(("engine",), data.get("engine", {})), routes),
             routes=MappingProxyType(routes),
             budget=self.budget(self.table(("budget",), data.get("budget", {}))),
+            canned=read_steer(self, self.table(("steer",), data.get("steer", {}))),
             source=self.path,
         )
 
@@ -207,6 +211,7 @@ class _Reader(ValueChecks):
             delegate=self.flag((*key, "delegate"), table["delegate"])
             if "delegate" in table
             else False,
+            loops=self.loops(key, table),
             **limits,
         )
 
@@ -241,8 +246,14 @@ class _Reader(ValueChecks):
             options=MappingProxyType(options),
             key_line=self.locator.line(*key, "api_key_env") or self.locator.line(*key),
             command=spec,
+            loops=self.loops(key, table),
             **limits,
         )
+
+    def loops(self, key: Key, table: Table) -> LoopSettings:
+        if "loops" not in table:
+            return LoopSettings()
+        return read_loops(self, (*key, "loops"), self.table((*key, "loops"), table["loops"]))
 
     def provider(self, key: Key, value: object) -> ProviderName:
         choices = ", ".join(repr(p) for p in PROVIDERS)
