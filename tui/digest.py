@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 
 from flightdeck.engine.model import ChildStatus, Snapshot, SteerState
 from flightdeck.engine.signatures import error_signature
@@ -17,6 +18,8 @@ from flightdeck.engine.signatures import error_signature
 TOP_SIGNATURES = 3  # error signatures the digest names; the rest are counted as "other"
 # Ended without completing, and not by the operator (stalled is counted apart).
 _FAILED = frozenset({ChildStatus.FAILED, ChildStatus.TIMED_OUT, ChildStatus.UNKNOWN})
+# A digest on screen is recomputed every poll, over the same error texts: each regex pass once.
+_signature = lru_cache(maxsize=4096)(error_signature)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,7 @@ def digest(mark: Mark, snap: Snapshot) -> Digest:
         if _after(row.finished_ts, since):
             ended[row.status] += 1
             if row.status in _FAILED:
-                signatures[error_signature(row.error) or "(no error message)"] += 1
+                signatures[_signature(row.error) or "(no error message)"] += 1
         if row.loop is not None and row.loop.ts > since:
             looped += 1
         for receipt in row.steers:

@@ -27,6 +27,7 @@ class LastLooked:
     def __init__(self, state_dir: Path, batch_id: str) -> None:
         self.batch_id = batch_id
         self.path = state_dir / "batches" / batch_id / LOOKED_NAME
+        self.refused = False  # a write failed: said once, not tried again (a read-only folder)
 
     def read(self) -> Mark | None:
         """The mark written last; None if there is none, or (with a warning) if it is unusable."""
@@ -55,13 +56,15 @@ class LastLooked:
     def write(self, mark: Mark) -> None:
         """Replace the file with `mark`, all at once; a disk that refuses is warned about, never
         raised: the digest is a convenience, not a record."""
+        if self.refused:
+            return
         data = {"batch": mark.batch_id, "ts": mark.ts, "spent_usd": str(mark.spent_usd)}
         folder = self.path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".looked-", suffix=".tmp", dir=folder)
         except OSError as exc:
-            _log.warning("could not keep when you last looked: %s", one_line(str(exc), 200))
+            self._refused(exc)
             return
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:  # mkstemp made it 0600
@@ -69,7 +72,14 @@ class LastLooked:
             os.replace(tmp, self.path)
         except OSError as exc:
             Path(tmp).unlink(missing_ok=True)
-            _log.warning("could not keep when you last looked: %s", one_line(str(exc), 200))
+            self._refused(exc)
+
+    def _refused(self, exc: OSError) -> None:
+        self.refused = True
+        _log.warning(
+            "could not keep when you last looked (%s): the next attach shows no digest",
+            one_line(str(exc), 200),
+        )
 
     def _unusable(self, why: str) -> None:
         _log.warning(

@@ -153,26 +153,25 @@ async def test_the_digest_shows_after_idle_and_alerts_ring_once_per_burst(
         assert panel_text(app) is None  # idle again, but nothing new since the dismissal
 
 
+@pytest.mark.parametrize(("tui", "bells"), [(TuiSettings(), 1), (TuiSettings(bell=False), 0)])
 async def test_the_bell_can_be_turned_off_and_no_desktop_notification_by_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tui: TuiSettings, bells: int
 ) -> None:
     folder = tmp_path / "b"
     clock = Clock()
     view = MovingView(folder, running(folder, 2), clock)
-    for tui, bells in ((TuiSettings(), 1), (TuiSettings(bell=False), 0)):
-        app = FlightdeckApp(view, UiOptions(clock=clock, poll_s=3600, tui=tui))
-        rings: list[None] = []
-        written: list[str] = []
-        monkeypatch.setattr(alerts, "write_to_terminal", lambda _app, seq: written.append(seq))
-        view.rows = running(folder, 2)
-        async with app.run_test(size=SIZE) as pilot:
-            monkeypatch.setattr(app, "bell", lambda: rings.append(None))
-            await pilot.pause()
-            view.rows = (dataclasses.replace(view.rows[0], status=S.FAILED), view.rows[1])
-            app.main.poll()
-            clock.now += 5
-            app.main.poll()
-        assert (len(rings), written) == (bells, [])
+    app = FlightdeckApp(view, UiOptions(clock=clock, poll_s=3600, tui=tui))
+    rings: list[None] = []
+    written: list[str] = []
+    monkeypatch.setattr(alerts, "write_to_terminal", lambda _app, seq: written.append(seq))
+    async with app.run_test(size=SIZE) as pilot:
+        monkeypatch.setattr(app, "bell", lambda: rings.append(None))
+        await pilot.pause()
+        view.rows = (dataclasses.replace(view.rows[0], status=S.FAILED), view.rows[1])
+        app.main.poll()
+        clock.now += 5
+        app.main.poll()
+    assert (len(rings), written) == (bells, [])
 
 
 def test_the_last_look_file_is_json_a_person_can_read(tmp_path: Path) -> None:
