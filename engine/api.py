@@ -607,8 +607,14 @@ class Engine:
             receipts += self._missed_carried(ended, message, request.now, request.id)
         elif request.kind == RequestKind.STOP:
             c.command(Stop(live))
-        else:
+        elif request.kind == RequestKind.STOP_ALL:
             c.command(StopAll())
+        else:  # a kind with no handler here: said, never taken for another
+            reason = f"this owner cannot apply a {request.kind.value!r} request"
+            store.settle_request(
+                self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=reason
+            )
+            return
 
         def applied() -> None:
             store.settle_request(

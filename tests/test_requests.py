@@ -20,6 +20,7 @@ from flightdeck.engine.records.requests import (
     RequestState,
     pending_requests,
     request,
+    submit,
     submit_steer,
     submit_stop,
     submit_stop_all,
@@ -59,7 +60,8 @@ def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "flightdeck.db"
     v1 = schema.SCHEMA.replace(schema.REQUESTS_SCHEMA, "")
     v1 = v1.replace(
-        "    finished_ts REAL,\n    heartbeat_ts REAL,\n    settings_json TEXT\n",
+        "    finished_ts REAL,\n    heartbeat_ts REAL,\n    settings_json TEXT,\n"
+        "    held TEXT,\n    limits_json TEXT\n",
         "    finished_ts REAL\n",
     )
     v1 = v1.replace("    request_id INTEGER,\n    reason TEXT,\n", "")
@@ -83,6 +85,66 @@ def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
     conn.close()
     with StoreReader(path) as reader:
         assert [b.id for b in reader.batches()] == ["old"]
+
+
+def _version_2_schema() -> str:
+    """The schema as version 2 made it: no held or limits_json, and only three request kinds."""
+    v2 = schema.SCHEMA.replace(
+        "    settings_json TEXT,\n    held TEXT,\n    limits_json TEXT\n",
+        "    settings_json TEXT\n",
+    )
+    v2 = v2.replace(
+        "    kind TEXT NOT NULL,\n    child_ids",
+        "    kind TEXT NOT NULL CHECK (kind IN ('steer', 'stop', 'stop_all')),\n    child_ids",
+    )
+    v2 = v2.replace("    settled_ts REAL,\n    payload TEXT\n", "    settled_ts REAL\n")
+    assert v2.count("CHECK (kind IN ('steer', 'stop', 'stop_all'))") == 1 and "payload" not in v2
+    return v2
+
+
+def test_version_2_file_is_migrated_keeping_its_requests_and_takes_any_kind(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "flightdeck.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_version_2_schema())
+    conn.execute("PRAGMA user_version = 2")
+    conn.execute(
+        "INSERT INTO batches VALUES ('b1', 'b1', NULL, '[]', '/w', '/s', 1, NULL, 4, NULL,"
+        " 'running', 5.0, NULL, 6.0, NULL)"
+    )
+    conn.execute(
+        "INSERT INTO children (batch_id, id, seq, goal, route, model, status, queued_ts,"
+        " transcript) VALUES ('b1', 'c1', 0, 'g', 'sim', 'm', 'running', 5.0, 't')"
+    )
+    conn.execute(
+        "INSERT INTO requests (batch_id, kind, child_ids, message, now, state, created_ts)"
+        " VALUES ('b1', 'steer', '[\"c1\"]', 'hello', 1, 'pending', 7.0)"
+    )
+    conn.commit()
+    conn.close()
+    with StoreReader(path) as reader:  # read as it is, before anything migrates it
+        old = reader.batch("b1")
+        assert old is not None and old.heartbeat_ts == 6.0 and old.held is None
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    kept = request(path, "b1", 1)
+    assert kept is not None and kept.kind == RequestKind.STEER and kept.message == "hello"
+    assert kept.now and kept.child_ids == ("c1",) and kept.payload is None
+    # A kind version 2's CHECK refused, with its payload, and the index still serves pending.
+    rid = submit(path, "b1", RequestKind.STOP_ALL, payload={"why": "a test"})
+    assert rid == 2
+    with_payload = request(path, "b1", rid)
+    assert with_payload is not None and with_payload.payload == {"why": "a test"}
+    with sqlite3.connect(path) as conn:
+        assert [r.id for r in pending_requests(conn, "b1")] == [1, 2]
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM requests WHERE batch_id = 'b1' AND state = 'pending'"
+        ).fetchall()
+        assert any("requests_pending" in str(step) for step in plan)
 
 
 def test_database_and_folder_are_the_users_alone(tmp_path: Path) -> None:

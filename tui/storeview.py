@@ -42,9 +42,11 @@ from flightdeck.engine.records import requests
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.meter import totals_of
+from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     BATCH_COLUMNS_V1,
+    BATCH_COLUMNS_V2,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
@@ -91,13 +93,18 @@ class StoreView:
         self.clock = clock
         self._conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
         version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
-        # A version 1 file (an old state folder, never opened to write since) reads the same.
-        self._batch_columns = BATCH_COLUMNS if version == SCHEMA_VERSION else BATCH_COLUMNS_V1
+        # A version 1 or 2 file (an old state folder, never opened to write since) reads the
+        # same, without what later versions added.
+        self._batch_columns = {SCHEMA_VERSION: BATCH_COLUMNS, 2: BATCH_COLUMNS_V2}.get(
+            version, BATCH_COLUMNS_V1
+        )
         self._owner_checked = 0.0
         self._owner_alive = True
         self._pending: set[int] = set()  # requests this view sent that the owner has not settled
         self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
         self._data_version: int | None = None
+        self._parents: dict[str, str] = {}  # a delegate's parent, from the "delegate" events
+        self._delegates_seen = 0  # the last of those events read
         self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
         self._lost_read = False
         self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
@@ -270,6 +277,12 @@ class StoreView:
             new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
             if new_ids:
                 self._read_fixed(new_ids)
+            # Who delegated whom: kept as "delegate" events, read as they come.
+            linked = conn.execute(
+                "SELECT id, child_id, detail FROM events WHERE batch_id = ? AND id > ?"
+                " AND kind = 'delegate' AND child_id IS NOT NULL ORDER BY id",
+                (self.batch_id, self._delegates_seen),
+            ).fetchall()
             controls = conn.execute(
                 f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
                 " ORDER BY id",
@@ -277,6 +290,11 @@ class StoreView:
             ).fetchall()
         finally:
             conn.execute("COMMIT")
+        relinked = set()
+        for event_id, child_id, parent in linked:
+            self._parents[child_id] = parent
+            self._delegates_seen = event_id
+            relinked.add(child_id)
         info = self._alive_or_abandoned(batch_info(found), mutable)
         was = self.info
         self.info = info
@@ -294,12 +312,17 @@ class StoreView:
             cid = m[0]
             steers = tuple(by_child.get(cid, ())) if by_child else ()
             row = old_rows.get(cid)
-            if row is None or old_raw.get(cid) != m or row.steers != steers:
+            if row is None or old_raw.get(cid) != m or row.steers != steers or cid in relinked:
                 f = fixed[cid]
                 # Back into CHILD_COLUMNS order, for rows.child_row.
                 full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
                 before = row
                 row = child_row(full, steers)
+                if cid in self._parents:
+                    parent = self._parents[cid]
+                    row = dataclasses.replace(
+                        row, parent=parent, depth=depth_of(cid, self._parents)
+                    )
                 changed = True
                 if events is not None:
                     if done is None and row.status.terminal:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import threading
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     BATCH_COLUMNS_V1,
+    BATCH_COLUMNS_V2,
     CHILD_COLUMNS,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
@@ -30,6 +32,8 @@ from flightdeck.engine.records.schema import (
     readable_without_shm,
     schema_version,
 )
+
+MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 
 _FAILED = tuple(
     s.value
@@ -108,7 +112,14 @@ class StoreReader:
                 steers: dict[str, list[SteerReceipt]] = {}
                 for steer in self._controls(batch_id, None, "steer"):
                     steers.setdefault(steer.child_id, []).append(steer)
-        return [child_row(r, tuple(steers.get(r[1], ()))) for r in rows]
+                parents = dict(
+                    self._conn.execute(
+                        "SELECT child_id, detail FROM events"
+                        " WHERE batch_id = ? AND kind = 'delegate' AND child_id IS NOT NULL",
+                        (batch_id,),
+                    ).fetchall()
+                )
+        return with_lineage([child_row(r, tuple(steers.get(r[1], ()))) for r in rows], parents)
 
     def child_ids(self, batch_id: str) -> set[str]:
         """The ids of a batch's children (cheap: no rows built)."""
@@ -183,9 +194,9 @@ class StoreReader:
                 raise StoreError(
                     self.path, None, None, f"cannot read the database: {exc}"
                 ) from None
-            # A version 1 file nobody has opened to write since (an old state folder, read
-            # only) reads the same, with no heartbeats and no requests.
-            self._ready = version in (1, SCHEMA_VERSION)
+            # A version 1 or 2 file nobody has opened to write since (an old state folder,
+            # read only) reads the same, without what later versions added.
+            self._ready = version in (1, 2, SCHEMA_VERSION)
             self._version = version
         return self._ready
 
@@ -194,7 +205,9 @@ class StoreReader:
 
     def _batches(self, batch_id: str | None) -> list[BatchInfo]:
         where, args = ("WHERE id = ?", (batch_id,)) if batch_id is not None else ("", ())
-        columns = BATCH_COLUMNS if self._version == SCHEMA_VERSION else BATCH_COLUMNS_V1
+        columns = {SCHEMA_VERSION: BATCH_COLUMNS, 2: BATCH_COLUMNS_V2}.get(
+            self._version, BATCH_COLUMNS_V1
+        )
         with self._snapshot():
             batch_rows = self._conn.execute(
                 f"SELECT {columns} FROM batches {where} ORDER BY created_ts DESC, rowid DESC",
@@ -305,3 +318,24 @@ class _ReadTransaction:
 
     def __exit__(self, *exc: object) -> None:
         self._conn.execute("COMMIT")
+
+
+def depth_of(child_id: str, parents: Mapping[str, str]) -> int:
+    """How many delegations deep a child is (0: one of the batch's own tasks)."""
+    depth, at = 0, child_id
+    while at in parents and depth < MAX_LINEAGE:
+        depth, at = depth + 1, parents[at]
+    return depth
+
+
+def with_lineage(rows: list[ChildRow], parents: Mapping[str, str]) -> list[ChildRow]:
+    """The rows with `parent` and `depth` set from who delegated whom (the store keeps a
+    delegate's parent as its "delegate" event, not in its row)."""
+    if not parents:
+        return rows
+    return [
+        dataclasses.replace(r, parent=parents[r.id], depth=depth_of(r.id, parents))
+        if r.id in parents
+        else r
+        for r in rows
+    ]

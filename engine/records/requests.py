@@ -1,4 +1,4 @@
-"""Commands from clients (steer, stop, stop all), through the store to a batch's owner.
+"""Commands from clients (steer, stop, stop all, …), through the store to a batch's owner.
 
 A client (`flightdeck steer`, `stop`, an attached TUI) records its command in the `requests`
 table, state `pending`, and returns its id; the owner process applies pending commands within
@@ -34,6 +34,7 @@ __all__ = [
     "refuse_pending",
     "request",
     "request_row",
+    "submit",
     "submit_steer",
     "submit_stop",
     "submit_stop_all",
@@ -42,7 +43,7 @@ __all__ = [
 
 REQUEST_COLUMNS = (
     "id, batch_id, kind, child_ids, message, now, state, reason, control_ids, created_ts, "
-    "settled_ts"
+    "settled_ts, payload"
 )
 _T = TypeVar("_T")
 
@@ -53,6 +54,10 @@ class RequestKind(StrEnum):
     STEER = "steer"
     STOP = "stop"
     STOP_ALL = "stop_all"
+
+
+# The kinds that act on children a client names (the others act on the batch).
+_NAMES_CHILDREN = frozenset({RequestKind.STEER, RequestKind.STOP})
 
 
 class RequestState(StrEnum):
@@ -80,6 +85,20 @@ class RequestRow:
     created_ts: float
     settled_ts: float | None
     receipts: tuple[SteerReceipt, ...] = ()
+    payload: dict[str, Any] | None = None  # the arguments of a kind that takes more (JSON)
+
+
+def submit(
+    db_path: Path,
+    batch_id: str,
+    kind: RequestKind,
+    child_ids: Iterable[str] = (),
+    payload: dict[str, Any] | None = None,
+) -> int:
+    """Record a request of `kind` (with its JSON `payload`) for a running batch; the request id.
+
+    Child ids are checked as for a steer; a kind that names no child passes none."""
+    return _submit(db_path, batch_id, kind, tuple(child_ids), None, False, payload)
 
 
 def submit_steer(
@@ -189,6 +208,7 @@ def request_row(r: Sequence[Any], receipts: tuple[SteerReceipt, ...] = ()) -> Re
         created_ts=float(r[9]),
         settled_ts=None if r[10] is None else float(r[10]),
         receipts=receipts,
+        payload=json.loads(r[11]) if r[11] else None,
     )
 
 
@@ -202,9 +222,11 @@ def _submit(
     ids: tuple[str, ...],
     message: str | None,
     now: bool,
+    payload: dict[str, Any] | None = None,
 ) -> int:
-    if kind != RequestKind.STOP_ALL and not ids:
+    if kind in _NAMES_CHILDREN and not ids:
         raise ValueError("name at least one child")
+    body = None if payload is None else json.dumps(payload)
 
     def write(conn: sqlite3.Connection) -> int:
         conn.execute("BEGIN IMMEDIATE")
@@ -212,8 +234,8 @@ def _submit(
             _check_target(conn, batch_id, ids)
             cursor = conn.execute(
                 "INSERT INTO requests (batch_id, kind, child_ids, message, now, state,"
-                " created_ts) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-                (batch_id, kind.value, json.dumps(ids), message, int(now), time.time()),
+                " created_ts, payload) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                (batch_id, kind.value, json.dumps(ids), message, int(now), time.time(), body),
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -247,7 +269,7 @@ def _check_target(conn: sqlite3.Connection, batch_id: str, ids: tuple[str, ...])
 def with_connection(
     db_path: Path, work: Callable[[sqlite3.Connection], _T], *, readonly: bool
 ) -> _T:
-    """`work` on a fresh connection to a schema 2 database, tried again while another
+    """`work` on a fresh connection to a database of this schema version, tried again while another
     connection holds the lock past the busy timeout; sqlite errors become StoreError."""
     path = Path(db_path)
     if not path.is_file():

@@ -20,10 +20,12 @@ from flightdeck.engine.model import (
 
 BATCH_COLUMNS = (
     "id, name, source, spec_json, workspace, state_dir, owner_pid, owner_start, pool_size, "
-    "max_cost_usd, status, created_ts, finished_ts, heartbeat_ts, settings_json"
+    "max_cost_usd, status, created_ts, finished_ts, heartbeat_ts, settings_json, held, "
+    "limits_json"
 )
-# What a version 1 file (read, never migrated, by a reader) has of them.
-BATCH_COLUMNS_V1 = BATCH_COLUMNS.replace("heartbeat_ts, settings_json", "NULL, NULL")
+# What a version 1 or 2 file (read, never migrated, by a reader) has of them.
+BATCH_COLUMNS_V2 = BATCH_COLUMNS.replace("held, limits_json", "NULL, NULL")
+BATCH_COLUMNS_V1 = BATCH_COLUMNS_V2.replace("heartbeat_ts, settings_json", "NULL, NULL")
 CHILD_COLUMNS = (
     "batch_id, id, seq, goal, grp, route, model, status, api_calls, tool_calls, retries, turns, "
     "current_tool, tool_started_ts, activity, last_activity_ts, tokens_in, tokens_out, "
@@ -72,6 +74,8 @@ UPSERT_CONTROL = upsert("controls", CONTROL_COLUMNS, ("batch_id", "id"))
 UPSERT_CONTROL_REQUEST = upsert("controls", CONTROL_COLUMNS + ", request_id", ("batch_id", "id"))
 UPSERT_CONTROL_REASON = upsert("controls", CONTROL_COLUMNS + ", reason", ("batch_id", "id"))
 HEARTBEAT = "UPDATE batches SET heartbeat_ts = ? WHERE id = ?"
+SET_HELD = "UPDATE batches SET held = ? WHERE id = ?"
+SET_LIMITS = "UPDATE batches SET pool_size = ?, limits_json = ? WHERE id = ?"
 SETTLE_REQUEST = (
     "UPDATE requests SET state = ?, reason = ?, control_ids = ?, settled_ts = ? "
     "WHERE batch_id = ? AND id = ? AND state = 'pending'"
@@ -103,6 +107,8 @@ class BatchInfo:
     finished_ts: float | None
     heartbeat_ts: float | None = None  # the owner's last sign of life (None: never written)
     settings_json: str | None = None  # the settings it started with, for `resume`
+    held: str | None = None  # why admission is held, as `Snapshot.held` (None: it is not)
+    limits_json: str | None = None  # limits changed while it ran (JSON), over its settings'
     children: int = 0
     completed: int = 0
     failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
@@ -166,6 +172,8 @@ def batch_params(info: BatchInfo) -> tuple[Any, ...]:
         info.finished_ts,
         info.heartbeat_ts,
         info.settings_json,
+        info.held,
+        info.limits_json,
     )
 
 
@@ -253,6 +261,8 @@ def batch_info(
         finished_ts=r[12],
         heartbeat_ts=r[13],
         settings_json=r[14],
+        held=r[15],
+        limits_json=r[16],
         children=children,
         completed=completed,
         failed=failed,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flightdeck.engine.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 # Commands from clients (other processes: `flightdeck steer/stop`, an attached TUI), recorded
@@ -18,7 +18,7 @@ REQUESTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     batch_id TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('steer', 'stop', 'stop_all')),
+    kind TEXT NOT NULL,
     child_ids TEXT NOT NULL,
     message TEXT,
     now INTEGER NOT NULL DEFAULT 0,
@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS requests (
     reason TEXT,
     control_ids TEXT,
     created_ts REAL NOT NULL,
-    settled_ts REAL
+    settled_ts REAL,
+    payload TEXT
 );
 CREATE INDEX IF NOT EXISTS requests_pending ON requests (batch_id, state, id);
 """
@@ -39,6 +40,22 @@ MIGRATE_1_TO_2 = (
     "ALTER TABLE controls ADD COLUMN request_id INTEGER",
     "ALTER TABLE controls ADD COLUMN reason TEXT",
     *(s for s in REQUESTS_SCHEMA.split(";") if s.strip()),
+)
+
+# From version 2: two batch columns, and requests of any kind (the kinds are the code's to
+# check, `RequestKind`) with a JSON payload. SQLite cannot drop a CHECK, so the table is copied.
+_REQUESTS_V2_COLUMNS = (
+    "id, batch_id, kind, child_ids, message, now, state, reason, control_ids, created_ts, "
+    "settled_ts"
+)
+MIGRATE_2_TO_3 = (
+    "ALTER TABLE batches ADD COLUMN held TEXT",
+    "ALTER TABLE batches ADD COLUMN limits_json TEXT",
+    "ALTER TABLE requests RENAME TO requests_v2",
+    "DROP INDEX IF EXISTS requests_pending",
+    *(s for s in REQUESTS_SCHEMA.split(";") if s.strip()),
+    f"INSERT INTO requests ({_REQUESTS_V2_COLUMNS}) SELECT {_REQUESTS_V2_COLUMNS} FROM requests_v2",
+    "DROP TABLE requests_v2",
 )
 
 SCHEMA = (
@@ -58,7 +75,9 @@ CREATE TABLE IF NOT EXISTS batches (
     created_ts REAL NOT NULL,
     finished_ts REAL,
     heartbeat_ts REAL,
-    settings_json TEXT
+    settings_json TEXT,
+    held TEXT,
+    limits_json TEXT
 );
 CREATE TABLE IF NOT EXISTS children (
     batch_id TEXT NOT NULL,
@@ -175,7 +194,7 @@ def use_wal(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the tables in a new file, or bring a version 1 file to this version; refuse
+    """Create the tables in a new file, or bring a version 1 or 2 file to this version; refuse
     another program's database or a newer one."""
     if schema_version(conn, path) == SCHEMA_VERSION:
         return
@@ -186,9 +205,11 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         if version == SCHEMA_VERSION:
             conn.execute("COMMIT")
             return
-        if version == 1:
-            for statement in MIGRATE_1_TO_2:
-                conn.execute(statement)
+        if version in (1, 2):
+            steps = (MIGRATE_1_TO_2, MIGRATE_2_TO_3) if version == 1 else (MIGRATE_2_TO_3,)
+            for step in steps:
+                for statement in step:
+                    conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
             return

@@ -32,6 +32,8 @@ from flightdeck.engine.records.rows import (
     FINISH_BATCH,
     HEARTBEAT,
     INSERT_EVENT,
+    SET_HELD,
+    SET_LIMITS,
     SETTLE_LIVE,
     SETTLE_REQUEST,
     UPSERT_BATCH,
@@ -165,6 +167,14 @@ class Store:
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
         self._put(_Write("heartbeat", HEARTBEAT, (ts, batch_id)))
+
+    def set_held(self, batch_id: str, held: str | None) -> None:
+        """Record why the batch's admission is held (None: released), for attached views."""
+        self._put(_Write("set_held", SET_HELD, (held, batch_id)))
+
+    def set_limits(self, batch_id: str, pool_size: int, limits_json: str | None) -> None:
+        """Record the pool size and the limits changed while the batch runs."""
+        self._put(_Write("set_limits", SET_LIMITS, (pool_size, limits_json, batch_id)))
 
     def settle_request(
         self,
