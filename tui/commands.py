@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         engine.close()
         from flightdeck.tui.attached import run_in_background
 
-        return run_in_background(args, engine.state_dir)
+        return run_in_background(args, engine.state_dir, settings.tui)
     tune_interpreter()
     return run_headless(engine, console_for())
 

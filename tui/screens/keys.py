@@ -149,6 +149,15 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Route gauges: in flight/cap, pause, 429s, cache ratio, rpm/tpm",
     ),
     Binding(
+        "d",
+        "digest",
+        "Digest",
+        show=False,
+        id="view.digest",
+        tooltip="Since you last looked: finished, failed (top errors), stalled, looped, spent, "
+        "steers; d or escape again to dismiss",
+    ),
+    Binding(
         "question_mark",
         "help",
         "Help",
@@ -179,6 +188,7 @@ PALETTE = {
     "follow": "view: follow most active",
     "freeze": "view: freeze / unfreeze",
     "routes": "view: route gauges",
+    "digest": "view: since you last looked",
     "help": "app: help",
     "quit": "app: quit",
 }

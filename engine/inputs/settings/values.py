@@ -179,12 +179,27 @@ class CannedSteers:
     loop: str = DEFAULT_LOOP_STEER
 
 
+DesktopNotify = Literal["off", "osc777", "osc9"]
+DESKTOP_NOTIFY: tuple[DesktopNotify, ...] = ("off", "osc777", "osc9")
+
+
+@dataclass(frozen=True, slots=True)
+class TuiSettings:
+    """The `[tui]` table: when the "since you last looked" digest shows, how alerts are given."""
+
+    digest_idle_s: float = 300.0  # no key for this long: the digest shows (0: never on idle)
+    bell: bool = True  # ring the terminal bell when a child fails or loops or a budget holds
+    desktop: DesktopNotify = "off"  # a desktop notification too (OSC 777 or OSC 9), opt-in
+    notify_every_s: float = 30.0  # at most one alert this often, with the counts since
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     routes: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
     budget: Budget = field(default_factory=Budget)
     canned: CannedSteers = field(default_factory=CannedSteers)
+    tui: TuiSettings = field(default_factory=TuiSettings)
     source: Path | None = None
 
     def route(self, name: str | None) -> Route:
