@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.outliers import Medians
 
 STATUS_ALIASES: dict[str, frozenset[str]] = {
     "live": frozenset({"queued", "gated", "running"}),
@@ -89,6 +90,7 @@ class RowFilter:
     errors: tuple[str, ...] = ()  # substrings of the error, each must appear
     comparisons: tuple[Comparison, ...] = ()
     tagged_only: bool = False
+    outliers_only: bool = False  # is:outlier (see engine/outliers.py)
 
     @property
     def active(self) -> bool:
@@ -96,11 +98,22 @@ class RowFilter:
 
     @property
     def timed(self) -> bool:
-        """Whether a row's match can change with time alone (idle>…): re-checked every poll."""
-        return any(c.field == "idle" for c in self.comparisons)
+        """Whether a row's match can change without the row changing (idle>…, or is:outlier as
+        the batch's medians move): re-checked every poll."""
+        return self.outliers_only or any(c.field == "idle" for c in self.comparisons)
 
-    def matches(self, row: ChildRow, tagged: bool = False, now: float = 0.0) -> bool:
+    def matches(
+        self,
+        row: ChildRow,
+        tagged: bool = False,
+        now: float = 0.0,
+        medians: Medians | None = None,
+    ) -> bool:
+        """Whether every term holds for `row`; `medians` (the batch's, this poll's) answer
+        is:outlier, which without them keeps nothing."""
         if self.tagged_only and not tagged:
+            return False
+        if self.outliers_only and (medians is None or medians.outlier(row) is None):
             return False
         if self.statuses is not None:
             retrying = is_retrying(row)
@@ -163,7 +176,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
     sets: dict[str, set[str]] = {}
     errors: list[str] = []
     comparisons: list[Comparison] = []
-    tagged_only = False
+    tagged_only = outliers_only = False
     for term, text in split_terms(query):
         found = None if text else _TERM.match(term)
         if found is None:
@@ -183,10 +196,15 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
         if not value:
             raise QueryError(f"{term!r}: {name} needs a value, e.g. {name}:{_EXAMPLE[name]}")
         if name == "is":
-            if value != "tagged" or not tags:
-                why = "the only one is is:tagged" if tags else "nothing is tagged here"
+            if value == "outlier":
+                outliers_only = True
+            elif value == "tagged" and tags:
+                tagged_only = True
+            else:
+                why = "one of is:tagged, is:outlier" if tags else "here only is:outlier"
+                if value == "tagged":
+                    why = "nothing is tagged here (is:outlier works)"
                 raise QueryError(f"{term!r}: {why}")
-            tagged_only = True
         elif name == "error":
             errors.append(value)
         elif name == "status":
@@ -205,6 +223,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
         errors=tuple(errors),
         comparisons=tuple(comparisons),
         tagged_only=tagged_only,
+        outliers_only=outliers_only,
     )
 
 

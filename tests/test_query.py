@@ -121,7 +121,7 @@ def test_split_terms() -> None:
         ("status:running,", "'status:running,': unknown status ''"),
         ("status:", "'status:': status needs a value"),
         ("route:", "'route:': route needs a value"),
-        ("is:live", "'is:live': the only one is is:tagged"),
+        ("is:live", "'is:live': one of is:tagged, is:outlier"),
         ("cost:0.5", "'cost:0.5': cost is compared, e.g. cost>0.50"),
         ("status>1", "'status>1': status is not compared"),
         ("cost>", "'cost>': cost needs a number"),
