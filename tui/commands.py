@@ -247,6 +247,7 @@ def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list
     import dataclasses
     import time
 
+    from flightdeck.engine.outliers import batch_medians
     from flightdeck.engine.records.reader import StoreReader
 
     with StoreReader(db) as reader:
@@ -258,7 +259,9 @@ def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list
             }
             rows = [dataclasses.replace(r, depth=_depth(r.id, parents)) for r in rows]
     now = time.time()
-    kept = [r for r in rows if row_filter.matches(r, False, now)]
+    # is:outlier against the whole batch's medians, whatever else the query says.
+    medians = batch_medians(rows, now) if row_filter.outliers_only else None
+    kept = [r for r in rows if row_filter.matches(r, False, now, medians)]
     live = [r.id for r in kept if r.status.live]
     ended = len(kept) - len(live)
     noun = "child matches" if len(kept) == 1 else "children match"

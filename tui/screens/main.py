@@ -31,10 +31,10 @@ from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.banner import Banner
+from flightdeck.tui.widgets.children import GroupHeader
 from flightdeck.tui.widgets.detail import ChildDetail, group_detail_text
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.routes import RoutePanel
-from flightdeck.tui.widgets.children import GroupHeader
 from flightdeck.tui.widgets.rows import ATTENTION, GroupBy, next_grouping
 from textual import events
 from textual.app import ComposeResult, SystemCommand

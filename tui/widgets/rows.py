@@ -362,7 +362,8 @@ def group_value(by: GroupBy, row: ChildRow) -> str | None:
     if row.error:
         return _signature(row.error)
     # A child retrying has not failed yet, but it is failing: its retry notice names how.
-    return _signature(row.activity.text) if is_retrying(row) else None
+    reason = row.activity.retry_reason
+    return _signature(reason) if reason is not None and row.status.live else None
 
 
 def group_rank(by: GroupBy, value: str | None) -> tuple[object, ...]:
