@@ -4,6 +4,11 @@ that count and cost their members, fold, and act on them), and outliers are mark
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import MappingProxyType
 
@@ -15,6 +20,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.storeview import StoreView
 from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar
@@ -23,6 +29,7 @@ from tui_support import SIZE, SLOW, app_for, until
 
 pytestmark = pytest.mark.anyio
 
+RUN = (sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless")
 RATE = "<n>, retry in <n>s (throttled <n>s of <n>s)"
 TIMEOUT = "timeout after <n>s on <id>"
 
@@ -280,3 +287,95 @@ async def test_x_on_an_error_header_stops_every_child_failing_the_same_way(
             assert status("ok1") is ChildStatus.RUNNING
     finally:
         engine.close()
+
+
+ATTACHED_CONFIG = """
+[budget]
+max_depth = 1
+
+[routes.sim]
+time_scale = 1.0
+latency_ms = 300
+tokens_per_s = 30
+tool_turns = 6
+delegate = true
+delegate_rate = 1.0
+delegates = 1
+
+[routes.broken]
+provider = "sim"
+fail_rate = 1.0
+"""
+
+
+@pytest.mark.slow
+async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
+    tmp_path: Path,
+) -> None:
+    """An owner in another process; the TUI reads the store: errors and tools come through,
+    and x on a header reaches the owner through the requests table."""
+    (tmp_path / "flightdeck.toml").write_text(ATTACHED_CONFIG, encoding="utf-8")
+    tasks = [f'{{"id": "b{i}", "goal": "Break {i}", "route": "broken"}}' for i in (1, 2)]
+    tasks += [f'{{"id": "s{i}", "goal": "Review {i}"}}' for i in (1, 2)]
+    (tmp_path / "tasks.jsonl").write_text("\n".join(tasks) + "\n", encoding="utf-8")
+    state = tmp_path / "state"
+    owner = subprocess.Popen(
+        [*RUN, "--state-dir", str(state)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        assert owner.stdout is not None
+        first = owner.stdout.readline()  # "batch <id>", once it has started
+        assert first.startswith("batch "), first
+        view = _attach(state / "flightdeck.db", first.split()[1])
+        app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            await until(pilot, lambda: len(table.shown) >= 4, "rows from the store")
+            table.set_order(SortOrder.BATCH)
+            table.set_grouping(GroupBy.ERROR)
+            fatal = GroupHeader(
+                GroupBy.ERROR, "FatalError: sim: simulated fatal error (invalid request)"
+            )
+            await until(pilot, lambda: table.group_members(fatal) == ["b1", "b2"], "errors read")
+            assert table.header_text(fatal).startswith(f"▾ {fatal.name}  2 children: 2 ✗")
+            # Each s child waits on its delegate in the `delegate` tool: seconds, not a blink.
+            table.set_grouping(GroupBy.TOOL)
+            waiting = GroupHeader(GroupBy.TOOL, "delegate")
+            await until(pilot, lambda: table.group_members(waiting) == ["s1", "s2"], "tools read")
+            table.pinned_top = False
+            assert table.select(waiting)
+            await pilot.pause()
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "dialog")
+            dialog = app.screen
+            assert isinstance(dialog, ConfirmStopDialog)
+            assert dialog.child_ids == ["s1", "s2"]
+            await pilot.press("x")
+
+            def ended(child_id: str) -> bool:
+                row = view.snapshot().child(child_id)
+                return row is not None and row.status is ChildStatus.STOPPED
+
+            await until(pilot, lambda: ended("s1") and ended("s2"), "stopped by the owner")
+        view.close()
+    finally:
+        if owner.poll() is None:
+            owner.send_signal(signal.SIGTERM)
+            owner.wait(10)
+        assert owner.stdout is not None
+        owner.stdout.close()
+
+
+def _attach(db: Path, batch_id: str) -> StoreView:
+    deadline = time.monotonic() + 10
+    while True:  # the batch row is committed a moment after the id is printed
+        try:
+            return StoreView(db, batch_id)
+        except LookupError:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
