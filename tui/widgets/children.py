@@ -19,15 +19,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from flightdeck.engine.model import ChildRow
-from flightdeck.engine.outliers import Medians, batch_medians
+from flightdeck.engine.outliers import MedianRows, Medians
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.rows import (
     COLUMN_KEYS,
     GroupBy,
     GroupSummary,
+    Rank,
     RowFilter,
     SortOrder,
     fit_columns,
@@ -146,6 +147,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         self.order = SortOrder.ATTENTION
         self.grouping: GroupBy | None = None  # what G groups the rows by (None: not grouped)
         self.medians = Medians()  # the batch's, this snapshot's: which rows are outliers
+        self._median_rows = MedianRows()
         self.row_filter = RowFilter()
         self._delegated = False  # some child delegated: the tree order has a tree to show
         self._subtree: dict[str, Decimal | None] = {}  # in the tree order: each parent's total
@@ -300,8 +302,13 @@ class ChildrenTable(ScrollView, can_focus=True):
         """Bring the table in line with `rows` (the whole batch)."""
         self._now = now
         batch: Sequence[ChildRow] = rows if isinstance(rows, Sequence) else tuple(rows)
-        self.medians = batch_medians(batch, now)  # once per snapshot: every row asks it
         by_id, keys, order = self.rows_by_id, self._keys, self.order
+        # Once per snapshot, before the filter asks it (is:outlier) for every row.
+        median_rows = self._median_rows
+        for row in batch:
+            if by_id.get(row.id) is not row:
+                median_rows.update(row)
+        self.medians = median_rows.medians(now)
         keep, kept = self._keeps, self._kept()
         added: list[str] = []
         removed: set[str] = set()
@@ -465,16 +472,18 @@ class ChildrenTable(ScrollView, can_focus=True):
         """Each group's header, then its members unless folded; the groups in their rank (the
         ones with no value last). Grouped by value, not by adjacency, so rows added or changed
         while the order is held stay under their own header."""
-        rows = self.rows_by_id
-        groups: dict[str | None, list[str]] = {}
+        # A row's key starts with its group's rank, which ends with the group's value: no need
+        # to work the value out again for every row.
+        keys = self._keys
+        groups: dict[Rank, list[str]] = {}
         for child_id in self._shown:
-            groups.setdefault(group_value(by, rows[child_id]), []).append(child_id)
+            groups.setdefault(cast(Rank, keys[child_id][0]), []).append(child_id)
         lines: list[Entry] = []
-        for name in sorted(groups, key=lambda value: group_rank(by, value)):
-            header = GroupHeader(by, name)
+        for rank in sorted(groups):
+            header = GroupHeader(by, rank[2])
             lines.append(header)
             if header not in self.folded:
-                lines.extend(groups[name])
+                lines.extend(groups[rank])
         return lines
 
     def _place_cursor(self, selected: Entry | None) -> None:

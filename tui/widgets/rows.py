@@ -366,11 +366,15 @@ def group_value(by: GroupBy, row: ChildRow) -> str | None:
     return _signature(reason) if reason is not None and row.status.live else None
 
 
-def group_rank(by: GroupBy, value: str | None) -> tuple[object, ...]:
-    """Where a group goes: statuses in the attention order, others by name; no value last."""
+Rank = tuple[bool, int, str | None]  # a group's place; see group_rank
+
+
+def group_rank(by: GroupBy, value: str | None) -> Rank:
+    """Where a group goes: statuses in the attention order, others by name; no value last.
+    The value is the last item (never compared with a str when None: the first item differs)."""
     if by is GroupBy.STATUS and value is not None:
-        return (0, _STATUS_RANK.get(value, len(_STATUS_RANK)), "")
-    return (value is None, 0, value or "")
+        return (False, _STATUS_RANK.get(value, len(_STATUS_RANK)), value)
+    return (value is None, 0, value)
 
 
 def no_value_label(by: GroupBy) -> str:
