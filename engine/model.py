@@ -121,6 +121,9 @@ class Activity:
     text: str = ""
     retrying: bool = False  # waiting to retry a failed call (a 429, a 5xx)
     last_turn: bool = False  # on the last turn `max_turns` allows: a steer after it is missed
+    # The retry notice of the failure it is retrying after, until a reply streams again: what it
+    # is failing with, steady while `text` turns to "route paused" and back. Not stored.
+    retry_reason: str | None = None
 
 
 @record

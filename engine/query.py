@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.outliers import Medians
 
 STATUS_ALIASES: dict[str, frozenset[str]] = {
     "live": frozenset({"queued", "gated", "running"}),
@@ -90,6 +91,7 @@ class RowFilter:
     comparisons: tuple[Comparison, ...] = ()
     tagged_only: bool = False
     looping_only: bool = False  # `is:looping`: flagged as looping (ChildRow.loop)
+    outliers_only: bool = False  # is:outlier (see engine/outliers.py)
 
     @property
     def active(self) -> bool:
@@ -97,13 +99,24 @@ class RowFilter:
 
     @property
     def timed(self) -> bool:
-        """Whether a row's match can change with time alone (idle>…): re-checked every poll."""
-        return any(c.field == "idle" for c in self.comparisons)
+        """Whether a row's match can change without the row changing (idle>…, or is:outlier as
+        the batch's medians move): re-checked every poll."""
+        return self.outliers_only or any(c.field == "idle" for c in self.comparisons)
 
-    def matches(self, row: ChildRow, tagged: bool = False, now: float = 0.0) -> bool:
+    def matches(
+        self,
+        row: ChildRow,
+        tagged: bool = False,
+        now: float = 0.0,
+        medians: Medians | None = None,
+    ) -> bool:
+        """Whether every term holds for `row`; `medians` (the batch's, this poll's) answer
+        is:outlier, which without them keeps nothing."""
         if self.tagged_only and not tagged:
             return False
         if self.looping_only and row.loop is None:
+            return False
+        if self.outliers_only and (medians is None or medians.outlier(row) is None):
             return False
         if self.statuses is not None:
             retrying = is_retrying(row)
@@ -166,7 +179,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
     sets: dict[str, set[str]] = {}
     errors: list[str] = []
     comparisons: list[Comparison] = []
-    tagged_only = looping_only = False
+    tagged_only = looping_only = outliers_only = False
     for term, text in split_terms(query):
         found = None if text else _TERM.match(term)
         if found is None:
@@ -188,11 +201,17 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
         if name == "is":
             if value == "looping":
                 looping_only = True
-                continue
-            if value != "tagged" or not tags:
-                why = "one of is:tagged, is:looping" if tags else "nothing is tagged here"
+            elif value == "outlier":
+                outliers_only = True
+            elif value == "tagged" and tags:
+                tagged_only = True
+            else:
+                why = "one of is:tagged, is:looping, is:outlier"
+                if not tags:
+                    why = "here only is:looping, is:outlier"
+                    if value == "tagged":
+                        why = "nothing is tagged here (is:looping, is:outlier work)"
                 raise QueryError(f"{term!r}: {why}")
-            tagged_only = True
         elif name == "error":
             errors.append(value)
         elif name == "status":
@@ -212,6 +231,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
         comparisons=tuple(comparisons),
         tagged_only=tagged_only,
         looping_only=looping_only,
+        outliers_only=outliers_only,
     )
 
 

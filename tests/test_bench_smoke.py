@@ -234,6 +234,7 @@ def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> Non
         ("tui_refresh", None),
         ("tui_refresh", "group order, 50 groups"),
         ("tui_refresh", "route gauges shown"),
+        ("tui_refresh", "grouped by status, query on"),
         ("tui_key_latency", "live, 4 of 20 running"),
         ("tui_key_latency", "frozen table"),
         ("tui_key_latency", "real sim engine, 4 of 20 running"),

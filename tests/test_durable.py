@@ -213,6 +213,8 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("stop", str(batch_id), "c000", "--where", "idle>1m"), 2, "not both"),
             (("steer", str(batch_id), "-m", "hi"), 2, "name the children to steer, or --where"),
             (("stop", str(batch_id), "--where", "durable"), 0, "2 children match `durable`, 2 had"),
+            # Two children alike: neither is over 3x the other's median.
+            (("stop", str(batch_id), "--where", "is:outlier"), 0, "0 children match `is:outlier`"),
             (("wait", "nope"), 2, "no batch nope"),
             (("wait", str(batch_id)), 0, "completed"),
         ):

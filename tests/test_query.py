@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from flightdeck.engine.model import Activity, ChildRow, ChildStatus, LoopEvidence, Usage
+from flightdeck.engine.outliers import Medians, batch_medians
 from flightdeck.engine.query import QueryError, parse_filter, split_terms
 
 NOW = 10_000.0
@@ -121,7 +122,7 @@ def test_split_terms() -> None:
         ("status:running,", "'status:running,': unknown status ''"),
         ("status:", "'status:': status needs a value"),
         ("route:", "'route:': route needs a value"),
-        ("is:live", "'is:live': one of is:tagged, is:looping"),
+        ("is:live", "'is:live': one of is:tagged, is:looping, is:outlier"),
         ("cost:0.5", "'cost:0.5': cost is compared, e.g. cost>0.50"),
         ("status>1", "'status>1': status is not compared"),
         ("cost>", "'cost>': cost needs a number"),
@@ -167,3 +168,38 @@ def test_unchanged_rows_use_live_cost() -> None:
     streaming = dataclasses.replace(base, in_flight_cost_usd=Decimal("0.2"))
     f = parse_filter("cost>0.5")
     assert not f.matches(base, now=NOW) and f.matches(streaming, now=NOW)
+
+
+def test_is_outlier_keeps_rows_over_three_times_a_median() -> None:
+    def ran(child_id: str, tokens: int, started: float, finished: float | None) -> ChildRow:
+        base = row(child_id, ChildStatus.COMPLETED if finished else ChildStatus.RUNNING)
+        return dataclasses.replace(
+            base, usage=Usage(input_tokens=tokens), started_ts=started, finished_ts=finished
+        )
+
+    rows = [
+        ran("c-1", 1_000, NOW - 60, NOW - 30),  # 30 s
+        ran("c-2", 1_200, NOW - 40, NOW - 10),  # 30 s
+        ran("c-3", 900, NOW - 100, None),  # running 100 s: over 3x the 30 s median
+        ran("c-4", 5_000, NOW - 50, NOW - 20),  # tokens over 3x the 1,100 median
+        ran("c-5", 0, NOW - 40, NOW - 10),  # no tokens: not in the tokens' median
+        row("c-6", ChildStatus.QUEUED, last=None),  # not started: in neither median
+    ]
+    medians = batch_medians(rows, NOW)
+    assert medians.tokens == 1_100 and medians.run_s == 30
+    assert [medians.outlier(r) for r in rows] == [None, None, "time", "tokens", None, None]
+    assert round(medians.ratio(rows[3], "tokens"), 2) == 4.55
+    f = parse_filter("is:outlier")
+    assert f.timed  # the medians move with the batch: checked again every poll
+    assert [r.id for r in rows if f.matches(r, now=NOW, medians=medians)] == ["c-3", "c-4"]
+    assert not f.matches(rows[3], now=NOW)  # without the batch's medians nothing is kept
+    assert parse_filter("is:outlier", tags=False).outliers_only  # --where too
+    both = parse_filter("is:outlier tokens>2k")
+    assert [r.id for r in rows if both.matches(r, now=NOW, medians=medians)] == ["c-4"]
+
+
+def test_outliers_need_a_median_to_be_over() -> None:
+    # One child, or none with tokens: no median to be 3x over, no outlier.
+    alone = dataclasses.replace(row("c-1"), usage=Usage(input_tokens=10))
+    assert batch_medians([alone], NOW).outlier(alone) is None
+    assert batch_medians([], NOW) == Medians(now=NOW)

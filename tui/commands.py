@@ -246,12 +246,15 @@ def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list
     how many it keeps (and how many of those had ended) is printed."""
     import time
 
+    from flightdeck.engine.outliers import batch_medians
     from flightdeck.engine.records.reader import StoreReader
 
     with StoreReader(db) as reader:
         rows = reader.children(batch_id, results=False)
     now = time.time()
-    kept = [r for r in rows if row_filter.matches(r, False, now)]
+    # is:outlier against the whole batch's medians, whatever else the query says.
+    medians = batch_medians(rows, now) if row_filter.outliers_only else None
+    kept = [r for r in rows if row_filter.matches(r, False, now, medians)]
     live = [r.id for r in kept if r.status.live]
     ended = len(kept) - len(live)
     noun = "child matches" if len(kept) == 1 else "children match"

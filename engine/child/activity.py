@@ -26,6 +26,7 @@ class ActivityState:
     held: bool = False
     retrying: bool = False
     last_turn: bool = False  # the turn under way is the last `max_turns` allows
+    retry_reason: str | None = None  # the notice of the failure retried, until a reply streams
 
     def frozen(self) -> Activity:
         """The current state as an immutable value."""
@@ -40,6 +41,7 @@ class ActivityState:
             text=self.text,
             retrying=self.retrying,
             last_turn=self.last_turn,
+            retry_reason=self.retry_reason,
         )
 
     def started(self, now: float) -> None:
@@ -64,7 +66,13 @@ class ActivityState:
         """A retry is scheduled: held again (the backoff, then the route's limits)."""
         self.retries += 1
         self.held = self.retrying = True
+        self.retry_reason = text
         self.tick(text, now)
+
+    def streamed(self, now: float) -> None:
+        """A chunk of a reply streamed: the call works, whatever failed before."""
+        self.retry_reason = None
+        self.tick("streaming", now)
 
     def tick(self, text: str, now: float) -> None:
         """Something happened (a chunk streamed, a tool call announced)."""
@@ -87,6 +95,7 @@ class ActivityState:
         """The child is final: no tool runs and nothing is retried any more."""
         self.current_tool = self.tool_started_ts = None
         self.retrying = False
+        self.retry_reason = None
         self.text = text
 
 

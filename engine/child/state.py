@@ -339,7 +339,7 @@ class ChildState:
         billed."""
         with self._lock:
             self._in_flight.streamed_chars += len(text)
-            self._activity.tick("streaming", self._clock())
+            self._activity.streamed(self._clock())
             self._version += 1
 
     def _call_ended(self) -> None:

@@ -12,7 +12,13 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
-from flightdeck.tui.widgets.rows import GroupSummary, SortOrder, group_header, group_summary
+from flightdeck.tui.widgets.rows import (
+    GroupBy,
+    GroupSummary,
+    SortOrder,
+    group_header,
+    group_summary,
+)
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
 from tui_support import SIZE, SLOW, EngineFactory, app_for, until
@@ -71,9 +77,11 @@ async def test_headers_lead_each_group_and_fold_to_themselves(tmp_path: Path) ->
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
         await until(pilot, lambda: len(table.shown) == 5, "rows")
-        table.set_order(SortOrder.GROUP)
+        table.set_order(SortOrder.BATCH)
+        table.set_grouping(GroupBy.GROUP)
         await pilot.pause()
-        security, docs = GroupHeader("security"), GroupHeader("docs")
+        security, docs = GroupHeader(GroupBy.GROUP, "security"), GroupHeader(GroupBy.GROUP, "docs")
+        loose = GroupHeader(GroupBy.GROUP, None)
         assert list(table.lines) == [
             docs,
             "review-05",
@@ -81,9 +89,11 @@ async def test_headers_lead_each_group_and_fold_to_themselves(tmp_path: Path) ->
             "review-01",
             "review-02",
             "review-04",
-            "review-03",  # ungrouped last, under no header
+            loose,  # ungrouped last, under a header of their own
+            "review-03",
         ]
-        assert table.header_text("security") == "▾ security  3 children: 2 ✓ 1 ●  $0.0123"
+        assert table.header_text(loose) == "▾ no group  1 child: 1 ○  $0.00"
+        assert table.header_text(security) == "▾ security  3 children: 2 ✓ 1 ●  $0.0123"
         assert list(table.shown) == [
             "review-05",
             "review-01",
@@ -99,15 +109,15 @@ async def test_headers_lead_each_group_and_fold_to_themselves(tmp_path: Path) ->
         table.pinned_top = False
         assert table.select(security)
         await pilot.pause()
-        assert table.selected_id is None and table.selected_group == "security"
+        assert table.selected_id is None and table.selected_header == security
         assert app.main.transcript.child_id is None  # no member's transcript passed off as it
         detail = str(app.main.query_one("#detail").render())
         assert "security  3 children" in detail and "x stops its 1 live member" in detail
 
         await pilot.press("enter")  # fold
-        assert list(table.lines) == [docs, "review-05", security, "review-03"]
-        assert table.header_text("security").startswith("▸ security  3 children")
-        assert table.selected_group == "security"  # the cursor stays on the header
+        assert list(table.lines) == [docs, "review-05", security, loose, "review-03"]
+        assert table.header_text(security).startswith("▸ security  3 children")
+        assert table.selected_header == security  # the cursor stays on the header
         assert list(table.shown) == ["review-05", "review-03"]
         assert "2 of 5 shown" in _status_text(app)
         await pilot.press("t")  # tag every visible child: a folded group's are not visible
@@ -119,7 +129,7 @@ async def test_headers_lead_each_group_and_fold_to_themselves(tmp_path: Path) ->
 
         table.select("review-02")  # enter on a member folds its group, the cursor to its header
         await pilot.press("enter")
-        assert table.selected_group == "security" and "review-02" not in table.shown
+        assert table.selected_header == security and "review-02" not in table.shown
         await pilot.press("enter")
 
         await pilot.press("space")  # tagging a header tags its members
@@ -128,7 +138,7 @@ async def test_headers_lead_each_group_and_fold_to_themselves(tmp_path: Path) ->
         await pilot.press("space")
         assert table.tagged == set()
 
-        table.set_order(SortOrder.BATCH)  # other orders: rows only, as before
+        table.set_grouping(None)  # not grouped: rows only, as before
         await pilot.pause()
         assert list(table.lines) == [f"review-0{i}" for i in range(1, 6)]
         assert app.main.check_action("fold", ()) is False
@@ -139,9 +149,10 @@ async def test_s_on_a_header_steers_the_groups_live_members(tmp_path: Path) -> N
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
         await until(pilot, lambda: len(table.shown) == 5, "rows")
-        table.set_order(SortOrder.GROUP)
+        table.set_order(SortOrder.BATCH)
+        table.set_grouping(GroupBy.GROUP)
         table.pinned_top = False
-        assert table.select(GroupHeader("security"))
+        assert table.select(GroupHeader(GroupBy.GROUP, "security"))
         await pilot.pause()
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
@@ -151,7 +162,7 @@ async def test_s_on_a_header_steers_the_groups_live_members(tmp_path: Path) -> N
         assert dialog.heading == "Steer 1 child (2 in the group have ended)"
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
-        table.select(GroupHeader("docs"))  # every member ended: the key says why
+        table.select(GroupHeader(GroupBy.GROUP, "docs"))  # every member ended: the key says why
         await pilot.pause()
         assert app.main.check_action("stop", ()) is None
         assert view.steered == [] and view.stopped == []
@@ -179,9 +190,10 @@ async def test_x_on_a_header_stops_exactly_the_groups_live_members(
         engine.stop(["r3"])  # a member that has ended before the group is stopped
         await until(pilot, lambda: status("r3") is ChildStatus.STOPPED, "r3 stopped")
         await until(pilot, lambda: status_shown(table, "r3") is ChildStatus.STOPPED, "r3 shown")
-        table.set_order(SortOrder.GROUP)
+        table.set_order(SortOrder.BATCH)
+        table.set_grouping(GroupBy.GROUP)
         table.pinned_top = False  # as a key press would: the cursor stays where it is put
-        assert table.select(GroupHeader("security"))
+        assert table.select(GroupHeader(GroupBy.GROUP, "security"))
         await until(pilot, lambda: app.main.check_action("stop", ()), "stop enabled")
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
@@ -194,4 +206,10 @@ async def test_x_on_a_header_stops_exactly_the_groups_live_members(
             pilot, lambda: {status("r1"), status("r2")} == {ChildStatus.STOPPED}, "group stopped"
         )
         assert status("solo") is ChildStatus.RUNNING and status("d1") is ChildStatus.RUNNING
-        await until(pilot, lambda: "3 children: 3 ■  $" in table.header_text("security"), "hdr")
+        await until(
+            pilot,
+            lambda: (
+                "3 children: 3 ■  $" in table.header_text(GroupHeader(GroupBy.GROUP, "security"))
+            ),
+            "hdr",
+        )

@@ -13,7 +13,7 @@ from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import Cell, fmt_cost
-from flightdeck.tui.widgets.rows import SortOrder, subtree_costs, tree_cells, tree_key
+from flightdeck.tui.widgets.rows import GroupBy, SortOrder, subtree_costs, tree_cells, tree_key
 from tui_fakes import child
 from tui_support import FAST, SIZE, app_for, until
 
@@ -102,7 +102,8 @@ async def test_g_tags_the_selected_childs_whole_group(tmp_path: Path) -> None:
             engine.start()
             table = app.main.table
             await until(pilot, lambda: len(table.shown) == 4, "rows")
-            table.set_order(SortOrder.GROUP)
+            table.set_order(SortOrder.BATCH)
+            table.set_grouping(GroupBy.GROUP)
             await pilot.pause()
             assert list(table.shown) == ["d1", "r1", "r2", "solo"]  # by group, ungrouped last
             table.select("r2")

@@ -68,6 +68,7 @@ def child(
             last_activity_ts=T0 + last if last is not None else None,
             text=text or status.value,
             retrying=retrying,
+            retry_reason=(text or None) if retrying else None,
         ),
         usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1]),
         cost_usd=Decimal(cost) if cost is not None else None,

@@ -10,6 +10,7 @@ from flightdeck.tui.widgets.rows import (
     COLUMN_HELP,
     COLUMNS,
     LOOPING_GLYPH,
+    OUTLIER_MARK,
     RETRYING_GLYPH,
     STATUS_ALIASES,
     TAG_MARK,
@@ -32,7 +33,7 @@ FILTER_HELP = (
     ("cost>0.50  tokens>20k", "compare with > < >= <=: dollars ($ optional), tokens (k, m)"),
     ("idle>5m  depth>0", "since its last activity (s, m, h); a delegate's depth"),
     ("is:looping", "children flagged as looping (n sends them the canned steer)"),
-    ("is:tagged", "only tagged children; every term must hold (AND)"),
+    ("is:tagged  is:outlier", "only tagged children / outliers (▲); every term must hold (AND)"),
 )
 
 
@@ -69,7 +70,9 @@ class HelpScreen(ModalScreen[None]):
         legend.append(f"{LOOPING_GLYPH[0]} ", style=LOOPING_GLYPH[1])
         legend.append("looping   ")
         legend.append(f"{TAG_MARK} ", style="bold magenta")
-        legend.append("tagged")
+        legend.append("tagged   ")
+        legend.append(f"{OUTLIER_MARK} ", style="bold yellow")
+        legend.append("outlier (before the tokens)")
         columns = Table.grid(padding=(0, 2))
         columns.add_column(style="bold cyan", no_wrap=True)
         columns.add_column()
@@ -97,9 +100,19 @@ class HelpScreen(ModalScreen[None]):
             ),
             Text(""),
             Text(
-                "In the group order (o) a header leads each group: ▾, its name, its children "
-                "counted by status and their cost. enter folds it to its header (▸) or unfolds "
-                "it; on a header, s and x act on the group's live members and space tags them.",
+                "G groups the rows by task group, status, route, running tool or error "
+                "signature (ids and numbers as <id>, <n>: the same failure under one header), "
+                "then not at all; the sort order applies within each group. A header leads each "
+                "group: ▾, its name (no tool, no error: those with none), its children counted "
+                "by status and their cost. enter folds it to its header (▸) or unfolds it; on a "
+                "header, s and x act on the group's live members and space tags them.",
+            ),
+            Text(""),
+            Text(
+                f"{OUTLIER_MARK} before the tokens: an outlier, its tokens over 3 times the "
+                "batch's median among children that used any, or its run time over 3 times the "
+                "median among children that started; the line under the table says which. "
+                "is:outlier keeps them.",
                 style="dim",
             ),
             Text(""),

@@ -107,7 +107,7 @@ MAIN_BINDINGS: list[BindingType] = [
         "Fold",
         show=False,
         id="view.fold",
-        tooltip="Group order: fold or unfold the group under the cursor",
+        tooltip="Grouped (G): fold or unfold the group under the cursor",
     ),
     Binding(
         "slash",
@@ -122,7 +122,16 @@ MAIN_BINDINGS: list[BindingType] = [
         "Sort",
         show=False,
         id="view.sort",
-        tooltip="Cycle the order: attention, recent, cost, tokens, id, batch, group, tree",
+        tooltip="Cycle the order: attention, recent, cost, tokens, id, batch, tree",
+    ),
+    Binding(
+        "G",
+        "group_by",
+        "Group by",
+        show=False,
+        id="view.group-by",
+        tooltip="Group rows under foldable headers by group, status, route, tool, error "
+        "signature, then not at all; s and x on a header act on its members",
     ),
     Binding(
         "f",
@@ -185,6 +194,7 @@ PALETTE = {
     "fold": "view: fold / unfold the group",
     "filter": "view: filter",
     "sort": "view: next sort order",
+    "group_by": "view: group by the next field",
     "follow": "view: follow most active",
     "freeze": "view: freeze / unfreeze",
     "routes": "view: route gauges",

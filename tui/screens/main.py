@@ -37,11 +37,12 @@ from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.banner import Banner
+from flightdeck.tui.widgets.children import GroupHeader
 from flightdeck.tui.widgets.detail import ChildDetail, group_detail_text
 from flightdeck.tui.widgets.digest import DigestPanel
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.routes import RoutePanel
-from flightdeck.tui.widgets.rows import ATTENTION
+from flightdeck.tui.widgets.rows import ATTENTION, GroupBy, next_grouping
 from textual import events
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
@@ -230,16 +231,20 @@ class MainScreen(Screen[None]):
 
     def _show_detail(self) -> None:
         table = self.table
-        group = table.selected_group
-        if group is not None:  # a header: the group's summary, never a member's detail
+        header = table.selected_header
+        if header is not None:  # a header: the group's summary, never a member's detail
             rows = table.rows_by_id
-            live = sum(1 for i in table.group_members(group) if rows[i].status.live)
-            text = group_detail_text(table.header_text(group), live)
+            live = sum(1 for i in table.group_members(header) if rows[i].status.live)
+            text = group_detail_text(table.header_text(header), live, header.by.value)
             self.query_one("#detail", ChildDetail).show_text(text)
             return
         selected = table.selected_id
         row = table.rows_by_id.get(selected) if selected is not None else None
-        self.query_one("#detail", ChildDetail).show(row, self.options.clock())
+        outlier = None
+        kind = table.medians.outlier(row) if row is not None else None
+        if row is not None and kind is not None:
+            outlier = f"{kind} {table.medians.ratio(row, kind):.1f}× the batch median"
+        self.query_one("#detail", ChildDetail).show(row, self.options.clock(), outlier)
 
     def _show_status(self) -> None:
         snap = self.snapshot
@@ -249,6 +254,7 @@ class MainScreen(Screen[None]):
                 batch_id=snap.batch_id if snap else "",
                 batch_status=snap.status if snap else BatchStatus.RUNNING,
                 order=table.order.value,
+                grouping=table.grouping.value if table.grouping is not None else None,
                 query=table.row_filter.query,
                 shown=len(table.shown),
                 total=len(table.rows_by_id),
@@ -320,7 +326,7 @@ class MainScreen(Screen[None]):
         """The filter's query when s and x act on every child it keeps: a filter is on, nothing
         is tagged and the cursor is not on a group's header. None otherwise."""
         table = self.table
-        if table.tagged or table.selected_group is not None or not table.row_filter.active:
+        if table.tagged or table.selected_header is not None or not table.row_filter.active:
             return None
         return table.row_filter.query
 
@@ -331,9 +337,9 @@ class MainScreen(Screen[None]):
         if table.tagged:
             rows = table.rows_by_id
             return sorted((i for i in table.tagged if i in rows), key=lambda i: rows[i].seq)
-        group = table.selected_group
-        if group is not None:
-            return table.group_members(group)
+        header = table.selected_header
+        if header is not None:
+            return table.group_members(header)
         if self.matching_query() is not None:
             return table.matching
         selected = table.selected_id
@@ -345,7 +351,7 @@ class MainScreen(Screen[None]):
         table = self.table
         if table.tagged:
             return "tagged"
-        if table.selected_group:
+        if table.selected_header is not None:
             return "in the group"
         return "matching" if self.matching_query() is not None else "tagged"
 
@@ -360,10 +366,10 @@ class MainScreen(Screen[None]):
     def _nothing_to(self, verb: str) -> None:
         """Every target has ended: say so, rather than let the key do nothing."""
         ended = self._ended_targets()
-        group = self.table.selected_group if not self.table.tagged else None
+        header = self.table.selected_header if not self.table.tagged else None
         query = self.matching_query()
-        if group is not None:
-            why = f"every child of group {one_line(group, 60)} has ended"
+        if header is not None:
+            why = f"every child under {one_line(header.described, 60)} has ended"
         elif query is not None:
             why = f"every child matching `{one_line(query, 60)}` has ended"
         elif len(ended) == 1:
@@ -390,7 +396,7 @@ class MainScreen(Screen[None]):
         if action == "stop_all":
             return self._any_live()
         if action in ("tag", "tag_group"):
-            return bool(self.table.shown) or self.table.selected_group is not None
+            return bool(self.table.shown) or self.table.selected_header is not None
         if action == "tag_visible":
             return bool(self.table.shown)
         if action == "fold":  # enter elsewhere (the filter box, the transcript) is theirs
@@ -618,10 +624,10 @@ class MainScreen(Screen[None]):
 
     def action_tag(self) -> None:
         table = self.table
-        group = table.selected_group
+        header = table.selected_header
         selected = table.selected_id
-        if group is not None:  # a header tags (or untags) its whole group
-            members = table.group_members(group)
+        if header is not None:  # a header tags (or untags) its whole group
+            members = table.group_members(header)
             table.set_tagged(members, not all(i in table.tagged for i in members))
         elif selected is not None:
             table.set_tagged([selected], selected not in table.tagged)
@@ -645,17 +651,17 @@ class MainScreen(Screen[None]):
     def action_tag_group(self) -> None:
         """Tag the selected child's whole group (a completion unit): s and x then act on it."""
         table = self.table
-        group = table.selected_group
+        header = table.selected_header
         selected = table.selected_id
         row = table.rows_by_id.get(selected) if selected is not None else None
-        if group is None and row is not None:
+        if header is None and row is not None:
             if row.group is None:
                 self.notify(f"{one_line(row.id)} is in no group", markup=False)
                 return
-            group = row.group
-        if group is None:
+            header = GroupHeader(GroupBy.GROUP, row.group)
+        if header is None:
             return
-        members = table.group_members(group)
+        members = table.group_members(header)
         every = all(i in table.tagged for i in members)
         table.set_tagged(members, not every)
         if table.row_filter.tagged_only:
@@ -668,13 +674,13 @@ class MainScreen(Screen[None]):
         self._sync_bindings()
 
     def action_fold(self) -> None:
-        """In the group order: fold the group under the cursor to its header, or unfold it."""
+        """Grouped: fold the group under the cursor to its header, or unfold it."""
         table = self.table
-        group = table.group_under_cursor()
-        if group is None:
+        header = table.group_under_cursor()
+        if header is None:
             return
         with self.app.batch_update():
-            table.toggle_fold(group)
+            table.toggle_fold(header)
             self._show_detail()
             self._show_status()
         self._sync_bindings()
@@ -682,6 +688,15 @@ class MainScreen(Screen[None]):
     def action_sort(self) -> None:
         self.table.set_order(self.table.order.next())
         self._show_status()
+
+    def action_group_by(self) -> None:
+        """Group the table by the next of: group, status, route, tool, error, nothing."""
+        table = self.table
+        with self.app.batch_update():
+            table.set_grouping(next_grouping(table.grouping))
+            self._show_detail()
+            self._show_status()
+        self._sync_bindings()
 
     def action_follow(self) -> None:
         self.following = not self.following

@@ -4,9 +4,13 @@ It keeps no renderable per child: the snapshot's rows, their sort keys and the v
 A frame asks `render_line` for the few dozen lines on screen; each is built from the row's cells
 (plain text and a style name) and cached by what it shows, so an unchanged line costs a lookup.
 
-In the group order the lines are the rows with a header before each group's members (its
-counts and cost), and a folded group shows only its header. In every other order the lines are
-the rows themselves (the same list: no extra work on the common path).
+Grouped (G: by the task's group, status, route, tool or error signature), the lines are the
+rows with a header before each group's members (its counts and cost), in the sort order within
+the group, and a folded group shows only its header. Ungrouped, the lines are the rows
+themselves (the same list: no extra work on the common path).
+
+Outliers (tokens or run time over 3x the batch's median) are marked; the medians are taken once
+per snapshot, not per row.
 """
 
 from __future__ import annotations
@@ -15,19 +19,25 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.outliers import MedianRows, Medians
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.rows import (
     COLUMN_KEYS,
+    GroupBy,
     GroupSummary,
+    Rank,
     RowFilter,
     SortOrder,
     fit_columns,
     fit_text,
     group_header,
+    group_rank,
     group_summary,
+    group_value,
+    no_value_label,
     row_cells,
     sort_key,
     subtree_costs,
@@ -55,9 +65,21 @@ _LineKey = tuple[tuple[Cell, ...], tuple[int, ...], tuple[object, ...]]
 
 @dataclass(frozen=True, slots=True)
 class GroupHeader:
-    """A group's header line in the group order. Not a str, so never mistaken for a child id."""
+    """A group's header line. Not a str, so never mistaken for a child id; its grouping is part
+    of it, so a fold in one grouping is not one in another."""
 
-    name: str
+    by: GroupBy
+    name: str | None  # None: the children with no value in `by` (no tool, no error)
+
+    @property
+    def label(self) -> str:
+        """What the header calls its group: the name, or `no error`."""
+        return self.name if self.name is not None else no_value_label(self.by)
+
+    @property
+    def described(self) -> str:
+        """The group in a sentence: `group security`, `error timeout after <n>s`, `no tool`."""
+        return f"{self.by.value} {self.name}" if self.name is not None else self.label
 
 
 Entry = str | GroupHeader  # what a line shows: a child (by id) or a group's header
@@ -107,7 +129,7 @@ class ChildrenTable(ScrollView, can_focus=True):
     class Highlighted(Message):
         """A different child, or a group's header, is under the cursor (or nothing)."""
 
-        def __init__(self, child_id: str | None, group: str | None = None) -> None:
+        def __init__(self, child_id: str | None, group: GroupHeader | None = None) -> None:
             super().__init__()
             self.child_id = child_id
             self.group = group  # the header's group, when the cursor is on one
@@ -123,19 +145,23 @@ class ChildrenTable(ScrollView, can_focus=True):
         self.rows_by_id: dict[str, ChildRow] = {}
         self.tagged: set[str] = set()
         self.order = SortOrder.ATTENTION
+        self.grouping: GroupBy | None = None  # what G groups the rows by (None: not grouped)
+        self.medians = Medians()  # the batch's, this snapshot's: which rows are outliers
+        self._median_rows = MedianRows()
         self.row_filter = RowFilter()
         self._delegated = False  # some child delegated: the tree order has a tree to show
         self._subtree: dict[str, Decimal | None] = {}  # in the tree order: each parent's total
         self._keys: dict[str, tuple[object, ...]] = {}  # sort key of every row
         self._shown: list[str] = []  # ids the filter keeps, in display order
         self._index: dict[str, int] | None = None  # id -> position in _shown, built on demand
-        # The lines: _shown itself, or in the group order with headers and folds applied.
+        # The lines: _shown itself, or grouped with headers and folds applied.
         self._lines: Sequence[Entry] = self._shown
-        self._line_index: dict[Entry, int] | None = None  # group order: entry -> line
-        self._children: list[str] | None = None  # group order: the child ids on lines
-        self.folded: set[str] = set()  # groups shown as their header only
-        self._summaries: dict[str, GroupSummary] = {}  # headers drawn since rows last changed
-        self._members: dict[str, list[str]] | None = None  # group -> ids, until a row is added
+        self._line_index: dict[Entry, int] | None = None  # grouped: entry -> line
+        self._children: list[str] | None = None  # grouped: the child ids on lines
+        self.folded: set[GroupHeader] = set()  # groups shown as their header only
+        self._summaries: dict[GroupHeader, GroupSummary] = {}  # drawn since rows last changed
+        # One grouping's value -> ids, until a row is added (or, but by task group, changes).
+        self._members: tuple[GroupBy, dict[str | None, list[str]]] | None = None
         self.cursor_row = 0
         self._highlighted: Entry | None = None
         self._now = 0.0
@@ -185,60 +211,73 @@ class ChildrenTable(ScrollView, can_focus=True):
         return entry if isinstance(entry, str) else None
 
     @property
-    def selected_group(self) -> str | None:
-        """The group whose header is under the cursor."""
+    def selected_header(self) -> GroupHeader | None:
+        """The group header under the cursor."""
         entry = self.selected_entry
-        return entry.name if isinstance(entry, GroupHeader) else None
+        return entry if isinstance(entry, GroupHeader) else None
 
-    def group_under_cursor(self) -> str | None:
-        """In the group order: the header's group, or the selected child's."""
-        if self.order is not SortOrder.GROUP:
+    def header_of(self, child_id: str) -> GroupHeader | None:
+        """The header `child_id` is under in the current grouping (None: not grouped)."""
+        if self.grouping is None:
             return None
+        return GroupHeader(self.grouping, group_value(self.grouping, self.rows_by_id[child_id]))
+
+    def group_under_cursor(self) -> GroupHeader | None:
+        """Grouped: the header under the cursor, or the selected child's."""
         entry = self.selected_entry
         if isinstance(entry, GroupHeader):
-            return entry.name
-        return self.rows_by_id[entry].group if entry is not None else None
+            return entry
+        return self.header_of(entry) if entry is not None else None
 
-    def group_members(self, name: str) -> list[str]:
-        """Every child of group `name` (the filter and folds aside), in batch order."""
-        if self._members is None:
-            members: dict[str, list[str]] = {}
+    def group_members(self, header: GroupHeader) -> list[str]:
+        """Every child under `header` (the filter and folds aside), in batch order."""
+        if self._members is None or self._members[0] is not header.by:
+            by = header.by
+            members: dict[str | None, list[str]] = {}
             for child_id, row in self.rows_by_id.items():
-                if row.group is not None:
-                    members.setdefault(row.group, []).append(child_id)
+                members.setdefault(group_value(by, row), []).append(child_id)
             rows = self.rows_by_id
             for ids in members.values():
                 ids.sort(key=lambda i: rows[i].seq)
-            self._members = members
-        return list(self._members.get(name, ()))
+            self._members = (by, members)
+        return list(self._members[1].get(header.name, ()))
 
-    def summary(self, name: str) -> GroupSummary:
-        """What group `name`'s header counts (all its members, whatever the filter keeps).
-        Only headers on screen are counted, once per snapshot: not the whole table each poll."""
-        summary = self._summaries.get(name)
+    def summary(self, header: GroupHeader) -> GroupSummary:
+        """What `header` counts (all its members, whatever the filter keeps). Only headers on
+        screen are counted, once per snapshot: not the whole table each poll."""
+        summary = self._summaries.get(header)
         if summary is None:
             rows = self.rows_by_id
-            members = (rows[i] for i in self.group_members(name))
-            summary = self._summaries[name] = group_summary(members, self.tagged)
+            members = (rows[i] for i in self.group_members(header))
+            summary = self._summaries[header] = group_summary(members, self.tagged)
         return summary
 
-    def header_cells(self, name: str) -> tuple[Cell, ...]:
-        return (group_header(name, self.summary(name), name in self.folded),)
+    def header_cells(self, header: GroupHeader) -> tuple[Cell, ...]:
+        return (group_header(header.label, self.summary(header), header in self.folded),)
 
-    def header_text(self, name: str) -> str:
-        return self.header_cells(name)[0][0]
+    def header_text(self, header: GroupHeader) -> str:
+        return self.header_cells(header)[0][0]
 
     def cells(self, child_id: str) -> tuple[Cell, ...]:
         row = self.rows_by_id[child_id]
-        cells = row_cells(row, child_id in self.tagged, self._now)
+        cells = row_cells(row, child_id in self.tagged, self._now, self.medians.outlier(row))
         if self.order is SortOrder.TREE and self._delegated:
             cells = tree_cells(cells, row, self._subtree.get(child_id, False))
         return cells
 
     def _key(self, row: ChildRow) -> tuple[object, ...]:
+        key: tuple[object, ...]
         if self.order is SortOrder.TREE:
-            return tree_key(row, self.rows_by_id)
-        return sort_key(self.order, row)
+            key = tree_key(row, self.rows_by_id)
+        else:
+            key = sort_key(self.order, row)
+        if self.grouping is None:
+            return key
+        # Grouped: by the group first, so a group's members are together in the sort order.
+        return (group_rank(self.grouping, group_value(self.grouping, row)), key)
+
+    def _keeps(self, row: ChildRow, now: float) -> bool:
+        return self.row_filter.matches(row, row.id in self.tagged, now, self.medians)
 
     def displayed(self, child_id: str, column: str) -> str:
         """The plain text a cell shows, before the column's width cuts it."""
@@ -260,25 +299,33 @@ class ChildrenTable(ScrollView, can_focus=True):
     # --- updating ---------------------------------------------------------------------------
 
     def apply(self, rows: Iterable[ChildRow], now: float) -> None:
-        """Bring the table in line with `rows`."""
+        """Bring the table in line with `rows` (the whole batch)."""
         self._now = now
+        batch: Sequence[ChildRow] = rows if isinstance(rows, Sequence) else tuple(rows)
         by_id, keys, order = self.rows_by_id, self._keys, self.order
-        keep, kept = self.row_filter.matches, self._kept()
+        # Once per snapshot, before the filter asks it (is:outlier) for every row.
+        median_rows = self._median_rows
+        for row in batch:
+            if by_id.get(row.id) is not row:
+                median_rows.update(row)
+        self.medians = median_rows.medians(now)
+        keep, kept = self._keeps, self._kept()
         added: list[str] = []
         removed: set[str] = set()
-        moved = False
+        moved = regrouped = False
         timed = self.row_filter.timed
+        grouping = self.grouping
 
         def recheck(row: ChildRow) -> None:
             """Whether the filter keeps `row` now: shown or hidden if that changed."""
             was = row.id in kept
-            now_visible = keep(row, row.id in self.tagged, now)
+            now_visible = keep(row, now)
             if now_visible and not was:
                 added.append(row.id)
             elif was and not now_visible:
                 removed.add(row.id)
 
-        for row in rows:
+        for row in batch:
             # The engine hands out the same ChildRow object until the child changes.
             old = by_id.get(row.id)
             if old is row:
@@ -287,6 +334,10 @@ class ChildrenTable(ScrollView, can_focus=True):
                 continue
             if old is None:
                 self._members = None  # a new child: groups are listed again when asked
+            elif grouping is not None and grouping is not GroupBy.GROUP:
+                # Its status, tool or error may have changed: so may the members of groups.
+                self._members = None
+                regrouped = regrouped or group_value(grouping, old) != group_value(grouping, row)
             by_id[row.id] = row
             if row.parent is not None:
                 self._delegated = True
@@ -307,14 +358,19 @@ class ChildrenTable(ScrollView, can_focus=True):
                 self._relayout()
                 self._place_cursor(selected)
         elif moved:
-            self._reorder(self.selected_entry, force=False)
+            selected = self.selected_entry
+            if not self._reorder(selected, force=False) and regrouped and not self.holding:
+                # A child changed groups without changing places (at a group's edge).
+                self._relayout()
+                self._place_cursor(selected)
+                self.refresh()
         self._repaint_changed()
 
     def rebuild(self) -> None:
         """Show the rows the filter keeps in order (after a filter or tag change)."""
         selected = self.selected_entry
-        keep, tagged, now = self.row_filter.matches, self.tagged, self._now
-        shown = [i for i, row in self.rows_by_id.items() if keep(row, i in tagged, now)]
+        keep, now = self._keeps, self._now
+        shown = [i for i, row in self.rows_by_id.items() if keep(row, now)]
         shown.sort(key=self._keys.__getitem__)
         self._shown = shown
         self.resort_pending = False
@@ -334,19 +390,36 @@ class ChildrenTable(ScrollView, can_focus=True):
             self._place_cursor(selected)
         self.refresh()
 
-    def toggle_fold(self, name: str) -> None:
-        """Fold group `name` to its header, or unfold it (shown so in the group order)."""
-        folding = name not in self.folded
+    def set_grouping(self, by: GroupBy | None) -> None:
+        """Group the rows by `by` (None: not at all), now (the operator asked: no hold)."""
+        if by is self.grouping:
+            return
+        selected = self.selected_entry
+        if isinstance(selected, GroupHeader):
+            selected = None  # that header is gone: the cursor goes to the top row
+            self.pinned_top = True
+        self.grouping = by
+        self._members = None
+        self._summaries = {}
+        self._keys = {i: self._key(row) for i, row in self.rows_by_id.items()}
+        if not self._reorder(selected, force=True):
+            self._relayout()  # the same order still gains or loses the headers
+            self._place_cursor(selected)
+        self.refresh()
+
+    def toggle_fold(self, header: GroupHeader) -> None:
+        """Fold `header`'s group to its header, or unfold it."""
+        folding = header not in self.folded
         if folding:
-            self.folded.add(name)
+            self.folded.add(header)
         else:
-            self.folded.discard(name)
-        if self.order is not SortOrder.GROUP:
+            self.folded.discard(header)
+        if header.by is not self.grouping:
             return
         self.pinned_top = False  # the operator acted on this row: the cursor stays with it
         selected = self.selected_entry
-        if folding and isinstance(selected, str) and self.rows_by_id[selected].group == name:
-            selected = GroupHeader(name)  # its row is going: the cursor goes to the header
+        if folding and isinstance(selected, str) and self.header_of(selected) == header:
+            selected = header  # its row is going: the cursor goes to the header
         self._relayout()
         self._place_cursor(selected)
         self.refresh()
@@ -392,27 +465,25 @@ class ChildrenTable(ScrollView, can_focus=True):
         self._index = None
         self._line_index = None
         self._children = None
-        self._lines = self._grouped() if self.order is SortOrder.GROUP else self._shown
+        self._lines = self._shown if self.grouping is None else self._grouped(self.grouping)
         self._sized()
 
-    def _grouped(self) -> list[Entry]:
-        """Each group's header, then its members unless folded; ungrouped children last.
-        Grouped by name, not by adjacency, so rows added while the order is held stay put."""
-        rows = self.rows_by_id
-        groups: dict[str, list[str]] = {}
-        loose: list[str] = []
+    def _grouped(self, by: GroupBy) -> list[Entry]:
+        """Each group's header, then its members unless folded; the groups in their rank (the
+        ones with no value last). Grouped by value, not by adjacency, so rows added or changed
+        while the order is held stay under their own header."""
+        # A row's key starts with its group's rank, which ends with the group's value: no need
+        # to work the value out again for every row.
+        keys = self._keys
+        groups: dict[Rank, list[str]] = {}
         for child_id in self._shown:
-            group = rows[child_id].group
-            if group is None:
-                loose.append(child_id)
-            else:
-                groups.setdefault(group, []).append(child_id)
+            groups.setdefault(cast(Rank, keys[child_id][0]), []).append(child_id)
         lines: list[Entry] = []
-        for name, members in groups.items():
-            lines.append(GroupHeader(name))
-            if name not in self.folded:
-                lines.extend(members)
-        lines.extend(loose)
+        for rank in sorted(groups):
+            header = GroupHeader(by, rank[2])
+            lines.append(header)
+            if header not in self.folded:
+                lines.extend(groups[rank])
         return lines
 
     def _place_cursor(self, selected: Entry | None) -> None:
@@ -455,7 +526,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         if entry != self._highlighted:
             self._highlighted = entry
             if isinstance(entry, GroupHeader):
-                self.post_message(self.Highlighted(None, group=entry.name))
+                self.post_message(self.Highlighted(None, group=entry))
             else:
                 self.post_message(self.Highlighted(entry))
 
@@ -538,7 +609,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         lines = self._lines
         for index in range(top, min(len(lines), top + self.size.height)):
             entry = lines[index]
-            cells = self.cells(entry) if isinstance(entry, str) else self.header_cells(entry.name)
+            cells = self.cells(entry) if isinstance(entry, str) else self.header_cells(entry)
             if self._on_screen.get(entry) != cells:
                 self.refresh_line(index + 1)
 
@@ -551,7 +622,7 @@ class ChildrenTable(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         entry = self._lines[index]
         child = isinstance(entry, str)
-        cells = self.cells(entry) if isinstance(entry, str) else self.header_cells(entry.name)
+        cells = self.cells(entry) if isinstance(entry, str) else self.header_cells(entry)
         self._on_screen[entry] = cells
         if index == self.cursor_row:
             name = "children-table--cursor" if self.has_focus else "children-table--cursor-blurred"

@@ -13,6 +13,7 @@ from flightdeck.tui.fmt import GLYPHS, fmt_cost
 from flightdeck.tui.widgets.rows import (
     GOAL_CHARS,
     LOOPING_GLYPH,
+    OUTLIER_MARK,
     STEER_MARKS,
     doing,
     is_retrying,
@@ -24,9 +25,9 @@ _FULL = 400  # characters of "doing" and the error kept; the line cuts to the wi
 LOOP_CALLS_SHOWN = 6  # of a loop's evidence, the latest calls shown one under another
 
 
-def detail_text(row: ChildRow | None, now: float) -> Text:
-    """Two lines: id, status, what it does (or how it ended), burn rate, retries and steer;
-    then its goal."""
+def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) -> Text:
+    """Two lines: id, status, what it does (or how it ended), burn rate, retries, steer and
+    (`outlier`: "tokens 4.2× the batch median") why it is an outlier; then its goal."""
     text = Text(no_wrap=True, overflow="ellipsis")
     if row is None:
         text.append("no child selected", style="dim")
@@ -55,6 +56,9 @@ def detail_text(row: ChildRow | None, now: float) -> Text:
         mark, mark_style = STEER_MARKS[last.state]
         text.append("  steer ", style="dim")
         text.append(mark, style=mark_style)
+    if outlier is not None:
+        text.append(f"  {OUTLIER_MARK} outlier: ", style="bold yellow")
+        text.append(outlier, style="yellow")
     text.append("\n")
     text.append("goal ", style="dim")
     text.append(one_line(row.goal[: GOAL_CHARS * 4], GOAL_CHARS * 2))
@@ -84,10 +88,11 @@ def detail_height(text: Text) -> int:
     return text.plain.count("\n") + 1
 
 
-def group_detail_text(header: str, live: int) -> Text:
-    """Over a group's header: its summary (as the header says it), then what the keys do."""
+def group_detail_text(header: str, live: int, by: str = "group") -> Text:
+    """Over a group's header: what it is grouped by, its summary (as the header says it), then
+    what the keys do."""
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append("group ", style="dim")
+    text.append(f"{by} ", style="dim")
     text.append(header, style="bold")  # plain text, its name already sanitized
     text.append("\n")
     if live:
@@ -106,8 +111,8 @@ class ChildDetail(Static):
         super().__init__(id=id, markup=False)
         self._shown: Text | None = None
 
-    def show(self, row: ChildRow | None, now: float) -> None:
-        self.show_text(detail_text(row, now))
+    def show(self, row: ChildRow | None, now: float, outlier: str | None = None) -> None:
+        self.show_text(detail_text(row, now, outlier))
 
     def show_text(self, text: Text) -> None:
         if text != self._shown:

@@ -1,4 +1,5 @@
-"""Pure helpers for the children table: cell text, sort orders and the filter language."""
+"""Pure helpers for the children table: cell text, sort orders, groupings and the filter
+language."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
+from functools import lru_cache
 
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+from flightdeck.engine.outliers import Kind
 
 # The filter language is shared with `--where` on the command line.
 from flightdeck.engine.query import STATUS_ALIASES as STATUS_ALIASES
@@ -16,6 +19,7 @@ from flightdeck.engine.query import RowFilter as RowFilter
 from flightdeck.engine.query import is_retrying as is_retrying
 from flightdeck.engine.query import parse_filter as parse_filter
 from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.signatures import error_signature
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens, tokens_unknown
 from rich.cells import cell_len, set_cell_size
 
@@ -24,6 +28,7 @@ DOING_CHARS = 60
 
 RETRYING_GLYPH: Cell = ("↻", "bold yellow")
 LOOPING_GLYPH: Cell = ("∞", "bold yellow")  # a running child flagged as looping
+OUTLIER_MARK = "▲"  # before the tokens: tokens or run time over 3x the batch's median
 LAST_TURN = "last turn · "  # before "doing" while the child is on its last allowed turn
 LOOPING = "looping · "  # before "doing" while it is flagged (the evidence: the detail pane)
 TAG_MARK = "◆"
@@ -75,7 +80,9 @@ COLUMN_HELP: dict[str, str] = {
     "doing": "its running tool and for how long, what it streams, or how it ended; "
     "'last turn' when max_turns allows no more (a steer sent then is missed)",
     "last": "how long ago it last did something, or ended",
-    "tokens": "input tokens (cache reads and writes apart, as in the report) / output tokens",
+    "tokens": "input tokens (cache reads and writes apart, as in the report) / output tokens; "
+    f"{OUTLIER_MARK} before them: an outlier, its tokens (among children that used any) or its "
+    "run time (among children that started) over 3 times the batch's median",
     "cost": "dollars spent; $? when the model has no price; in the tree order, Σ is a "
     "parent's cost with all its delegates'",
     "retries": "retries after a 429, a timeout or a server error",
@@ -199,11 +206,15 @@ def last(row: ChildRow, now: float) -> Cell:
     return (fmt_age(idle), style)
 
 
-def row_cells(row: ChildRow, tagged: bool, now: float) -> tuple[Cell, ...]:
-    """All cells of one row, in COLUMNS order."""
+def row_cells(
+    row: ChildRow, tagged: bool, now: float, outlier: Kind | None = None
+) -> tuple[Cell, ...]:
+    """All cells of one row, in COLUMNS order; an outlier's tokens marked."""
     cells = list(static_cells(row, tagged))
     cells[5] = doing(row, now)
     cells[6] = last(row, now)
+    if outlier is not None:
+        cells[7] = (OUTLIER_MARK + cells[7][0], "bold yellow")
     return tuple(cells)
 
 
@@ -219,7 +230,6 @@ class SortOrder(StrEnum):
     TOKENS = "tokens"
     ID = "id"
     BATCH = "batch"
-    GROUP = "group"  # a group's members together, in batch order; ungrouped last
     TREE = "tree"  # each parent, then its delegates indented under it (ChildrenTable keys it)
 
     def next(self) -> SortOrder:
@@ -245,8 +255,6 @@ def sort_key(order: SortOrder, row: ChildRow) -> tuple[object, ...]:
         return (-row.live_usage.total, row.seq)
     if order is SortOrder.ID:
         return (row.id, row.seq)
-    if order is SortOrder.GROUP:
-        return (row.group is None, row.group or "", row.seq)
     return (row.seq,)
 
 
@@ -311,7 +319,82 @@ def _attention_key(row: ChildRow) -> tuple[int, float]:
     return (4, -(row.finished_ts or 0.0))
 
 
-# --- group headers (the group order) ----------------------------------------------------------
+# --- groupings (G) ----------------------------------------------------------------------------
+
+
+class GroupBy(StrEnum):
+    """What `G` groups the table by, under foldable headers; the sort order applies within."""
+
+    GROUP = "group"  # the task's group (its completion unit)
+    STATUS = "status"
+    ROUTE = "route"
+    TOOL = "tool"  # the tool running now
+    ERROR = "error"  # the error's signature, or a retrying child's last failure's
+
+
+GROUPINGS: tuple[GroupBy | None, ...] = (None, *GroupBy)  # what G cycles through; None: off
+
+
+def next_grouping(by: GroupBy | None) -> GroupBy | None:
+    return GROUPINGS[(GROUPINGS.index(by) + 1) % len(GROUPINGS)]
+
+
+# Statuses grouped in the attention order: what needs a look first, what is done last.
+_STATUS_GROUPS = (
+    "failed",
+    "timed_out",
+    "stalled",
+    "unknown",
+    "retrying",
+    "running",
+    "gated",
+    "queued",
+    "completed",
+    "stopped",
+)
+_STATUS_RANK = {name: i for i, name in enumerate(_STATUS_GROUPS)}
+
+
+@lru_cache(maxsize=4096)
+def _signature(text: str) -> str | None:
+    # Children failing the same way share a message: each distinct one is normalized once.
+    return error_signature(text)
+
+
+def group_value(by: GroupBy, row: ChildRow) -> str | None:
+    """The row's value in grouping `by`; None: it has none (no group, no tool, no error)."""
+    if by is GroupBy.GROUP:
+        return row.group
+    if by is GroupBy.STATUS:
+        return "retrying" if is_retrying(row) else row.status.value
+    if by is GroupBy.ROUTE:
+        return row.route
+    if by is GroupBy.TOOL:
+        return row.activity.current_tool
+    if row.error:
+        return _signature(row.error)
+    # A child retrying has not failed yet, but it is failing: its retry notice names how.
+    reason = row.activity.retry_reason
+    return _signature(reason) if reason is not None and row.status.live else None
+
+
+Rank = tuple[bool, int, str | None]  # a group's place; see group_rank
+
+
+def group_rank(by: GroupBy, value: str | None) -> Rank:
+    """Where a group goes: statuses in the attention order, others by name; no value last.
+    The value is the last item (never compared with a str when None: the first item differs)."""
+    if by is GroupBy.STATUS and value is not None:
+        return (False, _STATUS_RANK.get(value, len(_STATUS_RANK)), value)
+    return (value is None, 0, value)
+
+
+def no_value_label(by: GroupBy) -> str:
+    """The header of the children with no value: `no error`, `no tool`, `no group`."""
+    return f"no {by.value}"
+
+
+# --- group headers ----------------------------------------------------------------------------
 
 GROUP_CHARS = 60  # of a group's name in its header
 FOLDED, UNFOLDED = "▸", "▾"

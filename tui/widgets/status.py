@@ -17,6 +17,7 @@ class StatusLine:
     batch_id: str = ""
     batch_status: BatchStatus = BatchStatus.RUNNING
     order: str = "attention"
+    grouping: str | None = None  # what G groups by
     query: str = ""
     shown: int = 0
     total: int = 0
@@ -53,6 +54,8 @@ def status_parts(line: StatusLine) -> list[Part]:
     if line.resort_pending:
         parts.append((1, [("  │  ", "dim"), ("re-sort pending", "bold yellow")]))
     parts.append((2, [("  │  sort ", "dim"), (line.order, "")]))
+    if line.grouping is not None:
+        parts.append((2, [("  │  grouped by ", "dim"), (line.grouping, "bold")]))
     if line.tagged:
         parts.append((1, [(f"  │  {line.tagged} tagged", "bold magenta")]))
     parts.append((2, [(f"  │  {line.shown:,} of {line.total:,} shown", "dim")]))
