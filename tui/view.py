@@ -6,7 +6,7 @@ the store. Keep the Protocol small so both fit it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -45,6 +45,11 @@ class EngineView(Protocol):
         """Interrupt every live child; queued ones never start."""
         ...
 
+    def set_limits(self, change: Mapping[str, object]) -> None:
+        """Change the live limits (see engine/limits.py); LimitError, nothing changed, for a
+        bad change (the dialog shows why)."""
+        ...
+
     def transcript_path(self, child_id: str) -> Path | None:
         """The child's live transcript file, or None if the child is unknown."""
         ...
@@ -75,6 +80,9 @@ class LiveView:
 
     def stop_all(self) -> None:
         self.engine.stop_all()
+
+    def set_limits(self, change: Mapping[str, object]) -> None:
+        self.engine.set_limits(change)
 
     def transcript_path(self, child_id: str) -> Path | None:
         if child_id not in self._paths:

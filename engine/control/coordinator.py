@@ -746,7 +746,7 @@ class Coordinator:
             "reason": why,
         }
         self._record_event(None, "soft_budget_hold", json.dumps(detail))
-        log.warning("flightdeck engine: %s; no new child starts", why)
+        log.info("flightdeck engine: %s; no new child starts", why)  # the UIs ask the operator
         self._on_limits(self.limits(), self.hold)
 
 

@@ -1,0 +1,114 @@
+"""`flightdeck limits` against a real owner process: print, change, and refuse bad input with
+one line naming the argument (exit 2, nothing written); a headless soft-budget hold says how
+to go on, and `--soft-cost` releases it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from flightdeck.engine.records.reader import StoreReader
+
+from durable import CountingServer, flightdeck, project
+
+
+def until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def run(folder: Path, *args: str) -> tuple[int, str, str]:
+    proc = flightdeck(folder, *args)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out, err
+
+
+def limit_requests(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT count(*) FROM requests WHERE kind = 'limits'").fetchone()[0])
+
+
+def test_limits_prints_changes_and_refuses_bad_arguments(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        server.open.clear()  # every request waits: the children stay running
+        folder = project(tmp_path, server, 10, pool=2)
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        db = folder / "state" / "flightdeck.db"
+        try:
+            until(lambda: server.total_runs() == 2)
+            with StoreReader(db) as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            code, out, _ = run(folder, "limits", batch_id)
+            assert code == 0
+            assert out.splitlines() == [
+                "pool 2",
+                "route lb: max_concurrent off, rpm off, tpm off",
+                "soft budget off (hard budget none)",
+            ]
+            for args, named in (
+                (["--pool", "0"], "--pool"),
+                (["--rpm", "fast"], "--rpm"),
+                (["--route", "nope", "--tpm", "5"], "--route"),
+                (["--route", "lb"], "--route"),
+                (["--soft-cost", "-1"], "--soft-cost"),
+            ):
+                code, out, err = run(folder, "limits", batch_id, *args)
+                assert code == 2, (args, err)
+                assert len(err.strip().splitlines()) == 1 and named in err, err
+            assert limit_requests(db) == 0  # nothing written
+
+            code, out, err = run(folder, "limits", batch_id, "--pool", "5", "--max-concurrent", "4")
+            assert code == 0, err
+            assert out.strip() == "limits applied: pool 5; route lb max_concurrent 4"
+            until(lambda: server.total_runs() == 4)  # the route's cap of 4, under the pool's 5
+            code, out, _ = run(folder, "limits", batch_id)
+            assert out.splitlines()[:2] == ["pool 5", "route lb: max_concurrent 4, rpm off, tpm off"]
+            with StoreReader(db) as reader:
+                info = reader.batch(batch_id)
+                events = [d for _, _, k, d in reader.events(batch_id) if k == "limits"]
+            assert info is not None and info.pool_size == 5
+            assert [json.loads(d)["change"] for d in events] == [
+                {"pool_size": 5, "routes": {"lb": {"max_concurrent": 4}}}
+            ]
+            assert run(folder, "stop", batch_id, "--all")[0] == 0
+        finally:
+            server.open.set()
+            owner.wait(30)
+            owner.communicate()
+
+
+def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 6, pool=1)
+        toml = folder / "flightdeck.toml"
+        toml.write_text(toml.read_text() + "\n[budget]\nsoft_cost_usd = 0\n")
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        db = folder / "state" / "flightdeck.db"
+        try:
+            until(db.is_file)
+            with StoreReader(db) as reader:
+                until(lambda: (i := reader.batch(reader.latest_batch_id() or "")) is not None and i.held is not None)
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None and server.total_runs() == 0
+            code, out, err = run(folder, "limits", batch_id, "--soft-cost", "off")
+            assert code == 0, err
+            assert out.strip() == "limits applied: soft budget off"
+            out, err = owner.communicate(timeout=30)
+        finally:
+            server.open.set()
+            owner.kill()
+        held = [line for line in out.splitlines() if line.startswith("held:")]
+        assert held == [
+            f"held: soft budget $0.00 reached: spent $0.00; running children go on. To go on: "
+            f"flightdeck limits {batch_id} --soft-cost USD --state-dir {folder / 'state'} "
+            f"(raise it) or --soft-cost off (drop it); to stop: flightdeck stop {batch_id} "
+            f"--all --state-dir {folder / 'state'}"
+        ], out
+        assert owner.returncode == 0, err
+        assert server.total_runs() == 6
