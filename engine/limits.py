@@ -26,6 +26,7 @@ __all__ = [
     "ROUTE_FIELDS",
     "LimitError",
     "changed",
+    "describe",
     "limits_from_json",
     "limits_json",
     "limits_of",
@@ -125,10 +126,27 @@ def parse_money(field: str, text: str) -> str | None:
     try:
         value = Decimal(text)
     except InvalidOperation:
-        raise LimitError(field, f"expected dollars (such as 10 or 12.50) or off, got {text!r}") from None
+        raise LimitError(
+            field, f"expected dollars (such as 10 or 12.50) or off, got {text!r}"
+        ) from None
     if not value.is_finite() or value < 0:
         raise LimitError(field, f"must be 0 or more, got {text}")
     return str(value)
+
+
+def describe(change: Mapping[str, Any]) -> str:
+    """A change in words, for the report and the command line: "pool 8; route sim rpm 120,
+    tpm off; soft budget off"."""
+    parts = []
+    if "pool_size" in change:
+        parts.append(f"pool {change['pool_size']}")
+    for name, fields in (change.get("routes") or {}).items():
+        shown = ", ".join(f"{k} {'off' if v is None else v}" for k, v in fields.items())
+        parts.append(f"route {name} {shown}")
+    if "soft_cost_usd" in change:
+        soft = change["soft_cost_usd"]
+        parts.append("soft budget " + ("off" if soft is None else f"${soft}"))
+    return "; ".join(parts)
 
 
 def limits_json(limits: Limits) -> str:
@@ -136,9 +154,7 @@ def limits_json(limits: Limits) -> str:
     return json.dumps(
         {
             "pool_size": limits.pool_size,
-            "routes": {
-                r.route: {f: getattr(r, f) for f in ROUTE_FIELDS} for r in limits.routes
-            },
+            "routes": {r.route: {f: getattr(r, f) for f in ROUTE_FIELDS} for r in limits.routes},
             "soft_cost_usd": None if limits.soft_cost_usd is None else str(limits.soft_cost_usd),
             "max_cost_usd": None if limits.max_cost_usd is None else str(limits.max_cost_usd),
             "soft_held": limits.soft_held,

@@ -30,7 +30,9 @@ def run(folder: Path, *args: str) -> tuple[int, str, str]:
 
 def limit_requests(db: Path) -> int:
     with sqlite3.connect(db) as conn:
-        return int(conn.execute("SELECT count(*) FROM requests WHERE kind = 'limits'").fetchone()[0])
+        return int(
+            conn.execute("SELECT count(*) FROM requests WHERE kind = 'limits'").fetchone()[0]
+        )
 
 
 def test_limits_prints_changes_and_refuses_bad_arguments(tmp_path: Path) -> None:
@@ -68,7 +70,10 @@ def test_limits_prints_changes_and_refuses_bad_arguments(tmp_path: Path) -> None
             assert out.strip() == "limits applied: pool 5; route lb max_concurrent 4"
             until(lambda: server.total_runs() == 4)  # the route's cap of 4, under the pool's 5
             code, out, _ = run(folder, "limits", batch_id)
-            assert out.splitlines()[:2] == ["pool 5", "route lb: max_concurrent 4, rpm off, tpm off"]
+            assert out.splitlines()[:2] == [
+                "pool 5",
+                "route lb: max_concurrent 4, rpm off, tpm off",
+            ]
             with StoreReader(db) as reader:
                 info = reader.batch(batch_id)
                 events = [d for _, _, k, d in reader.events(batch_id) if k == "limits"]
@@ -93,7 +98,12 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
         try:
             until(db.is_file)
             with StoreReader(db) as reader:
-                until(lambda: (i := reader.batch(reader.latest_batch_id() or "")) is not None and i.held is not None)
+                until(
+                    lambda: (
+                        (i := reader.batch(reader.latest_batch_id() or "")) is not None
+                        and i.held is not None
+                    )
+                )
                 batch_id = reader.latest_batch_id()
             assert batch_id is not None and server.total_runs() == 0
             code, out, err = run(folder, "limits", batch_id, "--soft-cost", "off")

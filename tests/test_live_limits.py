@@ -74,9 +74,7 @@ def test_raising_the_pool_starts_more_at_once_beyond_the_threads_it_began_with(
         events = [(k, d) for _, c, k, d in reader.events(engine.batch_id) if k == "limits"]
     assert info is not None and info.pool_size == 12
     assert info.limits_json is not None and json.loads(info.limits_json)["pool_size"] == 12
-    assert [json.loads(d) for _, d in events] == [
-        {"change": {"pool_size": 12}, "by": "operator"}
-    ]
+    assert [json.loads(d) for _, d in events] == [{"change": {"pool_size": 12}, "by": "operator"}]
 
 
 def test_a_routes_max_concurrent_changes_live_both_ways(tmp_path: Path) -> None:
@@ -188,7 +186,11 @@ def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path)
     assert snap.limits is not None and snap.limits.soft_held == snap.held
     with StoreReader(engine.state_dir / "flightdeck.db") as reader:
         info = reader.batch(engine.batch_id)
-        holds = [json.loads(d) for _, _, k, d in reader.events(engine.batch_id) if k == "soft_budget_hold"]
+        holds = [
+            json.loads(d)
+            for _, _, k, d in reader.events(engine.batch_id)
+            if k == "soft_budget_hold"
+        ]
     assert info is not None and info.held == snap.held
     assert [h["projected_usd"] for h in holds] == [str(projected)]
 

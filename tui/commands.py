@@ -411,7 +411,7 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
     applies the change at once; a bad one is a usage error naming the argument)."""
     import time
 
-    from flightdeck.engine.limits import LimitError, changed
+    from flightdeck.engine.limits import LimitError, changed, describe
     from flightdeck.engine.records.requests import RequestKind, request, submit
 
     db = _request_db(args)
@@ -429,7 +429,7 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
         row = request(db, args.batch_id, rid)
         assert row is not None
         if row.state.value == "applied":
-            console_for().print(Text(f"limits applied: {_change_text(change)}"))
+            console_for().print(Text(f"limits applied: {one_line(describe(change))}"))
             return ExitCode.OK
         if row.state.value == "refused":
             console_for(stderr=True).print(
@@ -447,6 +447,7 @@ def _stored_limits(db: Path, batch_id: str) -> Limits:
     """The live limits the batch's owner recorded, else those its settings began with."""
     from flightdeck.engine.inputs.settings.stored import settings_from_json
     from flightdeck.engine.limits import limits_from_json, limits_of
+    from flightdeck.engine.model import Limits
     from flightdeck.engine.records.reader import StoreReader
 
     with StoreReader(db) as reader:
@@ -455,6 +456,8 @@ def _stored_limits(db: Path, batch_id: str) -> Limits:
         if info.limits_json:
             return limits_from_json(info.limits_json)
         routes = dict.fromkeys(sorted({r.route for r in reader.children(batch_id, results=False)}))
+    if info.settings_json is None:  # a batch of an older flightdeck: only its pool size known
+        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
     return limits_of(settings_from_json(info.settings_json), routes, info.pool_size)
 
 
@@ -490,21 +493,6 @@ def _limit_change(args: argparse.Namespace, current: Limits) -> dict[str, object
 
 def _cap(value: object) -> str:
     return "off" if value is None else str(value)
-
-
-def _change_text(change: dict[str, object]) -> str:
-    parts = []
-    if "pool_size" in change:
-        parts.append(f"pool {change['pool_size']}")
-    routes = change.get("routes")
-    if isinstance(routes, dict):
-        for name, fields in routes.items():
-            shown = ", ".join(f"{k} {_cap(v)}" for k, v in fields.items())
-            parts.append(f"route {one_line(name, 60)} {shown}")
-    if "soft_cost_usd" in change:
-        soft = change["soft_cost_usd"]
-        parts.append("soft budget " + ("off" if soft is None else f"${soft}"))
-    return "; ".join(parts)
 
 
 def _print_limits(limits: Limits) -> None:

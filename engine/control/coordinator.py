@@ -727,7 +727,11 @@ class Coordinator:
         stops the batch (`_set_limits`, a stop-all)."""
         soft = self._soft_cost
         now = self._clock()
-        if soft is None or self._soft_held is not None or now - self._last_soft < SOFT_BUDGET_EVERY_S:
+        if (
+            soft is None
+            or self._soft_held is not None
+            or now - self._last_soft < SOFT_BUDGET_EVERY_S
+        ):
             return
         self._last_soft = now
         spent = self._meter.totals().cost_usd
@@ -756,4 +760,5 @@ def _usd(amount: Decimal) -> str:
 
 def _plain(change: Mapping[str, Any]) -> dict[str, Any]:
     """A change as JSON takes it (dollars as strings)."""
-    return json.loads(json.dumps(dict(change), default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(dict(change), default=str))
+    return plain
