@@ -141,6 +141,14 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Route gauges: in flight/cap, pause, 429s, cache ratio, rpm/tpm",
     ),
     Binding(
+        "L",
+        "limits",
+        "Limits",
+        show=False,
+        id="batch.limits",
+        tooltip="Change the pool size, a route's max_concurrent/rpm/tpm or the soft budget live",
+    ),
+    Binding(
         "question_mark",
         "help",
         "Help",
@@ -170,6 +178,7 @@ PALETTE = {
     "follow": "view: follow most active",
     "freeze": "view: freeze / unfreeze",
     "routes": "view: route gauges",
+    "limits": "batch: live limits",
     "help": "app: help",
     "quit": "app: quit",
 }
