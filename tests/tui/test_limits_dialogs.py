@@ -144,7 +144,7 @@ def _owner(folder: Path, children: int) -> tuple[subprocess.Popen[str], Path, st
             "--headless",
             "--state-dir",
             str(state),
-        ],  # fmt: skip
+        ],
         cwd=folder,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
