@@ -10,7 +10,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.tui.cli import main
 
 from durable import CountingServer, flightdeck, project
 
@@ -35,7 +37,10 @@ def limit_requests(db: Path) -> int:
         )
 
 
-def test_limits_prints_changes_and_refuses_bad_arguments(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_limits_prints_changes_and_refuses_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with CountingServer() as server:
         server.open.clear()  # every request waits: the children stay running
         folder = project(tmp_path, server, 10, pool=2)
@@ -53,15 +58,18 @@ def test_limits_prints_changes_and_refuses_bad_arguments(tmp_path: Path) -> None
                 "route lb: max_concurrent off, rpm off, tpm off",
                 "soft budget off (hard budget none)",
             ]
-            for args, named in (
-                (["--pool", "0"], "--pool"),
+            code, _, err = run(folder, "limits", batch_id, "--pool", "0")  # as a user runs it
+            assert code == 2 and len(err.strip().splitlines()) == 1 and "--pool" in err, err
+            state = ("--state-dir", str(folder / "state"))
+            for args, named in (  # the same command in this process: no interpreter start each
                 (["--rpm", "fast"], "--rpm"),
                 (["--route", "nope", "--tpm", "5"], "--route"),
                 (["--route", "lb"], "--route"),
                 (["--soft-cost", "-1"], "--soft-cost"),
+                (["--max-concurrent", "0"], "--max-concurrent"),
             ):
-                code, out, err = run(folder, "limits", batch_id, *args)
-                assert code == 2, (args, err)
+                assert main(["limits", batch_id, *args, *state]) == 2, args
+                err = capsys.readouterr().err
                 assert len(err.strip().splitlines()) == 1 and named in err, err
             assert limit_requests(db) == 0  # nothing written
 
@@ -88,6 +96,7 @@ def test_limits_prints_changes_and_refuses_bad_arguments(tmp_path: Path) -> None
             owner.communicate()
 
 
+@pytest.mark.slow
 def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
     with CountingServer() as server:
         folder = project(tmp_path, server, 6, pool=1)
@@ -122,3 +131,39 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
         ], out
         assert owner.returncode == 0, err
         assert server.total_runs() == 6
+
+
+@pytest.mark.slow
+def test_a_resumed_batch_keeps_the_limits_the_operator_changed(tmp_path: Path) -> None:
+    import signal
+
+    from flightdeck.engine.api import Engine
+
+    with CountingServer() as server:
+        server.open.clear()
+        folder = project(tmp_path, server, 6, pool=2)
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        db = folder / "state" / "flightdeck.db"
+        try:
+            until(lambda: server.total_runs() == 2)
+            with StoreReader(db) as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            args = ("--pool", "3", "--rpm", "90", "--soft-cost", "7.5")
+            code, _, err = run(folder, "limits", batch_id, *args)
+            assert code == 0, err
+            owner.send_signal(signal.SIGKILL)
+            owner.wait(10)
+        finally:
+            server.open.set()
+            owner.kill()
+            owner.communicate()
+    engine = Engine.resume(folder / "state", batch_id)  # built from the store, not started
+    try:
+        assert engine.pool_size == 3
+        assert engine.routes["lb"].rpm == 90
+        assert engine.settings.budget.soft_cost_usd == 7.5
+        limits = engine.limits()
+        assert (limits.pool_size, limits.soft_cost_usd) == (3, 7.5)
+    finally:
+        engine.close()

@@ -243,3 +243,37 @@ def test_spend_crossing_the_soft_budget_holds_too(tmp_path: Path) -> None:
         assert engine.snapshot().totals.queued == 3  # held before anything started
     finally:
         engine.close()
+
+
+def test_a_soft_budget_needs_every_route_priced(tmp_path: Path) -> None:
+    from flightdeck.engine.api import Engine
+    from flightdeck.engine.errors import ConfigError
+    from flightdeck.engine.inputs.settings import Route, Settings
+
+    route = Route(name="x", provider="openai", model="no-such-model-anywhere")
+    s = Settings(routes={"x": route}, budget=Budget(soft_cost_usd=Decimal("1")))
+    with pytest.raises(ConfigError) as err:
+        Engine(batch(1, route="x"), s, state_dir=tmp_path)
+    assert err.value.field == "budget.soft_cost_usd"
+
+
+def test_the_report_shows_the_changes_and_the_holds(tmp_path: Path, every_step: None) -> None:
+    from flightdeck.engine.records.report import build_report, render_markdown
+
+    engine = start(batch(3), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None, 10)
+        engine.set_limits({"pool_size": 3, "soft_cost_usd": None})
+        run_to_end(engine, 20)
+    finally:
+        engine.close()
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    actions = [(a["action"], a.get("change")) for a in report["limits"]]
+    assert actions == [
+        ("soft_budget_hold", None),
+        ("limits", {"pool_size": 3, "soft_cost_usd": None}),
+    ]
+    md = render_markdown(report)
+    assert "| — | limits | pool 3; soft budget off |" in md
+    assert "| — | soft budget hold | soft budget $0.00 reached: projected $" in md

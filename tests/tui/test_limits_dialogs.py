@@ -24,7 +24,7 @@ from flightdeck.tui.storeview import StoreView
 from textual.widgets import Input, Label
 from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, until
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # each takes a second or more
 
 
 def error_text(app: FlightdeckApp, selector: str) -> str:
@@ -167,7 +167,6 @@ def _view(db: Path, batch_id: str) -> StoreView:
             time.sleep(0.01)
 
 
-@pytest.mark.slow
 async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> None:
     process, db, batch_id = _owner(tmp_path, 5)
     view = _view(db, batch_id)
@@ -192,6 +191,11 @@ async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> No
             caps = limits.route("sim")
             assert caps is not None and caps.max_concurrent == 3
             assert all(r.status is not ChildStatus.STOPPED for r in view.snapshot().children)
+            await pilot.press("r")  # the route gauges: the cap the owner recorded
+            gauges = app.main.query_one("#routes")
+            await until(
+                pilot, lambda: "in flight 3/3 max_concurrent" in str(gauges.render()), "cap"
+            )
     finally:
         view.close()
         process.send_signal(signal.SIGTERM)
