@@ -176,6 +176,8 @@ def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path)
         snap = engine.snapshot()
         time.sleep(0.2)
         assert engine.snapshot().totals.queued == 9  # nothing more starts while it holds
+        with StoreReader(engine.state_dir / "flightdeck.db") as reader:  # for attached views
+            until(lambda: (i := reader.batch(engine.batch_id)) is not None and i.held == snap.held)
     finally:
         engine.close()
     first = snap.child("t0000")
@@ -191,7 +193,7 @@ def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path)
             for _, _, k, d in reader.events(engine.batch_id)
             if k == "soft_budget_hold"
         ]
-    assert info is not None and info.held == snap.held
+    assert info is not None and info.held is None  # closed: nothing held any more
     assert [h["projected_usd"] for h in holds] == [str(projected)]
 
 
@@ -232,6 +234,10 @@ def test_stop_all_while_the_soft_budget_holds_ends_the_batch(tmp_path: Path) -> 
         engine.close()
     assert snap.status is BatchStatus.STOPPED
     assert (snap.totals.completed, snap.totals.stopped) == (1, 4)
+    assert snap.held is None  # an ended batch holds nothing back, in the store too
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        info = reader.batch(engine.batch_id)
+    assert info is not None and info.held is None
 
 
 @pytest.mark.usefixtures("every_step")

@@ -319,6 +319,12 @@ class Coordinator:
 
     def _end(self) -> EngineEvent | None:
         status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
+        if self._soft_held is not None:  # an ended batch holds nothing back
+            self._soft_held = None
+            try:
+                self._on_limits(self.limits(), self.hold)
+            except Exception:
+                log.exception("flightdeck engine: the end of the soft budget's hold")
         try:
             return self._on_finished(status)
         except Exception:
