@@ -1,16 +1,19 @@
 """`flightdeck limits` against a real owner process: print, change, and refuse bad input with
-one line naming the argument (exit 2, nothing written); a headless soft-budget hold says how
-to go on, and `--soft-cost` releases it."""
+one line naming the argument (exit 2, nothing written); a resumed batch keeps the changes; a
+headless soft-budget hold says how to go on, and `--soft-cost` releases it."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.api import Engine
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.cli import main
 
@@ -38,7 +41,7 @@ def limit_requests(db: Path) -> int:
 
 
 @pytest.mark.slow
-def test_limits_prints_changes_and_refuses_bad_arguments(
+def test_limits_prints_changes_refuses_bad_arguments_and_survives_a_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with CountingServer() as server:
@@ -89,11 +92,23 @@ def test_limits_prints_changes_and_refuses_bad_arguments(
             assert [json.loads(d)["change"] for d in events] == [
                 {"pool_size": 5, "routes": {"lb": {"max_concurrent": 4}}}
             ]
-            assert run(folder, "stop", batch_id, "--all")[0] == 0
+            code, _, err = run(folder, "limits", batch_id, "--rpm", "90", "--soft-cost", "7.5")
+            assert code == 0, err
+            owner.send_signal(signal.SIGKILL)  # the owner dies: resume takes the batch over
+            owner.wait(10)
         finally:
             server.open.set()
-            owner.wait(30)
+            owner.kill()
             owner.communicate()
+    # A resumed batch keeps what the operator changed: built from the store (not started).
+    engine = Engine.resume(folder / "state", batch_id)
+    try:
+        assert engine.pool_size == 5
+        assert (engine.routes["lb"].max_concurrent, engine.routes["lb"].rpm) == (4, 90)
+        limits = engine.limits()
+        assert (limits.pool_size, limits.soft_cost_usd) == (5, Decimal("7.5"))
+    finally:
+        engine.close()
 
 
 @pytest.mark.slow
@@ -131,39 +146,3 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
         ], out
         assert owner.returncode == 0, err
         assert server.total_runs() == 6
-
-
-@pytest.mark.slow
-def test_a_resumed_batch_keeps_the_limits_the_operator_changed(tmp_path: Path) -> None:
-    import signal
-
-    from flightdeck.engine.api import Engine
-
-    with CountingServer() as server:
-        server.open.clear()
-        folder = project(tmp_path, server, 6, pool=2)
-        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-        db = folder / "state" / "flightdeck.db"
-        try:
-            until(lambda: server.total_runs() == 2)
-            with StoreReader(db) as reader:
-                batch_id = reader.latest_batch_id()
-            assert batch_id is not None
-            args = ("--pool", "3", "--rpm", "90", "--soft-cost", "7.5")
-            code, _, err = run(folder, "limits", batch_id, *args)
-            assert code == 0, err
-            owner.send_signal(signal.SIGKILL)
-            owner.wait(10)
-        finally:
-            server.open.set()
-            owner.kill()
-            owner.communicate()
-    engine = Engine.resume(folder / "state", batch_id)  # built from the store, not started
-    try:
-        assert engine.pool_size == 3
-        assert engine.routes["lb"].rpm == 90
-        assert engine.settings.budget.soft_cost_usd == 7.5
-        limits = engine.limits()
-        assert (limits.pool_size, limits.soft_cost_usd) == (3, 7.5)
-    finally:
-        engine.close()
