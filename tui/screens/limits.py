@@ -14,7 +14,7 @@ from flightdeck.engine.sanitize import one_line
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
@@ -60,7 +60,8 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
 
     def compose(self) -> ComposeResult:
         limits = self.limits
-        with Vertical(classes="dialog"):
+        # Scrolls: a batch of many routes has a row for each.
+        with VerticalScroll(classes="dialog"):
             yield Label(Text("Live limits", style="bold"))
             yield Label(
                 Text(
@@ -79,7 +80,7 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
                         yield Label(field, classes="limit-label")
                         yield Input(_shown(getattr(caps, field)), id=_field_id(i, field))
             hard = limits.max_cost_usd
-            label = "soft budget $" + ("" if hard is None else f" (hard ${hard})")
+            label = "soft budget in $" + ("" if hard is None else f" (hard budget ${hard})")
             with Horizontal(classes="limit-row"):
                 yield Label(label, classes="limit-label")
                 yield Input(_shown(limits.soft_cost_usd), id="limit-soft")
