@@ -20,7 +20,7 @@ from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import Steer, Stop, StopAll, Then
+from flightdeck.engine.control.inbox import SetLimits, Steer, Stop, StopAll, Then
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
@@ -29,12 +29,14 @@ from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
+from flightdeck.engine.limits import changed, limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
     ChildRow,
     ChildStatus,
     EngineEvent,
+    Limits,
     Snapshot,
     SteerReceipt,
 )
@@ -133,9 +135,12 @@ class Engine:
 
         state_dir = Path(state_dir).absolute()
         stored = resume.load(state_dir, batch_id)
+        settings = stored.settings
+        if stored.info.limits_json:  # what the operator changed live is kept (pool size too)
+            settings = with_limits(settings, limits_from_json(stored.info.limits_json))
         engine = cls(
             stored.batch,
-            stored.settings,
+            settings,
             state_dir=state_dir,
             max_concurrent=stored.info.pool_size,
             clock=clock,
@@ -241,6 +246,8 @@ class Engine:
             canned=self.settings.canned,
             schedules=self.batch.schedules,
             taken_ids=frozenset(r.id for r in self._carried),
+            rows=self._rows,
+            on_limits=self._limits_changed,
         )
         self._coordinator.start()
         self._duties = OwnerDuties(
@@ -248,6 +255,18 @@ class Engine:
         )
         self._duties.start()
         return self.batch_id
+
+    def _rows(self) -> tuple[ChildRow, ...]:
+        """Every child's row, a resumed batch's finished ones included."""
+        c = self._coordinator
+        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.children) if c else ()
+        return (*self._carried, *rows) if self._carried else rows
+
+    def _limits_changed(self, limits: Limits, hold: str | None) -> None:
+        """Coordinator thread: the live limits and the hold, for attached views and resume."""
+        assert self._store is not None
+        self._store.set_limits(self.batch_id, limits.pool_size, limits_json(limits))
+        self._store.set_held(self.batch_id, hold)
 
     def _claim_resumed(self) -> None:
         """Become the batch's owner, atomically: one that still lives keeps it (OwnerAlive)."""
@@ -519,12 +538,14 @@ class Engine:
             now=self.clock(),
             children=rows,
             totals=totals_of(rows),
-            pool_size=self.pool_size,
+            pool_size=c.pool_size if c else self.pool_size,
             max_cost_usd=self.settings.budget.max_cost_usd,
             routes=c.headroom() if c else (),
             finished_ts=self._finished_ts,
             problem=self.problem(),
             lost_cost_usd=self._lost_cost,
+            held=c.hold if c else None,
+            limits=self.limits(),
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
@@ -583,6 +604,24 @@ class Engine:
         """Stop every child that has not ended; queued ones never start."""
         self._require().command(StopAll())
 
+    def limits(self) -> Limits:
+        """The live limits: pool size, each route's caps, the soft budget and its hold."""
+        c = self._coordinator
+        if c is not None:
+            return c.limits()
+        return limits_of(self.settings, self.routes, self.pool_size)
+
+    def set_limits(self, change: Mapping[str, object]) -> Limits:
+        """Change the live limits (see engine/limits.py for `change`); the coordinator applies
+        it at once and records it as the operator's. Returns the limits it makes; LimitError
+        (a ValueError naming the field, nothing changed) for a bad one."""
+        c = self._require()
+        if self._closed:
+            raise RuntimeError("Engine.set_limits() after close(): every child has ended")
+        new = changed(c.limits(), change)
+        c.command(SetLimits(dict(change)))
+        return new
+
     def _apply_request(self, request: RequestRow) -> None:
         """A client's command (owner duties thread): applied by the coordinator in order, and
         marked applied once what it made is recorded; an id this batch lacks, refused."""
@@ -610,6 +649,15 @@ class Engine:
             c.command(Stop(live))
         elif request.kind == RequestKind.STOP_ALL:
             c.command(StopAll())
+        elif request.kind == RequestKind.LIMITS:
+            try:
+                changed(c.limits(), request.payload or {})
+            except ValueError as exc:
+                store.settle_request(
+                    self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=str(exc)
+                )
+                return
+            c.command(SetLimits(dict(request.payload or {})))
         else:  # a kind with no handler here: said, never taken for another
             reason = f"this owner cannot apply a {request.kind.value!r} request"
             store.settle_request(

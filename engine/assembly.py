@@ -86,19 +86,28 @@ def pool_size(
 
 
 def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
-    """A cost cap needs every route priced: spend at an unknown price is never counted,
-    so the cap would silently never be reached."""
+    """A cost cap (hard or soft) needs every route priced: spend at an unknown price is never
+    counted, so the cap would silently never be reached."""
     budget = settings.budget
-    if budget.max_cost_usd is None:
+    caps = [
+        (line, name)
+        for value, line, name in (
+            (budget.max_cost_usd, budget.cost_line, "budget.max_cost_usd"),
+            (budget.soft_cost_usd, budget.soft_cost_line, "budget.soft_cost_usd"),
+        )
+        if value is not None
+    ]
+    if not caps:
         return
+    line, name = caps[0]
     for route in routes:
         # Claude Code reports what it spent; another command's tokens need the route's price.
         reports_cost = route.command is not None and route.command.format == "claude-stream-json"
         if not price_known(route) and not reports_cost:
             raise ConfigError(
                 settings.source,
-                budget.cost_line,
-                "budget.max_cost_usd",
+                line,
+                name,
                 f"cannot be enforced: no price is known for route {route.name!r} "
                 f"(model {route.model!r}); give [routes.{route.name}] a price",
             )

@@ -257,6 +257,33 @@ class RouteHeadroom:
 
 
 @record
+class RouteCaps:
+    """A route's limits as they stand now: configured, or changed live by the operator (rpm and
+    tpm learned from the server's headers stay an upper bound over these: see RouteHeadroom)."""
+
+    route: str
+    max_concurrent: int | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+@record
+class Limits:
+    """A batch's live limits: the pool size, each route's caps, and the soft budget (None:
+    none), with the hard budget they are checked against and the soft budget's hold, if on."""
+
+    pool_size: int
+    routes: tuple[RouteCaps, ...] = ()
+    soft_cost_usd: Decimal | None = None
+    max_cost_usd: Decimal | None = None  # the hard budget: never changed live
+    soft_held: str | None = None  # why the soft budget holds admission; None: it does not
+
+    def route(self, name: str) -> RouteCaps | None:
+        """The caps of route `name`; None if the batch has no such route."""
+        return next((r for r in self.routes if r.route == name), None)
+
+
+@record
 class Totals:
     """Counts, usage and cost summed over a batch (or one route of it)."""
 
@@ -324,6 +351,8 @@ class Snapshot:
     # Why admission is held (the operator paused the batch, the soft budget was reached), in a
     # sentence; None while new children may start.
     held: str | None = None
+    # The live limits (pool size, route caps, soft budget); None where unknown.
+    limits: Limits | None = None
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""

@@ -360,6 +360,17 @@ def test_budget_values(tmp_path: Path) -> None:
     error_at(path, 2, "budget.max_cost_usd")
 
 
+def test_soft_budget_values(tmp_path: Path) -> None:
+    path = write(tmp_path, "[budget]\nmax_cost_usd = 5\nsoft_cost_usd = 4.5\n")
+    assert load_settings(path).budget.soft_cost_usd == Decimal("4.5")
+    path = write(tmp_path, "[budget]\nmax_cost_usd = 5\nsoft_cost_usd = 6\n")
+    assert "at most max_cost_usd (5)" in str(error_at(path, 3, "budget.soft_cost_usd"))
+    path = write(tmp_path, "[budget]\nsoft_cost_usd = -1\n")
+    error_at(path, 2, "budget.soft_cost_usd")
+    path = write(tmp_path, '[budget]\nsoft_cost_usd = "ten"\n')
+    error_at(path, 2, "budget.soft_cost_usd")
+
+
 def test_wrong_type_for_a_table(tmp_path: Path) -> None:
     path = write(tmp_path, 'engine = "fast"\n')
     assert "expected a table, got string 'fast'" in str(error_at(path, 1, "engine"))

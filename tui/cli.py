@@ -11,6 +11,7 @@ from typing import Literal, NoReturn
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.commands import (
+    cmd_limits,
     cmd_ls,
     cmd_report,
     cmd_resume,
@@ -120,6 +121,22 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     stop.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="stop"))
     stop.add_argument("--state-dir", type=Path)
 
+    limits = sub.add_parser(
+        "limits", help="print a running batch's live limits, or change them (--pool, --route …)"
+    )
+    limits.add_argument("batch_id")
+    limits.add_argument("--pool", metavar="N", help="children alive at once")
+    limits.add_argument("--route", metavar="NAME", help="the route the next three change")
+    limits.add_argument("--max-concurrent", metavar="N", help="the route's cap (or off)")
+    limits.add_argument("--rpm", metavar="N", help="the route's requests per minute (or off)")
+    limits.add_argument("--tpm", metavar="N", help="the route's tokens per minute (or off)")
+    limits.add_argument(
+        "--soft-cost",
+        metavar="USD",
+        help="the soft budget: a new one (raises it), or off (drops it for this batch)",
+    )
+    limits.add_argument("--state-dir", type=Path)
+
     wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")
     wait.add_argument("batch_id")
     wait.add_argument("--state-dir", type=Path)
@@ -162,7 +179,13 @@ def _pool_size(text: str) -> int | Literal["auto"]:
     return value
 
 
-_OWNER_COMMANDS = {"resume": cmd_resume, "steer": cmd_steer, "stop": cmd_stop, "wait": cmd_wait}
+_OWNER_COMMANDS = {
+    "resume": cmd_resume,
+    "steer": cmd_steer,
+    "stop": cmd_stop,
+    "wait": cmd_wait,
+    "limits": cmd_limits,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:

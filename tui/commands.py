@@ -1,5 +1,5 @@
 """The `flightdeck` commands: run (an owner in the background, or headless), report, ls;
-resume, steer, stop, wait."""
+resume, steer, stop, wait, limits."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
+    from flightdeck.engine.model import Limits
     from flightdeck.engine.query import RowFilter
     from flightdeck.engine.records.reader import StoreReader
 
@@ -381,3 +382,120 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
                 console_for().print(Text(f"batch {args.batch_id} {status}"))
                 return ExitCode.OK if status == "completed" else ExitCode.INCOMPLETE
             time.sleep(POLL_S * 2)
+
+
+# The command line's name for each field of a change (engine/limits.py), for its errors.
+_LIMIT_ARGS = {
+    "pool_size": "--pool",
+    "route": "--route",
+    "max_concurrent": "--max-concurrent",
+    "rpm": "--rpm",
+    "tpm": "--tpm",
+    "soft_cost_usd": "--soft-cost",
+}
+
+
+def cmd_limits(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck limits`: a running batch's live limits printed, or changed (the owner
+    applies the change at once; a bad one is a usage error naming the argument)."""
+    import time
+
+    from flightdeck.engine.limits import LimitError, changed, describe
+    from flightdeck.engine.records.requests import RequestKind, request, submit
+
+    db = _request_db(args)
+    current = _stored_limits(db, args.batch_id)
+    try:
+        change = _limit_change(args, current)
+        if not change:
+            _print_limits(current)
+            return ExitCode.OK
+        changed(current, change)
+    except LimitError as exc:
+        raise UsageError(None, None, _LIMIT_ARGS.get(exc.field, exc.field), exc.message) from None
+    rid = _submitted(lambda: submit(db, args.batch_id, RequestKind.LIMITS, payload=change))
+    while True:
+        row = request(db, args.batch_id, rid)
+        assert row is not None
+        if row.state.value == "applied":
+            console_for().print(Text(f"limits applied: {one_line(describe(change))}"))
+            return ExitCode.OK
+        if row.state.value == "refused":
+            console_for(stderr=True).print(
+                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
+            )
+            return ExitCode.INCOMPLETE
+        gone = _owner_gone(db, args.batch_id)
+        if gone is not None:
+            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
+            return ExitCode.INCOMPLETE
+        time.sleep(POLL_S)
+
+
+def _stored_limits(db: Path, batch_id: str) -> Limits:
+    """The live limits the batch's owner recorded, else those its settings began with."""
+    from flightdeck.engine.inputs.settings.stored import settings_from_json
+    from flightdeck.engine.limits import limits_from_json, limits_of
+    from flightdeck.engine.model import Limits
+    from flightdeck.engine.records.reader import StoreReader
+
+    with StoreReader(db) as reader:
+        info = reader.batch(batch_id)
+        assert info is not None  # _request_db found it
+        if info.limits_json:
+            return limits_from_json(info.limits_json)
+        routes = dict.fromkeys(sorted({r.route for r in reader.children(batch_id, results=False)}))
+    if info.settings_json is None:  # a batch of an older flightdeck: only its pool size known
+        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
+    return limits_of(settings_from_json(info.settings_json), routes, info.pool_size)
+
+
+def _limit_change(args: argparse.Namespace, current: Limits) -> dict[str, object]:
+    """The change the arguments ask for ({} for none); LimitError naming a bad one."""
+    from flightdeck.engine.limits import LimitError, parse_count, parse_money
+
+    change: dict[str, object] = {}
+    if args.pool is not None:
+        size = parse_count("pool_size", args.pool)
+        if size is None:
+            raise LimitError("pool_size", "the pool needs a size (a whole number from 1)")
+        change["pool_size"] = size
+    fields = {
+        name: parse_count(name, text)
+        for name in ("max_concurrent", "rpm", "tpm")
+        if (text := getattr(args, name)) is not None
+    }
+    if fields:
+        name = args.route
+        if name is None:
+            if len(current.routes) != 1:
+                known = ", ".join(r.route for r in current.routes)
+                raise LimitError("route", f"name the route to change (its routes: {known})")
+            name = current.routes[0].route
+        change["routes"] = {name: fields}
+    elif args.route is not None:
+        raise LimitError("route", "give --max-concurrent, --rpm or --tpm for it")
+    if args.soft_cost is not None:
+        change["soft_cost_usd"] = parse_money("soft_cost_usd", args.soft_cost)
+    return change
+
+
+def _cap(value: object) -> str:
+    return "off" if value is None else str(value)
+
+
+def _print_limits(limits: Limits) -> None:
+    console = console_for()
+    console.print(Text(f"pool {limits.pool_size}"))
+    for r in limits.routes:
+        console.print(
+            Text(
+                f"route {one_line(r.route, 60)}: max_concurrent {_cap(r.max_concurrent)}, "
+                f"rpm {_cap(r.rpm)}, tpm {_cap(r.tpm)}"
+            )
+        )
+    soft = "off" if limits.soft_cost_usd is None else fmt_cost(limits.soft_cost_usd)
+    hard = "none" if limits.max_cost_usd is None else fmt_cost(limits.max_cost_usd)
+    console.print(Text(f"soft budget {soft} (hard budget {hard})"))
+    if limits.soft_held:
+        console.print(Text(f"held: {one_line(limits.soft_held)}"))

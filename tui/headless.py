@@ -20,6 +20,7 @@ from flightdeck.tui.output import (
     print_lines,
     progress_label,
     report_hint,
+    soft_hold_hint,
 )
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -133,6 +134,7 @@ def _run_headless(
             )
             progress.start()
             bar = progress.add_task("running", total=len(engine.batch.tasks))
+        soft_held: str | None = None
         while True:
             done = engine.wait(0.1)
             finished: list[ChildFinished | GroupFinished] = []
@@ -150,6 +152,11 @@ def _run_headless(
                     # a snapshot per wake-up that saw an end: the forecast moves only then
                     label = progress_label(engine.snapshot())
                     progress.update(bar, completed=done_so_far[-1], description=label)
+            held = engine.limits().soft_held
+            if held != soft_held:  # one line as the soft budget's hold begins
+                soft_held = held
+                if held is not None:
+                    console.print(Text(soft_hold_hint(engine, held), style="yellow"))
             show_notices()
             if done:
                 break

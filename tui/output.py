@@ -38,6 +38,18 @@ def report_hint(engine: Engine) -> str:
     return f"flightdeck report {engine.batch_id} --state-dir {state_dir}"
 
 
+def soft_hold_hint(engine: Engine, held: str) -> str:
+    """The one line a headless run prints when the soft budget holds admission: why, and the
+    commands that raise it, drop it, or stop the batch."""
+    state = f"--state-dir {shlex.quote(sanitize(str(engine.state_dir)))}"
+    b = engine.batch_id
+    return (
+        f"held: {sanitize(held)}; running children go on. To go on: flightdeck limits {b} "
+        f"--soft-cost USD {state} (raise it) or --soft-cost off (drop it); to stop: "
+        f"flightdeck stop {b} --all {state}"
+    )
+
+
 def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
     """What a run prints once its batch is over: the summary table, then the report command."""
     console.print(summary_table(snap))

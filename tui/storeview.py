@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER
 from flightdeck.engine.inputs.settings.stored import settings_from_json
+from flightdeck.engine.limits import changed, limits_from_json, limits_of
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -34,6 +35,7 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     GroupFinished,
+    Limits,
     LoopEvidence,
     Snapshot,
     SteerReceipt,
@@ -124,6 +126,7 @@ class StoreView:
         self._subscribers: tuple[Listener, ...] = ()
         self._sub_lock = threading.Lock()
         self.info: BatchInfo | None = None
+        self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self.reads = 0  # reads that found a change (for the benchmark)
         first = self._read()
         if first is None:
@@ -203,6 +206,18 @@ class StoreView:
 
     def stop_all(self) -> None:
         self._send("stop all", lambda: requests.submit_stop_all(self.db, self.batch_id))
+
+    def set_limits(self, change: Mapping[str, object]) -> None:
+        """Ask the owner to change the live limits; LimitError (nothing sent) for a bad one."""
+        limits = self._snapshot.limits
+        if limits is not None:
+            changed(limits, change)  # the owner checks again; this says why before sending
+        self._send(
+            "limits",
+            lambda: requests.submit(
+                self.db, self.batch_id, requests.RequestKind.LIMITS, payload=dict(change)
+            ),
+        )
 
     def _send(self, what: str, submit: Callable[[], int]) -> None:
         """Record a command for the owner; one that cannot be recorded (the batch ended in the
@@ -362,6 +377,8 @@ class StoreView:
             version=self._data_version,
             finished_ts=info.finished_ts,
             lost_cost_usd=self._lost_cost,
+            held=info.held,
+            limits=self._limits_of(info, rows),
         )
 
     def _read_events(self) -> set[str]:
@@ -393,6 +410,20 @@ class StoreView:
                     self._loops[child_id] = evidence
             changed.add(child_id)
         return changed
+
+    def _limits_of(self, info: BatchInfo, rows: Sequence[ChildRow]) -> Limits | None:
+        """The live limits the owner recorded, else those the batch's settings began with."""
+        key = (info.limits_json, info.pool_size)
+        if self._limits is None or self._limits[0] != key:
+            limits: Limits | None = None
+            if info.limits_json:
+                limits = limits_from_json(info.limits_json)
+            elif info.settings_json:
+                settings = settings_from_json(info.settings_json)
+                routes = dict.fromkeys(sorted({r.route for r in rows}))
+                limits = limits_of(settings, routes, info.pool_size)
+            self._limits = (key, limits)
+        return self._limits[1]
 
     def _read_fixed(self, ids: list[str]) -> None:
         """The columns of these children that never change (inside the read transaction)."""

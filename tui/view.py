@@ -6,7 +6,7 @@ the store. Keep the Protocol small so both fit it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -43,6 +43,11 @@ class EngineView(Protocol):
 
     def stop_all(self) -> None:
         """Interrupt every live child; queued ones never start."""
+        ...
+
+    def set_limits(self, change: Mapping[str, object]) -> None:
+        """Change the live limits (see engine/limits.py); LimitError, nothing changed, for a
+        bad change (the dialog shows why)."""
         ...
 
     def transcript_path(self, child_id: str) -> Path | None:
@@ -85,6 +90,9 @@ class LiveView:
     @property
     def loop_steer(self) -> str:
         return self.engine.settings.canned.loop
+
+    def set_limits(self, change: Mapping[str, object]) -> None:
+        self.engine.set_limits(change)
 
     def transcript_path(self, child_id: str) -> Path | None:
         if child_id not in self._paths:

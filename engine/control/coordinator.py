@@ -15,7 +15,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
 
 from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.facts import (
@@ -35,6 +37,7 @@ from flightdeck.engine.control.inbox import (
     Message,
     Recorded,
     RecordProgress,
+    SetLimits,
     Shutdown,
     Steer,
     Stop,
@@ -43,15 +46,17 @@ from flightdeck.engine.control.inbox import (
     Unrecorded,
 )
 from flightdeck.engine.control.loops import LoopPolicies, Step
+from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
-from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route
+from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
 from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.inputs.tasks import Schedule, Task
+from flightdeck.engine.limits import ROUTE_FIELDS, changed, limits_of
 from flightdeck.engine.model import (
     BatchStatus,
     ChildFinished,
@@ -59,6 +64,7 @@ from flightdeck.engine.model import (
     ChildStarted,
     ChildStatus,
     EngineEvent,
+    Limits,
     LoopEvidence,
     RouteHeadroom,
     SteerReceipt,
@@ -66,6 +72,7 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.records.faults import StoreTrouble
+from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 
@@ -75,6 +82,8 @@ TICK_S = 0.25  # the coordinator wakes at least this often while children are al
 PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
+# How often the soft budget is checked against the projection (~2 ms at 5,000 children).
+SOFT_BUDGET_EVERY_S = 1.0
 
 
 class Coordinator:
@@ -106,6 +115,10 @@ class Coordinator:
         taken_ids: frozenset[str] = frozenset(),  # children kept from before a resume
         store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
         canned: CannedSteers | None = None,
+        # The rows the soft budget's projection counts (all the batch's: a resumed one's too).
+        rows: Callable[[], Sequence[ChildRow]] | None = None,
+        # The live limits changed, or a hold began or ended: (limits, what `hold` says now).
+        on_limits: Callable[[Limits, str | None], None] = lambda limits, hold: None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -152,6 +165,11 @@ class Coordinator:
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
         self._admission_paused = False
+        self._soft_cost = budget.soft_cost_usd  # the live soft budget (None: none, or dropped)
+        self._soft_held: str | None = None  # why the soft budget holds admission
+        self._last_soft = -SOFT_BUDGET_EVERY_S
+        self._rows = rows or (lambda: [c.row() for c in self.children])
+        self._on_limits = on_limits
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
         self._shutdown = False
@@ -236,6 +254,22 @@ class Coordinator:
             out.append(hr)
         return tuple(out)
 
+    def limits(self) -> Limits:
+        """The live limits (any thread: each value is replaced whole, never changed in place)."""
+        routes = {name: state.route for name, state in self._queues.routes.items()}
+        base = limits_of(self._settings_view(), routes, self.pool_size)
+        return dataclasses.replace(base, soft_cost_usd=self._soft_cost, soft_held=self._soft_held)
+
+    @property
+    def hold(self) -> str | None:
+        """Why admission is held, every hold that is on in one sentence; None: it is not."""
+        holds = [h for h in (self._soft_held,) if h]
+        return "; ".join(holds) or None
+
+    def _settings_view(self) -> Settings:
+        routes = {name: state.route for name, state in self._queues.routes.items()}
+        return Settings(routes=routes, budget=self._budget)
+
     # --- the coordinator thread ----------------------------------------------------------------
 
     def _run(self) -> None:
@@ -262,6 +296,7 @@ class Coordinator:
 
     def _loop(self) -> None:
         self._watch_store()
+        self._watch_soft_budget()
         self._admit()
         while not self._all_done():
             self._drain()
@@ -271,6 +306,7 @@ class Coordinator:
                 self._last_watch = now
                 self._watchdog()
             self._tick()
+            self._watch_soft_budget()
             self._admit()
             self._progress()
             self._between_facts()
@@ -291,6 +327,12 @@ class Coordinator:
 
     def _end(self) -> EngineEvent | None:
         status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
+        if self._soft_held is not None:  # an ended batch holds nothing back
+            self._soft_held = None
+            try:
+                self._on_limits(self.limits(), self.hold)
+            except Exception:
+                log.exception("flightdeck engine: the end of the soft budget's hold")
         try:
             return self._on_finished(status)
         except Exception:
@@ -392,6 +434,8 @@ class Coordinator:
                 if self._schedules is not None:  # a scheduled batch ends only this way
                     self._end_schedules()
                     self.stopped_by_stop_all += 1
+            case SetLimits(change):
+                self._set_limits(change)
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
@@ -510,6 +554,8 @@ class Coordinator:
             return
         self._queues.requeue(self._gate.expired(self._clock()))
         if self._busy() >= self.pool_size or self._admission_paused or self.failure:
+            return
+        if self.hold is not None:  # running children go on; nothing new starts
             return
         now = self._clock()
         launched = []
@@ -715,3 +761,74 @@ class Coordinator:
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
                 self._record(child.row())
+
+    # --- live limits and the soft budget -------------------------------------------------------
+
+    def _set_limits(self, change: Mapping[str, Any]) -> None:
+        """Apply the operator's change at once: a lower limit only stops admitting until under
+        it (nothing is interrupted); a higher one admits at the next step, on more threads."""
+        try:
+            new = changed(self.limits(), change)
+        except ValueError as exc:  # checked by the caller; a second look must not fail the batch
+            log.error("flightdeck engine: limits not changed: %s", exc)
+            return
+        if new.pool_size != self.pool_size:
+            self.pool_size = new.pool_size
+            self._pool.grow(new.pool_size + SPARE_WORKERS)
+        for caps in new.routes:
+            state = self._queues.routes[caps.route]
+            fields = {f: getattr(caps, f) for f in ROUTE_FIELDS}
+            if all(getattr(state.route, f) == v for f, v in fields.items()):
+                continue
+            state.route = dataclasses.replace(state.route, **fields)
+            throttle = self._throttles.get(caps.route)
+            if throttle is not None:
+                throttle.retune(state.route)
+        if "soft_cost_usd" in change:
+            self._soft_cost = new.soft_cost_usd
+            self._soft_held = None  # raised or dropped: looked at again at once
+            self._last_soft = -SOFT_BUDGET_EVERY_S
+        self._record_event(None, "limits", json.dumps({"change": _plain(change), "by": "operator"}))
+        self._on_limits(self.limits(), self.hold)
+
+    def _watch_soft_budget(self) -> None:
+        """Hold admission once the spend or the projected cost at completion crosses the soft
+        budget (looked at once a second); it holds until the operator raises it, drops it or
+        stops the batch (`_set_limits`, a stop-all)."""
+        soft = self._soft_cost
+        now = self._clock()
+        if (
+            soft is None
+            or self._soft_held is not None
+            or now - self._last_soft < SOFT_BUDGET_EVERY_S
+        ):
+            return
+        self._last_soft = now
+        spent = self._meter.totals().cost_usd
+        projected = forecast(self._rows()).projected_usd
+        if projected is not None and projected > soft:  # the projection counts the spend
+            why = f"soft budget {_usd(soft)} reached: projected {_usd(projected)}"
+        elif spent >= soft:
+            why = f"soft budget {_usd(soft)} reached: spent {_usd(spent)}"
+        else:
+            return
+        self._soft_held = why
+        detail = {
+            "soft_cost_usd": str(soft),
+            "spent_usd": str(spent),
+            "projected_usd": None if projected is None else str(projected),
+            "reason": why,
+        }
+        self._record_event(None, "soft_budget_hold", json.dumps(detail))
+        log.info("flightdeck engine: %s; no new child starts", why)  # the UIs ask the operator
+        self._on_limits(self.limits(), self.hold)
+
+
+def _usd(amount: Decimal) -> str:
+    return f"${amount:,.2f}"
+
+
+def _plain(change: Mapping[str, Any]) -> dict[str, Any]:
+    """A change as JSON takes it (dollars as strings)."""
+    plain: dict[str, Any] = json.loads(json.dumps(dict(change), default=str))
+    return plain

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.model import ChildRow
@@ -30,6 +31,13 @@ class Stop:
 @dataclass(frozen=True, slots=True)
 class StopAll:
     """Stop every child that has not ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetLimits:
+    """The operator's change to the live limits (see engine/limits.py), checked already."""
+
+    change: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,5 +74,5 @@ class Unrecorded:
     row: ChildRow
 
 
-Command = Steer | Stop | StopAll | RecordProgress | Then | Shutdown
+Command = Steer | Stop | StopAll | SetLimits | RecordProgress | Then | Shutdown
 Message = Command | Recorded | Unrecorded | ChildFact

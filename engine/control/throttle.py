@@ -236,6 +236,32 @@ class RateLimiter:
                 held = self._outstanding if kind == "tokens" else 0
                 bucket.at_most(float(remaining - held), now)
 
+    def configure(self, kind: Kind, per_minute: int | None) -> None:
+        """The operator changed the route's configured `kind` limit (None: removed). The
+        limit in force is the lower of it and the one the server stated, as in `learn`; the
+        bucket keeps its level (within the new capacity), so nothing banked is lost or made."""
+        with self._lock:
+            now = self._clock()
+            self._configured[kind] = per_minute
+            learned = self._learned[kind]
+            bucket = self.requests if kind == "requests" else self.tokens
+            if learned is not None and (per_minute is None or learned < per_minute):
+                rate, capacity = learned * self._pace, float(learned)  # a minute's worth
+            elif per_minute is not None:
+                rate = per_minute * self._pace
+                capacity = rate / 60.0 * self._burst_s
+            else:  # no limit known any more: calls already waiting finish their wait
+                bucket = None
+                rate = capacity = 0.0
+            if bucket is None and rate:
+                bucket = Bucket(rate, self._burst_s, now)
+            if bucket is not None:
+                bucket.retune(rate, capacity, now)
+            if kind == "requests":
+                self.requests = bucket
+            else:
+                self.tokens = bucket
+
     def exhausted(self) -> None:
         """The server answered 429: its buckets are empty now, so ours are (paced from here)."""
         with self._lock:
@@ -307,8 +333,9 @@ class RateLimiter:
             on_wait(delay, why)
         waited = 0.0
         while delay > 0:
-            # Refunds of over-estimated tokens repay a debt sooner than the refill: look again.
-            step = min(delay, REFUND_POLL_S) if self.tokens is not None else delay
+            # Refunds of over-estimated tokens repay a debt sooner than the refill, and the
+            # operator may change the rate meanwhile (`configure`): look again.
+            step = min(delay, REFUND_POLL_S)
             if self._wait(cancel, step):
                 with self._lock:
                     now = self._clock()
@@ -416,6 +443,14 @@ class AdaptiveConcurrency:
                     self.cap = min(self.cap, float(self.ceiling))
             self._cond.notify()
 
+    def set_ceiling(self, ceiling: int | None) -> None:
+        """A new upper bound on the cap (the route's max_concurrent changed)."""
+        with self._cond:
+            self.ceiling = ceiling
+            if ceiling is not None and self.cap is not None:
+                self.cap = min(self.cap, float(ceiling))
+            self._cond.notify_all()
+
     def rate_limited(self, started: float) -> None:
         """A call that began at `started` drew a 429: halve the cap, once per burst."""
         with self._cond:
@@ -512,6 +547,15 @@ class RouteThrottle:
             return limiter.acquire(tokens, interrupt, on_wait, spare=route.max_tokens)
         except Cancelled:
             raise StopRequested from None
+
+    def retune(self, route: Route) -> None:
+        """The operator changed the route's rpm, tpm or max_concurrent: pace to them from now
+        (limits learned from the server stay an upper bound: see `RateLimiter.configure`)."""
+        limiter = self._limiter(route)
+        limiter.configure("requests", route.rpm)
+        limiter.configure("tokens", route.tpm)
+        if self.concurrency is not None:
+            self.concurrency.set_ceiling(route.max_concurrent)
 
     def learn(self, route: Route, event: HeadroomEvent) -> None:
         """A response stated the route's limits: pace to them (see `RateLimiter.learn`). Headers

@@ -44,6 +44,12 @@ class WorkerPool:
         """Threads waiting for work."""
         return self._idle
 
+    def grow(self, max_workers: int) -> None:
+        """Allow up to `max_workers` threads (a larger pool size); never fewer: a thread that
+        is not needed waits idle, and a lower pool size only admits fewer children."""
+        with self._lock:
+            self._max = max(self._max, max_workers)
+
     def submit(self, fn: Callable[[], object]) -> None:
         """Queue `fn` for a thread; RuntimeError once shut down or while the interpreter exits,
         ThreadRefused when it is queued but no thread could start for it."""

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.inputs.settings.stored import settings_from_json
+from flightdeck.engine.limits import describe
 from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
@@ -147,7 +148,24 @@ def build_report(
             }
             for p in policy
         ],
+        # The operator's changes to the live limits, and the soft budget's holds, in order.
+        "limits": _limit_actions(reader.events(batch_id)),
     }
+
+
+LIMIT_EVENTS = ("limits", "soft_budget_hold")
+
+
+def _limit_actions(events: Iterable[tuple[float, str | None, str, str]]) -> list[dict[str, Any]]:
+    out = []
+    for ts, _child, kind, detail in events:
+        if kind in LIMIT_EVENTS:
+            data = json.loads(detail)
+            if kind == "limits":
+                out.append({"time": _iso(ts), "action": "limits", "change": data["change"]})
+            else:
+                out.append({"time": _iso(ts), "action": "soft_budget_hold", **data})
+    return out
 
 
 def _forecast(children: list[ChildRow], recovery: Mapping[str, Any]) -> dict[str, Any]:
@@ -318,7 +336,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             (_group_cells(g) for g in report["groups"]),
         )
     lines += _forecast_lines(report.get("forecast") or {})
-    lines += _operator(report["steers"], report["stops"])
+    lines += _operator(report["steers"], report["stops"], report.get("limits") or [])
     lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
@@ -369,9 +387,12 @@ def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> li
     return ["", f"## {title}", "", header, align, *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def _operator(steers: list[dict[str, Any]], stops: list[dict[str, Any]]) -> list[str]:
-    """The operator's steers (with their receipts) and stops, in the order they were sent."""
-    if not steers and not stops:
+def _operator(
+    steers: list[dict[str, Any]], stops: list[dict[str, Any]], limits: list[dict[str, Any]]
+) -> list[str]:
+    """The operator's steers (with their receipts), stops and changes to the limits, and the
+    soft budget's holds, in the order they happened."""
+    if not steers and not stops and not limits:
         return ["", "## Operator", "", "No steers or stops."]
     rows = [
         (
@@ -389,6 +410,15 @@ def _operator(steers: list[dict[str, Any]], stops: list[dict[str, Any]]) -> list
     rows += [
         (s["requested"], [s["requested"], _cell(s["child_id"]), "stop", _cell(s["reason"]), ""])
         for s in stops
+    ]
+    rows += [
+        (
+            a["time"],
+            [a["time"], "—", "limits", _cell(describe(a["change"])), ""]
+            if a["action"] == "limits"
+            else [a["time"], "—", "soft budget hold", _cell(a["reason"]), ""],
+        )
+        for a in limits
     ]
     rows.sort(key=lambda r: r[0])  # ISO times of one zone sort as times; ties keep steers first
     return _table(

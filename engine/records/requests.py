@@ -54,6 +54,7 @@ class RequestKind(StrEnum):
     STEER = "steer"
     STOP = "stop"
     STOP_ALL = "stop_all"
+    LIMITS = "limits"  # payload: a change to the live limits (engine/limits.py)
 
 
 # The kinds that act on children a client names (the others act on the batch).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -162,6 +162,7 @@ class StaticView:
         self.steered: list[tuple[list[str], str, bool]] = []
         self.stopped: list[list[str]] = []
         self.stopped_all = 0
+        self.limit_changes: list[dict[str, object]] = []
 
     read_only: str | None = None
     can_detach: bool = False
@@ -187,6 +188,9 @@ class StaticView:
 
     def stop_all(self) -> None:
         self.stopped_all += 1
+
+    def set_limits(self, change: Mapping[str, object]) -> None:
+        self.limit_changes.append(dict(change))
 
     def transcript_path(self, child_id: str) -> Path | None:
         for row in self.rows:

@@ -116,6 +116,15 @@ class HelpScreen(ModalScreen[None]):
                 style="dim",
             ),
             Text(""),
+            Text(
+                "L shows the live limits (pool size, each route's max_concurrent, rpm and tpm, "
+                "the soft budget) to change while the batch runs; off removes one. Lowering "
+                "stops nothing: admission waits until under it. When the soft budget is "
+                "reached, admission holds and a dialog asks: raise it, continue without it, or "
+                "stop all.",
+                style="dim",
+            ),
+            Text(""),
             Text("Also in the command palette (ctrl+p). Esc closes.", style="dim"),
         )
         with VerticalScroll(classes="help"):

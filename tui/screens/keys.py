@@ -167,6 +167,14 @@ MAIN_BINDINGS: list[BindingType] = [
         "steers; d or escape again to dismiss",
     ),
     Binding(
+        "L",
+        "limits",
+        "Limits",
+        show=False,
+        id="batch.limits",
+        tooltip="Change the pool size, a route's max_concurrent/rpm/tpm or the soft budget live",
+    ),
+    Binding(
         "question_mark",
         "help",
         "Help",
@@ -199,6 +207,7 @@ PALETTE = {
     "freeze": "view: freeze / unfreeze",
     "routes": "view: route gauges",
     "digest": "view: since you last looked",
+    "limits": "batch: live limits",
     "help": "app: help",
     "quit": "app: quit",
 }

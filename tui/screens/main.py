@@ -11,6 +11,7 @@ from typing import ClassVar
 from flightdeck.engine import model
 from flightdeck.engine.inputs.settings import TuiSettings
 from flightdeck.engine.inputs.settings.loops import fill
+from flightdeck.engine.limits import describe
 from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot, SteerState
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
@@ -34,6 +35,7 @@ from flightdeck.tui.screens.dialogs import (
 )
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
+from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetAnswer, SoftBudgetDialog
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.banner import Banner
@@ -120,6 +122,7 @@ class MainScreen(Screen[None]):
         self.attention = Attention(self.options.tui, self.options.looked, self.options.clock)
         self._alert_watch = AlertWatch()
         self._alerts = AlertBatcher(self.options.tui.notify_every_s)
+        self._soft_held: str | None = None  # the soft budget's hold last seen (asked once)
 
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
@@ -195,13 +198,15 @@ class MainScreen(Screen[None]):
             routes = self.query_one("#routes", RoutePanel)
             if routes.display:
                 routes.show(snap)
-            self.query_one("#banner", Banner).show(snap.problem)
+            held = f"admission held: {snap.held}" if snap.held else None
+            self.query_one("#banner", Banner).show(snap.problem or held)
             found = self.attention.opened(snap) if first else self.attention.polled(snap)
             self.query_one("#digest", DigestPanel).show(found)
             self._show_detail()
             self._show_status()
         self._settle_stops()
         self._settle_steers()
+        self._ask_soft_budget(snap)
         self._flush_notices()
         self._alerts.add(self._alert_watch.observe(snap), now)
         due = self._alerts.due(now)
@@ -609,6 +614,48 @@ class MainScreen(Screen[None]):
                 self.poll()
 
         self.app.push_screen(ConfirmStopDialog(ids, everything=True), stop_all)
+
+    def action_limits(self) -> None:
+        """The limits dialog: the live limits, editable."""
+        if self._refused():
+            return
+        snap = self.view.snapshot()
+        if snap.limits is None:
+            self.notify("this batch's limits are not known", severity="warning", markup=False)
+            return
+
+        def applied(change: dict[str, object] | None) -> None:
+            if change:
+                self.notify("limits changed: " + one_line(describe(change), 200), markup=False)
+                self.poll()
+
+        dialog = LimitsDialog(snap.limits, self.view.set_limits, held=snap.held)
+        self.app.push_screen(dialog, applied)
+
+    def _ask_soft_budget(self, snap: Snapshot) -> None:
+        """The soft budget's hold has begun: ask the operator once what to do."""
+        limits = snap.limits
+        held = limits.soft_held if limits is not None else None
+        if held == self._soft_held:
+            return
+        self._soft_held = held
+        if held is None or limits is None or self.view.read_only:
+            return
+
+        def answered(answer: SoftBudgetAnswer | None) -> None:
+            if answer is None:
+                return
+            if answer.stop:
+                text = "stop requested for all"
+            elif answer.raise_to is None:
+                text = "soft budget dropped for this batch: admission goes on"
+            else:
+                text = f"soft budget raised to ${answer.raise_to}"
+            self.notify(text, markup=False)
+            self.poll()
+
+        dialog = SoftBudgetDialog(held, limits, self.view.set_limits, self.view.stop_all)
+        self.app.push_screen(dialog, answered)
 
     def action_row_down(self) -> None:
         self.table.action_cursor_down()

@@ -74,10 +74,14 @@ def route_rows(rows: Iterable[ChildRow]) -> dict[str, RouteRows]:
     return out
 
 
-def _in_flight(text: Text, alive: int, hr: RouteHeadroom | None) -> None:
+def _in_flight(text: Text, alive: int, hr: RouteHeadroom | None, cap: int | None = None) -> None:
+    """`cap`: the route's max_concurrent from the live limits, for a view with no gauges (an
+    attached one: the owner records its limits, not its gauges)."""
     caps: list[tuple[int, str]] = []
     if hr is not None and hr.max_concurrent is not None:
         caps.append((hr.max_concurrent, "max_concurrent"))
+    elif hr is None and cap is not None:
+        caps.append((cap, "max_concurrent"))
     if hr is not None and hr.adaptive_concurrency is not None:
         caps.append((hr.adaptive_concurrency, "adapting to 429s"))
     text.append("  in flight ", style="dim")
@@ -121,13 +125,15 @@ def _limit(
             text.append(f" (resets in {fmt_span(max(0.0, reset_s - since))})", style="dim")
 
 
-def _route_line(name: str, rows: RouteRows | None, hr: RouteHeadroom | None, now: float) -> Text:
+def _route_line(
+    name: str, rows: RouteRows | None, hr: RouteHeadroom | None, now: float, cap: int | None
+) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(one_line(name), style="bold")
     if rows is not None:
         text.append(f" {one_line(rows.model)}", style="dim")
     alive = hr.alive if hr is not None else rows.running if rows is not None else 0
-    _in_flight(text, alive, hr)
+    _in_flight(text, alive, hr, cap)
     if hr is not None:
         if hr.paused_until is not None and hr.paused_until > now:
             text.append("  paused ", style="bold yellow")
@@ -167,9 +173,12 @@ def routes_text(snap: Snapshot) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append("routes", style="bold underline")
     text.append(TITLE, style="dim")
+    limits = snap.limits
     for name in sorted(by_route.keys() | headroom.keys()):
+        caps = limits.route(name) if limits is not None else None
+        cap = caps.max_concurrent if caps is not None else None
         text.append("\n")
-        text.append_text(_route_line(name, by_route.get(name), headroom.get(name), snap.now))
+        text.append_text(_route_line(name, by_route.get(name), headroom.get(name), snap.now, cap))
     if not snap.routes:
         text.append("\n")
         text.append(NOT_STORED, style="dim")

@@ -295,6 +295,13 @@ class _Reader(ValueChecks):
         if "max_cost_usd" in table:
             values["max_cost_usd"] = self.money(("budget", "max_cost_usd"), table["max_cost_usd"])
             values["cost_line"] = self.locator.line("budget", "max_cost_usd")
+        if "soft_cost_usd" in table:
+            key = ("budget", "soft_cost_usd")
+            soft = values["soft_cost_usd"] = self.money(key, table["soft_cost_usd"])
+            values["soft_cost_line"] = self.locator.line(*key)
+            hard = values.get("max_cost_usd")
+            if hard is not None and soft > hard:
+                raise self.error(key, f"must be at most max_cost_usd ({hard}), got {soft}")
         for name, low in (("max_runs", 1), ("max_depth", 0), ("max_delegates", 1)):
             if name in table:
                 values[name] = self.integer(("budget", name), table[name], low)

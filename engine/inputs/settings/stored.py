@@ -51,8 +51,9 @@ def settings_from_json(text: str) -> Settings:
     eng = dict(data["engine"])
     eng["state_dir"] = Path(eng["state_dir"])
     budget = dict(data["budget"])
-    if budget["max_cost_usd"] is not None:
-        budget["max_cost_usd"] = Decimal(budget["max_cost_usd"])
+    for name in ("max_cost_usd", "soft_cost_usd"):  # soft_cost_usd: absent before it existed
+        if budget.get(name) is not None:
+            budget[name] = Decimal(budget[name])
     routes = {name: _route_from(name, r) for name, r in data["routes"].items()}
     return Settings(
         engine=EngineSettings(**eng),

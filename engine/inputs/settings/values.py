@@ -161,8 +161,11 @@ class Budget:
     max_runs: int | None = None
     max_depth: int = 2  # how deep children may delegate (0: no delegation at all)
     max_delegates: int = 8  # sub-tasks one `delegate` call may submit
+    # Admission holds (and the operator is asked) once the projected cost or the spend crosses it.
+    soft_cost_usd: Decimal | None = None
     # The line of max_cost_usd in the settings file, for messages (None: not from a file).
     cost_line: int | None = field(default=None, compare=False)
+    soft_cost_line: int | None = field(default=None, compare=False)  # of soft_cost_usd
 
 
 DEFAULT_LOOP_STEER = (

@@ -1,0 +1,206 @@
+"""Live limits: a change to the pool size, a route's caps or the soft budget while a batch runs.
+
+A change is a JSON-able mapping (what a client's request carries as its payload): only the keys
+it names change; a route field or the soft budget set to None is removed ("off").
+
+    {"pool_size": 8,
+     "routes": {"claude": {"max_concurrent": 4, "rpm": 120, "tpm": None}},
+     "soft_cost_usd": "10.00"}
+
+`changed` checks one against the limits in force and returns the limits it makes, or raises
+LimitError naming the field, so the dialog, the command line and the owner say the same thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Settings
+from flightdeck.engine.model import Limits, RouteCaps
+
+__all__ = [
+    "ROUTE_FIELDS",
+    "LimitError",
+    "changed",
+    "describe",
+    "limits_from_json",
+    "limits_json",
+    "limits_of",
+    "parse_count",
+    "parse_money",
+    "with_limits",
+]
+
+ROUTE_FIELDS = ("max_concurrent", "rpm", "tpm")
+OFF = ("off", "none")  # what a field typed as text takes to mean "no limit"
+
+
+class LimitError(ValueError):
+    """A change that cannot be made; `field` names what is wrong (pool_size, route,
+    max_concurrent, rpm, tpm, soft_cost_usd)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def limits_of(settings: Settings, routes: Mapping[str, object], pool_size: int) -> Limits:
+    """The limits a batch starts with: its pool size, its routes' caps, its budgets."""
+    caps = tuple(
+        RouteCaps(name, r.max_concurrent, r.rpm, r.tpm)
+        for name in routes
+        if (r := settings.routes.get(name)) is not None
+    )
+    budget = settings.budget
+    return Limits(pool_size, caps, budget.soft_cost_usd, budget.max_cost_usd)
+
+
+def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
+    """The limits `change` makes of `limits`; LimitError (nothing changed) for a bad value, an
+    unknown route or key, a soft budget below 0 or above the hard budget, or no change."""
+    unknown = sorted(set(change) - {"pool_size", "routes", "soft_cost_usd"})
+    if unknown:
+        raise LimitError(unknown[0], "not a limit that can be changed")
+    if not change:
+        raise LimitError("limits", "nothing to change")
+    out = limits
+    if "pool_size" in change:
+        size = change["pool_size"]
+        if not _whole(size) or not 1 <= size <= MAX_CONCURRENT:
+            raise LimitError(
+                "pool_size", f"must be a whole number from 1 to {MAX_CONCURRENT}, got {size!r}"
+            )
+        out = dataclasses.replace(out, pool_size=size)
+    routes = change.get("routes", {})
+    if not isinstance(routes, Mapping):
+        raise LimitError("routes", "expected a table of routes")
+    caps = {r.route: r for r in out.routes}
+    for name, fields in routes.items():
+        if name not in caps:
+            known = ", ".join(caps) or "none"
+            raise LimitError("route", f"the batch has no route {name!r} (its routes: {known})")
+        if not isinstance(fields, Mapping) or not fields:
+            raise LimitError("route", f"route {name!r}: name a limit to change")
+        for key, value in fields.items():
+            if key not in ROUTE_FIELDS:
+                raise LimitError(key, "not a route limit that can be changed")
+            if value is not None and (not _whole(value) or value < 1):
+                raise LimitError(key, f"must be a whole number of 1 or more, or off; got {value!r}")
+        caps[name] = dataclasses.replace(caps[name], **dict(fields))
+    out = dataclasses.replace(out, routes=tuple(caps.values()))
+    if "soft_cost_usd" in change:
+        soft = _money(change["soft_cost_usd"])
+        hard = out.max_cost_usd
+        if soft is not None and hard is not None and soft > hard:
+            raise LimitError(
+                "soft_cost_usd", f"must be at most the hard budget, max_cost_usd ${hard}"
+            )
+        out = dataclasses.replace(out, soft_cost_usd=soft)
+    return out
+
+
+def parse_count(field: str, text: str) -> int | None:
+    """A count typed as text (a dialog field, a command-line argument): None for "off"."""
+    text = text.strip()
+    if text.lower() in OFF:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise LimitError(field, f"expected a whole number or off, got {text!r}") from None
+    if value < 1:
+        raise LimitError(field, f"must be 1 or more, or off; got {value}")
+    return value
+
+
+def parse_money(field: str, text: str) -> str | None:
+    """Dollars typed as text, as the change carries them (a string): None for "off"."""
+    text = text.strip().removeprefix("$")
+    if text.lower() in OFF:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise LimitError(
+            field, f"expected dollars (such as 10 or 12.50) or off, got {text!r}"
+        ) from None
+    if not value.is_finite() or value < 0:
+        raise LimitError(field, f"must be 0 or more, got {text}")
+    return str(value)
+
+
+def describe(change: Mapping[str, Any]) -> str:
+    """A change in words, for the report and the command line: "pool 8; route sim rpm 120,
+    tpm off; soft budget off"."""
+    parts = []
+    if "pool_size" in change:
+        parts.append(f"pool {change['pool_size']}")
+    for name, fields in (change.get("routes") or {}).items():
+        shown = ", ".join(f"{k} {'off' if v is None else v}" for k, v in fields.items())
+        parts.append(f"route {name} {shown}")
+    if "soft_cost_usd" in change:
+        soft = change["soft_cost_usd"]
+        parts.append("soft budget " + ("off" if soft is None else f"${soft}"))
+    return "; ".join(parts)
+
+
+def limits_json(limits: Limits) -> str:
+    """The live limits as the batch's row keeps them (`Store.set_limits`)."""
+    return json.dumps(
+        {
+            "pool_size": limits.pool_size,
+            "routes": {r.route: {f: getattr(r, f) for f in ROUTE_FIELDS} for r in limits.routes},
+            "soft_cost_usd": None if limits.soft_cost_usd is None else str(limits.soft_cost_usd),
+            "max_cost_usd": None if limits.max_cost_usd is None else str(limits.max_cost_usd),
+            "soft_held": limits.soft_held,
+        }
+    )
+
+
+def limits_from_json(text: str) -> Limits:
+    """The inverse of `limits_json`."""
+    data = json.loads(text)
+    return Limits(
+        pool_size=int(data["pool_size"]),
+        routes=tuple(
+            RouteCaps(name, *(caps.get(f) for f in ROUTE_FIELDS))
+            for name, caps in data["routes"].items()
+        ),
+        soft_cost_usd=_money(data.get("soft_cost_usd")),
+        max_cost_usd=_money(data.get("max_cost_usd")),
+        soft_held=data.get("soft_held"),
+    )
+
+
+def with_limits(settings: Settings, limits: Limits) -> Settings:
+    """`settings` with the routes' caps and the soft budget of `limits` (a resumed batch keeps
+    what the operator changed)."""
+    routes = dict(settings.routes)
+    for caps in limits.routes:
+        if caps.route in routes:
+            routes[caps.route] = dataclasses.replace(
+                routes[caps.route], max_concurrent=caps.max_concurrent, rpm=caps.rpm, tpm=caps.tpm
+            )
+    budget = dataclasses.replace(settings.budget, soft_cost_usd=limits.soft_cost_usd)
+    return dataclasses.replace(settings, routes=routes, budget=budget)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _money(value: object) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        out = Decimal(str(value))
+    except InvalidOperation:
+        raise LimitError("soft_cost_usd", f"expected dollars or off, got {value!r}") from None
+    if not out.is_finite() or out < 0:
+        raise LimitError("soft_cost_usd", f"must be 0 or more, got {value}")
+    return out

@@ -1,0 +1,148 @@
+"""`flightdeck limits` against a real owner process: print, change, and refuse bad input with
+one line naming the argument (exit 2, nothing written); a resumed batch keeps the changes; a
+headless soft-budget hold says how to go on, and `--soft-cost` releases it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.tui.cli import main
+
+from durable import CountingServer, flightdeck, project
+
+
+def until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def run(folder: Path, *args: str) -> tuple[int, str, str]:
+    proc = flightdeck(folder, *args)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out, err
+
+
+def limit_requests(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(
+            conn.execute("SELECT count(*) FROM requests WHERE kind = 'limits'").fetchone()[0]
+        )
+
+
+@pytest.mark.slow
+def test_limits_prints_changes_refuses_bad_arguments_and_survives_a_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with CountingServer() as server:
+        server.open.clear()  # every request waits: the children stay running
+        folder = project(tmp_path, server, 10, pool=2)
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        db = folder / "state" / "flightdeck.db"
+        try:
+            until(lambda: server.total_runs() == 2)
+            with StoreReader(db) as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            code, out, _ = run(folder, "limits", batch_id)
+            assert code == 0
+            assert out.splitlines() == [
+                "pool 2",
+                "route lb: max_concurrent off, rpm off, tpm off",
+                "soft budget off (hard budget none)",
+            ]
+            code, _, err = run(folder, "limits", batch_id, "--pool", "0")  # as a user runs it
+            assert code == 2 and len(err.strip().splitlines()) == 1 and "--pool" in err, err
+            state = ("--state-dir", str(folder / "state"))
+            for args, named in (  # the same command in this process: no interpreter start each
+                (["--rpm", "fast"], "--rpm"),
+                (["--route", "nope", "--tpm", "5"], "--route"),
+                (["--route", "lb"], "--route"),
+                (["--soft-cost", "-1"], "--soft-cost"),
+                (["--max-concurrent", "0"], "--max-concurrent"),
+            ):
+                assert main(["limits", batch_id, *args, *state]) == 2, args
+                err = capsys.readouterr().err
+                assert len(err.strip().splitlines()) == 1 and named in err, err
+            assert limit_requests(db) == 0  # nothing written
+
+            code, out, err = run(folder, "limits", batch_id, "--pool", "5", "--max-concurrent", "4")
+            assert code == 0, err
+            assert out.strip() == "limits applied: pool 5; route lb max_concurrent 4"
+            until(lambda: server.total_runs() == 4)  # the route's cap of 4, under the pool's 5
+            code, out, _ = run(folder, "limits", batch_id)
+            assert out.splitlines()[:2] == [
+                "pool 5",
+                "route lb: max_concurrent 4, rpm off, tpm off",
+            ]
+            with StoreReader(db) as reader:
+                info = reader.batch(batch_id)
+                events = [d for _, _, k, d in reader.events(batch_id) if k == "limits"]
+            assert info is not None and info.pool_size == 5
+            assert [json.loads(d)["change"] for d in events] == [
+                {"pool_size": 5, "routes": {"lb": {"max_concurrent": 4}}}
+            ]
+            code, _, err = run(folder, "limits", batch_id, "--rpm", "90", "--soft-cost", "7.5")
+            assert code == 0, err
+            owner.send_signal(signal.SIGKILL)  # the owner dies: resume takes the batch over
+            owner.wait(10)
+        finally:
+            server.open.set()
+            owner.kill()
+            owner.communicate()
+    # A resumed batch keeps what the operator changed: built from the store (not started).
+    engine = Engine.resume(folder / "state", batch_id)
+    try:
+        assert engine.pool_size == 5
+        assert (engine.routes["lb"].max_concurrent, engine.routes["lb"].rpm) == (4, 90)
+        limits = engine.limits()
+        assert (limits.pool_size, limits.soft_cost_usd) == (5, Decimal("7.5"))
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow
+def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 6, pool=1)
+        toml = folder / "flightdeck.toml"
+        toml.write_text(toml.read_text() + "\n[budget]\nsoft_cost_usd = 0\n")
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        db = folder / "state" / "flightdeck.db"
+        try:
+            until(db.is_file)
+            with StoreReader(db) as reader:
+                until(
+                    lambda: (
+                        (i := reader.batch(reader.latest_batch_id() or "")) is not None
+                        and i.held is not None
+                    )
+                )
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None and server.total_runs() == 0
+            code, out, err = run(folder, "limits", batch_id, "--soft-cost", "off")
+            assert code == 0, err
+            assert out.strip() == "limits applied: soft budget off"
+            out, err = owner.communicate(timeout=30)
+        finally:
+            server.open.set()
+            owner.kill()
+        held = [line for line in out.splitlines() if line.startswith("held:")]
+        assert held == [
+            f"held: soft budget $0.00 reached: spent $0.00; running children go on. To go on: "
+            f"flightdeck limits {batch_id} --soft-cost USD --state-dir {folder / 'state'} "
+            f"(raise it) or --soft-cost off (drop it); to stop: flightdeck stop {batch_id} "
+            f"--all --state-dir {folder / 'state'}"
+        ], out
+        assert owner.returncode == 0, err
+        assert server.total_runs() == 6

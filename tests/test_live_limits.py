@@ -1,0 +1,285 @@
+"""Live limits on a running batch (pool size, a route's max_concurrent and rpm/tpm) and the
+soft budget: applied by the coordinator at once, recorded as the operator's, kept on resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.control import coordinator
+from flightdeck.engine.control.throttle import RateLimiter
+from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.limits import LimitError
+from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.records.forecast import forecast
+from flightdeck.engine.records.reader import StoreReader
+
+from helpers import batch, run_to_end, settings, sim_route, start, until
+
+# Children that stream for many seconds: they run until the test stops them.
+SLOW = {"tool_turns": 0, "latency_ms": 0, "tokens_per_s": 5, "time_scale": 1.0}
+
+
+def _overlaps(rows: list, at: float) -> int:
+    """How many of `rows` were running at the instant `at`."""
+    return sum(
+        1
+        for r in rows
+        if r.started_ts is not None and r.started_ts < at and (r.finished_ts or 1e18) > at
+    )
+
+
+def test_lowering_the_pool_interrupts_nothing_and_admits_only_once_under(tmp_path: Path) -> None:
+    engine = start(batch(8), settings(sim_route(**SLOW), pool=4), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.running == 4, 10)
+        engine.set_limits({"pool_size": 1})
+        until(lambda: engine.snapshot().pool_size == 1, 5)
+        time.sleep(0.2)  # a step or two of the coordinator: nothing stops, nothing starts
+        snap = engine.snapshot()
+        assert (snap.totals.running, snap.totals.queued, snap.totals.stopped) == (4, 4, 0)
+        engine.stop(["t0000", "t0001", "t0002"])  # 1 left: not under the pool of 1 yet
+        until(lambda: engine.snapshot().totals.stopped == 3, 10)
+        time.sleep(0.2)
+        assert engine.snapshot().totals.running == 1
+        assert engine.snapshot().totals.queued == 4
+        engine.stop(["t0003"])  # now under: one more, and only one, starts
+        until(lambda: engine.snapshot().child("t0004").status is ChildStatus.RUNNING, 10)
+        time.sleep(0.2)
+        assert engine.snapshot().totals.running == 1
+    finally:
+        engine.close()
+
+
+def test_raising_the_pool_starts_more_at_once_beyond_the_threads_it_began_with(
+    tmp_path: Path,
+) -> None:
+    engine = start(batch(20), settings(sim_route(**SLOW), pool=2), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.running == 2, 10)
+        threads = engine._pool.threads  # type: ignore[union-attr]
+        engine.set_limits({"pool_size": 12})
+        until(lambda: engine.snapshot().totals.running == 12, 5)
+        assert engine._pool.threads >= 12 > 2 + 4  # type: ignore[union-attr]
+        assert threads <= 2 + 4
+        assert engine.snapshot().pool_size == 12
+    finally:
+        engine.close()
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        info = reader.batch(engine.batch_id)
+        events = [(k, d) for _, c, k, d in reader.events(engine.batch_id) if k == "limits"]
+    assert info is not None and info.pool_size == 12
+    assert info.limits_json is not None and json.loads(info.limits_json)["pool_size"] == 12
+    assert [json.loads(d) for _, d in events] == [{"change": {"pool_size": 12}, "by": "operator"}]
+
+
+def test_a_routes_max_concurrent_changes_live_both_ways(tmp_path: Path) -> None:
+    route = sim_route(max_concurrent=2, **SLOW)
+    engine = start(batch(10), settings(route, pool=8), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.running == 2, 10)
+        engine.set_limits({"routes": {"sim": {"max_concurrent": 5}}})
+        until(lambda: engine.snapshot().totals.running == 5, 5)
+        assert engine.snapshot().routes[0].max_concurrent == 5  # the route gauges' cap
+        engine.set_limits({"routes": {"sim": {"max_concurrent": 1}}})
+        until(lambda: engine.snapshot().routes[0].max_concurrent == 1, 5)
+        time.sleep(0.2)
+        assert engine.snapshot().totals.running == 5  # lowered: none interrupted
+        engine.set_limits({"routes": {"sim": {"max_concurrent": None}}})  # off: the pool caps
+        until(lambda: engine.snapshot().totals.running == 8, 5)
+    finally:
+        engine.close()
+
+
+def test_an_rpm_change_reaches_the_routes_bucket(tmp_path: Path) -> None:
+    # rpm 6: one request every ten seconds; raised to 6000, the children waiting go at once.
+    route = dataclasses.replace(sim_route(tool_turns=0, latency_ms=0), rpm=6)
+    engine = start(batch(4), settings(route, pool=4), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.completed >= 1, 10)
+        waiting = "rpm 6 configured"
+        until(lambda: any(waiting in r.activity.text for r in engine.snapshot().children), 10)
+        engine.set_limits({"routes": {"sim": {"rpm": 6000}}})
+        rpm = lambda: engine.snapshot().routes[0].rpm  # noqa: E731
+        until(lambda: (limit := rpm()) is not None and limit.label == "6000 configured", 5)
+        # The wait already begun runs out on the old bucket's debt; the new rate repays it
+        # a thousand times faster: all done in well under the ten seconds a slot took.
+        snap = run_to_end(engine, 8)
+    finally:
+        engine.close()
+    assert snap.totals.completed == 4
+
+
+def test_configured_and_learned_limits_combine_as_the_lower() -> None:
+    now = [0.0]
+    limiter = RateLimiter(rpm=60, clock=lambda: now[0])
+    limiter.learn("requests", 30, None)  # the server says 30: lower, so it holds
+    limiter.configure("requests", 600)  # the operator raises the configured one: 30 still
+    limit = limiter.limit("requests")
+    assert limit is not None and (limit.per_minute, limit.source) == (30, "learned")
+    limiter.configure("requests", 20)  # below what the server allows: the operator's holds
+    limit = limiter.limit("requests")
+    assert limit is not None and (limit.per_minute, limit.source) == (20, "configured")
+    assert limiter.slot_s() == pytest.approx(60 / (20 * 0.98))
+    limiter.configure("tokens", 1000)  # a tpm where there was none: a bucket from now
+    assert limiter.tokens is not None
+    limiter.configure("tokens", None)
+    assert limiter.tokens is None
+
+
+def test_a_bad_change_says_which_field_and_changes_nothing(tmp_path: Path) -> None:
+    s = dataclasses.replace(settings(sim_route(**SLOW), pool=2), budget=Budget(Decimal("5")))
+    engine = start(batch(2), s, tmp_path)
+    try:
+        for change, field in (
+            ({"pool_size": 0}, "pool_size"),
+            ({"routes": {"nope": {"rpm": 5}}}, "route"),
+            ({"routes": {"sim": {"rpm": -1}}}, "rpm"),
+            ({"soft_cost_usd": "9"}, "soft_cost_usd"),  # above the hard budget
+            ({"soft_cost_usd": "-1"}, "soft_cost_usd"),
+            ({}, "limits"),
+        ):
+            with pytest.raises(LimitError) as err:
+                engine.set_limits(change)
+            assert err.value.field == field
+        assert engine.limits().pool_size == 2
+    finally:
+        engine.close()
+
+
+# --- the soft budget --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soft budget looked at on every coordinator step, not once a second: the hold then
+    begins at a known point, right after the first child finishes."""
+    monkeypatch.setattr(coordinator, "SOFT_BUDGET_EVERY_S", 0.0)
+
+
+def _soft(soft: str, pool: int = 1) -> object:
+    route = sim_route(tool_turns=0)
+    return dataclasses.replace(
+        settings(route, pool=pool), budget=Budget(soft_cost_usd=Decimal(soft))
+    )
+
+
+@pytest.mark.usefixtures("every_step")
+def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path) -> None:
+    engine = start(batch(10), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None, 10)
+        snap = engine.snapshot()
+        time.sleep(0.2)
+        assert engine.snapshot().totals.queued == 9  # nothing more starts while it holds
+        with StoreReader(engine.state_dir / "flightdeck.db") as reader:  # for attached views
+            until(lambda: (i := reader.batch(engine.batch_id)) is not None and i.held == snap.held)
+    finally:
+        engine.close()
+    first = snap.child("t0000")
+    assert first is not None and first.cost_usd is not None
+    projected = forecast(snap.children).projected_usd
+    assert projected == first.cost_usd * 10  # one finished, nine to go at its cost
+    assert snap.held == f"soft budget $0.00 reached: projected ${projected:,.2f}"
+    assert snap.limits is not None and snap.limits.soft_held == snap.held
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        info = reader.batch(engine.batch_id)
+        holds = [
+            json.loads(d)
+            for _, _, k, d in reader.events(engine.batch_id)
+            if k == "soft_budget_hold"
+        ]
+    assert info is not None and info.held is None  # closed: nothing held any more
+    assert [h["projected_usd"] for h in holds] == [str(projected)]
+
+
+@pytest.mark.usefixtures("every_step")
+def test_raising_or_dropping_the_soft_budget_releases_the_hold(tmp_path: Path) -> None:
+    engine = start(batch(6), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None, 10)
+        engine.set_limits({"soft_cost_usd": "0.0000015"})  # raised, still under: holds again
+        until(lambda: engine.limits().soft_cost_usd == Decimal("0.0000015"), 5)
+        time.sleep(0.2)
+        assert engine.snapshot().held is not None  # the projection is still over it
+        assert engine.snapshot().totals.done == 1
+        engine.set_limits({"soft_cost_usd": "1000"})  # raised well over: runs to the end
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    assert snap.status is BatchStatus.COMPLETED and snap.held is None
+
+    engine = start(batch(4), _soft("0.000001"), tmp_path / "b")  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None, 10)
+        engine.set_limits({"soft_cost_usd": None})  # continue: no soft budget for this batch
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    assert snap.status is BatchStatus.COMPLETED and snap.limits.soft_cost_usd is None  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("every_step")
+def test_stop_all_while_the_soft_budget_holds_ends_the_batch(tmp_path: Path) -> None:
+    engine = start(batch(5), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None, 10)
+        engine.stop_all()
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    assert snap.status is BatchStatus.STOPPED
+    assert (snap.totals.completed, snap.totals.stopped) == (1, 4)
+    assert snap.held is None  # an ended batch holds nothing back, in the store too
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        info = reader.batch(engine.batch_id)
+    assert info is not None and info.held is None
+
+
+@pytest.mark.usefixtures("every_step")
+def test_spend_crossing_the_soft_budget_holds_too(tmp_path: Path) -> None:
+    engine = start(batch(3), _soft("0"), tmp_path)  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None, 10)
+        assert engine.snapshot().held == "soft budget $0.00 reached: spent $0.00"
+        assert engine.snapshot().totals.queued == 3  # held before anything started
+    finally:
+        engine.close()
+
+
+def test_a_soft_budget_needs_every_route_priced(tmp_path: Path) -> None:
+    from flightdeck.engine.api import Engine
+    from flightdeck.engine.errors import ConfigError
+    from flightdeck.engine.inputs.settings import Route, Settings
+
+    route = Route(name="x", provider="openai", model="no-such-model-anywhere")
+    s = Settings(routes={"x": route}, budget=Budget(soft_cost_usd=Decimal("1")))
+    with pytest.raises(ConfigError) as err:
+        Engine(batch(1, route="x"), s, state_dir=tmp_path)
+    assert err.value.field == "budget.soft_cost_usd"
+
+
+def test_the_report_shows_the_changes_and_the_holds(tmp_path: Path, every_step: None) -> None:
+    from flightdeck.engine.records.report import build_report, render_markdown
+
+    engine = start(batch(3), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None, 10)
+        engine.set_limits({"pool_size": 3, "soft_cost_usd": None})
+        run_to_end(engine, 20)
+    finally:
+        engine.close()
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    actions = [(a["action"], a.get("change")) for a in report["limits"]]
+    assert actions == [
+        ("soft_budget_hold", None),
+        ("limits", {"pool_size": 3, "soft_cost_usd": None}),
+    ]
+    md = render_markdown(report)
+    assert "| — | limits | pool 3; soft budget off |" in md
+    assert "| — | soft budget hold | soft budget $0.00 reached: projected $" in md

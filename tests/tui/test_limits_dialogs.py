@@ -1,0 +1,204 @@
+"""`L` (the limits dialog) and the soft budget's question, on a real engine in this process and
+on a real owner process attached through the store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Budget, Settings, default_sim_route
+from flightdeck.engine.inputs.tasks import Batch
+from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetDialog
+from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.storeview import StoreView
+from textual.widgets import Input, Label
+from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # each takes a second or more
+
+
+def error_text(app: FlightdeckApp, selector: str) -> str:
+    return str(app.screen.query_one(selector, Label).render())
+
+
+async def test_l_changes_the_pool_and_a_bad_value_says_why_in_the_dialog(
+    engine_factory: EngineFactory,
+) -> None:
+    engine = engine_factory(["a", "b", "c", "d", "e"], pool=2, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine.snapshot().totals.running == 2, "two running")
+        await pilot.press("L")
+        await until(pilot, lambda: isinstance(app.screen, LimitsDialog), "limits dialog")
+        pool = app.screen.query_one("#limit-pool", Input)
+        assert pool.value == "2"
+        assert app.screen.query_one("#limit-r0-max-concurrent", Input).value == "off"
+        pool.value = "0"
+        await pilot.press("enter")
+        await until(pilot, lambda: "pool size: must be" in error_text(app, "#limit-error"), "why")
+        assert isinstance(app.screen, LimitsDialog) and engine.limits().pool_size == 2
+        app.screen.query_one("#limit-soft", Input).value = "abc"
+        pool.value = "4"
+        await pilot.press("enter")
+        await until(
+            pilot, lambda: "soft budget: expected dollars" in error_text(app, "#limit-error"), "why"
+        )
+        app.screen.query_one("#limit-soft", Input).value = "off"
+        app.screen.query_one("#limit-r0-rpm", Input).value = "600"
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: engine.snapshot().totals.running == 4, "four running")
+        caps = engine.limits().route("sim")
+        assert caps is not None and caps.rpm == 600
+        meter = str(app.main.query_one("#meter").render())
+        await until(pilot, lambda: "pool 4" in str(app.main.query_one("#meter").render()), meter)
+
+
+def _soft_engine(tmp_path: Path, soft: str, n: int = 4) -> Engine:
+    route = default_sim_route(**FAST)
+    settings = Settings(
+        routes=MappingProxyType({"sim": route}), budget=Budget(soft_cost_usd=Decimal(soft))
+    )
+    batch = Batch("tui-soft", make_tasks([f"task {i}" for i in range(n)]))
+    engine = Engine(batch, settings, state_dir=tmp_path / "state", max_concurrent=2)
+    engine.start()
+    return engine
+
+
+async def test_the_soft_budget_asks_and_raising_it_lets_the_batch_finish(tmp_path: Path) -> None:
+    engine = _soft_engine(tmp_path, "0")  # spent $0 >= $0: holds before anything starts
+    try:
+        app = app_for(engine)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, SoftBudgetDialog), "the question")
+            assert "soft budget $0.00 reached: spent $0.00" in str(app.screen.held)
+            banner = str(app.main.query_one("#banner").render())
+            assert "admission held: soft budget $0.00 reached" in banner
+            app.screen.query_one("#soft-raise", Input).value = "-3"
+            await pilot.press("enter")
+            await until(pilot, lambda: "must be 0 or more" in error_text(app, "#soft-error"), "why")
+            app.screen.query_one("#soft-raise", Input).value = "1000"
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+            await until(pilot, lambda: engine.snapshot().status is BatchStatus.COMPLETED, "done")
+        assert engine.limits().soft_cost_usd == Decimal("1000")
+    finally:
+        engine.close()
+
+
+async def test_stop_all_from_the_soft_budgets_question(tmp_path: Path) -> None:
+    engine = _soft_engine(tmp_path, "0")
+    try:
+        app = app_for(engine)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, SoftBudgetDialog), "the question")
+            await pilot.click("#stop")
+            await until(pilot, lambda: engine.snapshot().status is BatchStatus.STOPPED, "stopped")
+        assert engine.snapshot().totals.stopped == 4
+    finally:
+        engine.close()
+
+
+# --- attached to an owner in another process --------------------------------------------------
+
+OPTIONS = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+CONFIG = """
+[engine]
+max_concurrent = 2
+
+[routes.sim]
+time_scale = 1.0
+latency_ms = 300
+tokens_per_s = 30
+tool_turns = 6
+
+[budget]
+soft_cost_usd = 0
+"""
+
+
+def _owner(folder: Path, children: int) -> tuple[subprocess.Popen[str], Path, str]:
+    (folder / "flightdeck.toml").write_text(CONFIG, encoding="utf-8")
+    (folder / "tasks.jsonl").write_text(
+        "".join(f'{{"id": "c{i}", "goal": "Review item {i}"}}\n' for i in range(children)),
+        encoding="utf-8",
+    )
+    state = folder / "state"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flightdeck.tui.cli",
+            "run",
+            "tasks.jsonl",
+            "--headless",
+            "--state-dir",
+            str(state),
+        ],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()
+    assert first.startswith("batch "), first
+    return process, state / "flightdeck.db", first.split()[1]
+
+
+def _view(db: Path, batch_id: str) -> StoreView:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return StoreView(db, batch_id)
+        except LookupError:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+
+async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> None:
+    process, db, batch_id = _owner(tmp_path, 5)
+    view = _view(db, batch_id)
+    try:
+        app = FlightdeckApp(view, OPTIONS)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, SoftBudgetDialog), "the question")
+            await pilot.click("#continue")  # drop the soft budget: the owner admits again
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+            await until(pilot, lambda: view.snapshot().totals.running == 2, "two running")
+            assert view.snapshot().held is None
+            await pilot.press("L")
+            await until(pilot, lambda: isinstance(app.screen, LimitsDialog), "limits dialog")
+            app.screen.query_one("#limit-pool", Input).value = "4"
+            app.screen.query_one("#limit-r0-max-concurrent", Input).value = "3"
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+            await until(pilot, lambda: view.snapshot().pool_size == 4, "the owner's new pool")
+            await until(pilot, lambda: view.snapshot().totals.running == 3, "the route's cap")
+            limits = view.snapshot().limits
+            assert limits is not None and limits.soft_cost_usd is None
+            caps = limits.route("sim")
+            assert caps is not None and caps.max_concurrent == 3
+            assert all(r.status is not ChildStatus.STOPPED for r in view.snapshot().children)
+            await pilot.press("r")  # the route gauges: the cap the owner recorded
+            gauges = app.main.query_one("#routes")
+            await until(
+                pilot, lambda: "in flight 3/3 max_concurrent" in str(gauges.render()), "cap"
+            )
+    finally:
+        view.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
+        assert process.stdout is not None
+        process.stdout.close()
