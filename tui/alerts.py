@@ -1,5 +1,5 @@
 """Alerts: a bell (and, opted in, a desktop notification) when a child fails or loops or the
-batch's admission is held, batched so a burst of failures is one alert with a count.
+soft budget holds the batch's admission, batched so a burst of failures is one alert with a count.
 
 `AlertWatch` tells from successive snapshots what newly needs the operator; `AlertBatcher`
 decides when to say it; `notification` builds the OSC sequence, made of counts and a sanitized
@@ -25,11 +25,12 @@ _ID_CHARS = 64
 
 @dataclass(frozen=True, slots=True)
 class Alerts:
-    """How many children newly failed or were flagged looping; whether admission became held."""
+    """How many children newly failed or were flagged looping; whether the soft budget began
+    holding admission (an operator's pause is no news to the operator: it rings nothing)."""
 
     failed: int = 0
     looping: int = 0
-    held: int = 0  # times admission became held
+    held: int = 0  # times the soft budget began to hold admission
 
     def __add__(self, other: Alerts) -> Alerts:
         return Alerts(
@@ -41,14 +42,14 @@ class Alerts:
 
     @property
     def text(self) -> str:
-        """`3 failed, 1 looping, admission held`: counts only."""
+        """`3 failed, 1 looping, budget held`: counts only."""
         parts = []
         if self.failed:
             parts.append(f"{self.failed} failed")
         if self.looping:
             parts.append(f"{self.looping} looping")
         if self.held:
-            parts.append("admission held")
+            parts.append("budget held")
         return ", ".join(parts)
 
 
@@ -64,7 +65,7 @@ class AlertWatch:
     def observe(self, snap: Snapshot) -> Alerts:
         failed = {row.id for row in snap.children if row.status in _FAILED}
         looping = {row.id for row in snap.children if row.loop is not None}
-        held = snap.held is not None
+        held = snap.limits is not None and snap.limits.soft_held is not None
         if self._failed is None:
             new = Alerts()
         else:

@@ -15,6 +15,7 @@ from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
     ChildStatus,
+    Limits,
     LoopEvidence,
     Snapshot,
     SteerReceipt,
@@ -30,7 +31,9 @@ S = ChildStatus
 BATCH = "20270115-080000-demo"
 
 
-def snap(rows: tuple[ChildRow, ...], at: float, held: str | None = None) -> Snapshot:
+def snap(
+    rows: tuple[ChildRow, ...], at: float, held: str | None = None, soft_held: str | None = None
+) -> Snapshot:
     return Snapshot(
         batch_id=BATCH,
         status=BatchStatus.RUNNING,
@@ -40,6 +43,7 @@ def snap(rows: tuple[ChildRow, ...], at: float, held: str | None = None) -> Snap
         totals=totals_of(rows),
         pool_size=4,
         held=held,
+        limits=Limits(4, soft_cost_usd=Decimal("5"), soft_held=soft_held),
     )
 
 
@@ -201,8 +205,11 @@ def test_alerts_count_what_is_new_after_the_first_snapshot(tmp_path: Path) -> No
         looping(running[2], 11),
         running[3],
     )
-    assert watch.observe(snap(burst, 12, held="paused by the operator")) == Alerts(2, 1, 1)
-    assert not watch.observe(snap(burst, 13, held="paused by the operator"))  # nothing new
+    # The operator's own pause is no news to them; the soft budget's hold is.
+    assert watch.observe(snap(burst, 12, held="paused by the operator")) == Alerts(2, 1, 0)
+    budget = "soft budget $5.00 reached: projected $6.20"
+    assert watch.observe(snap(burst, 13, held=budget, soft_held=budget)) == Alerts(0, 0, 1)
+    assert not watch.observe(snap(burst, 14, held=budget, soft_held=budget))  # nothing new
 
 
 def test_a_burst_of_alerts_is_one_with_the_counts_then_at_most_one_every_n_seconds() -> None:
@@ -219,7 +226,7 @@ def test_a_burst_of_alerts_is_one_with_the_counts_then_at_most_one_every_n_secon
     assert batcher.due(t + 25) is None  # too soon after the last
     assert batcher.due(t + GATHER_S + 30) == Alerts(1, 0, 1)
     assert Alerts(3, 1, 0).text == "3 failed, 1 looping"
-    assert Alerts(0, 0, 1).text == "admission held"
+    assert Alerts(0, 0, 1).text == "budget held"
 
 
 def test_a_desktop_notification_is_counts_and_a_sanitized_id_only() -> None:
