@@ -20,7 +20,8 @@ from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import Steer, Stop, StopAll, Then
+from flightdeck.engine.control.pauses import OPERATOR_HOLD
+from flightdeck.engine.control.inbox import Pause, PauseAdmission, Steer, Stop, StopAll, Then
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
@@ -240,7 +241,11 @@ class Engine:
             store_trouble=lambda: store.trouble,
             schedules=self.batch.schedules,
             taken_ids=frozenset(r.id for r in self._carried),
+            record_held=lambda held: store.set_held(self.batch_id, held),
         )
+        if self._resuming is not None and OPERATOR_HOLD in (self._resuming[0].info.held or ""):
+            # The operator paused admission before the owner died: it stays paused.
+            self._coordinator.command(PauseAdmission(True))
         self._coordinator.start()
         self._duties = OwnerDuties(
             store.path, self.batch_id, store, self._apply_request, self.clock
@@ -524,6 +529,7 @@ class Engine:
             finished_ts=self._finished_ts,
             problem=self.problem(),
             lost_cost_usd=self._lost_cost,
+            held=c.held_reason() if c else None,
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
@@ -582,6 +588,26 @@ class Engine:
         """Stop every child that has not ended; queued ones never start."""
         self._require().command(StopAll())
 
+    def pause(self, child_ids: Iterable[str]) -> None:
+        """Pause these children: a queued one never starts until continued, a running one
+        holds at its next turn boundary and gives back its slot; ValueError, pausing none, if
+        an id names no child of this batch (one that has ended is left alone)."""
+        c = self._require()
+        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
+        c.command(Pause(tuple(i for i in ids if i in c.by_id)))
+
+    def continue_(self, child_ids: Iterable[str]) -> None:
+        """Continue these paused children (ahead of new work, with their context intact);
+        errors as `pause`."""
+        c = self._require()
+        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
+        c.command(Pause(tuple(i for i in ids if i in c.by_id), resume=True))
+
+    def pause_admission(self, on: bool = True) -> None:
+        """Pause the batch's admission (`on`), or continue it: while paused no child starts;
+        the running go on (pause them to hold them too)."""
+        self._require().command(PauseAdmission(on))
+
     def _apply_request(self, request: RequestRow) -> None:
         """A client's command (owner duties thread): applied by the coordinator in order, and
         marked applied once what it made is recorded; an id this batch lacks, refused."""
@@ -609,6 +635,10 @@ class Engine:
             c.command(Stop(live))
         elif request.kind == RequestKind.STOP_ALL:
             c.command(StopAll())
+        elif request.kind in (RequestKind.PAUSE, RequestKind.CONTINUE):
+            c.command(Pause(live, resume=request.kind == RequestKind.CONTINUE))
+        elif request.kind in (RequestKind.PAUSE_ADMISSION, RequestKind.CONTINUE_ADMISSION):
+            c.command(PauseAdmission(request.kind == RequestKind.PAUSE_ADMISSION))
         else:  # a kind with no handler here: said, never taken for another
             reason = f"this owner cannot apply a {request.kind.value!r} request"
             store.settle_request(

@@ -11,7 +11,7 @@ from decimal import Decimal, InvalidOperation
 from flightdeck.engine.model import ChildRow, ChildStatus
 
 STATUS_ALIASES: dict[str, frozenset[str]] = {
-    "live": frozenset({"queued", "gated", "running"}),
+    "live": frozenset({"queued", "gated", "running", "paused"}),
     "done": frozenset(s.value for s in ChildStatus if s.terminal),
     "attention": frozenset({"failed", "stalled", "timed_out", "retrying"}),
     "retrying": frozenset({"retrying"}),

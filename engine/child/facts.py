@@ -51,6 +51,14 @@ class Delegated:
     call: DelegateCall
 
 
-ChildFact = ChildDone | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated
+@dataclass(frozen=True, slots=True)
+class ChildPaused:
+    """The operator's pause reached the child at a turn boundary: a model child's run has
+    returned (its messages kept for the continue), a process child is suspended."""
+
+    child: Child
+
+
+ChildFact = ChildDone | ChildPaused | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated
 
 Report = Callable[[ChildFact], None]

@@ -312,6 +312,7 @@ _COUNT_ORDER = (
     ChildStatus.STOPPED,
     ChildStatus.UNKNOWN,
     ChildStatus.RUNNING,
+    ChildStatus.PAUSED,
     ChildStatus.GATED,
     ChildStatus.QUEUED,
 )
