@@ -20,8 +20,8 @@ from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.pauses import OPERATOR_HOLD
 from flightdeck.engine.control.inbox import Pause, PauseAdmission, Steer, Stop, StopAll, Then
+from flightdeck.engine.control.pauses import OPERATOR_HOLD
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
