@@ -10,8 +10,8 @@ from flightdeck.engine.records.reader import StoreReader
 
 from helpers import batch, run_to_end, settings, sim_route, start, until
 
-# A few turns of about 60 ms each: slow enough to pause in the middle, fast for the suite.
-ROUTE = sim_route(tool_turns=3, latency_ms=60, time_scale=1.0, tokens_per_s=4000)
+# A few turns of about 50 ms each: slow enough to pause in the middle, fast for the suite.
+ROUTE = sim_route(tool_turns=3, latency_ms=40, time_scale=1.0, tokens_per_s=8000)
 
 
 def _row(engine, child_id):  # type: ignore[no-untyped-def]
@@ -117,13 +117,13 @@ def test_admission_paused_starts_nothing_new_and_the_running_go_on(tmp_path: Pat
 def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path) -> None:
     # Paused far longer than the stall and timeout limits: neither counts the pause.
     s = settings(ROUTE, pool=1, stall_after_s=0.2, stall_grace_s=0.1)
-    engine = start(batch(1, timeout_s=1.5), s, tmp_path)
+    engine = start(batch(1, timeout_s=0.5), s, tmp_path)
     try:
         until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
         engine.pause(["t0000"])
         until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED, 10)
         paused_at = engine.clock()
-        until(lambda: engine.clock() - paused_at > 1.6, 10)
+        until(lambda: engine.clock() - paused_at > 0.6, 10)
         assert _row(engine, "t0000").status is ChildStatus.PAUSED
         engine.continue_(["t0000"])
         row = run_to_end(engine, 10).children[0]
