@@ -7,6 +7,7 @@ from pathlib import Path
 
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report, render_markdown
 
 from helpers import batch, run_to_end, settings, sim_route, start, until
 
@@ -112,6 +113,16 @@ def test_admission_paused_starts_nothing_new_and_the_running_go_on(tmp_path: Pat
         "pause_admission",
         "continue_admission",
     ]
+    # The report lists both as the operator's actions.
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    assert [(p["child_id"], p["action"]) for p in report["pauses"]] == [
+        (None, "pause_admission"),
+        (None, "continue_admission"),
+    ]
+    text = render_markdown(report)
+    assert "| (admission) | pause admission |" in text
+    assert "| (admission) | continue admission |" in text
 
 
 def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path) -> None:

@@ -80,6 +80,7 @@ def test_build_report(reader: StoreReader) -> None:
         "completed": 1,
         "failed": 1,
         "stopped": 1,
+        "paused": 0,
         "running": 1,
         "queued": 2,  # the gated child holds no slot: it is queued
         "tokens_in": 110,
@@ -360,7 +361,7 @@ def test_the_report_carries_the_operators_steers_and_stops(tmp_path: Path) -> No
 def test_a_report_without_operator_actions_says_so(reader: StoreReader) -> None:
     report = build_report(reader)
     assert report["steers"] == [] and report["stops"] == []
-    assert render_markdown(report).endswith("## Operator\n\nNo steers or stops.\n")
+    assert render_markdown(report).endswith("## Operator\n\nNo steers, stops or pauses.\n")
 
 
 def test_the_report_reads_no_answer_so_its_memory_does_not_grow_with_them(

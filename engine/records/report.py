@@ -36,6 +36,11 @@ def build_report(
     # A delegate's parent is kept as its "delegate" event.
     parents = {c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c}
     stops = reader.stops(batch_id)
+    pauses = [
+        {"child_id": c, "at": _iso(ts), "action": kind, "detail": detail}
+        for ts, c, kind, detail in reader.events(batch_id)
+        if kind in PAUSE_EVENTS
+    ]
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
     totals = totals_of(children)
@@ -57,6 +62,7 @@ def build_report(
             "completed": totals.completed,
             "failed": totals.failed,
             "stopped": totals.stopped,
+            "paused": totals.paused,
             "running": totals.running,
             "queued": totals.queued,
             **_usage(totals),
@@ -117,9 +123,20 @@ def build_report(
         "stops": [
             {"child_id": s.child_id, "requested": _iso(s.ts), "reason": s.reason} for s in stops
         ],
+        # The operator's pauses and continues, of children and (child null) of admission.
+        "pauses": pauses,
         "forecast": _forecast(children, recovery),
         "recovery": recovery,
     }
+
+
+# The events an operator's pause or continue records, and how the report names each.
+PAUSE_EVENTS = {
+    "pause": "pause",
+    "continue": "continue",
+    "pause_admission": "pause admission",
+    "continue_admission": "continue admission",
+}
 
 
 def _forecast(children: list[ChildRow], recovery: Mapping[str, Any]) -> dict[str, Any]:
@@ -290,7 +307,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             (_group_cells(g) for g in report["groups"]),
         )
     lines += _forecast_lines(report.get("forecast") or {})
-    lines += _operator(report["steers"], report["stops"])
+    lines += _operator(report["steers"], report["stops"], report.get("pauses") or [])
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
         lost = _usd(recovery["lost_cost_usd"]) + (
@@ -340,10 +357,13 @@ def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> li
     return ["", f"## {title}", "", header, align, *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def _operator(steers: list[dict[str, Any]], stops: list[dict[str, Any]]) -> list[str]:
-    """The operator's steers (with their receipts) and stops, in the order they were sent."""
-    if not steers and not stops:
-        return ["", "## Operator", "", "No steers or stops."]
+def _operator(
+    steers: list[dict[str, Any]], stops: list[dict[str, Any]], pauses: list[dict[str, Any]]
+) -> list[str]:
+    """The operator's steers (with their receipts), stops, pauses and continues, in the order
+    they were sent."""
+    if not steers and not stops and not pauses:
+        return ["", "## Operator", "", "No steers, stops or pauses."]
     rows = [
         (
             s["sent"],
@@ -360,6 +380,19 @@ def _operator(steers: list[dict[str, Any]], stops: list[dict[str, Any]]) -> list
     rows += [
         (s["requested"], [s["requested"], _cell(s["child_id"]), "stop", _cell(s["reason"]), ""])
         for s in stops
+    ]
+    rows += [
+        (
+            p["at"],
+            [
+                p["at"],
+                "(admission)" if p["child_id"] is None else _cell(p["child_id"]),
+                PAUSE_EVENTS[p["action"]],
+                "",
+                "",
+            ],
+        )
+        for p in pauses
     ]
     rows.sort(key=lambda r: r[0])  # ISO times of one zone sort as times; ties keep steers first
     return _table(
