@@ -12,6 +12,7 @@ from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.commands import (
     cmd_ls,
+    cmd_pause,
     cmd_report,
     cmd_resume,
     cmd_run,
@@ -95,7 +96,8 @@ _WHERE_HELP = (
 
 
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """resume, steer, stop, wait: a batch's owner taken over, or sent commands from here."""
+    """resume, steer, stop, pause, continue, wait: a batch's owner taken over, or sent commands
+    from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
     resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
     resume.add_argument(
@@ -119,6 +121,16 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     stop.add_argument("--all", action="store_true", help="stop every child not ended")
     stop.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="stop"))
     stop.add_argument("--state-dir", type=Path)
+
+    for verb, what in (("pause", "pause"), ("continue", "continue paused")):
+        pause = sub.add_parser(
+            verb,
+            help=f"{what} children of a running batch (no child named: the batch's admission)",
+        )
+        pause.add_argument("batch_id")
+        pause.add_argument("child_ids", nargs="*", metavar="CHILD")
+        pause.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb=verb))
+        pause.add_argument("--state-dir", type=Path)
 
     wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")
     wait.add_argument("batch_id")
@@ -157,7 +169,14 @@ def _pool_size(text: str) -> int | Literal["auto"]:
     return value
 
 
-_OWNER_COMMANDS = {"resume": cmd_resume, "steer": cmd_steer, "stop": cmd_stop, "wait": cmd_wait}
+_OWNER_COMMANDS = {
+    "resume": cmd_resume,
+    "steer": cmd_steer,
+    "stop": cmd_stop,
+    "pause": cmd_pause,
+    "continue": cmd_pause,
+    "wait": cmd_wait,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
