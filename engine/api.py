@@ -21,7 +21,6 @@ from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import Pause, PauseAdmission, Steer, Stop, StopAll, Then
-from flightdeck.engine.control.pauses import OPERATOR_HOLD
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
@@ -31,6 +30,7 @@ from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import (
+    OPERATOR_HOLD,
     BatchFinished,
     BatchStatus,
     ChildRow,
@@ -503,6 +503,11 @@ class Engine:
         if lost:
             return f"{_children(lost)} could not be recorded"
         return None
+
+    @property
+    def held(self) -> str | None:
+        """Why admission is held (`Snapshot.held`), without building a snapshot."""
+        return self._coordinator.held_reason() if self._coordinator else None
 
     @property
     def stopped_by_stop_all(self) -> int:

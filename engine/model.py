@@ -296,6 +296,10 @@ class RouteTotals:
     totals: Totals
 
 
+# `Snapshot.held` while the operator has paused the batch's admission (with any other hold).
+OPERATOR_HOLD = "paused by the operator"
+
+
 @record
 class Snapshot:
     """An immutable view of a whole batch, cheap to poll."""

@@ -182,6 +182,17 @@ class StoreView:
     def stop_all(self) -> None:
         self._send("stop all", lambda: requests.submit_stop_all(self.db, self.batch_id))
 
+    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
+        kind = requests.RequestKind.CONTINUE if resume else requests.RequestKind.PAUSE
+        self._send(kind.value, lambda: requests.submit(self.db, self.batch_id, kind, child_ids))
+
+    def pause_admission(self, on: bool) -> None:
+        kind = (
+            requests.RequestKind.PAUSE_ADMISSION if on else requests.RequestKind.CONTINUE_ADMISSION
+        )
+        what = "pause admission" if on else "continue admission"
+        self._send(what, lambda: requests.submit(self.db, self.batch_id, kind))
+
     def _send(self, what: str, submit: Callable[[], int]) -> None:
         """Record a command for the owner; one that cannot be recorded (the batch ended in the
         meantime, the disk is full) is said as a warning, which the TUI shows."""
@@ -335,6 +346,7 @@ class StoreView:
             version=self._data_version,
             finished_ts=info.finished_ts,
             lost_cost_usd=self._lost_cost,
+            held=info.held if info.status is BatchStatus.RUNNING else None,
         )
 
     def _read_fixed(self, ids: list[str]) -> None:

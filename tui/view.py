@@ -45,6 +45,14 @@ class EngineView(Protocol):
         """Interrupt every live child; queued ones never start."""
         ...
 
+    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
+        """Pause these children (`resume`: continue them)."""
+        ...
+
+    def pause_admission(self, on: bool) -> None:
+        """Pause the batch's admission (`on`), or continue it."""
+        ...
+
     def transcript_path(self, child_id: str) -> Path | None:
         """The child's live transcript file, or None if the child is unknown."""
         ...
@@ -75,6 +83,15 @@ class LiveView:
 
     def stop_all(self) -> None:
         self.engine.stop_all()
+
+    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
+        if resume:
+            self.engine.continue_(child_ids)
+        else:
+            self.engine.pause(child_ids)
+
+    def pause_admission(self, on: bool) -> None:
+        self.engine.pause_admission(on)
 
     def transcript_path(self, child_id: str) -> Path | None:
         if child_id not in self._paths:

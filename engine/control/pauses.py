@@ -13,12 +13,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.child.loop import Child
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import OPERATOR_HOLD, ChildStatus
 
 if TYPE_CHECKING:
     from flightdeck.engine.control.coordinator import Coordinator
-
-OPERATOR_HOLD = "paused by the operator"
 
 
 class Pauses:
