@@ -242,10 +242,10 @@ class Engine:
             schedules=self.batch.schedules,
             taken_ids=frozenset(r.id for r in self._carried),
             record_held=lambda held: store.set_held(self.batch_id, held),
-        )
-        if self._resuming is not None and OPERATOR_HOLD in (self._resuming[0].info.held or ""):
             # The operator paused admission before the owner died: it stays paused.
-            self._coordinator.command(PauseAdmission(True))
+            admission_paused=self._resuming is not None
+            and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
+        )
         self._coordinator.start()
         self._duties = OwnerDuties(
             store.path, self.batch_id, store, self._apply_request, self.clock

@@ -104,6 +104,7 @@ class Coordinator:
         taken_ids: frozenset[str] = frozenset(),  # children kept from before a resume
         store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
         record_held: Callable[[str | None], None] = lambda held: None,
+        admission_paused: bool = False,  # the operator's pause, kept across a resume
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -157,6 +158,7 @@ class Coordinator:
         self._progress_versions: dict[str, int] = {}
         self._pool = pool
         self._pauses = Pauses(self)
+        self._pauses.admission = admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
 
