@@ -141,3 +141,23 @@ def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path) -> None:
     finally:
         engine.close()
     assert (row.status, row.error) == (ChildStatus.COMPLETED, None)
+
+
+def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path) -> None:
+    engine = start(batch(2), settings(ROUTE, pool=1), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        engine.pause(["t0000"])
+        until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING, 10)
+        engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
+        engine.pause(["t0000"])  # and is paused again before it gets it
+        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED, 10)
+        assert engine.wait(0.2) is False
+        assert _row(engine, "t0000").status is ChildStatus.PAUSED
+        engine.continue_(["t0000"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
+    kinds = [k for c, k in _events(tmp_path, engine.batch_id) if c == "t0000"]
+    assert kinds == ["pause", "continue", "pause", "continue"]

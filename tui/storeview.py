@@ -428,7 +428,9 @@ def _facts(
 ) -> None:
     """The facts between two reads of one child."""
     was = before.status if before is not None else ChildStatus.QUEUED
-    if was is not ChildStatus.RUNNING and row.status is ChildStatus.RUNNING:
+    # A child paused mid-run and continued has started already.
+    continued = was is ChildStatus.PAUSED and before is not None and before.started_ts is not None
+    if was is not ChildStatus.RUNNING and not continued and row.status is ChildStatus.RUNNING:
         events.append(ChildStarted(row.id, row.started_ts or 0.0))
     if was.live and row.status.terminal:
         events.append(ChildFinished(row, done, total))

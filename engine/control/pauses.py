@@ -41,11 +41,12 @@ class Pauses:
                 continue
             if child in self.continuing:  # continued, and paused again before it got a slot
                 self.continuing.remove(child)
-                if child.task.id in self.parked or child.task.id in self.suspended:
-                    continue  # still paused: nothing changed
+                if child_id not in self.suspended:
+                    self.parked[child_id] = child  # still paused: it waits to be continued
             elif child.pause_wanted:
                 continue  # paused already (or pausing)
-            child.request_pause()
+            else:
+                child.request_pause()
             child.transcript.write("operator", "pause requested")
             co.record_event(child_id, "pause", "paused by operator")
             co.record(child.row())
