@@ -331,9 +331,18 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
             out = run("continue", batch_id, "--where", "status:paused")
             assert out[-1] == "continue applied: 8 children"
             assert owner.wait(30) == 0
+            said = owner.communicate()[0].splitlines()
         finally:
             owner.kill()
-            owner.communicate()
+            if owner.stdout is not None and not owner.stdout.closed:
+                owner.communicate()
+        # The headless owner said when admission was held, and when it was released.
+        held = [line for line in said if line.startswith("admission")]
+        assert held == [
+            f"admission held: paused by the operator (`flightdeck continue {batch_id}` "
+            "continues it)",
+            "admission released: children start again",
+        ]
         with StoreReader(db_of(folder)) as reader:
             kinds = [k for _, c, k, _ in reader.events(batch_id)]
         assert kinds.count("pause") == 10 and kinds.count("continue") == 10
