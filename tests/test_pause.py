@@ -161,3 +161,25 @@ def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path) -
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
     kinds = [k for c, k in _events(tmp_path, engine.batch_id) if c == "t0000"]
     assert kinds == ["pause", "continue", "pause", "continue"]
+
+
+def test_a_gated_child_paused_is_paused_when_its_gate_opens(tmp_path: Path) -> None:
+    import dataclasses
+
+    # The leader's first token takes 0.3-0.7 s: its siblings wait gated that long.
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, time_scale=0.25, latency_ms=2000, tokens_per_s=4000),
+        cache_gate_s=10.0,
+    )
+    engine = start(batch(3), settings(route, pool=3), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0001").status is ChildStatus.GATED, 10)
+        engine.pause(["t0001"])
+        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED, 10)
+        row = _row(engine, "t0001")
+        assert (row.status, row.started_ts) == (ChildStatus.PAUSED, None)
+        engine.continue_(["t0001"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
