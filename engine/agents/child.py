@@ -336,8 +336,11 @@ class CommandChild(Child):
     def _pause_point(self, proc: Process, suspended: bool) -> bool:
         """The operator's pause and continue for a process: it has no turn boundary flightdeck
         can see, so its group is suspended at once, and goes on where it stopped."""
-        if not suspended and self._take_pause():
-            proc.signal(signal.SIGSTOP)
+        if not suspended and self.pause_wanted and not self.interrupt.is_set():
+            proc.signal(signal.SIGSTOP)  # first: once the row says paused, it is stopped
+            if not self._take_pause():  # a stop came first, or a continue
+                proc.signal(signal.SIGCONT)
+                return False
             self.transcript.write("engine", "paused: process group suspended (SIGSTOP)")
             self._report(ChildPaused(self))
             return True
