@@ -239,6 +239,7 @@ class Engine:
             first_receipt_id=first_receipt,
             spawn=spawn,
             store_trouble=lambda: store.trouble,
+            canned=self.settings.canned,
             schedules=self.batch.schedules,
             taken_ids=frozenset(r.id for r in self._carried),
             record_held=lambda held: store.set_held(self.batch_id, held),

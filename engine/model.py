@@ -135,6 +135,9 @@ class SteerReceipt:
     state: SteerState
     created_ts: float
     settled_ts: float | None = None
+    # Who sent it: the operator, or a route's loop policy acting on its own (not stored in
+    # the controls table: the policy's "loop_policy" event names its receipt).
+    by: Literal["operator", "policy"] = "operator"
 
 
 @record

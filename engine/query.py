@@ -89,6 +89,7 @@ class RowFilter:
     errors: tuple[str, ...] = ()  # substrings of the error, each must appear
     comparisons: tuple[Comparison, ...] = ()
     tagged_only: bool = False
+    looping_only: bool = False  # `is:looping`: flagged as looping (ChildRow.loop)
 
     @property
     def active(self) -> bool:
@@ -101,6 +102,8 @@ class RowFilter:
 
     def matches(self, row: ChildRow, tagged: bool = False, now: float = 0.0) -> bool:
         if self.tagged_only and not tagged:
+            return False
+        if self.looping_only and row.loop is None:
             return False
         if self.statuses is not None:
             retrying = is_retrying(row)
@@ -163,7 +166,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
     sets: dict[str, set[str]] = {}
     errors: list[str] = []
     comparisons: list[Comparison] = []
-    tagged_only = False
+    tagged_only = looping_only = False
     for term, text in split_terms(query):
         found = None if text else _TERM.match(term)
         if found is None:
@@ -183,8 +186,11 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
         if not value:
             raise QueryError(f"{term!r}: {name} needs a value, e.g. {name}:{_EXAMPLE[name]}")
         if name == "is":
+            if value == "looping":
+                looping_only = True
+                continue
             if value != "tagged" or not tags:
-                why = "the only one is is:tagged" if tags else "nothing is tagged here"
+                why = "one of is:tagged, is:looping" if tags else "nothing is tagged here"
                 raise QueryError(f"{term!r}: {why}")
             tagged_only = True
         elif name == "error":
@@ -205,6 +211,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
         errors=tuple(errors),
         comparisons=tuple(comparisons),
         tagged_only=tagged_only,
+        looping_only=looping_only,
     )
 
 

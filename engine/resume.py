@@ -25,6 +25,7 @@ from flightdeck.engine.inputs.settings import Settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_headers
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import refuse_pending
@@ -249,6 +250,8 @@ def _lost(
         "rerun": rerun,
     }
     store.record_event(batch_id, row.id, ts, "lost_attempt", json.dumps(detail))
+    if rerun:  # it starts over: a loop its lost attempt was flagged in is not its own now
+        store.record_event(batch_id, row.id, ts, "loop", evidence_json(None))
     then = "it restarts from the start" if rerun else "it is left unknown (--no-rerun)"
     child.transcript.write("engine", f"{_why(pid)}; {then}")
     if not rerun:

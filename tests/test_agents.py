@@ -90,6 +90,18 @@ def test_claude_stream_json_gives_result_tools_usage_and_cost(tmp_path: Path) ->
     assert "assistant │ got: review the change" in text
 
 
+def test_a_cli_repeating_its_tool_call_is_flagged_as_looping(tmp_path: Path) -> None:
+    argv = ("-p", "--output-format", "stream-json", "--verbose", "--fake-repeat", "3", "{goal}")
+    route = fake("fake_claude.py", *argv)
+    route += 'format = "claude-stream-json"\n[routes.cli.loops]\nrepeat_calls = 3\n'
+    snap = run_to_end(engine_for(tmp_path, config(tmp_path, route)))
+    row = snap.children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.loop is not None and row.loop.kind == "repeat"
+    assert row.loop.calls == ('Bash {"command": "ls"}',) * 3
+    assert "looping (repeat): Bash" in transcript(row)
+
+
 def test_codex_json_gives_usage_and_no_cost_without_a_price(tmp_path: Path) -> None:
     route = fake("fake_codex.py", "exec", "--json", "{goal}") + 'format = "codex-json"\n'
     row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]

@@ -6,7 +6,7 @@ import dataclasses
 from decimal import Decimal
 
 import pytest
-from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Usage
+from flightdeck.engine.model import Activity, ChildRow, ChildStatus, LoopEvidence, Usage
 from flightdeck.engine.query import QueryError, parse_filter, split_terms
 
 NOW = 10_000.0
@@ -121,7 +121,7 @@ def test_split_terms() -> None:
         ("status:running,", "'status:running,': unknown status ''"),
         ("status:", "'status:': status needs a value"),
         ("route:", "'route:': route needs a value"),
-        ("is:live", "'is:live': the only one is is:tagged"),
+        ("is:live", "'is:live': one of is:tagged, is:looping"),
         ("cost:0.5", "'cost:0.5': cost is compared, e.g. cost>0.50"),
         ("status>1", "'status>1': status is not compared"),
         ("cost>", "'cost>': cost needs a number"),
@@ -149,6 +149,16 @@ def test_every_error_names_the_term(query: str, message: str) -> None:
 def test_is_tagged_refused_without_tags() -> None:
     with pytest.raises(QueryError, match="'is:tagged': nothing is tagged here"):
         parse_filter("is:tagged", tags=False)
+
+
+def test_is_looping_picks_the_children_flagged_as_looping() -> None:
+    looping = dataclasses.replace(
+        row("c-8"), loop=LoopEvidence("repeat", "x called 5 times", ("x {}",) * 5, NOW)
+    )
+    rows = [*ROWS, looping]
+    for f in (parse_filter("is:looping"), parse_filter("is:looping status:running", tags=False)):
+        assert [r.id for r in rows if f.matches(r, now=NOW)] == ["c-8"]
+    assert not parse_filter("is:looping status:failed").matches(looping, now=NOW)
 
 
 def test_unchanged_rows_use_live_cost() -> None:

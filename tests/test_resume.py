@@ -19,10 +19,12 @@ from flightdeck.engine.model import (
     Activity,
     BatchStatus,
     ChildStatus,
+    LoopEvidence,
     SteerReceipt,
     SteerState,
     Usage,
 )
+from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.rows import process_start_time
@@ -111,6 +113,9 @@ def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_
     with Store(tmp_path / "flightdeck.db") as store:  # an earlier resume lost $0.01 more
         detail = json.dumps({"cost_usd": "0.01", "rerun": True})
         store.record_event(batch_id, "t0001", 1300.0, "lost_attempt", detail)
+        # ... and its lost attempt had been flagged as looping: the re-run starts over.
+        flag = LoopEvidence("repeat", "x called 5 times", ("x {}",) * 5, 1350.0)
+        store.record_event(batch_id, "t0001", 1350.0, "loop", evidence_json(flag))
     engine = Engine.resume(tmp_path, batch_id)
     engine.start()
     snap = run_to_end(engine)
@@ -118,6 +123,8 @@ def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_
     view = StoreView(tmp_path / "flightdeck.db", batch_id, watch=False)
     try:
         assert view.snapshot().lost_cost_usd == Decimal("0.013")
+        rerun = view.snapshot().child("t0001")
+        assert rerun is not None and rerun.loop is None
     finally:
         view.close()
 

@@ -416,3 +416,22 @@ def test_a_config_nested_past_the_parsers_stack_is_a_clear_error(tmp_path: Path)
     path.write_text("[engine]\nx = " + "[" * 100_000 + "\n")
     with pytest.raises(ConfigError, match="nested too deeply"):
         load_settings(path)
+
+
+def test_tui_settings_round_trip_and_errors_name_the_line(tmp_path: Path) -> None:
+    from flightdeck.engine.inputs.settings import TuiSettings
+
+    assert load_settings(write(tmp_path, "")).tui == TuiSettings()
+    path = write(
+        tmp_path,
+        '[tui]\ndigest_idle_s = 0\nbell = false\ndesktop = "osc777"\nnotify_every_s = 5\n',
+    )
+    assert load_settings(path).tui == TuiSettings(0.0, False, "osc777", 5.0)
+    cases = [
+        ("[tui]\n\ndigest_idle_s = -1\n", 3, "tui.digest_idle_s", "must be 0 or more"),
+        ('[tui]\nbell = "yes"\n', 2, "tui.bell", "expected true or false"),
+        ('[tui]\ndesktop = "growl"\n', 2, "tui.desktop", "expected one of 'off', 'osc777'"),
+        ("[tui]\nnotify_every = 5\n", 2, "tui.notify_every", "did you mean 'notify_every_s'?"),
+    ]
+    for text, line, field, message in cases:
+        assert message in str(error_at(write(tmp_path, text), line, field))

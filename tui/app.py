@@ -12,9 +12,11 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.lastlooked import LastLooked
 from flightdeck.tui.logs import Severity, forward_logs
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.view import EngineView, LiveView
+from textual import events
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
@@ -53,6 +55,12 @@ class FlightdeckApp(App[bool]):
             return
         self.view.stop_all()
         self.exit(result=True)
+
+    async def on_event(self, event: events.Event) -> None:
+        # Every key or click, whichever screen has it, tells the digest the operator is here.
+        if isinstance(event, events.Key | events.MouseDown) and not event.is_forwarded:
+            self.main.noticed_input()
+        await super().on_event(event)
 
     def on_unmount(self) -> None:
         self._stop_logs()
@@ -97,7 +105,9 @@ def exit_code(snapshot: Snapshot) -> ExitCode:
 def run_app(engine: Engine) -> ExitCode:
     """Run the app on an already-started engine; returns the process exit code."""
     # Ages ("2s ago") on the engine's own clock: its stamps ignore steps of the system clock.
-    app = FlightdeckApp(LiveView(engine), UiOptions(clock=engine.clock))
+    looked = LastLooked(engine.state_dir, engine.batch_id)
+    options = UiOptions(clock=engine.clock, tui=engine.settings.tui, looked=looked)
+    app = FlightdeckApp(LiveView(engine), options)
     stopped = app.run()
     if stopped:
         engine.wait(STOP_WAIT_S)

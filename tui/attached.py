@@ -18,12 +18,15 @@ from flightdeck.tui.exitcodes import ExitCode
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from flightdeck.engine.inputs.settings import TuiSettings
     from flightdeck.tui.storeview import StoreView
 
 STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to record the end
 
 
-def run_in_background(args: argparse.Namespace, state_dir: Path) -> ExitCode:
+def run_in_background(
+    args: argparse.Namespace, state_dir: Path, tui: TuiSettings | None = None
+) -> ExitCode:
     """`flightdeck run` on a terminal (the TUI attached to a new owner) or with `--detach`."""
     from flightdeck.tui.spawn import start_owner
 
@@ -46,18 +49,22 @@ def run_in_background(args: argparse.Namespace, state_dir: Path) -> ExitCode:
         return ExitCode.OK
     from flightdeck.tui.storeview import StoreView
 
-    return attach_tui(StoreView(owner.db, owner.batch_id))
+    return attach_tui(StoreView(owner.db, owner.batch_id), tui)
 
 
 def cmd_attach(args: argparse.Namespace) -> ExitCode:
     """`flightdeck attach [BATCH_ID]`: the TUI on a batch (the latest running one by default);
     read-only once the batch has ended or its owner is gone."""
+    from flightdeck.engine.inputs.settings import load_settings
+
+    # The [tui] table of --config, or of ./flightdeck.toml if there is one: checked like a run's.
+    tui = load_settings(args.config).tui
     db = state_db(args.state_dir)
     if not sys.stdout.isatty():
         raise UsageError(
             None, None, None, "attach needs a terminal (scripts: flightdeck logs, report, wait)"
         )
-    return attach_tui(open_view(db, args.batch_id))
+    return attach_tui(open_view(db, args.batch_id), tui)
 
 
 def open_view(db: Path, batch_id: str | None) -> StoreView:
@@ -87,13 +94,17 @@ def _no_batch(batch_id: str, db: Path) -> str:
     return f"no batch {one_line(batch_id)!r} in {folder} (another state folder? --state-dir)"
 
 
-def attach_tui(view: StoreView) -> ExitCode:
+def attach_tui(view: StoreView, tui: TuiSettings | None = None) -> ExitCode:
     """Run the TUI over `view` until the operator detaches or quits; say what is left."""
+    from flightdeck.engine.inputs.settings import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
+    from flightdeck.tui.lastlooked import LastLooked
+    from flightdeck.tui.screens.main import UiOptions
 
     state_dir = view.db.parent
+    looked = LastLooked(state_dir, view.batch_id)
     try:
-        app = FlightdeckApp(view)
+        app = FlightdeckApp(view, UiOptions(tui=tui or TuiSettings(), looked=looked))
         stopped = app.run()
         if stopped:  # "stop all and quit": the owner records the end, then this says so
             deadline = time.monotonic() + STOP_WAIT_S

@@ -143,6 +143,11 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         "attach", help="the TUI on a running batch (read-only once it has ended)"
     )
     attach.add_argument("batch_id", nargs="?", help="batch id (default: the latest running)")
+    attach.add_argument(
+        "--config",
+        type=Path,
+        help="flightdeck.toml for the [tui] settings (default: ./flightdeck.toml)",
+    )
     attach.add_argument("--state-dir", type=Path)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
     logs.add_argument("batch_id")

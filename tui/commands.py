@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         engine.close()
         from flightdeck.tui.attached import run_in_background
 
-        return run_in_background(args, engine.state_dir)
+        return run_in_background(args, engine.state_dir, settings.tui)
     tune_interpreter()
     return run_headless(engine, console_for())
 
@@ -244,19 +244,12 @@ def _where_filter(args: argparse.Namespace) -> RowFilter | None:
 def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list[str]:
     """The ids of the batch's children `row_filter` keeps that have not ended, in batch order;
     how many it keeps (and how many of those had ended) is printed."""
-    import dataclasses
     import time
 
     from flightdeck.engine.records.reader import StoreReader
 
     with StoreReader(db) as reader:
         rows = reader.children(batch_id, results=False)
-        if any(c.field == "depth" for c in row_filter.comparisons):
-            # The store keeps a delegate's parent as its "delegate" event.
-            parents = {
-                c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c
-            }
-            rows = [dataclasses.replace(r, depth=_depth(r.id, parents)) for r in rows]
     now = time.time()
     kept = [r for r in rows if row_filter.matches(r, False, now)]
     live = [r.id for r in kept if r.status.live]
@@ -266,13 +259,6 @@ def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list
     line += f", {ended} had already ended" if ended else ""
     console_for().print(Text(line + ("" if live else f": nothing to {verb}")))
     return live
-
-
-def _depth(child_id: str, parents: dict[str, str]) -> int:
-    depth, at = 0, child_id
-    while at in parents and depth < 64:
-        depth, at = depth + 1, parents[at]
-    return depth
 
 
 def cmd_steer(args: argparse.Namespace) -> ExitCode:

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.errors import StoreError
+from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER
+from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -32,6 +34,7 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     GroupFinished,
+    LoopEvidence,
     Snapshot,
     SteerReceipt,
     SteerSettled,
@@ -41,10 +44,13 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records import requests
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import process_matches
+from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import totals_of
+from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     BATCH_COLUMNS_V1,
+    BATCH_COLUMNS_V2,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
@@ -91,13 +97,18 @@ class StoreView:
         self.clock = clock
         self._conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
         version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
-        # A version 1 file (an old state folder, never opened to write since) reads the same.
-        self._batch_columns = BATCH_COLUMNS if version == SCHEMA_VERSION else BATCH_COLUMNS_V1
+        # A version 1 or 2 file (an old state folder, never opened to write since) reads the
+        # same, without what later versions added.
+        self._batch_columns = {SCHEMA_VERSION: BATCH_COLUMNS, 2: BATCH_COLUMNS_V2}.get(
+            version, BATCH_COLUMNS_V1
+        )
         self._owner_checked = 0.0
         self._owner_alive = True
         self._pending: set[int] = set()  # requests this view sent that the owner has not settled
         self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
         self._data_version: int | None = None
+        self._parents: dict[str, str] = {}  # a delegate's parent, from the "delegate" events
+        self._events_seen = 0  # the last event read (delegate and loop events: _read_events)
         self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
         self._lost_read = False
         self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
@@ -107,6 +118,9 @@ class StoreView:
         self._units_told: set[str] = set()  # groups whose unit result was published
         self._order: tuple[ChildRow, ...] = ()
         self._receipts: dict[int, SteerReceipt] = {}
+        # Each child's loop evidence, from the owner's "loop" events (the last one wins).
+        self._loops: dict[str, LoopEvidence] = {}
+        self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
         self._subscribers: tuple[Listener, ...] = ()
         self._sub_lock = threading.Lock()
         self.info: BatchInfo | None = None
@@ -155,6 +169,14 @@ class StoreView:
         if snap.status is BatchStatus.RUNNING:
             return _replace_now(snap, self.clock())
         return snap
+
+    @property
+    def loop_steer(self) -> str:
+        # The owner's settings, as it started with them (not a flightdeck.toml changed since).
+        info = self.info
+        if info is None or not info.settings_json:
+            return DEFAULT_LOOP_STEER
+        return settings_from_json(info.settings_json).canned.loop
 
     def transcript_path(self, child_id: str) -> Path | None:
         row = self._rows.get(child_id)
@@ -281,6 +303,7 @@ class StoreView:
             new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
             if new_ids:
                 self._read_fixed(new_ids)
+            relinked = self._read_events()
             controls = conn.execute(
                 f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
                 " ORDER BY id",
@@ -305,12 +328,16 @@ class StoreView:
             cid = m[0]
             steers = tuple(by_child.get(cid, ())) if by_child else ()
             row = old_rows.get(cid)
-            if row is None or old_raw.get(cid) != m or row.steers != steers:
+            if row is None or old_raw.get(cid) != m or row.steers != steers or cid in relinked:
                 f = fixed[cid]
                 # Back into CHILD_COLUMNS order, for rows.child_row.
                 full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
                 before = row
                 row = child_row(full, steers)
+                parent, loop = self._parents.get(cid), self._loops.get(cid)
+                if parent is not None or loop is not None:
+                    depth = depth_of(cid, self._parents) if parent is not None else 0
+                    row = dataclasses.replace(row, parent=parent, depth=depth, loop=loop)
                 changed = True
                 if events is not None:
                     if done is None and row.status.terminal:
@@ -348,6 +375,36 @@ class StoreView:
             lost_cost_usd=self._lost_cost,
             held=info.held if info.status is BatchStatus.RUNNING else None,
         )
+
+    def _read_events(self) -> set[str]:
+        """What the owner keeps as events, not in the rows, recorded since the last read
+        (inside the transaction): who delegated whom, the loop flags, and the loop policies'
+        steers. The ids of the children whose rows must be built again."""
+        found = self._conn.execute(
+            "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
+            " AND kind IN ('delegate', 'loop', 'loop_policy') AND child_id IS NOT NULL"
+            " ORDER BY id",
+            (self.batch_id, self._events_seen),
+        ).fetchall()
+        changed = set()
+        for event_id, child_id, kind, detail in found:
+            self._events_seen = int(event_id)
+            child_id, detail = str(child_id), str(detail)
+            if kind == "delegate":
+                self._parents[child_id] = detail
+            elif kind == "loop_policy":
+                receipt_id = policy_receipt(detail)
+                if receipt_id is not None:
+                    self._by_policy.add(receipt_id)
+                continue
+            else:
+                evidence = evidence_from_json(detail)
+                if evidence is None:
+                    self._loops.pop(child_id, None)
+                else:
+                    self._loops[child_id] = evidence
+            changed.add(child_id)
+        return changed
 
     def _read_fixed(self, ids: list[str]) -> None:
         """The columns of these children that never change (inside the read transaction)."""
@@ -400,6 +457,8 @@ class StoreView:
         new: dict[int, SteerReceipt] = {}
         for c in controls:
             r = receipt(c)
+            if r.id in self._by_policy:
+                r = dataclasses.replace(r, by="policy")
             before = old.get(r.id)
             if (
                 events is not None

@@ -57,6 +57,12 @@ class EngineView(Protocol):
         """The child's live transcript file, or None if the child is unknown."""
         ...
 
+    @property
+    def loop_steer(self) -> str:
+        """The canned steer `n` sends a looping child (`[steer.canned] loop`), placeholders
+        unfilled (engine/inputs/settings/loops.py fills them)."""
+        ...
+
     def subscribe(self, fn: Listener) -> Callable[[], None]:
         """Call `fn` for each engine event (on any thread); returns an unsubscribe function."""
         ...
@@ -92,6 +98,10 @@ class LiveView:
 
     def pause_admission(self, on: bool) -> None:
         self.engine.pause_admission(on)
+
+    @property
+    def loop_steer(self) -> str:
+        return self.engine.settings.canned.loop
 
     def transcript_path(self, child_id: str) -> Path | None:
         if child_id not in self._paths:

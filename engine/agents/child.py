@@ -104,6 +104,10 @@ class CommandChild(Child):
         self._cost_lost = False  # a run ended without its report, or a report had no price
         self._session: str | None = None
         self._stopping = False  # SIGTERM sent: the row says `stopping` until it has ended
+        # For the loop checks: the call the CLI made last (its transcript text), and the
+        # folder it runs in. A CLI's own turns are not seen: one call and its result is one.
+        self._cli_call: str | None = None
+        self._cwd: Path | None = None
 
     # --- what the coordinator and the watchdog ask -----------------------------------------
 
@@ -160,6 +164,7 @@ class CommandChild(Child):
             cwd = self._workspace.prepare()
         except WorkspaceError as exc:
             return ChildStatus.FAILED, f"workspace: {exc}", None
+        self._cwd = cwd
         if self._workspace.mode != "shared":
             self.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}")
         values = {
@@ -385,6 +390,7 @@ class CommandChild(Child):
         for event in reader.feed(text):
             if isinstance(event, Shown):
                 self.transcript.write(event.role, event.text)
+                self._watch_loops(event)
             elif isinstance(event, ToolStarted):
                 name = one_line(self._clean(event.name), 60)
                 with self._lock:
@@ -407,6 +413,16 @@ class CommandChild(Child):
                 results += 1
         self._output()
         return results
+
+    def _watch_loops(self, event: Shown) -> None:
+        """A CLI's tool call and its result feed the loop checks as one turn."""
+        if event.role == "tool-call":
+            self._cli_call = self._clean(event.text)
+        elif event.role == "tool" and self._cli_call is not None:
+            name, _, args = self._cli_call.partition(" ")
+            self._loops.call(name, args, event.text)
+            self._cli_call = None
+            self._tool_turn_ended(self._cwd)
 
     def _output(self) -> None:
         """A line came: activity (inside a tool, the tool stays what is shown)."""

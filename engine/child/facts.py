@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.model import SteerReceipt
+from flightdeck.engine.model import LoopEvidence, SteerReceipt
 from flightdeck.engine.providers.base import HeadroomEvent
 
 if TYPE_CHECKING:
@@ -59,6 +59,16 @@ class ChildPaused:
     child: Child
 
 
-ChildFact = ChildDone | ChildPaused | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated
+@dataclass(frozen=True, slots=True)
+class LoopFlagged:
+    """The child was judged to be looping (`evidence`), or made progress since (None)."""
+
+    child_id: str
+    evidence: LoopEvidence | None
+
+
+ChildFact = (
+    ChildDone | ChildPaused | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated | LoopFlagged
+)
 
 Report = Callable[[ChildFact], None]

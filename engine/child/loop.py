@@ -136,6 +136,7 @@ class Child(ChildState):
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
             if not result.tool_calls:
+                self._answered()
                 if turn < self.task.max_turns and not self._steering.close_unless_waiting():
                     # A steer came while it wrote its final answer: one more turn takes it.
                     continue
@@ -151,6 +152,7 @@ class Child(ChildState):
             for call in result.tool_calls:
                 self._check_stop()
                 messages.append(self._run_tool(call))
+            self._tool_turn_ended(self._tools.root)
         self.finalize(
             ChildStatus.FAILED,
             f"max_turns ({self.task.max_turns}) reached without a final answer",
@@ -284,7 +286,8 @@ class Child(ChildState):
 
     def _run_tool(self, call: ToolCall) -> Message:
         # Redacted before JSON escapes ESC as `\u001b`, text that no later redaction could see.
-        args = json.dumps(_each_string(dict(call.arguments), self._clean), ensure_ascii=False)
+        cleaned = _each_string(dict(call.arguments), self._clean)
+        args = json.dumps(cleaned, ensure_ascii=False)
         self.transcript.write("tool-call", f"{call.name} {args}")
         name = self._clean(call.name)  # the model's text, shown on screen
         with self._lock:
@@ -303,6 +306,7 @@ class Child(ChildState):
         more = max(0, len(shown) - TRANSCRIPT_TOOL_CHARS)
         shown = shown[:TRANSCRIPT_TOOL_CHARS]
         self.transcript.write("tool", shown + (f"\n… ({more} more characters)" if more else ""))
+        self._loops.call(name, cleaned if isinstance(cleaned, dict) else args, output)
         with self._lock:
             self._activity.tool_ended(self._clock())
             self._version += 1
@@ -325,7 +329,10 @@ class Child(ChildState):
             return
         for receipt in self._steering.take():
             messages.append(Message("user", f"[operator] {receipt.message}"))
-            self.transcript.write("operator", f"delivered: {receipt.message}")
+            if receipt.by == "policy":
+                self.transcript.write("engine", f"loop policy: delivered: {receipt.message}")
+            else:
+                self.transcript.write("operator", f"delivered: {receipt.message}")
             self._settle(receipt, SteerState.DELIVERED)
 
     def _bill(self, usage: Usage) -> None:

@@ -10,16 +10,25 @@ import dataclasses
 import threading
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 
 from flightdeck.engine.child.activity import ActivityState, InFlight
 from flightdeck.engine.child.delegate import Delegation
-from flightdeck.engine.child.facts import ReceiptSettled, Report
+from flightdeck.engine.child.facts import LoopFlagged, ReceiptSettled, Report
+from flightdeck.engine.child.loops import LoopDetector, workspace_fingerprint
 from flightdeck.engine.child.policy import CallPolicy
 from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
-from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, SteerState, Usage
+from flightdeck.engine.model import (
+    ChildRow,
+    ChildStatus,
+    LoopEvidence,
+    SteerReceipt,
+    SteerState,
+    Usage,
+)
 from flightdeck.engine.providers.base import Provider, TurnStream
 from flightdeck.engine.records.meter import Meter, route_cost
 from flightdeck.engine.records.sink import TranscriptSink
@@ -83,6 +92,8 @@ class ChildState:
         self._result: str | None = None
         self._row: ChildRow | None = None
         self._row_version = -1
+        self._loops = LoopDetector(route.loops)  # fed by the worker thread only
+        self._looping: LoopEvidence | None = None
         # Set by the coordinator when it leads a prompt-cache gate: report the first chunk.
         self.leads_gate = False
         # Whether (and how much) it may hand sub-tasks to the engine; set before it starts.
@@ -142,6 +153,7 @@ class ChildState:
                 cache_saved_usd=self._saved,
                 parent=self.task.parent,
                 depth=self.task.depth,
+                loop=self._looping,
             )
             self._row, self._row_version = row, version
             return row
@@ -352,6 +364,37 @@ class ChildState:
         settled = dataclasses.replace(receipt, state=state, settled_ts=self._clock())
         self._steering.keep(settled)
         self._report(ReceiptSettled(settled))
+
+    def _tool_turn_ended(self, workspace: Path | None) -> None:
+        """A turn's tool calls have all returned: is it looping now, or no longer? A flag (and
+        its clearing) is one transcript line and a fact for the coordinator to record."""
+        if not self._loops.enabled:
+            return
+        fingerprint = None
+        if self._loops.settings.still_turns and workspace is not None:
+            fingerprint = workspace_fingerprint(workspace)
+        with self._lock:
+            tokens = self._usage.total
+        before = self._looping
+        if self._loops.turn_ended(tokens, fingerprint, self._clock()):
+            self._loop_changed(before, self._loops.evidence)
+
+    def _answered(self) -> None:
+        """The model answered with no tool call: a loop it was in has ended."""
+        if self._loops.answered():
+            self._loop_changed(self._looping, None)
+
+    def _loop_changed(self, before: LoopEvidence | None, found: LoopEvidence | None) -> None:
+        with self._lock:
+            self._looping = found
+            self._version += 1
+        if before is not None and found is not None and before.kind == found.kind:
+            return  # the same loop, its calls updated in place
+        if found is not None:
+            self.transcript.write("engine", f"looping ({found.kind}): {found.summary}")
+        else:
+            self.transcript.write("engine", "no longer looping: it made progress")
+        self._report(LoopFlagged(self.task.id, found))
 
     def _show(self, text: str) -> None:
         """What the child waits for, without counting as activity (it is held, not idle)."""

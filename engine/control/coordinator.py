@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import logging
 import queue
 import threading
@@ -23,6 +24,7 @@ from flightdeck.engine.child.facts import (
     Delegated,
     FirstChunk,
     HeadroomSeen,
+    LoopFlagged,
     ReceiptSettled,
 )
 from flightdeck.engine.child.loop import Child
@@ -43,6 +45,7 @@ from flightdeck.engine.control.inbox import (
     Then,
     Unrecorded,
 )
+from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.schedules import ScheduleClock
@@ -50,7 +53,8 @@ from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
-from flightdeck.engine.inputs.settings import Budget, EngineSettings, Route
+from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route
+from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.model import (
     BatchStatus,
@@ -59,12 +63,14 @@ from flightdeck.engine.model import (
     ChildStarted,
     ChildStatus,
     EngineEvent,
+    LoopEvidence,
     RouteHeadroom,
     SteerReceipt,
     SteerSettled,
     SteerState,
 )
 from flightdeck.engine.records.faults import StoreTrouble
+from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
@@ -103,6 +109,7 @@ class Coordinator:
         schedules: tuple[Schedule, ...] = (),
         taken_ids: frozenset[str] = frozenset(),  # children kept from before a resume
         store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
+        canned: CannedSteers | None = None,
         record_held: Callable[[str | None], None] = lambda held: None,
         admission_paused: bool = False,  # the operator's pause, kept across a resume
     ) -> None:
@@ -134,6 +141,8 @@ class Coordinator:
         # Off once stopped (stop all, a budget): the batch then ends with its last wave.
         self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
         self._throttles = dict(throttles or {})
+        self._canned = canned or CannedSteers()
+        self._loop_policies = LoopPolicies()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
@@ -437,6 +446,8 @@ class Coordinator:
                 self._queues.requeue(self._gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
+            case LoopFlagged(child_id, evidence):
+                self._looped(child_id, evidence)
             case Steer(receipt_ids, ids, text, now):
                 self._steer(receipt_ids, ids, text, now)
             case Stop(ids):
@@ -509,6 +520,7 @@ class Coordinator:
         Its slot is free already (`_release`): admission never waits for the store.
         """
         self._stop_requested.pop(child.task.id, None)
+        self._loop_policies.ended(child.task.id)
         self._pauses.ended(child)
         row = child.row()
         self._finals += 1
@@ -707,8 +719,61 @@ class Coordinator:
         self._stop_requested.setdefault(child.task.id, self._clock())
         child.request_stop(status, reason)
 
+    def _looped(self, child_id: str, evidence: LoopEvidence | None) -> None:
+        """A child's loop flag changed (flagged, or cleared by progress): kept in the events
+        table (an attached view shows it from there), and its route's policy starts or ends."""
+        child = self.by_id.get(child_id)
+        if child is None:
+            return
+        self._record_event(child_id, "loop", evidence_json(evidence))
+        if child_id in self._alive:
+            self._loop_policies.flagged(child_id, evidence, child.route.loops, self._clock())
+
+    def _loop_steps(self) -> None:
+        """The loop policies' steps that are due: each recorded as the policy's own."""
+        for step in self._loop_policies.due(self._clock()):
+            child = self.by_id.get(step.child_id)
+            if child is None or step.child_id not in self._alive or child.stop_status:
+                continue
+            self._policy_step(child, step)
+
+    def _policy_step(self, child: Child, step: Step) -> None:
+        ev = step.evidence
+        where = f"loop policy (step {step.number} of {step.of}, {step.step})"
+        detail: dict[str, object] = {"step": step.step, "number": step.number, "of": step.of}
+        if step.step == "stop":
+            reason = f"stopped by the loop policy: it looped ({ev.summary})"
+            child.transcript.write("engine", f"{where}: {reason}")
+            self._record_event(
+                child.task.id, "loop_policy", json.dumps({**detail, "reason": reason})
+            )
+            self._interrupt(child, ChildStatus.STOPPED, reason)
+            return
+        now = step.step == "steer_now"
+        message = fill(self._canned.loop, summary=ev.summary, kind=ev.kind, child_id=child.task.id)
+        receipt = SteerReceipt(
+            self.next_receipt_id(),
+            child.task.id,
+            message,
+            now,
+            SteerState.QUEUED,
+            self._clock(),
+            by="policy",
+        )
+        when = "interrupt now" if now else "at next turn"
+        child.transcript.write("engine", f"{where}: steer ({when}): {message}")
+        self._record_receipt(receipt, "steer")
+        self._record_event(
+            child.task.id,
+            "loop_policy",
+            json.dumps({**detail, "message": message, "receipt": receipt.id}, ensure_ascii=False),
+        )
+        if not child.add_steer(receipt):
+            self._missed(child, receipt, self._clock())
+
     def _watchdog(self) -> None:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
+        self._loop_steps()
         now = self._clock()
         for child in list(self._alive.values()):
             found = overdue(child, now, self._engine, self._stop_requested.get(child.task.id))

@@ -220,6 +220,22 @@ class SimStream:
         yield UsageEvent(Usage(usage_in, sent, cache_read, cache_write))
 
 
+# Goal markers that make a sim child loop on purpose, for tests and demos: it lists the same
+# folder every turn. `[sim:loop]` stops once an operator message reaches it and answers;
+# `[sim:loop!]` goes on regardless, until its turns run out or it is stopped.
+LOOP_MARKER = "[sim:loop]"
+STUBBORN_LOOP_MARKER = "[sim:loop!]"
+
+
+def _loops(req: TurnRequest, goal: str) -> bool:
+    """Whether this turn of a child made to loop repeats its call."""
+    if STUBBORN_LOOP_MARKER in goal:
+        return True
+    if LOOP_MARKER not in goal:
+        return False
+    return not any(m.role == "user" and m.content.startswith("[operator]") for m in req.messages)
+
+
 def _plan(req: TurnRequest, rng: random.Random, o: SimOptions) -> tuple[str, tuple[ToolCall, ...]]:
     """Decide this turn's text and tool calls from the conversation so far."""
     tool_turns = o.tool_turns
@@ -245,6 +261,12 @@ def _plan(req: TurnRequest, rng: random.Random, o: SimOptions) -> tuple[str, tup
         ]
         split = ToolCall(f"call_{rng.getrandbits(40):010x}", "delegate", {"tasks": parts})
         return preface + "This splits into parts; delegating them.\n", (split,)
+    marked = LOOP_MARKER in goal or STUBBORN_LOOP_MARKER in goal
+    if marked and any(t.name == "list_dir" for t in req.tools):
+        if _loops(req, goal):
+            again = ToolCall(f"call_{rng.getrandbits(40):010x}", "list_dir", {"path": "."})
+            return preface + _sentence(rng) + "\n", (again,)
+        return f"{preface}Result for: {goal_line}\n{_body(rng)}\n", ()
     if tool_turns and req.tools:
         done_tool_turns = sum(1 for m in req.messages if m.role == "assistant" and m.tool_calls)
         if done_tool_turns < tool_turns:

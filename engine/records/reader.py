@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import threading
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, StopRecord
 from flightdeck.engine.records.liveness import process_matches
+from flightdeck.engine.records.loops import current_loops
 from flightdeck.engine.records.rows import (
     BATCH_COLUMNS,
     BATCH_COLUMNS_V1,
@@ -31,6 +33,8 @@ from flightdeck.engine.records.schema import (
     readable_without_shm,
     schema_version,
 )
+
+MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 
 _FAILED = tuple(
     s.value
@@ -109,7 +113,18 @@ class StoreReader:
                 steers: dict[str, list[SteerReceipt]] = {}
                 for steer in self._controls(batch_id, None, "steer"):
                     steers.setdefault(steer.child_id, []).append(steer)
-        return [child_row(r, tuple(steers.get(r[1], ()))) for r in rows]
+                # What the store keeps as events, not in the rows.
+                kept = self._conn.execute(
+                    "SELECT ts, child_id, kind, detail FROM events WHERE batch_id = ?"
+                    " AND kind IN ('delegate', 'loop') AND child_id IS NOT NULL ORDER BY id",
+                    (batch_id,),
+                ).fetchall()
+        parents = {str(c): str(d) for _, c, kind, d in kept if kind == "delegate"}
+        loops = current_loops((float(t), str(c), str(k), str(d)) for t, c, k, d in kept)
+        out = with_lineage([child_row(r, tuple(steers.get(r[1], ()))) for r in rows], parents)
+        if loops:
+            out = [dataclasses.replace(r, loop=loops[r.id]) if r.id in loops else r for r in out]
+        return out
 
     def child_ids(self, batch_id: str) -> set[str]:
         """The ids of a batch's children (cheap: no rows built)."""
@@ -308,3 +323,24 @@ class _ReadTransaction:
 
     def __exit__(self, *exc: object) -> None:
         self._conn.execute("COMMIT")
+
+
+def depth_of(child_id: str, parents: Mapping[str, str]) -> int:
+    """How many delegations deep a child is (0: one of the batch's own tasks)."""
+    depth, at = 0, child_id
+    while at in parents and depth < MAX_LINEAGE:
+        depth, at = depth + 1, parents[at]
+    return depth
+
+
+def with_lineage(rows: list[ChildRow], parents: Mapping[str, str]) -> list[ChildRow]:
+    """The rows with `parent` and `depth` set from who delegated whom (the store keeps a
+    delegate's parent as its "delegate" event, not in its row)."""
+    if not parents:
+        return rows
+    return [
+        dataclasses.replace(r, parent=parents[r.id], depth=depth_of(r.id, parents))
+        if r.id in parents
+        else r
+        for r in rows
+    ]

@@ -12,6 +12,7 @@ from typing import Any
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
 from flightdeck.engine.records.forecast import forecast
+from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.sanitize import one_line
@@ -36,6 +37,10 @@ def build_report(
     # A delegate's parent is kept as its "delegate" event.
     parents = {c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c}
     stops = reader.stops(batch_id)
+    flags, policy = loop_records(reader.events(batch_id))
+    # A loop policy's steers are its own, listed with its steps, not among the operator's.
+    by_policy = {r.id: r for r in steers if r.id in {p.get("receipt") for p in policy}}
+    steers = [r for r in steers if r.id not in by_policy]
     pauses = [
         {"child_id": c, "at": _iso(ts), "action": kind, "detail": detail}
         for ts, c, kind, detail in reader.events(batch_id)
@@ -127,6 +132,29 @@ def build_report(
         "pauses": pauses,
         "forecast": _forecast(children, recovery),
         "recovery": recovery,
+        "loops": [
+            {
+                "child_id": f["child_id"],
+                "flagged": _iso(f["flagged_ts"]),
+                "kind": f["kind"],
+                "summary": f["summary"],
+                "cleared": None if f["cleared_ts"] is None else _iso(f["cleared_ts"]),
+            }
+            for f in flags
+        ],
+        "loop_policy": [
+            {
+                "child_id": p["child_id"],
+                "at": _iso(p["ts"]),
+                "step": p.get("step"),
+                "message": p.get("message"),
+                "reason": p.get("reason"),
+                "receipt": by_policy[p["receipt"]].state.value
+                if p.get("receipt") in by_policy
+                else None,
+            }
+            for p in policy
+        ],
     }
 
 
@@ -308,6 +336,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     lines += _forecast_lines(report.get("forecast") or {})
     lines += _operator(report["steers"], report["stops"], report.get("pauses") or [])
+    lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
         lost = _usd(recovery["lost_cost_usd"]) + (
@@ -401,6 +430,44 @@ def _operator(
         "|---|---|---|---|---|",
         (cells for _, cells in rows),
     )
+
+
+def _loop_lines(flags: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[str]:
+    """Children flagged as looping, and what a route's loop policy did about it."""
+    lines: list[str] = []
+    if flags:
+        lines += _table(
+            "Loops",
+            "| flagged | child | kind | evidence | cleared |",
+            "|---|---|---|---|---|",
+            (
+                [
+                    f["flagged"],
+                    _cell(f["child_id"]),
+                    f["kind"],
+                    _cell(f["summary"]),
+                    f["cleared"] or "",
+                ]
+                for f in flags
+            ),
+        )
+    if steps:
+        lines += _table(
+            "Loop policy",
+            "| time | child | step | message or reason | receipt |",
+            "|---|---|---|---|---|",
+            (
+                [
+                    s["at"],
+                    _cell(s["child_id"]),
+                    _cell(s["step"]),
+                    _cell(s["message"] or s["reason"] or "", GOAL_WIDTH),
+                    s["receipt"] or "",
+                ]
+                for s in steps
+            ),
+        )
+    return lines
 
 
 def _group_cells(g: Mapping[str, Any]) -> list[str]:

@@ -43,7 +43,7 @@ from typing import Any
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.control.pool import tune_interpreter
-from flightdeck.engine.inputs.settings import Settings, default_sim_route
+from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER, Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import (
     Activity,
@@ -83,6 +83,8 @@ RESULTS = Path(__file__).parent / "results"
 
 class SyntheticView:
     """Engine-like snapshots: running rows change every call; some children start or end."""
+
+    loop_steer = DEFAULT_LOOP_STEER
 
     def __init__(self, n: int, folder: Path, running: int | None = None, groups: int = 0) -> None:
         self.folder = folder

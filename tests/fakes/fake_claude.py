@@ -3,7 +3,8 @@
 
 `--input-format stream-json`: reads user turns on stdin, answers each, exits when stdin ends.
 `--resume SESSION`: continues that session. `--fake-sleep S`: waits S seconds after the init
-event (so a test can steer it while it runs). The prompt is the last argument.
+event (so a test can steer it while it runs). `--fake-repeat N`: runs its one tool call N
+times per answer (a CLI stuck in a loop). The prompt is the last argument.
 """
 
 import argparse
@@ -18,6 +19,7 @@ parser.add_argument("--input-format", default="text")
 parser.add_argument("--verbose", action="store_true")
 parser.add_argument("--resume")
 parser.add_argument("--fake-sleep", type=float, default=0.0)
+parser.add_argument("--fake-repeat", type=int, default=1)
 parser.add_argument("prompt", nargs="?", default="")
 args = parser.parse_args()
 
@@ -29,8 +31,7 @@ def emit(event):
     print(json.dumps(event), flush=True)
 
 
-def answer(prompt, turn):
-    global cost
+def tool(use_id):
     emit(
         {
             "type": "assistant",
@@ -41,7 +42,7 @@ def answer(prompt, turn):
                     {"type": "text", "text": "Looking at the files."},
                     {
                         "type": "tool_use",
-                        "id": f"tu{turn}",
+                        "id": use_id,
                         "name": "Bash",
                         "input": {"command": "ls"},
                     },
@@ -58,13 +59,19 @@ def answer(prompt, turn):
                 "content": [
                     {
                         "type": "tool_result",
-                        "tool_use_id": f"tu{turn}",
+                        "tool_use_id": use_id,
                         "content": "README.md\nsetup.py",
                     }
                 ],
             },
         }
     )
+
+
+def answer(prompt, turn):
+    global cost
+    for n in range(args.fake_repeat):
+        tool(f"tu{turn}.{n}" if n else f"tu{turn}")
     text = f"resumed {session}: {prompt}" if args.resume else f"got: {prompt}"
     emit(
         {

@@ -45,11 +45,20 @@ RUN = (sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--head
 class Owner:
     """A real owner process, and the batch it runs."""
 
-    def __init__(self, folder: Path, children: int) -> None:
-        (folder / "flightdeck.toml").write_text(SLOW_CONFIG, encoding="utf-8")
+    def __init__(
+        self,
+        folder: Path,
+        children: int,
+        *,
+        config: str = SLOW_CONFIG,
+        goal: str = "Review item",
+        max_turns: int = 8,
+    ) -> None:
+        (folder / "flightdeck.toml").write_text(config, encoding="utf-8")
         (folder / "tasks.jsonl").write_text(
             "".join(
-                f'{{"id": "c{i}", "goal": "Review item {i}"}}\n' for i in range(1, 1 + children)
+                f'{{"id": "c{i}", "goal": "{goal} {i}", "max_turns": {max_turns}}}\n'
+                for i in range(1, 1 + children)
             ),
             encoding="utf-8",
         )

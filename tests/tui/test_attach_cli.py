@@ -211,3 +211,10 @@ async def test_an_abandoned_batch_opens_read_only_and_says_why(
     view.close()
     with StoreReader(db) as reader:
         assert reader.controls(batch_id) == []
+
+
+def test_attach_checks_its_tui_settings_like_a_run(project: Path) -> None:
+    (project / "bad.toml").write_text('[tui]\n\ndesktop = "growl"\n', encoding="utf-8")
+    out = flightdeck("attach", "--config", "bad.toml", "--state-dir", "st", cwd=project)
+    assert out.returncode == ExitCode.USAGE, out.stderr
+    assert "bad.toml:3: tui.desktop: expected one of 'off', 'osc777', 'osc9'" in out.stderr

@@ -109,3 +109,33 @@ def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path) -> No
     assert [m.id for m in unit.members] == ["r0", "r1", "r2"]
     last = max(i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.group)
     assert events.index(unit) > last  # after its last member
+
+
+def test_an_attached_view_knows_who_delegated_whom(tmp_path: Path) -> None:
+    # The store keeps a delegate's parent as an event, not in its row: read back, the rows must
+    # still say parent and depth, or the tree order and `depth>0` see a flat batch.
+    import dataclasses
+
+    from flightdeck.engine.inputs.settings import Budget
+
+    route = dataclasses.replace(
+        sim_route(time_scale=0.02, tool_turns=0, delegate_rate=1.0, delegates=2), delegate=True
+    )
+    s = dataclasses.replace(settings(route, pool=4), budget=Budget(max_depth=2))
+    engine = Engine(batch(1), s, state_dir=tmp_path / "state")
+    engine.start()
+    try:
+        db = tmp_path / "state" / "flightdeck.db"
+        view = open_view(db, engine.batch_id)
+        events_to_the_end(view)
+        snap = view.snapshot()
+        view.close()
+        live = {r.id: (r.parent, r.depth) for r in engine.snapshot().children}
+    finally:
+        engine.close()
+    seen = {r.id: (r.parent, r.depth) for r in snap.children}
+    assert seen == live
+    assert sorted(depth for _, depth in seen.values()) == [0, 1, 1, 2, 2, 2, 2]
+    assert seen["t0000.1.1"] == ("t0000.1", 2)
+    with StoreReader(db) as reader:
+        assert {r.id: (r.parent, r.depth) for r in reader.children(engine.batch_id)} == live

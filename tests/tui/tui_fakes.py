@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from pathlib import Path
 
+from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -163,6 +164,7 @@ class StaticView:
 
     read_only: str | None = None
     can_detach: bool = False
+    loop_steer: str = DEFAULT_LOOP_STEER
 
     def snapshot(self) -> Snapshot:
         return Snapshot(

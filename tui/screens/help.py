@@ -9,6 +9,7 @@ from flightdeck.tui.fmt import GLYPHS
 from flightdeck.tui.widgets.rows import (
     COLUMN_HELP,
     COLUMNS,
+    LOOPING_GLYPH,
     RETRYING_GLYPH,
     STATUS_ALIASES,
     TAG_MARK,
@@ -30,6 +31,7 @@ FILTER_HELP = (
     ('error:"rate limit"', "children whose error says this"),
     ("cost>0.50  tokens>20k", "compare with > < >= <=: dollars ($ optional), tokens (k, m)"),
     ("idle>5m  depth>0", "since its last activity (s, m, h); a delegate's depth"),
+    ("is:looping", "children flagged as looping (n sends them the canned steer)"),
     ("is:tagged", "only tagged children; every term must hold (AND)"),
 )
 
@@ -64,6 +66,8 @@ class HelpScreen(ModalScreen[None]):
             legend.append(f"{status.value}   ")
         legend.append(f"{RETRYING_GLYPH[0]} ", style=RETRYING_GLYPH[1])
         legend.append("retrying   ")
+        legend.append(f"{LOOPING_GLYPH[0]} ", style=LOOPING_GLYPH[1])
+        legend.append("looping   ")
         legend.append(f"{TAG_MARK} ", style="bold magenta")
         legend.append("tagged")
         columns = Table.grid(padding=(0, 2))

@@ -27,6 +27,14 @@ MAIN_BINDINGS: list[BindingType] = [
         "child it keeps (confirm, or press x twice)",
     ),
     Binding(
+        "n",
+        "nudge",
+        "Nudge loop",
+        id="child.nudge",
+        tooltip="Send the canned steer ([steer.canned] loop) to the selected or tagged children "
+        "flagged as looping; with a filter on and none tagged, to every looping child it keeps",
+    ),
+    Binding(
         "p",
         "pause",
         "Pause",
@@ -160,6 +168,15 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Route gauges: in flight/cap, pause, 429s, cache ratio, rpm/tpm",
     ),
     Binding(
+        "d",
+        "digest",
+        "Digest",
+        show=False,
+        id="view.digest",
+        tooltip="Since you last looked: finished, failed (top errors), stalled, looped, spent, "
+        "steers; d or escape again to dismiss",
+    ),
+    Binding(
         "question_mark",
         "help",
         "Help",
@@ -179,6 +196,7 @@ MAIN_BINDINGS: list[BindingType] = [
 PALETTE = {
     "steer": "child: steer",
     "stop": "child: stop",
+    "nudge": "child: nudge out of its loop",
     "stop_all": "batch: stop all",
     "pause": "child: pause / continue",
     "pause_admission": "batch: pause / continue admission",
@@ -191,6 +209,7 @@ PALETTE = {
     "follow": "view: follow most active",
     "freeze": "view: freeze / unfreeze",
     "routes": "view: route gauges",
+    "digest": "view: since you last looked",
     "help": "app: help",
     "quit": "app: quit",
 }

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from flightdeck.engine import model
+from flightdeck.engine.inputs.settings import TuiSettings
+from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     BatchStatus,
@@ -18,6 +20,10 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui import alerts
+from flightdeck.tui.alerts import AlertBatcher, Alerts, AlertWatch
+from flightdeck.tui.attention import Attention
+from flightdeck.tui.lastlooked import LastLooked
 from flightdeck.tui.messages import (
     BatchFinished,
     ChildFinished,
@@ -40,6 +46,7 @@ from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, StatusLine, TranscriptView
 from flightdeck.tui.widgets.banner import Banner
 from flightdeck.tui.widgets.detail import ChildDetail, group_detail_text
+from flightdeck.tui.widgets.digest import DigestPanel
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.routes import RoutePanel
 from flightdeck.tui.widgets.rows import ATTENTION
@@ -91,13 +98,16 @@ def _had_ended(n: int) -> str:
 
 @dataclass(frozen=True)
 class UiOptions:
-    """What tests, benchmarks and screenshots tune: the clock, poll intervals, cursor blink."""
+    """What tests, benchmarks and screenshots tune: the clock, poll intervals, cursor blink;
+    and the `[tui]` settings, with where the last-looked mark is kept (None: nowhere)."""
 
     clock: Callable[[], float] = time.time
     poll_s: float = 0.3  # how often the table and meter read a fresh snapshot
     transcript_poll_s: float = 0.25
     cursor_blink: bool = True
     sort_hold_s: float = 3.0  # rows keep their places this long after a key press
+    tui: TuiSettings = field(default_factory=TuiSettings)
+    looked: LastLooked | None = None
 
 
 class MainScreen(Screen[None]):
@@ -125,9 +135,13 @@ class MainScreen(Screen[None]):
         self._steers: list[_BulkSteer] = []  # steers of everything matching, not all settled
         self._pauses: list[_BulkPause] = []  # pauses of everything matching, not all taken
         self._summed: set[int] = set()  # receipts a steer's summary has counted
+        self.attention = Attention(self.options.tui, self.options.looked, self.options.clock)
+        self._alert_watch = AlertWatch()
+        self._alerts = AlertBatcher(self.options.tui.notify_every_s)
 
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
+        yield DigestPanel(id="digest")
         yield CostMeter(id="meter")
         yield RoutePanel(id="routes")
         table = ChildrenTable(id="children", hold_s=self.options.sort_hold_s)
@@ -161,6 +175,7 @@ class MainScreen(Screen[None]):
     def on_unmount(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
+        self.attention.closed(self.snapshot)
 
     def _forward(self, event: EngineEvent) -> None:
         """Engine thread: hand the facts this screen acts on to the UI thread.
@@ -186,6 +201,7 @@ class MainScreen(Screen[None]):
         self.apply(self.view.snapshot())
 
     def apply(self, snap: Snapshot) -> None:
+        first = self.snapshot is None
         self.snapshot = snap
         now = self.options.clock()
         table = self.table
@@ -198,13 +214,31 @@ class MainScreen(Screen[None]):
             if routes.display:
                 routes.show(snap)
             self.query_one("#banner", Banner).show(snap.problem)
+            found = self.attention.opened(snap) if first else self.attention.polled(snap)
+            self.query_one("#digest", DigestPanel).show(found)
             self._show_detail()
             self._show_status()
         self._settle_stops()
         self._settle_steers()
         self._settle_pauses()
         self._flush_notices()
+        self._alerts.add(self._alert_watch.observe(snap), now)
+        due = self._alerts.due(now)
+        if due is not None:
+            self._alert(snap.batch_id, due)
         self._sync_bindings()
+
+    def _alert(self, batch_id: str, due: Alerts) -> None:
+        """Ring, and (opted in) raise a desktop notification: counts only, batched."""
+        if self.options.tui.bell:
+            self.app.bell()
+        sequence = alerts.notification(self.options.tui.desktop, batch_id, due)
+        if sequence is not None:
+            alerts.write_to_terminal(self.app, sequence)
+
+    def noticed_input(self) -> None:
+        """A key or a click anywhere in the app: the operator is looking."""
+        self.attention.key(self.snapshot)
 
     def _follow(self) -> None:
         rows = self.table.rows_by_id
@@ -258,7 +292,7 @@ class MainScreen(Screen[None]):
 
     def _sync_bindings(self) -> None:
         """check_action depends on the rows; refresh the footer only when the answer changed."""
-        actions = ("steer", "stop", "stop_all", "pause", "pause_admission", "tag", "fold")
+        actions = ("steer", "stop", "nudge", "stop_all", "pause", "pause_admission", "tag", "fold")
         state = tuple(self.check_action(a, ()) for a in actions)
         if state != self._bindings_state:
             self._bindings_state = state
@@ -373,6 +407,8 @@ class MainScreen(Screen[None]):
                 return True
             # Shown disabled over finished children: on_key says why the key does nothing.
             return None if self.targets() else False
+        if action == "nudge":  # shown only over a child flagged as looping
+            return bool(self._looping_targets())
         if action == "stop_all":
             return self._any_live()
         if action == "pause_admission":
@@ -389,8 +425,20 @@ class MainScreen(Screen[None]):
         return True
 
     def on_key(self, event: events.Key) -> None:
-        """Steer or stop pressed over children that have all ended: say why nothing happens."""
+        """Steer or stop pressed over children that have all ended: say why nothing happens.
+        Escape dismisses the digest while it shows."""
         # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
+        if (
+            event.key == "n"
+            and self.focused is self.table
+            and not self._looping_targets()
+            and self.targets()
+        ):  # n is hidden here: say why it does nothing
+            self.notify("no child here is flagged as looping: nothing to nudge", markup=False)
+        if event.key == "escape" and self.query_one("#digest", DigestPanel).shown:
+            event.stop()
+            self._dismiss_digest()
+            return
         active = self.active_bindings.get(event.key)
         acts = ("steer", "stop", "pause")
         if active is None or active.enabled or active.binding.action not in acts:
@@ -484,6 +532,39 @@ class MainScreen(Screen[None]):
 
         dialog = ConfirmStopDialog(ids, ended=ended, ended_of=self._ended_of(), query=query)
         self.app.push_screen(dialog, stop)
+
+    def _looping_targets(self) -> list[str]:
+        rows = self.table.rows_by_id
+        return [i for i in self.live_targets() if rows[i].loop is not None]
+
+    def action_nudge(self) -> None:
+        """The canned loop steer to each looping target, its evidence filled in: a steer as
+        `s` sends one (the operator's, at the next turn), with no dialog."""
+        if self._refused():
+            return
+        rows = self.table.rows_by_id
+        by_message: dict[str, list[str]] = {}
+        template = self.view.loop_steer
+        for child_id in self._looping_targets():
+            loop = rows[child_id].loop
+            if loop is None:
+                continue
+            message = fill(template, summary=loop.summary, kind=loop.kind, child_id=child_id)
+            by_message.setdefault(message, []).append(child_id)
+        if not by_message:
+            return
+        sent = 0
+        try:
+            for message, ids in by_message.items():
+                self.view.steer(ids, message, False)
+                sent += len(ids)
+        except ValueError as exc:  # too long, or not valid text: this one was not queued
+            self.notify(
+                f"steer not sent: {one_line(str(exc), 200)}", severity="error", markup=False
+            )
+        if sent:
+            noun = "child" if sent == 1 else "children"
+            self.notify(f"loop steer queued for {sent} looping {noun} (at next turn)", markup=False)
 
     def _still_live(self, ids: list[str]) -> tuple[list[str], list[str]]:
         """`ids` split by a fresh snapshot into those still live and those ended meanwhile."""
@@ -719,6 +800,18 @@ class MainScreen(Screen[None]):
         routes.display = not routes.display
         if routes.display and self.snapshot is not None:
             routes.show(self.snapshot)
+
+    def action_digest(self) -> None:
+        """Show what happened since the operator last looked; dismiss it if it shows."""
+        panel = self.query_one("#digest", DigestPanel)
+        if panel.shown:
+            self._dismiss_digest()
+        elif self.snapshot is not None:
+            panel.show(self.attention.on_demand(self.snapshot))
+
+    def _dismiss_digest(self) -> None:
+        self.query_one("#digest", DigestPanel).show(None)
+        self.attention.dismissed(self.snapshot)
 
     def action_help(self) -> None:
         keys = [

@@ -6,15 +6,22 @@ full, as far as the screen's width allows.
 
 from __future__ import annotations
 
-from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model import ChildRow, LoopEvidence
 from flightdeck.engine.records.forecast import burn_rate
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, fmt_cost
-from flightdeck.tui.widgets.rows import GOAL_CHARS, STEER_MARKS, doing, is_retrying
+from flightdeck.tui.widgets.rows import (
+    GOAL_CHARS,
+    LOOPING_GLYPH,
+    STEER_MARKS,
+    doing,
+    is_retrying,
+)
 from rich.text import Text
 from textual.widgets import Static
 
 _FULL = 400  # characters of "doing" and the error kept; the line cuts to the width anyway
+LOOP_CALLS_SHOWN = 6  # of a loop's evidence, the latest calls shown one under another
 
 
 def detail_text(row: ChildRow | None, now: float) -> Text:
@@ -51,7 +58,30 @@ def detail_text(row: ChildRow | None, now: float) -> Text:
     text.append("\n")
     text.append("goal ", style="dim")
     text.append(one_line(row.goal[: GOAL_CHARS * 4], GOAL_CHARS * 2))
+    if row.loop is not None:
+        _loop_lines(text, row.loop)
     return text
+
+
+def _loop_lines(text: Text, loop: LoopEvidence) -> None:
+    """The evidence of a loop: what was found, then the calls (or turns) one under another,
+    so the repeats line up; `n` sends the canned steer. Untrusted text, as plain Text."""
+    text.append("\n")
+    text.append(f"{LOOPING_GLYPH[0]} looping ", style=LOOPING_GLYPH[1])
+    text.append(f"({loop.kind}) ", style="dim")
+    text.append(one_line(loop.summary, _FULL), style="yellow")
+    text.append("  n: send the canned steer", style="dim")
+    calls = loop.calls[-LOOP_CALLS_SHOWN:]
+    skipped = len(loop.calls) - len(calls)
+    for n, call in enumerate(calls, start=skipped + 1):
+        text.append("\n")
+        text.append(f"{n:>3} ", style="dim")
+        text.append(one_line(call, _FULL))
+
+
+def detail_height(text: Text) -> int:
+    """Lines the detail pane needs for `text`: two, and a loop's evidence under them."""
+    return text.plain.count("\n") + 1
 
 
 def group_detail_text(header: str, live: int) -> Text:
@@ -81,5 +111,9 @@ class ChildDetail(Static):
 
     def show_text(self, text: Text) -> None:
         if text != self._shown:
+            height = detail_height(text)
+            grew = height != (2 if self._shown is None else detail_height(self._shown))
             self._shown = text
-            self.update(text, layout=False)  # fixed height: no layout pass
+            if grew:  # a loop's evidence came or went: the pane's height changes with it
+                self.styles.height = height
+            self.update(text, layout=grew)  # else a fixed height: no layout pass

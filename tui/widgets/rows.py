@@ -23,7 +23,9 @@ GOAL_CHARS = 200  # the column truncates further; this only bounds memory per ro
 DOING_CHARS = 60
 
 RETRYING_GLYPH: Cell = ("↻", "bold yellow")
+LOOPING_GLYPH: Cell = ("∞", "bold yellow")  # a running child flagged as looping
 LAST_TURN = "last turn · "  # before "doing" while the child is on its last allowed turn
+LOOPING = "looping · "  # before "doing" while it is flagged (the evidence: the detail pane)
 TAG_MARK = "◆"
 
 ATTENTION = frozenset({ChildStatus.FAILED, ChildStatus.STALLED, ChildStatus.TIMED_OUT})
@@ -37,7 +39,12 @@ STEER_MARKS: dict[SteerState, Cell] = {
 
 
 def needs_attention(row: ChildRow) -> bool:
-    return row.status in ATTENTION or is_retrying(row)
+    return row.status in ATTENTION or is_retrying(row) or is_looping(row)
+
+
+def is_looping(row: ChildRow) -> bool:
+    """A running child flagged as looping (a finished one keeps its evidence, not the mark)."""
+    return row.loop is not None and row.status is ChildStatus.RUNNING
 
 
 # --- cells ------------------------------------------------------------------------------------
@@ -129,7 +136,10 @@ def fit_text(text: str, width: int) -> str:
 
 def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     """Every cell that depends only on the row (and its tag), in COLUMNS order but time cells."""
-    glyph = RETRYING_GLYPH if is_retrying(row) else GLYPHS[row.status]
+    if is_looping(row):
+        glyph = LOOPING_GLYPH
+    else:
+        glyph = RETRYING_GLYPH if is_retrying(row) else GLYPHS[row.status]
     mark = (TAG_MARK if tagged else " ") + glyph[0]
     route = row.route if row.model in ("", row.route) else f"{row.route}/{row.model}"
     usage = row.live_usage  # the call in progress counts as it streams
@@ -164,11 +174,13 @@ def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
     a = row.activity
     if row.status is ChildStatus.RUNNING:
         # First, where the column cuts least: a steer sent now would be missed.
-        last_turn = LAST_TURN if a.last_turn else ""
+        last_turn = (LOOPING if is_looping(row) else "") + (LAST_TURN if a.last_turn else "")
         if a.current_tool is not None:
             since = fmt_span(now - a.tool_started_ts) if a.tool_started_ts is not None else ""
-            return (one_line(f"{last_turn}tool: {a.current_tool} {since}", limit), "cyan")
-        return (one_line(last_turn + a.text, limit), "yellow" if is_retrying(row) else "")
+            style = "bold yellow" if is_looping(row) else "cyan"
+            return (one_line(f"{last_turn}tool: {a.current_tool} {since}", limit), style)
+        style = "bold yellow" if is_looping(row) else "yellow" if is_retrying(row) else ""
+        return (one_line(last_turn + a.text, limit), style)
     if row.status in _WAITING:
         return (row.status.value, "dim")
     if row.status is ChildStatus.PAUSED:
@@ -295,7 +307,7 @@ def _attention_key(row: ChildRow) -> tuple[int, float]:
     if row.status in ATTENTION or row.status is ChildStatus.UNKNOWN:
         return (0, -(row.finished_ts or 0.0))
     if row.status is ChildStatus.RUNNING:
-        return (1 if is_retrying(row) else 2, row.started_ts or 0.0)
+        return (1 if is_retrying(row) or is_looping(row) else 2, row.started_ts or 0.0)
     if row.status in _WAITING or row.status is ChildStatus.PAUSED:
         return (3, 0.0)
     return (4, -(row.finished_ts or 0.0))

@@ -14,27 +14,31 @@ from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
 from flightdeck.engine.inputs.settings.command import COMMAND_KEYS, read_command
+from flightdeck.engine.inputs.settings.loops import read_loops, read_steer
 from flightdeck.engine.inputs.settings.values import (
     API_KEY_ENV,
     CONFIG_NAME,
     DEFAULT_ROUTE,
+    DESKTOP_NOTIFY,
     MAX_CONCURRENT,
     PROVIDERS,
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
     Budget,
     EngineSettings,
+    LoopSettings,
     Price,
     ProviderName,
     RetrySettings,
     Route,
     Settings,
+    TuiSettings,
     default_sim_route,
 )
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_TOP_KEYS = ("engine", "routes", "budget")
+_TOP_KEYS = ("engine", "routes", "budget", "steer", "tui")
 _ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
 _ROUTE_KEYS = (
     "provider",
@@ -47,12 +51,14 @@ _ROUTE_KEYS = (
     "retry",
     "cache_gate_s",
     "delegate",
+    "loops",
 )
 # A command route is no model call: no rpm/tpm, max_tokens or retry of its own.
-_COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price")
+_COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price", "loops")
 _PRICE_KEYS = tuple(Price.__dataclass_fields__)
 _RETRY_KEYS = tuple(RetrySettings.__dataclass_fields__)
 _BUDGET_KEYS = tuple(Budget.__dataclass_fields__)
+_TUI_KEYS = tuple(TuiSettings.__dataclass_fields__)
 _PROVIDER_NAMES: Mapping[str, ProviderName] = MappingProxyType({p: p for p in PROVIDERS})
 
 
@@ -114,6 +120,8 @@ class _Reader(ValueChecks):
             engine=self.engine(self.table(("engine",), data.get("engine", {})), routes),
             routes=MappingProxyType(routes),
             budget=self.budget(self.table(("budget",), data.get("budget", {}))),
+            canned=read_steer(self, self.table(("steer",), data.get("steer", {}))),
+            tui=self.tui(self.table(("tui",), data.get("tui", {}))),
             source=self.path,
         )
 
@@ -207,6 +215,7 @@ class _Reader(ValueChecks):
             delegate=self.flag((*key, "delegate"), table["delegate"])
             if "delegate" in table
             else False,
+            loops=self.loops(key, table),
             **limits,
         )
 
@@ -241,8 +250,14 @@ class _Reader(ValueChecks):
             options=MappingProxyType(options),
             key_line=self.locator.line(*key, "api_key_env") or self.locator.line(*key),
             command=spec,
+            loops=self.loops(key, table),
             **limits,
         )
+
+    def loops(self, key: Key, table: Table) -> LoopSettings:
+        if "loops" not in table:
+            return LoopSettings()
+        return read_loops(self, (*key, "loops"), self.table((*key, "loops"), table["loops"]))
 
     def provider(self, key: Key, value: object) -> ProviderName:
         choices = ", ".join(repr(p) for p in PROVIDERS)
@@ -284,6 +299,29 @@ class _Reader(ValueChecks):
             if name in table:
                 values[name] = self.integer(("budget", name), table[name], low)
         return Budget(**values)
+
+    def tui(self, table: Table) -> TuiSettings:
+        self.known(("tui",), table, _TUI_KEYS)
+        values: dict[str, Any] = {}
+        if "digest_idle_s" in table:
+            values["digest_idle_s"] = self.number(
+                ("tui", "digest_idle_s"), table["digest_idle_s"], zero_ok=True, hint=" (0: never)"
+            )
+        if "notify_every_s" in table:
+            values["notify_every_s"] = self.number(
+                ("tui", "notify_every_s"), table["notify_every_s"], zero_ok=True
+            )
+        if "bell" in table:
+            values["bell"] = self.flag(("tui", "bell"), table["bell"])
+        if "desktop" in table:
+            value = table["desktop"]
+            if value not in DESKTOP_NOTIFY:
+                choices = ", ".join(repr(c) for c in DESKTOP_NOTIFY)
+                raise self.error(
+                    ("tui", "desktop"), f"expected one of {choices}, got {kind(value)}"
+                )
+            values["desktop"] = value
+        return TuiSettings(**values)
 
 
 _Check = Callable[[ValueChecks, Key, object], object]

@@ -13,8 +13,10 @@ from typing import Any
 
 from flightdeck.engine.inputs.settings.values import (
     Budget,
+    CannedSteers,
     CommandSpec,
     EngineSettings,
+    LoopSettings,
     Price,
     RetrySettings,
     Route,
@@ -36,6 +38,7 @@ def settings_json(settings: Settings) -> str:
             "budget": {
                 f.name: _plain(getattr(settings.budget, f.name)) for f in dataclasses.fields(Budget)
             },
+            "canned": dataclasses.asdict(settings.canned),
             "source": None if settings.source is None else str(settings.source),
         },
         ensure_ascii=False,
@@ -55,6 +58,8 @@ def settings_from_json(text: str) -> Settings:
         engine=EngineSettings(**eng),
         routes=MappingProxyType(routes),
         budget=Budget(**budget),
+        # Settings stored before canned steers and loop checks existed have the defaults.
+        canned=CannedSteers(**data.get("canned", {})),
         source=None if data["source"] is None else Path(data["source"]),
     )
 
@@ -87,6 +92,7 @@ def _route_json(route: Route) -> dict[str, object]:
         "options": {k: _option_json(k, v) for k, v in route.options.items()},
         "key_line": route.key_line,
         "command": None if route.command is None else _command_json(route.command),
+        "loops": dataclasses.asdict(route.loops),
     }
 
 
@@ -152,4 +158,11 @@ def _route_from(name: str, data: Mapping[str, Any]) -> Route:
         options=MappingProxyType(options),
         key_line=data["key_line"],
         command=_command_from(data.get("command")),
+        loops=_loops_from(data.get("loops")),
     )
+
+
+def _loops_from(data: Mapping[str, Any] | None) -> LoopSettings:
+    if data is None:
+        return LoopSettings()
+    return LoopSettings(**{**data, "policy": tuple(data.get("policy", ()))})

@@ -93,6 +93,24 @@ class CommandSpec:
     )
 
 
+LoopStep = Literal["nudge", "steer_now", "stop"]
+LOOP_STEPS: tuple[LoopStep, ...] = ("nudge", "steer_now", "stop")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """When a route's children count as looping (child/loops.py; 0 turns a check off), and
+    what the engine does about it on its own (`policy`, one step every `policy_wait_s`)."""
+
+    repeat_calls: int = 5  # the same (or near-same) tool call this many times in a row
+    stale_turns: int = 4  # this many tool turns in a row whose results were all seen before
+    # Tool turns in a row whose tokens grew while the workspace stayed the same. Off by
+    # default: a reviewer that only reads never changes its workspace, and is not looping.
+    still_turns: int = 0
+    policy: tuple[LoopStep, ...] = ()
+    policy_wait_s: float = 60.0  # from one step to the next, while the child still loops
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """A named way to reach a model: provider, model, limits, price, provider options."""
@@ -117,6 +135,7 @@ class Route:
     # [routes.NAME] (None for a route not read from a file).
     key_line: int | None = field(default=None, compare=False)
     command: CommandSpec | None = None  # provider "command": the process each task runs
+    loops: LoopSettings = field(default_factory=LoopSettings)
 
     @property
     def time_scale(self) -> float:
@@ -146,11 +165,41 @@ class Budget:
     cost_line: int | None = field(default=None, compare=False)
 
 
+DEFAULT_LOOP_STEER = (
+    "You are repeating {summary}. Try a different approach or finish with what you have."
+)
+# What a canned steer may name: the looping child's evidence and its id.
+CANNED_PLACEHOLDERS = ("summary", "kind", "id")
+
+
+@dataclass(frozen=True, slots=True)
+class CannedSteers:
+    """`[steer.canned]`: the messages one key sends (`n`: `loop`, to a looping child)."""
+
+    loop: str = DEFAULT_LOOP_STEER
+
+
+DesktopNotify = Literal["off", "osc777", "osc9"]
+DESKTOP_NOTIFY: tuple[DesktopNotify, ...] = ("off", "osc777", "osc9")
+
+
+@dataclass(frozen=True, slots=True)
+class TuiSettings:
+    """The `[tui]` table: when the "since you last looked" digest shows, how alerts are given."""
+
+    digest_idle_s: float = 300.0  # no key for this long: the digest shows (0: never on idle)
+    bell: bool = True  # ring the terminal bell when a child fails or loops or a budget holds
+    desktop: DesktopNotify = "off"  # a desktop notification too (OSC 777 or OSC 9), opt-in
+    notify_every_s: float = 30.0  # at most one alert this often, with the counts since
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     routes: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
     budget: Budget = field(default_factory=Budget)
+    canned: CannedSteers = field(default_factory=CannedSteers)
+    tui: TuiSettings = field(default_factory=TuiSettings)
     source: Path | None = None
 
     def route(self, name: str | None) -> Route:

@@ -1,0 +1,133 @@
+"""Loop detection on deterministic looping sim children: flagged with the right evidence, kept
+in the store, cleared by progress, and a route's escalation policy taken step by step."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from flightdeck.engine.inputs.settings import LoopSettings
+from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.records.loops import evidence_from_json
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.tui.storeview import StoreView
+
+from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch
+
+
+def _events(engine_db: Path, batch_id: str, kind: str) -> list[tuple[str | None, str]]:
+    with StoreReader(engine_db) as reader:
+        return [(c, d) for _, c, k, d in reader.events(batch_id) if k == kind]
+
+
+def test_a_stubborn_looping_child_is_flagged_with_its_repeated_calls(tmp_path: Path) -> None:
+    route = dataclasses.replace(sim_route(), loops=LoopSettings(repeat_calls=3, stale_turns=0))
+    b = tasks_batch(
+        [
+            Task(id="loops", goal="Review it [sim:loop!]", seq=0, max_turns=6),
+            Task(id="fine", goal="Review it", seq=1),
+        ]
+    )
+    engine = start(b, settings(route), tmp_path)
+    snap = run_to_end(engine)
+    looper, fine = snap.child("loops"), snap.child("fine")
+    assert looper is not None and fine is not None
+    assert fine.loop is None
+    ev = looper.loop
+    assert ev is not None and ev.kind == "repeat"
+    assert ev.calls == ('list_dir {"path": "."}',) * 3
+    assert ev.summary == 'list_dir {"path": "."} called 3 times with the same arguments'
+    transcript = Path(looper.transcript).read_text()
+    assert transcript.count("looping (repeat)") == 1  # one line when flagged, not one a turn
+    # Kept in the events table, so a view of the store shows the same evidence.
+    kept = _events(tmp_path / "state" / "flightdeck.db", snap.batch_id, "loop")
+    assert [c for c, _ in kept] == ["loops"]
+    assert evidence_from_json(kept[0][1]) == ev
+
+
+# About 5 ms a turn: a policy step (taken on the coordinator's watchdog tick) lands long
+# before a few hundred turns run out, whatever the machine's load.
+SLOW_TURNS = {"time_scale": 0.01, "latency_ms": 500}
+
+
+def test_a_nudged_child_stops_looping_and_its_flag_clears(tmp_path: Path) -> None:
+    loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=("nudge",))
+    route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
+    b = tasks_batch([Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400)])
+    snap = run_to_end(start(b, settings(route), tmp_path))
+    row = snap.children[0]
+    assert row.status is ChildStatus.COMPLETED  # the nudge reached it, and it answered
+    assert row.loop is None  # progress cleared the flag
+    db = tmp_path / "state" / "flightdeck.db"
+    flags = [evidence_from_json(d) for _, d in _events(db, snap.batch_id, "loop")]
+    assert len(flags) == 2 and flags[1] is None
+    assert flags[0] is not None and flags[0].kind == "no_output"
+    assert flags[0].summary == "tool calls with no new output for 2 turns"
+    assert flags[0].calls == ('turn 2: list_dir {"path": "."}', 'turn 3: list_dir {"path": "."}')
+    [(child, detail)] = _events(db, snap.batch_id, "loop_policy")
+    step = json.loads(detail)
+    assert child == "loops" and step["step"] == "nudge" and (step["number"], step["of"]) == (1, 1)
+    assert step["message"] == (
+        "You are repeating tool calls with no new output for 2 turns. Try a different "
+        "approach or finish with what you have."
+    )
+    [receipt] = row.steers
+    assert receipt.by == "policy" and receipt.state.value == "delivered" and not receipt.now
+    transcript = Path(row.transcript).read_text()
+    assert "loop policy (step 1 of 1, nudge): steer (at next turn): You are repeating" in transcript
+    assert "loop policy: delivered: You are repeating" in transcript
+    assert "operator  │" not in transcript  # nothing in it is the operator's
+    assert "no longer looping: it made progress" in transcript
+
+
+def test_a_stubborn_loop_is_nudged_then_steered_now_then_stopped(tmp_path: Path) -> None:
+    loops = LoopSettings(
+        repeat_calls=3, stale_turns=0, policy=("nudge", "steer_now", "stop"), policy_wait_s=0.05
+    )
+    route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
+    b = tasks_batch(
+        [
+            Task(id="loops", goal="Review it [sim:loop!]", seq=0, max_turns=400),
+            Task(id="fine", goal="Review it", seq=1),
+        ]
+    )
+    snap = run_to_end(start(b, settings(route), tmp_path))
+    row = snap.child("loops")
+    assert row is not None and row.status is ChildStatus.STOPPED
+    assert row.error is not None and row.error.startswith(
+        'stopped by the loop policy: it looped (list_dir {"path": "."} called 3 times'
+    )
+    assert row.loop is not None and row.loop.kind == "repeat"  # why it was stopped, kept
+    db = tmp_path / "state" / "flightdeck.db"
+    steps = [json.loads(d) for _, d in _events(db, snap.batch_id, "loop_policy")]
+    assert [(s["step"], s["number"], s["of"]) for s in steps] == [
+        ("nudge", 1, 3),
+        ("steer_now", 2, 3),
+        ("stop", 3, 3),
+    ]
+    assert [(r.by, r.now) for r in row.steers] == [("policy", False), ("policy", True)]
+    assert _events(db, snap.batch_id, "stop") == []  # not the operator's stop
+    transcript = Path(row.transcript).read_text()
+    order = [
+        transcript.index(f"step {n} of 3, {s})")
+        for n, s in ((1, "nudge"), (2, "steer_now"), (3, "stop"))
+    ]
+    assert order == sorted(order)
+    # A view of the store (an attached TUI) sees the same evidence, and whose steers they were.
+    view = StoreView(db, snap.batch_id, watch=False)
+    try:
+        seen = view.snapshot().child("loops")
+        assert seen is not None and seen.loop == row.loop
+        assert [(r.by, r.now) for r in seen.steers] == [("policy", False), ("policy", True)]
+    finally:
+        view.close()
+    # The report shows them as the policy's, apart from the operator's actions.
+    with StoreReader(db) as reader:
+        report = build_report(reader, snap.batch_id)
+    assert report["steers"] == []
+    assert [s["step"] for s in report["loop_policy"]] == ["nudge", "steer_now", "stop"]
+    text = render_markdown(report)
+    assert "## Loop policy" in text and "No steers or stops." in text

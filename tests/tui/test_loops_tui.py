@@ -1,0 +1,129 @@
+"""A looping child in the TUI: its mark in the table, its evidence in the detail pane, and `n`
+sending the canned steer, in-process and attached to an owner in another process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER
+from flightdeck.engine.model import SteerState
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.widgets.detail import ChildDetail
+from test_attach import OPTIONS, Owner
+from tui_support import FAST, SIZE, EngineFactory, app_for, make_tasks, until
+
+from tests.helpers import flightdeck
+
+pytestmark = pytest.mark.anyio
+
+LOOPING = "Review it [sim:loop!]"  # the sim lists "." every turn, steered or not
+SUMMARY = 'list_dir {"path": "."} called 5 times with the same arguments'
+
+
+def _detail(app: FlightdeckApp) -> str:
+    return str(app.main.query_one("#detail", ChildDetail).render())
+
+
+@pytest.mark.slow
+async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
+    engine_factory: EngineFactory,
+) -> None:
+    tasks = make_tasks([LOOPING, "Review item 2"], max_turns=200)
+    # About 30 ms a turn: flagged after five, and 200 last long enough to steer it.
+    engine = engine_factory(tasks, pool=2, sim={**FAST, "time_scale": 0.04})
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: table.rows_by_id.get("c1") is not None, "rows")
+        table.select("c1")
+        await until(pilot, lambda: table.rows_by_id["c1"].loop is not None, "flagged")
+        await until(pilot, lambda: table.displayed("c1", "doing").startswith("looping · "), "mark")
+        await until(pilot, lambda: "looping (repeat)" in _detail(app), "the evidence")
+        detail = _detail(app).splitlines()
+        assert detail[2].startswith(f"∞ looping (repeat) {SUMMARY}")
+        # The repeated calls, one under another, numbered.
+        assert detail[3:] == [f'{n:>3} list_dir {{"path": "."}}' for n in range(1, 6)]
+        pane = app.main.query_one("#detail")
+        await until(pilot, lambda: pane.size.height == 8, "the pane grown to show them")
+        await pilot.press("n")
+        message = DEFAULT_LOOP_STEER.format(summary=SUMMARY)
+        await until(
+            pilot,
+            lambda: (
+                [(r.message, r.state) for r in engine.receipts()]
+                == [(message, SteerState.DELIVERED)]
+            ),
+            "the canned steer delivered",
+        )
+        [receipt] = engine.receipts()
+        assert (receipt.child_id, receipt.now, receipt.by) == ("c1", False, "operator")
+        await until(
+            pilot,
+            lambda: any(
+                "operator" in ln and "You are repeating" in ln for ln in app.main.transcript.lines
+            ),
+            "the operator's canned steer in the transcript",
+        )
+        # `is:looping` keeps the looping child only (a stopped one keeps its evidence); n
+        # over a child that is not looping is hidden.
+        engine.stop(["c1"])
+        await until(pilot, lambda: table.rows_by_id["c1"].status.terminal, "c1 stopped")
+        table.select("c2")
+        assert not app.main.check_action("nudge", ())
+        await pilot.press("slash", *"is:looping", "enter")
+        await until(pilot, lambda: table.shown == ["c1"], "only the looping child")
+
+
+@pytest.mark.slow
+async def test_attached_a_looping_child_shows_its_evidence_and_n_steers_it(
+    tmp_path: Path,
+) -> None:
+    config = (
+        "[routes.sim]\ntime_scale = 0.02\nlatency_ms = 1000\n"
+        "[routes.sim.loops]\nrepeat_calls = 3\n"
+        '[steer.canned]\nloop = "Stop: {summary}. ({kind}, {id})"\n'
+    )
+    # About 30 ms a turn, for 200 turns: it loops for seconds, while n is pressed.
+    owner = Owner(tmp_path, children=1, config=config, goal=LOOPING, max_turns=200)
+    try:
+        view = owner.view()
+        app = FlightdeckApp(view, OPTIONS)
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            await until(pilot, lambda: table.rows_by_id.get("c1") is not None, "the row")
+            table.select("c1")
+            await until(pilot, lambda: "looping (repeat)" in _detail(app), "evidence attached")
+            summary = 'list_dir {"path": "."} called 3 times with the same arguments'
+            assert _detail(app).splitlines()[3:] == [
+                f'{n:>3} list_dir {{"path": "."}}' for n in range(1, 4)
+            ]
+            assert table.displayed("c1", "doing").startswith("looping · ")
+            await pilot.press("n")
+            message = f"Stop: {summary}. (repeat, c1)"  # the owner's [steer.canned]
+            await until(
+                pilot,
+                lambda: (
+                    [(r.message, r.state) for r in view.snapshot().children[0].steers]
+                    == [(message, SteerState.DELIVERED)]
+                ),
+                "the canned steer delivered by the owner",
+            )
+            log = Path(view.snapshot().children[0].transcript).read_text()
+            assert f"operator  │ steer (at next turn): {message}" in log
+        # The same query from the command line: the looping child, and it is stopped.
+        stop = flightdeck(
+            "stop",
+            owner.batch_id,
+            "--where",
+            "is:looping",
+            "--state-dir",
+            str(owner.state),
+            cwd=tmp_path,
+        )
+        assert stop.returncode == 0, stop.stderr
+        assert stop.stdout.splitlines()[0] == "1 child matches `is:looping`"
+        view.close()
+    finally:
+        owner.close()
+    assert owner.process.returncode is not None
