@@ -361,7 +361,7 @@ def test_the_report_carries_the_operators_steers_and_stops(tmp_path: Path) -> No
 def test_a_report_without_operator_actions_says_so(reader: StoreReader) -> None:
     report = build_report(reader)
     assert report["steers"] == [] and report["stops"] == []
-    assert render_markdown(report).endswith("## Operator\n\nNo steers, stops or pauses.\n")
+    assert render_markdown(report).endswith("## Operator\n\nNo steers or stops.\n")
 
 
 def test_the_report_reads_no_answer_so_its_memory_does_not_grow_with_them(

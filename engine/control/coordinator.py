@@ -438,6 +438,8 @@ class Coordinator:
                 if resume:
                     self._pauses.continue_(ids)
                 else:
+                    for child_id in ids:  # the operator has it now: no policy step behind
+                        self._loop_policies.ended(child_id)  # their back (`n` still works)
                     self._pauses.pause(ids)
             case PauseAdmission(on):
                 if self._pauses.hold_admission(on):

@@ -392,7 +392,7 @@ def _operator(
     """The operator's steers (with their receipts), stops, pauses and continues, in the order
     they were sent."""
     if not steers and not stops and not pauses:
-        return ["", "## Operator", "", "No steers, stops or pauses."]
+        return ["", "## Operator", "", "No steers or stops."]
     rows = [
         (
             s["sent"],
