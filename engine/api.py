@@ -20,7 +20,15 @@ from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import SetLimits, Steer, Stop, StopAll, Then
+from flightdeck.engine.control.inbox import (
+    Pause,
+    PauseAdmission,
+    SetLimits,
+    Steer,
+    Stop,
+    StopAll,
+    Then,
+)
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
@@ -31,6 +39,7 @@ from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_pr
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.limits import changed, limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
+    OPERATOR_HOLD,
     BatchFinished,
     BatchStatus,
     ChildRow,
@@ -248,6 +257,10 @@ class Engine:
             taken_ids=frozenset(r.id for r in self._carried),
             rows=self._rows,
             on_limits=self._limits_changed,
+            record_held=lambda held: store.set_held(self.batch_id, held),
+            # The operator paused admission before the owner died: it stays paused.
+            admission_paused=self._resuming is not None
+            and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
         )
         self._coordinator.start()
         self._duties = OwnerDuties(
@@ -520,6 +533,11 @@ class Engine:
         return None
 
     @property
+    def held(self) -> str | None:
+        """Why admission is held (`Snapshot.held`), without building a snapshot."""
+        return self._coordinator.hold if self._coordinator else None
+
+    @property
     def stopped_by_stop_all(self) -> int:
         """Children a stop-all (`stop_all()`, or `close()` before the end) found still queued or
         running: 0 when every child had ended on its own."""
@@ -622,6 +640,26 @@ class Engine:
         c.command(SetLimits(dict(change)))
         return new
 
+    def pause(self, child_ids: Iterable[str]) -> None:
+        """Pause these children: a queued one never starts until continued, a running one
+        holds at its next turn boundary and gives back its slot; ValueError, pausing none, if
+        an id names no child of this batch (one that has ended is left alone)."""
+        c = self._require()
+        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
+        c.command(Pause(tuple(i for i in ids if i in c.by_id)))
+
+    def continue_(self, child_ids: Iterable[str]) -> None:
+        """Continue these paused children (ahead of new work, with their context intact);
+        errors as `pause`."""
+        c = self._require()
+        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
+        c.command(Pause(tuple(i for i in ids if i in c.by_id), resume=True))
+
+    def pause_admission(self, on: bool = True) -> None:
+        """Pause the batch's admission (`on`), or continue it: while paused no child starts;
+        the running go on (pause them to hold them too)."""
+        self._require().command(PauseAdmission(on))
+
     def _apply_request(self, request: RequestRow) -> None:
         """A client's command (owner duties thread): applied by the coordinator in order, and
         marked applied once what it made is recorded; an id this batch lacks, refused."""
@@ -658,6 +696,10 @@ class Engine:
                 )
                 return
             c.command(SetLimits(dict(request.payload or {})))
+        elif request.kind in (RequestKind.PAUSE, RequestKind.CONTINUE):
+            c.command(Pause(live, resume=request.kind == RequestKind.CONTINUE))
+        elif request.kind in (RequestKind.PAUSE_ADMISSION, RequestKind.CONTINUE_ADMISSION):
+            c.command(PauseAdmission(request.kind == RequestKind.PAUSE_ADMISSION))
         else:  # a kind with no handler here: said, never taken for another
             reason = f"this owner cannot apply a {request.kind.value!r} request"
             store.settle_request(

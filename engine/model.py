@@ -29,11 +29,12 @@ def record(cls: type[_T]) -> type[_T]:
 
 class ChildStatus(StrEnum):
     """Lifecycle of a child: queued → gated → running → a final status (`unknown` only from
-    crash recovery)."""
+    crash recovery); `paused` (by the operator, from queued or running) is live, not final."""
 
     QUEUED = "queued"
     GATED = "gated"
     RUNNING = "running"
+    PAUSED = "paused"
     COMPLETED = "completed"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -48,11 +49,11 @@ class ChildStatus(StrEnum):
 
     @property
     def live(self) -> bool:
-        """True while queued, gated or running."""
+        """True while queued, gated, running or paused."""
         return self in _LIVE
 
 
-_LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING})
+_LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING, ChildStatus.PAUSED})
 
 
 class BatchStatus(StrEnum):
@@ -293,6 +294,7 @@ class Totals:
     completed: int = 0
     failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
     stopped: int = 0  # stopped by the operator, a budget or a signal
+    paused: int = 0  # paused by the operator (live: neither queued nor running)
     usage: Usage = field(default_factory=Usage)
     cost_usd: Decimal = Decimal(0)
     cost_unknown: int = 0  # children whose price is unknown
@@ -325,6 +327,10 @@ class RouteTotals:
     route: str
     model: str
     totals: Totals
+
+
+# `Snapshot.held` while the operator has paused the batch's admission (with any other hold).
+OPERATOR_HOLD = "paused by the operator"
 
 
 @record

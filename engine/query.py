@@ -12,7 +12,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.outliers import Medians
 
 STATUS_ALIASES: dict[str, frozenset[str]] = {
-    "live": frozenset({"queued", "gated", "running"}),
+    "live": frozenset({"queued", "gated", "running", "paused"}),
     "done": frozenset(s.value for s in ChildStatus if s.terminal),
     "attention": frozenset({"failed", "stalled", "timed_out", "retrying"}),
     "retrying": frozenset({"retrying"}),

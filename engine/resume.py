@@ -137,14 +137,16 @@ def settle(
     missing = []
     for child in children:
         row = by_id.get(child.task.id)
-        if row is None or row.status == ChildStatus.QUEUED:
+        # Paused before it started: as good as queued (nothing was lost).
+        unstarted = row is not None and row.status is ChildStatus.PAUSED and not row.started_ts
+        if row is None or row.status == ChildStatus.QUEUED or unstarted:
             if child.task.id not in stored:  # the owner died before it was committed
                 missing.append(child)
             out.live.append(child)
         elif row.status.terminal:
             meter.add(child.route, row.usage)
             out.carried.append(row)
-        else:  # running or gated when its owner died
+        else:  # running, gated or paused when its owner died: its context died with it
             out.lost_cost_usd += row.cost_usd or 0
             out.lost_cost_unknown += row.cost_usd is None
             meter.add(child.route, row.usage)
@@ -200,7 +202,8 @@ def _settle_made(
         if row.status.terminal:
             out.carried.append(row)
             continue
-        if row.status is ChildStatus.QUEUED:  # never started: nothing was lost
+        never = row.status is ChildStatus.PAUSED and not row.started_ts  # paused unstarted
+        if row.status is ChildStatus.QUEUED or never:  # never started: nothing was lost
             ended = dataclasses.replace(
                 row, status=ChildStatus.STOPPED, finished_ts=ts, error=f"not started: {OWNER_LOST}"
             )

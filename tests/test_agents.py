@@ -588,3 +588,65 @@ def test_a_json_event_of_hundreds_of_kilobytes_is_read_whole(tmp_path: Path) -> 
     row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.cost_usd == Decimal("0.5") and row.usage.output_tokens == 20
+
+
+# --- pause and continue -------------------------------------------------------------------------
+
+
+def _fake_pids(name: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if str(FAKES / name) in proc.cmdline():
+                found.append(proc)
+    return found
+
+
+@pytest.mark.slow
+def test_pause_suspends_a_process_frees_its_slot_and_continue_resumes_it(tmp_path: Path) -> None:
+    args = ("-p", "--output-format", "stream-json", "--verbose", "--fake-sleep", "0.3")
+    route = fake("fake_claude.py", *args, "{goal}") + 'format = "claude-stream-json"\n'
+    settings = config(
+        tmp_path, route, engine="max_concurrent = 1\nstall_after_s = 0.6\nstall_grace_s = 0.3"
+    )
+    engine = engine_for(tmp_path, settings, one(n=2))
+    try:
+        until(lambda: written(engine, "claude session sess-0001", "t0"), timeout=10)
+        (proc,) = _fake_pids("fake_claude.py")
+        engine.pause(["t0"])
+        until(lambda: row_of(engine, "t0").status is ChildStatus.PAUSED, timeout=5)
+        paused_at = time.monotonic()
+        until(lambda: proc.status() == psutil.STATUS_STOPPED, timeout=2)  # the signal landed
+        # Its slot went to the other child, which ends while this one is suspended; longer
+        # than stall_after_s, and a pause is no stall.
+        until(lambda: row_of(engine, "t1").status is ChildStatus.COMPLETED, timeout=10)
+        until(lambda: time.monotonic() - paused_at > 0.7, timeout=2)
+        assert row_of(engine, "t0").status is ChildStatus.PAUSED
+        engine.continue_(["t0"])
+        snap = run_to_end(engine, timeout=10)
+    finally:
+        engine.close()
+    row = snap.child("t0")
+    assert row is not None and row.status is ChildStatus.COMPLETED, row.error
+    text = transcript(row)
+    assert "suspended (SIGSTOP)" in text and "resumed (SIGCONT)" in text
+
+
+def test_stop_of_a_paused_process_ends_it_at_once(tmp_path: Path) -> None:
+    args = ("-p", "--output-format", "stream-json", "--verbose", "--fake-sleep", "30")
+    route = fake("fake_claude.py", *args, "{goal}") + 'format = "claude-stream-json"\n'
+    engine = engine_for(tmp_path, config(tmp_path, route + f"kill_grace_s = {GRACE}\n"))
+    try:
+        until(lambda: written(engine, "claude session sess-0001"), timeout=10)
+        (proc,) = _fake_pids("fake_claude.py")
+        engine.pause(["t0"])
+        until(lambda: row_of(engine).status is ChildStatus.PAUSED, timeout=5)
+        t0 = time.monotonic()
+        engine.stop(["t0"])
+        until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
+        assert time.monotonic() - t0 < GRACE  # SIGCONT, then SIGTERM: no SIGKILL needed
+        row = run_to_end(engine).children[0]
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.STOPPED
+    assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE

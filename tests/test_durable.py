@@ -282,3 +282,81 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
         with StoreReader(db_of(folder)) as reader:
             stopped = {c.id for c in reader.children(batch_id) if c.status is ChildStatus.STOPPED}
         assert {f"c03{i}" for i in range(10)} <= stopped
+
+
+@pytest.mark.slow
+def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: Path) -> None:
+    with CountingServer(chunk_delay_s=0.02) as server:
+        folder = project(tmp_path, server, 20, pool=2)
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        try:
+            until(lambda: server.total_runs() >= 1, what="the first run")
+            with StoreReader(db_of(folder)) as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+
+            def run(*args: str) -> list[str]:
+                proc = flightdeck(folder, *args)
+                out, err = proc.communicate(timeout=30)
+                assert proc.returncode == 0, err
+                return out.splitlines()
+
+            assert run("pause", batch_id) == [f"pause applied: admission of batch {batch_id}"]
+            with StoreReader(db_of(folder)) as reader:
+                info = reader.batch(batch_id)
+            assert info is not None and info.held == "paused by the operator"
+            query = 'status:queued "task c01"'
+            out = run("pause", batch_id, "--where", query)
+            assert out == [f"10 children match `{query}`", "pause applied: 10 children"]
+
+            def statuses() -> dict[str, ChildStatus]:
+                with StoreReader(db_of(folder)) as reader:
+                    return {c.id: c.status for c in reader.children(batch_id)}
+
+            # What was running ends; nothing new starts while admission is paused.
+            until(lambda: ChildStatus.RUNNING not in statuses().values(), what="the running")
+            started = server.total_runs()
+            time.sleep(0.2)
+            assert server.total_runs() == started
+            assert run("continue", batch_id) == [f"continue applied: admission of batch {batch_id}"]
+            # The paused never start: every other child ends, and the batch waits for them.
+            until(
+                lambda: sum(s is ChildStatus.COMPLETED for s in statuses().values()) == 10,
+                what="the children not paused",
+            )
+            assert {i for i, s in statuses().items() if s is ChildStatus.PAUSED} == {
+                f"c01{i}" for i in range(10)
+            }
+            assert owner.poll() is None
+            out = run("continue", batch_id, "c010", "c011")
+            assert out == ["continue applied: c010, c011"]
+            out = run("continue", batch_id, "--where", "status:paused")
+            assert out[-1] == "continue applied: 8 children"
+            assert owner.wait(30) == 0
+            said = owner.communicate()[0].splitlines()
+        finally:
+            owner.kill()
+            if owner.stdout is not None and not owner.stdout.closed:
+                owner.communicate()
+        # The headless owner said when admission was held, and when it was released.
+        held = [line for line in said if line.startswith("admission")]
+        assert held == [
+            f"admission held: paused by the operator (`flightdeck continue {batch_id}` "
+            "continues it)",
+            "admission released: children start again",
+        ]
+        with StoreReader(db_of(folder)) as reader:
+            kinds = [k for _, c, k, _ in reader.events(batch_id)]
+        assert kinds.count("pause") == 10 and kinds.count("continue") == 10
+        assert kinds.count("pause_admission") == kinds.count("continue_admission") == 1
+
+
+def test_pause_and_continue_check_their_arguments(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 1)
+        proc = flightdeck(folder, "pause", "b-none", "--where", "bogus:1")
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 2 and "bogus" in err
+        proc = flightdeck(folder, "continue", "b-none", "c1", "--where", "status:paused")
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 2 and "not both" in err

@@ -80,6 +80,7 @@ def test_build_report(reader: StoreReader) -> None:
         "completed": 1,
         "failed": 1,
         "stopped": 1,
+        "paused": 0,
         "running": 1,
         "queued": 2,  # the gated child holds no slot: it is queued
         "tokens_in": 110,

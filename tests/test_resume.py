@@ -411,3 +411,34 @@ def test_header_values_are_not_kept_and_a_batch_that_needs_them_is_not_resumed(
         store.create_batch(info)
     with pytest.raises(ResumeError, match="'gw' send headers, whose values are not kept"):
         load(tmp_path, "b1")
+
+
+def test_a_paused_child_is_rerun_and_paused_admission_stays_paused(tmp_path: Path) -> None:
+    # The owner died with t0001 paused mid-run, t0002 paused before it started, and the
+    # batch's admission paused by the operator.
+    import sqlite3
+
+    batch_id, _ = abandoned(tmp_path)
+    conn = sqlite3.connect(tmp_path / "flightdeck.db")
+    with conn:
+        conn.execute("UPDATE children SET status = 'paused' WHERE id IN ('t0001', 't0002')")
+        conn.execute("UPDATE batches SET held = 'paused by the operator'")
+    conn.close()
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    try:
+        assert engine.resumed is not None
+        assert (engine.resumed.rerun, engine.resumed.lost) == (1, 0)  # t0002 lost nothing
+        snap = engine.snapshot()
+        assert snap.held == "paused by the operator"
+        assert engine.wait(0.3) is False  # nothing starts while admission stays paused
+        assert {r.id: r.status for r in engine.snapshot().children if r.status.live} == {
+            "t0001": ChildStatus.QUEUED,
+            "t0002": ChildStatus.QUEUED,
+            "t0003": ChildStatus.QUEUED,
+        }
+        engine.pause_admission(False)
+        snap = run_to_end(engine)
+    finally:
+        engine.close()
+    assert snap.status == BatchStatus.COMPLETED and snap.held is None

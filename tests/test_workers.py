@@ -158,3 +158,17 @@ def test_a_worker_stuck_in_a_call_does_not_hold_the_process_at_exit(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "closed\n"
+
+
+def test_a_thread_lent_for_a_paused_process_lets_the_next_child_run() -> None:
+    # A paused process keeps its thread: one more is lent, so the child taking its slot runs
+    # at once instead of waiting for a thread that will not come back until it continues.
+    pool = WorkerPool(1)
+    held, ran = threading.Event(), threading.Event()
+    pool.submit(lambda: held.wait(5))  # the suspended process's thread
+    pool.lend(1)
+    pool.submit(ran.set)
+    assert ran.wait(5) and pool.threads == 2
+    pool.lend(-1)  # continued: its thread is its own again
+    held.set()
+    pool.shutdown()

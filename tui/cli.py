@@ -13,6 +13,7 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.commands import (
     cmd_limits,
     cmd_ls,
+    cmd_pause,
     cmd_report,
     cmd_resume,
     cmd_run,
@@ -96,7 +97,8 @@ _WHERE_HELP = (
 
 
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """resume, steer, stop, wait: a batch's owner taken over, or sent commands from here."""
+    """resume, steer, stop, pause, continue, wait: a batch's owner taken over, or sent commands
+    from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
     resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
     resume.add_argument(
@@ -136,6 +138,15 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="the soft budget: a new one (raises it), or off (drops it for this batch)",
     )
     limits.add_argument("--state-dir", type=Path)
+    for verb, what in (("pause", "pause"), ("continue", "continue paused")):
+        pause = sub.add_parser(
+            verb,
+            help=f"{what} children of a running batch (no child named: the batch's admission)",
+        )
+        pause.add_argument("batch_id")
+        pause.add_argument("child_ids", nargs="*", metavar="CHILD")
+        pause.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb=verb))
+        pause.add_argument("--state-dir", type=Path)
 
     wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")
     wait.add_argument("batch_id")
@@ -183,6 +194,8 @@ _OWNER_COMMANDS = {
     "resume": cmd_resume,
     "steer": cmd_steer,
     "stop": cmd_stop,
+    "pause": cmd_pause,
+    "continue": cmd_pause,
     "wait": cmd_wait,
     "limits": cmd_limits,
 }

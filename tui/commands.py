@@ -1,5 +1,5 @@
 """The `flightdeck` commands: run (an owner in the background, or headless), report, ls;
-resume, steer, stop, wait, limits."""
+resume, steer, stop, pause, continue, wait, limits."""
 
 from __future__ import annotations
 
@@ -343,6 +343,52 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
             else:
                 what = ", ".join(one_line(i, 60) for i in row.child_ids)
             console_for().print(Text(f"stop applied: {what}"))
+            return ExitCode.OK
+        if row.state.value == "refused":
+            console_for(stderr=True).print(
+                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
+            )
+            return ExitCode.INCOMPLETE
+        gone = _owner_gone(db, args.batch_id)
+        if gone is not None:
+            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
+            return ExitCode.INCOMPLETE
+        time.sleep(POLL_S)
+
+
+def cmd_pause(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck pause` and `continue`: of children of a running batch, or (none named) of
+    its admission; returns once the owner has applied it."""
+    import time
+
+    from flightdeck.engine.records.requests import RequestKind, request, submit
+
+    resume = args.command == "continue"
+    verb = "continue" if resume else "pause"
+    row_filter = _where_filter(args)
+    db = _request_db(args)
+    ids = args.child_ids
+    if row_filter is not None:
+        ids = _matching(db, args.batch_id, row_filter, verb)
+        if not ids:
+            return ExitCode.OK
+    if ids:
+        kind = RequestKind.CONTINUE if resume else RequestKind.PAUSE
+        n = len(ids)
+        what = (
+            f"{n} {'child' if n == 1 else 'children'}"
+            if row_filter is not None  # thousands, maybe: a count, not every name
+            else ", ".join(one_line(i, 60) for i in ids)
+        )
+    else:
+        kind = RequestKind.CONTINUE_ADMISSION if resume else RequestKind.PAUSE_ADMISSION
+        what = f"admission of batch {one_line(args.batch_id, 60)}"
+    rid = _submitted(lambda: submit(db, args.batch_id, kind, ids))
+    while True:
+        row = request(db, args.batch_id, rid)
+        assert row is not None
+        if row.state.value == "applied":
+            console_for().print(Text(f"{verb} applied: {what}"))
             return ExitCode.OK
         if row.state.value == "refused":
             console_for(stderr=True).print(

@@ -29,6 +29,7 @@ GLYPHS: dict[ChildStatus, Cell] = {
     ChildStatus.QUEUED: ("○", "dim"),
     ChildStatus.GATED: ("◌", "dim"),
     ChildStatus.RUNNING: ("●", "green"),
+    ChildStatus.PAUSED: ("‖", "bold cyan"),
     ChildStatus.COMPLETED: ("✓", "green"),
     ChildStatus.FAILED: ("✗", "bold red"),
     ChildStatus.STOPPED: ("■", "yellow"),

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from flightdeck.engine.model import ChildFinished, EngineEvent, GroupFinished
+from flightdeck.engine.model import OPERATOR_HOLD, ChildFinished, EngineEvent, GroupFinished
+from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
@@ -68,12 +69,23 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
         show_notices()
 
 
+def held_text(held: str | None, batch_id: str) -> Text:
+    """The line said when admission is held (and how to continue it), or released."""
+    if held is None:
+        return Text("admission released: children start again", style="cyan")
+    line = f"admission held: {one_line(held, 200)}"
+    if OPERATOR_HOLD in held:
+        line += f" (`flightdeck continue {batch_id}` continues it)"
+    return Text(line, style="bold cyan")
+
+
 def _run_headless(
     engine: Engine, console: Console, errors: Console, show_notices: Callable[[], None]
 ) -> ExitCode:
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
     interrupted = started = False
+    held: str | None = None  # admission's hold last said
     exit_code = ExitCode.INTERRUPTED
     progress: Progress | None = None
 
@@ -152,11 +164,14 @@ def _run_headless(
                     # a snapshot per wake-up that saw an end: the forecast moves only then
                     label = progress_label(engine.snapshot())
                     progress.update(bar, completed=done_so_far[-1], description=label)
-            held = engine.limits().soft_held
-            if held != soft_held:  # one line as the soft budget's hold begins
-                soft_held = held
-                if held is not None:
-                    console.print(Text(soft_hold_hint(engine, held), style="yellow"))
+            if engine.held != held:  # one line as a hold begins or ends
+                held = engine.held
+                soft = engine.limits().soft_held
+                if soft is not None and soft != soft_held:  # with the commands that go on
+                    console.print(Text(soft_hold_hint(engine, soft), style="yellow"))
+                else:
+                    console.print(held_text(held, batch_id))
+                soft_held = soft
             show_notices()
             if done:
                 break

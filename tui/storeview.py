@@ -219,6 +219,17 @@ class StoreView:
             ),
         )
 
+    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
+        kind = requests.RequestKind.CONTINUE if resume else requests.RequestKind.PAUSE
+        self._send(kind.value, lambda: requests.submit(self.db, self.batch_id, kind, child_ids))
+
+    def pause_admission(self, on: bool) -> None:
+        kind = (
+            requests.RequestKind.PAUSE_ADMISSION if on else requests.RequestKind.CONTINUE_ADMISSION
+        )
+        what = "pause admission" if on else "continue admission"
+        self._send(what, lambda: requests.submit(self.db, self.batch_id, kind))
+
     def _send(self, what: str, submit: Callable[[], int]) -> None:
         """Record a command for the owner; one that cannot be recorded (the batch ended in the
         meantime, the disk is full) is said as a warning, which the TUI shows."""
@@ -377,7 +388,7 @@ class StoreView:
             version=self._data_version,
             finished_ts=info.finished_ts,
             lost_cost_usd=self._lost_cost,
-            held=info.held,
+            held=info.held if info.status is BatchStatus.RUNNING else None,
             limits=self._limits_of(info, rows),
         )
 
@@ -506,7 +517,9 @@ def _facts(
 ) -> None:
     """The facts between two reads of one child."""
     was = before.status if before is not None else ChildStatus.QUEUED
-    if was is not ChildStatus.RUNNING and row.status is ChildStatus.RUNNING:
+    # A child paused mid-run and continued has started already.
+    continued = was is ChildStatus.PAUSED and before is not None and before.started_ts is not None
+    if was is not ChildStatus.RUNNING and not continued and row.status is ChildStatus.RUNNING:
         events.append(ChildStarted(row.id, row.started_ts or 0.0))
     if was.live and row.status.terminal:
         events.append(ChildFinished(row, done, total))

@@ -50,6 +50,14 @@ class EngineView(Protocol):
         bad change (the dialog shows why)."""
         ...
 
+    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
+        """Pause these children (`resume`: continue them)."""
+        ...
+
+    def pause_admission(self, on: bool) -> None:
+        """Pause the batch's admission (`on`), or continue it."""
+        ...
+
     def transcript_path(self, child_id: str) -> Path | None:
         """The child's live transcript file, or None if the child is unknown."""
         ...
@@ -86,6 +94,15 @@ class LiveView:
 
     def stop_all(self) -> None:
         self.engine.stop_all()
+
+    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
+        if resume:
+            self.engine.continue_(child_ids)
+        else:
+            self.engine.pause(child_ids)
+
+    def pause_admission(self, on: bool) -> None:
+        self.engine.pause_admission(on)
 
     @property
     def loop_steer(self) -> str:

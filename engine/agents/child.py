@@ -30,7 +30,7 @@ from flightdeck.engine.agents.formats import (
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.agents.process import Line, Process
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
-from flightdeck.engine.child.facts import ChildDone
+from flightdeck.engine.child.facts import ChildDone, ChildPaused
 from flightdeck.engine.child.facts import Report as ReportFact
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.policy import CallPolicy
@@ -119,6 +119,12 @@ class CommandChild(Child):
     @property
     def steerable(self) -> bool:
         return self._spec.steer != "none"
+
+    @property
+    def keeps_thread(self) -> bool:
+        """Paused, its process group is suspended (SIGSTOP) and this thread waits on it: the
+        process holds what it knows, and only this thread can read it when it goes on."""
+        return True
 
     def add_steer(self, receipt: SteerReceipt) -> bool:
         if self._spec.steer == "none":
@@ -260,6 +266,7 @@ class CommandChild(Child):
         term_at: float | None = None
         killed = False
         last_track = 0.0
+        suspended = False  # paused by the operator: the process group is stopped (SIGSTOP)
         while True:
             try:
                 line: Line | None = proc.lines.get(timeout=POLL_S)
@@ -283,7 +290,9 @@ class CommandChild(Child):
             if now - last_track >= TRACK_S:
                 last_track = now
                 proc.track()
-            if stdin_open and term_at is None:
+            if term_at is None and not self.interrupt.is_set():
+                suspended = self._pause_point(proc, suspended)
+            if stdin_open and term_at is None and not suspended:
                 turns_sent += self._deliver_stdin(proc)
                 if results >= turns_sent and self._steering.close_unless_waiting():
                     # Every turn answered and none waits: its input ends, so it exits.
@@ -292,8 +301,16 @@ class CommandChild(Child):
             if term_at is None:
                 if self.interrupt.is_set():
                     self._show("stopping")
+                    if suspended:  # a stopped process acts on no SIGTERM until it goes on
+                        proc.signal(signal.SIGCONT)
+                        suspended = False
                     term_at = self._terminate(proc, "stop")
-                elif spec.steer == "resume" and self._steering.now_pending and self._session:
+                elif (
+                    spec.steer == "resume"
+                    and not suspended
+                    and self._steering.now_pending
+                    and self._session
+                ):
                     end.for_steer = True
                     self._show("stopping for a steer")
                     term_at = self._terminate(proc, "steer (interrupt now): the session resumes")
@@ -320,6 +337,24 @@ class CommandChild(Child):
             self._version += 1
         self.transcript.write("engine", f"process ended: {_status_text(end.code)}")
         return end
+
+    def _pause_point(self, proc: Process, suspended: bool) -> bool:
+        """The operator's pause and continue for a process: it has no turn boundary flightdeck
+        can see, so its group is suspended at once, and goes on where it stopped."""
+        if not suspended and self.pause_wanted and not self.interrupt.is_set():
+            proc.signal(signal.SIGSTOP)  # first: once the row says paused, it is stopped
+            if not self._take_pause():  # a stop came first, or a continue
+                proc.signal(signal.SIGCONT)
+                return False
+            self.transcript.write("engine", "paused: process group suspended (SIGSTOP)")
+            self._report(ChildPaused(self))
+            return True
+        if suspended and not self.pause_wanted:
+            proc.signal(signal.SIGCONT)
+            self.mark_running()
+            self.transcript.write("engine", "continued: process group resumed (SIGCONT)")
+            return False
+        return suspended
 
     def _terminate(self, proc: Process, why: str) -> float:
         """SIGTERM to the group and the tree; returns when, for the grace period."""

@@ -52,6 +52,14 @@ class Delegated:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildPaused:
+    """The operator's pause reached the child at a turn boundary: a model child's run has
+    returned (its messages kept for the continue), a process child is suspended."""
+
+    child: Child
+
+
+@dataclass(frozen=True, slots=True)
 class LoopFlagged:
     """The child was judged to be looping (`evidence`), or made progress since (None)."""
 
@@ -59,6 +67,8 @@ class LoopFlagged:
     evidence: LoopEvidence | None
 
 
-ChildFact = ChildDone | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated | LoopFlagged
+ChildFact = (
+    ChildDone | ChildPaused | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated | LoopFlagged
+)
 
 Report = Callable[[ChildFact], None]

@@ -17,7 +17,13 @@ from flightdeck.engine.child.delegate import (
     parse_call,
     result_text,
 )
-from flightdeck.engine.child.facts import ChildDone, Delegated, FirstChunk, HeadroomSeen
+from flightdeck.engine.child.facts import (
+    ChildDone,
+    ChildPaused,
+    Delegated,
+    FirstChunk,
+    HeadroomSeen,
+)
 from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.child.state import ChildState
 from flightdeck.engine.errors import ProviderError, ToolError
@@ -63,8 +69,19 @@ def prefix_digest(system: str, tools: tuple[ToolSpec, ...]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+class _Paused(Exception):
+    """The operator's pause, taken at a turn boundary: the run returns, its messages kept."""
+
+
 class Child(ChildState):
-    """A running (or queued) child; the coordinator owns it, one worker thread runs it."""
+    """A running (or queued) child; the coordinator owns it, one worker thread runs it.
+
+    A pause at a turn boundary ends the run (the thread goes back to the pool) and keeps the
+    conversation and the turn reached; `run` called again (the operator's continue) goes on
+    from there with its context intact."""
+
+    _messages: list[Message] | None = None  # the conversation so far (set once it has begun)
+    _next_turn = 1
 
     @functools.cached_property
     def prefix_key(self) -> tuple[str, str]:
@@ -79,11 +96,17 @@ class Child(ChildState):
 
     def run(self) -> None:
         """The agent loop; never raises."""
+        done: ChildDone | ChildPaused = ChildDone(self)
         try:
             if not self.mark_running():
                 return  # it ended while it waited for a worker thread (stopped, abandoned)
-            self.transcript.write("system", SYSTEM_PROMPT)
+            if self._messages is None:
+                self.transcript.write("system", SYSTEM_PROMPT)
+            else:
+                self.transcript.write("engine", f"continued at turn {self._next_turn}")
             self._loop()
+        except _Paused:
+            done = ChildPaused(self)
         except (StopRequested, Interrupted):
             self.finalize(self._stop_status or ChildStatus.STOPPED, self._stop_reason)
         except ProviderError as exc:
@@ -92,16 +115,22 @@ class Child(ChildState):
             self.transcript.write("error", traceback.format_exc())
             self.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
         finally:
-            self._report(ChildDone(self))
+            self._report(done)
 
     def _loop(self) -> None:
-        goal = self.task.goal
-        if self.task.context:
-            goal += "\n\nContext:\n" + self.task.context
-        self.transcript.write("user", goal)
-        messages: list[Message] = [Message("user", goal)]
-        for turn in range(1, self.task.max_turns + 1):
+        messages = self._messages
+        if messages is None:
+            goal = self.task.goal
+            if self.task.context:
+                goal += "\n\nContext:\n" + self.task.context
+            self.transcript.write("user", goal)
+            messages = self._messages = [Message("user", goal)]
+        for turn in range(self._next_turn, self.task.max_turns + 1):
+            self._next_turn = turn
             self._check_stop()
+            if self._take_pause():
+                self.transcript.write("engine", f"paused before turn {turn}; its slot is free")
+                raise _Paused
             self._deliver_steers(messages)
             self._hold(turn)
             result = self._turn(messages)

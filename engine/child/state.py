@@ -98,6 +98,11 @@ class ChildState:
         self.leads_gate = False
         # Whether (and how much) it may hand sub-tasks to the engine; set before it starts.
         self.delegation: Delegation | None = None
+        # The operator's pause: wanted (set by the coordinator, read at each turn boundary),
+        # and the seconds spent paused, which no timeout counts.
+        self._pause_wanted = False
+        self._paused_at: float | None = None
+        self.paused_s = 0.0
 
     @property
     def transcript(self) -> TranscriptWriter:
@@ -179,6 +184,17 @@ class ChildState:
         return True
 
     @property
+    def keeps_thread(self) -> bool:
+        """Whether it keeps its worker thread while paused (a suspended process does); a model
+        child's run returns, its messages kept, and a continue runs it on a thread again."""
+        return False
+
+    @property
+    def pause_wanted(self) -> bool:
+        """The operator asked for a pause not since taken back by a continue."""
+        return self._pause_wanted
+
+    @property
     def stop_status(self) -> ChildStatus | None:
         """The status a requested stop will end in (the first request wins); None if none."""
         return self._stop_status
@@ -194,6 +210,49 @@ class ChildState:
             stream = self._stream
         if stream is not None:
             stream.close()
+
+    def request_pause(self) -> None:
+        """The operator's pause: a queued child is paused now (it will not start), a running
+        one at its next turn boundary."""
+        with self._lock:
+            if self._finalizing or self.status.terminal:
+                return
+            self._pause_wanted = True
+            if self.status is ChildStatus.QUEUED:
+                self._paused_now()
+            elif self.status is ChildStatus.RUNNING:
+                self._activity.text = "pausing at the end of this turn"
+            self._version += 1
+
+    def cancel_pause(self) -> None:
+        """The operator's continue: a pause not taken yet is dropped; a queued child paused
+        is queued again. A child paused at a turn boundary runs again once `mark_running`."""
+        with self._lock:
+            self._pause_wanted = False
+            if self._finalizing:
+                return
+            if self.status is ChildStatus.PAUSED and self.started_ts is None:
+                self.status = ChildStatus.QUEUED
+                self._activity.text = ""
+            elif self.status is ChildStatus.RUNNING:
+                self._activity.text = "continued"
+            self._version += 1
+
+    def _paused_now(self) -> None:
+        """Paused from here (the lock is held)."""
+        self.status = ChildStatus.PAUSED
+        self._paused_at = self._clock()
+        self._activity.text = "paused by the operator"
+
+    def _take_pause(self) -> bool:
+        """At a turn boundary (the worker): True, and the child is `paused`, if a pause is
+        wanted and no stop came first."""
+        with self._lock:
+            if not self._pause_wanted or self._finalizing or self.interrupt.is_set():
+                return False
+            self._paused_now()
+            self._version += 1
+            return True
 
     def add_steer(self, receipt: SteerReceipt) -> bool:
         """Queue an operator message; `now` closes the current response so the turn restarts.
@@ -269,6 +328,15 @@ class ChildState:
                 self.status = ChildStatus.RUNNING
                 self.started_ts = now
                 self._activity.started(now)
+                self._version += 1
+            elif self.status is ChildStatus.PAUSED and self.started_ts is not None:
+                # Continued: the pause counts toward no timeout, and the stall clock starts
+                # again now (the time paused was not a stall).
+                if self._paused_at is not None:
+                    self.paused_s += max(0.0, now - self._paused_at)
+                    self._paused_at = None
+                self.status = ChildStatus.RUNNING
+                self._activity.tick("continued", now)
                 self._version += 1
         return True
 

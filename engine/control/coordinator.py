@@ -22,6 +22,7 @@ from typing import Any
 from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.facts import (
     ChildDone,
+    ChildPaused,
     Delegated,
     FirstChunk,
     HeadroomSeen,
@@ -35,6 +36,8 @@ from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
+    Pause,
+    PauseAdmission,
     Recorded,
     RecordProgress,
     SetLimits,
@@ -46,6 +49,7 @@ from flightdeck.engine.control.inbox import (
     Unrecorded,
 )
 from flightdeck.engine.control.loops import LoopPolicies, Step
+from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.schedules import ScheduleClock
@@ -119,6 +123,8 @@ class Coordinator:
         rows: Callable[[], Sequence[ChildRow]] | None = None,
         # The live limits changed, or a hold began or ended: (limits, what `hold` says now).
         on_limits: Callable[[Limits, str | None], None] = lambda limits, hold: None,
+        record_held: Callable[[str | None], None] = lambda held: None,
+        admission_paused: bool = False,  # the operator's pause, kept across a resume
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -136,6 +142,7 @@ class Coordinator:
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
         self._store_trouble = store_trouble
+        self._record_held = record_held  # why admission is held, for attached views
         self._queues = RouteQueues(routes, children)
         self._units = Units((c.task.id, c.task.group) for c in children)
         self._gate = CacheGate()
@@ -177,6 +184,8 @@ class Coordinator:
         self._last_watch = 0.0
         self._progress_versions: dict[str, int] = {}
         self._pool = pool
+        self._pauses = Pauses(self)
+        self._pauses.admission = admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
 
@@ -263,12 +272,58 @@ class Coordinator:
     @property
     def hold(self) -> str | None:
         """Why admission is held, every hold that is on in one sentence; None: it is not."""
-        holds = [h for h in (self._soft_held,) if h]
+        holds = [*self._pauses.holds(), *([self._soft_held] if self._soft_held else [])]
         return "; ".join(holds) or None
 
     def _settings_view(self) -> Settings:
         routes = {name: state.route for name, state in self._queues.routes.items()}
         return Settings(routes=routes, budget=self._budget)
+
+    # --- for Pauses (pauses.py), on the coordinator thread -------------------------------------
+
+    @property
+    def alive(self) -> dict[str, Child]:
+        """Children started and not ended (a suspended process among them)."""
+        return self._alive
+
+    @property
+    def queues(self) -> RouteQueues:
+        """The routes' queues and the children each has alive."""
+        return self._queues
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The threads children run on."""
+        return self._pool
+
+    def record(self, row: ChildRow) -> None:
+        """A child's row to the store."""
+        self._record(row)
+
+    def record_event(self, child_id: str | None, kind: str, detail: str) -> None:
+        """An operator action to the store's events."""
+        self._record_event(child_id, kind, detail)
+
+    def busy(self) -> int:
+        """Slots in use."""
+        return self._busy()
+
+    def release(self, child: Child) -> None:
+        """Free an alive child's slot and forget it is alive (its run returned)."""
+        self._release(child)
+
+    def free_slot(self, child: Child) -> None:
+        """An alive child gives up its slot, as a parent waiting on delegates does."""
+        self._waiting[child.task.id] = child
+        self._queues.ended(child)
+
+    def take_slot(self, child: Child) -> None:
+        """A child that gave up its slot has it again (its route's was taken by the caller)."""
+        del self._waiting[child.task.id]
+
+    def relaunch(self, child: Child) -> None:
+        """Run a paused child on a thread again (its route's slot taken by the caller)."""
+        self._launch(child, new=False)
 
     # --- the coordinator thread ----------------------------------------------------------------
 
@@ -414,6 +469,18 @@ class Coordinator:
                 self._publish(SteerSettled(receipt))
             case Delegated(child, call):
                 self._delegate(child, call)
+            case ChildPaused(child):
+                self._pauses.paused(child)
+            case Pause(ids, resume):
+                if resume:
+                    self._pauses.continue_(ids)
+                else:
+                    for child_id in ids:  # the operator has it now: no policy step behind
+                        self._loop_policies.ended(child_id)  # their back (`n` still works)
+                    self._pauses.pause(ids)
+            case PauseAdmission(on):
+                if self._pauses.hold_admission(on):
+                    self._record_held(self.hold)
             case FirstChunk(child):
                 self._queues.requeue(self._gate.first_chunk(child))
             case HeadroomSeen(route, event):
@@ -450,6 +517,7 @@ class Coordinator:
     def _release(self, child: Child) -> None:
         """Free the child's slot (in the pool and on its route); a gate it led opens."""
         del self._alive[child.task.id]
+        self._pauses.ended(child)
         if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
             self._queues.ended(child)
         self._queues.requeue(self._gate.ended(child))
@@ -494,6 +562,7 @@ class Coordinator:
         """
         self._stop_requested.pop(child.task.id, None)
         self._loop_policies.ended(child.task.id)
+        self._pauses.ended(child)
         row = child.row()
         self._finals += 1
         self._record_final(
@@ -548,6 +617,7 @@ class Coordinator:
     def _admit(self) -> None:
         """FIFO among tasks whose route is under its cap; capped routes wait in place."""
         self._resume_parents()  # not new work: a parent finishing what it began
+        self._pauses.admit()  # nor is a child the operator continued
         budget_reason = self._budget_exhausted()
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
@@ -555,13 +625,15 @@ class Coordinator:
         self._queues.requeue(self._gate.expired(self._clock()))
         if self._busy() >= self.pool_size or self._admission_paused or self.failure:
             return
-        if self.hold is not None:  # running children go on; nothing new starts
+        if self.hold is not None:  # the operator's or the soft budget's: what runs goes on
             return
         now = self._clock()
         launched = []
         for child in self._queues.ready():
             if self._gate.holds(child, now):
                 self._queues.ended(child)  # handed out, held back: it takes no slot
+                continue
+            if self._pauses.park(child):
                 continue
             if self._launch(child):
                 launched.append(child)
@@ -573,8 +645,9 @@ class Coordinator:
         for child in launched:
             self._record(child.row())
 
-    def _launch(self, child: Child) -> bool:
-        """Hand the child to the pool; False if it could not be (the process is exiting)."""
+    def _launch(self, child: Child, *, new: bool = True) -> bool:
+        """Hand the child to the pool (`new`: not a paused child continued); False if it could
+        not be (the process is exiting)."""
         try:
             self._pool.submit(functools.partial(self._run_child, child))
         except ThreadRefused as exc:
@@ -595,8 +668,9 @@ class Coordinator:
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
         self._alive[child.task.id] = child
-        self._started += 1
-        self._publish(ChildStarted(child.task.id, self._clock()))
+        if new:
+            self._started += 1
+            self._publish(ChildStarted(child.task.id, self._clock()))
         return True
 
     def _run_child(self, child: Child) -> None:
@@ -622,7 +696,8 @@ class Coordinator:
 
     def _cancel_queued(self, reason: str) -> None:
         self._end_schedules()  # max_runs and max_cost_usd count across waves
-        for child in (*self._queues.drain(), *self._gate.drain()):
+        drained = (*self._queues.drain(), *self._gate.drain(), *self._pauses.unstarted())
+        for child in drained:
             if child.finalize(ChildStatus.STOPPED, reason):
                 self._finished(child)
 
@@ -669,7 +744,9 @@ class Coordinator:
                 # The operator's action, as a running child's stop is, then the engine's line.
                 child.transcript.write("operator", "stop requested")
                 self._record_event(child_id, "stop", reason)
-                if child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                # A child paused at a turn boundary has no thread to stop: it ends at once.
+                when = " while paused" if child.started_ts is not None else " before start"
+                if child.finalize(ChildStatus.STOPPED, reason + when):
                     self._finished(child)
                     stopped += 1
                 continue

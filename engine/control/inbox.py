@@ -41,6 +41,21 @@ class SetLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """Pause these children (`resume`: continue them); queued ones never start until then."""
+
+    ids: tuple[str, ...]
+    resume: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PauseAdmission:
+    """Pause the batch's admission (`on`), or continue it."""
+
+    on: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RecordProgress:
     """Record every running child's current row now, then set `done`."""
 
@@ -74,5 +89,7 @@ class Unrecorded:
     row: ChildRow
 
 
-Command = Steer | Stop | StopAll | SetLimits | RecordProgress | Then | Shutdown
+Command = (
+    Steer | Stop | StopAll | SetLimits | Pause | PauseAdmission | RecordProgress | Then | Shutdown
+)
 Message = Command | Recorded | Unrecorded | ChildFact

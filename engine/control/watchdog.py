@@ -29,8 +29,11 @@ def overdue(
             status = child.stop_status or ChildStatus.STALLED
             return Overdue(status, f"did not stop within {grace:g}s; abandoned", abandon=True)
         return None
+    if child.status is ChildStatus.PAUSED:
+        return None  # the operator's pause (a suspended process): neither a stall nor late
     started, timeout = child.started_ts, child.task.timeout_s
-    if started is not None and timeout is not None and now - started > timeout:
+    # The time it spent paused counts toward no timeout.
+    if started is not None and timeout is not None and now - started - child.paused_s > timeout:
         return Overdue(ChildStatus.TIMED_OUT, f"timed out after {timeout:g}s")
     last = child.last_activity
     if last is None or child.held:

@@ -81,6 +81,12 @@ class WorkerPool:
             self._threads.append(thread)
             self._queue.put(fn)
 
+    def lend(self, threads: int) -> None:
+        """Allow `threads` more (or, negative, fewer) threads: a paused process keeps its
+        thread, so the children that take its slot meanwhile need one of their own."""
+        with self._lock:
+            self._max = max(1, self._max + threads)
+
     def shutdown(self) -> None:
         """Drop queued work that has not started and let idle threads exit; do not wait.
 

@@ -172,13 +172,15 @@ class _Tally:
         running = counts[ChildStatus.RUNNING]
         completed = counts[ChildStatus.COMPLETED]
         stopped = counts[ChildStatus.STOPPED]
+        paused = counts[ChildStatus.PAUSED]
         return Totals(
             children=n,
             queued=queued,
             running=running,
             completed=completed,
-            failed=n - queued - running - completed - stopped,
+            failed=n - queued - running - completed - stopped - paused,
             stopped=stopped,
+            paused=paused,
             usage=self.usage,
             cost_usd=self.cost,
             cost_unknown=self.unknown,

@@ -42,6 +42,11 @@ def build_report(
     # A loop policy's steers are its own, listed with its steps, not among the operator's.
     by_policy = {r.id: r for r in steers if r.id in {p.get("receipt") for p in policy}}
     steers = [r for r in steers if r.id not in by_policy]
+    pauses = [
+        {"child_id": c, "at": _iso(ts), "action": kind, "detail": detail}
+        for ts, c, kind, detail in reader.events(batch_id)
+        if kind in PAUSE_EVENTS
+    ]
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
     totals = totals_of(children)
@@ -63,6 +68,7 @@ def build_report(
             "completed": totals.completed,
             "failed": totals.failed,
             "stopped": totals.stopped,
+            "paused": totals.paused,
             "running": totals.running,
             "queued": totals.queued,
             **_usage(totals),
@@ -123,6 +129,8 @@ def build_report(
         "stops": [
             {"child_id": s.child_id, "requested": _iso(s.ts), "reason": s.reason} for s in stops
         ],
+        # The operator's pauses and continues, of children and (child null) of admission.
+        "pauses": pauses,
         "forecast": _forecast(children, recovery),
         "recovery": recovery,
         "loops": [
@@ -166,6 +174,15 @@ def _limit_actions(events: Iterable[tuple[float, str | None, str, str]]) -> list
             else:
                 out.append({"time": _iso(ts), "action": "soft_budget_hold", **data})
     return out
+
+
+# The events an operator's pause or continue records, and how the report names each.
+PAUSE_EVENTS = {
+    "pause": "pause",
+    "continue": "continue",
+    "pause_admission": "pause admission",
+    "continue_admission": "continue admission",
+}
 
 
 def _forecast(children: list[ChildRow], recovery: Mapping[str, Any]) -> dict[str, Any]:
@@ -336,7 +353,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             (_group_cells(g) for g in report["groups"]),
         )
     lines += _forecast_lines(report.get("forecast") or {})
-    lines += _operator(report["steers"], report["stops"], report.get("limits") or [])
+    lines += _operator(
+        report["steers"], report["stops"], report.get("limits") or [], report.get("pauses") or []
+    )
     lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
@@ -388,11 +407,14 @@ def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> li
 
 
 def _operator(
-    steers: list[dict[str, Any]], stops: list[dict[str, Any]], limits: list[dict[str, Any]]
+    steers: list[dict[str, Any]],
+    stops: list[dict[str, Any]],
+    limits: list[dict[str, Any]],
+    pauses: list[dict[str, Any]],
 ) -> list[str]:
-    """The operator's steers (with their receipts), stops and changes to the limits, and the
-    soft budget's holds, in the order they happened."""
-    if not steers and not stops and not limits:
+    """The operator's steers (with their receipts), stops, pauses and continues, changes to the
+    limits, and the soft budget's holds, in the order they happened."""
+    if not steers and not stops and not limits and not pauses:
         return ["", "## Operator", "", "No steers or stops."]
     rows = [
         (
@@ -419,6 +441,19 @@ def _operator(
             else [a["time"], "—", "soft budget hold", _cell(a["reason"]), ""],
         )
         for a in limits
+    ]
+    rows += [
+        (
+            p["at"],
+            [
+                p["at"],
+                "(admission)" if p["child_id"] is None else _cell(p["child_id"]),
+                PAUSE_EVENTS[p["action"]],
+                "",
+                "",
+            ],
+        )
+        for p in pauses
     ]
     rows.sort(key=lambda r: r[0])  # ISO times of one zone sort as times; ties keep steers first
     return _table(

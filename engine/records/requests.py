@@ -55,10 +55,16 @@ class RequestKind(StrEnum):
     STOP = "stop"
     STOP_ALL = "stop_all"
     LIMITS = "limits"  # payload: a change to the live limits (engine/limits.py)
+    PAUSE = "pause"
+    CONTINUE = "continue"
+    PAUSE_ADMISSION = "pause_admission"
+    CONTINUE_ADMISSION = "continue_admission"
 
 
 # The kinds that act on children a client names (the others act on the batch).
-_NAMES_CHILDREN = frozenset({RequestKind.STEER, RequestKind.STOP})
+_NAMES_CHILDREN = frozenset(
+    {RequestKind.STEER, RequestKind.STOP, RequestKind.PAUSE, RequestKind.CONTINUE}
+)
 
 
 class RequestState(StrEnum):

@@ -84,7 +84,7 @@ INSERT_EVENT = "INSERT INTO events (batch_id, child_id, ts, kind, detail) VALUES
 FINISH_BATCH = "UPDATE batches SET status = ?, finished_ts = ? WHERE id = ?"
 SETTLE_LIVE = (
     "UPDATE children SET status = ?, finished_ts = coalesce(finished_ts, ?), current_tool = NULL "
-    "WHERE batch_id = ? AND status IN ('queued', 'gated', 'running')"
+    "WHERE batch_id = ? AND status IN ('queued', 'gated', 'running', 'paused')"
 )
 
 

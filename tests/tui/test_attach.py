@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
 from flightdeck.tui.app import FlightdeckApp
-from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
+from flightdeck.tui.screens.dialogs import (
+    ConfirmPauseDialog,
+    ConfirmStopDialog,
+    QuitDialog,
+    SteerDialog,
+)
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.storeview import StoreView
 from flightdeck.tui.widgets.routes import NOT_STORED
@@ -212,3 +217,42 @@ async def test_attached_tui_stops_everything_a_filter_keeps(
         view.close()
     finally:
         owner.close()
+
+
+async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Owner) -> None:
+    view = owner.view()
+    app = FlightdeckApp(view, OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        bar = app.main.query_one("#status")
+        await until(pilot, lambda: status(view, "c1") is ChildStatus.RUNNING, "c1 running")
+        await until(pilot, lambda: "c1" in table.rows_by_id, "c1's row")
+        table.select("c1")
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "pause dialog")
+        await pilot.press("p")
+        # At its next turn boundary (about a second): the owner pauses it, the store says so.
+        await until(pilot, lambda: status(view, "c1") is ChildStatus.PAUSED, "c1 paused")
+        await until(pilot, lambda: table.displayed("c1", "mark").endswith("‖"), "the glyph")
+
+        await pilot.press("P")
+        await until(pilot, lambda: view.snapshot().held == "paused by the operator", "held")
+        await until(pilot, lambda: "admission held" in str(bar.render()), "the status bar")
+        await pilot.press("P")
+        await until(pilot, lambda: view.snapshot().held is None, "released")
+
+        table.select("c1")
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "continue dialog")
+        assert str(app.screen.query("Label").first().render()) == "Continue 1 child?"
+        await pilot.press("p")
+        await until(pilot, lambda: status(view, "c1") is ChildStatus.RUNNING, "c1 continued")
+        await until(
+            pilot,
+            lambda: any("operator" in ln and "continue" in ln for ln in app.main.transcript.lines),
+            "the operator's continue in the transcript pane",
+        )
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog")
+        await pilot.click("#stop-quit")
+    view.close()

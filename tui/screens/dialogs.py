@@ -1,4 +1,4 @@
-"""Modal dialogs: steer, confirm stop, quit."""
+"""Modal dialogs: steer, confirm stop, confirm pause or continue, quit."""
 
 from __future__ import annotations
 
@@ -184,6 +184,61 @@ class ConfirmStopDialog(ModalScreen[bool]):
             yield Label(Text("Partial transcripts and usage are kept. Queued ones never start."))
             with Horizontal(classes="buttons"):
                 yield Button("Stop", variant="error", id="confirm")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "confirm")
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class ConfirmPauseDialog(ModalScreen[bool]):
+    """Confirm pausing (or continuing) some children; pressing the pause key again confirms."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Leave them as they are"
+        ),
+        Binding("y,p", "confirm", "Confirm", id="dialog.confirm", tooltip="Pause or continue them"),
+    ]
+
+    def __init__(
+        self,
+        child_ids: Sequence[str],
+        *,
+        resume: bool = False,
+        ended: int = 0,
+        ended_of: str = "tagged",
+        query: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.child_ids = list(child_ids)
+        self.verb = "Continue" if resume else "Pause"
+        n = _children(len(self.child_ids))
+        self.heading = f"{self.verb} {n}{_matching(query)}{_ended(ended, ended_of)}?"
+        self.note = (
+            "Each takes a slot again before any new child starts, with its context intact."
+            if resume
+            else "A running child holds at its next turn and frees its slot; a queued one "
+            "does not start. Press p again over them to continue."
+        )
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.heading, style="bold"))
+            yield Label(targets_text(self.child_ids), classes="targets")
+            yield Label(Text(self.note))
+            with Horizontal(classes="buttons"):
+                yield Button(self.verb, variant="warning", id="confirm")
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:

@@ -35,6 +35,25 @@ MAIN_BINDINGS: list[BindingType] = [
         "flagged as looping; with a filter on and none tagged, to every looping child it keeps",
     ),
     Binding(
+        "p",
+        "pause",
+        "Pause",
+        show=False,  # the footer is full; help (?) and the palette list it
+        id="child.pause",
+        tooltip="Pause the selected or tagged children (with a filter on and none tagged, every "
+        "child it keeps): each holds at its next turn and frees its slot; over children all "
+        "paused, continue them (confirm, or press p twice)",
+    ),
+    Binding(
+        "P",
+        "pause_admission",
+        "Pause batch",
+        show=False,
+        id="batch.pause",
+        tooltip="Pause the batch's admission (no new child starts; the running go on), or "
+        "continue it",
+    ),
+    Binding(
         "X",
         "stop_all",
         "Stop all",
@@ -196,6 +215,8 @@ PALETTE = {
     "stop": "child: stop",
     "nudge": "child: nudge out of its loop",
     "stop_all": "batch: stop all",
+    "pause": "child: pause / continue",
+    "pause_admission": "batch: pause / continue admission",
     "tag": "child: tag / untag",
     "tag_visible": "view: tag all visible",
     "tag_group": "view: tag the selected child's group",

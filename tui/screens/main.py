@@ -12,7 +12,14 @@ from flightdeck.engine import model
 from flightdeck.engine.inputs.settings import TuiSettings
 from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.limits import describe
-from flightdeck.engine.model import BatchStatus, ChildStatus, EngineEvent, Snapshot, SteerState
+from flightdeck.engine.model import (
+    OPERATOR_HOLD,
+    BatchStatus,
+    ChildStatus,
+    EngineEvent,
+    Snapshot,
+    SteerState,
+)
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
 from flightdeck.tui.alerts import AlertBatcher, Alerts, AlertWatch
@@ -27,6 +34,7 @@ from flightdeck.tui.messages import (
 )
 from flightdeck.tui.output import completion_text
 from flightdeck.tui.screens.dialogs import (
+    ConfirmPauseDialog,
     ConfirmStopDialog,
     QuitChoice,
     QuitDialog,
@@ -76,6 +84,16 @@ class _BulkSteer:
     ended: int
 
 
+@dataclass(frozen=True, slots=True)
+class _BulkPause:
+    """A pause (or continue) sent to every child matching a filter: the ones sent, and how
+    many had ended."""
+
+    ids: tuple[str, ...]
+    ended: int
+    resume: bool
+
+
 def _had_ended(n: int) -> str:
     """`, 2 had already ended` (nothing when none had)."""
     return f", {n} had already ended" if n else ""
@@ -118,6 +136,7 @@ class MainScreen(Screen[None]):
         self._bindings_state: tuple[bool | None, ...] = ()
         self._stops: list[_BulkStop] = []  # stops of everything matching, not all landed yet
         self._steers: list[_BulkSteer] = []  # steers of everything matching, not all settled
+        self._pauses: list[_BulkPause] = []  # pauses of everything matching, not all taken
         self._summed: set[int] = set()  # receipts a steer's summary has counted
         self.attention = Attention(self.options.tui, self.options.looked, self.options.clock)
         self._alert_watch = AlertWatch()
@@ -207,6 +226,7 @@ class MainScreen(Screen[None]):
         self._settle_stops()
         self._settle_steers()
         self._ask_soft_budget(snap)
+        self._settle_pauses()
         self._flush_notices()
         self._alerts.add(self._alert_watch.observe(snap), now)
         due = self._alerts.due(now)
@@ -267,6 +287,8 @@ class MainScreen(Screen[None]):
                 following=self.following,
                 frozen=self.frozen,
                 resort_pending=table.resort_pending,
+                paused=snap.totals.paused if snap else 0,
+                held=snap.held if snap else None,
             )
         )
 
@@ -281,7 +303,7 @@ class MainScreen(Screen[None]):
 
     def _sync_bindings(self) -> None:
         """check_action depends on the rows; refresh the footer only when the answer changed."""
-        actions = ("steer", "stop", "nudge", "stop_all", "tag", "fold")
+        actions = ("steer", "stop", "nudge", "stop_all", "pause", "pause_admission", "tag", "fold")
         state = tuple(self.check_action(a, ()) for a in actions)
         if state != self._bindings_state:
             self._bindings_state = state
@@ -391,7 +413,7 @@ class MainScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
-        if action in ("steer", "stop"):
+        if action in ("steer", "stop", "pause"):
             if self.live_targets():
                 return True
             # Shown disabled over finished children: on_key says why the key does nothing.
@@ -400,6 +422,9 @@ class MainScreen(Screen[None]):
             return bool(self._looping_targets())
         if action == "stop_all":
             return self._any_live()
+        if action == "pause_admission":
+            snap = self.snapshot
+            return snap is None or snap.status is BatchStatus.RUNNING
         if action in ("tag", "tag_group"):
             return bool(self.table.shown) or self.table.selected_header is not None
         if action == "tag_visible":
@@ -426,7 +451,8 @@ class MainScreen(Screen[None]):
             self._dismiss_digest()
             return
         active = self.active_bindings.get(event.key)
-        if active is None or active.enabled or active.binding.action not in ("steer", "stop"):
+        acts = ("steer", "stop", "pause")
+        if active is None or active.enabled or active.binding.action not in acts:
             return
         if self.targets():
             self._nothing_to(active.binding.action)
@@ -598,6 +624,79 @@ class MainScreen(Screen[None]):
                 markup=False,
             )
         self._stops = waiting
+
+    def action_pause(self) -> None:
+        """Pause the targets; continue them when every one is paused already."""
+        if self._refused():
+            return
+        ids = self.live_targets()
+        if not ids:
+            return
+        rows = self.table.rows_by_id
+        resume = all(rows[i].status is ChildStatus.PAUSED for i in ids)
+        verb = "continue" if resume else "pause"
+        query = self.matching_query()
+        ended = len(self._ended_targets())
+
+        def send(confirmed: bool | None) -> None:
+            if not confirmed:
+                return
+            live, ended_since = self._still_live(ids) if query is not None else (ids, [])
+            if live:
+                self.view.pause(live, resume)
+            if query is None:
+                self.table.set_tagged(ids, False)
+                self.notify(f"{verb} requested for {len(live)}", markup=False)
+            else:  # one summary once every one has taken it (see _settle_pauses)
+                self._pauses.append(_BulkPause(tuple(live), ended + len(ended_since), resume))
+                self.notify(
+                    f"{verb} requested for {len(live)} matching `{one_line(query, 60)}`",
+                    markup=False,
+                )
+            self.poll()
+
+        dialog = ConfirmPauseDialog(
+            ids, resume=resume, ended=ended, ended_of=self._ended_of(), query=query
+        )
+        self.app.push_screen(dialog, send)
+
+    def _settle_pauses(self) -> None:
+        """A pause (or continue) of everything matching, every child of it paused (continued)
+        or ended: one summary of how."""
+        if not self._pauses:
+            return
+        rows = self.table.rows_by_id
+        waiting: list[_BulkPause] = []
+        for bulk in self._pauses:
+            states = [rows[i].status for i in bulk.ids if i in rows]
+            if bulk.resume:
+                pending = any(s is ChildStatus.PAUSED for s in states)
+            else:
+                # A running child pauses at its next turn boundary: until then, not yet.
+                pending = any(s.live and s is not ChildStatus.PAUSED for s in states)
+            if pending:
+                waiting.append(bulk)
+                continue
+            done = sum(1 for s in states if s.live)
+            verb = "continued" if bulk.resume else "paused"
+            self.notify(
+                f"{done} {verb}" + _had_ended(bulk.ended + len(bulk.ids) - done), markup=False
+            )
+        self._pauses = waiting
+
+    def action_pause_admission(self) -> None:
+        """Pause the batch's admission, or continue it when the operator paused it."""
+        if self._refused():
+            return
+        snap = self.snapshot
+        on = not (snap is not None and snap.held is not None and OPERATOR_HOLD in snap.held)
+        self.view.pause_admission(on)
+        if on:
+            text = "admission paused: no new child starts; the running go on (p pauses them)"
+        else:
+            text = "admission continued: children start again"
+        self.notify(text, markup=False)
+        self.poll()
 
     def action_stop_all(self) -> None:
         if self._refused():

@@ -190,6 +190,8 @@ def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
         return (one_line(last_turn + a.text, limit), style)
     if row.status in _WAITING:
         return (row.status.value, "dim")
+    if row.status is ChildStatus.PAUSED:
+        return ("paused by the operator", "cyan")
     text = row.status.value + (f": {row.error}" if row.error else "")
     return (one_line(text, limit), "bold red" if row.status in ATTENTION else "dim")
 
@@ -314,7 +316,7 @@ def _attention_key(row: ChildRow) -> tuple[int, float]:
         return (0, -(row.finished_ts or 0.0))
     if row.status is ChildStatus.RUNNING:
         return (1 if is_retrying(row) or is_looping(row) else 2, row.started_ts or 0.0)
-    if row.status in _WAITING:
+    if row.status in _WAITING or row.status is ChildStatus.PAUSED:
         return (3, 0.0)
     return (4, -(row.finished_ts or 0.0))
 
@@ -407,6 +409,7 @@ _COUNT_ORDER = (
     ChildStatus.STOPPED,
     ChildStatus.UNKNOWN,
     ChildStatus.RUNNING,
+    ChildStatus.PAUSED,
     ChildStatus.GATED,
     ChildStatus.QUEUED,
 )

@@ -25,6 +25,8 @@ class StatusLine:
     following: bool = False
     frozen: bool = False
     resort_pending: bool = False
+    paused: int = 0  # children the operator paused
+    held: str | None = None  # why admission is held (`Snapshot.held`)
 
 
 Part = tuple[int, list[tuple[str, str]]]  # (priority: lower stays longer, [(text, style)])
@@ -51,6 +53,11 @@ def status_parts(line: StatusLine) -> list[Part]:
         parts.append((1, [(" (q to quit)", "dim")]))
     if line.frozen:
         parts.append((0, [("  │  ", "dim"), ("FROZEN", "bold reverse yellow")]))
+    if line.held and not finished:
+        held = "admission held: " + one_line(line.held, 80)
+        parts.append((0, [("  │  ", "dim"), (held, "bold reverse cyan")]))
+    if line.paused:
+        parts.append((1, [(f"  │  {line.paused:,} paused", "bold cyan")]))
     if line.resort_pending:
         parts.append((1, [("  │  ", "dim"), ("re-sort pending", "bold yellow")]))
     parts.append((2, [("  │  sort ", "dim"), (line.order, "")]))

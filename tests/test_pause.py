@@ -1,0 +1,185 @@
+"""The operator's pause and continue: of children (their slot freed, their context kept) and of
+the batch's admission, on the sim with small delays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report, render_markdown
+
+from helpers import batch, run_to_end, settings, sim_route, start, until
+
+# A few turns of about 50 ms each: slow enough to pause in the middle, fast for the suite.
+ROUTE = sim_route(tool_turns=3, latency_ms=40, time_scale=1.0, tokens_per_s=8000)
+
+
+def _row(engine, child_id):  # type: ignore[no-untyped-def]
+    row = engine.snapshot().child(child_id)
+    assert row is not None
+    return row
+
+
+def _events(tmp: Path, batch_id: str) -> list[tuple[str | None, str]]:
+    """The batch's events (the engine closed: all committed), child and kind."""
+    with StoreReader(tmp / "state" / "flightdeck.db") as reader:
+        return [(c, k) for _, c, k, _ in reader.events(batch_id)]
+
+
+def test_a_paused_child_frees_its_slot_and_continues_with_its_context(tmp_path: Path) -> None:
+    engine = start(batch(2), settings(ROUTE, pool=1), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        engine.pause(["t0000"])
+        until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED, 10)
+        # Its slot is free: the other child runs, and ends, while it is paused.
+        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED, 10)
+        paused = _row(engine, "t0000")
+        assert paused.status is ChildStatus.PAUSED and paused.finished_ts is None
+        snap = engine.snapshot()
+        assert (snap.totals.paused, snap.totals.running, snap.status) == (1, 0, BatchStatus.RUNNING)
+        engine.continue_(["t0000"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    row = snap.child("t0000")
+    assert row is not None and row.status is ChildStatus.COMPLETED
+    # Its conversation went on where it was: 3 tool turns and the answer, no turn run twice.
+    assert (row.activity.api_calls, row.activity.tool_calls) == (4, 3)
+    text = Path(row.transcript).read_text()
+    roles = [line.split("│")[0].split()[-1] for line in text.splitlines() if "│" in line]
+    assert (roles.count("system"), roles.count("user")) == (1, 1)
+    assert "pause requested" in text and "continue requested" in text
+    assert "continued at turn" in text
+    assert [k for c, k in _events(tmp_path, engine.batch_id) if c == "t0000"] == [
+        "pause",
+        "continue",
+    ]
+
+
+def test_a_queued_child_paused_never_starts_until_continued(tmp_path: Path) -> None:
+    engine = start(batch(3), settings(ROUTE, pool=1), tmp_path)
+    try:
+        engine.pause(["t0001"])
+        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED, 10)
+        row = _row(engine, "t0001")
+        assert (row.status, row.started_ts) == (ChildStatus.PAUSED, None)
+        engine.continue_(["t0001"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
+
+
+def test_stop_ends_a_paused_child_at_once_and_a_steer_waits_for_the_continue(
+    tmp_path: Path,
+) -> None:
+    engine = start(batch(2), settings(ROUTE, pool=2), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0001").activity.api_calls >= 1, 10)
+        engine.pause(["t0000", "t0001"])
+        until(lambda: engine.snapshot().totals.paused == 2, 10)
+        engine.steer(["t0001"], "be brief")
+        engine.stop(["t0000"])
+        until(lambda: _row(engine, "t0000").status is ChildStatus.STOPPED, 10)
+        assert [s.state for s in _row(engine, "t0001").steers] == [SteerState.QUEUED]
+        engine.continue_(["t0001"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    stopped, steered = snap.children
+    assert stopped.error == "stopped by operator while paused"
+    assert steered.status is ChildStatus.COMPLETED
+    assert [s.state for s in steered.steers] == [SteerState.DELIVERED]
+
+
+def test_admission_paused_starts_nothing_new_and_the_running_go_on(tmp_path: Path) -> None:
+    engine = start(batch(3), settings(ROUTE, pool=1), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        engine.pause_admission()
+        until(lambda: engine.snapshot().held == "paused by the operator", 10)
+        until(lambda: _row(engine, "t0000").status is ChildStatus.COMPLETED, 10)
+        snap = engine.snapshot()
+        assert [r.status for r in snap.children[1:]] == [ChildStatus.QUEUED] * 2
+        engine.pause_admission(False)
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert snap.held is None
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
+    assert [k for c, k in _events(tmp_path, engine.batch_id) if c is None] == [
+        "pause_admission",
+        "continue_admission",
+    ]
+    # The report lists both as the operator's actions.
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    assert [(p["child_id"], p["action"]) for p in report["pauses"]] == [
+        (None, "pause_admission"),
+        (None, "continue_admission"),
+    ]
+    text = render_markdown(report)
+    assert "| (admission) | pause admission |" in text
+    assert "| (admission) | continue admission |" in text
+
+
+def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path) -> None:
+    # Paused far longer than the stall and timeout limits: neither counts the pause.
+    s = settings(ROUTE, pool=1, stall_after_s=0.2, stall_grace_s=0.1)
+    engine = start(batch(1, timeout_s=0.5), s, tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        engine.pause(["t0000"])
+        until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED, 10)
+        paused_at = engine.clock()
+        until(lambda: engine.clock() - paused_at > 0.6, 10)
+        assert _row(engine, "t0000").status is ChildStatus.PAUSED
+        engine.continue_(["t0000"])
+        row = run_to_end(engine, 10).children[0]
+    finally:
+        engine.close()
+    assert (row.status, row.error) == (ChildStatus.COMPLETED, None)
+
+
+def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path) -> None:
+    engine = start(batch(2), settings(ROUTE, pool=1), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        engine.pause(["t0000"])
+        until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING, 10)
+        engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
+        engine.pause(["t0000"])  # and is paused again before it gets it
+        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED, 10)
+        assert engine.wait(0.2) is False
+        assert _row(engine, "t0000").status is ChildStatus.PAUSED
+        engine.continue_(["t0000"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
+    kinds = [k for c, k in _events(tmp_path, engine.batch_id) if c == "t0000"]
+    assert kinds == ["pause", "continue", "pause", "continue"]
+
+
+def test_a_gated_child_paused_is_paused_when_its_gate_opens(tmp_path: Path) -> None:
+    import dataclasses
+
+    # The leader's first token takes 0.3-0.7 s: its siblings wait gated that long.
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, time_scale=0.25, latency_ms=2000, tokens_per_s=4000),
+        cache_gate_s=10.0,
+    )
+    engine = start(batch(3), settings(route, pool=3), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0001").status is ChildStatus.GATED, 10)
+        engine.pause(["t0001"])
+        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED, 10)
+        row = _row(engine, "t0001")
+        assert (row.status, row.started_ts) == (ChildStatus.PAUSED, None)
+        engine.continue_(["t0001"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}

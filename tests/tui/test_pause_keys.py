@@ -1,0 +1,104 @@
+"""Pilot tests of `p` (pause or continue children) and `P` (pause or continue admission),
+against a real engine on the sim in this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.model import ChildStatus
+from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
+from flightdeck.tui.widgets.status import StatusBar
+from textual.widgets import Label
+from tui_support import SIZE, SLOW, EngineFactory, app_for, type_text, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+# Turns of a fraction of a second, six of them: running while keys are pressed, pausing soon.
+TURNS: dict[str, Any] = {
+    "time_scale": 1.0,
+    "latency_ms": 150.0,
+    "tokens_per_s": 400.0,
+    "tool_turns": 6,
+}
+
+
+def status_of(engine: Engine, child_id: str) -> ChildStatus:
+    row = engine.snapshot().child(child_id)
+    assert row is not None
+    return row.status
+
+
+def bar_text(app: Any) -> str:
+    return str(app.main.query_one("#status", StatusBar).render())
+
+
+async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
+    engine_factory: EngineFactory,
+) -> None:
+    engine = engine_factory(["first", "second", "third"], pool=2, sim=TURNS)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "c1 runs")
+        await until(pilot, lambda: "c1" in table.rows_by_id, "c1's row")
+        table.select("c1")
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
+        assert str(app.screen.query(Label).first().render()) == "Pause 1 child?"
+        await pilot.press("p")  # p again confirms
+        await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.PAUSED, "c1 paused")
+        # Its slot went to the queued child.
+        await until(pilot, lambda: status_of(engine, "c3") is ChildStatus.RUNNING, "c3 runs")
+        await until(pilot, lambda: table.displayed("c1", "mark").endswith("‖"), "the glyph")
+        await until(pilot, lambda: "1 paused" in bar_text(app), "the status bar's count")
+
+        await pilot.press("P")
+        await until(pilot, lambda: engine.snapshot().held == "paused by the operator", "held")
+        await until(pilot, lambda: "admission held" in bar_text(app), "said in the status bar")
+        await pilot.press("P")
+        await until(pilot, lambda: engine.snapshot().held is None, "released")
+        await until(pilot, lambda: "admission held" not in bar_text(app), "no longer said")
+
+        engine.stop(["c3"])  # a slot for c1 to take again
+        table.select("c1")
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
+        assert str(app.screen.query(Label).first().render()) == "Continue 1 child?"
+        await pilot.press("y")
+        await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "continued")
+    text = Path(engine.snapshot().child("c1").transcript).read_text()  # type: ignore[union-attr]
+    assert "pause requested" in text and "continue requested" in text
+
+
+async def test_p_over_a_filter_pauses_every_child_it_keeps_with_one_summary(
+    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engine_factory(["a", "b", "c"], pool=3, sim=SLOW)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        screen, table = app.main, app.main.table
+        notices: list[str] = []
+        notify = screen.notify
+        monkeypatch.setattr(
+            screen, "notify", lambda text, **kw: notices.append(text) or notify(text, **kw)
+        )
+        await until(
+            pilot,
+            lambda: all(r.status is ChildStatus.RUNNING for r in engine.snapshot().children),
+            "all three running",
+        )
+        await pilot.press("slash")
+        await type_text(pilot, "status:running")
+        await pilot.press("enter")
+        await until(pilot, lambda: len(table.shown) == 3, "the three kept")
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
+        assert str(app.screen.query(Label).first().render()) == (
+            "Pause 3 children matching `status:running`?"
+        )
+        await pilot.press("p")
+        await until(pilot, lambda: "3 paused" in notices, "one summary once all have paused")
+        assert engine.snapshot().totals.paused == 3
