@@ -107,6 +107,28 @@ def test_the_flag_keeps_its_first_time_and_an_answer_clears_it() -> None:
     assert not d.answered()
 
 
+def test_after_a_policy_steer_only_what_the_child_does_next_is_evidence_again() -> None:
+    d = LoopDetector(LoopSettings(repeat_calls=3, stale_turns=3))
+    same = ("list_dir", {"path": "."}, "(empty)")
+    for _ in range(3):
+        _turn(d, same)
+    first = d.evidence
+    assert first is not None and first.kind == "repeat"
+    d.steered()
+    # Two more repeats (and two stale turns) after the steer: the flag stands, nothing new.
+    assert not _turn(d, same) and not _turn(d, same)
+    assert d.evidence == first and not d.again
+    # The third repeat since the steer is fresh evidence, found then.
+    assert d.turn_ended(0, None, 200.0) is False  # a turn with no call changes nothing
+    d.call(*same)
+    assert d.turn_ended(0, None, 300.0) and d.again
+    assert d.evidence is not None and d.evidence.ts == 300.0
+    # Steered again, a different call is progress: the flag clears, not evidence.
+    d.steered()
+    assert _turn(d, ("read_file", {"path": "a.py"}, "text")) and d.evidence is None
+    assert not d.again
+
+
 def test_every_check_off_flags_nothing() -> None:
     d = LoopDetector(OFF)
     assert not d.enabled

@@ -465,6 +465,8 @@ class Coordinator:
                 self.unrecorded += 1
                 self._delegations.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
+                if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
+                    self._loop_policies.delivered(receipt.child_id, self._clock())
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
             case Delegated(child, call):
@@ -485,8 +487,8 @@ class Coordinator:
                 self._queues.requeue(self._gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
-            case LoopFlagged(child_id, evidence):
-                self._looped(child_id, evidence)
+            case LoopFlagged(child_id, evidence, again):
+                self._looped(child_id, evidence, again)
             case Steer(receipt_ids, ids, text, now):
                 self._steer(receipt_ids, ids, text, now)
             case Stop(ids):
@@ -760,7 +762,7 @@ class Coordinator:
         self._stop_requested.setdefault(child.task.id, self._clock())
         child.request_stop(status, reason)
 
-    def _looped(self, child_id: str, evidence: LoopEvidence | None) -> None:
+    def _looped(self, child_id: str, evidence: LoopEvidence | None, again: bool) -> None:
         """A child's loop flag changed (flagged, or cleared by progress): kept in the events
         table (an attached view shows it from there), and its route's policy starts or ends."""
         child = self.by_id.get(child_id)
@@ -768,7 +770,7 @@ class Coordinator:
             return
         self._record_event(child_id, "loop", evidence_json(evidence))
         if child_id in self._alive:
-            self._loop_policies.flagged(child_id, evidence, child.route.loops, self._clock())
+            self._loop_policies.flagged(child_id, evidence, child.route.loops, again)
 
     def _loop_steps(self) -> None:
         """The loop policies' steps that are due: each recorded as the policy's own."""
