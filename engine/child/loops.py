@@ -88,6 +88,7 @@ def workspace_fingerprint(root: Path) -> str:
 class _Call:
     key: str
     text: str
+    new: bool = False  # its result had not been seen before
 
 
 class LoopDetector:
@@ -118,15 +119,16 @@ class LoopDetector:
 
     def call(self, name: str, arguments: Mapping[str, Any] | str, output: str) -> None:
         """A tool call ran and returned `output`."""
-        one = _Call(call_key(name, arguments), call_text(name, arguments))
+        digest = output_digest(name + "\x00" + output)
+        new = digest not in self._outputs
+        if new:
+            self._outputs.add(digest)
+            self._turn_new = True
+        one = _Call(call_key(name, arguments), call_text(name, arguments), new)
         self._recent.append(one)
         if self._calls_since is not None:
             self._calls_since += 1
         self._turn_calls.append(one)
-        digest = output_digest(name + "\x00" + output)
-        if digest not in self._outputs:
-            self._outputs.add(digest)
-            self._turn_new = True
 
     def turn_ended(self, tokens: int, fingerprint: str | None, now: float) -> bool:
         """A tool turn's calls have all returned: check again; True if the evidence changed
@@ -196,8 +198,10 @@ class LoopDetector:
             still = False
         else:
             still = bool(s.still_turns) and len(self._still) >= s.still_turns
-        if full and len({c.key for c in recent}) == 1:
-            exact = len({c.text for c in recent}) == 1
+        # Near-same calls that each bring something new are work (reading a file page by page:
+        # offset 0, 40, 80); the same call again, or near-same ones told nothing new, a loop.
+        exact = len({c.text for c in recent}) == 1
+        if full and len({c.key for c in recent}) == 1 and (exact or not all(c.new for c in recent)):
             how = "the same arguments" if exact else "near-same arguments"
             summary = f"{recent[-1].text} called {len(recent)} times with {how}"
             return LoopEvidence(
