@@ -391,3 +391,23 @@ def test_grouped_by_status_every_status_has_its_place_in_the_attention_order() -
     order = sorted(ranks, key=lambda s: ranks[s])
     assert order.index("paused") < order.index("queued") < order.index("completed")
     assert len({rank[1] for rank in ranks.values()}) == len(ranks)  # none shares "not listed"
+
+
+async def test_a_child_put_under_the_cursor_keeps_it_as_rows_move(tmp_path: Path) -> None:
+    # select() is the operator's pick (a click, follow, a test standing for a key): the cursor
+    # must stay on that child when the order changes, not go back to the top row, or the next
+    # key (x, p) acts on another child. It went to the top until a key had been pressed.
+    app, view = _app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 7, "rows")
+        picked = table.shown[3]
+        assert table.select(picked) and table.selected_id == picked
+        rows = list(view.rows)
+        top = next(i for i, r in enumerate(rows) if r.id == table.shown[-1])
+        rows[top] = dataclasses.replace(rows[top], status=ChildStatus.FAILED, error="boom")
+        view.rows = tuple(rows)
+        app.main.poll()
+        await pilot.pause()
+        assert table.shown[0] == rows[top].id  # a failure went to the top
+        assert table.selected_id == picked

@@ -60,7 +60,6 @@ class Updates:
         running = [rows[i] for i in table.shown if rows[i].status is ChildStatus.RUNNING]
         if running:
             newest = max(running, key=lambda r: r.activity.last_activity_ts or 0.0)
-            table.pinned_top = False
             table.select(newest.id)
 
     def detail(self) -> None:

@@ -435,10 +435,12 @@ class ChildrenTable(ScrollView, can_focus=True):
         self._repaint_changed()
 
     def select(self, entry: Entry | None) -> bool:
-        """Put the cursor on `entry` if it is shown (and keep it there as rows move)."""
+        """Put the cursor on `entry` if it is shown, and keep it there as rows move (no longer
+        pinned to the top row: whoever picked it meant that child, not the most urgent one)."""
         index = self.position(entry) if entry is not None else None
         if index is None:
             return False
+        self.pinned_top = False
         self._move_to(index)
         return True
 
