@@ -16,7 +16,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.child.delegate import DelegateCall
@@ -53,6 +52,7 @@ from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.schedules import ScheduleClock
+from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
@@ -76,7 +76,6 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.records.faults import StoreTrouble
-from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 
@@ -86,8 +85,6 @@ TICK_S = 0.25  # the coordinator wakes at least this often while children are al
 PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
-# How often the soft budget is checked against the projection (~2 ms at 5,000 children).
-SOFT_BUDGET_EVERY_S = 1.0
 
 
 class Coordinator:
@@ -172,11 +169,15 @@ class Coordinator:
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
         self._admission_paused = False
-        self._soft_cost = budget.soft_cost_usd  # the live soft budget (None: none, or dropped)
-        self._soft_held: str | None = None  # why the soft budget holds admission
-        self._last_soft = -SOFT_BUDGET_EVERY_S
-        self._rows = rows or (lambda: [c.row() for c in self.children])
         self._on_limits = on_limits
+        self._soft = SoftBudget(
+            budget.soft_cost_usd,
+            clock=clock,
+            meter=meter,
+            rows=rows or (lambda: [c.row() for c in self.children]),
+            record_event=record_event,
+            announce=self._announce_limits,
+        )
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
         self._shutdown = False
@@ -267,12 +268,12 @@ class Coordinator:
         """The live limits (any thread: each value is replaced whole, never changed in place)."""
         routes = {name: state.route for name, state in self._queues.routes.items()}
         base = limits_of(self._settings_view(), routes, self.pool_size)
-        return dataclasses.replace(base, soft_cost_usd=self._soft_cost, soft_held=self._soft_held)
+        return dataclasses.replace(base, soft_cost_usd=self._soft.cost, soft_held=self._soft.held)
 
     @property
     def hold(self) -> str | None:
         """Why admission is held, every hold that is on in one sentence; None: it is not."""
-        holds = [*self._pauses.holds(), *([self._soft_held] if self._soft_held else [])]
+        holds = [*self._pauses.holds(), *self._soft.holds()]
         return "; ".join(holds) or None
 
     def _settings_view(self) -> Settings:
@@ -351,7 +352,7 @@ class Coordinator:
 
     def _loop(self) -> None:
         self._watch_store()
-        self._watch_soft_budget()
+        self._soft.watch()
         self._admit()
         while not self._all_done():
             self._drain()
@@ -361,7 +362,7 @@ class Coordinator:
                 self._last_watch = now
                 self._watchdog()
             self._tick()
-            self._watch_soft_budget()
+            self._soft.watch()
             self._admit()
             self._progress()
             self._between_facts()
@@ -382,10 +383,9 @@ class Coordinator:
 
     def _end(self) -> EngineEvent | None:
         status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
-        if self._soft_held is not None:  # an ended batch holds nothing back
-            self._soft_held = None
+        if self._soft.end():  # an ended batch holds nothing back
             try:
-                self._on_limits(self.limits(), self.hold)
+                self._announce_limits()
             except Exception:
                 log.exception("flightdeck engine: the end of the soft budget's hold")
         try:
@@ -839,7 +839,7 @@ class Coordinator:
                 self._progress_versions[child.task.id] = child.version
                 self._record(child.row())
 
-    # --- live limits and the soft budget -------------------------------------------------------
+    # --- live limits ---------------------------------------------------------------------------
 
     def _set_limits(self, change: Mapping[str, Any]) -> None:
         """Apply the operator's change at once: a lower limit only stops admitting until under
@@ -862,47 +862,13 @@ class Coordinator:
             if throttle is not None:
                 throttle.retune(state.route)
         if "soft_cost_usd" in change:
-            self._soft_cost = new.soft_cost_usd
-            self._soft_held = None  # raised or dropped: looked at again at once
-            self._last_soft = -SOFT_BUDGET_EVERY_S
+            self._soft.set(new.soft_cost_usd)
         self._record_event(None, "limits", json.dumps({"change": _plain(change), "by": "operator"}))
+        self._announce_limits()
+
+    def _announce_limits(self) -> None:
+        """The live limits changed, or a hold began or ended: for attached views and resume."""
         self._on_limits(self.limits(), self.hold)
-
-    def _watch_soft_budget(self) -> None:
-        """Hold admission once the spend or the projected cost at completion crosses the soft
-        budget (looked at once a second); it holds until the operator raises it, drops it or
-        stops the batch (`_set_limits`, a stop-all)."""
-        soft = self._soft_cost
-        now = self._clock()
-        if (
-            soft is None
-            or self._soft_held is not None
-            or now - self._last_soft < SOFT_BUDGET_EVERY_S
-        ):
-            return
-        self._last_soft = now
-        spent = self._meter.totals().cost_usd
-        projected = forecast(self._rows()).projected_usd
-        if projected is not None and projected > soft:  # the projection counts the spend
-            why = f"soft budget {_usd(soft)} reached: projected {_usd(projected)}"
-        elif spent >= soft:
-            why = f"soft budget {_usd(soft)} reached: spent {_usd(spent)}"
-        else:
-            return
-        self._soft_held = why
-        detail = {
-            "soft_cost_usd": str(soft),
-            "spent_usd": str(spent),
-            "projected_usd": None if projected is None else str(projected),
-            "reason": why,
-        }
-        self._record_event(None, "soft_budget_hold", json.dumps(detail))
-        log.info("flightdeck engine: %s; no new child starts", why)  # the UIs ask the operator
-        self._on_limits(self.limits(), self.hold)
-
-
-def _usd(amount: Decimal) -> str:
-    return f"${amount:,.2f}"
 
 
 def _plain(change: Mapping[str, Any]) -> dict[str, Any]:
