@@ -10,13 +10,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import json
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.facts import (
@@ -29,7 +27,7 @@ from flightdeck.engine.child.facts import (
     ReceiptSettled,
 )
 from flightdeck.engine.child.loop import Child
-from flightdeck.engine.child.steering import missed_note
+from flightdeck.engine.control.controls import Controls
 from flightdeck.engine.control.delegation import Delegations
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.inbox import (
@@ -47,9 +45,7 @@ from flightdeck.engine.control.inbox import (
     Then,
     Unrecorded,
 )
-from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
-from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.control.softbudget import SoftBudget
@@ -58,9 +54,8 @@ from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
 from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
-from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.inputs.tasks import Schedule, Task
-from flightdeck.engine.limits import ROUTE_FIELDS, changed, limits_of
+from flightdeck.engine.limits import limits_of
 from flightdeck.engine.model import (
     BatchStatus,
     ChildFinished,
@@ -69,14 +64,11 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     Limits,
-    LoopEvidence,
     RouteHeadroom,
     SteerReceipt,
     SteerSettled,
-    SteerState,
 )
 from flightdeck.engine.records.faults import StoreTrouble
-from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
@@ -151,8 +143,6 @@ class Coordinator:
         # Off once stopped (stop all, a budget): the batch then ends with its last wave.
         self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
         self._throttles = dict(throttles or {})
-        self._canned = canned or CannedSteers()
-        self._loop_policies = LoopPolicies()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
@@ -186,6 +176,16 @@ class Coordinator:
         self._progress_versions: dict[str, int] = {}
         self._pool = pool
         self._pauses = Pauses(self)
+        self._controls = Controls(
+            self,
+            clock=clock,
+            canned=canned or CannedSteers(),
+            throttles=self._throttles,
+            soft=self._soft,
+            record_receipt=record_receipt,
+            publish=publish,
+            announce=self._announce_limits,
+        )
         self._pauses.admission = admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
@@ -280,7 +280,7 @@ class Coordinator:
         routes = {name: state.route for name, state in self._queues.routes.items()}
         return Settings(routes=routes, budget=self._budget)
 
-    # --- for Pauses (pauses.py), on the coordinator thread -------------------------------------
+    # --- for its collaborators (pauses.py, controls.py), on the coordinator thread -------------
 
     @property
     def alive(self) -> dict[str, Child]:
@@ -321,6 +321,11 @@ class Coordinator:
     def take_slot(self, child: Child) -> None:
         """A child that gave up its slot has it again (its route's was taken by the caller)."""
         del self._waiting[child.task.id]
+
+    def interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
+        """Ask a running child to end with `status` (the watchdog times how long it takes)."""
+        self._stop_requested.setdefault(child.task.id, self._clock())
+        child.request_stop(status, reason)
 
     def relaunch(self, child: Child) -> None:
         """Run a paused child on a thread again (its route's slot taken by the caller)."""
@@ -419,9 +424,9 @@ class Coordinator:
             if child.status.terminal:
                 continue
             if child.task.id in self._alive:
-                self._interrupt(child, ChildStatus.STOPPED, reason)
+                self.interrupt(child, ChildStatus.STOPPED, reason)
             elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
-                self._finished(child)
+                self.finish(child)
 
     @property
     def held(self) -> int:
@@ -447,7 +452,7 @@ class Coordinator:
             case ChildDone(child):
                 if child.task.id in self._alive:
                     self._release(child)
-                    self._finished(child)
+                    self.finish(child)
                 else:
                     # The watchdog abandoned it and recorded its final row; its call has come
                     # back since, and may have been billed: the store must say what was spent.
@@ -476,7 +481,7 @@ class Coordinator:
                     self._pauses.continue_(ids)
                 else:
                     for child_id in ids:  # the operator has it now: no policy step behind
-                        self._loop_policies.ended(child_id)  # their back (`n` still works)
+                        self._controls.loop_policies.ended(child_id)  # their back (`n` still works)
                     self._pauses.pause(ids)
             case PauseAdmission(on):
                 if self._pauses.hold_admission(on):
@@ -486,23 +491,23 @@ class Coordinator:
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
             case LoopFlagged(child_id, evidence):
-                self._looped(child_id, evidence)
+                self._controls.looped(child_id, evidence)
             case Steer(receipt_ids, ids, text, now):
-                self._steer(receipt_ids, ids, text, now)
+                self._controls.steer(receipt_ids, ids, text, now)
             case Stop(ids):
                 # a parent's delegates are its own work: they stop with it
-                self._stop(self._delegations.subtree(ids), "stopped by operator")
+                self._controls.stop(self._delegations.subtree(ids), "stopped by operator")
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
-                self.stopped_by_stop_all += self._stop(
+                self.stopped_by_stop_all += self._controls.stop(
                     [c.task.id for c in self.children], "stopped by operator (stop all)"
                 )
                 if self._schedules is not None:  # a scheduled batch ends only this way
                     self._end_schedules()
                     self.stopped_by_stop_all += 1
             case SetLimits(change):
-                self._set_limits(change)
+                self._controls.set_limits(change)
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
@@ -553,7 +558,7 @@ class Coordinator:
             ready.pop(0)
             call.finish(rows)
 
-    def _finished(self, child: Child) -> None:
+    def finish(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
 
         So a finish that a UI shows (a headless line, say) is already on disk: a process
@@ -561,7 +566,7 @@ class Coordinator:
         Its slot is free already (`_release`): admission never waits for the store.
         """
         self._stop_requested.pop(child.task.id, None)
-        self._loop_policies.ended(child.task.id)
+        self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
         row = child.row()
         self._finals += 1
@@ -663,7 +668,7 @@ class Coordinator:
             # Shut down: the interpreter is exiting without Engine.close().
             self._queues.ended(child)
             if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
-                self._finished(child)
+                self.finish(child)
             return False
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
@@ -699,132 +704,23 @@ class Coordinator:
         drained = (*self._queues.drain(), *self._gate.drain(), *self._pauses.unstarted())
         for child in drained:
             if child.finalize(ChildStatus.STOPPED, reason):
-                self._finished(child)
+                self.finish(child)
 
-    # --- control -------------------------------------------------------------------------------
-
-    def _steer(
-        self, receipt_ids: tuple[int, ...], ids: tuple[str, ...], message: str, now: bool
-    ) -> None:
-        ts = self._clock()
-        for rid, child_id in zip(receipt_ids, ids, strict=True):
-            child = self.by_id.get(child_id)
-            if child is None:
-                continue
-            receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
-            when = "interrupt now" if now else "at next turn"
-            if child.status.terminal:
-                self._missed(child, receipt, ts)
-                continue
-            child.transcript.write("operator", f"steer ({when}): {message}")
-            self._record_receipt(receipt, "steer")
-            self._record_event(child_id, "steer", message)
-            if not child.add_steer(receipt):  # it began to end after the check above
-                self._missed(child, receipt, self._clock())
-
-    def _missed(self, child: Child, receipt: SteerReceipt, settled_ts: float) -> None:
-        """A steer the child can no longer take (it has ended): shown, recorded, settled."""
-        reason = "the child had ended"
-        if child.status.terminal:  # else it is still writing its final line
-            reason += f": {child.status.value}"
-        child.transcript.write("operator", missed_note(receipt.message, reason))
-        missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
-        child.keep_receipt(missed)
-        self._record_receipt(missed, "steer")
-        self._publish(SteerSettled(missed))
-
-    def _stop(self, ids: Iterable[str], reason: str) -> int:
-        """Stop these children; returns how many were not already final."""
-        stopped = 0
-        for child_id in ids:
-            child = self.by_id.get(child_id)
-            if child is None or child.status.terminal:
-                continue
-            if child_id not in self._alive:
-                # The operator's action, as a running child's stop is, then the engine's line.
-                child.transcript.write("operator", "stop requested")
-                self._record_event(child_id, "stop", reason)
-                # A child paused at a turn boundary has no thread to stop: it ends at once.
-                when = " while paused" if child.started_ts is not None else " before start"
-                if child.finalize(ChildStatus.STOPPED, reason + when):
-                    self._finished(child)
-                    stopped += 1
-                continue
-            self._interrupt(child, ChildStatus.STOPPED, reason)
-            child.transcript.write("operator", "stop requested")
-            self._record_event(child_id, "stop", reason)
-            stopped += 1
-        return stopped
-
-    def _interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
-        self._stop_requested.setdefault(child.task.id, self._clock())
-        child.request_stop(status, reason)
-
-    def _looped(self, child_id: str, evidence: LoopEvidence | None) -> None:
-        """A child's loop flag changed (flagged, or cleared by progress): kept in the events
-        table (an attached view shows it from there), and its route's policy starts or ends."""
-        child = self.by_id.get(child_id)
-        if child is None:
-            return
-        self._record_event(child_id, "loop", evidence_json(evidence))
-        if child_id in self._alive:
-            self._loop_policies.flagged(child_id, evidence, child.route.loops, self._clock())
-
-    def _loop_steps(self) -> None:
-        """The loop policies' steps that are due: each recorded as the policy's own."""
-        for step in self._loop_policies.due(self._clock()):
-            child = self.by_id.get(step.child_id)
-            if child is None or step.child_id not in self._alive or child.stop_status:
-                continue
-            self._policy_step(child, step)
-
-    def _policy_step(self, child: Child, step: Step) -> None:
-        ev = step.evidence
-        where = f"loop policy (step {step.number} of {step.of}, {step.step})"
-        detail: dict[str, object] = {"step": step.step, "number": step.number, "of": step.of}
-        if step.step == "stop":
-            reason = f"stopped by the loop policy: it looped ({ev.summary})"
-            child.transcript.write("engine", f"{where}: {reason}")
-            self._record_event(
-                child.task.id, "loop_policy", json.dumps({**detail, "reason": reason})
-            )
-            self._interrupt(child, ChildStatus.STOPPED, reason)
-            return
-        now = step.step == "steer_now"
-        message = fill(self._canned.loop, summary=ev.summary, kind=ev.kind, child_id=child.task.id)
-        receipt = SteerReceipt(
-            self.next_receipt_id(),
-            child.task.id,
-            message,
-            now,
-            SteerState.QUEUED,
-            self._clock(),
-            by="policy",
-        )
-        when = "interrupt now" if now else "at next turn"
-        child.transcript.write("engine", f"{where}: steer ({when}): {message}")
-        self._record_receipt(receipt, "steer")
-        self._record_event(
-            child.task.id,
-            "loop_policy",
-            json.dumps({**detail, "message": message, "receipt": receipt.id}, ensure_ascii=False),
-        )
-        if not child.add_steer(receipt):
-            self._missed(child, receipt, self._clock())
+    # --- watchdog and progress -----------------------------------------------------------------
 
     def _watchdog(self) -> None:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
-        self._loop_steps()
+        self._controls.loop_steps()
         now = self._clock()
         for child in list(self._alive.values()):
             found = overdue(child, now, self._engine, self._stop_requested.get(child.task.id))
             if found is None:
                 continue
             if not found.abandon:
-                self._interrupt(child, found.status, found.reason)
+                self.interrupt(child, found.status, found.reason)
             elif child.finalize(found.status, found.reason):
                 self._release(child)
-                self._finished(child)
+                self.finish(child)
 
     def _progress(self) -> None:
         """Running children's counters reach the store every PROGRESS_EVERY_S (for attach)."""
@@ -839,39 +735,6 @@ class Coordinator:
                 self._progress_versions[child.task.id] = child.version
                 self._record(child.row())
 
-    # --- live limits ---------------------------------------------------------------------------
-
-    def _set_limits(self, change: Mapping[str, Any]) -> None:
-        """Apply the operator's change at once: a lower limit only stops admitting until under
-        it (nothing is interrupted); a higher one admits at the next step, on more threads."""
-        try:
-            new = changed(self.limits(), change)
-        except ValueError as exc:  # checked by the caller; a second look must not fail the batch
-            log.error("flightdeck engine: limits not changed: %s", exc)
-            return
-        if new.pool_size != self.pool_size:
-            self.pool_size = new.pool_size
-            self._pool.grow(new.pool_size + SPARE_WORKERS)
-        for caps in new.routes:
-            state = self._queues.routes[caps.route]
-            fields = {f: getattr(caps, f) for f in ROUTE_FIELDS}
-            if all(getattr(state.route, f) == v for f, v in fields.items()):
-                continue
-            state.route = dataclasses.replace(state.route, **fields)
-            throttle = self._throttles.get(caps.route)
-            if throttle is not None:
-                throttle.retune(state.route)
-        if "soft_cost_usd" in change:
-            self._soft.set(new.soft_cost_usd)
-        self._record_event(None, "limits", json.dumps({"change": _plain(change), "by": "operator"}))
-        self._announce_limits()
-
     def _announce_limits(self) -> None:
         """The live limits changed, or a hold began or ended: for attached views and resume."""
         self._on_limits(self.limits(), self.hold)
-
-
-def _plain(change: Mapping[str, Any]) -> dict[str, Any]:
-    """A change as JSON takes it (dollars as strings)."""
-    plain: dict[str, Any] = json.loads(json.dumps(dict(change), default=str))
-    return plain
