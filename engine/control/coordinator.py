@@ -8,7 +8,6 @@ they report facts back through the inbox, and callers' commands arrive the same 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import logging
 import queue
@@ -27,9 +26,9 @@ from flightdeck.engine.child.facts import (
     ReceiptSettled,
 )
 from flightdeck.engine.child.loop import Child
+from flightdeck.engine.control.admission import Admission
 from flightdeck.engine.control.controls import Controls
 from flightdeck.engine.control.delegation import Delegations
-from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -52,7 +51,7 @@ from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
-from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
+from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.limits import limits_of
@@ -60,7 +59,6 @@ from flightdeck.engine.model import (
     BatchStatus,
     ChildFinished,
     ChildRow,
-    ChildStarted,
     ChildStatus,
     EngineEvent,
     Limits,
@@ -134,7 +132,6 @@ class Coordinator:
         self._record_held = record_held  # why admission is held, for attached views
         self._queues = RouteQueues(routes, children)
         self._units = Units((c.task.id, c.task.group) for c in children)
-        self._gate = CacheGate()
         self._spawn = spawn
         self._taken = taken_ids
         self._delegations = Delegations(self._id_taken)
@@ -151,14 +148,12 @@ class Coordinator:
         # A resumed batch: the final statuses of children an earlier owner finished (they
         # count in the batch's status and against max_runs; they never run again).
         self._carried = carried
-        self._started = len(carried)
         self._done = 0
         self._finals = 0  # final rows handed to the store (committed or not yet)
         # Final rows the store gave up on: those children ended, but were never announced.
         self.unrecorded = 0
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
-        self._admission_paused = False
         self._on_limits = on_limits
         self._soft = SoftBudget(
             budget.soft_cost_usd,
@@ -176,6 +171,16 @@ class Coordinator:
         self._progress_versions: dict[str, int] = {}
         self._pool = pool
         self._pauses = Pauses(self)
+        self._admission = Admission(
+            self,
+            pauses=self._pauses,
+            budget=budget,
+            meter=meter,
+            clock=clock,
+            record=record,
+            publish=publish,
+            started=len(carried),
+        )
         self._controls = Controls(
             self,
             clock=clock,
@@ -280,7 +285,7 @@ class Coordinator:
         routes = {name: state.route for name, state in self._queues.routes.items()}
         return Settings(routes=routes, budget=self._budget)
 
-    # --- for its collaborators (pauses.py, controls.py), on the coordinator thread -------------
+    # --- for its collaborators (admission, controls, pauses), on the coordinator thread --------
 
     @property
     def alive(self) -> dict[str, Child]:
@@ -329,7 +334,7 @@ class Coordinator:
 
     def relaunch(self, child: Child) -> None:
         """Run a paused child on a thread again (its route's slot taken by the caller)."""
-        self._launch(child, new=False)
+        self._admission.launch(child, new=False)
 
     # --- the coordinator thread ----------------------------------------------------------------
 
@@ -358,7 +363,7 @@ class Coordinator:
     def _loop(self) -> None:
         self._watch_store()
         self._soft.watch()
-        self._admit()
+        self._admission.admit()
         while not self._all_done():
             self._drain()
             self._watch_store()
@@ -368,7 +373,7 @@ class Coordinator:
                 self._watchdog()
             self._tick()
             self._soft.watch()
-            self._admit()
+            self._admission.admit()
             self._progress()
             self._between_facts()
 
@@ -403,8 +408,8 @@ class Coordinator:
         """No child starts while the store cannot commit; once it gives up, every child is
         stopped and the batch fails (its rows could not be kept)."""
         trouble = self._store_trouble()
-        if (trouble is not None) != self._admission_paused:
-            self._admission_paused = trouble is not None
+        if (trouble is not None) != self._admission.store_paused:
+            self._admission.store_paused = trouble is not None
             if trouble is not None:
                 log.error(
                     "flightdeck engine: no new child starts while the store cannot commit (%s)",
@@ -487,7 +492,7 @@ class Coordinator:
                 if self._pauses.hold_admission(on):
                     self._record_held(self.hold)
             case FirstChunk(child):
-                self._queues.requeue(self._gate.first_chunk(child))
+                self._queues.requeue(self._admission.gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
             case LoopFlagged(child_id, evidence):
@@ -504,7 +509,7 @@ class Coordinator:
                     [c.task.id for c in self.children], "stopped by operator (stop all)"
                 )
                 if self._schedules is not None:  # a scheduled batch ends only this way
-                    self._end_schedules()
+                    self.end_schedules()
                     self.stopped_by_stop_all += 1
             case SetLimits(change):
                 self._controls.set_limits(change)
@@ -525,7 +530,7 @@ class Coordinator:
         self._pauses.ended(child)
         if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
             self._queues.ended(child)
-        self._queues.requeue(self._gate.ended(child))
+        self._queues.requeue(self._admission.gate.ended(child))
 
     def _busy(self) -> int:
         """Slots in use: alive children, less the parents waiting on their delegates."""
@@ -546,7 +551,7 @@ class Coordinator:
         self._waiting[parent.task.id] = parent
         self._queues.ended(parent)
 
-    def _resume_parents(self) -> None:
+    def resume_parents(self) -> None:
         """Parents whose delegates have all ended take a slot again, first come first."""
         ready = self._delegations.ready
         while ready:
@@ -582,8 +587,10 @@ class Coordinator:
         is ever seen half queued)."""
         if self._schedules is None or self._spawn is None:
             return
-        if self._budget_exhausted() is not None:  # max_runs and max_cost_usd span the waves
-            self._end_schedules()
+        if (
+            self._admission.budget_exhausted() is not None
+        ):  # max_runs and max_cost_usd span the waves
+            self.end_schedules()
             return
         for wave in self._schedules.due(self._clock(), self._live):
             tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
@@ -601,7 +608,7 @@ class Coordinator:
         child = self.by_id.get(child_id)
         return child is not None and child.status.live
 
-    def _end_schedules(self) -> None:
+    def end_schedules(self) -> None:
         """No more waves: the batch ends once the children it has are done."""
         self._schedules = None
 
@@ -616,95 +623,6 @@ class Coordinator:
         if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:
             return BatchStatus.STOPPED
         return BatchStatus.FAILED
-
-    # --- admission -----------------------------------------------------------------------------
-
-    def _admit(self) -> None:
-        """FIFO among tasks whose route is under its cap; capped routes wait in place."""
-        self._resume_parents()  # not new work: a parent finishing what it began
-        self._pauses.admit()  # nor is a child the operator continued
-        budget_reason = self._budget_exhausted()
-        if budget_reason is not None:
-            self._cancel_queued(budget_reason)
-            return
-        self._queues.requeue(self._gate.expired(self._clock()))
-        if self._busy() >= self.pool_size or self._admission_paused or self.failure:
-            return
-        if self.hold is not None:  # the operator's or the soft budget's: what runs goes on
-            return
-        now = self._clock()
-        launched = []
-        for child in self._queues.ready():
-            if self._gate.holds(child, now):
-                self._queues.ended(child)  # handed out, held back: it takes no slot
-                continue
-            if self._pauses.park(child):
-                continue
-            if self._launch(child):
-                launched.append(child)
-            if self._busy() >= self.pool_size or self._budget_exhausted() is not None:
-                break
-        # In the store at once, not at the next progress tick: an owner that dies now leaves
-        # them `running` there, so `resume` knows they were lost (unknown), not never run.
-        # After the loop, so the submits follow each other as closely as before.
-        for child in launched:
-            self._record(child.row())
-
-    def _launch(self, child: Child, *, new: bool = True) -> bool:
-        """Hand the child to the pool (`new`: not a paused child continued); False if it could
-        not be (the process is exiting)."""
-        try:
-            self._pool.submit(functools.partial(self._run_child, child))
-        except ThreadRefused as exc:
-            # The child waits in the pool for a thread already started: no more children than
-            # there are threads run at once.
-            self.pool_size = self._busy()
-            log.warning(
-                "cannot start another worker thread (%s): at most %d children run at once",
-                exc,
-                self.pool_size,
-            )
-        except RuntimeError:
-            # Shut down: the interpreter is exiting without Engine.close().
-            self._queues.ended(child)
-            if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
-                self.finish(child)
-            return False
-        # It holds a slot from here, though its thread may not have taken it yet.
-        child.mark_running()
-        self._alive[child.task.id] = child
-        if new:
-            self._started += 1
-            self._publish(ChildStarted(child.task.id, self._clock()))
-        return True
-
-    def _run_child(self, child: Child) -> None:
-        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
-        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
-        try:
-            child.run()
-        except Exception as exc:
-            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
-            try:
-                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
-            finally:
-                self.report(ChildDone(child))
-
-    def _budget_exhausted(self) -> str | None:
-        runs = self._budget.max_runs
-        if runs is not None and self._started >= runs:
-            return f"not started: max_runs ({runs}) reached"
-        cap = self._budget.max_cost_usd
-        if cap is not None and self._meter.totals().cost_usd >= cap:
-            return f"not started: budget of ${cap} reached"
-        return None
-
-    def _cancel_queued(self, reason: str) -> None:
-        self._end_schedules()  # max_runs and max_cost_usd count across waves
-        drained = (*self._queues.drain(), *self._gate.drain(), *self._pauses.unstarted())
-        for child in drained:
-            if child.finalize(ChildStatus.STOPPED, reason):
-                self.finish(child)
 
     # --- watchdog and progress -----------------------------------------------------------------
 
