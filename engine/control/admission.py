@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.child.facts import ChildDone
 from flightdeck.engine.child.loop import Child
+from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.workers import ThreadRefused
@@ -35,6 +36,7 @@ class Admission:
         coordinator: Coordinator,
         *,
         pauses: Pauses,
+        arrivals: Arrivals,
         budget: Budget,
         meter: Meter,
         clock: Callable[[], float],
@@ -44,6 +46,7 @@ class Admission:
     ) -> None:
         self._co = coordinator
         self._pauses = pauses
+        self._arrivals = arrivals
         self._budget = budget
         self._meter = meter
         self._clock = clock
@@ -56,7 +59,7 @@ class Admission:
     def admit(self) -> None:
         """FIFO among tasks whose route is under its cap; capped routes wait in place."""
         co = self._co
-        co.resume_parents()  # not new work: a parent finishing what it began
+        self._arrivals.resume_parents()  # not new work: a parent finishing what it began
         self._pauses.admit()  # nor is a child the operator continued
         budget_reason = self.budget_exhausted()
         if budget_reason is not None:
@@ -138,7 +141,7 @@ class Admission:
 
     def _cancel_queued(self, reason: str) -> None:
         co = self._co
-        co.end_schedules()  # max_runs and max_cost_usd count across waves
+        self._arrivals.end_schedules()  # max_runs and max_cost_usd count across waves
         drained = (*co.queues.drain(), *self.gate.drain(), *self._pauses.unstarted())
         for child in drained:
             if child.finalize(ChildStatus.STOPPED, reason):

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.facts import (
     ChildDone,
     ChildPaused,
@@ -27,8 +26,8 @@ from flightdeck.engine.child.facts import (
 )
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.control.admission import Admission
+from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.controls import Controls
-from flightdeck.engine.control.delegation import Delegations
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -46,7 +45,6 @@ from flightdeck.engine.control.inbox import (
 )
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.queues import RouteQueues
-from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.units import Units
@@ -132,13 +130,7 @@ class Coordinator:
         self._record_held = record_held  # why admission is held, for attached views
         self._queues = RouteQueues(routes, children)
         self._units = Units((c.task.id, c.task.group) for c in children)
-        self._spawn = spawn
-        self._taken = taken_ids
-        self._delegations = Delegations(self._id_taken)
         self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
-        self._next_seq = max((c.task.seq for c in children), default=0) + 1
-        # Off once stopped (stop all, a budget): the batch then ends with its last wave.
-        self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._alive: dict[str, Child] = {}
@@ -171,9 +163,18 @@ class Coordinator:
         self._progress_versions: dict[str, int] = {}
         self._pool = pool
         self._pauses = Pauses(self)
+        self._arrivals = Arrivals(
+            self,
+            spawn=spawn,
+            schedules=schedules,
+            taken_ids=taken_ids,
+            clock=clock,
+            exhausted=lambda: self._admission.budget_exhausted(),
+        )
         self._admission = Admission(
             self,
             pauses=self._pauses,
+            arrivals=self._arrivals,
             budget=budget,
             meter=meter,
             clock=clock,
@@ -293,6 +294,12 @@ class Coordinator:
         return self._alive
 
     @property
+    def waiting(self) -> dict[str, Child]:
+        """Alive children that gave up their slot (parents waiting on delegates, paused
+        processes)."""
+        return self._waiting
+
+    @property
     def queues(self) -> RouteQueues:
         """The routes' queues and the children each has alive."""
         return self._queues
@@ -371,7 +378,7 @@ class Coordinator:
             if now - self._last_watch >= WATCH_EVERY_S:
                 self._last_watch = now
                 self._watchdog()
-            self._tick()
+            self._arrivals.tick()
             self._soft.watch()
             self._admission.admit()
             self._progress()
@@ -469,16 +476,16 @@ class Coordinator:
                 unit = self._units.ended(row)
                 if unit is not None:
                     self._publish(unit)
-                self._delegations.ended(row)
+                self._arrivals.ended(row)
             case Unrecorded(row):
                 self._done += 1  # ended, and never announced: the batch fails, counting it
                 self.unrecorded += 1
-                self._delegations.ended(row)  # its parent is not left waiting
+                self._arrivals.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
             case Delegated(child, call):
-                self._delegate(child, call)
+                self._arrivals.delegate(child, call)
             case ChildPaused(child):
                 self._pauses.paused(child)
             case Pause(ids, resume):
@@ -501,15 +508,15 @@ class Coordinator:
                 self._controls.steer(receipt_ids, ids, text, now)
             case Stop(ids):
                 # a parent's delegates are its own work: they stop with it
-                self._controls.stop(self._delegations.subtree(ids), "stopped by operator")
+                self._controls.stop(self._arrivals.subtree(ids), "stopped by operator")
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
                 self.stopped_by_stop_all += self._controls.stop(
                     [c.task.id for c in self.children], "stopped by operator (stop all)"
                 )
-                if self._schedules is not None:  # a scheduled batch ends only this way
-                    self.end_schedules()
+                if self._arrivals.scheduled:  # a scheduled batch ends only this way
+                    self._arrivals.end_schedules()
                     self.stopped_by_stop_all += 1
             case SetLimits(change):
                 self._controls.set_limits(change)
@@ -536,33 +543,6 @@ class Coordinator:
         """Slots in use: alive children, less the parents waiting on their delegates."""
         return len(self._alive) - len(self._waiting)
 
-    def _delegate(self, parent: Child, call: DelegateCall) -> None:
-        """Queue a `delegate` call's sub-tasks ahead of everything else, and let the parent
-        wait without its slot, so its delegates (or other parents') can have it."""
-        if self._spawn is None or parent.task.id not in self._alive or parent.stop_status:
-            call.refuse("delegation is not possible now: the child is stopping")
-            return
-        tasks = self._delegations.tasks(parent, call, self._next_seq)
-        self._next_seq += len(tasks)
-        made = [self._spawn(t) for t in tasks]
-        self.children.extend(made)
-        self.by_id.update((c.task.id, c) for c in made)
-        self._queues.requeue(made)
-        self._waiting[parent.task.id] = parent
-        self._queues.ended(parent)
-
-    def resume_parents(self) -> None:
-        """Parents whose delegates have all ended take a slot again, first come first."""
-        ready = self._delegations.ready
-        while ready:
-            parent, call, rows = ready[0]
-            if parent.task.id in self._waiting:
-                if self._busy() >= self.pool_size or not self._queues.take(parent):
-                    return
-                del self._waiting[parent.task.id]
-            ready.pop(0)
-            call.finish(rows)
-
     def finish(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
 
@@ -580,37 +560,7 @@ class Coordinator:
         )
 
     def _all_done(self) -> bool:
-        return self._done >= len(self.children) and self._schedules is None
-
-    def _tick(self) -> None:
-        """Queue the wave of each schedule whose time has come (between two steps, so no wave
-        is ever seen half queued)."""
-        if self._schedules is None or self._spawn is None:
-            return
-        if (
-            self._admission.budget_exhausted() is not None
-        ):  # max_runs and max_cost_usd span the waves
-            self.end_schedules()
-            return
-        for wave in self._schedules.due(self._clock(), self._live):
-            tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
-            self._next_seq += len(tasks)
-            made = [self._spawn(t) for t in tasks]
-            self.children.extend(made)
-            self.by_id.update((c.task.id, c) for c in made)
-            self._queues.add(made)
-
-    def _id_taken(self, child_id: str) -> bool:
-        """Whether a child has this id (running here, or kept from before a resume)."""
-        return child_id in self.by_id or child_id in self._taken
-
-    def _live(self, child_id: str) -> bool:
-        child = self.by_id.get(child_id)
-        return child is not None and child.status.live
-
-    def end_schedules(self) -> None:
-        """No more waves: the batch ends once the children it has are done."""
-        self._schedules = None
+        return self._done >= len(self.children) and not self._arrivals.scheduled
 
     def _final_status(self) -> BatchStatus:
         """Stopped by the operator (all at once or one by one) or a budget, unless a child
