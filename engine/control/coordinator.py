@@ -244,31 +244,7 @@ class Coordinator:
     def headroom(self) -> tuple[RouteHeadroom, ...]:
         """Per route: provider headroom last seen, a pause a 429 put on the whole route, the
         limits it is paced to, its 429s in the last minute and its children alive."""
-        out = []
-        for name, state in self._queues.routes.items():
-            hr = dataclasses.replace(
-                state.headroom or RouteHeadroom(route=name),
-                alive=state.alive,
-                max_concurrent=state.route.max_concurrent,
-            )
-            throttle = self._throttles.get(name)
-            pause = throttle.remaining() if throttle is not None else 0.0
-            if pause > 0:
-                hr = dataclasses.replace(hr, paused_until=self._clock() + pause)
-            if throttle is not None:  # the limits it is paced to: configured or learned
-                rpm, tpm, adaptive = throttle.limits(state.route)
-                banked_requests, banked_tokens = throttle.banked(state.route)
-                hr = dataclasses.replace(
-                    hr,
-                    rpm=rpm,
-                    tpm=tpm,
-                    adaptive_concurrency=adaptive,
-                    rate_limited_1m=throttle.rate_limited_recently(),
-                    banked_requests=banked_requests,
-                    banked_tokens=banked_tokens,
-                )
-            out.append(hr)
-        return tuple(out)
+        return self._queues.headroom(self._throttles, self._clock)
 
     def limits(self) -> Limits:
         """The live limits (any thread: each value is replaced whole, never changed in place)."""
