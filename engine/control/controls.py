@@ -1,4 +1,5 @@
-"""Steers, stops and live limit changes: the operator's, and a loop policy's steps in its place.
+"""The operator's commands (steer, stop, pause, live limits), a loop policy's steps in its
+place, and the engine's own stop of everything.
 
 Run on the coordinator thread, on the coordinator's children, routes and pool (as pauses.py
 is): a command is applied between two steps, so it never races admission.
@@ -14,7 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.steering import missed_note
+from flightdeck.engine.control.arrivals import Arrivals
+from flightdeck.engine.control.inbox import (
+    OperatorCommand,
+    Pause,
+    PauseAdmission,
+    SetLimits,
+    Steer,
+    Stop,
+    StopAll,
+)
 from flightdeck.engine.control.loops import LoopPolicies, Step
+from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
@@ -48,6 +60,9 @@ class Controls:
         canned: CannedSteers,
         throttles: Mapping[str, RouteThrottle],
         soft: SoftBudget,
+        pauses: Pauses,
+        arrivals: Arrivals,
+        record_held: Callable[[str | None], None],  # why admission is held, for attached views
         record_receipt: Callable[[SteerReceipt, str], None],
         publish: Callable[[EngineEvent], None],
         announce: Callable[[], None],  # the live limits changed: told to attached views
@@ -57,10 +72,44 @@ class Controls:
         self._canned = canned
         self._throttles = throttles
         self._soft = soft
+        self._pauses = pauses
+        self._arrivals = arrivals
+        self._record_held = record_held
         self._record_receipt = record_receipt
         self._publish = publish
         self._announce = announce
         self.loop_policies = LoopPolicies()
+
+    def apply(self, command: OperatorCommand) -> None:
+        """One of the operator's commands, from this process or a client's request."""
+        co = self._co
+        match command:
+            case Pause(ids, resume):
+                if resume:
+                    self._pauses.continue_(ids)
+                else:
+                    for child_id in ids:  # the operator has it now: no policy step behind
+                        self.loop_policies.ended(child_id)  # their back (`n` still works)
+                    self._pauses.pause(ids)
+            case PauseAdmission(on):
+                if self._pauses.hold_admission(on):
+                    self._record_held(co.hold)
+            case Steer(receipt_ids, ids, text, now):
+                self.steer(receipt_ids, ids, text, now)
+            case Stop(ids):
+                # a parent's delegates are its own work: they stop with it
+                self.stop(self._arrivals.subtree(ids), "stopped by operator")
+            case StopAll():
+                # Only a stop-all that stopped something makes the batch `stopped`: one that
+                # came as the last child ended (Engine.close() on the way out) changes nothing.
+                co.stopped_by_stop_all += self.stop(
+                    [c.task.id for c in co.children], "stopped by operator (stop all)"
+                )
+                if self._arrivals.scheduled:  # a scheduled batch ends only this way
+                    self._arrivals.end_schedules()
+                    co.stopped_by_stop_all += 1
+            case SetLimits(change):
+                self.set_limits(change)
 
     # --- steers and stops ----------------------------------------------------------------------
 
@@ -118,6 +167,18 @@ class Controls:
             co.record_event(child_id, "stop", reason)
             stopped += 1
         return stopped
+
+    def stop_everything(self, reason: str) -> None:
+        """The engine's own stop (not the operator's): running children are interrupted,
+        queued ones end without starting."""
+        co = self._co
+        for child in co.children:
+            if child.status.terminal:
+                continue
+            if child.task.id in co.alive:
+                co.interrupt(child, ChildStatus.STOPPED, reason)
+            elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                co.finish(child)
 
     # --- the loop policy -----------------------------------------------------------------------
 

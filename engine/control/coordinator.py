@@ -127,7 +127,6 @@ class Coordinator:
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
         self._store_trouble = store_trouble
-        self._record_held = record_held  # why admission is held, for attached views
         self._queues = RouteQueues(routes, children)
         self._units = Units((c.task.id, c.task.group) for c in children)
         self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
@@ -188,6 +187,9 @@ class Coordinator:
             canned=canned or CannedSteers(),
             throttles=self._throttles,
             soft=self._soft,
+            pauses=self._pauses,
+            arrivals=self._arrivals,
+            record_held=record_held,
             record_receipt=record_receipt,
             publish=publish,
             announce=self._announce_limits,
@@ -366,7 +368,7 @@ class Coordinator:
         log.exception("flightdeck engine: the coordinator failed; stopping every child")
         self.failure = f"engine error: {type(exc).__name__}: {exc}"
         try:
-            self._stop_everything(f"stopped: {self.failure}")
+            self._controls.stop_everything(f"stopped: {self.failure}")
             deadline = time.monotonic() + WIND_DOWN_S
             while not self._all_done() and time.monotonic() < deadline:
                 self._drain()
@@ -403,18 +405,7 @@ class Coordinator:
         if trouble is not None and trouble.gave_up and self.failure is None:
             self.failure = f"the store cannot record ({trouble.reason})"
             log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
-            self._stop_everything(f"stopped: {self.failure}")
-
-    def _stop_everything(self, reason: str) -> None:
-        """The engine's own stop (not the operator's): running children are interrupted,
-        queued ones end without starting."""
-        for child in self.children:
-            if child.status.terminal:
-                continue
-            if child.task.id in self._alive:
-                self.interrupt(child, ChildStatus.STOPPED, reason)
-            elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
-                self.finish(child)
+            self._controls.stop_everything(f"stopped: {self.failure}")
 
     @property
     def held(self) -> int:
@@ -464,38 +455,14 @@ class Coordinator:
                 self._arrivals.delegate(child, call)
             case ChildPaused(child):
                 self._pauses.paused(child)
-            case Pause(ids, resume):
-                if resume:
-                    self._pauses.continue_(ids)
-                else:
-                    for child_id in ids:  # the operator has it now: no policy step behind
-                        self._controls.loop_policies.ended(child_id)  # their back (`n` still works)
-                    self._pauses.pause(ids)
-            case PauseAdmission(on):
-                if self._pauses.hold_admission(on):
-                    self._record_held(self.hold)
             case FirstChunk(child):
                 self._queues.requeue(self._admission.gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self._queues.saw_headroom(route, event, self._clock())
             case LoopFlagged(child_id, evidence):
                 self._controls.looped(child_id, evidence)
-            case Steer(receipt_ids, ids, text, now):
-                self._controls.steer(receipt_ids, ids, text, now)
-            case Stop(ids):
-                # a parent's delegates are its own work: they stop with it
-                self._controls.stop(self._arrivals.subtree(ids), "stopped by operator")
-            case StopAll():
-                # Only a stop-all that stopped something makes the batch `stopped`: one that
-                # came as the last child ended (Engine.close() on the way out) changes nothing.
-                self.stopped_by_stop_all += self._controls.stop(
-                    [c.task.id for c in self.children], "stopped by operator (stop all)"
-                )
-                if self._arrivals.scheduled:  # a scheduled batch ends only this way
-                    self._arrivals.end_schedules()
-                    self.stopped_by_stop_all += 1
-            case SetLimits(change):
-                self._controls.set_limits(change)
+            case Steer() | Stop() | StopAll() | SetLimits() | Pause() | PauseAdmission():
+                self._controls.apply(message)
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
