@@ -28,6 +28,7 @@ from flightdeck.engine.child.loop import Child
 from flightdeck.engine.control.admission import Admission
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.controls import Controls
+from flightdeck.engine.control.finals import Finals
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -47,7 +48,6 @@ from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
@@ -55,7 +55,6 @@ from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.limits import limits_of
 from flightdeck.engine.model import (
     BatchStatus,
-    ChildFinished,
     ChildRow,
     ChildStatus,
     EngineEvent,
@@ -118,17 +117,15 @@ class Coordinator:
         self._budget = budget
         self._meter = meter
         self._clock = clock
-        self._record = record
-        self._record_final = record_final
+        self.record = record  # a child's row to the store
         self._record_receipt = record_receipt
-        self._record_event = record_event
+        self.record_event = record_event  # an operator action to the store's events
         self._publish = publish
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
         self._store_trouble = store_trouble
         self._queues = RouteQueues(routes, children)
-        self._units = Units((c.task.id, c.task.group) for c in children)
         self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
@@ -136,13 +133,13 @@ class Coordinator:
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
         self._receipt_ids = itertools.count(first_receipt_id)
         self._receipt_lock = threading.Lock()
-        # A resumed batch: the final statuses of children an earlier owner finished (they
-        # count in the batch's status and against max_runs; they never run again).
-        self._carried = carried
-        self._done = 0
-        self._finals = 0  # final rows handed to the store (committed or not yet)
-        # Final rows the store gave up on: those children ended, but were never announced.
-        self.unrecorded = 0
+        self._finals = Finals(
+            children,
+            carried=carried,
+            record_final=record_final,
+            report=self.report,
+            publish=publish,
+        )
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
         self._on_limits = on_limits
@@ -197,6 +194,11 @@ class Coordinator:
         self._pauses.admission = admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
+
+    @property
+    def unrecorded(self) -> int:
+        """Final rows the store gave up on: those children ended, but were never announced."""
+        return self._finals.unrecorded
 
     # --- called from any thread ----------------------------------------------------------------
 
@@ -287,21 +289,17 @@ class Coordinator:
         """The threads children run on."""
         return self._pool
 
-    def record(self, row: ChildRow) -> None:
-        """A child's row to the store."""
-        self._record(row)
-
-    def record_event(self, child_id: str | None, kind: str, detail: str) -> None:
-        """An operator action to the store's events."""
-        self._record_event(child_id, kind, detail)
+    def release(self, child: Child) -> None:
+        """Free the child's slot (in the pool and on its route); a gate it led opens."""
+        del self._alive[child.task.id]
+        self._pauses.ended(child)
+        if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
+            self._queues.ended(child)
+        self._queues.requeue(self._admission.gate.ended(child))
 
     def busy(self) -> int:
-        """Slots in use."""
-        return self._busy()
-
-    def release(self, child: Child) -> None:
-        """Free an alive child's slot and forget it is alive (its run returned)."""
-        self._release(child)
+        """Slots in use: alive children, less the parents waiting on their delegates."""
+        return len(self._alive) - len(self._waiting)
 
     def free_slot(self, child: Child) -> None:
         """An alive child gives up its slot, as a parent waiting on delegates does."""
@@ -377,7 +375,11 @@ class Coordinator:
             log.exception("flightdeck engine: the coordinator failed again; ending the batch now")
 
     def _end(self) -> EngineEvent | None:
-        status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
+        status = (
+            BatchStatus.FAILED
+            if self.failure or self.unrecorded
+            else self._finals.status(self.stopped_by_stop_all)
+        )
         if self._soft.end():  # an ended batch holds nothing back
             try:
                 self._announce_limits()
@@ -410,7 +412,7 @@ class Coordinator:
     @property
     def held(self) -> int:
         """Final rows handed to the store and not yet committed (nor given up on)."""
-        return self._finals - self._done
+        return self._finals.held
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S, and no longer than the next
@@ -430,23 +432,18 @@ class Coordinator:
         match message:
             case ChildDone(child):
                 if child.task.id in self._alive:
-                    self._release(child)
+                    self.release(child)
                     self.finish(child)
                 else:
                     # The watchdog abandoned it and recorded its final row; its call has come
                     # back since, and may have been billed: the store must say what was spent.
                     # (Only while the engine is open: a call stuck at close() is not waited for.)
-                    self._record(child.row())
+                    self.record(child.row())
             case Recorded(row):
-                self._done += 1
-                self._publish(ChildFinished(row, self._done, len(self.children)))
-                unit = self._units.ended(row)
-                if unit is not None:
-                    self._publish(unit)
+                self._finals.recorded(row)
                 self._arrivals.ended(row)
             case Unrecorded(row):
-                self._done += 1  # ended, and never announced: the batch fails, counting it
-                self.unrecorded += 1
+                self._finals.lost()
                 self._arrivals.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 self._record_receipt(receipt, "steer")
@@ -474,48 +471,20 @@ class Coordinator:
             case Shutdown():
                 self._shutdown = True
 
-    def _release(self, child: Child) -> None:
-        """Free the child's slot (in the pool and on its route); a gate it led opens."""
-        del self._alive[child.task.id]
-        self._pauses.ended(child)
-        if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
-            self._queues.ended(child)
-        self._queues.requeue(self._admission.gate.ended(child))
-
-    def _busy(self) -> int:
-        """Slots in use: alive children, less the parents waiting on their delegates."""
-        return len(self._alive) - len(self._waiting)
-
     def finish(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
 
         So a finish that a UI shows (a headless line, say) is already on disk: a process
         killed right after loses none of them, and the batch ends only when all are written.
-        Its slot is free already (`_release`): admission never waits for the store.
+        Its slot is free already (`release`): admission never waits for the store.
         """
         self._stop_requested.pop(child.task.id, None)
         self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
-        row = child.row()
-        self._finals += 1
-        self._record_final(
-            row, lambda committed: self.report(Recorded(row) if committed else Unrecorded(row))
-        )
+        self._finals.hand(child.row())
 
     def _all_done(self) -> bool:
-        return self._done >= len(self.children) and not self._arrivals.scheduled
-
-    def _final_status(self) -> BatchStatus:
-        """Stopped by the operator (all at once or one by one) or a budget, unless a child
-        failed, timed out or stalled first: a stop is nobody's failure."""
-        if self.stopped_by_stop_all:
-            return BatchStatus.STOPPED
-        statuses = {c.status for c in self.children} | set(self._carried)
-        if statuses <= {ChildStatus.COMPLETED}:
-            return BatchStatus.COMPLETED
-        if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:
-            return BatchStatus.STOPPED
-        return BatchStatus.FAILED
+        return self._finals.done >= len(self.children) and not self._arrivals.scheduled
 
     # --- watchdog and progress -----------------------------------------------------------------
 
@@ -530,7 +499,7 @@ class Coordinator:
             if not found.abandon:
                 self.interrupt(child, found.status, found.reason)
             elif child.finalize(found.status, found.reason):
-                self._release(child)
+                self.release(child)
                 self.finish(child)
 
     def _progress(self) -> None:
@@ -544,7 +513,7 @@ class Coordinator:
         for child in self._alive.values():
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
-                self._record(child.row())
+                self.record(child.row())
 
     def _announce_limits(self) -> None:
         """The live limits changed, or a hold began or ended: for attached views and resume."""
