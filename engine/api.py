@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from time import monotonic
@@ -21,23 +21,18 @@ from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import (
-    Pause,
     PauseAdmission,
-    SetLimits,
-    Steer,
-    Stop,
     StopAll,
-    Then,
 )
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
-from flightdeck.engine.errors import ConfigError, SpecError
+from flightdeck.engine.controls import Controls
+from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.settings.stored import settings_json
-from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
-from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
-from flightdeck.engine.limits import changed, limits_from_json, limits_json, limits_of, with_limits
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes
+from flightdeck.engine.limits import limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     BatchFinished,
@@ -56,7 +51,6 @@ from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.meter import Meter, totals_of
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.requests import RequestKind, RequestRow, RequestState
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
@@ -86,7 +80,7 @@ class Engine:
         env: Mapping[str, str] | None = None,
     ) -> None:
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
-        _check_task_text(batch, settings.engine.max_task_chars)
+        assembly.check_task_text(batch, settings.engine.max_task_chars)
         self.batch = batch
         self.settings = settings
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
@@ -114,6 +108,7 @@ class Engine:
         self._sink: TranscriptSink | None = None
         self._pool: WorkerPool | None = None
         self._coordinator: Coordinator | None = None
+        self._controls: Controls | None = None  # made with the coordinator
         self._status = BatchStatus.RUNNING
         self._manifest_children = "[]"  # JSON, set by start()
         self._started_ts = clock()
@@ -263,8 +258,17 @@ class Engine:
             and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
         )
         self._coordinator.start()
+        self._controls = Controls(
+            self._coordinator,
+            store,
+            self.batch_id,
+            clock=self.clock,
+            carried=self._carried,
+            max_chars=self.settings.engine.max_task_chars,
+            request_of=self._request_of,
+        )
         self._duties = OwnerDuties(
-            store.path, self.batch_id, store, self._apply_request, self.clock
+            store.path, self.batch_id, store, self._controls.apply_request, self.clock
         )
         self._duties.start()
         return self.batch_id
@@ -594,29 +598,15 @@ class Engine:
 
         Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate, or
         longer than `[engine] max_task_chars`) or an id names no child of this batch."""
-        c = self._require()
+        controls = self._require_controls()
         if self._closed:  # nothing would ever settle the receipts
             raise RuntimeError("Engine.steer() after close(): every child has ended")
-        limit = self.settings.engine.max_task_chars
-        if len(message) > limit:  # it joins the child's prompt, as a goal does: the same bound
-            raise ValueError(f"steer message: {_too_long(len(message), limit)}")
-        problem = unicode_problem(message)
-        if problem:  # it would fail the child's request and the store's write, far from here
-            raise ValueError(f"steer message: {problem}")
-        carried = {r.id for r in self._carried}
-        ids = _known(c, child_ids, self.batch_id, carried)
-        live = tuple(i for i in ids if i in c.by_id)
-        receipts = [c.next_receipt_id() for _ in live]
-        c.command(Steer(tuple(receipts), live, message, now))
-        ended = [i for i in ids if i not in c.by_id]  # finished before a resume
-        return receipts + self._missed_carried(ended, message, now)
+        return controls.steer(child_ids, message, now)
 
     def stop(self, child_ids: Iterable[str]) -> None:
         """Interrupt these children (queued ones never start); ValueError, stopping none, if an
         id names no child of this batch."""
-        c = self._require()
-        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
-        c.command(Stop(tuple(i for i in ids if i in c.by_id)))  # the others have ended
+        self._require_controls().stop(child_ids)
 
     def stop_all(self) -> None:
         """Stop every child that has not ended; queued ones never start."""
@@ -633,115 +623,26 @@ class Engine:
         """Change the live limits (see engine/limits.py for `change`); the coordinator applies
         it at once and records it as the operator's. Returns the limits it makes; LimitError
         (a ValueError naming the field, nothing changed) for a bad one."""
-        c = self._require()
+        controls = self._require_controls()
         if self._closed:
             raise RuntimeError("Engine.set_limits() after close(): every child has ended")
-        new = changed(c.limits(), change)
-        c.command(SetLimits(dict(change)))
-        return new
+        return controls.set_limits(change)
 
     def pause(self, child_ids: Iterable[str]) -> None:
         """Pause these children: a queued one never starts until continued, a running one
         holds at its next turn boundary and gives back its slot; ValueError, pausing none, if
         an id names no child of this batch (one that has ended is left alone)."""
-        c = self._require()
-        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
-        c.command(Pause(tuple(i for i in ids if i in c.by_id)))
+        self._require_controls().pause(child_ids)
 
     def continue_(self, child_ids: Iterable[str]) -> None:
         """Continue these paused children (ahead of new work, with their context intact);
         errors as `pause`."""
-        c = self._require()
-        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
-        c.command(Pause(tuple(i for i in ids if i in c.by_id), resume=True))
+        self._require_controls().pause(child_ids, resume=True)
 
     def pause_admission(self, on: bool = True) -> None:
         """Pause the batch's admission (`on`), or continue it: while paused no child starts;
         the running go on (pause them to hold them too)."""
         self._require().command(PauseAdmission(on))
-
-    def _apply_request(self, request: RequestRow) -> None:
-        """A client's command (owner duties thread): applied by the coordinator in order, and
-        marked applied once what it made is recorded; an id this batch lacks, refused."""
-        c, store = self._require(), self._store
-        assert store is not None
-        known = {r.id for r in self._carried}
-        unknown = [i for i in request.child_ids if i not in c.by_id and i not in known]
-        if unknown:
-            reason = f"no child with id {', '.join(unknown[:5])} in batch {self.batch_id}"
-            store.settle_request(
-                self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=reason
-            )
-            return
-        live = tuple(i for i in request.child_ids if i in c.by_id)
-        receipts: list[int] = []
-        if request.kind == RequestKind.STEER:
-            message = request.message or ""
-            receipts = [c.next_receipt_id() for _ in live]
-            for rid in receipts:
-                self._request_of[rid] = request.id
-            c.command(Steer(tuple(receipts), live, message, request.now))
-            ended = [i for i in request.child_ids if i not in c.by_id]
-            receipts += self._missed_carried(ended, message, request.now, request.id)
-        elif request.kind == RequestKind.STOP:
-            c.command(Stop(live))
-        elif request.kind == RequestKind.STOP_ALL:
-            c.command(StopAll())
-        elif request.kind == RequestKind.LIMITS:
-            try:
-                changed(c.limits(), request.payload or {})
-            except ValueError as exc:
-                store.settle_request(
-                    self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=str(exc)
-                )
-                return
-            c.command(SetLimits(dict(request.payload or {})))
-        elif request.kind in (RequestKind.PAUSE, RequestKind.CONTINUE):
-            c.command(Pause(live, resume=request.kind == RequestKind.CONTINUE))
-        elif request.kind in (RequestKind.PAUSE_ADMISSION, RequestKind.CONTINUE_ADMISSION):
-            c.command(PauseAdmission(request.kind == RequestKind.PAUSE_ADMISSION))
-        else:  # a kind with no handler here: said, never taken for another
-            reason = f"this owner cannot apply a {request.kind.value!r} request"
-            store.settle_request(
-                self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=reason
-            )
-            return
-
-        def applied() -> None:
-            store.settle_request(
-                self.batch_id,
-                request.id,
-                RequestState.APPLIED,
-                self.clock(),
-                control_ids=receipts,
-            )
-
-        c.command(Then(applied))
-
-    def _missed_carried(
-        self, ids: Iterable[str], message: str, now: bool, request_id: int | None = None
-    ) -> list[int]:
-        """A steer for children an earlier owner finished (a resumed batch): each settled
-        missed at once, as for any child that has ended."""
-        from flightdeck.engine.child.steering import missed_note
-        from flightdeck.engine.model import SteerState
-        from flightdeck.engine.records.transcripts import TranscriptWriter
-
-        c, store = self._require(), self._store
-        assert store is not None
-        rows = {r.id: r for r in self._carried}
-        out = []
-        for child_id in ids:
-            row = rows[child_id]
-            rid, ts = c.next_receipt_id(), self.clock()
-            missed = SteerReceipt(rid, child_id, message, now, SteerState.MISSED, ts, ts)
-            store.record_control(self.batch_id, missed, "steer", request_id)
-            writer = TranscriptWriter(row.transcript, self.clock)
-            reason = f"the child had ended: {row.status.value}"
-            writer.write("operator", missed_note(message, reason))
-            writer.close()
-            out.append(rid)
-        return out
 
     def receipts(self) -> list[SteerReceipt]:
         snap = self.snapshot()
@@ -752,50 +653,11 @@ class Engine:
             raise RuntimeError("Engine.start() has not been called")
         return self._coordinator
 
-
-def _too_long(length: int, limit: int) -> str:
-    return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
-
-
-def _check_task_text(batch: Batch, limit: int) -> None:
-    """SpecError at the first task whose goal, context or group is over `limit` characters. A
-    task file is checked as it loads; a Batch built in Python is checked here."""
-    for task in batch.tasks:
-        for name in TEXT_FIELDS:
-            value = getattr(task, name)
-            if isinstance(value, str) and len(value) > limit:
-                path, line = _where(task)
-                raise SpecError(
-                    path, line, name, f"task {task.id!r}: {_too_long(len(value), limit)}"
-                )
-
-
-def _where(task: Task) -> tuple[str | None, int | None]:
-    """The path and line of `task.source` ("file:line", a path, or "" for a Batch built in
-    Python)."""
-    path, _, line = task.source.rpartition(":")
-    if path and line.isdigit():
-        return path, int(line)
-    return task.source or None, None
+    def _require_controls(self) -> Controls:
+        self._require()
+        assert self._controls is not None  # made with the coordinator
+        return self._controls
 
 
 def _children(n: int) -> str:
     return f"{n} finished child" + ("" if n == 1 else "ren")
-
-
-def _known(
-    coordinator: Coordinator,
-    child_ids: Iterable[str],
-    batch_id: str,
-    ended: Collection[str] = (),
-) -> tuple[str, ...]:
-    """The ids, all of children of this batch (running here, or `ended` before a resume);
-    ValueError naming those that are not."""
-    # A mistyped id would otherwise be skipped in silence: the operator would wait for a
-    # steer or a stop that was never going to happen.
-    ids = tuple(child_ids)
-    unknown = [i for i in ids if i not in coordinator.by_id and i not in ended]
-    if unknown:
-        shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-        raise ValueError(f"no child with id {shown} in batch {batch_id}")
-    return ids
