@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import threading
@@ -47,15 +46,12 @@ from flightdeck.engine.model import (
 from flightdeck.engine.owner import OwnerDuties
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.forecast import lost_cost
-from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.meter import Meter, totals_of
-from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.records.transcripts import write_manifest
-from flightdeck.engine.resume import NothingToResume, Resumed, Stored
+from flightdeck.engine.resume import Resumed, Stored
 
 __all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]
 
@@ -169,7 +165,9 @@ class Engine:
             retry_s=self.settings.engine.store_retry_s,
         )
         if self._resuming is not None:
-            self._claim_resumed()
+            from flightdeck.engine import resume
+
+            resume.claim(self._store, self.batch_id, self.clock)
         self._claim_batch_dir()
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = self._folder(workspace)
@@ -285,65 +283,23 @@ class Engine:
         self._store.set_limits(self.batch_id, limits.pool_size, limits_json(limits))
         self._store.set_held(self.batch_id, hold)
 
-    def _claim_resumed(self) -> None:
-        """Become the batch's owner, atomically: one that still lives keeps it (OwnerAlive)."""
-        assert self._store is not None and self._resuming is not None
-        status = claim_batch(
-            self._store.path, self.batch_id, os.getpid(), process_start_time(), self.clock()
-        )
-        if status != BatchStatus.RUNNING:  # finished since `resume` looked
-            raise NothingToResume(self.batch_id, status)
-
     def _settle_resumed(self, children: list[Child]) -> Resumed:
         from flightdeck.engine import resume
 
         assert self._store is not None and self._resuming is not None
         stored, rerun = self._resuming
-        info = stored.info
-        with StoreReader(self._store.path) as reader:
-            stored_ids = reader.child_ids(self.batch_id)
-            rows = reader.children(self.batch_id, results=False, started=True)
-            # Queued children the batch made as it ran (delegates, waves): not in its spec.
-            spec, started = {c.task.id for c in children}, {r.id for r in rows}
-            made = [i for i in stored_ids if i not in spec and i not in started]
-            rows += [r for i in made if (r := reader.child(self.batch_id, i)) is not None]
-            receipts = reader.controls(self.batch_id, kind="steer")
-            lost_before = lost_cost(reader.events(self.batch_id))  # earlier resumes' losses
-        lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
-        found = resume.settle(
+        found, self._lost_cost = resume.take_over(
+            stored,
             children,
-            stored_ids,
-            rows,
-            receipts,
+            rerun=rerun,
             batch_id=self.batch_id,
             store=self._store,
             meter=self.meter,
-            rerun=rerun,
-            lost_owner=info.owner_pid,
-            lost_ts=lost_ts,
             clock=self.clock,
         )
-        self._started_ts = info.created_ts
+        self._started_ts = stored.info.created_ts
         self._carried = tuple(found.carried)
         self.resumed = found
-        if lost_before is None or found.lost_cost_unknown:
-            self._lost_cost = None
-        else:
-            self._lost_cost = lost_before + found.lost_cost_usd
-        self._store.record_event(
-            self.batch_id,
-            None,
-            self.clock(),
-            "resumed",
-            json.dumps(
-                {
-                    "owner_lost": info.owner_pid,
-                    "rerun": found.rerun,
-                    "lost": found.lost,
-                    "lost_cost_usd": str(found.lost_cost_usd),
-                }
-            ),
-        )
         return found
 
     def _claim_batch_dir(self) -> None:
