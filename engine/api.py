@@ -13,7 +13,7 @@ from time import monotonic
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine import assembly
+from flightdeck.engine import assembly, batchdir
 from flightdeck.engine.assembly import new_batch_id, steady_clock
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
@@ -27,7 +27,6 @@ from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.controls import Controls
-from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes
@@ -50,7 +49,6 @@ from flightdeck.engine.records.meter import Meter, totals_of
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
-from flightdeck.engine.records.transcripts import write_manifest
 from flightdeck.engine.resume import Resumed, Stored
 
 __all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]
@@ -161,16 +159,18 @@ class Engine:
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
         self._store = Store(
-            self._folder(self.state_dir) / "flightdeck.db",
+            batchdir.folder(self.state_dir, self.state_dir) / "flightdeck.db",
             retry_s=self.settings.engine.store_retry_s,
         )
         if self._resuming is not None:
             from flightdeck.engine import resume
 
             resume.claim(self._store, self.batch_id, self.clock)
-        self._claim_batch_dir()
+        self.batch_id, self.batch_dir = batchdir.claim(
+            self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
+        )
         workspace = self.batch.workspace or self.batch_dir / "workspace"
-        self.workspace = self._folder(workspace)
+        self.workspace = batchdir.folder(workspace, self.state_dir)
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         toolbox = Toolbox(workspace, secrets=secrets)
         self._pool = worker_pool(self.pool_size)
@@ -208,7 +208,7 @@ class Engine:
         try:
             self._manifest()
         except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
-            raise self._unusable(exc) from exc
+            raise batchdir.unusable(exc, self.state_dir) from exc
         store = self._store
         carried: tuple[ChildStatus, ...] = ()
         first_receipt = 1
@@ -302,34 +302,6 @@ class Engine:
         self.resumed = found
         return found
 
-    def _claim_batch_dir(self) -> None:
-        """Make this batch's folder; a generated id already taken (two runs started in the same
-        second drew the same one) is drawn again, so two batches never share rows or files."""
-        self._folder(self.batch_dir.parent)
-        while True:
-            try:
-                self.batch_dir.mkdir(exist_ok=self._id_given)
-                return
-            except FileExistsError:
-                self.batch_id = new_batch_id(self.clock)
-                self.batch_dir = self.batch_dir.parent / self.batch_id
-            except OSError as exc:
-                raise self._unusable(exc) from exc
-
-    def _folder(self, path: Path) -> Path:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise self._unusable(exc) from exc
-        return path
-
-    def _unusable(self, exc: OSError) -> ConfigError:
-        # A state dir that is a file, read-only, on a full disk, ...
-        reason = exc.strerror or str(exc)
-        if isinstance(exc, FileExistsError):  # mkdir(exist_ok=True) met something else there
-            reason = f"{exc.filename} exists and is not a folder"
-        return ConfigError(None, None, "state_dir", f"cannot use {self.state_dir}: {reason}")
-
     def _report(self, fact: ChildFact) -> None:
         assert self._coordinator is not None
         self._coordinator.report(fact)
@@ -355,20 +327,14 @@ class Engine:
         )
 
     def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:
-        write_manifest(
+        batchdir.manifest(
             self.batch_dir,
-            {
-                "batch_id": self.batch_id,
-                "name": self.batch.name,
-                "status": status.value,
-                "source": str(self.batch.source) if self.batch.source else None,
-                "workspace": str(self.workspace),
-                "pool_size": self.pool_size,
-                "routes": {
-                    n: {"provider": r.provider, "model": r.model} for n, r in self.routes.items()
-                },
-            },
-            {"children": self._manifest_children},
+            self.batch,
+            status,
+            workspace=self.workspace,
+            pool_size=self.pool_size,
+            routes=self.routes,
+            children_json=self._manifest_children,
         )
 
     def _finish(self, status: BatchStatus) -> BatchFinished:
