@@ -5,15 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from pathlib import Path
-from time import monotonic
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine import assembly, batchdir
+from flightdeck.engine import assembly, batchdir, health
 from flightdeck.engine.assembly import new_batch_id, steady_clock
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
@@ -37,7 +35,6 @@ from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
     ChildStatus,
-    EngineEvent,
     Limits,
     Snapshot,
     SteerReceipt,
@@ -50,12 +47,11 @@ from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.resume import Resumed, Stored
+from flightdeck.engine.subscribers import Subscriber, Subscribers
 
 __all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]
 
 log = logging.getLogger("flightdeck.engine")
-
-Subscriber = Callable[[EngineEvent], None]
 
 
 class Engine:
@@ -95,9 +91,7 @@ class Engine:
             for name, route in self.routes.items()
         }
         self.meter = Meter()
-        # Replaced, never mutated, under the lock: publishing reads it without one.
-        self._subscribers: tuple[Subscriber, ...] = ()
-        self._sub_lock = threading.Lock()
+        self._subscribers = Subscribers()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
         self._pool: WorkerPool | None = None
@@ -237,7 +231,7 @@ class Engine:
             record_event=lambda child, kind, detail: store.record_event(
                 self.batch_id, child, self.clock(), kind, detail
             ),
-            publish=self._publish,
+            publish=self._subscribers.publish,
             on_finished=self._finish,
             throttles=throttles,
             between_facts=self._sink.pump,
@@ -442,21 +436,7 @@ class Engine:
         trouble = self._store.trouble if self._store else None
         if c is None:
             return None
-        lost = c.unrecorded
-        if c.failure is not None:
-            text = f"the batch fails: {c.failure}"
-            if lost or trouble is not None:
-                text += f"; {_children(lost)} could not be recorded"
-            return text
-        if trouble is not None:
-            left = max(0.0, trouble.since + self.settings.engine.store_retry_s - monotonic())
-            return (
-                f"cannot write to the store ({trouble.reason}): {_children(c.held)} held in "
-                f"memory, trying again for up to {left:.0f}s; no new child starts"
-            )
-        if lost:
-            return f"{_children(lost)} could not be recorded"
-        return None
+        return health.problem(c, trouble, self.settings.engine.store_retry_s)
 
     @property
     def held(self) -> str | None:
@@ -493,25 +473,9 @@ class Engine:
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        """Call `fn` for each engine event, on the coordinator thread; keep it fast."""
-        with self._sub_lock:
-            self._subscribers = (*self._subscribers, fn)
-
-        def unsubscribe() -> None:
-            with self._sub_lock:
-                subscribers = list(self._subscribers)
-                if fn in subscribers:
-                    subscribers.remove(fn)
-                    self._subscribers = tuple(subscribers)
-
-        return unsubscribe
-
-    def _publish(self, event: EngineEvent) -> None:
-        for fn in self._subscribers:  # two events per child: no lock, no copy
-            try:
-                fn(event)
-            except Exception:  # a broken subscriber must not stop the batch
-                log.exception("engine subscriber failed on %s", type(event).__name__)
+        """Call `fn` for each engine event, on the coordinator thread; keep it fast. Returns
+        what unsubscribes it."""
+        return self._subscribers.add(fn)
 
     # --- control -------------------------------------------------------------------------------
 
@@ -579,7 +543,3 @@ class Engine:
         self._require()
         assert self._controls is not None  # made with the coordinator
         return self._controls
-
-
-def _children(n: int) -> str:
-    return f"{n} finished child" + ("" if n == 1 else "ren")
