@@ -125,11 +125,12 @@ class Coordinator:
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
         self._store_trouble = store_trouble
-        self._queues = RouteQueues(routes, children)
-        self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
+        self.queues = RouteQueues(routes, children)  # the routes' queues and children alive
+        # Alive children without a slot: parents waiting on delegates, paused processes.
+        self.waiting: dict[str, Child] = {}
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        self._alive: dict[str, Child] = {}
+        self.alive: dict[str, Child] = {}  # started and not ended (a suspended process too)
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
         self._receipt_ids = itertools.count(first_receipt_id)
         self._receipt_lock = threading.Lock()
@@ -157,7 +158,7 @@ class Coordinator:
         self._last_progress = 0.0
         self._last_watch = 0.0
         self._progress_versions: dict[str, int] = {}
-        self._pool = pool
+        self.pool = pool  # the threads children run on
         self._pauses = Pauses(self)
         self._arrivals = Arrivals(
             self,
@@ -229,7 +230,7 @@ class Coordinator:
         self.command(Shutdown())
         self._thread.join()
         # Workers still inside a stalled call are abandoned, not waited for.
-        self._pool.shutdown()
+        self.pool.shutdown()
 
     def record_progress(self, timeout: float | None = None) -> bool:
         """Record every running child's current row now, not at the next progress tick; False
@@ -248,11 +249,11 @@ class Coordinator:
     def headroom(self) -> tuple[RouteHeadroom, ...]:
         """Per route: provider headroom last seen, a pause a 429 put on the whole route, the
         limits it is paced to, its 429s in the last minute and its children alive."""
-        return self._queues.headroom(self._throttles, self._clock)
+        return self.queues.headroom(self._throttles, self._clock)
 
     def limits(self) -> Limits:
         """The live limits (any thread: each value is replaced whole, never changed in place)."""
-        routes = {name: state.route for name, state in self._queues.routes.items()}
+        routes = {name: state.route for name, state in self.queues.routes.items()}
         base = limits_of(self._settings_view(), routes, self.pool_size)
         return dataclasses.replace(base, soft_cost_usd=self._soft.cost, soft_held=self._soft.held)
 
@@ -263,52 +264,31 @@ class Coordinator:
         return "; ".join(holds) or None
 
     def _settings_view(self) -> Settings:
-        routes = {name: state.route for name, state in self._queues.routes.items()}
+        routes = {name: state.route for name, state in self.queues.routes.items()}
         return Settings(routes=routes, budget=self._budget)
 
     # --- for its collaborators (admission, controls, pauses), on the coordinator thread --------
 
-    @property
-    def alive(self) -> dict[str, Child]:
-        """Children started and not ended (a suspended process among them)."""
-        return self._alive
-
-    @property
-    def waiting(self) -> dict[str, Child]:
-        """Alive children that gave up their slot (parents waiting on delegates, paused
-        processes)."""
-        return self._waiting
-
-    @property
-    def queues(self) -> RouteQueues:
-        """The routes' queues and the children each has alive."""
-        return self._queues
-
-    @property
-    def pool(self) -> WorkerPool:
-        """The threads children run on."""
-        return self._pool
-
     def release(self, child: Child) -> None:
         """Free the child's slot (in the pool and on its route); a gate it led opens."""
-        del self._alive[child.task.id]
+        del self.alive[child.task.id]
         self._pauses.ended(child)
-        if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
-            self._queues.ended(child)
-        self._queues.requeue(self._admission.gate.ended(child))
+        if self.waiting.pop(child.task.id, None) is None:  # a waiting parent had none
+            self.queues.ended(child)
+        self.queues.requeue(self._admission.gate.ended(child))
 
     def busy(self) -> int:
         """Slots in use: alive children, less the parents waiting on their delegates."""
-        return len(self._alive) - len(self._waiting)
+        return len(self.alive) - len(self.waiting)
 
     def free_slot(self, child: Child) -> None:
         """An alive child gives up its slot, as a parent waiting on delegates does."""
-        self._waiting[child.task.id] = child
-        self._queues.ended(child)
+        self.waiting[child.task.id] = child
+        self.queues.ended(child)
 
     def take_slot(self, child: Child) -> None:
         """A child that gave up its slot has it again (its route's was taken by the caller)."""
-        del self._waiting[child.task.id]
+        del self.waiting[child.task.id]
 
     def interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
         """Ask a running child to end with `status` (the watchdog times how long it takes)."""
@@ -431,7 +411,7 @@ class Coordinator:
     def _handle(self, message: Message) -> None:
         match message:
             case ChildDone(child):
-                if child.task.id in self._alive:
+                if child.task.id in self.alive:
                     self.release(child)
                     self.finish(child)
                 else:
@@ -453,9 +433,9 @@ class Coordinator:
             case ChildPaused(child):
                 self._pauses.paused(child)
             case FirstChunk(child):
-                self._queues.requeue(self._admission.gate.first_chunk(child))
+                self.queues.requeue(self._admission.gate.first_chunk(child))
             case HeadroomSeen(route, event):
-                self._queues.saw_headroom(route, event, self._clock())
+                self.queues.saw_headroom(route, event, self._clock())
             case LoopFlagged(child_id, evidence):
                 self._controls.looped(child_id, evidence)
             case Steer() | Stop() | StopAll() | SetLimits() | Pause() | PauseAdmission():
@@ -492,7 +472,7 @@ class Coordinator:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
         self._controls.loop_steps()
         now = self._clock()
-        for child in list(self._alive.values()):
+        for child in list(self.alive.values()):
             found = overdue(child, now, self._engine, self._stop_requested.get(child.task.id))
             if found is None:
                 continue
@@ -510,7 +490,7 @@ class Coordinator:
             self._record_progress()
 
     def _record_progress(self) -> None:
-        for child in self._alive.values():
+        for child in self.alive.values():
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
                 self.record(child.row())
