@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from pathlib import Path
@@ -26,7 +25,6 @@ from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.controls import Controls
 from flightdeck.engine.inputs.settings import Route, Settings
-from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes
 from flightdeck.engine.limits import limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
@@ -43,7 +41,6 @@ from flightdeck.engine.owner import OwnerDuties
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, totals_of
-from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.resume import Resumed, Stored
@@ -207,7 +204,17 @@ class Engine:
         carried: tuple[ChildStatus, ...] = ()
         first_receipt = 1
         if self._resuming is None:
-            store.create_batch(self._info(now))
+            store.create_batch(
+                assembly.batch_info(
+                    self.batch_id,
+                    self.batch,
+                    self.settings,
+                    workspace=self.workspace,
+                    state_dir=self.state_dir,
+                    pool_size=self.pool_size,
+                    now=now,
+                )
+            )
             store.add_queued(self.batch_id, assembly.queued_rows(children))
         else:
             found = self._settle_resumed(children)
@@ -299,26 +306,6 @@ class Engine:
     def _report(self, fact: ChildFact) -> None:
         assert self._coordinator is not None
         self._coordinator.report(fact)
-
-    def _info(self, now: float) -> BatchInfo:
-
-        return BatchInfo(
-            id=self.batch_id,
-            name=self.batch.name,
-            source=str(self.batch.source) if self.batch.source else None,
-            spec_json=assembly.spec_json(self.batch),
-            workspace=str(self.workspace),
-            state_dir=str(self.state_dir),
-            owner_pid=os.getpid(),
-            owner_start=process_start_time(),
-            pool_size=self.pool_size,
-            max_cost_usd=self.settings.budget.max_cost_usd,
-            status=BatchStatus.RUNNING,
-            created_ts=now,
-            finished_ts=None,
-            heartbeat_ts=now,
-            settings_json=settings_json(self.settings),
-        )
 
     def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:
         batchdir.manifest(

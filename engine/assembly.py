@@ -28,11 +28,13 @@ from flightdeck.engine.inputs.settings import (
     Route,
     Settings,
 )
+from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
+from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, price_known
-from flightdeck.engine.records.rows import QueuedChild
+from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 
 
@@ -248,6 +250,36 @@ def queued_rows(children: Iterable[Child]) -> list[QueuedChild]:
 
 
 # -- what a batch keeps in the store for `resume` ----------------------------------------------
+
+
+def batch_info(
+    batch_id: str,
+    batch: Batch,
+    settings: Settings,
+    *,
+    workspace: Path,
+    state_dir: Path,
+    pool_size: int,
+    now: float,
+) -> BatchInfo:
+    """The batch's row as its owner (this process) first records it."""
+    return BatchInfo(
+        id=batch_id,
+        name=batch.name,
+        source=str(batch.source) if batch.source else None,
+        spec_json=spec_json(batch),
+        workspace=str(workspace),
+        state_dir=str(state_dir),
+        owner_pid=os.getpid(),
+        owner_start=process_start_time(),
+        pool_size=pool_size,
+        max_cost_usd=settings.budget.max_cost_usd,
+        status=BatchStatus.RUNNING,
+        created_ts=now,
+        finished_ts=None,
+        heartbeat_ts=now,
+        settings_json=settings_json(settings),
+    )
 
 
 def spec_json(batch: Batch) -> str:
