@@ -1,4 +1,9 @@
-"""`Engine`: the small API that the TUI, the headless CLI and the tests all drive."""
+"""`Engine`: the small API that the TUI, the headless CLI and the tests all drive.
+
+Its lifecycle (start, finish, close) and the reads are here; what it hands on lives beside it:
+controls.py (steer, stop, pause, limits; a client's request), resume.py (taking over a batch),
+batchdir.py (the folder and manifest), subscribers.py (events), health.py (`problem`).
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""The one deciding thread: queue, admission, dispatch, control commands, watchdog.
+"""The one deciding thread: its loop, the inbox's dispatch, slots, watchdog and progress.
 
 Everything that decides whether work may start runs on the coordinator thread, so a task leaves
 the queue before it runs and never runs twice, without locks. Workers only wait (streams, tools);
-they report facts back through the inbox, and callers' commands arrive the same way.
+they report facts back through the inbox, and callers' commands arrive the same way. The parts
+that decide are small classes it owns and calls on this thread: admission.py (who starts),
+controls.py (the operator's commands), pauses.py, arrivals.py (delegates, waves), softbudget.py,
+finals.py (final rows, the batch's status).
 """
 
 from __future__ import annotations
