@@ -33,7 +33,7 @@ from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.meter import Meter, price_known
+from flightdeck.engine.records.meter import Meter, spend_known
 from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 
@@ -105,9 +105,7 @@ def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
         return
     line, name = caps[0]
     for route in routes:
-        # Claude Code reports what it spent; another command's tokens need the route's price.
-        reports_cost = route.command is not None and route.command.format == "claude-stream-json"
-        if not price_known(route) and not reports_cost:
+        if not spend_known(route):
             raise ConfigError(
                 settings.source,
                 line,

@@ -21,6 +21,7 @@ from typing import Any
 
 from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Settings
 from flightdeck.engine.model import Limits, RouteCaps
+from flightdeck.engine.records.meter import spend_known
 
 __all__ = [
     "ROUTE_FIELDS",
@@ -57,7 +58,13 @@ def limits_of(settings: Settings, routes: Mapping[str, object], pool_size: int) 
         if (r := settings.routes.get(name)) is not None
     )
     budget = settings.budget
-    return Limits(pool_size, caps, budget.soft_cost_usd, budget.max_cost_usd)
+    unpriced = next(
+        (n for n in routes if (r := settings.routes.get(n)) is not None and not spend_known(r)),
+        None,
+    )
+    return Limits(
+        pool_size, caps, budget.soft_cost_usd, budget.max_cost_usd, unpriced_route=unpriced
+    )
 
 
 def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
@@ -95,6 +102,11 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
     out = dataclasses.replace(out, routes=tuple(caps.values()))
     if "soft_cost_usd" in change:
         soft = _money(change["soft_cost_usd"])
+        if soft is not None and out.unpriced_route is not None:
+            raise LimitError(
+                "soft_cost_usd",
+                f"cannot be enforced: no price is known for route {out.unpriced_route!r}",
+            )
         hard = out.max_cost_usd
         if soft is not None and hard is not None and soft > hard:
             raise LimitError(
@@ -158,6 +170,7 @@ def limits_json(limits: Limits) -> str:
             "soft_cost_usd": None if limits.soft_cost_usd is None else str(limits.soft_cost_usd),
             "max_cost_usd": None if limits.max_cost_usd is None else str(limits.max_cost_usd),
             "soft_held": limits.soft_held,
+            "unpriced_route": limits.unpriced_route,
         }
     )
 
@@ -174,6 +187,7 @@ def limits_from_json(text: str) -> Limits:
         soft_cost_usd=_money(data.get("soft_cost_usd")),
         max_cost_usd=_money(data.get("max_cost_usd")),
         soft_held=data.get("soft_held"),
+        unpriced_route=data.get("unpriced_route"),
     )
 
 

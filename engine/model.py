@@ -278,6 +278,8 @@ class Limits:
     soft_cost_usd: Decimal | None = None
     max_cost_usd: Decimal | None = None  # the hard budget: never changed live
     soft_held: str | None = None  # why the soft budget holds admission; None: it does not
+    # A route whose spend is not known (no price): no soft budget can be set live on it.
+    unpriced_route: str | None = None
 
     def route(self, name: str) -> RouteCaps | None:
         """The caps of route `name`; None if the batch has no such route."""

@@ -20,10 +20,12 @@ from flightdeck.engine.records.requests import (
     RequestKind,
     RequestRow,
     RequestState,
+    UnreadableRequest,
     pending_requests,
     recorded_controls,
 )
 from flightdeck.engine.records.store import Store
+from flightdeck.engine.sanitize import one_line
 
 __all__ = ["POLL_S", "OwnerDuties"]
 
@@ -87,15 +89,27 @@ class OwnerDuties:
             except sqlite3.Error as exc:  # busy past the timeout, a file gone: next round
                 log.warning("flightdeck: cannot read client requests: %s", exc)
                 return []
+            rows = []
             for row in found:
                 self._seen = row.id
+                if isinstance(row, UnreadableRequest):
+                    self._refuse(row.id, row.reason)
+                    continue
+                rows.append(row)
                 try:
                     if row.kind == RequestKind.STEER and self._already_applied(row):
                         continue
                     self._apply(row)
-                except Exception:  # one bad request must not end the polling
+                except Exception as exc:  # one bad request must not end the polling
                     log.exception("flightdeck: applying client request %d failed", row.id)
-            return found
+                    # Settled, so a client waiting on it hears why instead of waiting for ever.
+                    self._refuse(row.id, f"the owner could not apply it: {one_line(str(exc), 200)}")
+            return rows
+
+    def _refuse(self, request_id: int, reason: str) -> None:
+        self._store.settle_request(
+            self._batch_id, request_id, RequestState.REFUSED, self._clock(), reason=reason
+        )
 
     def _already_applied(self, row: RequestRow) -> bool:
         """A steer an earlier owner applied but died before marking: marked now, with the
@@ -115,4 +129,7 @@ class OwnerDuties:
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll_s):
-            self.poll_now()
+            try:
+                self.poll_now()
+            except Exception:  # the heartbeat must go on, or the batch looks abandoned
+                log.exception("flightdeck: a round of the owner's duties failed")

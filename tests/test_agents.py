@@ -290,6 +290,35 @@ def test_each_child_gets_its_own_worktree(tmp_path: Path, keep: bool) -> None:
     assert len(_worktrees(repo)) == (3 if keep else 1)
 
 
+def test_worktrees_made_at_once_in_one_repository_take_turns(tmp_path: Path) -> None:
+    # git fails a `worktree add` racing another in the same repository ("failed to read
+    # .git/worktrees/t4/commondir"): children starting together must not fail for it.
+    import threading
+
+    from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
+
+    repo = _repo(tmp_path)
+    errors: list[str] = []
+    for round_ in range(3):
+
+        def make(i: int, round_: int = round_) -> None:
+            own = tmp_path / f"ws{round_}" / f"t{i}"
+            workspace = Workspace("worktree", repo, own, keep=False)
+            try:
+                workspace.prepare()
+                assert workspace.release() is None
+            except WorkspaceError as exc:
+                errors.append(str(exc))
+
+        threads = [threading.Thread(target=make, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert len(_worktrees(repo)) == 1  # every one removed again
+
+
 def test_copy_workspace_leaves_the_batch_workspace_alone(tmp_path: Path) -> None:
     shared = tmp_path / "ws"
     shared.mkdir()

@@ -263,6 +263,21 @@ def test_a_soft_budget_needs_every_route_priced(tmp_path: Path) -> None:
     assert err.value.field == "budget.soft_cost_usd"
 
 
+def test_a_soft_budget_set_live_needs_every_route_priced_too(tmp_path: Path) -> None:
+    # As in the config: spend at an unknown price is never counted, so it would never hold.
+    route = dataclasses.replace(sim_route(**SLOW), price=None)
+    engine = start(batch(2), settings(route, pool=1), tmp_path)
+    try:
+        assert engine.limits().unpriced_route == "sim"
+        with pytest.raises(LimitError, match="no price is known for route 'sim'") as err:
+            engine.set_limits({"soft_cost_usd": "0.01"})
+        assert err.value.field == "soft_cost_usd"
+        assert engine.limits().soft_cost_usd is None
+        engine.set_limits({"soft_cost_usd": None})  # dropping one is always possible
+    finally:
+        engine.close()
+
+
 def test_the_report_shows_the_changes_and_the_holds(tmp_path: Path, every_step: None) -> None:
     from flightdeck.engine.records.report import build_report, render_markdown
 

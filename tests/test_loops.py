@@ -39,13 +39,23 @@ def test_near_same_arguments_differ_only_in_numbers_and_spacing() -> None:
     assert call_key("grep", {"q": "x"}) != call_key("grep", {"q": "z"})
     assert call_key("grep", {"q": "x"}) != call_key("find", {"q": "x"})
     d = LoopDetector(LoopSettings(repeat_calls=3, stale_turns=0))
-    for offset in (0, 40, 80):
-        _turn(d, ("read_file", {"path": "a.py", "offset": offset}, f"lines {offset}"))
+    for offset in (0, 40, 80):  # the same page each time: nothing new
+        _turn(d, ("read_file", {"path": "a.py", "offset": offset}, "lines 0-40"))
     ev = d.evidence
     assert ev is not None and ev.kind == "repeat"
     assert ev.summary.endswith("called 3 times with near-same arguments")
     # side by side, each as it was made
     assert ev.calls == tuple(f'read_file {{"offset": {n}, "path": "a.py"}}' for n in (0, 40, 80))
+
+
+def test_near_same_calls_that_each_bring_something_new_are_work_not_a_loop() -> None:
+    d = LoopDetector(LoopSettings(repeat_calls=3, stale_turns=0))
+    for offset in (0, 40, 80, 120):  # a file read page by page
+        _turn(d, ("read_file", {"path": "a.py", "offset": offset}, f"lines {offset}"))
+    assert d.evidence is None
+    for _ in range(3):  # the same call again is a loop, whatever it returns
+        _turn(d, ("read_file", {"path": "a.py", "offset": 0}, "lines 0"))
+    assert d.evidence is not None and d.evidence.summary.endswith("with the same arguments")
 
 
 def test_a_different_call_clears_a_repeat() -> None:
@@ -105,6 +115,28 @@ def test_the_flag_keeps_its_first_time_and_an_answer_clears_it() -> None:
     assert d.evidence is not None and d.evidence.ts == 2.0
     assert d.answered() and d.evidence is None
     assert not d.answered()
+
+
+def test_after_a_policy_steer_only_what_the_child_does_next_is_evidence_again() -> None:
+    d = LoopDetector(LoopSettings(repeat_calls=3, stale_turns=3))
+    same = ("list_dir", {"path": "."}, "(empty)")
+    for _ in range(3):
+        _turn(d, same)
+    first = d.evidence
+    assert first is not None and first.kind == "repeat"
+    d.steered()
+    # Two more repeats (and two stale turns) after the steer: the flag stands, nothing new.
+    assert not _turn(d, same) and not _turn(d, same)
+    assert d.evidence == first and not d.again
+    # The third repeat since the steer is fresh evidence, found then.
+    assert d.turn_ended(0, None, 200.0) is False  # a turn with no call changes nothing
+    d.call(*same)
+    assert d.turn_ended(0, None, 300.0) and d.again
+    assert d.evidence is not None and d.evidence.ts == 300.0
+    # Steered again, a different call is progress: the flag clears, not evidence.
+    d.steered()
+    assert _turn(d, ("read_file", {"path": "a.py"}, "text")) and d.evidence is None
+    assert not d.again
 
 
 def test_every_check_off_flags_nothing() -> None:

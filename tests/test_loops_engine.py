@@ -110,12 +110,39 @@ def test_a_stubborn_loop_is_nudged_then_steered_now_then_stopped(tmp_path: Path)
     ]
     assert [(r.by, r.now) for r in row.steers] == [("policy", False), ("policy", True)]
     assert _events(db, snap.batch_id, "stop") == []  # not the operator's stop
+    assert "by the operator" not in Path(row.transcript).read_text()
     transcript = Path(row.transcript).read_text()
-    order = [
-        transcript.index(f"step {n} of 3, {s})")
-        for n, s in ((1, "nudge"), (2, "steer_now"), (3, "stop"))
+    # Each step after the first acts on fresh evidence: the child looped again (3 more repeats)
+    # after the previous step's steer reached it, and no sooner than the wait after that.
+    marks = [
+        "step 1 of 3, nudge)",
+        "loop policy: delivered",
+        "still looping after the loop policy's steer (repeat)",
+        "step 2 of 3, steer_now)",
+        "loop policy: delivered",
+        "still looping after the loop policy's steer (repeat)",
+        "step 3 of 3, stop)",
     ]
-    assert order == sorted(order)
+    at = 0
+    spans = []
+    for mark in marks:
+        found = transcript.index(mark, at)
+        spans.append(transcript[at:found])
+        at = found + len(mark)
+    assert spans[2].count('tool-call │ list_dir {"path": "."}') >= 3  # repeats since delivery
+    assert spans[5].count('tool-call │ list_dir {"path": "."}') >= 3
+    with StoreReader(db) as reader:
+        step_ts = [ts for ts, _, k, _ in reader.events(snap.batch_id) if k == "loop_policy"]
+        flags = [
+            evidence_from_json(d) for _, _, k, d in reader.events(snap.batch_id) if k == "loop"
+        ]
+    delivered = [r.settled_ts for r in row.steers]
+    assert delivered[0] is not None and delivered[1] is not None
+    assert step_ts[1] >= delivered[0] + 0.05 and step_ts[2] >= delivered[1] + 0.05
+    ts = [f.ts for f in flags if f is not None]
+    assert len(flags) == len(ts) == 3 and ts == sorted(ts)  # flagged, then afresh after each
+    assert flags[1] is not None and flags[1].ts > delivered[0]
+    assert flags[2] is not None and flags[2].ts > delivered[1] and flags[2] == row.loop
     # A view of the store (an attached TUI) sees the same evidence, and whose steers they were.
     view = StoreView(db, snap.batch_id, watch=False)
     try:
@@ -131,3 +158,30 @@ def test_a_stubborn_loop_is_nudged_then_steered_now_then_stopped(tmp_path: Path)
     assert [s["step"] for s in report["loop_policy"]] == ["nudge", "steer_now", "stop"]
     text = render_markdown(report)
     assert "## Loop policy" in text and "No steers or stops." in text
+
+
+# About 0.1 s a turn, the answer longer still: a policy that escalated on the clock alone
+# (the next step `policy_wait_s` after the last, whatever the child did since) would land on
+# the answer being written.
+ANSWERING_TURNS = {"time_scale": 0.1, "latency_ms": 1000, "tokens_per_s": 600}
+
+
+def test_a_child_that_answers_after_the_nudge_is_never_escalated(tmp_path: Path) -> None:
+    loops = LoopSettings(
+        repeat_calls=3, stale_turns=0, policy=("nudge", "steer_now", "stop"), policy_wait_s=0.02
+    )
+    route = dataclasses.replace(sim_route(**ANSWERING_TURNS), loops=loops)
+    b = tasks_batch([Task(id="t", goal="Find every TODO in src/. [sim:loop]", seq=0, max_turns=10)])
+    snap = run_to_end(start(b, settings(route), tmp_path))
+    row = snap.children[0]
+    assert row.status is ChildStatus.COMPLETED and row.result  # its answer, not interrupted
+    assert row.loop is None
+    db = tmp_path / "state" / "flightdeck.db"
+    steps = [json.loads(d)["step"] for _, d in _events(db, snap.batch_id, "loop_policy")]
+    assert steps == ["nudge"]
+    assert [(r.by, r.now, r.state.value) for r in row.steers] == [("policy", False, "delivered")]
+    transcript = Path(row.transcript).read_text()
+    assert "steer_now" not in transcript and "still looping" not in transcript
+    with StoreReader(db) as reader:
+        report = build_report(reader, snap.batch_id)
+    assert [s["step"] for s in report["loop_policy"]] == ["nudge"]

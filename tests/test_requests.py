@@ -254,3 +254,43 @@ def test_a_running_batch_whose_owner_died_reads_as_abandoned(db: Path) -> None:
         assert reused is not None and reused.status == BatchStatus.ABANDONED
         live = reader.batch("b1")
         assert live is not None and live.status == BatchStatus.RUNNING
+
+
+def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path) -> None:
+    # The schema takes any kind (a newer client may send one): an owner that cannot read a
+    # request refuses it, and its duties (the heartbeat, the next requests) go on.
+    from helpers import batch, settings, sim_route, start, until
+
+    slow = sim_route(tool_turns=5, latency_ms=400, time_scale=1.0)
+    engine = start(batch(2), settings(slow, pool=2), tmp_path)
+    db = tmp_path / "state" / "flightdeck.db"
+    try:
+        with sqlite3.connect(db) as conn:
+            for kind, ids, payload in (
+                ("set_priority", "[]", None),
+                ("stop", "not json", None),
+                ("limits", "[]", "5"),  # a payload that is no object: applying it raises
+            ):
+                conn.execute(
+                    "INSERT INTO requests (batch_id, kind, child_ids, now, state, created_ts,"
+                    " payload) VALUES (?, ?, ?, 0, 'pending', 1.0, ?)",
+                    (engine.batch_id, kind, ids, payload),
+                )
+        rid = submit_stop_all(db, engine.batch_id)
+
+        def applied() -> bool:
+            done = request(db, engine.batch_id, rid)
+            return done is not None and done.state == RequestState.APPLIED
+
+        until(applied, 10)
+        assert engine.wait(10)
+        assert engine._duties is not None and engine._duties._thread.is_alive()
+        with sqlite3.connect(db) as conn:
+            refused = conn.execute(
+                "SELECT id, state, reason FROM requests WHERE id < ? ORDER BY id", (rid,)
+            ).fetchall()
+        assert refused[0] == (1, "refused", "this owner cannot apply a 'set_priority' request")
+        assert refused[1][:2] == (2, "refused") and "cannot read the request" in refused[1][2]
+        assert refused[2][:2] == (3, "refused") and "could not apply it" in refused[2][2]
+    finally:
+        engine.close()

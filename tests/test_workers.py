@@ -172,3 +172,32 @@ def test_a_thread_lent_for_a_paused_process_lets_the_next_child_run() -> None:
     pool.lend(-1)  # continued: its thread is its own again
     held.set()
     pool.shutdown()
+
+
+def test_raising_the_pool_keeps_the_threads_lent_to_paused_processes() -> None:
+    # Six suspended processes each hold a thread, and one is lent for each; the operator then
+    # raises the pool: all twenty new children must get a thread, and giving the lent ones back
+    # leaves the pool its raised size (before, grow() swallowed the lent threads).
+    pool = WorkerPool(1)
+    held = threading.Event()
+    for _ in range(6):
+        pool.submit(lambda: held.wait(10))
+        pool.lend(1)
+    pool.grow(20)
+    started = threading.Semaphore(0)
+    release = threading.Event()
+
+    def child() -> None:
+        started.release()
+        release.wait(10)
+
+    for _ in range(20):
+        pool.submit(child)
+    for _ in range(20):
+        assert started.acquire(timeout=5), "a child waited for a thread"
+    assert pool.threads == 26
+    pool.lend(-6)
+    assert pool._max == 20
+    release.set()
+    held.set()
+    pool.shutdown()

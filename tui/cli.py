@@ -10,17 +10,8 @@ from typing import Literal, NoReturn
 
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.commands import (
-    cmd_limits,
-    cmd_ls,
-    cmd_pause,
-    cmd_report,
-    cmd_resume,
-    cmd_run,
-    cmd_steer,
-    cmd_stop,
-    cmd_wait,
-)
+from flightdeck.tui.client import cmd_limits, cmd_pause, cmd_steer, cmd_stop, cmd_wait
+from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from rich.text import Text

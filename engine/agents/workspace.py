@@ -3,13 +3,27 @@ worktree of the workspace's repository (removed at the end unless kept)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from flightdeck.engine.inputs.settings.values import WorkspaceMode
 
 GIT_TIMEOUT_S = 60.0
+
+# git does not serialize `worktree add/remove/prune` in one repository: two at once can fail
+# ("failed to read .git/worktrees/t4/commondir"). Children of one batch share the repository,
+# so its worktree commands take turns (per process; one owner runs a batch).
+_REPO_LOCKS: dict[str, threading.Lock] = {}
+_REPO_LOCKS_GUARD = threading.Lock()
+
+
+def _repo_lock(repo: Path) -> threading.Lock:
+    key = os.path.realpath(repo)
+    with _REPO_LOCKS_GUARD:
+        return _REPO_LOCKS.setdefault(key, threading.Lock())
 
 
 class WorkspaceError(Exception):
@@ -95,13 +109,14 @@ class Workspace:
 
     def _git(self, repo: Path, *args: str) -> None:
         try:
-            done = subprocess.run(
-                ["git", "-C", str(repo), *args],
-                capture_output=True,
-                text=True,
-                timeout=GIT_TIMEOUT_S,
-                check=False,
-            )
+            with _repo_lock(repo):
+                done = subprocess.run(
+                    ["git", "-C", str(repo), *args],
+                    capture_output=True,
+                    text=True,
+                    timeout=GIT_TIMEOUT_S,
+                    check=False,
+                )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise WorkspaceError(f"git {args[0]}: {exc}") from exc
         if done.returncode != 0:

@@ -65,6 +65,7 @@ class LoopFlagged:
 
     child_id: str
     evidence: LoopEvidence | None
+    again: bool = False  # found afresh on what it did after a loop policy's steer reached it
 
 
 ChildFact = (

@@ -188,7 +188,8 @@ class Child(ChildState):
             except Interrupted:
                 self._check_stop()
                 # steer --now: the partial response is dropped and the turn restarts with it
-                self.transcript.write("engine", "response interrupted by the operator")
+                who = self._steering.now_by
+                self.transcript.write("engine", f"response interrupted by {who}")
                 self._deliver_steers(messages)
                 self._hold(self._activity.turns)  # the restarted call waits on the route again
 
@@ -331,6 +332,7 @@ class Child(ChildState):
             messages.append(Message("user", f"[operator] {receipt.message}"))
             if receipt.by == "policy":
                 self.transcript.write("engine", f"loop policy: delivered: {receipt.message}")
+                self._loops.steered()  # its next step needs evidence from here on
             else:
                 self.transcript.write("operator", f"delivered: {receipt.message}")
             self._settle(receipt, SteerState.DELIVERED)

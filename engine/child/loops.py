@@ -11,7 +11,10 @@
   child's workspace (each file's path, size and mtime) stayed the same.
 
 The first check that holds is the evidence; it clears when none holds any more (the child
-made progress). The detector is plain data fed by one thread (the child's worker).
+made progress). Once a loop policy's steer reached the child (`steered`), a check holding on
+calls or turns from before it is no news: only one that holds on what the child did since is
+evidence again (`again`), what the policy's next step waits for. The detector is plain data
+fed by one thread (the child's worker).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def workspace_fingerprint(root: Path) -> str:
 class _Call:
     key: str
     text: str
+    new: bool = False  # its result had not been seen before
 
 
 class LoopDetector:
@@ -103,6 +107,10 @@ class LoopDetector:
         self._turns = 0
         self._last_tokens: int | None = None
         self._last_print: str | None = None
+        # Since a policy's steer reached the child (None: none since it was last flagged).
+        self._calls_since: int | None = None
+        self._turns_since = 0
+        self.again = False  # the last change: a check held afresh on what came after a steer
 
     @property
     def enabled(self) -> bool:
@@ -111,18 +119,22 @@ class LoopDetector:
 
     def call(self, name: str, arguments: Mapping[str, Any] | str, output: str) -> None:
         """A tool call ran and returned `output`."""
-        one = _Call(call_key(name, arguments), call_text(name, arguments))
-        self._recent.append(one)
-        self._turn_calls.append(one)
         digest = output_digest(name + "\x00" + output)
-        if digest not in self._outputs:
+        new = digest not in self._outputs
+        if new:
             self._outputs.add(digest)
             self._turn_new = True
+        one = _Call(call_key(name, arguments), call_text(name, arguments), new)
+        self._recent.append(one)
+        if self._calls_since is not None:
+            self._calls_since += 1
+        self._turn_calls.append(one)
 
     def turn_ended(self, tokens: int, fingerprint: str | None, now: float) -> bool:
         """A tool turn's calls have all returned: check again; True if the evidence changed
         (found, changed kind, or cleared)."""
         self._turns += 1
+        self._turns_since += 1
         calls = "; ".join(c.text for c in self._turn_calls) or "(no tool call)"
         label = one_line(f"turn {self._turns}: {calls}", CALL_CHARS * 2)
         if self._turn_new or not self._turn_calls:
@@ -140,34 +152,65 @@ class LoopDetector:
         self._turn_calls, self._turn_new = [], False
         found = self._check(now)
         before = self.evidence
-        if found is not None and before is not None and found.kind == before.kind:
+        self.again = False
+        if found is not None and self._calls_since is not None:
+            fresh = self._check(now, self._calls_since, self._turns_since)
+            if fresh is None:
+                return False  # it still loops, on evidence the steer already answered
+            found, self.again, self._calls_since = fresh, True, None
+        elif found is not None and before is not None and found.kind == before.kind:
             found = LoopEvidence(found.kind, found.summary, found.calls, before.ts)
+        if found is None:
+            self._calls_since = None
         self.evidence = found
         return found != before
+
+    def steered(self) -> None:
+        """A loop policy's steer reached the child: from here, only a check that holds on what
+        it does next is evidence again. The flag stays until it makes progress."""
+        if self.evidence is not None:
+            self._calls_since, self._turns_since = 0, 0
 
     def answered(self) -> bool:
         """The model answered without a tool call: progress. True if that cleared a flag."""
         self._recent.clear()
         self._stale.clear()
         self._still.clear()
+        self._calls_since, self.again = None, False
         before, self.evidence = self.evidence, None
         return before is not None
 
-    def _check(self, now: float) -> LoopEvidence | None:
+    def _check(
+        self, now: float, calls: int | None = None, turns: int | None = None
+    ) -> LoopEvidence | None:
+        """The first check that holds; with `calls` and `turns` (made since a steer), only a
+        check whose whole window lies within them."""
         s = self.settings
         recent = list(self._recent)
         full = bool(s.repeat_calls) and len(recent) >= s.repeat_calls
-        if full and len({c.key for c in recent}) == 1:
-            exact = len({c.text for c in recent}) == 1
+        if calls is not None and calls < s.repeat_calls:
+            full = False
+        if turns is not None and turns < s.stale_turns:
+            stale = False
+        else:
+            stale = bool(s.stale_turns) and len(self._stale) >= s.stale_turns
+        if turns is not None and turns < s.still_turns:
+            still = False
+        else:
+            still = bool(s.still_turns) and len(self._still) >= s.still_turns
+        # Near-same calls that each bring something new are work (reading a file page by page:
+        # offset 0, 40, 80); the same call again, or near-same ones told nothing new, a loop.
+        exact = len({c.text for c in recent}) == 1
+        if full and len({c.key for c in recent}) == 1 and (exact or not all(c.new for c in recent)):
             how = "the same arguments" if exact else "near-same arguments"
             summary = f"{recent[-1].text} called {len(recent)} times with {how}"
             return LoopEvidence(
                 "repeat", one_line(summary, 200), tuple(c.text for c in recent), now
             )
-        if s.stale_turns and len(self._stale) >= s.stale_turns:
+        if stale:
             summary = f"tool calls with no new output for {len(self._stale)} turns"
             return LoopEvidence("no_output", summary, tuple(self._stale), now)
-        if s.still_turns and len(self._still) >= s.still_turns:
+        if still:
             summary = f"tokens growing for {len(self._still)} turns with no change to the workspace"
             return LoopEvidence("no_change", summary, tuple(self._still), now)
         return None

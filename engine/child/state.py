@@ -377,24 +377,32 @@ class ChildState:
             tokens = self._usage.total
         before = self._looping
         if self._loops.turn_ended(tokens, fingerprint, self._clock()):
-            self._loop_changed(before, self._loops.evidence)
+            self._loop_changed(before, self._loops.evidence, again=self._loops.again)
 
     def _answered(self) -> None:
         """The model answered with no tool call: a loop it was in has ended."""
         if self._loops.answered():
             self._loop_changed(self._looping, None)
 
-    def _loop_changed(self, before: LoopEvidence | None, found: LoopEvidence | None) -> None:
+    def _loop_changed(
+        self, before: LoopEvidence | None, found: LoopEvidence | None, again: bool = False
+    ) -> None:
         with self._lock:
             self._looping = found
             self._version += 1
-        if before is not None and found is not None and before.kind == found.kind:
+        if again and found is not None:
+            # Fresh evidence on what it did after the policy's steer reached it.
+            self.transcript.write(
+                "engine",
+                f"still looping after the loop policy's steer ({found.kind}): {found.summary}",
+            )
+        elif before is not None and found is not None and before.kind == found.kind:
             return  # the same loop, its calls updated in place
-        if found is not None:
+        elif found is not None:
             self.transcript.write("engine", f"looping ({found.kind}): {found.summary}")
         else:
             self.transcript.write("engine", "no longer looping: it made progress")
-        self._report(LoopFlagged(self.task.id, found))
+        self._report(LoopFlagged(self.task.id, found, again))
 
     def _show(self, text: str) -> None:
         """What the child waits for, without counting as activity (it is held, not idle)."""

@@ -47,6 +47,13 @@ class Steering:
         """True when there is something to deliver (a steer, or a --now to honour)."""
         return bool(self._inbox) or self.now_pending
 
+    @property
+    def now_by(self) -> str:
+        """Whose steer --now interrupts: the operator's, unless each one waiting is the policy's."""
+        with self._lock:
+            nows = [r for r in self._inbox if r.now]
+        return "the loop policy" if nows and all(r.by == "policy" for r in nows) else "the operator"
+
     def take(self) -> list[SteerReceipt]:
         """The steers to deliver now, oldest first; the inbox is left empty."""
         with self._lock:

@@ -182,7 +182,7 @@ class Controls:
 
     # --- the loop policy -----------------------------------------------------------------------
 
-    def looped(self, child_id: str, evidence: LoopEvidence | None) -> None:
+    def looped(self, child_id: str, evidence: LoopEvidence | None, again: bool) -> None:
         """A child's loop flag changed (flagged, or cleared by progress): kept in the events
         table (an attached view shows it from there), and its route's policy starts or ends."""
         co = self._co
@@ -191,7 +191,7 @@ class Controls:
             return
         co.record_event(child_id, "loop", evidence_json(evidence))
         if child_id in co.alive:
-            self.loop_policies.flagged(child_id, evidence, child.route.loops, self._clock())
+            self.loop_policies.flagged(child_id, evidence, child.route.loops, again)
 
     def loop_steps(self) -> None:
         """The loop policies' steps that are due: each recorded as the policy's own."""

@@ -65,6 +65,7 @@ from flightdeck.engine.model import (
     RouteHeadroom,
     SteerReceipt,
     SteerSettled,
+    SteerState,
 )
 from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.meter import Meter
@@ -429,6 +430,8 @@ class Coordinator:
                 self._finals.lost()
                 self._arrivals.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
+                if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
+                    self._controls.loop_policies.delivered(receipt.child_id, self._clock())
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
             case Delegated(child, call):
@@ -439,8 +442,8 @@ class Coordinator:
                 self.queues.requeue(self._admission.gate.first_chunk(child))
             case HeadroomSeen(route, event):
                 self.queues.saw_headroom(route, event, self._clock())
-            case LoopFlagged(child_id, evidence):
-                self._controls.looped(child_id, evidence)
+            case LoopFlagged(child_id, evidence, again):
+                self._controls.looped(child_id, evidence, again)
             case Steer() | Stop() | StopAll() | SetLimits() | Pause() | PauseAdmission():
                 self._controls.apply(message)
             case RecordProgress(done):

@@ -1,6 +1,9 @@
 """A route's loop policy (`[routes.NAME.loops] policy`): what the engine does, on its own, to a
-child flagged as looping: nudge it, then steer it now, then stop it, one step every
-`policy_wait_s` while it still loops. Coordinator-thread state, no locks."""
+child flagged as looping: nudge it, then steer it now, then stop it. The first step is taken
+when the child is flagged; each next one only on fresh evidence, the child flagged looping again
+by what it did after the previous step's steer reached it, and no sooner than `policy_wait_s`
+after that delivery. A child that changes course or answers is never escalated.
+Coordinator-thread state, no locks."""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from flightdeck.engine.model import LoopEvidence
 class _Looping:
     settings: LoopSettings
     evidence: LoopEvidence
-    next_step: int  # index into the policy
-    due: float  # when that step is taken
+    next_step: int  # index into the policy; past its end: all taken, only watched
+    fresh: bool = True  # evidence the next step may act on (none yet since the last steer)
+    delivered: float | None = None  # when the last step's steer reached the child
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,29 +40,47 @@ class LoopPolicies:
         self._looping: dict[str, _Looping] = {}
 
     def flagged(
-        self, child_id: str, evidence: LoopEvidence | None, settings: LoopSettings, now: float
+        self,
+        child_id: str,
+        evidence: LoopEvidence | None,
+        settings: LoopSettings,
+        again: bool = False,
     ) -> None:
-        """A child's loop flag changed: a new loop starts its policy over at its first step
-        (due at once); progress (None) ends it."""
+        """A child's loop flag changed: a new loop starts its policy at its first step (due at
+        once); evidence found `again` after a step's steer lets the next step come; progress
+        (None) ends it."""
         if evidence is None or not settings.policy:
             self._looping.pop(child_id, None)
             return
         found = self._looping.get(child_id)
-        if found is not None:
-            found.evidence = evidence  # the same loop seen another way: the policy goes on
+        if found is None:
+            if not again:  # fresh evidence after a policy that ended (a pause): not restarted
+                self._looping[child_id] = _Looping(settings, evidence, 0)
             return
-        self._looping[child_id] = _Looping(settings, evidence, 0, now)
+        found.evidence = evidence  # the same loop seen another way, or seen again
+        found.fresh = found.fresh or again
+
+    def delivered(self, child_id: str, now: float) -> None:
+        """The policy's steer reached the child: the wait for the next step starts here."""
+        found = self._looping.get(child_id)
+        if found is not None:
+            found.delivered = now
 
     def ended(self, child_id: str) -> None:
         self._looping.pop(child_id, None)
 
     def due(self, now: float) -> list[Step]:
-        """The steps due at `now`, each taken once; the next is scheduled after the wait."""
+        """The steps due at `now`, each taken once; after a steer the next waits for its
+        delivery, fresh evidence, and `policy_wait_s`."""
         out = []
-        for child_id, state in list(self._looping.items()):
-            if now < state.due:
-                continue
+        for child_id, state in self._looping.items():
             policy = state.settings.policy
+            if state.next_step >= len(policy) or not state.fresh:
+                continue
+            if state.next_step > 0 and (
+                state.delivered is None or now < state.delivered + state.settings.policy_wait_s
+            ):
+                continue
             out.append(
                 Step(
                     child_id,
@@ -69,8 +91,5 @@ class LoopPolicies:
                 )
             )
             state.next_step += 1
-            if state.next_step >= len(policy):
-                del self._looping[child_id]  # nothing left to do but watch
-            else:
-                state.due = now + state.settings.policy_wait_s
+            state.fresh, state.delivered = False, None
         return out

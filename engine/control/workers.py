@@ -26,7 +26,9 @@ class WorkerPool:
     def __init__(self, max_workers: int, name: str = "flightdeck-child") -> None:
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
-        self._max = max_workers
+        self._base = max_workers  # what the pool size asks for (grow)
+        self._lent = 0  # one more for each paused process holding its thread (lend)
+        self._max = max_workers  # _base + _lent, or fewer once the system refused a thread
         self._name = name
         self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -48,7 +50,8 @@ class WorkerPool:
         """Allow up to `max_workers` threads (a larger pool size); never fewer: a thread that
         is not needed waits idle, and a lower pool size only admits fewer children."""
         with self._lock:
-            self._max = max(self._max, max_workers)
+            self._base = max(self._base, max_workers)
+            self._max = self._base + self._lent
 
     def submit(self, fn: Callable[[], object]) -> None:
         """Queue `fn` for a thread; RuntimeError once shut down or while the interpreter exits,
@@ -85,7 +88,8 @@ class WorkerPool:
         """Allow `threads` more (or, negative, fewer) threads: a paused process keeps its
         thread, so the children that take its slot meanwhile need one of their own."""
         with self._lock:
-            self._max = max(1, self._max + threads)
+            self._lent = max(0, self._lent + threads)
+            self._max = self._base + self._lent
 
     def shutdown(self) -> None:
         """Drop queued work that has not started and let idle threads exit; do not wait.

@@ -68,6 +68,14 @@ def price_known(route: Route) -> bool:
     return route.provider != "sim" and _known_model(route.provider, route.model)
 
 
+def spend_known(route: Route) -> bool:
+    """Whether what the route's children spend is known: priced calls, or a command whose CLI
+    reports its cost (Claude Code; another command's tokens need the route's price). A cost
+    cap over a route that is not is never reached: it cannot be enforced."""
+    reports_cost = route.command is not None and route.command.format == "claude-stream-json"
+    return reports_cost or price_known(route)
+
+
 def route_cost(usage: Usage, route: Route) -> Decimal | None:
     """Cost for a route: its configured price first, then genai-prices, else unknown."""
     if route.price is not None:

@@ -23,12 +23,14 @@ from flightdeck.engine.inputs.tasks import unicode_problem
 from flightdeck.engine.model import BatchStatus, SteerReceipt
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.rows import RECEIPT_COLUMNS, receipt
+from flightdeck.engine.sanitize import one_line
 
 __all__ = [
     "REQUEST_COLUMNS",
     "RequestKind",
     "RequestRow",
     "RequestState",
+    "UnreadableRequest",
     "pending_requests",
     "recorded_controls",
     "refuse_pending",
@@ -180,14 +182,38 @@ def refuse_pending(db_path: Path, batch_id: str, reason: str) -> int:
     return with_connection(db_path, refuse, readonly=False)
 
 
-def pending_requests(conn: sqlite3.Connection, batch_id: str, after: int = 0) -> list[RequestRow]:
+@dataclass(frozen=True, slots=True)
+class UnreadableRequest:
+    """A pending request this flightdeck cannot read (a kind it does not know, bad JSON):
+    the owner refuses it with `reason`, and goes on with the others."""
+
+    id: int
+    reason: str
+
+
+def pending_requests(
+    conn: sqlite3.Connection, batch_id: str, after: int = 0
+) -> list[RequestRow | UnreadableRequest]:
     """A batch's pending requests with ids above `after`, oldest first (for the owner)."""
     rows = conn.execute(
         f"SELECT {REQUEST_COLUMNS} FROM requests"
         " WHERE batch_id = ? AND state = 'pending' AND id > ? ORDER BY id",
         (batch_id, after),
     ).fetchall()
-    return [request_row(r) for r in rows]
+    out: list[RequestRow | UnreadableRequest] = []
+    known = {k.value for k in RequestKind}
+    for r in rows:
+        # The schema does not check kinds (a newer client may know more): the code does.
+        if r[2] not in known:
+            kind = one_line(str(r[2]), 40)
+            out.append(UnreadableRequest(int(r[0]), f"this owner cannot apply a {kind!r} request"))
+            continue
+        try:
+            out.append(request_row(r))
+        except (ValueError, TypeError) as exc:  # bad JSON in a column
+            why = f"this owner cannot read the request: {one_line(str(exc), 120)}"
+            out.append(UnreadableRequest(int(r[0]), why))
+    return out
 
 
 def recorded_controls(conn: sqlite3.Connection, batch_id: str, request_id: int) -> list[int]:

@@ -35,8 +35,9 @@ def open_view(db: Path, batch_id: str, *, force_polling: bool = False) -> StoreV
             time.sleep(0.005)
 
 
-def events_to_the_end(view: StoreView) -> list[EngineEvent]:
-    """Every fact the view derives, until (and with) the batch's end."""
+def events_to_the_end(view: StoreView, ended_before: set[str] | None = None) -> list[EngineEvent]:
+    """Every fact the view derives, until (and with) the batch's end; `ended_before` gets the
+    children that had ended when it subscribed (their ends may have been told to nobody)."""
     events: list[EngineEvent] = []
     ended = threading.Event()
 
@@ -46,6 +47,8 @@ def events_to_the_end(view: StoreView) -> list[EngineEvent]:
             ended.set()
 
     view.subscribe(on_event)
+    if ended_before is not None:
+        ended_before |= {r.id for r in view.snapshot().children if r.status.terminal}
     assert ended.wait(30), "the batch's end seen through the store"
     return events
 
@@ -61,7 +64,8 @@ def test_the_view_follows_the_store_and_derives_the_facts(
     try:
         db = tmp_path / "state" / "flightdeck.db"
         view = open_view(db, engine.batch_id, force_polling=force_polling)
-        events = events_to_the_end(view)
+        early: set[str] = set()  # a loaded machine can finish a child before the view opens
+        events = events_to_the_end(view, early)
         assert view._waker is not None and view._waker.events is not force_polling
         snap = view.snapshot()
         assert snap.status is BatchStatus.COMPLETED and snap.finished_ts is not None
@@ -70,7 +74,10 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         with StoreReader(db) as reader:  # the rows as the store's own reader builds them
             assert list(snap.children) == reader.children(engine.batch_id, results=False)
         finished = [e.row.id for e in events if isinstance(e, ChildFinished)]
-        assert sorted(finished) == [f"t{i:04d}" for i in range(6)]  # each exactly once
+        assert len(finished) == len(set(finished))  # each at most once
+        everyone = {f"t{i:04d}" for i in range(6)}
+        assert everyone - early <= set(finished) <= everyone  # every end after it subscribed
+        assert len(early) < 6  # the batch was still running: some end was told
         started = {e.child_id for e in events if isinstance(e, ChildStarted)}
         assert started <= set(finished)
         assert [e for e in events if isinstance(e, BatchFinished)] == [

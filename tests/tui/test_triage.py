@@ -379,3 +379,15 @@ def _attach(db: Path, batch_id: str) -> StoreView:
         except LookupError:
             assert time.monotonic() < deadline
             time.sleep(0.01)
+
+
+def test_grouped_by_status_every_status_has_its_place_in_the_attention_order() -> None:
+    # A status missing from the order sorted after `stopped`: paused children went last.
+    from flightdeck.engine.model import ChildStatus
+    from flightdeck.tui.widgets.rows import GroupBy, group_rank
+
+    ranks = {s.value: group_rank(GroupBy.STATUS, s.value) for s in ChildStatus}
+    ranks["retrying"] = group_rank(GroupBy.STATUS, "retrying")
+    order = sorted(ranks, key=lambda s: ranks[s])
+    assert order.index("paused") < order.index("queued") < order.index("completed")
+    assert len({rank[1] for rank in ranks.values()}) == len(ranks)  # none shares "not listed"

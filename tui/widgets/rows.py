@@ -349,6 +349,7 @@ _STATUS_GROUPS = (
     "unknown",
     "retrying",
     "running",
+    "paused",
     "gated",
     "queued",
     "completed",

@@ -1,0 +1,130 @@
+"""A steer, stop or pause sent to every child matching a filter: one summary of how it went,
+once every child has taken it, instead of a notice per child (there may be thousands)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, SteerState
+
+
+@dataclass(frozen=True, slots=True)
+class _BulkStop:
+    """A stop sent to every child matching a filter: the ones sent, and how many had ended."""
+
+    ids: tuple[str, ...]
+    ended: int
+
+
+@dataclass(frozen=True, slots=True)
+class _BulkSteer:
+    """A steer sent to every child matching a filter: the receipts each child had before it
+    (the new one is the one not among them), and how many had ended."""
+
+    before: dict[str, frozenset[int]]
+    ended: int
+
+
+@dataclass(frozen=True, slots=True)
+class _BulkPause:
+    """A pause (or continue) sent to every child matching a filter: the ones sent, and how
+    many had ended."""
+
+    ids: tuple[str, ...]
+    ended: int
+    resume: bool
+
+
+def had_ended(n: int) -> str:
+    """`, 2 had already ended` (nothing when none had)."""
+    return f", {n} had already ended" if n else ""
+
+
+Rows = Mapping[str, ChildRow]
+
+
+class Summaries:
+    """The bulk sends not all taken yet; each settle_* says (through `say`) how the ones done
+    went, once every child of one has taken it."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._stops: list[_BulkStop] = []  # stops of everything matching, not all landed yet
+        self._steers: list[_BulkSteer] = []  # steers of everything matching, not all settled
+        self._pauses: list[_BulkPause] = []  # pauses of everything matching, not all taken
+        self._summed: set[int] = set()  # receipts a steer's summary has counted
+
+    def stopped(self, ids: list[str], ended: int) -> None:
+        self._stops.append(_BulkStop(tuple(ids), ended))
+
+    def steered(self, before: dict[str, frozenset[int]], ended: int) -> None:
+        self._steers.append(_BulkSteer(before, ended))
+
+    def paused(self, ids: list[str], ended: int, resume: bool) -> None:
+        self._pauses.append(_BulkPause(tuple(ids), ended, resume))
+
+    def counts(self, receipt: SteerReceipt) -> bool:
+        """Whether a steer's receipt is one of a steer to everything matching: summed up
+        when all have settled, never a notice of its own."""
+        return receipt.id in self._summed or any(
+            receipt.child_id in bulk.before for bulk in self._steers
+        )
+
+    def settle_steers(self, rows: Rows) -> None:
+        """A steer of everything matching, every receipt settled: one summary of them."""
+        if not self._steers:
+            return
+        waiting: list[_BulkSteer] = []
+        for bulk in self._steers:
+            states: list[SteerState] = []
+            receipts: list[int] = []
+            for child_id, known in bulk.before.items():
+                new = [r for r in rows[child_id].steers if r.id not in known]
+                if not new or new[-1].state is SteerState.QUEUED:
+                    break
+                states.append(new[-1].state)
+                receipts.append(new[-1].id)
+            else:
+                self._summed.update(receipts)  # their own notices may still be on the way
+                delivered = states.count(SteerState.DELIVERED)
+                text = f"steer: {delivered} delivered, {len(states) - delivered} missed"
+                self._say(text + had_ended(bulk.ended))
+                continue
+            waiting.append(bulk)
+        self._steers = waiting
+
+    def settle_stops(self, rows: Rows) -> None:
+        """A stop of everything matching, every child of it ended: one summary of how."""
+        if not self._stops:
+            return
+        waiting: list[_BulkStop] = []
+        for bulk in self._stops:
+            if any(i in rows and rows[i].status.live for i in bulk.ids):
+                waiting.append(bulk)
+                continue
+            stopped = sum(1 for i in bulk.ids if rows[i].status is ChildStatus.STOPPED)
+            # A child that finished on its own before the stop reached it had ended too.
+            self._say(f"{stopped} stopped" + had_ended(bulk.ended + len(bulk.ids) - stopped))
+        self._stops = waiting
+
+    def settle_pauses(self, rows: Rows) -> None:
+        """A pause (or continue) of everything matching, every child of it paused (continued)
+        or ended: one summary of how."""
+        if not self._pauses:
+            return
+        waiting: list[_BulkPause] = []
+        for bulk in self._pauses:
+            states = [rows[i].status for i in bulk.ids if i in rows]
+            if bulk.resume:
+                pending = any(s is ChildStatus.PAUSED for s in states)
+            else:
+                # A running child pauses at its next turn boundary: until then, not yet.
+                pending = any(s.live and s is not ChildStatus.PAUSED for s in states)
+            if pending:
+                waiting.append(bulk)
+                continue
+            done = sum(1 for s in states if s.live)
+            verb = "continued" if bulk.resume else "paused"
+            self._say(f"{done} {verb}" + had_ended(bulk.ended + len(bulk.ids) - done))
+        self._pauses = waiting

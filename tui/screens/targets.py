@@ -1,0 +1,132 @@
+"""Which children the main screen's keys act on (s, x, p, n), and tagging them (space, t, g).
+
+Pure functions of the children table: the tagged children if any; on a group's header, its
+group; with a filter on, every child it keeps; else the one under the cursor.
+"""
+
+from __future__ import annotations
+
+from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.widgets import ChildrenTable
+from flightdeck.tui.widgets.children import GroupHeader
+from flightdeck.tui.widgets.rows import GroupBy
+
+# How a finished child ended, after its id; other statuses read "has <status>".
+_ENDED = {ChildStatus.STOPPED: "was stopped", ChildStatus.UNKNOWN: "ended (status unknown)"}
+
+
+def matching_query(table: ChildrenTable) -> str | None:
+    """The filter's query when s and x act on every child it keeps: a filter is on, nothing
+    is tagged and the cursor is not on a group's header. None otherwise."""
+    if table.tagged or table.selected_header is not None or not table.row_filter.active:
+        return None
+    return table.row_filter.query
+
+
+def targets(table: ChildrenTable) -> list[str]:
+    """Tagged children if any; on a header, its group; with a filter on, every child it
+    keeps; else the one under the cursor."""
+    if table.tagged:
+        rows = table.rows_by_id
+        return sorted((i for i in table.tagged if i in rows), key=lambda i: rows[i].seq)
+    header = table.selected_header
+    if header is not None:
+        return table.group_members(header)
+    if matching_query(table) is not None:
+        return table.matching
+    selected = table.selected_id
+    return [selected] if selected is not None else []
+
+
+def ended_of(table: ChildrenTable) -> str:
+    """Whose ended children a dialog counts: the tagged ones, the header's group's, or the
+    filter's."""
+    if table.tagged:
+        return "tagged"
+    if table.selected_header is not None:
+        return "in the group"
+    return "matching" if matching_query(table) is not None else "tagged"
+
+
+def live_targets(table: ChildrenTable) -> list[str]:
+    rows = table.rows_by_id
+    return [i for i in targets(table) if rows[i].status.live]
+
+
+def ended_targets(table: ChildrenTable) -> list[str]:
+    rows = table.rows_by_id
+    return [i for i in targets(table) if not rows[i].status.live]
+
+
+def looping_targets(table: ChildrenTable) -> list[str]:
+    rows = table.rows_by_id
+    return [i for i in live_targets(table) if rows[i].loop is not None]
+
+
+def nothing_to(table: ChildrenTable, verb: str) -> str:
+    """Every target has ended: why the key does nothing, said rather than silent."""
+    ended = ended_targets(table)
+    header = table.selected_header if not table.tagged else None
+    query = matching_query(table)
+    if header is not None:
+        why = f"every child under {one_line(header.described, 60)} has ended"
+    elif query is not None:
+        why = f"every child matching `{one_line(query, 60)}` has ended"
+    elif len(ended) == 1:
+        row = table.rows_by_id[ended[0]]
+        how = _ENDED.get(row.status, "has " + row.status.value.replace("_", " "))
+        why = f"{one_line(row.id)} {how}"
+    else:
+        why = f"all {len(ended)} tagged children have ended"
+    return f"{why}: nothing to {verb}"
+
+
+# --- tagging: each returns whether it changed the tags ----------------------------------------
+
+
+def tag(table: ChildrenTable) -> bool:
+    """Tag (or untag) the child under the cursor and move on; a header, its whole group."""
+    header = table.selected_header
+    selected = table.selected_id
+    if header is not None:  # a header tags (or untags) its whole group
+        members = table.group_members(header)
+        table.set_tagged(members, not all(i in table.tagged for i in members))
+    elif selected is not None:
+        table.set_tagged([selected], selected not in table.tagged)
+    else:
+        return False
+    if table.row_filter.tagged_only:
+        table.rebuild()
+    else:
+        table.action_cursor_down()
+    return True
+
+
+def tag_visible(table: ChildrenTable) -> None:
+    """Tag every shown child, or untag them when all are tagged already."""
+    shown = list(table.shown)
+    every = all(i in table.tagged for i in shown)
+    table.set_tagged(shown, not every)
+    if table.row_filter.tagged_only:
+        table.rebuild()
+
+
+def tag_group(table: ChildrenTable) -> str | bool:
+    """Tag the selected child's whole group (a completion unit): s and x then act on it.
+    Whether the tags changed, or why not when the child is in no group."""
+    header = table.selected_header
+    selected = table.selected_id
+    row = table.rows_by_id.get(selected) if selected is not None else None
+    if header is None and row is not None:
+        if row.group is None:
+            return f"{one_line(row.id)} is in no group"
+        header = GroupHeader(GroupBy.GROUP, row.group)
+    if header is None:
+        return False
+    members = table.group_members(header)
+    every = all(i in table.tagged for i in members)
+    table.set_tagged(members, not every)
+    if table.row_filter.tagged_only:
+        table.rebuild()
+    return True
