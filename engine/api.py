@@ -1,50 +1,43 @@
-"""`Engine`: the small API that the TUI, the headless CLI and the tests all drive."""
+"""`Engine`: the small API that the TUI, the headless CLI and the tests all drive.
+
+Its lifecycle (start, finish, close) and the reads are here; what it hands on lives beside it:
+controls.py (steer, stop, pause, limits; a client's request), resume.py (taking over a batch),
+batchdir.py (the folder and manifest), subscribers.py (events), health.py (`problem`).
+"""
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import os
-import threading
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from pathlib import Path
-from time import monotonic
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine import assembly
+from flightdeck.engine import assembly, batchdir, health
 from flightdeck.engine.assembly import new_batch_id, steady_clock
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import (
-    Pause,
     PauseAdmission,
-    SetLimits,
-    Steer,
-    Stop,
     StopAll,
-    Then,
 )
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
-from flightdeck.engine.errors import ConfigError, SpecError
+from flightdeck.engine.controls import Controls
 from flightdeck.engine.inputs.settings import Route, Settings
-from flightdeck.engine.inputs.settings.stored import settings_json
-from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, unicode_problem
-from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
-from flightdeck.engine.limits import changed, limits_from_json, limits_json, limits_of, with_limits
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes
+from flightdeck.engine.limits import limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     BatchFinished,
     BatchStatus,
     ChildRow,
     ChildStatus,
-    EngineEvent,
     Limits,
     Snapshot,
     SteerReceipt,
@@ -52,22 +45,15 @@ from flightdeck.engine.model import (
 from flightdeck.engine.owner import OwnerDuties
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.forecast import lost_cost
-from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.meter import Meter, totals_of
-from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.requests import RequestKind, RequestRow, RequestState
-from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
-from flightdeck.engine.records.transcripts import write_manifest
-from flightdeck.engine.resume import NothingToResume, Resumed, Stored
+from flightdeck.engine.resume import Resumed, Stored
+from flightdeck.engine.subscribers import Subscriber, Subscribers
 
 __all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]
 
 log = logging.getLogger("flightdeck.engine")
-
-Subscriber = Callable[[EngineEvent], None]
 
 
 class Engine:
@@ -86,7 +72,7 @@ class Engine:
         env: Mapping[str, str] | None = None,
     ) -> None:
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
-        _check_task_text(batch, settings.engine.max_task_chars)
+        assembly.check_task_text(batch, settings.engine.max_task_chars)
         self.batch = batch
         self.settings = settings
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
@@ -107,13 +93,12 @@ class Engine:
             for name, route in self.routes.items()
         }
         self.meter = Meter()
-        # Replaced, never mutated, under the lock: publishing reads it without one.
-        self._subscribers: tuple[Subscriber, ...] = ()
-        self._sub_lock = threading.Lock()
+        self._subscribers = Subscribers()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
         self._pool: WorkerPool | None = None
         self._coordinator: Coordinator | None = None
+        self._controls: Controls | None = None  # made with the coordinator
         self._status = BatchStatus.RUNNING
         self._manifest_children = "[]"  # JSON, set by start()
         self._started_ts = clock()
@@ -170,14 +155,18 @@ class Engine:
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
         self._store = Store(
-            self._folder(self.state_dir) / "flightdeck.db",
+            batchdir.folder(self.state_dir, self.state_dir) / "flightdeck.db",
             retry_s=self.settings.engine.store_retry_s,
         )
         if self._resuming is not None:
-            self._claim_resumed()
-        self._claim_batch_dir()
+            from flightdeck.engine import resume
+
+            resume.claim(self._store, self.batch_id, self.clock)
+        self.batch_id, self.batch_dir = batchdir.claim(
+            self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
+        )
         workspace = self.batch.workspace or self.batch_dir / "workspace"
-        self.workspace = self._folder(workspace)
+        self.workspace = batchdir.folder(workspace, self.state_dir)
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         toolbox = Toolbox(workspace, secrets=secrets)
         self._pool = worker_pool(self.pool_size)
@@ -215,12 +204,22 @@ class Engine:
         try:
             self._manifest()
         except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
-            raise self._unusable(exc) from exc
+            raise batchdir.unusable(exc, self.state_dir) from exc
         store = self._store
         carried: tuple[ChildStatus, ...] = ()
         first_receipt = 1
         if self._resuming is None:
-            store.create_batch(self._info(now))
+            store.create_batch(
+                assembly.batch_info(
+                    self.batch_id,
+                    self.batch,
+                    self.settings,
+                    workspace=self.workspace,
+                    state_dir=self.state_dir,
+                    pool_size=self.pool_size,
+                    now=now,
+                )
+            )
             store.add_queued(self.batch_id, assembly.queued_rows(children))
         else:
             found = self._settle_resumed(children)
@@ -244,7 +243,7 @@ class Engine:
             record_event=lambda child, kind, detail: store.record_event(
                 self.batch_id, child, self.clock(), kind, detail
             ),
-            publish=self._publish,
+            publish=self._subscribers.publish,
             on_finished=self._finish,
             throttles=throttles,
             between_facts=self._sink.pump,
@@ -263,8 +262,17 @@ class Engine:
             and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
         )
         self._coordinator.start()
+        self._controls = Controls(
+            self._coordinator,
+            store,
+            self.batch_id,
+            clock=self.clock,
+            carried=self._carried,
+            max_chars=self.settings.engine.max_task_chars,
+            request_of=self._request_of,
+        )
         self._duties = OwnerDuties(
-            store.path, self.batch_id, store, self._apply_request, self.clock
+            store.path, self.batch_id, store, self._controls.apply_request, self.clock
         )
         self._duties.start()
         return self.batch_id
@@ -281,134 +289,38 @@ class Engine:
         self._store.set_limits(self.batch_id, limits.pool_size, limits_json(limits))
         self._store.set_held(self.batch_id, hold)
 
-    def _claim_resumed(self) -> None:
-        """Become the batch's owner, atomically: one that still lives keeps it (OwnerAlive)."""
-        assert self._store is not None and self._resuming is not None
-        status = claim_batch(
-            self._store.path, self.batch_id, os.getpid(), process_start_time(), self.clock()
-        )
-        if status != BatchStatus.RUNNING:  # finished since `resume` looked
-            raise NothingToResume(self.batch_id, status)
-
     def _settle_resumed(self, children: list[Child]) -> Resumed:
         from flightdeck.engine import resume
 
         assert self._store is not None and self._resuming is not None
         stored, rerun = self._resuming
-        info = stored.info
-        with StoreReader(self._store.path) as reader:
-            stored_ids = reader.child_ids(self.batch_id)
-            rows = reader.children(self.batch_id, results=False, started=True)
-            # Queued children the batch made as it ran (delegates, waves): not in its spec.
-            spec, started = {c.task.id for c in children}, {r.id for r in rows}
-            made = [i for i in stored_ids if i not in spec and i not in started]
-            rows += [r for i in made if (r := reader.child(self.batch_id, i)) is not None]
-            receipts = reader.controls(self.batch_id, kind="steer")
-            lost_before = lost_cost(reader.events(self.batch_id))  # earlier resumes' losses
-        lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
-        found = resume.settle(
+        found, self._lost_cost = resume.take_over(
+            stored,
             children,
-            stored_ids,
-            rows,
-            receipts,
+            rerun=rerun,
             batch_id=self.batch_id,
             store=self._store,
             meter=self.meter,
-            rerun=rerun,
-            lost_owner=info.owner_pid,
-            lost_ts=lost_ts,
             clock=self.clock,
         )
-        self._started_ts = info.created_ts
+        self._started_ts = stored.info.created_ts
         self._carried = tuple(found.carried)
         self.resumed = found
-        if lost_before is None or found.lost_cost_unknown:
-            self._lost_cost = None
-        else:
-            self._lost_cost = lost_before + found.lost_cost_usd
-        self._store.record_event(
-            self.batch_id,
-            None,
-            self.clock(),
-            "resumed",
-            json.dumps(
-                {
-                    "owner_lost": info.owner_pid,
-                    "rerun": found.rerun,
-                    "lost": found.lost,
-                    "lost_cost_usd": str(found.lost_cost_usd),
-                }
-            ),
-        )
         return found
-
-    def _claim_batch_dir(self) -> None:
-        """Make this batch's folder; a generated id already taken (two runs started in the same
-        second drew the same one) is drawn again, so two batches never share rows or files."""
-        self._folder(self.batch_dir.parent)
-        while True:
-            try:
-                self.batch_dir.mkdir(exist_ok=self._id_given)
-                return
-            except FileExistsError:
-                self.batch_id = new_batch_id(self.clock)
-                self.batch_dir = self.batch_dir.parent / self.batch_id
-            except OSError as exc:
-                raise self._unusable(exc) from exc
-
-    def _folder(self, path: Path) -> Path:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise self._unusable(exc) from exc
-        return path
-
-    def _unusable(self, exc: OSError) -> ConfigError:
-        # A state dir that is a file, read-only, on a full disk, ...
-        reason = exc.strerror or str(exc)
-        if isinstance(exc, FileExistsError):  # mkdir(exist_ok=True) met something else there
-            reason = f"{exc.filename} exists and is not a folder"
-        return ConfigError(None, None, "state_dir", f"cannot use {self.state_dir}: {reason}")
 
     def _report(self, fact: ChildFact) -> None:
         assert self._coordinator is not None
         self._coordinator.report(fact)
 
-    def _info(self, now: float) -> BatchInfo:
-
-        return BatchInfo(
-            id=self.batch_id,
-            name=self.batch.name,
-            source=str(self.batch.source) if self.batch.source else None,
-            spec_json=assembly.spec_json(self.batch),
-            workspace=str(self.workspace),
-            state_dir=str(self.state_dir),
-            owner_pid=os.getpid(),
-            owner_start=process_start_time(),
-            pool_size=self.pool_size,
-            max_cost_usd=self.settings.budget.max_cost_usd,
-            status=BatchStatus.RUNNING,
-            created_ts=now,
-            finished_ts=None,
-            heartbeat_ts=now,
-            settings_json=settings_json(self.settings),
-        )
-
     def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:
-        write_manifest(
+        batchdir.manifest(
             self.batch_dir,
-            {
-                "batch_id": self.batch_id,
-                "name": self.batch.name,
-                "status": status.value,
-                "source": str(self.batch.source) if self.batch.source else None,
-                "workspace": str(self.workspace),
-                "pool_size": self.pool_size,
-                "routes": {
-                    n: {"provider": r.provider, "model": r.model} for n, r in self.routes.items()
-                },
-            },
-            {"children": self._manifest_children},
+            self.batch,
+            status,
+            workspace=self.workspace,
+            pool_size=self.pool_size,
+            routes=self.routes,
+            children_json=self._manifest_children,
         )
 
     def _finish(self, status: BatchStatus) -> BatchFinished:
@@ -516,21 +428,7 @@ class Engine:
         trouble = self._store.trouble if self._store else None
         if c is None:
             return None
-        lost = c.unrecorded
-        if c.failure is not None:
-            text = f"the batch fails: {c.failure}"
-            if lost or trouble is not None:
-                text += f"; {_children(lost)} could not be recorded"
-            return text
-        if trouble is not None:
-            left = max(0.0, trouble.since + self.settings.engine.store_retry_s - monotonic())
-            return (
-                f"cannot write to the store ({trouble.reason}): {_children(c.held)} held in "
-                f"memory, trying again for up to {left:.0f}s; no new child starts"
-            )
-        if lost:
-            return f"{_children(lost)} could not be recorded"
-        return None
+        return health.problem(c, trouble, self.settings.engine.store_retry_s)
 
     @property
     def held(self) -> str | None:
@@ -567,25 +465,9 @@ class Engine:
         )
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        """Call `fn` for each engine event, on the coordinator thread; keep it fast."""
-        with self._sub_lock:
-            self._subscribers = (*self._subscribers, fn)
-
-        def unsubscribe() -> None:
-            with self._sub_lock:
-                subscribers = list(self._subscribers)
-                if fn in subscribers:
-                    subscribers.remove(fn)
-                    self._subscribers = tuple(subscribers)
-
-        return unsubscribe
-
-    def _publish(self, event: EngineEvent) -> None:
-        for fn in self._subscribers:  # two events per child: no lock, no copy
-            try:
-                fn(event)
-            except Exception:  # a broken subscriber must not stop the batch
-                log.exception("engine subscriber failed on %s", type(event).__name__)
+        """Call `fn` for each engine event, on the coordinator thread; keep it fast. Returns
+        what unsubscribes it."""
+        return self._subscribers.add(fn)
 
     # --- control -------------------------------------------------------------------------------
 
@@ -594,29 +476,15 @@ class Engine:
 
         Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate, or
         longer than `[engine] max_task_chars`) or an id names no child of this batch."""
-        c = self._require()
+        controls = self._require_controls()
         if self._closed:  # nothing would ever settle the receipts
             raise RuntimeError("Engine.steer() after close(): every child has ended")
-        limit = self.settings.engine.max_task_chars
-        if len(message) > limit:  # it joins the child's prompt, as a goal does: the same bound
-            raise ValueError(f"steer message: {_too_long(len(message), limit)}")
-        problem = unicode_problem(message)
-        if problem:  # it would fail the child's request and the store's write, far from here
-            raise ValueError(f"steer message: {problem}")
-        carried = {r.id for r in self._carried}
-        ids = _known(c, child_ids, self.batch_id, carried)
-        live = tuple(i for i in ids if i in c.by_id)
-        receipts = [c.next_receipt_id() for _ in live]
-        c.command(Steer(tuple(receipts), live, message, now))
-        ended = [i for i in ids if i not in c.by_id]  # finished before a resume
-        return receipts + self._missed_carried(ended, message, now)
+        return controls.steer(child_ids, message, now)
 
     def stop(self, child_ids: Iterable[str]) -> None:
         """Interrupt these children (queued ones never start); ValueError, stopping none, if an
         id names no child of this batch."""
-        c = self._require()
-        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
-        c.command(Stop(tuple(i for i in ids if i in c.by_id)))  # the others have ended
+        self._require_controls().stop(child_ids)
 
     def stop_all(self) -> None:
         """Stop every child that has not ended; queued ones never start."""
@@ -633,115 +501,26 @@ class Engine:
         """Change the live limits (see engine/limits.py for `change`); the coordinator applies
         it at once and records it as the operator's. Returns the limits it makes; LimitError
         (a ValueError naming the field, nothing changed) for a bad one."""
-        c = self._require()
+        controls = self._require_controls()
         if self._closed:
             raise RuntimeError("Engine.set_limits() after close(): every child has ended")
-        new = changed(c.limits(), change)
-        c.command(SetLimits(dict(change)))
-        return new
+        return controls.set_limits(change)
 
     def pause(self, child_ids: Iterable[str]) -> None:
         """Pause these children: a queued one never starts until continued, a running one
         holds at its next turn boundary and gives back its slot; ValueError, pausing none, if
         an id names no child of this batch (one that has ended is left alone)."""
-        c = self._require()
-        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
-        c.command(Pause(tuple(i for i in ids if i in c.by_id)))
+        self._require_controls().pause(child_ids)
 
     def continue_(self, child_ids: Iterable[str]) -> None:
         """Continue these paused children (ahead of new work, with their context intact);
         errors as `pause`."""
-        c = self._require()
-        ids = _known(c, child_ids, self.batch_id, {r.id for r in self._carried})
-        c.command(Pause(tuple(i for i in ids if i in c.by_id), resume=True))
+        self._require_controls().pause(child_ids, resume=True)
 
     def pause_admission(self, on: bool = True) -> None:
         """Pause the batch's admission (`on`), or continue it: while paused no child starts;
         the running go on (pause them to hold them too)."""
         self._require().command(PauseAdmission(on))
-
-    def _apply_request(self, request: RequestRow) -> None:
-        """A client's command (owner duties thread): applied by the coordinator in order, and
-        marked applied once what it made is recorded; an id this batch lacks, refused."""
-        c, store = self._require(), self._store
-        assert store is not None
-        known = {r.id for r in self._carried}
-        unknown = [i for i in request.child_ids if i not in c.by_id and i not in known]
-        if unknown:
-            reason = f"no child with id {', '.join(unknown[:5])} in batch {self.batch_id}"
-            store.settle_request(
-                self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=reason
-            )
-            return
-        live = tuple(i for i in request.child_ids if i in c.by_id)
-        receipts: list[int] = []
-        if request.kind == RequestKind.STEER:
-            message = request.message or ""
-            receipts = [c.next_receipt_id() for _ in live]
-            for rid in receipts:
-                self._request_of[rid] = request.id
-            c.command(Steer(tuple(receipts), live, message, request.now))
-            ended = [i for i in request.child_ids if i not in c.by_id]
-            receipts += self._missed_carried(ended, message, request.now, request.id)
-        elif request.kind == RequestKind.STOP:
-            c.command(Stop(live))
-        elif request.kind == RequestKind.STOP_ALL:
-            c.command(StopAll())
-        elif request.kind == RequestKind.LIMITS:
-            try:
-                changed(c.limits(), request.payload or {})
-            except ValueError as exc:
-                store.settle_request(
-                    self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=str(exc)
-                )
-                return
-            c.command(SetLimits(dict(request.payload or {})))
-        elif request.kind in (RequestKind.PAUSE, RequestKind.CONTINUE):
-            c.command(Pause(live, resume=request.kind == RequestKind.CONTINUE))
-        elif request.kind in (RequestKind.PAUSE_ADMISSION, RequestKind.CONTINUE_ADMISSION):
-            c.command(PauseAdmission(request.kind == RequestKind.PAUSE_ADMISSION))
-        else:  # a kind with no handler here: said, never taken for another
-            reason = f"this owner cannot apply a {request.kind.value!r} request"
-            store.settle_request(
-                self.batch_id, request.id, RequestState.REFUSED, self.clock(), reason=reason
-            )
-            return
-
-        def applied() -> None:
-            store.settle_request(
-                self.batch_id,
-                request.id,
-                RequestState.APPLIED,
-                self.clock(),
-                control_ids=receipts,
-            )
-
-        c.command(Then(applied))
-
-    def _missed_carried(
-        self, ids: Iterable[str], message: str, now: bool, request_id: int | None = None
-    ) -> list[int]:
-        """A steer for children an earlier owner finished (a resumed batch): each settled
-        missed at once, as for any child that has ended."""
-        from flightdeck.engine.child.steering import missed_note
-        from flightdeck.engine.model import SteerState
-        from flightdeck.engine.records.transcripts import TranscriptWriter
-
-        c, store = self._require(), self._store
-        assert store is not None
-        rows = {r.id: r for r in self._carried}
-        out = []
-        for child_id in ids:
-            row = rows[child_id]
-            rid, ts = c.next_receipt_id(), self.clock()
-            missed = SteerReceipt(rid, child_id, message, now, SteerState.MISSED, ts, ts)
-            store.record_control(self.batch_id, missed, "steer", request_id)
-            writer = TranscriptWriter(row.transcript, self.clock)
-            reason = f"the child had ended: {row.status.value}"
-            writer.write("operator", missed_note(message, reason))
-            writer.close()
-            out.append(rid)
-        return out
 
     def receipts(self) -> list[SteerReceipt]:
         snap = self.snapshot()
@@ -752,50 +531,7 @@ class Engine:
             raise RuntimeError("Engine.start() has not been called")
         return self._coordinator
 
-
-def _too_long(length: int, limit: int) -> str:
-    return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
-
-
-def _check_task_text(batch: Batch, limit: int) -> None:
-    """SpecError at the first task whose goal, context or group is over `limit` characters. A
-    task file is checked as it loads; a Batch built in Python is checked here."""
-    for task in batch.tasks:
-        for name in TEXT_FIELDS:
-            value = getattr(task, name)
-            if isinstance(value, str) and len(value) > limit:
-                path, line = _where(task)
-                raise SpecError(
-                    path, line, name, f"task {task.id!r}: {_too_long(len(value), limit)}"
-                )
-
-
-def _where(task: Task) -> tuple[str | None, int | None]:
-    """The path and line of `task.source` ("file:line", a path, or "" for a Batch built in
-    Python)."""
-    path, _, line = task.source.rpartition(":")
-    if path and line.isdigit():
-        return path, int(line)
-    return task.source or None, None
-
-
-def _children(n: int) -> str:
-    return f"{n} finished child" + ("" if n == 1 else "ren")
-
-
-def _known(
-    coordinator: Coordinator,
-    child_ids: Iterable[str],
-    batch_id: str,
-    ended: Collection[str] = (),
-) -> tuple[str, ...]:
-    """The ids, all of children of this batch (running here, or `ended` before a resume);
-    ValueError naming those that are not."""
-    # A mistyped id would otherwise be skipped in silence: the operator would wait for a
-    # steer or a stop that was never going to happen.
-    ids = tuple(child_ids)
-    unknown = [i for i in ids if i not in coordinator.by_id and i not in ended]
-    if unknown:
-        shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-        raise ValueError(f"no child with id {shown} in batch {batch_id}")
-    return ids
+    def _require_controls(self) -> Controls:
+        self._require()
+        assert self._controls is not None  # made with the coordinator
+        return self._controls

@@ -1,4 +1,5 @@
-"""Assembling a batch's parts before it starts: its id, pool size, children and records."""
+"""Assembling a batch's parts before it starts: its id, pool size, children and records;
+the checks a batch passes first (budget, commands, the length of its texts)."""
 
 from __future__ import annotations
 
@@ -21,16 +22,19 @@ from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.pool import auto_pool_size
 from flightdeck.engine.control.retry import RetryPolicy
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.errors import ConfigError, SpecError
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     Route,
     Settings,
 )
+from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
+from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
+from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, spend_known
-from flightdeck.engine.records.rows import QueuedChild
+from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
 
 
@@ -109,6 +113,33 @@ def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
                 f"cannot be enforced: no price is known for route {route.name!r} "
                 f"(model {route.model!r}); give [routes.{route.name}] a price",
             )
+
+
+def too_long(length: int, limit: int) -> str:
+    """A text over `[engine] max_task_chars`, said the one way goals and steers share."""
+    return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
+
+
+def check_task_text(batch: Batch, limit: int) -> None:
+    """SpecError at the first task whose goal, context or group is over `limit` characters. A
+    task file is checked as it loads; a Batch built in Python is checked here."""
+    for task in batch.tasks:
+        for name in TEXT_FIELDS:
+            value = getattr(task, name)
+            if isinstance(value, str) and len(value) > limit:
+                path, line = _where(task)
+                raise SpecError(
+                    path, line, name, f"task {task.id!r}: {too_long(len(value), limit)}"
+                )
+
+
+def _where(task: Task) -> tuple[str | None, int | None]:
+    """The path and line of `task.source` ("file:line", a path, or "" for a Batch built in
+    Python)."""
+    path, _, line = task.source.rpartition(":")
+    if path and line.isdigit():
+        return path, int(line)
+    return task.source or None, None
 
 
 def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:
@@ -217,6 +248,36 @@ def queued_rows(children: Iterable[Child]) -> list[QueuedChild]:
 
 
 # -- what a batch keeps in the store for `resume` ----------------------------------------------
+
+
+def batch_info(
+    batch_id: str,
+    batch: Batch,
+    settings: Settings,
+    *,
+    workspace: Path,
+    state_dir: Path,
+    pool_size: int,
+    now: float,
+) -> BatchInfo:
+    """The batch's row as its owner (this process) first records it."""
+    return BatchInfo(
+        id=batch_id,
+        name=batch.name,
+        source=str(batch.source) if batch.source else None,
+        spec_json=spec_json(batch),
+        workspace=str(workspace),
+        state_dir=str(state_dir),
+        owner_pid=os.getpid(),
+        owner_start=process_start_time(),
+        pool_size=pool_size,
+        max_cost_usd=settings.budget.max_cost_usd,
+        status=BatchStatus.RUNNING,
+        created_ts=now,
+        finished_ts=None,
+        heartbeat_ts=now,
+        settings_json=settings_json(settings),
+    )
 
 
 def spec_json(batch: Batch) -> str:

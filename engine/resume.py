@@ -25,14 +25,26 @@ from flightdeck.engine.inputs.settings import Settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_headers
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.records.forecast import lost_cost
+from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import refuse_pending
-from flightdeck.engine.records.rows import BatchInfo
+from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.store import Store
 
-__all__ = ["OWNER_LOST", "NothingToResume", "ResumeError", "Resumed", "Stored", "load", "settle"]
+__all__ = [
+    "OWNER_LOST",
+    "NothingToResume",
+    "ResumeError",
+    "Resumed",
+    "Stored",
+    "claim",
+    "load",
+    "settle",
+    "take_over",
+]
 
 OWNER_LOST = "owner lost"
 
@@ -179,6 +191,70 @@ def settle(
         if path is not None:
             _append(path, "operator", missed_note(receipt.message, OWNER_LOST), clock)
     return out
+
+
+def claim(store: Store, batch_id: str, clock: Callable[[], float]) -> None:
+    """Become the batch's owner, atomically: one that still lives keeps it (OwnerAlive)."""
+    status = claim_batch(store.path, batch_id, os.getpid(), process_start_time(), clock())
+    if status != BatchStatus.RUNNING:  # finished since `resume` looked
+        raise NothingToResume(batch_id, status)
+
+
+def take_over(
+    stored: Stored,
+    children: list[Child],
+    *,
+    rerun: bool,
+    batch_id: str,
+    store: Store,
+    meter: Meter,
+    clock: Callable[[], float],
+) -> tuple[Resumed, Decimal | None]:
+    """Settle what the owner that died left (`settle`), from the store, and record that this
+    one resumed it; returns what was found and what attempts lost with owners cost in all
+    (None: unknown)."""
+    info = stored.info
+    with StoreReader(store.path) as reader:
+        stored_ids = reader.child_ids(batch_id)
+        rows = reader.children(batch_id, results=False, started=True)
+        # Queued children the batch made as it ran (delegates, waves): not in its spec.
+        spec, started = {c.task.id for c in children}, {r.id for r in rows}
+        made = [i for i in stored_ids if i not in spec and i not in started]
+        rows += [r for i in made if (r := reader.child(batch_id, i)) is not None]
+        receipts = reader.controls(batch_id, kind="steer")
+        lost_before = lost_cost(reader.events(batch_id))  # earlier resumes' losses
+    lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
+    found = settle(
+        children,
+        stored_ids,
+        rows,
+        receipts,
+        batch_id=batch_id,
+        store=store,
+        meter=meter,
+        rerun=rerun,
+        lost_owner=info.owner_pid,
+        lost_ts=lost_ts,
+        clock=clock,
+    )
+    lost: Decimal | None = None
+    if lost_before is not None and not found.lost_cost_unknown:
+        lost = lost_before + found.lost_cost_usd
+    store.record_event(
+        batch_id,
+        None,
+        clock(),
+        "resumed",
+        json.dumps(
+            {
+                "owner_lost": info.owner_pid,
+                "rerun": found.rerun,
+                "lost": found.lost,
+                "lost_cost_usd": str(found.lost_cost_usd),
+            }
+        ),
+    )
+    return found, lost
 
 
 def _settle_made(

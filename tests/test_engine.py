@@ -11,7 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine import api
+from flightdeck.engine import api, batchdir
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import SIM_PRICE
 from flightdeck.engine.inputs.tasks import Task
@@ -102,7 +102,8 @@ def test_two_batches_that_draw_the_same_id_get_their_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     drawn = iter(["20261129-120000-aaaa", "20261129-120000-aaaa", "20261129-120000-bbbb"])
-    monkeypatch.setattr(api, "new_batch_id", lambda clock: next(drawn))
+    monkeypatch.setattr(api, "new_batch_id", lambda clock: next(drawn))  # the first draw
+    monkeypatch.setattr(batchdir, "new_batch_id", lambda clock: next(drawn))  # drawn again
     first = start(batch(2), settings(sim_route(tool_turns=0)), tmp_path)
     second = start(batch(3), settings(sim_route(tool_turns=0)), tmp_path)
     for engine in (first, second):

@@ -10,7 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.control import coordinator
+from flightdeck.engine.control import softbudget
 from flightdeck.engine.control.throttle import RateLimiter
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.limits import LimitError
@@ -158,7 +158,7 @@ def test_a_bad_change_says_which_field_and_changes_nothing(tmp_path: Path) -> No
 def every_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """The soft budget looked at on every coordinator step, not once a second: the hold then
     begins at a known point, right after the first child finishes."""
-    monkeypatch.setattr(coordinator, "SOFT_BUDGET_EVERY_S", 0.0)
+    monkeypatch.setattr(softbudget, "SOFT_BUDGET_EVERY_S", 0.0)
 
 
 def _soft(soft: str, pool: int = 1) -> object:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flightdeck.engine import api
+from flightdeck.engine import api, batchdir
 from flightdeck.engine.child.loop import Child
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.errors import ConfigError
@@ -79,7 +79,7 @@ def test_a_worker_whose_child_raises_fails_that_child_and_the_batch_ends(
 def test_a_manifest_that_cannot_be_written_at_the_end_is_said_and_the_batch_still_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = api.write_manifest
+    real = batchdir.write_manifest
     calls = 0
 
     def write_manifest(*args: Any) -> None:
@@ -89,7 +89,7 @@ def test_a_manifest_that_cannot_be_written_at_the_end_is_said_and_the_batch_stil
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(*args)
 
-    monkeypatch.setattr(api, "write_manifest", write_manifest)
+    monkeypatch.setattr(batchdir, "write_manifest", write_manifest)
     hook_calls: list[Any] = []
     monkeypatch.setattr(threading, "excepthook", hook_calls.append)
     with caplog.at_level(logging.ERROR, logger="flightdeck"):
@@ -108,7 +108,7 @@ def test_a_manifest_that_cannot_be_written_at_start_is_an_unusable_state_folder(
     def write_manifest(*args: Any) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(api, "write_manifest", write_manifest)
+    monkeypatch.setattr(batchdir, "write_manifest", write_manifest)
     engine = api.Engine(batch(2), settings(sim_route()), state_dir=tmp_path / "state")
     try:
         with pytest.raises(ConfigError, match="No space left on device"):

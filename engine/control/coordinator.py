@@ -1,25 +1,23 @@
-"""The one deciding thread: queue, admission, dispatch, control commands, watchdog.
+"""The one deciding thread: its loop, the inbox's dispatch, slots, watchdog and progress.
 
 Everything that decides whether work may start runs on the coordinator thread, so a task leaves
 the queue before it runs and never runs twice, without locks. Workers only wait (streams, tools);
-they report facts back through the inbox, and callers' commands arrive the same way.
+they report facts back through the inbox, and callers' commands arrive the same way. The parts
+that decide are small classes it owns and calls on this thread: admission.py (who starts),
+controls.py (the operator's commands), pauses.py, arrivals.py (delegates, waves), softbudget.py,
+finals.py (final rows, the batch's status).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
-import json
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from decimal import Decimal
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
-from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.facts import (
     ChildDone,
     ChildPaused,
@@ -30,9 +28,10 @@ from flightdeck.engine.child.facts import (
     ReceiptSettled,
 )
 from flightdeck.engine.child.loop import Child
-from flightdeck.engine.child.steering import missed_note
-from flightdeck.engine.control.delegation import Delegations
-from flightdeck.engine.control.gate import CacheGate
+from flightdeck.engine.control.admission import Admission
+from flightdeck.engine.control.arrivals import Arrivals
+from flightdeck.engine.control.controls import Controls
+from flightdeck.engine.control.finals import Finals
 from flightdeck.engine.control.inbox import (
     Command,
     Message,
@@ -48,36 +47,27 @@ from flightdeck.engine.control.inbox import (
     Then,
     Unrecorded,
 )
-from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
-from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.queues import RouteQueues
-from flightdeck.engine.control.schedules import ScheduleClock
+from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.control.units import Units
 from flightdeck.engine.control.watchdog import overdue
-from flightdeck.engine.control.workers import ThreadRefused, WorkerPool
+from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
-from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.inputs.tasks import Schedule, Task
-from flightdeck.engine.limits import ROUTE_FIELDS, changed, limits_of
+from flightdeck.engine.limits import limits_of
 from flightdeck.engine.model import (
     BatchStatus,
-    ChildFinished,
     ChildRow,
-    ChildStarted,
     ChildStatus,
     EngineEvent,
     Limits,
-    LoopEvidence,
     RouteHeadroom,
     SteerReceipt,
     SteerSettled,
     SteerState,
 )
 from flightdeck.engine.records.faults import StoreTrouble
-from flightdeck.engine.records.forecast import forecast
-from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
@@ -86,8 +76,6 @@ TICK_S = 0.25  # the coordinator wakes at least this often while children are al
 PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
-# How often the soft budget is checked against the projection (~2 ms at 5,000 children).
-SOFT_BUDGET_EVERY_S = 1.0
 
 
 class Coordinator:
@@ -133,61 +121,89 @@ class Coordinator:
         self._budget = budget
         self._meter = meter
         self._clock = clock
-        self._record = record
-        self._record_final = record_final
+        self.record = record  # a child's row to the store
         self._record_receipt = record_receipt
-        self._record_event = record_event
+        self.record_event = record_event  # an operator action to the store's events
         self._publish = publish
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
         self._store_trouble = store_trouble
-        self._record_held = record_held  # why admission is held, for attached views
-        self._queues = RouteQueues(routes, children)
-        self._units = Units((c.task.id, c.task.group) for c in children)
-        self._gate = CacheGate()
-        self._spawn = spawn
-        self._taken = taken_ids
-        self._delegations = Delegations(self._id_taken)
-        self._waiting: dict[str, Child] = {}  # parents waiting on delegates: no slot held
-        self._next_seq = max((c.task.seq for c in children), default=0) + 1
-        # Off once stopped (stop all, a budget): the batch then ends with its last wave.
-        self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
+        self.queues = RouteQueues(routes, children)  # the routes' queues and children alive
+        # Alive children without a slot: parents waiting on delegates, paused processes.
+        self.waiting: dict[str, Child] = {}
         self._throttles = dict(throttles or {})
-        self._canned = canned or CannedSteers()
-        self._loop_policies = LoopPolicies()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        self._alive: dict[str, Child] = {}
+        self.alive: dict[str, Child] = {}  # started and not ended (a suspended process too)
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
         self._receipt_ids = itertools.count(first_receipt_id)
         self._receipt_lock = threading.Lock()
-        # A resumed batch: the final statuses of children an earlier owner finished (they
-        # count in the batch's status and against max_runs; they never run again).
-        self._carried = carried
-        self._started = len(carried)
-        self._done = 0
-        self._finals = 0  # final rows handed to the store (committed or not yet)
-        # Final rows the store gave up on: those children ended, but were never announced.
-        self.unrecorded = 0
+        self._finals = Finals(
+            children,
+            carried=carried,
+            record_final=record_final,
+            report=self.report,
+            publish=publish,
+        )
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
-        self._admission_paused = False
-        self._soft_cost = budget.soft_cost_usd  # the live soft budget (None: none, or dropped)
-        self._soft_held: str | None = None  # why the soft budget holds admission
-        self._last_soft = -SOFT_BUDGET_EVERY_S
-        self._rows = rows or (lambda: [c.row() for c in self.children])
         self._on_limits = on_limits
+        self._soft = SoftBudget(
+            budget.soft_cost_usd,
+            clock=clock,
+            meter=meter,
+            rows=rows or (lambda: [c.row() for c in self.children]),
+            record_event=record_event,
+            announce=self._announce_limits,
+        )
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
         self._shutdown = False
         self._last_progress = 0.0
         self._last_watch = 0.0
         self._progress_versions: dict[str, int] = {}
-        self._pool = pool
+        self.pool = pool  # the threads children run on
         self._pauses = Pauses(self)
+        self._arrivals = Arrivals(
+            self,
+            spawn=spawn,
+            schedules=schedules,
+            taken_ids=taken_ids,
+            clock=clock,
+            exhausted=lambda: self._admission.budget_exhausted(),
+        )
+        self._admission = Admission(
+            self,
+            pauses=self._pauses,
+            arrivals=self._arrivals,
+            budget=budget,
+            meter=meter,
+            clock=clock,
+            record=record,
+            publish=publish,
+            started=len(carried),
+        )
+        self._controls = Controls(
+            self,
+            clock=clock,
+            canned=canned or CannedSteers(),
+            throttles=self._throttles,
+            soft=self._soft,
+            pauses=self._pauses,
+            arrivals=self._arrivals,
+            record_held=record_held,
+            record_receipt=record_receipt,
+            publish=publish,
+            announce=self._announce_limits,
+        )
         self._pauses.admission = admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
+
+    @property
+    def unrecorded(self) -> int:
+        """Final rows the store gave up on: those children ended, but were never announced."""
+        return self._finals.unrecorded
 
     # --- called from any thread ----------------------------------------------------------------
 
@@ -218,7 +234,7 @@ class Coordinator:
         self.command(Shutdown())
         self._thread.join()
         # Workers still inside a stalled call are abandoned, not waited for.
-        self._pool.shutdown()
+        self.pool.shutdown()
 
     def record_progress(self, timeout: float | None = None) -> bool:
         """Record every running child's current row now, not at the next progress tick; False
@@ -237,93 +253,55 @@ class Coordinator:
     def headroom(self) -> tuple[RouteHeadroom, ...]:
         """Per route: provider headroom last seen, a pause a 429 put on the whole route, the
         limits it is paced to, its 429s in the last minute and its children alive."""
-        out = []
-        for name, state in self._queues.routes.items():
-            hr = dataclasses.replace(
-                state.headroom or RouteHeadroom(route=name),
-                alive=state.alive,
-                max_concurrent=state.route.max_concurrent,
-            )
-            throttle = self._throttles.get(name)
-            pause = throttle.remaining() if throttle is not None else 0.0
-            if pause > 0:
-                hr = dataclasses.replace(hr, paused_until=self._clock() + pause)
-            if throttle is not None:  # the limits it is paced to: configured or learned
-                rpm, tpm, adaptive = throttle.limits(state.route)
-                banked_requests, banked_tokens = throttle.banked(state.route)
-                hr = dataclasses.replace(
-                    hr,
-                    rpm=rpm,
-                    tpm=tpm,
-                    adaptive_concurrency=adaptive,
-                    rate_limited_1m=throttle.rate_limited_recently(),
-                    banked_requests=banked_requests,
-                    banked_tokens=banked_tokens,
-                )
-            out.append(hr)
-        return tuple(out)
+        return self.queues.headroom(self._throttles, self._clock)
 
     def limits(self) -> Limits:
         """The live limits (any thread: each value is replaced whole, never changed in place)."""
-        routes = {name: state.route for name, state in self._queues.routes.items()}
+        routes = {name: state.route for name, state in self.queues.routes.items()}
         base = limits_of(self._settings_view(), routes, self.pool_size)
-        return dataclasses.replace(base, soft_cost_usd=self._soft_cost, soft_held=self._soft_held)
+        return dataclasses.replace(base, soft_cost_usd=self._soft.cost, soft_held=self._soft.held)
 
     @property
     def hold(self) -> str | None:
         """Why admission is held, every hold that is on in one sentence; None: it is not."""
-        holds = [*self._pauses.holds(), *([self._soft_held] if self._soft_held else [])]
+        holds = [*self._pauses.holds(), *self._soft.holds()]
         return "; ".join(holds) or None
 
     def _settings_view(self) -> Settings:
-        routes = {name: state.route for name, state in self._queues.routes.items()}
+        routes = {name: state.route for name, state in self.queues.routes.items()}
         return Settings(routes=routes, budget=self._budget)
 
-    # --- for Pauses (pauses.py), on the coordinator thread -------------------------------------
-
-    @property
-    def alive(self) -> dict[str, Child]:
-        """Children started and not ended (a suspended process among them)."""
-        return self._alive
-
-    @property
-    def queues(self) -> RouteQueues:
-        """The routes' queues and the children each has alive."""
-        return self._queues
-
-    @property
-    def pool(self) -> WorkerPool:
-        """The threads children run on."""
-        return self._pool
-
-    def record(self, row: ChildRow) -> None:
-        """A child's row to the store."""
-        self._record(row)
-
-    def record_event(self, child_id: str | None, kind: str, detail: str) -> None:
-        """An operator action to the store's events."""
-        self._record_event(child_id, kind, detail)
-
-    def busy(self) -> int:
-        """Slots in use."""
-        return self._busy()
+    # --- for its collaborators (admission, controls, pauses), on the coordinator thread --------
 
     def release(self, child: Child) -> None:
-        """Free an alive child's slot and forget it is alive (its run returned)."""
-        self._release(child)
+        """Free the child's slot (in the pool and on its route); a gate it led opens."""
+        del self.alive[child.task.id]
+        self._pauses.ended(child)
+        if self.waiting.pop(child.task.id, None) is None:  # a waiting parent had none
+            self.queues.ended(child)
+        self.queues.requeue(self._admission.gate.ended(child))
+
+    def busy(self) -> int:
+        """Slots in use: alive children, less the parents waiting on their delegates."""
+        return len(self.alive) - len(self.waiting)
 
     def free_slot(self, child: Child) -> None:
         """An alive child gives up its slot, as a parent waiting on delegates does."""
-        self._waiting[child.task.id] = child
-        self._queues.ended(child)
+        self.waiting[child.task.id] = child
+        self.queues.ended(child)
 
     def take_slot(self, child: Child) -> None:
         """A child that gave up its slot has it again (its route's was taken by the caller)."""
-        del self._waiting[child.task.id]
+        del self.waiting[child.task.id]
+
+    def interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
+        """Ask a running child to end with `status` (the watchdog times how long it takes)."""
+        self._stop_requested.setdefault(child.task.id, self._clock())
+        child.request_stop(status, reason)
 
     def relaunch(self, child: Child) -> None:
         """Run a paused child on a thread again (its route's slot taken by the caller)."""
-        self._launch(child, new=False)
+        self._admission.launch(child, new=False)
 
     # --- the coordinator thread ----------------------------------------------------------------
 
@@ -351,8 +329,8 @@ class Coordinator:
 
     def _loop(self) -> None:
         self._watch_store()
-        self._watch_soft_budget()
-        self._admit()
+        self._soft.watch()
+        self._admission.admit()
         while not self._all_done():
             self._drain()
             self._watch_store()
@@ -360,9 +338,9 @@ class Coordinator:
             if now - self._last_watch >= WATCH_EVERY_S:
                 self._last_watch = now
                 self._watchdog()
-            self._tick()
-            self._watch_soft_budget()
-            self._admit()
+            self._arrivals.tick()
+            self._soft.watch()
+            self._admission.admit()
             self._progress()
             self._between_facts()
 
@@ -372,7 +350,7 @@ class Coordinator:
         log.exception("flightdeck engine: the coordinator failed; stopping every child")
         self.failure = f"engine error: {type(exc).__name__}: {exc}"
         try:
-            self._stop_everything(f"stopped: {self.failure}")
+            self._controls.stop_everything(f"stopped: {self.failure}")
             deadline = time.monotonic() + WIND_DOWN_S
             while not self._all_done() and time.monotonic() < deadline:
                 self._drain()
@@ -381,11 +359,14 @@ class Coordinator:
             log.exception("flightdeck engine: the coordinator failed again; ending the batch now")
 
     def _end(self) -> EngineEvent | None:
-        status = BatchStatus.FAILED if self.failure or self.unrecorded else self._final_status()
-        if self._soft_held is not None:  # an ended batch holds nothing back
-            self._soft_held = None
+        status = (
+            BatchStatus.FAILED
+            if self.failure or self.unrecorded
+            else self._finals.status(self.stopped_by_stop_all)
+        )
+        if self._soft.end():  # an ended batch holds nothing back
             try:
-                self._on_limits(self.limits(), self.hold)
+                self._announce_limits()
             except Exception:
                 log.exception("flightdeck engine: the end of the soft budget's hold")
         try:
@@ -398,8 +379,8 @@ class Coordinator:
         """No child starts while the store cannot commit; once it gives up, every child is
         stopped and the batch fails (its rows could not be kept)."""
         trouble = self._store_trouble()
-        if (trouble is not None) != self._admission_paused:
-            self._admission_paused = trouble is not None
+        if (trouble is not None) != self._admission.store_paused:
+            self._admission.store_paused = trouble is not None
             if trouble is not None:
                 log.error(
                     "flightdeck engine: no new child starts while the store cannot commit (%s)",
@@ -410,23 +391,12 @@ class Coordinator:
         if trouble is not None and trouble.gave_up and self.failure is None:
             self.failure = f"the store cannot record ({trouble.reason})"
             log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
-            self._stop_everything(f"stopped: {self.failure}")
-
-    def _stop_everything(self, reason: str) -> None:
-        """The engine's own stop (not the operator's): running children are interrupted,
-        queued ones end without starting."""
-        for child in self.children:
-            if child.status.terminal:
-                continue
-            if child.task.id in self._alive:
-                self._interrupt(child, ChildStatus.STOPPED, reason)
-            elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
-                self._finished(child)
+            self._controls.stop_everything(f"stopped: {self.failure}")
 
     @property
     def held(self) -> int:
         """Final rows handed to the store and not yet committed (nor given up on)."""
-        return self._finals - self._done
+        return self._finals.held
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S, and no longer than the next
@@ -445,66 +415,37 @@ class Coordinator:
     def _handle(self, message: Message) -> None:
         match message:
             case ChildDone(child):
-                if child.task.id in self._alive:
-                    self._release(child)
-                    self._finished(child)
+                if child.task.id in self.alive:
+                    self.release(child)
+                    self.finish(child)
                 else:
                     # The watchdog abandoned it and recorded its final row; its call has come
                     # back since, and may have been billed: the store must say what was spent.
                     # (Only while the engine is open: a call stuck at close() is not waited for.)
-                    self._record(child.row())
+                    self.record(child.row())
             case Recorded(row):
-                self._done += 1
-                self._publish(ChildFinished(row, self._done, len(self.children)))
-                unit = self._units.ended(row)
-                if unit is not None:
-                    self._publish(unit)
-                self._delegations.ended(row)
+                self._finals.recorded(row)
+                self._arrivals.ended(row)
             case Unrecorded(row):
-                self._done += 1  # ended, and never announced: the batch fails, counting it
-                self.unrecorded += 1
-                self._delegations.ended(row)  # its parent is not left waiting
+                self._finals.lost()
+                self._arrivals.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
-                    self._loop_policies.delivered(receipt.child_id, self._clock())
+                    self._controls.loop_policies.delivered(receipt.child_id, self._clock())
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
             case Delegated(child, call):
-                self._delegate(child, call)
+                self._arrivals.delegate(child, call)
             case ChildPaused(child):
                 self._pauses.paused(child)
-            case Pause(ids, resume):
-                if resume:
-                    self._pauses.continue_(ids)
-                else:
-                    for child_id in ids:  # the operator has it now: no policy step behind
-                        self._loop_policies.ended(child_id)  # their back (`n` still works)
-                    self._pauses.pause(ids)
-            case PauseAdmission(on):
-                if self._pauses.hold_admission(on):
-                    self._record_held(self.hold)
             case FirstChunk(child):
-                self._queues.requeue(self._gate.first_chunk(child))
+                self.queues.requeue(self._admission.gate.first_chunk(child))
             case HeadroomSeen(route, event):
-                self._queues.saw_headroom(route, event, self._clock())
+                self.queues.saw_headroom(route, event, self._clock())
             case LoopFlagged(child_id, evidence, again):
-                self._looped(child_id, evidence, again)
-            case Steer(receipt_ids, ids, text, now):
-                self._steer(receipt_ids, ids, text, now)
-            case Stop(ids):
-                # a parent's delegates are its own work: they stop with it
-                self._stop(self._delegations.subtree(ids), "stopped by operator")
-            case StopAll():
-                # Only a stop-all that stopped something makes the batch `stopped`: one that
-                # came as the last child ended (Engine.close() on the way out) changes nothing.
-                self.stopped_by_stop_all += self._stop(
-                    [c.task.id for c in self.children], "stopped by operator (stop all)"
-                )
-                if self._schedules is not None:  # a scheduled batch ends only this way
-                    self._end_schedules()
-                    self.stopped_by_stop_all += 1
-            case SetLimits(change):
-                self._set_limits(change)
+                self._controls.looped(child_id, evidence, again)
+            case Steer() | Stop() | StopAll() | SetLimits() | Pause() | PauseAdmission():
+                self._controls.apply(message)
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
@@ -516,317 +457,36 @@ class Coordinator:
             case Shutdown():
                 self._shutdown = True
 
-    def _release(self, child: Child) -> None:
-        """Free the child's slot (in the pool and on its route); a gate it led opens."""
-        del self._alive[child.task.id]
-        self._pauses.ended(child)
-        if self._waiting.pop(child.task.id, None) is None:  # a waiting parent had none
-            self._queues.ended(child)
-        self._queues.requeue(self._gate.ended(child))
-
-    def _busy(self) -> int:
-        """Slots in use: alive children, less the parents waiting on their delegates."""
-        return len(self._alive) - len(self._waiting)
-
-    def _delegate(self, parent: Child, call: DelegateCall) -> None:
-        """Queue a `delegate` call's sub-tasks ahead of everything else, and let the parent
-        wait without its slot, so its delegates (or other parents') can have it."""
-        if self._spawn is None or parent.task.id not in self._alive or parent.stop_status:
-            call.refuse("delegation is not possible now: the child is stopping")
-            return
-        tasks = self._delegations.tasks(parent, call, self._next_seq)
-        self._next_seq += len(tasks)
-        made = [self._spawn(t) for t in tasks]
-        self.children.extend(made)
-        self.by_id.update((c.task.id, c) for c in made)
-        self._queues.requeue(made)
-        self._waiting[parent.task.id] = parent
-        self._queues.ended(parent)
-
-    def _resume_parents(self) -> None:
-        """Parents whose delegates have all ended take a slot again, first come first."""
-        ready = self._delegations.ready
-        while ready:
-            parent, call, rows = ready[0]
-            if parent.task.id in self._waiting:
-                if self._busy() >= self.pool_size or not self._queues.take(parent):
-                    return
-                del self._waiting[parent.task.id]
-            ready.pop(0)
-            call.finish(rows)
-
-    def _finished(self, child: Child) -> None:
+    def finish(self, child: Child) -> None:
         """Record a final child at once; it counts as done, and is announced, once committed.
 
         So a finish that a UI shows (a headless line, say) is already on disk: a process
         killed right after loses none of them, and the batch ends only when all are written.
-        Its slot is free already (`_release`): admission never waits for the store.
+        Its slot is free already (`release`): admission never waits for the store.
         """
         self._stop_requested.pop(child.task.id, None)
-        self._loop_policies.ended(child.task.id)
+        self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
-        row = child.row()
-        self._finals += 1
-        self._record_final(
-            row, lambda committed: self.report(Recorded(row) if committed else Unrecorded(row))
-        )
+        self._finals.hand(child.row())
 
     def _all_done(self) -> bool:
-        return self._done >= len(self.children) and self._schedules is None
+        return self._finals.done >= len(self.children) and not self._arrivals.scheduled
 
-    def _tick(self) -> None:
-        """Queue the wave of each schedule whose time has come (between two steps, so no wave
-        is ever seen half queued)."""
-        if self._schedules is None or self._spawn is None:
-            return
-        if self._budget_exhausted() is not None:  # max_runs and max_cost_usd span the waves
-            self._end_schedules()
-            return
-        for wave in self._schedules.due(self._clock(), self._live):
-            tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
-            self._next_seq += len(tasks)
-            made = [self._spawn(t) for t in tasks]
-            self.children.extend(made)
-            self.by_id.update((c.task.id, c) for c in made)
-            self._queues.add(made)
-
-    def _id_taken(self, child_id: str) -> bool:
-        """Whether a child has this id (running here, or kept from before a resume)."""
-        return child_id in self.by_id or child_id in self._taken
-
-    def _live(self, child_id: str) -> bool:
-        child = self.by_id.get(child_id)
-        return child is not None and child.status.live
-
-    def _end_schedules(self) -> None:
-        """No more waves: the batch ends once the children it has are done."""
-        self._schedules = None
-
-    def _final_status(self) -> BatchStatus:
-        """Stopped by the operator (all at once or one by one) or a budget, unless a child
-        failed, timed out or stalled first: a stop is nobody's failure."""
-        if self.stopped_by_stop_all:
-            return BatchStatus.STOPPED
-        statuses = {c.status for c in self.children} | set(self._carried)
-        if statuses <= {ChildStatus.COMPLETED}:
-            return BatchStatus.COMPLETED
-        if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:
-            return BatchStatus.STOPPED
-        return BatchStatus.FAILED
-
-    # --- admission -----------------------------------------------------------------------------
-
-    def _admit(self) -> None:
-        """FIFO among tasks whose route is under its cap; capped routes wait in place."""
-        self._resume_parents()  # not new work: a parent finishing what it began
-        self._pauses.admit()  # nor is a child the operator continued
-        budget_reason = self._budget_exhausted()
-        if budget_reason is not None:
-            self._cancel_queued(budget_reason)
-            return
-        self._queues.requeue(self._gate.expired(self._clock()))
-        if self._busy() >= self.pool_size or self._admission_paused or self.failure:
-            return
-        if self.hold is not None:  # the operator's or the soft budget's: what runs goes on
-            return
-        now = self._clock()
-        launched = []
-        for child in self._queues.ready():
-            if self._gate.holds(child, now):
-                self._queues.ended(child)  # handed out, held back: it takes no slot
-                continue
-            if self._pauses.park(child):
-                continue
-            if self._launch(child):
-                launched.append(child)
-            if self._busy() >= self.pool_size or self._budget_exhausted() is not None:
-                break
-        # In the store at once, not at the next progress tick: an owner that dies now leaves
-        # them `running` there, so `resume` knows they were lost (unknown), not never run.
-        # After the loop, so the submits follow each other as closely as before.
-        for child in launched:
-            self._record(child.row())
-
-    def _launch(self, child: Child, *, new: bool = True) -> bool:
-        """Hand the child to the pool (`new`: not a paused child continued); False if it could
-        not be (the process is exiting)."""
-        try:
-            self._pool.submit(functools.partial(self._run_child, child))
-        except ThreadRefused as exc:
-            # The child waits in the pool for a thread already started: no more children than
-            # there are threads run at once.
-            self.pool_size = self._busy()
-            log.warning(
-                "cannot start another worker thread (%s): at most %d children run at once",
-                exc,
-                self.pool_size,
-            )
-        except RuntimeError:
-            # Shut down: the interpreter is exiting without Engine.close().
-            self._queues.ended(child)
-            if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
-                self._finished(child)
-            return False
-        # It holds a slot from here, though its thread may not have taken it yet.
-        child.mark_running()
-        self._alive[child.task.id] = child
-        if new:
-            self._started += 1
-            self._publish(ChildStarted(child.task.id, self._clock()))
-        return True
-
-    def _run_child(self, child: Child) -> None:
-        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
-        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
-        try:
-            child.run()
-        except Exception as exc:
-            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
-            try:
-                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
-            finally:
-                self.report(ChildDone(child))
-
-    def _budget_exhausted(self) -> str | None:
-        runs = self._budget.max_runs
-        if runs is not None and self._started >= runs:
-            return f"not started: max_runs ({runs}) reached"
-        cap = self._budget.max_cost_usd
-        if cap is not None and self._meter.totals().cost_usd >= cap:
-            return f"not started: budget of ${cap} reached"
-        return None
-
-    def _cancel_queued(self, reason: str) -> None:
-        self._end_schedules()  # max_runs and max_cost_usd count across waves
-        drained = (*self._queues.drain(), *self._gate.drain(), *self._pauses.unstarted())
-        for child in drained:
-            if child.finalize(ChildStatus.STOPPED, reason):
-                self._finished(child)
-
-    # --- control -------------------------------------------------------------------------------
-
-    def _steer(
-        self, receipt_ids: tuple[int, ...], ids: tuple[str, ...], message: str, now: bool
-    ) -> None:
-        ts = self._clock()
-        for rid, child_id in zip(receipt_ids, ids, strict=True):
-            child = self.by_id.get(child_id)
-            if child is None:
-                continue
-            receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
-            when = "interrupt now" if now else "at next turn"
-            if child.status.terminal:
-                self._missed(child, receipt, ts)
-                continue
-            child.transcript.write("operator", f"steer ({when}): {message}")
-            self._record_receipt(receipt, "steer")
-            self._record_event(child_id, "steer", message)
-            if not child.add_steer(receipt):  # it began to end after the check above
-                self._missed(child, receipt, self._clock())
-
-    def _missed(self, child: Child, receipt: SteerReceipt, settled_ts: float) -> None:
-        """A steer the child can no longer take (it has ended): shown, recorded, settled."""
-        reason = "the child had ended"
-        if child.status.terminal:  # else it is still writing its final line
-            reason += f": {child.status.value}"
-        child.transcript.write("operator", missed_note(receipt.message, reason))
-        missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
-        child.keep_receipt(missed)
-        self._record_receipt(missed, "steer")
-        self._publish(SteerSettled(missed))
-
-    def _stop(self, ids: Iterable[str], reason: str) -> int:
-        """Stop these children; returns how many were not already final."""
-        stopped = 0
-        for child_id in ids:
-            child = self.by_id.get(child_id)
-            if child is None or child.status.terminal:
-                continue
-            if child_id not in self._alive:
-                # The operator's action, as a running child's stop is, then the engine's line.
-                child.transcript.write("operator", "stop requested")
-                self._record_event(child_id, "stop", reason)
-                # A child paused at a turn boundary has no thread to stop: it ends at once.
-                when = " while paused" if child.started_ts is not None else " before start"
-                if child.finalize(ChildStatus.STOPPED, reason + when):
-                    self._finished(child)
-                    stopped += 1
-                continue
-            self._interrupt(child, ChildStatus.STOPPED, reason)
-            child.transcript.write("operator", "stop requested")
-            self._record_event(child_id, "stop", reason)
-            stopped += 1
-        return stopped
-
-    def _interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
-        self._stop_requested.setdefault(child.task.id, self._clock())
-        child.request_stop(status, reason)
-
-    def _looped(self, child_id: str, evidence: LoopEvidence | None, again: bool) -> None:
-        """A child's loop flag changed (flagged, or cleared by progress): kept in the events
-        table (an attached view shows it from there), and its route's policy starts or ends."""
-        child = self.by_id.get(child_id)
-        if child is None:
-            return
-        self._record_event(child_id, "loop", evidence_json(evidence))
-        if child_id in self._alive:
-            self._loop_policies.flagged(child_id, evidence, child.route.loops, again)
-
-    def _loop_steps(self) -> None:
-        """The loop policies' steps that are due: each recorded as the policy's own."""
-        for step in self._loop_policies.due(self._clock()):
-            child = self.by_id.get(step.child_id)
-            if child is None or step.child_id not in self._alive or child.stop_status:
-                continue
-            self._policy_step(child, step)
-
-    def _policy_step(self, child: Child, step: Step) -> None:
-        ev = step.evidence
-        where = f"loop policy (step {step.number} of {step.of}, {step.step})"
-        detail: dict[str, object] = {"step": step.step, "number": step.number, "of": step.of}
-        if step.step == "stop":
-            reason = f"stopped by the loop policy: it looped ({ev.summary})"
-            child.transcript.write("engine", f"{where}: {reason}")
-            self._record_event(
-                child.task.id, "loop_policy", json.dumps({**detail, "reason": reason})
-            )
-            self._interrupt(child, ChildStatus.STOPPED, reason)
-            return
-        now = step.step == "steer_now"
-        message = fill(self._canned.loop, summary=ev.summary, kind=ev.kind, child_id=child.task.id)
-        receipt = SteerReceipt(
-            self.next_receipt_id(),
-            child.task.id,
-            message,
-            now,
-            SteerState.QUEUED,
-            self._clock(),
-            by="policy",
-        )
-        when = "interrupt now" if now else "at next turn"
-        child.transcript.write("engine", f"{where}: steer ({when}): {message}")
-        self._record_receipt(receipt, "steer")
-        self._record_event(
-            child.task.id,
-            "loop_policy",
-            json.dumps({**detail, "message": message, "receipt": receipt.id}, ensure_ascii=False),
-        )
-        if not child.add_steer(receipt):
-            self._missed(child, receipt, self._clock())
+    # --- watchdog and progress -----------------------------------------------------------------
 
     def _watchdog(self) -> None:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
-        self._loop_steps()
+        self._controls.loop_steps()
         now = self._clock()
-        for child in list(self._alive.values()):
+        for child in list(self.alive.values()):
             found = overdue(child, now, self._engine, self._stop_requested.get(child.task.id))
             if found is None:
                 continue
             if not found.abandon:
-                self._interrupt(child, found.status, found.reason)
+                self.interrupt(child, found.status, found.reason)
             elif child.finalize(found.status, found.reason):
-                self._release(child)
-                self._finished(child)
+                self.release(child)
+                self.finish(child)
 
     def _progress(self) -> None:
         """Running children's counters reach the store every PROGRESS_EVERY_S (for attach)."""
@@ -836,78 +496,11 @@ class Coordinator:
             self._record_progress()
 
     def _record_progress(self) -> None:
-        for child in self._alive.values():
+        for child in self.alive.values():
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
-                self._record(child.row())
+                self.record(child.row())
 
-    # --- live limits and the soft budget -------------------------------------------------------
-
-    def _set_limits(self, change: Mapping[str, Any]) -> None:
-        """Apply the operator's change at once: a lower limit only stops admitting until under
-        it (nothing is interrupted); a higher one admits at the next step, on more threads."""
-        try:
-            new = changed(self.limits(), change)
-        except ValueError as exc:  # checked by the caller; a second look must not fail the batch
-            log.error("flightdeck engine: limits not changed: %s", exc)
-            return
-        if new.pool_size != self.pool_size:
-            self.pool_size = new.pool_size
-            self._pool.grow(new.pool_size + SPARE_WORKERS)
-        for caps in new.routes:
-            state = self._queues.routes[caps.route]
-            fields = {f: getattr(caps, f) for f in ROUTE_FIELDS}
-            if all(getattr(state.route, f) == v for f, v in fields.items()):
-                continue
-            state.route = dataclasses.replace(state.route, **fields)
-            throttle = self._throttles.get(caps.route)
-            if throttle is not None:
-                throttle.retune(state.route)
-        if "soft_cost_usd" in change:
-            self._soft_cost = new.soft_cost_usd
-            self._soft_held = None  # raised or dropped: looked at again at once
-            self._last_soft = -SOFT_BUDGET_EVERY_S
-        self._record_event(None, "limits", json.dumps({"change": _plain(change), "by": "operator"}))
+    def _announce_limits(self) -> None:
+        """The live limits changed, or a hold began or ended: for attached views and resume."""
         self._on_limits(self.limits(), self.hold)
-
-    def _watch_soft_budget(self) -> None:
-        """Hold admission once the spend or the projected cost at completion crosses the soft
-        budget (looked at once a second); it holds until the operator raises it, drops it or
-        stops the batch (`_set_limits`, a stop-all)."""
-        soft = self._soft_cost
-        now = self._clock()
-        if (
-            soft is None
-            or self._soft_held is not None
-            or now - self._last_soft < SOFT_BUDGET_EVERY_S
-        ):
-            return
-        self._last_soft = now
-        spent = self._meter.totals().cost_usd
-        projected = forecast(self._rows()).projected_usd
-        if projected is not None and projected > soft:  # the projection counts the spend
-            why = f"soft budget {_usd(soft)} reached: projected {_usd(projected)}"
-        elif spent >= soft:
-            why = f"soft budget {_usd(soft)} reached: spent {_usd(spent)}"
-        else:
-            return
-        self._soft_held = why
-        detail = {
-            "soft_cost_usd": str(soft),
-            "spent_usd": str(spent),
-            "projected_usd": None if projected is None else str(projected),
-            "reason": why,
-        }
-        self._record_event(None, "soft_budget_hold", json.dumps(detail))
-        log.info("flightdeck engine: %s; no new child starts", why)  # the UIs ask the operator
-        self._on_limits(self.limits(), self.hold)
-
-
-def _usd(amount: Decimal) -> str:
-    return f"${amount:,.2f}"
-
-
-def _plain(change: Mapping[str, Any]) -> dict[str, Any]:
-    """A change as JSON takes it (dollars as strings)."""
-    plain: dict[str, Any] = json.loads(json.dumps(dict(change), default=str))
-    return plain

@@ -1,7 +1,7 @@
 """Delegation, the coordinator's side: which delegates each `delegate` call made, the tree of
 parents and their children, and which waiting parents may resume. Coordinator thread only.
 
-A parent that waits on its delegates gives up its slot (see `Coordinator._delegate`): with
+A parent that waits on its delegates gives up its slot (see `Arrivals.delegate`): with
 `max_concurrent = 2` and four parents that each delegate, the delegates still run. It takes a
 slot again, when one is free, once its last delegate has ended.
 """

@@ -89,7 +89,6 @@ class Unrecorded:
     row: ChildRow
 
 
-Command = (
-    Steer | Stop | StopAll | SetLimits | Pause | PauseAdmission | RecordProgress | Then | Shutdown
-)
+OperatorCommand = Steer | Stop | StopAll | SetLimits | Pause | PauseAdmission  # controls.py's
+Command = OperatorCommand | RecordProgress | Then | Shutdown
 Message = Command | Recorded | Unrecorded | ChildFact

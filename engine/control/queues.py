@@ -1,13 +1,16 @@
-"""The queued children, one FIFO queue per route, and what each route has running."""
+"""The queued children, one FIFO queue per route, what each route has running, and its
+headroom as the route panel shows it."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from flightdeck.engine.child.loop import Child
+from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import RouteHeadroom
 from flightdeck.engine.providers.base import HeadroomEvent
@@ -94,6 +97,37 @@ class RouteQueues:
                 reset_tokens_s=event.reset_tokens_s,
                 observed_ts=now,
             )
+
+    def headroom(
+        self, throttles: Mapping[str, RouteThrottle], clock: Callable[[], float]
+    ) -> tuple[RouteHeadroom, ...]:
+        """Per route: provider headroom last seen, a pause a 429 put on the whole route, the
+        limits it is paced to, its 429s in the last minute and its children alive."""
+        out = []
+        for name, state in self.routes.items():
+            hr = dataclasses.replace(
+                state.headroom or RouteHeadroom(route=name),
+                alive=state.alive,
+                max_concurrent=state.route.max_concurrent,
+            )
+            throttle = throttles.get(name)
+            pause = throttle.remaining() if throttle is not None else 0.0
+            if pause > 0:
+                hr = dataclasses.replace(hr, paused_until=clock() + pause)
+            if throttle is not None:  # the limits it is paced to: configured or learned
+                rpm, tpm, adaptive = throttle.limits(state.route)
+                banked_requests, banked_tokens = throttle.banked(state.route)
+                hr = dataclasses.replace(
+                    hr,
+                    rpm=rpm,
+                    tpm=tpm,
+                    adaptive_concurrency=adaptive,
+                    rate_limited_1m=throttle.rate_limited_recently(),
+                    banked_requests=banked_requests,
+                    banked_tokens=banked_tokens,
+                )
+            out.append(hr)
+        return tuple(out)
 
     def drain(self) -> Iterator[Child]:
         """Take every queued child off its queue."""

@@ -1,0 +1,74 @@
+"""The batch's own folder under the state folder, and its manifest. A folder that cannot be used
+(a file in the way, read-only, a full disk) is one ConfigError naming the state folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from flightdeck.engine.assembly import new_batch_id
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.inputs.tasks import Batch
+from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.records.transcripts import write_manifest
+
+
+def folder(path: Path, state_dir: Path) -> Path:
+    """`path`, made if it is not there yet."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise unusable(exc, state_dir) from exc
+    return path
+
+
+def unusable(exc: OSError, state_dir: Path) -> ConfigError:
+    """The state folder cannot be used, and why."""
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, FileExistsError):  # mkdir(exist_ok=True) met something else there
+        reason = f"{exc.filename} exists and is not a folder"
+    return ConfigError(None, None, "state_dir", f"cannot use {state_dir}: {reason}")
+
+
+def claim(
+    batch_dir: Path, *, id_given: bool, clock: Callable[[], float], state_dir: Path
+) -> tuple[str, Path]:
+    """Make this batch's folder; a generated id already taken (two runs started in the same
+    second drew the same one) is drawn again, so two batches never share rows or files.
+    Returns the batch id and its folder."""
+    folder(batch_dir.parent, state_dir)
+    while True:
+        try:
+            batch_dir.mkdir(exist_ok=id_given)
+            return batch_dir.name, batch_dir
+        except FileExistsError:
+            batch_dir = batch_dir.parent / new_batch_id(clock)
+        except OSError as exc:
+            raise unusable(exc, state_dir) from exc
+
+
+def manifest(
+    batch_dir: Path,
+    batch: Batch,
+    status: BatchStatus,
+    *,
+    workspace: Path,
+    pool_size: int,
+    routes: Mapping[str, Route],
+    children_json: str,
+) -> None:
+    """Write the batch's manifest (OSError if it cannot be)."""
+    write_manifest(
+        batch_dir,
+        {
+            "batch_id": batch_dir.name,
+            "name": batch.name,
+            "status": status.value,
+            "source": str(batch.source) if batch.source else None,
+            "workspace": str(workspace),
+            "pool_size": pool_size,
+            "routes": {n: {"provider": r.provider, "model": r.model} for n, r in routes.items()},
+        },
+        {"children": children_json},
+    )

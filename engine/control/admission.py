@@ -1,0 +1,148 @@
+"""Admission: which queued children start now, handed to the pool; the run and cost caps.
+
+Run on the coordinator thread only (as pauses.py is), so a task leaves the queue before it runs
+and never runs twice, without locks. Holds (the operator's, the soft budget's, the store's) stop
+new starts; what already runs goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from flightdeck.engine.child.facts import ChildDone
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.control.arrivals import Arrivals
+from flightdeck.engine.control.gate import CacheGate
+from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.workers import ThreadRefused
+from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
+from flightdeck.engine.records.meter import Meter
+
+if TYPE_CHECKING:
+    from flightdeck.engine.control.coordinator import Coordinator
+
+log = logging.getLogger(__name__)
+
+
+class Admission:
+    """The prompt-cache gate, the count of children started, and the admitting step."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        pauses: Pauses,
+        arrivals: Arrivals,
+        budget: Budget,
+        meter: Meter,
+        clock: Callable[[], float],
+        record: Callable[[ChildRow], None],
+        publish: Callable[[EngineEvent], None],
+        started: int,  # children an earlier owner ran (they count against max_runs)
+    ) -> None:
+        self._co = coordinator
+        self._pauses = pauses
+        self._arrivals = arrivals
+        self._budget = budget
+        self._meter = meter
+        self._clock = clock
+        self._record = record
+        self._publish = publish
+        self.gate = CacheGate()
+        self.started = started
+        self.store_paused = False  # no child starts while the store cannot commit
+
+    def admit(self) -> None:
+        """FIFO among tasks whose route is under its cap; capped routes wait in place."""
+        co = self._co
+        self._arrivals.resume_parents()  # not new work: a parent finishing what it began
+        self._pauses.admit()  # nor is a child the operator continued
+        budget_reason = self.budget_exhausted()
+        if budget_reason is not None:
+            self._cancel_queued(budget_reason)
+            return
+        co.queues.requeue(self.gate.expired(self._clock()))
+        if co.busy() >= co.pool_size or self.store_paused or co.failure:
+            return
+        if co.hold is not None:  # the operator's or the soft budget's: what runs goes on
+            return
+        now = self._clock()
+        launched = []
+        for child in co.queues.ready():
+            if self.gate.holds(child, now):
+                co.queues.ended(child)  # handed out, held back: it takes no slot
+                continue
+            if self._pauses.park(child):
+                continue
+            if self.launch(child):
+                launched.append(child)
+            if co.busy() >= co.pool_size or self.budget_exhausted() is not None:
+                break
+        # In the store at once, not at the next progress tick: an owner that dies now leaves
+        # them `running` there, so `resume` knows they were lost (unknown), not never run.
+        # After the loop, so the submits follow each other as closely as before.
+        for child in launched:
+            self._record(child.row())
+
+    def launch(self, child: Child, *, new: bool = True) -> bool:
+        """Hand the child to the pool (`new`: not a paused child continued); False if it could
+        not be (the process is exiting)."""
+        co = self._co
+        try:
+            co.pool.submit(functools.partial(self._run_child, child))
+        except ThreadRefused as exc:
+            # The child waits in the pool for a thread already started: no more children than
+            # there are threads run at once.
+            co.pool_size = co.busy()
+            log.warning(
+                "cannot start another worker thread (%s): at most %d children run at once",
+                exc,
+                co.pool_size,
+            )
+        except RuntimeError:
+            # Shut down: the interpreter is exiting without Engine.close().
+            co.queues.ended(child)
+            if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
+                co.finish(child)
+            return False
+        # It holds a slot from here, though its thread may not have taken it yet.
+        child.mark_running()
+        co.alive[child.task.id] = child
+        if new:
+            self.started += 1
+            self._publish(ChildStarted(child.task.id, self._clock()))
+        return True
+
+    def _run_child(self, child: Child) -> None:
+        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
+        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
+        try:
+            child.run()
+        except Exception as exc:
+            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
+            try:
+                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
+            finally:
+                self._co.report(ChildDone(child))
+
+    def budget_exhausted(self) -> str | None:
+        """Why no more children may start (max_runs or max_cost_usd reached); None: they may."""
+        runs = self._budget.max_runs
+        if runs is not None and self.started >= runs:
+            return f"not started: max_runs ({runs}) reached"
+        cap = self._budget.max_cost_usd
+        if cap is not None and self._meter.totals().cost_usd >= cap:
+            return f"not started: budget of ${cap} reached"
+        return None
+
+    def _cancel_queued(self, reason: str) -> None:
+        co = self._co
+        self._arrivals.end_schedules()  # max_runs and max_cost_usd count across waves
+        drained = (*co.queues.drain(), *self.gate.drain(), *self._pauses.unstarted())
+        for child in drained:
+            if child.finalize(ChildStatus.STOPPED, reason):
+                co.finish(child)

@@ -1,0 +1,119 @@
+"""Children that arrive while the batch runs: a parent's delegates, and its schedules' waves.
+
+Run on the coordinator thread (as admission.py is), between two steps, so no delegate or wave
+is ever seen half queued. A parent waiting on its delegates gives up its slot and takes one
+again, ahead of new work, once they have all ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from flightdeck.engine.child.delegate import DelegateCall
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.control.delegation import Delegations
+from flightdeck.engine.control.schedules import ScheduleClock
+from flightdeck.engine.inputs.tasks import Schedule, Task
+from flightdeck.engine.model import ChildRow
+
+if TYPE_CHECKING:
+    from flightdeck.engine.control.coordinator import Coordinator
+
+
+class Arrivals:
+    """The delegate calls in flight, the schedule clock, and the seq the next child gets."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        spawn: Callable[[Task], Child] | None,
+        schedules: tuple[Schedule, ...],
+        taken_ids: frozenset[str],  # children kept from before a resume
+        clock: Callable[[], float],
+        exhausted: Callable[[], str | None],  # why no more children may start (a budget)
+    ) -> None:
+        self._co = coordinator
+        self._spawn = spawn
+        self._taken = taken_ids
+        self._clock = clock
+        self._exhausted = exhausted
+        self._delegations = Delegations(self._id_taken)
+        self._next_seq = max((c.task.seq for c in coordinator.children), default=0) + 1
+        # Off once stopped (stop all, a budget): the batch then ends with its last wave.
+        self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether more waves may come (the batch cannot end before they stop)."""
+        return self._schedules is not None
+
+    def end_schedules(self) -> None:
+        """No more waves: the batch ends once the children it has are done."""
+        self._schedules = None
+
+    # --- delegates -----------------------------------------------------------------------------
+
+    def delegate(self, parent: Child, call: DelegateCall) -> None:
+        """Queue a `delegate` call's sub-tasks ahead of everything else, and let the parent
+        wait without its slot, so its delegates (or other parents') can have it."""
+        co = self._co
+        if self._spawn is None or parent.task.id not in co.alive or parent.stop_status:
+            call.refuse("delegation is not possible now: the child is stopping")
+            return
+        tasks = self._delegations.tasks(parent, call, self._next_seq)
+        self._next_seq += len(tasks)
+        made = self._add([self._spawn(t) for t in tasks])
+        co.queues.requeue(made)
+        co.free_slot(parent)
+
+    def resume_parents(self) -> None:
+        """Parents whose delegates have all ended take a slot again, first come first."""
+        co = self._co
+        ready = self._delegations.ready
+        while ready:
+            parent, call, rows = ready[0]
+            if parent.task.id in co.waiting:
+                if co.busy() >= co.pool_size or not co.queues.take(parent):
+                    return
+                co.take_slot(parent)
+            ready.pop(0)
+            call.finish(rows)
+
+    def ended(self, row: ChildRow) -> None:
+        """A final row is committed (or given up on): its parent is not left waiting."""
+        self._delegations.ended(row)
+
+    def subtree(self, ids: Iterable[str]) -> list[str]:
+        """These children and all their delegates (a parent's delegates stop with it)."""
+        return self._delegations.subtree(ids)
+
+    # --- waves ---------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Queue the wave of each schedule whose time has come."""
+        if self._schedules is None or self._spawn is None:
+            return
+        if self._exhausted() is not None:  # max_runs and max_cost_usd span the waves
+            self.end_schedules()
+            return
+        for wave in self._schedules.due(self._clock(), self._live):
+            tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
+            self._next_seq += len(tasks)
+            self._co.queues.add(self._add([self._spawn(t) for t in tasks]))
+
+    def _add(self, made: list[Child]) -> list[Child]:
+        co = self._co
+        co.children.extend(made)
+        co.by_id.update((c.task.id, c) for c in made)
+        return made
+
+    def _id_taken(self, child_id: str) -> bool:
+        """Whether a child has this id (running here, or kept from before a resume)."""
+        return child_id in self._co.by_id or child_id in self._taken
+
+    def _live(self, child_id: str) -> bool:
+        child = self._co.by_id.get(child_id)
+        return child is not None and child.status.live

@@ -1,0 +1,270 @@
+"""The operator's commands (steer, stop, pause, live limits), a loop policy's steps in its
+place, and the engine's own stop of everything.
+
+Run on the coordinator thread, on the coordinator's children, routes and pool (as pauses.py
+is): a command is applied between two steps, so it never races admission.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.steering import missed_note
+from flightdeck.engine.control.arrivals import Arrivals
+from flightdeck.engine.control.inbox import (
+    OperatorCommand,
+    Pause,
+    PauseAdmission,
+    SetLimits,
+    Steer,
+    Stop,
+    StopAll,
+)
+from flightdeck.engine.control.loops import LoopPolicies, Step
+from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.pool import SPARE_WORKERS
+from flightdeck.engine.control.softbudget import SoftBudget
+from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.inputs.settings import CannedSteers
+from flightdeck.engine.inputs.settings.loops import fill
+from flightdeck.engine.limits import ROUTE_FIELDS, changed
+from flightdeck.engine.model import (
+    ChildStatus,
+    EngineEvent,
+    LoopEvidence,
+    SteerReceipt,
+    SteerSettled,
+    SteerState,
+)
+from flightdeck.engine.records.loops import evidence_json
+
+if TYPE_CHECKING:
+    from flightdeck.engine.control.coordinator import Coordinator
+
+log = logging.getLogger(__name__)
+
+
+class Controls:
+    """What the operator (or a loop policy) asks of running and queued children."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        clock: Callable[[], float],
+        canned: CannedSteers,
+        throttles: Mapping[str, RouteThrottle],
+        soft: SoftBudget,
+        pauses: Pauses,
+        arrivals: Arrivals,
+        record_held: Callable[[str | None], None],  # why admission is held, for attached views
+        record_receipt: Callable[[SteerReceipt, str], None],
+        publish: Callable[[EngineEvent], None],
+        announce: Callable[[], None],  # the live limits changed: told to attached views
+    ) -> None:
+        self._co = coordinator
+        self._clock = clock
+        self._canned = canned
+        self._throttles = throttles
+        self._soft = soft
+        self._pauses = pauses
+        self._arrivals = arrivals
+        self._record_held = record_held
+        self._record_receipt = record_receipt
+        self._publish = publish
+        self._announce = announce
+        self.loop_policies = LoopPolicies()
+
+    def apply(self, command: OperatorCommand) -> None:
+        """One of the operator's commands, from this process or a client's request."""
+        co = self._co
+        match command:
+            case Pause(ids, resume):
+                if resume:
+                    self._pauses.continue_(ids)
+                else:
+                    for child_id in ids:  # the operator has it now: no policy step behind
+                        self.loop_policies.ended(child_id)  # their back (`n` still works)
+                    self._pauses.pause(ids)
+            case PauseAdmission(on):
+                if self._pauses.hold_admission(on):
+                    self._record_held(co.hold)
+            case Steer(receipt_ids, ids, text, now):
+                self.steer(receipt_ids, ids, text, now)
+            case Stop(ids):
+                # a parent's delegates are its own work: they stop with it
+                self.stop(self._arrivals.subtree(ids), "stopped by operator")
+            case StopAll():
+                # Only a stop-all that stopped something makes the batch `stopped`: one that
+                # came as the last child ended (Engine.close() on the way out) changes nothing.
+                co.stopped_by_stop_all += self.stop(
+                    [c.task.id for c in co.children], "stopped by operator (stop all)"
+                )
+                if self._arrivals.scheduled:  # a scheduled batch ends only this way
+                    self._arrivals.end_schedules()
+                    co.stopped_by_stop_all += 1
+            case SetLimits(change):
+                self.set_limits(change)
+
+    # --- steers and stops ----------------------------------------------------------------------
+
+    def steer(
+        self, receipt_ids: tuple[int, ...], ids: tuple[str, ...], message: str, now: bool
+    ) -> None:
+        co = self._co
+        ts = self._clock()
+        for rid, child_id in zip(receipt_ids, ids, strict=True):
+            child = co.by_id.get(child_id)
+            if child is None:
+                continue
+            receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
+            when = "interrupt now" if now else "at next turn"
+            if child.status.terminal:
+                self._missed(child, receipt, ts)
+                continue
+            child.transcript.write("operator", f"steer ({when}): {message}")
+            self._record_receipt(receipt, "steer")
+            co.record_event(child_id, "steer", message)
+            if not child.add_steer(receipt):  # it began to end after the check above
+                self._missed(child, receipt, self._clock())
+
+    def _missed(self, child: Child, receipt: SteerReceipt, settled_ts: float) -> None:
+        """A steer the child can no longer take (it has ended): shown, recorded, settled."""
+        reason = "the child had ended"
+        if child.status.terminal:  # else it is still writing its final line
+            reason += f": {child.status.value}"
+        child.transcript.write("operator", missed_note(receipt.message, reason))
+        missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
+        child.keep_receipt(missed)
+        self._record_receipt(missed, "steer")
+        self._publish(SteerSettled(missed))
+
+    def stop(self, ids: Iterable[str], reason: str) -> int:
+        """Stop these children; returns how many were not already final."""
+        co = self._co
+        stopped = 0
+        for child_id in ids:
+            child = co.by_id.get(child_id)
+            if child is None or child.status.terminal:
+                continue
+            if child_id not in co.alive:
+                # The operator's action, as a running child's stop is, then the engine's line.
+                child.transcript.write("operator", "stop requested")
+                co.record_event(child_id, "stop", reason)
+                # A child paused at a turn boundary has no thread to stop: it ends at once.
+                when = " while paused" if child.started_ts is not None else " before start"
+                if child.finalize(ChildStatus.STOPPED, reason + when):
+                    co.finish(child)
+                    stopped += 1
+                continue
+            co.interrupt(child, ChildStatus.STOPPED, reason)
+            child.transcript.write("operator", "stop requested")
+            co.record_event(child_id, "stop", reason)
+            stopped += 1
+        return stopped
+
+    def stop_everything(self, reason: str) -> None:
+        """The engine's own stop (not the operator's): running children are interrupted,
+        queued ones end without starting."""
+        co = self._co
+        for child in co.children:
+            if child.status.terminal:
+                continue
+            if child.task.id in co.alive:
+                co.interrupt(child, ChildStatus.STOPPED, reason)
+            elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
+                co.finish(child)
+
+    # --- the loop policy -----------------------------------------------------------------------
+
+    def looped(self, child_id: str, evidence: LoopEvidence | None, again: bool) -> None:
+        """A child's loop flag changed (flagged, or cleared by progress): kept in the events
+        table (an attached view shows it from there), and its route's policy starts or ends."""
+        co = self._co
+        child = co.by_id.get(child_id)
+        if child is None:
+            return
+        co.record_event(child_id, "loop", evidence_json(evidence))
+        if child_id in co.alive:
+            self.loop_policies.flagged(child_id, evidence, child.route.loops, again)
+
+    def loop_steps(self) -> None:
+        """The loop policies' steps that are due: each recorded as the policy's own."""
+        co = self._co
+        for step in self.loop_policies.due(self._clock()):
+            child = co.by_id.get(step.child_id)
+            if child is None or step.child_id not in co.alive or child.stop_status:
+                continue
+            self._policy_step(child, step)
+
+    def _policy_step(self, child: Child, step: Step) -> None:
+        co = self._co
+        ev = step.evidence
+        where = f"loop policy (step {step.number} of {step.of}, {step.step})"
+        detail: dict[str, object] = {"step": step.step, "number": step.number, "of": step.of}
+        if step.step == "stop":
+            reason = f"stopped by the loop policy: it looped ({ev.summary})"
+            child.transcript.write("engine", f"{where}: {reason}")
+            co.record_event(child.task.id, "loop_policy", json.dumps({**detail, "reason": reason}))
+            co.interrupt(child, ChildStatus.STOPPED, reason)
+            return
+        now = step.step == "steer_now"
+        message = fill(self._canned.loop, summary=ev.summary, kind=ev.kind, child_id=child.task.id)
+        receipt = SteerReceipt(
+            co.next_receipt_id(),
+            child.task.id,
+            message,
+            now,
+            SteerState.QUEUED,
+            self._clock(),
+            by="policy",
+        )
+        when = "interrupt now" if now else "at next turn"
+        child.transcript.write("engine", f"{where}: steer ({when}): {message}")
+        self._record_receipt(receipt, "steer")
+        co.record_event(
+            child.task.id,
+            "loop_policy",
+            json.dumps({**detail, "message": message, "receipt": receipt.id}, ensure_ascii=False),
+        )
+        if not child.add_steer(receipt):
+            self._missed(child, receipt, self._clock())
+
+    # --- live limits ---------------------------------------------------------------------------
+
+    def set_limits(self, change: Mapping[str, Any]) -> None:
+        """Apply the operator's change at once: a lower limit only stops admitting until under
+        it (nothing is interrupted); a higher one admits at the next step, on more threads."""
+        co = self._co
+        try:
+            new = changed(co.limits(), change)
+        except ValueError as exc:  # checked by the caller; a second look must not fail the batch
+            log.error("flightdeck engine: limits not changed: %s", exc)
+            return
+        if new.pool_size != co.pool_size:
+            co.pool_size = new.pool_size
+            co.pool.grow(new.pool_size + SPARE_WORKERS)
+        for caps in new.routes:
+            state = co.queues.routes[caps.route]
+            fields = {f: getattr(caps, f) for f in ROUTE_FIELDS}
+            if all(getattr(state.route, f) == v for f, v in fields.items()):
+                continue
+            state.route = dataclasses.replace(state.route, **fields)
+            throttle = self._throttles.get(caps.route)
+            if throttle is not None:
+                throttle.retune(state.route)
+        if "soft_cost_usd" in change:
+            self._soft.set(new.soft_cost_usd)
+        co.record_event(None, "limits", json.dumps({"change": _plain(change), "by": "operator"}))
+        self._announce()
+
+
+def _plain(change: Mapping[str, Any]) -> dict[str, Any]:
+    """A change as JSON takes it (dollars as strings)."""
+    plain: dict[str, Any] = json.loads(json.dumps(dict(change), default=str))
+    return plain

@@ -1,0 +1,78 @@
+"""Final rows: each handed to the store at once, counted done (and announced, with its
+completion unit) once committed; and the batch's status once all are.
+
+So a finish that a UI shows (a headless line, say) is already on disk: a process killed right
+after loses none of them, and the batch ends only when all are written. Coordinator thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flightdeck.engine.child.loop import Child
+from flightdeck.engine.control.inbox import Message, Recorded, Unrecorded
+from flightdeck.engine.control.units import Units
+from flightdeck.engine.model import BatchStatus, ChildFinished, ChildRow, ChildStatus, EngineEvent
+
+
+class Finals:
+    """How many final rows were handed to the store, committed, or given up on."""
+
+    def __init__(
+        self,
+        children: list[Child],  # the coordinator's own list: it grows with delegates and waves
+        *,
+        carried: tuple[ChildStatus, ...],
+        record_final: Callable[[ChildRow, Callable[[bool], None]], None],
+        report: Callable[[Message], None],
+        publish: Callable[[EngineEvent], None],
+    ) -> None:
+        self._children = children
+        # A resumed batch: the final statuses of children an earlier owner finished (they
+        # count in the batch's status; they never run again).
+        self._carried = carried
+        self._record_final = record_final
+        self._report = report
+        self._publish = publish
+        self._units = Units((c.task.id, c.task.group) for c in children)
+        self.done = 0
+        self._handed = 0  # final rows handed to the store (committed or not yet)
+        # Final rows the store gave up on: those children ended, but were never announced.
+        self.unrecorded = 0
+
+    def hand(self, row: ChildRow) -> None:
+        """A final row to the store; the coordinator hears back whether it was committed."""
+        self._handed += 1
+        self._record_final(
+            row, lambda committed: self._report(Recorded(row) if committed else Unrecorded(row))
+        )
+
+    def recorded(self, row: ChildRow) -> None:
+        """Committed: the child counts as done, announced, and may end its unit."""
+        self.done += 1
+        self._publish(ChildFinished(row, self.done, len(self._children)))
+        unit = self._units.ended(row)
+        if unit is not None:
+            self._publish(unit)
+
+    def lost(self) -> None:
+        """Given up on: ended, and never announced; the batch fails, counting it."""
+        self.done += 1
+        self.unrecorded += 1
+
+    @property
+    def held(self) -> int:
+        """Final rows handed to the store and not yet committed (nor given up on)."""
+        return self._handed - self.done
+
+    def status(self, stopped_by_stop_all: int) -> BatchStatus:
+        """Stopped by the operator (all at once or one by one) or a budget, unless a child
+        failed, timed out or stalled first: a stop is nobody's failure."""
+        if stopped_by_stop_all:
+            return BatchStatus.STOPPED
+        statuses = {c.status for c in self._children} | set(self._carried)
+        if statuses <= {ChildStatus.COMPLETED}:
+            return BatchStatus.COMPLETED
+        if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:
+            return BatchStatus.STOPPED
+        return BatchStatus.FAILED

@@ -1,0 +1,33 @@
+"""What keeps the engine from recording or running as it should, in a sentence for the
+operator (`Snapshot.problem`): the batch failing as a whole, a store that cannot commit, final
+rows it gave up on."""
+
+from __future__ import annotations
+
+from time import monotonic
+
+from flightdeck.engine.control.coordinator import Coordinator
+from flightdeck.engine.records.faults import StoreTrouble
+
+
+def problem(c: Coordinator, trouble: StoreTrouble | None, retry_s: float) -> str | None:
+    """The sentence, or None when all is well (`retry_s`: `[engine] store_retry_s`)."""
+    lost = c.unrecorded
+    if c.failure is not None:
+        text = f"the batch fails: {c.failure}"
+        if lost or trouble is not None:
+            text += f"; {_children(lost)} could not be recorded"
+        return text
+    if trouble is not None:
+        left = max(0.0, trouble.since + retry_s - monotonic())
+        return (
+            f"cannot write to the store ({trouble.reason}): {_children(c.held)} held in "
+            f"memory, trying again for up to {left:.0f}s; no new child starts"
+        )
+    if lost:
+        return f"{_children(lost)} could not be recorded"
+    return None
+
+
+def _children(n: int) -> str:
+    return f"{n} finished child" + ("" if n == 1 else "ren")
