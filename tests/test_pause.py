@@ -183,3 +183,60 @@ def test_a_gated_child_paused_is_paused_when_its_gate_opens(tmp_path: Path) -> N
     finally:
         engine.close()
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
+
+
+def test_a_paused_queued_child_handed_out_behind_a_closed_gate_is_not_lost(
+    tmp_path: Path,
+) -> None:
+    # Paused while queued, then handed out (the pool raised) while its route's cache gate is
+    # closed: it went into the gate's waiting list as `paused`, and the gate dropped it when it
+    # opened, so after `continue` it sat in no queue and the batch never ended.
+    import dataclasses
+
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, time_scale=0.25, latency_ms=2000, tokens_per_s=4000),
+        cache_gate_s=10.0,
+    )
+    engine = start(batch(3), settings(route, pool=1), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").status is ChildStatus.RUNNING, 10)
+        engine.pause(["t0001"])
+        until(lambda: _row(engine, "t0001").status is ChildStatus.PAUSED, 10)
+        engine.set_limits({"pool_size": 3})
+        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED, 10)
+        assert _row(engine, "t0001").status is ChildStatus.PAUSED
+        engine.continue_(["t0001"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
+
+
+def test_a_running_parents_delegates_start_while_admission_is_held(tmp_path: Path) -> None:
+    # "The children already running finish their turns": a parent's delegates are its work,
+    # not new work. Held back, the parent waited for them until its timeout.
+    import dataclasses
+
+    from flightdeck.engine.inputs.settings import Budget
+
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, delegate_rate=1.0, delegates=2, latency_ms=300, time_scale=1.0),
+        delegate=True,
+    )
+    s = dataclasses.replace(settings(route, pool=4), budget=Budget(max_depth=1))
+    engine = start(batch(2, timeout_s=10.0), s, tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").status is ChildStatus.RUNNING, 10)
+        engine.pause_admission(True)
+        until(lambda: _row(engine, "t0000").status.terminal, 10)
+        snap = engine.snapshot()
+        assert snap.child("t0000.1") is not None and snap.child("t0000.2") is not None
+        assert _row(engine, "t0000").status is ChildStatus.COMPLETED
+        assert {_row(engine, f"t0000.{i}").status for i in (1, 2)} == {ChildStatus.COMPLETED}
+        if _row(engine, "t0001").started_ts is None:  # held: the other task never started
+            assert _row(engine, "t0001").status is ChildStatus.QUEUED
+        engine.pause_admission(False)
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}

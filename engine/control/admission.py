@@ -68,15 +68,20 @@ class Admission:
         co.queues.requeue(self.gate.expired(self._clock()))
         if co.busy() >= co.pool_size or self.store_paused or co.failure:
             return
-        if co.hold is not None:  # the operator's or the soft budget's: what runs goes on
-            return
+        if co.hold is None:
+            candidates = co.queues.ready()
+        else:
+            # The operator's or the soft budget's hold: nothing new starts, and what runs goes
+            # on, so the delegates a running parent waits on do start (they are its work).
+            candidates = co.queues.heads(lambda c: c.task.parent in co.waiting)
         now = self._clock()
         launched = []
-        for child in co.queues.ready():
+        for child in candidates:
+            # Before the gate: a paused child parked in a gate was lost when the gate opened.
+            if self._pauses.park(child):
+                continue
             if self.gate.holds(child, now):
                 co.queues.ended(child)  # handed out, held back: it takes no slot
-                continue
-            if self._pauses.park(child):
                 continue
             if self.launch(child):
                 launched.append(child)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from flightdeck.engine.child.loop import Child
+from flightdeck.engine.model import ChildStatus
 
 Key = tuple[str, str]  # (route name, prompt-prefix digest)
 
@@ -83,4 +84,5 @@ class CacheGate:
         gate = self._closed.pop(key)
         self._open.add(key)
         gate.leader.leads_gate = False
-        return [c for c in gate.waiting if c.unmark_gated()]
+        # A child paused while gated is handed back too (admission parks it): never dropped.
+        return [c for c in gate.waiting if c.unmark_gated() or c.status is ChildStatus.PAUSED]

@@ -59,6 +59,14 @@ class RouteQueues:
             if (seq := state.next_seq()) is not None:
                 heapq.heappush(heads, (seq, name))
 
+    def heads(self, wanted: Callable[[Child], bool]) -> Iterator[Child]:
+        """As `ready`, but only the children at the front of their routes' queues that `wanted`
+        keeps (a delegate is queued at the front): under a hold, no scan of the whole queue."""
+        for state in self.routes.values():
+            while state.next_seq() is not None and wanted(state.queue[0]):
+                state.alive += 1
+                yield state.queue.popleft()
+
     def ended(self, child: Child) -> None:
         """An alive child has ended (or was handed out and held back): its route may start
         another."""
