@@ -3,8 +3,10 @@ the batch's admission, on the sim with small delays."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
@@ -240,3 +242,38 @@ def test_a_running_parents_delegates_start_while_admission_is_held(tmp_path: Pat
     finally:
         engine.close()
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
+
+
+def test_a_stop_that_lands_while_a_child_takes_its_pause_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stop is handled between the child taking its pause and the coordinator hearing of
+    # it: the child was parked with the stop unheeded, `paused` for ever, the batch unending.
+    import threading
+
+    from flightdeck.engine.child.state import ChildState
+
+    engine_box: list[object] = []
+    stopped = threading.Event()
+    take = ChildState._take_pause
+
+    def take_then_be_stopped(self: ChildState) -> bool:
+        took = take(self)
+        if took and not stopped.is_set():
+            stopped.set()
+            engine_box[0].stop([self.task.id])  # type: ignore[attr-defined]
+            time.sleep(0.3)  # the stop is handled before the pause is heard (a real window)
+        return took
+
+    monkeypatch.setattr(ChildState, "_take_pause", take_then_be_stopped)
+    engine = start(batch(1), settings(ROUTE, pool=1), tmp_path)
+    engine_box.append(engine)
+    try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        engine.pause(["t0000"])
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    row = snap.child("t0000")
+    assert row is not None and row.status is ChildStatus.STOPPED
+    assert row.error is not None and row.error.endswith("while paused")

@@ -199,6 +199,11 @@ class ChildState:
         """The status a requested stop will end in (the first request wins); None if none."""
         return self._stop_status
 
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the requested stop was asked for; None if none was."""
+        return self._stop_reason
+
     # --- control side (coordinator thread) -----------------------------------------------------
 
     def request_stop(self, status: ChildStatus, reason: str) -> None:

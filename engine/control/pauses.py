@@ -99,6 +99,12 @@ class Pauses:
                 co.pool.lend(1)
         else:
             co.release(child)
+            if child.stop_status is not None:
+                # Stopped while it took its pause: nothing will run it again, so it ends now.
+                reason = (child.stop_reason or "stopped") + " while paused"
+                if child.finalize(child.stop_status, reason):
+                    co.finish(child)
+                return
             if child.pause_wanted:
                 self.parked[child_id] = child
             else:  # continued while it paused: it takes a slot again at once
