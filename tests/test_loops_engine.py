@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from flightdeck.engine.inputs.settings import LoopSettings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
@@ -185,3 +186,46 @@ def test_a_child_that_answers_after_the_nudge_is_never_escalated(tmp_path: Path)
     with StoreReader(db) as reader:
         report = build_report(reader, snap.batch_id)
     assert [s["step"] for s in report["loop_policy"]] == ["nudge"]
+
+
+def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The operator pauses a child whose turn is just ending with a loop flag: the flag reaches
+    # the coordinator after the pause, and used to start the policy the pause had ended, which
+    # then steered and stopped the child behind the operator's back once it was continued.
+    import threading
+    import time
+
+    from flightdeck.engine.child.state import ChildState
+
+    from tests.helpers import until
+
+    box: list[object] = []
+    paused = threading.Event()
+    changed = ChildState._loop_changed
+
+    def pause_first(self: ChildState, before: object, found: object, again: bool = False) -> None:
+        if found is not None and not paused.is_set():
+            paused.set()
+            box[0].pause([self.task.id])  # type: ignore[attr-defined]
+            time.sleep(0.2)  # the coordinator handles the pause before the flag
+        changed(self, before, found, again)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ChildState, "_loop_changed", pause_first)
+    loops = LoopSettings(
+        repeat_calls=3, stale_turns=0, policy=("nudge", "steer_now", "stop"), policy_wait_s=0.05
+    )
+    route = dataclasses.replace(sim_route(tool_turns=3, latency_ms=30, time_scale=1.0), loops=loops)
+    b = tasks_batch([Task(id="loops", goal="Review it [sim:loop!]", seq=0, max_turns=12)])
+    engine = start(b, settings(route), tmp_path)
+    box.append(engine)
+    try:
+        until(lambda: engine.snapshot().child("loops").status is ChildStatus.PAUSED, 10)  # type: ignore[union-attr]
+        engine.continue_(["loops"])
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    row = snap.child("loops")
+    assert row is not None and row.status is not ChildStatus.STOPPED, row.error
+    assert [r for r in row.steers if r.by == "policy"] == []

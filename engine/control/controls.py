@@ -190,7 +190,9 @@ class Controls:
         if child is None:
             return
         co.record_event(child_id, "loop", evidence_json(evidence))
-        if child_id in co.alive:
+        if _held(child):  # the operator has it: no policy acts behind their back
+            self.loop_policies.ended(child_id)
+        elif child_id in co.alive:
             self.loop_policies.flagged(child_id, evidence, child.route.loops, again)
 
     def loop_steps(self) -> None:
@@ -199,6 +201,9 @@ class Controls:
         for step in self.loop_policies.due(self._clock()):
             child = co.by_id.get(step.child_id)
             if child is None or step.child_id not in co.alive or child.stop_status:
+                continue
+            if _held(child):  # paused since the step was due: its policy ends, no step used up
+                self.loop_policies.ended(step.child_id)
                 continue
             self._policy_step(child, step)
 
@@ -268,3 +273,8 @@ def _plain(change: Mapping[str, Any]) -> dict[str, Any]:
     """A change as JSON takes it (dollars as strings)."""
     plain: dict[str, Any] = json.loads(json.dumps(dict(change), default=str))
     return plain
+
+
+def _held(child: Child) -> bool:
+    """Paused by the operator, or about to be (it pauses at its next turn boundary)."""
+    return child.pause_wanted or child.status is ChildStatus.PAUSED
