@@ -15,6 +15,7 @@ from flightdeck.engine.control.throttle import RateLimiter
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.limits import LimitError
 from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.reader import StoreReader
 
@@ -184,7 +185,8 @@ def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path)
     assert first is not None and first.cost_usd is not None
     projected = forecast(snap.children).projected_usd
     assert projected == first.cost_usd * 10  # one finished, nine to go at its cost
-    assert snap.held == f"soft budget $0.00 reached: projected ${projected:,.2f}"
+    assert snap.held == f"soft budget <$0.0001 reached: projected {fmt_usd(projected)}"
+    assert projected < 1 and fmt_usd(projected) != "$0.01"  # four places, not rounded
     assert snap.limits is not None and snap.limits.soft_held == snap.held
     with StoreReader(engine.state_dir / "flightdeck.db") as reader:
         info = reader.batch(engine.batch_id)
@@ -297,4 +299,4 @@ def test_the_report_shows_the_changes_and_the_holds(tmp_path: Path, every_step: 
     ]
     md = render_markdown(report)
     assert "| — | limits | pool 3; soft budget off |" in md
-    assert "| — | soft budget hold | soft budget $0.00 reached: projected $" in md
+    assert "| — | soft budget hold | soft budget &lt;$0.0001 reached: projected $" in md

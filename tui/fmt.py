@@ -6,6 +6,7 @@ import math
 from decimal import Decimal
 
 from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import Forecast
 
 __all__ = [
@@ -50,13 +51,7 @@ def fmt_tokens(n: int) -> str:
 def fmt_cost(cost: Decimal | None) -> str:
     if cost is None:
         return "$?"  # price unknown: never guessed
-    if cost >= 1:
-        return f"${cost:,.2f}"
-    if 0 < cost < Decimal("0.0001"):
-        return "<$0.0001"  # spent, but less than four places show: never "$0.00"
-    # Small sums need four places ($0.0085); rounder ones read better with two ($0.10).
-    text = f"{cost:.4f}".rstrip("0")
-    return "$" + (text if len(text.partition(".")[2]) >= 2 else f"{cost:.2f}")
+    return fmt_usd(cost)
 
 
 def fmt_spent(known: Decimal, unknown: int, noun: str = "unknown") -> tuple[str, str]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.meter import Meter
 
@@ -86,4 +87,4 @@ class SoftBudget:
 
 
 def _usd(amount: Decimal) -> str:
-    return f"${amount:,.2f}"
+    return fmt_usd(amount)
