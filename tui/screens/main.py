@@ -98,7 +98,7 @@ class MainScreen(Screen[None]):
         yield ChildDetail(id="detail")
         yield TranscriptView(id="transcript", poll_s=self.options.transcript_poll_s)
         filter_input = FilterInput(
-            placeholder="filter: words status:failed route:sim cost>0.50 idle>5m is:looping is:outlier"
+            placeholder="filter: words status:failed route:sim cost>0.50 idle>5m is:looping"
         )
         filter_input.id = "filter"
         filter_input.cursor_blink = self.options.cursor_blink
