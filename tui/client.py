@@ -146,9 +146,7 @@ def cmd_steer(args: argparse.Namespace) -> ExitCode:
 def cmd_stop(args: argparse.Namespace) -> ExitCode:
     """`flightdeck stop`: stop children of a running batch (or all); returns once the owner
     has applied it."""
-    import time
-
-    from flightdeck.engine.records.requests import request, submit_stop, submit_stop_all
+    from flightdeck.engine.records.requests import submit_stop, submit_stop_all
 
     row_filter = _where_filter(args)
     if row_filter is None and args.all == bool(args.child_ids):
@@ -165,36 +163,20 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
         rid = _submitted(lambda: submit_stop_all(db, args.batch_id))
     else:
         rid = _submitted(lambda: submit_stop(db, args.batch_id, ids))
-    while True:
-        row = request(db, args.batch_id, rid)
-        assert row is not None
-        if row.state.value == "applied":
-            if row_filter is not None:  # thousands, maybe: a count, not every name
-                what = f"{len(ids)} {'child' if len(ids) == 1 else 'children'}"
-            elif args.all:
-                what = "every child"
-            else:
-                what = ", ".join(one_line(i, 60) for i in row.child_ids)
-            console_for().print(Text(f"stop applied: {what}"))
-            return ExitCode.OK
-        if row.state.value == "refused":
-            console_for(stderr=True).print(
-                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
-            )
-            return ExitCode.INCOMPLETE
-        gone = _owner_gone(db, args.batch_id)
-        if gone is not None:
-            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
-            return ExitCode.INCOMPLETE
-        time.sleep(POLL_S)
+    if row_filter is not None:  # thousands, maybe: a count, not every name
+        what = f"{len(ids)} {'child' if len(ids) == 1 else 'children'}"
+    elif args.all:
+        what = "every child"
+    else:
+        what = ", ".join(one_line(i, 60) for i in ids)
+    return _until_applied(db, args.batch_id, rid, f"stop applied: {what}")
 
 
 def cmd_pause(args: argparse.Namespace) -> ExitCode:
     """`flightdeck pause` and `continue`: of children of a running batch, or (none named) of
     its admission; returns once the owner has applied it."""
-    import time
 
-    from flightdeck.engine.records.requests import RequestKind, request, submit
+    from flightdeck.engine.records.requests import RequestKind, submit
 
     resume = args.command == "continue"
     verb = "continue" if resume else "pause"
@@ -217,22 +199,7 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
         kind = RequestKind.CONTINUE_ADMISSION if resume else RequestKind.PAUSE_ADMISSION
         what = f"admission of batch {one_line(args.batch_id, 60)}"
     rid = _submitted(lambda: submit(db, args.batch_id, kind, ids))
-    while True:
-        row = request(db, args.batch_id, rid)
-        assert row is not None
-        if row.state.value == "applied":
-            console_for().print(Text(f"{verb} applied: {what}"))
-            return ExitCode.OK
-        if row.state.value == "refused":
-            console_for(stderr=True).print(
-                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
-            )
-            return ExitCode.INCOMPLETE
-        gone = _owner_gone(db, args.batch_id)
-        if gone is not None:
-            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
-            return ExitCode.INCOMPLETE
-        time.sleep(POLL_S)
+    return _until_applied(db, args.batch_id, rid, f"{verb} applied: {what}")
 
 
 def cmd_wait(args: argparse.Namespace) -> ExitCode:
@@ -277,10 +244,9 @@ _LIMIT_ARGS = {
 def cmd_limits(args: argparse.Namespace) -> ExitCode:
     """`flightdeck limits`: a running batch's live limits printed, or changed (the owner
     applies the change at once; a bad one is a usage error naming the argument)."""
-    import time
 
     from flightdeck.engine.limits import LimitError, changed, describe
-    from flightdeck.engine.records.requests import RequestKind, request, submit
+    from flightdeck.engine.records.requests import RequestKind, submit
 
     db = _request_db(args)
     current = _stored_limits(db, args.batch_id)
@@ -293,22 +259,7 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
     except LimitError as exc:
         raise UsageError(None, None, _LIMIT_ARGS.get(exc.field, exc.field), exc.message) from None
     rid = _submitted(lambda: submit(db, args.batch_id, RequestKind.LIMITS, payload=change))
-    while True:
-        row = request(db, args.batch_id, rid)
-        assert row is not None
-        if row.state.value == "applied":
-            console_for().print(Text(f"limits applied: {one_line(describe(change))}"))
-            return ExitCode.OK
-        if row.state.value == "refused":
-            console_for(stderr=True).print(
-                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
-            )
-            return ExitCode.INCOMPLETE
-        gone = _owner_gone(db, args.batch_id)
-        if gone is not None:
-            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
-            return ExitCode.INCOMPLETE
-        time.sleep(POLL_S)
+    return _until_applied(db, args.batch_id, rid, f"limits applied: {one_line(describe(change))}")
 
 
 def _stored_limits(db: Path, batch_id: str) -> Limits:
@@ -378,3 +329,28 @@ def _print_limits(limits: Limits) -> None:
     console.print(Text(f"soft budget {soft} (hard budget {hard})"))
     if limits.soft_held:
         console.print(Text(f"held: {one_line(limits.soft_held)}"))
+
+
+def _until_applied(db: Path, batch_id: str, request_id: int, applied: str) -> ExitCode:
+    """Wait for the owner to settle the request: print `applied` once it has applied it (0),
+    or why it refused it, or that the owner is gone (1)."""
+    import time
+
+    from flightdeck.engine.records.requests import request
+
+    while True:
+        row = request(db, batch_id, request_id)
+        assert row is not None
+        if row.state.value == "applied":
+            console_for().print(Text(applied))
+            return ExitCode.OK
+        if row.state.value == "refused":
+            console_for(stderr=True).print(
+                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
+            )
+            return ExitCode.INCOMPLETE
+        gone = _owner_gone(db, batch_id)
+        if gone is not None:
+            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
+            return ExitCode.INCOMPLETE
+        time.sleep(POLL_S)
