@@ -54,7 +54,8 @@ def busy(snap: Snapshot) -> bool:
         r.status.terminal and r.status is not ChildStatus.COMPLETED for r in snap.children
     )
     retrying = any(is_retrying(r) for r in snap.children)
-    return t.completed >= 4 and t.running >= 3 and (attention or retrying)
+    looping = any(r.loop is not None for r in snap.children)  # the demo's triage-todos
+    return t.completed >= 4 and t.running >= 3 and (attention or retrying) and looping
 
 
 def to_png(svg: Path) -> Path | None:
@@ -86,9 +87,11 @@ async def capture(engine: Engine) -> list[Path]:
             await pilot.pause(0.2)
         table = app.main.table
         running = [i for i in table.shown if table.rows_by_id[i].status is ChildStatus.RUNNING]
-        if running:
-            table.pinned_top = False
-            table.select(running[-1])  # the latest started: the likeliest to run on a while
+        looping = [i for i in running if table.rows_by_id[i].loop is not None]
+        if looping or running:
+            # A looping child shows its evidence under the table; else the latest started, the
+            # likeliest to run on a while.
+            table.select((looping or running)[-1])
         await save("main.svg")
         await pilot.press("s")
         if isinstance(app.screen, SteerDialog):
