@@ -276,6 +276,8 @@ def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path) -
                     " payload) VALUES (?, ?, ?, 0, 'pending', 1.0, ?)",
                     (engine.batch_id, kind, ids, payload),
                 )
+        with StoreReader(db) as reader:  # the batch row is committed a moment after start()
+            until(lambda: reader.batch(engine.batch_id) is not None, 10)
         rid = submit_stop_all(db, engine.batch_id)
 
         def applied() -> bool:

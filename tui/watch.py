@@ -75,10 +75,9 @@ class Waker:
             self._call()
 
     def _watch(self) -> None:
-        names = self.names
-
         def wanted(_: watchfiles.Change, path: str) -> bool:
-            return os.path.basename(path) in names
+            # Read each time: `names` may be replaced (another file of the same folder).
+            return os.path.basename(path) in self.names
 
         for _ in watchfiles.watch(
             self.folder,

@@ -94,12 +94,17 @@ async def test_selecting_a_child_tails_its_transcript(engine_factory: EngineFact
     async with app.run_test(size=SIZE) as pilot:
         table, transcript = app.main.table, app.main.transcript
         await until(pilot, lambda: len(table.shown) == 2, "two rows")
+        await until(pilot, lambda: transcript._waker is not None, "the first row's watched")
+        watcher = transcript._waker
         await pilot.press("down")
         chosen = table.selected_id
         assert chosen == table.shown[1]
         goal = engine.snapshot().child(chosen).goal
         other = "first goal" if goal == "second goal" else "second goal"
         await until(pilot, lambda: transcript.child_id == chosen, "transcript switched")
+        # The batch folder's watcher follows the new file: no thread started per row change.
+        assert transcript._waker is watcher and transcript.path is not None
+        assert watcher.names == {transcript.path.name}
         await until(
             pilot,
             lambda: any("user" in line and goal in line for line in transcript.lines),

@@ -100,7 +100,10 @@ class Owner:
 
 @pytest.fixture
 def owner(tmp_path: Path) -> Iterator[Owner]:
-    running = Owner(tmp_path, children=3)
+    # Children that run for a minute: the tests stop them, and a loaded machine must not let
+    # one finish before the test's key reaches it.
+    long = SLOW_CONFIG.replace("tool_turns = 6", "tool_turns = 30")
+    running = Owner(tmp_path, children=3, config=long, max_turns=40)
     try:
         yield running
     finally:

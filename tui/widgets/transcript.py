@@ -131,6 +131,11 @@ class TranscriptView(Vertical):
         self._reload()
 
     def _watch(self, path: Path | None) -> None:
+        if self._waker is not None and path is not None and self._waker.folder == path.parent:
+            # Another child of the same batch: the folder's watcher watches its file instead
+            # (starting a watcher costs a thread and an inotify set-up, on every row change).
+            self._waker.names = frozenset((path.name,))
+            return
         if self._waker is not None:
             self._waker.close(wait=False)  # a row move must not wait for its thread
             self._waker = None
