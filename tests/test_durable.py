@@ -305,6 +305,7 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
             with StoreReader(db_of(folder)) as reader:
                 info = reader.batch(batch_id)
             assert info is not None and info.held == "paused by the operator"
+            assert run("limits", batch_id)[-1] == "held: paused by the operator"  # any hold
             query = 'status:queued "task c01"'
             out = run("pause", batch_id, "--where", query)
             assert out == [f"10 children match `{query}`", "pause applied: 10 children"]

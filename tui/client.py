@@ -253,7 +253,7 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
     try:
         change = _limit_change(args, current)
         if not change:
-            _print_limits(current)
+            _print_limits(current, _stored_held(db, args.batch_id))
             return ExitCode.OK
         changed(current, change)
     except LimitError as exc:
@@ -314,7 +314,16 @@ def _cap(value: object) -> str:
     return "off" if value is None else str(value)
 
 
-def _print_limits(limits: Limits) -> None:
+def _stored_held(db: Path, batch_id: str) -> str | None:
+    """Why the batch's admission is held, every hold (the operator's pause, the soft budget's)."""
+    from flightdeck.engine.records.reader import StoreReader
+
+    with StoreReader(db) as reader:
+        info = reader.batch(batch_id)
+    return None if info is None else info.held
+
+
+def _print_limits(limits: Limits, held: str | None) -> None:
     console = console_for()
     console.print(Text(f"pool {limits.pool_size}"))
     for r in limits.routes:
@@ -327,8 +336,8 @@ def _print_limits(limits: Limits) -> None:
     soft = "off" if limits.soft_cost_usd is None else fmt_cost(limits.soft_cost_usd)
     hard = "none" if limits.max_cost_usd is None else fmt_cost(limits.max_cost_usd)
     console.print(Text(f"soft budget {soft} (hard budget {hard})"))
-    if limits.soft_held:
-        console.print(Text(f"held: {one_line(limits.soft_held)}"))
+    if held:
+        console.print(Text(f"held: {one_line(held)}"))
 
 
 def _until_applied(db: Path, batch_id: str, request_id: int, applied: str) -> ExitCode:
