@@ -14,6 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet
+from textual.widgets.button import ButtonVariant
 
 _PREVIEW = 6  # ids listed by name before "and N more"
 
@@ -151,39 +152,32 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
         self.dismiss(None)
 
 
-class ConfirmStopDialog(ModalScreen[bool]):
-    """Confirm stopping some children (or all); pressing the stop key again confirms."""
+class _ConfirmTargets(ModalScreen[bool]):
+    """Confirm an action on some children: a heading, the first names, a note, two buttons;
+    the subclass's bindings confirm with its key."""
 
     CSS_PATH = "dialogs.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Keep them running"),
-        Binding("y,x,X", "confirm", "Stop", id="dialog.confirm", tooltip="Stop them"),
-    ]
 
     def __init__(
         self,
         child_ids: Sequence[str],
-        *,
-        everything: bool = False,
-        ended: int = 0,
-        ended_of: str = "tagged",
-        query: str | None = None,
+        heading: str,
+        note: str,
+        button: str,
+        variant: ButtonVariant,
     ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
-        n = _children(len(self.child_ids))
-        if everything:
-            self.heading = f"Stop all {n}?"
-        else:
-            self.heading = f"Stop {n}{_matching(query)}{_ended(ended, ended_of)}?"
+        self.heading, self.note = heading, note
+        self._button, self._variant = button, variant
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(Text(self.heading, style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
-            yield Label(Text("Partial transcripts and usage are kept. Queued ones never start."))
+            yield Label(Text(self.note))
             with Horizontal(classes="buttons"):
-                yield Button("Stop", variant="error", id="confirm")
+                yield Button(self._button, variant=self._variant, id="confirm")
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
@@ -200,10 +194,35 @@ class ConfirmStopDialog(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class ConfirmPauseDialog(ModalScreen[bool]):
+class ConfirmStopDialog(_ConfirmTargets):
+    """Confirm stopping some children (or all); pressing the stop key again confirms."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Keep them running"),
+        Binding("y,x,X", "confirm", "Stop", id="dialog.confirm", tooltip="Stop them"),
+    ]
+
+    def __init__(
+        self,
+        child_ids: Sequence[str],
+        *,
+        everything: bool = False,
+        ended: int = 0,
+        ended_of: str = "tagged",
+        query: str | None = None,
+    ) -> None:
+        n = _children(len(child_ids))
+        if everything:
+            heading = f"Stop all {n}?"
+        else:
+            heading = f"Stop {n}{_matching(query)}{_ended(ended, ended_of)}?"
+        note = "Partial transcripts and usage are kept. Queued ones never start."
+        super().__init__(child_ids, heading, note, "Stop", "error")
+
+
+class ConfirmPauseDialog(_ConfirmTargets):
     """Confirm pausing (or continuing) some children; pressing the pause key again confirms."""
 
-    CSS_PATH = "dialogs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Leave them as they are"
@@ -220,39 +239,16 @@ class ConfirmPauseDialog(ModalScreen[bool]):
         ended_of: str = "tagged",
         query: str | None = None,
     ) -> None:
-        super().__init__()
-        self.child_ids = list(child_ids)
-        self.verb = "Continue" if resume else "Pause"
-        n = _children(len(self.child_ids))
-        self.heading = f"{self.verb} {n}{_matching(query)}{_ended(ended, ended_of)}?"
-        self.note = (
+        verb = "Continue" if resume else "Pause"
+        n = _children(len(child_ids))
+        heading = f"{verb} {n}{_matching(query)}{_ended(ended, ended_of)}?"
+        note = (
             "Each takes a slot again before any new child starts, with its context intact."
             if resume
             else "A running child holds at its next turn and frees its slot; a queued one "
             "does not start. Press p again over them to continue."
         )
-
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
-            yield Label(Text(self.heading, style="bold"))
-            yield Label(targets_text(self.child_ids), classes="targets")
-            yield Label(Text(self.note))
-            with Horizontal(classes="buttons"):
-                yield Button(self.verb, variant="warning", id="confirm")
-                yield Button("Cancel", id="cancel")
-
-    def on_mount(self) -> None:
-        self.query_one("#confirm", Button).focus()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        self.dismiss(event.button.id == "confirm")
-
-    def action_confirm(self) -> None:
-        self.dismiss(True)
-
-    def action_cancel(self) -> None:
-        self.dismiss(False)
+        super().__init__(child_ids, heading, note, verb, "warning")
 
 
 class QuitChoice(StrEnum):
