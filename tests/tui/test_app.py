@@ -778,7 +778,9 @@ async def test_the_detail_line_follows_the_cursor_at_80_columns(tmp_path: Path) 
 async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
     engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = engine_factory(["alpha one", "alpha two", "alpha three", "beta"], pool=4, sim=SLOW)
+    # Children that run for a minute: `beta` must still run when the test ends, loaded or not.
+    goals = make_tasks(["alpha one", "alpha two", "alpha three", "beta"], max_turns=40)
+    engine = engine_factory(goals, pool=4, sim={**SLOW, "tool_turns": 30})
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         screen, table = app.main, app.main.table

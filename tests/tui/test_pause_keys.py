@@ -12,16 +12,17 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
-from tui_support import SIZE, SLOW, EngineFactory, app_for, type_text, until
+from tui_support import SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-# Turns of a fraction of a second, six of them: running while keys are pressed, pausing soon.
+# Turns of a fraction of a second, forty of them: pausing soon, and running still while keys
+# are pressed on a loaded machine (with six, a child could end before its pause arrived).
 TURNS: dict[str, Any] = {
     "time_scale": 1.0,
     "latency_ms": 150.0,
     "tokens_per_s": 400.0,
-    "tool_turns": 6,
+    "tool_turns": 40,
 }
 
 
@@ -38,7 +39,9 @@ def bar_text(app: Any) -> str:
 async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
     engine_factory: EngineFactory,
 ) -> None:
-    engine = engine_factory(["first", "second", "third"], pool=2, sim=TURNS)
+    engine = engine_factory(
+        make_tasks(["first", "second", "third"], max_turns=50), pool=2, sim=TURNS
+    )
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
