@@ -1,5 +1,5 @@
-"""Offset reads of a growing transcript file: whole lines only, bounded per read; and
-`follow`, the reads as the file grows."""
+"""Reading a growing transcript file: `Tail`, its whole lines as they are appended (bounded per
+read), shared by the transcript pane and `follow` (`flightdeck logs -f`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.sanitize import sanitize
+
+_ALL = 1 << 62  # `logs` prints every line; the pane bounds its reads instead
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,35 @@ def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int
     return Chunk(lines, offset, begin - lead + last + 1, cut=cut, reset=reset, mtime=mtime)
 
 
+class Tail:
+    """One file read as it grows: each `read` returns the whole lines appended since the last
+    (the first, the last `max_lines`); a file that shrank is read again from its start."""
+
+    def __init__(self, path: Path, *, max_lines: int = _ALL, max_bytes: int = _ALL) -> None:
+        self.path = path
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.offset: int | None = None  # bytes consumed so far; None: nothing read yet
+
+    def grew(self) -> bool:
+        """Whether there may be something new to read (a cheap stat, no read)."""
+        if self.offset is None:
+            return True
+        try:
+            return os.stat(self.path).st_size != self.offset
+        except FileNotFoundError:
+            return False
+
+    def read(self) -> Chunk:
+        """The lines appended since the last read; `reset` when the file was replaced or
+        truncated and these start over from its start, as `tail -F` does."""
+        chunk = read_chunk(
+            self.path, self.offset, max_lines=self.max_lines, max_bytes=self.max_bytes
+        )
+        self.offset = chunk.end
+        return chunk
+
+
 def follow(
     path: Path,
     *,
@@ -81,17 +112,14 @@ def follow(
     changed = threading.Event()
     waker = Waker(path.parent, (path.name,), changed.set, poll_s=poll_s).start()
     try:
-        offset = 0
+        tail = Tail(path)
         quiet_since: float | None = None
         while True:
-            chunk = read_chunk(path, offset, max_lines=_ALL, max_bytes=_ALL)
-            if chunk.reset:  # replaced or truncated: start over, as `tail -F` does
-                chunk = read_chunk(path, 0, max_lines=_ALL, max_bytes=_ALL)
+            before = tail.offset
+            chunk = tail.read()
             if chunk.lines:
                 yield chunk
-            grew = chunk.end != offset
-            offset = chunk.end
-            if grew:
+            if chunk.end != before:
                 quiet_since = None
             elif ended():
                 now = time.monotonic()
@@ -102,6 +130,3 @@ def follow(
             changed.clear()
     finally:
         waker.close()
-
-
-_ALL = 1 << 62  # `logs` prints every line; the pane bounds its reads instead
