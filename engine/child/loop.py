@@ -263,7 +263,7 @@ class Child(ChildState):
             usage += rest
             estimated += rest
             self._call_ended()
-            transcript.end_stream()
+            transcript.end_stream(interrupted=closed)
             if estimated.total:  # after the reply's line, which it would otherwise break
                 transcript.write("engine", estimated_note(estimated))
             if lease is not None:
