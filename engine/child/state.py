@@ -28,6 +28,7 @@ from flightdeck.engine.model import (
     SteerReceipt,
     SteerState,
     Usage,
+    pausing_text,
 )
 from flightdeck.engine.providers.base import Provider, TurnStream
 from flightdeck.engine.records.meter import Meter, route_cost
@@ -129,6 +130,11 @@ class ChildState:
                 return self._row
             in_flight = self._in_flight.usage()
             flight_cost = route_cost(in_flight, self.route) if in_flight.total else Decimal(0)
+            activity = self._activity.frozen()
+            if self._pause_wanted and self.status is ChildStatus.RUNNING:
+                # Said until the pause is taken, whatever it streams or runs meanwhile.
+                text = pausing_text(activity.current_tool)
+                activity = dataclasses.replace(activity, text=text)
             row = ChildRow(
                 id=self.task.id,
                 seq=self.task.seq,
@@ -137,7 +143,7 @@ class ChildState:
                 route=self.route.name,
                 model=self.route.model,
                 status=self.status,
-                activity=self._activity.frozen(),
+                activity=activity,
                 usage=self._usage,
                 cost_usd=self._cost,
                 queued_ts=self.queued_ts,
@@ -225,9 +231,7 @@ class ChildState:
             self._pause_wanted = True
             if self.status is ChildStatus.QUEUED:
                 self._paused_now()
-            elif self.status is ChildStatus.RUNNING:
-                self._activity.text = "pausing at the end of this turn"
-            self._version += 1
+            self._version += 1  # a running child's row says it is pausing (`row`)
 
     def cancel_pause(self) -> None:
         """The operator's continue: a pause not taken yet is dropped; a queued child paused

@@ -165,7 +165,8 @@ class TargetActions:
         if not ids:
             return
         rows = table.rows_by_id
-        resume = all(rows[i].status is ChildStatus.PAUSED for i in ids)
+        # A pause still pending (to the turn's end, or until delegates return) is continued too.
+        resume = all(rows[i].status is ChildStatus.PAUSED or rows[i].pausing for i in ids)
         verb = "continue" if resume else "pause"
         query = targets.matching_query(table)
         ended = len(targets.ended_targets(table))

@@ -245,8 +245,9 @@ class ConfirmPauseDialog(_ConfirmTargets):
         note = (
             "Each takes a slot again before any new child starts, with its context intact."
             if resume
-            else "A running child holds at its next turn and frees its slot; a queued one "
-            "does not start. Press p again over them to continue."
+            else "A running child holds at its next turn and frees its slot (one waiting on "
+            "its delegates, once they return); a queued one does not start. Press p again over "
+            "them to continue."
         )
         super().__init__(child_ids, heading, note, verb, "warning")
 

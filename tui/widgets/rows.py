@@ -179,6 +179,8 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
 def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
     """What the child is doing: its tool and for how long, its activity, or how it ended."""
     a = row.activity
+    if row.pausing:  # the operator's pause, pending until its turn's end or its delegates
+        return (one_line(a.text, limit), "cyan")
     if row.status is ChildStatus.RUNNING:
         # First, where the column cuts least: a steer sent now would be missed.
         last_turn = (LOOPING if is_looping(row) else "") + (LAST_TURN if a.last_turn else "")
@@ -349,6 +351,7 @@ _STATUS_GROUPS = (
     "unknown",
     "retrying",
     "running",
+    "pausing",
     "paused",
     "gated",
     "queued",
@@ -369,7 +372,7 @@ def group_value(by: GroupBy, row: ChildRow) -> str | None:
     if by is GroupBy.GROUP:
         return row.group
     if by is GroupBy.STATUS:
-        return "retrying" if is_retrying(row) else row.status.value
+        return "retrying" if is_retrying(row) else "pausing" if row.pausing else row.status.value
     if by is GroupBy.ROUTE:
         return row.route
     if by is GroupBy.TOOL:
