@@ -211,6 +211,7 @@ class ChildRow:
     parent: str | None = None  # the child that delegated it (None: one of the batch's tasks)
     depth: int = 0
     loop: LoopEvidence | None = None  # flagged as looping (cleared when it makes progress)
+    looped_ts: float | None = None  # when it was last flagged, kept once the flag clears
 
     @property
     def pausing(self) -> bool:

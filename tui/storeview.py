@@ -122,6 +122,7 @@ class StoreView:
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
+        self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
         self._subscribers: tuple[Listener, ...] = ()
         self._sub_lock = threading.Lock()
@@ -350,9 +351,12 @@ class StoreView:
                 before = row
                 row = child_row(full, steers)
                 parent, loop = self._parents.get(cid), self._loops.get(cid)
-                if parent is not None or loop is not None:
+                looped = self._looped.get(cid)
+                if parent is not None or looped is not None:
                     depth = depth_of(cid, self._parents) if parent is not None else 0
-                    row = dataclasses.replace(row, parent=parent, depth=depth, loop=loop)
+                    row = dataclasses.replace(
+                        row, parent=parent, depth=depth, loop=loop, looped_ts=looped
+                    )
                 changed = True
                 if events is not None:
                     if done is None and row.status.terminal:
@@ -419,6 +423,7 @@ class StoreView:
                     self._loops.pop(child_id, None)
                 else:
                     self._loops[child_id] = evidence
+                    self._looped[child_id] = evidence.ts
             changed.add(child_id)
         return changed
 

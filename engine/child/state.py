@@ -95,6 +95,7 @@ class ChildState:
         self._row_version = -1
         self._loops = LoopDetector(route.loops)  # fed by the worker thread only
         self._looping: LoopEvidence | None = None
+        self._looped_ts: float | None = None  # its last flag's time, kept once it clears
         # Set by the coordinator when it leads a prompt-cache gate: report the first chunk.
         self.leads_gate = False
         # Whether (and how much) it may hand sub-tasks to the engine; set before it starts.
@@ -160,6 +161,7 @@ class ChildState:
                 parent=self.task.parent,
                 depth=self.task.depth,
                 loop=self._looping,
+                looped_ts=self._looped_ts,
             )
             self._row, self._row_version = row, version
             return row
@@ -398,6 +400,8 @@ class ChildState:
     ) -> None:
         with self._lock:
             self._looping = found
+            if found is not None:
+                self._looped_ts = found.ts
             self._version += 1
         if again and found is not None:
             # Fresh evidence on what it did after the policy's steer reached it.
