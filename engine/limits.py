@@ -21,6 +21,7 @@ from typing import Any
 
 from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Settings
 from flightdeck.engine.model import Limits, RouteCaps
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.meter import spend_known
 
 __all__ = [
@@ -110,7 +111,7 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         hard = out.max_cost_usd
         if soft is not None and hard is not None and soft > hard:
             raise LimitError(
-                "soft_cost_usd", f"must be at most the hard budget, max_cost_usd ${hard}"
+                "soft_cost_usd", f"must be at most the hard budget, max_cost_usd {fmt_usd(hard)}"
             )
         out = dataclasses.replace(out, soft_cost_usd=soft)
     return out
@@ -156,8 +157,8 @@ def describe(change: Mapping[str, Any]) -> str:
         shown = ", ".join(f"{k} {'off' if v is None else v}" for k, v in fields.items())
         parts.append(f"route {name} {shown}")
     if "soft_cost_usd" in change:
-        soft = change["soft_cost_usd"]
-        parts.append("soft budget " + ("off" if soft is None else f"${soft}"))
+        soft = _money(change["soft_cost_usd"])
+        parts.append("soft budget " + ("off" if soft is None else fmt_usd(soft)))
     return "; ".join(parts)
 
 

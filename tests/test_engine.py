@@ -679,7 +679,7 @@ def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
     s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_cost_usd=Decimal("0")))
     engine = start(batch(2), s, tmp_path / "b")
     rows = run_to_end(engine, 10).children
-    assert all("budget of $0 reached" in (r.error or "") for r in rows)
+    assert all("budget of $0.00 reached" in (r.error or "") for r in rows)
     assert engine.snapshot().totals.cost_usd == 0
 
 

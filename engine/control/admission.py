@@ -20,6 +20,7 @@ from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.meter import Meter
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class Admission:
             return f"not started: max_runs ({runs}) reached"
         cap = self._budget.max_cost_usd
         if cap is not None and self._meter.totals().cost_usd >= cap:
-            return f"not started: budget of ${cap} reached"
+            return f"not started: budget of {fmt_usd(cap)} reached"
         return None
 
     def _cancel_queued(self, reason: str) -> None:

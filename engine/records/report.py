@@ -12,6 +12,7 @@ from typing import Any
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.limits import describe
 from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
@@ -573,7 +574,8 @@ def _spent(entry: Mapping[str, Any]) -> str:
 
 
 def _usd(value: float) -> str:
-    return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
+    # The JSON report's float, back to the exact decimal it was written from (`_money`).
+    return fmt_usd(Decimal(repr(value)))
 
 
 def _seconds(value: float) -> str:

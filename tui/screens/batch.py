@@ -3,10 +3,12 @@ dialog (L); and the soft budget's question, asked once when its hold begins."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.limits import describe
 from flightdeck.engine.model import OPERATOR_HOLD, Snapshot
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.screens.actions import refused
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog
@@ -92,7 +94,7 @@ class BatchControls:
             elif answer.raise_to is None:
                 text = "soft budget dropped for this batch: admission goes on"
             else:
-                text = f"soft budget raised to ${answer.raise_to}"
+                text = f"soft budget raised to {fmt_usd(Decimal(answer.raise_to))}"
             screen.notify(text, markup=False)
             screen.poll()
 

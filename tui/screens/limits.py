@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from flightdeck.engine.limits import ROUTE_FIELDS, LimitError, parse_count, parse_money
 from flightdeck.engine.model import Limits
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
 from rich.text import Text
 from textual.app import ComposeResult
@@ -80,7 +81,7 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
                         yield Label(field, classes="limit-label")
                         yield Input(_shown(getattr(caps, field)), id=_field_id(i, field))
             hard = limits.max_cost_usd
-            label = "soft budget in $" + ("" if hard is None else f" (hard budget ${hard})")
+            label = "soft budget in $" + ("" if hard is None else f" (hard budget {fmt_usd(hard)})")
             with Horizontal(classes="limit-row"):
                 yield Label(label, classes="limit-label")
                 yield Input(_shown(limits.soft_cost_usd), id="limit-soft")
@@ -190,7 +191,7 @@ class SoftBudgetDialog(ModalScreen[SoftBudgetAnswer | None]):
                 Text("No new child starts; the running ones go on. Raise it, continue, or stop.")
             )
             hard = self.limits.max_cost_usd
-            hint = f"new soft budget in $ (hard budget ${hard})" if hard else "new soft budget in $"
+            hint = "new soft budget in $" + (f" (hard budget {fmt_usd(hard)})" if hard else "")
             yield Input(placeholder=hint, id="soft-raise")
             yield Label("", id="soft-error")
             with Horizontal(classes="buttons"):
