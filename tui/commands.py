@@ -13,7 +13,7 @@ from flightdeck.engine.errors import InputError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost, fmt_spent
+from flightdeck.tui.fmt import fmt_cost, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
 from rich.table import Table
 from rich.text import Text
@@ -124,10 +124,7 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        # Compact: "$0.25+?" when some prices are unknown, "$?" when only those spent.
-        cost = fmt_spent(b.cost_usd, b.cost_unknown)[0] + (
-            "+?" if b.cost_unknown and b.cost_usd else ""
-        )
+        cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
         table.add_row(
             Text(b.id),
             Text(one_line(b.name, 30)),

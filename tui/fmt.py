@@ -67,6 +67,12 @@ def fmt_spent(known: Decimal, unknown: int, noun: str = "unknown") -> tuple[str,
     return fmt_cost(known), f" (+{unknown} {noun})"
 
 
+def fmt_spent_compact(known: Decimal, unknown: int) -> str:
+    """`fmt_spent` in one cell of a table: "$0.25+?" when some prices are unknown, "$?" when
+    only those children spent anything."""
+    return fmt_spent(known, unknown)[0] + ("+?" if unknown and known else "")
+
+
 def fmt_span(seconds: float) -> str:
     """A short duration: 4s, 2m05s, 1h12m."""
     s = max(0, math.floor(seconds))
