@@ -32,6 +32,7 @@ OUTLIER_MARK = "▲"  # before the tokens: tokens or run time over 3x the batch'
 LAST_TURN = "last turn · "  # before "doing" while the child is on its last allowed turn
 LOOPING = "looping · "  # before "doing" while it is flagged (the evidence: the detail pane)
 TAG_MARK = "◆"
+TREE_MARK = "└ "  # before a delegate's id in the tree order, indented by its depth
 
 ATTENTION = frozenset({ChildStatus.FAILED, ChildStatus.STALLED, ChildStatus.TIMED_OUT})
 _WAITING = frozenset({ChildStatus.QUEUED, ChildStatus.GATED})
@@ -98,17 +99,22 @@ DROP_ORDER = ("retries", "calls", "route", "last", "steer", "tokens", "goal")
 GOAL_MIN = 12
 DOING_MIN = 12
 ID_MIN = 8
+ID_MAX = 40  # a longer id is cut in its middle (fit_name)
 DOING_MAX = DOING_CHARS  # the full text is in the detail line under the table
 
 
-def fit_columns(width: int) -> tuple[tuple[str, str, int], ...]:
+def fit_columns(width: int, id_need: int = 16) -> tuple[tuple[str, str, int], ...]:
     """The columns to show at `width` cells (one space between columns), with their widths.
 
-    Extra width beyond every column's own goes half to "doing" (up to what it can say) and the
-    rest to the goal, so a wide screen does not spend it all on the goal.
+    The id column is as wide as the longest id needs (`id_need`, with a tree's indent): extra
+    width goes to it first, so delegates' ids are not cut while other columns stand blank.
+    Beyond that, half goes to "doing" (up to what it can say) and the rest to the goal, so a
+    wide screen does not spend it all on the goal.
     """
     widths = {key: w for key, _, w in COLUMNS}
     widths["goal"] = GOAL_MIN
+    id_need = min(max(id_need, ID_MIN), ID_MAX)
+    widths["id"] = min(widths["id"], id_need)
     keys = list(COLUMN_KEYS)
 
     def total() -> int:
@@ -124,6 +130,10 @@ def fit_columns(width: int) -> tuple[tuple[str, str, int], ...]:
         widths[key] -= cut
         over -= cut
     extra = width - total()
+    if extra > 0 and widths["id"] < id_need:
+        grow = min(extra, id_need - widths["id"])
+        widths["id"] += grow
+        extra -= grow
     if extra > 0:
         to_doing = min(extra // 2 if "goal" in keys else extra, DOING_MAX - widths["doing"])
         widths["doing"] += max(0, to_doing)
@@ -139,6 +149,39 @@ def fit_text(text: str, width: int) -> str:
     if cell_len(text) <= width:
         return set_cell_size(text, width)
     return set_cell_size(text, width - 1) + "…"
+
+
+def id_width(row: ChildRow) -> int:
+    """The cells a row's id takes, indented as the tree order shows it."""
+    return cell_len(one_line(row.id)) + 2 * row.depth
+
+
+def fit_name(text: str, width: int) -> str:
+    """A child's id in exactly `width` cells: cut in the middle, so what tells siblings apart
+    stays (`summa…e-readme.2`, not `summarize-readm…` for every delegate of one parent); a
+    tree's indent (`  └ `) is kept whole."""
+    if width <= 0 or cell_len(text) <= width:
+        return fit_text(text, width)
+    body = text.lstrip(" ")
+    indent = text[: len(text) - len(body)]
+    if body.startswith(TREE_MARK):
+        indent, body = indent + TREE_MARK, body[len(TREE_MARK) :]
+    room = width - cell_len(indent) - 1  # the ellipsis takes one
+    if room < 2:
+        return fit_text(text, width)
+    head = room // 3
+    tail = _tail(body, room - head)
+    return set_cell_size(indent + set_cell_size(body, head) + "…" + tail, width)
+
+
+def _tail(text: str, width: int) -> str:
+    """The end of `text` that fits in `width` cells."""
+    out = ""
+    for char in reversed(text):
+        if cell_len(char + out) > width:
+            break
+        out = char + out
+    return out
 
 
 def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
@@ -304,7 +347,7 @@ def tree_cells(
     out = list(cells)
     if row.depth:
         text, style = out[1]
-        out[1] = ("  " * (row.depth - 1) + "└ " + text, style)
+        out[1] = ("  " * (row.depth - 1) + TREE_MARK + text, style)
     if subtree_cost is not False:
         cost = subtree_cost if isinstance(subtree_cost, Decimal) else None
         out[8] = ("Σ" + fmt_cost(cost), "bold")
