@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("ls", help="list batches with their status and cost")
     ls.add_argument("--state-dir", type=Path)
+    ls.add_argument("-l", "--long", action="store_true", help="also each batch's owner process id")
     _owner_commands(sub)
     _attach_parsers(sub)
     return p

@@ -38,6 +38,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     state_dir = state_dir_from(args.state_dir, settings)
     if args.owner_of is not None:
         _check_claimed(state_dir, args.owner_of)
+        # The first line of its owner.log (this process's output): which process to look for.
+        print(f"owner pid {os.getpid()} of batch {args.owner_of}", flush=True)
     engine = Engine(
         batch,
         settings,
@@ -120,7 +122,8 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         reader.close()
     table = Table()
     table.add_column("batch", no_wrap=True)
-    for col in ("name", "status", "children", "completed", "failed", "stopped", "cost", "created"):
+    columns = ["name", "status", "children", "completed", "failed", "stopped", "cost", "created"]
+    for col in columns + (["owner pid"] if args.long else []):
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
@@ -135,6 +138,7 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
             str(b.stopped),
             cost,
             created,
+            *([str(b.owner_pid)] if args.long else []),
         )
     console_for().print(table)
     return ExitCode.OK

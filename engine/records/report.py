@@ -59,6 +59,7 @@ def build_report(
         "name": info.name,
         "source": info.source,
         "status": info.status.value,
+        "owner_pid": info.owner_pid,  # the process that ran it last (a resume's, after one)
         "created": _iso(info.created_ts),
         "finished": None if info.finished_ts is None else _iso(info.finished_ts),
         "elapsed_s": round(max(0.0, end - info.created_ts), 3),
@@ -308,6 +309,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         f"- id: `{_text(report['batch_id'])}`",
         f"- status: **{_text(report['status'])}**",
+        f"- owner: pid {report.get('owner_pid', '—')}",
         f"- created: {report['created']}",
         f"- finished: {report['finished'] or '—'}",
         f"- elapsed: {_seconds(report['elapsed_s'])}",
