@@ -5,6 +5,7 @@ selection. No batch is left waiting on a paused child that no view shows."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -119,3 +120,34 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
         text = Path(rows()[parent].transcript).read_text()
         assert "pause requested" in text and "continue requested" in text
         assert "paused before turn" not in text  # the pending pause was lifted, never taken
+
+
+async def test_an_attached_view_shows_and_counts_the_pending_pause(tmp_path: Path) -> None:
+    # The store keeps the row's activity text: a view of it reads the pause as pending too.
+    from flightdeck.tui.storeview import StoreView
+
+    engine = delegating_engine(tmp_path)
+    engine.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not all((r := engine.snapshot().child(p)) and r.waits_on_delegates for p in "ab"):
+            assert time.monotonic() < deadline, "the parents never waited on their delegates"
+            time.sleep(0.02)
+        engine.pause(["a"])
+        assert engine.flush(10)
+        view = StoreView(tmp_path / "flightdeck.db", engine.batch_id)
+        try:
+            deadline = time.monotonic() + 30
+            while not (row := view.snapshot().child("a")) or not row.pausing:
+                assert time.monotonic() < deadline, "the attached view never saw it pausing"
+                time.sleep(0.02)
+                view.refresh()
+            snap = view.snapshot()
+            assert snap.totals.pausing == 1 and snap.totals.paused == 0
+            assert row.activity.text == "pausing once its delegates return"
+            # Waiting parents hold no slot: the attached gauge counts the four delegates.
+            assert route_rows(snap.children)["sim"].running == 4
+        finally:
+            view.close()
+    finally:
+        engine.close()
