@@ -29,7 +29,7 @@ def delegates(folder: Path) -> tuple:  # type: ignore[type-arg]
 
 
 def test_a_cut_id_keeps_its_distinguishing_tail() -> None:
-    from flightdeck.tui.widgets.rows import fit_name
+    from flightdeck.tui.widgets.columns import fit_name
 
     cut = [fit_name(f"{PARENT}.{n}", 16) for n in (1, 2, 12)]
     assert len(set(cut)) == 3

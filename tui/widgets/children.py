@@ -24,22 +24,24 @@ from typing import ClassVar, cast
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.outliers import MedianRows, Medians
 from flightdeck.tui.fmt import Cell
-from flightdeck.tui.widgets.rows import (
+from flightdeck.tui.widgets.columns import (
     COLUMN_KEYS,
     ID_MIN,
+    fit_columns,
+    fit_name,
+    fit_text,
+    id_width,
+)
+from flightdeck.tui.widgets.rows import (
     GroupBy,
     GroupSummary,
     Rank,
     RowFilter,
     SortOrder,
-    fit_columns,
-    fit_name,
-    fit_text,
     group_header,
     group_rank,
     group_summary,
     group_value,
-    id_width,
     no_value_label,
     row_cells,
     sort_key,
