@@ -75,8 +75,10 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
                 ),
                 "both parents waiting on their four running delegates",
             )
-            # Waiting parents hold no slot: the route's gauge does not count them in flight.
+            # Waiting parents hold no slot: the route's gauge does not count them in flight,
+            # from the engine's own count or from the rows (as an attached view counts).
             assert route_rows(rows().values())["sim"].running == 4
+            assert [hr.alive for hr in engine.snapshot().routes] == [4]
 
             await pilot.press("slash")
             await type_text(pilot, "status:live")
