@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine import assembly
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.inputs.settings import Settings

@@ -162,7 +162,8 @@ def test_output_is_sanitized_keys_redacted_and_env_allowlisted(tmp_path: Path) -
     assert "red" in text and "stderr key=[REDACTED]" in text
     env_line = next(line for line in text.splitlines() if "env: " in line)
     names = set(env_line.split("env: ", 1)[1].split())
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "FAKE_KEY", "PASSED_ON", "LC_CTYPE"}
+    allowed = {"PATH", "HOME", "LANG", "TERM", "FAKE_KEY", "PASSED_ON", "LC_CTYPE"}
+    assert names <= allowed | {"FLIGHTDECK_CHILD"}  # its tag: engine/agents/tree.py
     assert "PASSED_ON" in names and "NOT_PASSED" not in names
     assert KEY not in (row.result or "")
 
@@ -563,7 +564,7 @@ def test_values_passed_by_env_pass_are_redacted_like_the_key(tmp_path: Path) -> 
 
 
 def test_a_process_killed_by_a_real_time_signal_says_so() -> None:
-    from flightdeck.engine.agents.child import _status_text
+    from flightdeck.engine.child.command import status_text as _status_text
 
     assert _status_text(-40) == "killed by signal 40"
     assert _status_text(-9) == "killed by SIGKILL"

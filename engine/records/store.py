@@ -164,6 +164,10 @@ class Store:
             extra = request_id if reason is None else reason
             self._put(_Write("record_control", sql, (*params, extra)))
 
+    def write(self, what: str, sql: str, params: Sequence[Any]) -> None:
+        """Queue one statement of a part that keeps its own table (records/processes.py)."""
+        self._put(_Write(what, sql, params))
+
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
         self._put(_Write("heartbeat", HEARTBEAT, (ts, batch_id)))
