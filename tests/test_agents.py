@@ -18,6 +18,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+from flightdeck.engine.records.reader import StoreReader
 
 from tests.helpers import run_to_end, until
 
@@ -79,11 +80,14 @@ def test_claude_stream_json_gives_result_tools_usage_and_cost(tmp_path: Path) ->
     row = snap.children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "got: review the change"
-    assert row.cost_usd == Decimal("0.0123")  # the CLI's own report
-    assert row.usage.input_tokens == 100 and row.usage.output_tokens == 20
-    assert row.usage.cache_read_tokens == 1000 and row.usage.cache_write_tokens == 50
+    assert row.cost_usd == Decimal("0.0127")  # the CLI's own report: its side call's too
+    # The tokens the cost is for (modelUsage: both models), not `usage` (the main loop's).
+    assert row.usage.input_tokens == 500 and row.usage.output_tokens == 50
+    assert row.usage.cache_read_tokens == 2000 and row.usage.cache_write_tokens == 100
     assert row.activity.tool_calls == 1 and row.activity.current_tool is None
-    assert snap.totals.cost_usd == Decimal("0.0123") and snap.totals.cost_unknown == 0
+    assert row.activity.api_calls == 2  # num_turns: the CLI's own API calls
+    assert row.model == "claude-fake-4"  # what it reported, not the route's
+    assert snap.totals.cost_usd == Decimal("0.0127") and snap.totals.cost_unknown == 0
     text = transcript(row)
     assert 'tool-call │ Bash {"command": "ls"}' in text
     assert "tool      │ README.md" in text
@@ -112,7 +116,7 @@ def test_codex_json_gives_usage_and_no_cost_without_a_price(tmp_path: Path) -> N
     assert row.cost_usd is None  # codex reports no cost, the route has no price: `$?`
     assert row.activity.tool_calls == 1
     text = transcript(row)
-    assert "tool-call │ shell bash -lc ls" in text and "file change: add notes.md" in text
+    assert "tool-call │ shell /bin/bash -lc ls" in text and "file change: add notes.md" in text
 
 
 def test_codex_tokens_are_priced_by_the_route_price(tmp_path: Path) -> None:
@@ -352,31 +356,75 @@ def test_a_route_that_cannot_be_steered_misses_the_steer_and_says_so(tmp_path: P
     assert "missed: look at tests too (this route cannot be steered)" in transcript(row)
 
 
-def test_steer_reaches_claude_on_stdin_as_a_user_turn(tmp_path: Path) -> None:
-    route = fake(
-        "fake_claude.py",
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--fake-sleep",
-        "0.5",
-    )
-    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
-    engine = engine_for(tmp_path, config(tmp_path, route))
-    until(lambda: row_of(engine).status is ChildStatus.RUNNING)
+STDIN_ARGV = (
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--replay-user-messages",
+)
+STDIN_ROUTE = 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
+
+
+def test_a_steer_mid_turn_goes_into_the_running_turn_and_the_child_still_ends(
+    tmp_path: Path,
+) -> None:
+    # Claude Code folds a message that arrives while a turn runs into that turn, and prints
+    # one result for both: the child used to wait for a second result and stall.
+    gate = tmp_path / "gate"
+    route = fake("fake_claude.py", *STDIN_ARGV, "--fake-gate", str(gate)) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route, engine="stall_after_s = 5"))
+    until(lambda: written(engine, "tool-call │ Bash"), timeout=10)
     assert row_of(engine).steerable
     engine.steer(["t0"], "also check the docs")
+    until(lambda: written(engine, "sent to its input: also check the docs"), timeout=10)
+    gate.touch()
     row = run_to_end(engine, timeout=10).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
-    assert [r.state for r in row.steers] == [SteerState.DELIVERED]
-    assert row.result == "got: also check the docs"  # the last turn's answer
+    assert row.result == "got: review the change + also check the docs"  # one turn, both
+    (receipt,) = row.steers
+    assert (receipt.state, receipt.how) == (SteerState.DELIVERED, "into the running turn")
+    assert "delivered into the running turn: also check the docs" in transcript(row)
+    assert transcript(row).count("result: success") == 1
+    stored = StoreReader(tmp_path / "state" / "flightdeck.db").controls(engine.batch_id)
+    assert [c.how for c in stored] == ["into the running turn"]  # attached views see it too
+
+
+def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    argv = (*STDIN_ARGV, "--fake-hold", str(hold), "--fake-repeat", "0")  # no tool: no fold
+    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "claude session sess-0001"), timeout=10)
+    engine.steer(["t0"], "and the changelog")
+    until(lambda: written(engine, "sent to its input: and the changelog"), timeout=10)
+    hold.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "got: and the changelog"  # the last turn's answer
+    assert [(r.state, r.how) for r in row.steers] == [(SteerState.DELIVERED, "as a new turn")]
+    assert "assistant │ got: review the change" in transcript(row)
+    assert row.cost_usd == Decimal("0.0254")  # two turns, each reported once
+
+
+def test_steer_now_interrupts_the_claude_turn_and_starts_a_new_one(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"  # opened once the steer runs: only the interrupt ends turn one
+    route = fake("fake_claude.py", *STDIN_ARGV, "--fake-gate", str(gate)) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "tool-call │ Bash"), timeout=10)
+    engine.steer(["t0"], "focus on security", now=True)
+    until(lambda: written(engine, "delivered as a new turn"), timeout=10)
+    gate.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "got: focus on security"
+    how = "as a new turn, the running one interrupted"
+    assert [(r.state, r.how) for r in row.steers] == [(SteerState.DELIVERED, how)]
     text = transcript(row)
-    assert "assistant │ got: review the change" in text
-    assert row.cost_usd == Decimal("0.0246")  # two turns; total_cost_usd is cumulative
-    assert row.usage.input_tokens == 200
+    assert "sent after interrupting the running turn: focus on security" in text
+    assert "[Request interrupted by user for tool use]" in text
 
 
 def test_steer_now_stops_claude_and_resumes_its_session(tmp_path: Path) -> None:

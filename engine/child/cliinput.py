@@ -43,8 +43,11 @@ def interrupt(request_id: str) -> str:
 class CliInput:
     """Messages sent to one Claude Code process, by uuid, and their states."""
 
-    def __init__(self, write: Callable[[str], bool]) -> None:
+    def __init__(
+        self, write: Callable[[str], bool], new_id: Callable[[], str] = lambda: str(uuid.uuid4())
+    ) -> None:
         self._write = write
+        self._new_id = new_id
         self._sent: dict[str, SteerReceipt | None] = {}  # None: the task's own prompt
         self._state: dict[str, str] = {}
         self._interrupted: set[str] = set()  # steers sent with an interrupt before them
@@ -53,13 +56,13 @@ class CliInput:
 
     def prompt(self, text: str) -> str:
         """The first turn's line (the caller writes it, from a thread of its own)."""
-        message_id = str(uuid.uuid4())
+        message_id = self._new_id()
         self._sent[message_id] = None
         return user_turn(text, message_id)
 
     def steer(self, receipt: SteerReceipt) -> bool:
         """Write a steer (after an interrupt, for --now); False if the CLI reads no more."""
-        message_id = str(uuid.uuid4())
+        message_id = self._new_id()
         if receipt.now and self.running:
             if not self._write(interrupt(f"flightdeck-{receipt.id}")):
                 return False

@@ -67,7 +67,8 @@ class CliTally:
     def report(self, event: Report) -> None:
         """A turn's end: its tokens and cost, as the CLI counts them, replace the live ones."""
         cost = event.cost_usd if event.cost_usd is not None else self._price(event.usage)
-        extra = _minus(event.usage, self._live_usage)
+        # Exact: the turn's figures replace the live ones (a field may go down).
+        extra = _difference(event.usage, self._live_usage)
         if cost is None:
             self._meter.add_unpriced(extra)
             self._unknown = True
@@ -103,9 +104,14 @@ def _max(a: Usage, b: Usage) -> Usage:
 
 def _minus(a: Usage, b: Usage) -> Usage:
     """`a` less `b`, field by field, never below zero."""
+    return _max(_difference(a, b), Usage())
+
+
+def _difference(a: Usage, b: Usage) -> Usage:
+    """`a` less `b`, field by field (a field may be negative: a correction)."""
     return Usage(
-        max(0, a.input_tokens - b.input_tokens),
-        max(0, a.output_tokens - b.output_tokens),
-        max(0, a.cache_read_tokens - b.cache_read_tokens),
-        max(0, a.cache_write_tokens - b.cache_write_tokens),
+        a.input_tokens - b.input_tokens,
+        a.output_tokens - b.output_tokens,
+        a.cache_read_tokens - b.cache_read_tokens,
+        a.cache_write_tokens - b.cache_write_tokens,
     )

@@ -256,7 +256,9 @@ class Child:
 
     def settle(self, receipt: SteerReceipt, state: SteerState, note: str = "") -> None:
         """A steer was delivered or missed; its receipt is kept and reported."""
-        settled = dataclasses.replace(receipt, state=state, settled_ts=self._clock())
+        settled = dataclasses.replace(
+            receipt, state=state, settled_ts=self._clock(), how=note or None
+        )
         self.steering.keep(settled)
         self._report(ReceiptSettled(settled))
 

@@ -257,7 +257,11 @@ class Supervisor:
             return
         if c.steering.waiting:
             for receipt in c.steering.take():
-                if not cli.steer(receipt):
+                interrupting = receipt.now and cli.running
+                if cli.steer(receipt):
+                    how = "after interrupting the running turn" if interrupting else "to its input"
+                    self._write("operator", f"sent {how}: {receipt.message}")
+                else:
                     reason = "the process no longer reads its input"
                     self._write("operator", missed_note(receipt.message, reason))
                     c.settle(receipt, SteerState.MISSED)

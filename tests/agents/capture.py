@@ -178,7 +178,7 @@ def main() -> None:
         first = "first task [tool: sleep 1; echo slept]"
         write(folder, "steer_midturn", claude.turns(first, "also check the docs", "midturn"))
         write(folder, "steer_after", claude.turns("first task", "and the changelog", "after"))
-        first = "long task [tool: sleep 30; echo slept]"
+        first = "long task [tool: timeout 30 tail -f /dev/null; echo waited]"
         write(folder, "steer_now", claude.turns(first, "focus on security", "now"))
         session = json.loads(Path(folder / "tool.jsonl").read_text().splitlines()[0])
         resumed = claude.once("and the changelog", "--resume", session["session_id"])
