@@ -2,7 +2,8 @@
 
 Its stdout and stderr go to files in the batch folder, which the owner reads as they grow; its
 stdin, for a route that writes to it, is a FIFO there, held open by a small holder process
-(`sleep`) so the command never reads the end of its input because an owner died. A new owner
+(`sleep`, in a session of its own) so the command never reads the end of its input because an
+owner died. A new owner
 (`resume`) finds the process by its pid and start time, reopens the FIFO and reads on from the
 offsets it was given: the process is adopted, not run twice.
 
@@ -180,8 +181,8 @@ class Process:
             root = tree.identify(popen.pid) or Pid(popen.pid, -1)
             if stdin_w is not None:
                 try:
-                    holding = _holder(stdin_w, popen.pid, env)
-                except OSError:  # the command is gone already (its group with it)
+                    holding = _holder(stdin_w, env)
+                except OSError:  # no holder: a dead owner would end the command's input
                     holding = None
         except BaseException:
             if stdin_w is not None:
@@ -330,10 +331,9 @@ class Process:
         orphans = self._orphans()
         tree.reap(orphans)
         known = [self.root, *self._seen.values(), *orphans]
-        left = [p for p in known if p != self.holder and tree.alive(p)]
-        if not left and tree.group_alive(self.pid) and not self._holder_alone():
-            left = [self.root]  # someone we never saw is still in its group
-        return left
+        # Every member of its group is under it, or an orphan of it (this owner is their
+        # subreaper): the group itself is never asked (a zombie would keep it "alive").
+        return [p for p in known if p != self.holder and tree.alive(p)]
 
     def wait_gone(self, timeout: float) -> list[Pid]:
         """Wait up to `timeout` for the tree to end; returns the survivors."""
@@ -367,10 +367,6 @@ class Process:
             known.append(self.holder.pid)
         return tree.orphans(self.tag, known)
 
-    def _holder_alone(self) -> bool:
-        """Whether the holder is what keeps the group alive (it is in it)."""
-        return self.holder is not None and tree.alive(self.holder) and not tree.alive(self.root)
-
     def _reap_holder(self) -> None:
         if self._holding is not None:
             self._holding.wait()
@@ -401,8 +397,8 @@ def _reopen(path: Path) -> int | None:
     return fd
 
 
-def _holder(stdin_w: int, pgid: int, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
-    """A process in the command's group that holds its input open while no owner does."""
+def _holder(stdin_w: int, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
+    """A process that holds the command's input open while no owner does."""
     program = shutil.which(_HOLDER[0], path=env.get("PATH")) or shutil.which(_HOLDER[0])
     if program is None:
         return None  # without one, a dead owner ends the command's input
@@ -412,6 +408,52 @@ def _holder(stdin_w: int, pgid: int, env: Mapping[str, str]) -> subprocess.Popen
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         pass_fds=(stdin_w,),
-        process_group=pgid,
+        # A session of its own: a group in the command's session cannot be joined from here.
+        # It is signalled by pid (`close_stdin`, `end_tree`), never with the group.
+        start_new_session=True,
         env={tree.TAG_ENV: env[tree.TAG_ENV]},
     )
+
+
+def adoptable(record: Record) -> str | None:
+    """Why a dead owner's process cannot be adopted; None when it can."""
+    if not tree.alive(record.root):
+        return "it has ended"
+    if not (record.files.out.exists() and record.files.err.exists()):
+        return "its output files are gone"
+    if record.files.stdin is not None:
+        fd = _reopen(record.files.stdin)
+        if fd is None:
+            return "its input is closed"
+        os.close(fd)
+    return None
+
+
+def end_tree(record: Record, grace_s: float) -> list[Pid]:
+    """End a dead owner's process and what is found of its tree (its group, its descendants,
+    the holder of its input): SIGTERM, SIGKILL after `grace_s`; returns what survived. Its
+    files go too."""
+    found = [record.root, *tree.descendants(record.root)]
+    if record.holder is not None:
+        found.append(record.holder)
+
+    def signal_all(sig: signal.Signals) -> None:
+        if tree.alive(record.root) or tree.group_alive(record.root.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.root.pid, sig)
+        for proc in found:
+            tree.send(proc, sig)
+
+    left = found
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        signal_all(sig)
+        deadline = time.monotonic() + wait_s
+        while (left := [p for p in found if tree.alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not left:
+            break
+    for path in (record.files.out, record.files.err, record.files.stdin):
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return left

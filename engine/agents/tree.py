@@ -17,45 +17,13 @@ import ctypes.util
 import os
 import signal
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+
+from flightdeck.engine.records.liveness import Pid, alive, identify, stat_of
+
+__all__ = ["TAG_ENV", "Pid", "alive", "children", "descendants", "identify", "orphans"]
 
 TAG_ENV = "FLIGHTDECK_CHILD"  # "<batch id>/<child id>", in every command child's environment
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-@dataclass(frozen=True, slots=True)
-class Pid:
-    """A process: its pid and the start time that tells it from a later one with that pid."""
-
-    pid: int
-    start: int  # clock ticks since boot
-
-
-def stat_of(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and start time; None if no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces or parentheses.
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return fields[0].decode(), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def identify(pid: int) -> Pid | None:
-    """`pid` as a `Pid`, while it runs; None once gone."""
-    found = stat_of(pid)
-    return None if found is None else Pid(pid, found[1])
-
-
-def alive(proc: Pid) -> bool:
-    """True while `proc` (that very process) runs; a zombie has ended."""
-    found = stat_of(proc.pid)
-    return found is not None and found[1] == proc.start and found[0] not in ("Z", "X")
 
 
 def children(pid: int) -> list[int]:

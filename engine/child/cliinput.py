@@ -80,7 +80,9 @@ class CliInput:
         """A message's new state; a steer that started, and how, is returned once."""
         self._seen_lifecycle = True
         if event.uuid not in self._sent:
-            return None
+            # A message this process was sent before it was adopted (a dead owner's): it too
+            # must be answered before the input ends.
+            self._sent[event.uuid] = None
         running = self.running
         self._state[event.uuid] = event.state
         receipt = self._sent[event.uuid]

@@ -19,7 +19,7 @@ from typing import Protocol
 from flightdeck.engine.agents.argv import expand
 from flightdeck.engine.agents.formats import reader_for
 from flightdeck.engine.agents.launch import CommandRoute
-from flightdeck.engine.agents.process import Files, Process, Record
+from flightdeck.engine.agents.process import Files, Process, Record, adoptable
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
@@ -106,6 +106,15 @@ class ProcessRunner:
     def prefix_key(self) -> tuple[str, str]:
         """Command children share no prompt prefix flightdeck knows of."""
         return self._command.name, "command"
+
+    def adopt(self, adoption: Adoption) -> str | None:
+        """Watch on a process a dead owner started (`resume`); why it cannot be, or None."""
+        if self._spec.format not in ADOPTABLE:
+            return f"format {self._spec.format!r} gives no outcome but the exit status"
+        why = adoptable(adoption.record)
+        if why is None:
+            self.adoption = adoption
+        return why
 
     def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:
         """A route with `steer = "none"` misses every steer, and says so."""

@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine.model import Usage
+from flightdeck.engine.records.liveness import Pid, alive
 from flightdeck.engine.records.schema import connect
 from flightdeck.engine.records.store import Store
 
@@ -117,3 +118,9 @@ def processes(db: Path, batch_id: str) -> list[ProcessRow]:
             )
         )
     return out
+
+
+def still_running(db: Path, batch_id: str) -> int:
+    """How many of a batch's command children still run (their processes outlived a dead
+    owner): what `resume` can adopt, or must end before their tasks run again."""
+    return sum(1 for row in processes(db, batch_id) if alive(Pid(row.pid, row.start)))
