@@ -248,6 +248,61 @@ def test_a_silent_process_is_stalled_and_killed(tmp_path: Path) -> None:
     assert pids and all(_gone(pid) for pid in pids)
 
 
+@pytest.mark.slow
+def test_a_cli_waiting_out_a_retry_is_not_stalled_and_shows_why(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    args = ("-p", "--output-format", "stream-json", "--verbose", "--fake-retries", "2")
+    route = fake("fake_claude.py", *args, "--fake-retry-hold", str(hold), "{goal}")
+    route += 'format = "claude-stream-json"\n'
+    settings = config(tmp_path, route, engine="stall_after_s = 1\nstall_grace_s = 0.3")
+    engine = engine_for(tmp_path, settings)
+    until(lambda: row_of(engine).activity.retries == 2, timeout=10)
+    row = row_of(engine)
+    assert row.activity.retrying and row.activity.text == "429 rate_limit, retry 2/10 in 0.5s"
+    time.sleep(2.5)  # quiet for longer than stall_after_s: a CLI in its backoff is held
+    assert row_of(engine).status is ChildStatus.RUNNING
+    hold.touch()
+    row = run_to_end(engine).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert not row.activity.retrying
+    assert "api retry: 429 rate_limit, retry 1/10 in 0.5s" in transcript(row)
+
+
+def test_the_cli_own_error_is_the_failure_reason_not_its_stderr(tmp_path: Path) -> None:
+    codex = fake("fake_codex.py", "exec", "--json", "--fake-retries", "2", "--fake-fail", "{goal}")
+    route = codex + 'format = "codex-json"\n'
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.FAILED
+    reason = "exceeded retry limit, last status: 429 Too Many Requests"
+    assert row.error == f"the CLI reported an error: {reason}"  # not stderr's WARNING
+    assert row.activity.retries == 2  # its reconnects, shown as retries
+    claude = fake("fake_claude.py", "-p", "--output-format", "stream-json", "--verbose")
+    claude += 'format = "claude-stream-json"\n'
+    claude = claude.replace(
+        '"--verbose"]', '"--verbose", "--fake-fail", "API Error: 429 slow down"]'
+    )
+    row = run_to_end(engine_for(tmp_path / "c", config(tmp_path, claude))).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error == "the CLI reported an error: API Error: 429 slow down"
+
+
+def test_the_documented_codex_argv_runs_and_full_auto_is_refused(tmp_path: Path) -> None:
+    """examples/agents/flightdeck.toml's Codex argv, on the fake (which refuses --full-auto as
+    Codex 0.171 does)."""
+    import tomllib
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "agents" / "flightdeck.toml"
+    documented = tomllib.loads(examples.read_text())["routes"]["codex"]["argv"]
+    assert "--full-auto" not in documented and "workspace-write" in documented
+    argv = [PY, str(FAKES / "fake_codex.py"), *documented[1:]]
+    route = "argv = " + repr(argv).replace("'", '"') + '\nformat = "codex-json"\n'
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    old = route.replace('"--sandbox", "workspace-write"', '"--full-auto"')
+    row = run_to_end(engine_for(tmp_path / "o", config(tmp_path, old))).children[0]
+    assert row.error == "exit 2: error: unexpected argument '--full-auto' found"
+
+
 # --- workspaces ------------------------------------------------------------------------------
 
 

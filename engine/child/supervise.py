@@ -178,8 +178,8 @@ class Supervisor:
                 self._event(event)
         if plain:
             self._write("output", "\n".join(plain))
-        if c.progress.current_tool is None and not self._stopping:
-            c.progress.tick("output")
+        if c.progress.current_tool is None and not self._stopping and not c.progress.held:
+            c.progress.tick("output")  # a retry notice or a tool stays what is shown
         else:
             c.progress.touch()
         return True

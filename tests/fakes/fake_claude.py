@@ -17,7 +17,8 @@ captured output (tests/fixtures/agents/claude-2.1.332/) so it behaves as the CLI
 Fake-only flags: `--fake-gate PATH`: its tool runs until PATH exists; `--fake-hold PATH`: the
 first turn starts once PATH exists (what reached stdin by then waits its turn); `--fake-sleep
 S`: waits after init; `--fake-repeat N`: the tool call N times per turn; `--fake-retries N`: N
-`api_retry` events before the first answer; `--fake-fail TEXT`: the turn fails with TEXT (exit
+`api_retry` events before the first answer (and `--fake-retry-hold PATH`: quiet until PATH
+exists, as in a backoff); `--fake-fail TEXT`: the turn fails with TEXT (exit
 1); `--fake-pidfile PATH`: its pid is written there.
 """
 
@@ -43,6 +44,7 @@ parser.add_argument("--fake-hold")
 parser.add_argument("--fake-sleep", type=float, default=0.0)
 parser.add_argument("--fake-repeat", type=int, default=1)
 parser.add_argument("--fake-retries", type=int, default=0)
+parser.add_argument("--fake-retry-hold")
 parser.add_argument("--fake-fail")
 parser.add_argument("--fake-pidfile")
 parser.add_argument("prompt", nargs="?", default="")
@@ -174,6 +176,8 @@ class Turn:
                 }
             )
         args.fake_retries = 0
+        while args.fake_retry_hold and not os.path.exists(args.fake_retry_hold):
+            time.sleep(0.02)  # the retry's backoff: quiet, and no stall
         for _ in range(args.fake_repeat):
             if self.tool() is not None:
                 return self.interrupt()
