@@ -72,7 +72,15 @@ def orphans(tag: str, known: Iterable[int]) -> list[Pid]:
     descendants of a command child whose parents have gone (this process is their subreaper)."""
     skip = set(known)
     found = []
-    for pid in children(os.getpid()):
+    # An orphan is handed to the subreaper's main thread: only its list is read, not every
+    # worker thread's (whose lists hold the processes they started).
+    main = os.getpid()
+    try:
+        with open(f"/proc/{main}/task/{main}/children") as f:
+            listed = [int(p) for p in f.read().split()]
+    except OSError:
+        listed = []
+    for pid in listed:
         if pid not in skip and tag_of(pid) == tag and (proc := identify(pid)) is not None:
             found.append(proc)
     return found

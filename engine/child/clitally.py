@@ -47,13 +47,17 @@ class CliTally:
         """API calls: those the CLI reported, and the calls of the turn under way."""
         return self.calls_reported + len(self._live)
 
-    def live(self, event: Live) -> None:
-        """A call's usage so far (a later figure for the same call replaces the earlier)."""
-        before = self._live.get(event.key, Usage())
+    def live(self, event: Live) -> bool:
+        """A call's usage so far (a later figure for the same call replaces the earlier);
+        True when it changed what is billed or the calls counted."""
+        before = self._live.get(event.key)
+        if before is not None and before == event.usage:
+            return False  # Claude Code repeats a message's usage on each of its blocks
+        before = before or Usage()
         now = self._live[event.key] = _max(before, event.usage)
         added = _minus(now, before)
         if not added.total:
-            return
+            return True
         cost = self._price(added)
         if cost is None:
             self._meter.add_unpriced(added)
@@ -63,6 +67,7 @@ class CliTally:
             self._live_cost += cost
         self._live_usage += added
         self.usage += added
+        return True
 
     def report(self, event: Report) -> None:
         """A turn's end: its tokens and cost, as the CLI counts them, replace the live ones."""

@@ -208,9 +208,9 @@ class Supervisor:
             case ToolEnded():
                 c.progress.tool_ended()
             case Live():
-                self._tally.live(event)
-                c.progress.working(self._tally.calls)
-                self._spent()
+                if self._tally.live(event):
+                    c.progress.working(self._tally.calls)
+                    self._spent()
             case Report():
                 self._tally.report(event)
                 c.progress.working(self._tally.calls)
