@@ -160,9 +160,12 @@ class Process:
         """Start `argv` in a session of its own, its output to `files` (made 0600, emptied)."""
         tree.become_subreaper()
         env = {**env, tree.TAG_ENV: tag}
-        files.out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        out = os.open(files.out, flags, 0o600)
+        try:
+            out = os.open(files.out, flags, 0o600)
+        except FileNotFoundError:  # the batch's first: its folder is made
+            files.out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            out = os.open(files.out, flags, 0o600)
         err = os.open(files.err, flags, 0o600)
         stdin_r = stdin_w = None
         holding: subprocess.Popen[bytes] | None = None

@@ -29,6 +29,7 @@ from flightdeck.engine.agents.formats import (
     ToolStarted,
 )
 from flightdeck.engine.agents.process import Line, Process, Record
+from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
 from flightdeck.engine.child.facts import ChildPaused
@@ -87,6 +88,7 @@ class Supervisor:
         self._term_at: float | None = None  # when SIGTERM went, for the grace period
         self._killed = False
         self._suspended = False  # paused by the operator: the process group is stopped
+        self._left: list[Pid] | None = None  # its tree left once it exited (None: not asked)
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -138,9 +140,10 @@ class Supervisor:
                 c.progress.show("stopping for a steer")
                 self._terminate("steer (interrupt now): the session resumes")
         exited = proc.poll()
-        if exited and self._term_at is None and proc.survivors():
-            # It has exited but its descendants still run (and may still write).
-            self._terminate("the process exited; its descendants")
+        if exited and self._term_at is None:
+            self._left = proc.survivors()
+            if self._left:  # it has exited but its descendants still run (and may write)
+                self._terminate("the process exited; its descendants")
         term_at = self._term_at
         if term_at is not None and not self._killed and now - term_at >= spec.kill_grace_s:
             proc.signal(signal.SIGKILL)
@@ -148,8 +151,12 @@ class Supervisor:
             c.transcript.write("engine", "SIGKILL sent: it outlived the grace period")
         if not exited:
             return False
-        if term_at is None or not proc.survivors():
+        if not self._left:
             return True
+        if term_at is None or not (left := proc.survivors()):
+            self._left = []
+            return True
+        self._left = left
         # Something we cannot signal is left: do not wait for it forever.
         return self._killed and now - term_at >= spec.kill_grace_s + 1
 
@@ -307,7 +314,8 @@ class Supervisor:
     def _reap(self) -> None:
         """No survivor: descendants left after the process ended get the same two signals."""
         proc, spec = self._proc, self._spec
-        survivors = proc.survivors()
+        # Known already when the process exited and nothing was signalled since.
+        survivors = self._left if self._left is not None else proc.survivors()
         if survivors and self._term_at is None:
             self._terminate("descendants outlived the process")
         if survivors and not self._killed:

@@ -82,6 +82,11 @@ def xargs_rate(n: int) -> float:
 
 
 def main() -> None:
+    # One-time costs are not per-line costs: the price tables (live usage is priced) load now.
+    from flightdeck.engine.model import Usage
+    from flightdeck.engine.records.meter import genai_cost
+
+    genai_cost(Usage(1, 1), "anthropic", "claude-sonnet-4-5")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         xargs = xargs_rate(TRUE_N)
