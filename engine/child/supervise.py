@@ -81,6 +81,7 @@ class Supervisor:
         self._input = stdin
         self._session = session  # [id] once the format reported one (shared across runs)
         self._record = record  # where the offsets read so far go (the store, for an adopter)
+        self._transcript = child.transcript  # opened already: one look-up, not one per line
         self._end = RunEnd()
         self._stopping = False
         self._cli_call: str | None = None  # the CLI's last tool call, for the loop checks
@@ -202,7 +203,7 @@ class Supervisor:
 
     def _write(self, role: str, text: str) -> None:
         if not self._quiet:
-            self._c.transcript.write(role, text)
+            self._transcript.write(role, text)
 
     def _event(self, event: object) -> None:
         c = self._c

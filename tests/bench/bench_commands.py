@@ -29,8 +29,8 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 TRUE_N = int(os.environ.get("BENCH_CHILDREN", "1000"))
 LINES = int(os.environ.get("BENCH_LINES", "100000"))
 JSON_LINES = LINES // 5
-SLEEPERS = 128
-SLEEP_S = 3.0
+SLEEPERS = int(os.environ.get("BENCH_SLEEPERS", "128"))
+SLEEP_S = float(os.environ.get("BENCH_SLEEP_S", "3"))
 ENV = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
 ASSISTANT = json.dumps(
     {
