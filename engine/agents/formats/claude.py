@@ -52,6 +52,7 @@ class ClaudeStreamJson:
         # billed for what it adds to the one before.
         self._cost_seen = Decimal(0)
         self._usage_seen = Usage()
+        self._live_seen: tuple[str, dict[str, object]] | None = None
 
     def feed(self, line: str) -> list[Event]:
         event = json_object(line)
@@ -118,8 +119,11 @@ class ClaudeStreamJson:
                 out.append(Shown("tool-call", f"{name} {text_of(block.get('input', {}))}"))
                 out.append(ToolStarted(name))
         key, usage = message.get("id"), message.get("usage")
+        # Each of a message's blocks repeats its usage: only a change is news.
         if not synthetic and isinstance(key, str) and isinstance(usage, dict):
-            out.append(Live(key, _usage(usage)))
+            if (key, usage) != self._live_seen:
+                self._live_seen = (key, usage)
+                out.append(Live(key, _usage(usage)))
         return out
 
     def _user(self, event: dict[str, object]) -> list[Event]:
