@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from pathlib import Path
@@ -17,7 +16,6 @@ from types import TracebackType
 from typing import Literal
 
 from flightdeck.engine import assembly, batchdir, health
-from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.assembly import new_batch_id, steady_clock
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.state import Child
@@ -45,7 +43,6 @@ from flightdeck.engine.model import (
     SteerReceipt,
 )
 from flightdeck.engine.owner import OwnerDuties
-from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, totals_of
 from flightdeck.engine.records.processes import ProcessLog
@@ -91,17 +88,9 @@ class Engine:
         assembly.check_commands(batch, self.routes.values(), settings.source)
         # Model clients and command routes are built before anything is written: a missing
         # key or program fails cleanly here.
-        given = dict(providers or {})
-        self._providers: dict[str, Provider] = {
-            name: given.get(name) or make_provider(route, env, source=settings.source)
-            for name, route in self.routes.items()
-            if route.command is None
-        }
-        self._commands = {
-            name: CommandRoute(route, os.environ if env is None else env, settings.source)
-            for name, route in self.routes.items()
-            if route.command is not None
-        }
+        self._providers, self._commands = assembly.clients(
+            self.routes, providers or {}, env, settings.source
+        )
         self.meter = Meter()
         self._subscribers = Subscribers()
         self._store: Store | None = None

@@ -35,6 +35,7 @@ from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, spend_known
 from flightdeck.engine.records.processes import ProcessLog
@@ -168,6 +169,28 @@ def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -
                 f'workspace = "worktree": {batch.workspace} is not in a git repository '
                 "(or git is not installed)",
             )
+
+
+def clients(
+    routes: Mapping[str, Route],
+    given: Mapping[str, Provider],
+    env: Mapping[str, str] | None,
+    source: Path | None,
+) -> tuple[dict[str, Provider], dict[str, CommandRoute]]:
+    """Each route's client: a model provider (`given`, or made), or a command route made ready
+    (its program found, its environment, its key). ConfigError names what is missing."""
+    environ = os.environ if env is None else env
+    providers = {
+        name: given.get(name) or make_provider(route, env, source=source)
+        for name, route in routes.items()
+        if route.command is None
+    }
+    commands = {
+        name: CommandRoute(route, environ, source)
+        for name, route in routes.items()
+        if route.command is not None
+    }
+    return providers, commands
 
 
 def build_child(

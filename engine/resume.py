@@ -21,8 +21,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine import assembly
+from flightdeck.engine.agents.adopt import end_tree
 from flightdeck.engine.agents.book import record_of
-from flightdeck.engine.agents.process import end_tree
 from flightdeck.engine.child.command import Adoption, ProcessRunner
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note

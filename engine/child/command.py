@@ -16,10 +16,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Protocol
 
+from flightdeck.engine.agents.adopt import adoptable
 from flightdeck.engine.agents.argv import expand
 from flightdeck.engine.agents.formats import reader_for
 from flightdeck.engine.agents.launch import CommandRoute
-from flightdeck.engine.agents.process import Files, Process, Record, adoptable
+from flightdeck.engine.agents.process import Files, Process, Record
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally

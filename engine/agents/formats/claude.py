@@ -120,10 +120,14 @@ class ClaudeStreamJson:
                 out.append(ToolStarted(name))
         key, usage = message.get("id"), message.get("usage")
         # Each of a message's blocks repeats its usage: only a change is news.
-        if not synthetic and isinstance(key, str) and isinstance(usage, dict):
-            if (key, usage) != self._live_seen:
-                self._live_seen = (key, usage)
-                out.append(Live(key, _usage(usage)))
+        if (
+            isinstance(key, str)
+            and isinstance(usage, dict)
+            and not synthetic
+            and (key, usage) != self._live_seen
+        ):
+            self._live_seen = (key, usage)
+            out.append(Live(key, _usage(usage)))
         return out
 
     def _user(self, event: dict[str, object]) -> list[Event]:
