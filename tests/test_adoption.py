@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -23,15 +22,10 @@ from flightdeck.engine.model import BatchStatus, ChildStatus
 from flightdeck.engine.records.processes import still_running
 from flightdeck.engine.records.reader import StoreReader
 
+from helpers import until
+
 FAKES = Path(__file__).parent / "fakes"
 PY = sys.executable
-
-
-def until(condition: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def flightdeck(folder: Path, *args: str) -> subprocess.Popen[str]:
@@ -159,6 +153,8 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
         assert still_running(folder / "state" / "flightdeck.db", batch_id) == 2
         ls = flightdeck(folder, "ls")
         assert "abandoned (2 still running)" in ls.communicate(timeout=30)[0]
+        wait = flightdeck(folder, "wait", batch_id)
+        assert "2 of its children still run" in wait.communicate(timeout=30)[1]
         resume = flightdeck(folder, "resume", batch_id)
         until(
             lambda: all("adopted" in transcript(folder, batch_id, c) for c in ("keep", "halt")),

@@ -25,6 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from flightdeck.engine.child.cliinput import user_turn as cli_turn  # noqa: E402
+
 from agentserver import AgentServer  # noqa: E402
 
 ROOT = HERE.parent.parent
@@ -36,9 +38,22 @@ def version(binary: str) -> str:
     return out.stdout.split()[-1] if "codex" in binary else out.stdout.split()[0]
 
 
+def printed(argv: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    """What a CLI run with no input printed on stdout, line by line."""
+    done = subprocess.run(
+        argv,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    return done.stdout.splitlines(keepends=True)
+
+
 def user_turn(text: str) -> str:
-    message = {"role": "user", "content": text}
-    return json.dumps({"type": "user", "message": message, "uuid": str(uuid.uuid4())}) + "\n"
+    return cli_turn(text, str(uuid.uuid4()))
 
 
 class Claude:
@@ -53,16 +68,7 @@ class Claude:
     def once(self, prompt: str, *extra: str, env: dict[str, str] | None = None) -> list[str]:
         argv = [self.binary, "-p", "--output-format", "stream-json", "--verbose", *extra]
         argv += ["--allowedTools", "Bash", "--", prompt]
-        done = subprocess.run(
-            argv,
-            env={**self.env, **(env or {})},
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
-        return done.stdout.splitlines(keepends=True)
+        return printed(argv, {**self.env, **(env or {})}, self.cwd)
 
     def turns(self, first: str, steer: str, when: str) -> list[str]:
         """Stream-json input: `first`, then `steer` sent mid-turn (during its tool), after its
@@ -142,16 +148,7 @@ class Codex:
         if args[0] != "resume":  # a resumed session keeps its sandbox
             argv += ["--sandbox", "workspace-write"]
         argv += [*self.config, args[-1]]
-        done = subprocess.run(
-            argv,
-            env=self.env,
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
-        return done.stdout.splitlines(keepends=True)
+        return printed(argv, self.env, self.cwd)
 
 
 def write(folder: Path, name: str, lines: list[str]) -> None:

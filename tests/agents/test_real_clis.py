@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from flightdeck.engine.model import ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 
 from agentserver import DUMMY_KEY, AgentServer
+from helpers import until
 
 BIN = Path(os.environ.get("FLIGHTDECK_AGENTS_BIN", ".cache-agents/node_modules/.bin")).resolve()
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -36,13 +37,6 @@ EXAMPLE = tomllib.loads((ROOT / "examples" / "agents" / "flightdeck.toml").read_
 GATE = Path(__file__).with_name("gate.py")
 CLIS = ["claude", "codex"]
 ROUTE = {"claude": "claude-code", "codex": "codex"}
-
-
-def until(condition: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def version(cli: str) -> str:
