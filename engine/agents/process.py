@@ -203,15 +203,11 @@ class Process:
 
     @classmethod
     def adopt(cls, record: Record, *, tag: str) -> Process | None:
-        """The recorded process, if it still runs and its files are there; its input reopened.
-        None when it cannot be adopted (gone, or its input lost)."""
-        if not tree.alive(record.root):
-            return None
+        """The recorded process and its files, its input reopened while it runs (one that has
+        ended since is read to its end); None when its files are gone."""
         stdin_fd = None
-        if record.files.stdin is not None:
+        if record.files.stdin is not None and tree.alive(record.root):
             stdin_fd = reopen(record.files.stdin)
-            if stdin_fd is None:
-                return None
         try:
             return cls(
                 record.root,

@@ -112,6 +112,8 @@ class ProcessRunner:
         """Watch on a process a dead owner started (`resume`); why it cannot be, or None."""
         if self._spec.format not in ADOPTABLE:
             return f"format {self._spec.format!r} gives no outcome but the exit status"
+        if self._spec.stdin and self._spec.steer != "stdin":
+            return "its input was a prompt its owner may have died writing"
         why = adoptable(adoption.record)
         if why is None:
             self.adoption = adoption
@@ -234,15 +236,15 @@ class ProcessRunner:
         has it) to know what it spent and said, then watched on as if started here."""
         record = adoption.record
         proc = Process.adopt(replace(record, out_offset=0, err_offset=0), tag=self._tag)
-        if proc is None:  # gone since `resume` looked
-            c.transcript.write("engine", "the adopted process ended before it was watched")
+        if proc is None:  # its files are gone since `resume` looked
+            c.transcript.write("engine", "the adopted process left no output to read")
             return RunEnd(code=None)
         c.transcript.write(
             "engine",
             f"adopted: process {record.root.pid} still runs; its output is read on from here",
         )
         c.progress.show("adopted")
-        cli = CliInput(proc.write) if record.files.stdin is not None else None
+        cli = CliInput(proc.write) if self._spec.steer == "stdin" else None
         supervisor = self._supervisor(c, proc, tally, cli)
         supervisor.replay(proc.read(upto=(record.out_offset, record.err_offset)))
         return self._finish(c, proc, supervisor, tally)
