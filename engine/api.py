@@ -18,7 +18,7 @@ from typing import Literal
 from flightdeck.engine import assembly, batchdir, health
 from flightdeck.engine.assembly import new_batch_id, steady_clock
 from flightdeck.engine.child.facts import ChildFact
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import (
@@ -43,9 +43,9 @@ from flightdeck.engine.model import (
     SteerReceipt,
 )
 from flightdeck.engine.owner import OwnerDuties
-from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, totals_of
+from flightdeck.engine.records.processes import ProcessLog
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.resume import Resumed, Stored
@@ -86,12 +86,11 @@ class Engine:
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
         assembly.check_budget(settings, self.routes.values())
         assembly.check_commands(batch, self.routes.values(), settings.source)
-        # Providers are built before anything is written: a missing key fails cleanly here.
-        given = dict(providers or {})
-        self._providers: dict[str, Provider] = {
-            name: given.get(name) or make_provider(route, env, source=settings.source)
-            for name, route in self.routes.items()
-        }
+        # Model clients and command routes are built before anything is written: a missing
+        # key or program fails cleanly here.
+        self._providers, self._commands = assembly.clients(
+            self.routes, providers or {}, env, settings.source
+        )
         self.meter = Meter()
         self._subscribers = Subscribers()
         self._store: Store | None = None
@@ -168,6 +167,7 @@ class Engine:
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = batchdir.folder(workspace, self.state_dir)
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
+        secrets += tuple(s for command in self._commands.values() for s in command.secrets)
         toolbox = Toolbox(workspace, secrets=secrets)
         self._pool = worker_pool(self.pool_size)
         self._sink = TranscriptSink()
@@ -181,6 +181,7 @@ class Engine:
             batch=self.batch,
             settings=self.settings,
             providers=self._providers,
+            commands=self._commands,
             throttles=throttles,
             toolbox=toolbox,
             batch_dir=self.batch_dir,
@@ -188,6 +189,8 @@ class Engine:
             clock=self.clock,
             report=self._report,
             sink=self._sink,
+            processes=ProcessLog(self._store, self.batch_id),
+            batch_id=self.batch_id,
         )
         children = [make_child(task, queued_ts=now) for task in self.batch.tasks]
 

@@ -156,6 +156,9 @@ class SteerReceipt:
     # Who sent it: the operator, or a route's loop policy acting on its own (not stored in
     # the controls table: the policy's "loop_policy" event names its receipt).
     by: Literal["operator", "policy"] = "operator"
+    # How it was delivered, where the child says: "into the running turn" (an agent CLI
+    # that folds it into the turn under way), "as a new turn", "by resuming the session".
+    how: str | None = None
 
 
 @record

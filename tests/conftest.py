@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from loopback import Loopback
+
+# The real agent CLIs (tests/agents/) run only from `make test-agents`, which installs them and
+# names their folder: `make test` needs no npm and no network.
+collect_ignore = [] if os.environ.get("FLIGHTDECK_AGENTS_BIN") else ["agents"]
 
 
 @pytest.fixture(autouse=True)

@@ -76,12 +76,17 @@ def run_to_end(engine: Engine, timeout: float = 30.0) -> Snapshot:
         engine.close()
 
 
-def until(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005) -> float:
-    """Poll `pred` until true; return the seconds it took. Fails the test on timeout."""
+def until(
+    pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005, what: str = ""
+) -> float:
+    """Poll `pred` until true; return the seconds it took. Fails the test on timeout (saying
+    `what` it waited for)."""
     t0 = time.monotonic()
     while not pred():
         if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(
+                f"condition not met within {timeout}s" + (f": {what}" if what else "")
+            )
         time.sleep(every)
     return time.monotonic() - t0
 

@@ -640,7 +640,7 @@ def test_writes_to_one_path_take_turns_across_workspaces(
 def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flightdeck.engine.child import loop as child_module
+    from flightdeck.engine.child import state as child_module
 
     closing, gate = threading.Event(), threading.Event()
     real_close = child_module.TranscriptWriter.close

@@ -197,22 +197,22 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     import threading
     import time
 
-    from flightdeck.engine.child.state import ChildState
+    from flightdeck.engine.child.loopwatch import LoopWatch
 
     from tests.helpers import until
 
     box: list[object] = []
     paused = threading.Event()
-    changed = ChildState._loop_changed
+    changed = LoopWatch._changed
 
-    def pause_first(self: ChildState, before: object, found: object, again: bool = False) -> None:
+    def pause_first(self: LoopWatch, before: object, found: object, again: bool = False) -> None:
         if found is not None and not paused.is_set():
             paused.set()
-            box[0].pause([self.task.id])  # type: ignore[attr-defined]
+            box[0].pause([self._child_id])  # type: ignore[attr-defined]
             time.sleep(0.2)  # the coordinator handles the pause before the flag
         changed(self, before, found, again)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ChildState, "_loop_changed", pause_first)
+    monkeypatch.setattr(LoopWatch, "_changed", pause_first)
     loops = LoopSettings(
         repeat_calls=3, stale_turns=0, policy=("nudge", "steer_now", "stop"), policy_wait_s=0.05
     )

@@ -216,11 +216,20 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
             assert info is not None
             status = info.status.value
             if status == "abandoned":
+                from flightdeck.engine.records.processes import still_running
+
+                left = still_running(db, args.batch_id)
+                running = (
+                    f"; {left} of its children still run (resume adopts them, or ends them "
+                    "before their tasks run again)"
+                    if left
+                    else ""
+                )
                 console_for(stderr=True).print(
                     Text(
                         f"flightdeck: batch {args.batch_id} was abandoned: its owner process "
-                        f"(pid {info.owner_pid}) died; `flightdeck resume {args.batch_id}` "
-                        "runs it to the end"
+                        f"(pid {info.owner_pid}) died{running}; `flightdeck resume "
+                        f"{args.batch_id}` runs it to the end"
                     )
                 )
                 return ExitCode.INCOMPLETE

@@ -115,6 +115,9 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
     """`flightdeck ls`: every batch in the state folder."""
     import time
 
+    from flightdeck.engine.model import BatchStatus
+    from flightdeck.engine.records.processes import still_running
+
     reader = _reader(args.state_dir)
     try:
         batches = reader.batches()
@@ -127,11 +130,14 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
+        status = b.status.value
+        if b.status is BatchStatus.ABANDONED and (left := still_running(reader.path, b.id)):
+            status += f" ({left} still running)"  # processes that outlived their owner
         cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
         table.add_row(
             Text(b.id),
             Text(one_line(b.name, 30)),
-            Text(b.status.value),
+            Text(status),
             str(b.children),
             str(b.completed),
             str(b.failed),
@@ -182,4 +188,10 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
         if found.rerun or found.lost:
             line += f"; their lost attempts cost {fmt_cost(found.lost_cost_usd)}"
         console.print(Text(line))
+        for ids, what in (
+            (found.adopted, "adopted (their processes still ran; watched to the end)"),
+            (found.ended, "ended, whole process trees, before their tasks ran again"),
+        ):
+            if ids:
+                console.print(Text(f"{len(ids)} {what}: {one_line(', '.join(ids), 200)}"))
     return code

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.child.facts import ChildDone
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
@@ -133,7 +133,7 @@ class Admission:
             try:
                 child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
             finally:
-                self._co.report(ChildDone(child))
+                self._co.report(ChildDone(child.task.id))
 
     def budget_exhausted(self) -> str | None:
         """Why no more children may start (max_runs or max_cost_usd reached); None: they may."""

@@ -27,7 +27,7 @@ from flightdeck.engine.child.facts import (
     LoopFlagged,
     ReceiptSettled,
 )
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.admission import Admission
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.controls import Controls
@@ -414,8 +414,9 @@ class Coordinator:
 
     def _handle(self, message: Message) -> None:
         match message:
-            case ChildDone(child):
-                if child.task.id in self.alive:
+            case ChildDone(child_id):
+                child = self.by_id[child_id]
+                if child_id in self.alive:
                     self.release(child)
                     self.finish(child)
                 else:
@@ -434,12 +435,12 @@ class Coordinator:
                     self._controls.loop_policies.delivered(receipt.child_id, self._clock())
                 self._record_receipt(receipt, "steer")
                 self._publish(SteerSettled(receipt))
-            case Delegated(child, call):
-                self._arrivals.delegate(child, call)
-            case ChildPaused(child):
-                self._pauses.paused(child)
-            case FirstChunk(child):
-                self.queues.requeue(self._admission.gate.first_chunk(child))
+            case Delegated(child_id, call):
+                self._arrivals.delegate(self.by_id[child_id], call)
+            case ChildPaused(child_id):
+                self._pauses.paused(self.by_id[child_id])
+            case FirstChunk(child_id):
+                self.queues.requeue(self._admission.gate.first_chunk(self.by_id[child_id]))
             case HeadroomSeen(route, event):
                 self.queues.saw_headroom(route, event, self._clock())
             case LoopFlagged(child_id, evidence, again):

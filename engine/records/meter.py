@@ -132,6 +132,12 @@ class Meter:
                 self._cost += cost
         return cost
 
+    def add_unpriced(self, usage: Usage) -> None:
+        """Record `usage` whose price is unknown: shown, never priced."""
+        with self._lock:
+            self._usage += usage
+            self._unknown += usage
+
     def add_cost(self, usage: Usage, cost: Decimal) -> None:
         """Record `usage` at the `cost` its agent CLI reported for it."""
         with self._lock:

@@ -35,7 +35,7 @@ CHILD_COLUMNS = (
 # The same, with NULL for the result: what a reader that never shows answers selects.
 CHILD_COLUMNS_NO_RESULT = CHILD_COLUMNS.replace(" result,", " NULL,")
 CONTROL_COLUMNS = "id, batch_id, child_id, kind, message, now, state, created_ts, settled_ts"
-RECEIPT_COLUMNS = "id, child_id, message, now, state, created_ts, settled_ts"
+RECEIPT_COLUMNS = "id, child_id, message, now, state, created_ts, settled_ts, reason"
 
 
 def upsert(
@@ -73,6 +73,9 @@ UPSERT_CONTROL = upsert("controls", CONTROL_COLUMNS, ("batch_id", "id"))
 # but did not get to mark before it died is found applied, not applied again, by `resume`.
 UPSERT_CONTROL_REQUEST = upsert("controls", CONTROL_COLUMNS + ", request_id", ("batch_id", "id"))
 UPSERT_CONTROL_REASON = upsert("controls", CONTROL_COLUMNS + ", reason", ("batch_id", "id"))
+UPSERT_CONTROL_BOTH = upsert(
+    "controls", CONTROL_COLUMNS + ", request_id, reason", ("batch_id", "id")
+)
 HEARTBEAT = "UPDATE batches SET heartbeat_ts = ? WHERE id = ?"
 SET_HELD = "UPDATE batches SET held = ? WHERE id = ?"
 SET_LIMITS = "UPDATE batches SET pool_size = ?, limits_json = ? WHERE id = ?"
@@ -319,4 +322,6 @@ def receipt(r: Sequence[Any]) -> SteerReceipt:
         state=SteerState(r[4]),
         created_ts=r[5],
         settled_ts=r[6],
+        # A delivered steer's reason column says how it was delivered.
+        how=r[7] if r[7] is not None and r[4] == SteerState.DELIVERED.value else None,
     )

@@ -39,6 +39,7 @@ from flightdeck.engine.records.rows import (
     UPSERT_BATCH,
     UPSERT_CHILD,
     UPSERT_CONTROL,
+    UPSERT_CONTROL_BOTH,
     UPSERT_CONTROL_REASON,
     UPSERT_CONTROL_REQUEST,
     UPSERT_QUEUED,
@@ -157,12 +158,19 @@ class Store:
         client request it came from (its first write; later ones keep it), `reason` why it
         was missed when the child's own end does not say (the owner was lost)."""
         params = control_params(batch_id, receipt, kind)
+        reason = reason or receipt.how  # a delivered steer: how it was delivered
         if request_id is None and reason is None:
             self._put(_Write("record_control", UPSERT_CONTROL, params))
+        elif request_id is not None and reason is not None:
+            self._put(_Write("record_control", UPSERT_CONTROL_BOTH, (*params, request_id, reason)))
         else:
             sql = UPSERT_CONTROL_REQUEST if reason is None else UPSERT_CONTROL_REASON
             extra = request_id if reason is None else reason
             self._put(_Write("record_control", sql, (*params, extra)))
+
+    def write(self, what: str, sql: str, params: Sequence[Any]) -> None:
+        """Queue one statement of a part that keeps its own table (records/processes.py)."""
+        self._put(_Write(what, sql, params))
 
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
