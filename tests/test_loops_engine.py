@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import LoopSettings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.loops import evidence_from_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
-from flightdeck.tui.storeview import StoreView
 
 from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch
 

@@ -168,7 +168,7 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _pool_size(text: str) -> int | Literal["auto"]:
     if text == "auto":  # puts a config's fixed number back to the automatic size
         return "auto"
-    from flightdeck.engine.inputs.settings import MAX_CONCURRENT  # only when the option is given
+    from flightdeck.engine.api import MAX_CONCURRENT  # only when the option is given
 
     try:
         value = int(text)

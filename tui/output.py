@@ -13,7 +13,6 @@ from flightdeck.engine.model import (
     Totals,
     UnitStatus,
 )
-from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.fmt import (
     GLYPHS,
@@ -61,6 +60,8 @@ def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
 def money_lines(snap: Snapshot) -> list[Text]:
     """Under the summary: the projected cost while children remain (a batch left running, or
     one that ended early), and what attempts lost with an owner cost, when any did."""
+    from flightdeck.engine.api import forecast  # here: `flightdeck --help` stays fast
+
     out = []
     ahead = forecast(snap.children)
     if ahead.remaining:
@@ -74,6 +75,8 @@ def money_lines(snap: Snapshot) -> list[Text]:
 
 def progress_label(snap: Snapshot) -> str:
     """The headless progress bar's words: what is spent, and where it is heading."""
+    from flightdeck.engine.api import forecast
+
     spent, note = fmt_spent(snap.totals.live_cost_usd, snap.totals.cost_unknown, "unpriced")
     ahead = forecast(snap.children)
     heading = f" → {forecast_label(ahead, compact=True)}" if ahead.remaining else ""
@@ -182,7 +185,7 @@ def _parts(event: Ended) -> list[tuple[str, str]]:
 
 def summary_table(snap: Snapshot) -> Table:
     """The batch's totals, after one line per route when it used more than one."""
-    from flightdeck.engine.records.meter import route_totals
+    from flightdeck.engine.api import route_totals
 
     routes = route_totals(snap.children)
     by_route = len(routes) > 1

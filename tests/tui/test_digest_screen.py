@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.commands import Stop
 from flightdeck.engine.inputs.settings import TuiSettings
 from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
 from flightdeck.tui import alerts
