@@ -410,6 +410,7 @@ class Engine:
         if self._sink is not None:
             self._sink.flush()  # every transcript is complete before the batch says finished
         self._finished_ts = finished = self.clock()
+        self._publish_live(())  # the route gauges as they ended, nothing in flight
         self._store.finish_batch(self.batch_id, status, finished)
         if not self._store.flush():
             log.error(
