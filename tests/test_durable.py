@@ -108,6 +108,7 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
     tmp_path: Path,
 ) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
+        server.open.clear()  # the first two hold the slots: c010 and c011 wait, queued
         folder = project(tmp_path, server, 40, pool=2)  # still running at the stop --all
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
@@ -120,6 +121,9 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
             assert stop.returncode == 0, err
             assert "stop applied: c011" in out
             steer = flightdeck(folder, "steer", batch_id, "c010", "-m", "mind the tests")
+            assert steer.stdout is not None
+            assert steer.stdout.readline().startswith("c010: queued — waiting for its next turn")
+            server.open.set()  # the batch goes on: c010 runs, and takes the steer
             out, err = steer.communicate(timeout=30)
             assert steer.returncode == 0, err
             assert "c010: delivered" in out
