@@ -1,15 +1,17 @@
 """`Engine`: the small API that the TUI, the headless CLI and the tests all drive.
 
 Its lifecycle (start, finish, close) and the reads are here; what it hands on lives beside it:
-controls.py (steer, stop, pause, limits; a client's request), resume.py (taking over a batch),
-batchdir.py (the folder and manifest), subscribers.py (events), health.py (`problem`).
+controls.py (`send`: a command checked and handed to the coordinator, from this process or a
+client's request), resume.py (taking over a batch), batchdir.py (the folder and manifest),
+subscribers.py (events), health.py (`problem`). Below the imports, what the UI and scripts use of
+the engine besides `Engine`, from this one place.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
@@ -22,20 +24,13 @@ from flightdeck.engine.child.loop import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.commands import (
     Command,
-    Continue,
-    ContinueAdmission,
-    Pause,
-    PauseAdmission,
-    SetLimits,
-    Steer,
-    Stop,
     StopAll,
 )
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
-from flightdeck.engine.controls import Controls
+from flightdeck.engine.controls import CommandMethods, Controls
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -46,7 +41,7 @@ from flightdeck.engine.inputs.settings import (
     state_dir_from,
 )
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch
-from flightdeck.engine.limits import changed, limits_from_json, limits_json, limits_of, with_limits
+from flightdeck.engine.limits import limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     BatchFinished,
@@ -118,7 +113,7 @@ __all__ = [
 log = logging.getLogger("flightdeck.engine")
 
 
-class Engine:
+class Engine(CommandMethods):
     """Runs one batch on the coordinator thread and a pool of worker threads."""
 
     def __init__(
@@ -567,41 +562,6 @@ class Engine:
                 )
             return ()
         return controls.send(command)
-
-    # The commands by name, for scripts: each is `send` of its value.
-
-    def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
-        """Queue `message` for each child; returns receipt ids (see SteerReceipt)."""
-        return list(self.send(Steer(tuple(child_ids), message, now)))
-
-    def stop(self, child_ids: Iterable[str]) -> None:
-        """Interrupt these children (queued ones never start)."""
-        self.send(Stop(tuple(child_ids)))
-
-    def stop_all(self) -> None:
-        """Stop every child that has not ended; queued ones never start."""
-        self.send(StopAll())
-
-    def pause(self, child_ids: Iterable[str]) -> None:
-        """Pause these children: a queued one never starts until continued, a running one
-        holds at its next turn boundary and gives back its slot."""
-        self.send(Pause(tuple(child_ids)))
-
-    def continue_(self, child_ids: Iterable[str]) -> None:
-        """Continue these paused children (ahead of new work, with their context intact)."""
-        self.send(Continue(tuple(child_ids)))
-
-    def pause_admission(self, on: bool = True) -> None:
-        """Pause the batch's admission (`on`), or continue it: while paused no child starts;
-        the running go on (pause them to hold them too)."""
-        self.send(PauseAdmission() if on else ContinueAdmission())
-
-    def set_limits(self, change: Mapping[str, object]) -> Limits:
-        """Change the live limits (see engine/limits.py for `change`); returns the limits it
-        makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
-        before = self.limits()
-        self.send(SetLimits(dict(change)))
-        return changed(before, change)
 
     def limits(self) -> Limits:
         """The live limits: pool size, each route's caps, the soft budget and its hold."""

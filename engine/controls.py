@@ -6,14 +6,72 @@ the batch as the coordinator has it, then handed to the coordinator thread, whic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
-from flightdeck.engine.commands import Command, CommandError, Context
+from flightdeck.engine.commands import (
+    Command,
+    CommandError,
+    Context,
+    Continue,
+    ContinueAdmission,
+    Pause,
+    PauseAdmission,
+    SetLimits,
+    Steer,
+    Stop,
+    StopAll,
+)
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import Order
-from flightdeck.engine.model import ChildRow
+from flightdeck.engine.limits import changed
+from flightdeck.engine.model import ChildRow, Limits
 from flightdeck.engine.records.requests import RequestState
 from flightdeck.engine.records.store import Store
+
+
+class CommandMethods:
+    """The commands by name, for scripts: each sends its value (`Engine.send`)."""
+
+    def send(self, command: Command) -> tuple[int, ...]:
+        """Send `command` (the class that runs the batch says how)."""
+        raise NotImplementedError
+
+    def limits(self) -> Limits:
+        """The live limits."""
+        raise NotImplementedError
+
+    def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
+        """Queue `message` for each child; returns receipt ids (see SteerReceipt)."""
+        return list(self.send(Steer(tuple(child_ids), message, now)))
+
+    def stop(self, child_ids: Iterable[str]) -> None:
+        """Interrupt these children (queued ones never start)."""
+        self.send(Stop(tuple(child_ids)))
+
+    def stop_all(self) -> None:
+        """Stop every child that has not ended; queued ones never start."""
+        self.send(StopAll())
+
+    def pause(self, child_ids: Iterable[str]) -> None:
+        """Pause these children: a queued one never starts until continued, a running one
+        holds at its next turn boundary and gives back its slot."""
+        self.send(Pause(tuple(child_ids)))
+
+    def continue_(self, child_ids: Iterable[str]) -> None:
+        """Continue these paused children (ahead of new work, with their context intact)."""
+        self.send(Continue(tuple(child_ids)))
+
+    def pause_admission(self, on: bool = True) -> None:
+        """Pause the batch's admission (`on`), or continue it: while paused no child starts;
+        the running go on (pause them to hold them too)."""
+        self.send(PauseAdmission() if on else ContinueAdmission())
+
+    def set_limits(self, change: Mapping[str, object]) -> Limits:
+        """Change the live limits (see engine/limits.py for `change`); returns the limits it
+        makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
+        before = self.limits()
+        self.send(SetLimits(dict(change)))
+        return changed(before, change)
 
 
 class Controls:
