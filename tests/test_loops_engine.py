@@ -16,7 +16,7 @@ from flightdeck.engine.records.loops import evidence_from_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
 
-from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch
+from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch, until
 
 
 def _events(engine_db: Path, batch_id: str, kind: str) -> list[tuple[str | None, str]]:
@@ -229,3 +229,35 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     row = snap.child("loops")
     assert row is not None and row.status is not ChildStatus.STOPPED, row.error
     assert [r for r in row.steers if r.by == "policy"] == []
+
+
+def test_the_operators_nudge_from_a_client_reaches_the_looping_child_only(tmp_path: Path) -> None:
+    # The loop nudge is a command like any other: a client records it, the owner fills in each
+    # looping child's evidence and steers it; a child that is not looping is left alone.
+    from flightdeck.engine.attached.client import Client, settled
+    from flightdeck.engine.commands import Nudge
+
+    loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=())  # flagged, no policy acts
+    route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
+    tasks = [
+        Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400),
+        Task(id="calm", goal="Review it", seq=1, max_turns=400),
+    ]
+    engine = start(tasks_batch(tasks), settings(route), tmp_path)
+    db = tmp_path / "state" / "flightdeck.db"
+    try:
+        until(lambda: (row := engine.snapshot().child("loops")) is not None and row.loop, 30)
+        with Client(db, engine.batch_id) as client:
+            request = client.send(Nudge(("loops", "calm")))
+            [*_, last] = client.follow(request)
+        assert settled(last) and last.state.value == "applied"
+        [receipt] = last.receipts
+        assert receipt.child_id == "loops" and receipt.state.value == "delivered"
+        assert receipt.message.startswith("You are repeating tool calls with no new output")
+        calm = engine.snapshot().child("calm")
+        assert calm is not None and calm.steers == ()
+    finally:
+        engine.stop_all()
+        run_to_end(engine)
+    transcript = Path(engine.snapshot().children[0].transcript).read_text()
+    assert "operator  │ steer (at next turn): You are repeating" in transcript
