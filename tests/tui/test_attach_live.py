@@ -168,5 +168,5 @@ def test_an_attached_summary_prints_the_cache_savings_the_report_has(tmp_path: P
     console = Console(width=160, record=True, color_system=None)
     console.print(summary_table(snap))
     lines = console.export_text().splitlines()
-    total = lines[[i for i, line in enumerate(lines) if line.startswith("┡")][0] + 1]
+    total = lines[next(i for i, line in enumerate(lines) if line.startswith("┡")) + 1]
     assert total.rstrip(" │").endswith(fmt_cost(saved)) and fmt_cost(saved) != fmt_cost(Decimal(0))
