@@ -210,10 +210,8 @@ class BatchReading:
             if row is None or old_raw.get(cid) != m or row.steers != steers or cid in relinked:
                 f = fixed[cid]
                 # Back into CHILD_COLUMNS order, for rows.child_row.
-                before, row = (
-                    row,
-                    self._built((*f[:7], *m[1:15], f[21], *m[15:18], None, f[26]), steers),
-                )
+                full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
+                before, row = row, self._built(full, steers, row)
                 changed = True
                 if events is not None:
                     if done is None and row.status.terminal:
@@ -225,18 +223,23 @@ class BatchReading:
         self._raw, self._rows = new_raw, new_rows
         return tuple(order), changed
 
-    def _built(self, full: tuple[Any, ...], steers: tuple[SteerReceipt, ...]) -> ChildRow:
+    def _built(
+        self, full: tuple[Any, ...], steers: tuple[SteerReceipt, ...], before: ChildRow | None
+    ) -> ChildRow:
         """A child's row from its CHILD_COLUMNS, with what the store keeps elsewhere and what
-        the owner publishes live."""
+        the owner publishes live (`before`: the row last built, whose figures may still do)."""
         row = child_row(full, steers)
         cid = row.id
         parent, loop = self._parents.get(cid), self._loops.get(cid)
         if parent is not None or loop is not None:
             depth = depth_of(cid, self._parents) if parent is not None else 0
             row = dataclasses.replace(row, parent=parent, depth=depth, loop=loop)
-        if row.usage.cache_read_tokens:
-            route = self._settings_routes().get(row.route)
-            saved = cache_saving(row.usage, route) if route is not None else None
+        if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
+            if before is not None and before.usage == row.usage:
+                saved = before.cache_saved_usd
+            else:
+                route = self._settings_routes().get(row.route)
+                saved = cache_saving(row.usage, route) if route is not None else None
             row = dataclasses.replace(row, cache_saved_usd=saved)
         live = self._live
         # An ended child has nothing in flight; an abandoned batch's figures died with it.
