@@ -356,6 +356,8 @@ class Engine(CommandMethods):
         """Coordinator thread: the alive children's live figures, the route gauges and the
         problem, for attached views (records/live.py); recorded only when they changed."""
         assert self._store is not None and self._coordinator is not None
+        if self._store.trouble is not None:  # held in memory until it commits: not this
+            return
         c = self._coordinator
         # Steerability is a route's (a command route may take none): learned per route once.
         self._unsteerable.update(r.route for r in rows if not r.steerable)
