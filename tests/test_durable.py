@@ -250,7 +250,8 @@ def test_resume_in_a_state_folder_the_user_cannot_write(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_path: Path) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
-        folder = project(tmp_path, server, 40, pool=2)  # c030..c039 still queued at the stop
+        server.open.clear()  # the first two hold the slots: c030..c039 queued at the stop
+        folder = project(tmp_path, server, 40, pool=2)
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
             until(lambda: server.total_runs() >= 1, what="the first run")
@@ -266,7 +267,11 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
             steer = flightdeck(
                 folder, "steer", batch_id, "--where", "status:running", "-m", "mind the tests"
             )
+            assert steer.stdout is not None
+            first = steer.stdout.readline()  # the two running, held: their steers queued
+            server.open.set()
             out, err = steer.communicate(timeout=30)
+            out = first + out
             first, *receipts = out.splitlines()
             assert " match `status:running`" in first or " matches `status:running`" in first
             settled = [line for line in receipts if ": queued" not in line]
@@ -292,6 +297,7 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
 @pytest.mark.slow
 def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: Path) -> None:
     with CountingServer(chunk_delay_s=0.02) as server:
+        server.open.clear()  # the first two hold the slots until the pauses are in
         folder = project(tmp_path, server, 20, pool=2)
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
@@ -314,6 +320,7 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
             query = 'status:queued "task c01"'
             out = run("pause", batch_id, "--where", query)
             assert out == [f"10 children match `{query}`", "pause applied: 10 children"]
+            server.open.set()
 
             def statuses() -> dict[str, ChildStatus]:
                 with StoreReader(db_of(folder)) as reader:
