@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -232,11 +234,8 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
 
 
 def test_the_operators_nudge_from_a_client_reaches_the_looping_child_only(tmp_path: Path) -> None:
-    # The loop nudge is a command like any other: a client records it, the owner fills in each
-    # looping child's evidence and steers it; a child that is not looping is left alone.
-    from flightdeck.engine.attached.client import Client, settled
-    from flightdeck.engine.commands import Nudge
-
+    # The loop nudge is a command like any other: `flightdeck nudge` records it, the owner
+    # fills in each looping child's evidence and steers it; one that is not looping is left be.
     loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=())  # flagged, no policy acts
     route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
     tasks = [
@@ -244,20 +243,34 @@ def test_the_operators_nudge_from_a_client_reaches_the_looping_child_only(tmp_pa
         Task(id="calm", goal="Review it", seq=1, max_turns=400),
     ]
     engine = start(tasks_batch(tasks), settings(route), tmp_path)
-    db = tmp_path / "state" / "flightdeck.db"
+    state = tmp_path / "state"
     try:
         until(lambda: (row := engine.snapshot().child("loops")) is not None and row.loop, 30)
-        with Client(db, engine.batch_id) as client:
-            request = client.send(Nudge(("loops", "calm")))
-            [*_, last] = client.follow(request)
-        assert settled(last) and last.state.value == "applied"
-        [receipt] = last.receipts
-        assert receipt.child_id == "loops" and receipt.state.value == "delivered"
-        assert receipt.message.startswith("You are repeating tool calls with no new output")
+
+        def nudge(*ids: str) -> tuple[int, list[str]]:
+            argv = ["nudge", engine.batch_id, *ids, "--state-dir", str(state)]
+            done = subprocess.run(
+                [sys.executable, "-m", "flightdeck.tui.cli", *argv],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return done.returncode, done.stdout.splitlines()
+
+        assert nudge("calm") == (0, ["nudge applied: none of them is looping"])
+        code, lines = nudge("loops", "calm")  # "queued", if it is seen before "delivered"
+        assert code == 0 and lines[-1] == "loops: delivered"
+        assert set(lines[:-1]) <= {
+            "loops: queued — waiting for its next turn; Ctrl+C leaves it queued"
+        }
         calm = engine.snapshot().child("calm")
         assert calm is not None and calm.steers == ()
     finally:
         engine.stop_all()
         run_to_end(engine)
-    transcript = Path(engine.snapshot().children[0].transcript).read_text()
+    row = engine.snapshot().children[0]
+    [receipt] = row.steers
+    assert receipt.message.startswith("You are repeating tool calls with no new output")
+    assert receipt.by == "operator"
+    transcript = Path(row.transcript).read_text()
     assert "operator  │ steer (at next turn): You are repeating" in transcript

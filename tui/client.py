@@ -99,7 +99,6 @@ def _error(text: str) -> None:
 def cmd_steer(args: argparse.Namespace) -> ExitCode:
     """`flightdeck steer`: a message for children of a running batch; each receipt printed
     as it changes (queued, and what it waits for; delivered, or missed and why)."""
-    from flightdeck.engine.attached.client import OwnerGone
     from flightdeck.engine.commands import Steer
 
     row_filter = _where_filter(args)
@@ -110,24 +109,50 @@ def cmd_steer(args: argparse.Namespace) -> ExitCode:
         if not ids:
             return ExitCode.OK
         rid = _sent(client, Steer(tuple(ids), args.message, args.now))
-        console = console_for()
-        shown: dict[int, str] = {}
-        try:
-            for row in client.follow(rid):
-                for receipt in row.receipts:
-                    state = receipt.state.value
-                    if shown.get(receipt.id) != state:
-                        shown[receipt.id] = state
-                        console.print(Text(_receipt_line(receipt.child_id, state, args.now)))
-                if row.state.value == "refused":
-                    _error(f"refused: {row.reason or ''}")
-                    return ExitCode.INCOMPLETE
-        except OwnerGone as exc:
-            _error(str(exc))
-            return ExitCode.INCOMPLETE
-        except KeyboardInterrupt:
-            _error("stopped waiting: the steer stays queued, and is delivered at its turn")
-            return ExitCode.INTERRUPTED
+        return _until_delivered(client, rid, args.now, none="steer applied")
+
+
+def cmd_nudge(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck nudge`: the canned loop steer (`[steer.canned] loop`, each child's loop
+    evidence filled in) to those of these children flagged as looping; receipts as `steer`'s."""
+    from flightdeck.engine.commands import Nudge
+
+    row_filter = _where_filter(args)
+    if row_filter is None and not args.child_ids:
+        raise UsageError(None, None, None, "name the children to nudge, or --where QUERY")
+    with _client(args) as client:
+        ids, _ = _targets(args, client, row_filter, "nudge")
+        if not ids:
+            return ExitCode.OK
+        rid = _sent(client, Nudge(tuple(ids)))
+        return _until_delivered(client, rid, False, none="nudge applied: none of them is looping")
+
+
+def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -> ExitCode:
+    """Follow a request that steers: each receipt printed as it changes (`none` if it made
+    none); 0 once every one is delivered, 1 if one was missed, the owner refused it or died."""
+    from flightdeck.engine.attached.client import OwnerGone
+
+    console = console_for()
+    shown: dict[int, str] = {}
+    try:
+        for row in client.follow(request_id):
+            for receipt in row.receipts:
+                state = receipt.state.value
+                if shown.get(receipt.id) != state:
+                    shown[receipt.id] = state
+                    console.print(Text(_receipt_line(receipt.child_id, state, now)))
+            if row.state.value == "refused":
+                _error(f"refused: {row.reason or ''}")
+                return ExitCode.INCOMPLETE
+            if row.state.value == "applied" and not row.receipts:
+                console.print(Text(none))
+    except OwnerGone as exc:
+        _error(str(exc))
+        return ExitCode.INCOMPLETE
+    except KeyboardInterrupt:
+        _error("stopped waiting: the steer stays queued, and is delivered at its turn")
+        return ExitCode.INTERRUPTED
     return ExitCode.INCOMPLETE if "missed" in shown.values() else ExitCode.OK
 
 
