@@ -40,7 +40,7 @@ from flightdeck.engine.model import (
     Totals,
 )
 from flightdeck.engine.records.forecast import lost_cost
-from flightdeck.engine.records.live import Live, live_from_json, with_live
+from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import cache_saving, totals_of
@@ -230,22 +230,23 @@ class BatchReading:
         the owner publishes live (`before`: the row last built, whose figures may still do)."""
         row = child_row(full, steers)
         cid = row.id
+        fields: dict[str, Any] = {}  # one replace of the row: a 1,000-row read builds hundreds
         parent, loop = self._parents.get(cid), self._loops.get(cid)
         if parent is not None or loop is not None:
             depth = depth_of(cid, self._parents) if parent is not None else 0
-            row = dataclasses.replace(row, parent=parent, depth=depth, loop=loop)
+            fields.update(parent=parent, depth=depth, loop=loop)
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
-                saved = before.cache_saved_usd
+                fields["cache_saved_usd"] = before.cache_saved_usd
             else:
                 route = self._settings_routes().get(row.route)
-                saved = cache_saving(row.usage, route) if route is not None else None
-            row = dataclasses.replace(row, cache_saved_usd=saved)
+                fields["cache_saved_usd"] = cache_saving(row.usage, route) if route else None
         live = self._live
         # An ended child has nothing in flight; an abandoned batch's figures died with it.
         running = self.info is None or self.info.status is BatchStatus.RUNNING
         flight = live.children.get(cid) if running and row.status.live else None
-        return with_live(row, flight, row.route not in live.unsteerable)
+        fields.update(live_fields(row, flight, row.route not in live.unsteerable))
+        return dataclasses.replace(row, **fields) if fields else row
 
     def _settings_routes(self) -> dict[str, Route]:
         if self._routes is None:
@@ -269,7 +270,8 @@ class BatchReading:
         self._live = live_from_json(text) if text is not None else Live()
         if before.unsteerable != self._live.unsteerable:
             return set(self._fixed)
-        return set(before.children) | set(self._live.children)
+        old, new = before.children, self._live.children
+        return {cid for cid in old.keys() | new.keys() if old.get(cid) != new.get(cid)}
 
     def _read_events(self) -> set[str]:
         """What the owner keeps as events, not in the rows, recorded since the last read

@@ -19,7 +19,7 @@ from typing import Any
 
 from flightdeck.engine.model import ChildRow, RouteHeadroom, RouteLimit, Usage, record
 
-__all__ = ["ChildLive", "Live", "child_live", "live_from_json", "live_json", "with_live"]
+__all__ = ["ChildLive", "Live", "child_live", "live_fields", "live_from_json", "live_json"]
 
 
 @record
@@ -51,23 +51,21 @@ def child_live(row: ChildRow) -> ChildLive | None:
     return ChildLive(row.in_flight, row.in_flight_cost_usd, a.retry_reason, a.retrying, a.last_turn)
 
 
-def with_live(row: ChildRow, live: ChildLive | None, steerable: bool) -> ChildRow:
-    """A row read from the store, with its live figures (none: it has no call in flight)."""
-    if live is None:
-        return row if steerable else dataclasses.replace(row, steerable=False)
-    activity = dataclasses.replace(
-        row.activity,
-        retry_reason=live.retry_reason,
-        retrying=live.retrying,
-        last_turn=live.last_turn,
-    )
-    return dataclasses.replace(
-        row,
-        activity=activity,
-        in_flight=live.in_flight,
-        in_flight_cost_usd=live.in_flight_cost_usd,
-        steerable=steerable,
-    )
+def live_fields(row: ChildRow, live: ChildLive | None, steerable: bool) -> dict[str, Any]:
+    """What a row read from the store takes from the live figures (`live`: none in flight), as
+    the fields to replace (none when it has nothing the stored row lacks)."""
+    fields: dict[str, Any] = {} if steerable else {"steerable": False}
+    if live is not None:
+        if live.retry_reason or live.retrying or live.last_turn:  # most calls only stream
+            fields["activity"] = dataclasses.replace(
+                row.activity,
+                retry_reason=live.retry_reason,
+                retrying=live.retrying,
+                last_turn=live.last_turn,
+            )
+        fields["in_flight"] = live.in_flight
+        fields["in_flight_cost_usd"] = live.in_flight_cost_usd
+    return fields
 
 
 def live_json(
