@@ -4,6 +4,7 @@ a dead owner; `limits` prints what the owner learned from the provider."""
 
 from __future__ import annotations
 
+import select
 import signal
 import sqlite3
 import subprocess
@@ -127,3 +128,34 @@ def test_limits_prints_what_the_owner_learned_from_the_providers_headers(tmp_pat
         "route lb: max_concurrent off, rpm off, tpm off (learned from the provider: rpm 240)"
         in (out.splitlines())
     )
+
+
+def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
+    tmp_path: Path,
+) -> None:
+    with CountingServer() as server:
+        server.open.clear()
+        folder = project(tmp_path, server, 3, pool=1)
+        owner, batch_id, _ = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 1, 30)
+            owner.send_signal(signal.SIGSTOP)  # alive, but applying nothing
+            stop = flightdeck(folder, "stop", batch_id, "c002")
+            assert stop.stderr is not None
+            ready, _, _ = select.select([stop.stderr], [], [], 30)
+            assert ready, "nothing said while it waits"
+            assert stop.stderr.readline() == (
+                f"waiting for the owner (pid {owner.pid}) to apply it; Ctrl+C leaves the "
+                "request pending\n"
+            )
+            owner.send_signal(signal.SIGKILL)
+            owner.wait(30)
+            out, err = stop.communicate(timeout=30)
+            assert stop.returncode == 1 and out == "", out + err
+            assert err == (
+                f"flightdeck: the owner of batch {batch_id} (pid {owner.pid}) is gone: the "
+                f"request stays pending; `flightdeck resume {batch_id}` runs the batch on\n"
+            )
+        finally:
+            server.open.set()
+            ended(owner)
