@@ -32,6 +32,7 @@ from flightdeck.engine.limits import (
     parse_money,
 )
 from flightdeck.engine.model import Limits
+from flightdeck.engine.sanitize import one_line
 
 __all__ = [
     "KINDS",
@@ -246,7 +247,7 @@ def decode(kind: str, body: str | Mapping[str, Any] | None) -> Command:
     type), so the owner refuses it with that reason."""
     cls = KINDS.get(kind)
     if cls is None:
-        raise CommandError(f"this flightdeck cannot apply a {kind[:40]!r} command", "kind")
+        raise CommandError(f"this flightdeck cannot apply a {one_line(kind, 40)!r} command", "kind")
     try:
         data = json.loads(body) if isinstance(body, str) else dict(body or {})
     except ValueError as exc:
