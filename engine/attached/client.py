@@ -26,7 +26,7 @@ from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import RequestRow, RequestState, read_request, submit
-from flightdeck.engine.records.rows import BatchInfo
+from flightdeck.engine.records.rows import BatchInfo, batch_columns, batch_info
 from flightdeck.engine.records.schema import connect
 
 # The filter language `--where` takes (the TUI's), parsed before anything is read.
@@ -93,7 +93,7 @@ class Client:
         CommandError (nothing recorded) for one that cannot be applied (an unknown child, a
         message too long, a bad limit, a batch that has finished); LookupError for an unknown
         batch; StoreError for a store that cannot take it."""
-        info = self.info()
+        info = self._row()
         if info is None:
             raise LookupError(f"no batch {self.batch_id} in this state folder")
 
@@ -114,6 +114,16 @@ class Client:
         """The batch's row (abandoned if its owner is gone), or None if there is no such batch."""
         with StoreReader(self.db) as reader:
             return reader.batch(self.batch_id)
+
+    def _row(self) -> BatchInfo | None:
+        """The batch's row as stored, without the sums `info` adds (a TUI sends from its
+        event loop: a command is not held up by a 10,000-child sum)."""
+        conn = self._connection()
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        found = conn.execute(
+            f"SELECT {batch_columns(version)} FROM batches WHERE id = ?", (self.batch_id,)
+        ).fetchone()
+        return None if found is None else batch_info(found)
 
     def limits(self, info: BatchInfo | None = None) -> Limits:
         """The live limits the owner recorded (those the settings began with, for an older
