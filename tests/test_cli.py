@@ -241,10 +241,10 @@ def test_quitting_the_tui_prints_the_summary_and_the_report_hint(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # On a terminal `run` starts the owner process and attaches the TUI to it through the store.
+    from flightdeck.engine.attached.view import StoreView
     from flightdeck.engine.model import BatchStatus
     from flightdeck.tui.app import FlightdeckApp
     from flightdeck.tui.cli import main
-    from flightdeck.tui.storeview import StoreView
 
     def run_app(app: FlightdeckApp) -> bool:  # the operator watches the batch end, then quits
         assert isinstance(app.view, StoreView)

@@ -108,6 +108,7 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
     tmp_path: Path,
 ) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
+        server.open.clear()  # the first two hold the slots: c010 and c011 wait, queued
         folder = project(tmp_path, server, 40, pool=2)  # still running at the stop --all
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
@@ -120,6 +121,9 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
             assert stop.returncode == 0, err
             assert "stop applied: c011" in out
             steer = flightdeck(folder, "steer", batch_id, "c010", "-m", "mind the tests")
+            assert steer.stdout is not None
+            assert steer.stdout.readline().startswith("c010: queued — waiting for its next turn")
+            server.open.set()  # the batch goes on: c010 runs, and takes the steer
             out, err = steer.communicate(timeout=30)
             assert steer.returncode == 0, err
             assert "c010: delivered" in out
@@ -141,18 +145,19 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
 
 @pytest.mark.slow
 def test_a_request_left_pending_by_a_dead_owner_is_applied_by_resume(tmp_path: Path) -> None:
-    from flightdeck.engine.records.requests import submit_steer, submit_stop
+    from flightdeck.engine.commands import Steer, Stop
+    from flightdeck.engine.records.requests import submit
 
     with CountingServer(chunk_delay_s=0.05) as server:
         folder = project(tmp_path, server, 8, pool=2)
         batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 2)
         db = db_of(folder)
-        steer = submit_steer(db, batch_id, ["c007"], "after the crash")
-        stop = submit_stop(db, batch_id, ["c006"])
+        steer = submit(db, batch_id, Steer(("c007",), "after the crash"))
+        stop = submit(db, batch_id, Stop(("c006",)))
         # the CLI says plainly that nobody will apply it now
         proc = flightdeck(folder, "stop", batch_id, "c005")
         out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 1 and "no live owner" in err and "resume" in err
+        assert proc.returncode == 1 and "is gone" in err and f"flightdeck resume {batch_id}" in err
         code, out, err = resumed(folder, batch_id, "--no-rerun")
         assert code == 1, out + err  # one stopped, the lost ones left unknown
         assert "re-run" in out
@@ -245,7 +250,8 @@ def test_resume_in_a_state_folder_the_user_cannot_write(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_path: Path) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
-        folder = project(tmp_path, server, 40, pool=2)  # c030..c039 still queued at the stop
+        server.open.clear()  # the first two hold the slots: c030..c039 queued at the stop
+        folder = project(tmp_path, server, 40, pool=2)
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
             until(lambda: server.total_runs() >= 1, what="the first run")
@@ -261,10 +267,14 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
             steer = flightdeck(
                 folder, "steer", batch_id, "--where", "status:running", "-m", "mind the tests"
             )
+            assert steer.stdout is not None
+            first = steer.stdout.readline()  # the two running, held: their steers queued
+            server.open.set()
             out, err = steer.communicate(timeout=30)
+            out = first + out
             first, *receipts = out.splitlines()
             assert " match `status:running`" in first or " matches `status:running`" in first
-            settled = [line for line in receipts if not line.endswith(": queued")]
+            settled = [line for line in receipts if ": queued" not in line]
             # Each child the query kept has its receipt settle once, delivered or missed.
             assert len(settled) == len({line.split(":")[0] for line in receipts})
             assert len(settled) == int(first.split()[0])
@@ -287,6 +297,7 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
 @pytest.mark.slow
 def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: Path) -> None:
     with CountingServer(chunk_delay_s=0.02) as server:
+        server.open.clear()  # the first two hold the slots until the pauses are in
         folder = project(tmp_path, server, 20, pool=2)
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
@@ -309,6 +320,7 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
             query = 'status:queued "task c01"'
             out = run("pause", batch_id, "--where", query)
             assert out == [f"10 children match `{query}`", "pause applied: 10 children"]
+            server.open.set()
 
             def statuses() -> dict[str, ChildStatus]:
                 with StoreReader(db_of(folder)) as reader:

@@ -9,28 +9,28 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.errors import InputError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
+from flightdeck.tui.usage import UsageError, state_db
 from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
-    from flightdeck.engine.records.reader import StoreReader
-
-
-class UsageError(InputError):
-    """A bad command-line argument."""
+    from flightdeck.engine.attached.store import StoreReader
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
     """`flightdeck run`: the TUI on a terminal, the headless runner otherwise."""
-    from flightdeck.engine.api import Engine, tune_interpreter
-    from flightdeck.engine.inputs.settings import load_settings, state_dir_from
-    from flightdeck.engine.inputs.tasks import load_batch
+    from flightdeck.engine.api import (
+        Engine,
+        load_batch,
+        load_settings,
+        state_dir_from,
+        tune_interpreter,
+    )
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 def _check_claimed(state_dir: Path, batch_id: str) -> None:
     """`--owner-of` (how `run` starts a batch's owner) names a folder `run` claimed for it and
     no owner has started in: never another batch's id, whose rows it would overwrite."""
-    from flightdeck.tui.spawn import OWNER_LOG
+    from flightdeck.engine.attached.spawn import OWNER_LOG
 
     folder = state_dir / "batches" / batch_id
     if not (folder / OWNER_LOG).is_file() or (folder / "manifest.json").exists():
@@ -69,31 +69,15 @@ def _check_claimed(state_dir: Path, batch_id: str) -> None:
         )
 
 
-def state_db(state_dir: Path | None) -> Path:
-    """The database of the state folder a reading command (report, ls, attach, logs) names."""
-    from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
-
-    # flightdeck.toml only matters when it names the state folder: a broken one in the current
-    # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
-    given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
-    folder = state_dir_from(state_dir, Settings() if given else load_settings(None))
-    db = folder / "flightdeck.db"
-    if not db.exists():
-        raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
-    if not db.is_file():
-        raise UsageError(db, None, None, "not a flightdeck database (not a file)")
-    return db
-
-
 def _reader(state_dir: Path | None) -> StoreReader:
-    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.engine.attached.store import StoreReader
 
     return StoreReader(state_db(state_dir))
 
 
 def cmd_report(args: argparse.Namespace) -> ExitCode:
     """`flightdeck report`: one batch's metrics report, as Markdown or JSON."""
-    from flightdeck.engine.records.report import build_report, render_json, render_markdown
+    from flightdeck.engine.attached.store import build_report, render_json, render_markdown
 
     reader = _reader(args.state_dir)
     try:
@@ -115,8 +99,8 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
     """`flightdeck ls`: every batch in the state folder."""
     import time
 
+    from flightdeck.engine.attached.store import still_running
     from flightdeck.engine.model import BatchStatus
-    from flightdeck.engine.records.processes import still_running
 
     reader = _reader(args.state_dir)
     try:
@@ -153,20 +137,11 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
 # -- a batch's owner taken over (resume) -------------------------------------------------------
 
 
-def checked_db(state_dir: Path | None) -> Path:
-    """The state folder's database, as `_reader` finds it (one clear error if none)."""
-    reader = _reader(state_dir)
-    reader.close()
-    return reader.path
-
-
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
-    from flightdeck.engine.api import Engine, tune_interpreter
-    from flightdeck.engine.records.liveness import OwnerAlive
-    from flightdeck.engine.resume import NothingToResume
+    from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
 
-    db = checked_db(args.state_dir)
+    db = state_db(args.state_dir)
     console, err = console_for(), console_for(stderr=True)
     try:
         engine = Engine.resume(db.parent, args.batch_id, rerun=not args.no_rerun)

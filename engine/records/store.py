@@ -34,6 +34,7 @@ from flightdeck.engine.records.rows import (
     INSERT_EVENT,
     SET_HELD,
     SET_LIMITS,
+    SET_LIVE,
     SETTLE_LIVE,
     SETTLE_REQUEST,
     UPSERT_BATCH,
@@ -175,6 +176,10 @@ class Store:
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
         self._put(_Write("heartbeat", HEARTBEAT, (ts, batch_id)))
+
+    def set_live(self, batch_id: str, body: str) -> None:
+        """Replace the batch's live figures (records/live.py), for attached views."""
+        self._put(_Write("set_live", SET_LIVE, (batch_id, body)))
 
     def set_held(self, batch_id: str, held: str | None) -> None:
         """Record why the batch's admission is held (None: released), for attached views."""
