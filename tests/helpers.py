@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -109,3 +110,14 @@ def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complet
         timeout=timeout,
         env={**os.environ, "NO_COLOR": "1"},
     )
+
+
+def summary_of(lines: list[str]) -> list[list[str]]:
+    """The end-of-run summary table's rows, its header first: columns are two spaces apart
+    (or more), figures and headers right-aligned, a header in two lines over a rule."""
+    rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
+    above = {m.end(): m.group() for m in re.finditer(r"\S+", lines[rule - 2])}
+    names = re.finditer(r"\S+", lines[rule - 1])
+    header = [f"{above.get(m.end(), '')} {m.group()}".strip() for m in names]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[rule + 1 :]]
+    return [header, *(row for row in rows if len(row) == len(header))]

@@ -40,7 +40,7 @@ from flightdeck.tui.headless import run_headless
 from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
-from helpers import batch, flightdeck, laughs, settings, sim_route
+from helpers import batch, flightdeck, laughs, settings, sim_route, summary_of
 
 FAST_CONFIG = """
 [engine]
@@ -172,17 +172,6 @@ def sleeps_reading_a_pipe(pid: int) -> bool:
 def table_cells(line: str) -> list[str]:
     """The cells of one row of a Rich table (header or body)."""
     return [cell.strip() for cell in re.split("[┃│]", line)[1:-1]]
-
-
-def summary_of(lines: list[str]) -> list[list[str]]:
-    """The end-of-run summary table's rows, its header first: columns are two spaces apart
-    (or more), figures and headers right-aligned, a header in two lines over a rule."""
-    rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
-    above = {m.end(): m.group() for m in re.finditer(r"\S+", lines[rule - 2])}
-    names = re.finditer(r"\S+", lines[rule - 1])
-    header = [f"{above.get(m.end(), '')} {m.group()}".strip() for m in names]
-    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[rule + 1 :]]
-    return [header, *(row for row in rows if len(row) == len(header))]
 
 
 @pytest.fixture

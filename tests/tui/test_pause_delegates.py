@@ -126,7 +126,7 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
 
 async def test_an_attached_view_shows_and_counts_the_pending_pause(tmp_path: Path) -> None:
     # The store keeps the row's activity text: a view of it reads the pause as pending too.
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.attached.view import StoreView
 
     engine = delegating_engine(tmp_path)
     engine.start()

@@ -107,7 +107,7 @@ def follow(
 
     Woken by watchfiles when the file changes, and every `poll_s` whatever happens.
     """
-    from flightdeck.tui.watch import Waker
+    from flightdeck.engine.attached.watch import Waker
 
     changed = threading.Event()
     waker = Waker(path.parent, (path.name,), changed.set, poll_s=poll_s).start()
