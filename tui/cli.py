@@ -165,7 +165,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """`attach` and `logs`: clients of a batch's owner process."""
+    """`attach`, `logs` and `grep`: clients of a batch's owner process (or its records)."""
     attach = sub.add_parser(
         "attach", help="the TUI on a running batch (read-only once it has ended)"
     )
@@ -183,6 +183,26 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         "-f", "--follow", action="store_true", help="follow the transcript until the child ends"
     )
     logs.add_argument("--state-dir", type=Path)
+    grep = sub.add_parser(
+        "grep", help="search every transcript of a batch (running or ended) for a pattern"
+    )
+    grep.add_argument("batch_id")
+    grep.add_argument(
+        "pattern",
+        metavar="PATTERN",
+        help="words, matched case-insensitively from the start of a word (or --regex)",
+    )
+    grep.add_argument(
+        "--child", action="append", metavar="CHILD", help="only this child's (repeatable)"
+    )
+    grep.add_argument(
+        "--regex", action="store_true", help="PATTERN is a Python regex over each whole line"
+    )
+    grep.add_argument("--first", action="store_true", help="each child's first match only")
+    grep.add_argument(
+        "-m", "--max-count", type=int, metavar="N", help="stop after N matching lines"
+    )
+    grep.add_argument("--state-dir", type=Path)
 
 
 def _pool_size(text: str) -> int | Literal["auto"]:
@@ -224,6 +244,10 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
             return cmd_report(args)
         if args.command in _OWNER_COMMANDS:
             return _OWNER_COMMANDS[args.command](args)
+        if args.command == "grep":
+            from flightdeck.tui.grep import cmd_grep
+
+            return cmd_grep(args)
         if args.command in ("attach", "logs"):
             from flightdeck.tui import attached
 
