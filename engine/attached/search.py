@@ -14,8 +14,17 @@ from pathlib import Path
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records.lines import parse
 from flightdeck.engine.records.search import Pattern, PatternError, compile_pattern, grep
+from flightdeck.engine.sanitize import sanitize
 
-__all__ = ["Found", "Pattern", "PatternError", "compile_pattern", "search"]
+__all__ = [
+    "Around",
+    "Found",
+    "Pattern",
+    "PatternError",
+    "compile_pattern",
+    "lines_around",
+    "search",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +57,36 @@ def search(
                 (parsed.stamp, parsed.role, parsed.text) if parsed else ("", "", hit.line)
             )
             yield Found(ids[hit.name], hit.offset, stamp, role, text, hit.line, folder / hit.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Around:
+    """A window of a transcript's lines around one line: the lines, which of them is the one
+    asked for, and whether lines before or after the window were left out."""
+
+    lines: tuple[str, ...]
+    at: int
+    cut_before: bool
+    cut_after: bool
+
+
+def lines_around(path: Path, offset: int, *, window: int = 512 * 1024) -> Around:
+    """The lines of `path` within about `window` bytes either side of the line that starts at
+    `offset` (sanitized)."""
+    begin = max(0, offset - window)
+    with path.open("rb") as fh:
+        fh.seek(begin)
+        data = fh.read(offset - begin + window)
+        more = bool(fh.read(1))
+    before, after = data[: offset - begin], data[offset - begin :]
+    if begin > 0:  # the first line was read in part: the window starts after it
+        before = before[before.find(b"\n") + 1 :] if b"\n" in before else b""
+    if more and b"\n" in after:  # and the last, likewise
+        after = after[: after.rfind(b"\n") + 1]
+    head = _lines(before)
+    return Around(tuple(head + _lines(after)), len(head), begin > 0, more)
+
+
+def _lines(data: bytes) -> list[str]:
+    text = data.decode("utf-8", "replace").removesuffix("\n")
+    return [sanitize(line) for line in text.split("\n")] if text else []

@@ -160,9 +160,7 @@ class SearchIndex:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            known = {
-                str(n): (int(i), int(d)) for i, n, d in conn.execute("SELECT * FROM files")
-            }
+            known = {str(n): (int(i), int(d)) for i, n, d in conn.execute("SELECT * FROM files")}
             done, more = 0, []
             for name in names:
                 added, left = self._file(name, known.get(name))

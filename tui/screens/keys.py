@@ -136,6 +136,15 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Filter rows by a query: words, status:failed, cost>0.50, idle>5m (see help)",
     ),
     Binding(
+        "F",
+        "search",
+        "Search",
+        show=False,
+        id="view.search",
+        tooltip="Search every transcript for words (or a regex): the children that match, each "
+        "with its first matching line; enter opens the transcript there",
+    ),
+    Binding(
         "o",
         "sort",
         "Sort",
@@ -222,6 +231,7 @@ PALETTE = {
     "tag_group": "view: tag the selected child's group",
     "fold": "view: fold / unfold the group",
     "filter": "view: filter",
+    "search": "view: search every transcript",
     "sort": "view: next sort order",
     "group_by": "view: group by the next field",
     "follow": "view: follow most active",

@@ -32,6 +32,7 @@ from flightdeck.tui.screens.dialogs import QuitChoice, QuitDialog
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.screens.notices import Notices
+from flightdeck.tui.screens.search import SearchScreen
 from flightdeck.tui.screens.updates import Updates
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, TranscriptView
@@ -397,6 +398,15 @@ class MainScreen(Screen[None]):
 
     def action_filter(self) -> None:
         self.query_one("#filter", FilterInput).open(self.table.row_filter)
+
+    def action_search(self) -> None:
+        """Search every transcript (F): a screen of its own (screens/search.py)."""
+        snapshot = self.view.snapshot
+
+        def rows() -> tuple[model.ChildRow, ...]:
+            return snapshot().children
+
+        self.app.push_screen(SearchScreen(rows, cursor_blink=self.options.cursor_blink))
 
     def on_filter_input_applied(self, message: FilterInput.Applied) -> None:
         table = self.table
