@@ -247,7 +247,8 @@ def build_child(
     delegation = None
     if (batch.delegate or route.delegate) and task.depth < budget.max_depth:
         delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
-    runner = ModelRunner(route.name, provider, retry, toolbox, meter, delegation)
+    ask = settings.engine.max_task_chars if route.ask_operator else None
+    runner = ModelRunner(route.name, provider, retry, toolbox, meter, delegation, ask)
     return Child(task, route, runner, transcript, clock, report, queued_ts, sink)
 
 

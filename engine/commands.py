@@ -37,11 +37,13 @@ from flightdeck.engine.sanitize import one_line
 __all__ = [
     "KINDS",
     "ROUTE_FIELDS",
+    "Answer",
     "Command",
     "CommandError",
     "Context",
     "Continue",
     "ContinueAdmission",
+    "Dismiss",
     "LimitError",
     "Nudge",
     "Pause",
@@ -70,6 +72,8 @@ class Context:
     max_chars: Callable[[], int | None] = lambda: None
     # the live limits (None: not known here, a change is checked by the owner)
     limits: Callable[[], Limits | None] = lambda: None
+    # the ids of the children asking the operator now (None: not known here)
+    asking: Callable[[], Container[str] | None] = lambda: None
 
 
 class Command:
@@ -111,15 +115,7 @@ class Steer(Command):
 
     def check(self, ctx: Context) -> None:
         _check_ids(self.child_ids, ctx)
-        if not self.message.strip():
-            raise CommandError("steer message is empty", "message")
-        problem = unicode_problem(self.message)
-        if problem:  # it would fail the child's request and the store's write, far from here
-            raise CommandError(f"steer message: {problem}", "message")
-        # It joins the child's prompt as a goal does: the same bound.
-        limit = ctx.max_chars()
-        if limit is not None and len(self.message) > limit:
-            raise CommandError(f"steer message: {too_long(len(self.message), limit)}", "message")
+        _check_message("steer message", self.message, ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +217,19 @@ KINDS: dict[str, type[Command]] = {
 }
 
 
+def _check_message(what: str, message: str, ctx: Context) -> None:
+    """An operator's message to a child: not empty, valid Unicode, no longer than a goal."""
+    if not message.strip():
+        raise CommandError(f"{what} is empty", "message")
+    problem = unicode_problem(message)
+    if problem:  # it would fail the child's request and the store's write, far from here
+        raise CommandError(f"{what}: {problem}", "message")
+    # It joins the child's prompt as a goal does: the same bound.
+    limit = ctx.max_chars()
+    if limit is not None and len(message) > limit:
+        raise CommandError(f"{what}: {too_long(len(message), limit)}", "message")
+
+
 def _check_ids(ids: tuple[str, ...], ctx: Context) -> None:
     """At least one id, each a child of the batch: a mistyped id would otherwise be skipped in
     silence, and the operator wait for a command that was never going to happen."""
@@ -295,3 +304,40 @@ _READERS: dict[str, Callable[[str, object], Any]] = {
     "bool": _flag,
     "Mapping[str, Any]": _mapping,
 }
+
+
+# --- the "needs you" queue (engine/needs.py) --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Command):
+    """The operator's answer to each of these children's question (`ask_operator`): the tool's
+    result, and the child goes on."""
+
+    kind: ClassVar[str] = "answer"
+    child_ids: tuple[str, ...]
+    message: str
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+        _check_message("answer", self.message, ctx)
+        asking = ctx.asking()
+        idle = [i for i in dict.fromkeys(self.child_ids) if asking is not None and i not in asking]
+        if idle:
+            shown = ", ".join(repr(one_line(i, 60)) for i in idle[:5])
+            raise CommandError(f"no question of {shown} waits for an answer", "child_ids")
+
+
+@dataclass(frozen=True, slots=True)
+class Dismiss(Command):
+    """Clear these children's entries in the "needs you" queue, leaving the children as they
+    are (an entry comes back if something new happens to one)."""
+
+    kind: ClassVar[str] = "dismiss"
+    child_ids: tuple[str, ...]
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+
+
+KINDS.update({c.kind: c for c in (Answer, Dismiss)})

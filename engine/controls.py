@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from flightdeck.engine.commands import (
+    Answer,
     Command,
     CommandError,
     Context,
     Continue,
     ContinueAdmission,
+    Dismiss,
     Pause,
     PauseAdmission,
     SetLimits,
@@ -66,6 +68,14 @@ class CommandMethods:
         the running go on (pause them to hold them too)."""
         self.send(PauseAdmission() if on else ContinueAdmission())
 
+    def answer(self, child_ids: Iterable[str], message: str) -> None:
+        """Answer each of these children's question (`ask_operator`): its tool's result."""
+        self.send(Answer(tuple(child_ids), message))
+
+    def dismiss(self, child_ids: Iterable[str]) -> None:
+        """Clear these children's entries in the "needs you" queue (engine/needs.py)."""
+        self.send(Dismiss(tuple(child_ids)))
+
     def set_limits(self, change: Mapping[str, object]) -> Limits:
         """Change the live limits (see engine/limits.py for `change`); returns the limits it
         makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
@@ -96,7 +106,13 @@ class Controls:
 
     def context(self) -> Context:
         """The batch as the coordinator has it now, for checking a command."""
-        return Context(self._batch_id, self._known, lambda: self._max_chars, self._co.limits)
+        return Context(
+            self._batch_id,
+            self._known,
+            lambda: self._max_chars,
+            self._co.limits,
+            asking=lambda: self._co.questions.pending,
+        )
 
     def send(self, command: Command, request_id: int | None = None) -> tuple[int, ...]:
         """Check `command` (CommandError, nothing sent) and queue it for the coordinator; the

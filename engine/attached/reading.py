@@ -13,6 +13,7 @@ the differences between two reads.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -29,10 +30,12 @@ from flightdeck.engine.model import (
     ChildRow,
     ChildStarted,
     ChildStatus,
+    Denial,
     EngineEvent,
     GroupFinished,
     Limits,
     LoopEvidence,
+    Question,
     Snapshot,
     SteerReceipt,
     SteerSettled,
@@ -63,6 +66,8 @@ _MUTABLE = (
     "started_ts, finished_ts, error"
 )
 _TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
+NEEDS_EVENTS = ("ask", "answer", "denied", "dismiss")  # control/questions.py, controls.py
+_EVENT_KINDS = ", ".join(f"'{k}'" for k in ("delegate", "loop", "loop_policy", *NEEDS_EVENTS))
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -94,6 +99,12 @@ class BatchReading:
         self._loops: dict[str, LoopEvidence] = {}
         self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
+        # What each child needs of the operator, from the "ask", "answer", "denied" and
+        # "dismiss" events (engine/needs.py): its question unanswered, its last denied call,
+        # when its entry was cleared.
+        self._questions: dict[str, Question] = {}
+        self._denials: dict[str, Denial] = {}
+        self._dismissed: dict[str, float] = {}
         self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self._live_text: str | None = None
         self._live = Live()
@@ -237,6 +248,8 @@ class BatchReading:
         if parent is not None or looped is not None:
             depth = depth_of(cid, self._parents) if parent is not None else 0
             fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
+        if cid in self._questions or cid in self._denials or cid in self._dismissed:
+            fields.update(self._needs_fields(row))
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
@@ -249,6 +262,19 @@ class BatchReading:
         flight = live.children.get(cid) if running and row.status.live else None
         fields.update(live_fields(row, flight, row.route not in live.unsteerable))
         return dataclasses.replace(row, **fields) if fields else row
+
+    def _needs_fields(self, row: ChildRow) -> dict[str, Any]:
+        """Its question (asked in this run: one an earlier owner's run asked went with it),
+        its last denied call, and when its entry was cleared."""
+        question = self._questions.get(row.id)
+        started = row.started_ts
+        if question is not None and (started is not None and question.ts < started):
+            question = None
+        return {
+            "question": question,
+            "denial": self._denials.get(row.id),
+            "dismissed_ts": self._dismissed.get(row.id),
+        }
 
     def _settings_routes(self) -> dict[str, Route]:
         if self._routes is None:
@@ -280,16 +306,17 @@ class BatchReading:
         (inside the transaction): who delegated whom, the loop flags, and the loop policies'
         steers. The ids of the children whose rows must be built again."""
         found = self._conn.execute(
-            "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
-            " AND kind IN ('delegate', 'loop', 'loop_policy') AND child_id IS NOT NULL"
-            " ORDER BY id",
+            "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
+            f" AND kind IN ({_EVENT_KINDS}) AND child_id IS NOT NULL ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
         changed = set()
-        for event_id, child_id, kind, detail in found:
+        for event_id, child_id, kind, detail, ts in found:
             self._events_seen = int(event_id)
             child_id, detail = str(child_id), str(detail)
-            if kind == "delegate":
+            if kind in NEEDS_EVENTS:
+                self._need_event(child_id, kind, detail, float(ts))
+            elif kind == "delegate":
                 self._parents[child_id] = detail
             elif kind == "loop_policy":
                 receipt_id = policy_receipt(detail)
@@ -305,6 +332,18 @@ class BatchReading:
                     self._looped[child_id] = evidence.ts
             changed.add(child_id)
         return changed
+
+    def _need_event(self, child_id: str, kind: str, detail: str, ts: float) -> None:
+        """A question asked or answered, a call denied, an entry cleared."""
+        if kind == "ask":
+            self._questions[child_id] = Question(str(_json_field(detail, "question")), ts)
+        elif kind == "answer":
+            self._questions.pop(child_id, None)
+        elif kind == "denied":
+            tool, given = _json_field(detail, "tool"), _json_field(detail, "input")
+            self._denials[child_id] = Denial(str(tool), str(given), ts)
+        else:
+            self._dismissed[child_id] = ts
 
     def _limits_of(self, info: BatchInfo, rows: Sequence[ChildRow]) -> Limits | None:
         """The live limits the owner recorded, else those the batch's settings began with."""
@@ -376,6 +415,15 @@ class BatchReading:
             new[r.id] = r
         self._receipts = new
         return list(new.values())
+
+
+def _json_field(detail: str, name: str) -> object:
+    """A field of an event's JSON detail ("" if it has none: a hand-written or older event)."""
+    try:
+        data = json.loads(detail)
+    except ValueError:
+        return ""
+    return data.get(name, "") if isinstance(data, dict) else ""
 
 
 def _facts(

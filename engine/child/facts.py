@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.model import LoopEvidence, SteerReceipt
+from flightdeck.engine.model import Denial, LoopEvidence, SteerReceipt
 from flightdeck.engine.providers.base import HeadroomEvent
 
 if TYPE_CHECKING:
+    from flightdeck.engine.child.ask import AskCall
     from flightdeck.engine.child.delegate import DelegateCall
 
 
@@ -70,8 +71,33 @@ class LoopFlagged:
     again: bool = False  # found afresh on what it did after a loop policy's steer reached it
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A child called `ask_operator`: the coordinator records the question, frees its slot and
+    settles `call` with the operator's answer."""
+
+    child_id: str
+    call: AskCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDenied:
+    """An agent CLI's permissions denied one of its tool calls (the operator may allow it)."""
+
+    child_id: str
+    denial: Denial
+
+
 ChildFact = (
-    ChildDone | ChildPaused | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated | LoopFlagged
+    ChildDone
+    | ChildPaused
+    | ReceiptSettled
+    | HeadroomSeen
+    | FirstChunk
+    | Delegated
+    | LoopFlagged
+    | Asked
+    | ToolDenied
 )
 
 Report = Callable[[ChildFact], None]

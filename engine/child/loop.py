@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flightdeck.engine.child.activity import InFlight
+from flightdeck.engine.child.ask import ASK_SPEC, AskCall, answer_text, parse_question
 from flightdeck.engine.child.delegate import (
     DELEGATE_SPEC,
     DelegateCall,
@@ -17,7 +18,7 @@ from flightdeck.engine.child.delegate import (
     parse_call,
     result_text,
 )
-from flightdeck.engine.child.facts import Delegated, FirstChunk, HeadroomSeen
+from flightdeck.engine.child.facts import Asked, Delegated, FirstChunk, HeadroomSeen
 from flightdeck.engine.child.policy import CallPolicy, RetryNotice, StopRequested
 from flightdeck.engine.child.port import PAUSED, ChildPort, Ended, Paused
 from flightdeck.engine.child.tools import Toolbox
@@ -38,6 +39,7 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
 from flightdeck.engine.records.meter import Meter, cache_saving
+from flightdeck.engine.sanitize import one_line
 
 __all__ = ["SYSTEM_PROMPT", "TRANSCRIPT_TOOL_CHARS", "ModelRunner"]
 
@@ -87,6 +89,7 @@ class ModelRunner:
         toolbox: Toolbox,
         meter: Meter,
         delegation: Delegation | None = None,
+        ask_chars: int | None = None,
     ) -> None:
         self._route_name = route_name
         self._provider = provider
@@ -95,6 +98,8 @@ class ModelRunner:
         self._meter = meter
         # Whether (and how much) it may hand sub-tasks to the engine.
         self.delegation = delegation
+        # Whether it may ask the operator (and how long a question may be).
+        self.ask_chars = ask_chars
         self._messages: list[Message] | None = None  # the conversation so far, once begun
         self._next_turn = 1
         self._port: ChildPort | None = None  # the child it runs, while `run` runs
@@ -117,8 +122,13 @@ class ModelRunner:
 
     @functools.cached_property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        """The tools its model is offered: the workspace's, and `delegate` if it may."""
-        return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ())
+        """The tools its model is offered: the workspace's, `delegate` and `ask_operator` if it
+        may."""
+        return (
+            self._tools.specs
+            + ((DELEGATE_SPEC,) if self.delegation else ())
+            + ((ASK_SPEC,) if self.ask_chars is not None else ())
+        )
 
     def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:
         """A model takes every steer, at its next turn (or at once, for --now)."""
@@ -308,6 +318,8 @@ class ModelRunner:
         try:
             if call.name == DELEGATE_SPEC.name and self.delegation is not None:
                 output = self._delegate(call.arguments, self.delegation)
+            elif call.name == ASK_SPEC.name and self.ask_chars is not None:
+                output = self._ask(call.arguments, self.ask_chars)
             else:
                 output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
@@ -334,6 +346,20 @@ class ModelRunner:
         if call.refused is not None:
             raise ToolError(call.refused)
         return result_text(call.results)
+
+    def _ask(self, arguments: Mapping[str, Any], max_chars: int) -> str:
+        """Ask the operator and wait (holding no slot, never a stall) for the answer."""
+        c = self._c
+        call = AskCall(c.task.id, parse_question(arguments, max_chars))
+        c.progress.wait_on_operator(f"asks: {one_line(c.clean(call.question), 80)}")
+        c.report(Asked(c.task.id, call))
+        while not call.done.wait(0.05):
+            self._check_stop()  # a stop ends it while it waits
+        self._check_stop()
+        if call.refused is not None:
+            raise ToolError(call.refused)
+        assert call.answer is not None
+        return answer_text(call.answer)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
         c = self._c

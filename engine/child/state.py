@@ -13,8 +13,9 @@ from decimal import Decimal
 
 from flightdeck.engine.child.facts import ChildDone, ChildFact, ChildPaused, ReceiptSettled, Report
 from flightdeck.engine.child.loopwatch import LoopWatch
+from flightdeck.engine.child.operator import OperatorNeeds
 from flightdeck.engine.child.policy import StopRequested
-from flightdeck.engine.child.port import PAUSED, Closable, Ended, Runner
+from flightdeck.engine.child.port import PAUSED, Closable, Ended, Runner, bounded_result
 from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.inputs.settings import Route
@@ -32,10 +33,6 @@ from flightdeck.engine.records.meter import route_cost
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 from flightdeck.engine.sanitize import redact
-
-# Characters of a final answer kept in the row (the store, the screen, the report's readers);
-# the whole answer is in the transcript. A 100 MB reply must not be copied everywhere.
-MAX_RESULT_CHARS = 100_000
 
 
 class Child:
@@ -97,6 +94,7 @@ class Child:
         self._pause_wanted = False
         self._paused_at: float | None = None
         self.paused_s = 0.0
+        self.operator = OperatorNeeds()  # what it needs of the operator (coordinator thread)
 
     @property
     def transcript(self) -> TranscriptWriter:
@@ -113,7 +111,13 @@ class Child:
     @property
     def version(self) -> int:
         """Changes whenever the child's row would."""
-        return self._version + self.steering.version + self.progress.version + self.loops.version
+        return (
+            self._version
+            + self.steering.version
+            + self.progress.version
+            + self.loops.version
+            + self.operator.version
+        )
 
     def row(self) -> ChildRow:
         """A frozen view; rebuilt only when something changed since the last call."""
@@ -155,6 +159,9 @@ class Child:
                 depth=self.task.depth,
                 loop=self.loops.evidence,
                 looped_ts=self.loops.looped_ts,
+                question=self.operator.question,
+                denial=self.operator.denial,
+                dismissed_ts=self.operator.dismissed_ts,
             )
             self._row, self._row_version = row, version
             return row
@@ -435,14 +442,3 @@ class Child:
             self.progress.show("")
             self._version += 1
             return True
-
-
-def bounded_result(text: str, transcript: str) -> str:
-    """`text`, or its first MAX_RESULT_CHARS characters and a note of where the rest is."""
-    if len(text) <= MAX_RESULT_CHARS:
-        return text
-    rest = len(text) - MAX_RESULT_CHARS
-    return (
-        f"{text[:MAX_RESULT_CHARS]}\n\n[cut here: {rest:,} more characters; "
-        f"the whole answer is in the transcript, {transcript}]"
-    )

@@ -17,6 +17,7 @@ from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.questions import Questions
 from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
@@ -38,6 +39,7 @@ class Admission:
         *,
         pauses: Pauses,
         arrivals: Arrivals,
+        questions: Questions,
         budget: Budget,
         meter: Meter,
         clock: Callable[[], float],
@@ -48,6 +50,7 @@ class Admission:
         self._co = coordinator
         self._pauses = pauses
         self._arrivals = arrivals
+        self._questions = questions
         self._budget = budget
         self._meter = meter
         self._clock = clock
@@ -61,6 +64,7 @@ class Admission:
         """FIFO among tasks whose route is under its cap; capped routes wait in place."""
         co = self._co
         self._arrivals.resume_parents()  # not new work: a parent finishing what it began
+        self._questions.admit()  # nor a child the operator answered
         self._pauses.admit()  # nor is a child the operator continued
         budget_reason = self.budget_exhausted()
         if budget_reason is not None:

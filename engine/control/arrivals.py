@@ -75,10 +75,8 @@ class Arrivals:
         ready = self._delegations.ready
         while ready:
             parent, call, rows = ready[0]
-            if parent.task.id in co.waiting:
-                if co.busy() >= co.pool_size or not co.queues.take(parent):
-                    return
-                co.take_slot(parent)
+            if not co.slot_again(parent):
+                return
             ready.pop(0)
             call.finish(rows)
 

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.commands import (
+    Answer,
     CommandError,
     Continue,
     ContinueAdmission,
+    Dismiss,
     Nudge,
     Pause,
     PauseAdmission,
@@ -33,6 +35,7 @@ from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
+from flightdeck.engine.control.questions import Questions
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.inputs.settings import CannedSteers
@@ -73,6 +76,7 @@ class Controls:
         soft: SoftBudget,
         pauses: Pauses,
         arrivals: Arrivals,
+        questions: Questions,
         carried: Mapping[str, ChildRow],  # final rows an earlier owner left (a resumed batch)
         record_held: Callable[[str | None], None],  # why admission is held, for attached views
         record_receipt: Callable[[SteerReceipt, int | None], None],  # and its request, if any
@@ -87,6 +91,7 @@ class Controls:
         self._soft = soft
         self._pauses = pauses
         self._arrivals = arrivals
+        self._questions = questions
         self._carried = carried
         self._record_held = record_held
         self._record_receipt = record_receipt
@@ -140,6 +145,10 @@ class Controls:
                     self._record_held(co.hold)
             case SetLimits(change):
                 self.set_limits(change)
+            case Answer(ids, message):
+                self._questions.answer(ids, message)
+            case Dismiss(ids):
+                self.dismiss(ids)
             case command:
                 raise CommandError(f"this owner cannot apply a {command.kind!r} command")
         return ()
@@ -251,6 +260,16 @@ class Controls:
                 co.interrupt(child, ChildStatus.STOPPED, reason)
             elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
                 co.finish(child)
+
+    def dismiss(self, ids: tuple[str, ...]) -> None:
+        """Clear these children's entries in the "needs you" queue (engine/needs.py)."""
+        co = self._co
+        ts = self._clock()
+        for child_id in dict.fromkeys(ids):
+            co.record_event(child_id, "dismiss", "")
+            child = co.by_id.get(child_id)
+            if child is not None:  # else an earlier owner's: the event alone says it
+                child.operator.dismissed(ts)
 
     # --- the loop policy -----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from flightdeck.engine.child.facts import (
+    Asked,
     ChildDone,
     ChildPaused,
     Delegated,
@@ -26,6 +27,7 @@ from flightdeck.engine.child.facts import (
     HeadroomSeen,
     LoopFlagged,
     ReceiptSettled,
+    ToolDenied,
 )
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.admission import Admission
@@ -41,6 +43,7 @@ from flightdeck.engine.control.inbox import (
     Unrecorded,
 )
 from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.questions import Questions
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
@@ -174,9 +177,11 @@ class Coordinator:
             clock=clock,
             exhausted=lambda: self._admission.budget_exhausted(),
         )
+        self.questions = Questions(self, clock)  # what children ask of the operator
         self._admission = Admission(
             self,
             pauses=self._pauses,
+            questions=self.questions,
             arrivals=self._arrivals,
             budget=budget,
             meter=meter,
@@ -193,6 +198,7 @@ class Coordinator:
             soft=self._soft,
             pauses=self._pauses,
             arrivals=self._arrivals,
+            questions=self.questions,
             carried={r.id: r for r in carried},
             record_held=record_held,
             record_receipt=record_receipt,
@@ -298,6 +304,15 @@ class Coordinator:
     def take_slot(self, child: Child) -> None:
         """A child that gave up its slot has it again (its route's was taken by the caller)."""
         del self.waiting[child.task.id]
+
+    def slot_again(self, child: Child) -> bool:
+        """A child waiting without a slot takes one again, if one is free (on its route too);
+        True if it has one now (or never gave it up)."""
+        if child.task.id in self.waiting:
+            if self.busy() >= self.pool_size or not self.queues.take(child):
+                return False
+            self.take_slot(child)
+        return True
 
     def interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
         """Ask a running child to end with `status` (the watchdog times how long it takes)."""
@@ -442,6 +457,10 @@ class Coordinator:
                 self._publish(SteerSettled(receipt))
             case Delegated(child_id, call):
                 self._arrivals.delegate(self.by_id[child_id], call)
+            case Asked(child_id, call):
+                self.questions.asked(self.by_id[child_id], call)
+            case ToolDenied(child_id, denial):
+                self.questions.denied(self.by_id[child_id], denial)
             case ChildPaused(child_id):
                 self._pauses.paused(self.by_id[child_id])
             case FirstChunk(child_id):
@@ -468,6 +487,7 @@ class Coordinator:
         self._stop_requested.pop(child.task.id, None)
         self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
+        self.questions.ended(child)
         self._finals.hand(child.row())
 
     def _all_done(self) -> bool:
