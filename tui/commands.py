@@ -20,6 +20,8 @@ from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.engine.records.rows import BatchInfo
+    from flightdeck.engine.records.served import Served
 
 
 class UsageError(InputError):
@@ -109,38 +111,51 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def cmd_ls(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck ls`: every batch in the state folder."""
+LS_COLUMNS = (
+    *("batch", "name", "status", "children", "completed", "failed", "stopped", "cost", "created"),
+)
+
+
+def ls_cells(b: BatchInfo) -> tuple[str, ...]:
+    """One batch's cells under `LS_COLUMNS`: `ls`, and the page of batches `serve` shows."""
     import time
+
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
+    # Compact: "$0.25+?" when some prices are unknown, "$?" when only those spent.
+    cost = fmt_spent(b.cost_usd, b.cost_unknown)[0] + (
+        "+?" if b.cost_unknown and b.cost_usd else ""
+    )
+    counts = (b.children, b.completed, b.failed, b.stopped)
+    return (b.id, one_line(b.name, 30), b.status.value, *map(str, counts), cost, created)
+
+
+def cmd_ls(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck ls`: every batch in the state folder, and which a `serve` shows on a port."""
+    from flightdeck.engine.records import served
 
     reader = _reader(args.state_dir)
     try:
         batches = reader.batches()
     finally:
         reader.close()
+    servers = served.live(reader.path.parent)
     table = Table()
     table.add_column("batch", no_wrap=True)
-    for col in ("name", "status", "children", "completed", "failed", "stopped", "cost", "created"):
+    for col in LS_COLUMNS[1:] + (("served",) if servers else ()):
         table.add_column(col)
     for b in batches:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        # Compact: "$0.25+?" when some prices are unknown, "$?" when only those spent.
-        cost = fmt_spent(b.cost_usd, b.cost_unknown)[0] + (
-            "+?" if b.cost_unknown and b.cost_usd else ""
-        )
-        table.add_row(
-            Text(b.id),
-            Text(one_line(b.name, 30)),
-            Text(b.status.value),
-            str(b.children),
-            str(b.completed),
-            str(b.failed),
-            str(b.stopped),
-            cost,
-            created,
-        )
-    console_for().print(table)
+        on = [_port(s) for s in servers if s.serves(b.id)]
+        table.add_row(*map(Text, ls_cells(b) + ((" ".join(on),) if servers else ())))
+    console = console_for()
+    console.print(table)
+    for s in servers:
+        if s.batch_id is None:
+            console.print(Text(f"serving every batch of this folder on {_port(s)} (pid {s.pid})"))
     return ExitCode.OK
+
+
+def _port(s: Served) -> str:
+    return f":{s.port}" + (" read-only" if s.read_only else "")
 
 
 # -- a batch's owner taken over (resume) -------------------------------------------------------
