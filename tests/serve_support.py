@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -27,15 +27,17 @@ SESSION_MODULE = "flightdeck.tui.web.session"
 _ESCAPE = re.compile(rb"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 
 
-def start_batch(folder: Path, config: str = HELD, children: int = 3, turns: int = 8) -> str:
-    """A batch run by a real owner process in the background (`run --detach`); its id."""
+def start_batch(
+    folder: Path, config: str = HELD, children: int = 3, tasks: Sequence[dict[str, object]] = ()
+) -> str:
+    """A batch run by a real owner process in the background (`run --detach`); its id. Its
+    tasks (default: c1, c2, ... "Review item N")."""
+    tasks = tasks or [
+        {"id": f"c{i}", "goal": f"Review item {i}", "max_turns": 8} for i in range(1, children + 1)
+    ]
     (folder / "flightdeck.toml").write_text(config, encoding="utf-8")
     (folder / "tasks.jsonl").write_text(
-        "".join(
-            f'{{"id": "c{i}", "goal": "Review item {i}", "max_turns": {turns}}}\n'
-            for i in range(1, children + 1)
-        ),
-        encoding="utf-8",
+        "".join(json.dumps(task) + "\n" for task in tasks), encoding="utf-8"
     )
     result = flightdeck("run", "--detach", "tasks.jsonl", "--state-dir", "state", cwd=folder)
     assert result.returncode == 0, result.stderr

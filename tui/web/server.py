@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import shlex
 from collections import Counter
 from collections.abc import Callable
@@ -72,7 +73,7 @@ class WebServer:
         """The aiohttp application: the token in front of every route."""
         app = web.Application(middlewares=[guard(self.token, self.port)])
         loader = jinja2.ChoiceLoader(
-            [jinja2.FileSystemLoader(TEMPLATES), jinja2.FileSystemLoader(SERVE_FILES / "templates")]
+            [jinja2.FileSystemLoader(TEMPLATES), jinja2.FunctionLoader(_serve_template)]
         )
         aiohttp_jinja2.setup(app, loader=loader, autoescape=True)
         app.add_routes([web.get("/", self.index), web.get("/batch/{batch_id}", self.page)])
@@ -178,6 +179,26 @@ class WebServer:
             task.cancel()
         if sessions:
             await asyncio.wait(sessions, timeout=timeout)
+
+
+# textual-serve's page asks Google for its font; it ships the same font in its static files.
+# The page a token guards names no third party (and works on a machine with no internet).
+_REMOTE_FONT = re.compile(
+    r'<link\s+rel="stylesheet"\s+href="https://fonts\.googleapis\.com[^"]*"\s*/?>'
+)
+_LOCAL_FONT = (
+    "<style>@font-face { font-family: 'Roboto Mono'; "
+    "src: url('/static/fonts/RobotoMono-VariableFont_wght.ttf'); }</style>"
+)
+
+
+def _serve_template(name: str) -> tuple[str, str, Callable[[], bool]] | None:
+    """textual-serve's templates, its page's font taken from its own static files."""
+    path = SERVE_FILES / "templates" / name
+    if not path.is_file():
+        return None
+    text = _REMOTE_FONT.sub(_LOCAL_FONT, path.read_text(encoding="utf-8"))
+    return text, str(path), lambda: True
 
 
 def _int(text: str | None, default: int) -> int:
