@@ -153,8 +153,8 @@ class WebServer:
         opts = self.options
         argv = session_argv(opts.state_dir, batch_id, read_only=opts.read_only, config=opts.config)
         # textual-serve's Server runs one command per websocket through a shell: one made for
-        # this tab carries its batch.
-        tab = Server(shlex.join(argv))
+        # this tab carries its batch (`exec`: the app, not a shell, is the server's child).
+        tab = Server("exec " + shlex.join(argv))
         task = asyncio.current_task()
         assert task is not None
         self._sessions.add(task)
