@@ -9,13 +9,17 @@ import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 
 import aiohttp
 import psutil
 import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Settings, default_sim_route
+from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.records import served
 from flightdeck.tui.exitcodes import ExitCode
-from tui_support import EngineFactory
+from tui_support import FAST, make_tasks
 
 from helpers import flightdeck
 from serve_support import (
@@ -276,25 +280,49 @@ async def test_a_named_batch_is_the_only_one_served(project: Path, batch: str) -
         serving.stop()
 
 
-async def test_with_nothing_running_the_page_lists_the_batches(
-    tmp_path: Path, engine_factory: EngineFactory
-) -> None:
-    engine = engine_factory(["Review a", "Review b"])  # in tmp_path/state0, quick
-    assert engine.wait(60)
-    engine.close()
-    serving = Serving(tmp_path, "--read-only", state="state0")
+async def test_with_nothing_running_the_page_lists_the_batches(tmp_path: Path) -> None:
+    # A batch whose name is hostile HTML: shown as text on the page, never as markup.
+    name = '<script>alert("x")</script>'
+    route = default_sim_route(**FAST)
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    batch = Batch(name, make_tasks(["Review a", "Review b"]))
+    engine = Engine(batch, settings, state_dir=tmp_path / "state")
+    try:
+        engine.start()
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    serving = Serving(tmp_path, "--read-only")
     try:
         async with aiohttp.ClientSession(cookies=serving.cookie) as client:
             async with client.get(serving.base + "/") as page:
                 html = await page.text()
             assert f'<a href="/batch/{engine.batch_id}">{engine.batch_id}</a>' in html
             assert "No batch is running" in html and "read-only" in html
+            assert "<script>alert" not in html and "&lt;script&gt;alert(&#34;x&#34;)" in html
             async with client.get(f"{serving.base}/batch/{engine.batch_id}") as page:
                 assert f"/batch/{engine.batch_id}/ws" in await page.text()
-        listing = flightdeck("ls", "--state-dir", "state0", cwd=tmp_path).stdout
+        listing = flightdeck("ls", "--state-dir", "state", cwd=tmp_path).stdout
         assert f"on :{serving.port} read-only" in listing
     finally:
         serving.stop()
+
+
+async def test_ctrl_c_ends_the_open_tabs_and_the_batch_runs_on(project: Path, batch: str) -> None:
+    serving = Serving(project)
+    tab = await Tab.open(serving, batch_id=batch)
+    try:
+        await tab.until(lambda t: "c1" in t, "the rows")
+        [session] = serving.sessions()
+        serving.stop()  # SIGINT
+        assert serving.process.returncode == ExitCode.OK
+        assert not session.is_running() or session.status() == psutil.STATUS_ZOMBIE
+        assert not served.record_path(project / "state", serving.process.pid).exists()
+    finally:
+        await tab.client.close()
+    listing = flightdeck("ls", "--state-dir", "state", cwd=project).stdout
+    [row] = [line for line in listing.splitlines() if batch in line]
+    assert "running" in row
 
 
 def test_bad_arguments_say_why_and_serve_nothing(project: Path) -> None:
