@@ -29,7 +29,6 @@ import textual_serve.server
 from aiohttp import web
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.tui.commands import LS_COLUMNS, ls_cells
 from flightdeck.tui.web.auth import Token, guard, secure
 from flightdeck.tui.web.session import session_argv
@@ -116,7 +115,7 @@ class WebServer:
 
     async def listing(self, request: web.Request) -> web.StreamResponse:
         """Every batch of the state folder, newest first, each a link to its page."""
-        batches: list[BatchInfo] = self.reader.batches()
+        batches = self.reader.batches()
         context = {
             "columns": LS_COLUMNS,
             "rows": [(b.id, ls_cells(b)) for b in batches],
