@@ -180,8 +180,8 @@ class WebServer:
             await asyncio.wait(sessions, timeout=timeout)
 
 
-# textual-serve's page asks Google for its font; it ships the same font in its static files.
-# The page a token guards names no third party (and works on a machine with no internet).
+# textual-serve's page loads its font from Google; the same font is in its static files. The
+# page sends the browser to no other site (and looks the same on a machine with no internet).
 _REMOTE_FONT = re.compile(
     r'<link\s+rel="stylesheet"\s+href="https://fonts\.googleapis\.com[^"]*"\s*/?>'
 )
