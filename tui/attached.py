@@ -95,17 +95,23 @@ def _no_batch(batch_id: str, db: Path) -> str:
     return f"no batch {one_line(batch_id)!r} in {folder} (another state folder? --state-dir)"
 
 
-def attach_tui(view: StoreView, tui: TuiSettings | None = None) -> ExitCode:
-    """Run the TUI over `view` until the operator detaches or quits; say what is left."""
+def attach_tui(
+    view: StoreView, tui: TuiSettings | None = None, *, read_only: bool = False
+) -> ExitCode:
+    """Run the TUI over `view` until the operator detaches or quits; say what is left.
+    `read_only`: every command refused (readonly.py), and the operator's last-looked mark left
+    alone (a watcher is not the operator)."""
     from flightdeck.engine.api import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
     from flightdeck.tui.lastlooked import LastLooked
+    from flightdeck.tui.readonly import ReadOnlyView
     from flightdeck.tui.screens.main import UiOptions
 
     state_dir = view.db.parent
-    looked = LastLooked(state_dir, view.batch_id)
+    looked = None if read_only else LastLooked(state_dir, view.batch_id)
     try:
-        app = FlightdeckApp(view, UiOptions(tui=tui or TuiSettings(), looked=looked))
+        shown = ReadOnlyView(view) if read_only else view
+        app = FlightdeckApp(shown, UiOptions(tui=tui or TuiSettings(), looked=looked))
         stopped = app.run()
         if stopped:  # "stop all and quit": the owner records the end, then this says so
             deadline = time.monotonic() + STOP_WAIT_S

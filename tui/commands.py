@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
-    from flightdeck.engine.attached.store import StoreReader
+    from flightdeck.engine.attached.served import Served
+    from flightdeck.engine.attached.store import BatchInfo, StoreReader
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
@@ -95,10 +96,28 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def cmd_ls(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck ls`: every batch in the state folder."""
+LS_COLUMNS = (
+    *("batch", "name", "status", "children", "completed", "failed", "stopped", "cost", "created"),
+)
+
+
+def ls_cells(b: BatchInfo, left: int = 0) -> tuple[str, ...]:
+    """One batch's cells under `LS_COLUMNS` (`left`: its command children's processes still
+    running after its owner died): `ls`, and the page of batches `serve` shows."""
     import time
 
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
+    status = b.status.value
+    if left:  # command children's processes that outlived their owner
+        status += f" ({left} still running)"
+    cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
+    counts = (b.children, b.completed, b.failed, b.stopped)
+    return (b.id, one_line(b.name, 30), status, *map(str, counts), cost, created)
+
+
+def cmd_ls(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck ls`: every batch in the state folder, and which a `serve` shows on a port."""
+    from flightdeck.engine.attached import served
     from flightdeck.engine.attached.store import still_running
     from flightdeck.engine.model import BatchStatus
 
@@ -107,31 +126,27 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         batches = reader.batches()
     finally:
         reader.close()
+    servers = served.live(reader.path.parent)
     table = Table()
     table.add_column("batch", no_wrap=True)
-    columns = ["name", "status", "children", "completed", "failed", "stopped", "cost", "created"]
-    for col in columns + (["owner pid"] if args.long else []):
+    extra = (("owner pid",) if args.long else ()) + (("served",) if servers else ())
+    for col in LS_COLUMNS[1:] + extra:
         table.add_column(col)
     for b in batches:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        status = b.status.value
-        if b.status is BatchStatus.ABANDONED and (left := still_running(reader.path, b.id)):
-            status += f" ({left} still running)"  # processes that outlived their owner
-        cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
-        table.add_row(
-            Text(b.id),
-            Text(one_line(b.name, 30)),
-            Text(status),
-            str(b.children),
-            str(b.completed),
-            str(b.failed),
-            str(b.stopped),
-            cost,
-            created,
-            *([str(b.owner_pid)] if args.long else []),
-        )
-    console_for().print(table)
+        left = still_running(reader.path, b.id) if b.status is BatchStatus.ABANDONED else 0
+        cells = ls_cells(b, left) + ((str(b.owner_pid),) if args.long else ())
+        on = [_port(s) for s in servers if s.serves(b.id)]
+        table.add_row(*map(Text, cells + ((" ".join(on),) if servers else ())))
+    console = console_for()
+    console.print(table)
+    for s in servers:
+        if s.batch_id is None:
+            console.print(Text(f"serving every batch of this folder on {_port(s)} (pid {s.pid})"))
     return ExitCode.OK
+
+
+def _port(s: Served) -> str:
+    return f":{s.port}" + (" read-only" if s.read_only else "")
 
 
 # -- a batch's owner taken over (resume) -------------------------------------------------------
