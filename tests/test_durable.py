@@ -108,35 +108,43 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
     tmp_path: Path,
 ) -> None:
     with CountingServer(chunk_delay_s=0.05) as server:
-        folder = project(tmp_path, server, 40, pool=2)  # still running at the stop --all
+        server.hold()  # every child waits at its first request until the test lets it go
+        folder = project(tmp_path, server, 12, pool=2)
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         try:
-            until(lambda: server.total_runs() >= 1, what="the first run")
+            until(lambda: server.runs["c000"] >= 1, what="c000's first request")
             with StoreReader(db_of(folder)) as reader:
                 batch_id = reader.latest_batch_id()
             assert batch_id is not None
             stop = flightdeck(folder, "stop", batch_id, "c011")  # queued: never runs
-            out, err = stop.communicate(timeout=30)
+            out, err = stop.communicate(timeout=60)
             assert stop.returncode == 0, err
             assert "stop applied: c011" in out
-            steer = flightdeck(folder, "steer", batch_id, "c010", "-m", "mind the tests")
-            out, err = steer.communicate(timeout=30)
+            log = folder / "state" / "batches" / batch_id / "c000.log"
+            steer = flightdeck(folder, "steer", batch_id, "c000", "-m", "mind the tests")
+            until(
+                lambda: log.is_file() and "mind the tests" in log.read_text(),
+                what="the steer applied",
+            )
+            server.release("c000")  # its first turn ends: the steer goes in before the next
+            out, err = steer.communicate(timeout=60)
             assert steer.returncode == 0, err
-            assert "c010: delivered" in out
+            assert "c000: delivered" in out
             waiter = flightdeck(folder, "wait", batch_id)
-            everything = flightdeck(folder, "stop", batch_id, "--all")
-            out, err = everything.communicate(timeout=30)
+            everything = flightdeck(folder, "stop", batch_id, "--all")  # c001, c002: held
+            out, err = everything.communicate(timeout=60)
             assert everything.returncode == 0 and "stop applied: every child" in out, err
             out, err = waiter.communicate(timeout=60)
             assert waiter.returncode == 1, err  # stopped: not every child completed
             assert f"batch {batch_id} stopped" in out
-            assert owner.wait(30) == 1  # the owner ends with the batch
+            assert owner.wait(60) == 1  # the owner ends with the batch
         finally:
             owner.kill()
             owner.communicate()
+            server.release()
         assert server.runs["c011"] == 0  # stopped while queued: never ran
-        log = (folder / "state" / "batches" / batch_id / "c010.log").read_text()
-        assert "operator" in log and "mind the tests" in log
+        text = log.read_text()
+        assert "operator" in text and "delivered: mind the tests" in text
 
 
 @pytest.mark.slow
@@ -145,7 +153,9 @@ def test_a_request_left_pending_by_a_dead_owner_is_applied_by_resume(tmp_path: P
 
     with CountingServer(chunk_delay_s=0.05) as server:
         folder = project(tmp_path, server, 8, pool=2)
+        server.hold()  # two children held running: none ends before the kill
         batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 2)
+        server.release()
         db = db_of(folder)
         steer = submit_steer(db, batch_id, ["c007"], "after the crash")
         stop = submit_stop(db, batch_id, ["c006"])
@@ -174,7 +184,7 @@ def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
     with CountingServer() as server:
         folder = project(tmp_path, server, 6, pool=2)
         batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 1)
-        server.open.clear()  # the winner cannot finish before the loser has tried
+        server.hold()  # the winner cannot finish before the loser has tried
         first, second = (
             flightdeck(folder, "resume", batch_id),
             flightdeck(folder, "resume", batch_id),
@@ -184,7 +194,7 @@ def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
         out, err = loser.communicate(timeout=30)
         assert loser.returncode == 2, out + err
         assert f"owned by a live process (pid {winner.pid})" in err
-        server.open.set()
+        server.release()
         out, err = winner.communicate(timeout=60)
         assert winner.returncode == 0, out + err
         assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(6))

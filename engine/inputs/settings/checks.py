@@ -78,6 +78,13 @@ class ValueChecks:
             raise self.error(key, f"expected true or false, got {kind(value)}")
         return value
 
+    def folder(self, key: Key, value: object) -> str:
+        """An existing folder, relative to the settings file's own."""
+        folder = self.path.parent / Path(self.string(key, value)).expanduser()
+        if not folder.is_dir():
+            raise self.error(key, f"no such folder: {folder}")
+        return str(folder)
+
     def url(self, key: Key, value: object) -> str:
         url = self.string(key, value)
         if not url.startswith(("http://", "https://")):

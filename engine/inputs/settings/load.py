@@ -351,6 +351,7 @@ _SIM_OPTIONS: Mapping[str, _Check] = MappingProxyType(
         "delegates": lambda r, k, v: r.integer(k, v, 1),
         "read_timeout_s": lambda r, k, v: r.number(k, v),
         "cache": ValueChecks.flag,
+        "hold_dir": ValueChecks.folder,
     }
 )
 
