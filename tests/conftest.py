@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from helpers import Hold
 from loopback import Loopback
 
 
@@ -21,3 +23,9 @@ def server() -> Iterator[Loopback]:
     """A loopback server speaking the OpenAI and Anthropic wire formats, for one test."""
     with Loopback() as s:
         yield s
+
+
+@pytest.fixture
+def hold(tmp_path: Path) -> Hold:
+    """A hold folder for sim children (helpers.Hold): nothing released yet."""
+    return Hold(tmp_path / "hold")

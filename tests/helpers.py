@@ -45,7 +45,7 @@ class Hold:
     def release(self, child: str | None = None, call: int | None = None) -> None:
         """Let every call go (no child named), every call of `child`, or only its call
         number `call` (from 0, retries counted)."""
-        name = "all" if child is None else child if call is None else f"{child}.{call}"
+        name = "all" if child is None else child if call is None else f"{child}@{call}"
         (self.folder / name).touch()
 
     def hold(self) -> None:

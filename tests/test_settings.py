@@ -446,3 +446,12 @@ def test_tui_settings_round_trip_and_errors_name_the_line(tmp_path: Path) -> Non
     ]
     for text, line, field, message in cases:
         assert message in str(error_at(write(tmp_path, text), line, field))
+
+
+def test_a_sim_hold_dir_is_a_folder_beside_the_config(tmp_path: Path) -> None:
+    (tmp_path / "gates").mkdir()
+    path = write(tmp_path, '[routes.sim]\nhold_dir = "gates"\n')
+    assert load_settings(path).route("sim").options["hold_dir"] == str(tmp_path / "gates")
+    path = write(tmp_path, '[routes.sim]\ntime_scale = 0.1\nhold_dir = "nowhere"\n')
+    err = error_at(path, 3, "routes.sim.hold_dir")
+    assert "no such folder" in str(err)

@@ -71,7 +71,7 @@ class SimOptions:
     read_timeout_s: float = 60.0
     cache: bool = True
     # A folder that holds every call before its first token until a file in it releases the
-    # call: `all`, `<child id>` or `<child id>.<call number>` (tests and demos; see _held).
+    # call: `all`, `<child id>` or `<child id>@<call number>` (tests and demos; see _held).
     hold_dir: str | None = None
 
     @classmethod
@@ -190,13 +190,13 @@ class SimStream:
 
     def _held(self) -> None:
         """With `hold_dir`: wait, before the first token, until a file there releases this call
-        (`all`, the child's id, or `<id>.<call>`), so a test holds a child running for as long as
+        (`all`, the child's id, or `<id>@<call>`), so a test holds a child running for as long as
         it needs, in this process or another, instead of making it "long enough"."""
         folder = self._p.options.hold_dir
         if folder is None:
             return
         child = self._req.child_id
-        names = [Path(folder, name) for name in ("all", child, f"{child}.{self._call}")]
+        names = [Path(folder, name) for name in ("all", child, f"{child}@{self._call}")]
         while not any(path.exists() for path in names):
             if self._closed.wait(HOLD_POLL_S):
                 raise Interrupted

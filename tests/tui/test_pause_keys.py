@@ -12,18 +12,11 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
-from tui_support import FAST, SIZE, EngineFactory, app_for, make_tasks, type_text, until
+from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
 
 from helpers import Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-
-def held(tmp_path: Path) -> tuple[Hold, dict[str, Any]]:
-    """Children held before each call's first token until the test releases the call: running
-    while keys are pressed however loaded the machine, and at a turn boundary when told."""
-    hold = Hold(tmp_path / "hold")
-    return hold, {**FAST, **hold.options(), "tool_turns": 3}
 
 
 def pausing(engine: Engine, child_id: str) -> bool:
@@ -42,10 +35,9 @@ def bar_text(app: Any) -> str:
 
 
 async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
-    engine_factory: EngineFactory, tmp_path: Path
+    engine_factory: EngineFactory, hold: Hold
 ) -> None:
-    hold, sim = held(tmp_path)
-    engine = engine_factory(make_tasks(["first", "second", "third"]), pool=2, sim=sim)
+    engine = engine_factory(make_tasks(["first", "second", "third"]), pool=2, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
@@ -83,10 +75,9 @@ async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
 
 
 async def test_p_over_a_filter_pauses_every_child_it_keeps_with_one_summary(
-    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch, hold: Hold
 ) -> None:
-    hold, sim = held(tmp_path)
-    engine = engine_factory(["a", "b", "c"], pool=3, sim=sim)
+    engine = engine_factory(["a", "b", "c"], pool=3, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         screen, table = app.main, app.main.table
