@@ -55,6 +55,7 @@ class CountingServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release()  # nothing left waiting on a test that has ended
         self.server.__exit__(*exc)
 
     def _answer(self, received: Received) -> Reply:
