@@ -24,6 +24,15 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import Snapshot
 
 FAST = {"time_scale": 0.001, "latency_ms": 20, "tokens_per_s": 400}
+# A stream that sends the first third of its answer, then hangs like a server that stopped
+# sending until a stop closes it: output streamed, the call never over by itself.
+HANGS = {
+    "stall_rate": 1.0,
+    "time_scale": 1.0,
+    "latency_ms": 0,
+    "tokens_per_s": 2000,
+    "read_timeout_s": 3600,
+}
 
 
 class Hold:

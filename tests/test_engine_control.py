@@ -24,7 +24,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
+from helpers import HANGS, Hold, batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
 
 
@@ -34,7 +34,7 @@ def test_a_stopped_response_is_billed_for_what_it_streamed(provider: str, tmp_pa
     # the usage report at the end of the stream never comes.
     with Loopback() as server:
         if provider == "sim":
-            route = sim_route(tool_turns=0, **Hold(tmp_path / "hold").options())  # held mid-answer
+            route = sim_route(tool_turns=0, **HANGS)
         else:
             answer = "Result for: the task\n" + "word " * 2000  # as the sim's answers begin
             # It stops sending after its first line, until the stop closes the stream.
@@ -124,10 +124,10 @@ def test_the_last_turn_does_not_run_tools_nobody_would_read(tmp_path: Path) -> N
 def test_a_steer_sent_while_the_final_answer_streams_reaches_the_child(tmp_path: Path) -> None:
     # "At next turn" used to be missed by a child already writing its final answer.
     hold = Hold(tmp_path / "hold")
-    streaming = sim_route(tool_turns=0, **hold.options())  # held while it writes it
-    engine = start(batch(1), settings(streaming), tmp_path)
+    final = sim_route(tool_turns=0, **hold.options())  # its one call, the final answer, held
+    engine = start(batch(1), settings(final), tmp_path)
     try:
-        until(lambda: engine.snapshot().children[0].activity.text == "streaming")
+        until(lambda: engine.snapshot().children[0].activity.api_calls == 1)
         engine.steer(["t0000"], "cite the file")
         until(lambda: len(engine.snapshot().children[0].steers) == 1)  # queued
         hold.release()

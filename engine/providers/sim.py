@@ -70,8 +70,8 @@ class SimOptions:
     delegates: int = 3
     read_timeout_s: float = 60.0
     cache: bool = True
-    # A folder that holds every call after its first chunk of text until a file in it releases
-    # the call: `all`, `<child id>` or `<child id>@<call number>` (tests, demos; see _held).
+    # A folder that holds every call before its first token until a file in it releases the
+    # call: `all`, `<child id>` or `<child id>@<call number>` (tests, demos; see _held).
     hold_dir: str | None = None
 
     @classmethod
@@ -189,9 +189,9 @@ class SimStream:
             raise Interrupted
 
     def _held(self) -> None:
-        """With `hold_dir`: wait, streaming, until a file there releases this call (`all`, the
-        child's id, or `<id>@<call>`), so a test holds a child running for as long as it needs,
-        in this process or another, instead of making it "long enough"."""
+        """With `hold_dir`: wait, before the first token, until a file there releases this call
+        (`all`, the child's id, or `<id>@<call>`), so a test holds a child running for as long
+        as it needs, in this process or another, instead of making it "long enough"."""
         folder = self._p.options.hold_dir
         if folder is None:
             return
@@ -217,6 +217,7 @@ class SimStream:
         chunk_chars = 16 if per_token * 4 >= 0.002 else 4096
         sent = 0
         try:
+            self._held()  # like a server slow to answer: the prompt is read, nothing written
             # The prompt is read while the first token waits: a stop then still pays for it.
             self._wait(o.latency_ms / 1000.0 * o.time_scale * self._rng.uniform(0.6, 1.4))
             if writes is not None:
@@ -227,8 +228,6 @@ class SimStream:
                 self._wait(per_token * tokens)
                 sent += tokens
                 yield TextDelta(piece)
-                if not start:
-                    self._held()  # mid-answer: streaming, its turn not over
                 if self._stall and start >= len(text) // 3:
                     # Hang like a server that stopped sending; the read timeout breaks it.
                     self._wait(o.read_timeout_s * o.time_scale)
