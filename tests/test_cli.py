@@ -478,7 +478,7 @@ def test_a_signal_as_soon_as_the_batch_id_is_printed_still_stops_and_records(
 def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
     # Thousands of queued children and stalled streams: stopping all of them takes a while.
     (project / "flightdeck.toml").write_text(
-        "[engine]\nmax_concurrent = 64\n"
+        "[engine]\nmax_concurrent = 64\nmax_tasks = 20000\n"
         "[routes.sim]\ntime_scale = 1.0\nstall_rate = 1.0\nread_timeout_s = 600\n"
     )
     lines = [json.dumps({"goal": f"g{i}"}) for i in range(20_000)]

@@ -34,7 +34,11 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
-    batch = load_batch(args.batch_file, max_chars=settings.engine.max_task_chars)
+    batch = load_batch(
+        args.batch_file,
+        max_chars=settings.engine.max_task_chars,
+        max_tasks=settings.engine.max_tasks,
+    )
     state_dir = state_dir_from(args.state_dir, settings)
     if args.owner_of is not None:
         _check_claimed(state_dir, args.owner_of)

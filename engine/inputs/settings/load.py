@@ -35,6 +35,7 @@ from flightdeck.engine.inputs.settings.values import (
     TuiSettings,
     default_sim_route,
 )
+from flightdeck.engine.inputs.tasks.values import MAX_TASKS_LIMIT
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -150,6 +151,9 @@ class _Reader(ValueChecks):
         if "max_task_chars" in table:
             key = ("engine", "max_task_chars")
             values["max_task_chars"] = self.integer(key, table["max_task_chars"], 1)
+        if "max_tasks" in table:
+            key = ("engine", "max_tasks")
+            values["max_tasks"] = self.integer(key, table["max_tasks"], 1, MAX_TASKS_LIMIT)
         for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s", "store_retry_s"):
             if name in table:
                 values[name] = self.number(("engine", name), table[name])
