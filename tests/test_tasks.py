@@ -764,3 +764,14 @@ def test_input_nested_past_the_parsers_stack_is_a_clear_error(
     with pytest.raises(SpecError) as err:
         load_batch(path)
     assert str(path) in str(err.value)
+
+
+def test_a_timeout_or_schedule_longer_than_a_wait_can_be_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.jsonl", '{"goal": "x", "timeout_s": 1e300}\n')
+    assert "at most 10,000,000 seconds" in str(error_at(path, 1, "timeout_s"))
+    path = write(
+        tmp_path,
+        "s.toml",
+        '[[schedules]]\nid = "s"\nevery = "999999999d"\n[schedules.task]\ngoal = "x"\n',
+    )
+    assert "at most 10,000,000 seconds" in str(error_at(path, 3, "schedules.every"))

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 
 from croniter import croniter
+from flightdeck.engine.inputs.bounds import MAX_SECONDS
 from flightdeck.engine.inputs.messages import expected, suggest
 from flightdeck.engine.inputs.tasks.expand import Draft, Room, expand
 from flightdeck.engine.inputs.tasks.readers import Source
@@ -106,4 +107,7 @@ def _every(src: Source, key: Key, value: object) -> float:
         raise src.error(key, "schedules.every", expected('a duration such as "15m"', value))
     if not math.isfinite(seconds) or seconds <= 0:  # TOML has nan and inf
         raise src.error(key, "schedules.every", f"must be more than 0 and finite, got {value!r}")
+    if seconds > MAX_SECONDS:
+        message = f"must be at most {MAX_SECONDS:,.0f} seconds, got {value!r}"
+        raise src.error(key, "schedules.every", message)
     return seconds
