@@ -1,5 +1,5 @@
-"""Offset reads of a growing transcript file: whole lines only, bounded per read; and
-`follow`, the reads as the file grows."""
+"""Offset reads of a growing transcript file: whole lines only, bounded per read; `read_all`,
+every line a block at a time; and `follow`, the reads as the file grows."""
 
 from __future__ import annotations
 
@@ -63,6 +63,51 @@ def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int
     return Chunk(lines, offset, begin - lead + last + 1, cut=cut, reset=reset, mtime=mtime)
 
 
+BLOCK = 1 << 20  # `logs` reads a transcript a mebibyte at a time: its memory stays flat
+
+
+def read_all(path: Path, offset: int = 0, *, block: int = BLOCK) -> Iterator[Chunk]:
+    """Every complete line after `offset`, oldest first, in chunks of about `block` bytes:
+    a transcript of any size is printed in bounded memory (a line longer than `block` is
+    read whole). A file that shrank below `offset` is read from its start, marked `reset`."""
+    while True:
+        chunk = _forward(path, offset, block)
+        if chunk.reset:
+            offset = 0
+        if chunk.lines or chunk.reset:
+            yield chunk
+        if chunk.end == offset:
+            return  # nothing more that ends in a newline
+        offset = chunk.end
+
+
+def _forward(path: Path, offset: int, block: int) -> Chunk:
+    """The complete lines in the first `block` bytes after `offset` (more for one long line)."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return Chunk((), offset, offset)
+    with fh:
+        stat = os.fstat(fh.fileno())
+        size, mtime = stat.st_size, stat.st_mtime
+        reset = size < offset
+        begin = 0 if reset else offset
+        fh.seek(begin)
+        data = fh.read(min(block, size - begin))
+        last = data.rfind(b"\n")
+        while last < 0 and begin + len(data) < size:  # one line longer than a block
+            more = fh.read(min(block, size - begin - len(data)))
+            if not more:
+                break
+            found = more.find(b"\n")
+            data += more
+            last = -1 if found < 0 else len(data) - len(more) + found
+    if last < 0:
+        return Chunk((), offset, begin, reset=reset, mtime=mtime)
+    lines = tuple(sanitize(line.decode("utf-8", "replace")) for line in data[:last].split(b"\n"))
+    return Chunk(lines, offset, begin + last + 1, reset=reset, mtime=mtime)
+
+
 def follow(
     path: Path,
     *,
@@ -84,13 +129,13 @@ def follow(
         offset = 0
         quiet_since: float | None = None
         while True:
-            chunk = read_chunk(path, offset, max_lines=_ALL, max_bytes=_ALL)
-            if chunk.reset:  # replaced or truncated: start over, as `tail -F` does
-                chunk = read_chunk(path, 0, max_lines=_ALL, max_bytes=_ALL)
-            if chunk.lines:
-                yield chunk
-            grew = chunk.end != offset
-            offset = chunk.end
+            start = offset
+            # Replaced or truncated: read_all starts over, as `tail -F` does.
+            for chunk in read_all(path, offset):
+                if chunk.lines:
+                    yield chunk
+                offset = chunk.end
+            grew = offset != start
             if grew:
                 quiet_since = None
             elif ended():
@@ -102,6 +147,3 @@ def follow(
             changed.clear()
     finally:
         waker.close()
-
-
-_ALL = 1 << 62  # `logs` prints every line; the pane bounds its reads instead
