@@ -183,6 +183,9 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     if found is not None:
         line = f"resumed: {found.rerun} re-run, {found.lost} left unknown"
         if found.rerun or found.lost:
-            line += f"; their lost attempts cost {fmt_cost(found.lost_cost_usd)}"
+            # Worded as the summary's `lost attempts` line: an attempt with no price makes the
+            # cost unknown, never $0.00.
+            cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
+            line += f"; their lost attempts cost {cost}{note}"
         console.print(Text(line))
     return code
