@@ -13,7 +13,7 @@ from flightdeck.engine.errors import InputError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost, fmt_spent
+from flightdeck.tui.fmt import fmt_spent
 from flightdeck.tui.headless import run_headless
 from rich.table import Table
 from rich.text import Text
