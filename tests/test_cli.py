@@ -354,6 +354,31 @@ def test_bad_arguments_exit_2(project: Path) -> None:
     assert flightdeck("report", cwd=project).returncode == ExitCode.USAGE  # no state yet
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "the following arguments are required: COMMAND (see `flightdeck --help`)"),
+        (("fly",), "argument COMMAND: invalid choice: 'fly'"),
+        (
+            ("run",),
+            "the following arguments are required: batch_file (see `flightdeck run --help`)",
+        ),
+        (("run", "t.jsonl", "--nope"), "unrecognized arguments: --nope (see `flightdeck --help`)"),
+        (("steer", "b1", "c1"), "the following arguments are required: -m/--message"),
+        (("report", "--format", "xml"), "argument --format: invalid choice: 'xml'"),
+    ],
+)
+def test_every_argument_error_is_one_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    # argparse printed its usage and then the error: two to five lines, where one is promised.
+    result = flightdeck(*args, cwd=tmp_path)
+    assert result.returncode == ExitCode.USAGE
+    [line] = result.stderr.splitlines()
+    assert line.startswith("flightdeck: ") and said in line, line
+    assert result.stdout == ""
+
+
 def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None:
     from flightdeck.engine.control.pool import auto_pool_size
     from flightdeck.engine.inputs.settings import default_sim_route
@@ -376,7 +401,7 @@ def test_argument_errors_never_print_escape_sequences(
         main(["run", "a.jsonl", evil])
     assert caught.value.code == ExitCode.USAGE
     err = capsys.readouterr().err
-    assert "error: unrecognized arguments: b.jsonl" in err, err
+    assert "flightdeck: unrecognized arguments: b.jsonl" in err, err
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", err), repr(err)
 
 
