@@ -19,6 +19,7 @@ from flightdeck.engine.control.inbox import (
     StopAll,
     Then,
 )
+from flightdeck.engine.inputs.messages import id_list
 from flightdeck.engine.inputs.tasks import unicode_problem
 from flightdeck.engine.limits import changed
 from flightdeck.engine.model import ChildRow, Limits, SteerReceipt, SteerState
@@ -157,7 +158,7 @@ class Controls:
         resume); ValueError naming those that are not."""
         # A mistyped id would otherwise be skipped in silence: the operator would wait for a
         # steer or a stop that was never going to happen.
-        ids = tuple(child_ids)
+        ids = id_list(child_ids)
         unknown = [i for i in ids if i not in self._co.by_id and i not in self._carried]
         if unknown:
             shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")

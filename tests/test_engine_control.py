@@ -319,6 +319,26 @@ def test_steer_refuses_text_that_cannot_be_sent_before_queueing_it(tmp_path: Pat
     assert [r.id for r in engine.receipts()] == [receipt]
 
 
+def test_child_ids_of_the_wrong_type_are_said_to_be_so(tmp_path: Path) -> None:
+    # {"a": 1} read as "no child with id 'a'": the table's keys taken for the ids.
+    from flightdeck.engine.records.requests import submit_steer
+
+    engine = start(batch(1), settings(sim_route(**Hold(tmp_path / "hold").options())), tmp_path)
+    try:
+        for bad, got in (({"a": 1}, "got table"), ("t0000", "got string 't0000'"), (5, "got integer 5")):
+            with pytest.raises(ValueError, match=f"child_ids: expected a list of child ids, {got}"):
+                engine.stop(bad)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match=f"child_ids: expected a list of child ids, {got}"):
+                submit_steer(tmp_path / "state" / "flightdeck.db", engine.batch_id, bad, "hi")  # type: ignore[arg-type]
+        with pytest.raises(
+            ValueError, match=r"expected child ids \(strings\), got integer 1 in it"
+        ):
+            engine.steer(["t0000", 1], "hi")  # type: ignore[list-item]
+        assert engine.receipts() == []
+    finally:
+        engine.close()
+
+
 def test_steer_and_stop_refuse_an_id_that_names_no_child(tmp_path: Path) -> None:
     # A typo would otherwise be dropped in silence: nothing queued, nothing stopped.
     slow = sim_route(tool_turns=0, **Hold(tmp_path / "hold").options())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from flightdeck.engine.errors import StoreError
+from flightdeck.engine.inputs.messages import id_list
 from flightdeck.engine.inputs.tasks import unicode_problem
 from flightdeck.engine.model import BatchStatus, SteerReceipt
 from flightdeck.engine.records import schema
@@ -107,7 +108,7 @@ def submit(
     """Record a request of `kind` (with its JSON `payload`) for a running batch; the request id.
 
     Child ids are checked as for a steer; a kind that names no child passes none."""
-    return _submit(db_path, batch_id, kind, tuple(child_ids), None, False, payload)
+    return _submit(db_path, batch_id, kind, id_list(child_ids), None, False, payload)
 
 
 def submit_steer(
@@ -117,7 +118,7 @@ def submit_steer(
 
     Raises LookupError for an unknown batch, ValueError (recording nothing) for a batch that
     has finished, an unknown child id, no child ids, or a message that cannot be sent."""
-    ids = tuple(child_ids)
+    ids = id_list(child_ids)
     problem = unicode_problem(message)
     if problem:
         raise ValueError(f"steer message: {problem}")
@@ -129,7 +130,7 @@ def submit_steer(
 def submit_stop(db_path: Path, batch_id: str, child_ids: Iterable[str]) -> int:
     """Record a stop for these children of a running batch; returns the request id (errors as
     `submit_steer`)."""
-    return _submit(db_path, batch_id, RequestKind.STOP, tuple(child_ids), None, False)
+    return _submit(db_path, batch_id, RequestKind.STOP, id_list(child_ids), None, False)
 
 
 def submit_stop_all(db_path: Path, batch_id: str) -> int:
