@@ -425,8 +425,9 @@ def test_a_missing_key_names_the_line_of_its_route(tmp_path: Path, table: str, l
 def test_a_config_nested_past_the_parsers_stack_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "flightdeck.toml"
     path.write_text("[engine]\nx = " + "[" * 100_000 + "\n")
-    with pytest.raises(ConfigError, match="nested too deeply"):
+    with pytest.raises(ConfigError, match="nested too deeply") as caught:
         load_settings(path)
+    assert str(caught.value).startswith(f"{path}:2: nested too deeply to read")
 
 
 def test_tui_settings_round_trip_and_errors_name_the_line(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ from flightdeck.engine.inputs.settings.values import (
     default_sim_route,
 )
 from flightdeck.engine.inputs.tasks.values import MAX_TASKS_LIMIT, MAX_TURNS_LIMIT
-from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
+from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, deep_line
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_KEYS = ("engine", "routes", "budget", "steer", "tui")
@@ -96,7 +96,7 @@ def load_settings(path: Path | None = None, *, env: Mapping[str, str] | None = N
         line, message = decode_error(exc, text)
         raise ConfigError(path, line, None, f"invalid TOML: {message}") from None
     except RecursionError:  # a value nested deeper than the parser's stack (`[[[[…`)
-        raise ConfigError(path, None, None, "nested too deeply to read") from None
+        raise ConfigError(path, deep_line(text), None, "nested too deeply to read") from None
     return _Reader(path, TomlLocator(text)).settings(data)
 
 

@@ -18,6 +18,7 @@ from flightdeck.engine.inputs.tasks.readers import (
     read_text,
 )
 from flightdeck.engine.inputs.tasks.schedules import load_schedules
+from flightdeck.engine.inputs.tomlpos import deep_line
 from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TASK_CHARS,
     DEFAULT_MAX_TASKS,
@@ -44,7 +45,7 @@ def load_batch(
     try:
         return _load_text(path, text, max_chars, Room(max_tasks))
     except RecursionError:  # a value nested deeper than the parsers' stack (`[[[[…`)
-        raise SpecError(path, None, None, "nested too deeply to read") from None
+        raise SpecError(path, deep_line(text), None, "nested too deeply to read") from None
 
 
 def _load_text(path: Path, text: str, max_chars: int, room: Room) -> Batch:

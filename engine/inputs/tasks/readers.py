@@ -72,6 +72,8 @@ def jsonl_objects(path: Path, text: str) -> Iterator[tuple[object, Source]]:
         except json.JSONDecodeError as exc:
             message = f"invalid JSON: {exc.msg} (column {exc.colno})"
             raise SpecError(path, number, None, message) from None
+        except RecursionError:  # `[[[[…` deeper than the decoder's stack
+            raise SpecError(path, number, None, "nested too deeply to read") from None
         except _DuplicateKeyError as exc:
             # json keeps the last of two equal keys: a typo'd copy would vanish silently.
             raise SpecError(path, number, exc.key, "duplicate key") from None
