@@ -969,3 +969,26 @@ def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknow
     assert gpt_totals["tokens_out"] == sum(r.usage.output_tokens for r in snap.children[1::2])
     assert sim_totals["route"] == "sim" and sim_totals["completed"] == 3
     assert sim_totals["cost_usd"] == sim_totals["cost_known_usd"] == float(sim_cost)
+
+
+def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(project: Path) -> None:
+    # logs, report and resume worded it three different ways.
+    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
+    state = project / ".flightdeck"
+    said = set()
+    for args in (
+        ("logs", "nope", "job-0"),
+        ("report", "nope"),
+        ("resume", "nope"),
+        ("steer", "nope", "job-0", "-m", "hi"),
+        ("stop", "nope", "--all"),
+        ("wait", "nope"),
+    ):
+        result = flightdeck(*args, cwd=project)
+        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
+        [line] = result.stderr.splitlines()
+        said.add(line)
+    assert said == {
+        f"flightdeck: batch_id: no batch 'nope' in {state.absolute()} (flightdeck ls lists "
+        "them; another state folder: --state-dir)"
+    }, said

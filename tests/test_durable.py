@@ -212,9 +212,9 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             batch_id = reader.latest_batch_id()
         before = db_of(folder).read_bytes()
         for args, code, text in (
-            (("resume", "nope"), 2, "no batch nope in this state folder"),
+            (("resume", "nope"), 2, "no batch 'nope' in "),
             (("resume", str(batch_id)), 0, "nothing to do"),
-            (("steer", "nope", "c000", "-m", "hi"), 2, "no batch nope"),
+            (("steer", "nope", "c000", "-m", "hi"), 2, "no batch 'nope'"),
             (("steer", str(batch_id), "c000", "-m", "hi"), 2, "has finished (completed)"),
             (("stop", str(batch_id)), 2, "name the children to stop, --all or --where"),
             (("stop", str(batch_id), "--where", "idle>5d"), 2, "--where: 'idle>5d': unknown unit"),
@@ -225,7 +225,7 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("stop", str(batch_id), "--where", "durable"), 0, "2 children match `durable`, 2 had"),
             # Two children alike: neither is over 3x the other's median.
             (("stop", str(batch_id), "--where", "is:outlier"), 0, "0 children match `is:outlier`"),
-            (("wait", "nope"), 2, "no batch nope"),
+            (("wait", "nope"), 2, "no batch 'nope'"),
             (("wait", str(batch_id)), 0, "completed"),
         ):
             proc = flightdeck(folder, *args)

@@ -325,7 +325,11 @@ def test_child_ids_of_the_wrong_type_are_said_to_be_so(tmp_path: Path) -> None:
 
     engine = start(batch(1), settings(sim_route(**Hold(tmp_path / "hold").options())), tmp_path)
     try:
-        for bad, got in (({"a": 1}, "got table"), ("t0000", "got string 't0000'"), (5, "got integer 5")):
+        for bad, got in (
+            ({"a": 1}, "got table"),
+            ("t0000", "got string 't0000'"),
+            (5, "got integer 5"),
+        ):
             with pytest.raises(ValueError, match=f"child_ids: expected a list of child ids, {got}"):
                 engine.stop(bad)  # type: ignore[arg-type]
             with pytest.raises(ValueError, match=f"child_ids: expected a list of child ids, {got}"):

@@ -90,8 +90,9 @@ def open_view(db: Path, batch_id: str | None) -> StoreView:
 
 
 def _no_batch(batch_id: str, db: Path) -> str:
-    folder = sanitize(str(db.parent))
-    return f"no batch {one_line(batch_id)!r} in {folder} (another state folder? --state-dir)"
+    from flightdeck.engine.records.reader import no_batch
+
+    return no_batch(batch_id, db.parent)
 
 
 def attach_tui(view: StoreView, tui: TuiSettings | None = None) -> ExitCode:

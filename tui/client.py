@@ -24,17 +24,12 @@ POLL_S = 0.1  # how often steer/stop/wait look at the store
 
 def _request_db(args: argparse.Namespace) -> Path:
     db = checked_db(args.state_dir)
-    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.engine.records.reader import StoreReader, no_batch
 
     with StoreReader(db) as reader:
         info = reader.batch(args.batch_id)
     if info is None:
-        raise UsageError(
-            None,
-            None,
-            "batch_id",
-            f"no batch {args.batch_id} in {db.parent} (another state folder: --state-dir)",
-        )
+        raise UsageError(None, None, "batch_id", no_batch(args.batch_id, db.parent))
     return db
 
 

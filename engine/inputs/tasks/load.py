@@ -18,7 +18,6 @@ from flightdeck.engine.inputs.tasks.readers import (
     read_text,
 )
 from flightdeck.engine.inputs.tasks.schedules import load_schedules
-from flightdeck.engine.inputs.tomlpos import deep_line
 from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TASK_CHARS,
     DEFAULT_MAX_TASKS,
@@ -29,6 +28,7 @@ from flightdeck.engine.inputs.tasks.values import (
     Batch,
     Task,
 )
+from flightdeck.engine.inputs.tomlpos import deep_line
 
 _TOP_KEYS = ("batch", "defaults", "tasks", "schedules")
 _BATCH_KEYS = ("name", "workspace", "delegate")
