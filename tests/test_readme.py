@@ -1,4 +1,4 @@
-"""The README's Python example runs as written (in a folder with a fast sim config)."""
+"""The README and docs/: short, linked, every link resolving; their examples run as written."""
 
 from __future__ import annotations
 
@@ -7,11 +7,131 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+README_MAX_LINES = 300
+
+_FENCE = re.compile(r"^(```|~~~)")
+_LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)\)")
+_CODE_SPAN = re.compile(r"(`+).*?\1")
+
+
+def _prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces made hyphens."""
+    text = heading.strip().lower()
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link: its text
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading's anchor in a Markdown file (repeats numbered as GitHub numbers them)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in _prose(path.read_text(encoding="utf-8")):
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = _slug(m.group(1))
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def links(path: Path) -> list[str]:
+    """Every link target in a Markdown file, outside code blocks and code spans."""
+    out = []
+    for line in _prose(path.read_text(encoding="utf-8")):
+        out.extend(_LINK.findall(_CODE_SPAN.sub("", line)))
+    return out
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative links in `path` whose file, or heading in that file, does not exist."""
+    bad = []
+    for target in links(path):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:: not this repository's to check
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists():
+            bad.append(f"{target} (no such file)")
+        elif anchor and (dest.suffix != ".md" or anchor not in anchors(dest)):
+            bad.append(f"{target} (no such heading)")
+    return bad
+
+
+def _contents(text: str) -> list[str]:
+    """The link targets of the README's table of contents (its `## Contents` list)."""
+    section = text.split("\n## Contents\n", 1)
+    assert len(section) == 2, "the README has no `## Contents` section"
+    listed = re.match(r"\n*((?:- .*\n|  .*\n)+)", section[1])
+    assert listed is not None, "`## Contents` is not followed by a list"
+    return _LINK.findall(listed.group(1))
+
+
+def test_the_readme_is_short_with_contents_and_links_every_docs_page() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) < README_MAX_LINES
+    contents = _contents(text)
+    headings = {
+        _slug(line[3:]) for line in _prose(text) if line.startswith("## ") and line != "## Contents"
+    }
+    assert {t.lstrip("#") for t in contents if t.startswith("#")} == headings, (
+        "the contents list every section of the README, and only those"
+    )
+    linked = {(README.parent / t.partition("#")[0]).resolve() for t in links(README)}
+    pages = set(DOCS.glob("*.md"))
+    assert pages, "docs/ has no pages"
+    assert {p.resolve() for p in pages} - linked == set(), "docs pages the README does not link"
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    bad = {
+        str(p.relative_to(ROOT)): broken
+        for p in (README, *sorted(DOCS.glob("*.md")))
+        if (broken := broken_links(p))
+    }
+    assert bad == {}
+
+
+def test_every_long_docs_page_starts_with_a_summary_and_contents() -> None:
+    for page in sorted(DOCS.glob("*.md")):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        assert lines[0].startswith("# "), f"{page.name} starts with its title"
+        assert lines[1] == "" and lines[2] and not lines[2].startswith(("#", "-", "|")), (
+            f"{page.name}: a one-line summary under the title"
+        )
+        sections = [line for line in _prose("\n".join(lines)) if line.startswith("## ")]
+        if len(lines) > 120 and len(sections) > 2:
+            local = [t for t in links(page) if t.startswith("#")]
+            assert local, f"{page.name} is long: it needs a table of contents"
+
+
+def test_the_link_checker_finds_what_is_broken(tmp_path: Path) -> None:
+    (tmp_path / "b.md").write_text("# Page B\n\n## Some `code` here\n", encoding="utf-8")
+    a = tmp_path / "a.md"
+    a.write_text(
+        "# A\n\n[ok](b.md#some-code-here) [no heading](b.md#nothing) [no file](c.md)\n"
+        "[self](#a) `[in code](d.md)`\n```\n[in a block](e.md)\n```\n",
+        encoding="utf-8",
+    )
+    assert broken_links(a) == ["b.md#nothing (no such heading)", "c.md (no such file)"]
 
 
 def test_the_from_python_example_runs(tmp_path: Path) -> None:
-    section = README.read_text(encoding="utf-8").split("### From Python", 1)[1]
+    section = (DOCS / "python-api.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None
     (tmp_path / "flightdeck.toml").write_text(
@@ -46,19 +166,19 @@ def test_the_from_python_example_runs(tmp_path: Path) -> None:
 def test_the_layout_map_names_every_module_and_only_real_ones() -> None:
     # Modules of engine/, tui/ and the engine's parts are named one by one; deeper folders
     # (tasks/, screens/, ...) by their folder.
-    root = README.parent
-    section = README.read_text(encoding="utf-8").split("## Development", 1)[1]
+    section = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    section = section.split("## The source layout", 1)[1]
     block = re.search(r"```\nengine/.*?```", section, re.S)
     assert block is not None
     named = set(re.findall(r"\b([a-z_]+\.py)\b", block.group(0)))
     folders = set(re.findall(r"\b([a-z_]+)/", block.group(0)))
-    every = {p for folder in ("engine", "tui") for p in (root / folder).rglob("*.py")}
+    every = {p for folder in ("engine", "tui") for p in (ROOT / folder).rglob("*.py")}
     assert named - {p.name for p in every} == set(), "the map names modules that do not exist"
     unnamed = set()
     for path in every:
-        depth = len(path.relative_to(root).parts)
-        if path.name == "__init__.py" or (depth > 3 - path.is_relative_to(root / "tui")):
+        depth = len(path.relative_to(ROOT).parts)
+        if path.name == "__init__.py" or (depth > 3 - path.is_relative_to(ROOT / "tui")):
             assert path.parent.name in folders, f"the map does not name {path.parent}"
         elif path.name not in named:
-            unnamed.add(str(path.relative_to(root)))
+            unnamed.add(str(path.relative_to(ROOT)))
     assert unnamed == set(), "modules the map does not name"

@@ -55,7 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a batch (TUI on a terminal, plain lines otherwise)")
     run.add_argument("batch_file", type=Path, help="tasks: .jsonl, .toml or .yaml")
     run.add_argument("--config", type=Path, help="flightdeck.toml (default: ./flightdeck.toml)")
-    run.add_argument("--state-dir", type=Path, help="state folder (default: ./.flightdeck)")
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        help="state folder (default: $FLIGHTDECK_HOME, [engine] state_dir, ./.flightdeck)",
+    )
     run.add_argument(
         "--max-concurrent",
         type=_pool_size,

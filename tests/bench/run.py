@@ -133,7 +133,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[Row]:
 
 
 def summary_table(results: list[dict[str, Any]]) -> Table:
-    """The table `make bench` prints after its runs (the README's promise)."""
+    """The table `make bench` prints after its runs (docs/performance.md's promise)."""
     table = Table(
         title="benchmarks",
         title_justify="left",
