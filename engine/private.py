@@ -13,35 +13,36 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 _OTHERS = 0o077  # group and other bits: none may be set
 
 
-def private_dir(path: Path, *, exist_ok: bool = True, tighten: bool = True) -> Path:
+def private_dir(
+    path: str | os.PathLike[str], *, exist_ok: bool = True, tighten: bool = True
+) -> None:
     """Make `path` (and each missing parent) a folder only its owner can use; with `tighten`,
     an existing one others could use loses their access. FileExistsError as mkdir's without
     `exist_ok`; other OSErrors as mkdir raises them."""
+    target = os.fspath(path)
     missing = []
-    here = path
-    while not here.exists() and here.parent != here:
+    here = target
+    while not os.path.exists(here) and os.path.dirname(here) != here:
         missing.append(here)
-        here = here.parent
+        here = os.path.dirname(here) or "."
     for folder in reversed(missing):
         try:
-            folder.mkdir(mode=DIR_MODE)
+            os.mkdir(folder, DIR_MODE)
         except FileExistsError:  # made meanwhile by another process
-            if folder is path and not exist_ok:
+            if folder == target and not exist_ok:
                 raise
         _exactly(folder, DIR_MODE)  # mkdir's mode passes through the umask
     if not missing:
-        if not exist_ok or not path.is_dir():
-            path.mkdir()  # raises FileExistsError, as mkdir does
+        if not exist_ok or not os.path.isdir(target):
+            os.mkdir(target)  # raises FileExistsError, as mkdir does
         if tighten:
-            _tighten(path)
-    return path
+            _tighten(target)
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:
@@ -60,32 +61,32 @@ def open_private(path: str | os.PathLike[str], flags: int) -> int:
     return fd
 
 
-def private_file(path: Path) -> None:
+def private_file(path: str | os.PathLike[str]) -> None:
     """Take others' access from an existing file (one SQLite or an older version made); a
     missing one is left missing."""
-    _tighten(path)
+    _tighten(os.fspath(path))
 
 
-def private_tree(root: Path) -> None:
+def private_tree(root: str | os.PathLike[str]) -> None:
     """Take group and other access from every folder and file under `root` (a copied
     workspace): folders 0700, files keep their owner's bits (an executable stays one)."""
     for folder, _dirs, files in os.walk(root):
-        _exactly(Path(folder), DIR_MODE)
+        _exactly(folder, DIR_MODE)
         for name in files:
-            _tighten(Path(folder, name))
+            _tighten(os.path.join(folder, name))
 
 
-def _exactly(path: Path, mode: int) -> None:
+def _exactly(path: str, mode: int) -> None:
     try:
-        if stat.S_IMODE(path.stat().st_mode) != mode:
+        if stat.S_IMODE(os.stat(path).st_mode) != mode:
             os.chmod(path, mode)
     except (FileNotFoundError, PermissionError):  # gone, or another user's: left as it is
         pass
 
 
-def _tighten(path: Path) -> None:
+def _tighten(path: str) -> None:
     try:
-        mode = path.lstat().st_mode
+        mode = os.lstat(path).st_mode
         if not stat.S_ISLNK(mode) and mode & _OTHERS:
             os.chmod(path, stat.S_IMODE(mode) & ~_OTHERS)
     except (FileNotFoundError, PermissionError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterable
 
@@ -118,6 +117,8 @@ def secret_forms(secret: str) -> set[str]:
     escape sequences, control characters and bidi marks stripped, as the screen, a transcript
     and `logs` show it); and escaped, as an error's repr or JSON write it (`\\x1b`,
     `\\u001b`). Forms under MIN_SECRET_LEN characters are left out."""
+    import json  # here: the transcript writer process imports this module and never redacts
+
     clean = sanitize(secret)
     forms = {
         secret,

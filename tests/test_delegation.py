@@ -139,7 +139,7 @@ def test_a_batch_file_can_enable_delegation_for_all_its_routes(tmp_path: Path) -
     ("text", "where", "message"),
     [
         ('[routes.sim]\ndelegate = "yes"\n', "routes.sim.delegate", "expected true or false"),
-        ("[budget]\nmax_delegates = 0\n", "budget.max_delegates", "at least 1"),
+        ("[budget]\nmax_delegates = 0\n", "budget.max_delegates", "between 1 and 1000"),
         ("[budget]\nmax_depth = -1\n", "budget.max_depth", "at least 0"),
     ],
 )

@@ -48,6 +48,7 @@ def test_the_transcript_writer_process_starts_on_a_few_stdlib_modules() -> None:
     assert mine == [
         "flightdeck",
         "flightdeck.engine",
+        "flightdeck.engine.private",
         "flightdeck.engine.records",
         "flightdeck.engine.records.events",
         "flightdeck.engine.records.lines",

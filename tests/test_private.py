@@ -193,7 +193,8 @@ def test_a_state_folder_made_by_an_older_version_is_made_private(tmp_path: Path)
 
 @pytest.mark.usefixtures("umask_022")
 def test_the_helpers_give_exact_modes_whatever_the_umask(tmp_path: Path) -> None:
-    deep = private_dir(tmp_path / "a" / "b" / "c")
+    deep = tmp_path / "a" / "b" / "c"
+    private_dir(deep)
     for folder in (tmp_path / "a", tmp_path / "a" / "b", deep):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     with pytest.raises(FileExistsError):
@@ -230,7 +231,9 @@ def test_the_helpers_give_exact_modes_whatever_the_umask(tmp_path: Path) -> None
 def test_files_a_child_writes_in_the_batchs_own_workspace_are_private(tmp_path: Path) -> None:
     from flightdeck.engine.child.tools import Toolbox
 
-    own = Toolbox(private_dir(tmp_path / "state" / "batches" / "b" / "workspace"), private=True)
+    workspace = tmp_path / "state" / "batches" / "b" / "workspace"
+    private_dir(workspace)
+    own = Toolbox(workspace, private=True)
     own.run("write_file", {"path": "notes/today.md", "content": "x"})
     assert_private(tmp_path / "state")
     # A workspace the user named is their project: their umask, not ours.

@@ -18,7 +18,6 @@ import struct
 import sys
 from collections import OrderedDict
 from collections.abc import Iterable
-from pathlib import Path
 
 from flightdeck.engine.private import open_private, private_dir
 from flightdeck.engine.records.events import (
@@ -109,7 +108,7 @@ class FileAppender:
         try:
             fd = open_private(path, OPEN_FLAGS)
         except FileNotFoundError:
-            private_dir(Path(os.path.dirname(path) or "."))
+            private_dir(os.path.dirname(path) or ".")
             fd = open_private(path, OPEN_FLAGS)
         self._fds[path] = fd
         return fd
