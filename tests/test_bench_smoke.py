@@ -215,6 +215,7 @@ def test_the_engine_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # its temporary folder is gone
 
 
+@pytest.mark.slow
 def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> None:
     # At full scale it takes minutes: every part runs here at 20 children and 3 key presses.
     code = (
@@ -254,6 +255,7 @@ def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> Non
     assert any(line.startswith("20 instant children: ") for line in table)
 
 
+@pytest.mark.slow
 def test_the_rate_limit_benchmark_runs_and_reports() -> None:
     # Half a second a measurement and 8 children, against the same loopback server.
     code = (

@@ -181,6 +181,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
     result = flightdeck("run", "tasks.jsonl", cwd=project)
     assert result.returncode == ExitCode.OK, result.stderr
@@ -340,6 +341,7 @@ def test_task_text_over_the_configured_limit_exits_2_naming_line_and_field(
     assert not (project / ".flightdeck").exists()
 
 
+@pytest.mark.slow
 def test_bad_arguments_exit_2(project: Path) -> None:
     for bad, why in [
         ("0", "between 1 and 1024, got 0"),
@@ -379,6 +381,7 @@ def test_every_argument_error_is_one_line_and_exit_2(
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None:
     from flightdeck.engine.control.pool import auto_pool_size
     from flightdeck.engine.inputs.settings import default_sim_route
@@ -413,6 +416,7 @@ def test_version_names_the_installed_package(project: Path) -> None:
     assert out.stdout == f"flightdeck {importlib.metadata.version('flightdeck')}\n"
 
 
+@pytest.mark.slow
 def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Path) -> None:
     assert (
         flightdeck("run", "tasks.jsonl", "--state-dir", "st", cwd=project).returncode == ExitCode.OK
@@ -434,6 +438,7 @@ def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Pa
         assert broken.returncode == ExitCode.USAGE and "engine.bogus: unknown key" in broken.stderr
 
 
+@pytest.mark.slow
 def test_the_report_hint_is_a_sanitized_shell_word(project: Path) -> None:
     (project / "flightdeck.toml").write_text(
         FAST_CONFIG.replace("[engine]\n", '[engine]\nstate_dir = "my st\\u001b]0;x\\u0007ate"\n')
@@ -456,6 +461,7 @@ def test_a_folder_named_like_the_database_is_one_clear_error(project: Path) -> N
         )
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     held(project)
     with Headless(project, "tasks.jsonl") as run:
@@ -470,6 +476,7 @@ def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
     assert {c["status"] for c in report["children"]} == {"stopped"}
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_child_records_it_and_exits_143(project: Path) -> None:
     # `kill`, a service manager or a CI timeout: the batch must not stay "running".
     held(project)
@@ -485,6 +492,7 @@ def test_sigterm_stops_every_child_records_it_and_exits_143(project: Path) -> No
     assert {c["status"] for c in report["children"]} == {"stopped"}
 
 
+@pytest.mark.slow
 def test_a_signal_as_soon_as_the_batch_id_is_printed_still_stops_and_records(
     project: Path,
 ) -> None:
@@ -500,6 +508,7 @@ def test_a_signal_as_soon_as_the_batch_id_is_printed_still_stops_and_records(
     assert report["status"] == "stopped"
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
     # Thousands of queued children and stalled streams: stopping all of them takes a while.
     (project / "flightdeck.toml").write_text(
@@ -560,6 +569,7 @@ def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> N
     assert (out, err) == ("", "flightdeck: interrupted\n")  # no batch started, no traceback
 
 
+@pytest.mark.slow
 def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     (project / "blocker").write_text("a file where a folder should be")
     result = flightdeck("run", "tasks.jsonl", "--state-dir", "blocker/state", cwd=project)
@@ -571,6 +581,7 @@ def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     assert result.stderr.endswith("/blocker exists and is not a folder\n"), result.stderr
 
 
+@pytest.mark.slow
 def test_an_unusable_database_is_one_clear_error(project: Path) -> None:
     db = project / "state" / "flightdeck.db"
     db.parent.mkdir()
@@ -806,6 +817,7 @@ def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
     assert any(r.status is ChildStatus.STOPPED for r in rows)
 
 
+@pytest.mark.slow
 def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
     assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
     proc = subprocess.Popen(
@@ -971,6 +983,7 @@ def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknow
     assert sim_totals["cost_usd"] == sim_totals["cost_known_usd"] == float(sim_cost)
 
 
+@pytest.mark.slow
 def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(project: Path) -> None:
     # logs, report and resume worded it three different ways.
     assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK

@@ -205,6 +205,7 @@ def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
         assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(6))
 
 
+@pytest.mark.slow
 def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
     with CountingServer() as server:
         folder = project(tmp_path, server, 2)

@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import flightdeck.engine
+import pytest
 
 
+@pytest.mark.slow
 def test_engine_imports_no_textual_rich_or_tui() -> None:
     modules = [
         m.name for m in pkgutil.walk_packages(flightdeck.engine.__path__, "flightdeck.engine.")

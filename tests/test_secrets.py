@@ -49,6 +49,7 @@ def test_a_key_echoed_in_any_form_is_redacted_in_the_transcript_and_logs(tmp_pat
 @pytest.mark.parametrize(
     "key", ["sk-live\u202e0123456789", "sk-live\x1b[31m0123456789", "sk-lïve-0123456789"]
 )
+@pytest.mark.slow
 def test_a_key_no_http_header_can_carry_is_refused_at_start(tmp_path: Path, key: str) -> None:
     # A bidi mark in the key made every call fail, after its retries, with UnicodeEncodeError.
     config = tmp_path / "flightdeck.toml"

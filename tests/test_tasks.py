@@ -756,6 +756,7 @@ def test_task_text_over_a_given_limit_is_refused_at_file_line_field(
         ("deep.yaml", "tasks:\n  - goal: '{{'\n  - goal: " + "[" * 100_000 + "\n", 3),
     ],
 )
+@pytest.mark.slow
 def test_input_nested_past_the_parsers_stack_is_a_clear_error_at_its_line(
     tmp_path: Path, name: str, text: str, line: int
 ) -> None:

@@ -144,6 +144,7 @@ async def test_the_transcript_pane_shows_the_date_where_a_batch_passes_midnight(
         ]
 
 
+@pytest.mark.slow
 async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory, hold: Hold) -> None:
     engine = engine_factory(["steer me"], pool=1, sim=held(hold))
     app = app_for(engine)
@@ -192,6 +193,7 @@ async def test_x_stops_the_selected_child(engine_factory: EngineFactory, hold: H
         assert status_of(engine, other) is ChildStatus.RUNNING
 
 
+@pytest.mark.slow
 async def test_tag_three_stop_them_and_the_others_keep_running(
     engine_factory: EngineFactory, hold: Hold
 ) -> None:
@@ -219,6 +221,7 @@ async def test_tag_three_stop_them_and_the_others_keep_running(
         assert not table.tagged  # stopping clears the tags
 
 
+@pytest.mark.slow
 async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
     # max_turns=1 with a tool turn first: those children fail ("max_turns reached"). Batch order
     # is the reverse of id order, so that the two orders differ.
@@ -602,6 +605,7 @@ async def test_sigterm_stops_every_child_and_quits(tmp_path: Path) -> None:
     assert app.return_value is True  # as "stop all and quit": run_app waits, then exits 143
 
 
+@pytest.mark.slow
 async def test_an_unfinished_filter_turns_the_box_red_and_only_a_submitted_one_explains(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -652,6 +656,7 @@ async def test_steer_or_stop_on_a_finished_child_says_why(
     assert view.steered == [] and view.stopped == []
 
 
+@pytest.mark.slow
 async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path) -> None:
     view = StaticView(tmp_path)
     app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
@@ -694,6 +699,7 @@ async def test_the_steer_dialog_says_which_mode_is_chosen_in_words(tmp_path: Pat
         )
 
 
+@pytest.mark.slow
 async def test_the_steer_dialog_says_a_command_route_cannot_be_steered(tmp_path: Path) -> None:
     rows = tuple(
         dataclasses.replace(r, steerable=False) if r.id == "review-02" else r
@@ -720,6 +726,7 @@ async def test_the_steer_dialog_says_a_command_route_cannot_be_steered(tmp_path:
         assert not app.screen.query("#steer-cannot")
 
 
+@pytest.mark.slow
 async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:
     app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
     async with app.run_test(size=SIZE) as pilot:

@@ -131,6 +131,7 @@ def test_logs_prints_and_follows_a_transcript_sanitized(project: Path, owners: l
     assert printed.stdout == first + out
 
 
+@pytest.mark.slow
 def test_logs_and_attach_bad_inputs_exit_2_with_one_line(project: Path, owners: list[int]) -> None:
     none_here = flightdeck("logs", "x", "c1", cwd=project)
     assert none_here.returncode == ExitCode.USAGE
