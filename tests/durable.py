@@ -96,7 +96,7 @@ model = "gpt-loopback"
 base_url = "{server.server.openai_url}"
 api_key_env = "{KEY_ENV}"
 connect_timeout_s = 2
-read_timeout_s = 10
+read_timeout_s = 120
 price = {{ input_per_mtok = 2.5, output_per_mtok = 10 }}
 retry = {{ attempts = 3, base_s = 0.01, max_s = 0.05 }}
 """

@@ -308,7 +308,7 @@ def test_the_attach_benchmark_runs_and_reports(tmp_path: Path) -> None:
     scale = {
         "BENCH_ATTACH_CHILDREN": "12",
         "BENCH_ATTACH_POOL": "4",
-        "BENCH_ATTACH_WINDOW_S": "1.5",
+        "BENCH_ATTACH_WINDOW_S": "5",  # long enough to see children move, loaded or not
         "BENCH_ATTACH_TIME_SCALE": "0.05",
         "BENCH_ATTACH_TP_CHILDREN": "20",
         "BENCH_ATTACH_ROUNDS": "1",
