@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check fmt lint types imports wheel-test bench screenshots clean
+.PHONY: demo test test-agents check fmt lint types imports wheel-test bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,6 +23,18 @@ demo: $(STAMP)
 TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The real agent CLIs, current from npm, installed into $(AGENTS_CACHE) and run as flightdeck
+# children against the loopback server (tests/agents/). Opt-in: `make test` needs no npm.
+AGENTS_CACHE ?= .cache-agents
+AGENTS ?= @anthropic-ai/claude-code@latest @openai/codex@latest
+test-agents: $(STAMP)
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "test-agents: skipped: npm is not installed (it installs Claude Code and Codex)"; \
+		exit 0; fi; \
+	npm install --prefix $(AGENTS_CACHE) --no-audit --no-fund --silent $(AGENTS) && \
+	FLIGHTDECK_AGENTS_BIN=$(AGENTS_CACHE)/node_modules/.bin \
+		$(PY) -m pytest -q -p no:xdist tests/agents
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format engine tui tests scripts

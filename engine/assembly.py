@@ -12,12 +12,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from flightdeck.engine.agents.child import CommandChild
+from flightdeck.engine.agents.book import StoreBook
 from flightdeck.engine.agents.launch import CommandRoute
+from flightdeck.engine.agents.process import Files
 from flightdeck.engine.agents.workspace import Workspace, git_toplevel
+from flightdeck.engine.child.command import ProcessRunner
 from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import Report
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.loop import ModelRunner
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.pool import auto_pool_size
 from flightdeck.engine.control.retry import RetryPolicy
@@ -29,13 +32,17 @@ from flightdeck.engine.inputs.settings import (
     Settings,
 )
 from flightdeck.engine.inputs.settings.stored import settings_json
-from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, too_long
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, spend_known
+from flightdeck.engine.records.processes import ProcessLog
 from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
 from flightdeck.engine.records.sink import TranscriptSink
+
+IO_FOLDER = "io"  # in the batch folder: command children's output and input files
 
 
 def steady_clock() -> Callable[[], float]:
@@ -115,11 +122,6 @@ def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
             )
 
 
-def too_long(length: int, limit: int) -> str:
-    """A text over `[engine] max_task_chars`, said the one way goals and steers share."""
-    return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
-
-
 def check_task_text(batch: Batch, limit: int) -> None:
     """SpecError at the first task whose goal, context or group is over `limit` characters. A
     task file is checked as it loads; a Batch built in Python is checked here."""
@@ -164,12 +166,35 @@ def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -
             )
 
 
+def clients(
+    routes: Mapping[str, Route],
+    given: Mapping[str, Provider],
+    env: Mapping[str, str] | None,
+    source: Path | None,
+) -> tuple[dict[str, Provider], dict[str, CommandRoute]]:
+    """Each route's client: a model provider (`given`, or made), or a command route made ready
+    (its program found, its environment, its key). ConfigError names what is missing."""
+    environ = os.environ if env is None else env
+    providers = {
+        name: given.get(name) or make_provider(route, env, source=source)
+        for name, route in routes.items()
+        if route.command is None
+    }
+    commands = {
+        name: CommandRoute(route, environ, source)
+        for name, route in routes.items()
+        if route.command is not None
+    }
+    return providers, commands
+
+
 def build_child(
     task: Task,
     *,
     batch: Batch,
     settings: Settings,
     providers: Mapping[str, Provider],
+    commands: Mapping[str, CommandRoute],
     throttles: Mapping[str, RouteThrottle],
     toolbox: Toolbox,
     batch_dir: Path,
@@ -178,9 +203,36 @@ def build_child(
     report: Report,
     queued_ts: float,
     sink: TranscriptSink,
+    processes: ProcessLog,
+    batch_id: str,
 ) -> Child:
     """A queued child for one task: one of the batch's, or a child's delegate."""
     route = settings.route(task.route)
+    transcript = str(batch_dir / transcript_name(task))
+    command = commands.get(route.name)
+    if command is not None:
+        assert route.command is not None
+        workspace = Workspace(
+            route.command.workspace,
+            toolbox.root,
+            batch_dir / "workspaces" / task.id,
+            keep=route.command.keep_worktrees,
+        )
+        io = batch_dir / IO_FOLDER
+        files = Files(io / f"{task.id}.out", io / f"{task.id}.err", io / f"{task.id}.in")
+        book = StoreBook(processes, task.id)
+        process = ProcessRunner(command, workspace, meter, files, book, f"{batch_id}/{task.id}")
+        return Child(
+            task,
+            route,
+            process,
+            transcript,
+            clock,
+            report,
+            queued_ts,
+            sink,
+            cost_known=spend_known(route),
+        )
     # Jitter seeded per task: reruns of a batch back off alike (a sim run replays exactly),
     # while children of one batch still spread out.
     retry = RetryPolicy(
@@ -191,31 +243,12 @@ def build_child(
         seed=f"{route.options.get('seed', 0)}:{task.id}",
     )
     provider = providers[route.name]
-    # What a command child and a model child are both made with, after their route.
-    shared = (
-        retry,
-        toolbox,
-        str(batch_dir / transcript_name(task)),
-        meter,
-        clock,
-        report,
-        queued_ts,
-        sink,
-    )
-    if isinstance(provider, CommandRoute):
-        assert route.command is not None
-        workspace = Workspace(
-            route.command.workspace,
-            toolbox.root,
-            batch_dir / "workspaces" / task.id,
-            keep=route.command.keep_worktrees,
-        )
-        return CommandChild(task, provider, *shared, workspace=workspace)
-    child = Child(task, route, provider, *shared)
     budget = settings.budget
+    delegation = None
     if (batch.delegate or route.delegate) and task.depth < budget.max_depth:
-        child.delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
-    return child
+        delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
+    runner = ModelRunner(route.name, provider, retry, toolbox, meter, delegation)
+    return Child(task, route, runner, transcript, clock, report, queued_ts, sink)
 
 
 def manifest_children(children: Iterable[Child]) -> str:

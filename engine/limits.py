@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from flightdeck.engine.errors import CommandError
 from flightdeck.engine.inputs.bounds import MAX_COUNT, MAX_MONEY
-from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Settings
 from flightdeck.engine.model import Limits, RouteCaps
-from flightdeck.engine.records.meter import spend_known
+from flightdeck.engine.money import fmt_usd
+
+if TYPE_CHECKING:
+    from flightdeck.engine.inputs.settings import Settings
+    from flightdeck.engine.records.rows import BatchInfo
+
+# The settings are imported where they are used: a client command (`flightdeck stop`) checks
+# its command here, and starts faster without them.
 
 __all__ = [
     "ROUTE_FIELDS",
@@ -34,6 +41,7 @@ __all__ = [
     "limits_of",
     "parse_count",
     "parse_money",
+    "stored_limits",
     "with_limits",
 ]
 
@@ -41,18 +49,21 @@ ROUTE_FIELDS = ("max_concurrent", "rpm", "tpm")
 OFF = ("off", "none")  # what a field typed as text takes to mean "no limit"
 
 
-class LimitError(ValueError):
+class LimitError(CommandError):
     """A change that cannot be made; `field` names what is wrong (pool_size, route,
     max_concurrent, rpm, tpm, soft_cost_usd)."""
 
+    field: str
+
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+        super().__init__(f"{field}: {message}", field)
         self.message = message
 
 
 def limits_of(settings: Settings, routes: Mapping[str, object], pool_size: int) -> Limits:
     """The limits a batch starts with: its pool size, its routes' caps, its budgets."""
+    from flightdeck.engine.records.meter import spend_known
+
     caps = tuple(
         RouteCaps(name, r.max_concurrent, r.rpm, r.tpm)
         for name in routes
@@ -78,6 +89,8 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         raise LimitError("limits", "nothing to change")
     out = limits
     if "pool_size" in change:
+        from flightdeck.engine.inputs.settings import MAX_CONCURRENT
+
         size = change["pool_size"]
         if not _whole(size) or not 1 <= size <= MAX_CONCURRENT:
             raise LimitError(
@@ -113,7 +126,7 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         hard = out.max_cost_usd
         if soft is not None and hard is not None and soft > hard:
             raise LimitError(
-                "soft_cost_usd", f"must be at most the hard budget, max_cost_usd ${hard}"
+                "soft_cost_usd", f"must be at most the hard budget, max_cost_usd {fmt_usd(hard)}"
             )
         out = dataclasses.replace(out, soft_cost_usd=soft)
     return out
@@ -161,8 +174,8 @@ def describe(change: Mapping[str, Any]) -> str:
         shown = ", ".join(f"{k} {'off' if v is None else v}" for k, v in fields.items())
         parts.append(f"route {name} {shown}")
     if "soft_cost_usd" in change:
-        soft = change["soft_cost_usd"]
-        parts.append("soft budget " + ("off" if soft is None else f"${soft}"))
+        soft = _money(change["soft_cost_usd"])
+        parts.append("soft budget " + ("off" if soft is None else fmt_usd(soft)))
     return "; ".join(parts)
 
 
@@ -194,6 +207,19 @@ def limits_from_json(text: str) -> Limits:
         soft_held=data.get("soft_held"),
         unpriced_route=data.get("unpriced_route"),
     )
+
+
+def stored_limits(info: BatchInfo, routes: Callable[[], Iterable[str]]) -> Limits:
+    """The live limits a batch's row keeps (its owner records them from the start), else those
+    its settings began with (a batch of an earlier flightdeck: `routes` names its routes)."""
+    if info.limits_json:
+        return limits_from_json(info.limits_json)
+    if info.settings_json is None:  # older still: only its pool size and budget are known
+        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
+    from flightdeck.engine.inputs.settings.stored import settings_from_json
+
+    names = dict.fromkeys(sorted(set(routes())))
+    return limits_of(settings_from_json(info.settings_json), names, info.pool_size)
 
 
 def with_limits(settings: Settings, limits: Limits) -> Settings:

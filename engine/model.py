@@ -55,6 +55,21 @@ class ChildStatus(StrEnum):
 
 _LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING, ChildStatus.PAUSED})
 
+# The tool through which a child hands sub-tasks to the engine and waits for them, holding no
+# slot meanwhile (`child/delegate.py`).
+DELEGATE_TOOL = "delegate"
+# How a running child's activity text starts while the operator's pause of it is pending: it
+# takes the pause at the end of its turn, or, waiting on its delegates, once they return. The
+# store keeps the text, so an attached view reads the same (`ChildRow.pausing`).
+PAUSING = "pausing"
+
+
+def pausing_text(current_tool: str | None) -> str:
+    """The activity text of a running child whose pause is pending."""
+    if current_tool == DELEGATE_TOOL:
+        return f"{PAUSING} once its delegates return"
+    return f"{PAUSING} at the end of this turn"
+
 
 class BatchStatus(StrEnum):
     """Lifecycle of a batch."""
@@ -141,6 +156,9 @@ class SteerReceipt:
     # Who sent it: the operator, or a route's loop policy acting on its own (not stored in
     # the controls table: the policy's "loop_policy" event names its receipt).
     by: Literal["operator", "policy"] = "operator"
+    # How it was delivered, where the child says: "into the running turn" (an agent CLI
+    # that folds it into the turn under way), "as a new turn", "by resuming the session".
+    how: str | None = None
 
 
 @record
@@ -196,6 +214,18 @@ class ChildRow:
     parent: str | None = None  # the child that delegated it (None: one of the batch's tasks)
     depth: int = 0
     loop: LoopEvidence | None = None  # flagged as looping (cleared when it makes progress)
+    looped_ts: float | None = None  # when it was last flagged, kept once the flag clears
+
+    @property
+    def pausing(self) -> bool:
+        """The operator paused it and it has not taken the pause yet: still running, to its
+        turn's end or until its delegates return (counted and continued as paused)."""
+        return self.status is ChildStatus.RUNNING and self.activity.text.startswith(PAUSING)
+
+    @property
+    def waits_on_delegates(self) -> bool:
+        """Running, inside its `delegate` call: it holds no slot until its delegates end."""
+        return self.status is ChildStatus.RUNNING and self.activity.current_tool == DELEGATE_TOOL
 
     @property
     def live_usage(self) -> Usage:
@@ -297,6 +327,7 @@ class Totals:
     failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
     stopped: int = 0  # stopped by the operator, a budget or a signal
     paused: int = 0  # paused by the operator (live: neither queued nor running)
+    pausing: int = 0  # running, their operator's pause pending (`ChildRow.pausing`)
     usage: Usage = field(default_factory=Usage)
     cost_usd: Decimal = Decimal(0)
     cost_unknown: int = 0  # children whose price is unknown

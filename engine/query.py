@@ -16,6 +16,10 @@ STATUS_ALIASES: dict[str, frozenset[str]] = {
     "done": frozenset(s.value for s in ChildStatus if s.terminal),
     "attention": frozenset({"failed", "stalled", "timed_out", "retrying"}),
     "retrying": frozenset({"retrying"}),
+    # A child whose pause is pending is paused as far as the operator is concerned: a continue
+    # of `status:paused` must lift its pause too (`ChildRow.pausing`).
+    "paused": frozenset({"paused", "pausing"}),
+    "pausing": frozenset({"pausing"}),
 }
 _STATUS_VALUES = frozenset(s.value for s in ChildStatus)
 _WAITING = frozenset({ChildStatus.QUEUED, ChildStatus.GATED})
@@ -118,12 +122,12 @@ class RowFilter:
             return False
         if self.outliers_only and (medians is None or medians.outlier(row) is None):
             return False
-        if self.statuses is not None:
-            retrying = is_retrying(row)
-            if row.status.value not in self.statuses and not (
-                retrying and "retrying" in self.statuses
-            ):
-                return False
+        if self.statuses is not None and (
+            row.status.value not in self.statuses
+            and not ("retrying" in self.statuses and is_retrying(row))
+            and not ("pausing" in self.statuses and row.pausing)
+        ):
+            return False
         if self.routes is not None and row.route.lower() not in self.routes:
             return False
         if self.groups is not None and (row.group or "").lower() not in self.groups:
@@ -289,5 +293,5 @@ def _statuses(raw: str, item: str) -> frozenset[str]:
         return STATUS_ALIASES[item]
     if item in _STATUS_VALUES:
         return frozenset({item})
-    known = ", ".join([*(s.value for s in ChildStatus), *STATUS_ALIASES])
+    known = ", ".join(dict.fromkeys([*(s.value for s in ChildStatus), *STATUS_ALIASES]))
     raise QueryError(f"{raw!r}: unknown status {item!r} (one of: {known})")

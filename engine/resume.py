@@ -1,10 +1,13 @@
 """`resume`: a batch whose owner died, picked up from the store alone and run to the end.
 
 What the store says of each child decides what becomes of it: a final row is kept and never
-run again; a child that was running when the owner died is marked `unknown` with what was
-recorded (usage, transcript) and runs again from the start (unless `--no-rerun`); a queued one
-runs in its original order. Spend before the crash counts in the totals and against the
-budget; steers queued and never delivered go to the re-run child or are marked missed.
+run again; a command child whose process still runs is adopted (watched on from where its
+output was read, never run twice); a process that cannot be adopted is ended, its whole tree,
+before its task runs again; any other child that was running when the owner died is marked
+`unknown` with what was recorded (usage, transcript) and runs again from the start (unless
+`--no-rerun`); a queued one runs in its original order. Spend before the crash counts in the
+totals and against the budget; steers queued and never delivered go to the re-run child or are
+marked missed.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine import assembly
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.agents.adopt import end_tree
+from flightdeck.engine.agents.book import record_of
+from flightdeck.engine.child.command import Adoption, ProcessRunner
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.inputs.settings import Settings
@@ -29,6 +35,7 @@ from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.processes import ProcessLog, ProcessRow, processes
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import refuse_pending
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
@@ -81,6 +88,8 @@ class Resumed:
     lost_cost_usd: Decimal = Decimal(0)  # what the lost attempts were billed (known prices)
     lost_cost_unknown: int = 0  # lost attempts with no price
     first_receipt_id: int = 1
+    adopted: list[str] = dataclasses.field(default_factory=list)  # processes watched on
+    ended: list[str] = dataclasses.field(default_factory=list)  # process trees ended first
 
 
 def load(state_dir: Path, batch_id: str) -> Stored:
@@ -133,15 +142,20 @@ def settle(
     lost_owner: int,
     lost_ts: float,
     clock: Callable[[], float],
+    running: Sequence[ProcessRow] = (),
 ) -> Resumed:
     """Decide each child's fate from its stored row, and record what that changes.
 
     `stored` holds the ids of every child in the store, `rows` the rows of those that had
-    started (a queued child needs no row built: most of a big batch, often)."""
+    started (a queued child needs no row built: most of a big batch, often); `running` the
+    processes the dead owner recorded as running."""
     by_id = {r.id: r for r in rows}
     out = Resumed(live=[], carried=[])
+    adopted = _adopt(children, by_id, running, batch_id, store, meter, lost_owner, clock, out)
     missing = []
     for child in children:
+        if child.task.id in adopted:
+            continue
         row = by_id.get(child.task.id)
         # Paused before it started: as good as queued (nothing was lost).
         unstarted = row is not None and row.status is ChildStatus.PAUSED and not row.started_ts
@@ -168,6 +182,7 @@ def settle(
                         row, status=ChildStatus.UNKNOWN, finished_ts=lost_ts, error=_why(lost_owner)
                     )
                 )
+    out.live = [c for c in children if c.task.id in adopted] + out.live  # they hold slots
     if missing:
         store.add_queued(batch_id, assembly.queued_rows(missing))
     _settle_made(children, rows, out, batch_id, store, meter, lost_owner, lost_ts, clock)
@@ -217,6 +232,7 @@ def take_over(
         rows += [r for i in made if (r := reader.child(batch_id, i)) is not None]
         receipts = reader.controls(batch_id, kind="steer")
         lost_before = lost_cost(reader.events(batch_id))  # earlier resumes' losses
+    running = processes(store.path, batch_id)
     lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
     found = settle(
         children,
@@ -230,6 +246,7 @@ def take_over(
         lost_owner=info.owner_pid,
         lost_ts=lost_ts,
         clock=clock,
+        running=running,
     )
     lost: Decimal | None = None
     if lost_before is not None and not found.lost_cost_unknown:
@@ -245,10 +262,62 @@ def take_over(
                 "rerun": found.rerun,
                 "lost": found.lost,
                 "lost_cost_usd": str(found.lost_cost_usd),
+                "adopted": found.adopted,
+                "ended": found.ended,
             }
         ),
     )
     return found, lost
+
+
+def _adopt(
+    children: Sequence[Child],
+    rows: dict[str, ChildRow],
+    running: Sequence[ProcessRow],
+    batch_id: str,
+    store: Store,
+    meter: Meter,
+    pid: int,
+    clock: Callable[[], float],
+    out: Resumed,
+) -> set[str]:
+    """The dead owner's processes: each one still running is adopted by its child if it can
+    be, or ended with its whole tree before its task runs again. Returns the adopted ids."""
+    by_id = {c.task.id: c for c in children}
+    log = ProcessLog(store, batch_id)
+    adopted: set[str] = set()
+    for process in running:
+        child, row = by_id.get(process.child_id), rows.get(process.child_id)
+        record = record_of(process)
+        live = row is not None and not row.status.terminal and child is not None
+        runner = child.runner if child is not None else None
+        why = "its child had ended" if not live else "it does not run a command"
+        if live and isinstance(runner, ProcessRunner):
+            why = runner.adopt(Adoption(record, process.usage, process.cost_usd)) or ""
+        if child is not None and live and not why:
+            adopted.add(process.child_id)
+            out.adopted.append(process.child_id)
+            if process.cost_usd is None:
+                meter.add_unpriced(process.usage)
+            else:
+                meter.add_cost(process.usage, process.cost_usd)
+            child.carry(process.usage, process.cost_usd)
+            child.transcript.write(
+                "engine", f"{_why(pid)}; its process {process.pid} still runs: adopted"
+            )
+            store.record_event(batch_id, process.child_id, clock(), "adopted", str(process.pid))
+            continue
+        left = end_tree(record, runner.stop_grace_s if runner is not None else 5.0)
+        log.ended(process.child_id)
+        note = f"its process {process.pid} was not adopted ({why}): its tree was ended"
+        if left:
+            note += f", but {len(left)} process(es) could not be killed"
+        if child is not None:
+            child.transcript.write("engine", note)
+        if why != "it has ended":
+            out.ended.append(process.child_id)
+            store.record_event(batch_id, process.child_id, clock(), "process_ended", note)
+    return adopted
 
 
 def _settle_made(

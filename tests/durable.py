@@ -78,8 +78,11 @@ class CountingServer:
             return Counter(self.runs)
 
 
-def project(folder: Path, server: CountingServer, children: int, pool: int = 3) -> Path:
-    """A folder with tasks.jsonl and a flightdeck.toml whose route is the server."""
+def project(
+    folder: Path, server: CountingServer, children: int, pool: int = 3, engine: str = ""
+) -> Path:
+    """A folder with tasks.jsonl and a flightdeck.toml whose route is the server (`engine`:
+    more lines for its [engine] table)."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "tasks.jsonl", "w") as fh:
         for i in range(children):
@@ -89,7 +92,7 @@ def project(folder: Path, server: CountingServer, children: int, pool: int = 3) 
 max_concurrent = {pool}
 default_route = "lb"
 state_dir = "state"
-
+{engine}
 [routes.lb]
 provider = "openai"
 model = "gpt-loopback"

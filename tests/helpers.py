@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -113,12 +114,17 @@ def run_to_end(engine: Engine, timeout: float = 30.0) -> Snapshot:
         engine.close()
 
 
-def until(pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005) -> float:
-    """Poll `pred` until true; return the seconds it took. Fails the test on timeout."""
+def until(
+    pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005, what: str = ""
+) -> float:
+    """Poll `pred` until true; return the seconds it took. Fails the test on timeout (saying
+    `what` it waited for)."""
     t0 = time.monotonic()
     while not pred():
         if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(
+                f"condition not met within {timeout}s" + (f": {what}" if what else "")
+            )
         time.sleep(every)
     return time.monotonic() - t0
 
@@ -141,3 +147,14 @@ def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complet
         timeout=timeout,
         env={**os.environ, "NO_COLOR": "1"},
     )
+
+
+def summary_of(lines: list[str]) -> list[list[str]]:
+    """The end-of-run summary table's rows, its header first: columns are two spaces apart
+    (or more), figures and headers right-aligned, a header in two lines over a rule."""
+    rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
+    above = {m.end(): m.group() for m in re.finditer(r"\S+", lines[rule - 2])}
+    names = re.finditer(r"\S+", lines[rule - 1])
+    header = [f"{above.get(m.end(), '')} {m.group()}".strip() for m in names]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[rule + 1 :]]
+    return [header, *(row for row in rows if len(row) == len(header))]

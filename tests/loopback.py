@@ -96,7 +96,13 @@ Responder = Callable[[Received], Reply]
 class Loopback:
     """The server; a context manager. `release()` ends every stall at once."""
 
-    def __init__(self, responder: Responder | None = None) -> None:
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        formats: dict[str, Callable[[int, dict[str, Any]], _Format]] | None = None,
+    ) -> None:
+        # The paths served, each in its wire format (more can be added: tests/agentserver.py).
+        self.formats = formats or {OPENAI_PATH: _OpenAIFormat, ANTHROPIC_PATH: _AnthropicFormat}
         self._lock = threading.Lock()
         self._script: deque[Reply] = deque()
         self.default = Reply()
@@ -258,11 +264,10 @@ class _Handler(BaseHTTPRequestHandler):
         received = Received(ts, self.path, headers, body)
         reply = loopback._next(received)
         status = reply.status
+        path = self.path.partition("?")[0].rstrip("/")  # Claude Code adds `?beta=true`
         try:
-            if self.path.rstrip("/") == OPENAI_PATH:
-                self._serve(reply, body, _OpenAIFormat(loopback._id(), body))
-            elif self.path.rstrip("/") == ANTHROPIC_PATH:
-                self._serve(reply, body, _AnthropicFormat(loopback._id(), body))
+            if (fmt := loopback.formats.get(path)) is not None:
+                self._serve(reply, body, fmt(loopback._id(), body))
             else:
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}}, {})
         except (_Disconnect, OSError):

@@ -96,7 +96,10 @@ def test_stray_lines_are_shown_and_bad_json_never_raises() -> None:
         assert reader.feed('{"type": "result", "usage": ') == [
             Shown("output", '{"type": "result", "usage": ')
         ]
-        assert reader.feed('{"type": "assistant", "message": 3}') == []
+    assert reader_for("claude-stream-json").feed('{"type": "assistant", "message": 3}') == []
+    # An event Codex never printed: one line, never dropped, never fatal.
+    events = reader_for("codex-json").feed('{"type": "assistant", "message": 3}')
+    assert events == [Shown("event", 'assistant: {"type": "assistant", "message": 3}')]
     assert reader_for("plain").feed("x") == [Shown("output", "x")]
 
 

@@ -18,6 +18,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+from flightdeck.engine.records.reader import StoreReader
 
 from tests.helpers import run_to_end, until
 
@@ -79,11 +80,14 @@ def test_claude_stream_json_gives_result_tools_usage_and_cost(tmp_path: Path) ->
     row = snap.children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "got: review the change"
-    assert row.cost_usd == Decimal("0.0123")  # the CLI's own report
-    assert row.usage.input_tokens == 100 and row.usage.output_tokens == 20
-    assert row.usage.cache_read_tokens == 1000 and row.usage.cache_write_tokens == 50
+    assert row.cost_usd == Decimal("0.0127")  # the CLI's own report: its side call's too
+    # The tokens the cost is for (modelUsage: both models), not `usage` (the main loop's).
+    assert row.usage.input_tokens == 500 and row.usage.output_tokens == 50
+    assert row.usage.cache_read_tokens == 2000 and row.usage.cache_write_tokens == 100
     assert row.activity.tool_calls == 1 and row.activity.current_tool is None
-    assert snap.totals.cost_usd == Decimal("0.0123") and snap.totals.cost_unknown == 0
+    assert row.activity.api_calls == 2  # num_turns: the CLI's own API calls
+    assert row.model == "claude-fake-4"  # what it reported, not the route's
+    assert snap.totals.cost_usd == Decimal("0.0127") and snap.totals.cost_unknown == 0
     text = transcript(row)
     assert 'tool-call │ Bash {"command": "ls"}' in text
     assert "tool      │ README.md" in text
@@ -112,7 +116,7 @@ def test_codex_json_gives_usage_and_no_cost_without_a_price(tmp_path: Path) -> N
     assert row.cost_usd is None  # codex reports no cost, the route has no price: `$?`
     assert row.activity.tool_calls == 1
     text = transcript(row)
-    assert "tool-call │ shell bash -lc ls" in text and "file change: add notes.md" in text
+    assert "tool-call │ shell /bin/bash -lc ls" in text and "file change: add notes.md" in text
 
 
 def test_codex_tokens_are_priced_by_the_route_price(tmp_path: Path) -> None:
@@ -162,7 +166,8 @@ def test_output_is_sanitized_keys_redacted_and_env_allowlisted(tmp_path: Path) -
     assert "red" in text and "stderr key=[REDACTED]" in text
     env_line = next(line for line in text.splitlines() if "env: " in line)
     names = set(env_line.split("env: ", 1)[1].split())
-    assert names <= {"PATH", "HOME", "LANG", "TERM", "FAKE_KEY", "PASSED_ON", "LC_CTYPE"}
+    allowed = {"PATH", "HOME", "LANG", "TERM", "FAKE_KEY", "PASSED_ON", "LC_CTYPE"}
+    assert names <= allowed | {"FLIGHTDECK_CHILD"}  # its tag: engine/agents/tree.py
     assert "PASSED_ON" in names and "NOT_PASSED" not in names
     assert KEY not in (row.result or "")
 
@@ -241,6 +246,61 @@ def test_a_silent_process_is_stalled_and_killed(tmp_path: Path) -> None:
     assert row.status is ChildStatus.STALLED
     assert row.error == "no activity for 0.3s"
     assert pids and all(_gone(pid) for pid in pids)
+
+
+@pytest.mark.slow
+def test_a_cli_waiting_out_a_retry_is_not_stalled_and_shows_why(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    args = ("-p", "--output-format", "stream-json", "--verbose", "--fake-retries", "2")
+    route = fake("fake_claude.py", *args, "--fake-retry-hold", str(hold), "{goal}")
+    route += 'format = "claude-stream-json"\n'
+    settings = config(tmp_path, route, engine="stall_after_s = 1\nstall_grace_s = 0.3")
+    engine = engine_for(tmp_path, settings)
+    until(lambda: row_of(engine).activity.retries == 2, timeout=10)
+    row = row_of(engine)
+    assert row.activity.retrying and row.activity.text == "429 rate_limit, retry 2/10 in 0.5s"
+    time.sleep(2.5)  # quiet for longer than stall_after_s: a CLI in its backoff is held
+    assert row_of(engine).status is ChildStatus.RUNNING
+    hold.touch()
+    row = run_to_end(engine).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert not row.activity.retrying
+    assert "api retry: 429 rate_limit, retry 1/10 in 0.5s" in transcript(row)
+
+
+def test_the_cli_own_error_is_the_failure_reason_not_its_stderr(tmp_path: Path) -> None:
+    codex = fake("fake_codex.py", "exec", "--json", "--fake-retries", "2", "--fake-fail", "{goal}")
+    route = codex + 'format = "codex-json"\n'
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.FAILED
+    reason = "exceeded retry limit, last status: 429 Too Many Requests"
+    assert row.error == f"the CLI reported an error: {reason}"  # not stderr's WARNING
+    assert row.activity.retries == 2  # its reconnects, shown as retries
+    claude = fake("fake_claude.py", "-p", "--output-format", "stream-json", "--verbose")
+    claude += 'format = "claude-stream-json"\n'
+    claude = claude.replace(
+        '"--verbose"]', '"--verbose", "--fake-fail", "API Error: 429 slow down"]'
+    )
+    row = run_to_end(engine_for(tmp_path / "c", config(tmp_path, claude))).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error == "the CLI reported an error: API Error: 429 slow down"
+
+
+def test_the_documented_codex_argv_runs_and_full_auto_is_refused(tmp_path: Path) -> None:
+    """examples/agents/flightdeck.toml's Codex argv, on the fake (which refuses --full-auto as
+    Codex 0.171 does)."""
+    import tomllib
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "agents" / "flightdeck.toml"
+    documented = tomllib.loads(examples.read_text())["routes"]["codex"]["argv"]
+    assert "--full-auto" not in documented and "workspace-write" in documented
+    argv = [PY, str(FAKES / "fake_codex.py"), *documented[1:]]
+    route = "argv = " + repr(argv).replace("'", '"') + '\nformat = "codex-json"\n'
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    old = route.replace('"--sandbox", "workspace-write"', '"--full-auto"')
+    row = run_to_end(engine_for(tmp_path / "o", config(tmp_path, old))).children[0]
+    assert row.error == "exit 2: error: unexpected argument '--full-auto' found"
 
 
 # --- workspaces ------------------------------------------------------------------------------
@@ -351,31 +411,75 @@ def test_a_route_that_cannot_be_steered_misses_the_steer_and_says_so(tmp_path: P
     assert "missed: look at tests too (this route cannot be steered)" in transcript(row)
 
 
-def test_steer_reaches_claude_on_stdin_as_a_user_turn(tmp_path: Path) -> None:
-    route = fake(
-        "fake_claude.py",
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--fake-sleep",
-        "0.5",
-    )
-    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
-    engine = engine_for(tmp_path, config(tmp_path, route))
-    until(lambda: row_of(engine).status is ChildStatus.RUNNING)
+STDIN_ARGV = (
+    "-p",
+    "--input-format",
+    "stream-json",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--replay-user-messages",
+)
+STDIN_ROUTE = 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
+
+
+def test_a_steer_mid_turn_goes_into_the_running_turn_and_the_child_still_ends(
+    tmp_path: Path,
+) -> None:
+    # Claude Code folds a message that arrives while a turn runs into that turn, and prints
+    # one result for both: the child used to wait for a second result and stall.
+    gate = tmp_path / "gate"
+    route = fake("fake_claude.py", *STDIN_ARGV, "--fake-gate", str(gate)) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route, engine="stall_after_s = 5"))
+    until(lambda: written(engine, "tool-call │ Bash"), timeout=10)
     assert row_of(engine).steerable
     engine.steer(["t0"], "also check the docs")
+    until(lambda: written(engine, "sent to its input: also check the docs"), timeout=10)
+    gate.touch()
     row = run_to_end(engine, timeout=10).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
-    assert [r.state for r in row.steers] == [SteerState.DELIVERED]
-    assert row.result == "got: also check the docs"  # the last turn's answer
+    assert row.result == "got: review the change + also check the docs"  # one turn, both
+    (receipt,) = row.steers
+    assert (receipt.state, receipt.how) == (SteerState.DELIVERED, "into the running turn")
+    assert "delivered into the running turn: also check the docs" in transcript(row)
+    assert transcript(row).count("result: success") == 1
+    stored = StoreReader(tmp_path / "state" / "flightdeck.db").controls(engine.batch_id)
+    assert [c.how for c in stored] == ["into the running turn"]  # attached views see it too
+
+
+def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    argv = (*STDIN_ARGV, "--fake-hold", str(hold), "--fake-repeat", "0")  # no tool: no fold
+    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "claude session sess-0001"), timeout=10)
+    engine.steer(["t0"], "and the changelog")
+    until(lambda: written(engine, "sent to its input: and the changelog"), timeout=10)
+    hold.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "got: and the changelog"  # the last turn's answer
+    assert [(r.state, r.how) for r in row.steers] == [(SteerState.DELIVERED, "as a new turn")]
+    assert "assistant │ got: review the change" in transcript(row)
+    assert row.cost_usd == Decimal("0.0254")  # two turns, each reported once
+
+
+def test_steer_now_interrupts_the_claude_turn_and_starts_a_new_one(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"  # opened once the steer runs: only the interrupt ends turn one
+    route = fake("fake_claude.py", *STDIN_ARGV, "--fake-gate", str(gate)) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "tool-call │ Bash"), timeout=10)
+    engine.steer(["t0"], "focus on security", now=True)
+    until(lambda: written(engine, "delivered as a new turn"), timeout=10)
+    gate.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "got: focus on security"
+    how = "as a new turn, the running one interrupted"
+    assert [(r.state, r.how) for r in row.steers] == [(SteerState.DELIVERED, how)]
     text = transcript(row)
-    assert "assistant │ got: review the change" in text
-    assert row.cost_usd == Decimal("0.0246")  # two turns; total_cost_usd is cumulative
-    assert row.usage.input_tokens == 200
+    assert "sent after interrupting the running turn: focus on security" in text
+    assert "[Request interrupted by user for tool use]" in text
 
 
 def test_steer_now_stops_claude_and_resumes_its_session(tmp_path: Path) -> None:
@@ -563,7 +667,7 @@ def test_values_passed_by_env_pass_are_redacted_like_the_key(tmp_path: Path) -> 
 
 
 def test_a_process_killed_by_a_real_time_signal_says_so() -> None:
-    from flightdeck.engine.agents.child import _status_text
+    from flightdeck.engine.child.command import status_text as _status_text
 
     assert _status_text(-40) == "killed by signal 40"
     assert _status_text(-9) == "killed by SIGKILL"

@@ -103,6 +103,14 @@ def load_runner() -> ModuleType:
     return module
 
 
+def test_the_command_benchmark_runs_and_reports() -> None:
+    code = "import bench_commands; bench_commands.main()"
+    scale = {"BENCH_CHILDREN": "8", "BENCH_LINES": "500", "BENCH_SLEEPERS": "4"}
+    _, result = run_bench(code, {**scale, "BENCH_SLEEP_S": "0.2"})
+    assert result["bench"] == "commands" and result["children"] == 8
+    assert result["ratio_of_xargs"] > 0 and result["makespan_over_ideal"] >= 1
+
+
 def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
     rows = load_runner().summary_rows(RECORDED)
     assert rows == [

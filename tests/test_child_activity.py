@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.child.activity import InFlight
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.loop import ModelRunner
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.retry import RetryPolicy
 from flightdeck.engine.inputs.settings import RetrySettings
@@ -123,14 +124,19 @@ def make_child(
     clock: Callable[[], float] = lambda: 100.0,
     max_turns: int = 30,
 ) -> Child:
-    return Child(
-        Task(id="c1", goal="Look around", seq=0, max_turns=max_turns),
-        sim_route(),
+    route = sim_route()
+    runner = ModelRunner(
+        route.name,
         provider or TwoTurns(),
         RetryPolicy(RetrySettings()),
         tools or Toolbox(tmp_path),
-        str(tmp_path / "c1.log"),
         Meter(),
+    )
+    return Child(
+        Task(id="c1", goal="Look around", seq=0, max_turns=max_turns),
+        route,
+        runner,
+        str(tmp_path / "c1.log"),
         clock,
         facts.append,
         queued_ts=0.0,

@@ -24,7 +24,15 @@ from typing import IO
 import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Budget
-from flightdeck.engine.model import Activity, ChildFinished, ChildRow, ChildStatus, Usage
+from flightdeck.engine.model import (
+    Activity,
+    BatchStatus,
+    ChildFinished,
+    ChildRow,
+    ChildStatus,
+    Snapshot,
+    Usage,
+)
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.console import PipeSafeConsole
 from flightdeck.tui.exitcodes import ExitCode
@@ -32,7 +40,7 @@ from flightdeck.tui.headless import run_headless
 from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
-from helpers import Hold, batch, flightdeck, laughs, settings, sim_route
+from helpers import Hold, batch, flightdeck, laughs, settings, sim_route, summary_of
 
 FAST_CONFIG = """
 [engine]
@@ -192,10 +200,10 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
     assert len(done) == 6
     assert sorted(int(re.search(r"\[(\d)/6\]", d).group(1)) for d in done) == [1, 2, 3, 4, 5, 6]  # type: ignore[union-attr]
     assert f"batch {batch_id.group(1)} — completed" in out  # the summary table's title
-    header, totals = [table_cells(line) for line in out if line.startswith(("┃", "│"))]
+    header, totals = summary_of(out)
     assert header == [
         "children",
-        "completed",
+        "ok",
         "failed",
         "stopped",
         "tokens in",
@@ -230,10 +238,10 @@ def test_quitting_the_tui_prints_the_summary_and_the_report_hint(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # On a terminal `run` starts the owner process and attaches the TUI to it through the store.
+    from flightdeck.engine.attached.view import StoreView
     from flightdeck.engine.model import BatchStatus
     from flightdeck.tui.app import FlightdeckApp
     from flightdeck.tui.cli import main
-    from flightdeck.tui.storeview import StoreView
 
     def run_app(app: FlightdeckApp) -> bool:  # the operator watches the batch end, then quits
         assert isinstance(app.view, StoreView)
@@ -254,8 +262,8 @@ def test_quitting_the_tui_prints_the_summary_and_the_report_hint(
     assert out[0] == "<app screen>"  # all of it after the app has gone
     batch_id = re.fullmatch(r"batch (\S+) — completed", out[1])  # the summary table's title
     assert batch_id, out
-    header, totals = [table_cells(line) for line in out if line.startswith(("┃", "│"))]
-    assert header[:4] == ["children", "completed", "failed", "stopped"]
+    header, totals = summary_of(out)
+    assert header[:4] == ["children", "ok", "failed", "stopped"]
     assert totals[:4] == ["6", "6", "0", "0"]
     assert out[-1].startswith(f"report: flightdeck report {batch_id.group(1)} --state-dir ")
 
@@ -691,7 +699,7 @@ class _ClosesAtSummary(io.StringIO):
     """A pipe whose reader leaves after the last completion line, before the summary."""
 
     def write(self, text: str) -> int:
-        if "children" in text and "completed" in text:  # the summary table's header
+        if "children" in text and "stopped" in text:  # the summary table's header
             raise BrokenPipeError
         return super().write(text)
 
@@ -851,11 +859,9 @@ def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dolla
     snap = Snapshot("b1", BatchStatus.COMPLETED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
     out = io.StringIO()
     Console(file=out, width=200).print(summary_table(snap))
-    header, totals = [
-        table_cells(line) for line in out.getvalue().splitlines() if line.startswith(("┃", "│"))
-    ]
+    header, totals = summary_of(out.getvalue().splitlines())
     assert header[-2:] == ["cost", "cache saved"] and "route" not in header  # one line
-    assert totals[-2:] == ["$? (2 unknown)", "$?"]
+    assert totals[-2:] == ["$?", "$?"]
 
 
 def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:
@@ -913,10 +919,8 @@ def test_the_summary_shows_stopped_apart_from_failed_per_route() -> None:
     snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
     out = io.StringIO()
     Console(file=out, width=200).print(summary_table(snap))
-    header, *lines = [
-        table_cells(line) for line in out.getvalue().splitlines() if line.startswith(("┃", "│"))
-    ]
-    assert header[:5] == ["route", "children", "completed", "failed", "stopped"]
+    header, *lines = summary_of(out.getvalue().splitlines())
+    assert header[:5] == ["route", "children", "ok", "failed", "stopped"]
     assert [cells[:5] for cells in lines] == [
         ["a", "3", "1", "1", "1"],
         ["b", "3", "0", "1", "2"],
@@ -954,17 +958,11 @@ def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknow
     snap = engine.snapshot()
     sim_cost = sum((r.cost_usd or Decimal(0) for r in snap.children), Decimal(0))
     assert sim_cost > 0 and [r.cost_usd for r in snap.children if r.route == "gpt"] == [None] * 2
-    table = [
-        table_cells(line) for line in out.getvalue().splitlines() if line.startswith(("┃", "│"))
-    ]
+    table = summary_of(out.getvalue().splitlines())
     assert [row[0] for row in table] == ["route", "gpt", "sim", "total"]
     assert [row[1:4] for row in table[1:]] == [["2", "2", "0"], ["3", "3", "0"], ["5", "5", "0"]]
     assert table[0][-2:] == ["cost", "cache saved"]
-    assert [row[-2] for row in table[1:]] == [
-        "$? (2 unknown)",
-        fmt_cost(sim_cost),
-        f"{fmt_cost(sim_cost)} (+2 unknown)",
-    ]
+    assert [row[-2] for row in table[1:]] == ["$?", fmt_cost(sim_cost), f"{fmt_cost(sim_cost)}+?"]
     assert table[1][-1] == "$?"  # the unpriced route's saving is as unknown as its cost
 
     with StoreReader(tmp_path / "flightdeck.db") as reader:
@@ -1005,3 +1003,59 @@ def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(project: Path
         f"flightdeck: batch_id: no batch 'nope' in {state.absolute()} (flightdeck ls lists "
         "them; another state folder: --state-dir)"
     }, said
+
+
+def _summary_snap() -> Snapshot:
+    """A batch on a model route and on a command route whose CLI reports no usage."""
+
+    from flightdeck.engine.records.meter import totals_of
+
+    from test_store import make_child
+
+    S = ChildStatus
+    priced = [
+        make_child(i, status=S.COMPLETED, route="claude-sonnet-reviewers", cost_usd=Decimal(c),
+                   usage=Usage(12_345, 6_789, 40_000), activity=Activity(api_calls=3))
+        for i, c in enumerate(("0.0457", "1.2034"))
+    ]  # fmt: skip
+    commands = [
+        make_child(2 + i, status=S.COMPLETED, route="codex-cli", cost_usd=None,
+                   activity=Activity(api_calls=1))
+        for i in range(2)
+    ]  # fmt: skip
+    rows = (*priced, *commands)
+    return Snapshot("b1", BatchStatus.COMPLETED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
+
+
+def test_a_command_routes_uncounted_tokens_read_unknown_in_the_summary_as_on_its_lines() -> None:
+    from flightdeck.tui.output import completion_text, summary_table
+
+    snap = _summary_snap()
+    command = snap.children[2]
+    assert " ? tok " in completion_text(ChildFinished(command, 3, 4))  # its own line
+    out = io.StringIO()
+    Console(file=out, width=200).print(summary_table(snap))
+    header, *rows = summary_of(out.getvalue().splitlines())
+    cells = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+    assert [cells["codex-cli"][k] for k in ("tokens in", "tokens out")] == ["?", "?"]
+    # counted tokens beside uncounted ones: a floor, not a total
+    assert cells["total"]["tokens in"] == "24.7k+?"
+    assert cells["claude-sonnet-reviewers"]["tokens in"] == "24.7k"
+
+
+def test_the_summary_is_readable_at_80_columns() -> None:
+    from flightdeck.tui.output import money_lines, summary_table
+
+    out = io.StringIO()
+    Console(file=out, width=80).print(summary_table(_summary_snap()))
+    lines = out.getvalue().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    header, *rows = summary_of(lines)
+    assert header[-2:] == ["cost", "cache saved"]
+    costs = [row[-2] for row in rows]
+    # Every figure whole (it read `$0.…`); only a long route name is cut.
+    assert costs == ["$1.25", "$?", "$1.25+?"]
+    assert "$? and +?: 2 children have no known price" in "".join(
+        money_lines(_summary_snap())[0].plain
+    )
+    assert all("…" not in cell for row in rows for cell in row[1:])

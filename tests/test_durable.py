@@ -155,19 +155,20 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
 
 @pytest.mark.slow
 def test_a_request_left_pending_by_a_dead_owner_is_applied_by_resume(tmp_path: Path) -> None:
-    from flightdeck.engine.records.requests import submit_steer, submit_stop
+    from flightdeck.engine.commands import Steer, Stop
+    from flightdeck.engine.records.requests import submit
 
     with CountingServer(chunk_delay_s=0.05) as server:
         folder = project(tmp_path, server, 8, pool=2)
         server.hold()  # two children held running: none ends before the kill
         batch_id = killed_owner(folder, server, lambda: server.total_runs() >= 2)
         db = db_of(folder)
-        steer = submit_steer(db, batch_id, ["c007"], "after the crash")
-        stop = submit_stop(db, batch_id, ["c006"])
+        steer = submit(db, batch_id, Steer(("c007",), "after the crash"))
+        stop = submit(db, batch_id, Stop(("c006",)))
         # the CLI says plainly that nobody will apply it now
         proc = flightdeck(folder, "stop", batch_id, "c005")
         out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 1 and "no live owner" in err and "resume" in err
+        assert proc.returncode == 1 and "is gone" in err and f"flightdeck resume {batch_id}" in err
         code, out, err = resumed(folder, batch_id, "--no-rerun")
         assert code == 1, out + err  # one stopped, the lost ones left unknown
         assert "re-run" in out
@@ -289,7 +290,7 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
             assert steer.returncode == 0, err
             first, *receipts = out.splitlines()
             assert first == "2 children match `status:running`"
-            settled = sorted(line for line in receipts if not line.endswith(": queued"))
+            settled = sorted(line for line in receipts if ": queued" not in line)
             assert settled == ["c000: delivered", "c001: delivered"]  # each settles once
 
             everything = flightdeck(folder, "stop", batch_id, "--all")  # the next two: held
@@ -330,6 +331,7 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
             query = 'status:queued "task c01"'
             out = run("pause", batch_id, "--where", query)
             assert out == [f"10 children match `{query}`", "pause applied: 10 children"]
+            server.open.set()
 
             def statuses() -> dict[str, ChildStatus]:
                 with StoreReader(db_of(folder)) as reader:

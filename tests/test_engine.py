@@ -639,7 +639,7 @@ def test_writes_to_one_path_take_turns_across_workspaces(
 def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flightdeck.engine.child import loop as child_module
+    from flightdeck.engine.child import state as child_module
 
     closing, gate = threading.Event(), threading.Event()
     real_close = child_module.TranscriptWriter.close
@@ -678,7 +678,7 @@ def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
     s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_cost_usd=Decimal("0")))
     engine = start(batch(2), s, tmp_path / "b")
     rows = run_to_end(engine, 10).children
-    assert all("budget of $0 reached" in (r.error or "") for r in rows)
+    assert all("budget of $0.00 reached" in (r.error or "") for r in rows)
     assert engine.snapshot().totals.cost_usd == 0
 
 

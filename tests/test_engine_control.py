@@ -321,22 +321,20 @@ def test_steer_refuses_text_that_cannot_be_sent_before_queueing_it(tmp_path: Pat
 
 def test_child_ids_of_the_wrong_type_are_said_to_be_so(tmp_path: Path) -> None:
     # {"a": 1} read as "no child with id 'a'": the table's keys taken for the ids.
-    from flightdeck.engine.records.requests import submit_steer
+    import json
+
+    from flightdeck.engine.commands import CommandError, decode
 
     engine = start(batch(1), settings(sim_route(**Hold(tmp_path / "hold").options())), tmp_path)
     try:
-        for bad, got in (
-            ({"a": 1}, "got table"),
-            ("t0000", "got string 't0000'"),
-            (5, "got integer 5"),
-        ):
-            with pytest.raises(ValueError, match=f"child_ids: expected a list of child ids, {got}"):
+        for bad, got in (({"a": 1}, "got table"), ("t0", "got string 't0'"), (5, "got integer 5")):
+            said = f"child_ids: expected a list of child ids, {got}"
+            with pytest.raises(CommandError, match=said):
                 engine.stop(bad)  # type: ignore[arg-type]
-            with pytest.raises(ValueError, match=f"child_ids: expected a list of child ids, {got}"):
-                submit_steer(tmp_path / "state" / "flightdeck.db", engine.batch_id, bad, "hi")  # type: ignore[arg-type]
-        with pytest.raises(
-            ValueError, match=r"expected child ids \(strings\), got integer 1 in it"
-        ):
+            # As a client's request reads back from the store: the same words.
+            with pytest.raises(CommandError, match=said):
+                decode("steer", json.dumps({"child_ids": bad, "message": "hi"}))
+        with pytest.raises(CommandError, match=r"expected child ids \(text\), got integer 1 in"):
             engine.steer(["t0000", 1], "hi")  # type: ignore[list-item]
         assert engine.receipts() == []
     finally:

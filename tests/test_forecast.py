@@ -47,6 +47,21 @@ def test_the_projection_is_the_spend_plus_the_average_for_each_child_not_finishe
     assert got.projected_usd == D("2.67") and got.low_usd == D("2.22") and got.high_usd == D("3.12")
 
 
+def test_the_projection_lies_within_its_range_when_one_child_costs_far_more() -> None:
+    # Four finished at $0.01 and one at $0.20: the average ($0.048) is above the 75th
+    # percentile ($0.01). The range was $0.01 each, the projection outside it.
+    costs = ["0.01", "0.01", "0.01", "0.01", "0.20"]
+    done = [
+        make_child(i, status=S.COMPLETED, cost_usd=D(c), started_ts=1.0, finished_ts=2.0)
+        for i, c in enumerate(costs)
+    ]
+    got = forecast(done + [make_child(5 + i) for i in range(10)])
+    assert got.low_usd is not None and got.projected_usd is not None and got.high_usd is not None
+    assert got.low_usd <= got.projected_usd <= got.high_usd
+    assert got.projected_usd == D("0.24") + D("0.048") * 10
+    assert (got.low_usd, got.high_usd) == (D("0.24") + D("0.01") * 10, got.projected_usd)
+
+
 def test_once_all_have_finished_the_projection_is_what_was_spent() -> None:
     done = [r for r in _batch() if r.status.terminal]
     got = forecast(done)

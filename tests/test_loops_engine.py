@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import LoopSettings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.loops import evidence_from_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
-from flightdeck.tui.storeview import StoreView
 
-from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch
+from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch, until
 
 
 def _events(engine_db: Path, batch_id: str, kind: str) -> list[tuple[str | None, str]]:
@@ -198,22 +200,22 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     import threading
     import time
 
-    from flightdeck.engine.child.state import ChildState
+    from flightdeck.engine.child.loopwatch import LoopWatch
 
     from tests.helpers import until
 
     box: list[object] = []
     paused = threading.Event()
-    changed = ChildState._loop_changed
+    changed = LoopWatch._changed
 
-    def pause_first(self: ChildState, before: object, found: object, again: bool = False) -> None:
+    def pause_first(self: LoopWatch, before: object, found: object, again: bool = False) -> None:
         if found is not None and not paused.is_set():
             paused.set()
-            box[0].pause([self.task.id])  # type: ignore[attr-defined]
+            box[0].pause([self._child_id])  # type: ignore[attr-defined]
             time.sleep(0.2)  # the coordinator handles the pause before the flag
         changed(self, before, found, again)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ChildState, "_loop_changed", pause_first)
+    monkeypatch.setattr(LoopWatch, "_changed", pause_first)
     loops = LoopSettings(
         repeat_calls=3, stale_turns=0, policy=("nudge", "steer_now", "stop"), policy_wait_s=0.05
     )
@@ -230,3 +232,46 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     row = snap.child("loops")
     assert row is not None and row.status is not ChildStatus.STOPPED, row.error
     assert [r for r in row.steers if r.by == "policy"] == []
+
+
+def test_the_operators_nudge_from_a_client_reaches_the_looping_child_only(tmp_path: Path) -> None:
+    # The loop nudge is a command like any other: `flightdeck nudge` records it, the owner
+    # fills in each looping child's evidence and steers it; one that is not looping is left be.
+    loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=())  # flagged, no policy acts
+    route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
+    tasks = [
+        Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400),
+        Task(id="calm", goal="Review it", seq=1, max_turns=400),
+    ]
+    engine = start(tasks_batch(tasks), settings(route), tmp_path)
+    state = tmp_path / "state"
+    try:
+        until(lambda: (row := engine.snapshot().child("loops")) is not None and row.loop, 30)
+
+        def nudge(*ids: str) -> tuple[int, list[str]]:
+            argv = ["nudge", engine.batch_id, *ids, "--state-dir", str(state)]
+            done = subprocess.run(
+                [sys.executable, "-m", "flightdeck.tui.cli", *argv],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return done.returncode, done.stdout.splitlines()
+
+        assert nudge("calm") == (0, ["nudge applied: none of them is looping"])
+        code, lines = nudge("loops", "calm")  # "queued", if it is seen before "delivered"
+        assert code == 0 and lines[-1] == "loops: delivered"
+        assert set(lines[:-1]) <= {
+            "loops: queued — waiting for its next turn; Ctrl+C leaves it queued"
+        }
+        calm = engine.snapshot().child("calm")
+        assert calm is not None and calm.steers == ()
+    finally:
+        engine.stop_all()
+        run_to_end(engine)
+    row = engine.snapshot().children[0]
+    [receipt] = row.steers
+    assert receipt.message.startswith("You are repeating tool calls with no new output")
+    assert receipt.by == "operator"
+    transcript = Path(row.transcript).read_text()
+    assert "operator  │ steer (at next turn): You are repeating" in transcript

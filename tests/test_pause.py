@@ -289,13 +289,13 @@ def test_a_stop_that_lands_while_a_child_takes_its_pause_ends_it(
     # it: the child was parked with the stop unheeded, `paused` for ever, the batch unending.
     import threading
 
-    from flightdeck.engine.child.state import ChildState
+    from flightdeck.engine.child.state import Child
 
     engine_box: list[object] = []
     stopped = threading.Event()
-    take = ChildState._take_pause
+    take = Child.take_pause
 
-    def take_then_be_stopped(self: ChildState) -> bool:
+    def take_then_be_stopped(self: Child) -> bool:
         took = take(self)
         if took and not stopped.is_set():
             stopped.set()
@@ -303,7 +303,7 @@ def test_a_stop_that_lands_while_a_child_takes_its_pause_ends_it(
             time.sleep(0.3)  # the stop is handled before the pause is heard (a real window)
         return took
 
-    monkeypatch.setattr(ChildState, "_take_pause", take_then_be_stopped)
+    monkeypatch.setattr(Child, "take_pause", take_then_be_stopped)
     engine = start(batch(1), settings(held(hold), pool=1), tmp_path)
     engine_box.append(engine)
     try:

@@ -146,15 +146,14 @@ def test_an_attached_owner_started_in_the_background_keeps_the_state_folder_priv
     tmp_path: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # `flightdeck run` on a terminal: the owner is started as the TUI's would be.
-    from flightdeck.tui.spawn import start_owner
+    from flightdeck.engine.attached.spawn import start_owner
 
     folder = project(tmp_path, hold)
     monkeypatch.chdir(folder)
     state = folder / "state"
-    owner = start_owner(
-        [str(folder / "tasks.jsonl"), "--state-dir", str(state), "--config", "flightdeck.toml"],
-        state,
-    )
+    command = [sys.executable, "-m", "flightdeck.tui.cli", "run", "--headless"]
+    command += [str(folder / "tasks.jsonl"), "--state-dir", str(state)]
+    owner = start_owner(command + ["--config", str(folder / "flightdeck.toml")], state)
     try:
         until(lambda: running(state, owner.batch_id))
         assert_private(state)

@@ -164,7 +164,7 @@ def test_render_markdown_tables_cannot_break(reader: StoreReader) -> None:
     totals = lines[lines.index("## Totals") + 2 : lines.index("## Routes") - 1]
     assert {len(_cells(row)) for row in totals} == {2}
     assert "| cost | $0.3235 + unknown for 1 child |" in md
-    assert "| budget | $2.5000 |" in md
+    assert "| budget | $2.50 |" in md
 
 
 def test_render_markdown_truncates_long_goals(reader: StoreReader) -> None:
@@ -309,12 +309,12 @@ def test_render_markdown_routes_table(tmp_path: Path) -> None:
         "| route | model | children | completed | failed | stopped | tokens in | tokens out "
         "| cache read | cache write | cost |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        "| a\\|b | m&lt;1> | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | $0.2500 |",
+        "| a\\|b | m&lt;1> | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | $0.25 |",
         "| gpt | no-such-model-zz | 2 | 1 | 1 | 0 | 11 | 22 | 33 | 44 | unknown |",
-        "| sim | sim-1 | 2 | 2 | 0 | 0 | 0 | 0 | 0 | 0 | $0.3000 |",
+        "| sim | sim-1 | 2 | 2 | 0 | 0 | 0 | 0 | 0 | 0 | $0.30 |",
     ]
     assert {len(_cells(row)) for row in table} == {11}
-    assert "| cost | $0.5500 + unknown for 2 children |" in md
+    assert "| cost | $0.55 + unknown for 2 children |" in md
 
 
 def test_the_report_carries_the_operators_steers_and_stops(tmp_path: Path) -> None:
@@ -433,10 +433,10 @@ def test_the_report_forecasts_the_cost_at_completion_and_shows_lost_attempts_apa
     md = render_markdown(report)
     forecast = md.split("## Forecast\n\n")[1].split("\n\n")[0].splitlines()
     assert forecast == [
-        "- projected cost at completion: $1.6200 (range $1.4700 to $1.7700: the finished "
+        "- projected cost at completion: $1.62 (range $1.47 to $1.77: the finished "
         "costs' 25th to 75th percentile)",
         "- children not finished: 2 of 6",
-        "- lost attempts (re-runs after a lost owner): $0.0700, in the spend",
+        "- lost attempts (re-runs after a lost owner): $0.07, in the spend",
     ]
 
 

@@ -109,7 +109,7 @@ def abandoned(
 def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_view(
     tmp_path: Path,
 ) -> None:
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.attached.view import StoreView
 
     batch_id, _ = abandoned(tmp_path)
     with Store(tmp_path / "flightdeck.db") as store:  # an earlier resume lost $0.01 more
@@ -247,11 +247,12 @@ def test_a_steer_for_a_child_finished_before_the_resume_is_missed_at_once(tmp_pa
 def test_a_steer_applied_but_not_marked_before_the_crash_is_not_applied_twice(
     tmp_path: Path,
 ) -> None:
-    from flightdeck.engine.records.requests import request, submit_steer
+    from flightdeck.engine.commands import Steer
+    from flightdeck.engine.records.requests import request, submit
 
     batch_id, bdir = abandoned(tmp_path)
     db = tmp_path / "flightdeck.db"
-    rid = submit_steer(db, batch_id, ["t0002"], "once only")
+    rid = submit(db, batch_id, Steer(("t0002",), "once only"))
     with Store(db) as store:  # what the dead owner had committed of applying it
         receipt = SteerReceipt(6, "t0002", "once only", False, SteerState.QUEUED, 1470.0)
         store.record_control(batch_id, receipt, request_id=rid)
@@ -294,11 +295,12 @@ max_cost_usd = 1.25
 
 
 def test_resuming_a_finished_batch_refuses_what_its_owner_left_pending(tmp_path: Path) -> None:
-    from flightdeck.engine.records.requests import request, submit_stop
+    from flightdeck.engine.commands import Stop
+    from flightdeck.engine.records.requests import request, submit
 
     batch_id, _ = abandoned(tmp_path)
     db = tmp_path / "flightdeck.db"
-    rid = submit_stop(db, batch_id, ["t0002"])
+    rid = submit(db, batch_id, Stop(("t0002",)))
     with Store(db) as store:  # the owner committed the end, then died before applying it
         store.finish_batch(batch_id, BatchStatus.COMPLETED, 1600.0)
     with pytest.raises(NothingToResume):

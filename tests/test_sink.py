@@ -162,9 +162,9 @@ def test_the_writer_process_formats_exactly_as_this_process_does(tmp_path: Path)
         "Be brief.",
         "Review PR 104",
         "Looking at the diff now.",
-        "It adds↩",  # cut by the operator's line: it goes on after it
+        "It ↩",  # cut by the operator's line after a word: the rest goes on after it
         "steer: be quicker",
-        " a test.",
+        "adds a test.",
         "ünïcode, then no newline",
         'read_file {"path": "a.txt"}',
         "line 1 \ufffd",  # the lone surrogate, replaced: the reader sees one was there

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from flightdeck.engine import api, batchdir
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.model import BatchStatus, ChildStatus

@@ -147,7 +147,8 @@ def test_stream_writes_each_line_when_complete(tmp_path: Path) -> None:
 
 
 def test_write_during_stream_keeps_time_order(tmp_path: Path) -> None:
-    # The reply's line is cut mid-word: it is marked as going on, so it still reads whole.
+    # The reply's line is cut after its last whole word, never inside one: it is marked as
+    # going on, and the word being written goes on after the operator's line.
     path = tmp_path / "c.log"
     with TranscriptWriter(path, clock=FakeClock()) as tw:
         tw.stream("nothing blocks m")
@@ -155,15 +156,15 @@ def test_write_during_stream_keeps_time_order(tmp_path: Path) -> None:
         tw.stream("erging once\n")
     written = read(path)
     assert [line.split("│ ")[1] for line in written] == [
-        "nothing blocks m↩",
+        "nothing blocks ↩",
         "steer: focus on tests",
-        "erging once",
+        "merging once",
     ]
     parsed = [lines.parse(line) for line in written]
     assert [(p.role, p.text, p.continued) for p in parsed if p is not None] == [
-        ("assistant", "nothing blocks m", True),
+        ("assistant", "nothing blocks ", True),
         ("operator", "steer: focus on tests", False),
-        ("assistant", "erging once", False),
+        ("assistant", "merging once", False),
     ]
     assert "".join(p.text for p in parsed if p is not None and p.role == "assistant") == (
         "nothing blocks merging once"
@@ -181,12 +182,13 @@ def test_close_flushes_partial_line_and_is_idempotent(tmp_path: Path) -> None:
     assert read(path)[-1] == "13:04:05.250  operator  │ stop (child already finished)"
 
 
-def test_close_with_a_last_event_writes_what_write_then_close_writes(tmp_path: Path) -> None:
+def test_close_with_a_last_event_writes_what_end_write_close_writes(tmp_path: Path) -> None:
     for sink in (None, TranscriptSink()):
         files = [tmp_path / f"{name}-{sink is None}.log" for name in ("two", "one")]
         two, one = (TranscriptWriter(f, clock=FakeClock(), sink=sink) for f in files)
         for tw in (two, one):
             tw.stream("partial\x1b[")
+        two.end_stream()
         two.write("engine", "completed")
         two.close()
         one.close("engine", "completed")
@@ -196,7 +198,7 @@ def test_close_with_a_last_event_writes_what_write_then_close_writes(tmp_path: P
             read(files[0])
             == read(files[1])
             == [
-                "13:04:05.250  assistant │ partial↩",  # the stream had not ended
+                "13:04:05.250  assistant │ partial",  # the stream ends before the last line
                 "13:04:05.250  engine    │ completed",
             ]
         )
@@ -208,7 +210,8 @@ def test_long_streamed_line_is_bounded(tmp_path: Path, monkeypatch: pytest.Monke
     with TranscriptWriter(path, clock=FakeClock()) as tw:
         for _ in range(5):
             tw.stream("abcd")
-    assert [line.split("│ ")[1] for line in read(path)] == ["abcdabcdabcd↩", "abcdabcd"]
+    # One giant word: cut, its last character held back so the mark's promise holds.
+    assert [line.split("│ ")[1] for line in read(path)] == ["abcdabcdabc↩", "dabcdabcd"]
 
 
 def test_each_write_is_one_os_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

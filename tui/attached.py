@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import one_line, sanitize
-from flightdeck.tui.commands import UsageError, state_db
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.usage import UsageError, state_db
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from flightdeck.engine.inputs.settings import TuiSettings
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.api import TuiSettings
+    from flightdeck.engine.attached.view import StoreView
 
 STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to record the end
 
@@ -28,14 +28,15 @@ def run_in_background(
     args: argparse.Namespace, state_dir: Path, tui: TuiSettings | None = None
 ) -> ExitCode:
     """`flightdeck run` on a terminal (the TUI attached to a new owner) or with `--detach`."""
-    from flightdeck.tui.spawn import start_owner
+    from flightdeck.engine.attached.spawn import start_owner
 
-    owner_args = [str(args.batch_file.absolute()), "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "flightdeck.tui.cli", "run", "--headless"]
+    command += [str(args.batch_file.absolute()), "--state-dir", str(state_dir)]
     if args.config is not None:
-        owner_args += ["--config", str(args.config.absolute())]
+        command += ["--config", str(args.config.absolute())]
     if args.max_concurrent is not None:
-        owner_args += ["--max-concurrent", str(args.max_concurrent)]
-    owner = start_owner(owner_args, state_dir)
+        command += ["--max-concurrent", str(args.max_concurrent)]
+    owner = start_owner(command, state_dir)
     if args.detach:
         # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.
         try:
@@ -47,7 +48,7 @@ def run_in_background(
         err.print(Text(f"owner pid {owner.pid}, log {sanitize(str(owner.log))}"))
         err.print(Text(f"attach: {attach_hint(owner.batch_id, state_dir)}"))
         return ExitCode.OK
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.attached.view import StoreView
 
     return attach_tui(StoreView(owner.db, owner.batch_id), tui)
 
@@ -55,7 +56,7 @@ def run_in_background(
 def cmd_attach(args: argparse.Namespace) -> ExitCode:
     """`flightdeck attach [BATCH_ID]`: the TUI on a batch (the latest running one by default);
     read-only once the batch has ended or its owner is gone."""
-    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.api import load_settings
 
     # The [tui] table of --config, or of ./flightdeck.toml if there is one: checked like a run's.
     tui = load_settings(args.config).tui
@@ -69,8 +70,8 @@ def cmd_attach(args: argparse.Namespace) -> ExitCode:
 
 def open_view(db: Path, batch_id: str | None) -> StoreView:
     """The StoreView of `batch_id` (default: the latest running batch); UsageError if none."""
-    from flightdeck.engine.records.reader import StoreReader
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.attached.store import StoreReader
+    from flightdeck.engine.attached.view import StoreView
 
     if batch_id is None:
         with StoreReader(db) as reader:
@@ -90,14 +91,14 @@ def open_view(db: Path, batch_id: str | None) -> StoreView:
 
 
 def _no_batch(batch_id: str, db: Path) -> str:
-    from flightdeck.engine.records.reader import no_batch
+    from flightdeck.engine.attached.store import no_batch
 
     return no_batch(batch_id, db.parent)
 
 
 def attach_tui(view: StoreView, tui: TuiSettings | None = None) -> ExitCode:
     """Run the TUI over `view` until the operator detaches or quits; say what is left."""
-    from flightdeck.engine.inputs.settings import TuiSettings
+    from flightdeck.engine.api import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
     from flightdeck.tui.lastlooked import LastLooked
     from flightdeck.tui.screens.main import UiOptions
@@ -147,7 +148,7 @@ def _state_arg(state_dir: Path) -> str:
 
 def cmd_logs(args: argparse.Namespace) -> ExitCode:
     """`flightdeck logs BATCH CHILD [-f]`: print a transcript, or follow it until the child ends."""
-    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.engine.attached.store import StoreReader
     from flightdeck.tui.widgets.tail import follow, read_all
 
     db = state_db(args.state_dir)

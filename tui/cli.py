@@ -10,7 +10,14 @@ from typing import Literal, NoReturn
 
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.client import cmd_limits, cmd_pause, cmd_steer, cmd_stop, cmd_wait
+from flightdeck.tui.client import (
+    cmd_limits,
+    cmd_nudge,
+    cmd_pause,
+    cmd_steer,
+    cmd_stop,
+    cmd_wait,
+)
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
@@ -81,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("ls", help="list batches with their status and cost")
     ls.add_argument("--state-dir", type=Path)
+    ls.add_argument("-l", "--long", action="store_true", help="also each batch's owner process id")
     _owner_commands(sub)
     _attach_parsers(sub)
     return p
@@ -93,8 +101,8 @@ _WHERE_HELP = (
 
 
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """resume, steer, stop, pause, continue, wait: a batch's owner taken over, or sent commands
-    from here."""
+    """resume, steer, nudge, stop, pause, continue, wait: a batch's owner taken over, or sent
+    commands from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
     resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
     resume.add_argument(
@@ -111,6 +119,14 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     steer.add_argument("-m", "--message", required=True, help="the operator's message")
     steer.add_argument("--now", action="store_true", help="interrupt the current response")
     steer.add_argument("--state-dir", type=Path)
+
+    nudge = sub.add_parser(
+        "nudge", help="send the canned loop steer to children of a running batch flagged looping"
+    )
+    nudge.add_argument("batch_id")
+    nudge.add_argument("child_ids", nargs="*", metavar="CHILD")
+    nudge.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="nudge"))
+    nudge.add_argument("--state-dir", type=Path)
 
     stop = sub.add_parser("stop", help="stop children of a running batch (or --all)")
     stop.add_argument("batch_id")
@@ -173,7 +189,7 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _pool_size(text: str) -> int | Literal["auto"]:
     if text == "auto":  # puts a config's fixed number back to the automatic size
         return "auto"
-    from flightdeck.engine.inputs.settings import MAX_CONCURRENT  # only when the option is given
+    from flightdeck.engine.api import MAX_CONCURRENT  # only when the option is given
 
     try:
         value = int(text)
@@ -189,6 +205,7 @@ def _pool_size(text: str) -> int | Literal["auto"]:
 _OWNER_COMMANDS = {
     "resume": cmd_resume,
     "steer": cmd_steer,
+    "nudge": cmd_nudge,
     "stop": cmd_stop,
     "pause": cmd_pause,
     "continue": cmd_pause,

@@ -9,28 +9,28 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.errors import InputError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_spent
+from flightdeck.tui.fmt import fmt_spent, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
+from flightdeck.tui.usage import UsageError, state_db
 from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
-    from flightdeck.engine.records.reader import StoreReader
-
-
-class UsageError(InputError):
-    """A bad command-line argument."""
+    from flightdeck.engine.attached.store import StoreReader
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
     """`flightdeck run`: the TUI on a terminal, the headless runner otherwise."""
-    from flightdeck.engine.api import Engine, tune_interpreter
-    from flightdeck.engine.inputs.settings import load_settings, state_dir_from
-    from flightdeck.engine.inputs.tasks import load_batch
+    from flightdeck.engine.api import (
+        Engine,
+        load_batch,
+        load_settings,
+        state_dir_from,
+        tune_interpreter,
+    )
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
@@ -42,6 +42,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
     state_dir = state_dir_from(args.state_dir, settings)
     if args.owner_of is not None:
         _check_claimed(state_dir, args.owner_of)
+        # The first line of its owner.log (this process's output): which process to look for.
+        print(f"owner pid {os.getpid()} of batch {args.owner_of}", flush=True)
     engine = Engine(
         batch,
         settings,
@@ -62,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 def _check_claimed(state_dir: Path, batch_id: str) -> None:
     """`--owner-of` (how `run` starts a batch's owner) names a folder `run` claimed for it and
     no owner has started in: never another batch's id, whose rows it would overwrite."""
-    from flightdeck.tui.spawn import OWNER_LOG
+    from flightdeck.engine.attached.spawn import OWNER_LOG
 
     folder = state_dir / "batches" / batch_id
     if not (folder / OWNER_LOG).is_file() or (folder / "manifest.json").exists():
@@ -71,31 +73,15 @@ def _check_claimed(state_dir: Path, batch_id: str) -> None:
         )
 
 
-def state_db(state_dir: Path | None) -> Path:
-    """The database of the state folder a reading command (report, ls, attach, logs) names."""
-    from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
-
-    # flightdeck.toml only matters when it names the state folder: a broken one in the current
-    # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
-    given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
-    folder = state_dir_from(state_dir, Settings() if given else load_settings(None))
-    db = folder / "flightdeck.db"
-    if not db.exists():
-        raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
-    if not db.is_file():
-        raise UsageError(db, None, None, "not a flightdeck database (not a file)")
-    return db
-
-
 def _reader(state_dir: Path | None) -> StoreReader:
-    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.engine.attached.store import StoreReader
 
     return StoreReader(state_db(state_dir))
 
 
 def cmd_report(args: argparse.Namespace) -> ExitCode:
     """`flightdeck report`: one batch's metrics report, as Markdown or JSON."""
-    from flightdeck.engine.records.report import build_report, render_json, render_markdown
+    from flightdeck.engine.attached.store import build_report, render_json, render_markdown
 
     reader = _reader(args.state_dir)
     try:
@@ -117,6 +103,9 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
     """`flightdeck ls`: every batch in the state folder."""
     import time
 
+    from flightdeck.engine.attached.store import still_running
+    from flightdeck.engine.model import BatchStatus
+
     reader = _reader(args.state_dir)
     try:
         batches = reader.batches()
@@ -124,24 +113,26 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         reader.close()
     table = Table()
     table.add_column("batch", no_wrap=True)
-    for col in ("name", "status", "children", "completed", "failed", "stopped", "cost", "created"):
+    columns = ["name", "status", "children", "completed", "failed", "stopped", "cost", "created"]
+    for col in columns + (["owner pid"] if args.long else []):
         table.add_column(col)
     for b in batches:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        # Compact: "$0.25+?" when some prices are unknown, "$?" when only those spent.
-        cost = fmt_spent(b.cost_usd, b.cost_unknown)[0] + (
-            "+?" if b.cost_unknown and b.cost_usd else ""
-        )
+        status = b.status.value
+        if b.status is BatchStatus.ABANDONED and (left := still_running(reader.path, b.id)):
+            status += f" ({left} still running)"  # processes that outlived their owner
+        cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
         table.add_row(
             Text(b.id),
             Text(one_line(b.name, 30)),
-            Text(b.status.value),
+            Text(status),
             str(b.children),
             str(b.completed),
             str(b.failed),
             str(b.stopped),
             cost,
             created,
+            *([str(b.owner_pid)] if args.long else []),
         )
     console_for().print(table)
     return ExitCode.OK
@@ -150,20 +141,11 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
 # -- a batch's owner taken over (resume) -------------------------------------------------------
 
 
-def checked_db(state_dir: Path | None) -> Path:
-    """The state folder's database, as `_reader` finds it (one clear error if none)."""
-    reader = _reader(state_dir)
-    reader.close()
-    return reader.path
-
-
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
-    from flightdeck.engine.api import Engine, tune_interpreter
-    from flightdeck.engine.records.liveness import OwnerAlive
-    from flightdeck.engine.resume import NothingToResume
+    from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
 
-    db = checked_db(args.state_dir)
+    db = state_db(args.state_dir)
     console, err = console_for(), console_for(stderr=True)
     try:
         engine = Engine.resume(db.parent, args.batch_id, rerun=not args.no_rerun)
@@ -188,4 +170,10 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
             line += f"; their lost attempts cost {cost}{note}"
         console.print(Text(line))
+        for ids, what in (
+            (found.adopted, "adopted (their processes still ran; watched to the end)"),
+            (found.ended, "ended, whole process trees, before their tasks ran again"),
+        ):
+            if ids:
+                console.print(Text(f"{len(ids)} {what}: {one_line(', '.join(ids), 200)}"))
     return code

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
+from flightdeck.engine.api import error_signature
 from flightdeck.engine.model import ChildStatus, Snapshot, SteerState
-from flightdeck.engine.signatures import error_signature
 
 TOP_SIGNATURES = 3  # error signatures the digest names; the rest are counted as "other"
 # Ended without completing, and not by the operator (stalled is counted apart).
@@ -38,8 +38,8 @@ class Mark:
 
 @dataclass(frozen=True, slots=True)
 class Digest:
-    """What happened from `since` to `until`: children that ended (by how), loops flagged,
-    money spent, steers settled."""
+    """What happened from `since` to `until`: children that ended (by how), children flagged
+    looping (whether or not they still are), money spent, steers settled."""
 
     since: float
     until: float
@@ -85,7 +85,7 @@ def digest(mark: Mark, snap: Snapshot) -> Digest:
             ended[row.status] += 1
             if row.status in _FAILED:
                 signatures[_signature(row.error) or "(no error message)"] += 1
-        if row.loop is not None and row.loop.ts > since:
+        if _after(row.looped_ts, since):  # flagged since, looping still or not
             looped += 1
         for receipt in row.steers:
             if _after(receipt.settled_ts, since):

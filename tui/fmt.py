@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.money import fmt_usd
-from flightdeck.engine.records.forecast import Forecast
+
+if TYPE_CHECKING:
+    from flightdeck.engine.api import Forecast
 
 __all__ = [
     "GLYPHS",
@@ -65,6 +68,12 @@ def fmt_spent(known: Decimal, unknown: int, noun: str = "unknown") -> tuple[str,
     if not known:
         return fmt_cost(None), f" ({unknown} {noun})"
     return fmt_cost(known), f" (+{unknown} {noun})"
+
+
+def fmt_spent_compact(known: Decimal, unknown: int) -> str:
+    """`fmt_spent` in one cell of a table: "$0.25+?" when some prices are unknown, "$?" when
+    only those children spent anything."""
+    return fmt_spent(known, unknown)[0] + ("+?" if unknown and known else "")
 
 
 def fmt_span(seconds: float) -> str:

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import queue
 import signal
-import sqlite3
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     ChildFinished,
     EngineEvent,
     GroupFinished,
-    Snapshot,
 )
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import OutputClosed, console_for
@@ -76,20 +72,6 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
     finally:
         stop_forwarding()
         show_notices()
-
-
-def _as_stored(engine: Engine, snap: Snapshot) -> Snapshot:
-    """`snap` with the children and totals the store has: some that ended could not be
-    recorded (a full disk), and a summary must not count what is not there."""
-    from flightdeck.engine.records.meter import totals_of
-    from flightdeck.engine.records.reader import StoreReader
-
-    try:
-        with StoreReader(engine.state_dir / "flightdeck.db") as reader:
-            rows = reader.children(engine.batch_id, results=False)
-    except (OSError, sqlite3.Error, FlightdeckError):  # unreadable: the error line says it
-        return snap
-    return dataclasses.replace(snap, children=tuple(rows), totals=totals_of(rows))
 
 
 def held_text(held: str | None, batch_id: str) -> Text:
@@ -210,7 +192,9 @@ def _run_headless(
             show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
     if engine.unrecorded:  # the table counts what the store kept, as the report will
-        snap = _as_stored(engine, snap)
+        from flightdeck.engine.attached.store import as_stored
+
+        snap = as_stored(engine.state_dir / "flightdeck.db", snap)
     print_ending(console, engine, snap)
     failure = failure_text(engine)
     if failure is not None:  # said last, on stderr, so it is what a reader sees

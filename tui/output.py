@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import (
     ChildFinished,
+    ChildRow,
     ChildStatus,
     GroupFinished,
     Snapshot,
     Totals,
     UnitStatus,
 )
-from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.fmt import (
     GLYPHS,
     fmt_cost,
     fmt_spent,
+    fmt_spent_compact,
     fmt_tokens,
     forecast_label,
     tokens_unknown,
 )
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -59,9 +62,15 @@ def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
 
 
 def money_lines(snap: Snapshot) -> list[Text]:
-    """Under the summary: the projected cost while children remain (a batch left running, or
-    one that ended early), and what attempts lost with an owner cost, when any did."""
+    """Under the summary: how many children have no price (the table's `+?`), the projected
+    cost while children remain (a batch left running, or one that ended early), and what
+    attempts lost with an owner cost, when any did."""
+    from flightdeck.engine.api import forecast  # here: `flightdeck --help` stays fast
+
     out = []
+    if unknown := snap.totals.cost_unknown:
+        noun = "child has" if unknown == 1 else "children have"
+        out.append(Text(f"$? and +?: {unknown} {noun} no known price (never counted as $0)"))
     ahead = forecast(snap.children)
     if ahead.remaining:
         label = forecast_label(ahead, compact=False)
@@ -74,6 +83,8 @@ def money_lines(snap: Snapshot) -> list[Text]:
 
 def progress_label(snap: Snapshot) -> str:
     """The headless progress bar's words: what is spent, and where it is heading."""
+    from flightdeck.engine.api import forecast
+
     spent, note = fmt_spent(snap.totals.live_cost_usd, snap.totals.cost_unknown, "unpriced")
     ahead = forecast(snap.children)
     heading = f" → {forecast_label(ahead, compact=True)}" if ahead.remaining else ""
@@ -181,37 +192,75 @@ def _parts(event: Ended) -> list[tuple[str, str]]:
 
 
 def summary_table(snap: Snapshot) -> Table:
-    """The batch's totals, after one line per route when it used more than one."""
-    from flightdeck.engine.records.meter import route_totals
+    """The batch's totals, after one line per route when it used more than one.
+
+    Readable at 80 columns: no vertical rules, short headers, and figures never cut (a route's
+    name is cut before any figure is)."""
+    from flightdeck.engine.api import route_totals
 
     routes = route_totals(snap.children)
     by_route = len(routes) > 1
-    table = Table(title=f"batch {snap.batch_id} — {snap.status.value}", title_justify="left")
-    if by_route:
-        table.add_column("route")
-    columns = ("children", "completed", "failed", "stopped", "tokens in", "tokens out")
-    # "cache saved": what cache reads saved against the uncached input price.
-    for col in (*columns, "cache read", "cost", "cache saved"):
-        table.add_column(col, justify="right")
+    rows: list[list[str]] = []
     if by_route:
         for r in routes:
-            table.add_row(Text(one_line(r.route, 40)), *_summary_cells(r.totals))
-        table.add_section()
-    table.add_row(*(["total"] if by_route else []), *_summary_cells(snap.totals))
+            members = [c for c in snap.children if c.route == r.route]
+            rows.append([one_line(r.route, 40), *_summary_cells(r.totals, members)])
+    rows.append([*(["total"] if by_route else []), *_summary_cells(snap.totals, snap.children)])
+    table = Table(
+        title=f"batch {snap.batch_id} — {snap.status.value}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 0, 0, 1),  # two spaces between columns
+    )
+    if by_route:
+        table.add_column("route", min_width=5, overflow="ellipsis")  # the one that shrinks
+    # "cache saved": what cache reads saved against the uncached input price.
+    for i, col in enumerate(SUMMARY_COLUMNS, start=1 if by_route else 0):
+        widest = max(len(text) for text in (*col.split("\n"), *(row[i] for row in rows)))
+        table.add_column(col, justify="right", no_wrap=True, min_width=widest)
+    for n, row in enumerate(rows):
+        if by_route and n == len(rows) - 1:
+            table.add_section()
+        table.add_row(*row)
     return table
 
 
-def _summary_cells(t: Totals) -> list[str]:
+# Two-line headers and "ok" (the meter's word for completed): the table fits 80 columns.
+SUMMARY_COLUMNS = (
+    "children",
+    "ok",
+    "failed",
+    "stopped",
+    "tokens\nin",
+    "tokens\nout",
+    "cache\nread",
+    "cost",
+    "cache\nsaved",
+)
+
+
+def _summary_cells(t: Totals, rows: Sequence[ChildRow]) -> list[str]:
     u = t.usage
+    # A command whose CLI reports no usage: its tokens are unknown, as on its own line.
+    unknown = sum(1 for row in rows if tokens_unknown(row))
     return [
         str(t.children),
         str(t.completed),
         str(t.failed),
         str(t.stopped),
-        fmt_tokens(u.input_tokens),
-        fmt_tokens(u.output_tokens),
-        fmt_tokens(u.cache_read_tokens),
-        "".join(fmt_spent(t.cost_usd, t.cost_unknown)),
+        _tokens(u.input_tokens, unknown),
+        _tokens(u.output_tokens, unknown),
+        _tokens(u.cache_read_tokens, unknown),
+        fmt_spent_compact(t.cost_usd, t.cost_unknown),
         # only unpriced children: what they saved is as unknown as what they cost
         fmt_cost(None if t.cost_unknown and not t.cache_saved_usd else t.cache_saved_usd),
     ]
+
+
+def _tokens(n: int, unknown: int) -> str:
+    """Tokens counted, `?` when none was and some went uncounted, `1.2k+?` when some were."""
+    if not unknown:
+        return fmt_tokens(n)
+    return f"{fmt_tokens(n)}+?" if n else "?"

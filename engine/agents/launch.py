@@ -1,8 +1,7 @@
 """A command route made ready at start: its program found on PATH, its environment, its key.
 
-It stands where a model route's client does (one per route, shared by its children), so the
-engine builds, checks and closes it like one; the children run its processes
-(`agents/child.py`), and it serves no model turns.
+One per route, shared by its children, built before anything is written so a missing program
+or key fails cleanly; the process runner (child/command.py) runs its processes.
 """
 
 from __future__ import annotations
@@ -12,9 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from flightdeck.engine.agents.env import child_env
-from flightdeck.engine.errors import ConfigError, FatalError
+from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import CommandSpec, Route
-from flightdeck.engine.providers.base import TurnRequest, TurnStream
 from flightdeck.engine.sanitize import MIN_SECRET_LEN
 
 
@@ -70,10 +68,3 @@ class CommandRoute:
                 f"program {argv[0]!r} {where}",
             )
         return (str(Path(found).absolute()), *argv[1:])
-
-    def open(self, request: TurnRequest) -> TurnStream:
-        """Never called: a command child runs processes, not model turns."""
-        raise FatalError(f"route {self.name!r} runs a command, not model turns")
-
-    def close(self) -> None:
-        """Nothing to release: each child's process ends with the child."""

@@ -1,97 +1,274 @@
-"""One command run as a process in its own session: its output lines, its process tree, and
-the stop that leaves no survivor (SIGTERM to the group, then SIGKILL, with os.killpg)."""
+"""One command run as a process in its own session, talking through files that outlive its owner.
+
+Its stdout and stderr go to files in the batch folder, which the owner reads as they grow; its
+stdin, for a route that writes to it, is a FIFO there, held open by a small holder process
+(`sleep`, in a session of its own) so the command never reads the end of its input because an
+owner died. A new owner
+(`resume`) finds the process by its pid and start time, reopens the FIFO and reads on from the
+offsets it was given: the process is adopted, not run twice.
+
+A stop signals the process group (`os.killpg`), then every descendant found under the process
+(tree.py) and every orphan of it this owner reaped as subreaper; SIGTERM, then SIGKILL.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
+import select
+import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
 
-import psutil
-
-Stream = Literal["stdout", "stderr"]
+from flightdeck.engine.agents import tree
+from flightdeck.engine.agents.tree import Pid
 
 # A line longer than this is cut into pieces, so output with no newline is never held whole.
 # Not much less: one JSON event is one line, Claude Code's tool results and Codex's command
 # output run to hundreds of kilobytes, and a piece of an event parses as nothing.
 MAX_LINE_BYTES = 8 * 1024 * 1024
+READ_BYTES = 1 << 16
+_HOLDER = ("sleep", "infinity")  # holds the FIFO's write end open; it never writes
 
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One line the process wrote (without its newline), or None at the end of `stream`."""
+    """One line the process wrote (without its newline)."""
 
-    stream: Stream
-    text: str | None
+    stream: str  # "stdout" or "stderr"
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Files:
+    """Where a command child's process talks: files in its batch folder."""
+
+    out: Path
+    err: Path
+    stdin: Path | None = None  # a FIFO, for a route that writes to its stdin
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What the store keeps of a running process, for a new owner to adopt it or end it."""
+
+    root: Pid
+    holder: Pid | None
+    files: Files
+    out_offset: int = 0
+    err_offset: int = 0
+
+
+class _Tail:
+    """A file being written by the process, read as it grows, line by line."""
+
+    def __init__(self, path: Path, stream: str, offset: int) -> None:
+        self.stream = stream
+        self.offset = offset
+        self._partial = b""
+        self._fd = os.open(path, os.O_RDONLY)
+        os.lseek(self._fd, offset, os.SEEK_SET)
+
+    def read(self, out: list[Line], final: bool = False, upto: int | None = None) -> None:
+        while upto is None or self.offset < upto:
+            size = READ_BYTES if upto is None else min(READ_BYTES, upto - self.offset)
+            chunk = os.read(self._fd, size)
+            if not chunk:
+                break
+            self.offset += len(chunk)
+            lines = (self._partial + chunk).split(b"\n")
+            self._partial = lines.pop()
+            out += [Line(self.stream, _text(line)) for line in lines]
+            while len(self._partial) > MAX_LINE_BYTES:
+                piece, self._partial = (
+                    self._partial[:MAX_LINE_BYTES],
+                    self._partial[MAX_LINE_BYTES:],
+                )
+                out.append(Line(self.stream, _text(piece)))
+        if final and self._partial:
+            out.append(Line(self.stream, _text(self._partial)))
+            self._partial = b""
+
+    @property
+    def read_to(self) -> int:
+        """Where the next whole line starts (an unfinished one is read again by an adopter)."""
+        return self.offset - len(self._partial)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", "replace").removesuffix("\r")
 
 
 class Process:
-    """A started process and the descendants seen under it.
-
-    Descendants that left its process group (a grandchild that called `setsid`) are not hit by
-    `os.killpg`: `track()` records every descendant while the tree is intact, so they are
-    found, and killed, after their parent has gone. psutil's Process remembers each one's
-    creation time, so a pid the system has since reused is never signalled.
-    """
+    """A command's process, started here (`spawn`) or adopted from a dead owner (`adopt`)."""
 
     def __init__(
         self,
+        root: Pid,
+        files: Files,
+        *,
+        tag: str,
+        popen: subprocess.Popen[bytes] | None = None,
+        holder: Pid | None = None,
+        stdin_fd: int | None = None,
+        offsets: tuple[int, int] = (0, 0),
+    ) -> None:
+        self.root = root
+        self.pid = root.pid
+        self.files = files
+        self.tag = tag
+        self._popen = popen
+        self.holder = holder
+        self._holding: subprocess.Popen[bytes] | None = None  # the holder, if started here
+        self._stdin_fd = stdin_fd
+        self._stdin_lock = threading.Lock()
+        self._tails = (
+            _Tail(files.out, "stdout", offsets[0]),
+            _Tail(files.err, "stderr", offsets[1]),
+        )
+        self._seen: dict[int, Pid] = {}  # descendants found under it, by pid
+        self._pidfd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            fd = os.pidfd_open(root.pid)
+            if tree.alive(root) or popen is not None:
+                self._pidfd = fd
+            else:
+                os.close(fd)
+
+    # --- start and adopt -----------------------------------------------------------------------
+
+    @classmethod
+    def spawn(
+        cls,
         argv: Sequence[str],
         *,
         cwd: Path,
         env: Mapping[str, str],
-        stdin: bool,
-    ) -> None:
-        self.argv = list(argv)
-        self._popen = subprocess.Popen(
-            self.argv,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own session and process group: pgid == pid
-        )
-        self.pid = self._popen.pid
-        self.lines: queue.SimpleQueue[Line] = queue.SimpleQueue()
-        self._tracked: dict[int, psutil.Process] = {}
+        files: Files,
+        tag: str,
+    ) -> Process:
+        """Start `argv` in a session of its own, its output to `files` (made 0600, emptied)."""
+        tree.become_subreaper()
+        env = {**env, tree.TAG_ENV: tag}
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
         try:
-            self._root: psutil.Process | None = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
-            self._root = None  # it has already exited (and is a zombie we reap below)
-        self._stdin_lock = threading.Lock()
-        assert self._popen.stdout is not None and self._popen.stderr is not None
-        self._readers = [
-            _reader(self._popen.stdout, "stdout", self.lines),
-            _reader(self._popen.stderr, "stderr", self.lines),
-        ]
+            out = os.open(files.out, flags, 0o600)
+        except FileNotFoundError:  # the batch's first: its folder is made
+            files.out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            out = os.open(files.out, flags, 0o600)
+        err = os.open(files.err, flags, 0o600)
+        stdin_r = stdin_w = None
+        holding: subprocess.Popen[bytes] | None = None
+        try:
+            if files.stdin is not None:
+                stdin_r, stdin_w = _fifo(files.stdin)
+            popen = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # its own session and process group: pgid == pid
+            )
+            root = tree.identify(popen.pid) or Pid(popen.pid, -1)
+            if stdin_w is not None:
+                try:
+                    holding = _holder(stdin_w, env)
+                except OSError:  # no holder: a dead owner would end the command's input
+                    holding = None
+        except BaseException:
+            if stdin_w is not None:
+                os.close(stdin_w)
+            raise
+        finally:
+            for fd in (out, err, stdin_r):
+                if fd is not None:
+                    os.close(fd)
+        proc = cls(root, files, tag=tag, popen=popen, stdin_fd=stdin_w)
+        if holding is not None:
+            proc.holder = tree.identify(holding.pid) or Pid(holding.pid, -1)
+            proc._holding = holding
+        return proc
+
+    @classmethod
+    def adopt(cls, record: Record, *, tag: str) -> Process | None:
+        """The recorded process and its files, its input reopened while it runs (one that has
+        ended since is read to its end); None when its files are gone."""
+        stdin_fd = None
+        if record.files.stdin is not None and tree.alive(record.root):
+            stdin_fd = reopen(record.files.stdin)
+        try:
+            return cls(
+                record.root,
+                record.files,
+                tag=tag,
+                holder=record.holder,
+                stdin_fd=stdin_fd,
+                offsets=(record.out_offset, record.err_offset),
+            )
+        except OSError:
+            if stdin_fd is not None:
+                os.close(stdin_fd)
+            return None
+
+    @property
+    def adopted(self) -> bool:
+        """True for a process another owner started (its exit status cannot be read)."""
+        return self._popen is None
+
+    def record(self) -> Record:
+        """What the store keeps so a new owner can adopt it: offsets of whole lines read."""
+        out, err = self._tails
+        return Record(self.root, self.holder, self.files, out.read_to, err.read_to)
 
     # --- output --------------------------------------------------------------------------------
 
+    def read(self, final: bool = False, upto: tuple[int, int] | None = None) -> list[Line]:
+        """The lines written since the last read (`final`: an unfinished last line too;
+        `upto`: only as far as these offsets of stdout and stderr)."""
+        lines: list[Line] = []
+        for i, tail in enumerate(self._tails):
+            tail.read(lines, final, None if upto is None else upto[i])
+        return lines
+
+    def wait(self, timeout: float) -> None:
+        """Sleep up to `timeout`, waking at once if the process exits."""
+        if self._pidfd is None:
+            time.sleep(timeout)
+            return
+        with contextlib.suppress(OSError, ValueError):
+            select.select([self._pidfd], [], [], timeout)
+
+    # --- input ---------------------------------------------------------------------------------
+
     def write(self, text: str) -> bool:
-        """Write to its stdin; False once the process no longer reads it."""
+        """Write to its stdin; False once it is closed (or the process reads it no more)."""
         with self._stdin_lock:
-            pipe = self._popen.stdin
-            if pipe is None or pipe.closed:
+            fd = self._stdin_fd
+            if fd is None:
                 return False
+            data = text.encode("utf-8", "replace")
             try:
-                pipe.write(text.encode("utf-8", "replace"))
-                pipe.flush()
-            except (BrokenPipeError, OSError, ValueError):
+                while data:
+                    data = data[os.write(fd, data) :]
+            except OSError:
                 return False
             return True
 
     def feed(self, text: str, *, then_close: bool) -> None:
-        """Write `text` to its stdin from a thread of its own (a prompt larger than the pipe
-        holds would block until the process reads it, and it may never), then close it."""
+        """Write `text` to its stdin from a thread of its own (a prompt larger than the FIFO
+        holds would block until the process reads it, and it may never), then maybe close."""
 
         def write() -> None:
             self.write(text)
@@ -101,100 +278,137 @@ class Process:
         threading.Thread(target=write, name="flightdeck-stdin", daemon=True).start()
 
     def close_stdin(self) -> None:
-        """End its input (a CLI reading user turns exits when it ends)."""
+        """End its input: the holder goes, and so does this end (a CLI reading user turns
+        exits when its input ends)."""
+        if self.holder is not None:
+            tree.send(self.holder, signal.SIGKILL)
+            self._reap_holder()
         with self._stdin_lock:
-            pipe = self._popen.stdin
-            if pipe is not None and not pipe.closed:
+            if self._stdin_fd is not None:
                 with contextlib.suppress(OSError):
-                    pipe.close()
+                    os.close(self._stdin_fd)
+                self._stdin_fd = None
+
+    @property
+    def stdin_open(self) -> bool:
+        """True while its input can still be written."""
+        return self._stdin_fd is not None
 
     # --- the tree ------------------------------------------------------------------------------
 
-    def poll(self) -> int | None:
-        """Its exit status (negative: killed by that signal), or None while it runs."""
-        return self._popen.poll()
+    def poll(self) -> bool:
+        """True once the process itself has exited (its descendants may still run)."""
+        if self._popen is not None:
+            return self._popen.poll() is not None
+        return not tree.alive(self.root)
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status (negative: the signal that killed it); None while it runs, or for an
+        adopted process, whose status only its parent could read."""
+        return None if self._popen is None else self._popen.poll()
 
     def track(self) -> None:
-        """Record the descendants alive now (call it often while the process runs)."""
-        if self._root is None:
-            return
-        try:
-            children = self._root.children(recursive=True)
-        except psutil.Error:
-            return
-        for child in children:
-            self._tracked.setdefault(child.pid, child)
+        """Remember the descendants under it now (a stop reaches them after their parents
+        have gone)."""
+        for proc in tree.descendants(self.root):
+            self._seen.setdefault(proc.pid, proc)
 
     def signal(self, sig: signal.Signals) -> None:
-        """Send `sig` to its process group and to every descendant seen outside it."""
+        """Send `sig` to its process group, its descendants and its orphans."""
         self.track()
         # ProcessLookupError: the group is empty (all exited).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-        for proc in list(self._tracked.values()):
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)  # psutil refuses a pid reused since it was seen
+        for proc in [*self._seen.values(), *self._orphans()]:
+            tree.send(proc, sig)
 
-    def survivors(self) -> list[psutil.Process]:
-        """The process and its descendants seen, still running (zombies do not count)."""
+    def survivors(self) -> list[Pid]:
+        """What is left of its tree, running (the holder aside: it goes with the input)."""
         self.poll()  # reap the process itself if it has exited
-        alive = []
-        for proc in [*([self._root] if self._root else []), *self._tracked.values()]:
-            try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-            except psutil.Error:
-                pass
-        return alive
+        self.track()
+        orphans = self._orphans()
+        tree.reap(orphans)
+        known = [self.root, *self._seen.values(), *orphans]
+        # Every member of its group is under it, or an orphan of it (this owner is their
+        # subreaper): the group itself is never asked (a zombie would keep it "alive").
+        return [p for p in known if p != self.holder and tree.alive(p)]
 
-    def wait_gone(self, timeout: float) -> list[psutil.Process]:
-        """Wait up to `timeout` for the tree to end; returns the survivors.
-
-        Not psutil.wait_procs: a descendant whose parent has gone is reaped by init, and a
-        zombie init has not reaped yet would count as alive for the whole timeout."""
+    def wait_gone(self, timeout: float) -> list[Pid]:
+        """Wait up to `timeout` for the tree to end; returns the survivors."""
         deadline = time.monotonic() + timeout
         while (alive := self.survivors()) and time.monotonic() < deadline:
             time.sleep(0.02)
         return alive
 
-    def readers_done(self, timeout: float = 0.0) -> bool:
-        """True once both output pipes have ended."""
-        for reader in self._readers:
-            reader.join(timeout)
-        return not any(reader.is_alive() for reader in self._readers)
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Its exit status, waiting up to `timeout`; None if it still runs."""
-        try:
-            return self._popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def release(self) -> None:
-        """Close our ends of its pipes (after it and its tree have ended)."""
+    def release(self, *, remove: bool = True) -> None:
+        """Close everything this owner holds of it, and (`remove`) delete its files: the raw
+        output may hold what the transcript redacted."""
         self.close_stdin()
-        self.wait(0)
-        pipes = (self._popen.stdout, self._popen.stderr)
-        for pipe, reader in zip(pipes, self._readers, strict=True):
-            # A reader still blocked holds the buffer's lock: closing would wait for it. Only
-            # a process we never saw keeps a pipe open that long; its thread is a daemon.
-            if pipe is not None and not reader.is_alive():
-                pipe.close()
+        for tail in self._tails:
+            tail.close()
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = None
+        if self._popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(0)
+        if remove:
+            for path in (self.files.out, self.files.err, self.files.stdin):
+                if path is not None:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+
+    def _orphans(self) -> list[Pid]:
+        known = [self.pid, *self._seen]
+        if self.holder is not None:
+            known.append(self.holder.pid)
+        return tree.orphans(self.tag, known)
+
+    def _reap_holder(self) -> None:
+        if self._holding is not None:
+            self._holding.wait()
 
 
-def _reader(pipe: IO[bytes], stream: Stream, out: queue.SimpleQueue[Line]) -> threading.Thread:
-    def read() -> None:
-        try:
-            while chunk := pipe.readline(MAX_LINE_BYTES):
-                text = chunk.decode("utf-8", "replace")
-                out.put(Line(stream, text.removesuffix("\n").removesuffix("\r")))
-        except (OSError, ValueError):
-            pass  # the pipe was closed under us
-        finally:
-            out.put(Line(stream, None))
+def _fifo(path: Path) -> tuple[int, int]:
+    """A fresh FIFO at `path` (0600), opened at both ends: (read, write)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    os.mkfifo(path, 0o600)
+    # Non-blocking, the read end opens at once; then the write end finds its reader.
+    read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    write = os.open(path, os.O_WRONLY)
+    os.set_blocking(read, True)
+    return read, write
 
-    # Daemon: a descendant that keeps the pipe open after its tree was killed (one we never
-    # saw) must not hold the interpreter at exit.
-    thread = threading.Thread(target=read, name=f"flightdeck-{stream}", daemon=True)
-    thread.start()
-    return thread
+
+def reopen(path: Path) -> int | None:
+    """The write end of a live command's FIFO, reopened by a new owner; None if it is not a
+    FIFO or nothing reads it any more."""
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader
+    except OSError:
+        return None
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _holder(stdin_w: int, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
+    """A process that holds the command's input open while no owner does."""
+    program = shutil.which(_HOLDER[0], path=env.get("PATH")) or shutil.which(_HOLDER[0])
+    if program is None:
+        return None  # without one, a dead owner ends the command's input
+    return subprocess.Popen(
+        [program, *_HOLDER[1:]],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=(stdin_w,),
+        # A session of its own: a group in the command's session cannot be joined from here.
+        # It is signalled by pid (`close_stdin`, `end_tree`), never with the group.
+        start_new_session=True,
+        env={tree.TAG_ENV: env[tree.TAG_ENV]},
+    )

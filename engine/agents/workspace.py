@@ -83,6 +83,19 @@ class Workspace:
         self.path = self._own / self._shared.resolve().relative_to(repo.resolve())
         return self.path
 
+    def adopt(self) -> Path:
+        """The folder a dead owner made for this child (its process still runs in it):
+        used as it is, and removed at the end as if made here."""
+        if self.mode == "worktree":
+            repo = git_toplevel(self._shared)
+            if repo is None:
+                raise WorkspaceError(f"{self._shared} is not in a git repository")
+            self._repo = repo
+            self.path = self._own / self._shared.resolve().relative_to(repo.resolve())
+        if not self.path.is_dir():
+            raise WorkspaceError(f"{self.path} is gone")
+        return self.path
+
     def _inside_own_parent(self, folder: str, names: list[str]) -> set[str]:
         """copytree's `ignore`: the folder the copies go into, when the state folder lies
         inside the workspace (`workspace = "."`), is never copied into itself."""

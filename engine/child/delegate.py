@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flightdeck.engine.errors import ToolError
-from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model import DELEGATE_TOOL, ChildRow
 from flightdeck.engine.providers.base import ToolSpec
 
 RESULT_CHARS = 4000  # of each sub-task's answer, in the tool's result
 
 DELEGATE_SPEC = ToolSpec(
-    name="delegate",
+    name=DELEGATE_TOOL,
     description=(
         "Hand independent sub-tasks to other agents, who run them in parallel with the same "
         "tools. Waits until every sub-task has ended and returns each one's result. Use it for "

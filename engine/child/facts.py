@@ -1,4 +1,7 @@
-"""The facts a child reports to its coordinator, from the worker thread that runs it."""
+"""The facts a child reports to its coordinator, from the worker thread that runs it.
+
+Values only (a child is named by its id): a fact may come from a runner on another thread, or
+another machine, and the coordinator looks the child up."""
 
 from __future__ import annotations
 
@@ -11,14 +14,13 @@ from flightdeck.engine.providers.base import HeadroomEvent
 
 if TYPE_CHECKING:
     from flightdeck.engine.child.delegate import DelegateCall
-    from flightdeck.engine.child.loop import Child
 
 
 @dataclass(frozen=True, slots=True)
 class ChildDone:
     """The child's run has returned (it is final, or was abandoned while it ran)."""
 
-    child: Child
+    child_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +42,14 @@ class HeadroomSeen:
 class FirstChunk:
     """A prompt-cache gate's leader: its first response began streaming."""
 
-    child: Child
+    child_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class Delegated:
     """A child called `delegate`: the coordinator queues the sub-tasks and settles `call`."""
 
-    child: Child
+    child_id: str
     call: DelegateCall
 
 
@@ -56,7 +58,7 @@ class ChildPaused:
     """The operator's pause reached the child at a turn boundary: a model child's run has
     returned (its messages kept for the continue), a process child is suspended."""
 
-    child: Child
+    child_id: str
 
 
 @dataclass(frozen=True, slots=True)

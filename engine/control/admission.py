@@ -13,13 +13,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.child.facts import ChildDone
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.meter import Meter
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class Admission:
             try:
                 child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
             finally:
-                self._co.report(ChildDone(child))
+                self._co.report(ChildDone(child.task.id))
 
     def budget_exhausted(self) -> str | None:
         """Why no more children may start (max_runs or max_cost_usd reached); None: they may."""
@@ -141,7 +142,7 @@ class Admission:
             return f"not started: max_runs ({runs}) reached"
         cap = self._budget.max_cost_usd
         if cap is not None and self._meter.totals().cost_usd >= cap:
-            return f"not started: budget of ${cap} reached"
+            return f"not started: budget of {fmt_usd(cap)} reached"
         return None
 
     def _cancel_queued(self, reason: str) -> None:

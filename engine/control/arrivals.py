@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.child.delegate import DelegateCall
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.delegation import Delegations
 from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.inputs.tasks import Schedule, Task

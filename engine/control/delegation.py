@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from flightdeck.engine.child.delegate import DelegateCall
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.inbox import Message, Recorded, Unrecorded
 from flightdeck.engine.control.units import Units
 from flightdeck.engine.model import BatchStatus, ChildFinished, ChildRow, ChildStatus, EngineEvent

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.model import ChildStatus
 
 Key = tuple[str, str]  # (route name, prompt-prefix digest)

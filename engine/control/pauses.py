@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.model import OPERATOR_HOLD, ChildStatus
 
 if TYPE_CHECKING:

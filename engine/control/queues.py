@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import RouteHeadroom

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flightdeck.engine.child.loop import Child
+from flightdeck.engine.child.state import Child
 from flightdeck.engine.inputs.settings import EngineSettings
 from flightdeck.engine.model import ChildStatus
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection
 
 
 def expected(what: str, value: object) -> str:
@@ -23,18 +23,6 @@ def kind(value: object) -> str:
         return name
     shown = repr(value)  # repr escapes control characters, so untrusted text stays inert
     return f"{name} {shown if len(shown) <= 40 else shown[:37] + '...'}"
-
-
-def id_list(value: object, field: str = "child_ids") -> tuple[str, ...]:
-    """Child ids given as a list (or any iterable) of strings; ValueError naming `field` and
-    the type it got otherwise: a table's keys, or a string's letters, are no list of ids."""
-    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
-        raise ValueError(f"{field}: {expected('a list of child ids', value)}")
-    ids = tuple(value)
-    for item in ids:
-        if not isinstance(item, str):
-            raise ValueError(f"{field}: expected child ids (strings), got {kind(item)} in it")
-    return ids
 
 
 def suggest(name: object, choices: Collection[str]) -> str:

@@ -27,10 +27,6 @@ def make_provider(
         from flightdeck.engine.providers.sim import SimProvider
 
         return SimProvider(route)
-    if route.provider == "command":
-        from flightdeck.engine.agents.launch import CommandRoute
-
-        return CommandRoute(route, os.environ if env is None else env, source)
     key = api_key(route, os.environ if env is None else env, source)
     if route.provider == "openai":
         from flightdeck.engine.providers.openai import OpenAIProvider

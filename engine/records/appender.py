@@ -139,7 +139,7 @@ class Transcripts:
                 case Stream():
                     data = self._formatter(path).stream(event.chunk, event.ts)
                 case EndStream():
-                    data = self._formatter(path).end_stream(event.ts)
+                    data = self._formatter(path).end_stream(event.ts, interrupted=event.interrupted)
                 case Release():
                     formatter = self._formatters.pop(path, None)
                     if formatter is not None:

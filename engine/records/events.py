@@ -34,10 +34,12 @@ class Stream:
 
 @dataclass(frozen=True, slots=True)
 class EndStream:
-    """The end of a stream: its partial last line, if any, is written."""
+    """The end of a stream: its partial last line, if any, is written (marked as cut off when
+    the response was `interrupted`)."""
 
     path: str
     ts: float
+    interrupted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,7 @@ def _to_wire(event: Event) -> tuple[object, ...]:
         case Stream():
             return (_Tag.STREAM, event.path, event.ts, event.chunk)
         case EndStream():
-            return (_Tag.END_STREAM, event.path, event.ts)
+            return (_Tag.END_STREAM, event.path, event.ts, event.interrupted)
         case Release():
             return (_Tag.RELEASE, event.path, event.ts)
         case Raw():

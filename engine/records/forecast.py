@@ -4,8 +4,10 @@ The projection is what has been spent (finished and running children alike), plu
 children's average cost for each child not yet finished (queued or running). A running child
 thus counts its spend so far and one more average: a deliberate lean to the high side, since
 a forecast that runs short is the one that surprises. The range takes the 25th and 75th
-percentiles of the finished children's costs in place of the average. Children that a child
-delegates later are not known yet and are not counted.
+percentiles of the finished children's costs in place of the average, widened to the average
+where the costs are skewed (one expensive child lifts the average above the 75th percentile),
+so the projection always lies within its range. Children that a child delegates later are not
+known yet and are not counted.
 
 Unknown prices stay unknown: one child with no price makes the projection None, never a guess.
 """
@@ -30,7 +32,7 @@ class Forecast:
     unpriced: int  # started children whose price is unknown (any makes the projection None)
     projected_usd: Decimal | None  # None: no child has finished yet, or a price is unknown
     low_usd: Decimal | None  # the 25th percentile of finished costs in place of the average
-    high_usd: Decimal | None  # the 75th
+    high_usd: Decimal | None  # the 75th (each widened to the average: see the module docstring)
 
     @property
     def known(self) -> bool:
@@ -74,17 +76,17 @@ def forecast(children: Sequence[ChildRow]) -> Forecast:
     if unpriced or not finished_costs:
         return Forecast(finished, remaining, unpriced, None, None, None)
     mean = sum(finished_costs, Decimal(0)) / len(finished_costs)
+    low = high = mean
     if len(finished_costs) > 1:
-        low, _, high = statistics.quantiles(finished_costs, n=4, method="inclusive")
-    else:
-        low = high = mean
+        q1, _, q3 = statistics.quantiles(finished_costs, n=4, method="inclusive")
+        low, high = min(Decimal(q1), mean), max(Decimal(q3), mean)
     return Forecast(
         finished,
         remaining,
         0,
         spent + mean * remaining,
-        spent + Decimal(low) * remaining,
-        spent + Decimal(high) * remaining,
+        spent + low * remaining,
+        spent + high * remaining,
     )
 
 

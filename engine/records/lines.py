@@ -21,8 +21,11 @@ ROLE_WIDTH = 9  # roles are padded to this width, so the text of every line star
 SEPARATOR = " │ "
 TEXT_COLUMN = STAMP_WIDTH + len(GAP) + ROLE_WIDTH + len(SEPARATOR)
 # Ends a reply line written before its end (another line came mid-stream, or it grew too long):
-# the reply goes on in the next assistant line, so it reads whole without the mark.
+# the reply goes on in the next assistant line, so it reads whole without the mark. Such a line
+# is cut after a word, never inside one, and what it held back is always written after it.
 CONTINUED = "↩"
+# Ends a reply line whose response was cut off (a stop, a steer --now): nothing follows it.
+INTERRUPTED = " (interrupted)"
 
 # A streamed line longer than this is written out unfinished, so memory stays bounded when a
 # model streams megabytes without a newline.
@@ -48,8 +51,9 @@ class LineFormatter:
 
     def write(self, role: str, text: str, ts: float) -> bytes:
         """One event; multi-line text becomes several lines with the same stamp."""
-        # A pending streamed line goes out first, so the file stays in time order.
-        pending = self._flush_partial(ts, continued=True)
+        # A pending streamed line goes out first, so the file stays in time order: up to its
+        # last word, which waits to go on after this event's lines.
+        pending = self._cut_at_word(ts)
         body = sanitize(text).rstrip("\n")
         return pending + self._emit(role, body.split("\n"), ts)
 
@@ -57,9 +61,13 @@ class LineFormatter:
         """Streamed assistant text: the lines it completes."""
         return self._take(self._sanitizer.feed(chunk), ts)
 
-    def end_stream(self, ts: float) -> bytes:
-        """The partial last line of the stream, if any."""
-        return self._take(self._sanitizer.flush(), ts) + self._flush_partial(ts)
+    def end_stream(self, ts: float, *, interrupted: bool = False) -> bytes:
+        """The partial last line of the stream, if any; `interrupted` says the response was cut
+        off there (a stop, a steer --now)."""
+        data = self._take(self._sanitizer.flush(), ts)
+        if interrupted and self._partial:
+            self._partial.append(INTERRUPTED)
+        return data + self._flush_partial(ts)
 
     def _take(self, safe: str, ts: float) -> bytes:
         if not safe:
@@ -80,24 +88,39 @@ class LineFormatter:
 
     def _cut_partial(self, ts: float) -> bytes:
         """A streamed line too long to hold: written out before it ends."""
+        line = "".join(self._partial)
         if not self._secrets:
-            return self._flush_partial(ts, continued=True)
+            # After its last word; a giant word is cut, its last character held back to go on.
+            return self._cut_at_word(ts) or self._cut(line, len(line) - 1, ts)
         # Redacted whole before the cut, and the start of a secret that may end in the next
         # chunk held back: a key across the cut must not go out as two unredacted halves.
-        line = redact("".join(self._partial), self._secrets)
-        cut = len(line) - (max(len(s) for s in self._secrets) - 1)
+        line = redact(line, self._secrets)
+        return self._cut(line, len(line) - (max(len(s) for s in self._secrets) - 1), ts)
+
+    def _cut_at_word(self, ts: float) -> bytes:
+        """The pending streamed line up to its last word, marked as going on; the last word
+        (and anything after it) stays pending. Nothing when it is one word."""
+        line = "".join(self._partial)
+        end = len(line.rstrip())
+        cut = max(line.rfind(" ", 0, end), line.rfind("\t", 0, end)) + 1
+        if not line[:cut].strip():
+            return b""  # one word (or none): it waits whole
+        return self._cut(line, cut, ts)
+
+    def _cut(self, line: str, cut: int, ts: float) -> bytes:
+        """`line` up to `cut`, marked as going on; the rest stays pending."""
         held = line[cut:]
         self._partial = [held] if held else []
         self._partial_len = len(held)
         return self._emit("assistant", [line[:cut] + CONTINUED], ts)
 
-    def _flush_partial(self, ts: float, *, continued: bool = False) -> bytes:
+    def _flush_partial(self, ts: float) -> bytes:
         if not self._partial:
             return b""
         line = "".join(self._partial)
         self._partial = []
         self._partial_len = 0
-        return self._emit("assistant", [line + CONTINUED if continued else line], ts)
+        return self._emit("assistant", [line], ts)
 
     def _emit(self, role: str, lines: list[str], ts: float) -> bytes:
         ms = int(ts * 1000)

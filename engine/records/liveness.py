@@ -21,6 +21,8 @@ __all__ = [
     "STALE_AFTER_S",
     "Owner",
     "OwnerAlive",
+    "Pid",
+    "alive",
     "claim_batch",
     "owner_of",
     "process_matches",
@@ -49,6 +51,42 @@ class Owner:
         """Alive, but its heartbeat stopped a while ago."""
         age = self.heartbeat_age_s
         return self.alive and age is not None and age > STALE_AFTER_S
+
+
+@dataclass(frozen=True, slots=True)
+class Pid:
+    """A process (a command child's, read from /proc): its pid, and the start time that tells
+    it from a later one with that pid."""
+
+    pid: int
+    start: int  # clock ticks since boot
+
+
+def stat_of(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time; None if no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses.
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return fields[0].decode(), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def identify(pid: int) -> Pid | None:
+    """`pid` as a `Pid`, while it runs; None once gone."""
+    found = stat_of(pid)
+    return None if found is None else Pid(pid, found[1])
+
+
+def alive(proc: Pid) -> bool:
+    """True while `proc` (that very process) runs; a zombie has ended."""
+    found = stat_of(proc.pid)
+    return found is not None and found[1] == proc.start and found[0] not in ("Z", "X")
 
 
 def process_matches(pid: int, start: float | None) -> bool:

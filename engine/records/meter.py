@@ -132,6 +132,12 @@ class Meter:
                 self._cost += cost
         return cost
 
+    def add_unpriced(self, usage: Usage) -> None:
+        """Record `usage` whose price is unknown: shown, never priced."""
+        with self._lock:
+            self._usage += usage
+            self._unknown += usage
+
     def add_cost(self, usage: Usage, cost: Decimal) -> None:
         """Record `usage` at the `cost` its agent CLI reported for it."""
         with self._lock:
@@ -147,7 +153,7 @@ class Meter:
 class _Tally:
     """Running totals of child rows: counts, usage and the exact sum of the known costs."""
 
-    __slots__ = ("cost", "counts", "flight", "flight_cost", "saved", "unknown", "usage")
+    __slots__ = ("cost", "counts", "flight", "flight_cost", "pausing", "saved", "unknown", "usage")
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(ChildStatus, 0)
@@ -157,9 +163,12 @@ class _Tally:
         self.flight = Usage()
         self.flight_cost = _ZERO
         self.saved = _ZERO
+        self.pausing = 0
 
     def add(self, row: ChildRow) -> None:
         self.counts[row.status] += 1
+        if row.pausing:
+            self.pausing += 1
         self.usage += row.usage
         if row.cost_usd is None or row.in_flight_cost_usd is None:
             self.unknown += 1
@@ -189,6 +198,7 @@ class _Tally:
             failed=n - queued - running - completed - stopped - paused,
             stopped=stopped,
             paused=paused,
+            pausing=self.pausing,
             usage=self.usage,
             cost_usd=self.cost,
             cost_unknown=self.unknown,

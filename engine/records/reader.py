@@ -15,13 +15,11 @@ from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerRec
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import current_loops
 from flightdeck.engine.records.rows import (
-    BATCH_COLUMNS,
-    BATCH_COLUMNS_V1,
-    BATCH_COLUMNS_V2,
     CHILD_COLUMNS,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
+    batch_columns,
     batch_info,
     child_row,
     receipt,
@@ -202,7 +200,7 @@ class StoreReader:
                 ) from None
             # A version 1 or 2 file nobody has opened to write since (an old state folder,
             # read only) reads the same, without what later versions added.
-            self._ready = version in (1, 2, SCHEMA_VERSION)
+            self._ready = 1 <= version <= SCHEMA_VERSION
             self._version = version
         return self._ready
 
@@ -211,9 +209,7 @@ class StoreReader:
 
     def _batches(self, batch_id: str | None) -> list[BatchInfo]:
         where, args = ("WHERE id = ?", (batch_id,)) if batch_id is not None else ("", ())
-        columns = {SCHEMA_VERSION: BATCH_COLUMNS, 2: BATCH_COLUMNS_V2}.get(
-            self._version, BATCH_COLUMNS_V1
-        )
+        columns = batch_columns(self._version)
         with self._snapshot():
             batch_rows = self._conn.execute(
                 f"SELECT {columns} FROM batches {where} ORDER BY created_ts DESC, rowid DESC",

@@ -12,6 +12,7 @@ from typing import Any
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.limits import describe
 from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
@@ -58,6 +59,7 @@ def build_report(
         "name": info.name,
         "source": info.source,
         "status": info.status.value,
+        "owner_pid": info.owner_pid,  # the process that ran it last (a resume's, after one)
         "created": _iso(info.created_ts),
         "finished": None if info.finished_ts is None else _iso(info.finished_ts),
         "elapsed_s": round(max(0.0, end - info.created_ts), 3),
@@ -307,6 +309,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         f"- id: `{_text(report['batch_id'])}`",
         f"- status: **{_text(report['status'])}**",
+        f"- owner: pid {report.get('owner_pid', '—')}",
         f"- created: {report['created']}",
         f"- finished: {report['finished'] or '—'}",
         f"- elapsed: {_seconds(report['elapsed_s'])}",
@@ -573,7 +576,8 @@ def _spent(entry: Mapping[str, Any]) -> str:
 
 
 def _usd(value: float) -> str:
-    return f"${value:,.4f}" if value < 100 else f"${value:,.2f}"
+    # The JSON report's float, back to the exact decimal it was written from (`_money`).
+    return fmt_usd(Decimal(repr(value)))
 
 
 def _seconds(value: float) -> str:

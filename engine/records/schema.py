@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flightdeck.engine.errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
 
 # Commands from clients (other processes: `flightdeck steer/stop`, an attached TUI), recorded
@@ -57,6 +57,50 @@ MIGRATE_2_TO_3 = (
     f"INSERT INTO requests ({_REQUESTS_V2_COLUMNS}) SELECT {_REQUESTS_V2_COLUMNS} FROM requests_v2",
     "DROP TABLE requests_v2",
 )
+
+# Command children's processes while they run (records/processes.py), so that the owner that
+# resumes a batch whose owner died can adopt them, or end their whole tree, before any task
+# runs again.
+PROCESSES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS processes (
+    batch_id TEXT NOT NULL,
+    child_id TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    holder_pid INTEGER,
+    holder_start INTEGER,
+    out_path TEXT NOT NULL,
+    err_path TEXT NOT NULL,
+    stdin_path TEXT,
+    out_offset INTEGER NOT NULL DEFAULT 0,
+    err_offset INTEGER NOT NULL DEFAULT 0,
+    carried_json TEXT NOT NULL,
+    PRIMARY KEY (batch_id, child_id)
+);
+"""
+
+# From version 3: the processes table, added on its own.
+MIGRATE_3_TO_4 = tuple(s for s in PROCESSES_SCHEMA.split(";") if s.strip())
+
+# The owner's live figures for attached views (records/live.py): one row a batch, replaced a
+# few times a second while it runs; not a record of what happened.
+LIVE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS live (
+    batch_id TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+)
+"""
+
+# From version 4: the live table, nothing else.
+MIGRATE_4_TO_5 = (LIVE_SCHEMA,)
+
+# The steps from each older version to the next.
+MIGRATIONS = {
+    1: MIGRATE_1_TO_2,
+    2: MIGRATE_2_TO_3,
+    3: MIGRATE_3_TO_4,
+    4: MIGRATE_4_TO_5,
+}
 
 SCHEMA = (
     """
@@ -136,6 +180,8 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_batch ON events (batch_id, id);
 """
     + REQUESTS_SCHEMA
+    + PROCESSES_SCHEMA
+    + LIVE_SCHEMA
 )
 
 
@@ -194,7 +240,7 @@ def use_wal(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the tables in a new file, or bring a version 1 or 2 file to this version; refuse
+    """Create the tables in a new file, or bring an older version's file to this one; refuse
     another program's database or a newer one."""
     if schema_version(conn, path) == SCHEMA_VERSION:
         return
@@ -205,10 +251,9 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         if version == SCHEMA_VERSION:
             conn.execute("COMMIT")
             return
-        if version in (1, 2):
-            steps = (MIGRATE_1_TO_2, MIGRATE_2_TO_3) if version == 1 else (MIGRATE_2_TO_3,)
-            for step in steps:
-                for statement in step:
+        if version in MIGRATIONS:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")

@@ -35,11 +35,13 @@ from flightdeck.engine.records.rows import (
     INSERT_EVENT,
     SET_HELD,
     SET_LIMITS,
+    SET_LIVE,
     SETTLE_LIVE,
     SETTLE_REQUEST,
     UPSERT_BATCH,
     UPSERT_CHILD,
     UPSERT_CONTROL,
+    UPSERT_CONTROL_BOTH,
     UPSERT_CONTROL_REASON,
     UPSERT_CONTROL_REQUEST,
     UPSERT_QUEUED,
@@ -166,16 +168,27 @@ class Store:
         client request it came from (its first write; later ones keep it), `reason` why it
         was missed when the child's own end does not say (the owner was lost)."""
         params = control_params(batch_id, receipt, kind)
+        reason = reason or receipt.how  # a delivered steer: how it was delivered
         if request_id is None and reason is None:
             self._put(_Write("record_control", UPSERT_CONTROL, params))
+        elif request_id is not None and reason is not None:
+            self._put(_Write("record_control", UPSERT_CONTROL_BOTH, (*params, request_id, reason)))
         else:
             sql = UPSERT_CONTROL_REQUEST if reason is None else UPSERT_CONTROL_REASON
             extra = request_id if reason is None else reason
             self._put(_Write("record_control", sql, (*params, extra)))
 
+    def write(self, what: str, sql: str, params: Sequence[Any]) -> None:
+        """Queue one statement of a part that keeps its own table (records/processes.py)."""
+        self._put(_Write(what, sql, params))
+
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
         self._put(_Write("heartbeat", HEARTBEAT, (ts, batch_id)))
+
+    def set_live(self, batch_id: str, body: str) -> None:
+        """Replace the batch's live figures (records/live.py), for attached views."""
+        self._put(_Write("set_live", SET_LIVE, (batch_id, body)))
 
     def set_held(self, batch_id: str, held: str | None) -> None:
         """Record why the batch's admission is held (None: released), for attached views."""

@@ -68,25 +68,28 @@ class TranscriptWriter:
             else:
                 self._out(self._local().stream(chunk, self._clock()))
 
-    def end_stream(self) -> None:
-        """Write the partial last line of the stream, if any."""
+    def end_stream(self, *, interrupted: bool = False) -> None:
+        """Write the partial last line of the stream, if any (`interrupted`: the response was
+        cut off there, and the line says so)."""
         with self._lock:
             if self._remote is not None:
-                self._remote(EndStream(self._key, self._clock()))
+                self._remote(EndStream(self._key, self._clock(), interrupted))
             else:
-                self._out(self._local().end_stream(self._clock()))
+                self._out(self._local().end_stream(self._clock(), interrupted=interrupted))
 
     def close(self, role: str | None = None, text: str = "") -> None:
         """End the stream and close the file; idempotent. Later writes reopen it briefly.
 
-        With `role`, `write(role, text)` comes first under the same lock: a child's last line
-        costs no lock of its own."""
+        With `role`, `write(role, text)` comes after the stream's end under the same lock: a
+        child's last line costs no lock of its own."""
         with self._lock:
             ts = self._clock()
-            if role is not None:
-                self._write(role, text, ts)
             if self._remote is None:
                 self._out(self._local().end_stream(ts))
+            elif role is not None:
+                self._remote(EndStream(self._key, ts))
+            if role is not None:
+                self._write(role, text, ts)
             if self._sink is not None:
                 self._sink.send(Release(self._key, ts))
             if self._fd is not None:

@@ -115,6 +115,20 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"fresh start {r['fresh_start_to_first_start_s_median']} s",
                 r["fresh_over_resume"],
             )
+        case "commands":
+            yield (
+                f"command children, {r['children']:,} /bin/true on 32 slots",
+                f"{r['children_per_s']:,} children/s, "
+                f"owner {r['owner_cpu_ms_per_child']} ms CPU each",
+                f"xargs -P32 {r['xargs_p32_per_s']:,}/s",
+                r["ratio_of_xargs"],
+            )
+            yield (
+                f"command children, {r['sleepers']} sleeping, one slot each",
+                f"makespan {r['makespan_s']} s; {r['plain_cpu_us_per_line']} µs CPU per line",
+                "the ideal (one sleep)",
+                r["makespan_over_ideal"],
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 

@@ -24,8 +24,9 @@ from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets import children as children_module
+from flightdeck.tui.widgets.columns import COLUMNS
 from flightdeck.tui.widgets.filter import FilterInput
-from flightdeck.tui.widgets.rows import COLUMNS, SortOrder
+from flightdeck.tui.widgets.rows import SortOrder
 from flightdeck.tui.widgets.transcript import TranscriptView
 from rich.console import Console
 from textual.app import App, ComposeResult

@@ -49,7 +49,37 @@ def snap(
 
 def looping(row: ChildRow, at: float) -> ChildRow:
     evidence = LoopEvidence("repeat", "read_file(path='a.py') 5 times", ("read_file",) * 5, T0 + at)
-    return dataclasses.replace(row, loop=evidence)
+    return dataclasses.replace(row, loop=evidence, looped_ts=evidence.ts)
+
+
+def test_the_digest_counts_children_flagged_looping_since_even_once_they_stop(
+    tmp_path: Path,
+) -> None:
+    # A real child flagged looping, nudged, and cleared by its progress: it looped since the
+    # mark, whether it still does or not, in the engine's view and in a view of its store.
+    from flightdeck.engine.attached.view import StoreView
+    from flightdeck.engine.inputs.settings import LoopSettings
+    from flightdeck.engine.inputs.tasks import Task
+
+    from helpers import run_to_end, settings, sim_route, start, tasks_batch
+
+    loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=("nudge",))
+    route = dataclasses.replace(sim_route(time_scale=0.01, latency_ms=500), loops=loops)
+    b = tasks_batch([Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400)])
+    engine = start(b, settings(route), tmp_path)
+    mark = Mark(engine.batch_id, engine.snapshot().started_ts - 1, Decimal(0))
+    live = run_to_end(engine)
+    assert live.children[0].loop is None  # no longer looping
+    assert digest(mark, live).looped == 1
+    view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id)
+    try:
+        attached = view.snapshot()
+    finally:
+        view.close()
+    assert digest(mark, attached).looped == 1
+    # Flagged before the mark: not since.
+    later = dataclasses.replace(mark, ts=live.children[0].finished_ts or 0.0)
+    assert digest(later, live).looped == digest(later, attached).looped == 0
 
 
 def steer(n: int, child_id: str, state: SteerState, settled: float | None) -> SteerReceipt:

@@ -14,13 +14,13 @@ from types import MappingProxyType
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import Budget, Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
-from flightdeck.tui.storeview import StoreView
 from textual.widgets import Input, Label
 from tui_support import FAST, SIZE, EngineFactory, app_for, held, make_tasks, until
 

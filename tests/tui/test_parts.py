@@ -21,19 +21,13 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
+from flightdeck.tui.widgets.columns import fit_columns, fit_text
 from flightdeck.tui.widgets.days import Days, day_of_last
 from flightdeck.tui.widgets.detail import detail_text
 from flightdeck.tui.widgets.meter import CostMeter
-from flightdeck.tui.widgets.rows import (
-    SortOrder,
-    fit_columns,
-    fit_text,
-    parse_filter,
-    row_cells,
-    sort_key,
-)
+from flightdeck.tui.widgets.rows import SortOrder, parse_filter, row_cells, sort_key
 from flightdeck.tui.widgets.status import StatusLine, fit_parts, status_parts
-from flightdeck.tui.widgets.tail import read_all, read_chunk
+from flightdeck.tui.widgets.tail import Tail, read_all, read_chunk
 from flightdeck.tui.widgets.transcript import TranscriptHighlighter, wrap_line
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -191,9 +185,12 @@ def test_read_all_streams_every_line_a_block_at_a_time(tmp_path: Path) -> None:
         size = sum(len(line) + 1 for line in chunk.lines)
         assert size <= 256 or chunk.lines == (long_line,), (size, chunk.lines[:2])
     assert chunks[-1].end == path.stat().st_size - len("parti")  # the partial line waits
-    assert list(read_all(path, chunks[-1].end, block=256)) == []
+    tail = Tail(path, block=256)  # the same reads, as logs -f makes them
+    while tail.read().lines:
+        pass
+    assert tail.offset == chunks[-1].end and tail.read().lines == ()
     path.write_text("new\n")  # replaced by a shorter file: read from its start
-    [again] = list(read_all(path, chunks[-1].end, block=256))
+    again = tail.read()
     assert again.reset and again.lines == ("new",)
     assert list(read_all(tmp_path / "missing.log")) == []
 

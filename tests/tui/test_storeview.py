@@ -4,12 +4,15 @@ whether watchfiles reports the changes or only polling finds them."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -19,7 +22,6 @@ from flightdeck.engine.model import (
     EngineEvent,
 )
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.tui.storeview import StoreView
 
 from helpers import Hold, batch, settings, sim_route
 
@@ -77,7 +79,13 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 6
         assert snap.totals.completed == 6 and snap.totals.usage.total > 0
         with StoreReader(db) as reader:  # the rows as the store's own reader builds them
-            assert list(snap.children) == reader.children(engine.batch_id, results=False)
+            stored = reader.children(engine.batch_id, results=False)
+        # ... and what reading the cache saved, at the batch's prices (as in-process)
+        live = engine.snapshot().children
+        assert [r.cache_saved_usd for r in snap.children] == [r.cache_saved_usd for r in live]
+        assert any(r.cache_saved_usd for r in snap.children)
+        unsaved = [dataclasses.replace(r, cache_saved_usd=Decimal(0)) for r in snap.children]
+        assert unsaved == stored
         finished = [e.row.id for e in events if isinstance(e, ChildFinished)]
         assert len(finished) == len(set(finished))  # each at most once
         everyone = {f"t{i:04d}" for i in range(6)}

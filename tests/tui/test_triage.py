@@ -14,13 +14,13 @@ from types import MappingProxyType
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
-from flightdeck.tui.storeview import StoreView
 from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar

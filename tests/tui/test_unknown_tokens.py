@@ -7,7 +7,8 @@ from pathlib import Path
 
 from flightdeck.engine.model import ChildFinished, ChildStatus
 from flightdeck.tui.output import completion_text
-from flightdeck.tui.widgets.rows import COLUMN_KEYS, row_cells
+from flightdeck.tui.widgets.columns import COLUMN_KEYS
+from flightdeck.tui.widgets.rows import row_cells
 from tui_fakes import NOW, child
 
 

@@ -245,8 +245,9 @@ class ConfirmPauseDialog(_ConfirmTargets):
         note = (
             "Each takes a slot again before any new child starts, with its context intact."
             if resume
-            else "A running child holds at its next turn and frees its slot; a queued one "
-            "does not start. Press p again over them to continue."
+            else "A running child holds at its next turn and frees its slot (one waiting on "
+            "its delegates, once they return); a queued one does not start. Press p again over "
+            "them to continue."
         )
         super().__init__(child_ids, heading, note, verb, "warning")
 
@@ -260,11 +261,19 @@ class QuitChoice(StrEnum):
 
 class QuitDialog(ModalScreen[QuitChoice | None]):
     """Children still run: detach (when the batch has an owner elsewhere), stop them all and
-    quit, or stay (None)."""
+    quit, or stay (None). Each has its key, shown on its button.
+
+    Enter detaches (the batch runs on: nothing is lost) when it can; else no button has focus,
+    so `q` then Enter ends nothing by accident, and stays nowhere by surprise either."""
 
     CSS_PATH = "dialogs.tcss"
+    AUTO_FOCUS = "#detach"  # when there is one; else nothing has focus
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,n", "cancel", "Cancel", id="dialog.cancel", tooltip="Stay"),
+        Binding("d", "detach", "Detach", id="dialog.detach", tooltip="Leave; the batch runs on"),
+        Binding(
+            "s", "stop_quit", "Stop all and quit", id="dialog.stop-quit", tooltip="Stop them all"
+        ),
     ]
 
     def __init__(self, live: int, *, detach: bool = False) -> None:
@@ -287,18 +296,23 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
                 yield Label(Text("Quitting stops them; finished work is already saved."))
             with Horizontal(classes="buttons"):
                 if self.detach:
-                    yield Button("Detach", variant="primary", id="detach")
-                yield Button("Stop all and quit", variant="error", id="stop-quit")
-                yield Button("Cancel", id="cancel")
+                    yield Button("Detach  d", variant="primary", id="detach")
+                yield Button("Stop all and quit  s", variant="error", id="stop-quit")
+                yield Button("Cancel  Esc", id="cancel")
 
-    def on_mount(self) -> None:
-        # The safe choice has focus: `q` then Enter must not end a batch by accident.
-        self.query_one("#cancel", Button).focus()
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.detach or action != "detach"
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         choices = {"detach": QuitChoice.DETACH, "stop-quit": QuitChoice.STOP}
         self.dismiss(choices.get(event.button.id or ""))
+
+    def action_detach(self) -> None:
+        self.dismiss(QuitChoice.DETACH)
+
+    def action_stop_quit(self) -> None:
+        self.dismiss(QuitChoice.STOP)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from flightdeck.tui.fmt import GLYPHS
+from flightdeck.tui.widgets.columns import COLUMNS
 from flightdeck.tui.widgets.rows import (
     COLUMN_HELP,
-    COLUMNS,
     LOOPING_GLYPH,
     OUTLIER_MARK,
     RETRYING_GLYPH,

@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from flightdeck.engine.limits import ROUTE_FIELDS, LimitError, parse_count, parse_money
+from flightdeck.engine.commands import (
+    ROUTE_FIELDS,
+    CommandError,
+    LimitError,
+    parse_count,
+    parse_money,
+)
 from flightdeck.engine.model import Limits
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
 from rich.text import Text
 from textual.app import ComposeResult
@@ -39,11 +46,12 @@ def _field_id(route_index: int, field: str) -> str:
     return f"limit-r{route_index}-{field.replace('_', '-')}"
 
 
-Apply = Callable[[dict[str, Any]], None]  # the view's set_limits: LimitError for a bad change
+# Sends the change (SetLimits): CommandError (a LimitError naming the field) for a bad one.
+Apply = Callable[[dict[str, Any]], None]
 
 
 class LimitsDialog(ModalScreen[dict[str, Any] | None]):
-    """The live limits as they stand, editable; Apply hands `apply` (the view's `set_limits`)
+    """The live limits as they stand, editable; Apply hands `apply` (a SetLimits sent)
     the fields the operator changed and closes with them; a bad one is said in the dialog,
     which stays open."""
 
@@ -80,7 +88,7 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
                         yield Label(field, classes="limit-label")
                         yield Input(_shown(getattr(caps, field)), id=_field_id(i, field))
             hard = limits.max_cost_usd
-            label = "soft budget in $" + ("" if hard is None else f" (hard budget ${hard})")
+            label = "soft budget in $" + ("" if hard is None else f" (hard budget {fmt_usd(hard)})")
             with Horizontal(classes="limit-row"):
                 yield Label(label, classes="limit-label")
                 yield Input(_shown(limits.soft_cost_usd), id="limit-soft")
@@ -142,13 +150,14 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
             return
         try:
             self.apply(change)
-        except LimitError as exc:  # the view's check: an unknown route, over the hard budget
+        except CommandError as exc:  # the check: an unknown route, over the hard budget
             self._error(exc)
             return
         self.dismiss(change)
 
-    def _error(self, exc: LimitError) -> None:
-        text = f"{_LABELS.get(exc.field, exc.field)}: {exc.message}"
+    def _error(self, exc: CommandError) -> None:
+        field = exc.field or "limits"
+        text = f"{_LABELS.get(field, field)}: {exc.message}"
         self.query_one("#limit-error", Label).update(Text(one_line(text, 300), "red"))
 
     def action_cancel(self) -> None:
@@ -190,7 +199,7 @@ class SoftBudgetDialog(ModalScreen[SoftBudgetAnswer | None]):
                 Text("No new child starts; the running ones go on. Raise it, continue, or stop.")
             )
             hard = self.limits.max_cost_usd
-            hint = f"new soft budget in $ (hard budget ${hard})" if hard else "new soft budget in $"
+            hint = "new soft budget in $" + (f" (hard budget {fmt_usd(hard)})" if hard else "")
             yield Input(placeholder=hint, id="soft-raise")
             yield Label("", id="soft-error")
             with Horizontal(classes="buttons"):
@@ -218,7 +227,7 @@ class SoftBudgetDialog(ModalScreen[SoftBudgetAnswer | None]):
     def _answer(self, answer: SoftBudgetAnswer) -> None:
         try:
             self.apply({"soft_cost_usd": answer.raise_to})
-        except LimitError as exc:  # over the hard budget, say
+        except CommandError as exc:  # over the hard budget, say
             self.show_error(exc)
             return
         self.dismiss(answer)
@@ -237,7 +246,7 @@ class SoftBudgetDialog(ModalScreen[SoftBudgetAnswer | None]):
             return
         self._answer(SoftBudgetAnswer(raise_to=value))
 
-    def show_error(self, exc: LimitError) -> None:
+    def show_error(self, exc: CommandError) -> None:
         self.query_one("#soft-error", Label).update(
             Text(one_line(f"soft budget: {exc.message}", 300), "red")
         )

@@ -44,6 +44,11 @@ def had_ended(n: int) -> str:
 Rows = Mapping[str, ChildRow]
 
 
+def later(row: ChildRow) -> bool:
+    """Its pause is pending until its delegates return (which may take long)."""
+    return row.pausing and row.waits_on_delegates
+
+
 class Summaries:
     """The bulk sends not all taken yet; each settle_* says (through `say`) how the ones done
     went, once every child of one has taken it."""
@@ -115,16 +120,23 @@ class Summaries:
             return
         waiting: list[_BulkPause] = []
         for bulk in self._pauses:
-            states = [rows[i].status for i in bulk.ids if i in rows]
+            found = [rows[i] for i in bulk.ids if i in rows]
             if bulk.resume:
-                pending = any(s is ChildStatus.PAUSED for s in states)
+                pending = any(r.status is ChildStatus.PAUSED or r.pausing for r in found)
             else:
-                # A running child pauses at its next turn boundary: until then, not yet.
-                pending = any(s.live and s is not ChildStatus.PAUSED for s in states)
+                # A running child pauses at its next turn boundary: until then, not yet. One
+                # waiting on its delegates may wait for long: it counts, its pause pending.
+                pending = any(
+                    r.status.live and r.status is not ChildStatus.PAUSED and not later(r)
+                    for r in found
+                )
             if pending:
                 waiting.append(bulk)
                 continue
-            done = sum(1 for s in states if s.live)
+            done = sum(1 for r in found if r.status.live)
             verb = "continued" if bulk.resume else "paused"
-            self._say(f"{done} {verb}" + had_ended(bulk.ended + len(bulk.ids) - done))
+            text = f"{done} {verb}"
+            if not bulk.resume and (n := sum(1 for r in found if later(r))):
+                text += f" ({n} once their delegates return)"
+            self._say(text + had_ended(bulk.ended + len(bulk.ids) - done))
         self._pauses = waiting

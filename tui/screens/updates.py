@@ -98,6 +98,7 @@ class Updates:
                 frozen=screen.frozen,
                 resort_pending=table.resort_pending,
                 paused=snap.totals.paused if snap else 0,
+                pausing=snap.totals.pausing if snap else 0,
                 held=snap.held if snap else None,
             )
         )

@@ -21,18 +21,23 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import ClassVar, cast
 
+from flightdeck.engine.api import MedianRows, Medians
 from flightdeck.engine.model import ChildRow
-from flightdeck.engine.outliers import MedianRows, Medians
 from flightdeck.tui.fmt import Cell
-from flightdeck.tui.widgets.rows import (
+from flightdeck.tui.widgets.columns import (
     COLUMN_KEYS,
+    ID_MIN,
+    fit_columns,
+    fit_name,
+    fit_text,
+    id_width,
+)
+from flightdeck.tui.widgets.rows import (
     GroupBy,
     GroupSummary,
     Rank,
     RowFilter,
     SortOrder,
-    fit_columns,
-    fit_text,
     group_header,
     group_rank,
     group_summary,
@@ -172,6 +177,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         self._held_until = 0.0
         self._hold_timer: Timer | None = None
         self.resort_pending = False
+        self._id_need = ID_MIN  # the longest id's cells (with the tree's indent)
         self.columns = fit_columns(120)
         self._widths = tuple(width for _, _, width in self.columns)
         self._on_screen: dict[Entry, tuple[Cell, ...]] = {}  # cells each visible line last drew
@@ -334,6 +340,10 @@ class ChildrenTable(ScrollView, can_focus=True):
                 continue
             if old is None:
                 self._members = None  # a new child: groups are listed again when asked
+                # Its id, indented as the tree order shows it: the id column may widen.
+                if (need := id_width(row)) > self._id_need:
+                    self._id_need = need
+                    self._fit()
             elif grouping is not None and grouping is not GroupBy.GROUP:
                 # Its status, tool or error may have changed: so may the members of groups.
                 self._members = None
@@ -593,7 +603,7 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     def _fit(self) -> None:
         """Columns by priority for the width there is (see rows.fit_columns)."""
-        self.columns = fit_columns(self.scrollable_content_region.width)
+        self.columns = fit_columns(self.scrollable_content_region.width, self._id_need)
         self._widths = tuple(width for _, _, width in self.columns)
         self._sized()
         self._scroll_to_cursor()
@@ -655,7 +665,8 @@ class ChildrenTable(ScrollView, can_focus=True):
             if segments:
                 segments.append(sep)
             # Plain text, never markup: goals, ids and errors are untrusted.
-            segments.append(Segment(fit_text(text, col_width), base + Style.parse(style)))
+            fit = fit_name if key == "id" else fit_text
+            segments.append(Segment(fit(text, col_width), base + Style.parse(style)))
         return Strip(segments).adjust_cell_length(width, base)
 
     def _header(self, width: int) -> Strip:

@@ -58,7 +58,9 @@ class RouteRows:
 
 def route_rows(rows: Iterable[ChildRow]) -> dict[str, RouteRows]:
     """Per route, one pass over the rows. Not `records.meter.route_totals`: that sums costs and
-    every status too, four times the work, on every poll of up to 5,000 rows."""
+    every status too, four times the work, on every poll of up to 5,000 rows.
+
+    A parent waiting on its delegates is running but holds no slot: it is not in flight."""
     out: dict[str, RouteRows] = {}
     running = ChildStatus.RUNNING
     for row in rows:
@@ -69,7 +71,7 @@ def route_rows(rows: Iterable[ChildRow]) -> dict[str, RouteRows]:
         acc.input_tokens += usage.input_tokens
         acc.cache_read_tokens += usage.cache_read_tokens
         acc.cache_write_tokens += usage.cache_write_tokens
-        if row.status is running:
+        if row.status is running and not row.waits_on_delegates:
             acc.running += 1
     return out
 

@@ -9,22 +9,19 @@ from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
 
-from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
-from flightdeck.engine.outliers import Kind
-
 # The filter language is shared with `--where` on the command line.
-from flightdeck.engine.query import STATUS_ALIASES as STATUS_ALIASES
-from flightdeck.engine.query import QueryError as QueryError
-from flightdeck.engine.query import RowFilter as RowFilter
-from flightdeck.engine.query import is_retrying as is_retrying
-from flightdeck.engine.query import parse_filter as parse_filter
+from flightdeck.engine.api import STATUS_ALIASES as STATUS_ALIASES
+from flightdeck.engine.api import Kind, error_signature
+from flightdeck.engine.api import QueryError as QueryError
+from flightdeck.engine.api import RowFilter as RowFilter
+from flightdeck.engine.api import is_retrying as is_retrying
+from flightdeck.engine.api import parse_filter as parse_filter
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.sanitize import one_line
-from flightdeck.engine.signatures import error_signature
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens, tokens_unknown
-from rich.cells import cell_len, set_cell_size
+from flightdeck.tui.widgets.columns import DOING_CHARS, TREE_MARK
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
-DOING_CHARS = 60
 
 RETRYING_GLYPH: Cell = ("↻", "bold yellow")
 LOOPING_GLYPH: Cell = ("∞", "bold yellow")  # a running child flagged as looping
@@ -54,21 +51,6 @@ def is_looping(row: ChildRow) -> bool:
 
 # --- cells ------------------------------------------------------------------------------------
 
-COLUMNS: tuple[tuple[str, str, int], ...] = (
-    # key, label, width (the goal column's width is recomputed from the table's width)
-    ("mark", "", 2),
-    ("id", "child", 16),
-    ("goal", "goal", 30),
-    ("route", "route", 10),
-    ("calls", "calls", 5),
-    ("doing", "doing", 24),
-    ("last", "last", 7),
-    ("tokens", "tok in/out", 11),
-    ("cost", "cost", 8),
-    ("retries", "rt", 3),
-    ("steer", "steer", 11),
-)
-COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
 
 # What each column header means, for the help screen (the mark column has no header).
 COLUMN_HELP: dict[str, str] = {
@@ -88,57 +70,6 @@ COLUMN_HELP: dict[str, str] = {
     "retries": "retries after a 429, a timeout or a server error",
     "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
 }
-
-
-# --- layout by priority -----------------------------------------------------------------------
-
-# Dropped first to last when the screen is narrow; the mark (status), id, "doing" (activity) and
-# cost stay. The goal shrinks to its floor before anything is dropped, and goes last.
-DROP_ORDER = ("retries", "calls", "route", "last", "steer", "tokens", "goal")
-GOAL_MIN = 12
-DOING_MIN = 12
-ID_MIN = 8
-DOING_MAX = DOING_CHARS  # the full text is in the detail line under the table
-
-
-def fit_columns(width: int) -> tuple[tuple[str, str, int], ...]:
-    """The columns to show at `width` cells (one space between columns), with their widths.
-
-    Extra width beyond every column's own goes half to "doing" (up to what it can say) and the
-    rest to the goal, so a wide screen does not spend it all on the goal.
-    """
-    widths = {key: w for key, _, w in COLUMNS}
-    widths["goal"] = GOAL_MIN
-    keys = list(COLUMN_KEYS)
-
-    def total() -> int:
-        return sum(widths[k] for k in keys) + len(keys) - 1
-
-    for key in DROP_ORDER:
-        if total() <= width:
-            break
-        keys.remove(key)
-    over = total() - width
-    for key, floor in (("doing", DOING_MIN), ("id", ID_MIN)):
-        cut = max(0, min(over, widths[key] - floor))
-        widths[key] -= cut
-        over -= cut
-    extra = width - total()
-    if extra > 0:
-        to_doing = min(extra // 2 if "goal" in keys else extra, DOING_MAX - widths["doing"])
-        widths["doing"] += max(0, to_doing)
-        if "goal" in keys:
-            widths["goal"] += extra - max(0, to_doing)
-    return tuple((key, label, widths[key]) for key, label, _ in COLUMNS if key in keys)
-
-
-def fit_text(text: str, width: int) -> str:
-    """`text` in exactly `width` cells: padded, or cut with an ellipsis."""
-    if width <= 0:
-        return ""
-    if cell_len(text) <= width:
-        return set_cell_size(text, width)
-    return set_cell_size(text, width - 1) + "…"
 
 
 def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
@@ -179,6 +110,8 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
 def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
     """What the child is doing: its tool and for how long, its activity, or how it ended."""
     a = row.activity
+    if row.pausing:  # the operator's pause, pending until its turn's end or its delegates
+        return (one_line(a.text, limit), "cyan")
     if row.status is ChildStatus.RUNNING:
         # First, where the column cuts least: a steer sent now would be missed.
         last_turn = (LOOPING if is_looping(row) else "") + (LAST_TURN if a.last_turn else "")
@@ -302,7 +235,7 @@ def tree_cells(
     out = list(cells)
     if row.depth:
         text, style = out[1]
-        out[1] = ("  " * (row.depth - 1) + "└ " + text, style)
+        out[1] = ("  " * (row.depth - 1) + TREE_MARK + text, style)
     if subtree_cost is not False:
         cost = subtree_cost if isinstance(subtree_cost, Decimal) else None
         out[8] = ("Σ" + fmt_cost(cost), "bold")
@@ -349,6 +282,7 @@ _STATUS_GROUPS = (
     "unknown",
     "retrying",
     "running",
+    "pausing",
     "paused",
     "gated",
     "queued",
@@ -369,7 +303,7 @@ def group_value(by: GroupBy, row: ChildRow) -> str | None:
     if by is GroupBy.GROUP:
         return row.group
     if by is GroupBy.STATUS:
-        return "retrying" if is_retrying(row) else row.status.value
+        return "retrying" if is_retrying(row) else "pausing" if row.pausing else row.status.value
     if by is GroupBy.ROUTE:
         return row.route
     if by is GroupBy.TOOL:

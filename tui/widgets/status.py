@@ -26,6 +26,7 @@ class StatusLine:
     frozen: bool = False
     resort_pending: bool = False
     paused: int = 0  # children the operator paused
+    pausing: int = 0  # ... still running, their pause pending
     held: str | None = None  # why admission is held (`Snapshot.held`)
 
 
@@ -56,8 +57,11 @@ def status_parts(line: StatusLine) -> list[Part]:
     if line.held and not finished:
         held = "admission held: " + one_line(line.held, 80)
         parts.append((0, [("  │  ", "dim"), (held, "bold reverse cyan")]))
-    if line.paused:
-        parts.append((1, [(f"  │  {line.paused:,} paused", "bold cyan")]))
+    if line.paused or line.pausing:
+        text = f"  │  {line.paused:,} paused"
+        if line.pausing:
+            text += f" · {line.pausing:,} pausing"
+        parts.append((1, [(text, "bold cyan")]))
     if line.resort_pending:
         parts.append((1, [("  │  ", "dim"), ("re-sort pending", "bold yellow")]))
     parts.append((2, [("  │  sort ", "dim"), (line.order, "")]))

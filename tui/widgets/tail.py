@@ -1,5 +1,5 @@
-"""Offset reads of a growing transcript file: whole lines only, bounded per read; `read_all`,
-every line a block at a time; and `follow`, the reads as the file grows."""
+"""Reading a growing transcript file: `Tail`, its whole lines as they are appended (bounded per
+read), shared by the transcript pane, `read_all` (`flightdeck logs`) and `follow` (`logs -f`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.sanitize import sanitize
+
+_ALL = 1 << 62  # `logs` prints every line; the pane bounds its reads instead
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,19 +68,56 @@ def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int
 BLOCK = 1 << 20  # `logs` reads a transcript a mebibyte at a time: its memory stays flat
 
 
-def read_all(path: Path, offset: int = 0, *, block: int = BLOCK) -> Iterator[Chunk]:
-    """Every complete line after `offset`, oldest first, in chunks of about `block` bytes:
-    a transcript of any size is printed in bounded memory (a line longer than `block` is
-    read whole). A file that shrank below `offset` is read from its start, marked `reset`."""
+class Tail:
+    """One file read as it grows: each `read` returns the whole lines appended since the last
+    (the first, the last `max_lines`); a file that shrank is read again from its start.
+
+    With `block`, it reads forward from the start instead, oldest first, at most about `block`
+    bytes a read (a line longer than that whole): `logs` prints a transcript of any size in
+    bounded memory, a read at a time, until `read` gives nothing new."""
+
+    def __init__(
+        self, path: Path, *, max_lines: int = _ALL, max_bytes: int = _ALL, block: int | None = None
+    ) -> None:
+        self.path = path
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.block = block
+        # Bytes consumed so far; None: nothing read yet (the pane starts at the last lines).
+        self.offset: int | None = None if block is None else 0
+
+    def grew(self) -> bool:
+        """Whether there may be something new to read (a cheap stat, no read)."""
+        if self.offset is None:
+            return True
+        try:
+            return os.stat(self.path).st_size != self.offset
+        except FileNotFoundError:
+            return False
+
+    def read(self) -> Chunk:
+        """The lines appended since the last read; `reset` when the file was replaced or
+        truncated and these start over from its start, as `tail -F` does."""
+        if self.block is not None:
+            chunk = _forward(self.path, self.offset or 0, self.block)
+        else:
+            chunk = read_chunk(
+                self.path, self.offset, max_lines=self.max_lines, max_bytes=self.max_bytes
+            )
+        self.offset = chunk.end
+        return chunk
+
+
+def read_all(path: Path, *, block: int = BLOCK) -> Iterator[Chunk]:
+    """Every complete line of `path`, oldest first, a block at a time (see `Tail`)."""
+    tail = Tail(path, block=block)
     while True:
-        chunk = _forward(path, offset, block)
-        if chunk.reset:
-            offset = 0
+        before = tail.offset
+        chunk = tail.read()
         if chunk.lines or chunk.reset:
             yield chunk
-        if chunk.end == offset:
+        if chunk.end == before and not chunk.reset:
             return  # nothing more that ends in a newline
-        offset = chunk.end
 
 
 def _forward(path: Path, offset: int, block: int) -> Chunk:
@@ -121,22 +160,23 @@ def follow(
 
     Woken by watchfiles when the file changes, and every `poll_s` whatever happens.
     """
-    from flightdeck.tui.watch import Waker
+    from flightdeck.engine.attached.watch import Waker
 
     changed = threading.Event()
     waker = Waker(path.parent, (path.name,), changed.set, poll_s=poll_s).start()
     try:
-        offset = 0
+        tail = Tail(path, block=BLOCK)
         quiet_since: float | None = None
         while True:
-            start = offset
-            # Replaced or truncated: read_all starts over, as `tail -F` does.
-            for chunk in read_all(path, offset):
+            before = tail.offset
+            while True:  # a block at a time, until what is there is read
+                start = tail.offset
+                chunk = tail.read()
                 if chunk.lines:
                     yield chunk
-                offset = chunk.end
-            grew = offset != start
-            if grew:
+                if chunk.end == start and not chunk.reset:
+                    break
+            if tail.offset != before:
                 quiet_since = None
             elif ended():
                 now = time.monotonic()

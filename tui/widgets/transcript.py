@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
 import time
 from pathlib import Path
 
-from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.api import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.watch import Waker
 from flightdeck.tui.widgets.days import Days
-from flightdeck.tui.widgets.tail import Chunk, read_chunk
+from flightdeck.tui.widgets.tail import Chunk, Tail
 from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.text import Text
@@ -19,6 +18,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
+from textual.reactive import var
 from textual.widgets import Log, Static
 from textual.worker import Worker, WorkerState
 
@@ -34,6 +34,7 @@ ROLE_STYLES = {
     "error": "bold red",
 }
 _FINISHED = (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED)
+FOLLOWING_PAUSED = "following paused — End to resume"
 
 
 def wrap_line(line: str, width: int) -> list[str]:
@@ -69,10 +70,61 @@ class TranscriptHighlighter(Highlighter):
             text.stylize("dim", len(text) - len(CONTINUED))
 
 
+class FollowingLog(Log):
+    """A Log that keeps its last line in view (`following`) until the operator scrolls up;
+    End, or scrolling back down to the end, follows again.
+
+    Textual's Log only scrolls on a write when it was at the end already, so anything that
+    moves the end without a write (the pane shrinking as a banner appears, lines folded taller)
+    left it short of the end for good. Here `pin` puts it back after writes, resizes and on the
+    pane's timer, and only the operator's scrolling up stops it."""
+
+    following: var[bool] = var(True)
+
+    def on_mount(self) -> None:
+        self.auto_scroll = False  # `append` decides
+        self.watch(self, "scroll_y", self._scrolled, init=False)
+
+    def append(self, lines: list[str]) -> None:
+        """Add lines at the end, and keep the end in view while following."""
+        self.write_lines(lines, scroll_end=False)
+        self.pin()
+
+    def pin(self) -> None:
+        """While following, scroll to the end if anything moved it out of view."""
+        if self.following and not self.is_vertical_scroll_end:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def follow(self) -> None:
+        """Follow the end again (End, another child shown)."""
+        self.following = True
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def action_scroll_end(self) -> None:
+        self.follow()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.pin)  # after the layout settles the new height
+
+    def on_mouse_scroll_up(self) -> None:
+        # The wheel scrolls the pane without focusing it: focus it, so End (the hint in the
+        # title) reaches it rather than moving the table's cursor to its last row.
+        if not self.has_focus and self.max_scroll_y:
+            self.focus(scroll_visible=False)
+
+    def _scrolled(self, old: float, new: float) -> None:
+        # Scrolled up (by the operator: a write or a resize only ever brings the end closer or
+        # clamps to it) pauses following; reaching the end again resumes it.
+        if self.is_vertical_scroll_end:
+            self.following = True
+        elif new < old:
+            self.following = False
+
+
 class TranscriptView(Vertical):
-    """Shows the last `max_lines` lines of one child's transcript and follows it as it grows:
-    read when watchfiles says the file changed (watch.py, as `logs -f`), and every `poll_s`
-    whatever happens."""
+    """Shows the last `max_lines` lines of one child's transcript and follows its end as it
+    grows: read when watchfiles says the file changed (watch.py, as `logs -f`), and every
+    `poll_s` whatever happens."""
 
     WAKE_EVERY_S = 0.05  # a streaming child writes a line per chunk: read at most this often
 
@@ -95,9 +147,9 @@ class TranscriptView(Vertical):
         self.path: Path | None = None
         self.frozen = False
         self.cut = False  # some earlier lines are not shown
-        self._offset: int | None = None  # bytes consumed so far; None: not loaded yet
-        self._generation = 0  # bumped on each switch, so a late read for another child is dropped
-        self._reading: Worker[tuple[int, Chunk]] | None = None
+        # The file read so far; replaced on each switch, so a late read of another is dropped.
+        self._tail: Tail | None = None
+        self._reading: Worker[tuple[Tail, Chunk]] | None = None
         self._wrap_width: int | None = None  # lines on show were folded to this width
         self._days = Days()
         self._waker: Waker | None = None
@@ -105,22 +157,28 @@ class TranscriptView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="transcript-title", markup=False)
-        log = Log(max_lines=self.max_lines, highlight=True, id="transcript-log")
+        log = FollowingLog(max_lines=self.max_lines, highlight=True, id="transcript-log")
         log.highlighter = TranscriptHighlighter()
         yield log
 
     def on_mount(self) -> None:
         self._title()
+        self.watch(self.log_widget, "following", self._title, init=False)
         self.set_interval(self.poll_s, self.poll)
 
     @property
-    def log_widget(self) -> Log:
-        return self.query_one("#transcript-log", Log)
+    def log_widget(self) -> FollowingLog:
+        return self.query_one("#transcript-log", FollowingLog)
 
     @property
     def lines(self) -> list[str]:
         """The lines on show (for tests and the screen)."""
         return list(self.log_widget.lines)
+
+    @property
+    def following(self) -> bool:
+        """Whether the pane keeps the transcript's last line in view."""
+        return self.log_widget.following
 
     def show(self, child_id: str | None, path: Path | None) -> None:
         """Switch to another child's transcript."""
@@ -160,29 +218,29 @@ class TranscriptView(Vertical):
         return self.log_widget.scrollable_content_region.width
 
     def _reload(self) -> None:
-        self._generation += 1
-        self._offset = None
+        path = self.path
+        self._tail = (
+            None if path is None else Tail(path, max_lines=self.max_lines, max_bytes=self.max_bytes)
+        )
         self._reading = None
         self._wrap_width = None
         self.cut = False
         self.log_widget.clear()
+        self.log_widget.follow()
         self._title()
         self.poll()
 
     def poll(self) -> None:
         """Read what was appended since the last read (in a thread: files may be slow)."""
-        if self.frozen or self.path is None or self._reading is not None:
+        self.log_widget.pin()  # whatever moved the end since (a resize, a banner), follow it
+        tail = self._tail
+        if self.frozen or tail is None or self._reading is not None:
             return
         if self._wrap_width is not None and self._width() != self._wrap_width:
             self._reload()  # the pane was resized: fold the lines again
             return
-        if self._offset is not None:
-            try:
-                if os.stat(self.path).st_size == self._offset:
-                    return  # nothing new: no thread for it
-            except FileNotFoundError:
-                return
-        self._reading = self._read(self._generation, self.path, self._offset)
+        if tail.grew():  # else nothing new: no thread for it
+            self._reading = self._read(tail)
 
     @work(
         thread=True,
@@ -191,10 +249,8 @@ class TranscriptView(Vertical):
         group="transcript",
         description="read transcript",
     )
-    def _read(self, generation: int, path: Path, offset: int | None) -> tuple[int, Chunk]:
-        return generation, read_chunk(
-            path, offset, max_lines=self.max_lines, max_bytes=self.max_bytes
-        )
+    def _read(self, tail: Tail) -> tuple[Tail, Chunk]:
+        return tail, tail.read()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         # Errors are reported by the app's one handler; here only results are applied.
@@ -202,14 +258,13 @@ class TranscriptView(Vertical):
             return
         self._reading = None
         if event.state is WorkerState.SUCCESS and event.worker.result is not None:
-            generation, chunk = event.worker.result
-            if generation == self._generation and chunk.start == self._offset:
+            tail, chunk = event.worker.result
+            if tail is self._tail:
                 self._apply(chunk)
 
     def _apply(self, chunk: Chunk) -> None:
         log = self.log_widget
-        first = chunk.start is None or chunk.reset
-        if first:
+        if chunk.start is None or chunk.reset:
             log.clear()
             self._days = Days()
         cut = self.cut or chunk.cut
@@ -217,12 +272,8 @@ class TranscriptView(Vertical):
             width = self._wrap_width = self._width()
             dated = self._days.add(list(chunk.lines), chunk.mtime)
             lines = [part for line in dated for part in wrap_line(line, width)]
-            # Log.write_lines only scrolls when the view was already at the bottom: sticky.
             cut = cut or log.line_count + len(lines) > self.max_lines
-            log.write_lines(lines)
-        if first:
-            log.scroll_end(animate=False, immediate=True)
-        self._offset = chunk.end
+            log.append(lines)
         if cut != self.cut:
             self.cut = cut
             self._title()
@@ -237,4 +288,6 @@ class TranscriptView(Vertical):
                 title.append(f"  {one_line(self.path.name)}", style="dim")
         if self.cut:
             title.append(f"  ⋯ earlier lines cut (last {self.max_lines:,} shown)", style="yellow")
+        if not self.log_widget.following:
+            title.append(f"  {FOLLOWING_PAUSED}", style="bold yellow")
         self.query_one("#transcript-title", Static).update(title, layout=False)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from flightdeck.engine.agents.formats.base import (
     Event,
+    Lifecycle,
+    Live,
+    Model,
     OutputReader,
     Report,
     Result,
+    Retrying,
     Session,
     Shown,
     ToolEnded,
@@ -19,9 +23,13 @@ from flightdeck.engine.inputs.settings.values import OutputFormat
 
 __all__ = [
     "Event",
+    "Lifecycle",
+    "Live",
+    "Model",
     "OutputReader",
     "Report",
     "Result",
+    "Retrying",
     "Session",
     "Shown",
     "ToolEnded",

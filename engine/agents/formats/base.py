@@ -8,6 +8,9 @@ from decimal import Decimal
 from typing import Protocol
 
 from flightdeck.engine.model import Usage
+from flightdeck.engine.sanitize import one_line
+
+UNKNOWN_CHARS = 300  # of an event no reader knows, in its one transcript line
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +35,43 @@ class ToolEnded:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """Usage the CLI reported, and its own cost for it (None: it gave none)."""
+    """What a turn used, as the CLI reported at its end: tokens, its own cost for them (None:
+    it gave none) and the API calls it made (None: not said)."""
 
     usage: Usage
     cost_usd: Decimal | None = None
+    calls: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """Usage of one API call so far (`key` names the call; a later figure replaces it)."""
+
+    key: str
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """The CLI is retrying a failed call: what it says, for the row and the transcript."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """The model the CLI says it runs."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """What became of a message written to the CLI's stdin (`uuid`): queued, started,
+    completed or cancelled (Claude Code's `command_lifecycle`)."""
+
+    uuid: str
+    state: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +89,18 @@ class Result:
     error: bool = False
 
 
-Event = Shown | ToolStarted | ToolEnded | Report | Session | Result
+Event = (
+    Shown
+    | ToolStarted
+    | ToolEnded
+    | Report
+    | Live
+    | Retrying
+    | Model
+    | Lifecycle
+    | Session
+    | Result
+)
 
 
 class OutputReader(Protocol):
@@ -79,6 +126,17 @@ def json_object(line: str) -> dict[str, object] | None:
 def count(value: object) -> int:
     """A token count from JSON; anything that is not a whole number counts 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def unknown(event: dict[str, object], kind: object) -> Shown:
+    """An event of a kind no reader knows yet: kept as one line, never fatal."""
+    return Shown("event", one_line(f"{text_of(kind)}: {text_of(event)}", UNKNOWN_CHARS))
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` up to `limit` characters, and how many more there were."""
+    more = max(0, len(text) - limit)
+    return text[:limit] + (f"\n… ({more} more characters)" if more else "")
 
 
 def text_of(value: object) -> str:

@@ -1,10 +1,18 @@
 """`format = "claude-stream-json"`: Claude Code's `claude -p --output-format stream-json
---verbose`, one JSON event a line.
+--verbose`, one JSON event a line; written from its captured output (tests/fixtures/agents/).
 
-`system` (subtype `init`, with the session_id), `assistant` messages whose content blocks are
-`text` and `tool_use`, `user` messages carrying `tool_result` blocks, and a final `result`
-with the answer, `usage`, `total_cost_usd` and the session_id. With `--input-format
-stream-json` a process answers several user turns, one `result` each.
+- `system` `init`: the session id and the model it runs; `api_retry`: a failed call it retries
+  (attempt, max_retries, retry_delay_ms, error_status, error).
+- `assistant`: one event per content block (`text`, `tool_use`, `thinking`), each carrying its
+  message's `usage` so far; the message `id` names the API call. A `<synthetic>` message is the
+  CLI's own error text, not a call.
+- `user`: `tool_result` blocks; with `--replay-user-messages`, the messages it read on stdin
+  (`isReplay`), and `command_lifecycle` events saying when each (by its `uuid`) was queued,
+  started (inside the running turn, if one runs), completed or cancelled.
+- `result`, one per turn: the answer (or `is_error` and the error text), `num_turns` (the API
+  calls of the turn), `total_cost_usd` (the session's running total, a resumed session's
+  included), and `modelUsage` / `model_usage_since_last_result` (every model's tokens and cost,
+  which is what the cost is for; `usage` counts the main loop's only).
 """
 
 from __future__ import annotations
@@ -13,29 +21,38 @@ from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.agents.formats.base import (
     Event,
+    Lifecycle,
+    Live,
+    Model,
     Report,
     Result,
+    Retrying,
     Session,
     Shown,
     ToolEnded,
     ToolStarted,
     count,
+    cut,
     json_object,
     text_of,
+    unknown,
 )
 from flightdeck.engine.model import Usage
 
 # A tool's output in the transcript is cut here, as a model child's is (child/loop.py).
 TOOL_RESULT_CHARS = 2000
+_QUIET = {"stream_event", "control_response", "control_request", "keep_alive"}
 
 
 class ClaudeStreamJson:
     """Reads one Claude Code process's events."""
 
     def __init__(self) -> None:
-        # `total_cost_usd` is the session's running total, not the turn's: each result is
+        # `total_cost_usd` and `modelUsage` are the session's running totals: each result is
         # billed for what it adds to the one before.
         self._cost_seen = Decimal(0)
+        self._usage_seen = Usage()
+        self._live_seen: tuple[str, dict[str, object]] | None = None
 
     def feed(self, line: str) -> list[Event]:
         event = json_object(line)
@@ -50,34 +67,78 @@ class ClaudeStreamJson:
             return self._user(event)
         if kind == "result":
             return self._result(event)
-        return []  # stream_event (partial messages) and kinds added later: not shown
+        if kind == "command_lifecycle":
+            uuid, state = event.get("command_uuid"), event.get("state")
+            return (
+                [Lifecycle(uuid, state)] if isinstance(uuid, str) and isinstance(state, str) else []
+            )
+        if kind in _QUIET:  # partial messages and the control protocol's answers
+            return []
+        return [unknown(event, kind)]
 
     def _system(self, event: dict[str, object]) -> list[Event]:
         out: list[Event] = []
         session = event.get("session_id")
         if isinstance(session, str) and session:
             out.append(Session(session))
-        if event.get("subtype") == "init":
+        subtype = event.get("subtype")
+        if subtype == "init":
             model = event.get("model")
-            out.append(Shown("system", f"claude session {session} (model {model})"))
+            if isinstance(model, str) and model:
+                out.append(Model(model))
+            version = event.get("claude_code_version", "?")
+            out.append(
+                Shown("system", f"claude session {session} (model {model}, Claude Code {version})")
+            )
+        elif subtype == "api_retry":
+            status = text_of(event.get("error_status", "?"))
+            error = text_of(event.get("error", "error"))
+            delay = count(event.get("retry_delay_ms")) / 1000
+            attempt = text_of(event.get("attempt", "?"))
+            attempts = text_of(event.get("max_retries", "?"))
+            text = f"{status} {error}, retry {attempt}/{attempts} in {delay:.1f}s"
+            out += [Retrying(text), Shown("system", f"api retry: {text}")]
+        else:
+            out.append(unknown(event, f"system {subtype}"))
         return out
 
     def _assistant(self, event: dict[str, object]) -> list[Event]:
         out: list[Event] = []
+        message = event.get("message")
+        message = message if isinstance(message, dict) else {}
+        synthetic = message.get("model") == "<synthetic>"
         for block in _blocks(event):
             kind = block.get("type")
             if kind == "text":
-                out.append(Shown("assistant", text_of(block.get("text", ""))))
+                role = "error" if synthetic and event.get("error") else "assistant"
+                out.append(Shown(role, text_of(block.get("text", ""))))
+            elif kind == "thinking":
+                out.append(Shown("reasoning", text_of(block.get("thinking", ""))))
             elif kind == "tool_use":
                 name = text_of(block.get("name", "tool"))
                 out.append(Shown("tool-call", f"{name} {text_of(block.get('input', {}))}"))
                 out.append(ToolStarted(name))
+        key, usage = message.get("id"), message.get("usage")
+        # Each of a message's blocks repeats its usage: only a change is news.
+        if (
+            isinstance(key, str)
+            and isinstance(usage, dict)
+            and not synthetic
+            and (key, usage) != self._live_seen
+        ):
+            self._live_seen = (key, usage)
+            out.append(Live(key, _usage(usage)))
         return out
 
     def _user(self, event: dict[str, object]) -> list[Event]:
+        if event.get("isReplay"):
+            return []  # a message we wrote on its stdin; the transcript has it already
         out: list[Event] = []
         for block in _blocks(event):
-            if block.get("type") != "tool_result":
+            kind = block.get("type")
+            if kind == "text":  # the CLI's own note, such as an interruption
+                out.append(Shown("system", text_of(block.get("text", ""))))
+            if kind != "tool_result":
                 continue
             content = block.get("content", "")
             if isinstance(content, list):
@@ -85,9 +146,7 @@ class ClaudeStreamJson:
                     text_of(part.get("text", "")) if isinstance(part, dict) else text_of(part)
                     for part in content
                 )
-            shown = text_of(content)
-            more = max(0, len(shown) - TOOL_RESULT_CHARS)
-            shown = shown[:TOOL_RESULT_CHARS] + (f"\n… ({more} more characters)" if more else "")
+            shown = cut(text_of(content), TOOL_RESULT_CHARS)
             if block.get("is_error"):
                 shown = "error: " + shown
             out += [Shown("tool", shown), ToolEnded()]
@@ -98,25 +157,69 @@ class ClaudeStreamJson:
         session = event.get("session_id")
         if isinstance(session, str) and session:
             out.append(Session(session))
-        usage = event.get("usage")
-        figures = usage if isinstance(usage, dict) else {}
-        tokens = Usage(
-            input_tokens=count(figures.get("input_tokens")),
-            output_tokens=count(figures.get("output_tokens")),
-            cache_read_tokens=count(figures.get("cache_read_input_tokens")),
-            cache_write_tokens=count(figures.get("cache_creation_input_tokens")),
-        )
-        cost = _money(event.get("total_cost_usd"))
-        if cost is not None:
-            cost, self._cost_seen = max(Decimal(0), cost - self._cost_seen), cost
-        out.append(Report(tokens, cost))
+        since = event.get("model_usage_since_last_result")
+        total = _money(event.get("total_cost_usd"))
+        if isinstance(since, dict):
+            # The turn's own cost: a resumed session's total counts the turns before it too.
+            costs = [_money(f.get("costUSD")) for f in since.values() if isinstance(f, dict)]
+            cost = None if None in costs else sum((c for c in costs if c), Decimal(0))
+        else:
+            cost = None if total is None else max(Decimal(0), total - self._cost_seen)
+        if total is not None:
+            self._cost_seen = total
+        calls = event.get("num_turns")
+        calls = calls if isinstance(calls, int) and not isinstance(calls, bool) else None
+        out.append(Report(self._tokens(event), cost, calls))
         error = bool(event.get("is_error")) or event.get("subtype") not in (None, "success")
         text = event.get("result")
-        answer = text_of(text) if text is not None else text_of(event.get("subtype", ""))
-        turns = event.get("num_turns")
-        out.append(Shown("system", f"result: {event.get('subtype')} after {turns} turn(s)"))
-        out.append(Result(answer, error=error))
+        if text is None:  # an interrupted turn says why elsewhere
+            text = event.get("terminal_reason", event.get("subtype", ""))
+        subtype = text_of(event.get("subtype", ""))
+        out.append(Shown("system", f"result: {subtype} after {calls} API call(s)"))
+        out.append(Result(text_of(text), error=error))
         return out
+
+    def _tokens(self, event: dict[str, object]) -> Usage:
+        """The turn's tokens, every model's: those its cost is for."""
+        since = event.get("model_usage_since_last_result")
+        if isinstance(since, dict):
+            return _models(since)
+        total = event.get("modelUsage")
+        if isinstance(total, dict) and total:
+            now = _models(total)
+            turn = Usage(
+                max(0, now.input_tokens - self._usage_seen.input_tokens),
+                max(0, now.output_tokens - self._usage_seen.output_tokens),
+                max(0, now.cache_read_tokens - self._usage_seen.cache_read_tokens),
+                max(0, now.cache_write_tokens - self._usage_seen.cache_write_tokens),
+            )
+            self._usage_seen = now
+            return turn
+        usage = event.get("usage")
+        return _usage(usage) if isinstance(usage, dict) else Usage()
+
+
+def _usage(figures: dict[str, object]) -> Usage:
+    return Usage(
+        input_tokens=count(figures.get("input_tokens")),
+        output_tokens=count(figures.get("output_tokens")),
+        cache_read_tokens=count(figures.get("cache_read_input_tokens")),
+        cache_write_tokens=count(figures.get("cache_creation_input_tokens")),
+    )
+
+
+def _models(per_model: dict[str, object]) -> Usage:
+    """The sum over `modelUsage`'s models."""
+    total = Usage()
+    for figures in per_model.values():
+        if isinstance(figures, dict):
+            total += Usage(
+                input_tokens=count(figures.get("inputTokens")),
+                output_tokens=count(figures.get("outputTokens")),
+                cache_read_tokens=count(figures.get("cacheReadInputTokens")),
+                cache_write_tokens=count(figures.get("cacheCreationInputTokens")),
+            )
+    return total
 
 
 def _blocks(event: dict[str, object]) -> list[dict[str, object]]:

@@ -1,10 +1,13 @@
-"""`format = "codex-json"`: `codex exec --json`, one JSON event a line.
+"""`format = "codex-json"`: `codex exec --json`, one JSON event a line; written from its
+captured output (tests/fixtures/agents/).
 
 `thread.started` (its thread_id, which `codex exec resume` continues), `turn.started`,
 `item.started` / `item.updated` / `item.completed` whose item is an `agent_message`,
 `reasoning`, `command_execution`, `file_change`, `mcp_tool_call`, `web_search`, `todo_list` or
-`error`; `turn.completed` with `usage` (input_tokens, cached_input_tokens, output_tokens),
-`turn.failed` and `error`. Codex reports no cost: a route's `price` prices its tokens.
+`error` (a warning, such as a model it has no metadata for); `turn.completed` with `usage`
+(input_tokens, which include cached_input_tokens and cache_write_input_tokens, output_tokens),
+`turn.failed` with the reason, and `error` events: `Reconnecting... 2/5 (...)` while it retries,
+then the error it gave up on. Codex reports no cost: a route's `price` prices its tokens.
 """
 
 from __future__ import annotations
@@ -13,19 +16,23 @@ from flightdeck.engine.agents.formats.base import (
     Event,
     Report,
     Result,
+    Retrying,
     Session,
     Shown,
     ToolEnded,
     ToolStarted,
     count,
+    cut,
     json_object,
     text_of,
+    unknown,
 )
 from flightdeck.engine.agents.formats.claude import TOOL_RESULT_CHARS
 from flightdeck.engine.model import Usage
 
 # Items that run something: the child's current tool while they do.
 _TOOLS = {"command_execution": "shell", "web_search": "web_search"}
+_QUIET = {"turn.started", "item.updated"}
 
 
 class CodexJson:
@@ -51,11 +58,13 @@ class CodexJson:
             usage = event.get("usage")
             figures = usage if isinstance(usage, dict) else {}
             cached = count(figures.get("cached_input_tokens"))
+            written = count(figures.get("cache_write_input_tokens"))
             tokens = Usage(
                 # OpenAI counts cached input inside input_tokens; ours are apart
-                input_tokens=max(0, count(figures.get("input_tokens")) - cached),
+                input_tokens=max(0, count(figures.get("input_tokens")) - cached - written),
                 output_tokens=count(figures.get("output_tokens")),
                 cache_read_tokens=cached,
+                cache_write_tokens=written,
             )
             return [Report(tokens), Result(self._last_message)]
         if kind == "turn.failed":
@@ -63,8 +72,13 @@ class CodexJson:
             message = text_of(error.get("message", "")) if isinstance(error, dict) else ""
             return [Shown("error", f"turn failed: {message}"), Result(message, error=True)]
         if kind == "error":
-            return [Shown("error", text_of(event.get("message", "")))]
-        return []
+            message = text_of(event.get("message", ""))
+            if message.startswith("Reconnecting"):
+                return [Retrying(message), Shown("system", message)]
+            return [Shown("error", message)]
+        if kind in _QUIET:
+            return []
+        return [unknown(event, kind)]
 
     def _started(self, item: dict[str, object]) -> list[Event]:
         kind = text_of(item.get("type", ""))
@@ -90,7 +104,7 @@ class CodexJson:
         if kind == "reasoning":
             return [Shown("reasoning", text_of(item.get("text", "")))]
         if kind == "command_execution":
-            output = _cut(text_of(item.get("aggregated_output", "")))
+            output = cut(text_of(item.get("aggregated_output", "")), TOOL_RESULT_CHARS)
             status = f"exit {item.get('exit_code')}"
             return [Shown("tool", f"{status}\n{output}" if output else status), ToolEnded()]
         if kind == "file_change":
@@ -103,16 +117,11 @@ class CodexJson:
             return [Shown("tool", "file change: " + (", ".join(listed) or "(none listed)"))]
         if kind == "mcp_tool_call":
             result = item.get("result", item.get("error", item.get("status", "")))
-            return [Shown("tool", _cut(text_of(result))), ToolEnded()]
+            return [Shown("tool", cut(text_of(result), TOOL_RESULT_CHARS)), ToolEnded()]
         if kind == "web_search":
             return [ToolEnded()]
-        if kind == "error":
-            return [Shown("error", text_of(item.get("message", "")))]
+        if kind == "error":  # a warning: the turn goes on
+            return [Shown("system", "codex: " + text_of(item.get("message", "")))]
         if kind == "todo_list":
             return [Shown("system", "plan: " + text_of(item.get("items", [])))]
-        return []
-
-
-def _cut(text: str) -> str:
-    more = max(0, len(text) - TOOL_RESULT_CHARS)
-    return text[:TOOL_RESULT_CHARS] + (f"\n… ({more} more characters)" if more else "")
+        return [unknown(item, f"item {kind}")]

@@ -89,6 +89,13 @@ def _consistent(checks: ValueChecks, key: Key, spec: CommandSpec, table: Table) 
             'steer = "stdin" sends user turns as Claude stream-json: it needs stdin = true '
             'and format = "claude-stream-json" (and --input-format stream-json in argv)',
         )
+    if spec.steer == "stdin" and "--replay-user-messages" not in spec.argv:
+        raise checks.error(
+            (*key, "argv"),
+            'steer = "stdin" needs --replay-user-messages in argv: Claude Code then says when '
+            "each message it was sent starts and ends (command_lifecycle), which is how "
+            "flightdeck knows a steer went into the running turn and when all are answered",
+        )
     if spec.steer == "resume":
         if not spec.resume_argv:
             raise checks.error((*key, "resume_argv"), 'required for steer = "resume"')

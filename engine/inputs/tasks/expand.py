@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.inputs.messages import expected, suggest
-from flightdeck.engine.inputs.tasks.checks import check_field, unicode_problem
+from flightdeck.engine.inputs.tasks.checks import check_field
 from flightdeck.engine.inputs.tasks.count import too_many
 from flightdeck.engine.inputs.tasks.readers import Source, jsonl_objects, read_text, text_lines
 from flightdeck.engine.inputs.tasks.values import TASK_FIELDS
+from flightdeck.engine.inputs.text import unicode_problem
 from flightdeck.engine.inputs.tomlpos import Key
 
 # {name} is a placeholder; {{ and }} are a literal brace, as in str.format.

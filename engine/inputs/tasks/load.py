@@ -8,7 +8,7 @@ from pathlib import Path
 
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.messages import expected, kind, suggest
-from flightdeck.engine.inputs.tasks.checks import check_field, unicode_problem
+from flightdeck.engine.inputs.tasks.checks import check_field
 from flightdeck.engine.inputs.tasks.expand import Draft, Room, expand
 from flightdeck.engine.inputs.tasks.readers import (
     Source,
@@ -28,6 +28,7 @@ from flightdeck.engine.inputs.tasks.values import (
     Batch,
     Task,
 )
+from flightdeck.engine.inputs.text import unicode_problem
 from flightdeck.engine.inputs.tomlpos import deep_line
 
 _TOP_KEYS = ("batch", "defaults", "tasks", "schedules")

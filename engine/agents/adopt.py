@@ -1,0 +1,57 @@
+"""A process a dead owner started, as the owner that resumes its batch finds it: adopted if it
+can be, or ended, its whole tree, before its task runs again."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+from flightdeck.engine.agents import tree
+from flightdeck.engine.agents.process import Record, reopen
+from flightdeck.engine.agents.tree import Pid
+
+
+def adoptable(record: Record) -> str | None:
+    """Why a dead owner's process cannot be adopted; None when it can."""
+    if not tree.alive(record.root):
+        return "it has ended"
+    if not (record.files.out.exists() and record.files.err.exists()):
+        return "its output files are gone"
+    if record.files.stdin is not None:
+        fd = reopen(record.files.stdin)
+        if fd is None:
+            return "its input is closed"
+        os.close(fd)
+    return None
+
+
+def end_tree(record: Record, grace_s: float) -> list[Pid]:
+    """End a dead owner's process and what is found of its tree (its group, its descendants,
+    the holder of its input): SIGTERM, SIGKILL after `grace_s`; returns what survived. Its
+    files go too."""
+    found = [record.root, *tree.descendants(record.root)]
+    if record.holder is not None:
+        found.append(record.holder)
+
+    def signal_all(sig: signal.Signals) -> None:
+        if tree.alive(record.root) or tree.group_alive(record.root.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.root.pid, sig)
+        for proc in found:
+            tree.send(proc, sig)
+
+    left = found
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        signal_all(sig)
+        deadline = time.monotonic() + wait_s
+        while (left := [p for p in found if tree.alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not left:
+            break
+    for path in (record.files.out, record.files.err, record.files.stdin):
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return left

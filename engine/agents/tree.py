@@ -1,0 +1,127 @@
+"""A command child's process tree, read from /proc without scanning the machine's process table.
+
+A process is named by its pid and its start time (clock ticks since boot, /proc/<pid>/stat), so
+a pid the system has reused is never taken for it. Its descendants are found by following
+`/proc/<pid>/task/*/children` down from it: the cost is the size of its tree, not the number of
+processes on the machine. A descendant that outlived its parent (a daemon that forked twice) is
+no longer under it: the owner makes itself a child subreaper, so such orphans become its own
+children, and each process a command child starts carries its tag in its environment
+(`TAG_ENV`), by which the owner tells whose it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+from collections.abc import Iterable, Iterator
+
+from flightdeck.engine.records.liveness import Pid, alive, identify, stat_of
+
+__all__ = ["TAG_ENV", "Pid", "alive", "children", "descendants", "identify", "orphans"]
+
+TAG_ENV = "FLIGHTDECK_CHILD"  # "<batch id>/<child id>", in every command child's environment
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of `pid` (every thread's)."""
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(p) for p in f.read().split()]
+    return out
+
+
+def descendants(root: Pid) -> Iterator[Pid]:
+    """Every process under `root` now (not `root` itself), parents before their children."""
+    if not alive(root):
+        return
+    stack = children(root.pid)
+    seen: set[int] = set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        proc = identify(pid)
+        if proc is not None:
+            yield proc
+            stack += children(pid)
+
+
+def tag_of(pid: int) -> str | None:
+    """The command child a process belongs to (its `TAG_ENV`), if it has one we can read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    prefix = TAG_ENV.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode("utf-8", "replace")
+    return None
+
+
+def orphans(tag: str, known: Iterable[int]) -> list[Pid]:
+    """This process's children tagged `tag`, other than `known` (the ones it started): the
+    descendants of a command child whose parents have gone (this process is their subreaper)."""
+    skip = set(known)
+    found = []
+    # An orphan is handed to the subreaper's main thread: only its list is read, not every
+    # worker thread's (whose lists hold the processes they started).
+    main = os.getpid()
+    try:
+        with open(f"/proc/{main}/task/{main}/children") as f:
+            listed = [int(p) for p in f.read().split()]
+    except OSError:
+        listed = []
+    for pid in listed:
+        if pid not in skip and tag_of(pid) == tag and (proc := identify(pid)) is not None:
+            found.append(proc)
+    return found
+
+
+def reap(procs: Iterable[Pid]) -> None:
+    """Collect the exit status of orphans that have ended (they are this process's children
+    now), so none is left a zombie."""
+    for proc in procs:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, os.WNOHANG)
+
+
+def send(proc: Pid, sig: signal.Signals) -> None:
+    """Signal `proc` if its pid still names that process."""
+    found = stat_of(proc.pid)
+    if found is not None and found[1] == proc.start:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process is left in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_subreaper: bool | None = None
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of what it starts (Linux); True if it is."""
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return _subreaper

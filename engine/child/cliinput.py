@@ -1,0 +1,112 @@
+"""The user turns written to Claude Code's stdin (`--input-format stream-json`), and what
+became of each.
+
+Each message carries a uuid; with `--replay-user-messages` the CLI answers with
+`command_lifecycle` events naming it: queued, started, completed (or cancelled, by an
+interrupt). A message that starts while another is started and not yet completed went into the
+running turn (Claude Code folds it into that turn, which ends with one `result` for both);
+otherwise it started a turn of its own. The CLI has answered everything once every message
+sent has completed or been cancelled: then its input can end.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+
+from flightdeck.engine.agents.formats import Lifecycle
+from flightdeck.engine.model import SteerReceipt
+
+INTO_TURN = "into the running turn"
+NEW_TURN = "as a new turn"
+AFTER_INTERRUPT = "as a new turn, the running one interrupted"
+_FINAL = ("completed", "cancelled")
+
+
+def user_turn(text: str, message_id: str) -> str:
+    """A user message in Claude Code's stream-json input."""
+    message = {"role": "user", "content": text}
+    return json.dumps({"type": "user", "message": message, "uuid": message_id}) + "\n"
+
+
+def interrupt(request_id: str) -> str:
+    """The control request that interrupts the running turn (its tools are stopped)."""
+    request = {
+        "type": "control_request",
+        "request_id": request_id,
+        "request": {"subtype": "interrupt"},
+    }
+    return json.dumps(request) + "\n"
+
+
+class CliInput:
+    """Messages sent to one Claude Code process, by uuid, and their states."""
+
+    def __init__(
+        self, write: Callable[[str], bool], new_id: Callable[[], str] = lambda: str(uuid.uuid4())
+    ) -> None:
+        self._write = write
+        self._new_id = new_id
+        self._sent: dict[str, SteerReceipt | None] = {}  # None: the task's own prompt
+        self._state: dict[str, str] = {}
+        self._interrupted: set[str] = set()  # steers sent with an interrupt before them
+        self._results = 0
+        self._seen_lifecycle = False
+
+    def prompt(self, text: str) -> str:
+        """The first turn's line (the caller writes it, from a thread of its own)."""
+        message_id = self._new_id()
+        self._sent[message_id] = None
+        return user_turn(text, message_id)
+
+    def steer(self, receipt: SteerReceipt) -> bool:
+        """Write a steer (after an interrupt, for --now); False if the CLI reads no more."""
+        message_id = self._new_id()
+        if receipt.now and self.running:
+            if not self._write(interrupt(f"flightdeck-{receipt.id}")):
+                return False
+            self._interrupted.add(message_id)
+        if not self._write(user_turn(receipt.message, message_id)):
+            return False
+        self._sent[message_id] = receipt
+        return True
+
+    def result(self) -> None:
+        """A turn ended (its `result`)."""
+        self._results += 1
+
+    def lifecycle(self, event: Lifecycle) -> tuple[SteerReceipt, str] | None:
+        """A message's new state; a steer that started, and how, is returned once."""
+        self._seen_lifecycle = True
+        if event.uuid not in self._sent:
+            # A message this process was sent before it was adopted (a dead owner's): it too
+            # must be answered before the input ends.
+            self._sent[event.uuid] = None
+        running = self.running
+        self._state[event.uuid] = event.state
+        receipt = self._sent[event.uuid]
+        if event.state != "started" or receipt is None:
+            return None
+        if event.uuid in self._interrupted:
+            return receipt, AFTER_INTERRUPT
+        return receipt, INTO_TURN if running else NEW_TURN
+
+    @property
+    def running(self) -> bool:
+        """True while a turn runs (a message has started and not ended)."""
+        return any(state == "started" for state in self._state.values())
+
+    def answered(self) -> bool:
+        """True once the CLI has answered every message it was sent."""
+        if not self._seen_lifecycle:  # an older CLI: one result per message
+            return self._results >= len(self._sent)
+        return all(self._state.get(m) in _FINAL for m in self._sent)
+
+    def unstarted(self) -> list[SteerReceipt]:
+        """Steers sent that never started (the CLI ended first)."""
+        return [
+            r
+            for m, r in self._sent.items()
+            if r is not None and self._state.get(m) not in ("started", *_FINAL)
+        ]

@@ -1,0 +1,122 @@
+"""What an agent CLI's child has spent: live as each API call streams, exact at each turn's end.
+
+Claude Code's `assistant` events carry each call's usage as it streams; those tokens are billed
+at once (the budget acts on them while the child runs), at the route's price or, without one,
+at the price of the model the CLI reported. At the end of each turn the CLI reports the turn's
+tokens and its own cost for them: what was billed live is trued up to that, so the totals are
+the CLI's. A run that ends without its report leaves the live estimate standing, and the
+child's cost unknown when nothing could price it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+
+from flightdeck.engine.agents.formats import Live, Report
+from flightdeck.engine.model import Usage
+from flightdeck.engine.records.meter import Meter
+
+Price = Callable[[Usage], Decimal | None]  # a cost estimate; None: no price is known
+
+
+class CliTally:
+    """One child's spend: what earlier attempts carried in, the turns reported, and the calls
+    of the turn under way."""
+
+    def __init__(self, meter: Meter, price: Price, usage: Usage, cost: Decimal | None) -> None:
+        self._meter = meter
+        self._price = price
+        self.usage = usage  # everything billed: carried, reported, live
+        self._known = cost if cost is not None else Decimal(0)
+        self._unknown = cost is None  # something billed has no price: the cost is unknown
+        self._live: dict[str, Usage] = {}  # the turn's calls, by key: their usage so far
+        self._live_usage = Usage()
+        self._live_cost = Decimal(0)
+        self._live_unpriced = False
+        self.calls_reported = 0  # the API calls of the turns reported
+        self.reports = 0
+
+    @property
+    def cost(self) -> Decimal | None:
+        """The child's cost so far; None when part of it has no price."""
+        return None if self._unknown or self._live_unpriced else self._known + self._live_cost
+
+    @property
+    def calls(self) -> int:
+        """API calls: those the CLI reported, and the calls of the turn under way."""
+        return self.calls_reported + len(self._live)
+
+    def live(self, event: Live) -> bool:
+        """A call's usage so far (a later figure for the same call replaces the earlier);
+        True when it changed what is billed or the calls counted."""
+        before = self._live.get(event.key)
+        if before is not None and before == event.usage:
+            return False  # Claude Code repeats a message's usage on each of its blocks
+        before = before or Usage()
+        now = self._live[event.key] = _max(before, event.usage)
+        added = _minus(now, before)
+        if not added.total:
+            return True
+        cost = self._price(added)
+        if cost is None:
+            self._meter.add_unpriced(added)
+            self._live_unpriced = True
+        else:
+            self._meter.add_cost(added, cost)
+            self._live_cost += cost
+        self._live_usage += added
+        self.usage += added
+        return True
+
+    def report(self, event: Report) -> None:
+        """A turn's end: its tokens and cost, as the CLI counts them, replace the live ones."""
+        cost = event.cost_usd if event.cost_usd is not None else self._price(event.usage)
+        # Exact: the turn's figures replace the live ones (a field may go down).
+        extra = _difference(event.usage, self._live_usage)
+        if cost is None:
+            self._meter.add_unpriced(extra)
+            self._unknown = True
+        else:
+            # Trued up: the live estimate (if it was priced) is replaced by the CLI's cost.
+            billed = Decimal(0) if self._live_unpriced else self._live_cost
+            self._meter.add_cost(extra, cost - billed)
+            self._known += cost
+        self.usage += extra
+        self.calls_reported += event.calls if event.calls is not None else max(1, len(self._live))
+        self.reports += 1
+        self._live.clear()
+        self._live_usage, self._live_cost, self._live_unpriced = Usage(), Decimal(0), False
+
+    def cut_short(self) -> None:
+        """A run ended without reporting its last turn: what streamed stays billed, at the
+        estimate, but the cost is unknown from now on (a call may have gone unseen)."""
+        self._known += self._live_cost
+        self._unknown = True
+        self.calls_reported += len(self._live)
+        self._live.clear()
+        self._live_usage, self._live_cost, self._live_unpriced = Usage(), Decimal(0), False
+
+
+def _max(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        max(a.input_tokens, b.input_tokens),
+        max(a.output_tokens, b.output_tokens),
+        max(a.cache_read_tokens, b.cache_read_tokens),
+        max(a.cache_write_tokens, b.cache_write_tokens),
+    )
+
+
+def _minus(a: Usage, b: Usage) -> Usage:
+    """`a` less `b`, field by field, never below zero."""
+    return _max(_difference(a, b), Usage())
+
+
+def _difference(a: Usage, b: Usage) -> Usage:
+    """`a` less `b`, field by field (a field may be negative: a correction)."""
+    return Usage(
+        a.input_tokens - b.input_tokens,
+        a.output_tokens - b.output_tokens,
+        a.cache_read_tokens - b.cache_read_tokens,
+        a.cache_write_tokens - b.cache_write_tokens,
+    )

@@ -1,0 +1,303 @@
+"""The process runner: a command child's task run as a process (an agent CLI, any program),
+reporting the same figures as a model child (activity, current tool, usage and cost or
+unknown, transcript, status, result), so the table, meter, steer, stop, slots, caps, budgets
+and records work unchanged.
+
+A process it starts is recorded in the store (`ProcessBook`): a new owner adopts it if it still
+runs when the owner that started it has died (`adopt`), and reads its output on from there.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Protocol
+
+from flightdeck.engine.agents.adopt import adoptable
+from flightdeck.engine.agents.argv import expand
+from flightdeck.engine.agents.formats import reader_for
+from flightdeck.engine.agents.launch import CommandRoute
+from flightdeck.engine.agents.process import Files, Process, Record
+from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
+from flightdeck.engine.child.cliinput import CliInput
+from flightdeck.engine.child.clitally import CliTally
+from flightdeck.engine.child.port import ChildPort, Ended
+from flightdeck.engine.child.supervise import RunEnd, Supervisor
+from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
+from flightdeck.engine.records.meter import Meter, cost_of, genai_cost
+from flightdeck.engine.sanitize import one_line
+
+CANNOT_STEER = "this route cannot be steered"
+REASON_LINES = 5  # stderr lines in a failure's reason
+MAX_ARGV_SHOWN = 1000  # characters of the command line in the transcript
+# Formats whose output says how the run ended: a process another owner started can be
+# adopted (its exit status is for its parent alone to read).
+ADOPTABLE = ("claude-stream-json", "codex-json")
+_PRICED_AS = {"claude-stream-json": "anthropic", "codex-json": "openai"}
+
+
+class ProcessBook(Protocol):
+    """Where a child's running process is recorded, for a new owner to find (the store)."""
+
+    def started(self, record: Record, usage: Usage, cost: Decimal | None) -> None:
+        """A process started; `usage` and `cost`: what the child had spent before it."""
+        ...
+
+    def read_to(self, record: Record) -> None:
+        """How far its output has been read."""
+        ...
+
+    def ended(self) -> None:
+        """It and its tree have ended."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """A process a dead owner started, to be watched on from where its output was read."""
+
+    record: Record
+    usage: Usage  # what the child had spent before that process started
+    cost: Decimal | None
+
+
+class ProcessRunner:
+    """One task of a command route, run as its process (and the resumes a steer asks for)."""
+
+    keeps_thread = True  # paused, its process group is suspended and this thread waits on it
+
+    def __init__(
+        self,
+        command: CommandRoute,
+        workspace: Workspace,
+        meter: Meter,
+        files: Files,
+        book: ProcessBook,
+        tag: str,
+    ) -> None:
+        self._command = command
+        self._spec = command.spec
+        self._workspace = workspace
+        self._meter = meter
+        self._files = files
+        self._book = book
+        self._tag = tag
+        self._session: list[str] = []  # the CLI's session id, once reported
+        self.adoption: Adoption | None = None  # set by `resume` before it runs
+
+    @property
+    def steerable(self) -> bool:
+        """Whether the route reads steers at all."""
+        return self._spec.steer != "none"
+
+    @property
+    def stop_grace_s(self) -> float:
+        """A stop takes up to kill_grace_s (SIGTERM, then SIGKILL) and a moment to reap."""
+        return self._spec.kill_grace_s + 1.0
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The route's key and the values passed to its processes."""
+        return self._command.secrets
+
+    @property
+    def prefix_key(self) -> tuple[str, str]:
+        """Command children share no prompt prefix flightdeck knows of."""
+        return self._command.name, "command"
+
+    def adopt(self, adoption: Adoption) -> str | None:
+        """Watch on a process a dead owner started (`resume`); why it cannot be, or None."""
+        if self._spec.format not in ADOPTABLE:
+            return f"format {self._spec.format!r} gives no outcome but the exit status"
+        if self._spec.stdin and self._spec.steer != "stdin":
+            return "its input was a prompt its owner may have died writing"
+        why = adoptable(adoption.record)
+        if why is None:
+            self.adoption = adoption
+        return why
+
+    def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:
+        """A route with `steer = "none"` misses every steer, and says so."""
+        return CANNOT_STEER if self._spec.steer == "none" else None
+
+    # --- the worker thread -----------------------------------------------------------------
+
+    def run(self, child: ChildPort) -> Ended:
+        """Run the process (or watch the adopted one) and its resumes."""
+        try:
+            return self._run_all(child)
+        finally:
+            try:
+                note = self._workspace.release()
+            except Exception as exc:
+                note = f"workspace not removed: {exc!r}"
+            if note:
+                child.transcript.write("engine", note)
+
+    def _run_all(self, c: ChildPort) -> Ended:
+        adoption = self.adoption
+        try:
+            cwd = self._workspace.adopt() if adoption else self._workspace.prepare()
+        except WorkspaceError as exc:
+            return Ended(ChildStatus.FAILED, f"workspace: {exc}")
+        if self._workspace.mode != "shared" and adoption is None:
+            c.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}")
+        values = {
+            "goal": c.task.goal,
+            "context": c.task.context or "",
+            "id": c.task.id,
+            "workspace": str(cwd),
+        }
+        prompt = c.task.goal + (f"\n\nContext:\n{c.task.context}" if c.task.context else "")
+        figures = c.progress.figures()
+        cost = None if adoption is None else adoption.cost
+        tally = CliTally(
+            self._meter,
+            lambda usage: self._price(usage, c.progress.model),
+            figures.usage if adoption is None else adoption.usage,
+            figures.cost_usd if adoption is None else cost,
+        )
+        if adoption is not None:
+            end = self._watch_adopted(c, adoption, tally)
+        else:
+            c.transcript.write("user", prompt)
+            if c.interrupt.is_set():  # stopped while its copy or worktree was being made
+                return Ended(c.stop_status or ChildStatus.STOPPED, c.stop_reason)
+            end = self._run_once(c, expand(self._command.argv, values), cwd, prompt, tally)
+        while self._spec.steer == "resume" and not c.interrupt.is_set():
+            # At the next turn: once the process ended well. --now: it was ended for this.
+            if not (end.for_steer or (end.code == 0 and c.steering.waiting)):
+                break
+            if not self._session:
+                c.transcript.write("engine", "no session id was reported: nothing to resume")
+                break
+            receipts = c.steering.take()
+            if not receipts:
+                break
+            message = "\n\n".join(r.message for r in receipts)
+            for receipt in receipts:
+                c.transcript.write("operator", f"delivered: {receipt.message} (resume)")
+                c.settle(receipt, SteerState.DELIVERED, "by resuming the session")
+            more = {**values, "session": self._session[0], "message": message}
+            end = self._run_once(c, expand(self._command.resume_argv, more), cwd, message, tally)
+        return self._outcome(c, end)
+
+    def _outcome(self, c: ChildPort, end: RunEnd) -> Ended:
+        if c.interrupt.is_set():
+            return Ended(c.stop_status or ChildStatus.STOPPED, c.stop_reason)
+        if end.result is not None and end.result_error:
+            # The CLI's own words: stderr holds its warnings, not why it failed.
+            return Ended(ChildStatus.FAILED, f"the CLI reported an error: {end.result}")
+        if end.code is None:  # adopted: only its output says how it ended
+            if end.result is not None:
+                return Ended(ChildStatus.COMPLETED, result=end.result)
+            return Ended(ChildStatus.FAILED, "it ended without a result (adopted: no exit status)")
+        if end.code == 0:
+            result = end.result if end.result is not None else "\n".join(end.out)
+            return Ended(ChildStatus.COMPLETED, result=result)
+        reason = status_text(end.code)
+        last = [line for line in end.err if line.strip()][-REASON_LINES:]
+        return Ended(ChildStatus.FAILED, reason + (": " + "\n".join(last) if last else ""))
+
+    def _run_once(
+        self, c: ChildPort, argv: list[str], cwd: Path, stdin_text: str, tally: CliTally
+    ) -> RunEnd:
+        """One process, from its start to the end of its whole tree."""
+        spec = self._spec
+        shown = shlex.join(argv)
+        if len(shown) > MAX_ARGV_SHOWN:
+            shown = shown[:MAX_ARGV_SHOWN] + " …"
+        c.transcript.write("engine", f"run: {shown}")
+        c.progress.hold(c.progress.turns + 1)
+        c.progress.call_started()
+        c.progress.show("starting " + one_line(Path(argv[0]).name, 40))
+        files = self._files if spec.stdin else Files(self._files.out, self._files.err)
+        try:
+            proc = Process.spawn(argv, cwd=cwd, env=self._command.env, files=files, tag=self._tag)
+        except OSError as exc:
+            c.transcript.write("error", f"cannot start {argv[0]}: {exc}")
+            end = RunEnd(code=127)
+            end.err.append(f"cannot start {argv[0]}: {exc.strerror or exc}")
+            return end
+        self._book.started(proc.record(), tally.usage, tally.cost)
+        cli = None
+        if spec.stdin and spec.steer == "stdin":
+            cli = CliInput(proc.write)
+            proc.feed(cli.prompt(stdin_text), then_close=False)
+        elif spec.stdin:
+            proc.feed(stdin_text, then_close=True)
+        return self._finish(c, proc, self._supervisor(c, proc, tally, cli), tally)
+
+    def _watch_adopted(self, c: ChildPort, adoption: Adoption, tally: CliTally) -> RunEnd:
+        """A process a dead owner started: its output so far replayed quietly (the transcript
+        has it) to know what it spent and said, then watched on as if started here."""
+        record = adoption.record
+        proc = Process.adopt(replace(record, out_offset=0, err_offset=0), tag=self._tag)
+        if proc is None:  # its files are gone since `resume` looked
+            c.transcript.write("engine", "the adopted process left no output to read")
+            return RunEnd(code=None)
+        c.transcript.write(
+            "engine",
+            f"adopted: process {record.root.pid} still runs; its output is read on from here",
+        )
+        c.progress.show("adopted")
+        cli = CliInput(proc.write) if self._spec.steer == "stdin" else None
+        supervisor = self._supervisor(c, proc, tally, cli)
+        supervisor.replay(proc.read(upto=(record.out_offset, record.err_offset)))
+        return self._finish(c, proc, supervisor, tally)
+
+    def _supervisor(
+        self, c: ChildPort, proc: Process, tally: CliTally, cli: CliInput | None
+    ) -> Supervisor:
+        return Supervisor(
+            c,
+            proc,
+            self._spec,
+            reader_for(self._spec.format),
+            tally,
+            stdin=cli,
+            session=self._session,
+            record=self._book.read_to,
+        )
+
+    def _finish(
+        self, c: ChildPort, proc: Process, supervisor: Supervisor, tally: CliTally
+    ) -> RunEnd:
+        reports = tally.reports
+        try:
+            end = supervisor.run(self._spec.steer == "resume")
+        finally:
+            proc.release()
+            self._book.ended()
+        supervisor.missed("the CLI ended before it read it")
+        if tally.reports == reports and self._spec.format != "plain":
+            tally.cut_short()
+            c.progress.spend(tally.usage, tally.cost)
+            c.transcript.write("engine", "cost unknown: a run ended before it reported its usage")
+        c.progress.tool_ended()
+        c.transcript.write("engine", f"process ended: {status_text(end.code)}")
+        return end
+
+    def _price(self, usage: Usage, reported: str | None) -> Decimal | None:
+        """An estimate for live usage: the route's price, or the reported model's."""
+        route = self._command.route
+        if route.price is not None:
+            return cost_of(usage, route.price)
+        provider = _PRICED_AS.get(self._spec.format)
+        model = reported or route.model
+        return genai_cost(usage, provider, model) if provider and model else None
+
+
+def status_text(code: int | None) -> str:
+    """How a process ended, in words."""
+    if code is None:
+        return "exit status unknown (adopted)"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:  # a real-time signal has no name
+            return f"killed by signal {-code}"
+    return f"exit {code}"

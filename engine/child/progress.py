@@ -1,0 +1,214 @@
+"""A child's live figures as its runner changes them: activity, usage and cost, the call in
+flight, the model it reports. One lock guards them; `version` lets readers skip a child whose
+figures have not changed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from flightdeck.engine.child.activity import ActivityState, InFlight
+from flightdeck.engine.model import Activity, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The live figures at one moment, as the child's row shows them."""
+
+    activity: Activity
+    usage: Usage
+    cost_usd: Decimal | None
+    saved_usd: Decimal | None
+    in_flight: Usage
+    model: str | None  # the model the runner reported (an agent CLI's), if any
+
+
+class Progress:
+    """What a runner changes as a child works; safe from any thread."""
+
+    def __init__(self, clock: Callable[[], float], *, cost_known: bool = True) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.version = 0
+        self._activity = ActivityState()
+        self._usage = Usage()
+        # None once any usage has an unknown price (an agent CLI's: until it reports its cost).
+        self._cost: Decimal | None = Decimal(0) if cost_known else None
+        self._saved: Decimal | None = Decimal(0)  # by cache reads; None: price unknown
+        self._in_flight = InFlight()
+        self._model: str | None = None
+
+    # --- read -------------------------------------------------------------------------------
+
+    def figures(self) -> Figures:
+        """A frozen copy of the figures."""
+        with self._lock:
+            return Figures(
+                self._activity.frozen(),
+                self._usage,
+                self._cost,
+                self._saved,
+                self._in_flight.usage(),
+                self._model,
+            )
+
+    @property
+    def last_activity(self) -> float | None:
+        """When the child last showed activity (a chunk, a tool transition, a call)."""
+        return self._activity.last_activity_ts
+
+    @property
+    def current_tool(self) -> str | None:
+        """The tool it runs now, if any."""
+        return self._activity.current_tool
+
+    @property
+    def held(self) -> bool:
+        """Waiting on limits (a backoff, the route's buckets), which is never a stall."""
+        return self._activity.held
+
+    @property
+    def model(self) -> str | None:
+        """The model its agent CLI says it runs, once it has."""
+        return self._model
+
+    @property
+    def turns(self) -> int:
+        """Turns begun so far."""
+        return self._activity.turns
+
+    @property
+    def usage_total(self) -> int:
+        """Every token billed so far."""
+        return self._usage.total
+
+    # --- the child's lifecycle ----------------------------------------------------------------
+
+    def started(self) -> None:
+        """Its run began."""
+        with self._lock:
+            self._activity.started(self._clock())
+            self.version += 1
+
+    def ended(self, text: str) -> None:
+        """It is final: `text` (its status) is what it shows."""
+        with self._lock:
+            self._activity.ended(text)
+            self.version += 1
+
+    # --- activity -----------------------------------------------------------------------------
+
+    def show(self, text: str) -> None:
+        """What it waits for, without counting as activity (it is held, not idle)."""
+        with self._lock:
+            self._activity.text = text
+            self.version += 1
+
+    def tick(self, text: str) -> None:
+        """Activity: a chunk streamed, a tool call announced, a line of output."""
+        with self._lock:
+            self._activity.tick(text, self._clock())
+            self.version += 1
+
+    def touch(self) -> None:
+        """Activity that changes nothing shown (output inside a tool, while stopping)."""
+        with self._lock:
+            self._activity.last_activity_ts = self._clock()
+            self.version += 1
+
+    def hold(self, turn: int, *, last: bool = False) -> None:
+        """A call of `turn` is about to be made and waits on the route until it starts."""
+        with self._lock:
+            self._activity.hold(turn, last=last)
+            self.version += 1
+
+    def call_started(self, call: InFlight | None = None) -> None:
+        """A request goes out (`call`: its estimate, counted until it is billed)."""
+        with self._lock:
+            self._activity.call_started(self._clock())
+            if call is not None:
+                self._in_flight = call
+            self.version += 1
+
+    def streamed(self, text: str) -> None:
+        """A chunk of the reply streamed: activity, and output counted before it is billed."""
+        with self._lock:
+            self._in_flight.streamed_chars += len(text)
+            self._activity.streamed(self._clock())
+            self.version += 1
+
+    def call_ended(self) -> None:
+        """The call is over: what it used is billed, or never will be."""
+        with self._lock:
+            self._in_flight = InFlight()
+            self.version += 1
+
+    def retry(self, text: str) -> None:
+        """A retry is scheduled: held again, and `text` says why."""
+        with self._lock:
+            self._activity.retry(text, self._clock())
+            self.version += 1
+
+    def tool_started(self, name: str) -> None:
+        """A tool call began (one still running, in an agent CLI, has ended)."""
+        with self._lock:
+            now = self._clock()
+            if self._activity.current_tool is not None:
+                self._activity.tool_ended(now)
+            self._activity.tool_started(name, now)
+            self.version += 1
+
+    def tool_ended(self) -> None:
+        """The running tool call returned (nothing, if none runs)."""
+        with self._lock:
+            if self._activity.current_tool is not None:
+                self._activity.tool_ended(self._clock())
+                self.version += 1
+
+    def working(self, calls: int) -> None:
+        """An agent CLI's call streams (a retry it waited on is over); `calls`: its API calls
+        so far."""
+        with self._lock:
+            activity = self._activity
+            activity.held = activity.retrying = False
+            activity.retry_reason = None
+            activity.api_calls = max(activity.api_calls, calls)
+            activity.last_activity_ts = self._clock()
+            self.version += 1
+
+    def reported_model(self, model: str) -> None:
+        """The model its agent CLI says it runs (shown instead of the route's)."""
+        with self._lock:
+            self._model = model
+            self.version += 1
+
+    # --- money --------------------------------------------------------------------------------
+
+    def bill(self, usage: Usage, cost: Decimal | None, saved: Decimal | None) -> None:
+        """Usage billed by the provider: `cost` None makes the child's cost unknown for good."""
+        with self._lock:
+            self._saved = None if saved is None or self._saved is None else self._saved + saved
+            self._usage += usage
+            self._in_flight.billed += usage
+            self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self.version += 1
+
+    def not_billed(self) -> Usage:
+        """The estimate of the call in flight not billed yet (a call cut short)."""
+        with self._lock:
+            return self._in_flight.usage()
+
+    def spend(self, usage: Usage, cost: Decimal | None) -> None:
+        """An agent CLI's tally, replacing the one before (`cost` None: unknown)."""
+        with self._lock:
+            self._usage, self._cost = usage, cost
+            self.version += 1
+
+    def carry(self, usage: Usage, cost: Decimal | None) -> None:
+        """What an earlier attempt, lost with its owner process, was billed: spent is spent."""
+        with self._lock:
+            self._usage += usage
+            self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self.version += 1

@@ -1,0 +1,126 @@
+"""The `processes` table: each command child's process while it runs (its pid and start time,
+the holder of its input, its files and how far they were read, and what the child had spent
+before it), so a new owner can adopt it, or end its whole tree, after the owner died."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from flightdeck.engine.model import Usage
+from flightdeck.engine.records.liveness import Pid, alive
+from flightdeck.engine.records.schema import connect
+from flightdeck.engine.records.store import Store
+
+_COLUMNS = (
+    "child_id, pid, start, holder_pid, holder_start, out_path, err_path, stdin_path, "
+    "out_offset, err_offset, carried_json"
+)
+UPSERT = (
+    f"INSERT OR REPLACE INTO processes (batch_id, {_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+READ_TO = "UPDATE processes SET out_offset = ?, err_offset = ? WHERE batch_id = ? AND child_id = ?"
+DELETE = "DELETE FROM processes WHERE batch_id = ? AND child_id = ?"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """One running process of a command child, as the store keeps it."""
+
+    child_id: str
+    pid: int
+    start: int  # clock ticks since boot: tells it from a later process with its pid
+    holder_pid: int | None
+    holder_start: int | None
+    out_path: str
+    err_path: str
+    stdin_path: str | None
+    out_offset: int
+    err_offset: int
+    usage: Usage  # what the child had spent before this process started
+    cost_usd: Decimal | None
+
+
+def _carried(usage: Usage, cost: Decimal | None) -> str:
+    figures = [usage.input_tokens, usage.output_tokens, usage.cache_read_tokens]
+    figures.append(usage.cache_write_tokens)
+    return json.dumps({"usage": figures, "cost_usd": None if cost is None else str(cost)})
+
+
+class ProcessLog:
+    """Writes one batch's process rows through the store's writer thread."""
+
+    def __init__(self, store: Store, batch_id: str) -> None:
+        self._store = store
+        self._batch_id = batch_id
+
+    def started(self, row: ProcessRow) -> None:
+        """A process started (or was adopted): its row, replacing any earlier one."""
+        params = (
+            self._batch_id,
+            row.child_id,
+            row.pid,
+            row.start,
+            row.holder_pid,
+            row.holder_start,
+            row.out_path,
+            row.err_path,
+            row.stdin_path,
+            row.out_offset,
+            row.err_offset,
+            _carried(row.usage, row.cost_usd),
+        )
+        self._store.write("record_process", UPSERT, params)
+
+    def read_to(self, child_id: str, out_offset: int, err_offset: int) -> None:
+        """How far its output has been read."""
+        params = (out_offset, err_offset, self._batch_id, child_id)
+        self._store.write("process_read_to", READ_TO, params)
+
+    def ended(self, child_id: str) -> None:
+        """It and its tree have ended: nothing to adopt."""
+        self._store.write("end_process", DELETE, (self._batch_id, child_id))
+
+
+def processes(db: Path, batch_id: str) -> list[ProcessRow]:
+    """The processes a batch's owner recorded as running (read-only)."""
+    conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM processes WHERE batch_id = ? ORDER BY child_id", (batch_id,)
+        ).fetchall()
+    except sqlite3.OperationalError:  # a file from before the table: none recorded
+        return []
+    finally:
+        conn.close()
+    out = []
+    for r in rows:
+        carried = json.loads(r[10])
+        cost = carried.get("cost_usd")
+        out.append(
+            ProcessRow(
+                child_id=r[0],
+                pid=r[1],
+                start=r[2],
+                holder_pid=r[3],
+                holder_start=r[4],
+                out_path=r[5],
+                err_path=r[6],
+                stdin_path=r[7],
+                out_offset=r[8],
+                err_offset=r[9],
+                usage=Usage(*carried["usage"]),
+                cost_usd=None if cost is None else Decimal(cost),
+            )
+        )
+    return out
+
+
+def still_running(db: Path, batch_id: str) -> int:
+    """How many of a batch's command children still run (their processes outlived a dead
+    owner): what `resume` can adopt, or must end before their tasks run again."""
+    return sum(1 for row in processes(db, batch_id) if alive(Pid(row.pid, row.start)))

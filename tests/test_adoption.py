@@ -1,0 +1,253 @@
+"""A killed owner neither orphans nor doubles a command child (issue 30): a real owner process
+(`flightdeck run --headless`) is killed with SIGKILL while its children's processes run, then
+`flightdeck resume` runs the batch to the end. Counted from the processes' side: a sampler
+reads the process table every few milliseconds and records, per task, the processes it saw."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import psutil
+import pytest
+from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.records.processes import still_running
+from flightdeck.engine.records.reader import StoreReader
+
+from helpers import until
+
+FAKES = Path(__file__).parent / "fakes"
+PY = sys.executable
+
+
+def flightdeck(folder: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PY, "-m", "flightdeck.tui.cli", *args],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def project(folder: Path, route: str, ids: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tasks.jsonl").write_text(
+        "".join(f'{{"id": "{i}", "goal": "task {i}"}}\n' for i in ids)
+    )
+    (folder / "flightdeck.toml").write_text(
+        '[engine]\nmax_concurrent = 4\ndefault_route = "cli"\nstate_dir = "state"\n'
+        'stall_after_s = 60\n\n[routes.cli]\nprovider = "command"\nkill_grace_s = 0.5\n' + route
+    )
+    return folder
+
+
+def argv(*args: str) -> str:
+    return "argv = " + repr([PY, *args]).replace("'", '"') + "\n"
+
+
+class Sampler:
+    """Every process of the fakes, by task: what ran, and whether two ran at once."""
+
+    def __init__(self, pattern: str) -> None:
+        self._pattern = re.compile(pattern)
+        self.seen: dict[str, set[int]] = defaultdict(set)  # task -> pids ever seen
+        self.doubles: list[tuple[str, list[int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for pids in self.now().values():  # a failed test leaves nothing running
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def now(self) -> dict[str, list[int]]:
+        """Live processes (zombies aside) of each task."""
+        found: dict[str, list[int]] = defaultdict(list)
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            with contextlib.suppress(psutil.Error):
+                if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                    continue
+                match = self._pattern.search(" ".join(proc.info["cmdline"] or []))
+                if match:
+                    found[match.group(1)].append(proc.pid)
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for task, pids in self.now().items():
+                with self._lock:
+                    self.seen[task].update(pids)
+                    if len(pids) > 1:
+                        self.doubles.append((task, pids))
+            time.sleep(0.005)
+
+
+def kill_owner(owner: subprocess.Popen[str]) -> None:
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(10)
+    owner.communicate()
+
+
+def batch_of(folder: Path) -> str:
+    db = folder / "state" / "flightdeck.db"
+    until(db.is_file, what="the database")
+    found: list[str] = []
+
+    def recorded() -> bool:
+        with StoreReader(db) as reader:
+            batch_id = reader.latest_batch_id()
+        found.extend([batch_id] if batch_id else [])
+        return bool(found)
+
+    until(recorded, what="the batch row")
+    return found[0]
+
+
+def transcript(folder: Path, batch_id: str, child: str) -> str:
+    path = folder / "state" / "batches" / batch_id / f"{child}.log"
+    return path.read_text() if path.exists() else ""
+
+
+@pytest.mark.slow
+def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_once(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "gate"
+    claude = (FAKES / "fake_claude.py", "-p", "--input-format", "stream-json")
+    claude += ("--output-format", "stream-json", "--verbose", "--replay-user-messages")
+    route = argv(*map(str, claude), "--fake-gate", str(gate), "--fake-pidfile", "{id}.pid")
+    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
+    folder = project(tmp_path / "p", route, ["keep", "halt"])
+    # This test's processes only (the gate's path is unique to it).
+    with Sampler(re.escape(str(gate)) + r" --fake-pidfile (\w+)\.pid") as sampler:
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        batch_id = batch_of(folder)
+        until(
+            lambda: all(
+                "tool-call │ Bash" in transcript(folder, batch_id, c) for c in ("keep", "halt")
+            ),
+            what="both children inside their tool",
+        )
+        before = {c: sampler.now()[c] for c in ("keep", "halt")}
+        kill_owner(owner)
+        # From the processes' side: the dead owner's children still run, and `ls` says so.
+        assert all(len(pids) == 1 for pids in before.values()), before
+        assert still_running(folder / "state" / "flightdeck.db", batch_id) == 2
+        ls = flightdeck(folder, "ls")
+        assert "abandoned (2 still running)" in ls.communicate(timeout=30)[0]
+        wait = flightdeck(folder, "wait", batch_id)
+        assert "2 of its children still run" in wait.communicate(timeout=30)[1]
+        resume = flightdeck(folder, "resume", batch_id)
+        until(
+            lambda: all("adopted" in transcript(folder, batch_id, c) for c in ("keep", "halt")),
+            what="both adopted",
+        )
+        # Steer and stop reach an adopted child: its input is the FIFO, its tree is known.
+        # (`steer` waits for its receipt: delivered once the turn takes it, past the gate.)
+        steer = flightdeck(folder, "steer", batch_id, "keep", "-m", "also the docs")
+        stop = flightdeck(folder, "stop", batch_id, "halt")
+        stopped = stop.communicate(timeout=30)
+        assert stop.returncode == 0, stopped
+        until(
+            lambda: "sent to its input: also the docs" in transcript(folder, batch_id, "keep"),
+            what="the steer written",
+        )
+        gate.touch()
+        steered = steer.communicate(timeout=30)
+        assert steer.returncode == 0 and "delivered" in steered[0], steered
+        out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 1, out + err  # one child stopped
+    assert "2 adopted" in out, out
+    assert sampler.doubles == []  # no task ever had two processes at once
+    assert sampler.seen["keep"] == set(before["keep"])  # never run again
+    assert sampler.seen["halt"] == set(before["halt"])
+    assert not sampler.now()  # and nothing is left running
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        assert reader.batch(batch_id).status == BatchStatus.STOPPED  # type: ignore[union-attr]
+        rows = {r.id: r for r in reader.children(batch_id)}
+    keep, halt = rows["keep"], rows["halt"]
+    assert keep.status is ChildStatus.COMPLETED, keep.error
+    assert keep.result == "got: task keep + also the docs"  # the steer went into its turn
+    assert halt.status is ChildStatus.STOPPED
+    text = transcript(folder, batch_id, "keep")
+    # Whole: what came before the kill, the adoption, what came after; one run, one end.
+    order = ["user      │ task keep", "tool-call │ Bash", "adopted", "tool      │ README.md"]
+    order += ["delivered into the running turn: also the docs", "engine    │ completed"]
+    places = [text.index(line) for line in order]
+    assert places == sorted(places), text
+    assert text.count("engine    │ run: ") == 1 and text.count("completed") == 1
+    assert keep.cost_usd is not None and keep.cost_usd > 0
+
+
+@pytest.mark.slow
+def test_a_process_that_cannot_be_adopted_is_ended_tree_and_all_before_its_task_reruns(
+    tmp_path: Path,
+) -> None:
+    route = argv(str(FAKES / "tree_holder.py"), str(tmp_path / "{id}.ran"))
+    folder = project(tmp_path / "p", route, ["t0", "t1"])
+    roots: dict[str, int] = {}
+    grandchildren: dict[str, int] = {}
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    for child in ("t0", "t1"):
+        until(lambda c=child: "grandchild" in transcript(folder, batch_id, c), what="its tree")
+        found = re.search(r"root (\d+) grandchild (\d+)", transcript(folder, batch_id, child))
+        assert found is not None
+        roots[child], grandchildren[child] = int(found.group(1)), int(found.group(2))
+    kill_owner(owner)
+    old = [*roots.values(), *grandchildren.values()]
+    assert all(os.getsid(g) == g for g in grandchildren.values())  # out of their groups
+    assert all(psutil.pid_exists(p) for p in old)  # the dead owner's trees still run
+
+    def old_alive() -> list[int]:
+        alive = []
+        for pid in old:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+        return alive
+
+    # When each task's second run starts ("ran again"), none of the old trees may be alive.
+    seen_at_rerun: list[list[int]] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(seen_at_rerun) < 2:
+            for child in ("t0", "t1"):
+                path = folder / "state" / "batches" / batch_id / f"{child}.log"
+                if "ran again" in path.read_text() and len(seen_at_rerun) < 2:
+                    seen_at_rerun.append(old_alive())
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    resume = flightdeck(folder, "resume", batch_id)
+    out, err = resume.communicate(timeout=60)
+    watcher.join(60)
+    assert resume.returncode == 0, out + err
+    assert "2 ended" in out, out
+    assert old_alive() == [] and all(alive == [] for alive in seen_at_rerun)
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        rows = {r.id: r for r in reader.children(batch_id)}
+    assert all(r.status is ChildStatus.COMPLETED for r in rows.values())
+    text = transcript(folder, batch_id, "t0")
+    assert "was not adopted (format 'plain' gives no outcome but the exit status)" in text
+    assert text.index("its tree was ended") < text.index("ran again")

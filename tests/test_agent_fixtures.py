@@ -1,0 +1,167 @@
+"""The agent-CLI formats on the real output of the CLIs (tests/fixtures/agents/, captured by
+tests/agents/capture.py from Claude Code 2.1.332 and Codex 0.171.0 against the loopback
+server): every event type seen there, read as the CLI meant it."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.agents.formats import (
+    Event,
+    Lifecycle,
+    Live,
+    Model,
+    Report,
+    Result,
+    Retrying,
+    Session,
+    Shown,
+    ToolEnded,
+    ToolStarted,
+    reader_for,
+)
+from flightdeck.engine.child.cliinput import AFTER_INTERRUPT, INTO_TURN, NEW_TURN, CliInput
+from flightdeck.engine.model import SteerReceipt, SteerState, Usage
+
+FIXTURES = Path(__file__).parent / "fixtures" / "agents"
+CLAUDE = FIXTURES / "claude-2.1.332"
+CODEX = FIXTURES / "codex-0.171.0"
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def read(fmt: str, *paths: Path) -> list[Event]:
+    reader = reader_for(fmt)  # type: ignore[arg-type]
+    return [event for path in paths for line in lines(path) for event in reader.feed(line)]
+
+
+def of(events: list[Event], kind: type) -> list:  # type: ignore[type-arg]
+    return [e for e in events if isinstance(e, kind)]
+
+
+def test_every_captured_event_is_read_and_none_is_unknown() -> None:
+    for folder, fmt in ((CLAUDE, "claude-stream-json"), (CODEX, "codex-json")):
+        for path in sorted(folder.glob("*.jsonl")):
+            events = read(fmt, path)
+            unknown = [e for e in events if isinstance(e, Shown) and e.role == "event"]
+            assert unknown == [], (path.name, unknown)
+            assert of(events, Result), path.name  # every capture ends in an answer or a failure
+
+
+def test_claude_reports_its_model_session_live_usage_and_the_turn_in_full() -> None:
+    events = read("claude-stream-json", CLAUDE / "tool.jsonl")
+    first = json.loads(lines(CLAUDE / "tool.jsonl")[0])
+    assert of(events, Model) == [Model("claude-opus-5-5")]
+    assert Session(first["session_id"]) in events
+    # Live: each assistant event carries its message's usage so far; a message is one call.
+    live = of(events, Live)
+    assert len({e.key for e in live}) == 2 and all(e.usage.input_tokens > 0 for e in live)
+    assert ToolStarted("Bash") in events and ToolEnded() in events
+    (report,) = of(events, Report)
+    result = json.loads(lines(CLAUDE / "tool.jsonl")[-1])
+    models = result["model_usage_since_last_result"]["claude-opus-5-5"]
+    assert report.usage == Usage(
+        models["inputTokens"],
+        models["outputTokens"],
+        models["cacheReadInputTokens"],
+        models["cacheCreationInputTokens"],
+    )
+    assert report.cost_usd == Decimal(str(result["total_cost_usd"]))
+    assert report.calls == result["num_turns"] == 2
+    assert of(events, Result) == [Result("done: list the files")]
+
+
+def test_claude_api_retries_are_retry_notices() -> None:
+    events = read("claude-stream-json", CLAUDE / "retry.jsonl")
+    notices = [e.text for e in of(events, Retrying)]
+    assert len(notices) == 2 and notices[0].startswith("429 rate_limit, retry 1/10 in ")
+    assert any(isinstance(e, Shown) and e.text.startswith("api retry: 429") for e in events)
+    assert of(events, Result) == [Result("done: retry me")]
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("fail_429", "API Error: Request rejected (429) · loopback refuses this one"),
+        ("fail_400", "API Error: 400 loopback refuses this one"),
+    ],
+)
+def test_claude_gives_its_own_error_as_the_failed_result(name: str, reason: str) -> None:
+    events = read("claude-stream-json", CLAUDE / f"{name}.jsonl")
+    assert of(events, Result) == [Result(reason, error=True)]
+    assert of(events, Live) == []  # the CLI's own error message is no API call
+    assert Shown("error", reason) in events
+
+
+def test_a_resumed_claude_session_bills_its_own_turn_not_the_session_total() -> None:
+    (report,) = of(read("claude-stream-json", CLAUDE / "resume.jsonl"), Report)
+    result = json.loads(lines(CLAUDE / "resume.jsonl")[-1])
+    turn = result["model_usage_since_last_result"]["claude-opus-5-5"]["costUSD"]
+    assert report.cost_usd == Decimal(str(turn)) < Decimal(str(result["total_cost_usd"]))
+
+
+def _feed(name: str, steer_now: bool = False) -> list[tuple[SteerReceipt, str]]:
+    """The capture's lifecycle events through CliInput, its two messages sent when the capture
+    sent them: the task's, then a steer (just before the CLI queued it)."""
+    events = of(read("claude-stream-json", CLAUDE / f"{name}.jsonl"), Lifecycle)
+    prompt_id, steer_id = dict.fromkeys(e.uuid for e in events)
+    ids = iter((prompt_id, steer_id))
+    written: list[str] = []
+    cli = CliInput(lambda text: written.append(text) is None, new_id=lambda: next(ids))
+    cli.prompt("the task")
+    receipt = SteerReceipt(1, "t0", "the steer", steer_now, SteerState.QUEUED, 0.0)
+    started = []
+    for event in events:
+        if event == Lifecycle(steer_id, "queued"):
+            assert cli.steer(receipt)
+        if (found := cli.lifecycle(event)) is not None:
+            started.append(found)
+        if event.uuid == steer_id and event is not events[-1]:
+            assert not cli.answered()  # the steer waits for its answer: the input stays open
+    assert cli.answered()
+    assert ('"interrupt"' in written[0]) is steer_now  # --now: the interrupt goes first
+    return started
+
+
+def test_claude_lifecycle_says_where_each_steer_went() -> None:
+    receipt = SteerReceipt(1, "t0", "the steer", False, SteerState.QUEUED, 0.0)
+    now = SteerReceipt(1, "t0", "the steer", True, SteerState.QUEUED, 0.0)
+    assert _feed("steer_midturn") == [(receipt, INTO_TURN)]
+    assert _feed("steer_after") == [(receipt, NEW_TURN)]
+    assert _feed("steer_now", steer_now=True) == [(now, AFTER_INTERRUPT)]
+
+
+def test_claude_interrupted_turn_is_an_error_result_then_the_steer_answers() -> None:
+    events = read("claude-stream-json", CLAUDE / "steer_now.jsonl")
+    first, last = of(events, Result)
+    assert first.error and first.text == "aborted_tools"
+    assert last == Result("done: focus on security")
+    assert Shown("system", "[Request interrupted by user for tool use]") in events
+
+
+def test_codex_reports_its_thread_tools_usage_and_answer() -> None:
+    events = read("codex-json", CODEX / "tool.jsonl")
+    thread = json.loads(lines(CODEX / "tool.jsonl")[0])["thread_id"]
+    assert events[0] == Session(thread)
+    assert ToolStarted("shell") in events and ToolEnded() in events
+    (report,) = of(events, Report)
+    usage = json.loads(lines(CODEX / "tool.jsonl")[-1])["usage"]
+    assert report.usage.input_tokens == usage["input_tokens"] - usage["cached_input_tokens"]
+    assert report.usage.output_tokens == usage["output_tokens"] and report.cost_usd is None
+    assert of(events, Result) == [Result("done: list the files")]
+    # The missing-metadata item is a warning the turn goes on after, not an error.
+    assert any(isinstance(e, Shown) and e.role == "system" and "metadata" in e.text for e in events)
+
+
+def test_codex_reconnects_are_retry_notices_and_its_own_error_is_the_reason() -> None:
+    retry = read("codex-json", CODEX / "retry.jsonl")
+    assert [e.text[:17] for e in of(retry, Retrying)] == ["Reconnecting... 1", "Reconnecting... 2"]
+    failed = read("codex-json", CODEX / "fail_429.jsonl")
+    reason = "exceeded retry limit, last status: 429 Too Many Requests"
+    assert of(failed, Result) == [Result(reason, error=True)]
+    assert of(failed, Retrying) == []

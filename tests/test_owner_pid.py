@@ -1,0 +1,35 @@
+"""The owner's pid, where an operator looks for the process running a batch: the first line of
+its owner.log, `flightdeck ls --long`, and the report."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from flightdeck.tui.exitcodes import ExitCode
+
+from helpers import flightdeck
+
+QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
+
+
+def test_the_owners_pid_is_in_its_log_in_ls_long_and_in_the_report(tmp_path: Path) -> None:
+    (tmp_path / "flightdeck.toml").write_text(QUICK, encoding="utf-8")
+    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n', encoding="utf-8")
+    started = flightdeck("run", "--detach", "tasks.jsonl", cwd=tmp_path)
+    assert started.returncode == ExitCode.OK, started.stderr
+    batch_id = started.stdout.strip()
+    said = re.search(r"owner pid (\d+), log (\S+)", started.stderr)
+    assert said is not None, started.stderr
+    pid, log = int(said.group(1)), Path(said.group(2))
+    assert flightdeck("wait", batch_id, cwd=tmp_path).returncode == ExitCode.OK
+
+    assert log.read_text().splitlines()[0] == f"owner pid {pid} of batch {batch_id}"
+    listing = flightdeck("ls", "--long", cwd=tmp_path).stdout
+    [row] = [line for line in listing.splitlines() if batch_id[:8] in line]
+    assert f"│ {pid} " in row and "owner pid" in listing
+    assert "owner pid" not in flightdeck("ls", cwd=tmp_path).stdout  # the short listing
+    assert f"- owner: pid {pid}\n" in flightdeck("report", batch_id, cwd=tmp_path).stdout
+    report = json.loads(flightdeck("report", batch_id, "--format", "json", cwd=tmp_path).stdout)
+    assert report["owner_pid"] == pid

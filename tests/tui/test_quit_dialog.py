@@ -1,0 +1,60 @@
+"""The quit dialog: its keys on its buttons and working (d detach, s stop all and quit, Escape
+stay); Enter never stops a batch, nor stays by surprise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.dialogs import QuitDialog
+from flightdeck.tui.screens.main import MainScreen, UiOptions
+from textual.widgets import Button
+from tui_fakes import StaticView, frozen_clock
+from tui_support import SIZE, until
+
+pytestmark = pytest.mark.anyio
+
+
+def app_on(view: StaticView) -> FlightdeckApp:
+    return FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+
+
+async def open_dialog(app: FlightdeckApp, pilot: object) -> QuitDialog:
+    await until(pilot, lambda: len(app.main.table.shown) > 0, "rows")  # type: ignore[arg-type]
+    await pilot.press("q")  # type: ignore[attr-defined]
+    await until(pilot, lambda: isinstance(app.screen, QuitDialog), "the quit dialog")  # type: ignore[arg-type]
+    assert isinstance(app.screen, QuitDialog)
+    return app.screen
+
+
+async def test_in_process_enter_does_nothing_escape_stays_and_s_stops_all(tmp_path: Path) -> None:
+    view = StaticView(tmp_path)
+    app = app_on(view)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(app, pilot)
+        labels = [str(b.label) for b in dialog.query(Button)]
+        assert labels == ["Stop all and quit  s", "Cancel  Esc"]  # no owner elsewhere: no detach
+        await pilot.press("enter", "d")  # neither a button's nor this dialog's key here
+        await pilot.pause()
+        assert app.screen is dialog and view.stopped_all == 0
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "back to the table")
+        await open_dialog(app, pilot)
+        await pilot.press("s")
+        await until(pilot, lambda: not app.is_running, "the app exited")
+    assert app.return_value is True and view.stopped_all == 1
+
+
+@pytest.mark.parametrize("key", ["enter", "d"])
+async def test_attached_enter_or_d_detaches_and_stops_nothing(tmp_path: Path, key: str) -> None:
+    view = StaticView(tmp_path)
+    view.can_detach = True
+    app = app_on(view)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(app, pilot)
+        labels = [str(b.label) for b in dialog.query(Button)]
+        assert labels == ["Detach  d", "Stop all and quit  s", "Cancel  Esc"]
+        await pilot.press(key)
+        await until(pilot, lambda: not app.is_running, "the app exited")
+    assert app.return_value is False and view.stopped_all == 0

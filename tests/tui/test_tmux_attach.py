@@ -1,0 +1,135 @@
+"""A real `flightdeck attach` in a real terminal (tmux), on a bursty child of an owner in another
+process: over 30 s, the transcript pane's last line is the file's last line of at most a second
+before, at every sample."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import pytest
+from test_attach import SLOW_CONFIG, Owner
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+
+SAMPLE_FOR_S = 30.0
+WITHIN_S = 1.0  # the pane shows the file's last line of at most this long ago...
+# ... give or take how often the file is read here and how long a capture takes.
+SLACK_S = 0.5
+# Bursts: a reply streams 8 tokens a second, then a tool turn writes several lines at once;
+# thirty turns keep it writing for well over the sampling.
+BURSTY = SLOW_CONFIG.replace("tokens_per_s = 30", "tokens_per_s = 8").replace(
+    "tool_turns = 6", "tool_turns = 30"
+)
+SCROLLBAR = "▁▂▃▄▅▆▇█▉▊▋▌▍▎▏▐┃╹╻"
+
+
+def words(line: str) -> list[str]:
+    """A transcript line's (or a screen row's) words, without separators and scrollbars."""
+    return [w for w in line.split() if w != "│" and w.strip(SCROLLBAR)]
+
+
+def ends_with(shown: list[str], line: str) -> bool:
+    """Whether the screen row `shown` is the last row `line` folds into: its last words (the
+    first of them possibly the end of a word broken across rows)."""
+    whole = words(line)
+    if not shown or len(shown) > len(whole):
+        return False
+    tail = whole[len(whole) - len(shown) :]
+    return tail[1:] == shown[1:] and tail[0].endswith(shown[0])
+
+
+def pane_last_row(screen: str, child_id: str) -> list[str] | None:
+    """The last non-blank row of the transcript pane on a captured screen; None if no pane."""
+    rows = screen.splitlines()
+    title = next(
+        (i for i, r in enumerate(rows) if r.strip().startswith(f"transcript  {child_id}")), None
+    )
+    if title is None:
+        return None
+    body: list[str] = []
+    for row in rows[title + 1 :]:
+        if row.startswith(" batch "):  # the status bar under the pane
+            break
+        body.append(row)
+    shown = [words(r) for r in body if words(r)]
+    return shown[-1] if shown else []
+
+
+def last_line(path: Path) -> str:
+    try:
+        lines = path.read_bytes().decode("utf-8", "replace").splitlines()
+    except FileNotFoundError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def test_attach_in_tmux_keeps_the_transcripts_last_line_on_screen(tmp_path: Path) -> None:
+    owner = Owner(tmp_path, children=1, config=BURSTY, goal="summarize the readme", max_turns=40)
+    sock = tmp_path / "tmux.sock"
+    tmux = ["tmux", "-S", str(sock)]
+    try:
+        view = owner.view()
+        deadline = time.monotonic() + 30
+        while (row := view.snapshot().child("c1")) is None or not Path(row.transcript).exists():
+            assert time.monotonic() < deadline, "the child's transcript never appeared"
+            time.sleep(0.05)
+        transcript = Path(row.transcript)
+        view.close()
+        attach = [sys.executable, "-m", "flightdeck.tui.cli", "attach", owner.batch_id]
+        attach += ["--state-dir", str(owner.state)]
+        size = ["-x", "100", "-y", "30"]
+        command = [*tmux, "new-session", "-d", *size, "-c", str(tmp_path), shlex.join(attach)]
+        subprocess.run(command, check=True)
+
+        def screen() -> str:
+            capture = [*tmux, "capture-pane", "-p", "-t", "0"]
+            return subprocess.run(capture, check=True, capture_output=True, text=True).stdout
+
+        # The file's last lines as they were seen, with when each was first seen.
+        seen: deque[tuple[float, str]] = deque()
+
+        def look() -> None:
+            line = last_line(transcript)
+            if not seen or seen[-1][1] != line:
+                seen.append((time.monotonic(), line))
+
+        deadline = time.monotonic() + 60
+        while pane_last_row(screen(), "c1") in (None, []):
+            assert time.monotonic() < deadline, f"no transcript pane on screen:\n{screen()}"
+            time.sleep(0.1)
+
+        samples = 0
+        end = time.monotonic() + SAMPLE_FOR_S
+        next_capture = time.monotonic()
+        while time.monotonic() < end:
+            look()
+            now = time.monotonic()
+            if now >= next_capture:
+                next_capture = now + 0.5
+                shown = pane_last_row(screen(), "c1")
+                look()
+                # Lines that were the file's last at some moment of the last WITHIN_S.
+                since = time.monotonic() - WITHIN_S - SLACK_S
+                while len(seen) > 1 and seen[1][0] <= since:
+                    seen.popleft()
+                samples += 1
+                if not any(ends_with(shown or [], line) for _, line in seen):
+                    lines = "\n".join(line for _, line in seen)
+                    pytest.fail(
+                        f"sample {samples}: the pane's last row {shown!r} is none of the file's "
+                        f"last lines of the last {WITHIN_S + SLACK_S}s:\n{lines}\n\n{screen()}"
+                    )
+            time.sleep(0.1)
+        assert samples >= SAMPLE_FOR_S / 0.5 / 2  # a loaded machine samples less often
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        owner.close()
