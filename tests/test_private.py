@@ -153,7 +153,7 @@ def test_an_attached_owner_started_in_the_background_keeps_the_state_folder_priv
     state = folder / "state"
     command = [sys.executable, "-m", "flightdeck.tui.cli", "run", "--headless"]
     command += [str(folder / "tasks.jsonl"), "--state-dir", str(state)]
-    owner = start_owner(command + ["--config", str(folder / "flightdeck.toml")], state)
+    owner = start_owner([*command, "--config", str(folder / "flightdeck.toml")], state)
     try:
         until(lambda: running(state, owner.batch_id))
         assert_private(state)
