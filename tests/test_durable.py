@@ -331,7 +331,6 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
             query = 'status:queued "task c01"'
             out = run("pause", batch_id, "--where", query)
             assert out == [f"10 children match `{query}`", "pause applied: 10 children"]
-            server.open.set()
 
             def statuses() -> dict[str, ChildStatus]:
                 with StoreReader(db_of(folder)) as reader:

@@ -30,6 +30,15 @@ from helpers import Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
+# A child that writes for seconds (seven turns of about a second each): for tests that watch
+# its output stream, never for one that must act while it still runs (that one holds it).
+SLOW_CONFIG = """
+[routes.sim]
+time_scale = 1.0
+latency_ms = 300
+tokens_per_s = 30
+tool_turns = 6
+"""
 OPTIONS = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
 
 
@@ -39,7 +48,8 @@ RUN = (sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--head
 class Owner:
     """A real owner process, and the batch it runs. Its sim children are held before every
     call's first token until the test releases the call (`self.hold`), so they are running
-    while keys are pressed however loaded the machine is, and reach a turn boundary when told."""
+    while keys are pressed however loaded the machine is, and reach a turn boundary when told;
+    a `config` given whole replaces that (children that stream, to watch their output)."""
 
     def __init__(
         self,
@@ -48,11 +58,13 @@ class Owner:
         *,
         sim: str = "tool_turns = 6\n",
         extra: str = "",
+        config: str | None = None,
         goal: str = "Review item",
         max_turns: int = 8,
     ) -> None:
         self.hold = Hold(folder / "hold")
-        config = "[routes.sim]\ntime_scale = 0.01\n" + self.hold.toml() + sim + extra
+        if config is None:
+            config = "[routes.sim]\ntime_scale = 0.01\n" + self.hold.toml() + sim + extra
         (folder / "flightdeck.toml").write_text(config, encoding="utf-8")
         (folder / "tasks.jsonl").write_text(
             "".join(
