@@ -91,8 +91,9 @@ def open_view(db: Path, batch_id: str | None) -> StoreView:
 
 
 def _no_batch(batch_id: str, db: Path) -> str:
-    folder = sanitize(str(db.parent))
-    return f"no batch {one_line(batch_id)!r} in {folder} (another state folder? --state-dir)"
+    from flightdeck.engine.attached.store import no_batch
+
+    return no_batch(batch_id, db.parent)
 
 
 def attach_tui(
@@ -154,7 +155,7 @@ def _state_arg(state_dir: Path) -> str:
 def cmd_logs(args: argparse.Namespace) -> ExitCode:
     """`flightdeck logs BATCH CHILD [-f]`: print a transcript, or follow it until the child ends."""
     from flightdeck.engine.attached.store import StoreReader
-    from flightdeck.tui.widgets.tail import follow, read_chunk
+    from flightdeck.tui.widgets.tail import follow, read_all
 
     db = state_db(args.state_dir)
     reader = StoreReader(db)
@@ -169,8 +170,8 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
         out = sys.stdout
         try:
             if not args.follow:
-                chunk = read_chunk(path, 0, max_lines=1 << 62, max_bytes=1 << 62)
-                out.write("".join(line + "\n" for line in chunk.lines))
+                for chunk in read_all(path):
+                    out.write("".join(line + "\n" for line in chunk.lines))
                 out.flush()
                 return ExitCode.OK
 

@@ -42,12 +42,13 @@ class _Version(argparse.Action):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors made terminal-safe: "unrecognized arguments" quotes them raw,
-    and a file name (a shell glob's match) can carry escape sequences."""
+    """argparse, with its errors one line, as every other bad input's (the usage is what
+    `--help` is for), and terminal-safe: "unrecognized arguments" quotes them raw, and a file
+    name (a shell glob's match) can carry escape sequences."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(ExitCode.USAGE, f"{self.prog}: error: {one_line(message)}\n")
+        hint = f" (see `{self.prog} --help`)"
+        self.exit(ExitCode.USAGE, f"flightdeck: {one_line(message)}{hint}\n")
 
 
 def _parser() -> argparse.ArgumentParser:

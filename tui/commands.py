@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost, fmt_spent_compact
+from flightdeck.tui.fmt import fmt_spent, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
 from flightdeck.tui.usage import UsageError, state_db
 from rich.table import Table
@@ -35,7 +35,11 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
-    batch = load_batch(args.batch_file, max_chars=settings.engine.max_task_chars)
+    batch = load_batch(
+        args.batch_file,
+        max_chars=settings.engine.max_task_chars,
+        max_tasks=settings.engine.max_tasks,
+    )
     state_dir = state_dir_from(args.state_dir, settings)
     if args.owner_of is not None:
         _check_claimed(state_dir, args.owner_of)
@@ -176,7 +180,10 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     if found is not None:
         line = f"resumed: {found.rerun} re-run, {found.lost} left unknown"
         if found.rerun or found.lost:
-            line += f"; their lost attempts cost {fmt_cost(found.lost_cost_usd)}"
+            # Worded as the summary's `lost attempts` line: an attempt with no price makes the
+            # cost unknown, never $0.00.
+            cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
+            line += f"; their lost attempts cost {cost}{note}"
         console.print(Text(line))
         for ids, what in (
             (found.adopted, "adopted (their processes still ran; watched to the end)"),
