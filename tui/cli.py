@@ -42,12 +42,13 @@ class _Version(argparse.Action):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors made terminal-safe: "unrecognized arguments" quotes them raw,
-    and a file name (a shell glob's match) can carry escape sequences."""
+    """argparse, with its errors one line, as every other bad input's (the usage is what
+    `--help` is for), and terminal-safe: "unrecognized arguments" quotes them raw, and a file
+    name (a shell glob's match) can carry escape sequences."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(ExitCode.USAGE, f"{self.prog}: error: {one_line(message)}\n")
+        hint = f" (see `{self.prog} --help`)"
+        self.exit(ExitCode.USAGE, f"flightdeck: {one_line(message)}{hint}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -165,7 +166,8 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """`attach`, `logs` and `grep`: clients of a batch's owner process (or its records)."""
+    """`attach`, `serve`, `logs` and `grep`: clients of a batch's owner process (or its
+    records)."""
     attach = sub.add_parser(
         "attach", help="the TUI on a running batch (read-only once it has ended)"
     )
@@ -176,6 +178,13 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="flightdeck.toml for the [tui] settings (default: ./flightdeck.toml)",
     )
     attach.add_argument("--state-dir", type=Path)
+    serve = sub.add_parser("serve", help="the attached TUI in a browser, behind a random token")
+    serve.add_argument("batch_id", nargs="?", help="batch id (default: the latest running)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
+    serve.add_argument("--port", type=_port, default=8765, help="0: any free one (%(default)s)")
+    serve.add_argument("--read-only", action="store_true", help="show everything, send no command")
+    serve.add_argument("--config", type=Path, help="flightdeck.toml for the [tui] settings")
+    serve.add_argument("--state-dir", type=Path)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
     logs.add_argument("batch_id")
     logs.add_argument("child_id")
@@ -203,6 +212,16 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         "-m", "--max-count", type=int, metavar="N", help="stop after N matching lines"
     )
     grep.add_argument("--state-dir", type=Path)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
 
 
 def _pool_size(text: str) -> int | Literal["auto"]:
@@ -248,6 +267,10 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
             from flightdeck.tui.grep import cmd_grep
 
             return cmd_grep(args)
+        if args.command == "serve":
+            from flightdeck.tui.web.command import cmd_serve
+
+            return cmd_serve(args)
         if args.command in ("attach", "logs"):
             from flightdeck.tui import attached
 
