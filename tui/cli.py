@@ -11,6 +11,7 @@ from typing import Literal, NoReturn
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.client import (
+    cmd_answer,
     cmd_limits,
     cmd_nudge,
     cmd_pause,
@@ -101,7 +102,7 @@ _WHERE_HELP = (
 
 
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """resume, steer, nudge, stop, pause, continue, wait: a batch's owner taken over, or sent
+    """resume, steer, answer, nudge, stop, pause, continue, wait: a batch's owner taken over, or sent
     commands from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
     resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
@@ -119,6 +120,14 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     steer.add_argument("-m", "--message", required=True, help="the operator's message")
     steer.add_argument("--now", action="store_true", help="interrupt the current response")
     steer.add_argument("--state-dir", type=Path)
+
+    answer = sub.add_parser(
+        "answer", help="answer the question (ask_operator) children of a running batch wait on"
+    )
+    answer.add_argument("batch_id")
+    answer.add_argument("child_ids", nargs="+", metavar="CHILD")
+    answer.add_argument("-m", "--message", required=True, help="the operator's answer")
+    answer.add_argument("--state-dir", type=Path)
 
     nudge = sub.add_parser(
         "nudge", help="send the canned loop steer to children of a running batch flagged looping"
@@ -243,6 +252,7 @@ def _pool_size(text: str) -> int | Literal["auto"]:
 _OWNER_COMMANDS = {
     "resume": cmd_resume,
     "steer": cmd_steer,
+    "answer": cmd_answer,
     "nudge": cmd_nudge,
     "stop": cmd_stop,
     "pause": cmd_pause,

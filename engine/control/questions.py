@@ -12,22 +12,32 @@ transcript.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from flightdeck.engine.child.ask import AskCall
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.errors import CommandError
-from flightdeck.engine.model import Denial, Question
+from flightdeck.engine.model import ChildRow, Denial, Question
 
-if TYPE_CHECKING:
-    from flightdeck.engine.control.coordinator import Coordinator
+
+class Slots(Protocol):
+    """What Questions needs of the coordinator (given as a value: no import of it)."""
+
+    @property
+    def alive(self) -> Mapping[str, Child]: ...
+    @property
+    def by_id(self) -> Mapping[str, Child]: ...
+    def record(self, row: ChildRow, /) -> None: ...
+    def record_event(self, child_id: str | None, kind: str, detail: str, /) -> None: ...
+    def free_slot(self, child: Child) -> None: ...
+    def slot_again(self, child: Child) -> bool: ...
 
 
 class Questions:
     """The questions waiting for an answer, and the answered children waiting for a slot."""
 
-    def __init__(self, coordinator: Coordinator, clock: Callable[[], float]) -> None:
+    def __init__(self, coordinator: Slots, clock: Callable[[], float]) -> None:
         self._co = coordinator
         self._clock = clock
         self.pending: dict[str, AskCall] = {}  # child id -> its call, unanswered

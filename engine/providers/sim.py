@@ -314,6 +314,7 @@ def _ask_plan(
 ) -> tuple[str, tuple[ToolCall, ...]]:
     """A child made to ask: the question first; once answered, its result quotes the answer."""
     answers = [m.content for m in req.messages if m.role == "tool" and m.name == ASK_TOOL]
+    goal_line = goal_line.replace(ASK_MARKER, "").strip()
     if not answers:
         question = f"Before I start: should I go ahead with {goal_line!r}?"
         ask = ToolCall(f"call_{rng.getrandbits(40):010x}", ASK_TOOL, {"question": question})

@@ -17,9 +17,11 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.agents.formats.base import (
+    Denied,
     Event,
     Lifecycle,
     Live,
@@ -176,6 +178,7 @@ class ClaudeStreamJson:
             text = event.get("terminal_reason", event.get("subtype", ""))
         subtype = text_of(event.get("subtype", ""))
         out.append(Shown("system", f"result: {subtype} after {calls} API call(s)"))
+        out += _denials(event.get("permission_denials"))
         out.append(Result(text_of(text), error=error))
         return out
 
@@ -240,3 +243,19 @@ def _money(value: object) -> Decimal | None:
     except InvalidOperation:
         return None
     return cost if cost.is_finite() and cost >= 0 else None
+
+
+_DENIED_CHARS = 2_000  # of a denied call's input (a Write's whole file, maybe)
+
+
+def _denials(found: object) -> list[Event]:
+    """Each tool call the CLI's permissions denied this turn, shown and told."""
+    out: list[Event] = []
+    for denial in found if isinstance(found, list) else ():
+        if not isinstance(denial, dict):
+            continue
+        tool = text_of(denial.get("tool_name", "?"))
+        given = json.dumps(denial.get("tool_input", {}), ensure_ascii=False, sort_keys=True)
+        given = given if len(given) <= _DENIED_CHARS else given[:_DENIED_CHARS] + "…"
+        out += [Shown("system", f"permission denied: {tool} {given}"), Denied(tool, given)]
+    return out
