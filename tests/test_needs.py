@@ -13,6 +13,7 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.commands import Answer, CommandError, Context
+from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.model import (
     Activity,
     ChildRow,
@@ -22,7 +23,6 @@ from flightdeck.engine.model import (
     Question,
     Usage,
 )
-from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.needs import need_of, needs
 from flightdeck.engine.query import parse_filter
 

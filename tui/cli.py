@@ -102,8 +102,8 @@ _WHERE_HELP = (
 
 
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """resume, steer, answer, nudge, stop, pause, continue, wait: a batch's owner taken over, or sent
-    commands from here."""
+    """resume, steer, answer, nudge, stop, pause, continue, wait: a batch's owner taken over,
+    or sent commands from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
     resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
     resume.add_argument(
