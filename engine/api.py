@@ -51,6 +51,7 @@ from flightdeck.engine.model import (
     Snapshot,
     SteerReceipt,
 )
+from flightdeck.engine.needs import Need, needs
 from flightdeck.engine.outliers import Kind, MedianRows, Medians
 from flightdeck.engine.owner import OwnerDuties
 from flightdeck.engine.providers.base import Provider
@@ -88,6 +89,7 @@ __all__ = [
     "Kind",
     "MedianRows",
     "Medians",
+    "Need",
     "NothingToResume",
     "OwnerAlive",
     "QueryError",
@@ -101,6 +103,7 @@ __all__ = [
     "is_retrying",
     "load_batch",
     "load_settings",
+    "needs",
     "new_batch_id",
     "parse",
     "parse_filter",

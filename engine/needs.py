@@ -47,6 +47,7 @@ _RETRY_MAY_FIX = frozenset(
 # quota, a request the server refuses. Running it again sends the same request.
 _FATAL = "FatalError:"
 TEXT_CHARS = 300
+QUESTION_CHARS = 2_000  # a question is read whole before it is answered
 
 
 @record
@@ -68,7 +69,7 @@ def need_of(row: ChildRow) -> Need | None:
     """What this child needs of the operator now (the most pressing reason), or None."""
     cleared = row.dismissed_ts if row.dismissed_ts is not None else float("-inf")
     if row.question is not None and row.status.live:
-        return Need(row.id, "asks", row.question.ts, one_line(row.question.text, TEXT_CHARS))
+        return Need(row.id, "asks", row.question.ts, one_line(row.question.text, QUESTION_CHARS))
     denial = row.denial
     if denial is not None and denial.ts > cleared and not _steered_since(row, denial.ts):
         text = one_line(f"{denial.tool} {denial.input}", TEXT_CHARS)

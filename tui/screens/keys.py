@@ -129,6 +129,14 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Grouped (G): fold or unfold the group under the cursor",
     ),
     Binding(
+        "exclamation_mark",
+        "needs",
+        "Needs you",
+        id="view.needs",
+        tooltip="What needs you, oldest first with the reason: questions to answer (a), tools "
+        "denied, loops, failures a retry may fix, the soft budget's hold; c clears an entry",
+    ),
+    Binding(
         "slash",
         "filter",
         "Filter",
@@ -232,6 +240,7 @@ PALETTE = {
     "fold": "view: fold / unfold the group",
     "filter": "view: filter",
     "search": "view: search every transcript",
+    "needs": "view: what needs you",
     "sort": "view: next sort order",
     "group_by": "view: group by the next field",
     "follow": "view: follow most active",

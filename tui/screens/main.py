@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from flightdeck.engine import model
-from flightdeck.engine.api import TuiSettings
+from flightdeck.engine.api import TuiSettings, needs
 from flightdeck.engine.commands import StopAll
 from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
 from flightdeck.tui.lastlooked import LastLooked
@@ -26,11 +26,12 @@ from flightdeck.tui.messages import (
     message_for,
 )
 from flightdeck.tui.screens import targets
-from flightdeck.tui.screens.actions import TargetActions
+from flightdeck.tui.screens.actions import TargetActions, refused, sent
 from flightdeck.tui.screens.batch import BatchControls
 from flightdeck.tui.screens.dialogs import QuitChoice, QuitDialog
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
+from flightdeck.tui.screens.needs import NeedsScreen
 from flightdeck.tui.screens.notices import Notices
 from flightdeck.tui.screens.search import SearchScreen
 from flightdeck.tui.screens.updates import Updates
@@ -407,6 +408,22 @@ class MainScreen(Screen[None]):
             return snapshot().children
 
         self.app.push_screen(SearchScreen(rows, cursor_blink=self.options.cursor_blink))
+
+    def action_needs(self) -> None:
+        """What needs the operator (!, screens/needs.py); enter there selects that child."""
+        o = self.options
+        screen = NeedsScreen(
+            lambda: needs(self.view.snapshot()),
+            lambda command: not refused(self) and sent(self, command),
+            o.clock,
+            poll_s=o.poll_s,
+            cursor_blink=o.cursor_blink,
+        )
+        self.app.push_screen(screen, self._go_to)
+
+    def _go_to(self, child_id: str | None) -> None:
+        if child_id is not None and not self.table.select(child_id):
+            self.notify("that child is not shown here (the filter hides it)", markup=False)
 
     def on_filter_input_applied(self, message: FilterInput.Applied) -> None:
         table = self.table

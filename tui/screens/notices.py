@@ -4,8 +4,10 @@ looked" digest."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from flightdeck.engine.api import Need
 from flightdeck.engine.model import ChildRow, GroupFinished, Snapshot, SteerReceipt
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
@@ -31,6 +33,7 @@ class Notices:
         self.attention = Attention(options.tui, options.looked, options.clock)
         self._alert_watch = AlertWatch()
         self._alerts = AlertBatcher(options.tui.notify_every_s)
+        self.title = ""  # the terminal's title as last set
 
     # --- engine facts, shown at the next poll --------------------------------------------------
 
@@ -61,16 +64,25 @@ class Notices:
 
     # --- the bell and desktop notifications ----------------------------------------------------
 
-    def observe(self, snap: Snapshot, now: float) -> None:
-        """Count what the snapshot shows that alerts; ring when a batch of them is due."""
-        self._alerts.add(self._alert_watch.observe(snap), now)
+    def observe(self, snap: Snapshot, queue: Sequence[Need], now: float) -> None:
+        """Count the queue's new entries; alert when a batch of them is due; the terminal's
+        title carries the queue's length."""
+        self._alerts.add(self._alert_watch.observe(queue), now)
         due = self._alerts.due(now)
         if due is not None:
             self._alert(snap.batch_id, due)
+        title = alerts.title(snap.batch_id, len(queue))
+        if title != self.title:
+            self.title = title
+            self.screen.app.title = title
+            alerts.write_to_terminal(self.screen.app, alerts.title_sequence(title))
 
     def _alert(self, batch_id: str, due: Alerts) -> None:
-        """Ring, and (opted in) raise a desktop notification: counts only, batched."""
+        """A toast, the bell and (opted in) a desktop notification: counts only, batched."""
         tui, app = self.screen.options.tui, self.screen.app
+        self.screen.notify(
+            f"needs you: {due.text} (! shows them)", severity="warning", markup=False
+        )
         if tui.bell:
             app.bell()
         sequence = alerts.notification(tui.desktop, batch_id, due)

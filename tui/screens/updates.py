@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from flightdeck.engine.api import Need, needs
 from flightdeck.engine.model import BatchStatus, ChildStatus, Snapshot
 from flightdeck.tui.widgets import CostMeter, StatusBar, StatusLine
 from flightdeck.tui.widgets.banner import Banner
@@ -24,11 +25,13 @@ class Updates:
     def __init__(self, screen: MainScreen) -> None:
         self.screen = screen
         self._bindings_state: tuple[bool | None, ...] = ()
+        self.queue: tuple[Need, ...] = ()  # the "needs you" queue, as of the last snapshot
 
     def apply(self, snap: Snapshot) -> None:
         screen = self.screen
         first = screen.snapshot is None
         screen.snapshot = snap
+        self.queue = needs(snap)
         now = screen.options.clock()
         table = screen.table
         with screen.app.batch_update():
@@ -50,7 +53,7 @@ class Updates:
         screen.batch_controls.ask_soft_budget(snap)
         summaries.settle_pauses(table.rows_by_id)
         screen.notices.flush()
-        screen.notices.observe(snap, now)
+        screen.notices.observe(snap, self.queue, now)
         self.bindings()
 
     def follow(self) -> None:
@@ -100,6 +103,7 @@ class Updates:
                 paused=snap.totals.paused if snap else 0,
                 pausing=snap.totals.pausing if snap else 0,
                 held=snap.held if snap else None,
+                needs=len(self.queue),
             )
         )
 

@@ -28,6 +28,7 @@ class StatusLine:
     paused: int = 0  # children the operator paused
     pausing: int = 0  # ... still running, their pause pending
     held: str | None = None  # why admission is held (`Snapshot.held`)
+    needs: int = 0  # entries of the "needs you" queue (engine/needs.py)
 
 
 Part = tuple[int, list[tuple[str, str]]]  # (priority: lower stays longer, [(text, style)])
@@ -54,6 +55,8 @@ def status_parts(line: StatusLine) -> list[Part]:
         parts.append((1, [(" (q to quit)", "dim")]))
     if line.frozen:
         parts.append((0, [("  │  ", "dim"), ("FROZEN", "bold reverse yellow")]))
+    if line.needs:
+        parts.append((0, [("  │  ", "dim"), (f"{line.needs:,} need you (!)", "bold reverse red")]))
     if line.held and not finished:
         held = "admission held: " + one_line(line.held, 80)
         parts.append((0, [("  │  ", "dim"), (held, "bold reverse cyan")]))
