@@ -9,11 +9,13 @@ from decimal import Decimal
 import pytest
 from flightdeck.engine.commands import (
     KINDS,
+    Answer,
     Command,
     CommandError,
     Context,
     Continue,
     ContinueAdmission,
+    Dismiss,
     LimitError,
     Nudge,
     Pause,
@@ -37,6 +39,8 @@ EVERY: list[Command] = [
     ContinueAdmission(),
     SetLimits({"pool_size": 4, "routes": {"sim": {"rpm": None}}, "soft_cost_usd": "2.50"}),
     Nudge(("a",)),
+    Answer(("a",), "yes, the second"),
+    Dismiss(("a", "b")),
 ]
 LIMITS = Limits(8, (RouteCaps("sim", 4, 60, None),), max_cost_usd=Decimal("5"))
 
@@ -69,6 +73,9 @@ def test_every_kind_is_one_value_recorded_and_read_back_the_same() -> None:
         (Steer((), "hi"), "child_ids", "name at least one child"),
         (Stop(("a", "zz")), "child_ids", "no child with id 'zz' in batch b1"),
         (Nudge(("zz",)), "child_ids", "no child with id 'zz'"),
+        (Answer(("a",), " "), "message", "answer is empty"),
+        (Answer(("a",), "x" * 41), "message", "answer: too long: 41 characters"),
+        (Dismiss(()), "child_ids", "name at least one child"),
         (SetLimits({"pool_size": 0}), "pool_size", "pool_size: must be a whole number"),
         (SetLimits({"soft_cost_usd": "9"}), "soft_cost_usd", "at most the hard budget"),
     ],
