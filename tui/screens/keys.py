@@ -132,6 +132,7 @@ MAIN_BINDINGS: list[BindingType] = [
         "exclamation_mark",
         "needs",
         "Needs you",
+        show=False,  # the footer is full; the status bar's count says "(!)"
         id="view.needs",
         tooltip="What needs you, oldest first with the reason: questions to answer (a), tools "
         "denied, loops, failures a retry may fix, the soft budget's hold; c clears an entry",
