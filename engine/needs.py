@@ -117,6 +117,6 @@ def _order(need: Need) -> tuple[float, str]:
 
 def _steered_since(row: ChildRow, ts: float) -> bool:
     """The operator acted on it after `ts`: a steer (or the nudge, a steer), a pause, a stop."""
-    if row.pausing or row.status is ChildStatus.PAUSED:
+    if row.pausing or row.status in (ChildStatus.PAUSED, ChildStatus.STOPPED):
         return True
     return any(r.by == "operator" and r.created_ts >= ts for r in row.steers)

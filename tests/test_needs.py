@@ -25,6 +25,8 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.needs import need_of, needs
 from flightdeck.engine.query import parse_filter
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report, render_markdown
 
 from helpers import batch, run_to_end, settings, sim_route, until
 
@@ -77,6 +79,23 @@ def test_a_question_waits_without_its_slot_and_the_answer_is_the_tools_result(
         assert needs(engine.snapshot()) == ()
     finally:
         engine.close()
+    # In the operator's history, beside the steers and stops: the question and its answer.
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, snap.batch_id)
+    mine = [(n["child_id"], n["action"]) for n in report["needs"]]
+    assert sorted(mine) == [
+        ("t0000", "answer"),
+        ("t0000", "ask"),
+        ("t0001", "answer"),
+        ("t0001", "ask"),
+    ]
+    answer = next(
+        n for n in report["needs"] if n["action"] == "answer" and n["child_id"] == "t0001"
+    )
+    assert answer["text"] == "yes, ship it on Friday"
+    table = render_markdown(report)
+    assert "| t0001 | answer | yes, ship it on Friday |" in table
+    assert "| t0000 | asks | Before I start: should I go ahead with 'ship item 0'? |" in table
     transcript = Path(snap.children[1].transcript).read_text()  # written once the sink drains
     assert "answer: yes, ship it on Friday" in transcript
     assert "asks: Before I start" in transcript or "ask_operator" in transcript

@@ -47,6 +47,7 @@ from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import cache_saving, totals_of
+from flightdeck.engine.records.needlog import NEED_EVENTS
 from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
     CHILD_COLUMNS_NO_RESULT,
@@ -66,8 +67,7 @@ _MUTABLE = (
     "started_ts, finished_ts, error"
 )
 _TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
-NEEDS_EVENTS = ("ask", "answer", "denied", "dismiss")  # control/questions.py, controls.py
-_EVENT_KINDS = ", ".join(f"'{k}'" for k in ("delegate", "loop", "loop_policy", *NEEDS_EVENTS))
+_EVENT_KINDS = ", ".join(f"'{k}'" for k in ("delegate", "loop", "loop_policy", *NEED_EVENTS))
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -314,7 +314,7 @@ class BatchReading:
         for event_id, child_id, kind, detail, ts in found:
             self._events_seen = int(event_id)
             child_id, detail = str(child_id), str(detail)
-            if kind in NEEDS_EVENTS:
+            if kind in NEED_EVENTS:
                 self._need_event(child_id, kind, detail, float(ts))
             elif kind == "delegate":
                 self._parents[child_id] = detail

@@ -16,6 +16,7 @@ from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
+from flightdeck.engine.records.needlog import need_records, need_rows
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.sanitize import one_line
 
@@ -160,6 +161,8 @@ def build_report(
         ],
         # The operator's changes to the live limits, and the soft budget's holds, in order.
         "limits": _limit_actions(reader.events(batch_id)),
+        # Questions asked and answered, tools denied, entries cleared (the "needs you" queue).
+        "needs": need_records(reader.events(batch_id), _iso),
     }
 
 
@@ -357,7 +360,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     lines += _forecast_lines(report.get("forecast") or {})
     lines += _operator(
-        report["steers"], report["stops"], report.get("limits") or [], report.get("pauses") or []
+        report["steers"],
+        report["stops"],
+        report.get("limits") or [],
+        report.get("pauses") or [],
+        report.get("needs") or [],
     )
     lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
     recovery = report.get("recovery") or {}
@@ -414,10 +421,11 @@ def _operator(
     stops: list[dict[str, Any]],
     limits: list[dict[str, Any]],
     pauses: list[dict[str, Any]],
+    needs: list[dict[str, Any]],
 ) -> list[str]:
     """The operator's steers (with their receipts), stops, pauses and continues, changes to the
-    limits, and the soft budget's holds, in the order they happened."""
-    if not steers and not stops and not limits and not pauses:
+    limits, the soft budget's holds, questions and answers, in the order they happened."""
+    if not steers and not stops and not limits and not pauses and not needs:
         return ["", "## Operator", "", "No steers or stops."]
     rows = [
         (
@@ -458,6 +466,7 @@ def _operator(
         )
         for p in pauses
     ]
+    rows += need_rows(needs, lambda text: _cell(text, GOAL_WIDTH))
     rows.sort(key=lambda r: r[0])  # ISO times of one zone sort as times; ties keep steers first
     return _table(
         "Operator",

@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.api import needs
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
@@ -23,7 +24,6 @@ from flightdeck.engine.model import (
     SteerReceipt,
     SteerState,
 )
-from flightdeck.engine.api import needs
 from flightdeck.tui.alerts import GATHER_S, AlertBatcher, Alerts, AlertWatch, notification, safe_id
 from flightdeck.tui.digest import Mark, digest
 from flightdeck.tui.lastlooked import LastLooked
