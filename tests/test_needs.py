@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,15 @@ from flightdeck.engine.commands import Answer, CommandError, Context
 from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.model import (
     Activity,
+    BatchStatus,
     ChildRow,
     ChildStatus,
     Denial,
+    Limits,
     LoopEvidence,
     Question,
+    Snapshot,
+    Totals,
     Usage,
 )
 from flightdeck.engine.needs import need_of, needs
@@ -217,3 +222,30 @@ def test_is_needs_you_keeps_the_children_in_the_queue() -> None:
     assert keep.matches(asks) and not keep.matches(_row("r"))
     assert keep.matches(_row("f", ChildStatus.FAILED, finished_ts=3.0, error="boom"))
     assert parse_filter("is:needs-you", tags=False).needs_you_only
+
+
+def test_the_queue_is_the_budgets_hold_first_then_oldest_first() -> None:
+    rows = (
+        _row("new", ChildStatus.FAILED, finished_ts=50.0, error="boom"),
+        _row("old", question=Question("?", 10.0)),
+        _row("mid", denial=Denial("Bash", "{}", 30.0)),
+        _row("fine"),
+    )
+    snap = Snapshot(
+        batch_id="b",
+        status=BatchStatus.RUNNING,
+        started_ts=0.0,
+        now=60.0,
+        children=rows,
+        totals=Totals(),
+        pool_size=4,
+        limits=Limits(4, soft_cost_usd=Decimal("5"), soft_held="soft budget $5.00 reached"),
+    )
+    queue = needs(snap)
+    assert [(n.child_id, n.kind) for n in queue] == [
+        (None, "budget"),
+        ("old", "asks"),
+        ("mid", "denied"),
+        ("new", "failed"),
+    ]
+    assert queue[0].text == "soft budget $5.00 reached"

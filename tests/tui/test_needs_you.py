@@ -21,7 +21,7 @@ from flightdeck.tui.screens.needs import NeedsScreen
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.status import StatusBar
 from test_attach import OPTIONS, Owner
-from tui_support import SIZE, held, make_tasks, type_text, until
+from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
 
 from helpers import Hold, flightdeck
 from helpers import until as wait_for
@@ -158,3 +158,32 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
         view.close()
     finally:
         owner.close()
+
+
+async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
+    engine_factory: EngineFactory, hold: Hold
+) -> None:
+    # Two children held until their timeout: timed out (a retry may fix it), in the queue.
+    engine = engine_factory(make_tasks(["one", "two"], timeout_s=0.5), sim=held(hold))
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        main = app.main
+        await until(pilot, lambda: len(main.updates.queue) == 2, "both timed out, in the queue")
+        assert [n.kind for n in main.updates.queue] == ["timed_out", "timed_out"]
+        await pilot.press("slash", *"is:needs-you", "enter")
+        await until(pilot, lambda: len(main.table.shown) == 2, "the filter keeps both")
+        await pilot.press("exclamation_mark")
+        await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+        screen = app.screen
+        assert isinstance(screen, NeedsScreen)
+        await until(pilot, lambda: len(screen.entries) == 2, "two entries")
+        first = screen.entries[0].child_id
+        await pilot.press("c")
+        await until(pilot, lambda: len(screen.entries) == 1, "one cleared")
+        assert screen.entries[0].child_id != first
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "back")
+        await until(pilot, lambda: "1 need you (!)" in bar_text(app), "the count")
+        await until(pilot, lambda: len(main.table.shown) == 1, "the filter keeps one")
+        row = engine.snapshot().child(first or "")
+        assert row is not None and row.status is ChildStatus.TIMED_OUT  # as it was
