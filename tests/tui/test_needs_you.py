@@ -5,6 +5,9 @@ status bar and the terminal's title count the queue; an alert once per new entry
 from __future__ import annotations
 
 import dataclasses
+import os
+import select
+import time
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -125,6 +128,22 @@ def answered(view: Any, child_id: str, answer: str) -> bool:
     return path.exists() and f"The operator answered: {answer}" in path.read_text()
 
 
+def said_lines(owner: Owner, n: int) -> list[str]:
+    """The first `n` lines of the owner's output that say a child asks (30 s at most); read
+    from the pipe itself, as it comes (the text wrapper's buffer would hide lines from select)."""
+    out = owner.process.stdout
+    assert out is not None
+    text = ""
+    deadline = time.monotonic() + 30
+    while True:
+        found = [line for line in text.splitlines() if " asks: " in line and line.endswith(")")]
+        if len(found) >= n:
+            return found[:n]
+        ready, _, _ = select.select([out.fileno()], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"the owner said {found} by now"
+        text += os.read(out.fileno(), 65536).decode()
+
+
 def _asking(view: Any) -> set[str]:
     return {n.child_id for n in needs(view.snapshot()) if n.kind == "asks" and n.child_id}
 
@@ -137,6 +156,9 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
         owner.hold.release()
         view = owner.view()
         wait_for(lambda: _asking(view) == {"c1", "c2"}, 30, what="both asking, read from the store")
+        said = said_lines(owner, 2)  # the owner's headless output says each question once
+        assert sorted(line.split(" asks: ")[0] for line in said) == ["c1", "c2"], said
+        assert f"(`flightdeck answer {owner.batch_id} c1 -m …`)" in "".join(said)
         args = ("--state-dir", str(owner.state))
         done = flightdeck("answer", owner.batch_id, "c1", "-m", "ship it", *args, cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
