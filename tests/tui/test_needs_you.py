@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine, needs
-from flightdeck.engine.inputs.settings import Settings, TuiSettings, default_sim_route
+from flightdeck.engine.inputs.settings import (
+    Settings,
+    TuiSettings,
+    default_sim_route,
+    load_settings,
+)
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import ChildStatus
 from flightdeck.tui import alerts
@@ -24,6 +29,7 @@ from flightdeck.tui.screens.needs import NeedsScreen
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.status import StatusBar
 from test_attach import OPTIONS, Owner
+from textual.widgets import Label, OptionList
 from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
 
 from helpers import Hold, flightdeck
@@ -209,3 +215,35 @@ async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
         await until(pilot, lambda: len(main.table.shown) == 1, "the filter keeps one")
         row = engine.snapshot().child(first or "")
         assert row is not None and row.status is ChildStatus.TIMED_OUT  # as it was
+
+
+async def test_a_cli_denied_tool_is_listed_with_its_input_and_cleared(tmp_path: Path) -> None:
+    # Claude Code 2.1.332's own output denying its shell tool, written by a real program.
+    capture = Path(__file__).parents[1] / "fixtures" / "agents" / "claude-2.1.332" / "denied.jsonl"
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'argv = ["cat", "{capture}"]\nformat = "claude-stream-json"\n'
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    tasks = make_tasks(["clean the build"])
+    engine = Engine(Batch("denied", tasks), load_settings(config), state_dir=tmp_path, env=env)
+    engine.start()
+    app = app_for(engine)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.main.updates.queue, "the denial in the queue")
+            await pilot.press("exclamation_mark")
+            await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+            screen = app.screen
+            assert isinstance(screen, NeedsScreen)
+            await until(pilot, lambda: screen.entries, "its entry")
+            listing = screen.query_one("#needs-list", OptionList)
+            shown = str(listing.get_option_at_index(0).prompt)
+            assert shown.startswith("denied a tool") and "c1" in shown
+            assert 'Bash {"command": "rm -rf build"' in shown
+            await pilot.press("c")
+            await until(pilot, lambda: not screen.entries, "cleared")
+            assert screen.query_one("#needs-title", Label).render().plain == "Nothing needs you"  # type: ignore[attr-defined]
+    finally:
+        engine.close()
