@@ -147,16 +147,22 @@ def title(batch_id: str, waiting: int) -> str:
     return f"{name} — {waiting} need you" if waiting else name
 
 
-def title_sequence(text: str) -> str:
-    """OSC 2: set the terminal window's title to `text` (built by `title`)."""
-    return f"\x1b]2;{text}\x07"
+def set_title(app: App[object], text: str) -> None:
+    """Set the terminal window's title (OSC 2) to `text` (built by `title`)."""
+    _write(app, f"\x1b]2;{text}\x07")
 
 
 def write_to_terminal(app: App[object], sequence: str) -> None:
+    """Write a notification's escape sequence to the app's terminal."""
+    _write(app, sequence)
+
+
+def _write(app: App[object], sequence: str) -> None:
     """Write an escape sequence to the app's terminal, in order with its screen updates.
 
-    Textual has no public call for raw output: `App.bell` and `App.copy_to_clipboard` write
-    their own sequences through the driver, and so does this (nothing under a headless test).
+    Textual has no public call for raw output (nor sets the terminal's title): `App.bell` and
+    `App.copy_to_clipboard` write their own sequences through the driver, and so does this
+    (nothing under a headless test).
     """
     driver = app._driver
     if driver is not None and not app.is_headless:

@@ -33,7 +33,11 @@ from flightdeck.engine.records.events import (
     decode,
 )
 from flightdeck.engine.records.lines import LineFormatter
-from flightdeck.engine.records.searchindex import Indexer
+
+# Not `typing.TYPE_CHECKING`: this process starts without `typing` (mypy reads the name alike).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # imported with the first lines written: the process starts without it
+    from flightdeck.engine.records.searchindex import Indexer
 
 OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -191,6 +195,8 @@ class Transcripts:
         if not self._index or not paths:
             return
         if self.indexer is None:
+            from flightdeck.engine.records.searchindex import Indexer
+
             self.indexer = Indexer()
         self.indexer.note(paths)
 

@@ -75,7 +75,7 @@ class Notices:
         if title != self.title:
             self.title = title
             self.screen.app.title = title
-            alerts.write_to_terminal(self.screen.app, alerts.title_sequence(title))
+            alerts.set_title(self.screen.app, title)
 
     def _alert(self, batch_id: str, due: Alerts) -> None:
         """A toast, the bell and (opted in) a desktop notification: counts only, batched."""
