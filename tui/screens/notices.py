@@ -78,11 +78,9 @@ class Notices:
             alerts.set_title(self.screen.app, title)
 
     def _alert(self, batch_id: str, due: Alerts) -> None:
-        """A toast, the bell and (opted in) a desktop notification: counts only, batched."""
+        """The bell and (opted in) a desktop notification: counts only, batched. No toast: the
+        status bar counts the queue all along, and a toast would hide the transcript's end."""
         tui, app = self.screen.options.tui, self.screen.app
-        self.screen.notify(
-            f"needs you: {due.text} (! shows them)", severity="warning", markup=False
-        )
         if tui.bell:
             app.bell()
         sequence = alerts.notification(tui.desktop, batch_id, due)
