@@ -27,7 +27,6 @@ from flightdeck.engine.control.inbox import (
 )
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.controls import Controls
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes
@@ -95,7 +94,7 @@ class Engine:
         self._subscribers = Subscribers()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: Executor | None = None
         self._coordinator: Coordinator | None = None
         self._controls: Controls | None = None  # made with the coordinator
         self._status = BatchStatus.RUNNING
@@ -169,9 +168,9 @@ class Engine:
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         secrets += tuple(s for command in self._commands.values() for s in command.secrets)
         toolbox = Toolbox(workspace, secrets=secrets)
-        self._pool = worker_pool(self.pool_size)
-        self._sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}
+        self._pool = self._executor(throttles)
+        self._sink = TranscriptSink()
         now = self.clock()
         self._started_ts = now
         # One way to make a child: for each task now, for a delegate or a wave later (on the
