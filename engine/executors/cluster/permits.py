@@ -149,7 +149,9 @@ class PermitDesk:
         self._leases: dict[int, Lease] = {}
         self._numbers = itertools.count(1)
 
-    def take(self, worker: object, item: Ask | Cancel | Settle, reply: Callable[[ToWorker], None]):
+    def take(
+        self, worker: object, item: Ask | Cancel | Settle, reply: Callable[[ToWorker], None]
+    ) -> None:
         """One ask, cancel or settle from `worker` (`reply` answers it there)."""
         match item:
             case Ask():

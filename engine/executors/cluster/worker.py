@@ -74,8 +74,7 @@ class Worker:
 
     def __init__(self, setup: Setup) -> None:
         self._setup = setup
-        offset = setup.owner_now - time.monotonic()
-        self._clock = lambda: offset + time.monotonic()
+        self.sync(setup.owner_now)
         settings = setup.settings
         self._outbox = Outbox()
         models = {n: r for n, r in settings.routes.items() if r.command is None}
@@ -98,6 +97,13 @@ class Worker:
         self._last_figures = 0.0
 
     # --- what the owner calls ------------------------------------------------------------------
+
+    def sync(self, owner_now: float) -> None:
+        """Stamp on the owner's clock (read just now there) from here on."""
+        self._offset = owner_now - time.monotonic()
+
+    def _clock(self) -> float:
+        return self._offset + time.monotonic()
 
     def where(self) -> tuple[str, str, list[str]]:
         """(node name, node id, folders it does not share with the owner)."""
