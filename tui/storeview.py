@@ -123,6 +123,7 @@ class StoreView:
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
         self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
+        self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
         self._subscribers: tuple[Listener, ...] = ()
         self._sub_lock = threading.Lock()
@@ -351,11 +352,11 @@ class StoreView:
                 before = row
                 row = child_row(full, steers)
                 parent, loop = self._parents.get(cid), self._loops.get(cid)
-                looped = self._looped.get(cid)
-                if parent is not None or looped is not None:
+                looped, node = self._looped.get(cid), self._nodes.get(cid)
+                if parent is not None or looped is not None or node is not None:
                     depth = depth_of(cid, self._parents) if parent is not None else 0
                     row = dataclasses.replace(
-                        row, parent=parent, depth=depth, loop=loop, looped_ts=looped
+                        row, parent=parent, depth=depth, loop=loop, looped_ts=looped, node=node
                     )
                 changed = True
                 if events is not None:
@@ -402,7 +403,7 @@ class StoreView:
         steers. The ids of the children whose rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
-            " AND kind IN ('delegate', 'loop', 'loop_policy') AND child_id IS NOT NULL"
+            " AND kind IN ('delegate', 'loop', 'loop_policy', 'node') AND child_id IS NOT NULL"
             " ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
@@ -412,6 +413,8 @@ class StoreView:
             child_id, detail = str(child_id), str(detail)
             if kind == "delegate":
                 self._parents[child_id] = detail
+            elif kind == "node":
+                self._nodes[child_id] = detail
             elif kind == "loop_policy":
                 receipt_id = policy_receipt(detail)
                 if receipt_id is not None:

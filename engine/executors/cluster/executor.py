@@ -12,6 +12,7 @@ with it as well).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
@@ -80,7 +81,7 @@ class RayExecutor:
             clock=clock,
         )
         # Threaded (sends and pulls overlap); no CPU held: its children wait on the network.
-        self._actor: Any = ray.remote(Worker).options(max_concurrency=8, num_cpus=0)
+        self._actor: Any = ray.remote(Worker)
         nodes = alive_nodes()
         self.cpus = int(sum(n.get("Resources", {}).get("CPU", 0) for n in nodes))
         try:
@@ -90,21 +91,25 @@ class RayExecutor:
             raise
 
     @property
-    def nodes(self) -> list[str]:
-        """The nodes with a worker alive."""
+    def workers(self) -> list[tuple[str, Any, tuple[str, ...]]]:
+        """(node, actor handle, its children's ids) of each worker alive, oldest first."""
         with self._lock:
-            return sorted({link.name for link in self._links if link.alive})
+            return [(k.name, k.actor, tuple(k.children)) for k in self._links if k.alive]
 
     def _per_node(self, node: Mapping[str, Any]) -> int:
         cpus = int(node.get("Resources", {}).get("CPU", 1))
         return max(1, min(self._settings.workers_per_node, cpus))
 
-    def _start(self, node_ids: list[str]) -> None:
+    def _start(self, node_ids: list[str], *, probe: bool = True) -> None:
         """Workers on these nodes (one per entry); ConfigError if a node shares no folder."""
+        setup = self._setup if probe else dataclasses.replace(self._setup, probes=())
         actors: list[Any] = []
         for node_id in node_ids:
             strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-            actors.append(self._actor.options(scheduling_strategy=strategy).remote(self._setup))
+            options = self._actor.options(
+                scheduling_strategy=strategy, max_concurrency=8, num_cpus=0
+            )
+            actors.append(options.remote(setup))
         where = ray.get([a.where.remote() for a in actors], timeout=START_S)
         ray.get([a.sync.remote(self._clock()) for a in actors], timeout=START_S)
         for actor, (name, node_id, problems) in zip(actors, where, strict=True):
@@ -121,7 +126,12 @@ class RayExecutor:
                 )
             link = Link(actor, name, node_id, self._home, self._lost, ray.get)
             with self._lock:
-                self._links.append(link)
+                closed = self._closed
+                if not closed:
+                    self._links.append(link)
+            if closed:  # the batch ended while it started
+                ray.kill(actor)
+                continue
             link.start()
 
     # --- the Executor interface ----------------------------------------------------------------
@@ -214,12 +224,11 @@ class RayExecutor:
         ).start()
 
     def _replace(self, node_id: str) -> None:
-        """A new worker where one was lost, if its node is still alive."""
-        if not any(n["NodeID"] == node_id for n in alive_nodes()):
-            return
+        """A new worker where one was lost, if its node is still alive (and the batch runs)."""
         try:
-            self._start([node_id])
-        except Exception:
+            if not self._closed and any(n["NodeID"] == node_id for n in alive_nodes()):
+                self._start([node_id], probe=False)  # the node was looked at at the start
+        except (Exception, SystemExit):  # SystemExit: Ray shut down under this thread
             log.warning("flightdeck: no new Ray worker on a node that lost one", exc_info=True)
 
 

@@ -183,7 +183,7 @@ class Worker:
                 toolbox=self._toolbox,
                 batch_dir=setup.batch_dir,
                 meter=self._meter,
-                book=GuardBook(self._guard),
+                book=GuardBook(self._guard, f"{setup.batch_id}/{task.id}"),
                 batch_id=setup.batch_id,
             )
             twin = Twin(
