@@ -35,6 +35,8 @@ def run_in_background(
         owner_args += ["--config", str(args.config.absolute())]
     if args.max_concurrent is not None:
         owner_args += ["--max-concurrent", str(args.max_concurrent)]
+    if args.executor is not None:
+        owner_args += ["--executor", args.executor]
     owner = start_owner(owner_args, state_dir)
     if args.detach:
         # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.

@@ -4,7 +4,6 @@ records either way; only the waiting on models and processes moves."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -27,8 +26,10 @@ def check(settings: Settings, *, providers_given: bool) -> None:
     if settings.engine.executor != "ray":
         return
     where = (settings.source, settings.engine.executor_line, "engine.executor")
-    if importlib.util.find_spec("ray") is None:
-        raise ConfigError(*where, RAY_MISSING)
+    try:
+        import ray  # noqa: F401  # the optional extra
+    except ImportError:
+        raise ConfigError(*where, RAY_MISSING) from None
     if providers_given:
         raise ConfigError(
             *where,
