@@ -307,3 +307,72 @@ def test_a_killed_workers_command_children_do_not_outlive_it(tmp_path: Path) -> 
     row = engine.snapshot().children[0]
     assert row.status is ChildStatus.COMPLETED
     assert "ran again" in "\n".join(lines(row.transcript))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Textual runs on asyncio
+
+
+async def app_until(pilot: Any, condition: Callable[[], object], what: str) -> None:
+    """Let the app run until `condition()` holds (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        await pilot.pause(0.02)
+
+
+@pytest.mark.anyio
+async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.tui.app import FlightdeckApp
+    from flightdeck.tui.screens.main import UiOptions
+    from flightdeck.tui.storeview import StoreView
+
+    tasks = batch(3, goal="Audit package {i}")
+    held = {t.goal for t in tasks.tasks}
+    script = Script(held, lambda goal, count, received: Reply(text=f"audited: {goal}"))
+    with Loopback(script) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(tasks, on_ray(settings(route, pool=3)), tmp_path)
+        view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id)
+        app = FlightdeckApp(
+            view, UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+        )
+        try:
+            async with app.run_test(size=(160, 50)) as pilot:
+                table = app.main.table
+                await app_until(pilot, lambda: len(table.shown) == 3, "three rows")
+                await app_until(
+                    pilot,
+                    lambda: all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values()),
+                    "all three running on the cluster",
+                )
+                assert all(r.node for r in table.rows_by_id.values())
+                table.select("t0001")
+                await app_until(
+                    pilot,
+                    lambda: any("Audit package 1" in ln for ln in app.main.transcript.lines),
+                    "its transcript, written by the owner from what its worker sent",
+                )
+                detail = app.main.query_one("#detail")
+                await app_until(pilot, lambda: "node " in str(detail.render()), "its node")
+                server.release()
+                await app_until(
+                    pilot,
+                    lambda: all(
+                        r.status is ChildStatus.COMPLETED for r in table.rows_by_id.values()
+                    ),
+                    "all three completed",
+                )
+                await app_until(
+                    pilot,
+                    lambda: any(
+                        "audited: Audit package 1" in ln for ln in app.main.transcript.lines
+                    ),
+                    "the answer in the transcript pane",
+                )
+        finally:
+            view.close()
+            engine.close()
