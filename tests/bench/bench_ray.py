@@ -47,7 +47,7 @@ def settings(route: Any, pool: int, executor: str) -> Settings:
     return Settings(
         engine=EngineSettings(max_concurrent=pool, executor=executor),  # type: ignore[arg-type]
         routes=MappingProxyType({"sim": route}),
-        ray=RaySettings(workers_per_node=2),
+        ray=RaySettings(workers_per_node=int(os.environ.get("BENCH_WORKERS_PER_NODE", "2"))),
     )
 
 

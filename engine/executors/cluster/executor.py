@@ -162,7 +162,7 @@ class RayExecutor:
                 task=task,
                 transcript=child.transcript_path,
                 queued_ts=child.queued_ts,
-                figures=child.progress.mirror(),
+                figures=child.progress.mirror() if child.progress.version else None,
                 steers=child.steering.pending(),
                 pause_wanted=child.pause_wanted,
                 leads_gate=child.leads_gate,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,8 @@ from flightdeck.engine.executors.cluster.wire import (
     Steer,
     Stop,
     ToWorker,
+    pack_to,
+    unpack_from,
 )
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildStatus, SteerReceipt
@@ -137,8 +140,12 @@ class Link:
 
     def _send_loop(self) -> None:
         closing = False
+        looked = 0.0
         while not closing:
-            batch: list[ToWorker] = self._limits() + self._delegates()
+            batch: list[ToWorker] = []
+            if (now := time.monotonic()) - looked >= SEND_EVERY_S:
+                looked = now
+                batch += self._limits() + self._delegates()
             try:
                 item = self._out.get(timeout=SEND_EVERY_S)
                 while item is not None:
@@ -149,7 +156,7 @@ class Link:
                 pass
             if batch:
                 try:
-                    self._get(self.actor.send.remote(batch))
+                    self._get(self.actor.send.remote(pack_to(batch)))
                 except Exception as exc:
                     self._gone(exc)
                     return
@@ -179,7 +186,7 @@ class Link:
     def _pull_loop(self) -> None:
         while self.alive:
             try:
-                items = self._get(self.actor.pull.remote())
+                items = unpack_from(self._get(self.actor.pull.remote()))
             except Exception as exc:
                 self._gone(exc)
                 return

@@ -32,7 +32,7 @@ from flightdeck.engine.records.events import EndStream, Release, Stream, Write
 from flightdeck.engine.records.meter import Meter, route_cost
 
 MAX_PULL_CHARS = 48_000  # of text in one reply: it stays small, inline in Ray's reply
-GATHER_S = 0.005  # once something is waiting, how long more is gathered into the reply
+GATHER_S = 0.02  # once something is waiting, how long more is gathered into the reply
 
 
 class Outbox:
@@ -43,10 +43,17 @@ class Outbox:
         self._ready = threading.Condition()
 
     def put(self, item: FromWorker) -> None:
-        """Queue one item (any thread); the pull waiting wakes."""
+        """Queue one item (any thread); the pull waiting wakes. A child's transcript events
+        following its last ones join them: one item, however many lines."""
         with self._ready:
-            self._items.append(item)
-            if len(self._items) == 1:
+            items = self._items
+            if isinstance(item, Lines) and items:
+                last = items[-1]
+                if isinstance(last, Lines) and last.child_id == item.child_id:
+                    items[-1] = Lines(item.child_id, last.events + item.events)
+                    return
+            items.append(item)
+            if len(items) == 1:
                 self._ready.notify()
 
     def take(self, wait: float) -> list[FromWorker]:

@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from flightdeck.engine import assembly
 from flightdeck.engine.agents.launch import CommandRoute
@@ -30,7 +31,6 @@ from flightdeck.engine.executors.cluster.wire import (
     DelegatesEnded,
     Dispatch,
     Fact,
-    FromWorker,
     Granted,
     Held,
     Limited,
@@ -42,6 +42,8 @@ from flightdeck.engine.executors.cluster.wire import (
     Steer,
     Stop,
     ToWorker,
+    pack_from,
+    unpack_to,
 )
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.providers import make_provider
@@ -113,23 +115,24 @@ class Worker:
         name = f"{socket.gethostname()}:{node_id[:6]}"
         return name, node_id, probe_problems(self._setup.probes)
 
-    def send(self, messages: Sequence[ToWorker]) -> None:
-        """Apply the owner's messages, in order."""
-        for message in messages:
+    def send(self, packed: list[tuple[Any, ...]]) -> None:
+        """Apply the owner's messages (`wire.pack_to`), in order."""
+        for message in unpack_to(packed):
             try:
                 self._apply(message)
             except Exception:  # one bad message must not cost the others
                 log.exception("flightdeck worker: a message failed: %r", type(message))
 
-    def pull(self) -> list[FromWorker]:
-        """What the children did since the last pull (waits a little for something)."""
+    def pull(self) -> list[tuple[Any, ...]]:
+        """What the children did since the last pull (`wire.pack_from`; waits a little for
+        something)."""
         wait = min(PULL_WAIT_S, FIGURES_EVERY_S) if self._twins else PULL_WAIT_S
         out = self._outbox.take(wait)
         now = time.monotonic()
         if now - self._last_figures >= FIGURES_EVERY_S:
             self._last_figures = now
             out += [f for twin in list(self._twins.values()) if (f := twin.figures())]
-        return out
+        return pack_from(out)
 
     def close(self) -> None:
         """The batch is over: stop what runs, end the command children's groups."""
@@ -196,7 +199,8 @@ class Worker:
                 self._outbox,
                 cost_known=spend_known(route),
             )
-            twin.progress.follow(order.figures)
+            if order.figures is not None:
+                twin.progress.follow(order.figures)
             for receipt in order.steers:
                 twin.steering.add(receipt)
             self._twins[task.id] = twin
