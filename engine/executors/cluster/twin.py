@@ -36,11 +36,16 @@ GATHER_S = 0.02  # once something is waiting, how long more is gathered into the
 
 
 class Outbox:
-    """What a worker's children did, in order, until the owner pulls it; thread-safe."""
+    """What a worker's children did, in order, until the owner pulls it; thread-safe.
+
+    Transcript lines, figures and money wait GATHER_S for more to join them in one reply; what
+    someone waits on (a child's end frees a slot, a permit asked for, a fact) goes at once.
+    """
 
     def __init__(self) -> None:
         self._items: deque[FromWorker] = deque()
         self._ready = threading.Condition()
+        self._urgent = False
 
     def put(self, item: FromWorker) -> None:
         """Queue one item (any thread); the pull waiting wakes. A child's transcript events
@@ -53,7 +58,10 @@ class Outbox:
                     items[-1] = Lines(item.child_id, last.events + item.events)
                     return
             items.append(item)
-            if len(items) == 1:
+            if not isinstance(item, Lines | Figures | Billed):
+                self._urgent = True
+                self._ready.notify()
+            elif len(items) == 1:
                 self._ready.notify()
 
     def take(self, wait: float) -> list[FromWorker]:
@@ -62,15 +70,16 @@ class Outbox:
         with self._ready:
             if not self._items and not self._ready.wait_for(lambda: bool(self._items), wait):
                 return []
-        threading.Event().wait(GATHER_S)  # a burst of lines goes home in one reply
-        out: list[FromWorker] = []
-        size = 0
-        with self._ready:
+            # A burst of lines goes home in one reply, unless something is waited on.
+            self._ready.wait_for(lambda: self._urgent, GATHER_S)
+            self._urgent = False
+            out: list[FromWorker] = []
+            size = 0
             while self._items and size < MAX_PULL_CHARS:
                 item = self._items.popleft()
                 size += _chars(item)
                 out.append(item)
-        return out
+            return out
 
 
 def _chars(item: FromWorker) -> int:
