@@ -13,9 +13,10 @@ import pytest
 import ray
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.reader import StoreReader
+from ray.cluster_utils import Cluster
+
 from helpers import batch, settings, start, until
 from loopback import KEY_ENV, Loopback, Received, Reply, route_for
-from ray.cluster_utils import Cluster
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 

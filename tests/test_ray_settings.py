@@ -14,6 +14,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import RaySettings, load_settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, settings_json
+
 from helpers import batch, settings
 
 CLI = (sys.executable, "-m", "flightdeck.tui.cli")

@@ -10,17 +10,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.state import Child
-from flightdeck.engine.model import ChildStatus
-
-if TYPE_CHECKING:
-    from flightdeck.engine.control.coordinator import Coordinator
+from flightdeck.engine.control.queues import RouteQueues
+from flightdeck.engine.model import ChildRow, ChildStatus
 
 
-def rerun_lost(co: Coordinator, child: Child, why: str) -> None:
+class Slots(Protocol):
+    """What it needs of the coordinator (which passes itself)."""
+
+    alive: dict[str, Child]
+    queues: RouteQueues
+
+    def release(self, child: Child) -> None: ...
+
+    def forget(self, child: Child) -> None: ...
+
+    def finish(self, child: Child) -> None: ...
+
+    def park(self, child: Child) -> None: ...
+
+    def record(self, row: ChildRow) -> None: ...
+
+    def record_event(self, child_id: str | None, kind: str, detail: str) -> None: ...
+
+
+def rerun_lost(co: Slots, child: Child, why: str) -> None:
     """Free what the lost attempt held and queue the child again (or end it, if stopping)."""
     if child.status.terminal or not isinstance(child, Elsewhere):
         return  # ended here meanwhile (the watchdog, a stop while paused)
