@@ -376,3 +376,25 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
         finally:
             view.close()
             engine.close()
+
+
+def test_children_on_workers_delegate_and_their_delegates_run_on_the_cluster(
+    tmp_path: Path,
+) -> None:
+    # Four parents and two slots: a parent waiting on its delegates (on its worker) holds none.
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, delegate_rate=1.0, delegates=3, cache=False), delegate=True
+    )
+    s = on_ray(settings(route, pool=2))
+    s = dataclasses.replace(s, budget=dataclasses.replace(s.budget, max_depth=1))
+    snap = run_to_end(start(batch(4), s, tmp_path), 120)
+    rows = {c.id: c for c in snap.children}
+    assert len(rows) == 4 + 4 * 3
+    assert {c.status for c in snap.children} == {ChildStatus.COMPLETED}
+    assert all(c.node for c in snap.children)
+    for i in range(4):
+        parent = rows[f"t{i:04d}"]
+        text = "\n".join(lines(parent.transcript))
+        for k in (1, 2, 3):  # each delegate's answer came back to its parent's worker
+            assert rows[f"t{i:04d}.{k}"].parent == parent.id
+            assert f"[t{i:04d}.{k}] completed" in text
