@@ -398,3 +398,42 @@ def test_children_on_workers_delegate_and_their_delegates_run_on_the_cluster(
         for k in (1, 2, 3):  # each delegate's answer came back to its parent's worker
             assert rows[f"t{i:04d}.{k}"].parent == parent.id
             assert f"[t{i:04d}.{k}] completed" in text
+
+
+def process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+
+
+def test_a_command_child_on_a_worker_pauses_and_continues(tmp_path: Path) -> None:
+    script = tmp_path / "wait.py"
+    script.write_text(
+        "import os, sys, time\nprint('pid', os.getpid(), flush=True)\n"
+        "while not os.path.exists(sys.argv[1]):\n    time.sleep(0.05)\nprint('released')\n"
+    )
+    go = tmp_path / "go"
+    route = command_route("python3", str(script), str(go))
+    engine = start(batch(1, route="cmd"), on_ray(settings(route, pool=2)), tmp_path / "s")
+    try:
+        child = engine.snapshot().children[0]
+
+        def pid() -> int | None:
+            found = [ln.split()[-1] for ln in lines(child.transcript) if "│ pid " in ln]
+            return int(found[0]) if found else None
+
+        until(lambda: pid() is not None, 60, what="its pid")
+        process = pid()
+        assert process is not None
+        engine.pause([child.id])
+        until(lambda: status(engine, child.id) is ChildStatus.PAUSED, 30, what="paused")
+        assert process_state(process) == "T"  # its group suspended, on its node
+        engine.continue_([child.id])
+        until(lambda: status(engine, child.id) is ChildStatus.RUNNING, 30, what="running")
+        until(lambda: process_state(process) != "T", 30, what="resumed")
+        go.touch()
+        assert engine.wait(30)
+    finally:
+        engine.close()
+    row = engine.snapshot().children[0]
+    assert row.status is ChildStatus.COMPLETED
+    text = "\n".join(lines(row.transcript))
+    assert "process group suspended (SIGSTOP)" in text and "resumed (SIGCONT)" in text
