@@ -437,3 +437,54 @@ def test_a_command_child_on_a_worker_pauses_and_continues(tmp_path: Path) -> Non
     assert row.status is ChildStatus.COMPLETED
     text = "\n".join(lines(row.transcript))
     assert "process group suspended (SIGSTOP)" in text and "resumed (SIGCONT)" in text
+
+
+def test_an_owner_that_dies_takes_its_workers_children_with_it_and_resume_runs_them_here(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    # The owner, a real `flightdeck run` process, starts a local cluster of its own.
+    holder = FAKES / "tree_holder.py"
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cmd"\nexecutor = "ray"\n\n'
+        '[ray]\naddress = "local"\nnum_cpus = 1\nworkers_per_node = 1\n\n'
+        f'[routes.cmd]\nprovider = "command"\nargv = ["python3", "{holder}", "{{id}}.ran"]\n'
+        "kill_grace_s = 1\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "hold a tree"}\n')
+    state = tmp_path / "state"
+    run = ("run", "tasks.jsonl", "--headless", "--state-dir", str(state))
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", *run],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None
+        batch_id = owner.stdout.readline().split()[1]
+        transcript = str(state / "batches" / batch_id / "c1.log")
+        until(lambda: pids_of(transcript) is not None, 120, what="its tree on the owner's cluster")
+        found = pids_of(transcript)
+        assert found is not None
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        # Its cluster ends with it; the worker's guard ends the tree its child started.
+        until(lambda: gone(found[0]) and gone(found[1]), 60, what="the tree gone with its owner")
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        assert owner.stdout is not None
+        owner.stdout.close()
+    engine = Engine.resume(state, batch_id)  # on this module's cluster: ray is initialized here
+    engine.start()
+    snap = run_to_end(engine, 120)
+    [row] = snap.children
+    assert row.status is ChildStatus.COMPLETED and row.node
+    assert "ran again" in "\n".join(lines(row.transcript))
