@@ -1,15 +1,17 @@
 """`Engine`: the small API that the TUI, the headless CLI and the tests all drive.
 
 Its lifecycle (start, finish, close) and the reads are here; what it hands on lives beside it:
-controls.py (steer, stop, pause, limits; a client's request), resume.py (taking over a batch),
-batchdir.py (the folder and manifest), subscribers.py (events), health.py (`problem`).
+controls.py (`send`: a command checked and handed to the coordinator, from this process or a
+client's request), resume.py (taking over a batch), batchdir.py (the folder and manifest),
+subscribers.py (events), health.py (`problem`). Below the imports, what the UI and scripts use of
+the engine besides `Engine`, from this one place.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
@@ -21,43 +23,98 @@ from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
-from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import (
-    PauseAdmission,
+from flightdeck.engine.commands import (
+    Command,
     StopAll,
 )
+from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.controls import Controls
+from flightdeck.engine.controls import CommandMethods, Controls
 from flightdeck.engine.executors import Executor
-from flightdeck.engine.inputs.settings import Route, Settings
-from flightdeck.engine.inputs.tasks import Batch, Task, check_routes
+from flightdeck.engine.inputs.settings import (
+    MAX_CONCURRENT,
+    DesktopNotify,
+    Route,
+    Settings,
+    TuiSettings,
+    load_settings,
+    state_dir_from,
+)
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch
 from flightdeck.engine.limits import limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     BatchFinished,
     BatchStatus,
     ChildRow,
-    ChildStatus,
     Limits,
     Snapshot,
     SteerReceipt,
 )
+from flightdeck.engine.outliers import Kind, MedianRows, Medians
 from flightdeck.engine.owner import OwnerDuties
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.meter import Meter, totals_of
+from flightdeck.engine.query import (
+    STATUS_ALIASES,
+    QueryError,
+    RowFilter,
+    is_retrying,
+    parse_filter,
+)
+from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
+from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.records.live import live_json
+from flightdeck.engine.records.liveness import OwnerAlive
+from flightdeck.engine.records.meter import Meter, route_totals, totals_of
 from flightdeck.engine.records.processes import ProcessLog
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
-from flightdeck.engine.resume import Resumed, Stored
+from flightdeck.engine.resume import NothingToResume, Resumed, Stored
+from flightdeck.engine.signatures import error_signature
 from flightdeck.engine.subscribers import Subscriber, Subscribers
 
-__all__ = ["Engine", "Subscriber", "new_batch_id", "steady_clock", "tune_interpreter"]
+# Beside `Engine`, what the UI and scripts use of the engine, from this one place: the task and
+# settings loaders, the filter language, outliers and error signatures of rows, forecasts, the
+# transcript line format (the UI imports no other engine part: pyproject's import contract).
+__all__ = [
+    "CONTINUED",
+    "MAX_CONCURRENT",
+    "SEPARATOR",
+    "STAMP_WIDTH",
+    "STATUS_ALIASES",
+    "DesktopNotify",
+    "Engine",
+    "Forecast",
+    "Kind",
+    "MedianRows",
+    "Medians",
+    "NothingToResume",
+    "OwnerAlive",
+    "QueryError",
+    "RowFilter",
+    "Settings",
+    "Subscriber",
+    "TuiSettings",
+    "burn_rate",
+    "error_signature",
+    "forecast",
+    "is_retrying",
+    "load_batch",
+    "load_settings",
+    "new_batch_id",
+    "parse",
+    "parse_filter",
+    "route_totals",
+    "state_dir_from",
+    "steady_clock",
+    "tune_interpreter",
+]
 
 log = logging.getLogger("flightdeck.engine")
 
 
-class Engine:
+class Engine(CommandMethods):
     """Runs one batch on the coordinator thread and a pool of worker threads."""
 
     def __init__(
@@ -108,7 +165,8 @@ class Engine:
         self._finished_ts: float | None = None
         self._closed = False
         self._duties: OwnerDuties | None = None
-        self._request_of: dict[int, int] = {}  # steer receipt id -> the client request
+        self._live = ""  # the live figures last published (records/live.py)
+        self._unsteerable: set[str] = set()  # routes whose children take no steer
         self._resuming: tuple[Stored, bool] | None = None  # set by `resume`
         self.resumed: Resumed | None = None  # what resuming found, once started
         self._carried: tuple[ChildRow, ...] = ()  # final rows an earlier owner left
@@ -168,11 +226,12 @@ class Engine:
         self.batch_id, self.batch_dir = batchdir.claim(
             self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
         )
+        own = self.batch.workspace is None  # the batch's own, in its folder: private
         workspace = self.batch.workspace or self.batch_dir / "workspace"
-        self.workspace = batchdir.folder(workspace, self.state_dir)
+        self.workspace = batchdir.folder(workspace, self.state_dir, private=own)
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         secrets += tuple(s for command in self._commands.values() for s in command.secrets)
-        toolbox = Toolbox(workspace, secrets=secrets)
+        toolbox = Toolbox(workspace, secrets=secrets, private=own)
         throttles = {name: RouteThrottle() for name in self.routes}
         self._pool, self.pool_size = executors.open_executor(
             self.settings,
@@ -227,7 +286,6 @@ class Engine:
         except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
             raise batchdir.unusable(exc, self.state_dir) from exc
         store = self._store
-        carried: tuple[ChildStatus, ...] = ()
         first_receipt = 1
         if self._resuming is None:
             store.create_batch(
@@ -245,7 +303,6 @@ class Engine:
         else:
             found = self._settle_resumed(children)
             children = found.live
-            carried = tuple(r.status for r in self._carried)
             first_receipt = found.first_receipt_id
         self._coordinator = Coordinator(
             children,
@@ -258,8 +315,8 @@ class Engine:
             clock=self.clock,
             record=lambda row: store.update_child(self.batch_id, row),
             record_final=lambda row, then: store.update_child(self.batch_id, row, then),
-            record_receipt=lambda r, kind: store.record_control(
-                self.batch_id, r, kind, self._request_of.pop(r.id, None)
+            record_receipt=lambda r, request: store.record_control(
+                self.batch_id, r, "steer", request
             ),
             record_event=lambda child, kind, detail: store.record_event(
                 self.batch_id, child, self.clock(), kind, detail
@@ -268,19 +325,22 @@ class Engine:
             on_finished=self._finish,
             throttles=throttles,
             between_facts=self._sink.pump,
-            carried=carried,
+            carried=self._carried,
             first_receipt_id=first_receipt,
             spawn=spawn,
             store_trouble=lambda: store.trouble,
             canned=self.settings.canned,
             schedules=self.batch.schedules,
-            taken_ids=frozenset(r.id for r in self._carried),
             rows=self._rows,
             on_limits=self._limits_changed,
             record_held=lambda held: store.set_held(self.batch_id, held),
             # The operator paused admission before the owner died: it stays paused.
             admission_paused=self._resuming is not None
             and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
+            settle_request=lambda request, receipts, refused: self._require_controls().settled(
+                request, receipts, refused
+            ),
+            publish_live=self._publish_live,
         )
         self._coordinator.start()
         self._controls = Controls(
@@ -290,10 +350,14 @@ class Engine:
             clock=self.clock,
             carried=self._carried,
             max_chars=self.settings.engine.max_task_chars,
-            request_of=self._request_of,
         )
+        controls = self._controls
         self._duties = OwnerDuties(
-            store.path, self.batch_id, store, self._controls.apply_request, self.clock
+            store.path,
+            self.batch_id,
+            store,
+            lambda request: controls.apply_request(request.id, request.command),
+            self.clock,
         )
         self._duties.start()
         return self.batch_id
@@ -309,6 +373,20 @@ class Engine:
         assert self._store is not None
         self._store.set_limits(self.batch_id, limits.pool_size, limits_json(limits))
         self._store.set_held(self.batch_id, hold)
+
+    def _publish_live(self, rows: tuple[ChildRow, ...]) -> None:
+        """Coordinator thread: the alive children's live figures, the route gauges and the
+        problem, for attached views (records/live.py); recorded only when they changed."""
+        assert self._store is not None and self._coordinator is not None
+        if self._store.trouble is not None:  # held in memory until it commits: not this
+            return
+        c = self._coordinator
+        # Steerability is a route's (a command route may take none): learned per route once.
+        self._unsteerable.update(r.route for r in rows if not r.steerable)
+        body = live_json(rows, c.headroom(), self.problem(), self._unsteerable)
+        if body != self._live:
+            self._live = body
+            self._store.set_live(self.batch_id, body)
 
     def _settle_resumed(self, children: list[Child]) -> Resumed:
         from flightdeck.engine import resume
@@ -351,6 +429,7 @@ class Engine:
         if self._sink is not None:
             self._sink.flush()  # every transcript is complete before the batch says finished
         self._finished_ts = finished = self.clock()
+        self._publish_live(())  # the route gauges as they ended, nothing in flight
         self._store.finish_batch(self.batch_id, status, finished)
         if not self._store.flush():
             log.error(
@@ -400,13 +479,13 @@ class Engine:
         self._closed = True
         if self._coordinator is not None:
             if not self._coordinator.finished.is_set():
-                self.stop_all()
+                self._require_controls().send(StopAll())  # `self.send` is a no-op once closed
                 self._coordinator.finished.wait()
             if self._duties is not None:
                 # Requests recorded before the batch finished are settled, not left pending
                 # (the coordinator still answers until shutdown: late steers end missed).
                 self._duties.stop()
-                self._duties.poll_now()
+                self._duties.drain()
                 self._duties.stop()
             self._coordinator.shutdown()  # and its pool
         elif self._pool is not None:  # start() failed before the coordinator existed
@@ -492,24 +571,21 @@ class Engine:
 
     # --- control -------------------------------------------------------------------------------
 
-    def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
-        """Queue `message` for each child; returns receipt ids (see SteerReceipt).
+    def send(self, command: Command) -> tuple[int, ...]:
+        """Send an operator's command (engine/commands.py) to the coordinator, which applies it
+        at once; the receipt ids of a steer (one per child, in order), () for the others.
 
-        Raises ValueError, queueing nothing, if `message` cannot be sent (a lone surrogate, or
-        longer than `[engine] max_task_chars`) or an id names no child of this batch."""
+        Raises CommandError (a ValueError), sending nothing, if the command cannot be applied:
+        an id that names no child of this batch, a steer message that cannot be sent (empty, a
+        lone surrogate, longer than `[engine] max_task_chars`), a bad limit (LimitError)."""
         controls = self._require_controls()
-        if self._closed:  # nothing would ever settle the receipts
-            raise RuntimeError("Engine.steer() after close(): every child has ended")
-        return controls.steer(child_ids, message, now)
-
-    def stop(self, child_ids: Iterable[str]) -> None:
-        """Interrupt these children (queued ones never start); ValueError, stopping none, if an
-        id names no child of this batch."""
-        self._require_controls().stop(child_ids)
-
-    def stop_all(self) -> None:
-        """Stop every child that has not ended; queued ones never start."""
-        self._require().command(StopAll())
+        if self._closed:  # every child has ended
+            if command.answered:  # nothing would ever settle a receipt, or apply a limit
+                raise RuntimeError(
+                    f"Engine.send({command.title}) after close(): every child has ended"
+                )
+            return ()
+        return controls.send(command)
 
     def limits(self) -> Limits:
         """The live limits: pool size, each route's caps, the soft budget and its hold."""
@@ -517,31 +593,6 @@ class Engine:
         if c is not None:
             return c.limits()
         return limits_of(self.settings, self.routes, self.pool_size)
-
-    def set_limits(self, change: Mapping[str, object]) -> Limits:
-        """Change the live limits (see engine/limits.py for `change`); the coordinator applies
-        it at once and records it as the operator's. Returns the limits it makes; LimitError
-        (a ValueError naming the field, nothing changed) for a bad one."""
-        controls = self._require_controls()
-        if self._closed:
-            raise RuntimeError("Engine.set_limits() after close(): every child has ended")
-        return controls.set_limits(change)
-
-    def pause(self, child_ids: Iterable[str]) -> None:
-        """Pause these children: a queued one never starts until continued, a running one
-        holds at its next turn boundary and gives back its slot; ValueError, pausing none, if
-        an id names no child of this batch (one that has ended is left alone)."""
-        self._require_controls().pause(child_ids)
-
-    def continue_(self, child_ids: Iterable[str]) -> None:
-        """Continue these paused children (ahead of new work, with their context intact);
-        errors as `pause`."""
-        self._require_controls().pause(child_ids, resume=True)
-
-    def pause_admission(self, on: bool = True) -> None:
-        """Pause the batch's admission (`on`), or continue it: while paused no child starts;
-        the running go on (pause them to hold them too)."""
-        self._require().command(PauseAdmission(on))
 
     def receipts(self) -> list[SteerReceipt]:
         snap = self.snapshot()

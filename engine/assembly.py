@@ -33,7 +33,7 @@ from flightdeck.engine.inputs.settings import (
     Settings,
 )
 from flightdeck.engine.inputs.settings.stored import settings_json
-from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, too_long
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.providers import make_provider
@@ -121,11 +121,6 @@ def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
                 f"cannot be enforced: no price is known for route {route.name!r} "
                 f"(model {route.model!r}); give [routes.{route.name}] a price",
             )
-
-
-def too_long(length: int, limit: int) -> str:
-    """A text over `[engine] max_task_chars`, said the one way goals and steers share."""
-    return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
 
 
 def check_task_text(batch: Batch, limit: int) -> None:

@@ -1,34 +1,82 @@
-"""The operator's controls as `Engine` takes them, from this process or as a client's request
-recorded in the store (`flightdeck steer/stop/...`, an attached TUI): checked here, on the
-caller's thread, then handed to the coordinator thread, which alone decides.
+"""Sending the operator's commands to a started batch, from this process (`Engine.send`) or as a
+client's request the owner read from the store: checked here, on the sender's thread, against
+the batch as the coordinator has it, then handed to the coordinator thread, which applies it
+(control/controls.py) and settles the request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
-from flightdeck.engine.assembly import too_long
-from flightdeck.engine.child.steering import missed_note
-from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import (
+from flightdeck.engine.commands import (
+    Command,
+    CommandError,
+    Context,
+    Continue,
+    ContinueAdmission,
     Pause,
     PauseAdmission,
     SetLimits,
     Steer,
     Stop,
     StopAll,
-    Then,
+    child_ids_of,
 )
-from flightdeck.engine.inputs.tasks import unicode_problem
+from flightdeck.engine.control.coordinator import Coordinator
+from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.limits import changed
-from flightdeck.engine.model import ChildRow, Limits, SteerReceipt, SteerState
-from flightdeck.engine.records.requests import RequestKind, RequestRow, RequestState
+from flightdeck.engine.model import ChildRow, Limits
+from flightdeck.engine.records.requests import RequestState
 from flightdeck.engine.records.store import Store
-from flightdeck.engine.records.transcripts import TranscriptWriter
+
+
+class CommandMethods:
+    """The commands by name, for scripts: each sends its value (`Engine.send`)."""
+
+    def send(self, command: Command) -> tuple[int, ...]:
+        """Send `command` (the class that runs the batch says how)."""
+        raise NotImplementedError
+
+    def limits(self) -> Limits:
+        """The live limits."""
+        raise NotImplementedError
+
+    def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
+        """Queue `message` for each child; returns receipt ids (see SteerReceipt)."""
+        return list(self.send(Steer(child_ids_of(child_ids), message, now)))
+
+    def stop(self, child_ids: Iterable[str]) -> None:
+        """Interrupt these children (queued ones never start)."""
+        self.send(Stop(child_ids_of(child_ids)))
+
+    def stop_all(self) -> None:
+        """Stop every child that has not ended; queued ones never start."""
+        self.send(StopAll())
+
+    def pause(self, child_ids: Iterable[str]) -> None:
+        """Pause these children: a queued one never starts until continued, a running one
+        holds at its next turn boundary and gives back its slot."""
+        self.send(Pause(child_ids_of(child_ids)))
+
+    def continue_(self, child_ids: Iterable[str]) -> None:
+        """Continue these paused children (ahead of new work, with their context intact)."""
+        self.send(Continue(child_ids_of(child_ids)))
+
+    def pause_admission(self, on: bool = True) -> None:
+        """Pause the batch's admission (`on`), or continue it: while paused no child starts;
+        the running go on (pause them to hold them too)."""
+        self.send(PauseAdmission() if on else ContinueAdmission())
+
+    def set_limits(self, change: Mapping[str, object]) -> Limits:
+        """Change the live limits (see engine/limits.py for `change`); returns the limits it
+        makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
+        before = self.limits()
+        self.send(SetLimits(dict(change)))
+        return changed(before, change)
 
 
 class Controls:
-    """One started batch's controls: its coordinator, its store, the rows a resume carried."""
+    """One started batch's commands: its coordinator, its store, the rows a resume carried."""
 
     def __init__(
         self,
@@ -39,127 +87,65 @@ class Controls:
         clock: Callable[[], float],
         carried: tuple[ChildRow, ...],  # final rows an earlier owner left (a resumed batch)
         max_chars: int,  # `[engine] max_task_chars`: a steer joins the prompt as a goal does
-        request_of: dict[int, int],  # steer receipt id -> the client request, filled here
     ) -> None:
         self._co = coordinator
         self._store = store
         self._batch_id = batch_id
         self._clock = clock
-        self._carried = {r.id: r for r in carried}
+        self._known = _Known(coordinator.by_id, frozenset(r.id for r in carried))
         self._max_chars = max_chars
-        self._request_of = request_of
 
-    def steer(self, child_ids: Iterable[str], message: str, now: bool) -> list[int]:
-        c = self._co
-        limit = self._max_chars
-        if len(message) > limit:  # it joins the child's prompt, as a goal does: the same bound
-            raise ValueError(f"steer message: {too_long(len(message), limit)}")
-        problem = unicode_problem(message)
-        if problem:  # it would fail the child's request and the store's write, far from here
-            raise ValueError(f"steer message: {problem}")
-        ids = self._known(child_ids)
-        live = tuple(i for i in ids if i in c.by_id)
-        receipts = [c.next_receipt_id() for _ in live]
-        c.command(Steer(tuple(receipts), live, message, now))
-        ended = [i for i in ids if i not in c.by_id]  # finished before a resume
-        return receipts + self._missed_carried(ended, message, now)
+    def context(self) -> Context:
+        """The batch as the coordinator has it now, for checking a command."""
+        return Context(self._batch_id, self._known, lambda: self._max_chars, self._co.limits)
 
-    def stop(self, child_ids: Iterable[str]) -> None:
-        c = self._co
-        ids = self._known(child_ids)
-        c.command(Stop(tuple(i for i in ids if i in c.by_id)))  # the others have ended
+    def send(self, command: Command, request_id: int | None = None) -> tuple[int, ...]:
+        """Check `command` (CommandError, nothing sent) and queue it for the coordinator; the
+        receipt ids of a steer (one per child, in order)."""
+        command.check(self.context())
+        co = self._co
+        receipts = tuple(co.next_receipt_id() for _ in command.targets) if command.receipted else ()
+        co.command(Order(command, receipts, request_id))
+        return receipts
 
-    def set_limits(self, change: Mapping[str, object]) -> Limits:
-        c = self._co
-        new = changed(c.limits(), change)
-        c.command(SetLimits(dict(change)))
-        return new
+    def apply_request(self, request_id: int, command: Command | CommandError) -> None:
+        """A client's command (the owner's duties thread), or why it could not be read: sent as
+        one from this process is, or refused with the reason."""
+        try:
+            if isinstance(command, CommandError):
+                raise command
+            self.send(command, request_id)
+        except CommandError as exc:
+            self.refuse(request_id, str(exc))
 
-    def pause(self, child_ids: Iterable[str], *, resume: bool = False) -> None:
-        c = self._co
-        ids = self._known(child_ids)
-        c.command(Pause(tuple(i for i in ids if i in c.by_id), resume=resume))
-
-    def apply_request(self, request: RequestRow) -> None:
-        """A client's command (owner duties thread): applied by the coordinator in order, and
-        marked applied once what it made is recorded; an id this batch lacks, refused."""
-        c, store = self._co, self._store
-        unknown = [i for i in request.child_ids if i not in c.by_id and i not in self._carried]
-        if unknown:
-            reason = f"no child with id {', '.join(unknown[:5])} in batch {self._batch_id}"
-            self._refuse(request, reason)
-            return
-        live = tuple(i for i in request.child_ids if i in c.by_id)
-        receipts: list[int] = []
-        if request.kind == RequestKind.STEER:
-            message = request.message or ""
-            receipts = [c.next_receipt_id() for _ in live]
-            for rid in receipts:
-                self._request_of[rid] = request.id
-            c.command(Steer(tuple(receipts), live, message, request.now))
-            ended = [i for i in request.child_ids if i not in c.by_id]
-            receipts += self._missed_carried(ended, message, request.now, request.id)
-        elif request.kind == RequestKind.STOP:
-            c.command(Stop(live))
-        elif request.kind == RequestKind.STOP_ALL:
-            c.command(StopAll())
-        elif request.kind == RequestKind.LIMITS:
-            try:
-                changed(c.limits(), request.payload or {})
-            except ValueError as exc:
-                self._refuse(request, str(exc))
-                return
-            c.command(SetLimits(dict(request.payload or {})))
-        elif request.kind in (RequestKind.PAUSE, RequestKind.CONTINUE):
-            c.command(Pause(live, resume=request.kind == RequestKind.CONTINUE))
-        elif request.kind in (RequestKind.PAUSE_ADMISSION, RequestKind.CONTINUE_ADMISSION):
-            c.command(PauseAdmission(request.kind == RequestKind.PAUSE_ADMISSION))
-        else:  # a kind with no handler here: said, never taken for another
-            self._refuse(request, f"this owner cannot apply a {request.kind.value!r} request")
-            return
-
-        def applied() -> None:
-            store.settle_request(
-                self._batch_id,
-                request.id,
-                RequestState.APPLIED,
-                self._clock(),
-                control_ids=receipts,
-            )
-
-        c.command(Then(applied))
-
-    def _refuse(self, request: RequestRow, reason: str) -> None:
+    def refuse(self, request_id: int, reason: str) -> None:
+        """Settle a client's request as refused, saying why."""
         self._store.settle_request(
-            self._batch_id, request.id, RequestState.REFUSED, self._clock(), reason=reason
+            self._batch_id, request_id, RequestState.REFUSED, self._clock(), reason=reason
         )
 
-    def _missed_carried(
-        self, ids: Iterable[str], message: str, now: bool, request_id: int | None = None
-    ) -> list[int]:
-        """A steer for children an earlier owner finished (a resumed batch): each settled
-        missed at once, as for any child that has ended."""
-        out = []
-        for child_id in ids:
-            row = self._carried[child_id]
-            rid, ts = self._co.next_receipt_id(), self._clock()
-            missed = SteerReceipt(rid, child_id, message, now, SteerState.MISSED, ts, ts)
-            self._store.record_control(self._batch_id, missed, "steer", request_id)
-            writer = TranscriptWriter(row.transcript, self._clock)
-            reason = f"the child had ended: {row.status.value}"
-            writer.write("operator", missed_note(message, reason))
-            writer.close()
-            out.append(rid)
-        return out
+    def settled(self, request_id: int, receipts: tuple[int, ...], refused: str | None) -> None:
+        """The coordinator applied a client's request (with the steer receipts it made), or
+        found it could not: settled in the store after what it made."""
+        if refused is not None:
+            self.refuse(request_id, refused)
+            return
+        self._store.settle_request(
+            self._batch_id,
+            request_id,
+            RequestState.APPLIED,
+            self._clock(),
+            control_ids=receipts,
+        )
 
-    def _known(self, child_ids: Iterable[str]) -> tuple[str, ...]:
-        """The ids, all of children of this batch (running here, or carried from before a
-        resume); ValueError naming those that are not."""
-        # A mistyped id would otherwise be skipped in silence: the operator would wait for a
-        # steer or a stop that was never going to happen.
-        ids = tuple(child_ids)
-        unknown = [i for i in ids if i not in self._co.by_id and i not in self._carried]
-        if unknown:
-            shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-            raise ValueError(f"no child with id {shown} in batch {self._batch_id}")
-        return ids
+
+class _Known:
+    """The ids of the batch's children: running here (delegates join as they come), or
+    carried from before a resume."""
+
+    def __init__(self, running: Mapping[str, object], carried: Collection[str]) -> None:
+        self._running = running
+        self._carried = carried
+
+    def __contains__(self, child_id: object) -> bool:
+        return child_id in self._running or child_id in self._carried

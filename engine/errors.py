@@ -14,6 +14,7 @@ Our exception hierarchy:
       * BrokenStream - a stream ended without its end marker, or sent a malformed chunk
     * FatalError - bad key, exhausted quota, bad request: retrying cannot help
   * ToolError - a tool call failed; the message goes back to the model
+  * CommandError - an operator command that cannot be applied as given (also a ValueError)
 
 The command line reports every LocatedError the same way: one line naming the file, exit code 2.
 Beside their raisers live UsageError (a bad command-line argument, an InputError) and
@@ -112,8 +113,22 @@ class ToolError(FlightdeckError):
     """A tool failed; the message goes back to the model, not to the operator's terminal."""
 
 
+# --- command: one operator command -------------------------------------------------------------
+
+
+class CommandError(FlightdeckError, ValueError):
+    """An operator command that cannot be applied as given: an unknown child, a message too long
+    or not valid text, a bad limit. Nothing of it was applied; `field` names what is wrong."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
 __all__ = [
     "BrokenStream",
+    "CommandError",
     "ConfigError",
     "FatalError",
     "FlightdeckError",

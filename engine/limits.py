@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Settings
+from flightdeck.engine.errors import CommandError
+from flightdeck.engine.inputs.bounds import MAX_COUNT, MAX_MONEY
 from flightdeck.engine.model import Limits, RouteCaps
 from flightdeck.engine.money import fmt_usd
-from flightdeck.engine.records.meter import spend_known
+
+if TYPE_CHECKING:
+    from flightdeck.engine.inputs.settings import Settings
+    from flightdeck.engine.records.rows import BatchInfo
+
+# The settings are imported where they are used: a client command (`flightdeck stop`) checks
+# its command here, and starts faster without them.
 
 __all__ = [
     "ROUTE_FIELDS",
@@ -34,6 +41,7 @@ __all__ = [
     "limits_of",
     "parse_count",
     "parse_money",
+    "stored_limits",
     "with_limits",
 ]
 
@@ -41,18 +49,21 @@ ROUTE_FIELDS = ("max_concurrent", "rpm", "tpm")
 OFF = ("off", "none")  # what a field typed as text takes to mean "no limit"
 
 
-class LimitError(ValueError):
+class LimitError(CommandError):
     """A change that cannot be made; `field` names what is wrong (pool_size, route,
     max_concurrent, rpm, tpm, soft_cost_usd)."""
 
+    field: str
+
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+        super().__init__(f"{field}: {message}", field)
         self.message = message
 
 
 def limits_of(settings: Settings, routes: Mapping[str, object], pool_size: int) -> Limits:
     """The limits a batch starts with: its pool size, its routes' caps, its budgets."""
+    from flightdeck.engine.records.meter import spend_known
+
     caps = tuple(
         RouteCaps(name, r.max_concurrent, r.rpm, r.tpm)
         for name in routes
@@ -78,6 +89,8 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         raise LimitError("limits", "nothing to change")
     out = limits
     if "pool_size" in change:
+        from flightdeck.engine.inputs.settings import MAX_CONCURRENT
+
         size = change["pool_size"]
         if not _whole(size) or not 1 <= size <= MAX_CONCURRENT:
             raise LimitError(
@@ -97,8 +110,10 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         for key, value in fields.items():
             if key not in ROUTE_FIELDS:
                 raise LimitError(key, "not a route limit that can be changed")
-            if value is not None and (not _whole(value) or value < 1):
-                raise LimitError(key, f"must be a whole number of 1 or more, or off; got {value!r}")
+            if value is not None and (not _whole(value) or not 1 <= value <= MAX_COUNT):
+                raise LimitError(
+                    key, f"must be a whole number from 1 to {MAX_COUNT:,}, or off; got {value!r}"
+                )
         caps[name] = dataclasses.replace(caps[name], **dict(fields))
     out = dataclasses.replace(out, routes=tuple(caps.values()))
     if "soft_cost_usd" in change:
@@ -126,8 +141,8 @@ def parse_count(field: str, text: str) -> int | None:
         value = int(text)
     except ValueError:
         raise LimitError(field, f"expected a whole number or off, got {text!r}") from None
-    if value < 1:
-        raise LimitError(field, f"must be 1 or more, or off; got {value}")
+    if not 1 <= value <= MAX_COUNT:
+        raise LimitError(field, f"must be from 1 to {MAX_COUNT:,}, or off; got {value}")
     return value
 
 
@@ -144,6 +159,8 @@ def parse_money(field: str, text: str) -> str | None:
         ) from None
     if not value.is_finite() or value < 0:
         raise LimitError(field, f"must be 0 or more, got {text}")
+    if value > MAX_MONEY:
+        raise LimitError(field, f"must be at most ${MAX_MONEY:,}, got {text}")
     return str(value)
 
 
@@ -192,6 +209,19 @@ def limits_from_json(text: str) -> Limits:
     )
 
 
+def stored_limits(info: BatchInfo, routes: Callable[[], Iterable[str]]) -> Limits:
+    """The live limits a batch's row keeps (its owner records them from the start), else those
+    its settings began with (a batch of an earlier flightdeck: `routes` names its routes)."""
+    if info.limits_json:
+        return limits_from_json(info.limits_json)
+    if info.settings_json is None:  # older still: only its pool size and budget are known
+        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
+    from flightdeck.engine.inputs.settings.stored import settings_from_json
+
+    names = dict.fromkeys(sorted(set(routes())))
+    return limits_of(settings_from_json(info.settings_json), names, info.pool_size)
+
+
 def with_limits(settings: Settings, limits: Limits) -> Settings:
     """`settings` with the routes' caps and the soft budget of `limits` (a resumed batch keeps
     what the operator changed)."""
@@ -218,4 +248,6 @@ def _money(value: object) -> Decimal | None:
         raise LimitError("soft_cost_usd", f"expected dollars or off, got {value!r}") from None
     if not out.is_finite() or out < 0:
         raise LimitError("soft_cost_usd", f"must be 0 or more, got {value}")
+    if out > MAX_MONEY:
+        raise LimitError("soft_cost_usd", f"must be at most ${MAX_MONEY:,}, got {value}")
     return out

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +25,42 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import Snapshot
 
 FAST = {"time_scale": 0.001, "latency_ms": 20, "tokens_per_s": 400}
+# A stream that sends the first third of its answer, then hangs like a server that stopped
+# sending until a stop closes it: output streamed, the call never over by itself.
+HANGS = {
+    "stall_rate": 1.0,
+    "time_scale": 1.0,
+    "latency_ms": 0,
+    "tokens_per_s": 2000,
+    "read_timeout_s": 3600,
+}
+
+
+class Hold:
+    """The sim's `hold_dir`: every call of a sim child on a route given `options()` (or
+    `toml()` in a flightdeck.toml, for an owner in another process) waits before its first
+    token until `release` lets it go, so a test holds children running as long as it needs
+    instead of making them "long enough" for the machine it hopes to run on."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def options(self) -> dict[str, Any]:
+        return {"hold_dir": str(self.folder)}
+
+    def toml(self) -> str:
+        return f"hold_dir = {json.dumps(str(self.folder))}\n"
+
+    def release(self, child: str | None = None, call: int | None = None) -> None:
+        """Let every call go (no child named), every call of `child`, or only its call
+        number `call` (from 0, retries counted)."""
+        name = "all" if child is None else child if call is None else f"{child}@{call}"
+        (self.folder / name).touch()
+
+    def hold(self) -> None:
+        """Hold again the calls `release()` (of everything) let go; those in flight go on."""
+        (self.folder / "all").unlink(missing_ok=True)
 
 
 def sim_route(name: str = "sim", *, max_concurrent: int | None = None, **options: Any) -> Route:
@@ -109,3 +147,14 @@ def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complet
         timeout=timeout,
         env={**os.environ, "NO_COLOR": "1"},
     )
+
+
+def summary_of(lines: list[str]) -> list[list[str]]:
+    """The end-of-run summary table's rows, its header first: columns are two spaces apart
+    (or more), figures and headers right-aligned, a header in two lines over a rule."""
+    rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
+    above = {m.end(): m.group() for m in re.finditer(r"\S+", lines[rule - 2])}
+    names = re.finditer(r"\S+", lines[rule - 1])
+    header = [f"{above.get(m.end(), '')} {m.group()}".strip() for m in names]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[rule + 1 :]]
+    return [header, *(row for row in rows if len(row) == len(header))]

@@ -9,6 +9,7 @@ import pytest
 from flightdeck.engine import errors
 from flightdeck.engine.errors import (
     BrokenStream,
+    CommandError,
     ConfigError,
     FatalError,
     FlightdeckError,
@@ -43,7 +44,7 @@ def test_every_family_is_a_flightdeck_error() -> None:
 
 def test_the_docstring_names_every_class() -> None:
     doc = errors.__doc__ or ""
-    assert len(CLASSES) == 12
+    assert len(CLASSES) == 13
     for cls in CLASSES:
         assert re.search(rf"^ *\* {cls.__name__}\b", doc, re.M), cls
 
@@ -54,6 +55,8 @@ def test_families_stay_apart() -> None:
     assert not issubclass(ToolError, LocatedError | ProviderError)
     assert not issubclass(InputError, ProviderError | ToolError | StoreError)
     assert not issubclass(StoreError, InputError | ProviderError | ToolError)
+    # An operator command refused is a ValueError too (Engine.steer raised one before).
+    assert issubclass(CommandError, ValueError) and not issubclass(CommandError, LocatedError)
 
 
 def test_a_stop_is_not_a_failure() -> None:

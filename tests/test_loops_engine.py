@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import LoopSettings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.loops import evidence_from_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
-from flightdeck.tui.storeview import StoreView
 
-from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch
+from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch, until
 
 
 def _events(engine_db: Path, batch_id: str, kind: str) -> list[tuple[str | None, str]]:
@@ -49,15 +51,16 @@ def test_a_stubborn_looping_child_is_flagged_with_its_repeated_calls(tmp_path: P
     assert evidence_from_json(kept[0][1]) == ev
 
 
-# About 5 ms a turn: a policy step (taken on the coordinator's watchdog tick) lands long
-# before a few hundred turns run out, whatever the machine's load.
+# About 5 ms a turn; the turns a child may take are only a ceiling (the policy ends it long
+# before): ten thousand, tens of seconds, however loaded the machine and its coordinator.
 SLOW_TURNS = {"time_scale": 0.01, "latency_ms": 500}
+CEILING_TURNS = 10_000
 
 
 def test_a_nudged_child_stops_looping_and_its_flag_clears(tmp_path: Path) -> None:
     loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=("nudge",))
     route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
-    b = tasks_batch([Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400)])
+    b = tasks_batch([Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=CEILING_TURNS)])
     snap = run_to_end(start(b, settings(route), tmp_path))
     row = snap.children[0]
     assert row.status is ChildStatus.COMPLETED  # the nudge reached it, and it answered
@@ -91,7 +94,7 @@ def test_a_stubborn_loop_is_nudged_then_steered_now_then_stopped(tmp_path: Path)
     route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
     b = tasks_batch(
         [
-            Task(id="loops", goal="Review it [sim:loop!]", seq=0, max_turns=400),
+            Task(id="loops", goal="Review it [sim:loop!]", seq=0, max_turns=CEILING_TURNS),
             Task(id="fine", goal="Review it", seq=1),
         ]
     )
@@ -229,3 +232,46 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     row = snap.child("loops")
     assert row is not None and row.status is not ChildStatus.STOPPED, row.error
     assert [r for r in row.steers if r.by == "policy"] == []
+
+
+def test_the_operators_nudge_from_a_client_reaches_the_looping_child_only(tmp_path: Path) -> None:
+    # The loop nudge is a command like any other: `flightdeck nudge` records it, the owner
+    # fills in each looping child's evidence and steers it; one that is not looping is left be.
+    loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=())  # flagged, no policy acts
+    route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
+    tasks = [
+        Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400),
+        Task(id="calm", goal="Review it", seq=1, max_turns=400),
+    ]
+    engine = start(tasks_batch(tasks), settings(route), tmp_path)
+    state = tmp_path / "state"
+    try:
+        until(lambda: (row := engine.snapshot().child("loops")) is not None and row.loop, 30)
+
+        def nudge(*ids: str) -> tuple[int, list[str]]:
+            argv = ["nudge", engine.batch_id, *ids, "--state-dir", str(state)]
+            done = subprocess.run(
+                [sys.executable, "-m", "flightdeck.tui.cli", *argv],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return done.returncode, done.stdout.splitlines()
+
+        assert nudge("calm") == (0, ["nudge applied: none of them is looping"])
+        code, lines = nudge("loops", "calm")  # "queued", if it is seen before "delivered"
+        assert code == 0 and lines[-1] == "loops: delivered"
+        assert set(lines[:-1]) <= {
+            "loops: queued — waiting for its next turn; Ctrl+C leaves it queued"
+        }
+        calm = engine.snapshot().child("calm")
+        assert calm is not None and calm.steers == ()
+    finally:
+        engine.stop_all()
+        run_to_end(engine)
+    row = engine.snapshot().children[0]
+    [receipt] = row.steers
+    assert receipt.message.startswith("You are repeating tool calls with no new output")
+    assert receipt.by == "operator"
+    transcript = Path(row.transcript).read_text()
+    assert "operator  │ steer (at next turn): You are repeating" in transcript

@@ -326,9 +326,9 @@ async def app_until(pilot: Any, condition: Callable[[], object], what: str) -> N
 async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
     tmp_path: Path,
 ) -> None:
+    from flightdeck.engine.attached.view import StoreView
     from flightdeck.tui.app import FlightdeckApp
     from flightdeck.tui.screens.main import UiOptions
-    from flightdeck.tui.storeview import StoreView
 
     tasks = batch(3, goal="Audit package {i}")
     held = {t.goal for t in tasks.tasks}

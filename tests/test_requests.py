@@ -11,19 +11,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.commands import CommandError, Steer, Stop, StopAll
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.liveness import owner_of, process_matches
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import (
-    RequestKind,
     RequestState,
     pending_requests,
     request,
     submit,
-    submit_steer,
-    submit_stop,
-    submit_stop_all,
 )
 from flightdeck.engine.records.rows import process_start_time
 from flightdeck.engine.records.store import Store
@@ -131,14 +128,14 @@ def test_version_2_file_is_migrated_keeping_its_requests_and_takes_any_kind(
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
-    kept = request(path, "b1", 1)
-    assert kept is not None and kept.kind == RequestKind.STEER and kept.message == "hello"
-    assert kept.now and kept.child_ids == ("c1",) and kept.payload is None
-    # A kind version 2's CHECK refused, with its payload, and the index still serves pending.
-    rid = submit(path, "b1", RequestKind.STOP_ALL, payload={"why": "a test"})
+    kept = request(path, "b1", 1)  # a steer as version 2 kept it: read as the command it was
+    assert kept is not None and kept.kind == "steer"
+    assert kept.command == Steer(("c1",), "hello", now=True) and kept.child_ids == ("c1",)
+    # A kind version 2's CHECK refused, and the index still serves pending.
+    rid = submit(path, "b1", StopAll())
     assert rid == 2
-    with_payload = request(path, "b1", rid)
-    assert with_payload is not None and with_payload.payload == {"why": "a test"}
+    stop_all = request(path, "b1", rid)
+    assert stop_all is not None and stop_all.command == StopAll()
     with sqlite3.connect(path) as conn:
         assert [r.id for r in pending_requests(conn, "b1")] == [1, 2]
         plan = conn.execute(
@@ -155,10 +152,11 @@ def test_database_and_folder_are_the_users_alone(tmp_path: Path) -> None:
 
 
 def test_a_steer_is_pending_until_the_owner_applies_it(db: Path) -> None:
-    rid = submit_steer(db, "b1", ["c1", "c2"], "focus on tests", now=True)
+    rid = submit(db, "b1", Steer(("c1", "c2"), "focus on tests", now=True))
     row = request(db, "b1", rid)
     assert row is not None and row.state == RequestState.PENDING
-    assert row.kind == RequestKind.STEER and row.child_ids == ("c1", "c2") and row.now
+    assert row.command == Steer(("c1", "c2"), "focus on tests", now=True)
+    assert row.kind == "steer" and row.child_ids == ("c1", "c2")
     conn = schema.connect(str(db))
     assert [r.id for r in pending_requests(conn, "b1")] == [rid]
     assert pending_requests(conn, "b1", after=rid) == []
@@ -181,8 +179,8 @@ def test_a_steer_is_pending_until_the_owner_applies_it(db: Path) -> None:
 
 
 def test_stops_and_a_refusal(db: Path) -> None:
-    stop = submit_stop(db, "b1", ["c2"])
-    everything = submit_stop_all(db, "b1")
+    stop = submit(db, "b1", Stop(("c2",)))
+    everything = submit(db, "b1", StopAll())
     assert everything > stop
     with Store(db) as store:
         store.settle_request("b1", stop, RequestState.REFUSED, 1.0, reason="no owner")
@@ -190,24 +188,26 @@ def test_stops_and_a_refusal(db: Path) -> None:
     row = request(db, "b1", stop)
     assert row is not None and row.state == RequestState.REFUSED and row.reason == "no owner"
     row = request(db, "b1", everything)
-    assert row is not None and row.kind == RequestKind.STOP_ALL and row.child_ids == ()
+    assert row is not None and row.kind == "stop_all" and row.child_ids == ()
 
 
 def test_bad_requests_record_nothing(db: Path, tmp_path: Path) -> None:
     with pytest.raises(LookupError, match="no batch nope"):
-        submit_stop(db, "nope", ["c1"])
-    with pytest.raises(ValueError, match="no child with id 'c9'"):
-        submit_steer(db, "b1", ["c1", "c9"], "hi")
-    with pytest.raises(ValueError, match="at least one child"):
-        submit_stop(db, "b1", [])
-    with pytest.raises(ValueError, match="steer message"):
-        submit_steer(db, "b1", ["c1"], "bad \ud800")
+        submit(db, "nope", Stop(("c1",)))
+    with pytest.raises(CommandError, match="no child with id 'c9'"):
+        submit(db, "b1", Steer(("c1", "c9"), "hi"))
+    with pytest.raises(CommandError, match="at least one child"):
+        submit(db, "b1", Stop(()))
+    with pytest.raises(CommandError, match="steer message"):
+        submit(db, "b1", Steer(("c1",), "bad \ud800"))
+    with pytest.raises(CommandError, match="too long"):
+        submit(db, "b1", Steer(("c1",), "x" * 11), max_chars=lambda: 10)
     with Store(db) as store:
         store.finish_batch("b1", BatchStatus.COMPLETED, 9.0)
-    with pytest.raises(ValueError, match="has finished"):
-        submit_stop_all(db, "b1")
+    with pytest.raises(CommandError, match="has finished"):
+        submit(db, "b1", StopAll())
     with pytest.raises(FileNotFoundError):
-        submit_stop_all(tmp_path / "none.db", "b1")
+        submit(tmp_path / "none.db", "b1", StopAll())
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
     conn.close()
@@ -217,7 +217,7 @@ def test_submits_wait_out_a_busy_database(db: Path) -> None:
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     got: list[int] = []
-    t = threading.Thread(target=lambda: got.append(submit_stop(db, "b1", ["c1"])))
+    t = threading.Thread(target=lambda: got.append(submit(db, "b1", Stop(("c1",)))))
     t.start()
     t.join(0.3)
     assert t.is_alive() and not got  # waiting for the lock, not failing
@@ -278,7 +278,7 @@ def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path) -
                 )
         with StoreReader(db) as reader:  # the batch row is committed a moment after start()
             until(lambda: reader.batch(engine.batch_id) is not None, 10)
-        rid = submit_stop_all(db, engine.batch_id)
+        rid = submit(db, engine.batch_id, StopAll())
 
         def applied() -> bool:
             done = request(db, engine.batch_id, rid)
@@ -291,8 +291,10 @@ def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path) -
             refused = conn.execute(
                 "SELECT id, state, reason FROM requests WHERE id < ? ORDER BY id", (rid,)
             ).fetchall()
-        assert refused[0] == (1, "refused", "this owner cannot apply a 'set_priority' request")
+        assert refused[0] == (1, "refused", "this flightdeck cannot apply a 'set_priority' command")
         assert refused[1][:2] == (2, "refused") and "cannot read the request" in refused[1][2]
-        assert refused[2][:2] == (3, "refused") and "could not apply it" in refused[2][2]
+        assert (
+            refused[2][:2] == (3, "refused") and "limits change: expected a table" in refused[2][2]
+        )
     finally:
         engine.close()

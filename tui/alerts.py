@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from flightdeck.engine.inputs.settings import DesktopNotify
+from flightdeck.engine.api import DesktopNotify
 from flightdeck.engine.model import ChildStatus, Snapshot
 from textual.app import App
 

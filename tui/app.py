@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from functools import cached_property
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import StopAll
 from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.exitcodes import ExitCode
@@ -53,7 +54,7 @@ class FlightdeckApp(App[bool]):
         if self.view.can_detach:
             self.exit(result=False)
             return
-        self.view.stop_all()
+        self.view.send(StopAll())
         self.exit(result=True)
 
     async def on_event(self, event: events.Event) -> None:

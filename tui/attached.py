@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import one_line, sanitize
-from flightdeck.tui.commands import UsageError, state_db
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.usage import UsageError, state_db
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from flightdeck.engine.inputs.settings import TuiSettings
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.api import TuiSettings
+    from flightdeck.engine.attached.view import StoreView
 
 STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to record the end
 
@@ -28,16 +28,17 @@ def run_in_background(
     args: argparse.Namespace, state_dir: Path, tui: TuiSettings | None = None
 ) -> ExitCode:
     """`flightdeck run` on a terminal (the TUI attached to a new owner) or with `--detach`."""
-    from flightdeck.tui.spawn import start_owner
+    from flightdeck.engine.attached.spawn import start_owner
 
-    owner_args = [str(args.batch_file.absolute()), "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "flightdeck.tui.cli", "run", "--headless"]
+    command += [str(args.batch_file.absolute()), "--state-dir", str(state_dir)]
     if args.config is not None:
-        owner_args += ["--config", str(args.config.absolute())]
+        command += ["--config", str(args.config.absolute())]
     if args.max_concurrent is not None:
-        owner_args += ["--max-concurrent", str(args.max_concurrent)]
+        command += ["--max-concurrent", str(args.max_concurrent)]
     if args.executor is not None:
-        owner_args += ["--executor", args.executor]
-    owner = start_owner(owner_args, state_dir)
+        command += ["--executor", args.executor]
+    owner = start_owner(command, state_dir)
     if args.detach:
         # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.
         try:
@@ -49,7 +50,7 @@ def run_in_background(
         err.print(Text(f"owner pid {owner.pid}, log {sanitize(str(owner.log))}"))
         err.print(Text(f"attach: {attach_hint(owner.batch_id, state_dir)}"))
         return ExitCode.OK
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.attached.view import StoreView
 
     return attach_tui(StoreView(owner.db, owner.batch_id), tui)
 
@@ -57,7 +58,7 @@ def run_in_background(
 def cmd_attach(args: argparse.Namespace) -> ExitCode:
     """`flightdeck attach [BATCH_ID]`: the TUI on a batch (the latest running one by default);
     read-only once the batch has ended or its owner is gone."""
-    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.api import load_settings
 
     # The [tui] table of --config, or of ./flightdeck.toml if there is one: checked like a run's.
     tui = load_settings(args.config).tui
@@ -71,8 +72,8 @@ def cmd_attach(args: argparse.Namespace) -> ExitCode:
 
 def open_view(db: Path, batch_id: str | None) -> StoreView:
     """The StoreView of `batch_id` (default: the latest running batch); UsageError if none."""
-    from flightdeck.engine.records.reader import StoreReader
-    from flightdeck.tui.storeview import StoreView
+    from flightdeck.engine.attached.store import StoreReader
+    from flightdeck.engine.attached.view import StoreView
 
     if batch_id is None:
         with StoreReader(db) as reader:
@@ -92,21 +93,28 @@ def open_view(db: Path, batch_id: str | None) -> StoreView:
 
 
 def _no_batch(batch_id: str, db: Path) -> str:
-    folder = sanitize(str(db.parent))
-    return f"no batch {one_line(batch_id)!r} in {folder} (another state folder? --state-dir)"
+    from flightdeck.engine.attached.store import no_batch
+
+    return no_batch(batch_id, db.parent)
 
 
-def attach_tui(view: StoreView, tui: TuiSettings | None = None) -> ExitCode:
-    """Run the TUI over `view` until the operator detaches or quits; say what is left."""
-    from flightdeck.engine.inputs.settings import TuiSettings
+def attach_tui(
+    view: StoreView, tui: TuiSettings | None = None, *, read_only: bool = False
+) -> ExitCode:
+    """Run the TUI over `view` until the operator detaches or quits; say what is left.
+    `read_only`: every command refused (readonly.py), and the operator's last-looked mark left
+    alone (a watcher is not the operator)."""
+    from flightdeck.engine.api import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
     from flightdeck.tui.lastlooked import LastLooked
+    from flightdeck.tui.readonly import ReadOnlyView
     from flightdeck.tui.screens.main import UiOptions
 
     state_dir = view.db.parent
-    looked = LastLooked(state_dir, view.batch_id)
+    looked = None if read_only else LastLooked(state_dir, view.batch_id)
     try:
-        app = FlightdeckApp(view, UiOptions(tui=tui or TuiSettings(), looked=looked))
+        shown = ReadOnlyView(view) if read_only else view
+        app = FlightdeckApp(shown, UiOptions(tui=tui or TuiSettings(), looked=looked))
         stopped = app.run()
         if stopped:  # "stop all and quit": the owner records the end, then this says so
             deadline = time.monotonic() + STOP_WAIT_S
@@ -148,8 +156,8 @@ def _state_arg(state_dir: Path) -> str:
 
 def cmd_logs(args: argparse.Namespace) -> ExitCode:
     """`flightdeck logs BATCH CHILD [-f]`: print a transcript, or follow it until the child ends."""
-    from flightdeck.engine.records.reader import StoreReader
-    from flightdeck.tui.widgets.tail import follow, read_chunk
+    from flightdeck.engine.attached.store import StoreReader
+    from flightdeck.tui.widgets.tail import follow, read_all
 
     db = state_db(args.state_dir)
     reader = StoreReader(db)
@@ -164,8 +172,8 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
         out = sys.stdout
         try:
             if not args.follow:
-                chunk = read_chunk(path, 0, max_lines=1 << 62, max_bytes=1 << 62)
-                out.write("".join(line + "\n" for line in chunk.lines))
+                for chunk in read_all(path):
+                    out.write("".join(line + "\n" for line in chunk.lines))
                 out.flush()
                 return ExitCode.OK
 

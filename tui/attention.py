@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flightdeck.engine.inputs.settings import TuiSettings
+from flightdeck.engine.api import TuiSettings
 from flightdeck.engine.model import Snapshot
 from flightdeck.tui.digest import Digest, Mark, digest
 from flightdeck.tui.lastlooked import LastLooked

@@ -10,7 +10,14 @@ from typing import Literal, NoReturn
 
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.client import cmd_limits, cmd_pause, cmd_steer, cmd_stop, cmd_wait
+from flightdeck.tui.client import (
+    cmd_limits,
+    cmd_nudge,
+    cmd_pause,
+    cmd_steer,
+    cmd_stop,
+    cmd_wait,
+)
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
@@ -35,12 +42,13 @@ class _Version(argparse.Action):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors made terminal-safe: "unrecognized arguments" quotes them raw,
-    and a file name (a shell glob's match) can carry escape sequences."""
+    """argparse, with its errors one line, as every other bad input's (the usage is what
+    `--help` is for), and terminal-safe: "unrecognized arguments" quotes them raw, and a file
+    name (a shell glob's match) can carry escape sequences."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(ExitCode.USAGE, f"{self.prog}: error: {one_line(message)}\n")
+        hint = f" (see `{self.prog} --help`)"
+        self.exit(ExitCode.USAGE, f"flightdeck: {one_line(message)}{hint}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -98,8 +106,8 @@ _WHERE_HELP = (
 
 
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """resume, steer, stop, pause, continue, wait: a batch's owner taken over, or sent commands
-    from here."""
+    """resume, steer, nudge, stop, pause, continue, wait: a batch's owner taken over, or sent
+    commands from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
     resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
     resume.add_argument(
@@ -116,6 +124,14 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     steer.add_argument("-m", "--message", required=True, help="the operator's message")
     steer.add_argument("--now", action="store_true", help="interrupt the current response")
     steer.add_argument("--state-dir", type=Path)
+
+    nudge = sub.add_parser(
+        "nudge", help="send the canned loop steer to children of a running batch flagged looping"
+    )
+    nudge.add_argument("batch_id")
+    nudge.add_argument("child_ids", nargs="*", metavar="CHILD")
+    nudge.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="nudge"))
+    nudge.add_argument("--state-dir", type=Path)
 
     stop = sub.add_parser("stop", help="stop children of a running batch (or --all)")
     stop.add_argument("batch_id")
@@ -155,7 +171,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """`attach` and `logs`: clients of a batch's owner process."""
+    """`attach`, `serve` and `logs`: clients of a batch's owner process."""
     attach = sub.add_parser(
         "attach", help="the TUI on a running batch (read-only once it has ended)"
     )
@@ -166,6 +182,13 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="flightdeck.toml for the [tui] settings (default: ./flightdeck.toml)",
     )
     attach.add_argument("--state-dir", type=Path)
+    serve = sub.add_parser("serve", help="the attached TUI in a browser, behind a random token")
+    serve.add_argument("batch_id", nargs="?", help="batch id (default: the latest running)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
+    serve.add_argument("--port", type=_port, default=8765, help="0: any free one (%(default)s)")
+    serve.add_argument("--read-only", action="store_true", help="show everything, send no command")
+    serve.add_argument("--config", type=Path, help="flightdeck.toml for the [tui] settings")
+    serve.add_argument("--state-dir", type=Path)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
     logs.add_argument("batch_id")
     logs.add_argument("child_id")
@@ -175,10 +198,20 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
     logs.add_argument("--state-dir", type=Path)
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
+
+
 def _pool_size(text: str) -> int | Literal["auto"]:
     if text == "auto":  # puts a config's fixed number back to the automatic size
         return "auto"
-    from flightdeck.engine.inputs.settings import MAX_CONCURRENT  # only when the option is given
+    from flightdeck.engine.api import MAX_CONCURRENT  # only when the option is given
 
     try:
         value = int(text)
@@ -194,6 +227,7 @@ def _pool_size(text: str) -> int | Literal["auto"]:
 _OWNER_COMMANDS = {
     "resume": cmd_resume,
     "steer": cmd_steer,
+    "nudge": cmd_nudge,
     "stop": cmd_stop,
     "pause": cmd_pause,
     "continue": cmd_pause,
@@ -213,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
             return cmd_report(args)
         if args.command in _OWNER_COMMANDS:
             return _OWNER_COMMANDS[args.command](args)
+        if args.command == "serve":
+            from flightdeck.tui.web.command import cmd_serve
+
+            return cmd_serve(args)
         if args.command in ("attach", "logs"):
             from flightdeck.tui import attached
 

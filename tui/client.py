@@ -1,72 +1,57 @@
-"""The client commands: steer, stop, pause, continue, wait and limits, each a request through
-the store to a batch's owner process (another process), waited on until it is applied."""
+"""The client commands: steer, stop, pause, continue, wait and limits: each a command for a
+batch's owner process (another process), sent and followed through engine/attached's `Client`;
+what they print is here. Each says what it waits for, and a dead owner as soon as it is found,
+with the command that runs the batch on."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.commands import UsageError, checked_db
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost
+from flightdeck.tui.usage import UsageError, state_db
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
-    from flightdeck.engine.model import Limits
-    from flightdeck.engine.query import RowFilter
+    from flightdeck.engine.attached.client import Client, RowFilter
+    from flightdeck.engine.commands import Command
+    from flightdeck.engine.model import Limits, RouteHeadroom
 
-POLL_S = 0.1  # how often steer/stop/wait look at the store
-
-
-def _request_db(args: argparse.Namespace) -> Path:
-    db = checked_db(args.state_dir)
-    from flightdeck.engine.records.reader import StoreReader
-
-    with StoreReader(db) as reader:
-        info = reader.batch(args.batch_id)
-    if info is None:
-        raise UsageError(
-            None,
-            None,
-            "batch_id",
-            f"no batch {args.batch_id} in {db.parent} (another state folder: --state-dir)",
-        )
-    return db
+WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 
 
-def _submitted(submit: Callable[[], int]) -> int:
-    """A request recorded, or the reason it was not as a usage error (nothing written)."""
+def _client(args: argparse.Namespace) -> Client:
+    """The batch's client; a usage error if the state folder has no such batch."""
+    from flightdeck.engine.attached.client import Client
+    from flightdeck.engine.attached.store import no_batch
+
+    db = state_db(args.state_dir)
+    client = Client(db, args.batch_id)
+    if client.info() is None:
+        raise UsageError(None, None, "batch_id", no_batch(args.batch_id, db.parent))
+    return client
+
+
+def _sent(client: Client, command: Command) -> int:
+    """The command recorded, or why not as a usage error (nothing written)."""
+    from flightdeck.engine.commands import CommandError
+
     try:
-        return submit()
-    except (LookupError, ValueError) as exc:
+        return client.send(command)
+    except (LookupError, CommandError) as exc:
         raise UsageError(None, None, None, str(exc).strip("'\"")) from None
-
-
-def _owner_gone(db: Path, batch_id: str) -> str | None:
-    """Why nobody will apply a request now (the owner is gone), or None while it lives."""
-    from flightdeck.engine.records.reader import StoreReader
-
-    with StoreReader(db) as reader:
-        info = reader.batch(batch_id)
-    if info is not None and info.status.value == "abandoned":
-        return (
-            f"batch {batch_id} has no live owner (pid {info.owner_pid} is gone): the request "
-            f"stays pending; `flightdeck resume {batch_id}` applies it"
-        )
-    return None
 
 
 def _where_filter(args: argparse.Namespace) -> RowFilter | None:
     """`--where`'s query parsed (before anything is read), or None without one; names or
     --all with it are a usage error, as a query that does not parse is."""
-    from flightdeck.engine.query import QueryError, parse_filter
-
     if args.where is None:
         return None
+    from flightdeck.engine.attached.client import QueryError, parse_filter
+
     if args.child_ids or getattr(args, "all", False):
         raise UsageError(None, None, "--where", "name children or give --where (not both)")
     try:
@@ -75,168 +60,185 @@ def _where_filter(args: argparse.Namespace) -> RowFilter | None:
         raise UsageError(None, None, "--where", str(exc)) from None
 
 
-def _matching(db: Path, batch_id: str, row_filter: RowFilter, verb: str) -> list[str]:
-    """The ids of the batch's children `row_filter` keeps that have not ended, in batch order;
-    how many it keeps (and how many of those had ended) is printed."""
-    import time
-
-    from flightdeck.engine.outliers import batch_medians
-    from flightdeck.engine.records.reader import StoreReader
-
-    with StoreReader(db) as reader:
-        rows = reader.children(batch_id, results=False)
-    now = time.time()
-    # is:outlier against the whole batch's medians, whatever else the query says.
-    medians = batch_medians(rows, now) if row_filter.outliers_only else None
-    kept = [r for r in rows if row_filter.matches(r, False, now, medians)]
-    live = [r.id for r in kept if r.status.live]
-    ended = len(kept) - len(live)
-    noun = "child matches" if len(kept) == 1 else "children match"
-    line = f"{len(kept)} {noun} `{one_line(row_filter.query, 200)}`"
+def _matching(client: Client, row_filter: RowFilter, verb: str) -> list[str]:
+    """The ids of the children `row_filter` keeps that have not ended, in batch order; how many
+    it keeps (and how many of those had ended) is printed."""
+    kept, live = client.matching(row_filter)
+    ended = kept - len(live)
+    noun = "child matches" if kept == 1 else "children match"
+    line = f"{kept} {noun} `{one_line(row_filter.query, 200)}`"
     line += f", {ended} had already ended" if ended else ""
     console_for().print(Text(line + ("" if live else f": nothing to {verb}")))
     return live
 
 
+def _targets(
+    args: argparse.Namespace, client: Client, row_filter: RowFilter | None, verb: str
+) -> tuple[list[str], bool]:
+    """The children named, or those `--where` keeps (and whether it was a query)."""
+    if row_filter is None:
+        return list(args.child_ids), False
+    return _matching(client, row_filter, verb), True
+
+
+def _said(ids: list[str], counted: bool) -> str:
+    """Children in a line: named, or (thousands, maybe, from a query) counted."""
+    if counted:
+        return f"{len(ids)} {'child' if len(ids) == 1 else 'children'}"
+    return ", ".join(one_line(i, 60) for i in ids)
+
+
+def _error(text: str) -> None:
+    console_for(stderr=True).print(Text(f"flightdeck: {one_line(text)}"))
+
+
 def cmd_steer(args: argparse.Namespace) -> ExitCode:
     """`flightdeck steer`: a message for children of a running batch; each receipt printed
-    as it settles (delivered, or missed and why)."""
-    import time
-
-    from flightdeck.engine.records.requests import request, submit_steer
+    as it changes (queued, and what it waits for; delivered, or missed and why)."""
+    from flightdeck.engine.commands import Steer
 
     row_filter = _where_filter(args)
     if row_filter is None and not args.child_ids:
         raise UsageError(None, None, None, "name the children to steer, or --where QUERY")
-    db = _request_db(args)
-    ids = args.child_ids
-    if row_filter is not None:
-        ids = _matching(db, args.batch_id, row_filter, "steer")
+    with _client(args) as client:
+        ids, _ = _targets(args, client, row_filter, "steer")
         if not ids:
             return ExitCode.OK
-    rid = _submitted(lambda: submit_steer(db, args.batch_id, ids, args.message, now=args.now))
+        rid = _sent(client, Steer(tuple(ids), args.message, args.now))
+        return _until_delivered(client, rid, args.now, none="steer applied")
+
+
+def cmd_nudge(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck nudge`: the canned loop steer (`[steer.canned] loop`, each child's loop
+    evidence filled in) to those of these children flagged as looping; receipts as `steer`'s."""
+    from flightdeck.engine.commands import Nudge
+
+    row_filter = _where_filter(args)
+    if row_filter is None and not args.child_ids:
+        raise UsageError(None, None, None, "name the children to nudge, or --where QUERY")
+    with _client(args) as client:
+        ids, _ = _targets(args, client, row_filter, "nudge")
+        if not ids:
+            return ExitCode.OK
+        rid = _sent(client, Nudge(tuple(ids)))
+        return _until_delivered(client, rid, False, none="nudge applied: none of them is looping")
+
+
+def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -> ExitCode:
+    """Follow a request that steers: each receipt printed as it changes (`none` if it made
+    none); 0 once every one is delivered, 1 if one was missed, the owner refused it or died."""
+    from flightdeck.engine.attached.client import OwnerGone
+
     console = console_for()
     shown: dict[int, str] = {}
-    missed = False
-    while True:
-        row = request(db, args.batch_id, rid)
-        assert row is not None
-        for receipt in row.receipts:
-            if shown.get(receipt.id) != receipt.state.value:
-                shown[receipt.id] = receipt.state.value
-                missed = missed or receipt.state.value == "missed"
-                console.print(Text(f"{one_line(receipt.child_id, 60)}: {receipt.state.value}"))
-        if row.state.value == "refused":
-            console_for(stderr=True).print(
-                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
-            )
-            return ExitCode.INCOMPLETE
-        settled = row.state.value == "applied" and all(
-            r.state.value != "queued" for r in row.receipts
-        )
-        if settled:
-            return ExitCode.INCOMPLETE if missed else ExitCode.OK
-        gone = _owner_gone(db, args.batch_id)
-        if gone is not None and row.state.value == "pending":
-            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
-            return ExitCode.INCOMPLETE
-        time.sleep(POLL_S)
+    try:
+        for row in client.follow(request_id):
+            for receipt in row.receipts:
+                state = receipt.state.value
+                if shown.get(receipt.id) != state:
+                    shown[receipt.id] = state
+                    console.print(Text(_receipt_line(receipt.child_id, state, now)))
+            if row.state.value == "refused":
+                _error(f"refused: {row.reason or ''}")
+                return ExitCode.INCOMPLETE
+            if row.state.value == "applied" and not row.receipts:
+                console.print(Text(none))
+    except OwnerGone as exc:
+        _error(str(exc))
+        return ExitCode.INCOMPLETE
+    except KeyboardInterrupt:
+        _error("stopped waiting: the steer stays queued, and is delivered at its turn")
+        return ExitCode.INTERRUPTED
+    return ExitCode.INCOMPLETE if "missed" in shown.values() else ExitCode.OK
+
+
+def _receipt_line(child_id: str, state: str, now: bool) -> str:
+    line = f"{one_line(child_id, 60)}: {state}"
+    if state == "queued":
+        wait = "interrupting its current response" if now else "waiting for its next turn"
+        line += f" — {wait}; Ctrl+C leaves it queued"
+    return line
 
 
 def cmd_stop(args: argparse.Namespace) -> ExitCode:
     """`flightdeck stop`: stop children of a running batch (or all); returns once the owner
     has applied it."""
-    from flightdeck.engine.records.requests import submit_stop, submit_stop_all
+    from flightdeck.engine.commands import Stop, StopAll
 
     row_filter = _where_filter(args)
     if row_filter is None and args.all == bool(args.child_ids):
         raise UsageError(
             None, None, None, "name the children to stop, --all or --where QUERY (one of them)"
         )
-    db = _request_db(args)
-    ids = args.child_ids
-    if row_filter is not None:
-        ids = _matching(db, args.batch_id, row_filter, "stop")
+    with _client(args) as client:
+        if args.all:
+            rid = _sent(client, StopAll())
+            return _until_applied(client, rid, "stop applied: every child")
+        ids, counted = _targets(args, client, row_filter, "stop")
         if not ids:
             return ExitCode.OK
-    if args.all:
-        rid = _submitted(lambda: submit_stop_all(db, args.batch_id))
-    else:
-        rid = _submitted(lambda: submit_stop(db, args.batch_id, ids))
-    if row_filter is not None:  # thousands, maybe: a count, not every name
-        what = f"{len(ids)} {'child' if len(ids) == 1 else 'children'}"
-    elif args.all:
-        what = "every child"
-    else:
-        what = ", ".join(one_line(i, 60) for i in ids)
-    return _until_applied(db, args.batch_id, rid, f"stop applied: {what}")
+        rid = _sent(client, Stop(tuple(ids)))
+        return _until_applied(client, rid, f"stop applied: {_said(ids, counted)}")
 
 
 def cmd_pause(args: argparse.Namespace) -> ExitCode:
     """`flightdeck pause` and `continue`: of children of a running batch, or (none named) of
     its admission; returns once the owner has applied it."""
-
-    from flightdeck.engine.records.requests import RequestKind, submit
+    from flightdeck.engine.commands import Continue, ContinueAdmission, Pause, PauseAdmission
 
     resume = args.command == "continue"
     verb = "continue" if resume else "pause"
     row_filter = _where_filter(args)
-    db = _request_db(args)
-    ids = args.child_ids
-    if row_filter is not None:
-        ids = _matching(db, args.batch_id, row_filter, verb)
-        if not ids:
+    with _client(args) as client:
+        ids, counted = _targets(args, client, row_filter, verb)
+        if counted and not ids:
             return ExitCode.OK
-    if ids:
-        kind = RequestKind.CONTINUE if resume else RequestKind.PAUSE
-        n = len(ids)
-        what = (
-            f"{n} {'child' if n == 1 else 'children'}"
-            if row_filter is not None  # thousands, maybe: a count, not every name
-            else ", ".join(one_line(i, 60) for i in ids)
-        )
-    else:
-        kind = RequestKind.CONTINUE_ADMISSION if resume else RequestKind.PAUSE_ADMISSION
-        what = f"admission of batch {one_line(args.batch_id, 60)}"
-    rid = _submitted(lambda: submit(db, args.batch_id, kind, ids))
-    return _until_applied(db, args.batch_id, rid, f"{verb} applied: {what}")
+        command: Command
+        if ids:
+            command = Continue(tuple(ids)) if resume else Pause(tuple(ids))
+            what = _said(ids, counted)
+        else:
+            command = ContinueAdmission() if resume else PauseAdmission()
+            what = f"admission of batch {one_line(args.batch_id, 60)}"
+        rid = _sent(client, command)
+        return _until_applied(client, rid, f"{verb} applied: {what}")
 
 
 def cmd_wait(args: argparse.Namespace) -> ExitCode:
     """`flightdeck wait`: block until the batch ends; its exit code (0 every child completed,
-    1 otherwise); an abandoned batch is said plainly, exit 1."""
+    1 otherwise); an owner that dies is said plainly (with how to resume), exit 1."""
     import time
 
-    from flightdeck.engine.records.reader import StoreReader
-
-    db = _request_db(args)
-    with StoreReader(db) as reader:
+    with _client(args) as client:
+        said = False
         while True:
-            info = reader.batch(args.batch_id)
-            assert info is not None
-            status = info.status.value
+            owner = client.owner()
+            status = owner.status.value
             if status == "abandoned":
-                from flightdeck.engine.records.processes import still_running
-
-                left = still_running(db, args.batch_id)
+                left = client.still_running()
                 running = (
                     f"; {left} of its children still run (resume adopts them, or ends them "
                     "before their tasks run again)"
                     if left
                     else ""
                 )
-                console_for(stderr=True).print(
-                    Text(
-                        f"flightdeck: batch {args.batch_id} was abandoned: its owner process "
-                        f"(pid {info.owner_pid}) died{running}; `flightdeck resume "
-                        f"{args.batch_id}` runs it to the end"
-                    )
+                _error(
+                    f"batch {args.batch_id} was abandoned: its owner process (pid {owner.pid}) "
+                    f"died{running}; `flightdeck resume {args.batch_id}` runs it to the end"
                 )
                 return ExitCode.INCOMPLETE
             if status != "running":
                 console_for().print(Text(f"batch {args.batch_id} {status}"))
                 return ExitCode.OK if status == "completed" else ExitCode.INCOMPLETE
-            time.sleep(POLL_S * 2)
+            if not said:  # what it waits for, on stderr (stdout is the outcome, for scripts)
+                said = True
+                console_for(stderr=True).print(
+                    Text(
+                        f"waiting for batch {one_line(args.batch_id, 60)} to end (owner pid "
+                        f"{owner.pid}); Ctrl+C stops waiting, the batch runs on"
+                    )
+                )
+            time.sleep(WAIT_EVERY_S)
 
 
 # The command line's name for each field of a change (engine/limits.py), for its errors.
@@ -251,47 +253,30 @@ _LIMIT_ARGS = {
 
 
 def cmd_limits(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck limits`: a running batch's live limits printed, or changed (the owner
-    applies the change at once; a bad one is a usage error naming the argument)."""
+    """`flightdeck limits`: a running batch's live limits printed (and the limits learned from
+    the provider's headers), or changed (the owner applies the change at once; a bad one is a
+    usage error naming the argument)."""
+    from flightdeck.engine.commands import LimitError, SetLimits, changed, describe
 
-    from flightdeck.engine.limits import LimitError, changed, describe
-    from flightdeck.engine.records.requests import RequestKind, submit
-
-    db = _request_db(args)
-    current = _stored_limits(db, args.batch_id)
-    try:
-        change = _limit_change(args, current)
-        if not change:
-            _print_limits(current, _stored_held(db, args.batch_id))
-            return ExitCode.OK
-        changed(current, change)
-    except LimitError as exc:
-        raise UsageError(None, None, _LIMIT_ARGS.get(exc.field, exc.field), exc.message) from None
-    rid = _submitted(lambda: submit(db, args.batch_id, RequestKind.LIMITS, payload=change))
-    return _until_applied(db, args.batch_id, rid, f"limits applied: {one_line(describe(change))}")
-
-
-def _stored_limits(db: Path, batch_id: str) -> Limits:
-    """The live limits the batch's owner recorded, else those its settings began with."""
-    from flightdeck.engine.inputs.settings.stored import settings_from_json
-    from flightdeck.engine.limits import limits_from_json, limits_of
-    from flightdeck.engine.model import Limits
-    from flightdeck.engine.records.reader import StoreReader
-
-    with StoreReader(db) as reader:
-        info = reader.batch(batch_id)
-        assert info is not None  # _request_db found it
-        if info.limits_json:
-            return limits_from_json(info.limits_json)
-        routes = dict.fromkeys(sorted({r.route for r in reader.children(batch_id, results=False)}))
-    if info.settings_json is None:  # a batch of an older flightdeck: only its pool size known
-        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
-    return limits_of(settings_from_json(info.settings_json), routes, info.pool_size)
+    with _client(args) as client:
+        current = client.limits()
+        try:
+            change = _limit_change(args, current)
+            if not change:
+                info = client.info()
+                _print_limits(current, info.held if info else None, client.routes())
+                return ExitCode.OK
+            changed(current, change)
+        except LimitError as exc:
+            field = _LIMIT_ARGS.get(exc.field, exc.field)
+            raise UsageError(None, None, field, exc.message) from None
+        rid = _sent(client, SetLimits(change))
+        return _until_applied(client, rid, f"limits applied: {one_line(describe(change))}")
 
 
 def _limit_change(args: argparse.Namespace, current: Limits) -> dict[str, object]:
     """The change the arguments ask for ({} for none); LimitError naming a bad one."""
-    from flightdeck.engine.limits import LimitError, parse_count, parse_money
+    from flightdeck.engine.commands import LimitError, parse_count, parse_money
 
     change: dict[str, object] = {}
     if args.pool is not None:
@@ -323,25 +308,26 @@ def _cap(value: object) -> str:
     return "off" if value is None else str(value)
 
 
-def _stored_held(db: Path, batch_id: str) -> str | None:
-    """Why the batch's admission is held, every hold (the operator's pause, the soft budget's)."""
-    from flightdeck.engine.records.reader import StoreReader
-
-    with StoreReader(db) as reader:
-        info = reader.batch(batch_id)
-    return None if info is None else info.held
-
-
-def _print_limits(limits: Limits, held: str | None) -> None:
+def _print_limits(limits: Limits, held: str | None, gauges: tuple[RouteHeadroom, ...]) -> None:
     console = console_for()
     console.print(Text(f"pool {limits.pool_size}"))
+    learned = {hr.route: hr for hr in gauges}
     for r in limits.routes:
-        console.print(
-            Text(
-                f"route {one_line(r.route, 60)}: max_concurrent {_cap(r.max_concurrent)}, "
-                f"rpm {_cap(r.rpm)}, tpm {_cap(r.tpm)}"
-            )
+        line = (
+            f"route {one_line(r.route, 60)}: max_concurrent {_cap(r.max_concurrent)}, "
+            f"rpm {_cap(r.rpm)}, tpm {_cap(r.tpm)}"
         )
+        hr = learned.get(r.route)
+        # What the provider's headers taught the route (lower than any configured limit).
+        taught = (("rpm", hr.rpm), ("tpm", hr.tpm)) if hr is not None else ()
+        found = [
+            f"{name} {limit.per_minute}"
+            for name, limit in taught
+            if limit is not None and limit.source == "learned"
+        ]
+        if found:
+            line += f" (learned from the provider: {', '.join(found)})"
+        console.print(Text(line))
     soft = "off" if limits.soft_cost_usd is None else fmt_cost(limits.soft_cost_usd)
     hard = "none" if limits.max_cost_usd is None else fmt_cost(limits.max_cost_usd)
     console.print(Text(f"soft budget {soft} (hard budget {hard})"))
@@ -349,26 +335,35 @@ def _print_limits(limits: Limits, held: str | None) -> None:
         console.print(Text(f"held: {one_line(held)}"))
 
 
-def _until_applied(db: Path, batch_id: str, request_id: int, applied: str) -> ExitCode:
+def _until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
     """Wait for the owner to settle the request: print `applied` once it has applied it (0),
-    or why it refused it, or that the owner is gone (1)."""
+    or why it refused it, or that the owner is gone (1). Waiting more than a moment is said."""
     import time
 
-    from flightdeck.engine.records.requests import request
+    from flightdeck.engine.attached.client import OwnerGone
 
-    while True:
-        row = request(db, batch_id, request_id)
-        assert row is not None
-        if row.state.value == "applied":
-            console_for().print(Text(applied))
-            return ExitCode.OK
-        if row.state.value == "refused":
-            console_for(stderr=True).print(
-                Text(f"flightdeck: refused: {one_line(row.reason or '')}")
-            )
-            return ExitCode.INCOMPLETE
-        gone = _owner_gone(db, batch_id)
-        if gone is not None:
-            console_for(stderr=True).print(Text(f"flightdeck: {gone}"))
-            return ExitCode.INCOMPLETE
-        time.sleep(POLL_S)
+    said_waiting = False
+    started = time.monotonic()
+    try:
+        for row in client.follow(request_id):
+            if row.state.value == "applied":
+                console_for().print(Text(applied))
+                return ExitCode.OK
+            if row.state.value == "refused":
+                _error(f"refused: {row.reason or ''}")
+                return ExitCode.INCOMPLETE
+            if not said_waiting and time.monotonic() - started > 1.0:
+                said_waiting = True
+                console_for(stderr=True).print(
+                    Text(
+                        f"waiting for the owner (pid {client.owner().pid}) to apply it; "
+                        "Ctrl+C leaves the request pending"
+                    )
+                )
+    except OwnerGone as exc:
+        _error(str(exc))
+        return ExitCode.INCOMPLETE
+    except KeyboardInterrupt:
+        _error("stopped waiting: the request stays pending, and the owner applies it")
+        return ExitCode.INTERRUPTED
+    return ExitCode.INCOMPLETE  # follow ends only once settled: not reached

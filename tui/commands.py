@@ -10,28 +10,29 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.errors import InputError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost, fmt_spent_compact
+from flightdeck.tui.fmt import fmt_spent, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
+from flightdeck.tui.usage import UsageError, state_db
 from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
-    from flightdeck.engine.records.reader import StoreReader
-
-
-class UsageError(InputError):
-    """A bad command-line argument."""
+    from flightdeck.engine.attached.served import Served
+    from flightdeck.engine.attached.store import BatchInfo, StoreReader
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
     """`flightdeck run`: the TUI on a terminal, the headless runner otherwise."""
-    from flightdeck.engine.api import Engine, tune_interpreter
-    from flightdeck.engine.inputs.settings import load_settings, state_dir_from
-    from flightdeck.engine.inputs.tasks import load_batch
+    from flightdeck.engine.api import (
+        Engine,
+        load_batch,
+        load_settings,
+        state_dir_from,
+        tune_interpreter,
+    )
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
@@ -40,7 +41,11 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
             settings.engine, executor=args.executor, executor_line=None
         )
         settings = dataclasses.replace(settings, engine=engine_settings)
-    batch = load_batch(args.batch_file, max_chars=settings.engine.max_task_chars)
+    batch = load_batch(
+        args.batch_file,
+        max_chars=settings.engine.max_task_chars,
+        max_tasks=settings.engine.max_tasks,
+    )
     state_dir = state_dir_from(args.state_dir, settings)
     if args.owner_of is not None:
         _check_claimed(state_dir, args.owner_of)
@@ -66,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 def _check_claimed(state_dir: Path, batch_id: str) -> None:
     """`--owner-of` (how `run` starts a batch's owner) names a folder `run` claimed for it and
     no owner has started in: never another batch's id, whose rows it would overwrite."""
-    from flightdeck.tui.spawn import OWNER_LOG
+    from flightdeck.engine.attached.spawn import OWNER_LOG
 
     folder = state_dir / "batches" / batch_id
     if not (folder / OWNER_LOG).is_file() or (folder / "manifest.json").exists():
@@ -75,31 +80,15 @@ def _check_claimed(state_dir: Path, batch_id: str) -> None:
         )
 
 
-def state_db(state_dir: Path | None) -> Path:
-    """The database of the state folder a reading command (report, ls, attach, logs) names."""
-    from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
-
-    # flightdeck.toml only matters when it names the state folder: a broken one in the current
-    # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
-    given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
-    folder = state_dir_from(state_dir, Settings() if given else load_settings(None))
-    db = folder / "flightdeck.db"
-    if not db.exists():
-        raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
-    if not db.is_file():
-        raise UsageError(db, None, None, "not a flightdeck database (not a file)")
-    return db
-
-
 def _reader(state_dir: Path | None) -> StoreReader:
-    from flightdeck.engine.records.reader import StoreReader
+    from flightdeck.engine.attached.store import StoreReader
 
     return StoreReader(state_db(state_dir))
 
 
 def cmd_report(args: argparse.Namespace) -> ExitCode:
     """`flightdeck report`: one batch's metrics report, as Markdown or JSON."""
-    from flightdeck.engine.records.report import build_report, render_json, render_markdown
+    from flightdeck.engine.attached.store import build_report, render_json, render_markdown
 
     reader = _reader(args.state_dir)
     try:
@@ -117,62 +106,67 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def cmd_ls(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck ls`: every batch in the state folder."""
+LS_COLUMNS = (
+    *("batch", "name", "status", "children", "completed", "failed", "stopped", "cost", "created"),
+)
+
+
+def ls_cells(b: BatchInfo, left: int = 0) -> tuple[str, ...]:
+    """One batch's cells under `LS_COLUMNS` (`left`: its command children's processes still
+    running after its owner died): `ls`, and the page of batches `serve` shows."""
     import time
 
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
+    status = b.status.value
+    if left:  # command children's processes that outlived their owner
+        status += f" ({left} still running)"
+    cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
+    counts = (b.children, b.completed, b.failed, b.stopped)
+    return (b.id, one_line(b.name, 30), status, *map(str, counts), cost, created)
+
+
+def cmd_ls(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck ls`: every batch in the state folder, and which a `serve` shows on a port."""
+    from flightdeck.engine.attached import served
+    from flightdeck.engine.attached.store import still_running
     from flightdeck.engine.model import BatchStatus
-    from flightdeck.engine.records.processes import still_running
 
     reader = _reader(args.state_dir)
     try:
         batches = reader.batches()
     finally:
         reader.close()
+    servers = served.live(reader.path.parent)
     table = Table()
     table.add_column("batch", no_wrap=True)
-    columns = ["name", "status", "children", "completed", "failed", "stopped", "cost", "created"]
-    for col in columns + (["owner pid"] if args.long else []):
+    extra = (("owner pid",) if args.long else ()) + (("served",) if servers else ())
+    for col in LS_COLUMNS[1:] + extra:
         table.add_column(col)
     for b in batches:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        status = b.status.value
-        if b.status is BatchStatus.ABANDONED and (left := still_running(reader.path, b.id)):
-            status += f" ({left} still running)"  # processes that outlived their owner
-        cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
-        table.add_row(
-            Text(b.id),
-            Text(one_line(b.name, 30)),
-            Text(status),
-            str(b.children),
-            str(b.completed),
-            str(b.failed),
-            str(b.stopped),
-            cost,
-            created,
-            *([str(b.owner_pid)] if args.long else []),
-        )
-    console_for().print(table)
+        left = still_running(reader.path, b.id) if b.status is BatchStatus.ABANDONED else 0
+        cells = ls_cells(b, left) + ((str(b.owner_pid),) if args.long else ())
+        on = [_port(s) for s in servers if s.serves(b.id)]
+        table.add_row(*map(Text, cells + ((" ".join(on),) if servers else ())))
+    console = console_for()
+    console.print(table)
+    for s in servers:
+        if s.batch_id is None:
+            console.print(Text(f"serving every batch of this folder on {_port(s)} (pid {s.pid})"))
     return ExitCode.OK
+
+
+def _port(s: Served) -> str:
+    return f":{s.port}" + (" read-only" if s.read_only else "")
 
 
 # -- a batch's owner taken over (resume) -------------------------------------------------------
 
 
-def checked_db(state_dir: Path | None) -> Path:
-    """The state folder's database, as `_reader` finds it (one clear error if none)."""
-    reader = _reader(state_dir)
-    reader.close()
-    return reader.path
-
-
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
-    from flightdeck.engine.api import Engine, tune_interpreter
-    from flightdeck.engine.records.liveness import OwnerAlive
-    from flightdeck.engine.resume import NothingToResume
+    from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
 
-    db = checked_db(args.state_dir)
+    db = state_db(args.state_dir)
     console, err = console_for(), console_for(stderr=True)
     try:
         engine = Engine.resume(db.parent, args.batch_id, rerun=not args.no_rerun)
@@ -192,7 +186,10 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     if found is not None:
         line = f"resumed: {found.rerun} re-run, {found.lost} left unknown"
         if found.rerun or found.lost:
-            line += f"; their lost attempts cost {fmt_cost(found.lost_cost_usd)}"
+            # Worded as the summary's `lost attempts` line: an attempt with no price makes the
+            # cost unknown, never $0.00.
+            cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
+            line += f"; their lost attempts cost {cost}{note}"
         console.print(Text(line))
         for ids, what in (
             (found.adopted, "adopted (their processes still ran; watched to the end)"),

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
+from flightdeck.engine.api import error_signature
 from flightdeck.engine.model import ChildStatus, Snapshot, SteerState
-from flightdeck.engine.signatures import error_signature
 
 TOP_SIGNATURES = 3  # error signatures the digest names; the rest are counted as "other"
 # Ended without completing, and not by the operator (stalled is counted apart).

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.money import fmt_usd
-from flightdeck.engine.records.forecast import Forecast
+
+if TYPE_CHECKING:
+    from flightdeck.engine.api import Forecast
 
 __all__ = [
     "GLYPHS",

@@ -15,7 +15,6 @@ from flightdeck.engine.model import (
     Totals,
     UnitStatus,
 )
-from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.fmt import (
     GLYPHS,
@@ -66,6 +65,8 @@ def money_lines(snap: Snapshot) -> list[Text]:
     """Under the summary: how many children have no price (the table's `+?`), the projected
     cost while children remain (a batch left running, or one that ended early), and what
     attempts lost with an owner cost, when any did."""
+    from flightdeck.engine.api import forecast  # here: `flightdeck --help` stays fast
+
     out = []
     if unknown := snap.totals.cost_unknown:
         noun = "child has" if unknown == 1 else "children have"
@@ -82,6 +83,8 @@ def money_lines(snap: Snapshot) -> list[Text]:
 
 def progress_label(snap: Snapshot) -> str:
     """The headless progress bar's words: what is spent, and where it is heading."""
+    from flightdeck.engine.api import forecast
+
     spent, note = fmt_spent(snap.totals.live_cost_usd, snap.totals.cost_unknown, "unpriced")
     ahead = forecast(snap.children)
     heading = f" → {forecast_label(ahead, compact=True)}" if ahead.remaining else ""
@@ -193,7 +196,7 @@ def summary_table(snap: Snapshot) -> Table:
 
     Readable at 80 columns: no vertical rules, short headers, and figures never cut (a route's
     name is cut before any figure is)."""
-    from flightdeck.engine.records.meter import route_totals
+    from flightdeck.engine.api import route_totals
 
     routes = route_totals(snap.children)
     by_route = len(routes) > 1

@@ -1,16 +1,17 @@
 """What the TUI reads and drives: the `EngineView` Protocol and `LiveView` over an `Engine`.
 
-`StoreView` (storeview.py) is the other one: a batch whose owner is another process, read from
-the store. Keep the Protocol small so both fit it.
+`StoreView` (engine/attached) is the other one: a batch whose owner is another process, read
+from the store. Keep the Protocol small so both fit it: every command goes through `send`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import Command
 from flightdeck.engine.model import EngineEvent, Snapshot
 
 Listener = Callable[[EngineEvent], None]
@@ -33,39 +34,13 @@ class EngineView(Protocol):
         """An immutable view of every child and the totals; cheap enough to poll."""
         ...
 
-    def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None:
-        """Queue an operator message for each child (`now`: interrupt the current response)."""
-        ...
-
-    def stop(self, child_ids: Sequence[str]) -> None:
-        """Interrupt these children."""
-        ...
-
-    def stop_all(self) -> None:
-        """Interrupt every live child; queued ones never start."""
-        ...
-
-    def set_limits(self, change: Mapping[str, object]) -> None:
-        """Change the live limits (see engine/limits.py); LimitError, nothing changed, for a
-        bad change (the dialog shows why)."""
-        ...
-
-    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
-        """Pause these children (`resume`: continue them)."""
-        ...
-
-    def pause_admission(self, on: bool) -> None:
-        """Pause the batch's admission (`on`), or continue it."""
+    def send(self, command: Command) -> None:
+        """Send an operator's command (engine/commands.py) to the batch; CommandError, nothing
+        sent, if it cannot be applied (the TUI says why)."""
         ...
 
     def transcript_path(self, child_id: str) -> Path | None:
         """The child's live transcript file, or None if the child is unknown."""
-        ...
-
-    @property
-    def loop_steer(self) -> str:
-        """The canned steer `n` sends a looping child (`[steer.canned] loop`), placeholders
-        unfilled (engine/inputs/settings/loops.py fills them)."""
         ...
 
     def subscribe(self, fn: Listener) -> Callable[[], None]:
@@ -86,30 +61,8 @@ class LiveView:
     def snapshot(self) -> Snapshot:
         return self.engine.snapshot()
 
-    def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None:
-        self.engine.steer(child_ids, message, now=now)
-
-    def stop(self, child_ids: Sequence[str]) -> None:
-        self.engine.stop(child_ids)
-
-    def stop_all(self) -> None:
-        self.engine.stop_all()
-
-    def pause(self, child_ids: Sequence[str], resume: bool) -> None:
-        if resume:
-            self.engine.continue_(child_ids)
-        else:
-            self.engine.pause(child_ids)
-
-    def pause_admission(self, on: bool) -> None:
-        self.engine.pause_admission(on)
-
-    @property
-    def loop_steer(self) -> str:
-        return self.engine.settings.canned.loop
-
-    def set_limits(self, change: Mapping[str, object]) -> None:
-        self.engine.set_limits(change)
+    def send(self, command: Command) -> None:
+        self.engine.send(command)
 
     def transcript_path(self, child_id: str) -> Path | None:
         if child_id not in self._paths:

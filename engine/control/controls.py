@@ -1,8 +1,9 @@
-"""The operator's commands (steer, stop, pause, live limits), a loop policy's steps in its
-place, and the engine's own stop of everything.
+"""The operator's commands (engine/commands.py) applied, a loop policy's steps in their place,
+and the engine's own stop of everything.
 
 Run on the coordinator thread, on the coordinator's children, routes and pool (as pauses.py
-is): a command is applied between two steps, so it never races admission.
+is): a command is applied between two steps, so it never races admission. `apply` is the one
+place a command is dispatched, whether it was sent in this process or by a client.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
-from flightdeck.engine.control.arrivals import Arrivals
-from flightdeck.engine.control.inbox import (
-    OperatorCommand,
+from flightdeck.engine.commands import (
+    CommandError,
+    Continue,
+    ContinueAdmission,
+    Nudge,
     Pause,
     PauseAdmission,
     SetLimits,
@@ -25,6 +28,8 @@ from flightdeck.engine.control.inbox import (
     Stop,
     StopAll,
 )
+from flightdeck.engine.control.arrivals import Arrivals
+from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
@@ -34,6 +39,7 @@ from flightdeck.engine.inputs.settings import CannedSteers
 from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.limits import ROUTE_FIELDS, changed
 from flightdeck.engine.model import (
+    ChildRow,
     ChildStatus,
     EngineEvent,
     LoopEvidence,
@@ -42,11 +48,16 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.records.loops import evidence_json
+from flightdeck.engine.records.transcripts import TranscriptWriter
 
 if TYPE_CHECKING:
     from flightdeck.engine.control.coordinator import Coordinator
 
 log = logging.getLogger(__name__)
+
+# (request id, the steer receipts it made, why it was refused or None): a client's request
+# settled once what it asked for is recorded.
+SettleRequest = Callable[[int, tuple[int, ...], str | None], None]
 
 
 class Controls:
@@ -62,8 +73,10 @@ class Controls:
         soft: SoftBudget,
         pauses: Pauses,
         arrivals: Arrivals,
+        carried: Mapping[str, ChildRow],  # final rows an earlier owner left (a resumed batch)
         record_held: Callable[[str | None], None],  # why admission is held, for attached views
-        record_receipt: Callable[[SteerReceipt, str], None],
+        record_receipt: Callable[[SteerReceipt, int | None], None],  # and its request, if any
+        settle_request: SettleRequest,
         publish: Callable[[EngineEvent], None],
         announce: Callable[[], None],  # the live limits changed: told to attached views
     ) -> None:
@@ -74,28 +87,36 @@ class Controls:
         self._soft = soft
         self._pauses = pauses
         self._arrivals = arrivals
+        self._carried = carried
         self._record_held = record_held
         self._record_receipt = record_receipt
+        self._settle_request = settle_request
         self._publish = publish
         self._announce = announce
         self.loop_policies = LoopPolicies()
 
-    def apply(self, command: OperatorCommand) -> None:
-        """One of the operator's commands, from this process or a client's request."""
+    def apply(self, order: Order) -> None:
+        """One of the operator's commands, from this process or a client's request; the
+        request (if any) settled after what it made is queued to the store."""
+        try:
+            receipts = self._dispatch(order)
+        except CommandError as exc:  # checked by the sender; the batch changed since
+            if order.request_id is None:
+                log.error("flightdeck engine: %s not applied: %s", order.command.title, exc)
+            else:
+                self._settle_request(order.request_id, (), str(exc))
+            return
+        if order.request_id is not None:
+            self._settle_request(order.request_id, receipts, None)
+
+    def _dispatch(self, order: Order) -> tuple[int, ...]:
+        """The one dispatch of every command: the steer receipts it made."""
         co = self._co
-        match command:
-            case Pause(ids, resume):
-                if resume:
-                    self._pauses.continue_(ids)
-                else:
-                    for child_id in ids:  # the operator has it now: no policy step behind
-                        self.loop_policies.ended(child_id)  # their back (`n` still works)
-                    self._pauses.pause(ids)
-            case PauseAdmission(on):
-                if self._pauses.hold_admission(on):
-                    self._record_held(co.hold)
-            case Steer(receipt_ids, ids, text, now):
-                self.steer(receipt_ids, ids, text, now)
+        match order.command:
+            case Steer(ids, message, now):
+                return self.steer(order.receipt_ids, ids, message, now, order.request_id)
+            case Nudge(ids):
+                return self.nudge(ids, order.request_id)
             case Stop(ids):
                 # a parent's delegates are its own work: they stop with it
                 self.stop(self._arrivals.subtree(ids), "stopped by operator")
@@ -108,32 +129,69 @@ class Controls:
                 if self._arrivals.scheduled:  # a scheduled batch ends only this way
                     self._arrivals.end_schedules()
                     co.stopped_by_stop_all += 1
+            case Pause(ids):
+                for child_id in ids:  # the operator has it now: no policy step behind
+                    self.loop_policies.ended(child_id)  # their back (`n` still works)
+                self._pauses.pause(ids)
+            case Continue(ids):
+                self._pauses.continue_(ids)
+            case PauseAdmission() | ContinueAdmission() as command:
+                if self._pauses.hold_admission(isinstance(command, PauseAdmission)):
+                    self._record_held(co.hold)
             case SetLimits(change):
                 self.set_limits(change)
+            case command:
+                raise CommandError(f"this owner cannot apply a {command.kind!r} command")
+        return ()
 
     # --- steers and stops ----------------------------------------------------------------------
 
     def steer(
-        self, receipt_ids: tuple[int, ...], ids: tuple[str, ...], message: str, now: bool
-    ) -> None:
+        self,
+        receipt_ids: tuple[int, ...],
+        ids: tuple[str, ...],
+        message: str,
+        now: bool,
+        request_id: int | None = None,
+    ) -> tuple[int, ...]:
         co = self._co
         ts = self._clock()
         for rid, child_id in zip(receipt_ids, ids, strict=True):
-            child = co.by_id.get(child_id)
-            if child is None:
-                continue
             receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
+            child = co.by_id.get(child_id)
+            if child is None:  # an earlier owner finished it (a resumed batch)
+                self._missed_carried(child_id, receipt, request_id)
+                continue
             when = "interrupt now" if now else "at next turn"
             if child.status.terminal:
-                self._missed(child, receipt, ts)
+                self._missed(child, receipt, ts, request_id)
                 continue
             child.transcript.write("operator", f"steer ({when}): {message}")
-            self._record_receipt(receipt, "steer")
+            self._record_receipt(receipt, request_id)
             co.record_event(child_id, "steer", message)
             if not child.add_steer(receipt):  # it began to end after the check above
-                self._missed(child, receipt, self._clock())
+                self._missed(child, receipt, self._clock(), request_id)
+        return receipt_ids
 
-    def _missed(self, child: Child, receipt: SteerReceipt, settled_ts: float) -> None:
+    def nudge(self, ids: tuple[str, ...], request_id: int | None) -> tuple[int, ...]:
+        """The canned loop steer, its evidence filled in, to each child flagged as looping: a
+        steer as the operator's, at its next turn."""
+        made: list[int] = []
+        for child_id in ids:
+            child = self._co.by_id.get(child_id)
+            loop = child.row().loop if child is not None else None
+            if loop is None:
+                continue
+            message = fill(
+                self._canned.loop, summary=loop.summary, kind=loop.kind, child_id=child_id
+            )
+            rid = self._co.next_receipt_id()
+            made += self.steer((rid,), (child_id,), message, False, request_id)
+        return tuple(made)
+
+    def _missed(
+        self, child: Child, receipt: SteerReceipt, settled_ts: float, request_id: int | None
+    ) -> None:
         """A steer the child can no longer take (it has ended): shown, recorded, settled."""
         reason = "the child had ended"
         if child.status.terminal:  # else it is still writing its final line
@@ -141,8 +199,22 @@ class Controls:
         child.transcript.write("operator", missed_note(receipt.message, reason))
         missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
         child.keep_receipt(missed)
-        self._record_receipt(missed, "steer")
+        self._record_receipt(missed, request_id)
         self._publish(SteerSettled(missed))
+
+    def _missed_carried(self, child_id: str, receipt: SteerReceipt, request_id: int | None) -> None:
+        """A steer for a child an earlier owner finished (a resumed batch): settled missed at
+        once, as for any child that has ended."""
+        row = self._carried[child_id]  # the sender checked it is a child of this batch
+        missed = dataclasses.replace(
+            receipt, state=SteerState.MISSED, settled_ts=receipt.created_ts
+        )
+        self._record_receipt(missed, request_id)
+        writer = TranscriptWriter(row.transcript, self._clock)
+        writer.write(
+            "operator", missed_note(receipt.message, f"the child had ended: {row.status.value}")
+        )
+        writer.close()
 
     def stop(self, ids: Iterable[str], reason: str) -> int:
         """Stop these children; returns how many were not already final."""
@@ -231,26 +303,23 @@ class Controls:
         )
         when = "interrupt now" if now else "at next turn"
         child.transcript.write("engine", f"{where}: steer ({when}): {message}")
-        self._record_receipt(receipt, "steer")
+        self._record_receipt(receipt, None)
         co.record_event(
             child.task.id,
             "loop_policy",
             json.dumps({**detail, "message": message, "receipt": receipt.id}, ensure_ascii=False),
         )
         if not child.add_steer(receipt):
-            self._missed(child, receipt, self._clock())
+            self._missed(child, receipt, self._clock(), None)
 
     # --- live limits ---------------------------------------------------------------------------
 
     def set_limits(self, change: Mapping[str, Any]) -> None:
         """Apply the operator's change at once: a lower limit only stops admitting until under
-        it (nothing is interrupted); a higher one admits at the next step, on more threads."""
+        it (nothing is interrupted); a higher one admits at the next step, on more threads.
+        LimitError (nothing changed) if the limits changed since the sender checked it."""
         co = self._co
-        try:
-            new = changed(co.limits(), change)
-        except ValueError as exc:  # checked by the caller; a second look must not fail the batch
-            log.error("flightdeck engine: limits not changed: %s", exc)
-            return
+        new = changed(co.limits(), change)
         if new.pool_size != co.pool_size:
             co.pool_size = new.pool_size
             co.pool.grow(new.pool_size + SPARE_WORKERS)

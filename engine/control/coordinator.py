@@ -31,21 +31,14 @@ from flightdeck.engine.child.facts import (
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.admission import Admission
 from flightdeck.engine.control.arrivals import Arrivals
-from flightdeck.engine.control.controls import Controls
+from flightdeck.engine.control.controls import Controls, SettleRequest
 from flightdeck.engine.control.finals import Finals
 from flightdeck.engine.control.inbox import (
-    Command,
     Message,
-    Pause,
-    PauseAdmission,
+    Order,
     Recorded,
     RecordProgress,
-    SetLimits,
     Shutdown,
-    Steer,
-    Stop,
-    StopAll,
-    Then,
     Unrecorded,
 )
 from flightdeck.engine.control.lost import rerun_lost
@@ -76,6 +69,9 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
+# How often the alive children's live figures (calls in flight, retry notices) are published
+# for attached views: with their reading, well within half a second.
+LIVE_EVERY_S = 0.2
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
 
@@ -96,17 +92,16 @@ class Coordinator:
         clock: Callable[[], float],
         record: Callable[[ChildRow], None],
         record_final: Callable[[ChildRow, Callable[[bool], None]], None],
-        record_receipt: Callable[[SteerReceipt, str], None],
+        record_receipt: Callable[[SteerReceipt, int | None], None],  # and its client request
         record_event: Callable[[str | None, str, str], None],
         publish: Callable[[EngineEvent], None],
         on_finished: Callable[[BatchStatus], EngineEvent],
         throttles: Mapping[str, RouteThrottle] | None = None,
         between_facts: Callable[[], None] = lambda: None,
-        carried: tuple[ChildStatus, ...] = (),
+        carried: tuple[ChildRow, ...] = (),  # final rows an earlier owner left (a resume)
         first_receipt_id: int = 1,
         spawn: Callable[[Task], Child] | None = None,
         schedules: tuple[Schedule, ...] = (),
-        taken_ids: frozenset[str] = frozenset(),  # children kept from before a resume
         store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
         canned: CannedSteers | None = None,
         # The rows the soft budget's projection counts (all the batch's: a resumed one's too).
@@ -115,6 +110,10 @@ class Coordinator:
         on_limits: Callable[[Limits, str | None], None] = lambda limits, hold: None,
         record_held: Callable[[str | None], None] = lambda held: None,
         admission_paused: bool = False,  # the operator's pause, kept across a resume
+        # A client's request applied (with the receipts it made) or refused (with why).
+        settle_request: SettleRequest = lambda request, receipts, refused: None,
+        # Every LIVE_EVERY_S: the latest rows of the children alive (for attached views).
+        publish_live: Callable[[tuple[ChildRow, ...]], None] = lambda rows: None,
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
@@ -142,7 +141,7 @@ class Coordinator:
         self._receipt_lock = threading.Lock()
         self._finals = Finals(
             children,
-            carried=carried,
+            carried=tuple(r.status for r in carried),
             record_final=record_final,
             report=self.report,
             publish=publish,
@@ -164,13 +163,16 @@ class Coordinator:
         self._last_progress = 0.0
         self._last_watch = 0.0
         self._progress_versions: dict[str, int] = {}
+        self._publish_live = publish_live
+        self._last_live = 0.0
+        self._live_rows: dict[str, ChildRow] = {}  # alive children's rows, as last recorded
         self.pool = pool  # where children's work runs (threads here, or a cluster)
         self._pauses = Pauses(self)
         self._arrivals = Arrivals(
             self,
             spawn=spawn,
             schedules=schedules,
-            taken_ids=taken_ids,
+            taken_ids=frozenset(r.id for r in carried),
             clock=clock,
             exhausted=lambda: self._admission.budget_exhausted(),
         )
@@ -193,8 +195,10 @@ class Coordinator:
             soft=self._soft,
             pauses=self._pauses,
             arrivals=self._arrivals,
+            carried={r.id: r for r in carried},
             record_held=record_held,
             record_receipt=record_receipt,
+            settle_request=settle_request,
             publish=publish,
             announce=self._announce_limits,
         )
@@ -222,8 +226,9 @@ class Coordinator:
         with self._receipt_lock:
             return next(self._receipt_ids)
 
-    def command(self, command: Command) -> None:
-        """Queue a caller's command for the coordinator thread (thread-safe)."""
+    def command(self, command: Order | RecordProgress | Shutdown) -> None:
+        """Queue an operator's order (or the engine's own request) for the coordinator thread
+        (thread-safe)."""
         self._inbox.put(command)
 
     @property
@@ -444,7 +449,7 @@ class Coordinator:
             case ReceiptSettled(receipt):
                 if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
                     self._controls.loop_policies.delivered(receipt.child_id, self._clock())
-                self._record_receipt(receipt, "steer")
+                self._record_receipt(receipt, None)
                 self._publish(SteerSettled(receipt))
             case Delegated(child_id, call):
                 self._arrivals.delegate(self.by_id[child_id], call)
@@ -458,16 +463,11 @@ class Coordinator:
                 rerun_lost(self, self.by_id[child_id], why)
             case LoopFlagged(child_id, evidence, again):
                 self._controls.looped(child_id, evidence, again)
-            case Steer() | Stop() | StopAll() | SetLimits() | Pause() | PauseAdmission():
+            case Order():
                 self._controls.apply(message)
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
-            case Then(call):
-                try:
-                    call()
-                except Exception:  # the caller's bug must not stop the batch
-                    log.exception("a coordinator callback failed")
             case Shutdown():
                 self._shutdown = True
 
@@ -503,17 +503,25 @@ class Coordinator:
                 self.finish(child)
 
     def _progress(self) -> None:
-        """Running children's counters reach the store every PROGRESS_EVERY_S (for attach)."""
+        """Running children's counters reach the store every PROGRESS_EVERY_S (for attach),
+        and their live figures every LIVE_EVERY_S."""
         now = self._clock()
         if now - self._last_progress >= PROGRESS_EVERY_S:
             self._last_progress = now
             self._record_progress()
+            if now - self._last_live >= LIVE_EVERY_S:
+                self._last_live = now
+                self._publish_live(tuple(self._live_rows.values()))
 
     def _record_progress(self) -> None:
-        for child in self.alive.values():
+        alive, rows = self.alive, self._live_rows
+        for child in alive.values():
             if self._progress_versions.get(child.task.id) != child.version:
                 self._progress_versions[child.task.id] = child.version
-                self.record(child.row())
+                row = rows[child.task.id] = child.row()
+                self.record(row)
+        if len(rows) > len(alive) or any(cid not in alive for cid in rows):
+            self._live_rows = {cid: row for cid, row in rows.items() if cid in alive}
 
     def _announce_limits(self) -> None:
         """The live limits changed, or a hold began or ended: for attached views and resume."""

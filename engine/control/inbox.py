@@ -1,58 +1,25 @@
-"""What the coordinator's inbox carries: callers' commands and the facts workers report."""
+"""What the coordinator's inbox carries: the operator's orders, the engine's own requests, and
+the facts workers report."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from flightdeck.engine.child.facts import ChildFact
+from flightdeck.engine.commands import Command
 from flightdeck.engine.model import ChildRow
 
 
 @dataclass(frozen=True, slots=True)
-class Steer:
-    """Queue `message` for each child in `ids`, under the receipt id at the same position."""
+class Order:
+    """An operator's command (engine/commands.py), checked by its sender, for the coordinator to
+    apply: with the receipt ids its sender numbered (one per child of a steer), and the client
+    request it came from, settled once it is applied."""
 
-    receipt_ids: tuple[int, ...]
-    ids: tuple[str, ...]
-    message: str
-    now: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """Stop these children; queued ones never start."""
-
-    ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StopAll:
-    """Stop every child that has not ended."""
-
-
-@dataclass(frozen=True, slots=True)
-class SetLimits:
-    """The operator's change to the live limits (see engine/limits.py), checked already."""
-
-    change: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    """Pause these children (`resume`: continue them); queued ones never start until then."""
-
-    ids: tuple[str, ...]
-    resume: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PauseAdmission:
-    """Pause the batch's admission (`on`), or continue it."""
-
-    on: bool
+    command: Command
+    receipt_ids: tuple[int, ...] = ()
+    request_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +27,6 @@ class RecordProgress:
     """Record every running child's current row now, then set `done`."""
 
     done: threading.Event
-
-
-@dataclass(frozen=True, slots=True)
-class Then:
-    """Run `call` on the coordinator thread once the commands queued before it are applied
-    (a client request is marked applied only after what it asked for is recorded)."""
-
-    call: Callable[[], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +48,4 @@ class Unrecorded:
     row: ChildRow
 
 
-OperatorCommand = Steer | Stop | StopAll | SetLimits | Pause | PauseAdmission  # controls.py's
-Command = OperatorCommand | RecordProgress | Then | Shutdown
-Message = Command | Recorded | Unrecorded | ChildFact
+Message = Order | RecordProgress | Shutdown | Recorded | Unrecorded | ChildFact

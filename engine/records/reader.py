@@ -15,13 +15,11 @@ from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerRec
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import current_loops
 from flightdeck.engine.records.rows import (
-    BATCH_COLUMNS,
-    BATCH_COLUMNS_V1,
-    BATCH_COLUMNS_V2,
     CHILD_COLUMNS,
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
+    batch_columns,
     batch_info,
     child_row,
     receipt,
@@ -33,6 +31,7 @@ from flightdeck.engine.records.schema import (
     readable_without_shm,
     schema_version,
 )
+from flightdeck.engine.sanitize import one_line, sanitize
 
 MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 
@@ -206,7 +205,7 @@ class StoreReader:
                 ) from None
             # A version 1 or 2 file nobody has opened to write since (an old state folder,
             # read only) reads the same, without what later versions added.
-            self._ready = version in (1, 2, SCHEMA_VERSION)
+            self._ready = 1 <= version <= SCHEMA_VERSION
             self._version = version
         return self._ready
 
@@ -215,9 +214,7 @@ class StoreReader:
 
     def _batches(self, batch_id: str | None) -> list[BatchInfo]:
         where, args = ("WHERE id = ?", (batch_id,)) if batch_id is not None else ("", ())
-        columns = {SCHEMA_VERSION: BATCH_COLUMNS, 2: BATCH_COLUMNS_V2}.get(
-            self._version, BATCH_COLUMNS_V1
-        )
+        columns = batch_columns(self._version)
         with self._snapshot():
             batch_rows = self._conn.execute(
                 f"SELECT {columns} FROM batches {where} ORDER BY created_ts DESC, rowid DESC",
@@ -349,3 +346,12 @@ def with_lineage(rows: list[ChildRow], parents: Mapping[str, str]) -> list[Child
         else r
         for r in rows
     ]
+
+
+def no_batch(batch_id: str, state_dir: Path) -> str:
+    """How every command says that an id names no batch of this state folder (`logs`,
+    `report`, `resume`, `steer`, `stop`, `wait`… alike)."""
+    return (
+        f"no batch {one_line(batch_id, 80)!r} in {sanitize(str(state_dir.absolute()))} "
+        "(flightdeck ls lists them; another state folder: --state-dir)"
+    )

@@ -26,6 +26,13 @@ BATCH_COLUMNS = (
 # What a version 1 or 2 file (read, never migrated, by a reader) has of them.
 BATCH_COLUMNS_V2 = BATCH_COLUMNS.replace("held, limits_json", "NULL, NULL")
 BATCH_COLUMNS_V1 = BATCH_COLUMNS_V2.replace("heartbeat_ts, settings_json", "NULL, NULL")
+
+
+def batch_columns(version: int) -> str:
+    """BATCH_COLUMNS as a file of schema `version` has them (NULL for what it lacks)."""
+    return BATCH_COLUMNS if version >= 3 else BATCH_COLUMNS_V2 if version == 2 else BATCH_COLUMNS_V1
+
+
 CHILD_COLUMNS = (
     "batch_id, id, seq, goal, grp, route, model, status, api_calls, tool_calls, retries, turns, "
     "current_tool, tool_started_ts, activity, last_activity_ts, tokens_in, tokens_out, "
@@ -77,6 +84,10 @@ UPSERT_CONTROL_BOTH = upsert(
     "controls", CONTROL_COLUMNS + ", request_id, reason", ("batch_id", "id")
 )
 HEARTBEAT = "UPDATE batches SET heartbeat_ts = ? WHERE id = ?"
+SET_LIVE = (
+    "INSERT INTO live (batch_id, body) VALUES (?, ?) "
+    "ON CONFLICT (batch_id) DO UPDATE SET body = excluded.body"
+)
 SET_HELD = "UPDATE batches SET held = ? WHERE id = ?"
 SET_LIMITS = "UPDATE batches SET pool_size = ?, limits_json = ? WHERE id = ?"
 SETTLE_REQUEST = (

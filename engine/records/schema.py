@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flightdeck.engine.errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
 
 # Commands from clients (other processes: `flightdeck steer/stop`, an attached TUI), recorded
@@ -82,8 +82,25 @@ CREATE TABLE IF NOT EXISTS processes (
 # From version 3: the processes table, added on its own.
 MIGRATE_3_TO_4 = tuple(s for s in PROCESSES_SCHEMA.split(";") if s.strip())
 
-# The steps that bring a file of each older version to this one.
-MIGRATIONS = {1: MIGRATE_1_TO_2, 2: MIGRATE_2_TO_3, 3: MIGRATE_3_TO_4}
+# The owner's live figures for attached views (records/live.py): one row a batch, replaced a
+# few times a second while it runs; not a record of what happened.
+LIVE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS live (
+    batch_id TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+)
+"""
+
+# From version 4: the live table, nothing else.
+MIGRATE_4_TO_5 = (LIVE_SCHEMA,)
+
+# The steps from each older version to the next.
+MIGRATIONS = {
+    1: MIGRATE_1_TO_2,
+    2: MIGRATE_2_TO_3,
+    3: MIGRATE_3_TO_4,
+    4: MIGRATE_4_TO_5,
+}
 
 SCHEMA = (
     """
@@ -164,6 +181,7 @@ CREATE INDEX IF NOT EXISTS events_by_batch ON events (batch_id, id);
 """
     + REQUESTS_SCHEMA
     + PROCESSES_SCHEMA
+    + LIVE_SCHEMA
 )
 
 

@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
-from flightdeck.tui.storeview import StoreView
 
 CHILDREN = int(os.environ.get("BENCH_ATTACH_CHILDREN", "1000"))
 POOL = int(os.environ.get("BENCH_ATTACH_POOL", "200"))
@@ -56,7 +56,7 @@ import sys, time
 from pathlib import Path
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.tui.storeview import StoreView
+from flightdeck.engine.attached.view import StoreView
 db = Path(sys.argv[1])
 print("ready", flush=True)
 while True:

@@ -57,9 +57,9 @@ def test_the_digest_counts_children_flagged_looping_since_even_once_they_stop(
 ) -> None:
     # A real child flagged looping, nudged, and cleared by its progress: it looped since the
     # mark, whether it still does or not, in the engine's view and in a view of its store.
+    from flightdeck.engine.attached.view import StoreView
     from flightdeck.engine.inputs.settings import LoopSettings
     from flightdeck.engine.inputs.tasks import Task
-    from flightdeck.tui.storeview import StoreView
 
     from helpers import run_to_end, settings, sim_route, start, tasks_batch
 

@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.commands import Stop
 from flightdeck.engine.inputs.settings import TuiSettings
 from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
 from flightdeck.tui import alerts
@@ -203,7 +204,7 @@ async def test_attached_again_to_an_owner_the_digest_tells_what_happened_meanwhi
 
         other = owner.view()  # meanwhile, another terminal stops c2
         try:
-            other.stop(["c2"])
+            other.send(Stop(("c2",)))
             deadline = time.monotonic() + 15
             while other.snapshot().child("c2").status is not S.STOPPED:  # type: ignore[union-attr]
                 assert time.monotonic() < deadline, "c2 stopped by the other terminal"

@@ -4,12 +4,15 @@ whether watchfiles reports the changes or only polling finds them."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -19,9 +22,8 @@ from flightdeck.engine.model import (
     EngineEvent,
 )
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.tui.storeview import StoreView
 
-from helpers import batch, settings, sim_route
+from helpers import Hold, batch, settings, sim_route
 
 
 def open_view(db: Path, batch_id: str, *, force_polling: bool = False) -> StoreView:
@@ -35,9 +37,12 @@ def open_view(db: Path, batch_id: str, *, force_polling: bool = False) -> StoreV
             time.sleep(0.005)
 
 
-def events_to_the_end(view: StoreView, ended_before: set[str] | None = None) -> list[EngineEvent]:
+def events_to_the_end(
+    view: StoreView, ended_before: set[str] | None = None, hold: Hold | None = None
+) -> list[EngineEvent]:
     """Every fact the view derives, until (and with) the batch's end; `ended_before` gets the
-    children that had ended when it subscribed (their ends may have been told to nobody)."""
+    children that had ended when it subscribed (their ends may have been told to nobody);
+    `hold`, if given, is released once it has subscribed."""
     events: list[EngineEvent] = []
     ended = threading.Event()
 
@@ -49,6 +54,8 @@ def events_to_the_end(view: StoreView, ended_before: set[str] | None = None) -> 
     view.subscribe(on_event)
     if ended_before is not None:
         ended_before |= {r.id for r in view.snapshot().children if r.status.terminal}
+    if hold is not None:
+        hold.release()
     assert ended.wait(30), "the batch's end seen through the store"
     return events
 
@@ -72,7 +79,13 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         assert [r.status for r in snap.children] == [ChildStatus.COMPLETED] * 6
         assert snap.totals.completed == 6 and snap.totals.usage.total > 0
         with StoreReader(db) as reader:  # the rows as the store's own reader builds them
-            assert list(snap.children) == reader.children(engine.batch_id, results=False)
+            stored = reader.children(engine.batch_id, results=False)
+        # ... and what reading the cache saved, at the batch's prices (as in-process)
+        live = engine.snapshot().children
+        assert [r.cache_saved_usd for r in snap.children] == [r.cache_saved_usd for r in live]
+        assert any(r.cache_saved_usd for r in snap.children)
+        unsaved = [dataclasses.replace(r, cache_saved_usd=Decimal(0)) for r in snap.children]
+        assert unsaved == stored
         finished = [e.row.id for e in events if isinstance(e, ChildFinished)]
         assert len(finished) == len(set(finished))  # each at most once
         everyone = {f"t{i:04d}" for i in range(6)}
@@ -91,7 +104,7 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         engine.close()
 
 
-def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path) -> None:
+def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path, hold: Hold) -> None:
     from flightdeck.engine.inputs.tasks import Batch, Task
     from flightdeck.engine.model import GroupFinished, UnitStatus
 
@@ -100,14 +113,14 @@ def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path) -> No
     )
     engine = Engine(
         Batch("units", tasks),
-        settings(sim_route(time_scale=0.02), pool=2),
+        settings(sim_route(**hold.options()), pool=2),  # held until the view has subscribed
         state_dir=tmp_path / "state",
     )
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
         view = open_view(db, engine.batch_id)
-        events = events_to_the_end(view)
+        events = events_to_the_end(view, hold=hold)
         view.close()
     finally:
         engine.close()

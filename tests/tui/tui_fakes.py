@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from pathlib import Path
 
-from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER
+from flightdeck.engine.commands import Command, SetLimits, Steer, Stop, StopAll
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -166,7 +166,6 @@ class StaticView:
 
     read_only: str | None = None
     can_detach: bool = False
-    loop_steer: str = DEFAULT_LOOP_STEER
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -180,17 +179,16 @@ class StaticView:
             max_cost_usd=Decimal("0.10"),
         )
 
-    def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None:
-        self.steered.append((list(child_ids), message, now))
-
-    def stop(self, child_ids: Sequence[str]) -> None:
-        self.stopped.append(list(child_ids))
-
-    def stop_all(self) -> None:
-        self.stopped_all += 1
-
-    def set_limits(self, change: Mapping[str, object]) -> None:
-        self.limit_changes.append(dict(change))
+    def send(self, command: Command) -> None:
+        match command:
+            case Steer(ids, message, now):
+                self.steered.append((list(ids), message, now))
+            case Stop(ids):
+                self.stopped.append(list(ids))
+            case StopAll():
+                self.stopped_all += 1
+            case SetLimits(change):
+                self.limit_changes.append(dict(change))
 
     def transcript_path(self, child_id: str) -> Path | None:
         for row in self.rows:

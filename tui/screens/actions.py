@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.inputs.settings.loops import fill
+from flightdeck.engine.commands import Command, CommandError, Continue, Nudge, Pause, Steer, Stop
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.screens import targets
@@ -19,6 +19,18 @@ from flightdeck.tui.screens.summaries import Summaries, had_ended
 
 if TYPE_CHECKING:
     from flightdeck.tui.screens.main import MainScreen
+
+
+def sent(screen: MainScreen, command: Command) -> bool:
+    """Send `command` to the batch; False, and the reason said, if it cannot be applied
+    (nothing was sent)."""
+    try:
+        screen.view.send(command)
+    except CommandError as exc:
+        text = f"{command.title} not sent: {one_line(str(exc), 200)}"
+        screen.notify(text, severity="error", markup=False)
+        return False
+    return True
 
 
 def refused(screen: MainScreen) -> bool:
@@ -60,14 +72,8 @@ class TargetActions:
             live, ended_since = self._still_live(ids) if query is not None else (ids, [])
             rows = screen.table.rows_by_id
             before = {i: frozenset(r.id for r in rows[i].steers) for i in live}
-            try:
-                if live:
-                    screen.view.steer(live, request.message, request.now)
-            except ValueError as exc:  # too long, or not valid text: nothing was queued
-                screen.notify(
-                    f"steer not sent: {one_line(str(exc), 200)}", severity="error", markup=False
-                )
-                return
+            if live and not sent(screen, Steer(tuple(live), request.message, request.now)):
+                return  # too long, or not valid text: nothing was queued
             when = "now" if request.now else "at next turn"
             text = f"steer queued for {len(live)} ({when})"
             if query is not None:
@@ -106,15 +112,16 @@ class TargetActions:
             if not confirmed:
                 return
             if query is None:
-                screen.view.stop(ids)
+                if not sent(screen, Stop(tuple(ids))):
+                    return
                 screen.table.set_tagged(ids, False)
                 screen.notify(f"stop requested for {len(ids)}", markup=False)
                 screen.poll()
                 return
             # Everything matching: one summary once every stop has landed (see settle_stops).
             live, ended_since = self._still_live(ids)
-            if live:
-                screen.view.stop(live)
+            if live and not sent(screen, Stop(tuple(live))):
+                return
             self.summaries.stopped(live, ended + len(ended_since))
             screen.notify(
                 f"stop requested for {len(live)} matching `{one_line(query, 60)}`", markup=False
@@ -125,35 +132,17 @@ class TargetActions:
         screen.app.push_screen(dialog, stop)
 
     def nudge(self) -> None:
-        """The canned loop steer to each looping target, its evidence filled in: a steer as
-        `s` sends one (the operator's, at the next turn), with no dialog."""
+        """The canned loop steer to each looping target (the engine fills in each one's
+        evidence): a steer as `s` sends one (the operator's, at the next turn), with no dialog."""
         screen = self.screen
         if refused(screen):
             return
-        rows = screen.table.rows_by_id
-        by_message: dict[str, list[str]] = {}
-        template = screen.view.loop_steer
-        for child_id in targets.looping_targets(screen.table):
-            loop = rows[child_id].loop
-            if loop is None:
-                continue
-            message = fill(template, summary=loop.summary, kind=loop.kind, child_id=child_id)
-            by_message.setdefault(message, []).append(child_id)
-        if not by_message:
+        ids = targets.looping_targets(screen.table)
+        if not ids or not sent(screen, Nudge(tuple(ids))):
             return
-        sent = 0
-        try:
-            for message, ids in by_message.items():
-                screen.view.steer(ids, message, False)
-                sent += len(ids)
-        except ValueError as exc:  # too long, or not valid text: this one was not queued
-            screen.notify(
-                f"steer not sent: {one_line(str(exc), 200)}", severity="error", markup=False
-            )
-        if sent:
-            noun = "child" if sent == 1 else "children"
-            text = f"loop steer queued for {sent} looping {noun} (at next turn)"
-            screen.notify(text, markup=False)
+        noun = "child" if len(ids) == 1 else "children"
+        text = f"loop steer queued for {len(ids)} looping {noun} (at next turn)"
+        screen.notify(text, markup=False)
 
     def pause(self) -> None:
         """Pause the targets; continue them when every one is paused already."""
@@ -175,8 +164,9 @@ class TargetActions:
             if not confirmed:
                 return
             live, ended_since = self._still_live(ids) if query is not None else (ids, [])
-            if live:
-                screen.view.pause(live, resume)
+            command = Continue(tuple(live)) if resume else Pause(tuple(live))
+            if live and not sent(screen, command):
+                return
             if query is None:
                 screen.table.set_tagged(ids, False)
                 screen.notify(f"{verb} requested for {len(live)}", markup=False)

@@ -6,11 +6,17 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.limits import describe
+from flightdeck.engine.commands import (
+    ContinueAdmission,
+    PauseAdmission,
+    SetLimits,
+    StopAll,
+    describe,
+)
 from flightdeck.engine.model import OPERATOR_HOLD, Snapshot
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.screens.actions import refused
+from flightdeck.tui.screens.actions import refused, sent
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog
 from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetAnswer, SoftBudgetDialog
 
@@ -32,7 +38,8 @@ class BatchControls:
             return
         snap = screen.snapshot
         on = not (snap is not None and snap.held is not None and OPERATOR_HOLD in snap.held)
-        screen.view.pause_admission(on)
+        if not sent(screen, PauseAdmission() if on else ContinueAdmission()):
+            return
         if on:
             text = "admission paused: no new child starts; the running go on (p pauses them)"
         else:
@@ -50,8 +57,7 @@ class BatchControls:
             return
 
         def stop_all(confirmed: bool | None) -> None:
-            if confirmed:
-                screen.view.stop_all()
+            if confirmed and sent(screen, StopAll()):
                 screen.notify(f"stop requested for all {len(ids)}", markup=False)
                 screen.poll()
 
@@ -72,8 +78,12 @@ class BatchControls:
                 screen.notify("limits changed: " + one_line(describe(change), 200), markup=False)
                 screen.poll()
 
-        dialog = LimitsDialog(snap.limits, screen.view.set_limits, held=snap.held)
+        dialog = LimitsDialog(snap.limits, self._set_limits, held=snap.held)
         screen.app.push_screen(dialog, applied)
+
+    def _set_limits(self, change: dict[str, object]) -> None:
+        """What the limits dialogs apply: CommandError (the dialog says why) for a bad one."""
+        self.screen.view.send(SetLimits(change))
 
     def ask_soft_budget(self, snap: Snapshot) -> None:
         """The soft budget's hold has begun: ask the operator once what to do."""
@@ -98,5 +108,7 @@ class BatchControls:
             screen.notify(text, markup=False)
             screen.poll()
 
-        dialog = SoftBudgetDialog(held, limits, screen.view.set_limits, screen.view.stop_all)
+        dialog = SoftBudgetDialog(
+            held, limits, self._set_limits, lambda: screen.view.send(StopAll())
+        )
         screen.app.push_screen(dialog, answered)

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from flightdeck.engine.limits import ROUTE_FIELDS, LimitError, parse_count, parse_money
+from flightdeck.engine.commands import (
+    ROUTE_FIELDS,
+    CommandError,
+    LimitError,
+    parse_count,
+    parse_money,
+)
 from flightdeck.engine.model import Limits
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
@@ -40,11 +46,12 @@ def _field_id(route_index: int, field: str) -> str:
     return f"limit-r{route_index}-{field.replace('_', '-')}"
 
 
-Apply = Callable[[dict[str, Any]], None]  # the view's set_limits: LimitError for a bad change
+# Sends the change (SetLimits): CommandError (a LimitError naming the field) for a bad one.
+Apply = Callable[[dict[str, Any]], None]
 
 
 class LimitsDialog(ModalScreen[dict[str, Any] | None]):
-    """The live limits as they stand, editable; Apply hands `apply` (the view's `set_limits`)
+    """The live limits as they stand, editable; Apply hands `apply` (a SetLimits sent)
     the fields the operator changed and closes with them; a bad one is said in the dialog,
     which stays open."""
 
@@ -143,13 +150,14 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
             return
         try:
             self.apply(change)
-        except LimitError as exc:  # the view's check: an unknown route, over the hard budget
+        except CommandError as exc:  # the check: an unknown route, over the hard budget
             self._error(exc)
             return
         self.dismiss(change)
 
-    def _error(self, exc: LimitError) -> None:
-        text = f"{_LABELS.get(exc.field, exc.field)}: {exc.message}"
+    def _error(self, exc: CommandError) -> None:
+        field = exc.field or "limits"
+        text = f"{_LABELS.get(field, field)}: {exc.message}"
         self.query_one("#limit-error", Label).update(Text(one_line(text, 300), "red"))
 
     def action_cancel(self) -> None:
@@ -219,7 +227,7 @@ class SoftBudgetDialog(ModalScreen[SoftBudgetAnswer | None]):
     def _answer(self, answer: SoftBudgetAnswer) -> None:
         try:
             self.apply({"soft_cost_usd": answer.raise_to})
-        except LimitError as exc:  # over the hard budget, say
+        except CommandError as exc:  # over the hard budget, say
             self.show_error(exc)
             return
         self.dismiss(answer)
@@ -238,7 +246,7 @@ class SoftBudgetDialog(ModalScreen[SoftBudgetAnswer | None]):
             return
         self._answer(SoftBudgetAnswer(raise_to=value))
 
-    def show_error(self, exc: LimitError) -> None:
+    def show_error(self, exc: CommandError) -> None:
         self.query_one("#soft-error", Label).update(
             Text(one_line(f"soft budget: {exc.message}", 300), "red")
         )

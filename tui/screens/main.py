@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from flightdeck.engine import model
-from flightdeck.engine.inputs.settings import TuiSettings
+from flightdeck.engine.api import TuiSettings
+from flightdeck.engine.commands import StopAll
 from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
 from flightdeck.tui.lastlooked import LastLooked
 from flightdeck.tui.messages import (
@@ -383,7 +384,7 @@ class MainScreen(Screen[None]):
         def answer(choice: QuitChoice | None) -> None:
             self.quit_requested = False
             if choice is QuitChoice.STOP:
-                self.view.stop_all()
+                self.view.send(StopAll())
                 self.app.exit(result=True)
             elif choice is QuitChoice.DETACH:  # the owner process runs the batch on
                 self.app.exit(result=False)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import ClassVar, cast
 
+from flightdeck.engine.api import MedianRows, Medians
 from flightdeck.engine.model import ChildRow
-from flightdeck.engine.outliers import MedianRows, Medians
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.columns import (
     COLUMN_KEYS,

@@ -6,8 +6,8 @@ full, as far as the screen's width allows.
 
 from __future__ import annotations
 
+from flightdeck.engine.api import burn_rate
 from flightdeck.engine.model import ChildRow, LoopEvidence
-from flightdeck.engine.records.forecast import burn_rate
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, fmt_cost
 from flightdeck.tui.widgets.rows import (

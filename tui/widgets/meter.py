@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import deque
 from decimal import Decimal
 
+from flightdeck.engine.api import forecast
 from flightdeck.engine.model import Snapshot
-from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens, forecast_label
 from rich.text import Text

@@ -9,17 +9,15 @@ from decimal import Decimal
 from enum import StrEnum
 from functools import lru_cache
 
-from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
-from flightdeck.engine.outliers import Kind
-
 # The filter language is shared with `--where` on the command line.
-from flightdeck.engine.query import STATUS_ALIASES as STATUS_ALIASES
-from flightdeck.engine.query import QueryError as QueryError
-from flightdeck.engine.query import RowFilter as RowFilter
-from flightdeck.engine.query import is_retrying as is_retrying
-from flightdeck.engine.query import parse_filter as parse_filter
+from flightdeck.engine.api import STATUS_ALIASES as STATUS_ALIASES
+from flightdeck.engine.api import Kind, error_signature
+from flightdeck.engine.api import QueryError as QueryError
+from flightdeck.engine.api import RowFilter as RowFilter
+from flightdeck.engine.api import is_retrying as is_retrying
+from flightdeck.engine.api import parse_filter as parse_filter
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.sanitize import one_line
-from flightdeck.engine.signatures import error_signature
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens, tokens_unknown
 from flightdeck.tui.widgets.columns import DOING_CHARS, TREE_MARK
 

@@ -6,9 +6,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.api import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.watch import Waker
 from flightdeck.tui.widgets.days import Days
 from flightdeck.tui.widgets.tail import Chunk, Tail
 from rich.cells import cell_len

@@ -12,7 +12,7 @@ validation), `load` (structure, ids and order), `values` (Task and Batch).
 
 from __future__ import annotations
 
-from flightdeck.engine.inputs.tasks.checks import check_routes, unicode_problem
+from flightdeck.engine.inputs.tasks.checks import check_routes
 from flightdeck.engine.inputs.tasks.load import load_batch
 from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TURNS,
@@ -23,6 +23,7 @@ from flightdeck.engine.inputs.tasks.values import (
     Schedule,
     Task,
 )
+from flightdeck.engine.inputs.text import too_long, unicode_problem
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -34,5 +35,6 @@ __all__ = [
     "Task",
     "check_routes",
     "load_batch",
+    "too_long",
     "unicode_problem",
 ]

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection
 
 from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.bounds import MAX_SECONDS
 from flightdeck.engine.inputs.messages import expected, suggest
 from flightdeck.engine.inputs.tasks.values import MAX_TURNS_LIMIT, Batch
-
-# A high then a low surrogate: what YAML makes of an escaped pair such as "\ud83d\ude00".
-_SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
+from flightdeck.engine.inputs.text import unicode_problem
 
 
 def check_field(name: object, value: object) -> str | None:
@@ -32,6 +30,8 @@ def check_field(name: object, value: object) -> str | None:
             return expected("a number of seconds", value)
         if not (math.isfinite(value) and value > 0):
             return f"must be a positive number of seconds, got {value}"
+        if value > MAX_SECONDS:
+            return f"must be at most {MAX_SECONDS:,.0f} seconds, got {value:g}"
     elif name == "for_each":
         if not isinstance(value, list):
             return expected("an array of items", value)
@@ -42,32 +42,6 @@ def check_field(name: object, value: object) -> str | None:
             return expected("a file path string", value)
         return unicode_problem(value)
     return None
-
-
-def unicode_problem(text: str) -> str | None:
-    """Why `text` cannot be sent or stored (None: it can): a surrogate, which a JSON or YAML
-    escape decodes to but no UTF-8 encoder (a provider's, SQLite's) accepts."""
-    if text.isascii():  # constant time in CPython: most text pays nothing more
-        return None
-    try:
-        text.encode("utf-8")  # quicker than searching for a surrogate with a regex
-        return None
-    except UnicodeEncodeError as exc:
-        at = exc.start
-    where = f"at character {at + 1}"
-    pair = _SURROGATE_PAIR.match(text, at)
-    if pair is None:
-        return f"not valid Unicode text: a lone surrogate ({_escaped(text[at])}) {where}"
-    # YAML does not join an escaped pair as JSON does: say how to write the character.
-    char = pair.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-    return (
-        f"not valid Unicode text: a surrogate pair ({_escaped(pair.group())}) {where}; "
-        f"write the character itself or \\U{ord(char):08x}"
-    )
-
-
-def _escaped(text: str) -> str:
-    return "".join(f"\\u{ord(c):04x}" for c in text)
 
 
 def check_routes(batch: Batch, route_names: Collection[str], default: str) -> None:

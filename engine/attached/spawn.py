@@ -1,11 +1,12 @@
 """Starting a batch's owner process in the background, and knowing it started.
 
-The hand-off: this process validates the input (so bad input fails here, exit 2, nothing
-written), chooses the batch id and claims its folder, then starts `flightdeck run --headless`
-with that id in a session of its own (a closed terminal, or Ctrl+C in the TUI, does not reach
-it). Its stdout and stderr go to `owner.log` in the batch folder, never to a pipe this process
-could close. The owner is ready once its batch row is in the store; if it exits first, its last
-error line is what this process says.
+The hand-off: the caller validates the input (so bad input fails there, exit 2, nothing
+written); this chooses the batch id and claims its folder, then starts the owner's command
+(`flightdeck run --headless`, given by the caller) with that id in a session of its own (a
+closed terminal, or Ctrl+C in the TUI, does not reach it). Its stdout and stderr go to
+`owner.log` in the batch folder, never to a pipe this process could close. The owner is ready
+once its batch row is in the store; if it exits first, its last error line is what this
+process says.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flightdeck.engine.api import new_batch_id
 from flightdeck.engine.errors import ConfigError, InputError
+from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.schema import StoreNotFoundError
@@ -35,7 +36,7 @@ class OwnerFailed(InputError):
 
 
 @dataclass(frozen=True)
-class Owner:
+class StartedOwner:
     """A started owner process: its batch, its pid, where it logs."""
 
     batch_id: str
@@ -46,14 +47,16 @@ class Owner:
 
 def claim_batch_folder(state_dir: Path) -> tuple[str, Path]:
     """A fresh batch id and its folder, made here so no other run can draw the same one."""
+    from flightdeck.engine.assembly import new_batch_id  # here: the engine, only for `run`
+
     batches = state_dir / "batches"
     try:
-        batches.mkdir(parents=True, exist_ok=True)
+        private_dir(batches)
         while True:
             batch_id = new_batch_id()
             folder = batches / batch_id
             try:
-                folder.mkdir(mode=0o700)
+                private_dir(folder, exist_ok=False)
                 return batch_id, folder
             except FileExistsError:
                 continue
@@ -72,14 +75,14 @@ _LAUNCH = (
 )
 
 
-def start_owner(owner_args: list[str], state_dir: Path) -> Owner:
-    """Start `flightdeck run --headless OWNER_ARGS` as a batch's owner; return once it has
-    recorded the batch. OwnerFailed (exit 2 upstream) if it exits before that."""
+def start_owner(command: list[str], state_dir: Path) -> StartedOwner:
+    """Start `command --owner-of BATCH_ID` (a headless `flightdeck run`) as the owner of a new
+    batch; return once it has recorded the batch. OwnerFailed (exit 2 upstream) if it exits
+    before that."""
     batch_id, folder = claim_batch_folder(state_dir)
     log = folder / OWNER_LOG
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    argv = [sys.executable, "-m", "flightdeck.tui.cli", "run", *owner_args]
-    argv += ["--headless", "--owner-of", batch_id]
+    argv = [*command, "--owner-of", batch_id]
     try:
         launched = subprocess.run(
             [sys.executable, "-S", "-c", _LAUNCH, *argv],
@@ -95,12 +98,12 @@ def start_owner(owner_args: list[str], state_dir: Path) -> Owner:
     except ValueError:
         _forget(folder)
         raise OwnerFailed(None, None, None, "could not start the owner process") from None
-    owner = Owner(batch_id, pid, state_dir / "flightdeck.db", log)
+    owner = StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
     _wait_ready(owner, folder)
     return owner
 
 
-def _wait_ready(owner: Owner, folder: Path) -> None:
+def _wait_ready(owner: StartedOwner, folder: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     reader: StoreReader | None = None
     try:

@@ -1,0 +1,238 @@
+"""Commands to a batch whose owner is another process, and what became of them.
+
+A `Client` checks a command (engine/commands.py) against the batch as its store has it, with the
+same checks the owner makes, records it in the requests table, and follows it there until it
+is settled: applied (a steer's receipts delivered or missed) or refused. The owner it waits on
+is watched too (its pid and start time): one that dies is said at once, with the command that
+runs the batch on, rather than waited on for ever. Used by `flightdeck steer/stop/pause/...`,
+the attached TUI (view.py) and scripts alike.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from flightdeck.engine.commands import Command
+from flightdeck.engine.errors import FlightdeckError
+from flightdeck.engine.limits import stored_limits
+from flightdeck.engine.model import BatchStatus, Limits, RouteHeadroom, SteerState
+from flightdeck.engine.outliers import batch_medians
+from flightdeck.engine.query import QueryError, RowFilter, parse_filter
+from flightdeck.engine.records.live import live_from_json
+from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
+from flightdeck.engine.records.processes import still_running
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.requests import RequestRow, RequestState, read_request, submit
+from flightdeck.engine.records.rows import BatchInfo, batch_columns, batch_info
+from flightdeck.engine.records.schema import connect
+
+# The filter language `--where` takes (the TUI's), parsed before anything is read.
+__all__ = [
+    "POLL_S",
+    "Client",
+    "OwnerGone",
+    "OwnerState",
+    "QueryError",
+    "RowFilter",
+    "parse_filter",
+    "settled",
+]
+
+POLL_S = 0.1  # how often a request and its owner are looked at while waiting
+
+
+class OwnerGone(FlightdeckError):
+    """The owner of the batch died before it settled the request: nothing will until the batch
+    is resumed (the message says how)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerState:
+    """A batch's owner as its store and the process table say now."""
+
+    pid: int
+    alive: bool
+    heartbeat_age_s: float | None  # since its last heartbeat (None: never written)
+    status: BatchStatus
+
+    @property
+    def stale(self) -> bool:
+        """Alive, but silent past the time after which a client may call it hung."""
+        age = self.heartbeat_age_s
+        return self.alive and age is not None and age > STALE_AFTER_S
+
+
+class Client:
+    """One batch's commands, sent through its store (`db`) to its owner process."""
+
+    def __init__(self, db: Path, batch_id: str) -> None:
+        self.db = db
+        self.batch_id = batch_id
+        self._conn: sqlite3.Connection | None = None
+
+    def close(self) -> None:
+        """Close the read connection; idempotent."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- sending --------------------------------------------------------------------------------
+
+    def send(self, command: Command) -> int:
+        """Check `command` against the stored batch and record it for the owner; the request id.
+
+        CommandError (nothing recorded) for one that cannot be applied (an unknown child, a
+        message too long, a bad limit, a batch that has finished); LookupError for an unknown
+        batch; StoreError for a store that cannot take it."""
+        info = self._row()
+        if info is None:
+            raise LookupError(f"no batch {self.batch_id} in this state folder")
+
+        def max_chars() -> int | None:  # the owner's, as it started (settings are kept whole)
+            from flightdeck.engine.inputs.settings.stored import settings_from_json
+
+            if not info.settings_json:
+                return None
+            return settings_from_json(info.settings_json).engine.max_task_chars
+
+        return submit(
+            self.db, self.batch_id, command, max_chars=max_chars, limits=lambda: self.limits(info)
+        )
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def info(self) -> BatchInfo | None:
+        """The batch's row (abandoned if its owner is gone), or None if there is no such batch."""
+        with StoreReader(self.db) as reader:
+            return reader.batch(self.batch_id)
+
+    def _row(self) -> BatchInfo | None:
+        """The batch's row as stored, without the sums `info` adds (a TUI sends from its
+        event loop: a command is not held up by a 10,000-child sum)."""
+        conn = self._connection()
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        found = conn.execute(
+            f"SELECT {batch_columns(version)} FROM batches WHERE id = ?", (self.batch_id,)
+        ).fetchone()
+        return None if found is None else batch_info(found)
+
+    def limits(self, info: BatchInfo | None = None) -> Limits:
+        """The live limits the owner recorded (those the settings began with, for an older
+        batch)."""
+        info = info or self.info()
+        if info is None:
+            raise LookupError(f"no batch {self.batch_id} in this state folder")
+
+        def routes() -> list[str]:
+            with StoreReader(self.db) as reader:
+                return [r.route for r in reader.children(self.batch_id, results=False)]
+
+        return stored_limits(info, routes)
+
+    def routes(self) -> tuple[RouteHeadroom, ...]:
+        """The route gauges the owner last published (learned limits among them): () when it
+        published none (a finished batch, an older flightdeck)."""
+        conn = self._connection()
+        try:
+            found = conn.execute(
+                "SELECT body FROM live WHERE batch_id = ?", (self.batch_id,)
+            ).fetchone()
+        except sqlite3.OperationalError:  # a store from before the live table
+            return ()
+        return live_from_json(found[0]).routes if found else ()
+
+    def matching(self, row_filter: RowFilter) -> tuple[int, list[str]]:
+        """How many of the batch's children `row_filter` keeps, and the ids of those that have
+        not ended, in batch order (what `--where` acts on)."""
+        with StoreReader(self.db) as reader:
+            rows = reader.children(self.batch_id, results=False)
+        now = time.time()
+        # is:outlier against the whole batch's medians, whatever else the query says.
+        medians = batch_medians(rows, now) if row_filter.outliers_only else None
+        kept = [r for r in rows if row_filter.matches(r, False, now, medians)]
+        return len(kept), [r.id for r in kept if r.status.live]
+
+    def request(self, request_id: int) -> RequestRow:
+        """A request this client recorded, as it stands now."""
+        row = read_request(self._connection(), self.batch_id, request_id)
+        if row is None:
+            raise LookupError(f"no request {request_id} for batch {self.batch_id}")
+        return row
+
+    def owner(self) -> OwnerState:
+        """The batch's owner now: alive or gone (its pid and start time), its heartbeat."""
+        found = (
+            self._connection()
+            .execute(
+                "SELECT status, owner_pid, owner_start, heartbeat_ts FROM batches WHERE id = ?",
+                (self.batch_id,),
+            )
+            .fetchone()
+        )
+        if found is None:
+            raise LookupError(f"no batch {self.batch_id} in this state folder")
+        status, pid, start, beat = BatchStatus(found[0]), int(found[1]), found[2], found[3]
+        alive = status is BatchStatus.RUNNING and process_matches(pid, start)
+        if status is BatchStatus.RUNNING and not alive:
+            status = BatchStatus.ABANDONED
+        age = None if beat is None else max(0.0, time.time() - float(beat))
+        return OwnerState(pid, alive, age, status)
+
+    def still_running(self) -> int:
+        """How many of the batch's command children's processes outlived its owner."""
+        return still_running(self.db, self.batch_id)
+
+    def follow(self, request_id: int, poll_s: float = POLL_S) -> Iterator[RequestRow]:
+        """The request each time it is looked at (every `poll_s`), from now until it is
+        settled: refused, or applied with every receipt delivered or missed. OwnerGone if the
+        batch's owner dies first."""
+        while True:
+            row = self.request(request_id)
+            yield row
+            if settled(row):
+                return
+            owner = self.owner()
+            if not owner.alive:
+                row = self.request(request_id)  # it may have settled it just before it died
+                if settled(row):
+                    yield row
+                    return
+                raise OwnerGone(self.gone_message(owner, row))
+            time.sleep(poll_s)
+
+    def gone_message(self, owner: OwnerState, row: RequestRow | None = None) -> str:
+        """Why nothing will apply a request now, and what runs the batch on."""
+        b = self.batch_id
+        if owner.status is not BatchStatus.ABANDONED:
+            return f"batch {b} has ended ({owner.status.value}) before the request was settled"
+        what = "the request stays pending"
+        if row is not None and row.state is RequestState.APPLIED:
+            what = "its steers stay queued"
+        return (
+            f"the owner of batch {b} (pid {owner.pid}) is gone: {what}; "
+            f"`flightdeck resume {b}` runs the batch on"
+        )
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True)
+        return self._conn
+
+
+def settled(row: RequestRow) -> bool:
+    """Refused, or applied with every receipt it made delivered or missed."""
+    if row.state is RequestState.REFUSED:
+        return True
+    return row.state is RequestState.APPLIED and all(
+        r.state is not SteerState.QUEUED for r in row.receipts
+    )

@@ -1,0 +1,397 @@
+"""Reading a batch whose owner is another process from its store, again and again, cheaply.
+
+A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows that
+changed, so a 1,000-child batch costs little more than its running ones. To the stored rows it adds
+what the owner publishes live (records/live.py: calls in flight, retry notices, the route gauges,
+the problem sentence) and what the store keeps in other tables (who delegated whom, loop flags, the
+cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
+batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
+The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
+the differences between two reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.inputs.settings.stored import settings_from_json
+from flightdeck.engine.limits import stored_limits
+from flightdeck.engine.model import (
+    BatchFinished,
+    BatchStatus,
+    ChildFinished,
+    ChildRow,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+    GroupFinished,
+    Limits,
+    LoopEvidence,
+    Snapshot,
+    SteerReceipt,
+    SteerSettled,
+    SteerState,
+    Totals,
+)
+from flightdeck.engine.records.forecast import lost_cost
+from flightdeck.engine.records.live import Live, live_fields, live_from_json
+from flightdeck.engine.records.liveness import process_matches
+from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
+from flightdeck.engine.records.meter import cache_saving, totals_of
+from flightdeck.engine.records.reader import depth_of
+from flightdeck.engine.records.rows import (
+    CHILD_COLUMNS_NO_RESULT,
+    RECEIPT_COLUMNS,
+    BatchInfo,
+    batch_columns,
+    batch_info,
+    child_row,
+    receipt,
+)
+
+# The children's columns a run changes, in CHILD_COLUMNS order after the id: status (index 7 of
+# CHILD_COLUMNS) to cost_usd (20), then started_ts, finished_ts, error (22-24).
+_MUTABLE = (
+    "id, status, api_calls, tool_calls, retries, turns, current_tool, tool_started_ts, "
+    "activity, last_activity_ts, tokens_in, tokens_out, cache_read, cache_write, cost_usd, "
+    "started_ts, finished_ts, error"
+)
+_TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
+OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
+
+
+class BatchReading:
+    """One batch of a store, read on `conn` (a read-only connection of schema `version`)."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, batch_id: str, version: int, clock: Callable[[], float]
+    ) -> None:
+        self._conn = conn
+        self.batch_id = batch_id
+        self._version = version
+        self._batch_columns = batch_columns(version)
+        self._clock = clock
+        self.info: BatchInfo | None = None
+        self._owner_checked = 0.0
+        self._owner_alive = True
+        self._parents: dict[str, str] = {}  # a delegate's parent, from the "delegate" events
+        self._events_seen = 0  # the last event read (delegate and loop events: _read_events)
+        self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
+        self._lost_read = False
+        self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
+        self._fixed: dict[str, tuple[Any, ...]] = {}  # each child's full row, first read
+        self._totals: Totals | None = None
+        self._rows: dict[str, ChildRow] = {}
+        self._units_told: set[str] = set()  # groups whose unit result was published
+        self._receipts: dict[int, SteerReceipt] = {}
+        # Each child's loop evidence, from the owner's "loop" events (the last one wins).
+        self._loops: dict[str, LoopEvidence] = {}
+        self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
+        self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
+        self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
+        self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
+        self._live_text: str | None = None
+        self._live = Live()
+        self._routes: dict[str, Route] | None = None  # the batch's settings, for cache savings
+
+    def row(self, child_id: str) -> ChildRow | None:
+        """The child's row as last read."""
+        return self._rows.get(child_id)
+
+    def owner_died(self) -> bool:
+        """Whether the owner of a running batch was found gone since the last look (a kill -9
+        writes nothing: only its pid tells)."""
+        info = self.info
+        now = time.monotonic()
+        if info is None or info.status is not BatchStatus.RUNNING:
+            return False
+        if now - self._owner_checked < OWNER_CHECK_S:
+            return False
+        self._owner_checked = now
+        alive = process_matches(info.owner_pid, info.owner_start)
+        died, self._owner_alive = self._owner_alive and not alive, alive
+        return died
+
+    def read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
+        """The batch now (None if the store has no such batch); the facts since the last read
+        appended to `events`."""
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            found = conn.execute(
+                f"SELECT {self._batch_columns} FROM batches WHERE id = ?", (self.batch_id,)
+            ).fetchone()
+            if found is None:
+                return None
+            # What changes as a child runs; its goal, route, transcript path ... are read once.
+            mutable = conn.execute(
+                f"SELECT {_MUTABLE} FROM children WHERE batch_id = ? ORDER BY seq, id",
+                (self.batch_id,),
+            ).fetchall()
+            if not self._lost_read:  # written when an owner resumes, before it runs: read once
+                lost = conn.execute(
+                    "SELECT ts, child_id, kind, detail FROM events "
+                    "WHERE batch_id = ? AND kind = 'lost_attempt'",
+                    (self.batch_id,),
+                ).fetchall()
+                self._lost_cost, self._lost_read = lost_cost(lost), True
+            new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
+            if new_ids:
+                self._read_fixed(new_ids)
+            relinked = self._read_events() | self._read_live()
+            controls = conn.execute(
+                f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
+                " ORDER BY id",
+                (self.batch_id,),
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        info = self._alive_or_abandoned(batch_info(found), mutable)
+        was = self.info
+        self.info = info
+        if was is not None and was.status is not info.status:  # live figures end with the run
+            relinked |= set(self._live.children)
+        by_child: dict[str, list[SteerReceipt]] = {}
+        for r in self._receipts_of(controls, events):
+            by_child.setdefault(r.child_id, []).append(r)
+        rows, changed = self._rows_of(mutable, by_child, relinked, events)
+        if events is not None:
+            self._units(rows, events)
+            if (
+                was is not None
+                and was.status is BatchStatus.RUNNING
+                and info.status is not BatchStatus.RUNNING
+            ):
+                events.append(BatchFinished(info.id, info.status))
+        # A heartbeat or a request: no row changed, nor did the totals.
+        if changed or self._totals is None:
+            self._totals = totals_of(rows)
+        running = info.status is BatchStatus.RUNNING
+        return Snapshot(
+            batch_id=info.id,
+            status=info.status,
+            started_ts=info.created_ts,
+            now=info.finished_ts if info.finished_ts is not None else self._clock(),
+            children=rows,
+            totals=self._totals,
+            pool_size=info.pool_size,
+            max_cost_usd=info.max_cost_usd,
+            routes=self._live.routes,
+            finished_ts=info.finished_ts,
+            lost_cost_usd=self._lost_cost,
+            problem=self._live.problem if running else None,
+            held=info.held if running else None,
+            limits=self._limits_of(info, rows),
+        )
+
+    def _rows_of(
+        self,
+        mutable: list[tuple[Any, ...]],
+        by_child: dict[str, list[SteerReceipt]],
+        relinked: set[str],
+        events: list[EngineEvent] | None,
+    ) -> tuple[tuple[ChildRow, ...], bool]:
+        """Every child's row, in batch order, built again only where something changed; and
+        whether anything did."""
+        old_raw, old_rows, fixed = self._raw, self._rows, self._fixed
+        new_raw: dict[str, tuple[Any, ...]] = {}
+        new_rows: dict[str, ChildRow] = {}
+        order: list[ChildRow] = []
+        done: int | None = None  # counted only when a child finished since the last read
+        changed = len(mutable) != len(old_rows)
+        for m in mutable:
+            cid = m[0]
+            steers = tuple(by_child.get(cid, ())) if by_child else ()
+            row = old_rows.get(cid)
+            if row is None or old_raw.get(cid) != m or row.steers != steers or cid in relinked:
+                f = fixed[cid]
+                # Back into CHILD_COLUMNS order, for rows.child_row.
+                full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
+                before, row = row, self._built(full, steers, row)
+                changed = True
+                if events is not None:
+                    if done is None and row.status.terminal:
+                        done = sum(1 for x in mutable if x[1] in _TERMINAL)
+                    _facts(before, row, done or 0, len(mutable), events)
+            new_raw[cid] = m
+            new_rows[cid] = row
+            order.append(row)
+        self._raw, self._rows = new_raw, new_rows
+        return tuple(order), changed
+
+    def _built(
+        self, full: tuple[Any, ...], steers: tuple[SteerReceipt, ...], before: ChildRow | None
+    ) -> ChildRow:
+        """A child's row from its CHILD_COLUMNS, with what the store keeps elsewhere and what
+        the owner publishes live (`before`: the row last built, whose figures may still do)."""
+        row = child_row(full, steers)
+        cid = row.id
+        fields: dict[str, Any] = {}  # one replace of the row: a 1,000-row read builds hundreds
+        parent, loop = self._parents.get(cid), self._loops.get(cid)
+        looped, node = self._looped.get(cid), self._nodes.get(cid)
+        if parent is not None or looped is not None:
+            depth = depth_of(cid, self._parents) if parent is not None else 0
+            fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
+        if node is not None:  # its work ran on a cluster: where
+            fields["node"] = node
+        if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
+            if before is not None and before.usage == row.usage:
+                fields["cache_saved_usd"] = before.cache_saved_usd
+            else:
+                route = self._settings_routes().get(row.route)
+                fields["cache_saved_usd"] = cache_saving(row.usage, route) if route else None
+        live = self._live
+        # An ended child has nothing in flight; an abandoned batch's figures died with it.
+        running = self.info is None or self.info.status is BatchStatus.RUNNING
+        flight = live.children.get(cid) if running and row.status.live else None
+        fields.update(live_fields(row, flight, row.route not in live.unsteerable))
+        return dataclasses.replace(row, **fields) if fields else row
+
+    def _settings_routes(self) -> dict[str, Route]:
+        if self._routes is None:
+            info = self.info
+            settings_json = info.settings_json if info is not None else None
+            self._routes = dict(settings_from_json(settings_json).routes) if settings_json else {}
+        return self._routes
+
+    def _read_live(self) -> set[str]:
+        """The owner's live figures, if they changed since the last read (inside the
+        transaction); the ids of the children whose rows must be built again."""
+        if self._version < 4:  # a store from before the live table: nothing published
+            return set()
+        found = self._conn.execute(
+            "SELECT body FROM live WHERE batch_id = ?", (self.batch_id,)
+        ).fetchone()
+        text = None if found is None else str(found[0])
+        if text == self._live_text:
+            return set()
+        before, self._live_text = self._live, text
+        self._live = live_from_json(text) if text is not None else Live()
+        if before.unsteerable != self._live.unsteerable:
+            return set(self._fixed)
+        old, new = before.children, self._live.children
+        return {cid for cid in old.keys() | new.keys() if old.get(cid) != new.get(cid)}
+
+    def _read_events(self) -> set[str]:
+        """What the owner keeps as events, not in the rows, recorded since the last read
+        (inside the transaction): who delegated whom, the loop flags, the node each child was
+        placed on (on a cluster), and the loop policies' steers. The ids of the children whose
+        rows must be built again."""
+        found = self._conn.execute(
+            "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
+            " AND kind IN ('delegate', 'loop', 'loop_policy', 'node') AND child_id IS NOT NULL"
+            " ORDER BY id",
+            (self.batch_id, self._events_seen),
+        ).fetchall()
+        changed = set()
+        for event_id, child_id, kind, detail in found:
+            self._events_seen = int(event_id)
+            child_id, detail = str(child_id), str(detail)
+            if kind == "delegate":
+                self._parents[child_id] = detail
+            elif kind == "node":
+                self._nodes[child_id] = detail
+            elif kind == "loop_policy":
+                receipt_id = policy_receipt(detail)
+                if receipt_id is not None:
+                    self._by_policy.add(receipt_id)
+                continue
+            else:
+                evidence = evidence_from_json(detail)
+                if evidence is None:
+                    self._loops.pop(child_id, None)
+                else:
+                    self._loops[child_id] = evidence
+                    self._looped[child_id] = evidence.ts
+            changed.add(child_id)
+        return changed
+
+    def _limits_of(self, info: BatchInfo, rows: Sequence[ChildRow]) -> Limits | None:
+        """The live limits the owner recorded, else those the batch's settings began with."""
+        key = (info.limits_json, info.pool_size)
+        if self._limits is None or self._limits[0] != key:
+            self._limits = (key, stored_limits(info, lambda: (r.route for r in rows)))
+        return self._limits[1]
+
+    def _read_fixed(self, ids: list[str]) -> None:
+        """The columns of these children that never change (inside the read transaction)."""
+        if len(ids) > 500:  # the first read: every child, in one go
+            rows = self._conn.execute(
+                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children WHERE batch_id = ?",
+                (self.batch_id,),
+            ).fetchall()
+        else:
+            marks = ", ".join("?" * len(ids))
+            rows = self._conn.execute(
+                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children"
+                f" WHERE batch_id = ? AND id IN ({marks})",
+                (self.batch_id, *ids),
+            ).fetchall()
+        for r in rows:
+            self._fixed[r[1]] = r
+
+    def _alive_or_abandoned(self, info: BatchInfo, mutable: list[tuple[Any, ...]]) -> BatchInfo:
+        """A running batch whose owner is gone is abandoned, its time stopped at the last
+        heartbeat (as records/reader.py has it)."""
+        if info.status is not BatchStatus.RUNNING:
+            return info
+        if self._owner_checked == 0.0 or not self._owner_alive:
+            self._owner_checked = time.monotonic()
+            self._owner_alive = process_matches(info.owner_pid, info.owner_start)
+        if self._owner_alive:
+            return info
+        last = info.heartbeat_ts
+        if last is None:  # written before heartbeats: the last thing a child did
+            last = max((max(m[9] or 0.0, m[16] or 0.0) for m in mutable), default=0.0)
+        return dataclasses.replace(
+            info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
+        )
+
+    def _units(self, order: Sequence[ChildRow], events: list[EngineEvent]) -> None:
+        """A group whose last member ended since the last read: its unit's result, once (as
+        the engine publishes it in-process)."""
+        ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
+        for group in sorted(ended - self._units_told):
+            members = sorted((r for r in order if r.group == group), key=lambda r: r.seq)
+            if all(r.status.terminal for r in members):
+                self._units_told.add(group)
+                events.append(GroupFinished.of(group, members))
+
+    def _receipts_of(
+        self, controls: list[tuple[Any, ...]], events: list[EngineEvent] | None
+    ) -> list[SteerReceipt]:
+        old = self._receipts
+        new: dict[int, SteerReceipt] = {}
+        for c in controls:
+            r = receipt(c)
+            if r.id in self._by_policy:
+                r = dataclasses.replace(r, by="policy")
+            before = old.get(r.id)
+            if (
+                events is not None
+                and r.state is not SteerState.QUEUED
+                and (before is None or before.state is SteerState.QUEUED)
+            ):
+                events.append(SteerSettled(r))
+            new[r.id] = r
+        self._receipts = new
+        return list(new.values())
+
+
+def _facts(
+    before: ChildRow | None, row: ChildRow, done: int, total: int, events: list[EngineEvent]
+) -> None:
+    """The facts between two reads of one child."""
+    was = before.status if before is not None else ChildStatus.QUEUED
+    # A child paused mid-run and continued has started already.
+    continued = was is ChildStatus.PAUSED and before is not None and before.started_ts is not None
+    if was is not ChildStatus.RUNNING and not continued and row.status is ChildStatus.RUNNING:
+        events.append(ChildStarted(row.id, row.started_ts or 0.0))
+    if was.live and row.status.terminal:
+        events.append(ChildFinished(row, done, total))

@@ -1,0 +1,191 @@
+"""`StoreView`: a batch whose owner is another process, as the TUI's `EngineView` reads and
+drives it: snapshots read from the store (reading.py), commands sent through it (client.py).
+
+A watcher thread (watch.py) wakes on every change to the database's WAL, and at least every
+`poll_s`; each wake asks SQLite's `data_version` whether another connection committed, and only
+then reads. The discrete facts found by a read are published to subscribers on that thread. A
+command the owner refuses is logged as a warning (the TUI shows it); one that cannot be sent at
+all (an unknown child, a message too long) raises CommandError, as it does in-process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from flightdeck.engine.attached.client import Client
+from flightdeck.engine.attached.reading import BatchReading
+from flightdeck.engine.attached.watch import Waker
+from flightdeck.engine.commands import Command
+from flightdeck.engine.errors import StoreError
+from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
+from flightdeck.engine.records.rows import BatchInfo
+from flightdeck.engine.records.schema import connect
+
+__all__ = ["DB_FILES", "MIN_READ_S", "Listener", "StoreView"]
+
+Listener = Callable[[EngineEvent], None]
+DB_FILES = ("flightdeck.db", "flightdeck.db-wal")
+# Reads at most this often: the owner records running children every 0.1 s, but a batch of
+# instant children commits many times that; each read costs this process (and the machine).
+MIN_READ_S = 0.05
+
+log = logging.getLogger(__name__)  # under "flightdeck": the TUI shows warnings as notifications
+
+
+class StoreView:
+    """`EngineView` over the store of a batch run by an owner process elsewhere."""
+
+    def __init__(
+        self,
+        db: Path,
+        batch_id: str,
+        *,
+        poll_s: float = 0.25,
+        watch: bool = True,
+        force_polling: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.batch_id = batch_id
+        self.clock = clock
+        self._conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+        self._reading = BatchReading(self._conn, batch_id, version, clock)
+        self._client = Client(db, batch_id)
+        self._pending: set[int] = set()  # requests this view sent that the owner has not settled
+        self._lock = threading.Lock()  # one read at a time; snapshots are swapped whole
+        self._data_version: int | None = None
+        self._subscribers: tuple[Listener, ...] = ()
+        self._sub_lock = threading.Lock()
+        self.reads = 0  # reads that found a change (for the benchmark)
+        first = self._read()
+        if first is None:
+            self._conn.close()
+            raise LookupError(f"no batch {batch_id!r} in {db}")
+        self._snapshot = first
+        self._waker: Waker | None = None
+        if watch:
+            self._waker = Waker(
+                db.parent,
+                DB_FILES,
+                self.refresh,
+                poll_s=poll_s,
+                force_polling=force_polling,
+                min_interval_s=MIN_READ_S,
+            ).start()
+
+    @property
+    def info(self) -> BatchInfo | None:
+        """The batch's row as last read (abandoned once its owner is found gone)."""
+        return self._reading.info
+
+    def close(self) -> None:
+        """Stop watching and close the connections; idempotent."""
+        if self._waker is not None:
+            self._waker.close()
+        with self._lock:
+            self._conn.close()
+            self._client.close()
+
+    # --- EngineView ---------------------------------------------------------------------------
+
+    can_detach = True  # the owner is another process: the batch runs on without this one
+
+    @property
+    def read_only(self) -> str | None:
+        info = self.info
+        if info is None or info.status is BatchStatus.RUNNING:
+            return None
+        if info.status is BatchStatus.ABANDONED:
+            return (
+                f"batch {info.id} is abandoned (its owner, pid {info.owner_pid}, is gone): "
+                f"nothing would apply a steer or a stop; flightdeck resume {info.id} runs it on"
+            )
+        return f"batch {info.id} has ended ({info.status.value}): nothing left to steer or stop"
+
+    def snapshot(self) -> Snapshot:
+        snap = self._snapshot
+        if snap.status is BatchStatus.RUNNING:
+            return dataclasses.replace(snap, now=self.clock())
+        return snap
+
+    def transcript_path(self, child_id: str) -> Path | None:
+        row = self._reading.row(child_id)
+        return None if row is None else Path(row.transcript)
+
+    def subscribe(self, fn: Listener) -> Callable[[], None]:
+        with self._sub_lock:
+            self._subscribers = (*self._subscribers, fn)
+
+        def unsubscribe() -> None:
+            with self._sub_lock:
+                self._subscribers = tuple(s for s in self._subscribers if s is not fn)
+
+        return unsubscribe
+
+    def send(self, command: Command) -> None:
+        """Record `command` for the owner, checked as the owner checks it: CommandError (the
+        TUI says why, nothing sent) for one that cannot be applied. A store that cannot take it
+        (the disk is full) is said as a warning, which the TUI shows."""
+        try:
+            rid = self._client.send(command)
+        except (LookupError, StoreError) as exc:
+            log.warning("%s not sent: %s", command.title, str(exc).strip("'\""))
+            return
+        with self._lock:
+            self._pending.add(rid)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Read what another connection committed since the last read; True if anything
+        changed. Called by the watcher thread; tests and benchmarks may call it directly."""
+        events: list[EngineEvent] = []
+        with self._lock:
+            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._data_version and not self._reading.owner_died():
+                return False
+            snap = self._read(events)
+            if snap is None:
+                return False
+            self._snapshot = snap
+            self.reads += 1
+            refused = self._refused() if self._pending else []
+        for event in events:
+            self._publish(event)
+        for what, reason in refused:
+            log.warning("%s refused: %s", what, reason)
+        return True
+
+    def _read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
+        self._data_version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        snap = self._reading.read(events)
+        return None if snap is None else dataclasses.replace(snap, version=self._data_version)
+
+    def _refused(self) -> list[tuple[str, str]]:
+        """This view's requests the owner refused since the last read, with the reason."""
+        ids = sorted(self._pending)
+        marks = ", ".join("?" * len(ids))
+        rows = self._conn.execute(
+            f"SELECT id, kind, state, reason FROM requests WHERE batch_id = ? AND id IN ({marks})",
+            (self.batch_id, *ids),
+        ).fetchall()
+        out = []
+        for rid, kind, state, reason in rows:
+            if state != "pending":
+                self._pending.discard(rid)
+            if state == "refused":
+                out.append((str(kind).replace("_", " "), str(reason or "")))
+        return out
+
+    def _publish(self, event: EngineEvent) -> None:
+        for fn in self._subscribers:
+            try:
+                fn(event)
+            except Exception:  # a broken subscriber must not stop the watching
+                log.exception("attach subscriber failed on %s", type(event).__name__)

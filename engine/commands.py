@@ -1,0 +1,306 @@
+"""Every operator command as one frozen value: checked, recorded and read back one way.
+
+A command is what an operator asks of a batch (a key in the TUI, a `flightdeck` verb, a script):
+steer, stop, stop all, pause, continue, pause or continue admission, change the live limits,
+nudge a looping child. The same value goes every way: `Engine.send(command)` in-process; a
+client of an owner in another process records it in the store's requests table (`encode`),
+and the owner reads it back (`decode`) and sends it through the same `Engine` path. Whoever
+sends it checks it first (`Command.check`, against what it knows of the batch: `Context`), so a
+command from a client meets the same checks as one from this process, and the owner checks it
+again before applying it. The coordinator applies each with one `match` (control/controls.py).
+
+Adding a command: its value here (a frozen dataclass with a `kind`, its fields of the types
+`_READERS` knows), its handler in that `match`, a key binding and a CLI verb.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from flightdeck.engine.errors import CommandError
+from flightdeck.engine.inputs.messages import expected, kind
+from flightdeck.engine.inputs.text import too_long, unicode_problem
+from flightdeck.engine.limits import (
+    ROUTE_FIELDS,
+    LimitError,
+    changed,
+    describe,
+    parse_count,
+    parse_money,
+)
+from flightdeck.engine.model import Limits
+from flightdeck.engine.sanitize import one_line
+
+__all__ = [
+    "KINDS",
+    "ROUTE_FIELDS",
+    "Command",
+    "CommandError",
+    "Context",
+    "Continue",
+    "ContinueAdmission",
+    "LimitError",
+    "Nudge",
+    "Pause",
+    "PauseAdmission",
+    "SetLimits",
+    "Steer",
+    "Stop",
+    "StopAll",
+    "changed",
+    "decode",
+    "describe",
+    "encode",
+    "parse_count",
+    "parse_money",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a command is checked against: the batch as its sender knows it (what only some
+    checks need is looked up when one does)."""
+
+    batch_id: str
+    known: Container[str]  # the ids of the batch's children (those an earlier owner ran too)
+    # `[engine] max_task_chars` (None: not known here, not checked)
+    max_chars: Callable[[], int | None] = lambda: None
+    # the live limits (None: not known here, a change is checked by the owner)
+    limits: Callable[[], Limits | None] = lambda: None
+
+
+class Command:
+    """Base of the operator's commands; each is a frozen dataclass below."""
+
+    __slots__ = ()
+    kind: ClassVar[str]  # its name in the requests table and in its JSON
+    # One steer receipt per named child, numbered by the sender (so `send` can return them).
+    receipted: ClassVar[bool] = False
+    # The sender is told something back (receipts, the new limits): after `Engine.close()`,
+    # when nothing would ever settle it, sending it is an error rather than a no-op.
+    answered: ClassVar[bool] = False
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The children it names (none for a command on the whole batch)."""
+        ids: tuple[str, ...] = getattr(self, "child_ids", ())
+        return ids
+
+    @property
+    def title(self) -> str:
+        """Its name in words, for messages: "stop all"."""
+        return self.kind.replace("_", " ")
+
+    def check(self, ctx: Context) -> None:
+        """CommandError (nothing applied) if it cannot be applied to the batch `ctx` describes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Steer(Command):
+    """An operator message for each child: at its next turn, or interrupting it (`now`)."""
+
+    kind: ClassVar[str] = "steer"
+    receipted: ClassVar[bool] = True
+    answered: ClassVar[bool] = True
+    child_ids: tuple[str, ...]
+    message: str
+    now: bool = False
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+        if not self.message.strip():
+            raise CommandError("steer message is empty", "message")
+        problem = unicode_problem(self.message)
+        if problem:  # it would fail the child's request and the store's write, far from here
+            raise CommandError(f"steer message: {problem}", "message")
+        # It joins the child's prompt as a goal does: the same bound.
+        limit = ctx.max_chars()
+        if limit is not None and len(self.message) > limit:
+            raise CommandError(f"steer message: {too_long(len(self.message), limit)}", "message")
+
+
+@dataclass(frozen=True, slots=True)
+class Stop(Command):
+    """Stop these children (and their delegates); queued ones never start."""
+
+    kind: ClassVar[str] = "stop"
+    child_ids: tuple[str, ...]
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class StopAll(Command):
+    """Stop every child that has not ended (and a scheduled batch's schedules)."""
+
+    kind: ClassVar[str] = "stop_all"
+
+
+@dataclass(frozen=True, slots=True)
+class Pause(Command):
+    """Pause these children: a queued one never starts until continued, a running one holds
+    at its next turn boundary and gives back its slot."""
+
+    kind: ClassVar[str] = "pause"
+    child_ids: tuple[str, ...]
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class Continue(Command):
+    """Continue these paused children, ahead of new work, their context intact."""
+
+    kind: ClassVar[str] = "continue"
+    child_ids: tuple[str, ...]
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class PauseAdmission(Command):
+    """No child starts until admission is continued; the running go on."""
+
+    kind: ClassVar[str] = "pause_admission"
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueAdmission(Command):
+    """Children start again as slots free up."""
+
+    kind: ClassVar[str] = "continue_admission"
+
+
+@dataclass(frozen=True, slots=True)
+class SetLimits(Command):
+    """A change to the live limits (see engine/limits.py for its form), applied at once."""
+
+    kind: ClassVar[str] = "limits"
+    answered: ClassVar[bool] = True
+    change: Mapping[str, Any]
+
+    def check(self, ctx: Context) -> None:
+        limits = ctx.limits()
+        if limits is not None:
+            changed(limits, self.change)  # LimitError, a CommandError naming the field
+        elif not self.change:
+            raise LimitError("limits", "nothing to change")
+
+
+@dataclass(frozen=True, slots=True)
+class Nudge(Command):
+    """The canned loop steer (`[steer.canned] loop`, its evidence filled in) to each of these
+    children flagged as looping, at its next turn; the others are left alone."""
+
+    kind: ClassVar[str] = "nudge"
+    child_ids: tuple[str, ...]
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+
+
+KINDS: dict[str, type[Command]] = {
+    c.kind: c
+    for c in (
+        Steer,
+        Stop,
+        StopAll,
+        Pause,
+        Continue,
+        PauseAdmission,
+        ContinueAdmission,
+        SetLimits,
+        Nudge,
+    )
+}
+
+
+def _check_ids(ids: tuple[str, ...], ctx: Context) -> None:
+    """At least one id, each a child of the batch: a mistyped id would otherwise be skipped in
+    silence, and the operator wait for a command that was never going to happen."""
+    if not ids:
+        raise CommandError("name at least one child", "child_ids")
+    unknown = [i for i in dict.fromkeys(ids) if i not in ctx.known]
+    if unknown:
+        shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        raise CommandError(f"no child with id {shown} in batch {ctx.batch_id}", "child_ids")
+
+
+# --- recorded and read back -------------------------------------------------------------------
+
+
+def encode(command: Command) -> tuple[str, str]:
+    """The command as the requests table keeps it: its kind, and its fields as JSON."""
+    body = {f.name: getattr(command, f.name) for f in dataclasses.fields(command)}  # type: ignore[arg-type]
+    return command.kind, json.dumps(body, ensure_ascii=False, default=str)
+
+
+def decode(kind: str, body: str | Mapping[str, Any] | None) -> Command:
+    """The command `encode` made (or a client wrote by hand); CommandError saying what is wrong
+    with it (a kind this flightdeck does not know, bad JSON, a field missing or of a wrong
+    type), so the owner refuses it with that reason."""
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise CommandError(f"this flightdeck cannot apply a {one_line(kind, 40)!r} command", "kind")
+    try:
+        data = json.loads(body) if isinstance(body, str) else dict(body or {})
+    except ValueError as exc:
+        raise CommandError(f"{kind}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CommandError(f"{kind}: expected a JSON object")
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if data.get(f.name) is None:
+            if f.default is dataclasses.MISSING:
+                raise CommandError(f"{kind} {f.name}: missing", f.name)
+            continue
+        values[f.name] = _READERS[str(f.type)](f"{kind} {f.name}", data[f.name])
+    return cls(**values)
+
+
+def child_ids_of(value: object, where: str = "child_ids") -> tuple[str, ...]:
+    """Child ids given as a list (or any iterable) of strings; CommandError saying the type it
+    got otherwise: a table's keys, or a string's letters, are no list of ids ({"a": 1} read as
+    "no child with id 'a'")."""
+    field = where.split()[-1]
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise CommandError(f"{where}: {expected('a list of child ids', value)}", field)
+    ids = tuple(value)
+    for item in ids:
+        if not isinstance(item, str):
+            raise CommandError(f"{where}: expected child ids (text), got {kind(item)} in it", field)
+    return ids
+
+
+def _text(where: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise CommandError(f"{where}: expected text", where.split()[-1])
+    return value
+
+
+def _flag(where: str, value: object) -> bool:
+    if not isinstance(value, bool | int):
+        raise CommandError(f"{where}: expected true or false", where.split()[-1])
+    return bool(value)
+
+
+def _mapping(where: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise CommandError(f"{where}: expected a table", where.split()[-1])
+    return value
+
+
+# How each field type is read back from JSON (the dataclass fields' annotations, as text).
+_READERS: dict[str, Callable[[str, object], Any]] = {
+    "tuple[str, ...]": lambda where, value: child_ids_of(value, where),
+    "str": _text,
+    "bool": _flag,
+    "Mapping[str, Any]": _mapping,
+}

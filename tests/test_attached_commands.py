@@ -1,0 +1,161 @@
+"""Commands from clients of a real owner process (engine/attached): the owner checks what it
+reads from the store as it checks its own commands; `steer` says what it waits for and notices
+a dead owner; `limits` prints what the owner learned from the provider."""
+
+from __future__ import annotations
+
+import select
+import signal
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.records.reader import StoreReader
+
+from durable import CountingServer, flightdeck, project
+from helpers import until
+from loopback import Reply
+
+pytestmark = pytest.mark.slow
+
+
+def live_owner(folder: Path) -> tuple[subprocess.Popen[str], str, Path]:
+    """`flightdeck run --headless` in `folder`, once its batch row is in the store."""
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    assert owner.stdout is not None
+    first = owner.stdout.readline()  # "batch <id>", printed once it has started
+    assert first.startswith("batch "), first
+    batch_id = first.split()[1]
+    db = folder / "state" / "flightdeck.db"
+
+    def recorded() -> bool:
+        with StoreReader(db) as reader:
+            return reader.batch(batch_id) is not None
+
+    until(recorded, 30)
+    return owner, batch_id, db
+
+
+def ended(owner: subprocess.Popen[str]) -> None:
+    if owner.poll() is None:
+        owner.kill()
+    owner.communicate()
+
+
+def test_the_owner_refuses_what_a_client_recorded_that_its_checks_refuse(tmp_path: Path) -> None:
+    # Issue 32: a 5,242,880-character steer and a NULL-message steer, written to the store,
+    # were applied; the same steers from this process are refused.
+    with CountingServer() as server:
+        server.hold()  # every reply waits: c000 runs, the others stay queued
+        folder = project(tmp_path, server, 3, pool=1, engine="max_task_chars = 100")
+        owner, batch_id, db = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 1, 30)
+            with sqlite3.connect(db) as conn:  # as any client could: the columns every one has
+                for message in ("x" * 101, None, "keep it short"):
+                    conn.execute(
+                        "INSERT INTO requests (batch_id, kind, child_ids, message, now, state,"
+                        " created_ts) VALUES (?, 'steer', '[\"c001\"]', ?, 0, 'pending', 1.0)",
+                        (batch_id, message),
+                    )
+
+            def settled() -> list[tuple[int, str, str | None]]:
+                with sqlite3.connect(db) as conn:
+                    return conn.execute(
+                        "SELECT id, state, reason FROM requests ORDER BY id"
+                    ).fetchall()
+
+            until(lambda: all(state != "pending" for _, state, _ in settled()), 30)
+            long, null, short = settled()
+            assert long[1] == "refused" and "too long: 101 characters" in str(long[2])
+            assert null[1] == "refused" and "steer message: missing" in str(null[2])
+            assert short[1] == "applied"
+            # The command line checks it the same way before it records anything.
+            proc = flightdeck(folder, "steer", batch_id, "c001", "-m", "y" * 101)
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 2 and "too long: 101 characters" in err, out + err
+            assert len(settled()) == 3
+        finally:
+            server.release()
+            ended(owner)
+    transcript = (folder / "state" / "batches" / batch_id / "c001.log").read_text()
+    assert "keep it short" in transcript and "x" * 101 not in transcript
+
+
+def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
+    tmp_path: Path,
+) -> None:
+    # Issue 29: `steer` on a queued child waited 689 s in silence, through a kill -9 of the
+    # owner, with no word that the owner was gone.
+    with CountingServer() as server:
+        server.hold()  # c000 holds the one slot: c002 stays queued
+        folder = project(tmp_path, server, 3, pool=1)
+        owner, batch_id, _ = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 1, 30)
+            steer = flightdeck(folder, "steer", batch_id, "c002", "-m", "mind the tests")
+            assert steer.stdout is not None
+            line = steer.stdout.readline()
+            assert line == "c002: queued — waiting for its next turn; Ctrl+C leaves it queued\n"
+            owner.send_signal(signal.SIGKILL)
+            owner.wait(30)
+            out, err = steer.communicate(timeout=30)  # within a poll, not the heartbeat's 30 s
+            assert steer.returncode == 1, out + err
+            assert f"is gone: its steers stay queued; `flightdeck resume {batch_id}`" in err
+            assert len(err.strip().splitlines()) == 1
+        finally:
+            server.release()
+            ended(owner)
+
+
+def test_limits_prints_what_the_owner_learned_from_the_providers_headers(tmp_path: Path) -> None:
+    with CountingServer() as server:
+        headers = {
+            "x-ratelimit-limit-requests": "240",
+            "x-ratelimit-remaining-requests": "239",
+            "x-ratelimit-reset-requests": "0.250s",
+        }
+        server.reply = Reply(text="done", headers=headers)
+        folder = project(tmp_path, server, 4, pool=2)
+        owner, batch_id, _ = live_owner(folder)
+        assert owner.wait(60) == 0
+        ended(owner)
+        proc = flightdeck(folder, "limits", batch_id)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert (
+        "route lb: max_concurrent off, rpm off, tpm off (learned from the provider: rpm 240)"
+        in (out.splitlines())
+    )
+
+
+def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
+    tmp_path: Path,
+) -> None:
+    with CountingServer() as server:
+        server.hold()
+        folder = project(tmp_path, server, 3, pool=1)
+        owner, batch_id, _ = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 1, 30)
+            owner.send_signal(signal.SIGSTOP)  # alive, but applying nothing
+            stop = flightdeck(folder, "stop", batch_id, "c002")
+            assert stop.stderr is not None
+            ready, _, _ = select.select([stop.stderr], [], [], 30)
+            assert ready, "nothing said while it waits"
+            assert stop.stderr.readline() == (
+                f"waiting for the owner (pid {owner.pid}) to apply it; Ctrl+C leaves the "
+                "request pending\n"
+            )
+            owner.send_signal(signal.SIGKILL)
+            owner.wait(30)
+            out, err = stop.communicate(timeout=30)
+            assert stop.returncode == 1 and out == "", out + err
+            assert err == (
+                f"flightdeck: the owner of batch {batch_id} (pid {owner.pid}) is gone: the "
+                f"request stays pending; `flightdeck resume {batch_id}` runs the batch on\n"
+            )
+        finally:
+            server.release()
+            ended(owner)

@@ -1,0 +1,105 @@
+"""Operator commands (engine/commands.py): each one value, checked one way, recorded and read
+back one way, whoever sends it."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from flightdeck.engine.commands import (
+    KINDS,
+    Command,
+    CommandError,
+    Context,
+    Continue,
+    ContinueAdmission,
+    LimitError,
+    Nudge,
+    Pause,
+    PauseAdmission,
+    SetLimits,
+    Steer,
+    Stop,
+    StopAll,
+    decode,
+    encode,
+)
+from flightdeck.engine.model import Limits, RouteCaps
+
+EVERY: list[Command] = [
+    Steer(("a", "b"), "focus on the tests", now=True),
+    Stop(("a",)),
+    StopAll(),
+    Pause(("b",)),
+    Continue(("b",)),
+    PauseAdmission(),
+    ContinueAdmission(),
+    SetLimits({"pool_size": 4, "routes": {"sim": {"rpm": None}}, "soft_cost_usd": "2.50"}),
+    Nudge(("a",)),
+]
+LIMITS = Limits(8, (RouteCaps("sim", 4, 60, None),), max_cost_usd=Decimal("5"))
+
+
+def context(**kw: object) -> Context:
+    values: dict[str, object] = {
+        "batch_id": "b1",
+        "known": {"a", "b"},
+        "max_chars": lambda: 40,
+        "limits": lambda: LIMITS,
+    }
+    return Context(**{**values, **kw})  # type: ignore[arg-type]
+
+
+def test_every_kind_is_one_value_recorded_and_read_back_the_same() -> None:
+    assert {type(c) for c in EVERY} == set(KINDS.values())  # a new command is listed here too
+    for command in EVERY:
+        kind, body = encode(command)
+        assert kind == command.kind and json.loads(body) is not None
+        assert decode(kind, body) == command
+        command.check(context())  # each of them is fine for this batch
+
+
+@pytest.mark.parametrize(
+    ("command", "field", "says"),
+    [
+        (Steer(("a",), "   "), "message", "steer message is empty"),
+        (Steer(("a",), "bad \ud800"), "message", "steer message: not valid Unicode text"),
+        (Steer(("a",), "x" * 41), "message", "steer message: too long: 41 characters"),
+        (Steer((), "hi"), "child_ids", "name at least one child"),
+        (Stop(("a", "zz")), "child_ids", "no child with id 'zz' in batch b1"),
+        (Nudge(("zz",)), "child_ids", "no child with id 'zz'"),
+        (SetLimits({"pool_size": 0}), "pool_size", "pool_size: must be a whole number"),
+        (SetLimits({"soft_cost_usd": "9"}), "soft_cost_usd", "at most the hard budget"),
+    ],
+)
+def test_one_check_whoever_sends_it(command: Command, field: str, says: str) -> None:
+    with pytest.raises(CommandError) as caught:
+        command.check(context())
+    assert caught.value.field == field and says in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_what_the_sender_does_not_know_is_left_to_the_owner() -> None:
+    unknown = context(max_chars=lambda: None, limits=lambda: None)
+    Steer(("a",), "x" * 10_000).check(unknown)
+    SetLimits({"pool_size": 99}).check(unknown)
+    with pytest.raises(LimitError):
+        SetLimits({}).check(unknown)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "says"),
+    [
+        ("set_priority", "{}", "this flightdeck cannot apply a 'set_priority' command"),
+        ("steer", '{"child_ids": ["a"], "message": null}', "steer message: missing"),
+        ("steer", '{"child_ids": ["a"]}', "steer message: missing"),
+        ("steer", '{"child_ids": "a", "message": "hi"}', "expected a list of child ids"),
+        ("stop", "not json", "stop: not JSON"),
+        ("stop", "[1, 2]", "stop: expected a JSON object"),
+        ("limits", '{"change": 5}', "limits change: expected a table"),
+    ],
+)
+def test_a_command_that_cannot_be_read_says_why(kind: str, body: str, says: str) -> None:
+    with pytest.raises(CommandError, match=says.replace("(", r"\(")):
+        decode(kind, body)

@@ -1,0 +1,24 @@
+"""What every `flightdeck` command shares: a bad argument's error, and the state folder's
+database a command names (one clear error if there is none)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flightdeck.engine.errors import InputError
+
+
+class UsageError(InputError):
+    """A bad command-line argument."""
+
+
+def state_db(state_dir: Path | None) -> Path:
+    """The database of the state folder a reading command (report, ls, attach, logs) names."""
+    from flightdeck.engine.attached.store import state_folder
+
+    db = state_folder(state_dir) / "flightdeck.db"
+    if not db.exists():
+        raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
+    if not db.is_file():
+        raise UsageError(db, None, None, "not a flightdeck database (not a file)")
+    return db
