@@ -246,6 +246,7 @@ class Engine(CommandMethods):
             batch_dir=self.batch_dir,
             workspace=self.workspace,
             delegate=self.batch.delegate,
+            private=own,
         )
         self._sink = TranscriptSink()
         now = self.clock()

@@ -51,6 +51,7 @@ def open_executor(
     batch_dir: Path,
     workspace: Path,
     delegate: bool,
+    private: bool,
 ) -> tuple[Executor, int]:
     """The executor the settings name, started, and the pool size (`auto`: the formula of
     control/pool.py, over the cluster's CPUs on Ray)."""
@@ -69,6 +70,7 @@ def open_executor(
         workspace=workspace.absolute(),
         delegate=delegate,
         owner_now=clock(),
+        private=private,
         probes=probes,
     )
     try:

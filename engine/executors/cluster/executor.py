@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from flightdeck.engine.executors.cluster.permits import PermitDesk
 from flightdeck.engine.executors.cluster.wire import Dispatch, Setup, ToWorker
 from flightdeck.engine.executors.cluster.worker import Worker
 from flightdeck.engine.inputs.settings import RaySettings, Route
+from flightdeck.engine.private import open_private
 from flightdeck.engine.records.meter import Meter
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -256,12 +258,13 @@ def connect(settings: RaySettings) -> None:
 
 
 def probe_files(folders: list[Path]) -> tuple[tuple[Path, str], ...]:
-    """A file with a random token in each folder, which every node must read as written."""
+    """A file with a random token in each folder (made already), which every node must read
+    as written; 0600, as every file in the state folder (engine/private.py)."""
     out = []
     for folder in folders:
-        folder.mkdir(parents=True, exist_ok=True)
         path = folder / f".flightdeck-probe-{secrets.token_hex(4)}"
         token = secrets.token_hex(8)
-        path.write_text(token)
+        with os.fdopen(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
+            f.write(token)
         out.append((path, token))
     return tuple(out)

@@ -37,6 +37,7 @@ class Setup:
     workspace: Path
     delegate: bool
     owner_now: float  # the owner's clock, so stamps made there read as the owner's
+    private: bool = False  # the batch's own workspace: what tools write there is 0600/0700
     probes: tuple[tuple[Path, str], ...] = ()  # files a worker must read as written (shared?)
 
 

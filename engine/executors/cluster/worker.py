@@ -88,7 +88,7 @@ class Worker:
         }
         secrets = tuple(s for p in self._providers.values() for s in p.secrets)
         secrets += tuple(s for c in self._commands.values() for s in c.secrets)
-        self._toolbox = Toolbox(setup.workspace, secrets=secrets)
+        self._toolbox = Toolbox(setup.workspace, secrets=secrets, private=setup.private)
         self._throttles = {
             name: RelayThrottle(route, self._outbox.put) for name, route in models.items()
         }
