@@ -39,13 +39,19 @@ def cluster() -> Iterator[None]:
     environment, which they inherit from this process when the cluster starts."""
     before = os.environ.get(KEY_ENV)
     os.environ[KEY_ENV] = "sk-ray-test-key"
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        object_store_memory=100 * 1024 * 1024,
-    )
+    # The usual umask, which the cluster's processes keep: what a worker writes without a mode
+    # of its own others could read (the private-workspace test checks that none is).
+    umask = os.umask(0o022)
+    try:
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            object_store_memory=100 * 1024 * 1024,
+        )
+    finally:
+        os.umask(umask)
     try:
         yield
     finally:
@@ -132,6 +138,30 @@ def test_a_sim_batch_on_ray_ends_as_on_threads(tmp_path: Path) -> None:
         c["id"]: c["cost_usd"] for c in other["children"]
     }
     assert all(c["node"] for c in report["children"])
+
+
+def test_what_a_child_on_a_worker_writes_in_the_batchs_own_workspace_is_private(
+    tmp_path: Path,
+) -> None:
+    from test_private import assert_private
+
+    write = ToolUse("call-1", "write_file", {"path": "notes/today.md", "content": "reviewed"})
+
+    def reply(received: Received) -> Reply:
+        if any(m.get("role") == "tool" for m in received.body["messages"]):
+            return Reply(text="written")
+        return Reply(text="writing it down", tools=(write,))
+
+    with Loopback(reply) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        snap = run_to_end(start(batch(1), on_ray(settings(route, pool=1)), tmp_path), 60)
+    [child] = snap.children
+    assert child.status is ChildStatus.COMPLETED and child.node
+    state = tmp_path / "state"
+    written = state / "batches" / snap.batch_id / "workspace" / "notes" / "today.md"
+    assert written.read_text() == "reviewed"
+    # The workers' umask is 022 (the cluster fixture): the tool's own modes make it private.
+    assert_private(state)
 
 
 def test_steer_steer_now_stop_pause_and_continue_reach_children_on_workers(
@@ -327,6 +357,7 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
     tmp_path: Path,
 ) -> None:
     from flightdeck.engine.attached.view import StoreView
+    from flightdeck.engine.commands import Steer, Stop
     from flightdeck.tui.app import FlightdeckApp
     from flightdeck.tui.screens.main import UiOptions
 
@@ -358,13 +389,34 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
                 )
                 detail = app.main.query_one("#detail")
                 await app_until(pilot, lambda: "node " in str(detail.render()), "its node")
-                server.release()
+                # Commands sent as a client sends them (recorded in the store, applied by the
+                # owner) reach the children on their workers.
+                view.send(Stop(("t0002",)))
                 await app_until(
                     pilot,
-                    lambda: all(
-                        r.status is ChildStatus.COMPLETED for r in table.rows_by_id.values()
+                    lambda: table.rows_by_id["t0002"].status is ChildStatus.STOPPED,
+                    "t0002 stopped",
+                )
+                view.send(Steer(("t0000",), "mind the tests", now=True))
+                await app_until(
+                    pilot,
+                    lambda: (
+                        [r.state for r in table.rows_by_id["t0000"].steers]
+                        == [SteerState.DELIVERED]
                     ),
-                    "all three completed",
+                    "the steer --now delivered on its worker",
+                )
+                first = tasks.tasks[0].goal
+                assert operator_said(script.seen[first][-1]) == ["[operator] mind the tests"]
+                server.release()
+                done = ChildStatus.COMPLETED
+                await app_until(
+                    pilot,
+                    lambda: (
+                        {i: r.status for i, r in table.rows_by_id.items()}
+                        == {"t0000": done, "t0001": done, "t0002": ChildStatus.STOPPED}
+                    ),
+                    "two completed, one stopped",
                 )
                 await app_until(
                     pilot,
