@@ -49,6 +49,9 @@ def test_the_ray_table_is_read_and_kept_for_resume(tmp_path: Path) -> None:
         ("[ray]\nworkers_per_node = 0\n", 2, "ray.workers_per_node", "between 1 and 64"),
         ("[ray]\nnum_cpus = 100000\n", 2, "ray.num_cpus", "between 1 and 1024"),
         ("[ray]\nobject_store_mb = 10\n", 2, "ray.object_store_mb", "between 80 and"),
+        ("[ray]\nobject_store_mb = 4194304\n", 2, "ray.object_store_mb", "and 1048576"),
+        ("[ray]\nworkers_per_node = 1000\n", 2, "ray.workers_per_node", "between 1 and 64"),
+        ("[ray]\nnum_cpus = 1e308\n", 2, "ray.num_cpus", "expected an integer"),
         ("[ray]\nnodes = 2\n", 2, "ray.nodes", "unknown key"),
     ],
 )

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
-from flightdeck.engine.inputs.settings.values import (
-    MAX_CONCURRENT,
+from flightdeck.engine.inputs.bounds import (
     MAX_OBJECT_STORE_MB,
     MAX_WORKERS_PER_NODE,
     MIN_OBJECT_STORE_MB,
-    RaySettings,
 )
+from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
+from flightdeck.engine.inputs.settings.values import MAX_CONCURRENT, RaySettings
 
 RAY_KEYS = ("address", "num_cpus", "workers_per_node", "object_store_mb")
 

@@ -176,12 +176,6 @@ class Budget:
     soft_cost_line: int | None = field(default=None, compare=False)  # of soft_cost_usd
 
 
-# Bounds of the `[ray]` numbers.
-MAX_WORKERS_PER_NODE = 64
-MIN_OBJECT_STORE_MB = 80  # Ray refuses less than about 75 MB
-MAX_OBJECT_STORE_MB = 1 << 20
-
-
 @dataclass(frozen=True, slots=True)
 class RaySettings:
     """The `[ray]` table: the cluster children run on with `executor = "ray"`."""
