@@ -17,8 +17,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine import assembly, batchdir, health
+from flightdeck.engine import assembly, batchdir, executors, health
 from flightdeck.engine.assembly import new_batch_id, steady_clock
+from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -27,10 +28,10 @@ from flightdeck.engine.commands import (
     StopAll,
 )
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.pool import tune_interpreter, worker_pool
+from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.controls import CommandMethods, Controls
+from flightdeck.engine.executors import Executor
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -141,6 +142,9 @@ class Engine(CommandMethods):
         used = {settings.route(t.route).name for t in (*batch.tasks, *templates)}
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
+        configured = max_concurrent or settings.engine.max_concurrent
+        self._auto_pool = not isinstance(max_concurrent, int) and configured == "auto"
+        executors.check(settings, providers_given=bool(providers))
         assembly.check_budget(settings, self.routes.values())
         assembly.check_commands(batch, self.routes.values(), settings.source)
         # Model clients and command routes are built before anything is written: a missing
@@ -152,7 +156,7 @@ class Engine(CommandMethods):
         self._subscribers = Subscribers()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: Executor | None = None
         self._coordinator: Coordinator | None = None
         self._controls: Controls | None = None  # made with the coordinator
         self._status = BatchStatus.RUNNING
@@ -228,9 +232,23 @@ class Engine(CommandMethods):
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         secrets += tuple(s for command in self._commands.values() for s in command.secrets)
         toolbox = Toolbox(workspace, secrets=secrets, private=own)
-        self._pool = worker_pool(self.pool_size)
-        self._sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}
+        self._pool, self.pool_size = executors.open_executor(
+            self.settings,
+            pool_size=self.pool_size,
+            auto=self._auto_pool and self._resuming is None,
+            report=self._report,
+            meter=self.meter,
+            routes=self.routes,
+            throttles=throttles,
+            clock=self.clock,
+            batch_id=self.batch_id,
+            batch_dir=self.batch_dir,
+            workspace=self.workspace,
+            delegate=self.batch.delegate,
+            private=own,
+        )
+        self._sink = TranscriptSink()
         now = self.clock()
         self._started_ts = now
         # One way to make a child: for each task now, for a delegate or a wave later (on the
@@ -250,6 +268,7 @@ class Engine(CommandMethods):
             sink=self._sink,
             processes=ProcessLog(self._store, self.batch_id),
             batch_id=self.batch_id,
+            kind=Elsewhere if self.settings.engine.executor == "ray" else Child,
         )
         children = [make_child(task, queued_ts=now) for task in self.batch.tasks]
 

@@ -215,6 +215,7 @@ class ChildRow:
     depth: int = 0
     loop: LoopEvidence | None = None  # flagged as looping (cleared when it makes progress)
     looped_ts: float | None = None  # when it was last flagged, kept once the flag clears
+    node: str | None = None  # the cluster node its work ran on (None: in the owner process)
 
     @property
     def pausing(self) -> bool:

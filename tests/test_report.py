@@ -101,6 +101,7 @@ def test_build_report(reader: StoreReader) -> None:
         "goal": "goal 0",
         "route": "sim",
         "model": "sim-1",
+        "node": None,  # its work ran in the owner process (a cluster names the node)
         "api_calls": 3,
         "tool_calls": 2,
         "retries": 1,

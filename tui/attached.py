@@ -36,6 +36,8 @@ def run_in_background(
         command += ["--config", str(args.config.absolute())]
     if args.max_concurrent is not None:
         command += ["--max-concurrent", str(args.max_concurrent)]
+    if args.executor is not None:
+        command += ["--executor", args.executor]
     owner = start_owner(command, state_dir)
     if args.detach:
         # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.

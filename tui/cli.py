@@ -72,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
         type=_pool_size,
         help='children alive at once: a number, or "auto" (overrides the config)',
     )
+    run.add_argument(
+        "--executor",
+        choices=("threads", "ray"),
+        help="where children's work runs: threads here, or a Ray cluster (overrides the config)",
+    )
     run.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
     run.add_argument(
         "--detach",

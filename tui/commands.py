@@ -4,6 +4,7 @@ headless), report, ls, resume. The client commands (steer, stop, ...) are in cli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -35,6 +36,11 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
+    if args.executor is not None:  # --executor: where children's work runs, over the config
+        engine_settings = dataclasses.replace(
+            settings.engine, executor=args.executor, executor_line=None
+        )
+        settings = dataclasses.replace(settings, engine=engine_settings)
     batch = load_batch(
         args.batch_file,
         max_chars=settings.engine.max_task_chars,

@@ -1,12 +1,12 @@
 """Reading a batch whose owner is another process from its store, again and again, cheaply.
 
-A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows
-that changed, so a 1,000-child batch costs little more than its running ones. To the stored rows
-it adds what the owner publishes live (records/live.py: calls in flight, retry notices, the
-route gauges, the problem sentence) and what the store keeps in other tables (who delegated
-whom, loop flags, steer receipts), and works out what reading the cache saved at the batch's
-prices (as `flightdeck report` does), so the snapshot has the in-process view's figures. The
-discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
+A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows that
+changed, so a 1,000-child batch costs little more than its running ones. To the stored rows it adds
+what the owner publishes live (records/live.py: calls in flight, retry notices, the route gauges,
+the problem sentence) and what the store keeps in other tables (who delegated whom, loop flags, the
+cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
+batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
+The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
 the differences between two reads.
 """
 
@@ -93,6 +93,7 @@ class BatchReading:
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
         self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
+        self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
         self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self._live_text: str | None = None
@@ -233,10 +234,12 @@ class BatchReading:
         cid = row.id
         fields: dict[str, Any] = {}  # one replace of the row: a 1,000-row read builds hundreds
         parent, loop = self._parents.get(cid), self._loops.get(cid)
-        looped = self._looped.get(cid)
+        looped, node = self._looped.get(cid), self._nodes.get(cid)
         if parent is not None or looped is not None:
             depth = depth_of(cid, self._parents) if parent is not None else 0
             fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
+        if node is not None:  # its work ran on a cluster: where
+            fields["node"] = node
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
@@ -277,11 +280,12 @@ class BatchReading:
 
     def _read_events(self) -> set[str]:
         """What the owner keeps as events, not in the rows, recorded since the last read
-        (inside the transaction): who delegated whom, the loop flags, and the loop policies'
-        steers. The ids of the children whose rows must be built again."""
+        (inside the transaction): who delegated whom, the loop flags, the node each child was
+        placed on (on a cluster), and the loop policies' steers. The ids of the children whose
+        rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
-            " AND kind IN ('delegate', 'loop', 'loop_policy') AND child_id IS NOT NULL"
+            " AND kind IN ('delegate', 'loop', 'loop_policy', 'node') AND child_id IS NOT NULL"
             " ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
@@ -291,6 +295,8 @@ class BatchReading:
             child_id, detail = str(child_id), str(detail)
             if kind == "delegate":
                 self._parents[child_id] = detail
+            elif kind == "node":
+                self._nodes[child_id] = detail
             elif kind == "loop_policy":
                 receipt_id = policy_receipt(detail)
                 if receipt_id is not None:

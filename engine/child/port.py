@@ -20,7 +20,6 @@ from flightdeck.engine.child.steering import Steering
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
-from flightdeck.engine.records.transcripts import TranscriptWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +45,30 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
+class Transcript(Protocol):
+    """A child's transcript as its runner writes it (records/transcripts.py's writer, or a
+    relay to the one at home)."""
+
+    def write(self, role: str, text: str, ts: float | None = None) -> None: ...
+
+    def stream(self, chunk: str, ts: float | None = None) -> None: ...
+
+    def end_stream(self, *, interrupted: bool = False, ts: float | None = None) -> None: ...
+
+    def close(self, role: str | None = None, text: str = "", ts: float | None = None) -> None: ...
+
+
+class Relay(Protocol):
+    """A child whose work runs elsewhere (an executor's worker): the operator's commands, to be
+    applied there as they are here."""
+
+    def steer(self, receipt: SteerReceipt) -> None: ...
+
+    def stop(self, status: ChildStatus, reason: str) -> None: ...
+
+    def pause(self, wanted: bool) -> None: ...
+
+
 class ChildPort(Protocol):
     """The child, as its runner sees it."""
 
@@ -58,7 +81,7 @@ class ChildPort(Protocol):
     leads_gate: bool  # it leads a prompt-cache gate: its first chunk is reported
 
     @property
-    def transcript(self) -> TranscriptWriter: ...
+    def transcript(self) -> Transcript: ...
 
     @property
     def pause_wanted(self) -> bool: ...

@@ -14,8 +14,9 @@ from decimal import Decimal
 from flightdeck.engine.child.facts import ChildDone, ChildFact, ChildPaused, ReceiptSettled, Report
 from flightdeck.engine.child.loopwatch import LoopWatch
 from flightdeck.engine.child.policy import StopRequested
-from flightdeck.engine.child.port import PAUSED, Closable, Ended, Runner
+from flightdeck.engine.child.port import PAUSED, Closable, Ended, Runner, Transcript
 from flightdeck.engine.child.progress import Progress
+from flightdeck.engine.child.result import bounded_result
 from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
@@ -33,10 +34,6 @@ from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 from flightdeck.engine.sanitize import redact
 
-# Characters of a final answer kept in the row (the store, the screen, the report's readers);
-# the whole answer is in the transcript. A 100 MB reply must not be copied everywhere.
-MAX_RESULT_CHARS = 100_000
-
 
 class Child:
     """One task's child: the coordinator owns it, one worker thread at a time runs it."""
@@ -53,6 +50,7 @@ class Child:
         sink: TranscriptSink | None = None,
         *,
         cost_known: bool = True,
+        open_transcript: Callable[[], Transcript] | None = None,
     ) -> None:
         self.task = task
         self.route = route
@@ -61,6 +59,7 @@ class Child:
         self.queued_ts = queued_ts
         self.interrupt = threading.Event()
         self._sink = sink
+        self._open_transcript = open_transcript  # else a TranscriptWriter on the path
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
         # The route's API key, redacted from all we record and show.
@@ -81,7 +80,8 @@ class Child:
         self.status = ChildStatus.QUEUED
         self.started_ts: float | None = None
         self.finished_ts: float | None = None
-        self._transcript: TranscriptWriter | None = None
+        self._transcript: Transcript | None = None
+        self.node: str | None = None  # where its work runs, when not in this process
         self._finalizing = False
         self._call: Closable | None = None
         self._stop_status: ChildStatus | None = None
@@ -99,10 +99,12 @@ class Child:
         self.paused_s = 0.0
 
     @property
-    def transcript(self) -> TranscriptWriter:
+    def transcript(self) -> Transcript:
         """Opened on first use, so a queued child holds no file descriptor."""
         with self._lock:
-            if self._transcript is None:
+            if self._transcript is None and self._open_transcript is not None:
+                self._transcript = self._open_transcript()
+            elif self._transcript is None:
                 self._transcript = TranscriptWriter(
                     self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
                 )
@@ -155,6 +157,7 @@ class Child:
                 depth=self.task.depth,
                 loop=self.loops.evidence,
                 looped_ts=self.loops.looped_ts,
+                node=self.node,
             )
             self._row, self._row_version = row, version
             return row
@@ -435,14 +438,3 @@ class Child:
             self.progress.show("")
             self._version += 1
             return True
-
-
-def bounded_result(text: str, transcript: str) -> str:
-    """`text`, or its first MAX_RESULT_CHARS characters and a note of where the rest is."""
-    if len(text) <= MAX_RESULT_CHARS:
-        return text
-    rest = len(text) - MAX_RESULT_CHARS
-    return (
-        f"{text[:MAX_RESULT_CHARS]}\n\n[cut here: {rest:,} more characters; "
-        f"the whole answer is in the transcript, {transcript}]"
-    )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from flightdeck.engine.child.facts import (
     ChildDone,
+    ChildLost,
     ChildPaused,
     Delegated,
     FirstChunk,
@@ -40,12 +41,13 @@ from flightdeck.engine.control.inbox import (
     Shutdown,
     Unrecorded,
 )
+from flightdeck.engine.control.lost import rerun_lost
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.executors.base import Executor
 from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.limits import limits_of
@@ -82,7 +84,7 @@ class Coordinator:
         children: list[Child],
         routes: Mapping[str, Route],
         *,
-        pool: WorkerPool,
+        pool: Executor,
         pool_size: int,
         engine: EngineSettings,
         budget: Budget,
@@ -164,7 +166,7 @@ class Coordinator:
         self._publish_live = publish_live
         self._last_live = 0.0
         self._live_rows: dict[str, ChildRow] = {}  # alive children's rows, as last recorded
-        self.pool = pool  # the threads children run on
+        self.pool = pool  # where children's work runs (threads here, or a cluster)
         self._pauses = Pauses(self)
         self._arrivals = Arrivals(
             self,
@@ -303,6 +305,15 @@ class Coordinator:
         """Ask a running child to end with `status` (the watchdog times how long it takes)."""
         self._stop_requested.setdefault(child.task.id, self._clock())
         child.request_stop(status, reason)
+
+    def forget(self, child: Child) -> None:
+        """A child lost with its worker: nothing of it stays paused, nor waits on a stop."""
+        self._pauses.ended(child)
+        self._stop_requested.pop(child.task.id, None)
+
+    def park(self, child: Child) -> None:
+        """A paused child that holds nothing waits to be continued."""
+        self._pauses.parked[child.task.id] = child
 
     def relaunch(self, child: Child) -> None:
         """Run a paused child on a thread again (its route's slot taken by the caller)."""
@@ -448,6 +459,8 @@ class Coordinator:
                 self.queues.requeue(self._admission.gate.first_chunk(self.by_id[child_id]))
             case HeadroomSeen(route, event):
                 self.queues.saw_headroom(route, event, self._clock())
+            case ChildLost(child_id, why):
+                rerun_lost(self, self.by_id[child_id], why)
             case LoopFlagged(child_id, evidence, again):
                 self._controls.looped(child_id, evidence, again)
             case Order():

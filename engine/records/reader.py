@@ -115,7 +115,8 @@ class StoreReader:
                 # What the store keeps as events, not in the rows.
                 kept = self._conn.execute(
                     "SELECT ts, child_id, kind, detail FROM events WHERE batch_id = ?"
-                    " AND kind IN ('delegate', 'loop') AND child_id IS NOT NULL ORDER BY id",
+                    " AND kind IN ('delegate', 'loop', 'node') AND child_id IS NOT NULL"
+                    " ORDER BY id",
                     (batch_id,),
                 ).fetchall()
         parents = {str(c): str(d) for _, c, kind, d in kept if kind == "delegate"}
@@ -123,6 +124,10 @@ class StoreReader:
         out = with_lineage([child_row(r, tuple(steers.get(r[1], ()))) for r in rows], parents)
         if loops:
             out = [dataclasses.replace(r, loop=loops[r.id]) if r.id in loops else r for r in out]
+        # Where each ran, on a cluster (the last node it was placed on).
+        nodes = {str(c): str(d) for _, c, kind, d in kept if kind == "node"}
+        if nodes:
+            out = [dataclasses.replace(r, node=nodes[r.id]) if r.id in nodes else r for r in out]
         return out
 
     def child_ids(self, batch_id: str) -> set[str]:

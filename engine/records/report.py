@@ -101,6 +101,7 @@ def build_report(
                 "goal": c.goal,
                 "route": c.route,
                 "model": c.model,
+                "node": c.node,
                 "api_calls": c.activity.api_calls,
                 "tool_calls": c.activity.tool_calls,
                 "retries": c.activity.retries,

@@ -43,6 +43,9 @@ def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) ->
         text.append(f"  {status}", style=glyph_style)
     text.append("  ")
     text.append(what, style=style)
+    if row.node is not None:  # its work ran on a cluster: where
+        text.append("  node ", style="dim")
+        text.append(one_line(row.node, 40))
     if row.error and row.status.live:
         text.append("  error: ", style="dim")
         text.append(one_line(row.error, _FULL), style="red")

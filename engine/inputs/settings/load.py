@@ -21,6 +21,7 @@ from flightdeck.engine.inputs.bounds import (
 )
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
+from flightdeck.engine.inputs.settings.cluster import read_ray
 from flightdeck.engine.inputs.settings.command import COMMAND_KEYS, read_command
 from flightdeck.engine.inputs.settings.loops import read_loops, read_steer
 from flightdeck.engine.inputs.settings.values import (
@@ -28,6 +29,7 @@ from flightdeck.engine.inputs.settings.values import (
     CONFIG_NAME,
     DEFAULT_ROUTE,
     DESKTOP_NOTIFY,
+    EXECUTORS,
     MAX_CONCURRENT,
     PROVIDERS,
     SIM_OPTION_DEFAULTS,
@@ -47,7 +49,7 @@ from flightdeck.engine.inputs.tasks.values import MAX_TASKS_LIMIT, MAX_TURNS_LIM
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, deep_line
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_TOP_KEYS = ("engine", "routes", "budget", "steer", "tui")
+_TOP_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
 _ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
 _ROUTE_KEYS = (
     "provider",
@@ -131,6 +133,7 @@ class _Reader(ValueChecks):
             budget=self.budget(self.table(("budget",), data.get("budget", {}))),
             canned=read_steer(self, self.table(("steer",), data.get("steer", {}))),
             tui=self.tui(self.table(("tui",), data.get("tui", {}))),
+            ray=read_ray(self, self.table(("ray",), data.get("ray", {}))),
             source=self.path,
         )
 
@@ -145,6 +148,13 @@ class _Reader(ValueChecks):
                 if value == "auto"
                 else self.integer(key, value, 1, MAX_CONCURRENT, also='or "auto"')
             )
+        if "executor" in table:
+            key = ("engine", "executor")
+            value = table["executor"]
+            if value not in EXECUTORS:
+                raise self.error(key, f'expected "threads" or "ray", got {kind(value)}')
+            values["executor"] = value
+            values["executor_line"] = self.locator.line(*key)
         if "state_dir" in table:
             folder = Path(self.string(("engine", "state_dir"), table["state_dir"])).expanduser()
             # Relative to the config file, so a project's config works from any directory.
