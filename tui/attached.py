@@ -100,7 +100,7 @@ def attach_tui(view: StoreView, tui: TuiSettings | None = None) -> ExitCode:
     from flightdeck.engine.api import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
     from flightdeck.tui.lastlooked import LastLooked
-    from flightdeck.tui.screens.main import UiOptions
+    from flightdeck.tui.options import UiOptions
 
     state_dir = view.db.parent
     looked = LastLooked(state_dir, view.batch_id)

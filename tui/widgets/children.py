@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import ClassVar, cast
 
 from flightdeck.engine.api import MedianRows, Medians
-from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.columns import (
     COLUMN_KEYS,
@@ -453,6 +453,14 @@ class ChildrenTable(ScrollView, can_focus=True):
         self.pinned_top = False
         self._move_to(index)
         return True
+
+    def follow(self) -> None:
+        """The cursor to the most recently active running child."""
+        rows = self.rows_by_id
+        running = [rows[i] for i in self.shown if rows[i].status is ChildStatus.RUNNING]
+        if running:
+            newest = max(running, key=lambda r: r.activity.last_activity_ts or 0.0)
+            self.select(newest.id)
 
     def _reorder(self, selected: Entry | None, *, force: bool) -> bool:
         """Sort the rows (unless the operator holds them); True when the lines were redone."""
