@@ -346,12 +346,12 @@ class MainScreen(Screen[None]):
             self._reshaped()
 
     def action_sort(self) -> None:
-        self.table.set_order(self.table.order.next())
+        self.table.set_order(self.table.model.order.next())
         self._status()
 
     def action_group_by(self) -> None:
         """Group the table by the next of: group, status, route, tool, error, nothing."""
-        self.table.set_grouping(next_grouping(self.table.grouping))
+        self.table.set_grouping(next_grouping(self.table.model.grouping))
         self._reshaped()
 
     def action_follow(self) -> None:

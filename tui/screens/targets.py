@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.widgets import ChildrenTable
-from flightdeck.tui.widgets.children import GroupHeader
+from flightdeck.tui.widgets.lines import GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy
 
 # How a finished child ended, after its id; other statuses read "has <status>".
@@ -38,7 +38,7 @@ def targets(table: ChildrenTable) -> list[str]:
     if header is not None:
         return table.group_members(header)
     if matching_query(table) is not None:
-        return table.matching
+        return table.model.matching
     selected = table.selected_id
     return [selected] if selected is not None else []
 

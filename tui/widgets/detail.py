@@ -136,7 +136,7 @@ class ChildDetail(Static):
         selected = table.selected_id
         row = rows.get(selected) if selected is not None else None
         outlier = None
-        kind = table.medians.outlier(row) if row is not None else None
+        kind = table.model.medians.outlier(row) if row is not None else None
         if row is not None and kind is not None:
-            outlier = f"{kind} {table.medians.ratio(row, kind):.1f}× the batch median"
+            outlier = f"{kind} {table.model.medians.ratio(row, kind):.1f}× the batch median"
         self.show(row, now, outlier)

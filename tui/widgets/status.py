@@ -38,8 +38,8 @@ def status_line(
     return StatusLine(
         batch_id=snap.batch_id if snap else "",
         batch_status=snap.status if snap else BatchStatus.RUNNING,
-        order=table.order.value,
-        grouping=table.grouping.value if table.grouping is not None else None,
+        order=table.model.order.value,
+        grouping=table.model.grouping.value if table.model.grouping else None,
         query=table.row_filter.query,
         shown=len(table.shown),
         total=len(table.rows_by_id),
