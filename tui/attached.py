@@ -107,8 +107,8 @@ def attach_tui(
     from flightdeck.engine.api import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
     from flightdeck.tui.lastlooked import LastLooked
+    from flightdeck.tui.options import UiOptions
     from flightdeck.tui.readonly import ReadOnlyView
-    from flightdeck.tui.screens.main import UiOptions
 
     state_dir = view.db.parent
     looked = None if read_only else LastLooked(state_dir, view.batch_id)

@@ -10,6 +10,7 @@ from flightdeck.engine.api import burn_rate
 from flightdeck.engine.model import ChildRow, LoopEvidence
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, fmt_cost
+from flightdeck.tui.widgets.children import ChildrenTable
 from flightdeck.tui.widgets.rows import (
     GOAL_CHARS,
     LOOPING_GLYPH,
@@ -125,3 +126,20 @@ class ChildDetail(Static):
             if grew:  # a loop's evidence came or went: the pane's height changes with it
                 self.styles.height = height
             self.update(text, layout=grew)  # else a fixed height: no layout pass
+
+    def show_selected(self, table: ChildrenTable, now: float) -> None:
+        """What the table's cursor is on: a group's summary (never a member's detail), or the
+        child's, with why it is an outlier."""
+        rows = table.rows_by_id
+        header = table.selected_header
+        if header is not None:
+            live = sum(1 for i in table.group_members(header) if rows[i].status.live)
+            self.show_text(group_detail_text(table.header_text(header), live, header.by.value))
+            return
+        selected = table.selected_id
+        row = rows.get(selected) if selected is not None else None
+        outlier = None
+        kind = table.model.medians.outlier(row) if row is not None else None
+        if row is not None and kind is not None:
+            outlier = f"{kind} {table.model.medians.ratio(row, kind):.1f}× the batch median"
+        self.show(row, now, outlier)
