@@ -19,6 +19,7 @@ from flightdeck.engine.agents.workspace import Workspace, git_toplevel
 from flightdeck.engine.child.command import ProcessRunner
 from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import Report
+from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loop import ModelRunner
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -145,13 +146,13 @@ def _where(task: Task) -> tuple[str | None, int | None]:
 
 
 def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:
-    """A command route's workspace must be usable before anything starts: a worktree needs
-    the batch workspace to be in a git repository."""
+    """A route's workspace must be usable before anything starts: a worktree needs the batch
+    workspace to be in a git repository."""
     for route in routes:
-        spec = route.command
-        if spec is None or spec.workspace != "worktree":
+        if route.own_workspace != "worktree":
             continue
-        where = (source, spec.lines.get("workspace"), f"routes.{route.name}.workspace")
+        line = route.command.lines.get("workspace") if route.command is not None else None
+        where = (source, line, f"routes.{route.name}.workspace")
         if batch.workspace is None:
             raise ConfigError(
                 *where,
@@ -205,8 +206,10 @@ def build_child(
     sink: TranscriptSink,
     processes: ProcessLog,
     batch_id: str,
+    kept: Kept | None = None,
 ) -> Child:
-    """A queued child for one task: one of the batch's, or a child's delegate."""
+    """A queued child for one task: one of the batch's, or a child's delegate (`kept`: the
+    operator's retry of one that ended)."""
     route = settings.route(task.route)
     transcript = str(batch_dir / transcript_name(task))
     command = commands.get(route.name)
@@ -232,6 +235,7 @@ def build_child(
             queued_ts,
             sink,
             cost_known=spend_known(route),
+            kept=kept,
         )
     # Jitter seeded per task: reruns of a batch back off alike (a sim run replays exactly),
     # while children of one batch still spread out.
@@ -247,8 +251,13 @@ def build_child(
     delegation = None
     if (batch.delegate or route.delegate) and task.depth < budget.max_depth:
         delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
-    runner = ModelRunner(route.name, provider, retry, toolbox, meter, delegation)
-    return Child(task, route, runner, transcript, clock, report, queued_ts, sink)
+    own = None
+    if route.workspace != "shared":  # its own worktree or copy, whose changes are reviewed
+        own = Workspace(
+            route.workspace, toolbox.root, batch_dir / "workspaces" / task.id, keep=False
+        )
+    runner = ModelRunner(route.name, provider, retry, toolbox, meter, delegation, own)
+    return Child(task, route, runner, transcript, clock, report, queued_ts, sink, kept=kept)
 
 
 def manifest_children(children: Iterable[Child]) -> str:

@@ -24,6 +24,7 @@ from flightdeck.engine.inputs.settings.values import (
     PROVIDERS,
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
+    WORKSPACE_MODES,
     Budget,
     EngineSettings,
     LoopSettings,
@@ -52,6 +53,7 @@ _ROUTE_KEYS = (
     "cache_gate_s",
     "delegate",
     "loops",
+    "workspace",
 )
 # A command route is no model call: no rpm/tpm, max_tokens or retry of its own.
 _COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price", "loops")
@@ -216,6 +218,9 @@ class _Reader(ValueChecks):
             if "delegate" in table
             else False,
             loops=self.loops(key, table),
+            workspace=self.choice((*key, "workspace"), table["workspace"], WORKSPACE_MODES)
+            if "workspace" in table
+            else "shared",
             **limits,
         )
 
