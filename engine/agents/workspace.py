@@ -51,10 +51,10 @@ class Workspace:
         self._own.parent.mkdir(parents=True, exist_ok=True)
         if self.mode == "copy":
             if self._own.exists():  # left by an earlier attempt, or an owner that died
-                found = copy_changes(self._own, self._shared, None)
-                if found.files:
+                left = copy_changes(self._own, self._shared, None)
+                if left.files:
                     raise WorkspaceError(
-                        f"its copy holds an earlier attempt's changes ({found.summary}): "
+                        f"its copy holds an earlier attempt's changes ({left.summary}): "
                         "discard them, or retry --continue to work on in it"
                     )
                 shutil.rmtree(self._own, ignore_errors=True)
