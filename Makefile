@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-agents check fmt lint types imports wheel-test bench screenshots clean
+.PHONY: demo test test-agents test-web check fmt lint types imports wheel-test bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,6 +35,17 @@ test-agents: $(STAMP)
 	npm install --prefix $(AGENTS_CACHE) --no-audit --no-fund --silent $(AGENTS) && \
 	FLIGHTDECK_AGENTS_BIN=$(AGENTS_CACHE)/node_modules/.bin \
 		$(PY) -m pytest -q -p no:xdist tests/agents
+
+# The browser suite, not part of `make test`: `flightdeck serve` in headless Chromium from
+# Debian's packages, driven by Playwright (which never downloads a browser here). Chromium is
+# installed when missing and this runs as root; otherwise every test skips, saying why.
+CHROMIUM := /usr/bin/chromium
+test-web: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,browser]'
+	@test -x $(CHROMIUM) || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "test-web: could not install chromium (apt-get install chromium): the tests skip"
+	$(PY) -m pytest -q -o addopts='--strict-markers -ra' tests/web
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format engine tui tests scripts

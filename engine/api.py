@@ -230,11 +230,12 @@ class Engine(CommandMethods):
         self.batch_id, self.batch_dir = batchdir.claim(
             self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
         )
+        own = self.batch.workspace is None  # the batch's own, in its folder: private
         workspace = self.batch.workspace or self.batch_dir / "workspace"
-        self.workspace = batchdir.folder(workspace, self.state_dir)
+        self.workspace = batchdir.folder(workspace, self.state_dir, private=own)
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         secrets += tuple(s for command in self._commands.values() for s in command.secrets)
-        toolbox = Toolbox(workspace, secrets=secrets)
+        toolbox = Toolbox(workspace, secrets=secrets, private=own)
         self._pool = worker_pool(self.pool_size)
         self._sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}

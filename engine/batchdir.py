@@ -11,13 +11,18 @@ from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.transcripts import write_manifest
 
 
-def folder(path: Path, state_dir: Path) -> Path:
-    """`path`, made if it is not there yet."""
+def folder(path: Path, state_dir: Path, *, private: bool = True) -> Path:
+    """`path`, made if it is not there yet; `private` (in the state folder): the user's alone,
+    else (a workspace the user named) made as the user's umask says."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if private:
+            private_dir(path)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise unusable(exc, state_dir) from exc
     return path
@@ -40,7 +45,7 @@ def claim(
     folder(batch_dir.parent, state_dir)
     while True:
         try:
-            batch_dir.mkdir(exist_ok=id_given)
+            private_dir(batch_dir, exist_ok=id_given)
             return batch_dir.name, batch_dir
         except FileExistsError:
             batch_dir = batch_dir.parent / new_batch_id(clock)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flightdeck.engine.errors import CommandError
+from flightdeck.engine.inputs.messages import expected, kind
 from flightdeck.engine.inputs.text import too_long, unicode_problem
 from flightdeck.engine.limits import (
     ROUTE_FIELDS,
@@ -273,10 +274,18 @@ def decode(kind: str, body: str | Mapping[str, Any] | None) -> Command:
     return cls(**values)
 
 
-def _ids(where: str, value: object) -> tuple[str, ...]:
-    if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
-        raise CommandError(f"{where}: expected a list of child ids", where.split()[-1])
-    return tuple(value)
+def child_ids_of(value: object, where: str = "child_ids") -> tuple[str, ...]:
+    """Child ids given as a list (or any iterable) of strings; CommandError saying the type it
+    got otherwise: a table's keys, or a string's letters, are no list of ids ({"a": 1} read as
+    "no child with id 'a'")."""
+    field = where.split()[-1]
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise CommandError(f"{where}: {expected('a list of child ids', value)}", field)
+    ids = tuple(value)
+    for item in ids:
+        if not isinstance(item, str):
+            raise CommandError(f"{where}: expected child ids (text), got {kind(item)} in it", field)
+    return ids
 
 
 def _text(where: str, value: object) -> str:
@@ -299,7 +308,7 @@ def _mapping(where: str, value: object) -> Mapping[str, Any]:
 
 # How each field type is read back from JSON (the dataclass fields' annotations, as text).
 _READERS: dict[str, Callable[[str, object], Any]] = {
-    "tuple[str, ...]": _ids,
+    "tuple[str, ...]": lambda where, value: child_ids_of(value, where),
     "str": _text,
     "bool": _flag,
     "Mapping[str, Any]": _mapping,

@@ -23,6 +23,7 @@ from flightdeck.engine.commands import (
     Steer,
     Stop,
     StopAll,
+    child_ids_of,
 )
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import Answer, Order
@@ -47,11 +48,11 @@ class CommandMethods:
 
     def steer(self, child_ids: Iterable[str], message: str, *, now: bool = False) -> list[int]:
         """Queue `message` for each child; returns receipt ids (see SteerReceipt)."""
-        return list(self.send(Steer(tuple(child_ids), message, now)))
+        return list(self.send(Steer(child_ids_of(child_ids), message, now)))
 
     def stop(self, child_ids: Iterable[str]) -> None:
         """Interrupt these children (queued ones never start)."""
-        self.send(Stop(tuple(child_ids)))
+        self.send(Stop(child_ids_of(child_ids)))
 
     def stop_all(self) -> None:
         """Stop every child that has not ended; queued ones never start."""
@@ -60,11 +61,11 @@ class CommandMethods:
     def pause(self, child_ids: Iterable[str]) -> None:
         """Pause these children: a queued one never starts until continued, a running one
         holds at its next turn boundary and gives back its slot."""
-        self.send(Pause(tuple(child_ids)))
+        self.send(Pause(child_ids_of(child_ids)))
 
     def continue_(self, child_ids: Iterable[str]) -> None:
         """Continue these paused children (ahead of new work, with their context intact)."""
-        self.send(Continue(tuple(child_ids)))
+        self.send(Continue(child_ids_of(child_ids)))
 
     def pause_admission(self, on: bool = True) -> None:
         """Pause the batch's admission (`on`), or continue it: while paused no child starts;

@@ -20,6 +20,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.errors import CommandError
+from flightdeck.engine.inputs.bounds import MAX_COUNT, MAX_MONEY
 from flightdeck.engine.model import Limits, RouteCaps
 from flightdeck.engine.money import fmt_usd
 
@@ -109,8 +110,10 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         for key, value in fields.items():
             if key not in ROUTE_FIELDS:
                 raise LimitError(key, "not a route limit that can be changed")
-            if value is not None and (not _whole(value) or value < 1):
-                raise LimitError(key, f"must be a whole number of 1 or more, or off; got {value!r}")
+            if value is not None and (not _whole(value) or not 1 <= value <= MAX_COUNT):
+                raise LimitError(
+                    key, f"must be a whole number from 1 to {MAX_COUNT:,}, or off; got {value!r}"
+                )
         caps[name] = dataclasses.replace(caps[name], **dict(fields))
     out = dataclasses.replace(out, routes=tuple(caps.values()))
     if "soft_cost_usd" in change:
@@ -138,8 +141,8 @@ def parse_count(field: str, text: str) -> int | None:
         value = int(text)
     except ValueError:
         raise LimitError(field, f"expected a whole number or off, got {text!r}") from None
-    if value < 1:
-        raise LimitError(field, f"must be 1 or more, or off; got {value}")
+    if not 1 <= value <= MAX_COUNT:
+        raise LimitError(field, f"must be from 1 to {MAX_COUNT:,}, or off; got {value}")
     return value
 
 
@@ -156,6 +159,8 @@ def parse_money(field: str, text: str) -> str | None:
         ) from None
     if not value.is_finite() or value < 0:
         raise LimitError(field, f"must be 0 or more, got {text}")
+    if value > MAX_MONEY:
+        raise LimitError(field, f"must be at most ${MAX_MONEY:,}, got {text}")
     return str(value)
 
 
@@ -243,4 +248,6 @@ def _money(value: object) -> Decimal | None:
         raise LimitError("soft_cost_usd", f"expected dollars or off, got {value!r}") from None
     if not out.is_finite() or out < 0:
         raise LimitError("soft_cost_usd", f"must be 0 or more, got {value}")
+    if out > MAX_MONEY:
+        raise LimitError("soft_cost_usd", f"must be at most ${MAX_MONEY:,}, got {value}")
     return out

@@ -36,7 +36,7 @@ from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.records.processes import ProcessLog, ProcessRow, processes
-from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import refuse_pending
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.store import Store
@@ -103,13 +103,7 @@ def load(state_dir: Path, batch_id: str, *, reopen: bool = False) -> Stored:
     with StoreReader(db) as reader:
         info = reader.batch(batch_id)
     if info is None:
-        raise ResumeError(
-            db,
-            None,
-            "batch_id",
-            f"no batch {batch_id} in this state folder (see flightdeck ls; another state "
-            "folder is named with --state-dir)",
-        )
+        raise ResumeError(None, None, "batch_id", no_batch(batch_id, state_dir))
     if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED) and not reopen:
         # Nothing is left pending for ever: the owner that would have applied it has gone.
         refuse_pending(db, batch_id, f"the batch had finished ({info.status.value})")

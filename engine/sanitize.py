@@ -112,13 +112,32 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def secret_forms(secret: str) -> set[str]:
+    """Every form a secret can take in what is written or shown: as it is; sanitized (its
+    escape sequences, control characters and bidi marks stripped, as the screen, a transcript
+    and `logs` show it); and escaped, as an error's repr or JSON write it (`\\x1b`,
+    `\\u001b`). Forms under MIN_SECRET_LEN characters are left out."""
+    import json  # here: the transcript writer process imports this module and never redacts
+
+    clean = sanitize(secret)
+    forms = {
+        secret,
+        clean,
+        _WHITESPACE.sub(" ", clean).strip(),
+        repr(secret)[1:-1],
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+    }
+    return {form for form in forms if len(form) >= MIN_SECRET_LEN}
+
+
 @functools.lru_cache(maxsize=64)
 def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    forms = {form for s in secrets for form in secret_forms(s)}
     # Longest first, so a secret that contains another is replaced whole.
     parts = [
         re.escape(s) if len(s) >= TOKEN_SECRET_LEN else rf"(?<![\w-]){re.escape(s)}(?![\w-])"
-        for s in sorted(secrets, key=len, reverse=True)
-        if len(s) >= MIN_SECRET_LEN
+        for s in sorted(forms, key=len, reverse=True)
     ]
     return re.compile("|".join(parts)) if parts else None
 

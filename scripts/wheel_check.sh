@@ -55,4 +55,26 @@ totals = json.load(open("report.json"))["totals"]
 assert totals["completed"] == 2 and totals["children"] == 2, f"wheel-check: {totals}"
 PY
 "$work/venv/bin/flightdeck" ls
+# serve: textual-serve and the page of batches (a template in the wheel), behind the token.
+"$work/venv/bin/python" - <<'PY'
+import signal, subprocess, sys, urllib.error, urllib.request
+serve = subprocess.Popen(
+    [sys.executable, "-m", "flightdeck.tui.cli", "serve", "--port", "0"],
+    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+)
+try:
+    base, token = serve.stdout.readline().strip().split("/?token=")
+    try:
+        urllib.request.urlopen(base + "/")
+        raise SystemExit("wheel-check: serve answered without the token")
+    except urllib.error.HTTPError as refused:
+        assert refused.code == 401, refused.code
+    port = base.rsplit(":", 1)[1]
+    asked = urllib.request.Request(base + "/", headers={"Cookie": f"flightdeck-{port}={token}"})
+    page = urllib.request.urlopen(asked).read().decode()
+    assert "<table>" in page and "tasks" in page, page
+finally:
+    serve.send_signal(signal.SIGINT)
+    serve.wait(30)
+PY
 echo "wheel-check: ok"

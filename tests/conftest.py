@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from helpers import Hold
 from loopback import Loopback
 
 # The real agent CLIs (tests/agents/) run only from `make test-agents`, which installs them and
@@ -26,3 +28,9 @@ def server() -> Iterator[Loopback]:
     """A loopback server speaking the OpenAI and Anthropic wire formats, for one test."""
     with Loopback() as s:
         yield s
+
+
+@pytest.fixture
+def hold(tmp_path: Path) -> Hold:
+    """A hold folder for sim children (helpers.Hold): nothing released yet."""
+    return Hold(tmp_path / "hold")

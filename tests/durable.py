@@ -18,35 +18,55 @@ from loopback import KEY_ENV, Loopback, Received, Reply
 GOAL = re.compile(r"durable task (c\d+)")
 
 
+MAX_HOLD_S = 60.0  # a held request is answered after this even if nobody releases it
+
+
 class CountingServer:
     """The loopback server, answering every request slowly enough to be killed mid-run, and
-    counting the runs of each child: requests carrying only its goal (turn one)."""
+    counting the runs of each child: requests carrying only its goal (turn one).
+
+    `hold()` makes every request wait (counted) until `release()` lets all go, or
+    `release(child)` that child's: how a test keeps children running while it acts."""
 
     def __init__(self, chunk_delay_s: float = 0.03) -> None:
         self.runs: Counter[str] = Counter()
         self.served: Counter[str] = Counter()  # runs whose reply was sent in full
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.reply = Reply(text="done: " + "x" * 40, chunk_delay_s=chunk_delay_s)
         self.server = Loopback(self._answer)
-        self.open = threading.Event()  # cleared: requests wait (counted) until it is set
-        self.open.set()
+        self._held = False
+        self._released: set[str] = set()
+
+    def hold(self) -> None:
+        with self.lock:
+            self._held = True
+            self._released.clear()
+
+    def release(self, child: str | None = None) -> None:
+        with self.lock:
+            if child is None:
+                self._held = False
+            else:
+                self._released.add(child)
+            self.lock.notify_all()
 
     def __enter__(self) -> CountingServer:
         self.server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release()  # nothing left waiting on a test that has ended
         self.server.__exit__(*exc)
 
     def _answer(self, received: Received) -> Reply:
         messages = received.body.get("messages") or []
         users = [m for m in messages if m.get("role") == "user"]
-        if len(users) == 1 and len(messages) <= 2:  # the first turn: a run of the child
-            found = GOAL.search(str(users[0].get("content")))
-            if found:
-                with self.lock:
-                    self.runs[found.group(1)] += 1
-        self.open.wait(30)
+        found = GOAL.search(str(users[0].get("content"))) if users else None
+        child = found.group(1) if found else None
+        with self.lock:
+            if child is not None and len(users) == 1 and len(messages) <= 2:
+                self.runs[child] += 1  # the first turn: a run of the child
+            self.lock.wait_for(lambda: not self._held or child in self._released, MAX_HOLD_S)
         return self.reply
 
     def total_runs(self) -> int:
@@ -79,7 +99,7 @@ model = "gpt-loopback"
 base_url = "{server.server.openai_url}"
 api_key_env = "{KEY_ENV}"
 connect_timeout_s = 2
-read_timeout_s = 10
+read_timeout_s = 120
 price = {{ input_per_mtok = 2.5, output_per_mtok = 10 }}
 retry = {{ attempts = 3, base_s = 0.01, max_s = 0.05 }}
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -24,6 +25,42 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import Snapshot
 
 FAST = {"time_scale": 0.001, "latency_ms": 20, "tokens_per_s": 400}
+# A stream that sends the first third of its answer, then hangs like a server that stopped
+# sending until a stop closes it: output streamed, the call never over by itself.
+HANGS = {
+    "stall_rate": 1.0,
+    "time_scale": 1.0,
+    "latency_ms": 0,
+    "tokens_per_s": 2000,
+    "read_timeout_s": 3600,
+}
+
+
+class Hold:
+    """The sim's `hold_dir`: every call of a sim child on a route given `options()` (or
+    `toml()` in a flightdeck.toml, for an owner in another process) waits before its first
+    token until `release` lets it go, so a test holds children running as long as it needs
+    instead of making them "long enough" for the machine it hopes to run on."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def options(self) -> dict[str, Any]:
+        return {"hold_dir": str(self.folder)}
+
+    def toml(self) -> str:
+        return f"hold_dir = {json.dumps(str(self.folder))}\n"
+
+    def release(self, child: str | None = None, call: int | None = None) -> None:
+        """Let every call go (no child named), every call of `child`, or only its call
+        number `call` (from 0, retries counted)."""
+        name = "all" if child is None else child if call is None else f"{child}@{call}"
+        (self.folder / name).touch()
+
+    def hold(self) -> None:
+        """Hold again the calls `release()` (of everything) let go; those in flight go on."""
+        (self.folder / "all").unlink(missing_ok=True)
 
 
 def sim_route(name: str = "sim", *, max_concurrent: int | None = None, **options: Any) -> Route:

@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import json
 import math
+import select
 import socket
 import sys
 import threading
@@ -160,6 +161,14 @@ class Loopback:
     def release(self) -> None:
         """End every stall (stalled handlers then close their connection)."""
         self._released.set()
+
+    def idle(self) -> bool:
+        """No connection open or waiting to be accepted: every request a client sent (one now
+        dead included) has been read and counted."""
+        with self._server._conns_lock:
+            if self._server._conns:
+                return False
+        return not select.select([self._server.socket], [], [], 0)[0]
 
     def drop_connections(self) -> None:
         """Close every open connection from the server's side, as a keep-alive timeout does."""

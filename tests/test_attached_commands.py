@@ -47,7 +47,7 @@ def test_the_owner_refuses_what_a_client_recorded_that_its_checks_refuse(tmp_pat
     # Issue 32: a 5,242,880-character steer and a NULL-message steer, written to the store,
     # were applied; the same steers from this process are refused.
     with CountingServer() as server:
-        server.open.clear()  # every reply waits: c000 runs, the others stay queued
+        server.hold()  # every reply waits: c000 runs, the others stay queued
         folder = project(tmp_path, server, 3, pool=1, engine="max_task_chars = 100")
         owner, batch_id, db = live_owner(folder)
         try:
@@ -77,7 +77,7 @@ def test_the_owner_refuses_what_a_client_recorded_that_its_checks_refuse(tmp_pat
             assert proc.returncode == 2 and "too long: 101 characters" in err, out + err
             assert len(settled()) == 3
         finally:
-            server.open.set()
+            server.release()
             ended(owner)
     transcript = (folder / "state" / "batches" / batch_id / "c001.log").read_text()
     assert "keep it short" in transcript and "x" * 101 not in transcript
@@ -89,7 +89,7 @@ def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
     # Issue 29: `steer` on a queued child waited 689 s in silence, through a kill -9 of the
     # owner, with no word that the owner was gone.
     with CountingServer() as server:
-        server.open.clear()  # c000 holds the one slot: c002 stays queued
+        server.hold()  # c000 holds the one slot: c002 stays queued
         folder = project(tmp_path, server, 3, pool=1)
         owner, batch_id, _ = live_owner(folder)
         try:
@@ -105,7 +105,7 @@ def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
             assert f"is gone: its steers stay queued; `flightdeck resume {batch_id}`" in err
             assert len(err.strip().splitlines()) == 1
         finally:
-            server.open.set()
+            server.release()
             ended(owner)
 
 
@@ -134,7 +134,7 @@ def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
     tmp_path: Path,
 ) -> None:
     with CountingServer() as server:
-        server.open.clear()
+        server.hold()
         folder = project(tmp_path, server, 3, pool=1)
         owner, batch_id, _ = live_owner(folder)
         try:
@@ -157,5 +157,5 @@ def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
                 f"request stays pending; `flightdeck resume {batch_id}` runs the batch on\n"
             )
         finally:
-            server.open.set()
+            server.release()
             ended(owner)

@@ -223,6 +223,7 @@ def test_the_engine_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # its temporary folder is gone
 
 
+@pytest.mark.slow
 def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> None:
     # At full scale it takes minutes: every part runs here at 20 children and 3 key presses.
     code = (
@@ -262,6 +263,7 @@ def test_every_part_of_the_tui_benchmark_runs_and_reports(tmp_path: Path) -> Non
     assert any(line.startswith("20 instant children: ") for line in table)
 
 
+@pytest.mark.slow
 def test_the_rate_limit_benchmark_runs_and_reports() -> None:
     # Half a second a measurement and 8 children, against the same loopback server.
     code = (
@@ -314,7 +316,7 @@ def test_the_attach_benchmark_runs_and_reports(tmp_path: Path) -> None:
     scale = {
         "BENCH_ATTACH_CHILDREN": "12",
         "BENCH_ATTACH_POOL": "4",
-        "BENCH_ATTACH_WINDOW_S": "1.5",
+        "BENCH_ATTACH_WINDOW_S": "5",  # long enough to see children move, loaded or not
         "BENCH_ATTACH_TIME_SCALE": "0.05",
         "BENCH_ATTACH_TP_CHILDREN": "20",
         "BENCH_ATTACH_ROUNDS": "1",

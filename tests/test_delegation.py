@@ -16,7 +16,7 @@ from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import batch, run_to_end, settings, sim_route, until
+from helpers import Hold, batch, run_to_end, settings, sim_route, until
 
 FAST = {"tool_turns": 0, "delegate_rate": 1.0, "delegates": 3}
 
@@ -75,18 +75,19 @@ def test_too_many_sub_tasks_is_an_error_the_model_sees(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_stopping_a_parent_stops_its_subtree_and_steering_it_does_not_steer_them(
-    tmp_path: Path,
+    tmp_path: Path, hold: Hold
 ) -> None:
-    # Each call takes 0.3-0.7 s: the tree is whole after two calls, and its leaves are still
-    # streaming when the stop comes.
-    s = delegating(pool=8, depth=2, delegates=2, time_scale=1.0, latency_ms=500)
+    # The first calls of the root and its two children delegate; the four leaves are held.
+    for parent in ("t0000", "t0000.1", "t0000.2"):
+        hold.release(parent, 0)
+    s = delegating(pool=8, depth=2, delegates=2, **hold.options())
     engine = Engine(batch(1), s, state_dir=tmp_path / "state")
     engine.start()
     try:
         until(lambda: len(engine.snapshot().children) == 7)
         engine.steer(["t0000"], "focus on tests")
         engine.stop(["t0000"])
-        until(lambda: engine.snapshot().totals.done == 7, timeout=3)
+        until(lambda: engine.snapshot().totals.done == 7)
     finally:
         engine.close()
     snap = engine.snapshot()
@@ -138,7 +139,7 @@ def test_a_batch_file_can_enable_delegation_for_all_its_routes(tmp_path: Path) -
     ("text", "where", "message"),
     [
         ('[routes.sim]\ndelegate = "yes"\n', "routes.sim.delegate", "expected true or false"),
-        ("[budget]\nmax_delegates = 0\n", "budget.max_delegates", "at least 1"),
+        ("[budget]\nmax_delegates = 0\n", "budget.max_delegates", "between 1 and 1000"),
         ("[budget]\nmax_depth = -1\n", "budget.max_depth", "at least 0"),
     ],
 )

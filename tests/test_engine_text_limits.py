@@ -13,7 +13,7 @@ from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
 
-from helpers import batch, settings, sim_route, start, tasks_batch, until
+from helpers import Hold, batch, settings, sim_route, start, tasks_batch, until
 
 LIMIT = "over the limit of 100 ([engine] max_task_chars)"
 
@@ -46,7 +46,7 @@ def test_the_default_limit_is_a_million_characters(tmp_path: Path) -> None:
 
 
 def test_a_steer_message_over_the_limit_is_refused_and_nothing_is_queued(tmp_path: Path) -> None:
-    slow = sim_route(tool_turns=0, latency_ms=60_000, time_scale=1.0)
+    slow = sim_route(tool_turns=0, **Hold(tmp_path / "hold").options())  # held running
     engine = start(batch(1), settings(slow, max_task_chars=100), tmp_path)
     try:
         until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)

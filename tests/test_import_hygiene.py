@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import flightdeck.engine
+import pytest
 
 
+@pytest.mark.slow
 def test_engine_imports_no_textual_rich_or_tui() -> None:
     modules = [
         m.name for m in pkgutil.walk_packages(flightdeck.engine.__path__, "flightdeck.engine.")
@@ -48,6 +50,7 @@ def test_the_transcript_writer_process_starts_on_a_few_stdlib_modules() -> None:
     assert mine == [
         "flightdeck",
         "flightdeck.engine",
+        "flightdeck.engine.private",
         "flightdeck.engine.records",
         "flightdeck.engine.records.events",
         "flightdeck.engine.records.lines",

@@ -45,7 +45,7 @@ def test_limits_prints_changes_refuses_bad_arguments_and_survives_a_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with CountingServer() as server:
-        server.open.clear()  # every request waits: the children stay running
+        server.hold()  # every request waits: the children stay running
         folder = project(tmp_path, server, 10, pool=2)
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         db = folder / "state" / "flightdeck.db"
@@ -97,7 +97,7 @@ def test_limits_prints_changes_refuses_bad_arguments_and_survives_a_resume(
             owner.send_signal(signal.SIGKILL)  # the owner dies: resume takes the batch over
             owner.wait(10)
         finally:
-            server.open.set()
+            server.release()
             owner.kill()
             owner.communicate()
     # A resumed batch keeps what the operator changed: built from the store (not started).
@@ -135,7 +135,7 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
             assert out.strip() == "limits applied: soft budget off"
             out, err = owner.communicate(timeout=30)
         finally:
-            server.open.set()
+            server.release()
             owner.kill()
         held = [line for line in out.splitlines() if line.startswith("held:")]
         assert held == [

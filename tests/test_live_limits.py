@@ -12,17 +12,19 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.control import softbudget
 from flightdeck.engine.control.throttle import RateLimiter
-from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.inputs.settings import Budget, Route
 from flightdeck.engine.limits import LimitError
 from flightdeck.engine.model import BatchStatus, ChildStatus
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import batch, run_to_end, settings, sim_route, start, until
+from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 
-# Children that stream for many seconds: they run until the test stops them.
-SLOW = {"tool_turns": 0, "latency_ms": 0, "tokens_per_s": 5, "time_scale": 1.0}
+
+def held(hold: Hold, **options: object) -> Route:
+    """A sim route whose children stream until the test stops them (held mid-answer)."""
+    return sim_route(tool_turns=0, **hold.options(), **options)  # type: ignore[arg-type]
 
 
 def _overlaps(rows: list, at: float) -> int:
@@ -34,22 +36,24 @@ def _overlaps(rows: list, at: float) -> int:
     )
 
 
-def test_lowering_the_pool_interrupts_nothing_and_admits_only_once_under(tmp_path: Path) -> None:
-    engine = start(batch(8), settings(sim_route(**SLOW), pool=4), tmp_path)
+def test_lowering_the_pool_interrupts_nothing_and_admits_only_once_under(
+    tmp_path: Path, hold: Hold
+) -> None:
+    engine = start(batch(8), settings(held(hold), pool=4), tmp_path)
     try:
-        until(lambda: engine.snapshot().totals.running == 4, 10)
+        until(lambda: engine.snapshot().totals.running == 4)
         engine.set_limits({"pool_size": 1})
-        until(lambda: engine.snapshot().pool_size == 1, 5)
+        until(lambda: engine.snapshot().pool_size == 1)
         time.sleep(0.2)  # a step or two of the coordinator: nothing stops, nothing starts
         snap = engine.snapshot()
         assert (snap.totals.running, snap.totals.queued, snap.totals.stopped) == (4, 4, 0)
         engine.stop(["t0000", "t0001", "t0002"])  # 1 left: not under the pool of 1 yet
-        until(lambda: engine.snapshot().totals.stopped == 3, 10)
+        until(lambda: engine.snapshot().totals.stopped == 3)
         time.sleep(0.2)
         assert engine.snapshot().totals.running == 1
         assert engine.snapshot().totals.queued == 4
         engine.stop(["t0003"])  # now under: one more, and only one, starts
-        until(lambda: engine.snapshot().child("t0004").status is ChildStatus.RUNNING, 10)
+        until(lambda: engine.snapshot().child("t0004").status is ChildStatus.RUNNING)
         time.sleep(0.2)
         assert engine.snapshot().totals.running == 1
     finally:
@@ -57,14 +61,14 @@ def test_lowering_the_pool_interrupts_nothing_and_admits_only_once_under(tmp_pat
 
 
 def test_raising_the_pool_starts_more_at_once_beyond_the_threads_it_began_with(
-    tmp_path: Path,
+    tmp_path: Path, hold: Hold
 ) -> None:
-    engine = start(batch(20), settings(sim_route(**SLOW), pool=2), tmp_path)
+    engine = start(batch(20), settings(held(hold), pool=2), tmp_path)
     try:
-        until(lambda: engine.snapshot().totals.running == 2, 10)
+        until(lambda: engine.snapshot().totals.running == 2)
         threads = engine._pool.threads  # type: ignore[union-attr]
         engine.set_limits({"pool_size": 12})
-        until(lambda: engine.snapshot().totals.running == 12, 5)
+        until(lambda: engine.snapshot().totals.running == 12)
         assert engine._pool.threads >= 12 > 2 + 4  # type: ignore[union-attr]
         assert threads <= 2 + 4
         assert engine.snapshot().pool_size == 12
@@ -78,20 +82,20 @@ def test_raising_the_pool_starts_more_at_once_beyond_the_threads_it_began_with(
     assert [json.loads(d) for _, d in events] == [{"change": {"pool_size": 12}, "by": "operator"}]
 
 
-def test_a_routes_max_concurrent_changes_live_both_ways(tmp_path: Path) -> None:
-    route = sim_route(max_concurrent=2, **SLOW)
+def test_a_routes_max_concurrent_changes_live_both_ways(tmp_path: Path, hold: Hold) -> None:
+    route = held(hold, max_concurrent=2)
     engine = start(batch(10), settings(route, pool=8), tmp_path)
     try:
-        until(lambda: engine.snapshot().totals.running == 2, 10)
+        until(lambda: engine.snapshot().totals.running == 2)
         engine.set_limits({"routes": {"sim": {"max_concurrent": 5}}})
-        until(lambda: engine.snapshot().totals.running == 5, 5)
+        until(lambda: engine.snapshot().totals.running == 5)
         assert engine.snapshot().routes[0].max_concurrent == 5  # the route gauges' cap
         engine.set_limits({"routes": {"sim": {"max_concurrent": 1}}})
-        until(lambda: engine.snapshot().routes[0].max_concurrent == 1, 5)
+        until(lambda: engine.snapshot().routes[0].max_concurrent == 1)
         time.sleep(0.2)
         assert engine.snapshot().totals.running == 5  # lowered: none interrupted
         engine.set_limits({"routes": {"sim": {"max_concurrent": None}}})  # off: the pool caps
-        until(lambda: engine.snapshot().totals.running == 8, 5)
+        until(lambda: engine.snapshot().totals.running == 8)
     finally:
         engine.close()
 
@@ -101,12 +105,12 @@ def test_an_rpm_change_reaches_the_routes_bucket(tmp_path: Path) -> None:
     route = dataclasses.replace(sim_route(tool_turns=0, latency_ms=0), rpm=6)
     engine = start(batch(4), settings(route, pool=4), tmp_path)
     try:
-        until(lambda: engine.snapshot().totals.completed >= 1, 10)
+        until(lambda: engine.snapshot().totals.completed >= 1)
         waiting = "rpm 6 configured"
-        until(lambda: any(waiting in r.activity.text for r in engine.snapshot().children), 10)
+        until(lambda: any(waiting in r.activity.text for r in engine.snapshot().children))
         engine.set_limits({"routes": {"sim": {"rpm": 6000}}})
         rpm = lambda: engine.snapshot().routes[0].rpm  # noqa: E731
-        until(lambda: (limit := rpm()) is not None and limit.label == "6000 configured", 5)
+        until(lambda: (limit := rpm()) is not None and limit.label == "6000 configured")
         # The wait already begun runs out on the old bucket's debt; the new rate repays it
         # a thousand times faster: all done in well under the ten seconds a slot took.
         snap = run_to_end(engine, 8)
@@ -132,8 +136,8 @@ def test_configured_and_learned_limits_combine_as_the_lower() -> None:
     assert limiter.tokens is None
 
 
-def test_a_bad_change_says_which_field_and_changes_nothing(tmp_path: Path) -> None:
-    s = dataclasses.replace(settings(sim_route(**SLOW), pool=2), budget=Budget(Decimal("5")))
+def test_a_bad_change_says_which_field_and_changes_nothing(tmp_path: Path, hold: Hold) -> None:
+    s = dataclasses.replace(settings(held(hold), pool=2), budget=Budget(Decimal("5")))
     engine = start(batch(2), s, tmp_path)
     try:
         for change, field in (
@@ -173,7 +177,7 @@ def _soft(soft: str, pool: int = 1) -> object:
 def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path) -> None:
     engine = start(batch(10), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
     try:
-        until(lambda: engine.snapshot().held is not None, 10)
+        until(lambda: engine.snapshot().held is not None)
         snap = engine.snapshot()
         time.sleep(0.2)
         assert engine.snapshot().totals.queued == 9  # nothing more starts while it holds
@@ -203,9 +207,9 @@ def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path)
 def test_raising_or_dropping_the_soft_budget_releases_the_hold(tmp_path: Path) -> None:
     engine = start(batch(6), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
     try:
-        until(lambda: engine.snapshot().held is not None, 10)
+        until(lambda: engine.snapshot().held is not None)
         engine.set_limits({"soft_cost_usd": "0.0000015"})  # raised, still under: holds again
-        until(lambda: engine.limits().soft_cost_usd == Decimal("0.0000015"), 5)
+        until(lambda: engine.limits().soft_cost_usd == Decimal("0.0000015"))
         time.sleep(0.2)
         assert engine.snapshot().held is not None  # the projection is still over it
         assert engine.snapshot().totals.done == 1
@@ -217,7 +221,7 @@ def test_raising_or_dropping_the_soft_budget_releases_the_hold(tmp_path: Path) -
 
     engine = start(batch(4), _soft("0.000001"), tmp_path / "b")  # type: ignore[arg-type]
     try:
-        until(lambda: engine.snapshot().held is not None, 10)
+        until(lambda: engine.snapshot().held is not None)
         engine.set_limits({"soft_cost_usd": None})  # continue: no soft budget for this batch
         snap = run_to_end(engine, 20)
     finally:
@@ -229,7 +233,7 @@ def test_raising_or_dropping_the_soft_budget_releases_the_hold(tmp_path: Path) -
 def test_stop_all_while_the_soft_budget_holds_ends_the_batch(tmp_path: Path) -> None:
     engine = start(batch(5), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
     try:
-        until(lambda: engine.snapshot().held is not None, 10)
+        until(lambda: engine.snapshot().held is not None)
         engine.stop_all()
         snap = run_to_end(engine, 20)
     finally:
@@ -246,7 +250,7 @@ def test_stop_all_while_the_soft_budget_holds_ends_the_batch(tmp_path: Path) -> 
 def test_spend_crossing_the_soft_budget_holds_too(tmp_path: Path) -> None:
     engine = start(batch(3), _soft("0"), tmp_path)  # type: ignore[arg-type]
     try:
-        until(lambda: engine.snapshot().held is not None, 10)
+        until(lambda: engine.snapshot().held is not None)
         assert engine.snapshot().held == "soft budget $0.00 reached: spent $0.00"
         assert engine.snapshot().totals.queued == 3  # held before anything started
     finally:
@@ -265,9 +269,9 @@ def test_a_soft_budget_needs_every_route_priced(tmp_path: Path) -> None:
     assert err.value.field == "budget.soft_cost_usd"
 
 
-def test_a_soft_budget_set_live_needs_every_route_priced_too(tmp_path: Path) -> None:
+def test_a_soft_budget_set_live_needs_every_route_priced_too(tmp_path: Path, hold: Hold) -> None:
     # As in the config: spend at an unknown price is never counted, so it would never hold.
-    route = dataclasses.replace(sim_route(**SLOW), price=None)
+    route = dataclasses.replace(held(hold), price=None)
     engine = start(batch(2), settings(route, pool=1), tmp_path)
     try:
         assert engine.limits().unpriced_route == "sim"
@@ -285,7 +289,7 @@ def test_the_report_shows_the_changes_and_the_holds(tmp_path: Path, every_step: 
 
     engine = start(batch(3), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
     try:
-        until(lambda: engine.snapshot().held is not None, 10)
+        until(lambda: engine.snapshot().held is not None)
         engine.set_limits({"pool_size": 3, "soft_cost_usd": None})
         run_to_end(engine, 20)
     finally:

@@ -51,15 +51,16 @@ def test_a_stubborn_looping_child_is_flagged_with_its_repeated_calls(tmp_path: P
     assert evidence_from_json(kept[0][1]) == ev
 
 
-# About 5 ms a turn: a policy step (taken on the coordinator's watchdog tick) lands long
-# before a few hundred turns run out, whatever the machine's load.
+# About 5 ms a turn; the turns a child may take are only a ceiling (the policy ends it long
+# before): ten thousand, tens of seconds, however loaded the machine and its coordinator.
 SLOW_TURNS = {"time_scale": 0.01, "latency_ms": 500}
+CEILING_TURNS = 10_000
 
 
 def test_a_nudged_child_stops_looping_and_its_flag_clears(tmp_path: Path) -> None:
     loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=("nudge",))
     route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
-    b = tasks_batch([Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400)])
+    b = tasks_batch([Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=CEILING_TURNS)])
     snap = run_to_end(start(b, settings(route), tmp_path))
     row = snap.children[0]
     assert row.status is ChildStatus.COMPLETED  # the nudge reached it, and it answered
@@ -93,7 +94,7 @@ def test_a_stubborn_loop_is_nudged_then_steered_now_then_stopped(tmp_path: Path)
     route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
     b = tasks_batch(
         [
-            Task(id="loops", goal="Review it [sim:loop!]", seq=0, max_turns=400),
+            Task(id="loops", goal="Review it [sim:loop!]", seq=0, max_turns=CEILING_TURNS),
             Task(id="fine", goal="Review it", seq=1),
         ]
     )

@@ -7,14 +7,24 @@ import time
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_markdown
 
-from helpers import batch, run_to_end, settings, sim_route, start, until
+from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 
-# A few turns of about 50 ms each: slow enough to pause in the middle, fast for the suite.
-ROUTE = sim_route(tool_turns=3, latency_ms=40, time_scale=1.0, tokens_per_s=8000)
+
+def held(hold: Hold) -> Route:
+    """Four calls (three of them tools), each held until the test releases it: a pause or a
+    stop lands where the test says, however loaded the machine."""
+    return sim_route(tool_turns=3, **hold.options())
+
+
+def pausing(engine: Engine, child_id: str) -> bool:
+    """Its pause is asked for and waits for the end of its call."""
+    return _row(engine, child_id).activity.text.startswith("pausing")
 
 
 def _row(engine, child_id):  # type: ignore[no-untyped-def]
@@ -29,20 +39,26 @@ def _events(tmp: Path, batch_id: str) -> list[tuple[str | None, str]]:
         return [(c, k) for _, c, k, _ in reader.events(batch_id)]
 
 
-def test_a_paused_child_frees_its_slot_and_continues_with_its_context(tmp_path: Path) -> None:
-    engine = start(batch(2), settings(ROUTE, pool=1), tmp_path)
+def test_a_paused_child_frees_its_slot_and_continues_with_its_context(
+    tmp_path: Path, hold: Hold
+) -> None:
+    hold.release("t0001")
+    engine = start(batch(2), settings(held(hold), pool=1), tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
         engine.pause(["t0000"])
-        until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED, 10)
+        until(lambda: pausing(engine, "t0000"))
+        hold.release("t0000", 0)  # the end of its first call: the pause is taken there
+        until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED)
         # Its slot is free: the other child runs, and ends, while it is paused.
-        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED, 10)
+        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED)
         paused = _row(engine, "t0000")
         assert paused.status is ChildStatus.PAUSED and paused.finished_ts is None
         snap = engine.snapshot()
         assert (snap.totals.paused, snap.totals.running, snap.status) == (1, 0, BatchStatus.RUNNING)
         engine.continue_(["t0000"])
-        snap = run_to_end(engine, 10)
+        hold.release()
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0000")
@@ -60,34 +76,39 @@ def test_a_paused_child_frees_its_slot_and_continues_with_its_context(tmp_path: 
     ]
 
 
-def test_a_queued_child_paused_never_starts_until_continued(tmp_path: Path) -> None:
-    engine = start(batch(3), settings(ROUTE, pool=1), tmp_path)
+def test_a_queued_child_paused_never_starts_until_continued(tmp_path: Path, hold: Hold) -> None:
+    engine = start(batch(3), settings(held(hold), pool=1), tmp_path)
     try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)  # held: the others queued
         engine.pause(["t0001"])
-        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED, 10)
+        until(lambda: _row(engine, "t0001").status is ChildStatus.PAUSED)
+        hold.release()
+        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED)
         row = _row(engine, "t0001")
         assert (row.status, row.started_ts) == (ChildStatus.PAUSED, None)
         engine.continue_(["t0001"])
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
 
 
 def test_stop_ends_a_paused_child_at_once_and_a_steer_waits_for_the_continue(
-    tmp_path: Path,
+    tmp_path: Path, hold: Hold
 ) -> None:
-    engine = start(batch(2), settings(ROUTE, pool=2), tmp_path)
+    engine = start(batch(2), settings(held(hold), pool=2), tmp_path)
     try:
-        until(lambda: _row(engine, "t0001").activity.api_calls >= 1, 10)
+        until(lambda: all(_row(engine, i).activity.api_calls >= 1 for i in ("t0000", "t0001")))
         engine.pause(["t0000", "t0001"])
-        until(lambda: engine.snapshot().totals.paused == 2, 10)
+        until(lambda: pausing(engine, "t0000") and pausing(engine, "t0001"))
+        hold.release()
+        until(lambda: engine.snapshot().totals.paused == 2)
         engine.steer(["t0001"], "be brief")
         engine.stop(["t0000"])
-        until(lambda: _row(engine, "t0000").status is ChildStatus.STOPPED, 10)
+        until(lambda: _row(engine, "t0000").status is ChildStatus.STOPPED)
         assert [s.state for s in _row(engine, "t0001").steers] == [SteerState.QUEUED]
         engine.continue_(["t0001"])
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     stopped, steered = snap.children
@@ -96,17 +117,20 @@ def test_stop_ends_a_paused_child_at_once_and_a_steer_waits_for_the_continue(
     assert [s.state for s in steered.steers] == [SteerState.DELIVERED]
 
 
-def test_admission_paused_starts_nothing_new_and_the_running_go_on(tmp_path: Path) -> None:
-    engine = start(batch(3), settings(ROUTE, pool=1), tmp_path)
+def test_admission_paused_starts_nothing_new_and_the_running_go_on(
+    tmp_path: Path, hold: Hold
+) -> None:
+    engine = start(batch(3), settings(held(hold), pool=1), tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
         engine.pause_admission()
-        until(lambda: engine.snapshot().held == "paused by the operator", 10)
-        until(lambda: _row(engine, "t0000").status is ChildStatus.COMPLETED, 10)
+        until(lambda: engine.snapshot().held == "paused by the operator")
+        hold.release()
+        until(lambda: _row(engine, "t0000").status is ChildStatus.COMPLETED)
         snap = engine.snapshot()
         assert [r.status for r in snap.children[1:]] == [ChildStatus.QUEUED] * 2
         engine.pause_admission(False)
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert snap.held is None
@@ -127,37 +151,47 @@ def test_admission_paused_starts_nothing_new_and_the_running_go_on(tmp_path: Pat
     assert "| (admission) | continue admission |" in text
 
 
-def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path) -> None:
-    # Paused far longer than the stall and timeout limits: neither counts the pause.
-    s = settings(ROUTE, pool=1, stall_after_s=0.2, stall_grace_s=0.1)
-    engine = start(batch(1, timeout_s=0.5), s, tmp_path)
+def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path, hold: Hold) -> None:
+    # Paused far longer than the stall and timeout limits (the engine's clock jumps an hour
+    # while it is): neither counts the pause.
+    skew = [0.0]
+    clock = lambda: time.time() + skew[0]  # noqa: E731
+    s = settings(held(hold), pool=1, stall_after_s=60, stall_grace_s=0.1)
+    engine = start(batch(1, timeout_s=120), s, tmp_path, clock=clock)
     try:
-        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
         engine.pause(["t0000"])
-        until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED, 10)
-        paused_at = engine.clock()
-        until(lambda: engine.clock() - paused_at > 0.6, 10)
+        until(lambda: pausing(engine, "t0000"))
+        hold.release("t0000", 0)
+        until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED)
+        skew[0] = 3600.0
+        time.sleep(0.6)  # a few of the watchdog's rounds (it checks every 250 ms)
         assert _row(engine, "t0000").status is ChildStatus.PAUSED
         engine.continue_(["t0000"])
-        row = run_to_end(engine, 10).children[0]
+        hold.release()
+        row = run_to_end(engine).children[0]
     finally:
         engine.close()
     assert (row.status, row.error) == (ChildStatus.COMPLETED, None)
 
 
-def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path) -> None:
-    engine = start(batch(2), settings(ROUTE, pool=1), tmp_path)
+def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path, hold: Hold) -> None:
+    engine = start(batch(2), settings(held(hold), pool=1), tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
         engine.pause(["t0000"])
-        until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING, 10)
+        until(lambda: pausing(engine, "t0000"))
+        hold.release("t0000", 0)
+        until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING)  # held
         engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
         engine.pause(["t0000"])  # and is paused again before it gets it
-        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED, 10)
+        hold.release("t0001")
+        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED)
         assert engine.wait(0.2) is False
         assert _row(engine, "t0000").status is ChildStatus.PAUSED
         engine.continue_(["t0000"])
-        snap = run_to_end(engine, 10)
+        hold.release()
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
@@ -165,56 +199,58 @@ def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path) -
     assert kinds == ["pause", "continue", "pause", "continue"]
 
 
-def test_a_gated_child_paused_is_paused_when_its_gate_opens(tmp_path: Path) -> None:
+def test_a_gated_child_paused_is_paused_when_its_gate_opens(tmp_path: Path, hold: Hold) -> None:
     import dataclasses
 
-    # The leader's first token takes 0.3-0.7 s: its siblings wait gated that long.
-    route = dataclasses.replace(
-        sim_route(tool_turns=0, time_scale=0.25, latency_ms=2000, tokens_per_s=4000),
-        cache_gate_s=10.0,
-    )
+    # The leader's first token is held: its siblings wait gated until the test releases it.
+    route = dataclasses.replace(sim_route(tool_turns=0, **hold.options()), cache_gate_s=60.0)
     engine = start(batch(3), settings(route, pool=3), tmp_path)
     try:
-        until(lambda: _row(engine, "t0001").status is ChildStatus.GATED, 10)
+        until(lambda: _row(engine, "t0001").status is ChildStatus.GATED)
         engine.pause(["t0001"])
-        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED, 10)
+        log = Path(_row(engine, "t0001").transcript)
+        until(lambda: log.exists() and "pause requested" in log.read_text())  # applied
+        hold.release()
+        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED)
         row = _row(engine, "t0001")
         assert (row.status, row.started_ts) == (ChildStatus.PAUSED, None)
         engine.continue_(["t0001"])
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
 
 
 def test_a_paused_queued_child_handed_out_behind_a_closed_gate_is_not_lost(
-    tmp_path: Path,
+    tmp_path: Path, hold: Hold
 ) -> None:
     # Paused while queued, then handed out (the pool raised) while its route's cache gate is
     # closed: it went into the gate's waiting list as `paused`, and the gate dropped it when it
     # opened, so after `continue` it sat in no queue and the batch never ended.
     import dataclasses
 
-    route = dataclasses.replace(
-        sim_route(tool_turns=0, time_scale=0.25, latency_ms=2000, tokens_per_s=4000),
-        cache_gate_s=10.0,
-    )
+    # The leader's first token is held: the gate stays closed until the test releases it.
+    route = dataclasses.replace(sim_route(tool_turns=0, **hold.options()), cache_gate_s=60.0)
     engine = start(batch(3), settings(route, pool=1), tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").status is ChildStatus.RUNNING, 10)
+        until(lambda: _row(engine, "t0000").status is ChildStatus.RUNNING)
         engine.pause(["t0001"])
-        until(lambda: _row(engine, "t0001").status is ChildStatus.PAUSED, 10)
+        until(lambda: _row(engine, "t0001").status is ChildStatus.PAUSED)
         engine.set_limits({"pool_size": 3})
-        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED, 10)
+        until(lambda: _row(engine, "t0002").status is ChildStatus.GATED)
+        hold.release()
+        until(lambda: _row(engine, "t0002").status is ChildStatus.COMPLETED)
         assert _row(engine, "t0001").status is ChildStatus.PAUSED
         engine.continue_(["t0001"])
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
 
 
-def test_a_running_parents_delegates_start_while_admission_is_held(tmp_path: Path) -> None:
+def test_a_running_parents_delegates_start_while_admission_is_held(
+    tmp_path: Path, hold: Hold
+) -> None:
     # "The children already running finish their turns": a parent's delegates are its work,
     # not new work. Held back, the parent waited for them until its timeout.
     import dataclasses
@@ -222,15 +258,17 @@ def test_a_running_parents_delegates_start_while_admission_is_held(tmp_path: Pat
     from flightdeck.engine.inputs.settings import Budget
 
     route = dataclasses.replace(
-        sim_route(tool_turns=0, delegate_rate=1.0, delegates=2, latency_ms=300, time_scale=1.0),
+        sim_route(tool_turns=0, delegate_rate=1.0, delegates=2, **hold.options()),
         delegate=True,
     )
     s = dataclasses.replace(settings(route, pool=4), budget=Budget(max_depth=1))
-    engine = start(batch(2, timeout_s=10.0), s, tmp_path)
+    engine = start(batch(2, timeout_s=60.0), s, tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").status is ChildStatus.RUNNING, 10)
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)  # held before it delegates
         engine.pause_admission(True)
-        until(lambda: _row(engine, "t0000").status.terminal, 10)
+        until(lambda: engine.snapshot().held is not None)
+        hold.release()
+        until(lambda: _row(engine, "t0000").status.terminal)
         snap = engine.snapshot()
         assert snap.child("t0000.1") is not None and snap.child("t0000.2") is not None
         assert _row(engine, "t0000").status is ChildStatus.COMPLETED
@@ -238,14 +276,14 @@ def test_a_running_parents_delegates_start_while_admission_is_held(tmp_path: Pat
         if _row(engine, "t0001").started_ts is None:  # held: the other task never started
             assert _row(engine, "t0001").status is ChildStatus.QUEUED
         engine.pause_admission(False)
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
 
 
 def test_a_stop_that_lands_while_a_child_takes_its_pause_ends_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: Hold
 ) -> None:
     # The stop is handled between the child taking its pause and the coordinator hearing of
     # it: the child was parked with the stop unheeded, `paused` for ever, the batch unending.
@@ -266,12 +304,14 @@ def test_a_stop_that_lands_while_a_child_takes_its_pause_ends_it(
         return took
 
     monkeypatch.setattr(Child, "take_pause", take_then_be_stopped)
-    engine = start(batch(1), settings(ROUTE, pool=1), tmp_path)
+    engine = start(batch(1), settings(held(hold), pool=1), tmp_path)
     engine_box.append(engine)
     try:
-        until(lambda: _row(engine, "t0000").activity.api_calls >= 1, 10)
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
         engine.pause(["t0000"])
-        snap = run_to_end(engine, 10)
+        until(lambda: pausing(engine, "t0000"))
+        hold.release()
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0000")

@@ -125,16 +125,16 @@ def test_unlimited_never_waits() -> None:
         limiter.acquire(10_000).settle(1)
 
 
-def test_a_wait_wakes_at_once_on_stop_and_gives_its_reservation_back() -> None:
-    limiter = RateLimiter(rpm=6, margin=0)  # one request, then one every 10 s
+def test_a_wait_wakes_on_stop_and_gives_its_reservation_back() -> None:
+    # The limiter's clock stands still: the slot is 10 s away however long the machine takes,
+    # so the wait ends only because the stop woke it.
+    limiter = RateLimiter(rpm=6, margin=0, clock=lambda: 1000.0)  # one, then one every 10 s
     limiter.acquire(0)
     cancel = threading.Event()
     threading.Timer(0.05, cancel.set).start()
-    t0 = time.monotonic()
     with pytest.raises(Cancelled):
         limiter.acquire(0, cancel)
-    assert time.monotonic() - t0 < 0.5
-    assert limiter.delay() == pytest.approx(10.0, abs=0.2)  # not 20: the slot was returned
+    assert limiter.delay() == pytest.approx(10.0)  # not 20: the slot was given back
 
 
 def test_route_throttle_turns_a_cancelled_wait_into_stop_requested() -> None:
@@ -215,7 +215,6 @@ def test_real_providers_hold_600_rpm_against_an_unlimited_server(provider: str) 
             t.join()
         client.close()
         times = [t * scale for t in server.times()[1:]]
-    assert len(times) >= 90
     # Never above the limit plus the one-second burst (plus a little for network jitter)...
     assert len(times) <= 10 * (times[-1] - times[0]) + 10 + 3
     # ...and, past the burst (~10 at once), at the limit: 10 a second (600 a minute) within 5%.
@@ -223,7 +222,9 @@ def test_real_providers_hold_600_rpm_against_an_unlimited_server(provider: str) 
     rate = (len(times) - 10) / (times[-1] - times[0])
     assert rate <= 10.5, rate
     if sum(1 for w in waits if w > 0) < 0.8 * len(waits):
+        # A loaded machine: the client could not keep up, so the floor says nothing of the limit.
         pytest.skip(f"the client, not the limit, set the pace here ({rate:.2f}/s)")
+    assert len(times) >= 90
     assert rate >= 9.5, rate
 
 

@@ -44,9 +44,11 @@ def dead_owner() -> tuple[int, float | None]:
     return proc.pid, start
 
 
-def abandoned(state: Path, *, max_cost: Decimal | None = None) -> tuple[str, Path]:
+def abandoned(
+    state: Path, *, max_cost: Decimal | None = None, lost_cost: Decimal | None = Decimal("0.003")
+) -> tuple[str, Path]:
     """Batch b1 of 4 children as its dead owner left it: t0000 completed, t0001 running (with a
-    queued steer), t0002 and t0003 queued."""
+    queued steer, its attempt billed `lost_cost`: None for no price), t0002 and t0003 queued."""
     cfg = settings(sim_route())
     if max_cost is not None:
         cfg = dataclasses.replace(cfg, budget=Budget(max_cost_usd=max_cost))
@@ -84,7 +86,7 @@ def abandoned(state: Path, *, max_cost: Decimal | None = None) -> tuple[str, Pat
             goal="Review item 1",
             status=ChildStatus.RUNNING,
             usage=LOST_USAGE,
-            cost_usd=Decimal("0.003"),  # sim price: 1000 * $1/M + 500 * $4/M
+            cost_usd=lost_cost,  # sim price: 1000 * $1/M + 500 * $4/M
             activity=Activity(api_calls=1),
             started_ts=1450.0,
             transcript=str(bdir / "t0001.log"),
@@ -444,3 +446,17 @@ def test_a_paused_child_is_rerun_and_paused_admission_stays_paused(tmp_path: Pat
     finally:
         engine.close()
     assert snap.status == BatchStatus.COMPLETED and snap.held is None
+
+
+def test_resume_words_an_unpriced_lost_attempt_as_the_summary_does(tmp_path: Path) -> None:
+    # It printed `lost attempts: $?` and then `their lost attempts cost $0.00`.
+    from helpers import flightdeck
+
+    batch_id, _ = abandoned(tmp_path / "state", lost_cost=None)
+    done = flightdeck("resume", batch_id, "--no-rerun", "--state-dir", "state", cwd=tmp_path)
+    lines = done.stdout.splitlines()
+    assert "lost attempts: $? (re-runs after a lost owner), in the cost" in lines, lines
+    assert (
+        lines[-1] == "resumed: 0 re-run, 1 left unknown; their lost attempts cost $? (1 unpriced)"
+    )
+    assert "cost $0.00" not in done.stdout

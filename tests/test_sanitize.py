@@ -153,6 +153,27 @@ def test_a_key_that_sanitizing_would_reveal_is_redacted(hidden: str) -> None:
     assert out == f"bad key {REDACTED}!"
 
 
+CANARY = "sk-CANARY\x1b[31mESCkey4d5e6f70"  # the reported key: an escape sequence inside
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        CANARY,  # as it is
+        "sk-CANARYESCkey4d5e6f70",  # stripped, as the screen, a transcript and logs show it
+        "sk-CANARY\\x1b[31mESCkey4d5e6f70",  # escaped by repr: an error line
+        "sk-CANARY\\u001b[31mESCkey4d5e6f70",  # escaped by JSON
+    ],
+)
+def test_a_key_is_redacted_in_every_form_sanitizing_and_escaping_give_it(form: str) -> None:
+    # Stripped, the key was written to transcripts and shown by `logs` whole; escaped, it was
+    # written into a read_file error line.
+    out = redact(f"error: '{form}' is not a file", [CANARY])
+    assert out == f"error: '{REDACTED}' is not a file"
+    for shown in (out, sanitize(out), one_line(out)):
+        assert "CANARY" not in shown and "ESCkey" not in shown
+
+
 def test_redact_keeps_raw_text_when_no_key_hides_in_it() -> None:
     assert redact("\x1b[1mbold\x1b[0m sk-live-0123456789", ["sk-live-0123456789"]) == (
         f"\x1b[1mbold\x1b[0m {REDACTED}"

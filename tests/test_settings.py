@@ -425,8 +425,9 @@ def test_a_missing_key_names_the_line_of_its_route(tmp_path: Path, table: str, l
 def test_a_config_nested_past_the_parsers_stack_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "flightdeck.toml"
     path.write_text("[engine]\nx = " + "[" * 100_000 + "\n")
-    with pytest.raises(ConfigError, match="nested too deeply"):
+    with pytest.raises(ConfigError, match="nested too deeply") as caught:
         load_settings(path)
+    assert str(caught.value).startswith(f"{path}:2: nested too deeply to read")
 
 
 def test_tui_settings_round_trip_and_errors_name_the_line(tmp_path: Path) -> None:
@@ -446,3 +447,51 @@ def test_tui_settings_round_trip_and_errors_name_the_line(tmp_path: Path) -> Non
     ]
     for text, line, field, message in cases:
         assert message in str(error_at(write(tmp_path, text), line, field))
+
+
+def test_a_sim_hold_dir_is_a_folder_beside_the_config(tmp_path: Path) -> None:
+    (tmp_path / "gates").mkdir()
+    path = write(tmp_path, '[routes.sim]\nhold_dir = "gates"\n')
+    assert load_settings(path).route("sim").options["hold_dir"] == str(tmp_path / "gates")
+    path = write(tmp_path, '[routes.sim]\ntime_scale = 0.1\nhold_dir = "nowhere"\n')
+    err = error_at(path, 3, "routes.sim.hold_dir")
+    assert "no such folder" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "message"),
+    [
+        ("[routes.sim]\ntime_scale = 1e308", "routes.sim.time_scale", "at most 100, got 1e+308"),
+        ("[routes.sim]\nlatency_ms = 1e300", "routes.sim.latency_ms", "at most 10,000,000,000"),
+        ("[routes.sim]\ntokens_per_s = 1e-300", "routes.sim.tokens_per_s", "at least 0.01"),
+        ("[routes.sim]\nretry_after_s = 1e20", "routes.sim.retry_after_s", "at most 10,000,000"),
+        ("[routes.sim]\ndelegates = 1000000", "routes.sim.delegates", "between 1 and 1000"),
+        ("[routes.sim]\ntool_turns = 100000", "routes.sim.tool_turns", "between 0 and 200"),
+        ("[engine]\nstall_after_s = 1e10", "engine.stall_after_s", "at most 10,000,000"),
+        ("[routes.sim]\nrpm = 10000000000", "routes.sim.rpm", "at most 1,000,000,000"),
+        ("[routes.sim]\nmax_tokens = 99999999", "routes.sim.max_tokens", "between 1 and 10000000"),
+        ("[budget]\nmax_cost_usd = 1e300", "budget.max_cost_usd", "at most 1,000,000,000"),
+        ("[tui]\ndigest_idle_s = 1e300", "tui.digest_idle_s", "at most 10,000,000"),
+        ("[routes.sim]\nretry = { max_wait_s = 1e300 }", "routes.sim.retry.max_wait_s", "at most"),
+    ],
+)
+def test_every_number_is_bounded_by_what_the_code_can_use(
+    tmp_path: Path, line: str, field: str, message: str
+) -> None:
+    # time_scale = 1e308 used to pass, and fail at run time with OverflowError in a thread.
+    path = write(tmp_path, line + "\n")
+    assert message in str(error_at(path, line.count("\n") + 1, field))
+
+
+def test_the_largest_values_allowed_make_waits_the_code_can_make() -> None:
+    import threading
+
+    from flightdeck.engine.inputs.bounds import MAX_SECONDS, MAX_TIME_SCALE, MIN_TOKENS_PER_S
+
+    longest = [
+        MAX_SECONDS * 1000 / 1000 * MAX_TIME_SCALE * 1.4,  # the sim's first token
+        MAX_SECONDS * MAX_TIME_SCALE,  # its read timeout, a Retry-After
+        MAX_TIME_SCALE / MIN_TOKENS_PER_S * 4096,  # a chunk at the slowest rate
+    ]
+    assert max(longest) < threading.TIMEOUT_MAX
+    assert threading.Event().wait(min(0.001, max(longest))) is False  # no OverflowError

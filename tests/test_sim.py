@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from pathlib import Path
 
 import pytest
 from flightdeck.engine.child.tools import TOOL_SPECS
@@ -15,7 +16,13 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
     UsageEvent,
 )
-from flightdeck.engine.providers.sim import _SENTENCES, SimProvider, _body, turn_random
+from flightdeck.engine.providers.sim import (
+    _SENTENCES,
+    SimProvider,
+    SimStream,
+    _body,
+    turn_random,
+)
 
 
 def test_a_turns_draws_are_fixed_by_seed_child_and_turn() -> None:
@@ -119,41 +126,70 @@ def test_the_sim_reads_only_files_its_listing_named() -> None:
     assert _tool_after("error.log") == [("read_file", {"path": "error.log"})]  # a real file
 
 
-def _timed(**options: object) -> tuple[float, float, int]:
-    """Seconds to the first text and to the end of one answer, and its output tokens."""
-    import time
-
+def _waits(monkeypatch: pytest.MonkeyPatch, **options: object) -> tuple[list[float], int]:
+    """The delays one answer asks for, in order (none is slept), and its output tokens."""
+    waits: list[float] = []
+    monkeypatch.setattr(SimStream, "_wait", lambda self, seconds: waits.append(seconds))
     provider = SimProvider(default_sim_route(tool_turns=0, seed=3, **options))  # type: ignore[arg-type]
-    request = TurnRequest(
-        system="sys",
-        messages=(Message("user", "Review PR 7"),),
-        tools=TOOL_SPECS,
-        max_tokens=100,
-        child_id="c1",
-    )
-    t0 = time.monotonic()
-    first = None
-    tokens = 0
-    for event in provider.open(request):
-        if first is None and isinstance(event, TextDelta):
-            first = time.monotonic() - t0
-        if isinstance(event, UsageEvent):
-            tokens = event.usage.output_tokens
-    assert first is not None
-    return first, time.monotonic() - t0, tokens
+    request = TurnRequest("sys", (Message("user", "Review PR 7"),), TOOL_SPECS, 100, "c1")
+    events = list(provider.open(request))
+    [usage] = [e.usage for e in events if isinstance(e, UsageEvent)]
+    return waits, usage.output_tokens
 
 
-def test_latency_and_speed_are_what_the_route_says_scaled_by_time_scale() -> None:
-    # Waits never end early, so the lower bounds are exact: latency is drawn in 0.6-1.4x
-    # latency_ms, and the answer streams at tokens_per_s (less the first chunk's tokens).
-    first, total, tokens = _timed(latency_ms=150, tokens_per_s=400, time_scale=1.0)
-    assert first >= 0.6 * 0.150
-    assert total - first >= (tokens - 4) / 400
-    # The same answer at a hundredth of the time: only an upper bound can show that, so it is
-    # loose (a tenth of the lower bound above).
-    _, scaled_total, scaled_tokens = _timed(latency_ms=150, tokens_per_s=400, time_scale=0.01)
+def test_latency_and_speed_are_what_the_route_says_scaled_by_time_scale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Latency is drawn in 0.6-1.4x latency_ms; the answer streams at tokens_per_s.
+    waits, tokens = _waits(monkeypatch, latency_ms=150, tokens_per_s=400, time_scale=1.0)
+    assert 0.6 * 0.150 <= waits[0] <= 1.4 * 0.150
+    assert sum(waits[1:]) == pytest.approx(tokens / 400)
+    # The same answer in a hundredth of the time (in fewer, larger chunks).
+    scaled, scaled_tokens = _waits(monkeypatch, latency_ms=150, tokens_per_s=400, time_scale=0.01)
     assert scaled_tokens == tokens
-    assert scaled_total < total / 10
+    assert scaled[0] == pytest.approx(waits[0] * 0.01)
+    assert sum(scaled[1:]) == pytest.approx(sum(waits[1:]) * 0.01)
+
+
+def test_a_held_call_waits_for_its_release_file_and_a_stop_ends_the_wait(
+    tmp_path: Path,
+) -> None:
+    route = default_sim_route(tool_turns=0, time_scale=0.001, hold_dir=str(tmp_path))
+    provider = SimProvider(route)
+
+    def answer(child: str) -> tuple[threading.Thread, list[object]]:
+        events: list[object] = []
+        request = TurnRequest("sys", (Message("user", "Review"),), TOOL_SPECS, 100, child)
+        stream = provider.open(request)
+        streams[child] = stream
+
+        def run() -> None:
+            try:
+                events.extend(stream)
+            except Interrupted:
+                events.append("interrupted")
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread, events
+
+    streams: dict[str, SimStream] = {}
+    (c1, c1_events), (c2, c2_events) = answer("c1"), answer("c2")
+    c1.join(0.3)
+    assert c1.is_alive() and c1_events == []  # held: not a token
+    (tmp_path / "c1@0").touch()  # c1's first call only
+    c1.join(10)
+    assert not c1.is_alive() and isinstance(c1_events[-1], UsageEvent)
+    c1_again, c1_again_events = answer("c1")  # its second call: held again
+    streams["c2"].close()  # a stop ends a held call at once, the prompt billed
+    c2.join(10)
+    assert c2_events[-1] == "interrupted" and isinstance(c2_events[-2], UsageEvent)
+    assert c2_events[-2].usage.output_tokens == 0  # the prompt billed, nothing written
+    c1_again.join(0.3)
+    assert c1_again.is_alive() and c1_again_events == []
+    (tmp_path / "all").touch()
+    c1_again.join(10)
+    assert isinstance(c1_again_events[-1], UsageEvent)
 
 
 def test_a_stop_before_the_first_token_still_bills_the_prompt() -> None:

@@ -749,18 +749,31 @@ def test_task_text_over_a_given_limit_is_refused_at_file_line_field(
 
 
 @pytest.mark.parametrize(
-    ("name", "text"),
+    ("name", "text", "line"),
     [
-        ("deep.jsonl", '{"goal": ' + "[" * 100_000 + "\n"),
-        ("deep.toml", '[[tasks]]\ngoal = "x"\ncontext = ' + "[" * 100_000 + "\n"),
-        ("deep.yaml", "tasks:\n  - goal: " + "[" * 100_000 + "\n"),
+        ("deep.jsonl", '{"goal": "a"}\n{"goal": ' + "[" * 100_000 + "\n", 2),
+        ("deep.toml", '[[tasks]]\ngoal = "x [[["\ncontext = ' + "[" * 100_000 + "\n", 3),
+        ("deep.yaml", "tasks:\n  - goal: '{{'\n  - goal: " + "[" * 100_000 + "\n", 3),
     ],
 )
-def test_input_nested_past_the_parsers_stack_is_a_clear_error(
-    tmp_path: Path, name: str, text: str
+@pytest.mark.slow
+def test_input_nested_past_the_parsers_stack_is_a_clear_error_at_its_line(
+    tmp_path: Path, name: str, text: str, line: int
 ) -> None:
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(SpecError) as err:
         load_batch(path)
-    assert str(path) in str(err.value)
+    assert str(err.value).startswith(f"{path}:{line}: "), str(err.value)
+    assert "nested too deeply" in str(err.value) or "depth" in str(err.value)
+
+
+def test_a_timeout_or_schedule_longer_than_a_wait_can_be_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.jsonl", '{"goal": "x", "timeout_s": 1e300}\n')
+    assert "at most 10,000,000 seconds" in str(error_at(path, 1, "timeout_s"))
+    path = write(
+        tmp_path,
+        "s.toml",
+        '[[schedules]]\nid = "s"\nevery = "999999999d"\n[schedules.task]\ngoal = "x"\n',
+    )
+    assert "at most 10,000,000 seconds" in str(error_at(path, 3, "schedules.every"))

@@ -33,6 +33,7 @@ def fine(usage: Usage) -> Usage:
 """
 
 
+@pytest.mark.slow
 def test_assigning_a_field_is_a_type_error(tmp_path: Path) -> None:
     """What keeps these values safe to share between threads: `make check` runs mypy."""
     probe = tmp_path / "probe.py"

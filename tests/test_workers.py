@@ -144,6 +144,7 @@ print("closed", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_worker_stuck_in_a_call_does_not_hold_the_process_at_exit(tmp_path: Path) -> None:
     # The child is abandoned (stopped, recorded) but its thread stays inside the call. The
     # process must still end when its main thread does, as with daemon threads.

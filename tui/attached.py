@@ -91,21 +91,28 @@ def open_view(db: Path, batch_id: str | None) -> StoreView:
 
 
 def _no_batch(batch_id: str, db: Path) -> str:
-    folder = sanitize(str(db.parent))
-    return f"no batch {one_line(batch_id)!r} in {folder} (another state folder? --state-dir)"
+    from flightdeck.engine.attached.store import no_batch
+
+    return no_batch(batch_id, db.parent)
 
 
-def attach_tui(view: StoreView, tui: TuiSettings | None = None) -> ExitCode:
-    """Run the TUI over `view` until the operator detaches or quits; say what is left."""
+def attach_tui(
+    view: StoreView, tui: TuiSettings | None = None, *, read_only: bool = False
+) -> ExitCode:
+    """Run the TUI over `view` until the operator detaches or quits; say what is left.
+    `read_only`: every command refused (readonly.py), and the operator's last-looked mark left
+    alone (a watcher is not the operator)."""
     from flightdeck.engine.api import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
     from flightdeck.tui.lastlooked import LastLooked
+    from flightdeck.tui.readonly import ReadOnlyView
     from flightdeck.tui.screens.main import UiOptions
 
     state_dir = view.db.parent
-    looked = LastLooked(state_dir, view.batch_id)
+    looked = None if read_only else LastLooked(state_dir, view.batch_id)
     try:
-        app = FlightdeckApp(view, UiOptions(tui=tui or TuiSettings(), looked=looked))
+        shown = ReadOnlyView(view) if read_only else view
+        app = FlightdeckApp(shown, UiOptions(tui=tui or TuiSettings(), looked=looked))
         stopped = app.run()
         if stopped:  # "stop all and quit": the owner records the end, then this says so
             deadline = time.monotonic() + STOP_WAIT_S
@@ -148,7 +155,7 @@ def _state_arg(state_dir: Path) -> str:
 def cmd_logs(args: argparse.Namespace) -> ExitCode:
     """`flightdeck logs BATCH CHILD [-f]`: print a transcript, or follow it until the child ends."""
     from flightdeck.engine.attached.store import StoreReader
-    from flightdeck.tui.widgets.tail import follow, read_chunk
+    from flightdeck.tui.widgets.tail import follow, read_all
 
     db = state_db(args.state_dir)
     reader = StoreReader(db)
@@ -163,8 +170,8 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
         out = sys.stdout
         try:
             if not args.follow:
-                chunk = read_chunk(path, 0, max_lines=1 << 62, max_bytes=1 << 62)
-                out.write("".join(line + "\n" for line in chunk.lines))
+                for chunk in read_all(path):
+                    out.write("".join(line + "\n" for line in chunk.lines))
                 out.flush()
                 return ExitCode.OK
 

@@ -42,12 +42,13 @@ class _Version(argparse.Action):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors made terminal-safe: "unrecognized arguments" quotes them raw,
-    and a file name (a shell glob's match) can carry escape sequences."""
+    """argparse, with its errors one line, as every other bad input's (the usage is what
+    `--help` is for), and terminal-safe: "unrecognized arguments" quotes them raw, and a file
+    name (a shell glob's match) can carry escape sequences."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(ExitCode.USAGE, f"{self.prog}: error: {one_line(message)}\n")
+        hint = f" (see `{self.prog} --help`)"
+        self.exit(ExitCode.USAGE, f"flightdeck: {one_line(message)}{hint}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -165,7 +166,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """`attach` and `logs`: clients of a batch's owner process."""
+    """`attach`, `serve` and `logs`: clients of a batch's owner process."""
     attach = sub.add_parser(
         "attach", help="the TUI on a running batch (read-only once it has ended)"
     )
@@ -176,6 +177,13 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="flightdeck.toml for the [tui] settings (default: ./flightdeck.toml)",
     )
     attach.add_argument("--state-dir", type=Path)
+    serve = sub.add_parser("serve", help="the attached TUI in a browser, behind a random token")
+    serve.add_argument("batch_id", nargs="?", help="batch id (default: the latest running)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
+    serve.add_argument("--port", type=_port, default=8765, help="0: any free one (%(default)s)")
+    serve.add_argument("--read-only", action="store_true", help="show everything, send no command")
+    serve.add_argument("--config", type=Path, help="flightdeck.toml for the [tui] settings")
+    serve.add_argument("--state-dir", type=Path)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
     logs.add_argument("batch_id")
     logs.add_argument("child_id")
@@ -183,6 +191,16 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         "-f", "--follow", action="store_true", help="follow the transcript until the child ends"
     )
     logs.add_argument("--state-dir", type=Path)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
 
 
 def _pool_size(text: str) -> int | Literal["auto"]:
@@ -224,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
             return cmd_report(args)
         if args.command in _OWNER_COMMANDS:
             return _OWNER_COMMANDS[args.command](args)
+        if args.command == "serve":
+            from flightdeck.tui.web.command import cmd_serve
+
+            return cmd_serve(args)
         if args.command in ("attach", "logs"):
             from flightdeck.tui import attached
 

@@ -26,16 +26,12 @@ WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 def _client(args: argparse.Namespace) -> Client:
     """The batch's client; a usage error if the state folder has no such batch."""
     from flightdeck.engine.attached.client import Client
+    from flightdeck.engine.attached.store import no_batch
 
     db = state_db(args.state_dir)
     client = Client(db, args.batch_id)
     if client.info() is None:
-        raise UsageError(
-            None,
-            None,
-            "batch_id",
-            f"no batch {args.batch_id} in {db.parent} (another state folder: --state-dir)",
-        )
+        raise UsageError(None, None, "batch_id", no_batch(args.batch_id, db.parent))
     return client
 
 

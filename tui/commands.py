@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost, fmt_spent_compact
+from flightdeck.tui.fmt import fmt_spent, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
 from flightdeck.tui.usage import UsageError, state_db
 from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
-    from flightdeck.engine.attached.store import StoreReader
+    from flightdeck.engine.attached.served import Served
+    from flightdeck.engine.attached.store import BatchInfo, StoreReader
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
@@ -34,7 +35,11 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
-    batch = load_batch(args.batch_file, max_chars=settings.engine.max_task_chars)
+    batch = load_batch(
+        args.batch_file,
+        max_chars=settings.engine.max_task_chars,
+        max_tasks=settings.engine.max_tasks,
+    )
     state_dir = state_dir_from(args.state_dir, settings)
     if args.owner_of is not None:
         _check_claimed(state_dir, args.owner_of)
@@ -95,10 +100,28 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
-def cmd_ls(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck ls`: every batch in the state folder."""
+LS_COLUMNS = (
+    *("batch", "name", "status", "children", "completed", "failed", "stopped", "cost", "created"),
+)
+
+
+def ls_cells(b: BatchInfo, left: int = 0) -> tuple[str, ...]:
+    """One batch's cells under `LS_COLUMNS` (`left`: its command children's processes still
+    running after its owner died): `ls`, and the page of batches `serve` shows."""
     import time
 
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
+    status = b.status.value
+    if left:  # command children's processes that outlived their owner
+        status += f" ({left} still running)"
+    cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
+    counts = (b.children, b.completed, b.failed, b.stopped)
+    return (b.id, one_line(b.name, 30), status, *map(str, counts), cost, created)
+
+
+def cmd_ls(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck ls`: every batch in the state folder, and which a `serve` shows on a port."""
+    from flightdeck.engine.attached import served
     from flightdeck.engine.attached.store import still_running
     from flightdeck.engine.model import BatchStatus
 
@@ -107,31 +130,27 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
         batches = reader.batches()
     finally:
         reader.close()
+    servers = served.live(reader.path.parent)
     table = Table()
     table.add_column("batch", no_wrap=True)
-    columns = ["name", "status", "children", "completed", "failed", "stopped", "cost", "created"]
-    for col in columns + (["owner pid"] if args.long else []):
+    extra = (("owner pid",) if args.long else ()) + (("served",) if servers else ())
+    for col in LS_COLUMNS[1:] + extra:
         table.add_column(col)
     for b in batches:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-        status = b.status.value
-        if b.status is BatchStatus.ABANDONED and (left := still_running(reader.path, b.id)):
-            status += f" ({left} still running)"  # processes that outlived their owner
-        cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
-        table.add_row(
-            Text(b.id),
-            Text(one_line(b.name, 30)),
-            Text(status),
-            str(b.children),
-            str(b.completed),
-            str(b.failed),
-            str(b.stopped),
-            cost,
-            created,
-            *([str(b.owner_pid)] if args.long else []),
-        )
-    console_for().print(table)
+        left = still_running(reader.path, b.id) if b.status is BatchStatus.ABANDONED else 0
+        cells = ls_cells(b, left) + ((str(b.owner_pid),) if args.long else ())
+        on = [_port(s) for s in servers if s.serves(b.id)]
+        table.add_row(*map(Text, cells + ((" ".join(on),) if servers else ())))
+    console = console_for()
+    console.print(table)
+    for s in servers:
+        if s.batch_id is None:
+            console.print(Text(f"serving every batch of this folder on {_port(s)} (pid {s.pid})"))
     return ExitCode.OK
+
+
+def _port(s: Served) -> str:
+    return f":{s.port}" + (" read-only" if s.read_only else "")
 
 
 # -- a batch's owner taken over (resume) -------------------------------------------------------
@@ -161,7 +180,10 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     if found is not None:
         line = f"resumed: {found.rerun} re-run, {found.lost} left unknown"
         if found.rerun or found.lost:
-            line += f"; their lost attempts cost {fmt_cost(found.lost_cost_usd)}"
+            # Worded as the summary's `lost attempts` line: an attempt with no price makes the
+            # cost unknown, never $0.00.
+            cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
+            line += f"; their lost attempts cost {cost}{note}"
         console.print(Text(line))
         for ids, what in (
             (found.adopted, "adopted (their processes still ran; watched to the end)"),

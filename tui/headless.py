@@ -10,7 +10,12 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from flightdeck.engine.model import OPERATOR_HOLD, ChildFinished, EngineEvent, GroupFinished
+from flightdeck.engine.model import (
+    OPERATOR_HOLD,
+    ChildFinished,
+    EngineEvent,
+    GroupFinished,
+)
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
@@ -186,6 +191,10 @@ def _run_headless(
                 signal.signal(signum, handler)
             show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
+    if engine.unrecorded:  # the table counts what the store kept, as the report will
+        from flightdeck.engine.attached.store import as_stored
+
+        snap = as_stored(engine.state_dir / "flightdeck.db", snap)
     print_ending(console, engine, snap)
     failure = failure_text(engine)
     if failure is not None:  # said last, on stderr, so it is what a reader sees

@@ -14,6 +14,7 @@ import tempfile
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from flightdeck.engine.private import private_dir
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.digest import Mark
 
@@ -61,7 +62,7 @@ class LastLooked:
         data = {"batch": mark.batch_id, "ts": mark.ts, "spent_usd": str(mark.spent_usd)}
         folder = self.path.parent
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private_dir(folder)
             fd, tmp = tempfile.mkstemp(prefix=".looked-", suffix=".tmp", dir=folder)
         except OSError as exc:
             self._refused(exc)

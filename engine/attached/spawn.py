@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.errors import ConfigError, InputError
+from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.schema import StoreNotFoundError
@@ -50,12 +51,12 @@ def claim_batch_folder(state_dir: Path) -> tuple[str, Path]:
 
     batches = state_dir / "batches"
     try:
-        batches.mkdir(parents=True, exist_ok=True)
+        private_dir(batches)
         while True:
             batch_id = new_batch_id()
             folder = batches / batch_id
             try:
-                folder.mkdir(mode=0o700)
+                private_dir(folder, exist_ok=False)
                 return batch_id, folder
             except FileExistsError:
                 continue

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sqlite3
 from pathlib import Path
 
+from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
+from flightdeck.engine.model import Snapshot
+from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.processes import still_running
-from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.report import build_report, render_json, render_markdown
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.schema import StoreNotFoundError
@@ -16,7 +21,9 @@ __all__ = [
     "BatchInfo",
     "StoreNotFoundError",
     "StoreReader",
+    "as_stored",
     "build_report",
+    "no_batch",
     "render_json",
     "render_markdown",
     "state_folder",
@@ -31,3 +38,15 @@ def state_folder(state_dir: Path | None) -> Path:
     # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
     given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
     return state_dir_from(state_dir, Settings() if given else load_settings(None))
+
+
+def as_stored(db: Path, snap: Snapshot) -> Snapshot:
+    """`snap` with the children and totals the store has: after a store failure (a full disk)
+    some that ended were never recorded, and a summary must not count them. `snap` itself if
+    the store cannot even be read (the run's error line says what was lost)."""
+    try:
+        with StoreReader(db) as reader:
+            rows = reader.children(snap.batch_id, results=False)
+    except (OSError, sqlite3.Error, FlightdeckError):
+        return snap
+    return dataclasses.replace(snap, children=tuple(rows), totals=totals_of(rows))

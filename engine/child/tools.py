@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.errors import ToolError
+from flightdeck.engine.private import open_private, private_dir
 from flightdeck.engine.providers.base import ToolSpec
 from flightdeck.engine.sanitize import redact
 
@@ -72,10 +73,19 @@ class Toolbox:
     """Runs tool calls inside one workspace folder; paths that escape it are refused."""
 
     def __init__(
-        self, workspace: Path, locks: PathLocks = PATH_LOCKS, secrets: tuple[str, ...] = ()
+        self,
+        workspace: Path,
+        locks: PathLocks = PATH_LOCKS,
+        secrets: tuple[str, ...] = (),
+        *,
+        private: bool = False,
     ) -> None:
         self.root = workspace.resolve()
         self._locks = locks
+        # A workspace in the batch's own folder (none was given): what is written there is
+        # the user's alone, as the rest of the state folder. A workspace the user named keeps
+        # their umask: it is their project.
+        self._private = private
         # The batch's API keys: never a legitimate payload, so never written to a file.
         self._secrets = secrets
         self._tools: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
@@ -147,11 +157,19 @@ class Toolbox:
             raise ToolError(f"{arguments['path']!r} is a folder, not a file")
         # Encoded before any folder or file is made: a lone surrogate fails here, leaving nothing.
         data = redact(content, self._secrets).encode("utf-8")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if self._private:
+            private_dir(path.parent)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
         with self._locks.lock(path):
             tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
             try:
-                tmp.write_bytes(data)
+                if self._private:
+                    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(data)
+                else:
+                    tmp.write_bytes(data)
                 os.replace(tmp, path)  # readers never see a half-written file
             except BaseException:
                 tmp.unlink(missing_ok=True)  # a full disk leaves no temp file behind

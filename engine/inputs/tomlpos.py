@@ -24,6 +24,31 @@ def decode_error(exc: tomllib.TOMLDecodeError, text: str) -> tuple[int | None, s
     return None, message
 
 
+def deep_line(text: str, depth: int = 100) -> int | None:
+    """The line where brackets (`[`, `{`, outside quoted strings) first nest `depth` deep: where
+    a document too deeply nested for its parser goes wrong (None if no bracket does)."""
+    line, level, quote, escaped = 1, 0, "", False
+    for char in text:
+        if char == "\n":
+            line += 1
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote or char == "\n":  # a quote left open ends with its line
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            level += 1
+            if level >= depth:
+                return line
+        elif char in "]}":
+            level = max(0, level - 1)
+    return None
+
+
 class TomlLocator:
     """Maps key paths of an already-valid TOML document to the line that defines them."""
 

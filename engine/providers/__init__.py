@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -52,6 +53,16 @@ def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = No
         )
     name = str(named or API_KEY_ENV[route.provider])
     key = env.get(name, "").strip() if named or base_url is None else ""
+    if key and not _HEADER_SAFE.fullmatch(key):
+        # It goes in an HTTP header: every call would fail, after its retries, with a
+        # UnicodeEncodeError. Said now, naming the variable; the value is never shown.
+        raise ConfigError(
+            source,
+            route.key_line,
+            f"routes.{route.name}.api_key_env",
+            f"environment variable {name} holds a character an HTTP header cannot carry "
+            "(a key is visible ASCII: letters, digits and punctuation); set it again",
+        )
     if key:
         return key
     if is_local(base_url):
@@ -62,6 +73,9 @@ def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = No
         f"routes.{route.name}.api_key_env",
         f"environment variable {name} is not set",
     )
+
+
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
 def is_local(base_url: object) -> bool:

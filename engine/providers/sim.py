@@ -15,6 +15,7 @@ import random
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from flightdeck.engine.errors import FatalError, RateLimited, TransientError
 from flightdeck.engine.inputs.settings import Route
@@ -69,6 +70,9 @@ class SimOptions:
     delegates: int = 3
     read_timeout_s: float = 60.0
     cache: bool = True
+    # A folder that holds every call before its first token until a file in it releases the
+    # call: `all`, `<child id>` or `<child id>@<call number>` (tests, demos; see _held).
+    hold_dir: str | None = None
 
     @classmethod
     def from_route(cls, route: Route) -> SimOptions:
@@ -111,11 +115,12 @@ class SimProvider:
     def close(self) -> None:
         """Nothing to release: no connections."""
 
-    def _random(self, request: TurnRequest) -> random.Random:
+    def _random(self, request: TurnRequest) -> tuple[int, random.Random]:
+        """This call's number for its child (from 0, retries counted) and its draws."""
         with self._lock:
             turn = self._opens.get(request.child_id, 0)
             self._opens[request.child_id] = turn + 1
-        return turn_random(self.options.seed, request.child_id, turn)
+        return turn, turn_random(self.options.seed, request.child_id, turn)
 
     def _cache_split(self, prefix: _Prefix) -> tuple[int, int, threading.Event | None]:
         """(cache_read, cache_write) prefix tokens and the event this response must set."""
@@ -134,7 +139,7 @@ class SimProvider:
 
     def open(self, request: TurnRequest) -> SimStream:
         """Start a simulated turn, or raise the error this turn draws."""
-        rng = self._random(request)
+        call, rng = self._random(request)
         o = self.options
         roll = rng.random()
         if roll < o.fail_rate:
@@ -146,19 +151,28 @@ class SimProvider:
         if roll < o.server_error_rate:
             raise TransientError("sim: 503 service unavailable")
         stall = rng.random() < o.stall_rate
-        return SimStream(self, request, rng, stall)
+        return SimStream(self, request, rng, stall, call)
+
+
+HOLD_POLL_S = 0.01  # how often a held call looks for the file that releases it
 
 
 class SimStream:
     """One simulated streamed response; `close()` from any thread ends it within one tick."""
 
     def __init__(
-        self, provider: SimProvider, request: TurnRequest, rng: random.Random, stall: bool
+        self,
+        provider: SimProvider,
+        request: TurnRequest,
+        rng: random.Random,
+        stall: bool,
+        call: int = 0,
     ) -> None:
         self._p = provider
         self._req = request
         self._rng = rng
         self._stall = stall
+        self._call = call
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -173,6 +187,19 @@ class SimStream:
             return
         if self._closed.wait(seconds):
             raise Interrupted
+
+    def _held(self) -> None:
+        """With `hold_dir`: wait, before the first token, until a file there releases this call
+        (`all`, the child's id, or `<id>@<call>`), so a test holds a child running for as long
+        as it needs, in this process or another, instead of making it "long enough"."""
+        folder = self._p.options.hold_dir
+        if folder is None:
+            return
+        child = self._req.child_id
+        names = [Path(folder, name) for name in ("all", child, f"{child}@{self._call}")]
+        while not any(path.exists() for path in names):
+            if self._closed.wait(HOLD_POLL_S):
+                raise Interrupted
 
     def __iter__(self) -> Iterator[StreamEvent]:
         o = self._p.options
@@ -190,6 +217,7 @@ class SimStream:
         chunk_chars = 16 if per_token * 4 >= 0.002 else 4096
         sent = 0
         try:
+            self._held()  # like a server slow to answer: the prompt is read, nothing written
             # The prompt is read while the first token waits: a stop then still pays for it.
             self._wait(o.latency_ms / 1000.0 * o.time_scale * self._rng.uniform(0.6, 1.4))
             if writes is not None:

@@ -19,6 +19,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from flightdeck.engine.private import open_private, private_dir
 from flightdeck.engine.records.events import (
     EndStream,
     Event,
@@ -105,10 +106,10 @@ class FileAppender:
         if len(self._fds) >= self.max_open:
             os.close(self._fds.popitem(last=False)[1])
         try:
-            fd = os.open(path, OPEN_FLAGS, 0o644)
+            fd = open_private(path, OPEN_FLAGS)
         except FileNotFoundError:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            fd = os.open(path, OPEN_FLAGS, 0o644)
+            private_dir(os.path.dirname(path) or ".")
+            fd = open_private(path, OPEN_FLAGS)
         self._fds[path] = fd
         return fd
 

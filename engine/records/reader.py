@@ -32,6 +32,7 @@ from flightdeck.engine.records.schema import (
     readable_without_shm,
     schema_version,
 )
+from flightdeck.engine.sanitize import one_line, sanitize
 
 MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 # The events read back into children's rows: who delegated whom, loop flags, attempts, changes.
@@ -350,3 +351,12 @@ def with_lineage(rows: list[ChildRow], parents: Mapping[str, str]) -> list[Child
         else r
         for r in rows
     ]
+
+
+def no_batch(batch_id: str, state_dir: Path) -> str:
+    """How every command says that an id names no batch of this state folder (`logs`,
+    `report`, `resume`, `steer`, `stop`, `wait`… alike)."""
+    return (
+        f"no batch {one_line(batch_id, 80)!r} in {sanitize(str(state_dir.absolute()))} "
+        "(flightdeck ls lists them; another state folder: --state-dir)"
+    )

@@ -17,7 +17,7 @@ from flightdeck.engine.records.attempts import markdown_lines, report_entries
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
-from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.sanitize import one_line
 
 GOAL_WIDTH = 80
@@ -34,7 +34,7 @@ def build_report(
             raise LookupError(f"no batches in {reader.path}")
     info = reader.batch(batch_id)
     if info is None:
-        raise LookupError(f"no batch {batch_id!r} in {reader.path}")
+        raise LookupError(no_batch(batch_id, reader.path.parent))
     children = reader.children(batch_id, results=False)  # the report shows no answer
     steers = reader.controls(batch_id, kind="steer")
     # A delegate's parent is kept as its "delegate" event.

@@ -20,6 +20,7 @@ from typing import Any
 
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt
+from flightdeck.engine.private import private_dir, private_file
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.faults import (
     RETRY_S,
@@ -93,13 +94,21 @@ class Store:
     def __init__(self, path: Path, *, retry_s: float = RETRY_S) -> None:
         self.path = path
         # The user's alone: other users can neither read the batches nor send them commands.
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # A folder that holds a database already is a state folder: made private if it was not.
+        private_dir(path.parent, tighten=path.exists())
         try:
             conn = schema.connect(str(path))
         except sqlite3.Error as exc:  # a folder by that name, no permission, ...
             raise StoreError(path, None, None, f"cannot open the database: {exc}") from None
         try:
-            _owner_only(path)  # before the -wal and -shm, which SQLite makes with its mode
+            # Before the -wal and -shm, which SQLite makes with the database's mode (an older
+            # version's may be there already).
+            for made in (
+                path,
+                path.with_name(path.name + "-wal"),
+                path.with_name(path.name + "-shm"),
+            ):
+                private_file(made)
             schema.use_wal(conn, path)
             # A commit survives the process dying (a crash, kill -9); only an OS crash or a
             # power cut can lose the last ones. FULL would fsync the log at every commit.
@@ -501,12 +510,3 @@ def _coalesce(writes: list[_Write]) -> list[_Write]:
     if len(last) == sum(1 for w in writes if w.key is not None):
         return writes
     return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]
-
-
-def _owner_only(path: Path) -> None:
-    """Make the database file readable and writable by its owner alone (0600)."""
-    try:
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
-    except PermissionError:  # another user's file: using it fails with its own message
-        pass

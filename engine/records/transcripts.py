@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from flightdeck.engine.private import open_private, private_dir
 from flightdeck.engine.records.appender import OPEN_FLAGS, write_all
 from flightdeck.engine.records.events import EndStream, Raw, Release, Stream, Write
 from flightdeck.engine.records.lines import LineFormatter
@@ -51,8 +52,8 @@ class TranscriptWriter:
         self._formatter = None if self._remote is not None else LineFormatter(secrets)
         self._fd: int | None = None
         if sink is None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, OPEN_FLAGS, 0o644)
+            private_dir(Path(path).parent)
+            self._fd = open_private(path, OPEN_FLAGS)
 
     def write(self, role: str, text: str, ts: float | None = None) -> None:
         """Append one event; multi-line text becomes several lines with the same stamp."""
@@ -122,7 +123,7 @@ class TranscriptWriter:
         if self._fd is not None:
             write_all(self._fd, data)
             return
-        fd = os.open(self.path, OPEN_FLAGS, 0o644)
+        fd = open_private(self.path, OPEN_FLAGS)
         try:
             write_all(fd, data)
         finally:
@@ -137,7 +138,7 @@ def write_manifest(
     `encoded` members are JSON text already, placed after those of `data`: a batch's list of
     children is encoded once and written again with its final status.
     """
-    batch_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(batch_dir)
     target = batch_dir / MANIFEST
     # No indent: only then does json use its C encoder, and a manifest lists every child.
     # ASCII, so names from task files reach `cat manifest.json` escaped.

@@ -32,6 +32,7 @@ POOL = 64
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 CONFIG = f"""[engine]
 max_concurrent = {POOL}
+max_tasks = {max(N, 10_000)}
 state_dir = "state"
 
 [routes.sim]

@@ -33,7 +33,9 @@ from textual.app import App, ComposeResult
 from textual.screen import Screen
 from textual.widgets import Label, RadioButton, Static
 from tui_fakes import NOW, StaticView, child, demo_rows, frozen_clock
-from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
+from tui_support import FAST, SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
+
+from helpers import Hold
 
 pytestmark = pytest.mark.anyio
 
@@ -58,9 +60,9 @@ def table_text(table: ChildrenTable) -> str:
     return "\n".join(table.render_line(y).text for y in range(table.size.height))
 
 
-async def test_rows_appear_and_update(tmp_path: Path) -> None:
+async def test_rows_appear_and_update(tmp_path: Path, hold: Hold) -> None:
     tasks = make_tasks([f"review PR {i}" for i in range(6)])
-    route = default_sim_route(**{**FAST, "time_scale": 0.1})
+    route = default_sim_route(**held(hold))
     settings = Settings(routes=MappingProxyType({"sim": route}))
     engine = Engine(Batch("rows", tasks), settings, state_dir=tmp_path, max_concurrent=2)
     app = app_for(engine)
@@ -68,13 +70,11 @@ async def test_rows_appear_and_update(tmp_path: Path) -> None:
         async with app.run_test(size=SIZE) as pilot:
             table = app.main.table
             assert not table.shown  # nothing started yet
-            # Started only once the app runs (a slow start cannot let the batch get ahead), and
-            # read at once, with no await in between: children 3 to 6 cannot leave the queue
-            # before one of the first two has slept through its turns (tenths of a second).
             engine.start()
-            app.main.poll()
+            await until(pilot, lambda: len(table.shown) == 6, "six rows")
             first = [table.displayed(i, "doing") for i in table.shown]
-            assert len(first) == 6 and first.count("queued") >= 4, first
+            assert first.count("queued") == 4, first  # the first two are held running
+            hold.release()
             await until(
                 pilot,
                 lambda: all(table.displayed(i, "doing") == "completed" for i in table.shown),
@@ -89,8 +89,10 @@ async def test_rows_appear_and_update(tmp_path: Path) -> None:
         engine.close()
 
 
-async def test_selecting_a_child_tails_its_transcript(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(["first goal", "second goal"], pool=2, sim=SLOW)
+async def test_selecting_a_child_tails_its_transcript(
+    engine_factory: EngineFactory, hold: Hold
+) -> None:
+    engine = engine_factory(["first goal", "second goal"], pool=2, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table, transcript = app.main.table, app.main.transcript
@@ -113,6 +115,7 @@ async def test_selecting_a_child_tails_its_transcript(engine_factory: EngineFact
         )
         assert not any(other in line for line in transcript.lines)
         count = len(transcript.lines)
+        hold.release(chosen, 0)  # its first call answers: new lines in its transcript
         await until(pilot, lambda: len(transcript.lines) > count, "new lines tailed live")
 
 
@@ -142,8 +145,9 @@ async def test_the_transcript_pane_shows_the_date_where_a_batch_passes_midnight(
         ]
 
 
-async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(["steer me"], pool=1, sim=SLOW)
+@pytest.mark.slow
+async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory, hold: Hold) -> None:
+    engine = engine_factory(["steer me"], pool=1, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
@@ -154,6 +158,8 @@ async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory) ->
         await type_text(pilot, "add tests")
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: len(engine.receipts()) == 1, "the steer queued")
+        hold.release("c1", 0)  # the steer goes in at the end of this call
         await until(
             pilot,
             lambda: [r.state for r in engine.receipts()] == [SteerState.DELIVERED],
@@ -169,8 +175,8 @@ async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory) ->
         )
 
 
-async def test_x_stops_the_selected_child(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(["stop me", "keep me"], pool=2, sim=SLOW)
+async def test_x_stops_the_selected_child(engine_factory: EngineFactory, hold: Hold) -> None:
+    engine = engine_factory(["stop me", "keep me"], pool=2, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
@@ -188,10 +194,11 @@ async def test_x_stops_the_selected_child(engine_factory: EngineFactory) -> None
         assert status_of(engine, other) is ChildStatus.RUNNING
 
 
+@pytest.mark.slow
 async def test_tag_three_stop_them_and_the_others_keep_running(
-    engine_factory: EngineFactory,
+    engine_factory: EngineFactory, hold: Hold
 ) -> None:
-    engine = engine_factory([f"job {i}" for i in range(5)], pool=5, sim=SLOW)
+    engine = engine_factory([f"job {i}" for i in range(5)], pool=5, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
@@ -215,6 +222,7 @@ async def test_tag_three_stop_them_and_the_others_keep_running(
         assert not table.tagged  # stopping clears the tags
 
 
+@pytest.mark.slow
 async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
     # max_turns=1 with a tool turn first: those children fail ("max_turns reached"). Batch order
     # is the reverse of id order, so that the two orders differ.
@@ -275,8 +283,8 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
         assert app.main.query_one("#status").line.order == "batch"
 
 
-async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(["long job", "another"], pool=2, sim=SLOW)
+async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory, hold: Hold) -> None:
+    engine = engine_factory(["long job", "another"], pool=2, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: all_running(engine), "both running")
@@ -290,7 +298,7 @@ async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory) -
         await pilot.click("#stop-quit")
         await until(pilot, lambda: not app.is_running, "the app exited")
     assert app.return_value is True
-    assert engine.wait(5)
+    assert engine.wait(30)
     assert all(r.status is ChildStatus.STOPPED for r in engine.snapshot().children)
 
 
@@ -334,8 +342,8 @@ async def test_markup_and_escapes_in_goals_render_literally(engine_factory: Engi
         )
 
 
-async def test_freeze_pauses_updates(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(["a"], pool=1, sim=SLOW)
+async def test_freeze_pauses_updates(engine_factory: EngineFactory, hold: Hold) -> None:
+    engine = engine_factory(["a"], pool=1, sim=held(hold))
     app = app_for(engine)
 
     def calls() -> int:
@@ -348,6 +356,7 @@ async def test_freeze_pauses_updates(engine_factory: EngineFactory) -> None:
         await until(pilot, lambda: calls() >= 1, "the child's first call")
         await pilot.press("z")
         shown = table.displayed("c1", "calls")
+        hold.release("c1", 0)  # its second call starts while the table is frozen
         await until(pilot, lambda: calls() > int(shown), "the engine moved on")
         await pilot.pause(0.3)  # several polls
         assert table.displayed("c1", "calls") == shown
@@ -396,8 +405,8 @@ async def test_follow_tracks_activity_until_the_operator_moves(tmp_path: Path) -
         assert transcript.child_id == chosen
 
 
-async def test_help_and_palette_list_every_key(engine_factory: EngineFactory) -> None:
-    engine = engine_factory(["a"], pool=1, sim=SLOW)
+async def test_help_and_palette_list_every_key(engine_factory: EngineFactory, hold: Hold) -> None:
+    engine = engine_factory(["a"], pool=1, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "running")
@@ -597,6 +606,7 @@ async def test_sigterm_stops_every_child_and_quits(tmp_path: Path) -> None:
     assert app.return_value is True  # as "stop all and quit": run_app waits, then exits 143
 
 
+@pytest.mark.slow
 async def test_an_unfinished_filter_turns_the_box_red_and_only_a_submitted_one_explains(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -647,6 +657,7 @@ async def test_steer_or_stop_on_a_finished_child_says_why(
     assert view.steered == [] and view.stopped == []
 
 
+@pytest.mark.slow
 async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path) -> None:
     view = StaticView(tmp_path)
     app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
@@ -689,6 +700,7 @@ async def test_the_steer_dialog_says_which_mode_is_chosen_in_words(tmp_path: Pat
         )
 
 
+@pytest.mark.slow
 async def test_the_steer_dialog_says_a_command_route_cannot_be_steered(tmp_path: Path) -> None:
     rows = tuple(
         dataclasses.replace(r, steerable=False) if r.id == "review-02" else r
@@ -715,6 +727,7 @@ async def test_the_steer_dialog_says_a_command_route_cannot_be_steered(tmp_path:
         assert not app.screen.query("#steer-cannot")
 
 
+@pytest.mark.slow
 async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:
     app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
     async with app.run_test(size=SIZE) as pilot:
@@ -777,11 +790,10 @@ async def test_the_detail_line_follows_the_cursor_at_80_columns(tmp_path: Path) 
 
 @pytest.mark.slow
 async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
-    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch
+    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch, hold: Hold
 ) -> None:
-    # Children that run for a minute: `beta` must still run when the test ends, loaded or not.
-    goals = make_tasks(["alpha one", "alpha two", "alpha three", "beta"], max_turns=40)
-    engine = engine_factory(goals, pool=4, sim={**SLOW, "tool_turns": 30})
+    goals = make_tasks(["alpha one", "alpha two", "alpha three", "beta"])
+    engine = engine_factory(goals, pool=4, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         screen, table = app.main, app.main.table
@@ -805,6 +817,9 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
         assert dialog_title(app.screen) == heading
         await type_text(pilot, "go on")
         await pilot.press("enter")
+        await until(pilot, lambda: len(engine.receipts()) == 2, "the two steers queued")
+        hold.release("c2", 0)  # each goes in at the end of that call
+        hold.release("c3", 0)
         summary = "steer: 2 delivered, 0 missed, 1 had already ended"
         await until(pilot, lambda: summary in notices, "the steer's summary")
         assert notices.count(summary) == 1

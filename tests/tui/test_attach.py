@@ -26,9 +26,12 @@ from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.routes import NOT_STORED
 from tui_support import SIZE, type_text, until
 
+from helpers import Hold
+
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-# Children that stay running for seconds (seven turns of about a second each).
+# A child that writes for seconds (seven turns of about a second each): for tests that watch
+# its output stream, never for one that must act while it still runs (that one holds it).
 SLOW_CONFIG = """
 [routes.sim]
 time_scale = 1.0
@@ -43,17 +46,25 @@ RUN = (sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--head
 
 
 class Owner:
-    """A real owner process, and the batch it runs."""
+    """A real owner process, and the batch it runs. Its sim children are held before every
+    call's first token until the test releases the call (`self.hold`), so they are running
+    while keys are pressed however loaded the machine is, and reach a turn boundary when told;
+    a `config` given whole replaces that (children that stream, to watch their output)."""
 
     def __init__(
         self,
         folder: Path,
         children: int,
         *,
-        config: str = SLOW_CONFIG,
+        sim: str = "tool_turns = 6\n",
+        extra: str = "",
+        config: str | None = None,
         goal: str = "Review item",
         max_turns: int = 8,
     ) -> None:
+        self.hold = Hold(folder / "hold")
+        if config is None:
+            config = "[routes.sim]\ntime_scale = 0.01\n" + self.hold.toml() + sim + extra
         (folder / "flightdeck.toml").write_text(config, encoding="utf-8")
         (folder / "tasks.jsonl").write_text(
             "".join(
@@ -100,10 +111,7 @@ class Owner:
 
 @pytest.fixture
 def owner(tmp_path: Path) -> Iterator[Owner]:
-    # Children that run for a minute: the tests stop them, and a loaded machine must not let
-    # one finish before the test's key reaches it.
-    long = SLOW_CONFIG.replace("tool_turns = 6", "tool_turns = 30")
-    running = Owner(tmp_path, children=3, config=long, max_turns=40)
+    running = Owner(tmp_path, children=3)
     try:
         yield running
     finally:
@@ -113,6 +121,17 @@ def owner(tmp_path: Path) -> Iterator[Owner]:
 def status(view: StoreView, child_id: str) -> ChildStatus | None:
     row = view.snapshot().child(child_id)
     return None if row is None else row.status
+
+
+def transcript(view: StoreView, child_id: str) -> str:
+    row = view.snapshot().child(child_id)
+    path = None if row is None else Path(row.transcript)
+    return path.read_text(encoding="utf-8") if path is not None and path.exists() else ""
+
+
+def steers(view: StoreView, child_id: str) -> list[SteerState]:
+    row = view.snapshot().child(child_id)
+    return [] if row is None else [r.state for r in row.steers]
 
 
 async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owner) -> None:
@@ -127,6 +146,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
             "all three running",
         )
         calls = table.rows_by_id["c1"].activity.api_calls
+        owner.hold.release("c1", 0)  # its first call ends, the second is held
         await until(pilot, lambda: table.rows_by_id["c1"].activity.api_calls > calls, "rows update")
 
         table.select("c1")
@@ -135,6 +155,8 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
         await type_text(pilot, "add tests")
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: steers(view, "c1") == [SteerState.QUEUED], "the steer queued")
+        owner.hold.release("c1", 1)  # its second call ends: the steer goes in at that boundary
         await until(pilot, lambda: table.displayed("c1", "steer") == "✓ delivered", "delivered")
         [receipt] = view.snapshot().child("c1").steers  # type: ignore[union-attr]
         assert (receipt.message, receipt.state) == ("add tests", SteerState.DELIVERED)
@@ -235,7 +257,8 @@ async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Ow
         await pilot.press("p")
         await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "pause dialog")
         await pilot.press("p")
-        # At its next turn boundary (about a second): the owner pauses it, the store says so.
+        await until(pilot, lambda: "pause requested" in transcript(view, "c1"), "pause applied")
+        owner.hold.release("c1", 0)  # at the end of its first call the owner pauses it
         await until(pilot, lambda: status(view, "c1") is ChildStatus.PAUSED, "c1 paused")
         await until(pilot, lambda: table.displayed("c1", "mark").endswith("‖"), "the glyph")
 

@@ -21,7 +21,9 @@ from flightdeck.tui.widgets.rows import (
 )
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
-from tui_support import SIZE, SLOW, EngineFactory, app_for, until
+from tui_support import SIZE, EngineFactory, app_for, held, until
+
+from helpers import Hold
 
 pytestmark = pytest.mark.anyio
 
@@ -169,7 +171,7 @@ async def test_s_on_a_header_steers_the_groups_live_members(tmp_path: Path) -> N
 
 
 async def test_x_on_a_header_stops_exactly_the_groups_live_members(
-    engine_factory: EngineFactory,
+    engine_factory: EngineFactory, hold: Hold
 ) -> None:
     tasks = (
         Task(id="r1", goal="x", seq=0, group="security"),
@@ -178,7 +180,7 @@ async def test_x_on_a_header_stops_exactly_the_groups_live_members(
         Task(id="r3", goal="x", seq=3, group="security"),
         Task(id="d1", goal="x", seq=4, group="docs"),
     )
-    engine = engine_factory(tasks, pool=5, sim=SLOW)
+    engine = engine_factory(tasks, pool=5, sim=held(hold))
     app = app_for(engine)
 
     def status(child_id: str) -> ChildStatus:

@@ -22,7 +22,9 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from textual.widgets import Input, Label
-from tui_support import FAST, SIZE, SLOW, EngineFactory, app_for, make_tasks, until
+from tui_support import FAST, SIZE, EngineFactory, app_for, held, make_tasks, until
+
+from helpers import Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # each takes a second or more
 
@@ -32,9 +34,9 @@ def error_text(app: FlightdeckApp, selector: str) -> str:
 
 
 async def test_l_changes_the_pool_and_a_bad_value_says_why_in_the_dialog(
-    engine_factory: EngineFactory,
+    engine_factory: EngineFactory, hold: Hold
 ) -> None:
-    engine = engine_factory(["a", "b", "c", "d", "e"], pool=2, sim=SLOW)
+    engine = engine_factory(["a", "b", "c", "d", "e"], pool=2, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: engine.snapshot().totals.running == 2, "two running")
@@ -117,18 +119,18 @@ CONFIG = """
 max_concurrent = 2
 
 [routes.sim]
-time_scale = 1.0
-latency_ms = 300
-tokens_per_s = 30
+time_scale = 0.01
 tool_turns = 6
-
+{hold}
 [budget]
 soft_cost_usd = 0
 """
 
 
 def _owner(folder: Path, children: int) -> tuple[subprocess.Popen[str], Path, str]:
-    (folder / "flightdeck.toml").write_text(CONFIG, encoding="utf-8")
+    """An owner whose children are held running (nothing releases them)."""
+    hold = Hold(folder / "hold")
+    (folder / "flightdeck.toml").write_text(CONFIG.format(hold=hold.toml()), encoding="utf-8")
     (folder / "tasks.jsonl").write_text(
         "".join(f'{{"id": "c{i}", "goal": "Review item {i}"}}\n' for i in range(children)),
         encoding="utf-8",
@@ -158,7 +160,7 @@ def _owner(folder: Path, children: int) -> tuple[subprocess.Popen[str], Path, st
 
 
 def _view(db: Path, batch_id: str) -> StoreView:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         try:
             return StoreView(db, batch_id)

@@ -13,7 +13,7 @@ from flightdeck.tui.widgets.detail import ChildDetail
 from test_attach import OPTIONS, Owner
 from tui_support import FAST, SIZE, EngineFactory, app_for, make_tasks, until
 
-from tests.helpers import flightdeck
+from helpers import Hold, flightdeck
 
 pytestmark = pytest.mark.anyio
 
@@ -27,11 +27,14 @@ def _detail(app: FlightdeckApp) -> str:
 
 @pytest.mark.slow
 async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
-    engine_factory: EngineFactory,
+    engine_factory: EngineFactory, tmp_path: Path
 ) -> None:
     tasks = make_tasks([LOOPING, "Review item 2"], max_turns=200)
-    # About 30 ms a turn: flagged after five, and 200 last long enough to steer it.
-    engine = engine_factory(tasks, pool=2, sim={**FAST, "time_scale": 0.04})
+    hold = Hold(tmp_path / "hold")
+    engine = engine_factory(tasks, pool=2, sim={**FAST, **hold.options()})
+    hold.release("c2")
+    for call in range(5):  # flagged after five calls; the sixth held while n is pressed
+        hold.release("c1", call)
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
@@ -48,6 +51,8 @@ async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
         await until(pilot, lambda: pane.size.height == 8, "the pane grown to show them")
         await pilot.press("n")
         message = DEFAULT_LOOP_STEER.format(summary=SUMMARY)
+        await until(pilot, lambda: len(engine.receipts()) == 1, "the canned steer queued")
+        hold.release("c1", 5)  # it goes in at the end of that call
         await until(
             pilot,
             lambda: (
@@ -79,14 +84,14 @@ async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
 async def test_attached_a_looping_child_shows_its_evidence_and_n_steers_it(
     tmp_path: Path,
 ) -> None:
-    config = (
-        "[routes.sim]\ntime_scale = 0.02\nlatency_ms = 1000\n"
+    extra = (
         "[routes.sim.loops]\nrepeat_calls = 3\n"
         '[steer.canned]\nloop = "Stop: {summary}. ({kind}, {id})"\n'
     )
-    # About 30 ms a turn, for 200 turns: it loops for seconds, while n is pressed.
-    owner = Owner(tmp_path, children=1, config=config, goal=LOOPING, max_turns=200)
+    owner = Owner(tmp_path, children=1, sim="", extra=extra, goal=LOOPING, max_turns=200)
     try:
+        for call in range(3):  # three calls of list_dir ".", the fourth held
+            owner.hold.release("c1", call)
         view = owner.view()
         app = FlightdeckApp(view, OPTIONS)
         async with app.run_test(size=SIZE) as pilot:
@@ -101,6 +106,14 @@ async def test_attached_a_looping_child_shows_its_evidence_and_n_steers_it(
             assert table.displayed("c1", "doing").startswith("looping · ")
             await pilot.press("n")
             message = f"Stop: {summary}. (repeat, c1)"  # the owner's [steer.canned]
+            await until(
+                pilot,
+                lambda: (
+                    [r.state for r in view.snapshot().children[0].steers] == [SteerState.QUEUED]
+                ),
+                "the canned steer queued",
+            )
+            owner.hold.release("c1", 3)  # the steer goes in at the end of that call
             await until(
                 pilot,
                 lambda: (

@@ -27,7 +27,7 @@ from flightdeck.tui.widgets.detail import detail_text
 from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import SortOrder, parse_filter, row_cells, sort_key
 from flightdeck.tui.widgets.status import StatusLine, fit_parts, status_parts
-from flightdeck.tui.widgets.tail import read_chunk
+from flightdeck.tui.widgets.tail import Tail, read_all, read_chunk
 from flightdeck.tui.widgets.transcript import TranscriptHighlighter, wrap_line
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -171,6 +171,28 @@ def test_read_chunk_bounds_lines_and_bytes(tmp_path: Path) -> None:
     path.write_text("new\n")  # replaced by a shorter file: start over
     again = read_chunk(path, tail.end, max_lines=5, max_bytes=1000)
     assert again.reset and again.lines == ("new",)
+
+
+def test_read_all_streams_every_line_a_block_at_a_time(tmp_path: Path) -> None:
+    # `logs` read a whole transcript at once, peaking at about 6.5 times its size.
+    path = tmp_path / "c.log"
+    lines = [f"line {i} " + "x" * (i % 37) for i in range(2000)]
+    long_line = "L" * 500  # longer than a block: read whole, never split
+    path.write_text("\n".join([*lines[:1000], long_line, *lines[1000:]]) + "\nparti")
+    chunks = list(read_all(path, block=256))
+    assert [line for c in chunks for line in c.lines] == [*lines[:1000], long_line, *lines[1000:]]
+    for chunk in chunks:  # bounded: a block's worth of lines, or the one long line
+        size = sum(len(line) + 1 for line in chunk.lines)
+        assert size <= 256 or chunk.lines == (long_line,), (size, chunk.lines[:2])
+    assert chunks[-1].end == path.stat().st_size - len("parti")  # the partial line waits
+    tail = Tail(path, block=256)  # the same reads, as logs -f makes them
+    while tail.read().lines:
+        pass
+    assert tail.offset == chunks[-1].end and tail.read().lines == ()
+    path.write_text("new\n")  # replaced by a shorter file: read from its start
+    again = tail.read()
+    assert again.reset and again.lines == ("new",)
+    assert list(read_all(tmp_path / "missing.log")) == []
 
 
 def test_wrap_keeps_the_text_column() -> None:

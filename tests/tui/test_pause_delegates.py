@@ -22,22 +22,27 @@ from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
 from tui_support import SIZE, app_for, type_text, until
 
+from helpers import Hold
+
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-# Parents delegate two sub-tasks on their first turn; the delegates take forty short turns, so
-# the parents wait on them while keys are pressed, even on a loaded machine.
+# Parents delegate two sub-tasks on their first call (released); the delegates' calls are held
+# until the test releases them, so the parents wait on them while keys are pressed, however
+# loaded the machine.
 DELEGATING: dict[str, Any] = {
-    "time_scale": 1.0,
-    "latency_ms": 150.0,
-    "tokens_per_s": 400.0,
+    "time_scale": 0.01,
     "tool_turns": 40,
     "delegate_rate": 1.0,
     "delegates": 2,
 }
+DELEGATES = ("a.1", "a.2", "b.1", "b.2")
 
 
-def delegating_engine(tmp_path: Path) -> Engine:
-    route = dataclasses.replace(default_sim_route(**DELEGATING), delegate=True)
+def delegating_engine(tmp_path: Path, hold: Hold) -> Engine:
+    hold.release("a", 0)
+    hold.release("b", 0)
+    sim = {**DELEGATING, **hold.options()}
+    route = dataclasses.replace(default_sim_route(**sim), delegate=True)
     settings = Settings(routes=MappingProxyType({"sim": route}))
     settings = dataclasses.replace(
         settings, budget=dataclasses.replace(settings.budget, max_depth=1)
@@ -49,9 +54,9 @@ def delegating_engine(tmp_path: Path) -> Engine:
 
 
 async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_continued(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: Hold
 ) -> None:
-    engine = delegating_engine(tmp_path)
+    engine = delegating_engine(tmp_path, hold)
     app = app_for(engine)
     try:
         async with app.run_test(size=SIZE) as pilot:
@@ -87,6 +92,13 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
             await pilot.press("p")
             await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
             await pilot.press("p")
+            await until(
+                pilot,
+                lambda: all(rows()[d].activity.text.startswith("pausing") for d in DELEGATES),
+                "the delegates' pauses asked for",
+            )
+            for delegate in DELEGATES:  # their calls end: each takes its pause there
+                hold.release(delegate, 0)
             # The delegates pause at their next turn; the parents cannot until the delegates
             # return, and they are paused: the summary comes all the same, saying so.
             await until(
@@ -124,11 +136,13 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
         assert "paused before turn" not in text  # the pending pause was lifted, never taken
 
 
-async def test_an_attached_view_shows_and_counts_the_pending_pause(tmp_path: Path) -> None:
+async def test_an_attached_view_shows_and_counts_the_pending_pause(
+    tmp_path: Path, hold: Hold
+) -> None:
     # The store keeps the row's activity text: a view of it reads the pause as pending too.
     from flightdeck.engine.attached.view import StoreView
 
-    engine = delegating_engine(tmp_path)
+    engine = delegating_engine(tmp_path, hold)
     engine.start()
     try:
         deadline = time.monotonic() + 30

@@ -12,18 +12,16 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
-from tui_support import SIZE, SLOW, EngineFactory, app_for, make_tasks, type_text, until
+from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
+
+from helpers import Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-# Turns of a fraction of a second, forty of them: pausing soon, and running still while keys
-# are pressed on a loaded machine (with six, a child could end before its pause arrived).
-TURNS: dict[str, Any] = {
-    "time_scale": 1.0,
-    "latency_ms": 150.0,
-    "tokens_per_s": 400.0,
-    "tool_turns": 40,
-}
+
+def pausing(engine: Engine, child_id: str) -> bool:
+    row = engine.snapshot().child(child_id)
+    return row is not None and row.activity.text.startswith("pausing")
 
 
 def status_of(engine: Engine, child_id: str) -> ChildStatus:
@@ -37,11 +35,9 @@ def bar_text(app: Any) -> str:
 
 
 async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
-    engine_factory: EngineFactory,
+    engine_factory: EngineFactory, hold: Hold
 ) -> None:
-    engine = engine_factory(
-        make_tasks(["first", "second", "third"], max_turns=50), pool=2, sim=TURNS
-    )
+    engine = engine_factory(make_tasks(["first", "second", "third"]), pool=2, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
@@ -52,6 +48,8 @@ async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
         await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
         assert str(app.screen.query(Label).first().render()) == "Pause 1 child?"
         await pilot.press("p")  # p again confirms
+        await until(pilot, lambda: pausing(engine, "c1"), "c1 pausing at its turn's end")
+        hold.release("c1", 0)  # its first turn ends: the pause is taken there
         await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.PAUSED, "c1 paused")
         # Its slot went to the queued child.
         await until(pilot, lambda: status_of(engine, "c3") is ChildStatus.RUNNING, "c3 runs")
@@ -77,9 +75,9 @@ async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
 
 
 async def test_p_over_a_filter_pauses_every_child_it_keeps_with_one_summary(
-    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch
+    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch, hold: Hold
 ) -> None:
-    engine = engine_factory(["a", "b", "c"], pool=3, sim=SLOW)
+    engine = engine_factory(["a", "b", "c"], pool=3, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         screen, table = app.main, app.main.table
@@ -103,5 +101,9 @@ async def test_p_over_a_filter_pauses_every_child_it_keeps_with_one_summary(
             "Pause 3 children matching `status:running`?"
         )
         await pilot.press("p")
+        ids = ("c1", "c2", "c3")
+        await until(pilot, lambda: all(pausing(engine, i) for i in ids), "all three pausing")
+        assert not any("paused" in n for n in notices)  # none has paused yet: no summary
+        hold.release()  # their first turns end: each pause is taken there
         await until(pilot, lambda: "3 paused" in notices, "one summary once all have paused")
         assert engine.snapshot().totals.paused == 3

@@ -15,7 +15,9 @@ from flightdeck.engine.model import RouteHeadroom, RouteLimit, Snapshot, Usage
 from flightdeck.engine.records.meter import route_totals
 from flightdeck.tui.widgets.routes import NOT_STORED, RouteRows, routes_text
 from tui_fakes import NOW, StaticView
-from tui_support import SIZE, SLOW, app_for, make_tasks, until
+from tui_support import SIZE, app_for, held, make_tasks, until
+
+from helpers import Hold
 
 
 def _snapshot(tmp_path: Path, routes: tuple[RouteHeadroom, ...]) -> Snapshot:
@@ -77,10 +79,10 @@ def test_the_cache_ratio_is_reads_over_everything_read() -> None:
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_r_opens_the_route_panel_on_a_live_engine(tmp_path: Path) -> None:
-    # Children of several seconds each: two are surely seen running side by side, and the
-    # batch is stopped once the prompt cache has been read.
-    route = default_sim_route(**{**SLOW, "time_scale": 0.5})
+async def test_r_opens_the_route_panel_on_a_live_engine(tmp_path: Path, hold: Hold) -> None:
+    # Held children: two are seen running side by side, and the batch is stopped once the
+    # prompt cache has been read (and billed, by c1's second call: its first wrote it).
+    route = default_sim_route(**held(hold))
     route = dataclasses.replace(route, max_concurrent=2)
     settings = Settings(routes=MappingProxyType({"sim": route}))
     tasks = make_tasks([f"review PR {i}" for i in range(3)])
@@ -98,6 +100,8 @@ async def test_r_opens_the_route_panel_on_a_live_engine(tmp_path: Path) -> None:
                 return str(panel.render())
 
             await until(pilot, lambda: "in flight 2/2 max_concurrent" in text(), "2 of 2")
+            hold.release("c1", 0)
+            hold.release("c1", 1)
             await until(
                 pilot,
                 lambda: engine.snapshot().totals.usage.cache_read_tokens > 0,

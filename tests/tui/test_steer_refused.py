@@ -6,7 +6,9 @@ import pytest
 from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.dialogs import SteerDialog, SteerRequest
 from flightdeck.tui.screens.main import MainScreen
-from tui_support import SIZE, SLOW, EngineFactory, app_for, until
+from tui_support import SIZE, EngineFactory, app_for, held, until
+
+from helpers import Hold
 
 pytestmark = pytest.mark.anyio
 
@@ -15,9 +17,9 @@ pytestmark = pytest.mark.anyio
     "message", ["\ud800 lone surrogate", "x" * 1_000_001], ids=["surrogate", "too-long"]
 )
 async def test_a_refused_steer_is_an_error_notice_not_a_crash(
-    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch, message: str
+    engine_factory: EngineFactory, monkeypatch: pytest.MonkeyPatch, message: str, hold: Hold
 ) -> None:
-    engine = engine_factory(["steer me"], pool=1, sim=SLOW)
+    engine = engine_factory(["steer me"], pool=1, sim=held(hold))
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         screen = app.main

@@ -23,7 +23,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import batch, settings, sim_route
+from helpers import Hold, batch, settings, sim_route
 
 
 def open_view(db: Path, batch_id: str, *, force_polling: bool = False) -> StoreView:
@@ -37,9 +37,12 @@ def open_view(db: Path, batch_id: str, *, force_polling: bool = False) -> StoreV
             time.sleep(0.005)
 
 
-def events_to_the_end(view: StoreView, ended_before: set[str] | None = None) -> list[EngineEvent]:
+def events_to_the_end(
+    view: StoreView, ended_before: set[str] | None = None, hold: Hold | None = None
+) -> list[EngineEvent]:
     """Every fact the view derives, until (and with) the batch's end; `ended_before` gets the
-    children that had ended when it subscribed (their ends may have been told to nobody)."""
+    children that had ended when it subscribed (their ends may have been told to nobody);
+    `hold`, if given, is released once it has subscribed."""
     events: list[EngineEvent] = []
     ended = threading.Event()
 
@@ -51,6 +54,8 @@ def events_to_the_end(view: StoreView, ended_before: set[str] | None = None) -> 
     view.subscribe(on_event)
     if ended_before is not None:
         ended_before |= {r.id for r in view.snapshot().children if r.status.terminal}
+    if hold is not None:
+        hold.release()
     assert ended.wait(30), "the batch's end seen through the store"
     return events
 
@@ -99,7 +104,7 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         engine.close()
 
 
-def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path) -> None:
+def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path, hold: Hold) -> None:
     from flightdeck.engine.inputs.tasks import Batch, Task
     from flightdeck.engine.model import GroupFinished, UnitStatus
 
@@ -108,14 +113,14 @@ def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path) -> No
     )
     engine = Engine(
         Batch("units", tasks),
-        settings(sim_route(time_scale=0.02), pool=2),
+        settings(sim_route(**hold.options()), pool=2),  # held until the view has subscribed
         state_dir=tmp_path / "state",
     )
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
         view = open_view(db, engine.batch_id)
-        events = events_to_the_end(view)
+        events = events_to_the_end(view, hold=hold)
         view.close()
     finally:
         engine.close()

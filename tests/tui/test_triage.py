@@ -25,7 +25,9 @@ from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
-from tui_support import SIZE, SLOW, app_for, until
+from tui_support import SIZE, app_for, held, until
+
+from helpers import Hold
 
 pytestmark = pytest.mark.anyio
 
@@ -236,7 +238,7 @@ async def test_outliers_are_marked_and_kept_by_is_outlier(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 async def test_x_on_an_error_header_stops_every_child_failing_the_same_way(
-    tmp_path: Path,
+    tmp_path: Path, hold: Hold
 ) -> None:
     """The 429 route's children retry with differently-numbered notices: one header, one x."""
     tasks = (
@@ -246,7 +248,7 @@ async def test_x_on_an_error_header_stops_every_child_failing_the_same_way(
         Task(id="f3", goal="x", seq=3, route="flaky"),
     )
     routes = {
-        "sim": default_sim_route(**SLOW),
+        "sim": default_sim_route(**held(hold)),
         "flaky": default_sim_route("flaky", error_rate=1.0, retry_after_s=0.5, time_scale=1.0),
     }
     engine = Engine(
@@ -294,9 +296,7 @@ ATTACHED_CONFIG = """
 max_depth = 1
 
 [routes.sim]
-time_scale = 1.0
-latency_ms = 300
-tokens_per_s = 30
+time_scale = 0.01
 tool_turns = 6
 delegate = true
 delegate_rate = 1.0
@@ -314,7 +314,11 @@ async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
 ) -> None:
     """An owner in another process; the TUI reads the store: errors and tools come through,
     and x on a header reaches the owner through the requests table."""
-    (tmp_path / "flightdeck.toml").write_text(ATTACHED_CONFIG, encoding="utf-8")
+    hold = Hold(tmp_path / "hold")
+    config = ATTACHED_CONFIG.replace("[routes.sim]\n", "[routes.sim]\n" + hold.toml())
+    (tmp_path / "flightdeck.toml").write_text(config, encoding="utf-8")
+    hold.release("s1", 0)  # each s child's first call delegates; the delegates are held
+    hold.release("s2", 0)
     tasks = [f'{{"id": "b{i}", "goal": "Break {i}", "route": "broken"}}' for i in (1, 2)]
     tasks += [f'{{"id": "s{i}", "goal": "Review {i}"}}' for i in (1, 2)]
     (tmp_path / "tasks.jsonl").write_text("\n".join(tasks) + "\n", encoding="utf-8")
@@ -343,7 +347,7 @@ async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
             )
             await until(pilot, lambda: table.group_members(fatal) == ["b1", "b2"], "errors read")
             assert table.header_text(fatal).startswith(f"▾ {fatal.name}  2 children: 2 ✗")
-            # Each s child waits on its delegate in the `delegate` tool: seconds, not a blink.
+            # Each s child waits on its delegate (held) in the `delegate` tool.
             table.set_grouping(GroupBy.TOOL)
             waiting = GroupHeader(GroupBy.TOOL, "delegate")
             await until(pilot, lambda: table.group_members(waiting) == ["s1", "s2"], "tools read")
@@ -372,7 +376,7 @@ async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
 
 
 def _attach(db: Path, batch_id: str) -> StoreView:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:  # the batch row is committed a moment after the id is printed
         try:
             return StoreView(db, batch_id)

@@ -12,15 +12,18 @@ from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
 from textual.pilot import Pilot
 
-# FAST: a whole child in a fraction of a second. SLOW: about a second per turn and seven turns,
-# for children that must still be running while keys are pressed (stop ends them at once).
+from helpers import Hold
+
+# FAST: a whole child in a fraction of a second.
 FAST: dict[str, Any] = {"time_scale": 0.01, "latency_ms": 400.0, "tokens_per_s": 60.0}
-SLOW: dict[str, Any] = {
-    "time_scale": 1.0,
-    "latency_ms": 300.0,
-    "tokens_per_s": 30.0,
-    "tool_turns": 6,
-}
+
+
+def held(hold: Hold, **options: Any) -> dict[str, Any]:
+    """Sim options for children that must still be running while keys are pressed: each call
+    waits before its first token until `hold` releases it (seven calls, six of them tools)."""
+    return {**FAST, "tool_turns": 6, **hold.options(), **options}
+
+
 SIZE = (160, 50)
 
 EngineFactory = Callable[..., Engine]

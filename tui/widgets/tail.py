@@ -1,5 +1,5 @@
 """Reading a growing transcript file: `Tail`, its whole lines as they are appended (bounded per
-read), shared by the transcript pane and `follow` (`flightdeck logs -f`)."""
+read), shared by the transcript pane, `read_all` (`flightdeck logs`) and `follow` (`logs -f`)."""
 
 from __future__ import annotations
 
@@ -65,15 +65,26 @@ def read_chunk(path: Path, offset: int | None, *, max_lines: int, max_bytes: int
     return Chunk(lines, offset, begin - lead + last + 1, cut=cut, reset=reset, mtime=mtime)
 
 
+BLOCK = 1 << 20  # `logs` reads a transcript a mebibyte at a time: its memory stays flat
+
+
 class Tail:
     """One file read as it grows: each `read` returns the whole lines appended since the last
-    (the first, the last `max_lines`); a file that shrank is read again from its start."""
+    (the first, the last `max_lines`); a file that shrank is read again from its start.
 
-    def __init__(self, path: Path, *, max_lines: int = _ALL, max_bytes: int = _ALL) -> None:
+    With `block`, it reads forward from the start instead, oldest first, at most about `block`
+    bytes a read (a line longer than that whole): `logs` prints a transcript of any size in
+    bounded memory, a read at a time, until `read` gives nothing new."""
+
+    def __init__(
+        self, path: Path, *, max_lines: int = _ALL, max_bytes: int = _ALL, block: int | None = None
+    ) -> None:
         self.path = path
         self.max_lines = max_lines
         self.max_bytes = max_bytes
-        self.offset: int | None = None  # bytes consumed so far; None: nothing read yet
+        self.block = block
+        # Bytes consumed so far; None: nothing read yet (the pane starts at the last lines).
+        self.offset: int | None = None if block is None else 0
 
     def grew(self) -> bool:
         """Whether there may be something new to read (a cheap stat, no read)."""
@@ -87,11 +98,53 @@ class Tail:
     def read(self) -> Chunk:
         """The lines appended since the last read; `reset` when the file was replaced or
         truncated and these start over from its start, as `tail -F` does."""
-        chunk = read_chunk(
-            self.path, self.offset, max_lines=self.max_lines, max_bytes=self.max_bytes
-        )
+        if self.block is not None:
+            chunk = _forward(self.path, self.offset or 0, self.block)
+        else:
+            chunk = read_chunk(
+                self.path, self.offset, max_lines=self.max_lines, max_bytes=self.max_bytes
+            )
         self.offset = chunk.end
         return chunk
+
+
+def read_all(path: Path, *, block: int = BLOCK) -> Iterator[Chunk]:
+    """Every complete line of `path`, oldest first, a block at a time (see `Tail`)."""
+    tail = Tail(path, block=block)
+    while True:
+        before = tail.offset
+        chunk = tail.read()
+        if chunk.lines or chunk.reset:
+            yield chunk
+        if chunk.end == before and not chunk.reset:
+            return  # nothing more that ends in a newline
+
+
+def _forward(path: Path, offset: int, block: int) -> Chunk:
+    """The complete lines in the first `block` bytes after `offset` (more for one long line)."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return Chunk((), offset, offset)
+    with fh:
+        stat = os.fstat(fh.fileno())
+        size, mtime = stat.st_size, stat.st_mtime
+        reset = size < offset
+        begin = 0 if reset else offset
+        fh.seek(begin)
+        data = fh.read(min(block, size - begin))
+        last = data.rfind(b"\n")
+        while last < 0 and begin + len(data) < size:  # one line longer than a block
+            more = fh.read(min(block, size - begin - len(data)))
+            if not more:
+                break
+            found = more.find(b"\n")
+            data += more
+            last = -1 if found < 0 else len(data) - len(more) + found
+    if last < 0:
+        return Chunk((), offset, begin, reset=reset, mtime=mtime)
+    lines = tuple(sanitize(line.decode("utf-8", "replace")) for line in data[:last].split(b"\n"))
+    return Chunk(lines, offset, begin + last + 1, reset=reset, mtime=mtime)
 
 
 def follow(
@@ -112,14 +165,18 @@ def follow(
     changed = threading.Event()
     waker = Waker(path.parent, (path.name,), changed.set, poll_s=poll_s).start()
     try:
-        tail = Tail(path)
+        tail = Tail(path, block=BLOCK)
         quiet_since: float | None = None
         while True:
             before = tail.offset
-            chunk = tail.read()
-            if chunk.lines:
-                yield chunk
-            if chunk.end != before:
+            while True:  # a block at a time, until what is there is read
+                start = tail.offset
+                chunk = tail.read()
+                if chunk.lines:
+                    yield chunk
+                if chunk.end == start and not chunk.reset:
+                    break
+            if tail.offset != before:
                 quiet_since = None
             elif ended():
                 now = time.monotonic()

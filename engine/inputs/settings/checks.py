@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.bounds import MAX_COUNT, MAX_MONEY, MAX_SECONDS
 from flightdeck.engine.inputs.messages import kind, suggest
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator
 
@@ -48,30 +49,49 @@ class ValueChecks:
     def integer(
         self, key: Key, value: object, low: int, high: int | None = None, also: str = ""
     ) -> int:
+        """An integer in [low, high]; without `high`, at most MAX_COUNT (said as "at least
+        low" when it is the low bound that is missed)."""
         if not isinstance(value, int) or isinstance(value, bool):
             expected = f"an integer {also}".strip()
             raise self.error(key, f"expected {expected}, got {kind(value)}")
-        if value < low or (high is not None and value > high):
-            bound = f"at least {low}" if high is None else f"between {low} and {high}"
+        if value < low or value > (MAX_COUNT if high is None else high):
+            if high is None:
+                bound = f"at least {low}" if value < low else f"at most {MAX_COUNT:,}"
+            else:
+                bound = f"between {low} and {high}"
             raise self.error(key, f"must be {bound}, got {value}")
         return value
 
-    def number(self, key: Key, value: object, *, zero_ok: bool = False, hint: str = "") -> float:
+    def number(
+        self,
+        key: Key,
+        value: object,
+        *,
+        zero_ok: bool = False,
+        hint: str = "",
+        low: float = 0.0,
+        high: float = MAX_SECONDS,
+    ) -> float:
+        """A number in (low, high], or [low, high] with `zero_ok`; `high` defaults to the
+        longest duration in seconds the code can wait."""
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise self.error(key, f"expected a number, got {kind(value)}")
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-            bound = "0 or more" if zero_ok else "greater than 0"
+        if not math.isfinite(value) or value < low or (value == low and not zero_ok):
+            bound = f"at least {low:g}" if low else "0 or more" if zero_ok else "greater than 0"
             raise self.error(key, f"must be {bound}, got {value}{hint}")
+        if value > high:
+            most = f"{high:,.0f}" if high == int(high) else f"{high:g}"
+            raise self.error(key, f"must be at most {most}, got {value:g}")
         return float(value)
 
     def fraction(self, key: Key, value: object) -> float:
-        rate = self.number(key, value, zero_ok=True)
+        rate = self.number(key, value, zero_ok=True, high=1e308)
         if rate > 1:
             raise self.error(key, f"must be between 0 and 1 (a probability), got {value}")
         return rate
 
     def money(self, key: Key, value: object) -> Decimal:
-        self.number(key, value, zero_ok=True)
+        self.number(key, value, zero_ok=True, high=float(MAX_MONEY))
         return Decimal(str(value))  # via str, so 0.15 stays 0.15 and not 0.1499999...
 
     def flag(self, key: Key, value: object) -> bool:
@@ -85,6 +105,13 @@ class ValueChecks:
             shown = ", ".join(repr(c) for c in choices)
             raise self.error(key, f"expected one of {shown}, got {kind(value)}")
         return value
+
+    def folder(self, key: Key, value: object) -> str:
+        """An existing folder, relative to the settings file's own."""
+        folder = self.path.parent / Path(self.string(key, value)).expanduser()
+        if not folder.is_dir():
+            raise self.error(key, f"no such folder: {folder}")
+        return str(folder)
 
     def url(self, key: Key, value: object) -> str:
         url = self.string(key, value)

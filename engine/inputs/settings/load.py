@@ -11,6 +11,14 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.bounds import (
+    MAX_DELEGATES,
+    MAX_SECONDS,
+    MAX_TIME_SCALE,
+    MAX_TOKENS,
+    MAX_TOKENS_PER_S,
+    MIN_TOKENS_PER_S,
+)
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
 from flightdeck.engine.inputs.settings.command import COMMAND_KEYS, read_command
@@ -36,7 +44,8 @@ from flightdeck.engine.inputs.settings.values import (
     TuiSettings,
     default_sim_route,
 )
-from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
+from flightdeck.engine.inputs.tasks.values import MAX_TASKS_LIMIT, MAX_TURNS_LIMIT
+from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, deep_line
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_KEYS = ("engine", "routes", "budget", "steer", "tui")
@@ -89,7 +98,7 @@ def load_settings(path: Path | None = None, *, env: Mapping[str, str] | None = N
         line, message = decode_error(exc, text)
         raise ConfigError(path, line, None, f"invalid TOML: {message}") from None
     except RecursionError:  # a value nested deeper than the parser's stack (`[[[[…`)
-        raise ConfigError(path, None, None, "nested too deeply to read") from None
+        raise ConfigError(path, deep_line(text), None, "nested too deeply to read") from None
     return _Reader(path, TomlLocator(text)).settings(data)
 
 
@@ -152,6 +161,9 @@ class _Reader(ValueChecks):
         if "max_task_chars" in table:
             key = ("engine", "max_task_chars")
             values["max_task_chars"] = self.integer(key, table["max_task_chars"], 1)
+        if "max_tasks" in table:
+            key = ("engine", "max_tasks")
+            values["max_tasks"] = self.integer(key, table["max_tasks"], 1, MAX_TASKS_LIMIT)
         for name in ("stall_after_s", "tool_stall_after_s", "stall_grace_s", "store_retry_s"):
             if name in table:
                 values[name] = self.number(("engine", name), table[name])
@@ -177,8 +189,9 @@ class _Reader(ValueChecks):
             model = "sim-1"
         else:
             raise self.error((*key, "model"), f"required for provider {provider!r}")
+        highs = {"max_concurrent": MAX_CONCURRENT, "max_tokens": MAX_TOKENS}
         limits: dict[str, Any] = {
-            limit: self.integer((*key, limit), table[limit], 1)
+            limit: self.integer((*key, limit), table[limit], 1, highs.get(limit))
             for limit in ("max_concurrent", "rpm", "tpm", "max_tokens")
             if limit in table
         }
@@ -307,9 +320,13 @@ class _Reader(ValueChecks):
             hard = values.get("max_cost_usd")
             if hard is not None and soft > hard:
                 raise self.error(key, f"must be at most max_cost_usd ({hard}), got {soft}")
-        for name, low in (("max_runs", 1), ("max_depth", 0), ("max_delegates", 1)):
+        for name, low, high in (
+            ("max_runs", 1, None),
+            ("max_depth", 0, None),
+            ("max_delegates", 1, MAX_DELEGATES),
+        ):
             if name in table:
-                values[name] = self.integer(("budget", name), table[name], low)
+                values[name] = self.integer(("budget", name), table[name], low, high)
         return Budget(**values)
 
     def tui(self, table: Table) -> TuiSettings:
@@ -340,22 +357,27 @@ _Check = Callable[[ValueChecks, Key, object], object]
 
 _SIM_OPTIONS: Mapping[str, _Check] = MappingProxyType(
     {
-        "time_scale": lambda r, k, v: r.number(k, v),
-        "latency_ms": lambda r, k, v: r.number(k, v, zero_ok=True),
+        "time_scale": lambda r, k, v: r.number(k, v, high=MAX_TIME_SCALE),
+        "latency_ms": lambda r, k, v: r.number(k, v, zero_ok=True, high=MAX_SECONDS * 1000),
         "tokens_per_s": lambda r, k, v: r.number(
-            k, v, hint=" (for instant output use a large number such as 1e9)"
+            k,
+            v,
+            hint=" (for instant output use a large number such as 1e9)",
+            low=MIN_TOKENS_PER_S,
+            high=MAX_TOKENS_PER_S,
         ),
-        "seed": lambda r, k, v: r.integer(k, v, -(2**63)),
+        "seed": lambda r, k, v: r.integer(k, v, -(2**63), 2**63 - 1),
         "error_rate": ValueChecks.fraction,
         "retry_after_s": lambda r, k, v: r.number(k, v, zero_ok=True),
         "server_error_rate": ValueChecks.fraction,
         "stall_rate": ValueChecks.fraction,
         "fail_rate": ValueChecks.fraction,
-        "tool_turns": lambda r, k, v: r.integer(k, v, 0),
+        "tool_turns": lambda r, k, v: r.integer(k, v, 0, MAX_TURNS_LIMIT),
         "delegate_rate": ValueChecks.fraction,
-        "delegates": lambda r, k, v: r.integer(k, v, 1),
+        "delegates": lambda r, k, v: r.integer(k, v, 1, MAX_DELEGATES),
         "read_timeout_s": lambda r, k, v: r.number(k, v),
         "cache": ValueChecks.flag,
+        "hold_dir": ValueChecks.folder,
     }
 )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from flightdeck.engine.inputs.tasks.values import DEFAULT_MAX_TASK_CHARS
+from flightdeck.engine.inputs.tasks.values import DEFAULT_MAX_TASK_CHARS, DEFAULT_MAX_TASKS
 
 ProviderName = Literal["sim", "openai", "anthropic", "command"]
 
@@ -160,6 +160,7 @@ class EngineSettings:
     tool_stall_after_s: float = 600.0  # idle inside a tool
     stall_grace_s: float = 5.0  # after interrupting a stalled child, before finalizing it
     max_task_chars: int = DEFAULT_MAX_TASK_CHARS  # per goal, context or group of a task
+    max_tasks: int = DEFAULT_MAX_TASKS  # tasks one batch file may become
     store_retry_s: float = 60.0  # how long a commit the disk refuses is tried again
 
 

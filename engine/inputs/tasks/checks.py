@@ -6,6 +6,7 @@ import math
 from collections.abc import Collection
 
 from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs.bounds import MAX_SECONDS
 from flightdeck.engine.inputs.messages import expected, suggest
 from flightdeck.engine.inputs.tasks.values import MAX_TURNS_LIMIT, Batch
 from flightdeck.engine.inputs.text import unicode_problem
@@ -29,6 +30,8 @@ def check_field(name: object, value: object) -> str | None:
             return expected("a number of seconds", value)
         if not (math.isfinite(value) and value > 0):
             return f"must be a positive number of seconds, got {value}"
+        if value > MAX_SECONDS:
+            return f"must be at most {MAX_SECONDS:,.0f} seconds, got {value:g}"
     elif name == "for_each":
         if not isinstance(value, list):
             return expected("an array of items", value)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from flightdeck.engine.inputs.messages import expected, suggest
 from flightdeck.engine.inputs.tasks.checks import check_field
+from flightdeck.engine.inputs.tasks.count import too_many
 from flightdeck.engine.inputs.tasks.readers import Source, jsonl_objects, read_text, text_lines
 from flightdeck.engine.inputs.tasks.values import TASK_FIELDS
 from flightdeck.engine.inputs.text import unicode_problem
@@ -19,6 +20,22 @@ from flightdeck.engine.inputs.tomlpos import Key
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 _DECOMPOSE = ("for_each", "for_each_file")
 _TEMPLATED = ("id", "goal", "context", "group")
+
+
+@dataclass(slots=True)
+class Room:
+    """How many tasks a batch file may still become ([engine] max_tasks): counted as each is
+    read or expanded, so a file of a million stops at the first one over, having built no
+    more than the limit."""
+
+    limit: int
+    used: int = 0
+
+    def take(self, src: Source, key: Key, field: str | None, label: str = "") -> None:
+        """Count one more task; SpecError at its line once there are more than the limit."""
+        self.used += 1
+        if self.used > self.limit:
+            raise src.error(key, field, too_many(self.limit, label))
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +49,11 @@ class Draft:
     route_at: tuple[Key, str] | None = None  # where its route was set: the task or [defaults]
 
 
-def expand(raw: object, src: Source, key: Key, defaults: dict[str, object]) -> list[Draft]:
-    """Validate one tasks entry and decompose it into one draft per item."""
+def expand(
+    raw: object, src: Source, key: Key, defaults: dict[str, object], room: Room
+) -> list[Draft]:
+    """Validate one tasks entry and decompose it into one draft per item, each counted in
+    `room`."""
     if not isinstance(raw, dict):
         raise src.error(key, None, expected("a task table", raw))
     allowed = TASK_FIELDS + _DECOMPOSE
@@ -50,13 +70,14 @@ def expand(raw: object, src: Source, key: Key, defaults: dict[str, object]) -> l
     if "for_each" in raw and "for_each_file" in raw:
         raise src.error((*key, "for_each_file"), "for_each_file", "use for_each or for_each_file")
     if "for_each" in raw:
-        items = _list_items(src, (*key, "for_each"), raw["for_each"])
+        items = _list_items(src, (*key, "for_each"), raw["for_each"], room)
     elif "for_each_file" in raw:
-        items = _file_items(src, (*key, "for_each_file"), str(raw["for_each_file"]))
+        items = _file_items(src, (*key, "for_each_file"), str(raw["for_each_file"]), room)
     else:
         items = None
     route_at = _set_at("route", raw, key) if "route" in fields else None
     if items is None:
+        room.take(src, key, None)
         return [Draft(fields, src, key, "", route_at)]
     where = {n: _set_at(n, raw, key) for n in _TEMPLATED}
     drafts = []
@@ -75,11 +96,12 @@ def _set_at(name: str, raw: dict[object, object], key: Key) -> tuple[Key, str]:
 _Items = list[tuple[str, dict[str, str]]]  # (label for messages, placeholder values)
 
 
-def _list_items(src: Source, key: Key, items: object) -> _Items:
+def _list_items(src: Source, key: Key, items: object, room: Room) -> _Items:
     assert isinstance(items, list)  # check_field accepted it
     out: _Items = []
     for index, item in enumerate(items, start=1):
         label = f"for_each item {index}: "
+        room.take(src, (*key, index - 1), "for_each", label)
         try:
             values = _placeholders(item, index)
         except ValueError as exc:
@@ -91,7 +113,7 @@ def _list_items(src: Source, key: Key, items: object) -> _Items:
     return out
 
 
-def _file_items(src: Source, key: Key, name: str) -> _Items:
+def _file_items(src: Source, key: Key, name: str, room: Room) -> _Items:
     """Items from a .txt (one per non-blank line) or .jsonl (one object per line) file."""
     data_path = src.path.parent / Path(name).expanduser()
     suffix = data_path.suffix.lower()
@@ -104,12 +126,15 @@ def _file_items(src: Source, key: Key, name: str) -> _Items:
     out: _Items = []
     if suffix == ".txt":
         # Lines starting with "#" are items here ("#123" is a pull request), not comments.
-        lines = [(n, line.strip()) for n, line in enumerate(text_lines(text), 1) if line.strip()]
-        for index, (number, line) in enumerate(lines, start=1):
-            out.append((f"{data_path.name}:{number}: ", {"item": line, "index": str(index)}))
+        lines = ((n, line.strip()) for n, line in enumerate(text_lines(text), 1))
+        for index, (number, line) in enumerate(((n, t) for n, t in lines if t), start=1):
+            label = f"{data_path.name}:{number}: "
+            room.take(src, key, "for_each_file", label)
+            out.append((label, {"item": line, "index": str(index)}))
     else:
         for index, (obj, row) in enumerate(jsonl_objects(data_path, text), start=1):
             label = f"{data_path.name}:{row.line(())}: "
+            room.take(src, key, "for_each_file", label)
             try:
                 values = _placeholders(obj, index)
             except ValueError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.messages import expected, kind, suggest
 from flightdeck.engine.inputs.tasks.checks import check_field
-from flightdeck.engine.inputs.tasks.expand import Draft, expand
+from flightdeck.engine.inputs.tasks.expand import Draft, Room, expand
 from flightdeck.engine.inputs.tasks.readers import (
     Source,
     jsonl_objects,
@@ -20,6 +20,7 @@ from flightdeck.engine.inputs.tasks.readers import (
 from flightdeck.engine.inputs.tasks.schedules import load_schedules
 from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TASK_CHARS,
+    DEFAULT_MAX_TASKS,
     DEFAULT_MAX_TURNS,
     ID_PATTERN,
     TASK_FIELDS,
@@ -28,34 +29,40 @@ from flightdeck.engine.inputs.tasks.values import (
     Task,
 )
 from flightdeck.engine.inputs.text import unicode_problem
+from flightdeck.engine.inputs.tomlpos import deep_line
 
 _TOP_KEYS = ("batch", "defaults", "tasks", "schedules")
 _BATCH_KEYS = ("name", "workspace", "delegate")
 
 
-def load_batch(path: Path, *, max_chars: int = DEFAULT_MAX_TASK_CHARS) -> Batch:
+def load_batch(
+    path: Path, *, max_chars: int = DEFAULT_MAX_TASK_CHARS, max_tasks: int = DEFAULT_MAX_TASKS
+) -> Batch:
     """Load and validate a batch file; raise SpecError naming file, line and field. A goal,
-    context or group longer than `max_chars` characters is an error."""
+    context or group longer than `max_chars` characters is an error, as is a file of more
+    than `max_tasks` tasks (said at the first one over, before the rest is read)."""
     path = Path(path)
     text = read_text(path)
     try:
-        return _load_text(path, text, max_chars)
+        return _load_text(path, text, max_chars, Room(max_tasks))
     except RecursionError:  # a value nested deeper than the parsers' stack (`[[[[…`)
-        raise SpecError(path, None, None, "nested too deeply to read") from None
+        raise SpecError(path, deep_line(text), None, "nested too deeply to read") from None
 
 
-def _load_text(path: Path, text: str, max_chars: int) -> Batch:
+def _load_text(path: Path, text: str, max_chars: int, room: Room) -> Batch:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        drafts = [d for raw, src in jsonl_objects(path, text) for d in expand(raw, src, (), {})]
+        drafts = [
+            d for raw, src in jsonl_objects(path, text) for d in expand(raw, src, (), {}, room)
+        ]
         return _finish(path, _file_name(path), None, drafts, max_chars)
     if suffix == ".toml":
-        data, locate = parse_toml(path, text)
+        data, locate = parse_toml(path, text, room.limit)
     elif suffix in (".yaml", ".yml"):
-        data, locate = parse_yaml(path, text)
+        data, locate = parse_yaml(path, text, room.limit)
     else:
         raise SpecError(path, None, None, "unsupported file type: use .jsonl, .toml, .yaml or .yml")
-    return _load_document(Source(path, locate), data, max_chars)
+    return _load_document(Source(path, locate), data, max_chars, room)
 
 
 def _file_name(path: Path) -> str:
@@ -64,7 +71,7 @@ def _file_name(path: Path) -> str:
     return os.fsencode(path.stem).decode("utf-8", "replace")
 
 
-def _load_document(src: Source, data: object, max_chars: int) -> Batch:
+def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Batch:
     if data is None:
         raise src.error((), None, "the batch is empty: add tasks")
     if isinstance(data, list):  # YAML may be just the list of tasks
@@ -98,6 +105,7 @@ def _load_document(src: Source, data: object, max_chars: int) -> Batch:
         data.get("schedules"),
         defaults,
         lambda drafts: _finish(src.path, name, workspace, drafts, max_chars),
+        room.limit,
     )
     entries = data.get("tasks")
     if (entries is None or entries == []) and not schedules:
@@ -105,7 +113,9 @@ def _load_document(src: Source, data: object, max_chars: int) -> Batch:
     if not isinstance(entries, list | None):
         raise src.error(("tasks",), "tasks", expected("an array of tables ([[tasks]])", entries))
     drafts = [
-        d for i, raw in enumerate(entries or []) for d in expand(raw, src, ("tasks", i), defaults)
+        d
+        for i, raw in enumerate(entries or [])
+        for d in expand(raw, src, ("tasks", i), defaults, room)
     ]
     if drafts:
         batch = _finish(src.path, name, workspace, drafts, max_chars)

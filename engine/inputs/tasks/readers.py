@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.messages import kind
+from flightdeck.engine.inputs.tasks.count import check_toml, check_yaml
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -59,9 +60,9 @@ def read_text(path: Path) -> str:
         raise SpecError(path, line, None, "not valid UTF-8 text") from None
 
 
-def jsonl_objects(path: Path, text: str) -> list[tuple[object, Source]]:
-    """Each non-blank, non-comment line as (parsed JSON, a source pinned to that line)."""
-    out: list[tuple[object, Source]] = []
+def jsonl_objects(path: Path, text: str) -> Iterator[tuple[object, Source]]:
+    """Each non-blank, non-comment line as (parsed JSON, a source pinned to that line), one at
+    a time: a reader that stops early (too many tasks) has parsed no further."""
     for number, line in enumerate(text_lines(text), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -71,19 +72,28 @@ def jsonl_objects(path: Path, text: str) -> list[tuple[object, Source]]:
         except json.JSONDecodeError as exc:
             message = f"invalid JSON: {exc.msg} (column {exc.colno})"
             raise SpecError(path, number, None, message) from None
+        except RecursionError:  # `[[[[…` deeper than the decoder's stack
+            raise SpecError(path, number, None, "nested too deeply to read") from None
         except _DuplicateKeyError as exc:
             # json keeps the last of two equal keys: a typo'd copy would vanish silently.
             raise SpecError(path, number, exc.key, "duplicate key") from None
         if not isinstance(value, dict):
             raise SpecError(path, number, None, f"expected a JSON object, got {kind(value)}")
-        out.append((value, Source(path, _fixed(number))))
-    return out
+        yield value, Source(path, _fixed(number))
 
 
-def text_lines(text: str) -> list[str]:
-    """Lines as a text editor counts them. `str.splitlines` also splits at U+2028, U+2029 and
-    U+0085, which JSON strings may hold unescaped, and would miscount every line after one."""
-    return [line.removesuffix("\r") for line in text.split("\n")]
+def text_lines(text: str) -> Iterator[str]:
+    """Lines as a text editor counts them, one at a time. `str.splitlines` also splits at
+    U+2028, U+2029 and U+0085, which JSON strings may hold unescaped, and would miscount every
+    line after one."""
+    start = 0
+    while True:
+        end = text.find("\n", start)
+        if end < 0:
+            yield text[start:].removesuffix("\r")
+            return
+        yield text[start:end].removesuffix("\r")
+        start = end + 1
 
 
 class _DuplicateKeyError(Exception):
@@ -110,8 +120,10 @@ def _fixed(line: int) -> Locate:
     return lambda _key: line
 
 
-def parse_toml(path: Path, text: str) -> tuple[object, Locate]:
-    """The parsed TOML document and a locator for its keys."""
+def parse_toml(path: Path, text: str, max_tasks: int) -> tuple[object, Locate]:
+    """The parsed TOML document and a locator for its keys; SpecError before it is parsed if
+    it has more than `max_tasks` tasks entries."""
+    check_toml(path, text, max_tasks)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -121,10 +133,10 @@ def parse_toml(path: Path, text: str) -> tuple[object, Locate]:
     return data, lambda key: locator.line(*key)
 
 
-class _YamlLoader(yaml.SafeLoader):
-    """SafeLoader whose merge keys (`<<`) follow YAML's rule: keys written in the mapping win,
-    then the earlier of the merged mappings. PyYAML 6.0.4 lets a later one win for a key it has
-    not interned, and leaves overridden pairs in the node, which _yaml_lines calls duplicates."""
+class _MergeRule(yaml.constructor.SafeConstructor):
+    """Merge keys (`<<`) that follow YAML's rule: keys written in the mapping win, then the
+    earlier of the merged mappings. PyYAML 6.0.4 lets a later one win for a key it has not
+    interned, and leaves overridden pairs in the node, which _yaml_lines calls duplicates."""
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         sources = [v for k, v in node.value if k.tag == _MERGE_TAG]
@@ -141,6 +153,20 @@ class _YamlLoader(yaml.SafeLoader):
                         merged.append((k, v))
             node.value = merged + node.value
         super().flatten_mapping(node)  # no merge key is left: this types `=` keys only
+
+
+class _YamlLoader(_MergeRule, yaml.SafeLoader):
+    """PyYAML's own parser, with YAML's merge rule."""
+
+
+# libyaml's parser, where PyYAML was built with it: about eight times faster.
+_FastYamlLoader: type[yaml.SafeLoader] | None = None
+if hasattr(yaml, "CSafeLoader"):
+
+    class _CYamlLoader(_MergeRule, yaml.CSafeLoader):
+        """libyaml's parser, with YAML's merge rule."""
+
+    _FastYamlLoader = _CYamlLoader  # type: ignore[assignment]
 
 
 def _merge_sources(node: yaml.MappingNode, values: list[yaml.Node]) -> list[yaml.MappingNode]:
@@ -166,9 +192,39 @@ def _yaml_key(node: yaml.Node) -> object:
     return (node.tag, node.value) if isinstance(node, yaml.ScalarNode) else id(node)
 
 
-def parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
-    """The parsed YAML document and a locator for its keys; duplicate keys are errors."""
-    loader = _YamlLoader(text)
+def parse_yaml(path: Path, text: str, max_tasks: int) -> tuple[object, Locate]:
+    """The parsed YAML document and a locator for its keys; duplicate keys are errors, as is
+    a document of more than `max_tasks` tasks (found before it is built)."""
+    check_yaml(path, text, max_tasks, _FastYamlLoader or _YamlLoader)
+    if _FastYamlLoader is None:
+        node, data = _built(path, text, _YamlLoader)
+    else:
+        try:
+            node, data = _built(path, text, _FastYamlLoader)
+        except SpecError:
+            # libyaml refuses a few things PyYAML reads (a surrogate escape, which the task
+            # checks then name by field with a fix): read again by PyYAML, for its message.
+            node, data = _built(path, text, _YamlLoader)
+    lines: dict[Key, int] = {}
+    if node is not None:
+        # A document that is just the list of tasks is read as {"tasks": [...]}: key it so.
+        root: Key = ("tasks",) if isinstance(node, yaml.SequenceNode) else ()
+        _yaml_lines(path, node, root, lines, set())
+
+    def locate(key: Key) -> int | None:
+        for n in range(len(key), -1, -1):
+            if key[:n] in lines:
+                return lines[key[:n]]
+        return None
+
+    return data, locate
+
+
+def _built(
+    path: Path, text: str, loader_type: type[yaml.SafeLoader]
+) -> tuple[yaml.Node | None, object]:
+    """The document's node tree and its value, read by `loader_type`."""
+    loader = loader_type(text)
     try:
         node = loader.get_single_node()
         if node is not None:
@@ -183,19 +239,7 @@ def parse_yaml(path: Path, text: str) -> tuple[object, Locate]:
         raise SpecError(path, None, None, f"invalid YAML: {exc}") from None
     finally:
         loader.dispose()
-    lines: dict[Key, int] = {}
-    if node is not None:
-        # A document that is just the list of tasks is read as {"tasks": [...]}: key it so.
-        root: Key = ("tasks",) if isinstance(node, yaml.SequenceNode) else ()
-        _yaml_lines(path, node, root, lines, set())
-
-    def locate(key: Key) -> int | None:
-        for n in range(len(key), -1, -1):
-            if key[:n] in lines:
-                return lines[key[:n]]
-        return None
-
-    return data, locate
+    return node, data
 
 
 def _check_size(path: Path, node: yaml.Node) -> None:

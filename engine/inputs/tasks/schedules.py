@@ -15,8 +15,9 @@ import re
 from collections.abc import Callable
 
 from croniter import croniter
+from flightdeck.engine.inputs.bounds import MAX_SECONDS
 from flightdeck.engine.inputs.messages import expected, suggest
-from flightdeck.engine.inputs.tasks.expand import Draft, expand
+from flightdeck.engine.inputs.tasks.expand import Draft, Room, expand
 from flightdeck.engine.inputs.tasks.readers import Source
 from flightdeck.engine.inputs.tasks.values import ID_PATTERN, Batch, Schedule
 from flightdeck.engine.inputs.tomlpos import Key
@@ -29,9 +30,10 @@ Finish = Callable[[list[Draft]], Batch]
 
 
 def load_schedules(
-    src: Source, value: object, defaults: dict[str, object], finish: Finish
+    src: Source, value: object, defaults: dict[str, object], finish: Finish, max_tasks: int
 ) -> tuple[Schedule, ...]:
-    """Every schedule of a file, checked; `finish` turns a template's drafts into tasks."""
+    """Every schedule of a file, checked; `finish` turns a template's drafts into tasks (a
+    wave may hold up to `max_tasks`)."""
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -77,7 +79,8 @@ def load_schedules(
             )
         if isinstance(template, dict) and "id" not in template and "for_each" not in template:
             template = {**template, "id": schedule_id}
-        drafts = expand(template, src, (*key, "task"), defaults)
+        # A template is one wave's tasks, counted on its own (a wave is a task file's worth).
+        drafts = expand(template, src, (*key, "task"), defaults, Room(max_tasks))
         tasks = finish(drafts).tasks
         out.append(
             Schedule(
@@ -104,4 +107,7 @@ def _every(src: Source, key: Key, value: object) -> float:
         raise src.error(key, "schedules.every", expected('a duration such as "15m"', value))
     if not math.isfinite(seconds) or seconds <= 0:  # TOML has nan and inf
         raise src.error(key, "schedules.every", f"must be more than 0 and finite, got {value!r}")
+    if seconds > MAX_SECONDS:
+        message = f"must be at most {MAX_SECONDS:,.0f} seconds, got {value!r}"
+        raise src.error(key, "schedules.every", message)
     return seconds

@@ -1,0 +1,21 @@
+"""The largest (and smallest) values a number a user gives may take: what the code can use.
+
+A duration becomes a timed wait, and Python refuses a wait past `threading.TIMEOUT_MAX` (about
+292 years) with OverflowError, at run time, in a worker thread; the sim multiplies its delays
+by `time_scale`. So every number is bounded when it is read, with the file, line and field.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+# Any duration in seconds: about 116 days. Times MAX_TIME_SCALE it is still far below a wait
+# Python can make.
+MAX_SECONDS = 10_000_000.0
+MAX_TIME_SCALE = 100.0  # the sim's delays at most a hundred times as long as written
+MIN_TOKENS_PER_S = 0.01  # the sim: one token in 100 s at most (times MAX_TIME_SCALE)
+MAX_TOKENS_PER_S = 1e12
+MAX_MONEY = Decimal(1_000_000_000)  # dollars: a budget or a price per million tokens
+MAX_COUNT = 1_000_000_000  # rpm, tpm, max_runs: counts that only ever compare
+MAX_TOKENS = 10_000_000  # max_tokens of one answer
+MAX_DELEGATES = 1_000  # sub-tasks one delegate call may make (each is a child)

@@ -1,0 +1,84 @@
+"""API keys never reach disk or screen, in any form sanitizing or escaping gives them, and a key
+no HTTP header can carry is refused at start, naming its variable and never its value."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings import load_settings
+from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.providers import make_provider
+from flightdeck.tui.exitcodes import ExitCode
+
+from helpers import flightdeck, run_to_end
+
+CANARY = "sk-CANARY\x1b[31mESCkey4d5e6f70"
+# A program that writes its key as it is, as repr and JSON write it, and stripped of its escape.
+ECHO = (
+    "import json, os, re; k = os.environ['FAKE_KEY']; "
+    "print(k); print(repr(k)); print(json.dumps(k)); print(re.sub(r'\\x1b\\[[0-9;]*m', '', k))"
+)
+
+
+def test_a_key_echoed_in_any_form_is_redacted_in_the_transcript_and_logs(tmp_path: Path) -> None:
+    argv = json.dumps([sys.executable, "-c", ECHO])
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\nstate_dir = "state"\n'
+        f'[routes.cli]\nprovider = "command"\nargv = {argv}\napi_key_env = "FAKE_KEY"\n'
+    )
+    settings = load_settings(tmp_path / "flightdeck.toml")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FAKE_KEY": CANARY}
+    batch = Batch(name="keys", tasks=(Task(id="t0", goal="echo the key", seq=0),))
+    engine = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
+    engine.start()
+    row = run_to_end(engine).children[0]
+    text = Path(row.transcript).read_text(encoding="utf-8")
+    assert text.count("[REDACTED]") >= 4, text  # each of the four lines said it
+    printed = flightdeck("logs", engine.batch_id, "t0", cwd=tmp_path)
+    assert printed.returncode == ExitCode.OK, printed.stderr
+    for shown in (text, printed.stdout, row.result or "", row.error or ""):
+        assert "CANARY" not in shown and "ESCkey" not in shown
+
+
+@pytest.mark.parametrize(
+    "key", ["sk-live\u202e0123456789", "sk-live\x1b[31m0123456789", "sk-lïve-0123456789"]
+)
+@pytest.mark.slow
+def test_a_key_no_http_header_can_carry_is_refused_at_start(tmp_path: Path, key: str) -> None:
+    # A bidi mark in the key made every call fail, after its retries, with UnicodeEncodeError.
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[routes.o]\nprovider = "openai"\nmodel = "m"\nbase_url = "https://example.invalid/v1"\n'
+        'api_key_env = "ODD_KEY"\n'
+    )
+    settings = load_settings(config)
+    with pytest.raises(ConfigError) as caught:
+        make_provider(settings.routes["o"], {"ODD_KEY": key}, source=config)
+    message = str(caught.value)
+    assert message.startswith(f"{config}:5: routes.o.api_key_env: environment variable ODD_KEY")
+    assert "HTTP header" in message and "0123456789" not in message
+    (tmp_path / "t.jsonl").write_text('{"goal": "x", "route": "o"}\n')
+    run = flightdeck_env(tmp_path, {"ODD_KEY": key}, "run", "t.jsonl", "--headless")
+    assert run.returncode == ExitCode.USAGE
+    [line] = run.stderr.splitlines()
+    assert "ODD_KEY" in line and "0123456789" not in line
+    assert not (tmp_path / ".flightdeck").exists()
+
+
+def flightdeck_env(cwd: Path, env: dict[str, str], *args: str):  # type: ignore[no-untyped-def]
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1", **env},
+    )

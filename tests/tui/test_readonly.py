@@ -1,0 +1,140 @@
+"""`ReadOnlyView` (`serve --read-only`): the batch shown in full, every command refused by the
+view itself, whatever reaches it (a key, a dialog, a direct call)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
+from flightdeck.engine.commands import (
+    Continue,
+    Pause,
+    PauseAdmission,
+    SetLimits,
+    Steer,
+    Stop,
+    StopAll,
+)
+from flightdeck.engine.model import ChildStatus
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
+from flightdeck.tui.screens.main import MainScreen, UiOptions
+from tui_support import SIZE, EngineFactory, until
+
+pytestmark = pytest.mark.anyio
+
+# Children waiting ten minutes for their first token: running until the engine closes.
+HELD = {"time_scale": 1.0, "latency_ms": 600_000.0}
+
+
+@pytest.fixture
+def engine(engine_factory: EngineFactory) -> Engine:
+    return engine_factory(["Review a", "Review b"], sim=HELD)
+
+
+@pytest.fixture
+def view(engine: Engine) -> Iterator[StoreView]:
+    """The batch as an attached client sees it, through the store."""
+    store = StoreView(engine.state_dir / "flightdeck.db", engine.batch_id, poll_s=0.05)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def recorded(view: StoreView) -> list[str]:
+    """The kinds of the commands recorded for the batch's owner."""
+    with sqlite3.connect(view.db) as conn:
+        rows = conn.execute(
+            "SELECT kind FROM requests WHERE batch_id = ? ORDER BY id", (view.batch_id,)
+        )
+        return [str(kind) for (kind,) in rows]
+
+
+def send_everything(view: StoreView | ReadOnlyView) -> None:
+    view.send(Steer(("c1",), "look again"))
+    view.send(Stop(("c1",)))
+    view.send(Pause(("c2",)))
+    view.send(Continue(("c2",)))
+    view.send(PauseAdmission())
+    view.send(SetLimits({"pool_size": 2}))
+    view.send(StopAll())
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["store-view", "read-only"])
+def test_every_command_through_a_read_only_view_sends_nothing(
+    view: StoreView, read_only: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="flightdeck.tui.readonly")
+    send_everything(ReadOnlyView(view) if read_only else view)
+    if read_only:
+        assert recorded(view) == []
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 7 and all(s.endswith(f"not sent: {READ_ONLY}") for s in said)
+    else:  # the same calls on the view it wraps reach the owner: the test can fail
+        assert recorded(view) == [
+            "steer",
+            "stop",
+            "pause",
+            "continue",
+            "pause_admission",
+            "limits",
+            "stop_all",
+        ]
+
+
+async def test_every_acting_key_says_read_only_and_opens_nothing(view: StoreView) -> None:
+    shown = ReadOnlyView(view)
+    options = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+    app = FlightdeckApp(shown, options)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(
+            pilot,
+            lambda: (
+                len(table.rows_by_id) == 2
+                and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
+            ),
+            "both children running",
+        )
+        for key in ("s", "x", "X", "p", "P", "L"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen), key  # no dialog to send from
+        notices = [n.message for n in app._notifications]
+        assert notices.count(READ_ONLY) == 6, notices
+        # The figures are the view's own.
+        assert app.main.snapshot is not None
+        assert app.main.snapshot.batch_id == view.batch_id
+        await pilot.press("q")  # nothing this view can stop: quit leaves at once
+        await until(pilot, lambda: not app.is_running, "the app to quit, no question asked")
+    assert recorded(view) == []
+
+
+def test_attach_read_only_shows_the_wrapped_view_and_keeps_no_mark(
+    view: StoreView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flightdeck.tui import attached
+
+    built: list[FlightdeckApp] = []
+
+    class Recorded(FlightdeckApp):
+        """The app attach_tui builds, recorded and closed at once."""
+
+        def run(self, *args: object, **kwargs: object) -> bool | None:  # type: ignore[override]
+            built.append(self)
+            return None
+
+    monkeypatch.setattr("flightdeck.tui.app.FlightdeckApp", Recorded)
+    for read_only in (False, True):
+        attached.attach_tui(StoreView(view.db, view.batch_id, watch=False), read_only=read_only)
+    plain, watching = built
+    assert not isinstance(plain.view, ReadOnlyView)
+    assert plain.options is not None and plain.options.looked is not None
+    # A watcher is not the operator: "since you last looked" stays the operator's.
+    assert isinstance(watching.view, ReadOnlyView)
+    assert watching.options is not None and watching.options.looked is None

@@ -1,0 +1,1 @@
+"""`flightdeck serve`: the attached TUI in a browser, through textual-serve."""
