@@ -18,6 +18,7 @@ from flightdeck.tui.client import (
     cmd_stop,
     cmd_wait,
 )
+from flightdeck.tui import rework
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
@@ -90,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--state-dir", type=Path)
     ls.add_argument("-l", "--long", action="store_true", help="also each batch's owner process id")
     _owner_commands(sub)
+    rework.add_parsers(sub)
     _attach_parsers(sub)
     return p
 
@@ -109,6 +111,11 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--no-rerun",
         action="store_true",
         help="leave children that were running when the owner died unknown",
+    )
+    resume.add_argument(
+        "--reopen",
+        action="store_true",
+        help="a batch that has ended too: run what was retried in it (flightdeck retry does)",
     )
     resume.add_argument("--state-dir", type=Path)
 
@@ -228,6 +235,10 @@ _OWNER_COMMANDS = {
     "continue": cmd_pause,
     "wait": cmd_wait,
     "limits": cmd_limits,
+    "retry": rework.cmd_retry,
+    "diff": rework.cmd_diff,
+    "merge": rework.cmd_merge,
+    "discard": rework.cmd_discard,
 }
 
 
