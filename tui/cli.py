@@ -10,6 +10,7 @@ from typing import Literal, NoReturn
 
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui import rework
 from flightdeck.tui.client import (
     cmd_limits,
     cmd_nudge,
@@ -18,7 +19,6 @@ from flightdeck.tui.client import (
     cmd_stop,
     cmd_wait,
 )
-from flightdeck.tui import rework
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode

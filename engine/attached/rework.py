@@ -28,7 +28,7 @@ from flightdeck.engine.review.apply import Outcome, Reviewer, overlap_text
 from flightdeck.engine.review.git import GitError
 from flightdeck.engine.review.tree import changes_patch
 
-__all__ = ["Restarted", "diff_of", "overlap_of", "owner_command", "review", "retry"]
+__all__ = ["Restarted", "diff_of", "overlap_of", "owner_command", "retry", "review"]
 
 
 def owner_command(state_dir: Path, batch_id: str) -> list[str]:
