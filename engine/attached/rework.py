@@ -27,8 +27,20 @@ from flightdeck.engine.records.rows import INSERT_EVENT
 from flightdeck.engine.review.apply import Outcome, Reviewer, overlap_text
 from flightdeck.engine.review.git import GitError
 from flightdeck.engine.review.tree import changes_patch
+from flightdeck.engine.review.values import Changes
 
-__all__ = ["Restarted", "diff_of", "overlap_of", "owner_command", "retry", "review"]
+__all__ = [
+    "Changes",
+    "Restarted",
+    "diff_of",
+    "overlap_in",
+    "overlap_of",
+    "owner_command",
+    "patch_of",
+    "retry",
+    "review",
+    "send_retry",
+]
 
 
 def owner_command(state_dir: Path, batch_id: str) -> list[str]:
@@ -56,13 +68,8 @@ def retry(
     """Send `command`, starting an owner if none lives; yields what it did (`Restarted`) and
     then the request as it is looked at until it is settled. CommandError (nothing recorded)
     for a retry the stored batch refuses; OwnerFailed if an owner could not be started."""
-    rows = rows_of(db, batch_id)  # checked as the owner would: none started for nothing
-    command.check(Context(batch_id, rows, rows=lambda: rows))
+    rid, pid = send_retry(db, batch_id, command, start)
     with Client(db, batch_id) as client:
-        rid = client.send(command, reopens=True)
-        pid = None
-        if not client.owner().alive:
-            pid = restart_owner(start(db.parent, batch_id), db.parent, batch_id).pid
         yield Restarted(rid, pid)
         for _ in range(2):  # an owner may end its batch before it reads the request: once more
             try:
@@ -73,6 +80,24 @@ def retry(
                     raise
                 restart_owner(start(db.parent, batch_id), db.parent, batch_id)
         yield from client.follow(rid)
+
+
+def send_retry(
+    db: Path,
+    batch_id: str,
+    command: Retry,
+    start: Callable[[Path, str], list[str]] = owner_command,
+) -> tuple[int, int | None]:
+    """Record `command` (checked first against the stored rows, as the owner checks it: no
+    owner is started for a retry it would refuse), and start an owner if none lives: the
+    request's id, and the started owner's pid (None: one was alive)."""
+    rows = rows_of(db, batch_id)
+    command.check(Context(batch_id, rows, rows=lambda: rows))
+    with Client(db, batch_id) as client:
+        rid = client.send(command, reopens=True)
+        if client.owner().alive:
+            return rid, None
+    return rid, restart_owner(start(db.parent, batch_id), db.parent, batch_id).pid
 
 
 def rows_of(db: Path, batch_id: str) -> dict[str, ChildRow]:
@@ -91,17 +116,29 @@ def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> 
         raise CommandError(f"no child with id {child_id!r} in batch {batch_id}", "child_ids")
     if row.changes is None:
         raise CommandError(f"{child_id} changed no file in a workspace of its own")
-    if row.changes.mode == "copy":
-        raise CommandError(f"{child_id} worked in a copy: it has no history to diff against")
     try:
-        return changes_patch(row.changes, path)
-    except GitError as exc:
+        return patch_of(row.changes, path)
+    except CommandError as exc:
         raise CommandError(f"{child_id}: {exc}") from None
+
+
+def patch_of(changes: Changes, path: str | None = None) -> str:
+    """The diff of a child's changes (of one file, or all), as git prints it; CommandError if
+    it cannot be read (its worktree gone, its changes discarded)."""
+    if changes.mode == "copy":
+        raise CommandError("it worked in a copy: there is no history to diff against")
+    try:
+        return changes_patch(changes, path)
+    except GitError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def overlap_of(db: Path, batch_id: str, ids: tuple[str, ...]) -> str | None:
     """The files more than one of these children changed (and who), in a line; None: none."""
     return overlap_text(rows_of(db, batch_id), ids)
+
+
+overlap_in = overlap_text  # the same, of rows the caller has
 
 
 def review(
@@ -116,6 +153,11 @@ def review(
                 if row.state is RequestState.REFUSED:
                     raise CommandError(row.reason or f"{command.title} refused")
             return None
+    return review_here(db, batch_id, command)
+
+
+def review_here(db: Path, batch_id: str, command: Accept | Discard) -> Outcome:
+    """Apply an accept or discard in this process (the batch has no owner alive to)."""
     rows = rows_of(db, batch_id)
     folder = db.parent / "batches" / batch_id
     return Reviewer(batch_id, folder, _recorder(db, batch_id), time.time).apply(command, rows)

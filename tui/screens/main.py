@@ -32,6 +32,7 @@ from flightdeck.tui.screens.dialogs import QuitChoice, QuitDialog
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.screens.notices import Notices
+from flightdeck.tui.screens.review import ReviewActions
 from flightdeck.tui.screens.updates import Updates
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, TranscriptView
@@ -86,6 +87,7 @@ class MainScreen(Screen[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self.updates = Updates(self)
         self.acts = TargetActions(self)
+        self.review = ReviewActions(self)
         self.batch_controls = BatchControls(self)
         self.notices = Notices(self)
 
@@ -265,6 +267,18 @@ class MainScreen(Screen[None]):
 
     def action_pause(self) -> None:
         self.acts.pause()
+
+    def action_retry(self) -> None:
+        self.review.retry()
+
+    def action_diff(self) -> None:
+        self.review.diff()
+
+    def action_merge(self) -> None:
+        self.review.merge()
+
+    def action_discard(self) -> None:
+        self.review.discard()
 
     def action_pause_admission(self) -> None:
         self.batch_controls.pause_admission()
