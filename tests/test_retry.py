@@ -202,3 +202,26 @@ def test_a_completed_child_or_a_running_one_is_not_retried(tmp_path: Path) -> No
             engine.retry(["zz"])
     finally:
         engine.close()
+
+
+def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
+    # Codex has no --resume flag: `codex exec resume THREAD PROMPT` continues the thread.
+    route = _argv("fake_codex.py", "exec", "--json", "--fake-fail", "{goal}")
+    route += "resume_" + _argv(
+        "fake_codex.py", "exec", "resume", "{session}", "--json", "{message}"
+    )
+    route += 'format = "codex-json"\n'
+    b = Batch(name="cli", tasks=(Task(id="t0", goal="review the change", seq=0),))
+    engine = _cli(tmp_path, route, b)
+    try:
+        assert engine.wait(20)
+        first = _row(engine, "t0")
+        assert first.status is ChildStatus.FAILED and "429" in (first.error or "")
+        engine.retry(["t0"], resume=True)
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    row = snap.child("t0")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    assert (row.result or "").startswith("resumed thread-42: Your run before this one ended")
+    assert "exec resume thread-42" in Path(row.transcript).read_text()

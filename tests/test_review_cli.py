@@ -15,6 +15,7 @@ import pytest
 from flightdeck.engine.records.reader import StoreReader
 
 from gitrepo import GIT_ENV, branches, git, make_repo, worktrees
+from helpers import until
 
 pytestmark = pytest.mark.slow
 
@@ -151,3 +152,38 @@ def test_retry_of_an_ended_batch_starts_its_owner_again(tmp_path: Path) -> None:
     text = (folder / "state" / "batches" / batch / "t0.log").read_text()
     assert "retry requested: attempt 2 (fresh) after failed: exit 3" in text
     assert os.path.exists(folder / "state" / "batches" / batch / "owner.log")
+
+
+def test_an_attached_view_s_retry_starts_the_owner_and_its_merge_applies_here(
+    tmp_path: Path,
+) -> None:
+    # The attached TUI sends through StoreView: with no owner alive, a retry starts one and
+    # an accept is applied in the view's own process.
+    from flightdeck.engine.attached.view import StoreView
+    from flightdeck.engine.commands import Accept, CommandError, Retry
+
+    marker = tmp_path / "fixed"
+    repo, folder = project(tmp_path, {"t0": "x.txt=one"}, "--fail-unless", str(marker))
+    batch = run(folder)
+    db = folder / "state" / "flightdeck.db"
+    view = StoreView(db, batch, watch=False)
+    try:
+        with pytest.raises(CommandError, match="accept or discard them first"):
+            view.send(Retry(("t0",), False))
+        marker.touch()
+        view.send(Retry(("t0",), True))  # continuing: in its worktree as it was left
+
+        def completed() -> bool:
+            view.refresh()
+            row = view.snapshot().child("t0")
+            return row is not None and row.attempt == 2 and row.status.value == "completed"
+
+        until(completed, 60, what="t0's second attempt completed by a new owner")
+        until(lambda: (view.refresh(), view.read_only)[1] is not None, 60, what="it ended")
+        view.send(Accept(("t0",), "main"))
+        view.refresh()
+        row = view.snapshot().child("t0")
+        assert row is not None and row.changes is not None and row.changes.state == "accepted"
+    finally:
+        view.close()
+    assert git(repo, "show", "main:x.txt") == "one"
