@@ -13,25 +13,44 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.port import Attempt
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.commands import CommandError, Context, Retry
+from flightdeck.engine.control.finals import Finals
+from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records.transcripts import tail_lines
 from flightdeck.engine.review.apply import Reviewer
 from flightdeck.engine.review.values import Changes, changes_json
 
-if TYPE_CHECKING:
-    from flightdeck.engine.control.coordinator import Coordinator
-
 CONTEXT_LINES = 400  # of the earlier attempt's transcript, given to one that continues
+
+
+class Running(Protocol):
+    """What a retry changes of the batch that runs (the coordinator, given as itself: its
+    children, their queues and final rows; no import of it here)."""
+
+    children: list[Child]
+    by_id: dict[str, Child]
+    carried: dict[str, ChildRow]
+    finals: Finals
+    queues: RouteQueues
+    progress_versions: dict[str, int]
+    record: Callable[[ChildRow], None]
+    record_event: Callable[[str | None, str, str], None]
+
+    @property
+    def finished(self) -> threading.Event: ...
+
+    def reopen(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +71,7 @@ class Attempts:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator: Running,
         rework: Rework | None,
         room: Callable[[int], str | None],  # why this many more runs cannot start (a budget)
     ) -> None:

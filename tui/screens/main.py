@@ -87,7 +87,7 @@ class MainScreen(Screen[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self.updates = Updates(self)
         self.acts = TargetActions(self)
-        self.review = ReviewActions(self)
+        self.review = ReviewActions(self, view, self.poll)
         self.batch_controls = BatchControls(self)
         self.notices = Notices(self)
 

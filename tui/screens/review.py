@@ -5,7 +5,8 @@ delete discards them. Commands go through the view like any other; those that ta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from flightdeck.engine.attached.rework import Changes, overlap_in, patch_of
 from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
@@ -13,6 +14,8 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.dialogs import targets_text
+from flightdeck.tui.view import EngineView
+from flightdeck.tui.widgets import ChildrenTable
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
@@ -21,9 +24,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, Static
-
-if TYPE_CHECKING:
-    from flightdeck.tui.screens.main import MainScreen
 
 RETRYABLE = frozenset(
     {
@@ -200,14 +200,20 @@ class DiffScreen(Screen[None]):
 
 
 class ReviewActions:
-    """What R, D, M and delete do, for the screen that owns it."""
+    """What R, D, M and delete do, for the screen that owns it (its table `#children`)."""
 
-    def __init__(self, screen: MainScreen) -> None:
+    def __init__(self, screen: Screen[None], view: EngineView, poll: Callable[[], None]) -> None:
         self.screen = screen
+        self.view = view
+        self.poll = poll
+
+    @property
+    def table(self) -> ChildrenTable:
+        return self.screen.query_one("#children", ChildrenTable)
 
     def _rows(self) -> list[ChildRow]:
-        rows = self.screen.table.rows_by_id
-        return [rows[i] for i in targets.targets(self.screen.table)]
+        rows = self.table.rows_by_id
+        return [rows[i] for i in targets.targets(self.table)]
 
     def _send(self, command: Command, done: str) -> None:
         """Send off the event loop (a merge, an owner started again take a while); say how
@@ -216,13 +222,13 @@ class ReviewActions:
 
         def run() -> None:
             try:
-                screen.view.send(command)
+                self.view.send(command)
             except CommandError as exc:
                 text = f"{command.title} not applied: {one_line(str(exc), 300)}"
                 screen.app.call_from_thread(screen.notify, text, severity="error", markup=False)
             else:
                 screen.app.call_from_thread(screen.notify, done, markup=False)
-                screen.app.call_from_thread(screen.poll)
+                screen.app.call_from_thread(self.poll)
 
         screen.run_worker(run, thread=True, exit_on_error=False, group="review")
 
@@ -241,7 +247,7 @@ class ReviewActions:
         self.screen.app.push_screen(RetryDialog(ids, len(rows) - len(ids)), chosen)
 
     def diff(self) -> None:
-        table = self.screen.table
+        table = self.table
         row = table.rows_by_id.get(table.selected_id or "")
         if row is None or row.changes is None:
             self.screen.notify("this child changed no file in a workspace of its own")
@@ -258,7 +264,7 @@ class ReviewActions:
         ids = self._pending("merge")
         if not ids:
             return
-        rows = self.screen.table.rows_by_id
+        rows = self.table.rows_by_id
 
         def into(branch: str | None) -> None:
             if branch:
