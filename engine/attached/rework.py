@@ -71,15 +71,14 @@ def retry(
     rid, pid = send_retry(db, batch_id, command, start)
     with Client(db, batch_id) as client:
         yield Restarted(rid, pid)
-        for _ in range(2):  # an owner may end its batch before it reads the request: once more
+        for again in (True, True, False):  # an owner may end before it reads it: start another
             try:
                 yield from client.follow(rid)
                 return
             except OwnerGone:
-                if client.request(rid).state is not RequestState.PENDING:
+                if not again or client.request(rid).state is not RequestState.PENDING:
                     raise
                 restart_owner(start(db.parent, batch_id), db.parent, batch_id)
-        yield from client.follow(rid)
 
 
 def send_retry(

@@ -104,7 +104,7 @@ def restart_owner(command: list[str], state_dir: Path, batch_id: str) -> Started
         while True:
             alive = process_matches(pid, None)  # asked first: a claim seen after it counts
             info = reader.batch(batch_id)
-            if info is not None and info.owner_pid == pid and info.status.value == "running":
+            if info is not None and info.owner_pid == pid:  # claimed (it may have ended since)
                 return owner
             if not alive:
                 message = _last_error(log) or "the owner process exited"

@@ -14,6 +14,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.dialogs import targets_text
+from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable
 from rich.syntax import Syntax
@@ -219,6 +220,9 @@ class ReviewActions:
         """Send off the event loop (a merge, an owner started again take a while); say how
         it went."""
         screen = self.screen
+        if isinstance(self.view, ReadOnlyView):  # it would only log that it sent nothing
+            screen.notify(READ_ONLY, severity="warning", markup=False)
+            return
 
         def run() -> None:
             try:
