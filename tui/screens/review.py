@@ -12,9 +12,9 @@ from flightdeck.engine.attached.rework import Changes, overlap_in, patch_of
 from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line, sanitize
+from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.dialogs import targets_text
-from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable
 from rich.syntax import Syntax
