@@ -512,13 +512,16 @@ def test_steer_now_stops_claude_and_resumes_its_session(tmp_path: Path) -> None:
 
 
 def test_steer_at_next_turn_resumes_codex_after_it_ends(tmp_path: Path) -> None:
-    route = fake("fake_codex.py", "exec", "--json", "--fake-sleep", "0.5", "{goal}")
+    # Its command held until the steer is queued (a sleep lost that race under load).
+    gate = tmp_path / "gate"
+    route = fake("fake_codex.py", "exec", "--json", "--fake-gate", str(gate), "{goal}")
     route += "resume_" + fake("fake_codex.py", "exec", "resume", "{session}", "--json", "{message}")
     route += 'format = "codex-json"\nsteer = "resume"\n'
     engine = engine_for(tmp_path, config(tmp_path, route))
     until(lambda: written(engine, "codex thread thread-42"), timeout=10)
     engine.steer(["t0"], "and the changelog")
-    row = run_to_end(engine, timeout=10).children[0]
+    gate.touch()
+    row = run_to_end(engine, timeout=30).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "resumed thread-42: and the changelog"
     assert [r.state for r in row.steers] == [SteerState.DELIVERED]

@@ -59,7 +59,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
             rows = table.rows_by_id
             return len(rows) == 2 and all(r.status.terminal for r in rows.values())
 
-        await until(pilot, ended, "both children failed")
+        await until(pilot, ended, "both children failed", 90)
         assert table.displayed("t0", "doing").startswith("failed (+1 −0 in 1 file): exit 3")
         table.select("t1")
         await until(pilot, lambda: "changes +1 −1 in 1 file" in _detail(app), "the files")
@@ -70,7 +70,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         await until(pilot, lambda: isinstance(app.screen, DiffScreen), "the diff screen")
         diff = app.screen
         assert isinstance(diff, DiffScreen)
-        await until(pilot, lambda: "-hello\n+bye\n" in diff.text, "the diff read")
+        await until(pilot, lambda: "-hello\n+bye\n" in diff.text, "the diff read", 90)
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is app.main, "back")
 
@@ -82,6 +82,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
             pilot,
             lambda: (c := table.rows_by_id["t1"].changes) is not None and c.state == "discarded",
             "t1 discarded",
+            90,
         )
         assert len(worktrees(repo)) == 2
 
@@ -97,6 +98,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
                 and table.rows_by_id["t1"].status is ChildStatus.COMPLETED
             ),
             "t1 retried and completed",
+            90,
         )
         await until(pilot, lambda: "attempt 2" in _detail(app), "its attempt said")
 
@@ -109,6 +111,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
             pilot,
             lambda: (c := table.rows_by_id["t0"].changes) is not None and c.state == "accepted",
             "t0 merged",
+            90,
         )
         assert git(repo, "show", "main:x.txt") == "one"
         assert table.displayed("t0", "doing").startswith("failed (+1 −0 in 1 file merged)")
