@@ -19,6 +19,7 @@ from flightdeck.engine.agents.workspace import Workspace, git_toplevel
 from flightdeck.engine.child.command import ProcessBook, ProcessRunner
 from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import Report
+from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loop import ModelRunner
 from flightdeck.engine.child.port import Runner
 from flightdeck.engine.child.state import Child
@@ -146,13 +147,13 @@ def _where(task: Task) -> tuple[str | None, int | None]:
 
 
 def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:
-    """A command route's workspace must be usable before anything starts: a worktree needs
-    the batch workspace to be in a git repository."""
+    """A route's workspace must be usable before anything starts: a worktree needs the batch
+    workspace to be in a git repository."""
     for route in routes:
-        spec = route.command
-        if spec is None or spec.workspace != "worktree":
+        if route.own_workspace != "worktree":
             continue
-        where = (source, spec.lines.get("workspace"), f"routes.{route.name}.workspace")
+        line = route.command.lines.get("workspace") if route.command is not None else None
+        where = (source, line, f"routes.{route.name}.workspace")
         if batch.workspace is None:
             raise ConfigError(
                 *where,
@@ -207,9 +208,10 @@ def build_child(
     processes: ProcessLog,
     batch_id: str,
     kind: type[Child] = Child,
+    kept: Kept | None = None,
 ) -> Child:
     """A queued child for one task: one of the batch's, or a child's delegate (`kind`: a
-    Child, or one whose work runs elsewhere)."""
+    Child, or one whose work runs elsewhere; `kept`: the operator's retry of one that ended)."""
     route = settings.route(task.route)
     runner = build_runner(
         task,
@@ -236,6 +238,7 @@ def build_child(
         queued_ts,
         sink,
         cost_known=spend_known(route),
+        kept=kept,
     )
 
 
@@ -281,7 +284,12 @@ def build_runner(
     delegation = None
     if (delegate or route.delegate) and task.depth < budget.max_depth:
         delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
-    return ModelRunner(route.name, providers[route.name], retry, toolbox, meter, delegation)
+    own = None
+    if route.workspace != "shared":  # its own worktree or copy, whose changes are reviewed
+        own = Workspace(
+            route.workspace, toolbox.root, batch_dir / "workspaces" / task.id, keep=False
+        )
+    return ModelRunner(route.name, providers[route.name], retry, toolbox, meter, delegation, own)
 
 
 def manifest_children(children: Iterable[Child]) -> str:

@@ -113,6 +113,7 @@ def test_build_report(reader: StoreReader) -> None:
         "duration_s": 30.25,
         "error": None,
         "transcript": "batches/b1/c0.log",
+        "attempt": 1,
     }
     assert second["cost_usd"] is None and second["error"].startswith("429")
     assert [c["duration_s"] for c in report["children"][2:]] == [None] * 4

@@ -169,7 +169,9 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     db = state_db(args.state_dir)
     console, err = console_for(), console_for(stderr=True)
     try:
-        engine = Engine.resume(db.parent, args.batch_id, rerun=not args.no_rerun)
+        engine = Engine.resume(
+            db.parent, args.batch_id, rerun=not args.no_rerun, reopen=args.reopen
+        )
     except NothingToResume as exc:
         console.print(Text(one_line(str(exc))))
         return ExitCode.OK

@@ -39,6 +39,7 @@ from flightdeck.engine.model import (
     SteerState,
     Totals,
 )
+from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
@@ -63,6 +64,8 @@ _MUTABLE = (
     "started_ts, finished_ts, error"
 )
 _TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
+# The events read into rows (and the loop policies' steers, told from the operator's).
+_EVENTS = ", ".join(f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS))
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -95,6 +98,7 @@ class BatchReading:
         self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
         self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
+        self._kept = Kept()  # each child's attempt and changes, from the events
         self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self._live_text: str | None = None
         self._live = Live()
@@ -240,6 +244,7 @@ class BatchReading:
             fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
         if node is not None:  # its work ran on a cluster: where
             fields["node"] = node
+        fields.update(self._kept.fields(cid))  # its attempt and its changes
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
@@ -285,14 +290,17 @@ class BatchReading:
         rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
-            " AND kind IN ('delegate', 'loop', 'loop_policy', 'node') AND child_id IS NOT NULL"
-            " ORDER BY id",
+            f" AND kind IN ({_EVENTS}) AND child_id IS NOT NULL ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
         changed = set()
         for event_id, child_id, kind, detail in found:
             self._events_seen = int(event_id)
             child_id, detail = str(child_id), str(detail)
+            if kind in KEPT_KINDS:
+                if self._kept.add(child_id, kind, detail):
+                    changed.add(child_id)
+                continue
             if kind == "delegate":
                 self._parents[child_id] = detail
             elif kind == "node":

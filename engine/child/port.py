@@ -20,6 +20,7 @@ from flightdeck.engine.child.steering import Steering
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.review.values import Changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,33 @@ class Ended:
 
 class Paused:
     """A run that returned for the operator's pause (a continue runs it again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The operator's retry of a child that ended: which attempt this is, and whether it works
+    on from the earlier one (`resume`: its workspace as it was, its transcript as context, the
+    CLI's session resumed) or starts again from its goal."""
+
+    number: int
+    resume: bool
+    before: str  # how the earlier attempt ended: "failed: exit 3"
+    context: str = ""  # resume: the end of the earlier attempt's transcript
+    session: str | None = None  # resume: the CLI session the earlier attempt reported
+
+    @property
+    def prompt(self) -> str:
+        """What a resumed attempt is told ahead of its goal (a model, a CLI with no session)."""
+        return (
+            f"An earlier attempt at this task ended ({self.before}). Its transcript so far "
+            f"follows; continue the task from where it stopped.\n\n{self.context}"
+        )
+
+    def shown(self, text: str) -> str:
+        """`text` (a prompt holding `prompt`) as the transcript shows it: the earlier
+        transcript, already above it in the same file, named rather than repeated."""
+        note = f"[the earlier attempt's transcript, {len(self.context):,} characters]"
+        return text.replace(self.context, note) if self.context else text
 
 
 PAUSED = Paused()
@@ -87,6 +115,11 @@ class ChildPort(Protocol):
     def pause_wanted(self) -> bool: ...
 
     @property
+    def retrying(self) -> Attempt | None:
+        """The operator's retry this run is (None: its first attempt)."""
+        ...
+
+    @property
     def stop_status(self) -> ChildStatus | None: ...
 
     @property
@@ -119,6 +152,10 @@ class ChildPort(Protocol):
 
     def report(self, fact: ChildFact) -> None:
         """Hand a fact to the coordinator."""
+        ...
+
+    def changed(self, changes: Changes) -> None:
+        """At its end: what it changed in its own worktree or copy (kept for review)."""
         ...
 
     def clean(self, text: str) -> str:
@@ -157,6 +194,11 @@ class Runner(Protocol):
     def prefix_key(self) -> tuple[str, str]:
         """What its requests share with its siblings' ahead of the goal (the cache gate's
         key)."""
+        ...
+
+    @property
+    def session(self) -> str | None:
+        """The CLI session its run reported (a retry that continues resumes it); None."""
         ...
 
     def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from flightdeck.engine.child.facts import ChildDone, ChildFact, ChildPaused, ReceiptSettled, Report
+from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
 from flightdeck.engine.child.policy import StopRequested
-from flightdeck.engine.child.port import PAUSED, Closable, Ended, Runner, Transcript
+from flightdeck.engine.child.port import PAUSED, Attempt, Closable, Ended, Runner, Transcript
 from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.child.result import bounded_result
 from flightdeck.engine.child.steering import Steering, missed_note
@@ -32,6 +33,7 @@ from flightdeck.engine.providers.base import Interrupted
 from flightdeck.engine.records.meter import route_cost
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
+from flightdeck.engine.review.values import Changes
 from flightdeck.engine.sanitize import redact
 
 
@@ -51,6 +53,7 @@ class Child:
         *,
         cost_known: bool = True,
         open_transcript: Callable[[], Transcript] | None = None,
+        kept: Kept | None = None,  # a retry's attempt (and the changes it works on from)
     ) -> None:
         self.task = task
         self.route = route
@@ -65,6 +68,7 @@ class Child:
         # The route's API key, redacted from all we record and show.
         self._secrets = runner.secrets
         self.progress = Progress(clock, cost_known=cost_known)
+        self.kept = kept or Kept()
         self.steering = Steering()
         self.loops = LoopWatch(
             task.id,
@@ -115,7 +119,8 @@ class Child:
     @property
     def version(self) -> int:
         """Changes whenever the child's row would."""
-        return self._version + self.steering.version + self.progress.version + self.loops.version
+        figures = self.progress.version + self.loops.version + self.kept.version
+        return self._version + self.steering.version + figures
 
     def row(self) -> ChildRow:
         """A frozen view; rebuilt only when something changed since the last call."""
@@ -158,6 +163,8 @@ class Child:
                 loop=self.loops.evidence,
                 looped_ts=self.loops.looped_ts,
                 node=self.node,
+                attempt=self.kept.attempt,
+                changes=self.kept.changes,
             )
             self._row, self._row_version = row, version
             return row
@@ -213,6 +220,11 @@ class Child:
         """Why the requested stop was asked for; None if none was."""
         return self._stop_reason
 
+    @property
+    def retrying(self) -> Attempt | None:
+        """The operator's retry this run is (None: its first attempt)."""
+        return self.kept.retrying
+
     # --- the worker thread ---------------------------------------------------------------------
 
     def run(self) -> None:
@@ -242,6 +254,10 @@ class Child:
     def report(self, fact: ChildFact) -> None:
         """Hand a fact to the coordinator."""
         self._report(fact)
+
+    def changed(self, changes: Changes) -> None:
+        """At its end: what it changed in its own workspace (recorded as it is finished)."""
+        self.kept.changed(changes)
 
     def clock(self) -> float:
         """The engine's clock."""

@@ -133,6 +133,16 @@ class Admission:
             return f"not started: budget of {fmt_usd(cap)} reached"
         return None
 
+    def room(self, runs: int) -> str | None:
+        """Why `runs` more children (retries) may not start: the budget holds them as it holds
+        any start. None: they may."""
+        cap = self._budget.max_runs
+        if cap is not None and self.started + runs > cap:
+            left = max(0, cap - self.started)
+            return f"max_runs ({cap}) leaves room for {left} more run{'' if left == 1 else 's'}"
+        spent = self.budget_exhausted()
+        return None if spent is None else spent.removeprefix("not started: ")
+
     def _cancel_queued(self, reason: str) -> None:
         co = self._co
         self._arrivals.end_schedules()  # max_runs and max_cost_usd count across waves

@@ -66,6 +66,41 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Stop every running and queued child (confirm)",
     ),
     Binding(
+        "R",
+        "retry",
+        "Retry",
+        show=False,
+        id="child.retry",
+        tooltip="Run the selected or tagged children that failed, stopped, timed out, stalled "
+        "or ended unknown again (a group header: its members; a filter on: all it keeps): "
+        "fresh or continuing; the earlier attempt is kept",
+    ),
+    Binding(
+        "D",
+        "diff",
+        "Diff",
+        show=False,
+        id="child.diff",
+        tooltip="The selected child's changes in its own worktree: coloured, one file or all",
+    ),
+    Binding(
+        "M",
+        "merge",
+        "Merge",
+        show=False,
+        id="child.merge",
+        tooltip="Accept the targets' pending changes: commit each on its own branch and merge "
+        "them all into a branch you name (at a conflict, none)",
+    ),
+    Binding(
+        "delete",
+        "discard",
+        "Discard",
+        show=False,
+        id="child.discard",
+        tooltip="Discard the targets' pending changes: worktrees and branches removed (confirm)",
+    ),
+    Binding(
         "j",
         "row_down",
         "Down",
@@ -226,6 +261,10 @@ PALETTE = {
     "stop": "child: stop",
     "nudge": "child: nudge out of its loop",
     "stop_all": "batch: stop all",
+    "retry": "child: retry",
+    "diff": "child: show its diff",
+    "merge": "child: accept (merge) its changes",
+    "discard": "child: discard its changes",
     "pause": "child: pause / continue",
     "pause_admission": "batch: pause / continue admission",
     "tag": "child: tag / untag",

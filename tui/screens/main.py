@@ -28,6 +28,7 @@ from flightdeck.tui.screens import actions, batch, decisions, keys, targets
 from flightdeck.tui.screens.decisions import Decision
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.notices import Notices
+from flightdeck.tui.screens.review import ReviewActions
 from flightdeck.tui.screens.summaries import Summaries
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, TranscriptView
@@ -71,6 +72,7 @@ class MainScreen(Screen[None]):
         self.notices = Notices(options.tui)
         self.attention = Attention(options.tui, options.looked, options.clock)
         self.soft_budget = batch.SoftBudget()
+        self.review = ReviewActions(self, view, self.poll)  # R, D, M, delete
         self._bindings_state: tuple[bool | None, ...] = ()
 
     def compose(self) -> ComposeResult:
@@ -287,6 +289,18 @@ class MainScreen(Screen[None]):
 
     def action_pause(self) -> None:
         self.order(actions.pause(targets.aim(self.table), self.view.snapshot))
+
+    def action_retry(self) -> None:
+        self.review.retry()
+
+    def action_diff(self) -> None:
+        self.review.diff()
+
+    def action_merge(self) -> None:
+        self.review.merge()
+
+    def action_discard(self) -> None:
+        self.review.discard()
 
     def action_pause_admission(self) -> None:
         self.order(batch.pause_admission(self.snapshot))

@@ -16,6 +16,7 @@ from flightdeck.tui.widgets.rows import (
     LOOPING_GLYPH,
     OUTLIER_MARK,
     STEER_MARKS,
+    changed,
     doing,
     is_retrying,
 )
@@ -53,6 +54,8 @@ def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) ->
     if row.status.live and row.started_ts is not None:  # what it spends a minute, as it runs
         text.append("  burn ", style="dim")
         text.append(f"{fmt_cost(burn_rate(row, now))}/min")
+    if row.attempt > 1:
+        text.append(f"  attempt {row.attempt}", style="cyan")
     if row.activity.retries:  # the rt column is the first a narrow screen leaves out
         text.append(f"  retries {row.activity.retries}", style="yellow")
     if row.steers:
@@ -66,9 +69,34 @@ def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) ->
     text.append("\n")
     text.append("goal ", style="dim")
     text.append(one_line(row.goal[: GOAL_CHARS * 4], GOAL_CHARS * 2))
+    if row.changes is not None:
+        _changes_line(text, row)
     if row.loop is not None:
         _loop_lines(text, row.loop)
     return text
+
+
+FILES_SHOWN = 8  # of a child's changed files, named in the detail pane
+
+
+def _changes_line(text: Text, row: ChildRow) -> None:
+    """The files a child changed, each with its lines; D shows the diff, M merges it."""
+    changes = row.changes
+    assert changes is not None
+    text.append("\n")
+    text.append("changes ", style="dim")
+    text.append(changed(row), style="green" if changes.pending else "dim")
+    keys = "  D diff, M merge, del discard" if changes.pending else ""
+    if changes.state == "accepted":
+        keys = f"  on {one_line(changes.branch or '', 80)} into {one_line(changes.into or '', 40)}"
+    text.append(keys + "  ", style="dim")
+    for f in changes.files[:FILES_SHOWN]:
+        counts = "" if f.added is None else f" +{f.added} −{f.removed}"
+        kind = "" if f.kind == "modified" else f" ({f.kind})"
+        text.append(one_line(f.path, 80))
+        text.append(f"{counts}{kind}  ", style="dim")
+    if len(changes.files) > FILES_SHOWN:
+        text.append(f"and {len(changes.files) - FILES_SHOWN} more", style="dim")
 
 
 def _loop_lines(text: Text, loop: LoopEvidence) -> None:
@@ -88,7 +116,8 @@ def _loop_lines(text: Text, loop: LoopEvidence) -> None:
 
 
 def detail_height(text: Text) -> int:
-    """Lines the detail pane needs for `text`: two, and a loop's evidence under them."""
+    """Lines the detail pane needs for `text`: two, and changed files and a loop's evidence
+    under them."""
     return text.plain.count("\n") + 1
 
 

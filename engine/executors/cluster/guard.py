@@ -126,6 +126,10 @@ class GuardBook:
     def read_to(self, record: Record) -> None:
         """No adopter reads on from here: nothing to keep."""
 
+    def session(self, session_id: str) -> None:
+        """Not sent home yet: a `retry --continue` of a CLI that ran on a cluster starts it
+        afresh (docs/ray.md)."""
+
     def ended(self) -> None:
         """Its tree has ended."""
         for pgid in self._groups:

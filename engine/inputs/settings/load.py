@@ -34,6 +34,7 @@ from flightdeck.engine.inputs.settings.values import (
     PROVIDERS,
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
+    WORKSPACE_MODES,
     Budget,
     EngineSettings,
     LoopSettings,
@@ -63,6 +64,7 @@ _ROUTE_KEYS = (
     "cache_gate_s",
     "delegate",
     "loops",
+    "workspace",
 )
 # A command route is no model call: no rpm/tpm, max_tokens or retry of its own.
 _COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price", "loops")
@@ -239,6 +241,9 @@ class _Reader(ValueChecks):
             if "delegate" in table
             else False,
             loops=self.loops(key, table),
+            workspace=self.choice((*key, "workspace"), table["workspace"], WORKSPACE_MODES)
+            if "workspace" in table
+            else "shared",
             **limits,
         )
 

@@ -97,6 +97,7 @@ def _route_json(route: Route) -> dict[str, object]:
         "key_line": route.key_line,
         "command": None if route.command is None else _command_json(route.command),
         "loops": dataclasses.asdict(route.loops),
+        "workspace": route.workspace,
     }
 
 
@@ -163,6 +164,7 @@ def _route_from(name: str, data: Mapping[str, Any]) -> Route:
         key_line=data["key_line"],
         command=_command_from(data.get("command")),
         loops=_loops_from(data.get("loops")),
+        workspace=data.get("workspace", "shared"),
     )
 
 

@@ -136,6 +136,14 @@ class Route:
     key_line: int | None = field(default=None, compare=False)
     command: CommandSpec | None = None  # provider "command": the process each task runs
     loops: LoopSettings = field(default_factory=LoopSettings)
+    # A model route's children's folder: the batch workspace, or each its own copy or git
+    # worktree, whose changes the operator accepts or discards (a command route's is its spec's).
+    workspace: WorkspaceMode = "shared"
+
+    @property
+    def own_workspace(self) -> WorkspaceMode:
+        """Where each of its children works: the batch's folder, or its own copy or worktree."""
+        return self.command.workspace if self.command is not None else self.workspace
 
     @property
     def time_scale(self) -> float:
