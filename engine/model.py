@@ -12,6 +12,8 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Literal, TypeVar, dataclass_transform
 
+from flightdeck.engine.review.values import Changes
+
 _T = TypeVar("_T")
 
 
@@ -238,6 +240,9 @@ class ChildRow:
     question: Question | None = None  # it asks the operator and waits for the answer
     denial: Denial | None = None  # the latest tool call its CLI's permissions denied
     dismissed_ts: float | None = None  # when the operator last cleared what it needed of them
+    node: str | None = None  # the cluster node its work ran on (None: in the owner process)
+    attempt: int = 1  # 2 and on: the operator retried it (the earlier attempts' spend included)
+    changes: Changes | None = None  # what it changed in its own worktree or copy (None: nothing)
 
     @property
     def pausing(self) -> bool:

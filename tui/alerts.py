@@ -148,7 +148,8 @@ def title(batch_id: str, waiting: int) -> str:
 
 
 def set_title(app: App[object], text: str) -> None:
-    """Set the terminal window's title (OSC 2) to `text` (built by `title`)."""
+    """Set the app's and the terminal window's title (OSC 2) to `text` (built by `title`)."""
+    app.title = text
     _write(app, f"\x1b]2;{text}\x07")
 
 
@@ -167,3 +168,11 @@ def _write(app: App[object], sequence: str) -> None:
     driver = app._driver
     if driver is not None and not app.is_headless:
         driver.write(sequence)
+
+
+def ring(app: App[object], bell: bool, sequence: str | None) -> None:
+    """Ring the terminal's bell, and write a desktop notification's sequence (`notification`)."""
+    if bell:
+        app.bell()
+    if sequence is not None:
+        write_to_terminal(app, sequence)

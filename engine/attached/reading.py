@@ -1,19 +1,18 @@
 """Reading a batch whose owner is another process from its store, again and again, cheaply.
 
-A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows
-that changed, so a 1,000-child batch costs little more than its running ones. To the stored rows
-it adds what the owner publishes live (records/live.py: calls in flight, retry notices, the
-route gauges, the problem sentence) and what the store keeps in other tables (who delegated
-whom, loop flags, steer receipts), and works out what reading the cache saved at the batch's
-prices (as `flightdeck report` does), so the snapshot has the in-process view's figures. The
-discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
+A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows that
+changed, so a 1,000-child batch costs little more than its running ones. To the stored rows it adds
+what the owner publishes live (records/live.py: calls in flight, retry notices, the route gauges,
+the problem sentence) and what the store keeps in other tables (who delegated whom, loop flags, the
+cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
+batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
+The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
 the differences between two reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -30,24 +29,23 @@ from flightdeck.engine.model import (
     ChildRow,
     ChildStarted,
     ChildStatus,
-    Denial,
     EngineEvent,
     GroupFinished,
     Limits,
     LoopEvidence,
-    Question,
     Snapshot,
     SteerReceipt,
     SteerSettled,
     SteerState,
     Totals,
 )
+from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import cache_saving, totals_of
-from flightdeck.engine.records.needlog import NEED_EVENTS
+from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
 from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
     CHILD_COLUMNS_NO_RESULT,
@@ -67,7 +65,10 @@ _MUTABLE = (
     "started_ts, finished_ts, error"
 )
 _TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
-_EVENT_KINDS = ", ".join(f"'{k}'" for k in ("delegate", "loop", "loop_policy", *NEED_EVENTS))
+# The events read into rows (and the loop policies' steers, told from the operator's).
+_EVENTS = ", ".join(
+    f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS, *NEED_EVENTS)
+)
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -98,13 +99,10 @@ class BatchReading:
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
         self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
+        self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
-        # What each child needs of the operator, from the "ask", "answer", "denied" and
-        # "dismiss" events (engine/needs.py): its question unanswered, its last denied call,
-        # when its entry was cleared.
-        self._questions: dict[str, Question] = {}
-        self._denials: dict[str, Denial] = {}
-        self._dismissed: dict[str, float] = {}
+        self._needs = Needs()  # what each child needs of the operator, from the events
+        self._kept = Kept()  # each child's attempt and changes, from the events
         self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self._live_text: str | None = None
         self._live = Live()
@@ -244,12 +242,14 @@ class BatchReading:
         cid = row.id
         fields: dict[str, Any] = {}  # one replace of the row: a 1,000-row read builds hundreds
         parent, loop = self._parents.get(cid), self._loops.get(cid)
-        looped = self._looped.get(cid)
+        looped, node = self._looped.get(cid), self._nodes.get(cid)
         if parent is not None or looped is not None:
             depth = depth_of(cid, self._parents) if parent is not None else 0
             fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
-        if cid in self._questions or cid in self._denials or cid in self._dismissed:
-            fields.update(self._needs_fields(row))
+        if node is not None:  # its work ran on a cluster: where
+            fields["node"] = node
+        fields.update(self._kept.fields(cid))  # its attempt and its changes
+        fields.update(self._needs.fields(row))  # its question, its denied call
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
@@ -262,19 +262,6 @@ class BatchReading:
         flight = live.children.get(cid) if running and row.status.live else None
         fields.update(live_fields(row, flight, row.route not in live.unsteerable))
         return dataclasses.replace(row, **fields) if fields else row
-
-    def _needs_fields(self, row: ChildRow) -> dict[str, Any]:
-        """Its question (asked in this run: one an earlier owner's run asked went with it),
-        its last denied call, and when its entry was cleared."""
-        question = self._questions.get(row.id)
-        started = row.started_ts
-        if question is not None and (started is not None and question.ts < started):
-            question = None
-        return {
-            "question": question,
-            "denial": self._denials.get(row.id),
-            "dismissed_ts": self._dismissed.get(row.id),
-        }
 
     def _settings_routes(self) -> dict[str, Route]:
         if self._routes is None:
@@ -303,21 +290,28 @@ class BatchReading:
 
     def _read_events(self) -> set[str]:
         """What the owner keeps as events, not in the rows, recorded since the last read
-        (inside the transaction): who delegated whom, the loop flags, and the loop policies'
-        steers. The ids of the children whose rows must be built again."""
+        (inside the transaction): who delegated whom, the loop flags, the node each child was
+        placed on (on a cluster), and the loop policies' steers. The ids of the children whose
+        rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
-            f" AND kind IN ({_EVENT_KINDS}) AND child_id IS NOT NULL ORDER BY id",
+            f" AND kind IN ({_EVENTS}) AND child_id IS NOT NULL ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
         changed = set()
         for event_id, child_id, kind, detail, ts in found:
             self._events_seen = int(event_id)
             child_id, detail = str(child_id), str(detail)
+            if kind in KEPT_KINDS:
+                if self._kept.add(child_id, kind, detail):
+                    changed.add(child_id)
+                continue
             if kind in NEED_EVENTS:
-                self._need_event(child_id, kind, detail, float(ts))
+                self._needs.add(child_id, kind, detail, float(ts))
             elif kind == "delegate":
                 self._parents[child_id] = detail
+            elif kind == "node":
+                self._nodes[child_id] = detail
             elif kind == "loop_policy":
                 receipt_id = policy_receipt(detail)
                 if receipt_id is not None:
@@ -332,18 +326,6 @@ class BatchReading:
                     self._looped[child_id] = evidence.ts
             changed.add(child_id)
         return changed
-
-    def _need_event(self, child_id: str, kind: str, detail: str, ts: float) -> None:
-        """A question asked or answered, a call denied, an entry cleared."""
-        if kind == "ask":
-            self._questions[child_id] = Question(str(_json_field(detail, "question")), ts)
-        elif kind == "answer":
-            self._questions.pop(child_id, None)
-        elif kind == "denied":
-            tool, given = _json_field(detail, "tool"), _json_field(detail, "input")
-            self._denials[child_id] = Denial(str(tool), str(given), ts)
-        else:
-            self._dismissed[child_id] = ts
 
     def _limits_of(self, info: BatchInfo, rows: Sequence[ChildRow]) -> Limits | None:
         """The live limits the owner recorded, else those the batch's settings began with."""
@@ -415,15 +397,6 @@ class BatchReading:
             new[r.id] = r
         self._receipts = new
         return list(new.values())
-
-
-def _json_field(detail: str, name: str) -> object:
-    """A field of an event's JSON detail ("" if it has none: a hand-written or older event)."""
-    try:
-        data = json.loads(detail)
-    except ValueError:
-        return ""
-    return data.get(name, "") if isinstance(data, dict) else ""
 
 
 def _facts(

@@ -88,6 +88,15 @@ class ToolDenied:
     denial: Denial
 
 
+@dataclass(frozen=True, slots=True)
+class ChildLost:
+    """Its work ran elsewhere (a worker on a cluster), and the worker is gone (`why` says how,
+    naming the node): it runs again, as after a crash."""
+
+    child_id: str
+    why: str
+
+
 ChildFact = (
     ChildDone
     | ChildPaused
@@ -98,6 +107,7 @@ ChildFact = (
     | LoopFlagged
     | Asked
     | ToolDenied
+    | ChildLost
 )
 
 Report = Callable[[ChildFact], None]

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.activity import InFlight
 from flightdeck.engine.child.ask import ASK_SPEC, AskCall, answer_text, parse_question
 from flightdeck.engine.child.delegate import (
@@ -90,6 +91,7 @@ class ModelRunner:
         meter: Meter,
         delegation: Delegation | None = None,
         ask_chars: int | None = None,
+        workspace: Workspace | None = None,  # its own worktree or copy (None: the batch's)
     ) -> None:
         self._route_name = route_name
         self._provider = provider
@@ -98,11 +100,11 @@ class ModelRunner:
         self._meter = meter
         # Whether (and how much) it may hand sub-tasks to the engine.
         self.delegation = delegation
-        # Whether it may ask the operator (and how long a question may be).
-        self.ask_chars = ask_chars
+        self.ask_chars = ask_chars  # a question's most characters (None: it may not ask)
         self._messages: list[Message] | None = None  # the conversation so far, once begun
         self._next_turn = 1
         self._port: ChildPort | None = None  # the child it runs, while `run` runs
+        self._workspace = workspace
 
     @property
     def _c(self) -> ChildPort:
@@ -122,13 +124,11 @@ class ModelRunner:
 
     @functools.cached_property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        """The tools its model is offered: the workspace's, `delegate` and `ask_operator` if it
-        may."""
-        return (
-            self._tools.specs
-            + ((DELEGATE_SPEC,) if self.delegation else ())
-            + ((ASK_SPEC,) if self.ask_chars is not None else ())
-        )
+        """The tools its model is offered: the workspace's, `delegate`, `ask_operator` if it may."""
+        ask = (ASK_SPEC,) if self.ask_chars is not None else ()
+        return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ()) + ask
+
+    session = None  # a model has no CLI session to resume
 
     def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:
         """A model takes every steer, at its next turn (or at once, for --now)."""
@@ -137,18 +137,51 @@ class ModelRunner:
     def run(self, child: ChildPort) -> Ended | Paused:
         """The agent loop; a stop or a bug raises (the child finalizes)."""
         self._port = child
+        paused = False
         try:
             if self._messages is None:
+                failed = self._own_workspace(child)
+                if failed is not None:
+                    return failed
                 child.transcript.write("system", SYSTEM_PROMPT)
             else:
                 child.transcript.write("engine", f"continued at turn {self._next_turn}")
             return self._loop()
         except _Paused:
+            paused = True
             return PAUSED
         except ProviderError as exc:
             return Ended(ChildStatus.FAILED, f"{type(exc).__name__}: {exc}")
         finally:
+            if not paused and self._workspace is not None:
+                self._release(child, self._workspace)
             self._port = None
+
+    def _own_workspace(self, c: ChildPort) -> Ended | None:
+        """Its tools moved into its own worktree or copy (a retry that continues: the one its
+        earlier attempt left); why the child fails if it cannot be made."""
+        ws = self._workspace
+        if ws is None:
+            return None
+        resume = c.retrying is not None and c.retrying.resume
+        try:
+            root = ws.reuse() if resume else ws.prepare()
+        except WorkspaceError as exc:
+            return Ended(ChildStatus.FAILED, f"workspace: {exc}")
+        self._tools = self._tools.rooted(root)
+        c.transcript.write("engine", f"workspace ({ws.mode}): {root}")
+        return None
+
+    def _release(self, c: ChildPort, ws: Workspace) -> None:
+        """At its end: its workspace kept with what it changed, or removed."""
+        try:
+            changes, note = ws.release()
+        except Exception as exc:
+            changes, note = None, f"workspace not removed: {exc!r}"
+        if changes is not None:
+            c.changed(changes)
+        if note:
+            c.transcript.write("engine", note)
 
     def _loop(self) -> Ended:
         c = self._c
@@ -157,7 +190,10 @@ class ModelRunner:
             goal = c.task.goal
             if c.task.context:
                 goal += "\n\nContext:\n" + c.task.context
-            c.transcript.write("user", goal)
+            again = c.retrying
+            if again is not None and again.resume:
+                goal += "\n\n" + again.prompt
+            c.transcript.write("user", again.shown(goal) if again is not None else goal)
             messages = self._messages = [Message("user", goal)]
         for turn in range(self._next_turn, c.task.max_turns + 1):
             self._next_turn = turn
@@ -340,11 +376,7 @@ class ModelRunner:
         call = DelegateCall(c.task.id, parse_call(arguments, rules))
         c.progress.show(f"waiting for {len(call.tasks)} delegate(s)")
         c.report(Delegated(c.task.id, call))
-        while not call.done.wait(0.05):
-            self._check_stop()  # a stop ends the parent; the coordinator stops its subtree
-        self._check_stop()
-        if call.refused is not None:
-            raise ToolError(call.refused)
+        self._wait_for(call)
         return result_text(call.results)
 
     def _ask(self, arguments: Mapping[str, Any], max_chars: int) -> str:
@@ -353,13 +385,16 @@ class ModelRunner:
         call = AskCall(c.task.id, parse_question(arguments, max_chars))
         c.progress.wait_on_operator(f"asks: {one_line(c.clean(call.question), 80)}")
         c.report(Asked(c.task.id, call))
+        self._wait_for(call)
+        return answer_text(call.answer or "")  # settled, not refused: answered
+
+    def _wait_for(self, call: DelegateCall | AskCall) -> None:
+        """Until the coordinator settles `call`; a stop ends the wait, a refusal is the error."""
         while not call.done.wait(0.05):
-            self._check_stop()  # a stop ends it while it waits
+            self._check_stop()
         self._check_stop()
         if call.refused is not None:
             raise ToolError(call.refused)
-        assert call.answer is not None
-        return answer_text(call.answer)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
         c = self._c

@@ -8,8 +8,48 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from flightdeck.engine.model import ChildRow, Denial, Question
+
 NEED_EVENTS = ("ask", "answer", "denied", "dismiss")
 _ACTIONS = {"ask": "asks", "answer": "answer", "denied": "denied a tool", "dismiss": "cleared"}
+
+
+class Needs:
+    """What each child needs of the operator, from its events fed oldest first: its question
+    unanswered, its last denied call, when its entry was cleared (engine/needs.py)."""
+
+    def __init__(self) -> None:
+        self._questions: dict[str, Question] = {}
+        self._denials: dict[str, Denial] = {}
+        self._dismissed: dict[str, float] = {}
+
+    def add(self, child_id: str, kind: str, detail: str, ts: float) -> None:
+        """A question asked or answered, a call denied, an entry cleared."""
+        if kind == "ask":
+            self._questions[child_id] = Question(str(_field(detail, "question")), ts)
+        elif kind == "answer":
+            self._questions.pop(child_id, None)
+        elif kind == "denied":
+            tool, given = _field(detail, "tool"), _field(detail, "input")
+            self._denials[child_id] = Denial(str(tool), str(given), ts)
+        elif kind == "dismiss":
+            self._dismissed[child_id] = ts
+
+    def fields(self, row: ChildRow) -> dict[str, Any]:
+        """What its events say of a child's row (nothing: none of them). Its question only if
+        asked in this run: one an earlier owner's run (or attempt) asked went with it."""
+        cid = row.id
+        if cid not in self._questions and cid not in self._denials and cid not in self._dismissed:
+            return {}
+        question = self._questions.get(cid)
+        started = row.started_ts
+        if question is not None and (started is not None and question.ts < started):
+            question = None
+        return {
+            "question": question,
+            "denial": self._denials.get(cid),
+            "dismissed_ts": self._dismissed.get(cid),
+        }
 
 
 def need_records(
@@ -32,6 +72,15 @@ def need_rows(
         (r["at"], [r["at"], cell(r["child_id"]), _ACTIONS[r["action"]], cell(r["text"]), ""])
         for r in records
     ]
+
+
+def _field(detail: str, name: str) -> object:
+    """A field of an event's JSON detail ("" if it has none: a hand-written or older event)."""
+    try:
+        data = json.loads(detail)
+    except ValueError:
+        return ""
+    return data.get(name, "") if isinstance(data, dict) else ""
 
 
 def _text(detail: str) -> str:

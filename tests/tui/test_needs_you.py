@@ -68,14 +68,12 @@ async def test_a_question_is_shown_answered_in_the_tui_and_alerted_once(
             await until(pilot, lambda: main.snapshot is not None, "the first snapshot")
             assert "need you" not in bar_text(app)
             hold.release("c1")  # c1 asks first, then c2: the queue is oldest first
-            await until(pilot, lambda: main.updates.queue, "c1 asking")
+            await until(pilot, lambda: main.notices.queue, "c1 asking")
             hold.release()
-            await until(pilot, lambda: len(main.updates.queue) == 2, "both asking")
+            await until(pilot, lambda: len(main.notices.queue) == 2, "both asking")
             await until(pilot, lambda: "2 need you (!)" in bar_text(app), "the status bar's count")
             batch = engine.batch_id
-            await until(
-                pilot, lambda: main.notices.title == f"flightdeck {batch} — 2 need you", "title"
-            )
+            await until(pilot, lambda: titles[-1:] == [f"flightdeck {batch} — 2 need you"], "title")
             assert titles[-1] == f"flightdeck {batch} — 2 need you"
 
             await pilot.press("exclamation_mark")
@@ -110,8 +108,8 @@ async def test_a_question_is_shown_answered_in_the_tui_and_alerted_once(
             await until(pilot, lambda: asked() == 2, "the questions told")
             polls = len(written)
             engine.answer(["c2"], "no")
-            await until(pilot, lambda: main.updates.queue == (), "nothing needs the operator")
-            await until(pilot, lambda: main.notices.title == f"flightdeck {batch}", "title")
+            await until(pilot, lambda: main.notices.queue == (), "nothing needs the operator")
+            await until(pilot, lambda: titles[-1:] == [f"flightdeck {batch}"], "title")
             assert titles[-1] == f"flightdeck {batch}"
             assert asked() == 2 and len(written) == polls  # nothing more was told
     finally:
@@ -178,7 +176,7 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
 
         app = FlightdeckApp(view, OPTIONS)  # attached: the answer goes through the store
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.main.updates.queue, "c2 in the queue")
+            await until(pilot, lambda: app.main.notices.queue, "c2 in the queue")
             await pilot.press("exclamation_mark")
             await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
             await pilot.press("a")
@@ -199,8 +197,8 @@ async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         main = app.main
-        await until(pilot, lambda: len(main.updates.queue) == 2, "both timed out, in the queue")
-        assert [n.kind for n in main.updates.queue] == ["timed_out", "timed_out"]
+        await until(pilot, lambda: len(main.notices.queue) == 2, "both timed out, in the queue")
+        assert [n.kind for n in main.notices.queue] == ["timed_out", "timed_out"]
         await pilot.press("slash", *"is:needs-you", "enter")
         await until(pilot, lambda: len(main.table.shown) == 2, "the filter keeps both")
         await pilot.press("exclamation_mark")
@@ -235,7 +233,7 @@ async def test_a_cli_denied_tool_is_listed_with_its_input_and_cleared(tmp_path: 
     app = app_for(engine)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.main.updates.queue, "the denial in the queue")
+            await until(pilot, lambda: app.main.notices.queue, "the denial in the queue")
             await pilot.press("exclamation_mark")
             await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
             screen = app.screen

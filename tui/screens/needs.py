@@ -3,22 +3,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import ClassVar
 
-from flightdeck.engine.api import Need
-from flightdeck.engine.commands import Answer, Command, Dismiss
+from flightdeck.engine.api import Need, needs
+from flightdeck.engine.commands import Answer, Command, CommandError, Dismiss
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_age
+from flightdeck.tui.screens.decisions import Decision, Say
+from flightdeck.tui.view import EngineView
+from flightdeck.tui.widgets import ChildrenTable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, OptionList
 from textual.widgets.option_list import Option
-
-Queue = Callable[[], Sequence[Need]]
-Send = Callable[[Command], bool]  # True once sent; False: refused, and the reason said
 
 _REASONS = {
     "budget": ("budget held", "bold cyan"),
@@ -47,6 +47,13 @@ def need_text(need: Need, now: float) -> Text:
     return out
 
 
+def go_to(table: ChildrenTable, child_id: str | None) -> Decision:
+    """Enter on an entry (None: escape): the table's cursor on its child, if shown."""
+    if child_id is None or table.select(child_id):
+        return ()
+    return (Say("that child is not shown here (the filter hides it)"),)
+
+
 class NeedsScreen(Screen[str | None]):
     """The queue, kept current; dismissed with the child to go to (None: back as it was)."""
 
@@ -73,16 +80,14 @@ class NeedsScreen(Screen[str | None]):
 
     def __init__(
         self,
-        queue: Queue,
-        send: Send,
+        view: EngineView,
         clock: Callable[[], float],
         *,
         poll_s: float = 0.3,
         cursor_blink: bool = True,
     ) -> None:
         super().__init__()
-        self._queue = queue
-        self._send = send
+        self._view = view
         self._clock = clock
         self._poll_s = poll_s
         self.cursor_blink = cursor_blink
@@ -107,7 +112,7 @@ class NeedsScreen(Screen[str | None]):
 
     def refresh_queue(self) -> None:
         """The queue as it is now; the cursor stays on its entry while that is still there."""
-        entries = tuple(self._queue())
+        entries = tuple(needs(self._view.snapshot()))
         title = f"Needs you: {len(entries):,}" if entries else "Nothing needs you"
         self.query_one("#needs-title", Label).update(Text(title, style="bold"))
         if entries == self.entries:
@@ -155,6 +160,21 @@ class NeedsScreen(Screen[str | None]):
             return
         if self._send(Dismiss((need.child_id,))):
             self.notify(f"cleared: {one_line(need.child_id, 60)}", markup=False)
+
+    def _send(self, command: Command) -> bool:
+        """Send `command`; False, and the reason said, if the batch cannot hear it (its owner
+        is gone) or refused it: nothing was sent."""
+        reason = self._view.read_only
+        if reason:
+            self.notify(reason, severity="warning", markup=False)
+            return False
+        try:
+            self._view.send(command)
+        except CommandError as exc:
+            text = f"{command.title} not sent: {one_line(str(exc), 200)}"
+            self.notify(text, severity="error", markup=False)
+            return False
+        return True
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()

@@ -3,7 +3,7 @@ matching line; enter opens that transcript at the line (`HitScreen`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 from flightdeck.engine.attached.search import (
@@ -15,6 +15,7 @@ from flightdeck.engine.attached.search import (
 )
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets.transcript import TranscriptHighlighter
 from rich.text import Text
 from textual import work
@@ -25,8 +26,6 @@ from textual.screen import Screen
 from textual.widgets import Checkbox, Footer, Input, Label, OptionList
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
-
-Rows = Callable[[], Sequence[ChildRow]]
 
 
 class SearchScreen(Screen[None]):
@@ -45,9 +44,9 @@ class SearchScreen(Screen[None]):
         ),
     ]
 
-    def __init__(self, rows: Rows, *, cursor_blink: bool = True) -> None:
+    def __init__(self, view: EngineView, *, cursor_blink: bool = True) -> None:
         super().__init__()
-        self._rows = rows
+        self._view = view
         self.cursor_blink = cursor_blink
         self.found: list[Found] = []
         self._searching: Worker[list[Found]] | None = None
@@ -83,7 +82,7 @@ class SearchScreen(Screen[None]):
             self._status(str(exc), "red")
             return
         self._status(f"searching for {one_line(text, 60)!r}…", "dim")
-        self._searching = self._search(pattern, list(self._rows()))
+        self._searching = self._search(pattern, list(self._view.snapshot().children))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="search", description="search")
     def _search(self, pattern: object, rows: list[ChildRow]) -> list[Found]:
