@@ -127,6 +127,7 @@ class ModelRunner:
     def run(self, child: ChildPort) -> Ended | Paused:
         """The agent loop; a stop or a bug raises (the child finalizes)."""
         self._port = child
+        paused = False
         try:
             if self._messages is None:
                 child.transcript.write("system", SYSTEM_PROMPT)
@@ -134,11 +135,14 @@ class ModelRunner:
                 child.transcript.write("engine", f"continued at turn {self._next_turn}")
             return self._loop()
         except _Paused:
+            paused = True
             return PAUSED
         except ProviderError as exc:
             return Ended(ChildStatus.FAILED, f"{type(exc).__name__}: {exc}")
         finally:
             self._port = None
+            if not paused:  # it has ended: the batch keeps the child, not its conversation
+                self._messages = None
 
     def _loop(self) -> Ended:
         c = self._c
