@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,16 @@ def test_the_attached_screen_benchmark_runs_and_reports() -> None:
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_tmux_key_benchmark_runs_and_reports() -> None:
+    scale = {"BENCH_KEYS_CHILDREN": "60", "BENCH_KEYS_RUNNING": "20", "BENCH_KEYS": "4"}
+    _, result = run_bench("import json, bench_keys as b; print(json.dumps(b.main()))", scale)
+    assert result["bench"] == "keys_tmux" and result["running"] >= 18
+    assert 0 < result["key_to_screen"]["p50_ms"] <= result["key_to_screen"]["max_ms"]
+    assert result["tmux_echo"]["p50_ms"] > 0
+
+
 def test_the_memory_benchmark_runs_and_reports() -> None:
     _, result = run_bench(
         "import json, bench_memory as b; print(json.dumps(b.main()))",
@@ -216,7 +227,7 @@ def run_bench(code: str, scale: dict[str, str]) -> tuple[list[str], Any]:
         capture_output=True,
         text=True,
         env={**os.environ, **scale},
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     *table, last = proc.stdout.splitlines()

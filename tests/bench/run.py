@@ -152,6 +152,14 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                     "",
                     None,
                 )
+        case "keys_tmux":
+            keys, echo = r["key_to_screen"], r["tmux_echo"]
+            yield (
+                f"key to screen in tmux, {r['children']:,} children, {r['running']:,} running",
+                f"{keys['p50_ms']} ms p50, {keys['p99_ms']} p99",
+                f"tmux echo {echo['p50_ms']} ms p50",
+                None,
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 
