@@ -115,7 +115,7 @@ class ModelRunner:
         prompt and the tools. Children with one key read one provider-side cache entry."""
         return self._route_name, prefix_digest(SYSTEM_PROMPT, self.tool_specs)
 
-    @functools.cached_property
+    @property  # not cached: an attribute added after __init__ costs each runner 400 bytes
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """The tools its model is offered: the workspace's, and `delegate` if it may."""
         return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ())
