@@ -153,24 +153,11 @@ class Meter:
 class _Tally:
     """Running totals of child rows: counts, usage and the exact sum of the known costs."""
 
-    __slots__ = (
-        "cache_read",
-        "cache_write",
-        "cost",
-        "counts",
-        "flight",
-        "flight_cost",
-        "input",
-        "output",
-        "pausing",
-        "saved",
-        "unknown",
-    )
+    __slots__ = ("cost", "counts", "flight", "flight_cost", "pausing", "saved", "unknown", "usage")
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(ChildStatus, 0)
-        # Summed as plain ints: a `Usage` per row added cost a quarter of an attached read.
-        self.input = self.output = self.cache_read = self.cache_write = 0
+        self.usage = Usage()
         self.cost = _ZERO
         self.unknown = 0
         self.flight = Usage()
@@ -182,11 +169,7 @@ class _Tally:
         self.counts[row.status] += 1
         if row.pausing:
             self.pausing += 1
-        usage = row.usage
-        self.input += usage.input_tokens
-        self.output += usage.output_tokens
-        self.cache_read += usage.cache_read_tokens
-        self.cache_write += usage.cache_write_tokens
+        self.usage += row.usage
         if row.cost_usd is None or row.in_flight_cost_usd is None:
             self.unknown += 1
         if row.cost_usd is not None:
@@ -216,7 +199,7 @@ class _Tally:
             stopped=stopped,
             paused=paused,
             pausing=self.pausing,
-            usage=Usage(self.input, self.output, self.cache_read, self.cache_write),
+            usage=self.usage,
             cost_usd=self.cost,
             cost_unknown=self.unknown,
             in_flight=self.flight,
