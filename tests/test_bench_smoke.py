@@ -112,6 +112,7 @@ def test_the_command_benchmark_runs_and_reports() -> None:
     assert result["ratio_of_xargs"] > 0 and result["makespan_over_ideal"] >= 1
 
 
+@pytest.mark.slow
 def test_the_attached_screen_benchmark_runs_and_reports() -> None:
     # Real owners and real `flightdeck attach` processes under ptys; 40 children a batch.
     scale = {"BENCH_SCREEN_CHILDREN": "40", "BENCH_SCREEN_POOL": "20", "BENCH_SCREEN_ROUNDS": "1"}
@@ -137,6 +138,7 @@ def test_the_tmux_key_benchmark_runs_and_reports() -> None:
     assert result["tmux_echo"]["p50_ms"] > 0
 
 
+@pytest.mark.slow
 def test_the_memory_benchmark_runs_and_reports() -> None:
     _, result = run_bench(
         "import json, bench_memory as b; print(json.dumps(b.main()))",
