@@ -17,8 +17,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine import assembly, batchdir, health
+from flightdeck.engine import assembly, batchdir, executors, health
 from flightdeck.engine.assembly import new_batch_id, steady_clock
+from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -26,11 +27,12 @@ from flightdeck.engine.commands import (
     Command,
     StopAll,
 )
+from flightdeck.engine.control.attempts import Rework
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.pool import tune_interpreter, worker_pool
+from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.controls import CommandMethods, Controls
+from flightdeck.engine.executors import Executor
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -66,10 +68,11 @@ from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, p
 from flightdeck.engine.records.live import live_json
 from flightdeck.engine.records.liveness import OwnerAlive
 from flightdeck.engine.records.meter import Meter, route_totals, totals_of
-from flightdeck.engine.records.processes import ProcessLog
+from flightdeck.engine.records.processes import ProcessLog, session_of
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.resume import NothingToResume, Resumed, Stored
+from flightdeck.engine.review.apply import Reviewer
 from flightdeck.engine.signatures import error_signature
 from flightdeck.engine.subscribers import Subscriber, Subscribers
 
@@ -112,6 +115,8 @@ __all__ = [
 
 log = logging.getLogger("flightdeck.engine")
 
+FLUSH_S = 2.0  # how long a retry that continues waits for the transcript it reads
+
 
 class Engine(CommandMethods):
     """Runs one batch on the coordinator thread and a pool of worker threads."""
@@ -141,6 +146,9 @@ class Engine(CommandMethods):
         used = {settings.route(t.route).name for t in (*batch.tasks, *templates)}
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
+        configured = max_concurrent or settings.engine.max_concurrent
+        self._auto_pool = not isinstance(max_concurrent, int) and configured == "auto"
+        executors.check(settings, providers_given=bool(providers))
         assembly.check_budget(settings, self.routes.values())
         assembly.check_commands(batch, self.routes.values(), settings.source)
         # Model clients and command routes are built before anything is written: a missing
@@ -152,7 +160,7 @@ class Engine(CommandMethods):
         self._subscribers = Subscribers()
         self._store: Store | None = None
         self._sink: TranscriptSink | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: Executor | None = None
         self._coordinator: Coordinator | None = None
         self._controls: Controls | None = None  # made with the coordinator
         self._status = BatchStatus.RUNNING
@@ -164,6 +172,7 @@ class Engine(CommandMethods):
         self._live = ""  # the live figures last published (records/live.py)
         self._unsteerable: set[str] = set()  # routes whose children take no steer
         self._resuming: tuple[Stored, bool] | None = None  # set by `resume`
+        self._reopen = False  # set by `resume`: a finished batch runs again
         self.resumed: Resumed | None = None  # what resuming found, once started
         self._carried: tuple[ChildRow, ...] = ()  # final rows an earlier owner left
         self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
@@ -175,17 +184,19 @@ class Engine(CommandMethods):
         batch_id: str,
         *,
         rerun: bool = True,
+        reopen: bool = False,
         clock: Callable[[], float] | None = None,
         providers: Mapping[str, Provider] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> Engine:
         """An engine for a batch whose owner died, built from the store alone; `start()`
-        claims it and runs what is left. Raises NothingToResume for a finished batch, an
-        InputError for one this state folder cannot resume."""
+        claims it and runs what is left. Raises NothingToResume for a finished batch (unless
+        `reopen`: the operator's retries pending for it run), an InputError for one this state
+        folder cannot resume."""
         from flightdeck.engine import resume
 
         state_dir = Path(state_dir).absolute()
-        stored = resume.load(state_dir, batch_id)
+        stored = resume.load(state_dir, batch_id, reopen=reopen)
         settings = stored.settings
         if stored.info.limits_json:  # what the operator changed live is kept (pool size too)
             settings = with_limits(settings, limits_from_json(stored.info.limits_json))
@@ -200,6 +211,7 @@ class Engine(CommandMethods):
             env=env,
         )
         engine._resuming = (stored, rerun)
+        engine._reopen = reopen
         return engine
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -218,7 +230,7 @@ class Engine(CommandMethods):
         if self._resuming is not None:
             from flightdeck.engine import resume
 
-            resume.claim(self._store, self.batch_id, self.clock)
+            resume.claim(self._store, self.batch_id, self.clock, reopen=self._reopen)
         self.batch_id, self.batch_dir = batchdir.claim(
             self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
         )
@@ -228,9 +240,23 @@ class Engine(CommandMethods):
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         secrets += tuple(s for command in self._commands.values() for s in command.secrets)
         toolbox = Toolbox(workspace, secrets=secrets, private=own)
-        self._pool = worker_pool(self.pool_size)
-        self._sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}
+        self._pool, self.pool_size = executors.open_executor(
+            self.settings,
+            pool_size=self.pool_size,
+            auto=self._auto_pool and self._resuming is None,
+            report=self._report,
+            meter=self.meter,
+            routes=self.routes,
+            throttles=throttles,
+            clock=self.clock,
+            batch_id=self.batch_id,
+            batch_dir=self.batch_dir,
+            workspace=self.workspace,
+            delegate=self.batch.delegate,
+            private=own,
+        )
+        self._sink = TranscriptSink()
         now = self.clock()
         self._started_ts = now
         # One way to make a child: for each task now, for a delegate or a wave later (on the
@@ -250,6 +276,7 @@ class Engine(CommandMethods):
             sink=self._sink,
             processes=ProcessLog(self._store, self.batch_id),
             batch_id=self.batch_id,
+            kind=Elsewhere if self.settings.engine.executor == "ray" else Child,
         )
         children = [make_child(task, queued_ts=now) for task in self.batch.tasks]
 
@@ -269,6 +296,10 @@ class Engine(CommandMethods):
             raise batchdir.unusable(exc, self.state_dir) from exc
         store = self._store
         first_receipt = 1
+
+        def record_event(child_id: str | None, kind: str, detail: str) -> None:
+            store.record_event(self.batch_id, child_id, self.clock(), kind, detail)
+
         if self._resuming is None:
             store.create_batch(
                 assembly.batch_info(
@@ -300,9 +331,7 @@ class Engine(CommandMethods):
             record_receipt=lambda r, request: store.record_control(
                 self.batch_id, r, "steer", request
             ),
-            record_event=lambda child, kind, detail: store.record_event(
-                self.batch_id, child, self.clock(), kind, detail
-            ),
+            record_event=record_event,
             publish=self._subscribers.publish,
             on_finished=self._finish,
             throttles=throttles,
@@ -323,8 +352,16 @@ class Engine(CommandMethods):
                 request, receipts, refused
             ),
             publish_live=self._publish_live,
+            rework=Rework(
+                remake=lambda task, kept: make_child(task, queued_ts=self.clock(), kept=kept),
+                tasks={t.id: t for t in self.batch.tasks},
+                session_of=functools.partial(session_of, store.path, self.batch_id),
+                flush_transcripts=lambda: self._sink is not None and self._sink.flush(FLUSH_S),
+                reviewer=Reviewer(self.batch_id, self.batch_dir, record_event, self.clock),
+                on_reopened=self._reopened,
+                context_chars=self.settings.engine.max_task_chars,
+            ),
         )
-        self._coordinator.start()
         self._controls = Controls(
             self._coordinator,
             store,
@@ -341,14 +378,26 @@ class Engine(CommandMethods):
             lambda request: controls.apply_request(request.id, request.command),
             self.clock,
         )
-        self._duties.start()
+        self._duties.start()  # before the coordinator: what was pending is applied first
+        self._coordinator.start()
         return self.batch_id
 
     def _rows(self) -> tuple[ChildRow, ...]:
         """Every child's row, a resumed batch's finished ones included."""
         c = self._coordinator
-        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.children) if c else ()
-        return (*self._carried, *rows) if self._carried else rows
+        if c is None:
+            return ()
+        return (*c.carried.values(), *(ch.row() for ch in list(c.children)))
+
+    def _reopened(self) -> None:
+        """Coordinator thread: a retry came after the batch had ended; it runs again."""
+        assert self._store is not None
+        self._status, self._finished_ts = BatchStatus.RUNNING, None
+        self._store.reopen_batch(self.batch_id)
+        try:
+            self._manifest()
+        except OSError as exc:
+            log.error("flightdeck engine: cannot write the batch manifest: %s", exc)
 
     def _limits_changed(self, limits: Limits, hold: str | None) -> None:
         """Coordinator thread: the live limits and the hold, for attached views and resume."""
@@ -526,9 +575,9 @@ class Engine(CommandMethods):
     def snapshot(self) -> Snapshot:
         """An immutable view of every child and the totals; cheap enough to poll."""
         c = self._coordinator
-        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.children) if c else ()
-        if self._carried:  # a resumed batch: what an earlier owner finished, in seq order
-            rows = tuple(sorted((*self._carried, *rows), key=lambda r: r.seq))
+        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in list(c.children)) if c else ()
+        if c is not None and c.carried:  # a resumed batch: what an earlier owner finished
+            rows = tuple(sorted((*c.carried.values(), *rows), key=lambda r: r.seq))
         return Snapshot(
             batch_id=self.batch_id,
             status=self._status,

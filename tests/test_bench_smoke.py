@@ -364,3 +364,54 @@ def test_the_attach_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert latency["bench"] == "attach_latency" and latency["view"]["samples"] > 0
     assert throughput["two_clients_over_alone"] > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_ray_benchmarks_rows() -> None:
+    # bench_ray.py starts two Ray clusters: it runs in `make bench`, not here.
+    recorded = [
+        {
+            "bench": "ray_throughput",
+            "children": 2000,
+            "ray_children_per_s": 700.0,
+            "threads_children_per_s": 1400.0,
+            "ray_over_threads": 0.5,
+        },
+        {
+            "bench": "ray_latency_bound",
+            "children": 500,
+            "ideal_s": 6.0,
+            "ray_makespan_s": 6.5,
+            "threads_makespan_s": 6.4,
+            "ray_ideal_over_makespan": 0.923,
+        },
+        {"bench": "ray_stop_latency", "children": 20, "stop_ms_p50": 12.0, "stop_ms_max": 20.0},
+        {
+            "bench": "ray_fleet_rpm",
+            "limit_rpm": 1200,
+            "calls": 300,
+            "nodes": 2,
+            "held_rpm": 1170.0,
+            "ratio_of_limit": 0.975,
+        },
+    ]
+    assert load_runner().summary_rows(recorded) == [
+        (
+            "Ray executor: 2,000 one-call sim children",
+            "700.0 children/s",
+            "threads 1,400.0/s",
+            0.5,
+        ),
+        (
+            "Ray executor: 500 × 3 calls × 200 ms, 50 slots",
+            "makespan 6.5 s (threads 6.4 s)",
+            "the ideal 6.0 s",
+            0.923,
+        ),
+        ("Ray executor: stop, 20 children in a call", "12.0 ms p50, 20.0 max", "", None),
+        (
+            "Ray executor: rpm 1200 across 2 nodes",
+            "held at 1,170.0 rpm over 300 calls",
+            "the limit",
+            0.975,
+        ),
+    ]

@@ -70,6 +70,13 @@ class LoopWatch:
         if self._detector is not None and self._detector.answered():
             self._changed(self.evidence, None)
 
+    def follow(self, evidence: LoopEvidence | None) -> None:
+        """The flag as judged where the child runs (another machine): this is what it shows."""
+        self.evidence = evidence
+        if evidence is not None:
+            self.looped_ts = evidence.ts
+        self.version += 1
+
     def _changed(
         self, before: LoopEvidence | None, found: LoopEvidence | None, again: bool = False
     ) -> None:

@@ -7,12 +7,10 @@ new starts; what already runs goes on.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.child.facts import ChildDone
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
@@ -99,7 +97,7 @@ class Admission:
         not be (the process is exiting)."""
         co = self._co
         try:
-            co.pool.submit(functools.partial(self._run_child, child))
+            co.pool.submit(child)
         except ThreadRefused as exc:
             # The child waits in the pool for a thread already started: no more children than
             # there are threads run at once.
@@ -118,22 +116,12 @@ class Admission:
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
         co.alive[child.task.id] = child
+        if new and child.node is not None:  # run on a cluster: where (the row shows it too)
+            co.record_event(child.task.id, "node", child.node)
         if new:
             self.started += 1
             self._publish(ChildStarted(child.task.id, self._clock()))
         return True
-
-    def _run_child(self, child: Child) -> None:
-        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
-        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
-        try:
-            child.run()
-        except Exception as exc:
-            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
-            try:
-                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
-            finally:
-                self._co.report(ChildDone(child.task.id))
 
     def budget_exhausted(self) -> str | None:
         """Why no more children may start (max_runs or max_cost_usd reached); None: they may."""
@@ -144,6 +132,16 @@ class Admission:
         if cap is not None and self._meter.totals().cost_usd >= cap:
             return f"not started: budget of {fmt_usd(cap)} reached"
         return None
+
+    def room(self, runs: int) -> str | None:
+        """Why `runs` more children (retries) may not start: the budget holds them as it holds
+        any start. None: they may."""
+        cap = self._budget.max_runs
+        if cap is not None and self.started + runs > cap:
+            left = max(0, cap - self.started)
+            return f"max_runs ({cap}) leaves room for {left} more run{'' if left == 1 else 's'}"
+        spent = self.budget_exhausted()
+        return None if spent is None else spent.removeprefix("not started: ")
 
     def _cancel_queued(self, reason: str) -> None:
         co = self._co

@@ -17,29 +17,33 @@ from typing import TYPE_CHECKING, Any
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.commands import (
+    Accept,
     CommandError,
     Continue,
     ContinueAdmission,
+    Discard,
     Nudge,
     Pause,
     PauseAdmission,
+    Retry,
     SetLimits,
     Steer,
     Stop,
     StopAll,
 )
 from flightdeck.engine.control.arrivals import Arrivals
-from flightdeck.engine.control.inbox import Order
+from flightdeck.engine.control.attempts import Attempts
+from flightdeck.engine.control.inbox import Order, Reviewed
 from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
+from flightdeck.engine.control.reviews import ReviewDesk
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.inputs.settings import CannedSteers
 from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.limits import ROUTE_FIELDS, changed
 from flightdeck.engine.model import (
-    ChildRow,
     ChildStatus,
     EngineEvent,
     LoopEvidence,
@@ -73,7 +77,8 @@ class Controls:
         soft: SoftBudget,
         pauses: Pauses,
         arrivals: Arrivals,
-        carried: Mapping[str, ChildRow],  # final rows an earlier owner left (a resumed batch)
+        attempts: Attempts,
+        desk: ReviewDesk | None,  # where accept and discard are applied (None: nowhere)
         record_held: Callable[[str | None], None],  # why admission is held, for attached views
         record_receipt: Callable[[SteerReceipt, int | None], None],  # and its request, if any
         settle_request: SettleRequest,
@@ -87,7 +92,8 @@ class Controls:
         self._soft = soft
         self._pauses = pauses
         self._arrivals = arrivals
-        self._carried = carried
+        self._attempts = attempts
+        self._desk = desk
         self._record_held = record_held
         self._record_receipt = record_receipt
         self._settle_request = settle_request
@@ -101,16 +107,35 @@ class Controls:
         try:
             receipts = self._dispatch(order)
         except CommandError as exc:  # checked by the sender; the batch changed since
-            if order.request_id is None:
-                log.error("flightdeck engine: %s not applied: %s", order.command.title, exc)
-            else:
-                self._settle_request(order.request_id, (), str(exc))
+            self._settle(order, (), str(exc))
             return
-        if order.request_id is not None:
-            self._settle_request(order.request_id, receipts, None)
+        if receipts is not None:  # None: applied elsewhere, settled once it is (`reviewed`)
+            self._settle(order, receipts, None)
 
-    def _dispatch(self, order: Order) -> tuple[int, ...]:
-        """The one dispatch of every command: the steer receipts it made."""
+    def _settle(self, order: Order, receipts: tuple[int, ...], refused: str | None) -> None:
+        """The order's request and its in-process sender told it was applied, or refused."""
+        if order.answer is not None:
+            order.answer.settle(refused)
+        if order.request_id is not None:
+            self._settle_request(order.request_id, receipts, refused)
+        elif refused is not None and order.answer is None:
+            log.error("flightdeck engine: %s not applied: %s", order.command.title, refused)
+
+    def reviewed(self, done: Reviewed) -> None:
+        """An accept or discard was applied (each child's changes as decided), or refused."""
+        co = self._co
+        for child_id, changes in done.decided.items():
+            child = co.by_id.get(child_id)
+            if child is not None:
+                child.kept.changed(changes)
+            elif child_id in co.carried:
+                row = dataclasses.replace(co.carried[child_id], changes=changes)
+                co.carried = {**co.carried, child_id: row}
+        self._settle(done.order, (), done.refused)
+
+    def _dispatch(self, order: Order) -> tuple[int, ...] | None:
+        """The one dispatch of every command: the steer receipts it made (None: it is applied
+        off this thread, and settled once it is)."""
         co = self._co
         match order.command:
             case Steer(ids, message, now):
@@ -140,6 +165,15 @@ class Controls:
                     self._record_held(co.hold)
             case SetLimits(change):
                 self.set_limits(change)
+            case Retry(ids, resume):
+                self._attempts.retry(ids, resume)
+            case Accept() | Discard():
+                if self._desk is None:
+                    raise CommandError("this batch has no workspace to review changes in")
+                self._desk.submit(
+                    order, {**co.carried, **{c.task.id: c.row() for c in co.children}}
+                )
+                return None
             case command:
                 raise CommandError(f"this owner cannot apply a {command.kind!r} command")
         return ()
@@ -205,7 +239,7 @@ class Controls:
     def _missed_carried(self, child_id: str, receipt: SteerReceipt, request_id: int | None) -> None:
         """A steer for a child an earlier owner finished (a resumed batch): settled missed at
         once, as for any child that has ended."""
-        row = self._carried[child_id]  # the sender checked it is a child of this batch
+        row = self._co.carried[child_id]  # the sender checked it is a child of this batch
         missed = dataclasses.replace(
             receipt, state=SteerState.MISSED, settled_ts=receipt.created_ts
         )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from flightdeck.engine.child.facts import (
     ChildDone,
+    ChildLost,
     ChildPaused,
     Delegated,
     FirstChunk,
@@ -30,6 +31,7 @@ from flightdeck.engine.child.facts import (
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.admission import Admission
 from flightdeck.engine.control.arrivals import Arrivals
+from flightdeck.engine.control.attempts import Attempts, ChangesTold, Rework
 from flightdeck.engine.control.controls import Controls, SettleRequest
 from flightdeck.engine.control.finals import Finals
 from flightdeck.engine.control.inbox import (
@@ -37,15 +39,18 @@ from flightdeck.engine.control.inbox import (
     Order,
     Recorded,
     RecordProgress,
+    Reviewed,
     Shutdown,
     Unrecorded,
 )
+from flightdeck.engine.control.lost import rerun_lost
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.queues import RouteQueues
+from flightdeck.engine.control.reviews import ReviewDesk
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.executors.base import Executor
 from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.limits import limits_of
@@ -82,7 +87,7 @@ class Coordinator:
         children: list[Child],
         routes: Mapping[str, Route],
         *,
-        pool: WorkerPool,
+        pool: Executor,
         pool_size: int,
         engine: EngineSettings,
         budget: Budget,
@@ -112,9 +117,13 @@ class Coordinator:
         settle_request: SettleRequest = lambda request, receipts, refused: None,
         # Every LIVE_EVERY_S: the latest rows of the children alive (for attached views).
         publish_live: Callable[[tuple[ChildRow, ...]], None] = lambda rows: None,
+        rework: Rework | None = None,  # retries, accepts and discards (None: refused)
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
+        # Final rows an earlier owner left (a resumed batch), until a retry runs one again:
+        # replaced whole, never changed in place (the UI reads it from its own thread).
+        self.carried = {r.id: r for r in carried}
         self.pool_size = pool_size
         self._engine = engine
         self._budget = budget
@@ -137,9 +146,9 @@ class Coordinator:
         self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
         self._receipt_ids = itertools.count(first_receipt_id)
         self._receipt_lock = threading.Lock()
-        self._finals = Finals(
+        self.finals = Finals(
             children,
-            carried=tuple(r.status for r in carried),
+            carried=lambda: [r.status for r in self.carried.values()],
             record_final=record_final,
             report=self.report,
             publish=publish,
@@ -160,11 +169,11 @@ class Coordinator:
         self._shutdown = False
         self._last_progress = 0.0
         self._last_watch = 0.0
-        self._progress_versions: dict[str, int] = {}
+        self.progress_versions: dict[str, int] = {}
         self._publish_live = publish_live
         self._last_live = 0.0
         self._live_rows: dict[str, ChildRow] = {}  # alive children's rows, as last recorded
-        self.pool = pool  # the threads children run on
+        self.pool = pool  # where children's work runs (threads here, or a cluster)
         self._pauses = Pauses(self)
         self._arrivals = Arrivals(
             self,
@@ -185,6 +194,8 @@ class Coordinator:
             publish=publish,
             started=len(carried),
         )
+        self._rework = rework
+        reviewer = rework.reviewer if rework is not None else None
         self._controls = Controls(
             self,
             clock=clock,
@@ -193,7 +204,8 @@ class Coordinator:
             soft=self._soft,
             pauses=self._pauses,
             arrivals=self._arrivals,
-            carried={r.id: r for r in carried},
+            attempts=Attempts(self, rework, self._admission.room),
+            desk=ReviewDesk(reviewer, self.report) if reviewer is not None else None,
             record_held=record_held,
             record_receipt=record_receipt,
             settle_request=settle_request,
@@ -203,11 +215,13 @@ class Coordinator:
         self._pauses.admission = admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
+        self._reopen = False  # a retry came after the batch had ended: it runs again
+        self._told = ChangesTold(record_event)
 
     @property
     def unrecorded(self) -> int:
         """Final rows the store gave up on: those children ended, but were never announced."""
-        return self._finals.unrecorded
+        return self.finals.unrecorded
 
     # --- called from any thread ----------------------------------------------------------------
 
@@ -228,6 +242,11 @@ class Coordinator:
         """Queue an operator's order (or the engine's own request) for the coordinator thread
         (thread-safe)."""
         self._inbox.put(command)
+
+    @property
+    def running(self) -> bool:
+        """Whether the coordinator thread runs (started, and not shut down)."""
+        return self._thread.is_alive()
 
     @property
     def on_thread(self) -> bool:
@@ -304,6 +323,15 @@ class Coordinator:
         self._stop_requested.setdefault(child.task.id, self._clock())
         child.request_stop(status, reason)
 
+    def forget(self, child: Child) -> None:
+        """A child lost with its worker: nothing of it stays paused, nor waits on a stop."""
+        self._pauses.ended(child)
+        self._stop_requested.pop(child.task.id, None)
+
+    def park(self, child: Child) -> None:
+        """A paused child that holds nothing waits to be continued."""
+        self._pauses.parked[child.task.id] = child
+
     def relaunch(self, child: Child) -> None:
         """Run a paused child on a thread again (its route's slot taken by the caller)."""
         self._admission.launch(child, new=False)
@@ -311,28 +339,34 @@ class Coordinator:
     # --- the coordinator thread ----------------------------------------------------------------
 
     def _run(self) -> None:
-        finished: EngineEvent | None = None
-        try:
+        while True:
+            finished: EngineEvent | None = None
             try:
-                self._loop()
-            except Exception as exc:
-                self._failed(exc)
-            finished = self._end()
-        finally:
-            self.finished.set()
-        if finished is not None:
-            # Announced once waiters are released: a subscriber that calls `wait()` on it
-            # (from this thread) finds the batch finished rather than blocking it.
-            self._publish(finished)
-        # Keep answering commands until shutdown, so a late steer is settled as missed; but not
-        # past the end of the program: one that never called close() would wait for ever.
-        while not self._shutdown and threading.main_thread().is_alive():
-            try:
-                self._drain()
-            except Exception:
-                log.exception("flightdeck engine: a command after the batch ended failed")
+                try:
+                    self._loop()
+                except Exception as exc:
+                    self._failed(exc)
+                finished = self._end()
+            finally:
+                self.finished.set()
+            if finished is not None:
+                # Announced once waiters are released: a subscriber that calls `wait()` on it
+                # (from this thread) finds the batch finished rather than blocking it.
+                self._publish(finished)
+            # Keep answering commands until shutdown, so a late steer is settled as missed
+            # (and a retry reopens the batch); but not past the end of the program: one that
+            # never called close() would wait for ever.
+            self._reopen = False
+            while not self._shutdown and threading.main_thread().is_alive() and not self._reopen:
+                try:
+                    self._drain()
+                except Exception:
+                    log.exception("flightdeck engine: a command after the batch ended failed")
+            if not self._reopen:
+                return
 
     def _loop(self) -> None:
+        self._handle_queued()  # sent before this thread started (a resumed batch's requests)
         self._watch_store()
         self._soft.watch()
         self._admission.admit()
@@ -367,7 +401,7 @@ class Coordinator:
         status = (
             BatchStatus.FAILED
             if self.failure or self.unrecorded
-            else self._finals.status(self.stopped_by_stop_all)
+            else self.finals.status(self.stopped_by_stop_all)
         )
         if self._soft.end():  # an ended batch holds nothing back
             try:
@@ -401,7 +435,7 @@ class Coordinator:
     @property
     def held(self) -> int:
         """Final rows handed to the store and not yet committed (nor given up on)."""
-        return self._finals.held
+        return self.finals.held
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S, and no longer than the next
@@ -417,6 +451,14 @@ class Coordinator:
             except queue.Empty:
                 return
 
+    def _handle_queued(self) -> None:
+        """Handle what is queued now, without waiting for more."""
+        while True:
+            try:
+                self._handle(self._inbox.get_nowait())
+            except queue.Empty:
+                return
+
     def _handle(self, message: Message) -> None:
         match message:
             case ChildDone(child_id):
@@ -428,12 +470,13 @@ class Coordinator:
                     # The watchdog abandoned it and recorded its final row; its call has come
                     # back since, and may have been billed: the store must say what was spent.
                     # (Only while the engine is open: a call stuck at close() is not waited for.)
+                    self._told.changes(child)
                     self.record(child.row())
             case Recorded(row):
-                self._finals.recorded(row)
+                self.finals.recorded(row)
                 self._arrivals.ended(row)
             case Unrecorded(row):
-                self._finals.lost()
+                self.finals.lost()
                 self._arrivals.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
@@ -448,10 +491,14 @@ class Coordinator:
                 self.queues.requeue(self._admission.gate.first_chunk(self.by_id[child_id]))
             case HeadroomSeen(route, event):
                 self.queues.saw_headroom(route, event, self._clock())
+            case ChildLost(child_id, why):
+                rerun_lost(self, self.by_id[child_id], why)
             case LoopFlagged(child_id, evidence, again):
                 self._controls.looped(child_id, evidence, again)
             case Order():
                 self._controls.apply(message)
+            case Reviewed():
+                self._controls.reviewed(message)
             case RecordProgress(done):
                 self._record_progress()
                 done.set()
@@ -468,10 +515,20 @@ class Coordinator:
         self._stop_requested.pop(child.task.id, None)
         self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
-        self._finals.hand(child.row())
+        self._told.changes(child)
+        self.finals.hand(child.row())
+
+    def reopen(self) -> None:
+        """A retry came after the batch had ended (control/attempts.py): it runs again."""
+        self._reopen = True
+        self.stopped_by_stop_all = 0
+        self.failure = None
+        self.finished.clear()
+        if self._rework is not None:
+            self._rework.on_reopened()
 
     def _all_done(self) -> bool:
-        return self._finals.done >= len(self.children) and not self._arrivals.scheduled
+        return self.finals.done >= len(self.children) and not self._arrivals.scheduled
 
     # --- watchdog and progress -----------------------------------------------------------------
 
@@ -503,8 +560,8 @@ class Coordinator:
     def _record_progress(self) -> None:
         alive, rows = self.alive, self._live_rows
         for child in alive.values():
-            if self._progress_versions.get(child.task.id) != child.version:
-                self._progress_versions[child.task.id] = child.version
+            if self.progress_versions.get(child.task.id) != child.version:
+                self.progress_versions[child.task.id] = child.version
                 row = rows[child.task.id] = child.row()
                 self.record(row)
         if len(rows) > len(alive) or any(cid not in alive for cid in rows):

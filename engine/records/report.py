@@ -13,6 +13,7 @@ from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.limits import describe
 from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
 from flightdeck.engine.money import fmt_usd
+from flightdeck.engine.records.attempts import markdown_lines, report_entries
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
@@ -101,6 +102,7 @@ def build_report(
                 "goal": c.goal,
                 "route": c.route,
                 "model": c.model,
+                "node": c.node,
                 "api_calls": c.activity.api_calls,
                 "tool_calls": c.activity.tool_calls,
                 "retries": c.activity.retries,
@@ -112,9 +114,11 @@ def build_report(
                 "duration_s": None if c.duration_s is None else round(c.duration_s, 3),
                 "error": c.error,
                 "transcript": c.transcript,
+                "attempt": c.attempt,
             }
             for c in children
         ],
+        **report_entries(reader.events(batch_id), children),
         "groups": _groups(children),
         "steers": [
             {
@@ -360,6 +364,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         report["steers"], report["stops"], report.get("limits") or [], report.get("pauses") or []
     )
     lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
+    lines += markdown_lines(dict(report), _cell)
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
         lost = _usd(recovery["lost_cost_usd"]) + (

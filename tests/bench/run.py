@@ -160,6 +160,34 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"tmux echo {echo['p50_ms']} ms p50",
                 None,
             )
+        case "ray_throughput":
+            yield (
+                f"Ray executor: {r['children']:,} one-call sim children",
+                f"{r['ray_children_per_s']:,} children/s",
+                f"threads {r['threads_children_per_s']:,}/s",
+                r["ray_over_threads"],
+            )
+        case "ray_latency_bound":
+            yield (
+                f"Ray executor: {r['children']} × 3 calls × 200 ms, 50 slots",
+                f"makespan {r['ray_makespan_s']} s (threads {r['threads_makespan_s']} s)",
+                f"the ideal {r['ideal_s']} s",
+                r["ray_ideal_over_makespan"],
+            )
+        case "ray_stop_latency":
+            yield (
+                f"Ray executor: stop, {r['children']} children in a call",
+                f"{r['stop_ms_p50']} ms p50, {r['stop_ms_max']} max",
+                "",
+                None,
+            )
+        case "ray_fleet_rpm":
+            yield (
+                f"Ray executor: rpm {r['limit_rpm']} across {r['nodes']} nodes",
+                f"held at {r['held_rpm']:,} rpm over {r['calls']} calls",
+                "the limit",
+                r["ratio_of_limit"],
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 
