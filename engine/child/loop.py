@@ -118,7 +118,7 @@ class ModelRunner:
         prompt and the tools. Children with one key read one provider-side cache entry."""
         return self._route_name, prefix_digest(SYSTEM_PROMPT, self.tool_specs)
 
-    @functools.cached_property
+    @property  # not cached: an attribute added after __init__ costs each runner 400 bytes
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """The tools its model is offered: the workspace's, and `delegate` if it may."""
         return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ())
@@ -151,6 +151,8 @@ class ModelRunner:
             if not paused and self._workspace is not None:
                 self._release(child, self._workspace)
             self._port = None
+            if not paused:  # it has ended: the batch keeps the child, not its conversation
+                self._messages = None
 
     def _own_workspace(self, c: ChildPort) -> Ended | None:
         """Its tools moved into its own worktree or copy (a retry that continues: the one its
