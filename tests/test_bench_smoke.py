@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,43 @@ def test_the_command_benchmark_runs_and_reports() -> None:
     assert result["ratio_of_xargs"] > 0 and result["makespan_over_ideal"] >= 1
 
 
+@pytest.mark.slow
+def test_the_attached_screen_benchmark_runs_and_reports() -> None:
+    # Real owners and real `flightdeck attach` processes under ptys; 40 children a batch.
+    scale = {"BENCH_SCREEN_CHILDREN": "40", "BENCH_SCREEN_POOL": "20", "BENCH_SCREEN_ROUNDS": "1"}
+    _, result = run_bench("import json, bench_screen as b; print(json.dumps(b.main()))", scale)
+    assert result["bench"] == "screen_cpu" and result["children"] == 40
+    assert result["owner_alone_cpu_s"] > 0 and result["tui_cpu_s"] > 0
+    assert result["tui_plus_owner_over_alone"] > 1  # a TUI process's CPU is counted
+    assert len(result["per_round"][0]["2"]["tui_cpu_s"]) == 2
+    rows = load_runner().summary_rows([result])
+    assert [row[0] for row in rows] == [
+        "attached TUI process, 40 paced children (CPU)",
+        "owner with two attached TUIs (CPU)",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_tmux_key_benchmark_runs_and_reports() -> None:
+    scale = {"BENCH_KEYS_CHILDREN": "60", "BENCH_KEYS_RUNNING": "20", "BENCH_KEYS": "4"}
+    _, result = run_bench("import json, bench_keys as b; print(json.dumps(b.main()))", scale)
+    assert result["bench"] == "keys_tmux" and result["running"] >= 18
+    assert 0 < result["key_to_screen"]["p50_ms"] <= result["key_to_screen"]["max_ms"]
+    assert result["tmux_echo"]["p50_ms"] > 0
+
+
+@pytest.mark.slow
+def test_the_memory_benchmark_runs_and_reports() -> None:
+    _, result = run_bench(
+        "import json, bench_memory as b; print(json.dumps(b.main()))",
+        {"BENCH_MEMORY_SIZES": "30,60"},
+    )
+    assert [s["children"] for s in result["sizes"]] == [30, 60]
+    for size in result["sizes"]:
+        assert size["kb_per_child"] > 0 and size["us_per_child"] > 0 and size["tail_s"] >= 0
+
+
 def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
     rows = load_runner().summary_rows(RECORDED)
     assert rows == [
@@ -191,7 +229,7 @@ def run_bench(code: str, scale: dict[str, str]) -> tuple[list[str], Any]:
         capture_output=True,
         text=True,
         env={**os.environ, **scale},
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     *table, last = proc.stdout.splitlines()

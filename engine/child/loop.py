@@ -122,7 +122,7 @@ class ModelRunner:
         prompt and the tools. Children with one key read one provider-side cache entry."""
         return self._route_name, prefix_digest(SYSTEM_PROMPT, self.tool_specs)
 
-    @functools.cached_property
+    @property  # not cached: an attribute added after __init__ costs each runner 400 bytes
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """The tools its model is offered: the workspace's, `delegate`, `ask_operator` if it may."""
         ask = (ASK_SPEC,) if self.ask_chars is not None else ()
@@ -156,6 +156,8 @@ class ModelRunner:
             if not paused and self._workspace is not None:
                 self._release(child, self._workspace)
             self._port = None
+            if not paused:  # it has ended: the batch keeps the child, not its conversation
+                self._messages = None
 
     def _own_workspace(self, c: ChildPort) -> Ended | None:
         """Its tools moved into its own worktree or copy (a retry that continues: the one its
