@@ -12,9 +12,9 @@ unattended batch is not held for ever. The coordinator records the question, sho
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from flightdeck.engine.errors import ToolError
 from flightdeck.engine.model import ASK_TOOL
@@ -53,6 +53,23 @@ class AskCall:
     def refuse(self, reason: str) -> None:
         self.refused = reason
         self.done.set()
+
+
+class Settled(Protocol):
+    """A call the coordinator settles (`ask_operator`'s, `delegate`'s): done, or refused."""
+
+    done: threading.Event
+    refused: str | None
+
+
+def wait_settled(call: Settled, check_stop: Callable[[], None]) -> None:
+    """Until the coordinator settles `call`; `check_stop` raising (a stop) ends the wait, and a
+    refusal is the tool's error."""
+    while not call.done.wait(0.05):
+        check_stop()
+    check_stop()
+    if call.refused is not None:
+        raise ToolError(call.refused)
 
 
 def parse_question(arguments: Mapping[str, Any], max_chars: int) -> str:

@@ -11,7 +11,13 @@ from typing import Any
 
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.activity import InFlight
-from flightdeck.engine.child.ask import ASK_SPEC, AskCall, answer_text, parse_question
+from flightdeck.engine.child.ask import (
+    ASK_SPEC,
+    AskCall,
+    answer_text,
+    parse_question,
+    wait_settled,
+)
 from flightdeck.engine.child.delegate import (
     DELEGATE_SPEC,
     DelegateCall,
@@ -378,7 +384,7 @@ class ModelRunner:
         call = DelegateCall(c.task.id, parse_call(arguments, rules))
         c.progress.show(f"waiting for {len(call.tasks)} delegate(s)")
         c.report(Delegated(c.task.id, call))
-        self._wait_for(call)
+        wait_settled(call, self._check_stop)  # a stop: the coordinator stops its subtree
         return result_text(call.results)
 
     def _ask(self, arguments: Mapping[str, Any], max_chars: int) -> str:
@@ -387,16 +393,8 @@ class ModelRunner:
         call = AskCall(c.task.id, parse_question(arguments, max_chars))
         c.progress.wait_on_operator(f"asks: {one_line(c.clean(call.question), 80)}")
         c.report(Asked(c.task.id, call))
-        self._wait_for(call)
+        wait_settled(call, self._check_stop)
         return answer_text(call.answer or "")  # settled, not refused: answered
-
-    def _wait_for(self, call: DelegateCall | AskCall) -> None:
-        """Until the coordinator settles `call`; a stop ends the wait, a refusal is the error."""
-        while not call.done.wait(0.05):
-            self._check_stop()
-        self._check_stop()
-        if call.refused is not None:
-            raise ToolError(call.refused)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
         c = self._c

@@ -67,6 +67,7 @@ class Child:
         "leads_gate",
         "loops",
         "node",
+        "operator",
         "paused_s",
         "progress",
         "queued_ts",
