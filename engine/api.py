@@ -1,10 +1,11 @@
 """`Engine`: the small API that the TUI, the headless CLI and the tests all drive.
 
 Its lifecycle (start, finish, close) and the reads are here; what it hands on lives beside it:
-controls.py (`send`: a command checked and handed to the coordinator, from this process or a
-client's request), resume.py (taking over a batch), batchdir.py (the folder and manifest),
-subscribers.py (events), health.py (`problem`). Below the imports, what the UI and scripts use of
-the engine besides `Engine`, from this one place.
+control/sending.py (`send`: a command checked and handed to the coordinator, from this process
+or a client's request), owner/ (resume.py: taking over a batch; batchdir.py: the folder and
+manifest; health.py: `problem`; duties.py: the heartbeat and client requests), subscribers.py
+(events). Below the imports, what the UI and scripts use of the engine besides `Engine`, from
+this one place.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine import assembly, batchdir, health
-from flightdeck.engine.assembly import new_batch_id, steady_clock
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
@@ -28,9 +27,15 @@ from flightdeck.engine.commands import (
 )
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
+from flightdeck.engine.control.sending import CommandMethods, Controls
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
-from flightdeck.engine.controls import CommandMethods, Controls
+from flightdeck.engine.inputs.livelimits import (
+    limits_from_json,
+    limits_json,
+    limits_of,
+    with_limits,
+)
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -41,7 +46,6 @@ from flightdeck.engine.inputs.settings import (
     state_dir_from,
 )
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch
-from flightdeck.engine.limits import limits_from_json, limits_json, limits_of, with_limits
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     BatchFinished,
@@ -51,27 +55,29 @@ from flightdeck.engine.model import (
     Snapshot,
     SteerReceipt,
 )
-from flightdeck.engine.outliers import Kind, MedianRows, Medians
-from flightdeck.engine.owner import OwnerDuties
+from flightdeck.engine.owner import assembly, batchdir, health
+from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
+from flightdeck.engine.owner.duties import OwnerDuties
+from flightdeck.engine.owner.resume import NothingToResume, Resumed, Stored
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.query import (
+from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
+from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.records.live import live_json
+from flightdeck.engine.records.liveness import OwnerAlive
+from flightdeck.engine.records.meter import Meter, route_totals, spend_known, totals_of
+from flightdeck.engine.records.processes import ProcessLog
+from flightdeck.engine.records.sink import TranscriptSink
+from flightdeck.engine.records.store import Store
+from flightdeck.engine.subscribers import Subscriber, Subscribers
+from flightdeck.engine.triage.outliers import Kind, MedianRows, Medians
+from flightdeck.engine.triage.query import (
     STATUS_ALIASES,
     QueryError,
     RowFilter,
     is_retrying,
     parse_filter,
 )
-from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
-from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
-from flightdeck.engine.records.live import live_json
-from flightdeck.engine.records.liveness import OwnerAlive
-from flightdeck.engine.records.meter import Meter, route_totals, totals_of
-from flightdeck.engine.records.processes import ProcessLog
-from flightdeck.engine.records.sink import TranscriptSink
-from flightdeck.engine.records.store import Store
-from flightdeck.engine.resume import NothingToResume, Resumed, Stored
-from flightdeck.engine.signatures import error_signature
-from flightdeck.engine.subscribers import Subscriber, Subscribers
+from flightdeck.engine.triage.signatures import error_signature
 
 # Beside `Engine`, what the UI and scripts use of the engine, from this one place: the task and
 # settings loaders, the filter language, outliers and error signatures of rows, forecasts, the
@@ -182,7 +188,7 @@ class Engine(CommandMethods):
         """An engine for a batch whose owner died, built from the store alone; `start()`
         claims it and runs what is left. Raises NothingToResume for a finished batch, an
         InputError for one this state folder cannot resume."""
-        from flightdeck.engine import resume
+        from flightdeck.engine.owner import resume
 
         state_dir = Path(state_dir).absolute()
         stored = resume.load(state_dir, batch_id)
@@ -216,7 +222,7 @@ class Engine(CommandMethods):
             retry_s=self.settings.engine.store_retry_s,
         )
         if self._resuming is not None:
-            from flightdeck.engine import resume
+            from flightdeck.engine.owner import resume
 
             resume.claim(self._store, self.batch_id, self.clock)
         self.batch_id, self.batch_dir = batchdir.claim(
@@ -371,7 +377,7 @@ class Engine(CommandMethods):
             self._store.set_live(self.batch_id, body)
 
     def _settle_resumed(self, children: list[Child]) -> Resumed:
-        from flightdeck.engine import resume
+        from flightdeck.engine.owner import resume
 
         assert self._store is not None and self._resuming is not None
         stored, rerun = self._resuming
@@ -574,7 +580,7 @@ class Engine(CommandMethods):
         c = self._coordinator
         if c is not None:
             return c.limits()
-        return limits_of(self.settings, self.routes, self.pool_size)
+        return limits_of(self.settings, self.routes, self.pool_size, spend_known)
 
     def receipts(self) -> list[SteerReceipt]:
         snap = self.snapshot()

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flightdeck.engine.errors import CommandError
-from flightdeck.engine.inputs.messages import expected, kind
-from flightdeck.engine.inputs.text import too_long, unicode_problem
-from flightdeck.engine.limits import (
+from flightdeck.engine.inputs.livelimits import (
     ROUTE_FIELDS,
     LimitError,
     changed,
@@ -32,6 +30,8 @@ from flightdeck.engine.limits import (
     parse_count,
     parse_money,
 )
+from flightdeck.engine.inputs.messages import expected, kind
+from flightdeck.engine.inputs.text import too_long, unicode_problem
 from flightdeck.engine.model import Limits
 from flightdeck.engine.sanitize import one_line
 
@@ -180,7 +180,7 @@ class ContinueAdmission(Command):
 
 @dataclass(frozen=True, slots=True)
 class SetLimits(Command):
-    """A change to the live limits (see engine/limits.py for its form), applied at once."""
+    """A change to the live limits (see inputs/livelimits.py for its form), applied at once."""
 
     kind: ClassVar[str] = "limits"
     answered: ClassVar[bool] = True

@@ -11,11 +11,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine import api, batchdir
+from flightdeck.engine import api
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import SIM_PRICE
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
+from flightdeck.engine.owner import batchdir
 from flightdeck.engine.records.lines import parse
 from flightdeck.engine.records.meter import Meter, cost_of
 from flightdeck.engine.records.reader import StoreReader

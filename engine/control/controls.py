@@ -35,9 +35,9 @@ from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.inputs.livelimits import ROUTE_FIELDS, changed
 from flightdeck.engine.inputs.settings import CannedSteers
 from flightdeck.engine.inputs.settings.loops import fill
-from flightdeck.engine.limits import ROUTE_FIELDS, changed
 from flightdeck.engine.model import (
     ChildRow,
     ChildStatus,

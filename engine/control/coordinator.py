@@ -46,9 +46,9 @@ from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.inputs.livelimits import limits_of
 from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
 from flightdeck.engine.inputs.tasks import Schedule, Task
-from flightdeck.engine.limits import limits_of
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
@@ -61,7 +61,7 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.records.faults import StoreTrouble
-from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.meter import Meter, spend_known
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class Coordinator:
     def limits(self) -> Limits:
         """The live limits (any thread: each value is replaced whole, never changed in place)."""
         routes = {name: state.route for name, state in self.queues.routes.items()}
-        base = limits_of(self._settings_view(), routes, self.pool_size)
+        base = limits_of(self._settings_view(), routes, self.pool_size, spend_known)
         return dataclasses.replace(base, soft_cost_usd=self._soft.cost, soft_held=self._soft.held)
 
     @property
