@@ -25,14 +25,13 @@ from flightdeck.engine.commands import (
     Command,
     StopAll,
 )
-from flightdeck.engine.control.coordinator import Coordinator
+from flightdeck.engine.control.coordinator import Carried, Coordinator
 from flightdeck.engine.control.pool import tune_interpreter, worker_pool
-from flightdeck.engine.control.sending import CommandMethods, Controls
+from flightdeck.engine.control.sending import CommandMethods, Sender
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.inputs.livelimits import (
     limits_from_json,
-    limits_json,
     limits_of,
     with_limits,
 )
@@ -58,6 +57,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.owner import assembly, batchdir, health
 from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
 from flightdeck.engine.owner.duties import OwnerDuties
+from flightdeck.engine.owner.recording import StoreRecorder
 from flightdeck.engine.owner.resume import NothingToResume, Resumed, Stored
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
@@ -160,7 +160,7 @@ class Engine(CommandMethods):
         self._sink: TranscriptSink | None = None
         self._pool: WorkerPool | None = None
         self._coordinator: Coordinator | None = None
-        self._controls: Controls | None = None  # made with the coordinator
+        self._sender: Sender | None = None  # made with the coordinator
         self._status = BatchStatus.RUNNING
         self._manifest_children = "[]"  # JSON, set by start()
         self._started_ts = clock()
@@ -292,75 +292,48 @@ class Engine(CommandMethods):
             found = self._settle_resumed(children)
             children = found.live
             first_receipt = found.first_receipt_id
+        recorder = StoreRecorder(store, self.batch_id, self.clock)
         self._coordinator = Coordinator(
             children,
             self.routes,
             pool=self._pool,
             pool_size=self.pool_size,
-            engine=self.settings.engine,
-            budget=self.settings.budget,
+            settings=self.settings,
             meter=self.meter,
             clock=self.clock,
-            record=lambda row: store.update_child(self.batch_id, row),
-            record_final=lambda row, then: store.update_child(self.batch_id, row, then),
-            record_receipt=lambda r, request: store.record_control(
-                self.batch_id, r, "steer", request
-            ),
-            record_event=lambda child, kind, detail: store.record_event(
-                self.batch_id, child, self.clock(), kind, detail
-            ),
+            recorder=recorder,
             publish=self._subscribers.publish,
             on_finished=self._finish,
             throttles=throttles,
             between_facts=self._sink.pump,
-            carried=self._carried,
-            first_receipt_id=first_receipt,
-            spawn=spawn,
-            store_trouble=lambda: store.trouble,
-            canned=self.settings.canned,
-            schedules=self.batch.schedules,
-            rows=self._rows,
-            on_limits=self._limits_changed,
-            record_held=lambda held: store.set_held(self.batch_id, held),
-            # The operator paused admission before the owner died: it stays paused.
-            admission_paused=self._resuming is not None
-            and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
-            settle_request=lambda request, receipts, refused: self._require_controls().settled(
-                request, receipts, refused
+            carried=Carried(
+                self._carried,
+                first_receipt,
+                # The operator paused admission before the owner died: it stays paused.
+                admission_paused=self._resuming is not None
+                and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
             ),
+            spawn=spawn,
+            schedules=self.batch.schedules,
             publish_live=self._publish_live,
         )
         self._coordinator.start()
-        self._controls = Controls(
+        self._sender = sender = Sender(
             self._coordinator,
-            store,
+            recorder,
             self.batch_id,
-            clock=self.clock,
             carried=self._carried,
             max_chars=self.settings.engine.max_task_chars,
         )
-        controls = self._controls
         self._duties = OwnerDuties(
             store.path,
             self.batch_id,
             store,
-            lambda request: controls.apply_request(request.id, request.command),
+            lambda request: sender.apply_request(request.id, request.command),
             self.clock,
         )
         self._duties.start()
         return self.batch_id
-
-    def _rows(self) -> tuple[ChildRow, ...]:
-        """Every child's row, a resumed batch's finished ones included."""
-        c = self._coordinator
-        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.children) if c else ()
-        return (*self._carried, *rows) if self._carried else rows
-
-    def _limits_changed(self, limits: Limits, hold: str | None) -> None:
-        """Coordinator thread: the live limits and the hold, for attached views and resume."""
-        assert self._store is not None
-        self._store.set_limits(self.batch_id, limits.pool_size, limits_json(limits))
-        self._store.set_held(self.batch_id, hold)
 
     def _publish_live(self, rows: tuple[ChildRow, ...]) -> None:
         """Coordinator thread: the alive children's live figures, the route gauges and the
@@ -467,7 +440,7 @@ class Engine(CommandMethods):
         self._closed = True
         if self._coordinator is not None:
             if not self._coordinator.finished.is_set():
-                self._require_controls().send(StopAll())  # `self.send` is a no-op once closed
+                self._require_sender().send(StopAll())  # `self.send` is a no-op once closed
                 self._coordinator.finished.wait()
             if self._duties is not None:
                 # Requests recorded before the batch finished are settled, not left pending
@@ -566,14 +539,14 @@ class Engine(CommandMethods):
         Raises CommandError (a ValueError), sending nothing, if the command cannot be applied:
         an id that names no child of this batch, a steer message that cannot be sent (empty, a
         lone surrogate, longer than `[engine] max_task_chars`), a bad limit (LimitError)."""
-        controls = self._require_controls()
+        sender = self._require_sender()
         if self._closed:  # every child has ended
             if command.answered:  # nothing would ever settle a receipt, or apply a limit
                 raise RuntimeError(
                     f"Engine.send({command.title}) after close(): every child has ended"
                 )
             return ()
-        return controls.send(command)
+        return sender.send(command)
 
     def limits(self) -> Limits:
         """The live limits: pool size, each route's caps, the soft budget and its hold."""
@@ -591,7 +564,7 @@ class Engine(CommandMethods):
             raise RuntimeError("Engine.start() has not been called")
         return self._coordinator
 
-    def _require_controls(self) -> Controls:
+    def _require_sender(self) -> Sender:
         self._require()
-        assert self._controls is not None  # made with the coordinator
-        return self._controls
+        assert self._sender is not None  # made with the coordinator
+        return self._sender

@@ -1,12 +1,12 @@
 """Sending the operator's commands to a started batch, from this process (`Engine.send`) or as a
 client's request the owner read from the store: checked here, on the sender's thread, against
 the batch as the coordinator has it, then handed to the coordinator thread, which applies it
-(control/controls.py) and settles the request.
+(controls.py) and settles the request (recorder.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from flightdeck.engine.commands import (
     Command,
@@ -24,10 +24,9 @@ from flightdeck.engine.commands import (
 )
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import Order
+from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.inputs.livelimits import changed
 from flightdeck.engine.model import ChildRow, Limits
-from flightdeck.engine.records.requests import RequestState
-from flightdeck.engine.records.store import Store
 
 
 class CommandMethods:
@@ -75,23 +74,22 @@ class CommandMethods:
         return changed(before, change)
 
 
-class Controls:
-    """One started batch's commands: its coordinator, its store, the rows a resume carried."""
+class Sender:
+    """One started batch's commands sent: its coordinator, its records, the rows a resume
+    carried."""
 
     def __init__(
         self,
         coordinator: Coordinator,
-        store: Store,
+        recorder: Recorder,  # where a client's request is settled
         batch_id: str,
         *,
-        clock: Callable[[], float],
         carried: tuple[ChildRow, ...],  # final rows an earlier owner left (a resumed batch)
         max_chars: int,  # `[engine] max_task_chars`: a steer joins the prompt as a goal does
     ) -> None:
         self._co = coordinator
-        self._store = store
+        self._recorder = recorder
         self._batch_id = batch_id
-        self._clock = clock
         self._known = _Known(coordinator.by_id, frozenset(r.id for r in carried))
         self._max_chars = max_chars
 
@@ -116,27 +114,7 @@ class Controls:
                 raise command
             self.send(command, request_id)
         except CommandError as exc:
-            self.refuse(request_id, str(exc))
-
-    def refuse(self, request_id: int, reason: str) -> None:
-        """Settle a client's request as refused, saying why."""
-        self._store.settle_request(
-            self._batch_id, request_id, RequestState.REFUSED, self._clock(), reason=reason
-        )
-
-    def settled(self, request_id: int, receipts: tuple[int, ...], refused: str | None) -> None:
-        """The coordinator applied a client's request (with the steer receipts it made), or
-        found it could not: settled in the store after what it made."""
-        if refused is not None:
-            self.refuse(request_id, refused)
-            return
-        self._store.settle_request(
-            self._batch_id,
-            request_id,
-            RequestState.APPLIED,
-            self._clock(),
-            control_ids=receipts,
-        )
+            self._recorder.settle_request(request_id, (), str(exc))  # refused, saying why
 
 
 class _Known:
