@@ -21,6 +21,7 @@ from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
 from flightdeck.engine.money import fmt_usd
+from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,20 @@ class Admission:
                 child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
             finally:
                 self._report(ChildDone(child.task.id))
+
+    def store_trouble(self, trouble: StoreTrouble | None) -> None:
+        """No child starts while the store cannot commit (`trouble`); they start again once it
+        commits."""
+        if (trouble is not None) == self.store_paused:
+            return
+        self.store_paused = trouble is not None
+        if trouble is not None:
+            log.error(
+                "flightdeck engine: no new child starts while the store cannot commit (%s)",
+                trouble.reason,
+            )
+        else:
+            log.warning("flightdeck engine: the store commits again; children start again")
 
     def budget_exhausted(self) -> str | None:
         """Why no more children may start (max_runs or max_cost_usd reached); None: they may."""

@@ -17,7 +17,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from flightdeck.engine.child.facts import (
     ChildDone,
@@ -42,9 +41,10 @@ from flightdeck.engine.control.inbox import (
     Shutdown,
     Unrecorded,
 )
+from flightdeck.engine.control.liverows import PROGRESS_EVERY_S, LiveRows
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.recorder import Recorder
-from flightdeck.engine.control.slots import Slots
+from flightdeck.engine.control.slots import Carried, Slots
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
@@ -66,21 +66,8 @@ from flightdeck.engine.records.meter import Meter, spend_known
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
-PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
-# How often the alive children's live figures (calls in flight, retry notices) are published
-# for attached views: with their reading, well within half a second.
-LIVE_EVERY_S = 0.2
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
-
-
-@dataclass(frozen=True, slots=True)
-class Carried:
-    """What an earlier owner left a resumed batch (nothing, for a new one)."""
-
-    rows: tuple[ChildRow, ...] = ()  # its final rows
-    first_receipt_id: int = 1
-    admission_paused: bool = False  # the operator's pause, kept across a resume
 
 
 class Coordinator:
@@ -141,12 +128,8 @@ class Coordinator:
             announce=self._announce_limits,
         )
         self._shutdown = False
-        self._last_progress = 0.0
         self._last_watch = 0.0
-        self._progress_versions: dict[str, int] = {}
-        self._publish_live = publish_live
-        self._last_live = 0.0
-        self._live_rows: dict[str, ChildRow] = {}  # alive children's rows, as last recorded
+        self._live_rows = LiveRows(recorder, publish_live)
         self._pauses = Pauses(slots, self, recorder)
         self._arrivals = Arrivals(
             slots,
@@ -191,21 +174,6 @@ class Coordinator:
         self.finished = threading.Event()
 
     @property
-    def children(self) -> list[Child]:
-        """Every child of the batch run here (delegates and waves join as they come)."""
-        return self.slots.children
-
-    @property
-    def by_id(self) -> Mapping[str, Child]:
-        """The children run here, by id."""
-        return self.slots.by_id
-
-    @property
-    def pool_size(self) -> int:
-        """How many children may run at once now."""
-        return self.slots.pool_size
-
-    @property
     def stopped_by_stop_all(self) -> int:
         """Children a stop-all found still queued or running; any makes the batch `stopped`."""
         return self._controls.stopped_by_stop_all
@@ -224,10 +192,6 @@ class Coordinator:
     def report(self, fact: Message) -> None:
         """Workers hand facts here (thread-safe)."""
         self._inbox.put(fact)
-
-    def next_receipt_id(self) -> int:
-        """A steer receipt id no other steer of this batch has."""
-        return self.receipt_ids.next()
 
     def command(self, command: Order | RecordProgress | Shutdown) -> None:
         """Queue an operator's order (or the engine's own request) for the coordinator thread
@@ -250,7 +214,7 @@ class Coordinator:
         """Record every running child's current row now, not at the next progress tick; False
         if the coordinator did not get to it within `timeout` (or has ended)."""
         if self.on_thread:
-            self._record_progress()
+            self._live_rows.record(self.slots.alive)
             return True
         done = threading.Event()
         self.command(RecordProgress(done))
@@ -268,7 +232,8 @@ class Coordinator:
     def limits(self) -> Limits:
         """The live limits (any thread: each value is replaced whole, never changed in place)."""
         routes = {name: state.route for name, state in self.slots.queues.routes.items()}
-        base = limits_of(self._settings_view(), routes, self.pool_size, spend_known)
+        settings = Settings(routes=routes, budget=self._budget)
+        base = limits_of(settings, routes, self.slots.pool_size, spend_known)
         return dataclasses.replace(base, soft_cost_usd=self._soft.cost, soft_held=self._soft.held)
 
     @property
@@ -276,10 +241,6 @@ class Coordinator:
         """Why admission is held, every hold that is on in one sentence; None: it is not."""
         holds = [*self._pauses.holds(), *self._soft.holds()]
         return "; ".join(holds) or None
-
-    def _settings_view(self) -> Settings:
-        routes = {name: state.route for name, state in self.slots.queues.routes.items()}
-        return Settings(routes=routes, budget=self._budget)
 
     # --- for its parts (slots.Ends), on the coordinator thread --------------------------------
 
@@ -371,15 +332,7 @@ class Coordinator:
         """No child starts while the store cannot commit; once it gives up, every child is
         stopped and the batch fails (its rows could not be kept)."""
         trouble = self._recorder.trouble()
-        if (trouble is not None) != self._admission.store_paused:
-            self._admission.store_paused = trouble is not None
-            if trouble is not None:
-                log.error(
-                    "flightdeck engine: no new child starts while the store cannot commit (%s)",
-                    trouble.reason,
-                )
-            else:
-                log.warning("flightdeck engine: the store commits again; children start again")
+        self._admission.store_trouble(trouble)
         if trouble is not None and trouble.gave_up and self.failure is None:
             self.failure = f"the store cannot record ({trouble.reason})"
             log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
@@ -407,7 +360,7 @@ class Coordinator:
     def _handle(self, message: Message) -> None:
         match message:
             case ChildDone(child_id):
-                child = self.by_id[child_id]
+                child = self.slots.by_id[child_id]
                 if child_id in self.slots.alive:
                     self.release(child)
                     self.finish(child)
@@ -428,11 +381,13 @@ class Coordinator:
                 self._recorder.record_receipt(receipt, None)
                 self._publish(SteerSettled(receipt))
             case Delegated(child_id, call):
-                self._arrivals.delegate(self.by_id[child_id], call)
+                self._arrivals.delegate(self.slots.by_id[child_id], call)
             case ChildPaused(child_id):
-                self._pauses.paused(self.by_id[child_id])
+                self._pauses.paused(self.slots.by_id[child_id])
             case FirstChunk(child_id):
-                self.slots.queues.requeue(self._admission.gate.first_chunk(self.by_id[child_id]))
+                self.slots.queues.requeue(
+                    self._admission.gate.first_chunk(self.slots.by_id[child_id])
+                )
             case HeadroomSeen(route, event):
                 self.slots.queues.saw_headroom(route, event, self._clock())
             case LoopFlagged(child_id, evidence, again):
@@ -440,7 +395,7 @@ class Coordinator:
             case Order():
                 self._controls.apply(message)
             case RecordProgress(done):
-                self._record_progress()
+                self._live_rows.record(self.slots.alive)
                 done.set()
             case Shutdown():
                 self._shutdown = True
@@ -458,7 +413,7 @@ class Coordinator:
         self._finals.hand(child.row())
 
     def _all_done(self) -> bool:
-        return self._finals.done >= len(self.children) and not self._arrivals.scheduled
+        return self._finals.done >= len(self.slots.children) and not self._arrivals.scheduled
 
     # --- watchdog and progress -----------------------------------------------------------------
 
@@ -480,23 +435,7 @@ class Coordinator:
     def _progress(self) -> None:
         """Running children's counters reach the store every PROGRESS_EVERY_S (for attach),
         and their live figures every LIVE_EVERY_S."""
-        now = self._clock()
-        if now - self._last_progress >= PROGRESS_EVERY_S:
-            self._last_progress = now
-            self._record_progress()
-            if now - self._last_live >= LIVE_EVERY_S:
-                self._last_live = now
-                self._publish_live(tuple(self._live_rows.values()))
-
-    def _record_progress(self) -> None:
-        alive, rows = self.slots.alive, self._live_rows
-        for child in alive.values():
-            if self._progress_versions.get(child.task.id) != child.version:
-                self._progress_versions[child.task.id] = child.version
-                row = rows[child.task.id] = child.row()
-                self._recorder.record(row)
-        if len(rows) > len(alive) or any(cid not in alive for cid in rows):
-            self._live_rows = {cid: row for cid, row in rows.items() if cid in alive}
+        self._live_rows.tick(self.slots.alive, self._clock())
 
     def _announce_limits(self) -> None:
         """The live limits changed, or a hold began or ended: for attached views and resume."""

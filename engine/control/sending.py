@@ -90,7 +90,7 @@ class Sender:
         self._co = coordinator
         self._recorder = recorder
         self._batch_id = batch_id
-        self._known = _Known(coordinator.by_id, frozenset(r.id for r in carried))
+        self._known = _Known(coordinator.slots.by_id, frozenset(r.id for r in carried))
         self._max_chars = max_chars
 
     def context(self) -> Context:
@@ -102,7 +102,9 @@ class Sender:
         receipt ids of a steer (one per child, in order)."""
         command.check(self.context())
         co = self._co
-        receipts = tuple(co.next_receipt_id() for _ in command.targets) if command.receipted else ()
+        receipts = (
+            tuple(co.receipt_ids.next() for _ in command.targets) if command.receipted else ()
+        )
         co.command(Order(command, receipts, request_id))
         return receipts
 

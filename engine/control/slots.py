@@ -9,6 +9,7 @@ without one (parents waiting on delegates, paused processes), not a second bookk
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from flightdeck.engine.child.state import Child
@@ -16,6 +17,15 @@ from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.control.workers import WorkerPool
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildRow, ChildStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """What an earlier owner left a resumed batch (nothing, for a new one)."""
+
+    rows: tuple[ChildRow, ...] = ()  # its final rows
+    first_receipt_id: int = 1
+    admission_paused: bool = False  # the operator's pause, kept across a resume
 
 
 class Slots:
