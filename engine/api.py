@@ -22,11 +22,6 @@ from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.sending import CommandMethods, Sender
 from flightdeck.engine.control.workers import WorkerPool
-from flightdeck.engine.inputs.livelimits import (
-    limits_from_json,
-    limits_of,
-    with_limits,
-)
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -43,6 +38,11 @@ from flightdeck.engine.model import (
     Limits,
     Snapshot,
     SteerReceipt,
+)
+from flightdeck.engine.model.livelimits import (
+    limits_from_json,
+    limits_of,
+    with_limits,
 )
 from flightdeck.engine.owner import assembly
 from flightdeck.engine.owner.assembly import new_batch_id, steady_clock

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flightdeck.engine.errors import CommandError
-from flightdeck.engine.inputs.livelimits import (
+from flightdeck.engine.inputs.messages import expected, kind
+from flightdeck.engine.inputs.text import too_long, unicode_problem
+from flightdeck.engine.model import Limits
+from flightdeck.engine.model.livelimits import (
     ROUTE_FIELDS,
     LimitError,
     changed,
@@ -30,9 +33,6 @@ from flightdeck.engine.inputs.livelimits import (
     parse_count,
     parse_money,
 )
-from flightdeck.engine.inputs.messages import expected, kind
-from flightdeck.engine.inputs.text import too_long, unicode_problem
-from flightdeck.engine.model import Limits
 from flightdeck.engine.sanitize import one_line
 
 __all__ = [
@@ -180,7 +180,7 @@ class ContinueAdmission(Command):
 
 @dataclass(frozen=True, slots=True)
 class SetLimits(Command):
-    """A change to the live limits (see inputs/livelimits.py for its form), applied at once."""
+    """A change to the live limits (see model/livelimits.py for its form), applied at once."""
 
     kind: ClassVar[str] = "limits"
     answered: ClassVar[bool] = True

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.control import softbudget
 from flightdeck.engine.control.throttle import RateLimiter
-from flightdeck.engine.inputs.livelimits import LimitError
 from flightdeck.engine.inputs.settings import Budget, Route
 from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.model.livelimits import LimitError
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.reader import StoreReader

@@ -9,9 +9,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.inputs.livelimits import LimitError, changed, describe
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import Limits
+from flightdeck.engine.model.livelimits import LimitError, changed, describe
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader

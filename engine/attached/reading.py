@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.inputs.livelimits import limits_from_json, limits_of
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
@@ -39,6 +38,7 @@ from flightdeck.engine.model import (
     SteerState,
     Totals,
 )
+from flightdeck.engine.model.livelimits import limits_from_json, limits_of
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches

@@ -37,7 +37,6 @@ from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.inputs.livelimits import ROUTE_FIELDS, changed
 from flightdeck.engine.inputs.settings import CannedSteers
 from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.model import (
@@ -50,6 +49,7 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
+from flightdeck.engine.model.livelimits import ROUTE_FIELDS, changed
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.transcripts import TranscriptWriter
 

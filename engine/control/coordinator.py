@@ -49,7 +49,6 @@ from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.control.workers import WorkerPool
-from flightdeck.engine.inputs.livelimits import limits_of
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.model import (
@@ -61,6 +60,7 @@ from flightdeck.engine.model import (
     SteerSettled,
     SteerState,
 )
+from flightdeck.engine.model.livelimits import limits_of
 from flightdeck.engine.records.meter import Meter, spend_known
 
 log = logging.getLogger(__name__)

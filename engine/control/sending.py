@@ -25,8 +25,8 @@ from flightdeck.engine.commands import (
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.control.recorder import Recorder
-from flightdeck.engine.inputs.livelimits import changed
 from flightdeck.engine.model import ChildRow, Limits
+from flightdeck.engine.model.livelimits import changed
 
 
 class CommandMethods:
@@ -67,7 +67,7 @@ class CommandMethods:
         self.send(PauseAdmission() if on else ContinueAdmission())
 
     def set_limits(self, change: Mapping[str, object]) -> Limits:
-        """Change the live limits (see inputs/livelimits.py for `change`); returns the limits it
+        """Change the live limits (see model/livelimits.py for `change`); returns the limits it
         makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
         before = self.limits()
         self.send(SetLimits(dict(change)))

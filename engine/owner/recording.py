@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flightdeck.engine.inputs.livelimits import limits_json
 from flightdeck.engine.model import ChildRow, Limits, SteerReceipt
+from flightdeck.engine.model.livelimits import limits_json
 from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.requests import RequestState
 from flightdeck.engine.records.store import Store

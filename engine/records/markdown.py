@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.inputs.livelimits import describe
+from flightdeck.engine.model.livelimits import describe
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.report import ERROR_WIDTH, GOAL_WIDTH, PAUSE_EVENTS
 from flightdeck.engine.sanitize import one_line
