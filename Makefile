@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,ray]'
 	touch $(STAMP)
 
 # The demo batch fails a child or two on purpose (exit 1) and "stop all and quit" exits 130:
@@ -19,10 +19,10 @@ demo: $(STAMP)
 
 # Most tests wait on threads, subprocesses and the sim's clock rather than the CPU: three
 # workers take about half the time of one, even on two cores. TEST_WORKERS=0 runs them in one
-# process.
+# process. The Ray tests share one xdist worker (loadgroup), so one Ray cluster runs at a time.
 TEST_WORKERS ?= 3
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The real agent CLIs, current from npm, installed into $(AGENTS_CACHE) and run as flightdeck
 # children against the loopback server (tests/agents/). Opt-in: `make test` needs no npm.

@@ -21,7 +21,8 @@ from flightdeck.engine.commands import Command, StopAll
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.sending import CommandMethods, Sender
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.executors import Executor
+from flightdeck.engine.executors import check as check_executor
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -105,6 +106,8 @@ __all__ = [
 
 log = logging.getLogger("flightdeck.engine")
 
+FLUSH_S = 2.0  # how long a retry that continues waits for the transcript it reads
+
 
 class Engine(CommandMethods):
     """Runs one batch on the coordinator thread and a pool of worker threads."""
@@ -134,6 +137,9 @@ class Engine(CommandMethods):
         used = {settings.route(t.route).name for t in (*batch.tasks, *templates)}
         self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
+        configured = max_concurrent or settings.engine.max_concurrent
+        self._auto_pool = not isinstance(max_concurrent, int) and configured == "auto"
+        check_executor(settings, providers_given=bool(providers))
         assembly.check_budget(settings, self.routes.values())
         assembly.check_commands(batch, self.routes.values(), settings.source)
         # Model clients and command routes are built before anything is written: a missing
@@ -147,6 +153,7 @@ class Engine(CommandMethods):
         self._run: BatchRun | None = None  # the batch's parts, once started
         self._closed = False
         self._resuming: tuple[Stored, bool] | None = None  # set by `resume`
+        self._reopen = False  # set by `resume`: a finished batch runs again
         self.resumed: Resumed | None = None  # what resuming found, once started
 
     @classmethod
@@ -156,17 +163,19 @@ class Engine(CommandMethods):
         batch_id: str,
         *,
         rerun: bool = True,
+        reopen: bool = False,
         clock: Callable[[], float] | None = None,
         providers: Mapping[str, Provider] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> Engine:
         """An engine for a batch whose owner died, built from the store alone; `start()`
-        claims it and runs what is left. Raises NothingToResume for a finished batch, an
-        InputError for one this state folder cannot resume."""
+        claims it and runs what is left. Raises NothingToResume for a finished batch (unless
+        `reopen`: the operator's retries pending for it run), an InputError for one this state
+        folder cannot resume."""
         from flightdeck.engine.owner import resume
 
         state_dir = Path(state_dir).absolute()
-        stored = resume.load(state_dir, batch_id)
+        stored = resume.load(state_dir, batch_id, reopen=reopen)
         settings = stored.settings
         if stored.info.limits_json:  # what the operator changed live is kept (pool size too)
             settings = with_limits(settings, limits_from_json(stored.info.limits_json))
@@ -181,6 +190,7 @@ class Engine(CommandMethods):
             env=env,
         )
         engine._resuming = (stored, rerun)
+        engine._reopen = reopen
         return engine
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -203,6 +213,8 @@ class Engine(CommandMethods):
             clients=(self._providers, self._commands),
             publish=self._subscribers.publish,
             resuming=self._resuming,
+            reopen=self._reopen,
+            auto_pool=self._auto_pool,
         )
         run.start()
         self.batch_id, self.batch_dir, self.resumed = run.batch_id, run.batch_dir, run.resumed
@@ -221,7 +233,7 @@ class Engine(CommandMethods):
         return self._run.store if self._run else None
 
     @property
-    def _pool(self) -> WorkerPool | None:
+    def _pool(self) -> Executor | None:
         return self._run.pool if self._run else None
 
     @property
@@ -314,9 +326,9 @@ class Engine(CommandMethods):
     def snapshot(self) -> Snapshot:
         """An immutable view of every child and the totals; cheap enough to poll."""
         run, c = self._run, self._coordinator
-        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in c.slots.children) if c else ()
-        if run and run.carried:  # a resumed batch: what an earlier owner finished, in seq order
-            rows = tuple(sorted((*run.carried, *rows), key=lambda r: r.seq))
+        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in list(c.slots.children)) if c else ()
+        if c is not None and c.slots.carried:  # a resumed batch: what an earlier owner finished
+            rows = tuple(sorted((*c.slots.carried.values(), *rows), key=lambda r: r.seq))
         return Snapshot(
             batch_id=self.batch_id,
             status=self.status,

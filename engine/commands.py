@@ -2,12 +2,13 @@
 
 A command is what an operator asks of a batch (a key in the TUI, a `flightdeck` verb, a script):
 steer, stop, stop all, pause, continue, pause or continue admission, change the live limits,
-nudge a looping child. The same value goes every way: `Engine.send(command)` in-process; a
-client of an owner in another process records it in the store's requests table (`encode`),
-and the owner reads it back (`decode`) and sends it through the same `Engine` path. Whoever
-sends it checks it first (`Command.check`, against what it knows of the batch: `Context`), so a
-command from a client meets the same checks as one from this process, and the owner checks it
-again before applying it. The coordinator applies each with one `match` (control/controls.py).
+nudge a looping child, retry a child that ended, accept or discard what a child changed. The
+same value goes every way: `Engine.send(command)` in-process; a client of an owner in another
+process records it in the store's requests table (`encode`), and the owner reads it back
+(`decode`) and sends it through the same `Engine` path. Whoever sends it checks it first
+(`Command.check`, against what it knows of the batch: `Context`), so a command from a client
+meets the same checks as one from this process, and the owner checks it again before applying
+it. The coordinator applies each with one `match` (control/controls.py).
 
 Adding a command: its value here (a frozen dataclass with a `kind`, its fields of the types
 `_READERS` knows), its handler in that `match`, a key binding and a CLI verb.
@@ -24,7 +25,7 @@ from typing import Any, ClassVar
 from flightdeck.engine.errors import CommandError
 from flightdeck.engine.inputs.messages import expected, kind
 from flightdeck.engine.inputs.text import too_long, unicode_problem
-from flightdeck.engine.model import Limits
+from flightdeck.engine.model import ChildRow, ChildStatus, Limits
 from flightdeck.engine.model.livelimits import (
     ROUTE_FIELDS,
     LimitError,
@@ -38,15 +39,18 @@ from flightdeck.engine.sanitize import one_line
 __all__ = [
     "KINDS",
     "ROUTE_FIELDS",
+    "Accept",
     "Command",
     "CommandError",
     "Context",
     "Continue",
     "ContinueAdmission",
+    "Discard",
     "LimitError",
     "Nudge",
     "Pause",
     "PauseAdmission",
+    "Retry",
     "SetLimits",
     "Steer",
     "Stop",
@@ -71,6 +75,8 @@ class Context:
     max_chars: Callable[[], int | None] = lambda: None
     # the live limits (None: not known here, a change is checked by the owner)
     limits: Callable[[], Limits | None] = lambda: None
+    # the children's rows by id (None: not known here, checked by the owner)
+    rows: Callable[[], Mapping[str, ChildRow] | None] = lambda: None
 
 
 class Command:
@@ -83,6 +89,9 @@ class Command:
     # The sender is told something back (receipts, the new limits): after `Engine.close()`,
     # when nothing would ever settle it, sending it is an error rather than a no-op.
     answered: ClassVar[bool] = False
+    # Sent in-process, `Engine.send` returns once it is applied, or raises why it was not: it
+    # decides from what the batch is then (a retry, a merge), not what its sender saw.
+    waits: ClassVar[bool] = False
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -304,3 +313,95 @@ _READERS: dict[str, Callable[[str, object], Any]] = {
     "bool": _flag,
     "Mapping[str, Any]": _mapping,
 }
+
+
+# --- a child that ended: run again, its changes accepted or discarded -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Retry(Command):
+    """Run each of these children again (failed, stopped, timed out, stalled or unknown) under
+    a new attempt of its id: from its goal, or (`resume`) working on from where it stopped. The
+    earlier attempts' transcript, usage and cost are kept; a batch that ended is reopened."""
+
+    kind: ClassVar[str] = "retry"
+    answered: ClassVar[bool] = True
+    waits: ClassVar[bool] = True
+    child_ids: tuple[str, ...]
+    resume: bool = False
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+        rows = ctx.rows()
+        for row in _rows_of(self.child_ids, rows):
+            if row.status.live or row.status is ChildStatus.COMPLETED:
+                what = "has not ended" if row.status.live else "completed"
+                raise CommandError(f"{row.id} {what} ({row.status.value}): nothing to retry")
+            if row.parent is not None:
+                raise CommandError(f"{row.id} is a delegate: it runs again with its parent")
+            if not self.resume and row.changes is not None and row.changes.pending:
+                raise CommandError(
+                    f"{row.id} has changes not yet accepted or discarded "
+                    f"({row.changes.summary}): accept or discard them first, or retry it "
+                    "--continue to work on in them"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Accept(Command):
+    """Commit each child's changes on a branch of its own (flightdeck/BATCH/CHILD) and merge
+    them, in order, into branch `into`: all of them, or (at the first conflict) none."""
+
+    kind: ClassVar[str] = "accept"
+    answered: ClassVar[bool] = True
+    waits: ClassVar[bool] = True
+    child_ids: tuple[str, ...]
+    into: str
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+        if not self.into.strip() or one_line(self.into) != self.into or " " in self.into:
+            raise CommandError("name the branch to merge into (one word, no spaces)", "into")
+        for row in _rows_of(self.child_ids, ctx.rows()):
+            _check_pending(row, "accept")
+            if row.changes is not None and row.changes.mode != "worktree":
+                raise CommandError(
+                    f"{row.id} worked in a copy, which has no history to merge: "
+                    'accept needs workspace = "worktree" (diff and discard work on copies)'
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Discard(Command):
+    """Remove each child's worktree (or copy) and its branch: its changes are dropped."""
+
+    kind: ClassVar[str] = "discard"
+    answered: ClassVar[bool] = True
+    waits: ClassVar[bool] = True
+    child_ids: tuple[str, ...]
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+        for row in _rows_of(self.child_ids, ctx.rows()):
+            _check_pending(row, "discard")
+
+
+def _rows_of(ids: tuple[str, ...], rows: Mapping[str, ChildRow] | None) -> list[ChildRow]:
+    """The rows of these children, where the sender knows them."""
+    return [] if rows is None else [rows[i] for i in dict.fromkeys(ids) if i in rows]
+
+
+def _check_pending(row: ChildRow, verb: str) -> None:
+    """The child has ended and left changes nobody has decided on yet."""
+    if row.status.live:
+        raise CommandError(f"{row.id} has not ended ({row.status.value}): {verb} it once it has")
+    changes = row.changes
+    if changes is None:
+        raise CommandError(f"{row.id} changed no file in a workspace of its own: nothing to {verb}")
+    if changes.state == "accepted":
+        raise CommandError(f"{row.id}'s changes were accepted already (into {changes.into})")
+    if changes.state == "discarded":
+        raise CommandError(f"{row.id}'s changes were discarded already")
+
+
+KINDS.update((c.kind, c) for c in (Retry, Accept, Discard))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,43 @@ def test_the_command_benchmark_runs_and_reports() -> None:
     assert result["ratio_of_xargs"] > 0 and result["makespan_over_ideal"] >= 1
 
 
+@pytest.mark.slow
+def test_the_attached_screen_benchmark_runs_and_reports() -> None:
+    # Real owners and real `flightdeck attach` processes under ptys; 40 children a batch.
+    scale = {"BENCH_SCREEN_CHILDREN": "40", "BENCH_SCREEN_POOL": "20", "BENCH_SCREEN_ROUNDS": "1"}
+    _, result = run_bench("import json, bench_screen as b; print(json.dumps(b.main()))", scale)
+    assert result["bench"] == "screen_cpu" and result["children"] == 40
+    assert result["owner_alone_cpu_s"] > 0 and result["tui_cpu_s"] > 0
+    assert result["tui_plus_owner_over_alone"] > 1  # a TUI process's CPU is counted
+    assert len(result["per_round"][0]["2"]["tui_cpu_s"]) == 2
+    rows = load_runner().summary_rows([result])
+    assert [row[0] for row in rows] == [
+        "attached TUI process, 40 paced children (CPU)",
+        "owner with two attached TUIs (CPU)",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_tmux_key_benchmark_runs_and_reports() -> None:
+    scale = {"BENCH_KEYS_CHILDREN": "60", "BENCH_KEYS_RUNNING": "20", "BENCH_KEYS": "4"}
+    _, result = run_bench("import json, bench_keys as b; print(json.dumps(b.main()))", scale)
+    assert result["bench"] == "keys_tmux" and result["running"] >= 18
+    assert 0 < result["key_to_screen"]["p50_ms"] <= result["key_to_screen"]["max_ms"]
+    assert result["tmux_echo"]["p50_ms"] > 0
+
+
+@pytest.mark.slow
+def test_the_memory_benchmark_runs_and_reports() -> None:
+    _, result = run_bench(
+        "import json, bench_memory as b; print(json.dumps(b.main()))",
+        {"BENCH_MEMORY_SIZES": "30,60"},
+    )
+    assert [s["children"] for s in result["sizes"]] == [30, 60]
+    for size in result["sizes"]:
+        assert size["kb_per_child"] > 0 and size["us_per_child"] > 0 and size["tail_s"] >= 0
+
+
 def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
     rows = load_runner().summary_rows(RECORDED)
     assert rows == [
@@ -191,7 +229,7 @@ def run_bench(code: str, scale: dict[str, str]) -> tuple[list[str], Any]:
         capture_output=True,
         text=True,
         env={**os.environ, **scale},
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     *table, last = proc.stdout.splitlines()
@@ -326,3 +364,54 @@ def test_the_attach_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert latency["bench"] == "attach_latency" and latency["view"]["samples"] > 0
     assert throughput["two_clients_over_alone"] > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_ray_benchmarks_rows() -> None:
+    # bench_ray.py starts two Ray clusters: it runs in `make bench`, not here.
+    recorded = [
+        {
+            "bench": "ray_throughput",
+            "children": 2000,
+            "ray_children_per_s": 700.0,
+            "threads_children_per_s": 1400.0,
+            "ray_over_threads": 0.5,
+        },
+        {
+            "bench": "ray_latency_bound",
+            "children": 500,
+            "ideal_s": 6.0,
+            "ray_makespan_s": 6.5,
+            "threads_makespan_s": 6.4,
+            "ray_ideal_over_makespan": 0.923,
+        },
+        {"bench": "ray_stop_latency", "children": 20, "stop_ms_p50": 12.0, "stop_ms_max": 20.0},
+        {
+            "bench": "ray_fleet_rpm",
+            "limit_rpm": 1200,
+            "calls": 300,
+            "nodes": 2,
+            "held_rpm": 1170.0,
+            "ratio_of_limit": 0.975,
+        },
+    ]
+    assert load_runner().summary_rows(recorded) == [
+        (
+            "Ray executor: 2,000 one-call sim children",
+            "700.0 children/s",
+            "threads 1,400.0/s",
+            0.5,
+        ),
+        (
+            "Ray executor: 500 × 3 calls × 200 ms, 50 slots",
+            "makespan 6.5 s (threads 6.4 s)",
+            "the ideal 6.0 s",
+            0.923,
+        ),
+        ("Ray executor: stop, 20 children in a call", "12.0 ms p50, 20.0 max", "", None),
+        (
+            "Ray executor: rpm 1200 across 2 nodes",
+            "held at 1,170.0 rpm over 300 calls",
+            "the limit",
+            0.975,
+        ),
+    ]

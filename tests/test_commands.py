@@ -3,21 +3,25 @@ back one way, whoever sends it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from decimal import Decimal
 
 import pytest
 from flightdeck.engine.commands import (
     KINDS,
+    Accept,
     Command,
     CommandError,
     Context,
     Continue,
     ContinueAdmission,
+    Discard,
     LimitError,
     Nudge,
     Pause,
     PauseAdmission,
+    Retry,
     SetLimits,
     Steer,
     Stop,
@@ -25,7 +29,7 @@ from flightdeck.engine.commands import (
     decode,
     encode,
 )
-from flightdeck.engine.model import Limits, RouteCaps
+from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Limits, RouteCaps, Usage
 
 EVERY: list[Command] = [
     Steer(("a", "b"), "focus on the tests", now=True),
@@ -37,6 +41,9 @@ EVERY: list[Command] = [
     ContinueAdmission(),
     SetLimits({"pool_size": 4, "routes": {"sim": {"rpm": None}}, "soft_cost_usd": "2.50"}),
     Nudge(("a",)),
+    Retry(("a",), resume=True),
+    Accept(("a", "b"), "main"),
+    Discard(("b",)),
 ]
 LIMITS = Limits(8, (RouteCaps("sim", 4, 60, None),), max_cost_usd=Decimal("5"))
 
@@ -103,3 +110,64 @@ def test_what_the_sender_does_not_know_is_left_to_the_owner() -> None:
 def test_a_command_that_cannot_be_read_says_why(kind: str, body: str, says: str) -> None:
     with pytest.raises(CommandError, match=says.replace("(", r"\(")):
         decode(kind, body)
+
+
+# --- retry, accept and discard: checked against the children's rows ----------------------------
+
+
+def _row(child_id: str, status: str, changes: str | None = "pending", **kw: object) -> ChildRow:
+    from flightdeck.engine.review.values import Changes, FileChange
+
+    found = None
+    if changes is not None:
+        files = (FileChange("a.py", 1, 0),)
+        found = Changes(files, f"/ws/{child_id}", base="abc", state=changes)  # type: ignore[arg-type]
+        found = dataclasses.replace(found, mode=kw.pop("mode", "worktree"))  # type: ignore[arg-type]
+    return ChildRow(
+        id=child_id, seq=0, goal="g", group=None, route="sim", model="m",
+        status=ChildStatus(status), activity=Activity(), usage=Usage(), cost_usd=Decimal(0),
+        queued_ts=0.0, started_ts=None, finished_ts=None, error=None, result=None,
+        transcript="", changes=found, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+ROWS = {
+    "failed": _row("failed", "failed", None),
+    "done": _row("done", "completed"),
+    "live": _row("live", "running"),
+    "changed": _row("changed", "failed"),
+    "taken": _row("taken", "completed", "accepted"),
+    "gone": _row("gone", "stopped", "discarded"),
+    "copy": _row("copy", "completed", mode="copy"),
+    "delegate": _row("delegate", "failed", None, parent="failed"),
+}
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (Retry(("done",)), "done completed (completed): nothing to retry"),
+        (Retry(("live",)), "live has not ended (running): nothing to retry"),
+        (Retry(("delegate",)), "delegate is a delegate: it runs again with its parent"),
+        (Retry(("changed",)), "changed has changes not yet accepted or discarded (+1 −0"),
+        (Accept(("live",), "main"), "live has not ended (running): accept it once it has"),
+        (Accept(("failed",), "main"), "failed changed no file in a workspace of its own"),
+        (Accept(("taken",), "main"), "taken's changes were accepted already"),
+        (Accept(("done",), "two words"), "name the branch to merge into"),
+        (Accept(("copy",), "main"), "copy worked in a copy, which has no history to merge"),
+        (Discard(("gone",)), "gone's changes were discarded already"),
+    ],
+)
+def test_retry_accept_and_discard_are_checked_against_the_rows(command: Command, says: str) -> None:
+    ctx = context(known=set(ROWS), rows=lambda: ROWS)
+    with pytest.raises(CommandError) as caught:
+        command.check(ctx)
+    assert says in str(caught.value)
+
+
+def test_what_retry_accept_and_discard_take() -> None:
+    ctx = context(known=set(ROWS), rows=lambda: ROWS)
+    Retry(("failed", "gone")).check(ctx)  # ended, not completed; nothing pending
+    Retry(("changed",), resume=True).check(ctx)  # continues in its changes
+    Accept(("done", "changed"), "release/1.2").check(ctx)
+    Discard(("copy", "changed")).check(ctx)

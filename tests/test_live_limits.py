@@ -66,10 +66,10 @@ def test_raising_the_pool_starts_more_at_once_beyond_the_threads_it_began_with(
     engine = start(batch(20), settings(held(hold), pool=2), tmp_path)
     try:
         until(lambda: engine.snapshot().totals.running == 2)
-        threads = engine._pool.threads  # type: ignore[union-attr]
+        threads = engine._pool.pool.threads  # type: ignore[union-attr]
         engine.set_limits({"pool_size": 12})
         until(lambda: engine.snapshot().totals.running == 12)
-        assert engine._pool.threads >= 12 > 2 + 4  # type: ignore[union-attr]
+        assert engine._pool.pool.threads >= 12 > 2 + 4  # type: ignore[union-attr]
         assert threads <= 2 + 4
         assert engine.snapshot().pool_size == 12
     finally:

@@ -102,6 +102,7 @@ def test_build_report(reader: StoreReader) -> None:
         "goal": "goal 0",
         "route": "sim",
         "model": "sim-1",
+        "node": None,  # its work ran in the owner process (a cluster names the node)
         "api_calls": 3,
         "tool_calls": 2,
         "retries": 1,
@@ -113,6 +114,7 @@ def test_build_report(reader: StoreReader) -> None:
         "duration_s": 30.25,
         "error": None,
         "transcript": "batches/b1/c0.log",
+        "attempt": 1,
     }
     assert second["cost_usd"] is None and second["error"].startswith("429")
     assert [c["duration_s"] for c in report["children"][2:]] == [None] * 4

@@ -135,3 +135,11 @@ def write_to_terminal(app: App[object], sequence: str) -> None:
     driver = app._driver
     if driver is not None and not app.is_headless:
         driver.write(sequence)
+
+
+def ring(app: App[object], bell: bool, sequence: str | None) -> None:
+    """Ring the terminal's bell, and write a desktop notification's sequence (`notification`)."""
+    if bell:
+        app.bell()
+    if sequence is not None:
+        write_to_terminal(app, sequence)

@@ -15,7 +15,8 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.lastlooked import LastLooked
 from flightdeck.tui.logs import Severity, forward_logs
-from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.options import UiOptions
+from flightdeck.tui.screens.main import MainScreen
 from flightdeck.tui.view import EngineView, LiveView
 from textual import events
 from textual.app import App, SystemCommand

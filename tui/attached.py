@@ -36,6 +36,8 @@ def run_in_background(
         command += ["--config", str(args.config.absolute())]
     if args.max_concurrent is not None:
         command += ["--max-concurrent", str(args.max_concurrent)]
+    if args.executor is not None:
+        command += ["--executor", args.executor]
     owner = start_owner(command, state_dir)
     if args.detach:
         # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.
@@ -105,8 +107,8 @@ def attach_tui(
     from flightdeck.engine.api import TuiSettings
     from flightdeck.tui.app import FlightdeckApp, exit_code
     from flightdeck.tui.lastlooked import LastLooked
+    from flightdeck.tui.options import UiOptions
     from flightdeck.tui.readonly import ReadOnlyView
-    from flightdeck.tui.screens.main import UiOptions
 
     state_dir = view.db.parent
     looked = None if read_only else LastLooked(state_dir, view.batch_id)

@@ -10,6 +10,7 @@ from typing import Literal, NoReturn
 
 from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui import rework
 from flightdeck.tui.client import (
     cmd_limits,
     cmd_nudge,
@@ -72,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
         type=_pool_size,
         help='children alive at once: a number, or "auto" (overrides the config)',
     )
+    run.add_argument(
+        "--executor",
+        choices=("threads", "ray"),
+        help="where children's work runs: threads here, or a Ray cluster (overrides the config)",
+    )
     run.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
     run.add_argument(
         "--detach",
@@ -90,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--state-dir", type=Path)
     ls.add_argument("-l", "--long", action="store_true", help="also each batch's owner process id")
     _owner_commands(sub)
+    rework.add_parsers(sub)
     _attach_parsers(sub)
     return p
 
@@ -109,6 +116,11 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--no-rerun",
         action="store_true",
         help="leave children that were running when the owner died unknown",
+    )
+    resume.add_argument(
+        "--reopen",
+        action="store_true",
+        help="a batch that has ended too: run what was retried in it (flightdeck retry does)",
     )
     resume.add_argument("--state-dir", type=Path)
 
@@ -228,6 +240,10 @@ _OWNER_COMMANDS = {
     "continue": cmd_pause,
     "wait": cmd_wait,
     "limits": cmd_limits,
+    "retry": rework.cmd_retry,
+    "diff": rework.cmd_diff,
+    "merge": rework.cmd_merge,
+    "discard": rework.cmd_discard,
 }
 
 

@@ -4,6 +4,7 @@ headless), report, ls, resume. The client commands (steer, stop, ...) are in cli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -35,6 +36,11 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
 
     # Everything is validated before anything is written.
     settings = load_settings(args.config)
+    if args.executor is not None:  # --executor: where children's work runs, over the config
+        engine_settings = dataclasses.replace(
+            settings.engine, executor=args.executor, executor_line=None
+        )
+        settings = dataclasses.replace(settings, engine=engine_settings)
     batch = load_batch(
         args.batch_file,
         max_chars=settings.engine.max_task_chars,
@@ -163,7 +169,9 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     db = state_db(args.state_dir)
     console, err = console_for(), console_for(stderr=True)
     try:
-        engine = Engine.resume(db.parent, args.batch_id, rerun=not args.no_rerun)
+        engine = Engine.resume(
+            db.parent, args.batch_id, rerun=not args.no_rerun, reopen=args.reopen
+        )
     except NothingToResume as exc:
         console.print(Text(one_line(str(exc))))
         return ExitCode.OK

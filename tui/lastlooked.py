@@ -14,7 +14,7 @@ import tempfile
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from flightdeck.engine.private import private_dir
+from flightdeck.engine.attached.store import batch_folder
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.digest import Mark
 
@@ -27,6 +27,7 @@ class LastLooked:
 
     def __init__(self, state_dir: Path, batch_id: str) -> None:
         self.batch_id = batch_id
+        self.state_dir = state_dir
         self.path = state_dir / "batches" / batch_id / LOOKED_NAME
         self.refused = False  # a write failed: said once, not tried again (a read-only folder)
 
@@ -60,9 +61,8 @@ class LastLooked:
         if self.refused:
             return
         data = {"batch": mark.batch_id, "ts": mark.ts, "spent_usd": str(mark.spent_usd)}
-        folder = self.path.parent
         try:
-            private_dir(folder)
+            folder = batch_folder(self.state_dir, self.batch_id)
             fd, tmp = tempfile.mkstemp(prefix=".looked-", suffix=".tmp", dir=folder)
         except OSError as exc:
             self._refused(exc)

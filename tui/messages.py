@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import suppress
+
 from flightdeck.engine import model
+from flightdeck.tui.widgets.rows import ATTENTION
 from textual.message import Message
+from textual.message_pump import MessagePump
 
 
 class ChildStarted(Message):
@@ -63,3 +68,23 @@ def message_for(event: model.EngineEvent) -> Message:
         case model.BatchFinished(batch_id=batch_id, status=status):
             return BatchFinished(batch_id, status)
     raise TypeError(f"unknown engine event {event!r}")
+
+
+def forwarder(to: MessagePump) -> Callable[[model.EngineEvent], None]:
+    """An engine listener (called on engine threads) that posts `to` the facts it acts on.
+
+    A start, or a finish that needs no notice, is left to the next poll, which shows it
+    anyway: every message costs the UI thread a dispatch, and a big batch sends thousands.
+    """
+
+    def forward(event: model.EngineEvent) -> None:
+        if isinstance(event, model.ChildStarted) or (
+            isinstance(event, model.ChildFinished) and event.row.status not in ATTENTION
+        ):
+            return
+        # post_message is thread-safe. RuntimeError: the app's loop already closed, nobody is
+        # left to tell.
+        with suppress(RuntimeError):
+            to.post_message(message_for(event))
+
+    return forward

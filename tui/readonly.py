@@ -2,7 +2,7 @@
 --read-only`).
 
 The one place read-only lives. The screens already refuse a key when `read_only` gives a reason
-(screens/actions.py `refused`); the wrapper also refuses every command itself, so no key, dialog
+(`MainScreen.order`); the wrapper also refuses every command itself, so no key, dialog
 or crafted input reaching the app can send one, whatever the screens check.
 """
 

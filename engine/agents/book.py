@@ -3,6 +3,7 @@ back as a `Record` by the owner that resumes its batch."""
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -51,6 +52,10 @@ class StoreBook:
     def ended(self) -> None:
         """It and its tree have ended."""
         self._log.ended(self._child_id)
+
+    def session(self, session_id: str) -> None:
+        """The CLI reported its session: kept for a retry that continues it."""
+        self._log.session(self._child_id, session_id, time.time())
 
 
 def record_of(row: ProcessRow) -> Record:

@@ -87,8 +87,9 @@ class Client:
 
     # --- sending --------------------------------------------------------------------------------
 
-    def send(self, command: Command) -> int:
+    def send(self, command: Command, *, reopens: bool = False) -> int:
         """Check `command` against the stored batch and record it for the owner; the request id.
+        `reopens`: recorded for a batch that has finished too (a retry; see rework.py).
 
         CommandError (nothing recorded) for one that cannot be applied (an unknown child, a
         message too long, a bad limit, a batch that has finished); LookupError for an unknown
@@ -105,7 +106,12 @@ class Client:
             return settings_from_json(info.settings_json).engine.max_task_chars
 
         return submit(
-            self.db, self.batch_id, command, max_chars=max_chars, limits=lambda: self.limits(info)
+            self.db,
+            self.batch_id,
+            command,
+            max_chars=max_chars,
+            limits=lambda: self.limits(info),
+            reopens=reopens,
         )
 
     # --- reading --------------------------------------------------------------------------------
@@ -152,16 +158,16 @@ class Client:
             return ()
         return live_from_json(found[0]).routes if found else ()
 
-    def matching(self, row_filter: RowFilter) -> tuple[int, list[str]]:
+    def matching(self, row_filter: RowFilter, *, ended: bool = False) -> tuple[int, list[str]]:
         """How many of the batch's children `row_filter` keeps, and the ids of those that have
-        not ended, in batch order (what `--where` acts on)."""
+        not ended (`ended`: of those that have), in batch order (what `--where` acts on)."""
         with StoreReader(self.db) as reader:
             rows = reader.children(self.batch_id, results=False)
         now = time.time()
         # is:outlier against the whole batch's medians, whatever else the query says.
         medians = batch_medians(rows, now) if row_filter.outliers_only else None
         kept = [r for r in rows if row_filter.matches(r, False, now, medians)]
-        return len(kept), [r.id for r in kept if r.status.live]
+        return len(kept), [r.id for r in kept if r.status.live != ended]
 
     def request(self, request_id: int) -> RequestRow:
         """A request this client recorded, as it stands now."""

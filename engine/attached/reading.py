@@ -1,12 +1,12 @@
 """Reading a batch whose owner is another process from its store, again and again, cheaply.
 
-A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows
-that changed, so a 1,000-child batch costs little more than its running ones. To the stored rows
-it adds what the owner publishes live (records/live.py: calls in flight, retry notices, the
-route gauges, the problem sentence) and what the store keeps in other tables (who delegated
-whom, loop flags, steer receipts), and works out what reading the cache saved at the batch's
-prices (as `flightdeck report` does), so the snapshot has the in-process view's figures. The
-discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
+A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows that
+changed, so a 1,000-child batch costs little more than its running ones. To the stored rows it adds
+what the owner publishes live (records/live.py: calls in flight, retry notices, the route gauges,
+the problem sentence) and what the store keeps in other tables (who delegated whom, loop flags, the
+cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
+batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
+The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
 the differences between two reads.
 """
 
@@ -39,6 +39,7 @@ from flightdeck.engine.model import (
     Totals,
 )
 from flightdeck.engine.model.livelimits import limits_from_json, limits_of
+from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
@@ -63,6 +64,8 @@ _MUTABLE = (
     "started_ts, finished_ts, error"
 )
 _TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
+# The events read into rows (and the loop policies' steers, told from the operator's).
+_EVENTS = ", ".join(f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS))
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -93,7 +96,9 @@ class BatchReading:
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
         self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
+        self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
+        self._kept = Kept()  # each child's attempt and changes, from the events
         self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self._live_text: str | None = None
         self._live = Live()
@@ -233,10 +238,13 @@ class BatchReading:
         cid = row.id
         fields: dict[str, Any] = {}  # one replace of the row: a 1,000-row read builds hundreds
         parent, loop = self._parents.get(cid), self._loops.get(cid)
-        looped = self._looped.get(cid)
+        looped, node = self._looped.get(cid), self._nodes.get(cid)
         if parent is not None or looped is not None:
             depth = depth_of(cid, self._parents) if parent is not None else 0
             fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
+        if node is not None:  # its work ran on a cluster: where
+            fields["node"] = node
+        fields.update(self._kept.fields(cid))  # its attempt and its changes
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
@@ -277,20 +285,26 @@ class BatchReading:
 
     def _read_events(self) -> set[str]:
         """What the owner keeps as events, not in the rows, recorded since the last read
-        (inside the transaction): who delegated whom, the loop flags, and the loop policies'
-        steers. The ids of the children whose rows must be built again."""
+        (inside the transaction): who delegated whom, the loop flags, the node each child was
+        placed on (on a cluster), and the loop policies' steers. The ids of the children whose
+        rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
-            " AND kind IN ('delegate', 'loop', 'loop_policy') AND child_id IS NOT NULL"
-            " ORDER BY id",
+            f" AND kind IN ({_EVENTS}) AND child_id IS NOT NULL ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
         changed = set()
         for event_id, child_id, kind, detail in found:
             self._events_seen = int(event_id)
             child_id, detail = str(child_id), str(detail)
+            if kind in KEPT_KINDS:
+                if self._kept.add(child_id, kind, detail):
+                    changed.add(child_id)
+                continue
             if kind == "delegate":
                 self._parents[child_id] = detail
+            elif kind == "node":
+                self._nodes[child_id] = detail
             elif kind == "loop_policy":
                 receipt_id = policy_receipt(detail)
                 if receipt_id is not None:

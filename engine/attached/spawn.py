@@ -81,8 +81,44 @@ def start_owner(command: list[str], state_dir: Path) -> StartedOwner:
     before that."""
     batch_id, folder = claim_batch_folder(state_dir)
     log = folder / OWNER_LOG
+    pid = _launch([*command, "--owner-of", batch_id], log)
+    if pid is None:
+        _forget(folder)
+        raise OwnerFailed(None, None, None, "could not start the owner process")
+    owner = StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
+    _wait_ready(owner, folder)
+    return owner
+
+
+def restart_owner(command: list[str], state_dir: Path, batch_id: str) -> StartedOwner:
+    """Start `command` (a `flightdeck resume BATCH_ID --reopen`) as the new owner of a batch
+    that ended or whose owner died; return once it owns the batch (its pid in the batch's row).
+    OwnerFailed if it exits before that (its error line is the message)."""
+    log = state_dir / "batches" / batch_id / OWNER_LOG
+    pid = _launch(command, log)
+    if pid is None:
+        raise OwnerFailed(None, None, None, "could not start the owner process")
+    owner = StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    with StoreReader(owner.db) as reader:
+        while True:
+            alive = process_matches(pid, None)  # asked first: a claim seen after it counts
+            info = reader.batch(batch_id)
+            if info is not None and info.owner_pid == pid:  # claimed (it may have ended since)
+                return owner
+            if not alive:
+                message = _last_error(log) or "the owner process exited"
+                raise OwnerFailed(None, None, None, message)
+            if time.monotonic() > deadline:
+                raise OwnerFailed(
+                    None, None, None, f"the owner process (pid {pid}) did not take the batch over"
+                )
+            time.sleep(_READY_EVERY_S)
+
+
+def _launch(argv: list[str], log: Path) -> int | None:
+    """`argv` started in a session of its own, its output appended to `log`; its pid."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    argv = [*command, "--owner-of", batch_id]
     try:
         launched = subprocess.run(
             [sys.executable, "-S", "-c", _LAUNCH, *argv],
@@ -94,13 +130,9 @@ def start_owner(command: list[str], state_dir: Path) -> StartedOwner:
     finally:
         os.close(fd)
     try:
-        pid = int(launched.stdout)
+        return int(launched.stdout)
     except ValueError:
-        _forget(folder)
-        raise OwnerFailed(None, None, None, "could not start the owner process") from None
-    owner = StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
-    _wait_ready(owner, folder)
-    return owner
+        return None
 
 
 def _wait_ready(owner: StartedOwner, folder: Path) -> None:

@@ -1,4 +1,5 @@
-"""The state folder read from outside its owners: `ls`, `report`, `logs` and `attach`'s list."""
+"""The state folder read from outside its owners: `ls`, `report`, `logs` and `attach`'s list;
+and a batch's folder for what a client keeps there (the TUI's last-looked mark)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
 from flightdeck.engine.model import Snapshot
+from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.processes import still_running
@@ -23,6 +25,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreReader",
     "as_stored",
+    "batch_folder",
     "build_report",
     "no_batch",
     "render_json",
@@ -39,6 +42,14 @@ def state_folder(state_dir: Path | None) -> Path:
     # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
     given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
     return state_dir_from(state_dir, Settings() if given else load_settings(None))
+
+
+def batch_folder(state_dir: Path, batch_id: str) -> Path:
+    """`batch_id`'s folder in the state folder, made the user's alone (0700) if it is not there;
+    OSError as mkdir raises it."""
+    folder = state_dir / "batches" / batch_id
+    private_dir(folder)
+    return folder
 
 
 def as_stored(db: Path, snap: Snapshot) -> Snapshot:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 from flightdeck.engine.attached.client import Client
 from flightdeck.engine.attached.reading import BatchReading
+from flightdeck.engine.attached.rework import review_here, send_retry
+from flightdeck.engine.attached.spawn import OwnerFailed
 from flightdeck.engine.attached.watch import Waker
-from flightdeck.engine.commands import Command
+from flightdeck.engine.commands import Accept, Command, Discard, Retry
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
 from flightdeck.engine.records.rows import BatchInfo
@@ -131,14 +133,31 @@ class StoreView:
     def send(self, command: Command) -> None:
         """Record `command` for the owner, checked as the owner checks it: CommandError (the
         TUI says why, nothing sent) for one that cannot be applied. A store that cannot take it
-        (the disk is full) is said as a warning, which the TUI shows."""
+        (the disk is full) is said as a warning, which the TUI shows. With no owner alive, a
+        retry starts one again and an accept or discard is applied here (both take a while:
+        the TUI sends them off its event loop)."""
         try:
-            rid = self._client.send(command)
-        except (LookupError, StoreError) as exc:
+            if isinstance(command, Retry | Accept | Discard) and not self._client.owner().alive:
+                rid = self._without_owner(command)
+                if rid is None:
+                    self.refresh()
+                    return
+            else:
+                rid = self._client.send(command)
+        except (LookupError, StoreError, OwnerFailed) as exc:
             log.warning("%s not sent: %s", command.title, str(exc).strip("'\""))
             return
         with self._lock:
             self._pending.add(rid)
+
+    def _without_owner(self, command: Retry | Accept | Discard) -> int | None:
+        """A batch that ended (or whose owner died): a retry starts its owner again (the
+        request's id); an accept or discard is applied here, and said (None)."""
+        if isinstance(command, Retry):
+            rid, _ = send_retry(self.db, self.batch_id, command)
+            return rid
+        log.info("%s", review_here(self.db, self.batch_id, command).said)
+        return None
 
     # --- reading --------------------------------------------------------------------------------
 

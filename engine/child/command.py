@@ -24,13 +24,15 @@ from flightdeck.engine.agents.process import Files, Process, Record
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
-from flightdeck.engine.child.port import ChildPort, Ended
+from flightdeck.engine.child.port import Attempt, ChildPort, Ended
 from flightdeck.engine.child.supervise import RunEnd, Supervisor
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.records.meter import Meter, cost_of, genai_cost
 from flightdeck.engine.sanitize import one_line
 
 CANNOT_STEER = "this route cannot be steered"
+# What a retry that continues tells the CLI whose session it resumes.
+RETRY_MESSAGE = "Your run before this one ended before the task was done; continue it"
 REASON_LINES = 5  # stderr lines in a failure's reason
 MAX_ARGV_SHOWN = 1000  # characters of the command line in the transcript
 # Formats whose output says how the run ended: a process another owner started can be
@@ -52,6 +54,10 @@ class ProcessBook(Protocol):
 
     def ended(self) -> None:
         """It and its tree have ended."""
+        ...
+
+    def session(self, session_id: str) -> None:
+        """The CLI reported its session (a retry that continues resumes it)."""
         ...
 
 
@@ -86,6 +92,7 @@ class ProcessRunner:
         self._book = book
         self._tag = tag
         self._session: list[str] = []  # the CLI's session id, once reported
+        self._told: str | None = None  # the session id recorded in the book
         self.adoption: Adoption | None = None  # set by `resume` before it runs
 
     @property
@@ -107,6 +114,11 @@ class ProcessRunner:
     def prefix_key(self) -> tuple[str, str]:
         """Command children share no prompt prefix flightdeck knows of."""
         return self._command.name, "command"
+
+    @property
+    def session(self) -> str | None:
+        """The CLI session its runs reported, once one did."""
+        return self._session[0] if self._session else None
 
     def adopt(self, adoption: Adoption) -> str | None:
         """Watch on a process a dead owner started (`resume`); why it cannot be, or None."""
@@ -131,27 +143,31 @@ class ProcessRunner:
             return self._run_all(child)
         finally:
             try:
-                note = self._workspace.release()
+                changes, note = self._workspace.release()
             except Exception as exc:
-                note = f"workspace not removed: {exc!r}"
+                changes, note = None, f"workspace not removed: {exc!r}"
+            if changes is not None:
+                child.changed(changes)
             if note:
                 child.transcript.write("engine", note)
 
     def _run_all(self, c: ChildPort) -> Ended:
-        adoption = self.adoption
+        adoption, again = self.adoption, c.retrying
+        resume = again is not None and again.resume
         try:
-            cwd = self._workspace.adopt() if adoption else self._workspace.prepare()
+            if adoption is not None:
+                cwd = self._workspace.adopt()
+            else:
+                cwd = self._workspace.reuse() if resume else self._workspace.prepare()
         except WorkspaceError as exc:
             return Ended(ChildStatus.FAILED, f"workspace: {exc}")
         if self._workspace.mode != "shared" and adoption is None:
             c.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}")
-        values = {
-            "goal": c.task.goal,
-            "context": c.task.context or "",
-            "id": c.task.id,
-            "workspace": str(cwd),
-        }
-        prompt = c.task.goal + (f"\n\nContext:\n{c.task.context}" if c.task.context else "")
+        context = c.task.context or ""
+        if again is not None and again.resume and not self._resumes(again):
+            context = again.prompt + (f"\n\n{context}" if context else "")
+        values = {"goal": c.task.goal, "context": context, "id": c.task.id, "workspace": str(cwd)}
+        prompt = c.task.goal + (f"\n\nContext:\n{context}" if context else "")
         figures = c.progress.figures()
         cost = None if adoption is None else adoption.cost
         tally = CliTally(
@@ -162,8 +178,15 @@ class ProcessRunner:
         )
         if adoption is not None:
             end = self._watch_adopted(c, adoption, tally)
+        elif again is not None and self._resumes(again) and again.session is not None:
+            # The CLI's own session goes on, told how its run before ended.
+            self._session[:] = [again.session]
+            message = f"{RETRY_MESSAGE} ({again.before})."
+            c.transcript.write("user", message)
+            more = {**values, "session": again.session, "message": message}
+            end = self._run_once(c, expand(self._command.resume_argv, more), cwd, message, tally)
         else:
-            c.transcript.write("user", prompt)
+            c.transcript.write("user", again.shown(prompt) if again is not None else prompt)
             if c.interrupt.is_set():  # stopped while its copy or worktree was being made
                 return Ended(c.stop_status or ChildStatus.STOPPED, c.stop_reason)
             end = self._run_once(c, expand(self._command.argv, values), cwd, prompt, tally)
@@ -184,6 +207,11 @@ class ProcessRunner:
             more = {**values, "session": self._session[0], "message": message}
             end = self._run_once(c, expand(self._command.resume_argv, more), cwd, message, tally)
         return self._outcome(c, end)
+
+    def _resumes(self, again: Attempt) -> bool:
+        """Whether a retry that continues resumes the CLI's session (else it is told the
+        earlier attempt's transcript)."""
+        return again.resume and again.session is not None and bool(self._spec.resume_argv)
 
     def _outcome(self, c: ChildPort, end: RunEnd) -> Ended:
         if c.interrupt.is_set():
@@ -272,6 +300,9 @@ class ProcessRunner:
         finally:
             proc.release()
             self._book.ended()
+        if self._session and self._session[0] != self._told:
+            self._told = self._session[0]
+            self._book.session(self._told)
         supervisor.missed("the CLI ended before it read it")
         if tally.reports == reports and self._spec.format != "plain":
             tally.cut_short()

@@ -70,8 +70,24 @@ class LoopFlagged:
     again: bool = False  # found afresh on what it did after a loop policy's steer reached it
 
 
+@dataclass(frozen=True, slots=True)
+class ChildLost:
+    """Its work ran elsewhere (a worker on a cluster), and the worker is gone (`why` says how,
+    naming the node): it runs again, as after a crash."""
+
+    child_id: str
+    why: str
+
+
 ChildFact = (
-    ChildDone | ChildPaused | ReceiptSettled | HeadroomSeen | FirstChunk | Delegated | LoopFlagged
+    ChildDone
+    | ChildPaused
+    | ReceiptSettled
+    | HeadroomSeen
+    | FirstChunk
+    | Delegated
+    | LoopFlagged
+    | ChildLost
 )
 
 Report = Callable[[ChildFact], None]

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.activity import InFlight
 from flightdeck.engine.child.delegate import (
     DELEGATE_SPEC,
@@ -87,6 +88,7 @@ class ModelRunner:
         toolbox: Toolbox,
         meter: Meter,
         delegation: Delegation | None = None,
+        workspace: Workspace | None = None,  # its own worktree or copy (None: the batch's)
     ) -> None:
         self._route_name = route_name
         self._provider = provider
@@ -98,6 +100,7 @@ class ModelRunner:
         self._messages: list[Message] | None = None  # the conversation so far, once begun
         self._next_turn = 1
         self._port: ChildPort | None = None  # the child it runs, while `run` runs
+        self._workspace = workspace
 
     @property
     def _c(self) -> ChildPort:
@@ -115,10 +118,12 @@ class ModelRunner:
         prompt and the tools. Children with one key read one provider-side cache entry."""
         return self._route_name, prefix_digest(SYSTEM_PROMPT, self.tool_specs)
 
-    @functools.cached_property
+    @property  # not cached: an attribute added after __init__ costs each runner 400 bytes
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """The tools its model is offered: the workspace's, and `delegate` if it may."""
         return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ())
+
+    session = None  # a model has no CLI session to resume
 
     def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:
         """A model takes every steer, at its next turn (or at once, for --now)."""
@@ -127,18 +132,53 @@ class ModelRunner:
     def run(self, child: ChildPort) -> Ended | Paused:
         """The agent loop; a stop or a bug raises (the child finalizes)."""
         self._port = child
+        paused = False
         try:
             if self._messages is None:
+                failed = self._own_workspace(child)
+                if failed is not None:
+                    return failed
                 child.transcript.write("system", SYSTEM_PROMPT)
             else:
                 child.transcript.write("engine", f"continued at turn {self._next_turn}")
             return self._loop()
         except _Paused:
+            paused = True
             return PAUSED
         except ProviderError as exc:
             return Ended(ChildStatus.FAILED, f"{type(exc).__name__}: {exc}")
         finally:
+            if not paused and self._workspace is not None:
+                self._release(child, self._workspace)
             self._port = None
+            if not paused:  # it has ended: the batch keeps the child, not its conversation
+                self._messages = None
+
+    def _own_workspace(self, c: ChildPort) -> Ended | None:
+        """Its tools moved into its own worktree or copy (a retry that continues: the one its
+        earlier attempt left); why the child fails if it cannot be made."""
+        ws = self._workspace
+        if ws is None:
+            return None
+        resume = c.retrying is not None and c.retrying.resume
+        try:
+            root = ws.reuse() if resume else ws.prepare()
+        except WorkspaceError as exc:
+            return Ended(ChildStatus.FAILED, f"workspace: {exc}")
+        self._tools = self._tools.rooted(root)
+        c.transcript.write("engine", f"workspace ({ws.mode}): {root}")
+        return None
+
+    def _release(self, c: ChildPort, ws: Workspace) -> None:
+        """At its end: its workspace kept with what it changed, or removed."""
+        try:
+            changes, note = ws.release()
+        except Exception as exc:
+            changes, note = None, f"workspace not removed: {exc!r}"
+        if changes is not None:
+            c.changed(changes)
+        if note:
+            c.transcript.write("engine", note)
 
     def _loop(self) -> Ended:
         c = self._c
@@ -147,7 +187,10 @@ class ModelRunner:
             goal = c.task.goal
             if c.task.context:
                 goal += "\n\nContext:\n" + c.task.context
-            c.transcript.write("user", goal)
+            again = c.retrying
+            if again is not None and again.resume:
+                goal += "\n\n" + again.prompt
+            c.transcript.write("user", again.shown(goal) if again is not None else goal)
             messages = self._messages = [Message("user", goal)]
         for turn in range(self._next_turn, c.task.max_turns + 1):
             self._next_turn = turn

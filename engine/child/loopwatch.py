@@ -27,7 +27,10 @@ class LoopWatch:
         clock: Callable[[], float],
     ) -> None:
         self._child_id = child_id
-        self._detector = LoopDetector(settings)
+        self._settings = settings
+        # Made at the first tool call: most children of a big batch never make one, and a
+        # detector's history weighs about 2.5 KB.
+        self._detector: LoopDetector | None = None
         self._write = write  # a transcript line: (role, text)
         self._report = report
         self._tokens = tokens
@@ -36,29 +39,43 @@ class LoopWatch:
         self.looped_ts: float | None = None  # its last flag's time, kept once it clears
         self.version = 0
 
+    @property
+    def _found(self) -> LoopDetector:
+        if self._detector is None:
+            self._detector = LoopDetector(self._settings)
+        return self._detector
+
     def call(self, name: str, arguments: Mapping[str, Any] | str, output: str) -> None:
         """One tool call and what it returned."""
-        self._detector.call(name, arguments, output)
+        self._found.call(name, arguments, output)
 
     def steered(self) -> None:
         """A loop policy's steer reached the child: from here on only fresh evidence counts."""
-        self._detector.steered()
+        self._found.steered()
 
     def turn_ended(self, workspace: Path | None) -> None:
         """A turn's tool calls have all returned: is it looping now, or no longer?"""
-        if not self._detector.enabled:
+        detector = self._found
+        if not detector.enabled:
             return
         fingerprint = None
-        if self._detector.settings.still_turns and workspace is not None:
+        if detector.settings.still_turns and workspace is not None:
             fingerprint = workspace_fingerprint(workspace)
         before = self.evidence
-        if self._detector.turn_ended(self._tokens(), fingerprint, self._clock()):
-            self._changed(before, self._detector.evidence, again=self._detector.again)
+        if detector.turn_ended(self._tokens(), fingerprint, self._clock()):
+            self._changed(before, detector.evidence, again=detector.again)
 
     def answered(self) -> None:
         """It answered with no tool call: a loop it was in has ended."""
-        if self._detector.answered():
+        if self._detector is not None and self._detector.answered():
             self._changed(self.evidence, None)
+
+    def follow(self, evidence: LoopEvidence | None) -> None:
+        """The flag as judged where the child runs (another machine): this is what it shows."""
+        self.evidence = evidence
+        if evidence is not None:
+            self.looped_ts = evidence.ts
+        self.version += 1
 
     def _changed(
         self, before: LoopEvidence | None, found: LoopEvidence | None, again: bool = False

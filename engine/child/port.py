@@ -20,7 +20,7 @@ from flightdeck.engine.child.steering import Steering
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
-from flightdeck.engine.records.transcripts import TranscriptWriter
+from flightdeck.engine.review.values import Changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,33 @@ class Paused:
     """A run that returned for the operator's pause (a continue runs it again)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The operator's retry of a child that ended: which attempt this is, and whether it works
+    on from the earlier one (`resume`: its workspace as it was, its transcript as context, the
+    CLI's session resumed) or starts again from its goal."""
+
+    number: int
+    resume: bool
+    before: str  # how the earlier attempt ended: "failed: exit 3"
+    context: str = ""  # resume: the end of the earlier attempt's transcript
+    session: str | None = None  # resume: the CLI session the earlier attempt reported
+
+    @property
+    def prompt(self) -> str:
+        """What a resumed attempt is told ahead of its goal (a model, a CLI with no session)."""
+        return (
+            f"An earlier attempt at this task ended ({self.before}). Its transcript so far "
+            f"follows; continue the task from where it stopped.\n\n{self.context}"
+        )
+
+    def shown(self, text: str) -> str:
+        """`text` (a prompt holding `prompt`) as the transcript shows it: the earlier
+        transcript, already above it in the same file, named rather than repeated."""
+        note = f"[the earlier attempt's transcript, {len(self.context):,} characters]"
+        return text.replace(self.context, note) if self.context else text
+
+
 PAUSED = Paused()
 
 
@@ -44,6 +71,30 @@ class Closable(Protocol):
     """An open call a stop (or a steer --now) closes from another thread."""
 
     def close(self) -> None: ...
+
+
+class Transcript(Protocol):
+    """A child's transcript as its runner writes it (records/transcripts.py's writer, or a
+    relay to the one at home)."""
+
+    def write(self, role: str, text: str, ts: float | None = None) -> None: ...
+
+    def stream(self, chunk: str, ts: float | None = None) -> None: ...
+
+    def end_stream(self, *, interrupted: bool = False, ts: float | None = None) -> None: ...
+
+    def close(self, role: str | None = None, text: str = "", ts: float | None = None) -> None: ...
+
+
+class Relay(Protocol):
+    """A child whose work runs elsewhere (an executor's worker): the operator's commands, to be
+    applied there as they are here."""
+
+    def steer(self, receipt: SteerReceipt) -> None: ...
+
+    def stop(self, status: ChildStatus, reason: str) -> None: ...
+
+    def pause(self, wanted: bool) -> None: ...
 
 
 class ChildPort(Protocol):
@@ -58,10 +109,15 @@ class ChildPort(Protocol):
     leads_gate: bool  # it leads a prompt-cache gate: its first chunk is reported
 
     @property
-    def transcript(self) -> TranscriptWriter: ...
+    def transcript(self) -> Transcript: ...
 
     @property
     def pause_wanted(self) -> bool: ...
+
+    @property
+    def retrying(self) -> Attempt | None:
+        """The operator's retry this run is (None: its first attempt)."""
+        ...
 
     @property
     def stop_status(self) -> ChildStatus | None: ...
@@ -96,6 +152,10 @@ class ChildPort(Protocol):
 
     def report(self, fact: ChildFact) -> None:
         """Hand a fact to the coordinator."""
+        ...
+
+    def changed(self, changes: Changes) -> None:
+        """At its end: what it changed in its own worktree or copy (kept for review)."""
         ...
 
     def clean(self, text: str) -> str:
@@ -134,6 +194,11 @@ class Runner(Protocol):
     def prefix_key(self) -> tuple[str, str]:
         """What its requests share with its siblings' ahead of the goal (the cache gate's
         key)."""
+        ...
+
+    @property
+    def session(self) -> str | None:
+        """The CLI session its run reported (a retry that continues resumes it); None."""
         ...
 
     def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:

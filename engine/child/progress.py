@@ -4,6 +4,7 @@ figures have not changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,18 @@ class Figures:
     saved_usd: Decimal | None
     in_flight: Usage
     model: str | None  # the model the runner reported (an agent CLI's), if any
+
+
+@dataclass(frozen=True, slots=True)
+class Mirror:
+    """Everything a `Progress` holds, copied: what a child running elsewhere sends home."""
+
+    activity: ActivityState
+    usage: Usage
+    cost: Decimal | None
+    saved: Decimal | None
+    in_flight: InFlight
+    model: str | None
 
 
 class Progress:
@@ -53,6 +66,27 @@ class Progress:
                 self._in_flight.usage(),
                 self._model,
             )
+
+    def mirror(self) -> Mirror:
+        """A copy of every figure (`follow` sets another Progress to it)."""
+        with self._lock:
+            return Mirror(
+                dataclasses.replace(self._activity),
+                self._usage,
+                self._cost,
+                self._saved,
+                dataclasses.replace(self._in_flight),
+                self._model,
+            )
+
+    def follow(self, mirror: Mirror) -> None:
+        """Take every figure from `mirror`: the child's work runs elsewhere, and this is it."""
+        with self._lock:
+            self._activity = dataclasses.replace(mirror.activity)
+            self._usage, self._cost, self._saved = mirror.usage, mirror.cost, mirror.saved
+            self._in_flight = dataclasses.replace(mirror.in_flight)
+            self._model = mirror.model
+            self.version += 1
 
     @property
     def last_activity(self) -> float | None:

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from flightdeck.engine.child.facts import ChildDone, ChildFact, ChildPaused, ReceiptSettled, Report
+from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
 from flightdeck.engine.child.policy import StopRequested
-from flightdeck.engine.child.port import PAUSED, Closable, Ended, Runner
+from flightdeck.engine.child.port import PAUSED, Attempt, Closable, Ended, Runner, Transcript
 from flightdeck.engine.child.progress import Progress
+from flightdeck.engine.child.result import bounded_result
 from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
@@ -31,15 +33,50 @@ from flightdeck.engine.providers.base import Interrupted
 from flightdeck.engine.records.meter import route_cost
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
+from flightdeck.engine.review.values import Changes
 from flightdeck.engine.sanitize import redact
-
-# Characters of a final answer kept in the row (the store, the screen, the report's readers);
-# the whole answer is in the transcript. A 100 MB reply must not be copied everywhere.
-MAX_RESULT_CHARS = 100_000
 
 
 class Child:
     """One task's child: the coordinator owns it, one worker thread at a time runs it."""
+
+    # A batch keeps every child to its end: without an instance dict a child weighs 1.3 KB less.
+    __slots__ = (
+        "_call",
+        "_clock",
+        "_error",
+        "_finalizing",
+        "_lock",
+        "_open_transcript",
+        "_pause_wanted",
+        "_paused_at",
+        "_report",
+        "_result",
+        "_row",
+        "_row_version",
+        "_secrets",
+        "_sink",
+        "_stop_reason",
+        "_stop_status",
+        "_transcript",
+        "_version",
+        "finished_ts",
+        "interrupt",
+        "kept",
+        "leads_gate",
+        "loops",
+        "node",
+        "paused_s",
+        "progress",
+        "queued_ts",
+        "route",
+        "runner",
+        "started_ts",
+        "status",
+        "steering",
+        "task",
+        "transcript_path",
+    )
 
     def __init__(
         self,
@@ -53,6 +90,8 @@ class Child:
         sink: TranscriptSink | None = None,
         *,
         cost_known: bool = True,
+        open_transcript: Callable[[], Transcript] | None = None,
+        kept: Kept | None = None,  # a retry's attempt (and the changes it works on from)
     ) -> None:
         self.task = task
         self.route = route
@@ -61,11 +100,13 @@ class Child:
         self.queued_ts = queued_ts
         self.interrupt = threading.Event()
         self._sink = sink
+        self._open_transcript = open_transcript  # else a TranscriptWriter on the path
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
         # The route's API key, redacted from all we record and show.
         self._secrets = runner.secrets
         self.progress = Progress(clock, cost_known=cost_known)
+        self.kept = kept or Kept()
         self.steering = Steering()
         self.loops = LoopWatch(
             task.id,
@@ -81,7 +122,8 @@ class Child:
         self.status = ChildStatus.QUEUED
         self.started_ts: float | None = None
         self.finished_ts: float | None = None
-        self._transcript: TranscriptWriter | None = None
+        self._transcript: Transcript | None = None
+        self.node: str | None = None  # where its work runs, when not in this process
         self._finalizing = False
         self._call: Closable | None = None
         self._stop_status: ChildStatus | None = None
@@ -99,10 +141,12 @@ class Child:
         self.paused_s = 0.0
 
     @property
-    def transcript(self) -> TranscriptWriter:
+    def transcript(self) -> Transcript:
         """Opened on first use, so a queued child holds no file descriptor."""
         with self._lock:
-            if self._transcript is None:
+            if self._transcript is None and self._open_transcript is not None:
+                self._transcript = self._open_transcript()
+            elif self._transcript is None:
                 self._transcript = TranscriptWriter(
                     self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
                 )
@@ -113,7 +157,8 @@ class Child:
     @property
     def version(self) -> int:
         """Changes whenever the child's row would."""
-        return self._version + self.steering.version + self.progress.version + self.loops.version
+        figures = self.progress.version + self.loops.version + self.kept.version
+        return self._version + self.steering.version + figures
 
     def row(self) -> ChildRow:
         """A frozen view; rebuilt only when something changed since the last call."""
@@ -155,6 +200,9 @@ class Child:
                 depth=self.task.depth,
                 loop=self.loops.evidence,
                 looped_ts=self.loops.looped_ts,
+                node=self.node,
+                attempt=self.kept.attempt,
+                changes=self.kept.changes,
             )
             self._row, self._row_version = row, version
             return row
@@ -210,6 +258,11 @@ class Child:
         """Why the requested stop was asked for; None if none was."""
         return self._stop_reason
 
+    @property
+    def retrying(self) -> Attempt | None:
+        """The operator's retry this run is (None: its first attempt)."""
+        return self.kept.retrying
+
     # --- the worker thread ---------------------------------------------------------------------
 
     def run(self) -> None:
@@ -239,6 +292,10 @@ class Child:
     def report(self, fact: ChildFact) -> None:
         """Hand a fact to the coordinator."""
         self._report(fact)
+
+    def changed(self, changes: Changes) -> None:
+        """At its end: what it changed in its own workspace (recorded as it is finished)."""
+        self.kept.changed(changes)
 
     def clock(self) -> float:
         """The engine's clock."""
@@ -435,14 +492,3 @@ class Child:
             self.progress.show("")
             self._version += 1
             return True
-
-
-def bounded_result(text: str, transcript: str) -> str:
-    """`text`, or its first MAX_RESULT_CHARS characters and a note of where the rest is."""
-    if len(text) <= MAX_RESULT_CHARS:
-        return text
-    rest = len(text) - MAX_RESULT_CHARS
-    return (
-        f"{text[:MAX_RESULT_CHARS]}\n\n[cut here: {rest:,} more characters; "
-        f"the whole answer is in the transcript, {transcript}]"
-    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from flightdeck.engine.model import SteerReceipt
+from flightdeck.engine.model import SteerReceipt, SteerState
 
 
 class Steering:
@@ -37,6 +37,22 @@ class Steering:
         """Record a receipt (new or settled) under its id."""
         with self._lock:
             self._keep(receipt)
+
+    def settled_elsewhere(self, receipt: SteerReceipt) -> bool:
+        """A steer settled where the child runs (another machine): kept, and out of the inbox
+        mirrored here; False (nothing changed) if it was settled here already."""
+        with self._lock:
+            known = self._receipts.get(receipt.id)
+            if known is not None and known.state is not SteerState.QUEUED:
+                return False
+            self._inbox = [r for r in self._inbox if r.id != receipt.id]
+            self._keep(receipt)
+            return True
+
+    def pending(self) -> tuple[SteerReceipt, ...]:
+        """The steers waiting in the inbox, oldest first (left there)."""
+        with self._lock:
+            return tuple(self._inbox)
 
     def _keep(self, receipt: SteerReceipt) -> None:
         self._receipts[receipt.id] = receipt

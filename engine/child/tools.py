@@ -98,6 +98,10 @@ class Toolbox:
     def specs(self) -> tuple[ToolSpec, ...]:
         return TOOL_SPECS
 
+    def rooted(self, workspace: Path) -> Toolbox:
+        """The same tools in another folder (a child's own worktree or copy)."""
+        return Toolbox(workspace, self._locks, self._secrets)
+
     def run(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Run one call; raise ToolError with a message meant for the model."""
         tool = self._tools.get(name)

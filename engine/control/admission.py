@@ -11,15 +11,15 @@ import functools
 import logging
 from collections.abc import Callable
 
-from flightdeck.engine.child.facts import ChildDone
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
-from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
+from flightdeck.engine.model import ChildStarted, ChildStatus, EngineEvent
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.meter import Meter
@@ -40,20 +40,18 @@ class Admission:
         budget: Budget,
         meter: Meter,
         clock: Callable[[], float],
-        record: Callable[[ChildRow], None],
+        recorder: Recorder,
         publish: Callable[[EngineEvent], None],
-        report: Callable[[ChildDone], None],  # to the coordinator's inbox, from a worker
         started: int,  # children an earlier owner ran (they count against max_runs)
     ) -> None:
         self._slots = slots
         self._ends = ends
-        self._report = report
         self._pauses = pauses
         self._arrivals = arrivals
         self._budget = budget
         self._meter = meter
         self._clock = clock
-        self._record = record
+        self._recorder = recorder
         self._publish = publish
         self.gate = CacheGate()
         self.started = started
@@ -95,14 +93,14 @@ class Admission:
         # them `running` there, so `resume` knows they were lost (unknown), not never run.
         # After the loop, so the submits follow each other as closely as before.
         for child in launched:
-            self._record(child.row())
+            self._recorder.record(child.row())
 
     def launch(self, child: Child, *, new: bool = True) -> bool:
         """Hand the child to the pool (`new`: not a paused child continued); False if it could
         not be (the process is exiting)."""
         slots = self._slots
         try:
-            slots.pool.submit(functools.partial(self._run_child, child))
+            slots.pool.submit(child)
         except ThreadRefused as exc:
             # The child waits in the pool for a thread already started: no more children than
             # there are threads run at once.
@@ -121,22 +119,12 @@ class Admission:
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
         slots.alive[child.task.id] = child
+        if new and child.node is not None:  # run on a cluster: where (the row shows it too)
+            self._recorder.record_event(child.task.id, "node", child.node)
         if new:
             self.started += 1
             self._publish(ChildStarted(child.task.id, self._clock()))
         return True
-
-    def _run_child(self, child: Child) -> None:
-        """A worker thread's one error path. `Child.run` never raises; if it does (a bug), the
-        child fails with the reason, and the coordinator hears it ended, so the batch can end."""
-        try:
-            child.run()
-        except Exception as exc:
-            log.exception("flightdeck engine: child %s's worker failed", child.task.id)
-            try:
-                child.finalize(ChildStatus.FAILED, f"internal error: {exc!r}")
-            finally:
-                self._report(ChildDone(child.task.id))
 
     def store_trouble(self, trouble: StoreTrouble | None) -> None:
         """No child starts while the store cannot commit (`trouble`); they start again once it
@@ -161,6 +149,16 @@ class Admission:
         if cap is not None and self._meter.totals().cost_usd >= cap:
             return f"not started: budget of {fmt_usd(cap)} reached"
         return None
+
+    def room(self, runs: int) -> str | None:
+        """Why `runs` more children (retries) may not start: the budget holds them as it holds
+        any start. None: they may."""
+        cap = self._budget.max_runs
+        if cap is not None and self.started + runs > cap:
+            left = max(0, cap - self.started)
+            return f"max_runs ({cap}) leaves room for {left} more run{'' if left == 1 else 's'}"
+        spent = self.budget_exhausted()
+        return None if spent is None else spent.removeprefix("not started: ")
 
     def _cancel_queued(self, reason: str) -> None:
         slots = self._slots

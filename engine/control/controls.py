@@ -17,30 +17,34 @@ from typing import Any
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.commands import (
+    Accept,
     CommandError,
     Continue,
     ContinueAdmission,
+    Discard,
     Nudge,
     Pause,
     PauseAdmission,
+    Retry,
     SetLimits,
     Steer,
     Stop,
     StopAll,
 )
 from flightdeck.engine.control.arrivals import Arrivals
-from flightdeck.engine.control.inbox import Order, ReceiptIds
+from flightdeck.engine.control.attempts import Attempts
+from flightdeck.engine.control.inbox import Order, ReceiptIds, Reviewed
 from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.reviews import ReviewDesk
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.inputs.settings import CannedSteers
 from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.model import (
-    ChildRow,
     ChildStatus,
     EngineEvent,
     Limits,
@@ -72,7 +76,8 @@ class Controls:
         soft: SoftBudget,
         pauses: Pauses,
         arrivals: Arrivals,
-        carried: Mapping[str, ChildRow],  # final rows an earlier owner left (a resumed batch)
+        attempts: Attempts,
+        desk: ReviewDesk | None,  # where accept and discard are applied (None: nowhere)
         publish: Callable[[EngineEvent], None],
         limits: Callable[[], Limits],  # the live limits in force
         hold: Callable[[], str | None],  # why admission is held now, every hold in a sentence
@@ -88,7 +93,8 @@ class Controls:
         self._soft = soft
         self._pauses = pauses
         self._arrivals = arrivals
-        self._carried = carried
+        self._attempts = attempts
+        self._desk = desk
         self._publish = publish
         self._limits = limits
         self._hold = hold
@@ -103,16 +109,35 @@ class Controls:
         try:
             receipts = self._dispatch(order)
         except CommandError as exc:  # checked by the sender; the batch changed since
-            if order.request_id is None:
-                log.error("flightdeck engine: %s not applied: %s", order.command.title, exc)
-            else:
-                self._recorder.settle_request(order.request_id, (), str(exc))
+            self._settle(order, (), str(exc))
             return
-        if order.request_id is not None:
-            self._recorder.settle_request(order.request_id, receipts, None)
+        if receipts is not None:  # None: applied elsewhere, settled once it is (`reviewed`)
+            self._settle(order, receipts, None)
 
-    def _dispatch(self, order: Order) -> tuple[int, ...]:
-        """The one dispatch of every command: the steer receipts it made."""
+    def _settle(self, order: Order, receipts: tuple[int, ...], refused: str | None) -> None:
+        """The order's request and its in-process sender told it was applied, or refused."""
+        if order.answer is not None:
+            order.answer.settle(refused)
+        if order.request_id is not None:
+            self._recorder.settle_request(order.request_id, receipts, refused)
+        elif refused is not None and order.answer is None:
+            log.error("flightdeck engine: %s not applied: %s", order.command.title, refused)
+
+    def reviewed(self, done: Reviewed) -> None:
+        """An accept or discard was applied (each child's changes as decided), or refused."""
+        slots = self._slots
+        for child_id, changes in done.decided.items():
+            child = slots.by_id.get(child_id)
+            if child is not None:
+                child.kept.changed(changes)
+            elif child_id in slots.carried:
+                row = dataclasses.replace(slots.carried[child_id], changes=changes)
+                slots.carried = {**slots.carried, child_id: row}
+        self._settle(done.order, (), done.refused)
+
+    def _dispatch(self, order: Order) -> tuple[int, ...] | None:
+        """The one dispatch of every command: the steer receipts it made (None: it is applied
+        off this thread, and settled once it is)."""
         slots = self._slots
         match order.command:
             case Steer(ids, message, now):
@@ -142,6 +167,13 @@ class Controls:
                     self._recorder.record_held(self._hold())
             case SetLimits(change):
                 self.set_limits(change)
+            case Retry(ids, resume):
+                self._attempts.retry(ids, resume)
+            case Accept() | Discard():
+                if self._desk is None:
+                    raise CommandError("this batch has no workspace to review changes in")
+                self._desk.submit(order, slots.all_rows())
+                return None
             case command:
                 raise CommandError(f"this owner cannot apply a {command.kind!r} command")
         return ()
@@ -207,7 +239,7 @@ class Controls:
     def _missed_carried(self, child_id: str, receipt: SteerReceipt, request_id: int | None) -> None:
         """A steer for a child an earlier owner finished (a resumed batch): settled missed at
         once, as for any child that has ended."""
-        row = self._carried[child_id]  # the sender checked it is a child of this batch
+        row = self._slots.carried[child_id]  # the sender checked it is a child of this batch
         missed = dataclasses.replace(
             receipt, state=SteerState.MISSED, settled_ts=receipt.created_ts
         )

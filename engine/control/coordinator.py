@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 
 from flightdeck.engine.child.facts import (
     ChildDone,
+    ChildLost,
     ChildPaused,
     Delegated,
     FirstChunk,
@@ -30,6 +31,7 @@ from flightdeck.engine.child.facts import (
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.admission import Admission
 from flightdeck.engine.control.arrivals import Arrivals
+from flightdeck.engine.control.attempts import Attempts, ChangesTold, Rework
 from flightdeck.engine.control.controls import Controls
 from flightdeck.engine.control.finals import Finals
 from flightdeck.engine.control.inbox import (
@@ -38,17 +40,20 @@ from flightdeck.engine.control.inbox import (
     ReceiptIds,
     Recorded,
     RecordProgress,
+    Reviewed,
     Shutdown,
     Unrecorded,
 )
 from flightdeck.engine.control.liverows import PROGRESS_EVERY_S, LiveRows
+from flightdeck.engine.control.lost import rerun_lost
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.reviews import ReviewDesk
 from flightdeck.engine.control.slots import Carried, Slots
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.executors.base import Executor
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.model import (
@@ -78,7 +83,7 @@ class Coordinator:
         children: list[Child],
         routes: Mapping[str, Route],
         *,
-        pool: WorkerPool,
+        pool: Executor,
         pool_size: int,
         settings: Settings,  # its [engine] part, budget and canned steers
         meter: Meter,
@@ -93,9 +98,12 @@ class Coordinator:
         schedules: tuple[Schedule, ...] = (),
         # Every LIVE_EVERY_S: the latest rows of the children alive (for attached views).
         publish_live: Callable[[tuple[ChildRow, ...]], None] = lambda rows: None,
+        rework: Rework | None = None,  # retries, accepts and discards (None: refused)
     ) -> None:
         carried = carried or Carried()
-        self.slots = Slots(children, routes, pool=pool, pool_size=pool_size, clock=clock)
+        self.slots = Slots(
+            children, routes, pool=pool, pool_size=pool_size, clock=clock, carried=carried.rows
+        )
         self._engine = settings.engine
         self._budget = settings.budget
         self._meter = meter
@@ -110,7 +118,7 @@ class Coordinator:
         self.receipt_ids = ReceiptIds(carried.first_receipt_id)
         self._finals = Finals(
             children,
-            carried=tuple(r.status for r in carried.rows),
+            carried=lambda: [r.status for r in self.slots.carried.values()],
             record_final=recorder.record_final,
             report=self.report,
             publish=publish,
@@ -123,7 +131,7 @@ class Coordinator:
             clock=clock,
             meter=meter,
             # all the batch's rows (a resumed one's too) count in the projection
-            rows=lambda: [*carried.rows, *slots.rows()],
+            rows=lambda: list(slots.all_rows().values()),
             record_event=recorder.record_event,
             announce=self._announce_limits,
         )
@@ -147,11 +155,12 @@ class Coordinator:
             budget=self._budget,
             meter=meter,
             clock=clock,
-            record=recorder.record,
+            recorder=recorder,
             publish=publish,
-            report=self.report,
             started=len(carried.rows),
         )
+        self._rework = rework
+        reviewer = rework.reviewer if rework is not None else None
         self._controls = Controls(
             slots,
             self,
@@ -163,7 +172,16 @@ class Coordinator:
             soft=self._soft,
             pauses=self._pauses,
             arrivals=self._arrivals,
-            carried={r.id: r for r in carried.rows},
+            attempts=Attempts(
+                slots,
+                self._finals,
+                recorder,
+                rework,
+                room=self._admission.room,
+                forget=self._live_rows.forget,
+                reopen=self._reopen_ended,
+            ),
+            desk=ReviewDesk(reviewer, self.report) if reviewer is not None else None,
             publish=publish,
             limits=self.limits,
             hold=lambda: self.hold,
@@ -172,6 +190,8 @@ class Coordinator:
         self._pauses.admission = carried.admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
+        self._reopen = False  # a retry came after the batch had ended: it runs again
+        self._told = ChangesTold(recorder.record_event)
 
     @property
     def stopped_by_stop_all(self) -> int:
@@ -197,6 +217,11 @@ class Coordinator:
         """Queue an operator's order (or the engine's own request) for the coordinator thread
         (thread-safe)."""
         self._inbox.put(command)
+
+    @property
+    def running(self) -> bool:
+        """Whether the coordinator thread runs (started, and not shut down)."""
+        return self._thread.is_alive()
 
     @property
     def on_thread(self) -> bool:
@@ -256,28 +281,34 @@ class Coordinator:
     # --- the coordinator thread ----------------------------------------------------------------
 
     def _run(self) -> None:
-        finished: EngineEvent | None = None
-        try:
+        while True:
+            finished: EngineEvent | None = None
             try:
-                self._loop()
-            except Exception as exc:
-                self._failed(exc)
-            finished = self._end()
-        finally:
-            self.finished.set()
-        if finished is not None:
-            # Announced once waiters are released: a subscriber that calls `wait()` on it
-            # (from this thread) finds the batch finished rather than blocking it.
-            self._publish(finished)
-        # Keep answering commands until shutdown, so a late steer is settled as missed; but not
-        # past the end of the program: one that never called close() would wait for ever.
-        while not self._shutdown and threading.main_thread().is_alive():
-            try:
-                self._drain()
-            except Exception:
-                log.exception("flightdeck engine: a command after the batch ended failed")
+                try:
+                    self._loop()
+                except Exception as exc:
+                    self._failed(exc)
+                finished = self._end()
+            finally:
+                self.finished.set()
+            if finished is not None:
+                # Announced once waiters are released: a subscriber that calls `wait()` on it
+                # (from this thread) finds the batch finished rather than blocking it.
+                self._publish(finished)
+            # Keep answering commands until shutdown, so a late steer is settled as missed
+            # (and a retry reopens the batch); but not past the end of the program: one that
+            # never called close() would wait for ever.
+            self._reopen = False
+            while not self._shutdown and threading.main_thread().is_alive() and not self._reopen:
+                try:
+                    self._drain()
+                except Exception:
+                    log.exception("flightdeck engine: a command after the batch ended failed")
+            if not self._reopen:
+                return
 
     def _loop(self) -> None:
+        self._handle_queued()  # sent before this thread started (a resumed batch's requests)
         self._watch_store()
         self._soft.watch()
         self._admit()
@@ -357,6 +388,14 @@ class Coordinator:
             except queue.Empty:
                 return
 
+    def _handle_queued(self) -> None:
+        """Handle what is queued now, without waiting for more."""
+        while True:
+            try:
+                self._handle(self._inbox.get_nowait())
+            except queue.Empty:
+                return
+
     def _handle(self, message: Message) -> None:
         match message:
             case ChildDone(child_id):
@@ -368,6 +407,7 @@ class Coordinator:
                     # The watchdog abandoned it and recorded its final row; its call has come
                     # back since, and may have been billed: the store must say what was spent.
                     # (Only while the engine is open: a call stuck at close() is not waited for.)
+                    self._told.changes(child)
                     self._recorder.record(child.row())
             case Recorded(row):
                 self._finals.recorded(row)
@@ -390,10 +430,15 @@ class Coordinator:
                 )
             case HeadroomSeen(route, event):
                 self.slots.queues.saw_headroom(route, event, self._clock())
+            case ChildLost(child_id, why):
+                child = self.slots.by_id[child_id]
+                rerun_lost(self.slots, self, self._pauses, self._recorder, child, why)
             case LoopFlagged(child_id, evidence, again):
                 self._controls.looped(child_id, evidence, again)
             case Order():
                 self._controls.apply(message)
+            case Reviewed():
+                self._controls.reviewed(message)
             case RecordProgress(done):
                 self._live_rows.record(self.slots.alive)
                 done.set()
@@ -410,7 +455,19 @@ class Coordinator:
         self.slots.stop_requested.pop(child.task.id, None)
         self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
+        self._told.changes(child)
         self._finals.hand(child.row())
+
+    def _reopen_ended(self) -> None:
+        """A retry came (control/attempts.py): a batch that had ended runs again."""
+        if not self.finished.is_set():
+            return
+        self._reopen = True
+        self._controls.stopped_by_stop_all = 0
+        self.failure = None
+        self.finished.clear()
+        if self._rework is not None:
+            self._rework.on_reopened()
 
     def _all_done(self) -> bool:
         return self._finals.done >= len(self.slots.children) and not self._arrivals.scheduled

@@ -7,7 +7,7 @@ after loses none of them, and the batch ends only when all are written. Coordina
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.inbox import Message, Recorded, Unrecorded
@@ -22,7 +22,7 @@ class Finals:
         self,
         children: list[Child],  # the coordinator's own list: it grows with delegates and waves
         *,
-        carried: tuple[ChildStatus, ...],
+        carried: Callable[[], Iterable[ChildStatus]],
         record_final: Callable[[ChildRow, Callable[[bool], None]], None],
         report: Callable[[Message], None],
         publish: Callable[[EngineEvent], None],
@@ -36,6 +36,7 @@ class Finals:
         self._publish = publish
         self._units = Units((c.task.id, c.task.group) for c in children)
         self.done = 0
+        self._committed: set[str] = set()  # children whose final row is in the store
         self._handed = 0  # final rows handed to the store (committed or not yet)
         # Final rows the store gave up on: those children ended, but were never announced.
         self.unrecorded = 0
@@ -50,6 +51,7 @@ class Finals:
     def recorded(self, row: ChildRow) -> None:
         """Committed: the child counts as done, announced, and may end its unit."""
         self.done += 1
+        self._committed.add(row.id)
         self._publish(ChildFinished(row, self.done, len(self._children)))
         unit = self._units.ended(row)
         if unit is not None:
@@ -59,6 +61,17 @@ class Finals:
         """Given up on: ended, and never announced; the batch fails, counting it."""
         self.done += 1
         self.unrecorded += 1
+
+    def committed(self, child_id: str) -> bool:
+        """Whether the child's final row is in the store."""
+        return child_id in self._committed
+
+    def reopen(self, child_id: str) -> None:
+        """A child whose final row was committed runs again (a retry): not done any more."""
+        if child_id in self._committed:
+            self._committed.discard(child_id)
+            self.done -= 1
+            self._handed -= 1
 
     @property
     def held(self) -> int:
@@ -70,7 +83,7 @@ class Finals:
         failed, timed out or stalled first: a stop is nobody's failure."""
         if stopped_by_stop_all:
             return BatchStatus.STOPPED
-        statuses = {c.status for c in self._children} | set(self._carried)
+        statuses = {c.status for c in self._children} | set(self._carried())
         if statuses <= {ChildStatus.COMPLETED}:
             return BatchStatus.COMPLETED
         if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:

@@ -74,6 +74,8 @@ class CacheGate:
             gate.waiting = []
 
     def _open_led_by(self, child: Child) -> list[Child]:
+        if not self._closed:  # no gate, or every gate open: no digest of its prefix needed
+            return []
         key = child.prefix_key
         gate = self._closed.get(key)
         if gate is None or gate.leader is not child:

@@ -5,22 +5,52 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.commands import Command
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.review.values import Changes
+
+
+class Answer:
+    """Set once the coordinator has applied an order, or refused it (`refused`: why): what an
+    in-process sender of a command that `waits` waits on."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+        self._done = threading.Event()
+
+    def settle(self, refused: str | None) -> None:
+        self.refused = refused
+        self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once settled (within `timeout` seconds)."""
+        return self._done.wait(timeout)
 
 
 @dataclass(frozen=True, slots=True)
 class Order:
     """An operator's command (engine/commands.py), checked by its sender, for the coordinator to
-    apply: with the receipt ids its sender numbered (one per child of a steer), and the client
-    request it came from, settled once it is applied."""
+    apply: with the receipt ids its sender numbered (one per child of a steer), the client
+    request it came from, settled once it is applied, and what its sender waits on (if it does)."""
 
     command: Command
     receipt_ids: tuple[int, ...] = ()
     request_id: int | None = None
+    answer: Answer | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reviewed:
+    """An accept or discard was applied off the coordinator thread: each child's changes as
+    now decided, or why it was refused (nothing applied)."""
+
+    order: Order
+    decided: Mapping[str, Changes]
+    refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +79,7 @@ class Unrecorded:
     row: ChildRow
 
 
-Message = Order | RecordProgress | Shutdown | Recorded | Unrecorded | ChildFact
+Message = Order | Reviewed | RecordProgress | Shutdown | Recorded | Unrecorded | ChildFact
 
 
 class ReceiptIds:

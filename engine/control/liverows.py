@@ -39,6 +39,10 @@ class LiveRows:
                 self._last_live = now
                 self._publish_live(tuple(self._rows.values()))
 
+    def forget(self, child_id: str) -> None:
+        """A child runs again (a retry): its next row is recorded whatever its version."""
+        self._versions.pop(child_id, None)
+
     def record(self, alive: Mapping[str, Child]) -> None:
         """Record every alive child's row that changed since it was last recorded, now."""
         rows = self._rows

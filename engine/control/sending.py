@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 from flightdeck.engine.commands import (
+    Accept,
     Command,
     CommandError,
     Context,
     Continue,
     ContinueAdmission,
+    Discard,
     Pause,
     PauseAdmission,
+    Retry,
     SetLimits,
     Steer,
     Stop,
@@ -23,10 +26,12 @@ from flightdeck.engine.commands import (
     child_ids_of,
 )
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import Order
+from flightdeck.engine.control.inbox import Answer, Order
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.model import ChildRow, Limits
 from flightdeck.engine.model.livelimits import changed
+
+WAIT_SLICE_S = 0.25  # how often a sender waiting on its command looks at the engine
 
 
 class CommandMethods:
@@ -66,6 +71,20 @@ class CommandMethods:
         the running go on (pause them to hold them too)."""
         self.send(PauseAdmission() if on else ContinueAdmission())
 
+    def retry(self, child_ids: Iterable[str], *, resume: bool = False) -> None:
+        """Run these children that ended again under a new attempt (`resume`: working on from
+        where they stopped); returns once queued (a batch that ended is reopened)."""
+        self.send(Retry(tuple(child_ids), resume))
+
+    def accept(self, child_ids: Iterable[str], into: str) -> None:
+        """Merge these children's changes into branch `into`, all or (a conflict) none;
+        returns once done, CommandError saying why if it could not be."""
+        self.send(Accept(tuple(child_ids), into))
+
+    def discard(self, child_ids: Iterable[str]) -> None:
+        """Remove these children's worktrees and branches; returns once done."""
+        self.send(Discard(tuple(child_ids)))
+
     def set_limits(self, change: Mapping[str, object]) -> Limits:
         """Change the live limits (see model/livelimits.py for `change`); returns the limits it
         makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
@@ -95,17 +114,28 @@ class Sender:
 
     def context(self) -> Context:
         """The batch as the coordinator has it now, for checking a command."""
-        return Context(self._batch_id, self._known, lambda: self._max_chars, self._co.limits)
+        co = self._co
+        return Context(
+            self._batch_id, self._known, lambda: self._max_chars, co.limits, co.slots.all_rows
+        )
 
     def send(self, command: Command, request_id: int | None = None) -> tuple[int, ...]:
         """Check `command` (CommandError, nothing sent) and queue it for the coordinator; the
-        receipt ids of a steer (one per child, in order)."""
+        receipt ids of a steer (one per child, in order). A command that `waits`, sent from
+        this process, returns once applied, or raises why it was not (CommandError)."""
         command.check(self.context())
         co = self._co
         receipts = (
             tuple(co.receipt_ids.next() for _ in command.targets) if command.receipted else ()
         )
-        co.command(Order(command, receipts, request_id))
+        waits = command.waits and request_id is None and co.running and not co.on_thread
+        answer = Answer() if waits else None
+        co.command(Order(command, receipts, request_id, answer))
+        while answer is not None and not answer.wait(WAIT_SLICE_S):
+            if not co.running:  # the engine closed under it: nothing will apply it now
+                raise CommandError(f"{command.title} not applied: the batch's engine has closed")
+        if answer is not None and answer.refused is not None:
+            raise CommandError(answer.refused)
         return receipts
 
     def apply_request(self, request_id: int, command: Command | CommandError) -> None:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.queues import RouteQueues
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.executors.base import Executor
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildRow, ChildStatus
 
@@ -29,24 +29,29 @@ class Carried:
 
 
 class Slots:
-    """Every child by id, the alive ones, the routes' queues, and the pool they run on."""
+    """Every child by id, the alive ones, the routes' queues, the pool they run on, and the
+    final rows a resumed batch carried."""
 
     def __init__(
         self,
         children: list[Child],
         routes: Mapping[str, Route],
         *,
-        pool: WorkerPool,
+        pool: Executor,
         pool_size: int,
         clock: Callable[[], float],
+        carried: tuple[ChildRow, ...] = (),
     ) -> None:
         self.children = children
         self.by_id = {c.task.id: c for c in children}
+        # Final rows an earlier owner left (a resumed batch), until a retry runs one again:
+        # replaced whole, never changed in place (a sender reads it from its own thread).
+        self.carried = {r.id: r for r in carried}
         self.queues = RouteQueues(routes, children)  # the routes' queues and children alive
         self.alive: dict[str, Child] = {}  # started and not ended (a suspended process too)
         # Alive children without a slot: parents waiting on delegates, paused processes.
         self.waiting: dict[str, Child] = {}
-        self.pool = pool  # the threads children run on
+        self.pool = pool  # where children run (threads here, or a cluster)
         self.pool_size = pool_size
         self.stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
         self._clock = clock
@@ -82,6 +87,11 @@ class Slots:
     def rows(self) -> list[ChildRow]:
         """Every child's row as it is now."""
         return [c.row() for c in self.children]
+
+    def all_rows(self) -> dict[str, ChildRow]:
+        """The batch's rows by id, a resumed batch's carried ones too (any thread: each value
+        is replaced whole, never changed in place)."""
+        return {**self.carried, **{c.task.id: c.row() for c in list(self.children)}}
 
 
 class Ends(Protocol):

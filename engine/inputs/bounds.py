@@ -19,3 +19,7 @@ MAX_MONEY = Decimal(1_000_000_000)  # dollars: a budget or a price per million t
 MAX_COUNT = 1_000_000_000  # rpm, tpm, max_runs: counts that only ever compare
 MAX_TOKENS = 10_000_000  # max_tokens of one answer
 MAX_DELEGATES = 1_000  # sub-tasks one delegate call may make (each is a child)
+# The `[ray]` table's: worker actors on one node, a local cluster's object store in MB.
+MAX_WORKERS_PER_NODE = 64  # each runs many children; more only adds processes
+MIN_OBJECT_STORE_MB = 80  # Ray refuses less than about 75 MB
+MAX_OBJECT_STORE_MB = 1 << 20  # a tebibyte

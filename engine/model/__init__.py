@@ -17,6 +17,7 @@ from flightdeck.engine.model.routes import Limits as Limits
 from flightdeck.engine.model.routes import RouteCaps as RouteCaps
 from flightdeck.engine.model.routes import RouteHeadroom as RouteHeadroom
 from flightdeck.engine.model.routes import RouteLimit as RouteLimit
+from flightdeck.engine.review.values import Changes
 
 
 class ChildStatus(StrEnum):
@@ -207,6 +208,9 @@ class ChildRow:
     depth: int = 0
     loop: LoopEvidence | None = None  # flagged as looping (cleared when it makes progress)
     looped_ts: float | None = None  # when it was last flagged, kept once the flag clears
+    node: str | None = None  # the cluster node its work ran on (None: in the owner process)
+    attempt: int = 1  # 2 and on: the operator retried it (the earlier attempts' spend included)
+    changes: Changes | None = None  # what it changed in its own worktree or copy (None: nothing)
 
     @property
     def pausing(self) -> bool:

@@ -16,10 +16,12 @@ from flightdeck.engine.agents.book import StoreBook
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.agents.process import Files
 from flightdeck.engine.agents.workspace import Workspace, git_toplevel
-from flightdeck.engine.child.command import ProcessRunner
+from flightdeck.engine.child.command import ProcessBook, ProcessRunner
 from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import Report
+from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loop import ModelRunner
+from flightdeck.engine.child.port import Runner
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.pool import auto_pool_size
@@ -145,13 +147,13 @@ def _where(task: Task) -> tuple[str | None, int | None]:
 
 
 def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:
-    """A command route's workspace must be usable before anything starts: a worktree needs
-    the batch workspace to be in a git repository."""
+    """A route's workspace must be usable before anything starts: a worktree needs the batch
+    workspace to be in a git repository."""
     for route in routes:
-        spec = route.command
-        if spec is None or spec.workspace != "worktree":
+        if route.own_workspace != "worktree":
             continue
-        where = (source, spec.lines.get("workspace"), f"routes.{route.name}.workspace")
+        line = route.command.lines.get("workspace") if route.command is not None else None
+        where = (source, line, f"routes.{route.name}.workspace")
         if batch.workspace is None:
             raise ConfigError(
                 *where,
@@ -205,10 +207,58 @@ def build_child(
     sink: TranscriptSink,
     processes: ProcessLog,
     batch_id: str,
+    kind: type[Child] = Child,
+    kept: Kept | None = None,
 ) -> Child:
-    """A queued child for one task: one of the batch's, or a child's delegate."""
+    """A queued child for one task: one of the batch's, or a child's delegate (`kind`: a
+    Child, or one whose work runs elsewhere; `kept`: the operator's retry of one that ended)."""
     route = settings.route(task.route)
+    runner = build_runner(
+        task,
+        route,
+        settings=settings,
+        delegate=batch.delegate,
+        providers=providers,
+        commands=commands,
+        throttles=throttles,
+        toolbox=toolbox,
+        batch_dir=batch_dir,
+        meter=meter,
+        book=StoreBook(processes, task.id),
+        batch_id=batch_id,
+    )
     transcript = str(batch_dir / transcript_name(task))
+    return kind(
+        task,
+        route,
+        runner,
+        transcript,
+        clock,
+        report,
+        queued_ts,
+        sink,
+        cost_known=spend_known(route),
+        kept=kept,
+    )
+
+
+def build_runner(
+    task: Task,
+    route: Route,
+    *,
+    settings: Settings,
+    delegate: bool,
+    providers: Mapping[str, Provider],
+    commands: Mapping[str, CommandRoute],
+    throttles: Mapping[str, RouteThrottle],
+    toolbox: Toolbox,
+    batch_dir: Path,
+    meter: Meter,
+    book: ProcessBook,
+    batch_id: str,
+) -> Runner:
+    """How one task's child runs: a process for a command route, else turns of a model (in the
+    owner, or on an executor's worker with its own clients)."""
     command = commands.get(route.name)
     if command is not None:
         assert route.command is not None
@@ -220,19 +270,7 @@ def build_child(
         )
         io = batch_dir / IO_FOLDER
         files = Files(io / f"{task.id}.out", io / f"{task.id}.err", io / f"{task.id}.in")
-        book = StoreBook(processes, task.id)
-        process = ProcessRunner(command, workspace, meter, files, book, f"{batch_id}/{task.id}")
-        return Child(
-            task,
-            route,
-            process,
-            transcript,
-            clock,
-            report,
-            queued_ts,
-            sink,
-            cost_known=spend_known(route),
-        )
+        return ProcessRunner(command, workspace, meter, files, book, f"{batch_id}/{task.id}")
     # Jitter seeded per task: reruns of a batch back off alike (a sim run replays exactly),
     # while children of one batch still spread out.
     retry = RetryPolicy(
@@ -242,13 +280,16 @@ def build_child(
         route=route,
         seed=f"{route.options.get('seed', 0)}:{task.id}",
     )
-    provider = providers[route.name]
     budget = settings.budget
     delegation = None
-    if (batch.delegate or route.delegate) and task.depth < budget.max_depth:
+    if (delegate or route.delegate) and task.depth < budget.max_depth:
         delegation = Delegation(budget.max_delegates, settings.engine.max_task_chars)
-    runner = ModelRunner(route.name, provider, retry, toolbox, meter, delegation)
-    return Child(task, route, runner, transcript, clock, report, queued_ts, sink)
+    own = None
+    if route.workspace != "shared":  # its own worktree or copy, whose changes are reviewed
+        own = Workspace(
+            route.workspace, toolbox.root, batch_dir / "workspaces" / task.id, keep=False
+        )
+    return ModelRunner(route.name, providers[route.name], retry, toolbox, meter, delegation, own)
 
 
 def manifest_children(children: Iterable[Child]) -> str:

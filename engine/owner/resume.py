@@ -92,8 +92,9 @@ class Resumed:
     ended: list[str] = dataclasses.field(default_factory=list)  # process trees ended first
 
 
-def load(state_dir: Path, batch_id: str) -> Stored:
-    """The batch's row and what it was started with; one clear error if it cannot resume."""
+def load(state_dir: Path, batch_id: str, *, reopen: bool = False) -> Stored:
+    """The batch's row and what it was started with; one clear error if it cannot resume
+    (`reopen`: a batch that has finished too, to run children the operator retried)."""
     db = state_dir / "flightdeck.db"
     if not db.is_file():
         raise ResumeError(db, None, None, "no flightdeck state here (run a batch first)")
@@ -103,7 +104,7 @@ def load(state_dir: Path, batch_id: str) -> Stored:
         info = reader.batch(batch_id)
     if info is None:
         raise ResumeError(None, None, "batch_id", no_batch(batch_id, state_dir))
-    if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
+    if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED) and not reopen:
         # Nothing is left pending for ever: the owner that would have applied it has gone.
         refuse_pending(db, batch_id, f"the batch had finished ({info.status.value})")
         raise NothingToResume(batch_id, info.status.value)
@@ -202,9 +203,11 @@ def settle(
     return out
 
 
-def claim(store: Store, batch_id: str, clock: Callable[[], float]) -> None:
-    """Become the batch's owner, atomically: one that still lives keeps it (OwnerAlive)."""
-    status = claim_batch(store.path, batch_id, os.getpid(), process_start_time(), clock())
+def claim(store: Store, batch_id: str, clock: Callable[[], float], *, reopen: bool = False) -> None:
+    """Become the batch's owner, atomically: one that still lives keeps it (OwnerAlive);
+    `reopen`: a finished batch runs again."""
+    pid, start = os.getpid(), process_start_time()
+    status = claim_batch(store.path, batch_id, pid, start, clock(), reopen=reopen)
     if status != BatchStatus.RUNNING:  # finished since `resume` looked
         raise NothingToResume(batch_id, status)
 

@@ -15,15 +15,16 @@ from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine.agents.launch import CommandRoute
+from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
+from flightdeck.engine.control.attempts import Rework
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.pool import worker_pool
 from flightdeck.engine.control.sending import Sender
 from flightdeck.engine.control.slots import Carried
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.executors import Executor, open_executor
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import OPERATOR_HOLD, BatchFinished, BatchStatus, ChildRow, EngineEvent
@@ -34,11 +35,14 @@ from flightdeck.engine.owner.resume import Resumed, Stored
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.live import live_json
 from flightdeck.engine.records.meter import Meter
-from flightdeck.engine.records.processes import ProcessLog
+from flightdeck.engine.records.processes import ProcessLog, session_of
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.store import Store
+from flightdeck.engine.review.apply import Reviewer
 
 log = logging.getLogger("flightdeck.engine")  # the engine's own voice, as api.py's
+
+FLUSH_S = 2.0  # how long a retry that continues waits for the transcript it reads
 
 
 class BatchRun:
@@ -59,6 +63,8 @@ class BatchRun:
         clients: tuple[Mapping[str, Provider], Mapping[str, CommandRoute]],
         publish: Callable[[EngineEvent], None],
         resuming: tuple[Stored, bool] | None,  # a dead owner's batch, and whether to re-run
+        reopen: bool = False,  # resuming a finished batch: the operator's retries pending run
+        auto_pool: bool = False,  # `max_concurrent = "auto"`: the executor sizes the pool
     ) -> None:
         self.batch = batch
         self.settings = settings
@@ -73,9 +79,11 @@ class BatchRun:
         self._providers, self._commands = clients
         self._publish = publish
         self._resuming = resuming
+        self._reopen = reopen
+        self._auto_pool = auto_pool
         self.store: Store | None = None
         self.sink: TranscriptSink | None = None
-        self.pool: WorkerPool | None = None
+        self.pool: Executor | None = None
         self.coordinator: Coordinator | None = None
         self.sender: Sender | None = None  # made with the coordinator
         self.duties: OwnerDuties | None = None
@@ -102,7 +110,7 @@ class BatchRun:
         if self._resuming is not None:
             from flightdeck.engine.owner import resume
 
-            resume.claim(store, self.batch_id, self.clock)
+            resume.claim(store, self.batch_id, self.clock, reopen=self._reopen)
         self.batch_id, self.batch_dir = batchdir.claim(
             self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
         )
@@ -112,9 +120,23 @@ class BatchRun:
         secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
         secrets += tuple(s for command in self._commands.values() for s in command.secrets)
         toolbox = Toolbox(workspace, secrets=secrets, private=own)
-        self.pool = worker_pool(self.pool_size)
-        self.sink = TranscriptSink()
         throttles = {name: RouteThrottle() for name in self.routes}
+        self.pool, self.pool_size = open_executor(
+            self.settings,
+            pool_size=self.pool_size,
+            auto=self._auto_pool and self._resuming is None,
+            report=self._report,
+            meter=self.meter,
+            routes=self.routes,
+            throttles=throttles,
+            clock=self.clock,
+            batch_id=self.batch_id,
+            batch_dir=self.batch_dir,
+            workspace=made,
+            delegate=self.batch.delegate,
+            private=own,
+        )
+        self.sink = sink = TranscriptSink()
         now = self.clock()
         self.started_ts = now
         # One way to make a child: for each task now, for a delegate or a wave later (on the
@@ -134,6 +156,7 @@ class BatchRun:
             sink=self.sink,
             processes=ProcessLog(store, self.batch_id),
             batch_id=self.batch_id,
+            kind=Elsewhere if self.settings.engine.executor == "ray" else Child,
         )
         children = [make_child(task, queued_ts=now) for task in self.batch.tasks]
 
@@ -193,8 +216,16 @@ class BatchRun:
             spawn=spawn,
             schedules=self.batch.schedules,
             publish_live=self._publish_live,
+            rework=Rework(
+                remake=lambda task, kept: make_child(task, queued_ts=self.clock(), kept=kept),
+                tasks={t.id: t for t in self.batch.tasks},
+                session_of=functools.partial(session_of, store.path, self.batch_id),
+                flush_transcripts=lambda: sink.flush(FLUSH_S),
+                reviewer=Reviewer(self.batch_id, self.batch_dir, recorder.record_event, self.clock),
+                on_reopened=self._reopened,
+                context_chars=self.settings.engine.max_task_chars,
+            ),
         )
-        self.coordinator.start()
         self.sender = sender = Sender(
             self.coordinator,
             recorder,
@@ -209,7 +240,8 @@ class BatchRun:
             lambda request: sender.apply_request(request.id, request.command),
             self.clock,
         )
-        self.duties.start()
+        self.duties.start()  # before the coordinator: what was pending is applied first
+        self.coordinator.start()
 
     def problem(self) -> str | None:
         """What keeps the engine from recording or running as it should, in a sentence."""
@@ -269,6 +301,16 @@ class BatchRun:
         self.carried = tuple(found.carried)
         self.resumed = found
         return found
+
+    def _reopened(self) -> None:
+        """Coordinator thread: a retry came after the batch had ended; it runs again."""
+        assert self.store is not None
+        self.status, self.finished_ts = BatchStatus.RUNNING, None
+        self.store.reopen_batch(self.batch_id)
+        try:
+            self._manifest()
+        except OSError as exc:
+            log.error("flightdeck engine: cannot write the batch manifest: %s", exc)
 
     def _report(self, fact: ChildFact) -> None:
         assert self.coordinator is not None

@@ -131,9 +131,18 @@ class OwnerAlive(Exception):
         self.pid = pid
 
 
-def claim_batch(db_path: Path, batch_id: str, pid: int, start: float | None, now: float) -> str:
+def claim_batch(
+    db_path: Path,
+    batch_id: str,
+    pid: int,
+    start: float | None,
+    now: float,
+    *,
+    reopen: bool = False,
+) -> str:
     """Make process `pid` the owner of a `running` batch whose owner is gone; returns the
-    batch's stored status (a finished batch is left as it is, and its status returned).
+    batch's stored status (a finished batch is left as it is, and its status returned; with
+    `reopen`, it is running again, owned by `pid`: the operator retried a child of it).
 
     One IMMEDIATE transaction, so of two claims at once one wins and the other finds the
     winner alive. LookupError for an unknown batch; OwnerAlive if its owner lives."""
@@ -147,7 +156,14 @@ def claim_batch(db_path: Path, batch_id: str, pid: int, start: float | None, now
             if row is None:
                 raise LookupError(f"no batch {batch_id} in this state folder")
             status, owner_pid, owner_start = str(row[0]), int(row[1]), row[2]
-            if status == "running":
+            if reopen and status != "running":
+                conn.execute(
+                    "UPDATE batches SET status = 'running', finished_ts = NULL, owner_pid = ?,"
+                    " owner_start = ?, heartbeat_ts = ? WHERE id = ?",
+                    (pid, start, now, batch_id),
+                )
+                status = "running"
+            elif status == "running":
                 if owner_pid != pid and process_matches(owner_pid, owner_start):
                     raise OwnerAlive(batch_id, owner_pid)
                 conn.execute(

@@ -8,6 +8,7 @@ from typing import Any
 
 from flightdeck.engine.model.livelimits import describe
 from flightdeck.engine.money import fmt_usd
+from flightdeck.engine.records.attempts import markdown_lines
 from flightdeck.engine.records.report import ERROR_WIDTH, GOAL_WIDTH, PAUSE_EVENTS
 from flightdeck.engine.sanitize import one_line
 
@@ -72,6 +73,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         report["steers"], report["stops"], report.get("limits") or [], report.get("pauses") or []
     )
     lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
+    lines += markdown_lines(dict(report), _cell)
     recovery = report.get("recovery") or {}
     if recovery.get("resumes"):
         lost = _usd(recovery["lost_cost_usd"]) + (

@@ -85,6 +85,11 @@ class ProcessLog:
         """It and its tree have ended: nothing to adopt."""
         self._store.write("end_process", DELETE, (self._batch_id, child_id))
 
+    def session(self, child_id: str, session_id: str, ts: float) -> None:
+        """The session its CLI reported, kept as a "session" event: a retry that continues
+        (by a later owner, too) resumes it."""
+        self._store.record_event(self._batch_id, child_id, ts, "session", session_id)
+
 
 def processes(db: Path, batch_id: str) -> list[ProcessRow]:
     """The processes a batch's owner recorded as running (read-only)."""
@@ -124,3 +129,17 @@ def still_running(db: Path, batch_id: str) -> int:
     """How many of a batch's command children still run (their processes outlived a dead
     owner): what `resume` can adopt, or must end before their tasks run again."""
     return sum(1 for row in processes(db, batch_id) if alive(Pid(row.pid, row.start)))
+
+
+def session_of(db: Path, batch_id: str, child_id: str) -> str | None:
+    """The CLI session a child's runs last reported (its "session" events); None: none."""
+    conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        found = conn.execute(
+            "SELECT detail FROM events WHERE batch_id = ? AND child_id = ? AND kind = 'session'"
+            " ORDER BY id DESC LIMIT 1",
+            (batch_id, child_id),
+        ).fetchone()
+    finally:
+        conn.close()
+    return None if found is None else str(found[0])

@@ -12,6 +12,7 @@ from typing import Any
 
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, StopRecord
+from flightdeck.engine.records.attempts import KEPT_KINDS, kept_of
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import current_loops
 from flightdeck.engine.records.rows import (
@@ -34,6 +35,8 @@ from flightdeck.engine.records.schema import (
 from flightdeck.engine.sanitize import one_line, sanitize
 
 MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
+# The events read back into children's rows: who delegated whom, loop flags, attempts, changes.
+_KEPT = ", ".join(f"'{k}'" for k in ("delegate", "loop", "node", *KEPT_KINDS))
 
 _FAILED = tuple(
     s.value
@@ -115,7 +118,7 @@ class StoreReader:
                 # What the store keeps as events, not in the rows.
                 kept = self._conn.execute(
                     "SELECT ts, child_id, kind, detail FROM events WHERE batch_id = ?"
-                    " AND kind IN ('delegate', 'loop') AND child_id IS NOT NULL ORDER BY id",
+                    f" AND kind IN ({_KEPT}) AND child_id IS NOT NULL ORDER BY id",
                     (batch_id,),
                 ).fetchall()
         parents = {str(c): str(d) for _, c, kind, d in kept if kind == "delegate"}
@@ -123,7 +126,11 @@ class StoreReader:
         out = with_lineage([child_row(r, tuple(steers.get(r[1], ()))) for r in rows], parents)
         if loops:
             out = [dataclasses.replace(r, loop=loops[r.id]) if r.id in loops else r for r in out]
-        return out
+        # Where each ran, on a cluster (the last node it was placed on).
+        nodes = {str(c): str(d) for _, c, kind, d in kept if kind == "node"}
+        if nodes:
+            out = [dataclasses.replace(r, node=nodes[r.id]) if r.id in nodes else r for r in out]
+        return kept_of((str(c), str(k), str(d)) for _, c, k, d in kept).rows(out)
 
     def child_ids(self, batch_id: str) -> set[str]:
         """The ids of a batch's children (cheap: no rows built)."""
@@ -146,7 +153,14 @@ class StoreReader:
                     (batch_id, child_id),
                 ).fetchone()
                 steers = tuple(self._controls(batch_id, child_id, "steer"))
-        return None if row is None else child_row(row, steers)
+                kept = self._conn.execute(
+                    "SELECT child_id, kind, detail FROM events WHERE batch_id = ?"
+                    f" AND child_id = ? AND kind IN ({_KEPT}) ORDER BY id",
+                    (batch_id, child_id),
+                ).fetchall()
+        if row is None:
+            return None
+        return kept_of(kept).rows([child_row(row, steers)])[0]
 
     def controls(
         self, batch_id: str, child_id: str | None = None, kind: str | None = None

@@ -11,6 +11,7 @@ from typing import Any
 
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
+from flightdeck.engine.records.attempts import report_entries
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
@@ -98,6 +99,7 @@ def build_report(
                 "goal": c.goal,
                 "route": c.route,
                 "model": c.model,
+                "node": c.node,
                 "api_calls": c.activity.api_calls,
                 "tool_calls": c.activity.tool_calls,
                 "retries": c.activity.retries,
@@ -109,9 +111,11 @@ def build_report(
                 "duration_s": None if c.duration_s is None else round(c.duration_s, 3),
                 "error": c.error,
                 "transcript": c.transcript,
+                "attempt": c.attempt,
             }
             for c in children
         ],
+        **report_entries(reader.events(batch_id), children),
         "groups": _groups(children),
         "steers": [
             {

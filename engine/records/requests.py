@@ -86,9 +86,12 @@ def submit(
     *,
     max_chars: Callable[[], int | None] = lambda: None,
     limits: Callable[[], Limits | None] = lambda: None,
+    reopens: bool = False,
 ) -> int:
     """Check `command` against the stored batch (`max_chars`, `limits`: how the caller reads
     them) and record it for the owner of a running batch, in one transaction; the request id.
+    `reopens`: a batch that has finished takes it too (a retry: the owner the caller starts
+    next applies it).
 
     LookupError for an unknown batch; CommandError (recording nothing) for a batch that has
     finished, or a command its checks refuse (an unknown child id, a message too long …)."""
@@ -100,7 +103,7 @@ def submit(
             row = conn.execute("SELECT status FROM batches WHERE id = ?", (batch_id,)).fetchone()
             if row is None:
                 raise LookupError(f"no batch {batch_id} in this state folder")
-            if row[0] != BatchStatus.RUNNING:
+            if row[0] != BatchStatus.RUNNING and not reopens:
                 raise CommandError(f"batch {batch_id} has finished ({row[0]})")
             command.check(Context(batch_id, _StoredIds(conn, batch_id), max_chars, limits))
             cursor = conn.execute(

@@ -96,6 +96,7 @@ SETTLE_REQUEST = (
 )
 INSERT_EVENT = "INSERT INTO events (batch_id, child_id, ts, kind, detail) VALUES (?, ?, ?, ?, ?)"
 FINISH_BATCH = "UPDATE batches SET status = ?, finished_ts = ? WHERE id = ?"
+REOPEN_BATCH = "UPDATE batches SET status = 'running', finished_ts = NULL WHERE id = ?"
 SETTLE_LIVE = (
     "UPDATE children SET status = ?, finished_ts = coalesce(finished_ts, ?), current_tool = NULL "
     "WHERE batch_id = ? AND status IN ('queued', 'gated', 'running', 'paused')"

@@ -30,6 +30,7 @@ from flightdeck.engine.records.rows import (
     FINISH_BATCH,
     HEARTBEAT,
     INSERT_EVENT,
+    REOPEN_BATCH,
     SET_HELD,
     SET_LIMITS,
     SET_LIVE,
@@ -204,6 +205,10 @@ class Store:
     def finish_batch(self, batch_id: str, status: BatchStatus, ts: float) -> None:
         """Set a batch's final status and finish time."""
         self._put(Write("finish_batch", FINISH_BATCH, (status.value, ts, batch_id)))
+
+    def reopen_batch(self, batch_id: str) -> None:
+        """A batch that had ended runs again (the operator retried a child): running, no end."""
+        self._put(Write("reopen_batch", REOPEN_BATCH, (batch_id,)))
 
     def settle_live_children(self, batch_id: str, status: ChildStatus, ts: float) -> None:
         """Give every queued/gated/running child of a batch a final status (crash recovery)."""

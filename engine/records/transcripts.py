@@ -60,30 +60,33 @@ class TranscriptWriter:
         with self._lock:
             self._write(role, text, self._clock() if ts is None else ts)
 
-    def stream(self, chunk: str) -> None:
-        """Append streamed assistant text; each line is written as soon as it is complete."""
+    def stream(self, chunk: str, ts: float | None = None) -> None:
+        """Append streamed assistant text; each line is written as soon as it is complete.
+        (`ts`, here and below: when it happened elsewhere, as a relayed event says.)"""
         with self._lock:
+            ts = self._clock() if ts is None else ts
             if self._remote is not None:
-                self._remote(Stream(self._key, self._clock(), chunk))
+                self._remote(Stream(self._key, ts, chunk))
             else:
-                self._out(self._local().stream(chunk, self._clock()))
+                self._out(self._local().stream(chunk, ts))
 
-    def end_stream(self, *, interrupted: bool = False) -> None:
+    def end_stream(self, *, interrupted: bool = False, ts: float | None = None) -> None:
         """Write the partial last line of the stream, if any (`interrupted`: the response was
         cut off there, and the line says so)."""
         with self._lock:
+            ts = self._clock() if ts is None else ts
             if self._remote is not None:
-                self._remote(EndStream(self._key, self._clock(), interrupted))
+                self._remote(EndStream(self._key, ts, interrupted))
             else:
-                self._out(self._local().end_stream(self._clock(), interrupted=interrupted))
+                self._out(self._local().end_stream(ts, interrupted=interrupted))
 
-    def close(self, role: str | None = None, text: str = "") -> None:
+    def close(self, role: str | None = None, text: str = "", ts: float | None = None) -> None:
         """End the stream and close the file; idempotent. Later writes reopen it briefly.
 
         With `role`, `write(role, text)` comes after the stream's end under the same lock: a
         child's last line costs no lock of its own."""
         with self._lock:
-            ts = self._clock()
+            ts = self._clock() if ts is None else ts
             if self._remote is None:
                 self._out(self._local().end_stream(ts))
             elif role is not None:

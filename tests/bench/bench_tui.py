@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import Command
 from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.inputs.settings import DEFAULT_LOOP_STEER, Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
@@ -92,6 +93,8 @@ class SyntheticView:
     """Engine-like snapshots: running rows change every call; some children start or end."""
 
     loop_steer = DEFAULT_LOOP_STEER
+    read_only: str | None = None  # an EngineView that hears commands, as an engine's does
+    can_detach = False
 
     def __init__(self, n: int, folder: Path, running: int | None = None, groups: int = 0) -> None:
         self.folder = folder
@@ -174,6 +177,9 @@ class SyntheticView:
     def steer(self, child_ids: Sequence[str], message: str, now: bool) -> None: ...
     def stop(self, child_ids: Sequence[str]) -> None: ...
     def stop_all(self) -> None: ...
+
+    def send(self, command: Command) -> None:
+        raise AssertionError(f"the benchmark presses no key that sends a command: {command}")
 
     def transcript_path(self, child_id: str) -> Path | None:
         return self.folder / f"{child_id}.log"

@@ -129,6 +129,65 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 "the ideal (one sleep)",
                 r["makespan_over_ideal"],
             )
+        case "screen_cpu":
+            yield (
+                f"attached TUI process, {r['children']:,} paced children (CPU)",
+                f"owner + TUI {r['owner_with_tui_cpu_s'] + r['tui_cpu_s']:.2f} s "
+                f"(TUI {r['tui_cpu_s']} s, start-up {r['tui_startup_cpu_s']} s)",
+                f"owner alone {r['owner_alone_cpu_s']} s",
+                round(1 / r["tui_plus_owner_over_alone"], 2),
+            )
+            yield (
+                "owner with two attached TUIs (CPU)",
+                f"{r['owner_two_tuis_cpu_s']} s",
+                f"alone {r['owner_alone_cpu_s']} s",
+                round(1 / r["owner_two_tuis_over_alone"], 2),
+            )
+        case "memory":
+            for size in r["sizes"]:
+                yield (
+                    f"memory and time, {size['children']:,} instant children",
+                    f"{size['kb_per_child']} KB, {size['us_per_child']} µs each; "
+                    f"end {size['tail_s']} s after the last",
+                    "",
+                    None,
+                )
+        case "keys_tmux":
+            keys, echo = r["key_to_screen"], r["tmux_echo"]
+            yield (
+                f"key to screen in tmux, {r['children']:,} children, {r['running']:,} running",
+                f"{keys['p50_ms']} ms p50, {keys['p99_ms']} p99",
+                f"tmux echo {echo['p50_ms']} ms p50",
+                None,
+            )
+        case "ray_throughput":
+            yield (
+                f"Ray executor: {r['children']:,} one-call sim children",
+                f"{r['ray_children_per_s']:,} children/s",
+                f"threads {r['threads_children_per_s']:,}/s",
+                r["ray_over_threads"],
+            )
+        case "ray_latency_bound":
+            yield (
+                f"Ray executor: {r['children']} × 3 calls × 200 ms, 50 slots",
+                f"makespan {r['ray_makespan_s']} s (threads {r['threads_makespan_s']} s)",
+                f"the ideal {r['ideal_s']} s",
+                r["ray_ideal_over_makespan"],
+            )
+        case "ray_stop_latency":
+            yield (
+                f"Ray executor: stop, {r['children']} children in a call",
+                f"{r['stop_ms_p50']} ms p50, {r['stop_ms_max']} max",
+                "",
+                None,
+            )
+        case "ray_fleet_rpm":
+            yield (
+                f"Ray executor: rpm {r['limit_rpm']} across {r['nodes']} nodes",
+                f"held at {r['held_rpm']:,} rpm over {r['calls']} calls",
+                "the limit",
+                r["ratio_of_limit"],
+            )
         case other:
             yield (str(other), "(see the JSON)", "", None)
 

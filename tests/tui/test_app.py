@@ -24,6 +24,7 @@ from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets import children as children_module
+from flightdeck.tui.widgets import lines as lines_module
 from flightdeck.tui.widgets.columns import COLUMNS
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.rows import SortOrder
@@ -274,11 +275,11 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
         await pilot.press("ctrl+u", "enter")
         assert len(table.shown) == 6
 
-        while table.order is not SortOrder.ID:
+        while table.model.order is not SortOrder.ID:
             await pilot.press("o")
         assert table.shown == ["c1", "c2", "c3", "c4", "c5", "c6"]
         await pilot.press("o")
-        assert table.order is SortOrder.BATCH
+        assert table.model.order is SortOrder.BATCH
         assert table.shown == ["c6", "c5", "c4", "c3", "c2", "c1"]
         assert app.main.query_one("#status").line.order == "batch"
 
@@ -494,9 +495,9 @@ async def test_a_refresh_renders_only_the_rows_on_screen(
         await pilot.pause()
         assert table.virtual_size.height == 1 + 2000  # the header and one line per row
         made: list[str] = []
-        real = children_module.row_cells
+        real = lines_module.row_cells
         monkeypatch.setattr(
-            children_module, "row_cells", lambda row, *a: made.append(row.id) or real(row, *a)
+            lines_module, "row_cells", lambda row, *a: made.append(row.id) or real(row, *a)
         )
         view.rows = tuple(
             dataclasses.replace(r, activity=dataclasses.replace(r.activity, api_calls=2))

@@ -11,7 +11,8 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
-from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
+from flightdeck.tui.widgets.children import ChildrenTable
+from flightdeck.tui.widgets.lines import GroupHeader
 from flightdeck.tui.widgets.rows import (
     GroupBy,
     GroupSummary,

@@ -21,7 +21,8 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
-from flightdeck.tui.widgets.children import ChildrenTable, GroupHeader
+from flightdeck.tui.widgets.children import ChildrenTable
+from flightdeck.tui.widgets.lines import GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
@@ -120,7 +121,7 @@ async def test_each_grouping_heads_counts_costs_folds_and_tags_its_groups(
         await until(pilot, lambda: len(table.shown) == 7, "rows")
         table.set_order(SortOrder.BATCH)
         table.focus()
-        while table.grouping is not by:  # G cycles: off, group, status, route, tool, error
+        while table.model.grouping is not by:  # G cycles: off, group, status, route, tool, error
             await pilot.press("G")
         assert f"grouped by {by.value}" in _status_text(app)
         expected = EXPECTED[by]
@@ -167,7 +168,7 @@ async def test_each_grouping_heads_counts_costs_folds_and_tags_its_groups(
         else:
             assert app.main.check_action("stop", ()) is None  # every member ended: says why
 
-        while table.grouping is not None:  # and round to not grouped: rows only
+        while table.model.grouping is not None:  # and round to not grouped: rows only
             await pilot.press("G")
         assert not any(isinstance(e, GroupHeader) for e in table.lines)
         assert "grouped by" not in _status_text(app)

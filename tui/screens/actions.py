@@ -1,184 +1,134 @@
-"""The main screen's keys on its targets (targets.py): steer, stop, pause or continue, nudge;
-their dialogs, what they send, and what they say (one summary for everything matching)."""
+"""What s, x, p and n decide over their targets (targets.py's `Aim`): the dialog they ask, the
+command they send, and what they say (one summary for everything matching)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
-from flightdeck.engine.commands import Command, CommandError, Continue, Nudge, Pause, Steer, Stop
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.commands import Continue, Nudge, Pause, Steer, Stop
+from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.screens import targets
+from flightdeck.tui.screens.decisions import Ask, Decision, Poll, Say, Send, Track, Untag
 from flightdeck.tui.screens.dialogs import (
     ConfirmPauseDialog,
     ConfirmStopDialog,
     SteerDialog,
     SteerRequest,
 )
-from flightdeck.tui.screens.summaries import Summaries, had_ended
+from flightdeck.tui.screens.summaries import BulkPause, BulkSteer, BulkStop, had_ended
+from flightdeck.tui.screens.targets import Aim
 
-if TYPE_CHECKING:
-    from flightdeck.tui.screens.main import MainScreen
-
-
-def sent(screen: MainScreen, command: Command) -> bool:
-    """Send `command` to the batch; False, and the reason said, if it cannot be applied
-    (nothing was sent)."""
-    try:
-        screen.view.send(command)
-    except CommandError as exc:
-        text = f"{command.title} not sent: {one_line(str(exc), 200)}"
-        screen.notify(text, severity="error", markup=False)
-        return False
-    return True
+Look = Callable[[], Snapshot]  # a fresh snapshot, read when a dialog's answer comes
 
 
-def refused(screen: MainScreen) -> bool:
-    """A batch whose owner is gone hears no command: say why, rather than send one."""
-    reason = screen.view.read_only
-    if reason:
-        screen.notify(reason, severity="warning", markup=False)
-    return bool(reason)
+def _still_live(
+    ids: tuple[str, ...], look: Look
+) -> tuple[tuple[str, ...], int, Mapping[str, ChildRow]]:
+    """`ids` still live by a fresh snapshot; how many ended meanwhile; that snapshot's rows."""
+    rows = {r.id: r for r in look().children}
+    live = tuple(i for i in ids if i in rows and rows[i].status.live)
+    return live, len(ids) - len(live), rows
 
 
-class TargetActions:
-    """What s, x, p and n do, for the screen that owns it."""
+def _matching(query: str) -> str:
+    return f"matching `{one_line(query, 60)}`"
 
-    def __init__(self, screen: MainScreen) -> None:
-        self.screen = screen
-        self.summaries = Summaries(lambda text: screen.notify(text, markup=False))
 
-    def _still_live(self, ids: list[str]) -> tuple[list[str], list[str]]:
-        """`ids` split by a fresh snapshot into those still live and those ended meanwhile."""
-        rows = {r.id: r for r in self.screen.view.snapshot().children}
-        live = [i for i in ids if i in rows and rows[i].status.live]
-        return live, [i for i in ids if i not in live]
+def steer(aim: Aim, look: Look, *, cursor_blink: bool) -> Decision:
+    """The steer dialog over the live targets; its message sent to them."""
+    ids = aim.live
+    if not ids:
+        return ()
+    query, ended = aim.query, len(aim.ended)
 
-    def steer(self) -> None:
-        screen = self.screen
-        if refused(screen):
-            return
-        table = screen.table
-        ids = targets.live_targets(table)
-        if not ids:
-            return
+    def answered(request: SteerRequest | None) -> Decision:
+        if request is None:
+            return ()
+        when = "now" if request.now else "at next turn"
+        if query is None:
+            steer = Send(Steer(ids, request.message, request.now))
+            return (steer, Say(f"steer queued for {len(ids)} ({when})"))
+        # Everything matching: a child may have ended while the dialog was open.
+        live, ended_since, rows = _still_live(ids, look)
+        text = f"steer queued for {len(live)} {_matching(query)} ({when})"
+        text += had_ended(ended_since + ended)
+        if not live:
+            return (Say(text),)
+        # The receipts each had before: the one this steer makes is the one not among them.
+        before = {i: frozenset(r.id for r in rows[i].steers) for i in live}
+        sent = Send(Steer(live, request.message, request.now))
+        return (sent, Track(BulkSteer(before, ended + ended_since)), Say(text))
 
-        query = targets.matching_query(table)
+    rows = aim.rows
+    dialog = SteerDialog(
+        ids,
+        ended=ended,
+        ended_of=aim.ended_of,
+        unsteerable=sum(1 for i in ids if not rows[i].steerable),
+        cursor_blink=cursor_blink,
+        query=query,
+    )
+    return (Ask(dialog, answered),)
 
-        def send(request: SteerRequest | None) -> None:
-            if request is None:
-                return
-            # Everything matching: a child may have ended while the dialog was open.
-            live, ended_since = self._still_live(ids) if query is not None else (ids, [])
-            rows = screen.table.rows_by_id
-            before = {i: frozenset(r.id for r in rows[i].steers) for i in live}
-            if live and not sent(screen, Steer(tuple(live), request.message, request.now)):
-                return  # too long, or not valid text: nothing was queued
-            when = "now" if request.now else "at next turn"
-            text = f"steer queued for {len(live)} ({when})"
-            if query is not None:
-                text = f"steer queued for {len(live)} matching `{one_line(query, 60)}` ({when})"
-                text += had_ended(len(ended_since) + ended)
-                if live:  # their receipts are summed up in one notice once all have settled
-                    self.summaries.steered(before, ended + len(ended_since))
-            screen.notify(text, markup=False)
 
-        ended = len(targets.ended_targets(table))
-        rows = table.rows_by_id
-        unsteerable = sum(1 for i in ids if not rows[i].steerable)
-        dialog = SteerDialog(
-            ids,
-            ended=ended,
-            ended_of=targets.ended_of(table),
-            unsteerable=unsteerable,
-            cursor_blink=screen.options.cursor_blink,
-            query=query,
-        )
-        screen.app.push_screen(dialog, send)
+def stop(aim: Aim, look: Look) -> Decision:
+    """Confirm, then stop the live targets."""
+    ids = aim.live
+    if not ids:
+        return ()
+    query, ended = aim.query, len(aim.ended)
 
-    def stop(self) -> None:
-        screen = self.screen
-        if refused(screen):
-            return
-        table = screen.table
-        ids = targets.live_targets(table)
-        if not ids:
-            return
+    def answered(confirmed: bool | None) -> Decision:
+        if not confirmed:
+            return ()
+        if query is None:
+            return (Send(Stop(ids)), Untag(ids), Say(f"stop requested for {len(ids)}"), Poll())
+        # Everything matching: one summary once every stop has landed (see settle_stops).
+        live, ended_since, _ = _still_live(ids, look)
+        sent = (Send(Stop(live)),) if live else ()
+        text = f"stop requested for {len(live)} {_matching(query)}"
+        return (*sent, Track(BulkStop(live, ended + ended_since)), Say(text), Poll())
 
-        query = targets.matching_query(table)
-        ended = len(targets.ended_targets(table))
+    dialog = ConfirmStopDialog(ids, ended=ended, ended_of=aim.ended_of, query=query)
+    return (Ask(dialog, answered),)
 
-        def stop(confirmed: bool | None) -> None:
-            if not confirmed:
-                return
-            if query is None:
-                if not sent(screen, Stop(tuple(ids))):
-                    return
-                screen.table.set_tagged(ids, False)
-                screen.notify(f"stop requested for {len(ids)}", markup=False)
-                screen.poll()
-                return
-            # Everything matching: one summary once every stop has landed (see settle_stops).
-            live, ended_since = self._still_live(ids)
-            if live and not sent(screen, Stop(tuple(live))):
-                return
-            self.summaries.stopped(live, ended + len(ended_since))
-            screen.notify(
-                f"stop requested for {len(live)} matching `{one_line(query, 60)}`", markup=False
-            )
-            screen.poll()
 
-        dialog = ConfirmStopDialog(ids, ended=ended, ended_of=targets.ended_of(table), query=query)
-        screen.app.push_screen(dialog, stop)
+def nudge(aim: Aim) -> Decision:
+    """The canned loop steer to each looping target (the engine fills in each one's evidence):
+    a steer as `s` sends one (the operator's, at the next turn), with no dialog."""
+    ids = aim.looping
+    if not ids:
+        return ()
+    noun = "child" if len(ids) == 1 else "children"
+    return (
+        Send(Nudge(ids)),
+        Say(f"loop steer queued for {len(ids)} looping {noun} (at next turn)"),
+    )
 
-    def nudge(self) -> None:
-        """The canned loop steer to each looping target (the engine fills in each one's
-        evidence): a steer as `s` sends one (the operator's, at the next turn), with no dialog."""
-        screen = self.screen
-        if refused(screen):
-            return
-        ids = targets.looping_targets(screen.table)
-        if not ids or not sent(screen, Nudge(tuple(ids))):
-            return
-        noun = "child" if len(ids) == 1 else "children"
-        text = f"loop steer queued for {len(ids)} looping {noun} (at next turn)"
-        screen.notify(text, markup=False)
 
-    def pause(self) -> None:
-        """Pause the targets; continue them when every one is paused already."""
-        screen = self.screen
-        if refused(screen):
-            return
-        table = screen.table
-        ids = targets.live_targets(table)
-        if not ids:
-            return
-        rows = table.rows_by_id
-        # A pause still pending (to the turn's end, or until delegates return) is continued too.
-        resume = all(rows[i].status is ChildStatus.PAUSED or rows[i].pausing for i in ids)
-        verb = "continue" if resume else "pause"
-        query = targets.matching_query(table)
-        ended = len(targets.ended_targets(table))
+def pause(aim: Aim, look: Look) -> Decision:
+    """Confirm, then pause the live targets; continue them when every one is paused already."""
+    ids = aim.live
+    if not ids:
+        return ()
+    rows = aim.rows
+    # A pause still pending (to the turn's end, or until delegates return) is continued too.
+    resume = all(rows[i].status is ChildStatus.PAUSED or rows[i].pausing for i in ids)
+    verb = "continue" if resume else "pause"
+    query, ended = aim.query, len(aim.ended)
 
-        def send(confirmed: bool | None) -> None:
-            if not confirmed:
-                return
-            live, ended_since = self._still_live(ids) if query is not None else (ids, [])
-            command = Continue(tuple(live)) if resume else Pause(tuple(live))
-            if live and not sent(screen, command):
-                return
-            if query is None:
-                screen.table.set_tagged(ids, False)
-                screen.notify(f"{verb} requested for {len(live)}", markup=False)
-            else:  # one summary once every one has taken it (see settle_pauses)
-                self.summaries.paused(live, ended + len(ended_since), resume)
-                screen.notify(
-                    f"{verb} requested for {len(live)} matching `{one_line(query, 60)}`",
-                    markup=False,
-                )
-            screen.poll()
+    def answered(confirmed: bool | None) -> Decision:
+        if not confirmed:
+            return ()
+        if query is None:
+            command = Continue(ids) if resume else Pause(ids)
+            return (Send(command), Untag(ids), Say(f"{verb} requested for {len(ids)}"), Poll())
+        # One summary once every one has taken it (see settle_pauses).
+        live, ended_since, _ = _still_live(ids, look)
+        sent = (Send(Continue(live) if resume else Pause(live)),) if live else ()
+        bulk = BulkPause(live, ended + ended_since, resume)
+        text = f"{verb} requested for {len(live)} {_matching(query)}"
+        return (*sent, Track(bulk), Say(text), Poll())
 
-        dialog = ConfirmPauseDialog(
-            ids, resume=resume, ended=ended, ended_of=targets.ended_of(table), query=query
-        )
-        screen.app.push_screen(dialog, send)
+    dialog = ConfirmPauseDialog(ids, resume=resume, ended=ended, ended_of=aim.ended_of, query=query)
+    return (Ask(dialog, answered),)

@@ -1,114 +1,125 @@
-"""The main screen's keys on the whole batch: stop all (X), pause admission (P), the limits
-dialog (L); and the soft budget's question, asked once when its hold begins."""
+"""What the keys on the whole batch decide: stop all (X), pause admission (P), the limits
+dialog (L), quit (q: it may stop all); and the soft budget's question, asked once when its hold
+begins."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from flightdeck.engine.commands import (
+    Command,
     ContinueAdmission,
     PauseAdmission,
     SetLimits,
     StopAll,
     describe,
 )
-from flightdeck.engine.model import OPERATOR_HOLD, Snapshot
+from flightdeck.engine.model import OPERATOR_HOLD, ChildRow, Snapshot
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.screens.actions import refused, sent
-from flightdeck.tui.screens.dialogs import ConfirmStopDialog
+from flightdeck.tui.screens.decisions import Ask, Decision, Exit, Poll, Say, Send
+from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitChoice, QuitDialog
 from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetAnswer, SoftBudgetDialog
 
-if TYPE_CHECKING:
-    from flightdeck.tui.screens.main import MainScreen
+# What a dialog that applies its change itself sends with: CommandError for a bad change (the
+# dialog says why and stays open).
+Sender = Callable[[Command], None]
 
 
-class BatchControls:
-    """What X, P and l do, and the soft budget's question, for the screen that owns it."""
+def pause_admission(snap: Snapshot | None) -> Decision:
+    """Pause the batch's admission, or continue it when the operator paused it."""
+    on = not (snap is not None and snap.held is not None and OPERATOR_HOLD in snap.held)
+    if on:
+        text = "admission paused: no new child starts; the running go on (p pauses them)"
+    else:
+        text = "admission continued: children start again"
+    return (Send(PauseAdmission() if on else ContinueAdmission()), Say(text), Poll())
 
-    def __init__(self, screen: MainScreen) -> None:
-        self.screen = screen
-        self._soft_held: str | None = None  # the soft budget's hold last seen (asked once)
 
-    def pause_admission(self) -> None:
-        """Pause the batch's admission, or continue it when the operator paused it."""
-        screen = self.screen
-        if refused(screen):
-            return
-        snap = screen.snapshot
-        on = not (snap is not None and snap.held is not None and OPERATOR_HOLD in snap.held)
-        if not sent(screen, PauseAdmission() if on else ContinueAdmission()):
-            return
-        if on:
-            text = "admission paused: no new child starts; the running go on (p pauses them)"
-        else:
-            text = "admission continued: children start again"
-        screen.notify(text, markup=False)
-        screen.poll()
+def stop_all(rows: Mapping[str, ChildRow]) -> Decision:
+    """Confirm, then stop every live child."""
+    ids = sorted((i for i, r in rows.items() if r.status.live), key=lambda i: rows[i].seq)
+    if not ids:
+        return ()
 
-    def stop_all(self) -> None:
-        screen = self.screen
-        if refused(screen):
-            return
-        rows = screen.table.rows_by_id
-        ids = sorted((i for i, r in rows.items() if r.status.live), key=lambda i: rows[i].seq)
-        if not ids:
-            return
+    def answered(confirmed: bool | None) -> Decision:
+        if not confirmed:
+            return ()
+        return (Send(StopAll()), Say(f"stop requested for all {len(ids)}"), Poll())
 
-        def stop_all(confirmed: bool | None) -> None:
-            if confirmed and sent(screen, StopAll()):
-                screen.notify(f"stop requested for all {len(ids)}", markup=False)
-                screen.poll()
+    return (Ask(ConfirmStopDialog(ids, everything=True), answered),)
 
-        screen.app.push_screen(ConfirmStopDialog(ids, everything=True), stop_all)
 
-    def limits(self) -> None:
-        """The limits dialog: the live limits, editable."""
-        screen = self.screen
-        if refused(screen):
-            return
-        snap = screen.view.snapshot()
-        if snap.limits is None:
-            screen.notify("this batch's limits are not known", severity="warning", markup=False)
-            return
+def _set_limits(send: Sender) -> Callable[[dict[str, object]], None]:
+    return lambda change: send(SetLimits(change))
 
-        def applied(change: dict[str, object] | None) -> None:
-            if change:
-                screen.notify("limits changed: " + one_line(describe(change), 200), markup=False)
-                screen.poll()
 
-        dialog = LimitsDialog(snap.limits, self._set_limits, held=snap.held)
-        screen.app.push_screen(dialog, applied)
+def limits(snap: Snapshot, send: Sender) -> Decision:
+    """The limits dialog over the live limits (`snap`: read fresh as the key is pressed)."""
+    if snap.limits is None:
+        return (Say("this batch's limits are not known", "warning"),)
 
-    def _set_limits(self, change: dict[str, object]) -> None:
-        """What the limits dialogs apply: CommandError (the dialog says why) for a bad one."""
-        self.screen.view.send(SetLimits(change))
+    def applied(change: dict[str, object] | None) -> Decision:
+        if not change:
+            return ()
+        return (Say("limits changed: " + one_line(describe(change), 200)), Poll())
 
-    def ask_soft_budget(self, snap: Snapshot) -> None:
-        """The soft budget's hold has begun: ask the operator once what to do."""
-        screen = self.screen
+    return (Ask(LimitsDialog(snap.limits, _set_limits(send), held=snap.held), applied),)
+
+
+class Quit:
+    """Quit at once when nothing runs that this UI could stop; else ask, one question at a time
+    (ctrl+q and the palette ask too)."""
+
+    def __init__(self) -> None:
+        self.asking = False
+
+    def pressed(self, snap: Snapshot, read_only: str | None, can_detach: bool) -> Decision:
+        if self.asking:
+            return ()
+        live = sum(1 for row in snap.children if row.status.live)
+        if not live or read_only:
+            return (Exit(stopped=False),)
+
+        def answered(choice: QuitChoice | None) -> Decision:
+            self.asking = False
+            if choice is QuitChoice.STOP:
+                return (Send(StopAll()), Exit(stopped=True))
+            if choice is QuitChoice.DETACH:  # the owner process runs the batch on
+                return (Exit(stopped=False),)
+            return ()
+
+        self.asking = True
+        return (Ask(QuitDialog(live, detach=can_detach), answered),)
+
+
+class SoftBudget:
+    """The soft budget's question: asked once, when its hold begins."""
+
+    def __init__(self) -> None:
+        self._held: str | None = None  # the hold last seen
+
+    def seen(self, snap: Snapshot, send: Sender, read_only: str | None) -> Decision:
+        """The question, if `snap` shows a hold that was not there before (none read-only)."""
         limits = snap.limits
         held = limits.soft_held if limits is not None else None
-        if held == self._soft_held:
-            return
-        self._soft_held = held
-        if held is None or limits is None or screen.view.read_only:
-            return
+        if held == self._held:
+            return ()
+        self._held = held
+        if held is None or limits is None or read_only:
+            return ()
+        dialog = SoftBudgetDialog(held, limits, _set_limits(send), lambda: send(StopAll()))
+        return (Ask(dialog, _answered),)
 
-        def answered(answer: SoftBudgetAnswer | None) -> None:
-            if answer is None:
-                return
-            if answer.stop:
-                text = "stop requested for all"
-            elif answer.raise_to is None:
-                text = "soft budget dropped for this batch: admission goes on"
-            else:
-                text = f"soft budget raised to {fmt_usd(Decimal(answer.raise_to))}"
-            screen.notify(text, markup=False)
-            screen.poll()
 
-        dialog = SoftBudgetDialog(
-            held, limits, self._set_limits, lambda: screen.view.send(StopAll())
-        )
-        screen.app.push_screen(dialog, answered)
+def _answered(answer: SoftBudgetAnswer | None) -> Decision:
+    if answer is None:
+        return ()
+    if answer.stop:
+        text = "stop requested for all"
+    elif answer.raise_to is None:
+        text = "soft budget dropped for this batch: admission goes on"
+    else:
+        text = f"soft budget raised to {fmt_usd(Decimal(answer.raise_to))}"
+    return (Say(text), Poll())

@@ -1,10 +1,15 @@
-"""The main screen's keys, and the command palette's names for them."""
+"""The main screen's keys: their bindings, the command palette's names for them, and when each
+applies (`applies`: the screen's check_action, which hides or disables what does not)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
 
+from flightdeck.engine.model import BatchStatus, Snapshot
+from flightdeck.tui.screens import targets
+from flightdeck.tui.screens.decisions import Decision, Say
+from flightdeck.tui.widgets import ChildrenTable
 from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.widget import Widget
@@ -59,6 +64,41 @@ MAIN_BINDINGS: list[BindingType] = [
         "Stop all",
         id="batch.stop-all",
         tooltip="Stop every running and queued child (confirm)",
+    ),
+    Binding(
+        "R",
+        "retry",
+        "Retry",
+        show=False,
+        id="child.retry",
+        tooltip="Run the selected or tagged children that failed, stopped, timed out, stalled "
+        "or ended unknown again (a group header: its members; a filter on: all it keeps): "
+        "fresh or continuing; the earlier attempt is kept",
+    ),
+    Binding(
+        "D",
+        "diff",
+        "Diff",
+        show=False,
+        id="child.diff",
+        tooltip="The selected child's changes in its own worktree: coloured, one file or all",
+    ),
+    Binding(
+        "M",
+        "merge",
+        "Merge",
+        show=False,
+        id="child.merge",
+        tooltip="Accept the targets' pending changes: commit each on its own branch and merge "
+        "them all into a branch you name (at a conflict, none)",
+    ),
+    Binding(
+        "delete",
+        "discard",
+        "Discard",
+        show=False,
+        id="child.discard",
+        tooltip="Discard the targets' pending changes: worktrees and branches removed (confirm)",
     ),
     Binding(
         "j",
@@ -209,12 +249,22 @@ MAIN_BINDINGS: list[BindingType] = [
     ),
 ]
 
+# Listed by help (?) after the screen's own keys.
+HELP = [
+    *(b for b in MAIN_BINDINGS if isinstance(b, Binding)),
+    Binding("ctrl+p", "command_palette", "Commands", tooltip="Every command by name"),
+]
+
 # Command palette titles, "noun: verb", keyed by action.
 PALETTE = {
     "steer": "child: steer",
     "stop": "child: stop",
     "nudge": "child: nudge out of its loop",
     "stop_all": "batch: stop all",
+    "retry": "child: retry",
+    "diff": "child: show its diff",
+    "merge": "child: accept (merge) its changes",
+    "discard": "child: discard its changes",
     "pause": "child: pause / continue",
     "pause_admission": "batch: pause / continue admission",
     "tag": "child: tag / untag",
@@ -246,3 +296,49 @@ def palette_commands(screen: Widget) -> Iterator[SystemCommand]:
             binding.tooltip,
             partial(screen.run_action, binding.action),
         )
+
+
+_ROW_MOVES = frozenset({"row_down", "row_up", "first_row", "last_row"})
+# The actions whose `applies` depends on the rows: the screen asks again after each poll.
+ROW_ACTIONS = ("steer", "stop", "nudge", "stop_all", "pause", "pause_admission", "tag", "fold")
+
+
+def applies(
+    action: str, table: ChildrenTable, snap: Snapshot | None, *, table_focused: bool
+) -> bool | None:
+    """Whether `action` applies to what the table shows: False hides it; None shows it
+    disabled (the screen's on_key says why it does nothing)."""
+    if action in ("steer", "stop", "pause"):
+        aim = targets.aim(table)
+        if aim.live:
+            return True
+        return None if aim.ids else False  # over finished children
+    if action == "nudge":  # shown only over a child flagged as looping
+        return bool(targets.aim(table).looping)
+    if action == "stop_all":
+        return any(row.status.live for row in table.rows_by_id.values())
+    if action == "pause_admission":
+        return snap is None or snap.status is BatchStatus.RUNNING
+    if action in ("tag", "tag_group"):
+        return bool(table.shown) or table.selected_header is not None
+    if action == "tag_visible":
+        return bool(table.shown)
+    if action == "fold":  # enter elsewhere (the filter box, the transcript) is theirs
+        return table_focused and table.group_under_cursor() is not None
+    if action in _ROW_MOVES:
+        return table_focused
+    return True
+
+
+def unheard(key: str, disabled: str | None, table: ChildrenTable, table_focused: bool) -> Decision:
+    """Why a key does nothing over children it cannot act on (`disabled`: the action of its
+    binding, shown disabled), rather than silence."""
+    if key == "n" and table_focused:  # n is hidden where no child is flagged as looping
+        aim = targets.aim(table)
+        if aim.ids and not aim.looping:
+            return (Say("no child here is flagged as looping: nothing to nudge"),)
+    if disabled in ("steer", "stop", "pause"):  # over children that have all ended
+        aim = targets.aim(table)
+        if aim.ids:
+            return (Say(aim.nothing_to(disabled), "warning"),)
+    return ()

@@ -1,38 +1,35 @@
 """The main screen: children table, transcript, meter and status; every operator key.
 
-The screen composes the widgets, routes keys and engine facts, and owns the helpers that do
-the work: updates.py (snapshots applied), actions.py (s, x, p, n on targets.py's targets),
-batch.py (X, P, l and the soft budget's question), notices.py (toasts, alerts, digest).
+The screen composes the widgets, applies each snapshot to them, and routes keys and engine
+facts. What a command key does is decided apart, as values (decisions.py): actions.py for s, x,
+p and n on targets.py's `Aim`, batch.py for X, P, L and the soft budget's question, notices.py
+for toasts and alerts. The screen carries decisions out (`carry_out`): it alone touches the app.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-from flightdeck.engine import model
-from flightdeck.engine.api import TuiSettings
-from flightdeck.engine.commands import StopAll
-from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
-from flightdeck.tui.lastlooked import LastLooked
+from flightdeck.engine.commands import CommandError
+from flightdeck.engine.model import Snapshot
+from flightdeck.engine.sanitize import one_line
+from flightdeck.tui import alerts
+from flightdeck.tui.attention import Attention
 from flightdeck.tui.messages import (
     BatchFinished,
     ChildFinished,
     GroupFinished,
     SteerSettled,
-    message_for,
+    forwarder,
 )
-from flightdeck.tui.screens import targets
-from flightdeck.tui.screens.actions import TargetActions
-from flightdeck.tui.screens.batch import BatchControls
-from flightdeck.tui.screens.dialogs import QuitChoice, QuitDialog
+from flightdeck.tui.options import UiOptions
+from flightdeck.tui.screens import actions, batch, decisions, keys, targets
+from flightdeck.tui.screens.decisions import Decision
 from flightdeck.tui.screens.help import HelpScreen
-from flightdeck.tui.screens.keys import MAIN_BINDINGS, palette_commands
 from flightdeck.tui.screens.notices import Notices
-from flightdeck.tui.screens.updates import Updates
+from flightdeck.tui.screens.review import ReviewActions
+from flightdeck.tui.screens.summaries import Summaries
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, TranscriptView
 from flightdeck.tui.widgets.banner import Banner
@@ -40,29 +37,16 @@ from flightdeck.tui.widgets.detail import ChildDetail
 from flightdeck.tui.widgets.digest import DigestPanel
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.routes import RoutePanel
-from flightdeck.tui.widgets.rows import ATTENTION, next_grouping
+from flightdeck.tui.widgets.rows import next_grouping
+from flightdeck.tui.widgets.status import status_line
 from textual import events
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer
 
-_ROW_MOVES = frozenset({"row_down", "row_up", "first_row", "last_row"})
-
-
-@dataclass(frozen=True)
-class UiOptions:
-    """What tests, benchmarks and screenshots tune: the clock, poll intervals, cursor blink;
-    and the `[tui]` settings, with where the last-looked mark is kept (None: nowhere)."""
-
-    clock: Callable[[], float] = time.time
-    poll_s: float = 0.3  # how often the table and meter read a fresh snapshot
-    transcript_poll_s: float = 0.25
-    cursor_blink: bool = True
-    sort_hold_s: float = 3.0  # rows keep their places this long after a key press
-    tui: TuiSettings = field(default_factory=TuiSettings)
-    looked: LastLooked | None = None
+__all__ = ["MainScreen", "UiOptions"]  # UiOptions: where tests and benchmarks have found it
 
 
 class MainScreen(Screen[None]):
@@ -70,7 +54,7 @@ class MainScreen(Screen[None]):
 
     CSS_PATH = "main.tcss"
     AUTO_FOCUS = "#children"
-    BINDINGS: ClassVar[list[BindingType]] = MAIN_BINDINGS
+    BINDINGS: ClassVar[list[BindingType]] = keys.MAIN_BINDINGS
 
     following: var[bool] = var(False)
     """Whether the cursor jumps to the most recently active child on every poll."""
@@ -80,14 +64,16 @@ class MainScreen(Screen[None]):
     def __init__(self, view: EngineView, options: UiOptions | None = None) -> None:
         super().__init__()
         self.view = view
-        self.options = options or UiOptions()
+        self.options = options = options or UiOptions()
         self.snapshot: Snapshot | None = None
-        self.quit_requested = False
+        self.quitting = batch.Quit()
         self._unsubscribe: Callable[[], None] | None = None
-        self.updates = Updates(self)
-        self.acts = TargetActions(self)
-        self.batch_controls = BatchControls(self)
-        self.notices = Notices(self)
+        self.summaries = Summaries()  # sends to everything matching, summed up once taken
+        self.notices = Notices(options.tui)
+        self.attention = Attention(options.tui, options.looked, options.clock)
+        self.soft_budget = batch.SoftBudget()
+        self.review = ReviewActions(self, view, self.poll)  # R, D, M, delete
+        self._bindings_state: tuple[bool | None, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Banner(id="banner")
@@ -115,34 +101,23 @@ class MainScreen(Screen[None]):
     def transcript(self) -> TranscriptView:
         return self.query_one("#transcript", TranscriptView)
 
+    @property
+    def digest(self) -> DigestPanel:
+        return self.query_one("#digest", DigestPanel)
+
     def on_mount(self) -> None:
         self.query_one("#filter").display = False
         self.query_one("#routes").display = False  # until `r`: it costs a pass over the rows
-        self._unsubscribe = self.view.subscribe(self._forward)
+        self._unsubscribe = self.view.subscribe(forwarder(self))
         self.poll()
         self.set_interval(self.options.poll_s, self.poll)
 
     def on_unmount(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
-        self.notices.attention.closed(self.snapshot)
+        self.attention.closed(self.snapshot)
 
-    def _forward(self, event: EngineEvent) -> None:
-        """Engine thread: hand the facts this screen acts on to the UI thread.
-
-        A start, or a finish that needs no notice, is left to the next poll, which shows it
-        anyway: every message costs the UI thread a dispatch, and a big batch sends thousands.
-        """
-        if isinstance(event, model.ChildStarted) or (
-            isinstance(event, model.ChildFinished) and event.row.status not in ATTENTION
-        ):
-            return
-        # post_message is thread-safe. RuntimeError: the app's loop already closed, nobody is
-        # left to tell.
-        with suppress(RuntimeError):
-            self.post_message(message_for(event))
-
-    # --- live updates (updates.py) ------------------------------------------------------------
+    # --- live updates -------------------------------------------------------------------------
 
     def poll(self) -> None:
         """Read a fresh snapshot and apply it by difference."""
@@ -151,23 +126,105 @@ class MainScreen(Screen[None]):
         self.apply(self.view.snapshot())
 
     def apply(self, snap: Snapshot) -> None:
-        self.updates.apply(snap)
+        """Every widget brought in line with `snap`; then what it settles, asks or rings."""
+        first = self.snapshot is None
+        self.snapshot = snap
+        now = self.options.clock()
+        table = self.table
+        with self.app.batch_update():
+            table.apply(snap.children, now)
+            if self.following:
+                table.follow()
+            self.query_one("#meter", CostMeter).show(snap, now)
+            routes = self.query_one("#routes", RoutePanel)
+            if routes.display:
+                routes.show(snap)
+            held = f"admission held: {snap.held}" if snap.held else None
+            self.query_one("#banner", Banner).show(snap.problem or held)
+            self.digest.show(self.attention.opened(snap) if first else self.attention.polled(snap))
+            self._detail()
+            self._status()
+        rows, summaries = table.rows_by_id, self.summaries
+        self._say(summaries.settle_stops(rows))
+        self._say(summaries.settle_steers(rows))
+        self.carry_out(self.soft_budget.seen(snap, self.view.send, self.view.read_only))
+        self._say(summaries.settle_pauses(rows))
+        self.carry_out(self.notices.flush())
+        self.carry_out(self.notices.observe(snap, now))
+        self._sync_bindings()
+
+    def _detail(self) -> None:
+        self.query_one("#detail", ChildDetail).show_selected(self.table, self.options.clock())
+
+    def _status(self) -> None:
+        line = status_line(self.snapshot, self.table, following=self.following, frozen=self.frozen)
+        self.query_one("#status", StatusBar).show(line)
+
+    def _sync_bindings(self) -> None:
+        """check_action depends on the rows; refresh the footer only when the answer changed."""
+        state = tuple(self.check_action(a, ()) for a in keys.ROW_ACTIONS)
+        if state != self._bindings_state:
+            self._bindings_state = state
+            self.refresh_bindings()
 
     def noticed_input(self) -> None:
         """A key or a click anywhere in the app: the operator is looking."""
-        self.notices.attention.key(self.snapshot)
+        self.attention.key(self.snapshot)
+
+    # --- decisions (decisions.py) -------------------------------------------------------------
+
+    def carry_out(self, decision: Decision) -> None:
+        """Carry out the steps of an order or a notice in turn; a send the batch refuses is
+        said, and ends the decision (nothing was sent)."""
+        for step in decision:
+            match step:
+                case decisions.Send(command=command):
+                    try:
+                        self.view.send(command)
+                    except CommandError as exc:
+                        text = f"{command.title} not sent: {one_line(str(exc), 200)}"
+                        self.notify(text, severity="error", markup=False)
+                        return
+                case decisions.Say(text=text, severity=severity):
+                    self.notify(text, severity=severity, markup=False)
+                case decisions.Untag(ids=ids):
+                    self.table.set_tagged(ids, False)
+                case decisions.Track(bulk=bulk):
+                    self.summaries.track(bulk)
+                case decisions.Poll():
+                    self.poll()
+                case decisions.Ask(dialog=dialog, then=then):
+                    self.app.push_screen(
+                        dialog, lambda answer, then=then: self.carry_out(then(answer))
+                    )
+                case decisions.Ring(bell=bell, sequence=sequence):
+                    alerts.ring(self.app, bell, sequence)
+                case decisions.Exit(stopped=stopped):
+                    self.app.exit(result=stopped)
+
+    def _say(self, texts: list[str]) -> None:
+        for text in texts:
+            self.notify(text, markup=False)
+
+    def order(self, decision: Decision) -> None:
+        """A command key's decision; a batch whose owner is gone hears no command: say why."""
+        reason = self.view.read_only
+        if reason:
+            self.notify(reason, severity="warning", markup=False)
+            return
+        self.carry_out(decision)
 
     # --- engine facts (notices.py) ------------------------------------------------------------
 
     def on_child_finished(self, message: ChildFinished) -> None:
-        """A child that needs attention (`_forward` posts no other finish)."""
+        """A child that needs attention (no other finish is forwarded)."""
         self.notices.child_finished(message.row)
 
     def on_group_finished(self, message: GroupFinished) -> None:
         self.notices.group_finished(message.unit)
 
     def on_steer_settled(self, message: SteerSettled) -> None:
-        if self.acts.summaries.counts(message.receipt):
+        if self.summaries.counts(message.receipt):
             return  # one of a steer to everything matching: summed up when all have settled
         self.notices.steer_settled(message.receipt)
 
@@ -181,15 +238,15 @@ class MainScreen(Screen[None]):
         child_id = event.child_id
         path = self.view.transcript_path(child_id) if child_id is not None else None
         self.transcript.show(child_id, path)
-        self.updates.detail()
-        self.updates.bindings()
+        self._detail()
+        self._sync_bindings()
 
     def on_children_table_resorted(self, _: ChildrenTable.Resorted) -> None:
-        self.updates.status()
+        self._status()
 
     def on_children_table_navigated(self, _: ChildrenTable.Navigated) -> None:
         self.following = False
-        self.updates.status()
+        self._status()
 
     def matching_query(self) -> str | None:
         """The filter's query when s and x act on every child it keeps (targets.py)."""
@@ -199,91 +256,71 @@ class MainScreen(Screen[None]):
         """The children s, x and p act on (targets.py)."""
         return targets.targets(self.table)
 
-    def live_targets(self) -> list[str]:
-        return targets.live_targets(self.table)
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
         table = self.table
-        if action in ("steer", "stop", "pause"):
-            if targets.live_targets(table):
-                return True
-            # Shown disabled over finished children: on_key says why the key does nothing.
-            return None if targets.targets(table) else False
-        if action == "nudge":  # shown only over a child flagged as looping
-            return bool(targets.looping_targets(table))
-        if action == "stop_all":
-            return any(row.status.live for row in table.rows_by_id.values())
-        if action == "pause_admission":
-            snap = self.snapshot
-            return snap is None or snap.status is BatchStatus.RUNNING
-        if action in ("tag", "tag_group"):
-            return bool(table.shown) or table.selected_header is not None
-        if action == "tag_visible":
-            return bool(table.shown)
-        if action == "fold":  # enter elsewhere (the filter box, the transcript) is theirs
-            return self.focused is table and table.group_under_cursor() is not None
-        if action in _ROW_MOVES:
-            return self.focused is table
-        return True
+        return keys.applies(action, table, self.snapshot, table_focused=self.focused is table)
 
     def on_key(self, event: events.Key) -> None:
-        """Steer or stop pressed over children that have all ended: say why nothing happens.
-        Escape dismisses the digest while it shows."""
-        # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
-        table = self.table
-        if (
-            event.key == "n"
-            and self.focused is table
-            and not targets.looping_targets(table)
-            and targets.targets(table)
-        ):  # n is hidden here: say why it does nothing
-            self.notify("no child here is flagged as looping: nothing to nudge", markup=False)
-        if event.key == "escape" and self.notices.digest_shown:
+        """Escape dismisses the digest while it shows; a key over children it cannot act on
+        says why nothing happens."""
+        if event.key == "escape" and self.digest.shown:
             event.stop()
-            self.notices.dismiss_digest()
+            self._dismiss_digest()
             return
+        # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
         active = self.active_bindings.get(event.key)
-        acts = ("steer", "stop", "pause")
-        if active is None or active.enabled or active.binding.action not in acts:
-            return
-        if targets.targets(table):
-            text = targets.nothing_to(table, active.binding.action)
-            self.notify(text, severity="warning", markup=False)
+        disabled = active.binding.action if active is not None and not active.enabled else None
+        table = self.table
+        self.carry_out(keys.unheard(event.key, disabled, table, self.focused is table))
 
-    # --- keys on the targets (actions.py) and on the batch (batch.py) -------------------------
+    # --- keys that send a command (actions.py on the targets, batch.py on the batch) ----------
 
     def action_steer(self) -> None:
-        self.acts.steer()
+        aim, blink = targets.aim(self.table), self.options.cursor_blink
+        self.order(actions.steer(aim, self.view.snapshot, cursor_blink=blink))
 
     def action_stop(self) -> None:
-        self.acts.stop()
+        self.order(actions.stop(targets.aim(self.table), self.view.snapshot))
 
     def action_nudge(self) -> None:
-        self.acts.nudge()
+        self.order(actions.nudge(targets.aim(self.table)))
 
     def action_pause(self) -> None:
-        self.acts.pause()
+        self.order(actions.pause(targets.aim(self.table), self.view.snapshot))
+
+    def action_retry(self) -> None:
+        self.review.retry()
+
+    def action_diff(self) -> None:
+        self.review.diff()
+
+    def action_merge(self) -> None:
+        self.review.merge()
+
+    def action_discard(self) -> None:
+        self.review.discard()
 
     def action_pause_admission(self) -> None:
-        self.batch_controls.pause_admission()
+        self.order(batch.pause_admission(self.snapshot))
 
     def action_stop_all(self) -> None:
-        self.batch_controls.stop_all()
+        self.order(batch.stop_all(self.table.rows_by_id))
 
     def action_limits(self) -> None:
-        self.batch_controls.limits()
+        """The limits dialog: the live limits, editable."""
+        self.order(batch.limits(self.view.snapshot(), self.view.send))
 
     # --- tags (targets.py) --------------------------------------------------------------------
 
     def action_tag(self) -> None:
         if targets.tag(self.table):
-            self._after_tags()
+            self._reshaped()
 
     def action_tag_visible(self) -> None:
         targets.tag_visible(self.table)
-        self._after_tags()
+        self._reshaped()
 
     def action_tag_group(self) -> None:
         """Tag the selected child's whole group (a completion unit): s and x then act on it."""
@@ -291,12 +328,15 @@ class MainScreen(Screen[None]):
         if isinstance(done, str):
             self.notify(done, markup=False)
         elif done:
-            self._after_tags()
+            self._reshaped()
 
-    def _after_tags(self) -> None:
-        self.updates.detail()  # over a header, it counts the tagged members
-        self.updates.status()
-        self.updates.bindings()
+    def _reshaped(self) -> None:
+        """The table's lines or tags changed: the detail (a header counts its tagged members),
+        the status and the footer follow."""
+        with self.app.batch_update():
+            self._detail()
+            self._status()
+        self._sync_bindings()
 
     # --- the table's view ---------------------------------------------------------------------
 
@@ -314,39 +354,30 @@ class MainScreen(Screen[None]):
 
     def action_fold(self) -> None:
         """Grouped: fold the group under the cursor to its header, or unfold it."""
-        table = self.table
-        header = table.group_under_cursor()
-        if header is None:
-            return
-        with self.app.batch_update():
-            table.toggle_fold(header)
-            self.updates.detail()
-            self.updates.status()
-        self.updates.bindings()
+        header = self.table.group_under_cursor()
+        if header is not None:
+            self.table.toggle_fold(header)
+            self._reshaped()
 
     def action_sort(self) -> None:
-        self.table.set_order(self.table.order.next())
-        self.updates.status()
+        self.table.set_order(self.table.model.order.next())
+        self._status()
 
     def action_group_by(self) -> None:
         """Group the table by the next of: group, status, route, tool, error, nothing."""
-        table = self.table
-        with self.app.batch_update():
-            table.set_grouping(next_grouping(table.grouping))
-            self.updates.detail()
-            self.updates.status()
-        self.updates.bindings()
+        self.table.set_grouping(next_grouping(self.table.model.grouping))
+        self._reshaped()
 
     def action_follow(self) -> None:
         self.following = not self.following
         if self.following:
-            self.updates.follow()
-        self.updates.status()
+            self.table.follow()
+        self._status()
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
         self.transcript.frozen = self.frozen
-        self.updates.status()
+        self._status()
         if not self.frozen:
             self.poll()
 
@@ -358,40 +389,23 @@ class MainScreen(Screen[None]):
 
     def action_digest(self) -> None:
         """Show what happened since the operator last looked; dismiss it if it shows."""
-        self.notices.toggle_digest()
+        if self.digest.shown:
+            self._dismiss_digest()
+        elif self.snapshot is not None:
+            self.digest.show(self.attention.on_demand(self.snapshot))
+
+    def _dismiss_digest(self) -> None:
+        self.digest.show(None)
+        self.attention.dismissed(self.snapshot)
 
     def action_help(self) -> None:
-        keys = [
-            (self.app.get_key_display(b), b.description, b.tooltip) for b in self._all_bindings()
-        ]
-        self.app.push_screen(HelpScreen(keys))
-
-    def _all_bindings(self) -> list[Binding]:
-        bindings = [b for b in self.BINDINGS if isinstance(b, Binding)]
-        palette = Binding("ctrl+p", "command_palette", "Commands", tooltip="Every command by name")
-        return [*bindings, palette]
+        shown = [(self.app.get_key_display(b), b.description, b.tooltip) for b in keys.HELP]
+        self.app.push_screen(HelpScreen(shown))
 
     def action_quit(self) -> None:
         """Quit now if nothing runs; otherwise ask to stop all first."""
-        if self.quit_requested:
-            return
-        snap = self.view.snapshot()
-        live = sum(1 for row in snap.children if row.status.live)
-        if not live or self.view.read_only:  # nothing this UI could stop: just go
-            self.app.exit(result=False)
-            return
-
-        def answer(choice: QuitChoice | None) -> None:
-            self.quit_requested = False
-            if choice is QuitChoice.STOP:
-                self.view.send(StopAll())
-                self.app.exit(result=True)
-            elif choice is QuitChoice.DETACH:  # the owner process runs the batch on
-                self.app.exit(result=False)
-
-        self.quit_requested = True
-        can_detach = self.view.can_detach and not self.view.read_only
-        self.app.push_screen(QuitDialog(live, detach=can_detach), answer)
+        view = self.view
+        self.carry_out(self.quitting.pressed(view.snapshot(), view.read_only, view.can_detach))
 
     # --- filter -----------------------------------------------------------------------------
 
@@ -403,10 +417,8 @@ class MainScreen(Screen[None]):
         if message.row_filter == table.row_filter:
             return
         table.row_filter = message.row_filter
-        with self.app.batch_update():
-            table.rebuild()
-            self.updates.status()
-        self.updates.bindings()
+        table.rebuild()
+        self._reshaped()
 
     def on_filter_input_rejected(self, message: FilterInput.Rejected) -> None:
         self.notify(message.reason, severity="error", markup=False)
@@ -418,4 +430,4 @@ class MainScreen(Screen[None]):
 
     def commands(self) -> Iterator[SystemCommand]:
         """Every screen action that applies right now, as a palette command."""
-        return palette_commands(self)
+        return keys.palette_commands(self)

@@ -1,104 +1,63 @@
 """What the main screen tells the operator has happened: engine facts as toasts (gathered
-between polls, summed up when many), the bell and desktop alerts, and the "since you last
-looked" digest."""
+between polls, summed up when many), and the bell and desktop alerts; as decisions the screen
+carries out (decisions.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from flightdeck.engine.api import TuiSettings
 from flightdeck.engine.model import ChildRow, GroupFinished, Snapshot, SteerReceipt
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
-from flightdeck.tui.alerts import AlertBatcher, Alerts, AlertWatch
-from flightdeck.tui.attention import Attention
+from flightdeck.tui.alerts import AlertBatcher, AlertWatch
 from flightdeck.tui.output import completion_text
-from flightdeck.tui.widgets.digest import DigestPanel
+from flightdeck.tui.screens.decisions import Decision, Ring, Say
 from textual.notifications import SeverityLevel
-
-if TYPE_CHECKING:
-    from flightdeck.tui.screens.main import MainScreen
 
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
 
 
 class Notices:
-    """The screen's toasts, alerts and digest, for the screen that owns it."""
+    """Engine facts since the last poll, and what is due to ring."""
 
-    def __init__(self, screen: MainScreen) -> None:
-        self.screen = screen
-        options = screen.options
-        self._notices: list[tuple[str, SeverityLevel]] = []  # (text, severity) since the last poll
-        self.attention = Attention(options.tui, options.looked, options.clock)
+    def __init__(self, tui: TuiSettings) -> None:
+        self._tui = tui
+        self._notices: list[Say] = []  # since the last poll
         self._alert_watch = AlertWatch()
-        self._alerts = AlertBatcher(options.tui.notify_every_s)
+        self._alerts = AlertBatcher(tui.notify_every_s)
 
     # --- engine facts, shown at the next poll --------------------------------------------------
 
     def child_finished(self, row: ChildRow) -> None:
         """A child that needs attention."""
         detail = f": {one_line(row.error, 80)}" if row.error else ""
-        self._notices.append((f"{one_line(row.id)} {row.status.value}{detail}", "warning"))
+        self._notices.append(Say(f"{one_line(row.id)} {row.status.value}{detail}", "warning"))
 
     def group_finished(self, unit: GroupFinished) -> None:
         severity: SeverityLevel = "information" if unit.status.value == "completed" else "warning"
-        self._notices.append((completion_text(unit), severity))
+        self._notices.append(Say(completion_text(unit), severity))
 
     def steer_settled(self, r: SteerReceipt) -> None:
         severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
-        self._notices.append((f"steer {r.state.value}: {one_line(r.child_id)}", severity))
+        self._notices.append(Say(f"steer {r.state.value}: {one_line(r.child_id)}", severity))
 
     def batch_finished(self, status: str) -> None:
-        self._notices.append((f"batch finished: {status}", "information"))
+        self._notices.append(Say(f"batch finished: {status}"))
 
-    def flush(self) -> None:
+    def flush(self) -> Decision:
+        """The facts gathered since the last poll: each a toast, or one sum when many."""
         notices, self._notices = self._notices, []
         if len(notices) > _NOTICES_SHOWN:
-            warnings = sum(1 for _, severity in notices if severity == "warning")
-            self.screen.notify(f"{len(notices)} updates ({warnings} failures)", markup=False)
-            return
-        for text, severity in notices:
-            self.screen.notify(text, severity=severity, markup=False)
+            warnings = sum(1 for say in notices if say.severity == "warning")
+            return (Say(f"{len(notices)} updates ({warnings} failures)"),)
+        return notices
 
     # --- the bell and desktop notifications ----------------------------------------------------
 
-    def observe(self, snap: Snapshot, now: float) -> None:
-        """Count what the snapshot shows that alerts; ring when a batch of them is due."""
+    def observe(self, snap: Snapshot, now: float) -> Decision:
+        """Count what the snapshot shows that alerts; ring when a batch of them is due (counts
+        only, batched; a desktop notification when opted in)."""
         self._alerts.add(self._alert_watch.observe(snap), now)
         due = self._alerts.due(now)
-        if due is not None:
-            self._alert(snap.batch_id, due)
-
-    def _alert(self, batch_id: str, due: Alerts) -> None:
-        """Ring, and (opted in) raise a desktop notification: counts only, batched."""
-        tui, app = self.screen.options.tui, self.screen.app
-        if tui.bell:
-            app.bell()
-        sequence = alerts.notification(tui.desktop, batch_id, due)
-        if sequence is not None:
-            alerts.write_to_terminal(app, sequence)
-
-    # --- the digest ----------------------------------------------------------------------------
-
-    @property
-    def _panel(self) -> DigestPanel:
-        return self.screen.query_one("#digest", DigestPanel)
-
-    def digest(self, snap: Snapshot, first: bool) -> None:
-        """The digest as this poll leaves it: shown on opening, or once the operator is back."""
-        found = self.attention.opened(snap) if first else self.attention.polled(snap)
-        self._panel.show(found)
-
-    @property
-    def digest_shown(self) -> bool:
-        return self._panel.shown
-
-    def toggle_digest(self) -> None:
-        """Show what happened since the operator last looked; dismiss it if it shows."""
-        if self._panel.shown:
-            self.dismiss_digest()
-        elif self.screen.snapshot is not None:
-            self._panel.show(self.attention.on_demand(self.screen.snapshot))
-
-    def dismiss_digest(self) -> None:
-        self._panel.show(None)
-        self.attention.dismissed(self.screen.snapshot)
+        if due is None:
+            return ()
+        return (Ring(self._tui.bell, alerts.notification(self._tui.desktop, snap.batch_id, due)),)

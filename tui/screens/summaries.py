@@ -1,16 +1,19 @@
 """A steer, stop or pause sent to every child matching a filter: one summary of how it went,
-once every child has taken it, instead of a notice per child (there may be thousands)."""
+once every child has taken it, instead of a notice per child (there may be thousands).
+
+The bulk sends are values an order hands the screen to track (decisions.Track); each settle_*
+returns the summaries now due, for the screen to say."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, SteerState
 
 
 @dataclass(frozen=True, slots=True)
-class _BulkStop:
+class BulkStop:
     """A stop sent to every child matching a filter: the ones sent, and how many had ended."""
 
     ids: tuple[str, ...]
@@ -18,7 +21,7 @@ class _BulkStop:
 
 
 @dataclass(frozen=True, slots=True)
-class _BulkSteer:
+class BulkSteer:
     """A steer sent to every child matching a filter: the receipts each child had before it
     (the new one is the one not among them), and how many had ended."""
 
@@ -27,13 +30,16 @@ class _BulkSteer:
 
 
 @dataclass(frozen=True, slots=True)
-class _BulkPause:
+class BulkPause:
     """A pause (or continue) sent to every child matching a filter: the ones sent, and how
     many had ended."""
 
     ids: tuple[str, ...]
     ended: int
     resume: bool
+
+
+Bulk = BulkStop | BulkSteer | BulkPause
 
 
 def had_ended(n: int) -> str:
@@ -50,24 +56,24 @@ def later(row: ChildRow) -> bool:
 
 
 class Summaries:
-    """The bulk sends not all taken yet; each settle_* says (through `say`) how the ones done
-    went, once every child of one has taken it."""
+    """The bulk sends not all taken yet; each settle_* returns how the ones now done went, once
+    every child of one has taken it."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self._say = say
-        self._stops: list[_BulkStop] = []  # stops of everything matching, not all landed yet
-        self._steers: list[_BulkSteer] = []  # steers of everything matching, not all settled
-        self._pauses: list[_BulkPause] = []  # pauses of everything matching, not all taken
+    def __init__(self) -> None:
+        self._stops: list[BulkStop] = []  # stops of everything matching, not all landed yet
+        self._steers: list[BulkSteer] = []  # steers of everything matching, not all settled
+        self._pauses: list[BulkPause] = []  # pauses of everything matching, not all taken
         self._summed: set[int] = set()  # receipts a steer's summary has counted
 
-    def stopped(self, ids: list[str], ended: int) -> None:
-        self._stops.append(_BulkStop(tuple(ids), ended))
-
-    def steered(self, before: dict[str, frozenset[int]], ended: int) -> None:
-        self._steers.append(_BulkSteer(before, ended))
-
-    def paused(self, ids: list[str], ended: int, resume: bool) -> None:
-        self._pauses.append(_BulkPause(tuple(ids), ended, resume))
+    def track(self, bulk: Bulk) -> None:
+        """Sum `bulk` up once every child of it has taken it."""
+        match bulk:
+            case BulkStop():
+                self._stops.append(bulk)
+            case BulkSteer():
+                self._steers.append(bulk)
+            case BulkPause():
+                self._pauses.append(bulk)
 
     def counts(self, receipt: SteerReceipt) -> bool:
         """Whether a steer's receipt is one of a steer to everything matching: summed up
@@ -76,11 +82,12 @@ class Summaries:
             receipt.child_id in bulk.before for bulk in self._steers
         )
 
-    def settle_steers(self, rows: Rows) -> None:
+    def settle_steers(self, rows: Rows) -> list[str]:
         """A steer of everything matching, every receipt settled: one summary of them."""
         if not self._steers:
-            return
-        waiting: list[_BulkSteer] = []
+            return []
+        said: list[str] = []
+        waiting: list[BulkSteer] = []
         for bulk in self._steers:
             states: list[SteerState] = []
             receipts: list[int] = []
@@ -94,31 +101,35 @@ class Summaries:
                 self._summed.update(receipts)  # their own notices may still be on the way
                 delivered = states.count(SteerState.DELIVERED)
                 text = f"steer: {delivered} delivered, {len(states) - delivered} missed"
-                self._say(text + had_ended(bulk.ended))
+                said.append(text + had_ended(bulk.ended))
                 continue
             waiting.append(bulk)
         self._steers = waiting
+        return said
 
-    def settle_stops(self, rows: Rows) -> None:
+    def settle_stops(self, rows: Rows) -> list[str]:
         """A stop of everything matching, every child of it ended: one summary of how."""
         if not self._stops:
-            return
-        waiting: list[_BulkStop] = []
+            return []
+        said: list[str] = []
+        waiting: list[BulkStop] = []
         for bulk in self._stops:
             if any(i in rows and rows[i].status.live for i in bulk.ids):
                 waiting.append(bulk)
                 continue
             stopped = sum(1 for i in bulk.ids if rows[i].status is ChildStatus.STOPPED)
             # A child that finished on its own before the stop reached it had ended too.
-            self._say(f"{stopped} stopped" + had_ended(bulk.ended + len(bulk.ids) - stopped))
+            said.append(f"{stopped} stopped" + had_ended(bulk.ended + len(bulk.ids) - stopped))
         self._stops = waiting
+        return said
 
-    def settle_pauses(self, rows: Rows) -> None:
+    def settle_pauses(self, rows: Rows) -> list[str]:
         """A pause (or continue) of everything matching, every child of it paused (continued)
         or ended: one summary of how."""
         if not self._pauses:
-            return
-        waiting: list[_BulkPause] = []
+            return []
+        said: list[str] = []
+        waiting: list[BulkPause] = []
         for bulk in self._pauses:
             found = [rows[i] for i in bulk.ids if i in rows]
             if bulk.resume:
@@ -138,5 +149,6 @@ class Summaries:
             text = f"{done} {verb}"
             if not bulk.resume and (n := sum(1 for r in found if later(r))):
                 text += f" ({n} once their delegates return)"
-            self._say(text + had_ended(bulk.ended + len(bulk.ids) - done))
+            said.append(text + had_ended(bulk.ended + len(bulk.ids) - done))
         self._pauses = waiting
+        return said

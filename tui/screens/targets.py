@@ -1,15 +1,19 @@
 """Which children the main screen's keys act on (s, x, p, n), and tagging them (space, t, g).
 
 Pure functions of the children table: the tagged children if any; on a group's header, its
-group; with a filter on, every child it keeps; else the one under the cursor.
+group; with a filter on, every child it keeps; else the one under the cursor. `aim` reads them
+off the table as one value (`Aim`) for the orders to decide on.
 """
 
 from __future__ import annotations
 
-from flightdeck.engine.model import ChildStatus
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.widgets import ChildrenTable
-from flightdeck.tui.widgets.children import GroupHeader
+from flightdeck.tui.widgets.lines import GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy
 
 # How a finished child ended, after its id; other statuses read "has <status>".
@@ -34,52 +38,69 @@ def targets(table: ChildrenTable) -> list[str]:
     if header is not None:
         return table.group_members(header)
     if matching_query(table) is not None:
-        return table.matching
+        return table.model.matching
     selected = table.selected_id
     return [selected] if selected is not None else []
 
 
-def ended_of(table: ChildrenTable) -> str:
-    """Whose ended children a dialog counts: the tagged ones, the header's group's, or the
-    filter's."""
-    if table.tagged:
-        return "tagged"
-    if table.selected_header is not None:
-        return "in the group"
-    return "matching" if matching_query(table) is not None else "tagged"
+@dataclass(frozen=True, slots=True)
+class Aim:
+    """Whom a key on the children acts on, read off the table as the key is pressed: the value
+    the orders (actions.py) decide on."""
+
+    ids: tuple[str, ...]  # targets(table)
+    rows: Mapping[str, ChildRow]  # every child's row as the table shows it
+    query: str | None  # matching_query(table)
+    header: GroupHeader | None  # the group under the cursor, when nothing is tagged
+    tagged: bool
+
+    @property
+    def live(self) -> tuple[str, ...]:
+        rows = self.rows
+        return tuple(i for i in self.ids if rows[i].status.live)
+
+    @property
+    def ended(self) -> tuple[str, ...]:
+        rows = self.rows
+        return tuple(i for i in self.ids if not rows[i].status.live)
+
+    @property
+    def looping(self) -> tuple[str, ...]:
+        rows = self.rows
+        return tuple(i for i in self.live if rows[i].loop is not None)
+
+    @property
+    def ended_of(self) -> str:
+        """Whose ended children a dialog counts: the tagged ones, the header's group's, or the
+        filter's."""
+        if self.tagged:
+            return "tagged"
+        if self.header is not None:
+            return "in the group"
+        return "matching" if self.query is not None else "tagged"
+
+    def nothing_to(self, verb: str) -> str:
+        """Every target has ended: why the key does nothing, said rather than silent."""
+        ended = self.ended
+        if self.header is not None:
+            why = f"every child under {one_line(self.header.described, 60)} has ended"
+        elif self.query is not None:
+            why = f"every child matching `{one_line(self.query, 60)}` has ended"
+        elif len(ended) == 1:
+            row = self.rows[ended[0]]
+            how = _ENDED.get(row.status, "has " + row.status.value.replace("_", " "))
+            why = f"{one_line(row.id)} {how}"
+        else:
+            why = f"all {len(ended)} tagged children have ended"
+        return f"{why}: nothing to {verb}"
 
 
-def live_targets(table: ChildrenTable) -> list[str]:
-    rows = table.rows_by_id
-    return [i for i in targets(table) if rows[i].status.live]
-
-
-def ended_targets(table: ChildrenTable) -> list[str]:
-    rows = table.rows_by_id
-    return [i for i in targets(table) if not rows[i].status.live]
-
-
-def looping_targets(table: ChildrenTable) -> list[str]:
-    rows = table.rows_by_id
-    return [i for i in live_targets(table) if rows[i].loop is not None]
-
-
-def nothing_to(table: ChildrenTable, verb: str) -> str:
-    """Every target has ended: why the key does nothing, said rather than silent."""
-    ended = ended_targets(table)
-    header = table.selected_header if not table.tagged else None
+def aim(table: ChildrenTable) -> Aim:
+    """What a key pressed now acts on."""
+    tagged = bool(table.tagged)
+    header = None if tagged else table.selected_header
     query = matching_query(table)
-    if header is not None:
-        why = f"every child under {one_line(header.described, 60)} has ended"
-    elif query is not None:
-        why = f"every child matching `{one_line(query, 60)}` has ended"
-    elif len(ended) == 1:
-        row = table.rows_by_id[ended[0]]
-        how = _ENDED.get(row.status, "has " + row.status.value.replace("_", " "))
-        why = f"{one_line(row.id)} {how}"
-    else:
-        why = f"all {len(ended)} tagged children have ended"
-    return f"{why}: nothing to {verb}"
+    return Aim(tuple(targets(table)), table.rows_by_id, query, header, tagged)
 
 
 # --- tagging: each returns whether it changed the tags ----------------------------------------

@@ -1,11 +1,17 @@
-"""The children table's columns: which fit a width, by priority, and a cell's text fitted to
-its column."""
+"""The children table's columns: which fit a width, by priority, a cell's text fitted to its
+column, and a line drawn from its cells."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.fmt import Cell
 from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
 
 DOING_CHARS = 60
 TREE_MARK = "└ "  # before a delegate's id in the tree order, indented by its depth
@@ -25,6 +31,8 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("steer", "steer", 11),
 )
 COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
+Columns = Sequence[tuple[str, str, int]]  # the shown ones: key, label, width (fit_columns)
+_SEP = " "  # between columns
 
 
 # --- layout by priority -----------------------------------------------------------------------
@@ -118,3 +126,34 @@ def _tail(text: str, width: int) -> str:
             break
         out = char + out
     return out
+
+
+# --- lines ------------------------------------------------------------------------------------
+
+
+def line_strip(columns: Columns, cells: tuple[Cell, ...], base: Style, width: int) -> Strip:
+    """A child's line: each shown column's cell fitted to its width, in `base` and its style."""
+    by_key = dict(zip(COLUMN_KEYS, cells, strict=True))
+    sep = Segment(_SEP, base)
+    segments: list[Segment] = []
+    for key, _, col_width in columns:
+        text, style = by_key[key]
+        if segments:
+            segments.append(sep)
+        # Plain text, never markup: goals, ids and errors are untrusted.
+        fit = fit_name if key == "id" else fit_text
+        segments.append(Segment(fit(text, col_width), base + Style.parse(style)))
+    return Strip(segments).adjust_cell_length(width, base)
+
+
+def group_strip(cells: tuple[Cell, ...], base: Style, width: int) -> Strip:
+    """A group's header: one plain text across the columns (the name is sanitized)."""
+    text, style = cells[0]
+    segment = Segment(fit_text(text, width), base + Style.parse(style))
+    return Strip([segment]).adjust_cell_length(width, base)
+
+
+def header_strip(columns: Columns, style: Style, width: int) -> Strip:
+    """The column labels above the rows."""
+    text = _SEP.join(fit_text(label, w) for _, label, w in columns)
+    return Strip([Segment(text, style)]).adjust_cell_length(width, style)

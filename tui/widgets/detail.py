@@ -10,11 +10,13 @@ from flightdeck.engine.api import burn_rate
 from flightdeck.engine.model import ChildRow, LoopEvidence
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, fmt_cost
+from flightdeck.tui.widgets.children import ChildrenTable
 from flightdeck.tui.widgets.rows import (
     GOAL_CHARS,
     LOOPING_GLYPH,
     OUTLIER_MARK,
     STEER_MARKS,
+    changed,
     doing,
     is_retrying,
 )
@@ -43,12 +45,17 @@ def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) ->
         text.append(f"  {status}", style=glyph_style)
     text.append("  ")
     text.append(what, style=style)
+    if row.node is not None:  # its work ran on a cluster: where
+        text.append("  node ", style="dim")
+        text.append(one_line(row.node, 40))
     if row.error and row.status.live:
         text.append("  error: ", style="dim")
         text.append(one_line(row.error, _FULL), style="red")
     if row.status.live and row.started_ts is not None:  # what it spends a minute, as it runs
         text.append("  burn ", style="dim")
         text.append(f"{fmt_cost(burn_rate(row, now))}/min")
+    if row.attempt > 1:
+        text.append(f"  attempt {row.attempt}", style="cyan")
     if row.activity.retries:  # the rt column is the first a narrow screen leaves out
         text.append(f"  retries {row.activity.retries}", style="yellow")
     if row.steers:
@@ -62,9 +69,34 @@ def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) ->
     text.append("\n")
     text.append("goal ", style="dim")
     text.append(one_line(row.goal[: GOAL_CHARS * 4], GOAL_CHARS * 2))
+    if row.changes is not None:
+        _changes_line(text, row)
     if row.loop is not None:
         _loop_lines(text, row.loop)
     return text
+
+
+FILES_SHOWN = 8  # of a child's changed files, named in the detail pane
+
+
+def _changes_line(text: Text, row: ChildRow) -> None:
+    """The files a child changed, each with its lines; D shows the diff, M merges it."""
+    changes = row.changes
+    assert changes is not None
+    text.append("\n")
+    text.append("changes ", style="dim")
+    text.append(changed(row), style="green" if changes.pending else "dim")
+    keys = "  D diff, M merge, del discard" if changes.pending else ""
+    if changes.state == "accepted":
+        keys = f"  on {one_line(changes.branch or '', 80)} into {one_line(changes.into or '', 40)}"
+    text.append(keys + "  ", style="dim")
+    for f in changes.files[:FILES_SHOWN]:
+        counts = "" if f.added is None else f" +{f.added} −{f.removed}"
+        kind = "" if f.kind == "modified" else f" ({f.kind})"
+        text.append(one_line(f.path, 80))
+        text.append(f"{counts}{kind}  ", style="dim")
+    if len(changes.files) > FILES_SHOWN:
+        text.append(f"and {len(changes.files) - FILES_SHOWN} more", style="dim")
 
 
 def _loop_lines(text: Text, loop: LoopEvidence) -> None:
@@ -84,7 +116,8 @@ def _loop_lines(text: Text, loop: LoopEvidence) -> None:
 
 
 def detail_height(text: Text) -> int:
-    """Lines the detail pane needs for `text`: two, and a loop's evidence under them."""
+    """Lines the detail pane needs for `text`: two, and changed files and a loop's evidence
+    under them."""
     return text.plain.count("\n") + 1
 
 
@@ -122,3 +155,20 @@ class ChildDetail(Static):
             if grew:  # a loop's evidence came or went: the pane's height changes with it
                 self.styles.height = height
             self.update(text, layout=grew)  # else a fixed height: no layout pass
+
+    def show_selected(self, table: ChildrenTable, now: float) -> None:
+        """What the table's cursor is on: a group's summary (never a member's detail), or the
+        child's, with why it is an outlier."""
+        rows = table.rows_by_id
+        header = table.selected_header
+        if header is not None:
+            live = sum(1 for i in table.group_members(header) if rows[i].status.live)
+            self.show_text(group_detail_text(table.header_text(header), live, header.by.value))
+            return
+        selected = table.selected_id
+        row = rows.get(selected) if selected is not None else None
+        outlier = None
+        kind = table.model.medians.outlier(row) if row is not None else None
+        if row is not None and kind is not None:
+            outlier = f"{kind} {table.model.medians.ratio(row, kind):.1f}× the batch median"
+        self.show(row, now, outlier)

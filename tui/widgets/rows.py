@@ -125,8 +125,19 @@ def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
         return (row.status.value, "dim")
     if row.status is ChildStatus.PAUSED:
         return ("paused by the operator", "cyan")
-    text = row.status.value + (f": {row.error}" if row.error else "")
+    text = row.status.value + (f" ({changed(row)})" if row.changes is not None else "")
+    text += f": {row.error}" if row.error else ""
     return (one_line(text, limit), "bold red" if row.status in ATTENTION else "dim")
+
+
+def changed(row: ChildRow) -> str:
+    """What an ended child changed in its own workspace, and what became of it: "+12 −3 in 4
+    files", "… merged", "… discarded"; attempts after the first said too."""
+    out = f"#{row.attempt} " if row.attempt > 1 else ""
+    if row.changes is None:
+        return out.strip()
+    decided = {"accepted": " merged", "discarded": " discarded"}.get(row.changes.state, "")
+    return out + row.changes.summary + decided
 
 
 def last(row: ChildRow, now: float) -> Cell:

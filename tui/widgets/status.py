@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.widgets.children import ChildrenTable
 from rich.text import Text
 from textual.widgets import Static
 
@@ -28,6 +29,28 @@ class StatusLine:
     paused: int = 0  # children the operator paused
     pausing: int = 0  # ... still running, their pause pending
     held: str | None = None  # why admission is held (`Snapshot.held`)
+
+
+def status_line(
+    snap: Snapshot | None, table: ChildrenTable, *, following: bool, frozen: bool
+) -> StatusLine:
+    """The status bar's line for the batch as `snap` has it and the table as it shows it."""
+    return StatusLine(
+        batch_id=snap.batch_id if snap else "",
+        batch_status=snap.status if snap else BatchStatus.RUNNING,
+        order=table.model.order.value,
+        grouping=table.model.grouping.value if table.model.grouping else None,
+        query=table.row_filter.query,
+        shown=len(table.shown),
+        total=len(table.rows_by_id),
+        tagged=len(table.tagged),
+        following=following,
+        frozen=frozen,
+        resort_pending=table.resort_pending,
+        paused=snap.totals.paused if snap else 0,
+        pausing=snap.totals.pausing if snap else 0,
+        held=snap.held if snap else None,
+    )
 
 
 Part = tuple[int, list[tuple[str, str]]]  # (priority: lower stays longer, [(text, style)])

@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping
 from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.bounds import MAX_COUNT, MAX_MONEY, MAX_SECONDS
@@ -96,6 +97,13 @@ class ValueChecks:
     def flag(self, key: Key, value: object) -> bool:
         if not isinstance(value, bool):
             raise self.error(key, f"expected true or false, got {kind(value)}")
+        return value
+
+    def choice(self, key: Key, value: object, choices: Collection[str]) -> Any:
+        """`value`, one of `choices` (a Literal's values: typed as the caller's field)."""
+        if not isinstance(value, str) or value not in choices:
+            shown = ", ".join(repr(c) for c in choices)
+            raise self.error(key, f"expected one of {shown}, got {kind(value)}")
         return value
 
     def folder(self, key: Key, value: object) -> str:

@@ -62,7 +62,7 @@ def read_command(checks: ValueChecks, key: Key, table: Table) -> CommandSpec:
         ("steer", STEER_MODES),
     ):
         if name in table:
-            values[name] = _choice(checks, (*key, name), table[name], choices)
+            values[name] = checks.choice((*key, name), table[name], choices)
     if "kill_grace_s" in table:
         values["kill_grace_s"] = checks.number(
             (*key, "kill_grace_s"), table["kill_grace_s"], zero_ok=True
@@ -105,8 +105,13 @@ def _consistent(checks: ValueChecks, key: Key, spec: CommandSpec, table: Table) 
                 (*key, "steer"),
                 f'steer = "resume" needs the session id a format reports: format = {shown}',
             )
-    elif "resume_argv" in table:
-        raise checks.error((*key, "resume_argv"), 'only used with steer = "resume"')
+    elif "resume_argv" in table and spec.format not in SESSION_FORMATS:
+        # Without steer = "resume", a retry that continues resumes the session with it.
+        shown = ", ".join(repr(f) for f in SESSION_FORMATS)
+        raise checks.error(
+            (*key, "resume_argv"),
+            f"resumes the session a format reports: it needs format = {shown}",
+        )
 
 
 def _argv(
@@ -132,13 +137,6 @@ def _argv(
     if not value[0].strip() or placeholders(value[0]):
         raise checks.error((*key, 0), "the program must be a name or path, not a placeholder")
     return tuple(value)
-
-
-def _choice(checks: ValueChecks, key: Key, value: object, choices: Collection[str]) -> Any:
-    if not isinstance(value, str) or value not in choices:
-        shown = ", ".join(repr(c) for c in choices)
-        raise checks.error(key, f"expected one of {shown}, got {kind(value)}")
-    return value
 
 
 def _names(checks: ValueChecks, key: Key, value: object) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from flightdeck.engine.inputs.bounds import (
 )
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
+from flightdeck.engine.inputs.settings.cluster import read_ray
 from flightdeck.engine.inputs.settings.command import COMMAND_KEYS, read_command
 from flightdeck.engine.inputs.settings.loops import read_loops, read_steer
 from flightdeck.engine.inputs.settings.values import (
@@ -28,10 +29,12 @@ from flightdeck.engine.inputs.settings.values import (
     CONFIG_NAME,
     DEFAULT_ROUTE,
     DESKTOP_NOTIFY,
+    EXECUTORS,
     MAX_CONCURRENT,
     PROVIDERS,
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
+    WORKSPACE_MODES,
     Budget,
     EngineSettings,
     LoopSettings,
@@ -47,7 +50,7 @@ from flightdeck.engine.inputs.tasks.values import MAX_TASKS_LIMIT, MAX_TURNS_LIM
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, deep_line
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_TOP_KEYS = ("engine", "routes", "budget", "steer", "tui")
+_TOP_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
 _ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
 _ROUTE_KEYS = (
     "provider",
@@ -61,6 +64,7 @@ _ROUTE_KEYS = (
     "cache_gate_s",
     "delegate",
     "loops",
+    "workspace",
 )
 # A command route is no model call: no rpm/tpm, max_tokens or retry of its own.
 _COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price", "loops")
@@ -131,6 +135,7 @@ class _Reader(ValueChecks):
             budget=self.budget(self.table(("budget",), data.get("budget", {}))),
             canned=read_steer(self, self.table(("steer",), data.get("steer", {}))),
             tui=self.tui(self.table(("tui",), data.get("tui", {}))),
+            ray=read_ray(self, self.table(("ray",), data.get("ray", {}))),
             source=self.path,
         )
 
@@ -145,6 +150,13 @@ class _Reader(ValueChecks):
                 if value == "auto"
                 else self.integer(key, value, 1, MAX_CONCURRENT, also='or "auto"')
             )
+        if "executor" in table:
+            key = ("engine", "executor")
+            value = table["executor"]
+            if value not in EXECUTORS:
+                raise self.error(key, f'expected "threads" or "ray", got {kind(value)}')
+            values["executor"] = value
+            values["executor_line"] = self.locator.line(*key)
         if "state_dir" in table:
             folder = Path(self.string(("engine", "state_dir"), table["state_dir"])).expanduser()
             # Relative to the config file, so a project's config works from any directory.
@@ -229,6 +241,9 @@ class _Reader(ValueChecks):
             if "delegate" in table
             else False,
             loops=self.loops(key, table),
+            workspace=self.choice((*key, "workspace"), table["workspace"], WORKSPACE_MODES)
+            if "workspace" in table
+            else "shared",
             **limits,
         )
 

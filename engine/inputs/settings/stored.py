@@ -18,6 +18,7 @@ from flightdeck.engine.inputs.settings.values import (
     EngineSettings,
     LoopSettings,
     Price,
+    RaySettings,
     RetrySettings,
     Route,
     Settings,
@@ -39,6 +40,7 @@ def settings_json(settings: Settings) -> str:
                 f.name: _plain(getattr(settings.budget, f.name)) for f in dataclasses.fields(Budget)
             },
             "canned": dataclasses.asdict(settings.canned),
+            "ray": dataclasses.asdict(settings.ray),
             "source": None if settings.source is None else str(settings.source),
         },
         ensure_ascii=False,
@@ -61,6 +63,7 @@ def settings_from_json(text: str) -> Settings:
         budget=Budget(**budget),
         # Settings stored before canned steers and loop checks existed have the defaults.
         canned=CannedSteers(**data.get("canned", {})),
+        ray=RaySettings(**data.get("ray", {})),  # absent before the Ray executor existed
         source=None if data["source"] is None else Path(data["source"]),
     )
 
@@ -94,6 +97,7 @@ def _route_json(route: Route) -> dict[str, object]:
         "key_line": route.key_line,
         "command": None if route.command is None else _command_json(route.command),
         "loops": dataclasses.asdict(route.loops),
+        "workspace": route.workspace,
     }
 
 
@@ -160,6 +164,7 @@ def _route_from(name: str, data: Mapping[str, Any]) -> Route:
         key_line=data["key_line"],
         command=_command_from(data.get("command")),
         loops=_loops_from(data.get("loops")),
+        workspace=data.get("workspace", "shared"),
     )
 
 

@@ -136,6 +136,14 @@ class Route:
     key_line: int | None = field(default=None, compare=False)
     command: CommandSpec | None = None  # provider "command": the process each task runs
     loops: LoopSettings = field(default_factory=LoopSettings)
+    # A model route's children's folder: the batch workspace, or each its own copy or git
+    # worktree, whose changes the operator accepts or discards (a command route's is its spec's).
+    workspace: WorkspaceMode = "shared"
+
+    @property
+    def own_workspace(self) -> WorkspaceMode:
+        """Where each of its children works: the batch's folder, or its own copy or worktree."""
+        return self.command.workspace if self.command is not None else self.workspace
 
     @property
     def time_scale(self) -> float:
@@ -143,9 +151,15 @@ class Route:
         return float(self.options.get("time_scale", 1.0)) if self.provider == "sim" else 1.0
 
 
+ExecutorName = Literal["threads", "ray"]
+EXECUTORS: tuple[ExecutorName, ...] = ("threads", "ray")
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     max_concurrent: int | Literal["auto"] = "auto"
+    # Where children's work runs: threads of the owner process, or a Ray cluster (`[ray]`).
+    executor: ExecutorName = "threads"
     state_dir: Path = DEFAULT_STATE_DIR
     default_route: str = DEFAULT_ROUTE
     stall_after_s: float = 120.0  # idle (no chunk, no call) outside a tool
@@ -154,6 +168,7 @@ class EngineSettings:
     max_task_chars: int = DEFAULT_MAX_TASK_CHARS  # per goal, context or group of a task
     max_tasks: int = DEFAULT_MAX_TASKS  # tasks one batch file may become
     store_retry_s: float = 60.0  # how long a commit the disk refuses is tried again
+    executor_line: int | None = field(default=None, compare=False)  # for messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +182,18 @@ class Budget:
     # The line of max_cost_usd in the settings file, for messages (None: not from a file).
     cost_line: int | None = field(default=None, compare=False)
     soft_cost_line: int | None = field(default=None, compare=False)  # of soft_cost_usd
+
+
+@dataclass(frozen=True, slots=True)
+class RaySettings:
+    """The `[ray]` table: the cluster children run on with `executor = "ray"`."""
+
+    address: str = "local"  # "local" (start one here), "auto" or "ray://host:port" (join one)
+    num_cpus: int | None = None  # a local cluster's CPUs (None: this machine's)
+    workers_per_node: int = 2  # worker actors per node, each running many children
+    # A local cluster's object store: flightdeck's messages stay small, so little is needed.
+    object_store_mb: int | None = 128
+    line: int | None = field(default=None, compare=False)  # of [ray], for messages
 
 
 DEFAULT_LOOP_STEER = (
@@ -204,6 +231,7 @@ class Settings:
     budget: Budget = field(default_factory=Budget)
     canned: CannedSteers = field(default_factory=CannedSteers)
     tui: TuiSettings = field(default_factory=TuiSettings)
+    ray: RaySettings = field(default_factory=RaySettings)
     source: Path | None = None
 
     def route(self, name: str | None) -> Route:

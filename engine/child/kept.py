@@ -1,0 +1,24 @@
+"""What a child keeps beside its live figures: which attempt it is (and the retry that made it),
+and what it changed in its own workspace."""
+
+from __future__ import annotations
+
+from flightdeck.engine.child.port import Attempt
+from flightdeck.engine.review.values import Changes
+
+
+class Kept:
+    """A child's attempt and its changes; each replaced whole (any thread may read them)."""
+
+    def __init__(
+        self, attempt: int = 1, retrying: Attempt | None = None, changes: Changes | None = None
+    ) -> None:
+        self.attempt = attempt
+        self.retrying = retrying
+        self.changes = changes
+        self.version = 0  # bumped on every change, so readers can skip an unchanged child
+
+    def changed(self, changes: Changes | None) -> None:
+        """Its changes as found at its end, or as the operator decided them."""
+        self.changes = changes
+        self.version += 1

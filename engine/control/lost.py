@@ -1,0 +1,51 @@
+"""A child whose work ran elsewhere and was lost with its worker (or node): run it again.
+
+As `resume` does for an owner that died: the lost attempt is recorded `unknown` with what it was
+billed (a `lost_attempt` event), and the child runs again from the start, keeping that spend and
+the steers not delivered yet; a child the operator stopped ends stopped, one paused stays paused.
+Run on the coordinator thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from flightdeck.engine.child.elsewhere import Elsewhere
+from flightdeck.engine.child.state import Child
+from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.slots import Ends, Slots
+from flightdeck.engine.model import ChildStatus
+
+
+def rerun_lost(
+    slots: Slots, ends: Ends, pauses: Pauses, recorder: Recorder, child: Child, why: str
+) -> None:
+    """Free what the lost attempt held and queue the child again (or end it, if stopping)."""
+    if child.status.terminal or not isinstance(child, Elsewhere):
+        return  # ended here meanwhile (the watchdog, a stop while paused)
+    child_id = child.task.id
+    if child_id in slots.alive:
+        ends.release(child)
+    # Nothing of it stays paused, nor waits on a stop.
+    pauses.ended(child)
+    slots.stop_requested.pop(child_id, None)
+    if child.stop_status is not None:  # stopped before it was lost: it ends as asked
+        if child.finalize(child.stop_status, f"{child.stop_reason or 'stopped'} ({why})"):
+            ends.finish(child)
+        return
+    lost = child.restart(why)
+    recorder.record(lost)
+    detail = {
+        "usage": dataclasses.asdict(lost.usage),
+        "cost_usd": None if lost.cost_usd is None else str(lost.cost_usd),
+        "rerun": True,
+        "why": why,
+    }
+    recorder.record_event(child_id, "lost_attempt", json.dumps(detail))
+    if child.status is ChildStatus.PAUSED:
+        pauses.parked[child_id] = child  # a paused child that holds nothing waits to be continued
+    else:
+        slots.queues.requeue([child])
+    recorder.record(child.row())

@@ -1,0 +1,42 @@
+"""The `[ray]` table: the cluster a batch's children run on with `[engine] executor = "ray"`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flightdeck.engine.inputs.bounds import (
+    MAX_OBJECT_STORE_MB,
+    MAX_WORKERS_PER_NODE,
+    MIN_OBJECT_STORE_MB,
+)
+from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
+from flightdeck.engine.inputs.settings.values import MAX_CONCURRENT, RaySettings
+
+RAY_KEYS = ("address", "num_cpus", "workers_per_node", "object_store_mb")
+
+
+def read_ray(checks: ValueChecks, table: Table) -> RaySettings:
+    """`[ray]`, each value checked (file, line and key in the error)."""
+    checks.known(("ray",), table, RAY_KEYS)
+    values: dict[str, Any] = {"line": checks.locator.line("ray")}
+    if "address" in table:
+        key = ("ray", "address")
+        address = checks.string(key, table["address"]).strip()
+        if address not in ("local", "auto") and not address.startswith("ray://"):
+            raise checks.error(
+                key, f'expected "local", "auto" or "ray://host:port", got {address!r}'
+            )
+        values["address"] = address
+    if "num_cpus" in table:
+        values["num_cpus"] = checks.integer(
+            ("ray", "num_cpus"), table["num_cpus"], 1, MAX_CONCURRENT
+        )
+    if "workers_per_node" in table:
+        key = ("ray", "workers_per_node")
+        values["workers_per_node"] = checks.integer(key, table[key[1]], 1, MAX_WORKERS_PER_NODE)
+    if "object_store_mb" in table:
+        key = ("ray", "object_store_mb")
+        values["object_store_mb"] = checks.integer(
+            key, table[key[1]], MIN_OBJECT_STORE_MB, MAX_OBJECT_STORE_MB
+        )
+    return RaySettings(**values)

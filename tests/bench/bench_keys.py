@@ -1,0 +1,227 @@
+"""Keys in a real terminal: `j` / `k` to the screen showing the moved cursor, in tmux.
+
+A real owner (`flightdeck run --headless`) runs BENCH_KEYS_CHILDREN (5,000) slow sim children,
+BENCH_KEYS_RUNNING (1,000) at a time; a real `flightdeck attach` runs in a tmux pane (160x50).
+The table is put in id order (`o` four times), so the row under the cursor is one child until a
+key moves it. This process drives tmux through one control-mode client (`tmux -C`): no process
+is started per key or per look. A sample: `send-keys j` (or `k`, alternately, so the cursor
+stays near the top), then `capture-pane` again and again until the cursor row (its background,
+read from the screen) is on the next (previous) child; from writing the key to the first
+capture that shows it. Keys are spaced 0.1–0.3 s apart, at phases unrelated to the screen's
+poll. Baseline, in the same run: tmux's own echo (the same key into a pane running `cat`, until
+the capture shows it).
+
+Knobs: BENCH_KEYS_CHILDREN, BENCH_KEYS_RUNNING, BENCH_KEYS (presses), BENCH_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+CHILDREN = int(os.environ.get("BENCH_KEYS_CHILDREN", "5000"))
+RUNNING = int(os.environ.get("BENCH_KEYS_RUNNING", "1000"))
+KEYS = int(os.environ.get("BENCH_KEYS", "100"))
+# Children that stay running for minutes: many slow turns.
+SLOW = "[routes.sim]\nlatency_ms = 500\ntokens_per_s = 5\ntool_turns = 30\n"
+CLI = (sys.executable, "-m", "flightdeck.tui.cli")
+RUN = (*CLI, "run", "--detach", "tasks.jsonl")
+BG = re.compile(rb"\x1b\[[0-9;]*48;5;(\d+)[0-9;]*m")
+SGR = re.compile(rb"\x1b\[[0-9;]*m")
+ID = re.compile(rb"\bc\d{5}\b")
+
+
+class Control:
+    """One tmux control-mode client: commands in, their output blocks back."""
+
+    def __init__(self, tmux: list[str], session: str) -> None:
+        self.process = subprocess.Popen(
+            [*tmux, "-C", "attach", "-t", session],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._in: IO[bytes] = self.process.stdin
+        self._out: IO[bytes] = self.process.stdout
+        while not self._out.readline().startswith(b"%end"):  # the attach's own reply
+            pass
+        self.run("refresh-client -f no-output")  # no %output notifications to wade through
+
+    def run(self, command: str) -> list[bytes]:
+        self._in.write(command.encode() + b"\n")
+        self._in.flush()
+        lines: list[bytes] = []
+        inside = False
+        while True:
+            line = self._out.readline()
+            assert line, "the tmux control client ended"
+            if line.startswith(b"%begin"):
+                inside, lines = True, []
+            elif line.startswith((b"%end", b"%error")) and inside:
+                assert line.startswith(b"%end"), (command, lines)
+                return lines
+            elif inside:
+                lines.append(line.rstrip(b"\n"))
+
+    def close(self) -> None:
+        self._in.close()
+        self.process.wait(10)
+
+
+def _cursor(screen: list[bytes], cursor_bg: bytes) -> bytes | None:
+    """The child id on the row painted with the cursor's background."""
+    for line in screen:
+        bg = BG.search(line)
+        if bg and bg.group(1) == cursor_bg:
+            found = ID.search(SGR.sub(b"", line))
+            if found:
+                return found.group(0)
+    return None
+
+
+def _rows(screen: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """(background, child id) of each table row on a captured screen."""
+    out = []
+    for line in screen:
+        found = ID.search(SGR.sub(b"", line))
+        bg = BG.search(line)
+        if found and bg:
+            out.append((bg.group(1), found.group(0)))
+    return out
+
+
+def _samples(ctl: Control, target: str, keys: int, seen: Any) -> list[float]:
+    """Milliseconds from each key written to the first capture showing its effect."""
+    rng = random.Random(31)
+    ms = []
+    for i in range(keys):
+        time.sleep(rng.uniform(0.1, 0.3))
+        key = "j" if i % 2 == 0 else "k"
+        before = seen()
+        t0 = time.perf_counter()
+        ctl.run(f"send-keys -t {target} {key}")
+        deadline = t0 + 10
+        while (now := seen()) == before:
+            assert time.perf_counter() < deadline, f"{key} changed nothing in 10 s"
+        ms.append((time.perf_counter() - t0) * 1000)
+        assert now is not None
+    return ms
+
+
+def _summary(ms: list[float]) -> dict[str, float]:
+    ms = sorted(ms)
+    return {
+        "p50_ms": round(statistics.median(ms), 1),
+        "p90_ms": round(ms[int(len(ms) * 0.9)], 1),
+        "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
+        "max_ms": round(ms[-1], 1),
+    }
+
+
+def _end(pid: int) -> None:
+    """Stop the owner (it records its end) and wait for it to exit."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+
+
+def main() -> dict[str, Any]:
+    assert shutil.which("tmux"), "tmux is not installed"
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        folder = Path(tmp)
+        (folder / "flightdeck.toml").write_text(SLOW, encoding="utf-8")
+        (folder / "tasks.jsonl").write_text(
+            "".join(f'{{"id": "c{i:05d}", "goal": "Review item {i}"}}\n' for i in range(CHILDREN)),
+            encoding="utf-8",
+        )
+        state = folder / "state"
+        started = subprocess.run(
+            [*RUN, "--state-dir", str(state), "--max-concurrent", str(RUNNING)],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        batch_id = started.stdout.strip()
+        owner_pid = int(re.search(r"owner pid (\d+)", started.stderr).group(1))  # type: ignore[union-attr]
+        tmux = ["tmux", "-S", str(folder / "tmux.sock")]
+        attach = " ".join([*CLI, "attach", batch_id, "--state-dir", str(state)])
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-s", "bench", "-x", "160", "-y", "50", attach],
+            cwd=folder,
+            check=True,
+        )
+        ctl = Control(tmux, "bench")
+        try:
+            running = 0
+            deadline = time.monotonic() + 300
+            while True:  # until the screen is up and the owner runs its full pool
+                screen = ctl.run("capture-pane -p -e -t bench:0")
+                text = SGR.sub(b"", b"\n".join(screen))
+                found = re.search(rb"(\d[\d,]*) running", text)
+                running = int(found.group(1).replace(b",", b"")) if found else 0
+                if running >= RUNNING * 0.9 and len(_rows(screen)) > 5:
+                    break
+                assert time.monotonic() < deadline, text.decode(errors="replace")
+                time.sleep(0.5)
+            for _ in range(4):  # attention → recent → cost → tokens → id
+                ctl.run("send-keys -t bench o")
+            time.sleep(2)
+            screen = ctl.run("capture-pane -p -e -t bench:0")
+            rows = _rows(screen)
+            assert rows, SGR.sub(b"", b"\n".join(screen)).decode(errors="replace")
+            cursor_bg = rows[0][0]  # the cursor starts on the first row
+            assert all(bg != cursor_bg for bg, _ in rows[1:3]), rows[:3]
+
+            def cursor() -> bytes | None:
+                return _cursor(ctl.run("capture-pane -p -e -t bench:0"), cursor_bg)
+
+            keys = _samples(ctl, "bench:0", KEYS, cursor)
+            # tmux's own echo, in the same run: a pane running cat.
+            ctl.run("new-window -d -t bench -n echo cat")
+
+            def echoed() -> int:
+                return sum(len(line) for line in ctl.run("capture-pane -p -t bench:echo"))
+
+            echo = _samples(ctl, "bench:echo", min(KEYS, 50), echoed)
+        finally:
+            ctl.close()
+            subprocess.run([*tmux, "kill-server"], capture_output=True)
+            _end(owner_pid)
+    return {
+        "bench": "keys_tmux",
+        "children": CHILDREN,
+        "running": running,
+        "keys": KEYS,
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        "key_to_screen": _summary(keys),
+        "tmux_echo": _summary(echo),
+        "targets": {"p50_ms": 30, "p99_ms": 100},
+    }
+
+
+if __name__ == "__main__":
+    r = main()
+    k, e = r["key_to_screen"], r["tmux_echo"]
+    print(
+        f"j/k to screen in tmux, {r['children']:,} children, {r['running']:,} running "
+        f"(load {r['load_avg_1m']}): p50 {k['p50_ms']} ms, p90 {k['p90_ms']}, "
+        f"p99 {k['p99_ms']}, max {k['max_ms']}; tmux echo p50 {e['p50_ms']} ms"
+    )
+    print(json.dumps(r))

@@ -1,0 +1,106 @@
+"""Memory and time per child: 10,000 and 50,000 instant sim children, each size in a fresh process.
+
+Per size: the peak resident set of the process beyond what it held just before building the
+Engine (imports, the task list), divided by the children; the wall time from `Engine(...)` to
+`wait` returning, per child; and the tail: from the last child's recorded end to `wait`
+returning (the batch's end must not wait on the writer's file work). Linear means the two
+sizes' per-child figures agree. Store and transcripts on, in BENCH_DIR (default: the system
+temp folder; /dev/shm takes the disk out). `BENCH_MEMORY_SIZES` sets the sizes.
+
+It uses only the engine's API, so run with PYTHONPATH naming another checkout's `flightdeck`
+it measures that checkout (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+SIZES = tuple(int(n) for n in os.environ.get("BENCH_MEMORY_SIZES", "10000,50000").split(","))
+POOL = int(os.environ.get("BENCH_POOL", "64"))
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def one(n: int, folder: Path) -> dict[str, Any]:
+    """Run `n` instant children in this process: what they cost in memory and time."""
+    from flightdeck.engine.api import Engine
+    from flightdeck.engine.control.pool import tune_interpreter
+    from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_sim_route
+    from flightdeck.engine.inputs.tasks import Batch, Task
+
+    tune_interpreter()  # as `flightdeck run` does
+    route = default_sim_route(time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0)
+    settings = Settings(
+        engine=EngineSettings(max_concurrent=POOL), routes=MappingProxyType({"sim": route})
+    )
+    tasks = tuple(Task(id=f"c{i:06d}", goal=f"Answer question {i}", seq=i) for i in range(n))
+    before_kb = _rss_kb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    engine = Engine(Batch("bench", tasks), settings, state_dir=folder)
+    engine.start()
+    assert engine.wait(3600)
+    ended = time.time()
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    snap = engine.snapshot()
+    engine.close()
+    assert snap.totals.completed == n, snap.totals
+    last = max(row.finished_ts or 0.0 for row in snap.children)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "children": n,
+        "kb_per_child": round((peak_kb - before_kb) / n, 2),
+        "us_per_child": round(elapsed / n * 1e6, 1),
+        "cpu_us_per_child": round(cpu / n * 1e6, 1),  # this process's threads (not the writer)
+        "tail_s": round(ended - last, 3),
+        "peak_rss_mb": round(peak_kb / 1024, 1),
+        "before_mb": round(before_kb / 1024, 1),
+    }
+
+
+def main() -> dict[str, Any]:
+    sizes = []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        for n in SIZES:
+            proc = subprocess.run(
+                [sys.executable, __file__, str(n), str(Path(tmp) / f"n{n}")],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            sizes.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return {
+        "bench": "memory",
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        "sizes": sizes,
+        "targets": {"kb_per_child": 6, "us_per_child": 150, "tail_s": 0.5},
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3:
+        print(json.dumps(one(int(sys.argv[1]), Path(sys.argv[2]))))
+    else:
+        r = main()
+        for s in r["sizes"]:
+            print(
+                f"{s['children']:,} instant children: {s['kb_per_child']} KB and "
+                f"{s['us_per_child']} µs each ({s['cpu_us_per_child']} µs CPU), "
+                f"batch end {s['tail_s']} s after the last child "
+                f"(peak RSS {s['peak_rss_mb']} MB; load {r['load_avg_1m']})"
+            )
+        print(json.dumps(r))

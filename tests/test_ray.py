@@ -1,0 +1,542 @@
+"""The Ray executor on a real local Ray cluster (one for this module, `ray.init(num_cpus=2)`):
+children's work on worker actors, decided and recorded by the owner (this process).
+
+Children are held where they are needed by the loopback server (a reply stalled until the test
+releases it), which the workers reach like any model server: nothing relies on a child being slow
+enough."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import CommandSpec, Route, Settings
+from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import ChildStatus, SteerState
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
+
+from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
+from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
+
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
+
+FAKES = Path(__file__).parent / "fakes"
+LIST_DIR = (ToolUse("call-1", "list_dir", {"path": "."}),)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[None]:
+    """One local cluster for the module. The workers read a route's key from their own
+    environment, which they inherit from this process when the cluster starts."""
+    before = os.environ.get(KEY_ENV)
+    os.environ[KEY_ENV] = "sk-ray-test-key"
+    # The usual umask, which the cluster's processes keep: what a worker writes without a mode
+    # of its own others could read (the private-workspace test checks that none is).
+    umask = os.umask(0o022)
+    try:
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            object_store_memory=100 * 1024 * 1024,
+        )
+    finally:
+        os.umask(umask)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if before is None:
+            os.environ.pop(KEY_ENV, None)
+        else:
+            os.environ[KEY_ENV] = before
+
+
+def on_ray(s: Settings) -> Settings:
+    return dataclasses.replace(s, engine=dataclasses.replace(s.engine, executor="ray"))
+
+
+def goal_of(received: Received) -> str:
+    return str(received.body["messages"][1]["content"])
+
+
+def operator_said(received: Received) -> list[str]:
+    return [
+        str(m["content"])
+        for m in received.body["messages"]
+        if str(m.get("content") or "").startswith("[operator]")
+    ]
+
+
+class Script:
+    """Replies by child (its goal): the first request of each held child stalls until
+    released; `then` says what the later ones get."""
+
+    def __init__(self, held: set[str], then: Callable[[str, int, Received], Reply]) -> None:
+        self.held = held
+        self.then = then
+        self.seen: dict[str, list[Received]] = {}
+
+    def __call__(self, received: Received) -> Reply:
+        goal = goal_of(received)
+        count = len(self.seen.setdefault(goal, []))
+        self.seen[goal].append(received)
+        if count == 0 and goal in self.held:
+            return Reply(text="thinking about it at length", chunk_chars=4, stall_after_chunks=1)
+        return self.then(goal, count, received)
+
+    def asked(self, goal: str) -> int:
+        return len(self.seen.get(goal, []))
+
+
+def lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:  # not started yet
+        return []
+
+
+def test_a_sim_batch_on_ray_ends_as_on_threads(tmp_path: Path) -> None:
+    route = sim_route(tool_turns=2, cache=False)  # the sim's cache is per client: off for both
+    tasks = batch(40)
+    ray_snap = run_to_end(start(tasks, on_ray(settings(route, pool=8)), tmp_path / "r"), 120)
+    threads = run_to_end(start(tasks, settings(route, pool=8), tmp_path / "t"), 120)
+
+    def figures(c: Any) -> tuple[Any, ...]:
+        a = c.activity
+        return (c.status, c.usage, c.cost_usd, a.api_calls, a.tool_calls, a.turns, c.result)
+
+    assert {c.id: figures(c) for c in ray_snap.children} == {
+        c.id: figures(c) for c in threads.children
+    }
+    assert ray_snap.totals.completed == 40
+    assert ray_snap.totals.cost_usd == threads.totals.cost_usd > 0
+    assert all(c.node for c in ray_snap.children) and not any(c.node for c in threads.children)
+    # The transcripts read alike: the same roles in the same order, for every child.
+    for mine, theirs in zip(ray_snap.children, threads.children, strict=True):
+        roles = [
+            [ln.split("│")[0][13:].strip() for ln in lines(c.transcript)] for c in (mine, theirs)
+        ]
+        assert roles[0] == roles[1], mine.id
+    # The report, from the store: the same figures, and where each child ran.
+    with StoreReader(tmp_path / "r" / "state" / "flightdeck.db") as reader:
+        report = build_report(reader)
+    with StoreReader(tmp_path / "t" / "state" / "flightdeck.db") as reader:
+        other = build_report(reader)
+    assert report["totals"] == other["totals"]
+    assert {c["id"]: c["cost_usd"] for c in report["children"]} == {
+        c["id"]: c["cost_usd"] for c in other["children"]
+    }
+    assert all(c["node"] for c in report["children"])
+
+
+def test_what_a_child_on_a_worker_writes_in_the_batchs_own_workspace_is_private(
+    tmp_path: Path,
+) -> None:
+    from test_private import assert_private
+
+    write = ToolUse("call-1", "write_file", {"path": "notes/today.md", "content": "reviewed"})
+
+    def reply(received: Received) -> Reply:
+        if any(m.get("role") == "tool" for m in received.body["messages"]):
+            return Reply(text="written")
+        return Reply(text="writing it down", tools=(write,))
+
+    with Loopback(reply) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        snap = run_to_end(start(batch(1), on_ray(settings(route, pool=1)), tmp_path), 60)
+    [child] = snap.children
+    assert child.status is ChildStatus.COMPLETED and child.node
+    state = tmp_path / "state"
+    written = state / "batches" / snap.batch_id / "workspace" / "notes" / "today.md"
+    assert written.read_text() == "reviewed"
+    # The workers' umask is 022 (the cluster fixture): the tool's own modes make it private.
+    assert_private(state)
+
+
+def test_steer_steer_now_stop_pause_and_continue_reach_children_on_workers(
+    tmp_path: Path,
+) -> None:
+    goals = {name: f"Review the {name} module" for name in ("now", "next", "stop", "pause")}
+
+    def then(goal: str, count: int, received: Received) -> Reply:
+        if operator_said(received):
+            return Reply(text="done, as the operator said")
+        if goal in (goals["next"], goals["pause"]) and count == 1:
+            return Reply(text="looking around", tools=LIST_DIR)
+        return Reply(text="done")
+
+    script = Script(set(goals.values()), then)
+    with Loopback(script) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        tasks = tasks_batch(
+            [Task(id=name, goal=goal, seq=i) for i, (name, goal) in enumerate(goals.items())]
+        )
+        engine = start(tasks, on_ray(settings(route, pool=4)), tmp_path)
+        try:
+            until(lambda: all(script.asked(g) for g in goals.values()), 60, what="all held")
+            snap = engine.snapshot()
+            assert all(c.status is ChildStatus.RUNNING and c.node for c in snap.children)
+
+            # steer --now: the held response is cut and the turn restarts with the message
+            engine.steer(["now"], "focus on the tests", now=True)
+            until(lambda: status(engine, "now") is ChildStatus.COMPLETED, 30, what="now done")
+            [again] = script.seen[goals["now"]][1:]
+            assert operator_said(again) == ["[operator] focus on the tests"]
+
+            t0 = time.monotonic()
+            engine.stop(["stop"])
+            until(lambda: status(engine, "stop") is ChildStatus.STOPPED, 30, what="stopped")
+            stopped_in = time.monotonic() - t0
+
+            engine.steer(["next"], "check the docs too")
+            engine.pause(["pause"])
+            until(lambda: engine.snapshot().child("pause").pausing, 30, what="pausing")
+            server.release()  # the held replies end; each child retries its first turn
+            until(lambda: status(engine, "pause") is ChildStatus.PAUSED, 30, what="paused")
+            asked = script.asked(goals["pause"])
+            until(lambda: status(engine, "next") is ChildStatus.COMPLETED, 30, what="next done")
+            assert script.asked(goals["pause"]) == asked  # paused: no call while it is
+            engine.continue_(["pause"])
+            assert engine.wait(60)
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    assert stopped_in < 10  # within 1 s when idle (tests/bench/bench_ray.py measures it)
+    by_id = {c.id: c for c in snap.children}
+    assert {i: c.status for i, c in by_id.items()} == {
+        "now": ChildStatus.COMPLETED,
+        "next": ChildStatus.COMPLETED,
+        "stop": ChildStatus.STOPPED,
+        "pause": ChildStatus.COMPLETED,
+    }
+    assert [r.state for r in by_id["now"].steers] == [SteerState.DELIVERED]
+    assert [r.state for r in by_id["next"].steers] == [SteerState.DELIVERED]
+    last = script.seen[goals["next"]][-1]
+    assert operator_said(last) == ["[operator] check the docs too"]
+    # The paused child went on with its conversation: its last call carried its first turn.
+    assert len(script.seen[goals["pause"]][-1].body["messages"]) >= 4
+    text = "\n".join(lines(by_id["pause"].transcript))
+    assert "paused before turn 2" in text and "continued at turn 2" in text
+    assert "response interrupted by the operator" in "\n".join(lines(by_id["now"].transcript))
+
+
+def status(engine: Engine, child_id: str) -> ChildStatus | None:
+    row = engine.snapshot().child(child_id)
+    return None if row is None else row.status
+
+
+def command_route(*argv: str, steer: str = "none") -> Route:
+    spec = CommandSpec(argv=argv, kill_grace_s=1.0, steer=steer)  # type: ignore[arg-type]
+    return Route(name="cmd", provider="command", model="cmd", command=spec)
+
+
+def pids_of(transcript: str) -> tuple[int, int] | None:
+    for line in lines(transcript):
+        if "root " in line and "grandchild " in line:
+            words = line.split("│", 1)[1].split()
+            return int(words[1]), int(words[3])
+    return None
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie of this machine's init is gone too: it runs nothing.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def test_a_command_childs_tree_is_killed_on_its_node_when_stopped(tmp_path: Path) -> None:
+    holder = str(FAKES / "tree_holder.py")
+    route = command_route("python3", holder, str(tmp_path / "{id}.ran"))
+    engine = start(batch(1, route="cmd"), on_ray(settings(route, pool=2)), tmp_path)
+    try:
+        child = engine.snapshot().children[0]
+        until(lambda: pids_of(child.transcript) is not None, 60, what="its pids")
+        found = pids_of(child.transcript)
+        assert found is not None
+        root, grandchild = found
+        assert not gone(root) and not gone(grandchild)
+        engine.stop([child.id])
+        assert engine.wait(30)
+    finally:
+        engine.close()
+    assert status(engine, child.id) is ChildStatus.STOPPED
+    # It ignores SIGTERM; its grandchild left its group for a session of its own: both killed.
+    until(lambda: gone(root) and gone(grandchild), 10, what="the tree gone")
+
+
+def test_a_worker_killed_mid_run_loses_no_child(tmp_path: Path) -> None:
+    tasks = batch(8, goal="Check part {i}")
+    held = {t.goal for t in tasks.tasks}
+    script = Script(held, lambda goal, count, received: Reply(text="done"))
+    with Loopback(script) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(tasks, on_ray(settings(route, pool=8)), tmp_path)
+        try:
+            until(lambda: all(script.asked(g) for g in held), 60, what="all eight held")
+            executor: Any = engine._pool
+            (node, actor, victims), *_ = executor.workers
+            assert victims, "the first worker runs some of them"
+            ray.kill(actor)
+            until(
+                lambda: all(script.asked(engine.snapshot().child(c).goal) >= 2 for c in victims),
+                60,
+                what="the lost children asked again",
+            )
+            server.release()
+            assert engine.wait(90)
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    assert snap.totals.completed == 8, [(c.id, c.status, c.error) for c in snap.children]
+    for child_id in victims:
+        text = "\n".join(lines(snap.child(child_id).transcript))  # type: ignore[union-attr]
+        assert f"its worker on node {node} was lost" in text
+        assert "it restarts from the start" in text
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        report = build_report(reader)
+        lost = [e for e in reader.events(engine.batch_id) if e[2] == "lost_attempt"]
+    assert sorted(e[1] for e in lost) == sorted(victims)
+    assert all(json.loads(e[3])["rerun"] for e in lost)
+    assert report["recovery"]["rerun"] == len(victims)
+
+
+def test_a_killed_workers_command_children_do_not_outlive_it(tmp_path: Path) -> None:
+    holder = str(FAKES / "tree_holder.py")
+    route = command_route("python3", holder, str(tmp_path / "{id}.ran"))
+    engine = start(batch(1, route="cmd"), on_ray(settings(route, pool=2)), tmp_path)
+    try:
+        child = engine.snapshot().children[0]
+        until(lambda: pids_of(child.transcript) is not None, 60, what="its pids")
+        found = pids_of(child.transcript)
+        assert found is not None
+        executor: Any = engine._pool
+        [actor] = [a for _, a, placed in executor.workers if child.id in placed]
+        ray.kill(actor)  # SIGKILL: no code of the worker runs; its guard ends the tree
+        until(lambda: gone(found[0]) and gone(found[1]), 30, what="the tree gone")
+        # It runs again on a worker left (the marker file says so: it prints and ends).
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    row = engine.snapshot().children[0]
+    assert row.status is ChildStatus.COMPLETED
+    assert "ran again" in "\n".join(lines(row.transcript))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Textual runs on asyncio
+
+
+async def app_until(pilot: Any, condition: Callable[[], object], what: str) -> None:
+    """Let the app run until `condition()` holds (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        await pilot.pause(0.02)
+
+
+@pytest.mark.anyio
+async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
+    tmp_path: Path,
+) -> None:
+    from flightdeck.engine.attached.view import StoreView
+    from flightdeck.engine.commands import Steer, Stop
+    from flightdeck.tui.app import FlightdeckApp
+    from flightdeck.tui.screens.main import UiOptions
+
+    tasks = batch(3, goal="Audit package {i}")
+    held = {t.goal for t in tasks.tasks}
+    script = Script(held, lambda goal, count, received: Reply(text=f"audited: {goal}"))
+    with Loopback(script) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(tasks, on_ray(settings(route, pool=3)), tmp_path)
+        view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id)
+        app = FlightdeckApp(
+            view, UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+        )
+        try:
+            async with app.run_test(size=(160, 50)) as pilot:
+                table = app.main.table
+                await app_until(pilot, lambda: len(table.shown) == 3, "three rows")
+                await app_until(
+                    pilot,
+                    lambda: all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values()),
+                    "all three running on the cluster",
+                )
+                assert all(r.node for r in table.rows_by_id.values())
+                table.select("t0001")
+                await app_until(
+                    pilot,
+                    lambda: any("Audit package 1" in ln for ln in app.main.transcript.lines),
+                    "its transcript, written by the owner from what its worker sent",
+                )
+                detail = app.main.query_one("#detail")
+                await app_until(pilot, lambda: "node " in str(detail.render()), "its node")
+                # Commands sent as a client sends them (recorded in the store, applied by the
+                # owner) reach the children on their workers.
+                view.send(Stop(("t0002",)))
+                await app_until(
+                    pilot,
+                    lambda: table.rows_by_id["t0002"].status is ChildStatus.STOPPED,
+                    "t0002 stopped",
+                )
+                view.send(Steer(("t0000",), "mind the tests", now=True))
+                await app_until(
+                    pilot,
+                    lambda: (
+                        [r.state for r in table.rows_by_id["t0000"].steers]
+                        == [SteerState.DELIVERED]
+                    ),
+                    "the steer --now delivered on its worker",
+                )
+                first = tasks.tasks[0].goal
+                assert operator_said(script.seen[first][-1]) == ["[operator] mind the tests"]
+                server.release()
+                done = ChildStatus.COMPLETED
+                await app_until(
+                    pilot,
+                    lambda: (
+                        {i: r.status for i, r in table.rows_by_id.items()}
+                        == {"t0000": done, "t0001": done, "t0002": ChildStatus.STOPPED}
+                    ),
+                    "two completed, one stopped",
+                )
+                await app_until(
+                    pilot,
+                    lambda: any(
+                        "audited: Audit package 1" in ln for ln in app.main.transcript.lines
+                    ),
+                    "the answer in the transcript pane",
+                )
+        finally:
+            view.close()
+            engine.close()
+
+
+def test_children_on_workers_delegate_and_their_delegates_run_on_the_cluster(
+    tmp_path: Path,
+) -> None:
+    # Four parents and two slots: a parent waiting on its delegates (on its worker) holds none.
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, delegate_rate=1.0, delegates=3, cache=False), delegate=True
+    )
+    s = on_ray(settings(route, pool=2))
+    s = dataclasses.replace(s, budget=dataclasses.replace(s.budget, max_depth=1))
+    snap = run_to_end(start(batch(4), s, tmp_path), 120)
+    rows = {c.id: c for c in snap.children}
+    assert len(rows) == 4 + 4 * 3
+    assert {c.status for c in snap.children} == {ChildStatus.COMPLETED}
+    assert all(c.node for c in snap.children)
+    for i in range(4):
+        parent = rows[f"t{i:04d}"]
+        text = "\n".join(lines(parent.transcript))
+        for k in (1, 2, 3):  # each delegate's answer came back to its parent's worker
+            assert rows[f"t{i:04d}.{k}"].parent == parent.id
+            assert f"[t{i:04d}.{k}] completed" in text
+
+
+def process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+
+
+def test_a_command_child_on_a_worker_pauses_and_continues(tmp_path: Path) -> None:
+    script = tmp_path / "wait.py"
+    script.write_text(
+        "import os, sys, time\nprint('pid', os.getpid(), flush=True)\n"
+        "while not os.path.exists(sys.argv[1]):\n    time.sleep(0.05)\nprint('released')\n"
+    )
+    go = tmp_path / "go"
+    route = command_route("python3", str(script), str(go))
+    engine = start(batch(1, route="cmd"), on_ray(settings(route, pool=2)), tmp_path / "s")
+    try:
+        child = engine.snapshot().children[0]
+
+        def pid() -> int | None:
+            found = [ln.split()[-1] for ln in lines(child.transcript) if "│ pid " in ln]
+            return int(found[0]) if found else None
+
+        until(lambda: pid() is not None, 60, what="its pid")
+        process = pid()
+        assert process is not None
+        engine.pause([child.id])
+        until(lambda: status(engine, child.id) is ChildStatus.PAUSED, 30, what="paused")
+        assert process_state(process) == "T"  # its group suspended, on its node
+        engine.continue_([child.id])
+        until(lambda: status(engine, child.id) is ChildStatus.RUNNING, 30, what="running")
+        until(lambda: process_state(process) != "T", 30, what="resumed")
+        go.touch()
+        assert engine.wait(30)
+    finally:
+        engine.close()
+    row = engine.snapshot().children[0]
+    assert row.status is ChildStatus.COMPLETED
+    text = "\n".join(lines(row.transcript))
+    assert "process group suspended (SIGSTOP)" in text and "resumed (SIGCONT)" in text
+
+
+def test_an_owner_that_dies_takes_its_workers_children_with_it_and_resume_runs_them_here(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    # The owner, a real `flightdeck run` process, starts a local cluster of its own.
+    holder = FAKES / "tree_holder.py"
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cmd"\nexecutor = "ray"\n\n'
+        '[ray]\naddress = "local"\nnum_cpus = 1\nworkers_per_node = 1\n\n'
+        f'[routes.cmd]\nprovider = "command"\nargv = ["python3", "{holder}", "{{id}}.ran"]\n'
+        "kill_grace_s = 1\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "hold a tree"}\n')
+    state = tmp_path / "state"
+    run = ("run", "tasks.jsonl", "--headless", "--state-dir", str(state))
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", *run],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None
+        batch_id = owner.stdout.readline().split()[1]
+        transcript = str(state / "batches" / batch_id / "c1.log")
+        until(lambda: pids_of(transcript) is not None, 120, what="its tree on the owner's cluster")
+        found = pids_of(transcript)
+        assert found is not None
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        # Its cluster ends with it; the worker's guard ends the tree its child started.
+        until(lambda: gone(found[0]) and gone(found[1]), 60, what="the tree gone with its owner")
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        assert owner.stdout is not None
+        owner.stdout.close()
+    engine = Engine.resume(state, batch_id)  # on this module's cluster: ray is initialized here
+    engine.start()
+    snap = run_to_end(engine, 120)
+    [row] = snap.children
+    assert row.status is ChildStatus.COMPLETED and row.node
+    assert "ran again" in "\n".join(lines(row.transcript))

@@ -1,0 +1,101 @@
+"""`[engine] executor` and `[ray]`: read and checked like every setting (file, line, field), and
+a Ray executor asked for where Ray is not installed refused in one line (exit 2). No cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings import RaySettings, load_settings
+from flightdeck.engine.inputs.settings.stored import settings_from_json, settings_json
+
+from helpers import batch, settings
+
+CLI = (sys.executable, "-m", "flightdeck.tui.cli")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "flightdeck.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_ray_table_is_read_and_kept_for_resume(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[engine]\nexecutor = "ray"\n\n[ray]\naddress = "ray://head:10001"\n'
+        "num_cpus = 4\nworkers_per_node = 3\nobject_store_mb = 200\n",
+    )
+    loaded = load_settings(path)
+    assert loaded.engine.executor == "ray"
+    assert loaded.engine.executor_line == 2
+    assert loaded.ray == RaySettings("ray://head:10001", 4, 3, 200)
+    again = settings_from_json(settings_json(loaded))
+    assert (again.engine.executor, again.ray) == ("ray", loaded.ray)
+    assert load_settings(write(tmp_path, "")).engine.executor == "threads"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "words"),
+    [
+        ('[engine]\nexecutor = "dask"\n', 2, "engine.executor", 'expected "threads" or "ray"'),
+        ('[ray]\naddress = "10.0.0.1:6379"\n', 2, "ray.address", "ray://host:port"),
+        ("[ray]\nworkers_per_node = 0\n", 2, "ray.workers_per_node", "between 1 and 64"),
+        ("[ray]\nnum_cpus = 100000\n", 2, "ray.num_cpus", "between 1 and 1024"),
+        ("[ray]\nobject_store_mb = 10\n", 2, "ray.object_store_mb", "between 80 and"),
+        ("[ray]\nobject_store_mb = 4194304\n", 2, "ray.object_store_mb", "and 1048576"),
+        ("[ray]\nworkers_per_node = 1000\n", 2, "ray.workers_per_node", "between 1 and 64"),
+        ("[ray]\nnum_cpus = 1e308\n", 2, "ray.num_cpus", "expected an integer"),
+        ("[ray]\nnodes = 2\n", 2, "ray.nodes", "unknown key"),
+    ],
+)
+def test_bad_ray_settings_name_file_line_and_field(
+    tmp_path: Path, text: str, line: int, field: str, words: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    error = caught.value
+    assert (error.line, error.field) == (line, field), str(error)
+    assert words in str(error) and str(path) in str(error)
+
+
+def test_providers_made_in_python_cannot_go_to_a_cluster(tmp_path: Path) -> None:
+    from flightdeck.engine.providers.sim import SimProvider
+
+    s = settings()
+    s = dataclasses.replace(s, engine=dataclasses.replace(s.engine, executor="ray"))
+    with pytest.raises(ConfigError, match="each worker makes its own"):
+        Engine(batch(1), s, state_dir=tmp_path, providers={"sim": SimProvider(s.routes["sim"])})
+    assert not (tmp_path / "flightdeck.db").exists()
+
+
+def test_the_ray_executor_without_ray_installed_is_one_line_exit_2(tmp_path: Path) -> None:
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    # As if the extra were not installed: `import ray` fails in the flightdeck process.
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
+    (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
+    env = {**os.environ, "PYTHONPATH": str(hide), "NO_COLOR": "1"}
+    for how in (
+        ["--executor", "ray"],
+        ["--config", str(write(tmp_path, '[engine]\nexecutor = "ray"\n'))],
+    ):
+        done = subprocess.run(
+            [*CLI, "run", "tasks.jsonl", "--headless", "--state-dir", "state", *how],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert "engine.executor" in line and 'pip install "flightdeck[ray]"' in line, line
+        assert not (tmp_path / "state" / "flightdeck.db").exists()

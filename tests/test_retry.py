@@ -1,0 +1,227 @@
+"""Retry (engine/control/attempts.py): a child that ended runs again under a new attempt of its
+id, fresh or continuing, on the sim, a loopback model and command children; its earlier attempt
+kept (transcript, usage, cost), the batch reopened, a budget holding it like any start."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import CommandError
+from flightdeck.engine.inputs.settings import Budget, RetrySettings, Settings, load_settings
+from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report, render_markdown
+
+from helpers import batch, run_to_end, settings, sim_route, start, until
+from loopback import KEY_ENV, Loopback, Reply, route_for
+
+FAKES = Path(__file__).parent / "fakes"
+# A few turns of about 50 ms each: slow enough to pause in the middle, fast for the suite.
+ROUTE = sim_route(tool_turns=3, latency_ms=40, time_scale=1.0, tokens_per_s=8000)
+
+
+def _row(engine: Engine, child_id: str = "t0000") -> ChildRow:
+    row = engine.snapshot().child(child_id)
+    assert row is not None
+    return row
+
+
+def _stopped_mid_run(engine: Engine, child_id: str = "t0000") -> ChildRow:
+    """Hold the child at a turn boundary (the operator's pause), then stop it there."""
+    until(lambda: _row(engine, child_id).activity.api_calls >= 1, 10, what="a first call")
+    engine.pause([child_id])
+    until(lambda: _row(engine, child_id).status is ChildStatus.PAUSED, 10, what="paused")
+    engine.stop([child_id])
+    assert engine.wait(10)
+    return _row(engine, child_id)
+
+
+def _events(db: Path, batch_id: str, kind: str) -> list[tuple[str | None, dict]]:  # type: ignore[type-arg]
+    with StoreReader(db) as reader:
+        return [(c, json.loads(d)) for _, c, k, d in reader.events(batch_id) if k == kind]
+
+
+def test_a_stopped_sim_child_runs_again_fresh_in_the_batch_it_reopens(tmp_path: Path) -> None:
+    engine = start(batch(1), settings(ROUTE), tmp_path)
+    try:
+        first = _stopped_mid_run(engine)
+        assert first.status is ChildStatus.STOPPED and engine.status is BatchStatus.STOPPED
+        assert first.usage.total > 0 and first.cost_usd
+        engine.retry(["t0000"])  # returns once queued: the ended batch runs again
+        assert engine.status is BatchStatus.RUNNING
+        snap = run_to_end(engine, 10)
+    finally:
+        engine.close()
+    row = snap.child("t0000")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    assert snap.status is BatchStatus.COMPLETED
+    # The first attempt's spend is kept: in the row and the batch's totals.
+    assert row.usage.total > first.usage.total and row.cost_usd > first.cost_usd  # type: ignore[operator]
+    assert snap.totals.cost_usd == row.cost_usd
+    text = Path(row.transcript).read_text()
+    assert "stop requested" in text  # the first attempt's lines are kept, then the second's
+    assert "retry requested: attempt 2 (fresh) after stopped" in text
+    assert text.count("│ Review item 0") == 2  # its goal, from the start, at each attempt
+    db = tmp_path / "state" / "flightdeck.db"
+    [(child, retry)] = _events(db, engine.batch_id, "retry")
+    assert child == "t0000" and (retry["attempt"], retry["mode"]) == (2, "fresh")
+    assert retry["before"]["status"] == "stopped"
+    assert Decimal(retry["before"]["cost_usd"]) == first.cost_usd
+    with StoreReader(db) as reader:
+        stored = reader.child(engine.batch_id, "t0000")
+        report = build_report(reader, engine.batch_id)
+    assert stored is not None and stored.attempt == 2 and stored.usage == row.usage
+    assert report["status"] == "completed" and report["children"][0]["attempt"] == 2
+    one, two = report["attempts"]
+    assert (one["attempt"], one["began"], one["status"]) == (1, "first", "stopped")
+    assert (two["attempt"], two["began"], two["status"]) == (2, "fresh", "completed")
+    assert Decimal(one["cost_usd"]) + Decimal(two["cost_usd"]) == row.cost_usd
+    assert one["tokens"] + two["tokens"] == row.usage.total
+    assert "## Attempts" in render_markdown(report)
+
+
+def test_a_retry_that_continues_gives_the_model_its_earlier_transcript(tmp_path: Path) -> None:
+    with Loopback() as server:
+        server.script(Reply(status=500, message="upstream broke"))
+        route = route_for(server, "openai", retry=RetrySettings(attempts=1))
+        engine = Engine(
+            batch(1, goal="Summarize the design notes"),
+            settings(route),
+            state_dir=tmp_path / "state",
+            env={KEY_ENV: "sk-loopback-key-000"},
+        )
+        engine.start()
+        try:
+            assert engine.wait(10)
+            assert _row(engine).status is ChildStatus.FAILED
+            engine.retry(["t0000"], resume=True)
+            snap = run_to_end(engine, 10)
+        finally:
+            engine.close()
+        prompt = server.received[-1].body["messages"][-1]["content"]
+    row = snap.child("t0000")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    assert prompt.startswith("Summarize the design notes")
+    assert "An earlier attempt at this task ended (failed: " in prompt
+    assert "upstream broke" in prompt and "user      │ Summarize the design notes" in prompt
+    text = Path(row.transcript).read_text()
+    assert "retry requested: attempt 2 (continue) after failed" in text
+    assert "[the earlier attempt's transcript, " in text  # named there, not repeated
+
+
+def _cli(tmp_path: Path, route: str, b: Batch) -> Engine:
+    text = '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n' + route
+    (tmp_path / "flightdeck.toml").write_text(text)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    engine = Engine(
+        b, load_settings(tmp_path / "flightdeck.toml"), state_dir=tmp_path / "state", env=env
+    )
+    engine.start()
+    return engine
+
+
+def _argv(name: str, *args: str) -> str:
+    return "argv = " + json.dumps([sys.executable, str(FAKES / name), *args]) + "\n"
+
+
+def test_a_failed_command_child_runs_again_and_completes(tmp_path: Path) -> None:
+    marker = tmp_path / "fixed"
+    b = Batch(name="cli", tasks=(Task(id="t0", goal="fix it", seq=0),))
+    engine = _cli(tmp_path, _argv("edit_files.py", "--fail-unless", str(marker)), b)
+    try:
+        assert engine.wait(20)
+        first = _row(engine, "t0")
+        assert first.status is ChildStatus.FAILED and "exit 3" in (first.error or "")
+        marker.touch()
+        engine.retry(["t0"])
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    row = snap.child("t0")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    assert snap.status is BatchStatus.COMPLETED
+    text = Path(row.transcript).read_text()
+    assert "failed: exit 3" in text and "retry requested: attempt 2 (fresh)" in text
+    assert text.count("run: ") == 2
+
+
+def test_a_retry_that_continues_resumes_the_cli_s_session(tmp_path: Path) -> None:
+    args = ("-p", "--output-format", "stream-json", "--verbose")
+    route = _argv("fake_claude.py", *args, "--fake-fail", "quota hit", "{goal}")
+    route += "resume_" + _argv("fake_claude.py", *args, "--resume", "{session}", "{message}")
+    route += 'format = "claude-stream-json"\n'
+    b = Batch(name="cli", tasks=(Task(id="t0", goal="review the change", seq=0),))
+    engine = _cli(tmp_path, route, b)
+    try:
+        assert engine.wait(20)
+        first = _row(engine, "t0")
+        assert first.status is ChildStatus.FAILED, first.error
+        engine.retry(["t0"], resume=True)
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    row = snap.child("t0")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    assert (row.result or "").startswith("resumed sess-0001: Your run before this one ended")
+    # The first attempt's cost is kept beside the second's.
+    assert first.cost_usd and row.cost_usd and row.cost_usd > first.cost_usd
+    assert "--resume sess-0001" in Path(row.transcript).read_text()
+
+
+def test_a_retry_the_budget_has_no_room_for_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    s = settings(ROUTE)
+    s = Settings(engine=s.engine, routes=s.routes, budget=Budget(max_runs=1))
+    engine = start(batch(1), s, tmp_path)
+    try:
+        first = _stopped_mid_run(engine)
+        with pytest.raises(CommandError, match=r"not retried: max_runs \(1\) leaves room for 0"):
+            engine.retry(["t0000"])
+        assert engine.status is BatchStatus.STOPPED and _row(engine) == first
+    finally:
+        engine.close()
+    db = tmp_path / "state" / "flightdeck.db"
+    assert _events(db, engine.batch_id, "retry") == []
+
+
+def test_a_completed_child_or_a_running_one_is_not_retried(tmp_path: Path) -> None:
+    engine = start(batch(2), settings(ROUTE, pool=1), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").status is ChildStatus.COMPLETED, 10, what="t0 done")
+        with pytest.raises(CommandError, match=r"t0000 completed \(completed\): nothing to retry"):
+            engine.retry(["t0000"])
+        with pytest.raises(CommandError, match="no child with id 'zz'"):
+            engine.retry(["zz"])
+    finally:
+        engine.close()
+
+
+def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
+    # Codex has no --resume flag: `codex exec resume THREAD PROMPT` continues the thread.
+    route = _argv("fake_codex.py", "exec", "--json", "--fake-fail", "{goal}")
+    route += "resume_" + _argv(
+        "fake_codex.py", "exec", "resume", "{session}", "--json", "{message}"
+    )
+    route += 'format = "codex-json"\n'
+    b = Batch(name="cli", tasks=(Task(id="t0", goal="review the change", seq=0),))
+    engine = _cli(tmp_path, route, b)
+    try:
+        assert engine.wait(20)
+        first = _row(engine, "t0")
+        assert first.status is ChildStatus.FAILED and "429" in (first.error or "")
+        engine.retry(["t0"], resume=True)
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    row = snap.child("t0")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    assert (row.result or "").startswith("resumed thread-42: Your run before this one ended")
+    assert "exec resume thread-42" in Path(row.transcript).read_text()

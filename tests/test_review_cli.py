@@ -1,0 +1,189 @@
+"""Review and retry from the command line, on a batch whose owner is a real process: command
+children (tests/fakes/edit_files.py) that edit files in git worktrees of a real repository;
+`flightdeck diff`, `merge --into`, `discard` and `retry` (which starts an owner again) as an
+operator runs them, and what git and the store say afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.records.reader import StoreReader
+
+from gitrepo import GIT_ENV, branches, git, make_repo, worktrees
+from helpers import until
+
+pytestmark = pytest.mark.slow
+
+FAKES = Path(__file__).parent / "fakes"
+ENV = {**GIT_ENV, "NO_COLOR": "1"}
+
+
+def fd(folder: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`flightdeck ARGS` in `folder`, as a user runs it (piped: plain output)."""
+    return subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", *args, "--state-dir", str(folder / "state")],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+    )
+
+
+def project(tmp_path: Path, goals: dict[str, str], *extra: str) -> tuple[Path, Path]:
+    """A repository, and a batch of command children editing worktrees of it: each task's goal
+    is its edits (FILE=TEXT ...)."""
+    repo = make_repo(tmp_path / "repo", {"shared.txt": "base\n", "README.md": "hello\n"})
+    folder = tmp_path / "work"
+    folder.mkdir()
+    argv = [sys.executable, str(FAKES / "edit_files.py"), *extra, "{goal}"]
+    (folder / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'workspace = "worktree"\nargv = {json.dumps(argv)}\n'
+    )
+    tasks = "".join(f'[[tasks]]\nid = "{i}"\ngoal = "{g}"\n' for i, g in goals.items())
+    (folder / "tasks.toml").write_text(f'[batch]\nworkspace = "{repo}"\n{tasks}')
+    return repo, folder
+
+
+def run(folder: Path) -> str:
+    """Run the batch to its end (headless, its own owner); its id."""
+    done = fd(folder, "run", "tasks.toml", "--headless")
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        [info] = reader.batches()
+    assert done.returncode in (0, 1), done.stderr
+    return info.id
+
+
+def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> None:
+    goals = {
+        "c1": "x.txt=one",
+        "c2": "shared.txt=from c2",
+        "c3": "shared.txt=from c3",
+    }
+    repo, folder = project(tmp_path, goals)
+    batch = run(folder)
+    main_before = git(repo, "rev-parse", "main")
+    assert len(worktrees(repo)) == 4  # each child's kept with its changes
+
+    listed = fd(folder, "report", batch, "--format", "json")
+    changes = {c["child_id"]: c for c in json.loads(listed.stdout)["changes"]}
+    assert changes["c1"]["summary"] == "+1 −0 in 1 file" and changes["c1"]["state"] == "pending"
+
+    diff = fd(folder, "diff", batch, "c2")
+    assert diff.returncode == 0, diff.stderr
+    assert "-base\n+from c2\n" in diff.stdout and "\x1b" not in diff.stdout  # plain: piped
+    assert "+one" not in diff.stdout
+
+    # c2 and c3 both change shared.txt: said before, and the merge stops, nothing applied.
+    clash = fd(folder, "merge", batch, "c1", "c2", "c3", "--into", "main")
+    assert clash.returncode == 1
+    assert "changed by more than one of them: shared.txt (c2, c3)" in clash.stderr
+    assert "conflict" in clash.stderr and "shared.txt" in clash.stderr
+    assert "nothing applied" in clash.stderr
+    assert git(repo, "rev-parse", "main") == main_before
+    assert not [b for b in branches(repo) if b.startswith("flightdeck/")]
+    assert len(worktrees(repo)) == 4
+
+    merged = fd(folder, "merge", batch, "c1", "c2", "--into", "main")
+    assert merged.returncode == 0, merged.stderr
+    assert "accepted c1, c2 into main" in merged.stdout
+    assert (repo / "x.txt").read_text() == "one\n"  # the checkout of main moved with it
+    assert git(repo, "show", "main:shared.txt") == "from c2"
+    assert git(repo, "merge-base", "--is-ancestor", f"flightdeck/{batch}/c1", "main") == ""
+    assert {f"flightdeck/{batch}/c1", f"flightdeck/{batch}/c2"} <= set(branches(repo))
+
+    gone = fd(folder, "discard", batch, "c3")
+    assert gone.returncode == 0, gone.stderr
+    assert worktrees(repo) == [str(repo)]
+    assert not [b for b in branches(repo) if b.endswith("/c3")]
+    assert git(repo, "show", "main:shared.txt") == "from c2"
+
+    again = fd(folder, "discard", batch, "c3")  # decided: nothing left to discard
+    assert again.returncode == 1 and "nothing applied" in again.stderr
+
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        kinds = [(c, k) for _, c, k, _ in reader.events(batch)]
+    assert (None, "review_refused") in kinds
+    assert ("c1", "accept") in kinds and ("c2", "accept") in kinds and ("c3", "discard") in kinds
+    report = json.loads(fd(folder, "report", batch, "--format", "json").stdout)
+    states = {c["child_id"]: c["state"] for c in report["changes"]}
+    assert states == {"c1": "accepted", "c2": "accepted", "c3": "discarded"}
+
+
+def test_retry_of_an_ended_batch_starts_its_owner_again(tmp_path: Path) -> None:
+    marker = tmp_path / "fixed"
+    repo, folder = project(
+        tmp_path, {"t0": "x.txt=one", "t1": "y.txt=two"}, "--fail-unless", str(marker)
+    )
+    batch = run(folder)
+    report = json.loads(fd(folder, "report", batch, "--format", "json").stdout)
+    assert report["status"] == "failed"
+    # A failed child's changes are pending: a fresh retry is refused until they are decided.
+    refused = fd(folder, "retry", batch, "t0")
+    assert refused.returncode == 2 and "accept or discard them first" in refused.stderr
+    assert fd(folder, "discard", batch, "t0", "t1").returncode == 0
+    marker.touch()
+    done = fd(folder, "retry", batch, "--where", "status:failed")
+    assert done.returncode == 0, done.stderr
+    assert "2 children match `status:failed`, 2 of them ended" in done.stdout
+    assert "retry (fresh) queued: 2 children" in done.stdout
+    assert "reopened: owner pid" in done.stderr
+    waited = fd(folder, "wait", batch)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    report = json.loads(fd(folder, "report", batch, "--format", "json").stdout)
+    assert report["status"] == "completed"
+    assert [(a["child_id"], a["attempt"], a["status"]) for a in report["attempts"]] == [
+        ("t0", 1, "failed"),
+        ("t0", 2, "completed"),
+        ("t1", 1, "failed"),
+        ("t1", 2, "completed"),
+    ]
+    assert {c["child_id"]: c["state"] for c in report["changes"]} == {
+        "t0": "pending",
+        "t1": "pending",
+    }
+    assert len(worktrees(repo)) == 3
+    text = (folder / "state" / "batches" / batch / "t0.log").read_text()
+    assert "retry requested: attempt 2 (fresh) after failed: exit 3" in text
+    assert os.path.exists(folder / "state" / "batches" / batch / "owner.log")
+
+
+def test_an_attached_view_s_retry_starts_the_owner_and_its_merge_applies_here(
+    tmp_path: Path,
+) -> None:
+    # The attached TUI sends through StoreView: with no owner alive, a retry starts one and
+    # an accept is applied in the view's own process.
+    from flightdeck.engine.attached.view import StoreView
+    from flightdeck.engine.commands import Accept, CommandError, Retry
+
+    marker = tmp_path / "fixed"
+    repo, folder = project(tmp_path, {"t0": "x.txt=one"}, "--fail-unless", str(marker))
+    batch = run(folder)
+    db = folder / "state" / "flightdeck.db"
+    view = StoreView(db, batch, watch=False)
+    try:
+        with pytest.raises(CommandError, match="accept or discard them first"):
+            view.send(Retry(("t0",), False))
+        marker.touch()
+        view.send(Retry(("t0",), True))  # continuing: in its worktree as it was left
+
+        def completed() -> bool:
+            view.refresh()
+            row = view.snapshot().child("t0")
+            return row is not None and row.attempt == 2 and row.status.value == "completed"
+
+        until(completed, 60, what="t0's second attempt completed by a new owner")
+        until(lambda: (view.refresh(), view.read_only)[1] is not None, 60, what="it ended")
+        view.send(Accept(("t0",), "main"))
+        view.refresh()
+        row = view.snapshot().child("t0")
+        assert row is not None and row.changes is not None and row.changes.state == "accepted"
+    finally:
+        view.close()
+    assert git(repo, "show", "main:x.txt") == "one"

@@ -1,0 +1,117 @@
+"""R, D, M and delete in the TUI (Pilot) on a real engine whose command children edit git
+worktrees of a real repository: the row and the detail pane say what each changed, D shows the
+diff, delete discards, R retries a failed child, M merges into a branch git then has."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine, load_settings
+from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.model import ChildStatus
+from flightdeck.tui.screens.review import AcceptDialog, DiffScreen, DiscardDialog, RetryDialog
+from flightdeck.tui.widgets.detail import ChildDetail
+from tui_support import SIZE, app_for, until
+
+from gitrepo import GIT_ENV, git, make_repo, worktrees
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+FAKES = Path(__file__).parent.parent / "fakes"
+
+
+@pytest.fixture
+def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
+        monkeypatch.setenv(name, GIT_ENV[name])
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    argv = [sys.executable, str(FAKES / "edit_files.py")]
+    argv += ["--fail-unless", str(tmp_path / "fixed"), "{goal}"]
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'workspace = "worktree"\nargv = {json.dumps(argv)}\n'
+    )
+    tasks = (Task(id="t0", goal="x.txt=one", seq=0), Task(id="t1", goal="README.md=bye", seq=1))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    settings = load_settings(tmp_path / "flightdeck.toml")
+    batch = Batch(name="review", tasks=tasks, workspace=repo)
+    e = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
+    e.start()
+    yield e
+    e.close()
+
+
+def _detail(app: object) -> str:
+    return str(app.main.query_one("#detail", ChildDetail).render())  # type: ignore[attr-defined]
+
+
+async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+
+        def ended() -> bool:
+            rows = table.rows_by_id
+            return len(rows) == 2 and all(r.status.terminal for r in rows.values())
+
+        await until(pilot, ended, "both children failed", 90)
+        assert table.displayed("t0", "doing").startswith("failed (+1 −0 in 1 file): exit 3")
+        table.select("t1")
+        await until(pilot, lambda: "changes +1 −1 in 1 file" in _detail(app), "the files")
+        assert "README.md +1 −1" in _detail(app)
+
+        # D: the diff, coloured, plain text kept for the test; escape goes back.
+        await pilot.press("D")
+        await until(pilot, lambda: isinstance(app.screen, DiffScreen), "the diff screen")
+        diff = app.screen
+        assert isinstance(diff, DiffScreen)
+        await until(pilot, lambda: "-hello\n+bye\n" in diff.text, "the diff read", 90)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.main, "back")
+
+        # delete: t1's changes discarded (confirmed), its worktree gone.
+        await pilot.press("delete")
+        await until(pilot, lambda: isinstance(app.screen, DiscardDialog), "asked")
+        await pilot.press("delete")
+        await until(
+            pilot,
+            lambda: (c := table.rows_by_id["t1"].changes) is not None and c.state == "discarded",
+            "t1 discarded",
+            90,
+        )
+        assert len(worktrees(repo)) == 2
+
+        # R: t1 runs again, fresh, and (the marker there now) completes.
+        (tmp_path / "fixed").touch()
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, RetryDialog), "the retry dialog")
+        await pilot.press("f")
+        await until(
+            pilot,
+            lambda: (
+                table.rows_by_id["t1"].attempt == 2
+                and table.rows_by_id["t1"].status is ChildStatus.COMPLETED
+            ),
+            "t1 retried and completed",
+            90,
+        )
+        await until(pilot, lambda: "attempt 2" in _detail(app), "its attempt said")
+
+        # M: t0's changes merged into main.
+        table.select("t0")
+        await pilot.press("M")
+        await until(pilot, lambda: isinstance(app.screen, AcceptDialog), "the merge dialog")
+        await pilot.press(*"main", "enter")
+        await until(
+            pilot,
+            lambda: (c := table.rows_by_id["t0"].changes) is not None and c.state == "accepted",
+            "t0 merged",
+            90,
+        )
+        assert git(repo, "show", "main:x.txt") == "one"
+        assert table.displayed("t0", "doing").startswith("failed (+1 −0 in 1 file merged)")

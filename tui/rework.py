@@ -1,0 +1,173 @@
+"""The command line's verbs on children that ended: `retry` (the batch's owner started again
+if it has ended), `diff` (a child's changes, coloured on a terminal, plain when piped),
+`merge` (accept: commit and merge into a branch) and `discard`. The work is engine/attached's
+rework.py; what they print is here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flightdeck.engine.sanitize import one_line, sanitize
+from flightdeck.tui.client import _client, _error, _said, _where_filter
+from flightdeck.tui.console import console_for
+from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.usage import UsageError, state_db
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from flightdeck.engine.commands import Accept, Discard
+
+
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    """retry, diff, merge and discard."""
+    retry = sub.add_parser(
+        "retry", help="run children that ended (failed, stopped, …) again, as a new attempt"
+    )
+    retry.add_argument("batch_id")
+    retry.add_argument("child_ids", nargs="*", metavar="CHILD")
+    retry.add_argument(
+        "--where",
+        metavar="QUERY",
+        help="retry every child that ended which the query keeps (the TUI's filter language)",
+    )
+    retry.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="work on from where it stopped (its transcript as context, or the CLI's session)",
+    )
+    retry.add_argument("--state-dir", type=Path)
+    diff = sub.add_parser("diff", help="print what a child changed in its own worktree")
+    diff.add_argument("batch_id")
+    diff.add_argument("child_id")
+    diff.add_argument("--file", metavar="PATH", help="only this file")
+    diff.add_argument("--state-dir", type=Path)
+    merge = sub.add_parser(
+        "merge", help="commit children's changes on branches of their own, merge them into one"
+    )
+    merge.add_argument("batch_id")
+    merge.add_argument("child_ids", nargs="+", metavar="CHILD")
+    merge.add_argument("--into", required=True, metavar="BRANCH", help="the branch to merge into")
+    merge.add_argument("--state-dir", type=Path)
+    discard = sub.add_parser("discard", help="drop children's changes: worktree and branch")
+    discard.add_argument("batch_id")
+    discard.add_argument("child_ids", nargs="+", metavar="CHILD")
+    discard.add_argument("--state-dir", type=Path)
+
+
+def cmd_retry(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck retry`: the children run again (their batch reopened, its owner started
+    again if it has gone); returns once the owner has queued them."""
+    from flightdeck.engine.attached.client import OwnerGone
+    from flightdeck.engine.attached.rework import Restarted, retry
+    from flightdeck.engine.attached.spawn import OwnerFailed
+    from flightdeck.engine.commands import CommandError, Retry
+
+    row_filter = _where_filter(args)
+    if row_filter is None and not args.child_ids:
+        raise UsageError(None, None, None, "name the children to retry, or --where QUERY")
+    with _client(args) as client:
+        if row_filter is None:
+            ids, counted = list(args.child_ids), False
+        else:
+            kept, ids = client.matching(row_filter, ended=True)
+            counted = True
+            line = f"{kept} {'child matches' if kept == 1 else 'children match'}"
+            line += f" `{one_line(row_filter.query, 200)}`, {len(ids)} of them ended"
+            console_for().print(Text(line + ("" if ids else ": nothing to retry")))
+            if not ids:
+                return ExitCode.OK
+    mode = "continue" if args.resume else "fresh"
+    try:
+        for step in retry(client.db, args.batch_id, Retry(tuple(ids), args.resume)):
+            if isinstance(step, Restarted):
+                if step.owner_pid is not None:
+                    what = f"batch {one_line(args.batch_id, 60)} reopened"
+                    console_for(stderr=True).print(
+                        Text(f"{what}: owner pid {step.owner_pid} started")
+                    )
+            elif step.state.value == "refused":
+                _error(f"refused: {step.reason or ''}")
+                return ExitCode.INCOMPLETE
+            elif step.state.value == "applied":
+                console_for().print(Text(f"retry ({mode}) queued: {_said(ids, counted)}"))
+                return ExitCode.OK
+    except CommandError as exc:
+        raise UsageError(None, None, None, str(exc)) from None
+    except (OwnerGone, OwnerFailed) as exc:
+        _error(str(exc))
+    return ExitCode.INCOMPLETE
+
+
+def cmd_diff(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck diff`: a child's changes as a unified diff; coloured on a terminal."""
+    from flightdeck.engine.attached.rework import diff_of
+    from flightdeck.engine.commands import CommandError
+
+    try:
+        text = sanitize(diff_of(state_db(args.state_dir), args.batch_id, args.child_id, args.file))
+    except LookupError as exc:
+        raise UsageError(None, None, "batch_id", str(exc).strip("'\"")) from None
+    except CommandError as exc:
+        _error(str(exc))
+        return ExitCode.INCOMPLETE
+    console = console_for()
+    if not console.is_terminal:
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            console.on_broken_pipe()
+        return ExitCode.OK
+    from rich.syntax import Syntax
+
+    console.print(Syntax(text, "diff", theme="ansi_dark", background_color="default"))
+    return ExitCode.OK
+
+
+def cmd_merge(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck merge`: accept children's changes into a branch, all or (a conflict)
+    none; files more than one of them changed are said first."""
+    from flightdeck.engine.attached.rework import overlap_of
+    from flightdeck.engine.commands import Accept
+
+    ids = tuple(args.child_ids)
+    shared = overlap_of(state_db(args.state_dir), args.batch_id, ids)
+    if shared:
+        console_for(stderr=True).print(
+            Text(f"warning: changed by more than one of them: {one_line(shared)}")
+        )
+    return _review(args, Accept(ids, args.into))
+
+
+def cmd_discard(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck discard`: remove children's worktrees (or copies) and branches."""
+    from flightdeck.engine.commands import Discard
+
+    return _review(args, Discard(tuple(args.child_ids)))
+
+
+def _review(args: argparse.Namespace, command: Accept | Discard) -> ExitCode:
+    from flightdeck.engine.attached.client import OwnerGone
+    from flightdeck.engine.attached.rework import review
+    from flightdeck.engine.commands import Accept, CommandError
+
+    with _client(args) as client:
+        db = client.db
+    try:
+        outcome = review(db, args.batch_id, command)
+    except CommandError as exc:
+        _error(f"{command.title} refused, nothing applied: {exc}")
+        return ExitCode.INCOMPLETE
+    except OwnerGone as exc:
+        _error(str(exc))
+        return ExitCode.INCOMPLETE
+    if outcome is not None:
+        console_for().print(Text(one_line(outcome.said)))
+    else:
+        done = f"merged into {command.into}" if isinstance(command, Accept) else "discarded"
+        console_for().print(Text(f"{_said(list(command.child_ids), False)}: {done}"))
+    return ExitCode.OK

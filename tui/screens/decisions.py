@@ -1,0 +1,82 @@
+"""What a key on the main screen decides, as values the screen carries out in order.
+
+A key's order (actions.py on children, batch.py on the whole batch) and the screen's notices
+(notices.py) are plain functions of what the screen shows; they return a `Decision`: send this
+command, say that, ask with this dialog and decide again on its answer. Only the screen touches
+the app (`MainScreen.carry_out`); a send the batch refuses is said there, and ends the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from flightdeck.engine.commands import Command
+from flightdeck.tui.screens.summaries import Bulk
+from textual.notifications import SeverityLevel
+from textual.screen import Screen
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send `command` to the batch; refused (CommandError), the reason is said and the rest of
+    the decision is dropped: nothing was sent."""
+
+    command: Command
+
+
+@dataclass(frozen=True, slots=True)
+class Say:
+    """A toast, shown as plain text (never markup): untrusted parts are cut to one line."""
+
+    text: str
+    severity: SeverityLevel = "information"
+
+
+@dataclass(frozen=True, slots=True)
+class Untag:
+    """Untag these children (the command they were tagged for was sent)."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Track:
+    """A send to everything matching: summed up once every child has taken it (summaries.py)."""
+
+    bulk: Bulk
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Read a fresh snapshot now, so what was sent shows at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ask(Generic[T]):
+    """Show `dialog`; what follows is decided on its answer (None: dismissed)."""
+
+    dialog: Screen[T]
+    then: Callable[[T | None], Decision]
+
+
+@dataclass(frozen=True, slots=True)
+class Ring:
+    """Ring the bell, and write a desktop notification's escape sequence (alerts.py)."""
+
+    bell: bool
+    sequence: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """Close the app; `stopped`: the operator stopped everything to quit (the app's result)."""
+
+    stopped: bool
+
+
+Step = Send | Say | Untag | Track | Poll | Ask[Any] | Ring | Exit
+Decision = Sequence[Step]
