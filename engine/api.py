@@ -1,15 +1,15 @@
 """`Engine`: the small API that the TUI, the headless CLI and the tests all drive.
 
-Its lifecycle (start, finish, close) and the reads are here; what it hands on lives beside it:
-controls.py (`send`: a command checked and handed to the coordinator, from this process or a
-client's request), resume.py (taking over a batch), batchdir.py (the folder and manifest),
-subscribers.py (events), health.py (`problem`). Below the imports, what the UI and scripts use of
-the engine besides `Engine`, from this one place.
+Its lifecycle (start, close) and the reads are here; what it hands on lives beside it:
+owner/run.py (the started batch's parts, made in order, and the coordinator's hooks: the live
+figures, the batch's end), control/sending.py (`send`: a command checked and handed to the
+coordinator, from this process or a client's request), owner/resume.py (taking over a batch),
+subscribers.py (events). Below the imports, what the UI and scripts use of the engine besides
+`Engine`, from this one place.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -17,22 +17,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from flightdeck.engine import assembly, batchdir, executors, health
-from flightdeck.engine.assembly import new_batch_id, steady_clock
-from flightdeck.engine.child.elsewhere import Elsewhere
-from flightdeck.engine.child.facts import ChildFact
-from flightdeck.engine.child.state import Child
-from flightdeck.engine.child.tools import Toolbox
-from flightdeck.engine.commands import (
-    Command,
-    StopAll,
-)
-from flightdeck.engine.control.attempts import Rework
+from flightdeck.engine.commands import Command, StopAll
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter
-from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.controls import CommandMethods, Controls
+from flightdeck.engine.control.sending import CommandMethods, Sender
 from flightdeck.engine.executors import Executor
+from flightdeck.engine.executors import check as check_executor
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -42,40 +32,41 @@ from flightdeck.engine.inputs.settings import (
     load_settings,
     state_dir_from,
 )
-from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch
-from flightdeck.engine.limits import limits_from_json, limits_json, limits_of, with_limits
+from flightdeck.engine.inputs.tasks import Batch, check_routes, load_batch
 from flightdeck.engine.model import (
-    OPERATOR_HOLD,
-    BatchFinished,
     BatchStatus,
     ChildRow,
     Limits,
     Snapshot,
     SteerReceipt,
 )
-from flightdeck.engine.needs import Need, needs
-from flightdeck.engine.outliers import Kind, MedianRows, Medians
-from flightdeck.engine.owner import OwnerDuties
+from flightdeck.engine.model.livelimits import (
+    limits_from_json,
+    limits_of,
+    with_limits,
+)
+from flightdeck.engine.owner import assembly
+from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
+from flightdeck.engine.owner.duties import OwnerDuties
+from flightdeck.engine.owner.resume import NothingToResume, Resumed, Stored
+from flightdeck.engine.owner.run import BatchRun
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.query import (
+from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
+from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.records.liveness import OwnerAlive
+from flightdeck.engine.records.meter import Meter, route_totals, spend_known, totals_of
+from flightdeck.engine.records.store import Store
+from flightdeck.engine.subscribers import Subscriber, Subscribers
+from flightdeck.engine.triage.needs import Need, needs
+from flightdeck.engine.triage.outliers import Kind, MedianRows, Medians
+from flightdeck.engine.triage.query import (
     STATUS_ALIASES,
     QueryError,
     RowFilter,
     is_retrying,
     parse_filter,
 )
-from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
-from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
-from flightdeck.engine.records.live import live_json
-from flightdeck.engine.records.liveness import OwnerAlive
-from flightdeck.engine.records.meter import Meter, route_totals, totals_of
-from flightdeck.engine.records.processes import ProcessLog, session_of
-from flightdeck.engine.records.sink import TranscriptSink
-from flightdeck.engine.records.store import Store
-from flightdeck.engine.resume import NothingToResume, Resumed, Stored
-from flightdeck.engine.review.apply import Reviewer
-from flightdeck.engine.signatures import error_signature
-from flightdeck.engine.subscribers import Subscriber, Subscribers
+from flightdeck.engine.triage.signatures import error_signature
 
 # Beside `Engine`, what the UI and scripts use of the engine, from this one place: the task and
 # settings loaders, the filter language, outliers and error signatures of rows, forecasts, the
@@ -151,7 +142,7 @@ class Engine(CommandMethods):
         self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
         configured = max_concurrent or settings.engine.max_concurrent
         self._auto_pool = not isinstance(max_concurrent, int) and configured == "auto"
-        executors.check(settings, providers_given=bool(providers))
+        check_executor(settings, providers_given=bool(providers))
         assembly.check_budget(settings, self.routes.values())
         assembly.check_commands(batch, self.routes.values(), settings.source)
         # Model clients and command routes are built before anything is written: a missing
@@ -161,24 +152,12 @@ class Engine(CommandMethods):
         )
         self.meter = Meter()
         self._subscribers = Subscribers()
-        self._store: Store | None = None
-        self._sink: TranscriptSink | None = None
-        self._pool: Executor | None = None
-        self._coordinator: Coordinator | None = None
-        self._controls: Controls | None = None  # made with the coordinator
-        self._status = BatchStatus.RUNNING
-        self._manifest_children = "[]"  # JSON, set by start()
-        self._started_ts = clock()
-        self._finished_ts: float | None = None
+        self._created_ts = clock()  # the batch's start, until it starts
+        self._run: BatchRun | None = None  # the batch's parts, once started
         self._closed = False
-        self._duties: OwnerDuties | None = None
-        self._live = ""  # the live figures last published (records/live.py)
-        self._unsteerable: set[str] = set()  # routes whose children take no steer
         self._resuming: tuple[Stored, bool] | None = None  # set by `resume`
         self._reopen = False  # set by `resume`: a finished batch runs again
         self.resumed: Resumed | None = None  # what resuming found, once started
-        self._carried: tuple[ChildRow, ...] = ()  # final rows an earlier owner left
-        self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
 
     @classmethod
     def resume(
@@ -196,7 +175,7 @@ class Engine(CommandMethods):
         claims it and runs what is left. Raises NothingToResume for a finished batch (unless
         `reopen`: the operator's retries pending for it run), an InputError for one this state
         folder cannot resume."""
-        from flightdeck.engine import resume
+        from flightdeck.engine.owner import resume
 
         state_dir = Path(state_dir).absolute()
         stored = resume.load(state_dir, batch_id, reopen=reopen)
@@ -222,260 +201,47 @@ class Engine(CommandMethods):
     def start(self) -> str:
         """Record the batch, then start the coordinator; returns the batch id. Once only: an
         engine runs one batch, and its tasks must never run twice."""
-        if self._store is not None or self._closed:
+        if self._run is not None or self._closed:
             raise RuntimeError("Engine.start() can be called once, before close()")
-        # The database first: one that cannot be used (not a database, a newer schema, another
-        # program's) is reported before this batch writes anything.
-        self._store = Store(
-            batchdir.folder(self.state_dir, self.state_dir) / "flightdeck.db",
-            retry_s=self.settings.engine.store_retry_s,
-        )
-        if self._resuming is not None:
-            from flightdeck.engine import resume
-
-            resume.claim(self._store, self.batch_id, self.clock, reopen=self._reopen)
-        self.batch_id, self.batch_dir = batchdir.claim(
-            self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
-        )
-        own = self.batch.workspace is None  # the batch's own, in its folder: private
-        workspace = self.batch.workspace or self.batch_dir / "workspace"
-        self.workspace = batchdir.folder(workspace, self.state_dir, private=own)
-        secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
-        secrets += tuple(s for command in self._commands.values() for s in command.secrets)
-        toolbox = Toolbox(workspace, secrets=secrets, private=own)
-        throttles = {name: RouteThrottle() for name in self.routes}
-        self._pool, self.pool_size = executors.open_executor(
+        self._run = run = BatchRun(
+            self.batch,
             self.settings,
-            pool_size=self.pool_size,
-            auto=self._auto_pool and self._resuming is None,
-            report=self._report,
-            meter=self.meter,
-            routes=self.routes,
-            throttles=throttles,
-            clock=self.clock,
-            batch_id=self.batch_id,
-            batch_dir=self.batch_dir,
-            workspace=self.workspace,
-            delegate=self.batch.delegate,
-            private=own,
-        )
-        self._sink = TranscriptSink()
-        now = self.clock()
-        self._started_ts = now
-        # One way to make a child: for each task now, for a delegate or a wave later (on the
-        # coordinator thread).
-        make_child = functools.partial(
-            assembly.build_child,
-            batch=self.batch,
-            settings=self.settings,
-            providers=self._providers,
-            commands=self._commands,
-            throttles=throttles,
-            toolbox=toolbox,
-            batch_dir=self.batch_dir,
-            meter=self.meter,
-            clock=self.clock,
-            report=self._report,
-            sink=self._sink,
-            processes=ProcessLog(self._store, self.batch_id),
-            batch_id=self.batch_id,
-            kind=Elsewhere if self.settings.engine.executor == "ray" else Child,
-        )
-        children = [make_child(task, queued_ts=now) for task in self.batch.tasks]
-
-        def spawn(task: Task) -> Child:
-            child = make_child(task, queued_ts=self.clock())
-            store.add_queued(self.batch_id, assembly.queued_rows([child]))
-            if task.parent is not None:  # the report's record of who delegated it
-                store.record_event(self.batch_id, task.id, self.clock(), "delegate", task.parent)
-            return child
-
-        # Written before the batch row, so a manifest that cannot be written leaves no batch
-        # "running" for ever.
-        self._manifest_children = assembly.manifest_children(children)
-        try:
-            self._manifest()
-        except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
-            raise batchdir.unusable(exc, self.state_dir) from exc
-        store = self._store
-        first_receipt = 1
-
-        def record_event(child_id: str | None, kind: str, detail: str) -> None:
-            store.record_event(self.batch_id, child_id, self.clock(), kind, detail)
-
-        if self._resuming is None:
-            store.create_batch(
-                assembly.batch_info(
-                    self.batch_id,
-                    self.batch,
-                    self.settings,
-                    workspace=self.workspace,
-                    state_dir=self.state_dir,
-                    pool_size=self.pool_size,
-                    now=now,
-                )
-            )
-            store.add_queued(self.batch_id, assembly.queued_rows(children))
-        else:
-            found = self._settle_resumed(children)
-            children = found.live
-            first_receipt = found.first_receipt_id
-        self._coordinator = Coordinator(
-            children,
             self.routes,
-            pool=self._pool,
             pool_size=self.pool_size,
-            engine=self.settings.engine,
-            budget=self.settings.budget,
+            state_dir=self.state_dir,
+            batch_id=self.batch_id,
+            id_given=self._id_given,
+            clock=self.clock,
             meter=self.meter,
-            clock=self.clock,
-            record=lambda row: store.update_child(self.batch_id, row),
-            record_final=lambda row, then: store.update_child(self.batch_id, row, then),
-            record_receipt=lambda r, request: store.record_control(
-                self.batch_id, r, "steer", request
-            ),
-            record_event=record_event,
+            clients=(self._providers, self._commands),
             publish=self._subscribers.publish,
-            on_finished=self._finish,
-            throttles=throttles,
-            between_facts=self._sink.pump,
-            carried=self._carried,
-            first_receipt_id=first_receipt,
-            spawn=spawn,
-            store_trouble=lambda: store.trouble,
-            canned=self.settings.canned,
-            schedules=self.batch.schedules,
-            rows=self._rows,
-            on_limits=self._limits_changed,
-            record_held=lambda held: store.set_held(self.batch_id, held),
-            # The operator paused admission before the owner died: it stays paused.
-            admission_paused=self._resuming is not None
-            and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
-            settle_request=lambda request, receipts, refused: self._require_controls().settled(
-                request, receipts, refused
-            ),
-            publish_live=self._publish_live,
-            rework=Rework(
-                remake=lambda task, kept: make_child(task, queued_ts=self.clock(), kept=kept),
-                tasks={t.id: t for t in self.batch.tasks},
-                session_of=functools.partial(session_of, store.path, self.batch_id),
-                flush_transcripts=lambda: self._sink is not None and self._sink.flush(FLUSH_S),
-                reviewer=Reviewer(self.batch_id, self.batch_dir, record_event, self.clock),
-                on_reopened=self._reopened,
-                context_chars=self.settings.engine.max_task_chars,
-            ),
+            resuming=self._resuming,
+            reopen=self._reopen,
+            auto_pool=self._auto_pool,
         )
-        self._controls = Controls(
-            self._coordinator,
-            store,
-            self.batch_id,
-            clock=self.clock,
-            carried=self._carried,
-            max_chars=self.settings.engine.max_task_chars,
-        )
-        controls = self._controls
-        self._duties = OwnerDuties(
-            store.path,
-            self.batch_id,
-            store,
-            lambda request: controls.apply_request(request.id, request.command),
-            self.clock,
-        )
-        self._duties.start()  # before the coordinator: what was pending is applied first
-        self._coordinator.start()
+        run.start()
+        self.batch_id, self.batch_dir, self.resumed = run.batch_id, run.batch_dir, run.resumed
+        assert run.workspace is not None
+        self.workspace = run.workspace
         return self.batch_id
 
-    def _rows(self) -> tuple[ChildRow, ...]:
-        """Every child's row, a resumed batch's finished ones included."""
-        c = self._coordinator
-        if c is None:
-            return ()
-        return (*c.carried.values(), *(ch.row() for ch in list(c.children)))
+    # The started batch's parts (owner/run.py), None before start().
 
-    def _reopened(self) -> None:
-        """Coordinator thread: a retry came after the batch had ended; it runs again."""
-        assert self._store is not None
-        self._status, self._finished_ts = BatchStatus.RUNNING, None
-        self._store.reopen_batch(self.batch_id)
-        try:
-            self._manifest()
-        except OSError as exc:
-            log.error("flightdeck engine: cannot write the batch manifest: %s", exc)
+    @property
+    def _coordinator(self) -> Coordinator | None:
+        return self._run.coordinator if self._run else None
 
-    def _limits_changed(self, limits: Limits, hold: str | None) -> None:
-        """Coordinator thread: the live limits and the hold, for attached views and resume."""
-        assert self._store is not None
-        self._store.set_limits(self.batch_id, limits.pool_size, limits_json(limits))
-        self._store.set_held(self.batch_id, hold)
+    @property
+    def _store(self) -> Store | None:
+        return self._run.store if self._run else None
 
-    def _publish_live(self, rows: tuple[ChildRow, ...]) -> None:
-        """Coordinator thread: the alive children's live figures, the route gauges and the
-        problem, for attached views (records/live.py); recorded only when they changed."""
-        assert self._store is not None and self._coordinator is not None
-        if self._store.trouble is not None:  # held in memory until it commits: not this
-            return
-        c = self._coordinator
-        # Steerability is a route's (a command route may take none): learned per route once.
-        self._unsteerable.update(r.route for r in rows if not r.steerable)
-        body = live_json(rows, c.headroom(), self.problem(), self._unsteerable)
-        if body != self._live:
-            self._live = body
-            self._store.set_live(self.batch_id, body)
+    @property
+    def _pool(self) -> Executor | None:
+        return self._run.pool if self._run else None
 
-    def _settle_resumed(self, children: list[Child]) -> Resumed:
-        from flightdeck.engine import resume
-
-        assert self._store is not None and self._resuming is not None
-        stored, rerun = self._resuming
-        found, self._lost_cost = resume.take_over(
-            stored,
-            children,
-            rerun=rerun,
-            batch_id=self.batch_id,
-            store=self._store,
-            meter=self.meter,
-            clock=self.clock,
-        )
-        self._started_ts = stored.info.created_ts
-        self._carried = tuple(found.carried)
-        self.resumed = found
-        return found
-
-    def _report(self, fact: ChildFact) -> None:
-        assert self._coordinator is not None
-        self._coordinator.report(fact)
-
-    def _manifest(self, status: BatchStatus = BatchStatus.RUNNING) -> None:
-        batchdir.manifest(
-            self.batch_dir,
-            self.batch,
-            status,
-            workspace=self.workspace,
-            pool_size=self.pool_size,
-            routes=self.routes,
-            children_json=self._manifest_children,
-        )
-
-    def _finish(self, status: BatchStatus) -> BatchFinished:
-        """Coordinator thread, once every child is final; returns the event it then publishes."""
-        assert self._store is not None and self._coordinator is not None
-        self._status = status
-        if self._sink is not None:
-            self._sink.flush()  # every transcript is complete before the batch says finished
-        self._finished_ts = finished = self.clock()
-        self._publish_live(())  # the route gauges as they ended, nothing in flight
-        self._store.finish_batch(self.batch_id, status, finished)
-        if not self._store.flush():
-            log.error(
-                "flightdeck engine: the store could not record that batch %s %s",
-                self.batch_id,
-                status.value,
-            )
-        try:
-            self._manifest(status)
-        except OSError as exc:
-            log.error("flightdeck engine: cannot write the batch manifest: %s", exc)
-        return BatchFinished(self.batch_id, status)
+    @property
+    def _duties(self) -> OwnerDuties | None:
+        return self._run.duties if self._run else None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every child is final; False on timeout."""
@@ -499,7 +265,8 @@ class Engine(CommandMethods):
         is kept, and the running children's counters as they are now."""
         if self._coordinator is not None and not self._closed:
             self._coordinator.record_progress(timeout)
-        written = self._sink is None or self._sink.flush(timeout)
+        sink = self._run.sink if self._run else None
+        written = sink is None or sink.flush(timeout)
         committed = self._store is None or self._store.flush(timeout)
         return written and committed
 
@@ -511,23 +278,11 @@ class Engine(CommandMethods):
             # It waits for the coordinator thread to end: from a subscriber, that is itself.
             raise RuntimeError("Engine.close() cannot be called from an engine event subscriber")
         self._closed = True
-        if self._coordinator is not None:
-            if not self._coordinator.finished.is_set():
-                self._require_controls().send(StopAll())  # `self.send` is a no-op once closed
-                self._coordinator.finished.wait()
-            if self._duties is not None:
-                # Requests recorded before the batch finished are settled, not left pending
-                # (the coordinator still answers until shutdown: late steers end missed).
-                self._duties.stop()
-                self._duties.drain()
-                self._duties.stop()
-            self._coordinator.shutdown()  # and its pool
-        elif self._pool is not None:  # start() failed before the coordinator existed
-            self._pool.shutdown()
-        if self._sink is not None:
-            self._sink.close()
-        if self._store is not None:
-            self._store.close()
+        if self._coordinator is not None and not self._coordinator.finished.is_set():
+            self._require_sender().send(StopAll())  # `self.send` is a no-op once closed
+            self._coordinator.finished.wait()
+        if self._run is not None:
+            self._run.close()
         for provider in self._providers.values():
             provider.close()
 
@@ -543,7 +298,7 @@ class Engine(CommandMethods):
 
     @property
     def status(self) -> BatchStatus:
-        return self._status
+        return self._run.status if self._run else BatchStatus.RUNNING
 
     @property
     def unrecorded(self) -> int:
@@ -558,11 +313,7 @@ class Engine(CommandMethods):
     def problem(self) -> str | None:
         """What keeps the engine from recording or running as it should, in a sentence for the
         operator; None when all is well."""
-        c = self._coordinator
-        trouble = self._store.trouble if self._store else None
-        if c is None:
-            return None
-        return health.problem(c, trouble, self.settings.engine.store_retry_s)
+        return self._run.problem() if self._run else None
 
     @property
     def held(self) -> str | None:
@@ -577,23 +328,23 @@ class Engine(CommandMethods):
 
     def snapshot(self) -> Snapshot:
         """An immutable view of every child and the totals; cheap enough to poll."""
-        c = self._coordinator
-        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in list(c.children)) if c else ()
-        if c is not None and c.carried:  # a resumed batch: what an earlier owner finished
-            rows = tuple(sorted((*c.carried.values(), *rows), key=lambda r: r.seq))
+        run, c = self._run, self._coordinator
+        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in list(c.slots.children)) if c else ()
+        if c is not None and c.slots.carried:  # a resumed batch: what an earlier owner finished
+            rows = tuple(sorted((*c.slots.carried.values(), *rows), key=lambda r: r.seq))
         return Snapshot(
             batch_id=self.batch_id,
-            status=self._status,
-            started_ts=self._started_ts,
+            status=self.status,
+            started_ts=run.started_ts if run else self._created_ts,
             now=self.clock(),
             children=rows,
             totals=totals_of(rows),
-            pool_size=c.pool_size if c else self.pool_size,
+            pool_size=c.slots.pool_size if c else self.pool_size,
             max_cost_usd=self.settings.budget.max_cost_usd,
             routes=c.headroom() if c else (),
-            finished_ts=self._finished_ts,
+            finished_ts=run.finished_ts if run else None,
             problem=self.problem(),
-            lost_cost_usd=self._lost_cost,
+            lost_cost_usd=run.lost_cost if run else Decimal(0),
             held=c.hold if c else None,
             limits=self.limits(),
         )
@@ -612,21 +363,21 @@ class Engine(CommandMethods):
         Raises CommandError (a ValueError), sending nothing, if the command cannot be applied:
         an id that names no child of this batch, a steer message that cannot be sent (empty, a
         lone surrogate, longer than `[engine] max_task_chars`), a bad limit (LimitError)."""
-        controls = self._require_controls()
+        sender = self._require_sender()
         if self._closed:  # every child has ended
             if command.answered:  # nothing would ever settle a receipt, or apply a limit
                 raise RuntimeError(
                     f"Engine.send({command.title}) after close(): every child has ended"
                 )
             return ()
-        return controls.send(command)
+        return sender.send(command)
 
     def limits(self) -> Limits:
         """The live limits: pool size, each route's caps, the soft budget and its hold."""
         c = self._coordinator
         if c is not None:
             return c.limits()
-        return limits_of(self.settings, self.routes, self.pool_size)
+        return limits_of(self.settings, self.routes, self.pool_size, spend_known)
 
     def receipts(self) -> list[SteerReceipt]:
         snap = self.snapshot()
@@ -637,7 +388,7 @@ class Engine(CommandMethods):
             raise RuntimeError("Engine.start() has not been called")
         return self._coordinator
 
-    def _require_controls(self) -> Controls:
+    def _require_sender(self) -> Sender:
         self._require()
-        assert self._controls is not None  # made with the coordinator
-        return self._controls
+        assert self._run is not None and self._run.sender is not None  # with the coordinator
+        return self._run.sender

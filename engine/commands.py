@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 from flightdeck.engine.errors import CommandError
 from flightdeck.engine.inputs.messages import expected, kind
 from flightdeck.engine.inputs.text import too_long, unicode_problem
-from flightdeck.engine.limits import (
+from flightdeck.engine.model import ChildRow, ChildStatus, Limits
+from flightdeck.engine.model.livelimits import (
     ROUTE_FIELDS,
     LimitError,
     changed,
@@ -33,7 +34,6 @@ from flightdeck.engine.limits import (
     parse_count,
     parse_money,
 )
-from flightdeck.engine.model import ChildRow, ChildStatus, Limits
 from flightdeck.engine.sanitize import one_line
 
 __all__ = [
@@ -185,7 +185,7 @@ class ContinueAdmission(Command):
 
 @dataclass(frozen=True, slots=True)
 class SetLimits(Command):
-    """A change to the live limits (see engine/limits.py for its form), applied at once."""
+    """A change to the live limits (see model/livelimits.py for its form), applied at once."""
 
     kind: ClassVar[str] = "limits"
     answered: ClassVar[bool] = True
@@ -413,7 +413,7 @@ def _check_pending(row: ChildRow, verb: str) -> None:
         raise CommandError(f"{row.id}'s changes were discarded already")
 
 
-# --- the "needs you" queue (engine/needs.py) --------------------------------------------------
+# --- the "needs you" queue (engine/triage/needs.py) -------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from flightdeck.engine.model import (
     Snapshot,
     Usage,
 )
+from flightdeck.engine.owner.run import BatchRun
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.console import PipeSafeConsole
 from flightdeck.tui.exitcodes import ExitCode
@@ -728,9 +729,9 @@ def test_output_closed_at_the_last_line_while_the_batch_ends_stops_nothing(
     # say it did.
 
     broke = threading.Event()
-    real_finish = Engine._finish
+    real_finish = BatchRun._finish
 
-    def finish_after_the_break(self: Engine, status: object) -> object:
+    def finish_after_the_break(self: BatchRun, status: object) -> object:
         assert broke.wait(10)
         return real_finish(self, status)  # type: ignore[arg-type]
 
@@ -741,7 +742,7 @@ def test_output_closed_at_the_last_line_while_the_batch_ends_stops_nothing(
                 raise BrokenPipeError
             return super().write(text)
 
-    monkeypatch.setattr(Engine, "_finish", finish_after_the_break)
+    monkeypatch.setattr(BatchRun, "_finish", finish_after_the_break)
     engine = Engine(batch(3), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
     err = io.StringIO()
     out = PipeSafeConsole(file=ClosesAtTheLastLine(), width=200)

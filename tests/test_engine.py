@@ -11,11 +11,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine import api, batchdir
+from flightdeck.engine import api
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import SIM_PRICE
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
+from flightdeck.engine.owner import batchdir
+from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.lines import parse
 from flightdeck.engine.records.meter import Meter, cost_of
 from flightdeck.engine.records.reader import StoreReader
@@ -773,7 +775,7 @@ def test_a_start_that_fails_leaves_no_worker_threads(
         return {t for t in threading.enumerate() if t.name.startswith("flightdeck-child")}
 
     before = workers()
-    monkeypatch.setattr(api, "TranscriptSink", broken_sink)
+    monkeypatch.setattr(run_module, "TranscriptSink", broken_sink)
     engine = Engine(batch(5), settings(sim_route(), pool=3), state_dir=tmp_path / "state")
     with pytest.raises(OSError, match="too many open files"):
         engine.start()  # the worker pool had been made: it comes before the sink

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flightdeck.engine import api
 from flightdeck.engine.api import Engine
 from flightdeck.engine.model import BatchStatus, ChildFinished, ChildStarted, ChildStatus
+from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 from flightdeck.tui.exitcodes import ExitCode
@@ -40,7 +40,7 @@ class FaultyStores:
                 super().__init__(path, **kw)
                 stores.conns.append(faulty(self))
 
-        monkeypatch.setattr(api, "Store", _Store)
+        monkeypatch.setattr(run_module, "Store", _Store)
 
     @property
     def conn(self) -> FaultyConnection:

@@ -169,8 +169,9 @@ def test_a_good_cache_gate_is_read(tmp_path: Path) -> None:
 
 
 def test_the_report_says_what_the_cache_saved_per_route(tmp_path: Path) -> None:
+    from flightdeck.engine.records.markdown import render_markdown
     from flightdeck.engine.records.reader import StoreReader
-    from flightdeck.engine.records.report import build_report, render_markdown
+    from flightdeck.engine.records.report import build_report
 
     engine = Engine(batch(N), settings(gated(sim_route(**ONE_CALL)), pool=N), state_dir=tmp_path)
     engine.start()

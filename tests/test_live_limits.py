@@ -13,8 +13,8 @@ import pytest
 from flightdeck.engine.control import softbudget
 from flightdeck.engine.control.throttle import RateLimiter
 from flightdeck.engine.inputs.settings import Budget, Route
-from flightdeck.engine.limits import LimitError
 from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.model.livelimits import LimitError
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.reader import StoreReader
@@ -285,7 +285,8 @@ def test_a_soft_budget_set_live_needs_every_route_priced_too(tmp_path: Path, hol
 
 
 def test_the_report_shows_the_changes_and_the_holds(tmp_path: Path, every_step: None) -> None:
-    from flightdeck.engine.records.report import build_report, render_markdown
+    from flightdeck.engine.records.markdown import render_markdown
+    from flightdeck.engine.records.report import build_report
 
     engine = start(batch(3), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
     try:

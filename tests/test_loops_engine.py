@@ -15,8 +15,9 @@ from flightdeck.engine.inputs.settings import LoopSettings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.loops import evidence_from_json
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.engine.records.report import build_report
 
 from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch, until
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.inputs.settings import Budget
-from flightdeck.engine.limits import LimitError, changed, describe
 from flightdeck.engine.model import Limits
+from flightdeck.engine.model.livelimits import LimitError, changed, describe
 from flightdeck.engine.money import fmt_usd
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.engine.records.report import build_report
 
 from helpers import batch, run_to_end, settings, sim_route, start
 

@@ -1,6 +1,6 @@
-"""The "needs you" queue (engine/needs.py): a model child's `ask_operator` question waits, holds
-no slot, and gets the operator's answer as its tool's result; the queue's order and what clears
-an entry."""
+"""The "needs you" queue (engine/triage/needs.py): a model child's `ask_operator` question
+waits, holds no slot, and gets the operator's answer as its tool's result; the queue's order
+and what clears an entry."""
 
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ from flightdeck.engine.model import (
     Totals,
     Usage,
 )
-from flightdeck.engine.needs import need_of, needs
-from flightdeck.engine.query import parse_filter
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.engine.records.report import build_report
+from flightdeck.engine.triage.needs import need_of, needs
+from flightdeck.engine.triage.query import parse_filter
 
 from helpers import batch, run_to_end, settings, sim_route, until
 

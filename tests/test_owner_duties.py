@@ -1,4 +1,4 @@
-"""The owner's duties (engine/owner.py): its heartbeat never waits behind client requests."""
+"""The owner's duties (engine/owner/duties.py): its heartbeat never waits behind client requests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from flightdeck.engine.owner import OwnerDuties
+from flightdeck.engine.owner.duties import OwnerDuties
 from flightdeck.engine.records.store import Store
 
 from helpers import until

@@ -10,8 +10,9 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.engine.records.report import build_report
 
 from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 

@@ -1,4 +1,4 @@
-"""The query language (flightdeck.engine.query): every term, and every error naming its term."""
+"""The query language (engine/triage/query.py): every term, and every error naming its term."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 from flightdeck.engine.model import Activity, ChildRow, ChildStatus, LoopEvidence, Usage
-from flightdeck.engine.outliers import Medians, batch_medians
-from flightdeck.engine.query import QueryError, parse_filter, split_terms
+from flightdeck.engine.triage.outliers import Medians, batch_medians
+from flightdeck.engine.triage.query import QueryError, parse_filter, split_terms
 
 NOW = 10_000.0
 

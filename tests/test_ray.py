@@ -477,7 +477,8 @@ def test_a_command_child_on_a_worker_pauses_and_continues(tmp_path: Path) -> Non
         assert process is not None
         engine.pause([child.id])
         until(lambda: status(engine, child.id) is ChildStatus.PAUSED, 30, what="paused")
-        assert process_state(process) == "T"  # its group suspended, on its node
+        # its group suspended, on its node (the signal lands a moment after the row says so)
+        until(lambda: process_state(process) == "T", 30, what="its group stopped")
         engine.continue_([child.id])
         until(lambda: status(engine, child.id) is ChildStatus.RUNNING, 30, what="running")
         until(lambda: process_state(process) != "T", 30, what="resumed")

@@ -19,8 +19,9 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.report import build_report, render_json, render_markdown
+from flightdeck.engine.records.report import build_report, render_json
 from flightdeck.engine.records.store import Store
 
 from test_store import make_batch, make_child  # the store tests' row builders

@@ -11,7 +11,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine import assembly
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.inputs.settings.stored import settings_from_json, settings_json
@@ -24,12 +23,13 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
+from flightdeck.engine.owner import assembly
+from flightdeck.engine.owner.resume import NothingToResume
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.rows import process_start_time
 from flightdeck.engine.records.store import Store
-from flightdeck.engine.resume import NothingToResume
 
 from helpers import batch, run_to_end, settings, sim_route
 from test_store import make_batch, make_child
@@ -392,7 +392,7 @@ def test_header_values_are_not_kept_and_a_batch_that_needs_them_is_not_resumed(
     tmp_path: Path,
 ) -> None:
     from flightdeck.engine.inputs.settings import load_settings
-    from flightdeck.engine.resume import ResumeError, load
+    from flightdeck.engine.owner.resume import ResumeError, load
 
     config = tmp_path / "flightdeck.toml"
     config.write_text(

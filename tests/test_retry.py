@@ -16,8 +16,9 @@ from flightdeck.engine.commands import CommandError
 from flightdeck.engine.inputs.settings import Budget, RetrySettings, Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.engine.records.report import build_report
 
 from helpers import batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from flightdeck.engine.signatures import SIGNATURE_CHARS, error_signature
+from flightdeck.engine.triage.signatures import SIGNATURE_CHARS, error_signature
 
 
 @pytest.mark.parametrize(

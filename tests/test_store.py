@@ -26,7 +26,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.records import rows as rows_module
 from flightdeck.engine.records import schema
-from flightdeck.engine.records import store as store_module
+from flightdeck.engine.records import writes as writes_module
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
 from flightdeck.engine.records.schema import SCHEMA_VERSION, StoreNotFoundError, StoreVersionError
@@ -253,13 +253,13 @@ def test_row_readable_by_fresh_reader_right_after_flush(db: Path) -> None:
 
 def test_coalescing_keeps_the_last_update(db: Path) -> None:
     ops = [
-        store_module._Write("u", "sql", (), key=("b", "c1")),
-        store_module._Write("e", "sql", ()),
-        store_module._Write("u", "sql", (), key=("b", "c2")),
-        store_module._Write("u", "sql", (), key=("b", "c1")),
+        writes_module.Write("u", "sql", (), key=("b", "c1")),
+        writes_module.Write("e", "sql", ()),
+        writes_module.Write("u", "sql", (), key=("b", "c2")),
+        writes_module.Write("u", "sql", (), key=("b", "c1")),
     ]
-    assert store_module._coalesce(ops) == [ops[1], ops[2], ops[3]]
-    assert store_module._coalesce(ops[:3]) == ops[:3]
+    assert writes_module.coalesce(ops) == [ops[1], ops[2], ops[3]]
+    assert writes_module.coalesce(ops[:3]) == ops[:3]
     # End to end: many updates in one drained batch, the last one wins.
     with Store(db) as store:
         for i in range(300):
@@ -532,22 +532,22 @@ def test_process_start_time() -> None:
 
 
 def test_consecutive_writes_of_one_statement_run_as_one_executemany_in_order() -> None:
-    from flightdeck.engine.records.store import _runs, _Write
+    from flightdeck.engine.records.writes import Write, runs
 
     writes = [
-        _Write("a", "A", (1,)),
-        _Write("a", "A", [(2,), (3,)], many=True),
-        _Write("b", "B", (4,)),
-        _Write("a", "A", (5,)),
+        Write("a", "A", (1,)),
+        Write("a", "A", [(2,), (3,)], many=True),
+        Write("b", "B", (4,)),
+        Write("a", "A", (5,)),
     ]
-    assert list(_runs(writes)) == [("A", [(1,), (2,), (3,)]), ("B", [(4,)]), ("A", [(5,)])]
-    assert list(_runs([])) == []
+    assert list(runs(writes)) == [("A", [(1,), (2,), (3,)]), ("B", [(4,)]), ("A", [(5,)])]
+    assert list(runs([])) == []
 
 
 @pytest.mark.parametrize("rows", [2, 5, 64, 85, 200])
 def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int) -> None:
     from flightdeck.engine.records.rows import INSERT_EVENT, UPSERT_CHILD
-    from flightdeck.engine.records.store import _insert_rows
+    from flightdeck.engine.records.writes import insert_rows
 
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db)
@@ -555,7 +555,7 @@ def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     events = [("b1", f"c{i}", float(i), "steer", f"detail {i}") for i in range(rows)]
-    _insert_rows(conn, INSERT_EVENT, events)
+    insert_rows(conn, INSERT_EVENT, events)
     chunks = [64] * (rows // 64) + [16] * (rows % 64 // 16) + [4] * (rows % 16 // 4)
     chunks += [1] * (rows % 4)
     inserts = [s for s in statements if s.startswith("INSERT")]
@@ -567,7 +567,7 @@ def test_row_inserts_go_several_rows_to_a_statement_in_order(db: Path, rows: int
     first = rows_module.child_params("b1", make_child(1))
     later = rows_module.child_params("b1", make_child(1, status=ChildStatus.COMPLETED))
     others = [rows_module.child_params("b1", make_child(i)) for i in range(2, rows)]
-    _insert_rows(conn, UPSERT_CHILD, [first, *others, later])
+    insert_rows(conn, UPSERT_CHILD, [first, *others, later])
     status = conn.execute("SELECT status FROM children WHERE id = 'c1'").fetchone()[0]
     assert status == "completed"
     assert conn.execute("SELECT count(*) FROM children").fetchone()[0] == max(rows - 1, 1)

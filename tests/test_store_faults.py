@@ -106,7 +106,7 @@ def test_the_writer_thread_survives_any_error_and_tells_the_callbacks(
 ) -> None:
     """The writer's one error path: an unexpected exception costs the writes in hand (logged,
     counted, their callbacks told), never the thread."""
-    real = store_module._coalesce
+    real = store_module.coalesce
     broken = threading.Event()
     broken.set()
 
@@ -116,7 +116,7 @@ def test_the_writer_thread_survives_any_error_and_tells_the_callbacks(
             raise RuntimeError("a bug in the writer")
         return real(writes)
 
-    monkeypatch.setattr(store_module, "_coalesce", coalesce)
+    monkeypatch.setattr(store_module, "coalesce", coalesce)
     calls = Calls()
     with Store(tmp_path / "flightdeck.db") as store:
         with caplog.at_level(logging.ERROR, logger="flightdeck"):

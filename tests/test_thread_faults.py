@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flightdeck.engine import api, batchdir
+from flightdeck.engine import api
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.owner import batchdir
 from flightdeck.engine.records import sink as sink_module
 from flightdeck.engine.records.events import Write
 from flightdeck.engine.records.reader import StoreReader

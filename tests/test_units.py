@@ -15,8 +15,9 @@ from flightdeck.engine.model import (
     GroupFinished,
     UnitStatus,
 )
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.report import build_report, render_markdown
+from flightdeck.engine.records.report import build_report
 
 from helpers import flightdeck, run_to_end, settings, sim_route, tasks_batch, until
 

@@ -1,7 +1,7 @@
 """Alerts: a bell (and, opted in, a desktop notification) for each new entry of the "needs you"
-queue (engine/needs.py: a child asks, was denied a tool, loops, failed in a way a retry may fix,
-or the soft budget holds the batch's admission), batched so a burst is one alert with counts,
-and never twice for the same entry.
+queue (engine/triage/needs.py: a child asks, was denied a tool, loops, failed in a way a retry
+may fix, or the soft budget holds the batch's admission), batched so a burst is one alert with
+counts, and never twice for the same entry.
 
 `AlertWatch` tells from successive queues which entries are new; `AlertBatcher` decides when to
 say it; `notification` builds the OSC sequence, made of counts and a sanitized batch id only, so

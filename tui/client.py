@@ -252,7 +252,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
             time.sleep(WAIT_EVERY_S)
 
 
-# The command line's name for each field of a change (engine/limits.py), for its errors.
+# The command line's name for each field of a change (engine/model/livelimits.py), for its errors.
 _LIMIT_ARGS = {
     "pool_size": "--pool",
     "route": "--route",

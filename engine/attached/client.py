@@ -18,10 +18,7 @@ from pathlib import Path
 
 from flightdeck.engine.commands import Command
 from flightdeck.engine.errors import FlightdeckError
-from flightdeck.engine.limits import stored_limits
 from flightdeck.engine.model import BatchStatus, Limits, RouteHeadroom, SteerState
-from flightdeck.engine.outliers import batch_medians
-from flightdeck.engine.query import QueryError, RowFilter, parse_filter
 from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
 from flightdeck.engine.records.processes import still_running
@@ -29,6 +26,8 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import RequestRow, RequestState, read_request, submit
 from flightdeck.engine.records.rows import BatchInfo, batch_columns, batch_info
 from flightdeck.engine.records.schema import connect
+from flightdeck.engine.triage.outliers import batch_medians
+from flightdeck.engine.triage.query import QueryError, RowFilter, parse_filter
 
 # The filter language `--where` takes (the TUI's), parsed before anything is read.
 __all__ = [
@@ -135,6 +134,8 @@ class Client:
     def limits(self, info: BatchInfo | None = None) -> Limits:
         """The live limits the owner recorded (those the settings began with, for an older
         batch)."""
+        from flightdeck.engine.attached.reading import stored_limits  # the settings: only here
+
         info = info or self.info()
         if info is None:
             raise LookupError(f"no batch {self.batch_id} in this state folder")

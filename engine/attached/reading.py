@@ -15,13 +15,12 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.settings.stored import settings_from_json
-from flightdeck.engine.limits import stored_limits
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -39,12 +38,13 @@ from flightdeck.engine.model import (
     SteerState,
     Totals,
 )
+from flightdeck.engine.model.livelimits import limits_from_json, limits_of
 from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
-from flightdeck.engine.records.meter import cache_saving, totals_of
+from flightdeck.engine.records.meter import cache_saving, spend_known, totals_of
 from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
 from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
@@ -397,6 +397,17 @@ class BatchReading:
             new[r.id] = r
         self._receipts = new
         return list(new.values())
+
+
+def stored_limits(info: BatchInfo, routes: Callable[[], Iterable[str]]) -> Limits:
+    """The live limits a batch's row keeps (its owner records them from the start), else those
+    its settings began with (a batch of an earlier flightdeck: `routes` names its routes)."""
+    if info.limits_json:
+        return limits_from_json(info.limits_json)
+    if info.settings_json is None:  # older still: only its pool size and budget are known
+        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
+    names = dict.fromkeys(sorted(set(routes())))
+    return limits_of(settings_from_json(info.settings_json), names, info.pool_size, spend_known)
 
 
 def _facts(

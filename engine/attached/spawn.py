@@ -47,7 +47,7 @@ class StartedOwner:
 
 def claim_batch_folder(state_dir: Path) -> tuple[str, Path]:
     """A fresh batch id and its folder, made here so no other run can draw the same one."""
-    from flightdeck.engine.assembly import new_batch_id  # here: the engine, only for `run`
+    from flightdeck.engine.owner.assembly import new_batch_id  # here: the engine, only for `run`
 
     batches = state_dir / "batches"
     try:

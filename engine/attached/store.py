@@ -12,10 +12,11 @@ from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
 from flightdeck.engine.model import Snapshot
 from flightdeck.engine.private import private_dir
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.processes import still_running
 from flightdeck.engine.records.reader import StoreReader, no_batch
-from flightdeck.engine.records.report import build_report, render_json, render_markdown
+from flightdeck.engine.records.report import build_report, render_json
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.schema import StoreNotFoundError
 

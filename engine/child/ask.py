@@ -5,7 +5,7 @@ While it waits the child holds no slot (as a parent waiting on its delegates doe
 waiting on an operator who is away never keep the rest of the batch from running, and it is not
 stalled (it waits on the operator, not the model). Its `timeout_s`, if any, still counts: an
 unattended batch is not held for ever. The coordinator records the question, shows it in the
-"needs you" queue (engine/needs.py) and settles the call with the operator's answer
+"needs you" queue (engine/triage/needs.py) and settles the call with the operator's answer
 (control/questions.py).
 """
 

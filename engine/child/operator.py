@@ -1,5 +1,5 @@
-"""What a child needs of its operator (engine/needs.py reads it from the row): the question it
-asks, the last tool call its CLI's permissions denied, and when the operator cleared its entry.
+"""What a child needs of its operator (engine/triage/needs.py reads it from the row): the
+question it asks, the last tool call its CLI's permissions denied, when the operator cleared it.
 Set on the coordinator thread; a reader sees it in the child's next row (`version`)."""
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from flightdeck.engine.child.policy import StopRequested
 from flightdeck.engine.child.port import PAUSED, Attempt, Closable, Ended, Runner, Transcript
 from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.child.result import bounded_result
+from flightdeck.engine.child.rowview import Standing, build_row
 from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
@@ -28,10 +29,8 @@ from flightdeck.engine.model import (
     SteerReceipt,
     SteerState,
     Usage,
-    pausing_text,
 )
 from flightdeck.engine.providers.base import Interrupted
-from flightdeck.engine.records.meter import route_cost
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 from flightdeck.engine.review.values import Changes
@@ -169,46 +168,27 @@ class Child:
             version = self.version
             if self._row is not None and self._row_version == version:
                 return self._row
-            now = self.progress.figures()
-            in_flight = now.in_flight
-            flight_cost = route_cost(in_flight, self.route) if in_flight.total else Decimal(0)
-            activity = now.activity
-            if self._pause_wanted and self.status is ChildStatus.RUNNING:
-                # Said until the pause is taken, whatever it streams or runs meanwhile.
-                text = pausing_text(activity.current_tool)
-                activity = dataclasses.replace(activity, text=text)
-            row = ChildRow(
-                id=self.task.id,
-                seq=self.task.seq,
-                goal=self.task.goal,
-                group=self.task.group,
-                route=self.route.name,
-                model=now.model or self.route.model,
-                status=self.status,
-                activity=activity,
-                usage=now.usage,
-                cost_usd=now.cost_usd,
-                queued_ts=self.queued_ts,
-                started_ts=self.started_ts,
-                finished_ts=self.finished_ts,
-                error=self._error,
-                result=self._result,
-                transcript=self.transcript_path,
+            standing = Standing(
+                self.status,
+                self.queued_ts,
+                self.started_ts,
+                self.finished_ts,
+                self._error,
+                self._result,
+                self.transcript_path,
+                self.runner.steerable,
+                self.node,
+                pausing=self._pause_wanted,
+            )
+            row = build_row(
+                self.task,
+                self.route,
+                self.progress.figures(),
+                standing,
                 steers=self.steering.receipts(),
-                in_flight=in_flight,
-                in_flight_cost_usd=flight_cost,
-                steerable=self.runner.steerable,
-                cache_saved_usd=now.saved_usd,
-                parent=self.task.parent,
-                depth=self.task.depth,
-                loop=self.loops.evidence,
-                looped_ts=self.loops.looped_ts,
-                question=self.operator.question,
-                denial=self.operator.denial,
-                dismissed_ts=self.operator.dismissed_ts,
-                node=self.node,
-                attempt=self.kept.attempt,
-                changes=self.kept.changes,
+                loops=self.loops,
+                kept=self.kept,
+                operator=self.operator,
             )
             self._row, self._row_version = row, version
             return row

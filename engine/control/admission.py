@@ -7,23 +7,23 @@ new starts; what already runs goes on.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.questions import Questions
+from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
-from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
+from flightdeck.engine.model import ChildStarted, ChildStatus, EngineEvent
 from flightdeck.engine.money import fmt_usd
+from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.meter import Meter
-
-if TYPE_CHECKING:
-    from flightdeck.engine.control.coordinator import Coordinator
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,8 @@ class Admission:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        slots: Slots,
+        ends: Ends,
         *,
         pauses: Pauses,
         arrivals: Arrivals,
@@ -41,42 +42,44 @@ class Admission:
         budget: Budget,
         meter: Meter,
         clock: Callable[[], float],
-        record: Callable[[ChildRow], None],
+        recorder: Recorder,
         publish: Callable[[EngineEvent], None],
         started: int,  # children an earlier owner ran (they count against max_runs)
     ) -> None:
-        self._co = coordinator
+        self._slots = slots
+        self._ends = ends
         self._pauses = pauses
         self._arrivals = arrivals
         self._questions = questions
         self._budget = budget
         self._meter = meter
         self._clock = clock
-        self._record = record
+        self._recorder = recorder
         self._publish = publish
         self.gate = CacheGate()
         self.started = started
         self.store_paused = False  # no child starts while the store cannot commit
 
-    def admit(self) -> None:
-        """FIFO among tasks whose route is under its cap; capped routes wait in place."""
-        co = self._co
+    def admit(self, *, held: bool, failed: bool) -> None:
+        """FIFO among tasks whose route is under its cap; capped routes wait in place. `held`:
+        the operator or the soft budget holds admission; `failed`: the batch is failing."""
+        slots = self._slots
         self._arrivals.resume_parents()  # not new work: a parent finishing what it began
         self._questions.admit()  # nor a child the operator answered
-        self._pauses.admit()  # nor is a child the operator continued
+        self._pauses.admit(functools.partial(self.launch, new=False))  # nor a continued child
         budget_reason = self.budget_exhausted()
         if budget_reason is not None:
             self._cancel_queued(budget_reason)
             return
-        co.queues.requeue(self.gate.expired(self._clock()))
-        if co.busy() >= co.pool_size or self.store_paused or co.failure:
+        slots.queues.requeue(self.gate.expired(self._clock()))
+        if slots.full() or self.store_paused or failed:
             return
-        if co.hold is None:
-            candidates = co.queues.ready()
+        if not held:
+            candidates = slots.queues.ready()
         else:
             # The operator's or the soft budget's hold: nothing new starts, and what runs goes
             # on, so the delegates a running parent waits on do start (they are its work).
-            candidates = co.queues.heads(lambda c: c.task.parent in co.waiting)
+            candidates = slots.queues.heads(lambda c: c.task.parent in slots.waiting)
         now = self._clock()
         launched = []
         for child in candidates:
@@ -84,48 +87,62 @@ class Admission:
             if self._pauses.park(child):
                 continue
             if self.gate.holds(child, now):
-                co.queues.ended(child)  # handed out, held back: it takes no slot
+                slots.queues.ended(child)  # handed out, held back: it takes no slot
                 continue
             if self.launch(child):
                 launched.append(child)
-            if co.busy() >= co.pool_size or self.budget_exhausted() is not None:
+            if slots.full() or self.budget_exhausted() is not None:
                 break
         # In the store at once, not at the next progress tick: an owner that dies now leaves
         # them `running` there, so `resume` knows they were lost (unknown), not never run.
         # After the loop, so the submits follow each other as closely as before.
         for child in launched:
-            self._record(child.row())
+            self._recorder.record(child.row())
 
     def launch(self, child: Child, *, new: bool = True) -> bool:
         """Hand the child to the pool (`new`: not a paused child continued); False if it could
         not be (the process is exiting)."""
-        co = self._co
+        slots = self._slots
         try:
-            co.pool.submit(child)
+            slots.pool.submit(child)
         except ThreadRefused as exc:
             # The child waits in the pool for a thread already started: no more children than
             # there are threads run at once.
-            co.pool_size = co.busy()
+            slots.pool_size = slots.busy()
             log.warning(
                 "cannot start another worker thread (%s): at most %d children run at once",
                 exc,
-                co.pool_size,
+                slots.pool_size,
             )
         except RuntimeError:
             # Shut down: the interpreter is exiting without Engine.close().
-            co.queues.ended(child)
+            slots.queues.ended(child)
             if child.finalize(ChildStatus.STOPPED, "not started: the process is exiting"):
-                co.finish(child)
+                self._ends.finish(child)
             return False
         # It holds a slot from here, though its thread may not have taken it yet.
         child.mark_running()
-        co.alive[child.task.id] = child
+        slots.alive[child.task.id] = child
         if new and child.node is not None:  # run on a cluster: where (the row shows it too)
-            co.record_event(child.task.id, "node", child.node)
+            self._recorder.record_event(child.task.id, "node", child.node)
         if new:
             self.started += 1
             self._publish(ChildStarted(child.task.id, self._clock()))
         return True
+
+    def store_trouble(self, trouble: StoreTrouble | None) -> None:
+        """No child starts while the store cannot commit (`trouble`); they start again once it
+        commits."""
+        if (trouble is not None) == self.store_paused:
+            return
+        self.store_paused = trouble is not None
+        if trouble is not None:
+            log.error(
+                "flightdeck engine: no new child starts while the store cannot commit (%s)",
+                trouble.reason,
+            )
+        else:
+            log.warning("flightdeck engine: the store commits again; children start again")
 
     def budget_exhausted(self) -> str | None:
         """Why no more children may start (max_runs or max_cost_usd reached); None: they may."""
@@ -148,9 +165,9 @@ class Admission:
         return None if spent is None else spent.removeprefix("not started: ")
 
     def _cancel_queued(self, reason: str) -> None:
-        co = self._co
+        slots = self._slots
         self._arrivals.end_schedules()  # max_runs and max_cost_usd count across waves
-        drained = (*co.queues.drain(), *self.gate.drain(), *self._pauses.unstarted())
+        drained = (*slots.queues.drain(), *self.gate.drain(), *self._pauses.unstarted())
         for child in drained:
             if child.finalize(ChildStatus.STOPPED, reason):
-                co.finish(child)
+                self._ends.finish(child)

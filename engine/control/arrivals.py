@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.delegation import Delegations
 from flightdeck.engine.control.schedules import ScheduleClock
+from flightdeck.engine.control.slots import Slots
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.model import ChildRow
-
-if TYPE_CHECKING:
-    from flightdeck.engine.control.coordinator import Coordinator
 
 
 class Arrivals:
@@ -27,7 +24,7 @@ class Arrivals:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        slots: Slots,
         *,
         spawn: Callable[[Task], Child] | None,
         schedules: tuple[Schedule, ...],
@@ -35,13 +32,13 @@ class Arrivals:
         clock: Callable[[], float],
         exhausted: Callable[[], str | None],  # why no more children may start (a budget)
     ) -> None:
-        self._co = coordinator
+        self._slots = slots
         self._spawn = spawn
         self._taken = taken_ids
         self._clock = clock
         self._exhausted = exhausted
         self._delegations = Delegations(self._id_taken)
-        self._next_seq = max((c.task.seq for c in coordinator.children), default=0) + 1
+        self._next_seq = max((c.task.seq for c in slots.children), default=0) + 1
         # Off once stopped (stop all, a budget): the batch then ends with its last wave.
         self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
 
@@ -59,23 +56,23 @@ class Arrivals:
     def delegate(self, parent: Child, call: DelegateCall) -> None:
         """Queue a `delegate` call's sub-tasks ahead of everything else, and let the parent
         wait without its slot, so its delegates (or other parents') can have it."""
-        co = self._co
-        if self._spawn is None or parent.task.id not in co.alive or parent.stop_status:
+        slots = self._slots
+        if self._spawn is None or parent.task.id not in slots.alive or parent.stop_status:
             call.refuse("delegation is not possible now: the child is stopping")
             return
         tasks = self._delegations.tasks(parent, call, self._next_seq)
         self._next_seq += len(tasks)
-        made = self._add([self._spawn(t) for t in tasks])
-        co.queues.requeue(made)
-        co.free_slot(parent)
+        made = slots.add([self._spawn(t) for t in tasks])
+        slots.queues.requeue(made)
+        slots.free_slot(parent)
 
     def resume_parents(self) -> None:
         """Parents whose delegates have all ended take a slot again, first come first."""
-        co = self._co
+        slots = self._slots
         ready = self._delegations.ready
         while ready:
             parent, call, rows = ready[0]
-            if not co.slot_again(parent):
+            if not slots.slot_again(parent):
                 return
             ready.pop(0)
             call.finish(rows)
@@ -100,18 +97,12 @@ class Arrivals:
         for wave in self._schedules.due(self._clock(), self._live):
             tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
             self._next_seq += len(tasks)
-            self._co.queues.add(self._add([self._spawn(t) for t in tasks]))
-
-    def _add(self, made: list[Child]) -> list[Child]:
-        co = self._co
-        co.children.extend(made)
-        co.by_id.update((c.task.id, c) for c in made)
-        return made
+            self._slots.queues.add(self._slots.add([self._spawn(t) for t in tasks]))
 
     def _id_taken(self, child_id: str) -> bool:
         """Whether a child has this id (running here, or kept from before a resume)."""
-        return child_id in self._co.by_id or child_id in self._taken
+        return child_id in self._slots.by_id or child_id in self._taken
 
     def _live(self, child_id: str) -> bool:
-        child = self._co.by_id.get(child_id)
+        child = self._slots.by_id.get(child_id)
         return child is not None and child.status.live

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.port import Attempt
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.commands import CommandError, Context, Retry
 from flightdeck.engine.control.finals import Finals
-from flightdeck.engine.control.queues import RouteQueues
+from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.slots import Slots
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records.transcripts import tail_lines
@@ -32,25 +31,6 @@ from flightdeck.engine.review.apply import Reviewer
 from flightdeck.engine.review.values import Changes, changes_json
 
 CONTEXT_LINES = 400  # of the earlier attempt's transcript, given to one that continues
-
-
-class Running(Protocol):
-    """What a retry changes of the batch that runs (the coordinator, given as itself: its
-    children, their queues and final rows; no import of it here)."""
-
-    children: list[Child]
-    by_id: dict[str, Child]
-    carried: dict[str, ChildRow]
-    finals: Finals
-    queues: RouteQueues
-    progress_versions: dict[str, int]
-    record: Callable[[ChildRow], None]
-    record_event: Callable[[str | None, str, str], None]
-
-    @property
-    def finished(self) -> threading.Event: ...
-
-    def reopen(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +51,20 @@ class Attempts:
 
     def __init__(
         self,
-        coordinator: Running,
+        slots: Slots,
+        finals: Finals,
+        recorder: Recorder,
         rework: Rework | None,
+        *,
         room: Callable[[int], str | None],  # why this many more runs cannot start (a budget)
+        forget: Callable[[str], None],  # a child's progress as last recorded (it runs again)
+        reopen: Callable[[], None],  # the batch runs again, if it had ended
     ) -> None:
-        self._co = coordinator
+        self._slots = slots
+        self._finals = finals
+        self._recorder = recorder
+        self._forget = forget
+        self._reopen = reopen
         self._remake = rework.remake if rework is not None else None
         self._tasks = rework.tasks if rework is not None else {}
         self._session_of = rework.session_of if rework is not None else lambda _: None
@@ -85,14 +74,14 @@ class Attempts:
 
     def retry(self, ids: tuple[str, ...], resume: bool) -> None:
         """Run each again; CommandError (none of them retried) if one cannot be."""
-        co = self._co
+        slots = self._slots
         rows = {i: self._row(i) for i in dict.fromkeys(ids)}
         for child_id, row in rows.items():
             if row is None:
                 raise CommandError(f"no child {child_id!r} in this batch", "child_ids")
             if self._task(row) is None:
                 raise CommandError(f"{child_id} is not one of the batch's own tasks: not retried")
-            if child_id not in co.carried and not co.finals.committed(child_id):
+            if child_id not in slots.carried and not self._finals.committed(child_id):
                 raise CommandError(f"{child_id} is still ending: retry it in a moment")
         # The sender's own checks, against the batch as it is now.
         known = {r.id: r for r in rows.values() if r is not None}
@@ -103,27 +92,25 @@ class Attempts:
         if resume:
             self._flush()  # the earlier attempts' last lines are in the file they read
         made = [self._again(row, resume) for row in known.values()]
-        co.queues.requeue(made)
-        if co.finished.is_set():
-            co.reopen()
+        slots.queues.requeue(made)
+        self._reopen()
 
     def _row(self, child_id: str) -> ChildRow | None:
-        child = self._co.by_id.get(child_id)
-        return child.row() if child is not None else self._co.carried.get(child_id)
+        child = self._slots.by_id.get(child_id)
+        return child.row() if child is not None else self._slots.carried.get(child_id)
 
     def _task(self, row: ChildRow) -> Task | None:
-        child = self._co.by_id.get(row.id)
+        child = self._slots.by_id.get(row.id)
         if child is not None:
             return child.task
         return self._tasks.get(row.id) if self._remake is not None else None
 
     def _again(self, row: ChildRow, resume: bool) -> Child:
         """The next attempt of `row`'s child, queued in its place."""
-        co = self._co
         task = self._task(row)
         assert task is not None and self._remake is not None
         before = row.status.value + (f": {row.error}" if row.error else "")
-        old = co.by_id.get(row.id)
+        old = self._slots.by_id.get(row.id)
         attempt = Attempt(
             row.attempt + 1,
             resume,
@@ -138,22 +125,22 @@ class Attempts:
         child.transcript.write(
             "operator", f"retry requested: attempt {attempt.number} ({mode}) after {before}"
         )
-        co.record_event(row.id, "retry", retry_json(row, attempt.number, mode))
+        self._recorder.record_event(row.id, "retry", retry_json(row, attempt.number, mode))
         self._replace(old, child)
-        co.record(child.row())
+        self._recorder.record(child.row())
         return child
 
     def _replace(self, old: Child | None, new: Child) -> None:
         """`new` in the place of `old`, or of the carried row of its id."""
-        co, child_id = self._co, new.task.id
+        slots, child_id = self._slots, new.task.id
         if old is not None:
-            co.children[co.children.index(old)] = new
-            co.finals.reopen(child_id)
+            slots.children[slots.children.index(old)] = new
+            self._finals.reopen(child_id)
         else:
-            co.children.append(new)
-            co.carried = {k: v for k, v in co.carried.items() if k != child_id}
-        co.by_id[child_id] = new
-        co.progress_versions.pop(child_id, None)
+            slots.children.append(new)
+            slots.carried = {k: v for k, v in slots.carried.items() if k != child_id}
+        slots.by_id[child_id] = new
+        self._forget(child_id)
 
     def _context(self, row: ChildRow) -> str:
         """The end of the earlier attempts' transcript, as a model reads it."""

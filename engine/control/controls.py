@@ -1,7 +1,7 @@
 """The operator's commands (engine/commands.py) applied, a loop policy's steps in their place,
 and the engine's own stop of everything.
 
-Run on the coordinator thread, on the coordinator's children, routes and pool (as pauses.py
+Run on the coordinator thread, on the batch's children, routes and pool (slots.py; as pauses.py
 is): a command is applied between two steps, so it never races admission. `apply` is the one
 place a command is dispatched, whether it was sent in this process or by a client.
 """
@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
@@ -35,36 +35,32 @@ from flightdeck.engine.commands import (
 )
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.attempts import Attempts
-from flightdeck.engine.control.inbox import Order, Reviewed
+from flightdeck.engine.control.inbox import Order, ReceiptIds, Reviewed
 from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
 from flightdeck.engine.control.questions import Questions
+from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.reviews import ReviewDesk
+from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.inputs.settings import CannedSteers
 from flightdeck.engine.inputs.settings.loops import fill
-from flightdeck.engine.limits import ROUTE_FIELDS, changed
 from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
+    Limits,
     LoopEvidence,
     SteerReceipt,
     SteerSettled,
     SteerState,
 )
+from flightdeck.engine.model.livelimits import ROUTE_FIELDS, changed
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.transcripts import TranscriptWriter
 
-if TYPE_CHECKING:
-    from flightdeck.engine.control.coordinator import Coordinator
-
 log = logging.getLogger(__name__)
-
-# (request id, the steer receipts it made, why it was refused or None): a client's request
-# settled once what it asked for is recorded.
-SettleRequest = Callable[[int, tuple[int, ...], str | None], None]
 
 
 class Controls:
@@ -72,8 +68,11 @@ class Controls:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        slots: Slots,
+        ends: Ends,
         *,
+        recorder: Recorder,
+        receipt_ids: ReceiptIds,
         clock: Callable[[], float],
         canned: CannedSteers,
         throttles: Mapping[str, RouteThrottle],
@@ -83,13 +82,15 @@ class Controls:
         questions: Questions,
         attempts: Attempts,
         desk: ReviewDesk | None,  # where accept and discard are applied (None: nowhere)
-        record_held: Callable[[str | None], None],  # why admission is held, for attached views
-        record_receipt: Callable[[SteerReceipt, int | None], None],  # and its request, if any
-        settle_request: SettleRequest,
         publish: Callable[[EngineEvent], None],
+        limits: Callable[[], Limits],  # the live limits in force
+        hold: Callable[[], str | None],  # why admission is held now, every hold in a sentence
         announce: Callable[[], None],  # the live limits changed: told to attached views
     ) -> None:
-        self._co = coordinator
+        self._slots = slots
+        self._ends = ends
+        self._recorder = recorder
+        self._receipt_ids = receipt_ids
         self._clock = clock
         self._canned = canned
         self._throttles = throttles
@@ -99,12 +100,13 @@ class Controls:
         self._questions = questions
         self._attempts = attempts
         self._desk = desk
-        self._record_held = record_held
-        self._record_receipt = record_receipt
-        self._settle_request = settle_request
         self._publish = publish
+        self._limits = limits
+        self._hold = hold
         self._announce = announce
         self.loop_policies = LoopPolicies()
+        # Children a stop-all found still queued or running; any makes the batch `stopped`.
+        self.stopped_by_stop_all = 0
 
     def apply(self, order: Order) -> None:
         """One of the operator's commands, from this process or a client's request; the
@@ -122,26 +124,26 @@ class Controls:
         if order.answer is not None:
             order.answer.settle(refused)
         if order.request_id is not None:
-            self._settle_request(order.request_id, receipts, refused)
+            self._recorder.settle_request(order.request_id, receipts, refused)
         elif refused is not None and order.answer is None:
             log.error("flightdeck engine: %s not applied: %s", order.command.title, refused)
 
     def reviewed(self, done: Reviewed) -> None:
         """An accept or discard was applied (each child's changes as decided), or refused."""
-        co = self._co
+        slots = self._slots
         for child_id, changes in done.decided.items():
-            child = co.by_id.get(child_id)
+            child = slots.by_id.get(child_id)
             if child is not None:
                 child.kept.changed(changes)
-            elif child_id in co.carried:
-                row = dataclasses.replace(co.carried[child_id], changes=changes)
-                co.carried = {**co.carried, child_id: row}
+            elif child_id in slots.carried:
+                row = dataclasses.replace(slots.carried[child_id], changes=changes)
+                slots.carried = {**slots.carried, child_id: row}
         self._settle(done.order, (), done.refused)
 
     def _dispatch(self, order: Order) -> tuple[int, ...] | None:
         """The one dispatch of every command: the steer receipts it made (None: it is applied
         off this thread, and settled once it is)."""
-        co = self._co
+        slots = self._slots
         match order.command:
             case Steer(ids, message, now):
                 return self.steer(order.receipt_ids, ids, message, now, order.request_id)
@@ -153,12 +155,12 @@ class Controls:
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
-                co.stopped_by_stop_all += self.stop(
-                    [c.task.id for c in co.children], "stopped by operator (stop all)"
+                self.stopped_by_stop_all += self.stop(
+                    [c.task.id for c in slots.children], "stopped by operator (stop all)"
                 )
                 if self._arrivals.scheduled:  # a scheduled batch ends only this way
                     self._arrivals.end_schedules()
-                    co.stopped_by_stop_all += 1
+                    self.stopped_by_stop_all += 1
             case Pause(ids):
                 for child_id in ids:  # the operator has it now: no policy step behind
                     self.loop_policies.ended(child_id)  # their back (`n` still works)
@@ -167,7 +169,7 @@ class Controls:
                 self._pauses.continue_(ids)
             case PauseAdmission() | ContinueAdmission() as command:
                 if self._pauses.hold_admission(isinstance(command, PauseAdmission)):
-                    self._record_held(co.hold)
+                    self._recorder.record_held(self._hold())
             case SetLimits(change):
                 self.set_limits(change)
             case Retry(ids, resume):
@@ -175,9 +177,7 @@ class Controls:
             case Accept() | Discard():
                 if self._desk is None:
                     raise CommandError("this batch has no workspace to review changes in")
-                self._desk.submit(
-                    order, {**co.carried, **{c.task.id: c.row() for c in co.children}}
-                )
+                self._desk.submit(order, slots.all_rows())
                 return None
             case Answer(ids, message):
                 self._questions.answer(ids, message)
@@ -197,11 +197,11 @@ class Controls:
         now: bool,
         request_id: int | None = None,
     ) -> tuple[int, ...]:
-        co = self._co
+        slots = self._slots
         ts = self._clock()
         for rid, child_id in zip(receipt_ids, ids, strict=True):
             receipt = SteerReceipt(rid, child_id, message, now, SteerState.QUEUED, ts)
-            child = co.by_id.get(child_id)
+            child = slots.by_id.get(child_id)
             if child is None:  # an earlier owner finished it (a resumed batch)
                 self._missed_carried(child_id, receipt, request_id)
                 continue
@@ -210,8 +210,8 @@ class Controls:
                 self._missed(child, receipt, ts, request_id)
                 continue
             child.transcript.write("operator", f"steer ({when}): {message}")
-            self._record_receipt(receipt, request_id)
-            co.record_event(child_id, "steer", message)
+            self._recorder.record_receipt(receipt, request_id)
+            self._recorder.record_event(child_id, "steer", message)
             if not child.add_steer(receipt):  # it began to end after the check above
                 self._missed(child, receipt, self._clock(), request_id)
         return receipt_ids
@@ -221,14 +221,14 @@ class Controls:
         steer as the operator's, at its next turn."""
         made: list[int] = []
         for child_id in ids:
-            child = self._co.by_id.get(child_id)
+            child = self._slots.by_id.get(child_id)
             loop = child.row().loop if child is not None else None
             if loop is None:
                 continue
             message = fill(
                 self._canned.loop, summary=loop.summary, kind=loop.kind, child_id=child_id
             )
-            rid = self._co.next_receipt_id()
+            rid = self._receipt_ids.next()
             made += self.steer((rid,), (child_id,), message, False, request_id)
         return tuple(made)
 
@@ -242,17 +242,17 @@ class Controls:
         child.transcript.write("operator", missed_note(receipt.message, reason))
         missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
         child.keep_receipt(missed)
-        self._record_receipt(missed, request_id)
+        self._recorder.record_receipt(missed, request_id)
         self._publish(SteerSettled(missed))
 
     def _missed_carried(self, child_id: str, receipt: SteerReceipt, request_id: int | None) -> None:
         """A steer for a child an earlier owner finished (a resumed batch): settled missed at
         once, as for any child that has ended."""
-        row = self._co.carried[child_id]  # the sender checked it is a child of this batch
+        row = self._slots.carried[child_id]  # the sender checked it is a child of this batch
         missed = dataclasses.replace(
             receipt, state=SteerState.MISSED, settled_ts=receipt.created_ts
         )
-        self._record_receipt(missed, request_id)
+        self._recorder.record_receipt(missed, request_id)
         writer = TranscriptWriter(row.transcript, self._clock)
         writer.write(
             "operator", missed_note(receipt.message, f"the child had ended: {row.status.value}")
@@ -261,47 +261,46 @@ class Controls:
 
     def stop(self, ids: Iterable[str], reason: str) -> int:
         """Stop these children; returns how many were not already final."""
-        co = self._co
+        slots = self._slots
         stopped = 0
         for child_id in ids:
-            child = co.by_id.get(child_id)
+            child = slots.by_id.get(child_id)
             if child is None or child.status.terminal:
                 continue
-            if child_id not in co.alive:
+            if child_id not in slots.alive:
                 # The operator's action, as a running child's stop is, then the engine's line.
                 child.transcript.write("operator", "stop requested")
-                co.record_event(child_id, "stop", reason)
+                self._recorder.record_event(child_id, "stop", reason)
                 # A child paused at a turn boundary has no thread to stop: it ends at once.
                 when = " while paused" if child.started_ts is not None else " before start"
                 if child.finalize(ChildStatus.STOPPED, reason + when):
-                    co.finish(child)
+                    self._ends.finish(child)
                     stopped += 1
                 continue
-            co.interrupt(child, ChildStatus.STOPPED, reason)
+            slots.interrupt(child, ChildStatus.STOPPED, reason)
             child.transcript.write("operator", "stop requested")
-            co.record_event(child_id, "stop", reason)
+            self._recorder.record_event(child_id, "stop", reason)
             stopped += 1
         return stopped
 
     def stop_everything(self, reason: str) -> None:
         """The engine's own stop (not the operator's): running children are interrupted,
         queued ones end without starting."""
-        co = self._co
-        for child in co.children:
+        slots = self._slots
+        for child in slots.children:
             if child.status.terminal:
                 continue
-            if child.task.id in co.alive:
-                co.interrupt(child, ChildStatus.STOPPED, reason)
+            if child.task.id in slots.alive:
+                slots.interrupt(child, ChildStatus.STOPPED, reason)
             elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
-                co.finish(child)
+                self._ends.finish(child)
 
     def dismiss(self, ids: tuple[str, ...]) -> None:
-        """Clear these children's entries in the "needs you" queue (engine/needs.py)."""
-        co = self._co
+        """Clear these children's entries in the "needs you" queue (engine/triage/needs.py)."""
         ts = self._clock()
         for child_id in dict.fromkeys(ids):
-            co.record_event(child_id, "dismiss", "")
-            child = co.by_id.get(child_id)
+            self._recorder.record_event(child_id, "dismiss", "")
+            child = self._slots.by_id.get(child_id)
             if child is not None:  # else an earlier owner's: the event alone says it
                 child.operator.dismissed(ts)
 
@@ -310,22 +309,22 @@ class Controls:
     def looped(self, child_id: str, evidence: LoopEvidence | None, again: bool) -> None:
         """A child's loop flag changed (flagged, or cleared by progress): kept in the events
         table (an attached view shows it from there), and its route's policy starts or ends."""
-        co = self._co
-        child = co.by_id.get(child_id)
+        slots = self._slots
+        child = slots.by_id.get(child_id)
         if child is None:
             return
-        co.record_event(child_id, "loop", evidence_json(evidence))
+        self._recorder.record_event(child_id, "loop", evidence_json(evidence))
         if _held(child):  # the operator has it: no policy acts behind their back
             self.loop_policies.ended(child_id)
-        elif child_id in co.alive:
+        elif child_id in slots.alive:
             self.loop_policies.flagged(child_id, evidence, child.route.loops, again)
 
     def loop_steps(self) -> None:
         """The loop policies' steps that are due: each recorded as the policy's own."""
-        co = self._co
+        slots = self._slots
         for step in self.loop_policies.due(self._clock()):
-            child = co.by_id.get(step.child_id)
-            if child is None or step.child_id not in co.alive or child.stop_status:
+            child = slots.by_id.get(step.child_id)
+            if child is None or step.child_id not in slots.alive or child.stop_status:
                 continue
             if _held(child):  # paused since the step was due: its policy ends, no step used up
                 self.loop_policies.ended(step.child_id)
@@ -333,20 +332,22 @@ class Controls:
             self._policy_step(child, step)
 
     def _policy_step(self, child: Child, step: Step) -> None:
-        co = self._co
+        slots = self._slots
         ev = step.evidence
         where = f"loop policy (step {step.number} of {step.of}, {step.step})"
         detail: dict[str, object] = {"step": step.step, "number": step.number, "of": step.of}
         if step.step == "stop":
             reason = f"stopped by the loop policy: it looped ({ev.summary})"
             child.transcript.write("engine", f"{where}: {reason}")
-            co.record_event(child.task.id, "loop_policy", json.dumps({**detail, "reason": reason}))
-            co.interrupt(child, ChildStatus.STOPPED, reason)
+            self._recorder.record_event(
+                child.task.id, "loop_policy", json.dumps({**detail, "reason": reason})
+            )
+            slots.interrupt(child, ChildStatus.STOPPED, reason)
             return
         now = step.step == "steer_now"
         message = fill(self._canned.loop, summary=ev.summary, kind=ev.kind, child_id=child.task.id)
         receipt = SteerReceipt(
-            co.next_receipt_id(),
+            self._receipt_ids.next(),
             child.task.id,
             message,
             now,
@@ -356,8 +357,8 @@ class Controls:
         )
         when = "interrupt now" if now else "at next turn"
         child.transcript.write("engine", f"{where}: steer ({when}): {message}")
-        self._record_receipt(receipt, None)
-        co.record_event(
+        self._recorder.record_receipt(receipt, None)
+        self._recorder.record_event(
             child.task.id,
             "loop_policy",
             json.dumps({**detail, "message": message, "receipt": receipt.id}, ensure_ascii=False),
@@ -371,13 +372,13 @@ class Controls:
         """Apply the operator's change at once: a lower limit only stops admitting until under
         it (nothing is interrupted); a higher one admits at the next step, on more threads.
         LimitError (nothing changed) if the limits changed since the sender checked it."""
-        co = self._co
-        new = changed(co.limits(), change)
-        if new.pool_size != co.pool_size:
-            co.pool_size = new.pool_size
-            co.pool.grow(new.pool_size + SPARE_WORKERS)
+        slots = self._slots
+        new = changed(self._limits(), change)
+        if new.pool_size != slots.pool_size:
+            slots.pool_size = new.pool_size
+            slots.pool.grow(new.pool_size + SPARE_WORKERS)
         for caps in new.routes:
-            state = co.queues.routes[caps.route]
+            state = slots.queues.routes[caps.route]
             fields = {f: getattr(caps, f) for f in ROUTE_FIELDS}
             if all(getattr(state.route, f) == v for f, v in fields.items()):
                 continue
@@ -387,7 +388,9 @@ class Controls:
                 throttle.retune(state.route)
         if "soft_cost_usd" in change:
             self._soft.set(new.soft_cost_usd)
-        co.record_event(None, "limits", json.dumps({"change": _plain(change), "by": "operator"}))
+        self._recorder.record_event(
+            None, "limits", json.dumps({"change": _plain(change), "by": "operator"})
+        )
         self._announce()
 
 

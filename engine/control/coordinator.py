@@ -5,18 +5,18 @@ the queue before it runs and never runs twice, without locks. Workers only wait 
 they report facts back through the inbox, and callers' commands arrive the same way. The parts
 that decide are small classes it owns and calls on this thread: admission.py (who starts),
 controls.py (the operator's commands), pauses.py, arrivals.py (delegates, waves), softbudget.py,
-finals.py (final rows, the batch's status).
+finals.py (final rows, the batch's status). They are handed the state they share (slots.py),
+where to record (recorder.py) and `Ends` (what only this class does), never the coordinator.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from flightdeck.engine.child.facts import (
     Asked,
@@ -34,50 +34,46 @@ from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.admission import Admission
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.attempts import Attempts, ChangesTold, Rework
-from flightdeck.engine.control.controls import Controls, SettleRequest
+from flightdeck.engine.control.controls import Controls
 from flightdeck.engine.control.finals import Finals
 from flightdeck.engine.control.inbox import (
     Message,
     Order,
+    ReceiptIds,
     Recorded,
     RecordProgress,
     Reviewed,
     Shutdown,
     Unrecorded,
 )
+from flightdeck.engine.control.liverows import PROGRESS_EVERY_S, LiveRows
 from flightdeck.engine.control.lost import rerun_lost
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.questions import Questions
-from flightdeck.engine.control.queues import RouteQueues
+from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.reviews import ReviewDesk
+from flightdeck.engine.control.slots import Carried, Slots
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.control.watchdog import overdue
 from flightdeck.engine.executors.base import Executor
-from flightdeck.engine.inputs.settings import Budget, CannedSteers, EngineSettings, Route, Settings
+from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Schedule, Task
-from flightdeck.engine.limits import limits_of
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
-    ChildStatus,
     EngineEvent,
     Limits,
     RouteHeadroom,
-    SteerReceipt,
     SteerSettled,
     SteerState,
 )
-from flightdeck.engine.records.faults import StoreTrouble
-from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.model.livelimits import limits_of
+from flightdeck.engine.records.meter import Meter, spend_known
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
-PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
-# How often the alive children's live figures (calls in flight, retry notices) are published
-# for attached views: with their reading, well within half a second.
-LIVE_EVERY_S = 0.2
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
 
@@ -92,142 +88,126 @@ class Coordinator:
         *,
         pool: Executor,
         pool_size: int,
-        engine: EngineSettings,
-        budget: Budget,
+        settings: Settings,  # its [engine] part, budget and canned steers
         meter: Meter,
         clock: Callable[[], float],
-        record: Callable[[ChildRow], None],
-        record_final: Callable[[ChildRow, Callable[[bool], None]], None],
-        record_receipt: Callable[[SteerReceipt, int | None], None],  # and its client request
-        record_event: Callable[[str | None, str, str], None],
+        recorder: Recorder,  # rows, receipts, events and live limits to the owner's store
         publish: Callable[[EngineEvent], None],
         on_finished: Callable[[BatchStatus], EngineEvent],
         throttles: Mapping[str, RouteThrottle] | None = None,
         between_facts: Callable[[], None] = lambda: None,
-        carried: tuple[ChildRow, ...] = (),  # final rows an earlier owner left (a resume)
-        first_receipt_id: int = 1,
+        carried: Carried | None = None,  # a resumed batch's
         spawn: Callable[[Task], Child] | None = None,
         schedules: tuple[Schedule, ...] = (),
-        store_trouble: Callable[[], StoreTrouble | None] = lambda: None,
-        canned: CannedSteers | None = None,
-        # The rows the soft budget's projection counts (all the batch's: a resumed one's too).
-        rows: Callable[[], Sequence[ChildRow]] | None = None,
-        # The live limits changed, or a hold began or ended: (limits, what `hold` says now).
-        on_limits: Callable[[Limits, str | None], None] = lambda limits, hold: None,
-        record_held: Callable[[str | None], None] = lambda held: None,
-        admission_paused: bool = False,  # the operator's pause, kept across a resume
-        # A client's request applied (with the receipts it made) or refused (with why).
-        settle_request: SettleRequest = lambda request, receipts, refused: None,
         # Every LIVE_EVERY_S: the latest rows of the children alive (for attached views).
         publish_live: Callable[[tuple[ChildRow, ...]], None] = lambda rows: None,
         rework: Rework | None = None,  # retries, accepts and discards (None: refused)
     ) -> None:
-        self.children = children
-        self.by_id = {c.task.id: c for c in children}
-        # Final rows an earlier owner left (a resumed batch), until a retry runs one again:
-        # replaced whole, never changed in place (the UI reads it from its own thread).
-        self.carried = {r.id: r for r in carried}
-        self.pool_size = pool_size
-        self._engine = engine
-        self._budget = budget
+        carried = carried or Carried()
+        self.slots = Slots(
+            children, routes, pool=pool, pool_size=pool_size, clock=clock, carried=carried.rows
+        )
+        self._engine = settings.engine
+        self._budget = settings.budget
         self._meter = meter
         self._clock = clock
-        self.record = record  # a child's row to the store
-        self._record_receipt = record_receipt
-        self.record_event = record_event  # an operator action to the store's events
+        self._recorder = recorder
         self._publish = publish
         self._on_finished = on_finished
         # Cheap work that must not wait for another thread (framing transcript lines).
         self._between_facts = between_facts
-        self._store_trouble = store_trouble
-        self.queues = RouteQueues(routes, children)  # the routes' queues and children alive
-        # Alive children without a slot: parents waiting on delegates, paused processes.
-        self.waiting: dict[str, Child] = {}
         self._throttles = dict(throttles or {})
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        self.alive: dict[str, Child] = {}  # started and not ended (a suspended process too)
-        self._stop_requested: dict[str, float] = {}  # child id -> when its stop was asked
-        self._receipt_ids = itertools.count(first_receipt_id)
-        self._receipt_lock = threading.Lock()
-        self.finals = Finals(
+        self.receipt_ids = ReceiptIds(carried.first_receipt_id)
+        self._finals = Finals(
             children,
-            carried=lambda: [r.status for r in self.carried.values()],
-            record_final=record_final,
+            carried=lambda: [r.status for r in self.slots.carried.values()],
+            record_final=recorder.record_final,
             report=self.report,
             publish=publish,
         )
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
-        self._on_limits = on_limits
+        slots = self.slots
         self._soft = SoftBudget(
-            budget.soft_cost_usd,
+            self._budget.soft_cost_usd,
             clock=clock,
             meter=meter,
-            rows=rows or (lambda: [c.row() for c in self.children]),
-            record_event=record_event,
+            # all the batch's rows (a resumed one's too) count in the projection
+            rows=lambda: list(slots.all_rows().values()),
+            record_event=recorder.record_event,
             announce=self._announce_limits,
         )
-        # Children a stop-all found still queued or running; any makes the batch `stopped`.
-        self.stopped_by_stop_all = 0
         self._shutdown = False
-        self._last_progress = 0.0
         self._last_watch = 0.0
-        self.progress_versions: dict[str, int] = {}
-        self._publish_live = publish_live
-        self._last_live = 0.0
-        self._live_rows: dict[str, ChildRow] = {}  # alive children's rows, as last recorded
-        self.pool = pool  # where children's work runs (threads here, or a cluster)
-        self._pauses = Pauses(self)
+        self._live_rows = LiveRows(recorder, publish_live)
+        self._pauses = Pauses(slots, self, recorder)
         self._arrivals = Arrivals(
-            self,
+            slots,
             spawn=spawn,
             schedules=schedules,
-            taken_ids=frozenset(r.id for r in carried),
+            taken_ids=frozenset(r.id for r in carried.rows),
             clock=clock,
             exhausted=lambda: self._admission.budget_exhausted(),
         )
-        self.questions = Questions(self, clock)  # what children ask of the operator
+        self.questions = Questions(slots, recorder, clock)  # what children ask of the operator
         self._admission = Admission(
+            slots,
             self,
             pauses=self._pauses,
             questions=self.questions,
             arrivals=self._arrivals,
-            budget=budget,
+            budget=self._budget,
             meter=meter,
             clock=clock,
-            record=record,
+            recorder=recorder,
             publish=publish,
-            started=len(carried),
+            started=len(carried.rows),
         )
         self._rework = rework
         reviewer = rework.reviewer if rework is not None else None
         self._controls = Controls(
+            slots,
             self,
+            recorder=recorder,
+            receipt_ids=self.receipt_ids,
             clock=clock,
-            canned=canned or CannedSteers(),
+            canned=settings.canned,
             throttles=self._throttles,
             soft=self._soft,
             pauses=self._pauses,
             arrivals=self._arrivals,
             questions=self.questions,
-            attempts=Attempts(self, rework, self._admission.room),
+            attempts=Attempts(
+                slots,
+                self._finals,
+                recorder,
+                rework,
+                room=self._admission.room,
+                forget=self._live_rows.forget,
+                reopen=self._reopen_ended,
+            ),
             desk=ReviewDesk(reviewer, self.report) if reviewer is not None else None,
-            record_held=record_held,
-            record_receipt=record_receipt,
-            settle_request=settle_request,
             publish=publish,
+            limits=self.limits,
+            hold=lambda: self.hold,
             announce=self._announce_limits,
         )
-        self._pauses.admission = admission_paused
+        self._pauses.admission = carried.admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
         self._reopen = False  # a retry came after the batch had ended: it runs again
-        self._told = ChangesTold(record_event)
+        self._told = ChangesTold(recorder.record_event)
+
+    @property
+    def stopped_by_stop_all(self) -> int:
+        """Children a stop-all found still queued or running; any makes the batch `stopped`."""
+        return self._controls.stopped_by_stop_all
 
     @property
     def unrecorded(self) -> int:
         """Final rows the store gave up on: those children ended, but were never announced."""
-        return self.finals.unrecorded
+        return self._finals.unrecorded
 
     # --- called from any thread ----------------------------------------------------------------
 
@@ -238,11 +218,6 @@ class Coordinator:
     def report(self, fact: Message) -> None:
         """Workers hand facts here (thread-safe)."""
         self._inbox.put(fact)
-
-    def next_receipt_id(self) -> int:
-        """A steer receipt id no other steer of this batch has."""
-        with self._receipt_lock:
-            return next(self._receipt_ids)
 
     def command(self, command: Order | RecordProgress | Shutdown) -> None:
         """Queue an operator's order (or the engine's own request) for the coordinator thread
@@ -264,13 +239,13 @@ class Coordinator:
         self.command(Shutdown())
         self._thread.join()
         # Workers still inside a stalled call are abandoned, not waited for.
-        self.pool.shutdown()
+        self.slots.pool.shutdown()
 
     def record_progress(self, timeout: float | None = None) -> bool:
         """Record every running child's current row now, not at the next progress tick; False
         if the coordinator did not get to it within `timeout` (or has ended)."""
         if self.on_thread:
-            self._record_progress()
+            self._live_rows.record(self.slots.alive)
             return True
         done = threading.Event()
         self.command(RecordProgress(done))
@@ -283,12 +258,13 @@ class Coordinator:
     def headroom(self) -> tuple[RouteHeadroom, ...]:
         """Per route: provider headroom last seen, a pause a 429 put on the whole route, the
         limits it is paced to, its 429s in the last minute and its children alive."""
-        return self.queues.headroom(self._throttles, self._clock)
+        return self.slots.queues.headroom(self._throttles, self._clock)
 
     def limits(self) -> Limits:
         """The live limits (any thread: each value is replaced whole, never changed in place)."""
-        routes = {name: state.route for name, state in self.queues.routes.items()}
-        base = limits_of(self._settings_view(), routes, self.pool_size)
+        routes = {name: state.route for name, state in self.slots.queues.routes.items()}
+        settings = Settings(routes=routes, budget=self._budget)
+        base = limits_of(settings, routes, self.slots.pool_size, spend_known)
         return dataclasses.replace(base, soft_cost_usd=self._soft.cost, soft_held=self._soft.held)
 
     @property
@@ -297,59 +273,16 @@ class Coordinator:
         holds = [*self._pauses.holds(), *self._soft.holds()]
         return "; ".join(holds) or None
 
-    def _settings_view(self) -> Settings:
-        routes = {name: state.route for name, state in self.queues.routes.items()}
-        return Settings(routes=routes, budget=self._budget)
-
-    # --- for its collaborators (admission, controls, pauses), on the coordinator thread --------
+    # --- for its parts (slots.Ends), on the coordinator thread --------------------------------
 
     def release(self, child: Child) -> None:
         """Free the child's slot (in the pool and on its route); a gate it led opens."""
-        del self.alive[child.task.id]
+        slots = self.slots
+        del slots.alive[child.task.id]
         self._pauses.ended(child)
-        if self.waiting.pop(child.task.id, None) is None:  # a waiting parent had none
-            self.queues.ended(child)
-        self.queues.requeue(self._admission.gate.ended(child))
-
-    def busy(self) -> int:
-        """Slots in use: alive children, less the parents waiting on their delegates."""
-        return len(self.alive) - len(self.waiting)
-
-    def free_slot(self, child: Child) -> None:
-        """An alive child gives up its slot, as a parent waiting on delegates does."""
-        self.waiting[child.task.id] = child
-        self.queues.ended(child)
-
-    def take_slot(self, child: Child) -> None:
-        """A child that gave up its slot has it again (its route's was taken by the caller)."""
-        del self.waiting[child.task.id]
-
-    def slot_again(self, child: Child) -> bool:
-        """A child waiting without a slot takes one again, if one is free (on its route too);
-        True if it has one now (or never gave it up)."""
-        if child.task.id in self.waiting:
-            if self.busy() >= self.pool_size or not self.queues.take(child):
-                return False
-            self.take_slot(child)
-        return True
-
-    def interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
-        """Ask a running child to end with `status` (the watchdog times how long it takes)."""
-        self._stop_requested.setdefault(child.task.id, self._clock())
-        child.request_stop(status, reason)
-
-    def forget(self, child: Child) -> None:
-        """A child lost with its worker: nothing of it stays paused, nor waits on a stop."""
-        self._pauses.ended(child)
-        self._stop_requested.pop(child.task.id, None)
-
-    def park(self, child: Child) -> None:
-        """A paused child that holds nothing waits to be continued."""
-        self._pauses.parked[child.task.id] = child
-
-    def relaunch(self, child: Child) -> None:
-        """Run a paused child on a thread again (its route's slot taken by the caller)."""
-        self._admission.launch(child, new=False)
+        if slots.waiting.pop(child.task.id, None) is None:  # a waiting parent had none
+            slots.queues.ended(child)
+        slots.queues.requeue(self._admission.gate.ended(child))
 
     # --- the coordinator thread ----------------------------------------------------------------
 
@@ -384,7 +317,7 @@ class Coordinator:
         self._handle_queued()  # sent before this thread started (a resumed batch's requests)
         self._watch_store()
         self._soft.watch()
-        self._admission.admit()
+        self._admit()
         while not self._all_done():
             self._drain()
             self._watch_store()
@@ -394,9 +327,12 @@ class Coordinator:
                 self._watchdog()
             self._arrivals.tick()
             self._soft.watch()
-            self._admission.admit()
+            self._admit()
             self._progress()
             self._between_facts()
+
+    def _admit(self) -> None:
+        self._admission.admit(held=self.hold is not None, failed=self.failure is not None)
 
     def _failed(self, exc: Exception) -> None:
         """This thread's one error path: say so, stop every child, let them end (for a bounded
@@ -416,7 +352,7 @@ class Coordinator:
         status = (
             BatchStatus.FAILED
             if self.failure or self.unrecorded
-            else self.finals.status(self.stopped_by_stop_all)
+            else self._finals.status(self._controls.stopped_by_stop_all)
         )
         if self._soft.end():  # an ended batch holds nothing back
             try:
@@ -432,16 +368,8 @@ class Coordinator:
     def _watch_store(self) -> None:
         """No child starts while the store cannot commit; once it gives up, every child is
         stopped and the batch fails (its rows could not be kept)."""
-        trouble = self._store_trouble()
-        if (trouble is not None) != self._admission.store_paused:
-            self._admission.store_paused = trouble is not None
-            if trouble is not None:
-                log.error(
-                    "flightdeck engine: no new child starts while the store cannot commit (%s)",
-                    trouble.reason,
-                )
-            else:
-                log.warning("flightdeck engine: the store commits again; children start again")
+        trouble = self._recorder.trouble()
+        self._admission.store_trouble(trouble)
         if trouble is not None and trouble.gave_up and self.failure is None:
             self.failure = f"the store cannot record ({trouble.reason})"
             log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
@@ -450,7 +378,7 @@ class Coordinator:
     @property
     def held(self) -> int:
         """Final rows handed to the store and not yet committed (nor given up on)."""
-        return self.finals.held
+        return self._finals.held
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S, and no longer than the next
@@ -477,8 +405,8 @@ class Coordinator:
     def _handle(self, message: Message) -> None:
         match message:
             case ChildDone(child_id):
-                child = self.by_id[child_id]
-                if child_id in self.alive:
+                child = self.slots.by_id[child_id]
+                if child_id in self.slots.alive:
                     self.release(child)
                     self.finish(child)
                 else:
@@ -486,32 +414,35 @@ class Coordinator:
                     # back since, and may have been billed: the store must say what was spent.
                     # (Only while the engine is open: a call stuck at close() is not waited for.)
                     self._told.changes(child)
-                    self.record(child.row())
+                    self._recorder.record(child.row())
             case Recorded(row):
-                self.finals.recorded(row)
+                self._finals.recorded(row)
                 self._arrivals.ended(row)
             case Unrecorded(row):
-                self.finals.lost()
+                self._finals.lost()
                 self._arrivals.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
                     self._controls.loop_policies.delivered(receipt.child_id, self._clock())
-                self._record_receipt(receipt, None)
+                self._recorder.record_receipt(receipt, None)
                 self._publish(SteerSettled(receipt))
             case Delegated(child_id, call):
-                self._arrivals.delegate(self.by_id[child_id], call)
+                self._arrivals.delegate(self.slots.by_id[child_id], call)
             case Asked(child_id, call):
-                self.questions.asked(self.by_id[child_id], call)
+                self.questions.asked(self.slots.by_id[child_id], call)
             case ToolDenied(child_id, denial):
-                self.questions.denied(self.by_id[child_id], denial)
+                self.questions.denied(self.slots.by_id[child_id], denial)
             case ChildPaused(child_id):
-                self._pauses.paused(self.by_id[child_id])
+                self._pauses.paused(self.slots.by_id[child_id])
             case FirstChunk(child_id):
-                self.queues.requeue(self._admission.gate.first_chunk(self.by_id[child_id]))
+                self.slots.queues.requeue(
+                    self._admission.gate.first_chunk(self.slots.by_id[child_id])
+                )
             case HeadroomSeen(route, event):
-                self.queues.saw_headroom(route, event, self._clock())
+                self.slots.queues.saw_headroom(route, event, self._clock())
             case ChildLost(child_id, why):
-                rerun_lost(self, self.by_id[child_id], why)
+                child = self.slots.by_id[child_id]
+                rerun_lost(self.slots, self, self._pauses, self._recorder, child, why)
             case LoopFlagged(child_id, evidence, again):
                 self._controls.looped(child_id, evidence, again)
             case Order():
@@ -519,7 +450,7 @@ class Coordinator:
             case Reviewed():
                 self._controls.reviewed(message)
             case RecordProgress(done):
-                self._record_progress()
+                self._live_rows.record(self.slots.alive)
                 done.set()
             case Shutdown():
                 self._shutdown = True
@@ -531,24 +462,26 @@ class Coordinator:
         killed right after loses none of them, and the batch ends only when all are written.
         Its slot is free already (`release`): admission never waits for the store.
         """
-        self._stop_requested.pop(child.task.id, None)
+        self.slots.stop_requested.pop(child.task.id, None)
         self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
         self.questions.ended(child)
         self._told.changes(child)
-        self.finals.hand(child.row())
+        self._finals.hand(child.row())
 
-    def reopen(self) -> None:
-        """A retry came after the batch had ended (control/attempts.py): it runs again."""
+    def _reopen_ended(self) -> None:
+        """A retry came (control/attempts.py): a batch that had ended runs again."""
+        if not self.finished.is_set():
+            return
         self._reopen = True
-        self.stopped_by_stop_all = 0
+        self._controls.stopped_by_stop_all = 0
         self.failure = None
         self.finished.clear()
         if self._rework is not None:
             self._rework.on_reopened()
 
     def _all_done(self) -> bool:
-        return self.finals.done >= len(self.children) and not self._arrivals.scheduled
+        return self._finals.done >= len(self.slots.children) and not self._arrivals.scheduled
 
     # --- watchdog and progress -----------------------------------------------------------------
 
@@ -556,12 +489,13 @@ class Coordinator:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
         self._controls.loop_steps()
         now = self._clock()
-        for child in list(self.alive.values()):
-            found = overdue(child, now, self._engine, self._stop_requested.get(child.task.id))
+        slots = self.slots
+        for child in list(slots.alive.values()):
+            found = overdue(child, now, self._engine, slots.stop_requested.get(child.task.id))
             if found is None:
                 continue
             if not found.abandon:
-                self.interrupt(child, found.status, found.reason)
+                slots.interrupt(child, found.status, found.reason)
             elif child.finalize(found.status, found.reason):
                 self.release(child)
                 self.finish(child)
@@ -569,24 +503,8 @@ class Coordinator:
     def _progress(self) -> None:
         """Running children's counters reach the store every PROGRESS_EVERY_S (for attach),
         and their live figures every LIVE_EVERY_S."""
-        now = self._clock()
-        if now - self._last_progress >= PROGRESS_EVERY_S:
-            self._last_progress = now
-            self._record_progress()
-            if now - self._last_live >= LIVE_EVERY_S:
-                self._last_live = now
-                self._publish_live(tuple(self._live_rows.values()))
-
-    def _record_progress(self) -> None:
-        alive, rows = self.alive, self._live_rows
-        for child in alive.values():
-            if self.progress_versions.get(child.task.id) != child.version:
-                self.progress_versions[child.task.id] = child.version
-                row = rows[child.task.id] = child.row()
-                self.record(row)
-        if len(rows) > len(alive) or any(cid not in alive for cid in rows):
-            self._live_rows = {cid: row for cid, row in rows.items() if cid in alive}
+        self._live_rows.tick(self.slots.alive, self._clock())
 
     def _announce_limits(self) -> None:
         """The live limits changed, or a hold began or ended: for attached views and resume."""
-        self._on_limits(self.limits(), self.hold)
+        self._recorder.record_limits(self.limits(), self.hold)

@@ -3,6 +3,7 @@ the facts workers report."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,3 +80,17 @@ class Unrecorded:
 
 
 Message = Order | Reviewed | RecordProgress | Shutdown | Recorded | Unrecorded | ChildFact
+
+
+class ReceiptIds:
+    """Steer receipt ids no other steer of the batch has (any thread: a sender numbers its
+    steers before the coordinator applies them)."""
+
+    def __init__(self, first: int = 1) -> None:
+        self._ids = itertools.count(first)
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        """The next id."""
+        with self._lock:
+            return next(self._ids)

@@ -10,56 +10,42 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Protocol
 
 from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.state import Child
-from flightdeck.engine.control.queues import RouteQueues
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.slots import Ends, Slots
+from flightdeck.engine.model import ChildStatus
 
 
-class Slots(Protocol):
-    """What it needs of the coordinator (which passes itself)."""
-
-    alive: dict[str, Child]
-    queues: RouteQueues
-
-    def release(self, child: Child) -> None: ...
-
-    def forget(self, child: Child) -> None: ...
-
-    def finish(self, child: Child) -> None: ...
-
-    def park(self, child: Child) -> None: ...
-
-    def record(self, row: ChildRow) -> None: ...
-
-    def record_event(self, child_id: str | None, kind: str, detail: str) -> None: ...
-
-
-def rerun_lost(co: Slots, child: Child, why: str) -> None:
+def rerun_lost(
+    slots: Slots, ends: Ends, pauses: Pauses, recorder: Recorder, child: Child, why: str
+) -> None:
     """Free what the lost attempt held and queue the child again (or end it, if stopping)."""
     if child.status.terminal or not isinstance(child, Elsewhere):
         return  # ended here meanwhile (the watchdog, a stop while paused)
     child_id = child.task.id
-    if child_id in co.alive:
-        co.release(child)
-    co.forget(child)
+    if child_id in slots.alive:
+        ends.release(child)
+    # Nothing of it stays paused, nor waits on a stop.
+    pauses.ended(child)
+    slots.stop_requested.pop(child_id, None)
     if child.stop_status is not None:  # stopped before it was lost: it ends as asked
         if child.finalize(child.stop_status, f"{child.stop_reason or 'stopped'} ({why})"):
-            co.finish(child)
+            ends.finish(child)
         return
     lost = child.restart(why)
-    co.record(lost)
+    recorder.record(lost)
     detail = {
         "usage": dataclasses.asdict(lost.usage),
         "cost_usd": None if lost.cost_usd is None else str(lost.cost_usd),
         "rerun": True,
         "why": why,
     }
-    co.record_event(child_id, "lost_attempt", json.dumps(detail))
+    recorder.record_event(child_id, "lost_attempt", json.dumps(detail))
     if child.status is ChildStatus.PAUSED:
-        co.park(child)
+        pauses.parked[child_id] = child  # a paused child that holds nothing waits to be continued
     else:
-        co.queues.requeue([child])
-    co.record(child.row())
+        slots.queues.requeue([child])
+    recorder.record(child.row())

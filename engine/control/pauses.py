@@ -1,6 +1,6 @@
 """The operator's pause and continue, of children and of the batch's admission.
 
-Run on the coordinator thread, on the coordinator's own queue, slots and pool. A model child
+Run on the coordinator thread, on the batch's queues, slots and pool (slots.py). A model child
 paused at a turn boundary gives back its slot and its thread (`parked`: its run returned, its
 messages kept); a process child is suspended on its thread (`suspended`: alive, no slot), and
 the pool may start one more thread while it is, so paused processes never leave the others
@@ -9,21 +9,21 @@ without a thread. A continued child waits in `continuing` for a slot, ahead of n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
 
 from flightdeck.engine.child.state import Child
+from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.model import OPERATOR_HOLD, ChildStatus
-
-if TYPE_CHECKING:
-    from flightdeck.engine.control.coordinator import Coordinator
 
 
 class Pauses:
     """What the operator has paused, and the continues waiting for a slot."""
 
-    def __init__(self, coordinator: Coordinator) -> None:
-        self._co = coordinator
+    def __init__(self, slots: Slots, ends: Ends, recorder: Recorder) -> None:
+        self._slots = slots
+        self._ends = ends
+        self._recorder = recorder
         self.parked: dict[str, Child] = {}  # paused: no thread, no slot, off the queue
         self.suspended: dict[str, Child] = {}  # paused processes: their thread, no slot
         self.continuing: list[Child] = []  # continued, to take a slot first come first
@@ -34,9 +34,9 @@ class Pauses:
     def pause(self, ids: Iterable[str]) -> None:
         """Pause these children: queued ones never start until continued, running ones hold
         at their next turn boundary."""
-        co = self._co
+        slots = self._slots
         for child_id in ids:
-            child = co.by_id.get(child_id)
+            child = slots.by_id.get(child_id)
             if child is None or child.status.terminal:
                 continue
             if child in self.continuing:  # continued, and paused again before it got a slot
@@ -48,21 +48,21 @@ class Pauses:
             else:
                 child.request_pause()
             child.transcript.write("operator", "pause requested")
-            co.record_event(child_id, "pause", "paused by operator")
-            co.record(child.row())
+            self._recorder.record_event(child_id, "pause", "paused by operator")
+            self._recorder.record(child.row())
 
     def continue_(self, ids: Iterable[str]) -> None:
         """Continue these paused children (a pause not yet taken is dropped)."""
-        co = self._co
+        slots = self._slots
         for child_id in ids:
-            child = co.by_id.get(child_id)
+            child = slots.by_id.get(child_id)
             if child is None or child.status.terminal or child in self.continuing:
                 continue
             if child_id in self.parked:
                 del self.parked[child_id]
                 if child.started_ts is None:  # never started: queued again, at the front
                     child.cancel_pause()
-                    co.queues.requeue([child])
+                    slots.queues.requeue([child])
                 else:
                     self.continuing.append(child)
             elif child_id in self.suspended:
@@ -72,8 +72,8 @@ class Pauses:
             else:
                 continue  # not paused: nothing to continue
             child.transcript.write("operator", "continue requested")
-            co.record_event(child_id, "continue", "continued by operator")
-            co.record(child.row())
+            self._recorder.record_event(child_id, "continue", "continued by operator")
+            self._recorder.record(child.row())
 
     def hold_admission(self, on: bool) -> bool:
         """Pause (or continue) the batch's admission; False if it already was."""
@@ -81,72 +81,72 @@ class Pauses:
             return False
         self.admission = on
         kind = "pause_admission" if on else "continue_admission"
-        self._co.record_event(None, kind, "by operator")
+        self._recorder.record_event(None, kind, "by operator")
         return True
 
     # --- what the coordinator hears and does ---------------------------------------------------
 
     def paused(self, child: Child) -> None:
         """The child took its pause (at a turn boundary, or its process suspended)."""
-        co = self._co
+        slots = self._slots
         child_id = child.task.id
-        if child_id not in co.alive:
+        if child_id not in slots.alive:
             return  # the watchdog gave up on it meanwhile
         if child.keeps_thread:
             if child.pause_wanted:  # else continued before this was heard: its slot is kept
-                co.free_slot(child)
+                slots.free_slot(child)
                 self.suspended[child_id] = child
-                co.pool.lend(1)
+                slots.pool.lend(1)
         else:
-            co.release(child)
+            self._ends.release(child)
             if child.stop_status is not None:
                 # Stopped while it took its pause: nothing will run it again, so it ends now.
                 reason = (child.stop_reason or "stopped") + " while paused"
                 if child.finalize(child.stop_status, reason):
-                    co.finish(child)
+                    self._ends.finish(child)
                 return
             if child.pause_wanted:
                 self.parked[child_id] = child
             else:  # continued while it paused: it takes a slot again at once
                 self.continuing.append(child)
-        co.record(child.row())
+        self._recorder.record(child.row())
 
     def park(self, child: Child) -> bool:
         """A child handed out of the queue that the operator paused meanwhile: off the queue,
         no slot, until continued. False if it may start."""
         if child.status is not ChildStatus.PAUSED and not child.pause_wanted:
             return False
-        self._co.queues.ended(child)  # handed out, held back: it takes no slot
+        self._slots.queues.ended(child)  # handed out, held back: it takes no slot
         child.request_pause()  # a gated child asked to pause is paused now it is queued
         self.parked[child.task.id] = child
         return True
 
-    def admit(self) -> None:
+    def admit(self, launch: Callable[[Child], object]) -> None:
         """Continued children take a slot again, first come first, ahead of new work (and
-        while admission is paused: they are not new)."""
-        co = self._co
+        while admission is paused: they are not new); `launch` runs a parked one again."""
+        slots = self._slots
         while self.continuing:
             child = self.continuing[0]
             if child.status.terminal:
                 self.continuing.pop(0)
                 continue
-            if co.busy() >= co.pool_size or not co.queues.take(child):
+            if slots.full() or not slots.queues.take(child):
                 return
             self.continuing.pop(0)
             if self.suspended.pop(child.task.id, None) is not None:
-                co.take_slot(child)
-                co.pool.lend(-1)
+                slots.take_slot(child)
+                slots.pool.lend(-1)
                 child.cancel_pause()  # its thread sends SIGCONT
             else:
                 child.cancel_pause()
-                co.relaunch(child)
+                launch(child)
 
     def ended(self, child: Child) -> None:
         """A child is final: nothing of it stays paused."""
         child_id = child.task.id
         self.parked.pop(child_id, None)
         if self.suspended.pop(child_id, None) is not None:
-            self._co.pool.lend(-1)
+            self._slots.pool.lend(-1)
         if child in self.continuing:
             self.continuing.remove(child)
 

@@ -12,50 +12,39 @@ transcript.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import Callable
 
 from flightdeck.engine.child.ask import AskCall
 from flightdeck.engine.child.state import Child
+from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.slots import Slots
 from flightdeck.engine.errors import CommandError
-from flightdeck.engine.model import ChildRow, Denial, Question
-
-
-class Slots(Protocol):
-    """What Questions needs of the coordinator (given as a value: no import of it)."""
-
-    @property
-    def alive(self) -> Mapping[str, Child]: ...
-    @property
-    def by_id(self) -> Mapping[str, Child]: ...
-    def record(self, row: ChildRow, /) -> None: ...
-    def record_event(self, child_id: str | None, kind: str, detail: str, /) -> None: ...
-    def free_slot(self, child: Child) -> None: ...
-    def slot_again(self, child: Child) -> bool: ...
+from flightdeck.engine.model import Denial, Question
 
 
 class Questions:
     """The questions waiting for an answer, and the answered children waiting for a slot."""
 
-    def __init__(self, coordinator: Slots, clock: Callable[[], float]) -> None:
-        self._co = coordinator
+    def __init__(self, slots: Slots, recorder: Recorder, clock: Callable[[], float]) -> None:
+        self._slots = slots
+        self._recorder = recorder
         self._clock = clock
         self.pending: dict[str, AskCall] = {}  # child id -> its call, unanswered
         self._answered: list[tuple[Child, AskCall, str]] = []
 
     def asked(self, child: Child, call: AskCall) -> None:
         """A child asks: recorded and shown; it waits without its slot."""
-        co = self._co
+        slots, rec = self._slots, self._recorder
         child_id = child.task.id
-        if child_id not in co.alive or child.stop_status is not None:
+        if child_id not in slots.alive or child.stop_status is not None:
             call.refuse("the operator cannot be asked now: the child is stopping")
             return
         ts = self._clock()
         self.pending[child_id] = call
         child.operator.ask(Question(call.question, ts))
-        co.record_event(child_id, "ask", json.dumps({"question": call.question}))
-        co.free_slot(child)
-        co.record(child.row())
+        rec.record_event(child_id, "ask", json.dumps({"question": call.question}))
+        slots.free_slot(child)
+        rec.record(child.row())
 
     def answer(self, child_ids: tuple[str, ...], message: str) -> None:
         """The operator's answer to each of these children's questions; CommandError (nothing
@@ -63,23 +52,22 @@ class Questions:
         idle = [i for i in child_ids if i not in self.pending]
         if idle:
             raise CommandError(f"no question of {idle[0]!r} waits for an answer", "child_ids")
-        co = self._co
+        rec = self._recorder
         for child_id in dict.fromkeys(child_ids):
             call = self.pending.pop(child_id)
-            child = co.by_id[child_id]
+            child = self._slots.by_id[child_id]
             child.transcript.write("operator", f"answer: {message}")
-            co.record_event(child_id, "answer", json.dumps({"answer": message}))
+            rec.record_event(child_id, "answer", json.dumps({"answer": message}))
             child.operator.ask(None)
             self._answered.append((child, call, message))
-            co.record(child.row())
+            rec.record(child.row())
 
     def admit(self) -> None:
         """Answered children take a slot again, first come first; their calls return."""
-        co = self._co
         answered = self._answered
         while answered:
             child, call, message = answered[0]
-            if not co.slot_again(child):
+            if not self._slots.slot_again(child):
                 return
             answered.pop(0)
             call.settle(message)
@@ -89,8 +77,8 @@ class Questions:
         by a steer or a retry), and recorded."""
         child.operator.denied(denial)
         detail = {"tool": denial.tool, "input": denial.input}
-        self._co.record_event(child.task.id, "denied", json.dumps(detail, ensure_ascii=False))
-        self._co.record(child.row())
+        self._recorder.record_event(child.task.id, "denied", json.dumps(detail, ensure_ascii=False))
+        self._recorder.record(child.row())
 
     def ended(self, child: Child) -> None:
         """A child is final: its question (if any) is no longer waiting."""

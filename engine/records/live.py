@@ -4,7 +4,7 @@ has that the durable rows do not keep.
 Calls in flight (estimated tokens and cost until billed), retry notices, the route gauges (429s,
 pauses, rpm/tpm paced to and learned, headroom), the engine's problem sentence and the routes
 whose children take no steer. The owner replaces its batch's one row of the `live` table with
-this JSON on its progress tick when it changed (control/coordinator.py: LIVE_EVERY_S), in the
+this JSON on its progress tick when it changed (control/liverows.py: LIVE_EVERY_S), in the
 same writer transactions as the children's rows, so a reader gets both from one snapshot. It is
 not a record: the children's rows and the events are what happened; this is only "now".
 """

@@ -16,7 +16,7 @@ _ACTIONS = {"ask": "asks", "answer": "answer", "denied": "denied a tool", "dismi
 
 class Needs:
     """What each child needs of the operator, from its events fed oldest first: its question
-    unanswered, its last denied call, when its entry was cleared (engine/needs.py)."""
+    unanswered, its last denied call, when its entry was cleared (engine/triage/needs.py)."""
 
     def __init__(self) -> None:
         self._questions: dict[str, Question] = {}

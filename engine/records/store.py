@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import atexit
 import errno
-import functools
-import itertools
 import json
 import logging
 import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +50,16 @@ from flightdeck.engine.records.rows import (
     control_params,
     queued_params,
 )
+from flightdeck.engine.records.writes import (
+    MULTI_ROW,
+    Op,
+    Then,
+    Write,
+    coalesce,
+    insert_rows,
+    runs,
+    scrubbed,
+)
 
 __all__ = ["MAX_BATCH", "RETRY_S", "Store", "StoreTrouble", "storage_fault"]
 
@@ -62,30 +69,6 @@ log = logging.getLogger(__name__)
 # another process's writer gets the lock between them, and fsyncs stay few. A multiple of the
 # largest multi-row INSERT, so a big write's transactions are whole statements of it.
 MAX_BATCH = 512
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    what: str  # for the log line when it fails; never the parameters (they may be large)
-    sql: str
-    params: Sequence[Any]
-    many: bool = False
-    key: tuple[str, str] | None = None  # (batch, child) for update_child coalescing
-    # Runs like a `_Then` queued right after this write, so a child's final row and its
-    # callback are one queued item; it is told whether the write was committed. A write
-    # coalesced away still has its callback run, told what became of the one that replaced it.
-    then: Callable[[bool], object] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Then:
-    """Runs `call` on the writer thread once every write queued before it has been committed
-    (or, for a write that can never succeed, given up on and logged)."""
-
-    call: Callable[[], object]
-
-
-_Op = _Write | _Then | None  # None: stop the writer
 
 
 class Store:
@@ -123,7 +106,7 @@ class Store:
         self._conn = conn
         self._file_id = _file_id(path)
         # SimpleQueue: put is one C call, no Python-level lock and condition per row
-        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Op] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self.failed_writes = 0
@@ -137,7 +120,7 @@ class Store:
 
     def create_batch(self, info: BatchInfo) -> None:
         """Insert (or replace) a batch row."""
-        self._put(_Write("create_batch", UPSERT_BATCH, batch_params(info)))
+        self._put(Write("create_batch", UPSERT_BATCH, batch_params(info)))
 
     def add_children(self, batch_id: str, rows: Sequence[ChildRow]) -> None:
         """Insert many children; a long list goes in several transactions (see MAX_BATCH)."""
@@ -155,7 +138,7 @@ class Store:
         """Upsert every column of one child; `then` runs (on the writer thread) once the write
         is committed, `then(True)`, or given up on, `then(False)`."""
         params = child_params(batch_id, row)
-        self._put(_Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then))
+        self._put(Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then))
 
     def record_control(
         self,
@@ -171,33 +154,33 @@ class Store:
         params = control_params(batch_id, receipt, kind)
         reason = reason or receipt.how  # a delivered steer: how it was delivered
         if request_id is None and reason is None:
-            self._put(_Write("record_control", UPSERT_CONTROL, params))
+            self._put(Write("record_control", UPSERT_CONTROL, params))
         elif request_id is not None and reason is not None:
-            self._put(_Write("record_control", UPSERT_CONTROL_BOTH, (*params, request_id, reason)))
+            self._put(Write("record_control", UPSERT_CONTROL_BOTH, (*params, request_id, reason)))
         else:
             sql = UPSERT_CONTROL_REQUEST if reason is None else UPSERT_CONTROL_REASON
             extra = request_id if reason is None else reason
-            self._put(_Write("record_control", sql, (*params, extra)))
+            self._put(Write("record_control", sql, (*params, extra)))
 
     def write(self, what: str, sql: str, params: Sequence[Any]) -> None:
         """Queue one statement of a part that keeps its own table (records/processes.py)."""
-        self._put(_Write(what, sql, params))
+        self._put(Write(what, sql, params))
 
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
-        self._put(_Write("heartbeat", HEARTBEAT, (ts, batch_id)))
+        self._put(Write("heartbeat", HEARTBEAT, (ts, batch_id)))
 
     def set_live(self, batch_id: str, body: str) -> None:
         """Replace the batch's live figures (records/live.py), for attached views."""
-        self._put(_Write("set_live", SET_LIVE, (batch_id, body)))
+        self._put(Write("set_live", SET_LIVE, (batch_id, body)))
 
     def set_held(self, batch_id: str, held: str | None) -> None:
         """Record why the batch's admission is held (None: released), for attached views."""
-        self._put(_Write("set_held", SET_HELD, (held, batch_id)))
+        self._put(Write("set_held", SET_HELD, (held, batch_id)))
 
     def set_limits(self, batch_id: str, pool_size: int, limits_json: str | None) -> None:
         """Record the pool size and the limits changed while the batch runs."""
-        self._put(_Write("set_limits", SET_LIMITS, (pool_size, limits_json, batch_id)))
+        self._put(Write("set_limits", SET_LIMITS, (pool_size, limits_json, batch_id)))
 
     def settle_request(
         self,
@@ -211,25 +194,25 @@ class Store:
     ) -> None:
         """Mark a pending client request applied or refused (a settled one stays as it is)."""
         params = (state, reason, json.dumps(list(control_ids)), ts, batch_id, request_id)
-        self._put(_Write("settle_request", SETTLE_REQUEST, params))
+        self._put(Write("settle_request", SETTLE_REQUEST, params))
 
     def record_event(
         self, batch_id: str, child_id: str | None, ts: float, kind: str, detail: str
     ) -> None:
         """Append an operator action or notable engine event."""
-        self._put(_Write("record_event", INSERT_EVENT, (batch_id, child_id, ts, kind, detail)))
+        self._put(Write("record_event", INSERT_EVENT, (batch_id, child_id, ts, kind, detail)))
 
     def finish_batch(self, batch_id: str, status: BatchStatus, ts: float) -> None:
         """Set a batch's final status and finish time."""
-        self._put(_Write("finish_batch", FINISH_BATCH, (status.value, ts, batch_id)))
+        self._put(Write("finish_batch", FINISH_BATCH, (status.value, ts, batch_id)))
 
     def reopen_batch(self, batch_id: str) -> None:
         """A batch that had ended runs again (the operator retried a child): running, no end."""
-        self._put(_Write("reopen_batch", REOPEN_BATCH, (batch_id,)))
+        self._put(Write("reopen_batch", REOPEN_BATCH, (batch_id,)))
 
     def settle_live_children(self, batch_id: str, status: ChildStatus, ts: float) -> None:
         """Give every queued/gated/running child of a batch a final status (crash recovery)."""
-        self._put(_Write("settle_live_children", SETTLE_LIVE, (status.value, ts, batch_id)))
+        self._put(Write("settle_live_children", SETTLE_LIVE, (status.value, ts, batch_id)))
 
     @property
     def trouble(self) -> StoreTrouble | None:
@@ -253,7 +236,7 @@ class Store:
         try:
             closed = self._closed
             if not closed:
-                self._queue.put(_Then(done.set))
+                self._queue.put(Then(done.set))
         finally:
             self._lock.release()
         if closed:  # close() drains the queue: wait for it to finish
@@ -283,7 +266,7 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, *ops: _Write | _Then) -> None:
+    def _put(self, *ops: Write | Then) -> None:
         with self._lock:  # several ops queue together, in order
             if self._closed:
                 raise RuntimeError(f"store {self.path} is closed")
@@ -295,7 +278,7 @@ class Store:
         # another process's finished children waited (unwritten, lost on a kill).
         self._put(
             *(
-                _Write(what, sql, params[i : i + MAX_BATCH], many=True)
+                Write(what, sql, params[i : i + MAX_BATCH], many=True)
                 for i in range(0, len(params), MAX_BATCH)
             )
         )
@@ -306,12 +289,12 @@ class Store:
         stopping = False
         try:
             while not stopping:
-                ops: list[_Op] = []
+                ops: list[Op] = []
                 rows = 0
                 op = self._queue.get()
                 while True:
                     ops.append(op)
-                    rows += len(op.params) if isinstance(op, _Write) and op.many else 1
+                    rows += len(op.params) if isinstance(op, Write) and op.many else 1
                     if rows >= MAX_BATCH:
                         break
                     try:
@@ -322,14 +305,14 @@ class Store:
         finally:
             self._conn.close()
 
-    def _handle(self, ops: list[_Op]) -> bool:
+    def _handle(self, ops: list[Op]) -> bool:
         """Commit these ops, then run their callbacks; True if they hold the stop marker.
 
         The writer's one error path: whatever goes wrong costs these writes (logged, counted,
         their callbacks told so), never the writer thread."""
-        writes = [op for op in ops if isinstance(op, _Write)]
+        writes = [op for op in ops if isinstance(op, Write)]
         try:
-            failed = self._commit(_coalesce(writes)) if writes else []
+            failed = self._commit(coalesce(writes)) if writes else []
         except Exception:
             self._rollback()
             self.failed_writes += len(writes)
@@ -341,7 +324,7 @@ class Store:
             if op is None:
                 continue
             try:
-                if isinstance(op, _Then):
+                if isinstance(op, Then):
                     op.call()
                 elif op.then is not None:
                     op.then(id(op) not in lost and op.key not in lost_keys)
@@ -349,7 +332,7 @@ class Store:
                 log.exception("flightdeck store: a commit callback failed")
         return any(op is None for op in ops)
 
-    def _commit(self, writes: list[_Write]) -> list[_Write]:
+    def _commit(self, writes: list[Write]) -> list[Write]:
         """Commit `writes`; returns those that could not be (each counted and logged)."""
         # Broad excepts: a bad value (e.g. an int too large for SQLite raises OverflowError)
         # must cost one write, never the writer thread.
@@ -362,7 +345,7 @@ class Store:
         except Exception:
             self._rollback()
         # Find the bad operation(s): retry one per transaction so the good ones still land.
-        failed: list[_Write] = []
+        failed: list[Write] = []
         for write in writes:
             try:
                 try:
@@ -371,14 +354,14 @@ class Store:
                     # Text SQLite cannot take (a lone surrogate, which JSON task files and
                     # model output may carry): kept with U+FFFD in its place, not lost.
                     self._rollback()
-                    self._durably([_scrubbed(write)])
+                    self._durably([scrubbed(write)])
             except Exception as exc:
                 self._rollback()
                 self._lost([write], str(exc))
                 failed.append(write)
         return failed
 
-    def _lost(self, writes: list[_Write], reason: str) -> None:
+    def _lost(self, writes: list[Write], reason: str) -> None:
         self.failed_writes += len(writes)
         what = ", ".join(sorted({w.what for w in writes}))
         if len(writes) == 1:
@@ -386,13 +369,13 @@ class Store:
         else:
             log.error("flightdeck store: %d writes (%s) failed: %s", len(writes), what, reason)
 
-    def _durably(self, writes: list[_Write]) -> None:
+    def _durably(self, writes: list[Write]) -> None:
         """One transaction of `writes`, retried for a while if the storage refuses it
         (`faults.py`); GaveUp once that is over."""
         held = sum(len(w.params) if w.many else 1 for w in writes) + self._queue.qsize()
         self._refused.commit(lambda: self._transaction(writes), self._rollback, held)
 
-    def _transaction(self, writes: list[_Write]) -> None:
+    def _transaction(self, writes: list[Write]) -> None:
         # Another process holding the write lock past the busy timeout (a long transaction, a
         # process stopped mid-write) is no reason to lose a child's final row: wait it out, for
         # as long as it takes. close() waits too; flush(timeout) still returns in time.
@@ -414,12 +397,12 @@ class Store:
                 schema.back_off(waits)
                 waits += 1
 
-    def _attempt(self, writes: list[_Write]) -> None:
+    def _attempt(self, writes: list[Write]) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
-        for sql, params in _runs(writes):
-            if sql in _MULTI_ROW and len(params) > 1:
-                _insert_rows(conn, sql, params)
+        for sql, params in runs(writes):
+            if sql in MULTI_ROW and len(params) > 1:
+                insert_rows(conn, sql, params)
             else:
                 conn.executemany(sql, params)
         conn.execute("COMMIT")
@@ -432,81 +415,9 @@ class Store:
                 log.error("flightdeck store: rollback failed: %s", exc)
 
 
-# Row inserts that may go several rows to a statement. sqlite3 releases the interpreter lock
-# around every step, and `executemany` steps once per row: with 64 busy worker threads, winning
-
-# Row inserts that may go several rows to a statement: sqlite3 releases the interpreter lock
-# around every step and `executemany` steps once per row, so with many busy worker threads the
-# writer waited for the lock after each row. One multi-row INSERT is one step. Chunks come in a
-# few fixed sizes, so sqlite3's statement cache keeps them.
-_MULTI_ROW = frozenset({UPSERT_CHILD, UPSERT_QUEUED, UPSERT_CONTROL, INSERT_EVENT})
-_CHUNKS = (64, 16, 4, 1)
-
-
-@functools.lru_cache(maxsize=32)
-def _rows_sql(sql: str, rows: int) -> str:
-    """`sql` (an INSERT with one VALUES tuple) inserting `rows` rows."""
-    head, values, tail = sql.partition(" VALUES ")
-    one, close, rest = tail.partition(")")
-    return f"{head}{values}{', '.join([one + close] * rows)}{rest}"
-
-
-def _insert_rows(conn: sqlite3.Connection, sql: str, params: list[Sequence[Any]]) -> None:
-    """Insert rows in order, as few statements as the chunk sizes allow."""
-    i, n = 0, len(params)
-    for size in _CHUNKS:
-        while n - i >= size:
-            chunk = params[i : i + size]
-            # Flattened in C: a comprehension ran bytecode for each of 27 values a row.
-            conn.execute(_rows_sql(sql, size), list(itertools.chain.from_iterable(chunk)))
-            i += size
-
-
-def _runs(writes: list[_Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
-    """Consecutive writes of one statement, merged: one executemany instead of a call each."""
-    sql: str | None = None
-    params: list[Sequence[Any]] = []
-    for write in writes:
-        if write.sql != sql:
-            if sql is not None:
-                yield sql, params
-            sql, params = write.sql, []
-        if write.many:
-            params.extend(write.params)
-        else:
-            params.append(write.params)
-    if sql is not None:
-        yield sql, params
-
-
 def _file_id(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
-
-
-def _scrubbed(write: _Write) -> _Write:
-    """The same write with every string made valid Unicode (lone surrogates become U+FFFD)."""
-
-    def row(params: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(_valid_text(v) if isinstance(v, str) else v for v in params)
-
-    params = [row(p) for p in write.params] if write.many else row(write.params)
-    return _Write(write.what, write.sql, params, write.many, write.key)
-
-
-def _valid_text(text: str) -> str:
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def _coalesce(writes: list[_Write]) -> list[_Write]:
-    """Drop update_child writes superseded by a later one for the same child in this batch."""
-    last: dict[tuple[str, str], int] = {}
-    for i, write in enumerate(writes):
-        if write.key is not None:
-            last[write.key] = i
-    if len(last) == sum(1 for w in writes if w.key is not None):
-        return writes
-    return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]

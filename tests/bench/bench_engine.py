@@ -27,7 +27,7 @@ from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow
-from flightdeck.engine.records import store
+from flightdeck.engine.records import writes
 from flightdeck.engine.records.rows import (
     UPSERT_CHILD,
     UPSERT_QUEUED,
@@ -115,7 +115,7 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
     ]
     t0 = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")
-    store._insert_rows(conn, UPSERT_QUEUED, [queued_params("b", q) for q in queued])
+    writes.insert_rows(conn, UPSERT_QUEUED, [queued_params("b", q) for q in queued])
     conn.execute("COMMIT")
     for start in range(0, N, 100):  # the writer commits small batches as children finish
         batch = range(start, min(N, start + 100))
@@ -124,7 +124,7 @@ def run_floor(state: Path, rows: list[ChildRow], logs: list[bytes]) -> float:
             os.write(fd, logs[i])
             os.close(fd)
         conn.execute("BEGIN IMMEDIATE")
-        store._insert_rows(conn, UPSERT_CHILD, [child_params("b", rows[i]) for i in batch])
+        writes.insert_rows(conn, UPSERT_CHILD, [child_params("b", rows[i]) for i in batch])
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - t0
     conn.close()

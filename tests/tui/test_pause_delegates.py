@@ -15,7 +15,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus
-from flightdeck.engine.query import parse_filter
+from flightdeck.engine.triage.query import parse_filter
 from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.routes import route_rows
 from flightdeck.tui.widgets.status import StatusBar

@@ -39,6 +39,7 @@ def engine(engine_factory: EngineFactory) -> Engine:
 @pytest.fixture
 def view(engine: Engine) -> Iterator[StoreView]:
     """The batch as an attached client sees it, through the store."""
+    assert engine.flush(30)  # the batch's row is queued to the store's writer: committed first
     store = StoreView(engine.state_dir / "flightdeck.db", engine.batch_id, poll_s=0.05)
     try:
         yield store

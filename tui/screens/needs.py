@@ -1,4 +1,4 @@
-"""The "needs you" queue (`!`): every entry oldest first with its reason (engine/needs.py);
+"""The "needs you" queue (`!`): every entry oldest first with its reason (engine/triage/needs.py);
 `a` answers a child's question, `c` clears an entry, enter goes to the child in the table."""
 
 from __future__ import annotations

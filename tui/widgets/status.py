@@ -29,7 +29,7 @@ class StatusLine:
     paused: int = 0  # children the operator paused
     pausing: int = 0  # ... still running, their pause pending
     held: str | None = None  # why admission is held (`Snapshot.held`)
-    needs: int = 0  # entries of the "needs you" queue (engine/needs.py)
+    needs: int = 0  # entries of the "needs you" queue (engine/triage/needs.py)
 
 
 def status_line(

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flightdeck.engine import assembly
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.child.facts import ReceiptSettled
 from flightdeck.engine.child.steering import missed_note
@@ -47,6 +46,7 @@ from flightdeck.engine.executors.cluster.wire import (
     unpack_to,
 )
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.owner import assembly
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.records.events import Write
 from flightdeck.engine.records.meter import spend_known

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from flightdeck.engine import assembly
 from flightdeck.engine.agents.adopt import end_tree
 from flightdeck.engine.agents.book import record_of
 from flightdeck.engine.child.command import Adoption, ProcessRunner
@@ -31,6 +30,7 @@ from flightdeck.engine.inputs.settings import Settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_headers
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.owner import assembly
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.loops import evidence_json

@@ -1,12 +1,12 @@
 """Sending the operator's commands to a started batch, from this process (`Engine.send`) or as a
 client's request the owner read from the store: checked here, on the sender's thread, against
 the batch as the coordinator has it, then handed to the coordinator thread, which applies it
-(control/controls.py) and settles the request.
+(controls.py) and settles the request (recorder.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from flightdeck.engine.commands import (
     Accept,
@@ -30,10 +30,9 @@ from flightdeck.engine.commands import (
 from flightdeck.engine.control import inbox
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.inbox import Order
-from flightdeck.engine.limits import changed
+from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.model import ChildRow, Limits
-from flightdeck.engine.records.requests import RequestState
-from flightdeck.engine.records.store import Store
+from flightdeck.engine.model.livelimits import changed
 
 WAIT_SLICE_S = 0.25  # how often a sender waiting on its command looks at the engine
 
@@ -80,7 +79,7 @@ class CommandMethods:
         self.send(Answer(tuple(child_ids), message))
 
     def dismiss(self, child_ids: Iterable[str]) -> None:
-        """Clear these children's entries in the "needs you" queue (engine/needs.py)."""
+        """Clear these children's entries in the "needs you" queue (engine/triage/needs.py)."""
         self.send(Dismiss(tuple(child_ids)))
 
     def retry(self, child_ids: Iterable[str], *, resume: bool = False) -> None:
@@ -98,48 +97,42 @@ class CommandMethods:
         self.send(Discard(tuple(child_ids)))
 
     def set_limits(self, change: Mapping[str, object]) -> Limits:
-        """Change the live limits (see engine/limits.py for `change`); returns the limits it
+        """Change the live limits (see model/livelimits.py for `change`); returns the limits it
         makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
         before = self.limits()
         self.send(SetLimits(dict(change)))
         return changed(before, change)
 
 
-class Controls:
-    """One started batch's commands: its coordinator, its store, the rows a resume carried."""
+class Sender:
+    """One started batch's commands sent: its coordinator, its records, the rows a resume
+    carried."""
 
     def __init__(
         self,
         coordinator: Coordinator,
-        store: Store,
+        recorder: Recorder,  # where a client's request is settled
         batch_id: str,
         *,
-        clock: Callable[[], float],
         carried: tuple[ChildRow, ...],  # final rows an earlier owner left (a resumed batch)
         max_chars: int,  # `[engine] max_task_chars`: a steer joins the prompt as a goal does
     ) -> None:
         self._co = coordinator
-        self._store = store
+        self._recorder = recorder
         self._batch_id = batch_id
-        self._clock = clock
-        self._known = _Known(coordinator.by_id, frozenset(r.id for r in carried))
+        self._known = _Known(coordinator.slots.by_id, frozenset(r.id for r in carried))
         self._max_chars = max_chars
 
     def context(self) -> Context:
         """The batch as the coordinator has it now, for checking a command."""
         co = self._co
-
-        def rows() -> dict[str, ChildRow]:
-            # Read from this thread: each value is replaced whole, never changed in place.
-            return {**co.carried, **{c.task.id: c.row() for c in list(co.children)}}
-
         return Context(
             self._batch_id,
             self._known,
             lambda: self._max_chars,
             co.limits,
             asking=lambda: co.questions.pending,
-            rows=rows,
+            rows=co.slots.all_rows,
         )
 
     def send(self, command: Command, request_id: int | None = None) -> tuple[int, ...]:
@@ -148,7 +141,9 @@ class Controls:
         this process, returns once applied, or raises why it was not (CommandError)."""
         command.check(self.context())
         co = self._co
-        receipts = tuple(co.next_receipt_id() for _ in command.targets) if command.receipted else ()
+        receipts = (
+            tuple(co.receipt_ids.next() for _ in command.targets) if command.receipted else ()
+        )
         waits = command.waits and request_id is None and co.running and not co.on_thread
         answer = inbox.Answer() if waits else None
         co.command(Order(command, receipts, request_id, answer))
@@ -167,27 +162,7 @@ class Controls:
                 raise command
             self.send(command, request_id)
         except CommandError as exc:
-            self.refuse(request_id, str(exc))
-
-    def refuse(self, request_id: int, reason: str) -> None:
-        """Settle a client's request as refused, saying why."""
-        self._store.settle_request(
-            self._batch_id, request_id, RequestState.REFUSED, self._clock(), reason=reason
-        )
-
-    def settled(self, request_id: int, receipts: tuple[int, ...], refused: str | None) -> None:
-        """The coordinator applied a client's request (with the steer receipts it made), or
-        found it could not: settled in the store after what it made."""
-        if refused is not None:
-            self.refuse(request_id, refused)
-            return
-        self._store.settle_request(
-            self._batch_id,
-            request_id,
-            RequestState.APPLIED,
-            self._clock(),
-            control_ids=receipts,
-        )
+            self._recorder.settle_request(request_id, (), str(exc))  # refused, saying why
 
 
 class _Known:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from flightdeck.engine.assembly import new_batch_id
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.owner.assembly import new_batch_id
 from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.transcripts import write_manifest
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.model import ChildRow, ChildStatus
-from flightdeck.engine.needs import need_of
-from flightdeck.engine.outliers import Medians
+from flightdeck.engine.triage.needs import need_of
+from flightdeck.engine.triage.outliers import Medians
 
 STATUS_ALIASES: dict[str, frozenset[str]] = {
     "live": frozenset({"queued", "gated", "running", "paused"}),
@@ -96,7 +96,7 @@ class RowFilter:
     comparisons: tuple[Comparison, ...] = ()
     tagged_only: bool = False
     looping_only: bool = False  # `is:looping`: flagged as looping (ChildRow.loop)
-    outliers_only: bool = False  # is:outlier (see engine/outliers.py)
+    outliers_only: bool = False  # is:outlier (see engine/triage/outliers.py)
     needs_you_only: bool = False  # is:needs-you: an entry of the "needs you" queue (needs.py)
 
     @property

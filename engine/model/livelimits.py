@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +25,7 @@ from flightdeck.engine.model import Limits, RouteCaps
 from flightdeck.engine.money import fmt_usd
 
 if TYPE_CHECKING:
-    from flightdeck.engine.inputs.settings import Settings
-    from flightdeck.engine.records.rows import BatchInfo
+    from flightdeck.engine.inputs.settings import Route, Settings
 
 # The settings are imported where they are used: a client command (`flightdeck stop`) checks
 # its command here, and starts faster without them.
@@ -41,7 +40,6 @@ __all__ = [
     "limits_of",
     "parse_count",
     "parse_money",
-    "stored_limits",
     "with_limits",
 ]
 
@@ -60,10 +58,13 @@ class LimitError(CommandError):
         self.message = message
 
 
-def limits_of(settings: Settings, routes: Mapping[str, object], pool_size: int) -> Limits:
+def limits_of(
+    settings: Settings,
+    routes: Mapping[str, object],
+    pool_size: int,
+    spend_known: Callable[[Route], bool],  # records/meter.py's: priced, or its CLI says its cost
+) -> Limits:
     """The limits a batch starts with: its pool size, its routes' caps, its budgets."""
-    from flightdeck.engine.records.meter import spend_known
-
     caps = tuple(
         RouteCaps(name, r.max_concurrent, r.rpm, r.tpm)
         for name in routes
@@ -207,19 +208,6 @@ def limits_from_json(text: str) -> Limits:
         soft_held=data.get("soft_held"),
         unpriced_route=data.get("unpriced_route"),
     )
-
-
-def stored_limits(info: BatchInfo, routes: Callable[[], Iterable[str]]) -> Limits:
-    """The live limits a batch's row keeps (its owner records them from the start), else those
-    its settings began with (a batch of an earlier flightdeck: `routes` names its routes)."""
-    if info.limits_json:
-        return limits_from_json(info.limits_json)
-    if info.settings_json is None:  # older still: only its pool size and budget are known
-        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
-    from flightdeck.engine.inputs.settings.stored import settings_from_json
-
-    names = dict.fromkeys(sorted(set(routes())))
-    return limits_of(settings_from_json(info.settings_json), names, info.pool_size)
 
 
 def with_limits(settings: Settings, limits: Limits) -> Settings:

@@ -1,0 +1,44 @@
+"""`Recorder`: what the coordinator and its parts keep, as the owner's store takes it.
+
+One narrow seam instead of a callable per kind of record: the owner hands the coordinator an
+object that records a batch's rows, receipts, events and live limits (owner/recording.py, over
+the SQLite store), and the parts record through it without knowing where it goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from flightdeck.engine.model import ChildRow, Limits, SteerReceipt
+from flightdeck.engine.records.faults import StoreTrouble
+
+
+class Recorder(Protocol):
+    """Where a running batch's records go (called on the coordinator thread)."""
+
+    def record(self, row: ChildRow) -> None:
+        """A child's row as it is now."""
+
+    def record_final(self, row: ChildRow, then: Callable[[bool], None]) -> None:
+        """A child's final row; `then(committed)` once the store has it (or gave up)."""
+
+    def record_receipt(self, receipt: SteerReceipt, request_id: int | None) -> None:
+        """A steer's receipt, and the client's request that asked for it, if one did."""
+
+    def record_event(self, child_id: str | None, kind: str, detail: str) -> None:
+        """An operator's (or a policy's) action, for the report and attached views."""
+
+    def record_held(self, held: str | None) -> None:
+        """Why admission is held now (None: it is not)."""
+
+    def record_limits(self, limits: Limits, held: str | None) -> None:
+        """The live limits changed, or a hold began or ended: for attached views and resume."""
+
+    def settle_request(
+        self, request_id: int, receipts: tuple[int, ...], refused: str | None
+    ) -> None:
+        """A client's request applied (with the steer receipts it made) or refused (why)."""
+
+    def trouble(self) -> StoreTrouble | None:
+        """What keeps the store from committing now; None while it commits."""

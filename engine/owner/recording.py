@@ -1,0 +1,64 @@
+"""`StoreRecorder`: what a running batch records (control/recorder.py's `Recorder`), into the
+owner's SQLite store, under the batch's id."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flightdeck.engine.model import ChildRow, Limits, SteerReceipt
+from flightdeck.engine.model.livelimits import limits_json
+from flightdeck.engine.records.faults import StoreTrouble
+from flightdeck.engine.records.requests import RequestState
+from flightdeck.engine.records.store import Store
+
+
+class StoreRecorder:
+    """One batch's records, queued to the store's writer thread (none of these blocks)."""
+
+    def __init__(self, store: Store, batch_id: str, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._batch_id = batch_id
+        self._clock = clock
+
+    def record(self, row: ChildRow) -> None:
+        """A child's row as it is now."""
+        self._store.update_child(self._batch_id, row)
+
+    def record_final(self, row: ChildRow, then: Callable[[bool], None]) -> None:
+        """A child's final row; `then(committed)` once the store has it (or gave up)."""
+        self._store.update_child(self._batch_id, row, then)
+
+    def record_receipt(self, receipt: SteerReceipt, request_id: int | None) -> None:
+        """A steer's receipt, and the client's request that asked for it, if one did."""
+        self._store.record_control(self._batch_id, receipt, "steer", request_id)
+
+    def record_event(self, child_id: str | None, kind: str, detail: str) -> None:
+        """An operator's (or a policy's) action, for the report and attached views."""
+        self._store.record_event(self._batch_id, child_id, self._clock(), kind, detail)
+
+    def record_held(self, held: str | None) -> None:
+        """Why admission is held now (None: it is not)."""
+        self._store.set_held(self._batch_id, held)
+
+    def record_limits(self, limits: Limits, held: str | None) -> None:
+        """The live limits and the hold, for attached views and resume."""
+        self._store.set_limits(self._batch_id, limits.pool_size, limits_json(limits))
+        self._store.set_held(self._batch_id, held)
+
+    def settle_request(
+        self, request_id: int, receipts: tuple[int, ...], refused: str | None
+    ) -> None:
+        """A client's request applied (with the steer receipts it made) or refused (why):
+        settled in the store after what it made."""
+        if refused is not None:
+            self._store.settle_request(
+                self._batch_id, request_id, RequestState.REFUSED, self._clock(), reason=refused
+            )
+            return
+        self._store.settle_request(
+            self._batch_id, request_id, RequestState.APPLIED, self._clock(), control_ids=receipts
+        )
+
+    def trouble(self) -> StoreTrouble | None:
+        """What keeps the store from committing now; None while it commits."""
+        return self._store.trouble

@@ -1,0 +1,315 @@
+"""A batch's report (report.py builds it from the store) as Markdown: tables, one line each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from flightdeck.engine.model.livelimits import describe
+from flightdeck.engine.money import fmt_usd
+from flightdeck.engine.records.attempts import markdown_lines
+from flightdeck.engine.records.needlog import need_rows
+from flightdeck.engine.records.report import ERROR_WIDTH, GOAL_WIDTH, PAUSE_EVENTS
+from flightdeck.engine.sanitize import one_line
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """The report as Markdown: a heading, then tables of the totals, the routes, the children."""
+    totals = report["totals"]
+    budget = report.get("max_cost_usd")
+    lines = [
+        f"# flightdeck batch {_text(report['name'])}",
+        "",
+        f"- id: `{_text(report['batch_id'])}`",
+        f"- status: **{_text(report['status'])}**",
+        f"- owner: pid {report.get('owner_pid', '—')}",
+        f"- created: {report['created']}",
+        f"- finished: {report['finished'] or '—'}",
+        f"- elapsed: {_seconds(report['elapsed_s'])}",
+        "",
+        "## Totals",
+        "",
+        "| | total |",
+        "|---|---:|",
+        f"| children | {totals['children']} |",
+        f"| completed | {totals['completed']} |",
+        f"| failed | {totals['failed']} |",
+        f"| stopped | {totals['stopped']} |",
+        f"| running | {totals['running']} |",
+        f"| queued | {totals['queued']} |",
+        f"| input tokens | {totals['tokens_in']:,} |",
+        f"| output tokens | {totals['tokens_out']:,} |",
+        f"| cache read tokens | {totals['cache_read_tokens']:,} |",
+        f"| cache write tokens | {totals['cache_write_tokens']:,} |",
+        f"| cost | {_spent(totals)} |",
+    ]
+    if totals.get("cache_saved_usd"):
+        lines.append(f"| cache saved | {_usd(totals['cache_saved_usd'])} |")
+    if budget is not None:
+        lines.append(f"| budget | {_usd(budget)} |")
+    lines += _table(
+        "Routes",
+        "| route | model | children | completed | failed | stopped | tokens in | tokens out "
+        "| cache read | cache write | cost |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        (_route_cells(r) for r in report["routes"]),
+    )
+    lines += _table(
+        "Children",
+        "| id | status | route | model | calls | tools | retries | tokens in | tokens out "
+        "| cache read | cost | duration | goal | error |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        (_child_cells(c) for c in report["children"]),
+    )
+    if report["groups"]:
+        lines += _table(
+            "Groups",
+            "| group | status | children | completed | cost | duration | members |",
+            "|---|---|---:|---:|---:|---:|---|",
+            (_group_cells(g) for g in report["groups"]),
+        )
+    lines += _forecast_lines(report.get("forecast") or {})
+    lines += _operator(
+        report["steers"],
+        report["stops"],
+        report.get("limits") or [],
+        report.get("pauses") or [],
+        report.get("needs") or [],
+    )
+    lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
+    lines += markdown_lines(dict(report), _cell)
+    recovery = report.get("recovery") or {}
+    if recovery.get("resumes"):
+        lost = _usd(recovery["lost_cost_usd"]) + (
+            f" (+{recovery['lost_cost_unknown']} at an unknown price)"
+            if recovery["lost_cost_unknown"]
+            else ""
+        )
+        lines += [
+            "",
+            "## Recovery",
+            "",
+            f"- resumed after a lost owner: {recovery['resumes']} time(s)",
+            f"- children re-run: {recovery['rerun']}; left unknown: {recovery['left_unknown']}",
+            f"- their lost attempts cost: {lost} (counted in the totals)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _forecast_lines(ahead: Mapping[str, Any]) -> list[str]:
+    """While children remain, the projected cost at completion; any lost attempts' cost apart."""
+    lines = []
+    if ahead.get("remaining"):
+        if ahead["unpriced_children"]:
+            projected = f"unknown ({ahead['unpriced_children']} without a price)"
+        elif ahead["projected_usd"] is None:
+            projected = "— (no child has finished yet)"
+        else:
+            projected = (
+                f"{_usd(ahead['projected_usd'])} (range {_usd(ahead['low_usd'])} to "
+                f"{_usd(ahead['high_usd'])}: the finished costs' 25th to 75th percentile)"
+            )
+        lines.append(f"- projected cost at completion: {projected}")
+        lines.append(f"- children not finished: {ahead['remaining']} of "
+                     f"{ahead['remaining'] + ahead['finished']}")  # fmt: skip
+    if ahead.get("lost_cost_usd") or ahead.get("lost_cost_unknown"):
+        lost = _usd(ahead["lost_cost_usd"] or 0) + (
+            f" (+{ahead['lost_cost_unknown']} at an unknown price)"
+            if ahead["lost_cost_unknown"]
+            else ""
+        )
+        lines.append(f"- lost attempts (re-runs after a lost owner): {lost}, in the spend")
+    return ["", "## Forecast", "", *lines] if lines else []
+
+
+def _table(title: str, header: str, align: str, rows: Iterable[list[str]]) -> list[str]:
+    """A Markdown section: its heading, then a table of rows already made safe (`_cell`)."""
+    return ["", f"## {title}", "", header, align, *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _operator(
+    steers: list[dict[str, Any]],
+    stops: list[dict[str, Any]],
+    limits: list[dict[str, Any]],
+    pauses: list[dict[str, Any]],
+    needs: list[dict[str, Any]],
+) -> list[str]:
+    """The operator's steers (with their receipts), stops, pauses and continues, changes to the
+    limits, the soft budget's holds, questions and answers, in the order they happened."""
+    if not steers and not stops and not limits and not pauses and not needs:
+        return ["", "## Operator", "", "No steers or stops."]
+    rows = [
+        (
+            s["sent"],
+            [
+                s["sent"],
+                _cell(s["child_id"]),
+                "steer (interrupt now)" if s["mode"] == "now" else "steer (at next turn)",
+                _cell(s["message"], GOAL_WIDTH),
+                s["receipt"] + (f" {s['settled']}" if s["settled"] else ""),
+            ],
+        )
+        for s in steers
+    ]
+    rows += [
+        (s["requested"], [s["requested"], _cell(s["child_id"]), "stop", _cell(s["reason"]), ""])
+        for s in stops
+    ]
+    rows += [
+        (
+            a["time"],
+            [a["time"], "—", "limits", _cell(describe(a["change"])), ""]
+            if a["action"] == "limits"
+            else [a["time"], "—", "soft budget hold", _cell(a["reason"]), ""],
+        )
+        for a in limits
+    ]
+    rows += [
+        (
+            p["at"],
+            [
+                p["at"],
+                "(admission)" if p["child_id"] is None else _cell(p["child_id"]),
+                PAUSE_EVENTS[p["action"]],
+                "",
+                "",
+            ],
+        )
+        for p in pauses
+    ]
+    rows += need_rows(needs, lambda text: _cell(text, GOAL_WIDTH))
+    rows.sort(key=lambda r: r[0])  # ISO times of one zone sort as times; ties keep steers first
+    return _table(
+        "Operator",
+        "| time | child | action | message or reason | receipt |",
+        "|---|---|---|---|---|",
+        (cells for _, cells in rows),
+    )
+
+
+def _loop_lines(flags: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[str]:
+    """Children flagged as looping, and what a route's loop policy did about it."""
+    lines: list[str] = []
+    if flags:
+        lines += _table(
+            "Loops",
+            "| flagged | child | kind | evidence | cleared |",
+            "|---|---|---|---|---|",
+            (
+                [
+                    f["flagged"],
+                    _cell(f["child_id"]),
+                    f["kind"],
+                    _cell(f["summary"]),
+                    f["cleared"] or "",
+                ]
+                for f in flags
+            ),
+        )
+    if steps:
+        lines += _table(
+            "Loop policy",
+            "| time | child | step | message or reason | receipt |",
+            "|---|---|---|---|---|",
+            (
+                [
+                    s["at"],
+                    _cell(s["child_id"]),
+                    _cell(s["step"]),
+                    _cell(s["message"] or s["reason"] or "", GOAL_WIDTH),
+                    s["receipt"] or "",
+                ]
+                for s in steps
+            ),
+        )
+    return lines
+
+
+def _group_cells(g: Mapping[str, Any]) -> list[str]:
+    cost, duration = g["cost_usd"], g["duration_s"]
+    return [
+        _cell(g["group"]),
+        g["status"],
+        str(g["children"]),
+        str(g["completed"]),
+        "unknown" if cost is None else _usd(cost),
+        "—" if duration is None else _seconds(duration),
+        _cell(" ".join(f"{m['id']} ({m['status']})" for m in g["members"]), GOAL_WIDTH),
+    ]
+
+
+def _route_cells(r: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(r["route"]),
+        _cell(r["model"]),
+        str(r["children"]),
+        str(r["completed"]),
+        str(r["failed"]),
+        str(r["stopped"]),
+        f"{r['tokens_in']:,}",
+        f"{r['tokens_out']:,}",
+        f"{r['cache_read_tokens']:,}",
+        f"{r['cache_write_tokens']:,}",
+        _spent(r),
+    ]
+
+
+def _child_cells(c: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(c["id"]),
+        _cell(c["status"]),
+        _cell(c["route"]),
+        _cell(c["model"]),
+        str(c["api_calls"]),
+        str(c["tool_calls"]),
+        str(c["retries"]),
+        f"{c['tokens_in']:,}",
+        f"{c['tokens_out']:,}",
+        f"{c['cache_read_tokens']:,}",
+        "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]),
+        "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
+        _cell(c["goal"], GOAL_WIDTH),
+        "" if c["error"] is None else _cell(c["error"], ERROR_WIDTH),
+    ]
+
+
+def _spent(entry: Mapping[str, Any]) -> str:
+    """A batch's or a route's cost: `unknown` when only children of unknown price spent
+    anything, since a known $0 beside them is no total."""
+    known, unknown = entry["cost_known_usd"], entry["cost_unknown_children"]
+    if not unknown:
+        return _usd(known)
+    if not known:
+        return "unknown"
+    return f"{_usd(known)} + unknown for {unknown} {'child' if unknown == 1 else 'children'}"
+
+
+def _usd(value: float) -> str:
+    # The JSON report's float, back to the exact decimal it was written from (`_money`).
+    return fmt_usd(Decimal(repr(value)))
+
+
+def _seconds(value: float) -> str:
+    if value < 60:
+        return f"{value:.1f}s"
+    minutes, seconds = divmod(int(value), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def _text(value: object, width: int | None = None) -> str:
+    """Untrusted text for Markdown prose: one sanitized line, no raw HTML, no link or image.
+
+    Only what can make Markdown fetch or point somewhere is escaped (a bare URL is left as
+    written: a renderer that autolinks links it anyway): emphasis and code spans in a goal are
+    harmless, and the report is read raw in a terminal as often as rendered.
+    """
+    # Backslashes first, so a trailing `\` cannot escape what follows it.
+    text = one_line(str(value), width).replace("\\", "\\\\")
+    return text.replace("[", "\\[").replace("]", "\\]").replace("<", "&lt;")
+
+
+def _cell(value: object, width: int | None = None) -> str:
+    """Untrusted text for a table cell: one sanitized line that cannot break the table."""
+    return _text(value, width).replace("|", "\\|") or " "

@@ -1,0 +1,106 @@
+"""What the store's writer thread is handed: writes and callbacks, and how a run of writes goes
+to SQLite (merged, coalesced, several rows to a statement, text made valid Unicode)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flightdeck.engine.records.rows import INSERT_EVENT, UPSERT_CHILD, UPSERT_CONTROL, UPSERT_QUEUED
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    what: str  # for the log line when it fails; never the parameters (they may be large)
+    sql: str
+    params: Sequence[Any]
+    many: bool = False
+    key: tuple[str, str] | None = None  # (batch, child) for update_child coalescing
+    # Runs like a `Then` queued right after this write, so a child's final row and its
+    # callback are one queued item; it is told whether the write was committed. A write
+    # coalesced away still has its callback run, told what became of the one that replaced it.
+    then: Callable[[bool], object] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Then:
+    """Runs `call` on the writer thread once every write queued before it has been committed
+    (or, for a write that can never succeed, given up on and logged)."""
+
+    call: Callable[[], object]
+
+
+Op = Write | Then | None  # None: stop the writer
+
+
+# Row inserts that may go several rows to a statement: sqlite3 releases the interpreter lock
+# around every step and `executemany` steps once per row, so with many busy worker threads the
+# writer waited for the lock after each row. One multi-row INSERT is one step. Chunks come in a
+# few fixed sizes, so sqlite3's statement cache keeps them.
+MULTI_ROW = frozenset({UPSERT_CHILD, UPSERT_QUEUED, UPSERT_CONTROL, INSERT_EVENT})
+CHUNKS = (64, 16, 4, 1)
+
+
+@functools.lru_cache(maxsize=32)
+def rows_sql(sql: str, rows: int) -> str:
+    """`sql` (an INSERT with one VALUES tuple) inserting `rows` rows."""
+    head, values, tail = sql.partition(" VALUES ")
+    one, close, rest = tail.partition(")")
+    return f"{head}{values}{', '.join([one + close] * rows)}{rest}"
+
+
+def insert_rows(conn: sqlite3.Connection, sql: str, params: list[Sequence[Any]]) -> None:
+    """Insert rows in order, as few statements as the chunk sizes allow."""
+    i, n = 0, len(params)
+    for size in CHUNKS:
+        while n - i >= size:
+            chunk = params[i : i + size]
+            # Flattened in C: a comprehension ran bytecode for each of 27 values a row.
+            conn.execute(rows_sql(sql, size), list(itertools.chain.from_iterable(chunk)))
+            i += size
+
+
+def runs(writes: list[Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
+    """Consecutive writes of one statement, merged: one executemany instead of a call each."""
+    sql: str | None = None
+    params: list[Sequence[Any]] = []
+    for write in writes:
+        if write.sql != sql:
+            if sql is not None:
+                yield sql, params
+            sql, params = write.sql, []
+        if write.many:
+            params.extend(write.params)
+        else:
+            params.append(write.params)
+    if sql is not None:
+        yield sql, params
+
+
+def scrubbed(write: Write) -> Write:
+    """The same write with every string made valid Unicode (lone surrogates become U+FFFD)."""
+
+    def row(params: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(valid_text(v) if isinstance(v, str) else v for v in params)
+
+    params = [row(p) for p in write.params] if write.many else row(write.params)
+    return Write(write.what, write.sql, params, write.many, write.key)
+
+
+def valid_text(text: str) -> str:
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def coalesce(writes: list[Write]) -> list[Write]:
+    """Drop update_child writes superseded by a later one for the same child in this batch."""
+    last: dict[tuple[str, str], int] = {}
+    for i, write in enumerate(writes):
+        if write.key is not None:
+            last[write.key] = i
+    if len(last) == sum(1 for w in writes if w.key is not None):
+        return writes
+    return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]

@@ -1,0 +1,1 @@
+"""Triage of a batch's children: the query language, outliers, error signatures (pure values)."""
