@@ -57,6 +57,7 @@ from flightdeck.engine.records.liveness import OwnerAlive
 from flightdeck.engine.records.meter import Meter, route_totals, spend_known, totals_of
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.subscribers import Subscriber, Subscribers
+from flightdeck.engine.triage.needs import Need, needs
 from flightdeck.engine.triage.outliers import Kind, MedianRows, Medians
 from flightdeck.engine.triage.query import (
     STATUS_ALIASES,
@@ -82,6 +83,7 @@ __all__ = [
     "Kind",
     "MedianRows",
     "Medians",
+    "Need",
     "NothingToResume",
     "OwnerAlive",
     "QueryError",
@@ -95,6 +97,7 @@ __all__ = [
     "is_retrying",
     "load_batch",
     "load_settings",
+    "needs",
     "new_batch_id",
     "parse",
     "parse_filter",

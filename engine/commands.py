@@ -40,12 +40,14 @@ __all__ = [
     "KINDS",
     "ROUTE_FIELDS",
     "Accept",
+    "Answer",
     "Command",
     "CommandError",
     "Context",
     "Continue",
     "ContinueAdmission",
     "Discard",
+    "Dismiss",
     "LimitError",
     "Nudge",
     "Pause",
@@ -75,6 +77,8 @@ class Context:
     max_chars: Callable[[], int | None] = lambda: None
     # the live limits (None: not known here, a change is checked by the owner)
     limits: Callable[[], Limits | None] = lambda: None
+    # the ids of the children asking the operator now (None: not known here)
+    asking: Callable[[], Container[str] | None] = lambda: None
     # the children's rows by id (None: not known here, checked by the owner)
     rows: Callable[[], Mapping[str, ChildRow] | None] = lambda: None
 
@@ -121,15 +125,7 @@ class Steer(Command):
 
     def check(self, ctx: Context) -> None:
         _check_ids(self.child_ids, ctx)
-        if not self.message.strip():
-            raise CommandError("steer message is empty", "message")
-        problem = unicode_problem(self.message)
-        if problem:  # it would fail the child's request and the store's write, far from here
-            raise CommandError(f"steer message: {problem}", "message")
-        # It joins the child's prompt as a goal does: the same bound.
-        limit = ctx.max_chars()
-        if limit is not None and len(self.message) > limit:
-            raise CommandError(f"steer message: {too_long(len(self.message), limit)}", "message")
+        _check_message("steer message", self.message, ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +225,19 @@ KINDS: dict[str, type[Command]] = {
         Nudge,
     )
 }
+
+
+def _check_message(what: str, message: str, ctx: Context) -> None:
+    """An operator's message to a child: not empty, valid Unicode, no longer than a goal."""
+    if not message.strip():
+        raise CommandError(f"{what} is empty", "message")
+    problem = unicode_problem(message)
+    if problem:  # it would fail the child's request and the store's write, far from here
+        raise CommandError(f"{what}: {problem}", "message")
+    # It joins the child's prompt as a goal does: the same bound.
+    limit = ctx.max_chars()
+    if limit is not None and len(message) > limit:
+        raise CommandError(f"{what}: {too_long(len(message), limit)}", "message")
 
 
 def _check_ids(ids: tuple[str, ...], ctx: Context) -> None:
@@ -404,4 +413,38 @@ def _check_pending(row: ChildRow, verb: str) -> None:
         raise CommandError(f"{row.id}'s changes were discarded already")
 
 
-KINDS.update((c.kind, c) for c in (Retry, Accept, Discard))
+# --- the "needs you" queue (engine/triage/needs.py) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Command):
+    """The operator's answer to each of these children's question (`ask_operator`): the tool's
+    result, and the child goes on."""
+
+    kind: ClassVar[str] = "answer"
+    child_ids: tuple[str, ...]
+    message: str
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+        _check_message("answer", self.message, ctx)
+        asking = ctx.asking()
+        idle = [i for i in dict.fromkeys(self.child_ids) if asking is not None and i not in asking]
+        if idle:
+            shown = ", ".join(repr(one_line(i, 60)) for i in idle[:5])
+            raise CommandError(f"no question of {shown} waits for an answer", "child_ids")
+
+
+@dataclass(frozen=True, slots=True)
+class Dismiss(Command):
+    """Clear these children's entries in the "needs you" queue, leaving the children as they
+    are (an entry comes back if something new happens to one)."""
+
+    kind: ClassVar[str] = "dismiss"
+    child_ids: tuple[str, ...]
+
+    def check(self, ctx: Context) -> None:
+        _check_ids(self.child_ids, ctx)
+
+
+KINDS.update((c.kind, c) for c in (Retry, Accept, Discard, Answer, Dismiss))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.agents.formats import (
+    Denied,
     Event,
     Lifecycle,
     Live,
@@ -165,3 +166,18 @@ def test_codex_reconnects_are_retry_notices_and_its_own_error_is_the_reason() ->
     reason = "exceeded retry limit, last status: 429 Too Many Requests"
     assert of(failed, Result) == [Result(reason, error=True)]
     assert of(failed, Retrying) == []
+
+
+def test_claude_denying_a_tool_is_told_once_with_the_tool_and_its_input() -> None:
+    # Claude Code says it twice: a `system` `permission_denied` as it happens (naming the call,
+    # not its input) and the result's `permission_denials`: one denial, with the input.
+    events = read("claude-stream-json", CLAUDE / "denied.jsonl")
+    (denied,) = of(events, Denied)
+    assert denied.tool == "Bash"
+    assert json.loads(denied.input) == {
+        "command": "rm -rf build",
+        "description": "run the goal's command",
+    }
+    shown = [e.text for e in of(events, Shown) if e.text.startswith("permission denied")]
+    assert len(shown) == 1 and "needs approval" in shown[0]
+    assert events.index(denied) < events.index(of(events, Result)[0])  # as it happened

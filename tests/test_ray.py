@@ -541,3 +541,28 @@ def test_an_owner_that_dies_takes_its_workers_children_with_it_and_resume_runs_t
     [row] = snap.children
     assert row.status is ChildStatus.COMPLETED and row.node
     assert "ran again" in "\n".join(lines(row.transcript))
+
+
+def test_a_child_on_a_worker_asks_the_operator_and_goes_on_with_the_answer(
+    tmp_path: Path,
+) -> None:
+    # The question crosses home; the answer goes back to the worker, where its call waits (the
+    # call holds an Event, which never crosses: sent whole, it failed the worker's pull).
+    route = dataclasses.replace(sim_route(tool_turns=0, cache=False), ask_operator=True)
+    engine = start(
+        batch(2, goal="[sim:ask] ship item {i}"), on_ray(settings(route, pool=1)), tmp_path
+    )
+    try:
+        until(
+            lambda: all(c.question is not None for c in engine.snapshot().children),
+            what="both children asking (one slot: a child that asks holds none)",
+            timeout=120,
+        )
+        engine.answer(["t0000", "t0001"], "yes, ship it on Friday")
+        snap = run_to_end(engine, 120)
+    finally:
+        engine.close()
+    assert {c.status for c in snap.children} == {ChildStatus.COMPLETED}
+    assert all(c.node for c in snap.children)
+    for c in snap.children:
+        assert "yes, ship it on Friday" in (c.result or "")

@@ -1,49 +1,60 @@
-"""Alerts: a bell (and, opted in, a desktop notification) when a child fails or loops or the
-soft budget holds the batch's admission, batched so a burst of failures is one alert with a count.
+"""Alerts: a bell (and, opted in, a desktop notification) for each new entry of the "needs you"
+queue (engine/triage/needs.py: a child asks, was denied a tool, loops, failed in a way a retry
+may fix, or the soft budget holds the batch's admission), batched so a burst is one alert with
+counts, and never twice for the same entry.
 
-`AlertWatch` tells from successive snapshots what newly needs the operator; `AlertBatcher`
-decides when to say it; `notification` builds the OSC sequence, made of counts and a sanitized
-batch id only, so no text a model or a tool wrote ever reaches the terminal this way.
+`AlertWatch` tells from successive queues which entries are new; `AlertBatcher` decides when to
+say it; `notification` builds the OSC sequence, made of counts and a sanitized batch id only, so
+no text a model or a tool wrote ever reaches the terminal this way; `title` the terminal's.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flightdeck.engine.api import DesktopNotify
-from flightdeck.engine.model import ChildStatus, Snapshot
+from flightdeck.engine.api import DesktopNotify, Need
 from textual.app import App
 
 GATHER_S = 1.0  # a burst that spans a few polls still makes one alert
-_FAILED = frozenset(
-    {ChildStatus.FAILED, ChildStatus.TIMED_OUT, ChildStatus.STALLED, ChildStatus.UNKNOWN}
-)
+_FAILED = frozenset({"failed", "timed_out", "stalled", "unknown"})
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _ID_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class Alerts:
-    """How many children newly failed or were flagged looping; whether the soft budget began
-    holding admission (an operator's pause is no news to the operator: it rings nothing)."""
+    """How many new entries of the queue: children that failed (a retry may fix it), were
+    flagged looping, ask, or were denied a tool; whether the soft budget began holding
+    admission (an operator's pause is no news to the operator: it rings nothing)."""
 
     failed: int = 0
     looping: int = 0
     held: int = 0  # times the soft budget began to hold admission
+    asks: int = 0
+    denied: int = 0
 
     def __add__(self, other: Alerts) -> Alerts:
         return Alerts(
-            self.failed + other.failed, self.looping + other.looping, self.held + other.held
+            self.failed + other.failed,
+            self.looping + other.looping,
+            self.held + other.held,
+            self.asks + other.asks,
+            self.denied + other.denied,
         )
 
     def __bool__(self) -> bool:
-        return bool(self.failed or self.looping or self.held)
+        return bool(self.failed or self.looping or self.held or self.asks or self.denied)
 
     @property
     def text(self) -> str:
-        """`3 failed, 1 looping, budget held`: counts only."""
+        """`2 ask, 1 denied a tool, 3 failed, 1 looping, budget held`: counts only."""
         parts = []
+        if self.asks:
+            parts.append(f"{self.asks} ask{'s' if self.asks == 1 else ''}")
+        if self.denied:
+            parts.append(f"{self.denied} denied a tool")
         if self.failed:
             parts.append(f"{self.failed} failed")
         if self.looping:
@@ -54,27 +65,30 @@ class Alerts:
 
 
 class AlertWatch:
-    """What is new in each snapshot against the ones before; the first one is the baseline
-    (what had already failed when the screen opened is the digest's to tell, not a bell's)."""
+    """Which entries of each queue are new: an entry (its child, reason and since, `Need.key`)
+    alerts once, never again, even if it leaves the queue and comes back. The first queue is
+    the baseline (what needed the operator when the screen opened is the digest's to tell)."""
 
     def __init__(self) -> None:
-        self._failed: set[str] | None = None
-        self._looping: set[str] = set()
+        self._seen: set[object] | None = None
         self._held = False
 
-    def observe(self, snap: Snapshot) -> Alerts:
-        failed = {row.id for row in snap.children if row.status in _FAILED}
-        looping = {row.id for row in snap.children if row.loop is not None}
-        held = snap.limits is not None and snap.limits.soft_held is not None
-        if self._failed is None:
-            new = Alerts()
-        else:
-            new = Alerts(
-                len(failed - self._failed),
-                len(looping - self._looping),
-                int(held and not self._held),
-            )
-        self._failed, self._looping, self._held = failed, looping, held
+    def observe(self, queue: Sequence[Need]) -> Alerts:
+        held = any(n.child_id is None for n in queue)
+        kinds = {n.key: n.kind for n in queue if n.child_id is not None}
+        if self._seen is None:
+            self._seen, self._held = set(kinds), held
+            return Alerts()
+        fresh = [kind for key, kind in kinds.items() if key not in self._seen]
+        self._seen.update(kinds)
+        new = Alerts(
+            failed=sum(k in _FAILED for k in fresh),
+            looping=fresh.count("looping"),
+            held=int(held and not self._held),  # each time it begins to hold
+            asks=fresh.count("asks"),
+            denied=fresh.count("denied"),
+        )
+        self._held = held
         return new
 
 
@@ -126,11 +140,30 @@ def notification(style: DesktopNotify, batch_id: str, alerts: Alerts) -> str | N
     return f"\x1b]9;{title}: {body}\x07"
 
 
+def title(batch_id: str, waiting: int) -> str:
+    """The terminal's title: the batch, and how many entries need the operator (counts and a
+    sanitized id only)."""
+    name = f"flightdeck {safe_id(batch_id)}".strip()
+    return f"{name} — {waiting} need you" if waiting else name
+
+
+def set_title(app: App[object], text: str) -> None:
+    """Set the app's and the terminal window's title (OSC 2) to `text` (built by `title`)."""
+    app.title = text
+    _write(app, f"\x1b]2;{text}\x07")
+
+
 def write_to_terminal(app: App[object], sequence: str) -> None:
+    """Write a notification's escape sequence to the app's terminal."""
+    _write(app, sequence)
+
+
+def _write(app: App[object], sequence: str) -> None:
     """Write an escape sequence to the app's terminal, in order with its screen updates.
 
-    Textual has no public call for raw output: `App.bell` and `App.copy_to_clipboard` write
-    their own sequences through the driver, and so does this (nothing under a headless test).
+    Textual has no public call for raw output (nor sets the terminal's title): `App.bell` and
+    `App.copy_to_clipboard` write their own sequences through the driver, and so does this
+    (nothing under a headless test).
     """
     driver = app._driver
     if driver is not None and not app.is_headless:

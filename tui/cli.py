@@ -12,6 +12,7 @@ from flightdeck.engine.errors import LocatedError
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import rework
 from flightdeck.tui.client import (
+    cmd_answer,
     cmd_limits,
     cmd_nudge,
     cmd_pause,
@@ -108,8 +109,8 @@ _WHERE_HELP = (
 
 
 def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """resume, steer, nudge, stop, pause, continue, wait: a batch's owner taken over, or sent
-    commands from here."""
+    """resume, steer, answer, nudge, stop, pause, continue, wait: a batch's owner taken over,
+    or sent commands from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
     resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
     resume.add_argument(
@@ -131,6 +132,14 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     steer.add_argument("-m", "--message", required=True, help="the operator's message")
     steer.add_argument("--now", action="store_true", help="interrupt the current response")
     steer.add_argument("--state-dir", type=Path)
+
+    answer = sub.add_parser(
+        "answer", help="answer the question (ask_operator) children of a running batch wait on"
+    )
+    answer.add_argument("batch_id")
+    answer.add_argument("child_ids", nargs="+", metavar="CHILD")
+    answer.add_argument("-m", "--message", required=True, help="the operator's answer")
+    answer.add_argument("--state-dir", type=Path)
 
     nudge = sub.add_parser(
         "nudge", help="send the canned loop steer to children of a running batch flagged looping"
@@ -178,7 +187,8 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """`attach`, `serve` and `logs`: clients of a batch's owner process."""
+    """`attach`, `serve`, `logs` and `grep`: clients of a batch's owner process (or its
+    records)."""
     attach = sub.add_parser(
         "attach", help="the TUI on a running batch (read-only once it has ended)"
     )
@@ -203,6 +213,26 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         "-f", "--follow", action="store_true", help="follow the transcript until the child ends"
     )
     logs.add_argument("--state-dir", type=Path)
+    grep = sub.add_parser(
+        "grep", help="search every transcript of a batch (running or ended) for a pattern"
+    )
+    grep.add_argument("batch_id")
+    grep.add_argument(
+        "pattern",
+        metavar="PATTERN",
+        help="words, matched case-insensitively from the start of a word (or --regex)",
+    )
+    grep.add_argument(
+        "--child", action="append", metavar="CHILD", help="only this child's (repeatable)"
+    )
+    grep.add_argument(
+        "--regex", action="store_true", help="PATTERN is a Python regex over each whole line"
+    )
+    grep.add_argument("--first", action="store_true", help="each child's first match only")
+    grep.add_argument(
+        "-m", "--max-count", type=int, metavar="N", help="stop after N matching lines"
+    )
+    grep.add_argument("--state-dir", type=Path)
 
 
 def _port(text: str) -> int:
@@ -234,6 +264,7 @@ def _pool_size(text: str) -> int | Literal["auto"]:
 _OWNER_COMMANDS = {
     "resume": cmd_resume,
     "steer": cmd_steer,
+    "answer": cmd_answer,
     "nudge": cmd_nudge,
     "stop": cmd_stop,
     "pause": cmd_pause,
@@ -258,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
             return cmd_report(args)
         if args.command in _OWNER_COMMANDS:
             return _OWNER_COMMANDS[args.command](args)
+        if args.command == "grep":
+            from flightdeck.tui.grep import cmd_grep
+
+            return cmd_grep(args)
         if args.command == "serve":
             from flightdeck.tui.web.command import cmd_serve
 

@@ -1,4 +1,4 @@
-"""The client commands: steer, stop, pause, continue, wait and limits: each a command for a
+"""The client commands: steer, answer, stop, pause, continue, wait and limits: each a command for a
 batch's owner process (another process), sent and followed through engine/attached's `Client`;
 what they print is here. Each says what it waits for, and a dead owner as soon as it is found,
 with the command that runs the batch on."""
@@ -106,6 +106,17 @@ def cmd_steer(args: argparse.Namespace) -> ExitCode:
             return ExitCode.OK
         rid = _sent(client, Steer(tuple(ids), args.message, args.now))
         return _until_delivered(client, rid, args.now, none="steer applied")
+
+
+def cmd_answer(args: argparse.Namespace) -> ExitCode:
+    """`flightdeck answer`: the operator's answer to the question (`ask_operator`) each of these
+    children waits on; it is their tool's result. Returns once the owner has delivered it."""
+    from flightdeck.engine.commands import Answer
+
+    with _client(args) as client:
+        ids = list(dict.fromkeys(args.child_ids))
+        rid = _sent(client, Answer(tuple(ids), args.message))
+        return _until_applied(client, rid, f"answer delivered: {_said(ids, False)}")
 
 
 def cmd_nudge(args: argparse.Namespace) -> ExitCode:

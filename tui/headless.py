@@ -6,6 +6,7 @@ import contextlib
 import os
 import queue
 import signal
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
@@ -36,6 +37,21 @@ if TYPE_CHECKING:
     from flightdeck.engine.api import Engine
 
 LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
+ASKS_EVERY_S = 1.0  # how often the batch is looked at for new questions to the operator
+
+
+def asked_lines(engine: Engine, told: set[object]) -> list[Text]:
+    """A line for each question (`ask_operator`) not told yet, with the command that answers."""
+    from flightdeck.engine.api import needs
+
+    lines = []
+    for need in needs(engine.snapshot()):
+        if need.kind == "asks" and need.child_id is not None and need.key not in told:
+            told.add(need.key)
+            child = one_line(need.child_id, 60)
+            answer = f"flightdeck answer {engine.batch_id} {child} -m …"
+            lines.append(Text(f"{child} asks: {one_line(need.text, 300)} (`{answer}`)"))
+    return lines
 
 
 def run_headless(engine: Engine, console: Console, errors: Console | None = None) -> ExitCode:
@@ -152,8 +168,15 @@ def _run_headless(
             progress.start()
             bar = progress.add_task("running", total=len(engine.batch.tasks))
         soft_held: str | None = None
+        told: set[object] = set()  # the questions said
+        asks_at = 0.0
+        may_ask = any(r.ask_operator for r in engine.settings.routes.values())
         while True:
             done = engine.wait(0.1)
+            if may_ask and time.monotonic() - asks_at >= ASKS_EVERY_S:
+                asks_at = time.monotonic()
+                for line in asked_lines(engine, told):
+                    console.print(line, style="bold magenta")
             finished: list[ChildFinished | GroupFinished] = []
             while True:
                 try:

@@ -45,6 +45,7 @@ from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import cache_saving, spend_known, totals_of
+from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
 from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
     CHILD_COLUMNS_NO_RESULT,
@@ -65,7 +66,9 @@ _MUTABLE = (
 )
 _TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
 # The events read into rows (and the loop policies' steers, told from the operator's).
-_EVENTS = ", ".join(f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS))
+_EVENTS = ", ".join(
+    f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS, *NEED_EVENTS)
+)
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -98,6 +101,7 @@ class BatchReading:
         self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
         self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
         self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
+        self._needs = Needs()  # what each child needs of the operator, from the events
         self._kept = Kept()  # each child's attempt and changes, from the events
         self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self._live_text: str | None = None
@@ -245,6 +249,7 @@ class BatchReading:
         if node is not None:  # its work ran on a cluster: where
             fields["node"] = node
         fields.update(self._kept.fields(cid))  # its attempt and its changes
+        fields.update(self._needs.fields(row))  # its question, its denied call
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
@@ -289,19 +294,21 @@ class BatchReading:
         placed on (on a cluster), and the loop policies' steers. The ids of the children whose
         rows must be built again."""
         found = self._conn.execute(
-            "SELECT id, child_id, kind, detail FROM events WHERE batch_id = ? AND id > ?"
+            "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
             f" AND kind IN ({_EVENTS}) AND child_id IS NOT NULL ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
         changed = set()
-        for event_id, child_id, kind, detail in found:
+        for event_id, child_id, kind, detail, ts in found:
             self._events_seen = int(event_id)
             child_id, detail = str(child_id), str(detail)
             if kind in KEPT_KINDS:
                 if self._kept.add(child_id, kind, detail):
                     changed.add(child_id)
                 continue
-            if kind == "delegate":
+            if kind in NEED_EVENTS:
+                self._needs.add(child_id, kind, detail, float(ts))
+            elif kind == "delegate":
                 self._parents[child_id] = detail
             elif kind == "node":
                 self._nodes[child_id] = detail

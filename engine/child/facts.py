@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.model import LoopEvidence, SteerReceipt
+from flightdeck.engine.model import Denial, LoopEvidence, SteerReceipt
 from flightdeck.engine.providers.base import HeadroomEvent
 
 if TYPE_CHECKING:
+    from flightdeck.engine.child.ask import AskCall
     from flightdeck.engine.child.delegate import DelegateCall
 
 
@@ -71,6 +72,23 @@ class LoopFlagged:
 
 
 @dataclass(frozen=True, slots=True)
+class Asked:
+    """A child called `ask_operator`: the coordinator records the question, frees its slot and
+    settles `call` with the operator's answer."""
+
+    child_id: str
+    call: AskCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDenied:
+    """An agent CLI's permissions denied one of its tool calls (the operator may allow it)."""
+
+    child_id: str
+    denial: Denial
+
+
+@dataclass(frozen=True, slots=True)
 class ChildLost:
     """Its work ran elsewhere (a worker on a cluster), and the worker is gone (`why` says how,
     naming the node): it runs again, as after a crash."""
@@ -87,6 +105,8 @@ ChildFact = (
     | FirstChunk
     | Delegated
     | LoopFlagged
+    | Asked
+    | ToolDenied
     | ChildLost
 )
 

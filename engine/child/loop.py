@@ -11,6 +11,13 @@ from typing import Any
 
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.activity import InFlight
+from flightdeck.engine.child.ask import (
+    ASK_SPEC,
+    AskCall,
+    answer_text,
+    parse_question,
+    wait_settled,
+)
 from flightdeck.engine.child.delegate import (
     DELEGATE_SPEC,
     DelegateCall,
@@ -18,7 +25,7 @@ from flightdeck.engine.child.delegate import (
     parse_call,
     result_text,
 )
-from flightdeck.engine.child.facts import Delegated, FirstChunk, HeadroomSeen
+from flightdeck.engine.child.facts import Asked, Delegated, FirstChunk, HeadroomSeen
 from flightdeck.engine.child.policy import CallPolicy, RetryNotice, StopRequested
 from flightdeck.engine.child.port import PAUSED, ChildPort, Ended, Paused
 from flightdeck.engine.child.tools import Toolbox
@@ -39,6 +46,7 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
 from flightdeck.engine.records.meter import Meter, cache_saving
+from flightdeck.engine.sanitize import one_line
 
 __all__ = ["SYSTEM_PROMPT", "TRANSCRIPT_TOOL_CHARS", "ModelRunner"]
 
@@ -88,6 +96,7 @@ class ModelRunner:
         toolbox: Toolbox,
         meter: Meter,
         delegation: Delegation | None = None,
+        ask_chars: int | None = None,
         workspace: Workspace | None = None,  # its own worktree or copy (None: the batch's)
     ) -> None:
         self._route_name = route_name
@@ -97,6 +106,7 @@ class ModelRunner:
         self._meter = meter
         # Whether (and how much) it may hand sub-tasks to the engine.
         self.delegation = delegation
+        self.ask_chars = ask_chars  # a question's most characters (None: it may not ask)
         self._messages: list[Message] | None = None  # the conversation so far, once begun
         self._next_turn = 1
         self._port: ChildPort | None = None  # the child it runs, while `run` runs
@@ -120,8 +130,9 @@ class ModelRunner:
 
     @property  # not cached: an attribute added after __init__ costs each runner 400 bytes
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        """The tools its model is offered: the workspace's, and `delegate` if it may."""
-        return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ())
+        """The tools its model is offered: the workspace's, `delegate`, `ask_operator` if it may."""
+        ask = (ASK_SPEC,) if self.ask_chars is not None else ()
+        return self._tools.specs + ((DELEGATE_SPEC,) if self.delegation else ()) + ask
 
     session = None  # a model has no CLI session to resume
 
@@ -351,6 +362,8 @@ class ModelRunner:
         try:
             if call.name == DELEGATE_SPEC.name and self.delegation is not None:
                 output = self._delegate(call.arguments, self.delegation)
+            elif call.name == ASK_SPEC.name and self.ask_chars is not None:
+                output = self._ask(call.arguments, self.ask_chars)
             else:
                 output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
@@ -371,12 +384,17 @@ class ModelRunner:
         call = DelegateCall(c.task.id, parse_call(arguments, rules))
         c.progress.show(f"waiting for {len(call.tasks)} delegate(s)")
         c.report(Delegated(c.task.id, call))
-        while not call.done.wait(0.05):
-            self._check_stop()  # a stop ends the parent; the coordinator stops its subtree
-        self._check_stop()
-        if call.refused is not None:
-            raise ToolError(call.refused)
+        wait_settled(call, self._check_stop)  # a stop: the coordinator stops its subtree
         return result_text(call.results)
+
+    def _ask(self, arguments: Mapping[str, Any], max_chars: int) -> str:
+        """Ask the operator and wait (holding no slot, never a stall) for the answer."""
+        c = self._c
+        call = AskCall(c.task.id, parse_question(arguments, max_chars))
+        c.progress.wait_on_operator(f"asks: {one_line(c.clean(call.question), 80)}")
+        c.report(Asked(c.task.id, call))
+        wait_settled(call, self._check_stop)
+        return answer_text(call.answer or "")  # settled, not refused: answered
 
     def _deliver_steers(self, messages: list[Message]) -> None:
         c = self._c

@@ -140,6 +140,13 @@ class Progress:
             self._activity.text = text
             self.version += 1
 
+    def wait_on_operator(self, text: str) -> None:
+        """It waits for the operator (`text` says on what): held, never a stall."""
+        with self._lock:
+            self._activity.text = text
+            self._activity.held = True
+            self.version += 1
+
     def tick(self, text: str) -> None:
         """Activity: a chunk streamed, a tool call announced, a line of output."""
         with self._lock:

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
+from flightdeck.engine.child.operator import OperatorNeeds
 from flightdeck.engine.child.progress import Figures
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
@@ -39,6 +40,7 @@ def build_row(
     steers: tuple[SteerReceipt, ...],
     loops: LoopWatch,
     kept: Kept,
+    operator: OperatorNeeds,
 ) -> ChildRow:
     """The row readers see, from the child's figures now and what it holds."""
     in_flight = now.in_flight
@@ -73,6 +75,9 @@ def build_row(
         depth=task.depth,
         loop=loops.evidence,
         looped_ts=loops.looped_ts,
+        question=operator.question,
+        denial=operator.denial,
+        dismissed_ts=operator.dismissed_ts,
         node=standing.node,
         attempt=kept.attempt,
         changes=kept.changes,

@@ -14,6 +14,7 @@ from decimal import Decimal
 from flightdeck.engine.child.facts import ChildDone, ChildFact, ChildPaused, ReceiptSettled, Report
 from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
+from flightdeck.engine.child.operator import OperatorNeeds
 from flightdeck.engine.child.policy import StopRequested
 from flightdeck.engine.child.port import PAUSED, Attempt, Closable, Ended, Runner, Transcript
 from flightdeck.engine.child.progress import Progress
@@ -65,6 +66,7 @@ class Child:
         "leads_gate",
         "loops",
         "node",
+        "operator",
         "paused_s",
         "progress",
         "queued_ts",
@@ -138,6 +140,7 @@ class Child:
         self._pause_wanted = False
         self._paused_at: float | None = None
         self.paused_s = 0.0
+        self.operator = OperatorNeeds()  # what it needs of the operator (coordinator thread)
 
     @property
     def transcript(self) -> Transcript:
@@ -157,7 +160,7 @@ class Child:
     def version(self) -> int:
         """Changes whenever the child's row would."""
         figures = self.progress.version + self.loops.version + self.kept.version
-        return self._version + self.steering.version + figures
+        return self._version + self.steering.version + figures + self.operator.version
 
     def row(self) -> ChildRow:
         """A frozen view; rebuilt only when something changed since the last call."""
@@ -185,6 +188,7 @@ class Child:
                 steers=self.steering.receipts(),
                 loops=self.loops,
                 kept=self.kept,
+                operator=self.operator,
             )
             self._row, self._row_version = row, version
             return row

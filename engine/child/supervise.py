@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flightdeck.engine.agents.formats import (
+    Denied,
     Lifecycle,
     Live,
     Model,
@@ -32,11 +33,11 @@ from flightdeck.engine.agents.process import Line, Process, Record
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
-from flightdeck.engine.child.facts import ChildPaused
+from flightdeck.engine.child.facts import ChildPaused, ToolDenied
 from flightdeck.engine.child.port import ChildPort
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.inputs.settings import CommandSpec
-from flightdeck.engine.model import SteerState
+from flightdeck.engine.model import Denial, SteerState
 from flightdeck.engine.sanitize import one_line
 
 FAST_S = 0.05  # how soon output is read again while it flows
@@ -229,6 +230,10 @@ class Supervisor:
                 c.progress.reported_model(one_line(c.clean(name), 80))
             case Session(session_id):
                 self._session[:] = [session_id]
+            case Denied(tool, given):
+                if not self._quiet:  # an adopted process's old denials were told before
+                    denial = Denial(c.clean(tool), c.clean(given), c.clock())
+                    c.report(ToolDenied(c.task.id, denial))
             case Result(text, error):
                 self._end.result, self._end.result_error = text, error
                 if self._input is not None:

@@ -15,6 +15,7 @@ from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.questions import Questions
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.workers import ThreadRefused
@@ -37,6 +38,7 @@ class Admission:
         *,
         pauses: Pauses,
         arrivals: Arrivals,
+        questions: Questions,
         budget: Budget,
         meter: Meter,
         clock: Callable[[], float],
@@ -48,6 +50,7 @@ class Admission:
         self._ends = ends
         self._pauses = pauses
         self._arrivals = arrivals
+        self._questions = questions
         self._budget = budget
         self._meter = meter
         self._clock = clock
@@ -62,6 +65,7 @@ class Admission:
         the operator or the soft budget holds admission; `failed`: the batch is failing."""
         slots = self._slots
         self._arrivals.resume_parents()  # not new work: a parent finishing what it began
+        self._questions.admit()  # nor a child the operator answered
         self._pauses.admit(functools.partial(self.launch, new=False))  # nor a continued child
         budget_reason = self.budget_exhausted()
         if budget_reason is not None:

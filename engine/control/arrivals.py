@@ -72,10 +72,8 @@ class Arrivals:
         ready = self._delegations.ready
         while ready:
             parent, call, rows = ready[0]
-            if parent.task.id in slots.waiting:
-                if slots.full() or not slots.queues.take(parent):
-                    return
-                slots.take_slot(parent)
+            if not slots.slot_again(parent):
+                return
             ready.pop(0)
             call.finish(rows)
 

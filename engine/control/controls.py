@@ -18,10 +18,12 @@ from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.commands import (
     Accept,
+    Answer,
     CommandError,
     Continue,
     ContinueAdmission,
     Discard,
+    Dismiss,
     Nudge,
     Pause,
     PauseAdmission,
@@ -37,6 +39,7 @@ from flightdeck.engine.control.inbox import Order, ReceiptIds, Reviewed
 from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.pool import SPARE_WORKERS
+from flightdeck.engine.control.questions import Questions
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.reviews import ReviewDesk
 from flightdeck.engine.control.slots import Ends, Slots
@@ -76,6 +79,7 @@ class Controls:
         soft: SoftBudget,
         pauses: Pauses,
         arrivals: Arrivals,
+        questions: Questions,
         attempts: Attempts,
         desk: ReviewDesk | None,  # where accept and discard are applied (None: nowhere)
         publish: Callable[[EngineEvent], None],
@@ -93,6 +97,7 @@ class Controls:
         self._soft = soft
         self._pauses = pauses
         self._arrivals = arrivals
+        self._questions = questions
         self._attempts = attempts
         self._desk = desk
         self._publish = publish
@@ -174,6 +179,10 @@ class Controls:
                     raise CommandError("this batch has no workspace to review changes in")
                 self._desk.submit(order, slots.all_rows())
                 return None
+            case Answer(ids, message):
+                self._questions.answer(ids, message)
+            case Dismiss(ids):
+                self.dismiss(ids)
             case command:
                 raise CommandError(f"this owner cannot apply a {command.kind!r} command")
         return ()
@@ -285,6 +294,15 @@ class Controls:
                 slots.interrupt(child, ChildStatus.STOPPED, reason)
             elif child.finalize(ChildStatus.STOPPED, reason + " before start"):
                 self._ends.finish(child)
+
+    def dismiss(self, ids: tuple[str, ...]) -> None:
+        """Clear these children's entries in the "needs you" queue (engine/triage/needs.py)."""
+        ts = self._clock()
+        for child_id in dict.fromkeys(ids):
+            self._recorder.record_event(child_id, "dismiss", "")
+            child = self._slots.by_id.get(child_id)
+            if child is not None:  # else an earlier owner's: the event alone says it
+                child.operator.dismissed(ts)
 
     # --- the loop policy -----------------------------------------------------------------------
 

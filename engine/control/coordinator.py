@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from flightdeck.engine.child.facts import (
+    Asked,
     ChildDone,
     ChildLost,
     ChildPaused,
@@ -27,6 +28,7 @@ from flightdeck.engine.child.facts import (
     HeadroomSeen,
     LoopFlagged,
     ReceiptSettled,
+    ToolDenied,
 )
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.admission import Admission
@@ -47,6 +49,7 @@ from flightdeck.engine.control.inbox import (
 from flightdeck.engine.control.liverows import PROGRESS_EVERY_S, LiveRows
 from flightdeck.engine.control.lost import rerun_lost
 from flightdeck.engine.control.pauses import Pauses
+from flightdeck.engine.control.questions import Questions
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.reviews import ReviewDesk
 from flightdeck.engine.control.slots import Carried, Slots
@@ -147,10 +150,12 @@ class Coordinator:
             clock=clock,
             exhausted=lambda: self._admission.budget_exhausted(),
         )
+        self.questions = Questions(slots, recorder, clock)  # what children ask of the operator
         self._admission = Admission(
             slots,
             self,
             pauses=self._pauses,
+            questions=self.questions,
             arrivals=self._arrivals,
             budget=self._budget,
             meter=meter,
@@ -172,6 +177,7 @@ class Coordinator:
             soft=self._soft,
             pauses=self._pauses,
             arrivals=self._arrivals,
+            questions=self.questions,
             attempts=Attempts(
                 slots,
                 self._finals,
@@ -422,6 +428,10 @@ class Coordinator:
                 self._publish(SteerSettled(receipt))
             case Delegated(child_id, call):
                 self._arrivals.delegate(self.slots.by_id[child_id], call)
+            case Asked(child_id, call):
+                self.questions.asked(self.slots.by_id[child_id], call)
+            case ToolDenied(child_id, denial):
+                self.questions.denied(self.slots.by_id[child_id], denial)
             case ChildPaused(child_id):
                 self._pauses.paused(self.slots.by_id[child_id])
             case FirstChunk(child_id):
@@ -455,6 +465,7 @@ class Coordinator:
         self.slots.stop_requested.pop(child.task.id, None)
         self._controls.loop_policies.ended(child.task.id)
         self._pauses.ended(child)
+        self.questions.ended(child)
         self._told.changes(child)
         self._finals.hand(child.row())
 

@@ -10,12 +10,14 @@ from collections.abc import Collection, Iterable, Mapping
 
 from flightdeck.engine.commands import (
     Accept,
+    Answer,
     Command,
     CommandError,
     Context,
     Continue,
     ContinueAdmission,
     Discard,
+    Dismiss,
     Pause,
     PauseAdmission,
     Retry,
@@ -25,8 +27,9 @@ from flightdeck.engine.commands import (
     StopAll,
     child_ids_of,
 )
+from flightdeck.engine.control import inbox
 from flightdeck.engine.control.coordinator import Coordinator
-from flightdeck.engine.control.inbox import Answer, Order
+from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.model import ChildRow, Limits
 from flightdeck.engine.model.livelimits import changed
@@ -70,6 +73,14 @@ class CommandMethods:
         """Pause the batch's admission (`on`), or continue it: while paused no child starts;
         the running go on (pause them to hold them too)."""
         self.send(PauseAdmission() if on else ContinueAdmission())
+
+    def answer(self, child_ids: Iterable[str], message: str) -> None:
+        """Answer each of these children's question (`ask_operator`): its tool's result."""
+        self.send(Answer(tuple(child_ids), message))
+
+    def dismiss(self, child_ids: Iterable[str]) -> None:
+        """Clear these children's entries in the "needs you" queue (engine/triage/needs.py)."""
+        self.send(Dismiss(tuple(child_ids)))
 
     def retry(self, child_ids: Iterable[str], *, resume: bool = False) -> None:
         """Run these children that ended again under a new attempt (`resume`: working on from
@@ -116,7 +127,12 @@ class Sender:
         """The batch as the coordinator has it now, for checking a command."""
         co = self._co
         return Context(
-            self._batch_id, self._known, lambda: self._max_chars, co.limits, co.slots.all_rows
+            self._batch_id,
+            self._known,
+            lambda: self._max_chars,
+            co.limits,
+            asking=lambda: co.questions.pending,
+            rows=co.slots.all_rows,
         )
 
     def send(self, command: Command, request_id: int | None = None) -> tuple[int, ...]:
@@ -129,7 +145,7 @@ class Sender:
             tuple(co.receipt_ids.next() for _ in command.targets) if command.receipted else ()
         )
         waits = command.waits and request_id is None and co.running and not co.on_thread
-        answer = Answer() if waits else None
+        answer = inbox.Answer() if waits else None
         co.command(Order(command, receipts, request_id, answer))
         while answer is not None and not answer.wait(WAIT_SLICE_S):
             if not co.running:  # the engine closed under it: nothing will apply it now

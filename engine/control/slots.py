@@ -73,6 +73,15 @@ class Slots:
         """A child that gave up its slot has it again (its route's was taken by the caller)."""
         del self.waiting[child.task.id]
 
+    def slot_again(self, child: Child) -> bool:
+        """A child waiting without a slot takes one again, if one is free (on its route too);
+        True if it has one now (or never gave it up)."""
+        if child.task.id in self.waiting:
+            if self.full() or not self.queues.take(child):
+                return False
+            self.take_slot(child)
+        return True
+
     def add(self, made: list[Child]) -> list[Child]:
         """Children made as the batch runs (delegates, waves) join it."""
         self.children.extend(made)

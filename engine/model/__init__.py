@@ -51,6 +51,9 @@ _LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING, C
 # The tool through which a child hands sub-tasks to the engine and waits for them, holding no
 # slot meanwhile (`child/delegate.py`).
 DELEGATE_TOOL = "delegate"
+# The tool through which a model child asks the operator a question and waits for the answer,
+# holding no slot meanwhile (`child/ask.py`).
+ASK_TOOL = "ask_operator"
 # How a running child's activity text starts while the operator's pause of it is pending: it
 # takes the pause at the end of its turn, or, waiting on its delegates, once they return. The
 # store keeps the text, so an attached view reads the same (`ChildRow.pausing`).
@@ -175,6 +178,23 @@ class LoopEvidence:
 
 
 @record
+class Question:
+    """What a child asked the operator (its `ask_operator` call), not answered yet."""
+
+    text: str
+    ts: float
+
+
+@record
+class Denial:
+    """A tool call an agent CLI's permissions denied (Claude Code's `permission_denials`)."""
+
+    tool: str
+    input: str  # its input, as one line of JSON
+    ts: float
+
+
+@record
 class ChildRow:
     """One child as a reader sees it."""
 
@@ -208,6 +228,9 @@ class ChildRow:
     depth: int = 0
     loop: LoopEvidence | None = None  # flagged as looping (cleared when it makes progress)
     looped_ts: float | None = None  # when it was last flagged, kept once the flag clears
+    question: Question | None = None  # it asks the operator and waits for the answer
+    denial: Denial | None = None  # the latest tool call its CLI's permissions denied
+    dismissed_ts: float | None = None  # when the operator last cleared what it needed of them
     node: str | None = None  # the cluster node its work ran on (None: in the owner process)
     attempt: int = 1  # 2 and on: the operator retried it (the earlier attempts' spend included)
     changes: Changes | None = None  # what it changed in its own worktree or copy (None: nothing)

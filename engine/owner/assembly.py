@@ -289,7 +289,11 @@ def build_runner(
         own = Workspace(
             route.workspace, toolbox.root, batch_dir / "workspaces" / task.id, keep=False
         )
-    return ModelRunner(route.name, providers[route.name], retry, toolbox, meter, delegation, own)
+    ask = settings.engine.max_task_chars if route.ask_operator else None
+    provider = providers[route.name]
+    return ModelRunner(
+        route.name, provider, retry, toolbox, meter, delegation, ask_chars=ask, workspace=own
+    )
 
 
 def manifest_children(children: Iterable[Child]) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from flightdeck.engine.errors import FatalError, RateLimited, TransientError
 from flightdeck.engine.inputs.settings import Route
-from flightdeck.engine.model import Usage
+from flightdeck.engine.model import ASK_TOOL, Usage
 from flightdeck.engine.providers.base import (
     Interrupted,
     StreamEvent,
@@ -253,6 +253,9 @@ class SimStream:
 # `[sim:loop!]` goes on regardless, until its turns run out or it is stopped.
 LOOP_MARKER = "[sim:loop]"
 STUBBORN_LOOP_MARKER = "[sim:loop!]"
+# A goal marker that makes a sim child ask the operator first (when its route offers
+# `ask_operator`), then answer with what the operator said.
+ASK_MARKER = "[sim:ask]"
 
 
 def _loops(req: TurnRequest, goal: str) -> bool:
@@ -289,6 +292,8 @@ def _plan(req: TurnRequest, rng: random.Random, o: SimOptions) -> tuple[str, tup
         ]
         split = ToolCall(f"call_{rng.getrandbits(40):010x}", "delegate", {"tasks": parts})
         return preface + "This splits into parts; delegating them.\n", (split,)
+    if ASK_MARKER in goal and any(t.name == ASK_TOOL for t in req.tools):
+        return _ask_plan(req, rng, goal_line, preface)
     marked = LOOP_MARKER in goal or STUBBORN_LOOP_MARKER in goal
     if marked and any(t.name == "list_dir" for t in req.tools):
         if _loops(req, goal):
@@ -302,6 +307,19 @@ def _plan(req: TurnRequest, rng: random.Random, o: SimOptions) -> tuple[str, tup
             if call is not None:
                 return preface + _sentence(rng) + "\n", (call,)
     return f"{preface}Result for: {goal_line}\n{_body(rng)}\n", ()
+
+
+def _ask_plan(
+    req: TurnRequest, rng: random.Random, goal_line: str, preface: str
+) -> tuple[str, tuple[ToolCall, ...]]:
+    """A child made to ask: the question first; once answered, its result quotes the answer."""
+    answers = [m.content for m in req.messages if m.role == "tool" and m.name == ASK_TOOL]
+    goal_line = goal_line.replace(ASK_MARKER, "").strip()
+    if not answers:
+        question = f"Before I start: should I go ahead with {goal_line!r}?"
+        ask = ToolCall(f"call_{rng.getrandbits(40):010x}", ASK_TOOL, {"question": question})
+        return preface + "I need the operator's decision first.\n", (ask,)
+    return f"{preface}Result for: {goal_line}\n{answers[-1]}\n", ()
 
 
 def _next_tool(req: TurnRequest, rng: random.Random, turn: int, names: set[str]) -> ToolCall | None:

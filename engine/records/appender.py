@@ -6,8 +6,11 @@ Why a process: the opens, writes and closes, and the formatting and sanitizing o
 then run on another core instead of competing with the engine's worker threads for the
 interpreter lock.
 
-It imports only the standard library, `events`, `lines` and `sanitize`, so it starts in
-milliseconds beside every batch.
+It also keeps the batch's search index (`searchindex.Indexer`: a thread that reads back what
+was appended and indexes it, off the path of the writes).
+
+It imports only the standard library, `events`, `lines`, `sanitize` and `searchindex`, so it
+starts in milliseconds beside every batch.
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ from flightdeck.engine.records.events import (
     decode,
 )
 from flightdeck.engine.records.lines import LineFormatter
+
+# Not `typing.TYPE_CHECKING`: this process starts without `typing` (mypy reads the name alike).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # imported with the first lines written: the process starts without it
+    from flightdeck.engine.records.searchindex import Indexer
 
 OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -62,6 +70,11 @@ class FileAppender:
             self._pending[path] = [data]
         else:
             chunks.append(data)
+
+    @property
+    def pending(self) -> list[str]:
+        """The files with lines queued."""
+        return list(self._pending)
 
     def release(self, path: str) -> None:
         """Write what is queued for `path`, then close its descriptor."""
@@ -123,11 +136,15 @@ def write_all(fd: int, data: bytes | bytearray) -> None:
 
 
 class Transcripts:
-    """Applies transcript events: formats each file's lines, then appends them (`files`)."""
+    """Applies transcript events: formats each file's lines, then appends them (`files`);
+    with `index`, the files written are kept indexed for search (an `Indexer`, made when the
+    first lines are written)."""
 
-    def __init__(self, max_open: int = 128) -> None:
+    def __init__(self, max_open: int = 128, *, index: bool = False) -> None:
         self.files = FileAppender(max_open)
         self._formatters: dict[str, LineFormatter] = {}
+        self._index = index
+        self.indexer: Indexer | None = None
 
     def apply(self, events: Iterable[Event]) -> None:
         """Format each event into its file's lines and queue them (see `write_pending`)."""
@@ -145,6 +162,7 @@ class Transcripts:
                     if formatter is not None:
                         self._add(path, formatter.end_stream(event.ts))
                     self.files.release(path)
+                    self._written([path])
                     continue
                 case Raw():
                     data = event.data
@@ -152,15 +170,35 @@ class Transcripts:
 
     def write_pending(self) -> None:
         """Append the lines queued so far."""
+        paths = self.files.pending
         self.files.write_pending()
+        self._written(paths)
 
     def close(self) -> None:
-        """Write everything queued and close the files."""
+        """Write everything queued and close the files (the index caught up, for a while)."""
+        paths = self.files.pending
         self.files.close()
+        self._written(paths)
+        if self.indexer is not None:
+            self.indexer.close()
 
     def take_errors(self) -> tuple[int, str]:
-        """Failed writes since the last call, and the last one's message."""
-        return self.files.take_errors()
+        """Failed writes (and index updates) since the last call, and the last one's message."""
+        failed, error = self.files.take_errors()
+        if self.indexer is not None:
+            unindexed, why = self.indexer.take_errors()
+            failed, error = failed + unindexed, why or error
+        return failed, error
+
+    def _written(self, paths: list[str]) -> None:
+        """Lines were appended to these files: the index reads them back."""
+        if not self._index or not paths:
+            return
+        if self.indexer is None:
+            from flightdeck.engine.records.searchindex import Indexer
+
+            self.indexer = Indexer()
+        self.indexer.note(paths)
 
     def _formatter(self, path: str) -> LineFormatter:
         formatter = self._formatters.get(path)
@@ -206,7 +244,7 @@ def main() -> None:
     # The engine ends this process by closing the pipe after its last lines: a Ctrl+C meant for
     # the engine must not end it first (it also runs in a session of its own).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(sys.stdin.fileno(), sys.stdout.fileno(), Transcripts(int(sys.argv[1])))
+    serve(sys.stdin.fileno(), sys.stdout.fileno(), Transcripts(int(sys.argv[1]), index=True))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Any
 from flightdeck.engine.model.livelimits import describe
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.attempts import markdown_lines
+from flightdeck.engine.records.needlog import need_rows
 from flightdeck.engine.records.report import ERROR_WIDTH, GOAL_WIDTH, PAUSE_EVENTS
 from flightdeck.engine.sanitize import one_line
 
@@ -70,7 +71,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     lines += _forecast_lines(report.get("forecast") or {})
     lines += _operator(
-        report["steers"], report["stops"], report.get("limits") or [], report.get("pauses") or []
+        report["steers"],
+        report["stops"],
+        report.get("limits") or [],
+        report.get("pauses") or [],
+        report.get("needs") or [],
     )
     lines += _loop_lines(report.get("loops") or [], report.get("loop_policy") or [])
     lines += markdown_lines(dict(report), _cell)
@@ -128,10 +133,11 @@ def _operator(
     stops: list[dict[str, Any]],
     limits: list[dict[str, Any]],
     pauses: list[dict[str, Any]],
+    needs: list[dict[str, Any]],
 ) -> list[str]:
     """The operator's steers (with their receipts), stops, pauses and continues, changes to the
-    limits, and the soft budget's holds, in the order they happened."""
-    if not steers and not stops and not limits and not pauses:
+    limits, the soft budget's holds, questions and answers, in the order they happened."""
+    if not steers and not stops and not limits and not pauses and not needs:
         return ["", "## Operator", "", "No steers or stops."]
     rows = [
         (
@@ -172,6 +178,7 @@ def _operator(
         )
         for p in pauses
     ]
+    rows += need_rows(needs, lambda text: _cell(text, GOAL_WIDTH))
     rows.sort(key=lambda r: r[0])  # ISO times of one zone sort as times; ties keep steers first
     return _table(
         "Operator",

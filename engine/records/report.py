@@ -15,6 +15,7 @@ from flightdeck.engine.records.attempts import report_entries
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
+from flightdeck.engine.records.needlog import need_records
 from flightdeck.engine.records.reader import StoreReader, no_batch
 
 GOAL_WIDTH = 80
@@ -161,6 +162,8 @@ def build_report(
         ],
         # The operator's changes to the live limits, and the soft budget's holds, in order.
         "limits": _limit_actions(reader.events(batch_id)),
+        # Questions asked and answered, tools denied, entries cleared (the "needs you" queue).
+        "needs": need_records(reader.events(batch_id), _iso),
     }
 
 

@@ -49,7 +49,7 @@ class TranscriptSink:
         self._frame_lock = threading.Lock()  # taking items off the queue and framing them
         self._out = bytearray()  # framed, not yet handed to the helper
         self._closed = False
-        self._local = Transcripts(self.MAX_OPEN)
+        self._local = Transcripts(self.MAX_OPEN, index=True)
         self._helper = WriterProcess.start(self.MAX_OPEN)
         self._thread = threading.Thread(target=self._run, name="flightdeck-transcripts")
         self._thread.daemon = True  # close() drains it; a crash must not hang the exit

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.triage.needs import need_of
 from flightdeck.engine.triage.outliers import Medians
 
 STATUS_ALIASES: dict[str, frozenset[str]] = {
@@ -96,6 +97,7 @@ class RowFilter:
     tagged_only: bool = False
     looping_only: bool = False  # `is:looping`: flagged as looping (ChildRow.loop)
     outliers_only: bool = False  # is:outlier (see engine/triage/outliers.py)
+    needs_you_only: bool = False  # is:needs-you: an entry of the "needs you" queue (needs.py)
 
     @property
     def active(self) -> bool:
@@ -121,6 +123,8 @@ class RowFilter:
         if self.looping_only and row.loop is None:
             return False
         if self.outliers_only and (medians is None or medians.outlier(row) is None):
+            return False
+        if self.needs_you_only and need_of(row) is None:
             return False
         if self.statuses is not None and (
             row.status.value not in self.statuses
@@ -183,7 +187,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
     sets: dict[str, set[str]] = {}
     errors: list[str] = []
     comparisons: list[Comparison] = []
-    tagged_only = looping_only = outliers_only = False
+    tagged_only = looping_only = outliers_only = needs_you = False
     for term, text in split_terms(query):
         found = None if text else _TERM.match(term)
         if found is None:
@@ -207,14 +211,16 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
                 looping_only = True
             elif value == "outlier":
                 outliers_only = True
+            elif value == "needs-you":
+                needs_you = True
             elif value == "tagged" and tags:
                 tagged_only = True
             else:
-                why = "one of is:tagged, is:looping, is:outlier"
+                why = "one of is:tagged, is:looping, is:outlier, is:needs-you"
                 if not tags:
-                    why = "here only is:looping, is:outlier"
+                    why = "here only is:looping, is:outlier, is:needs-you"
                     if value == "tagged":
-                        why = "nothing is tagged here (is:looping, is:outlier work)"
+                        why = "nothing is tagged here (is:looping, is:outlier, is:needs-you work)"
                 raise QueryError(f"{term!r}: {why}")
         elif name == "error":
             errors.append(value)
@@ -236,6 +242,7 @@ def parse_filter(query: str, *, tags: bool = True) -> RowFilter:
         tagged_only=tagged_only,
         looping_only=looping_only,
         outliers_only=outliers_only,
+        needs_you_only=needs_you,
     )
 
 

@@ -65,9 +65,15 @@ class Claude:
         self.cwd = home / "work"
         self.cwd.mkdir(exist_ok=True)
 
-    def once(self, prompt: str, *extra: str, env: dict[str, str] | None = None) -> list[str]:
+    def once(
+        self,
+        prompt: str,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        allowed: str = "Bash",
+    ) -> list[str]:
         argv = [self.binary, "-p", "--output-format", "stream-json", "--verbose", *extra]
-        argv += ["--allowedTools", "Bash", "--", prompt]
+        argv += ["--allowedTools", allowed, "--", prompt]
         return printed(argv, {**self.env, **(env or {})}, self.cwd)
 
     def turns(self, first: str, steer: str, when: str) -> list[str]:
@@ -172,6 +178,8 @@ def main() -> None:
         limited = {"CLAUDE_CODE_MAX_RETRIES": "1"}
         write(folder, "fail_429", claude.once("give up [fail: 429]", env=limited))
         write(folder, "fail_400", claude.once("refused [fail: 400]"))
+        # Its shell tool not allowed: the call is denied, and the result lists it.
+        write(folder, "denied", claude.once("clean the build [tool: rm -rf build]", allowed="Read"))
         first = "first task [tool: sleep 1; echo slept]"
         write(folder, "steer_midturn", claude.turns(first, "also check the docs", "midturn"))
         write(folder, "steer_after", claude.turns("first task", "and the changelog", "after"))

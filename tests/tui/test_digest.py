@@ -11,12 +11,15 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.api import needs
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
     ChildStatus,
+    Denial,
     Limits,
     LoopEvidence,
+    Question,
     Snapshot,
     SteerReceipt,
     SteerState,
@@ -227,7 +230,9 @@ def test_alerts_count_what_is_new_after_the_first_snapshot(tmp_path: Path) -> No
     watch = AlertWatch()
     old = child(1, "a", S.FAILED, folder=f, started=1, finished=5, error="x")
     running = [child(i, "r", S.RUNNING, folder=f, started=1, last=5) for i in range(2, 6)]
-    assert not watch.observe(snap((old, *running), 10))  # what had failed before: the baseline
+    assert not watch.observe(
+        needs(snap((old, *running), 10))
+    )  # what had failed before: the baseline
     burst = (
         old,
         child(2, "r", S.FAILED, folder=f, started=1, finished=11),
@@ -236,10 +241,28 @@ def test_alerts_count_what_is_new_after_the_first_snapshot(tmp_path: Path) -> No
         running[3],
     )
     # The operator's own pause is no news to them; the soft budget's hold is.
-    assert watch.observe(snap(burst, 12, held="paused by the operator")) == Alerts(2, 1, 0)
+    assert watch.observe(needs(snap(burst, 12, held="paused by the operator"))) == Alerts(2, 1, 0)
     budget = "soft budget $5.00 reached: projected $6.20"
-    assert watch.observe(snap(burst, 13, held=budget, soft_held=budget)) == Alerts(0, 0, 1)
-    assert not watch.observe(snap(burst, 14, held=budget, soft_held=budget))  # nothing new
+    assert watch.observe(needs(snap(burst, 13, held=budget, soft_held=budget))) == Alerts(0, 0, 1)
+    assert not watch.observe(needs(snap(burst, 14, held=budget, soft_held=budget)))  # nothing new
+
+
+def test_an_entry_alerts_once_never_again_even_when_it_comes_back(tmp_path: Path) -> None:
+    f = tmp_path
+    watch = AlertWatch()
+    asking = child(1, "a", S.RUNNING, folder=f, started=1, last=5)
+    asks = dataclasses.replace(asking, question=Question("which branch?", T0 + 6))
+    failed = child(2, "b", S.FAILED, folder=f, started=1, finished=7, error="x")
+    assert not watch.observe(needs(snap((asking,), 5)))
+    assert watch.observe(needs(snap((asks,), 6))) == Alerts(asks=1)
+    assert not watch.observe(needs(snap((asks,), 7)))  # the same question, another poll
+    cleared = dataclasses.replace(failed, dismissed_ts=T0 + 8)
+    assert watch.observe(needs(snap((asks, failed), 8))) == Alerts(failed=1)
+    assert not watch.observe(needs(snap((asks, cleared), 9)))  # cleared: gone
+    assert not watch.observe(needs(snap((asks, failed), 10)))  # back, the same entry: no alert
+    denied = dataclasses.replace(asking, denial=Denial("Bash", "{}", T0 + 11))
+    assert watch.observe(needs(snap((denied, failed), 11))) == Alerts(denied=1)
+    assert Alerts(asks=2, denied=1).text == "2 ask, 1 denied a tool"
 
 
 def test_a_burst_of_alerts_is_one_with_the_counts_then_at_most_one_every_n_seconds() -> None:

@@ -72,11 +72,18 @@ class Ring:
 
 
 @dataclass(frozen=True, slots=True)
+class Title:
+    """Set the app's and the terminal window's title (alerts.title: counts, a sanitized id)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
     """Close the app; `stopped`: the operator stopped everything to quit (the app's result)."""
 
     stopped: bool
 
 
-Step = Send | Say | Untag | Track | Poll | Ask[Any] | Ring | Exit
+Step = Send | Say | Untag | Track | Poll | Ask[Any] | Ring | Title | Exit
 Decision = Sequence[Step]

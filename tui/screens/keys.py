@@ -169,11 +169,29 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="Grouped (G): fold or unfold the group under the cursor",
     ),
     Binding(
+        "exclamation_mark",
+        "needs",
+        "Needs you",
+        show=False,  # the footer is full; the status bar's count says "(!)"
+        id="view.needs",
+        tooltip="What needs you, oldest first with the reason: questions to answer (a), tools "
+        "denied, loops, failures a retry may fix, the soft budget's hold; c clears an entry",
+    ),
+    Binding(
         "slash",
         "filter",
         "Filter",
         id="view.filter",
         tooltip="Filter rows by a query: words, status:failed, cost>0.50, idle>5m (see help)",
+    ),
+    Binding(
+        "F",
+        "search",
+        "Search",
+        show=False,
+        id="view.search",
+        tooltip="Search every transcript for words (or a regex): the children that match, each "
+        "with its first matching line; enter opens the transcript there",
     ),
     Binding(
         "o",
@@ -272,6 +290,8 @@ PALETTE = {
     "tag_group": "view: tag the selected child's group",
     "fold": "view: fold / unfold the group",
     "filter": "view: filter",
+    "search": "view: search every transcript",
+    "needs": "view: what needs you",
     "sort": "view: next sort order",
     "group_by": "view: group by the next field",
     "follow": "view: follow most active",

@@ -27,8 +27,10 @@ from flightdeck.tui.options import UiOptions
 from flightdeck.tui.screens import actions, batch, decisions, keys, targets
 from flightdeck.tui.screens.decisions import Decision
 from flightdeck.tui.screens.help import HelpScreen
+from flightdeck.tui.screens.needs import NeedsScreen, go_to
 from flightdeck.tui.screens.notices import Notices
 from flightdeck.tui.screens.review import ReviewActions
+from flightdeck.tui.screens.search import SearchScreen
 from flightdeck.tui.screens.summaries import Summaries
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable, CostMeter, StatusBar, TranscriptView
@@ -157,7 +159,10 @@ class MainScreen(Screen[None]):
         self.query_one("#detail", ChildDetail).show_selected(self.table, self.options.clock())
 
     def _status(self) -> None:
-        line = status_line(self.snapshot, self.table, following=self.following, frozen=self.frozen)
+        following, needs_you = self.following, len(self.notices.queue)
+        line = status_line(
+            self.snapshot, self.table, following=following, frozen=self.frozen, needs=needs_you
+        )
         self.query_one("#status", StatusBar).show(line)
 
     def _sync_bindings(self) -> None:
@@ -199,6 +204,8 @@ class MainScreen(Screen[None]):
                     )
                 case decisions.Ring(bell=bell, sequence=sequence):
                     alerts.ring(self.app, bell, sequence)
+                case decisions.Title(text=text):
+                    alerts.set_title(self.app, text)
                 case decisions.Exit(stopped=stopped):
                     self.app.exit(result=stopped)
 
@@ -411,6 +418,16 @@ class MainScreen(Screen[None]):
 
     def action_filter(self) -> None:
         self.query_one("#filter", FilterInput).open(self.table.row_filter)
+
+    def action_search(self) -> None:
+        """Search every transcript (F): a screen of its own (screens/search.py)."""
+        self.app.push_screen(SearchScreen(self.view, cursor_blink=self.options.cursor_blink))
+
+    def action_needs(self) -> None:
+        """What needs the operator (!, screens/needs.py); enter there selects that child."""
+        o, table = self.options, self.table
+        queue = NeedsScreen(self.view, o.clock, poll_s=o.poll_s, cursor_blink=o.cursor_blink)
+        self.carry_out((decisions.Ask(queue, lambda child_id: go_to(table, child_id)),))
 
     def on_filter_input_applied(self, message: FilterInput.Applied) -> None:
         table = self.table

@@ -1,16 +1,16 @@
 """What the main screen tells the operator has happened: engine facts as toasts (gathered
-between polls, summed up when many), and the bell and desktop alerts; as decisions the screen
-carries out (decisions.py)."""
+between polls, summed up when many), the "needs you" queue with its bell, desktop alerts and
+the terminal's title; as decisions the screen carries out (decisions.py)."""
 
 from __future__ import annotations
 
-from flightdeck.engine.api import TuiSettings
+from flightdeck.engine.api import Need, TuiSettings, needs
 from flightdeck.engine.model import ChildRow, GroupFinished, Snapshot, SteerReceipt
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
 from flightdeck.tui.alerts import AlertBatcher, AlertWatch
 from flightdeck.tui.output import completion_text
-from flightdeck.tui.screens.decisions import Decision, Ring, Say
+from flightdeck.tui.screens.decisions import Decision, Ring, Say, Step, Title
 from textual.notifications import SeverityLevel
 
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
@@ -24,6 +24,8 @@ class Notices:
         self._notices: list[Say] = []  # since the last poll
         self._alert_watch = AlertWatch()
         self._alerts = AlertBatcher(tui.notify_every_s)
+        self._title = ""  # the terminal's title as last set
+        self.queue: tuple[Need, ...] = ()  # the "needs you" queue, as of the last snapshot
 
     # --- engine facts, shown at the next poll --------------------------------------------------
 
@@ -54,10 +56,19 @@ class Notices:
     # --- the bell and desktop notifications ----------------------------------------------------
 
     def observe(self, snap: Snapshot, now: float) -> Decision:
-        """Count what the snapshot shows that alerts; ring when a batch of them is due (counts
-        only, batched; a desktop notification when opted in)."""
-        self._alerts.add(self._alert_watch.observe(snap), now)
+        """The "needs you" queue as `snap` has it: count its new entries; ring when a batch of
+        them is due (counts only, batched; a desktop notification when opted in); the
+        terminal's title carries the queue's length. No toast: the status bar counts the queue
+        all along, and a toast would hide the transcript's end."""
+        self.queue = queue = needs(snap)
+        self._alerts.add(self._alert_watch.observe(queue), now)
         due = self._alerts.due(now)
-        if due is None:
-            return ()
-        return (Ring(self._tui.bell, alerts.notification(self._tui.desktop, snap.batch_id, due)),)
+        steps: list[Step] = []
+        if due is not None:
+            sequence = alerts.notification(self._tui.desktop, snap.batch_id, due)
+            steps.append(Ring(self._tui.bell, sequence))
+        title = alerts.title(snap.batch_id, len(queue))
+        if title != self._title:
+            self._title = title
+            steps.append(Title(title))
+        return steps

@@ -29,12 +29,19 @@ class StatusLine:
     paused: int = 0  # children the operator paused
     pausing: int = 0  # ... still running, their pause pending
     held: str | None = None  # why admission is held (`Snapshot.held`)
+    needs: int = 0  # entries of the "needs you" queue (engine/triage/needs.py)
 
 
 def status_line(
-    snap: Snapshot | None, table: ChildrenTable, *, following: bool, frozen: bool
+    snap: Snapshot | None,
+    table: ChildrenTable,
+    *,
+    following: bool,
+    frozen: bool,
+    needs: int = 0,
 ) -> StatusLine:
-    """The status bar's line for the batch as `snap` has it and the table as it shows it."""
+    """The status bar's line for the batch as `snap` has it and the table as it shows it
+    (`needs`: the length of the "needs you" queue)."""
     return StatusLine(
         batch_id=snap.batch_id if snap else "",
         batch_status=snap.status if snap else BatchStatus.RUNNING,
@@ -50,6 +57,7 @@ def status_line(
         paused=snap.totals.paused if snap else 0,
         pausing=snap.totals.pausing if snap else 0,
         held=snap.held if snap else None,
+        needs=needs,
     )
 
 
@@ -77,6 +85,8 @@ def status_parts(line: StatusLine) -> list[Part]:
         parts.append((1, [(" (q to quit)", "dim")]))
     if line.frozen:
         parts.append((0, [("  │  ", "dim"), ("FROZEN", "bold reverse yellow")]))
+    if line.needs:
+        parts.append((0, [("  │  ", "dim"), (f"{line.needs:,} need you (!)", "bold reverse red")]))
     if line.held and not finished:
         held = "admission held: " + one_line(line.held, 80)
         parts.append((0, [("  │  ", "dim"), (held, "bold reverse cyan")]))

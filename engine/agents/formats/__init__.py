@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flightdeck.engine.agents.formats.base import (
+    Denied,
     Event,
     Lifecycle,
     Live,
@@ -22,6 +23,7 @@ from flightdeck.engine.agents.formats.plain import Plain
 from flightdeck.engine.inputs.settings.values import OutputFormat
 
 __all__ = [
+    "Denied",
     "Event",
     "Lifecycle",
     "Live",

@@ -82,6 +82,15 @@ class Session:
 
 
 @dataclass(frozen=True, slots=True)
+class Denied:
+    """The CLI's permissions denied a tool call (Claude Code's `permission_denials`): the tool
+    and its input as one line of JSON."""
+
+    tool: str
+    input: str
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
     """The CLI's final answer for a turn; `error`: it says the turn failed."""
 
@@ -99,6 +108,7 @@ Event = (
     | Model
     | Lifecycle
     | Session
+    | Denied
     | Result
 )
 

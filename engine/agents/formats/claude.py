@@ -17,9 +17,11 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.agents.formats.base import (
+    Denied,
     Event,
     Lifecycle,
     Live,
@@ -53,6 +55,11 @@ class ClaudeStreamJson:
         self._cost_seen = Decimal(0)
         self._usage_seen = Usage()
         self._live_seen: tuple[str, dict[str, object]] | None = None
+        # Each tool call's input until its result comes (a denial names the call, not its
+        # input), and the calls whose denial was told as it happened (the result lists them
+        # all again).
+        self._inputs: dict[str, str] = {}
+        self._denied: set[str] = set()
 
     def feed(self, line: str) -> list[Event]:
         event = json_object(line)
@@ -98,6 +105,11 @@ class ClaudeStreamJson:
             attempts = text_of(event.get("max_retries", "?"))
             text = f"{status} {error}, retry {attempt}/{attempts} in {delay:.1f}s"
             out += [Retrying(text), Shown("system", f"api retry: {text}")]
+        elif subtype == "permission_denied":
+            call = text_of(event.get("tool_use_id", ""))
+            self._denied.add(call)
+            given = self._inputs.get(call, "{}")
+            out += _denied(text_of(event.get("tool_name", "?")), given, event.get("message"))
         else:
             out.append(unknown(event, f"system {subtype}"))
         return out
@@ -116,6 +128,7 @@ class ClaudeStreamJson:
                 out.append(Shown("reasoning", text_of(block.get("thinking", ""))))
             elif kind == "tool_use":
                 name = text_of(block.get("name", "tool"))
+                self._inputs[text_of(block.get("id", ""))] = _input_json(block.get("input", {}))
                 out.append(Shown("tool-call", f"{name} {text_of(block.get('input', {}))}"))
                 out.append(ToolStarted(name))
         key, usage = message.get("id"), message.get("usage")
@@ -140,6 +153,7 @@ class ClaudeStreamJson:
                 out.append(Shown("system", text_of(block.get("text", ""))))
             if kind != "tool_result":
                 continue
+            self._inputs.pop(text_of(block.get("tool_use_id", "")), None)
             content = block.get("content", "")
             if isinstance(content, list):
                 content = "\n".join(
@@ -176,7 +190,17 @@ class ClaudeStreamJson:
             text = event.get("terminal_reason", event.get("subtype", ""))
         subtype = text_of(event.get("subtype", ""))
         out.append(Shown("system", f"result: {subtype} after {calls} API call(s)"))
+        out += self._denials(event.get("permission_denials"))
         out.append(Result(text_of(text), error=error))
+        return out
+
+    def _denials(self, found: object) -> list[Event]:
+        """The turn's denied calls (`permission_denials`) not told as they happened."""
+        out: list[Event] = []
+        for denial in found if isinstance(found, list) else ():
+            if isinstance(denial, dict) and denial.get("tool_use_id") not in self._denied:
+                tool = text_of(denial.get("tool_name", "?"))
+                out += _denied(tool, _input_json(denial.get("tool_input", {})))
         return out
 
     def _tokens(self, event: dict[str, object]) -> Usage:
@@ -240,3 +264,18 @@ def _money(value: object) -> Decimal | None:
     except InvalidOperation:
         return None
     return cost if cost.is_finite() and cost >= 0 else None
+
+
+_DENIED_CHARS = 2_000  # of a denied call's input (a Write's whole file, maybe)
+
+
+def _input_json(given: object) -> str:
+    """A tool call's input as one line of JSON, cut at _DENIED_CHARS."""
+    text = json.dumps(given, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= _DENIED_CHARS else text[:_DENIED_CHARS] + "…"
+
+
+def _denied(tool: str, given: str, why: object = None) -> list[Event]:
+    """A denied call, in the transcript (with the CLI's reason, if it gave one) and told."""
+    because = f" ({text_of(why)})" if why else ""
+    return [Shown("system", f"permission denied: {tool} {given}{because}"), Denied(tool, given)]

@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from flightdeck.engine.child.ask import AskCall, Settled
 from flightdeck.engine.child.delegate import DelegateCall, SubTask
 from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.facts import (
+    Asked,
     ChildDone,
     Delegated,
     FirstChunk,
@@ -32,6 +34,8 @@ from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.executors.cluster.permits import PermitDesk
 from flightdeck.engine.executors.cluster.wire import (
     Ask,
+    AskEnded,
+    Asking,
     Billed,
     Cancel,
     DelegatesEnded,
@@ -60,8 +64,9 @@ from flightdeck.engine.records.events import EndStream, Release, Stream, Write
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
+C = TypeVar("C", bound=Settled)
 
-SEND_EVERY_S = 0.05  # the sender looks at the routes' limits and delegates this often
+SEND_EVERY_S = 0.05  # the sender looks at the routes' limits and settled calls this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,7 @@ class Link:
         self._lock = threading.Lock()
         self._paced: dict[str, tuple[bool, bool]] = {}
         self._calls: dict[int, DelegateCall] = {}  # `delegate` calls the owner settles
+        self._asks: dict[int, AskCall] = {}  # `ask_operator` calls, answered by the operator
         self._sender = threading.Thread(target=self._send_loop, name=f"flightdeck-to-{name}")
         self._puller = threading.Thread(target=self._pull_loop, name=f"flightdeck-from-{name}")
         self._sender.daemon = self._puller.daemon = True
@@ -145,7 +151,7 @@ class Link:
             batch: list[ToWorker] = []
             if (now := time.monotonic()) - looked >= SEND_EVERY_S:
                 looked = now
-                batch += self._limits() + self._delegates()
+                batch += self._limits() + self._settled()
             try:
                 item = self._out.get(timeout=SEND_EVERY_S)
                 while item is not None:
@@ -173,13 +179,12 @@ class Link:
                 out.append(Limited(name, *paced))
         return out
 
-    def _delegates(self) -> list[ToWorker]:
-        """`delegate` calls the owner has settled."""
+    def _settled(self) -> list[ToWorker]:
+        """`delegate` and `ask_operator` calls the owner has settled."""
         with self._lock:
-            done = [(n, c) for n, c in self._calls.items() if c.done.is_set()]
-            for number, _ in done:
-                del self._calls[number]
-        return [DelegatesEnded(n, c.results, c.refused) for n, c in done]
+            delegates, asks = _take_done(self._calls), _take_done(self._asks)
+        out: list[ToWorker] = [DelegatesEnded(n, c.results, c.refused) for n, c in delegates]
+        return out + [AskEnded(n, c.answer, c.refused) for n, c in asks]
 
     # --- the puller ----------------------------------------------------------------------------
 
@@ -238,6 +243,11 @@ class Link:
                 with self._lock:
                     self._calls[number] = call
                 home.report(Delegated(child_id, call))
+            case Asking(child_id, number, question):
+                ask = AskCall(child_id, question)
+                with self._lock:
+                    self._asks[number] = ask
+                home.report(Asked(child_id, ask))
 
     def _fact(self, fact: object) -> None:
         home = self._home
@@ -273,3 +283,11 @@ def replay(child: Elsewhere, events: tuple[Write | Stream | EndStream | Release,
                 transcript.end_stream(interrupted=interrupted, ts=ts)
             case Release(_, ts):
                 transcript.close(ts=ts)
+
+
+def _take_done(calls: dict[int, C]) -> list[tuple[int, C]]:
+    """The calls settled, taken out of `calls` (under the link's lock)."""
+    done = [(n, c) for n, c in calls.items() if c.done.is_set()]
+    for number, _ in done:
+        del calls[number]
+    return done

@@ -10,11 +10,13 @@ from collections import deque
 from collections.abc import Callable
 from decimal import Decimal
 
+from flightdeck.engine.child.ask import AskCall
 from flightdeck.engine.child.delegate import DelegateCall
-from flightdeck.engine.child.facts import ChildDone, ChildFact, Delegated
+from flightdeck.engine.child.facts import Asked, ChildDone, ChildFact, Delegated
 from flightdeck.engine.child.port import Runner
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.executors.cluster.wire import (
+    Asking,
     Billed,
     Delegating,
     Done,
@@ -166,6 +168,7 @@ class Twin(Child):
     ) -> None:
         self._outbox = outbox
         self.calls: dict[int, DelegateCall] = {}  # `delegate` calls waiting on the owner
+        self.asks: dict[int, AskCall] = {}  # `ask_operator` calls waiting on the owner
         self._sent_version = -1
         super().__init__(
             task,
@@ -216,5 +219,8 @@ class Twin(Child):
                 self.calls[number] = call
                 tasks = tuple((t.goal, t.context) for t in call.tasks)
                 self._outbox.put(Delegating(child_id, number, tasks))
+            case Asked(_, call):  # the call (an Event inside) stays here; its question goes
+                self.asks[id(call)] = call
+                self._outbox.put(Asking(child_id, id(call), call.question))
             case _:
                 self._outbox.put(Fact(fact))

@@ -124,9 +124,19 @@ class DelegatesEnded:
     refused: str | None
 
 
-ToWorker = (
-    Dispatch | Steer | Stop | Pause | Granted | Held | Refused | Limited | RoutePaused
-) | DelegatesEnded
+@dataclass(frozen=True, slots=True)
+class AskEnded:
+    """An `ask_operator` call settled by the owner: the operator's answer, or why it was
+    refused (the child ended)."""
+
+    call: int
+    answer: str | None
+    refused: str | None
+
+
+ToWorker = (Dispatch | Steer | Stop | Pause | Granted | Held | Refused | Limited | RoutePaused) | (
+    DelegatesEnded | AskEnded
+)
 
 # --- from a worker ------------------------------------------------------------------------------
 
@@ -225,9 +235,19 @@ class Delegating:
     tasks: tuple[tuple[str, str | None], ...]  # (goal, context)
 
 
+@dataclass(frozen=True, slots=True)
+class Asking:
+    """A child called `ask_operator`: its question, for the owner to put to the operator (the
+    call itself, waited on there, never crosses)."""
+
+    child_id: str
+    call: int
+    question: str
+
+
 FromWorker = (
     Lines | Figures | Billed | Fact | PauseTaken | Running | Done | Ask | Cancel | Settle
-) | (RateLimited | Delegating)
+) | (RateLimited | Delegating | Asking)
 
 
 # --- on the wire ---------------------------------------------------------------------------------

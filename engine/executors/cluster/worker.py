@@ -27,6 +27,7 @@ from flightdeck.engine.executors.cluster.guard import Guard, GuardBook
 from flightdeck.engine.executors.cluster.permits import RelayThrottle
 from flightdeck.engine.executors.cluster.twin import Outbox, RelayMeter, Twin
 from flightdeck.engine.executors.cluster.wire import (
+    AskEnded,
     DelegatesEnded,
     Dispatch,
     Fact,
@@ -168,6 +169,11 @@ class Worker:
                     call = each.calls.pop(number, None)
                     if call is not None:
                         call.refuse(refused) if refused is not None else call.finish(results)
+            case AskEnded(number, answer, refused):
+                for each in list(self._twins.values()):
+                    ask = each.asks.pop(number, None)
+                    if ask is not None:
+                        ask.refuse(refused) if refused is not None else ask.settle(answer or "")
 
     def _dispatch(self, order: Dispatch) -> None:
         task = order.task

@@ -63,6 +63,7 @@ _ROUTE_KEYS = (
     "retry",
     "cache_gate_s",
     "delegate",
+    "ask_operator",
     "loops",
     "workspace",
 )
@@ -239,6 +240,9 @@ class _Reader(ValueChecks):
             cache_gate_s=gate,
             delegate=self.flag((*key, "delegate"), table["delegate"])
             if "delegate" in table
+            else False,
+            ask_operator=self.flag((*key, "ask_operator"), table["ask_operator"])
+            if "ask_operator" in table
             else False,
             loops=self.loops(key, table),
             workspace=self.choice((*key, "workspace"), table["workspace"], WORKSPACE_MODES)

@@ -128,6 +128,8 @@ class Route:
     cache_gate_s: float = 0.0
     # Whether its children are offered the `delegate` tool (see child/delegate.py).
     delegate: bool = False
+    # Whether its children are offered the `ask_operator` tool (see child/ask.py).
+    ask_operator: bool = False
     # Provider-specific options, already validated (sim: time_scale, latency_ms, ...;
     # openai/anthropic: base_url, api_key_env, connect_timeout_s, read_timeout_s).
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

@@ -1,0 +1,287 @@
+"""Searching a batch's transcripts: the index (records/searchindex.py) for what it holds, the
+files for what it has not reached yet.
+
+Two kinds of pattern:
+
+- **plain** (the default): a case-insensitive match that starts at the start of a word, in a
+  line's text (after its stamp and role): `rate limit` finds "Rate limited" and
+  "rate-limit", not "accelerate limits". The index answers it: FTS5 finds the lines holding
+  the pattern's words in order (its last word as a prefix), and each is read back from its
+  transcript by its offset and checked against the pattern as typed. A pattern with no word in
+  it (`->`) is looked for in the files.
+- **regex** (`regex=True`): Python's `re`, over each whole line as written
+  (`HH:MM:SS.mmm  role      │ text`, so `tool-call +│ write_file` works). It reads every
+  transcript (no index can answer every regex): slower on a big batch, said in
+  docs/performance.md.
+
+Either way, the part of each file the index has not reached (a line written a moment ago) is
+read from the file, so nothing written is missed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from flightdeck.engine.records.searchindex import (
+    OFFSET_MASK,
+    SHIFT,
+    SearchIndex,
+    open_index,
+    transcripts,
+)
+from flightdeck.engine.sanitize import sanitize
+
+FEW_FILES = 64  # named files up to this many are looked up one by one in the index
+_MATCH = "SELECT rowid FROM lines WHERE lines MATCH ? ORDER BY rowid"
+_MATCH_RANGE = (
+    "SELECT rowid FROM lines WHERE lines MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rowid"
+)
+SCAN_CHUNK = 16 << 20  # bytes of one file read at a time when reading it through
+LINE_READ = 4096  # a candidate line is read in pieces of this size until its end
+
+
+class PatternError(ValueError):
+    """A pattern that cannot be searched for (an empty one, a regex that does not compile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One matching line: its transcript's file name, its byte offset there, the line."""
+
+    name: str
+    offset: int
+    line: str  # as written (sanitized), without its newline
+
+
+# Finds the next match in a text from a position: (start, end), or None.
+Finder = Callable[[str, int], "tuple[int, int] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """A pattern ready to search: how to find it in text, and its index query (None: the
+    files are read)."""
+
+    text: str
+    regex: bool
+    find: Finder
+    query: str | None
+    whole_line: bool  # a regex sees the whole line; a plain pattern the text after the role
+
+
+def compile_pattern(text: str, *, regex: bool = False) -> Pattern:
+    """`text` as a plain or regex pattern; PatternError saying what is wrong with it."""
+    if not text:
+        raise PatternError("the pattern is empty")
+    if "\n" in text:
+        raise PatternError("a pattern matches within one line: it cannot hold a newline")
+    if regex:
+        try:
+            compiled = re.compile(text, re.MULTILINE)  # ^ and $ at each line's ends
+        except re.error as exc:
+            raise PatternError(f"not a regular expression: {exc}") from None
+
+        def find_rx(s: str, pos: int) -> tuple[int, int] | None:
+            m = compiled.search(s, pos)
+            return None if m is None else m.span()
+
+        return Pattern(text, True, find_rx, None, whole_line=True)
+    lowered = text.lower()
+
+    def find_plain(s: str, pos: int) -> tuple[int, int] | None:
+        # `s` is lowered text; a match must start a word.
+        while (i := s.find(lowered, pos)) >= 0:
+            if i == 0 or not s[i - 1].isalnum():
+                return i, i + len(lowered)
+            pos = i + 1
+        return None
+
+    # FTS5 tokenizes the quoted string as it tokenized the lines; `*` makes its last word a
+    # prefix. No word at all: nothing for the index to find, the files are read.
+    query = '"' + text.replace('"', '""') + '" *' if any(c.isalnum() for c in text) else None
+    return Pattern(text, False, find_plain, query, whole_line=False)
+
+
+def catch_up(folder: Path) -> int:
+    """Bring the folder's index up to date (made if it has none); the bytes indexed."""
+    index = SearchIndex(folder)
+    try:
+        return index.catch_up()
+    finally:
+        index.close()
+
+
+def grep(
+    folder: Path,
+    pattern: Pattern,
+    *,
+    names: Sequence[str] | None = None,
+    first_only: bool = False,
+) -> Iterator[Hit]:
+    """The lines of these transcripts (all the folder's: None), in the order named, that match;
+    `first_only`: each file's first match only."""
+    only = None if names is None or len(names) > FEW_FILES else set(names)
+    names = transcripts(folder) if names is None else list(names)
+    conn = open_index(folder, write=False) if pattern.query is not None else None
+    try:
+        indexed, candidates = _from_index(conn, pattern, only) if conn is not None else ({}, {})
+    finally:
+        if conn is not None:
+            conn.close()
+    for name in names:
+        try:
+            fh = open(folder / name, "rb")  # noqa: SIM115  (read in pieces below)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        with fh:
+            done = indexed.get(name, 0)
+            found = False
+            for hit in _verified(fh, name, candidates.get(name, ()), pattern):
+                yield hit
+                found = True
+                if first_only:
+                    break
+            if found and first_only:
+                continue
+            for hit in _scanned(fh, name, done, pattern):
+                yield hit
+                if first_only:
+                    break
+
+
+def _from_index(
+    conn: sqlite3.Connection, pattern: Pattern, only: set[str] | None
+) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Each indexed file's indexed bytes, and the offsets of its lines the index says may
+    match (in one read transaction: the two agree); `only`: of these files alone."""
+    conn.execute("BEGIN")
+    try:
+        files = conn.execute("SELECT id, name, indexed FROM files").fetchall()
+        if only is not None:
+            files = [f for f in files if f[1] in only]
+        try:
+            if only is None:
+                rows = conn.execute(_MATCH, (pattern.query,)).fetchall()
+            else:  # a few files: their rowid ranges alone
+                rows = [
+                    r
+                    for i, _, _ in files
+                    for r in conn.execute(
+                        _MATCH_RANGE, (pattern.query, i << SHIFT, (i << SHIFT) | OFFSET_MASK)
+                    )
+                ]
+        except sqlite3.OperationalError:  # a query FTS5 cannot parse: the files are read
+            return {}, {}
+    finally:
+        conn.execute("COMMIT")
+    names = {int(i): str(n) for i, n, _ in files}
+    indexed = {str(n): int(d) for _, n, d in files}
+    candidates: dict[str, list[int]] = {}
+    for file_id, group in itertools.groupby((r[0] for r in rows), key=lambda r: r >> SHIFT):
+        name = names.get(file_id)
+        if name is not None:  # else lines of a file indexed again under a new id
+            candidates[name] = [r & OFFSET_MASK for r in group]
+    return indexed, candidates
+
+
+def _verified(fh: object, name: str, offsets: Sequence[int], pattern: Pattern) -> Iterator[Hit]:
+    """The index's candidates that match the pattern as typed."""
+    fd = fh.fileno()  # type: ignore[attr-defined]
+    for offset in offsets:
+        line = _line_at(fd, offset)
+        if _matches(line, pattern):
+            yield Hit(name, offset, sanitize(line))
+
+
+def _line_at(fd: int, offset: int) -> str:
+    """The line that starts at `offset`."""
+    pieces: list[bytes] = []
+    pos = offset
+    while True:
+        piece = os.pread(fd, LINE_READ, pos)
+        end = piece.find(b"\n")
+        if end >= 0:
+            pieces.append(piece[:end])
+            break
+        pieces.append(piece)
+        if len(piece) < LINE_READ:
+            break
+        pos += len(piece)
+    return b"".join(pieces).decode("utf-8", "replace")
+
+
+def _text_start(line: str) -> int:
+    """Where a line's text starts (after `│ `; 0 for a line of another form)."""
+    cut = line.find(" │ ", 12)
+    return 0 if cut < 0 else cut + 3
+
+
+def _matches(line: str, pattern: Pattern) -> bool:
+    if pattern.whole_line:
+        return pattern.find(line, 0) is not None
+    text = line[_text_start(line) :].lower()
+    return pattern.find(text, 0) is not None
+
+
+def _scanned(fh: object, name: str, start: int, pattern: Pattern) -> Iterator[Hit]:
+    """The matching lines of the file from byte `start` on, read through in pieces of whole
+    lines."""
+    read, seek = fh.read, fh.seek  # type: ignore[attr-defined]
+    pos = start
+    while True:
+        seek(pos)
+        data = read(SCAN_CHUNK)
+        if not data:
+            return
+        end = data.rfind(b"\n") + 1
+        while end == 0:  # one line longer than a piece: read on to its end (or the file's)
+            more = read(SCAN_CHUNK)
+            if not more:
+                end = len(data)
+                break
+            data += more
+            end = data.rfind(b"\n") + 1
+        yield from _in_block(data[:end], pos, name, pattern)
+        pos += end
+
+
+def _in_block(block: bytes, base: int, name: str, pattern: Pattern) -> Iterator[Hit]:
+    """The matching lines of a block of whole lines that starts at byte `base` of its file."""
+    text = block.decode("utf-8", "replace")
+    # A plain pattern is matched on lowered text (same length for every character whose
+    # lowercase is one character: the line boundaries found below still hold for those).
+    haystack = text if pattern.whole_line else text.lower()
+    if len(haystack) != len(text):  # a rare character whose lowercase is longer
+        yield from _line_by_line(text, base, name, pattern)
+        return
+    pos = 0
+    byte_pos, char_pos = base, 0  # the byte offset of character `char_pos` of the block
+    while (found := pattern.find(haystack, pos)) is not None:
+        start = text.rfind("\n", 0, found[0]) + 1
+        end = text.find("\n", found[0])
+        end = len(text) if end < 0 else end
+        line = text[start:end]
+        pos = end + 1
+        if not pattern.whole_line and found[0] < start + _text_start(line):
+            # In the stamp or role: look again from the text on, in this line only.
+            if not _matches(line, pattern):
+                continue
+        elif "\n" in haystack[found[0] : found[1]] and not _matches(line, pattern):
+            continue  # a regex match across lines: the line alone must match
+        byte_pos += len(text[char_pos:start].encode("utf-8", "replace"))
+        char_pos = start
+        yield Hit(name, byte_pos, sanitize(line))
+
+
+def _line_by_line(text: str, base: int, name: str, pattern: Pattern) -> Iterator[Hit]:
+    offset = base
+    for line in text.split("\n"):
+        if line and _matches(line, pattern):
+            yield Hit(name, offset, sanitize(line))
+        offset += len(line.encode("utf-8", "replace")) + 1

@@ -1,0 +1,259 @@
+"""Searching every transcript: the index the writer process keeps (records/searchindex.py), what
+grep finds in it and in the files it has not reached (records/search.py), `flightdeck grep`."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.attached.search import lines_around, search
+from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.records.lines import LineFormatter
+from flightdeck.engine.records.search import PatternError, compile_pattern, grep
+from flightdeck.engine.records.searchindex import SearchIndex, index_path
+
+from tests.helpers import batch, flightdeck, run_to_end, settings, sim_route, start, until
+from tests.test_agents import config, engine_for, fake, row_of, written
+
+T0 = 1_800_000_000.0
+
+
+def transcript(path: Path, *events: tuple[str, str]) -> None:
+    """Append these (role, text) events to `path`, formatted as the writer formats them."""
+    fmt = LineFormatter()
+    with path.open("ab") as fh:
+        for n, (role, text) in enumerate(events):
+            fh.write(fmt.write(role, text, T0 + n))
+
+
+def texts(folder: Path, pattern: str, *, regex: bool = False, **kw: object) -> list[str]:
+    hits = grep(folder, compile_pattern(pattern, regex=regex), **kw)  # type: ignore[arg-type]
+    return [f"{h.name}:{h.line.split(' │ ', 1)[1]}" for h in hits]
+
+
+def index(folder: Path) -> int:
+    idx = SearchIndex(folder)
+    try:
+        return idx.catch_up()
+    finally:
+        idx.close()
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    transcript(
+        tmp_path / "a.log",
+        ("user", "Review the Rate limited path and config.py"),
+        ("assistant", "accelerate limits are fine\nTransientError: boom"),
+        ("tool", "café naïve rate-limit here"),
+    )
+    transcript(tmp_path / "b.log", ("user", "12:00 the rate limit, again"))
+    return tmp_path
+
+
+PLAIN = [
+    # words from the start of a word, case folded; the last one a prefix
+    (
+        "rate limit",
+        ["a.log:Review the Rate limited path and config.py", "b.log:12:00 the rate limit, again"],
+    ),
+    (
+        "LIMIT",
+        [
+            "a.log:Review the Rate limited path and config.py",
+            "a.log:accelerate limits are fine",
+            "a.log:café naïve rate-limit here",
+            "b.log:12:00 the rate limit, again",
+        ],
+    ),
+    ("rate-limit", ["a.log:café naïve rate-limit here"]),
+    ("config.py", ["a.log:Review the Rate limited path and config.py"]),
+    ("café", ["a.log:café naïve rate-limit here"]),
+    # inside a word: not a match (that is what --regex is for)
+    ("error", []),
+    ("imit", []),
+    # the stamp and role are not searched, only a line's text
+    ("assistant", []),
+    ("12:00", ["b.log:12:00 the rate limit, again"]),
+]
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["files", "index"])
+@pytest.mark.parametrize(("pattern", "expected"), PLAIN, ids=[p for p, _ in PLAIN])
+def test_plain_patterns_find_the_same_lines_indexed_or_not(
+    folder: Path, indexed: bool, pattern: str, expected: list[str]
+) -> None:
+    if indexed:
+        assert index(folder) == sum(p.stat().st_size for p in folder.glob("*.log"))
+    assert texts(folder, pattern) == expected
+
+
+def test_a_pattern_with_no_word_is_looked_for_in_the_files(folder: Path) -> None:
+    transcript(folder / "b.log", ("tool-call", "edit a -> b"))
+    index(folder)
+    assert compile_pattern("->").query is None
+    assert texts(folder, "->") == ["b.log:edit a -> b"]
+
+
+def test_regex_matches_each_whole_line_stamp_and_role_too(folder: Path) -> None:
+    index(folder)
+    assert texts(folder, r"rror: \w+", regex=True) == ["a.log:TransientError: boom"]
+    assert texts(folder, r"^\d\d:\d\d:\d\d\.\d{3}  tool ", regex=True) == [
+        "a.log:café naïve rate-limit here"
+    ]
+    assert texts(folder, r"limit(ed|s)\b", regex=True) == [
+        "a.log:Review the Rate limited path and config.py",
+        "a.log:accelerate limits are fine",
+    ]
+    assert texts(folder, r"fine$", regex=True) == ["a.log:accelerate limits are fine"]
+    # A match must fall within one line, never across two.
+    assert texts(folder, r"fine\s+\d", regex=True) == []
+
+
+def test_bad_patterns_say_why() -> None:
+    for text, regex, why in (
+        ("", False, "empty"),
+        ("a\nb", False, "newline"),
+        ("(unclosed", True, "not a regular expression"),
+    ):
+        with pytest.raises(PatternError, match=why):
+            compile_pattern(text, regex=regex)
+
+
+def test_lines_written_after_the_index_are_found_at_their_offsets(folder: Path) -> None:
+    index(folder)
+    transcript(folder / "a.log", ("operator", "steer: rate limit now please"))
+    hits = list(grep(folder, compile_pattern("rate limit")))
+    assert [h.line.split(" │ ")[1] for h in hits] == [
+        "Review the Rate limited path and config.py",
+        "steer: rate limit now please",
+        "12:00 the rate limit, again",
+    ]
+    for hit in hits:  # the offset is where the line starts: the TUI opens it there
+        around = lines_around(folder / hit.name, hit.offset)
+        assert around.lines[around.at] == hit.line
+    # Caught up, the index answers alone: the files past it are no longer read.
+    index(folder)
+    conn = sqlite3.connect(index_path(folder))
+    sizes = dict(conn.execute("SELECT name, indexed FROM files"))
+    assert sizes == {p.name: p.stat().st_size for p in folder.glob("*.log")}
+    conn.close()
+
+
+def test_named_transcripts_only_in_the_order_named_and_first_only(folder: Path) -> None:
+    index(folder)
+    assert texts(folder, "limit", names=["b.log"]) == ["b.log:12:00 the rate limit, again"]
+    assert [t.split(":")[0] for t in texts(folder, "limit", names=["b.log", "a.log"])] == [
+        "b.log",
+        "a.log",
+        "a.log",
+        "a.log",
+    ]
+    assert texts(folder, "limit", first_only=True) == [
+        "a.log:Review the Rate limited path and config.py",
+        "b.log:12:00 the rate limit, again",
+    ]
+
+
+def test_a_damaged_index_is_read_around_and_made_again(folder: Path) -> None:
+    index_path(folder).write_bytes(b"not a database" * 100)
+    assert len(texts(folder, "limit")) == 4  # unreadable: the files are read
+    index(folder)  # to write, it is made again from the files
+    assert len(texts(folder, "limit")) == 4
+    assert stat.S_IMODE(index_path(folder).stat().st_mode) == 0o600
+
+
+def test_a_transcript_written_again_from_the_start_is_indexed_again(folder: Path) -> None:
+    index(folder)
+    (folder / "b.log").unlink()
+    transcript(folder / "b.log", ("user", "short"))
+    index(folder)
+    assert texts(folder, "short") == ["b.log:short"]
+    assert texts(folder, "again") == []  # its old lines are never read back
+
+
+def test_the_writer_process_indexes_every_transcript_of_a_batch(tmp_path: Path) -> None:
+    snap = run_to_end(start(batch(12), settings(sim_route()), tmp_path))
+    folder = Path(snap.children[0].transcript).parent
+    conn = sqlite3.connect(index_path(folder))
+    sizes = dict(conn.execute("SELECT name, indexed FROM files"))
+    conn.close()
+    assert sizes == {
+        Path(r.transcript).name: Path(r.transcript).stat().st_size for r in snap.children
+    }
+    assert stat.S_IMODE(index_path(folder).stat().st_mode) == 0o600
+    found = list(search(snap.children, compile_pattern("Review item 7"), first_only=True))
+    assert [(f.child_id, f.role, f.text) for f in found] == [("t0007", "user", "Review item 7")]
+
+
+def test_grep_finds_a_line_a_running_child_wrote_a_moment_ago(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    route = fake(
+        "fake_claude.py",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--fake-gate",
+        str(gate),
+        "{goal}",
+    )
+    route += 'format = "claude-stream-json"\n'
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    try:
+        # Its tool runs until the gate opens: the child is running, and has just written this.
+        until(lambda: written(engine, "Looking at the files."), what="the line written")
+        assert row_of(engine).status is ChildStatus.RUNNING
+        done = flightdeck(
+            "grep",
+            engine.batch_id,
+            "looking at",
+            "--state-dir",
+            str(tmp_path / "state"),
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+        [line] = done.stdout.splitlines()
+        assert line.split()[0] == "t0" and line.endswith("assistant │ Looking at the files.")
+        gate.touch()
+        assert engine.wait(30)
+    finally:
+        engine.close()
+
+
+def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> None:
+    snap = run_to_end(
+        start(batch(3, goal="Review item {i} for rate limits"), settings(sim_route()), tmp_path)
+    )
+    state = str(tmp_path / "state")
+
+    def grep_(*args: str) -> tuple[int, list[str], str]:
+        done = flightdeck("grep", snap.batch_id, *args, "--state-dir", state, cwd=tmp_path)
+        return done.returncode, done.stdout.splitlines(), done.stderr
+
+    code, lines, _ = grep_("rate limits")
+    assert code == 0
+    assert [ln.split()[0] for ln in lines if " user │ " in ln] == ["t0000", "t0001", "t0002"]
+    code, lines, _ = grep_("Review item \\d for", "--regex", "--child", "t0001")
+    assert code == 0 and all(ln.startswith("t0001 ") for ln in lines) and lines
+    code, lines, _ = grep_("nothing like this")
+    assert (code, lines) == (1, [])
+    code, _, err = grep_("(", "--regex")
+    assert code == 2 and "not a regular expression" in err
+    code, _, err = grep_("x", "--child", "nope")
+    assert code == 2 and "no child 'nope'" in err
+    done = flightdeck("grep", "no-such-batch", "x", "--state-dir", state, cwd=tmp_path)
+    assert done.returncode == 2 and "no batch no-such-batch" in done.stderr
+
+
+def test_the_index_is_never_written_by_a_search(folder: Path) -> None:
+    assert texts(folder, "limit")
+    assert not index_path(folder).exists()
+    if sys.platform.startswith("linux"):  # and reading one needs no write access to it
+        index(folder)
+        os.chmod(index_path(folder), 0o400)
+        assert len(texts(folder, "limit")) == 4

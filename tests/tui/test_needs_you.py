@@ -1,0 +1,250 @@
+"""The "needs you" queue in the TUI (`!`) and from the command line (`flightdeck answer`): a
+sim child's `ask_operator` question shown, answered, and its answer the tool's result; the
+status bar and the terminal's title count the queue; an alert once per new entry."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import time
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from flightdeck.engine.api import Engine, needs
+from flightdeck.engine.inputs.settings import (
+    Settings,
+    TuiSettings,
+    default_sim_route,
+    load_settings,
+)
+from flightdeck.engine.inputs.tasks import Batch
+from flightdeck.engine.model import ChildStatus
+from flightdeck.tui import alerts
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.screens.needs import NeedsScreen
+from flightdeck.tui.view import LiveView
+from flightdeck.tui.widgets.status import StatusBar
+from test_attach import OPTIONS, Owner
+from textual.widgets import Label, OptionList
+from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
+
+from helpers import Hold, flightdeck
+from helpers import until as wait_for
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+def bar_text(app: FlightdeckApp) -> str:
+    return str(app.main.query_one("#status", StatusBar).render())
+
+
+def result_of(engine: Engine, child_id: str) -> str:
+    row = engine.snapshot().child(child_id)
+    return (row.result or "") if row is not None else ""
+
+
+async def test_a_question_is_shown_answered_in_the_tui_and_alerted_once(
+    tmp_path: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[str] = []
+    monkeypatch.setattr(alerts, "write_to_terminal", lambda app, seq: written.append(seq))
+    titles: list[str] = []
+    monkeypatch.setattr(alerts, "set_title", lambda app, text: titles.append(text))
+    route = dataclasses.replace(default_sim_route(**held(hold, tool_turns=0)), ask_operator=True)
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    tasks = make_tasks(["[sim:ask] ship the docs", "[sim:ask] tag the release", "plain work"])
+    engine = Engine(Batch("needs", tasks), settings, state_dir=tmp_path / "s", max_concurrent=3)
+    engine.start()
+    tui = TuiSettings(desktop="osc777", notify_every_s=0.0, bell=False)
+    options = UiOptions(poll_s=0.05, transcript_poll_s=0.1, cursor_blink=False, tui=tui)
+    app = FlightdeckApp(LiveView(engine), options)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            main = app.main
+            await until(pilot, lambda: main.snapshot is not None, "the first snapshot")
+            assert "need you" not in bar_text(app)
+            hold.release("c1")  # c1 asks first, then c2: the queue is oldest first
+            await until(pilot, lambda: main.notices.queue, "c1 asking")
+            hold.release()
+            await until(pilot, lambda: len(main.notices.queue) == 2, "both asking")
+            await until(pilot, lambda: "2 need you (!)" in bar_text(app), "the status bar's count")
+            batch = engine.batch_id
+            await until(pilot, lambda: titles[-1:] == [f"flightdeck {batch} — 2 need you"], "title")
+            assert titles[-1] == f"flightdeck {batch} — 2 need you"
+
+            await pilot.press("exclamation_mark")
+            await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+            screen = app.screen
+            assert isinstance(screen, NeedsScreen)
+            await until(pilot, lambda: len(screen.entries) == 2, "two entries")
+            assert [(n.child_id, n.kind) for n in screen.entries] == [
+                ("c1", "asks"),
+                ("c2", "asks"),
+            ]
+            assert "'ship the docs'" in screen.entries[0].text
+            await pilot.press("c")  # a question is not cleared, only answered
+            assert len(screen.entries) == 2
+            await pilot.press("a")
+            await until(pilot, lambda: screen.answering is not None, "the answer box")
+            await type_text(pilot, "yes, publish")
+            await pilot.press("enter")
+            await until(pilot, lambda: "yes, publish" in result_of(engine, "c1"), "c1's result")
+            await until(pilot, lambda: [n.child_id for n in screen.entries] == ["c2"], "c1 cleared")
+            await pilot.press("enter")  # enter goes to the child
+            await until(pilot, lambda: isinstance(app.screen, MainScreen), "back to the table")
+            assert main.table.selected_id == "c2"
+            await until(pilot, lambda: "1 need you (!)" in bar_text(app), "one left")
+
+            # One desktop notification per entry, however many polls saw it: the two
+            # questions were told once (in one alert or two), never again.
+            def asked() -> int:
+                told = [s for s in written if s.startswith("\x1b]777;")]
+                return sum(int(s.split(";")[-1].split(" ask")[0]) for s in told if " ask" in s)
+
+            await until(pilot, lambda: asked() == 2, "the questions told")
+            polls = len(written)
+            engine.answer(["c2"], "no")
+            await until(pilot, lambda: main.notices.queue == (), "nothing needs the operator")
+            await until(pilot, lambda: titles[-1:] == [f"flightdeck {batch}"], "title")
+            assert titles[-1] == f"flightdeck {batch}"
+            assert asked() == 2 and len(written) == polls  # nothing more was told
+    finally:
+        engine.close()
+
+
+def _owner(folder: Path, children: int) -> Owner:
+    return Owner(
+        folder,
+        children,
+        sim="tool_turns = 0\nask_operator = true\n",
+        goal="[sim:ask] ship item",
+    )
+
+
+def answered(view: Any, child_id: str, answer: str) -> bool:
+    """The child completed, its model having read the answer as its tool's result (the
+    transcript says so: an attached view's rows carry no result)."""
+    row = view.snapshot().child(child_id)
+    if row is None or row.status is not ChildStatus.COMPLETED:
+        return False
+    path = Path(row.transcript)
+    return path.exists() and f"The operator answered: {answer}" in path.read_text()
+
+
+def said_lines(owner: Owner, n: int) -> list[str]:
+    """The first `n` lines of the owner's output that say a child asks (30 s at most); read
+    from the pipe itself, as it comes (the text wrapper's buffer would hide lines from select)."""
+    out = owner.process.stdout
+    assert out is not None
+    text = ""
+    deadline = time.monotonic() + 30
+    while True:
+        found = [line for line in text.splitlines() if " asks: " in line and line.endswith(")")]
+        if len(found) >= n:
+            return found[:n]
+        ready, _, _ = select.select([out.fileno()], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"the owner said {found} by now"
+        text += os.read(out.fileno(), 65536).decode()
+
+
+def _asking(view: Any) -> set[str]:
+    return {n.child_id for n in needs(view.snapshot()) if n.kind == "asks" and n.child_id}
+
+
+async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_children(
+    tmp_path: Path,
+) -> None:
+    owner = _owner(tmp_path, 2)
+    try:
+        owner.hold.release()
+        view = owner.view()
+        wait_for(lambda: _asking(view) == {"c1", "c2"}, 30, what="both asking, read from the store")
+        said = said_lines(owner, 2)  # the owner's headless output says each question once
+        assert sorted(line.split(" asks: ")[0] for line in said) == ["c1", "c2"], said
+        assert f"(`flightdeck answer {owner.batch_id} c1 -m …`)" in "".join(said)
+        args = ("--state-dir", str(owner.state))
+        done = flightdeck("answer", owner.batch_id, "c1", "-m", "ship it", *args, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "answer delivered: c1" in done.stdout
+        wait_for(lambda: answered(view, "c1", "ship it"), 30, what="c1 completed with it")
+        again = flightdeck("answer", owner.batch_id, "c1", "-m", "again", *args, cwd=tmp_path)
+        assert again.returncode == 1 and "no question of 'c1' waits" in again.stderr, again.stderr
+
+        app = FlightdeckApp(view, OPTIONS)  # attached: the answer goes through the store
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.main.notices.queue, "c2 in the queue")
+            await pilot.press("exclamation_mark")
+            await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+            await pilot.press("a")
+            await type_text(pilot, "hold it")
+            await pilot.press("enter")
+            await until(pilot, lambda: not _asking(view), "c2 answered")
+        wait_for(lambda: answered(view, "c2", "hold it"), 30, what="c2 completed with it")
+        view.close()
+    finally:
+        owner.close()
+
+
+async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
+    engine_factory: EngineFactory, hold: Hold
+) -> None:
+    # Two children held until their timeout: timed out (a retry may fix it), in the queue.
+    engine = engine_factory(make_tasks(["one", "two"], timeout_s=0.5), sim=held(hold))
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        main = app.main
+        await until(pilot, lambda: len(main.notices.queue) == 2, "both timed out, in the queue")
+        assert [n.kind for n in main.notices.queue] == ["timed_out", "timed_out"]
+        await pilot.press("slash", *"is:needs-you", "enter")
+        await until(pilot, lambda: len(main.table.shown) == 2, "the filter keeps both")
+        await pilot.press("exclamation_mark")
+        await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+        screen = app.screen
+        assert isinstance(screen, NeedsScreen)
+        await until(pilot, lambda: len(screen.entries) == 2, "two entries")
+        first = screen.entries[0].child_id
+        await pilot.press("c")
+        await until(pilot, lambda: len(screen.entries) == 1, "one cleared")
+        assert screen.entries[0].child_id != first
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), "back")
+        await until(pilot, lambda: "1 need you (!)" in bar_text(app), "the count")
+        await until(pilot, lambda: len(main.table.shown) == 1, "the filter keeps one")
+        row = engine.snapshot().child(first or "")
+        assert row is not None and row.status is ChildStatus.TIMED_OUT  # as it was
+
+
+async def test_a_cli_denied_tool_is_listed_with_its_input_and_cleared(tmp_path: Path) -> None:
+    # Claude Code 2.1.332's own output denying its shell tool, written by a real program.
+    capture = Path(__file__).parents[1] / "fixtures" / "agents" / "claude-2.1.332" / "denied.jsonl"
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'argv = ["cat", "{capture}"]\nformat = "claude-stream-json"\n'
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    tasks = make_tasks(["clean the build"])
+    engine = Engine(Batch("denied", tasks), load_settings(config), state_dir=tmp_path, env=env)
+    engine.start()
+    app = app_for(engine)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.main.notices.queue, "the denial in the queue")
+            await pilot.press("exclamation_mark")
+            await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+            screen = app.screen
+            assert isinstance(screen, NeedsScreen)
+            await until(pilot, lambda: screen.entries, "its entry")
+            listing = screen.query_one("#needs-list", OptionList)
+            shown = str(listing.get_option_at_index(0).prompt)
+            assert shown.startswith("denied a tool") and "c1" in shown
+            assert 'Bash {"command": "rm -rf build"' in shown
+            await pilot.press("c")
+            await until(pilot, lambda: not screen.entries, "cleared")
+            assert screen.query_one("#needs-title", Label).render().plain == "Nothing needs you"  # type: ignore[attr-defined]
+    finally:
+        engine.close()

@@ -1,0 +1,46 @@
+"""`F`: search every transcript from the TUI; enter on a result opens that transcript at the
+matching line."""
+
+from __future__ import annotations
+
+import pytest
+from flightdeck.tui.screens.search import HitScreen, SearchScreen
+from tui_support import SIZE, EngineFactory, app_for, until
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_hit(
+    engine_factory: EngineFactory,
+) -> None:
+    goals = [f"Review item {i}" for i in range(1, 6)] + ["Check the zanzibar config"]
+    engine = engine_factory(goals, pool=3)
+    assert engine.wait(30)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.rows_by_id) == 6, "rows")
+        await pilot.press("F")
+        await until(pilot, lambda: isinstance(app.screen, SearchScreen), "the search screen")
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        await pilot.press(*"zanzibar", "enter")
+        await until(pilot, lambda: bool(screen.found), "results")
+        assert [(f.child_id, f.role, f.text) for f in screen.found] == [
+            ("c6", "user", "Check the zanzibar config")
+        ]
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, HitScreen), "the transcript")
+        hit = app.screen
+        assert isinstance(hit, HitScreen)
+        await until(pilot, lambda: hit.at is not None, "its lines read")
+        assert hit.line is not None and hit.line.endswith("user      │ Check the zanzibar config")
+        await pilot.press("escape")
+        assert app.screen is screen
+        # A regex over the whole line (ctrl+r): every user line, one result per child.
+        await pilot.press("shift+tab", "ctrl+r")
+        screen.query_one("#search-pattern").value = r"  user +│ Review item [24]$"  # type: ignore[attr-defined]
+        screen.run_search()
+        await until(pilot, lambda: len(screen.found) == 2, "two children")
+        assert [f.child_id for f in screen.found] == ["c2", "c4"]
+        await pilot.press("escape")
+        assert app.screen is app.main
