@@ -108,6 +108,23 @@ class Lines:
                 self.seen.append(line)
 
 
+def _signals_as_a_shell_gives_them() -> None:
+    """In the child before exec: SIGINT and SIGTERM unblocked and at their defaults, as a shell
+    starts a command. An ignored or blocked signal is inherited across exec, and a test worker
+    that ran other tests first is not a shell."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def signal_state(pid: int) -> str:
+    """The process's blocked, ignored and caught signal masks, for a failure's message."""
+    with contextlib.suppress(OSError):
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        return " ".join(line for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+    return "(no /proc)"
+
+
 class Headless:
     """`flightdeck run BATCH --headless` as a process the test can send signals to; killed on
     leaving the `with` block, so a test that fails half-way leaves nothing running."""
@@ -119,6 +136,7 @@ class Headless:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_signals_as_a_shell_gives_them,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self.out, self.err = Lines(self.proc.stdout), Lines(self.proc.stderr)
@@ -566,6 +584,7 @@ def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> N
             while not sleeps_reading_a_pipe(run.proc.pid):
                 assert time.monotonic() < deadline, "the CLI never read the batch file"
                 time.sleep(0.01)
+            signals = signal_state(run.proc.pid)
             run.proc.send_signal(signal.SIGINT)
             # Closing the write end at once would race the signal: the read could see the end
             # of the file first, on a loaded machine.
@@ -574,7 +593,7 @@ def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> N
         finally:
             os.close(writer)  # the read ends, signal or not: the test cannot hang on it
         code, out, err = run.finish(timeout=20)
-    assert code == ExitCode.INTERRUPTED, err
+    assert code == ExitCode.INTERRUPTED, f"{err} ({signals})"
     assert (out, err) == ("", "flightdeck: interrupted\n")  # no batch started, no traceback
 
 
