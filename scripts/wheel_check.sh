@@ -28,10 +28,15 @@ cd "$work"
 "$work/venv/bin/flightdeck" --version
 # Every module imports from the wheel, and every stylesheet a screen or widget names is there.
 "$work/venv/bin/python" - <<'PY'
-import importlib, pkgutil, pathlib, re
+import importlib, importlib.util, pkgutil, pathlib, re
 import flightdeck.engine, flightdeck.tui
+# An optional extra's modules import only where it is installed (`pip install flightdeck[ray]`).
+OPTIONAL = {"flightdeck.engine.executors.cluster": "ray"}
 for pkg in (flightdeck.engine, flightdeck.tui):
     for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        extra = next((dep for p, dep in OPTIONAL.items() if m.name.startswith(p)), None)
+        if extra is not None and importlib.util.find_spec(extra) is None:
+            continue
         importlib.import_module(m.name)
 tui = pathlib.Path(flightdeck.tui.__file__).parent
 for source in tui.rglob("*.py"):
