@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-agents test-web check fmt lint types imports wheel-test bench screenshots clean
+.PHONY: demo test test-agents test-tmux test-web check fmt lint types imports wheel-test bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,6 +28,10 @@ test: $(STAMP)
 # children against the loopback server (tests/agents/). Opt-in: `make test` needs no npm.
 AGENTS_CACHE ?= .cache-agents
 AGENTS ?= @anthropic-ai/claude-code@latest @openai/codex@latest
+# The real-terminal test of `flightdeck attach` in tmux (opt-in: timing on a real terminal).
+test-tmux: $(STAMP)
+	FLIGHTDECK_TMUX_TESTS=1 $(PY) -m pytest -q tests/tui/test_tmux_attach.py
+
 test-agents: $(STAMP)
 	@if ! command -v npm >/dev/null 2>&1; then \
 		echo "test-agents: skipped: npm is not installed (it installs Claude Code and Codex)"; \
