@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -31,5 +32,5 @@ def test_a_costly_wake_up_rests_in_proportion_to_its_cpu(tmp_path: Path) -> None
         assert done.wait(60), calls
     finally:
         waker.close()
-    for (start, end), (after, _) in zip(calls, calls[1:], strict=False):
+    for (start, end), (after, _) in itertools.pairwise(calls):
         assert after - end >= 3 * (end - start), calls
