@@ -34,20 +34,18 @@ from flightdeck.engine.records.meter import Meter
 
 
 class Duties(Ends, Protocol):
-    """What the parts ask of the coordinator beyond `Ends` (each called on its thread, after
-    the parts are built)."""
+    """What the parts ask of the coordinator beyond `Ends`: called once they are built, on its
+    thread (but `report`, which any thread may call)."""
 
     def report(self, fact: Message) -> None:
         """Hand a fact to the coordinator's inbox (thread-safe)."""
 
     def limits(self) -> Limits:
         """The live limits in force."""
-        ...
 
     @property
     def hold(self) -> str | None:
         """Why admission is held now, every hold in one sentence; None: it is not."""
-        ...
 
     def announce_limits(self) -> None:
         """The live limits changed, or a hold began or ended: told to attached views."""
@@ -58,8 +56,8 @@ class Duties(Ends, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """The coordinator's parts; each is used on the coordinator thread only (but `receipt_ids`
-    and `report`, which any thread may call)."""
+    """The coordinator's parts; each is used on the coordinator thread only (but `receipt_ids`:
+    any thread numbers the steers it sends)."""
 
     slots: Slots
     receipt_ids: ReceiptIds
