@@ -412,7 +412,7 @@ class Child:
                 self.progress.started()
                 self._version += 1
             elif self.status is ChildStatus.PAUSED and self.started_ts is not None:
-                self._apply(self.halt.continued(now))  # continued
+                self._apply(self.halt.continued(now))
         return True
 
     def mark_gated(self, leader_id: str) -> None:
