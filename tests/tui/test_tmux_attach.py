@@ -4,7 +4,6 @@ before, at every sample."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -18,11 +17,6 @@ from test_attach import SLOW_CONFIG, Owner
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
-    # Opt-in (`make test-tmux`): it failed once in a clean-clone CI run at a load of 2 (the
-    # pane's last row a line the file's last 1.5 s did not hold), not yet explained.
-    pytest.mark.skipif(
-        os.environ.get("FLIGHTDECK_TMUX_TESTS") != "1", reason="opt-in: make test-tmux"
-    ),
 ]
 
 SAMPLE_FOR_S = 30.0
