@@ -41,14 +41,8 @@ from flightdeck.engine.records.searchindex import (
 )
 from flightdeck.engine.sanitize import sanitize
 
-FEW_FILES = 64  # named files up to this many are looked up one by one in the index
-_MATCH = "SELECT rowid FROM lines WHERE lines MATCH ? ORDER BY rowid"
-# Each file's first candidate, counted in SQLite: no Python work per line the index holds.
-_FIRST = f"SELECT min(rowid) FROM lines WHERE lines MATCH ? GROUP BY rowid >> {SHIFT} ORDER BY 1"
+FEW_FILES = 64  # named files up to this many are asked of the index by their ids
 _LATER = "SELECT rowid FROM lines WHERE lines MATCH ? AND rowid > ? AND rowid < ? ORDER BY rowid"
-_MATCH_RANGE = (
-    "SELECT rowid FROM lines WHERE lines MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rowid"
-)
 SCAN_CHUNK = 16 << 20  # bytes of one file read at a time when reading it through
 LINE_READ = 4096  # a candidate line is read in pieces of this size until its end
 
@@ -198,19 +192,10 @@ def _from_index(
         files = conn.execute("SELECT id, name, indexed FROM files").fetchall()
         if only is not None:
             files = [f for f in files if f[1] in only]
-        match = _FIRST if first_only else _MATCH
+        ids = None if only is None else [int(i) for i, _, _ in files]
+        sql, args = _lines_query(first_only, ids)
         try:
-            if only is None:
-                rows = conn.execute(match, (pattern.query,)).fetchall()
-            else:  # a few files: their rowid ranges alone
-                rows = [
-                    r
-                    for i, _, _ in files
-                    for r in conn.execute(
-                        _MATCH_RANGE + (" LIMIT 1" if first_only else ""),
-                        (pattern.query, i << SHIFT, (i << SHIFT) | OFFSET_MASK),
-                    )
-                ]
+            rows = conn.execute(sql, (pattern.query, *args)).fetchall() if ids != [] else []
         except sqlite3.OperationalError:
             return None
     finally:
@@ -222,6 +207,20 @@ def _from_index(
         if name is not None:  # else lines of a file indexed again under a new id
             candidates[name] = [r & OFFSET_MASK for r in group]
     return _Found({str(n): (int(i), int(d)) for i, n, d in files}, candidates)
+
+
+def _lines_query(first_only: bool, ids: list[int] | None) -> tuple[str, list[int]]:
+    """The index's lines that may match (`first_only`: each file's first, found in SQLite: no
+    Python work per line the index holds), of the files of these ids (None: of every file).
+    One query either way: FTS5 expands the pattern's last word, a prefix, once per query."""
+    what, group = ("min(rowid)", f" GROUP BY rowid >> {SHIFT}") if first_only else ("rowid", "")
+    where, args = "", list[int]()
+    if ids is not None:
+        marks = ", ".join("?" * len(ids))
+        where = f" AND rowid BETWEEN ? AND ? AND rowid >> {SHIFT} IN ({marks})"
+        args = [min(ids) << SHIFT, (max(ids) << SHIFT) | OFFSET_MASK, *ids]
+    sql = f"SELECT {what} AS r FROM lines WHERE lines MATCH ?{where}{group} ORDER BY r"
+    return sql, args
 
 
 class _LaterCandidates:
