@@ -135,7 +135,7 @@ def test_the_attached_screen_benchmark_runs_and_reports() -> None:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_the_tmux_key_benchmark_runs_and_reports() -> None:
     scale = {"BENCH_KEYS_CHILDREN": "60", "BENCH_KEYS_RUNNING": "20", "BENCH_KEYS": "4"}
-    scale["BENCH_KEYS_READY_S"] = "120"
+    scale |= {"BENCH_KEYS_READY_S": "120", "BENCH_KEYS_HOLD": "1"}  # none ends early
     _, result = run_bench("import json, bench_keys as b; print(json.dumps(b.main()))", scale)
     assert result["bench"] == "keys_tmux" and result["running"] >= 18
     assert 0 < result["key_to_screen"]["p50_ms"] <= result["key_to_screen"]["max_ms"]

@@ -11,7 +11,9 @@ capture that shows it. Keys are spaced 0.1–0.3 s apart, at phases unrelated to
 poll. Baseline, in the same run: tmux's own echo (the same key into a pane running `cat`, until
 the capture shows it).
 
-Knobs: BENCH_KEYS_CHILDREN, BENCH_KEYS_RUNNING, BENCH_KEYS (presses), BENCH_DIR.
+Knobs: BENCH_KEYS_CHILDREN, BENCH_KEYS_RUNNING, BENCH_KEYS (presses), BENCH_DIR;
+BENCH_KEYS_HOLD=1 holds every child at its first call (the sim's `hold_dir`) until the run
+ends, so that none can end before the screen is up on a loaded machine (the smoke test's).
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ KEYS = int(os.environ.get("BENCH_KEYS", "100"))
 # How long the screen may take to come up with the pool running, and tmux to answer a command.
 READY_S = float(os.environ.get("BENCH_KEYS_READY_S", "300"))
 READ_TIMEOUT_S = 30.0
-# Children that stay running for minutes: many slow turns.
+HOLD = os.environ.get("BENCH_KEYS_HOLD") == "1"
+# Children that stay running for minutes: many slow turns (each task allows them all).
 SLOW = "[routes.sim]\nlatency_ms = 500\ntokens_per_s = 5\ntool_turns = 30\n"
+MAX_TURNS = 40
 CLI = (sys.executable, "-m", "flightdeck.tui.cli")
 RUN = (*CLI, "run", "--detach", "tasks.jsonl")
 BG = re.compile(rb"\x1b\[[0-9;]*48;5;(\d+)[0-9;]*m")
@@ -193,9 +197,17 @@ def main() -> dict[str, Any]:
     assert shutil.which("tmux"), "tmux is not installed"
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         folder = Path(tmp)
-        (folder / "flightdeck.toml").write_text(SLOW, encoding="utf-8")
+        config = SLOW
+        if HOLD:
+            (folder / "hold").mkdir()
+            config += 'hold_dir = "hold"\n'
+        (folder / "flightdeck.toml").write_text(config, encoding="utf-8")
         (folder / "tasks.jsonl").write_text(
-            "".join(f'{{"id": "c{i:05d}", "goal": "Review item {i}"}}\n' for i in range(CHILDREN)),
+            "".join(
+                json.dumps({"id": f"c{i:05d}", "goal": f"Review item {i}", "max_turns": MAX_TURNS})
+                + "\n"
+                for i in range(CHILDREN)
+            ),
             encoding="utf-8",
         )
         state = folder / "state"
