@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +35,13 @@ def server() -> Iterator[Loopback]:
 def hold(tmp_path: Path) -> Hold:
     """A hold folder for sim children (helpers.Hold): nothing released yet."""
     return Hold(tmp_path / "hold")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """The session's Ray cluster (tests/raycluster.py), started when a Ray test first needs it:
+    Ray is imported only then."""
+    from raycluster import shared_cluster
+
+    with shared_cluster() as nodes:
+        yield nodes

@@ -1,4 +1,4 @@
-"""The Ray executor on a real local Ray cluster (one for this module, `ray.init(num_cpus=2)`):
+"""The Ray executor on a real local Ray cluster (the session's two nodes, tests/raycluster.py):
 children's work on worker actors, decided and recorded by the owner (this process).
 
 Children are held where they are needed by the loopback server (a reply stalled until the test
@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,11 @@ from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
+from ray.cluster_utils import Cluster
 
 from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
-from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
+from loopback import Loopback, Received, Reply, ToolUse, route_for
+from raycluster import two_nodes
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
@@ -33,33 +35,10 @@ FAKES = Path(__file__).parent / "fakes"
 LIST_DIR = (ToolUse("call-1", "list_dir", {"path": "."}),)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cluster() -> Iterator[None]:
-    """One local cluster for the module. The workers read a route's key from their own
-    environment, which they inherit from this process when the cluster starts."""
-    before = os.environ.get(KEY_ENV)
-    os.environ[KEY_ENV] = "sk-ray-test-key"
-    # The usual umask, which the cluster's processes keep: what a worker writes without a mode
-    # of its own others could read (the private-workspace test checks that none is).
-    umask = os.umask(0o022)
-    try:
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            object_store_memory=100 * 1024 * 1024,
-        )
-    finally:
-        os.umask(umask)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop(KEY_ENV, None)
-        else:
-            os.environ[KEY_ENV] = before
+@pytest.fixture(autouse=True)
+def cluster(ray_cluster: Cluster) -> Cluster:
+    """The session's cluster of two nodes (tests/raycluster.py), one worker on each."""
+    return two_nodes(ray_cluster)
 
 
 def on_ray(s: Settings) -> Settings:

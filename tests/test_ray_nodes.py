@@ -1,11 +1,10 @@
 """Two Ray nodes on this machine (`ray.cluster_utils.Cluster`): a node removed mid-run loses
-no child. Its own module: a cluster of two nodes, started and shut down here."""
+no child. On the session's cluster (tests/raycluster.py), which it leaves one node short: the
+next test to ask for it gets the node back."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,30 +15,16 @@ from flightdeck.engine.records.reader import StoreReader
 from ray.cluster_utils import Cluster
 
 from helpers import batch, settings, start, until
-from loopback import KEY_ENV, Loopback, Received, Reply, route_for
+from loopback import Loopback, Received, Reply, route_for
+from raycluster import two_nodes
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
-NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
 
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    before = os.environ.get(KEY_ENV)
-    os.environ[KEY_ENV] = "sk-ray-test-key"  # the nodes' workers read the route's key here
-    nodes = Cluster(initialize_head=True, head_node_args=NODE)
-    nodes.add_node(**NODE)
-    nodes.wait_for_nodes()
-    ray.init(address=nodes.address, log_to_driver=False, configure_logging=False)
-    try:
-        yield nodes
-    finally:
-        ray.shutdown()
-        nodes.shutdown()
-        if before is None:
-            os.environ.pop(KEY_ENV, None)
-        else:
-            os.environ[KEY_ENV] = before
+@pytest.fixture
+def cluster(ray_cluster: Cluster) -> Cluster:
+    """The session's cluster of two nodes (tests/raycluster.py); this test removes one."""
+    return two_nodes(ray_cluster)
 
 
 def test_a_node_removed_mid_run_loses_no_child(cluster: Cluster, tmp_path: Path) -> None:
