@@ -24,13 +24,15 @@ TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
+# The real-terminal tests alone (both are part of `make test` too): `flightdeck attach` in tmux
+# following a bursty transcript for 30 s, and the tmux key benchmark at tiny sizes.
+test-tmux: $(STAMP)
+	$(PY) -m pytest -q tests/tui/test_tmux_attach.py tests/test_bench_smoke.py -k tmux
+
 # The real agent CLIs, current from npm, installed into $(AGENTS_CACHE) and run as flightdeck
 # children against the loopback server (tests/agents/). Opt-in: `make test` needs no npm.
 AGENTS_CACHE ?= .cache-agents
 AGENTS ?= @anthropic-ai/claude-code@latest @openai/codex@latest
-# The real-terminal test of `flightdeck attach` in tmux (opt-in: timing on a real terminal).
-test-tmux: $(STAMP)
-	FLIGHTDECK_TMUX_TESTS=1 $(PY) -m pytest -q tests/tui/test_tmux_attach.py
 
 test-agents: $(STAMP)
 	@if ! command -v npm >/dev/null 2>&1; then \

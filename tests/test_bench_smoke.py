@@ -23,6 +23,9 @@ import pytest
 from rich.console import Console
 
 BENCH = Path(__file__).parent / "bench" / "bench_engine.py"
+# A benchmark is a process of its own, started at tiny sizes; on a loaded machine one can take
+# minutes. run_bench's own timeout (280 s) comes first and shows what it had printed.
+pytestmark = pytest.mark.timeout(300)
 
 # Results as the benchmarks emit them (trimmed to the keys the summary reads), one of each kind.
 RECORDED: list[dict[str, Any]] = [
@@ -132,6 +135,7 @@ def test_the_attached_screen_benchmark_runs_and_reports() -> None:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_the_tmux_key_benchmark_runs_and_reports() -> None:
     scale = {"BENCH_KEYS_CHILDREN": "60", "BENCH_KEYS_RUNNING": "20", "BENCH_KEYS": "4"}
+    scale["BENCH_KEYS_READY_S"] = "120"
     _, result = run_bench("import json, bench_keys as b; print(json.dumps(b.main()))", scale)
     assert result["bench"] == "keys_tmux" and result["running"] >= 18
     assert 0 < result["key_to_screen"]["p50_ms"] <= result["key_to_screen"]["max_ms"]
@@ -219,18 +223,21 @@ def test_make_bench_prints_the_table_after_the_runs_and_keeps_the_json(
 def run_bench(code: str, scale: dict[str, str]) -> tuple[list[str], Any]:
     """Run `code` (which prints a table, then JSON) in a fresh interpreter with tests/bench on
     its path and `scale` in its environment; return the table's lines and the parsed JSON."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"import sys; sys.path.insert(0, sys.argv[1]); {code}",
-            str(BENCH.parent),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **scale},
-        timeout=300,
-    )
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import sys; sys.path.insert(0, sys.argv[1]); {code}",
+                str(BENCH.parent),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **scale},
+            timeout=280,
+        )
+    except subprocess.TimeoutExpired as e:  # say what it had printed
+        pytest.fail(f"the benchmark ran over {e.timeout} s:\n{e.stdout!r}\n{e.stderr!r}")
     assert proc.returncode == 0, proc.stderr
     *table, last = proc.stdout.splitlines()
     return table, json.loads(last)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import re
 import shutil
@@ -26,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +35,9 @@ from typing import IO, Any
 CHILDREN = int(os.environ.get("BENCH_KEYS_CHILDREN", "5000"))
 RUNNING = int(os.environ.get("BENCH_KEYS_RUNNING", "1000"))
 KEYS = int(os.environ.get("BENCH_KEYS", "100"))
+# How long the screen may take to come up with the pool running, and tmux to answer a command.
+READY_S = float(os.environ.get("BENCH_KEYS_READY_S", "300"))
+READ_TIMEOUT_S = 30.0
 # Children that stay running for minutes: many slow turns.
 SLOW = "[routes.sim]\nlatency_ms = 500\ntokens_per_s = 5\ntool_turns = 30\n"
 CLI = (sys.executable, "-m", "flightdeck.tui.cli")
@@ -43,20 +48,40 @@ ID = re.compile(rb"\bc\d{5}\b")
 
 
 class Control:
-    """One tmux control-mode client: commands in, their output blocks back."""
+    """One tmux control-mode client: commands in, their output blocks back. Every read has a
+    deadline: a tmux that ended or stopped answering fails the run with what it printed."""
 
     def __init__(self, tmux: list[str], session: str) -> None:
         self.process = subprocess.Popen(
             [*tmux, "-C", "attach", "-t", session],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in: IO[bytes] = self.process.stdin
-        self._out: IO[bytes] = self.process.stdout
-        while not self._out.readline().startswith(b"%end"):  # the attach's own reply
+        # A thread reads, so that a silent tmux is a timeout here rather than a hang.
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
+        while not self._line().startswith(b"%end"):  # the attach's own reply
             pass
         self.run("refresh-client -f no-output")  # no %output notifications to wade through
+
+    def _read(self, out: IO[bytes]) -> None:
+        for line in out:
+            self._lines.put(line)
+        self._lines.put(b"")  # the end
+
+    def _line(self) -> bytes:
+        try:
+            line = self._lines.get(timeout=READ_TIMEOUT_S)
+        except queue.Empty:
+            raise AssertionError(f"tmux said nothing for {READ_TIMEOUT_S} s") from None
+        if not line:
+            self.process.wait(5)
+            error = self.process.stderr.read() if self.process.stderr else b""
+            raise AssertionError(f"the tmux control client ended: {error!r}")
+        return line
 
     def run(self, command: str) -> list[bytes]:
         self._in.write(command.encode() + b"\n")
@@ -64,8 +89,7 @@ class Control:
         lines: list[bytes] = []
         inside = False
         while True:
-            line = self._out.readline()
-            assert line, "the tmux control client ended"
+            line = self._line()
             if line.startswith(b"%begin"):
                 inside, lines = True, []
             elif line.startswith((b"%end", b"%error")) and inside:
@@ -76,7 +100,10 @@ class Control:
 
     def close(self) -> None:
         self._in.close()
-        self.process.wait(10)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
 
 
 def _cursor(screen: list[bytes], cursor_bg: bytes) -> bytes | None:
@@ -160,7 +187,9 @@ def main() -> dict[str, Any]:
         )
         batch_id = started.stdout.strip()
         owner_pid = int(re.search(r"owner pid (\d+)", started.stderr).group(1))  # type: ignore[union-attr]
-        tmux = ["tmux", "-S", str(folder / "tmux.sock")]
+        # No user config; a pane whose command ended stays, so its last words can be read.
+        (folder / "tmux.conf").write_text("set-option -g remain-on-exit on\n", encoding="utf-8")
+        tmux = ["tmux", "-S", str(folder / "tmux.sock"), "-f", str(folder / "tmux.conf")]
         attach = " ".join([*CLI, "attach", batch_id, "--state-dir", str(state)])
         subprocess.run(
             [*tmux, "new-session", "-d", "-s", "bench", "-x", "160", "-y", "50", attach],
@@ -170,7 +199,7 @@ def main() -> dict[str, Any]:
         ctl = Control(tmux, "bench")
         try:
             running = 0
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + READY_S
             while True:  # until the screen is up and the owner runs its full pool
                 screen = ctl.run("capture-pane -p -e -t bench:0")
                 text = SGR.sub(b"", b"\n".join(screen))
@@ -178,7 +207,14 @@ def main() -> dict[str, Any]:
                 running = int(found.group(1).replace(b",", b"")) if found else 0
                 if running >= RUNNING * 0.9 and len(_rows(screen)) > 5:
                     break
-                assert time.monotonic() < deadline, text.decode(errors="replace")
+                dead = ctl.run("display-message -p -t bench:0 '#{pane_dead}'")
+                assert dead != [b"1"], "`flightdeck attach` ended:\n" + text.decode(
+                    errors="replace"
+                )
+                assert time.monotonic() < deadline, (
+                    f"after {READY_S} s, {running} of {RUNNING} running on screen:\n"
+                    + text.decode(errors="replace")
+                )
                 time.sleep(0.5)
             for _ in range(4):  # attention → recent → cost → tokens → id
                 ctl.run("send-keys -t bench o")

@@ -4,13 +4,11 @@ before, at every sample."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
 import sys
 import time
-from collections import deque
 from pathlib import Path
 
 import pytest
@@ -19,11 +17,6 @@ from test_attach import SLOW_CONFIG, Owner
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
-    # Opt-in (`make test-tmux`): it failed once in a clean-clone CI run at a load of 2 (the
-    # pane's last row a line the file's last 1.5 s did not hold), not yet explained.
-    pytest.mark.skipif(
-        os.environ.get("FLIGHTDECK_TMUX_TESTS") != "1", reason="opt-in: make test-tmux"
-    ),
 ]
 
 SAMPLE_FOR_S = 30.0
@@ -70,12 +63,13 @@ def pane_last_row(screen: str, child_id: str) -> list[str] | None:
     return shown[-1] if shown else []
 
 
-def last_line(path: Path) -> str:
+def whole_lines(path: Path) -> list[str]:
+    """The file's ended lines: a torn last line (being written) is read whole next time."""
     try:
-        lines = path.read_bytes().decode("utf-8", "replace").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
-        return ""
-    return lines[-1] if lines else ""
+        return []
+    return data[: data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
 
 
 def test_attach_in_tmux_keeps_the_transcripts_last_line_on_screen(tmp_path: Path) -> None:
@@ -100,13 +94,24 @@ def test_attach_in_tmux_keeps_the_transcripts_last_line_on_screen(tmp_path: Path
             capture = [*tmux, "capture-pane", "-p", "-t", "0"]
             return subprocess.run(capture, check=True, capture_output=True, text=True).stdout
 
-        # The file's last lines as they were seen, with when each was first seen.
-        seen: deque[tuple[float, str]] = deque()
+        # Every line of the file, with when this test first saw it: a line was the file's last
+        # until the next one came, which may have been a millisecond later, between two looks.
+        lines: list[str] = []
+        seen_at: list[float] = []
 
         def look() -> None:
-            line = last_line(transcript)
-            if not seen or seen[-1][1] != line:
-                seen.append((time.monotonic(), line))
+            now = time.monotonic()
+            for line in whole_lines(transcript)[len(lines) :]:
+                lines.append(line)
+                seen_at.append(now)
+
+        def last_since(since: float) -> list[str]:
+            """The lines that were the file's last at some moment after `since`."""
+            return [
+                line
+                for i, line in enumerate(lines)
+                if i == len(lines) - 1 or seen_at[i + 1] >= since
+            ]
 
         deadline = time.monotonic() + 60
         while pane_last_row(screen(), "c1") in (None, []):
@@ -124,15 +129,14 @@ def test_attach_in_tmux_keeps_the_transcripts_last_line_on_screen(tmp_path: Path
                 shown = pane_last_row(screen(), "c1")
                 look()
                 # Lines that were the file's last at some moment of the last WITHIN_S.
-                since = time.monotonic() - WITHIN_S - SLACK_S
-                while len(seen) > 1 and seen[1][0] <= since:
-                    seen.popleft()
+                recent = last_since(time.monotonic() - WITHIN_S - SLACK_S)
                 samples += 1
-                if not any(ends_with(shown or [], line) for _, line in seen):
-                    lines = "\n".join(line for _, line in seen)
+                if not any(ends_with(shown or [], line) for line in recent):
                     pytest.fail(
                         f"sample {samples}: the pane's last row {shown!r} is none of the file's "
-                        f"last lines of the last {WITHIN_S + SLACK_S}s:\n{lines}\n\n{screen()}"
+                        f"last lines of the last {WITHIN_S + SLACK_S}s:\n"
+                        + "\n".join(recent)
+                        + f"\n\n{screen()}"
                     )
             time.sleep(0.1)
         assert samples >= SAMPLE_FOR_S / 0.5 / 2  # a loaded machine samples less often
