@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from helpers import Hold
-from loopback import Loopback
+from loopback import KEY_ENV, Loopback
 
 # The real agent CLIs (tests/agents/) run only from `make test-agents`, which installs them and
 # names their folder: `make test` needs no npm and no network.
@@ -45,3 +45,13 @@ def ray_cluster() -> Iterator[Any]:
 
     with shared_cluster() as nodes:
         yield nodes
+
+
+@pytest.fixture
+def ray_nodes(ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The session's cluster with both its nodes, for one test; the routes' key in this
+    process's environment too (the owner checks it), for this test only."""
+    from raycluster import KEY, two_nodes
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return two_nodes(ray_cluster)

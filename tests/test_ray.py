@@ -23,22 +23,19 @@ from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
-from ray.cluster_utils import Cluster
 
 from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
 from loopback import Loopback, Received, Reply, ToolUse, route_for
-from raycluster import two_nodes
 
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
+# The session's cluster of two nodes (conftest's ray_nodes), one worker on each.
+pytestmark = [
+    pytest.mark.xdist_group("ray"),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("ray_nodes"),
+]
 
 FAKES = Path(__file__).parent / "fakes"
 LIST_DIR = (ToolUse("call-1", "list_dir", {"path": "."}),)
-
-
-@pytest.fixture(autouse=True)
-def cluster(ray_cluster: Cluster) -> Cluster:
-    """The session's cluster of two nodes (tests/raycluster.py), one worker on each."""
-    return two_nodes(ray_cluster)
 
 
 def on_ray(s: Settings) -> Settings:

@@ -16,18 +16,12 @@ from ray.cluster_utils import Cluster
 
 from helpers import batch, settings, start, until
 from loopback import Loopback, Received, Reply, route_for
-from raycluster import two_nodes
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
 
-@pytest.fixture
-def cluster(ray_cluster: Cluster) -> Cluster:
-    """The session's cluster of two nodes (tests/raycluster.py); this test removes one."""
-    return two_nodes(ray_cluster)
-
-
-def test_a_node_removed_mid_run_loses_no_child(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_node_removed_mid_run_loses_no_child(ray_nodes: Cluster, tmp_path: Path) -> None:
+    cluster = ray_nodes  # the session's (conftest): the next test to ask gets its node back
     tasks = batch(8, goal="Check part {i}")
     asked: dict[str, int] = {}
     release = []
