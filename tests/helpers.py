@@ -129,6 +129,19 @@ def until(
     return time.monotonic() - t0
 
 
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended: gone, or a zombie nobody reaps (an orphan of this
+    machine's init, which may never reap it: it runs nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
 def laughs(levels: int) -> str:
     """A "billion laughs": each list is nine aliases of the one before, 9**levels values."""
     items = ['      - &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
