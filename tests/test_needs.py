@@ -14,7 +14,8 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.commands import Answer, CommandError, Context
-from flightdeck.engine.inputs.settings import Settings, load_settings
+from flightdeck.engine.control import softbudget
+from flightdeck.engine.inputs.settings import Budget, Settings, load_settings
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -33,8 +34,9 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.triage.needs import need_of, needs
 from flightdeck.engine.triage.query import parse_filter
+from flightdeck.tui.alerts import AlertWatch
 
-from helpers import batch, run_to_end, settings, sim_route, until
+from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 
 ASKING = {"tool_turns": 0}
 
@@ -250,3 +252,42 @@ def test_the_queue_is_the_budgets_hold_first_then_oldest_first() -> None:
         ("new", "failed"),
     ]
     assert queue[0].text == "soft budget $5.00 reached"
+
+
+def test_the_soft_budget_holding_many_children_is_one_entry_for_the_batch(
+    tmp_path: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three running (two held mid-call), nine queued behind the hold: one entry, the batch's,
+    # in-process and read from the store, and one alert ("budget held"), not one per child.
+    monkeypatch.setattr(softbudget, "SOFT_BUDGET_EVERY_S", 0.0)  # looked at every step
+    route = sim_route(tool_turns=0, **hold.options())
+    soft = dataclasses.replace(
+        settings(route, pool=3), budget=Budget(soft_cost_usd=Decimal("0.000001"))
+    )
+    engine = start(batch(12), soft, tmp_path)
+    watch = AlertWatch()
+    try:
+        until(lambda: engine.snapshot().totals.running == 3, what="three running")
+        watch.observe(needs(engine.snapshot()))  # the baseline: nothing needs the operator
+        hold.release("t0000")
+        until(lambda: engine.snapshot().held is not None, what="the soft budget holds")
+        snap = engine.snapshot()
+        assert (snap.totals.completed, snap.totals.running, snap.totals.queued) == (1, 2, 9)
+        queue = needs(snap)
+        assert [(n.child_id, n.kind) for n in queue] == [(None, "budget")]
+        alerted = watch.observe(queue)
+        assert (alerted.held, alerted.text) == (1, "budget held")
+        view = StoreView(engine.state_dir / "flightdeck.db", engine.batch_id)
+        try:
+            until(lambda: view.snapshot().held is not None, what="the hold in the store")
+            assert [(n.child_id, n.kind) for n in needs(view.snapshot())] == [(None, "budget")]
+        finally:
+            view.close()
+        hold.release()
+        until(lambda: engine.snapshot().totals.running == 0, what="the two held ones done")
+        assert not watch.observe(needs(engine.snapshot()))  # nothing new: no second alert
+        engine.set_limits({"soft_cost_usd": None})
+        snap = run_to_end(engine, 30)
+    finally:
+        engine.close()
+    assert snap.totals.completed == 12 and needs(snap) == ()

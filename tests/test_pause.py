@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.child.halt import PAUSED_TEXT, STAYS, Halt, Move
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
 from flightdeck.engine.records.markdown import render_markdown
@@ -318,3 +319,24 @@ def test_a_stop_that_lands_while_a_child_takes_its_pause_ends_it(
     row = snap.child("t0000")
     assert row is not None and row.status is ChildStatus.STOPPED
     assert row.error is not None and row.error.endswith("while paused")
+
+
+def test_halt_decides_a_stop_and_a_pause_as_values_the_child_applies() -> None:
+    halt = Halt()
+    assert halt.stop(ChildStatus.STOPPED, "by the operator") is None  # no call open to close
+    halt.stop(ChildStatus.TIMED_OUT, "late")
+    assert (halt.stop_status, halt.stop_reason) == (ChildStatus.STOPPED, "by the operator")
+
+    queued = Halt()  # a queued child is paused at once, and queued again on continue
+    assert queued.pause(ChildStatus.QUEUED, False, 10.0) == Move(ChildStatus.PAUSED, PAUSED_TEXT)
+    assert queued.cancel(ChildStatus.PAUSED, started=False, ending=False) == Move(
+        ChildStatus.QUEUED, ""
+    )
+    assert queued.pause(ChildStatus.COMPLETED, False, 11.0) is None and not queued.pause_wanted
+
+    running = Halt()  # a running one at its next turn boundary, not if a stop came first
+    assert running.pause(ChildStatus.RUNNING, False, 0.0) == STAYS and running.pause_wanted
+    assert running.take(ending=True, now=1.0) is None
+    assert running.take(ending=False, now=5.0) == Move(ChildStatus.PAUSED, PAUSED_TEXT)
+    assert running.continued(12.5) == Move(ChildStatus.RUNNING, "continued", ticks=True)
+    assert running.paused_s == 7.5  # no timeout counts it

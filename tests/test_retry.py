@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import CommandError
+from flightdeck.engine.control import softbudget
 from flightdeck.engine.inputs.settings import Budget, RetrySettings, Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus
@@ -20,7 +22,7 @@ from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import batch, run_to_end, settings, sim_route, start, until
+from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
 
 FAKES = Path(__file__).parent / "fakes"
@@ -191,6 +193,31 @@ def test_a_retry_the_budget_has_no_room_for_is_refused_and_changes_nothing(
         engine.close()
     db = tmp_path / "state" / "flightdeck.db"
     assert _events(db, engine.batch_id, "retry") == []
+
+
+def test_a_retry_waits_while_the_soft_budget_holds_and_runs_once_it_is_lifted(
+    tmp_path: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(softbudget, "SOFT_BUDGET_EVERY_S", 0.0)  # looked at every step
+    s = settings(sim_route(tool_turns=0, **hold.options()), pool=2)
+    s = Settings(engine=s.engine, routes=s.routes, budget=Budget(soft_cost_usd=Decimal("1e-6")))
+    engine = start(batch(2), s, tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.running == 2, what="both running")
+        engine.stop(["t0000"])
+        until(lambda: _row(engine).status is ChildStatus.STOPPED, what="t0000 stopped")
+        hold.release()
+        until(lambda: engine.snapshot().held is not None, what="t0001's spend holds admission")
+        engine.retry(["t0000"])  # accepted: the hold keeps it queued, as it keeps any start
+        until(lambda: _row(engine).attempt == 2, what="attempt 2 queued")
+        time.sleep(0.2)  # a few coordinator steps: still held
+        assert (_row(engine).status, _row(engine).started_ts) == (ChildStatus.QUEUED, None)
+        engine.set_limits({"soft_cost_usd": None})
+        snap = run_to_end(engine, 30)
+    finally:
+        engine.close()
+    row = snap.child("t0000")
+    assert row is not None and (row.status, row.attempt) == (ChildStatus.COMPLETED, 2)
 
 
 def test_a_completed_child_or_a_running_one_is_not_retried(tmp_path: Path) -> None:

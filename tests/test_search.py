@@ -159,6 +159,33 @@ def test_named_transcripts_only_in_the_order_named_and_first_only(folder: Path) 
     ]
 
 
+@pytest.mark.parametrize("names", [None, ["c.log", "d.log"]], ids=["all", "named"])
+def test_first_only_looks_past_a_first_candidate_the_text_does_not_match(
+    tmp_path: Path, names: list[str] | None
+) -> None:
+    # The index matches words ("rate, limit" holds both in order); the pattern as typed does
+    # not: each file's first match is the one after, and a file with none gives nothing.
+    transcript(
+        tmp_path / "c.log",
+        ("assistant", "the rate, limit and path"),
+        ("tool", "rate-limit? no"),
+        ("tool", "a rate limit reached"),
+        ("tool", "the rate limit again"),
+    )
+    transcript(tmp_path / "d.log", ("assistant", "rate; limit"))
+    index(tmp_path)
+    transcript(tmp_path / "d.log", ("assistant", "a rate limit, written after the index"))
+    assert texts(tmp_path, "rate limit", first_only=True, names=names) == [
+        "c.log:a rate limit reached",
+        "d.log:a rate limit, written after the index",
+    ]
+    assert texts(tmp_path, "rate limit", names=names) == [
+        "c.log:a rate limit reached",
+        "c.log:the rate limit again",
+        "d.log:a rate limit, written after the index",
+    ]
+
+
 def test_a_damaged_index_is_read_around_and_made_again(folder: Path) -> None:
     index_path(folder).write_bytes(b"not a database" * 100)
     assert len(texts(folder, "limit")) == 4  # unreadable: the files are read

@@ -1,7 +1,10 @@
 """The client commands: steer, answer, stop, pause, continue, wait and limits: each a command for a
 batch's owner process (another process), sent and followed through engine/attached's `Client`;
 what they print is here. Each says what it waits for, and a dead owner as soon as it is found,
-with the command that runs the batch on."""
+with the command that runs the batch on.
+
+The other client commands (rework.py: retry, accept, discard) share four of its helpers:
+`batch_client`, `where_filter`, `children_said` and `say_error`."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
 WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 
 
-def _client(args: argparse.Namespace) -> Client:
+def batch_client(args: argparse.Namespace) -> Client:
     """The batch's client; a usage error if the state folder has no such batch."""
     from flightdeck.engine.attached.client import Client
     from flightdeck.engine.attached.store import no_batch
@@ -45,7 +48,7 @@ def _sent(client: Client, command: Command) -> int:
         raise UsageError(None, None, None, str(exc).strip("'\"")) from None
 
 
-def _where_filter(args: argparse.Namespace) -> RowFilter | None:
+def where_filter(args: argparse.Namespace) -> RowFilter | None:
     """`--where`'s query parsed (before anything is read), or None without one; names or
     --all with it are a usage error, as a query that does not parse is."""
     if args.where is None:
@@ -81,14 +84,15 @@ def _targets(
     return _matching(client, row_filter, verb), True
 
 
-def _said(ids: list[str], counted: bool) -> str:
+def children_said(ids: list[str], counted: bool) -> str:
     """Children in a line: named, or (thousands, maybe, from a query) counted."""
     if counted:
         return f"{len(ids)} {'child' if len(ids) == 1 else 'children'}"
     return ", ".join(one_line(i, 60) for i in ids)
 
 
-def _error(text: str) -> None:
+def say_error(text: str) -> None:
+    """`text` on stderr, on one line, as flightdeck's."""
     console_for(stderr=True).print(Text(f"flightdeck: {one_line(text)}"))
 
 
@@ -97,10 +101,10 @@ def cmd_steer(args: argparse.Namespace) -> ExitCode:
     as it changes (queued, and what it waits for; delivered, or missed and why)."""
     from flightdeck.engine.commands import Steer
 
-    row_filter = _where_filter(args)
+    row_filter = where_filter(args)
     if row_filter is None and not args.child_ids:
         raise UsageError(None, None, None, "name the children to steer, or --where QUERY")
-    with _client(args) as client:
+    with batch_client(args) as client:
         ids, _ = _targets(args, client, row_filter, "steer")
         if not ids:
             return ExitCode.OK
@@ -113,10 +117,10 @@ def cmd_answer(args: argparse.Namespace) -> ExitCode:
     children waits on; it is their tool's result. Returns once the owner has delivered it."""
     from flightdeck.engine.commands import Answer
 
-    with _client(args) as client:
+    with batch_client(args) as client:
         ids = list(dict.fromkeys(args.child_ids))
         rid = _sent(client, Answer(tuple(ids), args.message))
-        return _until_applied(client, rid, f"answer delivered: {_said(ids, False)}")
+        return _until_applied(client, rid, f"answer delivered: {children_said(ids, False)}")
 
 
 def cmd_nudge(args: argparse.Namespace) -> ExitCode:
@@ -124,10 +128,10 @@ def cmd_nudge(args: argparse.Namespace) -> ExitCode:
     evidence filled in) to those of these children flagged as looping; receipts as `steer`'s."""
     from flightdeck.engine.commands import Nudge
 
-    row_filter = _where_filter(args)
+    row_filter = where_filter(args)
     if row_filter is None and not args.child_ids:
         raise UsageError(None, None, None, "name the children to nudge, or --where QUERY")
-    with _client(args) as client:
+    with batch_client(args) as client:
         ids, _ = _targets(args, client, row_filter, "nudge")
         if not ids:
             return ExitCode.OK
@@ -150,15 +154,15 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
                     shown[receipt.id] = state
                     console.print(Text(_receipt_line(receipt.child_id, state, now)))
             if row.state.value == "refused":
-                _error(f"refused: {row.reason or ''}")
+                say_error(f"refused: {row.reason or ''}")
                 return ExitCode.INCOMPLETE
             if row.state.value == "applied" and not row.receipts:
                 console.print(Text(none))
     except OwnerGone as exc:
-        _error(str(exc))
+        say_error(str(exc))
         return ExitCode.INCOMPLETE
     except KeyboardInterrupt:
-        _error("stopped waiting: the steer stays queued, and is delivered at its turn")
+        say_error("stopped waiting: the steer stays queued, and is delivered at its turn")
         return ExitCode.INTERRUPTED
     return ExitCode.INCOMPLETE if "missed" in shown.values() else ExitCode.OK
 
@@ -176,12 +180,12 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
     has applied it."""
     from flightdeck.engine.commands import Stop, StopAll
 
-    row_filter = _where_filter(args)
+    row_filter = where_filter(args)
     if row_filter is None and args.all == bool(args.child_ids):
         raise UsageError(
             None, None, None, "name the children to stop, --all or --where QUERY (one of them)"
         )
-    with _client(args) as client:
+    with batch_client(args) as client:
         if args.all:
             rid = _sent(client, StopAll())
             return _until_applied(client, rid, "stop applied: every child")
@@ -189,7 +193,7 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
         if not ids:
             return ExitCode.OK
         rid = _sent(client, Stop(tuple(ids)))
-        return _until_applied(client, rid, f"stop applied: {_said(ids, counted)}")
+        return _until_applied(client, rid, f"stop applied: {children_said(ids, counted)}")
 
 
 def cmd_pause(args: argparse.Namespace) -> ExitCode:
@@ -199,15 +203,15 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
 
     resume = args.command == "continue"
     verb = "continue" if resume else "pause"
-    row_filter = _where_filter(args)
-    with _client(args) as client:
+    row_filter = where_filter(args)
+    with batch_client(args) as client:
         ids, counted = _targets(args, client, row_filter, verb)
         if counted and not ids:
             return ExitCode.OK
         command: Command
         if ids:
             command = Continue(tuple(ids)) if resume else Pause(tuple(ids))
-            what = _said(ids, counted)
+            what = children_said(ids, counted)
         else:
             command = ContinueAdmission() if resume else PauseAdmission()
             what = f"admission of batch {one_line(args.batch_id, 60)}"
@@ -220,7 +224,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
     1 otherwise); an owner that dies is said plainly (with how to resume), exit 1."""
     import time
 
-    with _client(args) as client:
+    with batch_client(args) as client:
         said = False
         while True:
             owner = client.owner()
@@ -233,7 +237,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
                     if left
                     else ""
                 )
-                _error(
+                say_error(
                     f"batch {args.batch_id} was abandoned: its owner process (pid {owner.pid}) "
                     f"died{running}; `flightdeck resume {args.batch_id}` runs it to the end"
                 )
@@ -269,7 +273,7 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
     usage error naming the argument)."""
     from flightdeck.engine.commands import LimitError, SetLimits, changed, describe
 
-    with _client(args) as client:
+    with batch_client(args) as client:
         current = client.limits()
         try:
             change = _limit_change(args, current)
@@ -361,7 +365,7 @@ def _until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
                 console_for().print(Text(applied))
                 return ExitCode.OK
             if row.state.value == "refused":
-                _error(f"refused: {row.reason or ''}")
+                say_error(f"refused: {row.reason or ''}")
                 return ExitCode.INCOMPLETE
             if not said_waiting and time.monotonic() - started > 1.0:
                 said_waiting = True
@@ -372,9 +376,9 @@ def _until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
                     )
                 )
     except OwnerGone as exc:
-        _error(str(exc))
+        say_error(str(exc))
         return ExitCode.INCOMPLETE
     except KeyboardInterrupt:
-        _error("stopped waiting: the request stays pending, and the owner applies it")
+        say_error("stopped waiting: the request stays pending, and the owner applies it")
         return ExitCode.INTERRUPTED
     return ExitCode.INCOMPLETE  # follow ends only once settled: not reached

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.sanitize import one_line, sanitize
-from flightdeck.tui.client import _client, _error, _said, _where_filter
+from flightdeck.tui.client import batch_client, children_said, say_error, where_filter
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import UsageError, state_db
@@ -66,10 +66,10 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.attached.spawn import OwnerFailed
     from flightdeck.engine.commands import CommandError, Retry
 
-    row_filter = _where_filter(args)
+    row_filter = where_filter(args)
     if row_filter is None and not args.child_ids:
         raise UsageError(None, None, None, "name the children to retry, or --where QUERY")
-    with _client(args) as client:
+    with batch_client(args) as client:
         if row_filter is None:
             ids, counted = list(args.child_ids), False
         else:
@@ -90,15 +90,15 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
                         Text(f"{what}: owner pid {step.owner_pid} started")
                     )
             elif step.state.value == "refused":
-                _error(f"refused: {step.reason or ''}")
+                say_error(f"refused: {step.reason or ''}")
                 return ExitCode.INCOMPLETE
             elif step.state.value == "applied":
-                console_for().print(Text(f"retry ({mode}) queued: {_said(ids, counted)}"))
+                console_for().print(Text(f"retry ({mode}) queued: {children_said(ids, counted)}"))
                 return ExitCode.OK
     except CommandError as exc:
         raise UsageError(None, None, None, str(exc)) from None
     except (OwnerGone, OwnerFailed) as exc:
-        _error(str(exc))
+        say_error(str(exc))
     return ExitCode.INCOMPLETE
 
 
@@ -112,7 +112,7 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
     except LookupError as exc:
         raise UsageError(None, None, "batch_id", str(exc).strip("'\"")) from None
     except CommandError as exc:
-        _error(str(exc))
+        say_error(str(exc))
         return ExitCode.INCOMPLETE
     console = console_for()
     if not console.is_terminal:
@@ -155,19 +155,19 @@ def _review(args: argparse.Namespace, command: Accept | Discard) -> ExitCode:
     from flightdeck.engine.attached.rework import review
     from flightdeck.engine.commands import Accept, CommandError
 
-    with _client(args) as client:
+    with batch_client(args) as client:
         db = client.db
     try:
         outcome = review(db, args.batch_id, command)
     except CommandError as exc:
-        _error(f"{command.title} refused, nothing applied: {exc}")
+        say_error(f"{command.title} refused, nothing applied: {exc}")
         return ExitCode.INCOMPLETE
     except OwnerGone as exc:
-        _error(str(exc))
+        say_error(str(exc))
         return ExitCode.INCOMPLETE
     if outcome is not None:
         console_for().print(Text(one_line(outcome.said)))
     else:
         done = f"merged into {command.into}" if isinstance(command, Accept) else "discarded"
-        console_for().print(Text(f"{_said(list(command.child_ids), False)}: {done}"))
+        console_for().print(Text(f"{children_said(list(command.child_ids), False)}: {done}"))
     return ExitCode.OK

@@ -35,6 +35,9 @@ DB_FILES = ("flightdeck.db", "flightdeck.db-wal")
 # Reads at most this often: the owner records running children every 0.1 s, but a batch of
 # instant children commits many times that; each read costs this process (and the machine).
 MIN_READ_S = 0.05
+# Reads take at most this share of the time: a read of thousands of changing rows costs 100 ms
+# of CPU, and the GIL it holds meanwhile is the one the screen's keys wait on.
+READ_SHARE = 0.25
 
 log = logging.getLogger(__name__)  # under "flightdeck": the TUI shows warnings as notifications
 
@@ -79,6 +82,7 @@ class StoreView:
                 poll_s=poll_s,
                 force_polling=force_polling,
                 min_interval_s=MIN_READ_S,
+                max_share=READ_SHARE,
             ).start()
 
     @property

@@ -37,6 +37,7 @@ class Waker:
         poll_s: float = 0.25,
         force_polling: bool = False,
         min_interval_s: float = 0.0,
+        max_share: float = 1.0,
     ) -> None:
         self.folder = folder
         self.names = frozenset(names)
@@ -44,7 +45,11 @@ class Waker:
         self.force_polling = force_polling
         # A writer committing hundreds of times a second wakes a reader at most this often.
         self.min_interval_s = min_interval_s
-        self._last = 0.0
+        # A long wake-up (a large store's read) rests the longer after it: it takes at most this
+        # share of the time, so the process's other threads get the GIL (and a loaded machine's
+        # slower reads are the sparser).
+        self.max_share = max_share
+        self._next = 0.0  # no call before this (time.monotonic())
         self._wake = wake
         self._stop = threading.Event()
         self.events = True  # False once watching failed and only polling is left
@@ -95,11 +100,14 @@ class Waker:
             self._call()
 
     def _call(self) -> None:
-        wait = self._last + self.min_interval_s - time.monotonic()
+        wait = self._next - time.monotonic()
         if wait > 0 and self._stop.wait(wait):
             return
-        self._last = time.monotonic()
+        began = time.monotonic()
         try:
             self._wake()
         except Exception:  # a reader's bug must not end the watching
             log.exception("flightdeck watch: a wake-up failed")
+        ended = time.monotonic()
+        rest = (ended - began) * (1 / self.max_share - 1)
+        self._next = max(began + self.min_interval_s, ended + rest)

@@ -93,8 +93,8 @@ class Elsewhere(Child):
             self.status = ChildStatus.QUEUED
             self.started_ts = self.finished_ts = None
             self._version += 1 + old.version  # the row's version never goes back
-            if self.pause_wanted:
-                self._paused_now()  # paused before it starts again
+            if self.pause_wanted:  # paused before it starts again
+                self._apply(self.halt.paused(self._clock()))
         self.loops.follow(None)  # a loop the lost attempt was in is not the new one's
         self.transcript.write("engine", f"{why}; it restarts from the start")
         return lost

@@ -1,6 +1,7 @@
-"""What a child is: its task and route, status, stop and pause, steer inbox and receipts, the
-facts it reports, and the frozen rows readers see. How it runs is its `runner` (port.py): a model
-runner (loop.py) or a process runner (command.py), on the worker thread that calls `run`.
+"""What a child is: its task and route, status, steer inbox and receipts, the facts it reports,
+and the frozen rows readers see; halt.py decides its stop and pause. How it runs is its `runner`
+(port.py): a model runner (loop.py) or a process runner (command.py), on the worker thread that
+calls `run`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from flightdeck.engine.child.facts import ChildDone, ChildFact, ChildPaused, ReceiptSettled, Report
+from flightdeck.engine.child.halt import Halt, Move
 from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
 from flightdeck.engine.child.operator import OperatorNeeds
@@ -42,32 +44,27 @@ class Child:
 
     # A batch keeps every child to its end: without an instance dict a child weighs 1.3 KB less.
     __slots__ = (
-        "_call",
         "_clock",
         "_error",
         "_finalizing",
         "_lock",
         "_open_transcript",
-        "_pause_wanted",
-        "_paused_at",
         "_report",
         "_result",
         "_row",
         "_row_version",
         "_secrets",
         "_sink",
-        "_stop_reason",
-        "_stop_status",
         "_transcript",
         "_version",
         "finished_ts",
+        "halt",
         "interrupt",
         "kept",
         "leads_gate",
         "loops",
         "node",
         "operator",
-        "paused_s",
         "progress",
         "queued_ts",
         "route",
@@ -126,20 +123,13 @@ class Child:
         self._transcript: Transcript | None = None
         self.node: str | None = None  # where its work runs, when not in this process
         self._finalizing = False
-        self._call: Closable | None = None
-        self._stop_status: ChildStatus | None = None
-        self._stop_reason: str | None = None
+        self.halt = Halt()  # its stop and pause (halt.py)
         self._error: str | None = None
         self._result: str | None = None
         self._row: ChildRow | None = None
         self._row_version = -1
         # Set by the coordinator when it leads a prompt-cache gate: report the first chunk.
         self.leads_gate = False
-        # The operator's pause: wanted (set by the coordinator, read at each turn boundary),
-        # and the seconds spent paused, which no timeout counts.
-        self._pause_wanted = False
-        self._paused_at: float | None = None
-        self.paused_s = 0.0
         self.operator = OperatorNeeds()  # what it needs of the operator (coordinator thread)
 
     @property
@@ -178,7 +168,7 @@ class Child:
                 self.transcript_path,
                 self.runner.steerable,
                 self.node,
-                pausing=self._pause_wanted,
+                pausing=self.halt.pause_wanted,
             )
             row = build_row(
                 self.task,
@@ -209,40 +199,24 @@ class Child:
         return self.progress.held
 
     @property
-    def stop_grace_s(self) -> float:
-        """Seconds a stop may take beyond the engine's stall_grace_s (a process's kill grace)."""
-        return self.runner.stop_grace_s
-
-    @property
-    def steerable(self) -> bool:
-        """Whether a steer can reach this child (a command route may not read any)."""
-        return self.runner.steerable
-
-    @property
-    def keeps_thread(self) -> bool:
-        """Whether it keeps its worker thread while paused (a suspended process does); a model
-        child's run returns, its messages kept, and a continue runs it on a thread again."""
-        return self.runner.keeps_thread
-
-    @property
-    def prefix_key(self) -> tuple[str, str]:
-        """What its requests share with its siblings' ahead of the goal (the gate's key)."""
-        return self.runner.prefix_key
-
-    @property
     def pause_wanted(self) -> bool:
         """The operator asked for a pause not since taken back by a continue."""
-        return self._pause_wanted
+        return self.halt.pause_wanted
 
     @property
     def stop_status(self) -> ChildStatus | None:
         """The status a requested stop will end in (the first request wins); None if none."""
-        return self._stop_status
+        return self.halt.stop_status
 
     @property
     def stop_reason(self) -> str | None:
         """Why the requested stop was asked for; None if none was."""
-        return self._stop_reason
+        return self.halt.stop_reason
+
+    @property
+    def paused_s(self) -> float:
+        """Seconds it spent paused (no timeout counts them)."""
+        return self.halt.paused_s
 
     @property
     def retrying(self) -> Attempt | None:
@@ -260,7 +234,7 @@ class Child:
         try:
             end = self.runner.run(self)
         except (StopRequested, Interrupted):
-            end = Ended(self._stop_status or ChildStatus.STOPPED, self._stop_reason)
+            end = Ended(self.halt.stop_status or ChildStatus.STOPPED, self.halt.stop_reason)
         except Exception as exc:  # a bug must fail one child, not the batch
             self.transcript.write("error", traceback.format_exc())
             end = Ended(ChildStatus.FAILED, f"internal error: {exc!r}")
@@ -294,16 +268,15 @@ class Child:
     def open_call(self, call: Closable) -> bool:
         """The call a stop or a steer --now closes; False (closed now) if one came first."""
         with self._lock:
-            if self.closing():
-                call.close()
-                return False
-            self._call = call
-            return True
+            if self.halt.open(call, self.closing()):
+                return True
+        call.close()
+        return False
 
     def close_call(self) -> bool:
         """The call is over; True when a stop or a steer --now closed it under the runner."""
         with self._lock:
-            self._call = None
+            self.halt.call = None
             return self.closing()
 
     def closing(self) -> bool:
@@ -322,21 +295,16 @@ class Child:
         """At a turn boundary (the worker): True, and the child is `paused`, if a pause is
         wanted and no stop came first."""
         with self._lock:
-            if not self._pause_wanted or self._finalizing or self.interrupt.is_set():
-                return False
-            self._paused_now()
-            self._version += 1
-            return True
+            ending = self._finalizing or self.interrupt.is_set()
+            return self._apply(self.halt.take(ending, self._clock()))
 
     # --- control side (coordinator thread) -----------------------------------------------------
 
     def request_stop(self, status: ChildStatus, reason: str) -> None:
         """Interrupt: wake any sleep, close the open call. The worker finalizes."""
         with self._lock:
-            if self._stop_status is None:
-                self._stop_status, self._stop_reason = status, reason
+            call = self.halt.stop(status, reason)
             self.interrupt.set()
-            call = self._call
         if call is not None:
             call.close()
 
@@ -344,32 +312,25 @@ class Child:
         """The operator's pause: a queued child is paused now (it will not start), a running
         one at its next turn boundary."""
         with self._lock:
-            if self._finalizing or self.status.terminal:
-                return
-            self._pause_wanted = True
-            if self.status is ChildStatus.QUEUED:
-                self._paused_now()
-            self._version += 1  # a running child's row says it is pausing (`row`)
+            self._apply(self.halt.pause(self.status, self._finalizing, self._clock()))
 
     def cancel_pause(self) -> None:
         """The operator's continue: a pause not taken yet is dropped; a queued child paused
         is queued again. A child paused at a turn boundary runs again once `mark_running`."""
         with self._lock:
-            self._pause_wanted = False
-            if self._finalizing:
-                return
-            if self.status is ChildStatus.PAUSED and self.started_ts is None:
-                self.status = ChildStatus.QUEUED
-                self.progress.show("")
-            elif self.status is ChildStatus.RUNNING:
-                self.progress.show("continued")
-            self._version += 1
+            started = self.started_ts is not None
+            self._apply(self.halt.cancel(self.status, started, self._finalizing))
 
-    def _paused_now(self) -> None:
-        """Paused from here (the lock is held)."""
-        self.status = ChildStatus.PAUSED
-        self._paused_at = self._clock()
-        self.progress.show("paused by the operator")
+    def _apply(self, move: Move | None) -> bool:
+        """A change of status decided (by `halt`, say), applied under the lock; False: none."""
+        if move is None:
+            return False
+        if move.status is not None:
+            self.status = move.status
+        if move.shows is not None:
+            (self.progress.tick if move.ticks else self.progress.show)(move.shows)
+        self._version += 1
+        return True
 
     def add_steer(self, receipt: SteerReceipt) -> bool:
         """Queue an operator message; `now` closes the current call so the turn restarts.
@@ -389,7 +350,7 @@ class Child:
             # `now_pending` is set before this lock is taken, and a call is only opened
             # under it after checking `now_pending`: either way the response is dropped.
             with self._lock:
-                call = self._call
+                call = self.halt.call
             if call is not None:
                 call.close()
         return True
@@ -451,30 +412,19 @@ class Child:
                 self.progress.started()
                 self._version += 1
             elif self.status is ChildStatus.PAUSED and self.started_ts is not None:
-                # Continued: the pause counts toward no timeout, and the stall clock starts
-                # again now (the time paused was not a stall).
-                if self._paused_at is not None:
-                    self.paused_s += max(0.0, now - self._paused_at)
-                    self._paused_at = None
-                self.status = ChildStatus.RUNNING
-                self.progress.tick("continued")
-                self._version += 1
+                self._apply(self.halt.continued(now))
         return True
 
     def mark_gated(self, leader_id: str) -> None:
         """Held by the prompt-cache gate until `leader_id`'s first response streams; no slot."""
         with self._lock:
             if self.status is ChildStatus.QUEUED and not self._finalizing:
-                self.status = ChildStatus.GATED
-                self.progress.show(f"gated: cache warm-up, waiting for {leader_id}")
-                self._version += 1
+                self._apply(
+                    Move(ChildStatus.GATED, f"gated: cache warm-up, waiting for {leader_id}")
+                )
 
     def unmark_gated(self) -> bool:
         """The gate opened: queued again, to be admitted next; False if it ended meanwhile."""
         with self._lock:
-            if self.status is not ChildStatus.GATED or self._finalizing:
-                return False
-            self.status = ChildStatus.QUEUED
-            self.progress.show("")
-            self._version += 1
-            return True
+            gated = self.status is ChildStatus.GATED and not self._finalizing
+            return self._apply(Move(ChildStatus.QUEUED, "") if gated else None)

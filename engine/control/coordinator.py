@@ -5,8 +5,9 @@ the queue before it runs and never runs twice, without locks. Workers only wait 
 they report facts back through the inbox, and callers' commands arrive the same way. The parts
 that decide are small classes it owns and calls on this thread: admission.py (who starts),
 controls.py (the operator's commands), pauses.py, arrivals.py (delegates, waves), softbudget.py,
-finals.py (final rows, the batch's status). They are handed the state they share (slots.py),
-where to record (recorder.py) and `Ends` (what only this class does), never the coordinator.
+finals.py (final rows, the batch's status). parts.py builds them from a `Setup` and wires them:
+they are handed the state they share (slots.py), where to record (recorder.py) and `Duties`
+(what only this class does), never the coordinator.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
 
 from flightdeck.engine.child.facts import (
     Asked,
@@ -31,37 +31,22 @@ from flightdeck.engine.child.facts import (
     ToolDenied,
 )
 from flightdeck.engine.child.state import Child
-from flightdeck.engine.control.admission import Admission
-from flightdeck.engine.control.arrivals import Arrivals
-from flightdeck.engine.control.attempts import Attempts, ChangesTold, Rework
-from flightdeck.engine.control.controls import Controls
-from flightdeck.engine.control.finals import Finals
 from flightdeck.engine.control.inbox import (
     Message,
     Order,
-    ReceiptIds,
     Recorded,
     RecordProgress,
     Reviewed,
     Shutdown,
     Unrecorded,
 )
-from flightdeck.engine.control.liverows import PROGRESS_EVERY_S, LiveRows
+from flightdeck.engine.control.liverows import PROGRESS_EVERY_S
 from flightdeck.engine.control.lost import rerun_lost
-from flightdeck.engine.control.pauses import Pauses
-from flightdeck.engine.control.questions import Questions
-from flightdeck.engine.control.recorder import Recorder
-from flightdeck.engine.control.reviews import ReviewDesk
-from flightdeck.engine.control.slots import Carried, Slots
-from flightdeck.engine.control.softbudget import SoftBudget
-from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.control.parts import Setup, build_parts
 from flightdeck.engine.control.watchdog import overdue
-from flightdeck.engine.executors.base import Executor
-from flightdeck.engine.inputs.settings import Route, Settings
-from flightdeck.engine.inputs.tasks import Schedule, Task
+from flightdeck.engine.inputs.settings import Settings
 from flightdeck.engine.model import (
     BatchStatus,
-    ChildRow,
     EngineEvent,
     Limits,
     RouteHeadroom,
@@ -69,7 +54,7 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.model.livelimits import limits_of
-from flightdeck.engine.records.meter import Meter, spend_known
+from flightdeck.engine.records.meter import spend_known
 
 log = logging.getLogger(__name__)
 
@@ -81,133 +66,40 @@ WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children ge
 class Coordinator:
     """Owns the queue and the pool; `Engine` is its public face."""
 
-    def __init__(
-        self,
-        children: list[Child],
-        routes: Mapping[str, Route],
-        *,
-        pool: Executor,
-        pool_size: int,
-        settings: Settings,  # its [engine] part, budget and canned steers
-        meter: Meter,
-        clock: Callable[[], float],
-        recorder: Recorder,  # rows, receipts, events and live limits to the owner's store
-        publish: Callable[[EngineEvent], None],
-        on_finished: Callable[[BatchStatus], EngineEvent],
-        throttles: Mapping[str, RouteThrottle] | None = None,
-        between_facts: Callable[[], None] = lambda: None,
-        carried: Carried | None = None,  # a resumed batch's
-        spawn: Callable[[Task], Child] | None = None,
-        schedules: tuple[Schedule, ...] = (),
-        # Every LIVE_EVERY_S: the latest rows of the children alive (for attached views).
-        publish_live: Callable[[tuple[ChildRow, ...]], None] = lambda rows: None,
-        rework: Rework | None = None,  # retries, accepts and discards (None: refused)
-    ) -> None:
-        carried = carried or Carried()
-        self.slots = Slots(
-            children, routes, pool=pool, pool_size=pool_size, clock=clock, carried=carried.rows
-        )
-        self._engine = settings.engine
-        self._budget = settings.budget
-        self._meter = meter
-        self._clock = clock
-        self._recorder = recorder
-        self._publish = publish
-        self._on_finished = on_finished
-        # Cheap work that must not wait for another thread (framing transcript lines).
-        self._between_facts = between_facts
-        self._throttles = dict(throttles or {})
+    def __init__(self, setup: Setup) -> None:
+        self._engine = setup.settings.engine
+        self._budget = setup.settings.budget
+        self._clock = setup.clock
+        self._recorder = setup.recorder
+        self._publish = setup.publish
+        self._on_finished = setup.on_finished
+        self._between_facts = setup.between_facts
+        self._throttles = setup.throttles
+        self._rework = setup.rework
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        self.receipt_ids = ReceiptIds(carried.first_receipt_id)
-        self._finals = Finals(
-            children,
-            carried=lambda: [r.status for r in self.slots.carried.values()],
-            record_final=recorder.record_final,
-            report=self.report,
-            publish=publish,
-        )
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
-        slots = self.slots
-        self._soft = SoftBudget(
-            self._budget.soft_cost_usd,
-            clock=clock,
-            meter=meter,
-            # all the batch's rows (a resumed one's too) count in the projection
-            rows=lambda: list(slots.all_rows().values()),
-            record_event=recorder.record_event,
-            announce=self._announce_limits,
-        )
         self._shutdown = False
         self._last_watch = 0.0
-        self._live_rows = LiveRows(recorder, publish_live)
-        self._pauses = Pauses(slots, self, recorder)
-        self._arrivals = Arrivals(
-            slots,
-            spawn=spawn,
-            schedules=schedules,
-            taken_ids=frozenset(r.id for r in carried.rows),
-            clock=clock,
-            exhausted=lambda: self._admission.budget_exhausted(),
-        )
-        self.questions = Questions(slots, recorder, clock)  # what children ask of the operator
-        self._admission = Admission(
-            slots,
-            self,
-            pauses=self._pauses,
-            questions=self.questions,
-            arrivals=self._arrivals,
-            budget=self._budget,
-            meter=meter,
-            clock=clock,
-            recorder=recorder,
-            publish=publish,
-            started=len(carried.rows),
-        )
-        self._rework = rework
-        reviewer = rework.reviewer if rework is not None else None
-        self._controls = Controls(
-            slots,
-            self,
-            recorder=recorder,
-            receipt_ids=self.receipt_ids,
-            clock=clock,
-            canned=settings.canned,
-            throttles=self._throttles,
-            soft=self._soft,
-            pauses=self._pauses,
-            arrivals=self._arrivals,
-            questions=self.questions,
-            attempts=Attempts(
-                slots,
-                self._finals,
-                recorder,
-                rework,
-                room=self._admission.room,
-                forget=self._live_rows.forget,
-                reopen=self._reopen_ended,
-            ),
-            desk=ReviewDesk(reviewer, self.report) if reviewer is not None else None,
-            publish=publish,
-            limits=self.limits,
-            hold=lambda: self.hold,
-            announce=self._announce_limits,
-        )
-        self._pauses.admission = carried.admission_paused
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
         self.finished = threading.Event()
         self._reopen = False  # a retry came after the batch had ended: it runs again
-        self._told = ChangesTold(recorder.record_event)
+        self._parts = parts = build_parts(setup, self)  # `self`: its duties (parts.py)
+        self.slots, self.receipt_ids, self.questions = (
+            parts.slots,
+            parts.receipt_ids,
+            parts.questions,
+        )
 
     @property
     def stopped_by_stop_all(self) -> int:
         """Children a stop-all found still queued or running; any makes the batch `stopped`."""
-        return self._controls.stopped_by_stop_all
+        return self._parts.controls.stopped_by_stop_all
 
     @property
     def unrecorded(self) -> int:
         """Final rows the store gave up on: those children ended, but were never announced."""
-        return self._finals.unrecorded
+        return self._parts.finals.unrecorded
 
     # --- called from any thread ----------------------------------------------------------------
 
@@ -245,7 +137,7 @@ class Coordinator:
         """Record every running child's current row now, not at the next progress tick; False
         if the coordinator did not get to it within `timeout` (or has ended)."""
         if self.on_thread:
-            self._live_rows.record(self.slots.alive)
+            self._parts.live_rows.record(self.slots.alive)
             return True
         done = threading.Event()
         self.command(RecordProgress(done))
@@ -265,24 +157,55 @@ class Coordinator:
         routes = {name: state.route for name, state in self.slots.queues.routes.items()}
         settings = Settings(routes=routes, budget=self._budget)
         base = limits_of(settings, routes, self.slots.pool_size, spend_known)
-        return dataclasses.replace(base, soft_cost_usd=self._soft.cost, soft_held=self._soft.held)
+        return dataclasses.replace(
+            base, soft_cost_usd=self._parts.soft.cost, soft_held=self._parts.soft.held
+        )
 
     @property
     def hold(self) -> str | None:
         """Why admission is held, every hold that is on in one sentence; None: it is not."""
-        holds = [*self._pauses.holds(), *self._soft.holds()]
+        holds = [*self._parts.pauses.holds(), *self._parts.soft.holds()]
         return "; ".join(holds) or None
 
-    # --- for its parts (slots.Ends), on the coordinator thread --------------------------------
+    # --- for its parts (parts.Duties), on the coordinator thread -----------------------------
 
     def release(self, child: Child) -> None:
         """Free the child's slot (in the pool and on its route); a gate it led opens."""
         slots = self.slots
         del slots.alive[child.task.id]
-        self._pauses.ended(child)
+        self._parts.pauses.ended(child)
         if slots.waiting.pop(child.task.id, None) is None:  # a waiting parent had none
             slots.queues.ended(child)
-        slots.queues.requeue(self._admission.gate.ended(child))
+        slots.queues.requeue(self._parts.admission.gate.ended(child))
+
+    def finish(self, child: Child) -> None:
+        """Record a final child at once; it counts as done, and is announced, once committed.
+
+        So a finish that a UI shows (a headless line, say) is already on disk: a process
+        killed right after loses none of them, and the batch ends only when all are written.
+        Its slot is free already (`release`): admission never waits for the store.
+        """
+        self.slots.stop_requested.pop(child.task.id, None)
+        self._parts.controls.loop_policies.ended(child.task.id)
+        self._parts.pauses.ended(child)
+        self.questions.ended(child)
+        self._parts.told.changes(child)
+        self._parts.finals.hand(child.row())
+
+    def reopen_ended(self) -> None:
+        """A retry came (control/attempts.py): a batch that had ended runs again."""
+        if not self.finished.is_set():
+            return
+        self._reopen = True
+        self._parts.controls.stopped_by_stop_all = 0
+        self.failure = None
+        self.finished.clear()
+        if self._rework is not None:
+            self._rework.on_reopened()
+
+    def announce_limits(self) -> None:
+        """The live limits changed, or a hold began or ended: for attached views and resume."""
+        self._recorder.record_limits(self.limits(), self.hold)
 
     # --- the coordinator thread ----------------------------------------------------------------
 
@@ -316,7 +239,7 @@ class Coordinator:
     def _loop(self) -> None:
         self._handle_queued()  # sent before this thread started (a resumed batch's requests)
         self._watch_store()
-        self._soft.watch()
+        self._parts.soft.watch()
         self._admit()
         while not self._all_done():
             self._drain()
@@ -325,14 +248,14 @@ class Coordinator:
             if now - self._last_watch >= WATCH_EVERY_S:
                 self._last_watch = now
                 self._watchdog()
-            self._arrivals.tick()
-            self._soft.watch()
+            self._parts.arrivals.tick()
+            self._parts.soft.watch()
             self._admit()
             self._progress()
             self._between_facts()
 
     def _admit(self) -> None:
-        self._admission.admit(held=self.hold is not None, failed=self.failure is not None)
+        self._parts.admission.admit(held=self.hold is not None, failed=self.failure is not None)
 
     def _failed(self, exc: Exception) -> None:
         """This thread's one error path: say so, stop every child, let them end (for a bounded
@@ -340,7 +263,7 @@ class Coordinator:
         log.exception("flightdeck engine: the coordinator failed; stopping every child")
         self.failure = f"engine error: {type(exc).__name__}: {exc}"
         try:
-            self._controls.stop_everything(f"stopped: {self.failure}")
+            self._parts.controls.stop_everything(f"stopped: {self.failure}")
             deadline = time.monotonic() + WIND_DOWN_S
             while not self._all_done() and time.monotonic() < deadline:
                 self._drain()
@@ -352,11 +275,11 @@ class Coordinator:
         status = (
             BatchStatus.FAILED
             if self.failure or self.unrecorded
-            else self._finals.status(self._controls.stopped_by_stop_all)
+            else self._parts.finals.status(self._parts.controls.stopped_by_stop_all)
         )
-        if self._soft.end():  # an ended batch holds nothing back
+        if self._parts.soft.end():  # an ended batch holds nothing back
             try:
-                self._announce_limits()
+                self.announce_limits()
             except Exception:
                 log.exception("flightdeck engine: the end of the soft budget's hold")
         try:
@@ -369,16 +292,16 @@ class Coordinator:
         """No child starts while the store cannot commit; once it gives up, every child is
         stopped and the batch fails (its rows could not be kept)."""
         trouble = self._recorder.trouble()
-        self._admission.store_trouble(trouble)
+        self._parts.admission.store_trouble(trouble)
         if trouble is not None and trouble.gave_up and self.failure is None:
             self.failure = f"the store cannot record ({trouble.reason})"
             log.error("flightdeck engine: %s: stopping every child; the batch fails", self.failure)
-            self._controls.stop_everything(f"stopped: {self.failure}")
+            self._parts.controls.stop_everything(f"stopped: {self.failure}")
 
     @property
     def held(self) -> int:
         """Final rows handed to the store and not yet committed (nor given up on)."""
-        return self._finals.held
+        return self._parts.finals.held
 
     def _drain(self) -> None:
         """Wait for the next fact or command (at most TICK_S, and no longer than the next
@@ -413,81 +336,59 @@ class Coordinator:
                     # The watchdog abandoned it and recorded its final row; its call has come
                     # back since, and may have been billed: the store must say what was spent.
                     # (Only while the engine is open: a call stuck at close() is not waited for.)
-                    self._told.changes(child)
+                    self._parts.told.changes(child)
                     self._recorder.record(child.row())
             case Recorded(row):
-                self._finals.recorded(row)
-                self._arrivals.ended(row)
+                self._parts.finals.recorded(row)
+                self._parts.arrivals.ended(row)
             case Unrecorded(row):
-                self._finals.lost()
-                self._arrivals.ended(row)  # its parent is not left waiting
+                self._parts.finals.lost()
+                self._parts.arrivals.ended(row)  # its parent is not left waiting
             case ReceiptSettled(receipt):
                 if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
-                    self._controls.loop_policies.delivered(receipt.child_id, self._clock())
+                    self._parts.controls.loop_policies.delivered(receipt.child_id, self._clock())
                 self._recorder.record_receipt(receipt, None)
                 self._publish(SteerSettled(receipt))
             case Delegated(child_id, call):
-                self._arrivals.delegate(self.slots.by_id[child_id], call)
+                self._parts.arrivals.delegate(self.slots.by_id[child_id], call)
             case Asked(child_id, call):
                 self.questions.asked(self.slots.by_id[child_id], call)
             case ToolDenied(child_id, denial):
                 self.questions.denied(self.slots.by_id[child_id], denial)
             case ChildPaused(child_id):
-                self._pauses.paused(self.slots.by_id[child_id])
+                self._parts.pauses.paused(self.slots.by_id[child_id])
             case FirstChunk(child_id):
                 self.slots.queues.requeue(
-                    self._admission.gate.first_chunk(self.slots.by_id[child_id])
+                    self._parts.admission.gate.first_chunk(self.slots.by_id[child_id])
                 )
             case HeadroomSeen(route, event):
                 self.slots.queues.saw_headroom(route, event, self._clock())
             case ChildLost(child_id, why):
                 child = self.slots.by_id[child_id]
-                rerun_lost(self.slots, self, self._pauses, self._recorder, child, why)
+                rerun_lost(self.slots, self, self._parts.pauses, self._recorder, child, why)
             case LoopFlagged(child_id, evidence, again):
-                self._controls.looped(child_id, evidence, again)
+                self._parts.controls.looped(child_id, evidence, again)
             case Order():
-                self._controls.apply(message)
+                self._parts.controls.apply(message)
             case Reviewed():
-                self._controls.reviewed(message)
+                self._parts.controls.reviewed(message)
             case RecordProgress(done):
-                self._live_rows.record(self.slots.alive)
+                self._parts.live_rows.record(self.slots.alive)
                 done.set()
             case Shutdown():
                 self._shutdown = True
 
-    def finish(self, child: Child) -> None:
-        """Record a final child at once; it counts as done, and is announced, once committed.
-
-        So a finish that a UI shows (a headless line, say) is already on disk: a process
-        killed right after loses none of them, and the batch ends only when all are written.
-        Its slot is free already (`release`): admission never waits for the store.
-        """
-        self.slots.stop_requested.pop(child.task.id, None)
-        self._controls.loop_policies.ended(child.task.id)
-        self._pauses.ended(child)
-        self.questions.ended(child)
-        self._told.changes(child)
-        self._finals.hand(child.row())
-
-    def _reopen_ended(self) -> None:
-        """A retry came (control/attempts.py): a batch that had ended runs again."""
-        if not self.finished.is_set():
-            return
-        self._reopen = True
-        self._controls.stopped_by_stop_all = 0
-        self.failure = None
-        self.finished.clear()
-        if self._rework is not None:
-            self._rework.on_reopened()
-
     def _all_done(self) -> bool:
-        return self._finals.done >= len(self.slots.children) and not self._arrivals.scheduled
+        return (
+            self._parts.finals.done >= len(self.slots.children)
+            and not self._parts.arrivals.scheduled
+        )
 
     # --- watchdog and progress -----------------------------------------------------------------
 
     def _watchdog(self) -> None:
         """Timeouts, stalls, and children that ignore a stop past the grace period."""
-        self._controls.loop_steps()
+        self._parts.controls.loop_steps()
         now = self._clock()
         slots = self.slots
         for child in list(slots.alive.values()):
@@ -503,8 +404,4 @@ class Coordinator:
     def _progress(self) -> None:
         """Running children's counters reach the store every PROGRESS_EVERY_S (for attach),
         and their live figures every LIVE_EVERY_S."""
-        self._live_rows.tick(self.slots.alive, self._clock())
-
-    def _announce_limits(self) -> None:
-        """The live limits changed, or a hold began or ended: for attached views and resume."""
-        self._recorder.record_limits(self.limits(), self.hold)
+        self._parts.live_rows.tick(self.slots.alive, self._clock())

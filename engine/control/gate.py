@@ -39,7 +39,7 @@ class CacheGate:
         cap = child.route.cache_gate_s
         if not cap:
             return False
-        key = child.prefix_key
+        key = child.runner.prefix_key
         if key in self._open:
             return False
         gate = self._closed.get(key)
@@ -76,7 +76,7 @@ class CacheGate:
     def _open_led_by(self, child: Child) -> list[Child]:
         if not self._closed:  # no gate, or every gate open: no digest of its prefix needed
             return []
-        key = child.prefix_key
+        key = child.runner.prefix_key
         gate = self._closed.get(key)
         if gate is None or gate.leader is not child:
             return []

@@ -92,7 +92,7 @@ class Pauses:
         child_id = child.task.id
         if child_id not in slots.alive:
             return  # the watchdog gave up on it meanwhile
-        if child.keeps_thread:
+        if child.runner.keeps_thread:
             if child.pause_wanted:  # else continued before this was heard: its slot is kept
                 slots.free_slot(child)
                 self.suspended[child_id] = child

@@ -24,7 +24,7 @@ def overdue(
 ) -> Overdue | None:
     """Whether a running child must be stopped (or given up on) now; None if all is well."""
     if stop_asked is not None:
-        grace = settings.stall_grace_s + child.stop_grace_s
+        grace = settings.stall_grace_s + child.runner.stop_grace_s
         if now - stop_asked > grace:
             status = child.stop_status or ChildStatus.STALLED
             return Overdue(status, f"did not stop within {grace:g}s; abandoned", abandon=True)

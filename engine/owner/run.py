@@ -21,6 +21,7 @@ from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.attempts import Rework
 from flightdeck.engine.control.coordinator import Coordinator
+from flightdeck.engine.control.parts import Setup
 from flightdeck.engine.control.sending import Sender
 from flightdeck.engine.control.slots import Carried
 from flightdeck.engine.control.throttle import RouteThrottle
@@ -193,7 +194,7 @@ class BatchRun:
             children = found.live
             first_receipt = found.first_receipt_id
         recorder = StoreRecorder(store, self.batch_id, self.clock)
-        self.coordinator = Coordinator(
+        setup = Setup(
             children,
             self.routes,
             pool=self.pool,
@@ -226,6 +227,7 @@ class BatchRun:
                 context_chars=self.settings.engine.max_task_chars,
             ),
         )
+        self.coordinator = Coordinator(setup)
         self.sender = sender = Sender(
             self.coordinator,
             recorder,

@@ -15,33 +15,34 @@ Two kinds of pattern:
   docs/performance.md.
 
 Either way, the part of each file the index has not reached (a line written a moment ago) is
-read from the file, so nothing written is missed.
+read from the file, so nothing written is missed; a file the index points nowhere into and that
+has not grown past it is not opened. Each child's first match only (the TUI's `F`) is one query
+that groups the index's lines by file in SQLite, so a phrase in every line of a big batch costs
+no Python work per line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.records.searchindex import (
     OFFSET_MASK,
     SHIFT,
+    TRANSCRIPT_SUFFIX,
     SearchIndex,
     open_index,
-    transcripts,
 )
 from flightdeck.engine.sanitize import sanitize
 
-FEW_FILES = 64  # named files up to this many are looked up one by one in the index
-_MATCH = "SELECT rowid FROM lines WHERE lines MATCH ? ORDER BY rowid"
-_MATCH_RANGE = (
-    "SELECT rowid FROM lines WHERE lines MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rowid"
-)
+FEW_FILES = 64  # named files up to this many are asked of the index by their ids
+_LATER = "SELECT rowid FROM lines WHERE lines MATCH ? AND rowid > ? AND rowid < ? ORDER BY rowid"
 SCAN_CHUNK = 16 << 20  # bytes of one file read at a time when reading it through
 LINE_READ = 4096  # a candidate line is read in pieces of this size until its end
 
@@ -127,72 +128,141 @@ def grep(
     """The lines of these transcripts (all the folder's: None), in the order named, that match;
     `first_only`: each file's first match only."""
     only = None if names is None or len(names) > FEW_FILES else set(names)
-    names = transcripts(folder) if names is None else list(names)
+    sizes = _sizes(folder, only)
+    names = sorted(n for n in sizes if n.endswith(TRANSCRIPT_SUFFIX)) if names is None else names
     conn = open_index(folder, write=False) if pattern.query is not None else None
     try:
-        indexed, candidates = _from_index(conn, pattern, only) if conn is not None else ({}, {})
+        found = _from_index(conn, pattern, only, first_only) if conn is not None else None
+        if found is None:  # no index, or one that cannot answer: every file is read
+            if conn is not None:
+                conn.close()
+            conn, found = None, _Found({}, {})
+        for name in names:
+            file_id, done = found.files.get(name, (None, 0))
+            candidates = found.candidates.get(name, [])
+            # A file neither the index points into nor grown past it holds no match: not opened
+            # (on a big batch the index names a few files of thousands).
+            if not candidates and sizes.get(name, 0) <= done:
+                continue
+            try:
+                fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            except (FileNotFoundError, IsADirectoryError):
+                continue
+            try:
+                offsets: Iterable[int] = candidates
+                if first_only and candidates and conn is not None and file_id is not None:
+                    # The index gave its first candidate only; the others are asked for if
+                    # that one is not a match as typed (rare: the words, not the text).
+                    offsets = _LaterCandidates(conn, pattern, file_id, candidates[0], done)
+                matched = False
+                for hit in _verified(fd, name, offsets, pattern):
+                    yield hit
+                    matched = True
+                    if first_only:
+                        break
+                if matched and first_only:
+                    continue
+                for hit in _scanned(fd, name, done, pattern):
+                    yield hit
+                    if first_only:
+                        break
+            finally:
+                os.close(fd)
     finally:
         if conn is not None:
             conn.close()
-    for name in names:
-        try:
-            fh = open(folder / name, "rb")  # noqa: SIM115  (read in pieces below)
-        except (FileNotFoundError, IsADirectoryError):
-            continue
-        with fh:
-            done = indexed.get(name, 0)
-            found = False
-            for hit in _verified(fh, name, candidates.get(name, ()), pattern):
-                yield hit
-                found = True
-                if first_only:
-                    break
-            if found and first_only:
-                continue
-            for hit in _scanned(fh, name, done, pattern):
-                yield hit
-                if first_only:
-                    break
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What the index says: each indexed file's id and indexed bytes, and the offsets of its
+    lines that may match (first only: the first of them)."""
+
+    files: dict[str, tuple[int, int]]
+    candidates: dict[str, list[int]]
 
 
 def _from_index(
-    conn: sqlite3.Connection, pattern: Pattern, only: set[str] | None
-) -> tuple[dict[str, int], dict[str, list[int]]]:
-    """Each indexed file's indexed bytes, and the offsets of its lines the index says may
-    match (in one read transaction: the two agree); `only`: of these files alone."""
+    conn: sqlite3.Connection, pattern: Pattern, only: set[str] | None, first_only: bool
+) -> _Found | None:
+    """What the index says (in one read transaction: the files and their lines agree); `only`:
+    of these files alone. None if FTS5 cannot parse the query."""
     conn.execute("BEGIN")
     try:
         files = conn.execute("SELECT id, name, indexed FROM files").fetchall()
         if only is not None:
             files = [f for f in files if f[1] in only]
+        ids = None if only is None else [int(i) for i, _, _ in files]
+        sql, args = _lines_query(first_only, ids)
         try:
-            if only is None:
-                rows = conn.execute(_MATCH, (pattern.query,)).fetchall()
-            else:  # a few files: their rowid ranges alone
-                rows = [
-                    r
-                    for i, _, _ in files
-                    for r in conn.execute(
-                        _MATCH_RANGE, (pattern.query, i << SHIFT, (i << SHIFT) | OFFSET_MASK)
-                    )
-                ]
-        except sqlite3.OperationalError:  # a query FTS5 cannot parse: the files are read
-            return {}, {}
+            rows = conn.execute(sql, (pattern.query, *args)).fetchall() if ids != [] else []
+        except sqlite3.OperationalError:
+            return None
     finally:
         conn.execute("COMMIT")
     names = {int(i): str(n) for i, n, _ in files}
-    indexed = {str(n): int(d) for _, n, d in files}
     candidates: dict[str, list[int]] = {}
     for file_id, group in itertools.groupby((r[0] for r in rows), key=lambda r: r >> SHIFT):
         name = names.get(file_id)
         if name is not None:  # else lines of a file indexed again under a new id
             candidates[name] = [r & OFFSET_MASK for r in group]
-    return indexed, candidates
+    return _Found({str(n): (int(i), int(d)) for i, n, d in files}, candidates)
 
 
-def _verified(fh: object, name: str, offsets: Sequence[int], pattern: Pattern) -> Iterator[Hit]:
+def _lines_query(first_only: bool, ids: list[int] | None) -> tuple[str, list[int]]:
+    """The index's lines that may match (`first_only`: each file's first, found in SQLite: no
+    Python work per line the index holds), of the files of these ids (None: of every file).
+    One query either way: FTS5 expands the pattern's last word, a prefix, once per query."""
+    what, group = ("min(rowid)", f" GROUP BY rowid >> {SHIFT}") if first_only else ("rowid", "")
+    where, args = "", list[int]()
+    if ids is not None:
+        marks = ", ".join("?" * len(ids))
+        where = f" AND rowid BETWEEN ? AND ? AND rowid >> {SHIFT} IN ({marks})"
+        args = [min(ids) << SHIFT, (max(ids) << SHIFT) | OFFSET_MASK, *ids]
+    sql = f"SELECT {what} AS r FROM lines WHERE lines MATCH ?{where}{group} ORDER BY r"
+    return sql, args
+
+
+class _LaterCandidates:
+    """A file's candidates from its first on, the rest asked of the index only if wanted."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, pattern: Pattern, file_id: int, first: int, done: int
+    ) -> None:
+        self._args = (pattern.query, (file_id << SHIFT) | first, (file_id << SHIFT) | done)
+        self._conn = conn
+        self._first = first
+
+    def __iter__(self) -> Iterator[int]:
+        yield self._first
+        for (rowid,) in self._conn.execute(_LATER, self._args):
+            yield rowid & OFFSET_MASK
+
+
+def _sizes(folder: Path, only: set[str] | None) -> dict[str, int]:
+    """The size of each file of the folder (of these alone), read in one pass over it: a batch
+    of thousands is looked at without a path object or a lookup by name per file."""
+    sizes = {}
+    if only is not None:
+        for name in only:
+            with contextlib.suppress(OSError):
+                sizes[name] = os.stat(os.path.join(folder, name)).st_size
+        return sizes
+    try:
+        entries = os.scandir(folder)
+    except FileNotFoundError:
+        return sizes
+    with entries:
+        for entry in entries:
+            try:
+                sizes[entry.name] = entry.stat().st_size
+            except OSError:  # gone since it was listed
+                continue
+    return sizes
+
+
+def _verified(fd: int, name: str, offsets: Iterable[int], pattern: Pattern) -> Iterator[Hit]:
     """The index's candidates that match the pattern as typed."""
-    fd = fh.fileno()  # type: ignore[attr-defined]
     for offset in offsets:
         line = _line_at(fd, offset)
         if _matches(line, pattern):
@@ -229,19 +299,17 @@ def _matches(line: str, pattern: Pattern) -> bool:
     return pattern.find(text, 0) is not None
 
 
-def _scanned(fh: object, name: str, start: int, pattern: Pattern) -> Iterator[Hit]:
+def _scanned(fd: int, name: str, start: int, pattern: Pattern) -> Iterator[Hit]:
     """The matching lines of the file from byte `start` on, read through in pieces of whole
     lines."""
-    read, seek = fh.read, fh.seek  # type: ignore[attr-defined]
     pos = start
     while True:
-        seek(pos)
-        data = read(SCAN_CHUNK)
+        data = os.pread(fd, SCAN_CHUNK, pos)
         if not data:
             return
         end = data.rfind(b"\n") + 1
         while end == 0:  # one line longer than a piece: read on to its end (or the file's)
-            more = read(SCAN_CHUNK)
+            more = os.pread(fd, SCAN_CHUNK, pos + len(data))
             if not more:
                 end = len(data)
                 break

@@ -156,6 +156,27 @@ def _summary(ms: list[float]) -> dict[str, float]:
     }
 
 
+def _attach_pid(ctl: Control) -> int:
+    """The `flightdeck attach` process: the pane's, or its shell's child."""
+    pid = int(ctl.run("display-message -p -t bench:0 '#{pane_pid}'")[0])
+    for _ in range(3):
+        if b"attach" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+        pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    raise AssertionError("no attach process under the pane")
+
+
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of the process and of its main thread."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used(stat: Path) -> float:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return used(Path(f"/proc/{pid}/stat")), used(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
 def _end(pid: int) -> None:
     """Stop the owner (it records its end) and wait for it to exit."""
     os.kill(pid, signal.SIGTERM)
@@ -228,7 +249,16 @@ def main() -> dict[str, Any]:
             def cursor() -> bytes | None:
                 return _cursor(ctl.run("capture-pane -p -e -t bench:0"), cursor_bg)
 
+            pid = _attach_pid(ctl)
+            cpu, t0 = _cpu_s(pid), time.monotonic()
             keys = _samples(ctl, "bench:0", KEYS, cursor)
+            cpu_after, seconds = _cpu_s(pid), time.monotonic() - t0
+            # What the attached process used meanwhile, in CPU seconds a second: all its
+            # threads, and its main thread (Textual's event loop, where the keys are handled).
+            attach_cpu = {
+                "process": round((cpu_after[0] - cpu[0]) / seconds, 3),
+                "main_thread": round((cpu_after[1] - cpu[1]) / seconds, 3),
+            }
             # tmux's own echo, in the same run: a pane running cat.
             ctl.run("new-window -d -t bench -n echo cat")
 
@@ -248,6 +278,7 @@ def main() -> dict[str, Any]:
         "load_avg_1m": round(os.getloadavg()[0], 1),
         "key_to_screen": _summary(keys),
         "tmux_echo": _summary(echo),
+        "attach_cpu_s_per_s": attach_cpu,
         "targets": {"p50_ms": 30, "p99_ms": 100},
     }
 
@@ -258,6 +289,8 @@ if __name__ == "__main__":
     print(
         f"j/k to screen in tmux, {r['children']:,} children, {r['running']:,} running "
         f"(load {r['load_avg_1m']}): p50 {k['p50_ms']} ms, p90 {k['p90_ms']}, "
-        f"p99 {k['p99_ms']}, max {k['max_ms']}; tmux echo p50 {e['p50_ms']} ms"
+        f"p99 {k['p99_ms']}, max {k['max_ms']}; tmux echo p50 {e['p50_ms']} ms; the attached "
+        f"process's CPU {r['attach_cpu_s_per_s']['process']} s/s "
+        f"(main thread {r['attach_cpu_s_per_s']['main_thread']})"
     )
     print(json.dumps(r))

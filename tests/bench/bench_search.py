@@ -83,13 +83,19 @@ def write_batch(folder: Path, rng: random.Random, pool: list[tuple[str, str]]) -
     return total
 
 
-def timed(fn: object, runs: int = RUNS) -> tuple[float, int]:
-    """Median seconds of `runs` calls, and what the last returned."""
-    times, out = [], 0
+CPU: dict[str, float] = {}  # each search's median CPU seconds: on a shared machine, wall is noise
+
+
+def timed(fn: object, runs: int = RUNS, *, name: str = "") -> tuple[float, int]:
+    """Median seconds of `runs` calls, and what the last returned (the median CPU seconds in
+    CPU[name])."""
+    times, cpu, out = [], [], 0
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()  # type: ignore[operator]
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    CPU[name] = round(statistics.median(cpu), 4)
     return statistics.median(times), out
 
 
@@ -110,16 +116,18 @@ def bench_search(root: Path) -> dict[str, object]:
     def count(pattern: str, *, regex: bool = False, **kw: object) -> int:
         return sum(1 for _ in grep(folder, compile_pattern(pattern, regex=regex), **kw))  # type: ignore[arg-type]
 
-    rare_s, rare_hits = timed(lambda: count(RARE))
-    first_s, first_hits = timed(lambda: count("rate limit reached", first_only=True))
-    child_s, child_hits = timed(lambda: count("rate limit", names=["c00042.log"]))
-    regex_s, regex_hits = timed(lambda: count(RARE, regex=True), runs=1)
+    rare_s, rare_hits = timed(lambda: count(RARE), name="rare_word")
+    first_s, first_hits = timed(
+        lambda: count("rate limit reached", first_only=True), name="common_first_only"
+    )
+    child_s, child_hits = timed(lambda: count("rate limit", names=["c00042.log"]), name="one_child")
+    regex_s, regex_hits = timed(lambda: count(RARE, regex=True), runs=1, name="regex_scan")
     # 100 transcripts written to since the index last caught up: their new lines are read.
     fmt = LineFormatter()
     for n in range(0, FILES, max(1, FILES // 100)):
         with (folder / f"c{n:05d}.log").open("ab") as fh:
             fh.write(fmt.write("assistant", f"late {RARE} line " * 20, 1_900_000_000.0))
-    tail_s, tail_hits = timed(lambda: count(RARE))
+    tail_s, tail_hits = timed(lambda: count(RARE), name="with_100_unindexed_tails")
     return {
         "bench": "search",
         "transcripts": FILES,
@@ -139,6 +147,8 @@ def bench_search(root: Path) -> dict[str, object]:
         "regex_scan_s": round(regex_s, 2),
         "regex_scan_hits": regex_hits,
         "regex_scan_over_index": round(regex_s / rare_s, 1),
+        "cpu_s": dict(CPU),
+        "load_average": round(os.getloadavg()[0], 1),
     }
 
 

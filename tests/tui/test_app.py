@@ -19,6 +19,7 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus, SteerState
 from flightdeck.tui.app import FlightdeckApp, exit_code
 from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.main import MainScreen, UiOptions
@@ -814,7 +815,7 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
         screen.query_one("#filter", FilterInput).insert_text_at_cursor("alpha route:sim")
         await pilot.press("enter")
         assert sorted(table.shown) == ["c1", "c2", "c3"]
-        assert screen.matching_query() == "alpha route:sim"
+        assert targets.matching_query(screen.table) == "alpha route:sim"
 
         await pilot.press("s")  # steer, too, is for everything matching
         await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
@@ -846,4 +847,4 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
 
         # Without a filter, s and x are for the child under the cursor again.
         await pilot.press("slash", "ctrl+u", "enter")
-        assert screen.matching_query() is None
+        assert targets.matching_query(screen.table) is None

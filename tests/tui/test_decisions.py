@@ -10,12 +10,25 @@ import dataclasses
 from pathlib import Path
 
 from flightdeck.engine.api import TuiSettings
-from flightdeck.engine.commands import Stop, StopAll
+from flightdeck.engine.attached.rework import Changes
+from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry, Stop, StopAll
 from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
-from flightdeck.tui.screens import actions, batch
-from flightdeck.tui.screens.decisions import Ask, Exit, Poll, Say, Send, Track, Untag
+from flightdeck.tui.readonly import READ_ONLY
+from flightdeck.tui.screens import actions, batch, review
+from flightdeck.tui.screens.decisions import (
+    Ask,
+    Exit,
+    Poll,
+    Say,
+    Send,
+    SendOff,
+    Track,
+    Untag,
+    sent_off,
+)
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitChoice, QuitDialog
 from flightdeck.tui.screens.notices import Notices
+from flightdeck.tui.screens.review import AcceptDialog, DiffScreen, DiscardDialog, RetryDialog
 from flightdeck.tui.screens.summaries import BulkStop
 from flightdeck.tui.screens.targets import Aim
 from flightdeck.tui.widgets.lines import ChildLines, GroupHeader
@@ -118,3 +131,60 @@ def test_child_lines_sort_filter_and_group_without_a_widget(tmp_path: Path) -> N
     # A snapshot where nothing changed takes nothing in.
     again = lines.take(list(rows.values()), 0.0)
     assert not (again.refiltered or again.moved or again.regrouped)
+
+
+# --- review.py: R, M and delete over children that ended ------------------------------------
+
+
+def test_retry_asks_over_those_that_failed_and_sends_it_off_the_event_loop(tmp_path: Path) -> None:
+    rows = rows_of(tmp_path, S.FAILED, S.COMPLETED, S.STOPPED)
+    (ask,) = review.retry(Aim(tuple(rows), rows, None, None, True))
+    assert isinstance(ask, Ask) and isinstance(ask.dialog, RetryDialog)
+    assert ask.dialog.child_ids == ["review-01", "review-03"] and ask.dialog.skipped == 1
+    assert ask.then(None) == ()
+    retried = Retry(("review-01", "review-03"), True)
+    assert tuple(ask.then(True)) == (SendOff(retried, "retry (continue) queued for 2 children"),)
+    completed = Aim(("review-02",), rows, None, None, False)
+    assert review.retry(completed) == (Say("nothing here to retry: none failed or was stopped"),)
+
+
+def test_merge_and_discard_act_on_pending_changes_only(tmp_path: Path) -> None:
+    pending = Changes(files=(), workspace=str(tmp_path))
+    rows = rows_of(tmp_path, S.COMPLETED, S.FAILED)
+    rows["review-01"] = dataclasses.replace(rows["review-01"], changes=pending)
+    accepted = dataclasses.replace(pending, state="accepted")
+    rows["review-02"] = dataclasses.replace(rows["review-02"], changes=accepted)
+    aim = Aim(tuple(rows), rows, None, None, True)
+    (ask,) = review.merge(aim)
+    assert isinstance(ask, Ask) and isinstance(ask.dialog, AcceptDialog)
+    assert ask.dialog.child_ids == ["review-01"] and ask.then(None) == ()
+    merged = SendOff(Accept(("review-01",), "main"), "merged 1 child into main")
+    assert tuple(ask.then("main")) == (merged,)
+    (ask,) = review.discard(aim)
+    assert isinstance(ask.dialog, DiscardDialog) and ask.then(False) == ()
+    assert tuple(ask.then(True)) == (
+        SendOff(Discard(("review-01",)), "discarded 1 child' changes"),
+    )
+    done = Aim(("review-02",), rows, None, None, False)
+    assert review.merge(done) == (Say("nothing here to merge: no changes left pending"),)
+    (shown,) = review.diff(rows["review-02"])  # its changes, accepted, still shown
+    assert (
+        isinstance(shown, Ask) and isinstance(shown.dialog, DiffScreen) and shown.then(None) == ()
+    )
+    assert review.diff(None) == (Say("this child changed no file in a workspace of its own"),)
+
+
+def test_a_slow_send_says_when_it_was_taken_refused_or_read_only() -> None:
+    step = SendOff(Discard(("a",)), "discarded")
+    sent: list[Command] = []
+    assert tuple(sent_off(sent.append, step, None)) == (Say("discarded"), Poll())
+    assert sent == [step.command]
+
+    def refuse(command: Command) -> None:
+        raise CommandError("no changes left")
+
+    assert tuple(sent_off(refuse, step, None)) == (
+        Say("discard not applied: no changes left", "error"),
+    )
+    assert tuple(sent_off(sent.append, step, READ_ONLY)) == (Say(READ_ONLY, "warning"),)
+    assert sent == [step.command]  # a read-only view sends nothing

@@ -189,6 +189,43 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
         owner.close()
 
 
+async def test_stop_pause_and_continue_from_the_command_line_on_children_that_ask(
+    tmp_path: Path,
+) -> None:
+    # A real owner; the commands a user types: a stop ends a child waiting on its answer (its
+    # entry leaves the queue), a pause and a continue keep the other's question.
+    owner = _owner(tmp_path, 2)
+    try:
+        owner.hold.release()
+        view = owner.view()
+        wait_for(lambda: _asking(view) == {"c1", "c2"}, 30, what="both asking, read from the store")
+        args = ("--state-dir", str(owner.state))
+        asked = {n.child_id: n for n in needs(view.snapshot())}
+        stop = flightdeck("stop", owner.batch_id, "c1", *args, cwd=tmp_path)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        wait_for(
+            lambda: view.snapshot().child("c1").status is ChildStatus.STOPPED,  # type: ignore[union-attr]
+            30,
+            what="c1 stopped while it waited",
+        )
+        assert _asking(view) == {"c2"}
+        paused = flightdeck("pause", owner.batch_id, "c2", *args, cwd=tmp_path)
+        assert paused.returncode == 0, paused.stdout + paused.stderr
+        wait_for(lambda: view.snapshot().child("c2").pausing, 30, what="c2 pausing")  # type: ignore[union-attr]
+        assert [n for n in needs(view.snapshot()) if n.child_id == "c2"] == [asked["c2"]]
+        again = flightdeck("continue", owner.batch_id, "c2", *args, cwd=tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        wait_for(lambda: not view.snapshot().child("c2").pausing, 30, what="c2 continued")  # type: ignore[union-attr]
+        assert [n for n in needs(view.snapshot()) if n.child_id == "c2"] == [asked["c2"]]
+        done = flightdeck("answer", owner.batch_id, "c2", "-m", "after all", *args, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait_for(lambda: answered(view, "c2", "after all"), 30, what="c2 completed with it")
+        assert needs(view.snapshot()) == ()
+        view.close()
+    finally:
+        owner.close()
+
+
 async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
     engine_factory: EngineFactory, hold: Hold
 ) -> None:

@@ -115,3 +115,51 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         )
         assert git(repo, "show", "main:x.txt") == "one"
         assert table.displayed("t0", "doing").startswith("failed (+1 −0 in 1 file merged)")
+
+
+@pytest.fixture
+def same_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    """Two children that both change x.txt, then fail (their worktrees kept for review)."""
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
+        monkeypatch.setenv(name, GIT_ENV[name])
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    argv = [sys.executable, str(FAKES / "edit_files.py")]
+    argv += ["--fail-unless", str(tmp_path / "fixed"), "{goal}"]
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'workspace = "worktree"\nargv = {json.dumps(argv)}\n'
+    )
+    tasks = (Task(id="a", goal="x.txt=one", seq=0), Task(id="b", goal="x.txt=two", seq=1))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    settings = load_settings(tmp_path / "flightdeck.toml")
+    batch = Batch(name="overlap", tasks=tasks, workspace=repo)
+    e = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
+    e.start()
+    yield e
+    e.close()
+
+
+async def test_m_on_children_that_changed_one_file_warns_before_merging(
+    same_file: Engine, tmp_path: Path
+) -> None:
+    app = app_for(same_file)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+
+        def ended() -> bool:
+            rows = table.rows_by_id
+            return len(rows) == 2 and all(r.status.terminal for r in rows.values())
+
+        await until(pilot, ended, "both children failed", 90)
+        for child in ("a", "b"):
+            table.select(child)
+            await pilot.press("space")
+        await pilot.press("M")
+        await until(pilot, lambda: isinstance(app.screen, AcceptDialog), "the merge dialog")
+        dialog = app.screen
+        assert isinstance(dialog, AcceptDialog) and sorted(dialog.child_ids) == ["a", "b"]
+        warning = str(dialog.query_one("#overlap").render())
+        assert "changed by more than one of them" in warning and "x.txt" in warning
+        await pilot.press("escape")  # merges nothing
+        await until(pilot, lambda: app.screen is app.main, "back")
+        assert all(table.rows_by_id[c].changes.state != "accepted" for c in ("a", "b"))  # type: ignore[union-attr]

@@ -3,9 +3,16 @@ matching line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from flightdeck.engine.model import ChildStatus
+from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.search import HitScreen, SearchScreen
+from test_attach import OPTIONS, Owner
 from tui_support import SIZE, EngineFactory, app_for, until
+
+from helpers import until as wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -44,3 +51,41 @@ async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_h
         assert [f.child_id for f in screen.found] == ["c2", "c4"]
         await pilot.press("escape")
         assert app.screen is app.main
+
+
+@pytest.mark.slow
+async def test_f_in_a_view_attached_to_a_running_owner_finds_what_its_children_wrote(
+    tmp_path: Path,
+) -> None:
+    # A real owner whose children are held running: the attached TUI reads the index the
+    # owner's writer keeps and the lines it has not reached yet.
+    owner = Owner(tmp_path, 3, goal="Review item")
+    try:
+        view = owner.view()
+        wait_for(
+            lambda: sum(r.status is ChildStatus.RUNNING for r in view.snapshot().children) == 3,
+            30,
+            what="three running",
+        )
+        app = FlightdeckApp(view, OPTIONS)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: len(app.main.table.rows_by_id) == 3, "rows")
+            await pilot.press("F")
+            await until(pilot, lambda: isinstance(app.screen, SearchScreen), "the search screen")
+            screen = app.screen
+            assert isinstance(screen, SearchScreen)
+            await pilot.press(*"item 2", "enter")
+            await until(pilot, lambda: bool(screen.found), "results")
+            assert [(f.child_id, f.role, f.text) for f in screen.found] == [
+                ("c2", "user", "Review item 2")
+            ]
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, HitScreen), "the transcript")
+            hit = app.screen
+            assert isinstance(hit, HitScreen)
+            await until(pilot, lambda: hit.at is not None, "its lines read")
+            assert hit.line is not None and hit.line.endswith("user      │ Review item 2")
+        view.close()
+    finally:
+        owner.hold.release()
+        owner.close()

@@ -146,3 +146,32 @@ async def test_scrolling_up_pauses_following_and_end_resumes_it(tmp_path: Path) 
         await until(pilot, lambda: not pane.following, "paused by page up")
         await pilot.press("pagedown", "pagedown", "pagedown")
         await until(pilot, lambda: pane.following, "following at the end")
+
+
+async def test_a_switch_waits_for_the_screen_and_only_the_last_of_several_is_read(
+    tmp_path: Path,
+) -> None:
+    """A key that moves the cursor is drawn before the pane empties and fills: the pane keeps
+    the lines it had until the frame is drawn; of several switches before it (a held key),
+    only the last is shown."""
+    stamp = "12:00:00.000  assistant │ "
+    paths = {}
+    for name in ("c1", "c2", "c3"):
+        paths[name] = tmp_path / f"{name}.log"
+        paths[name].write_text(f"{stamp}{name} says hello\n")
+    app = _Pane()
+    async with app.run_test(size=(50, 16)) as pilot:
+        pane = app.query_one(TranscriptView)
+        pane.show("c1", paths["c1"])
+        await until(pilot, lambda: pane.lines[-1:] == [f"{stamp}c1 says hello"], "c1 shown")
+        pane.show("c2", paths["c2"])
+        pane.show("c3", paths["c3"])
+        assert pane.child_id == "c3" and pane.lines == [f"{stamp}c1 says hello"]
+        seen: set[str] = set()
+
+        def c3_shown() -> bool:
+            seen.update(pane.lines)
+            return pane.lines == [f"{stamp}c3 says hello"]
+
+        await until(pilot, c3_shown, "c3 shown")
+        assert f"{stamp}c2 says hello" not in seen

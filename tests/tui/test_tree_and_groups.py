@@ -13,6 +13,7 @@ from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import Cell, fmt_cost
+from flightdeck.tui.screens import targets
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder, subtree_costs, tree_cells, tree_key
 from tui_fakes import child
 from tui_support import FAST, SIZE, app_for, until
@@ -109,7 +110,10 @@ async def test_g_tags_the_selected_childs_whole_group(tmp_path: Path) -> None:
             table.select("r2")
             await pilot.press("g")
             assert table.tagged == {"r1", "r2"}
-            assert app.main.targets() == ["r1", "r2"]  # steer and stop act on the group
+            assert targets.targets(app.main.table) == [
+                "r1",
+                "r2",
+            ]  # steer and stop act on the group
             await pilot.press("g")
             assert table.tagged == set()
     finally:

@@ -2,7 +2,8 @@
 
 A key's order (actions.py on children, batch.py on the whole batch) and the screen's notices
 (notices.py) are plain functions of what the screen shows; they return a `Decision`: send this
-command, say that, ask with this dialog and decide again on its answer. Only the screen touches
+command (or send it off the event loop: review.py's slow ones), say that, ask with this dialog
+and decide again on its answer. Only the screen touches
 the app (`MainScreen.carry_out`); a send the batch refuses is said there, and ends the decision.
 """
 
@@ -12,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from flightdeck.engine.commands import Command
+from flightdeck.engine.commands import Command, CommandError
+from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.screens.summaries import Bulk
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -26,6 +28,15 @@ class Send:
     the decision is dropped: nothing was sent."""
 
     command: Command
+
+
+@dataclass(frozen=True, slots=True)
+class SendOff:
+    """Send `command` off the event loop (a merge runs git, a retry may start the owner again):
+    `done` is said once it is taken, a refusal as not applied (`sent_off`, on a worker)."""
+
+    command: Command
+    done: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,5 +96,18 @@ class Exit:
     stopped: bool
 
 
-Step = Send | Say | Untag | Track | Poll | Ask[Any] | Ring | Title | Exit
+Step = Send | SendOff | Say | Untag | Track | Poll | Ask[Any] | Ring | Title | Exit
 Decision = Sequence[Step]
+
+
+def sent_off(send: Callable[[Command], None], step: SendOff, refused: str | None) -> Decision:
+    """`step`'s command sent (on a worker thread), unless the view is `refused` it (read-only:
+    said); what to carry out after, on the event loop."""
+    if refused:
+        return (Say(refused, "warning"),)
+    try:
+        send(step.command)
+    except CommandError as exc:
+        text = f"{step.command.title} not applied: {one_line(str(exc), 300)}"
+        return (Say(text, "error"),)
+    return (Say(step.done), Poll())

@@ -2,8 +2,9 @@
 
 The screen composes the widgets, applies each snapshot to them, and routes keys and engine
 facts. What a command key does is decided apart, as values (decisions.py): actions.py for s, x,
-p and n on targets.py's `Aim`, batch.py for X, P, L and the soft budget's question, notices.py
-for toasts and alerts. The screen carries decisions out (`carry_out`): it alone touches the app.
+p and n on targets.py's `Aim`, review.py for R, D, M and delete, batch.py for X, P, L and the
+soft budget's question, notices.py for toasts and alerts. The screen carries decisions out
+(`carry_out`): it alone touches the app.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from flightdeck.tui.messages import (
     forwarder,
 )
 from flightdeck.tui.options import UiOptions
-from flightdeck.tui.screens import actions, batch, decisions, keys, targets
+from flightdeck.tui.screens import actions, batch, decisions, keys, review, targets
 from flightdeck.tui.screens.decisions import Decision
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.needs import NeedsScreen, go_to
 from flightdeck.tui.screens.notices import Notices
-from flightdeck.tui.screens.review import ReviewActions
 from flightdeck.tui.screens.search import SearchScreen
 from flightdeck.tui.screens.summaries import Summaries
 from flightdeck.tui.view import EngineView
@@ -41,7 +41,7 @@ from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.routes import RoutePanel
 from flightdeck.tui.widgets.rows import next_grouping
 from flightdeck.tui.widgets.status import status_line
-from textual import events
+from textual import events, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.reactive import var
@@ -74,7 +74,6 @@ class MainScreen(Screen[None]):
         self.notices = Notices(options.tui)
         self.attention = Attention(options.tui, options.looked, options.clock)
         self.soft_budget = batch.SoftBudget()
-        self.review = ReviewActions(self, view, self.poll)  # R, D, M, delete
         self._bindings_state: tuple[bool | None, ...] = ()
 
     def compose(self) -> ComposeResult:
@@ -147,10 +146,10 @@ class MainScreen(Screen[None]):
             self._detail()
             self._status()
         rows, summaries = table.rows_by_id, self.summaries
-        self._say(summaries.settle_stops(rows))
-        self._say(summaries.settle_steers(rows))
+        self.carry_out([decisions.Say(t) for t in summaries.settle_stops(rows)])
+        self.carry_out([decisions.Say(t) for t in summaries.settle_steers(rows)])
         self.carry_out(self.soft_budget.seen(snap, self.view.send, self.view.read_only))
-        self._say(summaries.settle_pauses(rows))
+        self.carry_out([decisions.Say(t) for t in summaries.settle_pauses(rows)])
         self.carry_out(self.notices.flush())
         self.carry_out(self.notices.observe(snap, now))
         self._sync_bindings()
@@ -190,6 +189,8 @@ class MainScreen(Screen[None]):
                         text = f"{command.title} not sent: {one_line(str(exc), 200)}"
                         self.notify(text, severity="error", markup=False)
                         return
+                case decisions.SendOff() as off:
+                    self._send_off(off)
                 case decisions.Say(text=text, severity=severity):
                     self.notify(text, severity=severity, markup=False)
                 case decisions.Untag(ids=ids):
@@ -209,9 +210,11 @@ class MainScreen(Screen[None]):
                 case decisions.Exit(stopped=stopped):
                     self.app.exit(result=stopped)
 
-    def _say(self, texts: list[str]) -> None:
-        for text in texts:
-            self.notify(text, markup=False)
+    @work(thread=True, exit_on_error=False, group="review", description="send")
+    def _send_off(self, step: decisions.SendOff) -> None:
+        """A slow command sent on a worker; what follows is carried out on the event loop."""
+        then = decisions.sent_off(self.view.send, step, review.refusal(self.view))
+        self.app.call_from_thread(self.carry_out, then)
 
     def order(self, decision: Decision) -> None:
         """A command key's decision; a batch whose owner is gone hears no command: say why."""
@@ -255,14 +258,6 @@ class MainScreen(Screen[None]):
         self.following = False
         self._status()
 
-    def matching_query(self) -> str | None:
-        """The filter's query when s and x act on every child it keeps (targets.py)."""
-        return targets.matching_query(self.table)
-
-    def targets(self) -> list[str]:
-        """The children s, x and p act on (targets.py)."""
-        return targets.targets(self.table)
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
@@ -298,16 +293,16 @@ class MainScreen(Screen[None]):
         self.order(actions.pause(targets.aim(self.table), self.view.snapshot))
 
     def action_retry(self) -> None:
-        self.review.retry()
+        self.carry_out(review.retry(targets.aim(self.table)))
 
     def action_diff(self) -> None:
-        self.review.diff()
+        self.carry_out(review.diff(self.table.rows_by_id.get(self.table.selected_id or "")))
 
     def action_merge(self) -> None:
-        self.review.merge()
+        self.carry_out(review.merge(targets.aim(self.table)))
 
     def action_discard(self) -> None:
-        self.review.discard()
+        self.carry_out(review.discard(targets.aim(self.table)))
 
     def action_pause_admission(self) -> None:
         self.order(batch.pause_admission(self.snapshot))

@@ -26,6 +26,7 @@ class Notices:
         self._alerts = AlertBatcher(tui.notify_every_s)
         self._title = ""  # the terminal's title as last set
         self.queue: tuple[Need, ...] = ()  # the "needs you" queue, as of the last snapshot
+        self._queued_from: Snapshot | None = None  # the snapshot the queue was worked out from
 
     # --- engine facts, shown at the next poll --------------------------------------------------
 
@@ -60,7 +61,10 @@ class Notices:
         them is due (counts only, batched; a desktop notification when opted in); the
         terminal's title carries the queue's length. No toast: the status bar counts the queue
         all along, and a toast would hide the transcript's end."""
-        self.queue = queue = needs(snap)
+        # Polls between two reads of the store have the very same rows: no pass over them all.
+        if not _same_rows(self._queued_from, snap):
+            self.queue = needs(snap)
+        self._queued_from, queue = snap, self.queue
         self._alerts.add(self._alert_watch.observe(queue), now)
         due = self._alerts.due(now)
         steps: list[Step] = []
@@ -72,3 +76,12 @@ class Notices:
             self._title = title
             steps.append(Title(title))
         return steps
+
+
+def _same_rows(last: Snapshot | None, snap: Snapshot) -> bool:
+    """Whether `snap` has `last`'s very rows, limits and status (what the queue is made of)."""
+    if last is None:
+        return False
+    return (
+        last.children is snap.children and last.limits is snap.limits and last.status is snap.status
+    )

@@ -1,22 +1,22 @@
 """Children that ended, worked on again from the main screen: R retries them (fresh or
 continuing), D shows a child's diff, M accepts (merges) children's changes into a branch and
-delete discards them. Commands go through the view like any other; those that take a while
-(git, an owner started again) are sent off the event loop."""
+delete discards them. Like the other keys' (actions.py), each returns a `Decision` the main
+screen carries out; the commands that take a while (git, an owner started again) are sent off
+its event loop (`SendOff`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar
 
 from flightdeck.engine.attached.rework import Changes, overlap_in, patch_of
-from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
+from flightdeck.engine.commands import Accept, CommandError, Discard, Retry
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
-from flightdeck.tui.screens import targets
+from flightdeck.tui.screens.decisions import Ask, Decision, Say, SendOff
 from flightdeck.tui.screens.dialogs import targets_text
+from flightdeck.tui.screens.targets import Aim
 from flightdeck.tui.view import EngineView
-from flightdeck.tui.widgets import ChildrenTable
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
@@ -200,89 +200,61 @@ class DiffScreen(Screen[None]):
         self.query_one("#diff-body", VerticalScroll).scroll_home(animate=False)
 
 
-class ReviewActions:
-    """What R, D, M and delete do, for the screen that owns it (its table `#children`)."""
+def refusal(view: EngineView) -> str | None:
+    """Why R, M and delete send nothing here (a read-only view); None: they may. (A batch that
+    ended is no reason: a retry reopens it, an accept or discard is applied without an owner.)"""
+    return READ_ONLY if isinstance(view, ReadOnlyView) else None
 
-    def __init__(self, screen: Screen[None], view: EngineView, poll: Callable[[], None]) -> None:
-        self.screen = screen
-        self.view = view
-        self.poll = poll
 
-    @property
-    def table(self) -> ChildrenTable:
-        return self.screen.query_one("#children", ChildrenTable)
+def retry(aim: Aim) -> Decision:
+    """R: the retry dialog over the targets that failed or were stopped; fresh or continuing."""
+    rows = aim.rows
+    ids = [i for i in aim.ids if rows[i].status in RETRYABLE and rows[i].parent is None]
+    if not ids:
+        return (Say("nothing here to retry: none failed or was stopped"),)
 
-    def _rows(self) -> list[ChildRow]:
-        rows = self.table.rows_by_id
-        return [rows[i] for i in targets.targets(self.table)]
+    def chosen(resume: bool | None) -> Decision:
+        if resume is None:
+            return ()
+        done = f"retry ({'continue' if resume else 'fresh'}) queued for {_n(len(ids))}"
+        return (SendOff(Retry(tuple(ids), resume), done),)
 
-    def _send(self, command: Command, done: str) -> None:
-        """Send off the event loop (a merge, an owner started again take a while); say how
-        it went."""
-        screen = self.screen
-        if isinstance(self.view, ReadOnlyView):  # it would only log that it sent nothing
-            screen.notify(READ_ONLY, severity="warning", markup=False)
-            return
+    return (Ask(RetryDialog(ids, len(aim.ids) - len(ids)), chosen),)
 
-        def run() -> None:
-            try:
-                self.view.send(command)
-            except CommandError as exc:
-                text = f"{command.title} not applied: {one_line(str(exc), 300)}"
-                screen.app.call_from_thread(screen.notify, text, severity="error", markup=False)
-            else:
-                screen.app.call_from_thread(screen.notify, done, markup=False)
-                screen.app.call_from_thread(self.poll)
 
-        screen.run_worker(run, thread=True, exit_on_error=False, group="review")
+def diff(row: ChildRow | None) -> Decision:
+    """D: the selected child's diff, on a screen of its own."""
+    if row is None or row.changes is None:
+        return (Say("this child changed no file in a workspace of its own"),)
+    return (Ask(DiffScreen(row, row.changes), lambda _: ()),)
 
-    def retry(self) -> None:
-        rows = self._rows()
-        ids = [r.id for r in rows if r.status in RETRYABLE and r.parent is None]
-        if not ids:
-            self.screen.notify("nothing here to retry: none failed or was stopped", markup=False)
-            return
 
-        def chosen(resume: bool | None) -> None:
-            if resume is not None:
-                mode = "continue" if resume else "fresh"
-                self._send(Retry(tuple(ids), resume), f"retry ({mode}) queued for {_n(len(ids))}")
+def _pending(aim: Aim) -> tuple[str, ...]:
+    """The targets whose changes are still pending (neither accepted nor discarded)."""
+    changes = [(i, aim.rows[i].changes) for i in aim.ids]
+    return tuple(i for i, c in changes if c is not None and c.pending)
 
-        self.screen.app.push_screen(RetryDialog(ids, len(rows) - len(ids)), chosen)
 
-    def diff(self) -> None:
-        table = self.table
-        row = table.rows_by_id.get(table.selected_id or "")
-        if row is None or row.changes is None:
-            self.screen.notify("this child changed no file in a workspace of its own")
-            return
-        self.screen.app.push_screen(DiffScreen(row, row.changes))
+def merge(aim: Aim) -> Decision:
+    """M: the targets' pending changes merged into the branch typed in the dialog."""
+    ids = _pending(aim)
+    if not ids:
+        return (Say("nothing here to merge: no changes left pending"),)
 
-    def _pending(self, verb: str) -> list[str]:
-        ids = [r.id for r in self._rows() if r.changes is not None and r.changes.pending]
-        if not ids:
-            self.screen.notify(f"nothing here to {verb}: no changes left pending", markup=False)
-        return ids
+    def into(branch: str | None) -> Decision:
+        done = f"merged {_n(len(ids))} into {branch}"
+        return (SendOff(Accept(ids, branch), done),) if branch else ()
 
-    def merge(self) -> None:
-        ids = self._pending("merge")
-        if not ids:
-            return
-        rows = self.table.rows_by_id
+    return (Ask(AcceptDialog(list(ids), overlap_in(aim.rows, ids)), into),)
 
-        def into(branch: str | None) -> None:
-            if branch:
-                self._send(Accept(tuple(ids), branch), f"merged {_n(len(ids))} into {branch}")
 
-        warn = overlap_in(rows, tuple(ids))
-        self.screen.app.push_screen(AcceptDialog(ids, warn), into)
+def discard(aim: Aim) -> Decision:
+    """Delete: the targets' pending changes dropped, once confirmed."""
+    ids = _pending(aim)
+    if not ids:
+        return (Say("nothing here to discard: no changes left pending"),)
 
-    def discard(self) -> None:
-        ids = self._pending("discard")
-        if ids:
+    def confirmed(yes: bool | None) -> Decision:
+        return (SendOff(Discard(ids), f"discarded {_n(len(ids))}' changes"),) if yes else ()
 
-            def confirmed(yes: bool | None) -> None:
-                if yes:
-                    self._send(Discard(tuple(ids)), f"discarded {_n(len(ids))}' changes")
-
-            self.screen.app.push_screen(DiscardDialog(ids), confirmed)
+    return (Ask(DiscardDialog(list(ids)), confirmed),)

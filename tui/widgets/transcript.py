@@ -181,12 +181,17 @@ class TranscriptView(Vertical):
         return self.log_widget.following
 
     def show(self, child_id: str | None, path: Path | None) -> None:
-        """Switch to another child's transcript."""
+        """Switch to another child's transcript, once the screen has drawn what moved: the
+        cursor's move is on screen before this pane empties and fills (a layout each)."""
         if child_id == self.child_id and path == self.path:
             return
         self.child_id, self.path = child_id, path
-        self._watch(path)
-        self._reload()
+        self.call_after_refresh(self._switch, child_id, path)
+
+    def _switch(self, child_id: str | None, path: Path | None) -> None:
+        if (child_id, path) == (self.child_id, self.path):  # else another switch came since
+            self._watch(path)
+            self._reload()
 
     def _watch(self, path: Path | None) -> None:
         if self._waker is not None and path is not None and self._waker.folder == path.parent:
