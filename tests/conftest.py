@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import Hold
-from loopback import Loopback
+from loopback import KEY_ENV, Loopback
 
 # The real agent CLIs (tests/agents/) run only from `make test-agents`, which installs them and
 # names their folder: `make test` needs no npm and no network.
@@ -34,3 +35,23 @@ def server() -> Iterator[Loopback]:
 def hold(tmp_path: Path) -> Hold:
     """A hold folder for sim children (helpers.Hold): nothing released yet."""
     return Hold(tmp_path / "hold")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """The session's Ray cluster (tests/raycluster.py), started when a Ray test first needs it:
+    Ray is imported only then."""
+    from raycluster import shared_cluster
+
+    with shared_cluster() as nodes:
+        yield nodes
+
+
+@pytest.fixture
+def ray_nodes(ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The session's cluster with both its nodes, for one test; the routes' key in this
+    process's environment too (the owner checks it), for this test only."""
+    from raycluster import KEY, two_nodes
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return two_nodes(ray_cluster)

@@ -105,7 +105,7 @@ def start(b: Batch, s: Settings, tmp: Path, **kw: Any) -> Engine:
     return engine
 
 
-def run_to_end(engine: Engine, timeout: float = 30.0) -> Snapshot:
+def run_to_end(engine: Engine, timeout: float = 60.0) -> Snapshot:
     """Wait until every child is final, snapshot, and close the engine whatever happens."""
     try:
         assert engine.wait(timeout)
@@ -115,7 +115,7 @@ def run_to_end(engine: Engine, timeout: float = 30.0) -> Snapshot:
 
 
 def until(
-    pred: Callable[[], bool], timeout: float = 30.0, every: float = 0.005, what: str = ""
+    pred: Callable[[], bool], timeout: float = 60.0, every: float = 0.005, what: str = ""
 ) -> float:
     """Poll `pred` until true; return the seconds it took. Fails the test on timeout (saying
     `what` it waited for)."""
@@ -127,6 +127,19 @@ def until(
             )
         time.sleep(every)
     return time.monotonic() - t0
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended: gone, or a zombie nobody reaps (an orphan of this
+    machine's init, which may never reap it: it runs nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
 
 
 def laughs(levels: int) -> str:

@@ -75,7 +75,7 @@ class Lines:
             self._queue.put(line)
         self._queue.put(None)  # the end of the output
 
-    def wait_for(self, start: str, timeout: float = 30) -> str:
+    def wait_for(self, start: str, timeout: float = 90) -> str:
         """The next line that starts with `start`."""
         deadline = time.monotonic() + timeout
         while True:
@@ -150,7 +150,7 @@ class Headless:
         self.out.close()
         self.err.close()
 
-    def wait_for(self, start: str, timeout: float = 30) -> str:
+    def wait_for(self, start: str, timeout: float = 90) -> str:
         """The next line of stdout that starts with `start`; a failure shows stderr too."""
         try:
             return self.out.wait_for(start, timeout)
@@ -171,7 +171,7 @@ def held(project: Path, config: str = "flightdeck.toml") -> Hold:
     return hold
 
 
-def wait_until_running(project: Path, batch_id: str, child_id: str, timeout: float = 30) -> None:
+def wait_until_running(project: Path, batch_id: str, child_id: str, timeout: float = 90) -> None:
     """Poll the batch's store, read-only, until `child_id` runs: a signal sent then has a running
     child to stop, not only queued ones."""
     deadline = time.monotonic() + timeout
@@ -568,7 +568,7 @@ def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> N
     fifo = project / "tasks-pipe.jsonl"
     os.mkfifo(fifo)
     with Headless(project, fifo.name) as run:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a ceiling: Python starts slowly at a load of 20
         while True:
             try:
                 writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader yet

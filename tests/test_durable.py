@@ -22,7 +22,9 @@ from durable import CountingServer, flightdeck, project
 CHILDREN = 9
 
 
-def until(condition: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+# The ceilings are for a hung owner, not a slow one: a `flightdeck` process starting on a
+# machine at a load of 20 takes tens of seconds before it does anything.
+def until(condition: Callable[[], bool], timeout: float = 90, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -57,7 +59,7 @@ def killed_owner(folder: Path, server: CountingServer, moment: Callable[[], bool
 
 def resumed(folder: Path, batch_id: str, *args: str) -> tuple[int, str, str]:
     proc = flightdeck(folder, "resume", batch_id, *args)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     return proc.returncode, out, err
 
 
@@ -123,7 +125,7 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
                 batch_id = reader.latest_batch_id()
             assert batch_id is not None
             stop = flightdeck(folder, "stop", batch_id, "c011")  # queued: never runs
-            out, err = stop.communicate(timeout=60)
+            out, err = stop.communicate(timeout=120)
             assert stop.returncode == 0, err
             assert "stop applied: c011" in out
             log = folder / "state" / "batches" / batch_id / "c000.log"
@@ -133,17 +135,17 @@ def test_steer_stop_and_wait_reach_a_live_owner_and_a_pending_one_survives_a_kil
                 what="the steer applied",
             )
             server.release("c000")  # its first turn ends: the steer goes in before the next
-            out, err = steer.communicate(timeout=60)
+            out, err = steer.communicate(timeout=120)
             assert steer.returncode == 0, err
             assert "c000: delivered" in out
             waiter = flightdeck(folder, "wait", batch_id)
             everything = flightdeck(folder, "stop", batch_id, "--all")  # c001, c002: held
-            out, err = everything.communicate(timeout=60)
+            out, err = everything.communicate(timeout=120)
             assert everything.returncode == 0 and "stop applied: every child" in out, err
-            out, err = waiter.communicate(timeout=60)
+            out, err = waiter.communicate(timeout=120)
             assert waiter.returncode == 1, err  # stopped: not every child completed
             assert f"batch {batch_id} stopped" in out
-            assert owner.wait(60) == 1  # the owner ends with the batch
+            assert owner.wait(120) == 1  # the owner ends with the batch
         finally:
             owner.kill()
             owner.communicate()
@@ -167,7 +169,7 @@ def test_a_request_left_pending_by_a_dead_owner_is_applied_by_resume(tmp_path: P
         stop = submit(db, batch_id, Stop(("c006",)))
         # the CLI says plainly that nobody will apply it now
         proc = flightdeck(folder, "stop", batch_id, "c005")
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=90)
         assert proc.returncode == 1 and "is gone" in err and f"flightdeck resume {batch_id}" in err
         code, out, err = resumed(folder, batch_id, "--no-rerun")
         assert code == 1, out + err  # one stopped, the lost ones left unknown
@@ -197,11 +199,11 @@ def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
         )
         until(lambda: first.poll() is not None or second.poll() is not None, what="a loser")
         loser, winner = (first, second) if first.poll() is not None else (second, first)
-        out, err = loser.communicate(timeout=30)
+        out, err = loser.communicate(timeout=90)
         assert loser.returncode == 2, out + err
         assert f"owned by a live process (pid {winner.pid})" in err
         server.release()
-        out, err = winner.communicate(timeout=60)
+        out, err = winner.communicate(timeout=120)
         assert winner.returncode == 0, out + err
         assert all(1 <= server.runs[f"c{i:03d}"] <= 2 for i in range(6))
 
@@ -211,10 +213,10 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
     with CountingServer() as server:
         folder = project(tmp_path, server, 2)
         missing = flightdeck(folder, "resume", "nope")
-        out, err = missing.communicate(timeout=30)
+        out, err = missing.communicate(timeout=90)
         assert missing.returncode == 2 and "no flightdeck state here" in err
         done = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-        done.communicate(timeout=60)
+        done.communicate(timeout=120)
         with StoreReader(db_of(folder)) as reader:
             batch_id = reader.latest_batch_id()
         before = db_of(folder).read_bytes()
@@ -236,7 +238,7 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("wait", str(batch_id)), 0, "completed"),
         ):
             proc = flightdeck(folder, *args)
-            out, err = proc.communicate(timeout=30)
+            out, err = proc.communicate(timeout=90)
             assert proc.returncode == code, (args, out, err)
             shown = out + err
             assert text in shown, (args, shown)
@@ -248,12 +250,12 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
 def test_resume_in_a_state_folder_the_user_cannot_write(tmp_path: Path) -> None:
     with CountingServer() as server:
         folder = project(tmp_path, server, 1)
-        flightdeck(folder, "run", "tasks.jsonl", "--headless").communicate(timeout=60)
+        flightdeck(folder, "run", "tasks.jsonl", "--headless").communicate(timeout=120)
         state = folder / "state"
         state.chmod(0o500)
         try:
             proc = flightdeck(folder, "resume", "x")
-            _out, err = proc.communicate(timeout=30)
+            _out, err = proc.communicate(timeout=90)
         finally:
             state.chmod(0o700)
         assert proc.returncode == 2 and "not writable" in err
@@ -272,7 +274,7 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
             assert batch_id is not None
             query = 'status:queued "task c03"'
             stop = flightdeck(folder, "stop", batch_id, "--where", query)
-            out, err = stop.communicate(timeout=60)
+            out, err = stop.communicate(timeout=120)
             assert stop.returncode == 0, err
             assert out.splitlines() == [f"10 children match `{query}`", "stop applied: 10 children"]
 
@@ -286,7 +288,7 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
             )
             server.release("c000")  # their turns end: the steers go in before the next
             server.release("c001")
-            out, err = steer.communicate(timeout=60)
+            out, err = steer.communicate(timeout=120)
             assert steer.returncode == 0, err
             first, *receipts = out.splitlines()
             assert first == "2 children match `status:running`"
@@ -294,8 +296,8 @@ def test_stop_and_steer_where_a_query_picks_the_children_of_a_live_owner(tmp_pat
             assert settled == ["c000: delivered", "c001: delivered"]  # each settles once
 
             everything = flightdeck(folder, "stop", batch_id, "--all")  # the next two: held
-            assert everything.communicate(timeout=60)[0].startswith("stop applied")
-            assert owner.wait(60) == 1
+            assert everything.communicate(timeout=120)[0].startswith("stop applied")
+            assert owner.wait(120) == 1
         finally:
             owner.kill()
             owner.communicate()
@@ -319,7 +321,7 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
 
             def run(*args: str) -> list[str]:
                 proc = flightdeck(folder, *args)
-                out, err = proc.communicate(timeout=60)
+                out, err = proc.communicate(timeout=120)
                 assert proc.returncode == 0, err
                 return out.splitlines()
 
@@ -356,7 +358,7 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
             assert out == ["continue applied: c010, c011"]
             out = run("continue", batch_id, "--where", "status:paused")
             assert out[-1] == "continue applied: 8 children"
-            assert owner.wait(60) == 0
+            assert owner.wait(120) == 0
             said = owner.communicate()[0].splitlines()
         finally:
             owner.kill()
@@ -379,8 +381,8 @@ def test_pause_and_continue_check_their_arguments(tmp_path: Path) -> None:
     with CountingServer() as server:
         folder = project(tmp_path, server, 1)
         proc = flightdeck(folder, "pause", "b-none", "--where", "bogus:1")
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=90)
         assert proc.returncode == 2 and "bogus" in err
         proc = flightdeck(folder, "continue", "b-none", "c1", "--where", "status:paused")
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=90)
         assert proc.returncode == 2 and "not both" in err

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from flightdeck.tui.exitcodes import ExitCode
 
 from helpers import flightdeck
@@ -14,6 +15,7 @@ from helpers import flightdeck
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
 
 
+@pytest.mark.slow  # six `flightdeck` processes in turn, and a detached owner
 def test_the_owners_pid_is_in_its_log_in_ls_long_and_in_the_report(tmp_path: Path) -> None:
     (tmp_path / "flightdeck.toml").write_text(QUICK, encoding="utf-8")
     (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n', encoding="utf-8")

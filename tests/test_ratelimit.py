@@ -202,10 +202,12 @@ def test_real_providers_hold_600_rpm_against_an_unlimited_server(provider: str) 
         deadline = time.monotonic() + 2.5  # 10 simulated seconds
 
         waits: list[float] = []
+        admitted: list[float] = []
 
         def work() -> None:
             while time.monotonic() < deadline:
                 waits.append(throttle.admit(route, 0, stop).waited_s)
+                admitted.append(clock())
                 list(client.open(request))
 
         threads = [threading.Thread(target=work) for _ in range(8)]
@@ -214,11 +216,18 @@ def test_real_providers_hold_600_rpm_against_an_unlimited_server(provider: str) 
         for t in threads:
             t.join()
         client.close()
-        times = [t * scale for t in server.times()[1:]]
-    # Never above the limit plus the one-second burst (plus a little for network jitter)...
+        received = len(server.times()) - 1  # the warm-up call aside
+    # Every request the server saw was admitted once: the SDK sent none past the limiter (a
+    # retry of its own would be one more here).
+    assert received == len(admitted)
+    # The rate is judged on the admissions, on the limiter's clock: when each request reached
+    # the server adds only the machine's delays (on a loaded machine, a first request read
+    # 0.15 s late makes a 2.5 s run look 6% too fast).
+    times = sorted(admitted)
+    # Never above the limit plus the one-second burst (plus a little: a thread may be
+    # descheduled between its admission and reading the clock)...
     assert len(times) <= 10 * (times[-1] - times[0]) + 10 + 3
     # ...and, past the burst (~10 at once), at the limit: 10 a second (600 a minute) within 5%.
-    # Measured over the whole run, so a late first or last request moves it by little.
     rate = (len(times) - 10) / (times[-1] - times[0])
     assert rate <= 10.5, rate
     if sum(1 for w in waits if w > 0) < 0.8 * len(waits):

@@ -1,4 +1,4 @@
-"""The Ray executor on a real local Ray cluster (one for this module, `ray.init(num_cpus=2)`):
+"""The Ray executor on a real local Ray cluster (the session's two nodes, tests/raycluster.py):
 children's work on worker actors, decided and recorded by the owner (this process).
 
 Children are held where they are needed by the loopback server (a reply stalled until the test
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,42 +23,18 @@ from flightdeck.engine.model import ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import batch, run_to_end, settings, sim_route, start, tasks_batch, until
-from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
+from helpers import batch, ended, run_to_end, settings, sim_route, start, tasks_batch, until
+from loopback import Loopback, Received, Reply, ToolUse, route_for
 
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
+# The session's cluster of two nodes (conftest's ray_nodes), one worker on each.
+pytestmark = [
+    pytest.mark.xdist_group("ray"),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("ray_nodes"),
+]
 
 FAKES = Path(__file__).parent / "fakes"
 LIST_DIR = (ToolUse("call-1", "list_dir", {"path": "."}),)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster() -> Iterator[None]:
-    """One local cluster for the module. The workers read a route's key from their own
-    environment, which they inherit from this process when the cluster starts."""
-    before = os.environ.get(KEY_ENV)
-    os.environ[KEY_ENV] = "sk-ray-test-key"
-    # The usual umask, which the cluster's processes keep: what a worker writes without a mode
-    # of its own others could read (the private-workspace test checks that none is).
-    umask = os.umask(0o022)
-    try:
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            object_store_memory=100 * 1024 * 1024,
-        )
-    finally:
-        os.umask(umask)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop(KEY_ENV, None)
-        else:
-            os.environ[KEY_ENV] = before
 
 
 def on_ray(s: Settings) -> Settings:
@@ -249,18 +224,6 @@ def pids_of(transcript: str) -> tuple[int, int] | None:
     return None
 
 
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # A zombie of this machine's init is gone too: it runs nothing.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
-    except OSError:
-        return True
-
-
 def test_a_command_childs_tree_is_killed_on_its_node_when_stopped(tmp_path: Path) -> None:
     holder = str(FAKES / "tree_holder.py")
     route = command_route("python3", holder, str(tmp_path / "{id}.ran"))
@@ -271,14 +234,14 @@ def test_a_command_childs_tree_is_killed_on_its_node_when_stopped(tmp_path: Path
         found = pids_of(child.transcript)
         assert found is not None
         root, grandchild = found
-        assert not gone(root) and not gone(grandchild)
+        assert not ended(root) and not ended(grandchild)
         engine.stop([child.id])
         assert engine.wait(30)
     finally:
         engine.close()
     assert status(engine, child.id) is ChildStatus.STOPPED
     # It ignores SIGTERM; its grandchild left its group for a session of its own: both killed.
-    until(lambda: gone(root) and gone(grandchild), 10, what="the tree gone")
+    until(lambda: ended(root) and ended(grandchild), 10, what="the tree gone")
 
 
 def test_a_worker_killed_mid_run_loses_no_child(tmp_path: Path) -> None:
@@ -329,7 +292,7 @@ def test_a_killed_workers_command_children_do_not_outlive_it(tmp_path: Path) -> 
         executor: Any = engine._pool
         [actor] = [a for _, a, placed in executor.workers if child.id in placed]
         ray.kill(actor)  # SIGKILL: no code of the worker runs; its guard ends the tree
-        until(lambda: gone(found[0]) and gone(found[1]), 30, what="the tree gone")
+        until(lambda: ended(found[0]) and ended(found[1]), 30, what="the tree gone")
         # It runs again on a worker left (the marker file says so: it prints and ends).
         assert engine.wait(60)
     finally:
@@ -528,7 +491,7 @@ def test_an_owner_that_dies_takes_its_workers_children_with_it_and_resume_runs_t
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
         # Its cluster ends with it; the worker's guard ends the tree its child started.
-        until(lambda: gone(found[0]) and gone(found[1]), 60, what="the tree gone with its owner")
+        until(lambda: ended(found[0]) and ended(found[1]), 60, what="the tree gone with its owner")
     finally:
         if owner.poll() is None:
             owner.kill()

@@ -1,11 +1,10 @@
 """Two Ray nodes on this machine (`ray.cluster_utils.Cluster`): a node removed mid-run loses
-no child. Its own module: a cluster of two nodes, started and shut down here."""
+no child. On the session's cluster (tests/raycluster.py), which it leaves one node short: the
+next test to ask for it gets the node back."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,33 +15,13 @@ from flightdeck.engine.records.reader import StoreReader
 from ray.cluster_utils import Cluster
 
 from helpers import batch, settings, start, until
-from loopback import KEY_ENV, Loopback, Received, Reply, route_for
+from loopback import Loopback, Received, Reply, route_for
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
-NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
 
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    before = os.environ.get(KEY_ENV)
-    os.environ[KEY_ENV] = "sk-ray-test-key"  # the nodes' workers read the route's key here
-    nodes = Cluster(initialize_head=True, head_node_args=NODE)
-    nodes.add_node(**NODE)
-    nodes.wait_for_nodes()
-    ray.init(address=nodes.address, log_to_driver=False, configure_logging=False)
-    try:
-        yield nodes
-    finally:
-        ray.shutdown()
-        nodes.shutdown()
-        if before is None:
-            os.environ.pop(KEY_ENV, None)
-        else:
-            os.environ[KEY_ENV] = before
-
-
-def test_a_node_removed_mid_run_loses_no_child(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_node_removed_mid_run_loses_no_child(ray_nodes: Cluster, tmp_path: Path) -> None:
+    cluster = ray_nodes  # the session's (conftest): the next test to ask gets its node back
     tasks = batch(8, goal="Check part {i}")
     asked: dict[str, int] = {}
     release = []

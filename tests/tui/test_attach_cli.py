@@ -20,7 +20,7 @@ from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
 from tui_support import SIZE, until
 
-from helpers import Hold, flightdeck
+from helpers import Hold, ended, flightdeck
 
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
 # Children held running (each call waits before its first token; nothing releases them).
@@ -49,10 +49,9 @@ def owners() -> Iterator[list[int]]:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
+        # A detached owner is an orphan: once ended, it may stay a zombie nobody reaps.
         for _ in range(200):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if ended(pid):
                 break
             time.sleep(0.05)
 

@@ -44,7 +44,7 @@ def app_for(engine: Engine) -> FlightdeckApp:
 
 
 async def until(
-    pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 30.0
+    pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 60.0
 ) -> None:
     """Let the app run until `condition()` holds; fail naming `what` after `timeout` s."""
     loop = pilot.app._loop

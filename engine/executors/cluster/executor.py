@@ -252,7 +252,9 @@ def connect(settings: RaySettings) -> None:
         kwargs["num_cpus"] = settings.num_cpus
         if settings.object_store_mb is not None:
             kwargs["object_store_memory"] = settings.object_store_mb * 1024 * 1024
-        ray.init(**kwargs)
+        # Named, not left out: without an address Ray joins the cluster a `ray start` left on
+        # this machine (and refuses num_cpus for it) instead of starting one.
+        ray.init(address="local", **kwargs)
     else:
         ray.init(address=address, **kwargs)
 
