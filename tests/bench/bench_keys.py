@@ -49,6 +49,7 @@ RUN = (*CLI, "run", "--detach", "tasks.jsonl")
 BG = re.compile(rb"\x1b\[[0-9;]*48;5;(\d+)[0-9;]*m")
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
 ID = re.compile(rb"\bc\d{5}\b")
+RUNNING_ON_SCREEN = re.compile("● ?([\\d,]+) run".encode())  # the meter: "● 12 running", "●12 run"
 
 
 class Control:
@@ -229,6 +230,11 @@ def main() -> dict[str, Any]:
             cwd=folder,
             check=True,
         )
+        # The window keeps its size: with `window-size latest` (tmux's default) the control
+        # client's 80 columns, once attached, became the pane's, and the meter went compact.
+        subprocess.run(
+            [*tmux, "set-option", "-w", "-t", "bench:0", "window-size", "manual"], check=True
+        )
         ctl = Control(tmux, "bench")
         try:
             running = 0
@@ -236,7 +242,7 @@ def main() -> dict[str, Any]:
             while True:  # until the screen is up and the owner runs its full pool
                 screen = ctl.run("capture-pane -p -e -t bench:0")
                 text = SGR.sub(b"", b"\n".join(screen))
-                found = re.search(rb"(\d[\d,]*) running", text)
+                found = RUNNING_ON_SCREEN.search(text)
                 running = int(found.group(1).replace(b",", b"")) if found else 0
                 if running >= RUNNING * 0.9 and len(_rows(screen)) > 5:
                     break
