@@ -176,8 +176,13 @@ async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> No
         app = FlightdeckApp(view, OPTIONS)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: isinstance(app.screen, SoftBudgetDialog), "the question")
-            await pilot.click("#continue")  # drop the soft budget: the owner admits again
-            await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+            # Drop the soft budget: the owner admits again.
+            assert await pilot.click("#continue"), "the click landed on another widget"
+            try:
+                await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+            except AssertionError:  # say what the dialog said (it failed once under load)
+                said = [str(w.render()) for w in app.screen.query("#soft-error")]
+                raise AssertionError(f"the dialog stayed, saying {said}: {app.screen}") from None
             await until(pilot, lambda: view.snapshot().totals.running == 2, "two running")
             assert view.snapshot().held is None
             await pilot.press("L")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,13 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 FAKES = Path(__file__).parent.parent / "fakes"
 
 
-@pytest.fixture
-def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
-    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
-        monkeypatch.setenv(name, GIT_ENV[name])
+def review_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, goals: dict[str, str]
+) -> Engine:
+    """An engine whose command children each edit a worktree of a fresh repository as their
+    goal says (`file=text`), then fail until `tmp_path/fixed` exists; started."""
+    for var in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
+        monkeypatch.setenv(var, GIT_ENV[var])
     repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
     argv = [sys.executable, str(FAKES / "edit_files.py")]
     argv += ["--fail-unless", str(tmp_path / "fixed"), "{goal}"]
@@ -35,12 +39,18 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
         '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
         f'workspace = "worktree"\nargv = {json.dumps(argv)}\n'
     )
-    tasks = (Task(id="t0", goal="x.txt=one", seq=0), Task(id="t1", goal="README.md=bye", seq=1))
+    tasks = tuple(Task(id=i, goal=goal, seq=n) for n, (i, goal) in enumerate(goals.items()))
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     settings = load_settings(tmp_path / "flightdeck.toml")
-    batch = Batch(name="review", tasks=tasks, workspace=repo)
+    batch = Batch(name=name, tasks=tasks, workspace=repo)
     e = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
     e.start()
+    return e
+
+
+@pytest.fixture
+def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
+    e = review_engine(tmp_path, monkeypatch, "review", {"t0": "x.txt=one", "t1": "README.md=bye"})
     yield e
     e.close()
 
@@ -118,23 +128,9 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def same_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+def same_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
     """Two children that both change x.txt, then fail (their worktrees kept for review)."""
-    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
-        monkeypatch.setenv(name, GIT_ENV[name])
-    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
-    argv = [sys.executable, str(FAKES / "edit_files.py")]
-    argv += ["--fail-unless", str(tmp_path / "fixed"), "{goal}"]
-    (tmp_path / "flightdeck.toml").write_text(
-        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
-        f'workspace = "worktree"\nargv = {json.dumps(argv)}\n'
-    )
-    tasks = (Task(id="a", goal="x.txt=one", seq=0), Task(id="b", goal="x.txt=two", seq=1))
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    settings = load_settings(tmp_path / "flightdeck.toml")
-    batch = Batch(name="overlap", tasks=tasks, workspace=repo)
-    e = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
-    e.start()
+    e = review_engine(tmp_path, monkeypatch, "overlap", {"a": "x.txt=one", "b": "x.txt=two"})
     yield e
     e.close()
 
