@@ -116,16 +116,19 @@ def _feed(name: str, steer_now: bool = False) -> list[tuple[SteerReceipt, str]]:
     cli = CliInput(lambda text: written.append(text) is None, new_id=lambda: next(ids))
     cli.prompt("the task")
     receipt = SteerReceipt(1, "t0", "the steer", steer_now, SteerState.QUEUED, 0.0)
-    started = []
+    started, queued = [], []
     for event in events:
         if event == Lifecycle(steer_id, "queued"):
             assert cli.steer(receipt)
+        if (was_read := cli.queued(event)) is not None:
+            queued.append(was_read)
         if (found := cli.lifecycle(event)) is not None:
             started.append(found)
         if event.uuid == steer_id and event is not events[-1]:
             assert not cli.answered()  # the steer waits for its answer: the input stays open
     assert cli.answered()
     assert ('"interrupt"' in written[0]) is steer_now  # --now: the interrupt goes first
+    assert queued == [receipt]  # the CLI read the steer (the task's own prompt is no steer)
     return started
 
 

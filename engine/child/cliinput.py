@@ -76,6 +76,11 @@ class CliInput:
         """A turn ended (its `result`)."""
         self._results += 1
 
+    def queued(self, event: Lifecycle) -> SteerReceipt | None:
+        """The steer `event` says the CLI has read and queued (it starts at the running turn's
+        next step, or as a turn of its own); None for any other event."""
+        return self._sent.get(event.uuid) if event.state == "queued" else None
+
     def lifecycle(self, event: Lifecycle) -> tuple[SteerReceipt, str] | None:
         """A message's new state; a steer that started, and how, is returned once."""
         self._seen_lifecycle = True

@@ -238,8 +238,10 @@ class Supervisor:
                 self._end.result, self._end.result_error = text, error
                 if self._input is not None:
                     self._input.result()
-            case Lifecycle():
-                started = self._input.lifecycle(event) if self._input is not None else None
+            case Lifecycle() if self._input is not None:
+                if (queued := self._input.queued(event)) is not None:  # read, not yet started
+                    self._write("operator", f"queued by the CLI: {queued.message}")
+                started = self._input.lifecycle(event)
                 if started is not None:
                     receipt, how = started
                     self._write("operator", f"delivered {how}: {receipt.message}")

@@ -237,7 +237,9 @@ def test_steer_both_ways(
         engine.steer(["t0"], "also the docs")
         engine.steer(["t1"], "focus on security", now=True)
         if cli == "claude":  # written to its input at once; the gate lets the turns go on
-            until(lambda: "also the docs" in transcript(engine, "t0"), what="the steer sent")
+            # Once the CLI has read it: a gate opened before that ends the turn first.
+            read = "queued by the CLI: also the docs"
+            until(lambda: read in transcript(engine, "t0"), what="the steer read by the CLI")
         else:  # --now stops the process, then resumes the session with the message
             until(lambda: "(resume)" in transcript(engine, "t1"), what="the --now resume")
         (tmp_path / "gate").touch()
