@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine, load_settings
@@ -55,6 +56,11 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
     e.close()
 
 
+def _both_ended(table: Any) -> bool:
+    rows = table.rows_by_id
+    return len(rows) == 2 and all(r.status.terminal for r in rows.values())
+
+
 def _detail(app: object) -> str:
     return str(app.main.query_one("#detail", ChildDetail).render())  # type: ignore[attr-defined]
 
@@ -64,12 +70,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
-
-        def ended() -> bool:
-            rows = table.rows_by_id
-            return len(rows) == 2 and all(r.status.terminal for r in rows.values())
-
-        await until(pilot, ended, "both children failed", 90)
+        await until(pilot, lambda: _both_ended(table), "both children failed", 90)
         assert table.displayed("t0", "doing").startswith("failed (+1 −0 in 1 file): exit 3")
         table.select("t1")
         await until(pilot, lambda: "changes +1 −1 in 1 file" in _detail(app), "the files")
@@ -141,12 +142,7 @@ async def test_m_on_children_that_changed_one_file_warns_before_merging(
     app = app_for(same_file)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
-
-        def ended() -> bool:
-            rows = table.rows_by_id
-            return len(rows) == 2 and all(r.status.terminal for r in rows.values())
-
-        await until(pilot, ended, "both children failed", 90)
+        await until(pilot, lambda: _both_ended(table), "both children failed", 90)
         for child in ("a", "b"):
             table.select(child)
             await pilot.press("space")
