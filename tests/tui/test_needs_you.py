@@ -30,6 +30,7 @@ from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.status import StatusBar
 from test_attach import OPTIONS, Owner
 from textual.widgets import Label, OptionList
+from tui_fakes import StaticView, frozen_clock
 from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
 
 from helpers import Hold, flightdeck
@@ -45,6 +46,18 @@ def bar_text(app: FlightdeckApp) -> str:
 def result_of(engine: Engine, child_id: str) -> str:
     row = engine.snapshot().child(child_id)
     return (row.result or "") if row is not None else ""
+
+
+async def test_the_status_bar_counts_the_queue_of_the_snapshot_it_shows(tmp_path: Path) -> None:
+    # One poll only (the next is an hour away): the bar used to count the queue of the poll
+    # before, so the first screen said nothing of the child asking while the title did.
+    options = UiOptions(clock=frozen_clock, cursor_blink=False, poll_s=3600.0)
+    app = FlightdeckApp(StaticView(tmp_path), options)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.main.snapshot is not None, "the first snapshot")
+        await pilot.pause()
+        assert len(app.main.notices.queue) == 1
+        assert "1 need you (!)" in bar_text(app)
 
 
 async def test_a_question_is_shown_answered_in_the_tui_and_alerted_once(

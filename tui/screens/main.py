@@ -132,6 +132,8 @@ class MainScreen(Screen[None]):
         self.snapshot = snap
         now = self.options.clock()
         table = self.table
+        # The queue first: the status bar counts it, in the same frame as the rows it is of.
+        queued = self.notices.observe(snap, now)
         with self.app.batch_update():
             table.apply(snap.children, now)
             if self.following:
@@ -151,7 +153,7 @@ class MainScreen(Screen[None]):
         self.carry_out(self.soft_budget.seen(snap, self.view.send, self.view.read_only))
         self.carry_out([decisions.Say(t) for t in summaries.settle_pauses(rows)])
         self.carry_out(self.notices.flush())
-        self.carry_out(self.notices.observe(snap, now))
+        self.carry_out(queued)
         self._sync_bindings()
 
     def _detail(self) -> None:
