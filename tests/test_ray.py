@@ -298,8 +298,9 @@ def test_a_killed_workers_command_children_do_not_outlive_it(tmp_path: Path) -> 
     finally:
         engine.close()
     row = engine.snapshot().children[0]
-    assert row.status is ChildStatus.COMPLETED
-    assert "ran again" in "\n".join(lines(row.transcript))
+    said = "\n".join(lines(row.transcript))
+    assert row.status is ChildStatus.COMPLETED, (row.error, said)
+    assert "ran again" in said
 
 
 @pytest.fixture

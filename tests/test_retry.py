@@ -199,25 +199,41 @@ def test_a_retry_waits_while_the_soft_budget_holds_and_runs_once_it_is_lifted(
     tmp_path: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(softbudget, "SOFT_BUDGET_EVERY_S", 0.0)  # looked at every step
-    s = settings(sim_route(tool_turns=0, **hold.options()), pool=2)
+    s = settings(sim_route(tool_turns=1, **hold.options()), pool=2)
     s = Settings(engine=s.engine, routes=s.routes, budget=Budget(soft_cost_usd=Decimal("1e-6")))
     engine = start(batch(2), s, tmp_path)
     try:
         until(lambda: engine.snapshot().totals.running == 2, what="both running")
         engine.stop(["t0000"])
         until(lambda: _row(engine).status is ChildStatus.STOPPED, what="t0000 stopped")
-        hold.release()
+        # t0001's first call spends past the budget; its second is held, so the batch lives on
+        # (an ended batch holds nothing back) and the hold is there to see.
+        hold.release("t0001", call=0)
         until(lambda: engine.snapshot().held is not None, what="t0001's spend holds admission")
-        engine.retry(["t0000"])  # accepted: the hold keeps it queued, as it keeps any start
+        # Accepted (the hold keeps it queued, as it keeps any start) once its end is committed:
+        # under load the writer can be behind the row's STOPPED, and the engine says so.
+        until(lambda: _retried(engine, "t0000"), what="the retry accepted")
         until(lambda: _row(engine).attempt == 2, what="attempt 2 queued")
         time.sleep(0.2)  # a few coordinator steps: still held
         assert (_row(engine).status, _row(engine).started_ts) == (ChildStatus.QUEUED, None)
         engine.set_limits({"soft_cost_usd": None})
+        hold.release()
         snap = run_to_end(engine, 30)
     finally:
         engine.close()
     row = snap.child("t0000")
     assert row is not None and (row.status, row.attempt) == (ChildStatus.COMPLETED, 2)
+
+
+def _retried(engine: Engine, child_id: str) -> bool:
+    """Retry `child_id`; False while its end is still being committed ("retry it in a moment")."""
+    try:
+        engine.retry([child_id])
+    except CommandError as exc:
+        if "still ending" not in str(exc):
+            raise
+        return False
+    return True
 
 
 def test_a_completed_child_or_a_running_one_is_not_retried(tmp_path: Path) -> None:
