@@ -331,11 +331,15 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
     with Loopback(script) as server:
         route = route_for(server, "openai", read_timeout_s=60.0)
         engine = start(tasks, on_ray(settings(route, pool=3)), tmp_path)
-        view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id)
-        app = FlightdeckApp(
-            view, UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
-        )
+        view: StoreView | None = None
         try:
+            # The batch's row is queued to the store's writer at start: committed first (under
+            # load the view asked too early, and the engine left running broke the session's
+            # cluster at its end).
+            assert engine.flush(60)
+            view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id)
+            options = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+            app = FlightdeckApp(view, options)
             async with app.run_test(size=(160, 50)) as pilot:
                 table = app.main.table
                 await app_until(pilot, lambda: len(table.shown) == 3, "three rows")
@@ -371,7 +375,12 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
                     "the steer --now delivered on its worker",
                 )
                 first = tasks.tasks[0].goal
-                assert operator_said(script.seen[first][-1]) == ["[operator] mind the tests"]
+                # Delivered to the child, which then asks the server again with it.
+                await app_until(
+                    pilot,
+                    lambda: operator_said(script.seen[first][-1]) == ["[operator] mind the tests"],
+                    "the steer in t0000's next request",
+                )
                 server.release()
                 done = ChildStatus.COMPLETED
                 await app_until(
@@ -390,7 +399,8 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
                     "the answer in the transcript pane",
                 )
         finally:
-            view.close()
+            if view is not None:
+                view.close()
             engine.close()
 
 
