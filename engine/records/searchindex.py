@@ -50,6 +50,9 @@ _SCHEMA = (
 )
 
 
+_KNOWN = "SELECT id, indexed FROM files WHERE name = ?"
+
+
 def index_path(folder: Path) -> Path:
     """Where a batch folder's index lives."""
     return folder / INDEX_NAME
@@ -160,10 +163,11 @@ class SearchIndex:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            known = {str(n): (int(i), int(d)) for i, n, d in conn.execute("SELECT * FROM files")}
             done, more = 0, []
             for name in names:
-                added, left = self._file(name, known.get(name))
+                # These files' rows only: the whole table every round made a batch quadratic.
+                row = conn.execute(_KNOWN, (name,)).fetchone()
+                added, left = self._file(name, None if row is None else (row[0], row[1]))
                 done += added
                 if left:
                     more.append(name)
