@@ -137,6 +137,7 @@ class SearchIndex:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._where = os.fspath(folder)
         conn = open_index(folder, write=True)
         assert conn is not None
         self._conn = conn
@@ -182,8 +183,10 @@ class SearchIndex:
         and whether more are left."""
         conn = self._conn
         try:
-            with open(self.folder / name, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+            # os.open and pread: half the cost of a file object, once per file per round
+            fd = os.open(os.path.join(self._where, name), os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
                 file_id, start = known if known is not None else (None, 0)
                 if size < start:
                     # Shorter than what was indexed: not the file that was. Its old lines keep
@@ -192,8 +195,9 @@ class SearchIndex:
                     file_id, start = None, 0
                 if size == start:
                     return 0, False
-                fh.seek(start)
-                data = fh.read(min(size - start, CHUNK))
+                data = os.pread(fd, min(size - start, CHUNK), start)
+            finally:
+                os.close(fd)
         except (FileNotFoundError, IsADirectoryError):
             return 0, False
         end = data.rfind(b"\n") + 1
