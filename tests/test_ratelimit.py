@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -169,6 +169,24 @@ def test_estimates_count_the_prompt_and_reserve_max_tokens() -> None:
     prompt = prompt_tokens_estimate(request)
     assert 200 <= prompt <= 215
     assert estimate_tokens(request) == prompt + 500
+
+
+def test_a_tools_schema_is_sized_once_not_every_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every turn of every child offers the same tools: their JSON is dumped once per spec."""
+    from flightdeck.engine.providers import tokens
+
+    tool = ToolSpec("read_file", "Read a file", {"type": "object", "required": ["path"]})
+    request = TurnRequest("s", (Message("user", "u"),), (tool,), max_tokens=1)
+    first = prompt_tokens_estimate(request)
+    dumped: list[object] = []
+    real = tokens.json.dumps
+    counting = SimpleNamespace(dumps=lambda value: dumped.append(value) or real(value))
+    monkeypatch.setattr(tokens, "json", counting)  # this module's json only
+    assert prompt_tokens_estimate(request) == first
+    assert dumped == []
+    other = ToolSpec("read_file", "Read a file", {"type": "object", "required": ["path", "x"]})
+    assert prompt_tokens_estimate(dataclasses.replace(request, tools=(other,))) > first
+    assert dumped == [dict(other.parameters)]  # a spec not seen before is sized, once
 
 
 def test_auto_pool_size_considers_rpm() -> None:

@@ -284,3 +284,33 @@ def test_the_index_is_never_written_by_a_search(folder: Path) -> None:
         index(folder)
         os.chmod(index_path(folder), 0o400)
         assert len(texts(folder, "limit")) == 4
+
+
+def test_catching_up_a_few_files_reads_no_more_of_a_big_index(folder: Path) -> None:
+    """A round looks up the files it catches up, not every file indexed: a batch's rounds
+    would cost more and more as it grows (quadratic in its children)."""
+
+    def steps(indexed: int) -> int:
+        """SQLite's steps (in thousands) to catch up one file beside `indexed` others."""
+        here = folder / str(indexed)
+        here.mkdir()
+        for n in range(indexed):
+            transcript(here / f"c{n:05d}.log", ("user", "seen"))
+        idx = SearchIndex(here)
+        try:
+            idx.catch_up()
+            transcript(here / "c00000.log", ("assistant", "new"))
+            count = [0]
+
+            def tick() -> int:
+                count[0] += 1
+                return 0
+
+            idx._conn.set_progress_handler(tick, 1000)
+            idx.catch_up(["c00000.log"])
+            return count[0]
+        finally:
+            idx.close()
+
+    small, big = steps(30), steps(3000)
+    assert big <= small + 5, (small, big)

@@ -101,3 +101,17 @@ def test_values_have_slots_and_no_instance_dict(value: object) -> None:
     assert not hasattr(value, "__dict__")
     with pytest.raises(AttributeError):
         value.not_a_field = 1  # type: ignore[attr-defined]
+
+
+def test_what_every_child_keeps_has_slots_and_no_instance_dict() -> None:
+    """A batch holds one of each per child (its retry policy, its loop watch): no dicts."""
+    from flightdeck.engine.child.loopwatch import LoopWatch
+    from flightdeck.engine.control.retry import RetryPolicy
+    from flightdeck.engine.inputs.settings import LoopSettings, RetrySettings
+
+    policy = RetryPolicy(RetrySettings())
+    watch = LoopWatch(
+        "c1", LoopSettings(), write=print, report=print, tokens=lambda: 0, clock=lambda: 0.0
+    )
+    for part in (policy, policy._backoff, policy._account, watch):
+        assert not hasattr(part, "__dict__"), type(part).__name__

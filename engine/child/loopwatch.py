@@ -16,6 +16,19 @@ from flightdeck.engine.model import LoopEvidence
 class LoopWatch:
     """The detector fed by the runner's thread; `evidence` is what the child's row shows."""
 
+    __slots__ = (
+        "_child_id",
+        "_clock",
+        "_detector",
+        "_report",
+        "_settings",
+        "_tokens",
+        "_write",
+        "evidence",
+        "looped_ts",
+        "version",
+    )
+
     def __init__(
         self,
         child_id: str,

@@ -109,9 +109,9 @@ class Child:
         self.loops = LoopWatch(
             task.id,
             route.loops,
-            write=lambda role, text: self.transcript.write(role, text),
+            write=self._loop_line,  # bound methods: a lambda and its cell weigh twice as much
             report=report,
-            tokens=lambda: self.progress.usage_total,
+            tokens=self._usage_total,
             clock=clock,
         )
         # Everything below is guarded by `_lock`; `_version` lets readers skip unchanged rows.
@@ -143,6 +143,12 @@ class Child:
                     self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
                 )
             return self._transcript
+
+    def _loop_line(self, role: str, text: str) -> None:
+        self.transcript.write(role, text)
+
+    def _usage_total(self) -> int:
+        return self.progress.usage_total
 
     # --- read side -----------------------------------------------------------------------------
 

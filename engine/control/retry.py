@@ -70,6 +70,8 @@ def reason_of(exc: BaseException | None) -> str:
 class _JitteredBackoff:
     """Full-jitter exponential backoff, never shorter than what `classify` says to wait."""
 
+    __slots__ = ("_ceiling", "_rng", "_seed")  # one per child: no instance dict
+
     def __init__(
         self, settings: RetrySettings, scale: float, rng: random.Random | None, seed: str | None
     ) -> None:
@@ -100,7 +102,7 @@ class _JitteredBackoff:
         return max(ours, verdict.not_before_s) if verdict is not None else ours
 
 
-@dataclass
+@dataclass(slots=True)
 class _Throttled:
     """One call's account: errors that used an attempt, and seconds spent throttled."""
 
@@ -119,6 +121,8 @@ class RetryPolicy:
     """Runs a call with bounded retries; sleeps wake at once when `interrupt` is set. With a
     throttle (and `route`), every attempt waits out the route's pause and takes a slot of its
     adaptive concurrency, and the route hears of each 429."""
+
+    __slots__ = ("_account", "_backoff", "route", "scale", "settings", "throttle")
 
     def __init__(
         self,

@@ -227,7 +227,8 @@ def build_child(
         book=StoreBook(processes, task.id),
         batch_id=batch_id,
     )
-    transcript = str(batch_dir / transcript_name(task))
+    # a str join: a Path per child interned its name for good (about 200 bytes each)
+    transcript = os.path.join(batch_dir, transcript_name(task))
     return kind(
         task,
         route,

@@ -21,8 +21,22 @@ def prompt_tokens_estimate(request: TurnRequest) -> int:
     return math.ceil(chars / CHARS_PER_TOKEN)
 
 
+# A tool's schema is the same in every prompt of every child: its size is worked out once per
+# spec (a JSON dump per tool per turn was a tenth of an instant child's worker time). Keyed by
+# identity (a spec's parameters are a dict, not hashable); the entry keeps the spec, so its id
+# is never reused while cached. Specs are constants: the bound only guards against a leak.
+_TOOL_CHARS: dict[int, tuple[ToolSpec, int]] = {}
+_TOOL_CHARS_MAX = 1024
+
+
 def _tool_chars(tool: ToolSpec) -> int:
-    return len(tool.name) + len(tool.description) + len(json.dumps(dict(tool.parameters)))
+    known = _TOOL_CHARS.get(id(tool))
+    if known is not None and known[0] is tool:
+        return known[1]
+    chars = len(tool.name) + len(tool.description) + len(json.dumps(dict(tool.parameters)))
+    if len(_TOOL_CHARS) < _TOOL_CHARS_MAX:
+        _TOOL_CHARS[id(tool)] = (tool, chars)
+    return chars
 
 
 def estimate_tokens(request: TurnRequest) -> int:
