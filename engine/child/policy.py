@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.providers.base import HeadroomEvent
 
 T = TypeVar("T")
@@ -55,7 +55,7 @@ class CallPolicy(Protocol):
         self,
         fn: Callable[..., T],
         *args: object,
-        interrupt: threading.Event,
+        interrupt: Interruptible,
         on_retry: Callable[[RetryNotice], None] | None = None,
         on_pause: Callable[[float], None] | None = None,
         on_wait: Callable[[float, str], None] | None = None,
@@ -65,7 +65,7 @@ class CallPolicy(Protocol):
         self,
         route: Route,
         tokens: int,
-        interrupt: threading.Event,
+        interrupt: Interruptible,
         on_wait: Callable[[float, str], None] | None = None,
     ) -> Reservation: ...
 

@@ -9,7 +9,6 @@ elsewhere (another machine) hands the runner a port that relays to the child at 
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +18,7 @@ from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.child.steering import Steering
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.review.values import Changes
 
@@ -102,11 +102,15 @@ class ChildPort(Protocol):
 
     task: Task
     route: Route
-    interrupt: threading.Event  # set by a stop
     progress: Progress
     steering: Steering
     loops: LoopWatch
     leads_gate: bool  # it leads a prompt-cache gate: its first chunk is reported
+
+    @property
+    def interrupt(self) -> Interruptible:
+        """Set by a stop: waits on it are cut short."""
+        ...
 
     @property
     def transcript(self) -> Transcript: ...

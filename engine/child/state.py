@@ -25,6 +25,7 @@ from flightdeck.engine.child.rowview import Standing, build_row
 from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.interrupt import Interrupt
 from flightdeck.engine.model import (
     ChildRow,
     ChildStatus,
@@ -96,7 +97,7 @@ class Child:
         self.runner = runner
         self.transcript_path = transcript_path
         self.queued_ts = queued_ts
-        self.interrupt = threading.Event()
+        self.interrupt = Interrupt()
         self._sink = sink
         self._open_transcript = open_transcript  # else a TranscriptWriter on the path
         self._clock = clock

@@ -7,6 +7,7 @@ import threading
 import time
 
 from flightdeck.engine.control.ratelimit import Cancelled, Clock, OnWait
+from flightdeck.engine.interrupt import Interruptible
 
 
 class AdaptiveConcurrency:
@@ -25,7 +26,7 @@ class AdaptiveConcurrency:
         self.cap: float | None = None  # None: not cut yet
         self._cut_at = -math.inf
 
-    def acquire(self, cancel: threading.Event, on_wait: OnWait | None = None) -> float:
+    def acquire(self, cancel: Interruptible, on_wait: OnWait | None = None) -> float:
         """Take a slot, waiting while the route is at its cap; the seconds waited. Raises
         Cancelled."""
         with self._cond:

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.model import RouteLimit
 
 Clock = Callable[[], float]
 # wait(cancel, seconds) -> True if `cancel` was set before the time was up
-Wait = Callable[[threading.Event | None, float], bool]
+Wait = Callable[[Interruptible | None, float], bool]
 Kind = Literal["requests", "tokens"]
 # on_wait(seconds, why): why is the limit that holds the call, e.g. "rpm 240 learned"
 OnWait = Callable[[float, str], None]
@@ -37,7 +38,7 @@ class Cancelled(Exception):
     """The wait for a reservation was cancelled (the child is stopping)."""
 
 
-def _wait(cancel: threading.Event | None, seconds: float) -> bool:
+def _wait(cancel: Interruptible | None, seconds: float) -> bool:
     if cancel is None:
         time.sleep(seconds)
         return False
@@ -274,7 +275,7 @@ class RateLimiter:
     def acquire(
         self,
         tokens: int,
-        cancel: threading.Event | None = None,
+        cancel: Interruptible | None = None,
         on_wait: OnWait | None = None,
         *,
         spare: int | None = None,

@@ -9,7 +9,6 @@ route's pause, its rate buckets and concurrency slot, its backoff after 429s).
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -18,6 +17,7 @@ from flightdeck.engine.child.policy import RetryNotice, StopRequested
 from flightdeck.engine.control.throttle import Lease, OnWait, RouteThrottle
 from flightdeck.engine.errors import FatalError, ProviderError, RateLimited
 from flightdeck.engine.inputs.settings import RetrySettings, Route
+from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.providers.base import HeadroomEvent
 from tenacity import (
     RetryCallState,
@@ -150,7 +150,7 @@ class RetryPolicy:
         self,
         fn: Callable[..., T],
         *args: object,
-        interrupt: threading.Event,
+        interrupt: Interruptible,
         on_retry: Callable[[RetryNotice], None] | None = None,
         on_pause: Callable[[float], None] | None = None,
         on_wait: OnWait | None = None,
@@ -192,7 +192,7 @@ class RetryPolicy:
         fn: Callable[..., T],
         args: tuple[object, ...],
         route: Route | None,
-        interrupt: threading.Event,
+        interrupt: Interruptible,
         on_pause: Callable[[float], None] | None,
     ) -> T:
         """`fn(*args)` once the route's pause is over, telling the throttle how it went (and
@@ -237,7 +237,7 @@ class RetryPolicy:
 
     def _retrying(
         self,
-        interrupt: threading.Event,
+        interrupt: Interruptible,
         on_retry: Callable[[RetryNotice], None] | None,
         account: _Throttled,
     ) -> Retrying:
@@ -288,7 +288,7 @@ class RetryPolicy:
         self,
         route: Route,
         tokens: int,
-        interrupt: threading.Event,
+        interrupt: Interruptible,
         on_wait: OnWait | None = None,
     ) -> Lease:
         """Take this call's share of the route's rate limits (no limit without a throttle);

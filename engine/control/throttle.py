@@ -27,6 +27,7 @@ from flightdeck.engine.control.ratelimit import (
     RateLimiter,
 )
 from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.model import RouteLimit
 from flightdeck.engine.providers.base import HeadroomEvent
 
@@ -114,7 +115,7 @@ class RouteThrottle:
         self,
         route: Route,
         tokens: int,
-        interrupt: threading.Event,
+        interrupt: Interruptible,
         on_wait: OnWait | None = None,
     ) -> Lease:
         """Reserve one request and `tokens` from the buckets; `on_wait` hears how long a wait
@@ -150,9 +151,7 @@ class RouteThrottle:
         limiter.learn("requests", event.limit_requests, event.remaining_requests)
         limiter.learn("tokens", event.limit_tokens, event.remaining_tokens)
 
-    def slot(
-        self, route: Route, interrupt: threading.Event, on_wait: OnWait | None = None
-    ) -> float:
+    def slot(self, route: Route, interrupt: Interruptible, on_wait: OnWait | None = None) -> float:
         """Take one of the route's adaptive concurrency slots (free while no rate limit is
         known: the buckets pace the route then); the seconds waited. Raises StopRequested."""
         self._limiter(route)
@@ -193,7 +192,7 @@ class RouteThrottle:
                 self._paused_until, self._pause_s = until, seconds
 
     def wait_out_pause(
-        self, interrupt: threading.Event, on_wait: Callable[[float], None] | None = None
+        self, interrupt: Interruptible, on_wait: Callable[[float], None] | None = None
     ) -> float:
         """Block while the route is paused (again if the pause is extended meanwhile); the
         seconds waited. Waiters leave spread out: a slot of the paced rate apart when one is

@@ -35,6 +35,7 @@ from flightdeck.engine.executors.cluster.wire import (
     ToWorker,
 )
 from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.interrupt import Interruptible
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class RelayThrottle(RouteThrottle):
         self._paced = (requests, tokens)
 
     def admit(
-        self, route: Route, tokens: int, interrupt: threading.Event, on_wait: OnWait | None = None
+        self, route: Route, tokens: int, interrupt: Interruptible, on_wait: OnWait | None = None
     ) -> Lease:
         """Ask the owner for a permit and wait for it; StopRequested if stopped meanwhile."""
         with self._asks_lock:
