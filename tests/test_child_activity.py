@@ -15,7 +15,7 @@ from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.retry import RetryPolicy
 from flightdeck.engine.inputs.settings import RetrySettings
 from flightdeck.engine.inputs.tasks import Task
-from flightdeck.engine.model import ChildStatus, Usage
+from flightdeck.engine.model import ChildStatus, Question, Usage
 from flightdeck.engine.providers.base import (
     StreamEvent,
     TextDelta,
@@ -72,7 +72,7 @@ class HeldTools(Toolbox):
 
     def run(self, name: str, arguments: Mapping[str, Any]) -> str:
         self.entered.set()
-        assert self.release.wait(10)
+        assert self.release.wait(60)
         return super().run(name, arguments)
 
 
@@ -91,7 +91,7 @@ def test_activity_token_tracks_calls_turns_and_the_running_tool(tmp_path: Path) 
 
     worker = threading.Thread(target=child.run)
     worker.start()
-    assert tools.entered.wait(10)
+    assert tools.entered.wait(60)
     during = child.row()
     act = during.activity
     assert during.status is ChildStatus.RUNNING
@@ -157,6 +157,19 @@ def test_a_child_that_ended_before_its_thread_ran_stays_ended(tmp_path: Path) ->
     assert len(lines) == 1 and lines[0].endswith("stopped: stopped by operator before start")
 
 
+def test_an_ended_child_asks_nothing_even_before_its_question_is_cleared(
+    tmp_path: Path,
+) -> None:
+    # The coordinator clears a stopped child's question a moment after its end: no row in
+    # between may say the child still waits on an answer (a loaded run saw one).
+    child = make_child(tmp_path, [])
+    child.operator.ask(Question("Ship it?", 100.0))
+    assert child.row().question == Question("Ship it?", 100.0)
+    assert child.finalize(ChildStatus.STOPPED, "stopped by operator")
+    assert child.operator.question is not None  # not cleared yet
+    assert child.row().question is None
+
+
 def test_a_steer_that_arrives_while_the_child_ends_is_refused(tmp_path: Path) -> None:
     from flightdeck.engine.model import SteerReceipt, SteerState
 
@@ -188,7 +201,7 @@ def test_the_route_key_never_reaches_the_row(tmp_path: Path) -> None:
     child = make_child(tmp_path, [], EchoesTheKey(), tools)
     worker = threading.Thread(target=child.run)
     worker.start()
-    assert tools.entered.wait(10)
+    assert tools.entered.wait(60)
     during = child.row().activity
     tools.release.set()
     worker.join(10)
@@ -280,7 +293,7 @@ class AnswersWhileSteered(TwoTurns):
     def _first(self) -> Iterator[StreamEvent]:
         yield TextDelta("My final answer")
         self.streaming.set()
-        assert self.steered.wait(10)
+        assert self.steered.wait(60)
         yield TextDelta(" is this.\n")
         yield UsageEvent(Usage(10, 5))
 
@@ -306,7 +319,7 @@ def steer_mid_answer(tmp_path: Path, max_turns: int) -> tuple[Child, AnswersWhil
     child = make_child(tmp_path, [], provider=provider, max_turns=max_turns)  # type: ignore[arg-type]
     worker = threading.Thread(target=child.run)
     worker.start()
-    assert provider.streaming.wait(10)
+    assert provider.streaming.wait(60)
     on_last_turn = child.row().activity.last_turn
     assert child.add_steer(SteerReceipt(1, "c1", "cite your sources", False, SteerState.QUEUED, 1))
     provider.steered.set()
@@ -359,7 +372,7 @@ class HeldStream:
         yield TextDelta("x" * 40)
         yield TextDelta("y" * 40)
         self.streamed.set()
-        assert self.release.wait(10)
+        assert self.release.wait(60)
         yield UsageEvent(Usage(input_tokens=30, output_tokens=25, cache_read_tokens=100))
 
     def close(self) -> None: ...
@@ -373,7 +386,7 @@ def test_the_call_in_progress_counts_as_it_streams_until_its_usage_is_billed(
     child = make_child(tmp_path, facts, provider=provider)
     worker = threading.Thread(target=child.run)
     worker.start()
-    assert provider.streamed.wait(10)
+    assert provider.streamed.wait(60)
     during = child.row()
     # Nothing is billed yet; the estimate is the prompt's characters and the 80 streamed (/4).
     assert during.usage == Usage()

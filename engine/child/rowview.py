@@ -75,7 +75,9 @@ def build_row(
         depth=task.depth,
         loop=loops.evidence,
         looped_ts=loops.looped_ts,
-        question=operator.question,
+        # Only a live child waits on an answer: an ended one's question is cleared a moment
+        # after its end, and no row in between says it still asks.
+        question=operator.question if standing.status.live else None,
         denial=operator.denial,
         dismissed_ts=operator.dismissed_ts,
         node=standing.node,
