@@ -277,6 +277,7 @@ def test_the_soft_budget_holding_many_children_is_one_entry_for_the_batch(
         assert [(n.child_id, n.kind) for n in queue] == [(None, "budget")]
         alerted = watch.observe(queue)
         assert (alerted.held, alerted.text) == (1, "budget held")
+        assert engine.flush(60)  # the batch's row is queued to the store's writer: committed first
         view = StoreView(engine.state_dir / "flightdeck.db", engine.batch_id)
         try:
             until(lambda: view.snapshot().held is not None, what="the hold in the store")

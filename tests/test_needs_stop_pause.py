@@ -44,6 +44,7 @@ def test_a_stop_ends_a_child_waiting_on_its_answer_and_clears_its_entry(tmp_path
         assert _queue(snap) == [("t0001", "asks")]  # its entry went; the other still asks
         stopped = snap.child("t0000")
         assert stopped is not None and stopped.question is None
+        assert engine.flush(60)  # the batch's row committed, as an attached view needs
         view = StoreView(tmp_path / "flightdeck.db", snap.batch_id)  # attached views agree
         try:
             until(lambda: _queue(view.snapshot()) == [("t0001", "asks")], what="the store's queue")
