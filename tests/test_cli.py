@@ -751,7 +751,7 @@ def test_output_closed_at_the_last_line_while_the_batch_ends_stops_nothing(
     real_finish = BatchRun._finish
 
     def finish_after_the_break(self: BatchRun, status: object) -> object:
-        assert broke.wait(10)
+        assert broke.wait(60)
         return real_finish(self, status)  # type: ignore[arg-type]
 
     class ClosesAtTheLastLine(io.StringIO):

@@ -238,7 +238,7 @@ def test_steer_now_interrupts_the_response_and_restarts_the_turn(tmp_path: Path)
 def test_steer_for_a_finished_child_is_missed_not_lost(tmp_path: Path) -> None:
     engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
     try:
-        assert engine.wait(10)
+        assert engine.wait(60)
         engine.steer(["t0000"], "too late")
         until(lambda: len(engine.snapshot().children[0].steers) == 1)
         assert engine.snapshot().children[0].steers[0].state is SteerState.MISSED
@@ -296,7 +296,7 @@ def test_the_snapshot_counts_what_streams_before_it_is_billed(tmp_path: Path) ->
         until(lambda: engine.snapshot().totals.in_flight.output_tokens >= 2)
         live = engine.snapshot()
         engine.stop_all()
-        assert engine.wait(10)
+        assert engine.wait(60)
         ended = engine.snapshot()
     finally:
         engine.close()
@@ -514,7 +514,7 @@ def test_a_finish_is_announced_only_once_it_is_on_disk(tmp_path: Path) -> None:
         time.sleep(0.2)  # what the coordinator would have announced by now, it has
         assert announced == [] and not engine.wait(0)
         other.execute("COMMIT")
-        assert engine.wait(10)
+        assert engine.wait(60)
     finally:
         other.close()
         engine.close()
@@ -527,7 +527,7 @@ def test_untrusted_goal_never_puts_escapes_in_the_transcript(tmp_path: Path) -> 
     tasks = [Task(id="evil", goal=goal, seq=0)]
     engine = start(tasks_batch(tasks), settings(sim_route(tool_turns=0)), tmp_path)
     try:
-        assert engine.wait(10)
+        assert engine.wait(60)
         text = Path(engine.snapshot().children[0].transcript).read_text()
     finally:
         engine.close()
@@ -648,15 +648,15 @@ def test_a_steer_racing_the_end_of_its_child_is_settled_missed(
 
     def held_close(self: child_module.TranscriptWriter, *last: str) -> None:
         closing.set()  # inside finalize: the inbox is emptied for good, the status not yet final
-        assert gate.wait(10)
+        assert gate.wait(60)
         real_close(self, *last)
 
     monkeypatch.setattr(child_module.TranscriptWriter, "close", held_close)
     engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
     try:
-        assert closing.wait(10)
+        assert closing.wait(60)
         [rid] = engine.steer(["t0000"], "too late")
-        until(lambda: [r.state for r in engine.receipts()] == [SteerState.MISSED], timeout=5)
+        until(lambda: [r.state for r in engine.receipts()] == [SteerState.MISSED], timeout=60)
     finally:
         gate.set()
         engine.close()
@@ -740,7 +740,7 @@ def test_a_stream_we_closed_is_an_interruption_not_a_retry(tmp_path: Path) -> No
     try:
         until(lambda: engine.snapshot().children[0].activity.text == "streaming")
         engine.steer(["t0000"], "wrap up", now=True)
-        assert engine.wait(5)
+        assert engine.wait(60)
         row = engine.snapshot().children[0]
     finally:
         engine.close()
@@ -781,7 +781,7 @@ def test_a_start_that_fails_leaves_no_worker_threads(
         engine.start()  # the worker pool had been made: it comes before the sink
     assert engine._pool is not None
     engine.close()
-    until(lambda: not workers() - before, timeout=5)
+    until(lambda: not workers() - before, timeout=60)
 
 
 def test_an_explicit_pool_size_is_bounded(tmp_path: Path) -> None:
@@ -892,10 +892,10 @@ def test_a_stopped_call_whose_stream_ends_quietly_is_billed_an_estimate(tmp_path
         batch(1), settings(sim_route(tool_turns=0)), tmp_path, providers={"sim": provider}
     )
     try:
-        assert provider.streaming.wait(5)
+        assert provider.streaming.wait(60)
         live = engine.snapshot().children[0]
         engine.stop(["t0000"])
-        assert engine.wait(5)
+        assert engine.wait(60)
         row = engine.snapshot().children[0]
     finally:
         engine.close()
@@ -946,7 +946,7 @@ def test_a_key_the_model_writes_to_a_file_is_redacted(tmp_path: Path) -> None:
         batch(1), settings(sim_route(tool_turns=0)), tmp_path, providers={"sim": _WritesTheKey()}
     )
     try:
-        assert engine.wait(10)
+        assert engine.wait(60)
         assert engine.snapshot().children[0].status is ChildStatus.COMPLETED
         written = (engine.workspace / "k.txt").read_text()
     finally:

@@ -225,7 +225,7 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     engine = start(b, settings(route), tmp_path)
     box.append(engine)
     try:
-        until(lambda: engine.snapshot().child("loops").status is ChildStatus.PAUSED, 10)  # type: ignore[union-attr]
+        until(lambda: engine.snapshot().child("loops").status is ChildStatus.PAUSED, 60)  # type: ignore[union-attr]
         engine.continue_(["loops"])
         snap = run_to_end(engine, 20)
     finally:

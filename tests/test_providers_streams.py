@@ -90,7 +90,7 @@ def test_stop_during_a_stall_in_the_engine_takes_under_a_second(tmp_path: Path, 
             until(lambda: all(r.activity.text == "streaming" for r in engine.snapshot().children))
             t0 = time.monotonic()
             engine.stop_all()
-            until(lambda: engine.snapshot().totals.running == 0, timeout=2.0)
+            until(lambda: engine.snapshot().totals.running == 0, timeout=60)
             elapsed = time.monotonic() - t0
             snap = engine.snapshot()
         finally:
@@ -126,7 +126,7 @@ def test_a_call_cut_short_by_the_operator_is_billed_live_in_the_store_and_the_re
                 engine.stop_all()
             else:
                 engine.steer(["t0000"], "wrap up", now=True)
-            assert engine.wait(5)
+            assert engine.wait(60)
             snap = engine.snapshot()
         finally:
             engine.close()

@@ -241,7 +241,7 @@ def test_a_command_childs_tree_is_killed_on_its_node_when_stopped(tmp_path: Path
         engine.close()
     assert status(engine, child.id) is ChildStatus.STOPPED
     # It ignores SIGTERM; its grandchild left its group for a session of its own: both killed.
-    until(lambda: ended(root) and ended(grandchild), 10, what="the tree gone")
+    until(lambda: ended(root) and ended(grandchild), 60, what="the tree gone")
 
 
 def test_a_worker_killed_mid_run_loses_no_child(tmp_path: Path) -> None:

@@ -277,15 +277,15 @@ def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path) -
                     (engine.batch_id, kind, ids, payload),
                 )
         with StoreReader(db) as reader:  # the batch row is committed a moment after start()
-            until(lambda: reader.batch(engine.batch_id) is not None, 10)
+            until(lambda: reader.batch(engine.batch_id) is not None, 60)
         rid = submit(db, engine.batch_id, StopAll())
 
         def applied() -> bool:
             done = request(db, engine.batch_id, rid)
             return done is not None and done.state == RequestState.APPLIED
 
-        until(applied, 10)
-        assert engine.wait(10)
+        until(applied, 60)
+        assert engine.wait(60)
         assert engine._duties is not None and engine._duties._thread.is_alive()
         with sqlite3.connect(db) as conn:
             refused = conn.execute(

@@ -252,7 +252,7 @@ def test_the_engine_shows_the_retry_and_fails_fatal_errors_with_a_reason(
         try:
             until(lambda: engine.snapshot().children[1].activity.text.startswith("429, retry"))
             waiting = engine.snapshot().children[1].activity
-            assert engine.wait(10)
+            assert engine.wait(60)
             snap = engine.snapshot()
         finally:
             engine.close()
@@ -367,7 +367,7 @@ def test_steer_now_during_a_backoff_rides_the_next_attempt_without_a_wasted_requ
         try:
             until(lambda: engine.snapshot().children[0].activity.text.startswith("429, retry"))
             engine.steer(["t0000"], "change of plan", now=True)
-            assert engine.wait(10)
+            assert engine.wait(60)
             row = engine.snapshot().children[0]
         finally:
             engine.close()

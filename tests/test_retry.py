@@ -38,11 +38,11 @@ def _row(engine: Engine, child_id: str = "t0000") -> ChildRow:
 
 def _stopped_mid_run(engine: Engine, child_id: str = "t0000") -> ChildRow:
     """Hold the child at a turn boundary (the operator's pause), then stop it there."""
-    until(lambda: _row(engine, child_id).activity.api_calls >= 1, 10, what="a first call")
+    until(lambda: _row(engine, child_id).activity.api_calls >= 1, 60, what="a first call")
     engine.pause([child_id])
-    until(lambda: _row(engine, child_id).status is ChildStatus.PAUSED, 10, what="paused")
+    until(lambda: _row(engine, child_id).status is ChildStatus.PAUSED, 60, what="paused")
     engine.stop([child_id])
-    assert engine.wait(10)
+    assert engine.wait(60)
     return _row(engine, child_id)
 
 
@@ -102,7 +102,7 @@ def test_a_retry_that_continues_gives_the_model_its_earlier_transcript(tmp_path:
         )
         engine.start()
         try:
-            assert engine.wait(10)
+            assert engine.wait(60)
             assert _row(engine).status is ChildStatus.FAILED
             engine.retry(["t0000"], resume=True)
             snap = run_to_end(engine, 10)
@@ -139,7 +139,7 @@ def test_a_failed_command_child_runs_again_and_completes(tmp_path: Path) -> None
     b = Batch(name="cli", tasks=(Task(id="t0", goal="fix it", seq=0),))
     engine = _cli(tmp_path, _argv("edit_files.py", "--fail-unless", str(marker)), b)
     try:
-        assert engine.wait(20)
+        assert engine.wait(60)
         first = _row(engine, "t0")
         assert first.status is ChildStatus.FAILED and "exit 3" in (first.error or "")
         marker.touch()
@@ -163,7 +163,7 @@ def test_a_retry_that_continues_resumes_the_cli_s_session(tmp_path: Path) -> Non
     b = Batch(name="cli", tasks=(Task(id="t0", goal="review the change", seq=0),))
     engine = _cli(tmp_path, route, b)
     try:
-        assert engine.wait(20)
+        assert engine.wait(60)
         first = _row(engine, "t0")
         assert first.status is ChildStatus.FAILED, first.error
         engine.retry(["t0"], resume=True)
@@ -239,7 +239,7 @@ def _retried(engine: Engine, child_id: str) -> bool:
 def test_a_completed_child_or_a_running_one_is_not_retried(tmp_path: Path) -> None:
     engine = start(batch(2), settings(ROUTE, pool=1), tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").status is ChildStatus.COMPLETED, 10, what="t0 done")
+        until(lambda: _row(engine, "t0000").status is ChildStatus.COMPLETED, 60, what="t0 done")
         with pytest.raises(CommandError, match=r"t0000 completed \(completed\): nothing to retry"):
             engine.retry(["t0000"])
         with pytest.raises(CommandError, match="no child with id 'zz'"):
@@ -258,7 +258,7 @@ def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
     b = Batch(name="cli", tasks=(Task(id="t0", goal="review the change", seq=0),))
     engine = _cli(tmp_path, route, b)
     try:
-        assert engine.wait(20)
+        assert engine.wait(60)
         first = _row(engine, "t0")
         assert first.status is ChildStatus.FAILED and "429" in (first.error or "")
         engine.retry(["t0"], resume=True)

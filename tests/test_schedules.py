@@ -97,10 +97,10 @@ def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> Non
         assert engine.snapshot().children == ()
         for n in (1, 2):
             clock.now += 60
-            until(lambda n=n: engine.snapshot().totals.completed == n, timeout=10)
+            until(lambda n=n: engine.snapshot().totals.completed == n, timeout=60)
         assert [c.id for c in engine.snapshot().children] == ["scan-w1", "scan-w2"]
         engine.stop_all()
-        assert engine.wait(5)
+        assert engine.wait(60)
     finally:
         engine.close()
     assert engine.status is BatchStatus.STOPPED
@@ -113,9 +113,9 @@ def test_max_runs_counts_across_waves_and_ends_the_batch(tmp_path: Path) -> None
     try:
         for n in (1, 2):
             clock.now += 60
-            until(lambda n=n: engine.snapshot().totals.completed == n, timeout=10)
+            until(lambda n=n: engine.snapshot().totals.completed == n, timeout=60)
         clock.now += 60
-        assert engine.wait(5)  # the third tick finds the budget spent: no wave, the end
+        assert engine.wait(60)  # the third tick finds the budget spent: no wave, the end
     finally:
         engine.close()
     snap = engine.snapshot()

@@ -396,7 +396,7 @@ def test_a_flush_asked_from_another_thread_survives_the_coordinators_pump(
         done = threading.Event()
         s._items.append(done)  # what flush() queues, without waiting here
         s.pump()
-        assert done.wait(5)
+        assert done.wait(60)
         assert bodies(path) == ["before the flush"]
     finally:
         s.close()

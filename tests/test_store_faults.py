@@ -143,7 +143,7 @@ def test_a_full_real_filesystem_holds_the_rows_and_they_land_when_room_is_made()
             big = "x" * 90_000  # more than a full disk has room for, in any WAL page reused
             for seq in range(4):
                 store.update_child("b1", make_child(seq, result=big), then=calls.then(seq))
-            until(lambda: store.trouble is not None, timeout=10)
+            until(lambda: store.trouble is not None, timeout=60)
             assert "full" in store.trouble.reason  # type: ignore[union-attr]
             assert calls.seen == []
             filler.unlink()

@@ -127,14 +127,14 @@ def _transcript_lines(tmp_path: Path, now: bool) -> list[str]:
         batch(1), settings(sim_route(tool_turns=0)), tmp_path, providers={"sim": provider}
     )
     try:
-        assert provider.waiting.wait(10)
+        assert provider.waiting.wait(60)
         log = Path(engine.snapshot().children[0].transcript)
         engine.steer(["t0000"], "add tests", now=now)
         # The operator's line is in, mid-reply.
         until(lambda: log.exists() and "add tests" in log.read_text())
         provider.go.set()
         until(lambda: engine.snapshot().children[0].steers[0].state is SteerState.DELIVERED)
-        assert engine.wait(10)
+        assert engine.wait(60)
     finally:
         engine.close()
     return [

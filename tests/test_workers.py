@@ -35,9 +35,9 @@ def test_at_most_the_slots_plus_spares_run_at_once_and_the_rest_wait() -> None:
 
     for _ in range(2 + SPARE_WORKERS + 3):
         pool.submit(task)
-    until(lambda: running == 2 + SPARE_WORKERS, timeout=5)
+    until(lambda: running == 2 + SPARE_WORKERS, timeout=60)
     release.set()
-    until(lambda: finished == 2 + SPARE_WORKERS + 3, timeout=5)
+    until(lambda: finished == 2 + SPARE_WORKERS + 3, timeout=60)
     assert peak == 2 + SPARE_WORKERS
     assert pool.threads == 2 + SPARE_WORKERS
     pool.shutdown()
@@ -48,9 +48,9 @@ def test_a_free_thread_takes_the_next_work_instead_of_a_new_one() -> None:
     done = threading.Event()
     for _ in range(20):
         pool.submit(done.set)
-        assert done.wait(5)
+        assert done.wait(60)
         done.clear()
-        until(lambda: pool.idle == 1, timeout=5)
+        until(lambda: pool.idle == 1, timeout=60)
     assert pool.threads == 1
     pool.shutdown()
 
@@ -59,7 +59,7 @@ def test_worker_threads_are_named_for_log_records_and_are_daemons() -> None:
     pool = worker_pool(1)
     seen: list[threading.Thread] = []
     pool.submit(lambda: seen.append(threading.current_thread()))
-    until(lambda: bool(seen), timeout=5)
+    until(lambda: bool(seen), timeout=60)
     assert seen[0].name.startswith("flightdeck-child") and seen[0].daemon
     pool.shutdown()
 
@@ -75,11 +75,11 @@ def test_shutdown_drops_queued_work_and_refuses_more() -> None:
         ran.append("blocker")
 
     pool.submit(blocker)
-    assert started.wait(5)
+    assert started.wait(60)
     pool.submit(lambda: ran.append("queued"))
     pool.shutdown()
     release.set()
-    until(lambda: ran == ["blocker"], timeout=5)
+    until(lambda: ran == ["blocker"], timeout=60)
     assert "queued" not in ran  # the running call finished, the queued one never started
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit(lambda: None)
@@ -136,9 +136,9 @@ class Deaf:
 
 s = settings(sim_route(tool_turns=0), stall_grace_s=0.1)
 engine = start(batch(1), s, Path(sys.argv[1]), providers={"sim": Deaf()})
-assert streaming.wait(10)
+assert streaming.wait(60)
 engine.stop_all()
-assert engine.wait(10)
+assert engine.wait(60)
 engine.close()
 print("closed", flush=True)
 """

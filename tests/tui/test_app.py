@@ -310,7 +310,7 @@ async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory, h
 
 async def test_quit_without_running_children_exits_at_once(engine_factory: EngineFactory) -> None:
     engine = engine_factory(["quick"], pool=1)
-    assert engine.wait(10)
+    assert engine.wait(60)
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(app.main.table.shown) == 1, "a row")
@@ -434,7 +434,7 @@ async def test_help_and_palette_list_every_key(engine_factory: EngineFactory, ho
 def test_exit_code_is_one_unless_every_child_completed(engine_factory: EngineFactory) -> None:
     tasks = make_tasks(["fails"], max_turns=1)
     engine = engine_factory(tasks, pool=1, sim={**FAST, "tool_turns": 2})
-    assert engine.wait(10)
+    assert engine.wait(60)
     assert exit_code(engine.snapshot()) == ExitCode.INCOMPLETE
 
 
@@ -605,7 +605,7 @@ async def test_sigterm_stops_every_child_and_quits(tmp_path: Path) -> None:
     try:
         async with app.run_test(size=SIZE) as pilot:
             os.kill(os.getpid(), signal.SIGTERM)  # `kill`, a service manager
-            await until(pilot, lambda: app.terminated, "the app handled SIGTERM", timeout=5)
+            await until(pilot, lambda: app.terminated, "the app handled SIGTERM", timeout=60)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert caught == [] and view.stopped_all == 1
