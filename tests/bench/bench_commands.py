@@ -87,7 +87,7 @@ def main() -> None:
     from flightdeck.engine.records.meter import genai_cost
 
     genai_cost(Usage(1, 1), "anthropic", "claude-sonnet-4-5")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         xargs = xargs_rate(TRUE_N)
         wall, used = run(root / "true", ["/bin/true"], TRUE_N, 32)
