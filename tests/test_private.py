@@ -18,7 +18,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.digest import Mark
 from flightdeck.tui.lastlooked import LastLooked
 
-from helpers import Hold, until
+from helpers import Hold, ended, until
 
 
 @pytest.fixture
@@ -161,12 +161,11 @@ def test_an_attached_owner_started_in_the_background_keeps_the_state_folder_priv
         until(lambda: _ended(state, owner.batch_id), 60)
     finally:
         hold.release()
+        # The owner may be this process's zombie: the suite's command children made it a
+        # subreaper, and the owner's launcher exits at once. Waiting for the pid to vanish took
+        # the full 30 s then.
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(owner.pid, 0)
-            except ProcessLookupError:
-                break
+        while time.monotonic() < deadline and not ended(owner.pid):
             time.sleep(0.05)
     assert_private(state)
 
