@@ -5,7 +5,7 @@
 # (docs/development.md, "Holding children").
 #
 #   scripts/loaded_suite.sh                  # 3 runs, one busy loop per core
-#   RUNS=10 BUSY=2 TEST_WORKERS=2 scripts/loaded_suite.sh
+#   RUNS=10 BUSY=2 TEST_WORKERS=3 scripts/loaded_suite.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${RUNS:-3}"
