@@ -142,6 +142,17 @@ def ended(pid: int) -> bool:
         return True
 
 
+def wait_ended(pid: int, timeout: float) -> bool:
+    """Wait up to `timeout` s for `ended(pid)`; whether it did. For clean-ups, which must not
+    raise (a wait for the pid to vanish would wait out a zombie's whole timeout)."""
+    deadline = time.monotonic() + timeout
+    while not ended(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def laughs(levels: int) -> str:
     """A "billion laughs": each list is nine aliases of the one before, 9**levels values."""
     items = ['      - &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']

@@ -7,7 +7,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,7 +17,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.digest import Mark
 from flightdeck.tui.lastlooked import LastLooked
 
-from helpers import Hold, ended, until
+from helpers import Hold, until, wait_ended
 
 
 @pytest.fixture
@@ -162,11 +161,8 @@ def test_an_attached_owner_started_in_the_background_keeps_the_state_folder_priv
     finally:
         hold.release()
         # The owner may be this process's zombie: the suite's command children made it a
-        # subreaper, and the owner's launcher exits at once. Waiting for the pid to vanish took
-        # the full 30 s then.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not ended(owner.pid):
-            time.sleep(0.05)
+        # subreaper, and the owner's launcher exits at once.
+        wait_ended(owner.pid, 30)
     assert_private(state)
 
 

@@ -20,7 +20,7 @@ from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
 from tui_support import SIZE, until
 
-from helpers import Hold, ended, flightdeck
+from helpers import Hold, flightdeck, wait_ended
 
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
 # Children held running (each call waits before its first token; nothing releases them).
@@ -50,10 +50,7 @@ def owners() -> Iterator[list[int]]:
         except ProcessLookupError:
             continue
         # A detached owner is an orphan: once ended, it may stay a zombie nobody reaps.
-        for _ in range(200):
-            if ended(pid):
-                break
-            time.sleep(0.05)
+        wait_ended(pid, 10)
 
 
 def detach(project: Path, config: str, owners: list[int]) -> str:
