@@ -248,8 +248,11 @@ def test_real_providers_hold_600_rpm_against_an_unlimited_server(provider: str) 
     # ...and, past the burst (~10 at once), at the limit: 10 a second (600 a minute) within 5%.
     rate = (len(times) - 10) / (times[-1] - times[0])
     assert rate <= 10.5, rate
-    if sum(1 for w in waits if w > 0) < 0.8 * len(waits):
-        # A loaded machine: the client could not keep up, so the floor says nothing of the limit.
+    # Held to the limit, the eight threads queue on the limiter nearly all the time: their
+    # waits sum to several times the run. On a loaded machine the client may be the slower
+    # (each wait a sliver between slow calls), and then the floor says nothing of the limit;
+    # a limiter that held requests back too long would make the waits longer, not shorter.
+    if sum(waits) < 2 * (times[-1] - times[0]):
         pytest.skip(f"the client, not the limit, set the pace here ({rate:.2f}/s)")
     assert len(times) >= 90
     assert rate >= 9.5, rate
