@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from flightdeck.tui.screens.dialogs import (
 )
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.routes import NOT_STORED
-from tui_support import SIZE, type_text, until
+from tui_support import SIZE, type_text, until, view_when_ready
 
 from helpers import Hold
 
@@ -89,13 +88,7 @@ class Owner:
         self.batch_id = first.split()[1]
 
     def view(self) -> StoreView:
-        deadline = time.monotonic() + 10
-        while True:  # the batch row is committed a moment after the id is printed
-            try:
-                return StoreView(self.db, self.batch_id)
-            except LookupError:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+        return view_when_ready(self.db, self.batch_id)
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -8,20 +8,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.attached.store import StoreReader, build_report
-from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.fmt import fmt_cost
 from flightdeck.tui.output import summary_table
 from rich.console import Console
 from test_attach import OPTIONS
-from tui_support import SIZE, until
+from tui_support import SIZE, until, view_when_ready
 
 from helpers import summary_of
 
@@ -73,16 +71,6 @@ def owner(
     return process, first.split()[1]
 
 
-def view_of(db: Path, batch_id: str) -> StoreView:
-    deadline = time.monotonic() + 10
-    while True:  # the batch row is committed a moment after the id is printed
-        try:
-            return StoreView(db, batch_id, poll_s=0.05)
-        except LookupError:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-
-
 def streaming_first_call(snap: Snapshot) -> list[ChildRow]:
     """Rows of children whose first call streams: nothing billed yet, tokens in flight."""
     return [
@@ -110,7 +98,7 @@ async def test_the_attached_view_shows_what_only_the_owner_knows(tmp_path: Path)
     ]
     tasks.append({"id": "k1", "goal": "sleep", "route": "cli"})
     process, batch_id = owner(tmp_path, CONFIG, tasks)
-    view = view_of(tmp_path / ".flightdeck" / "flightdeck.db", batch_id)
+    view = view_when_ready(tmp_path / ".flightdeck" / "flightdeck.db", batch_id, poll_s=0.05)
     try:
         app = FlightdeckApp(view, OPTIONS)
         async with app.run_test(size=SIZE) as pilot:
@@ -159,7 +147,7 @@ def test_an_attached_summary_prints_the_cache_savings_the_report_has(tmp_path: P
     assert process.wait(60) == 0
     stop(process)
     db = tmp_path / ".flightdeck" / "flightdeck.db"
-    view = view_of(db, batch_id)
+    view = view_when_ready(db, batch_id, poll_s=0.05)
     snap = view.snapshot()
     view.close()
     assert snap.status is BatchStatus.COMPLETED

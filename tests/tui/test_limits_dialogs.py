@@ -14,7 +14,6 @@ from types import MappingProxyType
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import Budget, Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildStatus
@@ -22,7 +21,16 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from textual.widgets import Input, Label
-from tui_support import FAST, SIZE, EngineFactory, app_for, held, make_tasks, until
+from tui_support import (
+    FAST,
+    SIZE,
+    EngineFactory,
+    app_for,
+    held,
+    make_tasks,
+    until,
+    view_when_ready,
+)
 
 from helpers import Hold
 
@@ -159,19 +167,9 @@ def _owner(folder: Path, children: int) -> tuple[subprocess.Popen[str], Path, st
     return process, state / "flightdeck.db", first.split()[1]
 
 
-def _view(db: Path, batch_id: str) -> StoreView:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return StoreView(db, batch_id)
-        except LookupError:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-
-
 async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> None:
     process, db, batch_id = _owner(tmp_path, 5)
-    view = _view(db, batch_id)
+    view = view_when_ready(db, batch_id)
     try:
         app = FlightdeckApp(view, OPTIONS)
         async with app.run_test(size=SIZE) as pilot:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,19 +21,9 @@ from flightdeck.engine.model import (
     EngineEvent,
 )
 from flightdeck.engine.records.reader import StoreReader
+from tui_support import view_when_ready
 
 from helpers import Hold, batch, settings, sim_route
-
-
-def open_view(db: Path, batch_id: str, *, force_polling: bool = False) -> StoreView:
-    """A StoreView on the batch, once its row is there (a moment behind start())."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return StoreView(db, batch_id, poll_s=0.05, force_polling=force_polling)
-        except LookupError:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
 
 
 def events_to_the_end(
@@ -70,7 +59,7 @@ def test_the_view_follows_the_store_and_derives_the_facts(
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
-        view = open_view(db, engine.batch_id, force_polling=force_polling)
+        view = view_when_ready(db, engine.batch_id, poll_s=0.05, force_polling=force_polling)
         early: set[str] = set()  # a loaded machine can finish a child before the view opens
         events = events_to_the_end(view, early)
         assert view._waker is not None and view._waker.events is not force_polling
@@ -119,7 +108,7 @@ def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path, hold:
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
-        view = open_view(db, engine.batch_id)
+        view = view_when_ready(db, engine.batch_id, poll_s=0.05)
         events = events_to_the_end(view, hold=hold)
         view.close()
     finally:
@@ -146,7 +135,7 @@ def test_an_attached_view_knows_who_delegated_whom(tmp_path: Path) -> None:
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
-        view = open_view(db, engine.batch_id)
+        view = view_when_ready(db, engine.batch_id, poll_s=0.05)
         events_to_the_end(view)
         snap = view.snapshot()
         view.close()

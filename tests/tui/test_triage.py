@@ -8,13 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus
@@ -26,7 +24,7 @@ from flightdeck.tui.widgets.lines import GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
-from tui_support import SIZE, app_for, held, until
+from tui_support import SIZE, app_for, held, until, view_when_ready
 
 from helpers import Hold
 
@@ -336,7 +334,7 @@ async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
         assert owner.stdout is not None
         first = owner.stdout.readline()  # "batch <id>", once it has started
         assert first.startswith("batch "), first
-        view = _attach(state / "flightdeck.db", first.split()[1])
+        view = view_when_ready(state / "flightdeck.db", first.split()[1])
         app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
         async with app.run_test(size=SIZE) as pilot:
             table = app.main.table
@@ -374,16 +372,6 @@ async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
             owner.wait(10)
         assert owner.stdout is not None
         owner.stdout.close()
-
-
-def _attach(db: Path, batch_id: str) -> StoreView:
-    deadline = time.monotonic() + 30
-    while True:  # the batch row is committed a moment after the id is printed
-        try:
-            return StoreView(db, batch_id)
-        except LookupError:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
 
 
 def test_grouped_by_status_every_status_has_its_place_in_the_attention_order() -> None:

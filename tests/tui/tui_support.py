@@ -1,11 +1,15 @@
-"""Helpers for the TUI tests: sim settings, an app on a real engine, a condition poller."""
+"""Helpers for the TUI tests: sim settings, an app on a real engine, a condition poller, a
+view on an owner process's batch."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
@@ -59,3 +63,15 @@ async def until(
 async def type_text(pilot: Pilot[Any], text: str) -> None:
     """Type `text` key by key (Pilot maps punctuation to key names)."""
     await pilot.press(*text)
+
+
+def view_when_ready(db: Path, batch_id: str, timeout: float = 30, **options: Any) -> StoreView:
+    """A StoreView on the batch once its row is committed: a moment after an owner prints the
+    batch's id, or after an in-process engine's start()."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return StoreView(db, batch_id, **options)
+        except LookupError:
+            assert time.monotonic() < deadline, f"no batch {batch_id} in {db} after {timeout} s"
+            time.sleep(0.01)
