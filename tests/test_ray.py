@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -278,6 +279,49 @@ def test_a_worker_killed_mid_run_loses_no_child(tmp_path: Path) -> None:
     assert sorted(e[1] for e in lost) == sorted(victims)
     assert all(json.loads(e[3])["rerun"] for e in lost)
     assert report["recovery"]["rerun"] == len(victims)
+
+
+def test_a_batch_ending_while_a_lost_worker_is_replaced_waits_for_the_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray connects on first use: a replacement that got to `.remote()` after the batch's
+    # ray.shutdown() would start a cluster of its own in an owner that is ending.
+    from flightdeck.engine.executors.cluster import executor as cluster
+
+    tasks = batch(2, goal="Check part {i}")
+    held = {t.goal for t in tasks.tasks}
+    script = Script(held, lambda goal, count, received: Reply(text="done"))
+    looking, gate = threading.Event(), threading.Event()
+    nodes = cluster.alive_nodes
+
+    def nodes_held() -> list[dict[str, Any]]:  # the replacement, held where it looks
+        looking.set()
+        gate.wait(60)
+        return nodes()
+
+    with Loopback(script) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(tasks, on_ray(settings(route, pool=2)), tmp_path)
+        closing = threading.Thread(target=engine.close)
+        try:
+            until(lambda: all(script.asked(g) for g in held), 60, what="both held")
+            executor: Any = engine._pool
+            (_, actor, victims), *_ = executor.workers
+            assert victims, "the first worker runs one of them"
+            monkeypatch.setattr(cluster, "alive_nodes", nodes_held)
+            ray.kill(actor)
+            until(looking.is_set, 60, what="the lost worker's replacement under way")
+            server.release()
+            assert engine.wait(90)
+            closing.start()
+            closing.join(1.0)  # time enough to end, if it did not wait
+            assert closing.is_alive(), "the batch ended with a replacement under way"
+        finally:
+            gate.set()
+            closing.join(60)
+    assert not closing.is_alive()
+    assert engine.snapshot().totals.completed == 2
+    assert executor.workers == []
 
 
 def test_a_killed_workers_command_children_do_not_outlive_it(tmp_path: Path) -> None:

@@ -69,6 +69,7 @@ class RayExecutor:
         self._report = report
         self._lock = threading.Lock()
         self._links: list[Link] = []
+        self._replacing: set[threading.Thread] = set()  # workers being started for lost ones
         self._closed = False
         self.known: dict[str, Elsewhere] = {}
         self._desk = PermitDesk(routes, throttles, permit_threads)
@@ -184,6 +185,7 @@ class RayExecutor:
                 return
             self._closed = True
             links, self._links = self._links, []
+            replacing = list(self._replacing)
         for link in links:
             link.stop()
         closing = [link.actor.close.remote() for link in links]
@@ -196,6 +198,11 @@ class RayExecutor:
                 ray.kill(link.actor)
             except Exception:
                 log.debug("flightdeck: a Ray worker was gone already", exc_info=True)
+        # Ray connects on first use: a replacement started after ray.shutdown() would start a
+        # cluster of its own in an owner that is ending. It sees `_closed` and ends, or kills
+        # the worker it started.
+        for thread in replacing:
+            thread.join(CLOSE_S)
         self._desk.shutdown()
         if self._started_ray:
             ray.shutdown()
@@ -221,17 +228,26 @@ class RayExecutor:
         log.warning("flightdeck: the Ray worker on %s was lost (%s)", link.name, why)
         for child_id in lost:
             self._report(ChildLost(child_id, f"its worker on node {link.name} was lost ({why})"))
-        threading.Thread(
+        thread = threading.Thread(
             target=self._replace, args=(link.node_id,), name="flightdeck-replace", daemon=True
-        ).start()
+        )
+        with self._lock:
+            if self._closed:
+                return
+            self._replacing.add(thread)
+        thread.start()
 
     def _replace(self, node_id: str) -> None:
         """A new worker where one was lost, if its node is still alive (and the batch runs)."""
         try:
-            if not self._closed and any(n["NodeID"] == node_id for n in alive_nodes()):
+            alive = any(n["NodeID"] == node_id for n in alive_nodes())
+            if alive and not self._closed:
                 self._start([node_id], probe=False)  # the node was looked at at the start
         except (Exception, SystemExit):  # SystemExit: Ray shut down under this thread
             log.warning("flightdeck: no new Ray worker on a node that lost one", exc_info=True)
+        finally:
+            with self._lock:
+                self._replacing.discard(threading.current_thread())
 
 
 def alive_nodes() -> list[dict[str, Any]]:
