@@ -14,7 +14,8 @@ thread waited for the GIL or a core):
 - `cb`: an event-loop callback (a task's step: a message pump's messages, a timer's tick)
   longer than CB_MS, named by its task;
 - `span`: one of the named calls below longer than SPAN_MS (any thread), `msg:` a message's
-  dispatch; frames say their dirty widgets and what asked for a layout;
+  dispatch, `gc0`-`gc2` the garbage collector's passes; frames say their dirty widgets and what
+  asked for a layout;
 - `key` (`at`: `read` by the driver's thread, `app` when the app took it), `cursor` (the
   table's cursor moved), `display` (a frame handed to the writer thread), `written` (the
   writer thread wrote it to the terminal).
@@ -25,17 +26,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import inspect
 import json
+import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 CB_MS = 2.0
 SPAN_MS = 1.0
+# At this full collection (the first is 1), count the tracked objects by type, once.
+CENSUS = int(os.environ.get("TRACE_KEYS_CENSUS", "0"))
 _now = time.monotonic
 _cpu = time.thread_time
 
@@ -134,6 +140,39 @@ def _loop_callbacks(trace: Trace) -> None:
     asyncio.events.Handle._run = run  # type: ignore[method-assign]
 
 
+def _collections(trace: Trace) -> None:
+    """Every pass of the cyclic garbage collector longer than SPAN_MS, on whichever thread."""
+    began: dict[int, tuple[float, float]] = {}
+    census: list[bool] = []
+
+    def collected(phase: str, info: dict[str, int]) -> None:
+        thread = threading.get_ident()
+        if phase == "start":
+            began[thread] = (_now(), _cpu())
+            return
+        t0, c0 = began.pop(thread, (None, 0.0))
+        if t0 is not None and (wall := _now() - t0) * 1000 >= SPAN_MS:
+            name = threading.current_thread().name
+            trace(
+                k="span",
+                what=f"gc{info['generation']}",
+                t=round(t0, 6),
+                ms=_ms(wall),
+                cpu=_ms(_cpu() - c0),
+                thread=name,
+                collected=info["collected"],
+            )
+        if info["generation"] == 2 and len(census) < CENSUS:
+            census.append(True)
+        if info["generation"] == 2 and len(census) == CENSUS > 0:
+            census.append(True)  # once: it costs a pass over every object
+            kinds = Counter(type(o).__qualname__ for o in gc.get_objects())
+            top = kinds.most_common(30)
+            trace(k="census", t=round(_now(), 6), tracked=sum(kinds.values()), top=top)
+
+    gc.callbacks.append(collected)
+
+
 def install(trace: Trace) -> None:
     """Wrap the methods a key's path and its neighbours go through."""
     from flightdeck.engine.attached.view import StoreView
@@ -151,6 +190,7 @@ def install(trace: Trace) -> None:
     from textual.screen import Screen
 
     _loop_callbacks(trace)
+    _collections(trace)
 
     def frame_info(screen: Screen[Any]) -> dict[str, Any]:
         dirty = sorted({type(w).__name__ for w in screen._dirty_widgets})
