@@ -13,12 +13,13 @@ thread waited for the GIL or a core):
 
 - `cb`: an event-loop callback (a task's step: a message pump's messages, a timer's tick)
   longer than CB_MS, named by its task;
-- `span`: one of the named calls below longer than SPAN_MS (any thread), `msg:` a message's
-  dispatch, `gc0`-`gc2` the garbage collector's passes; frames say their dirty widgets and what
-  asked for a layout;
+- `span`: one of the named calls below longer than SPAN_MS (any thread), `msg` a message's
+  dispatch (`to` whom, which `msg`), `gc0`-`gc2` the garbage collector's passes; frames say
+  their dirty widgets and what asked for a layout;
 - `key` (`at`: `read` by the driver's thread, `app` when the app took it), `cursor` (the
   table's cursor moved), `display` (a frame handed to the writer thread), `written` (the
-  writer thread wrote it to the terminal).
+  writer thread wrote it to the terminal);
+- `census` (with TRACE_KEYS_CENSUS=N): the tracked objects by type at the Nth full collection.
 """
 
 from __future__ import annotations
