@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import Iterable
 from functools import cached_property
@@ -41,6 +42,9 @@ class FlightdeckApp(App[bool]):
     def on_mount(self) -> None:
         # Pushed rather than made the default screen: only pushed screens load their CSS_PATH.
         self.push_screen(self.main)
+        # What start-up built (modules, widgets, the first snapshot) lives as long as the screen:
+        # out of the collector's full passes, which otherwise stall keys for 100-300 ms each.
+        self.call_after_refresh(gc.freeze)
         # The engine's warnings and errors as notifications: under the app, stderr is not shown.
         self._stop_logs = forward_logs(self._show_log)
         # SIGTERM (`kill`, a service manager) would end the process with the terminal still in
@@ -65,6 +69,7 @@ class FlightdeckApp(App[bool]):
         await super().on_event(event)
 
     def on_unmount(self) -> None:
+        gc.unfreeze()  # collectable again once the screen goes (tests run many apps)
         self._stop_logs()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)

@@ -14,6 +14,8 @@ the capture shows it).
 Knobs: BENCH_KEYS_CHILDREN, BENCH_KEYS_RUNNING, BENCH_KEYS (presses), BENCH_DIR;
 BENCH_KEYS_HOLD=1 holds every child at its first call (the sim's `hold_dir`) until the run
 ends, so that none can end before the screen is up on a loaded machine (the smoke test's).
+BENCH_KEYS_TRACE=FILE starts attach through trace_keys.py (its event loop timed, to FILE) and
+writes each key's send time and latency to FILE.keys, for `trace_keys.py --report FILE`.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ KEYS = int(os.environ.get("BENCH_KEYS", "100"))
 READY_S = float(os.environ.get("BENCH_KEYS_READY_S", "300"))
 READ_TIMEOUT_S = 30.0
 HOLD = os.environ.get("BENCH_KEYS_HOLD") == "1"
+TRACE = os.environ.get("BENCH_KEYS_TRACE")
 # Children that stay running for minutes: many slow turns (each task allows them all).
 SLOW = "[routes.sim]\nlatency_ms = 500\ntokens_per_s = 5\ntool_turns = 30\n"
 MAX_TURNS = 40
 CLI = (sys.executable, "-m", "flightdeck.tui.cli")
+TRACE_SCRIPT = Path(__file__).with_name("trace_keys.py")
 RUN = (*CLI, "run", "--detach", "tasks.jsonl")
 BG = re.compile(rb"\x1b\[[0-9;]*48;5;(\d+)[0-9;]*m")
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
@@ -133,20 +137,25 @@ def _rows(screen: list[bytes]) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def _samples(ctl: Control, target: str, keys: int, seen: Any) -> list[float]:
-    """Milliseconds from each key written to the first capture showing its effect."""
+def _samples(
+    ctl: Control, target: str, keys: int, seen: Any, sent: list[dict[str, Any]] | None = None
+) -> list[float]:
+    """Milliseconds from each key written to the first capture showing its effect; `sent`
+    gets each key's time (time.monotonic(), as trace_keys.py's) and latency."""
     rng = random.Random(31)
     ms = []
     for i in range(keys):
         time.sleep(rng.uniform(0.1, 0.3))
         key = "j" if i % 2 == 0 else "k"
         before = seen()
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         ctl.run(f"send-keys -t {target} {key}")
         deadline = t0 + 10
         while (now := seen()) == before:
-            assert time.perf_counter() < deadline, f"{key} changed nothing in 10 s"
-        ms.append((time.perf_counter() - t0) * 1000)
+            assert time.monotonic() < deadline, f"{key} changed nothing in 10 s"
+        ms.append((time.monotonic() - t0) * 1000)
+        if sent is not None:
+            sent.append({"key": key, "t": t0, "ms": ms[-1]})
         assert now is not None
     return ms
 
@@ -229,7 +238,8 @@ def main() -> dict[str, Any]:
         # No user config; a pane whose command ended stays, so its last words can be read.
         (folder / "tmux.conf").write_text("set-option -g remain-on-exit on\n", encoding="utf-8")
         tmux = ["tmux", "-S", str(folder / "tmux.sock"), "-f", str(folder / "tmux.conf")]
-        attach = " ".join([*CLI, "attach", batch_id, "--state-dir", str(state)])
+        cli = CLI if TRACE is None else (sys.executable, str(TRACE_SCRIPT), TRACE)
+        attach = " ".join([*cli, "attach", batch_id, "--state-dir", str(state)])
         subprocess.run(
             [*tmux, "new-session", "-d", "-s", "bench", "-x", "160", "-y", "50", attach],
             cwd=folder,
@@ -274,7 +284,10 @@ def main() -> dict[str, Any]:
 
             pid = _attach_pid(ctl)
             cpu, t0 = _cpu_s(pid), time.monotonic()
-            keys = _samples(ctl, "bench:0", KEYS, cursor)
+            sent: list[dict[str, Any]] = []
+            keys = _samples(ctl, "bench:0", KEYS, cursor, sent)
+            if TRACE is not None:
+                Path(f"{TRACE}.keys").write_text(json.dumps(sent), encoding="utf-8")
             cpu_after, seconds = _cpu_s(pid), time.monotonic() - t0
             # What the attached process used meanwhile, in CPU seconds a second: all its
             # threads, and its main thread (Textual's event loop, where the keys are handled).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import io
 import logging
 import os
@@ -594,6 +595,17 @@ async def test_engine_errors_become_notifications_while_the_app_runs(
         await until(pilot, lambda: bool(shown), "a notification")
     log.error("flightdeck store: %s failed: %s", "finish_batch", "after the app")
     assert shown == [("flightdeck store: update_child failed: [b]full", "error", False)]
+
+
+async def test_the_start_up_heap_is_left_out_of_full_collections_while_the_app_runs(
+    tmp_path: Path,
+) -> None:
+    # A full pass of the garbage collector over it stalled keys for 100-300 ms (issue 31).
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    assert gc.get_freeze_count() == 0
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: gc.get_freeze_count() > 0, "the start-up heap frozen")
+    assert gc.get_freeze_count() == 0  # collectable again once the app has gone
 
 
 async def test_sigterm_stops_every_child_and_quits(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from textual.strip import Strip
 from textual.timer import Timer
 
 HOLD_S = 3.0  # after a key press, rows keep their places this long
-_STRIPS = 4096  # rendered lines kept; a screenful is a few dozen
+_STRIPS = 256  # rendered lines kept: a few screenfuls (each Strip is ~20 objects the GC walks)
 
 # (cells, widths, look) -> the rendered line; `look` is cursor, focus and theme.
 _LineKey = tuple[tuple[Cell, ...], tuple[int, ...], tuple[object, ...]]
