@@ -22,7 +22,7 @@ from flightdeck.engine.records.liveness import Pid, alive, identify, stat_of
 
 __all__ = ["TAG_ENV", "Pid", "alive", "children", "descendants", "identify", "orphans"]
 
-TAG_ENV = "FLIGHTDECK_CHILD"  # "<batch id>/<child id>", in every command child's environment
+TAG_ENV = "FLIGHTDECK_CHILD"  # "<batch id>/<child id>" (on a Ray worker "...@<its guard pid>")
 _PR_SET_CHILD_SUBREAPER = 36
 
 

@@ -225,7 +225,7 @@ def build_child(
         batch_dir=batch_dir,
         meter=meter,
         book=StoreBook(processes, task.id),
-        batch_id=batch_id,
+        tag=f"{batch_id}/{task.id}",
     )
     # a str join: a Path per child interned its name for good (about 200 bytes each)
     transcript = os.path.join(batch_dir, transcript_name(task))
@@ -256,10 +256,11 @@ def build_runner(
     batch_dir: Path,
     meter: Meter,
     book: ProcessBook,
-    batch_id: str,
+    tag: str,
 ) -> Runner:
     """How one task's child runs: a process for a command route, else turns of a model (in the
-    owner, or on an executor's worker with its own clients)."""
+    owner, or on an executor's worker with its own clients). `tag`: what a command child's
+    processes carry in their environment (agents/tree.py's TAG_ENV)."""
     command = commands.get(route.name)
     if command is not None:
         assert route.command is not None
@@ -271,7 +272,7 @@ def build_runner(
         )
         io = batch_dir / IO_FOLDER
         files = Files(io / f"{task.id}.out", io / f"{task.id}.err", io / f"{task.id}.in")
-        return ProcessRunner(command, workspace, meter, files, book, f"{batch_id}/{task.id}")
+        return ProcessRunner(command, workspace, meter, files, book, tag)
     # Jitter seeded per task: reruns of a batch back off alike (a sim run replays exactly),
     # while children of one batch still spread out.
     retry = RetryPolicy(

@@ -90,6 +90,13 @@ class Guard:
         self.pid = int(launched.stdout)
         self._lock = threading.Lock()
 
+    def tag(self, child: str) -> str:
+        """The tag (TAG_ENV) of `child`'s processes on this worker: the child's own, and this
+        guard's pid. A child this worker lost runs again elsewhere, maybe on this node, while
+        this guard looks for what its processes left: that run's processes are not this
+        guard's to end. (A pid is not reused while its process lives.)"""
+        return f"{child}@{self.pid}"
+
     def _say(self, line: str) -> None:
         with self._lock, contextlib.suppress(OSError):
             os.write(self._write, line.encode())

@@ -181,6 +181,7 @@ class Worker:
         if twin is None:  # new here (else a paused model child, continued: its runner kept)
             setup = self._setup
             route = setup.settings.route(task.route)
+            tag = self._guard.tag(f"{setup.batch_id}/{task.id}")
             runner = assembly.build_runner(
                 task,
                 route,
@@ -192,8 +193,8 @@ class Worker:
                 toolbox=self._toolbox,
                 batch_dir=setup.batch_dir,
                 meter=self._meter,
-                book=GuardBook(self._guard, f"{setup.batch_id}/{task.id}"),
-                batch_id=setup.batch_id,
+                book=GuardBook(self._guard, tag),
+                tag=tag,
             )
             twin = Twin(
                 task,
