@@ -20,8 +20,11 @@ demo: $(STAMP)
 # Most tests wait on threads, subprocesses and the sim's clock rather than the CPU: three
 # workers take about half the time of one, even on two cores. TEST_WORKERS=0 runs them in one
 # process. The Ray tests share one xdist worker (loadgroup), so one Ray cluster runs at a time.
+# The package's bytecode is compiled first: with PYTHONDONTWRITEBYTECODE set (as on CI
+# machines) every `flightdeck` process a test starts would compile it again, 50 ms each.
 TEST_WORKERS ?= 3
 test: $(STAMP)
+	$(PY) -m compileall -q engine tui
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The real-terminal tests alone (both are part of `make test` too): `flightdeck attach` in tmux
