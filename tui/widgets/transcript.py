@@ -17,8 +17,9 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.message import Message
-from textual.reactive import var
+from textual.reactive import Reactive, var
 from textual.widgets import Log, Static
 from textual.worker import Worker, WorkerState
 
@@ -80,6 +81,15 @@ class FollowingLog(Log):
     pane's timer, and only the operator's scrolling up stops it."""
 
     following: var[bool] = var(True)
+    # Textual's virtual_size asks for a layout of the whole screen when it changes, as a Log's
+    # does at each write and clear (twice a key that shows another child, about 18 ms of CPU
+    # each with the table beside it). Here the box is the pane's whatever the line count, and
+    # the vertical scrollbar always shows (Log's overflow-y: scroll): no widget moves, so only
+    # the scrollbar and the scroll bounds are brought up to date.
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def watch_virtual_size(self, size: Size) -> None:
+        self._scroll_update(size)
 
     def on_mount(self) -> None:
         self.auto_scroll = False  # `append` decides
