@@ -34,7 +34,8 @@ from flightdeck.tui.widgets.transcript import TranscriptView
 from rich.console import Console
 from textual.app import App, ComposeResult
 from textual.screen import Screen
-from textual.widgets import Label, RadioButton, Static
+from textual.widgets import Footer, Label, RadioButton, Static
+from textual.widgets._footer import FooterKey
 from tui_fakes import NOW, StaticView, child, demo_rows, frozen_clock
 from tui_support import FAST, SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
 
@@ -673,6 +674,34 @@ async def test_steer_or_stop_on_a_finished_child_says_why(
         "all 2 tagged children have ended: nothing to stop",
     ]
     assert view.steered == [] and view.stopped == []
+
+
+async def test_moving_between_live_and_ended_children_restyles_the_footers_keys_in_place(
+    tmp_path: Path,
+) -> None:
+    """Steer and stop are disabled over ended children: the footer dims them where they are
+    rather than composing every key again (60-100 ms of the main thread, which a key
+    pressed meanwhile waited behind)."""
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        footer = app.main.query_one(Footer)
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+
+        def dimmed() -> set[str]:
+            return {k.action for k in footer.query(FooterKey) if k.has_class("-disabled")}
+
+        table.select("review-02")  # running
+        await until(pilot, lambda: "steer" in {k.action for k in footer.query(FooterKey)}, "keys")
+        await until(pilot, lambda: not dimmed(), "every key enabled")
+        keys = list(footer.query(FooterKey))
+        table.select("review-01")  # completed
+        await until(pilot, lambda: dimmed() == {"steer", "stop"}, "steer and stop dimmed")
+        assert list(footer.query(FooterKey)) == keys
+        table.select("review-02")
+        await until(pilot, lambda: not dimmed(), "enabled again")
+        assert list(footer.query(FooterKey)) == keys  # the same widgets throughout
 
 
 @pytest.mark.slow

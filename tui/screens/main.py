@@ -38,6 +38,7 @@ from flightdeck.tui.widgets.banner import Banner
 from flightdeck.tui.widgets.detail import ChildDetail
 from flightdeck.tui.widgets.digest import DigestPanel
 from flightdeck.tui.widgets.filter import FilterInput
+from flightdeck.tui.widgets.footer import KeysFooter
 from flightdeck.tui.widgets.routes import RoutePanel
 from flightdeck.tui.widgets.rows import next_grouping
 from flightdeck.tui.widgets.status import status_line
@@ -46,7 +47,6 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Footer
 
 __all__ = ["MainScreen", "UiOptions"]  # UiOptions: where tests and benchmarks have found it
 
@@ -92,7 +92,7 @@ class MainScreen(Screen[None]):
         filter_input.cursor_blink = self.options.cursor_blink
         yield filter_input
         yield StatusBar(id="status")
-        yield Footer()
+        yield KeysFooter()
 
     @property
     def table(self) -> ChildrenTable:
