@@ -11,6 +11,9 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
+
+# FooterKey and the two private attributes used below are Textual 8's (pyproject pins <9):
+# tests/tui/test_app.py fails if they move.
 from textual.widgets._footer import FooterKey
 
 
