@@ -17,7 +17,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.digest import Mark
 from flightdeck.tui.lastlooked import LastLooked
 
-from helpers import Hold, until, wait_ended
+from helpers import Hold, ended, until, wait_ended
 
 
 @pytest.fixture
@@ -122,6 +122,13 @@ def test_every_file_and_folder_of_a_batch_is_the_users_alone(
         else:
             assert proc.wait(60) == 0
             until(lambda: _ended(state, batch_id), 60)
+            # The owner closes its files (the search index's removes its -shm) after the
+            # batch's end is recorded: what is left is read once it has gone.
+            with StoreReader(state / "flightdeck.db") as reader:
+                info = reader.batch(batch_id)
+            assert info is not None
+            owner = info.owner_pid
+            until(lambda: ended(owner), 60, what="the detached owner gone")
     finally:
         hold.release()
         if proc.poll() is None:
