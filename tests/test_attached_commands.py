@@ -19,6 +19,11 @@ from loopback import Reply
 
 pytestmark = pytest.mark.slow
 
+LOCK_HELD = (
+    "waiting for the batch's database: another process holds its lock (the owner, if it is "
+    "stopped); Ctrl+C records nothing\n"
+)
+
 
 def live_owner(folder: Path) -> tuple[subprocess.Popen[str], str, Path]:
     """`flightdeck run --headless` in `folder`, once its batch row is in the store."""
@@ -144,9 +149,12 @@ def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
             assert stop.stderr is not None
             ready, _, _ = select.select([stop.stderr], [], [], 30)
             assert ready, "nothing said while it waits"
-            assert stop.stderr.readline() == (
+            # Stopped in a write (a busy machine makes that likelier), the owner holds the
+            # database's lock as well: the request is recorded only once the owner is gone.
+            assert stop.stderr.readline() in (
                 f"waiting for the owner (pid {owner.pid}) to apply it; Ctrl+C leaves the "
-                "request pending\n"
+                "request pending\n",
+                LOCK_HELD,
             )
             owner.send_signal(signal.SIGKILL)
             owner.wait(30)
@@ -156,6 +164,34 @@ def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
                 f"flightdeck: the owner of batch {batch_id} (pid {owner.pid}) is gone: the "
                 f"request stays pending; `flightdeck resume {batch_id}` runs the batch on\n"
             )
+        finally:
+            server.release()
+            ended(owner)
+
+
+def test_a_command_waiting_on_the_databases_lock_says_so_then_is_applied(tmp_path: Path) -> None:
+    # An owner stopped in a write (SIGSTOP, a debugger) holds the lock: `stop` waited in
+    # silence. Here this test holds it, as such an owner would, until the line is said.
+    with CountingServer() as server:
+        server.hold()
+        folder = project(tmp_path, server, 3, pool=1)
+        owner, batch_id, db = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 1, 30)
+            holder = sqlite3.connect(db, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            try:
+                stop = flightdeck(folder, "stop", batch_id, "c002")
+                assert stop.stderr is not None
+                ready, _, _ = select.select([stop.stderr], [], [], 60)
+                assert ready, "nothing said while the lock is held"
+                assert stop.stderr.readline() == LOCK_HELD
+            finally:
+                holder.execute("ROLLBACK")
+                holder.close()
+            out, err = stop.communicate(timeout=60)
+            assert stop.returncode == 0, err
+            assert out == "stop applied: c002\n", out + err
         finally:
             server.release()
             ended(owner)

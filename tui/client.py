@@ -42,8 +42,20 @@ def _sent(client: Client, command: Command) -> int:
     """The command recorded, or why not as a usage error (nothing written)."""
     from flightdeck.engine.commands import CommandError
 
+    said: list[bool] = []
+
+    def busy() -> None:  # an owner stopped (SIGSTOP, a debugger) in a write holds the lock
+        if not said:
+            said.append(True)
+            console_for(stderr=True).print(
+                Text(
+                    "waiting for the batch's database: another process holds its lock "
+                    "(the owner, if it is stopped); Ctrl+C records nothing"
+                )
+            )
+
     try:
-        return client.send(command)
+        return client.send(command, busy=busy)
     except (LookupError, CommandError) as exc:
         raise UsageError(None, None, None, str(exc).strip("'\"")) from None
 

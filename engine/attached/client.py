@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,9 +87,12 @@ class Client:
 
     # --- sending --------------------------------------------------------------------------------
 
-    def send(self, command: Command, *, reopens: bool = False) -> int:
+    def send(
+        self, command: Command, *, reopens: bool = False, busy: Callable[[], None] | None = None
+    ) -> int:
         """Check `command` against the stored batch and record it for the owner; the request id.
         `reopens`: recorded for a batch that has finished too (a retry; see rework.py).
+        `busy`: called each second another process holds the database's lock.
 
         CommandError (nothing recorded) for one that cannot be applied (an unknown child, a
         message too long, a bad limit, a batch that has finished); LookupError for an unknown
@@ -112,6 +115,7 @@ class Client:
             max_chars=max_chars,
             limits=lambda: self.limits(info),
             reopens=reopens,
+            busy=busy,
         )
 
     # --- reading --------------------------------------------------------------------------------

@@ -47,6 +47,8 @@ REQUEST_COLUMNS = (
     "settled_ts, payload"
 )
 _T = TypeVar("_T")
+# How long a caller that says what it waits for waits on a held lock before it says so again.
+BUSY_SAID_MS = 1000
 
 
 class RequestState(StrEnum):
@@ -87,11 +89,12 @@ def submit(
     max_chars: Callable[[], int | None] = lambda: None,
     limits: Callable[[], Limits | None] = lambda: None,
     reopens: bool = False,
+    busy: Callable[[], None] | None = None,
 ) -> int:
     """Check `command` against the stored batch (`max_chars`, `limits`: how the caller reads
     them) and record it for the owner of a running batch, in one transaction; the request id.
     `reopens`: a batch that has finished takes it too (a retry: the owner the caller starts
-    next applies it).
+    next applies it). `busy`: as with_connection's.
 
     LookupError for an unknown batch; CommandError (recording nothing) for a batch that has
     finished, or a command its checks refuse (an unknown child id, a message too long …)."""
@@ -118,7 +121,7 @@ def submit(
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    return with_connection(db_path, write, readonly=False)
+    return with_connection(db_path, write, readonly=False, busy=busy)
 
 
 class _StoredIds:
@@ -242,10 +245,16 @@ def request_row(r: Sequence[Any], receipts: tuple[SteerReceipt, ...] = ()) -> Re
 
 
 def with_connection(
-    db_path: Path, work: Callable[[sqlite3.Connection], _T], *, readonly: bool
+    db_path: Path,
+    work: Callable[[sqlite3.Connection], _T],
+    *,
+    readonly: bool,
+    busy: Callable[[], None] | None = None,
 ) -> _T:
     """`work` on a fresh connection to a database of this schema version, tried again while another
-    connection holds the lock past the busy timeout; sqlite errors become StoreError."""
+    connection holds the lock past the busy timeout; sqlite errors become StoreError. `busy`:
+    called after each second the lock is held (a stopped owner can hold it for good), where
+    the caller says what it waits for."""
     path = Path(db_path)
     if not path.is_file():
         raise schema.StoreNotFoundError(f"no flightdeck database at {path}")
@@ -264,6 +273,8 @@ def with_connection(
                 f"the database has schema {version}: its batches take no commands from here "
                 "(run a batch with this flightdeck first)",
             )
+        if busy is not None:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_SAID_MS}")
         attempt = 0
         while True:
             try:
@@ -271,6 +282,8 @@ def with_connection(
             except sqlite3.OperationalError as exc:
                 if not schema.is_busy(exc):
                     raise StoreError(path, None, None, str(exc)) from None
+                if busy is not None:
+                    busy()
             schema.back_off(attempt)
             attempt += 1
     except sqlite3.DatabaseError as exc:
