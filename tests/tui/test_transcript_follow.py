@@ -207,7 +207,9 @@ async def test_new_lines_and_switches_lay_out_no_widget_and_keep_the_scrollbar_t
                 pane.show(name, paths[name])
                 first = f"{name} line 0"
                 await until(
-                    pilot, lambda first=first: pane.lines[0].endswith(first), f"{name} shown"
+                    pilot,
+                    lambda first=first: pane.lines[:1] == [f"{stamp}{first}"],
+                    f"{name} shown",
                 )
                 await until(pilot, lambda: shows_the_end(pane), f"{name}'s end shown")
             await pilot.pause()
