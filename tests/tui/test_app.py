@@ -37,7 +37,17 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, RadioButton, Static
 from textual.widgets._footer import FooterKey
 from tui_fakes import NOW, StaticView, child, demo_rows, frozen_clock
-from tui_support import FAST, SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
+from tui_support import (
+    FAST,
+    SIZE,
+    EngineFactory,
+    app_for,
+    held,
+    make_tasks,
+    on_screen,
+    type_text,
+    until,
+)
 
 from helpers import Hold
 
@@ -162,10 +172,10 @@ async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory, ho
         await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "running")
         await until(pilot, lambda: app.main.check_action("steer", ()), "steer enabled")
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         await type_text(pilot, "add tests")
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         await until(pilot, lambda: len(engine.receipts()) == 1, "the steer queued")
         hold.release("c1", 0)  # the steer goes in at the end of this call
         await until(
@@ -193,7 +203,7 @@ async def test_x_stops_the_selected_child(engine_factory: EngineFactory, hold: H
         chosen = table.selected_id
         assert chosen is not None
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "confirm dialog")
         await pilot.press("x")  # pressing x again confirms
         await until(pilot, lambda: status_of(engine, chosen) is ChildStatus.STOPPED, "stopped")
         await until(pilot, lambda: table.displayed(chosen, "doing").startswith("stopped"), "row")
@@ -217,7 +227,7 @@ async def test_tag_three_stop_them_and_the_others_keep_running(
         assert len(tagged) == 3
         assert all(table.displayed(i, "mark").startswith("◆") for i in tagged)
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "confirm dialog")
         assert app.screen.child_ids == sorted(tagged, key=lambda i: int(i[1:]))
         await pilot.press("enter")  # the Stop button has focus
         await until(
@@ -297,12 +307,12 @@ async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory, h
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: all_running(engine), "both running")
         await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog")
+        await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog")
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "back to the table")
+        await until(pilot, lambda: on_screen(app, MainScreen), "back to the table")
         assert app.is_running and all_running(engine)
         await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog again")
+        await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog again")
         await pilot.click("#stop-quit")
         await until(pilot, lambda: not app.is_running, "the app exited")
     assert app.return_value is True
@@ -426,11 +436,11 @@ async def test_help_and_palette_list_every_key(engine_factory: EngineFactory, ho
         palette = [command.title for command in app.get_system_commands(app.main)]
         assert [t for t in palette if "quit" in t.lower()] == ["app: quit"]  # one Quit, not two
         await pilot.press("question_mark")
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        await until(pilot, lambda: on_screen(app, HelpScreen), "help")
         listed = {name for _, name, _ in app.screen.keys}
         assert {b.description for b in MainScreen.BINDINGS} <= listed  # type: ignore[union-attr]
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "help closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "help closed")
 
 
 def test_exit_code_is_one_unless_every_child_completed(engine_factory: EngineFactory) -> None:
@@ -714,16 +724,16 @@ async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path)
         # Two running, one completed, one stopped.
         table.set_tagged(["review-01", "review-02", "review-05", "review-06"], True)
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         assert dialog_title(app.screen) == "Steer 2 children (2 tagged have ended)"
         assert app.screen.child_ids == ["review-02", "review-05"]
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "stop dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "stop dialog")
         assert dialog_title(app.screen) == "Stop 2 children (2 tagged have ended)?"
         await pilot.press("y")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
     assert view.stopped == [["review-02", "review-05"]]
 
 
@@ -733,7 +743,7 @@ async def test_the_steer_dialog_says_which_mode_is_chosen_in_words(tmp_path: Pat
         await until(pilot, lambda: len(app.main.table.shown) == 10, "rows")
         app.main.table.set_tagged(["review-02"], True)  # a running child
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
 
         def labels() -> list[str]:
             return [b.label.plain for b in app.screen.query(RadioButton)]
@@ -761,16 +771,16 @@ async def test_the_steer_dialog_says_a_command_route_cannot_be_steered(tmp_path:
         await until(pilot, lambda: len(table.shown) == 10, "rows")
         table.set_tagged(["review-02"], True)
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         # Said before anything is typed.
         note = app.screen.query_one("#steer-cannot", Label)
         assert "cannot be steered" in str(note.render())
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         table.set_tagged(["review-02"], False)
         table.set_tagged(["review-05"], True)  # a model child: nothing to warn of
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         assert not app.screen.query("#steer-cannot")
 
 
@@ -805,7 +815,7 @@ async def test_help_explains_every_column_header(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(app.main.table.shown) == 10, "rows")
         await pilot.press("question_mark")
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        await until(pilot, lambda: on_screen(app, HelpScreen), "help")
         console = Console(width=120, file=io.StringIO(), record=True)
         console.print(app.screen.query_one(Static).content)
         lines = console.export_text().splitlines()
@@ -859,7 +869,7 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
         assert targets.matching_query(screen.table) == "alpha route:sim"
 
         await pilot.press("s")  # steer, too, is for everything matching
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         heading = "Steer 2 children matching `alpha route:sim` (1 matching has ended)"
         assert dialog_title(app.screen) == heading
         await type_text(pilot, "go on")
@@ -873,7 +883,7 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
         assert not any(n.startswith("steer delivered") for n in notices)  # not one per child
 
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "confirm dialog")
         dialog = app.screen
         assert isinstance(dialog, ConfirmStopDialog)
         assert dialog_title(dialog) == (

@@ -23,7 +23,7 @@ from flightdeck.tui.screens.dialogs import (
 )
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.routes import NOT_STORED
-from tui_support import SIZE, type_text, until, view_when_ready
+from tui_support import SIZE, on_screen, type_text, until, view_when_ready
 
 from helpers import Hold
 
@@ -144,10 +144,10 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
 
         table.select("c1")
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         await type_text(pilot, "add tests")
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         await until(pilot, lambda: steers(view, "c1") == [SteerState.QUEUED], "the steer queued")
         owner.hold.release("c1", 1)  # its second call ends: the steer goes in at that boundary
         await until(pilot, lambda: table.displayed("c1", "steer") == "✓ delivered", "delivered")
@@ -161,7 +161,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
 
         table.select("c2")
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "confirm dialog")
         await pilot.press("x")
         await until(pilot, lambda: table.displayed("c2", "doing").startswith("stopped"), "stopped")
         second = owner.view()  # another terminal attached at the same time sees the same
@@ -173,7 +173,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
             second.close()
 
         await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog")
+        await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog")
         await pilot.click("#detach")
     assert app.return_value is False  # detached: nothing stopped
     view.close()
@@ -195,7 +195,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
         line = str(gauges.render()).splitlines()[1]
         assert re.match(r"sim sim-1  in flight [0-2]", line), line
         await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog again")
+        await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog again")
         await pilot.click("#stop-quit")
     assert app.return_value is True
     assert owner.process.wait(15) == 1  # stopped children: the batch did not complete
@@ -224,7 +224,7 @@ async def test_attached_tui_stops_everything_a_filter_keeps(
             await pilot.press("enter")
             await until(pilot, lambda: sorted(table.shown) == ["c1", "c10", "c11", "c12"], "kept")
             await pilot.press("x")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "dialog")
+            await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "dialog")
             assert str(app.screen.query("Label").first().render()) == (
                 'Stop 4 children matching `"item 1"`?'
             )
@@ -248,7 +248,7 @@ async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Ow
         await until(pilot, lambda: "c1" in table.rows_by_id, "c1's row")
         table.select("c1")
         await pilot.press("p")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "pause dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "pause dialog")
         await pilot.press("p")
         await until(pilot, lambda: "pause requested" in transcript(view, "c1"), "pause applied")
         owner.hold.release("c1", 0)  # at the end of its first call the owner pauses it
@@ -263,7 +263,7 @@ async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Ow
 
         table.select("c1")
         await pilot.press("p")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "continue dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "continue dialog")
         assert str(app.screen.query("Label").first().render()) == "Continue 1 child?"
         await pilot.press("p")
         await until(pilot, lambda: status(view, "c1") is ChildStatus.RUNNING, "c1 continued")
@@ -273,6 +273,6 @@ async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Ow
             "the operator's continue in the transcript pane",
         )
         await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, QuitDialog), "quit dialog")
+        await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog")
         await pilot.click("#stop-quit")
     view.close()

@@ -22,7 +22,7 @@ from flightdeck.tui.widgets.rows import (
 )
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
-from tui_support import SIZE, EngineFactory, app_for, held, until
+from tui_support import SIZE, EngineFactory, app_for, held, on_screen, until
 
 from helpers import Hold
 
@@ -158,13 +158,13 @@ async def test_s_on_a_header_steers_the_groups_live_members(tmp_path: Path) -> N
         assert table.select(GroupHeader(GroupBy.GROUP, "security"))
         await pilot.pause()
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         dialog = app.screen
         assert isinstance(dialog, SteerDialog)
         assert dialog.child_ids == ["review-02"]  # the one of three still running
         assert dialog.heading == "Steer 1 child (2 in the group have ended)"
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         table.select(GroupHeader(GroupBy.GROUP, "docs"))  # every member ended: the key says why
         await pilot.pause()
         assert app.main.check_action("stop", ()) is None
@@ -199,7 +199,7 @@ async def test_x_on_a_header_stops_exactly_the_groups_live_members(
         assert table.select(GroupHeader(GroupBy.GROUP, "security"))
         await until(pilot, lambda: app.main.check_action("stop", ()), "stop enabled")
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "confirm dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "confirm dialog")
         dialog = app.screen
         assert isinstance(dialog, ConfirmStopDialog)
         assert dialog.child_ids == ["r1", "r2"]

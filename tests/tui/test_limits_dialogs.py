@@ -28,6 +28,7 @@ from tui_support import (
     app_for,
     held,
     make_tasks,
+    on_screen,
     until,
     view_when_ready,
 )
@@ -49,7 +50,7 @@ async def test_l_changes_the_pool_and_a_bad_value_says_why_in_the_dialog(
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: engine.snapshot().totals.running == 2, "two running")
         await pilot.press("L")
-        await until(pilot, lambda: isinstance(app.screen, LimitsDialog), "limits dialog")
+        await until(pilot, lambda: on_screen(app, LimitsDialog), "limits dialog")
         pool = app.screen.query_one("#limit-pool", Input)
         assert pool.value == "2"
         assert app.screen.query_one("#limit-r0-max-concurrent", Input).value == "off"
@@ -66,7 +67,7 @@ async def test_l_changes_the_pool_and_a_bad_value_says_why_in_the_dialog(
         app.screen.query_one("#limit-soft", Input).value = "off"
         app.screen.query_one("#limit-r0-rpm", Input).value = "600"
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         await until(pilot, lambda: engine.snapshot().totals.running == 4, "four running")
         caps = engine.limits().route("sim")
         assert caps is not None and caps.rpm == 600
@@ -85,18 +86,12 @@ def _soft_engine(tmp_path: Path, soft: str, n: int = 4) -> Engine:
     return engine
 
 
-def asking(app: FlightdeckApp) -> bool:
-    """The soft budget's question on screen with its buttons: under load the dialog is the
-    screen a frame or more before they are mounted (a click on `#continue` found none)."""
-    return isinstance(app.screen, SoftBudgetDialog) and bool(app.screen.query("#continue"))
-
-
 async def test_the_soft_budget_asks_and_raising_it_lets_the_batch_finish(tmp_path: Path) -> None:
     engine = _soft_engine(tmp_path, "0")  # spent $0 >= $0: holds before anything starts
     try:
         app = app_for(engine)
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: asking(app), "the question")
+            await until(pilot, lambda: on_screen(app, SoftBudgetDialog), "the question")
             assert "soft budget $0.00 reached: spent $0.00" in str(app.screen.held)
             banner = str(app.main.query_one("#banner").render())
             assert "admission held: soft budget $0.00 reached" in banner
@@ -105,7 +100,7 @@ async def test_the_soft_budget_asks_and_raising_it_lets_the_batch_finish(tmp_pat
             await until(pilot, lambda: "must be 0 or more" in error_text(app, "#soft-error"), "why")
             app.screen.query_one("#soft-raise", Input).value = "1000"
             await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+            await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
             await until(pilot, lambda: engine.snapshot().status is BatchStatus.COMPLETED, "done")
         assert engine.limits().soft_cost_usd == Decimal("1000")
     finally:
@@ -117,7 +112,7 @@ async def test_stop_all_from_the_soft_budgets_question(tmp_path: Path) -> None:
     try:
         app = app_for(engine)
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: asking(app), "the question")
+            await until(pilot, lambda: on_screen(app, SoftBudgetDialog), "the question")
             await pilot.click("#stop")
             await until(pilot, lambda: engine.snapshot().status is BatchStatus.STOPPED, "stopped")
         assert engine.snapshot().totals.stopped == 4
@@ -179,7 +174,7 @@ async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> No
     try:
         app = FlightdeckApp(view, OPTIONS)
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: asking(app), "the question")
+            await until(pilot, lambda: on_screen(app, SoftBudgetDialog), "the question")
             # Drop the soft budget: the owner admits again.
             # A click lands once the dialog is laid out and nothing covers the button (in a
             # loaded run the first click hit another widget; a click on a toast dismisses it).
@@ -188,18 +183,18 @@ async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> No
                 assert time.monotonic() < deadline, "every click landed on another widget"
                 await pilot.pause(0.05)
             try:
-                await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+                await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
             except AssertionError:  # say what the dialog said (it failed once under load)
                 said = [str(w.render()) for w in app.screen.query("#soft-error")]
                 raise AssertionError(f"the dialog stayed, saying {said}: {app.screen}") from None
             await until(pilot, lambda: view.snapshot().totals.running == 2, "two running")
             assert view.snapshot().held is None
             await pilot.press("L")
-            await until(pilot, lambda: isinstance(app.screen, LimitsDialog), "limits dialog")
+            await until(pilot, lambda: on_screen(app, LimitsDialog), "limits dialog")
             app.screen.query_one("#limit-pool", Input).value = "4"
             app.screen.query_one("#limit-r0-max-concurrent", Input).value = "3"
             await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+            await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
             await until(pilot, lambda: view.snapshot().pool_size == 4, "the owner's new pool")
             await until(pilot, lambda: view.snapshot().totals.running == 3, "the route's cap")
             limits = view.snapshot().limits

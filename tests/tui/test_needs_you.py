@@ -31,7 +31,7 @@ from flightdeck.tui.widgets.status import StatusBar
 from test_attach import OPTIONS, Owner
 from textual.widgets import Label, OptionList
 from tui_fakes import StaticView, frozen_clock
-from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
+from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, on_screen, type_text, until
 
 from helpers import Hold, flightdeck
 from helpers import until as wait_for
@@ -90,7 +90,7 @@ async def test_a_question_is_shown_answered_in_the_tui_and_alerted_once(
             assert titles[-1] == f"flightdeck {batch} — 2 need you"
 
             await pilot.press("exclamation_mark")
-            await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+            await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
             screen = app.screen
             assert isinstance(screen, NeedsScreen)
             await until(pilot, lambda: len(screen.entries) == 2, "two entries")
@@ -108,7 +108,7 @@ async def test_a_question_is_shown_answered_in_the_tui_and_alerted_once(
             await until(pilot, lambda: "yes, publish" in result_of(engine, "c1"), "c1's result")
             await until(pilot, lambda: [n.child_id for n in screen.entries] == ["c2"], "c1 cleared")
             await pilot.press("enter")  # enter goes to the child
-            await until(pilot, lambda: isinstance(app.screen, MainScreen), "back to the table")
+            await until(pilot, lambda: on_screen(app, MainScreen), "back to the table")
             assert main.table.selected_id == "c2"
             await until(pilot, lambda: "1 need you (!)" in bar_text(app), "one left")
 
@@ -191,7 +191,7 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.main.notices.queue, "c2 in the queue")
             await pilot.press("exclamation_mark")
-            await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+            await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
             await pilot.press("a")
             await type_text(pilot, "hold it")
             await pilot.press("enter")
@@ -252,7 +252,7 @@ async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
         await pilot.press("slash", *"is:needs-you", "enter")
         await until(pilot, lambda: len(main.table.shown) == 2, "the filter keeps both")
         await pilot.press("exclamation_mark")
-        await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
         screen = app.screen
         assert isinstance(screen, NeedsScreen)
         await until(pilot, lambda: len(screen.entries) == 2, "two entries")
@@ -261,7 +261,7 @@ async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
         await until(pilot, lambda: len(screen.entries) == 1, "one cleared")
         assert screen.entries[0].child_id != first
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "back")
+        await until(pilot, lambda: on_screen(app, MainScreen), "back")
         await until(pilot, lambda: "1 need you (!)" in bar_text(app), "the count")
         await until(pilot, lambda: len(main.table.shown) == 1, "the filter keeps one")
         row = engine.snapshot().child(first or "")
@@ -285,7 +285,7 @@ async def test_a_cli_denied_tool_is_listed_with_its_input_and_cleared(tmp_path: 
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.main.notices.queue, "the denial in the queue")
             await pilot.press("exclamation_mark")
-            await until(pilot, lambda: isinstance(app.screen, NeedsScreen), "the queue")
+            await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
             screen = app.screen
             assert isinstance(screen, NeedsScreen)
             await until(pilot, lambda: screen.entries, "its entry")

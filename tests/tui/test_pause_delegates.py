@@ -20,7 +20,7 @@ from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.routes import route_rows
 from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
-from tui_support import SIZE, app_for, type_text, until
+from tui_support import SIZE, app_for, on_screen, type_text, until
 
 from helpers import Hold
 
@@ -90,7 +90,7 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
             await pilot.press("enter")
             await until(pilot, lambda: len(table.shown) == 6, "the six kept")
             await pilot.press("p")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
+            await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "the dialog")
             await pilot.press("p")
             await until(
                 pilot,
@@ -116,7 +116,7 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
 
             # p over the same selection continues them all, the pending pauses included.
             await pilot.press("p")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "again")
+            await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "again")
             assert str(app.screen.query(Label).first().render()).startswith("Continue 6")
             await pilot.press("y")
             await until(pilot, lambda: "6 continued" in notices, "the continue's summary")

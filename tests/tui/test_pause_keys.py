@@ -12,7 +12,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
-from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, type_text, until
+from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, on_screen, type_text, until
 
 from helpers import Hold
 
@@ -45,7 +45,7 @@ async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
         await until(pilot, lambda: "c1" in table.rows_by_id, "c1's row")
         table.select("c1")
         await pilot.press("p")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "the dialog")
         assert str(app.screen.query(Label).first().render()) == "Pause 1 child?"
         await pilot.press("p")  # p again confirms
         await until(pilot, lambda: pausing(engine, "c1"), "c1 pausing at its turn's end")
@@ -66,7 +66,7 @@ async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
         engine.stop(["c3"])  # a slot for c1 to take again
         table.select("c1")
         await pilot.press("p")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "the dialog")
         assert str(app.screen.query(Label).first().render()) == "Continue 1 child?"
         await pilot.press("y")
         await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "continued")
@@ -96,7 +96,7 @@ async def test_p_over_a_filter_pauses_every_child_it_keeps_with_one_summary(
         await pilot.press("enter")
         await until(pilot, lambda: len(table.shown) == 3, "the three kept")
         await pilot.press("p")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmPauseDialog), "the dialog")
+        await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "the dialog")
         assert str(app.screen.query(Label).first().render()) == (
             "Pause 3 children matching `status:running`?"
         )

@@ -11,7 +11,7 @@ from flightdeck.tui.screens.dialogs import QuitDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from textual.widgets import Button
 from tui_fakes import StaticView, frozen_clock
-from tui_support import SIZE, until
+from tui_support import SIZE, on_screen, until
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +23,7 @@ def app_on(view: StaticView) -> FlightdeckApp:
 async def open_dialog(app: FlightdeckApp, pilot: object) -> QuitDialog:
     await until(pilot, lambda: len(app.main.table.shown) > 0, "rows")  # type: ignore[arg-type]
     await pilot.press("q")  # type: ignore[attr-defined]
-    await until(pilot, lambda: isinstance(app.screen, QuitDialog), "the quit dialog")  # type: ignore[arg-type]
+    await until(pilot, lambda: on_screen(app, QuitDialog), "the quit dialog")  # type: ignore[arg-type]
     assert isinstance(app.screen, QuitDialog)
     return app.screen
 
@@ -39,7 +39,7 @@ async def test_in_process_enter_does_nothing_escape_stays_and_s_stops_all(tmp_pa
         await pilot.pause()
         assert app.screen is dialog and view.stopped_all == 0
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "back to the table")
+        await until(pilot, lambda: on_screen(app, MainScreen), "back to the table")
         await open_dialog(app, pilot)
         await pilot.press("s")
         await until(pilot, lambda: not app.is_running, "the app exited")

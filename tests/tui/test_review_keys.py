@@ -17,7 +17,7 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.review import AcceptDialog, DiffScreen, DiscardDialog, RetryDialog
 from flightdeck.tui.widgets.detail import ChildDetail
-from tui_support import SIZE, app_for, until
+from tui_support import SIZE, app_for, on_screen, until
 
 from gitrepo import GIT_ENV, git, make_repo, worktrees
 
@@ -78,7 +78,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
 
         # D: the diff, coloured, plain text kept for the test; escape goes back.
         await pilot.press("D")
-        await until(pilot, lambda: isinstance(app.screen, DiffScreen), "the diff screen")
+        await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
         diff = app.screen
         assert isinstance(diff, DiffScreen)
         await until(pilot, lambda: "-hello\n+bye\n" in diff.text, "the diff read", 90)
@@ -87,7 +87,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
 
         # delete: t1's changes discarded (confirmed), its worktree gone.
         await pilot.press("delete")
-        await until(pilot, lambda: isinstance(app.screen, DiscardDialog), "asked")
+        await until(pilot, lambda: on_screen(app, DiscardDialog), "asked")
         await pilot.press("delete")
         await until(
             pilot,
@@ -100,7 +100,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         # R: t1 runs again, fresh, and (the marker there now) completes.
         (tmp_path / "fixed").touch()
         await pilot.press("R")
-        await until(pilot, lambda: isinstance(app.screen, RetryDialog), "the retry dialog")
+        await until(pilot, lambda: on_screen(app, RetryDialog), "the retry dialog")
         await pilot.press("f")
         await until(
             pilot,
@@ -116,7 +116,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         # M: t0's changes merged into main.
         table.select("t0")
         await pilot.press("M")
-        await until(pilot, lambda: isinstance(app.screen, AcceptDialog), "the merge dialog")
+        await until(pilot, lambda: on_screen(app, AcceptDialog), "the merge dialog")
         await pilot.press(*"main", "enter")
         await until(
             pilot,
@@ -147,7 +147,7 @@ async def test_m_on_children_that_changed_one_file_warns_before_merging(
             table.select(child)
             await pilot.press("space")
         await pilot.press("M")
-        await until(pilot, lambda: isinstance(app.screen, AcceptDialog), "the merge dialog")
+        await until(pilot, lambda: on_screen(app, AcceptDialog), "the merge dialog")
         dialog = app.screen
         assert isinstance(dialog, AcceptDialog) and sorted(dialog.child_ids) == ["a", "b"]
         warning = str(dialog.query_one("#overlap").render())

@@ -10,7 +10,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.search import HitScreen, SearchScreen
 from test_attach import OPTIONS, Owner
-from tui_support import SIZE, EngineFactory, app_for, until
+from tui_support import SIZE, EngineFactory, app_for, on_screen, until
 
 from helpers import until as wait_for
 
@@ -27,7 +27,7 @@ async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_h
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(app.main.table.rows_by_id) == 6, "rows")
         await pilot.press("F")
-        await until(pilot, lambda: isinstance(app.screen, SearchScreen), "the search screen")
+        await until(pilot, lambda: on_screen(app, SearchScreen), "the search screen")
         screen = app.screen
         assert isinstance(screen, SearchScreen)
         await pilot.press(*"zanzibar", "enter")
@@ -36,7 +36,7 @@ async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_h
             ("c6", "user", "Check the zanzibar config")
         ]
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, HitScreen), "the transcript")
+        await until(pilot, lambda: on_screen(app, HitScreen), "the transcript")
         hit = app.screen
         assert isinstance(hit, HitScreen)
         await until(pilot, lambda: hit.at is not None, "its lines read")
@@ -71,7 +71,7 @@ async def test_f_in_a_view_attached_to_a_running_owner_finds_what_its_children_w
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: len(app.main.table.rows_by_id) == 3, "rows")
             await pilot.press("F")
-            await until(pilot, lambda: isinstance(app.screen, SearchScreen), "the search screen")
+            await until(pilot, lambda: on_screen(app, SearchScreen), "the search screen")
             screen = app.screen
             assert isinstance(screen, SearchScreen)
             await pilot.press(*"item 2", "enter")
@@ -80,7 +80,7 @@ async def test_f_in_a_view_attached_to_a_running_owner_finds_what_its_children_w
                 ("c2", "user", "Review item 2")
             ]
             await pilot.press("enter")
-            await until(pilot, lambda: isinstance(app.screen, HitScreen), "the transcript")
+            await until(pilot, lambda: on_screen(app, HitScreen), "the transcript")
             hit = app.screen
             assert isinstance(hit, HitScreen)
             await until(pilot, lambda: hit.at is not None, "its lines read")

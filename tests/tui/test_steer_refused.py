@@ -6,7 +6,7 @@ import pytest
 from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.dialogs import SteerDialog, SteerRequest
 from flightdeck.tui.screens.main import MainScreen
-from tui_support import SIZE, EngineFactory, app_for, held, until
+from tui_support import SIZE, EngineFactory, app_for, held, on_screen, until
 
 from helpers import Hold
 
@@ -34,9 +34,9 @@ async def test_a_refused_steer_is_an_error_notice_not_a_crash(
             pilot, lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING, "running"
         )
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, SteerDialog), "steer dialog")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         app.screen.dismiss(SteerRequest(message, False))
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), "dialog closed")
+        await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         await until(pilot, lambda: bool(shown), "a notice")
         assert shown[0][0].startswith("steer not sent: ") and shown[0][1] == "error"
         assert engine.receipts() == []  # nothing was queued

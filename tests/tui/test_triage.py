@@ -24,7 +24,7 @@ from flightdeck.tui.widgets.lines import GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
-from tui_support import SIZE, app_for, held, until, view_when_ready
+from tui_support import SIZE, app_for, held, on_screen, until, view_when_ready
 
 from helpers import Hold
 
@@ -156,12 +156,12 @@ async def test_each_grouping_heads_counts_costs_folds_and_tags_its_groups(
         live = [i for i in expected[0][1] if table.rows_by_id[i].status.live]
         if live:
             await pilot.press("x")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "dialog")
+            await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "dialog")
             dialog = app.screen
             assert isinstance(dialog, ConfirmStopDialog)
             assert dialog.child_ids == live
             await pilot.press("x")
-            await until(pilot, lambda: isinstance(app.screen, MainScreen), "closed")
+            await until(pilot, lambda: on_screen(app, MainScreen), "closed")
             assert view.stopped == [live]
         else:
             assert app.main.check_action("stop", ()) is None  # every member ended: says why
@@ -271,7 +271,7 @@ async def test_x_on_an_error_header_stops_every_child_failing_the_same_way(
             assert table.select(header)
             await pilot.pause()
             await pilot.press("x")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "dialog")
+            await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "dialog")
             dialog = app.screen
             assert isinstance(dialog, ConfirmStopDialog)
             assert dialog.child_ids == ["f1", "f2", "f3"]
@@ -354,7 +354,7 @@ async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
             assert table.select(waiting)
             await pilot.pause()
             await pilot.press("x")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmStopDialog), "dialog")
+            await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "dialog")
             dialog = app.screen
             assert isinstance(dialog, ConfirmStopDialog)
             assert dialog.child_ids == ["s1", "s2"]

@@ -14,7 +14,9 @@ from flightdeck.engine.inputs.tasks import Task
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
 from flightdeck.tui.view import LiveView
+from textual.app import App
 from textual.pilot import Pilot
+from textual.screen import Screen
 
 from helpers import Hold
 
@@ -45,6 +47,12 @@ def app_for(engine: Engine) -> FlightdeckApp:
     return FlightdeckApp(
         LiveView(engine), UiOptions(poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False)
     )
+
+
+def on_screen(app: App[Any], kind: type[Screen[Any]]) -> bool:
+    """`app` shows a screen of `kind`, composed: a pushed screen is `app.screen` a frame or more
+    before its widgets are mounted, and a loaded machine stretches that gap."""
+    return isinstance(app.screen, kind) and app.screen.is_mounted
 
 
 async def until(
