@@ -14,7 +14,7 @@ import pytest
 from flightdeck.engine.control.pool import SPARE_WORKERS, worker_pool
 from flightdeck.engine.control.workers import WorkerPool
 
-from helpers import batch, run_to_end, settings, sim_route, start, until
+from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 
 
 def test_at_most_the_slots_plus_spares_run_at_once_and_the_rest_wait() -> None:
@@ -97,13 +97,19 @@ def test_a_thread_the_system_refuses_leaves_the_pool_smaller_not_broken(
         real_start(self)
 
     monkeypatch.setattr(threading.Thread, "start", start_thread)
-    engine = start(batch(10), settings(sim_route(tool_turns=0), pool=8), tmp_path)
+    # Held, so the first two children keep their threads busy when the third arrives: a
+    # child that ended first would leave its thread idle and no third thread would be asked.
+    hold = Hold(tmp_path / "hold")
+    route = sim_route(tool_turns=0, **hold.options())
+    engine = start(batch(10), settings(route, pool=8), tmp_path)
     try:
+        until(lambda: "cannot start another worker thread" in caplog.text, timeout=60)
+        hold.release()
         snap = run_to_end(engine)
     finally:
+        hold.release()
         engine.close()
     assert snap.totals.completed == 10
-    assert "cannot start another worker thread" in caplog.text
 
 
 DEAF_CHILD = """
