@@ -25,7 +25,10 @@ from tests.helpers import run_to_end, until
 FAKES = Path(__file__).parent / "fakes"
 PY = sys.executable
 KEY = "sk-fake-test-key-0123456789"
-GRACE = 0.3  # kill_grace_s in these tests: a stop must end within GRACE + 1 s
+GRACE = 0.3  # kill_grace_s in these tests
+# How long a stop may take before the test calls it hung: a ceiling a loaded machine cannot
+# reach, not a latency target (a stop normally ends within GRACE and a fraction of a second).
+STOP_CEILING = 30.0
 
 
 def config(tmp_path: Path, route: str, *, engine: str = "") -> Settings:
@@ -198,14 +201,15 @@ def _gone(pid: int) -> bool:
 
 
 def test_stop_kills_a_process_that_ignores_sigterm_within_the_grace(tmp_path: Path) -> None:
-    route = fake("ignore_term.py") + f"kill_grace_s = {GRACE}\n"
+    grace = 2.0  # long enough for the poll below to see "stopping" on a loaded machine
+    route = fake("ignore_term.py") + f"kill_grace_s = {grace}\n"
     engine = engine_for(tmp_path, config(tmp_path, route))
     pid = _pid_in(engine, r"pid (\d+) ignoring")
     t0 = time.monotonic()
     engine.stop(["t0"])
-    until(lambda: row_of(engine).activity.text == "stopping", timeout=GRACE)  # the grace period
-    until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
-    assert time.monotonic() - t0 < GRACE + 1.0
+    until(lambda: row_of(engine).activity.text == "stopping", timeout=STOP_CEILING)
+    until(lambda: row_of(engine).status.terminal, timeout=STOP_CEILING)
+    assert time.monotonic() - t0 >= grace  # SIGKILL waited for the grace, no longer needed
     row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.STOPPED
     assert _gone(pid)
@@ -217,12 +221,8 @@ def test_stop_kills_a_setsid_grandchild_outside_the_group(tmp_path: Path) -> Non
     engine = engine_for(tmp_path, config(tmp_path, route))
     grandchild = _pid_in(engine, r"grandchild (\d+)")
     assert os.getsid(grandchild) == grandchild and not _gone(grandchild)  # out of our group
-    time.sleep(0.3)  # the tree is walked every 0.2 s
-    t0 = time.monotonic()
-    engine.stop(["t0"])
-    # Final (the whole tree reaped) within the grace and a second; recording it may take longer.
-    until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
-    assert time.monotonic() - t0 < GRACE + 1.0
+    engine.stop(["t0"])  # the tree is walked at the stop: no need to wait for a sweep
+    until(lambda: row_of(engine).status.terminal, timeout=STOP_CEILING)  # the whole tree reaped
     row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.STOPPED
     assert _gone(grandchild)
@@ -623,12 +623,9 @@ def test_a_prompt_larger_than_the_pipe_never_blocks_the_stop(tmp_path: Path) -> 
     route = fake("silent.py") + f"stdin = true\nkill_grace_s = {GRACE}\n"  # it never reads
     engine = engine_for(tmp_path, config(tmp_path, route), one("x" * 300_000))
     until(lambda: written(engine, "run: "))
-    time.sleep(0.2)
-    t0 = time.monotonic()
+    time.sleep(0.2)  # most likely the prompt's writer is blocked on the full pipe by now
     engine.stop(["t0"])
-    # Final (the whole tree reaped) within the grace and a second; recording it may take longer.
-    until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
-    assert time.monotonic() - t0 < GRACE + 1.0
+    until(lambda: row_of(engine).status.terminal, timeout=STOP_CEILING)  # the whole tree reaped
     assert run_to_end(engine).children[0].status is ChildStatus.STOPPED
 
 
@@ -803,12 +800,11 @@ def test_stop_of_a_paused_process_ends_it_at_once(tmp_path: Path) -> None:
         (proc,) = _fake_pids("fake_claude.py")
         engine.pause(["t0"])
         until(lambda: row_of(engine).status is ChildStatus.PAUSED, timeout=60)
-        t0 = time.monotonic()
         engine.stop(["t0"])
-        until(lambda: row_of(engine).status.terminal, timeout=GRACE + 1.0)
-        assert time.monotonic() - t0 < GRACE  # SIGCONT, then SIGTERM: no SIGKILL needed
+        until(lambda: row_of(engine).status.terminal, timeout=STOP_CEILING)
         row = run_to_end(engine).children[0]
     finally:
         engine.close()
     assert row.status is ChildStatus.STOPPED
+    assert "SIGKILL sent" not in transcript(row)  # SIGCONT, then SIGTERM: it ended on that
     assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
