@@ -241,8 +241,8 @@ def test_the_operators_nudge_from_a_client_reaches_the_looping_child_only(tmp_pa
     loops = LoopSettings(repeat_calls=0, stale_turns=2, policy=())  # flagged, no policy acts
     route = dataclasses.replace(sim_route(**SLOW_TURNS), loops=loops)
     tasks = [
-        Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=400),
-        Task(id="calm", goal="Review it", seq=1, max_turns=400),
+        Task(id="loops", goal="Review it [sim:loop]", seq=0, max_turns=CEILING_TURNS),
+        Task(id="calm", goal="Review it", seq=1, max_turns=CEILING_TURNS),
     ]
     engine = start(tasks_batch(tasks), settings(route), tmp_path)
     state = tmp_path / "state"

@@ -25,6 +25,7 @@ from flightdeck.engine.records.requests import (
 from flightdeck.engine.records.rows import process_start_time
 from flightdeck.engine.records.store import Store
 
+from helpers import Hold
 from test_store import make_batch, make_child
 
 # The version 1 schema, as flightdeck wrote it before durable batches.
@@ -256,13 +257,13 @@ def test_a_running_batch_whose_owner_died_reads_as_abandoned(db: Path) -> None:
         assert live is not None and live.status == BatchStatus.RUNNING
 
 
-def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path) -> None:
+def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path, hold: Hold) -> None:
     # The schema takes any kind (a newer client may send one): an owner that cannot read a
     # request refuses it, and its duties (the heartbeat, the next requests) go on.
     from helpers import batch, settings, sim_route, start, until
 
-    slow = sim_route(tool_turns=5, latency_ms=400, time_scale=1.0)
-    engine = start(batch(2), settings(slow, pool=2), tmp_path)
+    held = sim_route(**hold.options())  # running until the stop below ends them
+    engine = start(batch(2), settings(held, pool=2), tmp_path)
     db = tmp_path / "state" / "flightdeck.db"
     try:
         with sqlite3.connect(db) as conn:

@@ -26,7 +26,7 @@ from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
 
 FAKES = Path(__file__).parent / "fakes"
-# A few turns of about 50 ms each: slow enough to pause in the middle, fast for the suite.
+# A few turns of about 50 ms each.
 ROUTE = sim_route(tool_turns=3, latency_ms=40, time_scale=1.0, tokens_per_s=8000)
 
 
@@ -36,13 +36,18 @@ def _row(engine: Engine, child_id: str = "t0000") -> ChildRow:
     return row
 
 
-def _stopped_mid_run(engine: Engine, child_id: str = "t0000") -> ChildRow:
-    """Hold the child at a turn boundary (the operator's pause), then stop it there."""
+def _stopped_mid_run(engine: Engine, hold: Hold, child_id: str = "t0000") -> ChildRow:
+    """Pause the child at the end of its first turn, then stop it there; its route holds
+    every call (`hold.options()`), so the pause lands before the child can end on its own.
+    Every call is let go afterwards, for the attempts that follow."""
     until(lambda: _row(engine, child_id).activity.api_calls >= 1, 60, what="a first call")
     engine.pause([child_id])
+    until(lambda: _row(engine, child_id).pausing, 60, what="the pause pending")
+    hold.release(child_id, 0)
     until(lambda: _row(engine, child_id).status is ChildStatus.PAUSED, 60, what="paused")
     engine.stop([child_id])
     assert engine.wait(60)
+    hold.release()
     return _row(engine, child_id)
 
 
@@ -51,10 +56,12 @@ def _events(db: Path, batch_id: str, kind: str) -> list[tuple[str | None, dict]]
         return [(c, json.loads(d)) for _, c, k, d in reader.events(batch_id) if k == kind]
 
 
-def test_a_stopped_sim_child_runs_again_fresh_in_the_batch_it_reopens(tmp_path: Path) -> None:
-    engine = start(batch(1), settings(ROUTE), tmp_path)
+def test_a_stopped_sim_child_runs_again_fresh_in_the_batch_it_reopens(
+    tmp_path: Path, hold: Hold
+) -> None:
+    engine = start(batch(1), settings(sim_route(tool_turns=3, **hold.options())), tmp_path)
     try:
-        first = _stopped_mid_run(engine)
+        first = _stopped_mid_run(engine, hold)
         assert first.status is ChildStatus.STOPPED and engine.status is BatchStatus.STOPPED
         assert first.usage.total > 0 and first.cost_usd
         engine.retry(["t0000"])  # returns once queued: the ended batch runs again
@@ -179,13 +186,13 @@ def test_a_retry_that_continues_resumes_the_cli_s_session(tmp_path: Path) -> Non
 
 
 def test_a_retry_the_budget_has_no_room_for_is_refused_and_changes_nothing(
-    tmp_path: Path,
+    tmp_path: Path, hold: Hold
 ) -> None:
-    s = settings(ROUTE)
+    s = settings(sim_route(tool_turns=3, **hold.options()))
     s = Settings(engine=s.engine, routes=s.routes, budget=Budget(max_runs=1))
     engine = start(batch(1), s, tmp_path)
     try:
-        first = _stopped_mid_run(engine)
+        first = _stopped_mid_run(engine, hold)
         with pytest.raises(CommandError, match=r"not retried: max_runs \(1\) leaves room for 0"):
             engine.retry(["t0000"])
         assert engine.status is BatchStatus.STOPPED and _row(engine) == first

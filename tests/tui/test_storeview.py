@@ -51,17 +51,17 @@ def events_to_the_end(
 
 @pytest.mark.parametrize("force_polling", [False, True], ids=["watchfiles", "polling"])
 def test_the_view_follows_the_store_and_derives_the_facts(
-    tmp_path: Path, force_polling: bool
+    tmp_path: Path, force_polling: bool, hold: Hold
 ) -> None:
-    engine = Engine(
-        batch(6), settings(sim_route(time_scale=0.02), pool=2), state_dir=tmp_path / "state"
-    )
+    # Held until the view has subscribed: a batch that ended before then tells it no end.
+    route = sim_route(time_scale=0.02, **hold.options())
+    engine = Engine(batch(6), settings(route, pool=2), state_dir=tmp_path / "state")
     engine.start()
     try:
         db = tmp_path / "state" / "flightdeck.db"
         view = view_when_ready(db, engine.batch_id, poll_s=0.05, force_polling=force_polling)
-        early: set[str] = set()  # a loaded machine can finish a child before the view opens
-        events = events_to_the_end(view, early)
+        early: set[str] = set()
+        events = events_to_the_end(view, early, hold=hold)
         assert view._waker is not None and view._waker.events is not force_polling
         snap = view.snapshot()
         assert snap.status is BatchStatus.COMPLETED and snap.finished_ts is not None
@@ -77,9 +77,8 @@ def test_the_view_follows_the_store_and_derives_the_facts(
         assert unsaved == stored
         finished = [e.row.id for e in events if isinstance(e, ChildFinished)]
         assert len(finished) == len(set(finished))  # each at most once
-        everyone = {f"t{i:04d}" for i in range(6)}
-        assert everyone - early <= set(finished) <= everyone  # every end after it subscribed
-        assert len(early) < 6  # the batch was still running: some end was told
+        assert early == set()  # held: every end came after it subscribed, and was told
+        assert set(finished) == {f"t{i:04d}" for i in range(6)}
         started = {e.child_id for e in events if isinstance(e, ChildStarted)}
         assert started <= set(finished)
         assert [e for e in events if isinstance(e, BatchFinished)] == [
@@ -120,7 +119,7 @@ def test_an_attached_view_publishes_each_units_result_once(tmp_path: Path, hold:
     assert events.index(unit) > last  # after its last member
 
 
-def test_an_attached_view_knows_who_delegated_whom(tmp_path: Path) -> None:
+def test_an_attached_view_knows_who_delegated_whom(tmp_path: Path, hold: Hold) -> None:
     # The store keeps a delegate's parent as an event, not in its row: read back, the rows must
     # still say parent and depth, or the tree order and `depth>0` see a flat batch.
     import dataclasses
@@ -128,7 +127,8 @@ def test_an_attached_view_knows_who_delegated_whom(tmp_path: Path) -> None:
     from flightdeck.engine.inputs.settings import Budget
 
     route = dataclasses.replace(
-        sim_route(time_scale=0.02, tool_turns=0, delegate_rate=1.0, delegates=2), delegate=True
+        sim_route(time_scale=0.02, tool_turns=0, delegate_rate=1.0, delegates=2, **hold.options()),
+        delegate=True,
     )
     s = dataclasses.replace(settings(route, pool=4), budget=Budget(max_depth=2))
     engine = Engine(batch(1), s, state_dir=tmp_path / "state")
@@ -136,7 +136,7 @@ def test_an_attached_view_knows_who_delegated_whom(tmp_path: Path) -> None:
     try:
         db = tmp_path / "state" / "flightdeck.db"
         view = view_when_ready(db, engine.batch_id, poll_s=0.05)
-        events_to_the_end(view)
+        events_to_the_end(view, hold=hold)
         snap = view.snapshot()
         view.close()
         live = {r.id: (r.parent, r.depth) for r in engine.snapshot().children}
