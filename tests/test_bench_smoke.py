@@ -350,7 +350,10 @@ def test_the_cache_gate_benchmark_runs_and_reports() -> None:
     code = "import bench_gate; bench_gate.main()"
     _, result = run_bench(code, {"BENCH_GATE_CHILDREN": "4", "BENCH_GATE_RUNS": "1"})
     assert result["bench"] == "cache_gate" and result["children"] == 4
-    assert result["cached_share_off"] == 0 and result["cached_share_on"] >= 0.75
+    # Gate off, the four first calls usually all miss the cache; one that a loaded machine
+    # started late may read what an earlier one wrote, so only "fewer than with the gate".
+    assert result["cached_share_off"] < result["cached_share_on"]
+    assert result["cached_share_on"] >= 0.75
     assert result["cost_off_over_on"] > 1
 
 

@@ -121,7 +121,10 @@ def test_a_call_cut_short_by_the_operator_is_billed_live_in_the_store_and_the_re
             doing = "waiting for model" if stall.stall_before_headers else "streaming"
             until(lambda: engine.snapshot().children[0].activity.text == doing)
             until(lambda: len(server.received) == 1)
-            time.sleep(0.1)  # the first chunks are read, or the request waits for headers
+            if stall.stall_before_headers:
+                time.sleep(0.1)  # most likely waiting for the headers by now; if not, as well
+            else:  # the three chunks before the stall are read
+                until(lambda: engine.snapshot().children[0].live_usage.output_tokens >= 6)
             if how == "stop":
                 engine.stop_all()
             else:
