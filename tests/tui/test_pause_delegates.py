@@ -145,9 +145,18 @@ async def test_an_attached_view_shows_and_counts_the_pending_pause(
     engine = delegating_engine(tmp_path, hold)
     engine.start()
     try:
+
+        def waiting() -> bool:  # the parents wait on their four delegates, all running
+            rows = engine.snapshot().children
+            return (
+                len(rows) == 6
+                and all(r.status is ChildStatus.RUNNING for r in rows)
+                and all(r.waits_on_delegates for r in rows if r.id in "ab")
+            )
+
         deadline = time.monotonic() + 30
-        while not all((r := engine.snapshot().child(p)) and r.waits_on_delegates for p in "ab"):
-            assert time.monotonic() < deadline, "the parents never waited on their delegates"
+        while not waiting():
+            assert time.monotonic() < deadline, "the parents never waited on four delegates"
             time.sleep(0.02)
         engine.pause(["a"])
         assert engine.flush(10)
