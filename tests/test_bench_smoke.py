@@ -151,6 +151,9 @@ def test_the_memory_benchmark_runs_and_reports() -> None:
     assert [s["children"] for s in result["sizes"]] == [30, 60]
     for size in result["sizes"]:
         assert size["kb_per_child"] > 0 and size["us_per_child"] > 0 and size["tail_s"] >= 0
+        threads = size["cpu_us_by_thread"]
+        assert threads["flightdeck-child"] > 0 and threads["flightdeck-coordinator"] > 0
+        assert sum(threads.values()) <= size["cpu_us_per_child"] * 1.25  # parts of the whole
 
 
 def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:

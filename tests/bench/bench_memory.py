@@ -4,7 +4,9 @@ Per size: the peak resident set of the process beyond what it held just before b
 Engine (imports, the task list), divided by the children; the wall time from `Engine(...)` to
 `wait` returning, per child; and the tail: from the last child's recorded end to `wait`
 returning (the batch's end must not wait on the writer's file work). Linear means the two
-sizes' per-child figures agree. Store and transcripts on, in BENCH_DIR (default: the system
+sizes' per-child figures agree. It also says where the CPU went, by thread (children,
+coordinator, store, the main thread building the children) and in the transcript writer's
+process. Store and transcripts on, in BENCH_DIR (default: the system
 temp folder; /dev/shm takes the disk out). `BENCH_MEMORY_SIZES` sets the sizes.
 
 It uses only the engine's API, so run with PYTHONPATH naming another checkout's `flightdeck`
@@ -19,6 +21,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -36,6 +39,50 @@ def _rss_kb() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+class ThreadCPU:
+    """CPU seconds by kind of thread (its name without the number), read from
+    /proc/self/task/*/schedstat every `every` seconds: where an instant child's time goes.
+    A thread that ends between two reads loses at most its last `every` seconds."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        self._every = every
+        self._seen: dict[int, tuple[str, float]] = {}  # native id: (kind, CPU seconds)
+        self._final: dict[int, tuple[str, float]] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+
+    def __enter__(self) -> ThreadCPU:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self.sample()  # now, not after the sampler's last wait
+        self._final = dict(self._seen)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            self.sample()
+
+    def sample(self) -> None:
+        for thread in threading.enumerate():
+            tid = thread.native_id
+            try:  # nanoseconds on a CPU (stat's utime and stime count 10 ms ticks)
+                with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as fh:
+                    cpu = int(fh.read().split()[0]) / 1e9
+            except OSError:  # it ended
+                continue
+            kind = thread.name.rstrip("0123456789").rstrip("_-")
+            self._seen[tid or 0] = (kind, cpu)
+
+    def by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for kind, cpu in self._final.values():
+            out[kind] = out.get(kind, 0.0) + cpu
+        return out
+
+
 def one(n: int, folder: Path) -> dict[str, Any]:
     """Run `n` instant children in this process: what they cost in memory and time."""
     from flightdeck.engine.api import Engine
@@ -50,14 +97,22 @@ def one(n: int, folder: Path) -> dict[str, Any]:
     )
     tasks = tuple(Task(id=f"c{i:06d}", goal=f"Answer question {i}", seq=i) for i in range(n))
     before_kb = _rss_kb()
-    t0, c0 = time.perf_counter(), time.process_time()
-    engine = Engine(Batch("bench", tasks), settings, state_dir=folder)
-    engine.start()
-    assert engine.wait(3600)
-    ended = time.time()
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    main_cpu = time.thread_time()
+    with ThreadCPU() as threads:
+        t0, c0 = time.perf_counter(), time.process_time()
+        engine = Engine(Batch("bench", tasks), settings, state_dir=folder)
+        engine.start()
+        assert engine.wait(3600)
+        ended = time.time()
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    main_cpu = time.thread_time() - main_cpu
     snap = engine.snapshot()
     engine.close()
+    # The transcript writer (and its search indexer) is a process of its own, on another core.
+    writer = resource.getrusage(resource.RUSAGE_CHILDREN)
+    by_thread = threads.by_kind()
+    by_thread.pop("bench-sampler", None)
+    by_thread["MainThread"] = main_cpu  # building the children at start
     assert snap.totals.completed == n, snap.totals
     last = max(row.finished_ts or 0.0 for row in snap.children)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -66,6 +121,8 @@ def one(n: int, folder: Path) -> dict[str, Any]:
         "kb_per_child": round((peak_kb - before_kb) / n, 2),
         "us_per_child": round(elapsed / n * 1e6, 1),
         "cpu_us_per_child": round(cpu / n * 1e6, 1),  # this process's threads (not the writer)
+        "cpu_us_by_thread": {k: round(v / n * 1e6, 1) for k, v in sorted(by_thread.items())},
+        "writer_cpu_us_per_child": round((writer.ru_utime + writer.ru_stime) / n * 1e6, 1),
         "tail_s": round(ended - last, 3),
         "peak_rss_mb": round(peak_kb / 1024, 1),
         "before_mb": round(before_kb / 1024, 1),
@@ -102,5 +159,10 @@ if __name__ == "__main__":
                 f"{s['us_per_child']} µs each ({s['cpu_us_per_child']} µs CPU), "
                 f"batch end {s['tail_s']} s after the last child "
                 f"(peak RSS {s['peak_rss_mb']} MB; load {r['load_avg_1m']})"
+            )
+            threads = ", ".join(f"{k} {v}" for k, v in s["cpu_us_by_thread"].items())
+            print(
+                f"  CPU µs a child by thread: {threads}; "
+                f"writer process {s['writer_cpu_us_per_child']}"
             )
         print(json.dumps(r))
