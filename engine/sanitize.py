@@ -115,8 +115,9 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 def secret_forms(secret: str) -> set[str]:
     """Every form a secret can take in what is written or shown: as it is; sanitized (its
     escape sequences, control characters and bidi marks stripped, as the screen, a transcript
-    and `logs` show it); and escaped, as an error's repr or JSON write it (`\\x1b`,
-    `\\u001b`). Forms under MIN_SECRET_LEN characters are left out."""
+    and `logs` show it); escaped, as an error's repr or JSON write it (`\\x1b`, `\\u001b`);
+    and its control characters as shells and `cat -v` write them (`\\E`, `\\e`, `\\033`,
+    `^[`). Forms under MIN_SECRET_LEN characters are left out."""
     import json  # here: the transcript writer process imports this module and never redacts
 
     clean = sanitize(secret)
@@ -128,7 +129,20 @@ def secret_forms(secret: str) -> set[str]:
         json.dumps(secret)[1:-1],
         json.dumps(secret, ensure_ascii=False)[1:-1],
     }
+    if _CONTROL.search(secret):
+        forms |= {_CONTROL.sub(spell, secret) for spell in _SHELL_SPELLINGS}
     return {form for form in forms if len(form) >= MIN_SECRET_LEN}
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+# How shells and tools write a control character: bash's `declare -p` and `printf %q` (`\E`
+# for ESC), `echo -e` and C (`\e`, octal), and `cat -v`'s caret notation (`^[`, `^?`).
+_SHELL_SPELLINGS = (
+    lambda m: "\\E" if m[0] == "\x1b" else f"\\{ord(m[0]):03o}",
+    lambda m: "\\e" if m[0] == "\x1b" else f"\\{ord(m[0]):03o}",
+    lambda m: f"\\{ord(m[0]):03o}",
+    lambda m: f"^{chr(ord(m[0]) ^ 0x40)}",
+)
 
 
 @functools.lru_cache(maxsize=64)

@@ -24,6 +24,8 @@ ECHO = (
     "import json, os, re; k = os.environ['FAKE_KEY']; "
     "print(k); print(repr(k)); print(json.dumps(k)); print(re.sub(r'\\x1b\\[[0-9;]*m', '', k))"
 )
+# ... and as bash's `printf %q` and `cat -v` write it.
+SHELL_ECHO = "; print(k.replace('\\x1b', '\\\\E')); print(k.replace('\\x1b', '^['))"
 
 
 def test_a_key_echoed_in_any_form_is_redacted_in_the_transcript_and_logs(tmp_path: Path) -> None:
@@ -43,6 +45,55 @@ def test_a_key_echoed_in_any_form_is_redacted_in_the_transcript_and_logs(tmp_pat
     printed = flightdeck("logs", engine.batch_id, "t0", cwd=tmp_path)
     assert printed.returncode == ExitCode.OK, printed.stderr
     for shown in (text, printed.stdout, row.result or "", row.error or ""):
+        assert "CANARY" not in shown and "ESCkey" not in shown
+
+
+# The key as shells and tools write it: bash's `declare -p` and `printf %q`, `echo -e`, `cat -v`.
+SHELL_FORMS = (
+    "sk-CANARY\\E[31mESCkey4d5e6f70",
+    "sk-CANARY\\e[31mESCkey4d5e6f70",
+    "sk-CANARY\\033[31mESCkey4d5e6f70",
+    "sk-CANARY^[[31mESCkey4d5e6f70",
+)
+
+
+def test_one_routes_key_is_redacted_from_every_childs_transcript_in_every_form(
+    tmp_path: Path,
+) -> None:
+    # The key was redacted only in its own route's children: a sim child that read a file
+    # holding it wrote it to its transcript, the store and `logs`.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    forms = [CANARY, "sk-CANARYESCkey4d5e6f70", *SHELL_FORMS]
+    (workspace / "env.txt").write_text("".join(f"FAKE_KEY={form}\n" for form in forms))
+    argv = json.dumps([sys.executable, "-c", ECHO + SHELL_ECHO])
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "sim"\nstate_dir = "state"\n'
+        f'[routes.cli]\nprovider = "command"\nargv = {argv}\napi_key_env = "FAKE_KEY"\n'
+        '[routes.sim]\nprovider = "sim"\ntime_scale = 0.001\ntool_turns = 2\n'
+    )
+    settings = load_settings(tmp_path / "flightdeck.toml")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FAKE_KEY": CANARY}
+    tasks = (
+        Task(id="cli", goal="echo the key", seq=0, route="cli"),
+        Task(id="s0", goal="read what is there", seq=1),
+        Task(id="s1", goal="read what is there", seq=2),
+    )
+    batch = Batch(name="keys", tasks=tasks, workspace=workspace)
+    engine = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
+    engine.start()
+    rows = run_to_end(engine).children
+    for row in rows:
+        text = Path(row.transcript).read_text(encoding="utf-8")
+        assert "[REDACTED]" in text, (row.id, text)  # each saw the key, in some form
+        assert "CANARY" not in text and "ESCkey" not in text, (row.id, text)
+    report = flightdeck("report", engine.batch_id, "--format", "json", cwd=tmp_path)
+    assert report.returncode == ExitCode.OK, report.stderr
+    for child in ("s0", "s1"):
+        printed = flightdeck("logs", engine.batch_id, child, cwd=tmp_path)
+        assert printed.returncode == ExitCode.OK, printed.stderr
+        assert "read_file" in printed.stdout and "[REDACTED]" in printed.stdout
+    for shown in (report.stdout, printed.stdout):
         assert "CANARY" not in shown and "ESCkey" not in shown
 
 

@@ -91,6 +91,7 @@ class Child:
         cost_known: bool = True,
         open_transcript: Callable[[], Transcript] | None = None,
         kept: Kept | None = None,  # a retry's attempt (and the changes it works on from)
+        secrets: tuple[str, ...] | None = None,  # the batch's keys; default: its route's
     ) -> None:
         self.task = task
         self.route = route
@@ -102,8 +103,9 @@ class Child:
         self._open_transcript = open_transcript  # else a TranscriptWriter on the path
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
-        # The route's API key, redacted from all we record and show.
-        self._secrets = runner.secrets
+        # Every API key the batch holds, redacted from all we record and show: a file read
+        # or a tool's output can carry another route's key as well as its own.
+        self._secrets = runner.secrets if secrets is None else secrets
         self.progress = Progress(clock, cost_known=cost_known)
         self.kept = kept or Kept()
         self.steering = Steering()
@@ -269,7 +271,7 @@ class Child:
         return self._clock()
 
     def clean(self, text: str) -> str:
-        """`text` without the route's key: a server can echo it in an error or in its output."""
+        """`text` without the batch's keys: a server can echo one in an error or its output."""
         return redact(text, self._secrets) if self._secrets else text
 
     def open_call(self, call: Closable) -> bool:

@@ -95,6 +95,11 @@ class Toolbox:
         }
 
     @property
+    def secrets(self) -> tuple[str, ...]:
+        """The batch's API keys (every route's)."""
+        return self._secrets
+
+    @property
     def specs(self) -> tuple[ToolSpec, ...]:
         return TOOL_SPECS
 

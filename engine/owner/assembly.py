@@ -240,6 +240,7 @@ def build_child(
         sink,
         cost_known=spend_known(route),
         kept=kept,
+        secrets=toolbox.secrets,
     )
 
 

@@ -165,6 +165,7 @@ class Twin(Child):
         outbox: Outbox,
         *,
         cost_known: bool,
+        secrets: tuple[str, ...] | None = None,
     ) -> None:
         self._outbox = outbox
         self.calls: dict[int, DelegateCall] = {}  # `delegate` calls waiting on the owner
@@ -180,6 +181,7 @@ class Twin(Child):
             queued_ts,
             cost_known=cost_known,
             open_transcript=lambda: RelayTranscript(task.id, outbox, clock),
+            secrets=secrets,
         )
 
     def figures(self) -> Figures | None:

@@ -205,6 +205,7 @@ class Worker:
                 order.queued_ts,
                 self._outbox,
                 cost_known=spend_known(route),
+                secrets=self._toolbox.secrets,
             )
             if order.figures is not None:
                 twin.progress.follow(order.figures)
