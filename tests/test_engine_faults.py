@@ -146,6 +146,9 @@ def test_headless_prints_a_line_only_for_a_committed_child_and_exits_3(
     cells = total.split()
     assert cells[:2] == ["20", str(len(completed_on_disk))], total
     assert "— failed" in out.getvalue()  # the summary's title
+    # No forecast of a completion that will not come, counting as "not finished" the children
+    # that did finish and could not be recorded.
+    assert "forecast:" not in out.getvalue()
     errors = err.getvalue()
     assert "cannot commit" in errors and "database or disk is full" in errors  # said at once
     last = errors.strip().splitlines()[-1]

@@ -56,23 +56,26 @@ def soft_hold_hint(engine: Engine, held: str) -> str:
 def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
     """What a run prints once its batch is over: the summary table, then the report command."""
     console.print(summary_table(snap))
-    for line in money_lines(snap):
+    # A batch that failed will not complete, and its store is short of the children that
+    # finished unrecorded: a forecast would count those as "not finished".
+    failed = engine.failure is not None or engine.unrecorded > 0
+    for line in money_lines(snap, forecast=not failed):
         console.print(line)
     console.print(Text(f"report: {report_hint(engine)}"))
 
 
-def money_lines(snap: Snapshot) -> list[Text]:
+def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
     """Under the summary: how many children have no price (the table's `+?`), the projected
-    cost while children remain (a batch left running, or one that ended early), and what
-    attempts lost with an owner cost, when any did."""
-    from flightdeck.engine.api import forecast  # here: `flightdeck --help` stays fast
+    cost while children remain (a batch left running, or one that ended early; not with
+    `forecast` off), and what attempts lost with an owner cost, when any did."""
+    from flightdeck.engine.api import forecast as project  # here: `--help` stays fast
 
     out = []
     if unknown := snap.totals.cost_unknown:
         noun = "child has" if unknown == 1 else "children have"
         out.append(Text(f"$? and +?: {unknown} {noun} no known price (never counted as $0)"))
-    ahead = forecast(snap.children)
-    if ahead.remaining:
+    ahead = project(snap.children)
+    if forecast and ahead.remaining:
         label = forecast_label(ahead, compact=False)
         out.append(Text(f"forecast: {label} at completion, {ahead.remaining} not finished"))
     if snap.lost_cost_usd != 0:
