@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flightdeck.engine.agents import tree
 
 from helpers import Hold
 from loopback import KEY_ENV, Loopback
@@ -22,6 +25,18 @@ def no_flightdeck_home(monkeypatch: pytest.MonkeyPatch) -> None:
     """A developer's FLIGHTDECK_HOME would move every state folder the tests (and the `flightdeck`
     subprocesses, which inherit the environment) read and write: into their real one."""
     monkeypatch.delenv("FLIGHTDECK_HOME", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def no_subreaper() -> Iterator[None]:
+    """An engine running command children in this process makes it their subreaper, for good.
+    A later test's orphans then came here, where nothing reaps them, instead of to init: a Ray
+    cluster whose owner was killed lived on (its workers saw their raylet's zombie alive)."""
+    yield
+    if tree._subreaper:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(tree._PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        tree._subreaper = None  # the next engine makes this process a subreaper again
 
 
 @pytest.fixture
