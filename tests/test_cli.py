@@ -1014,6 +1014,8 @@ def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(project: Path
         ("steer", "nope", "job-0", "-m", "hi"),
         ("stop", "nope", "--all"),
         ("wait", "nope"),
+        ("merge", "nope", "job-0", "--into", "main"),  # a traceback
+        ("diff", "nope", "job-0"),
     ):
         result = flightdeck(*args, cwd=project)
         assert result.returncode == ExitCode.USAGE, (args, result.stderr)

@@ -14,7 +14,7 @@ from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.client import batch_client, children_said, say_error, where_filter
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db
+from flightdeck.tui.usage import UsageError
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -107,10 +107,10 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.attached.rework import diff_of
     from flightdeck.engine.commands import CommandError
 
+    with batch_client(args) as client:
+        db = client.db
     try:
-        text = sanitize(diff_of(state_db(args.state_dir), args.batch_id, args.child_id, args.file))
-    except LookupError as exc:
-        raise UsageError(None, None, "batch_id", str(exc).strip("'\"")) from None
+        text = sanitize(diff_of(db, args.batch_id, args.child_id, args.file))
     except CommandError as exc:
         say_error(str(exc))
         return ExitCode.INCOMPLETE
@@ -135,28 +135,30 @@ def cmd_merge(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.commands import Accept
 
     ids = tuple(args.child_ids)
-    shared = overlap_of(state_db(args.state_dir), args.batch_id, ids)
+    with batch_client(args) as client:
+        db = client.db
+    shared = overlap_of(db, args.batch_id, ids)
     if shared:
         console_for(stderr=True).print(
             Text(f"warning: changed by more than one of them: {one_line(shared)}")
         )
-    return _review(args, Accept(ids, args.into))
+    return _review(args, db, Accept(ids, args.into))
 
 
 def cmd_discard(args: argparse.Namespace) -> ExitCode:
     """`flightdeck discard`: remove children's worktrees (or copies) and branches."""
     from flightdeck.engine.commands import Discard
 
-    return _review(args, Discard(tuple(args.child_ids)))
+    with batch_client(args) as client:
+        db = client.db
+    return _review(args, db, Discard(tuple(args.child_ids)))
 
 
-def _review(args: argparse.Namespace, command: Accept | Discard) -> ExitCode:
+def _review(args: argparse.Namespace, db: Path, command: Accept | Discard) -> ExitCode:
     from flightdeck.engine.attached.client import OwnerGone
     from flightdeck.engine.attached.rework import review
     from flightdeck.engine.commands import Accept, CommandError
 
-    with batch_client(args) as client:
-        db = client.db
     try:
         outcome = review(db, args.batch_id, command)
     except CommandError as exc:

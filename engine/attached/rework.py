@@ -21,7 +21,7 @@ from flightdeck.engine.attached.client import Client, OwnerGone
 from flightdeck.engine.attached.spawn import restart_owner
 from flightdeck.engine.commands import Accept, CommandError, Context, Discard, Retry
 from flightdeck.engine.model import ChildRow
-from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import RequestRow, RequestState, with_connection
 from flightdeck.engine.records.rows import INSERT_EVENT
 from flightdeck.engine.review.apply import Outcome, Reviewer, overlap_text
@@ -103,7 +103,7 @@ def rows_of(db: Path, batch_id: str) -> dict[str, ChildRow]:
     """The batch's children's rows by id (LookupError: no such batch)."""
     with StoreReader(db) as reader:
         if reader.batch(batch_id) is None:
-            raise LookupError(f"no batch {batch_id} in this state folder")
+            raise LookupError(no_batch(batch_id, db.parent))
         return {r.id: r for r in reader.children(batch_id)}
 
 
