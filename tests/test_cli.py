@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import errno
@@ -1001,30 +1002,48 @@ def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknow
     assert sim_totals["cost_usd"] == sim_totals["cost_known_usd"] == float(sim_cost)
 
 
+def verbs_with_a_batch_id() -> dict[str, list[str]]:
+    """Every verb of the parser that takes a batch id, with arguments that reach its check of
+    it: `nope` as the id, `job-0` for each other positional, `x` for each required option."""
+    from flightdeck.tui.cli import _parser
+
+    [sub] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    verbs = {}
+    for verb, parser in sub.choices.items():
+        args = [verb]
+        for action in parser._actions:
+            if action.dest == "batch_id":
+                args.append("nope")
+            elif not action.option_strings:
+                args.append("job-0")
+            elif action.required:
+                args += [action.option_strings[0], "x"]
+        if "nope" in args:
+            verbs[verb] = args
+    return verbs
+
+
 @pytest.mark.slow
-def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(project: Path) -> None:
-    # logs, report and resume worded it three different ways.
+def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # logs, report and resume worded it three different ways; grep, diff and serve three
+    # more; merge printed a traceback.
+    from flightdeck.tui.cli import main
+
     assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
     state = project / ".flightdeck"
-    said = set()
-    for args in (
-        ("logs", "nope", "job-0"),
-        ("report", "nope"),
-        ("resume", "nope"),
-        ("steer", "nope", "job-0", "-m", "hi"),
-        ("stop", "nope", "--all"),
-        ("wait", "nope"),
-        ("merge", "nope", "job-0", "--into", "main"),  # a traceback
-        ("diff", "nope", "job-0"),
-    ):
-        result = flightdeck(*args, cwd=project)
-        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
-        [line] = result.stderr.splitlines()
-        said.add(line)
-    assert said == {
-        f"flightdeck: batch_id: no batch 'nope' in {state.absolute()} (flightdeck ls lists "
-        "them; another state folder: --state-dir)"
-    }, said
+    verbs = verbs_with_a_batch_id()
+    assert {"logs", "report", "resume", "grep", "diff", "serve", "merge", "attach"} <= set(verbs)
+    monkeypatch.chdir(project)
+    for args in verbs.values():  # in this process: no interpreter start each
+        assert main(args) == ExitCode.USAGE, args
+        out, err = capsys.readouterr()
+        assert (out, err) == (
+            "",
+            f"flightdeck: batch_id: no batch 'nope' in {state.absolute()} (flightdeck ls "
+            "lists them; another state folder: --state-dir)\n",
+        ), args
 
 
 def _summary_snap() -> Snapshot:

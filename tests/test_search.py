@@ -274,7 +274,7 @@ def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> Non
     code, _, err = grep_("x", "--child", "nope")
     assert code == 2 and "no child 'nope'" in err
     done = flightdeck("grep", "no-such-batch", "x", "--state-dir", state, cwd=tmp_path)
-    assert done.returncode == 2 and "no batch no-such-batch" in done.stderr
+    assert done.returncode == 2 and "no batch 'no-such-batch'" in done.stderr
 
 
 def test_the_index_is_never_written_by_a_search(folder: Path) -> None:

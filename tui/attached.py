@@ -14,7 +14,7 @@ from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db
+from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -63,6 +63,12 @@ def cmd_attach(args: argparse.Namespace) -> ExitCode:
     # The [tui] table of --config, or of ./flightdeck.toml if there is one: checked like a run's.
     tui = load_settings(args.config).tui
     db = state_db(args.state_dir)
+    if args.batch_id is not None:  # an unknown id is said as every command says it, first
+        from flightdeck.engine.attached.store import StoreReader
+
+        with StoreReader(db) as reader:
+            if reader.batch(args.batch_id) is None:
+                raise unknown_batch(args.batch_id, db)
     if not sys.stdout.isatty():
         raise UsageError(
             None, None, None, "attach needs a terminal (scripts: flightdeck logs, report, wait)"
@@ -89,13 +95,7 @@ def open_view(db: Path, batch_id: str | None) -> StoreView:
     try:
         return StoreView(db, batch_id)
     except LookupError:
-        raise UsageError(None, None, "batch_id", _no_batch(batch_id, db)) from None
-
-
-def _no_batch(batch_id: str, db: Path) -> str:
-    from flightdeck.engine.attached.store import no_batch
-
-    return no_batch(batch_id, db.parent)
+        raise unknown_batch(batch_id, db) from None
 
 
 def attach_tui(
@@ -163,7 +163,7 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
     reader = StoreReader(db)
     try:
         if reader.batch(args.batch_id) is None:
-            raise UsageError(None, None, "batch_id", _no_batch(args.batch_id, db))
+            raise unknown_batch(args.batch_id, db)
         row = reader.child(args.batch_id, args.child_id)
         if row is None:
             message = f"no child {one_line(args.child_id)!r} in batch {one_line(args.batch_id)}"

@@ -15,7 +15,7 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost
-from flightdeck.tui.usage import UsageError, state_db
+from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
@@ -29,12 +29,11 @@ WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 def batch_client(args: argparse.Namespace) -> Client:
     """The batch's client; a usage error if the state folder has no such batch."""
     from flightdeck.engine.attached.client import Client
-    from flightdeck.engine.attached.store import no_batch
 
     db = state_db(args.state_dir)
     client = Client(db, args.batch_id)
     if client.info() is None:
-        raise UsageError(None, None, "batch_id", no_batch(args.batch_id, db.parent))
+        raise unknown_batch(args.batch_id, db)
     return client
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db
+from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -31,12 +31,7 @@ def cmd_grep(args: argparse.Namespace) -> ExitCode:
     db = state_db(args.state_dir)
     with StoreReader(db) as reader:
         if reader.batch(args.batch_id) is None:
-            raise UsageError(
-                None,
-                None,
-                "batch_id",
-                f"no batch {args.batch_id} in {db.parent} (another state folder: --state-dir)",
-            )
+            raise unknown_batch(args.batch_id, db)
         rows = reader.children(args.batch_id, results=False)
     if args.child:
         by_id = {r.id: r for r in rows}

@@ -22,3 +22,11 @@ def state_db(state_dir: Path | None) -> Path:
     if not db.is_file():
         raise UsageError(db, None, None, "not a flightdeck database (not a file)")
     return db
+
+
+def unknown_batch(batch_id: str, db: Path) -> UsageError:
+    """The error of an id that names no batch of `db`'s state folder, said as every command
+    that takes a batch id says it."""
+    from flightdeck.engine.attached.store import no_batch
+
+    return UsageError(None, None, "batch_id", no_batch(batch_id, db.parent))

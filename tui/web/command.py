@@ -21,10 +21,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.sanitize import one_line, sanitize
+from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db
+from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -51,9 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> ExitCode:
     if args.batch_id is not None:
         with StoreReader(db) as reader:
             if reader.batch(args.batch_id) is None:
-                folder = sanitize(str(state_dir))
-                message = f"no batch {one_line(args.batch_id)!r} in {folder} (flightdeck ls)"
-                raise UsageError(None, None, "batch_id", message)
+                raise unknown_batch(args.batch_id, db)
     sock = bind(args.host, args.port)
     port = int(sock.getsockname()[1])
     token = Token()
