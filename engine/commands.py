@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -58,9 +58,11 @@ __all__ = [
     "Stop",
     "StopAll",
     "changed",
+    "check_known",
     "decode",
     "describe",
     "encode",
+    "no_child",
     "parse_count",
     "parse_money",
 ]
@@ -245,10 +247,20 @@ def _check_ids(ids: tuple[str, ...], ctx: Context) -> None:
     silence, and the operator wait for a command that was never going to happen."""
     if not ids:
         raise CommandError("name at least one child", "child_ids")
-    unknown = [i for i in dict.fromkeys(ids) if i not in ctx.known]
+    check_known(ids, ctx.known, ctx.batch_id)
+
+
+def check_known(ids: Iterable[str], known: Container[str], batch_id: str) -> None:
+    """CommandError (`no_child`) if one of `ids` is no child of the batch."""
+    unknown = [i for i in dict.fromkeys(ids) if i not in known]
     if unknown:
-        shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-        raise CommandError(f"no child with id {shown} in batch {ctx.batch_id}", "child_ids")
+        raise no_child(unknown, batch_id)
+
+
+def no_child(unknown: Sequence[str], batch_id: str) -> CommandError:
+    """How every command says that ids name no child of the batch."""
+    shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+    return CommandError(f"no child with id {shown} in batch {batch_id}", "child_ids")
 
 
 # --- recorded and read back -------------------------------------------------------------------

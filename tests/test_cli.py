@@ -1046,6 +1046,30 @@ def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(
         ), args
 
 
+@pytest.mark.slow
+def test_an_unknown_child_id_is_said_the_same_way_by_every_command(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # diff, merge and discard exited 1, logs, retry and grep 2, in three wordings: bad input.
+    from flightdeck.tui.cli import main
+
+    done = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert done.returncode == ExitCode.OK
+    batch_id = done.stdout.split()[1]
+    monkeypatch.chdir(project)
+    for verb, *rest in (
+        ("logs", "zz"),
+        ("grep", "x", "--child", "zz"),
+        ("retry", "zz"),
+        ("diff", "zz"),
+        ("merge", "zz", "--into", "main"),
+        ("discard", "zz"),
+    ):
+        assert main([verb, batch_id, *rest]) == ExitCode.USAGE, verb
+        said = f"flightdeck: no child with id 'zz' in batch {batch_id}\n"
+        assert capsys.readouterr() == ("", said), verb
+
+
 def _summary_snap() -> Snapshot:
     """A batch on a model route and on a command route whose CLI reports no usage."""
 

@@ -272,7 +272,7 @@ def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> Non
     code, _, err = grep_("(", "--regex")
     assert code == 2 and "not a regular expression" in err
     code, _, err = grep_("x", "--child", "nope")
-    assert code == 2 and "no child 'nope'" in err
+    assert code == 2 and "no child with id 'nope'" in err
     done = flightdeck("grep", "no-such-batch", "x", "--state-dir", state, cwd=tmp_path)
     assert done.returncode == 2 and "no batch 'no-such-batch'" in done.stderr
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import BatchStatus
-from flightdeck.engine.sanitize import one_line, sanitize
+from flightdeck.engine.sanitize import sanitize
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db, unknown_batch
+from flightdeck.tui.usage import UsageError, state_db, unknown_batch, unknown_children
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -166,8 +166,7 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
             raise unknown_batch(args.batch_id, db)
         row = reader.child(args.batch_id, args.child_id)
         if row is None:
-            message = f"no child {one_line(args.child_id)!r} in batch {one_line(args.batch_id)}"
-            raise UsageError(None, None, "child_id", message)
+            raise unknown_children((args.child_id,), args.batch_id)
         path = Path(row.transcript)
         out = sys.stdout
         try:

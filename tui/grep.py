@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db, unknown_batch
+from flightdeck.tui.usage import UsageError, state_db, unknown_batch, unknown_children
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -37,8 +37,7 @@ def cmd_grep(args: argparse.Namespace) -> ExitCode:
         by_id = {r.id: r for r in rows}
         unknown = [c for c in dict.fromkeys(args.child) if c not in by_id]
         if unknown:
-            shown = ", ".join(repr(one_line(c, 60)) for c in unknown[:5])
-            raise UsageError(None, None, "--child", f"no child {shown} in batch {args.batch_id}")
+            raise unknown_children(unknown, args.batch_id)
         rows = [by_id[c] for c in dict.fromkeys(args.child)]
     width = min(ID_WIDTH, max((len(r.id) for r in rows), default=0))
     console = console_for()

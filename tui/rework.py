@@ -14,7 +14,7 @@ from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.client import batch_client, children_said, say_error, where_filter
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError
+from flightdeck.tui.usage import UsageError, known_children
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
 
     with batch_client(args) as client:
         db = client.db
+    known_children(db, args.batch_id, (args.child_id,))
     try:
         text = sanitize(diff_of(db, args.batch_id, args.child_id, args.file))
     except CommandError as exc:
@@ -137,6 +138,7 @@ def cmd_merge(args: argparse.Namespace) -> ExitCode:
     ids = tuple(args.child_ids)
     with batch_client(args) as client:
         db = client.db
+    known_children(db, args.batch_id, ids)
     shared = overlap_of(db, args.batch_id, ids)
     if shared:
         console_for(stderr=True).print(
@@ -151,6 +153,7 @@ def cmd_discard(args: argparse.Namespace) -> ExitCode:
 
     with batch_client(args) as client:
         db = client.db
+    known_children(db, args.batch_id, args.child_ids)
     return _review(args, db, Discard(tuple(args.child_ids)))
 
 

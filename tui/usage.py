@@ -3,6 +3,7 @@ database a command names (one clear error if there is none)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from flightdeck.engine.errors import InputError
@@ -30,3 +31,24 @@ def unknown_batch(batch_id: str, db: Path) -> UsageError:
     from flightdeck.engine.attached.store import no_batch
 
     return UsageError(None, None, "batch_id", no_batch(batch_id, db.parent))
+
+
+def unknown_children(unknown: Sequence[str], batch_id: str) -> UsageError:
+    """The error of ids that name no child of the batch, said as every command that takes
+    child ids says it (the owner's check's words: engine/commands.py's `no_child`)."""
+    from flightdeck.engine.commands import no_child
+
+    return UsageError(None, None, None, no_child(unknown, batch_id).message)
+
+
+def known_children(db: Path, batch_id: str, ids: Iterable[str]) -> None:
+    """`unknown_children` raised if one of `ids` names no child of the batch."""
+    from flightdeck.engine.attached.store import StoreReader
+    from flightdeck.engine.commands import CommandError, check_known
+
+    with StoreReader(db) as reader:
+        known = reader.child_ids(batch_id)
+    try:
+        check_known(ids, known, batch_id)
+    except CommandError as exc:
+        raise UsageError(None, None, None, exc.message) from None

@@ -19,7 +19,14 @@ from pathlib import Path
 
 from flightdeck.engine.attached.client import Client, OwnerGone
 from flightdeck.engine.attached.spawn import restart_owner
-from flightdeck.engine.commands import Accept, CommandError, Context, Discard, Retry
+from flightdeck.engine.commands import (
+    Accept,
+    CommandError,
+    Context,
+    Discard,
+    Retry,
+    check_known,
+)
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import RequestRow, RequestState, with_connection
@@ -110,9 +117,9 @@ def rows_of(db: Path, batch_id: str) -> dict[str, ChildRow]:
 def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> str:
     """A child's changes as a unified diff (of one file, or all). CommandError if it has none,
     or they cannot be read any more (discarded, its worktree gone)."""
-    row = rows_of(db, batch_id).get(child_id)
-    if row is None:
-        raise CommandError(f"no child with id {child_id!r} in batch {batch_id}", "child_ids")
+    rows = rows_of(db, batch_id)
+    check_known((child_id,), rows, batch_id)
+    row = rows[child_id]
     if row.changes is None:
         raise CommandError(f"{child_id} changed no file in a workspace of its own")
     try:

@@ -135,7 +135,7 @@ def test_logs_and_attach_bad_inputs_exit_2_with_one_line(project: Path, owners: 
     batch_id = detach(project, "quick.toml", owners)
     cases = [
         (("logs", "nope", "c1"), "no batch 'nope'"),
-        (("logs", batch_id, "nope"), f"no child 'nope' in batch {batch_id}"),
+        (("logs", batch_id, "nope"), f"no child with id 'nope' in batch {batch_id}"),
         (("attach", batch_id), "attach needs a terminal"),
         (("attach", "x", "--state-dir", str(project / "elsewhere")), "no flightdeck state here"),
         # The owner's own start, by hand, on a batch that exists: its rows are never replaced.
