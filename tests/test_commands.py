@@ -28,8 +28,10 @@ from flightdeck.engine.commands import (
     Steer,
     Stop,
     StopAll,
+    changed,
     decode,
     encode,
+    parse_count,
 )
 from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Limits, RouteCaps, Usage
 
@@ -92,6 +94,32 @@ def test_one_check_whoever_sends_it(command: Command, field: str, says: str) -> 
         command.check(context())
     assert caught.value.field == field and says in str(caught.value)
     assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("field", "high", "rule"),
+    [
+        ("pool_size", 1024, "must be a whole number between 1 and 1024, got"),
+        ("max_concurrent", 1024, "must be a whole number between 1 and 1024 (or off), got"),
+        ("rpm", 10**9, "must be a whole number between 1 and 1,000,000,000 (or off), got"),
+    ],
+)
+def test_a_bad_live_count_is_said_with_its_one_rule_whatever_the_value(
+    field: str, high: int, rule: str
+) -> None:
+    # --pool -1 said "from 1 to 1,000,000,000, or off", --pool off "needs a size" and --pool
+    # 2000 "from 1 to 1024"; a route's max_concurrent took 999999999, past the config's 1024.
+    bad = ["-1", "0", "abc", "1.5", str(high + 1), "999999999999"]
+    for text in [*bad, "off"] if field == "pool_size" else bad:
+        with pytest.raises(LimitError) as typed:
+            parse_count(field, text)
+        assert str(typed.value).startswith(f"{field}: {rule} "), (text, str(typed.value))
+    assert parse_count(field, str(high)) == high  # the config's own bound
+    # As an attached client's change reaches the owner:
+    change = {"routes": {"sim": {field: high + 1}}} if field != "pool_size" else {field: high + 1}
+    with pytest.raises(LimitError) as sent:
+        changed(LIMITS, change)
+    assert str(sent.value) == f"{field}: {rule} {high + 1}"
 
 
 def test_what_the_sender_does_not_know_is_left_to_the_owner() -> None:

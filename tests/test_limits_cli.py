@@ -70,6 +70,13 @@ def test_limits_prints_changes_refuses_bad_arguments_and_survives_a_resume(
                 (["--route", "lb"], "--route"),
                 (["--soft-cost", "-1"], "--soft-cost"),
                 (["--max-concurrent", "0"], "--max-concurrent"),
+                # The config's bound (1024), which a live change was let past:
+                (
+                    ["--max-concurrent", "999999999"],
+                    "--max-concurrent: must be a whole number "
+                    "between 1 and 1024 (or off), got 999999999",
+                ),
+                (["--pool", "off"], "--pool: must be a whole number between 1 and 1024, got 'off'"),
             ):
                 assert main(["limits", batch_id, *args, *state]) == 2, args
                 err = capsys.readouterr().err

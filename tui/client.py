@@ -306,10 +306,7 @@ def _limit_change(args: argparse.Namespace, current: Limits) -> dict[str, object
 
     change: dict[str, object] = {}
     if args.pool is not None:
-        size = parse_count("pool_size", args.pool)
-        if size is None:
-            raise LimitError("pool_size", "the pool needs a size (a whole number from 1)")
-        change["pool_size"] = size
+        change["pool_size"] = parse_count("pool_size", args.pool)
     fields = {
         name: parse_count(name, text)
         for name in ("max_concurrent", "rpm", "tpm")

@@ -17,6 +17,9 @@ MIN_TOKENS_PER_S = 0.01  # the sim: one token in 100 s at most (times MAX_TIME_S
 MAX_TOKENS_PER_S = 1e12
 MAX_MONEY = Decimal(1_000_000_000)  # dollars: a budget or a price per million tokens
 MAX_COUNT = 1_000_000_000  # rpm, tpm, max_runs: counts that only ever compare
+# One worker thread per child alive. Past a few hundred threads one interpreter spends its time
+# switching between them, and a mistyped 100000 would try to start that many: refused as input.
+MAX_CONCURRENT = 1024  # the pool, and a route's max_concurrent
 MAX_TOKENS = 10_000_000  # max_tokens of one answer
 MAX_DELEGATES = 1_000  # sub-tasks one delegate call may make (each is a child)
 # The `[ray]` table's: worker actors on one node, a local cluster's object store in MB.

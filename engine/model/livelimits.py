@@ -20,9 +20,10 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.errors import CommandError
-from flightdeck.engine.inputs.bounds import MAX_COUNT, MAX_MONEY
+from flightdeck.engine.inputs.bounds import MAX_CONCURRENT, MAX_COUNT, MAX_MONEY
 from flightdeck.engine.model import Limits, RouteCaps
 from flightdeck.engine.money import fmt_usd
+from flightdeck.engine.sanitize import one_line
 
 if TYPE_CHECKING:
     from flightdeck.engine.inputs.settings import Route, Settings
@@ -45,6 +46,13 @@ __all__ = [
 
 ROUTE_FIELDS = ("max_concurrent", "rpm", "tpm")
 OFF = ("off", "none")  # what a field typed as text takes to mean "no limit"
+# The largest value of each count, the config's own (settings/load.py); the pool has no "off".
+_HIGHEST = {
+    "pool_size": MAX_CONCURRENT,
+    "max_concurrent": MAX_CONCURRENT,
+    "rpm": MAX_COUNT,
+    "tpm": MAX_COUNT,
+}
 
 
 class LimitError(CommandError):
@@ -90,13 +98,9 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         raise LimitError("limits", "nothing to change")
     out = limits
     if "pool_size" in change:
-        from flightdeck.engine.inputs.settings import MAX_CONCURRENT
-
         size = change["pool_size"]
-        if not _whole(size) or not 1 <= size <= MAX_CONCURRENT:
-            raise LimitError(
-                "pool_size", f"must be a whole number from 1 to {MAX_CONCURRENT}, got {size!r}"
-            )
+        if not _count_ok("pool_size", size):
+            raise _bad_count("pool_size", size)
         out = dataclasses.replace(out, pool_size=size)
     routes = change.get("routes", {})
     if not isinstance(routes, Mapping):
@@ -111,10 +115,8 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         for key, value in fields.items():
             if key not in ROUTE_FIELDS:
                 raise LimitError(key, "not a route limit that can be changed")
-            if value is not None and (not _whole(value) or not 1 <= value <= MAX_COUNT):
-                raise LimitError(
-                    key, f"must be a whole number from 1 to {MAX_COUNT:,}, or off; got {value!r}"
-                )
+            if value is not None and not _count_ok(key, value):
+                raise _bad_count(key, value)
         caps[name] = dataclasses.replace(caps[name], **dict(fields))
     out = dataclasses.replace(out, routes=tuple(caps.values()))
     if "soft_cost_usd" in change:
@@ -134,17 +136,33 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
 
 
 def parse_count(field: str, text: str) -> int | None:
-    """A count typed as text (a dialog field, a command-line argument): None for "off"."""
+    """A count typed as text (a dialog field, a command-line argument): None for "off" (a
+    route's limit; the pool always has a size)."""
     text = text.strip()
-    if text.lower() in OFF:
+    if text.lower() in OFF and field != "pool_size":
         return None
     try:
         value = int(text)
     except ValueError:
-        raise LimitError(field, f"expected a whole number or off, got {text!r}") from None
-    if not 1 <= value <= MAX_COUNT:
-        raise LimitError(field, f"must be from 1 to {MAX_COUNT:,}, or off; got {value}")
+        raise _bad_count(field, text) from None
+    if not _count_ok(field, value):
+        raise _bad_count(field, value)
     return value
+
+
+def _count_ok(field: str, value: object) -> bool:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    return 1 <= value <= _HIGHEST[field]
+
+
+def _bad_count(field: str, got: object) -> LimitError:
+    """A bad value of a count, whatever is wrong with it, said one way: its whole rule."""
+    high = _HIGHEST[field]
+    bound = f"{high:,}" if high == MAX_COUNT else str(high)  # as the config's checks say it
+    off = "" if field == "pool_size" else " (or off)"
+    shown = one_line(repr(got), 40)  # typed text: a terminal's, and maybe long
+    return LimitError(field, f"must be a whole number between 1 and {bound}{off}, got {shown}")
 
 
 def parse_money(field: str, text: str) -> str | None:
@@ -221,10 +239,6 @@ def with_limits(settings: Settings, limits: Limits) -> Settings:
             )
     budget = dataclasses.replace(settings.budget, soft_cost_usd=limits.soft_cost_usd)
     return dataclasses.replace(settings, routes=routes, budget=budget)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _money(value: object) -> Decimal | None:

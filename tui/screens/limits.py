@@ -118,8 +118,6 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
         limits = self.limits
         out: dict[str, Any] = {}
         pool = parse_count("pool_size", self._value("#limit-pool"))
-        if pool is None:
-            raise LimitError("pool_size", "the pool needs a size (a whole number from 1)")
         if pool != limits.pool_size:
             out["pool_size"] = pool
         routes: dict[str, dict[str, int | None]] = {}

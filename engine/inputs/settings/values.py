@@ -9,15 +9,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from flightdeck.engine.inputs.bounds import MAX_CONCURRENT as MAX_CONCURRENT
 from flightdeck.engine.inputs.tasks.values import DEFAULT_MAX_TASK_CHARS, DEFAULT_MAX_TASKS
 
 ProviderName = Literal["sim", "openai", "anthropic", "command"]
 
 DEFAULT_ROUTE = "sim"
 DEFAULT_STATE_DIR = Path(".flightdeck")
-# One worker thread per child alive. Past a few hundred threads one interpreter spends its time
-# switching between them, and a mistyped 100000 would try to start that many: refused as input.
-MAX_CONCURRENT = 1024
 CONFIG_NAME = "flightdeck.toml"
 PROVIDERS: tuple[ProviderName, ...] = ("sim", "openai", "anthropic", "command")
 API_KEY_ENV: Mapping[str, str] = MappingProxyType(
