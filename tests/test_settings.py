@@ -302,6 +302,27 @@ def test_bad_price(tmp_path: Path, price: str, field: str, message: str) -> None
     assert message in str(error_at(path, 4, dotted))
 
 
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ("routes.sim", "time_scale"),  # "must be greater than 0, got inf"
+        ("routes.sim", "latency_ms"),
+        ("routes.sim", "error_rate"),
+        ("routes.sim", "cache_gate_s"),
+        ("engine", "stall_after_s"),
+        ("budget", "max_cost_usd"),
+        ("tui", "digest_idle_s"),
+    ],
+)
+def test_a_number_that_is_not_finite_is_said_so(
+    tmp_path: Path, table: str, key: str, value: str
+) -> None:
+    path = write(tmp_path, f"[{table}]\n{key} = {value}\n")
+    said = str(error_at(path, 2, f"{table}.{key}"))
+    assert said.endswith(f": must be a finite number, got {value}"), said
+
+
 def test_max_wait_s_must_be_a_positive_number(tmp_path: Path) -> None:
     path = write(tmp_path, '[routes.r]\nprovider = "sim"\nretry = { max_wait_s = 0 }\n')
     assert "greater than 0, got 0" in str(error_at(path, 3, "routes.r.retry.max_wait_s"))

@@ -76,7 +76,9 @@ class ValueChecks:
         longest duration in seconds the code can wait."""
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise self.error(key, f"expected a number, got {kind(value)}")
-        if not math.isfinite(value) or value < low or (value == low and not zero_ok):
+        if not math.isfinite(value):  # TOML has inf and nan
+            raise self.error(key, f"must be a finite number, got {value}")
+        if value < low or (value == low and not zero_ok):
             bound = f"at least {low:g}" if low else "0 or more" if zero_ok else "greater than 0"
             raise self.error(key, f"must be {bound}, got {value}{hint}")
         if value > high:
