@@ -409,6 +409,17 @@ def test_every_argument_error_is_one_line_and_exit_2(
     assert result.stdout == ""
 
 
+def test_headless_and_detach_are_alternatives(project: Path) -> None:
+    # Both were taken, and the batch detached: the synopsis shows [--headless | --detach].
+    result = flightdeck("run", "tasks.jsonl", "--headless", "--detach", cwd=project)
+    assert result.returncode == ExitCode.USAGE
+    assert result.stderr == (
+        "flightdeck: argument --detach: not allowed with argument --headless "
+        "(see `flightdeck run --help`)\n"
+    )
+    assert result.stdout == "" and not (project / ".flightdeck").exists()  # nothing started
+
+
 @pytest.mark.slow
 def test_max_concurrent_auto_overrides_the_configs_number(project: Path) -> None:
     from flightdeck.engine.control.pool import auto_pool_size

@@ -79,8 +79,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=("threads", "ray"),
         help="where children's work runs: threads here, or a Ray cluster (overrides the config)",
     )
-    run.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
-    run.add_argument(
+    mode = run.add_mutually_exclusive_group()  # the synopsis's [--headless | --detach]
+    mode.add_argument("--headless", action="store_true", help="no TUI: print a line per child")
+    mode.add_argument(
         "--detach",
         action="store_true",
         help="start the batch's owner in the background, print the batch id, return",
