@@ -337,6 +337,23 @@ def test_negative_timeout(tmp_path: Path) -> None:
     assert "positive" in str(error_at(path, 3, "timeout_s"))
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        ("b.toml", '[[tasks]]\ngoal = "a"\ntimeout_s = inf\n', 3),
+        ("b.toml", '[[tasks]]\ngoal = "a"\ntimeout_s = nan\n', 3),
+        ("b.jsonl", '{"goal": "a", "timeout_s": Infinity}\n', 1),
+        ("b.yaml", "tasks:\n  - goal: a\n    timeout_s: .inf\n", 3),
+    ],
+)
+def test_a_timeout_that_is_not_finite_is_said_so(
+    tmp_path: Path, name: str, text: str, line: int
+) -> None:
+    # inf was refused as "must be a positive number of seconds": the wrong reason.
+    message = str(error_at(write(tmp_path, name, text), line, "timeout_s"))
+    assert "must be a finite number" in message and "positive" not in message
+
+
 @pytest.mark.parametrize("bad", ["a b", "../etc", "-lead", "x" * 65, "é"])
 def test_bad_id_characters(tmp_path: Path, bad: str) -> None:
     path = write(tmp_path, "b.jsonl", '{"goal": "ok"}\n' + json.dumps({"id": bad, "goal": "a"}))

@@ -28,7 +28,9 @@ def check_field(name: object, value: object) -> str | None:
     elif name == "timeout_s":
         if not isinstance(value, int | float) or isinstance(value, bool):
             return expected("a number of seconds", value)
-        if not (math.isfinite(value) and value > 0):
+        if not math.isfinite(value):  # JSON, TOML and YAML all have inf and nan
+            return f"must be a finite number, got {value}"
+        if value <= 0:
             return f"must be a positive number of seconds, got {value}"
         if value > MAX_SECONDS:
             return f"must be at most {MAX_SECONDS:,.0f} seconds, got {value:g}"
