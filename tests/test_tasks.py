@@ -256,6 +256,16 @@ def test_locator_ignores_headers_inside_multiline_strings() -> None:
     assert locator.line("tasks", 1, "missing") == 7
 
 
+@pytest.mark.parametrize(
+    "broken",
+    ["a = [1, 2", 'a = "open', "a = {b = ", "[[tasks", "a = ]", 'k."\\q" = 1', "a = 1 = 2"],
+)
+def test_locator_stops_at_text_that_is_not_toml(broken: str) -> None:
+    # It runs before tomllib on a task file (to count tasks): it must end, and raise nothing.
+    locator = TomlLocator('x = 1\n[t]\ny = "a]"\n' + broken)
+    assert (locator.line("x"), locator.line("t", "y")) == (1, 3)
+
+
 # --- one precise error per malformed input ----------------------------------------------------
 
 

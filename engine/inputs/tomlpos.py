@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tomllib
+from collections.abc import Callable
 
 Key = tuple[str | int, ...]  # ("tasks", 2, "goal"): table keys and array indexes
 
 _AT_LINE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _AT_END = " (at end of document)"
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
-_SCALAR_END = frozenset(",]}\n#")
+_SCALAR = re.compile(r"[^,\]}\n#]+")
+_BLANK = re.compile(r"(?:[ \t\r]+|#[^\n]*)*")
+_BLANK_LINES = re.compile(r"(?:[ \t\r\n]+|#[^\n]*)*")
+# A string's body, up to its closing delimiter (escapes skipped in basic strings): one match,
+# not a step per character, so a file of long strings is located at the speed of reading it.
+_BODY = {
+    '"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.S),
+    "'": re.compile(r"[^']*"),
+    '"""': re.compile(r'[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*', re.S),
+    "'''": re.compile(r"[^']*(?:'(?!'')[^']*)*"),
+}
 
 
 def decode_error(exc: tomllib.TOMLDecodeError, text: str) -> tuple[int | None, str]:
@@ -49,16 +61,25 @@ def deep_line(text: str, depth: int = 100) -> int | None:
     return None
 
 
-class TomlLocator:
-    """Maps key paths of an already-valid TOML document to the line that defines them."""
+class _Unreadable(Exception):
+    """The text is not TOML here: tomllib says what is wrong."""
 
-    def __init__(self, text: str) -> None:
+
+class TomlLocator:
+    """Maps key paths of a TOML document to the line that defines them. `found`, if given, is
+    told each key path as it is first located, with its line: raising there stops the scan,
+    which is how a task file of too many tasks is refused before tomllib builds it."""
+
+    def __init__(self, text: str, found: Callable[[Key, int], None] | None = None) -> None:
         self._s = text
         self._i = 0
         self._line = 1
         self._lines: dict[Key, int] = {}
         self._aot: dict[Key, int] = {}  # array-of-tables path -> index of its current entry
-        self._scan()
+        self._found = found
+        # Located up to there: a document tomllib accepts is always read to its end.
+        with contextlib.suppress(_Unreadable):
+            self._scan()
 
     def line(self, *key: str | int) -> int | None:
         """The line of `key`, else of its nearest located parent (None: nowhere, e.g. empty)."""
@@ -68,7 +89,7 @@ class TomlLocator:
                 return found
         return None
 
-    # --- scanner: assumes tomllib accepted the text, so it only needs to find structure ---
+    # --- scanner: finds structure only, and stops at what is not TOML (_Unreadable) ---
 
     def _peek(self, n: int = 1) -> str:
         return self._s[self._i : self._i + n]
@@ -77,19 +98,24 @@ class TomlLocator:
         self._line += self._s.count("\n", self._i, self._i + n)
         self._i += n
 
+    def _skip(self, pattern: re.Pattern[str]) -> None:
+        match = pattern.match(self._s, self._i)
+        if match is not None:
+            self._advance(match.end() - self._i)
+
     def _skip_blank(self, newlines: bool) -> None:
-        while self._i < len(self._s):
-            c = self._s[self._i]
-            if c == "#":
-                end = self._s.find("\n", self._i)
-                self._advance((len(self._s) if end < 0 else end) - self._i)
-            elif c in " \t\r" or (newlines and c == "\n"):
-                self._advance()
-            else:
-                return
+        self._skip(_BLANK_LINES if newlines else _BLANK)
+
+    def _expect(self, token: str) -> None:
+        if not self._s.startswith(token, self._i):
+            raise _Unreadable
+        self._advance(len(token))
 
     def _record(self, key: Key) -> None:
-        self._lines.setdefault(key, self._line)
+        if key not in self._lines:
+            self._lines[key] = self._line
+            if self._found is not None:
+                self._found(key, self._line)
 
     def _scan(self) -> None:
         table: Key = ()
@@ -100,7 +126,7 @@ class TomlLocator:
             if self._peek(2) == "[[":
                 self._advance(2)
                 parts = self._key()
-                self._advance(2)
+                self._expect("]]")
                 parent = self._resolve(parts[:-1])
                 table = (*parent, parts[-1])
                 index = self._aot.get(table, -1) + 1
@@ -111,7 +137,7 @@ class TomlLocator:
             elif self._peek() == "[":
                 self._advance()
                 parts = self._key()
-                self._advance()
+                self._expect("]")
                 table = self._resolve(parts)
                 self._record(table)
             else:
@@ -134,7 +160,7 @@ class TomlLocator:
             key = (*key, part)
             self._record(key)
         self._skip_blank(newlines=False)
-        self._advance()  # "="
+        self._expect("=")
         self._skip_blank(newlines=False)
         self._value(key)
 
@@ -143,14 +169,15 @@ class TomlLocator:
         while True:
             self._skip_blank(newlines=False)
             c = self._peek()
-            if c in "\"'":
+            if c in ('"', "'"):
                 start = self._i + 1
                 self._string()
                 raw = self._s[start : self._i - 1]
                 parts.append(raw if c == "'" else _unescape(raw))
             else:
                 m = _BARE.match(self._s, self._i)
-                assert m is not None, "tomllib accepted the document"
+                if m is None:
+                    raise _Unreadable
                 parts.append(m.group())
                 self._advance(m.end() - self._i)
             self._skip_blank(newlines=False)
@@ -160,7 +187,7 @@ class TomlLocator:
 
     def _value(self, key: Key) -> None:
         c = self._peek()
-        if c in "\"'":
+        if c in ('"', "'"):
             self._string()
         elif c == "[":
             self._advance()
@@ -188,30 +215,28 @@ class TomlLocator:
                     continue
                 self._pair(key)
         else:
-            while self._i < len(self._s) and self._s[self._i] not in _SCALAR_END:
-                self._i += 1
+            m = _SCALAR.match(self._s, self._i)
+            if m is None:  # at the end of the text, or at a `]` or `,` where a value goes
+                raise _Unreadable
+            self._advance(m.end() - self._i)
 
     def _string(self) -> None:
         quote = self._peek()
-        triple = self._peek(3) == quote * 3
-        delim = quote * 3 if triple else quote
+        delim = quote * 3 if self._peek(3) == quote * 3 else quote
         self._advance(len(delim))
-        while self._i < len(self._s):
-            if quote == '"' and self._s[self._i] == "\\":
-                self._advance(2)
-            elif self._s.startswith(delim, self._i):
-                self._advance(len(delim))
-                # A multi-line string may end with up to two extra quotes: """a"""""
-                while triple and self._peek() == quote:
-                    self._advance()
-                return
-            else:
-                self._advance()
+        self._skip(_BODY[delim])
+        self._expect(delim)
+        # A multi-line string may end with up to two extra quotes: """a"""""
+        while len(delim) == 3 and self._peek() == quote:
+            self._advance()
 
 
 def _unescape(raw: str) -> str:
     """Decode a basic-string key the way tomllib does (keys with escapes are rare)."""
-    value = tomllib.loads(f'k = "{raw}"')["k"]
+    try:
+        value = tomllib.loads(f'k = "{raw}"')["k"]
+    except tomllib.TOMLDecodeError:
+        raise _Unreadable from None
     assert isinstance(value, str)
     return value
 
