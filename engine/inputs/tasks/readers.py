@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.messages import kind
-from flightdeck.engine.inputs.tasks.count import check_toml, check_yaml
+from flightdeck.engine.inputs.tasks.count import SCAN_FROM_BYTES, TomlCount, check_yaml
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -122,14 +122,16 @@ def _fixed(line: int) -> Locate:
 
 def parse_toml(path: Path, text: str, max_tasks: int) -> tuple[object, Locate]:
     """The parsed TOML document and a locator for its keys; SpecError before it is parsed if
-    it has more than `max_tasks` tasks entries."""
-    check_toml(path, text, max_tasks)
+    it has more than `max_tasks` tasks."""
+    # Located first: a large file's tasks are counted as their keys are found, so a file of a
+    # million is refused without tomllib building it.
+    count = TomlCount(path, max_tasks) if len(text) >= SCAN_FROM_BYTES else None
+    locator = TomlLocator(text, count)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line, message = decode_error(exc, text)
         raise SpecError(path, line, None, f"invalid TOML: {message}") from None
-    locator = TomlLocator(text)
     return data, lambda key: locator.line(*key)
 
 
