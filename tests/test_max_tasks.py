@@ -164,6 +164,10 @@ def test_a_tricky_toml_file_within_the_limit_is_counted_right(
     # Header lines inside a multi-line string are no tasks.
     path.write_text('[[tasks]]\ngoal = "a"\ncontext = """\n' + "[[tasks]]\n" * 9 + '"""\n' + PAD)
     assert len(load_batch(path, max_tasks=5).tasks) == 1
+    # Stray commas are no items: the file is not TOML, and is told so.
+    path.write_text('[[tasks]]\ngoal = "x {item}"\nfor_each = [' + "," * 9 + "1]\n" + PAD)
+    with pytest.raises(SpecError, match="invalid TOML"):
+        load_batch(path, max_tasks=5)
 
 
 def test_max_tasks_is_a_setting_with_bounds_named_at_its_line(tmp_path: Path) -> None:

@@ -258,7 +258,17 @@ def test_locator_ignores_headers_inside_multiline_strings() -> None:
 
 @pytest.mark.parametrize(
     "broken",
-    ["a = [1, 2", 'a = "open', "a = {b = ", "[[tasks", "a = ]", 'k."\\q" = 1', "a = 1 = 2"],
+    [
+        "a = [1, 2",
+        'a = "open',
+        "a = {b = ",
+        "[[tasks",
+        "a = ]",
+        'k."\\q" = 1',
+        "a = 1 = 2",
+        "a = [,,1]",
+        "a = 1 b = 2",
+    ],
 )
 def test_locator_stops_at_text_that_is_not_toml(broken: str) -> None:
     # It runs before tomllib on a task file (to count tasks): it must end, and raise nothing.

@@ -142,6 +142,9 @@ class TomlLocator:
                 self._record(table)
             else:
                 self._pair(table)
+            self._skip_blank(newlines=False)
+            if self._i < len(self._s):
+                self._expect("\n")  # one header or key = value a line
 
     def _resolve(self, parts: list[str]) -> Key:
         # A header like [tasks.extra] after [[tasks]] refers to the latest tasks entry.
@@ -190,30 +193,33 @@ class TomlLocator:
         if c in ('"', "'"):
             self._string()
         elif c == "[":
+            # One comma after each value, no other: a stray one would be an item counted.
             self._advance()
             index = 0
             while True:
                 self._skip_blank(newlines=True)
                 if self._peek() == "]":
-                    self._advance()
-                    return
-                if self._peek() == ",":
-                    self._advance()
-                    index += 1
-                    continue
+                    break
                 self._record((*key, index))
                 self._value((*key, index))
+                self._skip_blank(newlines=True)
+                if self._peek() != ",":
+                    break
+                self._advance()
+                index += 1
+            self._expect("]")
         elif c == "{":
             self._advance()
             while True:
                 self._skip_blank(newlines=False)
                 if self._peek() == "}":
-                    self._advance()
-                    return
-                if self._peek() == ",":
-                    self._advance()
-                    continue
+                    break
                 self._pair(key)
+                self._skip_blank(newlines=False)
+                if self._peek() != ",":
+                    break
+                self._advance()
+            self._expect("}")
         else:
             m = _SCALAR.match(self._s, self._i)
             if m is None:  # at the end of the text, or at a `]` or `,` where a value goes
