@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flightdeck.engine.errors import CommandError
+from flightdeck.engine.errors import CommandError, check_known
 from flightdeck.engine.inputs.messages import expected, kind
 from flightdeck.engine.inputs.text import too_long, unicode_problem
 from flightdeck.engine.model import ChildRow, ChildStatus, Limits
@@ -58,11 +58,9 @@ __all__ = [
     "Stop",
     "StopAll",
     "changed",
-    "check_known",
     "decode",
     "describe",
     "encode",
-    "no_child",
     "parse_count",
     "parse_money",
 ]
@@ -248,19 +246,6 @@ def _check_ids(ids: tuple[str, ...], ctx: Context) -> None:
     if not ids:
         raise CommandError("name at least one child", "child_ids")
     check_known(ids, ctx.known, ctx.batch_id)
-
-
-def check_known(ids: Iterable[str], known: Container[str], batch_id: str) -> None:
-    """CommandError (`no_child`) if one of `ids` is no child of the batch."""
-    unknown = [i for i in dict.fromkeys(ids) if i not in known]
-    if unknown:
-        raise no_child(unknown, batch_id)
-
-
-def no_child(unknown: Sequence[str], batch_id: str) -> CommandError:
-    """How every command says that ids name no child of the batch."""
-    shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-    return CommandError(f"no child with id {shown} in batch {batch_id}", "child_ids")
 
 
 # --- recorded and read back -------------------------------------------------------------------

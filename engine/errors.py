@@ -23,6 +23,7 @@ StoreVersionError (a StoreError).
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 
 
@@ -126,6 +127,19 @@ class CommandError(FlightdeckError, ValueError):
         self.message = message
 
 
+def check_known(ids: Iterable[str], known: Container[str], batch_id: str) -> None:
+    """CommandError (`no_child`) if one of `ids` is no child of the batch."""
+    unknown = [i for i in dict.fromkeys(ids) if i not in known]
+    if unknown:
+        raise no_child(unknown, batch_id)
+
+
+def no_child(unknown: Sequence[str], batch_id: str) -> CommandError:
+    """How every command says that ids name no child of the batch."""
+    shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+    return CommandError(f"no child with id {shown} in batch {batch_id}", "child_ids")
+
+
 __all__ = [
     "BrokenStream",
     "CommandError",
@@ -140,4 +154,6 @@ __all__ = [
     "StoreError",
     "ToolError",
     "TransientError",
+    "check_known",
+    "no_child",
 ]

@@ -35,8 +35,8 @@ def unknown_batch(batch_id: str, db: Path) -> UsageError:
 
 def unknown_children(unknown: Sequence[str], batch_id: str) -> UsageError:
     """The error of ids that name no child of the batch, said as every command that takes
-    child ids says it (the owner's check's words: engine/commands.py's `no_child`)."""
-    from flightdeck.engine.commands import no_child
+    child ids says it (the owner's check's words: engine/errors.py's `no_child`)."""
+    from flightdeck.engine.errors import no_child
 
     return UsageError(None, None, None, no_child(unknown, batch_id).message)
 
@@ -44,7 +44,7 @@ def unknown_children(unknown: Sequence[str], batch_id: str) -> UsageError:
 def known_children(db: Path, batch_id: str, ids: Iterable[str]) -> None:
     """`unknown_children` raised if one of `ids` names no child of the batch."""
     from flightdeck.engine.attached.store import StoreReader
-    from flightdeck.engine.commands import CommandError, check_known
+    from flightdeck.engine.errors import CommandError, check_known
 
     with StoreReader(db) as reader:
         known = reader.child_ids(batch_id)

@@ -19,14 +19,8 @@ from pathlib import Path
 
 from flightdeck.engine.attached.client import Client, OwnerGone
 from flightdeck.engine.attached.spawn import restart_owner
-from flightdeck.engine.commands import (
-    Accept,
-    CommandError,
-    Context,
-    Discard,
-    Retry,
-    check_known,
-)
+from flightdeck.engine.commands import Accept, CommandError, Context, Discard, Retry
+from flightdeck.engine.errors import check_known
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import RequestRow, RequestState, with_connection
