@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db, unknown_batch, unknown_children
+from flightdeck.tui.usage import UsageError, check_children, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -35,9 +35,7 @@ def cmd_grep(args: argparse.Namespace) -> ExitCode:
         rows = reader.children(args.batch_id, results=False)
     if args.child:
         by_id = {r.id: r for r in rows}
-        unknown = [c for c in dict.fromkeys(args.child) if c not in by_id]
-        if unknown:
-            raise unknown_children(unknown, args.batch_id)
+        check_children(args.child, by_id, args.batch_id)
         rows = [by_id[c] for c in dict.fromkeys(args.child)]
     width = min(ID_WIDTH, max((len(r.id) for r in rows), default=0))
     console = console_for()

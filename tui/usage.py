@@ -3,7 +3,7 @@ database a command names (one clear error if there is none)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 
 from flightdeck.engine.errors import InputError
@@ -42,12 +42,18 @@ def unknown_children(unknown: Sequence[str], batch_id: str) -> UsageError:
 
 
 def known_children(db: Path, batch_id: str, ids: Iterable[str]) -> None:
-    """`unknown_children` raised if one of `ids` names no child of the batch."""
+    """A usage error if one of `ids` names no child of the batch in `db`."""
     from flightdeck.engine.attached.store import StoreReader
-    from flightdeck.engine.errors import CommandError, check_known
 
     with StoreReader(db) as reader:
-        known = reader.child_ids(batch_id)
+        check_children(ids, reader.child_ids(batch_id), batch_id)
+
+
+def check_children(ids: Iterable[str], known: Container[str], batch_id: str) -> None:
+    """A usage error, in the owner's words (engine/errors.py's `check_known`), if one of `ids`
+    is not in `known`."""
+    from flightdeck.engine.errors import CommandError, check_known
+
     try:
         check_known(ids, known, batch_id)
     except CommandError as exc:
