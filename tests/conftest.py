@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import os
@@ -10,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import textual.app
+import textual.pilot
 from flightdeck.engine.agents import tree
+from textual._wait import SLEEP_GRANULARITY
 
 from helpers import Hold
 from loopback import KEY_ENV, Loopback
@@ -18,6 +22,24 @@ from loopback import KEY_ENV, Loopback
 # The real agent CLIs (tests/agents/) run only from `make test-agents`, which installs them and
 # names their folder: `make test` needs no npm and no network.
 collect_ignore = [] if os.environ.get("FLIGHTDECK_AGENTS_BIN") else ["agents"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked slow first: xdist hands tests out in this order, so a 30 s test
+    collected last no longer runs alone on one worker after the others have finished."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+async def _settled(min_sleep: float = SLEEP_GRANULARITY, max_sleep: float = 1.0) -> None:
+    """Textual's pilot waits, after each key, until this *process* looks idle (its CPU time
+    still for 20 ms), for up to 1 s. With an engine running in the process it seldom is, so a
+    typed word took seconds. What it waits on an idle process instead: one 20 ms sleep. The
+    tests wait on the conditions they check (tui_support.until), not on this."""
+    await asyncio.sleep(max(min_sleep, SLEEP_GRANULARITY))
+
+
+textual.app.wait_for_idle = _settled  # type: ignore[attr-defined]
+textual.pilot.wait_for_idle = _settled  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
