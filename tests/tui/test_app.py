@@ -125,7 +125,8 @@ async def test_selecting_a_child_tails_its_transcript(
         await until(pilot, lambda: transcript.child_id == chosen, "transcript switched")
         # The batch folder's watcher follows the new file: no thread started per row change.
         assert transcript._waker is watcher and transcript.path is not None
-        assert watcher.names == {transcript.path.name}
+        path = transcript.path
+        await until(pilot, lambda: watcher.names == {path.name}, "the new file watched")
         await until(
             pilot,
             lambda: any("user" in line and goal in line for line in transcript.lines),
