@@ -508,14 +508,18 @@ def test_an_unconfigured_route_is_paced_to_the_servers_bucket_and_no_child_fails
 ) -> None:
     """The issue's scenario, small: no rpm configured, a server whose bucket holds 20 requests
     and refills 20 a second (stating 1200/min), Retry-After on its 429s; 60 children on 16
-    slots, with 4 attempts each. Throttled is not failed, and learned pacing keeps 429s few."""
+    slots, with 4 attempts each. Throttled is not failed, and the route paces to the limit
+    learned. How few 429s that pacing draws depends on the machine keeping time, so it is a
+    figure of the rate-limit benchmark (bench_ratelimit.py: at most 5 %), not asserted here:
+    on an idle machine 1 to 4 of 60, with both cores busy up to 9."""
     limit = BucketLimit(20, dialect="openai", scale=60)
     with Loopback(limit) as server:
         route = route_for(server, "openai")  # retry: 4 attempts, no rpm, no tpm
         engine = start(batch(60, route="openai"), settings(route, pool=16), tmp_path, env={})
         snap = run_to_end(engine, 60)
     assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 60
-    assert limit.limited <= 0.1 * (limit.ok + limit.limited), (limit.ok, limit.limited)
+    assert limit.limited > 0  # the server did push back, and no child failed for it
+    assert [r.rpm for r in snap.routes] == [RouteLimit(20 * 60, "learned")]
 
 
 def test_reservations_shrink_to_what_settled_calls_used() -> None:
