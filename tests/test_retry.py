@@ -64,8 +64,10 @@ def test_a_stopped_sim_child_runs_again_fresh_in_the_batch_it_reopens(
         first = _stopped_mid_run(engine, hold)
         assert first.status is ChildStatus.STOPPED and engine.status is BatchStatus.STOPPED
         assert first.usage.total > 0 and first.cost_usd
+        hold.hold()  # the new attempt's calls wait: it cannot end before it is seen running
         engine.retry(["t0000"])  # returns once queued: the ended batch runs again
         assert engine.status is BatchStatus.RUNNING
+        hold.release()
         snap = run_to_end(engine, 10)
     finally:
         engine.close()
