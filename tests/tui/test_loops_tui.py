@@ -122,8 +122,15 @@ async def test_attached_a_looping_child_shows_its_evidence_and_n_steers_it(
                 ),
                 "the canned steer delivered by the owner",
             )
-            log = Path(view.snapshot().children[0].transcript).read_text()
-            assert f"operator  │ steer (at next turn): {message}" in log
+            # The transcript writer is a process of its own: on a loaded machine it writes the
+            # line (and makes the file) a moment after the store says the steer went in.
+            path = Path(view.snapshot().children[0].transcript)
+            line = f"operator  │ steer (at next turn): {message}"
+            await until(
+                pilot,
+                lambda: path.exists() and line in path.read_text(),
+                "the steer in the transcript",
+            )
         # The same query from the command line: the looping child, and it is stopped.
         stop = flightdeck(
             "stop",
