@@ -518,7 +518,8 @@ def test_an_unconfigured_route_is_paced_to_the_servers_bucket_and_no_child_fails
         engine = start(batch(60, route="openai"), settings(route, pool=16), tmp_path, env={})
         snap = run_to_end(engine, 60)
     assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 60
-    assert limit.limited > 0  # the server did push back, and no child failed for it
+    # Most runs draw a few 429s (each retried, none failing a child); a machine too busy to
+    # outrun the bucket draws none, so their number is not asserted either way.
     assert [r.rpm for r in snap.routes] == [RouteLimit(20 * 60, "learned")]
 
 
