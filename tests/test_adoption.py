@@ -167,8 +167,8 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
         stopped = stop.communicate(timeout=30)
         assert stop.returncode == 0, stopped
         until(
-            lambda: "sent to its input: also the docs" in transcript(folder, batch_id, "keep"),
-            what="the steer written",
+            lambda: "queued by the CLI: also the docs" in transcript(folder, batch_id, "keep"),
+            what="the steer read by the CLI",
         )
         gate.touch()
         steered = steer.communicate(timeout=30)

@@ -447,7 +447,7 @@ def test_a_steer_mid_turn_goes_into_the_running_turn_and_the_child_still_ends(
     until(lambda: written(engine, "tool-call │ Bash"), timeout=60)
     assert row_of(engine).steerable
     engine.steer(["t0"], "also check the docs")
-    until(lambda: written(engine, "sent to its input: also check the docs"), timeout=60)
+    until(lambda: written(engine, "queued by the CLI: also check the docs"), timeout=60)
     gate.touch()
     row = run_to_end(engine, timeout=10).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error

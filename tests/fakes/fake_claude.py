@@ -58,6 +58,7 @@ session = args.resume or "sess-0001"
 state = {"cost": 0.0, "message": 0, "tool": 0}
 MAIN, SIDE = 0.0123, 0.0004  # each turn's cost: the main model's calls and a side call
 inbox: "queue.Queue[dict | None]" = queue.Queue()
+reading = threading.Lock()
 
 
 def emit(event):
@@ -73,10 +74,20 @@ def read_stdin():
     for line in sys.stdin:
         if line.strip():
             event = json.loads(line)
-            if event.get("type") == "user":
-                lifecycle(event.get("uuid"), "queued")
-            inbox.put(event)
+            # Queued means a turn can take it now, and it is said before any turn does: a
+            # test that waits for "queued" knows the running turn's next poll folds it in.
+            with reading:
+                inbox.put(event)
+                if event.get("type") == "user":
+                    lifecycle(event.get("uuid"), "queued")
     inbox.put(None)
+
+
+def take(block):
+    """The next message on stdin (None: input ended), once its `queued` is out."""
+    event = inbox.get(block)
+    with reading:
+        return event
 
 
 def usage(out_tokens):
@@ -110,7 +121,7 @@ class Turn:
         """Messages that arrived while it runs: folded in, or an interrupt."""
         while True:
             try:
-                event = inbox.get_nowait()
+                event = take(block=False)
             except queue.Empty:
                 return
             if event is None:
@@ -260,7 +271,7 @@ if args.input_format == "stream-json":
     threading.Thread(target=read_stdin, daemon=True).start()
     while args.fake_hold and not os.path.exists(args.fake_hold):
         time.sleep(0.02)
-    while (event := inbox.get()) is not None:
+    while (event := take(block=True)) is not None:
         if event.get("type") != "user":
             continue
         if args.replay_user_messages:

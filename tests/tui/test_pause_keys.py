@@ -70,8 +70,10 @@ async def test_p_pauses_a_child_frees_its_slot_and_p_again_continues_it(
         assert str(app.screen.query(Label).first().render()) == "Continue 1 child?"
         await pilot.press("y")
         await until(pilot, lambda: status_of(engine, "c1") is ChildStatus.RUNNING, "continued")
-    text = Path(engine.snapshot().child("c1").transcript).read_text()  # type: ignore[union-attr]
-    assert "pause requested" in text and "continue requested" in text
+        # The writer process appends the lines a moment after the engine records them.
+        path = Path(engine.snapshot().child("c1").transcript)  # type: ignore[union-attr]
+        await until(pilot, lambda: "continue requested" in path.read_text(), "the transcript")
+    assert "pause requested" in path.read_text()
 
 
 async def test_p_over_a_filter_pauses_every_child_it_keeps_with_one_summary(
