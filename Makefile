@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-agents test-tmux test-web check fmt lint types imports wheel-test bench screenshots clean
+.PHONY: demo test test-bench test-agents test-tmux test-web check fmt lint types imports wheel-test bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,10 +25,17 @@ demo: $(STAMP)
 TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m compileall -q engine tui
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not bench"
 
-# The real-terminal tests alone (both are part of `make test` too): `flightdeck attach` in tmux
-# following a bursty transcript for 30 s, and the tmux key benchmark at tiny sizes.
+# Every benchmark at tiny sizes, and the table `make bench` prints (tests/test_bench_smoke.py):
+# that they still run and report, not how fast. Part of `make check` and of CI; not of `make
+# test`, which tests flightdeck itself (about 80 s of CPU that says nothing about the product).
+test-bench: $(STAMP)
+	$(PY) -m compileall -q engine tui
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m bench
+
+# The real-terminal tests alone: `flightdeck attach` in tmux following a bursty transcript for
+# 30 s (part of `make test`), and the tmux key benchmark at tiny sizes (of `make test-bench`).
 test-tmux: $(STAMP)
 	$(PY) -m pytest -q tests/tui/test_tmux_attach.py tests/test_bench_smoke.py -k tmux
 
@@ -79,7 +86,7 @@ imports: $(STAMP)
 wheel-test: $(STAMP)
 	PYTHON=$(PY) scripts/wheel_check.sh
 
-check: lint types imports test
+check: lint types imports test test-bench
 
 bench: $(STAMP)
 	$(PY) tests/bench/run.py $(BENCH)

@@ -25,7 +25,7 @@ from rich.console import Console
 BENCH = Path(__file__).parent / "bench" / "bench_engine.py"
 # A benchmark is a process of its own, started at tiny sizes; on a loaded machine one can take
 # minutes. run_bench's own timeout (280 s) comes first and shows what it had printed.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.bench]  # `make test-bench`
 
 # Results as the benchmarks emit them (trimmed to the keys the summary reads), one of each kind.
 RECORDED: list[dict[str, Any]] = [
