@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,14 +49,14 @@ def no_flightdeck_home(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def no_subreaper() -> Iterator[None]:
-    """An engine running command children in this process makes it their subreaper, for good.
-    A later test's orphans then came here, where nothing reaps them, instead of to init: a Ray
-    cluster whose owner was killed lived on (its workers saw their raylet's zombie alive)."""
+    """An engine makes this process the subreaper of its command children until its batch
+    closes (agents/tree.py). A test that leaves one open would keep it so, and a later test's
+    orphans would come here, where nothing reaps them, instead of to init: a Ray cluster whose
+    owner was killed lived on (its workers saw their raylet's zombie alive)."""
     yield
-    if tree._subreaper:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(tree._PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-        tree._subreaper = None  # the next engine makes this process a subreaper again
+    reaper = tree._subreaper
+    while reaper._made:  # a batch left open: released as its close would
+        reaper.closed()
 
 
 @pytest.fixture

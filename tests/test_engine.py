@@ -823,6 +823,52 @@ def test_a_program_that_never_calls_close_still_exits_with_its_children_settled(
     assert not any(status.live for status in statuses), statuses  # none left running or queued
 
 
+SUBREAPER_AFTER_CLOSE = """
+import ctypes, ctypes.util, sys
+from pathlib import Path
+from types import MappingProxyType
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import CommandSpec, EngineSettings, Route, Settings
+from flightdeck.engine.inputs.tasks import Batch, Task
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+def subreaper():
+    now = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(now), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    return now.value
+if sys.argv[2] == "own":
+    libc.prctl(36, 1, 0, 0, 0)  # the program is a subreaper of its own choosing
+route = Route(name="cmd", provider="command", model="cmd", command=CommandSpec(argv=("true",)))
+s = Settings(engine=EngineSettings(max_concurrent=1), routes=MappingProxyType({"cmd": route}))
+for n in range(2):  # a second engine in the same process makes it a subreaper again
+    engine = Engine(Batch("b", (Task(id="c", goal="g", seq=0, route="cmd"),)), s, state_dir=Path(sys.argv[1]))
+    engine.start()
+    assert engine.wait(60)
+    during = subreaper()
+    engine.close()
+    print(during, subreaper())
+"""
+
+
+@pytest.mark.parametrize(("program", "after"), [("plain", 0), ("own", 1)])
+def test_a_closed_engine_leaves_its_program_a_subreaper_only_if_it_was_one(
+    tmp_path: Path, program: str, after: int
+) -> None:
+    """A command child's orphans come to the engine's process while its batch runs; once the
+    engine is closed, a program that embeds it must not go on collecting every orphan of what
+    it runs later (each one a zombie it never reaps)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", SUBREAPER_AFTER_CLOSE, str(tmp_path), program],
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == [f"1 {after}", f"1 {after}"]
+
+
 def test_subscribers_get_every_event_until_they_unsubscribe(tmp_path: Path) -> None:
     seen: list[object] = []
     dropped: list[object] = []

@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import threading
 from collections.abc import Iterable, Iterator
 
 from flightdeck.engine.records.liveness import Pid, alive, identify, stat_of
@@ -23,7 +24,6 @@ from flightdeck.engine.records.liveness import Pid, alive, identify, stat_of
 __all__ = ["TAG_ENV", "Pid", "alive", "children", "descendants", "identify", "orphans"]
 
 TAG_ENV = "FLIGHTDECK_CHILD"  # "<batch id>/<child id>" (on a Ray worker "...@<its guard pid>")
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 def children(pid: int) -> list[int]:
@@ -113,15 +113,60 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-_subreaper: bool | None = None
+class _Subreaper:
+    """Whether this process is the subreaper of what its batches start. It becomes one at a
+    command child's first spawn and stops being one when its last open batch closes, unless it
+    was one before: a program that embeds an `Engine` gets its own process back as it was
+    (otherwise every orphan of anything it runs later would become its child and, unreaped,
+    a zombie)."""
+
+    _SET, _GET = 36, 37  # PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches = 0
+        self._made: bool | None = None  # None: not tried since the last release
+        self._was = False  # it was a subreaper before (the program's own choice)
+
+    def _prctl(self, option: int, arg: object) -> bool:
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+            return bool(libc.prctl(option, arg, 0, 0, 0) == 0)
+        return False
+
+    def become(self) -> bool:
+        with self._lock:
+            if self._made is None:
+                now = ctypes.c_int(0)
+                self._was = self._prctl(self._GET, ctypes.byref(now)) and now.value != 0
+                self._made = not self._was and self._prctl(self._SET, 1)
+            return self._was or self._made
+
+    def opened(self) -> None:
+        with self._lock:
+            self._batches += 1
+
+    def closed(self) -> None:
+        with self._lock:
+            self._batches = max(0, self._batches - 1)
+            if self._batches == 0 and self._made:
+                self._prctl(self._SET, 0)
+                self._made = None
+
+
+_subreaper = _Subreaper()
 
 
 def become_subreaper() -> bool:
     """Make this process the child subreaper of what it starts (Linux); True if it is."""
-    global _subreaper
-    if _subreaper is None:
-        _subreaper = False
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-            _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    return _subreaper
+    return _subreaper.become()
+
+
+def batch_opened() -> None:
+    """A batch runs in this process: it stays a subreaper (once it is one) until it closes."""
+    _subreaper.opened()
+
+
+def batch_closed() -> None:
+    """A batch has closed: with no other open, the process stops being the subreaper it became."""
+    _subreaper.closed()

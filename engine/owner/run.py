@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 
+from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.facts import ChildFact
@@ -98,10 +99,13 @@ class BatchRun:
         self._manifest_children = "[]"  # JSON, set by start()
         self._live = ""  # the live figures last published (records/live.py)
         self._unsteerable: set[str] = set()  # routes whose children take no steer
+        self._opened = False  # counted among the process's open batches (agents/tree.py)
 
     def start(self) -> None:
         """Record the batch, then start the coordinator. Each part is kept as it is made, so
         `close()` releases what a failed start made."""
+        tree.batch_opened()  # the process stays the subreaper of its command children until close
+        self._opened = True
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
         self.store = store = Store(
@@ -269,6 +273,9 @@ class BatchRun:
             self.sink.close()
         if self.store is not None:
             self.store.close()
+        if self._opened:
+            self._opened = False
+            tree.batch_closed()
 
     # --- the coordinator's hooks ---------------------------------------------------------------
 
