@@ -409,6 +409,10 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
                     lambda: table.rows_by_id["t0002"].status is ChildStatus.STOPPED,
                     "t0002 stopped",
                 )
+                first = tasks.tasks[0].goal
+                # Its held first request at the server, so the steer --now cuts that response
+                # (RUNNING alone can come before a loaded worker has sent it).
+                await app_until(pilot, lambda: script.asked(first) == 1, "t0000's first request")
                 view.send(Steer(("t0000",), "mind the tests", now=True))
                 await app_until(
                     pilot,
@@ -418,7 +422,6 @@ async def test_the_tui_attached_to_a_ray_batch_shows_its_rows_and_transcripts(
                     ),
                     "the steer --now delivered on its worker",
                 )
-                first = tasks.tasks[0].goal
                 # Delivered to the child, which then asks the server again with it.
                 await app_until(
                     pilot,
