@@ -438,7 +438,10 @@ class MainScreen(Screen[None]):
         self.notify(message.reason, severity="error", markup=False)
 
     def on_filter_input_closed(self, _: FilterInput.Closed) -> None:
-        self.table.focus()
+        # Unless it was opened again since (enter, then / before this came): it keeps the focus,
+        # or what is typed into it would go to the table's keys.
+        if not self.query_one("#filter", FilterInput).display:
+            self.table.focus()
 
     # --- command palette --------------------------------------------------------------------
 
