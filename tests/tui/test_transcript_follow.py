@@ -127,6 +127,10 @@ async def test_scrolling_up_pauses_following_and_end_resumes_it(tmp_path: Path) 
         title = pane.query_one("#transcript-title", Static)
         await until(pilot, lambda: FOLLOWING_PAUSED in str(title.content), "the pause said")
         assert not pane.following
+        # The scroll is animated: what the operator reads is where it comes to rest (read in
+        # flight, it was 210.13 where it rested at 210). One line up still follows, so the
+        # pause said means both keys are read: nothing else is left to move it.
+        await until(pilot, lambda: log.scroll_y == log.scroll_target_y, "the scroll at rest")
         held = log.scroll_y
         with path.open("a") as fh:
             fh.write(f"{stamp}more\n" * 5)
