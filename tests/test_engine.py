@@ -840,7 +840,8 @@ if sys.argv[2] == "own":
 route = Route(name="cmd", provider="command", model="cmd", command=CommandSpec(argv=("true",)))
 s = Settings(engine=EngineSettings(max_concurrent=1), routes=MappingProxyType({"cmd": route}))
 for n in range(2):  # a second engine in the same process makes it a subreaper again
-    engine = Engine(Batch("b", (Task(id="c", goal="g", seq=0, route="cmd"),)), s, state_dir=Path(sys.argv[1]))
+    tasks = (Task(id="c", goal="g", seq=0, route="cmd"),)
+    engine = Engine(Batch("b", tasks), s, state_dir=Path(sys.argv[1]))
     engine.start()
     assert engine.wait(60)
     during = subreaper()

@@ -42,6 +42,7 @@ from tui_support import (
     SIZE,
     EngineFactory,
     app_for,
+    filter_rows,
     held,
     make_tasks,
     on_screen,
@@ -890,13 +891,8 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
         await until(pilot, lambda: all_running(engine), "all four running")
         engine.stop(["c1"])  # one that matches has ended before the operator acts
         await until(pilot, lambda: table.rows_by_id["c1"].status.terminal, "c1 stopped")
-        await pilot.press("slash")
-        box = screen.query_one("#filter", FilterInput)
-        # Opening sets the box's text: what is put in before the key has done that is lost.
-        await until(pilot, lambda: box.display and box.has_focus, "the filter box")
-        box.insert_text_at_cursor("alpha route:sim")
-        await pilot.press("enter")
-        await until(pilot, lambda: sorted(table.shown) == ["c1", "c2", "c3"], "the three matching")
+        await filter_rows(pilot, "alpha route:sim")
+        assert sorted(table.shown) == ["c1", "c2", "c3"]
         assert targets.matching_query(screen.table) == "alpha route:sim"
 
         await pilot.press("s")  # steer, too, is for everything matching
@@ -928,5 +924,5 @@ async def test_with_a_filter_on_x_stops_everything_matching_and_sums_up(
         assert notices.count("2 stopped, 1 had already ended") == 1
 
         # Without a filter, s and x are for the child under the cursor again.
-        await pilot.press("slash", "ctrl+u", "enter")
+        await filter_rows(pilot, "")
         assert targets.matching_query(screen.table) is None

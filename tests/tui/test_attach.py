@@ -23,7 +23,7 @@ from flightdeck.tui.screens.dialogs import (
 )
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.routes import NOT_STORED
-from tui_support import SIZE, on_screen, type_text, until, view_when_ready
+from tui_support import SIZE, filter_rows, on_screen, type_text, until, view_when_ready
 
 from helpers import Hold
 
@@ -219,9 +219,7 @@ async def test_attached_tui_stops_everything_a_filter_keeps(
                 screen, "notify", lambda text, **kw: notices.append(text) or notify(text, **kw)
             )
             await until(pilot, lambda: len(table.shown) == 12, "twelve rows from the store")
-            await pilot.press("slash")
-            await type_text(pilot, '"item 1"')  # c1, c10, c11, c12 (queued or running)
-            await pilot.press("enter")
+            await filter_rows(pilot, '"item 1"')  # c1, c10, c11, c12 (queued or running)
             await until(pilot, lambda: sorted(table.shown) == ["c1", "c10", "c11", "c12"], "kept")
             await pilot.press("x")
             await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "dialog")

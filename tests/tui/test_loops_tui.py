@@ -11,7 +11,7 @@ from flightdeck.engine.model import SteerState
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.widgets.detail import ChildDetail
 from test_attach import OPTIONS, Owner
-from tui_support import FAST, SIZE, EngineFactory, app_for, make_tasks, until
+from tui_support import FAST, SIZE, EngineFactory, app_for, filter_rows, make_tasks, until
 
 from helpers import Hold, flightdeck
 
@@ -76,7 +76,7 @@ async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
         await until(pilot, lambda: table.rows_by_id["c1"].status.terminal, "c1 stopped")
         table.select("c2")
         assert not app.main.check_action("nudge", ())
-        await pilot.press("slash", *"is:looping", "enter")
+        await filter_rows(pilot, "is:looping")
         await until(pilot, lambda: table.shown == ["c1"], "only the looping child")
 
 

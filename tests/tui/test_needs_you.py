@@ -31,7 +31,17 @@ from flightdeck.tui.widgets.status import StatusBar
 from test_attach import OPTIONS, Owner
 from textual.widgets import Label, OptionList
 from tui_fakes import StaticView, frozen_clock
-from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, on_screen, type_text, until
+from tui_support import (
+    SIZE,
+    EngineFactory,
+    app_for,
+    filter_rows,
+    held,
+    make_tasks,
+    on_screen,
+    type_text,
+    until,
+)
 
 from helpers import Hold, flightdeck
 from helpers import until as wait_for
@@ -249,7 +259,7 @@ async def test_c_clears_an_entry_and_the_child_stays_as_it_is(
         main = app.main
         await until(pilot, lambda: len(main.notices.queue) == 2, "both timed out, in the queue")
         assert [n.kind for n in main.notices.queue] == ["timed_out", "timed_out"]
-        await pilot.press("slash", *"is:needs-you", "enter")
+        await filter_rows(pilot, "is:needs-you")
         await until(pilot, lambda: len(main.table.shown) == 2, "the filter keeps both")
         await pilot.press("exclamation_mark")
         await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")

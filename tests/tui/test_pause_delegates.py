@@ -20,7 +20,7 @@ from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.routes import route_rows
 from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
-from tui_support import SIZE, app_for, on_screen, type_text, until
+from tui_support import SIZE, app_for, filter_rows, on_screen, until
 
 from helpers import Hold
 
@@ -85,9 +85,7 @@ async def test_a_paused_parent_waiting_on_delegates_is_pending_counted_and_conti
             assert route_rows(rows().values())["sim"].running == 4
             assert [hr.alive for hr in engine.snapshot().routes] == [4]
 
-            await pilot.press("slash")
-            await type_text(pilot, "status:live")
-            await pilot.press("enter")
+            await filter_rows(pilot, "status:live")
             await until(pilot, lambda: len(table.shown) == 6, "the six kept")
             await pilot.press("p")
             await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "the dialog")

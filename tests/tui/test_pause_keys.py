@@ -12,7 +12,16 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.screens.dialogs import ConfirmPauseDialog
 from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
-from tui_support import SIZE, EngineFactory, app_for, held, make_tasks, on_screen, type_text, until
+from tui_support import (
+    SIZE,
+    EngineFactory,
+    app_for,
+    filter_rows,
+    held,
+    make_tasks,
+    on_screen,
+    until,
+)
 
 from helpers import Hold
 
@@ -93,9 +102,7 @@ async def test_p_over_a_filter_pauses_every_child_it_keeps_with_one_summary(
             lambda: all(r.status is ChildStatus.RUNNING for r in engine.snapshot().children),
             "all three running",
         )
-        await pilot.press("slash")
-        await type_text(pilot, "status:running")
-        await pilot.press("enter")
+        await filter_rows(pilot, "status:running")
         await until(pilot, lambda: len(table.shown) == 3, "the three kept")
         await pilot.press("p")
         await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "the dialog")

@@ -13,7 +13,7 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import UiOptions
 from textual.pilot import Pilot
 from tui_fakes import StaticView, frozen_clock
-from tui_support import until
+from tui_support import filter_rows, until
 
 SIZE = (160, 40)
 
@@ -51,7 +51,8 @@ def test_main_screen_200x50(snap_compare: Any, tmp_path: Path) -> None:
 def test_tagged_and_filtered(snap_compare: Any, tmp_path: Path) -> None:
     async def setup(pilot: Pilot[Any]) -> None:
         await loaded(pilot)
-        await pilot.press("slash", *"status:running,failed", "enter", "space", "space")
+        await filter_rows(pilot, "status:running,failed")
+        await pilot.press("space", "space")
 
     assert snap_compare(app_on(tmp_path), terminal_size=SIZE, run_before=setup)
 

@@ -24,7 +24,7 @@ from flightdeck.tui.widgets.lines import GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
-from tui_support import SIZE, app_for, held, on_screen, until, view_when_ready
+from tui_support import SIZE, app_for, filter_rows, held, on_screen, until, view_when_ready
 
 from helpers import Hold
 
@@ -229,9 +229,7 @@ async def test_outliers_are_marked_and_kept_by_is_outlier(tmp_path: Path) -> Non
         await pilot.pause()
         detail = str(app.main.query_one("#detail").render())
         assert "▲ outlier: tokens 10.6× the batch median" in detail
-        await pilot.press("slash")
-        await pilot.press(*"is:outlier")
-        await pilot.press("enter")
+        await filter_rows(pilot, "is:outlier")
         await until(pilot, lambda: list(table.shown) == ["review-06"], "outliers kept")
 
 

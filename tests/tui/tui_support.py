@@ -12,8 +12,9 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.tui.app import FlightdeckApp
-from flightdeck.tui.screens.main import UiOptions
+from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.view import LiveView
+from flightdeck.tui.widgets.filter import FilterInput
 from textual.app import App
 from textual.pilot import Pilot
 from textual.screen import Screen
@@ -66,6 +67,21 @@ async def until(
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
         await pilot.pause(0.02)
+
+
+async def filter_rows(pilot: Pilot[Any], query: str) -> None:
+    """Filter the table by `query` as the operator does (/, the query, enter; "" clears it), and
+    wait until the box has closed and the table has the keys again. `press` returns once the app
+    has read a key, not once the box has done its work: on a loaded machine a key pressed at
+    once after enter went into the closing box (the operator's `!` never opened the queue)."""
+    screen = pilot.app.screen
+    assert isinstance(screen, MainScreen)
+    box = screen.query_one("#filter", FilterInput)
+    await pilot.press("slash")
+    await until(pilot, lambda: box.display and box.has_focus, "the filter box open")
+    box.value = query  # as a paste over the box's text
+    await pilot.press("enter")
+    await until(pilot, lambda: not box.display and screen.table.has_focus, "the filter applied")
 
 
 async def type_text(pilot: Pilot[Any], text: str) -> None:
