@@ -350,7 +350,7 @@ def map_error(
     if isinstance(exc, anthropic.APITimeoutError):
         return TransientError(READ_TIMEOUT)
     if isinstance(exc, anthropic.APIConnectionError):
-        return connection_error(exc, exc.message, secrets)
+        return connection_error(exc, exc.message, secrets, streaming=streaming)
     if isinstance(exc, anthropic.APIError):
         return TransientError(clip_message(f"stream error: {exc.message}", secrets))
     return transport_error(exc, secrets, streaming=streaming)

@@ -307,7 +307,7 @@ def map_error(
     if isinstance(exc, openai.APITimeoutError):
         return TransientError(READ_TIMEOUT)
     if isinstance(exc, openai.APIConnectionError):
-        return connection_error(exc, exc.message, secrets)
+        return connection_error(exc, exc.message, secrets, streaming=streaming)
     if isinstance(exc, openai.APIError):
         # An error object inside the stream (status 200).
         code, message = _body_error({"error": exc.body})

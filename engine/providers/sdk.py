@@ -76,9 +76,15 @@ def status_error(
     return FatalError(f"{status} {kind or 'request rejected'}: {detail}")
 
 
-def connection_error(exc: BaseException, message: str, secrets: tuple[str, ...]) -> ProviderError:
-    """An SDK's connection error, naming the socket-level cause when there is one."""
+def connection_error(
+    exc: BaseException, message: str, secrets: tuple[str, ...], *, streaming: bool = True
+) -> ProviderError:
+    """An SDK's connection error, naming the socket-level cause when there is one. After a 200
+    (`streaming`) it is the body that failed: anthropic 2.17 wraps a failed read of the stream
+    in its connection error, where earlier versions let httpx's error through."""
     cause = exc.__cause__
+    if streaming and isinstance(cause, httpx2.HTTPError):
+        return transport_error(cause, secrets, streaming=True)
     why = f"{type(cause).__name__}: {cause}" if cause is not None else message
     return TransientError(clip_message(f"connection error: {why}", secrets))
 
