@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-bench test-agents test-tmux test-web check fmt lint types imports wheel-test bench screenshots clean
+.PHONY: demo test test-bench test-ray test-agents test-tmux test-web check fmt lint types imports wheel-test bench screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,25 +19,34 @@ demo: $(STAMP)
 
 # Most tests wait on threads, subprocesses and the sim's clock rather than the CPU: three
 # workers take about half the time of one, even on two cores. TEST_WORKERS=0 runs them in one
-# process. The Ray tests share one xdist worker (loadgroup), so one Ray cluster runs at a time.
-# The package's bytecode is compiled first: with PYTHONDONTWRITEBYTECODE set (as on CI
-# machines) every `flightdeck` process a test starts would compile it again, 50 ms each.
+# process. The package's bytecode is compiled first, and pytest runs without
+# PYTHONDONTWRITEBYTECODE (set on CI machines): with it, every `flightdeck` process a test
+# starts compiled the package again (50 ms each), and every xdist worker rewrote the asserts of
+# every test module again instead of reading them from __pycache__ (5 s of CPU each).
 TEST_WORKERS ?= 3
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 test: $(STAMP)
 	$(PY) -m compileall -q engine tui
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not bench"
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not bench and not ray"
+
+# The Ray executor on a real two-node Ray cluster (tests/raycluster.py), one test at a time:
+# they share the cluster. Part of `make check` and of CI; not of `make test`, where starting
+# the cluster and its workers' processes was a seventh of the suite's CPU (docs/development.md).
+test-ray: $(STAMP)
+	$(PY) -m compileall -q engine tui
+	$(PYTEST) -q -p no:xdist -m ray
 
 # Every benchmark at tiny sizes, and the table `make bench` prints (tests/test_bench_smoke.py):
 # that they still run and report, not how fast. Part of `make check` and of CI; not of `make
 # test`, which tests flightdeck itself (about 80 s of CPU that says nothing about the product).
 test-bench: $(STAMP)
 	$(PY) -m compileall -q engine tui
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m bench
+	$(PYTEST) -q -n $(TEST_WORKERS) -m bench
 
 # The real-terminal tests alone: `flightdeck attach` in tmux following a bursty transcript for
 # 30 s (part of `make test`), and the tmux key benchmark at tiny sizes (of `make test-bench`).
 test-tmux: $(STAMP)
-	$(PY) -m pytest -q tests/tui/test_tmux_attach.py tests/test_bench_smoke.py -k tmux
+	$(PYTEST) -q tests/tui/test_tmux_attach.py tests/test_bench_smoke.py -k tmux
 
 # The real agent CLIs, current from npm, installed into $(AGENTS_CACHE) and run as flightdeck
 # children against the loopback server (tests/agents/). Opt-in: `make test` needs no npm.
@@ -50,7 +59,7 @@ test-agents: $(STAMP)
 		exit 0; fi; \
 	npm install --prefix $(AGENTS_CACHE) --no-audit --no-fund --silent $(AGENTS) && \
 	FLIGHTDECK_AGENTS_BIN=$(AGENTS_CACHE)/node_modules/.bin \
-		$(PY) -m pytest -q -p no:xdist tests/agents
+		$(PYTEST) -q -p no:xdist tests/agents
 
 # The browser suite, not part of `make test`: `flightdeck serve` in headless Chromium from
 # Debian's packages, driven by Playwright (which never downloads a browser here). Chromium is
@@ -61,7 +70,7 @@ test-web: $(STAMP)
 	@test -x $(CHROMIUM) || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "test-web: could not install chromium (apt-get install chromium): the tests skip"
-	$(PY) -m pytest -q -o addopts='--strict-markers -ra' tests/web
+	$(PYTEST) -q -o addopts='--strict-markers -ra' tests/web
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format engine tui tests scripts
@@ -86,7 +95,7 @@ imports: $(STAMP)
 wheel-test: $(STAMP)
 	PYTHON=$(PY) scripts/wheel_check.sh
 
-check: lint types imports test test-bench
+check: lint types imports test test-ray test-bench
 
 bench: $(STAMP)
 	$(PY) tests/bench/run.py $(BENCH)

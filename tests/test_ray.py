@@ -29,6 +29,7 @@ from loopback import Loopback, Received, Reply, ToolUse, route_for
 
 # The session's cluster of two nodes (conftest's ray_nodes), one worker on each.
 pytestmark = [
+    pytest.mark.ray,
     pytest.mark.xdist_group("ray"),
     pytest.mark.slow,
     pytest.mark.usefixtures("ray_nodes"),

@@ -17,7 +17,7 @@ from ray.cluster_utils import Cluster
 from helpers import batch, settings, start, until
 from loopback import Loopback, Received, Reply, route_for
 
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
 
 def test_a_node_removed_mid_run_loses_no_child(ray_nodes: Cluster, tmp_path: Path) -> None:
