@@ -28,13 +28,13 @@ from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets import children as children_module
 from flightdeck.tui.widgets import lines as lines_module
 from flightdeck.tui.widgets.columns import COLUMNS
-from flightdeck.tui.widgets.filter import FilterInput
+from flightdeck.tui.widgets.filter import DEBOUNCE_S, FilterInput
 from flightdeck.tui.widgets.rows import SortOrder
 from flightdeck.tui.widgets.transcript import TranscriptView
 from rich.console import Console
 from textual.app import App, ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer, Label, RadioButton, Static
+from textual.widgets import Footer, Input, Label, RadioButton, Static
 from textual.widgets._footer import FooterKey
 from tui_fakes import NOW, StaticView, child, demo_rows, frozen_clock
 from tui_support import (
@@ -323,6 +323,29 @@ async def test_the_filter_box_opened_again_keeps_the_focus_its_last_close_would_
         app.main.on_filter_input_closed(FilterInput.Closed())  # the last close, read late
         await pilot.pause(0.1)  # a focus moves after a refresh: time for one
         assert box.has_focus
+
+
+async def test_an_edit_abandoned_with_escape_stays_abandoned_when_its_change_is_read_late(
+    engine_factory: EngineFactory,
+) -> None:
+    """A key typed just before Escape: the box's change of value can be read after the cancel
+    (a loaded machine reads keys in bursts). The abandoned text must not be applied once the
+    debounce passes, to a table whose box has closed."""
+    engine = engine_factory(["quick", "another"], pool=2)
+    assert engine.wait(60)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 2, "both children shown")
+        box = app.main.query_one("#filter", FilterInput)
+        await pilot.press("slash")
+        await until(pilot, lambda: box.display and box.has_focus, "the filter box open")
+        box.action_cancel()
+        box.post_message(Input.Changed(box, "zzz"))  # the typed key's change, read late
+        await until(pilot, lambda: not box.display, "the box closed")
+        await pilot.pause(DEBOUNCE_S * 4)  # a stale change would be applied by now
+        assert len(table.shown) == 2
+        assert table.model.row_filter.query == ""
 
 
 async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory, hold: Hold) -> None:

@@ -60,6 +60,8 @@ class FilterInput(Input):
         self.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        if not self.display:  # a key's change read after Escape or Enter closed the box
+            return
         self._stop_timer()
         # Rebuilding thousands of rows per keystroke is wasted work: wait for a pause.
         self._timer = self.set_timer(DEBOUNCE_S, partial(self._parse, event.value, submitted=False))
