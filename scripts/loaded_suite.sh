@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The test suite under load: one busy loop per core (or BUSY of them) runs beside `make test`
-# RUNS times; each run's result and time is printed and the loops are ended, whatever happens.
+# (or `make $TARGET`) RUNS times; each run's result and time is printed and the loops are ended, whatever happens.
 # A test that fails only here depends on the machine's speed: hold its children instead
 # (docs/development.md, "Holding children").
 #
 #   scripts/loaded_suite.sh                  # 3 runs, one busy loop per core
 #   RUNS=10 BUSY=2 TEST_WORKERS=3 scripts/loaded_suite.sh
+#   TARGET=test-ray RUNS=3 scripts/loaded_suite.sh   # the Ray cluster's tests
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${RUNS:-3}"
 busy="${BUSY:-$(nproc)}"
 workers="${TEST_WORKERS:-2}"
+target="${TARGET:-test}"
 log_dir="$(mktemp -d)"
 
 loops=()
@@ -24,11 +26,11 @@ for _ in $(seq "$busy"); do
   loops+=("$!")
 done
 
-echo "$busy busy loops (pids ${loops[*]}), $runs runs of make test TEST_WORKERS=$workers"
+echo "$busy busy loops (pids ${loops[*]}), $runs runs of make $target TEST_WORKERS=$workers"
 green=0
 for run in $(seq "$runs"); do
   start=$(date +%s)
-  if make test TEST_WORKERS="$workers" >"$log_dir/run$run.log" 2>&1; then
+  if make "$target" TEST_WORKERS="$workers" >"$log_dir/run$run.log" 2>&1; then
     green=$((green + 1))
     verdict=green
   else
