@@ -48,6 +48,7 @@ from tui_support import (
     on_screen,
     type_text,
     until,
+    until_exited,
 )
 
 from helpers import Hold
@@ -361,7 +362,7 @@ async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory, h
         await pilot.press("q")
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog again")
         await pilot.click("#stop-quit")
-        await until(pilot, lambda: not app.is_running, "the app exited")
+        await until_exited(pilot)
     assert app.return_value is True
     assert engine.wait(30)
     assert all(r.status is ChildStatus.STOPPED for r in engine.snapshot().children)
@@ -374,7 +375,7 @@ async def test_quit_without_running_children_exits_at_once(engine_factory: Engin
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(app.main.table.shown) == 1, "a row")
         await pilot.press("q")
-        await until(pilot, lambda: not app.is_running, "the app exited")
+        await until_exited(pilot)
     assert app.return_value is False
     assert exit_code(engine.snapshot()) == ExitCode.OK
 

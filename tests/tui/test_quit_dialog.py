@@ -11,7 +11,7 @@ from flightdeck.tui.screens.dialogs import QuitDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from textual.widgets import Button
 from tui_fakes import StaticView, frozen_clock
-from tui_support import SIZE, on_screen, until
+from tui_support import SIZE, on_screen, until, until_exited
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def test_in_process_enter_does_nothing_escape_stays_and_s_stops_all(tmp_pa
         await until(pilot, lambda: on_screen(app, MainScreen), "back to the table")
         await open_dialog(app, pilot)
         await pilot.press("s")
-        await until(pilot, lambda: not app.is_running, "the app exited")
+        await until_exited(pilot)
     assert app.return_value is True and view.stopped_all == 1
 
 
@@ -56,5 +56,5 @@ async def test_attached_enter_or_d_detaches_and_stops_nothing(tmp_path: Path, ke
         labels = [str(b.label) for b in dialog.query(Button)]
         assert labels == ["Detach  d", "Stop all and quit  s", "Cancel  Esc"]
         await pilot.press(key)
-        await until(pilot, lambda: not app.is_running, "the app exited")
+        await until_exited(pilot)
     assert app.return_value is False and view.stopped_all == 0

@@ -23,7 +23,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.main import MainScreen, UiOptions
-from tui_support import SIZE, EngineFactory, until
+from tui_support import SIZE, EngineFactory, until, until_exited
 
 pytestmark = pytest.mark.anyio
 
@@ -123,7 +123,7 @@ async def test_every_acting_key_says_read_only_and_opens_nothing(
         assert app.main.snapshot is not None
         assert app.main.snapshot.batch_id == view.batch_id
         await pilot.press("q")  # nothing this view can stop: quit leaves at once
-        await until(pilot, lambda: not app.is_running, "the app to quit, no question asked")
+        await until_exited(pilot, "the app to quit, no question asked")
     assert recorded(view) == []
 
 

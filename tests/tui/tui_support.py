@@ -3,6 +3,7 @@ view on an owner process's batch."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -67,6 +68,21 @@ async def until(
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
         await pilot.pause(0.02)
+
+
+async def until_exited(
+    pilot: Pilot[Any], what: str = "the app exited", timeout: float = 60.0
+) -> None:
+    """Let the app run until it has exited. Not `until`: Pilot's pause first waits for every
+    widget on the screen to take a message, and a widget the exit closes in that time never does
+    (a WaitForScreenTimeout after 30 s, seen once in an idle `make check`)."""
+    loop = pilot.app._loop
+    assert loop is not None
+    deadline = loop.time() + timeout
+    while pilot.app.is_running:
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.02)  # the app runs on this loop meanwhile
 
 
 async def filter_rows(pilot: Pilot[Any], query: str) -> None:
