@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +61,7 @@ async def until(
     pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 60.0
 ) -> None:
     """Let the app run until `condition()` holds; fail naming `what` after `timeout` s."""
-    loop = pilot.app._loop
-    assert loop is not None
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await pilot.pause(0.02)
+    await _poll(pilot, condition, what, timeout, pilot.pause)
 
 
 async def until_exited(
@@ -75,14 +69,25 @@ async def until_exited(
 ) -> None:
     """Let the app run until it has exited. Not `until`: Pilot's pause first waits for every
     widget on the screen to take a message, and a widget the exit closes in that time never does
-    (a WaitForScreenTimeout after 30 s, seen once in an idle `make check`)."""
+    (a WaitForScreenTimeout after 30 s, seen once in an idle `make check`). A plain sleep lets
+    the app run on this loop meanwhile."""
+    await _poll(pilot, lambda: not pilot.app.is_running, what, timeout, asyncio.sleep)
+
+
+async def _poll(
+    pilot: Pilot[Any],
+    condition: Callable[[], object],
+    what: str,
+    timeout: float,
+    wait: Callable[[float], Awaitable[object]],
+) -> None:
     loop = pilot.app._loop
     assert loop is not None
     deadline = loop.time() + timeout
-    while pilot.app.is_running:
+    while not condition():
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.02)  # the app runs on this loop meanwhile
+        await wait(0.02)
 
 
 async def filter_rows(pilot: Pilot[Any], query: str) -> None:
