@@ -19,28 +19,25 @@ demo: $(STAMP)
 
 # Most tests wait on threads, subprocesses and the sim's clock rather than the CPU: three
 # workers take about half the time of one, even on two cores. TEST_WORKERS=0 runs them in one
-# process. The package's bytecode is compiled first, and pytest runs without
-# PYTHONDONTWRITEBYTECODE (set on CI machines): with it, every `flightdeck` process a test
-# starts compiled the package again (50 ms each), and every xdist worker rewrote the asserts of
-# every test module again instead of reading them from __pycache__ (5 s of CPU each).
+# process. pytest runs without PYTHONDONTWRITEBYTECODE (set on CI machines): with it, every
+# `flightdeck` process a test starts compiled the package again (50 ms each), and every xdist
+# worker rewrote the asserts of every test module again instead of reading them from
+# __pycache__ (5 s of CPU each).
 TEST_WORKERS ?= 3
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 test: $(STAMP)
-	$(PY) -m compileall -q engine tui
 	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup -m "not bench and not ray"
 
 # The Ray executor on a real two-node Ray cluster (tests/raycluster.py), one test at a time:
 # they share the cluster. Part of `make check` and of CI; not of `make test`, where starting
 # the cluster and its workers' processes was a seventh of the suite's CPU (docs/development.md).
 test-ray: $(STAMP)
-	$(PY) -m compileall -q engine tui
 	$(PYTEST) -q -p no:xdist -m ray
 
 # Every benchmark at tiny sizes, and the table `make bench` prints (tests/test_bench_smoke.py):
 # that they still run and report, not how fast. Part of `make check` and of CI; not of `make
 # test`, which tests flightdeck itself (about 80 s of CPU that says nothing about the product).
 test-bench: $(STAMP)
-	$(PY) -m compileall -q engine tui
 	$(PYTEST) -q -n $(TEST_WORKERS) -m bench
 
 # The real-terminal tests alone: `flightdeck attach` in tmux following a bursty transcript for

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite under load: one busy loop per core (or BUSY of them) runs beside `make test`
-# (or `make $TARGET`) RUNS times; each run's result and time is printed and the loops are ended, whatever happens.
+# (or `make $TARGET`) RUNS times; each run's result and time is printed and the loops are
+# ended, whatever happens.
 # A test that fails only here depends on the machine's speed: hold its children instead
 # (docs/development.md, "Holding children").
 #
