@@ -11,6 +11,8 @@ from flightdeck.engine.model import SteerState
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.widgets.detail import ChildDetail
 from test_attach import OPTIONS, Owner
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 from tui_support import FAST, SIZE, EngineFactory, app_for, filter_rows, make_tasks, until
 
 from helpers import Hold, flightdeck
@@ -49,6 +51,21 @@ async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
         assert detail[3:] == [f'{n:>3} list_dir {{"path": "."}}' for n in range(1, 6)]
         pane = app.main.query_one("#detail")
         await until(pilot, lambda: pane.size.height == 8, "the pane grown to show them")
+        # Over a child that is not looping, n is dimmed, not hidden: the footer keeps its key
+        # widgets (a key shown and hidden as the cursor moved laid the whole screen out).
+        footer = app.main.query_one(Footer)
+
+        def nudge_dimmed() -> bool | None:
+            found = [k for k in footer.query(FooterKey) if k.action == "nudge"]
+            return found[0].has_class("-disabled") if found else None
+
+        await until(pilot, lambda: nudge_dimmed() is False, "n in the footer over c1")
+        keys = list(footer.query(FooterKey))
+        table.select("c2")
+        await until(pilot, lambda: nudge_dimmed() is True, "n dimmed over c2")
+        table.select("c1")
+        await until(pilot, lambda: nudge_dimmed() is False, "n enabled over c1 again")
+        assert list(footer.query(FooterKey)) == keys
         await pilot.press("n")
         message = DEFAULT_LOOP_STEER.format(summary=SUMMARY)
         await until(pilot, lambda: len(engine.receipts()) == 1, "the canned steer queued")
@@ -70,8 +87,8 @@ async def test_a_looping_child_shows_its_evidence_and_n_steers_it(
             ),
             "the operator's canned steer in the transcript",
         )
-        # `is:looping` keeps the looping child only (a stopped one keeps its evidence); n
-        # over a child that is not looping is hidden.
+        # `is:looping` keeps the looping child only (a stopped one keeps its evidence); with
+        # no child looping, n is hidden.
         engine.stop(["c1"])
         await until(pilot, lambda: table.rows_by_id["c1"].status.terminal, "c1 stopped")
         table.select("c2")

@@ -333,8 +333,14 @@ def applies(
         if aim.live:
             return True
         return None if aim.ids else False  # over finished children
-    if action == "nudge":  # shown only over a child flagged as looping
-        return bool(targets.aim(table).looping)
+    if action == "nudge":
+        if targets.aim(table).looping:
+            return True
+        # Shown dimmed elsewhere while any child loops, hidden when none does: a key shown
+        # and hidden as the cursor moved made the footer mount its keys again and the whole
+        # screen lay out, 30-130 ms that the next key waited behind (issue 31).
+        looping = any(r.loop is not None and r.status.live for r in table.rows_by_id.values())
+        return None if looping else False
     if action == "stop_all":
         return any(row.status.live for row in table.rows_by_id.values())
     if action == "pause_admission":
@@ -353,7 +359,7 @@ def applies(
 def unheard(key: str, disabled: str | None, table: ChildrenTable, table_focused: bool) -> Decision:
     """Why a key does nothing over children it cannot act on (`disabled`: the action of its
     binding, shown disabled), rather than silence."""
-    if key == "n" and table_focused:  # n is hidden where no child is flagged as looping
+    if key == "n" and table_focused:  # n does nothing where no child is flagged as looping
         aim = targets.aim(table)
         if aim.ids and not aim.looping:
             return (Say("no child here is flagged as looping: nothing to nudge"),)
