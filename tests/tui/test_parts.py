@@ -23,7 +23,7 @@ from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.widgets.columns import fit_columns, fit_text
 from flightdeck.tui.widgets.days import Days, day_of_last
-from flightdeck.tui.widgets.detail import detail_text
+from flightdeck.tui.widgets.detail import SHRINK_AFTER_S, ChildDetail, detail_text
 from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import SortOrder, parse_filter, row_cells, sort_key
 from flightdeck.tui.widgets.status import StatusLine, fit_parts, status_parts
@@ -290,6 +290,48 @@ def meter_text(snap: Snapshot, width: int = 160) -> str:
             return str(meter.render())
 
     return asyncio.run(run())
+
+
+def test_the_detail_pane_grows_at_once_and_shrinks_back_only_after_a_rest() -> None:
+    """Each change of its height lays the whole screen out: a cursor moved between children
+    with and without a loop's evidence (or changed files) must not pay it every key."""
+
+    class DetailApp(App[None]):
+        CSS = "#detail { height: 2; }"  # as main.tcss
+
+        def compose(self) -> ComposeResult:
+            yield ChildDetail(id="detail")
+
+    short, tall = Text("c1 running\ngoal"), Text("c2 running\ngoal\n∞ looping\n1 a\n2 a")
+
+    async def run() -> list[tuple[int, str]]:
+        app = DetailApp()
+        seen = []
+        async with app.run_test(size=(80, 20)) as pilot:
+            pane = app.query_one(ChildDetail)
+            for text, now in [
+                (short, 0.0),
+                (tall, 1.0),  # the cursor onto a looping child: grown at once
+                (short, 1.5),  # and off it: the height kept
+                (short, 1.5 + SHRINK_AFTER_S - 0.1),
+                (tall, 1.5 + SHRINK_AFTER_S - 0.05),  # back onto it: the wait starts again
+                (short, 4.0),
+                (short, 4.0 + SHRINK_AFTER_S),  # at rest long enough: shrunk
+            ]:
+                pane.show_text(text, now)
+                await pilot.pause()
+                seen.append((pane.size.height, str(pane.render()).splitlines()[0]))
+        return seen
+
+    assert asyncio.run(run()) == [
+        (2, "c1 running"),
+        (5, "c2 running"),
+        (5, "c1 running"),
+        (5, "c1 running"),
+        (5, "c2 running"),
+        (5, "c1 running"),
+        (2, "c1 running"),
+    ]
 
 
 def test_tokens_in_are_input_alone_with_cache_beside_them(tmp_path: Path) -> None:

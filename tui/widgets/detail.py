@@ -25,6 +25,7 @@ from textual.widgets import Static
 
 _FULL = 400  # characters of "doing" and the error kept; the line cuts to the width anyway
 LOOP_CALLS_SHOWN = 6  # of a loop's evidence, the latest calls shown one under another
+SHRINK_AFTER_S = 2.0  # the pane keeps its height this long after it has less to show
 
 
 def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) -> Text:
@@ -138,23 +139,39 @@ def group_detail_text(header: str, live: int, by: str = "group") -> Text:
 
 
 class ChildDetail(Static):
-    """Fed the selected row on every poll and every cursor move; redraws only on change."""
+    """Fed the selected row on every poll and every cursor move; redraws only on change.
+
+    The pane grows at once to show what the selected child has under its two lines (changed
+    files, a loop's evidence), and shrinks back only once SHRINK_AFTER_S have passed with less
+    to show: each change of its height lays the whole screen out (30-70 ms with thousands of
+    rows), and a cursor moved over children with and without evidence would pay it every key."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, markup=False)
         self._shown: Text | None = None
+        self._height = 2  # as main.tcss sets it
+        self._less_since: float | None = None  # since when the text shown needs fewer lines
 
     def show(self, row: ChildRow | None, now: float, outlier: str | None = None) -> None:
-        self.show_text(detail_text(row, now, outlier))
+        self.show_text(detail_text(row, now, outlier), now)
 
-    def show_text(self, text: Text) -> None:
-        if text != self._shown:
-            height = detail_height(text)
-            grew = height != (2 if self._shown is None else detail_height(self._shown))
-            self._shown = text
-            if grew:  # a loop's evidence came or went: the pane's height changes with it
-                self.styles.height = height
-            self.update(text, layout=grew)  # else a fixed height: no layout pass
+    def show_text(self, text: Text, now: float) -> None:
+        needed = detail_height(text)
+        if needed >= self._height:
+            self._less_since = None
+        elif self._less_since is None:
+            self._less_since = now
+        shrink = self._less_since is not None and now - self._less_since >= SHRINK_AFTER_S
+        height = needed if needed > self._height or shrink else self._height
+        if text == self._shown and height == self._height:
+            return
+        self._shown = text
+        resized = height != self._height
+        if resized:
+            self._height = height
+            self._less_since = None
+            self.styles.height = height
+        self.update(text, layout=resized)  # else a fixed height: no layout pass
 
     def show_selected(self, table: ChildrenTable, now: float) -> None:
         """What the table's cursor is on: a group's summary (never a member's detail), or the
@@ -163,7 +180,8 @@ class ChildDetail(Static):
         header = table.selected_header
         if header is not None:
             live = sum(1 for i in table.group_members(header) if rows[i].status.live)
-            self.show_text(group_detail_text(table.header_text(header), live, header.by.value))
+            text = group_detail_text(table.header_text(header), live, header.by.value)
+            self.show_text(text, now)
             return
         selected = table.selected_id
         row = rows.get(selected) if selected is not None else None
