@@ -191,6 +191,14 @@ def _cpu_s(pid: int) -> tuple[float, float]:
     return used(Path(f"/proc/{pid}/stat")), used(Path(f"/proc/{pid}/task/{pid}/stat"))
 
 
+def _rss_mb(pid: int) -> float:
+    """The process's resident memory now, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 def _end(pid: int) -> None:
     """Stop the owner (it records its end) and wait for it to exit."""
     os.kill(pid, signal.SIGTERM)
@@ -289,6 +297,7 @@ def main() -> dict[str, Any]:
             if TRACE is not None:
                 Path(f"{TRACE}.keys").write_text(json.dumps(sent), encoding="utf-8")
             cpu_after, seconds = _cpu_s(pid), time.monotonic() - t0
+            rss_mb = _rss_mb(pid)
             # What the attached process used meanwhile, in CPU seconds a second: all its
             # threads, and its main thread (Textual's event loop, where the keys are handled).
             attach_cpu = {
@@ -315,6 +324,7 @@ def main() -> dict[str, Any]:
         "key_to_screen": _summary(keys),
         "tmux_echo": _summary(echo),
         "attach_cpu_s_per_s": attach_cpu,
+        "attach_rss_mb": rss_mb,
         "targets": {"p50_ms": 30, "p99_ms": 100},
     }
 
@@ -327,6 +337,6 @@ if __name__ == "__main__":
         f"(load {r['load_avg_1m']}): p50 {k['p50_ms']} ms, p90 {k['p90_ms']}, "
         f"p99 {k['p99_ms']}, max {k['max_ms']}; tmux echo p50 {e['p50_ms']} ms; the attached "
         f"process's CPU {r['attach_cpu_s_per_s']['process']} s/s "
-        f"(main thread {r['attach_cpu_s_per_s']['main_thread']})"
+        f"(main thread {r['attach_cpu_s_per_s']['main_thread']}), RSS {r['attach_rss_mb']} MB"
     )
     print(json.dumps(r))
