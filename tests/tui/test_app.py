@@ -769,6 +769,26 @@ async def test_moving_between_live_and_ended_children_restyles_the_footers_keys_
         assert list(footer.query(FooterKey)) == keys  # the same widgets throughout
 
 
+async def test_a_footer_recompose_asked_for_twice_composes_the_keys_once(tmp_path: Path) -> None:
+    """Two changes of the keys before the next refresh each asked Textual's footer for a
+    recompose: the second mounted every key again (and laid the screen out) for nothing."""
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        footer = app.main.query_one(Footer)
+        await until(pilot, lambda: "steer" in {k.action for k in footer.query(FooterKey)}, "keys")
+        keys = list(footer.query(FooterKey))
+        done: list[bool] = []
+        # Textual's own Footer.bindings_changed, on the footer, asks for a recompose after the
+        # next refresh, here with the keys already in place: the second of two asked for.
+        footer.call_later(Footer.bindings_changed, footer, app.main)
+        footer.call_later(footer.call_after_refresh, done.append, True)
+        footer.refresh()
+        await until(pilot, lambda: done == [True], "the recompose run")
+        await pilot.pause()
+        assert list(footer.query(FooterKey)) == keys
+
+
 @pytest.mark.slow
 async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path) -> None:
     view = StaticView(tmp_path)

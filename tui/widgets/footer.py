@@ -22,7 +22,13 @@ class KeysFooter(Footer):
 
     def bindings_changed(self, screen: Screen[object]) -> None:
         if not self._restyled(screen):
-            super().bindings_changed(screen)
+            super().bindings_changed(screen)  # composes them again after the next refresh
+
+    async def recompose(self) -> None:
+        # Each change before that refresh asked for one more: the first composes the keys as
+        # they are by then, and the others find them in place (one layout, not several).
+        if not self._restyled(self.screen):
+            await super().recompose()
 
     def _restyled(self, screen: Screen[object]) -> bool:
         """Bring each key's enabled state up to date in place; False when the keys shown (or
