@@ -431,6 +431,27 @@ async def test_freeze_pauses_updates(engine_factory: EngineFactory, hold: Hold) 
         await until(pilot, lambda: int(table.displayed("c1", "calls")) > int(shown), "resumed")
 
 
+async def test_a_poll_before_the_screen_hears_of_a_cursor_move_does_not_undo_it(
+    tmp_path: Path,
+) -> None:
+    """Following, a key moves the cursor and posts Navigated, which stops the following when
+    the screen reads it; on a loaded machine a poll could come first and follow again."""
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        await pilot.press("f")
+        assert table.selected_id == "review-05"  # the most recently active
+        table.action_cursor_down()  # as the key does, its Navigated not yet read
+        moved_to = table.selected_id
+        assert moved_to != "review-05"
+        app.main.poll()
+        assert table.selected_id == moved_to
+        await until(pilot, lambda: not app.main.following, "following stopped")
+        await pilot.press("f")  # following again: at once, though the keys held the rows
+        assert table.selected_id == "review-05"
+
+
 async def test_follow_tracks_activity_until_the_operator_moves(tmp_path: Path) -> None:
     # The demo rows run three children: review-05 was active last (134 s), then review-02
     # (133 s), then review-03 (131 s); none of them is the top row in attention order.

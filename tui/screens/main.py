@@ -375,7 +375,7 @@ class MainScreen(Screen[None]):
     def action_follow(self) -> None:
         self.following = not self.following
         if self.following:
-            self.table.follow()
+            self.table.follow(start=True)
         self._status()
 
     def action_freeze(self) -> None:

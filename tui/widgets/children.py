@@ -252,11 +252,14 @@ class ChildrenTable(ScrollView, can_focus=True):
         self._move_to(index)
         return True
 
-    def follow(self) -> None:
-        """The cursor to the most recently active running child."""
+    def follow(self, *, start: bool = False) -> None:
+        """The cursor to the most recently active running child. A poll's follow (not `start`)
+        leaves it while the operator's keys hold the rows: the screen may not yet know of them."""
+        if start:
+            self._held_until = 0.0  # following anew: the rows move with it again
         rows = self.model.rows_by_id
         running = [rows[i] for i in self.shown if rows[i].status is ChildStatus.RUNNING]
-        if running:
+        if running and (start or not self.holding):
             newest = max(running, key=lambda r: r.activity.last_activity_ts or 0.0)
             self.select(newest.id)
 
