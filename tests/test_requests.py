@@ -54,9 +54,17 @@ def dead_pid() -> tuple[int, float | None]:
     return proc.pid, start
 
 
+def version_5_schema() -> str:
+    """The schema as version 5 made it: no change counter on the children."""
+    v5 = schema.SCHEMA.replace("    rev INTEGER NOT NULL DEFAULT 0,\n", "")
+    v5 = v5.replace(schema.REV_INDEX, "")
+    assert "rev" not in v5
+    return v5
+
+
 def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "flightdeck.db"
-    v1 = schema.SCHEMA.replace(schema.REQUESTS_SCHEMA, "")
+    v1 = version_5_schema().replace(schema.REQUESTS_SCHEMA, "")
     v1 = v1.replace(
         "    finished_ts REAL,\n    heartbeat_ts REAL,\n    settings_json TEXT,\n"
         "    held TEXT,\n    limits_json TEXT\n",
@@ -87,7 +95,7 @@ def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
 
 def _version_2_schema() -> str:
     """The schema as version 2 made it: no held or limits_json, and only three request kinds."""
-    v2 = schema.SCHEMA.replace(
+    v2 = version_5_schema().replace(
         "    settings_json TEXT,\n    held TEXT,\n    limits_json TEXT\n",
         "    settings_json TEXT\n",
     )

@@ -1,14 +1,15 @@
 """Reading a batch whose owner is another process from its store, again and again, cheaply.
 
-A read fetches the raw rows (cheap: SQLite's C loop) and builds a `ChildRow` only for the rows that
-changed, so a 1,000-child batch costs little more than its running ones. To the stored rows it adds
+A read fetches only the rows the owner wrote since the last read (each write of a child row
+raises its change counter, `rev`) and builds a `ChildRow` only for those that changed; the
+totals take out each changed row's old figures and add its new ones. So a read of a 5,000-child
+batch costs what its running children changed, not what it holds. To the stored rows it adds
 what the owner publishes live (records/live.py: calls in flight, retry notices, the route gauges,
 the problem sentence) and what the store keeps in other tables (who delegated whom, loop flags, the
 cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
 batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
 The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
-the differences between two reads.
-"""
+the differences between two reads."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
-from flightdeck.engine.records.meter import cache_saving, spend_known, totals_of
+from flightdeck.engine.records.meter import RowTally, cache_saving, spend_known
 from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
 from flightdeck.engine.records.reader import depth_of
 from flightdeck.engine.records.rows import (
@@ -64,7 +65,6 @@ _MUTABLE = (
     "activity, last_activity_ts, tokens_in, tokens_out, cache_read, cache_write, cost_usd, "
     "started_ts, finished_ts, error"
 )
-_TERMINAL = frozenset(s.value for s in ChildStatus if s.terminal)
 # The events read into rows (and the loop policies' steers, told from the operator's).
 _EVENTS = ", ".join(
     f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS, *NEED_EVENTS)
@@ -90,10 +90,15 @@ class BatchReading:
         self._events_seen = 0  # the last event read (delegate and loop events: _read_events)
         self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
         self._lost_read = False
+        self._rev: int | None = None  # the store's change counter at the last read (version 6)
         self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
         self._fixed: dict[str, tuple[Any, ...]] = {}  # each child's full row, first read
+        self._tally = RowTally()  # over every row in _rows
         self._totals: Totals | None = None
         self._rows: dict[str, ChildRow] = {}
+        self._order: list[ChildRow] = []  # _rows in batch order
+        self._at: dict[str, int] = {}  # each child's place in _order
+        self._steered: set[str] = set()  # children whose rows hold steer receipts
         self._units_told: set[str] = set()  # groups whose unit result was published
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
@@ -138,10 +143,7 @@ class BatchReading:
             if found is None:
                 return None
             # What changes as a child runs; its goal, route, transcript path ... are read once.
-            mutable = conn.execute(
-                f"SELECT {_MUTABLE} FROM children WHERE batch_id = ? ORDER BY seq, id",
-                (self.batch_id,),
-            ).fetchall()
+            mutable = self._written()
             if not self._lost_read:  # written when an owner resumes, before it runs: read once
                 lost = conn.execute(
                     "SELECT ts, child_id, kind, detail FROM events "
@@ -169,6 +171,8 @@ class BatchReading:
         for r in self._receipts_of(controls, events):
             by_child.setdefault(r.child_id, []).append(r)
         rows, changed = self._rows_of(mutable, by_child, relinked, events)
+        if changed or self._totals is None:  # not for a heartbeat or a request
+            self._totals = self._tally.totals()
         if events is not None:
             self._units(rows, events)
             if (
@@ -177,9 +181,6 @@ class BatchReading:
                 and info.status is not BatchStatus.RUNNING
             ):
                 events.append(BatchFinished(info.id, info.status))
-        # A heartbeat or a request: no row changed, nor did the totals.
-        if changed or self._totals is None:
-            self._totals = totals_of(rows)
         running = info.status is BatchStatus.RUNNING
         return Snapshot(
             batch_id=info.id,
@@ -200,38 +201,51 @@ class BatchReading:
 
     def _rows_of(
         self,
-        mutable: list[tuple[Any, ...]],
+        written: list[tuple[Any, ...]],
         by_child: dict[str, list[SteerReceipt]],
         relinked: set[str],
         events: list[EngineEvent] | None,
     ) -> tuple[tuple[ChildRow, ...], bool]:
-        """Every child's row, in batch order, built again only where something changed; and
-        whether anything did."""
-        old_raw, old_rows, fixed = self._raw, self._rows, self._fixed
-        new_raw: dict[str, tuple[Any, ...]] = {}
-        new_rows: dict[str, ChildRow] = {}
-        order: list[ChildRow] = []
-        done: int | None = None  # counted only when a child finished since the last read
-        changed = len(mutable) != len(old_rows)
-        for m in mutable:
-            cid = m[0]
-            steers = tuple(by_child.get(cid, ())) if by_child else ()
-            row = old_rows.get(cid)
-            if row is None or old_raw.get(cid) != m or row.steers != steers or cid in relinked:
-                f = fixed[cid]
-                # Back into CHILD_COLUMNS order, for rows.child_row.
-                full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
-                before, row = row, self._built(full, steers, row)
-                changed = True
-                if events is not None:
-                    if done is None and row.status.terminal:
-                        done = sum(1 for x in mutable if x[1] in _TERMINAL)
-                    _facts(before, row, done or 0, len(mutable), events)
-            new_raw[cid] = m
-            new_rows[cid] = row
-            order.append(row)
-        self._raw, self._rows = new_raw, new_rows
-        return tuple(order), changed
+        """Every child's row, in batch order, built again only where something changed (its
+        columns, its steers, its events or live figures); and whether anything did."""
+        raw, rows, fixed, tally = self._raw, self._rows, self._fixed, self._tally
+        todo: dict[str, tuple[Any, ...]] = {}
+        for m in written:
+            m = m[:-1]  # without the change counter: a row written again may be the same
+            if raw.get(m[0]) != m:
+                todo[m[0]] = m
+        for cid in self._steered | by_child.keys() | relinked:
+            if cid in todo or cid not in raw:
+                continue
+            if cid in relinked or rows[cid].steers != tuple(by_child.get(cid, ())):
+                todo[cid] = raw[cid]
+        built: list[tuple[ChildRow | None, ChildRow]] = []
+        for cid, m in todo.items():
+            f = fixed[cid]
+            steers = tuple(by_child.get(cid, ()))
+            # Back into CHILD_COLUMNS order, for rows.child_row.
+            full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
+            before = rows.get(cid)
+            row = self._built(full, steers, before)
+            if before is not None:
+                tally.remove(before)
+            tally.add(row)
+            raw[cid], rows[cid] = m, row
+            if steers:  # receipts are never taken back
+                self._steered.add(cid)
+            built.append((before, row))
+        if len(self._order) != len(rows):  # a child added: its place in the batch's order
+            self._order = sorted(rows.values(), key=lambda r: (r.seq, r.id))
+            self._at = {r.id: i for i, r in enumerate(self._order)}
+        else:
+            for _, row in built:
+                self._order[self._at[row.id]] = row
+        if events is not None and built:
+            counts = tally.counts
+            done = sum(counts[s] for s in ChildStatus if s.terminal)
+            for before, row in sorted(built, key=lambda b: (b[1].seq, b[1].id)):
+                _facts(before, row, done, len(rows), events)
+        return tuple(self._order), bool(built)
 
     def _built(
         self, full: tuple[Any, ...], steers: tuple[SteerReceipt, ...], before: ChildRow | None
@@ -262,6 +276,30 @@ class BatchReading:
         flight = live.children.get(cid) if running and row.status.live else None
         fields.update(live_fields(row, flight, row.route not in live.unsteerable))
         return dataclasses.replace(row, **fields) if fields else row
+
+    def _written(self) -> list[tuple[Any, ...]]:
+        """The _MUTABLE columns, and the change counter, of the children written since the
+        last read (inside the transaction), in batch order: of every child at the first read,
+        and at each read of a store from before the counter (version 6)."""
+        if self._version < 6:
+            return self._conn.execute(
+                f"SELECT {_MUTABLE}, 0 FROM children WHERE batch_id = ? ORDER BY seq, id",
+                (self.batch_id,),
+            ).fetchall()
+        last, self._rev = (
+            self._rev,
+            self._conn.execute("SELECT max(rev) FROM children").fetchone()[0],
+        )
+        if last is None:
+            return self._conn.execute(
+                f"SELECT {_MUTABLE}, rev FROM children WHERE batch_id = ? ORDER BY seq, id",
+                (self.batch_id,),
+            ).fetchall()
+        return self._conn.execute(  # the store's counter, not the batch's: all since the last read
+            f"SELECT {_MUTABLE}, rev FROM children INDEXED BY children_by_rev"
+            " WHERE rev > ? AND batch_id = ? ORDER BY seq, id",
+            (last, self.batch_id),
+        ).fetchall()
 
     def _settings_routes(self) -> dict[str, Route]:
         if self._routes is None:
@@ -363,7 +401,8 @@ class BatchReading:
             return info
         last = info.heartbeat_ts
         if last is None:  # written before heartbeats: the last thing a child did
-            last = max((max(m[9] or 0.0, m[16] or 0.0) for m in mutable), default=0.0)
+            seen = (*self._raw.values(), *mutable)  # as last read, and written since
+            last = max((max(m[9] or 0.0, m[16] or 0.0) for m in seen), default=0.0)
         return dataclasses.replace(
             info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
         )

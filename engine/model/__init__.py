@@ -102,6 +102,14 @@ class Usage:
             self.cache_write_tokens + other.cache_write_tokens,
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens - other.input_tokens,
+            self.output_tokens - other.output_tokens,
+            self.cache_read_tokens - other.cache_read_tokens,
+            self.cache_write_tokens - other.cache_write_tokens,
+        )
+
     @property
     def total(self) -> int:
         """Every token counted."""

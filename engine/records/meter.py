@@ -150,8 +150,10 @@ class Meter:
             return MeterTotals(self._usage, self._cost, self._unknown)
 
 
-class _Tally:
-    """Running totals of child rows: counts, usage and the exact sum of the known costs."""
+class RowTally:
+    """Running totals of child rows: counts, usage and the exact sum of the known costs. A row
+    added can be removed again (its newer version added instead): integers and decimals sum
+    exactly, so the totals stay those of the rows in it."""
 
     __slots__ = ("cost", "counts", "flight", "flight_cost", "pausing", "saved", "unknown", "usage")
 
@@ -180,6 +182,23 @@ class _Tally:
             self.flight += row.in_flight
             if row.in_flight_cost_usd is not None:
                 self.flight_cost += row.in_flight_cost_usd
+
+    def remove(self, row: ChildRow) -> None:
+        """Take out a row added before (as `add` put it in)."""
+        self.counts[row.status] -= 1
+        if row.pausing:
+            self.pausing -= 1
+        self.usage -= row.usage
+        if row.cost_usd is None or row.in_flight_cost_usd is None:
+            self.unknown -= 1
+        if row.cost_usd is not None:
+            self.cost -= row.cost_usd
+        if row.cache_saved_usd:
+            self.saved -= row.cache_saved_usd
+        if row.in_flight.total:
+            self.flight -= row.in_flight
+            if row.in_flight_cost_usd is not None:
+                self.flight_cost -= row.in_flight_cost_usd
 
     def totals(self) -> Totals:
         counts = self.counts
@@ -210,7 +229,7 @@ class _Tally:
 
 def totals_of(rows: Iterable[ChildRow]) -> Totals:
     """Batch totals from child rows (one pass)."""
-    tally = _Tally()
+    tally = RowTally()
     for row in rows:
         tally.add(row)
     return tally.totals()
@@ -218,11 +237,11 @@ def totals_of(rows: Iterable[ChildRow]) -> Totals:
 
 def route_totals(rows: Iterable[ChildRow]) -> tuple[RouteTotals, ...]:
     """Totals per route from child rows (one pass), sorted by route name."""
-    tallies: dict[str, tuple[str, _Tally]] = {}
+    tallies: dict[str, tuple[str, RowTally]] = {}
     for row in rows:
         entry = tallies.get(row.route)
         if entry is None:  # a route has one model: its first row names it
-            entry = tallies[row.route] = (row.model, _Tally())
+            entry = tallies[row.route] = (row.model, RowTally())
         entry[1].add(row)
     return tuple(
         RouteTotals(route, model, tally.totals())

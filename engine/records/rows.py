@@ -61,7 +61,12 @@ def upsert(
 
 
 UPSERT_BATCH = upsert("batches", BATCH_COLUMNS, ("id",))
-UPSERT_CHILD = upsert("children", CHILD_COLUMNS, ("batch_id", "id"))
+# Every write of a child row gives it a change counter above any in the store, so a reader
+# fetches only the rows written since the counter it last saw (attached/reading.py). Rows of one
+# statement may share a value: the writer commits them together, and a reader sees all or none.
+# The counter is the store's, not a batch's: one statement may write rows of several batches.
+NEXT_REV = "(SELECT coalesce(max(rev), 0) + 1 FROM children)"
+UPSERT_CHILD = upsert("children", CHILD_COLUMNS + ", rev", ("batch_id", "id"), {"rev": NEXT_REV})
 # A child that has not started: everything but what its task says is the same for all, so it
 # is written as literals and a queued row binds 9 values instead of 27. A test keeps the rows
 # equal to the full upsert's.
@@ -73,8 +78,9 @@ _NOT_STARTED = {
     **dict.fromkeys(("started_ts", "finished_ts", "error", "result"), "NULL"),
     "activity": "''",
     "cost_usd": "'0'",
+    "rev": NEXT_REV,
 }
-UPSERT_QUEUED = upsert("children", CHILD_COLUMNS, ("batch_id", "id"), _NOT_STARTED)
+UPSERT_QUEUED = upsert("children", CHILD_COLUMNS + ", rev", ("batch_id", "id"), _NOT_STARTED)
 UPSERT_CONTROL = upsert("controls", CONTROL_COLUMNS, ("batch_id", "id"))
 # A client's steer: its receipt names the request that made it, so a request the owner applied
 # but did not get to mark before it died is found applied, not applied again, by `resume`.
@@ -98,8 +104,8 @@ INSERT_EVENT = "INSERT INTO events (batch_id, child_id, ts, kind, detail) VALUES
 FINISH_BATCH = "UPDATE batches SET status = ?, finished_ts = ? WHERE id = ?"
 REOPEN_BATCH = "UPDATE batches SET status = 'running', finished_ts = NULL WHERE id = ?"
 SETTLE_LIVE = (
-    "UPDATE children SET status = ?, finished_ts = coalesce(finished_ts, ?), current_tool = NULL "
-    "WHERE batch_id = ? AND status IN ('queued', 'gated', 'running', 'paused')"
+    "UPDATE children SET status = ?, finished_ts = coalesce(finished_ts, ?), current_tool = NULL, "
+    f"rev = {NEXT_REV} WHERE batch_id = ? AND status IN ('queued', 'gated', 'running', 'paused')"
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flightdeck.engine.errors import StoreError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 BUSY_TIMEOUT_MS = 30_000
 
 # Commands from clients (other processes: `flightdeck steer/stop`, an attached TUI), recorded
@@ -94,12 +94,18 @@ CREATE TABLE IF NOT EXISTS live (
 # From version 4: the live table, nothing else.
 MIGRATE_4_TO_5 = (LIVE_SCHEMA,)
 
+# From version 5: each child row's change counter (rows.NEXT_REV), so that an attached view
+# reads only the rows written since its last read, not every row of a 5,000-child batch.
+REV_INDEX = "CREATE INDEX IF NOT EXISTS children_by_rev ON children (rev)"
+MIGRATE_5_TO_6 = ("ALTER TABLE children ADD COLUMN rev INTEGER NOT NULL DEFAULT 0", REV_INDEX)
+
 # The steps from each older version to the next.
 MIGRATIONS = {
     1: MIGRATE_1_TO_2,
     2: MIGRATE_2_TO_3,
     3: MIGRATE_3_TO_4,
     4: MIGRATE_4_TO_5,
+    5: MIGRATE_5_TO_6,
 }
 
 SCHEMA = (
@@ -151,6 +157,7 @@ CREATE TABLE IF NOT EXISTS children (
     error TEXT,
     result TEXT,
     transcript TEXT NOT NULL,
+    rev INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (batch_id, id)
 );
 CREATE INDEX IF NOT EXISTS children_by_seq ON children (batch_id, seq);
@@ -182,6 +189,8 @@ CREATE INDEX IF NOT EXISTS events_by_batch ON events (batch_id, id);
     + REQUESTS_SCHEMA
     + PROCESSES_SCHEMA
     + LIVE_SCHEMA
+    + ";\n"
+    + REV_INDEX
 )
 
 

@@ -49,8 +49,11 @@ CHUNKS = (64, 16, 4, 1)
 def rows_sql(sql: str, rows: int) -> str:
     """`sql` (an INSERT with one VALUES tuple) inserting `rows` rows."""
     head, values, tail = sql.partition(" VALUES ")
-    one, close, rest = tail.partition(")")
-    return f"{head}{values}{', '.join([one + close] * rows)}{rest}"
+    # The tuple's own ")", not the first: a value may be a subquery.
+    depths = itertools.accumulate((c == "(") - (c == ")") for c in tail)
+    end = next(i for i, depth in enumerate(depths) if depth == 0)
+    one, rest = tail[: end + 1], tail[end + 1 :]
+    return f"{head}{values}{', '.join([one] * rows)}{rest}"
 
 
 def insert_rows(conn: sqlite3.Connection, sql: str, params: list[Sequence[Any]]) -> None:

@@ -1,0 +1,219 @@
+"""An attached view reads only the child rows written since its last read (the store's change
+counter), and what it keeps from read to read agrees with reading the whole store again."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sqlite3
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from flightdeck.engine.attached.reading import BatchReading
+from flightdeck.engine.attached.view import StoreView
+from flightdeck.engine.model import (
+    Activity,
+    ChildFinished,
+    ChildRow,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+    SteerReceipt,
+    SteerState,
+    Usage,
+)
+from flightdeck.engine.records import schema
+from flightdeck.engine.records.meter import totals_of
+from flightdeck.engine.records.store import Store
+
+from test_requests import version_5_schema
+from test_store import make_batch, make_child
+
+STATUSES = [ChildStatus.QUEUED, ChildStatus.RUNNING, ChildStatus.PAUSED, ChildStatus.COMPLETED,
+            ChildStatus.FAILED, ChildStatus.STOPPED]  # fmt: skip
+
+
+def _changed(rng: random.Random, row: ChildRow) -> ChildRow:
+    """`row` as a run might write it next: another status, more usage, a cost known or not."""
+    status = rng.choice(STATUSES)
+    calls = row.activity.api_calls + 1
+    return dataclasses.replace(
+        row,
+        status=status,
+        activity=Activity(api_calls=calls, text=f"call {calls}", last_activity_ts=2000.0 + calls),
+        usage=row.usage + Usage(rng.randint(0, 900), rng.randint(0, 90), rng.randint(0, 50), 0),
+        cost_usd=None if rng.random() < 0.1 else Decimal(rng.randint(0, 10**6)) / 10**7,
+        started_ts=row.started_ts or 1500.0,
+        finished_ts=1600.0 if status.terminal else None,
+    )
+
+
+def test_each_read_agrees_with_reading_the_whole_store_again(tmp_path: Path) -> None:
+    # Rows changed, rewritten unchanged, steered, settled by a crash recovery, added late; and
+    # another batch in the same store writing between the reads.
+    rng = random.Random(31)
+    db = tmp_path / "flightdeck.db"
+    store = Store(db)
+    store.create_batch(make_batch("b1"))
+    store.create_batch(make_batch("b2"))
+    rows = {f"c{i}": make_child(i) for i in range(200)}
+    store.add_children("b1", list(rows.values()))
+    store.add_children("b2", [make_child(i) for i in range(50)])
+    assert store.flush(timeout=10)
+    view = StoreView(db, "b1", watch=False)
+    try:
+        for round_ in range(25):
+            for cid in rng.sample(sorted(rows), 15):
+                rows[cid] = _changed(rng, rows[cid])
+                store.update_child("b1", rows[cid])
+            store.update_child("b1", rows[rng.choice(sorted(rows))])  # the same again
+            store.update_child("b2", _changed(rng, make_child(rng.randrange(50))))
+            if round_ % 5 == 2:
+                steered = rng.choice(sorted(rows))
+                receipt = SteerReceipt(round_, steered, "look again", False, SteerState.QUEUED, 1.0)
+                store.record_control("b1", receipt)
+            if round_ == 10:
+                late = make_child(200 + round_, status=ChildStatus.RUNNING)
+                rows[late.id] = late
+                store.add_children("b1", [late])
+            if round_ == 20:
+                store.settle_live_children("b1", ChildStatus.FAILED, 1700.0)
+            assert store.flush(timeout=10)
+            assert view.refresh()
+            again = StoreView(db, "b1", watch=False)
+            try:
+                kept, fresh = view.snapshot(), again.snapshot()
+                assert kept.children == fresh.children
+                assert kept.totals == fresh.totals == totals_of(fresh.children)
+            finally:
+                again.close()
+            if round_ == 20:  # every live child settled, as the owner that resumes does
+                assert (kept.totals.running, kept.totals.queued, kept.totals.paused) == (0, 0, 0)
+        assert kept.totals.children == 201 and any(r.steers for r in kept.children)
+    finally:
+        view.close()
+        store.close()
+
+
+class _Counting:
+    """A connection that remembers how many rows each statement fetched."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.fetched: list[tuple[str, int]] = []
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        counting = self
+
+        class Cursor:
+            def __init__(self, cursor: sqlite3.Cursor) -> None:
+                self.cursor = cursor
+
+            def fetchall(self) -> list[Any]:
+                found = self.cursor.fetchall()
+                counting.fetched.append((sql, len(found)))
+                return found
+
+            def fetchone(self) -> Any:
+                return self.cursor.fetchone()
+
+        return Cursor(self.conn.execute(sql, params))
+
+    def child_rows(self) -> int:
+        return sum(n for sql, n in self.fetched if "FROM children" in sql)
+
+
+def test_a_read_fetches_only_the_child_rows_written_since_the_last(tmp_path: Path) -> None:
+    db = tmp_path / "flightdeck.db"
+    store = Store(db)
+    store.create_batch(make_batch("b1"))
+    rows = [make_child(i) for i in range(1000)]
+    store.add_children("b1", rows)
+    assert store.flush(timeout=10)
+    conn = _Counting(schema.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True))
+    reading = BatchReading(conn, "b1", schema.SCHEMA_VERSION, time.time)  # type: ignore[arg-type]
+    assert reading.read() is not None
+    assert conn.child_rows() == 1000 + 1000  # the first read: every row, and its fixed columns
+    conn.fetched.clear()
+    store.update_child("b1", dataclasses.replace(rows[7], status=ChildStatus.RUNNING))
+    assert store.flush(timeout=10)
+    events: list[EngineEvent] = []
+    snap = reading.read(events)
+    assert snap is not None and snap.children[7].status is ChildStatus.RUNNING
+    assert snap.totals.running == 1 and snap.totals.queued == 999
+    assert [type(e) for e in events] == [ChildStarted]
+    assert conn.child_rows() == 1  # the one row written
+    conn.fetched.clear()
+    store.update_child("b1", dataclasses.replace(rows[7], status=ChildStatus.COMPLETED))
+    assert store.flush(timeout=10)
+    events.clear()
+    snap = reading.read(events)
+    assert snap is not None and conn.child_rows() == 1
+    finished = [e for e in events if isinstance(e, ChildFinished)]
+    assert [(e.row.id, e.done, e.total) for e in finished] == [("c7", 1, 1000)]
+    conn.conn.close()
+    store.close()
+
+
+def test_a_version_5_store_is_read_whole_and_then_by_its_counter_once_migrated(
+    tmp_path: Path,
+) -> None:
+    # A batch left by a flightdeck before the counter: read as it is, then its owner (this
+    # version) migrates it, and the rows it had are read along with those written since.
+    db = tmp_path / "flightdeck.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(version_5_schema())
+    conn.execute("PRAGMA user_version = 5")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.close()
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            "INSERT INTO batches (id, name, spec_json, workspace, state_dir, owner_pid, "
+            "owner_start, pool_size, status, created_ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _batch_values(),
+        )
+        for i in range(3):
+            raw.execute(
+                "INSERT INTO children (batch_id, id, seq, goal, route, model, status, queued_ts,"
+                " transcript) VALUES ('b1', ?, ?, 'g', 'sim', 'sim-1', 'queued', 1.0, 't')",
+                (f"c{i}", i),
+            )
+    view = StoreView(db, "b1", watch=False)  # read-only: nothing migrates the file
+    try:
+        assert [r.status for r in view.snapshot().children] == [ChildStatus.QUEUED] * 3
+        with sqlite3.connect(db) as raw:  # as a version 5 owner writes a row
+            raw.execute("UPDATE children SET status = 'running' WHERE id = 'c1'")
+        assert view.refresh()
+        assert view.snapshot().totals.running == 1
+    finally:
+        view.close()
+    store = Store(db)  # migrates: the old rows have counter 0
+    row = make_child(2, status=ChildStatus.COMPLETED)
+    store.update_child("b1", row)
+    assert store.flush(timeout=10)
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT id, rev FROM children ORDER BY id").fetchall() == [
+        ("c0", 0),
+        ("c1", 0),
+        ("c2", 1),
+    ]
+    raw.close()
+    view = StoreView(db, "b1", watch=False)
+    try:
+        statuses = [r.status for r in view.snapshot().children]
+        assert statuses == [ChildStatus.QUEUED, ChildStatus.RUNNING, ChildStatus.COMPLETED]
+        store.update_child("b1", make_child(0, status=ChildStatus.RUNNING))
+        assert store.flush(timeout=10)
+        assert view.refresh()
+        assert view.snapshot().totals.running == 2
+    finally:
+        view.close()
+        store.close()
+
+
+def _batch_values() -> tuple[Any, ...]:
+    info = make_batch("b1")
+    return (info.id, info.name, info.spec_json, info.workspace, info.state_dir, info.owner_pid,
+            info.owner_start, info.pool_size, info.status.value, info.created_ts)  # fmt: skip
