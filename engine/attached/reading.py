@@ -9,7 +9,8 @@ the problem sentence) and what the store keeps in other tables (who delegated wh
 cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
 batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
 The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
-the differences between two reads."""
+the differences between two reads.
+"""
 
 from __future__ import annotations
 
@@ -98,7 +99,6 @@ class BatchReading:
         self._rows: dict[str, ChildRow] = {}
         self._order: list[ChildRow] = []  # _rows in batch order
         self._at: dict[str, int] = {}  # each child's place in _order
-        self._steered: set[str] = set()  # children whose rows hold steer receipts
         self._units_told: set[str] = set()  # groups whose unit result was published
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
@@ -214,7 +214,7 @@ class BatchReading:
             m = m[:-1]  # without the change counter: a row written again may be the same
             if raw.get(m[0]) != m:
                 todo[m[0]] = m
-        for cid in self._steered | by_child.keys() | relinked:
+        for cid in by_child.keys() | relinked:  # receipts are never taken back
             if cid in todo or cid not in raw:
                 continue
             if cid in relinked or rows[cid].steers != tuple(by_child.get(cid, ())):
@@ -231,8 +231,6 @@ class BatchReading:
                 tally.remove(before)
             tally.add(row)
             raw[cid], rows[cid] = m, row
-            if steers:  # receipts are never taken back
-                self._steered.add(cid)
             built.append((before, row))
         if len(self._order) != len(rows):  # a child added: its place in the batch's order
             self._order = sorted(rows.values(), key=lambda r: (r.seq, r.id))
