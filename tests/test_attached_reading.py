@@ -153,6 +153,11 @@ def test_a_read_fetches_only_the_child_rows_written_since_the_last(tmp_path: Pat
     assert snap is not None and conn.child_rows() == 1
     finished = [e for e in events if isinstance(e, ChildFinished)]
     assert [(e.row.id, e.done, e.total) for e in finished] == [("c7", 1, 1000)]
+    conn.fetched.clear()
+    with sqlite3.connect(db) as raw:  # a writer that does not keep the counter: the triggers do
+        raw.execute("UPDATE children SET status = 'failed' WHERE id = 'c8'")
+    snap = reading.read()
+    assert snap is not None and snap.totals.failed == 1 and conn.child_rows() == 1
     conn.conn.close()
     store.close()
 
@@ -208,6 +213,18 @@ def test_a_version_5_store_is_read_whole_and_then_by_its_counter_once_migrated(
         assert store.flush(timeout=10)
         assert view.refresh()
         assert view.snapshot().totals.running == 2
+        # The version 5 owner still running writes as it did, without the counter: the
+        # store's triggers raise it, so the view still sees its rows change.
+        with sqlite3.connect(db) as raw:
+            raw.execute("UPDATE children SET status = 'completed' WHERE id = 'c1'")
+            raw.execute(
+                "INSERT INTO children (batch_id, id, seq, goal, route, model, status, queued_ts,"
+                " transcript) VALUES ('b1', 'c3', 3, 'g', 'sim', 'sim-1', 'running', 1.0, 't')"
+            )
+        assert view.refresh()
+        statuses = [r.status for r in view.snapshot().children]
+        assert statuses == [ChildStatus.RUNNING, ChildStatus.COMPLETED, ChildStatus.COMPLETED,
+                            ChildStatus.RUNNING]  # fmt: skip
     finally:
         view.close()
         store.close()

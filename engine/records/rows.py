@@ -17,6 +17,7 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
+from flightdeck.engine.records.schema import NEXT_REV
 
 BATCH_COLUMNS = (
     "id, name, source, spec_json, workspace, state_dir, owner_pid, owner_start, pool_size, "
@@ -61,11 +62,7 @@ def upsert(
 
 
 UPSERT_BATCH = upsert("batches", BATCH_COLUMNS, ("id",))
-# Every write of a child row gives it a change counter above any in the store, so a reader
-# fetches only the rows written since the counter it last saw (attached/reading.py). Rows of one
-# statement may share a value: the writer commits them together, and a reader sees all or none.
-# The counter is the store's, not a batch's: one statement may write rows of several batches.
-NEXT_REV = "(SELECT coalesce(max(rev), 0) + 1 FROM children)"
+# Each write of a child row raises its change counter (schema.NEXT_REV, which says why).
 UPSERT_CHILD = upsert("children", CHILD_COLUMNS + ", rev", ("batch_id", "id"), {"rev": NEXT_REV})
 # A child that has not started: everything but what its task says is the same for all, so it
 # is written as literals and a queued row binds 9 values instead of 27. A test keeps the rows

@@ -94,10 +94,27 @@ CREATE TABLE IF NOT EXISTS live (
 # From version 4: the live table, nothing else.
 MIGRATE_4_TO_5 = (LIVE_SCHEMA,)
 
-# From version 5: each child row's change counter (rows.NEXT_REV), so that an attached view
-# reads only the rows written since its last read, not every row of a 5,000-child batch.
+# From version 5: each child row's change counter, so that an attached view reads only the rows
+# written since its last read (attached/reading.py), not every row of a 5,000-child batch. Each
+# write of a row gives it a value above any in the store (one counter for the store: a statement
+# may write rows of several batches). The statements that write a child set it (rows.py); the
+# triggers set it after any writer that does not: an older flightdeck still running when a newer
+# one migrated the file, or an operator's own SQL. Rows of one statement may share a value: they
+# are committed together, and a reader sees all or none.
+NEXT_REV = "(SELECT coalesce(max(rev), 0) + 1 FROM children)"
 REV_INDEX = "CREATE INDEX IF NOT EXISTS children_by_rev ON children (rev)"
-MIGRATE_5_TO_6 = ("ALTER TABLE children ADD COLUMN rev INTEGER NOT NULL DEFAULT 0", REV_INDEX)
+REV_TRIGGERS = (
+    "CREATE TRIGGER IF NOT EXISTS children_rev_inserted AFTER INSERT ON children"
+    f" WHEN NEW.rev = 0 BEGIN UPDATE children SET rev = {NEXT_REV} WHERE rowid = NEW.rowid; END",
+    "CREATE TRIGGER IF NOT EXISTS children_rev_updated AFTER UPDATE ON children"
+    f" WHEN NEW.rev = OLD.rev BEGIN UPDATE children SET rev = {NEXT_REV} WHERE rowid = NEW.rowid;"
+    " END",
+)
+MIGRATE_5_TO_6 = (
+    "ALTER TABLE children ADD COLUMN rev INTEGER NOT NULL DEFAULT 0",
+    REV_INDEX,
+    *REV_TRIGGERS,
+)
 
 # The steps from each older version to the next.
 MIGRATIONS = {
@@ -281,6 +298,8 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
+        for statement in REV_TRIGGERS:  # statements with ";" in them
+            conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
