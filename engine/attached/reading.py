@@ -9,7 +9,7 @@ the problem sentence) and what the store keeps in other tables (who delegated wh
 cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
 batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
 The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
-the differences between two reads.
+the differences between two reads (facts.py).
 """
 
 from __future__ import annotations
@@ -21,17 +21,14 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
+from flightdeck.engine.attached.facts import Facts
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
-    BatchFinished,
     BatchStatus,
-    ChildFinished,
     ChildRow,
-    ChildStarted,
     ChildStatus,
     EngineEvent,
-    GroupFinished,
     Limits,
     LoopEvidence,
     Snapshot,
@@ -99,7 +96,7 @@ class BatchReading:
         self._rows: dict[str, ChildRow] = {}
         self._order: list[ChildRow] = []  # _rows in batch order
         self._at: dict[str, int] = {}  # each child's place in _order
-        self._units_told: set[str] = set()  # groups whose unit result was published
+        self._facts = Facts()
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
@@ -174,13 +171,8 @@ class BatchReading:
         if changed or self._totals is None:  # not for a heartbeat or a request
             self._totals = self._tally.totals()
         if events is not None:
-            self._units(rows, events)
-            if (
-                was is not None
-                and was.status is BatchStatus.RUNNING
-                and info.status is not BatchStatus.RUNNING
-            ):
-                events.append(BatchFinished(info.id, info.status))
+            self._facts.units(rows, events)
+            self._facts.batch(was, info, events)
         running = info.status is BatchStatus.RUNNING
         return Snapshot(
             batch_id=info.id,
@@ -239,10 +231,8 @@ class BatchReading:
             for _, row in built:
                 self._order[self._at[row.id]] = row
         if events is not None and built:
-            counts = tally.counts
-            done = sum(counts[s] for s in ChildStatus if s.terminal)
-            for before, row in sorted(built, key=lambda b: (b[1].seq, b[1].id)):
-                _facts(before, row, done, len(rows), events)
+            done = sum(tally.counts[s] for s in ChildStatus if s.terminal)
+            self._facts.children(built, done, len(rows), events)
         return tuple(self._order), bool(built)
 
     def _built(
@@ -405,16 +395,6 @@ class BatchReading:
             info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
         )
 
-    def _units(self, order: Sequence[ChildRow], events: list[EngineEvent]) -> None:
-        """A group whose last member ended since the last read: its unit's result, once (as
-        the engine publishes it in-process)."""
-        ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
-        for group in sorted(ended - self._units_told):
-            members = sorted((r for r in order if r.group == group), key=lambda r: r.seq)
-            if all(r.status.terminal for r in members):
-                self._units_told.add(group)
-                events.append(GroupFinished.of(group, members))
-
     def _receipts_of(
         self, controls: list[tuple[Any, ...]], events: list[EngineEvent] | None
     ) -> list[SteerReceipt]:
@@ -445,16 +425,3 @@ def stored_limits(info: BatchInfo, routes: Callable[[], Iterable[str]]) -> Limit
         return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
     names = dict.fromkeys(sorted(set(routes())))
     return limits_of(settings_from_json(info.settings_json), names, info.pool_size, spend_known)
-
-
-def _facts(
-    before: ChildRow | None, row: ChildRow, done: int, total: int, events: list[EngineEvent]
-) -> None:
-    """The facts between two reads of one child."""
-    was = before.status if before is not None else ChildStatus.QUEUED
-    # A child paused mid-run and continued has started already.
-    continued = was is ChildStatus.PAUSED and before is not None and before.started_ts is not None
-    if was is not ChildStatus.RUNNING and not continued and row.status is ChildStatus.RUNNING:
-        events.append(ChildStarted(row.id, row.started_ts or 0.0))
-    if was.live and row.status.terminal:
-        events.append(ChildFinished(row, done, total))

@@ -1,0 +1,69 @@
+"""The discrete facts an attached view publishes, as the engine publishes them in-process: the
+differences between two reads of a batch (a child started or finished, the last member of a
+unit's group ended, the batch finished)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flightdeck.engine.model import (
+    BatchFinished,
+    BatchStatus,
+    ChildFinished,
+    ChildRow,
+    ChildStarted,
+    ChildStatus,
+    EngineEvent,
+    GroupFinished,
+)
+from flightdeck.engine.records.rows import BatchInfo
+
+
+class Facts:
+    """The facts of one batch's reads, read after read."""
+
+    def __init__(self) -> None:
+        self._units_told: set[str] = set()  # groups whose unit result was published
+
+    def children(
+        self,
+        built: Sequence[tuple[ChildRow | None, ChildRow]],
+        done: int,
+        total: int,
+        events: list[EngineEvent],
+    ) -> None:
+        """Each child's facts between its row as last read and as read now, in batch order
+        (`done` of `total` children have ended, as of this read)."""
+        for before, row in sorted(built, key=lambda b: (b[1].seq, b[1].id)):
+            was = before.status if before is not None else ChildStatus.QUEUED
+            if row.status is ChildStatus.RUNNING and not _had_started(before):
+                events.append(ChildStarted(row.id, row.started_ts or 0.0))
+            if was.live and row.status.terminal:
+                events.append(ChildFinished(row, done, total))
+
+    def units(self, order: Sequence[ChildRow], events: list[EngineEvent]) -> None:
+        """A group whose last member ended since the last read: its unit's result, once."""
+        ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
+        for group in sorted(ended - self._units_told):
+            members = sorted((r for r in order if r.group == group), key=lambda r: r.seq)
+            if all(r.status.terminal for r in members):
+                self._units_told.add(group)
+                events.append(GroupFinished.of(group, members))
+
+    @staticmethod
+    def batch(was: BatchInfo | None, info: BatchInfo, events: list[EngineEvent]) -> None:
+        """The batch's end, read for the first time."""
+        running = BatchStatus.RUNNING
+        if was is not None and was.status is running and info.status is not running:
+            events.append(BatchFinished(info.id, info.status))
+
+
+def _had_started(before: ChildRow | None) -> bool:
+    """Whether a child running now had started by the last read: it was running then, or
+    paused mid-run (and has been continued since)."""
+    if before is None:
+        return False
+    was = before.status
+    return was is ChildStatus.RUNNING or (
+        was is ChildStatus.PAUSED and before.started_ts is not None
+    )
