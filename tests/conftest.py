@@ -12,7 +12,6 @@ import pytest
 import textual.app
 import textual.pilot
 from flightdeck.engine.agents import tree
-from textual._wait import SLEEP_GRANULARITY
 
 from helpers import Hold
 from loopback import KEY_ENV, Loopback
@@ -28,12 +27,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-async def _settled(min_sleep: float = SLEEP_GRANULARITY, max_sleep: float = 1.0) -> None:
+SETTLE_S = 0.02  # the shortest sleep Textual's own wait takes
+
+
+async def _settled(min_sleep: float = SETTLE_S, max_sleep: float = 1.0) -> None:
     """Textual's pilot waits, after each key, until this *process* looks idle (its CPU time
     still for 20 ms), for up to 1 s. With an engine running in the process it seldom is, so a
     typed word took seconds. What it waits on an idle process instead: one 20 ms sleep. The
     tests wait on the conditions they check (tui_support.until), not on this."""
-    await asyncio.sleep(max(min_sleep, SLEEP_GRANULARITY))
+    await asyncio.sleep(max(min_sleep, SETTLE_S))
 
 
 textual.app.wait_for_idle = _settled  # type: ignore[attr-defined]
