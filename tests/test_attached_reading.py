@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from flightdeck.engine.attached.reading import BatchReading
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import (
@@ -234,3 +235,45 @@ def _batch_values() -> tuple[Any, ...]:
     info = make_batch("b1")
     return (info.id, info.name, info.spec_json, info.workspace, info.state_dir, info.owner_pid,
             info.owner_start, info.pool_size, info.status.value, info.created_ts)  # fmt: skip
+
+
+@pytest.mark.parametrize("fails", ["_read_live", "_built"])
+def test_a_read_that_fails_midway_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    # A read that raised after fetching the rows written since the last one (the database
+    # locked for a moment, say): those rows must not be skipped by the next read, nor a row
+    # built before the failure be counted in the totals but missing from the rows.
+    db = tmp_path / "flightdeck.db"
+    store = Store(db)
+    store.create_batch(make_batch("b1"))
+    rows = [make_child(i) for i in range(5)]
+    store.add_children("b1", rows)
+    assert store.flush(timeout=10)
+    view = StoreView(db, "b1", watch=False)
+    try:
+        broken = getattr(BatchReading, fails)
+        calls = 0
+
+        def once(self: BatchReading, *args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # _built: the read's second row; _read_live: the first read here
+                raise sqlite3.OperationalError("database is locked")
+            return broken(self, *args)
+
+        monkeypatch.setattr(BatchReading, fails, once)
+        if fails == "_read_live":
+            calls = 1
+        for i in (1, 2):
+            store.update_child("b1", dataclasses.replace(rows[i], status=ChildStatus.COMPLETED))
+        assert store.flush(timeout=10)
+        with pytest.raises(sqlite3.OperationalError):
+            view.refresh()
+        assert view.refresh()  # nothing written since: the failed read is tried again
+        kept = view.snapshot()
+        assert [r.status for r in kept.children].count(ChildStatus.COMPLETED) == 2
+        assert kept.totals.completed == 2 and kept.totals == totals_of(kept.children)
+    finally:
+        view.close()
+        store.close()

@@ -131,6 +131,15 @@ class BatchReading:
     def read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
         """The batch now (None if the store has no such batch); the facts since the last read
         appended to `events`."""
+        try:
+            return self._read(events)
+        except Exception:
+            # What this read fetched is lost with it: the next reads every row and builds each
+            # again, so nothing it missed stays missed.
+            self._rev, self._raw = None, {}
+            raise
+
+    def _read(self, events: list[EngineEvent] | None) -> Snapshot | None:
         conn = self._conn
         conn.execute("BEGIN")
         try:

@@ -186,9 +186,10 @@ class StoreView:
         return True
 
     def _read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
-        self._data_version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
         snap = self._reading.read(events)
-        return None if snap is None else dataclasses.replace(snap, version=self._data_version)
+        self._data_version = version  # a read that failed is tried again at the next wake
+        return None if snap is None else dataclasses.replace(snap, version=version)
 
     def _refused(self) -> list[tuple[str, str]]:
         """This view's requests the owner refused since the last read, with the reason."""

@@ -100,7 +100,8 @@ MIGRATE_4_TO_5 = (LIVE_SCHEMA,)
 # may write rows of several batches). The statements that write a child set it (rows.py); the
 # triggers set it after any writer that does not: an older flightdeck still running when a newer
 # one migrated the file, or an operator's own SQL. Rows of one statement may share a value: they
-# are committed together, and a reader sees all or none.
+# are committed together, and a reader sees all or none. Child rows are never deleted: deleting
+# the rows that hold the highest value would let the counter go back below what a reader saw.
 NEXT_REV = "(SELECT coalesce(max(rev), 0) + 1 FROM children)"
 REV_INDEX = "CREATE INDEX IF NOT EXISTS children_by_rev ON children (rev)"
 REV_TRIGGERS = (

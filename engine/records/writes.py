@@ -49,7 +49,8 @@ CHUNKS = (64, 16, 4, 1)
 def rows_sql(sql: str, rows: int) -> str:
     """`sql` (an INSERT with one VALUES tuple) inserting `rows` rows."""
     head, values, tail = sql.partition(" VALUES ")
-    # The tuple's own ")", not the first: a value may be a subquery.
+    # The tuple's own ")", not the first: a value may be a subquery (none holds a "(" or ")"
+    # in a string literal, which this count would take for one).
     depths = itertools.accumulate((c == "(") - (c == ")") for c in tail)
     end = next(i for i, depth in enumerate(depths) if depth == 0)
     one, rest = tail[: end + 1], tail[end + 1 :]
