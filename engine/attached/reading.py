@@ -278,24 +278,19 @@ class BatchReading:
         """The _MUTABLE columns, and the change counter, of the children written since the
         last read (inside the transaction), in batch order: of every child at the first read,
         and at each read of a store from before the counter (version 6)."""
-        if self._version < 6:
-            return self._conn.execute(
-                f"SELECT {_MUTABLE}, 0 FROM children WHERE batch_id = ? ORDER BY seq, id",
-                (self.batch_id,),
-            ).fetchall()
-        last, self._rev = (
-            self._rev,
-            self._conn.execute("SELECT max(rev) FROM children").fetchone()[0],
-        )
-        if last is None:
-            return self._conn.execute(
-                f"SELECT {_MUTABLE}, rev FROM children WHERE batch_id = ? ORDER BY seq, id",
-                (self.batch_id,),
-            ).fetchall()
-        return self._conn.execute(  # the store's counter, not the batch's: all since the last read
-            f"SELECT {_MUTABLE}, rev FROM children INDEXED BY children_by_rev"
-            " WHERE rev > ? AND batch_id = ? ORDER BY seq, id",
-            (last, self.batch_id),
+        conn, counted = self._conn, self._version >= 6
+        if counted:
+            last, self._rev = self._rev, conn.execute("SELECT max(rev) FROM children").fetchone()[0]
+            if last is not None:  # the store's counter, not the batch's: all since the last read
+                return conn.execute(
+                    f"SELECT {_MUTABLE}, rev FROM children INDEXED BY children_by_rev"
+                    " WHERE rev > ? AND batch_id = ? ORDER BY seq, id",
+                    (last, self.batch_id),
+                ).fetchall()
+        return conn.execute(
+            f"SELECT {_MUTABLE}, {'rev' if counted else '0'} FROM children WHERE batch_id = ?"
+            " ORDER BY seq, id",
+            (self.batch_id,),
         ).fetchall()
 
     def _settings_routes(self) -> dict[str, Route]:
