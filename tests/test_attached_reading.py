@@ -126,13 +126,19 @@ class _Counting:
         return sum(n for sql, n in self.fetched if "FROM children" in sql)
 
 
-def test_a_read_fetches_only_the_child_rows_written_since_the_last(tmp_path: Path) -> None:
-    db = tmp_path / "flightdeck.db"
+def _batch(db: Path, children: int) -> tuple[Store, list[ChildRow]]:
+    """A store holding batch b1 of `children` queued children, written."""
     store = Store(db)
     store.create_batch(make_batch("b1"))
-    rows = [make_child(i) for i in range(1000)]
+    rows = [make_child(i) for i in range(children)]
     store.add_children("b1", rows)
     assert store.flush(timeout=10)
+    return store, rows
+
+
+def test_a_read_fetches_only_the_child_rows_written_since_the_last(tmp_path: Path) -> None:
+    db = tmp_path / "flightdeck.db"
+    store, rows = _batch(db, 1000)
     conn = _Counting(schema.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True))
     reading = BatchReading(conn, "b1", schema.SCHEMA_VERSION, time.time)  # type: ignore[arg-type]
     assert reading.read() is not None
@@ -245,11 +251,7 @@ def test_a_read_that_fails_midway_loses_nothing(
     # locked for a moment, say): those rows must not be skipped by the next read, nor a row
     # built before the failure be counted in the totals but missing from the rows.
     db = tmp_path / "flightdeck.db"
-    store = Store(db)
-    store.create_batch(make_batch("b1"))
-    rows = [make_child(i) for i in range(5)]
-    store.add_children("b1", rows)
-    assert store.flush(timeout=10)
+    store, rows = _batch(db, 5)
     view = StoreView(db, "b1", watch=False)
     try:
         broken = getattr(BatchReading, fails)
