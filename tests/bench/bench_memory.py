@@ -10,7 +10,8 @@ process. Store and transcripts on, in BENCH_DIR (default: the system
 temp folder; /dev/shm takes the disk out). `BENCH_MEMORY_SIZES` sets the sizes.
 
 It uses only the engine's API, so run with PYTHONPATH naming another checkout's `flightdeck`
-it measures that checkout (docs/performance.md).
+it measures that checkout (docs/performance.md), the layout before the restructuring included
+(`git archive 4748663 src`, then PYTHONPATH=that src).
 """
 
 from __future__ import annotations
@@ -89,9 +90,19 @@ class ThreadCPU:
 def one(n: int, folder: Path) -> dict[str, Any]:
     """Run `n` instant children in this process: what they cost in memory and time."""
     from flightdeck.engine.api import Engine
-    from flightdeck.engine.control.pool import tune_interpreter
-    from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_sim_route
-    from flightdeck.engine.inputs.tasks import Batch, Task
+
+    try:
+        from flightdeck.engine.control.pool import tune_interpreter
+        from flightdeck.engine.inputs.settings import EngineSettings, Settings, default_sim_route
+        from flightdeck.engine.inputs.tasks import Batch, Task
+    except ImportError:  # the layout before the restructuring (4748663's src/): side by side
+        from flightdeck.engine.limits import tune_interpreter  # type: ignore[no-redef]
+        from flightdeck.engine.settings import (  # type: ignore[no-redef]
+            EngineSettings,
+            Settings,
+            default_sim_route,
+        )
+        from flightdeck.engine.spec import Batch, Task  # type: ignore[no-redef]
 
     tune_interpreter()  # as `flightdeck run` does
     route = default_sim_route(time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0)
@@ -116,6 +127,11 @@ def one(n: int, folder: Path) -> dict[str, Any]:
     by_thread = threads.by_kind()
     by_thread.pop("bench-sampler", None)
     by_thread["MainThread"] = main_cpu  # building the children at start
+    # Threads not started through `threading` (the pool before the restructuring used
+    # `_thread`) are in no /proc read above: what the process used beyond the threads seen.
+    unseen = cpu - sum(by_thread.values())
+    if unseen > 0.05 * cpu:
+        by_thread["unseen"] = unseen
     assert snap.totals.completed == n, snap.totals
     last = max(row.finished_ts or 0.0 for row in snap.children)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
