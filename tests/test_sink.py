@@ -6,6 +6,7 @@ import fcntl
 import itertools
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -348,6 +349,23 @@ def test_the_writer_process_waits_for_nothing_when_more_than_a_pipe_is_sent(
     assert proc.wait_written(30)
     assert not proc.stop(10)  # a clean exit: nothing left unconfirmed
     assert [b.split(" ", 1)[0] for b in bodies(path)] == [str(n) for n in range(4000)]
+
+
+def test_a_send_reads_the_answers_that_came_so_what_is_kept_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    # Sends that never fill the pipe (a steady batch) must still read the process's answers,
+    # or every frame sent stays in memory until the end.
+    path = str(tmp_path / "a.log")
+    proc = writerproc.WriterProcess.start(8)
+    assert proc is not None
+    for n in range(4):
+        proc.send(encode([Write(path, TS, "engine", f"line {n}")]))
+        assert len(proc._kept) <= 1  # the frames before this one were confirmed
+        # this one's answer is on its way: wait until it can be read, without reading it
+        assert select.select([proc.proc.stdout], [], [], 30)[0]
+    assert not proc.stop(10)
+    assert bodies(path) == [f"line {n}" for n in range(4)]
 
 
 def test_a_dead_writer_process_hands_back_exactly_the_frames_it_did_not_confirm(

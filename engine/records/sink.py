@@ -157,7 +157,7 @@ class TranscriptSink:
             if out:
                 helper.send(out)
             else:
-                helper.poll()  # its answers are read every drain, so it never waits on us
+                helper.poll()  # answers are read every drain (a send reads them too)
             if wait:
                 helper.wait_written()
         except (OSError, EOFError) as exc:

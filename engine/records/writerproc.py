@@ -90,6 +90,9 @@ class WriterProcess:
             except BlockingIOError:
                 select.select([self._out], [self._in], [])
                 self.poll()
+        # The answers that came meanwhile, whether or not the pipe filled: sends that always
+        # fit never read them, and kept every frame until the end (36 MB at 50,000 children).
+        self.poll()
 
     def wait_written(self, timeout: float | None = None) -> bool:
         """Block until the process has written everything sent; False on timeout."""
