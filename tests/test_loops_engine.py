@@ -4,6 +4,7 @@ in the store, cleared by progress, and a route's escalation policy taken step by
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.attached.view import StoreView
+from flightdeck.engine.child.loops import LoopDetector
 from flightdeck.engine.inputs.settings import LoopSettings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
@@ -50,6 +52,27 @@ def test_a_stubborn_looping_child_is_flagged_with_its_repeated_calls(tmp_path: P
     kept = _events(tmp_path / "state" / "flightdeck.db", snap.batch_id, "loop")
     assert [c for c, _ in kept] == ["loops"]
     assert evidence_from_json(kept[0][1]) == ev
+
+
+def test_a_finished_child_keeps_its_flag_but_not_its_loop_history(tmp_path: Path) -> None:
+    # The detector's history (about 4 KB a child with tool calls) goes when its run ends: a
+    # batch of thousands holds only what its rows show.
+    route = dataclasses.replace(sim_route(), loops=LoopSettings(repeat_calls=3, stale_turns=0))
+    b = tasks_batch(
+        [Task(id=f"loops{i}", goal="Review it [sim:loop!]", seq=i, max_turns=4) for i in range(3)]
+    )
+    gc.collect()
+    before = {id(o) for o in gc.get_objects() if isinstance(o, LoopDetector)}
+    engine = start(b, settings(route), tmp_path)
+    try:
+        assert engine.wait(60)
+        snap = engine.snapshot()
+        gc.collect()
+        kept = [o for o in gc.get_objects() if isinstance(o, LoopDetector) and id(o) not in before]
+        assert kept == []
+        assert all(row.loop is not None and row.loop.kind == "repeat" for row in snap.children)
+    finally:
+        engine.close()
 
 
 # About 5 ms a turn; the turns a child may take are only a ceiling (the policy ends it long

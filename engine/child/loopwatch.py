@@ -83,6 +83,11 @@ class LoopWatch:
         if self._detector is not None and self._detector.answered():
             self._changed(self.evidence, None)
 
+    def ended(self) -> None:
+        """Its run is over: the detector's history goes (about 4 KB with tool calls); the flag
+        it found, if any, stays on the row."""
+        self._detector = None
+
     def follow(self, evidence: LoopEvidence | None) -> None:
         """The flag as judged where the child runs (another machine): this is what it shows."""
         self.evidence = evidence

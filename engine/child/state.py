@@ -251,6 +251,7 @@ class Child:
             self._report(ChildPaused(self.task.id))
             return
         assert isinstance(end, Ended)
+        self.loops.ended()  # not on a pause: a continued child's next turns are judged with it
         try:
             self.finalize(end.status, end.error, result=end.result, missed=end.missed)
         finally:

@@ -7,7 +7,8 @@ returning (the batch's end must not wait on the writer's file work). Linear mean
 sizes' per-child figures agree. It also says where the CPU went, by thread (children,
 coordinator, store, the main thread building the children) and in the transcript writer's
 process. Store and transcripts on, in BENCH_DIR (default: the system
-temp folder; /dev/shm takes the disk out). `BENCH_MEMORY_SIZES` sets the sizes.
+temp folder; /dev/shm takes the disk out). `BENCH_MEMORY_SIZES` sets the sizes,
+`BENCH_MEMORY_TOOL_TURNS` the tool turns each child takes first (0).
 
 It uses only the engine's API, so run with PYTHONPATH naming another checkout's `flightdeck`
 it measures that checkout (docs/performance.md), the layout before the restructuring included
@@ -30,6 +31,8 @@ from typing import Any
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_MEMORY_SIZES", "10000,50000").split(","))
 POOL = int(os.environ.get("BENCH_POOL", "64"))
+# Tool turns a child takes before it answers (0: it answers at once; `sim`'s default is 1-3).
+TOOL_TURNS = int(os.environ.get("BENCH_MEMORY_TOOL_TURNS", "0"))
 
 
 def _rss_kb() -> int:
@@ -105,7 +108,7 @@ def one(n: int, folder: Path) -> dict[str, Any]:
         from flightdeck.engine.spec import Batch, Task  # type: ignore[no-redef]
 
     tune_interpreter()  # as `flightdeck run` does
-    route = default_sim_route(time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=0)
+    route = default_sim_route(time_scale=1.0, latency_ms=0, tokens_per_s=1e9, tool_turns=TOOL_TURNS)
     settings = Settings(
         engine=EngineSettings(max_concurrent=POOL), routes=MappingProxyType({"sim": route})
     )
