@@ -41,8 +41,8 @@ class LoopWatch:
     ) -> None:
         self._child_id = child_id
         self._settings = settings
-        # Made at the first tool call: most children of a big batch never make one, and a
-        # detector's history weighs about 2.5 KB.
+        # Made at the first tool call (most children of a big batch never make one), dropped
+        # when the run ends: a detector's history weighs about 4 KB.
         self._detector: LoopDetector | None = None
         self._write = write  # a transcript line: (role, text)
         self._report = report
