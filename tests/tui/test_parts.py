@@ -358,6 +358,26 @@ def test_the_meter_says_tokens_and_dollars_at_80_columns(tmp_path: Path) -> None
     assert all(len(line) <= 78 for line in lines)  # nothing cut: 80 columns less the padding
 
 
+def test_the_meter_takes_its_compact_form_before_a_figure_falls_off_the_edge(
+    tmp_path: Path,
+) -> None:
+    # A budget, a forecast and lost attempts make the full form 176 columns long: at 160 (the
+    # demo's screen) the elapsed time and the pool fell off the right edge.
+    rows = _forecast_batch(tmp_path)
+    snap = dataclasses.replace(
+        _snapshot(rows), totals=totals_of(rows), max_cost_usd=Decimal(100),
+        lost_cost_usd=Decimal("0.07"),
+    )  # fmt: skip
+    shown = {width: meter_text(snap, width).splitlines() for width in (200, 160, 120)}
+    for width, lines in shown.items():
+        assert all(len(line) <= width - 2 for line in lines), (width, lines)
+    wide, lean, narrow = shown[200][1], shown[160][1], shown[120][1]
+    assert "budget ░░░░░░░░░░░░ 1% of $100.00" in wide and wide.endswith("elapsed 2:15   pool 4")
+    # 160: every labelled figure, without the budget's bar, then the compact form below that
+    assert "budget 1% of $100.00" in lean and lean.endswith("lost attempts $0.07   elapsed 2:15")
+    assert narrow.endswith("budget 1%  → $1.62  2:15  lost $0.07")
+
+
 def test_the_meter_and_the_row_count_the_call_in_progress(tmp_path: Path) -> None:
     billed = child(1, "g", ChildStatus.RUNNING, folder=tmp_path, tokens=(1_000, 100), cost="0.01")
     row = dataclasses.replace(
@@ -481,6 +501,10 @@ def test_the_meter_says_whether_a_routes_limit_is_configured_or_learned(tmp_path
         RouteHeadroom("local", adaptive_concurrency=3),
         RouteHeadroom("sim"),
     )
-    shown = meter_text(dataclasses.replace(_snapshot((row,)), routes=routes))
+    snap = dataclasses.replace(_snapshot((row,)), routes=routes)
+    shown = meter_text(snap, width=220)
     assert "gpt rpm 240 learned   claude tpm 40000 configured   local 3 in flight" in shown
     assert "sim" not in shown.split("pool")[-1]
+    # Narrower, the last figures are left out whole, never cut at the edge.
+    line = meter_text(snap, width=160).splitlines()[1]
+    assert line.endswith("claude tpm 40000 configured") and len(line) <= 158

@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections import deque
 from decimal import Decimal
 
-from flightdeck.engine.api import forecast
+from flightdeck.engine.api import Forecast, forecast
 from flightdeck.engine.model import Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens, forecast_label
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
 
 BAR_WIDTH = 24
 COMPACT_BAR = 8
-COMPACT_BELOW = 150  # columns: under this the meter uses its compact form (the full one is ~150)
 BURN_WINDOW_S = 60.0  # the burn rate is measured over the last minute
 _MIN_WINDOW_S = 5.0  # below this the window is too short; use the batch average
 
@@ -62,26 +62,47 @@ class CostMeter(Static):
             now = snap.finished_ts
         burn = self.burn_per_min(snap, now)
         self._last = (snap, now, burn)
-        text = meter_text(snap, now, burn, compact=self._compact())
+        text = self._fitted(snap, now, burn)
         if text != self._shown:
             self._shown = text
             self.update(text, layout=False)  # fixed height: no layout pass per poll
 
     def on_resize(self) -> None:
-        if self._last is not None:  # the compact form depends on the width
-            snap, now, burn = self._last
-            self._shown = meter_text(snap, now, burn, compact=self._compact())
+        if self._last is not None:  # which form fits depends on the width
+            self._shown = self._fitted(*self._last)
             self.update(self._shown, layout=False)
 
-    def _compact(self) -> bool:
-        return 0 < self.content_region.width < COMPACT_BELOW
+    def _fitted(self, snap: Snapshot, now: float, burn: Decimal | None) -> Text:
+        """The full form when it fits the meter's width, else the full form without its
+        extras, else the compact one. A budget, a forecast and lost attempts can take the full
+        form past 160 columns, and a figure past the edge is lost (the elapsed time first)."""
+        ahead = forecast(snap.children)  # once: it reads every row
+        width = self.content_region.width
+        if width <= 0:  # not laid out yet
+            return meter_text(snap, now, burn, ahead, compact=False)
+        for lean in (False, True):
+            text = meter_text(snap, now, burn, ahead, compact=False, lean=lean, width=width)
+            if max(cell_len(line) for line in text.plain.split("\n")) <= width:
+                return text
+        return meter_text(snap, now, burn, ahead, compact=True)
 
 
-def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: bool) -> Text:
-    """Two lines: children by state; then tokens, dollars, burn, budget, elapsed and pool.
+def meter_text(
+    snap: Snapshot,
+    now: float,
+    burn: Decimal | None,
+    ahead: Forecast,
+    *,
+    compact: bool,
+    lean: bool = False,
+    width: int | None = None,
+) -> Text:
+    """Two lines: children by state; then tokens, dollars, burn, budget, forecast (`ahead`),
+    elapsed, and what fits of the pool and the routes' limits in `width` columns (None: all).
 
-    Compact (under COMPACT_BELOW columns) says the same with a short bar and short labels, so
-    the tokens and dollars fit on an 80-column screen.
+    `lean` leaves out the extras (the budget's bar, what the cache saved). Compact says the
+    rest with a short bar and short labels, so the tokens and dollars fit on an 80-column
+    screen.
     """
     t = snap.totals
     total = max(1, t.children)
@@ -111,7 +132,7 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
     text.append(f"{fmt_tokens(usage.input_tokens)} in{dot}{fmt_tokens(usage.output_tokens)} out")
     if cached or not compact:
         text.append(f"{dot}{fmt_tokens(cached)} cached")
-    if t.cache_saved_usd and not compact:  # what reading the cache saved, at the uncached price
+    if t.cache_saved_usd and not (compact or lean):  # what the cache saved, at the full price
         text.append(f" (saved {fmt_cost(t.cache_saved_usd)})", style="green")
     text.append(f"{gap}spent " if not compact else gap, style="dim")
     spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, "unpriced")
@@ -129,9 +150,9 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
         if compact:
             text.append(f"{used:.0%}", style=style)
         else:
-            text.append(bar(used, 12), style=style)
-            text.append(f" {used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
-    ahead = forecast(snap.children)
+            if not lean:
+                text.append(bar(used, 12) + " ", style=style)
+            text.append(f"{used:.0%} of {fmt_cost(snap.max_cost_usd)}", style=style)
     if ahead.remaining:  # once all have finished, the projection is what was spent
         # compact: an arrow for "heading to", so the elapsed time still fits 80 columns
         text.append(f"{gap}{'→' if compact else 'forecast'} ", style="dim")
@@ -145,15 +166,26 @@ def meter_text(snap: Snapshot, now: float, burn: Decimal | None, *, compact: boo
     if lost != 0 and compact:  # last, so a narrow screen cuts it first
         text.append(f"{gap}lost ", style="dim")
         text.append(fmt_cost(lost), style="yellow")
-    if not compact:  # the least needed figures: compact leaves them out
-        text.append(f"{gap}pool ", style="dim")
-        text.append(str(snap.pool_size))
-        for route in snap.routes:  # the limit each route is paced to: configured or learned
-            limit = route.rpm or route.tpm
-            if limit is not None:
-                text.append(f"{gap}{one_line(route.route)} ", style="dim")
-                text.append(f"{'rpm' if route.rpm else 'tpm'} {limit.label}")
-            elif route.adaptive_concurrency is not None:
-                text.append(f"{gap}{one_line(route.route)} ", style="dim")
-                text.append(f"{route.adaptive_concurrency} in flight (adapting to 429s)")
+    if compact:  # the least needed figures: compact leaves them out
+        return text
+    # ... and the full form shows each only while the line has room for all of it (`width`)
+    room = None if width is None else width - cell_len(text.plain.rsplit("\n", 1)[-1])
+    for label, value in _least_needed(snap):
+        room = None if room is None else room - cell_len(gap + label + value)
+        if room is not None and room < 0:
+            break
+        text.append(f"{gap}{label}", style="dim")
+        text.append(value)
     return text
+
+
+def _least_needed(snap: Snapshot) -> list[tuple[str, str]]:
+    """(label, value): the pool, and the limit each route is paced to (configured or learned)."""
+    figures = [("pool ", str(snap.pool_size))]
+    for route in snap.routes:
+        label, limit = f"{one_line(route.route)} ", route.rpm or route.tpm
+        if limit is not None:
+            figures.append((label, f"{'rpm' if route.rpm else 'tpm'} {limit.label}"))
+        elif route.adaptive_concurrency is not None:
+            figures.append((label, f"{route.adaptive_concurrency} in flight (adapting to 429s)"))
+    return figures
