@@ -295,7 +295,8 @@ def test_a_killed_owner_is_resumed_with_no_doubles(
     until(lambda: bool(batch.extend(filter(None, [latest(db)])) or batch), what="the batch")
     batch_id = batch[0]
     logs = tmp_path / "state" / "batches" / batch_id
-    until(lambda: all("gate.py" in _read(logs / f"{n}.log") for n in names), what="both in tools")
+    # Killed mid-tool: each CLI has called its tool (its goal names the gate from the start).
+    until(lambda: all(called(_read(logs / f"{n}.log")) for n in names), what="both in tools")
     before = tagged(batch_id)
     owner.send_signal(signal.SIGKILL)
     owner.communicate(timeout=30)
