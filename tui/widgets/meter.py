@@ -3,6 +3,7 @@ limit each route is paced to (configured or learned)."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from decimal import Decimal
 
@@ -169,10 +170,10 @@ def meter_text(
     if compact:  # the least needed figures: compact leaves them out
         return text
     # ... and the full form shows each only while the line has room for all of it (`width`)
-    room = None if width is None else width - cell_len(text.plain.rsplit("\n", 1)[-1])
+    room = math.inf if width is None else width - cell_len(text.plain.rsplit("\n", 1)[-1])
     for label, value in _least_needed(snap):
-        room = None if room is None else room - cell_len(gap + label + value)
-        if room is not None and room < 0:
+        room -= cell_len(gap + label + value)
+        if room < 0:
             break
         text.append(f"{gap}{label}", style="dim")
         text.append(value)
