@@ -230,6 +230,9 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("stop", "nope", "--where", "stauts:x"), 2, "'stauts:x': unknown field 'stauts'"),
             (("steer", str(batch_id), "--where", "is:tagged", "-m", "hi"), 2, "nothing is tagged"),
             (("stop", str(batch_id), "c000", "--where", "idle>1m"), 2, "not both"),
+            # an unset shell variable: refused, not taken as a query that keeps every child
+            (("stop", str(batch_id), "--where", " "), 2, "--where: the query is empty (--all"),
+            (("retry", str(batch_id), "--where", ""), 2, "--where: the query is empty"),
             (("steer", str(batch_id), "-m", "hi"), 2, "name the children to steer, or --where"),
             (("stop", str(batch_id), "--where", "durable"), 0, "2 children match `durable`, 2 had"),
             # Two children alike: neither is over 3x the other's median.

@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.attached.spawn import OWNER_LOG
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.settings import load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch, readers
+from flightdeck.engine.inputs.tasks.values import RESERVED_IDS
 from flightdeck.engine.inputs.tomlpos import TomlLocator
 
 from helpers import laughs
@@ -378,6 +380,18 @@ def test_a_timeout_that_is_not_finite_is_said_so(
 def test_bad_id_characters(tmp_path: Path, bad: str) -> None:
     path = write(tmp_path, "b.jsonl", '{"goal": "ok"}\n' + json.dumps({"id": bad, "goal": "a"}))
     assert "not a valid id" in str(error_at(path, 2, "id"))
+
+
+@pytest.mark.parametrize("reserved", ["owner", "Owner"])
+def test_an_id_whose_transcript_would_be_the_owners_log_is_refused(
+    tmp_path: Path, reserved: str
+) -> None:
+    path = write(
+        tmp_path, "b.jsonl", '{"goal": "ok"}\n' + json.dumps({"id": reserved, "goal": "a"})
+    )
+    assert f"{reserved!r} is reserved" in str(error_at(path, 2, "id"))
+    # the names kept free are those the owner writes, whichever of the two is renamed
+    assert {f"{i}.log" for i in RESERVED_IDS} == {OWNER_LOG}
 
 
 def test_id_made_invalid_by_an_item(tmp_path: Path) -> None:

@@ -68,6 +68,9 @@ def where_filter(args: argparse.Namespace) -> RowFilter | None:
 
     if args.child_ids or getattr(args, "all", False):
         raise UsageError(None, None, "--where", "name children or give --where (not both)")
+    if not args.where.strip():  # an unset shell variable, most likely: it would keep them all
+        every = " (--all for every child)" if hasattr(args, "all") else ""
+        raise UsageError(None, None, "--where", f"the query is empty{every}")
     try:
         return parse_filter(args.where, tags=False)
     except QueryError as exc:

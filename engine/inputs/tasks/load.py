@@ -23,6 +23,7 @@ from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TASKS,
     DEFAULT_MAX_TURNS,
     ID_PATTERN,
+    RESERVED_IDS,
     TASK_FIELDS,
     TEXT_FIELDS,
     Batch,
@@ -183,6 +184,10 @@ def _finish(
                 f"{draft.label}{task_id!r} is not a valid id: it names a file, so use 1-64 "
                 "letters, digits, '.', '_' or '-', starting with a letter or digit"
             )
+            raise draft.src.error(id_key, "id", message)
+        if task_id.lower() in RESERVED_IDS:
+            message = f"{draft.label}{task_id!r} is reserved: the batch folder's {task_id}.log "
+            message += "would be the owner process's log"
             raise draft.src.error(id_key, "id", message)
         if task_id in first:
             other = first[task_id]
