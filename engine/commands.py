@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from flightdeck.engine.errors import CommandError, check_known
 from flightdeck.engine.inputs.messages import expected, kind
-from flightdeck.engine.inputs.text import too_long, unicode_problem
+from flightdeck.engine.inputs.text import blank, too_long, unicode_problem
 from flightdeck.engine.model import ChildRow, ChildStatus, Limits
 from flightdeck.engine.model.livelimits import (
     ROUTE_FIELDS,
@@ -229,7 +229,7 @@ KINDS: dict[str, type[Command]] = {
 
 def _check_message(what: str, message: str, ctx: Context) -> None:
     """An operator's message to a child: not empty, valid Unicode, no longer than a goal."""
-    if not message.strip():
+    if blank(message):
         raise CommandError(f"{what} is empty", "message")
     problem = unicode_problem(message)
     if problem:  # it would fail the child's request and the store's write, far from here

@@ -77,6 +77,7 @@ def test_every_kind_is_one_value_recorded_and_read_back_the_same() -> None:
     ("command", "field", "says"),
     [
         (Steer(("a",), "   "), "message", "steer message is empty"),
+        (Steer(("a",), "\x1b[31m\x07 "), "message", "steer message is empty"),  # shows nothing
         (Steer(("a",), "bad \ud800"), "message", "steer message: not valid Unicode text"),
         (Steer(("a",), "x" * 41), "message", "steer message: too long: 41 characters"),
         (Steer((), "hi"), "child_ids", "name at least one child"),

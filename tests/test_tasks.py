@@ -296,9 +296,16 @@ def test_missing_goal_points_at_the_entry(tmp_path: Path) -> None:
     assert "required" in str(error_at(path, 4, "goal"))
 
 
-def test_empty_goal(tmp_path: Path) -> None:
-    path = write(tmp_path, "b.jsonl", '{"goal": "   "}\n')
+@pytest.mark.parametrize("goal", ["   ", "\x1b[31m", "\x07\x08 ", "\x1b]0;title\x07"])
+def test_empty_goal(tmp_path: Path, goal: str) -> None:
+    # one that would show nothing once its escape sequences and control characters are gone
+    path = write(tmp_path, "b.jsonl", json.dumps({"goal": goal}) + "\n")
     assert "must not be empty" in str(error_at(path, 1, "goal"))
+
+
+def test_empty_group(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "g"}\n{"goal": "g", "group": "\\u001b[2J"}\n')
+    assert "must not be empty (leave it out for no group)" in str(error_at(path, 2, "group"))
 
 
 def test_duplicate_id_names_both_lines(tmp_path: Path) -> None:

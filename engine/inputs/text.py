@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from flightdeck.engine.sanitize import sanitize
+
 # A high then a low surrogate: what YAML makes of an escaped pair such as "\ud83d\ude00".
 _SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
 
@@ -11,6 +13,12 @@ _SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
 def too_long(length: int, limit: int) -> str:
     """A text over `[engine] max_task_chars`, said the one way goals and steers share."""
     return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
+
+
+def blank(text: str) -> bool:
+    """Whether `text` shows nothing once sanitized: only spaces, escape sequences and control
+    characters. A goal or steer of "\\x1b[31m" would reach the model, and the screen, empty."""
+    return not sanitize(text).strip()
 
 
 def unicode_problem(text: str) -> str | None:

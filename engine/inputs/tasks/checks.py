@@ -9,7 +9,7 @@ from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.bounds import MAX_SECONDS
 from flightdeck.engine.inputs.messages import expected, suggest
 from flightdeck.engine.inputs.tasks.values import MAX_TURNS_LIMIT, Batch
-from flightdeck.engine.inputs.text import unicode_problem
+from flightdeck.engine.inputs.text import blank, unicode_problem
 
 
 def check_field(name: object, value: object) -> str | None:
@@ -17,8 +17,8 @@ def check_field(name: object, value: object) -> str | None:
     if name in ("id", "goal", "context", "group", "route"):
         if not isinstance(value, str):
             return expected("a string", value)
-        if name in ("goal", "route") and not value.strip():
-            return "must not be empty"
+        if name in ("goal", "route", "group") and blank(value):
+            return "must not be empty" + (" (leave it out for no group)" if name == "group" else "")
         return unicode_problem(value)
     elif name == "max_turns":
         if not isinstance(value, int) or isinstance(value, bool):

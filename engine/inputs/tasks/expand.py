@@ -13,7 +13,7 @@ from flightdeck.engine.inputs.tasks.checks import check_field
 from flightdeck.engine.inputs.tasks.count import too_many
 from flightdeck.engine.inputs.tasks.readers import Source, jsonl_objects, read_text, text_lines
 from flightdeck.engine.inputs.tasks.values import TASK_FIELDS
-from flightdeck.engine.inputs.text import unicode_problem
+from flightdeck.engine.inputs.text import blank, unicode_problem
 from flightdeck.engine.inputs.tomlpos import Key
 
 # {name} is a placeholder; {{ and }} are a literal brace, as in str.format.
@@ -203,7 +203,7 @@ def _substitute(
                 )
                 raise src.error(*where[name], message)
         out[name] = _PLACEHOLDER.sub(lambda m: _fill(m, values), template)
-        if name == "goal" and not str(out[name]).strip():
+        if name == "goal" and blank(str(out[name])):
             raise src.error(*where[name], f"{label}the goal is empty for this item")
     return out
 
