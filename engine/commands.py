@@ -34,6 +34,7 @@ from flightdeck.engine.model.livelimits import (
     parse_count,
     parse_money,
 )
+from flightdeck.engine.review.git import branch_name_problem
 from flightdeck.engine.sanitize import one_line
 
 __all__ = [
@@ -366,8 +367,8 @@ class Accept(Command):
 
     def check(self, ctx: Context) -> None:
         _check_ids(self.child_ids, ctx)
-        if not self.into.strip() or one_line(self.into) != self.into or " " in self.into:
-            raise CommandError("name the branch to merge into (one word, no spaces)", "into")
+        if (problem := branch_name_problem(self.into)) is not None:
+            raise CommandError(problem, "into")
         for row in _rows_of(self.child_ids, ctx.rows()):
             _check_pending(row, "accept")
             if row.changes is not None and row.changes.mode != "worktree":

@@ -80,6 +80,15 @@ def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> 
     assert "-base\n+from c2\n" in diff.stdout and "\x1b" not in diff.stdout  # plain: piped
     assert "+one" not in diff.stdout
 
+    # A name git would refuse: a usage error before anything is sent, and nothing recorded.
+    db = folder / "state" / "flightdeck.db"
+    with StoreReader(db) as reader:
+        events_before = list(reader.events(batch))
+    bad = fd(folder, "merge", batch, "c1", "--into", "a..b")
+    assert bad.returncode == 2 and "'a..b' is not a valid branch name" in bad.stderr
+    with StoreReader(db) as reader:
+        assert list(reader.events(batch)) == events_before
+
     # c2 and c3 both change shared.txt: said before, and the merge stops, nothing applied.
     clash = fd(folder, "merge", batch, "c1", "c2", "c3", "--into", "main")
     assert clash.returncode == 1

@@ -133,18 +133,23 @@ def cmd_merge(args: argparse.Namespace) -> ExitCode:
     """`flightdeck merge`: accept children's changes into a branch, all or (a conflict)
     none; files more than one of them changed are said first."""
     from flightdeck.engine.attached.rework import overlap_of
-    from flightdeck.engine.commands import Accept
+    from flightdeck.engine.commands import Accept, CommandError, Context
 
     ids = tuple(args.child_ids)
     with batch_client(args) as client:
         db = client.db
     known_children(db, args.batch_id, ids)
+    command = Accept(ids, args.into)
+    try:  # what it says (a branch git would refuse), before anything is sent or recorded
+        command.check(Context(args.batch_id, ids))
+    except CommandError as exc:
+        raise UsageError(None, None, "--into", str(exc)) from None
     shared = overlap_of(db, args.batch_id, ids)
     if shared:
         console_for(stderr=True).print(
             Text(f"warning: changed by more than one of them: {one_line(shared)}")
         )
-    return _review(args, db, Accept(ids, args.into))
+    return _review(args, db, command)
 
 
 def cmd_discard(args: argparse.Namespace) -> ExitCode:

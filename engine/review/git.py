@@ -74,6 +74,19 @@ def run(
     return Done(done.returncode, done.stdout, err)
 
 
+def branch_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a branch (None: it can, or there is no git to ask, which the
+    next git command will say), by git's own rules, which need no repository: `..`, a leading
+    `-`, `HEAD`, control characters and the rest."""
+    if not name.strip():
+        return "name the branch"
+    try:
+        done = run(Path("/"), "check-ref-format", "--branch", name, ok=(0, 1, 128))
+    except GitError:
+        return None
+    return None if done.code == 0 else f"{name!r} is not a valid branch name"
+
+
 def toplevel(folder: Path) -> Path | None:
     """The root of the git repository `folder` is in; None if it is in none (or no git)."""
     try:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flightdeck.engine.review.git import GitError, identity, repo_lock, run
+from flightdeck.engine.review.git import GitError, branch_name_problem, identity, repo_lock, run
 from flightdeck.engine.review.tree import work_tree
 from flightdeck.engine.review.values import Changes
 
@@ -151,8 +151,9 @@ def base_file(folder: Path) -> Path:
 
 
 def _branch_tip(repo: Path, branch: str) -> str:
-    if run(repo, "check-ref-format", "--branch", branch, ok=(0, 1, 128)).code != 0:
-        raise GitError(f"{branch!r} is not a valid branch name")
+    problem = branch_name_problem(branch)
+    if problem is not None:
+        raise GitError(problem)
     found = run(
         repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", ok=(0, 1)
     )
