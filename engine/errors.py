@@ -49,10 +49,17 @@ class LocatedError(FlightdeckError):
     def __str__(self) -> str:
         parts = []
         if self.path is not None:
-            parts.append(self.path if self.line is None else f"{self.path}:{self.line}")
+            path = _shown(self.path)
+            parts.append(path if self.line is None else f"{path}:{self.line}")
         if self.field:
-            parts.append(self.field)
+            parts.append(_shown(self.field))
         return ": ".join([*parts, self.message])
+
+
+def _shown(name: str) -> str:
+    """A file name or key from the operator's input, escaped when it holds characters a terminal
+    would not show (sanitized, `"\x1b[2J"` would be an empty name, and name nothing)."""
+    return name if name.isprintable() else repr(name)
 
 
 class InputError(LocatedError):

@@ -340,6 +340,15 @@ def test_generated_ids_step_around_the_files_own_ids(tmp_path: Path) -> None:
     assert ids == ["task-0002", "task-0002-2", "task-0003-3", "task-0003", "task-0003-2"]
 
 
+def test_a_key_a_terminal_would_not_show_is_named_escaped(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.jsonl", '{"goal": "g", "\\u001b[2J": 1}\n')
+    with pytest.raises(SpecError) as info:
+        load_batch(path)
+    # Sanitized on its way to the terminal, the key itself would be an empty name.
+    assert info.value.field == "\x1b[2J"
+    assert str(info.value) == f"{path}:1: '\\x1b[2J': unknown key"
+
+
 def test_unknown_task_key_suggests_the_right_one(tmp_path: Path) -> None:
     path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nmax_turn = 3\n')
     assert "unknown key (did you mean 'max_turns'?)" in str(error_at(path, 3, "max_turn"))
