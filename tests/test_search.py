@@ -273,6 +273,11 @@ def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> Non
     assert code == 2 and "not a regular expression" in err
     code, _, err = grep_("x", "--child", "nope")
     assert code == 2 and "no child with id 'nope'" in err
+    code, lines, _ = grep_("rate limits", "-m", "2")
+    assert code == 0 and len(lines) == 2
+    for bad in ("0", "-1"):  # no "stop after none" (grep's own -m 0) and no "every one"
+        code, _, err = grep_("rate limits", "-m", bad)
+        assert code == 2 and f"must be 1 or more, got {bad}" in err
     done = flightdeck("grep", "no-such-batch", "x", "--state-dir", state, cwd=tmp_path)
     assert done.returncode == 2 and "no batch 'no-such-batch'" in done.stderr
 

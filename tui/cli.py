@@ -231,7 +231,7 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     grep.add_argument("--first", action="store_true", help="each child's first match only")
     grep.add_argument(
-        "-m", "--max-count", type=int, metavar="N", help="stop after N matching lines"
+        "-m", "--max-count", type=_count, metavar="N", help="stop after N matching lines"
     )
     grep.add_argument("--state-dir", type=Path)
 
@@ -243,6 +243,16 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
 
 
