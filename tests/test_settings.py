@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.files import MAX_CONFIG_BYTES
 from flightdeck.engine.inputs.settings import (
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
@@ -516,3 +517,16 @@ def test_the_largest_values_allowed_make_waits_the_code_can_make() -> None:
     ]
     assert max(longest) < threading.TIMEOUT_MAX
     assert threading.Event().wait(min(0.001, max(longest))) is False  # no OverflowError
+
+
+def test_a_config_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "flightdeck.toml"
+    path.write_bytes(b"[engine]\nmax_concurrent = 3\n# caf\xe9\n")
+    assert "not valid UTF-8 text" in str(error_at(path, 3, None))
+
+
+def test_a_config_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "flightdeck.toml"
+    with path.open("wb") as fh:  # sparse: nothing is written but the length
+        fh.truncate(MAX_CONFIG_BYTES + 1)
+    assert "too large: over 16 MiB" in str(error_at(path, None, None))

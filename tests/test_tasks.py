@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.attached.spawn import OWNER_LOG
 from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs import files
 from flightdeck.engine.inputs.settings import load_settings
-from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch, readers
+from flightdeck.engine.inputs.tasks import Batch, Task, check_routes, load_batch
 from flightdeck.engine.inputs.tasks.values import RESERVED_IDS
 from flightdeck.engine.inputs.tomlpos import TomlLocator
 
@@ -772,7 +773,7 @@ def test_yaml_aliases_that_add_little_still_load(tmp_path: Path) -> None:
 def test_a_task_file_over_the_size_limit_is_refused_unread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(readers, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 100)
     path = write(tmp_path, "b.jsonl", '{"goal": "' + "x" * 100 + '"}\n')
     assert "too large: over" in str(error_at(path, None, None))
 

@@ -19,6 +19,7 @@ from flightdeck.engine.inputs.bounds import (
     MAX_TOKENS_PER_S,
     MIN_TOKENS_PER_S,
 )
+from flightdeck.engine.inputs.files import MAX_CONFIG_BYTES, read_text
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
 from flightdeck.engine.inputs.settings.cluster import read_ray
@@ -87,14 +88,7 @@ def load_settings(path: Path | None = None, *, env: Mapping[str, str] | None = N
             return Settings(routes=MappingProxyType({DEFAULT_ROUTE: _implicit_sim()}))
         path = Path(CONFIG_NAME)
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8-sig")  # an editor's byte order mark is not TOML
-    except FileNotFoundError:
-        raise ConfigError(path, None, None, "config file not found") from None
-    except UnicodeDecodeError:
-        raise ConfigError(path, None, None, "not valid UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(path, None, None, exc.strerror or str(exc)) from None
+    text = read_text(path, ConfigError, MAX_CONFIG_BYTES, "config file not found")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 from flightdeck.engine.errors import SpecError
+from flightdeck.engine.inputs import files
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.tasks.count import SCAN_FROM_BYTES, TomlCount, check_yaml
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error
@@ -19,8 +20,6 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 # What aliases may add to a YAML document, each counted as all it stands for: nested aliases
 # ("billion laughs") would otherwise grow a few hundred bytes into billions of values.
 MAX_ALIAS_NODES = 100_000
-# A task file (or for_each_file) larger than this is refused before it is read into memory.
-MAX_FILE_BYTES = 256 * 1024 * 1024
 
 Locate = Callable[[Key], int | None]
 
@@ -42,22 +41,8 @@ class Source:
 
 
 def read_text(path: Path) -> str:
-    """The file's text; SpecError if it is missing, unreadable or not UTF-8."""
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            message = f"too large: over {MAX_FILE_BYTES // 2**20} MiB"
-            raise SpecError(path, None, None, message)
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(path, None, None, "file not found") from None
-    except OSError as exc:
-        raise SpecError(path, None, None, exc.strerror or str(exc)) from None
-    try:
-        # utf-8-sig: an editor's byte order mark is not part of the first line
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SpecError(path, line, None, "not valid UTF-8 text") from None
+    """A task file's text (or a `for_each_file` list's); SpecError if it cannot be read."""
+    return files.read_text(path, SpecError)
 
 
 def jsonl_objects(path: Path, text: str) -> Iterator[tuple[object, Source]]:
