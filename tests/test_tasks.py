@@ -368,7 +368,21 @@ def test_max_turns_out_of_range(tmp_path: Path) -> None:
 
 def test_boolean_is_not_a_number(tmp_path: Path) -> None:
     path = write(tmp_path, "b.jsonl", '{"goal": "a", "timeout_s": true}\n')
-    assert "got boolean" in str(error_at(path, 1, "timeout_s"))
+    assert "got boolean true" in str(error_at(path, 1, "timeout_s"))
+
+
+@pytest.mark.parametrize(
+    ("value", "got"),
+    [
+        ("2019-01-01", "got date 2019-01-01"),  # in the file's words, not Python's
+        ("!!binary aGVsbG8=", "got binary data (5 bytes)"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_said_as_the_file_wrote_it(
+    tmp_path: Path, value: str, got: str
+) -> None:
+    path = write(tmp_path, "b.yaml", f"tasks:\n  - goal: {value}\n")
+    assert f"expected a string, {got}" in str(error_at(path, 2, "goal"))
 
 
 def test_negative_timeout(tmp_path: Path) -> None:

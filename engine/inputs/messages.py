@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import difflib
 from collections.abc import Collection
 
@@ -21,6 +22,12 @@ def kind(value: object) -> str:
     name = names.get(type(value), type(value).__name__)
     if isinstance(value, list):
         return name
+    if isinstance(value, bytes):  # YAML's !!binary
+        return f"binary data ({len(value)} bytes)"
+    if isinstance(value, bool):  # as the file wrote it (TOML, JSON and YAML agree)
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, datetime.date | datetime.time):  # a bare TOML or YAML date or time
+        return f"{name} {value.isoformat()}"
     shown = repr(value)  # repr escapes control characters, so untrusted text stays inert
     return f"{name} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
