@@ -372,6 +372,17 @@ def test_boolean_is_not_a_number(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("b.toml", "tasks = 5\n", "expected an array of tables ([[tasks]]), got integer 5"),
+        ("b.yaml", "tasks: 5\n", "expected a list of tasks, got integer 5"),  # in YAML's words
+    ],
+)
+def test_tasks_that_are_not_a_list(tmp_path: Path, name: str, text: str, says: str) -> None:
+    assert says in str(error_at(write(tmp_path, name, text), 1, "tasks"))
+
+
+@pytest.mark.parametrize(
     ("value", "got"),
     [
         ("2019-01-01", "got date 2019-01-01"),  # in the file's words, not Python's

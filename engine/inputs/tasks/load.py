@@ -112,7 +112,10 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
     if (entries is None or entries == []) and not schedules:
         raise src.error(("tasks",), "tasks", "the batch has no tasks")
     if not isinstance(entries, list | None):
-        raise src.error(("tasks",), "tasks", expected("an array of tables ([[tasks]])", entries))
+        shape = (
+            "an array of tables ([[tasks]])" if src.path.suffix == ".toml" else "a list of tasks"
+        )
+        raise src.error(("tasks",), "tasks", expected(shape, entries))
     drafts = [
         d
         for i, raw in enumerate(entries or [])
