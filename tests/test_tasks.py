@@ -524,6 +524,15 @@ def test_missing_for_each_file(tmp_path: Path) -> None:
     assert "file not found" in str(error_at(path, 3, "for_each_file"))
 
 
+def test_a_folder_where_a_file_goes_and_a_file_where_a_folder_goes(tmp_path: Path) -> None:
+    (tmp_path / "items.txt").mkdir()
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nfor_each_file = "items.txt"\n')
+    assert "not a file: " in str(error_at(path, 3, "for_each_file"))
+    write(tmp_path, "work", "")
+    path = write(tmp_path, "c.toml", '[batch]\nworkspace = "work"\n[[tasks]]\ngoal = "a"\n')
+    assert "a file, not a folder: " in str(error_at(path, 2, "batch.workspace"))
+
+
 def test_empty_for_each_file(tmp_path: Path) -> None:
     write(tmp_path, "none.txt", "\n  \n")
     path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nfor_each_file = "none.txt"\n')

@@ -121,7 +121,8 @@ def _file_items(src: Source, key: Key, name: str, room: Room) -> _Items:
         message = f"unsupported file type {suffix!r}: use .txt or .jsonl"
         raise src.error(key, "for_each_file", message)
     if not data_path.is_file():
-        raise src.error(key, "for_each_file", f"file not found: {data_path}")
+        what = "not a file" if data_path.exists() else "file not found"
+        raise src.error(key, "for_each_file", f"{what}: {data_path}")
     text = read_text(data_path)
     out: _Items = []
     if suffix == ".txt":

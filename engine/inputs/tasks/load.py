@@ -147,7 +147,8 @@ def _workspace(src: Source, value: object) -> Path | None:
         raise src.error(key, "batch.workspace", expected("a folder path string", value))
     folder = src.path.parent / Path(value).expanduser()
     if not folder.is_dir():
-        raise src.error(key, "batch.workspace", f"folder not found: {folder}")
+        what = "a file, not a folder" if folder.exists() else "folder not found"
+        raise src.error(key, "batch.workspace", f"{what}: {folder}")
     return folder
 
 
