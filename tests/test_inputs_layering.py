@@ -1,4 +1,5 @@
-"""engine/inputs imports no runtime part of the engine: only errors.py and itself."""
+"""engine/inputs imports no runtime part of the engine: only errors.py, sanitize.py (pure text
+functions, importing nothing of flightdeck's) and itself."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 INPUTS = Path(__file__).resolve().parent.parent / "engine" / "inputs"
-ALLOWED = ("flightdeck.engine.errors", "flightdeck.engine.inputs")
+ALLOWED = ("flightdeck.engine.errors", "flightdeck.engine.sanitize", "flightdeck.engine.inputs")
 
 
 def _imports(path: Path) -> set[str]:
