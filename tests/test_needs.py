@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.client import Client
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.commands import Answer, CommandError, Context
 from flightdeck.engine.control import softbudget
@@ -292,3 +293,19 @@ def test_the_soft_budget_holding_many_children_is_one_entry_for_the_batch(
     finally:
         engine.close()
     assert snap.totals.completed == 12 and needs(snap) == ()
+
+
+def test_where_is_needs_you_keeps_a_child_asking_of_another_process(tmp_path: Path) -> None:
+    # `flightdeck steer --where is:needs-you`: the client reads the store, where the question
+    # is an event beside the child's row, as an attached view reads it.
+    engine = Engine(batch(1, goal="[sim:ask] ship item {i}"), asking_settings(), state_dir=tmp_path)
+    engine.start()
+    try:
+        with Client(tmp_path / "flightdeck.db", engine.batch_id) as client:
+            wants = parse_filter("is:needs-you", tags=False)
+            until(lambda: client.matching(wants) == (1, ["t0000"]), what="the question stored")
+            engine.answer(["t0000"], "go")
+            assert engine.wait(30)
+            until(lambda: client.matching(wants) == (0, []), what="the answer stored")
+    finally:
+        engine.close()

@@ -164,9 +164,17 @@ class Client:
 
     def matching(self, row_filter: RowFilter, *, ended: bool = False) -> tuple[int, list[str]]:
         """How many of the batch's children `row_filter` keeps, and the ids of those that have
-        not ended (`ended`: of those that have), in batch order (what `--where` acts on)."""
-        with StoreReader(self.db) as reader:
-            rows = reader.children(self.batch_id, results=False)
+        not ended (`ended`: of those that have), in batch order (what `--where` acts on). The
+        rows are those an attached view reads (a question, a loop flag, a parent among what
+        the store keeps beside them), so a query keeps what it would keep there."""
+        from flightdeck.engine.attached.reading import BatchReading
+
+        conn = self._connection()
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        snapshot = BatchReading(conn, self.batch_id, version, time.time).read()
+        if snapshot is None:
+            raise LookupError(f"no batch {self.batch_id} in this state folder")
+        rows = snapshot.children
         now = time.time()
         # is:outlier against the whole batch's medians, whatever else the query says.
         medians = batch_medians(rows, now) if row_filter.outliers_only else None
