@@ -106,7 +106,8 @@ def attempt_records(
             tokens = sum(int(v) for v in (item.get("usage") or {}).values())
             cost = item.get("cost_usd")
             cost_known = cost_known and cost is not None
-            own_cost = str(Decimal(cost) - cost_before) if cost_known and cost else None
+            # A number, as every other cost in the report (report.py's `_money`).
+            own_cost = float(Decimal(cost) - cost_before) if cost_known and cost else None
             out.append(
                 {
                     "child_id": row.id,
