@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.agents.workspace import Workspace
 from flightdeck.engine.private import open_private, private_dir, private_file, private_tree
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.digest import Mark
@@ -243,3 +244,15 @@ def test_files_a_child_writes_in_the_batchs_own_workspace_are_private(tmp_path: 
     Toolbox(project).run("write_file", {"path": "src/new.py", "content": "x"})
     assert stat.S_IMODE((project / "src" / "new.py").stat().st_mode) == 0o644
     assert stat.S_IMODE((project / "src").stat().st_mode) == 0o755
+
+
+@pytest.mark.usefixtures("umask_022")
+def test_the_folder_of_the_childrens_own_workspaces_is_the_users_alone(tmp_path: Path) -> None:
+    shared = tmp_path / "project"
+    shared.mkdir()
+    (shared / "notes.txt").write_text("x")
+    batch = tmp_path / "state" / "batches" / "b1"
+    private_dir(batch)
+    Workspace("copy", shared, batch / "workspaces" / "c1", keep=False).prepare()
+    assert stat.S_IMODE((batch / "workspaces").stat().st_mode) == 0o700
+    assert (batch / "workspaces" / "c1" / "notes.txt").read_text() == "x"

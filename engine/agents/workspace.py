@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from flightdeck.engine.inputs.settings.values import WorkspaceMode
+from flightdeck.engine.private import private_dir
 from flightdeck.engine.review.git import GitError, head, repo_lock, run, toplevel
 from flightdeck.engine.review.merge import base_file, remove_worktree
 from flightdeck.engine.review.tree import changes_of
@@ -48,7 +49,7 @@ class Workspace:
         """Make the folder (a copy, a worktree); returns where the child works."""
         if self.mode == "shared":
             return self.path
-        self._own.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self._own.parent)  # `workspaces/` in the batch folder: the user's alone
         if self.mode == "copy":
             if self._own.exists():  # left by an earlier attempt, or an owner that died
                 left = copy_changes(self._own, self._shared, None)
