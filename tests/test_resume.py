@@ -35,6 +35,7 @@ from helpers import batch, run_to_end, settings, sim_route
 from test_store import make_batch, make_child
 
 LOST_USAGE = Usage(input_tokens=1000, output_tokens=500)
+LOST = Decimal("0.0125")  # what LOST_USAGE was billed
 
 
 def dead_owner() -> tuple[int, float | None]:
@@ -346,7 +347,7 @@ def test_resume_keeps_the_delegates_that_ended_and_never_reuses_their_ids(
     rows = [
         row(0, "t0000", ChildStatus.RUNNING, started_ts=1400.0),
         row(1, "t0000.1", ChildStatus.COMPLETED, result="part one", finished_ts=1450.0),
-        row(2, "t0000.2", ChildStatus.RUNNING, started_ts=1460.0, usage=LOST_USAGE),
+        row(2, "t0000.2", ChildStatus.RUNNING, started_ts=1460.0, usage=LOST_USAGE, cost_usd=LOST),
         row(3, "t0000.3", ChildStatus.QUEUED),
     ]
     with Store(tmp_path / "flightdeck.db") as store:
@@ -367,7 +368,12 @@ def test_resume_keeps_the_delegates_that_ended_and_never_reuses_their_ids(
     assert engine.resumed is not None and engine.resumed.lost == 1
     with StoreReader(tmp_path / "flightdeck.db") as reader:
         stored = {r.id: r.status for r in reader.children("b1", results=False)}
+        recovery = build_report(reader, "b1")["recovery"]
     assert stored["t0000.3"] is ChildStatus.STOPPED and stored["t0000.2"] is ChildStatus.UNKNOWN
+    # The report says what `resume` printed: the delegate left unknown and what it had cost.
+    found = engine.resumed
+    assert (recovery["rerun"], recovery["left_unknown"]) == (found.rerun, found.lost) == (1, 1)
+    assert recovery["lost_cost_usd"] == float(found.lost_cost_usd) == float(LOST)
 
 
 def test_a_batchs_schedules_and_delegation_are_kept_for_resume() -> None:

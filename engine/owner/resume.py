@@ -356,6 +356,7 @@ def _settle_made(
             out.lost += 1
             out.lost_cost_usd += row.cost_usd or 0
             out.lost_cost_unknown += row.cost_usd is None
+            _record_lost(store, batch_id, row, ts, rerun=False)  # as the report counts it
             _append(row.transcript, "engine", f"{_why(pid)}; it is not run again", clock)
         store.update_child(batch_id, ended)
         out.carried.append(ended)
@@ -373,6 +374,17 @@ def _why(pid: int) -> str:
     return f"{OWNER_LOST}: its owner process (pid {pid}) died while it ran"
 
 
+def _record_lost(store: Store, batch_id: str, row: ChildRow, ts: float, rerun: bool) -> None:
+    """The attempt a dead owner lost: what it was billed, and whether it runs again (the
+    report's recovery and the forecast's lost cost are these events)."""
+    detail = {
+        "usage": dataclasses.asdict(row.usage),
+        "cost_usd": None if row.cost_usd is None else str(row.cost_usd),
+        "rerun": rerun,
+    }
+    store.record_event(batch_id, row.id, ts, "lost_attempt", json.dumps(detail))
+
+
 def _lost(
     child: Child,
     row: ChildRow,
@@ -386,12 +398,7 @@ def _lost(
     recorded, and say so in its transcript (and that it restarts)."""
     unknown = dataclasses.replace(row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=_why(pid))
     store.update_child(batch_id, unknown)
-    detail = {
-        "usage": dataclasses.asdict(row.usage),
-        "cost_usd": None if row.cost_usd is None else str(row.cost_usd),
-        "rerun": rerun,
-    }
-    store.record_event(batch_id, row.id, ts, "lost_attempt", json.dumps(detail))
+    _record_lost(store, batch_id, row, ts, rerun)
     if rerun:  # it starts over: a loop its lost attempt was flagged in is not its own now
         store.record_event(batch_id, row.id, ts, "loop", evidence_json(None))
     then = "it restarts from the start" if rerun else "it is left unknown (--no-rerun)"
