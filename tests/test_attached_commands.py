@@ -107,7 +107,8 @@ def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
             owner.wait(30)
             out, err = steer.communicate(timeout=30)  # within a poll, not the heartbeat's 30 s
             assert steer.returncode == 1, out + err
-            assert f"is gone: its steers stay queued; `flightdeck resume {batch_id}`" in err
+            resume = f"flightdeck resume {batch_id} --state-dir {folder / 'state'}"
+            assert f"is gone: its steers stay queued; `{resume}`" in err
             assert len(err.strip().splitlines()) == 1
         finally:
             server.release()
@@ -162,7 +163,8 @@ def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
             assert stop.returncode == 1 and out == "", out + err
             assert err == (
                 f"flightdeck: the owner of batch {batch_id} (pid {owner.pid}) is gone: the "
-                f"request stays pending; `flightdeck resume {batch_id}` runs the batch on\n"
+                f"request stays pending; `flightdeck resume {batch_id} --state-dir "
+                f"{folder / 'state'}` runs the batch on\n"
             )
         finally:
             server.release()

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import sanitize
 from flightdeck.tui.console import console_for
@@ -138,7 +138,7 @@ def attach_tui(
     console.print(summary_table(snap))
     for line in money_lines(snap):
         console.print(line)
-    console.print(Text(f"report: flightdeck report {snap.batch_id} {_state_arg(state_dir)}"))
+    console.print(Text(f"report: {command_line(state_dir, 'report', snap.batch_id)}"))
     if stopped:
         return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED
     return exit_code(snap)
@@ -146,12 +146,7 @@ def attach_tui(
 
 def attach_hint(batch_id: str, state_dir: Path) -> str:
     """The command that attaches to this batch again, to paste back into a shell."""
-    return f"flightdeck attach {batch_id} {_state_arg(state_dir)}"
-
-
-def _state_arg(state_dir: Path) -> str:
-    # The state folder comes from the command line or flightdeck.toml: untrusted text.
-    return f"--state-dir {shlex.quote(sanitize(str(state_dir)))}"
+    return command_line(state_dir, "attach", batch_id)
 
 
 def cmd_logs(args: argparse.Namespace) -> ExitCode:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
@@ -253,7 +254,8 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
                 )
                 say_error(
                     f"batch {args.batch_id} was abandoned: its owner process (pid {owner.pid}) "
-                    f"died{running}; `flightdeck resume {args.batch_id}` runs it to the end"
+                    f"died{running}; `{command_line(client.db.parent, 'resume', args.batch_id)}` "
+                    "runs it to the end"
                 )
                 return ExitCode.INCOMPLETE
             if status != "running":

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
+from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     ChildFinished,
@@ -49,7 +50,7 @@ def asked_lines(engine: Engine, told: set[object]) -> list[Text]:
         if need.kind == "asks" and need.child_id is not None and need.key not in told:
             told.add(need.key)
             child = one_line(need.child_id, 60)
-            answer = f"flightdeck answer {engine.batch_id} {child} -m …"
+            answer = command_line(engine.state_dir, "answer", engine.batch_id, child, "-m", "…")
             lines.append(Text(f"{child} asks: {one_line(need.text, 300)} (`{answer}`)"))
     return lines
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.model import (
     ChildFinished,
     ChildRow,
@@ -36,20 +36,17 @@ if TYPE_CHECKING:
 
 def report_hint(engine: Engine) -> str:
     """The command that shows this batch's report, to paste back into a shell."""
-    # The state folder comes from the command line or flightdeck.toml: untrusted text.
-    state_dir = shlex.quote(sanitize(str(engine.state_dir)))
-    return f"flightdeck report {engine.batch_id} --state-dir {state_dir}"
+    return command_line(engine.state_dir, "report", engine.batch_id)
 
 
 def soft_hold_hint(engine: Engine, held: str) -> str:
     """The one line a headless run prints when the soft budget holds admission: why, and the
     commands that raise it, drop it, or stop the batch."""
-    state = f"--state-dir {shlex.quote(sanitize(str(engine.state_dir)))}"
-    b = engine.batch_id
+    where, b = engine.state_dir, engine.batch_id
     return (
-        f"held: {sanitize(held)}; running children go on. To go on: flightdeck limits {b} "
-        f"--soft-cost USD {state} (raise it) or --soft-cost off (drop it); to stop: "
-        f"flightdeck stop {b} --all {state}"
+        f"held: {sanitize(held)}; running children go on. To go on: "
+        f"{command_line(where, 'limits', b, '--soft-cost', 'USD')} (raise it) or --soft-cost "
+        f"off (drop it); to stop: {command_line(where, 'stop', b, '--all')}"
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.commands import Command
 from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.model import BatchStatus, Limits, RouteHeadroom, SteerState
@@ -239,7 +240,7 @@ class Client:
             what = "its steers stay queued"
         return (
             f"the owner of batch {b} (pid {owner.pid}) is gone: {what}; "
-            f"`flightdeck resume {b}` runs the batch on"
+            f"`{command_line(self.db.parent, 'resume', b)}` runs the batch on"
         )
 
     def _connection(self) -> sqlite3.Connection:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flightdeck.engine.attached.client import Client
+from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.attached.reading import BatchReading
 from flightdeck.engine.attached.rework import review_here, send_retry
 from flightdeck.engine.attached.spawn import OwnerFailed
@@ -110,7 +111,8 @@ class StoreView:
         if info.status is BatchStatus.ABANDONED:
             return (
                 f"batch {info.id} is abandoned (its owner, pid {info.owner_pid}, is gone): "
-                f"nothing would apply a steer or a stop; flightdeck resume {info.id} runs it on"
+                "nothing would apply a steer or a stop; "
+                f"{command_line(self.db.parent, 'resume', info.id)} runs it on"
             )
         return f"batch {info.id} has ended ({info.status.value}): nothing left to steer or stop"
 

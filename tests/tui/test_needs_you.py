@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import select
+import shlex
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -188,12 +189,19 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
         wait_for(lambda: _asking(view) == {"c1", "c2"}, 30, what="both asking, read from the store")
         said = said_lines(owner, 2)  # the owner's headless output says each question once
         assert sorted(line.split(" asks: ")[0] for line in said) == ["c1", "c2"], said
-        assert f"(`flightdeck answer {owner.batch_id} c1 -m …`)" in "".join(said)
-        args = ("--state-dir", str(owner.state))
-        done = flightdeck("answer", owner.batch_id, "c1", "-m", "ship it", *args, cwd=tmp_path)
+        # The command it prints, pasted back into a shell in another folder, answers.
+        printed = next(line for line in said if line.startswith("c1 asks: "))
+        pasted = shlex.split(
+            printed.rsplit("(`", 1)[1].removesuffix("`)").replace("…", "'ship it'")
+        )
+        assert pasted[:6] == ["flightdeck", "answer", owner.batch_id, "c1", "-m", "ship it"]
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        done = flightdeck(*pasted[1:], cwd=elsewhere)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "answer delivered: c1" in done.stdout
         wait_for(lambda: answered(view, "c1", "ship it"), 30, what="c1 completed with it")
+        args = ("--state-dir", str(owner.state))
         again = flightdeck("answer", owner.batch_id, "c1", "-m", "again", *args, cwd=tmp_path)
         assert again.returncode == 1 and "no question of 'c1' waits" in again.stderr, again.stderr
 
