@@ -419,9 +419,14 @@ def test_a_route_that_cannot_be_steered_misses_the_steer_and_says_so(tmp_path: P
     until(
         lambda: bool(row_of(engine).steers) and row_of(engine).steers[0].state is SteerState.MISSED
     )
+    assert row_of(engine).steers[0].how == "this route cannot be steered"  # said, not only shown
     engine.stop(["t0"])
-    row = run_to_end(engine).children[0]
+    snap = run_to_end(engine)
+    row = snap.children[0]
     assert "missed: look at tests too (this route cannot be steered)" in transcript(row)
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:  # for `flightdeck steer`
+        (stored,) = reader.child(snap.batch_id, "t0").steers  # type: ignore[union-attr]
+    assert (stored.state, stored.how) == (SteerState.MISSED, "this route cannot be steered")
 
 
 STDIN_ARGV = (

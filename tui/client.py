@@ -22,7 +22,7 @@ from rich.text import Text
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.attached.client import Client, RowFilter
     from flightdeck.engine.commands import Command
-    from flightdeck.engine.model import Limits, RouteHeadroom
+    from flightdeck.engine.model import Limits, RouteHeadroom, SteerReceipt
 
 WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 
@@ -161,13 +161,19 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
 
     console = console_for()
     shown: dict[int, str] = {}
+    # A child waiting on its question takes no turn, nor a steer, until it is answered.
+    asking = {r.id for r in client.rows() if r.question is not None and r.status.live}
     try:
         for row in client.follow(request_id):
             for receipt in row.receipts:
                 state = receipt.state.value
                 if shown.get(receipt.id) != state:
                     shown[receipt.id] = state
-                    console.print(Text(_receipt_line(receipt.child_id, state, now)))
+                    answer = None
+                    if receipt.child_id in asking:
+                        words = ("answer", client.batch_id, receipt.child_id, "-m", "…")
+                        answer = command_line(client.db.parent, *words)
+                    console.print(Text(_receipt_line(receipt, now, answer)))
             if row.state.value == "refused":
                 say_error(f"refused: {row.reason or ''}")
                 return ExitCode.INCOMPLETE
@@ -182,11 +188,18 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
     return ExitCode.INCOMPLETE if "missed" in shown.values() else ExitCode.OK
 
 
-def _receipt_line(child_id: str, state: str, now: bool) -> str:
-    line = f"{one_line(child_id, 60)}: {state}"
+def _receipt_line(receipt: SteerReceipt, now: bool, answer: str | None) -> str:
+    """What became of a steer (`answer`: the command that answers the question its child waits
+    on, which it must before it reads the steer)."""
+    state = receipt.state.value
+    line = f"{one_line(receipt.child_id, 60)}: {state}"
     if state == "queued":
         wait = "interrupting its current response" if now else "waiting for its next turn"
+        if answer is not None:
+            wait = f"its question waits for your answer first (`{answer}`)"
         line += f" — {wait}; Ctrl+C leaves it queued"
+    elif state == "missed" and receipt.how:
+        line += f": {one_line(receipt.how, 200)}"  # why, where the owner said
     return line
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.commands import Command
 from flightdeck.engine.errors import FlightdeckError
-from flightdeck.engine.model import BatchStatus, Limits, RouteHeadroom, SteerState
+from flightdeck.engine.model import BatchStatus, ChildRow, Limits, RouteHeadroom, SteerState
 from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
 from flightdeck.engine.records.processes import still_running
@@ -165,9 +165,18 @@ class Client:
 
     def matching(self, row_filter: RowFilter, *, ended: bool = False) -> tuple[int, list[str]]:
         """How many of the batch's children `row_filter` keeps, and the ids of those that have
-        not ended (`ended`: of those that have), in batch order (what `--where` acts on). The
-        rows are those an attached view reads (a question, a loop flag, a parent among what
-        the store keeps beside them), so a query keeps what it would keep there."""
+        not ended (`ended`: of those that have), in batch order (what `--where` acts on)."""
+        rows = self.rows()
+        now = time.time()
+        # is:outlier against the whole batch's medians, whatever else the query says.
+        medians = batch_medians(rows, now) if row_filter.outliers_only else None
+        kept = [r for r in rows if row_filter.matches(r, False, now, medians)]
+        return len(kept), [r.id for r in kept if r.status.live != ended]
+
+    def rows(self) -> tuple[ChildRow, ...]:
+        """The batch's children now, in batch order, as an attached view reads them (a
+        question, a loop flag, a parent among what the store keeps beside the rows), so a
+        query keeps what it would keep there."""
         from flightdeck.engine.attached.reading import BatchReading
 
         conn = self._connection()
@@ -175,12 +184,7 @@ class Client:
         snapshot = BatchReading(conn, self.batch_id, version, time.time).read()
         if snapshot is None:
             raise LookupError(f"no batch {self.batch_id} in this state folder")
-        rows = snapshot.children
-        now = time.time()
-        # is:outlier against the whole batch's medians, whatever else the query says.
-        medians = batch_medians(rows, now) if row_filter.outliers_only else None
-        kept = [r for r in rows if row_filter.matches(r, False, now, medians)]
-        return len(kept), [r.id for r in kept if r.status.live != ended]
+        return snapshot.children
 
     def request(self, request_id: int) -> RequestRow:
         """A request this client recorded, as it stands now."""

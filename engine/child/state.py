@@ -352,7 +352,7 @@ class Child:
         if refused is not None:
             # Never dropped in silence: missed at once, and the operator is told why.
             self.transcript.write("operator", missed_note(receipt.message, refused))
-            self.settle(receipt, SteerState.MISSED)
+            self.settle(receipt, SteerState.MISSED, refused)
             return True
         if not self.steering.add(receipt):
             return False

@@ -161,7 +161,8 @@ class SteerReceipt:
     # the controls table: the policy's "loop_policy" event names its receipt).
     by: Literal["operator", "policy"] = "operator"
     # How it was delivered, where the child says: "into the running turn" (an agent CLI
-    # that folds it into the turn under way), "as a new turn", "by resuming the session".
+    # that folds it into the turn under way), "as a new turn", "by resuming the session";
+    # or why it was missed, where that is known ("this route cannot be steered").
     how: str | None = None
 
 

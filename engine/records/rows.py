@@ -337,6 +337,6 @@ def receipt(r: Sequence[Any]) -> SteerReceipt:
         state=SteerState(r[4]),
         created_ts=r[5],
         settled_ts=r[6],
-        # A delivered steer's reason column says how it was delivered.
-        how=r[7] if r[7] is not None and r[4] == SteerState.DELIVERED.value else None,
+        # The reason column: how a delivered steer was delivered, or why one was missed.
+        how=r[7] if r[4] != SteerState.QUEUED.value else None,
     )

@@ -152,7 +152,7 @@ class Store:
         client request it came from (its first write; later ones keep it), `reason` why it
         was missed when the child's own end does not say (the owner was lost)."""
         params = control_params(batch_id, receipt, kind)
-        reason = reason or receipt.how  # a delivered steer: how it was delivered
+        reason = reason or receipt.how  # how it was delivered, or why it was missed
         if request_id is None and reason is None:
             self._put(Write("record_control", UPSERT_CONTROL, params))
         elif request_id is not None and reason is not None:

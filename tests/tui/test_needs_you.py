@@ -8,6 +8,8 @@ import dataclasses
 import os
 import select
 import shlex
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -215,6 +217,43 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
             await pilot.press("enter")
             await until(pilot, lambda: not _asking(view), "c2 answered")
         wait_for(lambda: answered(view, "c2", "hold it"), 30, what="c2 completed with it")
+        view.close()
+    finally:
+        owner.close()
+
+
+async def test_a_steer_to_a_child_that_asks_says_its_question_is_answered_first(
+    tmp_path: Path,
+) -> None:
+    owner = _owner(tmp_path, 1)
+    try:
+        owner.hold.release()
+        view = owner.view()
+        wait_for(lambda: _asking(view) == {"c1"}, 30, what="c1 asking")
+        state = ("--state-dir", str(owner.state))
+        words = ("steer", owner.batch_id, "c1", "-m", "mind the docs", *state)
+        steer = subprocess.Popen(
+            [sys.executable, "-m", "flightdeck.tui.cli", *words],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        try:
+            assert steer.stdout is not None
+            answer = f"flightdeck answer {owner.batch_id} c1 -m … --state-dir {owner.state}"
+            assert steer.stdout.readline() == (
+                f"c1: queued — its question waits for your answer first (`{answer}`); "
+                "Ctrl+C leaves it queued\n"
+            )
+            done = flightdeck("answer", owner.batch_id, "c1", "-m", "ship it", *state, cwd=tmp_path)
+            assert done.returncode == 0, done.stdout + done.stderr
+            out, err = steer.communicate(timeout=60)  # its next turn, once answered, reads it
+            assert steer.returncode == 0 and out == "c1: delivered\n", out + err
+        finally:
+            if steer.poll() is None:
+                steer.kill()
+                steer.communicate()
         view.close()
     finally:
         owner.close()
