@@ -86,13 +86,17 @@ def test_stopping_a_parent_stops_its_subtree_and_steering_it_does_not_steer_them
     try:
         until(lambda: len(engine.snapshot().children) == 7)
         engine.steer(["t0000"], "focus on tests")
-        engine.stop(["t0000"])
+        # A parent and one of its delegates, as `stop --where` can pick both.
+        engine.stop(["t0000", "t0000.1"])
         until(lambda: engine.snapshot().totals.done == 7)
     finally:
         engine.close()
     snap = engine.snapshot()
     assert {c.status for c in snap.children} == {ChildStatus.STOPPED}
     assert [len(c.steers) for c in snap.children] == [1] + [0] * 6  # only the parent's
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        stops = [s["child_id"] for s in build_report(reader, engine.batch_id)["stops"]]
+    assert sorted(stops) == sorted(c.id for c in snap.children)  # each stopped once
 
 
 def test_the_report_names_each_childs_parent(tmp_path: Path) -> None:

@@ -77,11 +77,13 @@ class Delegations:
             self.ready.append((self._parent.pop(id(call)), call, rows))
 
     def subtree(self, ids: Iterable[str]) -> list[str]:
-        """`ids` and every delegate below them, parents first."""
-        out: list[str] = []
+        """`ids` and every delegate below them, parents first, each once (`ids` may name a
+        parent and its delegate both)."""
+        out: dict[str, None] = {}
         todo = list(ids)
         while todo:
             child_id = todo.pop(0)
-            out.append(child_id)
-            todo.extend(self._kids.get(child_id, ()))
-        return out
+            if child_id not in out:
+                out[child_id] = None
+                todo.extend(self._kids.get(child_id, ()))
+        return list(out)
