@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -24,6 +25,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report, render_json
 from flightdeck.engine.records.store import Store
 
+from helpers import settings, sim_route
 from test_store import make_batch, make_child  # the store tests' row builders
 
 CREATED = 1_714_564_800.0  # 2024-05-01T12:00:00Z
@@ -88,6 +90,7 @@ def test_build_report(reader: StoreReader) -> None:
         "tokens_out": 55,
         "cache_read_tokens": 1000,
         "cache_write_tokens": 10,
+        "tokens_unknown_children": 0,
         "cost_usd": None,  # one child's price is unknown: so is the total
         "cost_known_usd": 0.3234565,  # the exact Decimal sum, not a sum of rounded parts
         "cost_unknown_children": 1,
@@ -236,6 +239,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "tokens_out": 0,
             "cache_read_tokens": 0,
             "cache_write_tokens": 0,
+            "tokens_unknown_children": 0,
             "cost_usd": 0.25,
             "cost_known_usd": 0.25,
             "cost_unknown_children": 0,
@@ -254,6 +258,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "tokens_out": 22,
             "cache_read_tokens": 33,
             "cache_write_tokens": 44,
+            "tokens_unknown_children": 0,
             "cost_usd": None,  # unknown, never $0
             "cost_known_usd": 0.0,
             "cost_unknown_children": 2,
@@ -272,6 +277,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "tokens_out": 0,
             "cache_read_tokens": 0,
             "cache_write_tokens": 0,
+            "tokens_unknown_children": 0,
             "cost_usd": 0.3,  # Decimal 0.1 + 0.2, where floats would give 0.30000000000000004
             "cost_known_usd": 0.3,
             "cost_unknown_children": 0,
@@ -281,6 +287,37 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
     totals = report["totals"]
     assert (totals["cost_usd"], totals["cost_unknown_children"]) == (None, 2)
     assert totals["cost_known_usd"] == 0.55
+
+
+def test_tokens_nobody_counted_are_unknown_never_zero(tmp_path: Path) -> None:
+    # A command child whose CLI reports no usage ran (a call) and counted nothing.
+    cli = {"route": "cli", "model": "reviewer", "cost_usd": None, "status": ChildStatus.COMPLETED}
+    with Store(tmp_path / "t.db") as store:
+        # Both routes priced: what the cli route's cache reads saved is unknown only because
+        # its tokens are.
+        priced = settings_json(settings(sim_route(), sim_route("cli")))
+        store.create_batch(make_batch("b1", settings_json=priced))
+        store.add_children(
+            "b1",
+            [
+                make_child(0, activity=Activity(api_calls=1), **cli),
+                make_child(1, status=ChildStatus.COMPLETED, usage=Usage(100, 50, 1000, 0)),
+            ],
+        )
+    with StoreReader(tmp_path / "t.db") as r:
+        report = build_report(r)
+    uncounted, counted = report["children"]
+    assert [uncounted[k] for k in ("tokens_in", "tokens_out", "cache_read_tokens")] == [None] * 3
+    assert (counted["tokens_in"], counted["tokens_out"]) == (100, 50)
+    routes = {r["route"]: r for r in report["routes"]}
+    assert (routes["cli"]["tokens_unknown_children"], routes["cli"]["cache_saved_usd"]) == (1, None)
+    assert routes["sim"]["tokens_unknown_children"] == 0 and routes["sim"]["cache_saved_usd"]
+    totals = report["totals"]
+    assert (totals["tokens_in"], totals["tokens_unknown_children"]) == (100, 1)
+    assert totals["cache_saved_usd"] is None  # one route's saving is unknown: so is the sum
+    md = render_markdown(report)
+    assert "| input tokens | 100+? |" in md
+    assert "| c0 | completed | cli | reviewer | 1 | 0 | 0 | ? | ? | ? | unknown |" in md
 
 
 def test_a_batch_whose_every_price_is_unknown_costs_unknown_not_zero(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import math
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.money import fmt_usd
 
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ __all__ = [
     "fmt_span",
     "fmt_spent",
     "fmt_tokens",
-    "tokens_unknown",
 ]
 
 # A cell is its plain text and a Rich style name; comparing these tuples is how the table
@@ -101,12 +100,6 @@ def fmt_clock(seconds: float) -> str:
     s = max(0, math.floor(seconds))
     h, rest = divmod(s, 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
-
-def tokens_unknown(row: ChildRow) -> bool:
-    """A child that ran but whose tokens nobody counted (a command whose CLI reports no usage):
-    shown as `?`, never as 0. Its cost is unknown too; a model child always has a count."""
-    return row.cost_usd is None and row.activity.api_calls > 0 and not row.live_usage.total
 
 
 def forecast_label(ahead: Forecast, *, compact: bool) -> str:

@@ -23,7 +23,6 @@ from flightdeck.tui.fmt import (
     fmt_spent_compact,
     fmt_tokens,
     forecast_label,
-    tokens_unknown,
 )
 from rich import box
 from rich.console import Console
@@ -136,7 +135,7 @@ def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
         (row.id, "bold"),
         (
             f"  api={a.api_calls} tools={a.tool_calls}{retries}"
-            f"  {'?' if tokens_unknown(row) else fmt_tokens(row.usage.total)} tok"
+            f"  {'?' if row.tokens_unknown else fmt_tokens(row.usage.total)} tok"
             f"  {fmt_cost(row.cost_usd)}"
             + (f"  {duration:.1f}s" if duration is not None else "  -"),
             "",
@@ -244,7 +243,7 @@ SUMMARY_COLUMNS = (
 def _summary_cells(t: Totals, rows: Sequence[ChildRow]) -> list[str]:
     u = t.usage
     # A command whose CLI reports no usage: its tokens are unknown, as on its own line.
-    unknown = sum(1 for row in rows if tokens_unknown(row))
+    unknown = sum(1 for row in rows if row.tokens_unknown)
     return [
         str(t.children),
         str(t.completed),

@@ -261,6 +261,12 @@ class ChildRow:
         return self.usage + self.in_flight
 
     @property
+    def tokens_unknown(self) -> bool:
+        """It ran, but nobody counted its tokens (a command whose CLI reports no usage): shown
+        as `?`, never as 0. Its cost is unknown too; a model child always has a count."""
+        return self.cost_usd is None and self.activity.api_calls > 0 and not self.live_usage.total
+
+    @property
     def live_cost_usd(self) -> Decimal | None:
         """Billed cost plus the estimate of the call in progress; None if the price is unknown."""
         if self.cost_usd is None or self.in_flight_cost_usd is None:

@@ -38,10 +38,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| stopped | {totals['stopped']} |",
         f"| running | {totals['running']} |",
         f"| queued | {totals['queued']} |",
-        f"| input tokens | {totals['tokens_in']:,} |",
-        f"| output tokens | {totals['tokens_out']:,} |",
-        f"| cache read tokens | {totals['cache_read_tokens']:,} |",
-        f"| cache write tokens | {totals['cache_write_tokens']:,} |",
+        f"| input tokens | {_tokens(totals, 'tokens_in')} |",
+        f"| output tokens | {_tokens(totals, 'tokens_out')} |",
+        f"| cache read tokens | {_tokens(totals, 'cache_read_tokens')} |",
+        f"| cache write tokens | {_tokens(totals, 'cache_write_tokens')} |",
         f"| cost | {_spent(totals)} |",
     ]
     if totals.get("cache_saved_usd"):
@@ -239,6 +239,17 @@ def _group_cells(g: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _tokens(entry: Mapping[str, Any], key: str) -> str:
+    """Tokens counted; `?` where nobody counted them (a command whose CLI reports no usage),
+    `1,234+?` when some children's were and some were not."""
+    n = entry[key]
+    if n is None:
+        return "?"
+    if not entry.get("tokens_unknown_children"):
+        return f"{n:,}"
+    return f"{n:,}+?" if n else "?"
+
+
 def _route_cells(r: Mapping[str, Any]) -> list[str]:
     return [
         _cell(r["route"]),
@@ -247,10 +258,10 @@ def _route_cells(r: Mapping[str, Any]) -> list[str]:
         str(r["completed"]),
         str(r["failed"]),
         str(r["stopped"]),
-        f"{r['tokens_in']:,}",
-        f"{r['tokens_out']:,}",
-        f"{r['cache_read_tokens']:,}",
-        f"{r['cache_write_tokens']:,}",
+        _tokens(r, "tokens_in"),
+        _tokens(r, "tokens_out"),
+        _tokens(r, "cache_read_tokens"),
+        _tokens(r, "cache_write_tokens"),
         _spent(r),
     ]
 
@@ -264,9 +275,9 @@ def _child_cells(c: Mapping[str, Any]) -> list[str]:
         str(c["api_calls"]),
         str(c["tool_calls"]),
         str(c["retries"]),
-        f"{c['tokens_in']:,}",
-        f"{c['tokens_out']:,}",
-        f"{c['cache_read_tokens']:,}",
+        _tokens(c, "tokens_in"),
+        _tokens(c, "tokens_out"),
+        _tokens(c, "cache_read_tokens"),
         "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]),
         "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
         _cell(c["goal"], GOAL_WIDTH),

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.inputs.settings.stored import settings_from_json
-from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished, RouteTotals, Totals
+from flightdeck.engine.model import (
+    ChildRow,
+    ChildStatus,
+    GroupFinished,
+    RouteTotals,
+    Totals,
+    Usage,
+)
 from flightdeck.engine.records.attempts import report_entries
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.loops import loop_records
@@ -51,7 +59,9 @@ def build_report(
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
     totals = totals_of(children)
     per_route = route_totals(children)
-    saved = _cache_saved(info.settings_json, per_route)
+    # Children whose tokens nobody counted (a command whose CLI reports no usage), by route.
+    uncounted = Counter(c.route for c in children if c.tokens_unknown)
+    saved = _cache_saved(info.settings_json, per_route, uncounted)
     recovery = _recovery(reader.events(batch_id))
     return {
         "batch_id": info.id,
@@ -72,7 +82,7 @@ def build_report(
             "paused": totals.paused,
             "running": totals.running,
             "queued": totals.queued,
-            **_usage(totals),
+            **_usage(totals, sum(uncounted.values())),
             # what cache reads saved against the uncached input price (null: a price unknown)
             "cache_saved_usd": _money(_sum_known(saved.values())),
         },
@@ -86,7 +96,7 @@ def build_report(
                 "stopped": r.totals.stopped,
                 "running": r.totals.running,
                 "queued": r.totals.queued,
-                **_usage(r.totals),
+                **_usage(r.totals, uncounted[r.route]),
                 "cache_saved_usd": _money(saved.get(r.route)),
             }
             for r in per_route
@@ -104,10 +114,8 @@ def build_report(
                 "api_calls": c.activity.api_calls,
                 "tool_calls": c.activity.tool_calls,
                 "retries": c.activity.retries,
-                "tokens_in": c.usage.input_tokens,
-                "tokens_out": c.usage.output_tokens,
-                "cache_read_tokens": c.usage.cache_read_tokens,
-                "cache_write_tokens": c.usage.cache_write_tokens,
+                # null, never 0, when nobody counted them
+                **{k: None if c.tokens_unknown else v for k, v in _tokens(c.usage).items()},
                 "cost_usd": _money(c.cost_usd),
                 "duration_s": None if c.duration_s is None else round(c.duration_s, 3),
                 "error": c.error,
@@ -263,15 +271,18 @@ def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
 
 
 def _cache_saved(
-    settings_json: str | None, per_route: Iterable[RouteTotals]
+    settings_json: str | None, per_route: Iterable[RouteTotals], uncounted: Mapping[str, int]
 ) -> dict[str, Decimal | None]:
     """What each route's cache reads saved, at the prices the batch ran with (kept in its row);
-    None for a route whose price is unknown, or a batch from before the row kept them."""
+    None for a route whose price is unknown or whose children's tokens some went uncounted,
+    or a batch from before the row kept them."""
     if settings_json is None:
         return {}
     routes = settings_from_json(settings_json).routes
     return {
-        r.route: cache_saving(r.totals.usage, routes[r.route]) if r.route in routes else None
+        r.route: cache_saving(r.totals.usage, routes[r.route])
+        if r.route in routes and not uncounted.get(r.route)
+        else None
         for r in per_route
     }
 
@@ -284,15 +295,22 @@ def _sum_known(values: Iterable[Decimal | None]) -> Decimal | None:
     return sum((v for v in parts if v is not None), Decimal(0))
 
 
-def _usage(totals: Totals) -> dict[str, Any]:
-    """Tokens and cost of a batch or a route; the cost is null if any child's price is unknown,
-    never the known part passed off as the whole."""
-    usage = totals.usage
+def _tokens(usage: Usage) -> dict[str, int]:
     return {
         "tokens_in": usage.input_tokens,
         "tokens_out": usage.output_tokens,
         "cache_read_tokens": usage.cache_read_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
+    }
+
+
+def _usage(totals: Totals, uncounted: int) -> dict[str, Any]:
+    """Tokens and cost of a batch or a route: the tokens counted, and how many children's went
+    uncounted; the cost is null if any child's price is unknown, never the known part passed
+    off as the whole."""
+    return {
+        **_tokens(totals.usage),
+        "tokens_unknown_children": uncounted,
         "cost_usd": None if totals.cost_unknown else _money(totals.cost_usd),
         "cost_known_usd": _money(totals.cost_usd),
         "cost_unknown_children": totals.cost_unknown,

@@ -18,7 +18,7 @@ from flightdeck.engine.api import is_retrying as is_retrying
 from flightdeck.engine.api import parse_filter as parse_filter
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens, tokens_unknown
+from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
 from flightdeck.tui.widgets.columns import DOING_CHARS, TREE_MARK
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
@@ -89,7 +89,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
     status_style = "bold red" if row.status in ATTENTION else ""
     tokens: Cell = (
         ("?/?", "dim")  # nobody counted them: unknown, never 0
-        if tokens_unknown(row)
+        if row.tokens_unknown
         else (f"{fmt_tokens(usage.input_tokens)}/{fmt_tokens(usage.output_tokens)}", "")
     )
     return (
