@@ -12,10 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.tui.rework import _retryable
 
 from gitrepo import GIT_ENV, branches, git, make_repo, worktrees
 from helpers import until
+from test_store import make_child
 
 pytestmark = pytest.mark.slow
 
@@ -196,3 +199,24 @@ def test_an_attached_view_s_retry_starts_the_owner_and_its_merge_applies_here(
     finally:
         view.close()
     assert git(repo, "show", "main:x.txt") == "one"
+
+
+def test_a_retry_by_query_leaves_out_the_children_it_could_not_take() -> None:
+    # Named one by one, a completed child or a delegate is refused; kept by a query among
+    # others, it is left out and said so, and the rest are retried.
+    rows = [
+        make_child(0, id="p", status=ChildStatus.STOPPED),
+        make_child(1, id="p.1", status=ChildStatus.STOPPED, parent="p"),
+        make_child(2, id="p.2", status=ChildStatus.STOPPED, parent="p"),
+        make_child(3, id="done", status=ChildStatus.COMPLETED),
+        make_child(4, id="f", status=ChildStatus.FAILED),
+    ]
+
+    class Rows:
+        def rows(self) -> list[ChildRow]:
+            return rows
+
+    ids, said = _retryable(Rows(), [r.id for r in rows])  # type: ignore[arg-type]
+    assert ids == ["p", "f"]
+    assert said == "; left out: 1 completed, 2 delegates (they run again with their parents)"
+    assert _retryable(Rows(), ["p", "f"]) == (["p", "f"], "")  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from flightdeck.tui.usage import UsageError, known_children
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from flightdeck.engine.attached.client import Client
     from flightdeck.engine.commands import Accept, Discard
 
 
@@ -73,11 +74,12 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
         if row_filter is None:
             ids, counted = list(args.child_ids), False
         else:
-            kept, ids = client.matching(row_filter, ended=True)
+            kept, ended = client.matching(row_filter, ended=True)
             counted = True
             line = f"{kept} {'child matches' if kept == 1 else 'children match'}"
-            line += f" `{one_line(row_filter.query, 200)}`, {len(ids)} of them ended"
-            console_for().print(Text(line + ("" if ids else ": nothing to retry")))
+            line += f" `{one_line(row_filter.query, 200)}`, {len(ended)} of them ended"
+            ids, left = _retryable(client, ended)
+            console_for().print(Text(line + left + ("" if ids else ": nothing to retry")))
             if not ids:
                 return ExitCode.OK
     mode = "continue" if args.resume else "fresh"
@@ -100,6 +102,26 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
     except (OwnerGone, OwnerFailed) as exc:
         say_error(str(exc))
     return ExitCode.INCOMPLETE
+
+
+def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
+    """Of the children a query kept that ended, those a retry takes, and what it says of the
+    rest: a completed child has nothing to retry, a delegate runs again with its parent (named
+    one by one, each is refused; picked by a query, they are left out)."""
+    from flightdeck.engine.model import ChildStatus
+
+    rows = {r.id: r for r in client.rows()}
+    done = [i for i in ended if rows[i].status is ChildStatus.COMPLETED]
+    delegates = [i for i in ended if rows[i].parent is not None and i not in done]
+    ids = [i for i in ended if i not in done and i not in delegates]
+    parts = []
+    if done:
+        parts.append(f"{len(done)} completed")
+    if len(delegates) == 1:
+        parts.append("1 delegate (it runs again with its parent)")
+    elif delegates:
+        parts.append(f"{len(delegates)} delegates (they run again with their parents)")
+    return ids, f"; left out: {', '.join(parts)}" if parts else ""
 
 
 def cmd_diff(args: argparse.Namespace) -> ExitCode:
