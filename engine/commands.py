@@ -34,7 +34,7 @@ from flightdeck.engine.model.livelimits import (
     parse_count,
     parse_money,
 )
-from flightdeck.engine.review.git import branch_name_problem
+from flightdeck.engine.review.git import branch_text_problem
 from flightdeck.engine.sanitize import one_line
 
 __all__ = [
@@ -367,7 +367,7 @@ class Accept(Command):
 
     def check(self, ctx: Context) -> None:
         _check_ids(self.child_ids, ctx)
-        if (problem := branch_name_problem(self.into)) is not None:
+        if (problem := branch_text_problem(self.into)) is not None:
             raise CommandError(problem, "into")
         for row in _rows_of(self.child_ids, ctx.rows()):
             _check_pending(row, "accept")

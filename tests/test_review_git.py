@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
-from flightdeck.engine.review.git import GitError
+from flightdeck.engine.review.git import GitError, branch_name_problem
 from flightdeck.engine.review.merge import Conflicted, Merged, Work, accept, discard, overlaps
 from flightdeck.engine.review.tree import changes_patch
 from flightdeck.engine.review.values import Changes, changes_from_json, changes_json
@@ -190,3 +190,14 @@ def test_a_copy_that_changed_is_kept_and_one_that_did_not_is_removed(tmp_path: P
     assert changes is not None and changes.summary == "2 files changed"
     assert {(f.path, f.kind) for f in changes.files} == {("b.txt", "added"), ("a.txt", "deleted")}
     assert folder.is_dir() and note is not None and "until accepted or discarded" in note
+
+
+@pytest.mark.parametrize("name", ["a..b", "HEAD", "-f", "x.lock", "two words", "x\u202ey", " "])
+def test_a_branch_name_git_would_refuse_is_said(name: str) -> None:
+    problem = branch_name_problem(name)
+    assert problem is not None and ("not a valid branch name" in problem or "name the" in problem)
+
+
+@pytest.mark.parametrize("name", ["main", "release/1.2", "feat/x-y_z"])
+def test_a_branch_name_git_takes_is_fine(name: str) -> None:
+    assert branch_name_problem(name) is None

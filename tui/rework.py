@@ -154,18 +154,17 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
 def cmd_merge(args: argparse.Namespace) -> ExitCode:
     """`flightdeck merge`: accept children's changes into a branch, all or (a conflict)
     none; files more than one of them changed are said first."""
-    from flightdeck.engine.attached.rework import overlap_of
-    from flightdeck.engine.commands import Accept, CommandError, Context
+    from flightdeck.engine.attached.rework import branch_name_problem, overlap_of
+    from flightdeck.engine.commands import Accept
 
     ids = tuple(args.child_ids)
     with batch_client(args) as client:
         db = client.db
     known_children(db, args.batch_id, ids)
+    # A branch git would refuse: said before anything is sent (the owner would record it).
+    if (problem := branch_name_problem(args.into)) is not None:
+        raise UsageError(None, None, "--into", problem)
     command = Accept(ids, args.into)
-    try:  # what it says (a branch git would refuse), before anything is sent or recorded
-        command.check(Context(args.batch_id, ids))
-    except CommandError as exc:
-        raise UsageError(None, None, "--into", str(exc)) from None
     shared = overlap_of(db, args.batch_id, ids)
     if shared:
         console_for(stderr=True).print(
@@ -200,6 +199,7 @@ def _review(args: argparse.Namespace, db: Path, command: Accept | Discard) -> Ex
     if outcome is not None:
         console_for().print(Text(one_line(outcome.said)))
     else:
-        done = f"merged into {command.into}" if isinstance(command, Accept) else "discarded"
+        into = one_line(command.into, 100) if isinstance(command, Accept) else ""
+        done = f"merged into {into}" if isinstance(command, Accept) else "discarded"
         console_for().print(Text(f"{children_said(list(command.child_ids), False)}: {done}"))
     return ExitCode.OK

@@ -26,13 +26,14 @@ from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import RequestRow, RequestState, with_connection
 from flightdeck.engine.records.rows import INSERT_EVENT
 from flightdeck.engine.review.apply import Outcome, Reviewer, overlap_text
-from flightdeck.engine.review.git import GitError
+from flightdeck.engine.review.git import GitError, branch_name_problem
 from flightdeck.engine.review.tree import changes_patch
 from flightdeck.engine.review.values import Changes
 
 __all__ = [
     "Changes",
     "Restarted",
+    "branch_name_problem",
     "diff_of",
     "overlap_in",
     "overlap_of",

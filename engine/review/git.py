@@ -74,12 +74,24 @@ def run(
     return Done(done.returncode, done.stdout, err)
 
 
-def branch_name_problem(name: str) -> str | None:
-    """Why `name` cannot name a branch (None: it can, or there is no git to ask, which the
-    next git command will say), by git's own rules, which need no repository: `..`, a leading
-    `-`, `HEAD`, control characters and the rest."""
+def branch_text_problem(name: str) -> str | None:
+    """What is wrong with `name` as a branch that needs no git to see: nothing given, a space,
+    or characters a terminal would not show (bidi and C1 controls git itself accepts). A
+    command's check, which runs where no process should be started (in the store's write
+    transaction, on the coordinator's thread)."""
     if not name.strip():
         return "name the branch"
+    if not name.isprintable() or " " in name:
+        return f"{name!r} is not a valid branch name"
+    return None
+
+
+def branch_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a branch (None: it can, or there is no git to ask, which the
+    next git command will say): `branch_text_problem`, then git's own rules, which need no
+    repository (`..`, a leading `-`, `HEAD`, spaces and the rest)."""
+    if (problem := branch_text_problem(name)) is not None:
+        return problem
     try:
         done = run(Path("/"), "check-ref-format", "--branch", name, ok=(0, 1, 128))
     except GitError:
