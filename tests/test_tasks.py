@@ -375,6 +375,7 @@ def test_boolean_is_not_a_number(tmp_path: Path) -> None:
     ("name", "text", "says"),
     [
         ("b.toml", "tasks = 5\n", "expected an array of tables ([[tasks]]), got integer 5"),
+        ("b.TOML", "tasks = 5\n", "expected an array of tables ([[tasks]]), got integer 5"),
         ("b.yaml", "tasks: 5\n", "expected a list of tasks, got integer 5"),  # in YAML's words
     ],
 )
@@ -573,6 +574,12 @@ def test_placeholder_error_in_an_inherited_default_points_at_defaults(tmp_path: 
 def test_goal_emptied_by_an_item(tmp_path: Path) -> None:
     path = write(tmp_path, "b.toml", '[[tasks]]\nfor_each = ["a", " "]\ngoal = "{item}"\n')
     assert "for_each item 2: the goal is empty" in str(error_at(path, 3, "goal"))
+
+
+def test_group_emptied_by_an_item(tmp_path: Path) -> None:
+    text = '[[tasks]]\nfor_each = ["a", ""]\ngoal = "g {item}"\ngroup = "{item}"\n'
+    path = write(tmp_path, "b.toml", text)
+    assert "for_each item 2: the group is empty" in str(error_at(path, 4, "group"))
 
 
 def test_check_routes_without_a_line_keeps_the_whole_path() -> None:

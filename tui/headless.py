@@ -49,9 +49,10 @@ def asked_lines(engine: Engine, told: set[object]) -> list[Text]:
     for need in needs(engine.snapshot()):
         if need.kind == "asks" and need.child_id is not None and need.key not in told:
             told.add(need.key)
-            child = one_line(need.child_id, 60)
-            answer = command_line(engine.state_dir, "answer", engine.batch_id, child, "-m", "…")
-            lines.append(Text(f"{child} asks: {one_line(need.text, 300)} (`{answer}`)"))
+            words = ("answer", engine.batch_id, need.child_id, "-m", "…")  # the id whole
+            answer = command_line(engine.state_dir, *words)
+            shown = f"{one_line(need.child_id, 60)} asks: {one_line(need.text, 300)}"
+            lines.append(Text(f"{shown} (`{answer}`)"))
     return lines
 
 

@@ -12,7 +12,8 @@ from flightdeck.engine.sanitize import sanitize
 
 
 def command_line(state_dir: Path | str, *words: str) -> str:
-    """`flightdeck WORDS --state-dir DIR`: the folder absolute (for any working folder), quoted
-    for a shell, and sanitized (it came from the command line or flightdeck.toml: untrusted)."""
-    folder = sanitize(os.path.abspath(state_dir))
-    return " ".join(("flightdeck", *words, "--state-dir", shlex.quote(folder)))
+    """`flightdeck WORDS --state-dir DIR`, each word quoted for a shell where it needs it (but
+    `…`, left for the operator to fill in) and sanitized; the folder absolute, for any working
+    folder (it came from the command line or flightdeck.toml: untrusted text)."""
+    words = (*words, "--state-dir", os.path.abspath(state_dir))
+    return " ".join(["flightdeck", *(w if w == "…" else shlex.quote(sanitize(w)) for w in words)])

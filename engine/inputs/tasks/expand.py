@@ -204,8 +204,8 @@ def _substitute(
                 )
                 raise src.error(*where[name], message)
         out[name] = _PLACEHOLDER.sub(lambda m: _fill(m, values), template)
-        if name == "goal" and blank(str(out[name])):
-            raise src.error(*where[name], f"{label}the goal is empty for this item")
+        if name in ("goal", "group") and blank(str(out[name])):  # as check_field says of them
+            raise src.error(*where[name], f"{label}the {name} is empty for this item")
     return out
 
 

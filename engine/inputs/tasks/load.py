@@ -112,9 +112,8 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
     if (entries is None or entries == []) and not schedules:
         raise src.error(("tasks",), "tasks", "the batch has no tasks")
     if not isinstance(entries, list | None):
-        shape = (
-            "an array of tables ([[tasks]])" if src.path.suffix == ".toml" else "a list of tasks"
-        )
+        toml = src.path.suffix.lower() == ".toml"
+        shape = "an array of tables ([[tasks]])" if toml else "a list of tasks"
         raise src.error(("tasks",), "tasks", expected(shape, entries))
     drafts = [
         d
