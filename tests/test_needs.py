@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.commands import Answer, CommandError, Context
 from flightdeck.engine.control import softbudget
 from flightdeck.engine.inputs.settings import Budget, Settings, load_settings
+from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -36,6 +38,7 @@ from flightdeck.engine.records.report import build_report
 from flightdeck.engine.triage.needs import need_of, needs
 from flightdeck.engine.triage.query import parse_filter
 from flightdeck.tui.alerts import AlertWatch
+from flightdeck.tui.headless import asked_lines
 
 from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
 
@@ -314,5 +317,21 @@ def test_where_is_needs_you_keeps_a_child_asking_of_another_process(tmp_path: Pa
             engine.answer(["t0000"], "go")
             assert engine.wait(30)
             until(lambda: kept() == (0, []), what="the answer stored")
+    finally:
+        engine.close()
+
+
+def test_the_answer_command_a_headless_run_prints_names_a_long_id_whole(tmp_path: Path) -> None:
+    long_id = "review-" + "x" * 57  # 64 characters, the most an id may have
+    tasks = Batch("b", (Task(id=long_id, goal="[sim:ask] ship it", seq=0),))
+    engine = Engine(tasks, asking_settings(), state_dir=tmp_path)
+    engine.start()
+    try:
+        until(lambda: all(asking(c) for c in engine.snapshot().children), what="it asks")
+        (line,) = asked_lines(engine, set())
+        printed = line.plain.rsplit("(`", 1)[1].removesuffix("`)")
+        assert shlex.split(printed)[2:4] == [engine.batch_id, long_id]
+        engine.answer([long_id], "go")
+        assert engine.wait(30)
     finally:
         engine.close()
