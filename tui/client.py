@@ -161,8 +161,9 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
 
     console = console_for()
     shown: dict[int, str] = {}
-    # A child waiting on its question takes no turn, nor a steer, until it is answered.
-    asking = {r.id for r in client.rows() if r.question is not None and r.status.live}
+    # A child waiting on its question takes no turn, nor a steer, until it is answered: the
+    # batch is read for them once a receipt is queued (not for a steer delivered at once).
+    asking: set[str] | None = None
     try:
         for row in client.follow(request_id):
             for receipt in row.receipts:
@@ -170,7 +171,10 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
                 if shown.get(receipt.id) != state:
                     shown[receipt.id] = state
                     answer = None
-                    if receipt.child_id in asking:
+                    if state == "queued" and asking is None:
+                        rows = client.rows()
+                        asking = {r.id for r in rows if r.question is not None and r.status.live}
+                    if state == "queued" and receipt.child_id in (asking or ()):
                         words = ("answer", client.batch_id, receipt.child_id, "-m", "…")
                         answer = command_line(client.db.parent, *words)
                     console.print(Text(_receipt_line(receipt, now, answer)))

@@ -226,6 +226,7 @@ async def test_a_steer_to_a_child_that_asks_says_its_question_is_answered_first(
     tmp_path: Path,
 ) -> None:
     owner = _owner(tmp_path, 1)
+    view = None
     try:
         owner.hold.release()
         view = owner.view()
@@ -241,6 +242,8 @@ async def test_a_steer_to_a_child_that_asks_says_its_question_is_answered_first(
         )
         try:
             assert steer.stdout is not None
+            ready, _, _ = select.select([steer.stdout], [], [], 30)
+            assert ready, "nothing said while it waits"
             answer = f"flightdeck answer {owner.batch_id} c1 -m … --state-dir {owner.state}"
             assert steer.stdout.readline() == (
                 f"c1: queued — its question waits for your answer first (`{answer}`); "
@@ -254,8 +257,9 @@ async def test_a_steer_to_a_child_that_asks_says_its_question_is_answered_first(
             if steer.poll() is None:
                 steer.kill()
                 steer.communicate()
-        view.close()
     finally:
+        if view is not None:
+            view.close()
         owner.close()
 
 
