@@ -317,6 +317,7 @@ def test_tokens_nobody_counted_are_unknown_never_zero(tmp_path: Path) -> None:
     assert totals["cache_saved_usd"] is None  # one route's saving is unknown: so is the sum
     md = render_markdown(report)
     assert "| input tokens | 100+? |" in md
+    assert "| cache saved | unknown |" in md  # said, not left out
     assert "| c0 | completed | cli | reviewer | 1 | 0 | 0 | ? | ? | ? | unknown |" in md
 
 

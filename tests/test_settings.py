@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.errors import ConfigError
-from flightdeck.engine.inputs.files import MAX_CONFIG_BYTES
+from flightdeck.engine.inputs.files import MAX_CONFIG_BYTES, read_text
 from flightdeck.engine.inputs.settings import (
     SIM_OPTION_DEFAULTS,
     SIM_PRICE,
@@ -530,3 +533,21 @@ def test_a_config_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
     with path.open("wb") as fh:  # sparse: nothing is written but the length
         fh.truncate(MAX_CONFIG_BYTES + 1)
     assert "too large: over 16 MiB" in str(error_at(path, None, None))
+
+
+def test_a_config_read_from_a_pipe_is_bounded_too(tmp_path: Path) -> None:
+    # `--config <(generate)`: a pipe has no size to look at first, so the read itself stops.
+    fifo = tmp_path / "flightdeck.toml"
+    os.mkfifo(fifo)
+
+    def write() -> None:  # blocks until the reader opens the pipe
+        with fifo.open("wb") as fh, contextlib.suppress(BrokenPipeError):
+            fh.write(b"# padding\n" * 100)
+
+    writer = threading.Thread(target=write, daemon=True)  # never left holding the process
+    writer.start()
+    try:
+        with pytest.raises(ConfigError, match="too large: over 0 MiB"):
+            read_text(fifo, ConfigError, max_bytes=64)
+    finally:
+        writer.join(10)

@@ -22,10 +22,14 @@ def read_text(
     """The file's text; `error` if it is missing, unreadable, over `max_bytes` (default
     MAX_FILE_BYTES) or not UTF-8 (at the line of the first byte that is not)."""
     limit = MAX_FILE_BYTES if max_bytes is None else max_bytes
+    too_large = f"too large: over {limit // 2**20} MiB"
     try:
-        if path.stat().st_size > limit:
-            raise error(path, None, None, f"too large: over {limit // 2**20} MiB")
-        data = path.read_bytes()
+        if path.stat().st_size > limit:  # refused unread
+            raise error(path, None, None, too_large)
+        with path.open("rb") as fh:  # and bounded: a pipe has no size, a file may grow
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise error(path, None, None, too_large)
     except FileNotFoundError:
         raise error(path, None, None, missing) from None
     except OSError as exc:

@@ -44,8 +44,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| cache write tokens | {_tokens(totals, 'cache_write_tokens')} |",
         f"| cost | {_spent(totals)} |",
     ]
-    if totals.get("cache_saved_usd"):
-        lines.append(f"| cache saved | {_usd(totals['cache_saved_usd'])} |")
+    saved = totals.get("cache_saved_usd")
+    if saved:
+        lines.append(f"| cache saved | {_usd(saved)} |")
+    elif saved is None and (totals["cache_read_tokens"] or totals.get("tokens_unknown_children")):
+        lines.append("| cache saved | unknown |")  # read from the cache at a price not known
     if budget is not None:
         lines.append(f"| budget | {_usd(budget)} |")
     lines += _table(
