@@ -28,6 +28,7 @@ from pathlib import Path
 
 from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.tree import Pid
+from flightdeck.engine.private import private_dir
 
 # A line longer than this is cut into pieces, so output with no newline is never held whole.
 # Not much less: one JSON event is one line, Claude Code's tool results and Codex's command
@@ -163,8 +164,8 @@ class Process:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
         try:
             out = os.open(files.out, flags, 0o600)
-        except FileNotFoundError:  # the batch's first: its folder is made
-            files.out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except FileNotFoundError:  # the batch's first: its folder is made, the user's alone
+            private_dir(files.out.parent)
             out = os.open(files.out, flags, 0o600)
         err = os.open(files.err, flags, 0o600)
         stdin_r = stdin_w = None

@@ -196,6 +196,23 @@ async def test_steer_dialog_delivers_a_message(engine_factory: EngineFactory, ho
         )
 
 
+async def test_steer_dialog_refuses_a_message_that_shows_nothing(
+    engine_factory: EngineFactory, hold: Hold
+) -> None:
+    engine = engine_factory(["steer me"], pool=1, sim=held(hold))
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.main.check_action("steer", ()), "steer enabled")
+        await pilot.press("s")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
+        app.screen.query_one("#steer-message", Input).value = "\x1b[31m\x07"  # a paste
+        await pilot.press("enter")
+        await pilot.pause()
+        assert on_screen(app, SteerDialog) and not engine.receipts()
+        said = app.screen.query_one("#steer-error", Label).render()
+        assert "Type a message first." in str(said)
+
+
 async def test_x_stops_the_selected_child(engine_factory: EngineFactory, hold: Hold) -> None:
     engine = engine_factory(["stop me", "keep me"], pool=2, sim=held(hold))
     app = app_for(engine)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import one_line, sanitize
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -141,7 +141,7 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
 
     def action_send(self) -> None:
         message = self.query_one("#steer-message", Input).value.strip()
-        if not message:
+        if not sanitize(message).strip():  # only escape sequences shows (and says) nothing
             self.query_one("#steer-error", Label).update(Text("Type a message first.", "red"))
             self.query_one("#steer-message", Input).focus()
             return
