@@ -8,15 +8,13 @@ Run on the coordinator thread.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-
 from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.records.forecast import lost_attempt_json
 
 
 def rerun_lost(
@@ -37,13 +35,7 @@ def rerun_lost(
         return
     lost = child.restart(why)
     recorder.record(lost)
-    detail = {
-        "usage": dataclasses.asdict(lost.usage),
-        "cost_usd": None if lost.cost_usd is None else str(lost.cost_usd),
-        "rerun": True,
-        "why": why,
-    }
-    recorder.record_event(child_id, "lost_attempt", json.dumps(detail))
+    recorder.record_event(child_id, "lost_attempt", lost_attempt_json(lost, True, why))
     if child.status is ChildStatus.PAUSED:
         pauses.parked[child_id] = child  # a paused child that holds nothing waits to be continued
     else:

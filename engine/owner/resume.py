@@ -31,7 +31,7 @@ from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.owner import assembly
-from flightdeck.engine.records.forecast import lost_cost
+from flightdeck.engine.records.forecast import lost_attempt_json, lost_cost
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter
@@ -375,14 +375,9 @@ def _why(pid: int) -> str:
 
 
 def _record_lost(store: Store, batch_id: str, row: ChildRow, ts: float, rerun: bool) -> None:
-    """The attempt a dead owner lost: what it was billed, and whether it runs again (the
-    report's recovery and the forecast's lost cost are these events)."""
-    detail = {
-        "usage": dataclasses.asdict(row.usage),
-        "cost_usd": None if row.cost_usd is None else str(row.cost_usd),
-        "rerun": rerun,
-    }
-    store.record_event(batch_id, row.id, ts, "lost_attempt", json.dumps(detail))
+    """The attempt a dead owner lost (the report's recovery and the forecast's lost cost are
+    these events)."""
+    store.record_event(batch_id, row.id, ts, "lost_attempt", lost_attempt_json(row, rerun))
 
 
 def _lost(

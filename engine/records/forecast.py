@@ -14,6 +14,7 @@ Unknown prices stay unknown: one child with no price makes the projection None, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections.abc import Iterable, Sequence
@@ -88,6 +89,19 @@ def forecast(children: Sequence[ChildRow]) -> Forecast:
         spent + low * remaining,
         spent + high * remaining,
     )
+
+
+def lost_attempt_json(row: ChildRow, rerun: bool, why: str | None = None) -> str:
+    """A `lost_attempt` event's detail: what the attempt a dead owner (or worker) lost was
+    billed, whether the child runs again, and why it was lost when that is not the owner."""
+    detail: dict[str, object] = {
+        "usage": dataclasses.asdict(row.usage),
+        "cost_usd": None if row.cost_usd is None else str(row.cost_usd),
+        "rerun": rerun,
+    }
+    if why is not None:
+        detail["why"] = why
+    return json.dumps(detail)
 
 
 def lost_cost(events: Iterable[tuple[float, str | None, str, str]]) -> Decimal | None:
