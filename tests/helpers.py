@@ -173,6 +173,18 @@ def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complet
     )
 
 
+def flightdeck_process(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    """`flightdeck` started as a user runs it, left running: its output read as it comes."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
 def summary_of(lines: list[str]) -> list[list[str]]:
     """The end-of-run summary table's rows, its header first: columns are two spaces apart
     (or more), figures and headers right-aligned, a header in two lines over a rule."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 from collections.abc import Iterator
 from decimal import Decimal
@@ -18,7 +17,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.digest import Mark
 from flightdeck.tui.lastlooked import LastLooked
 
-from helpers import Hold, ended, until, wait_ended
+from helpers import Hold, ended, flightdeck_process, until, wait_ended
 
 
 @pytest.fixture
@@ -87,17 +86,6 @@ def the_batch(state: Path) -> str:
     return batch_id
 
 
-def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("umask_022")
 @pytest.mark.parametrize("mode", ["headless", "detach"])
@@ -107,7 +95,7 @@ def test_every_file_and_folder_of_a_batch_is_the_users_alone(
     folder = project(tmp_path, hold)
     state = folder / "state"
     args = ("run", "tasks.jsonl", "--headless" if mode == "headless" else "--detach")
-    proc = cli(*args, cwd=folder)
+    proc = flightdeck_process(*args, cwd=folder)
     try:
         batch_id = the_batch(state)
         until(lambda: running(state, batch_id))

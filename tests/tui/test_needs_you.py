@@ -8,8 +8,6 @@ import dataclasses
 import os
 import select
 import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import MappingProxyType
@@ -46,7 +44,7 @@ from tui_support import (
     until,
 )
 
-from helpers import Hold, flightdeck
+from helpers import Hold, flightdeck, flightdeck_process
 from helpers import until as wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -232,14 +230,7 @@ async def test_a_steer_to_a_child_that_asks_says_its_question_is_answered_first(
         view = owner.view()
         wait_for(lambda: _asking(view) == {"c1"}, 30, what="c1 asking")
         state = ("--state-dir", str(owner.state))
-        words = ("steer", owner.batch_id, "c1", "-m", "mind the docs", *state)
-        steer = subprocess.Popen(
-            [sys.executable, "-m", "flightdeck.tui.cli", *words],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "NO_COLOR": "1"},
-        )
+        steer = flightdeck_process("steer", owner.batch_id, "c1", "-m", "mind the docs", *state)
         try:
             assert steer.stdout is not None
             ready, _, _ = select.select([steer.stdout], [], [], 30)
