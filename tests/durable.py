@@ -5,14 +5,13 @@ side, whatever the store claims. Shared by tests/test_durable.py and scripts/kil
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
 
+from helpers import flightdeck_process
 from loopback import KEY_ENV, Loopback, Received, Reply
 
 GOAL = re.compile(r"durable task (c\d+)")
@@ -109,11 +108,4 @@ retry = {{ attempts = 3, base_s = 0.01, max_s = 0.05 }}
 
 def flightdeck(folder: Path, *args: str) -> subprocess.Popen[str]:
     """`flightdeck ARGS` in the project folder, its output piped."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", *args],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, KEY_ENV: "sk-test-durable", "NO_COLOR": "1"},
-    )
+    return flightdeck_process(*args, cwd=folder, env={KEY_ENV: "sk-test-durable"})

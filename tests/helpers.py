@@ -173,15 +173,18 @@ def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complet
     )
 
 
-def flightdeck_process(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-    """`flightdeck` started as a user runs it, left running: its output read as it comes."""
+def flightdeck_process(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`flightdeck` started as a user runs it (plus `env`), left running: its output piped, to
+    be read as it comes."""
     return subprocess.Popen(
         [sys.executable, "-m", "flightdeck.tui.cli", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "NO_COLOR": "1"},
+        env={**os.environ, **(env or {}), "NO_COLOR": "1"},
     )
 
 
