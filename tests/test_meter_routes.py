@@ -159,3 +159,25 @@ async def test_the_cost_meter_freezes_elapsed_and_burn_when_the_batch_ends() -> 
     assert len(set(shown)) == 1, shown
     # $1.50 over the batch's 90 s, as the report's cost and elapsed_s give it.
     assert "elapsed 1:30" in shown[0] and "burn $1.00/min" in shown[0]
+
+
+def test_the_burn_rate_never_goes_below_zero_when_an_estimate_is_billed_for_less() -> None:
+    # A call in flight is priced as fresh input; billed, its prompt read from the cache costs
+    # less. The live cost falls, but nothing was refunded: burning, not -$0.18 a minute.
+    estimated = make_child(
+        0,
+        status=S.RUNNING,
+        started_ts=0.0,
+        cost_usd=Decimal("0.10"),
+        in_flight=Usage(input_tokens=20_000),
+        in_flight_cost_usd=Decimal("0.05"),
+    )
+    billed = dataclasses.replace(
+        estimated, cost_usd=Decimal("0.12"), in_flight=Usage(), in_flight_cost_usd=Decimal(0)
+    )
+    meter = CostMeter()
+    for rows, now in (((estimated,), 1.0), ((billed,), 11.0)):
+        snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, now, rows, totals_of(rows), 2)
+        burn = meter.burn_per_min(snap, now)
+    assert snap.totals.live_cost_usd == Decimal("0.12")  # from 0.15 ten seconds before
+    assert burn == Decimal(0)

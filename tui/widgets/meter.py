@@ -54,7 +54,9 @@ class CostMeter(Static):
             samples.popleft()
         t0, c0 = samples[0]
         if now - t0 >= _MIN_WINDOW_S:
-            return (cost - c0) * 60 / Decimal(now - t0)
+            # The live cost falls when a call priced as fresh input is billed for less (its
+            # prompt read from the cache): an estimate corrected, not money coming back.
+            return max(Decimal(0), (cost - c0) * 60 / Decimal(now - t0))
         return _average(cost, now - snap.started_ts)
 
     def show(self, snap: Snapshot, now: float) -> None:
