@@ -395,6 +395,12 @@ def test_bad_arguments_exit_2(project: Path) -> None:
         ),
         (("run", "t.jsonl", "--nope"), "unrecognized arguments: --nope (see `flightdeck --help`)"),
         (("steer", "b1", "c1"), "the following arguments are required: -m/--message"),
+        # A byte that is not UTF-8 in argv (subprocess writes "\udcff" as the byte 0xff).
+        (
+            ("steer", "b1", "c1", "-m", "x\udcff"),
+            "argument -m/--message: not UTF-8 text: the byte 0xff at character 2",
+        ),
+        (("answer", "b1", "c1", "-m", "\udcc3"), "not UTF-8 text: the byte 0xc3 at character 1"),
         (("report", "--format", "xml"), "argument --format: invalid choice: 'xml'"),
     ],
 )

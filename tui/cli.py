@@ -130,7 +130,9 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     steer.add_argument("batch_id")
     steer.add_argument("child_ids", nargs="*", metavar="CHILD")
     steer.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="steer"))
-    steer.add_argument("-m", "--message", required=True, help="the operator's message")
+    steer.add_argument(
+        "-m", "--message", type=_argv_text, required=True, help="the operator's message"
+    )
     steer.add_argument("--now", action="store_true", help="interrupt the current response")
     steer.add_argument("--state-dir", type=Path)
 
@@ -139,7 +141,9 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     answer.add_argument("batch_id")
     answer.add_argument("child_ids", nargs="+", metavar="CHILD")
-    answer.add_argument("-m", "--message", required=True, help="the operator's answer")
+    answer.add_argument(
+        "-m", "--message", type=_argv_text, required=True, help="the operator's answer"
+    )
     answer.add_argument("--state-dir", type=Path)
 
     nudge = sub.add_parser(
@@ -244,6 +248,20 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
     return value
+
+
+def _argv_text(text: str) -> str:
+    # Python reads a byte that is not UTF-8 from argv as a lone surrogate (surrogateescape);
+    # say which byte, not the surrogate the engine's own check would name.
+    if text.isascii():
+        return text
+    for at, char in enumerate(text):
+        if "\udc80" <= char <= "\udcff":
+            byte = ord(char) - 0xDC00
+            raise argparse.ArgumentTypeError(
+                f"not UTF-8 text: the byte 0x{byte:02x} at character {at + 1}"
+            )
+    return text
 
 
 def _count(text: str) -> int:
