@@ -890,7 +890,12 @@ def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dolla
 
     rows = tuple(
         dataclasses.replace(
-            _finished(f"c{i}", i + 1).row, route="gpt", model="no-such-model-zz", cost_usd=None
+            _finished(f"c{i}", i + 1).row,
+            route="gpt",
+            model="no-such-model-zz",
+            usage=Usage(1500, 300, cache_read_tokens=900),
+            cost_usd=None,
+            cache_saved_usd=None,  # what the engine gives a child that read its cache, unpriced
         )
         for i in range(2)
     )
@@ -900,6 +905,26 @@ def test_the_summary_of_a_batch_whose_every_price_is_unknown_shows_no_zero_dolla
     header, totals = summary_of(out.getvalue().splitlines())
     assert header[-2:] == ["cost", "cache saved"] and "route" not in header  # one line
     assert totals[-2:] == ["$?", "$?"]
+
+
+def test_the_summary_says_a_cache_saving_is_partly_unknown_as_the_report_does() -> None:
+    # A command child whose CLI counts no tokens beside a priced child that read its cache: the
+    # summary showed the priced child's $0.01 as the whole, where the report says unknown.
+    from flightdeck.engine.model import BatchStatus, Snapshot
+    from flightdeck.engine.records.meter import totals_of
+    from flightdeck.tui.output import summary_table
+
+    priced = dataclasses.replace(_finished("c0", 1).row, cache_saved_usd=Decimal("0.01"))
+    uncounted = dataclasses.replace(
+        _finished("c1", 2).row, route="cli", usage=Usage(), cost_usd=None
+    )
+    assert uncounted.tokens_unknown and uncounted.cache_saved_usd == 0
+    for rows, said in (((priced,), "$0.01"), ((priced, uncounted), "$0.01+?")):
+        snap = Snapshot("b1", BatchStatus.COMPLETED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
+        out = io.StringIO()
+        Console(file=out, width=200).print(summary_table(snap))
+        totals = summary_of(out.getvalue().splitlines())[-1]
+        assert totals[-1] == said
 
 
 def test_ls_shows_an_unknown_price_as_unknown_not_zero(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from flightdeck.engine.model import (
     Totals,
     Usage,
 )
-from flightdeck.engine.records.meter import route_totals, totals_of
+from flightdeck.engine.records.meter import RowTally, route_totals, totals_of
 from flightdeck.tui.fmt import fmt_spent
 from flightdeck.tui.widgets.meter import CostMeter
 from textual.app import App, ComposeResult
@@ -181,3 +181,38 @@ def test_the_burn_rate_never_goes_below_zero_when_an_estimate_is_billed_for_less
         burn = meter.burn_per_min(snap, now)
     assert snap.totals.live_cost_usd == Decimal("0.12")  # from 0.15 ten seconds before
     assert burn == Decimal(0)
+
+
+@pytest.mark.anyio
+async def test_the_cost_meter_says_a_cache_saving_is_partly_unknown() -> None:
+    # A CLI child whose tokens nobody counted: what its cache saved is unknown, as the report
+    # and the summary say; the priced child's $0.01 alone is not the whole.
+    priced = make_child(0, status=S.COMPLETED, cost_usd=Decimal("0.1"))
+    priced = dataclasses.replace(priced, cache_saved_usd=Decimal("0.01"))
+    uncounted = make_child(1, status=S.COMPLETED, route="cli", cost_usd=None)
+    uncounted = dataclasses.replace(
+        uncounted, activity=dataclasses.replace(uncounted.activity, api_calls=1)
+    )
+    assert uncounted.tokens_unknown
+    shown = []
+    app = _MeterApp()
+    async with app.run_test(size=(160, 4)):
+        meter = app.query_one(CostMeter)
+        for rows in ((priced,), (priced, uncounted)):
+            snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, 30.0, rows, totals_of(rows), 2)
+            meter.show(snap, 30.0)
+            shown.append(str(meter.render()))
+    assert "(saved $0.01)" in shown[0]
+    assert "(saved $0.01+?)" in shown[1]
+
+
+def test_a_tally_takes_back_a_saving_it_counted_unknown() -> None:
+    uncounted = make_child(0, status=S.RUNNING, route="cli", cost_usd=None)
+    uncounted = dataclasses.replace(
+        uncounted, activity=dataclasses.replace(uncounted.activity, api_calls=1)
+    )
+    tally = RowTally()
+    tally.add(uncounted)
+    assert tally.totals().saved_unknown == 1
+    tally.remove(uncounted)
+    assert tally.totals().saved_unknown == 0

@@ -95,6 +95,7 @@ def test_build_report(reader: StoreReader) -> None:
         "cost_known_usd": 0.3234565,  # the exact Decimal sum, not a sum of rounded parts
         "cost_unknown_children": 1,
         "cache_saved_usd": None,  # no settings kept in this row: the prices are unknown
+        "cache_saved_known_usd": 0.0,
     }
     first, second = report["children"][:2]
     assert first == {
@@ -244,6 +245,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_known_usd": 0.25,
             "cost_unknown_children": 0,
             "cache_saved_usd": None,
+            "cache_saved_known_usd": 0.0,
         },
         {
             "route": "gpt",
@@ -263,6 +265,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_known_usd": 0.0,
             "cost_unknown_children": 2,
             "cache_saved_usd": None,
+            "cache_saved_known_usd": 0.0,
         },
         {
             "route": "sim",
@@ -282,6 +285,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_known_usd": 0.3,
             "cost_unknown_children": 0,
             "cache_saved_usd": None,
+            "cache_saved_known_usd": 0.0,
         },
     ]
     totals = report["totals"]
@@ -315,9 +319,13 @@ def test_tokens_nobody_counted_are_unknown_never_zero(tmp_path: Path) -> None:
     totals = report["totals"]
     assert (totals["tokens_in"], totals["tokens_unknown_children"]) == (100, 1)
     assert totals["cache_saved_usd"] is None  # one route's saving is unknown: so is the sum
+    # ...and the part known is the priced route's, as the summary and the meter add it up.
+    assert totals["cache_saved_known_usd"] == routes["sim"]["cache_saved_usd"] > 0
+    assert routes["cli"]["cache_saved_known_usd"] == 0
     md = render_markdown(report)
     assert "| input tokens | 100+? |" in md
-    assert "| cache saved | unknown |" in md  # said, not left out
+    known = Decimal(str(routes["sim"]["cache_saved_usd"]))
+    assert f"| cache saved | ${known} + unknown |" in md  # the known part, not left out
     assert "| c0 | completed | cli | reviewer | 1 | 0 | 0 | ? | ? | ? | unknown |" in md
 
 

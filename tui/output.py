@@ -253,8 +253,8 @@ def _summary_cells(t: Totals, rows: Sequence[ChildRow]) -> list[str]:
         _tokens(u.output_tokens, unknown),
         _tokens(u.cache_read_tokens, unknown),
         fmt_spent_compact(t.cost_usd, t.cost_unknown),
-        # only unpriced children: what they saved is as unknown as what they cost
-        fmt_cost(None if t.cost_unknown and not t.cache_saved_usd else t.cache_saved_usd),
+        # "+?" beside a known saving, "$?" alone: as the report says it
+        fmt_spent_compact(t.cache_saved_usd, t.saved_unknown),
     ]
 
 

@@ -302,6 +302,8 @@ class Totals:
     in_flight_cost_usd: Decimal = Decimal(0)
     # What cache reads saved against the uncached input price (known prices only).
     cache_saved_usd: Decimal = Decimal(0)
+    # Children whose saving is unknown: a price unknown, or tokens nobody counted.
+    saved_unknown: int = 0
 
     @property
     def live_usage(self) -> Usage:

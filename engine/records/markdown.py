@@ -44,9 +44,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| cache write tokens | {_tokens(totals, 'cache_write_tokens')} |",
         f"| cost | {_spent(totals)} |",
     ]
-    saved = totals.get("cache_saved_usd")
+    saved, known = totals.get("cache_saved_usd"), totals.get("cache_saved_known_usd")
     if saved:
         lines.append(f"| cache saved | {_usd(saved)} |")
+    elif saved is None and known:  # a report from before the known part was kept has none
+        lines.append(f"| cache saved | {_usd(known)} + unknown |")
     elif saved is None and (totals["cache_read_tokens"] or totals.get("tokens_unknown_children")):
         lines.append("| cache saved | unknown |")  # read from the cache at a price not known
     if budget is not None:

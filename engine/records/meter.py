@@ -155,7 +155,17 @@ class RowTally:
     added can be removed again (its newer version added instead): integers and decimals sum
     exactly, so the totals stay those of the rows in it."""
 
-    __slots__ = ("cost", "counts", "flight", "flight_cost", "pausing", "saved", "unknown", "usage")
+    __slots__ = (
+        "cost",
+        "counts",
+        "flight",
+        "flight_cost",
+        "pausing",
+        "saved",
+        "saved_unknown",
+        "unknown",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(ChildStatus, 0)
@@ -165,6 +175,7 @@ class RowTally:
         self.flight = Usage()
         self.flight_cost = _ZERO
         self.saved = _ZERO
+        self.saved_unknown = 0
         self.pausing = 0
 
     def add(self, row: ChildRow) -> None:
@@ -178,6 +189,8 @@ class RowTally:
             self.cost += row.cost_usd
         if row.cache_saved_usd:
             self.saved += row.cache_saved_usd
+        if row.cache_saved_usd is None or row.tokens_unknown:
+            self.saved_unknown += 1
         if row.in_flight.total:
             self.flight += row.in_flight
             if row.in_flight_cost_usd is not None:
@@ -195,6 +208,8 @@ class RowTally:
             self.cost -= row.cost_usd
         if row.cache_saved_usd:
             self.saved -= row.cache_saved_usd
+        if row.cache_saved_usd is None or row.tokens_unknown:
+            self.saved_unknown -= 1
         if row.in_flight.total:
             self.flight -= row.in_flight
             if row.in_flight_cost_usd is not None:
@@ -224,6 +239,7 @@ class RowTally:
             in_flight=self.flight,
             in_flight_cost_usd=self.flight_cost,
             cache_saved_usd=self.saved,
+            saved_unknown=self.saved_unknown,
         )
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
@@ -83,8 +83,8 @@ def build_report(
             "running": totals.running,
             "queued": totals.queued,
             **_usage(totals, sum(uncounted.values())),
-            # what cache reads saved against the uncached input price (null: a price unknown)
-            "cache_saved_usd": _money(_sum_known(saved.values())),
+            # what cache reads saved against the uncached input price (null: a part unknown)
+            **_saved(saved.values()),
         },
         "routes": [
             {
@@ -97,7 +97,7 @@ def build_report(
                 "running": r.totals.running,
                 "queued": r.totals.queued,
                 **_usage(r.totals, uncounted[r.route]),
-                "cache_saved_usd": _money(saved.get(r.route)),
+                **_saved([saved[r.route]]),
             }
             for r in per_route
         ],
@@ -270,29 +270,39 @@ def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
     return out
 
 
+class Saving(NamedTuple):
+    """What a route's cache reads saved: the part known, and whether a part is unknown."""
+
+    known: Decimal
+    unknown: bool
+
+
 def _cache_saved(
     settings_json: str | None, per_route: Iterable[RouteTotals], uncounted: Mapping[str, int]
-) -> dict[str, Decimal | None]:
-    """What each route's cache reads saved, at the prices the batch ran with (kept in its row);
-    None for a route whose price is unknown or whose children's tokens some went uncounted,
-    or a batch from before the row kept them."""
-    if settings_json is None:
-        return {}
-    routes = settings_from_json(settings_json).routes
+) -> dict[str, Saving]:
+    """What each route's cache reads saved, at the prices the batch ran with (kept in its row).
+    A part is unknown for a route whose price is unknown or some of whose children's tokens
+    went uncounted, and for every route of a batch from before the row kept its prices."""
+    routes = {} if settings_json is None else settings_from_json(settings_json).routes
+    out = {}
+    for r in per_route:
+        route = routes.get(r.route)
+        saving = cache_saving(r.totals.usage, route) if route is not None else None
+        # Uncounted children add no tokens: what the counted ones saved is still known.
+        unknown = saving is None or bool(uncounted.get(r.route))
+        out[r.route] = Saving(saving or Decimal(0), unknown)
+    return out
+
+
+def _saved(parts: Iterable[Saving]) -> dict[str, Any]:
+    """`cache_saved_usd`, null if any part is unknown (never the known part passed off as the
+    whole), and `cache_saved_known_usd`: as a cost's `cost_usd` and `cost_known_usd`."""
+    parts = list(parts)
+    known = sum((p.known for p in parts), Decimal(0))
     return {
-        r.route: cache_saving(r.totals.usage, routes[r.route])
-        if r.route in routes and not uncounted.get(r.route)
-        else None
-        for r in per_route
+        "cache_saved_usd": None if not parts or any(p.unknown for p in parts) else _money(known),
+        "cache_saved_known_usd": _money(known),
     }
-
-
-def _sum_known(values: Iterable[Decimal | None]) -> Decimal | None:
-    """The sum, or None if there is nothing to sum or any part is unknown."""
-    parts = list(values)
-    if not parts or any(v is None for v in parts):
-        return None
-    return sum((v for v in parts if v is not None), Decimal(0))
 
 
 def _tokens(usage: Usage) -> dict[str, int]:

@@ -10,7 +10,14 @@ from decimal import Decimal
 from flightdeck.engine.api import Forecast, forecast
 from flightdeck.engine.model import Snapshot
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import fmt_clock, fmt_cost, fmt_spent, fmt_tokens, forecast_label
+from flightdeck.tui.fmt import (
+    fmt_clock,
+    fmt_cost,
+    fmt_spent,
+    fmt_spent_compact,
+    fmt_tokens,
+    forecast_label,
+)
 from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
@@ -136,7 +143,8 @@ def meter_text(
     if cached or not compact:
         text.append(f"{dot}{fmt_tokens(cached)} cached")
     if t.cache_saved_usd and not (compact or lean):  # what the cache saved, at the full price
-        text.append(f" (saved {fmt_cost(t.cache_saved_usd)})", style="green")
+        saved = fmt_spent_compact(t.cache_saved_usd, t.saved_unknown)  # "+?": some unknown
+        text.append(f" (saved {saved})", style="green")
     text.append(f"{gap}spent " if not compact else gap, style="dim")
     spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, "unpriced")
     text.append(spent, style="bold")
