@@ -329,6 +329,33 @@ def test_tokens_nobody_counted_are_unknown_never_zero(tmp_path: Path) -> None:
     assert "| c0 | completed | cli | reviewer | 1 | 0 | 0 | ? | ? | ? | unknown |" in md
 
 
+def test_an_attempt_whose_tokens_nobody_counted_has_unknown_tokens_not_zero() -> None:
+    # A CLI that reports no usage, retried: each attempt's tokens were given as 0.
+    from flightdeck.engine.control.attempts import retry_json
+    from flightdeck.engine.records.attempts import attempt_records, markdown_lines
+
+    cli = {"route": "cli", "cost_usd": None, "activity": Activity(api_calls=1)}
+    first = make_child(0, status=ChildStatus.FAILED, **cli)
+    now = make_child(0, status=ChildStatus.COMPLETED, attempt=2, **cli)
+    counted = make_child(1, status=ChildStatus.FAILED, usage=Usage(100, 50))
+    counted_now = make_child(1, status=ChildStatus.COMPLETED, attempt=2, usage=Usage(300, 90))
+    assert first.tokens_unknown and now.tokens_unknown and not counted.tokens_unknown
+    events = [
+        (1.0, "c0", "retry", retry_json(first, 2, "fresh")),
+        (2.0, "c1", "retry", retry_json(counted, 2, "fresh")),
+    ]
+    attempts = attempt_records(events, [now, counted_now])
+    assert [(a["child_id"], a["tokens"]) for a in attempts] == [
+        ("c0", None),
+        ("c0", None),
+        ("c1", 150),
+        ("c1", 240),
+    ]
+    table = markdown_lines({"attempts": attempts}, str)
+    assert "| c0 | 1 | first | failed | ? | unknown |  |" in table
+    assert "| c1 | 2 | fresh | completed | 240 | $0.0000 |  |" in table
+
+
 def test_a_batch_whose_every_price_is_unknown_costs_unknown_not_zero(tmp_path: Path) -> None:
     unpriced = {"route": "gpt", "model": "no-such-model-zz", "cost_usd": None}
     with Store(tmp_path / "u.db") as store:

@@ -164,6 +164,7 @@ def retry_json(row: ChildRow, attempt: int, mode: str) -> str:
                 "status": row.status.value,
                 "error": row.error,
                 "usage": dataclasses.asdict(row.usage),
+                "tokens_unknown": row.tokens_unknown,  # its CLI counted none: not 0
                 "cost_usd": None if row.cost_usd is None else str(row.cost_usd),
                 "started_ts": row.started_ts,
                 "finished_ts": row.finished_ts,

@@ -97,6 +97,7 @@ def attempt_records(
             "status": row.status.value,
             "error": row.error,
             "usage": dataclasses.asdict(row.usage),
+            "tokens_unknown": row.tokens_unknown,
             "cost_usd": None if row.cost_usd is None else str(row.cost_usd),
         }
         modes = [None, *(mode for _, mode in earlier)]  # how each attempt began
@@ -115,7 +116,8 @@ def attempt_records(
                     "began": began or "first",
                     "status": item.get("status"),
                     "error": item.get("error"),
-                    "tokens": tokens - tokens_before,
+                    # null: nobody counted them (a CLI that reports no usage), never 0
+                    "tokens": None if item.get("tokens_unknown") else tokens - tokens_before,
                     "cost_usd": own_cost,
                 }
             )
@@ -157,7 +159,8 @@ def markdown_lines(report: dict[str, Any], cell: Callable[[object], str]) -> lis
             cost = "unknown" if a["cost_usd"] is None else f"${Decimal(a['cost_usd']):.4f}"
             lines.append(
                 f"| {cell(a['child_id'])} | {a['attempt']} | {a['began']} | {cell(a['status'])} "
-                f"| {a['tokens']:,} | {cost} | {cell(a['error'] or '')} |"
+                f"| {'?' if a['tokens'] is None else format(a['tokens'], ',')} | {cost} "
+                f"| {cell(a['error'] or '')} |"
             )
     if report.get("changes"):
         lines += ["", "## Changes", "", "| child | changes | state | branch | into |",
