@@ -251,3 +251,41 @@ def test_a_process_that_cannot_be_adopted_is_ended_tree_and_all_before_its_task_
     text = transcript(folder, batch_id, "t0")
     assert "was not adopted (format 'plain' gives no outcome but the exit status)" in text
     assert text.index("its tree was ended") < text.index("ran again")
+
+
+@pytest.mark.slow
+def test_a_codex_child_that_finished_while_its_owner_was_dead_is_read_to_its_end_not_rerun(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit with the real Codex: it ended its turn between the kill and `resume`,
+    # which ended "its tree" (already gone) and ran the task again from the start.
+    gate = tmp_path / "gate"
+    route = argv(str(FAKES / "fake_codex.py"), "exec", "--json", "--fake-gate", str(gate))
+    route = route.replace('"]\n', '", "--fake-pidfile", "{id}.pid", "{goal}"]\n')
+    route += 'format = "codex-json"\nprice = { input_per_mtok = 1.0, output_per_mtok = 2.0 }\n'
+    folder = project(tmp_path / "p", route, ["done"])
+    with Sampler(re.escape(str(gate)) + r" --fake-pidfile (\w+)\.pid") as sampler:
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        batch_id = batch_of(folder)
+        until(
+            lambda: (
+                "command_execution" in transcript(folder, batch_id, "done")
+                or "tool-call" in transcript(folder, batch_id, "done")
+            ),
+            what="inside its command",
+        )
+        [pid] = sampler.now()["done"]
+        kill_owner(owner)
+        gate.touch()  # it finishes its turn with nobody watching
+        until(lambda: not sampler.now(), what="the process to end on its own")
+        resume = flightdeck(folder, "resume", batch_id)
+        out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 0, out + err
+    assert "1 adopted" in out, out
+    assert sampler.seen["done"] == {pid}  # never run again
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        [row] = reader.children(batch_id)
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.usage.total > 0 and row.cost_usd  # what it spent is kept
+    text = transcript(folder, batch_id, "done")
+    assert text.count("engine    │ run: ") == 1 and "restarts from the start" not in text

@@ -14,12 +14,11 @@ from flightdeck.engine.agents.tree import Pid
 
 
 def adoptable(record: Record) -> str | None:
-    """Why a dead owner's process cannot be adopted; None when it can."""
-    if not tree.alive(record.root):
-        return "it has ended"
+    """Why a dead owner's process cannot be adopted; None when it can. One that has ended since
+    can be: its output is read to its end (its format says how it ended), never run again."""
     if not (record.files.out.exists() and record.files.err.exists()):
         return "its output files are gone"
-    if record.files.stdin is not None:
+    if record.files.stdin is not None and tree.alive(record.root):
         fd = reopen(record.files.stdin)
         if fd is None:
             return "its input is closed"

@@ -16,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Protocol
 
+from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.adopt import adoptable
 from flightdeck.engine.agents.argv import expand
 from flightdeck.engine.agents.formats import reader_for
@@ -267,9 +268,9 @@ class ProcessRunner:
         if proc is None:  # its files are gone since `resume` looked
             c.transcript.write("engine", "the adopted process left no output to read")
             return RunEnd(code=None)
+        state = "still runs" if tree.alive(record.root) else "has ended"
         c.transcript.write(
-            "engine",
-            f"adopted: process {record.root.pid} still runs; its output is read on from here",
+            "engine", f"adopted: process {record.root.pid} {state}; its output is read on from here"
         )
         c.progress.show("adopted")
         cli = CliInput(proc.write) if self._spec.steer == "stdin" else None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.adopt import end_tree
 from flightdeck.engine.agents.book import record_of
 from flightdeck.engine.child.command import Adoption, ProcessRunner
@@ -292,6 +293,7 @@ def _adopt(
     for process in running:
         child, row = by_id.get(process.child_id), rows.get(process.child_id)
         record = record_of(process)
+        runs = tree.alive(record.root)  # or it ended since: adopted all the same, read to its end
         live = row is not None and not row.status.terminal and child is not None
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
@@ -305,8 +307,9 @@ def _adopt(
             else:
                 meter.add_cost(process.usage, process.cost_usd)
             child.carry(process.usage, process.cost_usd)
+            state = "still runs" if runs else "has ended since"
             child.transcript.write(
-                "engine", f"{_why(pid)}; its process {process.pid} still runs: adopted"
+                "engine", f"{_why(pid)}; its process {process.pid} {state}: adopted"
             )
             store.record_event(batch_id, process.child_id, clock(), "adopted", str(process.pid))
             continue
@@ -317,7 +320,7 @@ def _adopt(
             note += f", but {len(left)} process(es) could not be killed"
         if child is not None:
             child.transcript.write("engine", note)
-        if why != "it has ended":
+        if runs:
             out.ended.append(process.child_id)
             store.record_event(batch_id, process.child_id, clock(), "process_ended", note)
     return adopted
