@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.model import BatchStatus, ChildStatus, Usage
 from flightdeck.engine.records.processes import still_running
 from flightdeck.engine.records.reader import StoreReader
 
@@ -289,3 +289,52 @@ def test_a_codex_child_that_finished_while_its_owner_was_dead_is_read_to_its_end
     assert row.usage.total > 0 and row.cost_usd  # what it spent is kept
     text = transcript(folder, batch_id, "done")
     assert text.count("engine    │ run: ") == 1 and "restarts from the start" not in text
+
+
+@pytest.mark.slow
+def test_a_stop_sent_while_the_owner_was_dead_ends_the_adopted_process_and_keeps_its_spend(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit with the real Claude Code: `resume` applied the pending stop before it
+    # watched the adopted process, as to a child never started ("stopped before start"), and
+    # the process ran on after `resume` had exited, its spend forgotten.
+    gate = tmp_path / "gate"
+    claude = (FAKES / "fake_claude.py", "-p", "--input-format", "stream-json")
+    claude += ("--output-format", "stream-json", "--verbose", "--replay-user-messages")
+    route = argv(*map(str, claude), "--fake-gate", str(gate), "--fake-pidfile", "{id}.pid")
+    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
+    folder = project(tmp_path / "p", route, ["keep", "halt"])
+    with Sampler(re.escape(str(gate)) + r" --fake-pidfile (\w+)\.pid") as sampler:
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        batch_id = batch_of(folder)
+        until(
+            lambda: all(
+                "tool-call │ Bash" in transcript(folder, batch_id, c) for c in ("keep", "halt")
+            ),
+            what="both children inside their tool",
+        )
+        spent: dict[str, Usage] = {}
+
+        def billed() -> bool:  # its first call, in the store before the kill
+            with StoreReader(folder / "state" / "flightdeck.db") as reader:
+                spent.update((r.id, r.usage) for r in reader.children(batch_id))
+            return spent["halt"].total > 0
+
+        until(billed, what="the stopped child's first call recorded")
+        kill_owner(owner)
+        stop = flightdeck(folder, "stop", batch_id, "halt")
+        said = stop.communicate(timeout=30)
+        assert stop.returncode == 1 and "the request stays pending" in said[1], said
+        resume = flightdeck(folder, "resume", batch_id)
+        until(lambda: "halt" not in sampler.now(), what="the stopped child's process to end")
+        gate.touch()
+        out, err = resume.communicate(timeout=60)
+        assert not sampler.now()  # nothing outlives the batch
+    assert resume.returncode == 1, out + err  # one child stopped
+    assert "2 adopted" in out, out
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        rows = {r.id: r for r in reader.children(batch_id)}
+    assert rows["keep"].status is ChildStatus.COMPLETED, rows["keep"].error
+    halt = rows["halt"]
+    assert halt.status is ChildStatus.STOPPED and "before start" not in (halt.error or "")
+    assert halt.usage.total >= spent["halt"].total  # its spend is kept

@@ -99,6 +99,17 @@ class Admission:
         for child in launched:
             self._recorder.record(child.row())
 
+    def launch_adopted(self, ids: frozenset[str]) -> None:
+        """The children whose process a dead owner started (`resume` adopted them), watched at
+        once: before any request is applied, and whatever holds or budgets say, which concern
+        new starts. Left queued, a pending stop ended them "before start", or a hold kept them
+        waiting, and their processes ran on with nobody watching."""
+        if not ids:
+            return
+        for child in self._slots.queues.pull(lambda c: c.task.id in ids):
+            if self.launch(child):
+                self._recorder.record(child.row())
+
     def launch(self, child: Child, *, new: bool = True) -> bool:
         """Hand the child to the pool (`new`: not a paused child continued); False if it could
         not be (the process is exiting)."""

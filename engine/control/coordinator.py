@@ -76,6 +76,7 @@ class Coordinator:
         self._between_facts = setup.between_facts
         self._throttles = setup.throttles
         self._rework = setup.rework
+        self._adopted = setup.carried.adopted
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
@@ -237,6 +238,7 @@ class Coordinator:
                 return
 
     def _loop(self) -> None:
+        self._parts.admission.launch_adopted(self._adopted)  # their processes run already
         self._handle_queued()  # sent before this thread started (a resumed batch's requests)
         self._watch_store()
         self._parts.soft.watch()

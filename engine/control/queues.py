@@ -67,6 +67,18 @@ class RouteQueues:
                 state.alive += 1
                 yield state.queue.popleft()
 
+    def pull(self, wanted: Callable[[Child], bool]) -> list[Child]:
+        """Take the queued children `wanted` keeps out of their queues, counted alive on their
+        routes whatever their caps (a dead owner's processes, which run already)."""
+        out: list[Child] = []
+        for state in self.routes.values():
+            taken = [c for c in state.queue if wanted(c)]
+            if taken:
+                state.queue = deque(c for c in state.queue if not wanted(c))
+                state.alive += len(taken)
+                out += taken
+        return out
+
     def ended(self, child: Child) -> None:
         """An alive child has ended (or was handed out and held back): its route may start
         another."""

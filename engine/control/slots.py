@@ -26,6 +26,7 @@ class Carried:
     rows: tuple[ChildRow, ...] = ()  # its final rows
     first_receipt_id: int = 1
     admission_paused: bool = False  # the operator's pause, kept across a resume
+    adopted: frozenset[str] = frozenset()  # children whose process the dead owner started
 
 
 class Slots:

@@ -179,7 +179,7 @@ class BatchRun:
             self._manifest()
         except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
             raise batchdir.unusable(exc, self.state_dir) from exc
-        first_receipt = 1
+        first_receipt, adopted = 1, frozenset[str]()
         if self._resuming is None:
             store.create_batch(
                 assembly.batch_info(
@@ -196,7 +196,7 @@ class BatchRun:
         else:
             found = self._settle_resumed(children)
             children = found.live
-            first_receipt = found.first_receipt_id
+            first_receipt, adopted = found.first_receipt_id, frozenset(found.adopted)
         recorder = StoreRecorder(store, self.batch_id, self.clock)
         setup = Setup(
             children,
@@ -217,6 +217,7 @@ class BatchRun:
                 # The operator paused admission before the owner died: it stays paused.
                 admission_paused=self._resuming is not None
                 and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
+                adopted=adopted,
             ),
             spawn=spawn,
             schedules=self.batch.schedules,
