@@ -115,6 +115,31 @@ def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
             ended(owner)
 
 
+def test_logs_follow_ends_when_the_owner_dies_and_says_how_to_resume(tmp_path: Path) -> None:
+    # Found by an audit: `logs -f` on a running and on a queued child of a batch whose owner
+    # was killed waited in silence for ever; `wait` on the same batch said so at once.
+    with CountingServer() as server:
+        server.hold()  # c000 holds the one slot: c001 stays queued
+        folder = project(tmp_path, server, 2, pool=1)
+        owner, batch_id, _ = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 1, 30)
+            follows = [flightdeck(folder, "logs", batch_id, c, "-f") for c in ("c000", "c001")]
+            assert follows[0].stdout is not None
+            assert follows[0].stdout.readline()  # the running child's transcript, begun
+            owner.send_signal(signal.SIGKILL)
+            owner.wait(30)
+            resume = f"flightdeck resume {batch_id} --state-dir {folder / 'state'}"
+            for follow in follows:
+                out, err = follow.communicate(timeout=30)
+                assert follow.returncode == 1, out + err
+                assert f"was abandoned: its owner process (pid {owner.pid}) died" in err
+                assert f"`{resume}` runs it to the end" in err
+        finally:
+            server.release()
+            ended(owner)
+
+
 def test_limits_prints_what_the_owner_learned_from_the_providers_headers(tmp_path: Path) -> None:
     with CountingServer() as server:
         headers = {

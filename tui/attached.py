@@ -152,6 +152,7 @@ def attach_hint(batch_id: str, state_dir: Path) -> str:
 def cmd_logs(args: argparse.Namespace) -> ExitCode:
     """`flightdeck logs BATCH CHILD [-f]`: print a transcript, or follow it until the child ends."""
     from flightdeck.engine.attached.store import StoreReader
+    from flightdeck.tui.client import abandoned, batch_client, say_error
     from flightdeck.tui.widgets.tail import follow, read_all
 
     db = state_db(args.state_dir)
@@ -171,13 +172,27 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
                 out.flush()
                 return ExitCode.OK
 
+            client = batch_client(args)
+            gone: list[int] = []  # the owner's pid, once it is found dead
+
             def ended() -> bool:
                 found = reader.child(args.batch_id, args.child_id)
-                return found is None or found.status.terminal
+                if found is None or found.status.terminal:
+                    return True
+                owner = client.owner()
+                if owner.status is BatchStatus.ABANDONED:  # nothing will write to it any more
+                    gone.append(owner.pid)
+                return bool(gone)
 
-            for chunk in follow(path, ended=ended):
-                out.write("".join(line + "\n" for line in chunk.lines))
-                out.flush()
+            try:
+                for chunk in follow(path, ended=ended):
+                    out.write("".join(line + "\n" for line in chunk.lines))
+                    out.flush()
+                if gone:  # as `wait` says it
+                    say_error(abandoned(client, gone[0]))
+                    return ExitCode.INCOMPLETE
+            finally:
+                client.close()
         except BrokenPipeError:  # `flightdeck logs … | head`
             console_for().on_broken_pipe()
         except KeyboardInterrupt:

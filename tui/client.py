@@ -251,6 +251,21 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
         return _until_applied(client, rid, f"{verb} applied: {what}")
 
 
+def abandoned(client: Client, pid: int) -> str:
+    """An abandoned batch said plainly: whose owner died, what still runs, how to resume."""
+    left = client.still_running()
+    running = (
+        f"; {left} of its children still run (resume adopts them, or ends them "
+        "before their tasks run again)"
+        if left
+        else ""
+    )
+    return (
+        f"batch {client.batch_id} was abandoned: its owner process (pid {pid}) died{running}; "
+        f"`{command_line(client.db.parent, 'resume', client.batch_id)}` runs it to the end"
+    )
+
+
 def cmd_wait(args: argparse.Namespace) -> ExitCode:
     """`flightdeck wait`: block until the batch ends; its exit code (0 every child completed,
     1 otherwise); an owner that dies is said plainly (with how to resume), exit 1."""
@@ -262,18 +277,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
             owner = client.owner()
             status = owner.status.value
             if status == "abandoned":
-                left = client.still_running()
-                running = (
-                    f"; {left} of its children still run (resume adopts them, or ends them "
-                    "before their tasks run again)"
-                    if left
-                    else ""
-                )
-                say_error(
-                    f"batch {args.batch_id} was abandoned: its owner process (pid {owner.pid}) "
-                    f"died{running}; `{command_line(client.db.parent, 'resume', args.batch_id)}` "
-                    "runs it to the end"
-                )
+                say_error(abandoned(client, owner.pid))
                 return ExitCode.INCOMPLETE
             if status != "running":
                 console_for().print(Text(f"batch {args.batch_id} {status}"))
