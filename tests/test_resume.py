@@ -166,6 +166,29 @@ def test_resume_carries_finished_children_and_reruns_the_lost_one(tmp_path: Path
         Engine.resume(tmp_path, batch_id)
 
 
+def test_what_the_cache_saved_before_the_crash_counts_as_the_report_counts_it(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: after a resume the summary's "cache saved" held only what this owner's
+    # calls saved, where its cost and tokens (and the report) count the earlier owner's too.
+    batch_id, _ = abandoned(tmp_path)
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        rows = {r.id: r for r in reader.children(batch_id)}
+    with Store(tmp_path / "flightdeck.db") as store:
+        for cid in ("t0000", "t0001"):  # one carried as it ended, one lost and run again
+            cached = dataclasses.replace(rows[cid].usage, cache_read_tokens=40_000)
+            store.update_child(batch_id, dataclasses.replace(rows[cid], usage=cached))
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    snap = run_to_end(engine)
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, batch_id)
+    saved = report["totals"]["cache_saved_usd"]
+    assert saved is not None and saved >= 0.08 * 0.9  # 80,000 reads at sim's $1/M, less 90 %
+    assert float(snap.totals.cache_saved_usd) == pytest.approx(saved)
+    assert snap.totals.saved_unknown == 0
+
+
 def test_no_rerun_leaves_the_lost_child_unknown_and_its_steer_missed(tmp_path: Path) -> None:
     batch_id, bdir = abandoned(tmp_path)
     engine = Engine.resume(tmp_path, batch_id, rerun=False)

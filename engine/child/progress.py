@@ -247,9 +247,11 @@ class Progress:
             self._usage, self._cost = usage, cost
             self.version += 1
 
-    def carry(self, usage: Usage, cost: Decimal | None) -> None:
-        """What an earlier attempt, lost with its owner process, was billed: spent is spent."""
+    def carry(self, usage: Usage, cost: Decimal | None, saved: Decimal | None) -> None:
+        """What an earlier attempt, lost with its owner process, was billed (and what its cache
+        reads saved): spent is spent."""
         with self._lock:
             self._usage += usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self._saved = None if saved is None or self._saved is None else self._saved + saved
             self.version += 1

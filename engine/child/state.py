@@ -34,6 +34,7 @@ from flightdeck.engine.model import (
     Usage,
 )
 from flightdeck.engine.providers.base import Interrupted
+from flightdeck.engine.records.meter import cache_saving
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 from flightdeck.engine.review.values import Changes
@@ -407,7 +408,7 @@ class Child:
     def carry(self, usage: Usage, cost: Decimal | None) -> None:
         """Before it runs again (`resume`): what an earlier attempt, lost with its owner
         process, was billed. It stays in this child's usage and cost: spent is spent."""
-        self.progress.carry(usage, cost)
+        self.progress.carry(usage, cost, cache_saving(usage, self.route))
 
     def mark_running(self) -> bool:
         """Admitted: from now on it holds a slot; False if it has already ended (stopped or

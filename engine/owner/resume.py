@@ -27,7 +27,7 @@ from flightdeck.engine.child.command import Adoption, ProcessRunner
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.errors import ConfigError, InputError
-from flightdeck.engine.inputs.settings import Settings
+from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_headers
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
@@ -35,7 +35,7 @@ from flightdeck.engine.owner import assembly
 from flightdeck.engine.records.forecast import lost_attempt_json, lost_cost
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.loops import evidence_json
-from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.meter import Meter, cache_saving
 from flightdeck.engine.records.processes import ProcessLog, ProcessRow, processes
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import refuse_pending
@@ -326,6 +326,14 @@ def _adopt(
     return adopted
 
 
+def _with_saving(row: ChildRow, route: Route | None) -> ChildRow:
+    """`row` with what its cache reads saved (None: its route, or its price, is unknown)."""
+    if not row.usage.cache_read_tokens:
+        return row
+    saved = cache_saving(row.usage, route) if route is not None else None
+    return dataclasses.replace(row, cache_saved_usd=saved)
+
+
 def _settle_made(
     children: Sequence[Child],
     rows: Sequence[ChildRow],
@@ -364,6 +372,8 @@ def _settle_made(
         store.update_child(batch_id, ended)
         out.carried.append(ended)
     routes = {c.route.name: c.route for c in children}
+    # The store keeps no saving: priced again, as the report and attached views do.
+    out.carried = [_with_saving(row, routes.get(row.route)) for row in out.carried]
     for row in out.carried:  # their spend counts in the totals and against the budget
         if row.id in spec or not row.usage.total:
             continue
