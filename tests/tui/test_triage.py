@@ -17,7 +17,7 @@ from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.app import FlightdeckApp
-from flightdeck.tui.screens.dialogs import ConfirmStopDialog
+from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.children import ChildrenTable
 from flightdeck.tui.widgets.lines import GroupHeader
@@ -402,3 +402,30 @@ async def test_a_child_put_under_the_cursor_keeps_it_as_rows_move(tmp_path: Path
         await pilot.pause()
         assert table.shown[0] == rows[top].id  # a failure went to the top
         assert table.selected_id == picked
+
+
+async def test_the_top_row_acted_on_keeps_the_cursor_when_it_moves_down(tmp_path: Path) -> None:
+    # Found by an audit: the cursor stays pinned to the top row until a key moves it. A steer
+    # to that child made it stop looping and move down; the cursor stayed at the top, on
+    # another child, and the next `s` or `x` would have acted on that one.
+    app, view = _app(tmp_path)
+    running = ChildStatus.RUNNING  # none failed yet: the top row is a running child
+    view.rows = tuple(dataclasses.replace(r, status=running, error=None) for r in view.rows)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 7, "rows")
+        acted = table.selected_id
+        assert acted == table.shown[0]
+        await pilot.press("s")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
+        await pilot.press(*"wrap up", "enter")
+        await until(pilot, lambda: view.steered, "the steer sent")
+        assert view.steered[0][0] == [acted]
+        rows = list(view.rows)  # another child fails: it goes to the top
+        moved = next(i for i, r in enumerate(rows) if r.id == table.shown[-1])
+        rows[moved] = dataclasses.replace(rows[moved], status=ChildStatus.FAILED, error="boom")
+        view.rows = tuple(rows)
+        app.main.poll()
+        await pilot.pause()
+        assert table.shown[0] == rows[moved].id
+        assert table.selected_id == acted

@@ -282,29 +282,29 @@ class MainScreen(Screen[None]):
     # --- keys that send a command (actions.py on the targets, batch.py on the batch) ----------
 
     def action_steer(self) -> None:
-        aim, blink = targets.aim(self.table), self.options.cursor_blink
+        aim, blink = targets.act_on(self.table), self.options.cursor_blink
         self.order(actions.steer(aim, self.view.snapshot, cursor_blink=blink))
 
     def action_stop(self) -> None:
-        self.order(actions.stop(targets.aim(self.table), self.view.snapshot))
+        self.order(actions.stop(targets.act_on(self.table), self.view.snapshot))
 
     def action_nudge(self) -> None:
-        self.order(actions.nudge(targets.aim(self.table)))
+        self.order(actions.nudge(targets.act_on(self.table)))
 
     def action_pause(self) -> None:
-        self.order(actions.pause(targets.aim(self.table), self.view.snapshot))
+        self.order(actions.pause(targets.act_on(self.table), self.view.snapshot))
 
     def action_retry(self) -> None:
-        self.carry_out(review.retry(targets.aim(self.table)))
+        self.carry_out(review.retry(targets.act_on(self.table)))
 
     def action_diff(self) -> None:
         self.carry_out(review.diff(self.table.rows_by_id.get(self.table.selected_id or "")))
 
     def action_merge(self) -> None:
-        self.carry_out(review.merge(targets.aim(self.table)))
+        self.carry_out(review.merge(targets.act_on(self.table)))
 
     def action_discard(self) -> None:
-        self.carry_out(review.discard(targets.aim(self.table)))
+        self.carry_out(review.discard(targets.act_on(self.table)))
 
     def action_pause_admission(self) -> None:
         self.order(batch.pause_admission(self.snapshot))

@@ -1,8 +1,8 @@
 """Which children the main screen's keys act on (s, x, p, n), and tagging them (space, t, g).
 
-Pure functions of the children table: the tagged children if any; on a group's header, its
-group; with a filter on, every child it keeps; else the one under the cursor. `aim` reads them
-off the table as one value (`Aim`) for the orders to decide on.
+Functions of the children table: the tagged children if any; on a group's header, its group;
+with a filter on, every child it keeps; else the one under the cursor. `aim` reads them off the
+table as one value (`Aim`) for the orders to decide on (`act_on` also keeps the cursor's row).
 """
 
 from __future__ import annotations
@@ -101,6 +101,13 @@ def aim(table: ChildrenTable) -> Aim:
     header = None if tagged else table.selected_header
     query = matching_query(table)
     return Aim(tuple(targets(table)), table.rows_by_id, query, header, tagged)
+
+
+def act_on(table: ChildrenTable) -> Aim:
+    """`aim`, for a key that acts now: the cursor keeps to its row from here. Pinned to the
+    top, it went to whichever child took the top once the action moved its own down."""
+    table.keep_selected()
+    return aim(table)
 
 
 # --- tagging: each returns whether it changed the tags ----------------------------------------
