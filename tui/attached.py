@@ -139,6 +139,8 @@ def attach_tui(
     for line in money_lines(snap):
         console.print(line)
     console.print(Text(f"report: {command_line(state_dir, 'report', snap.batch_id)}"))
+    if snap.status is BatchStatus.ABANDONED:  # its owner died: the one thing left to do
+        console.print(Text(f"its owner died: {command_line(state_dir, 'resume', snap.batch_id)}"))
     if stopped:
         return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED
     return exit_code(snap)

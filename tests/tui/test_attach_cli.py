@@ -209,6 +209,35 @@ async def test_an_abandoned_batch_opens_read_only_and_says_why(
         assert reader.controls(batch_id) == []
 
 
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_an_owner_that_dies_while_attached_is_said_with_the_resume_command(
+    project: Path, owners: list[int]
+) -> None:
+    # Found by an audit in tmux: a kill -9 of the owner showed a passing "batch finished:
+    # abandoned" (nothing finished), and the resume command only once s or X was pressed.
+    from flightdeck.tui.widgets.status import StatusBar
+
+    batch_id = detach(project, "held.toml", owners)
+    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
+    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    async with app.run_test(size=(200, 40)) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 3, "three rows")
+        os.kill(owners[-1], signal.SIGKILL)
+        resume = f"flightdeck resume {batch_id} --state-dir"
+        await until(
+            pilot,
+            lambda: any(resume in str(n.message) for n in app._notifications),
+            "the owner's death said, with the resume command",
+            timeout=60,
+        )
+        assert not any("batch finished" in str(n.message) for n in app._notifications)
+        status = str(app.main.query_one("#status", StatusBar).render())
+        assert "abandoned: its owner died, `flightdeck resume` runs it on" in status
+        await pilot.press("q")
+    view.close()
+
+
 def test_attach_checks_its_tui_settings_like_a_run(project: Path) -> None:
     (project / "bad.toml").write_text('[tui]\n\ndesktop = "growl"\n', encoding="utf-8")
     out = flightdeck("attach", "--config", "bad.toml", "--state-dir", "st", cwd=project)

@@ -102,7 +102,7 @@ def test_many_engine_facts_between_polls_are_one_toast(tmp_path: Path) -> None:
     notices = Notices(TuiSettings())
     rows = rows_of(tmp_path, S.FAILED, S.FAILED, S.COMPLETED, S.STOPPED)
     notices.child_finished(rows["review-01"])
-    notices.batch_finished("completed")
+    notices.batch_finished("completed", None)
     assert [say.text for say in notices.flush()] == [
         "review-01 failed",
         "batch finished: completed",

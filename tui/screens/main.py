@@ -241,7 +241,7 @@ class MainScreen(Screen[None]):
         self.notices.steer_settled(message.receipt)
 
     def on_batch_finished(self, message: BatchFinished) -> None:
-        self.notices.batch_finished(message.status.value)
+        self.notices.batch_finished(message.status.value, self.view.read_only)
         self.poll()
 
     # --- selection ----------------------------------------------------------------------------

@@ -43,8 +43,12 @@ class Notices:
         severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
         self._notices.append(Say(f"steer {r.state.value}: {one_line(r.child_id)}", severity))
 
-    def batch_finished(self, status: str) -> None:
-        self._notices.append(Say(f"batch finished: {status}"))
+    def batch_finished(self, status: str, why: str | None) -> None:
+        """The batch ended, or (`why`) its owner died: nothing finished, it can be resumed."""
+        if status == "abandoned" and why:
+            self._notices.append(Say(why, "error"))
+        else:
+            self._notices.append(Say(f"batch finished: {status}"))
 
     def flush(self) -> Decision:
         """The facts gathered since the last poll: each a toast, or one sum when many."""

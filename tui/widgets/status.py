@@ -81,6 +81,8 @@ def status_parts(line: StatusLine) -> list[Part]:
             ],
         ),
     ]
+    if line.batch_status is BatchStatus.ABANDONED:  # nothing finished: its owner died
+        parts.append((0, [(": its owner died, `flightdeck resume` runs it on", "bold red")]))
     if finished:
         parts.append((1, [(" (q to quit)", "dim")]))
     if line.frozen:
