@@ -140,6 +140,35 @@ def test_logs_follow_ends_when_the_owner_dies_and_says_how_to_resume(tmp_path: P
             ended(owner)
 
 
+def test_stop_names_the_children_that_had_already_ended(tmp_path: Path) -> None:
+    # Found by an audit: `stop B c0` of a completed child printed `stop applied: c0`, exit 0,
+    # and nothing was stopped; a query's count says how many had ended.
+    with CountingServer() as server:
+        server.hold()
+        folder = project(tmp_path, server, 2, pool=2)
+        owner, batch_id, db = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 2, 30)
+            server.release("c000")  # it completes; c001 holds the batch open
+
+            def completed() -> bool:
+                with StoreReader(db) as reader:
+                    row = reader.child(batch_id, "c000")
+                return row is not None and row.status.value == "completed"
+
+            until(completed, 30)
+            stop = flightdeck(folder, "stop", batch_id, "c000", "c001")
+            out, err = stop.communicate(timeout=30)
+            assert stop.returncode == 0, out + err
+            assert out.splitlines() == ["c000: had already ended (completed)", "stop applied: c001"]
+            stop = flightdeck(folder, "stop", batch_id, "c000")  # nothing left to stop
+            out, err = stop.communicate(timeout=30)
+            assert (stop.returncode, out) == (0, "c000: had already ended (completed)\n"), err
+        finally:
+            server.release()
+            ended(owner)
+
+
 def test_limits_prints_what_the_owner_learned_from_the_providers_headers(tmp_path: Path) -> None:
     with CountingServer() as server:
         headers = {

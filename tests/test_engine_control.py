@@ -375,3 +375,24 @@ def test_steer_and_stop_refuse_an_id_that_names_no_child(tmp_path: Path) -> None
         assert engine.receipts() == []
     finally:
         engine.close()
+
+
+def test_a_steer_to_a_child_that_has_ended_is_missed_with_the_reason(tmp_path: Path) -> None:
+    # Found by an audit: `flightdeck steer` to a completed child printed `c1: missed` with no
+    # reason, which the receipt's `how` carries for the other ways a steer is missed.
+    hold = Hold(tmp_path / "hold")
+    engine = start(batch(2), settings(sim_route(**hold.options())), tmp_path)
+    try:
+        hold.release("t0000")  # it completes; t0001 holds the batch open
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.COMPLETED)
+        engine.steer(["t0000"], "too late")
+        until(lambda: bool(engine.receipts()))
+        (receipt,) = engine.receipts()
+        hold.release()
+        run_to_end(engine)
+    finally:
+        engine.close()
+    assert (receipt.state, receipt.how) == (SteerState.MISSED, "the child had ended: completed")
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:  # for `flightdeck steer`
+        (stored,) = reader.child(engine.batch_id, "t0000").steers  # type: ignore[union-attr]
+    assert stored.how == "the child had ended: completed"

@@ -222,10 +222,21 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
             rid = _sent(client, StopAll())
             return _until_applied(client, rid, "stop applied: every child")
         ids, counted = _targets(args, client, row_filter, "stop")
+        if not counted:  # named: say which had ended, as a query's count does
+            ids = _not_ended(client, ids)
         if not ids:
             return ExitCode.OK
         rid = _sent(client, Stop(tuple(ids)))
         return _until_applied(client, rid, f"stop applied: {children_said(ids, counted)}")
+
+
+def _not_ended(client: Client, ids: list[str]) -> list[str]:
+    """The named children that have not ended; a line for each that has (nothing to stop)."""
+    named = set(ids)
+    ended = {r.id: r.status.value for r in client.rows() if r.id in named and not r.status.live}
+    for child_id, status in ended.items():
+        console_for().print(Text(f"{one_line(child_id, 60)}: had already ended ({status})"))
+    return [i for i in ids if i not in ended]
 
 
 def cmd_pause(args: argparse.Namespace) -> ExitCode:

@@ -240,7 +240,9 @@ class Controls:
         if child.status.terminal:  # else it is still writing its final line
             reason += f": {child.status.value}"
         child.transcript.write("operator", missed_note(receipt.message, reason))
-        missed = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=settled_ts)
+        missed = dataclasses.replace(
+            receipt, state=SteerState.MISSED, settled_ts=settled_ts, how=reason
+        )
         child.keep_receipt(missed)
         self._recorder.record_receipt(missed, request_id)
         self._publish(SteerSettled(missed))
@@ -249,14 +251,13 @@ class Controls:
         """A steer for a child an earlier owner finished (a resumed batch): settled missed at
         once, as for any child that has ended."""
         row = self._slots.carried[child_id]  # the sender checked it is a child of this batch
+        reason = f"the child had ended: {row.status.value}"
         missed = dataclasses.replace(
-            receipt, state=SteerState.MISSED, settled_ts=receipt.created_ts
+            receipt, state=SteerState.MISSED, settled_ts=receipt.created_ts, how=reason
         )
         self._recorder.record_receipt(missed, request_id)
         writer = TranscriptWriter(row.transcript, self._clock)
-        writer.write(
-            "operator", missed_note(receipt.message, f"the child had ended: {row.status.value}")
-        )
+        writer.write("operator", missed_note(receipt.message, reason))
         writer.close()
 
     def stop(self, ids: Iterable[str], reason: str) -> int:
