@@ -234,6 +234,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "completed": 0,
             "failed": 0,
             "stopped": 0,
+            "paused": 0,
             "running": 0,
             "queued": 1,
             "tokens_in": 0,
@@ -254,6 +255,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "completed": 1,
             "failed": 1,
             "stopped": 0,
+            "paused": 0,
             "running": 0,
             "queued": 0,
             "tokens_in": 11,
@@ -274,6 +276,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "completed": 2,
             "failed": 0,
             "stopped": 0,
+            "paused": 0,
             "running": 0,
             "queued": 0,
             "tokens_in": 0,
@@ -527,3 +530,21 @@ def test_a_forecast_with_an_unknown_price_says_so_and_a_finished_batch_has_none(
     )
     old = build_report(reader, "old")  # nothing in it: no forecast section
     assert old["forecast"]["remaining"] == 0 and "## Forecast" not in render_markdown(old)
+
+
+def test_paused_children_are_counted_so_the_totals_add_up(tmp_path: Path) -> None:
+    # Found by an audit: the Markdown totals and the routes left paused children out, so
+    # children 8 read as 1 completed + 2 running + 2 queued.
+    statuses = [ChildStatus.COMPLETED, ChildStatus.PAUSED, ChildStatus.PAUSED, ChildStatus.QUEUED]
+    with Store(tmp_path / "p.db") as store:
+        store.create_batch(make_batch("b1"))
+        store.add_children("b1", [make_child(i, status=s) for i, s in enumerate(statuses)])
+    with StoreReader(tmp_path / "p.db") as r:
+        report = build_report(r)
+    [route] = report["routes"]
+    assert (report["totals"]["paused"], route["paused"]) == (2, 2)
+    md = render_markdown(report)
+    assert "| paused | 2 |" in md
+    counts = ("completed", "failed", "stopped", "paused", "running", "queued")
+    shown = [int(re.search(rf"\| {c} \| (\d+) \|", md).group(1)) for c in counts]  # type: ignore[union-attr]
+    assert sum(shown) == 4

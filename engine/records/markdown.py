@@ -36,6 +36,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| completed | {totals['completed']} |",
         f"| failed | {totals['failed']} |",
         f"| stopped | {totals['stopped']} |",
+        f"| paused | {totals.get('paused', 0)} |",  # so the rows add up to the children
         f"| running | {totals['running']} |",
         f"| queued | {totals['queued']} |",
         f"| input tokens | {_tokens(totals, 'tokens_in')} |",

@@ -94,6 +94,7 @@ def build_report(
                 "completed": r.totals.completed,
                 "failed": r.totals.failed,
                 "stopped": r.totals.stopped,
+                "paused": r.totals.paused,
                 "running": r.totals.running,
                 "queued": r.totals.queued,
                 **_usage(r.totals, uncounted[r.route]),
