@@ -114,7 +114,11 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
                 yield Label(
                     unsteerable_text(self.unsteerable, len(self.child_ids)), id="steer-cannot"
                 )
-            message = Input(placeholder="message to the child", id="steer-message")
+            many = len(self.child_ids) != 1
+            message = Input(
+                placeholder="message to the children" if many else "message to the child",
+                id="steer-message",
+            )
             message.cursor_blink = self.cursor_blink
             yield message
             with RadioSet(id="steer-when"):
