@@ -476,6 +476,19 @@ def test_the_status_bar_leaves_out_whole_parts_by_priority() -> None:
     assert not narrow.endswith("…")  # nothing cut mid-word
 
 
+def test_a_filter_in_force_outranks_the_sort_order_on_a_narrow_status_bar() -> None:
+    # Found by an audit at 80 columns: the bar kept `sort attention` and left out the filter,
+    # which is what decides the children s and x act on.
+    line = StatusLine(
+        batch_id="20261205-055115-af79", order="attention", query="hostile",
+        shown=2, total=245, needs=4,
+    )  # fmt: skip
+    narrow = fit_parts(status_parts(line), 80).plain
+    assert "4 need you (!)" in narrow and "filter hostile" in narrow, narrow
+    unfiltered = fit_parts(status_parts(dataclasses.replace(line, query="")), 80).plain
+    assert "sort attention" in unfiltered and "filter" not in unfiltered
+
+
 def test_the_detail_line_says_the_selected_child_in_full(tmp_path: Path) -> None:
     rows = {r.id: r for r in demo_rows(tmp_path)}
     failed = detail_text(rows["review-04"], NOW).plain.splitlines()

@@ -108,7 +108,8 @@ def status_parts(line: StatusLine) -> list[Part]:
     if line.following:
         parts.append((2, [("  │  following", "bold cyan")]))
     query = one_line(line.query, 40) if line.query else "—"
-    parts.append((3, [("  │  filter ", "dim"), (query, "")]))
+    # A filter in force outranks the sort: s and x act on every child it keeps.
+    parts.append((1 if line.query else 3, [("  │  filter ", "dim"), (query, "")]))
     return parts
 
 
