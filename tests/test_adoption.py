@@ -275,6 +275,8 @@ def test_a_codex_child_that_finished_while_its_owner_was_dead_is_read_to_its_end
             what="inside its command",
         )
         [pid] = sampler.now()["done"]
+        with StoreReader(folder / "state" / "flightdeck.db") as reader:
+            began = reader.child(batch_id, "done").started_ts  # type: ignore[union-attr]
         kill_owner(owner)
         gate.touch()  # it finishes its turn with nobody watching
         until(lambda: not sampler.now(), what="the process to end on its own")
@@ -287,6 +289,7 @@ def test_a_codex_child_that_finished_while_its_owner_was_dead_is_read_to_its_end
         [row] = reader.children(batch_id)
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.usage.total > 0 and row.cost_usd  # what it spent is kept
+    assert row.started_ts == began  # its run began with its process, not at the adoption
     text = transcript(folder, batch_id, "done")
     assert text.count("engine    │ run: ") == 1 and "restarts from the start" not in text
 

@@ -46,6 +46,7 @@ class Child:
 
     # A batch keeps every child to its end: without an instance dict a child weighs 1.3 KB less.
     __slots__ = (
+        "_began",
         "_clock",
         "_error",
         "_finalizing",
@@ -123,6 +124,7 @@ class Child:
         self._version = 0
         self.status = ChildStatus.QUEUED
         self.started_ts: float | None = None
+        self._began: float | None = None  # its process's start, when it was adopted (resume)
         self.finished_ts: float | None = None
         self._transcript: Transcript | None = None
         self.node: str | None = None  # where its work runs, when not in this process
@@ -410,6 +412,11 @@ class Child:
         process, was billed. It stays in this child's usage and cost: spent is spent."""
         self.progress.carry(usage, cost, cache_saving(usage, self.route))
 
+    def adopted(self, started_ts: float | None) -> None:
+        """Before it runs (`resume`): its process, which a dead owner started at `started_ts`,
+        is watched on; its run began then, not when it was adopted."""
+        self._began = started_ts
+
     def mark_running(self) -> bool:
         """Admitted: from now on it holds a slot; False if it has already ended (stopped or
         abandoned while it waited for its thread). Once only: later calls change nothing."""
@@ -419,7 +426,7 @@ class Child:
                 return False
             if self.status is ChildStatus.QUEUED:
                 self.status = ChildStatus.RUNNING
-                self.started_ts = now
+                self.started_ts = now if self._began is None else self._began
                 self.progress.started()
                 self._version += 1
             elif self.status is ChildStatus.PAUSED and self.started_ts is not None:

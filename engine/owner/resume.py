@@ -307,6 +307,7 @@ def _adopt(
             else:
                 meter.add_cost(process.usage, process.cost_usd)
             child.carry(process.usage, process.cost_usd)
+            child.adopted(row.started_ts if row is not None else None)
             state = "still runs" if runs else "has ended since"
             child.transcript.write(
                 "engine", f"{_why(pid)}; its process {process.pid} {state}: adopted"
