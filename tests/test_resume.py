@@ -189,6 +189,21 @@ def test_what_the_cache_saved_before_the_crash_counts_as_the_report_counts_it(
     assert snap.totals.saved_unknown == 0
 
 
+def test_a_resumed_batch_counts_its_progress_from_what_was_done(tmp_path: Path) -> None:
+    # Found by an audit: a resume of 245 children, 49 done, counted `[2/196]` on its lines.
+    from flightdeck.engine.model import ChildFinished
+
+    batch_id, _ = abandoned(tmp_path)  # t0000 done; t0001 lost, run again; t0002-3 queued
+    engine = Engine.resume(tmp_path, batch_id)
+    counts: list[tuple[int, int]] = []
+    engine.subscribe(
+        lambda e: counts.append((e.done, e.total)) if isinstance(e, ChildFinished) else None
+    )
+    engine.start()
+    run_to_end(engine)
+    assert counts == [(2, 4), (3, 4), (4, 4)]
+
+
 def test_no_rerun_leaves_the_lost_child_unknown_and_its_steer_missed(tmp_path: Path) -> None:
     batch_id, bdir = abandoned(tmp_path)
     engine = Engine.resume(tmp_path, batch_id, rerun=False)

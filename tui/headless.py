@@ -168,7 +168,9 @@ def _run_headless(
                 transient=True,
             )
             progress.start()
-            bar = progress.add_task("running", total=len(engine.batch.tasks))
+            snap = engine.snapshot()  # a resumed batch: what an earlier owner finished counts
+            ended = sum(1 for r in snap.children if not r.status.live)
+            bar = progress.add_task("running", total=len(snap.children), completed=ended)
         soft_held: str | None = None
         told: set[object] = set()  # the questions said
         asks_at = 0.0
@@ -189,11 +191,12 @@ def _run_headless(
                     finished.append(event)
             if finished:
                 print_lines(console, finished, styled=progress is not None)
-                done_so_far = [e.done for e in finished if isinstance(e, ChildFinished)]
-                if progress is not None and done_so_far:
+                ends = [e for e in finished if isinstance(e, ChildFinished)]
+                if progress is not None and ends:
                     # a snapshot per wake-up that saw an end: the forecast moves only then
                     label = progress_label(engine.snapshot())
-                    progress.update(bar, completed=done_so_far[-1], description=label)
+                    last = ends[-1]  # delegates and waves add to the total as they come
+                    progress.update(bar, completed=last.done, total=last.total, description=label)
             if engine.held != held:  # one line as a hold begins or ends
                 held = engine.held
                 soft = engine.limits().soft_held

@@ -7,7 +7,7 @@ after loses none of them, and the batch ends only when all are written. Coordina
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.inbox import Message, Recorded, Unrecorded
@@ -22,14 +22,14 @@ class Finals:
         self,
         children: list[Child],  # the coordinator's own list: it grows with delegates and waves
         *,
-        carried: Callable[[], Iterable[ChildStatus]],
+        carried: Callable[[], Collection[ChildRow]],
         record_final: Callable[[ChildRow, Callable[[bool], None]], None],
         report: Callable[[Message], None],
         publish: Callable[[EngineEvent], None],
     ) -> None:
         self._children = children
-        # A resumed batch: the final statuses of children an earlier owner finished (they
-        # count in the batch's status; they never run again).
+        # A resumed batch: the final rows of children an earlier owner finished (they count
+        # in the batch's status and its progress; they never run again).
         self._carried = carried
         self._record_final = record_final
         self._report = report
@@ -52,7 +52,8 @@ class Finals:
         """Committed: the child counts as done, announced, and may end its unit."""
         self.done += 1
         self._committed.add(row.id)
-        self._publish(ChildFinished(row, self.done, len(self._children)))
+        carried = len(self._carried())  # so a resumed batch counts from where it was
+        self._publish(ChildFinished(row, carried + self.done, carried + len(self._children)))
         unit = self._units.ended(row)
         if unit is not None:
             self._publish(unit)
@@ -83,7 +84,7 @@ class Finals:
         failed, timed out or stalled first: a stop is nobody's failure."""
         if stopped_by_stop_all:
             return BatchStatus.STOPPED
-        statuses = {c.status for c in self._children} | set(self._carried())
+        statuses = {c.status for c in self._children} | {r.status for r in self._carried()}
         if statuses <= {ChildStatus.COMPLETED}:
             return BatchStatus.COMPLETED
         if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:

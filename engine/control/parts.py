@@ -107,7 +107,7 @@ def build_parts(setup: Setup, duties: Duties) -> Parts:
     )
     finals = Finals(
         s.children,
-        carried=lambda: [r.status for r in slots.carried.values()],
+        carried=lambda: slots.carried.values(),
         record_final=recorder.record_final,
         report=duties.report,
         publish=publish,
