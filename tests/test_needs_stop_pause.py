@@ -98,6 +98,9 @@ def test_a_pause_taken_after_the_answer_parks_the_child_and_continue_finishes_it
     try:
         engine.pause(["t0000"])
         until(lambda: engine.snapshot().child("t0000").pausing, what="t0000 pausing")  # type: ignore[union-attr]
+        # Not "at the end of this turn": the turn waits on the operator (found by an audit).
+        said = engine.snapshot().child("t0000").activity.text  # type: ignore[union-attr]
+        assert said == "pausing once its question is answered"
         engine.answer(["t0000"], "yes")  # the call returns; the pause is taken at the turn's end
         until(
             lambda: engine.snapshot().child("t0000").status is ChildStatus.PAUSED,  # type: ignore[union-attr]
