@@ -106,7 +106,9 @@ def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> Non
     assert engine.status is BatchStatus.STOPPED
 
 
-def test_max_runs_counts_across_waves_and_ends_the_batch(tmp_path: Path) -> None:
+def test_max_runs_counts_across_waves_and_ends_the_batch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     clock = FakeClock()
     engine = scheduled_engine(tmp_path, clock, max_runs=2)
     engine.start()
@@ -121,6 +123,9 @@ def test_max_runs_counts_across_waves_and_ends_the_batch(tmp_path: Path) -> None
     snap = engine.snapshot()
     assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 2
     assert engine.status is BatchStatus.COMPLETED
+    # Said, once (found by an audit: the batch ended with nothing saying why the waves stopped).
+    said = [r.getMessage() for r in caplog.records if "schedules end" in r.getMessage()]
+    assert said == ["the schedules end, no more waves: max_runs (2) reached"]
 
 
 # --- the file format ---------------------------------------------------------------------------

@@ -177,7 +177,7 @@ class Admission:
 
     def _cancel_queued(self, reason: str) -> None:
         slots = self._slots
-        self._arrivals.end_schedules()  # max_runs and max_cost_usd count across waves
+        self._arrivals.end_schedules(reason)  # max_runs and max_cost_usd count across waves
         drained = (*slots.queues.drain(), *self.gate.drain(), *self._pauses.unstarted())
         for child in drained:
             if child.finalize(ChildStatus.STOPPED, reason):

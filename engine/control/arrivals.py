@@ -8,6 +8,7 @@ again, ahead of new work, once they have all ended.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable
 
 from flightdeck.engine.child.delegate import DelegateCall
@@ -17,6 +18,8 @@ from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.control.slots import Slots
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.model import ChildRow
+
+log = logging.getLogger(__name__)
 
 
 class Arrivals:
@@ -47,8 +50,11 @@ class Arrivals:
         """Whether more waves may come (the batch cannot end before they stop)."""
         return self._schedules is not None
 
-    def end_schedules(self) -> None:
-        """No more waves: the batch ends once the children it has are done."""
+    def end_schedules(self, why: str | None = None) -> None:
+        """No more waves: the batch ends once the children it has are done. `why` (a budget
+        reached) is said, once: nothing else would tell the operator why the waves stopped."""
+        if why is not None and self._schedules is not None:
+            log.warning("the schedules end, no more waves: %s", why.removeprefix("not started: "))
         self._schedules = None
 
     # --- delegates -----------------------------------------------------------------------------
@@ -91,8 +97,9 @@ class Arrivals:
         """Queue the wave of each schedule whose time has come."""
         if self._schedules is None or self._spawn is None:
             return
-        if self._exhausted() is not None:  # max_runs and max_cost_usd span the waves
-            self.end_schedules()
+        exhausted = self._exhausted()
+        if exhausted is not None:  # max_runs and max_cost_usd span the waves
+            self.end_schedules(exhausted)
             return
         for wave in self._schedules.due(self._clock(), self._live):
             tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
