@@ -166,6 +166,9 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
         if row is None:
             raise unknown_children((args.child_id,), args.batch_id)
         path = Path(row.transcript)
+        if row.started_ts is not None and not path.exists():  # written from its start on
+            say_error(f"{path}: the transcript is gone (deleted since the child started)")
+            return ExitCode.INCOMPLETE
         out = sys.stdout
         try:
             if not args.follow:

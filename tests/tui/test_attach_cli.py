@@ -125,6 +125,11 @@ def test_logs_prints_and_follows_a_transcript_sanitized(project: Path, owners: l
     printed = flightdeck("logs", batch_id, "c1", cwd=project)
     assert printed.returncode == ExitCode.OK
     assert printed.stdout == first + out
+    # A transcript deleted since (found by an audit): said, not printed as an empty one.
+    Path(row.transcript).unlink()
+    gone = flightdeck("logs", batch_id, "c1", cwd=project)
+    assert (gone.returncode, gone.stdout) == (ExitCode.INCOMPLETE, "")
+    assert "the transcript is gone (deleted since the child started)" in gone.stderr
 
 
 @pytest.mark.slow
