@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.child import supervise
 from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
@@ -226,6 +227,54 @@ def test_stop_kills_a_setsid_grandchild_outside_the_group(tmp_path: Path) -> Non
     row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.STOPPED
     assert _gone(grandchild)
+
+
+def _zombie_children() -> set[int]:
+    """This process's children that have ended and wait to be reaped (every thread's)."""
+    found: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            for pid in Path(f"/proc/self/task/{task}/children").read_text().split():
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] == "Z":
+                        found.add(int(pid))
+    return found
+
+
+def test_orphans_that_end_after_the_process_are_reaped_not_left_zombies(tmp_path: Path) -> None:
+    """The owner is the subreaper of what a command child starts: an orphan that ends is its
+    child to reap, though its tag can no longer be read (a zombie has no environment)."""
+    route = fake("leave_orphans.py") + f"kill_grace_s = {GRACE}\n"
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    found = re.search(r"root \d+ orphans (\d+) (\d+)", transcript(row))
+    assert found is not None
+    orphans = {int(found.group(1)), int(found.group(2))}
+    assert not orphans & _zombie_children()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in orphans)
+
+
+def test_an_orphan_that_ends_while_the_process_runs_is_reaped_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervise, "REAP_S", 0.05)
+    # This process's own children, ended before any sweep: theirs to wait for, not the engine's.
+    own = [subprocess.Popen([PY, "-c", "exit(7)"], start_new_session=s) for s in (False, True)]
+    until(lambda: {p.pid for p in own} <= _zombie_children())
+    route = fake("leave_orphans.py", "--stay") + f"kill_grace_s = {GRACE}\n"
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    try:
+        ended = _pid_in(engine, r"root \d+ orphans (\d+)")
+        kept = _pid_in(engine, r"root \d+ orphans \d+ (\d+)")
+        # Ended at once, it is reaped while the process still runs; the other goes at the stop.
+        until(lambda: not Path(f"/proc/{ended}").exists(), timeout=STOP_CEILING)
+        assert not row_of(engine).status.terminal and Path(f"/proc/{kept}").exists()
+    finally:
+        engine.stop(["t0"])
+        row = run_to_end(engine).children[0]
+    assert row.status is ChildStatus.STOPPED
+    assert not Path(f"/proc/{kept}").exists()
+    assert [p.wait() for p in own] == [7, 7]
 
 
 def test_a_silent_process_is_stalled_and_killed(tmp_path: Path) -> None:

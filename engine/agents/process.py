@@ -8,7 +8,9 @@ owner died. A new owner
 offsets it was given: the process is adopted, not run twice.
 
 A stop signals the process group (`os.killpg`), then every descendant found under the process
-(tree.py) and every orphan of it this owner reaped as subreaper; SIGTERM, then SIGKILL.
+(tree.py) and every orphan of it this owner adopted as subreaper; SIGTERM, then SIGKILL. The
+orphans that end are reaped here: they are this owner's children, and nothing else waits for
+them.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class Process:
             _Tail(files.out, "stdout", offsets[0]),
             _Tail(files.err, "stderr", offsets[1]),
         )
-        self._seen: dict[int, Pid] = {}  # descendants found under it, by pid
+        self._seen: dict[int, Pid] = {}  # descendants found under it, and its orphans, by pid
         self._pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
             fd = os.pidfd_open(root.pid)
@@ -318,22 +320,31 @@ class Process:
     def signal(self, sig: signal.Signals) -> None:
         """Send `sig` to its process group, its descendants and its orphans."""
         self.track()
+        self._note_orphans()
         # ProcessLookupError: the group is empty (all exited).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-        for proc in [*self._seen.values(), *self._orphans()]:
+        for proc in list(self._seen.values()):
             tree.send(proc, sig)
 
     def survivors(self) -> list[Pid]:
         """What is left of its tree, running (the holder aside: it goes with the input)."""
         self.poll()  # reap the process itself if it has exited
         self.track()
-        orphans = self._orphans()
-        tree.reap(orphans)
-        known = [self.root, *self._seen.values(), *orphans]
+        self._note_orphans()
         # Every member of its group is under it, or an orphan of it (this owner is their
         # subreaper): the group itself is never asked (a zombie would keep it "alive").
-        return [p for p in known if p != self.holder and tree.alive(p)]
+        known = [self.root, *self._seen.values()]
+        left = [p for p in known if p != self.holder and tree.alive(p)]
+        # After the look: what it found ended is a zombie by now, or gone.
+        tree.reap(self.pid, self._seen.values())
+        return left
+
+    def reap(self) -> None:
+        """Collect the exit status of its orphans that have ended (this owner is their parent
+        now, and nothing else waits for them); note those running, to know them once ended."""
+        self._note_orphans()
+        tree.reap(self.pid, self._seen.values())
 
     def wait_gone(self, timeout: float) -> list[Pid]:
         """Wait up to `timeout` for the tree to end; returns the survivors."""
@@ -361,11 +372,14 @@ class Process:
                     with contextlib.suppress(OSError):
                         path.unlink()
 
-    def _orphans(self) -> list[Pid]:
+    def _note_orphans(self) -> None:
+        """Its orphans running now, kept with its descendants: once one ends, its tag can no
+        longer be read, and one that left its session is known as one seen."""
         known = [self.pid, *self._seen]
         if self.holder is not None:
             known.append(self.holder.pid)
-        return tree.orphans(self.tag, known)
+        for proc in tree.orphans(self.tag, known):
+            self._seen.setdefault(proc.pid, proc)
 
     def _reap_holder(self) -> None:
         if self._holding is not None:

@@ -6,7 +6,10 @@ a pid the system has reused is never taken for it. Its descendants are found by 
 processes on the machine. A descendant that outlived its parent (a daemon that forked twice) is
 no longer under it: the owner makes itself a child subreaper, so such orphans become its own
 children, and each process a command child starts carries its tag in its environment
-(`TAG_ENV`), by which the owner tells whose it is.
+(`TAG_ENV`), by which the owner tells whose it is while it runs. Once one ends, its environment
+can no longer be read: the owner reaps it by its session (the command's own, unless it left it)
+or as a process seen before, never a process of its own `subprocess.Popen` objects, whose exit
+status they wait for.
 """
 
 from __future__ import annotations
@@ -67,31 +70,58 @@ def tag_of(pid: int) -> str | None:
     return None
 
 
-def orphans(tag: str, known: Iterable[int]) -> list[Pid]:
-    """This process's children tagged `tag`, other than `known` (the ones it started): the
-    descendants of a command child whose parents have gone (this process is their subreaper)."""
-    skip = set(known)
-    found = []
-    # An orphan is handed to the subreaper's main thread: only its list is read, not every
-    # worker thread's (whose lists hold the processes they started).
+def _adopted() -> list[int]:
+    """This process's main thread's children: where the kernel hands a subreaper's orphans.
+    Only its list is read, not every worker thread's (whose lists hold the processes they
+    started)."""
     main = os.getpid()
     try:
         with open(f"/proc/{main}/task/{main}/children") as f:
-            listed = [int(p) for p in f.read().split()]
+            return [int(p) for p in f.read().split()]
     except OSError:
-        listed = []
-    for pid in listed:
+        return []
+
+
+def orphans(tag: str, known: Iterable[int]) -> list[Pid]:
+    """This process's running children tagged `tag`, other than `known` (the ones it started):
+    the descendants of a command child whose parents have gone (this process is their
+    subreaper)."""
+    skip = set(known)
+    found = []
+    for pid in _adopted():
         if pid not in skip and tag_of(pid) == tag and (proc := identify(pid)) is not None:
             found.append(proc)
     return found
 
 
-def reap(procs: Iterable[Pid]) -> None:
-    """Collect the exit status of orphans that have ended (they are this process's children
-    now), so none is left a zombie."""
-    for proc in procs:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(proc.pid, os.WNOHANG)
+def _ended(pid: int) -> tuple[int, int] | None:
+    """A zombie's session and start time; None if `pid` is not one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return (int(fields[3]), int(fields[19])) if fields[0] == b"Z" else None
+    except (IndexError, ValueError):
+        return None
+
+
+def reap(session: int, seen: Iterable[Pid]) -> None:
+    """Collect the exit status of this process's children that were a command child's and have
+    ended, so none is left a zombie: those in its session (`session`, the pid of its process,
+    which leads it) and those `seen` under it (one may have left the session). The leader
+    itself, and every other child, is left to the `Popen` that waits for it."""
+    known = set(seen)
+    for pid in _adopted():
+        found = _ended(pid)
+        if found is None:
+            continue
+        sid, start = found
+        if (sid == session and pid != session) or Pid(pid, start) in known:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def send(proc: Pid, sig: signal.Signals) -> None:

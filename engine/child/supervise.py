@@ -43,6 +43,7 @@ from flightdeck.engine.sanitize import one_line
 FAST_S = 0.05  # how soon output is read again while it flows
 SLOW_S = 0.25  # ... and at most this long apart while it is quiet (a stop waits no longer)
 TRACK_ADOPTED_S = 2.0  # an adopted tree is walked this often: its orphans are not ours
+REAP_S = 2.0  # ... and a started one's ended orphans reaped this often (ours: no zombie waits)
 KEPT_LINES = 20  # the last output lines kept for the result, and of stderr for the reason
 READ_TO_S = 1.0  # how often the offsets read so far go to the store (for an adopter)
 
@@ -98,7 +99,7 @@ class Supervisor:
         """Read, deliver, stop; until the process and its tree have ended."""
         proc = self._proc
         interval = FAST_S
-        last_track = last_book = time.monotonic()
+        last_track = last_reap = last_book = time.monotonic()
         try:
             while True:
                 read = self._lines(proc.read())
@@ -107,6 +108,9 @@ class Supervisor:
                 if proc.adopted and now - last_track >= TRACK_ADOPTED_S:
                     last_track = now
                     proc.track()
+                elif not proc.adopted and now - last_reap >= REAP_S:
+                    last_reap = now
+                    proc.reap()
                 if self._step(resume_mode, now):
                     break
                 if now - last_book >= READ_TO_S:
