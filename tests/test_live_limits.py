@@ -257,6 +257,19 @@ def test_spend_crossing_the_soft_budget_holds_too(tmp_path: Path) -> None:
         engine.close()
 
 
+def test_spend_crossing_the_soft_budget_holds_before_the_next_start(tmp_path: Path) -> None:
+    # Found by an audit: the spend was looked at once a second with the projection, and three
+    # children started past it. The spend is now looked at before every admission.
+    engine = start(batch(3), _soft("0.0000001"), tmp_path)  # type: ignore[arg-type]
+    try:
+        until(lambda: engine.snapshot().held is not None)
+        time.sleep(0.2)  # a few coordinator steps: nothing more starts while it holds
+        totals = engine.snapshot().totals
+    finally:
+        engine.close()
+    assert (totals.done, totals.queued) == (1, 2)
+
+
 def test_a_soft_budget_needs_every_route_priced(tmp_path: Path) -> None:
     from flightdeck.engine.api import Engine
     from flightdeck.engine.errors import ConfigError

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
+    BatchStatus,
     ChildFinished,
     EngineEvent,
     GroupFinished,
@@ -197,7 +198,10 @@ def _run_headless(
                     label = progress_label(engine.snapshot())
                     last = ends[-1]  # delegates and waves add to the total as they come
                     progress.update(bar, completed=last.done, total=last.total, description=label)
-            if engine.held != held:  # one line as a hold begins or ends
+            ending = done or interrupted or engine.status is not BatchStatus.RUNNING
+            if engine.held != held and not (engine.held is None and ending):
+                # One line as a hold begins or ends; not at the batch's end, where a hold goes
+                # with the batch and nothing starts again.
                 held = engine.held
                 soft = engine.limits().soft_held
                 if soft is not None and soft != soft_held:  # with the commands that go on

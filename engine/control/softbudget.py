@@ -50,14 +50,17 @@ class SoftBudget:
         self._last = -SOFT_BUDGET_EVERY_S
 
     def watch(self) -> None:
-        """Hold admission once the spend or the projection crosses it (looked at once a second);
-        the hold lasts until `set` or the batch's end."""
+        """Hold admission once the spend crosses it (looked at before every admission: no child
+        starts past it), or the projection does (a pass over every row: once a second); the
+        hold lasts until `set` or the batch's end."""
         soft = self.cost
+        if soft is None or self.held is not None:
+            return
+        spent = self._meter.totals().cost_usd
         now = self._clock()
-        if soft is None or self.held is not None or now - self._last < SOFT_BUDGET_EVERY_S:
+        if spent < soft and now - self._last < SOFT_BUDGET_EVERY_S:
             return
         self._last = now
-        spent = self._meter.totals().cost_usd
         projected = forecast(self._rows()).projected_usd
         if projected is not None and projected > soft:  # the projection counts the spend
             why = f"soft budget {_usd(soft)} reached: projected {_usd(projected)}"
