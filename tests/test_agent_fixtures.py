@@ -106,38 +106,55 @@ def test_a_resumed_claude_session_bills_its_own_turn_not_the_session_total() -> 
     assert report.cost_usd == Decimal(str(turn)) < Decimal(str(result["total_cost_usd"]))
 
 
-def _feed(name: str, steer_now: bool = False) -> list[tuple[SteerReceipt, str]]:
-    """The capture's lifecycle events through CliInput, its two messages sent when the capture
-    sent them: the task's, then a steer (just before the CLI queued it)."""
-    events = of(read("claude-stream-json", CLAUDE / f"{name}.jsonl"), Lifecycle)
-    prompt_id, steer_id = dict.fromkeys(e.uuid for e in events)
-    ids = iter((prompt_id, steer_id))
+def _feed(name: str, *steers: SteerReceipt) -> list[tuple[SteerReceipt, str]]:
+    """The capture's events through CliInput as the supervisor passes them, its messages sent
+    when the capture sent them: the task's, then each steer (just before the CLI queued it)."""
+    events = read("claude-stream-json", CLAUDE / f"{name}.jsonl")
+    prompt_id, *steer_ids = dict.fromkeys(e.uuid for e in of(events, Lifecycle))
+    ids = iter((prompt_id, *steer_ids))
     written: list[str] = []
     cli = CliInput(lambda text: written.append(text) is None, new_id=lambda: next(ids))
     cli.prompt("the task")
-    receipt = SteerReceipt(1, "t0", "the steer", steer_now, SteerState.QUEUED, 0.0)
+    sends = dict(zip(steer_ids, steers, strict=True))
     started, queued = [], []
     for event in events:
-        if event == Lifecycle(steer_id, "queued"):
-            assert cli.steer(receipt)
+        if isinstance(event, Live):
+            cli.model_answered()
+        if not isinstance(event, Lifecycle):
+            continue
+        if event.state == "queued" and event.uuid in sends:
+            assert cli.steer(sends.pop(event.uuid))
         if (was_read := cli.queued(event)) is not None:
             queued.append(was_read)
         if (found := cli.lifecycle(event)) is not None:
             started.append(found)
-        if event.uuid == steer_id and event is not events[-1]:
+        if event.uuid == steer_ids[-1] and event.state != "completed":
             assert not cli.answered()  # the steer waits for its answer: the input stays open
     assert cli.answered()
-    assert ('"interrupt"' in written[0]) is steer_now  # --now: the interrupt goes first
-    assert queued == [receipt]  # the CLI read the steer (the task's own prompt is no steer)
+    interrupts = ['"interrupt"' in line for line in written]
+    assert interrupts == [s.now for s in steers]  # --now: the interrupt goes first, with it
+    assert queued == list(steers)  # the CLI read each steer (the task's own prompt is no steer)
     return started
 
 
+def _steer(n: int, message: str = "the steer", now: bool = False) -> SteerReceipt:
+    return SteerReceipt(n, "t0", message, now, SteerState.QUEUED, 0.0)
+
+
 def test_claude_lifecycle_says_where_each_steer_went() -> None:
-    receipt = SteerReceipt(1, "t0", "the steer", False, SteerState.QUEUED, 0.0)
-    now = SteerReceipt(1, "t0", "the steer", True, SteerState.QUEUED, 0.0)
-    assert _feed("steer_midturn") == [(receipt, INTO_TURN)]
-    assert _feed("steer_after") == [(receipt, NEW_TURN)]
-    assert _feed("steer_now", steer_now=True) == [(now, AFTER_INTERRUPT)]
+    receipt, now = _steer(1), _steer(1, now=True)
+    assert _feed("steer_midturn", receipt) == [(receipt, INTO_TURN)]
+    assert _feed("steer_after", receipt) == [(receipt, NEW_TURN)]
+    assert _feed("steer_now", now) == [(now, AFTER_INTERRUPT)]
+
+
+def test_steers_an_interrupt_finds_waiting_start_with_the_steer_now_as_one_new_turn() -> None:
+    # The interrupt leaves them queued (`still_queued`), and once the turn is cancelled they
+    # start one after another with the steer --now, one user text: none went into a turn.
+    steers = _steer(1, "first"), _steer(2, "second"), _steer(3, "third now", now=True)
+    assert _feed("steer_now_behind_waiting", *steers) == [(s, AFTER_INTERRUPT) for s in steers]
+    events = read("claude-stream-json", CLAUDE / "steer_now_behind_waiting.jsonl")
+    assert of(events, Result)[-1] == Result("done: first\nsecond\nthird now")
 
 
 def test_claude_interrupted_turn_is_an_error_result_then_the_steer_answers() -> None:

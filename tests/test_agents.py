@@ -531,6 +531,24 @@ def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
     assert row.cost_usd == Decimal("0.0254")  # two turns, each reported once
 
 
+def test_steers_waiting_between_turns_start_together_as_one_new_turn(tmp_path: Path) -> None:
+    # Claude Code's next turn takes every message waiting, one after another: the second
+    # was said to have gone into the running turn (the first's).
+    hold = tmp_path / "hold"
+    argv = (*STDIN_ARGV, "--fake-hold", str(hold), "--fake-repeat", "0")  # no tool: no fold
+    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "claude session sess-0001"), timeout=60)
+    for message in ("and the changelog", "and the readme"):
+        engine.steer(["t0"], message)
+        until(lambda m=message: written(engine, f"queued by the CLI: {m}"), timeout=60)
+    hold.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "got: and the changelog\nand the readme"
+    assert [r.how for r in row.steers] == ["as a new turn", "as a new turn"]
+
+
 def test_steer_now_interrupts_the_claude_turn_and_starts_a_new_one(tmp_path: Path) -> None:
     gate = tmp_path / "gate"  # opened once the steer runs: only the interrupt ends turn one
     route = fake("fake_claude.py", *STDIN_ARGV, "--fake-gate", str(gate)) + STDIN_ROUTE
@@ -547,6 +565,39 @@ def test_steer_now_interrupts_the_claude_turn_and_starts_a_new_one(tmp_path: Pat
     text = transcript(row)
     assert "sent after interrupting the running turn: focus on security" in text
     assert "[Request interrupted by user for tool use]" in text
+
+
+def test_steers_waiting_when_steer_now_interrupts_go_in_with_it_as_one_new_turn(
+    tmp_path: Path,
+) -> None:
+    # Claude Code leaves the steers an interrupt finds waiting queued, and the turn after it
+    # takes them all (steer_now_behind_waiting.jsonl): the second was said to have gone into
+    # the running turn, which the interrupt cut.
+    gate = tmp_path / "gate"  # opened once all are delivered: only the interrupt ends turn one
+    route = fake("fake_claude.py", *STDIN_ARGV, "--fake-gate", str(gate)) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "tool-call │ Bash"), timeout=60)
+    for message in ("first", "second"):
+        engine.steer(["t0"], message)
+        until(lambda m=message: written(engine, f"queued by the CLI: {m}"), timeout=60)
+    engine.steer(["t0"], "third now", now=True)
+    until(lambda: all(r.state is SteerState.DELIVERED for r in row_of(engine).steers), timeout=60)
+    gate.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.result == "got: first\nsecond\nthird now"  # one turn took all three
+    how = "as a new turn, the running one interrupted"
+    assert [(r.message, r.state, r.how) for r in row.steers] == [
+        ("first", SteerState.DELIVERED, how),
+        ("second", SteerState.DELIVERED, how),
+        ("third now", SteerState.DELIVERED, how),
+    ]
+    text = transcript(row)
+    for message in ("first", "second", "third now"):
+        assert f"delivered {how}: {message}" in text
+    assert "into the running turn" not in text
+    stored = StoreReader(tmp_path / "state" / "flightdeck.db").controls(engine.batch_id)
+    assert [c.how for c in stored] == [how] * 3  # what attached views and `steer` read
 
 
 def test_steer_now_stops_claude_and_resumes_its_session(tmp_path: Path) -> None:

@@ -3,10 +3,12 @@ became of each.
 
 Each message carries a uuid; with `--replay-user-messages` the CLI answers with
 `command_lifecycle` events naming it: queued, started, completed (or cancelled, by an
-interrupt). A message that starts while another is started and not yet completed went into the
-running turn (Claude Code folds it into that turn, which ends with one `result` for both);
-otherwise it started a turn of its own. The CLI has answered everything once every message
-sent has completed or been cancelled: then its input can end.
+interrupt). A message that starts once the running turn's model has answered went into that
+turn (Claude Code folds it in, and the turn ends with one `result` for both). A new turn takes
+every message waiting, joined as one user text: they start one after another before its model
+answers, and all went in as that new turn (after an interrupt, when it cut the turn before: an
+interrupt leaves what waits queued). The CLI has answered everything once every message sent
+has completed or been cancelled: then its input can end.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ class CliInput:
         self._new_id = new_id
         self._sent: dict[str, SteerReceipt | None] = {}  # None: the task's own prompt
         self._state: dict[str, str] = {}
-        self._interrupted: set[str] = set()  # steers sent with an interrupt before them
+        self._interrupted: set[str] = set()  # steers that waited for the turn an interrupt cut
+        self._opening = NEW_TURN  # how the running turn's opening messages went in
+        self._answered = False  # its model has answered: a message starting now is folded in
         self._results = 0
         self._seen_lifecycle = False
 
@@ -63,11 +67,14 @@ class CliInput:
     def steer(self, receipt: SteerReceipt) -> bool:
         """Write a steer (after an interrupt, for --now); False if the CLI reads no more."""
         message_id = self._new_id()
+        line = user_turn(receipt.message, message_id)
         if receipt.now and self.running:
-            if not self._write(interrupt(f"flightdeck-{receipt.id}")):
-                return False
-            self._interrupted.add(message_id)
-        if not self._write(user_turn(receipt.message, message_id)):
+            # One write: the CLI reads the message with the interrupt, and the turn after it
+            # takes the message with every one the interrupt found waiting (they stay queued).
+            line = interrupt(f"flightdeck-{receipt.id}") + line
+            waiting = {m for m in self._sent if self._state.get(m) in (None, "queued")}
+            self._interrupted |= waiting | {message_id}
+        if not self._write(line):
             return False
         self._sent[message_id] = receipt
         return True
@@ -75,6 +82,10 @@ class CliInput:
     def result(self) -> None:
         """A turn ended (its `result`)."""
         self._results += 1
+
+    def model_answered(self) -> None:
+        """The running turn's model answered (an API call): it is past its opening."""
+        self._answered = True
 
     def queued(self, event: Lifecycle) -> SteerReceipt | None:
         """The steer `event` says the CLI has read and queued (it starts at the running turn's
@@ -91,11 +102,17 @@ class CliInput:
         running = self.running
         self._state[event.uuid] = event.state
         receipt = self._sent[event.uuid]
-        if event.state != "started" or receipt is None:
+        if event.state != "started":
             return None
-        if event.uuid in self._interrupted:
-            return receipt, AFTER_INTERRUPT
-        return receipt, INTO_TURN if running else NEW_TURN
+        if not running:  # it opens a turn; the messages starting with it share its how
+            self._answered = False
+            if receipt is None:  # the task's own turn: a steer joining it goes into it
+                self._opening = INTO_TURN
+            else:
+                self._opening = AFTER_INTERRUPT if event.uuid in self._interrupted else NEW_TURN
+        if receipt is None:
+            return None
+        return receipt, INTO_TURN if self._answered else self._opening
 
     @property
     def running(self) -> bool:

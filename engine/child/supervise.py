@@ -221,6 +221,8 @@ class Supervisor:
             case ToolEnded():
                 c.progress.tool_ended()
             case Live():
+                if self._input is not None:
+                    self._input.model_answered()
                 if self._tally.live(event):
                     c.progress.working(self._tally.calls)
                     self._spent()

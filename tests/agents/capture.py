@@ -138,6 +138,55 @@ class Claude:
         proc.wait(60)
         return lines
 
+    def waiting_then_now(self, first: str, waiting: list[str], now: str) -> list[str]:
+        """Stream-json input: `first`; during its tool, each of `waiting` once the one before
+        is queued; then an interrupt and `now` (a `steer --now` behind steers that wait)."""
+        argv = [self.binary, "-p", "--input-format", "stream-json", "--output-format"]
+        argv += ["stream-json", "--verbose", "--replay-user-messages", "--allowedTools", "Bash"]
+        proc = subprocess.Popen(
+            argv,
+            env=self.env,
+            cwd=self.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        stdin, stdout = proc.stdin, proc.stdout
+        assert stdin is not None and stdout is not None
+        sent: list[str] = []
+
+        def send(text: str) -> None:
+            sent.append(str(uuid.uuid4()))
+            stdin.write(cli_turn(text, sent[-1]))
+            stdin.flush()
+
+        send(first)
+        todo = list(waiting)
+        lines: list[str] = []
+        finals: set[str] = set()
+        for line in stdout:
+            lines.append(line)
+            event = json.loads(line)
+            tool = event.get("type") == "assistant" and any(
+                b.get("type") == "tool_use" for b in event["message"]["content"]
+            )
+            queued = event.get("state") == "queued" and event.get("command_uuid") == sent[-1]
+            if (tool and len(sent) == 1) or (queued and len(sent) > 1):
+                time.sleep(0.3)
+                if todo:
+                    send(todo.pop(0))
+                elif len(sent) == len(waiting) + 1:
+                    request = {"type": "control_request", "request_id": "r1"}
+                    stdin.write(json.dumps(request | {"request": {"subtype": "interrupt"}}))
+                    stdin.write("\n")
+                    send(now)
+            if event.get("state") in ("completed", "cancelled"):
+                finals.add(event["command_uuid"])
+            if len(sent) == len(waiting) + 2 and set(sent) <= finals and not stdin.closed:
+                stdin.close()
+        proc.wait(60)
+        return lines
+
 
 class Codex:
     """Codex against the server, in a scratch HOME and folder."""
@@ -185,6 +234,8 @@ def main() -> None:
         write(folder, "steer_after", claude.turns("first task", "and the changelog", "after"))
         first = "long task [tool: timeout 30 tail -f /dev/null; echo waited]"
         write(folder, "steer_now", claude.turns(first, "focus on security", "now"))
+        now = claude.waiting_then_now(first, ["first", "second"], "third now")
+        write(folder, "steer_now_behind_waiting", now)
         session = json.loads(Path(folder / "tool.jsonl").read_text().splitlines()[0])
         resumed = claude.once("and the changelog", "--resume", session["session_id"])
         write(folder, "resume", resumed)

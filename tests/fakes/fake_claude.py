@@ -9,10 +9,14 @@ captured output (tests/fixtures/agents/claude-2.1.332/) so it behaves as the CLI
   `model_usage_since_last_result`;
 - `--input-format stream-json`: user turns on stdin, exiting when its input ends. A message
   that arrives while a turn runs is folded into that turn (it reaches the model with the next
-  tool result) and the turn ends with one `result` for both; one that arrives between turns
-  starts a turn of its own. `--replay-user-messages` echoes each message and reports
+  tool result) and the turn ends with one `result` for both; once a turn ends, the next one
+  takes every message waiting, joined by newlines, each started in turn (the first turn takes
+  the first message alone). `--replay-user-messages` echoes each message and reports
   `command_lifecycle` events (queued, started, completed, cancelled) by its uuid;
-- a `control_request` `interrupt` ends the running turn at once (`error_during_execution`).
+- a `control_request` `interrupt` ends the running turn at once (`error_during_execution`); the
+  messages that arrived in it and had not started stay queued (its `control_response` lists
+  them as `still_queued`) and open the next turn with what came after
+  (steer_now_behind_waiting.jsonl).
 
 Fake-only flags: `--fake-gate PATH`: its tool runs until PATH exists; `--fake-hold PATH`: the
 first turn starts once PATH exists (what reached stdin by then waits its turn); `--fake-sleep
@@ -59,6 +63,7 @@ state = {"cost": 0.0, "message": 0, "tool": 0}
 MAIN, SIDE = 0.0123, 0.0004  # each turn's cost: the main model's calls and a side call
 inbox: "queue.Queue[dict | None]" = queue.Queue()
 reading = threading.Lock()
+held: list[dict] = []  # messages an interrupt left queued: the next turn takes them first
 
 
 def emit(event):
@@ -71,12 +76,15 @@ def lifecycle(message_id, name):
 
 
 def read_stdin():
-    for line in sys.stdin:
-        if line.strip():
-            event = json.loads(line)
-            # Queued means a turn can take it now, and it is said before any turn does: a
-            # test that waits for "queued" knows the running turn's next poll folds it in.
-            with reading:
+    fd, rest = sys.stdin.fileno(), b""
+    while chunk := os.read(fd, 65536):
+        *lines, rest = (rest + chunk).split(b"\n")
+        # Queued means a turn can take it now, and it is said before any turn does: a test
+        # that waits for "queued" knows the running turn's next poll folds it in. What one
+        # write held (an interrupt and its message) is queued at once.
+        with reading:
+            for line in filter(bytes.strip, lines):
+                event = json.loads(line)
                 inbox.put(event)
                 if event.get("type") == "user":
                     lifecycle(event.get("uuid"), "queued")
@@ -108,12 +116,30 @@ def assistant(blocks, out_tokens=1):
         emit({"type": "assistant", "message": message, "session_id": session})
 
 
-class Turn:
-    """One turn: its message, and what reached it while it ran."""
+def waiting(first_only):
+    """The user messages a new turn takes: the next one (waiting for it), and unless
+    `first_only` every one queued behind it; [] once input has ended."""
+    taken, held[:] = held[:], []
+    while not (first_only and taken):
+        try:
+            event = take(block=not taken)
+        except queue.Empty:
+            break
+        if event is None:
+            inbox.put(None)  # seen again by the call after this one
+            break
+        if event.get("type") == "user":
+            taken.append(event)
+    return taken
 
-    def __init__(self, text, message_id):
-        self.text, self.message_id = text, message_id
-        self.folded = []  # (text, uuid) of messages that arrived mid-turn
+
+class Turn:
+    """One turn: its messages, and what reached it while it ran."""
+
+    def __init__(self, text, message_ids):
+        self.text, self.message_ids = text, message_ids
+        self.arrived = []  # messages that came mid-turn, not started yet
+        self.folded = []  # (text, uuid) of those started in this turn
         self.calls = 0
         self.interrupted = False
 
@@ -129,14 +155,13 @@ class Turn:
                 return
             if event.get("type") == "control_request":
                 self.interrupted = True
-                emit(
-                    {
-                        "type": "control_response",
-                        "response": {"subtype": "success", "request_id": event["request_id"]},
-                    }
-                )
+                held.extend(self.arrived)  # not started: queued still, for the next turn
+                queued = [e.get("uuid") for e in self.arrived]
+                response = {"subtype": "success", "request_id": event["request_id"]}
+                response["response"] = {"still_queued": queued}
+                emit({"type": "control_response", "response": response})
                 return
-            self.folded.append((event["message"]["content"], event.get("uuid")))
+            self.arrived.append(event)
 
     def tool(self):
         state["tool"] += 1
@@ -168,8 +193,10 @@ class Turn:
                 "session_id": session,
             }
         )
-        for _, message_id in self.folded:  # they reach the model with the tool's result
-            lifecycle(message_id, "started")
+        for event in self.arrived:  # they reach the model with the tool's result
+            self.folded.append((event["message"]["content"], event.get("uuid")))
+            lifecycle(event.get("uuid"), "started")
+        self.arrived = []
         return None
 
     def run(self):
@@ -251,7 +278,8 @@ class Turn:
         emit(event)
         for _, message_id in self.folded:
             lifecycle(message_id, "completed")
-        lifecycle(self.message_id, "cancelled" if self.interrupted else "completed")
+        for message_id in self.message_ids:
+            lifecycle(message_id, "cancelled" if self.interrupted else "completed")
         return 1 if error and not self.interrupted else 0
 
 
@@ -271,13 +299,15 @@ if args.input_format == "stream-json":
     threading.Thread(target=read_stdin, daemon=True).start()
     while args.fake_hold and not os.path.exists(args.fake_hold):
         time.sleep(0.02)
-    while (event := take(block=True)) is not None:
-        if event.get("type") != "user":
-            continue
-        if args.replay_user_messages:
-            emit({**event, "session_id": session, "isReplay": True})
-        lifecycle(event.get("uuid"), "started")
-        code = Turn(event["message"]["content"], event.get("uuid")).run()
+    first = True
+    while messages := waiting(first_only=first):
+        first = False
+        for event in messages:
+            if args.replay_user_messages:
+                emit({**event, "session_id": session, "isReplay": True})
+            lifecycle(event.get("uuid"), "started")
+        text = "\n".join(event["message"]["content"] for event in messages)
+        code = Turn(text, [event.get("uuid") for event in messages]).run()
 else:
-    code = Turn(args.prompt, None).run()
+    code = Turn(args.prompt, []).run()
 sys.exit(code)
