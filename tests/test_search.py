@@ -144,6 +144,35 @@ def test_lines_written_after_the_index_are_found_at_their_offsets(folder: Path) 
     conn.close()
 
 
+class _FullAtCommit:
+    """A real connection whose COMMIT fails as SQLite's can on a full disk: the transaction
+    rolled back by SQLite itself, then SQLITE_FULL."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            self._conn.execute("ROLLBACK")
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._conn, name)
+
+
+def test_a_commit_refused_by_a_full_disk_says_so(folder: Path) -> None:
+    # Found by an audit on a full disk: "cannot index the transcripts …: cannot rollback - no
+    # transaction is active", the second ROLLBACK's error in place of the reason.
+    idx = SearchIndex(folder)
+    idx._conn = _FullAtCommit(idx._conn)  # type: ignore[assignment]
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+            idx.catch_up()
+    finally:
+        idx.close()
+
+
 def test_named_transcripts_only_in_the_order_named_and_first_only(folder: Path) -> None:
     index(folder)
     assert texts(folder, "limit", names=["b.log"]) == ["b.log:12:00 the rate limit, again"]

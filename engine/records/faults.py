@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RETRY_S", "GaveUp", "RefusedCommits", "StoreTrouble", "storage_fault"]
+__all__ = ["RETRY_S", "GaveUp", "RefusedCommits", "StoreTrouble", "rollback", "storage_fault"]
 
 log = logging.getLogger("flightdeck.engine.records.store")
 
@@ -131,3 +131,10 @@ class RefusedCommits:
         if trouble is not None:
             held = time.monotonic() - trouble.since
             log.warning("flightdeck store: commits land again (after %.1fs)", held)
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """End a failed transaction. A COMMIT the storage refused (a full disk) may have rolled it
+    back already: a ROLLBACK then raises "no transaction is active", in place of the reason."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")

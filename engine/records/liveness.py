@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from flightdeck.engine.records.faults import rollback
 from flightdeck.engine.records.requests import with_connection
 
 __all__ = [
@@ -173,7 +174,7 @@ def claim_batch(
                 )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            rollback(conn)
             raise
         return status
 

@@ -25,6 +25,7 @@ from flightdeck.engine.commands import Command, CommandError, Context, decode, e
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, Limits, SteerReceipt
 from flightdeck.engine.records import schema
+from flightdeck.engine.records.faults import rollback
 from flightdeck.engine.records.rows import RECEIPT_COLUMNS, receipt
 from flightdeck.engine.sanitize import one_line
 
@@ -116,7 +117,7 @@ def submit(
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            rollback(conn)
             raise
         assert cursor.lastrowid is not None
         return cursor.lastrowid
@@ -180,7 +181,7 @@ def refuse_pending(db_path: Path, batch_id: str, reason: str) -> int:
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            rollback(conn)
             raise
         return cursor.rowcount
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from flightdeck.engine.errors import StoreError
+from flightdeck.engine.records.faults import rollback
 
 SCHEMA_VERSION = 6
 BUSY_TIMEOUT_MS = 30_000
@@ -304,7 +305,7 @@ def ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
 
 

@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from flightdeck.engine.records.faults import rollback
+
 INDEX_NAME = "search.db"
 TRANSCRIPT_SUFFIX = ".log"
 VERSION = 1
@@ -174,7 +176,7 @@ class SearchIndex:
                     more.append(name)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            rollback(conn)
             raise
         return done, more
 
