@@ -106,7 +106,7 @@ def aim(table: ChildrenTable) -> Aim:
 def act_on(table: ChildrenTable) -> Aim:
     """`aim`, for a key that acts now: the cursor keeps to its row from here. Pinned to the
     top, it went to whichever child took the top once the action moved its own down."""
-    table.keep_selected()
+    table.pinned_top = False  # the cursor stays with its child as rows move, as after j/k
     return aim(table)
 
 

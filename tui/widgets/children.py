@@ -242,12 +242,6 @@ class ChildrenTable(ScrollView, can_focus=True):
         self.model.set_tagged(child_ids, tagged)
         self._repaint_changed()
 
-    def keep_selected(self) -> None:
-        """The operator acts on what is under the cursor: it stays with that row as rows move.
-        Pinned to the top, the cursor went to whichever child took the top after the action
-        (a steered child that stopped looping moves down), for the next key to act on."""
-        self.pinned_top = False
-
     def select(self, entry: Entry | None) -> bool:
         """Put the cursor on `entry` if it is shown, and keep it there as rows move (no longer
         pinned to the top row: whoever picked it meant that child, not the most urgent one)."""
