@@ -22,7 +22,7 @@ import signal
 import threading
 from collections.abc import Iterable, Iterator
 
-from flightdeck.engine.records.liveness import Pid, alive, identify, stat_of
+from flightdeck.engine.records.liveness import Pid, alive, identify, stat_fields, stat_of
 
 __all__ = ["TAG_ENV", "Pid", "alive", "children", "descendants", "identify", "orphans"]
 
@@ -96,14 +96,9 @@ def orphans(tag: str, known: Iterable[int]) -> list[Pid]:
 
 def _ended(pid: int) -> tuple[int, int] | None:
     """A zombie's session and start time; None if `pid` is not one."""
+    fields = stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return (int(fields[3]), int(fields[19])) if fields[0] == b"Z" else None
+        return (int(fields[3]), int(fields[19])) if fields and fields[0] == b"Z" else None
     except (IndexError, ValueError):
         return None
 

@@ -63,17 +63,22 @@ class Pid:
     start: int  # clock ticks since boot
 
 
-def stat_of(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and start time; None if no such process."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """A process's /proc/PID/stat from its state (field 3) on; None if no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces or parentheses.
-    fields = data[data.rfind(b")") + 2 :].split()
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def stat_of(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time; None if no such process."""
+    fields = stat_fields(pid)
     try:
-        return fields[0].decode(), int(fields[19])
+        return None if fields is None else (fields[0].decode(), int(fields[19]))
     except (IndexError, ValueError):
         return None
 
