@@ -21,7 +21,7 @@ from flightdeck.engine.commands import Command, StopAll
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.sending import CommandMethods, Sender
-from flightdeck.engine.executors import Executor
+from flightdeck.engine.executors import Executor, ray_missing
 from flightdeck.engine.executors import check as check_executor
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
@@ -101,6 +101,7 @@ __all__ = [
     "new_batch_id",
     "parse",
     "parse_filter",
+    "ray_missing",
     "route_totals",
     "state_dir_from",
     "steady_clock",

@@ -83,19 +83,38 @@ def test_the_ray_executor_without_ray_installed_is_one_line_exit_2(tmp_path: Pat
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
     (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
     env = {**os.environ, "PYTHONPATH": str(hide), "NO_COLOR": "1"}
-    for how in (
-        ["--executor", "ray"],
-        ["--config", str(write(tmp_path, '[engine]\nexecutor = "ray"\n'))],
-    ):
-        done = subprocess.run(
-            [*CLI, "run", "tasks.jsonl", "--headless", "--state-dir", "state", *how],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 2, done.stderr
-        [line] = done.stderr.strip().splitlines()
-        assert "engine.executor" in line and 'pip install "flightdeck[ray]"' in line, line
-        assert not (tmp_path / "state" / "flightdeck.db").exists()
+    config = write(tmp_path, '[engine]\nexecutor = "ray"\n')
+    done = run_cli(tmp_path, env, "--config", str(config))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert f"{config}:2: engine.executor:" in line, line
+    assert 'pip install "flightdeck[ray]"' in line, line
+    assert not (tmp_path / "state").exists()
+
+
+def test_executor_ray_on_the_command_line_without_ray_names_the_argument(tmp_path: Path) -> None:
+    # A `ray` that cannot be imported, first on the path; the config never names an executor.
+    fake = tmp_path / "fake" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("no ray here")\n')
+    (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
+    config = write(tmp_path, "[engine]\nmax_concurrent = 2\n")
+    env = {**os.environ, "PYTHONPATH": str(fake.parent), "NO_COLOR": "1"}
+    done = run_cli(tmp_path, env, "--config", str(config), "--executor", "ray")
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("flightdeck: argument --executor: "), line
+    assert 'pip install "flightdeck[ray]"' in line and str(config) not in line, line
+    assert not (tmp_path / "state").exists()
+
+
+def run_cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`flightdeck run tasks.jsonl --headless` in `cwd`, its state in `cwd/state`."""
+    return subprocess.run(
+        [*CLI, "run", "tasks.jsonl", "--headless", "--state-dir", "state", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

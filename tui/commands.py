@@ -30,11 +30,14 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         Engine,
         load_batch,
         load_settings,
+        ray_missing,
         state_dir_from,
         tune_interpreter,
     )
 
     # Everything is validated before anything is written.
+    if args.executor == "ray" and (missing := ray_missing('"ray"')):
+        raise UsageError(None, None, "argument --executor", missing)  # not the config's
     settings = load_settings(args.config)
     if args.executor is not None:  # --executor: where children's work runs, over the config
         engine_settings = dataclasses.replace(

@@ -16,9 +16,17 @@ from flightdeck.engine.executors.threads import ThreadExecutor
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.records.meter import Meter
 
-__all__ = ["Executor", "check", "open_executor"]
+__all__ = ["Executor", "check", "open_executor", "ray_missing"]
 
-RAY_MISSING = 'executor = "ray" needs Ray, which is not installed: pip install "flightdeck[ray]"'
+
+def ray_missing(name: str) -> str | None:
+    """Why `name` (how the operator asked for the Ray executor) cannot be used: Ray is not
+    installed; None if it is."""
+    try:
+        import ray  # noqa: F401  # the optional extra
+    except ImportError:
+        return f'{name} needs Ray, which is not installed: pip install "flightdeck[ray]"'
+    return None
 
 
 def check(settings: Settings, *, providers_given: bool) -> None:
@@ -26,10 +34,9 @@ def check(settings: Settings, *, providers_given: bool) -> None:
     if settings.engine.executor != "ray":
         return
     where = (settings.source, settings.engine.executor_line, "engine.executor")
-    try:
-        import ray  # noqa: F401  # the optional extra
-    except ImportError:
-        raise ConfigError(*where, RAY_MISSING) from None
+    missing = ray_missing('executor = "ray"')
+    if missing:
+        raise ConfigError(*where, missing)
     if providers_given:
         raise ConfigError(
             *where,
