@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,13 +30,14 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_ray_table_is_read_and_kept_for_resume(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        '[engine]\nexecutor = "ray"\n\n[ray]\naddress = "ray://head:10001"\n'
+        '[engine]\nexecutor = "ray"\n\n[ray]\naddress = "auto"\n'
         "num_cpus = 4\nworkers_per_node = 3\nobject_store_mb = 200\n",
     )
     loaded = load_settings(path)
     assert loaded.engine.executor == "ray"
     assert loaded.engine.executor_line == 2
-    assert loaded.ray == RaySettings("ray://head:10001", 4, 3, 200)
+    assert loaded.ray == RaySettings("auto", 4, 3, 200)
+    assert loaded.ray.address_line == 5
     again = settings_from_json(settings_json(loaded))
     assert (again.engine.executor, again.ray) == ("ray", loaded.ray)
     assert load_settings(write(tmp_path, "")).engine.executor == "threads"
@@ -45,7 +47,9 @@ def test_the_ray_table_is_read_and_kept_for_resume(tmp_path: Path) -> None:
     ("text", "line", "field", "words"),
     [
         ('[engine]\nexecutor = "dask"\n', 2, "engine.executor", 'expected "threads" or "ray"'),
-        ('[ray]\naddress = "10.0.0.1:6379"\n', 2, "ray.address", "ray://host:port"),
+        ('[ray]\naddress = "10.0.0.1:6379"\n', 2, "ray.address", 'expected "local" or "auto"'),
+        # Ray Client needs ray[client], which the extra does not install.
+        ('[ray]\naddress = "ray://head:10001"\n', 2, "ray.address", "ray:// (Ray Client) is not"),
         ("[ray]\nworkers_per_node = 0\n", 2, "ray.workers_per_node", "between 1 and 64"),
         ("[ray]\nnum_cpus = 100000\n", 2, "ray.num_cpus", "between 1 and 1024"),
         ("[ray]\nobject_store_mb = 10\n", 2, "ray.object_store_mb", "between 80 and"),
@@ -118,3 +122,52 @@ def run_cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedP
         text=True,
         timeout=60,
     )
+
+
+RAY_AUTO = '[engine]\nexecutor = "ray"\n\n[ray]\nworkers_per_node = 1\naddress = "auto"\n'
+
+
+def test_auto_with_no_ray_cluster_running_is_one_line_exit_2_nothing_written(
+    tmp_path: Path,
+) -> None:
+    from ray._private.services import find_gcs_addresses
+
+    if find_gcs_addresses():  # "auto" would join it
+        pytest.skip("a Ray cluster runs on this machine")
+    (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
+    config = write(tmp_path, RAY_AUTO)
+    # No RAY_ADDRESS, and Ray's own folder here: no `ray start` address file to find.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_TMPDIR=str(tmp_path), NO_COLOR="1")
+    done = run_cli(tmp_path, env, "--config", str(config))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"flightdeck: {config}:6: ray.address: "), line
+    assert "`ray start --head`" in line and 'address = "local"' in line, line
+    assert not (tmp_path / "state").exists()
+
+
+def test_auto_where_no_cluster_answers_fails_at_once_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    # A port bound but not listening refuses connections, and no one else can take it.
+    with socket.socket() as closed:
+        closed.bind(("0.0.0.0", 0))
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed.getsockname()[1]}")
+        s = settings()
+        s = dataclasses.replace(
+            s,
+            engine=dataclasses.replace(s.engine, executor="ray"),
+            ray=RaySettings("auto", address_line=7),
+            source=tmp_path / "flightdeck.toml",
+        )
+        began = time.monotonic()
+        with pytest.raises(ConfigError) as caught:
+            Engine(batch(1), s, state_dir=tmp_path / "state")
+    error = caught.value
+    assert (error.line, error.field) == (7, "ray.address"), str(error)
+    assert "no Ray cluster answers at" in error.message and "(RAY_ADDRESS)" in error.message
+    assert time.monotonic() - began < 30  # ray.init alone waits over 10 minutes
+    assert not (tmp_path / "state").exists()

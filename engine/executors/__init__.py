@@ -30,7 +30,8 @@ def ray_missing(name: str) -> str | None:
 
 
 def check(settings: Settings, *, providers_given: bool) -> None:
-    """ConfigError, before anything is written, for an executor that cannot run this batch."""
+    """ConfigError, before anything is written, for an executor that cannot run this batch, or
+    a cluster that cannot be joined."""
     if settings.engine.executor != "ray":
         return
     where = (settings.source, settings.engine.executor_line, "engine.executor")
@@ -42,6 +43,12 @@ def check(settings: Settings, *, providers_given: bool) -> None:
             *where,
             "model clients made in Python cannot run on a cluster: each worker makes its own",
         )
+    import ray
+
+    if settings.ray.address != "local" and not ray.is_initialized():
+        from flightdeck.engine.executors.cluster.join import join_address
+
+        join_address(settings.ray, settings.source)
 
 
 def open_executor(

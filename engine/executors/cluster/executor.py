@@ -1,8 +1,8 @@
 """The Ray executor: children's work on worker actors across a Ray cluster.
 
-It joins the cluster (`[ray] address`: "local" starts one here with `num_cpus`; "auto" or
-`ray://host:port` joins a running one), places `workers_per_node` worker actors on every alive
-node (no more than the node has CPUs), checks that each node shares the batch's folders, and
+It joins the cluster (`[ray] address`: "local" starts one here with `num_cpus`; "auto" joins a
+running one: join.py), places `workers_per_node` worker actors on every alive node (no more than
+the node has CPUs), checks that each node shares the batch's folders, and
 hands each child to the worker with the fewest children. A worker that dies (killed, its node
 lost) takes its children with it: each is reported lost (`ChildLost`) and runs again, and a new
 worker is started on its node if the node is still alive. Closing kills every worker: nothing of
@@ -28,6 +28,7 @@ from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.executors.cluster.home import ChildRelay, Home, Link
+from flightdeck.engine.executors.cluster.join import connect
 from flightdeck.engine.executors.cluster.permits import PermitDesk
 from flightdeck.engine.executors.cluster.wire import Dispatch, Setup, ToWorker
 from flightdeck.engine.executors.cluster.worker import Worker
@@ -64,7 +65,7 @@ class RayExecutor:
         self._started_ray = False
         if not ray.is_initialized():
             self._started_ray = True
-            connect(ray_settings)
+            connect(ray_settings, source)
         self._setup = setup
         self._report = report
         self._lock = threading.Lock()
@@ -121,7 +122,7 @@ class RayExecutor:
                     ray.kill(each)
                 raise ConfigError(
                     self._source,
-                    None,
+                    self._settings.address_line,
                     "ray.address",
                     f"node {name} does not see {', '.join(problems)} as this process does: on "
                     "a cluster of more than one machine the batch's workspace (and, for command "
@@ -254,25 +255,6 @@ def alive_nodes() -> list[dict[str, Any]]:
     """The cluster's nodes that are alive, as `ray.nodes()` describes them."""
     nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
     return [n for n in nodes if n.get("Alive")]
-
-
-def connect(settings: RaySettings) -> None:
-    """Start a local cluster, or join the one at `settings.address`."""
-    address = settings.address
-    kwargs: dict[str, Any] = {
-        "include_dashboard": False,
-        "log_to_driver": False,
-        "configure_logging": False,
-    }
-    if address == "local":
-        kwargs["num_cpus"] = settings.num_cpus
-        if settings.object_store_mb is not None:
-            kwargs["object_store_memory"] = settings.object_store_mb * 1024 * 1024
-        # Named, not left out: without an address Ray joins the cluster a `ray start` left on
-        # this machine (and refuses num_cpus for it) instead of starting one.
-        ray.init(address="local", **kwargs)
-    else:
-        ray.init(address=address, **kwargs)
 
 
 def probe_files(folders: list[Path]) -> tuple[tuple[Path, str], ...]:

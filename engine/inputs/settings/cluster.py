@@ -13,6 +13,10 @@ from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
 from flightdeck.engine.inputs.settings.values import MAX_CONCURRENT, RaySettings
 
 RAY_KEYS = ("address", "num_cpus", "workers_per_node", "object_store_mb")
+RAY_CLIENT = (
+    "ray:// (Ray Client) is not supported: run flightdeck on a node of the cluster with "
+    'address = "auto" (or RAY_ADDRESS set to the head\'s host:port)'
+)
 
 
 def read_ray(checks: ValueChecks, table: Table) -> RaySettings:
@@ -22,11 +26,14 @@ def read_ray(checks: ValueChecks, table: Table) -> RaySettings:
     if "address" in table:
         key = ("ray", "address")
         address = checks.string(key, table["address"]).strip()
-        if address not in ("local", "auto") and not address.startswith("ray://"):
-            raise checks.error(
-                key, f'expected "local", "auto" or "ray://host:port", got {address!r}'
-            )
+        if address.startswith("ray://"):
+            # Ray Client needs `ray[client]`, which the extra does not install, and Ray scopes
+            # it to interactive shells; an owner on a node of the cluster joins with "auto".
+            raise checks.error(key, RAY_CLIENT)
+        if address not in ("local", "auto"):
+            raise checks.error(key, f'expected "local" or "auto", got {address!r}')
         values["address"] = address
+        values["address_line"] = checks.locator.line(*key)
     if "num_cpus" in table:
         values["num_cpus"] = checks.integer(
             ("ray", "num_cpus"), table["num_cpus"], 1, MAX_CONCURRENT

@@ -188,12 +188,13 @@ class Budget:
 class RaySettings:
     """The `[ray]` table: the cluster children run on with `executor = "ray"`."""
 
-    address: str = "local"  # "local" (start one here), "auto" or "ray://host:port" (join one)
+    address: str = "local"  # "local" (start one here) or "auto" (join the one running here)
     num_cpus: int | None = None  # a local cluster's CPUs (None: this machine's)
     workers_per_node: int = 2  # worker actors per node, each running many children
     # A local cluster's object store: flightdeck's messages stay small, so little is needed.
     object_store_mb: int | None = 128
     line: int | None = field(default=None, compare=False)  # of [ray], for messages
+    address_line: int | None = field(default=None, compare=False)  # for messages
 
 
 DEFAULT_LOOP_STEER = (

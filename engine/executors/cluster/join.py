@@ -1,0 +1,67 @@
+"""Joining the Ray cluster `[ray] address` names: "local" starts one in this process, "auto"
+joins the one running on this machine (or at `RAY_ADDRESS`). A cluster that cannot be joined is
+a ConfigError on `ray.address`, found before the batch writes anything."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import ray
+from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.inputs.settings import RaySettings
+from flightdeck.engine.inputs.settings.cluster import RAY_CLIENT
+from ray._private.services import canonicalize_bootstrap_address
+
+ANSWER_S = 5.0  # how long a cluster's address may take to accept a connection
+
+START_ONE = 'start one (`ray start --head`), or use address = "local" to start one for the batch'
+
+
+def join_address(settings: RaySettings, source: Path | None) -> str:
+    """The address of the running cluster "auto" finds, as `ray.init` finds it; ConfigError if
+    there is none or nothing answers there (`ray.init` alone waits over 10 minutes)."""
+    where = (source, settings.address_line, "ray.address")
+    if settings.address.startswith("ray://"):  # a batch stored before it was refused
+        raise ConfigError(*where, RAY_CLIENT)
+    try:
+        found = canonicalize_bootstrap_address(settings.address)
+    except ConnectionError:  # no RAY_ADDRESS, no `ray start` cluster on this machine
+        raise ConfigError(
+            *where, f'"auto" found no Ray cluster running here: {START_ONE}'
+        ) from None
+    except ValueError as exc:  # a RAY_ADDRESS that is no address
+        raise ConfigError(*where, f"cannot join a Ray cluster: {exc}") from None
+    if found is None or found.startswith("ray://"):
+        raise ConfigError(*where, f"RAY_ADDRESS must be a cluster's host:port, got {found!r}")
+    host, _, port = found.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_S).close()
+    except (OSError, ValueError) as exc:
+        # "auto" takes RAY_ADDRESS first: say so, as the file does not show it.
+        named = " (RAY_ADDRESS)" if os.environ.get("RAY_ADDRESS") else ""
+        raise ConfigError(
+            *where, f"no Ray cluster answers at {found}{named} ({exc}): {START_ONE}"
+        ) from None
+    return found
+
+
+def connect(settings: RaySettings, source: Path | None) -> None:
+    """Start a local cluster, or join the one at `settings.address` (ConfigError if none)."""
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": False,
+    }
+    if settings.address == "local":
+        kwargs["num_cpus"] = settings.num_cpus
+        if settings.object_store_mb is not None:
+            kwargs["object_store_memory"] = settings.object_store_mb * 1024 * 1024
+        # Named, not left out: without an address Ray joins the cluster a `ray start` left on
+        # this machine (and refuses num_cpus for it) instead of starting one.
+        ray.init(address="local", **kwargs)
+        return
+    # Checked again here: the cluster may have ended since the engine was made.
+    ray.init(address=join_address(settings, source), **kwargs)
