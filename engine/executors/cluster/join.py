@@ -13,6 +13,9 @@ import ray
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import RaySettings
 from flightdeck.engine.inputs.settings.cluster import RAY_CLIENT
+
+# How ray.init itself finds "auto"'s address (RAY_ADDRESS, then a `ray start` cluster's file):
+# private, but the same code path, within the `ray>=2.60,<3` the extra pins.
 from ray._private.services import canonicalize_bootstrap_address
 
 ANSWER_S = 5.0  # how long a cluster's address may take to accept a connection
