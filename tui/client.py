@@ -202,8 +202,8 @@ def _receipt_line(receipt: SteerReceipt, now: bool, answer: str | None) -> str:
         if answer is not None:
             wait = f"its question waits for your answer first (`{answer}`)"
         line += f" — {wait}; Ctrl+C leaves it queued"
-    elif state == "missed" and receipt.how:
-        line += f": {one_line(receipt.how, 200)}"  # why, where the owner said
+    elif receipt.how:  # why it was missed, or how a CLI took it, where the owner said
+        line += f"{': ' if state == 'missed' else ' '}{one_line(receipt.how, 200)}"
     return line
 
 
