@@ -45,7 +45,7 @@ from flightdeck.engine.model.livelimits import (
     limits_of,
     with_limits,
 )
-from flightdeck.engine.owner import assembly
+from flightdeck.engine.owner import assembly, batchdir
 from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
 from flightdeck.engine.owner.duties import OwnerDuties
 from flightdeck.engine.owner.resume import NothingToResume, Resumed, Stored
@@ -135,6 +135,8 @@ class Engine(CommandMethods):
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
         self.clock = clock = clock or steady_clock()
         self._id_given = batch_id is not None
+        if batch_id is not None:
+            batchdir.check_given_id(batch_id)
         self.batch_id = batch_id or new_batch_id(clock)
         self.batch_dir = self.state_dir / "batches" / self.batch_id
         templates = [t for s in batch.schedules for t in s.tasks]
@@ -204,6 +206,8 @@ class Engine(CommandMethods):
         engine runs one batch, and its tasks must never run twice."""
         if self._run is not None or self._closed:
             raise RuntimeError("Engine.start() can be called once, before close()")
+        if self._id_given and self._resuming is None:
+            batchdir.check_not_taken(self.batch_id, self.state_dir)
         self._run = run = BatchRun(
             self.batch,
             self.settings,

@@ -354,6 +354,18 @@ def test_child_ids_of_the_wrong_type_are_said_to_be_so(tmp_path: Path) -> None:
                 decode("steer", json.dumps({"child_ids": bad, "message": "hi"}))
         with pytest.raises(CommandError, match=r"expected child ids \(text\), got integer 1 in"):
             engine.steer(["t0000", 1], "hi")  # type: ignore[list-item]
+        # Every method with ids, not only steer, stop and pause (found by an audit: answer,
+        # dismiss, retry, accept and discard read "t0" as the ids 't' and '0').
+        said = "child_ids: expected a list of child ids, got string 't0'"
+        for call in (
+            lambda: engine.answer("t0", "yes"),  # type: ignore[arg-type]
+            lambda: engine.dismiss("t0"),  # type: ignore[arg-type]
+            lambda: engine.retry("t0"),  # type: ignore[arg-type]
+            lambda: engine.accept("t0", "main"),  # type: ignore[arg-type]
+            lambda: engine.discard("t0"),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(CommandError, match=said):
+                call()
         assert engine.receipts() == []
     finally:
         engine.close()
@@ -396,3 +408,31 @@ def test_a_steer_to_a_child_that_has_ended_is_missed_with_the_reason(tmp_path: P
     with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:  # for `flightdeck steer`
         (stored,) = reader.child(engine.batch_id, "t0000").steers  # type: ignore[union-attr]
     assert stored.how == "the child had ended: completed"
+
+
+def test_a_given_batch_id_is_a_plain_name_not_taken_and_max_concurrent_a_number(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit of the Python API: batch_id="../../etc" wrote the batch outside the
+    # state folder; a second run with the same id wrote over the first's records; and
+    # max_concurrent="bogus" or 2.5 reached the pool.
+    from flightdeck.engine.errors import InputError
+
+    state = tmp_path / "state"
+    for bad in ("../../etc", "", "a/b", ".hidden"):
+        with pytest.raises(InputError, match="is not a valid batch id"):
+            Engine(batch(1), settings(sim_route()), state_dir=state, batch_id=bad)
+    assert not (tmp_path / "etc").exists()
+    first = Engine(batch(1), settings(sim_route()), state_dir=state, batch_id="mine")
+    first.start()
+    try:
+        run_to_end(first)
+    finally:
+        first.close()
+    again = Engine(batch(1), settings(sim_route()), state_dir=state, batch_id="mine")
+    with pytest.raises(InputError, match="batch mine is already recorded here: resume it"):
+        again.start()
+    again.close()
+    for bad_pool in ("bogus", 2.5, True):
+        with pytest.raises(ValueError, match='max_concurrent must be a whole number or "auto"'):
+            Engine(batch(1), settings(sim_route()), state_dir=state, max_concurrent=bad_pool)  # type: ignore[arg-type]

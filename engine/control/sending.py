@@ -76,25 +76,25 @@ class CommandMethods:
 
     def answer(self, child_ids: Iterable[str], message: str) -> None:
         """Answer each of these children's question (`ask_operator`): its tool's result."""
-        self.send(Answer(tuple(child_ids), message))
+        self.send(Answer(child_ids_of(child_ids), message))
 
     def dismiss(self, child_ids: Iterable[str]) -> None:
         """Clear these children's entries in the "needs you" queue (engine/triage/needs.py)."""
-        self.send(Dismiss(tuple(child_ids)))
+        self.send(Dismiss(child_ids_of(child_ids)))
 
     def retry(self, child_ids: Iterable[str], *, resume: bool = False) -> None:
         """Run these children that ended again under a new attempt (`resume`: working on from
         where they stopped); returns once queued (a batch that ended is reopened)."""
-        self.send(Retry(tuple(child_ids), resume))
+        self.send(Retry(child_ids_of(child_ids), resume))
 
     def accept(self, child_ids: Iterable[str], into: str) -> None:
         """Merge these children's changes into branch `into`, all or (a conflict) none;
         returns once done, CommandError saying why if it could not be."""
-        self.send(Accept(tuple(child_ids), into))
+        self.send(Accept(child_ids_of(child_ids), into))
 
     def discard(self, child_ids: Iterable[str]) -> None:
         """Remove these children's worktrees and branches; returns once done."""
-        self.send(Discard(tuple(child_ids)))
+        self.send(Discard(child_ids_of(child_ids)))
 
     def set_limits(self, change: Mapping[str, object]) -> Limits:
         """Change the live limits (see model/livelimits.py for `change`); returns the limits it

@@ -88,6 +88,8 @@ def pool_size(
     override: int | Literal["auto"] | None, settings: Settings, routes: Iterable[Route]
 ) -> int:
     """The number of slots: given, configured, or `auto` from the CPUs and the routes."""
+    if override not in (None, "auto") and (type(override) is not int):  # not 2.5, "8", True
+        raise ValueError(f'max_concurrent must be a whole number or "auto", got {override!r}')
     if isinstance(override, int):
         if not 1 <= override <= MAX_CONCURRENT:
             raise ValueError(f"max_concurrent must be between 1 and {MAX_CONCURRENT}")

@@ -6,13 +6,41 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Batch
+from flightdeck.engine.inputs.tasks.values import ID_PATTERN
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.owner.assembly import new_batch_id
 from flightdeck.engine.private import private_dir
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.transcripts import write_manifest
+
+
+def check_given_id(batch_id: object) -> None:
+    """A batch id given, not drawn: a plain name, as a task's id is (it names the batch's folder:
+    "../x" would be outside the state folder)."""
+    if not isinstance(batch_id, str) or not ID_PATTERN.fullmatch(batch_id):
+        raise InputError(
+            None,
+            None,
+            "batch_id",
+            f"{batch_id!r} is not a valid batch id: it names a folder, so use 1-64 letters, "
+            "digits, '.', '_' or '-', starting with a letter or digit",
+        )
+
+
+def check_not_taken(batch_id: str, state_dir: Path) -> None:
+    """A new batch's given id is none this state folder has recorded: its rows would be
+    written over (`Engine.resume` runs an abandoned batch on)."""
+    db = state_dir / "flightdeck.db"
+    if db.is_file():
+        with StoreReader(db) as reader:
+            taken = reader.batch(batch_id) is not None
+        if taken:
+            raise InputError(
+                db, None, "batch_id", f"batch {batch_id} is already recorded here: resume it"
+            )
 
 
 def folder(path: Path, state_dir: Path, *, private: bool = True) -> Path:
