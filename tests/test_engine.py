@@ -355,6 +355,19 @@ def test_rate_limits_fail_a_child_only_after_max_wait_s_with_that_reason(tmp_pat
     assert row.activity.api_calls < 20  # ... and time-bound: about 0.1 s of 20 ms pauses
 
 
+def test_a_retry_after_longer_than_max_wait_s_fails_the_child_at_once(tmp_path: Path) -> None:
+    # Found by an audit: `retry-after: 30` with max_wait_s 5 was waited out in full (a
+    # `retry-after: 3600` would have slept an hour). Retry-After 600 s (scaled: 0.6 s) against
+    # max_wait_s 100 s (0.1 s): nothing is waited, and the reason says why.
+    route = sim_route(error_rate=1.0, retry_after_s=600)
+    route = dataclasses.replace(route, retry=dataclasses.replace(route.retry, max_wait_s=100))
+    row = run_to_end(start(batch(1), settings(route), tmp_path), 30).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error is not None and "the server asking for 1s more" in row.error, row.error
+    assert "(max_wait_s 0.1s)" in row.error
+    assert row.activity.api_calls == 1
+
+
 def test_fatal_error_fails_without_retry(tmp_path: Path) -> None:
     engine = start(batch(1), settings(sim_route(fail_rate=1.0)), tmp_path)
     row = run_to_end(engine, 10).children[0]

@@ -254,6 +254,19 @@ class RetryPolicy:
                 account.failed(exc)  # the first was counted before tenacity took over
             return self._stop(account, exc)
 
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            asked = exc.retry_after if isinstance(exc, RateLimited) and throttled(exc) else None
+            if asked and asked > self.max_wait_s - account.waited_s:
+                # The server asks for more than max_wait_s leaves (an hour's Retry-After): fail
+                # now rather than wait it out; the route's pause would hold the next try anyway.
+                raise RateLimited(
+                    f"{reason_of(exc)}: still rate limited after {account.waited_s:.0f}s "
+                    f"throttled (max_wait_s {self.max_wait_s:g}s), the server asking for "
+                    f"{asked:.0f}s more: {exc}"
+                ) from exc
+            return self._backoff(state, release)
+
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome is not None else None
             delay = state.upcoming_sleep
@@ -277,7 +290,7 @@ class RetryPolicy:
 
         return Retrying(
             stop=stop,
-            wait=lambda state: self._backoff(state, release),
+            wait=wait,
             retry=retry_if_exception(_retryable),
             sleep=sleep,
             before_sleep=before_sleep,
