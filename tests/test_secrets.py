@@ -133,3 +133,37 @@ def flightdeck_env(cwd: Path, env: dict[str, str], *args: str):  # type: ignore[
         timeout=60,
         env={**os.environ, "NO_COLOR": "1", **env},
     )
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_credential_in_a_routes_headers_is_redacted_when_echoed(
+    tmp_path: Path, provider: str
+) -> None:
+    # Found by an audit: a gateway key in `headers`, echoed by the server's 401, was stored in
+    # clear in the child's error and transcript; the API key beside it was redacted.
+    import dataclasses
+    from types import MappingProxyType
+
+    from helpers import batch, settings
+    from loopback import KEY_ENV, Loopback, Reply, route_for
+
+    gateway = "gw-CANARY-9f8e7d6c5b4a"
+    with Loopback() as server:
+        server.script(Reply(status=401, message=f"bad gateway key {gateway} (or {provider})"))
+        route = route_for(server, provider)
+        headers = {"X-Gateway-Key": gateway, "X-Title": "json"}  # a short value is no secret
+        route = dataclasses.replace(
+            route, options=MappingProxyType({**route.options, "headers": headers})
+        )
+        engine = Engine(
+            batch(1), settings(route), state_dir=tmp_path / "state", env={KEY_ENV: "sk-other-0"}
+        )
+        engine.start()
+        try:
+            row = run_to_end(engine).children[0]
+        finally:
+            engine.close()
+    assert row.error is not None and "[REDACTED]" in row.error, row.error
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert b"CANARY" not in path.read_bytes(), path

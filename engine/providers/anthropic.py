@@ -65,8 +65,8 @@ class AnthropicProvider:
 
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
-        self.secrets = key_secrets(api_key)
         options = route.options
+        self.secrets = key_secrets(api_key, options.get("headers"))
         self._http = http_client(options)
         self._client = anthropic.Anthropic(
             api_key=api_key,

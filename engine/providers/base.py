@@ -108,10 +108,18 @@ class TurnStream(Protocol):
 LOCAL_PLACEHOLDER_KEY = "local-server-no-key"
 
 
-def key_secrets(api_key: str) -> tuple[str, ...]:
-    """A provider's `secrets` for its key. A local server's placeholder is no secret: it would
-    only redact a model saying it."""
-    return () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
+# A header value this long may be a credential (a gateway's key); a shorter one ("1", "json")
+# would only redact the same word wherever the model writes it.
+SECRET_HEADER_CHARS = 8
+
+
+def key_secrets(api_key: str, headers: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """A provider's `secrets`: its key, and the values of the route's `headers` that may be
+    credentials (a server can echo either). A local server's placeholder is no secret: it
+    would only redact a model saying it."""
+    values = [v for v in (headers or {}).values() if len(str(v)) >= SECRET_HEADER_CHARS]
+    key = () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
+    return (*key, *(str(v) for v in values))
 
 
 class Provider(Protocol):

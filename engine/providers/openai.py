@@ -72,8 +72,8 @@ class OpenAIProvider:
 
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
-        self.secrets = key_secrets(api_key)
         options = route.options
+        self.secrets = key_secrets(api_key, options.get("headers"))
         base_url: str | None = options.get("base_url")
         self._http = http_client(options)
         self._client = openai.OpenAI(
