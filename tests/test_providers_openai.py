@@ -251,6 +251,10 @@ def test_missing_key_fails_before_anything_starts(tmp_path: Path) -> None:
     assert caught.value.field == "routes.gpt.api_key_env"
     assert f"environment variable {KEY_ENV} is not set" in str(caught.value)
     assert not (tmp_path / "state").exists()
+    # Exported but empty (or blank) is said so: the user can see it is set (found by an audit).
+    for empty in ("", "   "):
+        with pytest.raises(ConfigError, match=f"environment variable {KEY_ENV} is set but empty"):
+            Engine(batch(1, route="gpt"), settings(route), state_dir=tmp_path, env={KEY_ENV: empty})
 
 
 def test_a_local_server_needs_no_key(server: Loopback) -> None:

@@ -498,6 +498,12 @@ def test_a_sim_hold_dir_is_a_folder_beside_the_config(tmp_path: Path) -> None:
         ("[budget]\nmax_cost_usd = 1e300", "budget.max_cost_usd", "at most 1,000,000,000"),
         ("[tui]\ndigest_idle_s = 1e300", "tui.digest_idle_s", "at most 10,000,000"),
         ("[routes.sim]\nretry = { max_wait_s = 1e300 }", "routes.sim.retry.max_wait_s", "at most"),
+        # A command route's too (found by an audit: 5000 ran).
+        (
+            '[routes.c]\nprovider = "command"\nargv = ["true"]\nmax_concurrent = 5000',
+            "routes.c.max_concurrent",
+            "between 1 and 1024, got 5000",
+        ),
     ],
 )
 def test_every_number_is_bounded_by_what_the_code_can_use(

@@ -67,11 +67,12 @@ def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = No
         return key
     if is_local(base_url):
         return LOCAL_PLACEHOLDER_KEY
+    empty = name in env and (named or base_url is None)  # exported, with nothing in it
     raise ConfigError(
         source,
         route.key_line,
         f"routes.{route.name}.api_key_env",
-        f"environment variable {name} is not set",
+        f"environment variable {name} is {'set but empty' if empty else 'not set'}",
     )
 
 

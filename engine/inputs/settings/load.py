@@ -263,7 +263,7 @@ class _Reader(ValueChecks):
         limits: dict[str, Any] = {}
         if "max_concurrent" in table:
             limits["max_concurrent"] = self.integer(
-                (*key, "max_concurrent"), table["max_concurrent"], 1
+                (*key, "max_concurrent"), table["max_concurrent"], 1, MAX_CONCURRENT
             )
         model = Path(spec.argv[0]).name
         if "model" in table:
