@@ -168,3 +168,32 @@ def test_headless_prints_the_unit_line_after_its_members(tmp_path: Path) -> None
     assert len(members) == 2 and max(members) < unit[0]
     assert "partial: 1/2 completed" in lines[unit[0]]
     assert "✓r1 ✗r2" in lines[unit[0]]
+
+
+def test_a_unit_retried_after_it_was_reported_is_reported_again_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit of the Python API: a member retried after its group was reported left
+    # the group reported as partial for good, while the report said completed.
+    from helpers import Hold
+
+    hold = Hold(tmp_path / "hold")
+    tasks = [Task(id=i, goal="g", seq=n, group="g") for n, i in enumerate(("a", "b"))]
+    s = settings(sim_route(**hold.options()), pool=2)
+    engine = Engine(tasks_batch(tasks), s, state_dir=tmp_path / "state")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+    engine.start()
+    try:
+        until(lambda: engine.snapshot().totals.running == 2)
+        engine.stop(["a"])
+        hold.release("b")
+        until(lambda: any(isinstance(e, GroupFinished) for e in events))
+        engine.retry(["a"])
+        hold.release()
+        run_to_end(engine)
+    finally:
+        engine.close()
+    units = [e for e in events if isinstance(e, GroupFinished)]
+    assert [u.status for u in units] == [UnitStatus.PARTIAL, UnitStatus.COMPLETED]
+    assert [m.status for m in units[-1].members] == [ChildStatus.COMPLETED] * 2

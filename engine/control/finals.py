@@ -73,6 +73,7 @@ class Finals:
             self._committed.discard(child_id)
             self.done -= 1
             self._handed -= 1
+            self._units.reopen(child_id)
 
     @property
     def held(self) -> int:
