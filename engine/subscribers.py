@@ -39,5 +39,7 @@ class Subscribers:
         for fn in self._fns:  # two events per child: no lock, no copy
             try:
                 fn(event)
-            except Exception:  # a broken subscriber must not stop the batch
+            # A broken subscriber must not stop the batch. SystemExit too: on this thread it
+            # would end the coordinator in silence, not the program.
+            except (Exception, SystemExit):
                 log.exception("engine subscriber failed on %s", type(event).__name__)

@@ -883,6 +883,18 @@ def test_a_closed_engine_leaves_its_program_a_subreaper_only_if_it_was_one(
     assert run.stdout.split("\n")[:2] == [f"1 {after}", f"1 {after}"]
 
 
+def test_a_subscriber_calling_sys_exit_does_not_end_the_coordinator(tmp_path: Path) -> None:
+    # Found by an audit: sys.exit() in a subscriber ended the coordinator thread in silence;
+    # wait() returned and the batch stayed "running" in the store, its children too.
+    import sys
+
+    engine = Engine(batch(3), settings(sim_route(tool_turns=0), pool=1), state_dir=tmp_path)
+    engine.subscribe(lambda event: sys.exit("quit"))
+    engine.start()
+    snap = run_to_end(engine)
+    assert snap.totals.completed == 3 and snap.status.value == "completed"
+
+
 def test_subscribers_get_every_event_until_they_unsubscribe(tmp_path: Path) -> None:
     seen: list[object] = []
     dropped: list[object] = []
