@@ -279,3 +279,15 @@ def test_a_read_that_fails_midway_loses_nothing(
     finally:
         view.close()
         store.close()
+
+
+def test_a_client_or_view_of_a_folder_with_no_state_says_so(tmp_path: Path) -> None:
+    # Found by an audit of the Python API: sqlite3's "unable to open database file" at the
+    # first read, where Engine.resume says "no flightdeck state here".
+    from flightdeck.engine.attached.client import Client
+    from flightdeck.engine.errors import StoreError
+
+    db = tmp_path / "nowhere" / "flightdeck.db"
+    for make in (lambda: Client(db, "b1"), lambda: StoreView(db, "b1", watch=False)):
+        with pytest.raises(StoreError, match="no flightdeck state here"):
+            make()

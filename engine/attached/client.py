@@ -23,7 +23,7 @@ from flightdeck.engine.model import BatchStatus, ChildRow, Limits, RouteHeadroom
 from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
 from flightdeck.engine.records.processes import still_running
-from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.reader import StoreReader, require_state
 from flightdeck.engine.records.requests import RequestRow, RequestState, read_request, submit
 from flightdeck.engine.records.rows import BatchInfo, batch_columns, batch_info
 from flightdeck.engine.records.schema import connect
@@ -70,6 +70,7 @@ class Client:
     """One batch's commands, sent through its store (`db`) to its owner process."""
 
     def __init__(self, db: Path, batch_id: str) -> None:
+        require_state(db)
         self.db = db
         self.batch_id = batch_id
         self._conn: sqlite3.Connection | None = None

@@ -26,6 +26,7 @@ from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.commands import Accept, Command, Discard, Retry
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
+from flightdeck.engine.records.reader import require_state
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.schema import connect
 
@@ -56,6 +57,7 @@ class StoreView:
         force_polling: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        require_state(db)
         self.db = db
         self.batch_id = batch_id
         self.clock = clock

@@ -357,6 +357,13 @@ def with_lineage(rows: list[ChildRow], parents: Mapping[str, str]) -> list[Child
     ]
 
 
+def require_state(db: Path) -> None:
+    """StoreError unless `db` is there: a path with no state is said, not met by SQLite's
+    "unable to open database file" at the first read."""
+    if not db.is_file():
+        raise StoreError(db, None, None, "no flightdeck state here (run a batch first)")
+
+
 def no_batch(batch_id: str, state_dir: Path) -> str:
     """How every command says that an id names no batch of this state folder (`logs`,
     `report`, `resume`, `steer`, `stop`, `wait`… alike)."""
