@@ -9,6 +9,7 @@ used to become the child's result.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,11 @@ def test_a_broken_stream_is_retried_and_never_taken_as_the_answer(
     assert "tool-call" not in transcript
     assert "broken stream, retry 1/3" in transcript
     assert "billed as an estimate" in transcript
+    # Anthropic counts the input at the stream's start: only the output is estimated, and the
+    # line says only that (found by an audit: "0 input and 3 output tokens ... never came").
+    assert " 0 input" not in transcript
+    if kind == "anthropic":
+        assert re.search(r"call cut short: \d+ output tokens billed as an estimate", transcript)
     # The cut call is billed (the prompt, what streamed) on top of the whole one.
     assert row.usage.prompt_tokens > 120 and row.usage.output_tokens > 12
 

@@ -59,10 +59,17 @@ TRANSCRIPT_TOOL_CHARS = 2000
 
 
 def estimated_note(usage: Usage) -> str:
-    """The transcript's line for usage billed as an estimate, not the server's count."""
+    """The transcript's line for usage billed as an estimate, not the server's count: only the
+    parts estimated (Anthropic counts the input at the stream's start; only the output went
+    uncounted when the stream is cut after it)."""
+    parts = [
+        f"{n} {what}"
+        for n, what in ((usage.input_tokens, "input"), (usage.output_tokens, "output"))
+        if n
+    ]
     return (
-        f"call cut short: {usage.input_tokens} input and {usage.output_tokens} output tokens "
-        "billed as an estimate (the server's count never came)"
+        f"call cut short: {' and '.join(parts)} tokens billed as an estimate "
+        "(the server's count of them never came)"
     )
 
 
