@@ -59,18 +59,11 @@ TRANSCRIPT_TOOL_CHARS = 2000
 
 
 def estimated_note(usage: Usage) -> str:
-    """The transcript's line for usage billed as an estimate, not the server's count: only the
-    parts estimated (Anthropic counts the input at the stream's start; only the output went
-    uncounted when the stream is cut after it)."""
-    parts = [
-        f"{n} {what}"
-        for n, what in ((usage.input_tokens, "input"), (usage.output_tokens, "output"))
-        if n
-    ]
-    return (
-        f"call cut short: {' and '.join(parts)} tokens billed as an estimate "
-        "(the server's count of them never came)"
-    )
+    """The transcript's line for the tokens billed as an estimate, those only (Anthropic counts
+    the input at the stream's start: a stream cut after it leaves only the output uncounted)."""
+    sizes = ((usage.input_tokens, "input"), (usage.output_tokens, "output"))
+    parts = " and ".join(f"{n} {what}" for n, what in sizes if n)
+    return f"call cut short: {parts} tokens billed as an estimate (their count never came)"
 
 
 def prefix_digest(system: str, tools: tuple[ToolSpec, ...]) -> str:
