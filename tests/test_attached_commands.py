@@ -122,9 +122,10 @@ def test_logs_follow_ends_when_the_owner_dies_and_says_how_to_resume(tmp_path: P
         server.hold()  # c000 holds the one slot: c001 stays queued
         folder = project(tmp_path, server, 2, pool=1)
         owner, batch_id, _ = live_owner(folder)
+        follows: list[subprocess.Popen[str]] = []
         try:
             until(lambda: server.total_runs() >= 1, 30)
-            follows = [flightdeck(folder, "logs", batch_id, c, "-f") for c in ("c000", "c001")]
+            follows += [flightdeck(folder, "logs", batch_id, c, "-f") for c in ("c000", "c001")]
             assert follows[0].stdout is not None
             assert follows[0].stdout.readline()  # the running child's transcript, begun
             owner.send_signal(signal.SIGKILL)
@@ -138,6 +139,8 @@ def test_logs_follow_ends_when_the_owner_dies_and_says_how_to_resume(tmp_path: P
         finally:
             server.release()
             ended(owner)
+            for follow in follows:  # a failing run leaves no follower behind
+                ended(follow)
 
 
 def test_stop_names_the_children_that_had_already_ended(tmp_path: Path) -> None:
