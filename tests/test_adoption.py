@@ -126,26 +126,34 @@ def transcript(folder: Path, batch_id: str, child: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def claude_project(tmp_path: Path, gate: Path) -> Path:
+    """Two fake Claude Code children, "keep" and "halt", whose tool holds until `gate` exists."""
+    claude = (FAKES / "fake_claude.py", "-p", "--input-format", "stream-json")
+    claude += ("--output-format", "stream-json", "--verbose", "--replay-user-messages")
+    route = argv(*map(str, claude), "--fake-gate", str(gate), "--fake-pidfile", "{id}.pid")
+    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
+    return project(tmp_path / "p", route, ["keep", "halt"])
+
+
+def in_tools(folder: Path, batch_id: str, children: tuple[str, ...]) -> None:
+    """Wait until each of `children` is inside its (held) tool."""
+    until(
+        lambda: all("tool-call │ Bash" in transcript(folder, batch_id, c) for c in children),
+        what="the children inside their tool",
+    )
+
+
 @pytest.mark.slow
 def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_once(
     tmp_path: Path,
 ) -> None:
     gate = tmp_path / "gate"
-    claude = (FAKES / "fake_claude.py", "-p", "--input-format", "stream-json")
-    claude += ("--output-format", "stream-json", "--verbose", "--replay-user-messages")
-    route = argv(*map(str, claude), "--fake-gate", str(gate), "--fake-pidfile", "{id}.pid")
-    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
-    folder = project(tmp_path / "p", route, ["keep", "halt"])
+    folder = claude_project(tmp_path, gate)
     # This test's processes only (the gate's path is unique to it).
     with Sampler(re.escape(str(gate)) + r" --fake-pidfile (\w+)\.pid") as sampler:
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         batch_id = batch_of(folder)
-        until(
-            lambda: all(
-                "tool-call │ Bash" in transcript(folder, batch_id, c) for c in ("keep", "halt")
-            ),
-            what="both children inside their tool",
-        )
+        in_tools(folder, batch_id, ("keep", "halt"))
         before = {c: sampler.now()[c] for c in ("keep", "halt")}
         kill_owner(owner)
         # From the processes' side: the dead owner's children still run, and `ls` says so.
@@ -304,20 +312,11 @@ def test_a_stop_sent_while_the_owner_was_dead_ends_the_adopted_process_and_keeps
     # watched the adopted process, as to a child never started ("stopped before start"), and
     # the process ran on after `resume` had exited, its spend forgotten.
     gate = tmp_path / "gate"
-    claude = (FAKES / "fake_claude.py", "-p", "--input-format", "stream-json")
-    claude += ("--output-format", "stream-json", "--verbose", "--replay-user-messages")
-    route = argv(*map(str, claude), "--fake-gate", str(gate), "--fake-pidfile", "{id}.pid")
-    route += 'format = "claude-stream-json"\nstdin = true\nsteer = "stdin"\n'
-    folder = project(tmp_path / "p", route, ["keep", "halt"])
+    folder = claude_project(tmp_path, gate)
     with Sampler(re.escape(str(gate)) + r" --fake-pidfile (\w+)\.pid") as sampler:
         owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
         batch_id = batch_of(folder)
-        until(
-            lambda: all(
-                "tool-call │ Bash" in transcript(folder, batch_id, c) for c in ("keep", "halt")
-            ),
-            what="both children inside their tool",
-        )
+        in_tools(folder, batch_id, ("keep", "halt"))
         spent: dict[str, Usage] = {}
 
         def billed() -> bool:  # its first call, in the store before the kill

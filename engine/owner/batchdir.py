@@ -9,7 +9,7 @@ from pathlib import Path
 from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Batch
-from flightdeck.engine.inputs.tasks.values import ID_PATTERN
+from flightdeck.engine.inputs.tasks.values import ID_PATTERN, ID_RULE
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.owner.assembly import new_batch_id
 from flightdeck.engine.private import private_dir
@@ -25,8 +25,7 @@ def check_given_id(batch_id: object) -> None:
             None,
             None,
             "batch_id",
-            f"{batch_id!r} is not a valid batch id: it names a folder, so use 1-64 letters, "
-            "digits, '.', '_' or '-', starting with a letter or digit",
+            f"{batch_id!r} is not a valid batch id: it names a folder, so use {ID_RULE}",
         )
 
 

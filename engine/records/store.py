@@ -24,6 +24,7 @@ from flightdeck.engine.records.faults import (
     GaveUp,
     RefusedCommits,
     StoreTrouble,
+    rollback,
     storage_fault,
 )
 from flightdeck.engine.records.rows import (
@@ -408,11 +409,10 @@ class Store:
         conn.execute("COMMIT")
 
     def _rollback(self) -> None:
-        if self._conn.in_transaction:
-            try:
-                self._conn.execute("ROLLBACK")
-            except sqlite3.Error as exc:
-                log.error("flightdeck store: rollback failed: %s", exc)
+        try:
+            rollback(self._conn)
+        except sqlite3.Error as exc:
+            log.error("flightdeck store: rollback failed: %s", exc)
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

@@ -23,6 +23,7 @@ from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TASKS,
     DEFAULT_MAX_TURNS,
     ID_PATTERN,
+    ID_RULE,
     RESERVED_IDS,
     TASK_FIELDS,
     TEXT_FIELDS,
@@ -184,8 +185,7 @@ def _finish(
         id_key = (*draft.key, "id")
         if not ID_PATTERN.fullmatch(task_id):
             message = (
-                f"{draft.label}{task_id!r} is not a valid id: it names a file, so use 1-64 "
-                "letters, digits, '.', '_' or '-', starting with a letter or digit"
+                f"{draft.label}{task_id!r} is not a valid id: it names a file, so use {ID_RULE}"
             )
             raise draft.src.error(id_key, "id", message)
         if task_id.lower() in RESERVED_IDS:

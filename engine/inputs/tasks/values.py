@@ -19,6 +19,7 @@ MAX_TASKS_LIMIT = 1_000_000  # the most [engine] max_tasks may say
 TEXT_FIELDS = ("goal", "context", "group")
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+ID_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"  # ID_PATTERN
 # A child's transcript is `<id>.log` in the batch folder, where the owner process writes
 # `owner.log` (attached/spawn.py); compared lower-cased, for file systems that ignore case.
 RESERVED_IDS = frozenset({"owner"})
