@@ -153,3 +153,35 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
         ], out
         assert owner.returncode == 0, err
         assert server.total_runs() == 6
+
+
+@pytest.mark.slow
+def test_a_hold_that_ends_with_the_batch_is_not_said_as_released(tmp_path: Path) -> None:
+    # Found by an audit: a soft-budget hold ended by `stop --all` printed "admission released:
+    # children start again" as the batch stopped, where nothing starts again.
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 3, pool=1)
+        toml = folder / "flightdeck.toml"
+        toml.write_text(toml.read_text() + "\n[budget]\nsoft_cost_usd = 0\n")
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        db = folder / "state" / "flightdeck.db"
+        try:
+            until(db.is_file)
+            with StoreReader(db) as reader:
+                until(
+                    lambda: (
+                        (i := reader.batch(reader.latest_batch_id() or "")) is not None
+                        and i.held is not None
+                    )
+                )
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            code, _, err = run(folder, "stop", batch_id, "--all")
+            assert code == 0, err
+            out, err = owner.communicate(timeout=30)
+        finally:
+            server.release()
+            owner.kill()
+        said = [line for line in out.splitlines() if line.startswith(("held:", "admission"))]
+        assert len(said) == 1 and said[0].startswith("held: soft budget $0.00 reached"), out
+        assert server.total_runs() == 0

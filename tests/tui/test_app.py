@@ -840,6 +840,8 @@ async def test_dialogs_count_the_tagged_children_that_have_ended(tmp_path: Path)
         await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
         assert dialog_title(app.screen) == "Steer 2 children (2 tagged have ended)"
         assert app.screen.child_ids == ["review-02", "review-05"]
+        message = app.screen.query_one("#steer-message", Input)
+        assert message.placeholder == "message to the children"
         await pilot.press("escape")
         await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         await pilot.press("x")
@@ -862,6 +864,8 @@ async def test_the_steer_dialog_says_which_mode_is_chosen_in_words(tmp_path: Pat
             return [b.label.plain for b in app.screen.query(RadioButton)]
 
         assert labels() == ["at next turn  ◂ chosen", "interrupt now"]
+        message = app.screen.query_one("#steer-message", Input)
+        assert message.placeholder == "message to the child"
         app.screen.query_one("#steer-now", RadioButton).value = True
         await until(
             pilot,

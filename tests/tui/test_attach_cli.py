@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import BatchStatus, ChildStatus
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.app import FlightdeckApp
@@ -186,7 +187,10 @@ async def test_attach_on_a_finished_batch_is_read_only(project: Path, owners: li
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_an_abandoned_batch_opens_read_only_and_says_why(
-    project: Path, owners: list[int]
+    project: Path,
+    owners: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     batch_id = detach(project, "held.toml", owners)
     db = project / ".flightdeck" / "flightdeck.db"
@@ -212,6 +216,21 @@ async def test_an_abandoned_batch_opens_read_only_and_says_why(
     view.close()
     with StoreReader(db) as reader:
         assert reader.controls(batch_id) == []
+    # On quit, `attach` says what is left to do: the resume command, ready to paste.
+    out = quit_at_once(monkeypatch, capsys, StoreView(db, batch_id, watch=False))
+    assert f"its owner died: flightdeck resume {batch_id} --state-dir" in out, out
+
+
+def quit_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], view: StoreView
+) -> str:
+    """What `attach` prints once its app (here one that quits at once) is over."""
+    from flightdeck.tui import attached
+
+    monkeypatch.setattr(FlightdeckApp, "run", lambda self, *a, **k: None)
+    capsys.readouterr()
+    attached.attach_tui(view, read_only=True)
+    return capsys.readouterr().out
 
 
 @pytest.mark.slow
