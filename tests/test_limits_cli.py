@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -118,25 +119,37 @@ def test_limits_prints_changes_refuses_bad_arguments_and_survives_a_resume(
         engine.close()
 
 
+def held_owner(folder: Path) -> tuple[subprocess.Popen[str], str]:
+    """A headless owner of the project's batch, started under a soft budget of $0 and returned
+    once admission is held (no child has started); and the batch's id."""
+    toml = folder / "flightdeck.toml"
+    toml.write_text(toml.read_text() + "\n[budget]\nsoft_cost_usd = 0\n")
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    db = folder / "state" / "flightdeck.db"
+    try:
+        until(db.is_file)
+        with StoreReader(db) as reader:
+            until(
+                lambda: (
+                    (i := reader.batch(reader.latest_batch_id() or "")) is not None
+                    and i.held is not None
+                )
+            )
+            batch_id = reader.latest_batch_id()
+    except BaseException:
+        owner.kill()
+        raise
+    assert batch_id is not None
+    return owner, batch_id
+
+
 @pytest.mark.slow
 def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
     with CountingServer() as server:
         folder = project(tmp_path, server, 6, pool=1)
-        toml = folder / "flightdeck.toml"
-        toml.write_text(toml.read_text() + "\n[budget]\nsoft_cost_usd = 0\n")
-        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-        db = folder / "state" / "flightdeck.db"
+        owner, batch_id = held_owner(folder)
         try:
-            until(db.is_file)
-            with StoreReader(db) as reader:
-                until(
-                    lambda: (
-                        (i := reader.batch(reader.latest_batch_id() or "")) is not None
-                        and i.held is not None
-                    )
-                )
-                batch_id = reader.latest_batch_id()
-            assert batch_id is not None and server.total_runs() == 0
+            assert server.total_runs() == 0
             code, out, err = run(folder, "limits", batch_id, "--soft-cost", "off")
             assert code == 0, err
             assert out.strip() == "limits applied: soft budget off"
@@ -161,21 +174,8 @@ def test_a_hold_that_ends_with_the_batch_is_not_said_as_released(tmp_path: Path)
     # children start again" as the batch stopped, where nothing starts again.
     with CountingServer() as server:
         folder = project(tmp_path, server, 3, pool=1)
-        toml = folder / "flightdeck.toml"
-        toml.write_text(toml.read_text() + "\n[budget]\nsoft_cost_usd = 0\n")
-        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-        db = folder / "state" / "flightdeck.db"
+        owner, batch_id = held_owner(folder)
         try:
-            until(db.is_file)
-            with StoreReader(db) as reader:
-                until(
-                    lambda: (
-                        (i := reader.batch(reader.latest_batch_id() or "")) is not None
-                        and i.held is not None
-                    )
-                )
-                batch_id = reader.latest_batch_id()
-            assert batch_id is not None
             code, _, err = run(folder, "stop", batch_id, "--all")
             assert code == 0, err
             out, err = owner.communicate(timeout=30)
