@@ -504,3 +504,94 @@ def test_resume_words_an_unpriced_lost_attempt_as_the_summary_does(tmp_path: Pat
         lines[-1] == "resumed: 0 re-run, 1 left unknown; their lost attempts cost $? (1 unpriced)"
     )
     assert "cost $0.00" not in done.stdout
+
+
+@pytest.mark.slow
+def test_a_child_a_resume_queued_again_is_run_after_that_resume_dies_too(tmp_path: Path) -> None:
+    # Found by the kill/resume chaos loop: a resume marked the lost child `unknown` in the store
+    # until it started again. Killed in between, the next resume took `unknown` for an end, and
+    # the child never ran. Admission paused here holds it queued for as long as the test needs.
+    import signal
+    import sqlite3
+
+    from helpers import flightdeck_process, until
+
+    state = tmp_path / "state"
+    batch_id, _ = abandoned(state)
+    db = state / "flightdeck.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE batches SET held = 'paused by the operator'")
+    conn.close()
+    owner = flightdeck_process("resume", batch_id, "--state-dir", str(state), cwd=tmp_path)
+    try:
+
+        def queued_again() -> bool:
+            with StoreReader(db) as reader:
+                info, rows = reader.batch(batch_id), reader.children(batch_id)
+            row = next(r for r in rows if r.id == "t0001")
+            return (
+                info is not None
+                and info.owner_pid == owner.pid
+                and row.status is not ChildStatus.RUNNING
+            )
+
+        until(lambda: lost_attempts(db) == 1 and queued_again(), timeout=60)
+        with StoreReader(db) as reader:
+            row = next(r for r in reader.children(batch_id) if r.id == "t0001")
+        # As the resumed owner has it: queued again, its lost attempt's spend carried.
+        assert (row.status, row.usage, row.cost_usd) == (
+            ChildStatus.QUEUED,
+            LOST_USAGE,
+            Decimal("0.003"),
+        )
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.communicate()
+    engine = Engine.resume(state, batch_id)
+    engine.start()
+    try:
+        assert engine.resumed is not None
+        assert (engine.resumed.rerun, engine.resumed.lost) == (0, 0)  # nothing ran: none lost
+        engine.pause_admission(False)
+        snap = run_to_end(engine)
+    finally:
+        engine.close()
+    rerun = snap.child("t0001")
+    assert rerun is not None and rerun.status is ChildStatus.COMPLETED
+    assert rerun.usage.input_tokens > LOST_USAGE.input_tokens  # the lost attempt's, carried
+    assert snap.status is BatchStatus.COMPLETED
+    assert snap.lost_cost_usd == Decimal("0.003")  # one attempt lost, counted once
+
+
+def lost_attempts(db: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        found = conn.execute("SELECT count(*) FROM events WHERE kind = 'lost_attempt'").fetchone()
+    conn.close()
+    return int(found[0])
+
+
+def test_a_retried_child_still_queued_keeps_its_earlier_attempts_spend(tmp_path: Path) -> None:
+    # An operator's retry queues the child again with its earlier attempts' spend in its row;
+    # the owner died before it started. Resumed, it still counts that spend.
+    import sqlite3
+
+    batch_id, _ = abandoned(tmp_path)
+    with sqlite3.connect(tmp_path / "flightdeck.db") as conn:
+        conn.execute(
+            "UPDATE children SET tokens_in = 1000, tokens_out = 500, cost_usd = '0.003'"
+            " WHERE id = 't0002'"
+        )
+    conn.close()
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    try:
+        snap = run_to_end(engine)
+    finally:
+        engine.close()
+    again = snap.child("t0002")
+    assert again is not None and again.status is ChildStatus.COMPLETED
+    assert again.usage.input_tokens > 1000 and again.cost_usd is not None
+    assert again.cost_usd > Decimal("0.003")
+    assert snap.totals.cost_usd == sum((r.cost_usd or Decimal(0)) for r in snap.children)

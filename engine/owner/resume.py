@@ -164,6 +164,11 @@ def settle(
         if row is None or row.status == ChildStatus.QUEUED or unstarted:
             if child.task.id not in stored:  # the owner died before it was committed
                 missing.append(child)
+            elif row is not None and (row.usage.total or row.cost_usd):
+                # Queued again after earlier attempts (a retry, a re-run after a lost owner):
+                # their spend is its own still.
+                meter.add(child.route, row.usage)
+                child.carry(row.usage, row.cost_usd)
             out.live.append(child)
         elif row.status.terminal:
             meter.add(child.route, row.usage)
@@ -172,9 +177,10 @@ def settle(
             out.lost_cost_usd += row.cost_usd or 0
             out.lost_cost_unknown += row.cost_usd is None
             meter.add(child.route, row.usage)
+            if rerun:  # before `_lost` records it queued again
+                child.carry(row.usage, row.cost_usd)
             _lost(child, row, batch_id, store, lost_owner, lost_ts, rerun)
             if rerun:
-                child.carry(row.usage, row.cost_usd)
                 out.live.append(child)
                 out.rerun += 1
             else:
@@ -403,10 +409,18 @@ def _lost(
     ts: float,
     rerun: bool,
 ) -> None:
-    """Mark a child that was running when its owner died `unknown`, keeping what was
-    recorded, and say so in its transcript (and that it restarts)."""
-    unknown = dataclasses.replace(row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=_why(pid))
-    store.update_child(batch_id, unknown)
+    """Record the attempt of a child that was running when its owner died as lost, and say so
+    in its transcript. Re-run, it is recorded queued again, as `child` is now, with that
+    attempt's spend carried: `unknown` reads as an end, so had this owner died too before the
+    child started, the next resume would never have run it. Otherwise it is left `unknown`,
+    with what was recorded of it."""
+    if rerun:
+        store.update_child(batch_id, child.row())
+    else:
+        unknown = dataclasses.replace(
+            row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=_why(pid)
+        )
+        store.update_child(batch_id, unknown)
     _record_lost(store, batch_id, row, ts, rerun)
     if rerun:  # it starts over: a loop its lost attempt was flagged in is not its own now
         store.record_event(batch_id, row.id, ts, "loop", evidence_json(None))

@@ -37,6 +37,8 @@ from flightdeck.engine.sanitize import one_line, sanitize
 MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 # The events read back into children's rows: who delegated whom, loop flags, attempts, changes.
 _KEPT = ", ".join(f"'{k}'" for k in ("delegate", "loop", "node", *KEPT_KINDS))
+# A row with spend recorded: a child ran at some time, even if it is queued again now.
+_SPENT = "(cost_usd IS NOT NULL OR tokens_in + tokens_out + cache_read + cache_write > 0)"
 
 _FAILED = tuple(
     s.value
@@ -101,9 +103,10 @@ class StoreReader:
     ) -> list[ChildRow]:
         """A batch's children in seq order, each with its steer receipts; with `results` False,
         every `result` is None and never read (a report's memory then does not grow with the
-        answers); with `started`, only those that are no longer queued."""
+        answers); with `started`, only those that have run: no longer queued, or queued again
+        with earlier attempts' spend (a retry, a re-run after a lost owner)."""
         columns = CHILD_COLUMNS if results else CHILD_COLUMNS_NO_RESULT
-        where = " AND status != 'queued'" if started else ""
+        where = f" AND (status != 'queued' OR {_SPENT})" if started else ""
         with self._lock:
             if not self._check_ready():
                 return []
