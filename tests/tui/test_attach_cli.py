@@ -235,6 +235,44 @@ def quit_at_once(
 
 @pytest.mark.slow
 @pytest.mark.anyio
+async def test_an_abandoned_batchs_running_rows_stop_their_clock_with_its_owner(
+    project: Path, owners: list[int]
+) -> None:
+    # Found by a user: after a kill -9 of the owner, the meter's elapsed stopped at its last
+    # heartbeat but the rows still `running` counted their idle time on, as if watched still.
+    from flightdeck.tui.widgets.rows import last
+
+    batch_id = detach(project, "held.toml", owners)
+    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
+    os.kill(owners[-1], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while view.snapshot().status is not BatchStatus.ABANDONED:
+        assert time.monotonic() < deadline, "the dead owner is noticed"
+        time.sleep(0.05)
+    ended = view.snapshot().finished_ts
+    assert ended is not None
+    shift, reads = [0.0], [0]
+
+    def clock() -> float:
+        reads[0] += 1
+        return time.time() + shift[0]
+
+    app = FlightdeckApp(view, UiOptions(clock=clock, poll_s=0.05, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 3, "three rows")
+        shift[0] = 3600.0  # an hour later
+        seen = reads[0]
+        await until(pilot, lambda: reads[0] > seen + 4, "polls after the hour passed")
+        for child_id, row in table.rows_by_id.items():
+            assert row.status is ChildStatus.RUNNING  # as `flightdeck report` says it
+            assert table.model.cells(child_id)[6] == last(row, ended), child_id
+        await pilot.press("q")
+    view.close()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
 async def test_an_owner_that_dies_while_attached_is_said_with_the_resume_command(
     project: Path, owners: list[int]
 ) -> None:

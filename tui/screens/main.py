@@ -40,7 +40,7 @@ from flightdeck.tui.widgets.digest import DigestPanel
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.footer import KeysFooter
 from flightdeck.tui.widgets.routes import RoutePanel
-from flightdeck.tui.widgets.rows import next_grouping
+from flightdeck.tui.widgets.rows import counted_to, next_grouping
 from flightdeck.tui.widgets.status import status_line
 from textual import events, work
 from textual.app import ComposeResult, SystemCommand
@@ -81,8 +81,7 @@ class MainScreen(Screen[None]):
         yield DigestPanel(id="digest")
         yield CostMeter(id="meter")
         yield RoutePanel(id="routes")
-        table = ChildrenTable(id="children", hold_s=self.options.sort_hold_s)
-        yield table
+        yield ChildrenTable(id="children", hold_s=self.options.sort_hold_s)
         yield ChildDetail(id="detail")
         yield TranscriptView(id="transcript", poll_s=self.options.transcript_poll_s)
         filter_input = FilterInput(
@@ -135,7 +134,7 @@ class MainScreen(Screen[None]):
         # The queue first: the status bar counts it, in the same frame as the rows it is of.
         queued = self.notices.observe(snap, now)
         with self.app.batch_update():
-            table.apply(snap.children, now)
+            table.apply(snap.children, counted_to(snap, now))
             if self.following:
                 table.follow()
             self.query_one("#meter", CostMeter).show(snap, now)
@@ -157,7 +156,8 @@ class MainScreen(Screen[None]):
         self._sync_bindings()
 
     def _detail(self) -> None:
-        self.query_one("#detail", ChildDetail).show_selected(self.table, self.options.clock())
+        now = self.options.clock()
+        self.query_one("#detail", ChildDetail).show_selected(self.table, now, self.snapshot)
 
     def _status(self) -> None:
         following, needs_you = self.following, len(self.notices.queue)

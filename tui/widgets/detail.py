@@ -7,7 +7,7 @@ full, as far as the screen's width allows.
 from __future__ import annotations
 
 from flightdeck.engine.api import burn_rate
-from flightdeck.engine.model import ChildRow, LoopEvidence
+from flightdeck.engine.model import ChildRow, LoopEvidence, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, fmt_cost
 from flightdeck.tui.widgets.children import ChildrenTable
@@ -17,6 +17,7 @@ from flightdeck.tui.widgets.rows import (
     OUTLIER_MARK,
     STEER_MARKS,
     changed,
+    counted_to,
     doing,
     is_retrying,
 )
@@ -152,8 +153,11 @@ class ChildDetail(Static):
         self._height = 2  # as main.tcss sets it
         self._less_since: float | None = None  # since when the text shown needs fewer lines
 
-    def show(self, row: ChildRow | None, now: float, outlier: str | None = None) -> None:
-        self.show_text(detail_text(row, now, outlier), now)
+    def show(
+        self, row: ChildRow | None, now: float, outlier: str | None = None, at: float | None = None
+    ) -> None:
+        """`at`: the time the row's figures count to, if not `now` (an abandoned batch's end)."""
+        self.show_text(detail_text(row, now if at is None else at, outlier), now)
 
     def show_text(self, text: Text, now: float) -> None:
         needed = detail_height(text)
@@ -173,9 +177,9 @@ class ChildDetail(Static):
             self.styles.height = height
         self.update(text, layout=resized)  # else a fixed height: no layout pass
 
-    def show_selected(self, table: ChildrenTable, now: float) -> None:
+    def show_selected(self, table: ChildrenTable, now: float, snap: Snapshot | None = None) -> None:
         """What the table's cursor is on: a group's summary (never a member's detail), or the
-        child's, with why it is an outlier."""
+        child's, with why it is an outlier (its times counted as the table counts them)."""
         rows = table.rows_by_id
         header = table.selected_header
         if header is not None:
@@ -189,4 +193,4 @@ class ChildDetail(Static):
         kind = table.model.medians.outlier(row) if row is not None else None
         if row is not None and kind is not None:
             outlier = f"{kind} {table.model.medians.ratio(row, kind):.1f}× the batch median"
-        self.show(row, now, outlier)
+        self.show(row, now, outlier, None if snap is None else counted_to(snap, now))

@@ -16,7 +16,7 @@ from flightdeck.engine.api import QueryError as QueryError
 from flightdeck.engine.api import RowFilter as RowFilter
 from flightdeck.engine.api import is_retrying as is_retrying
 from flightdeck.engine.api import parse_filter as parse_filter
-from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot, SteerState
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
 from flightdeck.tui.widgets.columns import DOING_CHARS, TREE_MARK
@@ -150,6 +150,14 @@ def last(row: ChildRow, now: float) -> Cell:
     idle = now - ts
     style = "dim" if row.status.terminal else ("yellow" if idle >= 30 else "")
     return (fmt_age(idle), style)
+
+
+def counted_to(snap: Snapshot, now: float) -> float:
+    """The time rows' idle and tool times count to: an abandoned batch's end (its owner last
+    heard of), as its meter's elapsed does; what its children did after that, nobody recorded."""
+    if snap.status is BatchStatus.ABANDONED and snap.finished_ts is not None:
+        return min(now, snap.finished_ts)
+    return now
 
 
 def row_cells(
