@@ -55,6 +55,7 @@ from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
 from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.records.liveness import OwnerAlive
 from flightdeck.engine.records.meter import Meter, route_totals, spend_known, totals_of
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.subscribers import Subscriber, Subscribers
 from flightdeck.engine.triage.needs import Need, needs
@@ -332,9 +333,11 @@ class Engine(CommandMethods):
         return self._coordinator.stopped_by_stop_all if self._coordinator else 0
 
     def snapshot(self) -> Snapshot:
-        """An immutable view of every child and the totals; cheap enough to poll."""
+        """An immutable view of every child and the totals; cheap enough to poll. Before
+        `start()`, the children it will run: every task queued (a resumed batch's children as
+        its store keeps them)."""
         run, c = self._run, self._coordinator
-        rows: tuple[ChildRow, ...] = tuple(ch.row() for ch in list(c.slots.children)) if c else ()
+        rows = tuple(ch.row() for ch in list(c.slots.children)) if c else self._unstarted()
         if c is not None and c.slots.carried:  # a resumed batch: what an earlier owner finished
             rows = tuple(sorted((*c.slots.carried.values(), *rows), key=lambda r: r.seq))
         return Snapshot(
@@ -353,6 +356,15 @@ class Engine(CommandMethods):
             held=c.hold if c else None,
             limits=self.limits(),
         )
+
+    def _unstarted(self) -> tuple[ChildRow, ...]:
+        """The children `start()` will run, as they stand before it."""
+        if self._run is not None:  # started, and failed before its coordinator ran
+            return ()
+        if self._resuming is not None:
+            with StoreReader(self.state_dir / "flightdeck.db") as reader:
+                return tuple(reader.children(self.batch_id, results=False))
+        return assembly.unstarted_rows(self.batch, self.settings, self.batch_dir, self._created_ts)
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call `fn` for each engine event, on the coordinator thread; keep it fast. Returns

@@ -53,6 +53,26 @@ def test_two_hundred_tasks_on_eight_slots_all_complete(tmp_path: Path) -> None:
     assert [r.status for r in rows] == [ChildStatus.COMPLETED] * 200
 
 
+def test_a_snapshot_before_start_shows_every_task_queued(tmp_path: Path) -> None:
+    # Found by a user of the Python API: before start() the snapshot had no children at all.
+    b = tasks_batch([Task(id=f"c{i}", goal=f"Review item {i}", seq=i, group="g") for i in range(3)])
+    engine = Engine(b, settings(sim_route()), state_dir=tmp_path / "state")
+    try:
+        snap = engine.snapshot()
+        assert [r.id for r in snap.children] == ["c0", "c1", "c2"]
+        assert {r.status for r in snap.children} == {ChildStatus.QUEUED}
+        assert [r.group for r in snap.children] == ["g"] * 3
+        assert snap.totals.children == 3 and snap.totals.queued == 3
+        assert snap.totals.cost_usd == Decimal(0)
+        engine.start()
+        started = {r.id: r for r in engine.snapshot().children}
+        before = {r.id: r.transcript for r in snap.children}
+        assert before == {i: r.transcript for i, r in started.items()}  # the same files
+        run_to_end(engine)
+    finally:
+        engine.close()
+
+
 def test_the_manifest_names_every_child_and_ends_with_the_batch_status(
     tmp_path: Path, hold: Hold
 ) -> None:

@@ -132,6 +132,21 @@ def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_
         view.close()
 
 
+def test_a_resumed_engines_snapshot_before_start_is_its_store_rows(tmp_path: Path) -> None:
+    batch_id, _ = abandoned(tmp_path)
+    engine = Engine.resume(tmp_path, batch_id)
+    try:
+        statuses = [(r.id, r.status) for r in engine.snapshot().children]
+    finally:
+        engine.close()
+    assert statuses == [
+        ("t0000", ChildStatus.COMPLETED),
+        ("t0001", ChildStatus.RUNNING),  # as its dead owner left it, until start() settles it
+        ("t0002", ChildStatus.QUEUED),
+        ("t0003", ChildStatus.QUEUED),
+    ]
+
+
 def test_resume_carries_finished_children_and_reruns_the_lost_one(tmp_path: Path) -> None:
     batch_id, bdir = abandoned(tmp_path)
     with StoreReader(tmp_path / "flightdeck.db") as reader:

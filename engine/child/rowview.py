@@ -11,8 +11,15 @@ from flightdeck.engine.child.operator import OperatorNeeds
 from flightdeck.engine.child.progress import Figures
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
-from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, pausing_text
-from flightdeck.engine.records.meter import route_cost
+from flightdeck.engine.model import (
+    Activity,
+    ChildRow,
+    ChildStatus,
+    SteerReceipt,
+    Usage,
+    pausing_text,
+)
+from flightdeck.engine.records.meter import route_cost, spend_known
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,4 +90,29 @@ def build_row(
         node=standing.node,
         attempt=kept.attempt,
         changes=kept.changes,
+    )
+
+
+def queued_row(task: Task, route: Route, transcript: str, queued_ts: float) -> ChildRow:
+    """A task's row before its child is made: queued, nothing spent (a snapshot before start)."""
+    return ChildRow(
+        id=task.id,
+        seq=task.seq,
+        goal=task.goal,
+        group=task.group,
+        route=route.name,
+        model=route.model,
+        status=ChildStatus.QUEUED,
+        activity=Activity(),
+        usage=Usage(),
+        cost_usd=Decimal(0) if spend_known(route) else None,
+        queued_ts=queued_ts,
+        started_ts=None,
+        finished_ts=None,
+        error=None,
+        result=None,
+        transcript=transcript,
+        steerable=route.command is None or route.command.steer != "none",
+        parent=task.parent,
+        depth=task.depth,
     )

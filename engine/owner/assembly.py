@@ -22,6 +22,7 @@ from flightdeck.engine.child.facts import Report
 from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loop import ModelRunner
 from flightdeck.engine.child.port import Runner
+from flightdeck.engine.child.rowview import queued_row
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.pool import auto_pool_size
@@ -36,7 +37,7 @@ from flightdeck.engine.inputs.settings import (
 from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, too_long
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
-from flightdeck.engine.model import BatchStatus
+from flightdeck.engine.model import BatchStatus, ChildRow
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, spend_known
@@ -328,6 +329,16 @@ def queued_rows(children: Iterable[Child]) -> list[QueuedChild]:
         )
         for c in children
     ]
+
+
+def unstarted_rows(
+    batch: Batch, settings: Settings, batch_dir: Path, at: float
+) -> tuple[ChildRow, ...]:
+    """The batch's tasks as the queued children `start()` makes of them (a snapshot before it)."""
+    return tuple(
+        queued_row(t, settings.route(t.route), os.path.join(batch_dir, transcript_name(t)), at)
+        for t in batch.tasks
+    )
 
 
 # -- what a batch keeps in the store for `resume` ----------------------------------------------

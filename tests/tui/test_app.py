@@ -85,7 +85,9 @@ async def test_rows_appear_and_update(tmp_path: Path, hold: Hold) -> None:
     try:
         async with app.run_test(size=SIZE) as pilot:
             table = app.main.table
-            assert not table.shown  # nothing started yet
+            # Before the start, every task is a row, queued.
+            await until(pilot, lambda: len(table.shown) == 6, "six rows before the start")
+            assert {table.displayed(i, "doing") for i in table.shown} == {"queued"}
             engine.start()
             await until(pilot, lambda: len(table.shown) == 6, "six rows")
 
