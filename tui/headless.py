@@ -223,11 +223,13 @@ def _run_headless(
                 signal.signal(signum, handler)
             show_notices()  # what closing the store and the writer process logged
     snap = engine.snapshot()
+    every = None  # after a store failure: every child, as the summary must account for them
     if engine.unrecorded:  # the table counts what the store kept, as the report will
         from flightdeck.engine.attached.store import as_stored
 
+        every = len(snap.children)
         snap = as_stored(engine.state_dir / "flightdeck.db", snap)
-    print_ending(console, engine, snap)
+    print_ending(console, engine, snap, every)
     failure = failure_text(engine)
     if failure is not None:  # said last, on stderr, so it is what a reader sees
         errors.print(Text(f"flightdeck: error: {failure}", style="red"))

@@ -49,15 +49,31 @@ def soft_hold_hint(engine: Engine, held: str) -> str:
     )
 
 
-def print_ending(console: Console, engine: Engine, snap: Snapshot) -> None:
-    """What a run prints once its batch is over: the summary table, then the report command."""
+def print_ending(
+    console: Console, engine: Engine, snap: Snapshot, every: int | None = None
+) -> None:
+    """What a run prints once its batch is over: the summary table, the children of the
+    batch's `every` whose end the store could not keep, then the report command."""
     console.print(summary_table(snap))
+    if unrecorded := unrecorded_line(snap.totals, every):
+        console.print(Text(unrecorded, style="red"))
     # A batch that failed will not complete, and its store is short of the children that
     # finished unrecorded: a forecast would count those as "not finished".
     failed = engine.failure is not None or engine.unrecorded > 0
     for line in money_lines(snap, forecast=not failed):
         console.print(line)
     console.print(Text(f"report: {report_hint(engine)}"))
+
+
+def unrecorded_line(t: Totals, every: int | None) -> str | None:
+    """The children of the batch's `every` that ended with no end in the store (`t`, its
+    totals after a full disk): with them, the figures add up to every child. None if none."""
+    lost = 0 if every is None else every - t.completed - t.failed - t.stopped
+    if lost <= 0:
+        return None
+    noun = "child" if lost == 1 else "children"
+    ended = f"{t.completed} ok, {t.failed} failed, {t.stopped} stopped"
+    return f"not recorded: {lost} {noun}; with {ended}: all {every}"
 
 
 def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
