@@ -319,6 +319,17 @@ def test_duplicate_id_names_both_lines(tmp_path: Path) -> None:
     assert f"first defined at {path}:2" in str(err)
 
 
+def test_a_duplicate_id_through_a_yaml_alias_says_so(tmp_path: Path) -> None:
+    # The alias shares its anchor's node, and so its line: "first defined at" the very line
+    # the error is at read as nonsense without the alias named.
+    text = "tasks:\n  - &rev\n    id: review\n    goal: Review\n  - {id: b, goal: B}\n  - *rev\n"
+    path = write(tmp_path, "b.yaml", text)
+    err = error_at(path, 3, "id")
+    assert str(err).endswith(
+        f"duplicate id 'review' (first defined at {path}:3), repeated through a YAML alias of it"
+    )
+
+
 def test_duplicate_id_from_decomposition(tmp_path: Path) -> None:
     path = write(
         tmp_path, "b.yaml", 'tasks:\n  - id: "r"\n    for_each: [a, b]\n    goal: "x {item}"\n'

@@ -194,10 +194,14 @@ def _finish(
             raise draft.src.error(id_key, "id", message)
         if task_id in first:
             other = first[task_id]
-            where = f"{other.src.path}:{other.src.line((*other.key, 'id'))}"
+            there = other.src.line((*other.key, "id"))
+            where = f"{other.src.path}:{there}"
             if other.label:
                 where += f" ({other.label.rstrip(': ')})"
             message = f"{draft.label}duplicate id {task_id!r} (first defined at {where})"
+            if other.src is draft.src and there == draft.src.line(id_key):
+                # One YAML node twice: a composed alias has no line of its own, only its anchor's.
+                message += ", repeated through a YAML alias of it"
             raise draft.src.error(id_key, "id", message)
         first[task_id] = draft
         _check_length(draft, max_chars)
