@@ -31,7 +31,7 @@ from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.rows import process_start_time
 from flightdeck.engine.records.store import Store
 
-from helpers import batch, run_to_end, settings, sim_route
+from helpers import batch, run_to_end, settings, sim_route, until
 from test_store import make_batch, make_child
 
 LOST_USAGE = Usage(input_tokens=1000, output_tokens=500)
@@ -476,12 +476,13 @@ def test_header_values_are_not_kept_and_a_batch_that_needs_them_is_not_resumed(
         load(tmp_path, "b1")
 
 
-def test_a_paused_child_is_rerun_and_paused_admission_stays_paused(tmp_path: Path) -> None:
+def test_paused_children_and_paused_admission_stay_paused(tmp_path: Path) -> None:
     # The owner died with t0001 paused mid-run, t0002 paused before it started, and the
-    # batch's admission paused by the operator.
+    # batch's admission paused by the operator. Found by an audit: the children's pauses were
+    # dropped, and they ran once admission was continued, though nobody continued them.
     import sqlite3
 
-    batch_id, _ = abandoned(tmp_path)
+    batch_id, bdir = abandoned(tmp_path)
     conn = sqlite3.connect(tmp_path / "flightdeck.db")
     with conn:
         conn.execute("UPDATE children SET status = 'paused' WHERE id IN ('t0001', 't0002')")
@@ -495,12 +496,20 @@ def test_a_paused_child_is_rerun_and_paused_admission_stays_paused(tmp_path: Pat
         snap = engine.snapshot()
         assert snap.held == "paused by the operator"
         assert engine.wait(0.3) is False  # nothing starts while admission stays paused
+        paused = {"t0001": ChildStatus.PAUSED, "t0002": ChildStatus.PAUSED}
         assert {r.id: r.status for r in engine.snapshot().children if r.status.live} == {
-            "t0001": ChildStatus.QUEUED,
-            "t0002": ChildStatus.QUEUED,
+            **paused,
             "t0003": ChildStatus.QUEUED,
         }
         engine.pause_admission(False)
+        until(lambda: (c := engine.snapshot().child("t0003")) is not None and c.status.terminal)
+        assert {r.id: r.status for r in engine.snapshot().children if r.status.live} == paused
+        assert engine.flush(30)
+        with StoreReader(tmp_path / "flightdeck.db") as reader:  # as attached views read them
+            stored = {r.id: r.status for r in reader.children(batch_id) if r.status.live}
+        assert stored == paused
+        assert "still paused" in (bdir / "t0001.log").read_text()
+        engine.continue_(["t0001", "t0002"])
         snap = run_to_end(engine)
     finally:
         engine.close()
@@ -529,7 +538,7 @@ def test_a_child_a_resume_queued_again_is_run_after_that_resume_dies_too(tmp_pat
     import signal
     import sqlite3
 
-    from helpers import flightdeck_process, until
+    from helpers import flightdeck_process
 
     state = tmp_path / "state"
     batch_id, _ = abandoned(state)

@@ -159,7 +159,7 @@ def settle(
         if child.task.id in adopted:
             continue
         row = by_id.get(child.task.id)
-        # Paused before it started: as good as queued (nothing was lost).
+        # Paused before it started: nothing was lost (it stays paused).
         unstarted = row is not None and row.status is ChildStatus.PAUSED and not row.started_ts
         if row is None or row.status == ChildStatus.QUEUED or unstarted:
             if child.task.id not in stored:  # the owner died before it was committed
@@ -169,6 +169,7 @@ def settle(
                 # their spend is its own still.
                 meter.add(child.route, row.usage)
                 child.carry(row.usage, row.cost_usd)
+            _keep_pause(child, row)
             out.live.append(child)
         elif row.status.terminal:
             meter.add(child.route, row.usage)
@@ -179,6 +180,7 @@ def settle(
             meter.add(child.route, row.usage)
             if rerun:  # before `_lost` records it queued again
                 child.carry(row.usage, row.cost_usd)
+                _keep_pause(child, row)
             _lost(child, row, batch_id, store, lost_owner, lost_ts, rerun)
             if rerun:
                 out.live.append(child)
@@ -388,6 +390,14 @@ def _settle_made(
             meter.add(routes[row.route], row.usage)
         elif row.cost_usd is not None:
             meter.add_cost(row.usage, row.cost_usd)
+
+
+def _keep_pause(child: Child, row: ChildRow | None) -> None:
+    """The operator's pause of a child outlives its owner, as a pause of admission does: it
+    waits, queued, to be continued."""
+    if row is not None and (row.status is ChildStatus.PAUSED or row.pausing):
+        child.request_pause()
+        child.transcript.write("engine", "still paused by the operator: continue it to run it")
 
 
 def _why(pid: int) -> str:
