@@ -174,6 +174,20 @@ def test_render_markdown_tables_cannot_break(reader: StoreReader) -> None:
     assert "| budget | $2.50 |" in md
 
 
+def test_render_markdown_names_each_delegates_parent(reader: StoreReader) -> None:
+    # Found by an audit: only the JSON said who delegated whom.
+    report = build_report(reader)
+    assert "| parent |" not in render_markdown(report)  # nobody delegated: no column
+    report["children"][1]["parent"] = report["children"][0]["id"]
+    lines = render_markdown(report).splitlines()
+    header = lines.index("## Children") + 2
+    assert _cells(lines[header])[:3] == [" id ", " parent ", " status "]
+    rows = lines[header : header + 2 + 6]
+    assert {len(_cells(row)) for row in rows} == {15}, rows
+    parents = {_cells(row)[0].strip(): _cells(row)[1].strip() for row in rows[2:]}
+    assert parents["c1"] == "c0" and parents["c0"] == ""
+
+
 def test_render_markdown_truncates_long_goals(reader: StoreReader) -> None:
     report = build_report(reader)
     report["children"][0]["goal"] = "word " * 100

@@ -61,12 +61,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         (_route_cells(r) for r in report["routes"]),
     )
+    # Who delegated whom, as the JSON's `parent` says; only when a child delegated.
+    tree = any(c.get("parent") is not None for c in report["children"])
     lines += _table(
         "Children",
-        "| id | status | route | model | calls | tools | retries | tokens in | tokens out "
-        "| cache read | cost | duration | goal | error |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
-        (_child_cells(c) for c in report["children"]),
+        f"| id |{' parent |' if tree else ''} status | route | model | calls | tools | retries "
+        "| tokens in | tokens out | cache read | cost | duration | goal | error |",
+        f"|---|{'---|' if tree else ''}---|---|---|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---|---|",
+        (_child_cells(c, tree) for c in report["children"]),
     )
     if report["groups"]:
         lines += _table(
@@ -272,9 +275,11 @@ def _route_cells(r: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _child_cells(c: Mapping[str, Any]) -> list[str]:
+def _child_cells(c: Mapping[str, Any], tree: bool) -> list[str]:
+    parent = [_cell(c.get("parent") or "")] if tree else []
     return [
         _cell(c["id"]),
+        *parent,
         _cell(c["status"]),
         _cell(c["route"]),
         _cell(c["model"]),
