@@ -1134,6 +1134,15 @@ def _summary_snap() -> Snapshot:
     return Snapshot("b1", BatchStatus.COMPLETED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
 
 
+def test_a_retried_childs_line_names_its_attempt() -> None:
+    # Found by an audit: a retried child's line read as the same child done twice, the
+    # counter going back between them.
+    row = _summary_snap().children[0]
+    assert " (attempt" not in completion_text(ChildFinished(row, 1, 4))
+    again = dataclasses.replace(row, attempt=2)
+    assert f" {row.id} (attempt 2)  api=" in completion_text(ChildFinished(again, 1, 4))
+
+
 def test_a_command_routes_uncounted_tokens_read_unknown_in_the_summary_as_on_its_lines() -> None:
     from flightdeck.tui.output import completion_text, summary_table
 

@@ -149,6 +149,8 @@ def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
         (glyph, style),
         (f" [{event.done:>{len(str(event.total))}}/{event.total}] ", ""),
         (row.id, "bold"),
+        # An operator's retry counts the child done again: its attempt tells the lines apart.
+        (f" (attempt {row.attempt})" if row.attempt > 1 else "", ""),
         (
             f"  api={a.api_calls} tools={a.tool_calls}{retries}"
             f"  {'?' if row.tokens_unknown else fmt_tokens(row.usage.total)} tok"
