@@ -54,6 +54,15 @@ def owners() -> Iterator[list[int]]:
         wait_ended(pid, 10)
 
 
+def kill_owner(view: StoreView, pid: int) -> None:
+    """kill -9 the batch's owner, and wait for the view to see it abandoned."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while view.snapshot().status is not BatchStatus.ABANDONED:
+        assert time.monotonic() < deadline, "the dead owner is noticed"
+        time.sleep(0.05)
+
+
 def detach(project: Path, config: str, owners: list[int]) -> str:
     result = flightdeck("run", "--detach", "tasks.jsonl", "--config", config, cwd=project)
     assert result.returncode == ExitCode.OK, result.stderr
@@ -196,11 +205,7 @@ async def test_an_abandoned_batch_opens_read_only_and_says_why(
     db = project / ".flightdeck" / "flightdeck.db"
     view = open_view(db, None)  # the latest running batch
     assert view.batch_id == batch_id and view.read_only is None
-    os.kill(owners[-1], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while view.snapshot().status is not BatchStatus.ABANDONED:
-        assert time.monotonic() < deadline, "the dead owner is noticed"
-        time.sleep(0.05)
+    kill_owner(view, owners[-1])
     reason = view.read_only
     assert reason is not None and "abandoned" in reason and f"resume {batch_id}" in reason
     app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
@@ -244,11 +249,7 @@ async def test_an_abandoned_batchs_running_rows_stop_their_clock_with_its_owner(
 
     batch_id = detach(project, "held.toml", owners)
     view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
-    os.kill(owners[-1], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while view.snapshot().status is not BatchStatus.ABANDONED:
-        assert time.monotonic() < deadline, "the dead owner is noticed"
-        time.sleep(0.05)
+    kill_owner(view, owners[-1])
     ended = view.snapshot().finished_ts
     assert ended is not None
     shift, reads = [0.0], [0]
