@@ -16,6 +16,7 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost
+from flightdeck.tui.targets import acted_on
 from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
@@ -223,20 +224,22 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
             return _until_applied(client, rid, "stop applied: every child")
         ids, counted = _targets(args, client, row_filter, "stop")
         if not counted:  # named: say which had ended, as a query's count does
-            ids = _not_ended(client, ids)
+            ids = _able(client, ids, False)
         if not ids:
             return ExitCode.OK
         rid = _sent(client, Stop(tuple(ids)))
         return _until_applied(client, rid, f"stop applied: {children_said(ids, counted)}")
 
 
-def _not_ended(client: Client, ids: list[str]) -> list[str]:
-    """The named children that have not ended; a line for each that has (nothing to stop)."""
-    named = set(ids)
-    ended = {r.id: r.status.value for r in client.rows() if r.id in named and not r.status.live}
-    for child_id, status in ended.items():
-        console_for().print(Text(f"{one_line(child_id, 60)}: had already ended ({status})"))
-    return [i for i in ids if i not in ended]
+def _able(client: Client, ids: list[str], counted: bool, *, paused_only: bool = False) -> list[str]:
+    """Of these children, those the command can act on (targets.py); the rest are said, each
+    named one, or how many of a query's (which kept none that had ended)."""
+    kept, said = acted_on(client.rows(), ids, paused_only=paused_only)
+    if counted and said:
+        said = [f"{len(said)} of them {'is' if len(said) == 1 else 'are'} not paused"]
+    for line in said:
+        console_for().print(Text(line))
+    return kept
 
 
 def cmd_pause(args: argparse.Namespace) -> ExitCode:
@@ -249,7 +252,9 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
     row_filter = where_filter(args)
     with batch_client(args) as client:
         ids, counted = _targets(args, client, row_filter, verb)
-        if counted and not ids:
+        if ids and (resume or not counted):  # a query keeps none that had ended
+            ids = _able(client, ids, counted, paused_only=resume)
+        if (counted or args.child_ids) and not ids:  # nothing to act on: not the admission
             return ExitCode.OK
         command: Command
         if ids:

@@ -1,0 +1,92 @@
+"""What the commands to a running batch say of each child they name, against a real owner
+process on the sim, its children held by `hold_dir`: the ones a command could not act on, and
+why; what a steer waits for; what a missed one missed by."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.tui.cli import main
+
+from helpers import Hold, flightdeck_process, until
+
+pytestmark = pytest.mark.slow
+
+
+def sim_owner(
+    folder: Path, ids: list[str], *, pool: int, route: str = "", more: str = ""
+) -> tuple[subprocess.Popen[str], str, Hold]:
+    """`flightdeck run --headless` of tasks `ids` (each its id as its goal) on a sim route whose
+    every call is held until the returned Hold releases it (`route`: more keys for the route,
+    `more`: more tables); returned once the batch is in the store."""
+    hold = Hold(folder / "hold")
+    (folder / "ws").mkdir(exist_ok=True)
+    tasks = "".join(f'[[tasks]]\nid = "{i}"\ngoal = "{i}"\n' for i in ids)
+    (folder / "tasks.toml").write_text(f'[batch]\nname = "t"\nworkspace = "ws"\n{tasks}')
+    (folder / "flightdeck.toml").write_text(
+        f'[engine]\nmax_concurrent = {pool}\ndefault_route = "sim"\nstate_dir = "state"\n'
+        f'[routes.sim]\nprovider = "sim"\nmodel = "sim-1"\ntime_scale = 0.001\n'
+        f"{hold.toml()}{route}{more}"
+    )
+    owner = flightdeck_process("run", "tasks.toml", "--headless", cwd=folder)
+    assert owner.stdout is not None
+    first = owner.stdout.readline()  # "batch <id>", once it has started
+    assert first.startswith("batch "), first + owner.communicate()[1]
+    return owner, first.split()[1], hold
+
+
+def status(folder: Path, batch_id: str, child_id: str) -> str | None:
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        row = reader.child(batch_id, child_id)
+    return None if row is None else row.status.value
+
+
+def ended(owner: subprocess.Popen[str], hold: Hold) -> None:
+    """Every child let go, and the owner reaped once its batch ends (killed if it does not)."""
+    hold.release()
+    try:
+        owner.communicate(timeout=60)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.communicate()
+
+
+def test_pause_and_continue_say_each_child_they_cannot_act_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: `continue B t2` of a running child never paused, `pause B t1` of a
+    # completed one and `pause B t3` of a stopped one each printed "… applied: tN", exit 0,
+    # and nothing was paused or continued.
+    owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2", "t3"], pool=2)
+    state = ("--state-dir", str(tmp_path / "state"))
+
+    def said(*args: str) -> tuple[int, str]:
+        code = main([*args, *state])
+        return code, capsys.readouterr().out
+
+    try:
+        hold.release("t1")  # it completes; t3 takes its slot
+        until(lambda: status(tmp_path, batch_id, "t1") == "completed", 30)
+        assert said("continue", batch_id, "t2") == (0, "t2: not paused (running)\n")
+        assert said("pause", batch_id, "t1") == (0, "t1: had already ended (completed)\n")
+        assert said("stop", batch_id, "t3") == (0, "stop applied: t3\n")
+        until(lambda: status(tmp_path, batch_id, "t3") == "stopped", 30)
+        assert said("pause", batch_id, "t3") == (0, "t3: had already ended (stopped)\n")
+        # Those it can act on it does; the others are said, as stop says them.
+        assert said("pause", batch_id, "t1", "t2") == (
+            0,
+            "t1: had already ended (completed)\npause applied: t2\n",
+        )
+        assert said("continue", batch_id, "t3", "t2") == (
+            0,
+            "t3: had already ended (stopped)\ncontinue applied: t2\n",
+        )
+        with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+            acts = [(c, k) for _, c, k, _ in reader.events(batch_id) if k in ("pause", "continue")]
+        assert acts == [("t2", "pause"), ("t2", "continue")]
+    finally:
+        ended(owner, hold)

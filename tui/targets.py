@@ -1,0 +1,33 @@
+"""What a stop, pause or continue of named children can act on, decided from the batch's rows
+as read before it is sent; the rest are said, so "applied" never names a child it left alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.sanitize import one_line
+
+
+def acted_on(
+    rows: Sequence[ChildRow], ids: list[str], *, paused_only: bool = False
+) -> tuple[list[str], list[str]]:
+    """The children of `ids` the command can act on (not ended; with `paused_only`, a
+    continue's, paused or pausing too), and a line for each of the rest saying why not."""
+    by_id = {r.id: r for r in rows}
+    kept: list[str] = []
+    said: list[str] = []
+    for child_id in ids:
+        row = by_id.get(child_id)
+        if row is not None and not row.status.live:
+            said.append(f"{one_line(child_id, 60)}: had already ended ({row.status.value})")
+        elif row is not None and paused_only and not _paused(row):
+            said.append(f"{one_line(child_id, 60)}: not paused ({row.status.value})")
+        else:
+            kept.append(child_id)
+    return kept, said
+
+
+def _paused(row: ChildRow) -> bool:
+    """Paused, or its pause asked and not taken yet (a continue drops that pause)."""
+    return row.status is ChildStatus.PAUSED or row.pausing
