@@ -90,3 +90,35 @@ def test_pause_and_continue_say_each_child_they_cannot_act_on(
         assert acts == [("t2", "pause"), ("t2", "continue")]
     finally:
         ended(owner, hold)
+
+
+DELEGATING = "delegate = true\ndelegate_rate = 1.0\ndelegates = 2\n"
+ONE_LEVEL = "[budget]\nmax_depth = 1\n"
+
+
+def waits_on_delegates(folder: Path, batch_id: str, child_id: str) -> bool:
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        row = reader.child(batch_id, child_id)
+    return row is not None and row.waits_on_delegates
+
+
+def test_a_steer_to_a_parent_waiting_on_its_delegates_says_so(tmp_path: Path) -> None:
+    # Found by an audit: `steer --now` to it said "queued — interrupting its current response",
+    # and nothing was interrupted: the steer waited until its delegates ended.
+    owner, batch_id, hold = sim_owner(tmp_path, ["b"], pool=4, route=DELEGATING, more=ONE_LEVEL)
+    try:
+        hold.release("b", 0)  # its first turn hands out two delegates, which are held
+        until(lambda: waits_on_delegates(tmp_path, batch_id, "b"), 30)
+        steer = flightdeck_process(
+            "steer", batch_id, "b", "-m", "mind the tests", "--now", cwd=tmp_path
+        )
+        assert steer.stdout is not None
+        assert steer.stdout.readline() == (
+            "b: queued — it waits on its delegates; delivered when they return; "
+            "Ctrl+C leaves it queued\n"
+        )
+        hold.release()
+        out, err = steer.communicate(timeout=60)
+        assert (steer.returncode, out) == (0, "b: delivered\n"), err
+    finally:
+        ended(owner, hold)

@@ -162,23 +162,29 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
 
     console = console_for()
     shown: dict[int, str] = {}
-    # A child waiting on its question takes no turn, nor a steer, until it is answered: the
-    # batch is read for them once a receipt is queued (not for a steer delivered at once).
+    # A child waiting on its question, or on its delegates, takes no turn, nor a steer (even
+    # --now), until it is answered or they return: the batch is read for them once a receipt
+    # is queued (not for a steer delivered at once).
     asking: set[str] | None = None
+    delegating: set[str] = set()
     try:
         for row in client.follow(request_id):
             for receipt in row.receipts:
                 state = receipt.state.value
                 if shown.get(receipt.id) != state:
                     shown[receipt.id] = state
-                    answer = None
+                    waits = None
                     if state == "queued" and asking is None:
                         rows = client.rows()
                         asking = {r.id for r in rows if r.question is not None and r.status.live}
+                        delegating = {r.id for r in rows if r.waits_on_delegates}
                     if state == "queued" and receipt.child_id in (asking or ()):
                         words = ("answer", client.batch_id, receipt.child_id, "-m", "…")
                         answer = command_line(client.db.parent, *words)
-                    console.print(Text(_receipt_line(receipt, now, answer)))
+                        waits = f"its question waits for your answer first (`{answer}`)"
+                    elif state == "queued" and receipt.child_id in delegating:
+                        waits = "it waits on its delegates; delivered when they return"
+                    console.print(Text(_receipt_line(receipt, now, waits)))
             if row.state.value == "refused":
                 say_error(f"refused: {row.reason or ''}")
                 return ExitCode.INCOMPLETE
@@ -193,16 +199,14 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
     return ExitCode.INCOMPLETE if "missed" in shown.values() else ExitCode.OK
 
 
-def _receipt_line(receipt: SteerReceipt, now: bool, answer: str | None) -> str:
-    """What became of a steer (`answer`: the command that answers the question its child waits
-    on, which it must before it reads the steer)."""
+def _receipt_line(receipt: SteerReceipt, now: bool, waits: str | None) -> str:
+    """What became of a steer (`waits`: what its child waits on before it can read it, its
+    question or its delegates)."""
     state = receipt.state.value
     line = f"{one_line(receipt.child_id, 60)}: {state}"
     if state == "queued":
         wait = "interrupting its current response" if now else "waiting for its next turn"
-        if answer is not None:
-            wait = f"its question waits for your answer first (`{answer}`)"
-        line += f" — {wait}; Ctrl+C leaves it queued"
+        line += f" — {waits or wait}; Ctrl+C leaves it queued"
     elif receipt.how:  # why it was missed, or how a CLI took it, where the owner said
         line += f"{': ' if state == 'missed' else ' '}{one_line(receipt.how, 200)}"
     return line
