@@ -122,3 +122,29 @@ def test_a_steer_to_a_parent_waiting_on_its_delegates_says_so(tmp_path: Path) ->
         assert (steer.returncode, out) == (0, "b: delivered\n"), err
     finally:
         ended(owner, hold)
+
+
+def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: `stop B a` printed `stop applied: a`, and a.1 and a.2 were stopped too.
+    owner, batch_id, hold = sim_owner(
+        tmp_path, ["a", "b"], pool=6, route=DELEGATING, more=ONE_LEVEL
+    )
+    state = ("--state-dir", str(tmp_path / "state"))
+    try:
+        hold.release("a", 0)  # their first turns hand out two delegates each, held
+        hold.release("b", 0)
+        until(lambda: waits_on_delegates(tmp_path, batch_id, "a"), 30)
+        until(lambda: waits_on_delegates(tmp_path, batch_id, "b"), 30)
+        assert main(["stop", batch_id, "a", *state]) == 0
+        assert capsys.readouterr().out == "stop applied: a (and its 2 delegates)\n"
+        hold.release("b.1")  # it completes: only b.2 is left to stop with b
+        until(lambda: status(tmp_path, batch_id, "b.1") == "completed", 30)
+        assert main(["stop", batch_id, "b", *state]) == 0
+        assert capsys.readouterr().out == "stop applied: b (and its 1 delegate)\n"
+        with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+            stops = [c for _, c, k, _ in reader.events(batch_id) if k == "stop"]
+        assert sorted(stops) == ["a", "a.1", "a.2", "b", "b.2"]
+    finally:
+        ended(owner, hold)

@@ -9,6 +9,7 @@ The other client commands (rework.py: retry, accept, discard) share four of its 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line
@@ -16,14 +17,14 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost
-from flightdeck.tui.targets import acted_on
+from flightdeck.tui.targets import acted_on, delegates_said
 from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.attached.client import Client, RowFilter
     from flightdeck.engine.commands import Command
-    from flightdeck.engine.model import Limits, RouteHeadroom, SteerReceipt
+    from flightdeck.engine.model import ChildRow, Limits, RouteHeadroom, SteerReceipt
 
 WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 
@@ -227,18 +228,22 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
             rid = _sent(client, StopAll())
             return _until_applied(client, rid, "stop applied: every child")
         ids, counted = _targets(args, client, row_filter, "stop")
+        rows = client.rows()
         if not counted:  # named: say which had ended, as a query's count does
-            ids = _able(client, ids, False)
+            ids = _able(rows, ids, False)
         if not ids:
             return ExitCode.OK
         rid = _sent(client, Stop(tuple(ids)))
-        return _until_applied(client, rid, f"stop applied: {children_said(ids, counted)}")
+        what = children_said(ids, counted) + delegates_said(rows, ids)  # they stop with them
+        return _until_applied(client, rid, f"stop applied: {what}")
 
 
-def _able(client: Client, ids: list[str], counted: bool, *, paused_only: bool = False) -> list[str]:
+def _able(
+    rows: Sequence[ChildRow], ids: list[str], counted: bool, *, paused_only: bool = False
+) -> list[str]:
     """Of these children, those the command can act on (targets.py); the rest are said, each
     named one, or how many of a query's (which kept none that had ended)."""
-    kept, said = acted_on(client.rows(), ids, paused_only=paused_only)
+    kept, said = acted_on(rows, ids, paused_only=paused_only)
     if counted and said:
         said = [f"{len(said)} of them {'is' if len(said) == 1 else 'are'} not paused"]
     for line in said:
@@ -257,7 +262,7 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
     with batch_client(args) as client:
         ids, counted = _targets(args, client, row_filter, verb)
         if ids and (resume or not counted):  # a query keeps none that had ended
-            ids = _able(client, ids, counted, paused_only=resume)
+            ids = _able(client.rows(), ids, counted, paused_only=resume)
         if (counted or args.child_ids) and not ids:  # nothing to act on: not the admission
             return ExitCode.OK
         command: Command

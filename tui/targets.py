@@ -1,5 +1,6 @@
 """What a stop, pause or continue of named children can act on, decided from the batch's rows
-as read before it is sent; the rest are said, so "applied" never names a child it left alone."""
+as read before it is sent; the rest are said, so "applied" never names a child it left alone,
+nor leaves out the delegates a parent's stop stops with it."""
 
 from __future__ import annotations
 
@@ -31,3 +32,26 @@ def acted_on(
 def _paused(row: ChildRow) -> bool:
     """Paused, or its pause asked and not taken yet (a continue drops that pause)."""
     return row.status is ChildStatus.PAUSED or row.pausing
+
+
+def delegates_said(rows: Sequence[ChildRow], ids: list[str]) -> str:
+    """` (and its 2 delegates)`: the delegates of these children, at any depth, that have not
+    ended and are not among them, which a stop of their parent stops too; "" if none."""
+    named = set(ids)
+    under: dict[str, list[ChildRow]] = {}
+    for row in rows:
+        if row.parent is not None:
+            under.setdefault(row.parent, []).append(row)
+    seen = set(named)
+    todo = list(named)
+    count = 0
+    while todo:
+        for row in under.get(todo.pop(), ()):
+            if row.id not in seen:  # bad data could make a loop of parents
+                seen.add(row.id)
+                todo.append(row.id)
+                count += row.status.live
+    if not count:
+        return ""
+    whose = "its" if len(ids) == 1 else "their"
+    return f" (and {whose} {count} {'delegate' if count == 1 else 'delegates'})"
