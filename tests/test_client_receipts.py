@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.attached.client import Client
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.cli import main
 
@@ -17,14 +18,21 @@ pytestmark = pytest.mark.slow
 
 
 def sim_owner(
-    folder: Path, ids: list[str], *, pool: int, route: str = "", more: str = ""
+    folder: Path,
+    ids: list[str],
+    *,
+    pool: int,
+    route: str = "",
+    more: str = "",
+    goal: str = "{id}",
+    task: str = "",
 ) -> tuple[subprocess.Popen[str], str, Hold]:
-    """`flightdeck run --headless` of tasks `ids` (each its id as its goal) on a sim route whose
-    every call is held until the returned Hold releases it (`route`: more keys for the route,
-    `more`: more tables); returned once the batch is in the store."""
+    """`flightdeck run --headless` of tasks `ids` (`goal` each, its id filled in; `task`: more
+    keys for each) on a sim route whose every call is held until the returned Hold releases it
+    (`route`: more keys for the route, `more`: more tables); returned once it has started."""
     hold = Hold(folder / "hold")
     (folder / "ws").mkdir(exist_ok=True)
-    tasks = "".join(f'[[tasks]]\nid = "{i}"\ngoal = "{i}"\n' for i in ids)
+    tasks = "".join(f'[[tasks]]\nid = "{i}"\ngoal = "{goal.format(id=i)}"\n{task}' for i in ids)
     (folder / "tasks.toml").write_text(f'[batch]\nname = "t"\nworkspace = "ws"\n{tasks}')
     (folder / "flightdeck.toml").write_text(
         f'[engine]\nmax_concurrent = {pool}\ndefault_route = "sim"\nstate_dir = "state"\n'
@@ -146,5 +154,37 @@ def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(
         with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
             stops = [c for _, c, k, _ in reader.events(batch_id) if k == "stop"]
         assert sorted(stops) == ["a", "a.1", "a.2", "b", "b.2"]
+    finally:
+        ended(owner, hold)
+
+
+def test_a_missed_nudge_says_why(tmp_path: Path) -> None:
+    # Found by an audit: a nudge printed `loop1: missed`, exit 1, while the transcript said
+    # `missed: … (max_turns (8) used up)`.
+    owner, batch_id, hold = sim_owner(
+        tmp_path,
+        ["loop1"],
+        pool=1,
+        route="[routes.sim.loops]\nrepeat_calls = 3\n",
+        goal="{id} [sim:loop]",  # the same call every turn, until a steer reaches it
+        task="max_turns = 8\n",
+    )
+
+    def on_its_last_turn() -> bool:
+        with Client(tmp_path / "state" / "flightdeck.db", batch_id) as client:
+            row = next(r for r in client.rows() if r.id == "loop1")
+        return row.activity.last_turn and row.loop is not None
+
+    try:
+        for call in range(7):
+            hold.release("loop1", call)  # its eighth call, its last turn, is held
+        until(on_its_last_turn, 30)
+        nudge = flightdeck_process("nudge", batch_id, "--where", "is:looping", cwd=tmp_path)
+        assert nudge.stdout is not None
+        assert nudge.stdout.readline() == "1 child matches `is:looping`\n"
+        assert nudge.stdout.readline().startswith("loop1: queued — waiting for its next turn")
+        hold.release()  # the turn ends with a call and no turn is left to read the nudge
+        out, err = nudge.communicate(timeout=60)
+        assert (nudge.returncode, out) == (1, "loop1: missed: max_turns (8) used up\n"), err
     finally:
         ended(owner, hold)

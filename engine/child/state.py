@@ -391,7 +391,7 @@ class Child:
         reason = missed or f"the child ended ({status.value}) before its next turn"
         for receipt in undelivered:
             self.transcript.write("operator", missed_note(receipt.message, reason))
-            self.settle(receipt, SteerState.MISSED)
+            self.settle(receipt, SteerState.MISSED, reason)
         if self._secrets:  # a server's error text or the model's answer may echo the key
             error = None if error is None else self.clean(error)
             result = None if result is None else self.clean(result)

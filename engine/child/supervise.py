@@ -285,7 +285,7 @@ class Supervisor:
                 else:
                     reason = "the process no longer reads its input"
                     self._write("operator", missed_note(receipt.message, reason))
-                    c.settle(receipt, SteerState.MISSED)
+                    c.settle(receipt, SteerState.MISSED, reason)
         if cli.answered() and c.steering.close_unless_waiting():
             proc.close_stdin()  # every message answered and none waits: it exits
 
@@ -295,7 +295,7 @@ class Supervisor:
             return
         for receipt in self._input.unstarted():
             self._write("operator", missed_note(receipt.message, reason))
-            self._c.settle(receipt, SteerState.MISSED)
+            self._c.settle(receipt, SteerState.MISSED, reason)
 
     # --- stop, pause, reaping ----------------------------------------------------------------
 

@@ -224,12 +224,13 @@ class Worker:
 
     def _missed(self, child_id: str, receipt: SteerReceipt, twin: Twin | None) -> None:
         """A steer that reached a child already ending, or gone from here: missed, said so."""
-        note = missed_note(receipt.message, "the child ended before its next turn")
+        reason = "the child ended before its next turn"
+        note = missed_note(receipt.message, reason)
         if twin is not None:
             twin.transcript.write("operator", note)
-            twin.settle(receipt, SteerState.MISSED)
+            twin.settle(receipt, SteerState.MISSED, reason)
             return
         now = self._clock()
         self._outbox.put(Lines(child_id, (Write(child_id, now, "operator", note),)))
-        settled = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=now)
+        settled = dataclasses.replace(receipt, state=SteerState.MISSED, settled_ts=now, how=reason)
         self._outbox.put(Fact(ReceiptSettled(settled)))
