@@ -188,3 +188,14 @@ def test_a_missed_nudge_says_why(tmp_path: Path) -> None:
         assert (nudge.returncode, out) == (1, "loop1: missed: max_turns (8) used up\n"), err
     finally:
         ended(owner, hold)
+
+
+def test_all_with_where_names_what_conflicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: it said "name children or give --where (not both)", none named.
+    args = ["stop", "b-none", "--all", "--where", "group:g1", "--state-dir", str(tmp_path)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == "flightdeck: --where: give --all or --where (not both)\n"
+    assert main(["stop", "b-none", "c1", "--where", "group:g1", "--state-dir", str(tmp_path)]) == 2
+    assert "name children or give --where (not both)" in capsys.readouterr().err

@@ -69,8 +69,10 @@ def where_filter(args: argparse.Namespace) -> RowFilter | None:
         return None
     from flightdeck.engine.attached.client import QueryError, parse_filter
 
-    if args.child_ids or getattr(args, "all", False):
+    if args.child_ids:
         raise UsageError(None, None, "--where", "name children or give --where (not both)")
+    if getattr(args, "all", False):
+        raise UsageError(None, None, "--where", "give --all or --where (not both)")
     if not args.where.strip():  # an unset shell variable, most likely: it would keep them all
         every = " (--all for every child)" if hasattr(args, "all") else ""
         raise UsageError(None, None, "--where", f"the query is empty{every}")
