@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.clienttargets import acted_on, delegates_said
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost
-from flightdeck.tui.targets import acted_on, delegates_said
 from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
@@ -243,7 +243,7 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
 def _able(
     rows: Sequence[ChildRow], ids: list[str], counted: bool, *, paused_only: bool = False
 ) -> list[str]:
-    """Of these children, those the command can act on (targets.py); the rest are said, each
+    """Of these children, those the command can act on (clienttargets.py); the rest are said, each
     named one, or how many of a query's (which kept none that had ended)."""
     kept, said = acted_on(rows, ids, paused_only=paused_only)
     if counted and said:
