@@ -143,8 +143,12 @@ def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(
     try:
         hold.release("a", 0)  # their first turns hand out two delegates each, held
         hold.release("b", 0)
-        until(lambda: waits_on_delegates(tmp_path, batch_id, "a"), 30)
-        until(lambda: waits_on_delegates(tmp_path, batch_id, "b"), 30)
+
+        def waiting(parent: str) -> bool:  # and its delegates recorded, rows of their own
+            delegates = (status(tmp_path, batch_id, f"{parent}.{n}") for n in (1, 2))
+            return waits_on_delegates(tmp_path, batch_id, parent) and None not in delegates
+
+        until(lambda: waiting("a") and waiting("b"), 30)
         assert main(["stop", batch_id, "a", *state]) == 0
         assert capsys.readouterr().out == "stop applied: a (and its 2 delegates)\n"
         hold.release("b.1")  # it completes: only b.2 is left to stop with b
