@@ -43,7 +43,17 @@ def sim_owner(
     assert owner.stdout is not None
     first = owner.stdout.readline()  # "batch <id>", once it has started
     assert first.startswith("batch "), first + owner.communicate()[1]
-    return owner, first.split()[1], hold
+    batch_id = first.split()[1]
+    until(lambda: recorded(folder, batch_id), 30)  # said as its row is queued to the store
+    return owner, batch_id, hold
+
+
+def recorded(folder: Path, batch_id: str) -> bool:
+    db = folder / "state" / "flightdeck.db"
+    if not db.is_file():
+        return False
+    with StoreReader(db) as reader:
+        return reader.batch(batch_id) is not None
 
 
 def status(folder: Path, batch_id: str, child_id: str) -> str | None:
