@@ -192,3 +192,32 @@ def test_store_retry_s_is_read_from_the_config_and_checked(tmp_path: Path) -> No
     path.write_text('[engine]\nstore_retry_s = "soon"\n')
     with pytest.raises(ConfigError, match=r"flightdeck\.toml:2.*store_retry_s"):
         load_settings(path)
+
+
+def test_headless_says_the_batch_id_once_its_row_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A script reads the id off the first line and at once sends a command (`flightdeck stop
+    # ID`): it must find the batch, however slow the disk's first commit.
+    first = [True]
+
+    class _SlowStore(Store):
+        def _attempt(self, writes: Any) -> None:
+            if first[0]:
+                first[0] = False
+                time.sleep(0.3)
+            super()._attempt(writes)
+
+    monkeypatch.setattr(run_module, "Store", _SlowStore)
+    engine = Engine(batch(2), settings(sim_route(time_scale=0.001)), state_dir=tmp_path / "st")
+    found: list[bool] = []
+
+    class _Out(io.StringIO):
+        def write(self, text: str) -> int:
+            if "batch " in text and not found:
+                with StoreReader(tmp_path / "st" / "flightdeck.db") as reader:
+                    found.append(reader.batch(engine.batch_id) is not None)
+            return super().write(text)
+
+    code = run_headless(engine, Console(file=_Out(), width=200), Console(file=io.StringIO()))
+    assert code == ExitCode.OK and found == [True]

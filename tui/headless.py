@@ -157,6 +157,9 @@ def _run_headless(
         started = True
         if interrupted:  # a signal while it started
             engine.stop_all()
+        # Said once the batch's row is committed: a script that reads the id and at once sends
+        # a command (`flightdeck stop ID`) must find the batch.
+        engine.flush(5)
         console.print(Text(f"batch {batch_id}", style="bold"))
         if console.is_terminal:
             progress = Progress(
