@@ -83,6 +83,7 @@ def test_build_report(reader: StoreReader) -> None:
         "completed": 1,
         "failed": 1,
         "stopped": 1,
+        "superseded": 0,
         "paused": 0,
         "running": 1,
         "queued": 2,  # the gated child holds no slot: it is queued
@@ -119,6 +120,7 @@ def test_build_report(reader: StoreReader) -> None:
         "error": None,
         "transcript": "batches/b1/c0.log",
         "attempt": 1,
+        "superseded": False,
     }
     assert second["cost_usd"] is None and second["error"].startswith("429")
     assert [c["duration_s"] for c in report["children"][2:]] == [None] * 4
@@ -248,6 +250,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "completed": 0,
             "failed": 0,
             "stopped": 0,
+            "superseded": 0,
             "paused": 0,
             "running": 0,
             "queued": 1,
@@ -269,6 +272,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "completed": 1,
             "failed": 1,
             "stopped": 0,
+            "superseded": 0,
             "paused": 0,
             "running": 0,
             "queued": 0,
@@ -290,6 +294,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "completed": 2,
             "failed": 0,
             "stopped": 0,
+            "superseded": 0,
             "paused": 0,
             "running": 0,
             "queued": 0,

@@ -11,7 +11,7 @@ from functools import cached_property
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import StopAll
-from flightdeck.engine.model import ChildStatus, Snapshot
+from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.lastlooked import LastLooked
@@ -104,9 +104,9 @@ class FlightdeckApp(App[bool]):
 
 
 def exit_code(snapshot: Snapshot) -> ExitCode:
-    """OK if every child completed, INCOMPLETE otherwise."""
-    done = all(row.status is ChildStatus.COMPLETED for row in snapshot.children)
-    return ExitCode.OK if done else ExitCode.INCOMPLETE
+    """OK if the batch completed (every child did, but delegates of their parents' earlier
+    attempts: its status says it), INCOMPLETE otherwise."""
+    return ExitCode.OK if snapshot.status is BatchStatus.COMPLETED else ExitCode.INCOMPLETE
 
 
 def run_app(engine: Engine) -> ExitCode:

@@ -239,4 +239,5 @@ def _run_headless(
         return ExitCode.NOT_RECORDED
     if interrupted:
         return exit_code
-    return ExitCode.OK if snap.totals.completed == snap.totals.children else ExitCode.INCOMPLETE
+    # The batch's own status: delegates of their parents' earlier attempts do not decide it.
+    return ExitCode.OK if snap.status is BatchStatus.COMPLETED else ExitCode.INCOMPLETE

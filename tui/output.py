@@ -68,7 +68,7 @@ def print_ending(
 def unrecorded_line(t: Totals, every: int | None) -> str | None:
     """The children of the batch's `every` that ended with no end in the store (`t`, its
     totals after a full disk): with them, the figures add up to every child. None if none."""
-    lost = 0 if every is None else every - t.completed - t.failed - t.stopped
+    lost = 0 if every is None else every - t.completed - t.failed - t.stopped - t.superseded
     if lost <= 0:
         return None
     noun = "child" if lost == 1 else "children"
@@ -226,6 +226,8 @@ def summary_table(snap: Snapshot) -> Table:
     table = Table(
         title=f"batch {snap.batch_id} — {snap.status.value}",
         title_justify="left",
+        caption=superseded_caption(snap.totals.superseded, snap.children),
+        caption_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
@@ -256,6 +258,20 @@ SUMMARY_COLUMNS = (
     "cost",
     "cache\nsaved",
 )
+
+
+def superseded_caption(n: int, rows: Sequence[ChildRow]) -> str | None:
+    """Under the table, the children counted in none of ok, failed and stopped: delegates of
+    an earlier attempt of their parent (it ran again since), kept as history."""
+    if not n:
+        return None
+    ids = [one_line(r.id, 40) for r in rows if r.superseded and r.status.terminal][:3]
+    more = ", …" if n > len(ids) else ""
+    what = "delegate" if n == 1 else "delegates"
+    return (
+        f"superseded: {n} {what} of an earlier attempt of their parent ({', '.join(ids)}{more}):"
+        " history, not counted as ok, failed or stopped"
+    )
 
 
 def _summary_cells(t: Totals, rows: Sequence[ChildRow]) -> list[str]:

@@ -240,7 +240,7 @@ class BatchReading:
             for _, row in built:
                 self._order[self._at[row.id]] = row
         if events is not None and built:
-            done = sum(tally.counts[s] for s in ChildStatus if s.terminal)
+            done = sum(tally.counts[s] for s in ChildStatus if s.terminal) + tally.superseded
             self._facts.children(built, done, len(rows), events)
         return tuple(self._order), bool(built)
 

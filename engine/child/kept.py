@@ -1,5 +1,5 @@
 """What a child keeps beside its live figures: which attempt it is (and the retry that made it),
-and what it changed in its own workspace."""
+what it changed in its own workspace, and whether an earlier attempt of its parent made it."""
 
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ class Kept:
         self.attempt = attempt
         self.retrying = retrying
         self.changes = changes
+        self.superseded = False  # a delegate whose parent has run again since: history
         self.version = 0  # bumped on every change, so readers can skip an unchanged child
 
     def changed(self, changes: Changes | None) -> None:
         """Its changes as found at its end, or as the operator decided them."""
         self.changes = changes
+        self.version += 1
+
+    def supersede(self) -> None:
+        """Its parent (or an ancestor) runs again: this delegate belongs to an earlier attempt."""
+        self.superseded = True
         self.version += 1

@@ -90,6 +90,7 @@ def build_row(
         node=standing.node,
         attempt=kept.attempt,
         changes=kept.changes,
+        superseded=kept.superseded,
     )
 
 

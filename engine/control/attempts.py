@@ -5,7 +5,8 @@ Run on the coordinator thread (as pauses.py is), between two steps. The new atte
 attempts were billed (spent is spent: the batch's totals and its budget count them), and its
 `Kept` says which attempt it is and, for a retry that continues, what it goes on from (its
 workspace as the earlier attempt left it, the end of its transcript, the CLI's session). The
-earlier attempt is kept as a "retry" event: its status, error, usage, cost and times. A batch
+earlier attempt is kept as a "retry" event: its status, error, usage, cost and times; the
+delegates it made are history ("superseded": they no longer decide the batch's outcome). A batch
 that had ended is reopened.
 """
 
@@ -26,6 +27,7 @@ from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Slots
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.records.attempts import SUPERSEDED
 from flightdeck.engine.records.transcripts import tail_lines
 from flightdeck.engine.review.apply import Reviewer
 from flightdeck.engine.review.values import Changes, changes_json
@@ -122,6 +124,8 @@ class Attempts:
         child = self._remake(task, kept)
         child.carry(row.usage, row.cost_usd)  # its earlier attempts' spend
         mode = "continue" if resume else "fresh"
+        for kid in self._slots.supersede(row.id):  # recorded before the attempt that makes it so
+            self._recorder.record_event(kid, SUPERSEDED, row.id)
         child.transcript.write(
             "operator", f"retry requested: attempt {attempt.number} ({mode}) after {before}"
         )

@@ -82,10 +82,12 @@ class Finals:
 
     def status(self, stopped_by_stop_all: int) -> BatchStatus:
         """Stopped by the operator (all at once or one by one) or a budget, unless a child
-        failed, timed out or stalled first: a stop is nobody's failure."""
+        failed, timed out or stalled first: a stop is nobody's failure. The delegates of an
+        earlier attempt of their parent are history: its last attempt's decide."""
         if stopped_by_stop_all:
             return BatchStatus.STOPPED
-        statuses = {c.status for c in self._children} | {r.status for r in self._carried()}
+        statuses = {c.status for c in self._children if not c.kept.superseded}
+        statuses |= {r.status for r in self._carried() if not r.superseded}
         if statuses <= {ChildStatus.COMPLETED}:
             return BatchStatus.COMPLETED
         if statuses <= {ChildStatus.COMPLETED, ChildStatus.STOPPED}:

@@ -14,6 +14,7 @@ from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.records.attempts import SUPERSEDED
 from flightdeck.engine.records.forecast import lost_attempt_json
 
 
@@ -33,6 +34,8 @@ def rerun_lost(
         if child.finalize(child.stop_status, f"{child.stop_reason or 'stopped'} ({why})"):
             ends.finish(child)
         return
+    for kid in slots.supersede(child_id):  # it delegates afresh: those it made are history
+        recorder.record_event(kid, SUPERSEDED, child_id)
     lost = child.restart(why)
     recorder.record(lost)
     recorder.record_event(child_id, "lost_attempt", lost_attempt_json(lost, True, why))

@@ -8,6 +8,7 @@ without one (parents waiting on delegates, paused processes), not a second bookk
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,6 +18,7 @@ from flightdeck.engine.control.queues import RouteQueues
 from flightdeck.engine.executors.base import Executor
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.records.attempts import delegates_of, earlier_delegates
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,8 @@ class Slots:
         # Final rows an earlier owner left (a resumed batch), until a retry runs one again:
         # replaced whole, never changed in place (a sender reads it from its own thread).
         self.carried = {r.id: r for r in carried}
+        # Each parent's delegates, carried or made here: history once it runs again.
+        self.kids = delegates_of((r.id, r.parent) for r in carried)
         self.queues = RouteQueues(routes, children)  # the routes' queues and children alive
         self.alive: dict[str, Child] = {}  # started and not ended (a suspended process too)
         # Alive children without a slot: parents waiting on delegates, paused processes.
@@ -87,12 +91,31 @@ class Slots:
         """Children made as the batch runs (delegates, waves) join it."""
         self.children.extend(made)
         self.by_id.update((c.task.id, c) for c in made)
+        for child in made:
+            if child.task.parent is not None:
+                self.kids.setdefault(child.task.parent, []).append(child.task.id)
         return made
 
     def interrupt(self, child: Child, status: ChildStatus, reason: str) -> None:
         """Ask a running child to end with `status` (the watchdog times how long it takes)."""
         self.stop_requested.setdefault(child.task.id, self._clock())
         child.request_stop(status, reason)
+
+    def supersede(self, child_id: str) -> list[str]:
+        """`child_id` runs again (a new attempt): mark the delegates its earlier attempts made,
+        and theirs, as history; returns the ids marked now (each is marked once)."""
+        out, rows = [], {}
+        for kid in earlier_delegates(child_id, self.kids):
+            child, row = self.by_id.get(kid), self.carried.get(kid)
+            if child is not None and not child.kept.superseded:
+                child.kept.supersede()
+                out.append(kid)
+            elif child is None and row is not None and not row.superseded:
+                rows[kid] = dataclasses.replace(row, superseded=True)
+                out.append(kid)
+        if rows:  # replaced whole: a sender reads it from its own thread
+            self.carried = {**self.carried, **rows}
+        return out
 
     def rows(self) -> list[ChildRow]:
         """Every child's row as it is now."""

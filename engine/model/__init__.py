@@ -246,6 +246,7 @@ class ChildRow:
     node: str | None = None  # the cluster node its work ran on (None: in the owner process)
     attempt: int = 1  # 2 and on: the operator retried it (the earlier attempts' spend included)
     changes: Changes | None = None  # what it changed in its own worktree or copy (None: nothing)
+    superseded: bool = False  # a delegate of its parent's earlier attempt: history, not outcome
 
     @property
     def pausing(self) -> bool:
@@ -295,6 +296,7 @@ class Totals:
     completed: int = 0
     failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
     stopped: int = 0  # stopped by the operator, a budget or a signal
+    superseded: int = 0  # ended delegates of their parents' earlier attempts, however they ended
     paused: int = 0  # paused by the operator (live: neither queued nor running)
     pausing: int = 0  # running, their operator's pause pending (`ChildRow.pausing`)
     usage: Usage = field(default_factory=Usage)
@@ -321,7 +323,7 @@ class Totals:
     @property
     def done(self) -> int:
         """Children that have ended, however."""
-        return self.completed + self.failed + self.stopped
+        return self.completed + self.failed + self.stopped + self.superseded
 
 
 @record

@@ -32,12 +32,20 @@ from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.owner import assembly
-from flightdeck.engine.records.forecast import lost_attempt_json, lost_cost
+from flightdeck.engine.owner.lostrun import (
+    OWNER_LOST,
+    append_line,
+    keep_pause,
+    owner_died,
+    record_lost,
+    settle_lost,
+)
+from flightdeck.engine.records.attempts import SUPERSEDED, delegates_of, earlier_delegates
+from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.liveness import claim_batch
-from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.meter import Meter, cache_saving
 from flightdeck.engine.records.processes import ProcessLog, ProcessRow, processes
-from flightdeck.engine.records.reader import StoreReader, no_batch
+from flightdeck.engine.records.reader import StoreReader, no_batch, with_lineage
 from flightdeck.engine.records.requests import refuse_pending
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.store import Store
@@ -53,8 +61,6 @@ __all__ = [
     "settle",
     "take_over",
 ]
-
-OWNER_LOST = "owner lost"
 
 
 class ResumeError(InputError):
@@ -88,6 +94,7 @@ class Resumed:
     lost: int = 0  # of those, left `unknown` (--no-rerun)
     lost_cost_usd: Decimal = Decimal(0)  # what the lost attempts were billed (known prices)
     lost_cost_unknown: int = 0  # lost attempts with no price
+    superseded: set[str] = dataclasses.field(default_factory=set)  # re-run parents' delegates
     first_receipt_id: int = 1
     adopted: list[str] = dataclasses.field(default_factory=list)  # processes watched on
     ended: list[str] = dataclasses.field(default_factory=list)  # process trees ended first
@@ -152,6 +159,7 @@ def settle(
     started (a queued child needs no row built: most of a big batch, often); `running` the
     processes the dead owner recorded as running."""
     by_id = {r.id: r for r in rows}
+    kids = delegates_of((r.id, r.parent) for r in rows if not r.superseded)  # not history yet
     out = Resumed(live=[], carried=[])
     adopted = _adopt(children, by_id, running, batch_id, store, meter, lost_owner, clock, out)
     missing = []
@@ -169,7 +177,7 @@ def settle(
                 # their spend is its own still.
                 meter.add(child.route, row.usage)
                 child.carry(row.usage, row.cost_usd)
-            _keep_pause(child, row)
+            keep_pause(child, row)
             out.live.append(child)
         elif row.status.terminal:
             meter.add(child.route, row.usage)
@@ -178,10 +186,13 @@ def settle(
             out.lost_cost_usd += row.cost_usd or 0
             out.lost_cost_unknown += row.cost_usd is None
             meter.add(child.route, row.usage)
-            if rerun:  # before `_lost` records it queued again
+            if rerun:  # before `_lost` records it queued again; what it delegated is history
                 child.carry(row.usage, row.cost_usd)
-                _keep_pause(child, row)
-            _lost(child, row, batch_id, store, lost_owner, lost_ts, rerun)
+                keep_pause(child, row)
+                for kid in earlier_delegates(row.id, kids):
+                    out.superseded.add(kid)
+                    store.record_event(batch_id, kid, lost_ts, SUPERSEDED, row.id)
+            settle_lost(child, row, batch_id, store, lost_owner, lost_ts, rerun)
             if rerun:
                 out.live.append(child)
                 out.rerun += 1
@@ -189,7 +200,10 @@ def settle(
                 out.lost += 1
                 out.carried.append(
                     dataclasses.replace(
-                        row, status=ChildStatus.UNKNOWN, finished_ts=lost_ts, error=_why(lost_owner)
+                        row,
+                        status=ChildStatus.UNKNOWN,
+                        finished_ts=lost_ts,
+                        error=owner_died(lost_owner),
                     )
                 )
     out.live = [c for c in children if c.task.id in adopted] + out.live  # they hold slots
@@ -208,7 +222,7 @@ def settle(
         store.record_control(batch_id, missed, "steer", reason=OWNER_LOST)
         path = by_id[receipt.child_id].transcript if receipt.child_id in by_id else None
         if path is not None:
-            _append(path, "operator", missed_note(receipt.message, OWNER_LOST), clock)
+            append_line(path, "operator", missed_note(receipt.message, OWNER_LOST), clock)
     return out
 
 
@@ -243,7 +257,10 @@ def take_over(
         made = [i for i in stored_ids if i not in spec and i not in started]
         rows += [r for i in made if (r := reader.child(batch_id, i)) is not None]
         receipts = reader.controls(batch_id, kind="steer")
-        lost_before = lost_cost(reader.events(batch_id))  # earlier resumes' losses
+        events = reader.events(batch_id)
+        lost_before = lost_cost(events)  # earlier resumes' losses
+    # Queued delegates were read one by one: their parents too (a re-run parent's are history).
+    rows = with_lineage(rows, {c: d for _, c, kind, d in events if kind == "delegate" and c})
     running = processes(store.path, batch_id)
     lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
     found = settle(
@@ -318,7 +335,7 @@ def _adopt(
             child.adopted(row.started_ts if row is not None else None)
             state = "still runs" if runs else "has ended since"
             child.transcript.write(
-                "engine", f"{_why(pid)}; its process {process.pid} {state}: adopted"
+                "engine", f"{owner_died(pid)}; its process {process.pid} {state}: adopted"
             )
             store.record_event(batch_id, process.child_id, clock(), "adopted", str(process.pid))
             continue
@@ -335,8 +352,9 @@ def _adopt(
     return adopted
 
 
-def _with_saving(row: ChildRow, route: Route | None) -> ChildRow:
-    """`row` with what its cache reads saved (None: its route, or its price, is unknown)."""
+def _with_saving(row: ChildRow, route: Route | None, superseded: bool) -> ChildRow:
+    """`row` with what its cache reads saved (None: its route or price unknown), superseded."""
+    row = dataclasses.replace(row, superseded=True) if superseded else row
     if not row.usage.cache_read_tokens:
         return row
     saved = cache_saving(row.usage, route) if route is not None else None
@@ -371,18 +389,18 @@ def _settle_made(
             )
         else:
             ended = dataclasses.replace(
-                row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=_why(pid)
+                row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=owner_died(pid)
             )
             out.lost += 1
             out.lost_cost_usd += row.cost_usd or 0
             out.lost_cost_unknown += row.cost_usd is None
-            _record_lost(store, batch_id, row, ts, rerun=False)  # as the report counts it
-            _append(row.transcript, "engine", f"{_why(pid)}; it is not run again", clock)
+            record_lost(store, batch_id, row, ts, rerun=False)  # as the report counts it
+            append_line(row.transcript, "engine", f"{owner_died(pid)}; it is not run again", clock)
         store.update_child(batch_id, ended)
         out.carried.append(ended)
-    routes = {c.route.name: c.route for c in children}
     # The store keeps no saving: priced again, as the report and attached views do.
-    out.carried = [_with_saving(row, routes.get(row.route)) for row in out.carried]
+    routes, history = {c.route.name: c.route for c in children}, out.superseded
+    out.carried = [_with_saving(r, routes.get(r.route), r.id in history) for r in out.carried]
     for row in out.carried:  # their spend counts in the totals and against the budget
         if row.id in spec or not row.usage.total:
             continue
@@ -390,61 +408,3 @@ def _settle_made(
             meter.add(routes[row.route], row.usage)
         elif row.cost_usd is not None:
             meter.add_cost(row.usage, row.cost_usd)
-
-
-def _keep_pause(child: Child, row: ChildRow | None) -> None:
-    """The operator's pause of a child outlives its owner, as a pause of admission does: it
-    waits, queued, to be continued."""
-    if row is not None and (row.status is ChildStatus.PAUSED or row.pausing):
-        child.request_pause()
-        child.transcript.write("engine", "still paused by the operator: continue it to run it")
-
-
-def _why(pid: int) -> str:
-    return f"{OWNER_LOST}: its owner process (pid {pid}) died while it ran"
-
-
-def _record_lost(store: Store, batch_id: str, row: ChildRow, ts: float, rerun: bool) -> None:
-    """The attempt a dead owner lost (the report's recovery and the forecast's lost cost are
-    these events)."""
-    store.record_event(batch_id, row.id, ts, "lost_attempt", lost_attempt_json(row, rerun))
-
-
-def _lost(
-    child: Child,
-    row: ChildRow,
-    batch_id: str,
-    store: Store,
-    pid: int,
-    ts: float,
-    rerun: bool,
-) -> None:
-    """Record the attempt of a child that was running when its owner died as lost, and say so
-    in its transcript. Re-run, it is recorded queued again, as `child` is now, with that
-    attempt's spend carried: `unknown` reads as an end, so had this owner died too before the
-    child started, the next resume would never have run it. Otherwise it is left `unknown`,
-    with what was recorded of it."""
-    if rerun:
-        store.update_child(batch_id, child.row())
-    else:
-        unknown = dataclasses.replace(
-            row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=_why(pid)
-        )
-        store.update_child(batch_id, unknown)
-    _record_lost(store, batch_id, row, ts, rerun)
-    if rerun:  # it starts over: a loop its lost attempt was flagged in is not its own now
-        store.record_event(batch_id, row.id, ts, "loop", evidence_json(None))
-    then = "it restarts from the start" if rerun else "it is left unknown (--no-rerun)"
-    child.transcript.write("engine", f"{_why(pid)}; {then}")
-    if not rerun:
-        child.transcript.close("engine", f"unknown: {OWNER_LOST}")
-
-
-def _append(path: str, role: str, text: str, clock: Callable[[], float]) -> None:
-    from flightdeck.engine.records.transcripts import TranscriptWriter
-
-    writer = TranscriptWriter(path, clock)
-    try:
-        writer.write(role, text)
-    finally:
-        writer.close()

@@ -1,20 +1,46 @@
 """What the events table keeps of a child beside its row: its attempts (each retry's "retry"
-event, with the attempt before it as it ended) and its changes (the "changes" found at its end,
-then "accept" or "discard" as the operator decided), read back for views and the report."""
+event, with the attempt before it as it ended), whether it is a delegate of an earlier attempt
+of its parent ("superseded") and its changes (the "changes" found at its end, then "accept" or
+"discard" as the operator decided), read back for views and the report."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.review.values import Changes, changes_from_json
 
+# A delegate whose parent (or an ancestor) runs again, as a new attempt: the event's detail
+# names that one. Recorded before the new attempt is, so a store holding that attempt holds it.
+SUPERSEDED = "superseded"
 # The event kinds read back into a child's row.
-KEPT_KINDS = ("changes", "accept", "discard", "retry")
+KEPT_KINDS = ("changes", "accept", "discard", "retry", SUPERSEDED)
+
+
+def delegates_of(parents: Iterable[tuple[str, str | None]]) -> dict[str, list[str]]:
+    """Each parent's delegates, from (child, its parent) pairs."""
+    kids: dict[str, list[str]] = {}
+    for kid, parent in parents:
+        if parent is not None:
+            kids.setdefault(parent, []).append(kid)
+    return kids
+
+
+def earlier_delegates(child_id: str, kids: Mapping[str, Iterable[str]]) -> list[str]:
+    """The delegates `child_id`'s attempts made so far, and theirs, down the tree (`kids`:
+    each parent's delegates): when it runs again, they belong to an earlier attempt."""
+    out: dict[str, None] = {}
+    todo = list(kids.get(child_id, ()))
+    while todo:
+        kid = todo.pop()
+        if kid not in out and kid != child_id:  # bad data may loop: each once
+            out[kid] = None
+            todo.extend(kids.get(kid, ()))
+    return list(out)
 
 
 class Kept:
@@ -23,6 +49,7 @@ class Kept:
     def __init__(self) -> None:
         self.attempts: dict[str, int] = {}
         self.changes: dict[str, Changes] = {}
+        self.superseded: set[str] = set()
 
     def add(self, child_id: str, kind: str, detail: str) -> bool:
         """One event; True if it says something of the child's row."""
@@ -36,6 +63,9 @@ class Kept:
             self.attempts[child_id] = attempt
             if json.loads(detail).get("mode") == "fresh":
                 self.changes.pop(child_id, None)  # a fresh attempt starts with none
+            return True
+        if kind == SUPERSEDED:
+            self.superseded.add(child_id)
             return True
         if kind in ("changes", "accept", "discard"):
             changes = changes_from_json(detail)
@@ -52,11 +82,13 @@ class Kept:
             out["attempt"] = self.attempts[child_id]
         if child_id in self.changes:
             out["changes"] = self.changes[child_id]
+        if child_id in self.superseded:
+            out["superseded"] = True
         return out
 
     def rows(self, rows: list[ChildRow]) -> list[ChildRow]:
         """The rows with what the events say of them."""
-        if not self.attempts and not self.changes:
+        if not self.attempts and not self.changes and not self.superseded:
             return rows
         return [
             dataclasses.replace(r, **fields) if (fields := self.fields(r.id)) else r for r in rows

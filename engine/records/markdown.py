@@ -37,6 +37,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| failed | {totals['failed']} |",
         f"| stopped | {totals['stopped']} |",
         f"| paused | {totals.get('paused', 0)} |",  # so the rows add up to the children
+        *([f"| superseded | {n} |"] if (n := totals.get("superseded")) else []),
         f"| running | {totals['running']} |",
         f"| queued | {totals['queued']} |",
         f"| input tokens | {_tokens(totals, 'tokens_in')} |",
@@ -280,7 +281,7 @@ def _child_cells(c: Mapping[str, Any], tree: bool) -> list[str]:
     return [
         _cell(c["id"]),
         *parent,
-        _cell(c["status"]),
+        _cell(c["status"]) + (" (superseded)" if c.get("superseded") else ""),
         _cell(c["route"]),
         _cell(c["model"]),
         str(c["api_calls"]),

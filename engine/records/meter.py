@@ -163,6 +163,7 @@ class RowTally:
         "pausing",
         "saved",
         "saved_unknown",
+        "superseded",
         "unknown",
         "usage",
     )
@@ -177,9 +178,13 @@ class RowTally:
         self.saved = _ZERO
         self.saved_unknown = 0
         self.pausing = 0
+        self.superseded = 0  # ended rows of earlier attempts' delegates: in no status count
 
     def add(self, row: ChildRow) -> None:
-        self.counts[row.status] += 1
+        if row.superseded and row.status.terminal:
+            self.superseded += 1
+        else:
+            self.counts[row.status] += 1
         if row.pausing:
             self.pausing += 1
         self.usage += row.usage
@@ -198,7 +203,10 @@ class RowTally:
 
     def remove(self, row: ChildRow) -> None:
         """Take out a row added before (as `add` put it in)."""
-        self.counts[row.status] -= 1
+        if row.superseded and row.status.terminal:
+            self.superseded -= 1
+        else:
+            self.counts[row.status] -= 1
         if row.pausing:
             self.pausing -= 1
         self.usage -= row.usage
@@ -217,7 +225,7 @@ class RowTally:
 
     def totals(self) -> Totals:
         counts = self.counts
-        n = sum(counts.values())
+        n = sum(counts.values()) + self.superseded
         # Gated children wait for the prompt-cache gate and hold no slot: they are queued.
         queued = counts[ChildStatus.QUEUED] + counts[ChildStatus.GATED]
         running = counts[ChildStatus.RUNNING]
@@ -229,8 +237,9 @@ class RowTally:
             queued=queued,
             running=running,
             completed=completed,
-            failed=n - queued - running - completed - stopped - paused,
+            failed=n - queued - running - completed - stopped - paused - self.superseded,
             stopped=stopped,
+            superseded=self.superseded,
             paused=paused,
             pausing=self.pausing,
             usage=self.usage,

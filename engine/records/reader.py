@@ -12,7 +12,7 @@ from typing import Any
 
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, StopRecord
-from flightdeck.engine.records.attempts import KEPT_KINDS, kept_of
+from flightdeck.engine.records.attempts import KEPT_KINDS, SUPERSEDED, kept_of
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import current_loops
 from flightdeck.engine.records.rows import (
@@ -40,6 +40,7 @@ _KEPT = ", ".join(f"'{k}'" for k in ("delegate", "loop", "node", *KEPT_KINDS))
 # A row with spend recorded: a child ran at some time, even if it is queued again now.
 _SPENT = "(cost_usd IS NOT NULL OR tokens_in + tokens_out + cache_read + cache_write > 0)"
 
+_ENDED = frozenset(s.value for s in ChildStatus if s.terminal)
 _FAILED = tuple(
     s.value
     for s in ChildStatus
@@ -234,18 +235,25 @@ class StoreReader:
             ).fetchall()
             child_where = "WHERE batch_id = ?" if batch_id is not None else ""
             child_rows = self._conn.execute(
-                "SELECT batch_id, status, cost_usd,"
+                "SELECT batch_id, id, status, cost_usd,"
                 " max(coalesce(finished_ts, 0), coalesce(last_activity_ts, 0))"
                 f" FROM children {child_where}",
                 args,
             ).fetchall()
+            # Delegates of their parents' earlier attempts: history, in no outcome count.
+            where = "WHERE batch_id = ? AND" if batch_id is not None else "WHERE"
+            history = set(
+                self._conn.execute(
+                    f"SELECT batch_id, child_id FROM events {where} kind = ?", (*args, SUPERSEDED)
+                ).fetchall()
+            )
         # Costs are exact Decimal strings: sum them here, not as SQL floats.
         summary: dict[str, _Summary] = {}
-        for bid, status, cost, last_ts in child_rows:
+        for bid, cid, status, cost, last_ts in child_rows:
             s = summary.get(bid)
             if s is None:
                 s = summary[bid] = _Summary()
-            s.add(status, cost)
+            s.add(status, cost, superseded=(bid, cid) in history)
             s.last_ts = max(s.last_ts, float(last_ts or 0))
         empty = _Summary()
         out = []
@@ -301,6 +309,7 @@ class _Summary:
         "failed",
         "last_ts",
         "stopped",
+        "superseded",
     )
 
     def __init__(self) -> None:
@@ -308,13 +317,16 @@ class _Summary:
         self.completed = 0
         self.failed = 0
         self.stopped = 0
+        self.superseded = 0
         self.cost_usd = Decimal(0)
         self.cost_unknown = 0
         self.last_ts = 0.0
 
-    def add(self, status: str, cost: str | None) -> None:
+    def add(self, status: str, cost: str | None, *, superseded: bool) -> None:
         self.children += 1
-        if status == ChildStatus.COMPLETED:
+        if superseded and status in _ENDED:
+            self.superseded += 1
+        elif status == ChildStatus.COMPLETED:
             self.completed += 1
         elif status == ChildStatus.STOPPED:
             self.stopped += 1

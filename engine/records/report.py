@@ -79,6 +79,8 @@ def build_report(
             "completed": totals.completed,
             "failed": totals.failed,
             "stopped": totals.stopped,
+            # delegates of their parents' earlier attempts: history, in no outcome above
+            "superseded": totals.superseded,
             "paused": totals.paused,
             "running": totals.running,
             "queued": totals.queued,
@@ -94,6 +96,7 @@ def build_report(
                 "completed": r.totals.completed,
                 "failed": r.totals.failed,
                 "stopped": r.totals.stopped,
+                "superseded": r.totals.superseded,
                 "paused": r.totals.paused,
                 "running": r.totals.running,
                 "queued": r.totals.queued,
@@ -122,6 +125,7 @@ def build_report(
                 "error": c.error,
                 "transcript": c.transcript,
                 "attempt": c.attempt,
+                "superseded": c.superseded,
             }
             for c in children
         ],

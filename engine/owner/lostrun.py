@@ -1,0 +1,73 @@
+"""What `resume` records of a child its dead owner was running: the attempt it lost (an event
+the report's recovery counts), the note in its transcript, and the operator's pause of it kept."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from flightdeck.engine.child.state import Child
+from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.records.forecast import lost_attempt_json
+from flightdeck.engine.records.loops import evidence_json
+from flightdeck.engine.records.store import Store
+
+OWNER_LOST = "owner lost"
+
+
+def keep_pause(child: Child, row: ChildRow | None) -> None:
+    """The operator's pause of a child outlives its owner, as a pause of admission does: it
+    waits, queued, to be continued."""
+    if row is not None and (row.status is ChildStatus.PAUSED or row.pausing):
+        child.request_pause()
+        child.transcript.write("engine", "still paused by the operator: continue it to run it")
+
+
+def owner_died(pid: int) -> str:
+    return f"{OWNER_LOST}: its owner process (pid {pid}) died while it ran"
+
+
+def record_lost(store: Store, batch_id: str, row: ChildRow, ts: float, rerun: bool) -> None:
+    """The attempt a dead owner lost (the report's recovery and the forecast's lost cost are
+    these events)."""
+    store.record_event(batch_id, row.id, ts, "lost_attempt", lost_attempt_json(row, rerun))
+
+
+def settle_lost(
+    child: Child,
+    row: ChildRow,
+    batch_id: str,
+    store: Store,
+    pid: int,
+    ts: float,
+    rerun: bool,
+) -> None:
+    """Record the attempt of a child that was running when its owner died as lost, and say so
+    in its transcript. Re-run, it is recorded queued again, as `child` is now, with that
+    attempt's spend carried: `unknown` reads as an end, so had this owner died too before the
+    child started, the next resume would never have run it. Otherwise it is left `unknown`,
+    with what was recorded of it."""
+    if rerun:
+        store.update_child(batch_id, child.row())
+    else:
+        unknown = dataclasses.replace(
+            row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=owner_died(pid)
+        )
+        store.update_child(batch_id, unknown)
+    record_lost(store, batch_id, row, ts, rerun)
+    if rerun:  # it starts over: a loop its lost attempt was flagged in is not its own now
+        store.record_event(batch_id, row.id, ts, "loop", evidence_json(None))
+    then = "it restarts from the start" if rerun else "it is left unknown (--no-rerun)"
+    child.transcript.write("engine", f"{owner_died(pid)}; {then}")
+    if not rerun:
+        child.transcript.close("engine", f"unknown: {OWNER_LOST}")
+
+
+def append_line(path: str, role: str, text: str, clock: Callable[[], float]) -> None:
+    from flightdeck.engine.records.transcripts import TranscriptWriter
+
+    writer = TranscriptWriter(path, clock)
+    try:
+        writer.write(role, text)
+    finally:
+        writer.close()
