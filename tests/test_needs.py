@@ -191,6 +191,19 @@ def test_each_reason_and_what_clears_it() -> None:
     assert need_of(dataclasses.replace(asks, dismissed_ts=99.0)) is not None
     # a paused looping child is the operator's act on it
     assert need_of(dataclasses.replace(looping, status=ChildStatus.PAUSED)) is None
+    # a delegate of its parent's earlier attempt is history: the parent ran again since
+    lost = _row("a.1", ChildStatus.UNKNOWN, finished_ts=60.0, error="owner lost")
+    assert need_of(lost) is not None
+    assert need_of(dataclasses.replace(lost, superseded=True)) is None
+
+
+def test_a_superseded_delegate_reads_as_history_in_the_table() -> None:
+    from flightdeck.tui.widgets.rows import doing
+
+    stopped = _row("a.1", ChildStatus.STOPPED, finished_ts=60.0, error="stopped by operator")
+    assert doing(stopped, 61.0) == ("stopped: stopped by operator", "dim")
+    gone = dataclasses.replace(stopped, status=ChildStatus.UNKNOWN, superseded=True)
+    assert doing(gone, 61.0) == ("unknown (superseded): stopped by operator", "dim")
 
 
 def test_a_cli_permission_denial_is_shown_with_the_tool_and_its_input(tmp_path: Path) -> None:

@@ -83,7 +83,8 @@ def need_of(row: ChildRow) -> Need | None:
         and not _steered_since(row, loop.ts)
     ):
         return Need(row.id, "looping", loop.ts, one_line(loop.summary, TEXT_CHARS))
-    if row.status in _RETRY_MAY_FIX and retry_may_fix(row):
+    # A delegate of its parent's earlier attempt is history: the parent ran again since.
+    if row.status in _RETRY_MAY_FIX and retry_may_fix(row) and not row.superseded:
         since = row.finished_ts if row.finished_ts is not None else row.queued_ts
         if since > cleared:
             kind: NeedKind = row.status.value  # type: ignore[assignment]

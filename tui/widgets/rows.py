@@ -126,6 +126,11 @@ def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
     if row.status is ChildStatus.PAUSED:
         return ("paused by the operator", "cyan")
     text = row.status.value + (f" ({changed(row)})" if row.changes is not None else "")
+    if row.superseded:  # its parent ran again since: history, nothing to act on
+        return (
+            one_line(f"{text} (superseded)" + (f": {row.error}" if row.error else ""), limit),
+            "dim",
+        )
     text += f": {row.error}" if row.error else ""
     return (one_line(text, limit), "bold red" if row.status in ATTENTION else "dim")
 
