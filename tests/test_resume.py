@@ -9,11 +9,13 @@ import subprocess
 import sys
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.inputs.settings import Budget, Settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, settings_json
+from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import (
     Activity,
     BatchStatus,
@@ -28,7 +30,7 @@ from flightdeck.engine.owner.resume import NothingToResume
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
-from flightdeck.engine.records.rows import process_start_time
+from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.store import Store
 
 from helpers import batch, run_to_end, settings, sim_route, until
@@ -45,6 +47,21 @@ def dead_owner() -> tuple[int, float | None]:
     return proc.pid, start
 
 
+def dead_batch(state: Path, cfg: Settings, tasks: Batch, **more: Any) -> BatchInfo:
+    """Batch b1's row of `tasks` on `cfg`, as an owner that has died left it."""
+    pid, start = dead_owner()
+    return make_batch(
+        "b1",
+        spec_json=assembly.spec_json(tasks),
+        workspace=str(state / "ws"),
+        state_dir=str(state),
+        owner_pid=pid,
+        owner_start=start,
+        settings_json=settings_json(cfg),
+        **more,
+    )
+
+
 def abandoned(
     state: Path, *, max_cost: Decimal | None = None, lost_cost: Decimal | None = Decimal("0.003")
 ) -> tuple[str, Path]:
@@ -54,21 +71,10 @@ def abandoned(
     if max_cost is not None:
         cfg = dataclasses.replace(cfg, budget=Budget(max_cost_usd=max_cost))
     tasks = batch(4)
-    pid, start = dead_owner()
     bdir = state / "batches" / "b1"
     bdir.mkdir(parents=True)
     (bdir / "t0001.log").write_text("10:00:00.000  user      │ Review item 1\n")
-    info = make_batch(
-        "b1",
-        spec_json=json.dumps([assembly.task_json(t) for t in tasks.tasks]),
-        workspace=str(state / "ws"),
-        state_dir=str(state),
-        owner_pid=pid,
-        owner_start=start,
-        heartbeat_ts=1500.0,
-        settings_json=settings_json(cfg),
-        max_cost_usd=max_cost,
-    )
+    info = dead_batch(state, cfg, tasks, heartbeat_ts=1500.0, max_cost_usd=max_cost)
     rows = [
         make_child(
             0,
@@ -373,19 +379,9 @@ def test_resume_keeps_the_delegates_that_ended_and_never_reuses_their_ids(
     )
     cfg = dataclasses.replace(settings(route), budget=Budget(max_depth=1))
     tasks = batch(1)
-    pid, start = dead_owner()
     bdir = tmp_path / "batches" / "b1"
     bdir.mkdir(parents=True)
-    info = make_batch(
-        "b1",
-        spec_json=assembly.spec_json(tasks),
-        workspace=str(tmp_path / "ws"),
-        state_dir=str(tmp_path),
-        owner_pid=pid,
-        owner_start=start,
-        heartbeat_ts=1500.0,
-        settings_json=settings_json(cfg),
-    )
+    info = dead_batch(tmp_path, cfg, tasks, heartbeat_ts=1500.0)
 
     def row(seq: int, child_id: str, status: ChildStatus, **kw: object) -> object:
         return make_child(
@@ -458,18 +454,10 @@ def test_header_values_are_not_kept_and_a_batch_that_needs_them_is_not_resumed(
         '[routes.gw]\nprovider = "openai"\nmodel = "m"\nbase_url = "http://localhost:9/v1"\n'
         'api_key_env = "GW_KEY"\nheaders = { Authorization = "Bearer sk-gateway-secret-99" }\n'
     )
-    kept = settings_json(load_settings(config))
+    cfg = load_settings(config)
+    kept = settings_json(cfg)
     assert "sk-gateway-secret-99" not in kept and "Authorization" in kept
-    pid, start = dead_owner()
-    info = make_batch(
-        "b1",
-        spec_json=assembly.spec_json(batch(1)),
-        workspace=str(tmp_path / "ws"),
-        state_dir=str(tmp_path),
-        owner_pid=pid,
-        owner_start=start,
-        settings_json=kept,
-    )
+    info = dead_batch(tmp_path, cfg, batch(1))
     with Store(tmp_path / "flightdeck.db") as store:
         store.create_batch(info)
     with pytest.raises(ResumeError, match="'gw' send headers, whose values are not kept"):

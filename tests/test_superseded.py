@@ -15,9 +15,7 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.settings import Budget, Settings
-from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.model import BatchStatus, ChildStatus, Snapshot, Usage
-from flightdeck.engine.owner import assembly
 from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
@@ -34,8 +32,8 @@ from helpers import (
     until,
     wait_ended,
 )
-from test_resume import dead_owner
-from test_store import make_batch, make_child
+from test_resume import dead_batch
+from test_store import make_child
 
 DELEGATING = {"tool_turns": 0, "delegate_rate": 1.0, "delegates": 2}
 
@@ -143,19 +141,9 @@ def test_a_parent_rerun_on_resume_leaves_its_lost_attempts_delegates_as_history(
     # still running), t0000.2 running, t0000.3 queued. Re-run, t0000 delegates afresh.
     route = dataclasses.replace(sim_route(**DELEGATING), delegate=True)
     cfg = dataclasses.replace(settings(route), budget=Budget(max_depth=1))
-    pid, start = dead_owner()
     bdir = tmp_path / "batches" / "b1"
     bdir.mkdir(parents=True)
-    info = make_batch(
-        "b1",
-        spec_json=assembly.spec_json(batch(1)),
-        workspace=str(tmp_path / "ws"),
-        state_dir=str(tmp_path),
-        owner_pid=pid,
-        owner_start=start,
-        heartbeat_ts=1500.0,
-        settings_json=settings_json(cfg),
-    )
+    info = dead_batch(tmp_path, cfg, batch(1), heartbeat_ts=1500.0)
     spent: dict[str, object] = {"usage": Usage(input_tokens=10, output_tokens=10)}
     rows: list[tuple[str, str | None, ChildStatus, dict[str, object]]] = [
         ("t0000", None, ChildStatus.RUNNING, {"started_ts": 1400.0}),
