@@ -6,7 +6,13 @@ import json
 from decimal import Decimal
 
 from flightdeck.engine.model import ChildRow, ChildStatus
-from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast, lost_cost
+from flightdeck.engine.records.forecast import (
+    Forecast,
+    burn_rate,
+    forecast,
+    lost_attempts,
+    lost_cost,
+)
 
 from test_store import make_child  # the store tests' row builder
 
@@ -101,10 +107,19 @@ def test_burn_rate_is_the_live_cost_over_the_running_time() -> None:
 
 
 def test_lost_attempts_are_summed_from_the_events_and_one_unpriced_makes_them_unknown() -> None:
-    def lost(cost: str | None) -> tuple[float, str | None, str, str]:
-        return (1.0, "c1", "lost_attempt", json.dumps({"cost_usd": cost, "rerun": True}))
+    def lost(cost: str | None, child: str = "c1") -> tuple[float, str | None, str, str]:
+        return (1.0, child, "lost_attempt", json.dumps({"cost_usd": cost, "rerun": True}))
+
+    def retry(cost: str | None) -> tuple[float, str | None, str, str]:
+        return (1.0, "c1", "retry", json.dumps({"attempt": 2, "before": {"cost_usd": cost}}))
 
     resumed = (0.5, None, "resumed", json.dumps({"lost_cost_usd": "9"}))  # not summed twice
-    assert lost_cost([resumed, lost("0.01"), lost("0.003")]) == D("0.013")
+    assert lost_cost([resumed, lost("0.01"), lost("0.003", "c2")]) == D("0.013")
     assert lost_cost([resumed]) == 0
     assert lost_cost([lost("0.01"), lost(None)]) is None
+    # A lost attempt's row holds what earlier attempts carried into it: each counts its own.
+    # Found by a review: two crashes of one child's runs counted the first attempt twice, and
+    # an attempt the operator had stopped (then retried) counted as lost.
+    assert lost_cost([lost("0.01"), lost("0.025")]) == D("0.025")
+    assert lost_cost([retry("0.004"), lost("0.006")]) == D("0.002")
+    assert lost_attempts([retry(None), lost("0.006")]).unknown == 1

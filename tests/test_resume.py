@@ -119,8 +119,10 @@ def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_
     from flightdeck.engine.attached.view import StoreView
 
     batch_id, _ = abandoned(tmp_path)
-    with Store(tmp_path / "flightdeck.db") as store:  # an earlier resume lost $0.01 more
-        detail = json.dumps({"cost_usd": "0.01", "rerun": True})
+    # An earlier resume lost $0.001 of it: t0001's row ($0.003) carries that in, so this
+    # resume lost $0.002 more (found by a review: the $0.001 was counted twice).
+    with Store(tmp_path / "flightdeck.db") as store:
+        detail = json.dumps({"cost_usd": "0.001", "rerun": True})
         store.record_event(batch_id, "t0001", 1300.0, "lost_attempt", detail)
         # ... and its lost attempt had been flagged as looping: the re-run starts over.
         flag = LoopEvidence("repeat", "x called 5 times", ("x {}",) * 5, 1350.0)
@@ -128,10 +130,13 @@ def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_
     engine = Engine.resume(tmp_path, batch_id)
     engine.start()
     snap = run_to_end(engine)
-    assert snap.lost_cost_usd == Decimal("0.013")  # $0.003 this time, as the test below
+    assert engine.resumed is not None and engine.resumed.lost_cost_usd == Decimal("0.002")
+    assert snap.lost_cost_usd == Decimal("0.003")
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        assert build_report(reader, batch_id)["recovery"]["lost_cost_usd"] == 0.003
     view = StoreView(tmp_path / "flightdeck.db", batch_id, watch=False)
     try:
-        assert view.snapshot().lost_cost_usd == Decimal("0.013")
+        assert view.snapshot().lost_cost_usd == Decimal("0.003")
         rerun = view.snapshot().child("t0001")
         assert rerun is not None and rerun.loop is None
     finally:

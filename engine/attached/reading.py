@@ -151,9 +151,9 @@ class BatchReading:
             # What changes as a child runs; its goal, route, transcript path ... are read once.
             mutable = self._written()
             if not self._lost_read:  # written when an owner resumes, before it runs: read once
-                lost = conn.execute(
+                lost = conn.execute(  # retries too: what they carried into a lost attempt
                     "SELECT ts, child_id, kind, detail FROM events "
-                    "WHERE batch_id = ? AND kind = 'lost_attempt'",
+                    "WHERE batch_id = ? AND kind IN ('lost_attempt', 'retry') ORDER BY id",
                     (self.batch_id,),
                 ).fetchall()
                 self._lost_cost, self._lost_read = lost_cost(lost), True

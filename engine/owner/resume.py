@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -41,7 +41,7 @@ from flightdeck.engine.owner.lostrun import (
     settle_lost,
 )
 from flightdeck.engine.records.attempts import SUPERSEDED, delegates_of, earlier_delegates
-from flightdeck.engine.records.forecast import lost_cost
+from flightdeck.engine.records.forecast import LostAttempts, lost_attempts
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.meter import Meter, cache_saving
 from flightdeck.engine.records.processes import ProcessLog, ProcessRow, processes
@@ -92,12 +92,22 @@ class Resumed:
     carried: list[ChildRow]  # final rows kept from before; never run again
     rerun: int = 0  # children that were running when the owner died, run again
     lost: int = 0  # of those, left `unknown` (--no-rerun)
-    lost_cost_usd: Decimal = Decimal(0)  # what the lost attempts were billed (known prices)
-    lost_cost_unknown: int = 0  # lost attempts with no price
+    # This resume's lost attempts, each its own cost (not what earlier attempts carried in).
+    attempts_lost: LostAttempts = dataclasses.field(default_factory=LostAttempts)
     superseded: set[str] = dataclasses.field(default_factory=set)  # re-run parents' delegates
     first_receipt_id: int = 1
     adopted: list[str] = dataclasses.field(default_factory=list)  # processes watched on
     ended: list[str] = dataclasses.field(default_factory=list)  # process trees ended first
+
+    @property
+    def lost_cost_usd(self) -> Decimal:
+        """What the attempts this resume found lost were billed (known prices)."""
+        return self.attempts_lost.cost_usd
+
+    @property
+    def lost_cost_unknown(self) -> int:
+        """Lost attempts with no price."""
+        return self.attempts_lost.unknown
 
 
 def load(state_dir: Path, batch_id: str, *, reopen: bool = False) -> Stored:
@@ -152,6 +162,7 @@ def settle(
     lost_ts: float,
     clock: Callable[[], float],
     running: Sequence[ProcessRow] = (),
+    spent_before: Mapping[str, Decimal | None] | None = None,
 ) -> Resumed:
     """Decide each child's fate from its stored row, and record what that changes.
 
@@ -160,7 +171,8 @@ def settle(
     processes the dead owner recorded as running."""
     by_id = {r.id: r for r in rows}
     kids = delegates_of((r.id, r.parent) for r in rows if not r.superseded)  # not history yet
-    out = Resumed(live=[], carried=[])
+    # What each child's earlier attempts carried into the one lost now (retries, lost owners).
+    out = Resumed(live=[], carried=[], attempts_lost=LostAttempts(carried=dict(spent_before or {})))
     adopted = _adopt(children, by_id, running, batch_id, store, meter, lost_owner, clock, out)
     missing = []
     for child in children:
@@ -183,8 +195,7 @@ def settle(
             meter.add(child.route, row.usage)
             out.carried.append(row)
         else:  # running, gated or paused when its owner died: its context died with it
-            out.lost_cost_usd += row.cost_usd or 0
-            out.lost_cost_unknown += row.cost_usd is None
+            out.attempts_lost.add(row.id, row.cost_usd)
             meter.add(child.route, row.usage)
             if rerun:  # before `_lost` records it queued again; what it delegated is history
                 child.carry(row.usage, row.cost_usd)
@@ -258,7 +269,7 @@ def take_over(
         rows += [r for i in made if (r := reader.child(batch_id, i)) is not None]
         receipts = reader.controls(batch_id, kind="steer")
         events = reader.events(batch_id)
-        lost_before = lost_cost(events)  # earlier resumes' losses
+        earlier = lost_attempts(events)  # earlier resumes' losses
     # Queued delegates were read one by one: their parents too (a re-run parent's are history).
     rows = with_lineage(rows, {c: d for _, c, kind, d in events if kind == "delegate" and c})
     running = processes(store.path, batch_id)
@@ -276,10 +287,11 @@ def take_over(
         lost_ts=lost_ts,
         clock=clock,
         running=running,
+        spent_before=earlier.carried,
     )
     lost: Decimal | None = None
-    if lost_before is not None and not found.lost_cost_unknown:
-        lost = lost_before + found.lost_cost_usd
+    if not earlier.unknown and not found.lost_cost_unknown:
+        lost = earlier.cost_usd + found.lost_cost_usd
     store.record_event(
         batch_id,
         None,
@@ -392,8 +404,7 @@ def _settle_made(
                 row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=owner_died(pid)
             )
             out.lost += 1
-            out.lost_cost_usd += row.cost_usd or 0
-            out.lost_cost_unknown += row.cost_usd is None
+            out.attempts_lost.add(row.id, row.cost_usd)
             record_lost(store, batch_id, row, ts, rerun=False)  # as the report counts it
             append_line(row.transcript, "engine", f"{owner_died(pid)}; it is not run again", clock)
         store.update_child(batch_id, ended)

@@ -104,14 +104,44 @@ def lost_attempt_json(row: ChildRow, rerun: bool, why: str | None = None) -> str
     return json.dumps(detail)
 
 
+@dataclass(slots=True)
+class LostAttempts:
+    """What the attempts lost with an owner (or a worker) cost, each its own spend."""
+
+    cost_usd: Decimal = Decimal(0)  # the lost attempts with a price
+    unknown: int = 0  # lost attempts with no price
+    # Each child's spend as its current attempt began: what a retry or a lost attempt carried
+    # into it (None: unknown). A lost attempt's row holds that too: its own cost is the rest.
+    carried: dict[str, Decimal | None] = dataclasses.field(default_factory=dict)
+
+    def add(self, child_id: str, cost: Decimal | None) -> None:
+        """A lost attempt whose row was billed `cost` in all; the next attempt carries it."""
+        before = self.carried.get(child_id, Decimal(0))
+        if cost is None or before is None:
+            self.unknown += 1
+        else:
+            self.cost_usd += cost - before
+        self.carried[child_id] = cost
+
+
+def lost_attempts(events: Iterable[tuple[float, str | None, str, str]]) -> LostAttempts:
+    """The lost attempts of a batch's events (as the reader gives them, in order): its
+    `lost_attempt` events, less what each child's `retry` or earlier lost attempt carried."""
+    out = LostAttempts()
+    for _ts, child, kind, detail in events:
+        if child is None or kind not in ("lost_attempt", "retry"):
+            continue
+        found = json.loads(detail)
+        cost = (found["before"] if kind == "retry" else found).get("cost_usd")
+        cost = None if cost is None else Decimal(cost)
+        if kind == "retry":  # the attempt it ended, earlier ones included, is carried on
+            out.carried[child] = cost
+        else:
+            out.add(child, cost)
+    return out
+
+
 def lost_cost(events: Iterable[tuple[float, str | None, str, str]]) -> Decimal | None:
-    """What the attempts lost with an owner cost, from a batch's `lost_attempt` events (as the
-    reader gives them); None if one of them had no price."""
-    total = Decimal(0)
-    for _ts, _child, kind, detail in events:
-        if kind == "lost_attempt":
-            cost = json.loads(detail).get("cost_usd")
-            if cost is None:
-                return None
-            total += Decimal(cost)
-    return total
+    """What the attempts lost with an owner cost (`lost_attempts`); None if one had no price."""
+    lost = lost_attempts(events)
+    return None if lost.unknown else lost.cost_usd

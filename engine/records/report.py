@@ -20,7 +20,7 @@ from flightdeck.engine.model import (
     Usage,
 )
 from flightdeck.engine.records.attempts import report_entries
-from flightdeck.engine.records.forecast import forecast
+from flightdeck.engine.records.forecast import forecast, lost_attempts
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.needlog import need_records
@@ -223,28 +223,23 @@ def _forecast(children: list[ChildRow], recovery: Mapping[str, Any]) -> dict[str
 def _recovery(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str, Any]:
     """What resuming after a lost owner cost: children re-run (or left unknown) and what
     their lost attempts were billed (already in the totals: spent is spent)."""
+    events = list(events)
     resumes = rerun = unknown = 0
-    cost = Decimal(0)
-    cost_unknown = 0
     for _ts, _child, kind, detail in events:
         if kind == "resumed":
             resumes += 1
         elif kind == "lost_attempt":
-            lost = json.loads(detail)
-            if lost.get("rerun"):
+            if json.loads(detail).get("rerun"):
                 rerun += 1
             else:
                 unknown += 1
-            if lost.get("cost_usd") is None:
-                cost_unknown += 1
-            else:
-                cost += Decimal(lost["cost_usd"])
+    lost = lost_attempts(events)  # each attempt's own cost, not what was carried into it
     return {
         "resumes": resumes,
         "rerun": rerun,
         "left_unknown": unknown,
-        "lost_cost_usd": _money(cost),
-        "lost_cost_unknown": cost_unknown,
+        "lost_cost_usd": _money(lost.cost_usd),
+        "lost_cost_unknown": lost.unknown,
     }
 
 
