@@ -209,6 +209,22 @@ def test_queued_children_are_recorded_like_their_rows(db: Path) -> None:
     assert short == full and len(short) == 2
 
 
+def test_only_children_that_ran_are_read_as_started(db: Path) -> None:
+    # `resume` builds rows only for children that ran: most of a big batch is queued. Found by
+    # a review: a queued row's cost is '0', and every queued row was read as one that ran.
+    ran = make_child(1, status=ChildStatus.COMPLETED, finished_ts=10.0)
+    again = make_child(2, usage=Usage(input_tokens=5), cost_usd=Decimal("0.001"))  # a retry's
+    never = make_child(3)
+    queued = QueuedChild(never.id, 3, "g", None, "sim", "m", 1.0, never.transcript)
+    with Store(db) as store:
+        store.create_batch(make_batch("b1"))
+        store.add_children("b1", [ran, again])
+        store.add_queued("b1", [queued])
+    with StoreReader(db) as reader:
+        assert [r.id for r in reader.children("b1")] == [ran.id, again.id, never.id]
+        assert [r.id for r in reader.children("b1", started=True)] == [ran.id, again.id]
+
+
 def test_a_literal_for_a_column_that_does_not_exist_is_refused() -> None:
     with pytest.raises(ValueError, match=r"not columns of children: \['tokens'\]"):
         rows_module.upsert(

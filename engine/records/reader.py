@@ -38,7 +38,8 @@ MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 # The events read back into children's rows: who delegated whom, loop flags, attempts, changes.
 _KEPT = ", ".join(f"'{k}'" for k in ("delegate", "loop", "node", *KEPT_KINDS))
 # A row with spend recorded: a child ran at some time, even if it is queued again now.
-_SPENT = "(cost_usd IS NOT NULL OR tokens_in + tokens_out + cache_read + cache_write > 0)"
+# (A queued row's cost is '0', not NULL; the cost is a Decimal's text.)
+_SPENT = "(CAST(cost_usd AS REAL) > 0 OR tokens_in + tokens_out + cache_read + cache_write > 0)"
 
 _ENDED = frozenset(s.value for s in ChildStatus if s.terminal)
 _FAILED = tuple(
