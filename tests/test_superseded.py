@@ -98,7 +98,10 @@ def test_a_retried_parents_earlier_delegates_are_history_and_the_batch_completes
     assert report["status"] == "completed"
     assert (report["totals"]["stopped"], report["totals"]["superseded"]) == (0, 2)
     assert [c["id"] for c in report["children"] if c["superseded"]] == ["t0000.1", "t0000.2"]
-    assert "| t0000.1 | t0000 | stopped (superseded) |" in render_markdown(report)
+    md = render_markdown(report)
+    assert "| t0000.1 | t0000 | stopped (superseded) |" in md
+    # The routes table adds up to its children too (found by a review: it left them out).
+    assert "| sim | sim-1 | 5 | 3 | 0 | 0 | 2 |" in md, md
     assert view.status is BatchStatus.COMPLETED
     v = view.totals
     assert (v.children, v.completed, v.stopped, v.superseded) == (5, 3, 0, 2)

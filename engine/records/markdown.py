@@ -55,12 +55,14 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append("| cache saved | unknown |")  # read from the cache at a price not known
     if budget is not None:
         lines.append(f"| budget | {_usd(budget)} |")
+    # Delegates of their parents' earlier attempts, in none of the three: only when there are.
+    history = any(r.get("superseded") for r in report["routes"])
     lines += _table(
         "Routes",
-        "| route | model | children | completed | failed | stopped | tokens in | tokens out "
-        "| cache read | cache write | cost |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        (_route_cells(r) for r in report["routes"]),
+        f"| route | model | children | completed | failed | stopped |{' superseded |' * history}"
+        " tokens in | tokens out | cache read | cache write | cost |",
+        f"|---|---|---:|---:|---:|---:|{'---:|' * history}---:|---:|---:|---:|---:|",
+        (_route_cells(r, history) for r in report["routes"]),
     )
     # Who delegated whom, as the JSON's `parent` says; only when a child delegated.
     tree = any(c.get("parent") is not None for c in report["children"])
@@ -260,7 +262,7 @@ def _tokens(entry: Mapping[str, Any], key: str) -> str:
     return f"{n:,}+?" if n else "?"
 
 
-def _route_cells(r: Mapping[str, Any]) -> list[str]:
+def _route_cells(r: Mapping[str, Any], history: bool) -> list[str]:
     return [
         _cell(r["route"]),
         _cell(r["model"]),
@@ -268,6 +270,7 @@ def _route_cells(r: Mapping[str, Any]) -> list[str]:
         str(r["completed"]),
         str(r["failed"]),
         str(r["stopped"]),
+        *([str(r.get("superseded", 0))] if history else []),
         _tokens(r, "tokens_in"),
         _tokens(r, "tokens_out"),
         _tokens(r, "cache_read_tokens"),
