@@ -57,9 +57,13 @@ def folder(tmp_path: Path) -> Path:
 
 PLAIN = [
     # words from the start of a word, case folded; the last one a prefix
-    (
+    (  # a space stands for any spaces or punctuation, as the docs promise (found by an audit)
         "rate limit",
-        ["a.log:Review the Rate limited path and config.py", "b.log:12:00 the rate limit, again"],
+        [
+            "a.log:Review the Rate limited path and config.py",
+            "a.log:café naïve rate-limit here",
+            "b.log:12:00 the rate limit, again",
+        ],
     ),
     (
         "LIMIT",
@@ -117,6 +121,7 @@ def test_regex_matches_each_whole_line_stamp_and_role_too(folder: Path) -> None:
 def test_bad_patterns_say_why() -> None:
     for text, regex, why in (
         ("", False, "empty"),
+        ("   ", False, "empty"),  # it found nothing, and said nothing (found by an audit)
         ("a\nb", False, "newline"),
         ("(unclosed", True, "not a regular expression"),
     ):
@@ -130,6 +135,7 @@ def test_lines_written_after_the_index_are_found_at_their_offsets(folder: Path) 
     hits = list(grep(folder, compile_pattern("rate limit")))
     assert [h.line.split(" │ ")[1] for h in hits] == [
         "Review the Rate limited path and config.py",
+        "café naïve rate-limit here",
         "steer: rate limit now please",
         "12:00 the rate limit, again",
     ]
@@ -192,8 +198,9 @@ def test_named_transcripts_only_in_the_order_named_and_first_only(folder: Path) 
 def test_first_only_looks_past_a_first_candidate_the_text_does_not_match(
     tmp_path: Path, names: list[str] | None
 ) -> None:
-    # The index matches words ("rate, limit" holds both in order); the pattern as typed does
-    # not: each file's first match is the one after, and a file with none gives nothing.
+    # The index matches words ("rate, limit" holds both in order); the pattern does not (a
+    # space in it stands for spaces, hyphens or underscores, not a comma): each file's first
+    # match is the one after, and a file with none gives nothing.
     transcript(
         tmp_path / "c.log",
         ("assistant", "the rate, limit and path"),
@@ -205,10 +212,11 @@ def test_first_only_looks_past_a_first_candidate_the_text_does_not_match(
     index(tmp_path)
     transcript(tmp_path / "d.log", ("assistant", "a rate limit, written after the index"))
     assert texts(tmp_path, "rate limit", first_only=True, names=names) == [
-        "c.log:a rate limit reached",
+        "c.log:rate-limit? no",
         "d.log:a rate limit, written after the index",
     ]
     assert texts(tmp_path, "rate limit", names=names) == [
+        "c.log:rate-limit? no",
         "c.log:a rate limit reached",
         "c.log:the rate limit again",
         "d.log:a rate limit, written after the index",

@@ -5,7 +5,8 @@ Two kinds of pattern:
 
 - **plain** (the default): a case-insensitive match that starts at the start of a word, in a
   line's text (after its stamp and role): `rate limit` finds "Rate limited" and
-  "rate-limit", not "accelerate limits". The index answers it: FTS5 finds the lines holding
+  "rate-limit", not "accelerate limits" nor "rate, limit" (a space in the pattern stands for
+  spaces, hyphens or underscores). The index answers it: FTS5 finds the lines holding
   the pattern's words in order (its last word as a prefix), and each is read back from its
   transcript by its offset and checked against the pattern as typed. A pattern with no word in
   it (`->`) is looked for in the files.
@@ -78,7 +79,7 @@ class Pattern:
 
 def compile_pattern(text: str, *, regex: bool = False) -> Pattern:
     """`text` as a plain or regex pattern; PatternError saying what is wrong with it."""
-    if not text:
+    if not text.strip():  # spaces alone would find every line
         raise PatternError("the pattern is empty")
     if "\n" in text:
         raise PatternError("a pattern matches within one line: it cannot hold a newline")
@@ -93,14 +94,16 @@ def compile_pattern(text: str, *, regex: bool = False) -> Pattern:
             return None if m is None else m.span()
 
         return Pattern(text, True, find_rx, None, whole_line=True)
-    lowered = text.lower()
+    # A space between two words stands for spaces, hyphens or underscores ("rate limit" finds
+    # "rate-limit" and "rate_limit", not "rate, limit"); the rest is matched as typed.
+    words = re.compile(r"[\s_-]+".join(re.escape(w) for w in text.lower().split()))
 
     def find_plain(s: str, pos: int) -> tuple[int, int] | None:
         # `s` is lowered text; a match must start a word.
-        while (i := s.find(lowered, pos)) >= 0:
-            if i == 0 or not s[i - 1].isalnum():
-                return i, i + len(lowered)
-            pos = i + 1
+        while (m := words.search(s, pos)) is not None:
+            if m.start() == 0 or not s[m.start() - 1].isalnum():
+                return m.span()
+            pos = m.start() + 1
         return None
 
     # FTS5 tokenizes the quoted string as it tokenized the lines; `*` makes its last word a
