@@ -166,8 +166,9 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
         if row is None:
             raise unknown_children((args.child_id,), args.batch_id)
         path = Path(row.transcript)
+        deleted = f"{path}: the transcript is gone (deleted since the child started)"
         if row.started_ts is not None and not path.exists():  # written from its start on
-            say_error(f"{path}: the transcript is gone (deleted since the child started)")
+            say_error(deleted)
             return ExitCode.INCOMPLETE
         out = sys.stdout
         try:
@@ -178,11 +179,14 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
                 return ExitCode.OK
 
             client = batch_client(args)
-            gone: list[int] = []  # the owner's pid, once it is found dead
+            gone: list[int] = []  # the owner's pid once it is found dead; 0: the file is gone
 
             def ended() -> bool:
                 found = reader.child(args.batch_id, args.child_id)
                 if found is None or found.status.terminal:
+                    return True
+                if found.started_ts is not None and not path.exists():  # deleted meanwhile
+                    gone.append(0)
                     return True
                 owner = client.owner()
                 if owner.status is BatchStatus.ABANDONED:  # nothing will write to it any more
@@ -194,7 +198,7 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
                     out.write("".join(line + "\n" for line in chunk.lines))
                     out.flush()
                 if gone:  # as `wait` says it
-                    say_error(abandoned(client, gone[0]))
+                    say_error(abandoned(client, gone[0]) if gone[0] else deleted)
                     return ExitCode.INCOMPLETE
             finally:
                 client.close()

@@ -143,6 +143,34 @@ def test_logs_prints_and_follows_a_transcript_sanitized(project: Path, owners: l
 
 
 @pytest.mark.slow
+def test_logs_f_says_a_transcript_deleted_while_it_follows(
+    project: Path, owners: list[int]
+) -> None:
+    # Found by an audit: it went quiet, and exited 0 once the child ended.
+    batch_id = detach(project, "held.toml", owners)  # its children run on, held
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "logs", batch_id, "c1", "-f"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout is not None and "system" in follow.stdout.readline()
+        with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
+            row = reader.child(batch_id, "c1")
+        assert row is not None
+        Path(row.transcript).unlink()
+        _, err = follow.communicate(timeout=30)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.communicate()
+    assert follow.returncode == ExitCode.INCOMPLETE
+    assert "the transcript is gone (deleted since the child started)" in err
+
+
+@pytest.mark.slow
 def test_logs_and_attach_bad_inputs_exit_2_with_one_line(project: Path, owners: list[int]) -> None:
     none_here = flightdeck("logs", "x", "c1", cwd=project)
     assert none_here.returncode == ExitCode.USAGE
