@@ -317,6 +317,12 @@ def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> Non
         assert code == 2 and f"must be 1 or more, got {bad}" in err
     done = flightdeck("grep", "no-such-batch", "x", "--state-dir", state, cwd=tmp_path)
     assert done.returncode == 2 and "no batch 'no-such-batch'" in done.stderr
+    # A transcript deleted since its child started: said, not skipped as if nothing matched
+    # (found by an audit).
+    Path(snap.children[1].transcript).unlink()
+    code, lines, err = grep_("rate limits")
+    assert code == 0 and [ln.split()[0] for ln in lines if " user │ " in ln] == ["t0000", "t0002"]
+    assert "1 transcript is gone (deleted since its child started), not searched: t0001" in err
 
 
 def test_the_index_is_never_written_by_a_search(folder: Path) -> None:

@@ -4,6 +4,7 @@ ended: each with its child, its time and the line (engine/attached/search.py sea
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.sanitize import one_line
@@ -45,6 +46,15 @@ def cmd_grep(args: argparse.Namespace) -> ExitCode:
         console.print(_line(hit, pattern, width), soft_wrap=True)
         if args.max_count and found >= args.max_count:
             break
+    # Written from a child's start on: one missing was deleted, and nothing in it was searched.
+    gone = [r.id for r in rows if r.started_ts is not None and not Path(r.transcript).exists()]
+    if gone:
+        shown = ", ".join(one_line(i, 60) for i in gone[:5]) + (", …" if len(gone) > 5 else "")
+        one = len(gone) == 1
+        what = "transcript is" if one else "transcripts are"
+        whose = "its child" if one else "their children"
+        line = f"flightdeck: {len(gone)} {what} gone (deleted since {whose} started), "
+        console_for(stderr=True).print(Text(f"{line}not searched: {shown}"), soft_wrap=True)
     return ExitCode.OK if found else ExitCode.INCOMPLETE
 
 
