@@ -19,7 +19,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.rework import _retryable
 
 from gitrepo import GIT_ENV, branches, git, make_repo, worktrees
-from helpers import until
+from helpers import ended, until
 from test_store import make_child
 
 pytestmark = pytest.mark.slow
@@ -132,6 +132,31 @@ def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> 
     report = json.loads(fd(folder, "report", batch, "--format", "json").stdout)
     states = {c["child_id"]: c["state"] for c in report["changes"]}
     assert states == {"c1": "accepted", "c2": "accepted", "c3": "discarded"}
+
+
+def test_diff_of_a_running_child_says_it_has_not_ended(tmp_path: Path) -> None:
+    # Its changes are recorded when it ends: till then diff says so, as merge does, not that
+    # it changed nothing (it has: new.txt is in its worktree).
+    marker = tmp_path / "release"
+    repo, folder = project(tmp_path, {"s2": "new.txt=made"}, "--hold-after", str(marker))
+    started = fd(folder, "run", "tasks.toml", "--detach")
+    assert started.returncode == 0, started.stderr
+    batch = started.stdout.strip()
+    try:
+        until(lambda: any(Path(w, "new.txt").exists() for w in worktrees(repo)), 60, what="edit")
+        diff = fd(folder, "diff", batch, "s2")
+        merge = fd(folder, "merge", batch, "s2", "--into", "main")
+        assert "s2 has not ended (running): accept it once it has" in merge.stderr
+        assert (diff.returncode, diff.stdout) == (merge.returncode, "")
+        assert "s2 has not ended (running): its changes are known once it has" in diff.stderr
+    finally:
+        marker.touch()
+        fd(folder, "wait", batch)
+        with StoreReader(folder / "state" / "flightdeck.db") as reader:
+            info = reader.batch(batch)
+        assert info is not None and info.owner_pid is not None
+        until(lambda: ended(info.owner_pid), 60, what="the detached owner gone")
+    assert "+made" in fd(folder, "diff", batch, "s2").stdout
 
 
 def test_retry_of_an_ended_batch_starts_its_owner_again(tmp_path: Path) -> None:

@@ -111,10 +111,15 @@ def rows_of(db: Path, batch_id: str) -> dict[str, ChildRow]:
 
 def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> str:
     """A child's changes as a unified diff (of one file, or all). CommandError if it has none,
-    or they cannot be read any more (discarded, its worktree gone)."""
+    has not ended (none recorded yet), or they cannot be read any more (discarded, its
+    worktree gone)."""
     rows = rows_of(db, batch_id)
     check_known((child_id,), rows, batch_id)
     row = rows[child_id]
+    if row.changes is None and row.status.live:  # its changes are recorded when it ends
+        raise CommandError(
+            f"{child_id} has not ended ({row.status.value}): its changes are known once it has"
+        )
     if row.changes is None:
         raise CommandError(f"{child_id} changed no file in a workspace of its own")
     try:
