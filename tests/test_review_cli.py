@@ -84,6 +84,16 @@ def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> 
     assert diff.returncode == 0, diff.stderr
     assert "-base\n+from c2\n" in diff.stdout and "\x1b" not in diff.stdout  # plain: piped
     assert "+one" not in diff.stdout
+    # One file: one it changed, one it did not (said, named, sanitized), and none (bad input).
+    one = fd(folder, "diff", batch, "c2", "--file", "shared.txt")
+    assert one.returncode == 0 and "+from c2\n" in one.stdout
+    untouched = fd(folder, "diff", batch, "c2", "--file", "README.md")
+    assert (untouched.returncode, untouched.stdout) == (1, "")
+    assert untouched.stderr == "flightdeck: c2 did not change 'README.md'\n"
+    odd = fd(folder, "diff", batch, "c2", "--file", "no\x1b[31mne.txt")
+    assert odd.returncode == 1 and "\x1b" not in odd.stderr and "ne.txt" in odd.stderr
+    empty = fd(folder, "diff", batch, "c2", "--file", "")
+    assert (empty.returncode, empty.stdout) == (2, "") and "--file: " in empty.stderr
 
     # A name git would refuse: a usage error before anything is sent, and nothing recorded.
     db = folder / "state" / "flightdeck.db"

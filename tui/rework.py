@@ -129,6 +129,8 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.attached.rework import diff_of
     from flightdeck.engine.commands import CommandError
 
+    if args.file == "":  # git would take it for every file
+        raise UsageError(None, None, "--file", "name a file, or leave --file out for every file")
     with batch_client(args) as client:
         db = client.db
     known_children(db, args.batch_id, (args.child_id,))

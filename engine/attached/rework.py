@@ -110,9 +110,9 @@ def rows_of(db: Path, batch_id: str) -> dict[str, ChildRow]:
 
 
 def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> str:
-    """A child's changes as a unified diff (of one file, or all). CommandError if it has none,
-    has not ended (none recorded yet), or they cannot be read any more (discarded, its
-    worktree gone)."""
+    """A child's changes as a unified diff (of one file, or all). CommandError if it has none
+    (or none in `path`), has not ended (none recorded yet), or they cannot be read any more
+    (discarded, its worktree gone)."""
     rows = rows_of(db, batch_id)
     check_known((child_id,), rows, batch_id)
     row = rows[child_id]
@@ -123,9 +123,12 @@ def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> 
     if row.changes is None:
         raise CommandError(f"{child_id} changed no file in a workspace of its own")
     try:
-        return patch_of(row.changes, path)
+        text = patch_of(row.changes, path)
     except CommandError as exc:
         raise CommandError(f"{child_id}: {exc}") from None
+    if path is not None and not text:
+        raise CommandError(f"{child_id} did not change {path!r}")
+    return text
 
 
 def patch_of(changes: Changes, path: str | None = None) -> str:
