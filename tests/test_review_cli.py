@@ -118,16 +118,19 @@ def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> 
     assert not [b for b in branches(repo) if b.startswith("flightdeck/")]
     assert len(worktrees(repo)) == 4
 
-    merged = fd(folder, "merge", batch, "c1", "c2", "--into", "main")
+    # A child named twice is one: it shares no file with itself.
+    merged = fd(folder, "merge", batch, "c1", "c2", "c2", "c1", "--into", "main")
     assert merged.returncode == 0, merged.stderr
+    assert "more than one" not in merged.stderr
     assert "accepted c1, c2 into main" in merged.stdout
     assert (repo / "x.txt").read_text() == "one\n"  # the checkout of main moved with it
     assert git(repo, "show", "main:shared.txt") == "from c2"
     assert git(repo, "merge-base", "--is-ancestor", f"flightdeck/{batch}/c1", "main") == ""
     assert {f"flightdeck/{batch}/c1", f"flightdeck/{batch}/c2"} <= set(branches(repo))
 
-    gone = fd(folder, "discard", batch, "c3")
+    gone = fd(folder, "discard", batch, "c3", "c3")
     assert gone.returncode == 0, gone.stderr
+    assert gone.stdout == "discarded c3\n"
     assert worktrees(repo) == [str(repo)]
     assert not [b for b in branches(repo) if b.endswith("/c3")]
     assert git(repo, "show", "main:shared.txt") == "from c2"

@@ -159,7 +159,7 @@ def cmd_merge(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.attached.rework import branch_name_problem, overlap_of
     from flightdeck.engine.commands import Accept
 
-    ids = tuple(args.child_ids)
+    ids = tuple(dict.fromkeys(args.child_ids))  # named twice is once: no overlap with itself
     with batch_client(args) as client:
         db = client.db
     known_children(db, args.batch_id, ids)
@@ -179,10 +179,11 @@ def cmd_discard(args: argparse.Namespace) -> ExitCode:
     """`flightdeck discard`: remove children's worktrees (or copies) and branches."""
     from flightdeck.engine.commands import Discard
 
+    ids = tuple(dict.fromkeys(args.child_ids))
     with batch_client(args) as client:
         db = client.db
-    known_children(db, args.batch_id, args.child_ids)
-    return _review(args, db, Discard(tuple(args.child_ids)))
+    known_children(db, args.batch_id, ids)
+    return _review(args, db, Discard(ids))
 
 
 def _review(args: argparse.Namespace, db: Path, command: Accept | Discard) -> ExitCode:
