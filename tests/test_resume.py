@@ -63,13 +63,18 @@ def dead_batch(state: Path, cfg: Settings, tasks: Batch, **more: Any) -> BatchIn
 
 
 def abandoned(
-    state: Path, *, max_cost: Decimal | None = None, lost_cost: Decimal | None = Decimal("0.003")
+    state: Path,
+    *,
+    max_cost: Decimal | None = None,
+    max_runs: int | None = None,
+    lost_cost: Decimal | None = Decimal("0.003"),
 ) -> tuple[str, Path]:
     """Batch b1 of 4 children as its dead owner left it: t0000 completed, t0001 running (with a
     queued steer, its attempt billed `lost_cost`: None for no price), t0002 and t0003 queued."""
     cfg = settings(sim_route())
-    if max_cost is not None:
-        cfg = dataclasses.replace(cfg, budget=Budget(max_cost_usd=max_cost))
+    if max_cost is not None or max_runs is not None:
+        budget = Budget(max_cost_usd=max_cost, max_runs=max_runs)
+        cfg = dataclasses.replace(cfg, budget=budget)
     tasks = batch(4)
     bdir = state / "batches" / "b1"
     bdir.mkdir(parents=True)
@@ -84,6 +89,7 @@ def abandoned(
             result="done",
             usage=Usage(input_tokens=10, output_tokens=10),
             cost_usd=Decimal("0.00005"),
+            started_ts=1390.0,
             finished_ts=1400.0,
             transcript=str(bdir / "t0000.log"),
         ),
@@ -261,6 +267,23 @@ def test_spend_before_the_crash_counts_against_the_budget(tmp_path: Path) -> Non
         assert by_id[queued].status == ChildStatus.STOPPED
         assert "budget" in (by_id[queued].error or "")
         assert by_id[queued].activity.api_calls == 0
+
+
+def test_max_runs_counts_the_runs_earlier_owners_made_retries_included(tmp_path: Path) -> None:
+    # Found by an audit: a new owner counted each stored child once, so every reopen by a
+    # retry (and every resume) forgot the retries before it, and max_runs was never reached.
+    batch_id, _ = abandoned(tmp_path, max_runs=4)
+    with Store(tmp_path / "flightdeck.db") as store:  # t0000 ran twice: the operator retried it
+        detail = json.dumps({"attempt": 2, "mode": "fresh", "before": {"cost_usd": "0"}})
+        store.record_event(batch_id, "t0000", 1300.0, "retry", detail)
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    snap = run_to_end(engine)
+    # t0000's two runs, then t0001 again (its lost attempt is not charged) and t0002: four.
+    by_id = {r.id: r for r in snap.children}
+    assert [by_id[i].status for i in ("t0001", "t0002")] == [ChildStatus.COMPLETED] * 2
+    assert by_id["t0003"].status is ChildStatus.STOPPED
+    assert "max_runs (4) reached" in (by_id["t0003"].error or "")
 
 
 def test_a_live_owner_keeps_its_batch(tmp_path: Path) -> None:

@@ -144,7 +144,7 @@ def build_parts(setup: Setup, duties: Duties) -> Parts:
         clock=clock,
         recorder=recorder,
         publish=publish,
-        started=len(carried.rows),
+        started=carried.runs,
     )
     receipt_ids = ReceiptIds(carried.first_receipt_id)
     reviewer = s.rework.reviewer if s.rework is not None else None

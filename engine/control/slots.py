@@ -29,6 +29,7 @@ class Carried:
     first_receipt_id: int = 1
     admission_paused: bool = False  # the operator's pause, kept across a resume
     adopted: frozenset[str] = frozenset()  # children whose process the dead owner started
+    runs: int = 0  # the runs its owners made: each attempt of each child (max_runs counts them)
 
 
 class Slots:

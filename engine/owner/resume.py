@@ -96,6 +96,7 @@ class Resumed:
     attempts_lost: LostAttempts = dataclasses.field(default_factory=LostAttempts)
     superseded: set[str] = dataclasses.field(default_factory=set)  # re-run parents' delegates
     first_receipt_id: int = 1
+    runs: int = 0  # the runs earlier owners made, retries included (a lost one is run again)
     adopted: list[str] = dataclasses.field(default_factory=list)  # processes watched on
     ended: list[str] = dataclasses.field(default_factory=list)  # process trees ended first
 
@@ -221,6 +222,11 @@ def settle(
     if missing:
         store.add_queued(batch_id, assembly.queued_rows(missing))
     _settle_made(children, rows, out, batch_id, store, meter, lost_owner, lost_ts, clock)
+    # The runs made so far (max_runs counts them): each ended child's attempts (its last only if
+    # it started), and those before its own of one to run (again).
+    out.runs = sum(r.attempt - (r.started_ts is None) for r in out.carried) + sum(
+        by_id[c.task.id].attempt - 1 for c in out.live if c.task.id in by_id
+    )
     live = {c.task.id: c for c in out.live}
     for receipt in receipts:
         out.first_receipt_id = max(out.first_receipt_id, receipt.id + 1)

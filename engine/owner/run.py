@@ -218,6 +218,7 @@ class BatchRun:
                 admission_paused=self._resuming is not None
                 and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
                 adopted=adopted,
+                runs=self.resumed.runs if self.resumed is not None else 0,
             ),
             spawn=spawn,
             schedules=self.batch.schedules,
