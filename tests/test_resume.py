@@ -635,3 +635,30 @@ def test_a_retried_child_still_queued_keeps_its_earlier_attempts_spend(tmp_path:
     assert again.usage.input_tokens > 1000 and again.cost_usd is not None
     assert again.cost_usd > Decimal("0.003")
     assert snap.totals.cost_usd == sum((r.cost_usd or Decimal(0)) for r in snap.children)
+
+
+def test_a_batch_of_schedules_alone_prices_its_carried_waves(tmp_path: Path) -> None:
+    # Found by an audit: with no task, resume knew no route, and the waves an earlier owner
+    # ran lost what their cache reads saved (the summary read `$1.14+?`, the report $1.60).
+    from flightdeck.engine.inputs.tasks import Schedule, Task
+
+    wave = (Task(id="scan", goal="Scan (wave {wave})", seq=0),)
+    tasks = Batch(name="scheduled", tasks=(), schedules=(Schedule("scan", wave, every_s=3600),))
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.create_batch(dead_batch(tmp_path, settings(sim_route()), tasks))
+        ran = make_child(
+            1,
+            id="scan-w1",
+            status=ChildStatus.COMPLETED,
+            usage=Usage(input_tokens=10, output_tokens=10, cache_read_tokens=1000),
+            started_ts=1390.0,
+            finished_ts=1400.0,
+        )
+        store.add_children("b1", [ran])
+    engine = Engine.resume(tmp_path, "b1")
+    engine.start()
+    try:
+        (row,) = engine.snapshot().children
+        assert row.id == "scan-w1" and row.cache_saved_usd is not None
+    finally:
+        engine.close()

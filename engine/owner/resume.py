@@ -164,6 +164,7 @@ def settle(
     clock: Callable[[], float],
     running: Sequence[ProcessRow] = (),
     spent_before: Mapping[str, Decimal | None] | None = None,
+    routes: Mapping[str, Route] | None = None,
 ) -> Resumed:
     """Decide each child's fate from its stored row, and record what that changes.
 
@@ -221,7 +222,9 @@ def settle(
     out.live = [c for c in children if c.task.id in adopted] + out.live  # they hold slots
     if missing:
         store.add_queued(batch_id, assembly.queued_rows(missing))
-    _settle_made(children, rows, out, batch_id, store, meter, lost_owner, lost_ts, clock)
+    # Every route the batch has, not only its tasks' (a batch of schedules alone has none).
+    routes = {**(routes or {}), **{c.route.name: c.route for c in children}}
+    _settle_made(children, rows, out, batch_id, store, meter, lost_owner, lost_ts, clock, routes)
     # The runs made so far (max_runs counts them): each ended child's attempts (its last only if
     # it started), and those before its own of one to run (again).
     out.runs = sum(r.attempt - (r.started_ts is None) for r in out.carried) + sum(
@@ -294,6 +297,7 @@ def take_over(
         clock=clock,
         running=running,
         spent_before=earlier.carried,
+        routes=stored.settings.routes,
     )
     lost: Decimal | None = None
     if not earlier.unknown and not found.lost_cost_unknown:
@@ -389,6 +393,7 @@ def _settle_made(
     pid: int,
     ts: float,
     clock: Callable[[], float],
+    routes: Mapping[str, Route],
 ) -> None:
     """Children the batch made as it ran (a child's delegates, a schedule's waves): not in its
     spec, so never run again here. An ended one is kept; one still live is left `unknown`
@@ -416,7 +421,7 @@ def _settle_made(
         store.update_child(batch_id, ended)
         out.carried.append(ended)
     # The store keeps no saving: priced again, as the report and attached views do.
-    routes, history = {c.route.name: c.route for c in children}, out.superseded
+    history = out.superseded
     out.carried = [_with_saving(r, routes.get(r.route), r.id in history) for r in out.carried]
     for row in out.carried:  # their spend counts in the totals and against the budget
         if row.id in spec or not row.usage.total:
