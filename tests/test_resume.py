@@ -662,3 +662,21 @@ def test_a_batch_of_schedules_alone_prices_its_carried_waves(tmp_path: Path) -> 
         assert row.id == "scan-w1" and row.cache_saved_usd is not None
     finally:
         engine.close()
+
+
+def test_resume_says_what_every_resume_lost_beside_its_own(tmp_path: Path) -> None:
+    # Found by an audit: the summary's `lost attempts: $2.44` (every resume's) stood above
+    # `their lost attempts cost $1.22` (this one's) with nothing to tell the two apart.
+    from helpers import flightdeck
+
+    batch_id, _ = abandoned(tmp_path / "state")
+    with Store(tmp_path / "state" / "flightdeck.db") as store:  # an earlier resume lost $0.001
+        detail = json.dumps({"cost_usd": "0.001", "rerun": True})
+        store.record_event(batch_id, "t0001", 1300.0, "lost_attempt", detail)
+    done = flightdeck("resume", batch_id, "--state-dir", "state", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last == (
+        "resumed: 1 re-run, 0 left unknown; their lost attempts cost $0.002"
+        " ($0.003 over every resume of the batch)"
+    ), last

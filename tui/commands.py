@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_spent, fmt_spent_compact
+from flightdeck.tui.fmt import fmt_cost, fmt_spent, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
 from flightdeck.tui.usage import UsageError, state_db
 from rich.table import Table
@@ -195,6 +195,9 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             # cost unknown, never $0.00.
             cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
             line += f"; their lost attempts cost {cost}{note}"
+            every = engine.snapshot().lost_cost_usd  # the summary's figure: every resume's
+            if every is not None and every != found.lost_cost_usd:
+                line += f" ({fmt_cost(every)} over every resume of the batch)"
         console.print(Text(line))
         for ids, what in (
             (found.adopted, "adopted (their processes still ran; watched to the end)"),
