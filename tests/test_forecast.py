@@ -53,6 +53,23 @@ def test_the_projection_is_the_spend_plus_the_average_for_each_child_not_finishe
     assert got.projected_usd == D("2.67") and got.low_usd == D("2.22") and got.high_usd == D("3.12")
 
 
+def test_superseded_delegates_and_earlier_attempts_count_as_spent_never_as_samples() -> None:
+    # Found by an audit: two superseded $0 delegates were the only finished children, and the
+    # projection read $0 for every child still running; a re-run child queued again left
+    # its lost attempt's spend out of what was spent.
+    batch = _batch()
+    cut = [
+        make_child(10 + i, status=S.STOPPED, cost_usd=D("0.01"), superseded=True,
+                   started_ts=1000.0, finished_ts=1001.0)
+        for i in range(2)
+    ]  # fmt: skip
+    again = make_child(12, cost_usd=D("0.07"))  # queued again, its lost attempt's spend kept
+    got = forecast(batch + cut + [again])
+    spent = D("1.00") + D("0.05") + D("0.12") + D("0.02") + D("0.07")
+    assert (got.finished, got.remaining) == (6, 7)
+    assert got.projected_usd == spent + 7 * D("0.25")  # the four real finishes' average
+
+
 def test_the_projection_lies_within_its_range_when_one_child_costs_far_more() -> None:
     # Four finished at $0.01 and one at $0.20: the average ($0.048) is above the 75th
     # percentile ($0.01). The range was $0.01 each, the projection outside it.

@@ -7,7 +7,8 @@ a forecast that runs short is the one that surprises. The range takes the 25th a
 percentiles of the finished children's costs in place of the average, widened to the average
 where the costs are skewed (one expensive child lifts the average above the 75th percentile),
 so the projection always lies within its range. Children that a child delegates later are not
-known yet and are not counted.
+known yet and are not counted. What a superseded delegate (its parent's earlier attempt's) or a
+child queued again (a lost attempt, a retry) spent counts as spent, never as a sample.
 
 Unknown prices stay unknown: one child with no price makes the projection None, never a guess.
 """
@@ -64,14 +65,17 @@ def forecast(children: Sequence[ChildRow]) -> Forecast:
         ended = row.status.terminal
         if not ended:
             remaining += 1
-        if row.status is ChildStatus.QUEUED:
-            continue  # nothing spent yet (a re-queued child's lost attempt is in `recovery`)
+        if row.status is ChildStatus.QUEUED:  # queued again: its earlier attempts' spend
+            spent += row.cost_usd or 0
+            continue
         cost = row.cost_usd if ended else row.live_cost_usd
         if cost is None:
             unpriced += 1
             continue
         spent += cost
-        if ended:
+        # A superseded delegate was cut short with its parent's earlier attempt: no sample of
+        # what a child costs.
+        if ended and not row.superseded:
             finished_costs.append(cost)
     finished = len(children) - remaining
     if unpriced or not finished_costs:
