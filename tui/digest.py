@@ -81,7 +81,8 @@ def digest(mark: Mark, snap: Snapshot) -> Digest:
     signatures: Counter[str] = Counter()
     looped = delivered = missed = 0
     for row in snap.children:
-        if _after(row.finished_ts, since):
+        # A superseded delegate is its parent's earlier attempt's: not news of how things end.
+        if _after(row.finished_ts, since) and not row.superseded:
             ended[row.status] += 1
             if row.status in _FAILED:
                 signatures[_signature(row.error) or "(no error message)"] += 1

@@ -160,6 +160,29 @@ def test_top_signatures_are_the_commonest_and_the_rest_are_counted(tmp_path: Pat
     assert d.other_failures == 2  # delta, and the one with no message
 
 
+def test_superseded_delegates_are_no_news_and_sort_with_the_finished(tmp_path: Path) -> None:
+    # Found by an audit: after a resume re-ran their parent, its earlier attempt's delegates
+    # (unknown: their owner died) read as 2 failed in the digest and sorted as most urgent.
+    from flightdeck.tui.widgets.rows import SortOrder, sort_key
+
+    lost = child(1, "a", S.UNKNOWN, folder=tmp_path, started=1, finished=20, error="owner lost")
+    gone = dataclasses.replace(lost, superseded=True)
+    running = child(2, "b", S.RUNNING, folder=tmp_path, started=1, last=25)
+    assert digest(Mark(BATCH, T0 + 10, Decimal(0)), snap((lost, running), 30)).failed == 1
+    d = digest(Mark(BATCH, T0 + 10, Decimal(0)), snap((gone, running), 30))
+    assert d.failed == 0 and d.signatures == ()
+    key = sort_key(SortOrder.ATTENTION, gone)
+    assert sort_key(SortOrder.ATTENTION, lost) < sort_key(SortOrder.ATTENTION, running) < key
+    # Grouped by status apart, last, as the meter counts them (not among the unknown).
+    from flightdeck.tui.widgets.rows import GroupBy, group_rank, group_value
+
+    assert (group_value(GroupBy.STATUS, lost), group_value(GroupBy.STATUS, gone)) == (
+        "unknown",
+        "superseded",
+    )
+    assert group_rank(GroupBy.STATUS, "superseded") > group_rank(GroupBy.STATUS, "stopped")
+
+
 def test_the_panel_text_sanitizes_error_signatures(tmp_path: Path) -> None:
     hostile = "boom \x1b]0;pwned\x07 [bold]x[/] \x9b31m"
     rows = (child(1, "a", S.FAILED, folder=tmp_path, started=1, finished=20, error=hostile),)

@@ -78,6 +78,8 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         glyph = LOOPING_GLYPH
     else:
         glyph = RETRYING_GLYPH if is_retrying(row) else GLYPHS[row.status]
+    if row.superseded and row.status.terminal:  # history: nothing to act on
+        glyph = (glyph[0], "dim")
     mark = (TAG_MARK if tagged else " ") + glyph[0]
     route = row.route if row.model in ("", row.route) else f"{row.route}/{row.model}"
     usage = row.live_usage  # the call in progress counts as it streams
@@ -268,7 +270,9 @@ def tree_cells(
 
 def _attention_key(row: ChildRow) -> tuple[int, float]:
     # failed/stalled/timed out (latest first), retrying, running (oldest first), waiting,
-    # then finished (latest first)
+    # then finished (latest first), a superseded delegate (history) among them however it ended
+    if row.superseded and row.status.terminal:
+        return (4, -(row.finished_ts or 0.0))
     if row.status in ATTENTION or row.status is ChildStatus.UNKNOWN:
         return (0, -(row.finished_ts or 0.0))
     if row.status is ChildStatus.RUNNING:
@@ -312,6 +316,7 @@ _STATUS_GROUPS = (
     "queued",
     "completed",
     "stopped",
+    "superseded",  # delegates of their parents' earlier attempts: history, last
 )
 _STATUS_RANK = {name: i for i, name in enumerate(_STATUS_GROUPS)}
 
@@ -327,6 +332,8 @@ def group_value(by: GroupBy, row: ChildRow) -> str | None:
     if by is GroupBy.GROUP:
         return row.group
     if by is GroupBy.STATUS:
+        if row.superseded and row.status.terminal:  # as the meter counts them: apart
+            return "superseded"
         return "retrying" if is_retrying(row) else "pausing" if row.pausing else row.status.value
     if by is GroupBy.ROUTE:
         return row.route
