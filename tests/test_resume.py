@@ -442,6 +442,9 @@ def test_resume_keeps_the_delegates_that_ended_and_never_reuses_their_ids(
     fresh = sorted(i for i in by_id if i not in {"t0000", "t0000.1", "t0000.2", "t0000.3"})
     assert fresh == ["t0000.4", "t0000.5"]  # new ids: the old rows keep theirs
     assert all(by_id[i].status is ChildStatus.COMPLETED for i in fresh)
+    # ... and seqs after the kept rows', so one attempt's delegates stay together (found by an
+    # audit: they took 1 and 2 again, and the tree interleaved the two attempts).
+    assert [by_id[i].seq for i in fresh] == [4, 5]
     assert engine.resumed is not None and engine.resumed.lost == 1
     with StoreReader(tmp_path / "flightdeck.db") as reader:
         stored = {r.id: r.status for r in reader.children("b1", results=False)}

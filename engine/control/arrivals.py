@@ -41,7 +41,10 @@ class Arrivals:
         self._clock = clock
         self._exhausted = exhausted
         self._delegations = Delegations(self._id_taken)
-        self._next_seq = max((c.task.seq for c in slots.children), default=0) + 1
+        # After every child's, the rows kept from before a resume included: one attempt's
+        # delegates stay together in batch order.
+        seqs = [c.task.seq for c in slots.children] + [r.seq for r in slots.carried.values()]
+        self._next_seq = max(seqs, default=0) + 1
         # Off once stopped (stop all, a budget): the batch then ends with its last wave.
         self._schedules = ScheduleClock(schedules, clock(), self._id_taken) if schedules else None
 
