@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from decimal import Decimal
@@ -22,7 +23,17 @@ from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
+from helpers import (
+    Hold,
+    batch,
+    flightdeck,
+    run_to_end,
+    settings,
+    sim_route,
+    start,
+    until,
+    wait_ended,
+)
 from loopback import KEY_ENV, Loopback, Reply, route_for
 
 FAKES = Path(__file__).parent / "fakes"
@@ -203,6 +214,32 @@ def test_a_retry_the_budget_has_no_room_for_is_refused_and_changes_nothing(
         engine.close()
     db = tmp_path / "state" / "flightdeck.db"
     assert _events(db, engine.batch_id, "retry") == []
+
+
+def test_retry_in_an_ended_batch_the_budget_refuses_says_so_and_the_batch_stays_ended(
+    tmp_path: Path,
+) -> None:
+    """The owner started for the retry refuses it: the command says the owner took it, not that
+    the batch reopened (it said `reopened` before the refusal), and the batch ends as it was."""
+    (tmp_path / "flightdeck.toml").write_text(
+        '[budget]\nmax_runs = 1\n[routes.sim]\nprovider = "sim"\nfail_rate = 1.0\n'
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "goal": "one"}\n')
+    state = ("--state-dir", str(tmp_path / "state"))
+    ran = flightdeck("run", "--headless", "tasks.jsonl", *state, cwd=tmp_path)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    batch_id = re.search(r"^batch (\S+)$", ran.stdout, re.M)[1]  # type: ignore[index]
+    retried = flightdeck("retry", batch_id, "a", *state, cwd=tmp_path)
+    assert retried.returncode == 1, retried.stderr
+    owner = re.search(r"had ended: owner pid (\d+) started to take the retry", retried.stderr)
+    assert owner is not None, retried.stderr
+    assert "refused: not retried: max_runs (1) leaves room for 0 more runs" in retried.stderr
+    assert "reopened" not in retried.stderr
+    assert wait_ended(int(owner[1]), 60)
+    waited = flightdeck("wait", batch_id, *state, cwd=tmp_path)
+    assert waited.returncode == 1 and f"batch {batch_id} failed" in waited.stdout, waited.stdout
+    db = tmp_path / "state" / "flightdeck.db"
+    assert _events(db, batch_id, "retry") == []
 
 
 def test_a_retry_waits_while_the_soft_budget_holds_and_runs_once_it_is_lifted(

@@ -189,7 +189,7 @@ def test_retry_of_an_ended_batch_starts_its_owner_again(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "2 children match `status:failed`, 2 of them ended" in done.stdout
     assert "retry (fresh) queued: 2 children" in done.stdout
-    assert "reopened: owner pid" in done.stderr
+    assert "had ended: owner pid" in done.stderr
     waited = fd(folder, "wait", batch)
     assert waited.returncode == 0, waited.stdout + waited.stderr
     report = json.loads(fd(folder, "report", batch, "--format", "json").stdout)

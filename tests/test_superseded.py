@@ -224,7 +224,7 @@ def test_retry_of_a_stopped_parent_from_the_command_line_ends_completed(tmp_path
     waited = flightdeck("wait", batch_id, *state, cwd=tmp_path)
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert f"batch {batch_id} completed" in waited.stdout
-    reopened = re.search(r"reopened: owner pid (\d+) started", retried.stderr)
+    reopened = re.search(r"had ended: owner pid (\d+) started", retried.stderr)
     assert reopened is not None and wait_ended(int(reopened[1]), 60)  # its summary written
     # The reopened owner's summary counts the earlier delegates apart, and names them.
     log = (tmp_path / "state" / "batches" / batch_id / "owner.log").read_text()

@@ -86,10 +86,10 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
     try:
         for step in retry(client.db, args.batch_id, Retry(tuple(ids), args.resume)):
             if isinstance(step, Restarted):
-                if step.owner_pid is not None:
-                    what = f"batch {one_line(args.batch_id, 60)} reopened"
+                if step.owner_pid is not None:  # said before the owner accepts or refuses
+                    what = f"batch {one_line(args.batch_id, 60)} had ended"
                     console_for(stderr=True).print(
-                        Text(f"{what}: owner pid {step.owner_pid} started")
+                        Text(f"{what}: owner pid {step.owner_pid} started to take the retry")
                     )
             elif step.state.value == "refused":
                 say_error(f"refused: {step.reason or ''}")
