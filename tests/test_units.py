@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace as dataclasses_replace
 from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import (
     ChildFinished,
@@ -197,3 +199,61 @@ def test_a_unit_retried_after_it_was_reported_is_reported_again_when_it_ends(
     units = [e for e in events if isinstance(e, GroupFinished)]
     assert [u.status for u in units] == [UnitStatus.PARTIAL, UnitStatus.COMPLETED]
     assert [m.status for m in units[-1].members] == [ChildStatus.COMPLETED] * 2
+
+
+def test_a_member_s_delegates_belong_to_its_unit_their_spend_counted(tmp_path: Path) -> None:
+    # Found by an audit: delegates had no group, so a unit's cost left out what its members
+    # delegated, and the unit could be reported while a stopped parent's delegates still ran.
+    import dataclasses
+
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, delegate_rate=1.0, delegates=2), delegate=True
+    )
+    tasks = [
+        Task(id="a", goal="x", seq=0, group="g"),
+        Task(id="b", goal="y", seq=1, group="g"),
+        Task(id="c", goal="z", seq=2),
+    ]
+    s = dataclasses.replace(settings(route, pool=3), budget=Budget(max_depth=1))
+    engine = Engine(tasks_batch(tasks), s, state_dir=tmp_path / "state")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+    engine.start()
+    snap = run_to_end(engine, timeout=60)
+    rows = {r.id: r for r in snap.children}
+    made = {"a.1", "a.2", "b.1", "b.2"}
+    assert {i for i, r in rows.items() if r.group == "g"} == {"a", "b"} | made
+    assert rows["c.1"].group is None and rows["c.2"].group is None
+    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    assert [m.id for m in unit.members] == ["a", "b"]
+    assert {d.id for d in unit.delegates} == made
+    assert unit.status is UnitStatus.COMPLETED
+    spent = sum((rows[i].cost_usd or Decimal(0) for i in {"a", "b"} | made), Decimal(0))
+    members = sum((rows[i].cost_usd or Decimal(0) for i in ("a", "b")), Decimal(0))
+    assert unit.cost_usd == spent and spent > members
+    finished = [e for e in events if isinstance(e, ChildFinished) and e.row.group == "g"]
+    assert len(finished) == 6 and all(events.index(f) < events.index(unit) for f in finished)
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    [g] = report["groups"]
+    assert g["children"] == 2 and g["completed"] == 2 and g["status"] == "completed"
+    assert {d["id"] for d in g["delegates"]} == made
+    assert Decimal(str(g["cost_usd"])) == spent
+    assert "a (completed) b (completed); 4 delegates" in render_markdown(report)
+
+
+def test_a_unit_waits_for_a_delegate_its_stopped_parent_did_not() -> None:
+    from flightdeck.engine.control.units import Units
+
+    from test_store import make_child
+
+    units = Units([("c1", "g")])
+    units.joined("c1.1", "g")
+    parent = make_child(1, status=ChildStatus.STOPPED, cost_usd=Decimal("0.01"))
+    assert units.ended(parent) is None  # its delegate is still running
+    kid = make_child(2, id="c1.1", parent="c1", depth=1, cost_usd=Decimal("0.02"))
+    unit = units.ended(dataclasses_replace(kid, status=ChildStatus.STOPPED))
+    assert unit is not None and [d.id for d in unit.delegates] == ["c1.1"]
+    assert [m.id for m in unit.members] == ["c1"] and unit.status is UnitStatus.FAILED
+    assert unit.cost_usd == Decimal("0.03")
+    assert units.ended(parent) is None  # reported once

@@ -174,17 +174,20 @@ UNIT_STYLES = {
 
 def unit_parts(unit: GroupFinished) -> list[tuple[str, str]]:
     """A unit's line: `▣ group security  partial: 2/3 completed  5.1k tok  $0.0123  6.3s`,
-    then each member's glyph and id, in batch order."""
+    then each member's glyph and id, in batch order. Its members' delegates are counted in
+    (`2/3 completed, 4 delegates`): their tokens and cost are the unit's too."""
     members = unit.members
     completed = sum(m.status is ChildStatus.COMPLETED for m in members)
-    tokens = sum(m.usage.total for m in members)
+    tokens = sum(r.usage.total for r in (*members, *unit.delegates))
     each = " ".join(f"{GLYPHS[m.status][0]}{m.id}" for m in members)
+    made = len(unit.delegates)
+    delegates = f", {made} delegate{'' if made == 1 else 's'}" if made else ""
     return [
         ("▣ group ", ""),
         (one_line(unit.group, 60), "bold"),
         (f"  {unit.status.value}", UNIT_STYLES[unit.status]),
         (
-            f": {completed}/{len(members)} completed  {fmt_tokens(tokens)} tok"
+            f": {completed}/{len(members)} completed{delegates}  {fmt_tokens(tokens)} tok"
             f"  {fmt_cost(unit.cost_usd)}  {unit.duration_s:.1f}s",
             "",
         ),

@@ -42,7 +42,8 @@ class Facts:
                 events.append(ChildFinished(row, done, total))
 
     def units(self, order: Sequence[ChildRow], events: list[EngineEvent]) -> None:
-        """A group whose last member ended since the last read: its unit's result, once."""
+        """A group whose last child (a member or a delegate of one) ended since the last read: its
+        unit's result, once."""
         ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
         for group in sorted(ended - self._units_told):
             members = sorted((r for r in order if r.group == group), key=lambda r: r.seq)

@@ -46,6 +46,7 @@ class Delegations:
                     goal=sub.goal,
                     seq=first_seq + i,
                     context=sub.context,
+                    group=parent.task.group,  # its spend and its end belong to the parent's unit
                     route=parent.route.name,
                     max_turns=parent.task.max_turns,
                     timeout_s=parent.task.timeout_s,

@@ -34,7 +34,8 @@ class Finals:
         self._record_final = record_final
         self._report = report
         self._publish = publish
-        self._units = Units((c.task.id, c.task.group) for c in children)
+        self._units = Units((c.task.id, c.task.group) for c in children if c.task.parent is None)
+        self._joined = 0  # children of the list above that the units have seen
         self.done = 0
         self._committed: set[str] = set()  # children whose final row is in the store
         self._handed = 0  # final rows handed to the store (committed or not yet)
@@ -54,9 +55,19 @@ class Finals:
         self._committed.add(row.id)
         carried = len(self._carried())  # so a resumed batch counts from where it was
         self._publish(ChildFinished(row, carried + self.done, carried + len(self._children)))
+        self._join_delegates()
         unit = self._units.ended(row)
         if unit is not None:
             self._publish(unit)
+
+    def _join_delegates(self) -> None:
+        """The delegates made since the last look join their parent's unit (the list only
+        grows, so each child is looked at once)."""
+        for child in self._children[self._joined :]:
+            task = child.task
+            if task.parent is not None and task.group is not None:
+                self._units.joined(task.id, task.group)
+        self._joined = len(self._children)
 
     def lost(self) -> None:
         """Given up on: ended, and never announced; the batch fails, counting it."""

@@ -412,18 +412,23 @@ class UnitStatus(StrEnum):
 
 @record
 class GroupFinished:
-    """The last member of a group ended (and is committed): the unit's result, members in
-    batch order. `cost_usd` is None when a member's price is unknown, never a partial sum."""
+    """Every child of a group ended (and is committed): the unit's result, members in batch
+    order, then the delegates they made (they belong to their parent's group). The status is
+    the members'; `cost_usd` and the duration count the delegates too. `cost_usd` is None when
+    a price is unknown, never a partial sum."""
 
     group: str
     status: UnitStatus
     members: tuple[ChildRow, ...]
     cost_usd: Decimal | None
-    duration_s: float  # from the first member's start to the last member's end
+    duration_s: float  # from the first start to the last end
+    delegates: tuple[ChildRow, ...] = ()
 
     @classmethod
-    def of(cls, group: str, members: Sequence[ChildRow]) -> GroupFinished:
-        """The result of a unit whose members (in batch order) have all ended."""
+    def of(cls, group: str, rows: Sequence[ChildRow]) -> GroupFinished:
+        """The result of a unit whose rows (in batch order) have all ended."""
+        members = tuple(r for r in rows if r.parent is None)
+        delegates = tuple(r for r in rows if r.parent is not None)
         completed = sum(m.status is ChildStatus.COMPLETED for m in members)
         if completed == len(members):
             status = UnitStatus.COMPLETED
@@ -431,12 +436,12 @@ class GroupFinished:
             status = UnitStatus.FAILED
         else:
             status = UnitStatus.PARTIAL
-        costs = [m.cost_usd for m in members]
+        costs = [r.cost_usd for r in rows]
         cost = None if None in costs else sum((c for c in costs if c is not None), Decimal(0))
-        starts = [m.started_ts for m in members if m.started_ts is not None]
-        ends = [m.finished_ts for m in members if m.finished_ts is not None]
+        starts = [r.started_ts for r in rows if r.started_ts is not None]
+        ends = [r.finished_ts for r in rows if r.finished_ts is not None]
         duration = max(0.0, max(ends) - min(starts)) if starts and ends else 0.0
-        return cls(group, status, tuple(members), cost, duration)
+        return cls(group, status, members, cost, duration, delegates)
 
 
 @record

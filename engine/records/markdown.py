@@ -240,6 +240,8 @@ def _loop_lines(flags: list[dict[str, Any]], steps: list[dict[str, Any]]) -> lis
 
 def _group_cells(g: Mapping[str, Any]) -> list[str]:
     cost, duration = g["cost_usd"], g["duration_s"]
+    n = len(g["delegates"])  # their spend is in the cost
+    made = f"; {n} delegate{'' if n == 1 else 's'}" if n else ""
     return [
         _cell(g["group"]),
         g["status"],
@@ -247,7 +249,7 @@ def _group_cells(g: Mapping[str, Any]) -> list[str]:
         str(g["completed"]),
         "unknown" if cost is None else _usd(cost),
         "—" if duration is None else _seconds(duration),
-        _cell(" ".join(f"{m['id']} ({m['status']})" for m in g["members"]), GOAL_WIDTH),
+        _cell(" ".join(f"{m['id']} ({m['status']})" for m in g["members"]) + made, GOAL_WIDTH),
     ]
 
 

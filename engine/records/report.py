@@ -244,14 +244,15 @@ def _recovery(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str,
 
 
 def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
-    """Each completion unit, in the order of its first member: `open` while a member has not
-    ended, else the unit's result as the engine announced it."""
-    members: dict[str, list[ChildRow]] = {}
+    """Each completion unit, in the order of its first member: `open` while a child of it (a
+    member or a delegate of one) has not ended, else the unit's result as the engine announced
+    it. `children` counts the members; their delegates' spend is in the unit's cost."""
+    grouped: dict[str, list[ChildRow]] = {}
     for c in children:
         if c.group is not None:
-            members.setdefault(c.group, []).append(c)
+            grouped.setdefault(c.group, []).append(c)
     out = []
-    for group, rows in members.items():
+    for group, rows in grouped.items():
         unit = GroupFinished.of(group, rows)
         ended = all(r.status.terminal for r in rows)
         ends = [r.finished_ts for r in rows if r.finished_ts is not None]
@@ -259,9 +260,10 @@ def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
             {
                 "group": group,
                 "status": unit.status.value if ended else "open",
-                "children": len(rows),
-                "completed": sum(r.status is ChildStatus.COMPLETED for r in rows),
-                "members": [{"id": r.id, "status": r.status.value} for r in rows],
+                "children": len(unit.members),
+                "completed": sum(r.status is ChildStatus.COMPLETED for r in unit.members),
+                "members": [{"id": r.id, "status": r.status.value} for r in unit.members],
+                "delegates": [{"id": r.id, "status": r.status.value} for r in unit.delegates],
                 "cost_usd": _money(unit.cost_usd),
                 "duration_s": round(unit.duration_s, 3) if ended else None,
                 "finished": _iso(max(ends)) if ended and ends else None,
