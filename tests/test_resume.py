@@ -28,6 +28,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.owner import assembly
 from flightdeck.engine.owner.resume import NothingToResume
 from flightdeck.engine.records.loops import evidence_json
+from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
@@ -147,6 +148,25 @@ def test_the_snapshot_says_what_every_resume_lost_in_the_engine_and_an_attached_
         assert rerun is not None and rerun.loop is None
     finally:
         view.close()
+
+
+def test_an_abandoned_batch_s_report_says_its_running_rows_are_what_the_owner_left(
+    tmp_path: Path,
+) -> None:
+    # Found by a review: the Markdown report of a batch whose owner died called its child
+    # `running` with no word that nothing runs it, nor how to go on.
+    batch_id, _ = abandoned(tmp_path)
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, batch_id)
+    assert report["status"] == "abandoned"
+    md = render_markdown(report)
+    assert (
+        "- status: **abandoned** (its owner died before 3 of its children ended; "
+        "`flightdeck resume b1` runs it to the end)"
+    ) in md
+    assert "| running when the owner died | 1 |" in md
+    assert "| t0001 | running when the owner died |" in md
+    assert "| t0002 | queued |" in md
 
 
 def test_a_resumed_engines_snapshot_before_start_is_its_store_rows(tmp_path: Path) -> None:

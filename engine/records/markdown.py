@@ -18,11 +18,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown: a heading, then tables of the totals, the routes, the children."""
     totals = report["totals"]
     budget = report.get("max_cost_usd")
+    # An owner that died left its running children's rows `running`: nothing runs them now.
+    died = report["status"] == "abandoned"
     lines = [
         f"# flightdeck batch {_text(report['name'])}",
         "",
         f"- id: `{_text(report['batch_id'])}`",
-        f"- status: **{_text(report['status'])}**",
+        f"- status: **{_text(report['status'])}**" + (_died(report) if died else ""),
         f"- owner: pid {report.get('owner_pid', '—')}",
         f"- created: {report['created']}",
         f"- finished: {report['finished'] or '—'}",
@@ -38,7 +40,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| stopped | {totals['stopped']} |",
         f"| paused | {totals.get('paused', 0)} |",  # so the rows add up to the children
         *([f"| superseded | {n} |"] if (n := totals.get("superseded")) else []),
-        f"| running | {totals['running']} |",
+        f"| running{' when the owner died' if died else ''} | {totals['running']} |",
         f"| queued | {totals['queued']} |",
         f"| input tokens | {_tokens(totals, 'tokens_in')} |",
         f"| output tokens | {_tokens(totals, 'tokens_out')} |",
@@ -72,7 +74,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "| tokens in | tokens out | cache read | cost | duration | goal | error |",
         f"|---|{'---|' if tree else ''}---|---|---|---:|---:|---:|---:|---:|---:|---:|---:"
         "|---|---|",
-        (_child_cells(c, tree) for c in report["children"]),
+        (_child_cells(c, tree, died) for c in report["children"]),
     )
     if report["groups"]:
         lines += _table(
@@ -281,12 +283,25 @@ def _route_cells(r: Mapping[str, Any], history: bool) -> list[str]:
     ]
 
 
-def _child_cells(c: Mapping[str, Any], tree: bool) -> list[str]:
+def _died(report: Mapping[str, Any]) -> str:
+    """After an abandoned batch's status: what its owner left unfinished, and what to do."""
+    totals = report["totals"]
+    left = sum(totals.get(k, 0) for k in ("running", "paused", "queued"))
+    resume = f"`flightdeck resume {_text(report['batch_id'])}` runs it to the end"
+    if not left:
+        return f" (its owner died; {resume})"
+    return f" (its owner died before {left} of its children ended; {resume})"
+
+
+def _child_cells(c: Mapping[str, Any], tree: bool, died: bool) -> list[str]:
     parent = [_cell(c.get("parent") or "")] if tree else []
+    status = _cell(c["status"]) + (" (superseded)" if c.get("superseded") else "")
+    if died and c["status"] == "running":
+        status += " when the owner died"
     return [
         _cell(c["id"]),
         *parent,
-        _cell(c["status"]) + (" (superseded)" if c.get("superseded") else ""),
+        status,
         _cell(c["route"]),
         _cell(c["model"]),
         str(c["api_calls"]),
