@@ -257,3 +257,46 @@ def test_a_unit_waits_for_a_delegate_its_stopped_parent_did_not() -> None:
     assert [m.id for m in unit.members] == ["c1"] and unit.status is UnitStatus.FAILED
     assert unit.cost_usd == Decimal("0.03")
     assert units.ended(parent) is None  # reported once
+
+
+def test_a_wave_task_in_a_group_of_the_batch_does_not_fail_the_engine(tmp_path: Path) -> None:
+    # Found by an audit: a schedule's task that shares a group with the batch's tasks counted
+    # as one of its members once it ended, so the unit looked complete while a member still
+    # ran, and building it raised KeyError on the coordinator thread: the batch failed.
+    from flightdeck.engine.inputs.tasks import Batch, Schedule
+    from flightdeck.engine.model import BatchStatus
+
+    from helpers import Hold
+
+    hold = Hold(tmp_path / "hold")
+    held, free = sim_route("held", **hold.options()), sim_route("free", tool_turns=0)
+    wave = (Task(id="w", goal="wave {wave}", seq=0, group="g", route="free"),)
+    b = Batch(
+        name="t",
+        tasks=tuple(Task(id=i, goal=i, seq=n, group="g", route="held") for n, i in enumerate("ab")),
+        schedules=(Schedule(id="s", tasks=wave, every_s=3600, at_start=True),),
+    )
+    engine = Engine(b, settings(held, free, pool=3), state_dir=tmp_path / "state")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+
+    def ended(child_id: str) -> bool:
+        return any(isinstance(e, ChildFinished) and e.row.id == child_id for e in events)
+
+    engine.start()
+    try:
+        until(lambda: ended("w-w1"))
+        hold.release("a")
+        until(lambda: ended("a"))
+        hold.release("b")
+        until(lambda: ended("b") or engine.status is not BatchStatus.RUNNING)
+        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
+        engine.stop_all()
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    assert [m.id for m in unit.members] == ["a", "b"]
+    assert events.index(unit) > max(
+        i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.id == "b"
+    )

@@ -46,7 +46,9 @@ class Units:
             self._ended[group][row.id] = row
         ended = self._ended[group]
         order = self._order[group]
-        if len(ended) < len(order) or group in self._reported:
+        # Each member, not a count: a task added later (a wave, a resumed batch's retried
+        # carried task) may share the group without being one of them.
+        if group in self._reported or any(i not in ended for i in order):
             return None
         if any(d is None for d in delegates.values()):  # a delegate still running (a stop race)
             return None
