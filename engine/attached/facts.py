@@ -23,7 +23,9 @@ class Facts:
     """The facts of one batch's reads, read after read."""
 
     def __init__(self) -> None:
-        self._units_told: set[str] = set()  # groups whose unit result was published
+        # Groups whose unit result was published, with their rows' attempts then: a retried
+        # member's group is told again once it ends again, as the engine does.
+        self._units_told: dict[str, int] = {}
 
     def children(
         self,
@@ -43,12 +45,13 @@ class Facts:
 
     def units(self, order: Sequence[ChildRow], events: list[EngineEvent]) -> None:
         """A group whose last child (a member or a delegate of one) ended since the last read: its
-        unit's result, once."""
+        unit's result, once (and once more after each retry of a member, as the engine does)."""
         ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
-        for group in sorted(ended - self._units_told):
+        for group in sorted(ended):
             members = sorted((r for r in order if r.group == group), key=lambda r: r.seq)
-            if all(r.status.terminal for r in members):
-                self._units_told.add(group)
+            attempts = sum(r.attempt for r in members)
+            if all(r.status.terminal for r in members) and self._units_told.get(group) != attempts:
+                self._units_told[group] = attempts
                 events.append(GroupFinished.of(group, members))
 
     @staticmethod

@@ -23,7 +23,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records.reader import StoreReader
 from tui_support import view_when_ready
 
-from helpers import Hold, batch, settings, sim_route
+from helpers import Hold, batch, settings, sim_route, until
 
 
 def events_to_the_end(
@@ -148,3 +148,45 @@ def test_an_attached_view_knows_who_delegated_whom(tmp_path: Path, hold: Hold) -
     assert seen["t0000.1.1"] == ("t0000.1", 2)
     with StoreReader(db) as reader:
         assert {r.id: (r.parent, r.depth) for r in reader.children(engine.batch_id)} == live
+
+
+def test_an_attached_view_publishes_a_retried_units_result_again(
+    tmp_path: Path, hold: Hold
+) -> None:
+    # Found by an audit: the engine publishes a unit again once a retried member (and what it
+    # delegated) has ended; a view attached to it told each group once, for good.
+    from flightdeck.engine.inputs.tasks import Batch, Task
+    from flightdeck.engine.model import GroupFinished, UnitStatus
+
+    tasks = tuple(Task(id=i, goal="x", seq=n, group="g") for n, i in enumerate("ab"))
+    engine = Engine(
+        Batch("units", tasks), settings(sim_route(**hold.options()), pool=2), state_dir=tmp_path
+    )
+    live: list[EngineEvent] = []
+    engine.subscribe(live.append)
+    engine.start()
+    try:
+        view = view_when_ready(tmp_path / "flightdeck.db", engine.batch_id, poll_s=0.05)
+        events: list[EngineEvent] = []
+        view.subscribe(events.append)
+
+        def units() -> list[GroupFinished]:
+            return [e for e in events if isinstance(e, GroupFinished)]
+
+        def row_of(child_id: str) -> ChildStatus:
+            return {r.id: r for r in view.snapshot().children}[child_id].status
+
+        until(lambda: engine.snapshot().totals.running == 2)
+        engine.stop(["a"])
+        hold.release("b")
+        until(lambda: len(units()) == 1, what="the unit, through the store")
+        engine.retry(["a"])
+        until(lambda: row_of("a") is ChildStatus.RUNNING, what="the retry, through the store")
+        hold.release()
+        until(lambda: len(units()) == 2, what="the retried unit, through the store")
+        assert engine.wait(30)
+        view.close()
+    finally:
+        engine.close()
+    assert [u.status for u in units()] == [UnitStatus.PARTIAL, UnitStatus.COMPLETED]
+    assert [u.status for u in units()] == [u.status for u in live if isinstance(u, GroupFinished)]
