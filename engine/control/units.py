@@ -27,34 +27,37 @@ class Units:
         self._ended: dict[str, dict[str, ChildRow]] = {g: {} for g in self._order}
         # Each group's delegates, in the order they were made: their final row, None until then.
         self._delegates: dict[str, dict[str, ChildRow | None]] = {g: {} for g in self._order}
+        self._running: dict[str, int] = dict.fromkeys(self._order, 0)  # its delegates not ended
         self._reported: set[str] = set()
 
     def joined(self, child_id: str, group: str) -> None:
         """A delegate of one of the group's children: the unit ends once it has too."""
-        if group in self._delegates:
-            self._delegates[group].setdefault(child_id, None)
+        delegates = self._delegates.get(group)
+        if delegates is not None and child_id not in delegates:
+            delegates[child_id] = None
+            self._running[group] += 1
 
     def ended(self, row: ChildRow) -> GroupFinished | None:
         """Note a committed final row; the unit's result if it was its group's last child."""
         group = row.group
         if group is None or group not in self._ended:
             return None
-        delegates = self._delegates[group]
-        if row.id in delegates or (row.parent is not None and self._group_of.get(row.id) is None):
+        ended, delegates = self._ended[group], self._delegates[group]
+        if row.id in self._group_of:
+            ended[row.id] = row
+        elif row.parent is not None:
+            if row.id in delegates and delegates[row.id] is None:
+                self._running[group] -= 1
             delegates[row.id] = row
-        else:
-            self._ended[group][row.id] = row
-        ended = self._ended[group]
-        order = self._order[group]
-        # Each member, not a count: a task added later (a wave, a resumed batch's retried
-        # carried task) may share the group without being one of them.
-        if group in self._reported or any(i not in ended for i in order):
+        else:  # a task added later that shares the group (a wave's): not one of its members
             return None
-        if any(d is None for d in delegates.values()):  # a delegate still running (a stop race)
+        if group in self._reported or len(ended) < len(self._order[group]):
+            return None
+        if self._running[group]:  # a delegate still running (its parent was stopped first)
             return None
         self._reported.add(group)  # once, however many rows come back later
         made = [d for d in delegates.values() if d is not None]
-        return GroupFinished.of(group, [ended[i] for i in order] + made)
+        return GroupFinished.of(group, [ended[i] for i in self._order[group]] + made)
 
     def reopen(self, child_id: str) -> None:
         """A member runs again (a retry): its group is open until it ends again, and is then
