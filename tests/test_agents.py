@@ -868,14 +868,19 @@ def _fake_pids(name: str) -> list[psutil.Process]:
 
 @pytest.mark.slow
 def test_pause_suspends_a_process_frees_its_slot_and_continue_resumes_it(tmp_path: Path) -> None:
-    args = ("-p", "--output-format", "stream-json", "--verbose", "--fake-sleep", "0.3")
+    # t0 is held in its tool until its gate exists, so it cannot end before the pause lands
+    # (a 0.3 s sleep could, on a loaded machine); t1's gate is open from the start.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "t1").touch()
+    args = ("-p", "--output-format", "stream-json", "--verbose", "--fake-gate", f"{gates}/{{id}}")
     route = fake("fake_claude.py", *args, "{goal}") + 'format = "claude-stream-json"\n'
     settings = config(
         tmp_path, route, engine="max_concurrent = 1\nstall_after_s = 3\nstall_grace_s = 0.3"
     )  # a stall window a loaded machine's starved child (t1) does not reach between its lines
     engine = engine_for(tmp_path, settings, one(n=2))
     try:
-        until(lambda: written(engine, "claude session sess-0001", "t0"), timeout=60)
+        until(lambda: row_of(engine, "t0").activity.tool_calls >= 1, timeout=60)
         (proc,) = _fake_pids("fake_claude.py")
         engine.pause(["t0"])
         until(lambda: row_of(engine, "t0").status is ChildStatus.PAUSED, timeout=60)
@@ -887,6 +892,7 @@ def test_pause_suspends_a_process_frees_its_slot_and_continue_resumes_it(tmp_pat
         until(lambda: time.monotonic() - paused_at > 3.1, timeout=60)
         assert row_of(engine, "t0").status is ChildStatus.PAUSED
         engine.continue_(["t0"])
+        (gates / "t0").touch()
         snap = run_to_end(engine, timeout=10)
     finally:
         engine.close()
