@@ -156,3 +156,65 @@ def test_bad_delegation_settings_are_errors_at_their_line(
         load_settings(config)
     assert f"{config}:2" in str(err.value) and where in str(err.value)
     assert message in str(err.value)
+
+
+class _Clock:
+    """A clock the test moves: timeouts come when it says, not when a loaded machine lets them."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_retried_parent_waiting_on_its_delegates_keeps_its_slot_free_when_the_old_ones_end(
+    tmp_path: Path, hold: Hold
+) -> None:
+    # Found by an audit: when the delegates of a parent's timed-out attempt ended while its
+    # retry waited on delegates of its own, the old attempt's call took a slot for the new
+    # attempt (same id), which then held it while it waited: a child queued meanwhile could not
+    # start until the new delegates ended.
+    from flightdeck.engine.inputs.tasks import Batch, Task
+
+    clock = _Clock()
+    held = sim_route("held", **{**FAST, "delegates": 1}, **hold.options())
+    held = dataclasses.replace(held, delegate=True)
+    tasks = (
+        Task(id="a", goal="split this", seq=0, route="held", timeout_s=10),
+        Task(id="b", goal="quick", seq=1, route="bad"),
+    )
+    s = settings(held, sim_route("bad", fail_rate=1.0), pool=2)
+    s = dataclasses.replace(s, budget=Budget(max_depth=1))
+    engine = Engine(Batch("t", tasks), s, state_dir=tmp_path / "state", clock=clock)
+
+    def status(child_id: str) -> ChildStatus | None:
+        row = engine.snapshot().child(child_id)
+        return None if row is None else row.status
+
+    def attempt(child_id: str) -> int:
+        row = engine.snapshot().child(child_id)
+        return 0 if row is None or row.status.live else row.attempt
+
+    engine.start()
+    try:
+        until(lambda: attempt("b") == 1, what="b's first attempt, failed at once")
+        clock.now += 5  # a's first call is held: 5 s of its 10 pass before it delegates
+        hold.release("a", 0)
+        until(lambda: status("a.1") is ChildStatus.RUNNING, what="a's delegate, held")
+        clock.now += 6  # a is past its timeout, a.1 (started 5 s later) is not
+        until(lambda: status("a") is ChildStatus.TIMED_OUT, what="a timed out")
+        assert status("a.1") is ChildStatus.RUNNING
+        engine.retry(["a"])
+        hold.release("a", 1)  # the retry's first call: it delegates again, and waits
+        until(lambda: status("a.2") is ChildStatus.RUNNING, what="the retry's delegate, held")
+        hold.release("a.1")
+        until(lambda: status("a.1") is ChildStatus.COMPLETED, what="the old delegate ended")
+        engine.retry(["b"])  # a.2 runs, a waits holding none: one slot of two is free for b
+        until(lambda: attempt("b") == 2, timeout=20, what="b's second attempt")
+        hold.release()
+        snap = run_to_end(engine, timeout=60)
+    finally:
+        engine.close()
+    row = snap.child("a")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2

@@ -81,7 +81,10 @@ class Arrivals:
         ready = self._delegations.ready
         while ready:
             parent, call, rows = ready[0]
-            if not slots.slot_again(parent):
+            # An earlier attempt's call (it ended, a retry took its id) wants no slot: taking
+            # one would take it for the attempt now waiting on delegates of its own.
+            current = slots.by_id.get(parent.task.id) is parent
+            if current and not slots.slot_again(parent):
                 return
             ready.pop(0)
             call.finish(rows)
