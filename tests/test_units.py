@@ -300,3 +300,28 @@ def test_a_wave_task_in_a_group_of_the_batch_does_not_fail_the_engine(tmp_path: 
     assert events.index(unit) > max(
         i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.id == "b"
     )
+
+
+def test_a_member_retried_in_an_ended_batch_reports_its_unit_with_the_members_before(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: the owner a retry starts for an ended batch made its units of the
+    # children it ran itself, none (the retried one is added later): no unit line at all.
+    import re
+
+    from helpers import wait_ended
+
+    (tmp_path / "b.toml").write_text(GROUPED)
+    (tmp_path / "c.toml").write_text(CONFIG)
+    state = ("--state-dir", str(tmp_path / "state"))
+    ran = flightdeck("run", "b.toml", "--config", "c.toml", *state, cwd=tmp_path)
+    assert ran.returncode == 1, ran.stderr
+    batch_id = re.search(r"^batch (\S+)$", ran.stdout, re.M)[1]  # type: ignore[index]
+    retried = flightdeck("retry", batch_id, "r2", *state, cwd=tmp_path)
+    assert retried.returncode == 0, retried.stderr
+    owner = re.search(r"owner pid (\d+) started", retried.stderr)
+    assert owner is not None and wait_ended(int(owner[1]), 60), retried.stderr
+    log = (tmp_path / "state" / "batches" / batch_id / "owner.log").read_text()
+    units = [line for line in log.splitlines() if line.startswith("▣ group security")]
+    assert len(units) == 1, log
+    assert "partial: 1/2 completed" in units[0] and "✓r1 ✗r2" in units[0]

@@ -139,10 +139,10 @@ class Attempts:
         slots, child_id = self._slots, new.task.id
         if old is not None:
             slots.children[slots.children.index(old)] = new
-            self._finals.reopen(child_id)
         else:
             slots.children.append(new)
             slots.carried = {k: v for k, v in slots.carried.items() if k != child_id}
+        self._finals.reopen(child_id)
         slots.by_id[child_id] = new
         self._forget(child_id)
 

@@ -34,7 +34,12 @@ class Finals:
         self._record_final = record_final
         self._report = report
         self._publish = publish
-        self._units = Units((c.task.id, c.task.group) for c in children if c.task.parent is None)
+        kept = list(carried())  # a resumed batch's units count its earlier owners' rows
+        tasks = [(r.seq, r.id, r.group) for r in kept if r.parent is None]
+        tasks += [(c.task.seq, c.task.id, c.task.group) for c in children if c.task.parent is None]
+        self._units = Units((i, group) for _, i, group in sorted(tasks))
+        for row in kept:
+            self._units.carry(row)
         self._joined = 0  # children of the list above that the units have seen
         self.done = 0
         self._committed: set[str] = set()  # children whose final row is in the store
@@ -79,12 +84,12 @@ class Finals:
         return child_id in self._committed
 
     def reopen(self, child_id: str) -> None:
-        """A child whose final row was committed runs again (a retry): not done any more."""
+        """A child that ended runs again (a retry): not done any more, nor is its unit."""
+        self._units.reopen(child_id)
         if child_id in self._committed:
             self._committed.discard(child_id)
             self.done -= 1
             self._handed -= 1
-            self._units.reopen(child_id)
 
     @property
     def held(self) -> int:

@@ -17,7 +17,8 @@ class Units:
     """Which groups are still open, and the rows of their children that have ended."""
 
     def __init__(self, members: Iterable[tuple[str, str | None]]) -> None:
-        """`members`: (child id, group) for every task, in batch order."""
+        """`members`: (child id, group) for every task, in batch order (a resumed batch's
+        carried ones included: `carry` gives their rows)."""
         self._order: dict[str, list[str]] = {}
         self._group_of: dict[str, str] = {}
         for child_id, group in members:
@@ -37,27 +38,37 @@ class Units:
             delegates[child_id] = None
             self._running[group] += 1
 
+    def carry(self, row: ChildRow) -> None:
+        """A row an earlier owner of a resumed batch ended: its unit counts it, ended."""
+        self._note(row)
+
     def ended(self, row: ChildRow) -> GroupFinished | None:
         """Note a committed final row; the unit's result if it was its group's last child."""
+        group = self._note(row)
+        if group is None or group in self._reported:
+            return None
+        ended = self._ended[group]
+        if len(ended) < len(self._order[group]) or self._running[group]:
+            return None  # a member, or a delegate (its parent stopped first), has not ended
+        self._reported.add(group)  # once, however many rows come back later
+        made = [d for d in self._delegates[group].values() if d is not None]
+        return GroupFinished.of(group, [ended[i] for i in self._order[group]] + made)
+
+    def _note(self, row: ChildRow) -> str | None:
+        """Keep an ended row in its unit; the unit's group, None if it is in none."""
         group = row.group
         if group is None or group not in self._ended:
             return None
-        ended, delegates = self._ended[group], self._delegates[group]
         if row.id in self._group_of:
-            ended[row.id] = row
+            self._ended[group][row.id] = row
         elif row.parent is not None:
+            delegates = self._delegates[group]
             if row.id in delegates and delegates[row.id] is None:
                 self._running[group] -= 1
             delegates[row.id] = row
         else:  # a task added later that shares the group (a wave's): not one of its members
             return None
-        if group in self._reported or len(ended) < len(self._order[group]):
-            return None
-        if self._running[group]:  # a delegate still running (its parent was stopped first)
-            return None
-        self._reported.add(group)  # once, however many rows come back later
-        made = [d for d in delegates.values() if d is not None]
-        return GroupFinished.of(group, [ended[i] for i in self._order[group]] + made)
+        return group
 
     def reopen(self, child_id: str) -> None:
         """A member runs again (a retry): its group is open until it ends again, and is then
