@@ -22,6 +22,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
 from helpers import flightdeck, run_to_end, settings, sim_route, tasks_batch, until
+from test_store import make_child
 
 # group: the routes of its members, in batch order ("bad" always fails)
 PLAN = {
@@ -245,8 +246,6 @@ def test_a_member_s_delegates_belong_to_its_unit_their_spend_counted(tmp_path: P
 def test_a_unit_waits_for_a_delegate_its_stopped_parent_did_not() -> None:
     from flightdeck.engine.control.units import Units
 
-    from test_store import make_child
-
     units = Units([("c1", "g")])
     units.joined("c1.1", "g")
     parent = make_child(1, status=ChildStatus.STOPPED, cost_usd=Decimal("0.01"))
@@ -325,3 +324,48 @@ def test_a_member_retried_in_an_ended_batch_reports_its_unit_with_the_members_be
     units = [line for line in log.splitlines() if line.startswith("▣ group security")]
     assert len(units) == 1, log
     assert "partial: 1/2 completed" in units[0] and "✓r1 ✗r2" in units[0]
+
+
+def test_a_wave_an_earlier_owner_ran_in_a_group_of_the_batch_is_no_member_after_resume(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: a resumed batch made its units of every carried row of no parent, a
+    # schedule's waves among them, where the owner that ran them counted them in no unit: the
+    # unit listed the wave as a member, and its failure made the unit partial.
+    from flightdeck.engine.inputs.tasks import Batch, Schedule
+    from flightdeck.engine.model import BatchStatus
+    from flightdeck.engine.records.store import Store
+
+    from test_resume import dead_batch
+
+    wave = (Task(id="w", goal="wave {wave}", seq=0, group="g"),)
+    b = Batch(
+        name="t",
+        tasks=tuple(Task(id=i, goal=i, seq=n, group="g") for n, i in enumerate("ab")),
+        schedules=(Schedule(id="s", tasks=wave, every_s=3600),),
+    )
+    bdir = tmp_path / "batches" / "b1"
+    bdir.mkdir(parents=True)
+    done = {"started_ts": 1390.0, "finished_ts": 1400.0}
+    rows = [
+        make_child(0, id="a", status=ChildStatus.COMPLETED, transcript=str(bdir / "a.log"), **done),
+        make_child(1, id="b", transcript=str(bdir / "b.log")),
+        make_child(2, id="w-w1", status=ChildStatus.FAILED, transcript=str(bdir / "w.log"), **done),
+    ]
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.create_batch(dead_batch(tmp_path, settings(sim_route(tool_turns=0)), b))
+        store.add_children("b1", rows)
+    engine = Engine.resume(tmp_path, "b1")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+    engine.start()
+    try:
+        until(lambda: any(isinstance(e, GroupFinished) for e in events))
+        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
+        engine.stop_all()
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    assert [m.id for m in unit.members] == ["a", "b"]
+    assert unit.status is UnitStatus.COMPLETED

@@ -23,6 +23,7 @@ class Finals:
         children: list[Child],  # the coordinator's own list: it grows with delegates and waves
         *,
         carried: Callable[[], Collection[ChildRow]],
+        own: Collection[str] = (),  # the batch's own tasks: the carried rows that are members
         record_final: Callable[[ChildRow, Callable[[bool], None]], None],
         report: Callable[[Message], None],
         publish: Callable[[EngineEvent], None],
@@ -35,7 +36,7 @@ class Finals:
         self._report = report
         self._publish = publish
         kept = list(carried())  # a resumed batch's units count its earlier owners' rows
-        tasks = [(r.seq, r.id, r.group) for r in kept if r.parent is None]
+        tasks = [(r.seq, r.id, r.group) for r in kept if r.id in own]  # not a wave's
         tasks += [(c.task.seq, c.task.id, c.task.group) for c in children if c.task.parent is None]
         self._units = Units((i, group) for _, i, group in sorted(tasks))
         for row in kept:

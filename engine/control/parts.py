@@ -108,6 +108,7 @@ def build_parts(setup: Setup, duties: Duties) -> Parts:
     finals = Finals(
         s.children,
         carried=lambda: slots.carried.values(),
+        own=carried.tasks,
         record_final=recorder.record_final,
         report=duties.report,
         publish=publish,

@@ -30,6 +30,9 @@ class Carried:
     admission_paused: bool = False  # the operator's pause, kept across a resume
     adopted: frozenset[str] = frozenset()  # children whose process the dead owner started
     runs: int = 0  # the runs its owners made: each attempt of each child (max_runs counts them)
+    # The batch's own tasks (its spec): of the rows above, only theirs are members of units (a
+    # schedule's waves, as the owner that ran them counted them, are not).
+    tasks: frozenset[str] = frozenset()
 
 
 class Slots:

@@ -219,6 +219,7 @@ class BatchRun:
                 and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
                 adopted=adopted,
                 runs=self.resumed.runs if self.resumed is not None else 0,
+                tasks=frozenset(t.id for t in self.batch.tasks),
             ),
             spawn=spawn,
             schedules=self.batch.schedules,
