@@ -247,7 +247,7 @@ def test_a_unit_waits_for_a_delegate_its_stopped_parent_did_not() -> None:
     from flightdeck.engine.control.units import Units
 
     units = Units([("c1", "g")])
-    units.joined("c1.1", "g")
+    units.joined("c1.1", "c1", "g")
     parent = make_child(1, status=ChildStatus.STOPPED, cost_usd=Decimal("0.01"))
     assert units.ended(parent) is None  # its delegate is still running
     kid = make_child(2, id="c1.1", parent="c1", depth=1, cost_usd=Decimal("0.02"))
@@ -369,3 +369,54 @@ def test_a_wave_an_earlier_owner_ran_in_a_group_of_the_batch_is_no_member_after_
     [unit] = [e for e in events if isinstance(e, GroupFinished)]
     assert [m.id for m in unit.members] == ["a", "b"]
     assert unit.status is UnitStatus.COMPLETED
+
+
+def test_a_wave_s_delegates_are_no_part_of_the_unit_it_shares_a_group_with(tmp_path: Path) -> None:
+    # Found by an audit: every delegate of a group joined its unit, a schedule's wave's too
+    # (the wave is no member): the unit waited for the wave's delegate to end, and counted it.
+    import dataclasses
+
+    from flightdeck.engine.inputs.tasks import Batch, Schedule
+    from flightdeck.engine.model import BatchStatus
+
+    from helpers import Hold
+
+    hold = Hold(tmp_path / "hold")
+    plain = sim_route("plain", tool_turns=0, **hold.options())
+    splits = dataclasses.replace(
+        sim_route("splits", tool_turns=0, delegate_rate=1.0, delegates=1, **hold.options()),
+        delegate=True,
+    )
+    wave = (Task(id="w", goal="wave {wave}", seq=0, group="g", route="splits"),)
+    b = Batch(
+        name="t",
+        tasks=(Task(id="a", goal="a", seq=0, group="g", route="plain"),),
+        schedules=(Schedule(id="s", tasks=wave, every_s=3600, at_start=True),),
+    )
+    s = dataclasses.replace(settings(plain, splits, pool=3), budget=Budget(max_depth=1))
+    engine = Engine(b, s, state_dir=tmp_path / "state")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+
+    def ended(child_id: str) -> bool:
+        return any(isinstance(e, ChildFinished) and e.row.id == child_id for e in events)
+
+    engine.start()
+    try:
+        hold.release("w-w1")  # it delegates w-w1.1, held
+        until(lambda: any(r.id == "w-w1.1" for r in engine.snapshot().children))
+        hold.release("a")
+        until(lambda: ended("a"))
+        hold.release()
+        until(lambda: ended("w-w1"))
+        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
+        engine.stop_all()
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    assert [m.id for m in unit.members] == ["a"] and unit.delegates == ()
+    finished_a = next(
+        i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.id == "a"
+    )
+    assert events.index(unit) == finished_a + 1  # right after its last member, not the wave's

@@ -39,7 +39,7 @@ class Finals:
         tasks = [(r.seq, r.id, r.group) for r in kept if r.id in own]  # not a wave's
         tasks += [(c.task.seq, c.task.id, c.task.group) for c in children if c.task.parent is None]
         self._units = Units((i, group) for _, i, group in sorted(tasks))
-        for row in kept:
+        for row in sorted(kept, key=lambda r: r.seq):  # a delegate after its parent
             self._units.carry(row)
         self._joined = 0  # children of the list above that the units have seen
         self.done = 0
@@ -72,7 +72,7 @@ class Finals:
         for child in self._children[self._joined :]:
             task = child.task
             if task.parent is not None and task.group is not None:
-                self._units.joined(task.id, task.group)
+                self._units.joined(task.id, task.parent, task.group)
         self._joined = len(self._children)
 
     def lost(self) -> None:

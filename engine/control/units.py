@@ -31,12 +31,17 @@ class Units:
         self._running: dict[str, int] = dict.fromkeys(self._order, 0)  # its delegates not ended
         self._reported: set[str] = set()
 
-    def joined(self, child_id: str, group: str) -> None:
+    def joined(self, child_id: str, parent: str, group: str) -> None:
         """A delegate of one of the group's children: the unit ends once it has too."""
         delegates = self._delegates.get(group)
-        if delegates is not None and child_id not in delegates:
+        if delegates is not None and child_id not in delegates and self._in(parent, group):
             delegates[child_id] = None
             self._running[group] += 1
+
+    def _in(self, parent: str, group: str) -> bool:
+        """Whether `parent` is one of the unit's children: a member, or a delegate of one (a
+        wave sharing the group is neither, nor are its delegates)."""
+        return self._group_of.get(parent) == group or parent in self._delegates[group]
 
     def carry(self, row: ChildRow) -> None:
         """A row an earlier owner of a resumed batch ended: its unit counts it, ended."""
@@ -61,12 +66,12 @@ class Units:
             return None
         if row.id in self._group_of:
             self._ended[group][row.id] = row
-        elif row.parent is not None:
+        elif row.parent is not None and self._in(row.parent, group):
             delegates = self._delegates[group]
             if row.id in delegates and delegates[row.id] is None:
                 self._running[group] -= 1
             delegates[row.id] = row
-        else:  # a task added later that shares the group (a wave's): not one of its members
+        else:  # a task added later that shares the group (a wave), or its delegate: not the unit's
             return None
         return group
 
