@@ -23,7 +23,7 @@ class Finals:
         children: list[Child],  # the coordinator's own list: it grows with delegates and waves
         *,
         carried: Callable[[], Collection[ChildRow]],
-        own: Collection[str] = (),  # the batch's own tasks: the carried rows that are members
+        own: Collection[str],  # the batch's own tasks: the carried rows that are members
         record_final: Callable[[ChildRow, Callable[[bool], None]], None],
         report: Callable[[Message], None],
         publish: Callable[[EngineEvent], None],
