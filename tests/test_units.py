@@ -46,6 +46,11 @@ def plan_tasks() -> list[Task]:
     return tasks
 
 
+def ended(events: list[EngineEvent], child_id: str) -> bool:
+    """Whether `child_id`'s final row is committed (its ChildFinished has come)."""
+    return any(isinstance(e, ChildFinished) and e.row.id == child_id for e in events)
+
+
 def run_plan(tmp_path: Path) -> tuple[list[EngineEvent], Engine]:
     s = settings(sim_route("sim"), sim_route("bad", fail_rate=1.0), pool=3)
     engine = Engine(tasks_batch(plan_tasks()), s, state_dir=tmp_path / "state")
@@ -279,16 +284,13 @@ def test_a_wave_task_in_a_group_of_the_batch_does_not_fail_the_engine(tmp_path: 
     events: list[EngineEvent] = []
     engine.subscribe(events.append)
 
-    def ended(child_id: str) -> bool:
-        return any(isinstance(e, ChildFinished) and e.row.id == child_id for e in events)
-
     engine.start()
     try:
-        until(lambda: ended("w-w1"))
+        until(lambda: ended(events, "w-w1"))
         hold.release("a")
-        until(lambda: ended("a"))
+        until(lambda: ended(events, "a"))
         hold.release("b")
-        until(lambda: ended("b") or engine.status is not BatchStatus.RUNNING)
+        until(lambda: ended(events, "b") or engine.status is not BatchStatus.RUNNING)
         assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
         engine.stop_all()
         assert engine.wait(60)
@@ -398,17 +400,14 @@ def test_a_wave_s_delegates_are_no_part_of_the_unit_it_shares_a_group_with(tmp_p
     events: list[EngineEvent] = []
     engine.subscribe(events.append)
 
-    def ended(child_id: str) -> bool:
-        return any(isinstance(e, ChildFinished) and e.row.id == child_id for e in events)
-
     engine.start()
     try:
         hold.release("w-w1")  # it delegates w-w1.1, held
         until(lambda: any(r.id == "w-w1.1" for r in engine.snapshot().children))
         hold.release("a")
-        until(lambda: ended("a"))
+        until(lambda: ended(events, "a"))
         hold.release()
-        until(lambda: ended("w-w1"))
+        until(lambda: ended(events, "w-w1"))
         assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
         engine.stop_all()
         assert engine.wait(60)
