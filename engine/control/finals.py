@@ -30,14 +30,15 @@ class Finals:
     ) -> None:
         self._children = children
         # A resumed batch: the final rows of children an earlier owner finished (they count
-        # in the batch's status and its progress; they never run again).
+        # in the batch's status and its progress; they run again only if retried).
         self._carried = carried
         self._record_final = record_final
         self._report = report
         self._publish = publish
         kept = list(carried())  # a resumed batch's units count its earlier owners' rows
-        tasks = [(r.seq, r.id, r.group) for r in kept if r.id in own]  # not a wave's
-        tasks += [(c.task.seq, c.task.id, c.task.group) for c in children if c.task.parent is None]
+        # The members: the batch's own tasks, whoever ran them (not a wave, nor a delegate).
+        tasks = [(r.seq, r.id, r.group) for r in kept if r.id in own]
+        tasks += [(c.task.seq, c.task.id, c.task.group) for c in children if c.task.id in own]
         self._units = Units((i, group) for _, i, group in sorted(tasks))
         for row in sorted(kept, key=lambda r: r.seq):  # a delegate after its parent
             self._units.carry(row)
