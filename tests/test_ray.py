@@ -474,6 +474,62 @@ def test_children_on_workers_delegate_and_their_delegates_run_on_the_cluster(
             assert f"[t{i:04d}.{k}] completed" in text
 
 
+def test_a_parent_run_again_after_its_worker_was_lost_takes_no_slot_when_its_old_delegates_end(
+    tmp_path: Path,
+) -> None:
+    # Two slots. The parent's first run delegates one part and waits on its worker, which is
+    # killed: it runs again (the same child) and delegates three parts, the first held. Once
+    # the old part ends, the other two run in turn in the slot it left: the old run's call
+    # took a slot for the parent, still waiting on its new parts, and kept it from the third.
+    held = {"old part": threading.Event(), "new part a": threading.Event()}
+    asked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def split(*goals: str) -> Reply:
+        parts = [{"goal": g} for g in goals]
+        return Reply(text="splitting", tools=(ToolUse("call-1", "delegate", {"tasks": parts}),))
+
+    def respond(received: Received) -> Reply:
+        goal = goal_of(received)
+        with lock:
+            count = asked[goal] = asked.get(goal, 0) + 1
+        if goal == "Split this":
+            replies = {1: split("old part"), 2: split("new part a", "new part b", "new part c")}
+            return replies.get(count, Reply(text="all parts done"))
+        gate = held.get(goal)
+        if gate is not None:
+            gate.wait(60)
+        return Reply(text=f"{goal}: done")
+
+    def seen(goal: str) -> int:
+        with lock:
+            return asked.get(goal, 0)
+
+    with Loopback(respond) as server:
+        route = dataclasses.replace(route_for(server, "openai", read_timeout_s=60.0), delegate=True)
+        s = on_ray(settings(route, pool=2))
+        s = dataclasses.replace(s, budget=dataclasses.replace(s.budget, max_depth=1))
+        engine = start(batch(1, goal="Split this"), s, tmp_path)
+        try:
+            until(lambda: seen("old part") > 0, 60, what="the first run's part, held")
+            executor: Any = engine._pool
+            actor = next(a for _, a, ids in executor.workers if "t0000" in ids)
+            ray.kill(actor)
+            until(lambda: seen("new part a") > 0, 60, what="the second run's first part, held")
+            assert seen("new part b") == 0  # both slots taken: the old part and new part a
+            held["old part"].set()
+            until(lambda: seen("new part c") > 0, 30, what="the third new part, in the freed slot")
+            held["new part a"].set()
+            snap = run_to_end(engine, 90)
+        finally:
+            for gate in held.values():
+                gate.set()
+            engine.close()
+    parent = snap.child("t0000")
+    assert parent is not None and parent.status is ChildStatus.COMPLETED, parent
+    assert [c.id for c in snap.children if c.superseded] == ["t0000.1"]
+
+
 def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
 

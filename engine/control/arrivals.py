@@ -41,6 +41,9 @@ class Arrivals:
         self._clock = clock
         self._exhausted = exhausted
         self._delegations = Delegations(self._id_taken)
+        # The call each parent waits on now: an earlier one may still end (its attempt was
+        # retried, or ran on a worker that was lost and runs again as the same child).
+        self._waits: dict[str, DelegateCall] = {}
         # After every child's, the rows kept from before a resume included: one attempt's
         # delegates stay together in batch order.
         seqs = [c.task.seq for c in slots.children] + [r.seq for r in slots.carried.values()]
@@ -74,6 +77,7 @@ class Arrivals:
         made = slots.add([self._spawn(t) for t in tasks])
         slots.queues.requeue(made)
         slots.free_slot(parent)
+        self._waits[parent.task.id] = call
 
     def resume_parents(self) -> None:
         """Parents whose delegates have all ended take a slot again, first come first."""
@@ -81,11 +85,14 @@ class Arrivals:
         ready = self._delegations.ready
         while ready:
             parent, call, rows = ready[0]
-            # An earlier attempt's call (it ended, a retry took its id) wants no slot: taking
-            # one would take it for the attempt now waiting on delegates of its own.
-            current = slots.by_id.get(parent.task.id) is parent
+            # Only the call its parent waits on now takes a slot back. An earlier attempt's
+            # (retried, or lost with its worker and run again) would take one for the attempt
+            # now waiting on delegates of its own, and hold it while that waits.
+            current = self._waits.get(parent.task.id) is call
             if current and not slots.slot_again(parent):
                 return
+            if current:
+                del self._waits[parent.task.id]
             ready.pop(0)
             call.finish(rows)
 
