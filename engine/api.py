@@ -340,6 +340,9 @@ class Engine(CommandMethods):
         rows = tuple(ch.row() for ch in list(c.slots.children)) if c else self._unstarted()
         if c is not None and c.slots.carried:  # a resumed batch: what an earlier owner finished
             rows = tuple(sorted((*c.slots.carried.values(), *rows), key=lambda r: r.seq))
+        # Attempts lost with earlier owners, and with workers in this run (unknown: None).
+        lost = run.lost_cost if run else Decimal(0)
+        here = c.lost_cost if c else Decimal(0)
         return Snapshot(
             batch_id=self.batch_id,
             status=self.status,
@@ -352,7 +355,7 @@ class Engine(CommandMethods):
             routes=c.headroom() if c else (),
             finished_ts=run.finished_ts if run else None,
             problem=self.problem(),
-            lost_cost_usd=run.lost_cost if run else Decimal(0),
+            lost_cost_usd=None if lost is None or here is None else lost + here,
             held=c.hold if c else None,
             limits=self.limits(),
         )

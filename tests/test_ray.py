@@ -282,6 +282,58 @@ def test_a_worker_killed_mid_run_loses_no_child(tmp_path: Path) -> None:
     assert report["recovery"]["rerun"] == len(victims)
 
 
+def test_what_attempts_lost_with_a_worker_cost_is_counted_live_as_the_report_counts_it(
+    tmp_path: Path,
+) -> None:
+    # Each child is billed a first call (a tool call), then held on its second; a worker is
+    # killed there. The in-process snapshot (the headless summary's `lost attempts:` line,
+    # the meter) counted only owners lost before a resume, never these.
+    asked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def respond(received: Received) -> Reply:
+        goal = goal_of(received)
+        with lock:
+            count = asked[goal] = asked.get(goal, 0) + 1
+        if count == 1:
+            return Reply(text="looking first", tools=LIST_DIR)
+        if count == 2:
+            return Reply(text="thinking about it at length", chunk_chars=4, stall_after_chunks=1)
+        return Reply(text="done")
+
+    def seen(goal: str) -> int:
+        with lock:
+            return asked.get(goal, 0)
+
+    tasks = batch(4, goal="Check part {i}")
+    with Loopback(respond) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(tasks, on_ray(settings(route, pool=4)), tmp_path)
+        try:
+            goals = [t.goal for t in tasks.tasks]
+            until(lambda: all(seen(g) >= 2 for g in goals), 60, what="each held on its 2nd call")
+            until(  # the first call's bill has come home from the workers
+                lambda: all(c.cost_usd for c in engine.snapshot().children), 60, what="billed"
+            )
+            executor: Any = engine._pool
+            (_, actor, victims), *_ = executor.workers
+            assert victims, "the first worker runs some of them"
+            ray.kill(actor)
+            lost_goals = [engine.snapshot().child(c).goal for c in victims]  # type: ignore[union-attr]
+            until(lambda: all(seen(g) >= 3 for g in lost_goals), 60, what="the lost ones again")
+            server.release()
+            assert engine.wait(90)
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        recovery = build_report(reader)["recovery"]
+    assert recovery["rerun"] == len(victims)
+    assert snap.lost_cost_usd is not None and snap.lost_cost_usd > 0
+    assert float(snap.lost_cost_usd) == recovery["lost_cost_usd"]  # a float in the report
+    assert snap.totals.completed == 4
+
+
 def test_a_batch_ending_while_a_lost_worker_is_replaced_waits_for_the_replacement(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -534,7 +534,7 @@ def test_the_report_forecasts_the_cost_at_completion_and_shows_lost_attempts_apa
         "- projected cost at completion: $1.62 (range $1.47 to $1.77: the finished "
         "costs' 25th to 75th percentile)",
         "- children not finished: 2 of 6",
-        "- lost attempts (re-runs after a lost owner): $0.07, in the spend",
+        "- lost attempts (re-runs after a lost owner or worker): $0.07, in the spend",
     ]
 
 

@@ -562,7 +562,7 @@ def test_resume_words_an_unpriced_lost_attempt_as_the_summary_does(tmp_path: Pat
     batch_id, _ = abandoned(tmp_path / "state", lost_cost=None)
     done = flightdeck("resume", batch_id, "--no-rerun", "--state-dir", "state", cwd=tmp_path)
     lines = done.stdout.splitlines()
-    assert "lost attempts: $? (re-runs after a lost owner), in the cost" in lines, lines
+    assert "lost attempts: $? (re-runs after a lost owner or worker), in the cost" in lines, lines
     assert (
         lines[-1] == "resumed: 0 re-run, 1 left unknown; their lost attempts cost $? (1 unpriced)"
     )

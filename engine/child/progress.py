@@ -52,6 +52,9 @@ class Progress:
         self._saved: Decimal | None = Decimal(0)  # by cache reads; None: price unknown
         self._in_flight = InFlight()
         self._model: str | None = None
+        # What earlier attempts carried into this one (in the cost above; None: unknown), so an
+        # attempt lost in its turn is known to have cost the rest.
+        self.carried_cost: Decimal | None = Decimal(0)
 
     # --- read -------------------------------------------------------------------------------
 
@@ -254,4 +257,6 @@ class Progress:
             self._usage += usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost
             self._saved = None if saved is None or self._saved is None else self._saved + saved
+            carried = self.carried_cost
+            self.carried_cost = None if cost is None or carried is None else carried + cost
             self.version += 1

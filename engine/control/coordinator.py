@@ -17,6 +17,7 @@ import logging
 import queue
 import threading
 import time
+from decimal import Decimal
 
 from flightdeck.engine.child.facts import (
     Asked,
@@ -80,6 +81,9 @@ class Coordinator:
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
+        # What attempts lost with their workers cost (`lost.py`; in the totals already: spent
+        # is spent); None once one had no price.
+        self.lost_cost: Decimal | None = Decimal(0)
         self._shutdown = False
         self._last_watch = 0.0
         self._thread = threading.Thread(target=self._run, name="flightdeck-coordinator")
@@ -367,7 +371,11 @@ class Coordinator:
                 self.slots.queues.saw_headroom(route, event, self._clock())
             case ChildLost(child_id, why):
                 child = self.slots.by_id[child_id]
-                rerun_lost(self.slots, self, self._parts.pauses, self._recorder, child, why)
+                lost = rerun_lost(self.slots, self, self._parts.pauses, self._recorder, child, why)
+                if lost is None or self.lost_cost is None:
+                    self.lost_cost = None
+                else:
+                    self.lost_cost += lost
             case LoopFlagged(child_id, evidence, again):
                 self._parts.controls.looped(child_id, evidence, again)
             case Order():

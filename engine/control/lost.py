@@ -8,6 +8,8 @@ Run on the coordinator thread.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.pauses import Pauses
@@ -20,10 +22,11 @@ from flightdeck.engine.records.forecast import lost_attempt_json
 
 def rerun_lost(
     slots: Slots, ends: Ends, pauses: Pauses, recorder: Recorder, child: Child, why: str
-) -> None:
-    """Free what the lost attempt held and queue the child again (or end it, if stopping)."""
+) -> Decimal | None:
+    """Free what the lost attempt held and queue the child again (or end it, if stopping);
+    what the attempt lost cost (beyond what earlier ones carried into it; None: unknown)."""
     if child.status.terminal or not isinstance(child, Elsewhere):
-        return  # ended here meanwhile (the watchdog, a stop while paused)
+        return Decimal(0)  # ended here meanwhile (the watchdog, a stop while paused)
     child_id = child.task.id
     if child_id in slots.alive:
         ends.release(child)
@@ -33,9 +36,10 @@ def rerun_lost(
     if child.stop_status is not None:  # stopped before it was lost: it ends as asked
         if child.finalize(child.stop_status, f"{child.stop_reason or 'stopped'} ({why})"):
             ends.finish(child)
-        return
+        return Decimal(0)  # it ends with what it spent: no attempt runs again
     for kid in slots.supersede(child_id):  # it delegates afresh: those it made are history
         recorder.record_event(kid, SUPERSEDED, child_id)
+    carried = child.progress.carried_cost
     lost = child.restart(why)
     recorder.record(lost)
     recorder.record_event(child_id, "lost_attempt", lost_attempt_json(lost, True, why))
@@ -44,3 +48,6 @@ def rerun_lost(
     else:
         slots.queues.requeue([child])
     recorder.record(child.row())
+    if lost.cost_usd is None or carried is None:
+        return None
+    return lost.cost_usd - carried

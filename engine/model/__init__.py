@@ -337,8 +337,8 @@ class Snapshot:
     routes: tuple[RouteHeadroom, ...] = ()
     version: int = 0
     finished_ts: float | None = None  # when the batch ended, as the store records it
-    # What attempts lost with an earlier owner cost (in the totals already: spent is spent);
-    # None if one had no price.
+    # What attempts lost with an earlier owner, or with a cluster worker, cost (in the totals
+    # already: spent is spent); None if one had no price.
     lost_cost_usd: Decimal | None = Decimal(0)
     # What keeps the engine from recording or running as it should (the store cannot commit,
     # say), in a sentence for a banner; None when all is well.

@@ -95,7 +95,7 @@ class BatchRun:
         self.finished_ts: float | None = None
         self.resumed: Resumed | None = None  # what resuming found, once started
         self.carried: tuple[ChildRow, ...] = ()  # final rows an earlier owner left
-        self.lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
+        self.lost_cost: Decimal | None = Decimal(0)  # what attempts lost with earlier owners cost
         self._manifest_children = "[]"  # JSON, set by start()
         self._live = ""  # the live figures last published (records/live.py)
         self._unsteerable: set[str] = set()  # routes whose children take no steer

@@ -431,7 +431,7 @@ def test_headless_says_the_forecast_and_the_lost_attempts_in_words(tmp_path: Pat
     ]
     ended = dataclasses.replace(_snapshot(rows[:4]), lost_cost_usd=Decimal("0.07"))
     assert [t.plain for t in money_lines(ended)] == [
-        "lost attempts: $0.07 (re-runs after a lost owner), in the cost"
+        "lost attempts: $0.07 (re-runs after a lost owner or worker), in the cost"
     ]
     assert money_lines(_snapshot(rows[:4])) == []  # all finished, nothing lost: nothing to add
 

@@ -168,7 +168,7 @@ def meter_text(
         # compact: an arrow for "heading to", so the elapsed time still fits 80 columns
         text.append(f"{gap}{'→' if compact else 'forecast'} ", style="dim")
         text.append(forecast_label(ahead, compact=compact))
-    lost = snap.lost_cost_usd  # after a resume: what attempts lost with the owner cost
+    lost = snap.lost_cost_usd  # what attempts lost with an owner (or a worker) cost
     if lost != 0 and not compact:
         text.append(f"{gap}lost attempts ", style="dim")
         text.append(fmt_cost(lost), style="yellow")
