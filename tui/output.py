@@ -92,7 +92,9 @@ def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
         out.append(Text(f"forecast: {label} at completion, {ahead.remaining} not finished"))
     if snap.lost_cost_usd != 0:
         lost = fmt_cost(snap.lost_cost_usd)
-        out.append(Text(f"lost attempts: {lost} (re-runs after a lost owner or worker), in the cost"))
+        out.append(
+            Text(f"lost attempts: {lost} (re-runs after a lost owner or worker), in the cost")
+        )
     return out
 
 

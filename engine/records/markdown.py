@@ -133,7 +133,9 @@ def _forecast_lines(ahead: Mapping[str, Any]) -> list[str]:
             if ahead["lost_cost_unknown"]
             else ""
         )
-        lines.append(f"- lost attempts (re-runs after a lost owner or worker): {lost}, in the spend")
+        lines.append(
+            f"- lost attempts (re-runs after a lost owner or worker): {lost}, in the spend"
+        )
     return ["", "## Forecast", "", *lines] if lines else []
 
 
