@@ -33,6 +33,8 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
 from flightdeck.engine.records.store import Store
+from flightdeck.tui.cli import main
+from flightdeck.tui.exitcodes import ExitCode
 
 from helpers import batch, run_to_end, settings, sim_route, until
 from test_store import make_batch, make_child
@@ -167,6 +169,19 @@ def test_an_abandoned_batch_s_report_says_its_running_rows_are_what_the_owner_le
     assert "| running when the owner died | 1 |" in md
     assert "| t0001 | running when the owner died |" in md
     assert "| t0002 | queued |" in md
+
+
+def test_flightdeck_report_s_resume_command_names_its_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: `flightdeck report --state-dir D` of an abandoned batch printed
+    # `flightdeck resume b1` alone, which from any other folder finds no batch b1.
+    state = tmp_path / "state"
+    abandoned(state)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "b1", "--state-dir", "state"]) == ExitCode.OK
+    resume = f"`flightdeck resume b1 --state-dir {state}` runs it to the end"
+    assert resume in capsys.readouterr().out
 
 
 def test_a_resumed_engines_snapshot_before_start_is_its_store_rows(tmp_path: Path) -> None:

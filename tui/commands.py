@@ -91,6 +91,7 @@ def _reader(state_dir: Path | None) -> StoreReader:
 
 def cmd_report(args: argparse.Namespace) -> ExitCode:
     """`flightdeck report`: one batch's metrics report, as Markdown or JSON."""
+    from flightdeck.engine.attached.hints import command_line
     from flightdeck.engine.attached.store import build_report, render_json, render_markdown
 
     reader = _reader(args.state_dir)
@@ -100,7 +101,12 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
         raise UsageError(None, None, "batch_id", str(exc).strip("'\"")) from None
     finally:
         reader.close()
-    text = render_json(report) if args.format == "json" else render_markdown(report)
+    if args.format == "json":
+        text = render_json(report)
+    else:
+        # Pasted from any folder, the resume command must name this state folder.
+        resume = command_line(reader.path.parent, "resume", report["batch_id"])
+        text = render_markdown(report, resume)
     try:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         sys.stdout.flush()

@@ -14,8 +14,10 @@ from flightdeck.engine.records.report import ERROR_WIDTH, GOAL_WIDTH, PAUSE_EVEN
 from flightdeck.engine.sanitize import one_line
 
 
-def render_markdown(report: Mapping[str, Any]) -> str:
-    """The report as Markdown: a heading, then tables of the totals, the routes, the children."""
+def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str:
+    """The report as Markdown: a heading, then tables of the totals, the routes, the children.
+    `resume`: the command that runs an abandoned batch on, naming its state folder (the caller
+    knows it; the report does not), else `flightdeck resume BATCH_ID` alone."""
     totals = report["totals"]
     budget = report.get("max_cost_usd")
     # An owner that died left its running children's rows `running`: nothing runs them now.
@@ -24,7 +26,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"# flightdeck batch {_text(report['name'])}",
         "",
         f"- id: `{_text(report['batch_id'])}`",
-        f"- status: **{_text(report['status'])}**" + (_died(report) if died else ""),
+        f"- status: **{_text(report['status'])}**" + (_died(report, resume) if died else ""),
         f"- owner: pid {report.get('owner_pid', '—')}",
         f"- created: {report['created']}",
         f"- finished: {report['finished'] or '—'}",
@@ -285,11 +287,12 @@ def _route_cells(r: Mapping[str, Any], history: bool) -> list[str]:
     ]
 
 
-def _died(report: Mapping[str, Any]) -> str:
+def _died(report: Mapping[str, Any], command: str | None) -> str:
     """After an abandoned batch's status: what its owner left unfinished, and what to do."""
     totals = report["totals"]
     left = sum(totals.get(k, 0) for k in ("running", "paused", "queued"))
-    resume = f"`flightdeck resume {_text(report['batch_id'])}` runs it to the end"
+    command = command or f"flightdeck resume {_text(report['batch_id'])}"
+    resume = f"`{command}` runs it to the end"
     if not left:
         return f" (its owner died; {resume})"
     return f" (its owner died before {left} of its children ended; {resume})"
