@@ -341,9 +341,10 @@ class Retry(Command):
         _check_ids(self.child_ids, ctx)
         rows = ctx.rows()
         for row in _rows_of(self.child_ids, rows):
-            if row.status.live or row.status is ChildStatus.COMPLETED:
-                what = "has not ended" if row.status.live else "completed"
-                raise CommandError(f"{row.id} {what} ({row.status.value}): nothing to retry")
+            if row.status.live:
+                raise CommandError(f"{row.id} has not ended ({row.status.value}): nothing to retry")
+            if row.status is ChildStatus.COMPLETED:
+                raise CommandError(f"{row.id} completed: nothing to retry")
             if row.parent is not None:
                 raise CommandError(f"{row.id} is a delegate: it runs again with its parent")
             if not self.resume and row.changes is not None and row.changes.pending:

@@ -182,7 +182,7 @@ ROWS = {
 @pytest.mark.parametrize(
     ("command", "says"),
     [
-        (Retry(("done",)), "done completed (completed): nothing to retry"),
+        (Retry(("done",)), "done completed: nothing to retry"),
         (Retry(("live",)), "live has not ended (running): nothing to retry"),
         (Retry(("delegate",)), "delegate is a delegate: it runs again with its parent"),
         (Retry(("changed",)), "changed has changes not yet accepted or discarded (+1 −0"),
