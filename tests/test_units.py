@@ -419,3 +419,63 @@ def test_a_wave_s_delegates_are_no_part_of_the_unit_it_shares_a_group_with(tmp_p
         i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.id == "a"
     )
     assert events.index(unit) == finished_a + 1  # right after its last member, not the wave's
+
+
+def test_the_report_and_an_attached_view_leave_a_wave_out_of_the_unit_as_the_engine_does(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: the report and an attached view made a unit of every row of its group,
+    # a schedule's wave sharing it too, where the engine's unit holds the batch's own tasks: the
+    # report said `open` (the wave still ran) with the wave among the members, and the view told
+    # the unit only once the wave had ended, with the wave as a member.
+    from flightdeck.engine.attached.view import StoreView
+    from flightdeck.engine.inputs.tasks import Batch, Schedule
+    from flightdeck.engine.model import BatchStatus
+
+    from helpers import Hold
+
+    hold = Hold(tmp_path / "hold")
+    wave = (Task(id="w", goal="wave {wave}", seq=0, group="g", route="held"),)
+    b = Batch(
+        name="t",
+        tasks=(Task(id="a", goal="a", seq=0, group="g", route="free"),),
+        schedules=(Schedule(id="s", tasks=wave, every_s=3600, at_start=True),),
+    )
+    held, free = sim_route("held", **hold.options()), sim_route("free", **hold.options())
+    engine = Engine(b, settings(held, free, pool=3), state_dir=tmp_path / "state")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+    engine.start()
+    try:
+        db = engine.state_dir / "flightdeck.db"
+        until(lambda: any(r.id == "w-w1" for r in engine.snapshot().children))
+        engine.flush()  # the batch's row and the wave's, committed
+        view = StoreView(db, engine.batch_id, poll_s=0.05)
+        seen: list[EngineEvent] = []
+        view.subscribe(seen.append)
+        hold.release("a")  # the wave is held: it runs on
+        until(lambda: any(isinstance(e, GroupFinished) for e in events))
+        [live] = [e for e in events if isinstance(e, GroupFinished)]
+        with StoreReader(db) as reader:
+            [g] = build_report(reader, engine.batch_id)["groups"]
+        assert g["status"] == "completed" and g["children"] == 1
+        until(lambda: any(isinstance(e, GroupFinished) for e in seen), what="the view's unit")
+        [told] = [e for e in seen if isinstance(e, GroupFinished)]
+        hold.release()
+        until(lambda: ended(events, "w-w1"))
+        until(lambda: view.snapshot().totals.completed == 2, what="the wave, through the store")
+        view.refresh()
+        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
+        engine.stop_all()
+        assert engine.wait(60)
+        view.close()
+    finally:
+        engine.close()
+    assert [m.id for m in live.members] == ["a"] and live.status is UnitStatus.COMPLETED
+    assert [m.id for m in told.members] == ["a"] and told.status is UnitStatus.COMPLETED
+    assert told.cost_usd == live.cost_usd
+    assert [m["id"] for m in g["members"]] == ["a"] and g["delegates"] == []
+    assert Decimal(str(g["cost_usd"])) == live.cost_usd
+    # the wave's end tells no unit again, there as here
+    assert len([e for e in seen if isinstance(e, GroupFinished)]) == 1
+    assert len([e for e in events if isinstance(e, GroupFinished)]) == 1

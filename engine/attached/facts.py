@@ -4,7 +4,7 @@ unit's group ended, the batch finished)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from flightdeck.engine.model import (
     BatchFinished,
@@ -16,6 +16,7 @@ from flightdeck.engine.model import (
     EngineEvent,
     GroupFinished,
 )
+from flightdeck.engine.model.units import unit_rows
 from flightdeck.engine.records.rows import BatchInfo
 
 
@@ -43,16 +44,22 @@ class Facts:
             if was.live and row.status.terminal:
                 events.append(ChildFinished(row, done, total))
 
-    def units(self, order: Sequence[ChildRow], events: list[EngineEvent]) -> None:
-        """A group whose last child (a member or a delegate of one) ended since the last read: its
-        unit's result, once (and once more after each retry of a member, as the engine does)."""
+    def units(
+        self, order: Sequence[ChildRow], own: Container[str], events: list[EngineEvent]
+    ) -> None:
+        """A unit whose last child (a member or a delegate of one) ended since the last read:
+        its result, once (and once more after each retry of a member, as the engine does).
+        `own`: the batch's own tasks (model/units.py: who is in a unit, as for the engine)."""
         ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
-        for group in sorted(ended):
-            members = sorted((r for r in order if r.group == group), key=lambda r: r.seq)
-            attempts = sum(r.attempt for r in members)
-            if all(r.status.terminal for r in members) and self._units_told.get(group) != attempts:
+        if not ended:
+            return
+        units = unit_rows(order, own)
+        for group in sorted(ended & units.keys()):
+            rows = units[group]
+            attempts = sum(r.attempt for r in rows if r.parent is None)  # its members' retries
+            if all(r.status.terminal for r in rows) and self._units_told.get(group) != attempts:
                 self._units_told[group] = attempts
-                events.append(GroupFinished.of(group, members))
+                events.append(GroupFinished.of(group, rows))
 
     @staticmethod
     def batch(was: BatchInfo | None, info: BatchInfo, events: list[EngineEvent]) -> None:

@@ -53,6 +53,7 @@ from flightdeck.engine.records.rows import (
     batch_columns,
     batch_info,
     child_row,
+    own_tasks,
     receipt,
 )
 
@@ -97,6 +98,7 @@ class BatchReading:
         self._order: list[ChildRow] = []  # _rows in batch order
         self._at: dict[str, int] = {}  # each child's place in _order
         self._facts = Facts()
+        self._own: frozenset[str] | None = None  # the batch's own tasks: its units' members
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
@@ -180,7 +182,9 @@ class BatchReading:
         if changed or self._totals is None:  # not for a heartbeat or a request
             self._totals = self._tally.totals()
         if events is not None:
-            self._facts.units(rows, events)
+            if self._own is None:  # a batch's spec never changes: read once
+                self._own = own_tasks(info.spec_json)
+            self._facts.units(rows, self._own, events)
             self._facts.batch(was, info, events)
         running = info.status is BatchStatus.RUNNING
         return Snapshot(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from flightdeck.engine.model import ChildRow, GroupFinished
+from flightdeck.engine.model.units import Membership
 
 
 class Units:
@@ -20,11 +21,15 @@ class Units:
         """`members`: (child id, group) for every task, in batch order (a resumed batch's
         carried ones included: `carry` gives their rows)."""
         self._order: dict[str, list[str]] = {}
-        self._group_of: dict[str, str] = {}
         for child_id, group in members:
             if group is not None:
                 self._order.setdefault(group, []).append(child_id)
-                self._group_of[child_id] = group
+        # Who is in which unit: the rule the report and an attached view apply too. The members
+        # are placed now, so that a delegate made while its parent runs finds its unit.
+        self._placed = Membership({i for ids in self._order.values() for i in ids})
+        for group, ids in self._order.items():
+            for child_id in ids:
+                self._placed.place(child_id, None, group)
         self._ended: dict[str, dict[str, ChildRow]] = {g: {} for g in self._order}
         # Each group's delegates, in the order they were made: their final row, None until then.
         self._delegates: dict[str, dict[str, ChildRow | None]] = {g: {} for g in self._order}
@@ -33,15 +38,10 @@ class Units:
 
     def joined(self, child_id: str, parent: str, group: str) -> None:
         """A delegate of one of the group's children: the unit ends once it has too."""
-        delegates = self._delegates.get(group)
-        if delegates is not None and child_id not in delegates and self._in(parent, group):
-            delegates[child_id] = None
-            self._running[group] += 1
-
-    def _in(self, parent: str, group: str) -> bool:
-        """Whether `parent` is one of the unit's children: a member, or a delegate of one (a
-        wave sharing the group is neither, nor are its delegates)."""
-        return self._group_of.get(parent) == group or parent in self._delegates[group]
+        unit = self._placed.place(child_id, parent, group)
+        if unit is not None and child_id not in self._delegates[unit]:
+            self._delegates[unit][child_id] = None
+            self._running[unit] += 1
 
     def carry(self, row: ChildRow) -> None:
         """A row an earlier owner of a resumed batch ended: its unit counts it, ended."""
@@ -60,25 +60,23 @@ class Units:
         return GroupFinished.of(group, [ended[i] for i in self._order[group]] + made)
 
     def _note(self, row: ChildRow) -> str | None:
-        """Keep an ended row in its unit; the unit's group, None if it is in none."""
-        group = row.group
-        if group is None or group not in self._ended:
+        """Keep an ended row in its unit; the unit's group, None if it is in none (a wave that
+        shares a group, or its delegate)."""
+        group = self._placed.place(row.id, row.parent, row.group)
+        if group is None:
             return None
-        if row.id in self._group_of:
+        if row.parent is None:
             self._ended[group][row.id] = row
-        elif row.parent is not None and self._in(row.parent, group):
+        else:
             delegates = self._delegates[group]
             if row.id in delegates and delegates[row.id] is None:
                 self._running[group] -= 1
             delegates[row.id] = row
-        else:  # a task added later that shares the group (a wave), or its delegate: not the unit's
-            return None
         return group
 
     def reopen(self, child_id: str) -> None:
         """A member runs again (a retry): its group is open until it ends again, and is then
         reported again, with its new row (and the delegates of every attempt: all were paid)."""
-        group = self._group_of.get(child_id)
-        if group is not None:
-            self._ended[group].pop(child_id, None)
-            self._reported.discard(group)
+        group = self._placed.unit_of(child_id)
+        if group is not None and self._ended[group].pop(child_id, None) is not None:
+            self._reported.discard(group)  # a member that had ended (a delegate is not one)

@@ -42,7 +42,12 @@ from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, spend_known
 from flightdeck.engine.records.processes import ProcessLog
-from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
+from flightdeck.engine.records.rows import (
+    BatchInfo,
+    QueuedChild,
+    process_start_time,
+    stored_spec,
+)
 from flightdeck.engine.records.sink import TranscriptSink
 
 IO_FOLDER = "io"  # in the batch folder: command children's output and input files
@@ -397,8 +402,7 @@ def spec_json(batch: Batch) -> str:
 
 def batch_from_store(info_name: str, spec_json: str, source: str | None, workspace: str) -> Batch:
     """A batch as its row keeps it (`spec_json`), its tasks in their original order."""
-    data = json.loads(spec_json)
-    spec = data if isinstance(data, dict) else {"tasks": data}
+    spec = stored_spec(spec_json)
     schedules = tuple(
         Schedule(
             id=s["id"],

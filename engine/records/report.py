@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -19,12 +19,14 @@ from flightdeck.engine.model import (
     Totals,
     Usage,
 )
+from flightdeck.engine.model.units import unit_rows
 from flightdeck.engine.records.attempts import report_entries
 from flightdeck.engine.records.forecast import forecast, lost_attempts
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.needlog import need_records
 from flightdeck.engine.records.reader import StoreReader, no_batch
+from flightdeck.engine.records.rows import own_tasks
 
 GOAL_WIDTH = 80
 ERROR_WIDTH = 120
@@ -130,7 +132,7 @@ def build_report(
             for c in children
         ],
         **report_entries(reader.events(batch_id), children),
-        "groups": _groups(children),
+        "groups": _groups(children, own_tasks(info.spec_json)),
         "steers": [
             {
                 "id": r.id,
@@ -243,14 +245,12 @@ def _recovery(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str,
     }
 
 
-def _groups(children: list[ChildRow]) -> list[dict[str, Any]]:
-    """Each completion unit, in the order of its first member: `open` while a child of it (a
-    member or a delegate of one) has not ended, else the unit's result as the engine announced
-    it. `children` counts the members; their delegates' spend is in the unit's cost."""
-    grouped: dict[str, list[ChildRow]] = {}
-    for c in children:
-        if c.group is not None:
-            grouped.setdefault(c.group, []).append(c)
+def _groups(children: list[ChildRow], own: Container[str]) -> list[dict[str, Any]]:
+    """Each completion unit (model/units.py says who is in one, as for the engine's), in the
+    order of its first member: `open` while a child of it (a member or a delegate of one) has
+    not ended, else the unit's result as the engine announced it. `children` counts the
+    members; their delegates' spend is in the unit's cost."""
+    grouped = unit_rows(children, own)
     out = []
     for group, rows in grouped.items():
         unit = GroupFinished.of(group, rows)

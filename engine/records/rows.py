@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -288,6 +289,19 @@ def batch_info(
         cost_usd=cost_usd,
         cost_unknown=cost_unknown,
     )
+
+
+def stored_spec(spec_json: str) -> dict[str, Any]:
+    """A batch row's spec as a dict: `tasks`, and `schedules` and `delegate` when it has them
+    (a batch of tasks alone keeps the list of its tasks)."""
+    data = json.loads(spec_json)
+    return data if isinstance(data, dict) else {"tasks": data}
+
+
+def own_tasks(spec_json: str) -> frozenset[str]:
+    """The ids of a batch's own tasks (not a schedule's waves, nor delegates): the members of
+    its completion units are among them."""
+    return frozenset(str(t["id"]) for t in stored_spec(spec_json)["tasks"])
 
 
 def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...]) -> ChildRow:

@@ -1,0 +1,50 @@
+"""Who belongs to which completion unit: the one rule the engine's live units, the report and an
+attached view all apply, so that a unit's members, delegates, status and spend agree everywhere.
+
+A unit's members are the batch's own tasks that have its group; a member's delegates (and
+theirs) join it. A schedule's wave that shares the group is in no unit, nor is what it delegates:
+a scheduled batch never ends by itself, and its unit would never be complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable
+
+from flightdeck.engine.model import ChildRow
+
+
+class Membership:
+    """The unit of each child placed so far (parents before their delegates)."""
+
+    def __init__(self, own: Container[str]) -> None:
+        self._own = own  # the batch's own tasks' ids
+        self._unit: dict[str, str] = {}
+
+    def place(self, child_id: str, parent: str | None, group: str | None) -> str | None:
+        """The unit (its group) `child_id` is in, None if none: one of the batch's own tasks
+        is a member of its group's; a delegate is in its parent's (placed before it)."""
+        unit = self._unit.get(child_id)
+        if unit is None:
+            if parent is None:
+                unit = group if child_id in self._own else None
+            else:
+                unit = self._unit.get(parent)
+            if unit is not None:
+                self._unit[child_id] = unit
+        return unit
+
+    def unit_of(self, child_id: str) -> str | None:
+        """The unit a child placed before is in (None: none, or not placed yet)."""
+        return self._unit.get(child_id)
+
+
+def unit_rows(rows: Iterable[ChildRow], own: Container[str]) -> dict[str, list[ChildRow]]:
+    """Each unit's rows in batch order (its members, and the delegates among them: see
+    GroupFinished.of), the units in the order of their first member."""
+    placed = Membership(own)
+    units: dict[str, list[ChildRow]] = {}
+    for row in sorted(rows, key=lambda r: r.seq):  # a delegate comes after its parent
+        unit = placed.place(row.id, row.parent, row.group)
+        if unit is not None:
+            units.setdefault(unit, []).append(row)
+    return units
