@@ -1159,6 +1159,19 @@ def test_a_command_routes_uncounted_tokens_read_unknown_in_the_summary_as_on_its
     assert cells["claude-sonnet-reviewers"]["tokens in"] == "24.7k"
 
 
+def test_a_units_line_says_its_uncounted_tokens_are_unknown_as_its_members_lines_do() -> None:
+    # Found by an audit: the unit's line summed its children's counted tokens only, so a unit of
+    # command children whose CLI reports no usage read `0 tok` under their own `? tok` lines.
+    from flightdeck.engine.model import GroupFinished
+    from flightdeck.tui.fmt import fmt_tokens
+
+    priced, _, command, _ = _summary_snap().children
+    alone = completion_text(GroupFinished.of("g", [command]))
+    assert " ? tok " in alone, alone
+    mixed = completion_text(GroupFinished.of("g", [priced, command]))
+    assert f" {fmt_tokens(priced.usage.total)}+? tok " in mixed, mixed
+
+
 def test_the_summary_is_readable_at_80_columns() -> None:
     from flightdeck.tui.output import money_lines, summary_table
 

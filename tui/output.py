@@ -180,7 +180,9 @@ def unit_parts(unit: GroupFinished) -> list[tuple[str, str]]:
     (`2/3 completed, 4 delegates`): their tokens and cost are the unit's too."""
     members = unit.members
     completed = sum(m.status is ChildStatus.COMPLETED for m in members)
-    tokens = sum(r.usage.total for r in (*members, *unit.delegates))
+    rows = (*members, *unit.delegates)
+    # Uncounted tokens (a command whose CLI reports none) read `?`, as on each child's line.
+    tokens = _tokens(sum(r.usage.total for r in rows), sum(r.tokens_unknown for r in rows))
     each = " ".join(f"{GLYPHS[m.status][0]}{m.id}" for m in members)
     made = len(unit.delegates)
     delegates = f", {made} delegate{'' if made == 1 else 's'}" if made else ""
@@ -189,7 +191,7 @@ def unit_parts(unit: GroupFinished) -> list[tuple[str, str]]:
         (one_line(unit.group, 60), "bold"),
         (f"  {unit.status.value}", UNIT_STYLES[unit.status]),
         (
-            f": {completed}/{len(members)} completed{delegates}  {fmt_tokens(tokens)} tok"
+            f": {completed}/{len(members)} completed{delegates}  {tokens} tok"
             f"  {fmt_cost(unit.cost_usd)}  {unit.duration_s:.1f}s",
             "",
         ),
