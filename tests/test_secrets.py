@@ -167,3 +167,50 @@ def test_a_credential_in_a_routes_headers_is_redacted_when_echoed(
     for path in (tmp_path / "state").rglob("*"):
         if path.is_file():
             assert b"CANARY" not in path.read_bytes(), path
+
+
+def test_a_key_in_a_models_question_or_sub_task_is_redacted_where_they_are_shown(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: the arguments of the engine's own tools went in unredacted, so a key
+    # the model wrote into an `ask_operator` question or a `delegate` goal was stored in clear
+    # and shown in the needs-you queue, the headless line, the table and the report.
+    import dataclasses
+
+    from flightdeck.engine.triage.needs import needs
+
+    from helpers import batch, settings, until
+    from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
+
+    key = "sk-CANARY-0a1b2c3d4e5f"
+
+    def responder(received: Received) -> Reply:
+        sent = json.dumps(received.body)
+        if '"role": "tool"' in sent:  # the tool's result is back: the turn ends
+            return Reply(text="done")
+        if "t0000" in sent or "Review item 0" in sent:
+            tasks = [{"goal": f"use {key} to deploy", "context": f"key {key}"}]
+            return Reply(tools=(ToolUse("d1", "delegate", {"tasks": tasks}),))
+        if "Review item 1" in sent:
+            return Reply(tools=(ToolUse("a1", "ask_operator", {"question": f"is {key} ok?"}),))
+        return Reply(text="done")
+
+    with Loopback(responder) as server:
+        route = dataclasses.replace(route_for(server, "openai"), delegate=True, ask_operator=True)
+        engine = Engine(batch(2), settings(route), state_dir=tmp_path / "state", env={KEY_ENV: key})
+        engine.start()
+        try:
+            until(lambda: needs(engine.snapshot()), what="the question asked")
+            asked = [n.text for n in needs(engine.snapshot()) if n.kind == "asks"]
+            engine.stop_all()
+            rows = run_to_end(engine).children
+        finally:
+            engine.close()
+    assert asked and "[REDACTED]" in asked[0], asked
+    delegates = [r for r in rows if r.parent is not None]
+    assert delegates and "[REDACTED]" in delegates[0].goal, delegates
+    assert all("CANARY" not in a for a in asked), asked
+    assert all("CANARY" not in r.goal for r in rows), [r.goal for r in rows]
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert b"CANARY" not in path.read_bytes(), path

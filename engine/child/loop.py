@@ -354,16 +354,18 @@ class ModelRunner:
     def _run_tool(self, call: ToolCall) -> Message:
         c = self._c
         # Redacted before JSON escapes ESC as `\u001b`, text that no later redaction could see.
-        cleaned = _each_string(dict(call.arguments), c.clean)
+        cleaned = {c.clean(str(k)): _each_string(v, c.clean) for k, v in call.arguments.items()}
         args = json.dumps(cleaned, ensure_ascii=False)
         c.transcript.write("tool-call", f"{call.name} {args}")
         name = c.clean(call.name)  # the model's text, shown on screen
         c.progress.tool_started(name)
         try:
+            # The engine's own tools take the redacted arguments: a sub-task's goal and a
+            # question are recorded and shown (store, report, table, needs-you queue).
             if call.name == DELEGATE_SPEC.name and self.delegation is not None:
-                output = self._delegate(call.arguments, self.delegation)
+                output = self._delegate(cleaned, self.delegation)
             elif call.name == ASK_SPEC.name and self.ask_chars is not None:
-                output = self._ask(call.arguments, self.ask_chars)
+                output = self._ask(cleaned, self.ask_chars)
             else:
                 output = self._tools.run(call.name, call.arguments)
         except ToolError as exc:
@@ -374,7 +376,7 @@ class ModelRunner:
         more = max(0, len(shown) - TRANSCRIPT_TOOL_CHARS)
         shown = shown[:TRANSCRIPT_TOOL_CHARS]
         c.transcript.write("tool", shown + (f"\n… ({more} more characters)" if more else ""))
-        c.loops.call(name, cleaned if isinstance(cleaned, dict) else args, output)
+        c.loops.call(name, cleaned, output)
         c.progress.tool_ended()
         return Message("tool", output, tool_call_id=call.id, name=call.name)
 
