@@ -43,3 +43,11 @@ def test_no_message_has_no_signature_and_a_long_one_is_cut() -> None:
     assert error_signature(" \n") is None
     long = error_signature("word " * 100)
     assert long is not None and len(long) == SIGNATURE_CHARS and long.endswith("…")
+
+
+def test_escape_sequences_are_stripped_before_the_placeholders() -> None:
+    # Found by an audit: `ESC[31m` became `ESC[<n>m`, which sanitizing on screen left as `>m`,
+    # and `<url>` took an OSC's BEL, so the rest of the message was stripped as its body.
+    assert error_signature("400 bad \x1b[31mRED\x1b[0m input") == "<n> bad RED input"
+    hyperlink = "bad \x1b]8;;http://evil\x07click\x1b]8;;\x07 here, retry in 3s"
+    assert error_signature(hyperlink) == "bad click here, retry in <n>s"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from flightdeck.engine.sanitize import sanitize
+
 SIGNATURE_CHARS = 120  # the part of a message that names the failure; the rest is detail
 
 # Order matters: a UUID or a long hex run is one id, not several numbers.
@@ -27,7 +29,10 @@ def error_signature(message: str | None) -> str | None:
     <n>s`. None for no message; the first line only, cut to `SIGNATURE_CHARS`."""
     if message is None:
         return None
-    text = message.strip().split("\n", 1)[0]
+    # Sanitized first: a placeholder put inside an escape sequence (`ESC[31m` → `ESC[<n>m`)
+    # leaves a mangled sequence that sanitizing on screen only half strips, or takes its end
+    # with it (`<url>` eats an OSC's BEL) so the rest of the message is stripped as its body.
+    text = sanitize(message).strip().split("\n", 1)[0]
     if not text:
         return None
     for pattern, placeholder in _RULES:
