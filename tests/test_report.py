@@ -567,3 +567,31 @@ def test_paused_children_are_counted_so_the_totals_add_up(tmp_path: Path) -> Non
     counts = ("completed", "failed", "stopped", "paused", "running", "queued")
     shown = [int(re.search(rf"\| {c} \| (\d+) \|", md).group(1)) for c in counts]  # type: ignore[union-attr]
     assert sum(shown) == 4
+
+
+def test_the_json_report_is_valid_unicode_with_a_lone_surrogate_in_a_question(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: a model's question holding a JSON escape "\ud800" was kept in its
+    # event's JSON detail and written back out as `\ud800`, which jq refuses to parse.
+    from flightdeck.engine.api import Engine
+    from flightdeck.engine.triage.needs import needs
+
+    from helpers import batch, run_to_end, until
+    from loopback import KEY_ENV, Loopback, Reply, ToolUse, route_for
+
+    question = {"question": "ship \ud800 now?"}
+    with Loopback(lambda _: Reply(tools=(ToolUse("a1", "ask_operator", question),))) as server:
+        route = dataclasses.replace(route_for(server, "openai"), ask_operator=True)
+        engine = Engine(batch(1), settings(route), state_dir=tmp_path, env={KEY_ENV: "sk-x"})
+        engine.start()
+        try:
+            until(lambda: needs(engine.snapshot()), what="the question asked")
+            engine.stop_all()
+            run_to_end(engine)
+        finally:
+            engine.close()
+    with StoreReader(tmp_path / "flightdeck.db") as r:
+        text = render_json(build_report(r))
+    assert "ship" in text and "\\ud800" not in text.lower()
+    json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")  # no lone surrogate left
