@@ -200,7 +200,13 @@ def test_a_key_in_a_models_question_or_sub_task_is_redacted_where_they_are_shown
         engine = Engine(batch(2), settings(route), state_dir=tmp_path / "state", env={KEY_ENV: key})
         engine.start()
         try:
-            until(lambda: needs(engine.snapshot()), what="the question asked")
+
+            def asked_and_delegated() -> bool:
+                snap = engine.snapshot()
+                made = any(r.parent is not None for r in snap.children)
+                return made and any(n.kind == "asks" for n in needs(snap))
+
+            until(asked_and_delegated, what="the question asked and the sub-task made")
             asked = [n.text for n in needs(engine.snapshot()) if n.kind == "asks"]
             engine.stop_all()
             rows = run_to_end(engine).children
