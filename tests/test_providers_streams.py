@@ -39,7 +39,9 @@ def test_a_stream_stalled_past_the_read_timeout_is_transient(server: Loopback, k
             list(p.open(REQUEST))
     finally:
         p.close()
-    assert time.monotonic() - t0 < 1.5
+    # The 0.2 s read timeout broke the stall, not the loopback giving up (MAX_STALL_S, 30 s);
+    # the margin is for a loaded machine (1.51 s seen with two busy loops on two cores).
+    assert time.monotonic() - t0 < 5.0
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)
