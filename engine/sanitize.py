@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 REDACTED = "[REDACTED]"
 # Under 4 characters a key is no secret (62**3 values are guessed in seconds), and redacting it
@@ -162,3 +163,24 @@ def one_line(text: str, width: int | None = None) -> str:
     if width is not None and len(flat) > width:
         return flat[: width - 1] + "…" if width > 0 else ""
     return flat
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode, which UTF-8 (a request body, a file, SQLite) can encode: a
+    surrogate pair split over two JSON escapes is joined again, a lone surrogate (a JSON
+    "\\ud800" decodes to one) becomes U+FFFD."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def each_string(value: Any, fn: Callable[[str], str]) -> Any:
+    """JSON-like `value` (a tool call's arguments) with `fn` applied to every string in it, the
+    keys of its objects included."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, Mapping):
+        return {fn(str(k)): each_string(v, fn) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [each_string(v, fn) for v in value]
+    return value

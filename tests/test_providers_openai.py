@@ -333,6 +333,32 @@ def test_a_lone_surrogate_in_a_server_error_is_printed_as_a_replacement(tmp_path
     assert all("400 request rejected: bad \ufffd thing" in line for line in lines), lines
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_lone_surrogate_in_a_reply_does_not_fail_the_childs_next_calls(
+    tmp_path: Path, kind: str
+) -> None:
+    # Found by an audit: JSON can carry "\\udc00"; kept in the conversation, the next request
+    # could not be encoded (UnicodeEncodeError), so every later call of the child failed.
+    replies = [
+        Reply(text="looking t\udc00", tools=(ToolUse("c1", "list_dir", {"path": ".\ud800"}),)),
+        Reply(text="done \ud83d\ude00"),  # no surrogate left: answered
+    ]
+    with Loopback() as server:
+        server.script(*replies)
+        route = route_for(server, kind)
+        engine = Engine(batch(1, route=kind), settings(route), state_dir=tmp_path, env=ENV)
+        engine.start()
+        try:
+            assert engine.wait(60)
+            row = engine.snapshot().children[0]
+        finally:
+            engine.close()
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert len(server.received) == 2
+    sent = str(server.received[1].body)
+    assert "looking t\ufffd" in sent and ".\ufffd" in sent, sent
+
+
 def test_close_also_aborts_a_connect_that_hangs() -> None:
     """A server whose accept queue is full drops our SYNs: connect blocks until closed."""
     listener = socket.socket()

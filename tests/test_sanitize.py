@@ -5,7 +5,15 @@ from __future__ import annotations
 import random
 
 import pytest
-from flightdeck.engine.sanitize import REDACTED, StreamSanitizer, one_line, redact, sanitize
+from flightdeck.engine.sanitize import (
+    REDACTED,
+    StreamSanitizer,
+    each_string,
+    one_line,
+    redact,
+    sanitize,
+    valid_text,
+)
 
 ESC = "\x1b"
 ST = "\x1b\\"
@@ -193,3 +201,19 @@ def test_one_line() -> None:
     assert one_line("abcde", width=5) == "abcde"
     assert one_line("abc", width=0) == ""
     assert one_line("a\u2028b") == "a b"  # unicode line separator
+
+
+def test_valid_text_joins_a_split_surrogate_pair_and_replaces_a_lone_one() -> None:
+    assert valid_text("plain") == "plain"
+    assert valid_text("a\ud83d\ude00b") == "a\U0001f600b"  # two JSON escapes, one character
+    assert valid_text("a\ud800b\udc00") == "a\ufffdb\ufffd"
+    assert valid_text("é\ud800").encode() == "é\ufffd".encode()
+
+
+def test_each_string_reaches_every_string_of_a_json_value_and_its_keys() -> None:
+    value = {"k\ud800": ["a\ud800", {"n": 1, "s": "b\ud800"}], "t": ("c\ud800",), "x": None}
+    assert each_string(value, valid_text) == {
+        "k\ufffd": ["a\ufffd", {"n": 1, "s": "b\ufffd"}],
+        "t": ["c\ufffd"],
+        "x": None,
+    }

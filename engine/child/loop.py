@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
@@ -46,7 +46,7 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
 from flightdeck.engine.records.meter import Meter, cache_saving
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import each_string, one_line, valid_text
 
 __all__ = ["SYSTEM_PROMPT", "TRANSCRIPT_TOOL_CHARS", "ModelRunner"]
 
@@ -339,7 +339,12 @@ class ModelRunner:
                 lease.settle(usage.total)
         if closed:
             raise Interrupted  # the stream was closed under us and ended quietly
-        return TurnResult("".join(text), tuple(calls), usage)
+        # Sent back with every later request, which UTF-8 encodes: a lone surrogate (a JSON
+        # escape) in the reply or a call's arguments failed every later call of the child.
+        calls = [
+            ToolCall(k.id, valid_text(k.name), each_string(k.arguments, valid_text)) for k in calls
+        ]
+        return TurnResult(valid_text("".join(text)), tuple(calls), usage)
 
     def _request(self, messages: list[Message]) -> TurnRequest:
         c = self._c
@@ -354,7 +359,7 @@ class ModelRunner:
     def _run_tool(self, call: ToolCall) -> Message:
         c = self._c
         # Redacted before JSON escapes ESC as `\u001b`, text that no later redaction could see.
-        cleaned = {c.clean(str(k)): _each_string(v, c.clean) for k, v in call.arguments.items()}
+        cleaned: dict[str, Any] = each_string(call.arguments, c.clean)
         args = json.dumps(cleaned, ensure_ascii=False)
         c.transcript.write("tool-call", f"{call.name} {args}")
         name = c.clean(call.name)  # the model's text, shown on screen
@@ -439,14 +444,3 @@ class ModelRunner:
         c = self._c
         c.transcript.write("engine", notice.text)
         c.progress.retry(c.clean(notice.text))
-
-
-def _each_string(value: object, clean: Callable[[str], str]) -> object:
-    """A tool call's JSON arguments with `clean` applied to every string in them."""
-    if isinstance(value, str):
-        return clean(value)
-    if isinstance(value, dict):
-        return {clean(str(k)): _each_string(v, clean) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_each_string(v, clean) for v in value]
-    return value

@@ -27,7 +27,7 @@ from flightdeck.engine.records.meter import cache_saving, route_totals, totals_o
 from flightdeck.engine.records.needlog import need_records
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.rows import own_tasks
-from flightdeck.engine.records.writes import valid_text
+from flightdeck.engine.sanitize import valid_text
 
 GOAL_WIDTH = 80
 ERROR_WIDTH = 120
@@ -339,7 +339,7 @@ def _valid(value: object) -> object:
     """Every string made valid Unicode: a lone surrogate (a model's JSON escape, kept as such in
     an event's JSON detail) would be written `\\ud800`, which strict parsers (jq) refuse."""
     if isinstance(value, str):
-        return value if value.isascii() else valid_text(value)
+        return valid_text(value)
     if isinstance(value, Mapping):
         return {k: _valid(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flightdeck.engine.records.rows import INSERT_EVENT, UPSERT_CHILD, UPSERT_CONTROL, UPSERT_QUEUED
+from flightdeck.engine.sanitize import valid_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +94,6 @@ def scrubbed(write: Write) -> Write:
 
     params = [row(p) for p in write.params] if write.many else row(write.params)
     return Write(write.what, write.sql, params, write.many, write.key)
-
-
-def valid_text(text: str) -> str:
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def coalesce(writes: list[Write]) -> list[Write]:
