@@ -5,7 +5,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+
+# Not `typing.TYPE_CHECKING`: the transcript writer process imports this module and starts
+# without `typing` (tests/test_import_hygiene.py); mypy reads the name alike.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 REDACTED = "[REDACTED]"
 # Under 4 characters a key is no secret (62**3 values are guessed in seconds), and redacting it
