@@ -193,7 +193,7 @@ class ProcessRunner:
             end = self._run_once(c, expand(self._command.argv, values), cwd, prompt, tally)
         while self._spec.steer == "resume" and not c.interrupt.is_set():
             # At the next turn: once the process ended well. --now: it was ended for this.
-            if not (end.for_steer or (end.code == 0 and c.steering.waiting)):
+            if not (end.for_steer or (_ended_well(end) and c.steering.waiting)):
                 break
             if not self._session:
                 c.transcript.write("engine", "no session id was reported: nothing to resume")
@@ -321,6 +321,15 @@ class ProcessRunner:
         provider = _PRICED_AS.get(self._spec.format)
         model = reported or route.model
         return genai_cost(usage, provider, model) if provider and model else None
+
+
+def _ended_well(end: RunEnd) -> bool:
+    """Whether a run ended so that a steer waiting for its next turn may resume it: exit 0,
+    or, for an adopted process (whose exit status only its dead owner could read), a result
+    that is no error."""
+    if end.code is None:
+        return end.result is not None and not end.result_error
+    return end.code == 0
 
 
 def status_text(code: int | None) -> str:

@@ -329,3 +329,57 @@ def latest(db: Path) -> str | None:
 
 def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_steer_to_an_adopted_child_is_delivered(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """`steer` (at the next turn) to a CLI adopted by `resume`: Claude Code takes it on its
+    reopened input, Codex by resuming its session once the adopted process ended well (its
+    exit status is unknown to the adopter: its result says it ended well)."""
+    repo, env = project(tmp_path, cli, server)
+    tasks = {
+        "batch": {"name": "agents", "workspace": str(repo)},
+        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0")}],
+    }
+    (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
+    environ = {**os.environ, **env, "NO_COLOR": "1"}
+
+    def flightdeck(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flightdeck.tui.cli", *args],
+            cwd=tmp_path,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    owner = flightdeck("run", "tasks.yaml", "--headless")
+    db = tmp_path / "state" / "flightdeck.db"
+    until(lambda: db.is_file() and latest(db) is not None, what="the batch")
+    batch_id = latest(db)
+    assert batch_id is not None
+    log = tmp_path / "state" / "batches" / batch_id / "t0.log"
+    until(lambda: called(_read(log)), what="the CLI in its tool")
+    owner.send_signal(signal.SIGKILL)
+    owner.communicate(timeout=30)
+    resume = flightdeck("resume", batch_id)
+    until(lambda: "adopted" in _read(log), what="adopted")
+    steer = flightdeck("steer", batch_id, "t0", "-m", "also the docs")
+    steer.communicate(timeout=60)
+    # Claude Code: once it has read it (a gate opened before that ends the turn first).
+    taken = "queued by the CLI: " if cli == "claude" else "steer (at next turn): "
+    until(lambda: taken + "also the docs" in _read(log), what="the steer taken")
+    (tmp_path / "gate").touch()
+    out, err = resume.communicate(timeout=120)
+    assert resume.returncode == 0, out + err
+    with StoreReader(db) as reader:
+        row = {r.id: r for r in reader.children(batch_id)}["t0"]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    (receipt,) = row.steers
+    assert receipt.state is SteerState.DELIVERED, receipt
+    how = "into the running turn" if cli == "claude" else "by resuming the session"
+    assert receipt.how == how
+    assert tagged(batch_id) == {}
