@@ -854,6 +854,27 @@ def test_a_json_event_of_hundreds_of_kilobytes_is_read_whole(tmp_path: Path) -> 
     assert row.cost_usd == Decimal("0.5") and row.usage.output_tokens == 20
 
 
+def test_a_line_of_megabytes_is_cut_in_the_transcript_and_the_event_after_it_read(
+    tmp_path: Path,
+) -> None:
+    # A tool's dump with no newline (3 MB) on stdout and stderr: shown cut, not whole.
+    script = tmp_path / "dump.py"
+    script.write_text(
+        "import json, sys\n"
+        "sys.stdout.write('z' * 3_000_000 + '\\n')\n"
+        "sys.stderr.write('e' * 3_000_000 + '\\n')\n"
+        "print(json.dumps({'type': 'result', 'subtype': 'success', 'is_error': False,\n"
+        "    'result': 'ok', 'total_cost_usd': 0.5, 'session_id': 's1'}))\n"
+    )
+    route = "argv = " + repr([PY, str(script)]).replace("'", '"') + "\n"
+    route += 'format = "claude-stream-json"\n'
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED and row.result == "ok", row.error
+    text = transcript(row)
+    assert len(text) < 200_000 and text.count("more characters)") == 2
+    assert max(len(line) for line in text.splitlines()) < supervise.SHOWN_LINE_CHARS + 100
+
+
 # --- pause and continue -------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from flightdeck.engine.agents.formats import (
     ToolEnded,
     ToolStarted,
 )
+from flightdeck.engine.agents.formats.base import cut
 from flightdeck.engine.agents.process import Line, Process, Record
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.child.cliinput import CliInput
@@ -46,6 +47,11 @@ TRACK_ADOPTED_S = 2.0  # an adopted tree is walked this often: its orphans are n
 REAP_S = 2.0  # ... and a started one's ended orphans reaped this often (ours: no zombie waits)
 KEPT_LINES = 20  # the last output lines kept for the result, and of stderr for the reason
 READ_TO_S = 1.0  # how often the offsets read so far go to the store (for an adopter)
+# An output or stderr line shown (and kept for the result or reason) is cut here, as a model's
+# streamed line is (records/lines.py): a line of megabytes (a tool's dump, no newline) would
+# otherwise go whole into the transcript, and its tail, read by every view of the child.
+# Lines fed to the format stay whole: one JSON event is one line, often hundreds of KB.
+SHOWN_LINE_CHARS = 64 * 1024
 
 
 @dataclass
@@ -175,14 +181,15 @@ class Supervisor:
         c = self._c
         plain: list[str] = []
         for line in lines:
+            shown = cut(line.text, SHOWN_LINE_CHARS)
             if line.stream == "stderr":
-                self._end.err.append(line.text)
-                self._write("stderr", line.text)
+                self._end.err.append(shown)
+                self._write("stderr", shown)
                 continue
-            self._end.out.append(line.text)
+            self._end.out.append(shown)
             events = self._reader.feed(line.text)
             if len(events) == 1 and type(events[0]) is Shown and events[0].role == "output":
-                plain.append(line.text)  # runs of plain output: one transcript write
+                plain.append(shown)  # runs of plain output: one transcript write
                 continue
             if plain:
                 self._write("output", "\n".join(plain))
