@@ -60,3 +60,38 @@ async def test_delegates_of_one_parent_read_apart_in_the_table(
             [line] = [ln for ln in lines if f"file.{n} " in ln]  # its tail on show
             assert (f"{PARENT}.{n} " in line) is whole, line  # whole where there is room
         assert len({ln.split("part")[0] for ln in lines}) == 4  # four rows, four names
+
+
+async def test_the_last_column_is_whole_once_the_rows_need_a_scrollbar(tmp_path: Path) -> None:
+    """A batch whose rows just fit the table, then grows past it (delegates with longer ids, as
+    the demo's): the scrollbar that appears takes a cell of the width with no resize, and the
+    columns must be fitted again, or the last one loses its last cell (`✓ delivere`)."""
+    from flightdeck.engine.model import SteerReceipt, SteerState
+    from tui_fakes import T0
+
+    receipt = SteerReceipt(1, "review-01", "wrap up", False, SteerState.DELIVERED, T0 + 90)
+    first = child(1, "steered", ChildStatus.RUNNING, folder=tmp_path, steers=(receipt,))
+    rows = (first, *(child(n, f"g{n}", ChildStatus.QUEUED, folder=tmp_path) for n in range(2, 9)))
+    view = StaticView(tmp_path, rows)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=(200, 24)) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == len(rows), "the rows")
+        assert not table.show_vertical_scrollbar  # they fit: no scrollbar yet
+        parts = tuple(
+            dataclasses.replace(
+                child(20 + n, "part", ChildStatus.RUNNING, folder=tmp_path),
+                id=f"review-01-delegated-part.{n}",
+                parent="review-01",
+                depth=1,
+            )
+            for n in range(1, 6)
+        )
+        view.rows = rows + parts
+        await until(pilot, lambda: len(table.shown) == len(view.rows), "the delegates")
+        await until(pilot, lambda: table.show_vertical_scrollbar, "the scrollbar")
+        await pilot.pause()
+        width = table.scrollable_content_region.width
+        assert sum(w for _, _, w in table.columns) + len(table.columns) - 1 == width
+        row = table.shown.index("review-01") + 1
+        assert "✓ delivered" in table.render_line(row).text

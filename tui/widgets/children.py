@@ -387,6 +387,11 @@ class ChildrenTable(ScrollView, can_focus=True):
     def on_mount(self) -> None:
         self._fit()
 
+    def watch_show_vertical_scrollbar(self) -> None:
+        # Rows enough to scroll take a cell of the width, with no resize: fit the columns
+        # again, or the last one (cost, or steer) is cut by the scrollbar.
+        self._fit()
+
     def _fit(self) -> None:
         """Columns by priority for the width there is (see rows.fit_columns)."""
         self.columns = fit_columns(self.scrollable_content_region.width, self.model.id_need)
