@@ -420,6 +420,25 @@ def test_the_meter_projects_the_cost_at_completion_with_its_range(tmp_path: Path
     assert "lost" not in meter_text(snap)  # none lost: nothing said
 
 
+def test_the_compact_meter_never_cuts_lost_from_its_figure(tmp_path: Path) -> None:
+    """At 80 columns a resumed batch's line (six-figure tokens, a forecast, lost attempts, ten
+    hours in) ran past the edge: it ended `2:45  lost`, the amount cut off (seen attached after
+    `flightdeck resume`). Lost attempts are said whole, or left out whole as the pool is."""
+    usage = Usage(input_tokens=264_000, output_tokens=8_100, cache_read_tokens=61_700)
+    rows = _forecast_batch(tmp_path)
+    rows = (dataclasses.replace(rows[0], usage=usage), *rows[1:])
+    snap = dataclasses.replace(
+        _snapshot(rows),
+        totals=totals_of(rows),
+        lost_cost_usd=Decimal("0.1401"),
+        started_ts=T0 - 36_000,
+    )
+    line = meter_text(snap, 80).splitlines()[1]
+    assert len(line) <= 80, line
+    assert "lost" not in line or line.endswith("lost $0.1401"), line
+    assert meter_text(snap, 100).splitlines()[1].endswith("lost $0.1401")  # room: said
+
+
 def test_headless_says_the_forecast_and_the_lost_attempts_in_words(tmp_path: Path) -> None:
     from flightdeck.tui.output import money_lines, progress_label
 

@@ -94,7 +94,7 @@ class CostMeter(Static):
             text = meter_text(snap, now, burn, ahead, compact=False, lean=lean, width=width)
             if max(cell_len(line) for line in text.plain.split("\n")) <= width:
                 return text
-        return meter_text(snap, now, burn, ahead, compact=True)
+        return meter_text(snap, now, burn, ahead, compact=True, width=width)
 
 
 def meter_text(
@@ -174,9 +174,12 @@ def meter_text(
         text.append(fmt_cost(lost), style="yellow")
     text.append(f"{gap}elapsed " if not compact else gap, style="dim")
     text.append(fmt_clock(now - snap.started_ts))
-    if lost != 0 and compact:  # last, so a narrow screen cuts it first
-        text.append(f"{gap}lost ", style="dim")
-        text.append(fmt_cost(lost), style="yellow")
+    if lost != 0 and compact:  # last, and left out whole where it does not fit (`width`):
+        part = f"{gap}lost {fmt_cost(lost)}"  # never "lost" cut from its figure
+        line = text.plain.rsplit("\n", 1)[-1]
+        if width is None or cell_len(line + part) <= width:
+            text.append(f"{gap}lost ", style="dim")
+            text.append(fmt_cost(lost), style="yellow")
     if compact:  # the least needed figures: compact leaves them out
         return text
     # ... and the full form shows each only while the line has room for all of it (`width`)
