@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.child.halt import PAUSED_TEXT, STAYS, Halt, Move
+from flightdeck.engine.child.halt import PAUSED_TEXT, STAYS, WAITING_TEXT, Halt, Move
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
 from flightdeck.engine.records.markdown import render_markdown
@@ -199,6 +199,32 @@ def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path, h
     assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
     kinds = [k for c, k in _events(tmp_path, engine.batch_id) if c == "t0000"]
     assert kinds == ["pause", "continue", "pause", "continue"]
+
+
+def test_a_continue_waiting_for_a_slot_says_so_in_the_row(tmp_path: Path, hold: Hold) -> None:
+    """Continued with the pool full, a child waits for a slot, still paused: its row said
+    "paused by the operator" all along, so a continue looked lost (attached, 9 continued
+    behind 8 running children: minutes of it)."""
+    engine = start(batch(2), settings(held(hold), pool=1), tmp_path)
+    try:
+        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
+        engine.pause(["t0000"])
+        until(lambda: pausing(engine, "t0000"))
+        hold.release("t0000", 0)
+        until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING)  # held
+        assert _row(engine, "t0000").activity.text == PAUSED_TEXT
+        engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
+        until(lambda: _row(engine, "t0000").activity.text == WAITING_TEXT)
+        assert _row(engine, "t0000").status is ChildStatus.PAUSED
+        engine.pause(["t0000"])  # paused again before it got one
+        until(lambda: _row(engine, "t0000").activity.text == PAUSED_TEXT)
+        engine.continue_(["t0000"])
+        until(lambda: _row(engine, "t0000").activity.text == WAITING_TEXT)
+        hold.release()
+        snap = run_to_end(engine)
+    finally:
+        engine.close()
+    assert {r.status for r in snap.children} == {ChildStatus.COMPLETED}
 
 
 def test_a_gated_child_paused_is_paused_when_its_gate_opens(tmp_path: Path, hold: Hold) -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flightdeck.engine.child.port import Closable
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import CONTINUED_WAITING, ChildStatus
 
 PAUSED_TEXT = "paused by the operator"
+WAITING_TEXT = CONTINUED_WAITING  # continued, no slot free yet: still paused
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,13 @@ class Halt:
         if not self.pause_wanted or ending:
             return None
         return self.paused(now)
+
+    def waiting(self, status: ChildStatus, waiting: bool) -> Move | None:
+        """A paused child continued with no slot free (`waiting`), or paused again before it
+        got one: what its row says meanwhile (its status stays paused)."""
+        if status is not ChildStatus.PAUSED:
+            return None
+        return Move(shows=WAITING_TEXT if waiting else PAUSED_TEXT)
 
     def paused(self, now: float) -> Move:
         """Paused from `now`."""

@@ -334,6 +334,12 @@ class Child:
             started = self.started_ts is not None
             self._apply(self.halt.cancel(self.status, started, self._finalizing))
 
+    def show_waiting(self, waiting: bool) -> None:
+        """The operator's continue of a paused child that waits for a slot (`waiting`), or
+        its pause again before it got one: said in its row, so a continue is seen to land."""
+        with self._lock:
+            self._apply(self.halt.waiting(self.status, waiting))
+
     def _apply(self, move: Move | None) -> bool:
         """A change of status decided (by `halt`, say), applied under the lock; False: none."""
         if move is None:

@@ -41,6 +41,7 @@ class Pauses:
                 continue
             if child in self.continuing:  # continued, and paused again before it got a slot
                 self.continuing.remove(child)
+                child.show_waiting(False)
                 if child_id not in self.suspended:
                     self.parked[child_id] = child  # still paused: it waits to be continued
             elif child.pause_wanted:
@@ -65,8 +66,10 @@ class Pauses:
                     slots.queues.requeue([child])
                 else:
                     self.continuing.append(child)
+                    child.show_waiting(True)  # until admit() gives it a slot
             elif child_id in self.suspended:
                 self.continuing.append(child)
+                child.show_waiting(True)
             elif child.pause_wanted:
                 child.cancel_pause()  # not taken yet, or queued and not handed out since
             else:

@@ -540,3 +540,15 @@ def test_the_meter_says_whether_a_routes_limit_is_configured_or_learned(tmp_path
     # Narrower, the last figures are left out whole, never cut at the edge.
     line = meter_text(snap, width=160).splitlines()[1]
     assert line.endswith("claude tpm 40000 configured") and len(line) <= 158
+
+
+def test_a_paused_child_continued_and_waiting_for_a_slot_says_so(tmp_path: Path) -> None:
+    """Continued with the pool full, a child stays paused until a slot frees; its row read
+    "paused by the operator" all along, so the continue looked lost."""
+    from flightdeck.engine.model import CONTINUED_WAITING
+    from flightdeck.tui.widgets.rows import doing
+
+    paused = child(1, "g", ChildStatus.PAUSED, folder=tmp_path, text="paused by the operator")
+    assert doing(paused, NOW)[0] == "paused by the operator"
+    waiting = child(1, "g", ChildStatus.PAUSED, folder=tmp_path, text=CONTINUED_WAITING)
+    assert doing(waiting, NOW)[0] == "continued: waiting for a slot"

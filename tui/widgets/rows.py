@@ -16,7 +16,14 @@ from flightdeck.engine.api import QueryError as QueryError
 from flightdeck.engine.api import RowFilter as RowFilter
 from flightdeck.engine.api import is_retrying as is_retrying
 from flightdeck.engine.api import parse_filter as parse_filter
-from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot, SteerState
+from flightdeck.engine.model import (
+    CONTINUED_WAITING,
+    BatchStatus,
+    ChildRow,
+    ChildStatus,
+    Snapshot,
+    SteerState,
+)
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
 from flightdeck.tui.widgets.columns import DOING_CHARS, TREE_MARK
@@ -125,8 +132,8 @@ def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
         return (one_line(last_turn + a.text, limit), style)
     if row.status in _WAITING:
         return (row.status.value, "dim")
-    if row.status is ChildStatus.PAUSED:
-        return ("paused by the operator", "cyan")
+    if row.status is ChildStatus.PAUSED:  # continued, it may wait for a slot: said so
+        return (a.text if a.text == CONTINUED_WAITING else "paused by the operator", "cyan")
     text = row.status.value + (f" ({changed(row)})" if row.changes is not None else "")
     if row.superseded:  # its parent ran again since: history, nothing to act on
         return (
