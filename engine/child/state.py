@@ -26,13 +26,7 @@ from flightdeck.engine.child.steering import Steering, missed_note
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.interrupt import Interrupt
-from flightdeck.engine.model import (
-    ChildRow,
-    ChildStatus,
-    SteerReceipt,
-    SteerState,
-    Usage,
-)
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.providers.base import Interrupted
 from flightdeck.engine.records.meter import cache_saving
 from flightdeck.engine.records.sink import TranscriptSink

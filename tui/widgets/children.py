@@ -381,16 +381,11 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     # --- layout -----------------------------------------------------------------------------
 
-    def on_resize(self, _: events.Resize) -> None:
-        self._fit()
-
     def on_mount(self) -> None:
         self._fit()
 
-    def watch_show_vertical_scrollbar(self) -> None:
-        # Rows enough to scroll take a cell of the width, with no resize: fit the columns
-        # again, or the last one (cost, or steer) is cut by the scrollbar.
-        self._fit()
+    # A resize; and rows that come to scroll, whose scrollbar takes a cell without a resize.
+    on_resize = watch_show_vertical_scrollbar = on_mount
 
     def _fit(self) -> None:
         """Columns by priority for the width there is (see rows.fit_columns)."""
