@@ -839,17 +839,23 @@ def test_a_copy_or_worktree_left_by_a_dead_owner_is_made_afresh(tmp_path: Path) 
     assert again.release() == (None, None) and not tree.exists()
 
 
+def _claude_script_child(tmp_path: Path, source: str) -> ChildRow:
+    """The row of one child whose CLI is this Python `source`, read as Claude Code's output."""
+    script = tmp_path / "cli.py"
+    script.write_text(source)
+    route = "argv = " + repr([PY, str(script)]).replace("'", '"') + "\n"
+    route += 'format = "claude-stream-json"\n'
+    return run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+
+
 def test_a_json_event_of_hundreds_of_kilobytes_is_read_whole(tmp_path: Path) -> None:
-    script = tmp_path / "big_result.py"
-    script.write_text(
+    row = _claude_script_child(
+        tmp_path,
         "import json\n"
         "print(json.dumps({'type': 'result', 'subtype': 'success', 'is_error': False,\n"
         "    'result': 'x' * 300_000, 'total_cost_usd': 0.5, 'session_id': 's1',\n"
-        "    'usage': {'input_tokens': 10, 'output_tokens': 20}}))\n"
+        "    'usage': {'input_tokens': 10, 'output_tokens': 20}}))\n",
     )
-    route = "argv = " + repr([PY, str(script)]).replace("'", '"') + "\n"
-    route += 'format = "claude-stream-json"\n'
-    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.cost_usd == Decimal("0.5") and row.usage.output_tokens == 20
 
@@ -858,17 +864,14 @@ def test_a_line_of_megabytes_is_cut_in_the_transcript_and_the_event_after_it_rea
     tmp_path: Path,
 ) -> None:
     # A tool's dump with no newline (3 MB) on stdout and stderr: shown cut, not whole.
-    script = tmp_path / "dump.py"
-    script.write_text(
+    row = _claude_script_child(
+        tmp_path,
         "import json, sys\n"
         "sys.stdout.write('z' * 3_000_000 + '\\n')\n"
         "sys.stderr.write('e' * 3_000_000 + '\\n')\n"
         "print(json.dumps({'type': 'result', 'subtype': 'success', 'is_error': False,\n"
-        "    'result': 'ok', 'total_cost_usd': 0.5, 'session_id': 's1'}))\n"
+        "    'result': 'ok', 'total_cost_usd': 0.5, 'session_id': 's1'}))\n",
     )
-    route = "argv = " + repr([PY, str(script)]).replace("'", '"') + "\n"
-    route += 'format = "claude-stream-json"\n'
-    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
     assert row.status is ChildStatus.COMPLETED and row.result == "ok", row.error
     text = transcript(row)
     assert len(text) < 200_000 and text.count("more characters)") == 2

@@ -177,14 +177,19 @@ def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path, hold: Hold) -> 
     assert (row.status, row.error) == (ChildStatus.COMPLETED, None)
 
 
+def _paused_behind_a_held_child(engine: Engine, hold: Hold) -> None:
+    """One slot: t0000 paused at its first turn's end, t0001 running in the slot, held."""
+    until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
+    engine.pause(["t0000"])
+    until(lambda: pausing(engine, "t0000"))
+    hold.release("t0000", 0)
+    until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING)
+
+
 def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path, hold: Hold) -> None:
     engine = start(batch(2), settings(held(hold), pool=1), tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
-        engine.pause(["t0000"])
-        until(lambda: pausing(engine, "t0000"))
-        hold.release("t0000", 0)
-        until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING)  # held
+        _paused_behind_a_held_child(engine, hold)
         engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
         engine.pause(["t0000"])  # and is paused again before it gets it
         hold.release("t0001")
@@ -207,11 +212,7 @@ def test_a_continue_waiting_for_a_slot_says_so_in_the_row(tmp_path: Path, hold: 
     behind 8 running children: minutes of it)."""
     engine = start(batch(2), settings(held(hold), pool=1), tmp_path)
     try:
-        until(lambda: _row(engine, "t0000").activity.api_calls >= 1)
-        engine.pause(["t0000"])
-        until(lambda: pausing(engine, "t0000"))
-        hold.release("t0000", 0)
-        until(lambda: _row(engine, "t0001").status is ChildStatus.RUNNING)  # held
+        _paused_behind_a_held_child(engine, hold)
         assert _row(engine, "t0000").activity.text == PAUSED_TEXT
         engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
         until(lambda: _row(engine, "t0000").activity.text == WAITING_TEXT)
