@@ -1,4 +1,5 @@
-"""Terminal-safe text and secret redaction (used by transcripts, reports and the UI)."""
+"""Terminal-safe text, secret redaction and valid Unicode (for transcripts, reports, requests
+and the UI)."""
 
 from __future__ import annotations
 
