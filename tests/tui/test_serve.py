@@ -348,3 +348,25 @@ def test_a_host_the_network_reaches_is_warned_about(project: Path) -> None:
     err = serving.stop()
     assert "warning: 0.0.0.0 is reachable from the network and this is plain HTTP" in err
     assert "Put TLS in front" in err
+
+
+def test_what_serve_logs_reaches_stderr_sanitized(capsys: pytest.CaptureFixture[str]) -> None:
+    # textual-serve's errors and the tab lines quote what a client sent (a path, a batch id
+    # from the URL): an escape sequence in it must not reach the operator's terminal.
+    import logging
+
+    from flightdeck.tui.web import command
+
+    command._log_to_stderr()
+    try:
+        logging.getLogger("textual-serve").error("bad path /\x1b]0;pwned\x07x\x1b[31mred")
+        logging.getLogger("flightdeck.serve").info("tab opened on batch %s", "b\x1b[2Jb")
+    finally:
+        for name in ("flightdeck.serve", "textual-serve"):
+            logger = logging.getLogger(name)
+            for handler in logger.handlers[:]:
+                logger.removeHandler(handler)
+            logger.propagate = True
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err, repr(err)
+    assert "bad path /xred" in err and "tab opened on batch bb" in err, err

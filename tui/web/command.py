@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import UsageError, state_db, unknown_batch
@@ -163,10 +163,18 @@ def _announce(args: argparse.Namespace, port: int, token: str) -> None:
         )
 
 
+class _Sanitized(logging.Formatter):
+    """A line as the terminal may show it: textual-serve's errors and our tab lines quote what
+    a client sent (a path, a batch id from the URL, a header)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return sanitize(super().format(record))
+
+
 def _log_to_stderr() -> None:
     """Tabs opened and closed, and textual-serve's own errors, as lines on stderr."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(_Sanitized("%(asctime)s %(message)s", "%H:%M:%S"))
     for name in ("flightdeck.serve", "textual-serve"):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
