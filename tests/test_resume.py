@@ -718,3 +718,38 @@ def test_resume_says_what_every_resume_lost_beside_its_own(tmp_path: Path) -> No
         "resumed: 1 re-run, 0 left unknown; their lost attempts cost $0.002"
         " ($0.003 over every resume of the batch)"
     ), last
+
+
+def test_a_child_left_unknown_never_ends_before_it_started(tmp_path: Path) -> None:
+    # Found by kill_resume_fleet.py: a child left `unknown` was given the dead owner's last
+    # heartbeat as its end, so one that started (or ran on) in the 2 s after it read as ending
+    # before it began (its delegates' rows, in every run of the chaos).
+    route = dataclasses.replace(
+        sim_route(tool_turns=0, delegate_rate=1.0, delegates=1), delegate=True
+    )
+    cfg = dataclasses.replace(settings(route), budget=Budget(max_depth=1))
+    bdir = tmp_path / "batches" / "b1"
+    bdir.mkdir(parents=True)
+    info = dead_batch(tmp_path, cfg, batch(1), heartbeat_ts=1500.0)
+    rows = [
+        make_child(0, id="t0000", goal="g", status=ChildStatus.RUNNING, started_ts=1400.0),
+        make_child(
+            1,
+            id="t0000.1",
+            goal="g",
+            status=ChildStatus.RUNNING,
+            started_ts=1501.0,
+            activity=Activity(api_calls=1, last_activity_ts=1501.5),
+            transcript=str(bdir / "t0000.1.log"),
+        ),
+    ]
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.create_batch(info)
+        store.add_children("b1", rows)
+    engine = Engine.resume(tmp_path, "b1")
+    engine.start()
+    run_to_end(engine)
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        left = reader.child("b1", "t0000.1")
+    assert left is not None and left.status is ChildStatus.UNKNOWN
+    assert left.finished_ts == 1501.5  # its last sign of life, after the heartbeat

@@ -23,6 +23,12 @@ def keep_pause(child: Child, row: ChildRow | None) -> None:
         child.transcript.write("engine", "still paused by the operator: continue it to run it")
 
 
+def lost_end(row: ChildRow, ts: float) -> float:
+    """When a child its owner died running ended: the owner's last heartbeat `ts`, or its own
+    last sign of life if later (heartbeats are 2 s apart), never before it started."""
+    return max(ts, row.started_ts or ts, row.activity.last_activity_ts or ts)
+
+
 def owner_died(pid: int) -> str:
     return f"{OWNER_LOST}: its owner process (pid {pid}) died while it ran"
 
@@ -51,7 +57,7 @@ def settle_lost(
         store.update_child(batch_id, child.row())
     else:
         unknown = dataclasses.replace(
-            row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=owner_died(pid)
+            row, status=ChildStatus.UNKNOWN, finished_ts=lost_end(row, ts), error=owner_died(pid)
         )
         store.update_child(batch_id, unknown)
     record_lost(store, batch_id, row, ts, rerun)

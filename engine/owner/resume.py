@@ -36,6 +36,7 @@ from flightdeck.engine.owner.lostrun import (
     OWNER_LOST,
     append_line,
     keep_pause,
+    lost_end,
     owner_died,
     record_lost,
     settle_lost,
@@ -215,7 +216,7 @@ def settle(
                     dataclasses.replace(
                         row,
                         status=ChildStatus.UNKNOWN,
-                        finished_ts=lost_ts,
+                        finished_ts=lost_end(row, lost_ts),
                         error=owner_died(lost_owner),
                     )
                 )
@@ -412,7 +413,10 @@ def _settle_made(
             )
         else:
             ended = dataclasses.replace(
-                row, status=ChildStatus.UNKNOWN, finished_ts=ts, error=owner_died(pid)
+                row,
+                status=ChildStatus.UNKNOWN,
+                finished_ts=lost_end(row, ts),
+                error=owner_died(pid),
             )
             out.lost += 1
             out.attempts_lost.add(row.id, row.cost_usd)
