@@ -11,6 +11,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import (
+    BatchStatus,
     ChildFinished,
     ChildStatus,
     EngineEvent,
@@ -49,6 +50,19 @@ def plan_tasks() -> list[Task]:
 def ended(events: list[EngineEvent], child_id: str) -> bool:
     """Whether `child_id`'s final row is committed (its ChildFinished has come)."""
     return any(isinstance(e, ChildFinished) and e.row.id == child_id for e in events)
+
+
+def the_unit(events: list[EngineEvent]) -> GroupFinished:
+    """The one unit reported."""
+    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    return unit
+
+
+def stop_scheduled(engine: Engine) -> None:
+    """A scheduled batch runs until stopped: still running, it is stopped and ends."""
+    assert engine.status is BatchStatus.RUNNING
+    engine.stop_all()
+    assert engine.wait(60)
 
 
 def run_plan(tmp_path: Path) -> tuple[list[EngineEvent], Engine]:
@@ -230,7 +244,7 @@ def test_a_member_s_delegates_belong_to_its_unit_their_spend_counted(tmp_path: P
     made = {"a.1", "a.2", "b.1", "b.2"}
     assert {i for i, r in rows.items() if r.group == "g"} == {"a", "b"} | made
     assert rows["c.1"].group is None and rows["c.2"].group is None
-    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    unit = the_unit(events)
     assert [m.id for m in unit.members] == ["a", "b"]
     assert {d.id for d in unit.delegates} == made
     assert unit.status is UnitStatus.COMPLETED
@@ -268,7 +282,6 @@ def test_a_wave_task_in_a_group_of_the_batch_does_not_fail_the_engine(tmp_path: 
     # as one of its members once it ended, so the unit looked complete while a member still
     # ran, and building it raised KeyError on the coordinator thread: the batch failed.
     from flightdeck.engine.inputs.tasks import Batch, Schedule
-    from flightdeck.engine.model import BatchStatus
 
     from helpers import Hold
 
@@ -291,12 +304,10 @@ def test_a_wave_task_in_a_group_of_the_batch_does_not_fail_the_engine(tmp_path: 
         until(lambda: ended(events, "a"))
         hold.release("b")
         until(lambda: ended(events, "b") or engine.status is not BatchStatus.RUNNING)
-        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
-        engine.stop_all()
-        assert engine.wait(60)
+        stop_scheduled(engine)
     finally:
         engine.close()
-    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    unit = the_unit(events)
     assert [m.id for m in unit.members] == ["a", "b"]
     assert events.index(unit) > max(
         i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.id == "b"
@@ -335,7 +346,6 @@ def test_a_wave_an_earlier_owner_ran_in_a_group_of_the_batch_is_no_member_after_
     # schedule's waves among them, where the owner that ran them counted them in no unit: the
     # unit listed the wave as a member, and its failure made the unit partial.
     from flightdeck.engine.inputs.tasks import Batch, Schedule
-    from flightdeck.engine.model import BatchStatus
     from flightdeck.engine.records.store import Store
 
     from test_resume import dead_batch
@@ -363,12 +373,10 @@ def test_a_wave_an_earlier_owner_ran_in_a_group_of_the_batch_is_no_member_after_
     engine.start()
     try:
         until(lambda: any(isinstance(e, GroupFinished) for e in events))
-        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
-        engine.stop_all()
-        assert engine.wait(60)
+        stop_scheduled(engine)
     finally:
         engine.close()
-    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    unit = the_unit(events)
     assert [m.id for m in unit.members] == ["a", "b"]
     assert unit.status is UnitStatus.COMPLETED
 
@@ -379,7 +387,6 @@ def test_a_wave_s_delegates_are_no_part_of_the_unit_it_shares_a_group_with(tmp_p
     import dataclasses
 
     from flightdeck.engine.inputs.tasks import Batch, Schedule
-    from flightdeck.engine.model import BatchStatus
 
     from helpers import Hold
 
@@ -408,12 +415,10 @@ def test_a_wave_s_delegates_are_no_part_of_the_unit_it_shares_a_group_with(tmp_p
         until(lambda: ended(events, "a"))
         hold.release()
         until(lambda: ended(events, "w-w1"))
-        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
-        engine.stop_all()
-        assert engine.wait(60)
+        stop_scheduled(engine)
     finally:
         engine.close()
-    [unit] = [e for e in events if isinstance(e, GroupFinished)]
+    unit = the_unit(events)
     assert [m.id for m in unit.members] == ["a"] and unit.delegates == ()
     finished_a = next(
         i for i, e in enumerate(events) if isinstance(e, ChildFinished) and e.row.id == "a"
@@ -430,7 +435,6 @@ def test_the_report_and_an_attached_view_leave_a_wave_out_of_the_unit_as_the_eng
     # the unit only once the wave had ended, with the wave as a member.
     from flightdeck.engine.attached.view import StoreView
     from flightdeck.engine.inputs.tasks import Batch, Schedule
-    from flightdeck.engine.model import BatchStatus
 
     from helpers import Hold
 
@@ -465,9 +469,7 @@ def test_the_report_and_an_attached_view_leave_a_wave_out_of_the_unit_as_the_eng
         until(lambda: ended(events, "w-w1"))
         until(lambda: view.snapshot().totals.completed == 2, what="the wave, through the store")
         view.refresh()
-        assert engine.status is BatchStatus.RUNNING  # a scheduled batch runs until stopped
-        engine.stop_all()
-        assert engine.wait(60)
+        stop_scheduled(engine)
         view.close()
     finally:
         engine.close()
