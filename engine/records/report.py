@@ -27,7 +27,7 @@ from flightdeck.engine.records.meter import cache_saving, route_totals, totals_o
 from flightdeck.engine.records.needlog import need_records
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.rows import own_tasks
-from flightdeck.engine.sanitize import valid_text
+from flightdeck.engine.sanitize import each_string, valid_text
 
 GOAL_WIDTH = 80
 ERROR_WIDTH = 120
@@ -331,20 +331,10 @@ def _usage(totals: Totals, uncounted: int) -> dict[str, Any]:
 
 
 def render_json(report: Mapping[str, Any]) -> str:
-    """The report as indented JSON (ASCII-escaped, so it is safe to print to a terminal)."""
-    return json.dumps(_valid(report), indent=2) + "\n"
-
-
-def _valid(value: object) -> object:
-    """Every string made valid Unicode: a lone surrogate (a model's JSON escape, kept as such in
+    """The report as indented JSON (ASCII-escaped, so it is safe to print to a terminal). Every
+    string is made valid Unicode first: a lone surrogate (a model's JSON escape, kept as such in
     an event's JSON detail) would be written `\\ud800`, which strict parsers (jq) refuse."""
-    if isinstance(value, str):
-        return valid_text(value)
-    if isinstance(value, Mapping):
-        return {k: _valid(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_valid(v) for v in value]
-    return value
+    return json.dumps(each_string(report, valid_text), indent=2) + "\n"
 
 
 def _iso(ts: float) -> str:
