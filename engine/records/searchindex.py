@@ -208,9 +208,11 @@ class SearchIndex:
                 return 0, False  # a line still being written: next time
             end = len(data)  # one line longer than a chunk: indexed in pieces
         if file_id is None:
+            # lastrowid, not RETURNING: beside a RETURNING statement left open, each FTS insert
+            # of the file's lines cost several times as much (docs/performance.md).
             file_id = conn.execute(
-                "INSERT INTO files (name, indexed) VALUES (?, 0) RETURNING id", (name,)
-            ).fetchone()[0]
+                "INSERT INTO files (name, indexed) VALUES (?, 0)", (name,)
+            ).lastrowid
         base = (file_id << SHIFT) | start
         conn.executemany("INSERT INTO lines (rowid, text) VALUES (?, ?)", _rows(data, end, base))
         conn.execute("UPDATE files SET indexed = ? WHERE id = ?", (start + end, file_id))
