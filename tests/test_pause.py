@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.child.halt import PAUSED_TEXT, STAYS, WAITING_TEXT, Halt, Move
+from flightdeck.engine.child.halt import STAYS, Halt, Move
 from flightdeck.engine.inputs.settings import Route
-from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
+from flightdeck.engine.model import (
+    CONTINUED_WAITING,
+    PAUSED_SHOWS,
+    BatchStatus,
+    ChildStatus,
+    SteerState,
+)
 from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
@@ -213,14 +219,14 @@ def test_a_continue_waiting_for_a_slot_says_so_in_the_row(tmp_path: Path, hold: 
     engine = start(batch(2), settings(held(hold), pool=1), tmp_path)
     try:
         _paused_behind_a_held_child(engine, hold)
-        assert _row(engine, "t0000").activity.text == PAUSED_TEXT
+        assert _row(engine, "t0000").activity.text == PAUSED_SHOWS
         engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
-        until(lambda: _row(engine, "t0000").activity.text == WAITING_TEXT)
+        until(lambda: _row(engine, "t0000").activity.text == CONTINUED_WAITING)
         assert _row(engine, "t0000").status is ChildStatus.PAUSED
         engine.pause(["t0000"])  # paused again before it got one
-        until(lambda: _row(engine, "t0000").activity.text == PAUSED_TEXT)
+        until(lambda: _row(engine, "t0000").activity.text == PAUSED_SHOWS)
         engine.continue_(["t0000"])
-        until(lambda: _row(engine, "t0000").activity.text == WAITING_TEXT)
+        until(lambda: _row(engine, "t0000").activity.text == CONTINUED_WAITING)
         hold.release()
         snap = run_to_end(engine)
     finally:
@@ -355,7 +361,7 @@ def test_halt_decides_a_stop_and_a_pause_as_values_the_child_applies() -> None:
     assert (halt.stop_status, halt.stop_reason) == (ChildStatus.STOPPED, "by the operator")
 
     queued = Halt()  # a queued child is paused at once, and queued again on continue
-    assert queued.pause(ChildStatus.QUEUED, False, 10.0) == Move(ChildStatus.PAUSED, PAUSED_TEXT)
+    assert queued.pause(ChildStatus.QUEUED, False, 10.0) == Move(ChildStatus.PAUSED, PAUSED_SHOWS)
     assert queued.cancel(ChildStatus.PAUSED, started=False, ending=False) == Move(
         ChildStatus.QUEUED, ""
     )
@@ -364,6 +370,6 @@ def test_halt_decides_a_stop_and_a_pause_as_values_the_child_applies() -> None:
     running = Halt()  # a running one at its next turn boundary, not if a stop came first
     assert running.pause(ChildStatus.RUNNING, False, 0.0) == STAYS and running.pause_wanted
     assert running.take(ending=True, now=1.0) is None
-    assert running.take(ending=False, now=5.0) == Move(ChildStatus.PAUSED, PAUSED_TEXT)
+    assert running.take(ending=False, now=5.0) == Move(ChildStatus.PAUSED, PAUSED_SHOWS)
     assert running.continued(12.5) == Move(ChildStatus.RUNNING, "continued", ticks=True)
     assert running.paused_s == 7.5  # no timeout counts it

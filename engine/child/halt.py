@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flightdeck.engine.child.port import Closable
-from flightdeck.engine.model import CONTINUED_WAITING, ChildStatus
-
-PAUSED_TEXT = "paused by the operator"
-WAITING_TEXT = CONTINUED_WAITING  # continued, no slot free yet: still paused
+from flightdeck.engine.model import CONTINUED_WAITING, PAUSED_SHOWS, ChildStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +87,12 @@ class Halt:
         got one: what its row says meanwhile (its status stays paused)."""
         if status is not ChildStatus.PAUSED:
             return None
-        return Move(shows=WAITING_TEXT if waiting else PAUSED_TEXT)
+        return Move(shows=CONTINUED_WAITING if waiting else PAUSED_SHOWS)
 
     def paused(self, now: float) -> Move:
         """Paused from `now`."""
         self._paused_at = now
-        return Move(ChildStatus.PAUSED, PAUSED_TEXT)
+        return Move(ChildStatus.PAUSED, PAUSED_SHOWS)
 
     def continued(self, now: float) -> Move:
         """Running again after a pause taken: the time paused counts toward no timeout, and

@@ -320,7 +320,8 @@ class RouteTotals:
 
 # `Snapshot.held` while the operator has paused the batch's admission (with any other hold).
 OPERATOR_HOLD = "paused by the operator"
-# A paused child continued with no slot free yet: its activity while it waits, still paused.
+# A paused child's activity; once continued with no slot free yet, while it waits (still paused).
+PAUSED_SHOWS = "paused by the operator"
 CONTINUED_WAITING = "continued: waiting for a slot"
 
 

@@ -18,6 +18,7 @@ from flightdeck.engine.api import is_retrying as is_retrying
 from flightdeck.engine.api import parse_filter as parse_filter
 from flightdeck.engine.model import (
     CONTINUED_WAITING,
+    PAUSED_SHOWS,
     BatchStatus,
     ChildRow,
     ChildStatus,
@@ -133,7 +134,7 @@ def doing(row: ChildRow, now: float, limit: int = DOING_CHARS) -> Cell:
     if row.status in _WAITING:
         return (row.status.value, "dim")
     if row.status is ChildStatus.PAUSED:  # continued, it may wait for a slot: said so
-        return (a.text if a.text == CONTINUED_WAITING else "paused by the operator", "cyan")
+        return (a.text if a.text == CONTINUED_WAITING else PAUSED_SHOWS, "cyan")
     text = row.status.value + (f" ({changed(row)})" if row.changes is not None else "")
     if row.superseded:  # its parent ran again since: history, nothing to act on
         return (
