@@ -210,9 +210,9 @@ class SearchIndex:
         if file_id is None:
             # lastrowid, not RETURNING: beside a RETURNING statement left open, each FTS insert
             # of the file's lines cost several times as much (docs/performance.md).
-            file_id = conn.execute(
-                "INSERT INTO files (name, indexed) VALUES (?, 0)", (name,)
-            ).lastrowid
+            inserted = conn.execute("INSERT INTO files (name, indexed) VALUES (?, 0)", (name,))
+            assert inserted.lastrowid is not None  # an INSERT of one row always sets it
+            file_id = inserted.lastrowid
         base = (file_id << SHIFT) | start
         conn.executemany("INSERT INTO lines (rowid, text) VALUES (?, ?)", _rows(data, end, base))
         conn.execute("UPDATE files SET indexed = ? WHERE id = ?", (start + end, file_id))
