@@ -350,3 +350,25 @@ async def test_a_cli_denied_tool_is_listed_with_its_input_and_cleared(tmp_path: 
             assert screen.query_one("#needs-title", Label).render().plain == "Nothing needs you"  # type: ignore[attr-defined]
     finally:
         engine.close()
+
+
+async def test_the_queue_s_ages_move_on_while_it_shows(tmp_path: Path) -> None:
+    # The list was drawn again only when its entries changed: an entry read "0s ago" for as
+    # long as the screen stayed open.
+    now = [frozen_clock()]
+    options = UiOptions(clock=lambda: now[0], cursor_blink=False, poll_s=0.05)
+    app = FlightdeckApp(StaticView(tmp_path), options)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.main.snapshot is not None, "the first snapshot")
+        await pilot.press("exclamation_mark")
+        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+        listing = app.screen.query_one("#needs-list", OptionList)
+
+        def first() -> str:
+            return str(listing.get_option_at_index(0).prompt)
+
+        await until(pilot, lambda: listing.option_count == 1, "the entry")
+        before = first()
+        now[0] += 7200
+        await until(pilot, lambda: first() != before, "the entry's age moving on")
+        assert "h ago" in first()

@@ -41,10 +41,13 @@ def need_text(need: Need, now: float) -> Text:
     reason, style = _REASONS.get(need.kind, (need.kind, "bold"))
     out = Text(f"{reason:<14}", style=style)
     out.append(f"{one_line(need.child_id or 'batch', 30):<31}", style="bold")
-    age = fmt_age(now - need.since) if need.since is not None else ""
-    out.append(f"{age:>8}  ", style="dim")
+    out.append(f"{_age(need, now):>8}  ", style="dim")
     out.append(one_line(need.text, 300))
     return out
+
+
+def _age(need: Need, now: float) -> str:
+    return fmt_age(now - need.since) if need.since is not None else ""
 
 
 def go_to(table: ChildrenTable, child_id: str | None) -> Decision:
@@ -92,6 +95,7 @@ class NeedsScreen(Screen[str | None]):
         self._poll_s = poll_s
         self.cursor_blink = cursor_blink
         self.entries: tuple[Need, ...] = ()
+        self._ages: list[str] = []  # each entry's age as shown
         self.answering: Need | None = None  # whose question the answer box answers
 
     def compose(self) -> ComposeResult:
@@ -115,12 +119,20 @@ class NeedsScreen(Screen[str | None]):
         entries = tuple(needs(self._view.snapshot()))
         title = f"Needs you: {len(entries):,}" if entries else "Nothing needs you"
         self.query_one("#needs-title", Label).update(Text(title, style="bold"))
-        if entries == self.entries:
-            return
         listing = self.query_one("#needs-list", OptionList)
+        now = self._clock()
+        ages = [_age(n, now) for n in entries]
+        if entries == self.entries:
+            # The same entries: only their ages move on, those that did redrawn in place (the
+            # cursor stays; a long queue is not drawn again every poll).
+            for i, (need, age) in enumerate(zip(entries, ages, strict=True)):
+                if age != self._ages[i]:
+                    listing.replace_option_prompt_at_index(i, need_text(need, now))
+            self._ages = ages
+            return
         was = self.selected
         self.entries = entries
-        now = self._clock()
+        self._ages = ages
         listing.clear_options()
         listing.add_options(Option(need_text(n, now), id=str(i)) for i, n in enumerate(entries))
         if entries:
