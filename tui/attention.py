@@ -7,6 +7,7 @@ attach) and `acked` (the attach, or the last time a digest was dismissed: where 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from flightdeck.engine.api import TuiSettings
@@ -37,11 +38,11 @@ class Attention:
         """The first snapshot: the digest since the last attach, if one was kept and anything
         happened since."""
         before = self.looked.read() if self.looked is not None else None
-        self.seen = self.acked = Mark.of(snap)
+        self.seen = self.acked = self._mark(snap)
         if before is None:
             return None
         self.acked = before
-        found = digest(before, snap)
+        found = self._digest(before, snap)
         if found.empty:
             return None
         self.since = before
@@ -51,7 +52,7 @@ class Attention:
         """The operator pressed a key: they are looking now."""
         self._last_key = self.clock()
         if snap is not None:
-            self.seen = Mark.of(snap)
+            self.seen = self._mark(snap)
 
     def polled(self, snap: Snapshot) -> Digest | None:
         """Each snapshot: the digest to show (kept up to date while one shows), or None."""
@@ -59,11 +60,11 @@ class Attention:
         if self.seen is not None and now - self._kept_at >= KEEP_EVERY_S:
             self._keep(self.seen)
         if self.since is not None:
-            return digest(self.since, snap)
+            return self._digest(self.since, snap)
         idle_s = self.settings.digest_idle_s
         if not idle_s or self.seen is None or now - self._last_key < idle_s:
             return None
-        found = digest(self.seen, snap)
+        found = self._digest(self.seen, snap)
         if found.empty:
             return None  # asked again next poll: it shows once something happens
         self.since = self.seen
@@ -71,21 +72,35 @@ class Attention:
 
     def on_demand(self, snap: Snapshot) -> Digest:
         """`d`: the digest since the attach or the last dismissal, even if nothing happened."""
-        self.since = self.acked or Mark.of(snap)
-        return digest(self.since, snap)
+        self.since = self.acked or self._mark(snap)
+        return self._digest(self.since, snap)
 
     def dismissed(self, snap: Snapshot | None) -> None:
         """The digest was dismissed: what it told has been seen."""
         self.since = None
         if snap is not None:
-            self.seen = self.acked = Mark.of(snap)
+            self.seen = self.acked = self._mark(snap)
             self._keep(self.seen)
         self._last_key = self.clock()
 
     def closed(self, snap: Snapshot | None) -> None:
         """The screen goes (detach, quit): the operator saw it up to now."""
         if snap is not None:
-            self._keep(Mark.of(snap))
+            self._keep(self._mark(snap))
+
+    def _mark(self, snap: Snapshot) -> Mark:
+        """What the operator sees now. An ended batch's snapshot is dated at its end: a look
+        at it is taken now, however long after."""
+        mark = Mark.of(snap)
+        if snap.finished_ts is None:
+            return mark
+        return dataclasses.replace(mark, ts=max(mark.ts, self.clock()))
+
+    def _digest(self, since: Mark, snap: Snapshot) -> Digest:
+        """The digest from `since`, its "ago" up to now: an ended batch's snapshot is dated at
+        its end, however long ago that was."""
+        found = digest(since, snap)
+        return dataclasses.replace(found, until=max(found.until, self.clock()))
 
     def _keep(self, mark: Mark) -> None:
         self._kept_at = self.clock()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.commands import Stop
 from flightdeck.engine.inputs.settings import TuiSettings
-from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Snapshot
 from flightdeck.tui import alerts
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.digest import Mark
@@ -225,3 +225,37 @@ async def test_attached_again_to_an_owner_the_digest_tells_what_happened_meanwhi
         again.close()
     finally:
         owner.close()
+
+
+async def test_attached_to_a_batch_that_has_ended_the_digest_says_how_long_ago_by_the_clock(
+    tmp_path: Path,
+) -> None:
+    # An ended batch's snapshot is dated at its end: the header said "(1m25s ago)" of a look
+    # taken two hours before, measured up to the batch's end rather than to now.
+    looked = LastLooked(tmp_path / "state", BATCH)
+    looked.write(Mark(BATCH, T0 + 50, Decimal("0.01")))
+    ended = T0 + 135
+
+    class EndedView(StaticView):
+        def snapshot(self) -> Snapshot:
+            snap = super().snapshot()
+            return dataclasses.replace(
+                snap, status=BatchStatus.COMPLETED, finished_ts=ended, now=ended
+            )
+
+    clock = Clock()
+    clock.now = T0 + 50 + 7200
+    app = FlightdeckApp(
+        EndedView(tmp_path / "b"), UiOptions(clock=clock, cursor_blink=False, looked=looked)
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = panel_text(app)
+        assert text is not None and "Since you last looked (2h00m ago)" in text, text
+        assert "1 finished · 0 failed · 1 stalled" in text
+        await pilot.press("d")  # dismissed: seen now, not at the batch's end
+        clock.now += 5
+        await pilot.press("d")
+        text = panel_text(app)
+        assert text is not None and "Since you last looked (5s ago)" in text, text
+        assert "nothing new" in text
