@@ -1188,3 +1188,22 @@ def test_the_summary_is_readable_at_80_columns() -> None:
         money_lines(_summary_snap())[0].plain
     )
     assert all("…" not in cell for row in rows for cell in row[1:])
+
+
+def test_a_where_query_of_no_term_is_refused_as_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--where '""'` (an unset variable quoted, `"\"$Q\""`) parsed to no term at all, a query
+    # that keeps every child: stop, pause and steer acted on the whole batch.
+    from flightdeck.tui.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for args in (
+        ("stop", "b", "--where", '""'),
+        ("pause", "b", "--where", '"" ""'),
+        ("steer", "b", "--where", '""', "-m", "hi"),
+    ):
+        assert main(list(args)) == ExitCode.USAGE, args
+        out, err = capsys.readouterr()
+        assert out == "" and "--where: the query is empty" in err, args
+        assert len(err.splitlines()) == 1, err

@@ -73,13 +73,16 @@ def where_filter(args: argparse.Namespace) -> RowFilter | None:
         raise UsageError(None, None, "--where", "name children or give --where (not both)")
     if getattr(args, "all", False):
         raise UsageError(None, None, "--where", "give --all or --where (not both)")
-    if not args.where.strip():  # an unset shell variable, most likely: it would keep them all
-        every = " (--all for every child)" if hasattr(args, "all") else ""
-        raise UsageError(None, None, "--where", f"the query is empty{every}")
     try:
-        return parse_filter(args.where, tags=False)
+        row_filter = parse_filter(args.where, tags=False)
     except QueryError as exc:
         raise UsageError(None, None, "--where", str(exc)) from None
+    # An unset shell variable, most likely (`--where "$Q"`, or quoted, `"\"$Q\""`): no term
+    # at all would keep them all.
+    if not row_filter.active:
+        every = " (--all for every child)" if hasattr(args, "all") else ""
+        raise UsageError(None, None, "--where", f"the query is empty{every}")
+    return row_filter
 
 
 def _matching(client: Client, row_filter: RowFilter, verb: str) -> list[str]:
