@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import sys
 import time
 from decimal import Decimal
@@ -27,6 +28,7 @@ from helpers import (
     Hold,
     batch,
     flightdeck,
+    flightdeck_process,
     run_to_end,
     settings,
     sim_route,
@@ -316,3 +318,53 @@ def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
     assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
     assert (row.result or "").startswith("resumed thread-42: Your run before this one ended")
     assert "exec resume thread-42" in Path(row.transcript).read_text()
+
+
+def _read_until(fd: int, text: str, timeout: float = 30) -> str:
+    """What a pipe says until `text` is in it (read as it comes, no buffer hiding it)."""
+    said = ""
+    deadline = time.monotonic() + timeout
+    while text not in said:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"{text!r} not said by now: {said!r}"
+        chunk = os.read(fd, 65536).decode()
+        assert chunk, f"{text!r} never said: {said!r}"
+        said += chunk
+    return said
+
+
+def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
+    tmp_path: Path,
+) -> None:
+    # A batch stopped while its admission was paused reopens paused: `retry` said its children
+    # were queued and `wait` waited on them for ever, neither saying that nothing would start.
+    (tmp_path / "hold").mkdir()
+    (tmp_path / "flightdeck.toml").write_text(
+        '[routes.sim]\nprovider = "sim"\ntime_scale = 0.001\nhold_dir = "hold"\n'
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "goal": "one"}\n')
+    state = ("--state-dir", str(tmp_path / "state"))
+    started = flightdeck("run", "--detach", "tasks.jsonl", *state, cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    batch_id = started.stdout.strip()
+    for verb in (("pause", batch_id), ("stop", batch_id, "--all"), ("wait", batch_id)):
+        done = flightdeck(*verb, *state, cwd=tmp_path)
+        assert done.returncode in (0, 1), (verb, done.stdout, done.stderr)
+    retried = flightdeck("retry", batch_id, "a", *state, cwd=tmp_path)
+    owner = re.search(r"owner pid (\d+) started", retried.stderr)
+    assert owner is not None, retried.stderr
+    waiting = flightdeck_process("wait", batch_id, *state, cwd=tmp_path)
+    try:
+        assert retried.returncode == 0, retried.stderr
+        held = f"admission held: paused by the operator (`flightdeck continue {batch_id}` "
+        assert held + "continues it)" in retried.stderr, retried.stderr
+        assert waiting.stderr is not None
+        _read_until(waiting.stderr.fileno(), held)
+        assert flightdeck("continue", batch_id, *state, cwd=tmp_path).returncode == 0
+        (tmp_path / "hold" / "all").touch()
+        assert waiting.wait(timeout=60) == 0
+    finally:
+        waiting.kill()
+        waiting.communicate()  # its pipes closed
+        flightdeck("stop", batch_id, "--all", *state, cwd=tmp_path)
+        assert wait_ended(int(owner[1]), 60)

@@ -296,6 +296,17 @@ def abandoned(client: Client, pid: int) -> str:
     )
 
 
+def say_held(client: Client, told: str | None = None) -> str | None:
+    """Say on stderr that the batch's admission is held (and how to continue it), unless it is
+    `told` already; the hold now."""
+    from flightdeck.tui.headless import held_text
+
+    held = client.held()
+    if held is not None and held != told:
+        console_for(stderr=True).print(held_text(held, client.batch_id))
+    return held
+
+
 def cmd_wait(args: argparse.Namespace) -> ExitCode:
     """`flightdeck wait`: block until the batch ends; its exit code (0 every child completed,
     1 otherwise); an owner that dies is said plainly (with how to resume), exit 1."""
@@ -303,6 +314,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
 
     with batch_client(args) as client:
         said = False
+        held: str | None = None  # admission's hold last said
         while True:
             owner = client.owner()
             status = owner.status.value
@@ -320,6 +332,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
                         f"{owner.pid}); Ctrl+C stops waiting, the batch runs on"
                     )
                 )
+            held = say_held(client, held)  # nothing new starts: it may wait on the operator
             time.sleep(WAIT_EVERY_S)
 
 

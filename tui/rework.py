@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.sanitize import one_line, sanitize
-from flightdeck.tui.client import batch_client, children_said, say_error, where_filter
+from flightdeck.tui.client import (
+    batch_client,
+    children_said,
+    say_error,
+    say_held,
+    where_filter,
+)
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import UsageError, known_children
@@ -96,6 +102,8 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
                 return ExitCode.INCOMPLETE
             elif step.state.value == "applied":
                 console_for().print(Text(f"retry ({mode}) queued: {children_said(ids, counted)}"))
+                with client:  # they wait in the queue for as long as it holds
+                    say_held(client)
                 return ExitCode.OK
     except CommandError as exc:
         raise UsageError(None, None, None, str(exc)) from None

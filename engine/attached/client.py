@@ -127,6 +127,12 @@ class Client:
         with StoreReader(self.db) as reader:
             return reader.batch(self.batch_id)
 
+    def held(self) -> str | None:
+        """Why the batch's admission is held (paused by the operator, the soft budget), or
+        None; read from its row alone, cheap enough to ask every poll."""
+        row = self._row()
+        return None if row is None else row.held
+
     def _row(self) -> BatchInfo | None:
         """The batch's row as stored, without the sums `info` adds (a TUI sends from its
         event loop: a command is not held up by a 10,000-child sum)."""
