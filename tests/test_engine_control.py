@@ -436,3 +436,22 @@ def test_a_given_batch_id_is_a_plain_name_not_taken_and_max_concurrent_a_number(
     for bad_pool in ("bogus", 2.5, True):
         with pytest.raises(ValueError, match='max_concurrent must be a whole number or "auto"'):
             Engine(batch(1), settings(sim_route()), state_dir=state, max_concurrent=bad_pool)  # type: ignore[arg-type]
+
+
+def test_a_child_named_twice_is_taken_once(tmp_path: Path) -> None:
+    # `flightdeck steer B c1 c1 -m …` sent the message to c1 twice (two receipts, two operator
+    # turns), as the Python API did; the request read back from the store too.
+    import json
+
+    from flightdeck.engine.commands import Steer, decode
+
+    engine = start(batch(2), settings(sim_route(**Hold(tmp_path / "hold").options())), tmp_path)
+    try:
+        until(lambda: engine.snapshot().totals.running == 2)
+        assert len(engine.steer(["t0000", "t0001", "t0000"], "once each")) == 2
+        until(lambda: len(engine.receipts()) == 2)
+        assert sorted(r.child_id for r in engine.receipts()) == ["t0000", "t0001"]
+        body = json.dumps({"child_ids": ["t0001", "t0000", "t0001"], "message": "hi"})
+        assert decode("steer", body) == Steer(("t0001", "t0000"), "hi")
+    finally:
+        engine.close()

@@ -102,7 +102,7 @@ def _targets(
 ) -> tuple[list[str], bool]:
     """The children named, or those `--where` keeps (and whether it was a query)."""
     if row_filter is None:
-        return list(args.child_ids), False
+        return list(dict.fromkeys(args.child_ids)), False  # named twice is once
     return _matching(client, row_filter, verb), True
 
 

@@ -78,7 +78,7 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
         raise UsageError(None, None, None, "name the children to retry, or --where QUERY")
     with batch_client(args) as client:
         if row_filter is None:
-            ids, counted = list(args.child_ids), False
+            ids, counted = list(dict.fromkeys(args.child_ids)), False  # named twice is once
         else:
             kept, ended = client.matching(row_filter, ended=True)
             counted = True
