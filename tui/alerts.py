@@ -11,8 +11,10 @@ no text a model or a tool wrote ever reaches the terminal this way; `title` the 
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from flightdeck.engine.api import DesktopNotify, Need
 from textual.app import App
@@ -21,6 +23,11 @@ GATHER_S = 1.0  # a burst that spans a few polls still makes one alert
 _FAILED = frozenset({"failed", "timed_out", "stalled", "unknown"})
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _ID_CHARS = 64
+# XTWINOPS: the terminal's window title pushed on its stack before the first change, popped on
+# exit; otherwise the shell was left titled "… — 2 need you" long after the TUI had gone.
+TITLE_SAVE = "\x1b[22;2t"
+TITLE_RESTORE = "\x1b[23;2t"
+_TITLED: weakref.WeakSet[App[Any]] = weakref.WeakSet()  # apps that saved the title
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +155,20 @@ def title(batch_id: str, waiting: int) -> str:
 
 
 def set_title(app: App[object], text: str) -> None:
-    """Set the app's and the terminal window's title (OSC 2) to `text` (built by `title`)."""
+    """Set the app's and the terminal window's title (OSC 2) to `text` (built by `title`); the
+    terminal's own is saved first, for `restore_title`."""
     app.title = text
+    if app not in _TITLED:
+        _TITLED.add(app)
+        _write(app, TITLE_SAVE)
     _write(app, f"\x1b]2;{text}\x07")
+
+
+def restore_title(app: App[Any]) -> None:
+    """Put back the terminal's title `set_title` saved, if it saved one (the app is going)."""
+    if app in _TITLED:
+        _TITLED.discard(app)
+        _write(app, TITLE_RESTORE)
 
 
 def write_to_terminal(app: App[object], sequence: str) -> None:

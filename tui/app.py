@@ -13,6 +13,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import StopAll
 from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui import alerts
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.lastlooked import LastLooked
 from flightdeck.tui.logs import Severity, forward_logs
@@ -69,6 +70,7 @@ class FlightdeckApp(App[bool]):
         await super().on_event(event)
 
     def on_unmount(self) -> None:
+        alerts.restore_title(self)  # the shell's title back, not the batch's
         gc.unfreeze()  # collectable again once the screen goes (tests run many apps)
         self._stop_logs()
         with contextlib.suppress(NotImplementedError, RuntimeError):

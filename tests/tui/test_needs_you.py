@@ -372,3 +372,25 @@ async def test_the_queue_s_ages_move_on_while_it_shows(tmp_path: Path) -> None:
         now[0] += 7200
         await until(pilot, lambda: first() != before, "the entry's age moving on")
         assert "h ago" in first()
+
+
+async def test_the_terminal_s_own_title_is_saved_first_and_put_back_on_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The title was set ("flightdeck B — 1 need you") and left so: the shell's window kept
+    # saying that children needed the operator long after the TUI had gone.
+    written: list[str] = []
+    monkeypatch.setattr(alerts, "_write", lambda app, seq: written.append(seq))
+    options = UiOptions(clock=frozen_clock, cursor_blink=False, poll_s=3600.0)
+    app = FlightdeckApp(StaticView(tmp_path), options)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: any(s.startswith("\x1b]2;") for s in written), "the title")
+        await pilot.press("exclamation_mark")  # more polls: still saved only once
+        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+        assert written.count(alerts.TITLE_SAVE) == 1
+        assert written.index(alerts.TITLE_SAVE) < written.index(
+            next(s for s in written if s.startswith("\x1b]2;"))
+        )
+        assert alerts.TITLE_RESTORE not in written
+    assert written[-1] == alerts.TITLE_RESTORE
+    assert written.count(alerts.TITLE_RESTORE) == 1
