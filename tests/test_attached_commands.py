@@ -160,6 +160,13 @@ def test_stop_names_the_children_that_had_already_ended(tmp_path: Path) -> None:
                 return row is not None and row.status.value == "completed"
 
             until(completed, 30)
+            # A name no child has is the one line of a usage error: c000 was said to have
+            # ended first, on stdout, before the error.
+            for verb in ("stop", "pause", "continue"):
+                bad = flightdeck(folder, verb, batch_id, "c000", "nope")
+                out, err = bad.communicate(timeout=30)
+                assert (bad.returncode, out) == (2, ""), (verb, out, err)
+                assert err == f"flightdeck: no child with id 'nope' in batch {batch_id}\n", err
             stop = flightdeck(folder, "stop", batch_id, "c000", "c001")
             out, err = stop.communicate(timeout=30)
             assert stop.returncode == 0, out + err

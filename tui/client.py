@@ -18,7 +18,7 @@ from flightdeck.tui.clienttargets import acted_on, delegates_said
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost
-from flightdeck.tui.usage import UsageError, state_db, unknown_batch
+from flightdeck.tui.usage import UsageError, check_children, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
@@ -235,7 +235,7 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
         ids, counted = _targets(args, client, row_filter, "stop")
         rows = client.rows()
         if not counted:  # named: say which had ended, as a query's count does
-            ids = _able(rows, ids, False)
+            ids = _able(rows, ids, False, client.batch_id)
         if not ids:
             return ExitCode.OK
         rid = _sent(client, Stop(tuple(ids)))
@@ -244,10 +244,17 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
 
 
 def _able(
-    rows: Sequence[ChildRow], ids: list[str], counted: bool, *, paused_only: bool = False
+    rows: Sequence[ChildRow],
+    ids: list[str],
+    counted: bool,
+    batch_id: str,
+    *,
+    paused_only: bool = False,
 ) -> list[str]:
     """Of these children, those the command can act on (clienttargets.py); the rest are said, each
-    named one, or how many of a query's (which kept none that had ended)."""
+    named one, or how many of a query's (which kept none that had ended). A name no child has
+    is a usage error first: one line, not a line of the others and then the error."""
+    check_children(ids, {r.id for r in rows}, batch_id)
     kept, said = acted_on(rows, ids, paused_only=paused_only)
     if counted and said:
         said = [f"{len(said)} of them {'is' if len(said) == 1 else 'are'} not paused"]
@@ -267,7 +274,7 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
     with batch_client(args) as client:
         ids, counted = _targets(args, client, row_filter, verb)
         if ids and (resume or not counted):  # a query keeps none that had ended
-            ids = _able(client.rows(), ids, counted, paused_only=resume)
+            ids = _able(client.rows(), ids, counted, client.batch_id, paused_only=resume)
         if (counted or args.child_ids) and not ids:  # nothing to act on: not the admission
             return ExitCode.OK
         command: Command
