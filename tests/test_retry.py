@@ -360,7 +360,18 @@ def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
         assert held + "continues it)" in retried.stderr, retried.stderr
         assert waiting.stderr is not None
         _read_until(waiting.stderr.fileno(), held)
+        # Paused already: not paused twice, as `continue` of what is not paused is not sent.
+        again = flightdeck("pause", batch_id, *state, cwd=tmp_path)
+        assert (again.returncode, again.stdout) == (
+            0,
+            f"admission of batch {batch_id}: already paused\n",
+        )
         assert flightdeck("continue", batch_id, *state, cwd=tmp_path).returncode == 0
+        again = flightdeck("continue", batch_id, *state, cwd=tmp_path)
+        assert (again.returncode, again.stdout) == (
+            0,
+            f"admission of batch {batch_id}: not paused\n",
+        )
         (tmp_path / "hold" / "all").touch()
         assert waiting.wait(timeout=60) == 0
     finally:

@@ -267,6 +267,7 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
     """`flightdeck pause` and `continue`: of children of a running batch, or (none named) of
     its admission; returns once the owner has applied it."""
     from flightdeck.engine.commands import Continue, ContinueAdmission, Pause, PauseAdmission
+    from flightdeck.engine.model import OPERATOR_HOLD
 
     resume = args.command == "continue"
     verb = "continue" if resume else "pause"
@@ -284,6 +285,12 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
         else:
             command = ContinueAdmission() if resume else PauseAdmission()
             what = f"admission of batch {one_line(args.batch_id, 60)}"
+            # As for a child: what is not paused is not continued, nor paused twice (the owner
+            # would do nothing, and "applied" said it had).
+            paused = OPERATOR_HOLD in (client.held() or "")
+            if paused != resume and client.owner().status.value == "running":
+                console_for().print(Text(f"{what}: {'already' if paused else 'not'} paused"))
+                return ExitCode.OK
         rid = _sent(client, command)
         return _until_applied(client, rid, f"{verb} applied: {what}")
 
