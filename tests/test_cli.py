@@ -36,6 +36,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.owner.run import BatchRun
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.store import Store
 from flightdeck.tui.console import PipeSafeConsole
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.headless import run_headless
@@ -659,6 +660,50 @@ def test_another_programs_database_is_left_alone(project: Path) -> None:
     assert sorted(t[0] for t in tables) == ["batches", "notes"]
     assert sorted(p.name for p in (project / "state").iterdir())[0] == "flightdeck.db"
     assert not (project / "state" / "batches").exists()
+
+
+# `flightdeck ARGS` as a user who may write only what its mode bits allow: a root process gives
+# up CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (out of the bounding set), then runs the command.
+_AS_NON_WRITER = """
+import ctypes, os, sys
+if os.geteuid() == 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            sys.exit(77)
+os.execv(sys.executable, [sys.executable, "-m", "flightdeck.tui.cli", *sys.argv[1:]])
+"""
+
+
+def test_a_database_the_user_may_only_read_is_one_clear_error_before_the_batch(
+    project: Path,
+) -> None:
+    # SQLite opened it read-only without a word: the batch started, printed its id, and failed
+    # (exit 3) after store_retry_s of refused commits, its folder left behind.
+    config = FAST_CONFIG.replace("[engine]\n", "[engine]\nstore_retry_s = 0.5\n")
+    (project / "flightdeck.toml").write_text(config)
+    db = project / "state" / "flightdeck.db"
+    db.parent.mkdir()
+    Store(db).close()
+    db.chmod(0o444)
+    result = subprocess.run(
+        [sys.executable, "-c", _AS_NON_WRITER, "run", "tasks.jsonl", "--state-dir", "state"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    if result.returncode == 77:
+        pytest.skip("runs as root, and cannot give up the power to write any file")
+    assert (result.returncode, result.stdout) == (ExitCode.USAGE, ""), result.stderr
+    assert re.fullmatch(
+        r"flightdeck: (\S*/)?state/flightdeck\.db: cannot write the database: Permission denied\n",
+        result.stderr,
+    )
+    assert not (project / "state" / "batches").exists()
+    with StoreReader(db) as reader:
+        assert reader.batches() == []
 
 
 def test_run_widens_the_gil_switch_interval_and_gc_thresholds(

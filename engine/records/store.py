@@ -72,6 +72,16 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 512
 
 
+def _check_writable(path: Path) -> None:
+    """StoreError unless this process may write the database. SQLite opens a file it may
+    only read (another user's, a read-only mount) read-only without a word, and a schema
+    already there needs no write: the first commit failed, once the batch had started."""
+    try:
+        os.close(os.open(path, os.O_RDWR))  # as SQLite opens it
+    except OSError as exc:
+        raise StoreError(path, None, None, f"cannot write the database: {exc.strerror}") from None
+
+
 class Store:
     """The write side: non-blocking enqueuers in front of one writer thread."""
 
@@ -98,6 +108,7 @@ class Store:
             # power cut can lose the last ones. FULL would fsync the log at every commit.
             conn.execute("PRAGMA synchronous = NORMAL")
             schema.ensure_schema(conn, path)
+            _check_writable(path)
         except sqlite3.DatabaseError as exc:  # not a database, corrupt, read-only, ...
             conn.close()
             raise StoreError(path, None, None, f"cannot use the database: {exc}") from None
