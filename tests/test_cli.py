@@ -416,6 +416,19 @@ def test_every_argument_error_is_one_line_and_exit_2(
     assert result.stdout == ""
 
 
+def test_an_empty_state_dir_argument_is_bad_input(project: Path) -> None:
+    # `--state-dir "$UNSET"`: Path("") is the current folder, which run filled with its
+    # database and batches and made private (mode 0700), the user's project folder.
+    mode = project.stat().st_mode
+    for args in (("run", "tasks.jsonl", "--headless"), ("ls",), ("retry", "b1", "c1")):
+        result = flightdeck(*args, "--state-dir", "", cwd=project)
+        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert "argument --state-dir: must name a folder, got an empty string" in line
+    assert sorted(p.name for p in project.iterdir()) == ["flightdeck.toml", "tasks.jsonl"]
+    assert project.stat().st_mode == mode
+
+
 def test_headless_and_detach_are_alternatives(project: Path) -> None:
     # Both were taken, and the batch detached: the synopsis shows [--headless | --detach].
     result = flightdeck("run", "tasks.jsonl", "--headless", "--detach", cwd=project)

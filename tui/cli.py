@@ -23,6 +23,7 @@ from flightdeck.tui.client import (
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.usage import state_dir_arg
 from rich.text import Text
 
 
@@ -66,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="flightdeck.toml (default: ./flightdeck.toml)")
     run.add_argument(
         "--state-dir",
-        type=Path,
+        type=state_dir_arg,
         help="state folder (default: $FLIGHTDECK_HOME, [engine] state_dir, ./.flightdeck)",
     )
     run.add_argument(
@@ -92,10 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="metrics report of a batch (latest by default)")
     report.add_argument("batch_id", nargs="?", help="batch id (default: the latest)")
     report.add_argument("--format", choices=("json", "md"), default="md")
-    report.add_argument("--state-dir", type=Path)
+    report.add_argument("--state-dir", type=state_dir_arg)
 
     ls = sub.add_parser("ls", help="list batches with their status and cost")
-    ls.add_argument("--state-dir", type=Path)
+    ls.add_argument("--state-dir", type=state_dir_arg)
     ls.add_argument("-l", "--long", action="store_true", help="also each batch's owner process id")
     _owner_commands(sub)
     rework.add_parsers(sub)
@@ -124,7 +125,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         action="store_true",
         help="a batch that has ended too: run what was retried in it (flightdeck retry does)",
     )
-    resume.add_argument("--state-dir", type=Path)
+    resume.add_argument("--state-dir", type=state_dir_arg)
 
     steer = sub.add_parser("steer", help="send children of a running batch a message")
     steer.add_argument("batch_id")
@@ -134,7 +135,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         "-m", "--message", type=_argv_text, required=True, help="the operator's message"
     )
     steer.add_argument("--now", action="store_true", help="interrupt the current response")
-    steer.add_argument("--state-dir", type=Path)
+    steer.add_argument("--state-dir", type=state_dir_arg)
 
     answer = sub.add_parser(
         "answer", help="answer the question (ask_operator) children of a running batch wait on"
@@ -144,7 +145,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     answer.add_argument(
         "-m", "--message", type=_argv_text, required=True, help="the operator's answer"
     )
-    answer.add_argument("--state-dir", type=Path)
+    answer.add_argument("--state-dir", type=state_dir_arg)
 
     nudge = sub.add_parser(
         "nudge", help="send the canned loop steer to children of a running batch flagged looping"
@@ -152,14 +153,14 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     nudge.add_argument("batch_id")
     nudge.add_argument("child_ids", nargs="*", metavar="CHILD")
     nudge.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="nudge"))
-    nudge.add_argument("--state-dir", type=Path)
+    nudge.add_argument("--state-dir", type=state_dir_arg)
 
     stop = sub.add_parser("stop", help="stop children of a running batch (or --all)")
     stop.add_argument("batch_id")
     stop.add_argument("child_ids", nargs="*", metavar="CHILD")
     stop.add_argument("--all", action="store_true", help="stop every child not ended")
     stop.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="stop"))
-    stop.add_argument("--state-dir", type=Path)
+    stop.add_argument("--state-dir", type=state_dir_arg)
 
     limits = sub.add_parser(
         "limits", help="print a running batch's live limits, or change them (--pool, --route …)"
@@ -175,7 +176,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="USD",
         help="the soft budget: a new one (raises it), or off (drops it for this batch)",
     )
-    limits.add_argument("--state-dir", type=Path)
+    limits.add_argument("--state-dir", type=state_dir_arg)
     for verb, what in (("pause", "pause"), ("continue", "continue paused")):
         pause = sub.add_parser(
             verb,
@@ -184,11 +185,11 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         pause.add_argument("batch_id")
         pause.add_argument("child_ids", nargs="*", metavar="CHILD")
         pause.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb=verb))
-        pause.add_argument("--state-dir", type=Path)
+        pause.add_argument("--state-dir", type=state_dir_arg)
 
     wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")
     wait.add_argument("batch_id")
-    wait.add_argument("--state-dir", type=Path)
+    wait.add_argument("--state-dir", type=state_dir_arg)
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -203,21 +204,21 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         type=Path,
         help="flightdeck.toml for the [tui] settings (default: ./flightdeck.toml)",
     )
-    attach.add_argument("--state-dir", type=Path)
+    attach.add_argument("--state-dir", type=state_dir_arg)
     serve = sub.add_parser("serve", help="the attached TUI in a browser, behind a random token")
     serve.add_argument("batch_id", nargs="?", help="batch id (default: the latest running)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=_port, default=8765, help="0: any free one (%(default)s)")
     serve.add_argument("--read-only", action="store_true", help="show everything, send no command")
     serve.add_argument("--config", type=Path, help="flightdeck.toml for the [tui] settings")
-    serve.add_argument("--state-dir", type=Path)
+    serve.add_argument("--state-dir", type=state_dir_arg)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
     logs.add_argument("batch_id")
     logs.add_argument("child_id")
     logs.add_argument(
         "-f", "--follow", action="store_true", help="follow the transcript until the child ends"
     )
-    logs.add_argument("--state-dir", type=Path)
+    logs.add_argument("--state-dir", type=state_dir_arg)
     grep = sub.add_parser(
         "grep", help="search every transcript of a batch (running or ended) for a pattern"
     )
@@ -237,7 +238,7 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
     grep.add_argument(
         "-m", "--max-count", type=_count, metavar="N", help="stop after N matching lines"
     )
-    grep.add_argument("--state-dir", type=Path)
+    grep.add_argument("--state-dir", type=state_dir_arg)
 
 
 def _port(text: str) -> int:

@@ -20,7 +20,7 @@ from flightdeck.tui.client import (
 )
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, known_children
+from flightdeck.tui.usage import UsageError, known_children, state_dir_arg
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -46,23 +46,23 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="work on from where it stopped (its transcript as context, or the CLI's session)",
     )
-    retry.add_argument("--state-dir", type=Path)
+    retry.add_argument("--state-dir", type=state_dir_arg)
     diff = sub.add_parser("diff", help="print what a child changed in its own worktree")
     diff.add_argument("batch_id")
     diff.add_argument("child_id")
     diff.add_argument("--file", metavar="PATH", help="only this file")
-    diff.add_argument("--state-dir", type=Path)
+    diff.add_argument("--state-dir", type=state_dir_arg)
     merge = sub.add_parser(
         "merge", help="commit children's changes on branches of their own, merge them into one"
     )
     merge.add_argument("batch_id")
     merge.add_argument("child_ids", nargs="+", metavar="CHILD")
     merge.add_argument("--into", required=True, metavar="BRANCH", help="the branch to merge into")
-    merge.add_argument("--state-dir", type=Path)
+    merge.add_argument("--state-dir", type=state_dir_arg)
     discard = sub.add_parser("discard", help="drop children's changes: worktree and branch")
     discard.add_argument("batch_id")
     discard.add_argument("child_ids", nargs="+", metavar="CHILD")
-    discard.add_argument("--state-dir", type=Path)
+    discard.add_argument("--state-dir", type=state_dir_arg)
 
 
 def cmd_retry(args: argparse.Namespace) -> ExitCode:

@@ -3,6 +3,7 @@ database a command names (one clear error if there is none)."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 
@@ -11,6 +12,14 @@ from flightdeck.engine.errors import InputError
 
 class UsageError(InputError):
     """A bad command-line argument."""
+
+
+def state_dir_arg(text: str) -> Path:
+    """`--state-dir`'s type. An empty one (an unset shell variable) is refused: Path("") is the
+    current folder, which `run` filled with a database and made private (mode 0700)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a folder, got an empty string")
+    return Path(text)
 
 
 def state_db(state_dir: Path | None) -> Path:
