@@ -330,6 +330,27 @@ def test_a_duplicate_id_through_a_yaml_alias_says_so(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("b.toml", '[[tasks]]\nid = "t-{item}"\ngoal = "g"\nfor_each = ["a", "b", "a"]\n'),
+        ("b.jsonl", '{"id": "t-{item}", "goal": "g", "for_each": ["a", "b", "a"]}\n'),
+        ("b.yaml", 'tasks:\n  - {id: "t-{item}", goal: g, for_each: [a, b, a]}\n'),
+    ],
+)
+def test_a_duplicate_id_from_one_for_each_names_no_yaml_alias(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    # Two items of one task share its line, as an alias shares its anchor's: every format's
+    # error said "repeated through a YAML alias of it", a TOML or JSONL file's too.
+    path = write(tmp_path, name, text)
+    err = error_at(path, 1 if name == "b.jsonl" else 2, "id")
+    assert str(err).endswith(
+        f"for_each item 3: duplicate id 't-a' (first defined at {path}:"
+        f"{1 if name == 'b.jsonl' else 2} (for_each item 1))"
+    )
+
+
 def test_duplicate_id_from_decomposition(tmp_path: Path) -> None:
     path = write(
         tmp_path, "b.yaml", 'tasks:\n  - id: "r"\n    for_each: [a, b]\n    goal: "x {item}"\n'

@@ -199,8 +199,10 @@ def _finish(
             if other.label:
                 where += f" ({other.label.rstrip(': ')})"
             message = f"{draft.label}duplicate id {task_id!r} (first defined at {where})"
-            if other.src is draft.src and there == draft.src.line(id_key):
+            same_node = other.src is draft.src and there == draft.src.line(id_key)
+            if same_node and other.label == draft.label:
                 # One YAML node twice: a composed alias has no line of its own, only its anchor's.
+                # (Two items of one task's for_each share its line too, each with its label.)
                 message += ", repeated through a YAML alias of it"
             raise draft.src.error(id_key, "id", message)
         first[task_id] = draft
