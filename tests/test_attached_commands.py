@@ -179,6 +179,33 @@ def test_stop_names_the_children_that_had_already_ended(tmp_path: Path) -> None:
             ended(owner)
 
 
+def test_a_child_named_twice_is_sent_the_command_once(tmp_path: Path) -> None:
+    # Found by an audit: `steer B c0 c0 -m …` steered c0 twice (two steers in its transcript
+    # and the report), and `stop B c1 c1` said `stop applied: c1, c1`.
+    with CountingServer() as server:
+        server.hold()
+        folder = project(tmp_path, server, 2, pool=2)
+        owner, batch_id, db = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 2, 30)
+            steer = flightdeck(folder, "steer", batch_id, "c000", "c000", "-m", "once", "--now")
+            out, err = steer.communicate(timeout=30)
+            assert steer.returncode == 0, out + err
+            assert out.splitlines()[-1] == "c000: delivered" and out.count("c000: d") == 1, out
+            stop = flightdeck(folder, "stop", batch_id, "c001", "c001")
+            out, err = stop.communicate(timeout=30)
+            assert (stop.returncode, out) == (0, "stop applied: c001\n"), err
+            retry = flightdeck(folder, "retry", batch_id, "c001", "c001")
+            out, err = retry.communicate(timeout=30)
+            assert (retry.returncode, out) == (0, "retry (fresh) queued: c001\n"), err
+            with sqlite3.connect(db) as conn:
+                sent = conn.execute("SELECT kind, child_ids FROM requests ORDER BY id").fetchall()
+            assert sent == [("steer", '["c000"]'), ("stop", '["c001"]'), ("retry", '["c001"]')]
+        finally:
+            server.release()
+            ended(owner)
+
+
 def test_limits_prints_what_the_owner_learned_from_the_providers_headers(tmp_path: Path) -> None:
     with CountingServer() as server:
         headers = {
