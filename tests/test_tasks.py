@@ -511,6 +511,18 @@ def test_yaml_syntax_error(tmp_path: Path) -> None:
     assert "invalid YAML" in str(error_at(path, 4, None))
 
 
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\ufffe"])
+def test_a_character_yaml_refuses_is_an_error_at_its_line(tmp_path: Path, char: str) -> None:
+    # PyYAML's reader refuses it as it is made, outside the parse's error handling: a
+    # traceback, where one line naming the file and line is promised.
+    path = write(tmp_path, "b.yaml", f'tasks:\n  - goal: a\n  - goal: "b{char}"\n')
+    err = error_at(path, 3, None)
+    code = f"#x{ord(char):04x}"
+    assert str(err).endswith(
+        f"invalid YAML: unacceptable character {code}: special characters are not allowed"
+    )
+
+
 def test_yaml_duplicate_key(tmp_path: Path) -> None:
     path = write(tmp_path, "b.yaml", "tasks:\n  - goal: a\n    group: x\n    goal: b\n")
     assert "duplicate key (first at line 2)" in str(error_at(path, 4, "tasks.0.goal"))

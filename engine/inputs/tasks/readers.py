@@ -211,7 +211,16 @@ def _built(
     path: Path, text: str, loader_type: type[yaml.SafeLoader]
 ) -> tuple[yaml.Node | None, object]:
     """The document's node tree and its value, read by `loader_type`."""
-    loader = loader_type(text)
+    try:
+        loader = loader_type(text)
+    except yaml.reader.ReaderError as exc:
+        # PyYAML's reader checks every character before it reads any (a NUL, say), and says
+        # where as an offset: the traceback reached the user.
+        at = text.count("\n", 0, exc.position) + 1
+        what = f" #x{exc.character:04x}" if isinstance(exc.character, int) else ""
+        raise SpecError(
+            path, at, None, f"invalid YAML: unacceptable character{what}: {exc.reason}"
+        ) from None
     try:
         node = loader.get_single_node()
         if node is not None:
