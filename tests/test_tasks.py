@@ -523,6 +523,15 @@ def test_a_character_yaml_refuses_is_an_error_at_its_line(tmp_path: Path, char: 
     )
 
 
+@pytest.mark.parametrize("tag", ["!!int", "!!float", "!!bool", "!!timestamp"])
+def test_a_scalar_its_tag_cannot_read_is_an_error_at_its_line(tmp_path: Path, tag: str) -> None:
+    # PyYAML's constructors raised ValueError, KeyError or AttributeError with no mark: a
+    # traceback, where one line naming the file and line is promised.
+    path = write(tmp_path, "b.yaml", f"tasks:\n  - goal: a\n  - goal: {tag} nope\n")
+    err = error_at(path, 3, None)
+    assert str(err).endswith(f"invalid YAML: not a valid {tag} value: 'nope'")
+
+
 def test_yaml_duplicate_key(tmp_path: Path) -> None:
     path = write(tmp_path, "b.yaml", "tasks:\n  - goal: a\n    group: x\n    goal: b\n")
     assert "duplicate key (first at line 2)" in str(error_at(path, 4, "tasks.0.goal"))

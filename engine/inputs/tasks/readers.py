@@ -142,7 +142,23 @@ class _MergeRule(yaml.constructor.SafeConstructor):
         super().flatten_mapping(node)  # no merge key is left: this types `=` keys only
 
 
-class _YamlLoader(_MergeRule, yaml.SafeLoader):
+class _MarkedErrors(yaml.constructor.SafeConstructor):
+    """A scalar its explicit tag cannot read (`!!int x`, `!!timestamp x`) is an error at its
+    line: PyYAML's constructors raise whatever they meet there (ValueError, KeyError, ...),
+    with no mark, and a traceback reached the user."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> object:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, KeyError, AttributeError, TypeError, OverflowError):
+            tag = str(node.tag).replace("tag:yaml.org,2002:", "!!")
+            value = str(node.value)
+            shown = repr(value if len(value) <= 60 else value[:60] + "…")
+            problem = f"not a valid {tag} value: {shown}"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+
+class _YamlLoader(_MarkedErrors, _MergeRule, yaml.SafeLoader):
     """PyYAML's own parser, with YAML's merge rule."""
 
 
@@ -150,7 +166,7 @@ class _YamlLoader(_MergeRule, yaml.SafeLoader):
 _FastYamlLoader: type[yaml.SafeLoader] | None = None
 if hasattr(yaml, "CSafeLoader"):
 
-    class _CYamlLoader(_MergeRule, yaml.CSafeLoader):
+    class _CYamlLoader(_MarkedErrors, _MergeRule, yaml.CSafeLoader):
         """libyaml's parser, with YAML's merge rule."""
 
     _FastYamlLoader = _CYamlLoader  # type: ignore[assignment]
