@@ -165,6 +165,9 @@ def test_a_batch_of_schedules_loads(tmp_path: Path) -> None:
         ("every = nan", 3, "schedules.every", "finite"),
         ("every = inf", 3, "schedules.every", "finite"),
         ('cron = "every day"', 3, "schedules.cron", "croniter"),
+        # croniter reads them, and finds no date: the batch failed as it started (a traceback)
+        ('cron = "0 0 30 2 *"', 3, "schedules.cron", "'0 0 30 2 *' never fires"),
+        ('cron = "0 0 1 1 * 0 2020"', 3, "schedules.cron", "never fires"),
         ('every = "1m"\ncron = "* * * * *"', 2, "schedules.every", "one of them"),
         ('every = "1m"\nat_start = "yes"', 4, "schedules.at_start", "true or false"),
     ],
