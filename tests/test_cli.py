@@ -921,6 +921,32 @@ def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
     assert any(r.status is ChildStatus.STOPPED for r in rows)
 
 
+def test_a_closed_pipe_stops_the_children_before_the_next_line_is_due(project: Path) -> None:
+    # `flightdeck run … | head -1` with every child busy: the closed pipe was found only when
+    # the next line was written, minutes later (a stall), the children running and spending
+    # meanwhile with nobody reading.
+    held(project, "slow.toml")  # never released: no line is written after the batch id
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--config", "slow.toml"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    batch_id = proc.stdout.readline().split()[1]
+    wait_until_running(project, batch_id, "job-0")
+    proc.stdout.close()
+    with proc.stderr:
+        assert proc.wait(timeout=30) == ExitCode.OUTPUT_CLOSED
+        assert proc.stderr.read().startswith("flightdeck: output closed; children still running")
+    with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
+        info = reader.batch(batch_id)
+        rows = reader.children(batch_id)
+    assert info is not None and info.status.value == "stopped"
+    assert {r.status for r in rows} == {ChildStatus.STOPPED}
+
+
 @pytest.mark.slow
 def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
     assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import stat
+from typing import IO
 
 from rich.console import Console
 
@@ -30,3 +33,19 @@ def console_for(stderr: bool = False) -> PipeSafeConsole:
     if not console.is_terminal:
         console = PipeSafeConsole(stderr=stderr, highlight=False, soft_wrap=True, width=200)
     return console
+
+
+def reader_gone(file: IO[str]) -> bool:
+    """Whether `file` is a pipe whose reader has gone, known without writing to it: a run
+    whose children are all busy writes nothing for minutes, and spent them unread."""
+    if not hasattr(select, "poll"):
+        return False
+    try:
+        fd = file.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poll = select.poll()
+        poll.register(fd, 0)  # no events asked: an error (no reader left) is said anyway
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # closed, or not a real file (a test's)
+        return False

@@ -20,7 +20,7 @@ from flightdeck.engine.model import (
     GroupFinished,
 )
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.console import OutputClosed, console_for
+from flightdeck.tui.console import OutputClosed, console_for, reader_gone
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
 from flightdeck.tui.output import (
@@ -215,6 +215,8 @@ def _run_headless(
             show_notices()
             if done:
                 break
+            if reader_gone(console.file):  # `| head -1`: as if the next line's write failed
+                console.on_broken_pipe()
     finally:
         try:
             if progress is not None:
