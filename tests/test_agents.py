@@ -640,6 +640,7 @@ BAD = [
     ("argv = []\n", 6, "routes.cli.argv", "the list is empty"),
     ('argv = "claude -p"\n', 6, "routes.cli.argv", "expected a list of strings"),
     ('argv = ["{goal}"]\n', 6, "routes.cli.argv.0", "not a placeholder"),
+    ('argv = [" ", "{goal}"]\n', 6, "routes.cli.argv.0", "the program is empty: give its name"),
     ('argv = ["x", "{goal!r}"]\n', 6, "routes.cli.argv.1", "bad placeholder"),
     ('argv = ["x"]\nworkspace = "mine"\n', 7, "routes.cli.workspace", "expected one of"),
     ('argv = ["x"]\nformat = "json"\n', 7, "routes.cli.format", "expected one of"),

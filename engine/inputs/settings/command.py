@@ -134,7 +134,9 @@ def _argv(
             if name not in allowed:
                 known = ", ".join(f"{{{n}}}" for n in allowed)
                 raise checks.error((*key, i), f"unknown placeholder {{{name}}} (known: {known})")
-    if not value[0].strip() or placeholders(value[0]):
+    if not value[0].strip():  # said apart: "not a placeholder" named nothing it was
+        raise checks.error((*key, 0), "the program is empty: give its name or path")
+    if placeholders(value[0]):
         raise checks.error((*key, 0), "the program must be a name or path, not a placeholder")
     return tuple(value)
 
