@@ -429,6 +429,25 @@ def test_an_empty_state_dir_argument_is_bad_input(project: Path) -> None:
     assert project.stat().st_mode == mode
 
 
+def test_a_byte_that_is_not_utf8_in_an_id_or_pattern_is_bad_input(project: Path) -> None:
+    # A lone surrogate (argv's 0xff) reached SQLite: a UnicodeEncodeError's traceback, exit 1,
+    # from every command that looks a batch, a child or a pattern up.
+    run = flightdeck("run", "tasks.jsonl", "--headless", cwd=project)
+    batch_id = run.stdout.split()[1]
+    for args, label in (
+        (("report", "b\udcff"), "batch_id"),
+        (("wait", "b\udcff"), "batch_id"),
+        (("logs", batch_id, "c\udcff"), "child_id"),
+        (("grep", batch_id, "x\udcff"), "PATTERN"),
+        (("stop", batch_id, "--where", "\udcff"), "--where"),
+        (("retry", batch_id, "job-0", "c\udcff"), "CHILD"),
+    ):
+        result = flightdeck(*args, cwd=project)
+        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"flightdeck: {label}: not UTF-8 text: the byte 0xff at "), line
+
+
 def test_headless_and_detach_are_alternatives(project: Path) -> None:
     # Both were taken, and the batch detached: the synopsis shows [--headless | --detach].
     result = flightdeck("run", "tasks.jsonl", "--headless", "--detach", cwd=project)

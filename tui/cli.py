@@ -23,7 +23,7 @@ from flightdeck.tui.client import (
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import state_dir_arg
+from flightdeck.tui.usage import UsageError, state_dir_arg
 from rich.text import Text
 
 
@@ -308,11 +308,38 @@ _OWNER_COMMANDS = {
 }
 
 
+# Arguments that name what the store holds (ids, a pattern, a query, a route, a branch), by
+# their names in errors: a byte that is not UTF-8 in one reached SQLite as a lone surrogate, a
+# UnicodeEncodeError's traceback. (Paths may hold such bytes: the file system takes them.)
+_TEXT_ARGS = {
+    "batch_id": "batch_id",
+    "child_id": "child_id",
+    "child_ids": "CHILD",
+    "child": "--child",
+    "pattern": "PATTERN",
+    "where": "--where",
+    "route": "--route",
+    "into": "--into",
+}
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    for name, label in _TEXT_ARGS.items():
+        value = getattr(args, name, None)
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str):
+                try:
+                    _argv_text(text)
+                except argparse.ArgumentTypeError as exc:
+                    raise UsageError(None, None, label, str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     """Parse `argv` (the process's arguments by default), run the command, return its code."""
     args = _parser().parse_args(argv)
     err = console_for(stderr=True)
     try:
+        _check_text(args)
         if args.command == "run":
             return cmd_run(args)
         if args.command == "report":
