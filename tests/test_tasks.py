@@ -297,9 +297,13 @@ def test_missing_goal_points_at_the_entry(tmp_path: Path) -> None:
     assert "required" in str(error_at(path, 4, "goal"))
 
 
-@pytest.mark.parametrize("goal", ["   ", "\x1b[31m", "\x07\x08 ", "\x1b]0;title\x07"])
+@pytest.mark.parametrize(
+    "goal",
+    ["   ", "\x1b[31m", "\x07\x08 ", "\x1b]0;title\x07", "\u200b\u200b", "\ufeff \u2060\u200d"],
+)
 def test_empty_goal(tmp_path: Path, goal: str) -> None:
     # one that would show nothing once its escape sequences and control characters are gone
+    # (zero-width ones too: they were accepted)
     path = write(tmp_path, "b.jsonl", json.dumps({"goal": goal}) + "\n")
     assert "must not be empty" in str(error_at(path, 1, "goal"))
 

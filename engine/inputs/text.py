@@ -15,10 +15,21 @@ def too_long(length: int, limit: int) -> str:
     return f"too long: {length:,} characters, over the limit of {limit:,} ([engine] max_task_chars)"
 
 
+# Characters that take no room on a screen: zero-width spaces and joiners, direction marks,
+# the word joiner and its kin, variation selectors, the byte order mark, a soft hyphen.
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u061c\u180e\u200b-\u200f\u2060-\u2064\u206a-\u206f\ufe00-\ufe0f\ufeff]"
+)
+
+
 def blank(text: str) -> bool:
-    """Whether `text` shows nothing once sanitized: only spaces, escape sequences and control
-    characters. A goal or steer of "\\x1b[31m" would reach the model, and the screen, empty."""
-    return not sanitize(text).strip()
+    """Whether `text` shows nothing once sanitized: only spaces, escape sequences, control
+    characters and invisible ones. A goal or steer of "\\x1b[31m" (or of zero-width spaces)
+    would reach the model, and the screen, empty."""
+    shown = sanitize(text)
+    if not shown.isascii():
+        shown = _INVISIBLE.sub("", shown)
+    return not shown.strip()
 
 
 def unicode_problem(text: str) -> str | None:
