@@ -730,7 +730,8 @@ def test_a_database_the_user_may_only_read_is_one_clear_error_before_the_batch(
         pytest.skip("runs as root, and cannot give up the power to write any file")
     assert (result.returncode, result.stdout) == (ExitCode.USAGE, ""), result.stderr
     assert re.fullmatch(
-        r"flightdeck: (\S*/)?state/flightdeck\.db: cannot write the database: Permission denied\n",
+        r"flightdeck: (\S*/)?state/flightdeck\.db: read-only here: "
+        r"its permissions, or its file system, refuse writes\n",
         result.stderr,
     )
     assert not (project / "state" / "batches").exists()

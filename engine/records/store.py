@@ -76,10 +76,13 @@ def _check_writable(path: Path) -> None:
     """StoreError unless this process may write the database. SQLite opens a file it may
     only read (another user's, a read-only mount) read-only without a word, and a schema
     already there needs no write: the first commit failed, once the batch had started."""
-    try:
-        os.close(os.open(path, os.O_RDWR))  # as SQLite opens it
-    except OSError as exc:
-        raise StoreError(path, None, None, f"cannot write the database: {exc.strerror}") from None
+    # Asked of the kernel, not by opening the file: closing any descriptor of it in this
+    # process drops every lock SQLite holds on it, and another connection then took the WAL
+    # for its own and deleted it, the commits in it lost.
+    if not os.access(path, os.W_OK):
+        raise StoreError(
+            path, None, None, "read-only here: its permissions, or its file system, refuse writes"
+        )
 
 
 class Store:
