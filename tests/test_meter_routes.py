@@ -176,10 +176,26 @@ def test_the_burn_rate_never_goes_below_zero_when_an_estimate_is_billed_for_less
         estimated, cost_usd=Decimal("0.12"), in_flight=Usage(), in_flight_cost_usd=Decimal(0)
     )
     meter = CostMeter()
-    for rows, now in (((estimated,), 1.0), ((billed,), 11.0)):
+    for rows, now in (((estimated,), 1000.0), ((billed,), 1010.0)):
         snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, now, rows, totals_of(rows), 2)
         burn = meter.burn_per_min(snap, now)
     assert snap.totals.live_cost_usd == Decimal("0.12")  # from 0.15 ten seconds before
+    assert burn == Decimal(0)
+
+
+def test_attached_to_a_running_batch_the_burn_rate_counts_the_minute_before_the_attach() -> None:
+    # Attached ten minutes into a batch that spent $6.00 ($0.60 a minute) and whose calls are
+    # all still out: measured from the attach alone, it read $0.00/min after five seconds.
+    row = make_child(0, status=S.RUNNING, started_ts=0.0, cost_usd=Decimal("6.00"))
+    meter = CostMeter()
+    for now in (600.0, 610.0):
+        snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, now, (row,), totals_of((row,)), 2)
+        burn = meter.burn_per_min(snap, now)
+    # 50 s of the minute before the attach, at the batch's average, and nothing since.
+    assert burn == Decimal("0.50")
+    for now in (640.0, 670.0):  # a whole minute watched: what it saw, nothing
+        snap = dataclasses.replace(snap, now=now)
+        burn = meter.burn_per_min(snap, now)
     assert burn == Decimal(0)
 
 

@@ -25,7 +25,6 @@ from textual.widgets import Static
 BAR_WIDTH = 24
 COMPACT_BAR = 8
 BURN_WINDOW_S = 60.0  # the burn rate is measured over the last minute
-_MIN_WINDOW_S = 5.0  # below this the window is too short; use the batch average
 
 
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -51,20 +50,28 @@ class CostMeter(Static):
         self._last: tuple[Snapshot, float, Decimal | None] | None = None
 
     def burn_per_min(self, snap: Snapshot, now: float) -> Decimal | None:
-        """Dollars per minute over the last minute; early on and once ended, the batch average."""
+        """Dollars per minute over the last minute (the batch's first, while it is younger);
+        once ended, the batch average."""
         cost = snap.totals.live_cost_usd
         if snap.finished_ts is not None:
             return _average(cost, snap.finished_ts - snap.started_ts)
         samples = self._samples
         samples.append((now, cost))
-        while samples and now - samples[0][0] > BURN_WINDOW_S:
+        while now - samples[0][0] > BURN_WINDOW_S:
             samples.popleft()
         t0, c0 = samples[0]
-        if now - t0 >= _MIN_WINDOW_S:
-            # The live cost falls when a call priced as fresh input is billed for less (its
-            # prompt read from the cache): an estimate corrected, not money coming back.
-            return max(Decimal(0), (cost - c0) * 60 / Decimal(now - t0))
-        return _average(cost, now - snap.started_ts)
+        since = max(snap.started_ts, now - BURN_WINDOW_S)
+        if now <= since:
+            return None
+        spent = cost - c0
+        if t0 > since:
+            # Part of the minute came before the first poll (a view attached to a running
+            # batch): the batch's average up to then stands for it. Measured from the attach
+            # alone, it read $0.00/min while every call was still out.
+            spent += c0 * Decimal(t0 - since) / Decimal(t0 - snap.started_ts)
+        # The live cost falls when a call priced as fresh input is billed for less (its prompt
+        # read from the cache): an estimate corrected, not money coming back.
+        return max(Decimal(0), spent * 60 / Decimal(now - since))
 
     def show(self, snap: Snapshot, now: float) -> None:
         """Render the meter for `snap`; a no-op when nothing visible changed."""
