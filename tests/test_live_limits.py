@@ -318,3 +318,33 @@ def test_the_report_shows_the_changes_and_the_holds(tmp_path: Path, every_step: 
     md = render_markdown(report)
     assert "| — | limits | pool 3; soft budget off |" in md
     assert "| — | soft budget hold | soft budget &lt;$0.0001 reached: projected $" in md
+
+
+def test_a_command_route_offers_only_max_concurrent(tmp_path: Path) -> None:
+    # `flightdeck limits B --route cli --rpm 5` said "limits applied" and listed rpm 5 for a
+    # route whose CLI makes its own API calls: nothing paced them (the config refuses rpm there).
+    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.model.livelimits import changed, limits_from_json, limits_json, limits_of
+
+    path = tmp_path / "flightdeck.toml"
+    path.write_text(
+        '[routes.cli]\nprovider = "command"\nargv = ["true"]\nmax_concurrent = 2\n'
+        '[routes.sim]\nprovider = "sim"\nrpm = 60\n'
+    )
+    loaded = load_settings(path)
+    # As an attached client reads them: from the batch's row.
+    limits = limits_from_json(limits_json(limits_of(loaded, loaded.routes, 4, lambda r: True)))
+    caps = {c.route: c for c in limits.routes}
+    assert caps["cli"].fields == ("max_concurrent",)
+    assert caps["sim"].fields == ("max_concurrent", "rpm", "tpm")
+    for field in ("rpm", "tpm"):
+        with pytest.raises(LimitError) as refused:
+            changed(limits, {"routes": {"cli": {field: 5}}})
+        assert refused.value.field == field
+        assert "runs a command" in str(refused.value)
+    assert changed(limits, {"routes": {"cli": {"max_concurrent": 3}}}) is not None
+    assert changed(limits, {"routes": {"sim": {"rpm": 5}}}) is not None
+    # A row an older version wrote (no "command" key) reads as before.
+    old = json.loads(limits_json(limits))
+    del old["routes"]["cli"]["command"]
+    assert not {c.route: c for c in limits_from_json(json.dumps(old)).routes}["cli"].command

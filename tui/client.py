@@ -419,10 +419,8 @@ def _print_limits(limits: Limits, held: str | None, gauges: tuple[RouteHeadroom,
     console.print(Text(f"pool {limits.pool_size}"))
     learned = {hr.route: hr for hr in gauges}
     for r in limits.routes:
-        line = (
-            f"route {one_line(r.route, 60)}: max_concurrent {_cap(r.max_concurrent)}, "
-            f"rpm {_cap(r.rpm)}, tpm {_cap(r.tpm)}"
-        )
+        caps = ", ".join(f"{name} {_cap(getattr(r, name))}" for name in r.fields)
+        line = f"route {one_line(r.route, 60)}: {caps}"
         hr = learned.get(r.route)
         # What the provider's headers taught the route (lower than any configured limit).
         taught = (("rpm", hr.rpm), ("tpm", hr.tpm)) if hr is not None else ()

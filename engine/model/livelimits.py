@@ -74,7 +74,7 @@ def limits_of(
 ) -> Limits:
     """The limits a batch starts with: its pool size, its routes' caps, its budgets."""
     caps = tuple(
-        RouteCaps(name, r.max_concurrent, r.rpm, r.tpm)
+        RouteCaps(name, r.max_concurrent, r.rpm, r.tpm, command=r.command is not None)
         for name in routes
         if (r := settings.routes.get(name)) is not None
     )
@@ -115,6 +115,10 @@ def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
         for key, value in fields.items():
             if key not in ROUTE_FIELDS:
                 raise LimitError(key, "not a route limit that can be changed")
+            if key not in caps[name].fields:  # accepted, it was listed and paced nothing
+                raise LimitError(
+                    key, f"route {name!r} runs a command, whose CLI paces its own calls"
+                )
             if value is not None and not _count_ok(key, value):
                 raise _bad_count(key, value)
         caps[name] = dataclasses.replace(caps[name], **dict(fields))
@@ -203,7 +207,7 @@ def limits_json(limits: Limits) -> str:
     return json.dumps(
         {
             "pool_size": limits.pool_size,
-            "routes": {r.route: {f: getattr(r, f) for f in ROUTE_FIELDS} for r in limits.routes},
+            "routes": {r.route: _caps_json(r) for r in limits.routes},
             "soft_cost_usd": None if limits.soft_cost_usd is None else str(limits.soft_cost_usd),
             "max_cost_usd": None if limits.max_cost_usd is None else str(limits.max_cost_usd),
             "soft_held": limits.soft_held,
@@ -218,7 +222,13 @@ def limits_from_json(text: str) -> Limits:
     return Limits(
         pool_size=int(data["pool_size"]),
         routes=tuple(
-            RouteCaps(name, *(caps.get(f) for f in ROUTE_FIELDS))
+            RouteCaps(
+                name,
+                caps.get("max_concurrent"),
+                caps.get("rpm"),
+                caps.get("tpm"),
+                command=bool(caps.get("command", False)),
+            )
             for name, caps in data["routes"].items()
         ),
         soft_cost_usd=_money(data.get("soft_cost_usd")),
@@ -226,6 +236,13 @@ def limits_from_json(text: str) -> Limits:
         soft_held=data.get("soft_held"),
         unpriced_route=data.get("unpriced_route"),
     )
+
+
+def _caps_json(caps: RouteCaps) -> dict[str, Any]:
+    out: dict[str, Any] = {f: getattr(caps, f) for f in ROUTE_FIELDS}
+    if caps.command:  # said only when true: a row an older version wrote reads the same
+        out["command"] = True
+    return out
 
 
 def with_limits(settings: Settings, limits: Limits) -> Settings:

@@ -56,6 +56,13 @@ class RouteCaps:
     max_concurrent: int | None = None
     rpm: int | None = None
     tpm: int | None = None
+    # A command route: its CLI makes its own API calls, which nothing here paces (no rpm, tpm).
+    command: bool = False
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The limits that apply to the route (livelimits.ROUTE_FIELDS, or a command's one)."""
+        return ("max_concurrent",) if self.command else ("max_concurrent", "rpm", "tpm")
 
 
 @record

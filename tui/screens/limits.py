@@ -9,7 +9,6 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from flightdeck.engine.commands import (
-    ROUTE_FIELDS,
     CommandError,
     LimitError,
     parse_count,
@@ -84,7 +83,7 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
             for i, caps in enumerate(limits.routes):
                 yield Label(Text(f"route {one_line(caps.route, 40)}", style="bold"))
                 with Horizontal(classes="limit-row"):
-                    for field in ROUTE_FIELDS:
+                    for field in caps.fields:
                         yield Label(field, classes="limit-label")
                         yield Input(_shown(getattr(caps, field)), id=_field_id(i, field))
             hard = limits.max_cost_usd
@@ -122,7 +121,7 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
             out["pool_size"] = pool
         routes: dict[str, dict[str, int | None]] = {}
         for i, caps in enumerate(limits.routes):
-            for field in ROUTE_FIELDS:
+            for field in caps.fields:
                 value = parse_count(field, self._value(f"#{_field_id(i, field)}"))
                 if value != getattr(caps, field):
                     routes.setdefault(caps.route, {})[field] = value
