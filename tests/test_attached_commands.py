@@ -143,6 +143,23 @@ def test_logs_follow_ends_when_the_owner_dies_and_says_how_to_resume(tmp_path: P
                 ended(follow)
 
 
+def test_logs_of_a_child_not_started_yet_says_so(tmp_path: Path) -> None:
+    # Found by an audit: `logs B c1` of a queued child printed nothing and exited 0.
+    with CountingServer() as server:
+        server.hold()  # c000 holds the one slot: c001 stays queued
+        folder = project(tmp_path, server, 2, pool=1)
+        owner, batch_id, _ = live_owner(folder)
+        try:
+            until(lambda: server.total_runs() >= 1, 30)
+            logs = flightdeck(folder, "logs", batch_id, "c001")
+            out, err = logs.communicate(timeout=30)
+            assert (logs.returncode, out) == (1, "")
+            assert err == "flightdeck: c001 has not started yet (queued): it has no transcript\n"
+        finally:
+            server.release()
+            ended(owner)
+
+
 def test_stop_names_the_children_that_had_already_ended(tmp_path: Path) -> None:
     # Found by an audit: `stop B c0` of a completed child printed `stop applied: c0`, exit 0,
     # and nothing was stopped; a query's count says how many had ended.

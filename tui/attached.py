@@ -170,6 +170,11 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
         if row.started_ts is not None and not path.exists():  # written from its start on
             say_error(deleted)
             return ExitCode.INCOMPLETE
+        if row.started_ts is None and not path.exists() and not args.follow:
+            # Nothing printed and exit 0 read as an empty transcript; `-f` waits for it instead.
+            when = "never started" if row.status.terminal else "has not started yet"
+            say_error(f"{args.child_id} {when} ({row.status.value}): it has no transcript")
+            return ExitCode.INCOMPLETE
         out = sys.stdout
         try:
             if not args.follow:
