@@ -433,6 +433,29 @@ def test_resuming_a_finished_batch_refuses_what_its_owner_left_pending(tmp_path:
     assert row.reason == "the batch had finished (completed)"
 
 
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (BatchStatus.COMPLETED, ExitCode.OK),
+        (BatchStatus.FAILED, ExitCode.INCOMPLETE),
+        (BatchStatus.STOPPED, ExitCode.INCOMPLETE),
+    ],
+)
+def test_resuming_a_finished_batch_exits_as_run_and_wait_do(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    status: BatchStatus,
+    code: ExitCode,
+) -> None:
+    # Found by an audit: it exited 0 for a failed batch, so `resume B && deploy` went on.
+    batch_id, _ = abandoned(tmp_path)
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.finish_batch(batch_id, status, 1600.0)
+    assert main(["resume", batch_id, "--state-dir", str(tmp_path)]) == code
+    out = capsys.readouterr().out
+    assert out == f"batch b1 has already finished ({status.value}): nothing to do\n"
+
+
 def test_resume_keeps_the_delegates_that_ended_and_never_reuses_their_ids(
     tmp_path: Path,
 ) -> None:

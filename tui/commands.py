@@ -22,6 +22,8 @@ from rich.text import Text
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.attached.served import Served
     from flightdeck.engine.attached.store import BatchInfo, StoreReader
+    from flightdeck.engine.owner.resume import NothingToResume
+    from rich.console import Console
 
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
@@ -171,6 +173,13 @@ def _port(s: Served) -> str:
 # -- a batch's owner taken over (resume) -------------------------------------------------------
 
 
+def _finished(exc: NothingToResume, console: Console) -> ExitCode:
+    """A batch that had already ended: said, and its exit code as `run` and `wait` give it
+    (`resume B && next` must not go on after a failed batch)."""
+    console.print(Text(one_line(str(exc))))
+    return ExitCode.OK if exc.status == "completed" else ExitCode.INCOMPLETE
+
+
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
     from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
@@ -182,8 +191,7 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             db.parent, args.batch_id, rerun=not args.no_rerun, reopen=args.reopen
         )
     except NothingToResume as exc:
-        console.print(Text(one_line(str(exc))))
-        return ExitCode.OK
+        return _finished(exc, console)
     tune_interpreter()
     try:
         code = run_headless(engine, console)
@@ -191,8 +199,7 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
         err.print(Text(f"flightdeck: {one_line(str(exc))}; nothing changed"))
         return ExitCode.USAGE
     except NothingToResume as exc:  # it finished between the look and the claim
-        console.print(Text(one_line(str(exc))))
-        return ExitCode.OK
+        return _finished(exc, console)
     found = engine.resumed
     if found is not None:
         line = f"resumed: {found.rerun} re-run, {found.lost} left unknown"
