@@ -111,9 +111,13 @@ def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> 
     # c2 and c3 both change shared.txt: said before, and the merge stops, nothing applied.
     clash = fd(folder, "merge", batch, "c1", "c2", "c3", "--into", "main")
     assert clash.returncode == 1
-    assert "changed by more than one of them: shared.txt (c2, c3)" in clash.stderr
-    assert "conflict" in clash.stderr and "shared.txt" in clash.stderr
-    assert "nothing applied" in clash.stderr
+    # Each said once (found by an audit: the refusal said the overlap and "nothing applied"
+    # again after the warning).
+    assert clash.stderr == (
+        "warning: changed by more than one of them: shared.txt (c2, c3)\n"
+        "flightdeck: accept refused, nothing applied: c3 conflicts with main and c1, c2 in "
+        "shared.txt (no branch moved, every worktree kept)\n"
+    )
     assert git(repo, "rev-parse", "main") == main_before
     assert not [b for b in branches(repo) if b.startswith("flightdeck/")]
     assert len(worktrees(repo)) == 4
@@ -170,6 +174,47 @@ def test_diff_of_a_running_child_says_it_has_not_ended(tmp_path: Path) -> None:
         assert info is not None and info.owner_pid is not None
         until(lambda: ended(info.owner_pid), 60, what="the detached owner gone")
     assert "+made" in fd(folder, "diff", batch, "s2").stdout
+
+
+def test_a_merge_the_owner_applies_is_said_as_one_applied_here(tmp_path: Path) -> None:
+    # Found by an audit: through a live owner it printed `fast: merged into main`, applied by
+    # the command itself `accepted fast into main (now <sha>)`.
+    marker = tmp_path / "release"
+    repo, folder = project(tmp_path, {"fast": "x.txt=one", "slow": "y.txt=two"})
+    argv = [sys.executable, str(FAKES / "edit_files.py"), "--hold", str(marker), "{goal}"]
+    with open(folder / "flightdeck.toml", "a") as fh:  # slow holds the batch (and owner) open
+        fh.write('[routes.held]\nprovider = "command"\nworkspace = "worktree"\n')
+        fh.write(f"argv = {json.dumps(argv)}\n")
+    tasks = (folder / "tasks.toml").read_text()
+    (folder / "tasks.toml").write_text(tasks.replace('id = "slow"', 'id = "slow"\nroute = "held"'))
+    started = fd(folder, "run", "tasks.toml", "--detach")
+    assert started.returncode == 0, started.stderr
+    batch = started.stdout.strip()
+    db = folder / "state" / "flightdeck.db"
+
+    def fast_done() -> bool:
+        with StoreReader(db) as reader:
+            row = reader.child(batch, "fast")
+        return row is not None and row.changes is not None
+
+    try:
+        until(fast_done, 60, what="fast's changes recorded")
+        merged = fd(folder, "merge", batch, "fast", "--into", "main")
+        assert merged.returncode == 0, merged.stderr
+        with StoreReader(db) as reader:
+            info = reader.batch(batch)
+        assert info is not None and info.finished_ts is None  # the owner applied it
+        now = git(repo, "rev-parse", "main")[:12]
+        assert merged.stdout == f"accepted fast into main (now {now})\n"
+    finally:
+        marker.touch()
+        fd(folder, "wait", batch)
+        with StoreReader(db) as reader:
+            info = reader.batch(batch)
+        assert info is not None and info.owner_pid is not None
+        until(lambda: ended(info.owner_pid), 60, what="the detached owner gone")
+    gone = fd(folder, "discard", batch, "slow")  # no owner now: applied here, said alike
+    assert (gone.returncode, gone.stdout) == (0, "discarded slow\n")
 
 
 def test_retry_of_an_ended_batch_starts_its_owner_again(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ def test_a_conflicting_pair_is_reported_and_nothing_is_applied(tmp_path: Path) -
     done = accept(repo, "main", works, "b1")
     assert isinstance(done, Conflicted)
     assert (done.child_id, done.paths, done.after) == ("c2", ("a.py",), ("c1",))
-    assert "c2 conflicts with main and c1 in a.py: nothing was applied" in done.report
+    assert "c2 conflicts with main and c1 in a.py (no branch moved" in done.report
     # Nothing half-applied: the branch, its checkout, the branches and the worktrees as before.
     assert git(repo, "rev-parse", "main") == main
     assert (

@@ -197,7 +197,7 @@ def cmd_discard(args: argparse.Namespace) -> ExitCode:
 def _review(args: argparse.Namespace, db: Path, command: Accept | Discard) -> ExitCode:
     from flightdeck.engine.attached.client import OwnerGone
     from flightdeck.engine.attached.rework import review
-    from flightdeck.engine.commands import Accept, CommandError
+    from flightdeck.engine.commands import CommandError
 
     try:
         outcome = review(db, args.batch_id, command)
@@ -207,10 +207,5 @@ def _review(args: argparse.Namespace, db: Path, command: Accept | Discard) -> Ex
     except OwnerGone as exc:
         say_error(str(exc))
         return ExitCode.INCOMPLETE
-    if outcome is not None:
-        console_for().print(Text(one_line(outcome.said)))
-    else:
-        into = one_line(command.into, 100) if isinstance(command, Accept) else ""
-        done = f"merged into {into}" if isinstance(command, Accept) else "discarded"
-        console_for().print(Text(f"{children_said(list(command.child_ids), False)}: {done}"))
+    console_for().print(Text(one_line(outcome.said)))
     return ExitCode.OK

@@ -25,10 +25,10 @@ from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import RequestRow, RequestState, with_connection
 from flightdeck.engine.records.rows import INSERT_EVENT
-from flightdeck.engine.review.apply import Outcome, Reviewer, overlap_text
+from flightdeck.engine.review.apply import Outcome, Reviewer, overlap_text, said_of
 from flightdeck.engine.review.git import GitError, branch_name_problem
 from flightdeck.engine.review.tree import changes_patch
-from flightdeck.engine.review.values import Changes
+from flightdeck.engine.review.values import Changes, changes_from_json
 
 __all__ = [
     "Changes",
@@ -150,19 +150,30 @@ def overlap_of(db: Path, batch_id: str, ids: tuple[str, ...]) -> str | None:
 overlap_in = overlap_text  # the same, of rows the caller has
 
 
-def review(
-    db: Path, batch_id: str, command: Accept | Discard, poll_s: float = 0.1
-) -> Outcome | None:
-    """Apply an accept or discard: through the batch's owner while one lives (None once it
-    has), else here. CommandError (nothing applied) saying why it could not be."""
+def review(db: Path, batch_id: str, command: Accept | Discard, poll_s: float = 0.1) -> Outcome:
+    """Apply an accept or discard: through the batch's owner while one lives, else here.
+    CommandError (nothing applied) saying why it could not be."""
     with Client(db, batch_id) as client:
         if client.owner().alive:
             rid = client.send(command)
             for row in client.follow(rid, poll_s):
                 if row.state is RequestState.REFUSED:
                     raise CommandError(row.reason or f"{command.title} refused")
-            return None
+            return _applied(db, batch_id, command)
     return review_here(db, batch_id, command)
+
+
+def _applied(db: Path, batch_id: str, command: Accept | Discard) -> Outcome:
+    """What the owner decided, read back from its events (written before it settled the
+    request): said as this process says what it applies itself."""
+    decided: dict[str, Changes] = {}
+    with StoreReader(db) as reader:
+        for _, child_id, kind, detail in reader.events(batch_id):
+            changes = changes_from_json(detail) if kind == command.kind else None
+            if changes is not None and child_id in command.child_ids:
+                decided[child_id] = changes
+    ordered = {i: decided[i] for i in dict.fromkeys(command.child_ids) if i in decided}
+    return Outcome(ordered, said_of(ordered))
 
 
 def review_here(db: Path, batch_id: str, command: Accept | Discard) -> Outcome:

@@ -77,25 +77,20 @@ class Reviewer:
                 else:
                     discard(repo, work, self._batch_id)
                 decided[work.child_id] = work.changes.decided("discarded")
-            return Outcome(decided, f"discarded {', '.join(decided)}")
+            return Outcome(decided, said_of(decided))
         repos = {_repo(w) for w in works}
         if len(repos) != 1:
             raise GitError("these children's worktrees are of different repositories")
         done = accept(repos.pop(), command.into, works, self._batch_id)
-        shared = overlaps(works)
-        if isinstance(done, Conflicted):
-            report = done.report
-            if shared:
-                report += "; changed by more than one of them: " + _overlap_text(shared)
-            raise GitError(report)
+        if isinstance(done, Conflicted):  # the files they share were said before it was sent
+            raise GitError(done.report)
         decided = {
             w.child_id: w.changes.decided(
                 "accepted", branch=done.branches[w.child_id][0], into=done.into, commit=done.commit
             )
             for w in works
         }
-        said = f"accepted {', '.join(decided)} into {done.into} (now {done.commit[:12]})"
-        return Outcome(decided, said, shared)
+        return Outcome(decided, said_of(decided), overlaps(works))
 
     def _refused(self, command: Accept | Discard, reason: str) -> None:
         detail = {"kind": command.kind, "child_ids": list(command.child_ids), "reason": reason}
@@ -111,6 +106,17 @@ class Reviewer:
                 f"{changes.into} ({(changes.commit or '')[:12]})"
             )
         return f"discarded: {changes.summary}; its {changes.mode} removed"
+
+
+def said_of(decided: Mapping[str, Changes]) -> str:
+    """What an accept or discard did, in the one sentence every process that applies it (or
+    reads what the owner applied) prints: `accepted c1, c2 into main (now 1a2b3c4d5e6f)`."""
+    ids = ", ".join(decided)
+    first = next(iter(decided.values()), None)
+    if first is None or first.state != "accepted":
+        return f"discarded {ids}"
+    now = f" (now {first.commit[:12]})" if first.commit else ""
+    return f"accepted {ids} into {first.into}{now}"
 
 
 def overlap_text(rows: Mapping[str, ChildRow], ids: tuple[str, ...]) -> str | None:

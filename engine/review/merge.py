@@ -62,7 +62,8 @@ class Conflicted:
         shown = ", ".join(self.paths[:8]) + (" …" if len(self.paths) > 8 else "")
         ahead = f" and {', '.join(self.after)}" if self.after else ""
         return (
-            f"{self.child_id} conflicts with {self.into}{ahead} in {shown}: nothing was applied "
+            # Whoever says it says first that nothing was applied: not said twice.
+            f"{self.child_id} conflicts with {self.into}{ahead} in {shown} "
             f"(no branch moved, every worktree kept)"
         )
 
@@ -178,7 +179,7 @@ def _move(repo: Path, into: str, before: str, tip: str) -> None:
         return
     now = run(checkout, "rev-parse", "HEAD").text
     if now != before:
-        raise GitError(f"{into} moved while the merge was prepared: nothing was applied")
+        raise GitError(f"{into} moved while the merge was prepared")
     run(checkout, "merge", "--ff-only", "--quiet", tip)
 
 
