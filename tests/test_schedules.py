@@ -198,3 +198,41 @@ def test_a_resumed_schedule_never_reuses_a_waves_id() -> None:
     clock = ScheduleClock((every(60),), T0, lambda i: i in taken)
     (wave,) = clock.due(T0 + 60, never_live)
     assert wave[0].id == "scan-w3" and wave[0].goal == "Scan the logs (wave 3)"
+
+
+def test_an_unknown_placeholder_in_a_template_is_refused_as_for_each_refuses_it(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: `{bogus}` was left in every wave's goal ("y 1 {bogus}").
+    (tmp_path / "b.toml").write_text(
+        '[[schedules]]\nevery = "1m"\n[schedules.task]\ngoal = "y {wave} {bogus}"\n'
+    )
+    out = flightdeck("run", "b.toml", "--headless", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        "flightdeck: b.toml:4: goal: unknown placeholder {bogus} (known: {wave}; write"
+        " {{bogus}} for the text itself)\n"
+    )
+    assert not (tmp_path / ".flightdeck").exists()
+    path = tmp_path / "c.toml"
+    path.write_text('[[schedules]]\nevery = "1m"\n[schedules.task]\ngoal = "y"\ncontext = "{x}"\n')
+    with pytest.raises(SpecError, match=r"c.toml:5: context: unknown placeholder \{x\}"):
+        load_batch(path)
+
+
+def test_a_for_each_template_fills_wave_in_each_wave_and_braces_stay_text(
+    tmp_path: Path,
+) -> None:
+    # for_each refused `{wave}` (not one of its own placeholders) in a schedule's template.
+    path = tmp_path / "b.toml"
+    path.write_text(
+        '[[schedules]]\nevery = "1m"\n[schedules.task]\nid = "s-{index}"\n'
+        'goal = "{item} in wave {wave} {{wave}}"\nfor_each = ["a{wave}", "b"]\n'
+    )
+    (schedule,) = load_batch(path).schedules
+    clock = ScheduleClock((schedule,), T0)
+    (wave,) = clock.due(T0 + 60, never_live)
+    assert [(t.id, t.goal) for t in wave] == [
+        ("s-1-w1", "a{wave} in wave 1 {wave}"),
+        ("s-2-w1", "b in wave 1 {wave}"),
+    ]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from flightdeck.engine.inputs.tasks import Schedule, Task
+from flightdeck.engine.inputs.tasks.expand import fill_wave
 
 
 class ScheduleClock:
@@ -80,8 +81,8 @@ def _wave(s: Schedule, n: int) -> list[Task]:
         dataclasses.replace(
             t,
             id=f"{t.id}-w{n}",
-            goal=t.goal.replace("{wave}", str(n)),
-            context=None if t.context is None else t.context.replace("{wave}", str(n)),
+            goal=fill_wave(t.goal, n),
+            context=None if t.context is None else fill_wave(t.context, n),
             source=f"{t.source} (schedule {s.id}, wave {n})",
         )
         for t in s.tasks

@@ -6,6 +6,7 @@ import datetime
 import json
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from flightdeck.engine.inputs.messages import expected, suggest
@@ -20,6 +21,7 @@ from flightdeck.engine.inputs.tomlpos import Key
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 _DECOMPOSE = ("for_each", "for_each_file")
 _TEMPLATED = ("id", "goal", "context", "group")
+_WAVE_FIELDS = ("goal", "context")  # what a schedule's wave fills {wave} in (fill_wave)
 
 
 @dataclass(slots=True)
@@ -50,10 +52,17 @@ class Draft:
 
 
 def expand(
-    raw: object, src: Source, key: Key, defaults: dict[str, object], room: Room
+    raw: object,
+    src: Source,
+    key: Key,
+    defaults: dict[str, object],
+    room: Room,
+    *,
+    wave: bool = False,
 ) -> list[Draft]:
     """Validate one tasks entry and decompose it into one draft per item, each counted in
-    `room`."""
+    `room`. `wave`: a schedule's template, whose goal and context are filled again for each
+    wave (`{wave}` kept for it, `{{` and `}}` left escaped, every other placeholder refused)."""
     if not isinstance(raw, dict):
         raise src.error(key, None, expected("a task table", raw))
     allowed = TASK_FIELDS + _DECOMPOSE
@@ -76,13 +85,15 @@ def expand(
     else:
         items = None
     route_at = _set_at("route", raw, key) if "route" in fields else None
+    where = {n: _set_at(n, raw, key) for n in _TEMPLATED}
     if items is None:
         room.take(src, key, None)
+        if wave:  # refused here, with its line, as a for_each template's are
+            _substitute(src, where, {n: fields.get(n) for n in _WAVE_FIELDS}, {}, "", wave)
         return [Draft(fields, src, key, "", route_at)]
-    where = {n: _set_at(n, raw, key) for n in _TEMPLATED}
     drafts = []
     for label, values in items:
-        fields_now = _substitute(src, where, fields, values, label)
+        fields_now = _substitute(src, where, fields, values, label, wave)
         drafts.append(Draft(fields_now, src, key, label, route_at))
     return drafts
 
@@ -188,25 +199,50 @@ def _substitute(
     fields: dict[str, object],
     values: dict[str, str],
     label: str,
+    wave: bool = False,
 ) -> dict[str, object]:
-    """Fill the placeholders of the templated fields with one item's values."""
+    """Fill the placeholders of the templated fields with one item's values (`wave`: of a
+    schedule's template, see `expand`)."""
     out = dict(fields)
+    escaped = {k: v.replace("{", "{{").replace("}", "}}") for k, v in values.items()}
+    escaped["wave"] = "{wave}"
     for name in _TEMPLATED:
         template = fields.get(name)
         if not isinstance(template, str):
             continue
+        later = wave and name in _WAVE_FIELDS  # filled again as each wave is made
+        known = {**values, "wave": "{wave}"} if later else values
         for placeholder in _PLACEHOLDER.findall(template):
-            if placeholder and placeholder not in values:  # "": an escaped brace
-                known = ", ".join("{" + k + "}" for k in values)
+            if placeholder and placeholder not in known:  # "": an escaped brace
+                listed = ", ".join("{" + k + "}" for k in known) or "none"
                 message = (
-                    f"{label}unknown placeholder {{{placeholder}}} (known: {known}; "
+                    f"{label}unknown placeholder {{{placeholder}}} (known: {listed}; "
                     f"write {{{{{placeholder}}}}} for the text itself)"
                 )
                 raise src.error(*where[name], message)
-        out[name] = _PLACEHOLDER.sub(lambda m: _fill(m, values), template)
+        if later:  # an item's braces are text: escaped, so fill_wave leaves them be
+            out[name] = _PLACEHOLDER.sub(partial(_keep, escaped), template)
+        else:
+            out[name] = _PLACEHOLDER.sub(lambda m: _fill(m, values), template)
         if name in ("goal", "group") and blank(str(out[name])):  # as check_field says of them
             raise src.error(*where[name], f"{label}the {name} is empty for this item")
     return out
+
+
+def _keep(escaped: dict[str, str], match: re.Match[str]) -> str:
+    name = match.group(1)
+    return match.group(0) if name is None else escaped[name]  # "{{" stays, for fill_wave
+
+
+def fill_wave(template: str, wave: int) -> str:
+    """A schedule's goal or context for wave `wave`: `{wave}` its number, `{{` and `}}` a
+    brace (the loader refused any other placeholder)."""
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return m.group(0)[0] if name is None else str(wave) if name == "wave" else m.group(0)
+
+    return _PLACEHOLDER.sub(fill, template)
 
 
 def _fill(match: re.Match[str], values: dict[str, str]) -> str:

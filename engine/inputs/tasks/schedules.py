@@ -75,7 +75,7 @@ def load_schedules(
         if isinstance(template, dict) and "id" not in template and "for_each" not in template:
             template = {**template, "id": schedule_id}
         # A template is one wave's tasks, counted on its own (a wave is a task file's worth).
-        drafts = expand(template, src, (*key, "task"), defaults, Room(max_tasks))
+        drafts = expand(template, src, (*key, "task"), defaults, Room(max_tasks), wave=True)
         tasks = finish(drafts).tasks
         out.append(
             Schedule(
