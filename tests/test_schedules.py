@@ -128,6 +128,50 @@ def test_max_runs_counts_across_waves_and_ends_the_batch(
     assert said == ["the schedules end, no more waves: max_runs (2) reached"]
 
 
+LAST = "0 0 1 1 * 0 2027"  # one date: 2027-01-01 00:00 UTC, then never again
+NEW_YEAR = datetime(2027, 1, 1, tzinfo=UTC).timestamp()
+
+
+def test_a_cron_past_its_last_date_ends_its_schedule_once() -> None:
+    last = Schedule(id="once", tasks=(dataclasses.replace(TEMPLATE[0], id="once"),), cron=LAST)
+    clock = ScheduleClock((last, every(3600)), T0)
+    (wave, _) = clock.due(NEW_YEAR, never_live)  # its last wave is still made
+    assert wave[0].id == "once-w1"
+    assert [s.id for s in clock.over()] == ["once"]
+    assert clock.over() == [] and clock  # said once; the other one goes on
+    assert [w[0].id for w in clock.due(NEW_YEAR + 3600, never_live)] == ["scan-w2"]
+    # Made again after its last date (a resume): over at once, never due.
+    again = ScheduleClock((last,), NEW_YEAR + 1)
+    assert [s.id for s in again.over()] == ["once"] and not again
+    assert again.due(NEW_YEAR + 10**8, never_live) == [] and again.next_in(NEW_YEAR) is None
+
+
+def test_a_batch_whose_cron_passes_its_last_date_ends_when_its_last_wave_has(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by an audit: croniter's CroniterBadDateError failed the coordinator, every child
+    # stopped, the last wave never made.
+    clock = FakeClock()
+    batch = Batch(name="s", tasks=(), schedules=(Schedule(id="scan", tasks=TEMPLATE, cron=LAST),))
+    s = settings(sim_route(tool_turns=0))
+    engine = Engine(batch, s, state_dir=tmp_path / "state", clock=clock)
+    engine.start()
+    try:
+        assert not engine.wait(0.2)
+        clock.now = NEW_YEAR
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    assert [(c.id, c.status) for c in engine.snapshot().children] == [
+        ("scan-w1", ChildStatus.COMPLETED)
+    ]
+    assert engine.status is BatchStatus.COMPLETED
+    said = [r.getMessage() for r in caplog.records if "cron" in r.getMessage()]
+    assert said == [
+        f"the schedules end, no more waves: schedule scan's cron '{LAST}' names no later date"
+    ]
+
+
 # --- the file format ---------------------------------------------------------------------------
 
 GOOD = """

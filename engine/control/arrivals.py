@@ -118,6 +118,12 @@ class Arrivals:
             tasks = [dataclasses.replace(t, seq=self._next_seq + i) for i, t in enumerate(wave)]
             self._next_seq += len(tasks)
             self._slots.queues.add(self._slots.add([self._spawn(t) for t in tasks]))
+        for s in self._schedules.over():  # said once each; the last one ends the waves
+            why = f"schedule {s.id}'s cron {s.cron!r} names no later date"
+            if not self._schedules:
+                self.end_schedules(why)
+                return
+            log.warning("%s: its waves end, the other schedules go on", why)
 
     def _id_taken(self, child_id: str) -> bool:
         """Whether a child has this id (running here, or kept from before a resume)."""

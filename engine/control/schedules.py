@@ -27,13 +27,30 @@ class ScheduleClock:
     ) -> None:
         self._schedules = schedules
         self._id_taken = taken  # a resumed batch's earlier waves keep their ids
-        self._next = {s.id: now if s.at_start else _after(s, now) for s in schedules}
+        # Only the schedules that fire again: a cron with a year names a last date.
+        self._next: dict[str, float] = {}
+        self._over: list[Schedule] = []  # ended since `over()` was last asked
+        for s in schedules:
+            self._set_next(s, now if s.at_start else _after(s, now))
         self._waves = dict.fromkeys((s.id for s in schedules), 0)
         self._last_wave: dict[str, tuple[str, ...]] = {}
         self.skipped = dict.fromkeys((s.id for s in schedules), 0)
 
     def __bool__(self) -> bool:
-        return bool(self._schedules)
+        """Whether any schedule fires again."""
+        return bool(self._next)
+
+    def over(self) -> list[Schedule]:
+        """The schedules that ended since last asked: their cron names no later date."""
+        over, self._over = self._over, []
+        return over
+
+    def _set_next(self, s: Schedule, when: float | None) -> None:
+        if when is None:
+            self._next.pop(s.id, None)
+            self._over.append(s)
+        else:
+            self._next[s.id] = when
 
     def due(self, now: float, live: Callable[[str], bool]) -> list[list[Task]]:
         """The waves to queue now, one per schedule whose time has come and whose last wave
@@ -41,9 +58,9 @@ class ScheduleClock:
         after `now`, however many were missed."""
         waves = []
         for s in self._schedules:
-            if now < self._next[s.id]:
+            if s.id not in self._next or now < self._next[s.id]:
                 continue
-            self._next[s.id] = _after(s, now)
+            self._set_next(s, _after(s, now))  # this wave is still made if it is the last
             if any(live(i) for i in self._last_wave.get(s.id, ())):
                 self.skipped[s.id] += 1
                 continue
@@ -63,15 +80,20 @@ class ScheduleClock:
         return max(0.0, min(self._next.values()) - now)
 
 
-def _after(s: Schedule, now: float) -> float:
-    """The first time this schedule fires strictly after `now`."""
+def _after(s: Schedule, now: float) -> float | None:
+    """The first time this schedule fires strictly after `now`; None: never again (its cron's
+    year field has passed: the load checked only that it fires once)."""
     if s.every_s is not None:
         return now + s.every_s
     assert s.cron is not None
-    from croniter import croniter  # here: it costs every command's start 20 ms, most use none
+    # here: it costs every command's start 20 ms, most use none
+    from croniter import CroniterBadDateError, croniter
 
     start = datetime.fromtimestamp(now, UTC)
-    return float(croniter(s.cron, start).get_next(float))
+    try:
+        return float(croniter(s.cron, start).get_next(float))
+    except CroniterBadDateError:
+        return None
 
 
 def _wave(s: Schedule, n: int) -> list[Task]:
