@@ -56,6 +56,12 @@ def recorded(folder: Path, batch_id: str) -> bool:
         return reader.batch(batch_id) is not None
 
 
+def held(folder: Path, batch_id: str) -> str | None:
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        info = reader.batch(batch_id)
+    return None if info is None else info.held
+
+
 def status(folder: Path, batch_id: str, child_id: str) -> str | None:
     with StoreReader(folder / "state" / "flightdeck.db") as reader:
         row = reader.child(batch_id, child_id)
@@ -213,3 +219,28 @@ def test_all_with_where_names_what_conflicts(
     assert capsys.readouterr().err == "flightdeck: --where: give --all or --where (not both)\n"
     assert main(["stop", "b-none", "c1", "--where", "group:g1", "--state-dir", str(tmp_path)]) == 2
     assert "name children or give --where (not both)" in capsys.readouterr().err
+
+
+def test_continue_of_admission_the_soft_budget_still_holds_says_how_to_lift_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: `continue B` over a batch held by the operator and the soft budget
+    # said "continue applied", as if children started again; the soft budget held on.
+    owner, batch_id, hold = sim_owner(
+        tmp_path, ["t1", "t2"], pool=1, more="[budget]\nsoft_cost_usd = 0\n"
+    )
+    state = ("--state-dir", str(tmp_path / "state"))
+    try:
+        until(lambda: "soft budget" in (held(tmp_path, batch_id) or ""), 30)
+        assert main(["pause", batch_id, *state]) == 0
+        capsys.readouterr()
+        assert main(["continue", batch_id, *state]) == 0
+        limits = f"flightdeck limits {batch_id} --soft-cost USD --state-dir {tmp_path / 'state'}"
+        assert capsys.readouterr().out.replace("\n", " ").strip() == (
+            f"continue applied: admission of batch {batch_id}, but it is still held: soft "
+            f"budget $0.00 reached: spent $0.00. To go on: {limits} (raise it) or --soft-cost "
+            "off (drop it)"
+        )
+        assert main(["stop", batch_id, "--all", *state]) == 0  # else it holds on to the end
+    finally:
+        ended(owner, hold)

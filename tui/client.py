@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.attached.hints import command_line
+from flightdeck.engine.attached.hints import command_line, soft_lift
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.clienttargets import acted_on, delegates_said
 from flightdeck.tui.console import console_for
@@ -291,6 +291,10 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
             if paused != resume and client.owner().status.value == "running":
                 console_for().print(Text(f"{what}: {'already' if paused else 'not'} paused"))
                 return ExitCode.OK
+            if resume and (soft := client.limits().soft_held):  # the operator's hold ends, not it
+                what += f", but it is still held: {one_line(soft, 200)}. " + soft_lift(
+                    client.db.parent, args.batch_id
+                )
         rid = _sent(client, command)
         return _until_applied(client, rid, f"{verb} applied: {what}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.attached.hints import command_line
+from flightdeck.engine.attached.hints import command_line, soft_lift
 from flightdeck.engine.model import (
     ChildFinished,
     ChildRow,
@@ -43,9 +43,8 @@ def soft_hold_hint(engine: Engine, held: str) -> str:
     commands that raise it, drop it, or stop the batch."""
     where, b = engine.state_dir, engine.batch_id
     return (
-        f"held: {sanitize(held)}; running children go on. To go on: "
-        f"{command_line(where, 'limits', b, '--soft-cost', 'USD')} (raise it) or --soft-cost "
-        f"off (drop it); to stop: {command_line(where, 'stop', b, '--all')}"
+        f"held: {sanitize(held)}; running children go on. {soft_lift(where, b)}; "
+        f"to stop: {command_line(where, 'stop', b, '--all')}"
     )
 
 

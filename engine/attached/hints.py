@@ -17,3 +17,9 @@ def command_line(state_dir: Path | str, *words: str) -> str:
     folder (it came from the command line or flightdeck.toml: untrusted text)."""
     words = (*words, "--state-dir", os.path.abspath(state_dir))
     return " ".join(["flightdeck", *(w if w == "…" else shlex.quote(sanitize(w)) for w in words)])
+
+
+def soft_lift(state_dir: Path | str, batch_id: str) -> str:
+    """The commands that lift the soft budget's hold on admission: raise it, or drop it."""
+    limits = command_line(state_dir, "limits", batch_id, "--soft-cost", "USD")
+    return f"To go on: {limits} (raise it) or --soft-cost off (drop it)"

@@ -7,12 +7,22 @@ a helper that reached back into the screen (or sent a command itself) would show
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine.api import TuiSettings
 from flightdeck.engine.attached.rework import Changes
-from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry, Stop, StopAll
-from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
+from flightdeck.engine.commands import (
+    Accept,
+    Command,
+    CommandError,
+    ContinueAdmission,
+    Discard,
+    Retry,
+    Stop,
+    StopAll,
+)
+from flightdeck.engine.model import OPERATOR_HOLD, ChildRow, ChildStatus, Limits, Snapshot
 from flightdeck.tui.readonly import READ_ONLY
 from flightdeck.tui.screens import actions, batch, review
 from flightdeck.tui.screens.decisions import (
@@ -96,6 +106,25 @@ def test_quit_exits_at_once_with_nothing_live_else_asks_once(tmp_path: Path) -> 
     assert quit.pressed(live, None, can_detach=True) == ()  # one question at a time
     assert tuple(ask.then(QuitChoice.STOP)) == (Send(StopAll()), Exit(stopped=True))
     assert quit.pressed(live, None, can_detach=True) != ()  # answered: it may ask again
+
+
+def test_continuing_admission_the_soft_budget_still_holds_says_so(tmp_path: Path) -> None:
+    # Found by an audit: P over a batch held by the operator and the soft budget said
+    # "admission continued: children start again", and none started: the soft budget held on.
+    soft = "soft budget $0.00 reached: spent $0.00"
+    snap = dataclasses.replace(
+        snapshot(tmp_path, rows_of(tmp_path, S.RUNNING)),
+        held=f"{OPERATOR_HOLD}; {soft}",
+        limits=Limits(pool_size=4, soft_cost_usd=Decimal(0), soft_held=soft),
+    )
+    assert tuple(batch.pause_admission(snap)) == (
+        Send(ContinueAdmission()),
+        Say(f"admission continued, but still held: {soft}; L raises or drops it"),
+        Poll(),
+    )
+    alone = dataclasses.replace(snap, held=OPERATOR_HOLD, limits=Limits(pool_size=4))
+    (_, said, _) = batch.pause_admission(alone)
+    assert said == Say("admission continued: children start again")
 
 
 def test_many_engine_facts_between_polls_are_one_toast(tmp_path: Path) -> None:

@@ -30,8 +30,11 @@ Sender = Callable[[Command], None]
 def pause_admission(snap: Snapshot | None) -> Decision:
     """Pause the batch's admission, or continue it when the operator paused it."""
     on = not (snap is not None and snap.held is not None and OPERATOR_HOLD in snap.held)
+    soft = snap.limits.soft_held if snap is not None and snap.limits is not None else None
     if on:
         text = "admission paused: no new child starts; the running go on (p pauses them)"
+    elif soft is not None:  # the operator's hold ends, the soft budget's does not
+        text = f"admission continued, but still held: {one_line(soft, 200)}; L raises or drops it"
     else:
         text = "admission continued: children start again"
     return (Send(PauseAdmission() if on else ContinueAdmission()), Say(text), Poll())
