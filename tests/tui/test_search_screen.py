@@ -10,6 +10,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.search import HitScreen, SearchScreen
 from test_attach import OPTIONS, Owner
+from textual.widgets import OptionList
 from tui_support import SIZE, EngineFactory, app_for, on_screen, until
 
 from helpers import until as wait_for
@@ -51,6 +52,47 @@ async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_h
         assert [f.child_id for f in screen.found] == ["c2", "c4"]
         await pilot.press("escape")
         assert app.screen is app.main
+
+
+async def test_a_hit_folds_long_lines_under_their_text_as_the_transcript_pane_does(
+    engine_factory: EngineFactory,
+) -> None:
+    # Found by an audit: the option list wrapped a long line itself, its rest at column 0.
+    goal = "Check the zanzibar config " + " ".join(f"word{i}" for i in range(40))
+    engine = engine_factory([goal], pool=1)
+    assert engine.wait(30)
+    app = app_for(engine)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("F")
+        await until(pilot, lambda: on_screen(app, SearchScreen), "the search screen")
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        await pilot.press(*"zanzibar", "enter")
+        await until(pilot, lambda: bool(screen.found), "results")
+        await pilot.press("enter")
+        await until(pilot, lambda: on_screen(app, HitScreen), "the transcript")
+        hit = app.screen
+        assert isinstance(hit, HitScreen)
+        await until(pilot, lambda: hit.at is not None, "its lines read")
+        assert hit.line is not None and hit.line.endswith(goal)  # the line as written
+
+        def drawn() -> list[str]:
+            shown = hit.query_one("#hit-lines", OptionList)
+            return [shown.render_line(y).text.rstrip() for y in range(shown.size.height)]
+
+        def folded(width: int) -> bool:
+            lines = [line for line in drawn() if line]
+            column = lines[0].index("│")
+            starts = [line[: column + 1] for line in lines if not line[0].isdigit()]
+            return (
+                len(starts) > 3
+                and set(starts) == {" " * column + "│"}
+                and all(len(line) <= width for line in lines)
+            )
+
+        await until(pilot, lambda: folded(96), "folded under the text column")
+        await pilot.resize_terminal(70, 30)  # folded again to the new width
+        await until(pilot, lambda: folded(66) and "word39" in "".join(drawn()), "folded again")
 
 
 @pytest.mark.slow

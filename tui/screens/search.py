@@ -16,7 +16,7 @@ from flightdeck.engine.attached.search import (
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.view import EngineView
-from flightdeck.tui.widgets.transcript import TranscriptHighlighter
+from flightdeck.tui.widgets.transcript import TranscriptHighlighter, wrap_line
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -142,6 +142,8 @@ class HitScreen(Screen[None]):
         super().__init__()
         self.found = found
         self.at: int | None = None  # the line's index among those shown, once read
+        self._lines: list[str] = []  # those shown, as read: folded again to a new width
+        self._width = 0  # the width they were folded to
 
     def compose(self) -> ComposeResult:
         yield Label(self._title(), id="hit-title")
@@ -157,14 +159,41 @@ class HitScreen(Screen[None]):
         self.app.call_from_thread(self._show, around.lines, around.at, around.cut_before)
 
     def _show(self, lines: Sequence[str], at: int, cut_before: bool) -> None:
-        highlighter = TranscriptHighlighter()
-        shown = self.query_one("#hit-lines", OptionList)
-        shown.add_options(highlighter(Text(line)) for line in lines)
+        self._lines = list(lines)
         if cut_before:
             self.query_one("#hit-title", Label).update(self._title(cut_before=True))
         self.at = at
+        self._fold()
+        shown = self.query_one("#hit-lines", OptionList)
         shown.highlighted = at
         shown.scroll_to_highlight(top=False)
+
+    def _fold(self) -> None:
+        """Each line an option, folded as the transcript pane folds it (continuing under its
+        text column, not at column 0 as the option list would wrap it)."""
+        shown = self.query_one("#hit-lines", OptionList)
+        width = self._width = self._fold_width()
+        highlighter = TranscriptHighlighter()  # a line at a time, as the pane's Log does
+        highlighted = shown.highlighted
+        shown.clear_options()
+        shown.add_options(
+            Text("\n").join(highlighter(Text(part)) for part in wrap_line(line, width))
+            for line in self._lines
+        )
+        shown.highlighted = highlighted
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._refold)  # once the list has its new width
+
+    def _refold(self) -> None:
+        if self.at is not None and self._fold_width() != self._width:
+            self._fold()
+
+    def _fold_width(self) -> int:
+        """The width an option's text is drawn in."""
+        shown = self.query_one("#hit-lines", OptionList)
+        padding = shown.get_component_styles("option-list--option").padding.width
+        return shown.scrollable_content_region.width - padding
 
     def _title(self, *, cut_before: bool = False) -> Text:
         title = Text(f"{one_line(self.found.child_id, 60)}  ", style="bold")
@@ -176,12 +205,8 @@ class HitScreen(Screen[None]):
     @property
     def line(self) -> str | None:
         """The highlighted line (for tests)."""
-        shown = self.query_one("#hit-lines", OptionList)
-        index = shown.highlighted
-        if index is None:
-            return None
-        prompt = shown.get_option_at_index(index).prompt
-        return prompt.plain if isinstance(prompt, Text) else str(prompt)
+        index = self.query_one("#hit-lines", OptionList).highlighted
+        return None if index is None else self._lines[index]
 
     def action_close(self) -> None:
         self.dismiss(None)
