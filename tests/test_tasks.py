@@ -386,6 +386,14 @@ def test_a_key_a_terminal_would_not_show_is_named_escaped(tmp_path: Path) -> Non
     assert str(info.value) == f"{path}:1: '\\x1b[2J': unknown key"
 
 
+def test_a_yaml_null_or_boolean_key_is_named_as_the_file_wrote_it(tmp_path: Path) -> None:
+    # Found by an audit: `~: 1` was reported as "None: unknown key", a key the file never wrote.
+    path = write(tmp_path, "b.yaml", "tasks: [{goal: x, ~: 1}]\n")
+    assert str(error_at(path, 1, "~ (null)")).endswith(": ~ (null): unknown key")
+    path = write(tmp_path, "c.yaml", "tasks: [{goal: x}]\ntrue: 1\n")
+    assert "unknown key" in str(error_at(path, 2, "true"))
+
+
 def test_unknown_task_key_suggests_the_right_one(tmp_path: Path) -> None:
     path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nmax_turn = 3\n')
     assert "unknown key (did you mean 'max_turns'?)" in str(error_at(path, 3, "max_turn"))

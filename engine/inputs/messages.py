@@ -36,3 +36,13 @@ def suggest(name: object, choices: Collection[str]) -> str:
     """ " (did you mean 'x'?)" for the closest of `choices`, or ""."""
     close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def key_name(key: object) -> str:
+    """A key as the file wrote it, for messages: YAML's null and booleans are keys too, and
+    Python's None and True are no key the file has."""
+    if key is None:
+        return "~ (null)"
+    if isinstance(key, bool):
+        return str(key).lower()
+    return str(key)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from flightdeck.engine.inputs.messages import expected, suggest
+from flightdeck.engine.inputs.messages import expected, key_name, suggest
 from flightdeck.engine.inputs.tasks.checks import check_field
 from flightdeck.engine.inputs.tasks.count import too_many
 from flightdeck.engine.inputs.tasks.readers import Source, jsonl_objects, read_text, text_lines
@@ -67,7 +67,7 @@ def expand(
         raise src.error(key, None, expected("a task table", raw))
     allowed = TASK_FIELDS + _DECOMPOSE
     for raw_name, value in raw.items():
-        name = str(raw_name)
+        name = key_name(raw_name)
         if name not in allowed:
             raise src.error((*key, name), name, f"unknown key{suggest(name, allowed)}")
         problem = check_field(name, value)

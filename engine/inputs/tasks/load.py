@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from flightdeck.engine.errors import SpecError
-from flightdeck.engine.inputs.messages import expected, kind, suggest
+from flightdeck.engine.inputs.messages import expected, key_name, kind, suggest
 from flightdeck.engine.inputs.tasks.checks import check_field
 from flightdeck.engine.inputs.tasks.expand import Draft, Room, expand
 from flightdeck.engine.inputs.tasks.readers import (
@@ -80,12 +80,12 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
         data = {"tasks": data}
     if not isinstance(data, dict):
         raise src.error((), None, f"expected a table with [[tasks]], got {kind(data)}")
-    for key in map(str, data):
+    for key in map(key_name, data):
         if key not in _TOP_KEYS:
             hint = " (task fields go inside a tasks entry)" if key in TASK_FIELDS else ""
             raise src.error((key,), key, f"unknown key{suggest(key, _TOP_KEYS)}{hint}")
     header = _table(src, data, "batch")
-    for key in map(str, header):
+    for key in map(key_name, header):
         if key not in _BATCH_KEYS:
             field = f"batch.{key}"
             raise src.error(("batch", key), field, f"unknown key{suggest(key, _BATCH_KEYS)}")
@@ -155,7 +155,7 @@ def _workspace(src: Source, value: object) -> Path | None:
 def _defaults(src: Source, table: dict[object, object], max_chars: int) -> dict[str, object]:
     out: dict[str, object] = {}
     for raw_key, value in table.items():
-        key = str(raw_key)
+        key = key_name(raw_key)
         field = f"defaults.{key}"
         if key in ("id", "goal"):
             raise src.error(("defaults", key), field, "every task needs its own; no default")

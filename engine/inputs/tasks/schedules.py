@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from flightdeck.engine.inputs.bounds import MAX_SECONDS
-from flightdeck.engine.inputs.messages import expected, suggest
+from flightdeck.engine.inputs.messages import expected, key_name, suggest
 from flightdeck.engine.inputs.tasks.expand import Draft, Room, expand
 from flightdeck.engine.inputs.tasks.readers import Source
 from flightdeck.engine.inputs.tasks.values import ID_PATTERN, Batch, Schedule
@@ -42,7 +42,7 @@ def load_schedules(
         key = ("schedules", i)
         if not isinstance(raw, dict):
             raise src.error(key, "schedules", expected("a schedule table", raw))
-        for name in map(str, raw):
+        for name in map(key_name, raw):
             if name not in _KEYS:
                 raise src.error(
                     (*key, name), f"schedules.{name}", f"unknown key{suggest(name, _KEYS)}"
