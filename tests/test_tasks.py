@@ -570,6 +570,14 @@ def test_task_fields_at_top_level_get_a_hint(tmp_path: Path) -> None:
     assert "go inside a tasks entry" in str(error_at(path, 1, "goal"))
 
 
+def test_for_each_cannot_be_a_default(tmp_path: Path) -> None:
+    # Found by an audit: said "unknown key", of a key every task may have.
+    for key, value in (("for_each", '["a"]'), ("for_each_file", '"i.txt"')):
+        text = f'[defaults]\n{key} = {value}\n\n[[tasks]]\ngoal = "a {{item}}"\n'
+        err = error_at(write(tmp_path, "b.toml", text), 2, f"defaults.{key}")
+        assert err.message == "cannot be a default: set it in a task"
+
+
 def test_defaults_cannot_set_id(tmp_path: Path) -> None:
     path = write(tmp_path, "b.toml", '[defaults]\nid = "x"\n\n[[tasks]]\ngoal = "a"\n')
     error_at(path, 2, "defaults.id")

@@ -159,6 +159,8 @@ def _defaults(src: Source, table: dict[object, object], max_chars: int) -> dict[
         field = f"defaults.{key}"
         if key in ("id", "goal"):
             raise src.error(("defaults", key), field, "every task needs its own; no default")
+        if key in ("for_each", "for_each_file"):  # a task key, but it decomposes one task
+            raise src.error(("defaults", key), field, "cannot be a default: set it in a task")
         if key not in TASK_FIELDS:
             raise src.error(("defaults", key), field, f"unknown key{suggest(key, TASK_FIELDS)}")
         problem = check_field(key, value) or _length_problem(value, max_chars)
