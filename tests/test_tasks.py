@@ -892,6 +892,20 @@ def test_a_task_file_over_the_size_limit_is_refused_unread(
     assert "too large: over" in str(error_at(path, None, None))
 
 
+def test_a_for_each_file_over_the_size_limit_is_said_at_the_tasks_line_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an audit: said as "in/big.txt: too large: over 256 MiB", no task line nor field.
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 100)
+    write(tmp_path, "in/big.txt", "x\n" * 100)
+    path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a {item}"\nfor_each_file = "in/big.txt"\n')
+    err = error_at(path, 3, "for_each_file")
+    assert err.message == f"{tmp_path / 'in/big.txt'}: too large: over 0 MiB"
+    (tmp_path / "in/big.txt").write_bytes(b"ok\n\xff\n")  # the list's line, where it has one
+    err = error_at(path, 3, "for_each_file")
+    assert err.message == f"{tmp_path / 'in/big.txt'}:2: not valid UTF-8 text"
+
+
 def test_a_goal_over_the_default_limit_is_refused_at_its_field(tmp_path: Path) -> None:
     goal = "x" * 1_000_001
     path = write(tmp_path, "b.jsonl", '{"goal": "ok"}\n{"goal": "' + goal + '"}\n')

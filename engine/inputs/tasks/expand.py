@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.messages import expected, key_name, suggest
 from flightdeck.engine.inputs.tasks.checks import check_field
 from flightdeck.engine.inputs.tasks.count import too_many
@@ -134,7 +135,11 @@ def _file_items(src: Source, key: Key, name: str, room: Room) -> _Items:
     if not data_path.is_file():
         what = "not a file" if data_path.exists() else "file not found"
         raise src.error(key, "for_each_file", f"{what}: {data_path}")
-    text = read_text(data_path)
+    try:
+        text = read_text(data_path)
+    except SpecError as exc:  # at the task's line and field, as the list's other problems
+        where = exc.path if exc.line is None else f"{exc.path}:{exc.line}"
+        raise src.error(key, "for_each_file", f"{where}: {exc.message}") from None
     out: _Items = []
     if suffix == ".txt":
         # Lines starting with "#" are items here ("#123" is a pull request), not comments.
