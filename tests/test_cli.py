@@ -660,6 +660,24 @@ def test_an_unusable_state_dir_is_one_clear_error(project: Path) -> None:
     assert result.stderr.endswith("/blocker exists and is not a folder\n"), result.stderr
 
 
+def test_a_state_dir_that_is_a_file_is_said_so_by_every_command(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: `ls --state-dir FILE` said "FILE/flightdeck.db: no flightdeck state
+    # here (run a batch first)", where `run` said the file is not a folder.
+    from flightdeck.tui.cli import main
+
+    (project / "blocker").write_text("a file where a folder should be")
+    monkeypatch.chdir(project)
+    blocker = project / "blocker"
+    for args in (["ls"], *verbs_with_a_batch_id().values()):
+        assert main([*args, "--state-dir", "blocker"]) == ExitCode.USAGE, args
+        assert capsys.readouterr() == (
+            "",
+            f"flightdeck: state_dir: cannot use {blocker}: {blocker} exists and is not a folder\n",
+        ), args
+
+
 @pytest.mark.slow
 def test_an_unusable_database_is_one_clear_error(project: Path) -> None:
     db = project / "state" / "flightdeck.db"

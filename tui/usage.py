@@ -26,7 +26,13 @@ def state_db(state_dir: Path | None) -> Path:
     """The database of the state folder a reading command (report, ls, attach, logs) names."""
     from flightdeck.engine.attached.store import state_folder
 
-    db = state_folder(state_dir) / "flightdeck.db"
+    folder = state_folder(state_dir)
+    if folder.exists() and not folder.is_dir():  # said as `run` says it, not "no state here"
+        where = folder.absolute()
+        raise UsageError(
+            None, None, "state_dir", f"cannot use {where}: {where} exists and is not a folder"
+        )
+    db = folder / "flightdeck.db"
     if not db.exists():
         raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
     if not db.is_file():
