@@ -54,10 +54,28 @@ async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_h
         assert app.screen is app.main
 
 
-async def test_a_hit_folds_long_lines_under_their_text_as_the_transcript_pane_does(
+def drawn(options: OptionList) -> list[str]:
+    """The lines an option list draws, as plain text."""
+    return [options.render_line(y).text.rstrip() for y in range(options.size.height)]
+
+
+def folded(options: OptionList, width: int) -> bool:
+    """Every line drawn fits `width`, and each line's rest (what starts with a space)
+    continues under its text column, as the transcript pane folds it."""
+    lines = [line for line in drawn(options) if line]
+    column = lines[0].index("│")
+    rest = [line[: column + 1] for line in lines if line.startswith(" ")]
+    return (
+        len(rest) >= 3
+        and set(rest) == {" " * column + "│"}
+        and all(len(line) <= width for line in lines)
+    )
+
+
+async def test_results_and_a_hit_fold_long_lines_under_their_text_as_the_transcript_pane_does(
     engine_factory: EngineFactory,
 ) -> None:
-    # Found by an audit: the option list wrapped a long line itself, its rest at column 0.
+    # Found by an audit: the option lists wrapped a long line themselves, its rest at column 0.
     goal = "Check the zanzibar config " + " ".join(f"word{i}" for i in range(40))
     engine = engine_factory([goal], pool=1)
     assert engine.wait(30)
@@ -69,30 +87,24 @@ async def test_a_hit_folds_long_lines_under_their_text_as_the_transcript_pane_do
         assert isinstance(screen, SearchScreen)
         await pilot.press(*"zanzibar", "enter")
         await until(pilot, lambda: bool(screen.found), "results")
+        results = screen.query_one("#search-results", OptionList)
+        await until(pilot, lambda: folded(results, 96), "the result folded")
         await pilot.press("enter")
         await until(pilot, lambda: on_screen(app, HitScreen), "the transcript")
         hit = app.screen
         assert isinstance(hit, HitScreen)
         await until(pilot, lambda: hit.at is not None, "its lines read")
         assert hit.line is not None and hit.line.endswith(goal)  # the line as written
-
-        def drawn() -> list[str]:
-            shown = hit.query_one("#hit-lines", OptionList)
-            return [shown.render_line(y).text.rstrip() for y in range(shown.size.height)]
-
-        def folded(width: int) -> bool:
-            lines = [line for line in drawn() if line]
-            column = lines[0].index("│")
-            starts = [line[: column + 1] for line in lines if not line[0].isdigit()]
-            return (
-                len(starts) > 3
-                and set(starts) == {" " * column + "│"}
-                and all(len(line) <= width for line in lines)
-            )
-
-        await until(pilot, lambda: folded(96), "folded under the text column")
+        shown = hit.query_one("#hit-lines", OptionList)
+        await until(pilot, lambda: folded(shown, 96), "folded under the text column")
         await pilot.resize_terminal(70, 30)  # folded again to the new width
-        await until(pilot, lambda: folded(66) and "word39" in "".join(drawn()), "folded again")
+        await until(
+            pilot,
+            lambda: folded(shown, 66) and "word39" in "".join(drawn(shown)),
+            "folded again",
+        )
+        await pilot.press("escape")
+        await until(pilot, lambda: folded(results, 66), "the result folded again")
 
 
 @pytest.mark.slow

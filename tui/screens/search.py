@@ -50,6 +50,7 @@ class SearchScreen(Screen[None]):
         self.cursor_blink = cursor_blink
         self.found: list[Found] = []
         self._searching: Worker[list[Found]] | None = None
+        self._width = 0  # the width the results were folded to
 
     def compose(self) -> ComposeResult:
         yield Label(Text("Search every transcript", style="bold"), id="search-title")
@@ -96,8 +97,7 @@ class SearchScreen(Screen[None]):
         found = event.worker.result
         self.found = list(found) if isinstance(found, list) else []
         results = self.query_one("#search-results", OptionList)
-        results.clear_options()
-        results.add_options(Option(_result_text(f), id=str(i)) for i, f in enumerate(self.found))
+        self._fill(results)
         n = len(self.found)
         if n:
             self._status(f"{n} {'child matches' if n == 1 else 'children match'}; enter opens")
@@ -105,6 +105,24 @@ class SearchScreen(Screen[None]):
             results.focus()
         else:
             self._status("no child's transcript matches", "yellow")
+
+    def _fill(self, results: OptionList) -> None:
+        """A result per child, folded to the list's width."""
+        width = self._width = text_width(results)
+        highlighted = results.highlighted
+        results.clear_options()
+        results.add_options(
+            Option(_result_text(f, width), id=str(i)) for i, f in enumerate(self.found)
+        )
+        results.highlighted = highlighted
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._refill)  # once the list has its new width
+
+    def _refill(self) -> None:
+        results = self.query_one("#search-results", OptionList)
+        if self.found and text_width(results) != self._width:
+            self._fill(results)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
@@ -119,14 +137,23 @@ class SearchScreen(Screen[None]):
         self.query_one("#search-status", Label).update(Text(text, style=style))
 
 
-def _result_text(found: Found) -> Text:
-    """A result: the child, the time and its first matching line (plain text: untrusted)."""
-    out = Text(f"{one_line(found.child_id, 40)}  ", style="bold")
-    out.append(f"{found.stamp}  ", style="dim")
-    if found.role:
-        out.append(f"{found.role} │ ", style="dim")
-    out.append(one_line(found.text, 300))
-    return out
+def _result_text(found: Found, width: int) -> Text:
+    """A result: the child, the time and its first matching line (plain text: untrusted),
+    folded as the transcript pane folds a line, under its text."""
+    child, stamp = f"{one_line(found.child_id, 40)}  ", f"{found.stamp}  "
+    role = f"{found.role} │ " if found.role else ""
+    head = child + stamp + role
+    parts = wrap_line(head + one_line(found.text, 300), width, len(head) if role else None)
+    first = Text(parts[0])
+    first.stylize("bold", 0, len(child))
+    first.stylize("dim", len(child), len(head))
+    return Text("\n").join([first, *map(Text, parts[1:])])
+
+
+def text_width(options: OptionList) -> int:
+    """The width an option's text is drawn in (0 before the list is laid out)."""
+    padding = options.get_component_styles("option-list--option").padding.width
+    return max(0, options.scrollable_content_region.width - padding)
 
 
 class HitScreen(Screen[None]):
@@ -172,7 +199,7 @@ class HitScreen(Screen[None]):
         """Each line an option, folded as the transcript pane folds it (continuing under its
         text column, not at column 0 as the option list would wrap it)."""
         shown = self.query_one("#hit-lines", OptionList)
-        width = self._width = self._fold_width()
+        width = self._width = text_width(shown)
         highlighter = TranscriptHighlighter()  # a line at a time, as the pane's Log does
         highlighted = shown.highlighted
         shown.clear_options()
@@ -186,14 +213,11 @@ class HitScreen(Screen[None]):
         self.call_after_refresh(self._refold)  # once the list has its new width
 
     def _refold(self) -> None:
-        if self.at is not None and self._fold_width() != self._width:
+        if (
+            self.at is not None
+            and text_width(self.query_one("#hit-lines", OptionList)) != self._width
+        ):
             self._fold()
-
-    def _fold_width(self) -> int:
-        """The width an option's text is drawn in."""
-        shown = self.query_one("#hit-lines", OptionList)
-        padding = shown.get_component_styles("option-list--option").padding.width
-        return shown.scrollable_content_region.width - padding
 
     def _title(self, *, cut_before: bool = False) -> Text:
         title = Text(f"{one_line(self.found.child_id, 60)}  ", style="bold")

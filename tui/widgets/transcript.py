@@ -38,15 +38,18 @@ _FINISHED = (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED)
 FOLLOWING_PAUSED = "following paused — End to resume"
 
 
-def wrap_line(line: str, width: int) -> list[str]:
-    """Fold a long transcript line to `width`, continuing under its text column."""
+def wrap_line(line: str, width: int, text_start: int | None = None) -> list[str]:
+    """Fold a long transcript line to `width`, continuing under its text column (`text_start`,
+    where a line of another shape has its text after a separator: a search result)."""
     if width <= 0 or cell_len(line) <= width:
         return [line]
-    parsed = parse(line)
+    if text_start is None:
+        parsed = parse(line)
+        text_start = None if parsed is None else parsed.text_start
     indent = ""
-    if parsed is not None and width - parsed.text_start >= _MIN_BODY:
+    if text_start is not None and width - text_start >= _MIN_BODY:
         # continuation lines keep the text column, under the separator
-        indent = SEPARATOR.lstrip().rjust(parsed.text_start)
+        indent = SEPARATOR.lstrip().rjust(text_start)
     wrapped = textwrap.wrap(
         line, width, subsequent_indent=indent, replace_whitespace=False, drop_whitespace=True
     )
