@@ -292,9 +292,7 @@ def child_ids_of(value: object, where: str = "child_ids") -> tuple[str, ...]:
     for item in ids:
         if not isinstance(item, str):
             raise CommandError(f"{where}: expected child ids (text), got {kind(item)} in it", field)
-    # A child named twice is taken once, in its first place: `steer c1 c1` sent the message
-    # twice, and `pause c1 c1` said it paused c1 twice.
-    return tuple(dict.fromkeys(ids))
+    return tuple(dict.fromkeys(ids))  # named twice, taken once: `steer c1 c1` steered twice
 
 
 def _text(where: str, value: object) -> str:

@@ -13,7 +13,6 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import rework
 from flightdeck.tui.client import (
     cmd_answer,
-    cmd_limits,
     cmd_nudge,
     cmd_pause,
     cmd_steer,
@@ -23,6 +22,7 @@ from flightdeck.tui.client import (
 from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.limitscmd import cmd_limits
 from flightdeck.tui.usage import UsageError, state_dir_arg
 from rich.text import Text
 

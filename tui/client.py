@@ -1,10 +1,11 @@
-"""The client commands: steer, answer, stop, pause, continue, wait and limits: each a command for a
+"""The client commands: steer, answer, stop, pause, continue and wait: each a command for a
 batch's owner process (another process), sent and followed through engine/attached's `Client`;
 what they print is here. Each says what it waits for, and a dead owner as soon as it is found,
 with the command that runs the batch on.
 
-The other client commands (rework.py: retry, accept, discard) share four of its helpers:
-`batch_client`, `where_filter`, `children_said` and `say_error`."""
+The other client commands (rework.py: retry, accept, discard; limitscmd.py: limits) share its
+helpers: `batch_client`, `where_filter`, `children_said`, `say_error`, `sent` and
+`until_applied`."""
 
 from __future__ import annotations
 
@@ -17,14 +18,13 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.clienttargets import acted_on, delegates_said
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost
 from flightdeck.tui.usage import UsageError, check_children, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.attached.client import Client, RowFilter
     from flightdeck.engine.commands import Command
-    from flightdeck.engine.model import ChildRow, Limits, RouteHeadroom, SteerReceipt
+    from flightdeck.engine.model import ChildRow, SteerReceipt
 
 WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 
@@ -40,7 +40,7 @@ def batch_client(args: argparse.Namespace) -> Client:
     return client
 
 
-def _sent(client: Client, command: Command) -> int:
+def sent(client: Client, command: Command) -> int:
     """The command recorded, or why not as a usage error (nothing written)."""
     from flightdeck.engine.commands import CommandError
 
@@ -130,7 +130,7 @@ def cmd_steer(args: argparse.Namespace) -> ExitCode:
         ids, _ = _targets(args, client, row_filter, "steer")
         if not ids:
             return ExitCode.OK
-        rid = _sent(client, Steer(tuple(ids), args.message, args.now))
+        rid = sent(client, Steer(tuple(ids), args.message, args.now))
         return _until_delivered(client, rid, args.now, none="steer applied")
 
 
@@ -141,8 +141,8 @@ def cmd_answer(args: argparse.Namespace) -> ExitCode:
 
     with batch_client(args) as client:
         ids = list(dict.fromkeys(args.child_ids))
-        rid = _sent(client, Answer(tuple(ids), args.message))
-        return _until_applied(client, rid, f"answer delivered: {children_said(ids, False)}")
+        rid = sent(client, Answer(tuple(ids), args.message))
+        return until_applied(client, rid, f"answer delivered: {children_said(ids, False)}")
 
 
 def cmd_nudge(args: argparse.Namespace) -> ExitCode:
@@ -157,7 +157,7 @@ def cmd_nudge(args: argparse.Namespace) -> ExitCode:
         ids, _ = _targets(args, client, row_filter, "nudge")
         if not ids:
             return ExitCode.OK
-        rid = _sent(client, Nudge(tuple(ids)))
+        rid = sent(client, Nudge(tuple(ids)))
         return _until_delivered(client, rid, False, none="nudge applied: none of them is looping")
 
 
@@ -230,17 +230,17 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
         )
     with batch_client(args) as client:
         if args.all:
-            rid = _sent(client, StopAll())
-            return _until_applied(client, rid, "stop applied: every child")
+            rid = sent(client, StopAll())
+            return until_applied(client, rid, "stop applied: every child")
         ids, counted = _targets(args, client, row_filter, "stop")
         rows = client.rows()
         if not counted:  # named: say which had ended, as a query's count does
             ids = _able(rows, ids, False, client.batch_id)
         if not ids:
             return ExitCode.OK
-        rid = _sent(client, Stop(tuple(ids)))
+        rid = sent(client, Stop(tuple(ids)))
         what = children_said(ids, counted) + delegates_said(rows, ids)  # they stop with them
-        return _until_applied(client, rid, f"stop applied: {what}")
+        return until_applied(client, rid, f"stop applied: {what}")
 
 
 def _able(
@@ -295,8 +295,8 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
                 what += f", but it is still held: {one_line(soft, 200)}. " + soft_lift(
                     client.db.parent, args.batch_id
                 )
-        rid = _sent(client, command)
-        return _until_applied(client, rid, f"{verb} applied: {what}")
+        rid = sent(client, command)
+        return until_applied(client, rid, f"{verb} applied: {what}")
 
 
 def abandoned(client: Client, pid: int) -> str:
@@ -354,96 +354,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
             time.sleep(WAIT_EVERY_S)
 
 
-# The command line's name for each field of a change (engine/model/livelimits.py), for its errors.
-_LIMIT_ARGS = {
-    "pool_size": "--pool",
-    "route": "--route",
-    "max_concurrent": "--max-concurrent",
-    "rpm": "--rpm",
-    "tpm": "--tpm",
-    "soft_cost_usd": "--soft-cost",
-}
-
-
-def cmd_limits(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck limits`: a running batch's live limits printed (and the limits learned from
-    the provider's headers), or changed (the owner applies the change at once; a bad one is a
-    usage error naming the argument)."""
-    from flightdeck.engine.commands import LimitError, SetLimits, changed, describe
-
-    with batch_client(args) as client:
-        current = client.limits()
-        try:
-            change = _limit_change(args, current)
-            if not change:
-                info = client.info()
-                _print_limits(current, info.held if info else None, client.routes())
-                return ExitCode.OK
-            changed(current, change)
-        except LimitError as exc:
-            field = _LIMIT_ARGS.get(exc.field, exc.field)
-            raise UsageError(None, None, field, exc.message) from None
-        rid = _sent(client, SetLimits(change))
-        return _until_applied(client, rid, f"limits applied: {one_line(describe(change))}")
-
-
-def _limit_change(args: argparse.Namespace, current: Limits) -> dict[str, object]:
-    """The change the arguments ask for ({} for none); LimitError naming a bad one."""
-    from flightdeck.engine.commands import LimitError, parse_count, parse_money
-
-    change: dict[str, object] = {}
-    if args.pool is not None:
-        change["pool_size"] = parse_count("pool_size", args.pool)
-    fields = {
-        name: parse_count(name, text)
-        for name in ("max_concurrent", "rpm", "tpm")
-        if (text := getattr(args, name)) is not None
-    }
-    if fields:
-        name = args.route
-        if name is None:
-            if len(current.routes) != 1:
-                known = ", ".join(r.route for r in current.routes)
-                raise LimitError("route", f"name the route to change (its routes: {known})")
-            name = current.routes[0].route
-        change["routes"] = {name: fields}
-    elif args.route is not None:
-        raise LimitError("route", "give --max-concurrent, --rpm or --tpm for it")
-    if args.soft_cost is not None:
-        change["soft_cost_usd"] = parse_money("soft_cost_usd", args.soft_cost)
-    return change
-
-
-def _cap(value: object) -> str:
-    return "off" if value is None else str(value)
-
-
-def _print_limits(limits: Limits, held: str | None, gauges: tuple[RouteHeadroom, ...]) -> None:
-    console = console_for()
-    console.print(Text(f"pool {limits.pool_size}"))
-    learned = {hr.route: hr for hr in gauges}
-    for r in limits.routes:
-        caps = ", ".join(f"{name} {_cap(getattr(r, name))}" for name in r.fields)
-        line = f"route {one_line(r.route, 60)}: {caps}"
-        hr = learned.get(r.route)
-        # What the provider's headers taught the route (lower than any configured limit).
-        taught = (("rpm", hr.rpm), ("tpm", hr.tpm)) if hr is not None else ()
-        found = [
-            f"{name} {limit.per_minute}"
-            for name, limit in taught
-            if limit is not None and limit.source == "learned"
-        ]
-        if found:
-            line += f" (learned from the provider: {', '.join(found)})"
-        console.print(Text(line))
-    soft = "off" if limits.soft_cost_usd is None else fmt_cost(limits.soft_cost_usd)
-    hard = "none" if limits.max_cost_usd is None else fmt_cost(limits.max_cost_usd)
-    console.print(Text(f"soft budget {soft} (hard budget {hard})"))
-    if held:
-        console.print(Text(f"held: {one_line(held)}"))
-
-
-def _until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
+def until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
     """Wait for the owner to settle the request: print `applied` once it has applied it (0),
     or why it refused it, or that the owner is gone (1). Waiting more than a moment is said."""
     import time

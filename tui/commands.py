@@ -20,9 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
+    from flightdeck.engine.api import NothingToResume
     from flightdeck.engine.attached.served import Served
     from flightdeck.engine.attached.store import BatchInfo, StoreReader
-    from flightdeck.engine.owner.resume import NothingToResume
     from rich.console import Console
 
 
