@@ -28,7 +28,7 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 
-from agentserver import DUMMY_KEY, AgentServer
+from agentserver import DUMMY_KEY, RESPONSES_PATH, AgentServer
 from helpers import until
 
 BIN = Path(os.environ.get("FLIGHTDECK_AGENTS_BIN", ".cache-agents/node_modules/.bin")).resolve()
@@ -383,3 +383,24 @@ def test_a_steer_to_an_adopted_child_is_delivered(
     how = "into the running turn" if cli == "claude" else "by resuming the session"
     assert receipt.how == how
     assert tagged(batch_id) == {}
+
+
+def test_a_resumed_codex_thread_is_billed_once(tmp_path: Path) -> None:
+    """Codex's `turn.completed` counts its whole thread, a resumed one's earlier turns too: a
+    steer's resume is billed what it adds, so the child's tokens are what the server served."""
+    with AgentServer() as server:  # its own: every request it received is this child's
+        repo, env = project(tmp_path, "codex", server)
+        engine = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+        try:
+            until(lambda: in_tool(engine, ["t0"]), what="the child inside its tool")
+            engine.steer(["t0"], "also the docs")
+            (tmp_path / "gate").touch()
+            assert engine.wait(120)
+            row = engine.snapshot().child("t0")
+        finally:
+            engine.close()
+        served = [r for r in server.received if r.path.startswith(RESPONSES_PATH)]
+    assert row is not None and row.status is ChildStatus.COMPLETED, row
+    (receipt,) = row.steers
+    assert receipt.how == "by resuming the session"
+    assert row.usage.input_tokens == sum(len(json.dumps(r.body)) // 4 for r in served)

@@ -3,7 +3,8 @@
 Codex 0.171.0's captured output (tests/fixtures/agents/codex-0.171.0/): `thread.started`, a
 warning item, `turn.started`, a command run, `turn.completed` with its usage (input tokens
 counting the cached ones); `Reconnecting... i/5` errors while it retries, and `turn.failed` with
-the reason when it gives up, exit 1, a warning on stderr. `--full-auto` is refused as the
+the reason when it gives up, exit 1, a warning on stderr. As the real one, a resumed thread's
+usage counts the whole thread (here, one turn before this one). `--full-auto` is refused as the
 real one refuses it (exit 2).
 
 Fake-only flags: `--fake-sleep S` waits S seconds after the thread starts; `--fake-gate PATH`:
@@ -106,14 +107,15 @@ emit(
     }
 )
 emit({"type": "item.completed", "item": {"id": "item_4", "type": "agent_message", "text": text}})
+turns = 2 if args.rest[0] == "resume" else 1
 emit(
     {
         "type": "turn.completed",
         "usage": {
-            "input_tokens": 2000,
-            "cached_input_tokens": 1500,
+            "input_tokens": 2000 * turns,
+            "cached_input_tokens": 1500 * turns,
             "cache_write_input_tokens": 0,
-            "output_tokens": 300,
+            "output_tokens": 300 * turns,
             "reasoning_output_tokens": 0,
         },
     }

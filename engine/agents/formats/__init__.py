@@ -21,6 +21,7 @@ from flightdeck.engine.agents.formats.claude import ClaudeStreamJson
 from flightdeck.engine.agents.formats.codex import CodexJson
 from flightdeck.engine.agents.formats.plain import Plain
 from flightdeck.engine.inputs.settings.values import OutputFormat
+from flightdeck.engine.model import Usage
 
 __all__ = [
     "Denied",
@@ -40,10 +41,11 @@ __all__ = [
 ]
 
 
-def reader_for(name: OutputFormat) -> OutputReader:
-    """A fresh reader (each run of a process has its own)."""
+def reader_for(name: OutputFormat, thread_usage: Usage | None = None) -> OutputReader:
+    """A fresh reader (each run of a process has its own); `thread_usage`: what the session it
+    resumes was reported to have used (Codex reports a thread's total)."""
     if name == "claude-stream-json":
         return ClaudeStreamJson()
     if name == "codex-json":
-        return CodexJson()
+        return CodexJson(thread_usage)
     return Plain()

@@ -38,8 +38,11 @@ _QUIET = {"turn.started", "item.updated"}
 class CodexJson:
     """Reads one `codex exec --json` process's events."""
 
-    def __init__(self) -> None:
+    def __init__(self, thread_usage: Usage | None = None) -> None:
         self._last_message = ""
+        # `turn.completed` counts the whole thread: a resumed one's turns before this process
+        # too (`thread_usage`, what they were reported at); each report is the difference.
+        self.thread_usage = thread_usage or Usage()
 
     def feed(self, line: str) -> list[Event]:
         event = json_object(line)
@@ -59,14 +62,15 @@ class CodexJson:
             figures = usage if isinstance(usage, dict) else {}
             cached = count(figures.get("cached_input_tokens"))
             written = count(figures.get("cache_write_input_tokens"))
-            tokens = Usage(
+            total = Usage(
                 # OpenAI counts cached input inside input_tokens; ours are apart
                 input_tokens=max(0, count(figures.get("input_tokens")) - cached - written),
                 output_tokens=count(figures.get("output_tokens")),
                 cache_read_tokens=cached,
                 cache_write_tokens=written,
             )
-            return [Report(tokens), Result(self._last_message)]
+            before, self.thread_usage = self.thread_usage, total
+            return [Report(_since(total, before)), Result(self._last_message)]
         if kind == "turn.failed":
             error = event.get("error")
             message = text_of(error.get("message", "")) if isinstance(error, dict) else ""
@@ -125,3 +129,13 @@ class CodexJson:
         if kind == "todo_list":
             return [Shown("system", "plan: " + text_of(item.get("items", [])))]
         return [unknown(item, f"item {kind}")]
+
+
+def _since(total: Usage, before: Usage) -> Usage:
+    """The thread's usage since `before`, field by field, never below zero."""
+    return Usage(
+        max(0, total.input_tokens - before.input_tokens),
+        max(0, total.output_tokens - before.output_tokens),
+        max(0, total.cache_read_tokens - before.cache_read_tokens),
+        max(0, total.cache_write_tokens - before.cache_write_tokens),
+    )
