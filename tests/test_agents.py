@@ -667,6 +667,15 @@ BAD = [
     ('argv = ["x"]\nrpm = 5\n', 7, "routes.cli.rpm", "not an option of provider 'command'"),
     ('argv = ["x"]\nenv_pass = ["A B"]\n', 7, "routes.cli.env_pass.0", "NAME"),
     ("stdin = true\n", 4, "routes.cli.argv", "required"),
+    # The resume agents.md showed for Claude Code: its prompt in argv, it read the user turn
+    # flightdeck wrote to its input as more prompt and waited for the input's end (a hang).
+    (
+        'argv = ["x", "--replay-user-messages"]\nstdin = true\nformat = "claude-stream-json"\n'
+        'steer = "stdin"\nresume_argv = ["x", "-p", "--resume", "{session}", "{message}"]\n',
+        10,
+        "routes.cli.resume_argv",
+        "--replay-user-messages",
+    ),
 ]
 
 

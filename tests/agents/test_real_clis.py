@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.child.command import RETRY_MESSAGE
+from flightdeck.engine.commands import Retry
 from flightdeck.engine.inputs.settings import load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus, SteerState
@@ -80,6 +82,8 @@ def project(tmp_path: Path, cli: str, server: AgentServer) -> tuple[Path, dict[s
         route["api_key_env"] = "LOOPBACK_KEY"
         env["LOOPBACK_KEY"] = DUMMY_KEY
     route["argv"] = argv
+    if cli == "claude":
+        route["resume_argv"] = [str(BIN / cli), *route["resume_argv"][1:], "--allowedTools", "Bash"]
     route["kill_grace_s"] = 1  # its tool ignores SIGTERM: the stop takes the grace
     lines = [f"{k} = {toml_value(v)}" for k, v in route.items() if not isinstance(v, dict)]
     price = route.get("price")
@@ -404,3 +408,28 @@ def test_a_resumed_codex_thread_is_billed_once(tmp_path: Path) -> None:
     (receipt,) = row.steers
     assert receipt.how == "by resuming the session"
     assert row.usage.input_tokens == sum(len(json.dumps(r.body)) // 4 for r in served)
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_retry_that_continues_resumes_the_session(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """`retry --continue` of a stopped child runs the route's resume_argv on the session the
+    CLI reported: the documented one of each CLI completes (Claude Code's message on stdin)."""
+    repo, env = project(tmp_path, cli, server)
+    engine = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(engine, ["t0"]), what="the child inside its tool")
+        engine.stop(["t0"])
+        assert engine.wait(30)  # its end committed: a retry before is "still ending"
+        (tmp_path / "gate").touch()
+        engine.send(Retry(("t0",), resume=True))
+        assert engine.wait(120)
+        row = engine.snapshot().child("t0")
+        text = transcript(engine, "t0")
+    finally:
+        engine.close()
+    assert row is not None and row.status is ChildStatus.COMPLETED, (row.status, row.error)
+    assert row.result is not None and row.result.startswith("done: " + RETRY_MESSAGE)
+    runs = [line for line in text.splitlines() if "engine    │ run: " in line]
+    assert len(runs) == 2 and "resume" in runs[1], runs

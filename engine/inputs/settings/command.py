@@ -96,6 +96,22 @@ def _consistent(checks: ValueChecks, key: Key, spec: CommandSpec, table: Table) 
             "each message it was sent starts and ends (command_lifecycle), which is how "
             "flightdeck knows a steer went into the running turn and when all are answered",
         )
+    if (
+        spec.steer == "stdin"
+        and spec.resume_argv
+        and (
+            "--replay-user-messages" not in spec.resume_argv
+            or any("message" in placeholders(arg) for arg in spec.resume_argv)
+        )
+    ):
+        # Its run too gets its message (and steers) as user turns on the input, which a CLI
+        # reading a prompt from argv takes as more prompt, waiting for an end that never comes.
+        raise checks.error(
+            (*key, "resume_argv"),
+            'with steer = "stdin", a resumed run gets its message on stdin as a user turn: '
+            "resume_argv needs --input-format stream-json and --replay-user-messages, as argv "
+            "has, and no {message}",
+        )
     if spec.steer == "resume":
         if not spec.resume_argv:
             raise checks.error((*key, "resume_argv"), 'required for steer = "resume"')
