@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from flightdeck.engine.agents.formats import Lifecycle
 from flightdeck.engine.model import SteerReceipt
@@ -46,10 +46,19 @@ class CliInput:
     """Messages sent to one Claude Code process, by uuid, and their states."""
 
     def __init__(
-        self, write: Callable[[str], bool], new_id: Callable[[], str] = lambda: str(uuid.uuid4())
+        self,
+        write: Callable[[str], bool],
+        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        *,
+        tag: str | None = None,
     ) -> None:
         self._write = write
         self._new_id = new_id
+        # A steer's uuid is its receipt's, under the child's tag: an owner that adopts the
+        # process knows the steers its dead owner wrote when the CLI names them, and never
+        # writes them again.
+        self._tag = tag
+        self._expected: dict[str, SteerReceipt] = {}
         self._sent: dict[str, SteerReceipt | None] = {}  # None: the task's own prompt
         self._state: dict[str, str] = {}
         self._interrupted: set[str] = set()  # steers that waited for the turn an interrupt cut
@@ -66,7 +75,7 @@ class CliInput:
 
     def steer(self, receipt: SteerReceipt) -> bool:
         """Write a steer (after an interrupt, for --now); False if the CLI reads no more."""
-        message_id = self._new_id()
+        message_id = self._steer_id(receipt)
         line = user_turn(receipt.message, message_id)
         if receipt.now and self.running:
             # One write: the CLI reads the message with the interrupt, and the turn after it
@@ -79,6 +88,22 @@ class CliInput:
         self._sent[message_id] = receipt
         return True
 
+    def _steer_id(self, receipt: SteerReceipt) -> str:
+        if self._tag is None:
+            return self._new_id()
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"flightdeck:{self._tag}:{receipt.id}"))
+
+    def expect(self, receipts: Iterable[SteerReceipt]) -> None:
+        """Steers still queued when this process was adopted: its dead owner may have written
+        them already, which the CLI's lifecycle events (by their uuid) tell."""
+        self._expected = {self._steer_id(r): r for r in receipts}
+
+    def written_before(self) -> list[SteerReceipt]:
+        """The expected steers the CLI has named since last asked: the dead owner wrote them
+        (a later lifecycle event finds them by their uuid, as it finds steers written here)."""
+        named = [m for m in self._expected if m in self._sent]
+        return [self._expected.pop(m) for m in named]
+
     def result(self) -> None:
         """A turn ended (its `result`)."""
         self._results += 1
@@ -90,7 +115,9 @@ class CliInput:
     def queued(self, event: Lifecycle) -> SteerReceipt | None:
         """The steer `event` says the CLI has read and queued (it starts at the running turn's
         next step, or as a turn of its own); None for any other event."""
-        return self._sent.get(event.uuid) if event.state == "queued" else None
+        if event.state != "queued":
+            return None
+        return self._sent.get(event.uuid, self._expected.get(event.uuid))
 
     def lifecycle(self, event: Lifecycle) -> tuple[SteerReceipt, str] | None:
         """A message's new state; a steer that started, and how, is returned once."""
@@ -98,7 +125,7 @@ class CliInput:
         if event.uuid not in self._sent:
             # A message this process was sent before it was adopted (a dead owner's): it too
             # must be answered before the input ends.
-            self._sent[event.uuid] = None
+            self._sent[event.uuid] = self._expected.get(event.uuid)
         running = self.running
         self._state[event.uuid] = event.state
         receipt = self._sent[event.uuid]

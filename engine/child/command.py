@@ -258,7 +258,7 @@ class ProcessRunner:
         self._book.started(proc.record(), tally.usage, tally.cost)
         cli = None
         if spec.stdin and spec.steer == "stdin":
-            cli = CliInput(proc.write)
+            cli = CliInput(proc.write, tag=self._tag)
             proc.feed(cli.prompt(stdin_text), then_close=False)
         elif spec.stdin:
             proc.feed(stdin_text, then_close=True)
@@ -277,7 +277,7 @@ class ProcessRunner:
             "engine", f"adopted: process {record.root.pid} {state}; its output is read on from here"
         )
         c.progress.show("adopted")
-        cli = CliInput(proc.write) if self._spec.steer == "stdin" else None
+        cli = CliInput(proc.write, tag=self._tag) if self._spec.steer == "stdin" else None
         supervisor = self._supervisor(c, proc, tally, cli)
         supervisor.replay(proc.read(upto=(record.out_offset, record.err_offset)))
         return self._finish(c, proc, supervisor, tally)

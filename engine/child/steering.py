@@ -77,6 +77,13 @@ class Steering:
             self.now_pending = False
             return pending
 
+    def withdraw(self, ids: set[int]) -> None:
+        """Take these steers out of the inbox: delivered already (a dead owner wrote them)."""
+        with self._lock:
+            self._inbox = [r for r in self._inbox if r.id not in ids]
+            self.now_pending = any(r.now for r in self._inbox)
+            self.version += 1
+
     def close_unless_waiting(self) -> bool:
         """Close the inbox if it is empty; False (left open) when a steer waits in it."""
         with self._lock:

@@ -209,6 +209,8 @@ class Supervisor:
         said, without the transcript lines a dead owner wrote already."""
         self._quiet = True
         try:
+            if self._input is not None:
+                self._input.expect(self._c.steering.pending())
             self._lines(lines)
         finally:
             self._quiet = False
@@ -283,6 +285,8 @@ class Supervisor:
         c, proc = self._c, self._proc
         if not proc.stdin_open:
             return
+        if written := cli.written_before():  # by a dead owner: the CLI answers them as it goes
+            c.steering.withdraw({r.id for r in written})
         if c.steering.waiting:
             for receipt in c.steering.take():
                 interrupting = receipt.now and cli.running

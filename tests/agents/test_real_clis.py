@@ -433,3 +433,53 @@ def test_a_retry_that_continues_resumes_the_session(
     assert row.result is not None and row.result.startswith("done: " + RETRY_MESSAGE)
     runs = [line for line in text.splitlines() if "engine    │ run: " in line]
     assert len(runs) == 2 and "resume" in runs[1], runs
+
+
+def test_a_steer_the_dead_owner_wrote_is_not_written_again(
+    tmp_path: Path, server: AgentServer
+) -> None:
+    """A steer Claude Code had read when its owner was killed is still queued in the store: the
+    owner that adopts the CLI knows it by its uuid when the CLI names it, and never writes it
+    again (it went into the running turn; a second copy was a second turn)."""
+    repo, env = project(tmp_path, "claude", server)
+    tasks = {
+        "batch": {"name": "agents", "workspace": str(repo)},
+        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0")}],
+    }
+    (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
+    environ = {**os.environ, **env, "NO_COLOR": "1"}
+
+    def flightdeck(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flightdeck.tui.cli", *args],
+            cwd=tmp_path,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    owner = flightdeck("run", "tasks.yaml", "--headless")
+    db = tmp_path / "state" / "flightdeck.db"
+    until(lambda: db.is_file() and latest(db) is not None, what="the batch")
+    batch_id = latest(db)
+    assert batch_id is not None
+    log = tmp_path / "state" / "batches" / batch_id / "t0.log"
+    until(lambda: called(_read(log)), what="the CLI in its tool")
+    steer = flightdeck("steer", batch_id, "t0", "-m", "also the docs")  # waits: not waited on
+    until(lambda: "queued by the CLI: also the docs" in _read(log), what="the steer read")
+    owner.send_signal(signal.SIGKILL)
+    owner.communicate(timeout=30)
+    steer.communicate(timeout=60)  # it gives up on the dead owner
+    resume = flightdeck("resume", batch_id)
+    until(lambda: "adopted" in _read(log), what="adopted")
+    (tmp_path / "gate").touch()
+    out, err = resume.communicate(timeout=120)
+    assert resume.returncode == 0, out + err
+    with StoreReader(db) as reader:
+        row = {r.id: r for r in reader.children(batch_id)}["t0"]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    (receipt,) = row.steers
+    assert (receipt.state, receipt.how) == (SteerState.DELIVERED, "into the running turn")
+    assert _read(log).count("sent to its input: also the docs") == 1
+    assert tagged(batch_id) == {}
