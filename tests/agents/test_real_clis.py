@@ -335,6 +335,45 @@ def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
+class Flightdeck:
+    """`flightdeck ARGS` run in a project as a user runs it; `owner` the headless run."""
+
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder, self.env = folder, {**os.environ, **env, "NO_COLOR": "1"}
+        self.owner = self("run", "tasks.yaml", "--headless")
+
+    def __call__(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flightdeck.tui.cli", *args],
+            cwd=self.folder,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+def owned_in_tool(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> tuple[Flightdeck, Path, str, Path]:
+    """A batch of one task (`t0`) on `cli` run headless, once the CLI is in its tool: the
+    command, the database, the batch id and the child's transcript."""
+    repo, env = project(tmp_path, cli, server)
+    tasks = {
+        "batch": {"name": "agents", "workspace": str(repo)},
+        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0")}],
+    }
+    (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))  # JSON is YAML
+    flightdeck = Flightdeck(tmp_path, env)
+    db = tmp_path / "state" / "flightdeck.db"
+    until(lambda: db.is_file() and latest(db) is not None, what="the batch")
+    batch_id = latest(db)
+    assert batch_id is not None
+    log = tmp_path / "state" / "batches" / batch_id / "t0.log"
+    until(lambda: called(_read(log)), what="the CLI in its tool")
+    return flightdeck, db, batch_id, log
+
+
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_steer_to_an_adopted_child_is_delivered(
     tmp_path: Path, server: AgentServer, cli: str
@@ -342,31 +381,8 @@ def test_a_steer_to_an_adopted_child_is_delivered(
     """`steer` (at the next turn) to a CLI adopted by `resume`: Claude Code takes it on its
     reopened input, Codex by resuming its session once the adopted process ended well (its
     exit status is unknown to the adopter: its result says it ended well)."""
-    repo, env = project(tmp_path, cli, server)
-    tasks = {
-        "batch": {"name": "agents", "workspace": str(repo)},
-        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0")}],
-    }
-    (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
-    environ = {**os.environ, **env, "NO_COLOR": "1"}
-
-    def flightdeck(*args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "flightdeck.tui.cli", *args],
-            cwd=tmp_path,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    owner = flightdeck("run", "tasks.yaml", "--headless")
-    db = tmp_path / "state" / "flightdeck.db"
-    until(lambda: db.is_file() and latest(db) is not None, what="the batch")
-    batch_id = latest(db)
-    assert batch_id is not None
-    log = tmp_path / "state" / "batches" / batch_id / "t0.log"
-    until(lambda: called(_read(log)), what="the CLI in its tool")
+    flightdeck, db, batch_id, log = owned_in_tool(tmp_path, server, cli)
+    owner = flightdeck.owner
     owner.send_signal(signal.SIGKILL)
     owner.communicate(timeout=30)
     resume = flightdeck("resume", batch_id)
@@ -441,31 +457,8 @@ def test_a_steer_the_dead_owner_wrote_is_not_written_again(
     """A steer Claude Code had read when its owner was killed is still queued in the store: the
     owner that adopts the CLI knows it by its uuid when the CLI names it, and never writes it
     again (it went into the running turn; a second copy was a second turn)."""
-    repo, env = project(tmp_path, "claude", server)
-    tasks = {
-        "batch": {"name": "agents", "workspace": str(repo)},
-        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0")}],
-    }
-    (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
-    environ = {**os.environ, **env, "NO_COLOR": "1"}
-
-    def flightdeck(*args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "flightdeck.tui.cli", *args],
-            cwd=tmp_path,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    owner = flightdeck("run", "tasks.yaml", "--headless")
-    db = tmp_path / "state" / "flightdeck.db"
-    until(lambda: db.is_file() and latest(db) is not None, what="the batch")
-    batch_id = latest(db)
-    assert batch_id is not None
-    log = tmp_path / "state" / "batches" / batch_id / "t0.log"
-    until(lambda: called(_read(log)), what="the CLI in its tool")
+    flightdeck, db, batch_id, log = owned_in_tool(tmp_path, server, "claude")
+    owner = flightdeck.owner
     steer = flightdeck("steer", batch_id, "t0", "-m", "also the docs")  # waits: not waited on
     until(lambda: "queued by the CLI: also the docs" in _read(log), what="the steer read")
     owner.send_signal(signal.SIGKILL)
