@@ -97,6 +97,9 @@ def test_claude_gives_its_own_error_as_the_failed_result(name: str, reason: str)
     assert of(events, Result) == [Result(reason, error=True)]
     assert of(events, Live) == []  # the CLI's own error message is no API call
     assert Shown("error", reason) in events
+    # Its result says `"subtype": "success"` with `"is_error": true`: the transcript said
+    # "result: success" of a failed turn.
+    assert Shown("system", "result: error after 1 API call(s)") in events
 
 
 def test_a_resumed_claude_session_bills_its_own_turn_not_the_session_total() -> None:

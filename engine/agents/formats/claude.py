@@ -189,6 +189,8 @@ class ClaudeStreamJson:
         if text is None:  # an interrupted turn says why elsewhere
             text = event.get("terminal_reason", event.get("subtype", ""))
         subtype = text_of(event.get("subtype", ""))
+        if error and subtype == "success":  # how Claude Code reports a failed API call
+            subtype = "error"
         out.append(Shown("system", f"result: {subtype} after {calls} API call(s)"))
         out += self._denials(event.get("permission_denials"))
         out.append(Result(text_of(text), error=error))
