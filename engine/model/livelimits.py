@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from flightdeck.engine.errors import CommandError
 from flightdeck.engine.inputs.bounds import MAX_CONCURRENT, MAX_COUNT, MAX_MONEY
 from flightdeck.engine.model import Limits, RouteCaps
+from flightdeck.engine.model.routes import ROUTE_FIELDS
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
 
@@ -44,7 +45,6 @@ __all__ = [
     "with_limits",
 ]
 
-ROUTE_FIELDS = ("max_concurrent", "rpm", "tpm")
 OFF = ("off", "none")  # what a field typed as text takes to mean "no limit"
 # The largest value of each count, the config's own (settings/load.py); the pool has no "off".
 _HIGHEST = {

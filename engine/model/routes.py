@@ -47,6 +47,9 @@ class RouteHeadroom:
     banked_tokens: float | None = None
 
 
+ROUTE_FIELDS = ("max_concurrent", "rpm", "tpm")  # a route's limits the operator may change
+
+
 @record
 class RouteCaps:
     """A route's limits as they stand now: configured, or changed live by the operator (rpm and
@@ -61,8 +64,8 @@ class RouteCaps:
 
     @property
     def fields(self) -> tuple[str, ...]:
-        """The limits that apply to the route (livelimits.ROUTE_FIELDS, or a command's one)."""
-        return ("max_concurrent",) if self.command else ("max_concurrent", "rpm", "tpm")
+        """The limits that apply to the route (ROUTE_FIELDS, or a command's one)."""
+        return ("max_concurrent",) if self.command else ROUTE_FIELDS
 
 
 @record
