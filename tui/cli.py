@@ -340,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     err = console_for(stderr=True)
     try:
         _check_text(args)
+        if isinstance(getattr(args, "child_ids", None), list):  # one named twice is taken once
+            args.child_ids = list(dict.fromkeys(args.child_ids))
         if args.command == "run":
             return cmd_run(args)
         if args.command == "report":

@@ -102,7 +102,7 @@ def _targets(
 ) -> tuple[list[str], bool]:
     """The children named, or those `--where` keeps (and whether it was a query)."""
     if row_filter is None:
-        return list(dict.fromkeys(args.child_ids)), False  # named twice is once
+        return list(args.child_ids), False
     return _matching(client, row_filter, verb), True
 
 
@@ -140,7 +140,7 @@ def cmd_answer(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.commands import Answer
 
     with batch_client(args) as client:
-        ids = list(dict.fromkeys(args.child_ids))
+        ids = list(args.child_ids)
         rid = sent(client, Answer(tuple(ids), args.message))
         return until_applied(client, rid, f"answer delivered: {children_said(ids, False)}")
 

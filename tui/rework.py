@@ -78,7 +78,7 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
         raise UsageError(None, None, None, "name the children to retry, or --where QUERY")
     with batch_client(args) as client:
         if row_filter is None:
-            ids, counted = list(dict.fromkeys(args.child_ids)), False  # named twice is once
+            ids, counted = list(args.child_ids), False
         else:
             kept, ended = client.matching(row_filter, ended=True)
             counted = True
@@ -167,7 +167,7 @@ def cmd_merge(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.attached.rework import branch_name_problem, overlap_of
     from flightdeck.engine.commands import Accept
 
-    ids = tuple(dict.fromkeys(args.child_ids))  # named twice is once: no overlap with itself
+    ids = tuple(args.child_ids)
     with batch_client(args) as client:
         db = client.db
     known_children(db, args.batch_id, ids)
@@ -187,7 +187,7 @@ def cmd_discard(args: argparse.Namespace) -> ExitCode:
     """`flightdeck discard`: remove children's worktrees (or copies) and branches."""
     from flightdeck.engine.commands import Discard
 
-    ids = tuple(dict.fromkeys(args.child_ids))
+    ids = tuple(args.child_ids)
     with batch_client(args) as client:
         db = client.db
     known_children(db, args.batch_id, ids)
