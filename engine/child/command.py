@@ -19,7 +19,7 @@ from typing import Protocol
 from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.adopt import adoptable
 from flightdeck.engine.agents.argv import expand
-from flightdeck.engine.agents.formats import OutputReader, reader_for
+from flightdeck.engine.agents.formats import reader_for
 from flightdeck.engine.agents.formats.codex import CodexJson
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.agents.process import Files, Process, Record
@@ -97,7 +97,6 @@ class ProcessRunner:
         self._told: str | None = None  # the session id recorded in the book
         # What the session's runs here were reported to have used, for a resume's reader.
         self._thread_usage = Usage()
-        self._reader: OutputReader | None = None  # the running process's
         self.adoption: Adoption | None = None  # set by `resume` before it runs
 
     @property
@@ -285,12 +284,11 @@ class ProcessRunner:
     def _supervisor(
         self, c: ChildPort, proc: Process, tally: CliTally, cli: CliInput | None
     ) -> Supervisor:
-        self._reader = reader_for(self._spec.format, self._thread_usage)
         return Supervisor(
             c,
             proc,
             self._spec,
-            self._reader,
+            reader_for(self._spec.format, self._thread_usage),
             tally,
             stdin=cli,
             session=self._session,
@@ -306,8 +304,8 @@ class ProcessRunner:
         finally:
             proc.release()
             self._book.ended()
-        if isinstance(self._reader, CodexJson):
-            self._thread_usage = self._reader.thread_usage
+        if isinstance(supervisor.reader, CodexJson):
+            self._thread_usage = supervisor.reader.thread_usage
         if self._session and self._session[0] != self._told:
             self._told = self._session[0]
             self._book.session(self._told)

@@ -84,7 +84,7 @@ class Supervisor:
         self._c = child
         self._proc = proc
         self._spec = spec
-        self._reader = reader
+        self.reader = reader  # the format's, which the runner asks what it was told
         self._tally = tally
         self._input = stdin
         self._session = session  # [id] once the format reported one (shared across runs)
@@ -187,7 +187,7 @@ class Supervisor:
                 self._write("stderr", shown)
                 continue
             self._end.out.append(shown)
-            events = self._reader.feed(line.text)
+            events = self.reader.feed(line.text)
             if len(events) == 1 and type(events[0]) is Shown and events[0].role == "output":
                 plain.append(shown)  # runs of plain output: one transcript write
                 continue
