@@ -27,7 +27,7 @@ from flightdeck.engine.child.command import RETRY_MESSAGE
 from flightdeck.engine.commands import Retry
 from flightdeck.engine.inputs.settings import load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
-from flightdeck.engine.model import ChildStatus, SteerState
+from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.records.reader import StoreReader
 
 from agentserver import DUMMY_KEY, RESPONSES_PATH, AgentServer
@@ -374,6 +374,20 @@ def owned_in_tool(
     return flightdeck, db, batch_id, log
 
 
+def the_steer_once_done(
+    tmp_path: Path, resume: subprocess.Popen[str], db: Path, batch_id: str
+) -> SteerReceipt:
+    """The gate opened: the resumed batch ends well, and `t0`'s one steer's receipt."""
+    (tmp_path / "gate").touch()
+    out, err = resume.communicate(timeout=120)
+    assert resume.returncode == 0, out + err
+    with StoreReader(db) as reader:
+        row = {r.id: r for r in reader.children(batch_id)}["t0"]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    (receipt,) = row.steers
+    return receipt
+
+
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_steer_to_an_adopted_child_is_delivered(
     tmp_path: Path, server: AgentServer, cli: str
@@ -392,13 +406,7 @@ def test_a_steer_to_an_adopted_child_is_delivered(
     # Claude Code: once it has read it (a gate opened before that ends the turn first).
     taken = "queued by the CLI: " if cli == "claude" else "steer (at next turn): "
     until(lambda: taken + "also the docs" in _read(log), what="the steer taken")
-    (tmp_path / "gate").touch()
-    out, err = resume.communicate(timeout=120)
-    assert resume.returncode == 0, out + err
-    with StoreReader(db) as reader:
-        row = {r.id: r for r in reader.children(batch_id)}["t0"]
-    assert row.status is ChildStatus.COMPLETED, row.error
-    (receipt,) = row.steers
+    receipt = the_steer_once_done(tmp_path, resume, db, batch_id)
     assert receipt.state is SteerState.DELIVERED, receipt
     how = "into the running turn" if cli == "claude" else "by resuming the session"
     assert receipt.how == how
@@ -466,13 +474,7 @@ def test_a_steer_the_dead_owner_wrote_is_not_written_again(
     steer.communicate(timeout=60)  # it gives up on the dead owner
     resume = flightdeck("resume", batch_id)
     until(lambda: "adopted" in _read(log), what="adopted")
-    (tmp_path / "gate").touch()
-    out, err = resume.communicate(timeout=120)
-    assert resume.returncode == 0, out + err
-    with StoreReader(db) as reader:
-        row = {r.id: r for r in reader.children(batch_id)}["t0"]
-    assert row.status is ChildStatus.COMPLETED, row.error
-    (receipt,) = row.steers
+    receipt = the_steer_once_done(tmp_path, resume, db, batch_id)
     assert (receipt.state, receipt.how) == (SteerState.DELIVERED, "into the running turn")
     assert _read(log).count("sent to its input: also the docs") == 1
     assert tagged(batch_id) == {}
