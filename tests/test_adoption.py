@@ -342,3 +342,48 @@ def test_a_stop_sent_while_the_owner_was_dead_ends_the_adopted_process_and_keeps
     halt = rows["halt"]
     assert halt.status is ChildStatus.STOPPED and "before start" not in (halt.error or "")
     assert halt.usage.total >= spent["halt"].total  # its spend is kept
+
+
+@pytest.mark.slow
+def test_an_adopted_codex_resume_is_billed_only_what_it_adds_to_its_thread(
+    tmp_path: Path,
+) -> None:
+    # Codex's `turn.completed` counts the whole thread. A `retry --continue` by a new owner
+    # (the session read back from the store), its process adopted by a third after a kill:
+    # each read the resumed thread's report from zero and billed its first turn again.
+    gate = tmp_path / "gate"
+    fake = str(FAKES / "fake_codex.py")
+    route = argv(fake, "exec", "--json", "--fake-exit", "1", "{goal}")
+    route += "resume_" + argv(fake, "exec", "resume", "{session}", "--json", "--fake-gate")
+    route = route.replace('"--fake-gate"]', f'"--fake-gate", "{gate}", "{{message}}"]')
+    route += 'format = "codex-json"\n'
+    folder = project(tmp_path / "p", route, ["t0"])
+    run = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 1, out + err  # its run billed a turn, then failed
+    batch_id = batch_of(folder)
+    db = folder / "state" / "flightdeck.db"
+    retry = flightdeck(folder, "retry", batch_id, "t0", "--continue")
+    out, err = retry.communicate(timeout=60)
+    owner = re.search(r"owner pid (\d+) started", err)
+    assert retry.returncode == 0 and owner is not None, out + err
+    try:
+        until(
+            lambda: transcript(folder, batch_id, "t0").count("tool-call │ shell") == 2,
+            what="the resumed run inside its command",
+        )
+    finally:
+        os.kill(int(owner.group(1)), signal.SIGKILL)
+    until(lambda: not psutil.pid_exists(int(owner.group(1))), what="the owner gone")
+    resume = flightdeck(folder, "resume", batch_id)
+    try:
+        until(lambda: "adopted" in transcript(folder, batch_id, "t0"), what="adopted")
+    finally:
+        gate.touch()
+    out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 0, out + err
+    with StoreReader(db) as reader:
+        [row] = reader.children(batch_id)
+    assert row.status is ChildStatus.COMPLETED and row.attempt == 2, row.error
+    one_turn = Usage(input_tokens=500, output_tokens=300, cache_read_tokens=1500)
+    assert row.usage == one_turn + one_turn  # what the fake's two turns served

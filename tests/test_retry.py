@@ -19,10 +19,13 @@ from flightdeck.engine.commands import CommandError
 from flightdeck.engine.control import softbudget
 from flightdeck.engine.inputs.settings import Budget, RetrySettings, Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
-from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, Usage
+from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.records.markdown import render_markdown
+from flightdeck.engine.records.processes import ProcessLog, session_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
+from flightdeck.engine.records.store import Store
 
 from helpers import (
     Hold,
@@ -318,6 +321,48 @@ def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
     assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
     assert (row.result or "").startswith("resumed thread-42: Your run before this one ended")
     assert "exec resume thread-42" in Path(row.transcript).read_text()
+
+
+# One turn of the fake Codex as flightdeck bills it (OpenAI counts cached input inside input).
+ONE_TURN = Usage(input_tokens=500, output_tokens=300, cache_read_tokens=1500)
+
+
+def test_a_retry_that_continues_a_codex_thread_is_billed_what_it_adds(tmp_path: Path) -> None:
+    # Codex's `turn.completed` counts its whole thread: the resumed run reports two turns, the
+    # first of them billed already. The retry's fresh runner read it from zero: billed three.
+    route = _argv("fake_codex.py", "exec", "--json", "--fake-exit", "1", "{goal}")
+    route += "resume_" + _argv(
+        "fake_codex.py", "exec", "resume", "{session}", "--json", "{message}"
+    )
+    route += 'format = "codex-json"\n'
+    b = Batch(name="cli", tasks=(Task(id="t0", goal="review the change", seq=0),))
+    engine = _cli(tmp_path, route, b)
+    try:
+        assert engine.wait(60)
+        first = _row(engine, "t0")
+        assert first.status is ChildStatus.FAILED and first.usage == ONE_TURN, first
+        engine.retry(["t0"], resume=True)
+        snap = run_to_end(engine, 20)
+    finally:
+        engine.close()
+    row = snap.child("t0")
+    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    assert row.usage == ONE_TURN + ONE_TURN
+
+
+def test_a_session_recorded_by_an_owner_before_its_thread_was_kept_reads_as_its_id(
+    tmp_path: Path,
+) -> None:
+    # A "session" event's detail was the bare id; it is JSON since the thread's usage is kept.
+    db = tmp_path / "flightdeck.db"
+    with Store(db) as store:
+        store.record_event("b", "old", 1.0, "session", "thread-42")
+        store.record_event("b", "odd", 1.0, "session", "42")  # an id that reads as JSON
+        ProcessLog(store, "b").session("new", CliSession("t-7", ONE_TURN), 2.0)
+    assert session_of(db, "b", "old") == CliSession("thread-42")
+    assert session_of(db, "b", "odd") == CliSession("42")
+    assert session_of(db, "b", "new") == CliSession("t-7", ONE_TURN)
+    assert session_of(db, "b", "none") is None
 
 
 def _read_until(fd: int, text: str, timeout: float = 30) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from flightdeck.engine.agents.process import Files, Record
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.model import Usage
+from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.records.processes import ProcessLog, ProcessRow
 
 
@@ -21,8 +22,9 @@ class StoreBook:
         self._child_id = child_id
         self._read_to = (-1, -1)
 
-    def started(self, record: Record, usage: Usage, cost: Decimal | None) -> None:
-        """A process started: where to find it, and what the child spent before it."""
+    def started(self, record: Record, usage: Usage, cost: Decimal | None, thread: Usage) -> None:
+        """A process started: where to find it, what the child spent before it, and what
+        the CLI session it resumes had been reported to use."""
         files, holder = record.files, record.holder
         self._log.started(
             ProcessRow(
@@ -38,6 +40,7 @@ class StoreBook:
                 err_offset=record.err_offset,
                 usage=usage,
                 cost_usd=cost,
+                thread=thread,
             )
         )
         self._read_to = (record.out_offset, record.err_offset)
@@ -53,9 +56,10 @@ class StoreBook:
         """It and its tree have ended."""
         self._log.ended(self._child_id)
 
-    def session(self, session_id: str) -> None:
-        """The CLI reported its session: kept for a retry that continues it."""
-        self._log.session(self._child_id, session_id, time.time())
+    def session(self, session: CliSession) -> None:
+        """The CLI reported its session (or its usage moved): kept for a retry that
+        continues it."""
+        self._log.session(self._child_id, session, time.time())
 
 
 def record_of(row: ProcessRow) -> Record:

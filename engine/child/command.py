@@ -29,6 +29,7 @@ from flightdeck.engine.child.clitally import CliTally
 from flightdeck.engine.child.port import Attempt, ChildPort, Ended
 from flightdeck.engine.child.supervise import RunEnd, Supervisor
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
+from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.records.meter import Meter, cost_of, genai_cost
 from flightdeck.engine.sanitize import one_line
 
@@ -46,8 +47,9 @@ _PRICED_AS = {"claude-stream-json": "anthropic", "codex-json": "openai"}
 class ProcessBook(Protocol):
     """Where a child's running process is recorded, for a new owner to find (the store)."""
 
-    def started(self, record: Record, usage: Usage, cost: Decimal | None) -> None:
-        """A process started; `usage` and `cost`: what the child had spent before it."""
+    def started(self, record: Record, usage: Usage, cost: Decimal | None, thread: Usage) -> None:
+        """A process started; `usage` and `cost`: what the child had spent before it;
+        `thread`: what the CLI session it resumes had been reported to use."""
         ...
 
     def read_to(self, record: Record) -> None:
@@ -58,8 +60,9 @@ class ProcessBook(Protocol):
         """It and its tree have ended."""
         ...
 
-    def session(self, session_id: str) -> None:
-        """The CLI reported its session (a retry that continues resumes it)."""
+    def session(self, session: CliSession) -> None:
+        """The CLI reported its session, or its usage moved (a retry that continues
+        resumes it)."""
         ...
 
 
@@ -70,6 +73,7 @@ class Adoption:
     record: Record
     usage: Usage  # what the child had spent before that process started
     cost: Decimal | None
+    thread: Usage  # what the CLI session it resumed had been reported to use before it
 
 
 class ProcessRunner:
@@ -94,9 +98,9 @@ class ProcessRunner:
         self._book = book
         self._tag = tag
         self._session: list[str] = []  # the CLI's session id, once reported
-        self._told: str | None = None  # the session id recorded in the book
-        # What the session's runs here were reported to have used, for a resume's reader.
+        # What the session's runs were reported to have used, for a resume's reader.
         self._thread_usage = Usage()
+        self._told: CliSession | None = None  # the session as recorded in the book
         self.adoption: Adoption | None = None  # set by `resume` before it runs
 
     @property
@@ -120,9 +124,9 @@ class ProcessRunner:
         return self._command.name, "command"
 
     @property
-    def session(self) -> str | None:
+    def session(self) -> CliSession | None:
         """The CLI session its runs reported, once one did."""
-        return self._session[0] if self._session else None
+        return CliSession(self._session[0], self._thread_usage) if self._session else None
 
     def adopt(self, adoption: Adoption) -> str | None:
         """Watch on a process a dead owner started (`resume`); why it cannot be, or None."""
@@ -133,6 +137,7 @@ class ProcessRunner:
         why = adoptable(adoption.record)
         if why is None:
             self.adoption = adoption
+            self._thread_usage = adoption.thread
         return why
 
     def refuse_steer(self, child: ChildPort, receipt: SteerReceipt) -> str | None:
@@ -184,10 +189,11 @@ class ProcessRunner:
             end = self._watch_adopted(c, adoption, tally)
         elif again is not None and self._resumes(again) and again.session is not None:
             # The CLI's own session goes on, told how its run before ended.
-            self._session[:] = [again.session]
+            self._session[:] = [again.session.id]
+            self._thread_usage = again.session.thread
             message = f"{RETRY_MESSAGE} ({again.before})."
             c.transcript.write("user", message)
-            more = {**values, "session": again.session, "message": message}
+            more = {**values, "session": again.session.id, "message": message}
             end = self._run_once(c, expand(self._command.resume_argv, more), cwd, message, tally)
         else:
             c.transcript.write("user", again.shown(prompt) if again is not None else prompt)
@@ -254,7 +260,7 @@ class ProcessRunner:
             end = RunEnd(code=127)
             end.err.append(f"cannot start {argv[0]}: {exc.strerror or exc}")
             return end
-        self._book.started(proc.record(), tally.usage, tally.cost)
+        self._book.started(proc.record(), tally.usage, tally.cost, self._thread_usage)
         cli = None
         if spec.stdin and spec.steer == "stdin":
             cli = CliInput(proc.write, tag=self._tag)
@@ -306,8 +312,8 @@ class ProcessRunner:
             self._book.ended()
         if isinstance(supervisor.reader, CodexJson):
             self._thread_usage = supervisor.reader.thread_usage
-        if self._session and self._session[0] != self._told:
-            self._told = self._session[0]
+        if self.session is not None and self.session != self._told:
+            self._told = self.session
             self._book.session(self._told)
         supervisor.missed("the CLI ended before it read it")
         if tally.reports == reports and self._spec.format != "plain":

@@ -20,6 +20,7 @@ from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.review.values import Changes
 
 
@@ -47,7 +48,7 @@ class Attempt:
     resume: bool
     before: str  # how the earlier attempt ended: "failed: exit 3"
     context: str = ""  # resume: the end of the earlier attempt's transcript
-    session: str | None = None  # resume: the CLI session the earlier attempt reported
+    session: CliSession | None = None  # resume: the CLI session the earlier attempt reported
 
     @property
     def prompt(self) -> str:
@@ -201,7 +202,7 @@ class Runner(Protocol):
         ...
 
     @property
-    def session(self) -> str | None:
+    def session(self) -> CliSession | None:
         """The CLI session its run reported (a retry that continues resumes it); None."""
         ...
 

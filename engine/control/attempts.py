@@ -27,6 +27,7 @@ from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Slots
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.records.attempts import SUPERSEDED
 from flightdeck.engine.records.transcripts import tail_lines
 from flightdeck.engine.review.apply import Reviewer
@@ -41,7 +42,7 @@ class Rework:
 
     remake: Callable[[Task, Kept], Child]  # a child for a task, as at start
     tasks: Mapping[str, Task]  # the batch's own tasks, for children a resume carried
-    session_of: Callable[[str], str | None]  # the CLI session a child's run reported
+    session_of: Callable[[str], CliSession | None]  # the CLI session a child's run reported
     flush_transcripts: Callable[[], object]
     reviewer: Reviewer | None  # accept and discard (None: nowhere to apply them)
     on_reopened: Callable[[], None]  # a batch that had ended runs again
@@ -151,7 +152,7 @@ class Attempts:
         lines, _ = tail_lines(Path(row.transcript), CONTEXT_LINES)
         return "\n".join(lines)[-self._context_chars :]
 
-    def _session(self, row: ChildRow, old: Child | None) -> str | None:
+    def _session(self, row: ChildRow, old: Child | None) -> CliSession | None:
         if old is not None and old.runner.session is not None:
             return old.runner.session
         return self._session_of(row.id)

@@ -346,7 +346,8 @@ def _adopt(
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
         if live and isinstance(runner, ProcessRunner):
-            why = runner.adopt(Adoption(record, process.usage, process.cost_usd)) or ""
+            adoption = Adoption(record, process.usage, process.cost_usd, process.thread)
+            why = runner.adopt(adoption) or ""
         if child is not None and live and not why:
             adopted.add(process.child_id)
             out.adopted.append(process.child_id)

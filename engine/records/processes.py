@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine.model import Usage
+from flightdeck.engine.model.session import CliSession, usage_figures
 from flightdeck.engine.records.liveness import Pid, alive
 from flightdeck.engine.records.schema import connect
 from flightdeck.engine.records.store import Store
@@ -43,12 +44,15 @@ class ProcessRow:
     err_offset: int
     usage: Usage  # what the child had spent before this process started
     cost_usd: Decimal | None
+    # What the CLI's session had been reported to use before this process (it resumed one):
+    # an adopter's reader of a Codex thread bills only what the process adds.
+    thread: Usage
 
 
-def _carried(usage: Usage, cost: Decimal | None) -> str:
-    figures = [usage.input_tokens, usage.output_tokens, usage.cache_read_tokens]
-    figures.append(usage.cache_write_tokens)
-    return json.dumps({"usage": figures, "cost_usd": None if cost is None else str(cost)})
+def _carried(row: ProcessRow) -> str:
+    cost = None if row.cost_usd is None else str(row.cost_usd)
+    carried = {"usage": usage_figures(row.usage), "cost_usd": cost}
+    return json.dumps(carried | {"thread": usage_figures(row.thread)})
 
 
 class ProcessLog:
@@ -72,7 +76,7 @@ class ProcessLog:
             row.stdin_path,
             row.out_offset,
             row.err_offset,
-            _carried(row.usage, row.cost_usd),
+            _carried(row),
         )
         self._store.write("record_process", UPSERT, params)
 
@@ -85,10 +89,12 @@ class ProcessLog:
         """It and its tree have ended: nothing to adopt."""
         self._store.write("end_process", DELETE, (self._batch_id, child_id))
 
-    def session(self, child_id: str, session_id: str, ts: float) -> None:
-        """The session its CLI reported, kept as a "session" event: a retry that continues
-        (by a later owner, too) resumes it."""
-        self._store.record_event(self._batch_id, child_id, ts, "session", session_id)
+    def session(self, child_id: str, session: CliSession, ts: float) -> None:
+        """The session its CLI reported, kept as a "session" event (its id; JSON since the
+        thread's usage was kept too): a retry that continues (by a later owner, too) resumes
+        it."""
+        detail = json.dumps({"id": session.id, "thread": usage_figures(session.thread)})
+        self._store.record_event(self._batch_id, child_id, ts, "session", detail)
 
 
 def processes(db: Path, batch_id: str) -> list[ProcessRow]:
@@ -120,6 +126,7 @@ def processes(db: Path, batch_id: str) -> list[ProcessRow]:
                 err_offset=r[9],
                 usage=Usage(*carried["usage"]),
                 cost_usd=None if cost is None else Decimal(cost),
+                thread=Usage(*carried.get("thread", ())),  # a row from before: none known
             )
         )
     return out
@@ -131,7 +138,7 @@ def still_running(db: Path, batch_id: str) -> int:
     return sum(1 for row in processes(db, batch_id) if alive(Pid(row.pid, row.start)))
 
 
-def session_of(db: Path, batch_id: str, child_id: str) -> str | None:
+def session_of(db: Path, batch_id: str, child_id: str) -> CliSession | None:
     """The CLI session a child's runs last reported (its "session" events); None: none."""
     conn = connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     try:
@@ -142,4 +149,16 @@ def session_of(db: Path, batch_id: str, child_id: str) -> str | None:
         ).fetchone()
     finally:
         conn.close()
-    return None if found is None else str(found[0])
+    return None if found is None else _session(str(found[0]))
+
+
+def _session(detail: str) -> CliSession:
+    """A "session" event's detail: JSON, or the bare id an owner before the thread's usage
+    was kept wrote (no session id is a JSON object: Claude Code's and Codex's are UUIDs)."""
+    try:
+        found = json.loads(detail)
+    except ValueError:
+        return CliSession(detail)
+    if not isinstance(found, dict):  # a bare id that happens to read as JSON: "42"
+        return CliSession(detail)
+    return CliSession(str(found["id"]), Usage(*found.get("thread", ())))

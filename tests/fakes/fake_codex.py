@@ -9,7 +9,8 @@ real one refuses it (exit 2).
 
 Fake-only flags: `--fake-sleep S` waits S seconds after the thread starts; `--fake-gate PATH`:
 its command runs until PATH exists; `--fake-retries N`: N reconnects first; `--fake-fail`: it
-gives up on a 429; `--fake-pidfile PATH`: its pid is written there.
+gives up on a 429; `--fake-pidfile PATH`: its pid is written there; `--fake-exit N`: it exits
+N after its turn completed (a run that billed a turn, then failed).
 """
 
 import argparse
@@ -33,6 +34,7 @@ parser.add_argument("--fake-gate")
 parser.add_argument("--fake-retries", type=int, default=0)
 parser.add_argument("--fake-fail", action="store_true")
 parser.add_argument("--fake-pidfile")
+parser.add_argument("--fake-exit", type=int, default=0)
 args = parser.parse_intermixed_args()
 assert args.exec == "exec" and args.json
 if args.fake_pidfile:
@@ -120,3 +122,4 @@ emit(
         },
     }
 )
+sys.exit(args.fake_exit)

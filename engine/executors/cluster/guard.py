@@ -18,6 +18,7 @@ import threading
 from flightdeck.engine.agents.process import Record
 from flightdeck.engine.agents.tree import TAG_ENV
 from flightdeck.engine.model import Usage
+from flightdeck.engine.model.session import CliSession
 
 GRACE_S = 2.0
 
@@ -124,7 +125,7 @@ class GuardBook:
         self._tag = tag  # the child's processes' TAG_ENV
         self._groups: list[int] = []
 
-    def started(self, record: Record, usage: Usage, cost: object) -> None:
+    def started(self, record: Record, usage: Usage, cost: object, thread: Usage) -> None:
         """A process (and its stdin holder) started: their groups are watched."""
         self._groups = [record.root.pid] + ([record.holder.pid] if record.holder else [])
         for pgid in self._groups:
@@ -133,7 +134,7 @@ class GuardBook:
     def read_to(self, record: Record) -> None:
         """No adopter reads on from here: nothing to keep."""
 
-    def session(self, session_id: str) -> None:
+    def session(self, session: CliSession) -> None:
         """Not sent home yet: a `retry --continue` of a CLI that ran on a cluster starts it
         afresh (docs/ray.md)."""
 
