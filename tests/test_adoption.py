@@ -205,6 +205,8 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
     assert places == sorted(places), text
     assert text.count("engine    │ run: ") == 1 and text.count("completed") == 1
     assert keep.cost_usd is not None and keep.cost_usd > 0
+    # Its files went with it: the copy of what its input was written too (engine/agents/sent.py).
+    assert not list((folder / "state" / "batches" / batch_id / "io").iterdir())
 
 
 @pytest.mark.slow

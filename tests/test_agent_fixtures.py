@@ -24,7 +24,14 @@ from flightdeck.engine.agents.formats import (
     ToolStarted,
     reader_for,
 )
-from flightdeck.engine.child.cliinput import AFTER_INTERRUPT, INTO_TURN, NEW_TURN, CliInput
+from flightdeck.engine.child.cliinput import (
+    AFTER_INTERRUPT,
+    INTO_TURN,
+    NEW_TURN,
+    CliInput,
+    interrupt,
+    user_turn,
+)
 from flightdeck.engine.model import SteerReceipt, SteerState, Usage
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
@@ -158,6 +165,27 @@ def test_steers_an_interrupt_finds_waiting_start_with_the_steer_now_as_one_new_t
     assert _feed("steer_now_behind_waiting", *steers) == [(s, AFTER_INTERRUPT) for s in steers]
     events = read("claude-stream-json", CLAUDE / "steer_now_behind_waiting.jsonl")
     assert of(events, Result)[-1] == Result("done: first\nsecond\nthird now")
+
+
+def test_an_adopter_never_writes_a_steer_its_dead_owner_wrote_the_cli_had_not_read() -> None:
+    # The dead owner wrote the task and a steer --now (its interrupt with it), then died before
+    # the CLI read the steer: the copy of its input says so (the last line, cut short by the
+    # death, was never written), and the CLI's events deliver it as the dead owner's would have.
+    events = read("claude-stream-json", CLAUDE / "steer_now.jsonl")
+    prompt_id, steer_id = dict.fromkeys(e.uuid for e in of(events, Lifecycle))
+    now = _steer(1, now=True)
+    written = user_turn("the task", prompt_id) + interrupt("flightdeck-1")
+    written += user_turn(now.message, steer_id) + '{"type": "us'
+    adopter = CliInput(lambda text: pytest.fail(f"written again: {text}"), lambda: steer_id)
+    adopter.expect([now], written)
+    assert adopter.written_before() == [now] and not adopter.answered()
+    started = []
+    for event in events:
+        if isinstance(event, Live):
+            adopter.model_answered()
+        if isinstance(event, Lifecycle) and (found := adopter.lifecycle(event)) is not None:
+            started.append(found)
+    assert started == [(now, AFTER_INTERRUPT)] and adopter.answered()
 
 
 def test_claude_interrupted_turn_is_an_error_result_then_the_steer_answers() -> None:

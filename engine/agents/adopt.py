@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from flightdeck.engine.agents import tree
+from flightdeck.engine.agents import sent, tree
 from flightdeck.engine.agents.process import Record, reopen
 from flightdeck.engine.agents.tree import Pid
 
@@ -53,4 +53,6 @@ def end_tree(record: Record, grace_s: float) -> list[Pid]:
         if path is not None:
             with contextlib.suppress(OSError):
                 path.unlink()
+    if record.files.stdin is not None:
+        sent.forget(record.files.stdin)
     return left

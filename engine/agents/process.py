@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flightdeck.engine.agents import tree
+from flightdeck.engine.agents import sent, tree
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.private import private_dir
 
@@ -263,6 +263,8 @@ class Process:
                 return False
             data = text.encode("utf-8", "replace")
             try:
+                if self.files.stdin is not None:
+                    sent.append(self.files.stdin, data)  # first: nothing written goes unrecorded
                 while data:
                     data = data[os.write(fd, data) :]
             except OSError:
@@ -291,6 +293,10 @@ class Process:
                 with contextlib.suppress(OSError):
                     os.close(self._stdin_fd)
                 self._stdin_fd = None
+
+    def written(self) -> str:
+        """All written to its stdin so far, by this owner or a dead one."""
+        return "" if self.files.stdin is None else sent.read(self.files.stdin)
 
     @property
     def stdin_open(self) -> bool:
@@ -371,6 +377,8 @@ class Process:
                 if path is not None:
                     with contextlib.suppress(OSError):
                         path.unlink()
+            if self.files.stdin is not None:
+                sent.forget(self.files.stdin)
 
     def _note_orphans(self) -> None:
         """Its orphans running now, kept with its descendants: once one ends, its tag can no
@@ -387,9 +395,11 @@ class Process:
 
 
 def _fifo(path: Path) -> tuple[int, int]:
-    """A fresh FIFO at `path` (0600), opened at both ends: (read, write)."""
+    """A fresh FIFO at `path` (0600), opened at both ends: (read, write); no copy is left of
+    what an earlier process was written there."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+    sent.forget(path)
     os.mkfifo(path, 0o600)
     # Non-blocking, the read end opens at once; then the write end finds its reader.
     read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

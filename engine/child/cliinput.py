@@ -93,14 +93,30 @@ class CliInput:
             return self._new_id()
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"flightdeck:{self._tag}:{receipt.id}"))
 
-    def expect(self, receipts: Iterable[SteerReceipt]) -> None:
-        """Steers still queued when this process was adopted: its dead owner may have written
-        them already, which the CLI's lifecycle events (by their uuid) tell."""
+    def expect(self, receipts: Iterable[SteerReceipt], written: str) -> None:
+        """Steers still queued when this process was adopted, and all its dead owner wrote to
+        its input (`written`): a steer in it was sent, read by the CLI yet or not (the CLI's
+        lifecycle events name it by its uuid as it goes), and is never written again."""
         self._expected = {self._steer_id(r): r for r in receipts}
+        for line in written.splitlines():
+            try:
+                message = json.loads(line)
+            except ValueError:  # the last, cut short by the owner's death: never written
+                continue
+            if isinstance(message, dict) and message.get("type") == "user":
+                message_id = str(message.get("uuid"))
+                self._sent.setdefault(message_id, self._expected.get(message_id))
+            elif isinstance(message, dict) and message.get("type") == "control_request":
+                # A steer --now's interrupt went with it: its turn is the one after it.
+                receipt_id = str(message.get("request_id")).removeprefix("flightdeck-")
+                self._interrupted |= {
+                    m for m, r in self._expected.items() if str(r.id) == receipt_id
+                }
 
     def written_before(self) -> list[SteerReceipt]:
-        """The expected steers the CLI has named since last asked: the dead owner wrote them
-        (a later lifecycle event finds them by their uuid, as it finds steers written here)."""
+        """The expected steers written to its input or named by the CLI since last asked: the
+        dead owner wrote them (a lifecycle event finds them by their uuid, as it finds steers
+        written here)."""
         named = [m for m in self._expected if m in self._sent]
         return [self._expected.pop(m) for m in named]
 

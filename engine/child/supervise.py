@@ -210,7 +210,7 @@ class Supervisor:
         self._quiet = True
         try:
             if self._input is not None:
-                self._input.expect(self._c.steering.pending())
+                self._input.expect(self._c.steering.pending(), self._proc.written())
             self._lines(lines)
         finally:
             self._quiet = False

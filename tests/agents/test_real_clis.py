@@ -10,19 +10,24 @@ Codex the `-c` flags naming the server as its provider) against the loopback ser
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 import tomllib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.child.cliinput import user_turn
 from flightdeck.engine.child.command import RETRY_MESSAGE
 from flightdeck.engine.commands import Retry
 from flightdeck.engine.inputs.settings import load_settings
@@ -32,6 +37,7 @@ from flightdeck.engine.records.reader import StoreReader
 
 from agentserver import DUMMY_KEY, RESPONSES_PATH, AgentServer
 from helpers import until
+from loopback import ANTHROPIC_PATH
 
 BIN = Path(os.environ.get("FLIGHTDECK_AGENTS_BIN", ".cache-agents/node_modules/.bin")).resolve()
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -374,18 +380,17 @@ def owned_in_tool(
     return flightdeck, db, batch_id, log
 
 
-def the_steer_once_done(
+def the_steers_once_done(
     tmp_path: Path, resume: subprocess.Popen[str], db: Path, batch_id: str
-) -> SteerReceipt:
-    """The gate opened: the resumed batch ends well, and `t0`'s one steer's receipt."""
+) -> tuple[SteerReceipt, ...]:
+    """The gate opened: the resumed batch ends well, and `t0`'s steers' receipts."""
     (tmp_path / "gate").touch()
     out, err = resume.communicate(timeout=120)
     assert resume.returncode == 0, out + err
     with StoreReader(db) as reader:
         row = {r.id: r for r in reader.children(batch_id)}["t0"]
     assert row.status is ChildStatus.COMPLETED, row.error
-    (receipt,) = row.steers
-    return receipt
+    return row.steers
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -406,7 +411,7 @@ def test_a_steer_to_an_adopted_child_is_delivered(
     # Claude Code: once it has read it (a gate opened before that ends the turn first).
     taken = "queued by the CLI: " if cli == "claude" else "steer (at next turn): "
     until(lambda: taken + "also the docs" in _read(log), what="the steer taken")
-    receipt = the_steer_once_done(tmp_path, resume, db, batch_id)
+    (receipt,) = the_steers_once_done(tmp_path, resume, db, batch_id)
     assert receipt.state is SteerState.DELIVERED, receipt
     how = "into the running turn" if cli == "claude" else "by resuming the session"
     assert receipt.how == how
@@ -474,7 +479,67 @@ def test_a_steer_the_dead_owner_wrote_is_not_written_again(
     steer.communicate(timeout=60)  # it gives up on the dead owner
     resume = flightdeck("resume", batch_id)
     until(lambda: "adopted" in _read(log), what="adopted")
-    receipt = the_steer_once_done(tmp_path, resume, db, batch_id)
+    (receipt,) = the_steers_once_done(tmp_path, resume, db, batch_id)
     assert (receipt.state, receipt.how) == (SteerState.DELIVERED, "into the running turn")
     assert _read(log).count("sent to its input: also the docs") == 1
     assert tagged(batch_id) == {}
+
+
+def test_a_steer_the_dead_owner_wrote_unread_is_not_written_again(
+    tmp_path: Path, server: AgentServer
+) -> None:
+    """A steer written to Claude Code's input that the CLI had not read when its owner was
+    killed (the CLI reads its input at once, mid-turn too: here it is stopped) is in the FIFO
+    still: the adopter never writes it again, and it is delivered once, when the CLI reads it."""
+    flightdeck, db, batch_id, log = owned_in_tool(tmp_path, server, "claude")
+    ((cli,),) = tagged(batch_id).values()
+    os.kill(cli, signal.SIGSTOP)
+    try:
+        first = flightdeck("steer", batch_id, "t0", "-m", "also the docs")
+        until(lambda: "sent to its input: also the docs" in _read(log), what="the steer written")
+        flightdeck.owner.send_signal(signal.SIGKILL)
+        flightdeck.owner.communicate(timeout=30)
+        first.communicate(timeout=60)  # it gives up on the dead owner
+        resume = flightdeck("resume", batch_id)
+        until(lambda: "adopted" in _read(log), what="adopted")
+        # The adopter takes its inbox in order: this one is written after the first was dealt
+        # with (written again, before the fix).
+        second = flightdeck("steer", batch_id, "t0", "-m", "and the tests")
+        until(lambda: "sent to its input: and the tests" in _read(log), what="the second written")
+        # Its input holds, unread, each steer once (Claude Code 2.1 drops a second copy with
+        # the same uuid, so the server cannot tell).
+        lines = [user_turn(m, str(uuid.UUID(int=0))) for m in ("also the docs", "and the tests")]
+        assert unread(log.parent / "io" / "t0.in") == sum(len(line.encode()) for line in lines)
+    finally:
+        os.kill(cli, signal.SIGCONT)
+    receipts = the_steers_once_done(tmp_path, resume, db, batch_id)
+    second.communicate(timeout=60)
+    assert _read(log).count("sent to its input: also the docs") == 1
+    assert [(r.message, r.state) for r in receipts] == [
+        ("also the docs", SteerState.DELIVERED),
+        ("and the tests", SteerState.DELIVERED),
+    ]
+    assert told(server, str(tmp_path)).count("also the docs") == 1
+    assert tagged(batch_id) == {}
+
+
+def unread(fifo: Path) -> int:
+    """The bytes written to `fifo` that its reader has not taken (FIONREAD, taking none)."""
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+    finally:
+        os.close(fd)
+
+
+def told(server: AgentServer, marker: str) -> str:
+    """The user's side (JSON) of the longest conversation the server was sent whose goal holds
+    `marker`: every message the CLI passed on, each copy of it."""
+    told = [""]
+    for request in server.received:
+        if request.path.partition("?")[0] != ANTHROPIC_PATH:
+            continue
+        users = [m for m in request.body.get("messages", []) if m.get("role") == "user"]
+        if users and marker in json.dumps(users[0]):
+            told.append(json.dumps(users))
+    return max(told, key=len)
