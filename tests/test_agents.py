@@ -146,6 +146,30 @@ def test_nonzero_exit_fails_with_the_last_stderr_lines(tmp_path: Path) -> None:
     assert "stderr    │ fatal: could not finish" in transcript(row)
 
 
+def test_a_failure_reason_is_stored_without_the_cli_escape_sequences(tmp_path: Path) -> None:
+    # `report --json` and exports read row.error as stored: the CLI's colours, bells and
+    # carriage returns are not kept there, its words and line breaks are.
+    script = tmp_path / "ansi_fail.py"
+    script.write_text(
+        "import sys\n"
+        "sys.stderr.write('\\x1b[1;31merror:\\x1b[0m disk\\tfull\\r\\n')\n"
+        "sys.stderr.write('\\x1b]0;title\\x07\\x1b[0m\\n')\n"  # only escapes: no line
+        "sys.stderr.write('\\x07try \\x1b[4magain\\x1b[24m\\n')\n"
+        "sys.exit(2)\n"
+    )
+    route = "argv = " + repr([PY, str(script)]).replace("'", '"') + "\n"
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error == "exit 2: error: disk\tfull\ntry again"
+    claude = fake("fake_claude.py", "-p", "--output-format", "stream-json", "--verbose")
+    claude += 'format = "claude-stream-json"\n'
+    fail = '"--fake-fail", "\\u001b[31mAPI Error\\u001b[0m: 529\\u0007"]'
+    claude = claude.replace('"--verbose"]', f'"--verbose", {fail}')
+    row = run_to_end(engine_for(tmp_path / "c", config(tmp_path, claude))).children[0]
+    assert row.status is ChildStatus.FAILED
+    assert row.error == "the CLI reported an error: API Error: 529"
+
+
 def test_argv_placeholders_stay_whole_arguments(tmp_path: Path) -> None:
     route = fake("workspace_probe.py", "{id}", "--at={workspace}")
     goal = "a goal; with `quotes` and $(rm -rf ~) in it"

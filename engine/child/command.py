@@ -31,7 +31,7 @@ from flightdeck.engine.child.supervise import RunEnd, Supervisor
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.records.meter import Meter, cost_of, genai_cost
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import one_line, sanitize
 
 CANNOT_STEER = "this route cannot be steered"
 # What a retry that continues tells the CLI whose session it resumes.
@@ -169,7 +169,7 @@ class ProcessRunner:
             else:
                 cwd = self._workspace.reuse() if resume else self._workspace.prepare()
         except WorkspaceError as exc:
-            return Ended(ChildStatus.FAILED, f"workspace: {exc}")
+            return Ended(ChildStatus.FAILED, f"workspace: {sanitize(str(exc))}")  # git's stderr
         if self._workspace.mode != "shared" and adoption is None:
             c.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}")
         context = c.task.context or ""
@@ -228,7 +228,7 @@ class ProcessRunner:
             return Ended(c.stop_status or ChildStatus.STOPPED, c.stop_reason)
         if end.result is not None and end.result_error:
             # The CLI's own words: stderr holds its warnings, not why it failed.
-            return Ended(ChildStatus.FAILED, f"the CLI reported an error: {end.result}")
+            return Ended(ChildStatus.FAILED, f"the CLI reported an error: {sanitize(end.result)}")
         if end.code is None:  # adopted: only its output says how it ended
             if end.result is not None:
                 return Ended(ChildStatus.COMPLETED, result=end.result)
@@ -237,7 +237,9 @@ class ProcessRunner:
             result = end.result if end.result is not None else "\n".join(end.out)
             return Ended(ChildStatus.COMPLETED, result=result)
         reason = status_text(end.code)
-        last = [line for line in end.err if line.strip()][-REASON_LINES:]
+        # Stored as the row's error, which `report --json` and exports give out as it is: the
+        # CLI's escape sequences go here, and a line of only those is no line.
+        last = [line for line in map(sanitize, end.err) if line.strip()][-REASON_LINES:]
         return Ended(ChildStatus.FAILED, reason + (": " + "\n".join(last) if last else ""))
 
     def _run_once(
