@@ -176,9 +176,14 @@ def test_diff_of_a_running_child_says_it_has_not_ended(tmp_path: Path) -> None:
     assert "+made" in fd(folder, "diff", batch, "s2").stdout
 
 
-def test_a_merge_the_owner_applies_is_said_as_one_applied_here(tmp_path: Path) -> None:
+@pytest.mark.parametrize("through", ["merge", "the attached TUI"])
+def test_a_merge_the_owner_applies_is_said_as_one_applied_here(
+    tmp_path: Path, through: str
+) -> None:
     # Found by an audit: through a live owner it printed `fast: merged into main`, applied by
-    # the command itself `accepted fast into main (now <sha>)`.
+    # the command itself `accepted fast into main (now <sha>)`. The M key, attached, said
+    # `merged 1 child into main` as soon as the request was recorded (before the owner had
+    # merged, or refused to).
     marker = tmp_path / "release"
     repo, folder = project(tmp_path, {"fast": "x.txt=one", "slow": "y.txt=two"})
     argv = [sys.executable, str(FAKES / "edit_files.py"), "--hold", str(marker), "{goal}"]
@@ -199,13 +204,12 @@ def test_a_merge_the_owner_applies_is_said_as_one_applied_here(tmp_path: Path) -
 
     try:
         until(fast_done, 60, what="fast's changes recorded")
-        merged = fd(folder, "merge", batch, "fast", "--into", "main")
-        assert merged.returncode == 0, merged.stderr
+        said = merged_by(through, db, batch, folder)
         with StoreReader(db) as reader:
             info = reader.batch(batch)
         assert info is not None and info.finished_ts is None  # the owner applied it
         now = git(repo, "rev-parse", "main")[:12]
-        assert merged.stdout == f"accepted fast into main (now {now})\n"
+        assert said == f"accepted fast into main (now {now})\n"
     finally:
         marker.touch()
         fd(folder, "wait", batch)
@@ -215,6 +219,32 @@ def test_a_merge_the_owner_applies_is_said_as_one_applied_here(tmp_path: Path) -
         until(lambda: ended(info.owner_pid), 60, what="the detached owner gone")
     gone = fd(folder, "discard", batch, "slow")  # no owner now: applied here, said alike
     assert (gone.returncode, gone.stdout) == (0, "discarded slow\n")
+
+
+def merged_by(through: str, db: Path, batch: str, folder: Path) -> str:
+    """fast merged into main by `flightdeck merge` or the TUI's M (attached: StoreView); what
+    it said, as a line."""
+    if through == "merge":
+        merged = fd(folder, "merge", batch, "fast", "--into", "main")
+        assert merged.returncode == 0, merged.stderr
+        return merged.stdout
+    from flightdeck.engine.attached.view import StoreView
+    from flightdeck.tui.screens.decisions import Ask, Say, SendOff, sent_off
+    from flightdeck.tui.screens.review import merge
+    from flightdeck.tui.screens.targets import Aim
+
+    view = StoreView(db, batch, watch=False)
+    try:
+        rows = {r.id: r for r in view.snapshot().children}
+        (ask,) = merge(Aim(("fast",), rows, None, None, False))
+        assert isinstance(ask, Ask)
+        (off,) = ask.then("main")
+        assert isinstance(off, SendOff)
+        (say, _) = sent_off(view, off, None)  # returns once the owner has applied it
+        assert isinstance(say, Say) and say.severity == "information"
+        return say.text + "\n"
+    finally:
+        view.close()
 
 
 def test_retry_of_an_ended_batch_starts_its_owner_again(tmp_path: Path) -> None:

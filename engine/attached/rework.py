@@ -41,6 +41,7 @@ __all__ = [
     "patch_of",
     "retry",
     "review",
+    "said_of",
     "send_retry",
 ]
 

@@ -5,7 +5,8 @@ A watcher thread (watch.py) wakes on every change to the database's WAL, and at 
 `poll_s`; each wake asks SQLite's `data_version` whether another connection committed, and only
 then reads. The discrete facts found by a read are published to subscribers on that thread. A
 command the owner refuses is logged as a warning (the TUI shows it); one that cannot be sent at
-all (an unknown child, a message too long) raises CommandError, as it does in-process.
+all (an unknown child, a message too long) raises CommandError, as it does in-process, and so
+does an accept or discard the owner refuses: those are waited for, as in-process.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from flightdeck.engine.attached.client import Client
+from flightdeck.engine.attached.client import Client, OwnerGone
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.attached.reading import BatchReading
-from flightdeck.engine.attached.rework import review_here, send_retry
+from flightdeck.engine.attached.rework import review, send_retry
 from flightdeck.engine.attached.spawn import OwnerFailed
 from flightdeck.engine.attached.watch import Waker
-from flightdeck.engine.commands import Accept, Command, Discard, Retry
+from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
 from flightdeck.engine.records.reader import require_state
@@ -142,14 +143,14 @@ class StoreView:
         """Record `command` for the owner, checked as the owner checks it: CommandError (the
         TUI says why, nothing sent) for one that cannot be applied. A store that cannot take it
         (the disk is full) is said as a warning, which the TUI shows. With no owner alive, a
-        retry starts one again and an accept or discard is applied here (both take a while:
+        retry starts one again. An accept or discard returns once applied (both take a while:
         the TUI sends them off its event loop)."""
         try:
-            if isinstance(command, Retry | Accept | Discard) and not self._client.owner().alive:
-                rid = self._without_owner(command)
-                if rid is None:
-                    self.refresh()
-                    return
+            if isinstance(command, Accept | Discard):
+                self._review(command)
+                return
+            if isinstance(command, Retry) and not self._client.owner().alive:
+                rid, _ = send_retry(self.db, self.batch_id, command)
             else:
                 rid = self._client.send(command)
         except (LookupError, StoreError, OwnerFailed) as exc:
@@ -158,14 +159,16 @@ class StoreView:
         with self._lock:
             self._pending.add(rid)
 
-    def _without_owner(self, command: Retry | Accept | Discard) -> int | None:
-        """A batch that ended (or whose owner died): a retry starts its owner again (the
-        request's id); an accept or discard is applied here, and said (None)."""
-        if isinstance(command, Retry):
-            rid, _ = send_retry(self.db, self.batch_id, command)
-            return rid
-        log.info("%s", review_here(self.db, self.batch_id, command).said)
-        return None
+    def _review(self, command: Accept | Discard) -> None:
+        """An accept or discard applied as `flightdeck merge` and `discard` apply it: by the
+        owner while one lives, else here. Refused (a conflict), CommandError, as in-process:
+        the TUI said it was merged while the owner refused it. The snapshot read after has
+        what was decided, which the TUI says (an accept's commit)."""
+        try:
+            review(self.db, self.batch_id, command)
+        except OwnerGone as exc:
+            raise CommandError(str(exc)) from None
+        self.refresh()
 
     # --- reading --------------------------------------------------------------------------------
 

@@ -187,12 +187,12 @@ def test_merge_and_discard_act_on_pending_changes_only(tmp_path: Path) -> None:
     (ask,) = review.merge(aim)
     assert isinstance(ask, Ask) and isinstance(ask.dialog, AcceptDialog)
     assert ask.dialog.child_ids == ["review-01"] and ask.then(None) == ()
-    merged = SendOff(Accept(("review-01",), "main"), "merged 1 child into main")
+    merged = SendOff(Accept(("review-01",), "main"), review.Decided(("review-01",)))
     assert tuple(ask.then("main")) == (merged,)
     (ask,) = review.discard(aim)
     assert isinstance(ask.dialog, DiscardDialog) and ask.then(False) == ()
     assert tuple(ask.then(True)) == (
-        SendOff(Discard(("review-01",)), "discarded 1 child' changes"),
+        SendOff(Discard(("review-01",)), review.Decided(("review-01",))),
     )
     done = Aim(("review-02",), rows, None, None, False)
     assert review.merge(done) == (Say("nothing here to merge: no changes left pending"),)
@@ -203,17 +203,72 @@ def test_merge_and_discard_act_on_pending_changes_only(tmp_path: Path) -> None:
     assert review.diff(None) == (Say("this child changed no file in a workspace of its own"),)
 
 
-def test_a_slow_send_says_when_it_was_taken_refused_or_read_only() -> None:
-    step = SendOff(Discard(("a",)), "discarded")
-    sent: list[Command] = []
-    assert tuple(sent_off(sent.append, step, None)) == (Say("discarded"), Poll())
-    assert sent == [step.command]
-
-    def refuse(command: Command) -> None:
-        raise CommandError("no changes left")
-
-    assert tuple(sent_off(refuse, step, None)) == (
-        Say("discard not applied: no changes left", "error"),
+def test_m_and_delete_say_what_was_applied_in_the_command_line_sentence(tmp_path: Path) -> None:
+    # One action, one sentence: `flightdeck merge` prints `accepted a, b into main (now <sha>)`,
+    # the M key said `merged 2 children into main` (and delete `discarded 2 children' changes`).
+    pending = Changes(files=(), workspace=str(tmp_path))
+    rows = {
+        i: dataclasses.replace(r, changes=pending)
+        for i, r in rows_of(tmp_path, S.FAILED, S.FAILED).items()
+    }
+    aim = Aim(tuple(rows), rows, None, None, True)
+    merged = {
+        i: dataclasses.replace(
+            r, changes=pending.decided("accepted", branch=i, into="main", commit="0123456789abcdef")
+        )
+        for i, r in rows.items()
+    }
+    discarded = {
+        i: dataclasses.replace(r, changes=pending.decided("discarded")) for i, r in rows.items()
+    }
+    view = Sending(snapshot(tmp_path, merged))
+    (ask,) = review.merge(aim)
+    (off,) = ask.then("main")
+    assert isinstance(off, SendOff) and off.done == review.Decided(("review-01", "review-02"))
+    assert tuple(sent_off(view, off, None)) == (
+        Say("accepted review-01, review-02 into main (now 0123456789ab)"),
+        Poll(),
     )
-    assert tuple(sent_off(sent.append, step, READ_ONLY)) == (Say(READ_ONLY, "warning"),)
-    assert sent == [step.command]  # a read-only view sends nothing
+    view.snap = snapshot(tmp_path, discarded)
+    (ask,) = review.discard(aim)
+    (off,) = ask.then(True)
+    assert isinstance(off, SendOff)
+    assert tuple(sent_off(view, off, None)) == (Say("discarded review-01, review-02"), Poll())
+    ids = ("review-01", "review-02")
+    assert view.sent == [Accept(ids, "main"), Discard(ids)]
+    # A view whose snapshot does not show it yet: said as applied, not as something else.
+    view.snap = snapshot(tmp_path, rows)
+    assert tuple(sent_off(view, off, None)) == (Say("applied to 2 children"), Poll())
+
+
+class Sending:
+    """A view that records what is sent to it (or refuses it, saying `refuse`); `snap`: the
+    batch as it stands once that is applied."""
+
+    def __init__(self, snap: Snapshot | None = None, refuse: str | None = None) -> None:
+        self.sent: list[Command] = []
+        self.snap = snap
+        self.refuse = refuse
+
+    def send(self, command: Command) -> None:
+        if self.refuse is not None:
+            raise CommandError(self.refuse)
+        self.sent.append(command)
+
+    def snapshot(self) -> Snapshot:
+        assert self.snap is not None
+        return self.snap
+
+
+def test_a_slow_send_says_when_it_was_taken_refused_or_read_only() -> None:
+    said = "retry (fresh) queued for 1 child"
+    step = SendOff(Retry(("a",), False), said)
+    view = Sending()
+    assert tuple(sent_off(view, step, None)) == (Say(said), Poll())
+    assert view.sent == [step.command]
+    refusing = Sending(refuse="nothing to retry")
+    assert tuple(sent_off(refusing, step, None)) == (
+        Say("retry not applied: nothing to retry", "error"),
+    )
+    assert tuple(sent_off(view, step, READ_ONLY)) == (Say(READ_ONLY, "warning"),)
+    assert view.sent == [step.command]  # a read-only view sends nothing

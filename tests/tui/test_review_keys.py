@@ -65,6 +65,10 @@ def _detail(app: object) -> str:
     return str(app.main.query_one("#detail", ChildDetail).render())  # type: ignore[attr-defined]
 
 
+def _toasts(app: Any) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
 async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     app = app_for(engine)
@@ -96,6 +100,8 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
             90,
         )
         assert len(worktrees(repo)) == 2
+        # Said as `flightdeck discard` says it (it said "discarded 1 child' changes").
+        await until(pilot, lambda: "discarded t1" in _toasts(app), "the discard said")
 
         # R: t1 runs again, fresh, and (the marker there now) completes.
         (tmp_path / "fixed").touch()
@@ -126,6 +132,9 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         )
         assert git(repo, "show", "main:x.txt") == "one"
         assert table.displayed("t0", "doing").startswith("failed (+1 −0 in 1 file merged)")
+        # Said as `flightdeck merge` says it (it said "merged 1 child into main").
+        said = f"accepted t0 into main (now {git(repo, 'rev-parse', 'main')[:12]})"
+        await until(pilot, lambda: said in _toasts(app), "the merge said")
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from flightdeck.engine.commands import Command, CommandError
+from flightdeck.engine.model import Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.screens.summaries import Bulk
 from textual.notifications import SeverityLevel
@@ -33,10 +34,11 @@ class Send:
 @dataclass(frozen=True, slots=True)
 class SendOff:
     """Send `command` off the event loop (a merge runs git, a retry may start the owner again):
-    `done` is said once it is taken, a refusal as not applied (`sent_off`, on a worker)."""
+    `done` is said once it is taken, a refusal as not applied (`sent_off`, on a worker). A
+    callable `done` is given the snapshot read after it: what was applied (review.Decided)."""
 
     command: Command
-    done: str
+    done: str | Callable[[Snapshot], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,14 +102,22 @@ Step = Send | SendOff | Say | Untag | Track | Poll | Ask[Any] | Ring | Title | E
 Decision = Sequence[Step]
 
 
-def sent_off(send: Callable[[Command], None], step: SendOff, refused: str | None) -> Decision:
+class Sends(Protocol):
+    """What `sent_off` needs of the view (tui/view.py's EngineView has it)."""
+
+    def send(self, command: Command) -> None: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+
+def sent_off(view: Sends, step: SendOff, refused: str | None) -> Decision:
     """`step`'s command sent (on a worker thread), unless the view is `refused` it (read-only:
     said); what to carry out after, on the event loop."""
     if refused:
         return (Say(refused, "warning"),)
     try:
-        send(step.command)
+        view.send(step.command)
     except CommandError as exc:
         text = f"{step.command.title} not applied: {one_line(str(exc), 300)}"
         return (Say(text, "error"),)
-    return (Say(step.done), Poll())
+    return (Say(step.done if isinstance(step.done, str) else step.done(view.snapshot())), Poll())

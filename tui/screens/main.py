@@ -215,7 +215,7 @@ class MainScreen(Screen[None]):
     @work(thread=True, exit_on_error=False, group="review", description="send")
     def _send_off(self, step: decisions.SendOff) -> None:
         """A slow command sent on a worker; what follows is carried out on the event loop."""
-        then = decisions.sent_off(self.view.send, step, review.refusal(self.view))
+        then = decisions.sent_off(self.view, step, review.refusal(self.view))
         self.app.call_from_thread(self.carry_out, then)
 
     def order(self, decision: Decision) -> None:

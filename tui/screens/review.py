@@ -6,11 +6,12 @@ its event loop (`SendOff`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
-from flightdeck.engine.attached.rework import Changes, overlap_in, patch_of
+from flightdeck.engine.attached.rework import Changes, overlap_in, patch_of, said_of
 from flightdeck.engine.commands import Accept, CommandError, Discard, Retry
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.decisions import Ask, Decision, Say, SendOff
@@ -235,6 +236,22 @@ def _pending(aim: Aim) -> tuple[str, ...]:
     return tuple(i for i, c in changes if c is not None and c.pending)
 
 
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What M or delete says once applied: the sentence `flightdeck merge` and `discard` print
+    (`accepted a, b into main (now <sha>)`), of the children's changes as the snapshot read
+    after it has them (an accept's commit is only known then)."""
+
+    ids: tuple[str, ...]
+
+    def __call__(self, snap: Snapshot) -> str:
+        changes = {row.id: row.changes for row in snap.children}
+        decided = {i: c for i in self.ids if (c := changes.get(i)) and not c.pending}
+        if not decided:  # the view applied it, but its snapshot does not show it yet
+            return f"applied to {_n(len(self.ids))}"
+        return one_line(said_of(decided), 300)  # the branch is the operator's typing
+
+
 def merge(aim: Aim) -> Decision:
     """M: the targets' pending changes merged into the branch typed in the dialog."""
     ids = _pending(aim)
@@ -242,8 +259,7 @@ def merge(aim: Aim) -> Decision:
         return (Say("nothing here to merge: no changes left pending"),)
 
     def into(branch: str | None) -> Decision:
-        done = f"merged {_n(len(ids))} into {branch}"
-        return (SendOff(Accept(ids, branch), done),) if branch else ()
+        return (SendOff(Accept(ids, branch), Decided(ids)),) if branch else ()
 
     return (Ask(AcceptDialog(list(ids), overlap_in(aim.rows, ids)), into),)
 
@@ -255,6 +271,6 @@ def discard(aim: Aim) -> Decision:
         return (Say("nothing here to discard: no changes left pending"),)
 
     def confirmed(yes: bool | None) -> Decision:
-        return (SendOff(Discard(ids), f"discarded {_n(len(ids))}' changes"),) if yes else ()
+        return (SendOff(Discard(ids), Decided(ids)),) if yes else ()
 
     return (Ask(DiscardDialog(list(ids)), confirmed),)
