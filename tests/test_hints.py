@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.attached.hints import command_line
+from flightdeck.engine.sanitize import sanitize
 
 
 def test_a_printed_command_pastes_back_as_the_words_it_was_made_of(
@@ -33,3 +36,23 @@ def test_a_printed_command_pastes_back_as_the_words_it_was_made_of(
 def test_a_state_folder_with_escape_sequences_is_printed_inert(tmp_path: Path) -> None:
     line = command_line(tmp_path / "s\x1b]0;title\x07x", "report", "b1")
     assert "\x1b" not in line and "\x07" not in line
+
+
+def test_a_state_folder_with_control_characters_pastes_back_as_that_folder(
+    tmp_path: Path,
+) -> None:
+    # The folder was printed sanitized: "s\x1b]0;t\x07x" as "sx", another folder. Now in
+    # bash's $'...' quoting, whose escapes bash reads back to the very bytes; the line itself
+    # holds no control character, bidi mark or lone surrogate for the terminal to act on.
+    weird = "s\x1b]0;t\x07x\t\n\x9b\u202e 'q' \\ é \udcff"  # \udcff: a byte not UTF-8 (0xff)
+    folder = tmp_path / weird
+    line = command_line(folder, "report", "b1")
+    assert line.isprintable() and sanitize(line) == line
+    assert line.startswith("flightdeck report b1 --state-dir $'")
+    shown = line.removeprefix("flightdeck")
+    out = subprocess.run(
+        ["bash", "-c", "printf '%s\\0'" + shown], capture_output=True, check=True
+    ).stdout
+    assert out.split(b"\0")[:-1] == [b"report", b"b1", b"--state-dir", os.fsencode(folder)]
+    # A printable folder keeps the plain quoting it had.
+    assert command_line(tmp_path / "a b", "report").endswith(shlex.quote(str(tmp_path / "a b")))

@@ -5,18 +5,43 @@ folder, whichever `--state-dir`, FLIGHTDECK_HOME or flightdeck.toml chose it."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
-from flightdeck.engine.sanitize import sanitize
+# What a terminal could act on or hides (as sanitize.py strips it), and tab and newline, which
+# would break the line: a word holding any is quoted as bash's $'...', escaped byte by byte.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n"}
 
 
 def command_line(state_dir: Path | str, *words: str) -> str:
     """`flightdeck WORDS --state-dir DIR`, each word quoted for a shell where it needs it (but
-    `…`, left for the operator to fill in) and sanitized; the folder absolute, for any working
-    folder (it came from the command line or flightdeck.toml: untrusted text)."""
+    `…`, left for the operator to fill in); the folder absolute, for any working folder. A word
+    with control characters (it came from the command line or flightdeck.toml: untrusted text)
+    is quoted so that the shell reads back the very bytes, never shown raw nor altered: a
+    sanitized folder would name another one."""
     words = (*words, "--state-dir", os.path.abspath(state_dir))
-    return " ".join(["flightdeck", *(w if w == "…" else shlex.quote(sanitize(w)) for w in words)])
+    return " ".join(["flightdeck", *(w if w == "…" else shell_word(w) for w in words)])
+
+
+def shell_word(word: str) -> str:
+    """`word` quoted for bash: as shlex does when every character shows, else as $'...'."""
+    if _UNSHOWABLE.search(word) is None:
+        return shlex.quote(word)
+    return "$'" + "".join(_escaped(ch) for ch in word) + "'"
+
+
+def _escaped(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if _UNSHOWABLE.match(ch) is None:
+        return ch
+    try:  # the bytes the name holds: a byte no UTF-8 decodes to came as a lone surrogate
+        data = os.fsencode(ch)
+    except UnicodeEncodeError:  # a lone surrogate no file name or argument can hold
+        data = "\ufffd".encode()
+    return "".join(f"\\x{b:02x}" for b in data)
 
 
 def soft_lift(state_dir: Path | str, batch_id: str) -> str:
