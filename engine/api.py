@@ -45,6 +45,7 @@ from flightdeck.engine.model.livelimits import (
     limits_of,
     with_limits,
 )
+from flightdeck.engine.model.units import Membership
 from flightdeck.engine.owner import assembly, batchdir
 from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
 from flightdeck.engine.owner.duties import OwnerDuties
@@ -70,8 +71,9 @@ from flightdeck.engine.triage.query import (
 from flightdeck.engine.triage.signatures import error_signature
 
 # Beside `Engine`, what the UI and scripts use of the engine, from this one place: the task and
-# settings loaders, the filter language, outliers and error signatures of rows, forecasts, the
-# transcript line format (the UI imports no other engine part: pyproject's import contract).
+# settings loaders, the filter language, outliers and error signatures of rows, forecasts, who is
+# in which completion unit, the transcript line format (the UI imports no other engine part:
+# pyproject's import contract).
 __all__ = [
     "CONTINUED",
     "MAX_CONCURRENT",
@@ -84,6 +86,7 @@ __all__ = [
     "Kind",
     "MedianRows",
     "Medians",
+    "Membership",
     "Need",
     "NothingToResume",
     "OwnerAlive",
@@ -132,6 +135,7 @@ class Engine(CommandMethods):
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
         assembly.check_task_text(batch, settings.engine.max_task_chars)
         self.batch = batch
+        self._own = frozenset(t.id for t in batch.tasks)  # each snapshot's `own`: one set
         self.settings = settings
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
         self.clock = clock = clock or steady_clock()
@@ -358,6 +362,7 @@ class Engine(CommandMethods):
             lost_cost_usd=None if lost is None or here is None else lost + here,
             held=c.hold if c else None,
             limits=self.limits(),
+            own=self._own,
         )
 
     def _unstarted(self) -> tuple[ChildRow, ...]:

@@ -181,9 +181,9 @@ class BatchReading:
         rows, changed = self._rows_of(mutable, by_child, relinked, events)
         if changed or self._totals is None:  # not for a heartbeat or a request
             self._totals = self._tally.totals()
+        if self._own is None:  # a batch's spec never changes: read once
+            self._own = own_tasks(info.spec_json)
         if events is not None:
-            if self._own is None:  # a batch's spec never changes: read once
-                self._own = own_tasks(info.spec_json)
             self._facts.units(rows, self._own, events)
             self._facts.batch(was, info, events)
         running = info.status is BatchStatus.RUNNING
@@ -202,6 +202,7 @@ class BatchReading:
             problem=self._live.problem if running else None,
             held=info.held if running else None,
             limits=self._limits_of(info, rows),
+            own=self._own,
         )
 
     def _rows_of(

@@ -351,6 +351,9 @@ class Snapshot:
     held: str | None = None
     # The live limits (pool size, route caps, soft budget); None where unknown.
     limits: Limits | None = None
+    # The batch's own tasks' ids, the same set every snapshot (model/units.py: who is in which
+    # completion unit); None: not known (a snapshot made by hand: every task counts as one).
+    own: frozenset[str] | None = None
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""

@@ -3,7 +3,8 @@ attached view all apply, so that a unit's members, delegates, status and spend a
 
 A unit's members are the batch's own tasks that have its group; a member's delegates (and
 theirs) join it. A schedule's wave that shares the group is in no unit, nor is what it delegates:
-a scheduled batch never ends by itself, and its unit would never be complete.
+a scheduled batch never ends by itself, and its unit would never be complete. Within a unit, the
+members are the rows with no parent, the rest its delegates (`GroupFinished.of`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from flightdeck.engine.model import ChildRow
 class Membership:
     """The unit of each child placed so far (parents before their delegates)."""
 
-    def __init__(self, own: Container[str]) -> None:
-        self._own = own  # the batch's own tasks' ids
+    def __init__(self, own: Container[str] | None) -> None:
+        # The batch's own tasks' ids; None: not known (a snapshot made by hand), so every task
+        # (a child with no parent) is taken for one: no wave is known.
+        self._own = own
         self._unit: dict[str, str] = {}
 
     def place(self, child_id: str, parent: str | None, group: str | None) -> str | None:
@@ -26,7 +29,8 @@ class Membership:
         unit = self._unit.get(child_id)
         if unit is None:
             if parent is None:
-                unit = group if child_id in self._own else None
+                own = self._own is None or child_id in self._own
+                unit = group if own else None
             else:
                 unit = self._unit.get(parent)
             if unit is not None:

@@ -1,18 +1,28 @@
-"""The group order's headers: counts and cost per group, fold and unfold, stop and steer a group."""
+"""The group order's headers: counts and cost per group (a task group's as its completion unit
+is counted), fold and unfold, stop and steer a group."""
 
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.inputs.tasks import Task
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
+from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
+from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
 from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.fmt import fmt_cost
+from flightdeck.tui.output import completion_text
+from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.children import ChildrenTable
-from flightdeck.tui.widgets.lines import GroupHeader
+from flightdeck.tui.widgets.lines import ChildLines, GroupHeader
 from flightdeck.tui.widgets.rows import (
     GroupBy,
     GroupSummary,
@@ -22,9 +32,9 @@ from flightdeck.tui.widgets.rows import (
 )
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
-from tui_support import SIZE, EngineFactory, app_for, held, on_screen, until
+from tui_support import FAST, SIZE, EngineFactory, app_for, held, on_screen, until
 
-from helpers import Hold
+from helpers import Hold, settings, sim_route
 
 pytestmark = pytest.mark.anyio
 
@@ -59,6 +69,27 @@ def test_a_header_counts_its_members_by_status_and_sums_their_cost(tmp_path: Pat
     # An untrusted name reaches the screen as one plain line, its escapes and newlines gone.
     text, _ = group_header("[b]x\x1b[31m\ny", GroupSummary(), folded=False)
     assert "\x1b" not in text and "\n" not in text and text.startswith("▾ [b]x")
+
+
+def test_the_lines_place_each_row_in_its_unit_in_whatever_order_the_rows_come(
+    tmp_path: Path,
+) -> None:
+    # A delegate is placed after its parent (model/units.py), even listed before it; a wave
+    # (not one of the batch's own tasks) and its delegate are in no unit, whatever their group.
+    def row(seq: int, name: str, parent: str | None = None) -> ChildRow:
+        base = child(seq, name, ChildStatus.COMPLETED, folder=tmp_path, cost="0.0010")
+        return dataclasses.replace(base, id=name, group="g", parent=parent)
+
+    rows = [row(4, "w-w1.1", "w-w1"), row(3, "a.1", "a"), row(2, "w-w1"), row(1, "a")]
+    lines = ChildLines()
+    lines.take(rows, 0.0, own=frozenset({"a"}))
+    lines.set_grouping(GroupBy.GROUP)
+    unit, loose = GroupHeader(GroupBy.GROUP, "g"), GroupHeader(GroupBy.GROUP, None)
+    assert lines.group_members(unit) == ["a", "a.1"]
+    assert lines.group_members(loose) == ["w-w1", "w-w1.1"]
+    assert lines.header_text(unit) == "▾ g  1 child: 1 ✓, 1 delegate  $0.002"
+    assert lines.header_text(loose) == "▾ no group  2 children: 2 ✓  $0.002"
+    assert lines.unit_of("a.1") == "g" and lines.unit_of("w-w1.1") is None
 
 
 def status_shown(table: ChildrenTable, child_id: str) -> ChildStatus | None:
@@ -216,3 +247,92 @@ async def test_x_on_a_header_stops_exactly_the_groups_live_members(
             ),
             "hdr",
         )
+
+
+async def test_a_group_header_counts_its_unit_as_the_engine_report_and_headless_line_do(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: grouped by task group, the table put every row naming the group under
+    # its header and counted each as a child: a member's delegates (the engine counts them as
+    # the unit's delegates, not its members) and a schedule's wave sharing the group and its
+    # delegates (in no unit at all). `9 children: 9 ✓` where the report and the `▣ group` line
+    # said 2 children, 2 completed, 4 delegates.
+    route = dataclasses.replace(
+        sim_route("sim", tool_turns=0, delegate_rate=1.0, delegates=2, **FAST), delegate=True
+    )
+    wave = (Task(id="w", goal="wave {wave}", seq=0, group="g"),)
+    b = Batch(
+        name="t",
+        tasks=(
+            Task(id="a", goal="a", seq=0, group="g"),
+            Task(id="c", goal="c", seq=1),
+            Task(id="b", goal="b", seq=2, group="g"),
+        ),
+        schedules=(Schedule(id="s", tasks=wave, every_s=3600, at_start=True),),
+    )
+    s = dataclasses.replace(settings(route, pool=3), budget=Budget(max_depth=1))
+    engine = Engine(b, s, state_dir=tmp_path / "state")
+    units: list[GroupFinished] = []
+    engine.subscribe(lambda e: units.append(e) if isinstance(e, GroupFinished) else None)
+    engine.start()
+    unit = GroupHeader(GroupBy.GROUP, "g")
+    loose = GroupHeader(GroupBy.GROUP, None)
+    wave_rows = ["w-w1", "w-w1.1", "w-w1.2"]  # the wave and its delegates: in no unit
+
+    def ended(table: ChildrenTable) -> bool:
+        """Every child's final row shown, and the unit told (after its last row's commit)."""
+        rows = table.rows_by_id.values()
+        return bool(units) and len(rows) == 12 and all(r.status.terminal for r in rows)
+
+    try:
+        app = app_for(engine)
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            await until(pilot, lambda: ended(table), "every child ended, shown")
+            table.set_order(SortOrder.BATCH)
+            table.set_grouping(GroupBy.GROUP)
+            await pilot.pause()
+            [told] = units
+            assert [m.id for m in told.members] == ["a", "b"] and len(told.delegates) == 4
+            line = completion_text(told)  # the headless `▣ group` line
+            assert "completed: 2/2 completed, 4 delegates" in line, line
+            live = table.header_text(unit)
+            assert live == f"▾ g  2 children: 2 ✓, 4 delegates  {fmt_cost(told.cost_usd)}"
+            members = table.group_members(unit)
+            assert sorted(members) == sorted(m.id for m in (*told.members, *told.delegates))
+            assert set(table.group_members(loose)) == {"c", "c.1", "c.2", *wave_rows}
+            # g tags a delegate's whole unit; a wave sharing the group is in none: nothing tagged.
+            table.pinned_top = False
+            table.select("a.1")
+            await pilot.press("g")
+            assert sorted(table.tagged) == sorted(members)
+            await pilot.press("g")
+            table.select("w-w1.1")
+            assert targets.tag_group(table) == (
+                "w-w1.1 is in no completion unit: a schedule's wave and its delegates are in none,"
+                " not g's"
+            )
+            assert table.tagged == set()
+        engine.stop_all()
+        assert engine.wait(60)
+        engine.flush()
+        with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+            [g] = build_report(reader, engine.batch_id)["groups"]
+        # The attached view of the same batch: its header says the same.
+        view = StoreView(engine.state_dir / "flightdeck.db", engine.batch_id, poll_s=0.05)
+        attached = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+        async with attached.run_test(size=SIZE) as pilot:
+            table = attached.main.table
+            await until(pilot, lambda: ended(table), "rows from the store")
+            table.set_grouping(GroupBy.GROUP)
+            await pilot.pause()
+            read = table.header_text(unit)
+            read_members = table.group_members(unit)
+        view.close()
+    finally:
+        engine.close()
+    assert g["children"] == 2 and g["completed"] == 2 and len(g["delegates"]) == 4
+    assert fmt_cost(Decimal(str(g["cost_usd"]))) == fmt_cost(told.cost_usd)
+    assert read == live  # attached, the same header
+    unit_ids = [m["id"] for m in g["members"]] + [d["id"] for d in g["delegates"]]
+    assert sorted(members) == sorted(read_members) == sorted(unit_ids)  # shown: what is counted

@@ -134,7 +134,7 @@ class MainScreen(Screen[None]):
         # The queue first: the status bar counts it, in the same frame as the rows it is of.
         queued = self.notices.observe(snap, now)
         with self.app.batch_update():
-            table.apply(snap.children, counted_to(snap, now))
+            table.apply(snap.children, counted_to(snap, now), snap.own)
             if self.following:
                 table.follow()
             self.query_one("#meter", CostMeter).show(snap, now)

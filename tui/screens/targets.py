@@ -147,9 +147,15 @@ def tag_group(table: ChildrenTable) -> str | bool:
     selected = table.selected_id
     row = table.rows_by_id.get(selected) if selected is not None else None
     if header is None and row is not None:
-        if row.group is None:
-            return f"{one_line(row.id)} is in no group"
-        header = GroupHeader(GroupBy.GROUP, row.group)
+        unit = table.model.unit_of(row.id)  # as the engine counts it: never a wave's group
+        if unit is None:
+            if row.group is None:
+                return f"{one_line(row.id)} is in no group"
+            return (
+                f"{one_line(row.id)} is in no completion unit: a schedule's wave and its delegates"
+                f" are in none, not {one_line(row.group)}'s"
+            )
+        header = GroupHeader(GroupBy.GROUP, unit)
     if header is None:
         return False
     members = table.group_members(header)

@@ -7,7 +7,7 @@ line costs a lookup. The widget keeps the cursor, and holds the order still whil
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import ClassVar
 
 from flightdeck.engine.model import ChildRow, ChildStatus
@@ -168,10 +168,10 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     # --- updating ---------------------------------------------------------------------------
 
-    def apply(self, rows: Iterable[ChildRow], now: float) -> None:
-        """Bring the table in line with `rows` (the whole batch)."""
+    def apply(self, rows: Iterable[ChildRow], now: float, own: Container[str] | None) -> None:
+        """Bring the table in line with `rows` (the whole batch; `own`: its own tasks)."""
         selected = self.selected_entry
-        taken = self.model.take(rows, now)
+        taken = self.model.take(rows, now, own)
         if taken.wider:  # a new id, indented as the tree order shows it
             self._fit()
         if taken.refiltered:

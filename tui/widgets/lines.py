@@ -11,12 +11,12 @@ marked; the medians are taken once per snapshot, not per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import cast
 
-from flightdeck.engine.api import MedianRows, Medians
+from flightdeck.engine.api import MedianRows, Medians, Membership
 from flightdeck.engine.model import ChildRow
 from flightdeck.tui.fmt import Cell
 from flightdeck.tui.widgets.columns import COLUMN_KEYS, ID_MIN, id_width
@@ -79,6 +79,9 @@ class ChildLines:
         self.tagged: set[str] = set()
         self.order = SortOrder.ATTENTION
         self.grouping: GroupBy | None = None  # what G groups the rows by (None: not grouped)
+        # Who is in which completion unit (the group grouping's headers), as the engine says:
+        # made again with the batch's own tasks at the first snapshot.
+        self._units = Membership(None)
         self.medians = Medians()  # the batch's, this snapshot's: which rows are outliers
         self._median_rows = MedianRows()
         self.row_filter = RowFilter()
@@ -123,7 +126,14 @@ class ChildLines:
         """The header `child_id` is under in the current grouping (None: not grouped)."""
         if self.grouping is None:
             return None
-        return GroupHeader(self.grouping, group_value(self.grouping, self.rows_by_id[child_id]))
+        return GroupHeader(self.grouping, self._value(self.grouping, self.rows_by_id[child_id]))
+
+    def unit_of(self, child_id: str) -> str | None:
+        """The completion unit (its group) `child_id` is in; None: none (a schedule's wave, say)."""
+        return self._units.unit_of(child_id)
+
+    def _value(self, by: GroupBy, row: ChildRow) -> str | None:
+        return group_value(by, row, self._units)
 
     def group_members(self, header: GroupHeader) -> list[str]:
         """Every child under `header` (the filter and folds aside), in batch order."""
@@ -131,7 +141,7 @@ class ChildLines:
             by = header.by
             members: dict[str | None, list[str]] = {}
             for child_id, row in self.rows_by_id.items():
-                members.setdefault(group_value(by, row), []).append(child_id)
+                members.setdefault(self._value(by, row), []).append(child_id)
             rows = self.rows_by_id
             for ids in members.values():
                 ids.sort(key=lambda i: rows[i].seq)
@@ -145,7 +155,8 @@ class ChildLines:
         if summary is None:
             rows = self.rows_by_id
             members = (rows[i] for i in self.group_members(header))
-            summary = self._summaries[header] = group_summary(members, self.tagged)
+            unit = header.by is GroupBy.GROUP and header.name is not None
+            summary = self._summaries[header] = group_summary(members, self.tagged, unit=unit)
         return summary
 
     def header_cells(self, header: GroupHeader) -> tuple[Cell, ...]:
@@ -191,19 +202,28 @@ class ChildLines:
         if self.grouping is None:
             return key
         # Grouped: by the group first, so a group's members are together in the sort order.
-        return (group_rank(self.grouping, group_value(self.grouping, row)), key)
+        return (group_rank(self.grouping, self._value(self.grouping, row)), key)
 
     def _keeps(self, row: ChildRow, now: float) -> bool:
         return self.row_filter.matches(row, row.id in self.tagged, now, self.medians)
 
     # --- updating ---------------------------------------------------------------------------
 
-    def take(self, rows: Iterable[ChildRow], now: float) -> Taken:
+    def take(
+        self, rows: Iterable[ChildRow], now: float, own: Container[str] | None = None
+    ) -> Taken:
         """The rows of a snapshot (the whole batch) taken in by difference; the children the
-        filter keeps follow, in their old places (new ones last) until `sorted_ids` is shown."""
+        filter keeps follow, in their old places (new ones last) until `sorted_ids` is shown.
+        `own`: the batch's own tasks (`Snapshot.own`, the same every snapshot)."""
         self.now = now
         batch: Sequence[ChildRow] = rows if isinstance(rows, Sequence) else tuple(rows)
         by_id, keys, order = self.rows_by_id, self._keys, self.order
+        if len(batch) > len(by_id):  # new children: each placed in its unit, parents first
+            if not by_id:
+                self._units = Membership(own)
+            fresh = sorted((r for r in batch if r.id not in by_id), key=lambda r: r.seq)
+            for row in fresh:
+                self._units.place(row.id, row.parent, row.group)
         # Once per snapshot, before the filter asks it (is:outlier) for every row.
         median_rows = self._median_rows
         for row in batch:
@@ -242,7 +262,7 @@ class ChildLines:
             elif grouping is not None and grouping is not GroupBy.GROUP:
                 # Its status, tool or error may have changed: so may the members of groups.
                 self._members = None
-                regrouped = regrouped or group_value(grouping, old) != group_value(grouping, row)
+                regrouped = regrouped or self._value(grouping, old) != self._value(grouping, row)
             by_id[row.id] = row
             if row.parent is not None:
                 self._delegated = True

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 # The filter language is shared with `--where` on the command line.
 from flightdeck.engine.api import STATUS_ALIASES as STATUS_ALIASES
-from flightdeck.engine.api import Kind, error_signature
+from flightdeck.engine.api import Kind, Membership, error_signature
 from flightdeck.engine.api import QueryError as QueryError
 from flightdeck.engine.api import RowFilter as RowFilter
 from flightdeck.engine.api import is_retrying as is_retrying
@@ -335,10 +335,12 @@ def _signature(text: str) -> str | None:
     return error_signature(text)
 
 
-def group_value(by: GroupBy, row: ChildRow) -> str | None:
-    """The row's value in grouping `by`; None: it has none (no group, no tool, no error)."""
+def group_value(by: GroupBy, row: ChildRow, units: Membership) -> str | None:
+    """The row's value in grouping `by`; None: it has none (no group, no tool, no error). By
+    group, its completion unit as the engine and the report count it (`units`, the rows placed):
+    a member's delegates are in its group, a schedule's wave sharing the group is in none."""
     if by is GroupBy.GROUP:
-        return row.group
+        return units.unit_of(row.id)
     if by is GroupBy.STATUS:
         if row.superseded and row.status.terminal:  # as the meter counts them: apart
             return "superseded"
@@ -391,33 +393,44 @@ _COUNT_ORDER = (
 
 @dataclass(slots=True)
 class GroupSummary:
-    """What a group's header says: its members by status, their live cost, how many tagged."""
+    """What a group's header says: its members by status, their live cost, how many tagged;
+    a completion unit's delegates apart from its members, as the report counts them."""
 
     members: int = 0
     by_status: dict[ChildStatus, int] = field(default_factory=dict)
     cost: Decimal | None = Decimal(0)  # None: a member's price is unknown
     tagged: int = 0
+    delegates: int = 0  # a unit's: its members' delegates (their cost is in `cost`)
 
-    def add(self, row: ChildRow, tagged: bool) -> None:
-        self.members += 1
-        self.by_status[row.status] = self.by_status.get(row.status, 0) + 1
+    def add(self, row: ChildRow, tagged: bool, *, delegate: bool = False) -> None:
+        if delegate:
+            self.delegates += 1
+        else:
+            self.members += 1
+            self.by_status[row.status] = self.by_status.get(row.status, 0) + 1
         cost = row.live_cost_usd
         self.cost = None if cost is None or self.cost is None else self.cost + cost
         self.tagged += tagged
 
 
-def group_summary(members: Iterable[ChildRow], tagged: Container[str]) -> GroupSummary:
-    """One group's summary from its members' rows."""
+def group_summary(
+    members: Iterable[ChildRow], tagged: Container[str], *, unit: bool = False
+) -> GroupSummary:
+    """One group's summary from its members' rows; a completion unit's (`unit`) counts the rows
+    with a parent as its delegates, as `GroupFinished.of` splits them."""
     summary = GroupSummary()
     for row in members:
-        summary.add(row, row.id in tagged)
+        summary.add(row, row.id in tagged, delegate=unit and row.parent is not None)
     return summary
 
 
 def group_header(name: str, summary: GroupSummary, folded: bool) -> Cell:
-    """`▾ security  3 children: 2 ✓ 1 ●  $0.0123`: plain text (the name is sanitized)."""
+    """`▾ security  3 children: 2 ✓ 1 ●, 4 delegates  $0.0123`: plain text (the name is
+    sanitized)."""
     counts = summary.by_status
     by_status = " ".join(f"{counts[s]} {GLYPHS[s][0]}" for s in _COUNT_ORDER if counts.get(s))
+    if made := summary.delegates:
+        by_status += f", {made} delegate{'' if made == 1 else 's'}"
     noun = "child" if summary.members == 1 else "children"
     text = (
         f"{FOLDED if folded else UNFOLDED} {one_line(name, GROUP_CHARS)}  "
