@@ -23,8 +23,8 @@ TOKEN_SECRET_LEN = 8
 # Anything that may need stripping: C0 except tab/newline, DEL, C1, bidi overrides/isolates,
 # and lone surrogates (a JSON "\\ud800" decodes to one; no terminal, file or database encodes
 # it, so a print or write of it raises): those become U+FFFD, so the reader sees something was.
-_UNSAFE_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-_NEEDS_WORK = re.compile(f"[{_UNSAFE_CHARS}]")
+UNSAFE_CHARS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_NEEDS_WORK = re.compile(f"[{UNSAFE_CHARS}]")
 
 # Control strings: OSC, DCS, SOS, PM, APC in 7-bit (ESC ] P X ^ _) and 8-bit C1 form. The body
 # is an unrolled loop (no backtracking) in which an ESC only counts as the start of ST `ESC \`.
@@ -40,7 +40,7 @@ _STRIP = re.compile(
     f"{_STRING_START}{_STRING_BODY}(?:\\x07|\\x1b\\\\|\\x9c|\\Z)"
     f"|{_CSI_START}{_CSI_BODY}[\\x40-\\x7e]?"
     r"|\x1b[\x20-\x2f]*[\x30-\x7e]?"
-    f"|[{_UNSAFE_CHARS}]"
+    f"|[{UNSAFE_CHARS}]"
 )
 
 # A sequence that is still incomplete at the end of the text: a stream holds it back.

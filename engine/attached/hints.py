@@ -9,9 +9,11 @@ import re
 import shlex
 from pathlib import Path
 
-# What a terminal could act on or hides (as sanitize.py strips it), and tab and newline, which
+from flightdeck.engine.sanitize import UNSAFE_CHARS
+
+# What a terminal could act on or hides (what sanitize.py strips), and tab and newline, which
 # would break the line: a word holding any is quoted as bash's $'...', escaped byte by byte.
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSHOWABLE = re.compile(f"[\t\n{UNSAFE_CHARS}]")
 _NAMED = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n"}
 
 
