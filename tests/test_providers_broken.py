@@ -257,6 +257,20 @@ def test_a_huge_error_body_is_capped_in_the_error_the_transcript_and_the_store(
     assert (tmp_path / "flightdeck.db").stat().st_size < 1_000_000
 
 
+@pytest.mark.parametrize("kind", PROVIDERS)
+def test_an_error_body_s_escape_sequences_are_not_stored_with_the_reason(
+    tmp_path: Path, kind: str
+) -> None:
+    # The row's error is what `report --json` and exports give out: a server's words, never
+    # its escape sequences (every screen sanitized them; the store kept them raw).
+    row, _, _ = run_one(tmp_path, kind, default=Reply(status=400, message="\x1b[31mbad\x1b[0m\x07"))
+    assert row.status is ChildStatus.FAILED
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        [stored] = reader.children(row_batch(tmp_path))
+    assert stored.error is not None and "bad" in stored.error, stored.error
+    assert not any(ch in stored.error for ch in "\x1b\x07"), stored.error
+
+
 def row_batch(state_dir: Path) -> str:
     [folder] = (state_dir / "batches").iterdir()
     return folder.name

@@ -169,7 +169,7 @@ class ProcessRunner:
             else:
                 cwd = self._workspace.reuse() if resume else self._workspace.prepare()
         except WorkspaceError as exc:
-            return Ended(ChildStatus.FAILED, f"workspace: {sanitize(str(exc))}")  # git's stderr
+            return Ended(ChildStatus.FAILED, f"workspace: {exc}")
         if self._workspace.mode != "shared" and adoption is None:
             c.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}")
         context = c.task.context or ""
@@ -228,7 +228,7 @@ class ProcessRunner:
             return Ended(c.stop_status or ChildStatus.STOPPED, c.stop_reason)
         if end.result is not None and end.result_error:
             # The CLI's own words: stderr holds its warnings, not why it failed.
-            return Ended(ChildStatus.FAILED, f"the CLI reported an error: {sanitize(end.result)}")
+            return Ended(ChildStatus.FAILED, f"the CLI reported an error: {end.result}")
         if end.code is None:  # adopted: only its output says how it ended
             if end.result is not None:
                 return Ended(ChildStatus.COMPLETED, result=end.result)

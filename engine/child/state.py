@@ -32,7 +32,7 @@ from flightdeck.engine.records.meter import cache_saving
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 from flightdeck.engine.review.values import Changes
-from flightdeck.engine.sanitize import redact
+from flightdeck.engine.sanitize import redact, sanitize
 
 
 class Child:
@@ -392,6 +392,8 @@ class Child:
         for receipt in undelivered:
             self.transcript.write("operator", missed_note(receipt.message, reason))
             self.settle(receipt, SteerState.MISSED, reason)
+        if error is not None:  # stored as it is (report --json, exports): a server's or CLI's
+            error = sanitize(error)  # words, not their escape sequences
         if self._secrets:  # a server's error text or the model's answer may echo the key
             error = None if error is None else self.clean(error)
             result = None if result is None else self.clean(result)
