@@ -4,7 +4,7 @@ unit's group ended, the batch finished)."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 from flightdeck.engine.model import (
     BatchFinished,
@@ -16,7 +16,7 @@ from flightdeck.engine.model import (
     EngineEvent,
     GroupFinished,
 )
-from flightdeck.engine.model.units import unit_rows
+from flightdeck.engine.model.units import attempts, unit_rows
 from flightdeck.engine.records.rows import BatchInfo
 
 
@@ -45,20 +45,26 @@ class Facts:
                 events.append(ChildFinished(row, done, total))
 
     def units(
-        self, order: Sequence[ChildRow], own: Container[str], events: list[EngineEvent]
+        self,
+        order: Sequence[ChildRow],
+        own: Container[str],
+        events: list[EngineEvent],
+        told: Iterable[str] = (),
     ) -> None:
-        """A unit whose last child (a member or a delegate of one) ended since the last read:
-        its result, once (and once more after each retry of a member, as the engine does).
-        `own`: the batch's own tasks (model/units.py: who is in a unit, as for the engine)."""
+        """A unit whose last child (a member or a delegate of one) ended since the last read,
+        or that the owner announced since (`told`: a resumed batch's units whose members had
+        ended before it): its result, once (and once more after each retry of a member, as the
+        engine does). `own`: the batch's own tasks (model/units.py: who is in a unit)."""
         ended = {e.row.group for e in events if isinstance(e, ChildFinished) and e.row.group}
+        ended.update(told)
         if not ended:
             return
         units = unit_rows(order, own)
         for group in sorted(ended & units.keys()):
             rows = units[group]
-            attempts = sum(r.attempt for r in rows if r.parent is None)  # its members' retries
-            if all(r.status.terminal for r in rows) and self._units_told.get(group) != attempts:
-                self._units_told[group] = attempts
+            tries = attempts(rows)  # its members' retries
+            if all(r.status.terminal for r in rows) and self._units_told.get(group) != tries:
+                self._units_told[group] = tries
                 events.append(GroupFinished.of(group, rows))
 
     @staticmethod

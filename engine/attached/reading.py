@@ -15,6 +15,7 @@ the differences between two reads (facts.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +39,7 @@ from flightdeck.engine.model import (
     Totals,
 )
 from flightdeck.engine.model.livelimits import limits_from_json, limits_of
+from flightdeck.engine.model.units import UNIT_EVENT
 from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
@@ -87,6 +89,7 @@ class BatchReading:
         self._owner_alive = True
         self._parents: dict[str, str] = {}  # a delegate's parent, from the "delegate" events
         self._events_seen = 0  # the last event read (delegate and loop events: _read_events)
+        self._units_told: set[str] = set()  # groups of the "unit" events read, not yet looked at
         self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
         self._lost_read = False
         self._rev: int | None = None  # the store's change counter at the last read (version 6)
@@ -184,8 +187,9 @@ class BatchReading:
         if self._own is None:  # a batch's spec never changes: read once
             self._own = own_tasks(info.spec_json)
         if events is not None:
-            self._facts.units(rows, self._own, events)
+            self._facts.units(rows, self._own, events, self._units_told)
             self._facts.batch(was, info, events)
+        self._units_told = set()
         running = info.status is BatchStatus.RUNNING
         return Snapshot(
             batch_id=info.id,
@@ -330,12 +334,16 @@ class BatchReading:
         rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
-            f" AND kind IN ({_EVENTS}) AND child_id IS NOT NULL ORDER BY id",
+            f" AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL OR kind = '{UNIT_EVENT}')"
+            " ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
         changed = set()
         for event_id, child_id, kind, detail, ts in found:
             self._events_seen = int(event_id)
+            if kind == UNIT_EVENT:  # a unit the owner announced (a resumed one: as it began)
+                self._units_told.add(str(json.loads(detail)["group"]))
+                continue
             child_id, detail = str(child_id), str(detail)
             if kind in KEPT_KINDS:
                 if self._kept.add(child_id, kind, detail):

@@ -39,6 +39,7 @@ from flightdeck.engine.control.inbox import (
     RecordProgress,
     Reviewed,
     Shutdown,
+    UnitRecorded,
     Unrecorded,
 )
 from flightdeck.engine.control.liverows import PROGRESS_EVERY_S
@@ -243,6 +244,7 @@ class Coordinator:
 
     def _loop(self) -> None:
         self._parts.admission.launch_adopted(self._adopted)  # their processes run already
+        self._parts.finals.carried_units()  # a resumed batch's units no owner announced
         self._handle_queued()  # sent before this thread started (a resumed batch's requests)
         self._watch_store()
         self._parts.soft.watch()
@@ -348,8 +350,10 @@ class Coordinator:
                 self._parts.finals.recorded(row)
                 self._parts.arrivals.ended(row)
             case Unrecorded(row):
-                self._parts.finals.lost()
+                self._parts.finals.lost(row)
                 self._parts.arrivals.ended(row)  # its parent is not left waiting
+            case UnitRecorded(unit, committed):
+                self._parts.finals.unit_recorded(unit, committed)
             case ReceiptSettled(receipt):
                 if receipt.by == "policy" and receipt.state is SteerState.DELIVERED:
                     self._parts.controls.loop_policies.delivered(receipt.child_id, self._clock())
@@ -389,8 +393,11 @@ class Coordinator:
                 self._shutdown = True
 
     def _all_done(self) -> bool:
+        finals = self._parts.finals
+        # A unit is announced before the batch's end is.
         return (
-            self._parts.finals.done >= len(self.slots.children)
+            finals.done >= len(self.slots.children)
+            and not finals.units_held
             and not self._parts.arrivals.scheduled
         )
 

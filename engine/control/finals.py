@@ -2,17 +2,27 @@
 completion unit) once committed; and the batch's status once all are.
 
 So a finish that a UI shows (a headless line, say) is already on disk: a process killed right
-after loses none of them, and the batch ends only when all are written. Coordinator thread only.
+after loses none of them, and the batch ends only when all are written. A unit is announced the
+same way, once its "unit" event is committed: a resumed batch announces the units its carried
+rows end that have none, and no other. Coordinator thread only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import functools
+from collections.abc import Callable, Collection, Mapping
 
 from flightdeck.engine.child.state import Child
-from flightdeck.engine.control.inbox import Message, Recorded, Unrecorded
+from flightdeck.engine.control.inbox import Message, Recorded, UnitRecorded, Unrecorded
 from flightdeck.engine.control.units import Units
-from flightdeck.engine.model import BatchStatus, ChildFinished, ChildRow, ChildStatus, EngineEvent
+from flightdeck.engine.model import (
+    BatchStatus,
+    ChildFinished,
+    ChildRow,
+    ChildStatus,
+    EngineEvent,
+    GroupFinished,
+)
 
 
 class Finals:
@@ -25,14 +35,18 @@ class Finals:
         carried: Callable[[], Collection[ChildRow]],
         own: Collection[str],  # the batch's own tasks: the carried rows that are members
         record_final: Callable[[ChildRow, Callable[[bool], None]], None],
+        record_unit: Callable[[GroupFinished, Callable[[bool], None] | None], None],
         report: Callable[[Message], None],
         publish: Callable[[EngineEvent], None],
+        told: Mapping[str, int] | None = None,  # the units earlier owners announced
     ) -> None:
         self._children = children
         # A resumed batch: the final rows of children an earlier owner finished (they count
         # in the batch's status and its progress; they run again only if retried).
         self._carried = carried
         self._record_final = record_final
+        self._record_unit = record_unit
+        self._told = told or {}
         self._report = report
         self._publish = publish
         kept = list(carried())  # a resumed batch's units count its earlier owners' rows
@@ -48,23 +62,48 @@ class Finals:
         self._handed = 0  # final rows handed to the store (committed or not yet)
         # Final rows the store gave up on: those children ended, but were never announced.
         self.unrecorded = 0
+        self._ending: dict[str, GroupFinished] = {}  # units announced with these final rows
+        self.units_held = 0  # carried units whose event is not committed yet: not announced
 
     def hand(self, row: ChildRow) -> None:
-        """A final row to the store; the coordinator hears back whether it was committed."""
+        """A final row to the store; the coordinator hears back whether it was committed. If it
+        ends its unit, the unit's event goes first: the row committed, so is the event."""
         self._handed += 1
+        self._join_delegates()
+        # The rows handed before it are committed before it (one writer, in order).
+        unit = self._units.ended(row)
+        if unit is not None:
+            self._ending[row.id] = unit
+            self._record_unit(unit, None)
         self._record_final(
             row, lambda committed: self._report(Recorded(row) if committed else Unrecorded(row))
         )
 
     def recorded(self, row: ChildRow) -> None:
-        """Committed: the child counts as done, announced, and may end its unit."""
+        """Committed: the child counts as done, announced, and its unit if it ended it."""
         self.done += 1
         self._committed.add(row.id)
         carried = len(self._carried())  # so a resumed batch counts from where it was
         self._publish(ChildFinished(row, carried + self.done, carried + len(self._children)))
-        self._join_delegates()
-        unit = self._units.ended(row)
+        unit = self._ending.pop(row.id, None)
         if unit is not None:
+            self._publish(unit)
+
+    def carried_units(self) -> None:
+        """A resumed batch, as it starts: the units its carried rows end that no earlier owner
+        announced (it was killed first, or the rest were not run again), announced once their
+        events are committed."""
+        for unit in self._units.carried_ends(self._told):
+            self.units_held += 1
+            self._record_unit(unit, functools.partial(self._unit_told, unit))
+
+    def _unit_told(self, unit: GroupFinished, committed: bool) -> None:
+        self._report(UnitRecorded(unit, committed))  # on the store's writer thread
+
+    def unit_recorded(self, unit: GroupFinished, committed: bool) -> None:
+        """A carried unit's event committed: announced; given up on: not (as a final row)."""
+        self.units_held -= 1
+        if committed:
             self._publish(unit)
 
     def _join_delegates(self) -> None:
@@ -76,8 +115,10 @@ class Finals:
                 self._units.joined(task.id, task.parent, task.group)
         self._joined = len(self._children)
 
-    def lost(self) -> None:
-        """Given up on: ended, and never announced; the batch fails, counting it."""
+    def lost(self, row: ChildRow) -> None:
+        """Given up on: ended, and never announced (nor the unit it ended); the batch fails,
+        counting it."""
+        self._ending.pop(row.id, None)
         self.done += 1
         self.unrecorded += 1
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.commands import Command
-from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model import ChildRow, GroupFinished
 from flightdeck.engine.review.values import Changes
 
 
@@ -79,7 +79,17 @@ class Unrecorded:
     row: ChildRow
 
 
-Message = Order | Reviewed | RecordProgress | Shutdown | Recorded | Unrecorded | ChildFact
+@dataclass(frozen=True, slots=True)
+class UnitRecorded:
+    """A unit's "unit" event is committed (or given up on): it is announced only if it was."""
+
+    unit: GroupFinished
+    committed: bool
+
+
+Message = (
+    Order | Reviewed | RecordProgress | Shutdown | Recorded | Unrecorded | UnitRecorded | ChildFact
+)
 
 
 class ReceiptIds:

@@ -110,8 +110,10 @@ def build_parts(setup: Setup, duties: Duties) -> Parts:
         carried=lambda: slots.carried.values(),
         own=carried.tasks,
         record_final=recorder.record_final,
+        record_unit=recorder.record_unit,
         report=duties.report,
         publish=publish,
+        told=carried.units_told,
     )
     soft = SoftBudget(
         s.settings.budget.soft_cost_usd,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from flightdeck.engine.model import ChildRow, Limits, SteerReceipt
+from flightdeck.engine.model import ChildRow, GroupFinished, Limits, SteerReceipt
 from flightdeck.engine.records.faults import StoreTrouble
 
 
@@ -22,6 +22,9 @@ class Recorder(Protocol):
 
     def record_final(self, row: ChildRow, then: Callable[[bool], None]) -> None:
         """A child's final row; `then(committed)` once the store has it (or gave up)."""
+
+    def record_unit(self, unit: GroupFinished, then: Callable[[bool], None] | None) -> None:
+        """A unit announced; `then(committed)`, if given, once the store has it (or gave up)."""
 
     def record_receipt(self, receipt: SteerReceipt, request_id: int | None) -> None:
         """A steer's receipt, and the client's request that asked for it, if one did."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from flightdeck.engine.child.state import Child
@@ -33,6 +33,8 @@ class Carried:
     # The batch's own tasks (its spec): of the rows above, only theirs are members of units (a
     # schedule's waves, as the owner that ran them counted them, are not).
     tasks: frozenset[str] = frozenset()
+    # Each unit an earlier owner announced, with its members' attempts then (model/units.py).
+    units_told: Mapping[str, int] = field(default_factory=dict)
 
 
 class Slots:

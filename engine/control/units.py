@@ -3,15 +3,16 @@
 A member's delegates (and theirs) belong to its group: the unit waits for them too, and counts
 their spend, though only the members decide its status. Each child is still recorded (and
 announced) the moment it finishes; the unit's result comes on top, from the coordinator thread,
-right after its last child's row is committed.
+right after its last child's row is committed (its "unit" event with it), or, for a resumed
+batch, as it starts if the rows it carried end a unit no owner announced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from flightdeck.engine.model import ChildRow, GroupFinished
-from flightdeck.engine.model.units import Membership
+from flightdeck.engine.model.units import Membership, attempts
 
 
 class Units:
@@ -48,14 +49,35 @@ class Units:
         self._note(row)
 
     def ended(self, row: ChildRow) -> GroupFinished | None:
-        """Note a committed final row; the unit's result if it was its group's last child."""
+        """Note a final row (handed to the store after every row noted before it); the unit's
+        result if it was its group's last child."""
         group = self._note(row)
         if group is None or group in self._reported:
             return None
+        unit = self._result(group)
+        if unit is not None:
+            self._reported.add(group)  # once, however many rows come back later
+        return unit
+
+    def carried_ends(self, told: Mapping[str, int]) -> list[GroupFinished]:
+        """The units the carried rows end that no earlier owner announced (`told`: each group
+        announced, with its members' attempts then; model/units.py), to announce once now.
+        One killed before it announced a unit (or a resume with --no-rerun) said none."""
+        out = []
+        for group in self._order:
+            unit = self._result(group)
+            if unit is None or group in self._reported:
+                continue
+            self._reported.add(group)
+            if told.get(group) != attempts(unit.members):
+                out.append(unit)
+        return out
+
+    def _result(self, group: str) -> GroupFinished | None:
+        """The unit's result if every child of it has ended, else None."""
         ended = self._ended[group]
         if len(ended) < len(self._order[group]) or self._running[group]:
             return None  # a member, or a delegate (its parent stopped first), has not ended
-        self._reported.add(group)  # once, however many rows come back later
         made = [d for d in self._delegates[group].values() if d is not None]
         return GroupFinished.of(group, [ended[i] for i in self._order[group]] + made)
 

@@ -5,13 +5,19 @@ A unit's members are the batch's own tasks that have its group; a member's deleg
 theirs) join it. A schedule's wave that shares the group is in no unit, nor is what it delegates:
 a scheduled batch never ends by itself, and its unit would never be complete. Within a unit, the
 members are the rows with no parent, the rest its delegates (`GroupFinished.of`).
+
+A unit announced is recorded as a "unit" event naming its group and its members' attempts then,
+so that an owner that resumes the batch announces only the units no owner announced before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+import json
+from collections.abc import Container, Iterable, Sequence
 
-from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model import ChildRow, GroupFinished
+
+UNIT_EVENT = "unit"  # the events table's kind for a unit announced
 
 
 class Membership:
@@ -52,3 +58,27 @@ def unit_rows(rows: Iterable[ChildRow], own: Container[str]) -> dict[str, list[C
         if unit is not None:
             units.setdefault(unit, []).append(row)
     return units
+
+
+def attempts(members: Iterable[ChildRow]) -> int:
+    """Which ending of a unit this is: its members' attempts (a retried member's unit ends
+    again, and is announced again)."""
+    return sum(r.attempt for r in members if r.parent is None)
+
+
+def told_json(unit: GroupFinished) -> str:
+    """The detail of a unit's "unit" event."""
+    return json.dumps(
+        {"group": unit.group, "status": unit.status.value, "attempts": attempts(unit.members)}
+    )
+
+
+def units_told(events: Sequence[tuple[float, str | None, str, str]]) -> dict[str, int]:
+    """Each group announced so far, with its members' attempts when it was last announced
+    (`events`: the batch's (ts, child, kind, detail), in order)."""
+    told: dict[str, int] = {}
+    for _ts, _child, kind, detail in events:
+        if kind == UNIT_EVENT:
+            found = json.loads(detail)
+            told[str(found["group"])] = int(found["attempts"])
+    return told

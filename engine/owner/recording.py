@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flightdeck.engine.model import ChildRow, Limits, SteerReceipt
+from flightdeck.engine.model import ChildRow, GroupFinished, Limits, SteerReceipt
 from flightdeck.engine.model.livelimits import limits_json
+from flightdeck.engine.model.units import UNIT_EVENT, told_json
 from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.requests import RequestState
 from flightdeck.engine.records.store import Store
@@ -27,6 +28,12 @@ class StoreRecorder:
     def record_final(self, row: ChildRow, then: Callable[[bool], None]) -> None:
         """A child's final row; `then(committed)` once the store has it (or gave up)."""
         self._store.update_child(self._batch_id, row, then)
+
+    def record_unit(self, unit: GroupFinished, then: Callable[[bool], None] | None) -> None:
+        """A unit announced (a "unit" event: what a resume reads to announce no unit twice);
+        `then(committed)`, if given, once the store has it (or gave up)."""
+        detail = told_json(unit)
+        self._store.record_event(self._batch_id, None, self._clock(), UNIT_EVENT, detail, then)
 
     def record_receipt(self, receipt: SteerReceipt, request_id: int | None) -> None:
         """A steer's receipt, and the client's request that asked for it, if one did."""

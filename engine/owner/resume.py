@@ -31,6 +31,7 @@ from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, unkept_headers
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.model.units import units_told
 from flightdeck.engine.owner import assembly
 from flightdeck.engine.owner.lostrun import (
     OWNER_LOST,
@@ -100,6 +101,8 @@ class Resumed:
     runs: int = 0  # the runs earlier owners made, retries included (a lost one is run again)
     adopted: list[str] = dataclasses.field(default_factory=list)  # processes watched on
     ended: list[str] = dataclasses.field(default_factory=list)  # process trees ended first
+    # Each unit an owner announced, with its members' attempts then (model/units.py).
+    units_told: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def lost_cost_usd(self) -> Decimal:
@@ -300,6 +303,7 @@ def take_over(
         spent_before=earlier.carried,
         routes=stored.settings.routes,
     )
+    found.units_told = units_told(events)
     lost: Decimal | None = None
     if not earlier.unknown and not found.lost_cost_unknown:
         lost = earlier.cost_usd + found.lost_cost_usd

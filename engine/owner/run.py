@@ -220,6 +220,7 @@ class BatchRun:
                 adopted=adopted,
                 runs=self.resumed.runs if self.resumed is not None else 0,
                 tasks=frozenset(t.id for t in self.batch.tasks),
+                units_told=self.resumed.units_told if self.resumed is not None else {},
             ),
             spawn=spawn,
             schedules=self.batch.schedules,

@@ -212,10 +212,17 @@ class Store:
         self._put(Write("settle_request", SETTLE_REQUEST, params))
 
     def record_event(
-        self, batch_id: str, child_id: str | None, ts: float, kind: str, detail: str
+        self,
+        batch_id: str,
+        child_id: str | None,
+        ts: float,
+        kind: str,
+        detail: str,
+        then: Callable[[bool], object] | None = None,
     ) -> None:
-        """Append an operator action or notable engine event."""
-        self._put(Write("record_event", INSERT_EVENT, (batch_id, child_id, ts, kind, detail)))
+        """Append an operator action or notable engine event; `then` as for update_child."""
+        params = (batch_id, child_id, ts, kind, detail)
+        self._put(Write("record_event", INSERT_EVENT, params, then=then))
 
     def finish_batch(self, batch_id: str, status: BatchStatus, ts: float) -> None:
         """Set a batch's final status and finish time."""
