@@ -517,7 +517,7 @@ def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Pa
 
 
 @pytest.mark.slow
-def test_the_report_hint_is_a_sanitized_shell_word(project: Path) -> None:
+def test_the_report_hint_is_a_shell_word_naming_the_very_folder(project: Path) -> None:
     (project / "flightdeck.toml").write_text(
         FAST_CONFIG.replace("[engine]\n", '[engine]\nstate_dir = "my st\\u001b]0;x\\u0007ate"\n')
     )
@@ -525,8 +525,10 @@ def test_the_report_hint_is_a_sanitized_shell_word(project: Path) -> None:
     assert out.returncode == ExitCode.OK, out.stderr
     assert "\x1b" not in out.stdout and "\x07" not in out.stdout
     hint = out.stdout.splitlines()[-1]
-    # the OSC sequence is gone whole; the space is quoted for the shell
-    assert re.fullmatch(r"report: flightdeck report \S+ --state-dir '/\S+/my state'", hint), hint
+    # the OSC sequence's bytes escaped (bash's $'...' gives the very folder back), none raw
+    assert re.fullmatch(
+        r"report: flightdeck report \S+ --state-dir \$'/\S+/my st\\x1b\]0;x\\x07ate'", hint
+    ), hint
 
 
 def test_a_folder_named_like_the_database_is_one_clear_error(project: Path) -> None:

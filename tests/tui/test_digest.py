@@ -174,9 +174,11 @@ def test_superseded_delegates_are_no_news_and_sort_with_the_finished(tmp_path: P
     key = sort_key(SortOrder.ATTENTION, gone)
     assert sort_key(SortOrder.ATTENTION, lost) < sort_key(SortOrder.ATTENTION, running) < key
     # Grouped by status apart, last, as the meter counts them (not among the unknown).
+    from flightdeck.engine.api import Membership
     from flightdeck.tui.widgets.rows import GroupBy, group_rank, group_value
 
-    assert (group_value(GroupBy.STATUS, lost), group_value(GroupBy.STATUS, gone)) == (
+    units = Membership(None)
+    assert (group_value(GroupBy.STATUS, lost, units), group_value(GroupBy.STATUS, gone, units)) == (
         "unknown",
         "superseded",
     )
