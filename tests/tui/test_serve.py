@@ -97,6 +97,24 @@ async def test_every_route_refuses_a_request_without_the_token(
     assert serving.sessions() == []  # no app was started for any of them
 
 
+async def test_an_error_answer_is_never_cached_or_framed_either(
+    serving: Serving, batch: str
+) -> None:
+    # The headers every answer carries, on the answers a route raises too (404, 405).
+    async with aiohttp.ClientSession(cookies=serving.cookie) as client:
+        for method, path, status in (
+            ("GET", "/batch/nope", 404),
+            ("GET", "/batch/nope/ws", 404),
+            ("GET", "/no/such/route", 404),
+            ("POST", f"/batch/{batch}", 405),
+        ):
+            async with client.request(method, serving.base + path) as answer:
+                assert answer.status == status, path
+                assert answer.headers.get("Cache-Control") == "no-store", path
+                assert answer.headers.get("X-Frame-Options") == "DENY", path
+                assert answer.headers.get("Referrer-Policy") == "no-referrer", path
+
+
 async def test_the_token_opens_the_page_and_its_websocket_an_attached_app(
     serving: Serving, batch: str, project: Path
 ) -> None:

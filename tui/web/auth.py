@@ -80,7 +80,11 @@ def guard(token: Token, port: int) -> Middleware:
             request
         ):
             return web.Response(status=403, text="403: Forbidden\n", headers=HEADERS)
-        response = await handler(request)
+        try:
+            response = await handler(request)
+        except web.HTTPException as error:  # a 404 or 405 is an answer too: the same headers
+            error.headers.update(HEADERS)
+            raise
         if not response.prepared:  # a websocket has sent its headers already
             response.headers.update(HEADERS)
         return response
