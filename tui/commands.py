@@ -122,11 +122,16 @@ LS_COLUMNS = (
 )
 
 
-def ls_cells(b: BatchInfo, left: int = 0) -> tuple[str, ...]:
-    """One batch's cells under `LS_COLUMNS` (`left`: its command children's processes still
-    running after its owner died): `ls`, and the page of batches `serve` shows."""
+def ls_cells(db: Path, b: BatchInfo) -> tuple[str, ...]:
+    """One batch's cells under `LS_COLUMNS`, read from the store `db`: `ls`, and the page of
+    batches `serve` shows. An abandoned batch counts its command children's processes that
+    outlived its owner (what `resume` adopts)."""
     import time
 
+    from flightdeck.engine.attached.store import still_running
+    from flightdeck.engine.model import BatchStatus
+
+    left = still_running(db, b.id) if b.status is BatchStatus.ABANDONED else 0
     created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
     status = b.status.value
     if left:  # command children's processes that outlived their owner
@@ -139,8 +144,6 @@ def ls_cells(b: BatchInfo, left: int = 0) -> tuple[str, ...]:
 def cmd_ls(args: argparse.Namespace) -> ExitCode:
     """`flightdeck ls`: every batch in the state folder, and which a `serve` shows on a port."""
     from flightdeck.engine.attached import served
-    from flightdeck.engine.attached.store import still_running
-    from flightdeck.engine.model import BatchStatus
 
     reader = _reader(args.state_dir)
     try:
@@ -154,8 +157,7 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
     for col in LS_COLUMNS[1:] + extra:
         table.add_column(col)
     for b in batches:
-        left = still_running(reader.path, b.id) if b.status is BatchStatus.ABANDONED else 0
-        cells = ls_cells(b, left) + ((str(b.owner_pid),) if args.long else ())
+        cells = ls_cells(reader.path, b) + ((str(b.owner_pid),) if args.long else ())
         on = [_port(s) for s in servers if s.serves(b.id)]
         table.add_row(*map(Text, cells + ((" ".join(on),) if servers else ())))
     console = console_for()

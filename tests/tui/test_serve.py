@@ -4,9 +4,13 @@ a real attached TUI process under Textual's web driver."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import signal
 import socket
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import MappingProxyType
@@ -16,8 +20,10 @@ import psutil
 import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.attached import served
+from flightdeck.engine.attached.store import StoreReader, still_running
 from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch
+from flightdeck.engine.records.processes import processes
 from flightdeck.tui.exitcodes import ExitCode
 from tui_support import FAST, make_tasks
 
@@ -324,6 +330,44 @@ async def test_with_nothing_running_the_page_lists_the_batches(tmp_path: Path) -
         assert f"on :{serving.port} read-only" in listing
     finally:
         serving.stop()
+
+
+async def test_the_page_of_batches_counts_what_a_dead_owner_left_running(
+    tmp_path: Path,
+) -> None:
+    # A command child whose owner was killed runs on: the page says so, as `ls` does.
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    config = (
+        '[engine]\ndefault_route = "cli"\n\n[routes.cli]\nprovider = "command"\n'
+        f"argv = {json.dumps(sleeper)}\n"
+    )
+    batch_id = start_batch(tmp_path, config, tasks=[{"id": "k1", "goal": "hold"}])
+    db = tmp_path / "state" / "flightdeck.db"
+    with StoreReader(db) as reader:
+        info = reader.batch(batch_id)
+    assert info is not None
+    try:
+        wait_until(lambda: still_running(db, batch_id) == 1, "the child's process recorded")
+        os.kill(info.owner_pid, signal.SIGKILL)
+        wait_until(lambda: "abandoned (1 still running)" in _ls(tmp_path), "ls to see it abandoned")
+        serving = Serving(tmp_path)
+        try:
+            async with (
+                aiohttp.ClientSession(cookies=serving.cookie) as client,
+                client.get(serving.base + "/batches") as page,
+            ):
+                html = await page.text()
+        finally:
+            serving.stop()
+        assert "<td>abandoned (1 still running)</td>" in html
+    finally:
+        for row in processes(db, batch_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(row.pid, signal.SIGKILL)
+
+
+def _ls(folder: Path) -> str:
+    return flightdeck("ls", "--state-dir", "state", cwd=folder).stdout
 
 
 async def test_ctrl_c_ends_the_open_tabs_and_the_batch_runs_on(project: Path, batch: str) -> None:

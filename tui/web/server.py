@@ -118,7 +118,7 @@ class WebServer:
         batches = self.reader.batches()
         context = {
             "columns": LS_COLUMNS,
-            "rows": [(b.id, ls_cells(b)) for b in batches],
+            "rows": [(b.id, ls_cells(self.reader.path, b)) for b in batches],
             "running": any(b.status is BatchStatus.RUNNING for b in batches),
             "read_only": self.options.read_only,
         }
