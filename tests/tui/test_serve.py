@@ -419,12 +419,13 @@ def test_what_serve_logs_reaches_stderr_sanitized(capsys: pytest.CaptureFixture[
 
     from flightdeck.tui.web import command
 
-    command._log_to_stderr()
+    command._log_to_stderr("the-token")
     try:
         logging.getLogger("textual-serve").error("bad path /\x1b]0;pwned\x07x\x1b[31mred")
         logging.getLogger("flightdeck.serve").info("tab opened on batch %s", "b\x1b[2Jb")
+        logging.getLogger("aiohttp.server").error("bad request: GET /?token=the-token\x1b[2J")
     finally:
-        for name in ("flightdeck.serve", "textual-serve"):
+        for name in command.LOGGERS:
             logger = logging.getLogger(name)
             for handler in logger.handlers[:]:
                 logger.removeHandler(handler)
@@ -432,3 +433,18 @@ def test_what_serve_logs_reaches_stderr_sanitized(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err, repr(err)
     assert "bad path /xred" in err and "tab opened on batch bb" in err, err
+    assert "bad request: GET /?token=<token>" in err and "the-token" not in err, err
+
+
+def test_a_request_aiohttp_cannot_parse_is_logged_without_the_token(project: Path) -> None:
+    # aiohttp logs such a request with its first line: `?token=` and all, unless redacted.
+    serving = Serving(project)
+    try:
+        with socket.create_connection(("127.0.0.1", serving.port), timeout=30) as conn:
+            # A byte no URL may hold, after the token: refused with the line quoted.
+            conn.sendall(f"GET /?token={serving.token}&x=\0 HTTP/1.1\r\n\r\n".encode())
+            assert conn.recv(100).startswith(b"HTTP/1.0 400")
+    finally:
+        err = serving.stop()
+    assert "Error handling request from 127.0.0.1" in err, err
+    assert serving.token not in err and "?token=<token>" in err, err

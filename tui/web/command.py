@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> ExitCode:
     server = WebServer(options, token, port, on_tabs=tabs_changed)
     served.prune(state_dir)
     served.write(state_dir, record)
-    _log_to_stderr()
+    _log_to_stderr(token.value)
     try:
         asyncio.run(_serve(server, sock, lambda: _announce(args, port, token.value)))
     finally:
@@ -164,19 +164,33 @@ def _announce(args: argparse.Namespace, port: int, token: str) -> None:
 
 
 class _Sanitized(logging.Formatter):
-    """A line as the terminal may show it: textual-serve's errors and our tab lines quote what
-    a client sent (a path, a batch id from the URL, a header)."""
+    """A line as the terminal may show it, without the token: textual-serve's and aiohttp's
+    errors and our tab lines quote what a client sent (a path, a batch id from the URL, a
+    header; a request aiohttp could not parse, its first line and so its `?token=` too)."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__("%(asctime)s %(message)s", "%H:%M:%S")
+        self._token = token
 
     def format(self, record: logging.LogRecord) -> str:
-        return sanitize(super().format(record))
+        return sanitize(super().format(record)).replace(self._token, "<token>")
 
 
-def _log_to_stderr() -> None:
-    """Tabs opened and closed, and textual-serve's own errors, as lines on stderr."""
+# Logger: least level shown. aiohttp's own (a request it could not parse, a handler's error)
+# would otherwise reach stderr through logging's last resort, token and all.
+LOGGERS = {
+    "flightdeck.serve": logging.INFO,
+    "textual-serve": logging.INFO,
+    "aiohttp": logging.WARNING,
+}
+
+
+def _log_to_stderr(token: str) -> None:
+    """Tabs opened and closed, and textual-serve's and aiohttp's errors, as lines on stderr."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Sanitized("%(asctime)s %(message)s", "%H:%M:%S"))
-    for name in ("flightdeck.serve", "textual-serve"):
+    handler.setFormatter(_Sanitized(token))
+    for name, level in LOGGERS.items():
         logger = logging.getLogger(name)
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(level)
         logger.propagate = False
