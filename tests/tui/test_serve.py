@@ -4,6 +4,7 @@ a real attached TUI process under Textual's web driver."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -385,6 +386,36 @@ async def test_ctrl_c_ends_the_open_tabs_and_the_batch_runs_on(project: Path, ba
     listing = flightdeck("ls", "--state-dir", "state", cwd=project).stdout
     [row] = [line for line in listing.splitlines() if batch in line]
     assert "running" in row
+
+
+async def test_a_tab_that_fails_to_start_says_why_on_stderr_not_stdout(
+    project: Path, batch: str, tmp_path: Path
+) -> None:
+    # Each tab reads --config when it starts: one broken since the server started fails.
+    config = tmp_path / "serve.toml"
+    config.write_text("[tui]\n", encoding="utf-8")
+    serving = Serving(project, "--config", str(config))
+    config.write_text("[tui]\nbogus = 1\n", encoding="utf-8")
+    assert serving.process.stderr is not None and serving.process.stdout is not None
+    seen: list[str] = []
+    tab = await Tab.open(serving, batch_id=batch)
+    try:
+        loop = asyncio.get_running_loop()
+        while not any("Application failed to start" in line for line in seen):
+            line = await asyncio.wait_for(
+                loop.run_in_executor(None, serving.process.stderr.readline), 60
+            )
+            assert line, seen
+            seen.append(line)
+        await tab.close()
+        serving.process.send_signal(signal.SIGINT)
+        serving.process.wait(30)
+        out = serving.process.stdout.read()
+    finally:
+        await tab.close()
+        err = "".join(seen) + serving.stop()
+    assert out == ""  # the address, read by Serving, was all
+    assert "tab: flightdeck: " in err and "tui.bogus: unknown key" in err, err
 
 
 def test_bad_arguments_say_why_and_serve_nothing(project: Path) -> None:

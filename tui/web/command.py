@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import dataclasses
 import errno
+import io
 import ipaddress
 import logging
 import os
@@ -74,9 +75,11 @@ def cmd_serve(args: argparse.Namespace) -> ExitCode:
     served.prune(state_dir)
     served.write(state_dir, record)
     _log_to_stderr(token.value)
+    stdout = sys.stdout
     try:
         asyncio.run(_serve(server, sock, lambda: _announce(args, port, token.value)))
     finally:
+        sys.stdout = stdout
         served.remove(state_dir, record.pid)
     return ExitCode.OK
 
@@ -148,6 +151,7 @@ def _announce(args: argparse.Namespace, port: int, token: str) -> None:
     mode = " read-only" if args.read_only else ""
     sys.stdout.write(f"http://{url_host(args.host)}:{port}/?token={token}\n")
     sys.stdout.flush()
+    sys.stdout = _TabErrors()  # the address is all standard output carries
     err = console_for(stderr=True)
     err.print(Text(f"serving {what}{mode}; Ctrl+C stops (the batch runs on)"))
     if not is_local(args.host):
@@ -161,6 +165,20 @@ def _announce(args: argparse.Namespace, port: int, token: str) -> None:
                 style="bold yellow",
             )
         )
+
+
+class _TabErrors(io.TextIOBase):
+    """What textual-serve prints of a tab's app that failed to start (its stderr: a bad
+    `--config` since, say): it writes that to sys.stdout; here, lines of the log on stderr."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                log.warning("tab: %s", line)
+        return len(text)
 
 
 class _Sanitized(logging.Formatter):
