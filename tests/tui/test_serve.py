@@ -122,6 +122,19 @@ async def test_an_error_answer_is_never_cached_or_framed_either(
                 assert answer.headers.get("Referrer-Policy") == "no-referrer", path
 
 
+async def test_the_token_s_redirect_stays_on_this_server(serving: Serving) -> None:
+    # The address the token's answer sends the browser to is a path here: `////evil.example/`
+    # (or `/\\evil.example/`, which browsers read alike) was sent back as it came, another site.
+    async with aiohttp.ClientSession() as client:
+        for path in ("////evil.example/", "/\\evil.example/x", "/batch/b1"):
+            url = f"{serving.base}{path}?token={serving.token}"
+            async with client.get(url, allow_redirects=False) as answer:
+                assert answer.status == 303, path
+                where = answer.headers["Location"]
+                assert where.startswith("/") and where[1:2] not in ("/", "\\"), (path, where)
+            assert path != "/batch/b1" or where == path  # a path of its own is kept
+
+
 async def test_the_token_opens_the_page_and_its_websocket_an_attached_app(
     serving: Serving, batch: str, project: Path
 ) -> None:

@@ -63,7 +63,8 @@ def guard(token: Token, port: int) -> Middleware:
             # Kept as a cookie; the address without it is where the browser goes next.
             query = request.rel_url.query.copy()
             del query["token"]
-            where = str(request.rel_url.with_query(query))
+            # A path on this server: one that starts `//` or `/\` is another site's address.
+            where = "/" + str(request.rel_url.with_query(query)).lstrip("/\\")
             answer = web.Response(status=303, headers={**HEADERS, hdrs.LOCATION: where})
             answer.set_cookie(
                 name,
