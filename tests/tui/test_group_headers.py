@@ -336,3 +336,28 @@ async def test_a_group_header_counts_its_unit_as_the_engine_report_and_headless_
     assert read == live  # attached, the same header
     unit_ids = [m["id"] for m in g["members"]] + [d["id"] for d in g["delegates"]]
     assert sorted(members) == sorted(read_members) == sorted(unit_ids)  # shown: what is counted
+
+
+@pytest.mark.parametrize("grouped_first", [False, True])
+def test_a_delegate_read_before_its_parent_link_joins_its_unit_once_linked(
+    tmp_path: Path, grouped_first: bool
+) -> None:
+    # Attached, a delegate's row (add_queued) and its "delegate" event (its parent) are two
+    # writes: a read between them has its row with no parent yet (reading.py relinks it at the
+    # next). Placed then, it was in no unit for good: shown under `no group`, not its unit's.
+    def row(seq: int, name: str, parent: str | None = None) -> ChildRow:
+        base = child(seq, name, ChildStatus.RUNNING, folder=tmp_path, cost="0.0010")
+        return dataclasses.replace(base, id=name, group="g", parent=parent)
+
+    lines = ChildLines()
+    if grouped_first:
+        lines.set_grouping(GroupBy.GROUP)
+    lines.take([row(1, "a")], 0.0, own=frozenset({"a"}))
+    lines.take([row(1, "a"), row(2, "a.1")], 1.0, own=frozenset({"a"}))  # not linked yet
+    lines.take([row(1, "a"), row(2, "a.1", "a")], 2.0, own=frozenset({"a"}))
+    lines.set_grouping(GroupBy.GROUP)
+    unit, loose = GroupHeader(GroupBy.GROUP, "g"), GroupHeader(GroupBy.GROUP, None)
+    assert lines.unit_of("a.1") == "g"
+    assert lines.group_members(unit) == ["a", "a.1"]
+    assert lines.group_members(loose) == []
+    assert lines.header_of("a.1") == unit

@@ -233,7 +233,7 @@ class ChildLines:
         keep, kept = self._keeps, self._kept()
         added: list[str] = []
         removed: set[str] = set()
-        moved = regrouped = wider = False
+        moved = regrouped = wider = relinked = False
         timed = self.row_filter.timed
         grouping = self.grouping
 
@@ -259,10 +259,14 @@ class ChildLines:
                 if (need := id_width(row)) > self.id_need:
                     self.id_need = need
                     wider = True
-            elif grouping is not None and grouping is not GroupBy.GROUP:
-                # Its status, tool or error may have changed: so may the members of groups.
-                self._members = None
-                regrouped = regrouped or self._value(grouping, old) != self._value(grouping, row)
+            else:
+                relinked = relinked or old.parent != row.parent  # its parent known only now
+                if grouping is not None and grouping is not GroupBy.GROUP:
+                    # Its status, tool or error may have changed: so may the members of groups.
+                    self._members = None
+                    regrouped = regrouped or self._value(grouping, old) != self._value(
+                        grouping, row
+                    )
             by_id[row.id] = row
             if row.parent is not None:
                 self._delegated = True
@@ -270,6 +274,13 @@ class ChildLines:
             moved = moved or keys.get(row.id) != key
             keys[row.id] = key
             recheck(row)
+        if relinked and (placed := self._place_unplaced(batch)):
+            self._members = None
+            regrouped = regrouped or grouping is GroupBy.GROUP
+            for child_id in placed:
+                key = self._key(by_id[child_id])
+                moved = moved or keys.get(child_id) != key
+                keys[child_id] = key
         if self._delegated and order is SortOrder.TREE:
             self._subtree = subtree_costs(by_id)
         if self._summaries:
@@ -278,6 +289,16 @@ class ChildLines:
             self._shown = [i for i in self._shown if i not in removed]
         self._shown.extend(added)
         return Taken(bool(removed or added), moved, regrouped, wider)
+
+    def _place_unplaced(self, batch: Sequence[ChildRow]) -> list[str]:
+        """The delegates in no unit yet, placed again now that a parent is known: attached, a
+        delegate's row and its "delegate" event (its parent) are two writes, and a read between
+        them has the row with no parent (reading.py relinks it at the next). The ones that
+        found a unit (its own delegates too)."""
+        units = self._units
+        loose = [r for r in batch if r.parent is not None and units.unit_of(r.id) is None]
+        loose.sort(key=lambda r: r.seq)  # parents first
+        return [r.id for r in loose if units.place(r.id, r.parent, r.group) is not None]
 
     def sorted_ids(self) -> list[str] | None:
         """The kept children in sort order, when that is not the order they are shown in."""
