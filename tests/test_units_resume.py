@@ -30,7 +30,7 @@ from test_store import make_child
 DONE = {"started_ts": 1390.0, "finished_ts": 1400.0}
 
 
-def died_with_units_ended(state: Path) -> None:
+def died_with_units_ended(state: Path, *, all_ended: bool = False) -> None:
     """Batch b1 as an owner killed before it announced its units left it: unit `g`'s members
     all ended (a completed, b failed); unit `h`'s c completed and d running; x (no unit)
     running."""
@@ -56,6 +56,9 @@ def died_with_units_ended(state: Path) -> None:
         row(3, ChildStatus.RUNNING, started_ts=1450.0),
         row(4, ChildStatus.RUNNING, started_ts=1450.0),
     ]
+    if all_ended:  # every child's final row committed under the owner
+        rows[3] = row(3, ChildStatus.COMPLETED, result="ok", **DONE)
+        rows[4] = row(4, ChildStatus.COMPLETED, result="ok", **DONE)
     cfg = settings(sim_route(tool_turns=0))
     with Store(state / "flightdeck.db") as store:
         store.create_batch(dead_batch(state, cfg, tasks_batch(tasks), heartbeat_ts=1500.0))
@@ -67,14 +70,15 @@ def unit_lines(stdout: str) -> list[str]:
 
 
 def test_resume_no_rerun_announces_each_unit_whose_members_all_ended_once(tmp_path: Path) -> None:
-    # A unit whose members had all ended before the owner died (g), or whose last one is left
-    # `unknown` by --no-rerun (h), was never announced: the resumed owner says each, once.
+    # A unit whose last member is left `unknown` by --no-rerun (h) was never announced: the
+    # resumed owner says it, once. One whose members had all ended before the owner died (g)
+    # was, by that owner, as its last row was committed (one from before "unit" events were
+    # kept recorded none): not again.
     died_with_units_ended(tmp_path / "state")
     done = flightdeck("resume", "b1", "--no-rerun", "--state-dir", "state", cwd=tmp_path)
     lines = unit_lines(done.stdout)
-    assert len(lines) == 2, done.stdout + done.stderr
-    g, h = sorted(lines)
-    assert g.startswith("▣ group g  partial: 1/2 completed") and "✓a ✗b" in g
+    assert len(lines) == 1, done.stdout + done.stderr
+    (h,) = lines
     assert h.startswith("▣ group h  partial: 1/2 completed") and "✓c ?d" in h
     # The report says of each what the owner announced.
     with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
@@ -86,16 +90,15 @@ def test_a_resumed_engine_announces_a_carried_unit_once_and_records_it(tmp_path:
     state = tmp_path / "state"
     died_with_units_ended(state)
     events: list[EngineEvent] = []
-    engine = Engine.resume(state, "b1")  # x and d run again
+    engine = Engine.resume(state, "b1", rerun=False)  # x and d left unknown
     engine.subscribe(events.append)
     engine.start()
     run_to_end(engine)
     units = [e for e in events if isinstance(e, GroupFinished)]
     assert [(u.group, u.status) for u in units] == [
-        ("g", UnitStatus.PARTIAL),  # carried, announced as the batch starts
-        ("h", UnitStatus.COMPLETED),  # d re-run, announced as it ends
+        ("h", UnitStatus.PARTIAL),  # carried, announced as the batch starts (g: by its owner)
     ]
-    # Announced is recorded: a batch resumed (reopened) again says neither again.
+    # Announced is recorded: a batch resumed (reopened) again says it no more.
     events.clear()
     engine = Engine.resume(state, "b1", reopen=True)
     engine.subscribe(events.append)
@@ -195,16 +198,33 @@ def test_an_attached_view_tells_the_units_a_resume_announced_as_the_engine_does(
         def told() -> list[GroupFinished]:
             return [e for e in seen if isinstance(e, GroupFinished)]
 
-        until(lambda: len(told()) == 2, what="both units, through the store")
+        until(lambda: len(told()) == 1, what="the unit, through the store")
         view.refresh()
     finally:
         view.close()
     live = sorted((e for e in events if isinstance(e, GroupFinished)), key=lambda u: u.group)
     assert [(u.group, u.status) for u in live] == [
-        ("g", UnitStatus.PARTIAL),
-        ("h", UnitStatus.PARTIAL),  # d left unknown
+        ("h", UnitStatus.PARTIAL),  # d left unknown (g: told by its owner before it died)
     ]
     there = sorted(told(), key=lambda u: u.group)
     assert [(u.group, u.status, u.cost_usd) for u in there] == [
         (u.group, u.status, u.cost_usd) for u in live
     ]
+
+
+@pytest.mark.parametrize("rerun", [True, False])
+def test_a_batch_from_before_units_were_recorded_does_not_announce_its_ended_units_again(
+    tmp_path: Path, rerun: bool
+) -> None:
+    # An owner from before "unit" events were kept announced each unit as its last row was
+    # committed, and recorded none: every unit of its batch ended with no event. Resumed (or
+    # reopened for a retry) by this version, each was announced again, all at once; none was
+    # lost: a unit that a row a lost owner left `unknown` ends is still told (test above).
+    state = tmp_path / "state"
+    died_with_units_ended(state, all_ended=True)
+    events: list[EngineEvent] = []
+    engine = Engine.resume(state, "b1", rerun=rerun)
+    engine.subscribe(events.append)
+    engine.start()
+    run_to_end(engine)
+    assert [e.group for e in events if isinstance(e, GroupFinished)] == []

@@ -91,8 +91,8 @@ class Finals:
 
     def carried_units(self) -> None:
         """A resumed batch, as it starts: the units its carried rows end that no earlier owner
-        announced (it was killed first, or the rest were not run again), announced once their
-        events are committed."""
+        announced (a child the dead owner ran was left `unknown`: Units.carried_ends),
+        announced once their events are committed."""
         for unit in self._units.carried_ends(self._told):
             self.units_held += 1
             self._record_unit(unit, functools.partial(self._unit_told, unit))

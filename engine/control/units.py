@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from flightdeck.engine.model import ChildRow, GroupFinished
+from flightdeck.engine.model import ChildRow, ChildStatus, GroupFinished
 from flightdeck.engine.model.units import Membership, attempts
 
 
@@ -62,14 +62,19 @@ class Units:
     def carried_ends(self, told: Mapping[str, int]) -> list[GroupFinished]:
         """The units the carried rows end that no earlier owner announced (`told`: each group
         announced, with its members' attempts then; model/units.py), to announce once now.
-        One killed before it announced a unit (or a resume with --no-rerun) said none."""
+
+        Only a unit with a child a lost owner left `unknown` (a resume's --no-rerun, a delegate
+        never run again) can be one: every other unit ended with its last row handed to the
+        store by an owner, whose "unit" event went first; an owner from before those events
+        were kept recorded none, and had announced each unit as its last row was committed."""
         out = []
         for group in self._order:
             unit = self._result(group)
             if unit is None or group in self._reported:
                 continue
             self._reported.add(group)
-            if told.get(group) != attempts(unit.members):
+            lost = any(r.status is ChildStatus.UNKNOWN for r in (*unit.members, *unit.delegates))
+            if lost and told.get(group) != attempts(unit.members):
                 out.append(unit)
         return out
 
