@@ -339,3 +339,23 @@ def test_a_retry_by_query_leaves_out_the_children_it_could_not_take() -> None:
     assert ids == ["p", "f"]
     assert said == "; left out: 1 completed, 2 delegates (they run again with their parents)"
     assert _retryable(Rows(), ["p", "f"]) == (["p", "f"], "")  # type: ignore[arg-type]
+
+
+def test_an_attached_merge_the_store_cannot_take_is_said_not_applied(tmp_path: Path) -> None:
+    # StoreView logged a store's refusal as a warning and returned: the TUI then said the merge
+    # applied ("applied to 1 child") beside it. As a refusal by the owner: CommandError.
+    from flightdeck.engine.attached.view import StoreView
+    from flightdeck.engine.commands import Accept, CommandError
+
+    repo, folder = project(tmp_path, {"t0": "x.txt=one"})
+    batch = run(folder)
+    db = folder / "state" / "flightdeck.db"
+    view = StoreView(db, batch, watch=False)
+    try:
+        for path in db.parent.glob("flightdeck.db*"):  # the state folder emptied under it
+            path.unlink()
+        with pytest.raises(CommandError):
+            view.send(Accept(("t0",), "main"))
+    finally:
+        view.close()
+    assert git(repo, "show", "main:README.md") == "hello"  # nothing merged

@@ -166,8 +166,8 @@ class StoreView:
         what was decided, which the TUI says (an accept's commit)."""
         try:
             review(self.db, self.batch_id, command)
-        except OwnerGone as exc:
-            raise CommandError(str(exc)) from None
+        except (OwnerGone, LookupError, StoreError) as exc:  # not applied: said so, not warned
+            raise CommandError(str(exc).strip("'\"")) from None
         self.refresh()
 
     # --- reading --------------------------------------------------------------------------------
