@@ -928,6 +928,26 @@ def test_terminal_completion_lines_are_styled_with_the_same_text() -> None:
     assert len(out.writes) == 1  # one print for the whole drain, not one per child
 
 
+def test_forced_colour_on_a_pipe_draws_no_progress_bar(project: Path) -> None:
+    # CI often sets FORCE_COLOR (colour in its logs), which Rich reads as "a terminal": the
+    # live bar then went to the log as cursor movements, redrawn 10 times a second.
+    result = subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FORCE_COLOR": "1"},
+    )
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert "\r" not in result.stdout and "\x1b[?25l" not in result.stdout  # no bar drawn
+    assert "\x1b[2K" not in result.stdout and "\x1b[1A" not in result.stdout
+    out = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout).splitlines()  # colours may stay
+    assert re.fullmatch(r"batch \S+", out[0]), out
+    done = [line for line in out if re.match(r"✓ \[\d/6\] job-\d  api=\d+ ", line)]
+    assert len(done) == 6 and out[1:7] == done, out
+
+
 def test_a_closed_pipe_ends_the_run_quietly(project: Path) -> None:
     # `flightdeck run … | head -1`: the reader is gone before the first completion line is
     # written (the children are held until then).

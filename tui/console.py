@@ -35,6 +35,15 @@ def console_for(stderr: bool = False) -> PipeSafeConsole:
     return console
 
 
+def live_terminal(console: Console) -> bool:
+    """Whether a live display (a progress bar redrawn in place) may be drawn: Rich takes
+    FORCE_COLOR for a terminal, but a pipe or a CI log given colour still gets no cursor moves."""
+    try:
+        return console.is_interactive and os.isatty(console.file.fileno())
+    except (OSError, ValueError, AttributeError):  # closed, or not a real file (a test's)
+        return False
+
+
 def reader_gone(file: IO[str]) -> bool:
     """Whether `file` is a pipe whose reader has gone, known without writing to it: a run
     whose children are all busy writes nothing for minutes, and spent them unread."""

@@ -20,7 +20,7 @@ from flightdeck.engine.model import (
     GroupFinished,
 )
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.console import OutputClosed, console_for, reader_gone
+from flightdeck.tui.console import OutputClosed, console_for, live_terminal, reader_gone
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
 from flightdeck.tui.output import (
@@ -161,7 +161,7 @@ def _run_headless(
         # a command (`flightdeck stop ID`) must find the batch.
         engine.flush(5)
         console.print(Text(f"batch {batch_id}", style="bold"))
-        if console.is_terminal:
+        if live_terminal(console):  # not a pipe, even one given colour (FORCE_COLOR)
             progress = Progress(
                 # the words are the spend and the forecast: plain text, never markup
                 TextColumn("{task.description}", style="progress.description", markup=False),
