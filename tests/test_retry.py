@@ -247,6 +247,30 @@ def test_retry_in_an_ended_batch_the_budget_refuses_says_so_and_the_batch_stays_
     assert _events(db, batch_id, "retry") == []
 
 
+def test_a_retry_that_reopens_an_ended_batch_is_no_recovery_in_its_report(
+    tmp_path: Path,
+) -> None:
+    """The owner `retry` starts for an ended batch takes it over as `resume --reopen` does; no
+    owner was lost, so the report has no Recovery section ("resumed after a lost owner")."""
+    (tmp_path / "flightdeck.toml").write_text(
+        '[routes.sim]\nprovider = "sim"\ntime_scale = 0.001\nfail_rate = 1.0\n'
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "goal": "one"}\n')
+    state = ("--state-dir", str(tmp_path / "state"))
+    ran = flightdeck("run", "--headless", "tasks.jsonl", *state, cwd=tmp_path)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    batch_id = re.search(r"^batch (\S+)$", ran.stdout, re.M)[1]  # type: ignore[index]
+    retried = flightdeck("retry", batch_id, "a", *state, cwd=tmp_path)
+    assert retried.returncode == 0, retried.stderr
+    waited = flightdeck("wait", batch_id, *state, cwd=tmp_path)
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    report = flightdeck("report", batch_id, "--format", "json", *state, cwd=tmp_path)
+    recovery = json.loads(report.stdout)["recovery"]
+    assert (recovery["resumes"], recovery["rerun"], recovery["left_unknown"]) == (0, 0, 0)
+    markdown = flightdeck("report", batch_id, *state, cwd=tmp_path).stdout
+    assert "## Attempts" in markdown and "## Recovery" not in markdown, markdown
+
+
 def test_a_retry_waits_while_the_soft_budget_holds_and_runs_once_it_is_lifted(
     tmp_path: Path, hold: Hold, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -320,6 +320,8 @@ def take_over(
                 "lost_cost_usd": str(found.lost_cost_usd),
                 "adopted": found.adopted,
                 "ended": found.ended,
+                # a batch that had ended, run again for a retry: no owner was lost
+                "reopened": info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED),
             }
         ),
     )

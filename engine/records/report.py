@@ -230,7 +230,7 @@ def _recovery(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str,
     resumes = rerun = unknown = 0
     for _ts, _child, kind, detail in events:
         if kind == "resumed":
-            resumes += 1
+            resumes += not json.loads(detail).get("reopened")  # a retry's reopen lost nothing
         elif kind == "lost_attempt":
             if json.loads(detail).get("rerun"):
                 rerun += 1
