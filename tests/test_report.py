@@ -375,7 +375,26 @@ def test_an_attempt_whose_tokens_nobody_counted_has_unknown_tokens_not_zero() ->
     ]
     table = markdown_lines({"attempts": attempts}, str)
     assert "| c0 | 1 | first | failed | ? | unknown |  |" in table
-    assert "| c1 | 2 | fresh | completed | 240 | $0.0000 |  |" in table
+    assert "| c1 | 2 | fresh | completed | 240 | $0.00 |  |" in table  # as every other $0
+
+
+def test_an_attempt_s_cost_reads_as_every_other_cost_in_the_report() -> None:
+    # The Attempts table wrote `$…:.4f`: a dollar or more as `$2.5000` (the Children table:
+    # `$2.50`), and a spend under $0.0001 as `$0.0000`, a spend shown as nothing.
+    from flightdeck.engine.control.attempts import retry_json
+    from flightdeck.engine.records.attempts import attempt_records, markdown_lines
+
+    big = make_child(0, status=ChildStatus.FAILED, cost_usd=Decimal("2.5"))
+    big_now = make_child(0, status=ChildStatus.COMPLETED, attempt=2, cost_usd=Decimal("3.75"))
+    tiny = make_child(1, status=ChildStatus.FAILED, cost_usd=Decimal("0.00004"))
+    tiny_now = make_child(1, status=ChildStatus.FAILED, attempt=2, cost_usd=Decimal("0.00009"))
+    events = [
+        (1.0, "c0", "retry", retry_json(big, 2, "fresh")),
+        (2.0, "c1", "retry", retry_json(tiny, 2, "fresh")),
+    ]
+    table = markdown_lines({"attempts": attempt_records(events, [big_now, tiny_now])}, str)
+    costs = [line.split(" | ")[5] for line in table if line.startswith(("| c0 ", "| c1 "))]
+    assert costs == ["$2.50", "$1.25", "<$0.0001", "<$0.0001"], table
 
 
 def test_a_batch_whose_every_price_is_unknown_costs_unknown_not_zero(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.review.values import Changes, changes_from_json
 
 # A delegate whose parent (or an ancestor) runs again, as a new attempt: the event's detail
@@ -188,7 +189,7 @@ def markdown_lines(report: dict[str, Any], cell: Callable[[object], str]) -> lis
         lines += ["", "## Attempts", "", "| child | attempt | began | status | tokens | cost "
                   "| error |", "|---|---:|---|---|---:|---:|---|"]  # fmt: skip
         for a in report["attempts"]:
-            cost = "unknown" if a["cost_usd"] is None else f"${Decimal(a['cost_usd']):.4f}"
+            cost = "unknown" if a["cost_usd"] is None else fmt_usd(Decimal(repr(a["cost_usd"])))
             lines.append(
                 f"| {cell(a['child_id'])} | {a['attempt']} | {a['began']} | {cell(a['status'])} "
                 f"| {'?' if a['tokens'] is None else format(a['tokens'], ',')} | {cost} "
