@@ -555,6 +555,7 @@ def test_the_report_forecasts_the_cost_at_completion_and_shows_lost_attempts_apa
         "- children not finished: 2 of 6",
         "- lost attempts (re-runs after a lost owner or worker): $0.07, in the spend",
     ]
+    assert "- resumed after a lost owner: once\n" in md  # not "1 time(s)"
 
 
 def test_a_forecast_with_an_unknown_price_says_so_and_a_finished_batch_has_none(

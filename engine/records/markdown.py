@@ -106,11 +106,15 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
             "",
             "## Recovery",
             "",
-            f"- resumed after a lost owner: {recovery['resumes']} time(s)",
+            f"- resumed after a lost owner: {_times(recovery['resumes'])}",
             f"- children re-run: {recovery['rerun']}; left unknown: {recovery['left_unknown']}",
             f"- their lost attempts cost: {lost} (counted in the totals)",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
 
 
 def _forecast_lines(ahead: Mapping[str, Any]) -> list[str]:
