@@ -13,11 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 import ray
 from flightdeck.engine.api import Engine
+from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import CommandSpec, Route, Settings
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, SteerState
@@ -216,6 +218,30 @@ def status(engine: Engine, child_id: str) -> ChildStatus | None:
 def command_route(*argv: str, steer: str = "none") -> Route:
     spec = CommandSpec(argv=argv, kill_grace_s=1.0, steer=steer)  # type: ignore[arg-type]
     return Route(name="cmd", provider="command", model="cmd", command=spec)
+
+
+def test_a_routes_key_unset_on_the_nodes_is_one_config_error_naming_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Set here, in the owner, after the nodes started: their workers do not have it.
+    monkeypatch.setenv("FLIGHTDECK_OWNER_ONLY_KEY", "sk-owner-only-1234")
+    route = dataclasses.replace(
+        command_route("true"),
+        options=MappingProxyType({"api_key_env": "FLIGHTDECK_OWNER_ONLY_KEY"}),
+        key_line=7,
+    )
+    engine = Engine(batch(1, route="cmd"), on_ray(settings(route, pool=2)), state_dir=tmp_path)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            engine.start()
+    finally:
+        engine.close()
+    error = caught.value
+    assert error.field == "routes.cmd.api_key_env" and error.line == 7
+    assert error.message.startswith("environment variable FLIGHTDECK_OWNER_ONLY_KEY is not set")
+    assert "on node " in error.message and "`ray start`" in error.message
+    assert "sk-owner-only" not in str(error)
+    assert "\n" not in str(error)
 
 
 def pids_of(transcript: str) -> tuple[int, int] | None:

@@ -116,10 +116,21 @@ class RayExecutor:
             actors.append(options.remote(setup))
         where = ray.get([a.where.remote() for a in actors], timeout=START_S)
         ray.get([a.sync.remote(self._clock()) for a in actors], timeout=START_S)
-        for actor, (name, node_id, problems) in zip(actors, where, strict=True):
-            if problems:
+        for actor, (name, node_id, problems, refused) in zip(actors, where, strict=True):
+            if problems or refused:
                 for each in actors:
                     ray.kill(each)
+            if refused:  # a route's key or program this node does not have
+                path, line, field, message = refused
+                raise ConfigError(
+                    path,
+                    line,
+                    field,
+                    f"{message} on node {name}: a worker reads its routes' keys and finds "
+                    "their programs on its own node (set them up where `ray start` runs, on "
+                    "every node)",
+                )
+            if problems:
                 raise ConfigError(
                     self._source,
                     self._settings.address_line,

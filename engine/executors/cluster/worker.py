@@ -23,6 +23,7 @@ from flightdeck.engine.child.facts import ReceiptSettled
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.control.workers import WorkerPool
+from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.executors.cluster.guard import Guard, GuardBook
 from flightdeck.engine.executors.cluster.permits import RelayThrottle
 from flightdeck.engine.executors.cluster.twin import Outbox, RelayMeter, Twin
@@ -57,6 +58,8 @@ MAX_THREADS = 4096  # the owner decides how many run; this only bounds a runaway
 FIGURES_EVERY_S = 0.1  # running children's figures go home at most this often
 PULL_WAIT_S = 0.25  # a pull with nothing to say returns after this long
 
+Located = tuple[str | None, int | None, str | None, str]  # a ConfigError, as it crosses home
+
 
 def probe_problems(probes: Sequence[tuple[Path, str]]) -> list[str]:
     """The folders this node does not share with the owner: a file written there by the owner
@@ -81,12 +84,19 @@ class Worker:
         settings = setup.settings
         self._outbox = Outbox()
         models = {n: r for n, r in settings.routes.items() if r.command is None}
-        self._providers = {name: make_provider(route) for name, route in models.items()}
-        self._commands = {
-            name: CommandRoute(route, os.environ, settings.source)
-            for name, route in settings.routes.items()
-            if route.command is not None
-        }
+        # A route this node cannot serve (its key's variable unset here, its program not on
+        # this node's PATH) is told to the owner by `where`, which refuses the node in one line.
+        self._refused: Located | None = None
+        try:
+            self._providers = {name: make_provider(route) for name, route in models.items()}
+            self._commands = {
+                name: CommandRoute(route, os.environ, settings.source)
+                for name, route in settings.routes.items()
+                if route.command is not None
+            }
+        except ConfigError as exc:
+            self._refused = (exc.path, exc.line, exc.field, exc.message)
+            self._providers, self._commands = {}, {}
         secrets = tuple(s for p in self._providers.values() for s in p.secrets)
         secrets += tuple(s for c in self._commands.values() for s in c.secrets)
         self._toolbox = Toolbox(setup.workspace, secrets=secrets, private=setup.private)
@@ -108,13 +118,14 @@ class Worker:
     def _clock(self) -> float:
         return self._offset + time.monotonic()
 
-    def where(self) -> tuple[str, str, list[str]]:
-        """(node name, node id, folders it does not share with the owner)."""
+    def where(self) -> tuple[str, str, list[str], Located | None]:
+        """(node name, node id, folders it does not share with the owner, why a route cannot
+        run here: a ConfigError's path, line, field and message)."""
         import ray
 
         node_id = ray.get_runtime_context().get_node_id()
         name = f"{socket.gethostname()}:{node_id[:6]}"
-        return name, node_id, probe_problems(self._setup.probes)
+        return name, node_id, probe_problems(self._setup.probes), self._refused
 
     def send(self, packed: list[tuple[Any, ...]]) -> None:
         """Apply the owner's messages (`wire.pack_to`), in order."""
