@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -242,6 +245,35 @@ def test_a_routes_key_unset_on_the_nodes_is_one_config_error_naming_the_node(
     assert "on node " in error.message and "`ray start`" in error.message
     assert "sk-owner-only" not in str(error)
     assert "\n" not in str(error)
+
+
+def test_an_owner_whose_ray_is_not_the_clusters_is_refused_in_one_line_exit_2(
+    ray_nodes: Any, tmp_path: Path
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"goal": "one"}\n')
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[engine]\nexecutor = "ray"\n\n[ray]\nworkers_per_node = 1\naddress = "auto"\n'
+    )
+    # This process's Ray, as another version would report itself when joining.
+    code = (
+        "import sys, ray; ray.__version__ = '2.0.0'; from flightdeck.tui.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    state = tmp_path / "state"
+    argv = ["run", str(tasks), "--config", str(config), "--headless", "--state-dir", str(state)]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        env=dict(os.environ, RAY_ADDRESS=ray_nodes.address, NO_COLOR="1", COLUMNS="400"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"flightdeck: {config}:6: ray.address: cannot join"), line
+    assert "Version mismatch" in line and "2.0.0" in line and ray.__version__ in line, line
 
 
 def pids_of(transcript: str) -> tuple[int, int] | None:

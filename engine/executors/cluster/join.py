@@ -67,4 +67,19 @@ def connect(settings: RaySettings, source: Path | None) -> None:
         ray.init(address="local", **kwargs)
         return
     # Checked again here: the cluster may have ended since the engine was made.
-    ray.init(address=join_address(settings, source), **kwargs)
+    address = join_address(settings, source)
+    try:
+        ray.init(address=address, **kwargs)
+    except RuntimeError as exc:
+        # Ray refuses a driver whose Ray or Python version is not the cluster's, in a message
+        # of several lines ("Version mismatch: The cluster was started with: ...").
+        if not str(exc).startswith("Version mismatch"):
+            raise
+        said = " ".join(str(exc).split())
+        raise ConfigError(
+            source,
+            settings.address_line,
+            "ray.address",
+            f"cannot join the Ray cluster at {address}: {said} (run flightdeck with the Ray "
+            "and Python versions the cluster runs)",
+        ) from None
