@@ -276,6 +276,38 @@ def test_an_owner_whose_ray_is_not_the_clusters_is_refused_in_one_line_exit_2(
     assert "Version mismatch" in line and "2.0.0" in line and ray.__version__ in line, line
 
 
+def test_what_the_cluster_publishes_to_drivers_goes_to_the_owners_log_not_its_stdout(
+    ray_nodes: Any,
+) -> None:
+    # A node lost publishes "Raylet is terminated ... Last 20 lines of the Raylet logs:" (and
+    # those lines) to every driver: one such message, published as Ray does, to an owner.
+    code = """
+import logging, sys, time
+import ray
+from ray._private.utils import publish_error_to_driver
+from flightdeck.engine.executors.cluster.join import connect
+from flightdeck.engine.inputs.settings import RaySettings
+
+logging.basicConfig(format="log: %(message)s")
+connect(RaySettings("auto"), None)
+gcs = ray._private.worker.global_worker.gcs_client
+publish_error_to_driver("test", "Raylet is terminated.\\n[state-dump] a line", gcs)
+time.sleep(3)
+ray.shutdown()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, RAY_ADDRESS=ray_nodes.address),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Raylet is terminated" not in done.stdout and "state-dump" not in done.stdout
+    assert "log: Ray (raylet): Raylet is terminated." in done.stderr, done.stderr
+    assert "state-dump" not in done.stderr
+
+
 def pids_of(transcript: str) -> tuple[int, int] | None:
     for line in lines(transcript):
         if "root " in line and "grandchild " in line:

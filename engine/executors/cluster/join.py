@@ -4,6 +4,7 @@ a ConfigError on `ray.address`, found before the batch writes anything."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from pathlib import Path
@@ -17,6 +18,8 @@ from flightdeck.engine.inputs.settings.cluster import RAY_CLIENT
 # How ray.init itself finds "auto"'s address (RAY_ADDRESS, then a `ray start` cluster's file):
 # private, but the same code path, within the `ray>=2.60,<3` the extra pins.
 from ray._private.services import canonicalize_bootstrap_address
+
+log = logging.getLogger(__name__)
 
 ANSWER_S = 5.0  # how long a cluster's address may take to accept a connection
 
@@ -51,8 +54,25 @@ def join_address(settings: RaySettings, source: Path | None) -> str:
     return found
 
 
+def errors_to_log() -> None:
+    """Ray's driver prints what the cluster publishes to every driver (a raylet that ended, a
+    node marked dead: each with 20 lines of its log) on this process's stdout, which a headless
+    run keeps for its own lines, even with `log_to_driver=False`. Each goes to the log instead,
+    its first line alone: the executor says what a lost node cost its children."""
+    import ray._private.worker as driver  # its listener looks this name up for each message
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
+        lines = [line.strip() for each in data.get("lines", ()) for line in str(each).split("\n")]
+        first = next((line for line in lines if line), None)
+        if first is not None:
+            log.warning("Ray (%s): %s", data.get("pid", "?"), first)
+
+    driver.print_to_stdstream = to_log
+
+
 def connect(settings: RaySettings, source: Path | None) -> None:
     """Start a local cluster, or join the one at `settings.address` (ConfigError if none)."""
+    errors_to_log()
     kwargs: dict[str, Any] = {
         "include_dashboard": False,
         "log_to_driver": False,
