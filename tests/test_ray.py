@@ -372,6 +372,30 @@ def test_a_worker_killed_mid_run_loses_no_child(tmp_path: Path) -> None:
     assert report["recovery"]["rerun"] == len(victims)
 
 
+def test_children_whose_workers_were_all_lost_at_once_wait_for_a_new_one_and_run_again(
+    tmp_path: Path,
+) -> None:
+    tasks = batch(4, goal="Check part {i}")
+    held = {t.goal for t in tasks.tasks}
+    script = Script(held, lambda goal, count, received: Reply(text="done"))
+    with Loopback(script) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(tasks, on_ray(settings(route, pool=4)), tmp_path)
+        try:
+            until(lambda: all(script.asked(g) for g in held), 60, what="all four held")
+            executor: Any = engine._pool
+            for _, actor, _ in executor.workers:  # every worker: none is left to take them
+                ray.kill(actor)
+            until(lambda: all(script.asked(g) >= 2 for g in held), 90, what="all asked again")
+            server.release()
+            assert engine.wait(120)
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    assert snap.totals.completed == 4, [(c.id, c.status, c.error) for c in snap.children]
+    assert all(script.asked(g) == 2 for g in held)  # each ran again, once
+
+
 def test_what_attempts_lost_with_a_worker_cost_is_counted_live_as_the_report_counts_it(
     tmp_path: Path,
 ) -> None:

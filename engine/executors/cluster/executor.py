@@ -23,7 +23,7 @@ from typing import Any
 
 import ray
 from flightdeck.engine.child.elsewhere import Elsewhere
-from flightdeck.engine.child.facts import ChildLost, Report
+from flightdeck.engine.child.facts import ChildDone, ChildLost, Report
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.errors import ConfigError
@@ -33,6 +33,7 @@ from flightdeck.engine.executors.cluster.permits import PermitDesk
 from flightdeck.engine.executors.cluster.wire import Dispatch, Setup, ToWorker
 from flightdeck.engine.executors.cluster.worker import Worker
 from flightdeck.engine.inputs.settings import RaySettings, Route
+from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.private import open_private
 from flightdeck.engine.records.meter import Meter
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -71,6 +72,7 @@ class RayExecutor:
         self._lock = threading.Lock()
         self._links: list[Link] = []
         self._replacing: set[threading.Thread] = set()  # workers being started for lost ones
+        self._waiting: list[Elsewhere] = []  # sent while no worker was alive, one starting
         self._closed = False
         self.known: dict[str, Elsewhere] = {}
         self._desk = PermitDesk(routes, throttles, permit_threads)
@@ -165,9 +167,14 @@ class RayExecutor:
                 key=lambda k: len(k.children),
                 default=None,
             )
-            if link is None:
-                raise RuntimeError("no Ray worker is left to run it")
             task = child.task
+            if link is None:
+                if not self._replacing:
+                    raise RuntimeError("no Ray worker is left to run it")
+                # Every worker was lost at once: the child waits for the one starting.
+                self.known[task.id] = child
+                self._waiting.append(child)
+                return
             self.known[task.id] = child
             link.children[task.id] = child
         child.node = link.name
@@ -238,16 +245,18 @@ class RayExecutor:
         if closed:
             return
         log.warning("flightdeck: the Ray worker on %s was lost (%s)", link.name, why)
-        for child_id in lost:
-            self._report(ChildLost(child_id, f"its worker on node {link.name} was lost ({why})"))
         thread = threading.Thread(
             target=self._replace, args=(link.node_id,), name="flightdeck-replace", daemon=True
         )
         with self._lock:
             if self._closed:
                 return
+            # Known as starting before its children are sent again: with no worker left they
+            # wait for it (submit), instead of ending unrun.
             self._replacing.add(thread)
         thread.start()
+        for child_id in lost:
+            self._report(ChildLost(child_id, f"its worker on node {link.name} was lost ({why})"))
 
     def _replace(self, node_id: str) -> None:
         """A new worker where one was lost, if its node is still alive (and the batch runs)."""
@@ -260,6 +269,30 @@ class RayExecutor:
         finally:
             with self._lock:
                 self._replacing.discard(threading.current_thread())
+            self._place_waiting()
+
+    def _place_waiting(self) -> None:
+        """The children that waited for a worker: sent to one now alive, else (none alive and
+        none starting) ended failed, saying why; a child stopped meanwhile ends as asked."""
+        with self._lock:
+            alive = any(k.alive for k in self._links)
+            if self._closed or (not alive and self._replacing):
+                return
+            waiting, self._waiting = self._waiting, []
+        for child in waiting:
+            if child.stop_status is not None:
+                ended = child.ended_elsewhere(child.stop_status, child.stop_reason, None)
+            elif alive:
+                try:
+                    self.submit(child)
+                    continue
+                except RuntimeError as exc:  # closed, or every worker lost again meanwhile
+                    ended = child.ended_elsewhere(ChildStatus.FAILED, str(exc), None)
+            else:
+                why = "no Ray worker is left to run it: every one was lost, none could start"
+                ended = child.ended_elsewhere(ChildStatus.FAILED, why, None)
+            if ended:
+                self._report(ChildDone(child.task.id))
 
 
 def alive_nodes() -> list[dict[str, Any]]:
