@@ -171,3 +171,34 @@ def test_auto_where_no_cluster_answers_fails_at_once_before_anything_is_written(
     assert "no Ray cluster answers at" in error.message and "(RAY_ADDRESS)" in error.message
     assert time.monotonic() - began < 30  # ray.init alone waits over 10 minutes
     assert not (tmp_path / "state").exists()
+
+
+def test_a_cluster_that_asks_for_a_token_refuses_the_owner_in_one_line_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What ray.init raises joining a cluster with token authentication (RAY_AUTH_MODE=token,
+    # Ray's default for a `ray start` where ~/.ray/auth_token exists) from a process without
+    # RAY_AUTH_MODE=token: seen on a real cluster, after Ray's 20 s of retries.
+    import ray
+    from flightdeck.engine.executors.cluster import join
+
+    def refused(**_: object) -> None:
+        try:
+            raise RuntimeError(
+                "Failed to connect to GCS. Last connection error: Traceback (most recent call "
+                "last):\n  File ...\nray.exceptions.AuthenticationError: RPC error: "
+                "InvalidAuthToken: Authentication token is missing or incorrect. Note: "
+                "RAY_AUTH_MODE is currently 'disabled' (not 'token')."
+            )
+        except RuntimeError as exc:
+            raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.5:6379") from exc
+
+    monkeypatch.setattr(join, "join_address", lambda *_: "10.0.0.5:6379")
+    monkeypatch.setattr(join, "errors_to_log", lambda: None)  # Ray's driver left as it is
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(ConfigError) as caught:
+        join.connect(RaySettings("auto", address_line=6), tmp_path / "flightdeck.toml")
+    error = caught.value
+    assert (error.line, error.field) == (6, "ray.address"), str(error)
+    assert error.message.startswith("cannot join the Ray cluster at 10.0.0.5:6379: it asks")
+    assert "RAY_AUTH_MODE=token" in error.message and "\n" not in error.message

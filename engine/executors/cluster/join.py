@@ -18,6 +18,7 @@ from flightdeck.engine.inputs.settings.cluster import RAY_CLIENT
 # How ray.init itself finds "auto"'s address (RAY_ADDRESS, then a `ray start` cluster's file):
 # private, but the same code path, within the `ray>=2.60,<3` the extra pins.
 from ray._private.services import canonicalize_bootstrap_address
+from ray.exceptions import AuthenticationError
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,10 @@ def connect(settings: RaySettings, source: Path | None) -> None:
     address = join_address(settings, source)
     try:
         ray.init(address=address, **kwargs)
+    except (ConnectionError, AuthenticationError) as exc:
+        raise ConfigError(
+            source, settings.address_line, "ray.address", refused(address, exc)
+        ) from None
     except RuntimeError as exc:
         # Ray refuses a driver whose Ray or Python version is not the cluster's, in a message
         # of several lines ("Version mismatch: The cluster was started with: ...").
@@ -103,3 +108,23 @@ def connect(settings: RaySettings, source: Path | None) -> None:
             f"cannot join the Ray cluster at {address}: {said} (run flightdeck with the Ray "
             "and Python versions the cluster runs)",
         ) from None
+
+
+TOKEN = (
+    "it asks for a token (Ray's token authentication): set RAY_AUTH_MODE=token where flightdeck "
+    "runs, with the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN"
+)
+
+
+def refused(address: str, exc: BaseException) -> str:
+    """Why a running cluster would not take this process as a driver, in one line: Ray's
+    reason is in what its ConnectionError was raised from, over many lines."""
+    said = f"{exc} {exc.__cause__ or ''}"
+    if (
+        "AuthenticationError" in said
+        or "InvalidAuthToken" in said
+        or "auth" in type(exc).__name__.lower()
+    ):
+        return f"cannot join the Ray cluster at {address}: {TOKEN}"
+    lines = [line.strip() for line in str(exc.__cause__ or exc).splitlines() if line.strip()]
+    return f"cannot join the Ray cluster at {address}: {lines[-1][:300] if lines else exc}"
