@@ -202,3 +202,20 @@ def test_a_cluster_that_asks_for_a_token_refuses_the_owner_in_one_line_saying_so
     assert (error.line, error.field) == (6, "ray.address"), str(error)
     assert error.message.startswith("cannot join the Ray cluster at 10.0.0.5:6379: it asks")
     assert "RAY_AUTH_MODE=token" in error.message and "\n" not in error.message
+
+
+def test_auto_joins_as_rays_own_auto_does_which_takes_a_token_clusters_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray takes the token (~/.ray/auth_token) of a cluster with token authentication only when
+    # ray.init is given "auto" (or nothing), never an address: "auto" must reach it as "auto".
+    # (Checked on a real `ray start` cluster with a token: joined; given its address: refused.)
+    import ray
+    from flightdeck.engine.executors.cluster import join
+
+    given: list[object] = []
+    monkeypatch.setattr(join, "join_address", lambda *_: "10.0.0.5:6379")
+    monkeypatch.setattr(join, "errors_to_log", lambda: None)
+    monkeypatch.setattr(ray, "init", lambda **kw: given.append(kw["address"]))
+    join.connect(RaySettings("auto", address_line=6), tmp_path / "flightdeck.toml")
+    assert given == ["auto"]

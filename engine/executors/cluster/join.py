@@ -90,7 +90,10 @@ def connect(settings: RaySettings, source: Path | None) -> None:
     # Checked again here: the cluster may have ended since the engine was made.
     address = join_address(settings, source)
     try:
-        ray.init(address=address, **kwargs)
+        # "auto", not the address found: Ray then joins as its own "auto" does, which also
+        # takes the token of a cluster with token authentication (~/.ray/auth_token) when it
+        # found the cluster on this machine.
+        ray.init(address=settings.address, **kwargs)
     except (ConnectionError, AuthenticationError) as exc:
         raise ConfigError(
             source, settings.address_line, "ray.address", refused(address, exc)
