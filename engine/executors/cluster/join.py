@@ -1,6 +1,7 @@
 """Joining the Ray cluster `[ray] address` names: "local" starts one in this process, "auto"
 joins the one running on this machine (or at `RAY_ADDRESS`). A cluster that cannot be joined is
-a ConfigError on `ray.address`, found before the batch writes anything."""
+a ConfigError on `ray.address`: found before the batch writes anything when nothing answers, before
+any child starts when the cluster refuses this process (a token it asks for, another version)."""
 
 from __future__ import annotations
 
@@ -123,11 +124,7 @@ def refused(address: str, exc: BaseException) -> str:
     """Why a running cluster would not take this process as a driver, in one line: Ray's
     reason is in what its ConnectionError was raised from, over many lines."""
     said = f"{exc} {exc.__cause__ or ''}"
-    if (
-        "AuthenticationError" in said
-        or "InvalidAuthToken" in said
-        or "auth" in type(exc).__name__.lower()
-    ):
+    if isinstance(exc, AuthenticationError) or "InvalidAuthToken" in said:
         return f"cannot join the Ray cluster at {address}: {TOKEN}"
     lines = [line.strip() for line in str(exc.__cause__ or exc).splitlines() if line.strip()]
     return f"cannot join the Ray cluster at {address}: {lines[-1][:300] if lines else exc}"
