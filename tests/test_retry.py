@@ -221,19 +221,25 @@ def test_a_retry_the_budget_has_no_room_for_is_refused_and_changes_nothing(
     assert _events(db, engine.batch_id, "retry") == []
 
 
-def test_retry_in_an_ended_batch_the_budget_refuses_says_so_and_the_batch_stays_ended(
-    tmp_path: Path,
-) -> None:
-    """The owner started for the retry refuses it: the command says the owner took it, not that
-    the batch reopened (it said `reopened` before the refusal), and the batch ends as it was."""
+def _failed_batch(tmp_path: Path, config: str = "") -> tuple[tuple[str, str], str]:
+    """A batch of one `sim` child that fails, run headless to its end: (--state-dir, its id)."""
     (tmp_path / "flightdeck.toml").write_text(
-        '[budget]\nmax_runs = 1\n[routes.sim]\nprovider = "sim"\nfail_rate = 1.0\n'
+        config + '[routes.sim]\nprovider = "sim"\ntime_scale = 0.001\nfail_rate = 1.0\n'
     )
     (tmp_path / "tasks.jsonl").write_text('{"id": "a", "goal": "one"}\n')
     state = ("--state-dir", str(tmp_path / "state"))
     ran = flightdeck("run", "--headless", "tasks.jsonl", *state, cwd=tmp_path)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     batch_id = re.search(r"^batch (\S+)$", ran.stdout, re.M)[1]  # type: ignore[index]
+    return state, batch_id
+
+
+def test_retry_in_an_ended_batch_the_budget_refuses_says_so_and_the_batch_stays_ended(
+    tmp_path: Path,
+) -> None:
+    """The owner started for the retry refuses it: the command says the owner took it, not that
+    the batch reopened (it said `reopened` before the refusal), and the batch ends as it was."""
+    state, batch_id = _failed_batch(tmp_path, "[budget]\nmax_runs = 1\n")
     retried = flightdeck("retry", batch_id, "a", *state, cwd=tmp_path)
     assert retried.returncode == 1, retried.stderr
     owner = re.search(r"had ended: owner pid (\d+) started to take the retry", retried.stderr)
@@ -252,14 +258,7 @@ def test_a_retry_that_reopens_an_ended_batch_is_no_recovery_in_its_report(
 ) -> None:
     """The owner `retry` starts for an ended batch takes it over as `resume --reopen` does; no
     owner was lost, so the report has no Recovery section ("resumed after a lost owner")."""
-    (tmp_path / "flightdeck.toml").write_text(
-        '[routes.sim]\nprovider = "sim"\ntime_scale = 0.001\nfail_rate = 1.0\n'
-    )
-    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "goal": "one"}\n')
-    state = ("--state-dir", str(tmp_path / "state"))
-    ran = flightdeck("run", "--headless", "tasks.jsonl", *state, cwd=tmp_path)
-    assert ran.returncode == 1, ran.stdout + ran.stderr
-    batch_id = re.search(r"^batch (\S+)$", ran.stdout, re.M)[1]  # type: ignore[index]
+    state, batch_id = _failed_batch(tmp_path)
     retried = flightdeck("retry", batch_id, "a", *state, cwd=tmp_path)
     assert retried.returncode == 0, retried.stderr
     waited = flightdeck("wait", batch_id, *state, cwd=tmp_path)
