@@ -46,7 +46,7 @@ from flightdeck.engine.model.livelimits import (
     with_limits,
 )
 from flightdeck.engine.model.units import Membership
-from flightdeck.engine.owner import assembly, batchdir
+from flightdeck.engine.owner import assembly, batchdir, keys
 from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
 from flightdeck.engine.owner.duties import OwnerDuties
 from flightdeck.engine.owner.resume import NothingToResume, Resumed, Stored
@@ -158,6 +158,9 @@ class Engine(CommandMethods):
         self._providers, self._commands = assembly.clients(
             self.routes, providers or {}, env, settings.source
         )
+        # A key the operator typed into a goal or a context is redacted before anything keeps
+        # or sends it (owner/keys.py).
+        self.batch = keys.redacted_batch(batch, keys.batch_secrets(self._providers, self._commands))
         self.meter = Meter()
         self._subscribers = Subscribers()
         self._created_ts = clock()  # the batch's start, until it starts

@@ -30,7 +30,7 @@ from flightdeck.engine.executors import Executor, open_executor
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import OPERATOR_HOLD, BatchFinished, BatchStatus, ChildRow, EngineEvent
-from flightdeck.engine.owner import assembly, batchdir, health
+from flightdeck.engine.owner import assembly, batchdir, health, keys
 from flightdeck.engine.owner.duties import OwnerDuties
 from flightdeck.engine.owner.recording import StoreRecorder
 from flightdeck.engine.owner.resume import Resumed, Stored
@@ -122,8 +122,7 @@ class BatchRun:
         own = self.batch.workspace is None  # the batch's own, in its folder: private
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = made = batchdir.folder(workspace, self.state_dir, private=own)
-        secrets = tuple(s for provider in self._providers.values() for s in provider.secrets)
-        secrets += tuple(s for command in self._commands.values() for s in command.secrets)
+        secrets = keys.batch_secrets(self._providers, self._commands)
         toolbox = Toolbox(workspace, secrets=secrets, private=own)
         throttles = {name: RouteThrottle() for name in self.routes}
         self.pool, self.pool_size = open_executor(

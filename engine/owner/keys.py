@@ -1,0 +1,51 @@
+"""The batch's keys: gathered from its clients, and redacted from the operator's own text
+(goals and contexts here; steers and answers as they are sent, control/sending.py).
+
+A key the operator types into a goal, a context, a steer or an answer is replaced by
+`[REDACTED]` as the batch takes it, before it is stored, shown or sent: the model is sent the
+same text the store keeps, so a resume sends what the first owner did. The model has no use for
+its route's key (flightdeck sends it, as a header), and a CLI child reads a key from its
+environment (`api_key_env`, `env_pass`): a goal names the variable, never its value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from flightdeck.engine.agents.launch import CommandRoute
+from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.providers.base import Provider
+from flightdeck.engine.sanitize import redact
+
+
+def batch_secrets(
+    providers: Mapping[str, Provider], commands: Mapping[str, CommandRoute]
+) -> tuple[str, ...]:
+    """Every key the batch's routes hold: providers' keys and header values, command routes'
+    `api_key_env` and `env_pass` values."""
+    secrets = tuple(s for provider in providers.values() for s in provider.secrets)
+    return secrets + tuple(s for command in commands.values() for s in command.secrets)
+
+
+def redacted_batch(batch: Batch, secrets: Iterable[str]) -> Batch:
+    """`batch` with its keys redacted from each task's (and schedule template's) goal and
+    context; `batch` itself when none holds one."""
+    secrets = tuple(secrets)
+    if not secrets:
+        return batch
+
+    def task(t: Task) -> Task:
+        goal = redact(t.goal, secrets)
+        context = None if t.context is None else redact(t.context, secrets)
+        if goal == t.goal and context == t.context:
+            return t
+        return dataclasses.replace(t, goal=goal, context=context)
+
+    tasks = tuple(task(t) for t in batch.tasks)
+    schedules = tuple(
+        dataclasses.replace(s, tasks=tuple(task(t) for t in s.tasks)) for s in batch.schedules
+    )
+    if tasks == batch.tasks and schedules == batch.schedules:
+        return batch
+    return dataclasses.replace(batch, tasks=tasks, schedules=schedules)

@@ -1,0 +1,84 @@
+"""A key the operator types (into a goal, a context, a steer or an answer) is redacted as the
+batch takes it: never stored, shown, reported or sent to the model (owner/keys.py).
+
+Each test plants a unique fake key, runs a real batch against the loopback server (real SDKs,
+real SQLite), and greps every file under the state folder and what the commands print."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import MappingProxyType
+
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.tui.exitcodes import ExitCode
+
+from helpers import flightdeck, run_to_end, settings
+from loopback import KEY_ENV, Loopback, Reply, route_for
+
+KEY = "sk-TYPEDKEY-4f3e2d1c0b9a"
+GATEWAY = "gw-TYPEDHDR-8a7b6c5d4e3f"  # a route's header value
+MARK = b"TYPED"  # in both, and nowhere else
+
+
+def leaks(state: Path, *printed: str) -> list[str]:
+    """Every file under `state` (the database, its WAL, transcripts, search index, manifest,
+    logs) and every printed text that holds a planted key."""
+    found = [str(p) for p in state.rglob("*") if p.is_file() and MARK in p.read_bytes()]
+    return found + [text for text in printed if MARK.decode() in text]
+
+
+def shown(state: Path, batch_id: str, *children: str) -> list[str]:
+    """What `ls`, `report` (both formats), `logs` and `grep` print of the batch."""
+    runs = [
+        flightdeck("ls", "--state-dir", str(state), cwd=state.parent),
+        flightdeck("report", batch_id, "--state-dir", str(state), cwd=state.parent),
+        flightdeck(
+            "report", batch_id, "--format", "json", "--state-dir", str(state), cwd=state.parent
+        ),
+        flightdeck("grep", batch_id, "REDACTED", "--state-dir", str(state), cwd=state.parent),
+        *(
+            flightdeck("logs", batch_id, child, "--state-dir", str(state), cwd=state.parent)
+            for child in children
+        ),
+    ]
+    for run in runs:
+        assert run.returncode in (ExitCode.OK, ExitCode.INCOMPLETE), (run.args, run.stderr)
+    return [out for run in runs for out in (run.stdout, run.stderr)]
+
+
+def gated_route(server: Loopback):  # type: ignore[no-untyped-def]
+    route = route_for(server, "openai", ask_operator=True)
+    headers = {"X-Gateway-Key": GATEWAY}
+    return dataclasses.replace(
+        route, options=MappingProxyType({**route.options, "headers": headers})
+    )
+
+
+def test_a_key_typed_into_a_goal_or_context_is_never_stored_shown_or_sent(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: a goal or context holding the batch's key (or a header's value) was
+    # stored in clear (children.goal, the batch's spec kept for resume) and printed by
+    # `report`; the transcript alone redacted it.
+    with Loopback(lambda received: Reply(text="done")) as server:
+        tasks = (
+            Task(id="goal", goal=f"deploy with {KEY} please", seq=0),
+            Task(id="ctx", goal="deploy", context=f"the gateway takes {GATEWAY}", seq=1),
+        )
+        engine = Engine(
+            Batch(name="typed", tasks=tasks),
+            settings(gated_route(server)),
+            state_dir=tmp_path / "state",
+            env={KEY_ENV: KEY},
+        )
+        engine.start()
+        rows = run_to_end(engine).children
+        sent = [json.dumps(r.body) for r in server.received]
+    assert [r.status.value for r in rows] == ["completed", "completed"]
+    assert {r.id: r.goal for r in rows}["goal"] == "deploy with [REDACTED] please"
+    assert any("[REDACTED]" in body for body in sent) and not any("TYPED" in b for b in sent)
+    state = tmp_path / "state"
+    assert leaks(state, *shown(state, engine.batch_id, "goal", "ctx")) == []
