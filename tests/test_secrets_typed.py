@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from types import MappingProxyType
 
@@ -15,8 +19,8 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.tui.exitcodes import ExitCode
 
-from helpers import flightdeck, run_to_end, settings
-from loopback import KEY_ENV, Loopback, Reply, route_for
+from helpers import flightdeck, run_to_end, settings, until
+from loopback import KEY_ENV, Loopback, Received, Reply, ToolUse, route_for
 
 KEY = "sk-TYPEDKEY-4f3e2d1c0b9a"
 GATEWAY = "gw-TYPEDHDR-8a7b6c5d4e3f"  # a route's header value
@@ -82,3 +86,71 @@ def test_a_key_typed_into_a_goal_or_context_is_never_stored_shown_or_sent(
     assert any("[REDACTED]" in body for body in sent) and not any("TYPED" in b for b in sent)
     state = tmp_path / "state"
     assert leaks(state, *shown(state, engine.batch_id, "goal", "ctx")) == []
+
+
+def test_a_key_typed_into_a_steer_or_an_answer_is_never_stored_shown_or_sent(
+    tmp_path: Path,
+) -> None:
+    # Found by an audit: a steer's or an answer's message holding a key was stored in clear
+    # (the request's payload, the control, the "answer" event) and printed by `report`'s
+    # operator actions; the transcript alone redacted it. By a client (`flightdeck steer`,
+    # `answer`) and by the engine's own methods alike.
+    from flightdeck.engine.triage.needs import needs
+
+    def responder(received: Received) -> Reply:
+        sent = json.dumps(received.body)
+        if "answered" in sent:  # the tool's result is back (with the steer, if one came)
+            return Reply(text="done")
+        return Reply(tools=(ToolUse("q1", "ask_operator", {"question": "which key?"}),))
+
+    state = tmp_path / "state"
+    env = {**os.environ, "NO_COLOR": "1", KEY_ENV: KEY}
+    with Loopback(responder) as server:
+        engine = Engine(
+            Batch(
+                name="typed", tasks=(Task(id="a", goal="x", seq=0), Task(id="b", goal="y", seq=1))
+            ),
+            settings(gated_route(server)),
+            state_dir=state,
+            env={KEY_ENV: KEY},
+        )
+        engine.start()
+        try:
+            until(
+                lambda: len([n for n in needs(engine.snapshot()) if n.kind == "asks"]) == 2,
+                what="both children asking",
+            )
+
+            def cli(*args: str) -> subprocess.Popen[str]:
+                return subprocess.Popen(
+                    [sys.executable, "-m", "flightdeck.tui.cli", *args, "--state-dir", str(state)],
+                    cwd=tmp_path,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+
+            # The steer waits for its delivery, which comes once the question is answered.
+            steer = cli("steer", engine.batch_id, "a", "-m", f"steer: use {KEY}")
+            until(lambda: bool(engine.receipts()), what="the client's steer queued")
+            # The client holds the route's key (its variable is stored), not the header's
+            # value (only its name is): the owner redacts that one, and keeps the request so.
+            answer = cli("answer", engine.batch_id, "a", "-m", f"it is {KEY} or {GATEWAY}")
+            client = [answer.communicate(timeout=60), steer.communicate(timeout=60)]
+            codes = [answer.returncode, steer.returncode]
+            engine.steer(["b"], f"steer: use {GATEWAY}")
+            engine.answer(["b"], f"it is {GATEWAY}")
+            rows = run_to_end(engine).children
+        finally:
+            engine.close()
+        sent = [json.dumps(r.body) for r in server.received]
+    assert codes == [ExitCode.OK, ExitCode.OK], client
+    assert [r.status.value for r in rows] == ["completed", "completed"]
+    assert sum("[REDACTED]" in body for body in sent) >= 2, sent
+    assert not any("TYPED" in body for body in sent)
+    printed = [out for pair in client for out in pair]
+    with sqlite3.connect(state / "flightdeck.db") as db:
+        payloads = [p for (p,) in db.execute("SELECT payload FROM requests")]
+    assert len(payloads) == 2 and all("[REDACTED]" in p for p in payloads), payloads
+    assert leaks(state, *printed, *shown(state, engine.batch_id, "a", "b")) == []

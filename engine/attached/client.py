@@ -10,6 +10,7 @@ the attached TUI (view.py) and scripts alike.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.attached.hints import command_line
-from flightdeck.engine.commands import Command
+from flightdeck.engine.commands import Answer, Command, Steer
 from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.model import BatchStatus, ChildRow, Limits, RouteHeadroom, SteerState
 from flightdeck.engine.records.live import live_from_json
@@ -103,12 +104,18 @@ class Client:
         if info is None:
             raise LookupError(f"no batch {self.batch_id} in this state folder")
 
-        def max_chars() -> int | None:  # the owner's, as it started (settings are kept whole)
-            from flightdeck.engine.inputs.settings.stored import settings_from_json
+        from flightdeck.engine.inputs.settings.stored import settings_from_json, stored_keys
 
+        def max_chars() -> int | None:  # the owner's, as it started (settings are kept whole)
             if not info.settings_json:
                 return None
             return settings_from_json(info.settings_json).engine.max_task_chars
+
+        # A key typed into a steer or an answer is never written, not even for the owner to
+        # redact: the keys this process holds under the routes' names are redacted here.
+        secrets: tuple[str, ...] = ()
+        if isinstance(command, Steer | Answer) and info.settings_json:
+            secrets = stored_keys(settings_from_json(info.settings_json), os.environ)
 
         return submit(
             self.db,
@@ -118,6 +125,7 @@ class Client:
             limits=lambda: self.limits(info),
             reopens=reopens,
             busy=busy,
+            secrets=secrets,
         )
 
     # --- reading --------------------------------------------------------------------------------

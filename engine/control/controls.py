@@ -124,7 +124,7 @@ class Controls:
         if order.answer is not None:
             order.answer.settle(refused)
         if order.request_id is not None:
-            self._recorder.settle_request(order.request_id, receipts, refused)
+            self._recorder.settle_request(order.request_id, receipts, refused, order.command)
         elif refused is not None and order.answer is None:
             log.error("flightdeck engine: %s not applied: %s", order.command.title, refused)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from flightdeck.engine.commands import Command
 from flightdeck.engine.model import ChildRow, GroupFinished, Limits, SteerReceipt
 from flightdeck.engine.records.faults import StoreTrouble
 
@@ -39,9 +40,15 @@ class Recorder(Protocol):
         """The live limits changed, or a hold began or ended: for attached views and resume."""
 
     def settle_request(
-        self, request_id: int, receipts: tuple[int, ...], refused: str | None
+        self,
+        request_id: int,
+        receipts: tuple[int, ...],
+        refused: str | None,
+        command: Command | None = None,
     ) -> None:
-        """A client's request applied (with the steer receipts it made) or refused (why)."""
+        """A client's request applied (with the steer receipts it made) or refused (why);
+        `command` as the owner took it (a key typed into a message redacted), kept in its
+        stead."""
 
     def trouble(self) -> StoreTrouble | None:
         """What keeps the store from committing now; None while it commits."""

@@ -33,6 +33,7 @@ from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.model import ChildRow, Limits
 from flightdeck.engine.model.livelimits import changed
+from flightdeck.engine.records.requests import redacted_command
 
 WAIT_SLICE_S = 0.25  # how often a sender waiting on its command looks at the engine
 
@@ -116,12 +117,14 @@ class Sender:
         *,
         carried: tuple[ChildRow, ...],  # final rows an earlier owner left (a resumed batch)
         max_chars: int,  # `[engine] max_task_chars`: a steer joins the prompt as a goal does
+        secrets: tuple[str, ...] = (),  # the batch's keys, redacted from steers and answers
     ) -> None:
         self._co = coordinator
         self._recorder = recorder
         self._batch_id = batch_id
         self._known = _Known(coordinator.slots.by_id, frozenset(r.id for r in carried))
         self._max_chars = max_chars
+        self._secrets = secrets
 
     def context(self) -> Context:
         """The batch as the coordinator has it now, for checking a command."""
@@ -138,7 +141,9 @@ class Sender:
     def send(self, command: Command, request_id: int | None = None) -> tuple[int, ...]:
         """Check `command` (CommandError, nothing sent) and queue it for the coordinator; the
         receipt ids of a steer (one per child, in order). A command that `waits`, sent from
-        this process, returns once applied, or raises why it was not (CommandError)."""
+        this process, returns once applied, or raises why it was not (CommandError).
+        A key typed into a steer or an answer is redacted first (`redacted_command`)."""
+        command = redacted_command(command, self._secrets)
         command.check(self.context())
         co = self._co
         receipts = (
@@ -157,12 +162,14 @@ class Sender:
     def apply_request(self, request_id: int, command: Command | CommandError) -> None:
         """A client's command (the owner's duties thread), or why it could not be read: sent as
         one from this process is, or refused with the reason."""
+        if isinstance(command, CommandError):
+            self._recorder.settle_request(request_id, (), str(command))  # refused, saying why
+            return
+        command = redacted_command(command, self._secrets)
         try:
-            if isinstance(command, CommandError):
-                raise command
             self.send(command, request_id)
         except CommandError as exc:
-            self._recorder.settle_request(request_id, (), str(exc))  # refused, saying why
+            self._recorder.settle_request(request_id, (), str(exc), command)
 
 
 class _Known:

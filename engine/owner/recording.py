@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from flightdeck.engine.commands import Answer, Command, Steer, encode
 from flightdeck.engine.model import ChildRow, GroupFinished, Limits, SteerReceipt
 from flightdeck.engine.model.livelimits import limits_json
 from flightdeck.engine.model.units import UNIT_EVENT, told_json
@@ -53,17 +54,33 @@ class StoreRecorder:
         self._store.set_held(self._batch_id, held)
 
     def settle_request(
-        self, request_id: int, receipts: tuple[int, ...], refused: str | None
+        self,
+        request_id: int,
+        receipts: tuple[int, ...],
+        refused: str | None,
+        command: Command | None = None,
     ) -> None:
         """A client's request applied (with the steer receipts it made) or refused (why):
-        settled in the store after what it made."""
+        settled in the store after what it made. A steer or an answer is kept as the owner
+        took it: a key the client could not redact (a header's value) is redacted there."""
+        payload = encode(command)[1] if isinstance(command, Steer | Answer) else None
         if refused is not None:
             self._store.settle_request(
-                self._batch_id, request_id, RequestState.REFUSED, self._clock(), reason=refused
+                self._batch_id,
+                request_id,
+                RequestState.REFUSED,
+                self._clock(),
+                reason=refused,
+                payload=payload,
             )
             return
         self._store.settle_request(
-            self._batch_id, request_id, RequestState.APPLIED, self._clock(), control_ids=receipts
+            self._batch_id,
+            request_id,
+            RequestState.APPLIED,
+            self._clock(),
+            control_ids=receipts,
+            payload=payload,
         )
 
     def trouble(self) -> StoreTrouble | None:

@@ -122,7 +122,7 @@ class BatchRun:
         own = self.batch.workspace is None  # the batch's own, in its folder: private
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = made = batchdir.folder(workspace, self.state_dir, private=own)
-        secrets = keys.batch_secrets(self._providers, self._commands)
+        self._secrets = secrets = keys.batch_secrets(self._providers, self._commands)
         toolbox = Toolbox(workspace, secrets=secrets, private=own)
         throttles = {name: RouteThrottle() for name in self.routes}
         self.pool, self.pool_size = open_executor(
@@ -241,6 +241,7 @@ class BatchRun:
             self.batch_id,
             carried=self.carried,
             max_chars=self.settings.engine.max_task_chars,
+            secrets=self._secrets,
         )
         self.duties = OwnerDuties(
             store.path,

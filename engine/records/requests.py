@@ -12,6 +12,7 @@ and waits out a busy database.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
@@ -21,13 +22,21 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flightdeck.engine.commands import Command, CommandError, Context, decode, encode
+from flightdeck.engine.commands import (
+    Answer,
+    Command,
+    CommandError,
+    Context,
+    Steer,
+    decode,
+    encode,
+)
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, Limits, SteerReceipt
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.faults import rollback
 from flightdeck.engine.records.rows import RECEIPT_COLUMNS, receipt
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import one_line, redact
 
 __all__ = [
     "REQUEST_COLUMNS",
@@ -36,6 +45,7 @@ __all__ = [
     "pending_requests",
     "read_request",
     "recorded_controls",
+    "redacted_command",
     "refuse_pending",
     "request",
     "request_row",
@@ -91,6 +101,7 @@ def submit(
     limits: Callable[[], Limits | None] = lambda: None,
     reopens: bool = False,
     busy: Callable[[], None] | None = None,
+    secrets: tuple[str, ...] = (),
 ) -> int:
     """Check `command` against the stored batch (`max_chars`, `limits`: how the caller reads
     them) and record it for the owner of a running batch, in one transaction; the request id.
@@ -98,7 +109,9 @@ def submit(
     next applies it). `busy`: as with_connection's.
 
     LookupError for an unknown batch; CommandError (recording nothing) for a batch that has
-    finished, or a command its checks refuse (an unknown child id, a message too long …)."""
+    finished, or a command its checks refuse (an unknown child id, a message too long …).
+    `secrets`: keys redacted from a steer's or an answer's message before it is written."""
+    command = redacted_command(command, secrets)
     kind, body = encode(command)
 
     def write(conn: sqlite3.Connection) -> int:
@@ -291,3 +304,13 @@ def with_connection(
         raise StoreError(path, None, None, f"cannot use the database: {exc}") from None
     finally:
         conn.close()
+
+
+def redacted_command(command: Command, secrets: tuple[str, ...]) -> Command:
+    """A steer's or an answer's message with these keys redacted (the operator typed one,
+    which must be neither kept nor sent: docs/safety.md); any other command as it is."""
+    if secrets and isinstance(command, Steer | Answer):
+        message = redact(command.message, secrets)
+        if message != command.message:
+            return dataclasses.replace(command, message=message)
+    return command

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from flightdeck.engine.inputs.settings.values import (
+    API_KEY_ENV,
     Budget,
     CannedSteers,
     CommandSpec,
@@ -23,6 +24,7 @@ from flightdeck.engine.inputs.settings.values import (
     Route,
     Settings,
 )
+from flightdeck.engine.sanitize import MIN_SECRET_LEN
 
 
 def settings_json(settings: Settings) -> str:
@@ -174,3 +176,19 @@ def _loops_from(data: Mapping[str, Any] | None) -> LoopSettings:
     if data is None:
         return LoopSettings()
     return LoopSettings(**{**data, "policy": tuple(data.get("policy", ()))})
+
+
+def stored_keys(settings: Settings, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The keys `env` holds under the names the settings' routes read theirs from (a model
+    route's `api_key_env` or its provider's default, a command route's `api_key_env` and
+    `env_pass`): what a client redacts from the text it records for the owner, which redacts
+    every key of the batch again, its headers' values too (those are not stored)."""
+    names: list[str] = []
+    for route in settings.routes.values():
+        if route.command is not None:
+            names += route.command.env_pass
+        named = route.options.get("api_key_env") or API_KEY_ENV.get(route.provider)
+        if named:
+            names.append(str(named))
+    values = (env.get(name, "").strip() for name in dict.fromkeys(names))
+    return tuple(v for v in values if len(v) >= MIN_SECRET_LEN)
