@@ -220,3 +220,47 @@ def test_a_key_in_a_models_question_or_sub_task_is_redacted_where_they_are_shown
     for path in (tmp_path / "state").rglob("*"):
         if path.is_file():
             assert b"CANARY" not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_the_credential_of_an_authorization_header_is_redacted_without_its_scheme(
+    tmp_path: Path, provider: str
+) -> None:
+    # Found by an audit: of `Authorization = "Bearer gw-…"` only the whole value was redacted,
+    # so a server's 401 or a model's answer that echoed the token alone (as they do) was
+    # stored, transcribed and reported in clear.
+    import dataclasses
+    from types import MappingProxyType
+
+    from helpers import batch, settings
+    from loopback import KEY_ENV, Loopback, Received, Reply, route_for
+
+    token = "gw-CANARY-5e4d3c2b1a09"
+
+    def responder(received: Received) -> Reply:
+        if "Review item 0" in json.dumps(received.body):
+            return Reply(status=401, message=f"invalid token {token}")
+        return Reply(text=f"your token is {token}.", chunk_chars=5)
+
+    with Loopback(responder) as server:
+        route = route_for(server, provider)
+        headers = {"Authorization": f"Bearer {token}"}
+        route = dataclasses.replace(
+            route, options=MappingProxyType({**route.options, "headers": headers})
+        )
+        engine = Engine(
+            batch(2), settings(route), state_dir=tmp_path / "state", env={KEY_ENV: "sk-other-0"}
+        )
+        engine.start()
+        try:
+            rows = run_to_end(engine).children
+        finally:
+            engine.close()
+    assert [r.status.value for r in rows] == ["failed", "completed"], rows
+    assert "[REDACTED]" in (rows[0].error or "") and "[REDACTED]" in (rows[1].result or "")
+    report = flightdeck("report", "--format", "json", "--state-dir", "state", cwd=tmp_path)
+    assert report.returncode == ExitCode.OK, report.stderr
+    assert "[REDACTED]" in report.stdout and "CANARY" not in report.stdout + report.stderr
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert b"CANARY" not in path.read_bytes(), path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import field
 from typing import Any, Literal, Protocol
@@ -113,13 +114,22 @@ LOCAL_PLACEHOLDER_KEY = "local-server-no-key"
 SECRET_HEADER_CHARS = 8
 
 
+# A header value `<scheme> <credential>` (`Authorization: Bearer …`, `Basic …`, `Token …`): a
+# server or a model that echoes the credential rarely echoes its scheme with it.
+_SCHEMED = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\s+(\S+)")
+
+
 def key_secrets(api_key: str, headers: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """A provider's `secrets`: its key, and the values of the route's `headers` that may be
-    credentials (a server can echo either). A local server's placeholder is no secret: it
-    would only redact a model saying it."""
-    values = [v for v in (headers or {}).values() if len(str(v)) >= SECRET_HEADER_CHARS]
+    credentials (a server can echo either), and the credential of one that names its scheme
+    first (`Bearer …`) on its own. A local server's placeholder is no secret: it would only
+    redact a model saying it."""
+    values: list[str] = []
+    for value in (str(v) for v in (headers or {}).values()):
+        schemed = _SCHEMED.fullmatch(value.strip())
+        values += [value, schemed.group(1)] if schemed else [value]
     key = () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
-    return (*key, *(str(v) for v in values))
+    return (*key, *dict.fromkeys(v for v in values if len(v) >= SECRET_HEADER_CHARS))
 
 
 class Provider(Protocol):
