@@ -154,3 +154,21 @@ def test_a_key_typed_into_a_steer_or_an_answer_is_never_stored_shown_or_sent(
         payloads = [p for (p,) in db.execute("SELECT payload FROM requests")]
     assert len(payloads) == 2 and all("[REDACTED]" in p for p in payloads), payloads
     assert leaks(state, *printed, *shown(state, engine.batch_id, "a", "b")) == []
+
+
+def test_a_schedules_template_is_redacted_as_the_batchs_own_tasks_are() -> None:
+    from flightdeck.engine.inputs.tasks import Schedule
+    from flightdeck.engine.owner.keys import redacted_batch
+
+    template = Task(id="w-{wave}", goal=f"check {KEY}", seq=0, context=f"via {GATEWAY}")
+    plain = Task(id="p", goal="no key here", seq=1)
+    batch = Batch(
+        name="typed",
+        tasks=(plain,),
+        schedules=(Schedule(id="s", tasks=(template,), every_s=60.0),),
+    )
+    redacted = redacted_batch(batch, (KEY, GATEWAY))
+    [made] = redacted.schedules[0].tasks
+    assert (made.goal, made.context) == ("check [REDACTED]", "via [REDACTED]")
+    assert redacted.tasks[0] is plain  # a task holding no key is kept as it is
+    assert redacted_batch(redacted, (KEY, GATEWAY)) is redacted  # nothing left to redact

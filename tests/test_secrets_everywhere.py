@@ -1,0 +1,117 @@
+"""One batch as a user runs it (`flightdeck run --headless`, then `ls`, `report`, `logs`,
+`grep`), with a unique fake key planted everywhere a key can come back from: a route's
+`api_key_env`, a gateway header (`Authorization: Bearer …`), an agent CLI's `env_pass`; echoed by
+a server's errors (500 retried, 401 fatal), streamed by the model split over many chunks, read
+from a file by a tool, written by `write_file`, printed by a CLI (`env`), typed into a goal and a
+context. Not one byte of any of them may be in any file under the state folder or in anything
+the commands print."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from loopback import Loopback, Received, Reply, ToolUse
+
+KEY = "sk-EVERYKEY-7q8w9e0r1t2y3u4i"
+TOKEN = "gw-EVERYHDR-a1s2d3f4g5h6"  # after "Bearer " in the header
+PASSED = "ghp_EVERYPASS-z9x8c7v6b5"
+MARK = "EVERY"  # in each, and in nothing else
+
+
+def responder(received: Received) -> Reply:
+    sent = json.dumps(received.body)
+    if '"role": "tool"' in sent or '"tool_result"' in sent:
+        return Reply(text=f"the tool said {KEY} and {TOKEN}", chunk_chars=5)
+    if "ECHO" in sent:
+        return Reply(text=f"here: {KEY}, Bearer {TOKEN} and {PASSED}", chunk_chars=7)
+    if "FAIL500" in sent:
+        return Reply(status=500, message=f"internal: {KEY} {TOKEN}")
+    if "FAIL401" in sent:
+        return Reply(status=401, message=f"invalid {KEY}, or token {TOKEN}")
+    if "READ" in sent:
+        return Reply(tools=(ToolUse("r1", "read_file", {"path": "secret.txt"}),))
+    if "WRITE" in sent:
+        content = f"{KEY}\n{TOKEN}\n{PASSED}"
+        return Reply(tools=(ToolUse("w1", "write_file", {"path": "out.txt", "content": content}),))
+    return Reply(text="done")
+
+
+def test_no_planted_key_reaches_any_file_or_output(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "secret.txt").write_text(f"KEY={KEY}\nTOKEN={TOKEN}\nPASSED={PASSED}\n")
+    env_cli = json.dumps(["sh", "-c", "env; cat secret.txt"])
+    with Loopback(responder) as server:
+        routes = ""
+        for name, url in (("oa", server.openai_url), ("an", server.anthropic_url)):
+            provider = "openai" if name == "oa" else "anthropic"
+            routes += (
+                f'[routes.{name}]\nprovider = "{provider}"\nmodel = "m"\nbase_url = "{url}"\n'
+                'api_key_env = "FD_TEST_KEY"\n'
+                f'headers = {{ "Authorization" = "Bearer {TOKEN}" }}\n'
+                "retry = { attempts = 2, base_s = 0.01, max_s = 0.02 }\n"
+                "price = { input_per_mtok = 1, output_per_mtok = 1 }\n"
+            )
+        (tmp_path / "flightdeck.toml").write_text(
+            '[engine]\ndefault_route = "oa"\nstate_dir = "state"\n'
+            + routes
+            + f'[routes.cli]\nprovider = "command"\nargv = {env_cli}\napi_key_env = "FD_TEST_KEY"\n'
+            'env_pass = ["FD_TEST_PASSED"]\n'
+        )
+        tasks = [
+            {"id": f"{route}-{kind.lower()}", "goal": f"{kind} please", "route": route}
+            for route in ("oa", "an")
+            for kind in ("ECHO", "FAIL500", "FAIL401", "READ", "WRITE")
+        ]
+        tasks.append({"id": "cli", "goal": "print the environment", "route": "cli"})
+        tasks.append({"id": "typed", "goal": f"use {KEY}", "context": f"{TOKEN} {PASSED}"})
+        (tmp_path / "tasks.toml").write_text(
+            '[batch]\nname = "everywhere"\nworkspace = "ws"\n'
+            + "".join(
+                "[[tasks]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in t.items())
+                for t in tasks
+            )
+        )
+        env = {**os.environ, "NO_COLOR": "1", "FD_TEST_KEY": KEY, "FD_TEST_PASSED": PASSED}
+
+        def flightdeck(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "flightdeck.tui.cli", *args],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
+
+        run = flightdeck("run", "tasks.toml", "--headless")
+        sent = [json.dumps(r.body) for r in server.received]
+    assert run.returncode == 1, run.stderr  # the FAIL children failed, the others completed
+    batch_id = run.stdout.split()[1]  # "batch ID" heads the output
+    commands = [
+        run,
+        flightdeck("ls"),
+        flightdeck("report"),
+        flightdeck("report", "--format", "json"),
+        flightdeck("grep", batch_id, "REDACTED"),
+        *(
+            flightdeck("logs", batch_id, child)
+            for child in ("oa-echo", "an-echo", "an-fail401", "oa-read", "oa-write", "cli", "typed")
+        ),
+    ]
+    assert [c.returncode for c in commands[1:]] == [0] * (len(commands) - 1), commands
+    printed = "".join(c.stdout + c.stderr for c in commands)
+    assert printed.count("[REDACTED]") > 10  # what the children saw, each key redacted
+    assert MARK not in printed, [c.args for c in commands if MARK in c.stdout + c.stderr]
+    assert (workspace / "out.txt").read_text() == "[REDACTED]\n[REDACTED]\n[REDACTED]"
+    files = [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
+    assert any(p.name == "search.db" for p in files) and any(p.suffix == ".log" for p in files)
+    assert [str(p) for p in files if MARK.encode() in p.read_bytes()] == []
+    # The goal and context were redacted at start: the model was sent what the store keeps.
+    # (A tool's output goes to the model as it is: the model reads the file it asked for.)
+    assert any("use [REDACTED]" in body for body in sent)
+    assert not any(f"use {KEY}" in body or f"{TOKEN} {PASSED}" in body for body in sent)
