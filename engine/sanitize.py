@@ -119,6 +119,27 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def redact_cut(text: str, secrets: Iterable[str]) -> str:
+    """`text` with the start of a secret that it ends in (at least 4 characters of one of its
+    forms, never the whole) replaced with `[REDACTED]`: the rest never came (a stream broke or
+    was stopped mid-key), and the start alone would give most of the key away."""
+    longest = 0
+    for form in {f for s in secrets for f in secret_forms(s)}:
+        for n in range(min(len(form) - 1, len(text)), longest, -1):
+            if n < MIN_SECRET_LEN:
+                break
+            start = len(text) - n
+            if text.endswith(form[:n]) and (
+                len(form) >= TOKEN_SECRET_LEN or not _WORDLIKE.match(text[start - 1 : start])
+            ):
+                longest = n
+                break
+    return text[: len(text) - longest] + REDACTED if longest else text
+
+
+_WORDLIKE = re.compile(r"[\w-]")
+
+
 def secret_forms(secret: str) -> set[str]:
     """Every form a secret can take in what is written or shown: as it is; sanitized (its
     escape sequences, control characters and bidi marks stripped, as the screen, a transcript

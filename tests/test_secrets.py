@@ -264,3 +264,55 @@ def test_the_credential_of_an_authorization_header_is_redacted_without_its_schem
     for path in (tmp_path / "state").rglob("*"):
         if path.is_file():
             assert b"CANARY" not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_key_cut_off_by_a_broken_stream_leaves_none_of_itself(
+    tmp_path: Path, provider: str
+) -> None:
+    # Found by an audit: a stream that broke mid-key left what had streamed of it in the
+    # transcript ("the key is sk-CUTKEY-a1b2c3…", all but what never came), in `logs` and in
+    # the search index: only whole lines were redacted, and the key was never whole.
+    from helpers import batch, settings
+    from loopback import KEY_ENV, Loopback, Reply, route_for
+
+    key = "sk-CUTKEY-a1b2c3d4e5f6a7b8c9d0"
+    answer = f"the key is {key} and more"
+    with Loopback() as server:
+        # 3 characters a chunk: the 10th ends 19 characters into the key.
+        server.script(Reply(text=answer, chunk_chars=3, disconnect_after_chunks=10))
+        server.default = Reply(text="done")
+        engine = Engine(
+            batch(1),
+            settings(route_for(server, provider)),
+            state_dir=tmp_path / "state",
+            env={KEY_ENV: key},
+        )
+        engine.start()
+        try:
+            [row] = run_to_end(engine).children
+        finally:
+            engine.close()
+    assert row.status.value == "completed", row.error
+    text = Path(row.transcript).read_text(encoding="utf-8")
+    assert "assistant │ the key is [REDACTED]\n" in text, text  # then "stream broke, retry"
+    printed = flightdeck("logs", engine.batch_id, row.id, "--state-dir", "state", cwd=tmp_path)
+    assert printed.returncode == ExitCode.OK and "the key is [REDACTED]" in printed.stdout
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert b"CUTKEY" not in path.read_bytes(), path
+
+
+def test_a_key_cut_off_by_a_stop_leaves_none_of_itself() -> None:
+    from flightdeck.engine.records.lines import LineFormatter
+
+    key = "sk-CUTKEY-a1b2c3d4e5f6a7b8c9d0"
+    lines = LineFormatter((key,))
+    assert lines.stream("answer: ", 0.0) + lines.stream(key[:12], 0.0) == b""
+    out = lines.end_stream(0.0, interrupted=True).decode()
+    assert out.endswith("assistant │ answer: [REDACTED] (interrupted)\n"), out
+    # The start of a short key (4 to 7 characters) only as a token of its own, as a whole one.
+    short = LineFormatter(("Zq9xW7",))
+    short.stream("see xZq9xW ", 0.0)
+    short.stream("or Zq9xW", 0.0)
+    assert short.end_stream(0.0).decode().endswith("│ see xZq9xW or [REDACTED]\n")

@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from flightdeck.engine.sanitize import StreamSanitizer, redact, sanitize
+from flightdeck.engine.sanitize import StreamSanitizer, redact, redact_cut, sanitize
 
 ROLES = ("system", "user", "assistant", "tool", "tool-call", "operator", "engine", "error")
 STAMP_WIDTH = len("HH:MM:SS.mmm")
@@ -65,6 +65,11 @@ class LineFormatter:
         """The partial last line of the stream, if any; `interrupted` says the response was cut
         off there (a stop, a steer --now)."""
         data = self._take(self._sanitizer.flush(), ts)
+        if self._partial and self._secrets:
+            # A stream that broke (or was stopped) mid-key must not leave the key's start: the
+            # redaction of whole lines (`_emit`) never sees it.
+            line = redact(redact_cut("".join(self._partial), self._secrets), self._secrets)
+            self._partial = [line]
         if interrupted and self._partial:
             self._partial.append(INTERRUPTED)
         return data + self._flush_partial(ts)
