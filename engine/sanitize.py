@@ -184,6 +184,21 @@ def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(parts)) if parts else None
 
 
+# How far back from its limit a cut looks for whitespace (see `cut_at`).
+CUT_WINDOW = 1024
+
+
+def cut_at(text: str, limit: int) -> int:
+    """Where to cut `text` longer than `limit` characters: after the last whitespace in the
+    `CUT_WINDOW` characters up to `limit`, so that a key, which holds none, is never cut in
+    two (its start alone would give most of it away, and no redaction recognises it); at
+    `limit` when there is none. Text that is cut before it is redacted is cut here."""
+    if len(text) <= limit:
+        return len(text)
+    space = max(text.rfind(c, max(0, limit - CUT_WINDOW), limit + 1) for c in " \t\n\r")
+    return space + 1 if space >= 0 else limit
+
+
 def one_line(text: str, width: int | None = None) -> str:
     """Sanitize, collapse all whitespace to single spaces and truncate to `width` with `…`."""
     flat = _WHITESPACE.sub(" ", sanitize(text)).strip()

@@ -316,3 +316,45 @@ def test_a_key_cut_off_by_a_stop_leaves_none_of_itself() -> None:
     short.stream("see xZq9xW ", 0.0)
     short.stream("or Zq9xW", 0.0)
     assert short.end_stream(0.0).decode().endswith("│ see xZq9xW or [REDACTED]\n")
+
+
+# An agent CLI (Claude Code's stream-json) whose tool's output and whose unknown event are cut
+# to what a transcript line keeps just inside a key.
+CUT_CLI = """
+import json, os
+k = os.environ["FAKE_KEY"]
+def say(**event): print(json.dumps(event))
+say(type="system", subtype="init", session_id="s1", model="claude-x")
+use = {"type": "tool_use", "id": "u1", "name": "Bash", "input": {"command": "cat f"}}
+say(type="assistant", message={"id": "m1", "content": [use], "usage": {"output_tokens": 1}})
+out = {"type": "tool_result", "tool_use_id": "u1", "content": "x" * 1990 + " " + k + " tail"}
+say(type="user", message={"content": [out]})
+say(type="novel_event", payload="y" * 260 + " " + k)
+say(type="result", subtype="success", is_error=False, result="done", session_id="s1",
+    total_cost_usd=0.01, num_turns=1, usage={"input_tokens": 1, "output_tokens": 1})
+"""
+
+
+def test_a_key_in_an_agent_clis_output_is_never_cut_in_two(tmp_path: Path) -> None:
+    # Found by an audit: a CLI's tool output (and a denied call's input, an event of an unknown
+    # kind) is cut to a transcript line's length before the child redacts it: a key across the
+    # cut left its first characters, "sk-CUTKEY-7", which no redaction recognises.
+    (tmp_path / "cli.py").write_text(CUT_CLI)
+    argv = json.dumps([sys.executable, str(tmp_path / "cli.py")])
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\nstate_dir = "state"\n'
+        f'[routes.cli]\nprovider = "command"\nargv = {argv}\napi_key_env = "FAKE_KEY"\n'
+        'format = "claude-stream-json"\n'
+    )
+    settings = load_settings(tmp_path / "flightdeck.toml")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FAKE_KEY": "sk-CUTKEY-7e6d5c4b3a29"}
+    batch = Batch(name="keys", tasks=(Task(id="t0", goal="cut the key", seq=0),))
+    engine = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
+    engine.start()
+    row = run_to_end(engine).children[0]
+    assert row.status.value == "completed", row.error
+    text = Path(row.transcript).read_text(encoding="utf-8")
+    assert "… (" in text and "novel_event" in text, text  # both were cut
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert b"CUTKEY" not in path.read_bytes(), path

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from flightdeck.engine.model import Usage
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import cut_at, one_line
 
 UNKNOWN_CHARS = 300  # of an event no reader knows, in its one transcript line
 
@@ -140,13 +140,22 @@ def count(value: object) -> int:
 
 def unknown(event: dict[str, object], kind: object) -> Shown:
     """An event of a kind no reader knows yet: kept as one line, never fatal."""
-    return Shown("event", one_line(f"{text_of(kind)}: {text_of(event)}", UNKNOWN_CHARS))
+    line = one_line(f"{text_of(kind)}: {text_of(event)}")
+    return Shown("event", line if len(line) <= UNKNOWN_CHARS else cut_line(line, UNKNOWN_CHARS))
 
 
 def cut(text: str, limit: int) -> str:
-    """`text` up to `limit` characters, and how many more there were."""
-    more = max(0, len(text) - limit)
-    return text[:limit] + (f"\n… ({more} more characters)" if more else "")
+    """`text` up to about `limit` characters (never inside a key: `cut_at`), and how many more
+    there were. Cut before the child redacts it."""
+    end = cut_at(text, limit)
+    more = len(text) - end
+    return text[:end] + (f"\n… ({more} more characters)" if more else "")
+
+
+def cut_line(text: str, limit: int) -> str:
+    """One line cut as `cut` cuts, ending in `…` if it was."""
+    end = cut_at(text, limit - 1)
+    return text if end == len(text) else text[:end] + "…"
 
 
 def text_of(value: object) -> str:

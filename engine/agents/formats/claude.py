@@ -35,6 +35,7 @@ from flightdeck.engine.agents.formats.base import (
     ToolStarted,
     count,
     cut,
+    cut_line,
     json_object,
     text_of,
     unknown,
@@ -273,8 +274,9 @@ _DENIED_CHARS = 2_000  # of a denied call's input (a Write's whole file, maybe)
 
 def _input_json(given: object) -> str:
     """A tool call's input as one line of JSON, cut at _DENIED_CHARS."""
-    text = json.dumps(given, ensure_ascii=False, sort_keys=True, default=str)
-    return text if len(text) <= _DENIED_CHARS else text[:_DENIED_CHARS] + "…"
+    return cut_line(
+        json.dumps(given, ensure_ascii=False, sort_keys=True, default=str), _DENIED_CHARS
+    )
 
 
 def _denied(tool: str, given: str, why: object = None) -> list[Event]:
