@@ -32,6 +32,9 @@ class FlightdeckApp(App[bool]):
     """Supervise one batch; the result is True when the operator stopped everything to quit."""
 
     TITLE = "flightdeck"
+    # Every screen's class by its width: under 72 columns a dialog's buttons go one under
+    # another (dialogs.tcss), since a row of them would run past the edge.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (72, "-wide")]  # noqa: RUF012 (App's own type)
 
     def __init__(self, view: EngineView, options: UiOptions | None = None) -> None:
         super().__init__()

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from flightdeck.engine.sanitize import one_line, sanitize
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -17,6 +18,21 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet
 from textual.widgets.button import ButtonVariant
 
 _PREVIEW = 6  # ids listed by name before "and N more"
+
+
+class DialogBox(Vertical):
+    """A dialog's box (class `dialog`): no larger than the screen, it scrolls (dialogs.tcss);
+    laid out anew (shown, or the terminal resized under it), it brings the focused button or
+    field into view. Focused in on_mount, before any layout, nothing scrolled to it, and on a
+    small screen the steer box or a dialog's buttons were below the edge."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self._focused_in_view)
+
+    def _focused_in_view(self) -> None:
+        focused = self.screen.focused
+        if focused is not None and self in focused.ancestors:
+            focused.scroll_visible(animate=False)
 
 
 def targets_text(child_ids: Sequence[str]) -> Text:
@@ -107,7 +123,7 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
         self.cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text(self.heading, style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             if self.unsteerable:
@@ -176,7 +192,7 @@ class _ConfirmTargets(ModalScreen[bool]):
         self._button, self._variant = button, variant
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text(self.heading, style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             yield Label(Text(self.note))
@@ -287,7 +303,7 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
 
     def compose(self) -> ComposeResult:
         verb = "is" if self.live == 1 else "are"
-        with Vertical(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text(f"{_children(self.live)} {verb} still running or queued.", "bold"))
             if self.detach:
                 yield Label(

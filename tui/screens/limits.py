@@ -17,10 +17,11 @@ from flightdeck.engine.commands import (
 from flightdeck.engine.model import Limits
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.screens.dialogs import DialogBox
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
@@ -68,7 +69,7 @@ class LimitsDialog(ModalScreen[dict[str, Any] | None]):
     def compose(self) -> ComposeResult:
         limits = self.limits
         # Scrolls: a batch of many routes has a row for each.
-        with VerticalScroll(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text("Live limits", style="bold"))
             yield Label(
                 Text(
@@ -189,7 +190,7 @@ class SoftBudgetDialog(ModalScreen[SoftBudgetAnswer | None]):
         self.stop_all = stop_all
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text("Soft budget reached", style="bold"))
             yield Label(Text(one_line(self.held, 300)))
             yield Label(

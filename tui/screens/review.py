@@ -15,7 +15,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.decisions import Ask, Decision, Say, SendOff
-from flightdeck.tui.screens.dialogs import targets_text
+from flightdeck.tui.screens.dialogs import DialogBox, targets_text
 from flightdeck.tui.screens.targets import Aim
 from flightdeck.tui.view import EngineView
 from rich.syntax import Syntax
@@ -23,7 +23,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, Static
 
@@ -58,7 +58,7 @@ class RetryDialog(ModalScreen[bool | None]):
         self.skipped = skipped
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text(f"Retry {_n(len(self.child_ids))}", style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             text = (
@@ -91,7 +91,7 @@ class AcceptDialog(ModalScreen[str | None]):
         self.overlap = overlap
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text(f"Merge {_n(len(self.child_ids))}' changes", style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             if self.overlap:
@@ -119,7 +119,7 @@ class DiscardDialog(ModalScreen[bool]):
         self.child_ids = child_ids
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with DialogBox(classes="dialog"):
             yield Label(Text(f"Discard {_n(len(self.child_ids))}' changes?", style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             yield Label(Text("their worktrees (or copies) and branches are removed"))
