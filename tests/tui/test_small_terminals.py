@@ -4,14 +4,16 @@ each one-line part stays one line, cut with an ellipsis rather than wrapped over
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import ChildStatus, LoopEvidence
 from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.digest import Digest
 from flightdeck.tui.screens.main import UiOptions
 from textual.widget import Widget
-from tui_fakes import StaticView, child, demo_rows, frozen_clock
+from tui_fakes import T0, StaticView, child, demo_rows, frozen_clock
 from tui_support import until
 
 pytestmark = pytest.mark.anyio
@@ -57,3 +59,54 @@ async def test_the_meter_and_detail_keep_both_their_lines(
         first, second = lines(detail)[:2]
         assert second.startswith("goal "), (first, second)
         assert first.endswith("…"), first  # cut, and says so
+
+
+def looping_rows(folder: Path) -> tuple:  # type: ignore[type-arg]
+    """The demo's rows and a child flagged looping: its detail is nine lines (the evidence)."""
+    calls = tuple('list_dir {"path": "."}' for _ in range(6))
+    loop = LoopEvidence("repeat", 'list_dir {"path": "."} called 6 times', calls, T0 + 100)
+    row = child(
+        1, "Find every TODO", ChildStatus.RUNNING, folder=folder, text="streaming", calls=6,
+        tokens=(900, 100), cost="0.0020", started=10, last=131,
+    )  # fmt: skip
+    return (dataclasses.replace(row, id="looper", loop=loop), *demo_rows(folder))
+
+
+DIGEST = Digest(
+    since=T0, until=T0 + 100, completed=18, failed=3, stalled=1, looped=1,
+    spent_usd=Decimal("0.4210"), steers_delivered=2, steers_missed=1,
+    signatures=(("timeout after <n>s", 2), ("FatalError: sim", 1)), other_failures=1,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 20), (40, 12)])
+async def test_the_screen_never_scrolls_its_meter_or_status_bar_away(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """A looping child's evidence (the detail's nine lines) and the digest (attach again) on
+    a 24-row screen, or a 12-row one with neither: the table's and the pane's minimum heights
+    came to more than the screen had, and the screen scrolled, the meter off its top (or the
+    status bar off its bottom) and the table stretched over everything."""
+    view = StaticView(tmp_path, looping_rows(tmp_path))
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=size) as pilot:
+        screen = app.main
+        table = screen.table
+        await until(pilot, lambda: len(table.shown) == 11, "the rows")
+        while table.selected_id != "looper":
+            await pilot.press("j")
+        if size[1] >= 20:
+            screen.digest.show(DIGEST)
+        detail = screen.query_one("#detail")
+        await until(pilot, lambda: "looper" in lines(detail)[0], "the looping child's detail")
+        await until(pilot, lambda: str(detail.styles.height) == "9", "room for the evidence")
+        await pilot.pause()
+        await pilot.pause()  # laid out for it
+        meter, status = screen.query_one("#meter"), screen.query_one("#status")
+        assert screen.max_scroll_y == 0
+        assert meter.region.y >= 0 and status.region.bottom <= size[1] - 1, (
+            meter.region,
+            status.region,
+        )
+        assert 2 <= table.region.height <= size[1] // 2, table.region  # a header and a row
+        assert screen.query_one("#transcript").region.height >= 1  # its title at least

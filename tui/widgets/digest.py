@@ -52,6 +52,7 @@ class DigestPanel(Static):
     DigestPanel {
         display: none;
         height: auto;
+        max-height: 30%;
         padding: 0 1;
         background: $boost;
         border-left: thick $accent;
