@@ -358,6 +358,27 @@ def test_the_meter_says_tokens_and_dollars_at_80_columns(tmp_path: Path) -> None
     assert all(len(line) <= 78 for line in lines)  # nothing cut: 80 columns less the padding
 
 
+def test_the_meter_keeps_every_figure_whole_at_80_and_60_columns(tmp_path: Path) -> None:
+    """Observed in tmux at 80x24: five-figure token counts, a cache count, a budget and a
+    forecast took the compact form's second line past 78 columns, and the elapsed time was cut
+    (`4:…`); at 60 the counts' line ran past the edge. Tighter still, the cached count goes,
+    and the counts are said by their glyphs alone."""
+    rows = _forecast_batch(tmp_path)
+    usage = Usage(input_tokens=160_400, output_tokens=119_300, cache_read_tokens=199_100)
+    rows = (dataclasses.replace(rows[0], usage=usage), *rows[1:])
+    snap = dataclasses.replace(
+        _snapshot(rows), totals=totals_of(rows), max_cost_usd=Decimal(100), started_ts=NOW - 253
+    )
+    # The bare app has no padding: 78 and 58 columns are the meter's at 80 and 60 (main.tcss).
+    counts, money = meter_text(snap, width=78).splitlines()
+    assert all(len(line) <= 78 for line in (counts, money)), (counts, money)
+    assert money.endswith("4:13"), money  # the elapsed time, whole
+    assert "160.4k in" in money and "$1.12" in money, money
+    counts, money = meter_text(snap, width=58).splitlines()  # under the 80 it is made for:
+    assert counts == "█████░░░ 4/6 done  ●1 ○1 ✓4 ✗0 ■0", counts  # the counts whole,
+    assert "160.4k in" in money and "$1.12" in money, money  # and the money's start
+
+
 def test_the_meter_takes_its_compact_form_before_a_figure_falls_off_the_edge(
     tmp_path: Path,
 ) -> None:

@@ -99,9 +99,18 @@ class CostMeter(Static):
             return meter_text(snap, now, burn, ahead, compact=False)
         for lean in (False, True):
             text = meter_text(snap, now, burn, ahead, compact=False, lean=lean, width=width)
-            if max(cell_len(line) for line in text.plain.split("\n")) <= width:
+            if _fits(text, width):
                 return text
-        return meter_text(snap, now, burn, ahead, compact=True, width=width)
+        text = meter_text(snap, now, burn, ahead, compact=True, width=width)
+        if _fits(text, width):
+            return text
+        # Big token counts at 80 columns, or a narrower screen: tighter still, rather than the
+        # elapsed time cut at the edge.
+        return meter_text(snap, now, burn, ahead, compact=True, tight=True, width=width)
+
+
+def _fits(text: Text, width: int) -> bool:
+    return max(cell_len(line) for line in text.plain.split("\n")) <= width
 
 
 def meter_text(
@@ -112,6 +121,7 @@ def meter_text(
     *,
     compact: bool,
     lean: bool = False,
+    tight: bool = False,
     width: int | None = None,
 ) -> Text:
     """Two lines: children by state; then tokens, dollars, burn, budget, forecast (`ahead`),
@@ -119,7 +129,8 @@ def meter_text(
 
     `lean` leaves out the extras (the budget's bar, what the cache saved). Compact says the
     rest with a short bar and short labels, so the tokens and dollars fit on an 80-column
-    screen.
+    screen; `tight` (compact too) leaves out the cached count and says the children's counts
+    by their glyphs alone (`●3 ○2 ✓1 ✗0 ■0`), for big counts at 80 columns or a narrower one.
     """
     t = snap.totals
     total = max(1, t.children)
@@ -128,11 +139,14 @@ def meter_text(
     text.append(bar(t.done / total, COMPACT_BAR if compact else BAR_WIDTH), style="green")
     text.append(f" {t.done}/{t.children} done{gap}", style="bold")
     if compact:
-        text.append(f"●{t.running} run ", style="green")
-        text.append(f"○{t.queued} queued ", style="dim")
-        text.append(f"✓{t.completed} ok ", style="green")
-        text.append(f"✗{t.failed} failed ", style="bold red" if t.failed else "dim")
-        text.append(f"■{t.stopped} stopped", style="yellow" if t.stopped else "dim")
+        run, queued, ok, failed, stopped = (
+            ("", "", "", "", "") if tight else (" run", " queued", " ok", " failed", " stopped")
+        )
+        text.append(f"●{t.running}{run} ", style="green")
+        text.append(f"○{t.queued}{queued} ", style="dim")
+        text.append(f"✓{t.completed}{ok} ", style="green")
+        text.append(f"✗{t.failed}{failed} ", style="bold red" if t.failed else "dim")
+        text.append(f"■{t.stopped}{stopped}", style="yellow" if t.stopped else "dim")
     else:
         text.append(f"● {t.running} running{gap}", style="green")
         text.append(f"○ {t.queued} queued{gap}", style="dim")
@@ -147,7 +161,7 @@ def meter_text(
         text.append("tokens ", style="dim")
     dot = " " if compact else " · "
     text.append(f"{fmt_tokens(usage.input_tokens)} in{dot}{fmt_tokens(usage.output_tokens)} out")
-    if cached or not compact:
+    if (cached or not compact) and not tight:
         text.append(f"{dot}{fmt_tokens(cached)} cached")
     if t.cache_saved_usd and not (compact or lean):  # what the cache saved, at the full price
         saved = fmt_spent_compact(t.cache_saved_usd, t.saved_unknown)  # "+?": some unknown
