@@ -1351,3 +1351,29 @@ def test_a_where_query_of_no_term_is_refused_as_empty(
         out, err = capsys.readouterr()
         assert out == "" and "--where: the query is empty" in err, args
         assert len(err.splitlines()) == 1, err
+
+
+def test_a_dumb_terminal_gets_the_run_s_lines_and_one_line_from_attach(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TERM=dumb (Emacs's shell, a CI console) on a tty: the TUI's escape sequences came out as
+    they are (seen under `script`: screens of `^[[38;2;…`, no view). `run` prints a headless
+    run's lines there instead; `attach` says in one line why it will not."""
+    from flightdeck.tui.app import FlightdeckApp
+    from flightdeck.tui.cli import main
+
+    def no_tui(app: FlightdeckApp) -> bool:
+        raise AssertionError("the TUI drawn on a dumb terminal")
+
+    monkeypatch.setattr(FlightdeckApp, "run", no_tui)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("TERM", "dumb")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(project)
+    assert main(["run", "tasks.jsonl"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert re.search(r"✓ \[\d/6\] job-\d", out) and " — completed" in out, out
+    assert main(["attach"]) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert "attach needs a terminal that can draw it (TERM=dumb)" in err, err
+    assert len(err.splitlines()) == 1, err

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import sanitize
-from flightdeck.tui.console import console_for
+from flightdeck.tui.console import console_for, draws_tui
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import UsageError, state_db, unknown_batch, unknown_children
 from rich.text import Text
@@ -69,9 +69,13 @@ def cmd_attach(args: argparse.Namespace) -> ExitCode:
         with StoreReader(db) as reader:
             if reader.batch(args.batch_id) is None:
                 raise unknown_batch(args.batch_id, db)
-    if not sys.stdout.isatty():
+    if not draws_tui():
+        dumb = " that can draw it (TERM=dumb)" if sys.stdout.isatty() else ""
         raise UsageError(
-            None, None, None, "attach needs a terminal (scripts: flightdeck logs, report, wait)"
+            None,
+            None,
+            None,
+            f"attach needs a terminal{dumb} (scripts: flightdeck logs, report, wait)",
         )
     return attach_tui(open_view(db, args.batch_id), tui)
 

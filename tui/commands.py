@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.console import console_for
+from flightdeck.tui.console import console_for, draws_tui
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost, fmt_spent, fmt_spent_compact
 from flightdeck.tui.headless import run_headless
@@ -63,7 +63,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         max_concurrent=args.max_concurrent,
         batch_id=args.owner_of,  # an owner started by `run` below: its folder is claimed
     )
-    if args.detach or (not args.headless and args.owner_of is None and sys.stdout.isatty()):
+    # A dumb terminal (TERM=dumb) cannot draw the TUI: the run prints its lines there instead.
+    if args.detach or (not args.headless and args.owner_of is None and draws_tui()):
         # The batch runs in an owner process of its own; this one only checked the input.
         engine.close()
         from flightdeck.tui.attached import run_in_background

@@ -6,6 +6,7 @@ import contextlib
 import os
 import select
 import stat
+import sys
 from typing import IO
 
 from rich.console import Console
@@ -33,6 +34,13 @@ def console_for(stderr: bool = False) -> PipeSafeConsole:
     if not console.is_terminal:
         console = PipeSafeConsole(stderr=stderr, highlight=False, soft_wrap=True, width=200)
     return console
+
+
+def draws_tui() -> bool:
+    """Whether standard output is a terminal the TUI can draw on: a tty whose TERM is not
+    `dumb` (Emacs's shell, a CI console: no cursor moves, no colour), where the TUI's escape
+    sequences came out as they are, screens of them, and no view."""
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
 
 
 def live_terminal(console: Console) -> bool:
