@@ -323,9 +323,10 @@ def test_a_completed_child_or_a_running_one_is_not_retried(tmp_path: Path) -> No
         engine.close()
 
 
-def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
-    # Codex has no --resume flag: `codex exec resume THREAD PROMPT` continues the thread.
-    route = _argv("fake_codex.py", "exec", "--json", "--fake-fail", "{goal}")
+def _codex_continued(tmp_path: Path, *fails: str) -> tuple[ChildRow, ChildRow]:
+    """A fake Codex child that fails (its `fails` flags), then `retry --continue`d: its row
+    after the first run and at the end, completed at its second attempt."""
+    route = _argv("fake_codex.py", "exec", "--json", *fails, "{goal}")
     route += "resume_" + _argv(
         "fake_codex.py", "exec", "resume", "{session}", "--json", "{message}"
     )
@@ -335,13 +336,20 @@ def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
     try:
         assert engine.wait(60)
         first = _row(engine, "t0")
-        assert first.status is ChildStatus.FAILED and "429" in (first.error or "")
+        assert first.status is ChildStatus.FAILED, first
         engine.retry(["t0"], resume=True)
         snap = run_to_end(engine, 20)
     finally:
         engine.close()
     row = snap.child("t0")
     assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    return first, row
+
+
+def test_a_retry_that_continues_resumes_a_codex_thread(tmp_path: Path) -> None:
+    # Codex has no --resume flag: `codex exec resume THREAD PROMPT` continues the thread.
+    first, row = _codex_continued(tmp_path, "--fake-fail")
+    assert "429" in (first.error or "")
     assert (row.result or "").startswith("resumed thread-42: Your run before this one ended")
     assert "exec resume thread-42" in Path(row.transcript).read_text()
 
@@ -353,23 +361,8 @@ ONE_TURN = Usage(input_tokens=500, output_tokens=300, cache_read_tokens=1500)
 def test_a_retry_that_continues_a_codex_thread_is_billed_what_it_adds(tmp_path: Path) -> None:
     # Codex's `turn.completed` counts its whole thread: the resumed run reports two turns, the
     # first of them billed already. The retry's fresh runner read it from zero: billed three.
-    route = _argv("fake_codex.py", "exec", "--json", "--fake-exit", "1", "{goal}")
-    route += "resume_" + _argv(
-        "fake_codex.py", "exec", "resume", "{session}", "--json", "{message}"
-    )
-    route += 'format = "codex-json"\n'
-    b = Batch(name="cli", tasks=(Task(id="t0", goal="review the change", seq=0),))
-    engine = _cli(tmp_path, route, b)
-    try:
-        assert engine.wait(60)
-        first = _row(engine, "t0")
-        assert first.status is ChildStatus.FAILED and first.usage == ONE_TURN, first
-        engine.retry(["t0"], resume=True)
-        snap = run_to_end(engine, 20)
-    finally:
-        engine.close()
-    row = snap.child("t0")
-    assert row is not None and row.status is ChildStatus.COMPLETED and row.attempt == 2
+    first, row = _codex_continued(tmp_path, "--fake-exit", "1")
+    assert first.usage == ONE_TURN, first
     assert row.usage == ONE_TURN + ONE_TURN
 
 

@@ -64,22 +64,13 @@ class StoreRecorder:
         settled in the store after what it made. A steer or an answer is kept as the owner
         took it: a key the client could not redact (a header's value) is redacted there."""
         payload = encode(command)[1] if isinstance(command, Steer | Answer) else None
-        if refused is not None:
-            self._store.settle_request(
-                self._batch_id,
-                request_id,
-                RequestState.REFUSED,
-                self._clock(),
-                reason=refused,
-                payload=payload,
-            )
-            return
         self._store.settle_request(
             self._batch_id,
             request_id,
-            RequestState.APPLIED,
+            RequestState.APPLIED if refused is None else RequestState.REFUSED,
             self._clock(),
-            control_ids=receipts,
+            control_ids=receipts if refused is None else (),
+            reason=refused,
             payload=payload,
         )
 
