@@ -68,7 +68,8 @@ _MUTABLE = (
 )
 # The events read into rows (and the loop policies' steers, told from the operator's).
 _EVENTS = ", ".join(
-    f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS, *NEED_EVENTS)
+    f"'{k}'"
+    for k in ("delegate", "loop", "loop_policy", "node", "lost_attempt", *KEPT_KINDS, *NEED_EVENTS)
 )
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
@@ -91,7 +92,7 @@ class BatchReading:
         self._events_seen = 0  # the last event read (delegate and loop events: _read_events)
         self._units_told: set[str] = set()  # groups of the "unit" events read, not yet looked at
         self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
-        self._lost_read = False
+        self._lost: list[tuple[float, str | None, str, str]] = []  # its events, as read
         self._rev: int | None = None  # the store's change counter at the last read (version 6)
         self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
         self._fixed: dict[str, tuple[Any, ...]] = {}  # each child's full row, first read
@@ -155,13 +156,6 @@ class BatchReading:
                 return None
             # What changes as a child runs; its goal, route, transcript path ... are read once.
             mutable = self._written()
-            if not self._lost_read:  # written when an owner resumes, before it runs: read once
-                lost = conn.execute(  # retries too: what they carried into a lost attempt
-                    "SELECT ts, child_id, kind, detail FROM events "
-                    "WHERE batch_id = ? AND kind IN ('lost_attempt', 'retry') ORDER BY id",
-                    (self.batch_id,),
-                ).fetchall()
-                self._lost_cost, self._lost_read = lost_cost(lost), True
             new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
             if new_ids:
                 self._read_fixed(new_ids)
@@ -330,8 +324,8 @@ class BatchReading:
     def _read_events(self) -> set[str]:
         """What the owner keeps as events, not in the rows, recorded since the last read
         (inside the transaction): who delegated whom, the loop flags, the node each child was
-        placed on (on a cluster), and the loop policies' steers. The ids of the children whose
-        rows must be built again."""
+        placed on (on a cluster), the loop policies' steers, the attempts lost with an owner
+        (each resume writes them). The ids of the children whose rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
             f" AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL OR kind = '{UNIT_EVENT}')"
@@ -345,6 +339,10 @@ class BatchReading:
                 self._units_told.add(str(json.loads(detail)["group"]))
                 continue
             child_id, detail = str(child_id), str(detail)
+            if kind in ("lost_attempt", "retry"):  # each resume's and retry's, as they come
+                self._lost.append((float(ts), child_id, kind, detail))
+                if kind == "lost_attempt":
+                    continue
             if kind in KEPT_KINDS:
                 if self._kept.add(child_id, kind, detail):
                     changed.add(child_id)
@@ -368,6 +366,8 @@ class BatchReading:
                     self._loops[child_id] = evidence
                     self._looped[child_id] = evidence.ts
             changed.add(child_id)
+        if found:  # what the attempts lost with owners cost, retries' carried cost taken out
+            self._lost_cost = lost_cost(self._lost)
         return changed
 
     def _limits_of(self, info: BatchInfo, rows: Sequence[ChildRow]) -> Limits | None:

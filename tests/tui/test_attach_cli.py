@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -334,3 +334,77 @@ def test_attach_checks_its_tui_settings_like_a_run(project: Path) -> None:
     out = flightdeck("attach", "--config", "bad.toml", "--state-dir", "st", cwd=project)
     assert out.returncode == ExitCode.USAGE, out.stderr
     assert "bad.toml:3: tui.desktop: expected one of 'off', 'osc777', 'osc9'" in out.stderr
+
+
+RESUME = (sys.executable, "-m", "flightdeck.tui.cli", "resume")
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def resumes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`flightdeck resume` processes a test started; stopped (SIGTERM) at its end."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def resume(folder: Path, batch_id: str, resumes: list[subprocess.Popen[bytes]]) -> None:
+    process = subprocess.Popen(
+        [*RESUME, batch_id],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    resumes.append(process)
+
+
+@pytest.mark.slow
+def test_a_view_attached_across_a_resume_counts_the_attempts_the_dead_owner_lost(
+    project: Path,
+    owners: list[int],
+    resumes: list[subprocess.Popen[bytes]],
+) -> None:
+    # Found in tmux: a view attached before the owner died read the lost attempts once, at
+    # attach, so after `resume` its meter left out what they cost (`lost attempts $…`) while
+    # a view attached afterwards, and the report, had it.
+    hold = Hold(project / "hold")
+    for child in ("c1", "c2", "c3"):
+        hold.release(child, 0)  # each child's first call is billed; its second is held
+    batch_id = detach(project, "held.toml", owners)
+    db = project / ".flightdeck" / "flightdeck.db"
+    view = StoreView(db, batch_id, poll_s=0.05)
+    try:
+        wait_for(
+            lambda: all(r.usage.total > 0 for r in view.snapshot().children),
+            "each child's first call billed",
+        )
+        kill_owner(view, owners[-1])
+        assert view.snapshot().lost_cost_usd == 0  # nothing is lost until a resume says so
+        resume(project, batch_id, resumes)
+        wait_for(
+            lambda: view.info is not None and view.info.owner_pid == resumes[-1].pid,
+            "the new owner picked up",
+        )
+        fresh = StoreView(db, batch_id, watch=False)
+        try:
+            lost = fresh.snapshot().lost_cost_usd
+        finally:
+            fresh.close()
+        assert lost is not None and lost > 0
+        wait_for(lambda: view.snapshot().lost_cost_usd == lost, f"lost attempts {lost}", 10)
+        assert view.snapshot().status is BatchStatus.RUNNING
+    finally:
+        view.close()
