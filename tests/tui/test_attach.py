@@ -23,7 +23,15 @@ from flightdeck.tui.screens.dialogs import (
 )
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.routes import NOT_STORED
-from tui_support import SIZE, filter_rows, on_screen, type_text, until, view_when_ready
+from tui_support import (
+    SIZE,
+    filter_rows,
+    on_screen,
+    type_text,
+    until,
+    until_exited,
+    view_when_ready,
+)
 
 from helpers import Hold
 
@@ -274,3 +282,46 @@ async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Ow
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog")
         await pilot.click("#stop-quit")
     view.close()
+
+
+async def test_the_quit_question_says_when_another_operator_ended_the_batch_meanwhile(
+    owner: Owner,
+) -> None:
+    # Found in tmux: q asked "3 children are still running or queued" and, once another
+    # terminal had stopped them all, went on asking it; "Stop all and quit" then said "stop
+    # all not sent: batch … has finished (stopped)" and did not quit.
+    from flightdeck.engine.commands import StopAll
+    from textual.widgets import Label
+
+    view = owner.view()
+    other = owner.view()  # a second operator, attached at the same time
+    app = FlightdeckApp(view, OPTIONS)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            await until(
+                pilot,
+                lambda: (
+                    len(table.shown) == 3
+                    and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
+                ),
+                "all three running",
+            )
+            await pilot.press("q")
+            await until(pilot, lambda: on_screen(app, QuitDialog), "the quit question")
+            dialog = app.screen
+            assert isinstance(dialog, QuitDialog)
+            other.send(StopAll())
+            ended = "the batch has ended (stopped): nothing left to stop"
+            await until(
+                pilot,
+                lambda: any(ended in str(label.render()) for label in dialog.query(Label)),
+                "the question says the batch ended",
+            )
+            await pilot.press("s")
+            await until_exited(pilot, "s quits: nothing is left to stop")
+        assert app.return_value is False  # nothing this view stopped
+        assert [n for n in app._notifications if "not sent" in str(n.message)] == []
+    finally:
+        other.close()
+        view.close()

@@ -95,17 +95,29 @@ def test_a_key_over_children_that_all_ended_decides_nothing(tmp_path: Path) -> N
     assert aim.nothing_to("stop") == "all 2 tagged children have ended: nothing to stop"
 
 
+class Viewed:
+    """What Quit reads of a view: a snapshot and a read-only reason, changed by the test."""
+
+    def __init__(self, snap: Snapshot, read_only: str | None = None) -> None:
+        self.snap, self.read_only, self.can_detach = snap, read_only, True
+
+    def snapshot(self) -> Snapshot:
+        return self.snap
+
+
 def test_quit_exits_at_once_with_nothing_live_else_asks_once(tmp_path: Path) -> None:
     quit = batch.Quit()
     done = snapshot(tmp_path, rows_of(tmp_path, S.COMPLETED))
-    assert tuple(quit.pressed(done, None, can_detach=True)) == (Exit(stopped=False),)
+    assert tuple(quit.pressed(Viewed(done))) == (Exit(stopped=False),)  # type: ignore[arg-type]
     live = snapshot(tmp_path, rows_of(tmp_path, S.RUNNING))
-    assert tuple(quit.pressed(live, "the owner is gone", can_detach=True)) == (Exit(False),)
-    (ask,) = quit.pressed(live, None, can_detach=True)
+    gone = Viewed(live, "the owner is gone")
+    assert tuple(quit.pressed(gone)) == (Exit(False),)  # type: ignore[arg-type]
+    view = Viewed(live)
+    (ask,) = quit.pressed(view)  # type: ignore[arg-type]
     assert isinstance(ask, Ask) and isinstance(ask.dialog, QuitDialog)
-    assert quit.pressed(live, None, can_detach=True) == ()  # one question at a time
+    assert quit.pressed(view) == ()  # type: ignore[arg-type]  # one question at a time
     assert tuple(ask.then(QuitChoice.STOP)) == (Send(StopAll()), Exit(stopped=True))
-    assert quit.pressed(live, None, can_detach=True) != ()  # answered: it may ask again
+    assert quit.pressed(view) != ()  # type: ignore[arg-type]  # answered: it may ask again
 
 
 def test_continuing_admission_the_soft_budget_still_holds_says_so(tmp_path: Path) -> None:

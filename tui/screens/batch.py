@@ -15,12 +15,13 @@ from flightdeck.engine.commands import (
     StopAll,
     describe,
 )
-from flightdeck.engine.model import OPERATOR_HOLD, ChildRow, Snapshot
+from flightdeck.engine.model import OPERATOR_HOLD, BatchStatus, ChildRow, Snapshot
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.screens.decisions import Ask, Decision, Exit, Poll, Say, Send
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitChoice, QuitDialog
 from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetAnswer, SoftBudgetDialog
+from flightdeck.tui.view import EngineView
 
 # What a dialog that applies its change itself sends with: CommandError for a bad change (the
 # dialog says why and stays open).
@@ -73,28 +74,45 @@ def limits(snap: Snapshot, send: Sender) -> Decision:
 
 class Quit:
     """Quit at once when nothing runs that this UI could stop; else ask, one question at a time
-    (ctrl+q and the palette ask too)."""
+    (ctrl+q and the palette ask too). The answer is taken as the batch is when it is given: one
+    that ended, or whose owner died, while the question was open has nothing left to stop."""
 
     def __init__(self) -> None:
         self.asking = False
 
-    def pressed(self, snap: Snapshot, read_only: str | None, can_detach: bool) -> Decision:
+    def pressed(self, view: EngineView) -> Decision:
         if self.asking:
             return ()
-        live = sum(1 for row in snap.children if row.status.live)
-        if not live or read_only:
+        live = _live(view.snapshot())
+        if not live or view.read_only:
             return (Exit(stopped=False),)
 
         def answered(choice: QuitChoice | None) -> Decision:
             self.asking = False
-            if choice is QuitChoice.STOP:
+            if choice is QuitChoice.STOP and moot(view) is None:
                 return (Send(StopAll()), Exit(stopped=True))
-            if choice is QuitChoice.DETACH:  # the owner process runs the batch on
+            if choice is not None:  # detach, or nothing left to stop: the batch is as it is
                 return (Exit(stopped=False),)
             return ()
 
         self.asking = True
-        return (Ask(QuitDialog(live, detach=can_detach), answered),)
+        dialog = QuitDialog(live, detach=view.can_detach, moot=lambda: moot(view))
+        return (Ask(dialog, answered),)
+
+
+def _live(snap: Snapshot) -> int:
+    return sum(1 for row in snap.children if row.status.live)
+
+
+def moot(view: EngineView) -> str | None:
+    """Why stopping all is moot now (no child runs any more, or nothing would apply a stop:
+    the owner is gone), or None."""
+    snap = view.snapshot()
+    if not _live(snap):
+        running = snap.status is BatchStatus.RUNNING
+        what = "no child runs any more" if running else f"the batch has ended ({snap.status.value})"
+        return f"{what}: nothing left to stop"
+    return view.read_only
 
 
 class SoftBudget:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
@@ -296,29 +296,51 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         ),
     ]
 
-    def __init__(self, live: int, *, detach: bool = False) -> None:
+    def __init__(
+        self, live: int, *, detach: bool = False, moot: Callable[[], str | None] | None = None
+    ) -> None:
         super().__init__()
         self.live = live
         self.detach = detach
+        # Why stopping is moot now (the batch ended, its owner died): looked at while it shows.
+        self.moot = moot
+        self.moot_said: str | None = None
 
     def compose(self) -> ComposeResult:
         verb = "is" if self.live == 1 else "are"
         with DialogBox(classes="dialog"):
-            yield Label(Text(f"{_children(self.live)} {verb} still running or queued.", "bold"))
+            yield Label(
+                Text(f"{_children(self.live)} {verb} still running or queued.", "bold"),
+                id="quit-heading",
+            )
             if self.detach:
-                yield Label(
-                    Text(
-                        "Detach leaves them running (attach again with `flightdeck attach`); "
-                        "stopping ends them. Finished work is already saved."
-                    )
+                note = (
+                    "Detach leaves them running (attach again with `flightdeck attach`); "
+                    "stopping ends them. Finished work is already saved."
                 )
             else:
-                yield Label(Text("Quitting stops them; finished work is already saved."))
+                note = "Quitting stops them; finished work is already saved."
+            yield Label(Text(note), id="quit-note")
             with Horizontal(classes="buttons"):
                 if self.detach:
                     yield Button("Detach  d", variant="primary", id="detach")
                 yield Button("Stop all and quit  s", variant="error", id="stop-quit")
                 yield Button("Cancel  Esc", id="cancel")
+
+    def on_mount(self) -> None:
+        if self.moot is not None:
+            self.set_interval(0.25, self._look)
+
+    def _look(self) -> None:
+        """Say so once stopping is moot: the batch ended, or its owner died, meanwhile; `s`
+        then quits alone (batch.Quit looks again when answered)."""
+        why = self.moot() if self.moot is not None else None
+        if why is None or why == self.moot_said:
+            return
+        self.moot_said = why
+        self.query_one("#quit-heading", Label).update(Text(one_line(why, 300), "bold"))
+        self.query_one("#quit-note", Label).update(Text("Quitting stops nothing."))
+        self.query_one("#stop-quit", Button).label = "Quit  s"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self.detach or action != "detach"

@@ -408,8 +408,7 @@ class MainScreen(Screen[None]):
 
     def action_quit(self) -> None:
         """Quit now if nothing runs; otherwise ask to stop all first."""
-        view = self.view
-        self.carry_out(self.quitting.pressed(view.snapshot(), view.read_only, view.can_detach))
+        self.carry_out(self.quitting.pressed(self.view))  # looked at again when answered
 
     # --- filter -----------------------------------------------------------------------------
 
