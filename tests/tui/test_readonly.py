@@ -150,3 +150,41 @@ def test_attach_read_only_shows_the_wrapped_view_and_keeps_no_mark(
     # A watcher is not the operator: "since you last looked" stays the operator's.
     assert isinstance(watching.view, ReadOnlyView)
     assert watching.options is not None and watching.options.looked is None
+
+
+async def test_retry_merge_and_discard_say_read_only_and_open_nothing(
+    engine: Engine, view: StoreView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an audit: R over a stopped child opened the retry dialog in a read-only view,
+    # and only once fresh or continue was chosen said that nothing was sent (M and delete
+    # said "nothing here to merge" rather than why nothing would be).
+    engine.send(Stop(("c1",)))
+    shown = ReadOnlyView(view)
+    options = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+    app = FlightdeckApp(shown, options)
+    notices: list[str] = []
+    notify = app.notify
+
+    def counted(message: str, *args: object, **kwargs: object) -> None:
+        notices.append(message)
+        notify(message, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app, "notify", counted)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(
+            pilot,
+            lambda: (
+                "c1" in table.rows_by_id and table.rows_by_id["c1"].status is ChildStatus.STOPPED
+            ),
+            "c1 stopped",
+        )
+        table.set_tagged(["c1"], True)  # what R, M and delete act on
+        for key in ("R", "M", "delete"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen), key  # no dialog to send from
+        assert notices.count(READ_ONLY) == 3, notices
+        await pilot.press("q")
+        await until_exited(pilot, "the app to quit")
+    assert "retry" not in recorded(view)

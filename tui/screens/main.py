@@ -295,16 +295,16 @@ class MainScreen(Screen[None]):
         self.order(actions.pause(targets.act_on(self.table), self.view.snapshot))
 
     def action_retry(self) -> None:
-        self.carry_out(review.retry(targets.act_on(self.table)))
+        self.carry_out(review.retry(targets.act_on(self.table), review.refusal(self.view)))
 
     def action_diff(self) -> None:
         self.carry_out(review.diff(self.table.rows_by_id.get(self.table.selected_id or "")))
 
     def action_merge(self) -> None:
-        self.carry_out(review.merge(targets.act_on(self.table)))
+        self.carry_out(review.merge(targets.act_on(self.table), review.refusal(self.view)))
 
     def action_discard(self) -> None:
-        self.carry_out(review.discard(targets.act_on(self.table)))
+        self.carry_out(review.discard(targets.act_on(self.table), review.refusal(self.view)))
 
     def action_pause_admission(self) -> None:
         self.order(batch.pause_admission(self.snapshot))

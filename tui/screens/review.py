@@ -207,8 +207,11 @@ def refusal(view: EngineView) -> str | None:
     return READ_ONLY if isinstance(view, ReadOnlyView) else None
 
 
-def retry(aim: Aim) -> Decision:
-    """R: the retry dialog over the targets that failed or were stopped; fresh or continuing."""
+def retry(aim: Aim, refused: str | None = None) -> Decision:
+    """R: the retry dialog over the targets that failed or were stopped; fresh or continuing.
+    `refused` (a read-only view, `refusal`): said, and no dialog opened, as the other keys."""
+    if refused:
+        return (Say(refused, "warning"),)
     rows = aim.rows
     ids = [i for i in aim.ids if rows[i].status in RETRYABLE and rows[i].parent is None]
     if not ids:
@@ -252,8 +255,10 @@ class Decided:
         return one_line(said_of(decided), 300)  # the branch is the operator's typing
 
 
-def merge(aim: Aim) -> Decision:
+def merge(aim: Aim, refused: str | None = None) -> Decision:
     """M: the targets' pending changes merged into the branch typed in the dialog."""
+    if refused:
+        return (Say(refused, "warning"),)
     ids = _pending(aim)
     if not ids:
         return (Say("nothing here to merge: no changes left pending"),)
@@ -264,8 +269,10 @@ def merge(aim: Aim) -> Decision:
     return (Ask(AcceptDialog(list(ids), overlap_in(aim.rows, ids)), into),)
 
 
-def discard(aim: Aim) -> Decision:
+def discard(aim: Aim, refused: str | None = None) -> Decision:
     """Delete: the targets' pending changes dropped, once confirmed."""
+    if refused:
+        return (Say(refused, "warning"),)
     ids = _pending(aim)
     if not ids:
         return (Say("nothing here to discard: no changes left pending"),)
