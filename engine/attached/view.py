@@ -112,12 +112,15 @@ class StoreView:
         if info is None or info.status is BatchStatus.RUNNING:
             return None
         if info.status is BatchStatus.ABANDONED:
-            return (
-                f"batch {info.id} is abandoned (its owner, pid {info.owner_pid}, is gone): "
-                "nothing would apply a steer or a stop; "
-                f"{command_line(self.db.parent, 'resume', info.id)} runs it on"
-            )
+            return self._abandoned(info.owner_pid)
         return f"batch {info.id} has ended ({info.status.value}): nothing left to steer or stop"
+
+    def _abandoned(self, pid: int) -> str:
+        return (
+            f"batch {self.batch_id} is abandoned (its owner, pid {pid}, is gone): "
+            "nothing would apply a steer or a stop; "
+            f"{command_line(self.db.parent, 'resume', self.batch_id)} runs it on"
+        )
 
     def snapshot(self) -> Snapshot:
         snap = self._snapshot
@@ -144,13 +147,18 @@ class StoreView:
         TUI says why, nothing sent) for one that cannot be applied. A store that cannot take it
         (the disk is full) is said as a warning, which the TUI shows. With no owner alive, a
         retry starts one again. An accept or discard returns once applied (both take a while:
-        the TUI sends them off its event loop)."""
+        the TUI sends them off its event loop). With its owner dead, any other command is
+        refused (CommandError, with the command that runs the batch on): nothing would apply
+        it, as the keys already say (`read_only`)."""
         try:
             if isinstance(command, Accept | Discard):
                 self._review(command)
                 return
-            if isinstance(command, Retry) and not self._client.owner().alive:
+            owner = self._client.owner()
+            if isinstance(command, Retry) and not owner.alive:
                 rid, _ = send_retry(self.db, self.batch_id, command)
+            elif owner.status is BatchStatus.ABANDONED:  # died since the key (a dialog open)
+                raise CommandError(self._abandoned(owner.pid))
             else:
                 rid = self._client.send(command)
         except (LookupError, StoreError, OwnerFailed) as exc:

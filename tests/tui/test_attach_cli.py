@@ -408,3 +408,52 @@ def test_a_view_attached_across_a_resume_counts_the_attempts_the_dead_owner_lost
         assert view.snapshot().status is BatchStatus.RUNNING
     finally:
         view.close()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_steer_typed_while_the_owner_died_is_refused_with_the_resume_command(
+    project: Path, owners: list[int]
+) -> None:
+    # Found in tmux: a steer dialog opened while the owner lived and sent once it had died
+    # said "steer queued for 1 (at next turn)", recorded a request nothing would apply until
+    # a resume, while every key pressed after the death said why nothing is sent.
+    import sqlite3
+
+    from flightdeck.tui.screens.dialogs import SteerDialog
+    from tui_support import on_screen, type_text
+
+    batch_id = detach(project, "held.toml", owners)
+    db = project / ".flightdeck" / "flightdeck.db"
+    view = open_view(db, batch_id)
+    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    async with app.run_test(size=(200, 40)) as pilot:
+        table = app.main.table
+        await until(
+            pilot,
+            lambda: (
+                len(table.shown) == 3
+                and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
+            ),
+            "three running",
+        )
+        table.select("c1")
+        await pilot.press("s")
+        await until(pilot, lambda: on_screen(app, SteerDialog), "the steer dialog")
+        kill_owner(view, owners[-1])
+        await type_text(pilot, "look again")
+        await pilot.press("enter")
+        resume = f"flightdeck resume {batch_id} --state-dir"
+        await until(
+            pilot,
+            lambda: any(
+                "steer not sent" in str(n.message) and resume in str(n.message)
+                for n in app._notifications
+            ),
+            "the steer refused, with the resume command",
+        )
+        assert not any("queued" in str(n.message) for n in app._notifications)
+        await pilot.press("q")
+    view.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
