@@ -457,3 +457,48 @@ async def test_a_steer_typed_while_the_owner_died_is_refused_with_the_resume_com
     view.close()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_view_attached_when_its_owner_died_says_when_a_resume_takes_it_up(
+    project: Path, owners: list[int], resumes: list[subprocess.Popen[bytes]]
+) -> None:
+    # Found in tmux: the view said the owner died and to run `flightdeck resume`; once
+    # someone had, it went back to "running" without a word, the abandoned toast gone.
+    from flightdeck.tui.widgets.status import StatusBar
+
+    batch_id = detach(project, "held.toml", owners)
+    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
+    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    said: list[str] = []
+    notify = app.notify
+
+    def counted(message: str, *args: object, **kwargs: object) -> None:
+        said.append(message)
+        notify(message, *args, **kwargs)  # type: ignore[arg-type]
+
+    app.notify = counted  # type: ignore[method-assign]
+    async with app.run_test(size=(200, 40)) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 3, "three rows")
+        kill_owner(view, owners[-1])
+        await until(pilot, lambda: any("abandoned" in s for s in said), "the death said")
+        resume(project, batch_id, resumes)
+        await until(
+            pilot,
+            lambda: any(s.startswith("batch resumed: a new owner runs it on") for s in said),
+            "the resume said",
+        )
+        status = str(app.main.query_one("#status", StatusBar).render())
+        assert f"batch {batch_id} running" in status
+        assert view.read_only is None
+        await pilot.press("q")
+        await until(pilot, lambda: on_screen_quit(app), "the quit question: children run")
+        await pilot.press("d")
+    view.close()
+
+
+def on_screen_quit(app: FlightdeckApp) -> bool:
+    from flightdeck.tui.screens.dialogs import QuitDialog
+
+    return isinstance(app.screen, QuitDialog)

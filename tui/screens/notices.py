@@ -5,7 +5,7 @@ the terminal's title; as decisions the screen carries out (decisions.py)."""
 from __future__ import annotations
 
 from flightdeck.engine.api import Need, TuiSettings, needs
-from flightdeck.engine.model import ChildRow, GroupFinished, Snapshot, SteerReceipt
+from flightdeck.engine.model import BatchStatus, ChildRow, GroupFinished, Snapshot, SteerReceipt
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
 from flightdeck.tui.alerts import AlertBatcher, AlertWatch
@@ -14,6 +14,12 @@ from flightdeck.tui.screens.decisions import Decision, Ring, Say, Step, Title
 from textual.notifications import SeverityLevel
 
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
+# A batch running again, attached: `flightdeck resume` took up an abandoned one, or a retry (from
+# another view, `flightdeck retry`) reopened one that had ended.
+_AGAIN = {
+    BatchStatus.ABANDONED: "batch resumed: a new owner runs it on; steer and stop reach it again",
+    BatchStatus.COMPLETED: "batch running again: a retry reopened it",
+}
 
 
 class Notices:
@@ -27,6 +33,7 @@ class Notices:
         self._title = ""  # the terminal's title as last set
         self.queue: tuple[Need, ...] = ()  # the "needs you" queue, as of the last snapshot
         self._queued_from: Snapshot | None = None  # the snapshot the queue was worked out from
+        self._status: BatchStatus | None = None  # the batch's, as last observed
 
     # --- engine facts, shown at the next poll --------------------------------------------------
 
@@ -65,6 +72,9 @@ class Notices:
         them is due (counts only, batched; a desktop notification when opted in); the
         terminal's title carries the queue's length. No toast: the status bar counts the queue
         all along, and a toast would hide the transcript's end."""
+        was, self._status = self._status, snap.status
+        if was is not None and was is not snap.status and snap.status is BatchStatus.RUNNING:
+            self._notices.append(Say(_AGAIN.get(was, _AGAIN[BatchStatus.COMPLETED])))
         # Polls between two reads of the store have the very same rows: no pass over them all.
         if not _same_rows(self._queued_from, snap):
             self.queue = needs(snap)
