@@ -27,6 +27,7 @@ from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
+from flightdeck.engine.records.liveness import STALE_AFTER_S
 from flightdeck.engine.records.reader import require_state
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.schema import connect
@@ -125,8 +126,22 @@ class StoreView:
     def snapshot(self) -> Snapshot:
         snap = self._snapshot
         if snap.status is BatchStatus.RUNNING:
-            return dataclasses.replace(snap, now=self.clock())
+            now = self.clock()
+            return dataclasses.replace(snap, now=now, problem=self._silent(now) or snap.problem)
         return snap
+
+    def _silent(self, now: float) -> str | None:
+        """An owner alive but silent (stopped with SIGSTOP or a debugger, its disk hung): said
+        in the banner, not a screen frozen as if all were well. None while it heartbeats."""
+        info = self.info
+        beat = None if info is None else info.heartbeat_ts
+        if info is None or beat is None or now - beat <= STALE_AFTER_S:
+            return None
+        return (
+            f"the owner (pid {info.owner_pid}) has written nothing for {int(now - beat)} s: "
+            "stopped (SIGSTOP, a debugger) or its disk hangs; nothing here moves, and steers "
+            "and stops wait, until it goes on"
+        )
 
     def transcript_path(self, child_id: str) -> Path | None:
         row = self._reading.row(child_id)

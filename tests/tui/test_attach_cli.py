@@ -502,3 +502,41 @@ def on_screen_quit(app: FlightdeckApp) -> bool:
     from flightdeck.tui.screens.dialogs import QuitDialog
 
     return isinstance(app.screen, QuitDialog)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_an_owner_stopped_silent_is_said_in_the_banner_not_shown_as_if_well(
+    project: Path, owners: list[int]
+) -> None:
+    # Found in tmux: an owner stopped with SIGSTOP (a debugger, a hung disk) left the attached
+    # view looking alive, elapsed ticking, a steer "queued"; nothing said its owner had gone
+    # silent. Its clock is moved on past the 30 s after which a client calls an owner hung,
+    # rather than the test waiting them out.
+    from flightdeck.tui.widgets.banner import Banner
+
+    batch_id = detach(project, "held.toml", owners)
+    shift = [0.0]
+    view = StoreView(
+        project / ".flightdeck" / "flightdeck.db",
+        batch_id,
+        poll_s=0.05,
+        clock=lambda: time.time() + shift[0],
+    )
+    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    try:
+        async with app.run_test(size=(200, 40)) as pilot:
+            await until(pilot, lambda: len(app.main.table.shown) == 3, "three rows")
+            banner = app.main.query_one("#banner", Banner)
+            os.kill(owners[-1], signal.SIGSTOP)
+            shift[0] = 45.0
+            silent = f"the owner (pid {owners[-1]}) has written nothing for "
+            await until(pilot, lambda: silent in (banner.problem or ""), "the silence said")
+            assert view.snapshot().status is BatchStatus.RUNNING  # alive: not abandoned
+            os.kill(owners[-1], signal.SIGCONT)
+            shift[0] = 0.0
+            await until(pilot, lambda: silent not in (banner.problem or ""), "its return seen")
+            await pilot.press("q")
+    finally:
+        os.kill(owners[-1], signal.SIGCONT)
+        view.close()
