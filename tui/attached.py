@@ -56,8 +56,8 @@ def run_in_background(
 
 
 def cmd_attach(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck attach [BATCH_ID]`: the TUI on a batch (the latest running one by default);
-    read-only once the batch has ended or its owner is gone."""
+    """`flightdeck attach [BATCH_ID] [--read-only]`: the TUI on a batch (the latest running one
+    by default); read-only once the batch has ended or its owner is gone, or when asked."""
     from flightdeck.engine.api import load_settings
 
     # The [tui] table of --config, or of ./flightdeck.toml if there is one: checked like a run's.
@@ -77,7 +77,7 @@ def cmd_attach(args: argparse.Namespace) -> ExitCode:
             None,
             f"attach needs a terminal{dumb} (scripts: flightdeck logs, report, wait)",
         )
-    return attach_tui(open_view(db, args.batch_id), tui)
+    return attach_tui(open_view(db, args.batch_id), tui, read_only=args.read_only)
 
 
 def open_view(db: Path, batch_id: str | None) -> StoreView:

@@ -204,6 +204,9 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
         type=Path,
         help="flightdeck.toml for the [tui] settings (default: ./flightdeck.toml)",
     )
+    attach.add_argument(
+        "--read-only", action="store_true", help="watch: show everything, send no command"
+    )
     attach.add_argument("--state-dir", type=state_dir_arg)
     serve = sub.add_parser("serve", help="the attached TUI in a browser, behind a random token")
     serve.add_argument("batch_id", nargs="?", help="batch id (default: the latest running)")

@@ -188,3 +188,29 @@ async def test_retry_merge_and_discard_say_read_only_and_open_nothing(
         await pilot.press("q")
         await until_exited(pilot, "the app to quit")
     assert "retry" not in recorded(view)
+
+
+def test_attach_read_only_on_the_command_line_watches(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `serve --read-only` had it; `flightdeck attach` on a terminal had no way to watch a
+    # batch without the keys that stop it.
+    from flightdeck.tui import attached
+    from flightdeck.tui.cli import main
+
+    assert engine.flush(30)
+    built: list[FlightdeckApp] = []
+
+    class Recorded(FlightdeckApp):
+        def run(self, *args: object, **kwargs: object) -> bool | None:  # type: ignore[override]
+            built.append(self)
+            return None
+
+    monkeypatch.setattr("flightdeck.tui.app.FlightdeckApp", Recorded)
+    monkeypatch.setattr(attached, "draws_tui", lambda: True)
+    state = str(engine.state_dir)
+    main(["attach", engine.batch_id, "--read-only", "--state-dir", state])
+    main(["attach", engine.batch_id, "--state-dir", state])
+    watching, plain = built
+    assert isinstance(watching.view, ReadOnlyView) and watching.view.read_only == READ_ONLY
+    assert not isinstance(plain.view, ReadOnlyView)
