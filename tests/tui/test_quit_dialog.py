@@ -58,3 +58,36 @@ async def test_attached_enter_or_d_detaches_and_stops_nothing(tmp_path: Path, ke
         await pilot.press(key)
         await until_exited(pilot)
     assert app.return_value is False and view.stopped_all == 0
+
+
+async def test_the_question_follows_the_batch_ended_and_reopened_while_it_shows(
+    tmp_path: Path,
+) -> None:
+    # Said ended, then reopened by a retry from another terminal while the question shows:
+    # it must not go on saying "Quitting stops nothing" over an s that stops all again.
+    from textual.widgets import Label
+
+    app = app_on(StaticView(tmp_path))
+    why: list[str | None] = [None]
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) > 0, "rows")
+        dialog = QuitDialog(3, detach=True, moot=lambda: why[0])
+        app.push_screen(dialog)
+        await until(pilot, lambda: on_screen(app, QuitDialog), "the quit dialog")
+
+        def said() -> str:
+            labels = [str(label.render()) for label in dialog.query(Label)]
+            return " ".join([*labels, str(dialog.query_one("#stop-quit", Button).label)])
+
+        assert "3 children are still running" in said()
+        why[0] = "the batch has ended (stopped): nothing left to stop"
+        await until(
+            pilot, lambda: "nothing left to stop" in said() and "Quit  s" in said(), "ended"
+        )
+        why[0] = None
+        await until(
+            pilot,
+            lambda: "3 children are still running" in said() and "Stop all and quit" in said(),
+            "running again",
+        )
+        await pilot.press("escape")

@@ -306,25 +306,30 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         self.moot = moot
         self.moot_said: str | None = None
 
-    def compose(self) -> ComposeResult:
+    def _said(self) -> tuple[str, str, str]:
+        """The heading, the note and the stop button's label, as the batch is now."""
+        if self.moot_said is not None:
+            return one_line(self.moot_said, 300), "Quitting stops nothing.", "Quit  s"
         verb = "is" if self.live == 1 else "are"
-        with DialogBox(classes="dialog"):
-            yield Label(
-                Text(f"{_children(self.live)} {verb} still running or queued.", "bold"),
-                id="quit-heading",
+        if self.detach:
+            note = (
+                "Detach leaves them running (attach again with `flightdeck attach`); "
+                "stopping ends them. Finished work is already saved."
             )
-            if self.detach:
-                note = (
-                    "Detach leaves them running (attach again with `flightdeck attach`); "
-                    "stopping ends them. Finished work is already saved."
-                )
-            else:
-                note = "Quitting stops them; finished work is already saved."
+        else:
+            note = "Quitting stops them; finished work is already saved."
+        heading = f"{_children(self.live)} {verb} still running or queued."
+        return heading, note, "Stop all and quit  s"
+
+    def compose(self) -> ComposeResult:
+        heading, note, stop = self._said()
+        with DialogBox(classes="dialog"):
+            yield Label(Text(heading, "bold"), id="quit-heading")
             yield Label(Text(note), id="quit-note")
             with Horizontal(classes="buttons"):
                 if self.detach:
                     yield Button("Detach  d", variant="primary", id="detach")
-                yield Button("Stop all and quit  s", variant="error", id="stop-quit")
+                yield Button(stop, variant="error", id="stop-quit")
                 yield Button("Cancel  Esc", id="cancel")
 
     def on_mount(self) -> None:
@@ -335,12 +340,13 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         """Say so once stopping is moot: the batch ended, or its owner died, meanwhile; `s`
         then quits alone (batch.Quit looks again when answered)."""
         why = self.moot() if self.moot is not None else None
-        if why is None or why == self.moot_said:
+        if why == self.moot_said:
             return
-        self.moot_said = why
-        self.query_one("#quit-heading", Label).update(Text(one_line(why, 300), "bold"))
-        self.query_one("#quit-note", Label).update(Text("Quitting stops nothing."))
-        self.query_one("#stop-quit", Button).label = "Quit  s"
+        self.moot_said = why  # None again: a retry reopened it, s stops all again
+        heading, note, stop = self._said()
+        self.query_one("#quit-heading", Label).update(Text(heading, "bold"))
+        self.query_one("#quit-note", Label).update(Text(note))
+        self.query_one("#stop-quit", Button).label = stop
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self.detach or action != "detach"
