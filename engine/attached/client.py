@@ -234,7 +234,7 @@ class Client:
     def follow(self, request_id: int, poll_s: float = POLL_S) -> Iterator[RequestRow]:
         """The request each time it is looked at (every `poll_s`), from now until it is
         settled: refused, or applied with every receipt delivered or missed. OwnerGone if the
-        batch's owner dies first."""
+        batch's owner dies first, or is found silent past STALE_AFTER_S (alive, but stopped)."""
         while True:
             row = self.request(request_id)
             yield row
@@ -247,6 +247,8 @@ class Client:
                     yield row
                     return
                 raise OwnerGone(self.gone_message(owner, row))
+            if owner.stale:  # alive, but silent (stopped, a hung disk): not waited on for ever
+                raise OwnerGone(self.silent_message(owner))
             time.sleep(poll_s)
 
     def gone_message(self, owner: OwnerState, row: RequestRow | None = None) -> str:
@@ -260,6 +262,15 @@ class Client:
         return (
             f"the owner of batch {b} (pid {owner.pid}) is gone: {what}; "
             f"`{command_line(self.db.parent, 'resume', b)}` runs the batch on"
+        )
+
+    def silent_message(self, owner: OwnerState) -> str:
+        """Why a request is not waited on: its owner lives, but has not answered for long."""
+        age = int(owner.heartbeat_age_s or 0)
+        return (
+            f"the owner of batch {self.batch_id} (pid {owner.pid}) has not answered for {age} s "
+            "(stopped with SIGSTOP or a debugger, or its disk hangs): the request stays "
+            "pending, applied once it goes on"
         )
 
     def _connection(self) -> sqlite3.Connection:

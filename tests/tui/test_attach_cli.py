@@ -540,3 +540,38 @@ async def test_an_owner_stopped_silent_is_said_in_the_banner_not_shown_as_if_wel
     finally:
         os.kill(owners[-1], signal.SIGCONT)
         view.close()
+
+
+@pytest.mark.slow
+def test_a_command_to_an_owner_stopped_silent_is_not_waited_on_for_ever(
+    project: Path, owners: list[int]
+) -> None:
+    # docs/architecture.md: "a client calls an owner dead when it hears nothing for 30 s".
+    # None did: `flightdeck stop` to an owner stopped with SIGSTOP waited for ever. Its last
+    # heartbeat is moved 60 s back while it is stopped, rather than the test waiting them out.
+    import sqlite3
+
+    batch_id = detach(project, "held.toml", owners)
+    db = project / ".flightdeck" / "flightdeck.db"
+    os.kill(owners[-1], signal.SIGSTOP)
+    try:
+        with sqlite3.connect(db, timeout=30) as conn:
+            conn.execute(
+                "UPDATE batches SET heartbeat_ts = ? WHERE id = ?", (time.time() - 60, batch_id)
+            )
+        out = flightdeck("stop", batch_id, "c1", cwd=project, timeout=30)
+        assert out.returncode == ExitCode.INCOMPLETE, out
+        assert f"(pid {owners[-1]}) has not answered for 6" in out.stderr, out.stderr
+        assert "the request stays pending, applied once it goes on" in out.stderr
+    finally:
+        os.kill(owners[-1], signal.SIGCONT)
+    view = StoreView(db, batch_id, poll_s=0.05)  # once it goes on, it applies the stop
+    try:
+        wait_for(lambda: status_of(view, "c1") is ChildStatus.STOPPED, "c1 stopped", 30)
+    finally:
+        view.close()
+
+
+def status_of(view: StoreView, child_id: str) -> ChildStatus | None:
+    row = view.snapshot().child(child_id)
+    return None if row is None else row.status
