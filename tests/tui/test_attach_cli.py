@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -398,12 +399,17 @@ def test_a_view_attached_across_a_resume_counts_the_attempts_the_dead_owner_lost
             lambda: view.info is not None and view.info.owner_pid == resumes[-1].pid,
             "the new owner picked up",
         )
-        fresh = StoreView(db, batch_id, watch=False)
-        try:
-            lost = fresh.snapshot().lost_cost_usd
-        finally:
-            fresh.close()
-        assert lost is not None and lost > 0
+
+        def lost_now() -> Decimal:  # as a view attached now reads it
+            fresh = StoreView(db, batch_id, watch=False)
+            try:
+                return fresh.snapshot().lost_cost_usd or Decimal(0)
+            finally:
+                fresh.close()
+
+        # The new owner's pid is in the batch row before its lost attempts are recorded.
+        wait_for(lambda: lost_now() > 0, "the lost attempts recorded by the resume")
+        lost = lost_now()
         wait_for(lambda: view.snapshot().lost_cost_usd == lost, f"lost attempts {lost}", 10)
         assert view.snapshot().status is BatchStatus.RUNNING
     finally:
