@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from agentserver import AgentServer
 
 FIGURES: list[dict[str, Any]] = []
 
@@ -22,3 +25,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def figures() -> list[dict[str, Any]]:
     """Where a test leaves what it measured."""
     return FIGURES
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[AgentServer]:
+    """The loopback server the CLIs of a test module talk to."""
+    with AgentServer() as s:
+        yield s

@@ -21,7 +21,6 @@ import termios
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +50,6 @@ def version(cli: str) -> str:
     out = subprocess.run([str(BIN / cli), "--version"], capture_output=True, text=True, timeout=60)
     words = out.stdout.split()
     return words[-1] if cli == "codex" else words[0]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[AgentServer]:
-    with AgentServer() as s:
-        yield s
 
 
 def toml_value(value: Any) -> str:

@@ -1,0 +1,221 @@
+"""docs/agents.md's claims, each against the real Claude Code and Codex (`make test-agents`):
+workspaces and what merge and discard do with them, pause and continue, the live figures, a
+fresh retry, the CLI's own failures and retries, the environment, `timeout_s` and stalls.
+
+The routes are test_real_clis.py's (the documented argv, pointed at the loopback server);
+`route` and `engine` below change one field of them for a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import Accept, Continue, Discard, Pause, Retry
+from flightdeck.engine.model import ChildStatus
+from test_real_clis import (
+    CLIS,
+    engine_for,
+    goal,
+    in_tool,
+    markers,
+    project,
+    tagged,
+    transcript,
+)
+
+from agentserver import AgentServer
+from helpers import until
+
+
+def route(tmp_path: Path, **fields: object) -> None:
+    """Add these fields to the test's route (the last table of its flightdeck.toml)."""
+    config = tmp_path / "flightdeck.toml"
+    text = config.read_text()
+    for k, v in fields.items():
+        line = f"{k} = " + json.dumps(v)
+        text = re.sub(rf"^{k} = .*$", line, text, flags=re.M) if f"\n{k} = " in text else text
+        text += "" if line in text else line + "\n"
+    config.write_text(text)
+
+
+def engine(tmp_path: Path, **fields: float) -> None:
+    """Set these fields of its [engine] table."""
+    config = tmp_path / "flightdeck.toml"
+    text = config.read_text()
+    for k, v in fields.items():
+        text = re.sub(rf"^{k} = .*$", f"{k} = {v}", text, flags=re.M) if k in text else text
+        if f"{k} = " not in text:
+            text = text.replace("[engine]\n", f"[engine]\n{k} = {v}\n")
+    config.write_text(text)
+
+
+def row(engine_: Engine, child: str = "t0"):  # type: ignore[no-untyped-def]
+    found = engine_.snapshot().child(child)
+    assert found is not None
+    return found
+
+
+def stopped_states(batch_id: str) -> set[str]:
+    """The state letter of every process of the batch's children and their tools' markers."""
+    pids = [p for ps in tagged(batch_id).values() for p in ps] + markers()
+    states = set()
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        states.add(stat[stat.rfind(")") + 2])
+    return states
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_live_figures_while_in_a_tool(tmp_path: Path, server: AgentServer, cli: str) -> None:
+    """The row shows the CLI's current tool, its calls and last activity as they happen."""
+    repo, env = project(tmp_path, cli, server)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        until(lambda: row(eng).activity.current_tool is not None, what="its current tool")
+        live = row(eng).activity
+        assert live.tool_started_ts is not None and live.last_activity_ts is not None
+        assert live.api_calls >= 1, live
+        (tmp_path / "gate").touch()
+        assert eng.wait(120)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert done.activity.current_tool is None
+    # Claude Code counts each call; Codex reports one per turn.
+    calls = 2 if cli == "claude" else 1
+    assert done.activity.api_calls == calls and done.activity.tool_calls == 1, done.activity
+    assert done.cost_usd is not None and done.cost_usd > 0
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_pause_suspends_the_tree_and_continue_resumes_it(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    repo, env = project(tmp_path, cli, server)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", "--tree")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        until(lambda: bool(markers()), what="its tool's grandchild")
+        eng.send(Pause(("t0",)))
+        until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
+        assert stopped_states(eng.batch_id) == {"T"}, stopped_states(eng.batch_id)
+        (tmp_path / "gate").touch()
+        time.sleep(1.0)  # suspended: its tool does not see the gate
+        assert row(eng).status is ChildStatus.PAUSED
+        eng.send(Continue(("t0",)))
+        until(lambda: row(eng).status.terminal, timeout=120, what="ended once continued")
+        done = row(eng)
+        assert eng.wait(30)
+    finally:
+        eng.close()
+        for pid in markers():
+            os.kill(pid, 9)
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert "gate open" in Path(done.transcript).read_text()
+
+
+@pytest.mark.parametrize("cli", CLIS)
+@pytest.mark.parametrize("mode", ["worktree", "copy"])
+def test_changes_are_kept_then_merged_or_discarded(
+    tmp_path: Path, server: AgentServer, cli: str, mode: str
+) -> None:
+    """A child that changed its workspace keeps it until merged or discarded; one that
+    changed nothing has its workspace removed when it ends."""
+    repo, env = project(tmp_path, cli, server)
+    route(tmp_path, workspace=mode)
+    current = ["git", "-C", str(repo), "branch", "--show-current"]
+    branch = subprocess.run(current, capture_output=True, text=True).stdout.strip()
+    goals = [
+        goal(tmp_path, "t0").replace("[tool: ", "[tool: echo made > made.txt && "),
+        goal(tmp_path, "t1").replace("[tool: ", "[tool: echo made > gone.txt && "),
+        goal(tmp_path, "t2"),
+    ]
+    (tmp_path / "gate").touch()
+    eng = engine_for(tmp_path, repo, env, goals)
+    try:
+        assert eng.wait(120)
+        rows = {n: row(eng, n) for n in ("t0", "t1", "t2")}
+        for r in rows.values():
+            assert r.status is ChildStatus.COMPLETED, (r.id, r.error)
+        assert rows["t2"].changes is None
+        assert not (tmp_path / "state" / "batches" / eng.batch_id / "workspaces" / "t2").exists()
+        for n, name in (("t0", "made.txt"), ("t1", "gone.txt")):
+            changes = rows[n].changes
+            assert changes is not None and changes.pending, (n, changes)
+            assert [f.path for f in changes.files] == [name]
+            assert (Path(changes.workspace) / name).is_file()
+        assert not (repo / "made.txt").exists()
+        eng.send(Discard(("t1",)))
+        until(lambda: not row(eng, "t1").changes.pending, what="discarded")  # type: ignore[union-attr]
+        assert not Path(rows["t1"].changes.workspace).exists()  # type: ignore[union-attr]
+        if mode == "worktree":
+            eng.send(Accept(("t0",), into=branch))
+            until(lambda: not row(eng, "t0").changes.pending, what="merged")  # type: ignore[union-attr]
+            assert not Path(rows["t0"].changes.workspace).exists()  # type: ignore[union-attr]
+    finally:
+        eng.close()
+    if mode == "worktree":
+        show = ["git", "-C", str(repo), "show", f"{branch}:made.txt"]
+        assert subprocess.run(show, capture_output=True, text=True).stdout == "made\n"
+    assert not (repo / "gone.txt").exists()
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_fresh_retry_runs_the_argv_again(tmp_path: Path, server: AgentServer, cli: str) -> None:
+    repo, env = project(tmp_path, cli, server)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        eng.stop(["t0"])
+        assert eng.wait(30)
+        assert row(eng).status is ChildStatus.STOPPED
+        (tmp_path / "gate").touch()
+        eng.send(Retry(("t0",)))
+        assert eng.wait(120)
+        done = row(eng)
+        text = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert done.attempt == 2 and done.result is not None and done.result.startswith("done: task")
+    runs = [line for line in text.splitlines() if "engine    │ run: " in line]
+    assert len(runs) == 2 and "resume" not in runs[1], runs
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_the_cli_failing_is_failed_with_its_own_words(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    repo, env = project(tmp_path, cli, server)
+    goals = ["task t0 [fail: 400]", "task t1 [429: 2]"]
+    if cli == "codex":  # Claude Code waits out 10 retries, minutes of backoff
+        goals.append("task t2 [fail: 429]")
+    eng = engine_for(tmp_path, repo, env, goals)
+    try:
+        assert eng.wait(180)
+        failed, retried = row(eng, "t0"), row(eng, "t1")
+        gave_up = row(eng, "t2") if cli == "codex" else None
+        text = transcript(eng, "t1")
+    finally:
+        eng.close()
+    assert failed.status is ChildStatus.FAILED, failed
+    assert failed.error is not None and "loopback refuses this one" in failed.error, failed.error
+    assert "exit status" not in failed.error, failed.error
+    if gave_up is not None:
+        assert gave_up.status is ChildStatus.FAILED, gave_up
+        assert gave_up.error is not None and "429" in gave_up.error, gave_up.error
+    assert retried.status is ChildStatus.COMPLETED, retried.error
+    assert retried.activity.retries >= 1, retried.activity
+    assert "retry" in text.lower(), text

@@ -1,0 +1,387 @@
+"""docs/agents.md's claims against the real Claude Code and Codex, continued: the environment,
+`timeout_s` and stalls, a CLI that fails to start or is not installed, what its tools leave
+running, steers, and what each call is billed (test_real_cli_claims.py's helpers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import Continue, Pause, Retry
+from flightdeck.engine.model import ChildStatus
+from test_real_cli_claims import engine, route, row
+from test_real_clis import (
+    CLIS,
+    engine_for,
+    goal,
+    in_tool,
+    markers,
+    project,
+    tagged,
+    transcript,
+)
+
+from agentserver import DUMMY_KEY, AgentServer
+from helpers import until
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_the_key_and_passed_values_are_redacted(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """The tool prints the key and a value passed by env_pass: the transcript shows neither."""
+    repo, env = project(tmp_path, cli, server)
+    key = "ANTHROPIC_API_KEY" if cli == "claude" else "LOOPBACK_KEY"
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(config.read_text().replace("env_pass = [", 'env_pass = ["MY_SECRET", '))
+    if cli == "codex":
+        route(tmp_path, env_pass=["MY_SECRET"])
+    env["MY_SECRET"] = "hush-hush-0123"
+    env["NOT_PASSED"] = "not-passed-4567"
+    command = f"echo $MY_SECRET $NOT_PASSED ${key} FLIGHTDECK_CHILD=$FLIGHTDECK_CHILD"
+    eng = engine_for(tmp_path, repo, env, [f"task t0 [tool: {command}]"])
+    try:
+        assert eng.wait(120)
+        done = row(eng)
+        text = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert f"FLIGHTDECK_CHILD={eng.batch_id}/t0" in text, text
+    assert "not-passed-4567" not in text
+    if cli == "claude":  # Codex's shell drops *KEY*/*SECRET* variables itself
+        assert text.count("[REDACTED]") == 2, text
+    assert "hush-hush-0123" not in text and DUMMY_KEY not in text
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_timeout_and_stall_end_a_cli_that_hangs(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """Its gate never opens: a task's timeout_s times it out, `tool_stall_after_s` stalls it;
+    either way its whole tree is ended."""
+    repo, env = project(tmp_path, cli, server)
+    engine(tmp_path, stall_after_s=3, tool_stall_after_s=3)
+    tasks = (goal(tmp_path, "t0", "--tree"), goal(tmp_path, "t1"))
+    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.inputs.tasks import Batch, Task
+
+    eng = Engine(
+        Batch(
+            name="agents",
+            tasks=(
+                Task(id="t0", goal=tasks[0], seq=0, timeout_s=2.0),
+                Task(id="t1", goal=tasks[1], seq=1),
+            ),
+            workspace=repo,
+        ),
+        load_settings(tmp_path / "flightdeck.toml"),
+        state_dir=tmp_path / "state",
+        env=env,
+    )
+    eng.start()
+    try:
+        assert eng.wait(120)
+        timed, stalled = row(eng, "t0"), row(eng, "t1")
+    finally:
+        eng.close()
+    assert timed.status is ChildStatus.TIMED_OUT, (timed.status, timed.error)
+    assert stalled.status is ChildStatus.STALLED, (stalled.status, stalled.error)
+    assert markers() == [] and tagged(eng.batch_id) == {}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_paused_cli_never_stalls_and_a_stop_ends_it_paused(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """Paused longer than its stall limits it is not stalled, nor once continued; paused
+    again, a stop ends it and its whole tree (SIGCONT, SIGTERM, the grace, SIGKILL)."""
+    repo, env = project(tmp_path, cli, server)
+    engine(tmp_path, stall_after_s=3, tool_stall_after_s=3)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", "--tree")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        until(lambda: bool(markers()), what="its tool's grandchild")
+        eng.send(Pause(("t0",)))
+        until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
+        time.sleep(4.5)
+        assert row(eng).status is ChildStatus.PAUSED
+        eng.send(Continue(("t0",)))
+        until(lambda: row(eng).status is ChildStatus.RUNNING, what="running again")
+        time.sleep(1.5)
+        assert row(eng).status is ChildStatus.RUNNING, row(eng).error
+        eng.send(Pause(("t0",)))
+        until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused again")
+        t0 = time.monotonic()
+        eng.stop(["t0"])
+        until(lambda: row(eng).status.terminal, what="stopped")
+        stop_s = time.monotonic() - t0
+        assert eng.wait(30)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.STOPPED, (done.status, done.error)
+    assert stop_s < 3, stop_s
+    assert markers() == [] and tagged(eng.batch_id) == {}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_cli_waiting_out_retries_is_never_stalled(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """Its backoffs (Claude Code's 4th is 4.4 s) outlast `stall_after_s`: held, not stalled."""
+    repo, env = project(tmp_path, cli, server)
+    engine(tmp_path, stall_after_s=2)
+    eng = engine_for(tmp_path, repo, env, ["task t0 [429: 4]"])
+    try:
+        assert eng.wait(120)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, (done.status, done.error)
+    assert done.activity.retries >= 4, done.activity
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_cli_that_exits_non_zero_fails_with_its_stderr(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    repo, env = project(tmp_path, cli, server)
+    config = tmp_path / "flightdeck.toml"
+    flag = '"--no-such-flag", '
+    config.write_text(
+        re.sub(r'^argv = \["([^"]*)", ', rf'argv = ["\1", {flag}', config.read_text(), flags=re.M)
+    )
+    eng = engine_for(tmp_path, repo, env, ["task t0"])
+    try:
+        assert eng.wait(60)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.FAILED, done
+    assert done.error is not None and "exit" in done.error and "no-such-flag" in done.error, (
+        done.error
+    )
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_cli_not_installed_is_refused_before_anything_starts(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    repo, env = project(tmp_path, cli, server)
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        re.sub(r'^argv = \["[^"]*"', 'argv = ["no-such-cli"', config.read_text(), flags=re.M)
+    )
+    (tmp_path / "tasks.yaml").write_text(
+        json.dumps(
+            {"batch": {"name": "x", "workspace": str(repo)}, "tasks": [{"id": "t0", "goal": "g"}]}
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.yaml", "--headless"],
+        cwd=tmp_path,
+        env={**os.environ, **env, "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out
+    assert "flightdeck.toml:" in out.stderr and "no-such-cli" in out.stderr, out.stderr
+    assert not (tmp_path / "state" / "batches").exists() or not any(
+        (tmp_path / "state" / "batches").iterdir()
+    )
+
+
+DAEMON = (
+    "import signal, subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+    "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(10**6)', "
+    "'flightdeck-tree-marker'], start_new_session=True); print('daemon started')"
+)
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_descendants_left_when_the_cli_exits_are_ended(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """Its tool starts a daemon (its own session, deaf to SIGTERM) and returns: the CLI ends
+    well, and the daemon is ended with it."""
+    repo, env = project(tmp_path, cli, server)
+    (tmp_path / "daemon.py").write_text(DAEMON)
+    eng = engine_for(
+        tmp_path, repo, env, [f"task t0 [tool: {sys.executable} {tmp_path / 'daemon.py'}]"]
+    )
+    try:
+        assert eng.wait(120)
+        done = row(eng)
+    finally:
+        eng.close()
+    left = markers()
+    for pid in left:
+        os.kill(pid, 9)
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert "daemon started" in Path(done.transcript).read_text()
+    assert left == [] and tagged(eng.batch_id) == {}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_retry_that_continues_works_on_in_the_worktree(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """Stopped with a change made: a fresh retry is refused until it is decided; `--continue`
+    works on in the worktree as it was left."""
+    repo, env = project(tmp_path, cli, server)
+    eng = engine_for(
+        tmp_path,
+        repo,
+        env,
+        [goal(tmp_path, "t0").replace("[tool: ", "[tool: echo made > made.txt && ")],
+    )
+    try:
+        made = tmp_path / "state" / "batches" / eng.batch_id / "workspaces" / "t0" / "made.txt"
+        until(lambda: in_tool(eng, ["t0"]) and made.exists(), what="its change made")
+        eng.stop(["t0"])
+        assert eng.wait(30)
+        stopped = row(eng)
+        assert stopped.changes is not None and stopped.changes.pending, stopped
+        with pytest.raises(Exception, match="changes not yet accepted"):
+            eng.send(Retry(("t0",)))
+        (tmp_path / "gate").touch()
+        eng.send(Retry(("t0",), resume=True))
+        assert eng.wait(120)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert done.changes is not None and done.changes.workspace == stopped.changes.workspace
+    assert [f.path for f in done.changes.files] == ["made.txt"]
+    assert (Path(done.changes.workspace) / "made.txt").read_text() == "made\n"
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_an_unset_api_key_is_refused(tmp_path: Path, server: AgentServer, cli: str) -> None:
+    repo, env = project(tmp_path, cli, server)
+    env.pop("ANTHROPIC_API_KEY" if cli == "claude" else "LOOPBACK_KEY")
+    try:
+        eng = engine_for(tmp_path, repo, env, ["task t0"])
+    except Exception as exc:
+        assert "API_KEY" in str(exc) or "LOOPBACK_KEY" in str(exc), exc
+        return
+    try:
+        assert eng.wait(60)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.FAILED, done
+    assert done.error is not None and ("KEY" in done.error), done.error
+
+
+def test_a_steer_waiting_when_claude_is_interrupted_goes_into_the_new_turn(
+    tmp_path: Path, server: AgentServer
+) -> None:
+    """Claude Code stopped (SIGSTOP) mid-tool reads neither: `steer` then `steer --now`; once
+    it goes on, the interrupt cuts the turn and both go into the new one, as the docs say."""
+    repo, env = project(tmp_path, "claude", server)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        ((cli,),) = tagged(eng.batch_id).values()
+        os.kill(cli, signal.SIGSTOP)
+        try:
+            eng.steer(["t0"], "also the docs")
+            until(lambda: "sent to its input: also the docs" in transcript(eng, "t0"), what="sent")
+            eng.steer(["t0"], "focus on security", now=True)
+            sent = "sent after interrupting the running turn: focus on security"
+            until(lambda: sent in transcript(eng, "t0"), what="sent with its interrupt")
+        finally:
+            os.kill(cli, signal.SIGCONT)
+        until(lambda: "[Request interrupted" in transcript(eng, "t0"), what="interrupted")
+        (tmp_path / "gate").touch()
+        assert eng.wait(120)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, done.error
+    hows = [(r.message, r.state.value, r.how) for r in done.steers]
+    interrupted = "as a new turn, the running one interrupted"
+    assert hows == [
+        ("also the docs", "delivered", interrupted),
+        ("focus on security", "delivered", interrupted),
+    ], hows
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_two_steers_at_the_next_turn_are_both_delivered(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    repo, env = project(tmp_path, cli, server)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        eng.steer(["t0"], "also the docs")
+        eng.steer(["t0"], "and the tests")
+        if cli == "claude":
+            until(lambda: "queued by the CLI: and the tests" in transcript(eng, "t0"), what="read")
+        (tmp_path / "gate").touch()
+        assert eng.wait(120)
+        done = row(eng)
+        text = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert [(r.message, r.state.value) for r in done.steers] == [
+        ("also the docs", "delivered"),
+        ("and the tests", "delivered"),
+    ], done.steers
+    assert done.result is not None and "and the tests" in done.result, (done.result, text)
+
+
+def served_tokens(server: AgentServer, path: str) -> tuple[int, int]:
+    """Input and output tokens the server served on `path` (tests/agentserver.py's counts)."""
+    calls = [r for r in server.received if r.path.partition("?")[0] == path]
+    return sum(len(json.dumps(r.body)) // 4 for r in calls), len(calls)
+
+
+@pytest.mark.parametrize("how", ["steer_now", "steer", "retry"])
+@pytest.mark.parametrize("cli", CLIS)
+def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
+    """Across a steer's turns and a `retry --continue`, the child's input tokens are what the
+    server served it: no turn billed twice, none left out."""
+    from agentserver import RESPONSES_PATH
+    from loopback import ANTHROPIC_PATH
+
+    with AgentServer() as server:  # its own: every request it received is this child's
+        repo, env = project(tmp_path, cli, server)
+        eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+        try:
+            until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+            if how == "retry":
+                eng.stop(["t0"])
+                assert eng.wait(30)
+                (tmp_path / "gate").touch()
+                eng.send(Retry(("t0",), resume=True))
+            else:
+                eng.steer(["t0"], "also the docs", now=how == "steer_now")
+                if cli == "claude":
+                    until(lambda: "queued by the CLI" in transcript(eng, "t0"), what="read")
+                (tmp_path / "gate").touch()
+            assert eng.wait(120)
+            done = row(eng)
+            text = transcript(eng, "t0")
+        finally:
+            eng.close()
+        path = ANTHROPIC_PATH if cli == "claude" else RESPONSES_PATH
+        served, calls = served_tokens(server, path)
+    assert done.status is ChildStatus.COMPLETED, done.error
+    if done.cost_usd is None:  # a run stopped before its CLI reported the turn: documented
+        assert how != "steer" and done.usage.input_tokens <= served, text
+    else:
+        assert done.usage.input_tokens == served, (done.usage, served, calls, text)
