@@ -8,6 +8,9 @@ conversation (the goal travels with each one), so a batch of CLIs needs no scrip
     [429: N]         the first N requests of the conversation get a 429 (the CLI retries)
     [fail: STATUS]   every request of the conversation gets STATUS (the CLI gives up)
 
+A later user text (a steer, a retry's message) that holds `[tool: CMD]` is answered by running
+CMD too, once: what a resumed session may do in its workspace is seen.
+
 A request that carries the shell tool's result is answered with text; so is one whose latest
 user text is new (a steer): `done: <that text>`. Token counts are derived from the request's
 size, so a run's figures are the same each time.
@@ -171,7 +174,12 @@ class AgentServer(Loopback):
             return Reply(status=429, retry_after="0", message="Rate limit exceeded")
         tokens = {"input_tokens": size // 4, "output_tokens": 0}
         command = directives.get("tool")
-        if command and not turn.after_tool and turn.tool_results == 0 and turn.user_texts == 1:
+        later = dict(_DIRECTIVE.findall(turn.latest_user)).get("tool")
+        if later and turn.user_texts > 1 and not turn.after_tool:
+            command = later  # a later user text asks for a tool of its own
+        elif turn.tool_results or turn.user_texts != 1 or turn.after_tool:
+            command = None
+        if command:
             name = "Bash" if path == ANTHROPIC_PATH else "exec_command"
             args: dict[str, Any] = (
                 {"command": command, "description": "run the goal's command"}

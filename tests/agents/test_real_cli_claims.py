@@ -219,3 +219,30 @@ def test_the_cli_failing_is_failed_with_its_own_words(
     assert retried.status is ChildStatus.COMPLETED, retried.error
     assert retried.activity.retries >= 1, retried.activity
     assert "retry" in text.lower(), text
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_steered_cli_still_edits_its_workspace(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """The steer asks for an edit: Claude Code makes it in the running turn, Codex in the
+    resumed session, which must keep the route's `workspace-write` sandbox (a `codex exec
+    resume` without it runs read-only, and the edit fails)."""
+    repo, env = project(tmp_path, cli, server)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        eng.steer(["t0"], "also this [tool: echo steered > steered.txt]")
+        if cli == "claude":
+            until(lambda: "queued by the CLI" in transcript(eng, "t0"), what="the steer read")
+        (tmp_path / "gate").touch()
+        assert eng.wait(120)
+        done = row(eng)
+        text = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, done.error
+    (receipt,) = done.steers
+    assert receipt.state.value == "delivered", receipt
+    assert done.changes is not None, text
+    assert [f.path for f in done.changes.files] == ["steered.txt"], text
