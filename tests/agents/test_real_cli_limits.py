@@ -385,3 +385,62 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
         assert how != "steer" and done.usage.input_tokens <= served, text
     else:
         assert done.usage.input_tokens == served, (done.usage, served, calls, text)
+
+
+DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
+
+
+def documented_denial() -> str:
+    """The command docs/agents.md shows denied by the documented Claude Code route."""
+    text = " ".join((DOCS / "agents.md").read_text().split())
+    found = re.search(r'`denied a tool c7 Bash \{"command": "([^"]+)"\}`', text)
+    assert found is not None, "docs/agents.md shows no denied call"
+    return found.group(1)
+
+
+def test_the_documented_denial_is_denied_and_needs_the_operator(
+    tmp_path: Path, server: AgentServer
+) -> None:
+    """Without `--allowedTools Bash`, the command docs/agents.md shows denied is denied: the
+    transcript says which call, the row holds the denial (the TUI's needs-you queue). Under
+    `acceptEdits`, Claude Code 2.1 runs file commands inside its workspace unasked (`rm -rf
+    build`, `mkdir`, a redirection), as the docs now say: those are not denied."""
+    repo, env = project(tmp_path, "claude", server)
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(config.read_text().replace(', "--allowedTools", "Bash"', ""))
+    command = documented_denial()
+    goals = [f"task t0 [tool: {command}]", "task t1 [tool: mkdir build && rm -rf build]"]
+    eng = engine_for(tmp_path, repo, env, goals)
+    try:
+        assert eng.wait(120)
+        done, ran = row(eng), row(eng, "t1")
+        text = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert done.denial is not None and done.denial.tool == "Bash", (done.denial, text)
+    assert command in done.denial.input
+    assert "denied" in text and command in text, text
+    assert ran.denial is None, ran.denial
+
+
+def test_a_codex_steer_is_missed_when_its_run_fails(tmp_path: Path, server: AgentServer) -> None:
+    """Codex takes a steer by resuming once its process has ended well: one that crashed
+    (killed mid-tool) resumes nothing, and the steer is missed."""
+    repo, env = project(tmp_path, "codex", server)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        eng.steer(["t0"], "also the docs")
+        until(lambda: "also the docs" in transcript(eng, "t0"), what="the steer taken")
+        ((cli,),) = tagged(eng.batch_id).values()
+        os.kill(cli, signal.SIGKILL)
+        assert eng.wait(60)
+        done = row(eng)
+        text = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.FAILED, done
+    (receipt,) = done.steers
+    assert receipt.state.value == "missed", (receipt, text)
+    assert text.count("engine    │ run: ") == 1, text
+    assert tagged(eng.batch_id) == {}
