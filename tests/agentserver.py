@@ -7,6 +7,7 @@ conversation (the goal travels with each one), so a batch of CLIs needs no scrip
     [tool: CMD]      the first answer to the goal runs CMD in the CLI's shell tool, then answers
     [429: N]         the first N requests of the conversation get a 429 (the CLI retries)
     [fail: STATUS]   every request of the conversation gets STATUS (the CLI gives up)
+    [hang: N]        the first N requests of the conversation get no answer (until released)
 
 A later user text (a steer, a retry's message) that holds `[tool: CMD]` is answered by running
 CMD too, once: what a resumed session may do in its workspace is seen.
@@ -46,7 +47,7 @@ RESPONSES_PATH = "/v1/responses"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 DUMMY_KEY = "sk-loopback-dummy-key-0123456789"
 CODEX_MODEL = "gpt-5.1-codex-mini"  # a model Codex knows the metadata of
-_DIRECTIVE = re.compile(r"\[(tool|429|fail):\s*([^\]]*)\]")
+_DIRECTIVE = re.compile(r"\[(tool|429|fail|hang):\s*([^\]]*)\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,8 @@ class AgentServer(Loopback):
         directives = dict(_DIRECTIVE.findall(turn.key))
         if "fail" in directives:
             return Reply(status=int(directives["fail"]), message="loopback refuses this one")
+        if n <= int(directives.get("hang", "0") or 0):
+            return Reply(stall_before_headers=True)
         if n <= int(directives.get("429", "0") or 0):
             return Reply(status=429, retry_after="0", message="Rate limit exceeded")
         tokens = {"input_tokens": size // 4, "output_tokens": 0}

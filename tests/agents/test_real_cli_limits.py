@@ -19,6 +19,7 @@ from flightdeck.engine.commands import Continue, Pause, Retry
 from flightdeck.engine.model import ChildStatus
 from test_real_cli_claims import engine, route, row
 from test_real_clis import (
+    BIN,
     CLIS,
     engine_for,
     goal,
@@ -27,6 +28,7 @@ from test_real_clis import (
     project,
     tagged,
     transcript,
+    version,
 )
 
 from agentserver import DUMMY_KEY, AgentServer
@@ -444,3 +446,101 @@ def test_a_codex_steer_is_missed_when_its_run_fails(tmp_path: Path, server: Agen
     assert receipt.state.value == "missed", (receipt, text)
     assert text.count("engine    │ run: ") == 1, text
     assert tagged(eng.batch_id) == {}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_cli_whose_model_hangs_is_stalled_or_timed_out(tmp_path: Path, cli: str) -> None:
+    """The server never answers its first call: silent for `stall_after_s` it is stalled; a
+    task's `timeout_s` shorter than that times it out. Either way nothing of it is left."""
+    with AgentServer() as server:  # its own: the stalls it releases at the end are this test's
+        repo, env = project(tmp_path, cli, server)
+        _hung(tmp_path, cli, repo, env, server)
+
+
+def _hung(tmp_path: Path, cli: str, repo: Path, env: dict[str, str], server: AgentServer) -> None:
+    engine(tmp_path, stall_after_s=4)
+    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.inputs.tasks import Batch, Task
+
+    tasks = (
+        Task(id="t0", goal="task t0 [hang: 1]", seq=0),
+        Task(id="t1", goal="task t1 [hang: 1]", seq=1, timeout_s=2.0),
+    )
+    eng = Engine(
+        Batch(name="agents", tasks=tasks, workspace=repo),
+        load_settings(tmp_path / "flightdeck.toml"),
+        state_dir=tmp_path / "state",
+        env=env,
+    )
+    eng.start()
+    try:
+        assert eng.wait(60)
+        stalled, timed = row(eng, "t0"), row(eng, "t1")
+    finally:
+        eng.close()
+        server.release()
+    assert stalled.status is ChildStatus.STALLED, (stalled.status, stalled.error)
+    assert timed.status is ChildStatus.TIMED_OUT, (timed.status, timed.error)
+    assert tagged(eng.batch_id) == {}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_cli_printing_what_its_format_is_not_is_shown_and_ends_by_its_exit(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """The route's format, the CLI run to print plain text (`--version`) and a line of JSON no
+    reader knows: each line is shown, nothing is fatal, and exit 0 is `completed` with the
+    output lines as the result."""
+    repo, env = project(tmp_path, cli, server)
+    config = tmp_path / "flightdeck.toml"
+    text = config.read_text()
+    script = tmp_path / "garbage.sh"
+    script.write_text(
+        f'#!/bin/sh\n"{BIN / cli}" --version\necho \'{{"type": "from_the_future", "x": 1}}\'\n'
+        "printf '\\x00\\x1b[31mnot json\\n'\n"
+    )
+    script.chmod(0o755)
+    argv = f'argv = ["{script}", "--replay-user-messages"]'  # what the claude route requires
+    text = re.sub(r"^argv = \[.*$", argv, text, flags=re.M)
+    config.write_text(text)
+    eng = engine_for(tmp_path, repo, env, ["task t0"])
+    try:
+        assert eng.wait(60)
+        done = row(eng)
+        shown = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, (done.error, shown)
+    assert done.result is not None and version(cli) in done.result, done.result
+    assert "from_the_future" in shown and "not json" in shown, shown
+    assert "\x1b" not in shown and "\x00" not in shown
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_time_paused_counts_toward_no_timeout(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    repo, env = project(tmp_path, cli, server)
+    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.inputs.tasks import Batch, Task
+
+    task = Task(id="t0", goal=goal(tmp_path, "t0"), seq=0, timeout_s=6.0)
+    eng = Engine(
+        Batch(name="agents", tasks=(task,), workspace=repo),
+        load_settings(tmp_path / "flightdeck.toml"),
+        state_dir=tmp_path / "state",
+        env=env,
+    )
+    eng.start()
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        eng.send(Pause(("t0",)))
+        until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
+        time.sleep(7)
+        eng.send(Continue(("t0",)))
+        (tmp_path / "gate").touch()
+        assert eng.wait(60)
+        done = row(eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, (done.status, done.error)
