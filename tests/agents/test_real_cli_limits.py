@@ -1,13 +1,13 @@
 """docs/agents.md's claims against the real Claude Code and Codex, continued: the environment,
-`timeout_s` and stalls, a CLI that fails to start or is not installed, what its tools leave
-running, steers, and what each call is billed (test_real_cli_claims.py's helpers)."""
+`timeout_s` and stalls (a tool or a model call that hangs), pause and the clock, a CLI that
+fails to start, is not installed or prints what its format is not, and what its tools leave
+running (test_real_cli_claims.py's helpers)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -284,168 +284,6 @@ def test_an_unset_api_key_is_refused(tmp_path: Path, server: AgentServer, cli: s
         eng.close()
     assert done.status is ChildStatus.FAILED, done
     assert done.error is not None and ("KEY" in done.error), done.error
-
-
-def test_a_steer_waiting_when_claude_is_interrupted_goes_into_the_new_turn(
-    tmp_path: Path, server: AgentServer
-) -> None:
-    """Claude Code stopped (SIGSTOP) mid-tool reads neither: `steer` then `steer --now`; once
-    it goes on, the interrupt cuts the turn and both go into the new one, as the docs say."""
-    repo, env = project(tmp_path, "claude", server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
-        ((cli,),) = tagged(eng.batch_id).values()
-        os.kill(cli, signal.SIGSTOP)
-        try:
-            eng.steer(["t0"], "also the docs")
-            until(lambda: "sent to its input: also the docs" in transcript(eng, "t0"), what="sent")
-            eng.steer(["t0"], "focus on security", now=True)
-            sent = "sent after interrupting the running turn: focus on security"
-            until(lambda: sent in transcript(eng, "t0"), what="sent with its interrupt")
-        finally:
-            os.kill(cli, signal.SIGCONT)
-        until(lambda: "[Request interrupted" in transcript(eng, "t0"), what="interrupted")
-        (tmp_path / "gate").touch()
-        assert eng.wait(120)
-        done = row(eng)
-    finally:
-        eng.close()
-    assert done.status is ChildStatus.COMPLETED, done.error
-    hows = [(r.message, r.state.value, r.how) for r in done.steers]
-    interrupted = "as a new turn, the running one interrupted"
-    assert hows == [
-        ("also the docs", "delivered", interrupted),
-        ("focus on security", "delivered", interrupted),
-    ], hows
-
-
-@pytest.mark.parametrize("cli", CLIS)
-def test_two_steers_at_the_next_turn_are_both_delivered(
-    tmp_path: Path, server: AgentServer, cli: str
-) -> None:
-    repo, env = project(tmp_path, cli, server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
-        eng.steer(["t0"], "also the docs")
-        eng.steer(["t0"], "and the tests")
-        if cli == "claude":
-            until(lambda: "queued by the CLI: and the tests" in transcript(eng, "t0"), what="read")
-        (tmp_path / "gate").touch()
-        assert eng.wait(120)
-        done = row(eng)
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
-    assert done.status is ChildStatus.COMPLETED, done.error
-    assert [(r.message, r.state.value) for r in done.steers] == [
-        ("also the docs", "delivered"),
-        ("and the tests", "delivered"),
-    ], done.steers
-    assert done.result is not None and "and the tests" in done.result, (done.result, text)
-
-
-def served_tokens(server: AgentServer, path: str) -> tuple[int, int]:
-    """Input and output tokens the server served on `path` (tests/agentserver.py's counts)."""
-    calls = [r for r in server.received if r.path.partition("?")[0] == path]
-    return sum(len(json.dumps(r.body)) // 4 for r in calls), len(calls)
-
-
-@pytest.mark.parametrize("how", ["steer_now", "steer", "retry"])
-@pytest.mark.parametrize("cli", CLIS)
-def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
-    """Across a steer's turns and a `retry --continue`, the child's input tokens are what the
-    server served it: no turn billed twice, none left out."""
-    from agentserver import RESPONSES_PATH
-    from loopback import ANTHROPIC_PATH
-
-    with AgentServer() as server:  # its own: every request it received is this child's
-        repo, env = project(tmp_path, cli, server)
-        eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-        try:
-            until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
-            if how == "retry":
-                eng.stop(["t0"])
-                assert eng.wait(30)
-                (tmp_path / "gate").touch()
-                eng.send(Retry(("t0",), resume=True))
-            else:
-                eng.steer(["t0"], "also the docs", now=how == "steer_now")
-                if cli == "claude":
-                    until(lambda: "queued by the CLI" in transcript(eng, "t0"), what="read")
-                (tmp_path / "gate").touch()
-            assert eng.wait(120)
-            done = row(eng)
-            text = transcript(eng, "t0")
-        finally:
-            eng.close()
-        path = ANTHROPIC_PATH if cli == "claude" else RESPONSES_PATH
-        served, calls = served_tokens(server, path)
-    assert done.status is ChildStatus.COMPLETED, done.error
-    if done.cost_usd is None:  # a run stopped before its CLI reported the turn: documented
-        assert how != "steer" and done.usage.input_tokens <= served, text
-    else:
-        assert done.usage.input_tokens == served, (done.usage, served, calls, text)
-
-
-DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
-
-
-def documented_denial() -> str:
-    """The command docs/agents.md shows denied by the documented Claude Code route."""
-    text = " ".join((DOCS / "agents.md").read_text().split())
-    found = re.search(r'`denied a tool c7 Bash \{"command": "([^"]+)"\}`', text)
-    assert found is not None, "docs/agents.md shows no denied call"
-    return found.group(1)
-
-
-def test_the_documented_denial_is_denied_and_needs_the_operator(
-    tmp_path: Path, server: AgentServer
-) -> None:
-    """Without `--allowedTools Bash`, the command docs/agents.md shows denied is denied: the
-    transcript says which call, the row holds the denial (the TUI's needs-you queue). Under
-    `acceptEdits`, Claude Code 2.1 runs file commands inside its workspace unasked (`rm -rf
-    build`, `mkdir`, a redirection), as the docs now say: those are not denied."""
-    repo, env = project(tmp_path, "claude", server)
-    config = tmp_path / "flightdeck.toml"
-    config.write_text(config.read_text().replace(', "--allowedTools", "Bash"', ""))
-    command = documented_denial()
-    goals = [f"task t0 [tool: {command}]", "task t1 [tool: mkdir build && rm -rf build]"]
-    eng = engine_for(tmp_path, repo, env, goals)
-    try:
-        assert eng.wait(120)
-        done, ran = row(eng), row(eng, "t1")
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
-    assert done.denial is not None and done.denial.tool == "Bash", (done.denial, text)
-    assert command in done.denial.input
-    assert "denied" in text and command in text, text
-    assert ran.denial is None, ran.denial
-
-
-def test_a_codex_steer_is_missed_when_its_run_fails(tmp_path: Path, server: AgentServer) -> None:
-    """Codex takes a steer by resuming once its process has ended well: one that crashed
-    (killed mid-tool) resumes nothing, and the steer is missed."""
-    repo, env = project(tmp_path, "codex", server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
-        eng.steer(["t0"], "also the docs")
-        until(lambda: "also the docs" in transcript(eng, "t0"), what="the steer taken")
-        ((cli,),) = tagged(eng.batch_id).values()
-        os.kill(cli, signal.SIGKILL)
-        assert eng.wait(60)
-        done = row(eng)
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
-    assert done.status is ChildStatus.FAILED, done
-    (receipt,) = done.steers
-    assert receipt.state.value == "missed", (receipt, text)
-    assert text.count("engine    │ run: ") == 1, text
-    assert tagged(eng.batch_id) == {}
 
 
 @pytest.mark.parametrize("cli", CLIS)
