@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import Accept, Continue, Discard, Pause, Retry
 from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.records.reader import StoreReader
 from test_real_clis import (
     CLIS,
     engine_for,
@@ -246,3 +248,45 @@ def test_a_steered_cli_still_edits_its_workspace(
     assert receipt.state.value == "delivered", receipt
     assert done.changes is not None, text
     assert [f.path for f in done.changes.files] == ["steered.txt"], text
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_diff_merge_and_discard_from_the_command_line(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """A headless batch of two children that each add a file ends; then `flightdeck diff`,
+    `merge --into` and `discard`, run as a user runs them, with no owner."""
+    repo, env = project(tmp_path, cli, server)
+    current = ["git", "-C", str(repo), "branch", "--show-current"]
+    branch = subprocess.run(current, capture_output=True, text=True).stdout.strip()
+    tasks = {
+        "batch": {"name": "agents", "workspace": str(repo)},
+        "tasks": [
+            {"id": "c1", "goal": "task c1 [tool: echo one > one.txt]"},
+            {"id": "c2", "goal": "task c2 [tool: echo two > two.txt]"},
+        ],
+    }
+    (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
+    full = {**os.environ, **env, "NO_COLOR": "1"}
+
+    def flightdeck(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "flightdeck.tui.cli", *args]
+        return subprocess.run(command, cwd=tmp_path, env=full, capture_output=True, text=True)
+
+    run = flightdeck("run", "tasks.yaml", "--headless")
+    assert run.returncode == 0, run.stdout + run.stderr
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        batch_id = reader.latest_batch_id()
+    assert batch_id is not None
+    diff = flightdeck("diff", batch_id, "c1")
+    assert diff.returncode == 0 and "+one" in diff.stdout, diff
+    merged = flightdeck("merge", batch_id, "c1", "--into", branch)
+    assert merged.returncode == 0 and f"accepted c1 into {branch}" in merged.stdout, merged
+    show = ["git", "-C", str(repo), "show", f"{branch}:one.txt"]
+    assert subprocess.run(show, capture_output=True, text=True).stdout == "one\n"
+    dropped = flightdeck("discard", batch_id, "c2")
+    assert dropped.returncode == 0, dropped
+    workspaces = tmp_path / "state" / "batches" / batch_id / "workspaces"
+    assert not (workspaces / "c1").exists() and not (workspaces / "c2").exists()
+    gone = flightdeck("diff", batch_id, "c2")
+    assert gone.returncode == 1, gone
