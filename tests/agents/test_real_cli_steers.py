@@ -8,11 +8,15 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.child.command import RETRY_MESSAGE
 from flightdeck.engine.commands import Retry
 from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.records.reader import StoreReader
 from test_real_cli_claims import row
 from test_real_clis import (
     CLIS,
@@ -188,3 +192,46 @@ def test_a_codex_steer_is_missed_when_its_run_fails(tmp_path: Path, server: Agen
     assert receipt.state.value == "missed", (receipt, text)
     assert text.count("engine    │ run: ") == 1, text
     assert tagged(eng.batch_id) == {}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_retry_continue_of_an_ended_batch_from_the_command_line(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """A CLI child timed out ends its headless batch; `flightdeck retry --continue` reopens
+    it (an owner in the background) and the CLI resumes its session; `wait` exits 0."""
+    repo, env = project(tmp_path, cli, server)
+    tasks = {
+        "batch": {"name": "agents", "workspace": str(repo)},
+        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0"), "timeout_s": 4}],
+    }
+    (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
+    full = {**os.environ, **env, "NO_COLOR": "1"}
+
+    def flightdeck(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "flightdeck.tui.cli", *args]
+        return subprocess.run(
+            command, cwd=tmp_path, env=full, capture_output=True, text=True, timeout=120
+        )
+
+    run = flightdeck("run", "tasks.yaml", "--headless")
+    assert run.returncode != 0, run.stdout + run.stderr
+    db = tmp_path / "state" / "flightdeck.db"
+    with StoreReader(db) as reader:
+        batch_id = reader.latest_batch_id()
+        assert batch_id is not None
+        (first,) = reader.children(batch_id)
+    assert first.status is ChildStatus.TIMED_OUT, first
+    (tmp_path / "gate").touch()
+    retry = flightdeck("retry", batch_id, "t0", "--continue")
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    waited = flightdeck("wait", batch_id)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    with StoreReader(db) as reader:
+        (done,) = reader.children(batch_id)
+    assert done.status is ChildStatus.COMPLETED, done.error
+    assert done.attempt == 2 and done.result is not None
+    assert done.result.startswith("done: " + RETRY_MESSAGE), done.result
+    runs = [ln for ln in Path(done.transcript).read_text().splitlines() if "│ run: " in ln]
+    assert len(runs) == 2 and "resume" in runs[1], runs
+    assert tagged(batch_id) == {}
