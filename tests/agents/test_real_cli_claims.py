@@ -290,3 +290,31 @@ def test_diff_merge_and_discard_from_the_command_line(
     assert not (workspaces / "c1").exists() and not (workspaces / "c2").exists()
     gone = flightdeck("diff", batch_id, "c2")
     assert gone.returncode == 1, gone
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_shared_edits_the_workspace_and_keep_worktrees_keeps_them(
+    tmp_path: Path, server: AgentServer, cli: str
+) -> None:
+    """`shared`: the CLI edits the batch workspace itself (no changes to decide). A worktree
+    route with `keep_worktrees = true` keeps an unchanged child's worktree."""
+    repo, env = project(tmp_path, cli, server)
+    route(tmp_path, workspace="shared")
+    eng = engine_for(tmp_path, repo, env, ["task t0 [tool: echo shared > shared.txt]"])
+    try:
+        assert eng.wait(120)
+        shared = row(eng)
+    finally:
+        eng.close()
+    assert shared.status is ChildStatus.COMPLETED and shared.changes is None, shared
+    assert (repo / "shared.txt").read_text() == "shared\n"
+    route(tmp_path, workspace="worktree", keep_worktrees=True)
+    eng = engine_for(tmp_path, repo, env, ["task t1"])
+    try:
+        assert eng.wait(120)
+        kept = row(eng)
+        batch = eng.batch_id
+    finally:
+        eng.close()
+    assert kept.status is ChildStatus.COMPLETED, kept.error
+    assert (tmp_path / "state" / "batches" / batch / "workspaces" / "t0" / ".git").exists()
