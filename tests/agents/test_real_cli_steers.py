@@ -102,7 +102,8 @@ def served_tokens(server: AgentServer, path: str) -> tuple[int, int]:
 @pytest.mark.parametrize("cli", CLIS)
 def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
     """Across a steer's turns and a `retry --continue`, the child's input tokens are what the
-    server served it: no turn billed twice, none left out."""
+    server served it: no turn billed twice, none left out; except Codex's turn cut by a stop,
+    which Codex never reports: then the child's cost is unknown, as the docs say."""
     from agentserver import RESPONSES_PATH
     from loopback import ANTHROPIC_PATH
 
@@ -120,6 +121,8 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
                 eng.steer(["t0"], "also the docs", now=how == "steer_now")
                 if cli == "claude":
                     until(lambda: "queued by the CLI" in transcript(eng, "t0"), what="read")
+                elif how == "steer_now":  # stopped mid-turn, before its gate opens
+                    until(lambda: "SIGTERM sent" in transcript(eng, "t0"), what="stopped")
                 (tmp_path / "gate").touch()
             assert eng.wait(120)
             done = row(eng)
@@ -129,8 +132,12 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
         path = ANTHROPIC_PATH if cli == "claude" else RESPONSES_PATH
         served, calls = served_tokens(server, path)
     assert done.status is ChildStatus.COMPLETED, done.error
-    if done.cost_usd is None:  # a run stopped before its CLI reported the turn: documented
-        assert how != "steer" and done.usage.input_tokens <= served, text
+    if cli == "codex" and how != "steer":
+        # Stopped mid-turn, Codex reports that turn never, the resumed thread's total leaves
+        # it out too: its calls go unbilled, and the child's cost stays unknown (docs).
+        assert done.cost_usd is None and done.usage.input_tokens < served, (done, text)
+    elif done.cost_usd is None:  # a run stopped before its CLI reported the turn: documented
+        assert how == "retry" and done.usage.input_tokens <= served, text
     else:
         assert done.usage.input_tokens == served, (done.usage, served, calls, text)
 
