@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
@@ -382,3 +383,30 @@ def test_time_paused_counts_toward_no_timeout(
     finally:
         eng.close()
     assert done.status is ChildStatus.COMPLETED, (done.status, done.error)
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_stop_needs_no_sigkill_when_the_tool_obeys_sigterm(
+    tmp_path: Path, server: AgentServer, cli: str, figures: list[dict[str, Any]]
+) -> None:
+    """The documented route's grace (kill_grace_s 5, the default): the CLI and a tool that
+    obeys SIGTERM end on it, without waiting the grace out (Claude Code takes about 1.5 s to
+    exit on SIGTERM, Codex a few hundredths)."""
+    repo, env = project(tmp_path, cli, server)
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(config.read_text().replace("kill_grace_s = 1\n", ""))
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        t0 = time.monotonic()
+        eng.stop(["t0"])
+        until(lambda: row(eng).status.terminal, what="stopped")
+        stop_s = time.monotonic() - t0
+        assert eng.wait(30)
+        text = transcript(eng, "t0")
+    finally:
+        eng.close()
+    assert row(eng).status is ChildStatus.STOPPED
+    assert stop_s < 4.0 and "SIGKILL sent" not in text, (stop_s, text)
+    assert tagged(eng.batch_id) == {}
+    figures.append({"cli": cli, "test": "stop, tool obeys SIGTERM", "stop_s": round(stop_s, 2)})
