@@ -271,20 +271,23 @@ def test_a_retry_that_continues_works_on_in_the_worktree(
 
 @pytest.mark.parametrize("cli", CLIS)
 def test_an_unset_api_key_is_refused(tmp_path: Path, server: AgentServer, cli: str) -> None:
+    """The key `api_key_env` names must be set: an error at its line, before anything runs."""
+    from flightdeck.engine.errors import ConfigError
+
     repo, env = project(tmp_path, cli, server)
-    env.pop("ANTHROPIC_API_KEY" if cli == "claude" else "LOOPBACK_KEY")
-    try:
-        eng = engine_for(tmp_path, repo, env, ["task t0"])
-    except Exception as exc:
-        assert "API_KEY" in str(exc) or "LOOPBACK_KEY" in str(exc), exc
-        return
-    try:
-        assert eng.wait(60)
-        done = row(eng)
-    finally:
-        eng.close()
-    assert done.status is ChildStatus.FAILED, done
-    assert done.error is not None and ("KEY" in done.error), done.error
+    key = "ANTHROPIC_API_KEY" if cli == "claude" else "LOOPBACK_KEY"
+    env.pop(key)
+    with pytest.raises(
+        ConfigError, match=rf"flightdeck.toml:\d+: routes\.\S+\.api_key_env: .*{key}"
+    ):
+        engine_for(tmp_path, repo, env, ["task t0"])
+    assert tagged_any(tmp_path) == []
+
+
+def tagged_any(tmp_path: Path) -> list[Path]:
+    """Batch folders made under the test's state folder (none: nothing started)."""
+    batches = tmp_path / "state" / "batches"
+    return list(batches.iterdir()) if batches.exists() else []
 
 
 @pytest.mark.parametrize("cli", CLIS)
