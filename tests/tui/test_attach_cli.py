@@ -20,9 +20,10 @@ from flightdeck.tui.attached import open_view
 from flightdeck.tui.commands import UsageError
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
-from tui_support import SIZE, until
+from tui_support import SIZE, notices_of, until
 
 from helpers import Hold, flightdeck, wait_ended
+from helpers import until as poll_until
 
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
 # Children held running (each call waits before its first token; nothing releases them).
@@ -73,6 +74,13 @@ def detach(project: Path, config: str, owners: list[int]) -> str:
     assert info is not None
     owners.append(info.owner_pid)
     return batch_id
+
+
+def attached_app(project: Path, owners: list[int]) -> tuple[str, StoreView, FlightdeckApp]:
+    """A held batch run detached, a view attached to it, and the app on that view."""
+    batch_id = detach(project, "held.toml", owners)
+    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
+    return batch_id, view, FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
 
 
 @pytest.mark.slow
@@ -310,9 +318,7 @@ async def test_an_owner_that_dies_while_attached_is_said_with_the_resume_command
     # abandoned" (nothing finished), and the resume command only once s or X was pressed.
     from flightdeck.tui.widgets.status import StatusBar
 
-    batch_id = detach(project, "held.toml", owners)
-    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
-    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    batch_id, view, app = attached_app(project, owners)
     async with app.run_test(size=(200, 40)) as pilot:
         await until(pilot, lambda: len(app.main.table.shown) == 3, "three rows")
         os.kill(owners[-1], signal.SIGKILL)
@@ -341,10 +347,8 @@ RESUME = (sys.executable, "-m", "flightdeck.tui.cli", "resume")
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+    """helpers.until at a pace for reading the store (a fresh view a poll, at times)."""
+    poll_until(condition, timeout, every=0.05, what=what)
 
 
 @pytest.fixture
@@ -429,10 +433,8 @@ async def test_a_steer_typed_while_the_owner_died_is_refused_with_the_resume_com
     from flightdeck.tui.screens.dialogs import SteerDialog
     from tui_support import on_screen, type_text
 
-    batch_id = detach(project, "held.toml", owners)
+    batch_id, view, app = attached_app(project, owners)
     db = project / ".flightdeck" / "flightdeck.db"
-    view = open_view(db, batch_id)
-    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
     async with app.run_test(size=(200, 40)) as pilot:
         table = app.main.table
         await until(
@@ -474,17 +476,8 @@ async def test_a_view_attached_when_its_owner_died_says_when_a_resume_takes_it_u
     # someone had, it went back to "running" without a word, the abandoned toast gone.
     from flightdeck.tui.widgets.status import StatusBar
 
-    batch_id = detach(project, "held.toml", owners)
-    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
-    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
-    said: list[str] = []
-    notify = app.notify
-
-    def counted(message: str, *args: object, **kwargs: object) -> None:
-        said.append(message)
-        notify(message, *args, **kwargs)  # type: ignore[arg-type]
-
-    app.notify = counted  # type: ignore[method-assign]
+    batch_id, view, app = attached_app(project, owners)
+    said = notices_of(app)
     async with app.run_test(size=(200, 40)) as pilot:
         await until(pilot, lambda: len(app.main.table.shown) == 3, "three rows")
         kill_owner(view, owners[-1])

@@ -23,7 +23,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.main import MainScreen, UiOptions
-from tui_support import SIZE, EngineFactory, until, until_exited
+from tui_support import SIZE, EngineFactory, notices_of, until, until_exited
 
 pytestmark = pytest.mark.anyio
 
@@ -88,22 +88,15 @@ def test_every_command_through_a_read_only_view_sends_nothing(
         ]
 
 
-async def test_every_acting_key_says_read_only_and_opens_nothing(
-    view: StoreView, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    shown = ReadOnlyView(view)
+def read_only_app(view: StoreView) -> tuple[FlightdeckApp, list[str]]:
+    """The app over `view` read-only, and every notice it posts."""
     options = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
-    app = FlightdeckApp(shown, options)
-    # Every notice posted, counted as it is: a toast leaves the app's list when it expires
-    # (5 s), which six keys can outlast on a loaded machine.
-    notices: list[str] = []
-    notify = app.notify
+    app = FlightdeckApp(ReadOnlyView(view), options)
+    return app, notices_of(app)
 
-    def counted(message: str, *args: object, **kwargs: object) -> None:
-        notices.append(message)
-        notify(message, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(app, "notify", counted)
+async def test_every_acting_key_says_read_only_and_opens_nothing(view: StoreView) -> None:
+    app, notices = read_only_app(view)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
         await until(
@@ -127,21 +120,25 @@ async def test_every_acting_key_says_read_only_and_opens_nothing(
     assert recorded(view) == []
 
 
-def test_attach_read_only_shows_the_wrapped_view_and_keeps_no_mark(
-    view: StoreView, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from flightdeck.tui import attached
-
+def apps_built(monkeypatch: pytest.MonkeyPatch) -> list[FlightdeckApp]:
+    """Every app `attach` builds from now on, recorded and closed at once (never run)."""
     built: list[FlightdeckApp] = []
 
     class Recorded(FlightdeckApp):
-        """The app attach_tui builds, recorded and closed at once."""
-
         def run(self, *args: object, **kwargs: object) -> bool | None:  # type: ignore[override]
             built.append(self)
             return None
 
     monkeypatch.setattr("flightdeck.tui.app.FlightdeckApp", Recorded)
+    return built
+
+
+def test_attach_read_only_shows_the_wrapped_view_and_keeps_no_mark(
+    view: StoreView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flightdeck.tui import attached
+
+    built = apps_built(monkeypatch)
     for read_only in (False, True):
         attached.attach_tui(StoreView(view.db, view.batch_id, watch=False), read_only=read_only)
     plain, watching = built
@@ -153,23 +150,13 @@ def test_attach_read_only_shows_the_wrapped_view_and_keeps_no_mark(
 
 
 async def test_retry_merge_and_discard_say_read_only_and_open_nothing(
-    engine: Engine, view: StoreView, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, view: StoreView
 ) -> None:
     # Found by an audit: R over a stopped child opened the retry dialog in a read-only view,
     # and only once fresh or continue was chosen said that nothing was sent (M and delete
     # said "nothing here to merge" rather than why nothing would be).
     engine.send(Stop(("c1",)))
-    shown = ReadOnlyView(view)
-    options = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
-    app = FlightdeckApp(shown, options)
-    notices: list[str] = []
-    notify = app.notify
-
-    def counted(message: str, *args: object, **kwargs: object) -> None:
-        notices.append(message)
-        notify(message, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(app, "notify", counted)
+    app, notices = read_only_app(view)
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
         await until(
@@ -199,14 +186,7 @@ def test_attach_read_only_on_the_command_line_watches(
     from flightdeck.tui.cli import main
 
     assert engine.flush(30)
-    built: list[FlightdeckApp] = []
-
-    class Recorded(FlightdeckApp):
-        def run(self, *args: object, **kwargs: object) -> bool | None:  # type: ignore[override]
-            built.append(self)
-            return None
-
-    monkeypatch.setattr("flightdeck.tui.app.FlightdeckApp", Recorded)
+    built = apps_built(monkeypatch)
     monkeypatch.setattr(attached, "draws_tui", lambda: True)
     state = str(engine.state_dir)
     main(["attach", engine.batch_id, "--read-only", "--state-dir", state])

@@ -51,6 +51,20 @@ def app_for(engine: Engine) -> FlightdeckApp:
     )
 
 
+def notices_of(app: App[Any]) -> list[str]:
+    """Every notice `app` posts from now on, counted as posted: a toast leaves the app's own
+    list when it expires (5 s), which a few keys can outlast on a loaded machine."""
+    notices: list[str] = []
+    notify = app.notify
+
+    def counted(message: str, *args: Any, **kwargs: Any) -> None:
+        notices.append(message)
+        notify(message, *args, **kwargs)
+
+    app.notify = counted  # type: ignore[method-assign]
+    return notices
+
+
 def on_screen(app: App[Any], kind: type[Screen[Any]]) -> bool:
     """`app` shows a screen of `kind`, composed: a pushed screen is `app.screen` a frame or more
     before its widgets are mounted, and a loaded machine stretches that gap."""
