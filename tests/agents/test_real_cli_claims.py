@@ -14,12 +14,14 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import Accept, Continue, Discard, Pause, Retry
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.records.reader import StoreReader
 from test_real_clis import (
     CLIS,
@@ -64,6 +66,30 @@ def row(engine_: Engine, child: str = "t0"):  # type: ignore[no-untyped-def]
     return found
 
 
+@contextmanager
+def in_its_tool(tmp_path: Path, repo: Path, env: dict[str, str], *extra: str) -> Iterator[Engine]:
+    """An engine whose one child, t0 (`goal` with these arguments), is inside its tool, its
+    gate shut; closed at the end."""
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", *extra)])
+    try:
+        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        yield eng
+    finally:
+        eng.close()
+
+
+def finished(eng: Engine, timeout: float = 120) -> tuple[ChildRow, str]:
+    """Once the batch has ended: t0's row and transcript."""
+    assert eng.wait(timeout)
+    return row(eng), transcript(eng, "t0")
+
+
+def gate_opened(tmp_path: Path, eng: Engine, timeout: float = 120) -> tuple[ChildRow, str]:
+    """Open the gate (t0's tool returns); once the batch has ended, t0's row and transcript."""
+    (tmp_path / "gate").touch()
+    return finished(eng, timeout)
+
+
 def stopped_states(batch_id: str) -> set[str]:
     """The state letter of every process of the batch's children and their tools' markers."""
     pids = [p for ps in tagged(batch_id).values() for p in ps] + markers()
@@ -81,18 +107,12 @@ def stopped_states(batch_id: str) -> set[str]:
 def test_live_figures_while_in_a_tool(tmp_path: Path, server: AgentServer, cli: str) -> None:
     """The row shows the CLI's current tool, its calls and last activity as they happen."""
     repo, env = project(tmp_path, cli, server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env) as eng:
         until(lambda: row(eng).activity.current_tool is not None, what="its current tool")
         live = row(eng).activity
         assert live.tool_started_ts is not None and live.last_activity_ts is not None
         assert live.api_calls >= 1, live
-        (tmp_path / "gate").touch()
-        assert eng.wait(120)
-        done = row(eng)
-    finally:
-        eng.close()
+        done, _ = gate_opened(tmp_path, eng)
     assert done.status is ChildStatus.COMPLETED, done.error
     assert done.activity.current_tool is None
     # Claude Code counts each call; Codex reports one per turn.
@@ -106,22 +126,20 @@ def test_pause_suspends_the_tree_and_continue_resumes_it(
     tmp_path: Path, server: AgentServer, cli: str
 ) -> None:
     repo, env = project(tmp_path, cli, server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", "--tree")])
     try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
-        until(lambda: bool(markers()), what="its tool's grandchild")
-        eng.send(Pause(("t0",)))
-        until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
-        assert stopped_states(eng.batch_id) == {"T"}, stopped_states(eng.batch_id)
-        (tmp_path / "gate").touch()
-        time.sleep(1.0)  # suspended: its tool does not see the gate
-        assert row(eng).status is ChildStatus.PAUSED
-        eng.send(Continue(("t0",)))
-        until(lambda: row(eng).status.terminal, timeout=120, what="ended once continued")
-        done = row(eng)
-        assert eng.wait(30)
+        with in_its_tool(tmp_path, repo, env, "--tree") as eng:
+            until(lambda: bool(markers()), what="its tool's grandchild")
+            eng.send(Pause(("t0",)))
+            until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
+            assert stopped_states(eng.batch_id) == {"T"}, stopped_states(eng.batch_id)
+            (tmp_path / "gate").touch()
+            time.sleep(1.0)  # suspended: its tool does not see the gate
+            assert row(eng).status is ChildStatus.PAUSED
+            eng.send(Continue(("t0",)))
+            until(lambda: row(eng).status.terminal, timeout=120, what="ended once continued")
+            done = row(eng)
+            assert eng.wait(30)
     finally:
-        eng.close()
         for pid in markers():
             os.kill(pid, 9)
     assert done.status is ChildStatus.COMPLETED, done.error
@@ -177,19 +195,13 @@ def test_changes_are_kept_then_merged_or_discarded(
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_fresh_retry_runs_the_argv_again(tmp_path: Path, server: AgentServer, cli: str) -> None:
     repo, env = project(tmp_path, cli, server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env) as eng:
         eng.stop(["t0"])
         assert eng.wait(30)
         assert row(eng).status is ChildStatus.STOPPED
         (tmp_path / "gate").touch()
         eng.send(Retry(("t0",)))
-        assert eng.wait(120)
-        done = row(eng)
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
+        done, text = finished(eng)
     assert done.status is ChildStatus.COMPLETED, done.error
     assert done.attempt == 2 and done.result is not None and done.result.startswith("done: task")
     runs = [line for line in text.splitlines() if "engine    │ run: " in line]
@@ -231,18 +243,11 @@ def test_a_steered_cli_still_edits_its_workspace(
     resumed session, which must keep the route's `workspace-write` sandbox (a `codex exec
     resume` without it runs read-only, and the edit fails)."""
     repo, env = project(tmp_path, cli, server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env) as eng:
         eng.steer(["t0"], "also this [tool: echo steered > steered.txt]")
         if cli == "claude":
             until(lambda: "queued by the CLI" in transcript(eng, "t0"), what="the steer read")
-        (tmp_path / "gate").touch()
-        assert eng.wait(120)
-        done = row(eng)
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
+        done, text = gate_opened(tmp_path, eng)
     assert done.status is ChildStatus.COMPLETED, done.error
     (receipt,) = done.steers
     assert receipt.state.value == "delivered", receipt

@@ -15,20 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import Continue, Pause, Retry
+from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
-from test_real_cli_claims import engine, route, row
+from test_real_cli_claims import engine, finished, gate_opened, in_its_tool, route, row
 from test_real_clis import (
     BIN,
     CLIS,
     engine_for,
+    engine_on,
     goal,
     in_tool,
     markers,
     project,
     tagged,
-    transcript,
     version,
 )
 
@@ -52,9 +52,7 @@ def test_the_key_and_passed_values_are_redacted(
     command = f"echo $MY_SECRET $NOT_PASSED ${key} FLIGHTDECK_CHILD=$FLIGHTDECK_CHILD"
     eng = engine_for(tmp_path, repo, env, [f"task t0 [tool: {command}]"])
     try:
-        assert eng.wait(120)
-        done = row(eng)
-        text = transcript(eng, "t0")
+        done, text = finished(eng)
     finally:
         eng.close()
     assert done.status is ChildStatus.COMPLETED, done.error
@@ -73,24 +71,11 @@ def test_timeout_and_stall_end_a_cli_that_hangs(
     either way its whole tree is ended."""
     repo, env = project(tmp_path, cli, server)
     engine(tmp_path, stall_after_s=3, tool_stall_after_s=3)
-    tasks = (goal(tmp_path, "t0", "--tree"), goal(tmp_path, "t1"))
-    from flightdeck.engine.inputs.settings import load_settings
-    from flightdeck.engine.inputs.tasks import Batch, Task
-
-    eng = Engine(
-        Batch(
-            name="agents",
-            tasks=(
-                Task(id="t0", goal=tasks[0], seq=0, timeout_s=2.0),
-                Task(id="t1", goal=tasks[1], seq=1),
-            ),
-            workspace=repo,
-        ),
-        load_settings(tmp_path / "flightdeck.toml"),
-        state_dir=tmp_path / "state",
-        env=env,
+    tasks = (
+        Task(id="t0", goal=goal(tmp_path, "t0", "--tree"), seq=0, timeout_s=2.0),
+        Task(id="t1", goal=goal(tmp_path, "t1"), seq=1),
     )
-    eng.start()
+    eng = engine_on(tmp_path, repo, env, tasks)
     try:
         assert eng.wait(120)
         timed, stalled = row(eng, "t0"), row(eng, "t1")
@@ -109,9 +94,7 @@ def test_a_paused_cli_never_stalls_and_a_stop_ends_it_paused(
     again, a stop ends it and its whole tree (SIGCONT, SIGTERM, the grace, SIGKILL)."""
     repo, env = project(tmp_path, cli, server)
     engine(tmp_path, stall_after_s=3, tool_stall_after_s=3)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", "--tree")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env, "--tree") as eng:
         until(lambda: bool(markers()), what="its tool's grandchild")
         eng.send(Pause(("t0",)))
         until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
@@ -127,10 +110,7 @@ def test_a_paused_cli_never_stalls_and_a_stop_ends_it_paused(
         eng.stop(["t0"])
         until(lambda: row(eng).status.terminal, what="stopped")
         stop_s = time.monotonic() - t0
-        assert eng.wait(30)
-        done = row(eng)
-    finally:
-        eng.close()
+        done, _ = finished(eng, 30)
     assert done.status is ChildStatus.STOPPED, (done.status, done.error)
     assert stop_s < 3, stop_s
     assert markers() == [] and tagged(eng.batch_id) == {}
@@ -301,20 +281,11 @@ def test_a_cli_whose_model_hangs_is_stalled_or_timed_out(tmp_path: Path, cli: st
 
 def _hung(tmp_path: Path, cli: str, repo: Path, env: dict[str, str], server: AgentServer) -> None:
     engine(tmp_path, stall_after_s=4)
-    from flightdeck.engine.inputs.settings import load_settings
-    from flightdeck.engine.inputs.tasks import Batch, Task
-
     tasks = (
         Task(id="t0", goal="task t0 [hang: 1]", seq=0),
         Task(id="t1", goal="task t1 [hang: 1]", seq=1, timeout_s=2.0),
     )
-    eng = Engine(
-        Batch(name="agents", tasks=tasks, workspace=repo),
-        load_settings(tmp_path / "flightdeck.toml"),
-        state_dir=tmp_path / "state",
-        env=env,
-    )
-    eng.start()
+    eng = engine_on(tmp_path, repo, env, tasks)
     try:
         assert eng.wait(60)
         stalled, timed = row(eng, "t0"), row(eng, "t1")
@@ -347,9 +318,7 @@ def test_a_cli_printing_what_its_format_is_not_is_shown_and_ends_by_its_exit(
     config.write_text(text)
     eng = engine_for(tmp_path, repo, env, ["task t0"])
     try:
-        assert eng.wait(60)
-        done = row(eng)
-        shown = transcript(eng, "t0")
+        done, shown = finished(eng, 60)
     finally:
         eng.close()
     assert done.status is ChildStatus.COMPLETED, (done.error, shown)
@@ -363,26 +332,15 @@ def test_time_paused_counts_toward_no_timeout(
     tmp_path: Path, server: AgentServer, cli: str
 ) -> None:
     repo, env = project(tmp_path, cli, server)
-    from flightdeck.engine.inputs.settings import load_settings
-    from flightdeck.engine.inputs.tasks import Batch, Task
-
     task = Task(id="t0", goal=goal(tmp_path, "t0"), seq=0, timeout_s=6.0)
-    eng = Engine(
-        Batch(name="agents", tasks=(task,), workspace=repo),
-        load_settings(tmp_path / "flightdeck.toml"),
-        state_dir=tmp_path / "state",
-        env=env,
-    )
-    eng.start()
+    eng = engine_on(tmp_path, repo, env, (task,))
     try:
         until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
         eng.send(Pause(("t0",)))
         until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
         time.sleep(7)
         eng.send(Continue(("t0",)))
-        (tmp_path / "gate").touch()
-        assert eng.wait(60)
-        done = row(eng)
+        done, _ = gate_opened(tmp_path, eng, 60)
     finally:
         eng.close()
     assert done.status is ChildStatus.COMPLETED, (done.status, done.error)
@@ -398,18 +356,13 @@ def test_a_stop_needs_no_sigkill_when_the_tool_obeys_sigterm(
     repo, env = project(tmp_path, cli, server)
     config = tmp_path / "flightdeck.toml"
     config.write_text(config.read_text().replace("kill_grace_s = 1\n", ""))
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env) as eng:
         t0 = time.monotonic()
         eng.stop(["t0"])
         until(lambda: row(eng).status.terminal, what="stopped")
         stop_s = time.monotonic() - t0
-        assert eng.wait(30)
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
-    assert row(eng).status is ChildStatus.STOPPED
+        done, text = finished(eng, 30)
+    assert done.status is ChildStatus.STOPPED
     assert stop_s < 4.0 and "SIGKILL sent" not in text, (stop_s, text)
     assert tagged(eng.batch_id) == {}
     figures.append({"cli": cli, "test": "stop, tool obeys SIGTERM", "stop_s": round(stop_s, 2)})

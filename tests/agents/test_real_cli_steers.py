@@ -17,12 +17,11 @@ from flightdeck.engine.child.command import RETRY_MESSAGE
 from flightdeck.engine.commands import Retry
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.reader import StoreReader
-from test_real_cli_claims import row
+from test_real_cli_claims import finished, gate_opened, in_its_tool, row
 from test_real_clis import (
     CLIS,
     engine_for,
     goal,
-    in_tool,
     project,
     tagged,
     transcript,
@@ -38,9 +37,7 @@ def test_a_steer_waiting_when_claude_is_interrupted_goes_into_the_new_turn(
     """Claude Code stopped (SIGSTOP) mid-tool reads neither: `steer` then `steer --now`; once
     it goes on, the interrupt cuts the turn and both go into the new one, as the docs say."""
     repo, env = project(tmp_path, "claude", server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env) as eng:
         ((cli,),) = tagged(eng.batch_id).values()
         os.kill(cli, signal.SIGSTOP)
         try:
@@ -52,11 +49,7 @@ def test_a_steer_waiting_when_claude_is_interrupted_goes_into_the_new_turn(
         finally:
             os.kill(cli, signal.SIGCONT)
         until(lambda: "[Request interrupted" in transcript(eng, "t0"), what="interrupted")
-        (tmp_path / "gate").touch()
-        assert eng.wait(120)
-        done = row(eng)
-    finally:
-        eng.close()
+        done, _ = gate_opened(tmp_path, eng)
     assert done.status is ChildStatus.COMPLETED, done.error
     hows = [(r.message, r.state.value, r.how) for r in done.steers]
     interrupted = "as a new turn, the running one interrupted"
@@ -71,19 +64,12 @@ def test_two_steers_at_the_next_turn_are_both_delivered(
     tmp_path: Path, server: AgentServer, cli: str
 ) -> None:
     repo, env = project(tmp_path, cli, server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env) as eng:
         eng.steer(["t0"], "also the docs")
         eng.steer(["t0"], "and the tests")
         if cli == "claude":
             until(lambda: "queued by the CLI: and the tests" in transcript(eng, "t0"), what="read")
-        (tmp_path / "gate").touch()
-        assert eng.wait(120)
-        done = row(eng)
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
+        done, text = gate_opened(tmp_path, eng)
     assert done.status is ChildStatus.COMPLETED, done.error
     assert [(r.message, r.state.value) for r in done.steers] == [
         ("also the docs", "delivered"),
@@ -109,9 +95,7 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
 
     with AgentServer() as server:  # its own: every request it received is this child's
         repo, env = project(tmp_path, cli, server)
-        eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-        try:
-            until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+        with in_its_tool(tmp_path, repo, env) as eng:
             if how == "retry":
                 eng.stop(["t0"])
                 assert eng.wait(30)
@@ -124,11 +108,7 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
                 elif how == "steer_now":  # stopped mid-turn, before its gate opens
                     until(lambda: "SIGTERM sent" in transcript(eng, "t0"), what="stopped")
                 (tmp_path / "gate").touch()
-            assert eng.wait(120)
-            done = row(eng)
-            text = transcript(eng, "t0")
-        finally:
-            eng.close()
+            done, text = finished(eng)
         path = ANTHROPIC_PATH if cli == "claude" else RESPONSES_PATH
         served, calls = served_tokens(server, path)
     assert done.status is ChildStatus.COMPLETED, done.error
@@ -182,18 +162,12 @@ def test_a_codex_steer_is_missed_when_its_run_fails(tmp_path: Path, server: Agen
     """Codex takes a steer by resuming once its process has ended well: one that crashed
     (killed mid-tool) resumes nothing, and the steer is missed."""
     repo, env = project(tmp_path, "codex", server)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
+    with in_its_tool(tmp_path, repo, env) as eng:
         eng.steer(["t0"], "also the docs")
         until(lambda: "also the docs" in transcript(eng, "t0"), what="the steer taken")
         ((cli,),) = tagged(eng.batch_id).values()
         os.kill(cli, signal.SIGKILL)
-        assert eng.wait(60)
-        done = row(eng)
-        text = transcript(eng, "t0")
-    finally:
-        eng.close()
+        done, text = finished(eng, 60)
     assert done.status is ChildStatus.FAILED, done
     (receipt,) = done.steers
     assert receipt.state.value == "missed", (receipt, text)

@@ -101,10 +101,14 @@ def goal(tmp_path: Path, name: str, *extra: str) -> str:
 
 def engine_for(tmp_path: Path, repo: Path, env: dict[str, str], goals: list[str]) -> Engine:
     tasks = tuple(Task(id=f"t{i}", goal=g, seq=i) for i, g in enumerate(goals))
-    settings = load_settings(tmp_path / "flightdeck.toml")
+    return engine_on(tmp_path, repo, env, tasks)
+
+
+def engine_on(tmp_path: Path, repo: Path, env: dict[str, str], tasks: tuple[Task, ...]) -> Engine:
+    """An engine started on these tasks (engine_for's, for fields a goal does not set)."""
     engine = Engine(
         Batch(name="agents", tasks=tasks, workspace=repo),
-        settings,
+        load_settings(tmp_path / "flightdeck.toml"),
         state_dir=tmp_path / "state",
         env=env,
     )
