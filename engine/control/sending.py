@@ -143,7 +143,9 @@ class Sender:
         receipt ids of a steer (one per child, in order). A command that `waits`, sent from
         this process, returns once applied, or raises why it was not (CommandError).
         A key typed into a steer or an answer is redacted first (`redacted_command`)."""
-        command = redacted_command(command, self._secrets)
+        return self._send(redacted_command(command, self._secrets), request_id)
+
+    def _send(self, command: Command, request_id: int | None) -> tuple[int, ...]:
         command.check(self.context())
         co = self._co
         receipts = (
@@ -165,9 +167,9 @@ class Sender:
         if isinstance(command, CommandError):
             self._recorder.settle_request(request_id, (), str(command))  # refused, saying why
             return
-        command = redacted_command(command, self._secrets)
+        command = redacted_command(command, self._secrets)  # kept so, if refused too
         try:
-            self.send(command, request_id)
+            self._send(command, request_id)
         except CommandError as exc:
             self._recorder.settle_request(request_id, (), str(exc), command)
 
