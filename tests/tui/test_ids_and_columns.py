@@ -95,3 +95,23 @@ async def test_the_last_column_is_whole_once_the_rows_need_a_scrollbar(tmp_path:
         assert sum(w for _, _, w in table.columns) + len(table.columns) - 1 == width
         row = table.shown.index("review-01") + 1
         assert "✓ delivered" in table.render_line(row).text
+
+
+async def test_a_child_steered_twice_shows_the_receipt_and_the_count_whole(
+    tmp_path: Path,
+) -> None:
+    """`✓ delivered (2)` is 15 cells: a column of 11 read `✓ delivere…`, the count lost."""
+    from flightdeck.engine.model import SteerReceipt, SteerState
+    from tui_fakes import T0
+
+    receipts = tuple(
+        SteerReceipt(n, "steered", "wrap up", False, SteerState.DELIVERED, T0 + 90 + n)
+        for n in (1, 2)
+    )
+    rows = (child(1, "steered", ChildStatus.RUNNING, folder=tmp_path, steers=receipts),)
+    app = FlightdeckApp(StaticView(tmp_path, rows), UiOptions(clock=frozen_clock))
+    async with app.run_test(size=(200, 24)) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 1, "the row")
+        await pilot.pause()
+        assert "✓ delivered (2)" in table.render_line(1).text

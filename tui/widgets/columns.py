@@ -23,12 +23,12 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("goal", "goal", 30),
     ("route", "route", 10),
     ("calls", "calls", 5),
-    ("doing", "doing", 24),
+    ("doing", "doing", 20),
     ("last", "last", 7),
     ("tokens", "tok in/out", 11),
     ("cost", "cost", 8),
     ("retries", "rt", 3),
-    ("steer", "steer", 11),
+    ("steer", "steer", 15),  # "✓ delivered (2)"; "doing" gave 4: the same columns fit a width
 )
 COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
 Columns = Sequence[tuple[str, str, int]]  # the shown ones: key, label, width (fit_columns)
