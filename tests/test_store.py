@@ -823,3 +823,50 @@ def test_a_read_only_folder_whose_wal_holds_rows_is_not_read_without_them(
     assert os.path.getsize(f"{copy}-wal") > 0
     out = _read_from_read_only_folder(copy)
     assert out.startswith(f"read-only: {copy}: cannot read the database: ")
+
+
+def test_a_units_event_commits_with_the_row_that_ends_it(db: Path) -> None:
+    """The "unit" event (what a resume reads so as not to announce a unit twice) and the final
+    row that ends the unit are one transaction. Queued as two items, the writer could take the
+    event at the end of one batch and the row in the next: an owner killed between the two
+    commits left a unit recorded as announced whose last row said it still ran."""
+    from flightdeck.engine.model import GroupFinished
+    from flightdeck.engine.model.units import UNIT_EVENT
+    from flightdeck.engine.owner.recording import StoreRecorder
+
+    transactions: list[list[str]] = []
+    release = threading.Event()
+    with Store(db) as store:
+        attempt = store._attempt  # a spy on what each transaction holds
+
+        def spying(writes: list[writes_module.Write]) -> None:
+            # a row by its child's id, an event by its kind
+            transactions.append(
+                [str(w.params[1 if w.what == "update_child" else 3]) for w in writes]
+            )
+            attempt(writes)
+
+        store._attempt = spying  # type: ignore[method-assign]
+        # The writer is held in a commit callback while a batch's worth queues behind it, so
+        # the item that ends the unit falls on the writer's batch boundary (MAX_BATCH rows).
+        held = threading.Event()
+
+        def hold(_: bool) -> None:
+            held.set()
+            release.wait(10)
+
+        store.update_child("b1", make_child(0), then=hold)
+        assert held.wait(10)
+        for i in range(MAX_BATCH - 1):
+            store.record_event("b1", None, float(i), "note", "")
+        row = make_child(1, status=ChildStatus.COMPLETED, finished_ts=1100.0)
+        unit = GroupFinished.of("g", (row,))
+        StoreRecorder(store, "b1", lambda: 1200.0).record_final(row, lambda _: None, unit)
+        release.set()
+        assert store.flush(timeout=10)
+    [together] = [t for t in transactions if "c1" in t]
+    assert together[-2:] == [UNIT_EVENT, "c1"]  # the event, then its row
+    with StoreReader(db) as reader:
+        assert [e for e in reader.events("b1") if e[2] == UNIT_EVENT] == [
+            (1200.0, None, UNIT_EVENT, '{"group": "g", "status": "completed", "attempts": 1}')
+        ]

@@ -34,7 +34,7 @@ class Finals:
         *,
         carried: Callable[[], Collection[ChildRow]],
         own: Collection[str],  # the batch's own tasks: the carried rows that are members
-        record_final: Callable[[ChildRow, Callable[[bool], None]], None],
+        record_final: Callable[[ChildRow, Callable[[bool], None], GroupFinished | None], None],
         record_unit: Callable[[GroupFinished, Callable[[bool], None] | None], None],
         report: Callable[[Message], None],
         publish: Callable[[EngineEvent], None],
@@ -67,16 +67,17 @@ class Finals:
 
     def hand(self, row: ChildRow) -> None:
         """A final row to the store; the coordinator hears back whether it was committed. If it
-        ends its unit, the unit's event goes first: the row committed, so is the event."""
+        ends its unit, the unit's event is committed with it (one transaction)."""
         self._handed += 1
         self._join_delegates()
         # The rows handed before it are committed before it (one writer, in order).
         unit = self._units.ended(row)
         if unit is not None:
             self._ending[row.id] = unit
-            self._record_unit(unit, None)
         self._record_final(
-            row, lambda committed: self._report(Recorded(row) if committed else Unrecorded(row))
+            row,
+            lambda committed: self._report(Recorded(row) if committed else Unrecorded(row)),
+            unit,
         )
 
     def recorded(self, row: ChildRow) -> None:

@@ -21,8 +21,11 @@ class Recorder(Protocol):
     def record(self, row: ChildRow) -> None:
         """A child's row as it is now."""
 
-    def record_final(self, row: ChildRow, then: Callable[[bool], None]) -> None:
-        """A child's final row; `then(committed)` once the store has it (or gave up)."""
+    def record_final(
+        self, row: ChildRow, then: Callable[[bool], None], unit: GroupFinished | None = None
+    ) -> None:
+        """A child's final row; `then(committed)` once the store has it (or gave up). `unit`:
+        the unit it ends, whose event is committed with the row (never one without the other)."""
 
     def record_unit(self, unit: GroupFinished, then: Callable[[bool], None] | None) -> None:
         """A unit announced; `then(committed)`, if given, once the store has it (or gave up)."""

@@ -26,9 +26,13 @@ class StoreRecorder:
         """A child's row as it is now."""
         self._store.update_child(self._batch_id, row)
 
-    def record_final(self, row: ChildRow, then: Callable[[bool], None]) -> None:
-        """A child's final row; `then(committed)` once the store has it (or gave up)."""
-        self._store.update_child(self._batch_id, row, then)
+    def record_final(
+        self, row: ChildRow, then: Callable[[bool], None], unit: GroupFinished | None = None
+    ) -> None:
+        """A child's final row; `then(committed)` once the store has it (or gave up). `unit`:
+        the unit it ends, its "unit" event in the row's transaction."""
+        event = None if unit is None else (self._clock(), UNIT_EVENT, told_json(unit))
+        self._store.update_child(self._batch_id, row, then, event=event)
 
     def record_unit(self, unit: GroupFinished, then: Callable[[bool], None] | None) -> None:
         """A unit announced (a "unit" event: what a resume reads to announce no unit twice);

@@ -54,7 +54,9 @@ from flightdeck.engine.records.rows import (
 from flightdeck.engine.records.writes import (
     MULTI_ROW,
     Op,
+    Queued,
     Then,
+    Together,
     Write,
     coalesce,
     insert_rows,
@@ -121,7 +123,7 @@ class Store:
         self._conn = conn
         self._file_id = _file_id(path)
         # SimpleQueue: put is one C call, no Python-level lock and condition per row
-        self._queue: queue.SimpleQueue[Op] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Queued] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self.failed_writes = 0
@@ -148,12 +150,24 @@ class Store:
         self._put_rows("add_queued", UPSERT_QUEUED, params)
 
     def update_child(
-        self, batch_id: str, row: ChildRow, then: Callable[[bool], object] | None = None
+        self,
+        batch_id: str,
+        row: ChildRow,
+        then: Callable[[bool], object] | None = None,
+        *,
+        event: tuple[float, str, str] | None = None,
     ) -> None:
         """Upsert every column of one child; `then` runs (on the writer thread) once the write
-        is committed, `then(True)`, or given up on, `then(False)`."""
+        is committed, `then(True)`, or given up on, `then(False)`. `event` (its time, kind and
+        detail): a batch event committed in the same transaction, never apart from the row."""
         params = child_params(batch_id, row)
-        self._put(Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then))
+        write = Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then)
+        if event is None:
+            self._put(write)
+            return
+        ts, kind, detail = event
+        first = Write("record_event", INSERT_EVENT, (batch_id, None, ts, kind, detail))
+        self._put(Together((first, write)))
 
     def record_control(
         self,
@@ -289,7 +303,7 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, *ops: Write | Then) -> None:
+    def _put(self, *ops: Write | Then | Together) -> None:
         with self._lock:  # several ops queue together, in order
             if self._closed:
                 raise RuntimeError(f"store {self.path} is closed")
@@ -314,14 +328,15 @@ class Store:
             while not stopping:
                 ops: list[Op] = []
                 rows = 0
-                op = self._queue.get()
+                item = self._queue.get()
                 while True:
-                    ops.append(op)
-                    rows += len(op.params) if isinstance(op, Write) and op.many else 1
+                    for op in item.writes if isinstance(item, Together) else (item,):
+                        ops.append(op)
+                        rows += len(op.params) if isinstance(op, Write) and op.many else 1
                     if rows >= MAX_BATCH:
                         break
                     try:
-                        op = self._queue.get_nowait()
+                        item = self._queue.get_nowait()
                     except queue.Empty:
                         break
                 stopping = self._handle(ops)

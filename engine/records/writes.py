@@ -35,7 +35,16 @@ class Then:
     call: Callable[[], object]
 
 
+@dataclass(frozen=True, slots=True)
+class Together:
+    """Writes committed in one transaction: one item on the queue, which the writer never
+    splits between two (as it may two items, at its batch's size)."""
+
+    writes: tuple[Write, ...]
+
+
 Op = Write | Then | None  # None: stop the writer
+Queued = Op | Together  # what the writer's queue holds
 
 
 # Row inserts that may go several rows to a statement: sqlite3 releases the interpreter lock
