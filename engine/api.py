@@ -159,8 +159,10 @@ class Engine(CommandMethods):
             self.routes, providers or {}, env, settings.source
         )
         # A key the operator typed into a goal or a context is redacted before anything keeps
-        # or sends it (owner/keys.py).
-        self.batch = keys.redacted_batch(batch, keys.batch_secrets(self._providers, self._commands))
+        # or sends it; one in a name is refused (owner/keys.py).
+        secrets = keys.batch_secrets(self._providers, self._commands)
+        keys.refuse_keys_in_names(batch, secrets)
+        self.batch = keys.redacted_batch(batch, secrets)
         self.meter = Meter()
         self._subscribers = Subscribers()
         self._created_ts = clock()  # the batch's start, until it starts

@@ -115,3 +115,36 @@ def test_no_planted_key_reaches_any_file_or_output(tmp_path: Path) -> None:
     # (A tool's output goes to the model as it is: the model reads the file it asked for.)
     assert any("use [REDACTED]" in body for body in sent)
     assert not any(f"use {KEY}" in body or f"{TOKEN} {PASSED}" in body for body in sent)
+
+
+def test_a_key_in_a_name_is_one_clear_error_and_nothing_is_written(tmp_path: Path) -> None:
+    """A goal's key is redacted; a name's cannot be (two tasks could end up one, a resume would
+    not find its children), so a task id or group, or the batch's name, holding a key stops the
+    batch before it starts, naming the file, the line and the field, without repeating the key."""
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\nstate_dir = "state"\n'
+        '[routes.cli]\nprovider = "command"\nargv = ["true"]\napi_key_env = "FD_TEST_KEY"\n'
+    )
+    env = {**os.environ, "NO_COLOR": "1", "FD_TEST_KEY": KEY}
+    cases = {
+        "id": ('[batch]\nname = "ok"\n', f'[[tasks]]\nid = "t-{KEY}"\ngoal = "g"\n', ":3: id:"),
+        "group": ('[batch]\nname = "ok"\n', f'[[tasks]]\nid = "t"\ngoal = "g"\ngroup = "{KEY}"\n',
+                  ":3: group:"),
+        "name": (f'[batch]\nname = "n {KEY}"\n', '[[tasks]]\nid = "t"\ngoal = "g"\n', ": name:"),
+    }  # fmt: skip
+    for field, (head, task, where) in cases.items():
+        (tmp_path / "tasks.toml").write_text(head + task)
+        run = subprocess.run(
+            [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.toml", "--headless"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert run.returncode == 2, (field, run.stdout, run.stderr)
+        assert f"tasks.toml{where} holds one of the batch's API keys" in run.stderr, run.stderr
+        assert MARK not in run.stdout + run.stderr
+        assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.log"))
+        batches = tmp_path / "state" / "batches"
+        assert not batches.exists() or not any(batches.iterdir()), field

@@ -139,19 +139,10 @@ def check_task_text(batch: Batch, limit: int) -> None:
         for name in TEXT_FIELDS:
             value = getattr(task, name)
             if isinstance(value, str) and len(value) > limit:
-                path, line = _where(task)
+                path, line = task.where()
                 raise SpecError(
                     path, line, name, f"task {task.id!r}: {too_long(len(value), limit)}"
                 )
-
-
-def _where(task: Task) -> tuple[str | None, int | None]:
-    """The path and line of `task.source` ("file:line", a path, or "" for a Batch built in
-    Python)."""
-    path, _, line = task.source.rpartition(":")
-    if path and line.isdigit():
-        return path, int(line)
-    return task.source or None, None
 
 
 def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from flightdeck.engine.agents.launch import CommandRoute
+from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.sanitize import redact
@@ -26,6 +27,24 @@ def batch_secrets(
     `api_key_env` and `env_pass` values."""
     secrets = tuple(s for provider in providers.values() for s in provider.secrets)
     return secrets + tuple(s for command in commands.values() for s in command.secrets)
+
+
+def refuse_keys_in_names(batch: Batch, secrets: Iterable[str]) -> None:
+    """SpecError when a task's id or group, or the batch's name, holds one of its keys. Those
+    name files, rows and lines on screen: redacted, two tasks could share one name, and a
+    resume would not find its children; so the batch does not start."""
+    secrets = tuple(s for s in secrets if s)
+    if not secrets:
+        return
+    said = "holds one of the batch's API keys (a name is stored and shown): rename it"
+    if any(s in batch.name for s in secrets):
+        raise SpecError(batch.source, None, "name", said)
+    templates = (t for schedule in batch.schedules for t in schedule.tasks)
+    for task in (*batch.tasks, *templates):
+        for field in ("id", "group"):
+            value = getattr(task, field)
+            if value is not None and any(s in value for s in secrets):
+                raise SpecError(*task.where(), field, said)
 
 
 def redacted_batch(batch: Batch, secrets: Iterable[str]) -> Batch:

@@ -43,6 +43,14 @@ class Task:
     parent: str | None = None  # the child that delegated it (None: a task of the batch file)
     depth: int = 0  # 0 for the batch's own tasks, parent's + 1 for a delegate
 
+    def where(self) -> tuple[str | None, int | None]:
+        """The path and line of `source` ("file:line", a path, or "" for a Batch built in
+        Python), as a SpecError names them."""
+        path, _, line = self.source.rpartition(":")
+        if path and line.isdigit():
+            return path, int(line)
+        return self.source or None, None
+
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
