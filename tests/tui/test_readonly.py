@@ -23,6 +23,8 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.main import MainScreen, UiOptions
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 from tui_support import SIZE, EngineFactory, notices_of, until, until_exited
 
 pytestmark = pytest.mark.anyio
@@ -194,3 +196,66 @@ def test_attach_read_only_on_the_command_line_watches(
     watching, plain = built
     assert isinstance(watching.view, ReadOnlyView) and watching.view.read_only == READ_ONLY
     assert not isinstance(plain.view, ReadOnlyView)
+
+
+# Every key that sends a command: in a read-only view none is shown, or offered by the palette.
+ACTING = ("steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "limits")
+REVIEWING = ("retry", "merge", "discard")
+
+
+def footer_actions(app: FlightdeckApp) -> set[str]:
+    """The actions of the keys the main screen's footer shows."""
+    return {key.action for key in app.main.query_one(Footer).query(FooterKey)}
+
+
+async def test_a_read_only_view_shows_no_key_that_would_only_refuse(view: StoreView) -> None:
+    # The footer listed s, x and X, enabled, in a view where each only said `read-only: …`.
+    app, notices = read_only_app(view)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.rows_by_id) == 2, "both children shown")
+        await until(pilot, lambda: {"filter", "help", "quit"} <= footer_actions(app), "keys")
+        assert not {"steer", "stop", "stop_all", "nudge"} & footer_actions(app)
+        for action in (*ACTING, *REVIEWING):
+            assert app.main.check_action(action, ()) is False, action  # hidden, not dimmed
+        shown = {b.binding.action for b in app.main.active_bindings.values()}
+        assert not shown & {*ACTING, *REVIEWING}
+        assert "diff" in shown and "filter" in shown  # what only reads stays
+        await pilot.press("s")  # hidden, it still says why it sends nothing
+        await until(pilot, lambda: READ_ONLY in notices, "the reason said")
+        assert isinstance(app.screen, MainScreen)
+    assert recorded(view) == []
+
+
+async def test_the_footer_drops_steer_and_stop_once_the_attached_batch_ends(
+    engine: Engine, view: StoreView
+) -> None:
+    # An attached view of a batch that has ended (or whose owner is gone) showed s and x,
+    # dimmed, though they only said that nothing is left to steer or stop.
+    options = UiOptions(poll_s=0.05, transcript_poll_s=0.05, cursor_blink=False)
+    app = FlightdeckApp(view, options)
+    notices = notices_of(app)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(
+            pilot,
+            lambda: (
+                len(table.rows_by_id) == 2
+                and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
+            ),
+            "both children running",
+        )
+        # Live and attached: steer and stop are there, enabled.
+        await until(pilot, lambda: {"steer", "stop"} <= footer_actions(app), "s and x shown")
+        assert app.main.check_action("steer", ()) and app.main.check_action("stop", ())
+        engine.send(StopAll())
+        await until(pilot, lambda: view.read_only is not None, "the batch ended")
+        await until(pilot, lambda: not {"steer", "stop"} & footer_actions(app), "s and x gone")
+        assert {"filter", "help", "quit"} <= footer_actions(app)
+        for action in ACTING:
+            assert app.main.check_action(action, ()) is False, action
+        # A retry opens an ended batch again: R stays (it is not read-only).
+        assert app.main.check_action("retry", ()) is True
+        await pilot.press("x")  # hidden, it still says why it sends nothing
+        reason = view.read_only
+        await until(pilot, lambda: reason in notices, "the reason said")

@@ -1,5 +1,6 @@
 """The main screen's keys: their bindings, the command palette's names for them, and when each
-applies (`applies`: the screen's check_action, which hides or disables what does not)."""
+applies (`applies`: the screen's check_action, which hides or disables what does not; `refused`:
+hidden where it would send nothing)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from functools import partial
 from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.decisions import Decision, Say
+from flightdeck.tui.screens.review import refusal
+from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable
 from textual.app import SystemCommand
-from textual.binding import Binding, BindingType
+from textual.binding import ActiveBinding, Binding, BindingType
 from textual.widget import Widget
 
 MAIN_BINDINGS: list[BindingType] = [
@@ -319,7 +322,8 @@ def palette_commands(screen: Widget) -> Iterator[SystemCommand]:
 
 
 _ROW_MOVES = frozenset({"row_down", "row_up", "first_row", "last_row"})
-# The actions whose `applies` depends on the rows: the screen asks again after each poll.
+# The actions whose `applies` depends on the rows (and `refused` on the view, which a poll may
+# find ended or abandoned): the screen asks again after each poll.
 ROW_ACTIONS = ("steer", "stop", "nudge", "stop_all", "pause", "pause_admission", "tag", "fold")
 
 
@@ -356,9 +360,36 @@ def applies(
     return True
 
 
-def unheard(key: str, disabled: str | None, table: ChildrenTable, table_focused: bool) -> Decision:
-    """Why a key does nothing over children it cannot act on (`disabled`: the action of its
-    binding, shown disabled), rather than silence."""
+# The keys that send a command (MainScreen.order's, and R, M and delete's): hidden where each
+# would only say why it sends nothing. A read-only view, or a batch that ended or whose owner is
+# gone (`EngineView.read_only`); R, M and delete only read-only (`review.refusal`: a retry opens
+# an ended batch again, an accept or a discard needs no owner).
+_ORDERS = frozenset({"steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "limits"})
+_REVIEWS = frozenset({"retry", "merge", "discard"})
+
+
+def refused(action: str, view: EngineView) -> str | None:
+    """Why `action` sends nothing from `view` (its key hidden; pressed, it says so), or None."""
+    if action in _ORDERS:
+        return view.read_only
+    return refusal(view) if action in _REVIEWS else None
+
+
+def unheard(
+    key: str,
+    active: ActiveBinding | None,
+    table: ChildrenTable,
+    focused: Widget | None,
+    view: EngineView,
+) -> Decision:
+    """Why a key does nothing, rather than silence: its binding hidden as `refused` (`active`:
+    None, no binding of the key applies), or shown disabled over children it cannot act on."""
+    if active is None:
+        bound = (b.action for b in MAIN_BINDINGS if isinstance(b, Binding) and b.key == key)
+        if reason := next(filter(None, (refused(a, view) for a in bound)), None):
+            return (Say(reason, "warning"),)
+    disabled = active.binding.action if active is not None and not active.enabled else None
+    table_focused = focused is table
     if key == "n" and table_focused:  # n does nothing where no child is flagged as looping
         aim = targets.aim(table)
         if aim.ids and not aim.looping:

@@ -263,21 +263,21 @@ class MainScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
+        if keys.refused(action, self.view):  # it would only say why it sends nothing
+            return False  # hidden (on_key says why, if pressed)
         table = self.table
         return keys.applies(action, table, self.snapshot, table_focused=self.focused is table)
 
     def on_key(self, event: events.Key) -> None:
-        """Escape dismisses the digest while it shows; a key over children it cannot act on
-        says why nothing happens."""
+        """Escape dismisses the digest while it shows; a key over children it cannot act on, or
+        hidden where it would send nothing (read-only, ended), says why nothing happens."""
         if event.key == "escape" and self.digest.shown:
             event.stop()
             self._dismiss_digest()
             return
         # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
         active = self.active_bindings.get(event.key)
-        disabled = active.binding.action if active is not None and not active.enabled else None
-        table = self.table
-        self.carry_out(keys.unheard(event.key, disabled, table, self.focused is table))
+        self.carry_out(keys.unheard(event.key, active, self.table, self.focused, self.view))
 
     # --- keys that send a command (actions.py on the targets, batch.py on the batch) ----------
 
