@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -245,6 +246,7 @@ def test_a_routes_key_unset_on_the_nodes_is_one_config_error_naming_the_node(
     assert "on node " in error.message and "`ray start`" in error.message
     assert "sk-owner-only" not in str(error)
     assert "\n" not in str(error)
+    assert list((tmp_path / "batches").iterdir()) == []  # a batch that never started
 
 
 def test_an_owner_whose_ray_is_not_the_clusters_is_refused_in_one_line_exit_2(
@@ -274,6 +276,48 @@ def test_an_owner_whose_ray_is_not_the_clusters_is_refused_in_one_line_exit_2(
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"flightdeck: {config}:6: ray.address: cannot join"), line
     assert "Version mismatch" in line and "2.0.0" in line and ray.__version__ in line, line
+
+
+@pytest.mark.parametrize("mode", ["--headless", "--detach"])
+def test_a_batch_the_cluster_refused_leaves_no_folder_and_no_row_behind(
+    ray_nodes: Any, tmp_path: Path, mode: str
+) -> None:
+    # The cluster answers, so the run gets as far as making the batch's folder (and, detached,
+    # starting its owner), then refuses to take the owner: a batch that never started. Every
+    # process the run starts (its owner too) has this Ray report another version.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import ray\nray.__version__ = '2.0.0'\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"goal": "one"}\n')
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[engine]\nexecutor = "ray"\n\n[ray]\nworkers_per_node = 1\naddress = "auto"\n'
+    )
+    state = tmp_path / "state"
+    env = dict(
+        os.environ,
+        RAY_ADDRESS=ray_nodes.address,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+        NO_COLOR="1",
+        COLUMNS="400",
+    )
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "flightdeck.tui.cli", *argv, "--state-dir", str(state)]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    done = cli("run", str(tasks), "--config", str(config), mode)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"flightdeck: {config}:6: ray.address: cannot join"), line
+    assert "Version mismatch" in line and "2.0.0" in line, line
+    assert list((state / "batches").iterdir()) == []  # no folder of it, not even an empty one
+    with StoreReader(state / "flightdeck.db") as reader:
+        assert reader.batches() == []
+    listed = cli("ls")
+    assert listed.returncode == 0, listed.stderr
+    assert not re.search(r"\d{8}-\d{6}-[0-9a-f]{4}", listed.stdout), listed.stdout
 
 
 def test_what_the_cluster_publishes_to_drivers_goes_to_the_owners_log_not_its_stdout(

@@ -116,6 +116,9 @@ def test_a_manifest_that_cannot_be_written_at_start_is_an_unusable_state_folder(
             engine.start()
     finally:
         engine.close()
+    assert list((tmp_path / "state" / "batches").iterdir()) == []  # nothing of it is kept
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        assert reader.batches() == []
 
 
 def test_the_transcript_drain_thread_survives_an_error_and_still_answers_flush(

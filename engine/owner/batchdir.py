@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.errors import ConfigError, InputError
@@ -14,7 +15,7 @@ from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.owner.assembly import new_batch_id
 from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.reader import StoreReader
-from flightdeck.engine.records.transcripts import write_manifest
+from flightdeck.engine.records.transcripts import MANIFEST, write_manifest
 
 
 def check_given_id(batch_id: object) -> None:
@@ -63,17 +64,44 @@ def unusable(exc: OSError, state_dir: Path) -> ConfigError:
     return ConfigError(None, None, "state_dir", f"cannot use {state_dir}: {reason}")
 
 
+@dataclass
+class Claimed:
+    """What the start of a new batch has made of its folder so far. A start that fails before
+    the batch's row is recorded (Ray refused the owner, a node shares no folder) undoes it
+    (`forget`): a batch that never started leaves nothing behind, as one refused before its
+    folder was made."""
+
+    folder: Path
+    made: bool  # the folder itself: the one `run` claimed for an owner it starts is run's
+    workspace: Path | None = None  # the batch's own, in the folder, once made
+    manifest: bool = False  # written (or being written)
+
+    def forget(self) -> None:
+        """Remove what this start made. Folders go only if empty (no child ran, and nothing
+        else is taken with them)."""
+        try:
+            if self.manifest:
+                (self.folder / MANIFEST).unlink(missing_ok=True)
+            if self.workspace is not None:
+                self.workspace.rmdir()
+            if self.made:
+                self.folder.rmdir()
+        except OSError:  # not empty, say: kept, and so the folder it is in
+            pass
+
+
 def claim(
     batch_dir: Path, *, id_given: bool, clock: Callable[[], float], state_dir: Path
-) -> tuple[str, Path]:
+) -> Claimed:
     """Make this batch's folder; a generated id already taken (two runs started in the same
     second drew the same one) is drawn again, so two batches never share rows or files.
-    Returns the batch id and its folder."""
+    A given id's folder may be there already (the one `run` claimed for the owner it starts)."""
     folder(batch_dir.parent, state_dir)
     while True:
         try:
+            there = id_given and batch_dir.is_dir()
             private_dir(batch_dir, exist_ok=id_given)
-            return batch_dir.name, batch_dir
+            return Claimed(batch_dir, made=not there)
         except FileExistsError:
             batch_dir = batch_dir.parent / new_batch_id(clock)
         except OSError as exc:

@@ -100,10 +100,12 @@ class BatchRun:
         self._live = ""  # the live figures last published (records/live.py)
         self._unsteerable: set[str] = set()  # routes whose children take no steer
         self._opened = False  # counted among the process's open batches (agents/tree.py)
+        self._unrecorded: batchdir.Claimed | None = None  # a new batch's folder, until its row
 
     def start(self) -> None:
         """Record the batch, then start the coordinator. Each part is kept as it is made, so
-        `close()` releases what a failed start made."""
+        `close()` releases what a failed start made (a new batch's folder too, until its row
+        is recorded: a batch that never started leaves nothing behind)."""
         tree.batch_opened()  # the process stays the subreaper of its command children until close
         self._opened = True
         # The database first: one that cannot be used (not a database, a newer schema, another
@@ -116,12 +118,17 @@ class BatchRun:
             from flightdeck.engine.owner import resume
 
             resume.claim(store, self.batch_id, self.clock, reopen=self._reopen)
-        self.batch_id, self.batch_dir = batchdir.claim(
+        claimed = batchdir.claim(
             self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
         )
+        self.batch_id, self.batch_dir = claimed.folder.name, claimed.folder
+        if self._resuming is None:  # a resumed batch's folder and row are an earlier start's
+            self._unrecorded = claimed
         own = self.batch.workspace is None  # the batch's own, in its folder: private
         workspace = self.batch.workspace or self.batch_dir / "workspace"
         self.workspace = made = batchdir.folder(workspace, self.state_dir, private=own)
+        if own:
+            claimed.workspace = made
         self._secrets = secrets = keys.batch_secrets(self._providers, self._commands)
         toolbox = Toolbox(workspace, secrets=secrets, private=own)
         throttles = {name: RouteThrottle() for name in self.routes}
@@ -174,6 +181,7 @@ class BatchRun:
         # Written before the batch row, so a manifest that cannot be written leaves no batch
         # "running" for ever.
         self._manifest_children = assembly.manifest_children(children)
+        claimed.manifest = True
         try:
             self._manifest()
         except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
@@ -191,6 +199,7 @@ class BatchRun:
                     now=now,
                 )
             )
+            self._unrecorded = None  # the batch is recorded: it is kept, whatever happens next
             store.add_queued(self.batch_id, assembly.queued_rows(children))
         else:
             found = self._settle_resumed(children)
@@ -275,6 +284,9 @@ class BatchRun:
             self.pool.shutdown()
         if self.sink is not None:
             self.sink.close()
+        if self._unrecorded is not None:  # start() failed before the batch was recorded
+            self._unrecorded.forget()
+            self._unrecorded = None
         if self.store is not None:
             self.store.close()
         if self._opened:

@@ -1,7 +1,8 @@
 """Joining the Ray cluster `[ray] address` names: "local" starts one in this process, "auto"
 joins the one running on this machine (or at `RAY_ADDRESS`). A cluster that cannot be joined is
 a ConfigError on `ray.address`: found before the batch writes anything when nothing answers, before
-any child starts when the cluster refuses this process (a token it asks for, another version)."""
+any child starts when the cluster refuses this process (a token it asks for, another version),
+the batch's folder then removed again (owner/batchdir.py's `Claimed`)."""
 
 from __future__ import annotations
 
