@@ -62,6 +62,7 @@ from flightdeck.engine.records.writes import (
     insert_rows,
     runs,
     scrubbed,
+    take,
 )
 
 __all__ = ["MAX_BATCH", "RETRY_S", "Store", "StoreTrouble", "storage_fault"]
@@ -326,20 +327,7 @@ class Store:
         stopping = False
         try:
             while not stopping:
-                ops: list[Op] = []
-                rows = 0
-                item = self._queue.get()
-                while True:
-                    for op in item.writes if isinstance(item, Together) else (item,):
-                        ops.append(op)
-                        rows += len(op.params) if isinstance(op, Write) and op.many else 1
-                    if rows >= MAX_BATCH:
-                        break
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                stopping = self._handle(ops)
+                stopping = self._handle(take(self._queue, MAX_BATCH))
         finally:
             self._conn.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import queue
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,24 @@ class Together:
 
 Op = Write | Then | None  # None: stop the writer
 Queued = Op | Together  # what the writer's queue holds
+
+
+def take(items: queue.SimpleQueue[Queued], rows: int) -> list[Op]:
+    """What the writer commits next: the next item (waited for), then what else is queued, up
+    to about `rows` rows; a `Together` whole."""
+    ops: list[Op] = []
+    taken = 0
+    item = items.get()
+    while True:
+        for op in item.writes if isinstance(item, Together) else (item,):
+            ops.append(op)
+            taken += len(op.params) if isinstance(op, Write) and op.many else 1
+        if taken >= rows:
+            return ops
+        try:
+            item = items.get_nowait()
+        except queue.Empty:
+            return ops
 
 
 # Row inserts that may go several rows to a statement: sqlite3 releases the interpreter lock
