@@ -123,7 +123,7 @@ def _feed(name: str, *steers: SteerReceipt) -> list[tuple[SteerReceipt, str]]:
     prompt_id, *steer_ids = dict.fromkeys(e.uuid for e in of(events, Lifecycle))
     ids = iter((prompt_id, *steer_ids))
     written: list[str] = []
-    cli = CliInput(lambda text: written.append(text) is None, new_id=lambda: next(ids))
+    cli = CliInput(lambda text: written.append(text), new_id=lambda: next(ids))
     cli.prompt("the task")
     sends = dict(zip(steer_ids, steers, strict=True))
     started, queued = [], []
@@ -133,7 +133,7 @@ def _feed(name: str, *steers: SteerReceipt) -> list[tuple[SteerReceipt, str]]:
         if not isinstance(event, Lifecycle):
             continue
         if event.state == "queued" and event.uuid in sends:
-            assert cli.steer(sends.pop(event.uuid))
+            assert cli.steer(sends.pop(event.uuid)) is None
         if (was_read := cli.queued(event)) is not None:
             queued.append(was_read)
         if (found := cli.lifecycle(event)) is not None:

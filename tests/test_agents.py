@@ -555,6 +555,31 @@ def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
     assert row.cost_usd == Decimal("0.0254")  # two turns, each reported once
 
 
+def test_a_steer_whose_input_copy_cannot_be_kept_is_missed_with_that_reason(
+    tmp_path: Path,
+) -> None:
+    """Each write to a CLI's input is first copied (`io/ID.in.sent`, for an owner that adopts the
+    process); a copy that cannot be written means the steer is not written either, and the
+    operator is told that, not that the process stopped reading its input (it had not)."""
+    hold = tmp_path / "hold"
+    argv = (*STDIN_ARGV, "--fake-hold", str(hold), "--fake-repeat", "0")
+    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "claude session sess-0001"), timeout=60)
+    (copy,) = (tmp_path / "state").rglob("t0.in.sent")
+    copy.unlink()
+    copy.mkdir()  # the copy can no longer be appended to (a directory in its place)
+    engine.steer(["t0"], "and the changelog")
+    until(
+        lambda: bool(row_of(engine).steers) and row_of(engine).steers[0].state is SteerState.MISSED
+    )
+    assert row_of(engine).steers[0].how == "its input's copy could not be kept (Is a directory)"
+    hold.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error  # the CLI went on with its turn
+    assert "missed: and the changelog (its input's copy could not be kept" in transcript(row)
+
+
 def test_steers_waiting_between_turns_start_together_as_one_new_turn(tmp_path: Path) -> None:
     # Claude Code's next turn takes every message waiting, one after another: the second
     # was said to have gone into the running turn (the first's).

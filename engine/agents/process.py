@@ -37,6 +37,7 @@ from flightdeck.engine.private import private_dir
 # output run to hundreds of kilobytes, and a piece of an event parses as nothing.
 MAX_LINE_BYTES = 8 * 1024 * 1024
 READ_BYTES = 1 << 16
+NOT_READ = "the process no longer reads its input"  # why a write to its stdin was not made
 _HOLDER = ("sleep", "infinity")  # holds the FIFO's write end open; it never writes
 
 
@@ -255,21 +256,25 @@ class Process:
 
     # --- input ---------------------------------------------------------------------------------
 
-    def write(self, text: str) -> bool:
-        """Write to its stdin; False once it is closed (or the process reads it no more)."""
+    def write(self, text: str) -> str | None:
+        """Write to its stdin; None once written, else why it was not (closed, the process
+        reads it no more, or the copy an adopting owner reads could not be kept)."""
         with self._stdin_lock:
             fd = self._stdin_fd
             if fd is None:
-                return False
+                return NOT_READ
             data = text.encode("utf-8", "replace")
+            if self.files.stdin is not None:
+                try:  # first: nothing written goes unrecorded
+                    sent.append(self.files.stdin, data)
+                except OSError as exc:
+                    return f"its input's copy could not be kept ({exc.strerror or exc})"
             try:
-                if self.files.stdin is not None:
-                    sent.append(self.files.stdin, data)  # first: nothing written goes unrecorded
                 while data:
                     data = data[os.write(fd, data) :]
             except OSError:
-                return False
-            return True
+                return NOT_READ
+            return None
 
     def feed(self, text: str, *, then_close: bool) -> None:
         """Write `text` to its stdin from a thread of its own (a prompt larger than the FIFO

@@ -47,7 +47,7 @@ class CliInput:
 
     def __init__(
         self,
-        write: Callable[[str], bool],
+        write: Callable[[str], str | None],  # None once written, else why it was not
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         *,
         tag: str | None = None,
@@ -73,8 +73,8 @@ class CliInput:
         self._sent[message_id] = None
         return user_turn(text, message_id)
 
-    def steer(self, receipt: SteerReceipt) -> bool:
-        """Write a steer (after an interrupt, for --now); False if the CLI reads no more."""
+    def steer(self, receipt: SteerReceipt) -> str | None:
+        """Write a steer (after an interrupt, for --now); None once written, else why not."""
         message_id = self._steer_id(receipt)
         line = user_turn(receipt.message, message_id)
         if receipt.now and self.running:
@@ -83,10 +83,10 @@ class CliInput:
             line = interrupt(f"flightdeck-{receipt.id}") + line
             waiting = {m for m in self._sent if self._state.get(m) in (None, "queued")}
             self._interrupted |= waiting | {message_id}
-        if not self._write(line):
-            return False
+        if (why_not := self._write(line)) is not None:
+            return why_not
         self._sent[message_id] = receipt
-        return True
+        return None
 
     def _steer_id(self, receipt: SteerReceipt) -> str:
         if self._tag is None:

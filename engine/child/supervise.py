@@ -290,13 +290,12 @@ class Supervisor:
         if c.steering.waiting:
             for receipt in c.steering.take():
                 interrupting = receipt.now and cli.running
-                if cli.steer(receipt):
+                if (why_not := cli.steer(receipt)) is None:
                     how = "after interrupting the running turn" if interrupting else "to its input"
                     self._write("operator", f"sent {how}: {receipt.message}")
                 else:
-                    reason = "the process no longer reads its input"
-                    self._write("operator", missed_note(receipt.message, reason))
-                    c.settle(receipt, SteerState.MISSED, reason)
+                    self._write("operator", missed_note(receipt.message, why_not))
+                    c.settle(receipt, SteerState.MISSED, why_not)
         if cli.answered() and c.steering.close_unless_waiting():
             proc.close_stdin()  # every message answered and none waits: it exits
 
