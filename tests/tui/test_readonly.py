@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
@@ -23,9 +24,11 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.screens.needs import NeedsScreen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
-from tui_support import SIZE, EngineFactory, notices_of, until, until_exited
+from tui_fakes import StaticView, frozen_clock
+from tui_support import SIZE, EngineFactory, notices_of, on_screen, until, until_exited
 
 pytestmark = pytest.mark.anyio
 
@@ -266,3 +269,60 @@ async def test_the_footer_drops_steer_and_stop_once_the_attached_batch_ends(
         await pilot.press("x")  # hidden, it still says why it sends nothing
         reason = view.read_only
         await until(pilot, lambda: reason in notices, "the reason said")
+
+
+def needs_footer(app: FlightdeckApp) -> set[str]:
+    """The actions of the keys the needs-you screen's footer shows."""
+    return {key.action for key in app.screen.query_one(Footer).query(FooterKey)}
+
+
+async def test_the_needs_you_screen_hides_answer_and_clear_in_a_read_only_view(
+    tmp_path: Path,
+) -> None:
+    # Its footer listed a and c in a read-only view, where each only said `read-only: …`.
+    options = UiOptions(clock=frozen_clock, poll_s=0.05, cursor_blink=False)
+    app = FlightdeckApp(ReadOnlyView(StaticView(tmp_path)), options)
+    notices = notices_of(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.main.notices.queue, "an entry in the queue")
+        await pilot.press("exclamation_mark")
+        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+        screen = app.screen
+        assert isinstance(screen, NeedsScreen)
+        await until(pilot, lambda: screen.entries, "its entries")
+        await until(pilot, lambda: "close" in needs_footer(app), "the footer")
+        assert not {"answer", "clear"} & needs_footer(app)
+        assert screen.check_action("answer", ()) is False  # hidden, not dimmed
+        assert screen.check_action("clear", ()) is False
+        for key in ("a", "c"):  # hidden, each still says why it sends nothing
+            await pilot.press(key)
+            await pilot.pause()
+        await until(pilot, lambda: notices.count(READ_ONLY) == 2, "the reason said twice")
+        assert screen.answering is None and len(screen.entries) == len(app.main.notices.queue)
+
+
+async def test_the_needs_you_screen_drops_answer_and_clear_once_the_batch_ends(
+    tmp_path: Path,
+) -> None:
+    # An attached view of a batch that ended (or whose owner is gone) showed a and c.
+    view = StaticView(tmp_path)
+    options = UiOptions(clock=frozen_clock, poll_s=0.05, cursor_blink=False)
+    app = FlightdeckApp(view, options)
+    notices = notices_of(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.main.notices.queue, "an entry in the queue")
+        await pilot.press("exclamation_mark")
+        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+        screen = app.screen
+        assert isinstance(screen, NeedsScreen)
+        await until(pilot, lambda: {"answer", "clear"} <= needs_footer(app), "a and c shown")
+        await pilot.pause(0.3)  # the screen settled: only the batch's end changes the footer now
+        ended = "the batch has ended: nothing is left to answer or clear"
+        view.read_only = ended
+        await until(
+            pilot,
+            lambda: "close" in needs_footer(app) and not {"answer", "clear"} & needs_footer(app),
+            "a and c gone, close still there",
+        )
+        await pilot.press("c")  # hidden, it still says why it sends nothing
+        await until(pilot, lambda: ended in notices, "the reason said")

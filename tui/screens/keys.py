@@ -4,7 +4,7 @@ hidden where it would send nothing)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import partial
 
 from flightdeck.engine.model import BatchStatus, Snapshot
@@ -360,11 +360,14 @@ def applies(
     return True
 
 
-# The keys that send a command (MainScreen.order's, and R, M and delete's): hidden where each
-# would only say why it sends nothing. A read-only view, or a batch that ended or whose owner is
-# gone (`EngineView.read_only`); R, M and delete only read-only (`review.refusal`: a retry opens
-# an ended batch again, an accept or a discard needs no owner).
-_ORDERS = frozenset({"steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "limits"})
+# The keys that send a command (MainScreen.order's, the needs-you screen's a and c, and R, M
+# and delete's): hidden where each would only say why it sends nothing. A read-only view, or a
+# batch that ended or whose owner is gone (`EngineView.read_only`); R, M and delete only
+# read-only (`review.refusal`: a retry opens an ended batch again, an accept or a discard needs
+# no owner).
+_ORDERS = frozenset(
+    {"steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "limits", "answer", "clear"}
+)
 _REVIEWS = frozenset({"retry", "merge", "discard"})
 
 
@@ -373,6 +376,12 @@ def refused(action: str, view: EngineView) -> str | None:
     if action in _ORDERS:
         return view.read_only
     return refusal(view) if action in _REVIEWS else None
+
+
+def hidden_reason(key: str, bindings: Iterable[BindingType], view: EngineView) -> str | None:
+    """Why `key`, its binding among `bindings` hidden as `refused`, sends nothing (or None)."""
+    bound = (b.action for b in bindings if isinstance(b, Binding) and b.key == key)
+    return next(filter(None, (refused(a, view) for a in bound)), None)
 
 
 def unheard(
@@ -384,10 +393,8 @@ def unheard(
 ) -> Decision:
     """Why a key does nothing, rather than silence: its binding hidden as `refused` (`active`:
     None, no binding of the key applies), or shown disabled over children it cannot act on."""
-    if active is None:
-        bound = (b.action for b in MAIN_BINDINGS if isinstance(b, Binding) and b.key == key)
-        if reason := next(filter(None, (refused(a, view) for a in bound)), None):
-            return (Say(reason, "warning"),)
+    if active is None and (reason := hidden_reason(key, MAIN_BINDINGS, view)):
+        return (Say(reason, "warning"),)
     disabled = active.binding.action if active is not None and not active.enabled else None
     table_focused = focused is table
     if key == "n" and table_focused:  # n does nothing where no child is flagged as looping

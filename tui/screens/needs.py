@@ -1,5 +1,6 @@
 """The "needs you" queue (`!`): every entry oldest first with its reason (engine/triage/needs.py);
-`a` answers a child's question, `c` clears an entry, enter goes to the child in the table."""
+`a` answers a child's question, `c` clears an entry, enter goes to the child in the table. `a` and
+`c` are hidden where they would send nothing (`keys.refused`: read-only, ended, owner gone)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from flightdeck.engine.commands import Answer, Command, CommandError, Dismiss
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_age
 from flightdeck.tui.screens.decisions import Decision, Say
+from flightdeck.tui.screens.keys import hidden_reason, refused
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -97,6 +100,7 @@ class NeedsScreen(Screen[str | None]):
         self.entries: tuple[Need, ...] = ()
         self._ages: list[str] = []  # each entry's age as shown
         self.answering: Need | None = None  # whose question the answer box answers
+        self._refusing: str | None = None  # the view's `read_only` as the footer last showed it
 
     def compose(self) -> ComposeResult:
         yield Label("", id="needs-title")
@@ -114,8 +118,21 @@ class NeedsScreen(Screen[str | None]):
         self.refresh_queue()
         self.set_interval(self._poll_s, self.refresh_queue)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Hidden where it would only say why it sends nothing (on_key says why, if pressed).
+        return not refused(action, self._view)
+
+    def on_key(self, event: events.Key) -> None:
+        """A key hidden where it would send nothing (read-only, ended) says why, if pressed."""
+        hidden = self.active_bindings.get(event.key) is None
+        if hidden and (reason := hidden_reason(event.key, self.BINDINGS, self._view)):
+            self.notify(reason, severity="warning", markup=False)
+
     def refresh_queue(self) -> None:
         """The queue as it is now; the cursor stays on its entry while that is still there."""
+        if self._view.read_only != self._refusing:  # the batch ended, or its owner went
+            self._refusing = self._view.read_only
+            self.refresh_bindings()
         entries = tuple(needs(self._view.snapshot()))
         title = f"Needs you: {len(entries):,}" if entries else "Nothing needs you"
         self.query_one("#needs-title", Label).update(Text(title, style="bold"))
