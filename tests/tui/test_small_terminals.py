@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.model import ChildStatus, LoopEvidence
+from flightdeck.engine.model import ChildStatus, LoopEvidence, Snapshot
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.digest import Digest
 from flightdeck.tui.screens.main import UiOptions
@@ -110,3 +110,72 @@ async def test_the_screen_never_scrolls_its_meter_or_status_bar_away(
         )
         assert 2 <= table.region.height <= size[1] // 2, table.region  # a header and a row
         assert screen.query_one("#transcript").region.height >= 1  # its title at least
+
+
+PROBLEM = (
+    "cannot write to the store (database or disk is full): no new child starts until it can; "
+    "/var/lib/flightdeck/state/flightdeck.db"
+)
+
+
+class TroubledView(StaticView):
+    """The demo batch with a problem to show in the banner."""
+
+    def snapshot(self) -> Snapshot:
+        return dataclasses.replace(super().snapshot(), problem=PROBLEM)
+
+
+@pytest.mark.parametrize("size", [(60, 20), (40, 12)])
+async def test_the_banner_wraps_to_say_the_whole_problem(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """The banner says a failure the operator must act on (a full disk, a dead owner and the
+    command that resumes it): on a narrow screen it wraps rather than lose its end."""
+    options = UiOptions(clock=frozen_clock, cursor_blink=False, poll_s=3600.0)
+    app = FlightdeckApp(TroubledView(tmp_path), options)
+    async with app.run_test(size=size) as pilot:
+        banner = app.main.query_one("#banner")
+        await until(pilot, lambda: banner.display and banner.size.height > 1, "the banner")
+        await pilot.pause()
+        said = "".join("".join(lines(banner)).split())  # a long path is folded mid-word
+        assert said == "".join(f"⚠ {PROBLEM}".split()), lines(banner)
+
+
+@pytest.mark.parametrize("size", [(60, 20), (40, 12)])
+async def test_the_digest_s_lines_are_cut_not_wrapped(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """Each line of the digest, too long for a narrow screen, wrapped onto the next, pushing
+    the rest down (in a panel of at most 30% of the screen, its spend and failures out of
+    sight): each is one line, cut with an ellipsis."""
+    options = UiOptions(clock=frozen_clock, cursor_blink=False, poll_s=3600.0)
+    app = FlightdeckApp(StaticView(tmp_path), options)
+    async with app.run_test(size=size) as pilot:
+        screen = app.main
+        await until(pilot, lambda: screen.snapshot is not None, "the first snapshot")
+        screen.digest.show(DIGEST)
+        await until(pilot, lambda: screen.digest.size.height > 1, "the digest")
+        await pilot.pause()
+        title, counts, *_ = lines(screen.digest)
+        assert title.startswith("Since you last looked"), title
+        if size[0] < 60:  # the title fits 60 columns
+            assert title.endswith("…"), title
+        assert counts.startswith("  18 finished · 3 failed") and counts.endswith("…"), counts
+
+
+async def test_the_banner_and_the_digest_keep_their_whole_text_where_it_fits(
+    tmp_path: Path,
+) -> None:
+    options = UiOptions(clock=frozen_clock, cursor_blink=False, poll_s=3600.0)
+    app = FlightdeckApp(TroubledView(tmp_path), options)
+    async with app.run_test(size=(200, 40)) as pilot:
+        screen = app.main
+        banner = screen.query_one("#banner")
+        await until(pilot, lambda: banner.display and banner.size.height > 0, "the banner")
+        screen.digest.show(DIGEST)
+        await until(pilot, lambda: screen.digest.size.height > 0, "the digest")
+        await pilot.pause()
+        assert lines(banner) == [f"⚠ {PROBLEM}"]
+        shown = lines(screen.digest)
+        assert shown[0] == "Since you last looked (1m40s ago)   d or esc: dismiss", shown
+        assert "…" not in "".join(shown), shown

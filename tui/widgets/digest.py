@@ -51,6 +51,8 @@ class DigestPanel(Static):
     DEFAULT_CSS: ClassVar[str] = """
     DigestPanel {
         display: none;
+        text-wrap: nowrap;  /* a line too long is cut, not wrapped */
+        text-overflow: ellipsis;
         height: auto;
         max-height: 30%;
         padding: 0 1;
