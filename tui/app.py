@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import sys
 from collections.abc import Iterable
 from functools import cached_property
 
@@ -13,7 +14,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import StopAll
 from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui import alerts
+from flightdeck.tui import alerts, terminal
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.lastlooked import LastLooked
 from flightdeck.tui.logs import Severity, forward_logs
@@ -55,6 +56,11 @@ class FlightdeckApp(App[bool]):
         # the app's mode and the batch "running" in the store: stop everything and quit instead.
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not on this platform
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.on_sigterm)
+        # A terminal that goes with no SIGHUP (tui/terminal.py): quit as for SIGTERM.
+        stdin = sys.__stdin__
+        if not self.is_headless and stdin is not None and stdin.isatty():
+            loop = asyncio.get_running_loop()
+            terminal.watch(stdin.fileno(), lambda: loop.call_soon_threadsafe(self.on_sigterm))
 
     def on_sigterm(self) -> None:
         """Stop every child and quit, as "stop all and quit" does, without asking; attached to

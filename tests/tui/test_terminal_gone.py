@@ -1,0 +1,113 @@
+"""A TUI whose terminal goes away with no SIGHUP (its window closed under `make`, an SSH
+connection that dropped) quits: it used to live on for ever, a core busy reading end-of-file
+and its event loop blocked writing to the dead terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from fcntl import ioctl
+from pathlib import Path
+
+from flightdeck.tui import terminal
+
+
+def test_a_hung_up_terminal_is_seen_gone() -> None:
+    master, slave = os.openpty()
+    try:
+        assert not terminal.gone(slave)
+        os.close(master)
+        assert terminal.gone(slave)
+    finally:
+        os.close(slave)
+    with open(os.devnull) as null:  # not a terminal at all: never "gone"
+        assert not terminal.gone(null.fileno())
+
+
+def test_watch_quits_the_app_then_ends_the_process_if_it_does_not() -> None:
+    master, slave = os.openpty()
+    quit_asked, ended = threading.Event(), threading.Event()
+    codes: list[int] = []
+
+    def end(code: int) -> None:
+        codes.append(code)
+        ended.set()
+
+    try:
+        terminal.watch(slave, quit_asked.set, every_s=0.01, grace_s=0.01, end=end)
+        assert not quit_asked.wait(0.1)  # the terminal is there: nothing
+        os.close(master)
+        assert quit_asked.wait(10) and ended.wait(10)
+        assert codes == [terminal.HANGUP_EXIT]
+    finally:
+        os.close(slave)
+
+
+def test_attach_quits_once_its_terminal_is_gone(tmp_path: Path) -> None:
+    """A real `flightdeck attach` on a pseudo-terminal that is not its controlling terminal (so
+    no SIGHUP comes when it closes, as under `make`): it ends within seconds of the close."""
+    env = {**os.environ, "TERM": "xterm-256color", "NO_COLOR": "1"}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t0", "goal": "say hello"}) + "\n")
+    cli = [sys.executable, "-m", "flightdeck.tui.cli"]
+    state = ["--state-dir", str(tmp_path / "state")]
+    run = subprocess.run(
+        [*cli, "run", str(tasks), "--headless", *state],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    batch_id = run.stdout.split()[1]  # "batch ID" heads the output
+    master, slave = os.openpty()
+    ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    attach = subprocess.Popen(
+        [*cli, "attach", batch_id, *state],
+        cwd=tmp_path,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,  # the pty is not its controlling terminal: no SIGHUP
+    )
+    os.close(slave)
+    screen = bytearray()
+
+    def drain() -> None:  # the screen, read as it is drawn (a full pty would block the app)
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            screen.extend(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while batch_id.encode() not in screen and time.monotonic() < deadline:
+            assert attach.poll() is None, bytes(screen[-2000:])
+            time.sleep(0.05)
+        assert batch_id.encode() in screen, bytes(screen[-2000:])  # the app is drawn
+        os.close(master)  # the terminal goes
+        closed = time.monotonic()
+        try:
+            code = attach.wait(terminal.EVERY_S + terminal.GRACE_S + 20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("attach outlived its terminal") from None
+        assert code in (terminal.HANGUP_EXIT, 0, 1), code
+        assert time.monotonic() - closed < terminal.EVERY_S + terminal.GRACE_S + 20
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+            attach.wait()

@@ -1,0 +1,60 @@
+"""Noticing that the app's terminal has gone (its window closed, an SSH connection dropped)
+when no SIGHUP says so: the app quits as a SIGTERM would have it.
+
+Without a hangup signal (the app run by `make`, whose shell keeps it; a connection that died
+without one), Textual's app outlives its terminal: the thread writing the screen dies on the
+first write (EIO), the next writes fill its queue and block the event loop for good, and the
+input thread reads end-of-file in a loop, a core busy for ever (Textualize/textual#6690).
+An ioctl on a terminal that has hung up fails with EIO: one `tcgetattr` a second finds it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import termios
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+EVERY_S = 1.0
+GRACE_S = 3.0  # for the app's own way out, before the process ends as a hangup would end it
+HANGUP_EXIT = 128 + signal.SIGHUP  # as a shell shows a process a SIGHUP ended
+
+
+def gone(fd: int) -> bool:
+    """True once the terminal `fd` refers to has hung up."""
+    try:
+        termios.tcgetattr(fd)
+    except termios.error as exc:
+        return bool(exc.args[0] == errno.EIO)
+    return False
+
+
+def watch(
+    fd: int,
+    quit_app: Callable[[], object],
+    *,
+    every_s: float = EVERY_S,
+    grace_s: float = GRACE_S,
+    end: Callable[[int], object] = os._exit,
+) -> threading.Thread:
+    """Look at the terminal `fd` every `every_s` seconds; once it has gone, `quit_app()` (from
+    this thread: it must only schedule the app's exit), then, if the process still runs after
+    `grace_s` (the event loop blocked on the dead terminal), end it with HANGUP_EXIT."""
+
+    def run() -> None:
+        while not gone(fd):
+            time.sleep(every_s)
+        log.warning("the terminal has gone: quitting")
+        quit_app()
+        time.sleep(grace_s)
+        end(HANGUP_EXIT)
+
+    thread = threading.Thread(target=run, name="flightdeck-terminal", daemon=True)
+    thread.start()
+    return thread
