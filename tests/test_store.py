@@ -870,3 +870,21 @@ def test_a_units_event_commits_with_the_row_that_ends_it(db: Path) -> None:
         assert [e for e in reader.events("b1") if e[2] == UNIT_EVENT] == [
             (1200.0, None, UNIT_EVENT, '{"group": "g", "status": "completed", "attempts": 1}')
         ]
+
+
+def test_a_units_event_is_not_committed_without_its_row_when_the_row_fails(db: Path) -> None:
+    """A bad write in a batch sends the writer through its writes one transaction at a time, so
+    the good ones still land: the event and the row that ends its unit go through together, and
+    fail together (the row a value SQLite refuses), never the event alone."""
+    from flightdeck.engine.model.units import UNIT_EVENT
+
+    told: list[bool] = []
+    with Store(db) as store:
+        bad = make_child(1, status=ChildStatus.COMPLETED, activity=Activity(api_calls=2**70))
+        store.update_child("b1", bad, then=told.append, event=(1.0, UNIT_EVENT, "{}"))
+        store.update_child("b1", make_child(2))  # a good write beside them lands
+        assert store.flush(timeout=10)
+    assert told == [False]
+    with StoreReader(db) as reader:
+        assert [c.id for c in reader.children("b1")] == ["c2"]
+        assert [e for e in reader.events("b1") if e[2] == UNIT_EVENT] == []

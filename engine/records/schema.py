@@ -341,3 +341,26 @@ def readable_without_shm(path: Path, exc: sqlite3.Error) -> bool:
     except OSError:
         return False
     return not os.access(path.parent, os.W_OK)
+
+
+def check_writable(path: Path) -> None:
+    """StoreError unless this process may write the database. SQLite opens a file it may
+    only read (another user's, a read-only mount) read-only without a word, and a schema
+    already there needs no write: the first commit failed, once the batch had started."""
+    # Asked of the kernel, not by opening the file: closing any descriptor of it in this
+    # process drops every lock SQLite holds on it, and another connection then took the WAL
+    # for its own and deleted it, the commits in it lost.
+    if not os.access(path, os.W_OK):
+        raise StoreError(
+            path, None, None, "read-only here: its permissions, or its file system, refuse writes"
+        )
+
+
+def file_id(path: Path) -> tuple[int, int] | None:
+    """The file's device and inode (None: no file): a store deleted or replaced under its
+    writer is another file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import atexit
 import errno
+import itertools
 import json
 import logging
-import os
 import queue
 import sqlite3
 import threading
@@ -63,6 +63,7 @@ from flightdeck.engine.records.writes import (
     runs,
     scrubbed,
     take,
+    units,
 )
 
 __all__ = ["MAX_BATCH", "RETRY_S", "Store", "StoreTrouble", "storage_fault"]
@@ -73,19 +74,6 @@ log = logging.getLogger(__name__)
 # another process's writer gets the lock between them, and fsyncs stay few. A multiple of the
 # largest multi-row INSERT, so a big write's transactions are whole statements of it.
 MAX_BATCH = 512
-
-
-def _check_writable(path: Path) -> None:
-    """StoreError unless this process may write the database. SQLite opens a file it may
-    only read (another user's, a read-only mount) read-only without a word, and a schema
-    already there needs no write: the first commit failed, once the batch had started."""
-    # Asked of the kernel, not by opening the file: closing any descriptor of it in this
-    # process drops every lock SQLite holds on it, and another connection then took the WAL
-    # for its own and deleted it, the commits in it lost.
-    if not os.access(path, os.W_OK):
-        raise StoreError(
-            path, None, None, "read-only here: its permissions, or its file system, refuse writes"
-        )
 
 
 class Store:
@@ -114,7 +102,7 @@ class Store:
             # power cut can lose the last ones. FULL would fsync the log at every commit.
             conn.execute("PRAGMA synchronous = NORMAL")
             schema.ensure_schema(conn, path)
-            _check_writable(path)
+            schema.check_writable(path)
         except sqlite3.DatabaseError as exc:  # not a database, corrupt, read-only, ...
             conn.close()
             raise StoreError(path, None, None, f"cannot use the database: {exc}") from None
@@ -122,10 +110,11 @@ class Store:
             conn.close()
             raise
         self._conn = conn
-        self._file_id = _file_id(path)
+        self._file_id = schema.file_id(path)
         # SimpleQueue: put is one C call, no Python-level lock and condition per row
         self._queue: queue.SimpleQueue[Queued] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._groups = itertools.count()  # for the writes of a `Together`
         self._closed = False
         self.failed_writes = 0
         self._refused = RefusedCommits(path, retry_s)
@@ -162,12 +151,14 @@ class Store:
         is committed, `then(True)`, or given up on, `then(False)`. `event` (its time, kind and
         detail): a batch event committed in the same transaction, never apart from the row."""
         params = child_params(batch_id, row)
-        write = Write("update_child", UPSERT_CHILD, params, key=(batch_id, row.id), then=then)
+        key = (batch_id, row.id)
         if event is None:
-            self._put(write)
+            self._put(Write("update_child", UPSERT_CHILD, params, key=key, then=then))
             return
         ts, kind, detail = event
-        first = Write("record_event", INSERT_EVENT, (batch_id, None, ts, kind, detail))
+        group = next(self._groups)
+        first = Write("record_event", INSERT_EVENT, (batch_id, None, ts, kind, detail), group=group)
+        write = Write("update_child", UPSERT_CHILD, params, key=key, then=then, group=group)
         self._put(Together((first, write)))
 
     def record_control(
@@ -370,21 +361,22 @@ class Store:
             return writes
         except Exception:
             self._rollback()
-        # Find the bad operation(s): retry one per transaction so the good ones still land.
+        # Find the bad operation(s): retry one per transaction (a group's together) so the
+        # good ones still land.
         failed: list[Write] = []
-        for write in writes:
+        for unit in units(writes):
             try:
                 try:
-                    self._durably([write])
+                    self._durably(unit)
                 except UnicodeEncodeError:
                     # Text SQLite cannot take (a lone surrogate, which JSON task files and
                     # model output may carry): kept with U+FFFD in its place, not lost.
                     self._rollback()
-                    self._durably([scrubbed(write)])
+                    self._durably([scrubbed(w) for w in unit])
             except Exception as exc:
                 self._rollback()
-                self._lost([write], str(exc))
-                failed.append(write)
+                self._lost(unit, str(exc))
+                failed.extend(unit)
         return failed
 
     def _lost(self, writes: list[Write], reason: str) -> None:
@@ -405,7 +397,7 @@ class Store:
         # Another process holding the write lock past the busy timeout (a long transaction, a
         # process stopped mid-write) is no reason to lose a child's final row: wait it out, for
         # as long as it takes. close() waits too; flush(timeout) still returns in time.
-        if _file_id(self.path) != self._file_id:
+        if schema.file_id(self.path) != self._file_id:
             # Deleted (or replaced) under us: SQLite would go on writing the file it has open,
             # which nobody will ever read. A storage fault like a full disk, said and held.
             raise FileNotFoundError(errno.ENOENT, f"{self.path} was deleted or replaced")
@@ -438,11 +430,3 @@ class Store:
             rollback(self._conn)
         except sqlite3.Error as exc:
             log.error("flightdeck store: rollback failed: %s", exc)
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)

@@ -26,6 +26,9 @@ class Write:
     # callback are one queued item; it is told whether the write was committed. A write
     # coalesced away still has its callback run, told what became of the one that replaced it.
     then: Callable[[bool], object] | None = None
+    # Writes of one `Together` share a group: retried apart from the rest of their batch (a
+    # bad write elsewhere in it), they still commit in one transaction.
+    group: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,19 @@ def scrubbed(write: Write) -> Write:
 
     params = [row(p) for p in write.params] if write.many else row(write.params)
     return Write(write.what, write.sql, params, write.many, write.key)
+
+
+def units(writes: list[Write]) -> Iterator[list[Write]]:
+    """`writes` as they are retried one transaction at a time: each alone, but those of one
+    group together (they are queued, so taken, one after another)."""
+    unit: list[Write] = []
+    for write in writes:
+        if unit and (write.group is None or write.group != unit[-1].group):
+            yield unit
+            unit = []
+        unit.append(write)
+    if unit:
+        yield unit
 
 
 def coalesce(writes: list[Write]) -> list[Write]:
