@@ -131,6 +131,7 @@ class Engine(CommandMethods):
         providers: Mapping[str, Provider] | None = None,
         batch_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        stored: bool = False,  # the batch as the store kept it (`resume`): its names recorded
     ) -> None:
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
         assembly.check_task_text(batch, settings.engine.max_task_chars)
@@ -159,9 +160,10 @@ class Engine(CommandMethods):
             self.routes, providers or {}, env, settings.source
         )
         # A key the operator typed into a goal or a context is redacted before anything keeps
-        # or sends it; one in a name is refused (owner/keys.py).
+        # or sends it; one in a name is refused (owner/keys.py), but in one already recorded.
         secrets = keys.batch_secrets(self._providers, self._commands)
-        keys.refuse_keys_in_names(batch, secrets)
+        if not stored:
+            keys.refuse_keys_in_names(batch, secrets)
         self.batch = keys.redacted_batch(batch, secrets)
         self.meter = Meter()
         self._subscribers = Subscribers()
@@ -204,6 +206,7 @@ class Engine(CommandMethods):
             providers=providers,
             batch_id=batch_id,
             env=env,
+            stored=True,
         )
         engine._resuming = (stored, rerun)
         engine._reopen = reopen

@@ -776,3 +776,24 @@ def test_a_child_left_unknown_never_ends_before_it_started(tmp_path: Path) -> No
         left = reader.child("b1", "t0000.1")
     assert left is not None and left.status is ChildStatus.UNKNOWN
     assert left.finished_ts == 1501.5  # its last sign of life, after the heartbeat
+
+
+def test_a_name_holding_a_key_refuses_a_new_batch_but_not_the_resume_of_a_recorded_one(
+    tmp_path: Path,
+) -> None:
+    """Names a key (or a value the batch redacts) is in are refused before a batch starts; a
+    batch already recorded keeps its names: a key that matches one now (the environment
+    changed since) must not keep it from being resumed."""
+    from flightdeck.engine.errors import SpecError
+    from flightdeck.engine.providers.sim import SimProvider
+
+    keyed = SimProvider(sim_route())
+    keyed.secrets = ("t0002",)  # one of the batch's task ids, exactly
+    with pytest.raises(SpecError, match="id: holds a value the batch redacts"):
+        Engine(
+            batch(4), settings(sim_route()), state_dir=tmp_path / "new", providers={"sim": keyed}
+        )
+    batch_id, _ = abandoned(tmp_path)
+    engine = Engine.resume(tmp_path, batch_id, providers={"sim": keyed})
+    engine.start()
+    assert run_to_end(engine).status == BatchStatus.COMPLETED

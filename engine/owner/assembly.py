@@ -35,7 +35,7 @@ from flightdeck.engine.inputs.settings import (
     Settings,
 )
 from flightdeck.engine.inputs.settings.stored import settings_json
-from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, too_long
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, located, too_long
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import BatchStatus, ChildRow
 from flightdeck.engine.providers import make_provider
@@ -139,7 +139,7 @@ def check_task_text(batch: Batch, limit: int) -> None:
         for name in TEXT_FIELDS:
             value = getattr(task, name)
             if isinstance(value, str) and len(value) > limit:
-                path, line = task.where()
+                path, line = located(task.source)
                 raise SpecError(
                     path, line, name, f"task {task.id!r}: {too_long(len(value), limit)}"
                 )

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.errors import SpecError
-from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.inputs.tasks import Batch, Task, located
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.sanitize import redact
 
@@ -30,21 +30,31 @@ def batch_secrets(
 
 
 def refuse_keys_in_names(batch: Batch, secrets: Iterable[str]) -> None:
-    """SpecError when a task's id or group, or the batch's name, holds one of its keys. Those
-    name files, rows and lines on screen: redacted, two tasks could share one name, and a
-    resume would not find its children; so the batch does not start."""
-    secrets = tuple(s for s in secrets if s)
+    """SpecError when a task's id or group, a schedule's id or the batch's name holds what the
+    batch redacts. Those name files, rows and lines on screen, and cannot be redacted (two tasks
+    could end up one name, a resume would not find its children): the batch does not start."""
+    secrets = tuple(secrets)
     if not secrets:
         return
-    said = "holds one of the batch's API keys (a name is stored and shown): rename it"
-    if any(s in batch.name for s in secrets):
-        raise SpecError(batch.source, None, "name", said)
+
+    def check(value: str | None, where: tuple[str | None, int | None], field: str) -> None:
+        if value is not None and redact(value, secrets) != value:
+            raise SpecError(*where, field, NAMED_KEY)
+
+    whole = (None if batch.source is None else str(batch.source), None)  # the file, no line
+    check(batch.name, located(batch.name_source) if batch.name_source else whole, "batch.name")
+    for schedule in batch.schedules:
+        check(schedule.id, located(schedule.source) if schedule.source else whole, "id")
     templates = (t for schedule in batch.schedules for t in schedule.tasks)
     for task in (*batch.tasks, *templates):
-        for field in ("id", "group"):
-            value = getattr(task, field)
-            if value is not None and any(s in value for s in secrets):
-                raise SpecError(*task.where(), field, said)
+        check(task.id, located(task.source), "id")
+        check(task.group, located(task.source), "group")
+
+
+NAMED_KEY = (
+    "holds a value the batch redacts (an API key, a header's, or an env_pass variable's): "
+    "a name is stored and shown as it is, so rename it"
+)
 
 
 def redacted_batch(batch: Batch, secrets: Iterable[str]) -> Batch:

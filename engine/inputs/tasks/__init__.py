@@ -22,6 +22,7 @@ from flightdeck.engine.inputs.tasks.values import (
     Batch,
     Schedule,
     Task,
+    located,
 )
 from flightdeck.engine.inputs.text import too_long, unicode_problem
 
@@ -35,6 +36,7 @@ __all__ = [
     "Task",
     "check_routes",
     "load_batch",
+    "located",
     "too_long",
     "unicode_problem",
 ]

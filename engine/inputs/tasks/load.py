@@ -90,6 +90,8 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
             field = f"batch.{key}"
             raise src.error(("batch", key), field, f"unknown key{suggest(key, _BATCH_KEYS)}")
     name = header.get("name", _file_name(src.path))
+    line = src.line(("batch", "name")) if "name" in header else None
+    name_source = f"{src.path}:{line}" if line is not None else ""
     if not isinstance(name, str) or not name.strip():
         raise src.error(("batch", "name"), "batch.name", expected("a non-empty string", name))
     problem = unicode_problem(name)
@@ -125,6 +127,8 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
         batch = _finish(src.path, name, workspace, drafts, max_chars)
     else:  # only schedules: the tasks come in waves
         batch = Batch(name=name, tasks=(), source=src.path, workspace=workspace)
+    if name_source:
+        batch = dataclasses.replace(batch, name_source=name_source)
     if schedules:
         batch = dataclasses.replace(batch, schedules=schedules)
     return dataclasses.replace(batch, delegate=delegate) if delegate else batch

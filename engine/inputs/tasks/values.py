@@ -26,6 +26,15 @@ RESERVED_IDS = frozenset({"owner"})
 TASK_FIELDS = ("id", "goal", "context", "group", "route", "max_turns", "timeout_s")
 
 
+def located(source: str) -> tuple[str | None, int | None]:
+    """The path and line of a `source` ("file:line", a path, or "" for a Batch built in
+    Python), as a SpecError names them."""
+    path, _, line = source.rpartition(":")
+    if path and line.isdigit():
+        return path, int(line)
+    return source or None, None
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """One unit of work for one child."""
@@ -42,14 +51,6 @@ class Task:
     route_source: str = ""  # "file:line:field" where its route was set ("" if not set)
     parent: str | None = None  # the child that delegated it (None: a task of the batch file)
     depth: int = 0  # 0 for the batch's own tasks, parent's + 1 for a delegate
-
-    def where(self) -> tuple[str | None, int | None]:
-        """The path and line of `source` ("file:line", a path, or "" for a Batch built in
-        Python), as a SpecError names them."""
-        path, _, line = self.source.rpartition(":")
-        if path and line.isdigit():
-            return path, int(line)
-        return self.source or None, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class Batch:
     name: str
     tasks: tuple[Task, ...]
     source: Path | None = None
+    name_source: str = ""  # "file:line" of `[batch] name`, when the file gave one
     workspace: Path | None = None  # None: a fresh folder under the state dir
     delegate: bool = False  # offer every child the `delegate` tool (routes may, one by one)
     schedules: tuple[Schedule, ...] = ()  # a batch with schedules runs until it is stopped
