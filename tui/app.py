@@ -1,4 +1,5 @@
-"""The Textual app: wiring only. `run_app` is what `flightdeck run` calls on a terminal."""
+"""The Textual app: wiring only. `run_app` runs it over an engine in this process; `flightdeck
+run` and `attach` run it over an owner process (tui/attached.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import contextlib
 import gc
 import signal
 import sys
+import threading
 from collections.abc import Iterable
-from functools import cached_property
+from functools import cached_property, partial
+from typing import Any
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import StopAll
@@ -60,7 +63,17 @@ class FlightdeckApp(App[bool]):
         stdin = sys.__stdin__
         if not self.is_headless and stdin is not None and stdin.isatty():
             loop = asyncio.get_running_loop()
-            terminal.watch(stdin.fileno(), lambda: loop.call_soon_threadsafe(self.on_sigterm))
+            quit_app = partial(loop.call_soon_threadsafe, self.on_sigterm)
+            self._terminal_watch = terminal.watch(stdin.fileno(), quit_app)
+
+    _terminal_watch: threading.Event | None = None  # set once the app is over (`run`)
+
+    def run(self, **kwargs: Any) -> bool | None:
+        try:
+            return super().run(**kwargs)
+        finally:
+            if self._terminal_watch is not None:  # over: the process goes its own way
+                self._terminal_watch.set()
 
     def on_sigterm(self) -> None:
         """Stop every child and quit, as "stop all and quit" does, without asking; attached to

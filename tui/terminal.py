@@ -10,13 +10,13 @@ An ioctl on a terminal that has hung up fails with EIO: one `tcgetattr` a second
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import signal
 import termios
 import threading
-import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -42,19 +42,23 @@ def watch(
     every_s: float = EVERY_S,
     grace_s: float = GRACE_S,
     end: Callable[[int], object] = os._exit,
-) -> threading.Thread:
+) -> threading.Event:
     """Look at the terminal `fd` every `every_s` seconds; once it has gone, `quit_app()` (from
-    this thread: it must only schedule the app's exit), then, if the process still runs after
-    `grace_s` (the event loop blocked on the dead terminal), end it with HANGUP_EXIT."""
+    this thread: it must only schedule the app's exit), then, unless the app is over within
+    `grace_s` (its event loop blocked on the dead terminal), end the process with HANGUP_EXIT.
+    Returns the event to set once the app is over: the watch ends, and the process goes on its
+    own way (an engine in it winding down, say)."""
+    over = threading.Event()
 
     def run() -> None:
         while not gone(fd):
-            time.sleep(every_s)
+            if over.wait(every_s):
+                return
         log.warning("the terminal has gone: quitting")
-        quit_app()
-        time.sleep(grace_s)
-        end(HANGUP_EXIT)
+        with contextlib.suppress(RuntimeError):  # the app's loop closed: it is over already
+            quit_app()
+        if not over.wait(grace_s):
+            end(HANGUP_EXIT)
 
-    thread = threading.Thread(target=run, name="flightdeck-terminal", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=run, name="flightdeck-terminal", daemon=True).start()
+    return over

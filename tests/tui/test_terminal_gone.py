@@ -49,6 +49,25 @@ def test_watch_quits_the_app_then_ends_the_process_if_it_does_not() -> None:
         os.close(slave)
 
 
+def test_an_app_over_in_time_is_not_ended_by_the_watch() -> None:
+    """The app quit within the grace: the process goes its own way (an engine in it waiting
+    for its children's stops), never cut short by the watch."""
+    master, slave = os.openpty()
+    ended: list[int] = []
+
+    def quit_app() -> None:
+        over.set()  # as the app's `run` does once it has returned
+
+    try:
+        over = terminal.watch(slave, quit_app, every_s=0.01, grace_s=0.2, end=ended.append)
+        os.close(master)
+        assert over.wait(10)
+        time.sleep(0.4)  # past the grace: an end would have come by now
+        assert ended == []
+    finally:
+        os.close(slave)
+
+
 def test_attach_quits_once_its_terminal_is_gone(tmp_path: Path) -> None:
     """A real `flightdeck attach` on a pseudo-terminal that is not its controlling terminal (so
     no SIGHUP comes when it closes, as under `make`): it ends within seconds of the close."""
