@@ -167,6 +167,22 @@ def test_steers_an_interrupt_finds_waiting_start_with_the_steer_now_as_one_new_t
     assert of(events, Result)[-1] == Result("done: first\nsecond\nthird now")
 
 
+def test_a_steer_now_that_could_not_be_written_interrupted_no_turn() -> None:
+    # Its input's copy could not be kept, so neither the steer nor its interrupt was written:
+    # the steer waiting behind it later starts a turn of its own, not "the running one
+    # interrupted" (it said so, as if the interrupt had gone out).
+    ids = iter(("task", "first", "now"))
+    refused = "its input's copy could not be kept (No space left on device)"
+    cli = CliInput(lambda text: refused if "control_request" in text else None, lambda: next(ids))
+    cli.prompt("the task")
+    cli.lifecycle(Lifecycle("task", "started"))
+    first, now = _steer(1, "first"), _steer(2, "now", now=True)
+    assert cli.steer(first) is None
+    assert cli.steer(now) == refused
+    cli.lifecycle(Lifecycle("task", "completed"))
+    assert cli.lifecycle(Lifecycle("first", "started")) == (first, NEW_TURN)
+
+
 def test_an_adopter_never_writes_a_steer_its_dead_owner_wrote_the_cli_had_not_read() -> None:
     # The dead owner wrote the task and a steer --now (its interrupt with it), then died before
     # the CLI read the steer: the copy of its input says so (the last line, cut short by the

@@ -77,14 +77,16 @@ class CliInput:
         """Write a steer (after an interrupt, for --now); None once written, else why not."""
         message_id = self._steer_id(receipt)
         line = user_turn(receipt.message, message_id)
+        interrupted: set[str] = set()
         if receipt.now and self.running:
             # One write: the CLI reads the message with the interrupt, and the turn after it
             # takes the message with every one the interrupt found waiting (they stay queued).
             line = interrupt(f"flightdeck-{receipt.id}") + line
-            waiting = {m for m in self._sent if self._state.get(m) in (None, "queued")}
-            self._interrupted |= waiting | {message_id}
+            interrupted = {m for m in self._sent if self._state.get(m) in (None, "queued")}
+            interrupted.add(message_id)
         if (why_not := self._write(line)) is not None:
-            return why_not
+            return why_not  # nothing written: no turn was interrupted
+        self._interrupted |= interrupted
         self._sent[message_id] = receipt
         return None
 
