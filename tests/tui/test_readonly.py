@@ -25,6 +25,7 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.screens.needs import NeedsScreen
+from textual.pilot import Pilot
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 from tui_fakes import StaticView, frozen_clock
@@ -100,18 +101,22 @@ def read_only_app(view: StoreView) -> tuple[FlightdeckApp, list[str]]:
     return app, notices_of(app)
 
 
+async def both_running(pilot: Pilot[object], app: FlightdeckApp) -> None:
+    table = app.main.table
+    await until(
+        pilot,
+        lambda: (
+            len(table.rows_by_id) == 2
+            and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
+        ),
+        "both children running",
+    )
+
+
 async def test_every_acting_key_says_read_only_and_opens_nothing(view: StoreView) -> None:
     app, notices = read_only_app(view)
     async with app.run_test(size=SIZE) as pilot:
-        table = app.main.table
-        await until(
-            pilot,
-            lambda: (
-                len(table.rows_by_id) == 2
-                and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
-            ),
-            "both children running",
-        )
+        await both_running(pilot, app)
         for key in ("s", "x", "X", "p", "P", "L"):
             await pilot.press(key)
             await pilot.pause()
@@ -239,15 +244,7 @@ async def test_the_footer_drops_steer_and_stop_once_the_attached_batch_ends(
     app = FlightdeckApp(view, options)
     notices = notices_of(app)
     async with app.run_test(size=SIZE) as pilot:
-        table = app.main.table
-        await until(
-            pilot,
-            lambda: (
-                len(table.rows_by_id) == 2
-                and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
-            ),
-            "both children running",
-        )
+        await both_running(pilot, app)
         # Live and attached: steer and stop are there, enabled.
         await until(pilot, lambda: {"steer", "stop"} <= footer_actions(app), "s and x shown")
         assert app.main.check_action("steer", ()) and app.main.check_action("stop", ())
