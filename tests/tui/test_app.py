@@ -380,8 +380,7 @@ async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory, h
         assert app.is_running and all_running(engine)
         await pilot.press("q")
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog again")
-        await pilot.click("#stop-quit")
-        await until_exited(pilot)
+        await until_exited(pilot, by=pilot.click("#stop-quit"))
     assert app.return_value is True
     assert engine.wait(30)
     assert all(r.status is ChildStatus.STOPPED for r in engine.snapshot().children)
@@ -393,8 +392,7 @@ async def test_quit_without_running_children_exits_at_once(engine_factory: Engin
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(app.main.table.shown) == 1, "a row")
-        await pilot.press("q")
-        await until_exited(pilot)
+        await until_exited(pilot, by=pilot.press("q"))
     assert app.return_value is False
     assert exit_code(engine.snapshot()) == ExitCode.OK
 

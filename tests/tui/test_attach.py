@@ -182,7 +182,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
 
         await pilot.press("q")
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog")
-        await pilot.click("#detach")
+        await until_exited(pilot, by=pilot.click("#detach"))
     assert app.return_value is False  # detached: nothing stopped
     view.close()
 
@@ -204,7 +204,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
         assert re.match(r"sim sim-1  in flight [0-2]", line), line
         await pilot.press("q")
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog again")
-        await pilot.click("#stop-quit")
+        await until_exited(pilot, by=pilot.click("#stop-quit"))
     assert app.return_value is True
     assert owner.process.wait(15) == 1  # stopped children: the batch did not complete
     again.refresh()
@@ -280,7 +280,7 @@ async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Ow
         )
         await pilot.press("q")
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog")
-        await pilot.click("#stop-quit")
+        await until_exited(pilot, by=pilot.click("#stop-quit"))
     view.close()
 
 
@@ -318,8 +318,7 @@ async def test_the_quit_question_says_when_another_operator_ended_the_batch_mean
                 lambda: any(ended in str(label.render()) for label in dialog.query(Label)),
                 "the question says the batch ended",
             )
-            await pilot.press("s")
-            await until_exited(pilot, "s quits: nothing is left to stop")
+            await until_exited(pilot, "s quits: nothing is left to stop", by=pilot.press("s"))
         assert app.return_value is False  # nothing this view stopped
         assert [n for n in app._notifications if "not sent" in str(n.message)] == []
     finally:

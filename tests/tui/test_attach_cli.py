@@ -20,7 +20,7 @@ from flightdeck.tui.attached import open_view
 from flightdeck.tui.commands import UsageError
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
-from tui_support import SIZE, notices_of, until
+from tui_support import SIZE, notices_of, until, until_exited
 
 from helpers import Hold, flightdeck, wait_ended
 from helpers import until as poll_until
@@ -223,7 +223,7 @@ async def test_attach_on_a_finished_batch_is_read_only(project: Path, owners: li
         assert all(r.status is ChildStatus.COMPLETED for r in table.rows_by_id.values())
         await until(pilot, lambda: app.main.transcript.lines, "a transcript to browse")
         await pilot.press("s")  # nothing to steer: it says so, and sends nothing
-        await pilot.press("q")  # nothing runs: quits at once
+        await until_exited(pilot, "nothing runs: q quits at once", by=pilot.press("q"))
     assert app.return_value is False
     view.close()
     with StoreReader(db) as reader:
@@ -254,7 +254,7 @@ async def test_an_abandoned_batch_opens_read_only_and_says_why(
             lambda: any("abandoned" in str(n.message) for n in app._notifications),
             "the reason shown",
         )
-        await pilot.press("q")
+        await until_exited(pilot, by=pilot.press("q"))  # abandoned: q quits at once
     view.close()
     with StoreReader(db) as reader:
         assert reader.controls(batch_id) == []
@@ -305,7 +305,7 @@ async def test_an_abandoned_batchs_running_rows_stop_their_clock_with_its_owner(
         for child_id, row in table.rows_by_id.items():
             assert row.status is ChildStatus.RUNNING  # as `flightdeck report` says it
             assert table.model.cells(child_id)[6] == last(row, ended), child_id
-        await pilot.press("q")
+        await until_exited(pilot, by=pilot.press("q"))  # abandoned: q quits at once
     view.close()
 
 
@@ -332,7 +332,7 @@ async def test_an_owner_that_dies_while_attached_is_said_with_the_resume_command
         assert not any("batch finished" in str(n.message) for n in app._notifications)
         status = str(app.main.query_one("#status", StatusBar).render())
         assert "abandoned: its owner died, `flightdeck resume` runs it on" in status
-        await pilot.press("q")
+        await until_exited(pilot, by=pilot.press("q"))  # abandoned: q quits at once
     view.close()
 
 
@@ -461,7 +461,7 @@ async def test_a_steer_typed_while_the_owner_died_is_refused_with_the_resume_com
             "the steer refused, with the resume command",
         )
         assert not any("queued" in str(n.message) for n in app._notifications)
-        await pilot.press("q")
+        await until_exited(pilot, by=pilot.press("q"))  # abandoned: q quits at once
     view.close()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
@@ -493,7 +493,7 @@ async def test_a_view_attached_when_its_owner_died_says_when_a_resume_takes_it_u
         assert view.read_only is None
         await pilot.press("q")
         await until(pilot, lambda: on_screen_quit(app), "the quit question: children run")
-        await pilot.press("d")
+        await until_exited(pilot, by=pilot.press("d"))
     view.close()
 
 

@@ -185,8 +185,9 @@ def test_the_last_look_file_is_json_a_person_can_read(tmp_path: Path) -> None:
 async def test_attached_again_to_an_owner_the_digest_tells_what_happened_meanwhile(
     tmp_path: Path,
 ) -> None:
+    from flightdeck.tui.screens.dialogs import QuitDialog
     from test_attach import OPTIONS, Owner
-    from tui_support import until
+    from tui_support import on_screen, until, until_exited
 
     owner = Owner(tmp_path, children=3)
     try:
@@ -198,7 +199,8 @@ async def test_attached_again_to_an_owner_the_digest_tells_what_happened_meanwhi
             await until(pilot, lambda: len(app.main.table.shown) == 3, "three rows")
             assert panel_text(app) is None  # the first attach: nothing to tell
             await pilot.press("q")
-            await pilot.click("#detach")
+            await until(pilot, lambda: on_screen(app, QuitDialog), "the quit dialog")
+            await until_exited(pilot, by=pilot.click("#detach"))
         view.close()
         assert looked.read() is not None
 
@@ -221,7 +223,8 @@ async def test_attached_again_to_an_owner_the_digest_tells_what_happened_meanwhi
             await pilot.press("d")
             assert panel_text(app) is None
             await pilot.press("q")
-            await pilot.click("#detach")
+            await until(pilot, lambda: on_screen(app, QuitDialog), "the quit dialog")
+            await until_exited(pilot, by=pilot.click("#detach"))
         again.close()
     finally:
         owner.close()

@@ -41,8 +41,7 @@ async def test_in_process_enter_does_nothing_escape_stays_and_s_stops_all(tmp_pa
         await pilot.press("escape")
         await until(pilot, lambda: on_screen(app, MainScreen), "back to the table")
         await open_dialog(app, pilot)
-        await pilot.press("s")
-        await until_exited(pilot)
+        await until_exited(pilot, by=pilot.press("s"))
     assert app.return_value is True and view.stopped_all == 1
 
 
@@ -55,8 +54,7 @@ async def test_attached_enter_or_d_detaches_and_stops_nothing(tmp_path: Path, ke
         dialog = await open_dialog(app, pilot)
         labels = [str(b.label) for b in dialog.query(Button)]
         assert labels == ["Detach  d", "Stop all and quit  s", "Cancel  Esc"]
-        await pilot.press(key)
-        await until_exited(pilot)
+        await until_exited(pilot, by=pilot.press(key))
     assert app.return_value is False and view.stopped_all == 0
 
 

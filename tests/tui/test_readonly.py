@@ -125,8 +125,8 @@ async def test_every_acting_key_says_read_only_and_opens_nothing(view: StoreView
         # The figures are the view's own.
         assert app.main.snapshot is not None
         assert app.main.snapshot.batch_id == view.batch_id
-        await pilot.press("q")  # nothing this view can stop: quit leaves at once
-        await until_exited(pilot, "the app to quit, no question asked")
+        # nothing this view can stop: quit leaves at once
+        await until_exited(pilot, "the app to quit, no question asked", by=pilot.press("q"))
     assert recorded(view) == []
 
 
@@ -182,8 +182,7 @@ async def test_retry_merge_and_discard_say_read_only_and_open_nothing(
             await pilot.pause()
             assert isinstance(app.screen, MainScreen), key  # no dialog to send from
         assert notices.count(READ_ONLY) == 3, notices
-        await pilot.press("q")
-        await until_exited(pilot, "the app to quit")
+        await until_exited(pilot, "the app to quit", by=pilot.press("q"))
     assert "retry" not in recorded(view)
 
 

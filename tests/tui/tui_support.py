@@ -79,13 +79,31 @@ async def until(
 
 
 async def until_exited(
-    pilot: Pilot[Any], what: str = "the app exited", timeout: float = 60.0
+    pilot: Pilot[Any],
+    what: str = "the app exited",
+    timeout: float = 60.0,
+    by: Awaitable[object] | None = None,
 ) -> None:
-    """Let the app run until it has exited. Not `until`: Pilot's pause first waits for every
-    widget on the screen to take a message, and a widget the exit closes in that time never does
-    (a WaitForScreenTimeout after 30 s, seen once in an idle `make check`). A plain sleep lets
-    the app run on this loop meanwhile."""
-    await _poll(pilot, lambda: not pilot.app.is_running, what, timeout, asyncio.sleep)
+    """Let the app run until it has exited, `by` (the `pilot.press` or `pilot.click` that ends
+    it) meanwhile. Not `until`: Pilot's pause first waits for every widget on the screen to take
+    a message, and a widget the exit closes in that time never does (a WaitForScreenTimeout after
+    30 s, seen once in an idle `make check`). A plain sleep lets the app run on this loop
+    meanwhile. Nor `await pilot.press(key)` first: press and click end in that same wait, the
+    app among the widgets, and an app whose exit ran before that message came never reads it
+    (the quit dialog's enter, in a `make test` on a busy machine); here that wait is dropped
+    once the app is over."""
+    doing = asyncio.ensure_future(by if by is not None else asyncio.sleep(0))
+
+    def over() -> bool:
+        return not pilot.app.is_running or (doing.done() and doing.exception() is not None)
+
+    try:
+        await _poll(pilot, over, what, timeout, asyncio.sleep)
+    finally:
+        if doing.done():
+            doing.result()  # what the press or click raised, if it did
+        else:
+            doing.cancel()
 
 
 async def _poll(
