@@ -272,6 +272,16 @@ def needs_footer(app: FlightdeckApp) -> set[str]:
     return {key.action for key in app.screen.query_one(Footer).query(FooterKey)}
 
 
+async def needs_screen(pilot: Pilot[object], app: FlightdeckApp) -> NeedsScreen:
+    """The needs-you screen (`!`), opened once an entry is in the queue."""
+    await until(pilot, lambda: app.main.notices.queue, "an entry in the queue")
+    await pilot.press("exclamation_mark")
+    await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+    screen = app.screen
+    assert isinstance(screen, NeedsScreen)
+    return screen
+
+
 async def test_the_needs_you_screen_hides_answer_and_clear_in_a_read_only_view(
     tmp_path: Path,
 ) -> None:
@@ -280,11 +290,7 @@ async def test_the_needs_you_screen_hides_answer_and_clear_in_a_read_only_view(
     app = FlightdeckApp(ReadOnlyView(StaticView(tmp_path)), options)
     notices = notices_of(app)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.main.notices.queue, "an entry in the queue")
-        await pilot.press("exclamation_mark")
-        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
-        screen = app.screen
-        assert isinstance(screen, NeedsScreen)
+        screen = await needs_screen(pilot, app)
         await until(pilot, lambda: screen.entries, "its entries")
         await until(pilot, lambda: "close" in needs_footer(app), "the footer")
         assert not {"answer", "clear"} & needs_footer(app)
@@ -306,11 +312,7 @@ async def test_the_needs_you_screen_drops_answer_and_clear_once_the_batch_ends(
     app = FlightdeckApp(view, options)
     notices = notices_of(app)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.main.notices.queue, "an entry in the queue")
-        await pilot.press("exclamation_mark")
-        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
-        screen = app.screen
-        assert isinstance(screen, NeedsScreen)
+        await needs_screen(pilot, app)
         await until(pilot, lambda: {"answer", "clear"} <= needs_footer(app), "a and c shown")
         await pilot.pause(0.3)  # the screen settled: only the batch's end changes the footer now
         ended = "the batch has ended: nothing is left to answer or clear"
