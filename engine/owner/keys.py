@@ -29,6 +29,12 @@ def batch_secrets(
     return secrets + tuple(s for command in commands.values() for s in command.secrets)
 
 
+NAMED_KEY = (
+    "holds a value the batch redacts (an API key, a header's value, an env_pass variable's): "
+    "a name is stored and shown as it is, so rename it"
+)
+
+
 def refuse_keys_in_names(batch: Batch, secrets: Iterable[str]) -> None:
     """SpecError when a task's id or group, a schedule's id or the batch's name holds what the
     batch redacts. Those name files, rows and lines on screen, and cannot be redacted (two tasks
@@ -49,12 +55,6 @@ def refuse_keys_in_names(batch: Batch, secrets: Iterable[str]) -> None:
     for task in (*batch.tasks, *templates):
         check(task.id, located(task.source), "id")
         check(task.group, located(task.source), "group")
-
-
-NAMED_KEY = (
-    "holds a value the batch redacts (an API key, a header's, or an env_pass variable's): "
-    "a name is stored and shown as it is, so rename it"
-)
 
 
 def redacted_batch(batch: Batch, secrets: Iterable[str]) -> Batch:
