@@ -30,6 +30,7 @@ from tui_support import (
     type_text,
     until,
     until_exited,
+    until_running,
     view_when_ready,
 )
 
@@ -141,11 +142,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
         await until(pilot, lambda: len(table.shown) == 3, "three rows from the store")
-        await until(
-            pilot,
-            lambda: all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values()),
-            "all three running",
-        )
+        await until_running(pilot, app, 3)
         calls = table.rows_by_id["c1"].activity.api_calls
         owner.hold.release("c1", 0)  # its first call ends, the second is held
         await until(pilot, lambda: table.rows_by_id["c1"].activity.api_calls > calls, "rows update")
@@ -298,15 +295,7 @@ async def test_the_quit_question_says_when_another_operator_ended_the_batch_mean
     app = FlightdeckApp(view, OPTIONS)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            table = app.main.table
-            await until(
-                pilot,
-                lambda: (
-                    len(table.shown) == 3
-                    and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
-                ),
-                "all three running",
-            )
+            await until_running(pilot, app, 3)
             await pilot.press("q")
             await until(pilot, lambda: on_screen(app, QuitDialog), "the quit question")
             dialog = app.screen

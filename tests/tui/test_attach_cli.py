@@ -20,7 +20,7 @@ from flightdeck.tui.attached import open_view
 from flightdeck.tui.commands import UsageError
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
-from tui_support import SIZE, notices_of, until, until_exited
+from tui_support import SIZE, notices_of, until, until_exited, until_running
 
 from helpers import Hold, flightdeck, wait_ended
 from helpers import until as poll_until
@@ -437,14 +437,7 @@ async def test_a_steer_typed_while_the_owner_died_is_refused_with_the_resume_com
     db = project / ".flightdeck" / "flightdeck.db"
     async with app.run_test(size=(200, 40)) as pilot:
         table = app.main.table
-        await until(
-            pilot,
-            lambda: (
-                len(table.shown) == 3
-                and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
-            ),
-            "three running",
-        )
+        await until_running(pilot, app, 3)
         table.select("c1")
         await pilot.press("s")
         await until(pilot, lambda: on_screen(app, SteerDialog), "the steer dialog")

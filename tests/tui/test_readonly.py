@@ -29,7 +29,15 @@ from textual.pilot import Pilot
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 from tui_fakes import StaticView, frozen_clock
-from tui_support import SIZE, EngineFactory, notices_of, on_screen, until, until_exited
+from tui_support import (
+    SIZE,
+    EngineFactory,
+    notices_of,
+    on_screen,
+    until,
+    until_exited,
+    until_running,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -101,22 +109,10 @@ def read_only_app(view: StoreView) -> tuple[FlightdeckApp, list[str]]:
     return app, notices_of(app)
 
 
-async def both_running(pilot: Pilot[object], app: FlightdeckApp) -> None:
-    table = app.main.table
-    await until(
-        pilot,
-        lambda: (
-            len(table.rows_by_id) == 2
-            and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
-        ),
-        "both children running",
-    )
-
-
 async def test_every_acting_key_says_read_only_and_opens_nothing(view: StoreView) -> None:
     app, notices = read_only_app(view)
     async with app.run_test(size=SIZE) as pilot:
-        await both_running(pilot, app)
+        await until_running(pilot, app, 2)
         for key in ("s", "x", "X", "p", "P", "L"):
             await pilot.press(key)
             await pilot.pause()
@@ -243,7 +239,7 @@ async def test_the_footer_drops_steer_and_stop_once_the_attached_batch_ends(
     app = FlightdeckApp(view, options)
     notices = notices_of(app)
     async with app.run_test(size=SIZE) as pilot:
-        await both_running(pilot, app)
+        await until_running(pilot, app, 2)
         # Live and attached: steer and stop are there, enabled.
         await until(pilot, lambda: {"steer", "stop"} <= footer_actions(app), "s and x shown")
         assert app.main.check_action("steer", ()) and app.main.check_action("stop", ())

@@ -12,6 +12,7 @@ from typing import Any
 from flightdeck.engine.api import Engine
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.tasks import Task
+from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.view import LiveView
@@ -76,6 +77,19 @@ async def until(
 ) -> None:
     """Let the app run until `condition()` holds; fail naming `what` after `timeout` s."""
     await _poll(pilot, condition, what, timeout, pilot.pause)
+
+
+async def until_running(pilot: Pilot[Any], app: FlightdeckApp, children: int) -> None:
+    """Wait until the table holds `children` rows, every one of them running."""
+    table = app.main.table
+    await until(
+        pilot,
+        lambda: (
+            len(table.rows_by_id) == children
+            and all(r.status is ChildStatus.RUNNING for r in table.rows_by_id.values())
+        ),
+        f"{children} children running",
+    )
 
 
 async def until_exited(
