@@ -137,7 +137,9 @@ def redact_cut(text: str, secrets: Iterable[str]) -> str:
     return text[: len(text) - longest] + REDACTED if longest else text
 
 
-_WORDLIKE = re.compile(r"[\w-]")
+# A character that continues a word: a short key next to one is part of a longer word there.
+_WORD_CHAR = r"[\w-]"
+_WORDLIKE = re.compile(_WORD_CHAR)
 
 
 def secret_forms(secret: str) -> set[str]:
@@ -178,7 +180,9 @@ def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     forms = {form for s in secrets for form in secret_forms(s)}
     # Longest first, so a secret that contains another is replaced whole.
     parts = [
-        re.escape(s) if len(s) >= TOKEN_SECRET_LEN else rf"(?<![\w-]){re.escape(s)}(?![\w-])"
+        re.escape(s)
+        if len(s) >= TOKEN_SECRET_LEN
+        else rf"(?<!{_WORD_CHAR}){re.escape(s)}(?!{_WORD_CHAR})"
         for s in sorted(forms, key=len, reverse=True)
     ]
     return re.compile("|".join(parts)) if parts else None
