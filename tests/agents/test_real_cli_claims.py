@@ -2,7 +2,7 @@
 workspaces and what merge and discard do with them, pause and continue, the live figures, a
 fresh retry, the CLI's own failures and retries, the environment, `timeout_s` and stalls.
 
-The routes are test_real_clis.py's (the documented argv, pointed at the loopback server);
+The routes are realcli.py's (the documented argv, pointed at the loopback server);
 `route` and `engine` below change one field of them for a test.
 """
 
@@ -10,84 +10,32 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import Accept, Continue, Discard, Pause, Retry
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.reader import StoreReader
-from test_real_clis import (
+from realcli import (
     CLIS,
     engine_for,
+    finished,
+    gate_opened,
     goal,
-    in_tool,
+    in_its_tool,
     markers,
     project,
+    route,
+    row,
     tagged,
     transcript,
 )
 
 from agentserver import AgentServer
 from helpers import until
-
-
-def route(tmp_path: Path, **fields: object) -> None:
-    """Add these fields to the test's route (the last table of its flightdeck.toml)."""
-    config = tmp_path / "flightdeck.toml"
-    text = config.read_text()
-    for k, v in fields.items():
-        line = f"{k} = " + json.dumps(v)
-        text = re.sub(rf"^{k} = .*$", line, text, flags=re.M) if f"\n{k} = " in text else text
-        text += "" if line in text else line + "\n"
-    config.write_text(text)
-
-
-def engine(tmp_path: Path, **fields: float) -> None:
-    """Set these fields of its [engine] table."""
-    config = tmp_path / "flightdeck.toml"
-    text = config.read_text()
-    for k, v in fields.items():
-        text = re.sub(rf"^{k} = .*$", f"{k} = {v}", text, flags=re.M) if k in text else text
-        if f"{k} = " not in text:
-            text = text.replace("[engine]\n", f"[engine]\n{k} = {v}\n")
-    config.write_text(text)
-
-
-def row(engine_: Engine, child: str = "t0"):  # type: ignore[no-untyped-def]
-    found = engine_.snapshot().child(child)
-    assert found is not None
-    return found
-
-
-@contextmanager
-def in_its_tool(tmp_path: Path, repo: Path, env: dict[str, str], *extra: str) -> Iterator[Engine]:
-    """An engine whose one child, t0 (`goal` with these arguments), is inside its tool, its
-    gate shut; closed at the end."""
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", *extra)])
-    try:
-        until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
-        yield eng
-    finally:
-        eng.close()
-
-
-def finished(eng: Engine, timeout: float = 120) -> tuple[ChildRow, str]:
-    """Once the batch has ended: t0's row and transcript."""
-    assert eng.wait(timeout)
-    return row(eng), transcript(eng, "t0")
-
-
-def gate_opened(tmp_path: Path, eng: Engine, timeout: float = 120) -> tuple[ChildRow, str]:
-    """Open the gate (t0's tool returns); once the batch has ended, t0's row and transcript."""
-    (tmp_path / "gate").touch()
-    return finished(eng, timeout)
 
 
 def stopped_states(batch_id: str) -> set[str]:

@@ -1,5 +1,5 @@
 """docs/agents.md's Codex route as documented, its key included: the built-in `openai`
-provider, its key from the variable the route's `api_key_env` names (test_real_clis.py's
+provider, its key from the variable the route's `api_key_env` names (realcli.py's
 routes name a provider of their own instead, `-c model_providers.loopback=...`). The one flag
 the test adds is `-c openai_base_url=...`, pointing the built-in provider at the loopback server:
 Codex 0.171.0 ignores OPENAI_BASE_URL in its environment (it went to api.openai.com)."""
@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from flightdeck.engine.model import ChildStatus
-from test_real_cli_claims import route
-from test_real_clis import BIN, EXAMPLE, GATE, engine_for, in_tool, project, transcript
+from realcli import BIN, EXAMPLE, GATE, engine_for, in_tool, project, route, transcript
 
 from agentserver import DUMMY_KEY, RESPONSES_PATH, AgentServer
 from helpers import until

@@ -1,7 +1,7 @@
 """docs/agents.md's claims against the real Claude Code and Codex, continued: the environment,
 `timeout_s` and stalls (a tool or a model call that hangs), pause and the clock, a CLI that
 fails to start, is not installed or prints what its format is not, and what its tools leave
-running (test_real_cli_claims.py's helpers)."""
+running (realcli.py's helpers)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,21 @@ import pytest
 from flightdeck.engine.commands import Continue, Pause, Retry
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus
-from test_real_cli_claims import engine, finished, gate_opened, in_its_tool, route, row
-from test_real_clis import (
+from realcli import (
     BIN,
     CLIS,
+    engine,
     engine_for,
     engine_on,
+    finished,
+    gate_opened,
     goal,
+    in_its_tool,
     in_tool,
     markers,
     project,
+    route,
+    row,
     tagged,
     version,
 )

@@ -1,6 +1,6 @@
 """docs/agents.md's claims against the real Claude Code and Codex: steers (two at the next
 turn; one waiting when Claude Code is interrupted; Codex's when its run fails), what each call
-is billed, and the call Claude Code's permissions deny (test_real_cli_claims.py's helpers)."""
+is billed, and the call Claude Code's permissions deny (realcli.py's helpers)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ from flightdeck.engine.child.command import RETRY_MESSAGE
 from flightdeck.engine.commands import Retry
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.reader import StoreReader
-from test_real_cli_claims import finished, gate_opened, in_its_tool, row
-from test_real_clis import (
+from realcli import (
     CLIS,
     engine_for,
+    finished,
+    gate_opened,
     goal,
+    in_its_tool,
     project,
+    row,
     tagged,
     transcript,
 )
