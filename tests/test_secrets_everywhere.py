@@ -157,3 +157,70 @@ def test_a_key_in_a_name_is_one_clear_error_and_nothing_is_written(tmp_path: Pat
         assert MARK not in run.stdout + run.stderr
         batches = tmp_path / "state" / "batches"
         assert not batches.exists() or not any(batches.iterdir()), field
+
+
+def test_a_key_in_a_file_name_is_not_recorded(tmp_path: Path) -> None:
+    """A file whose name holds a key, made in a child's own worktree: by a model with
+    `write_file` (its path is the model's text, as its content is), and by an agent CLI (a
+    command child). The model's write is refused (it is told why, and writes nothing); the
+    CLI's file name reaches neither the store (the child's changes, whose files the detail pane
+    and `report --format json` list) nor what `report` and `logs` print."""
+    from gitrepo import GIT_ENV, make_repo
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+
+    def writer(received: Received) -> Reply:
+        if '"role": "tool"' in json.dumps(received.body):
+            return Reply(text="done")
+        args = {"path": f"notes-{KEY}.txt", "content": "some notes\n"}
+        return Reply(tools=(ToolUse("w1", "write_file", args),))
+
+    cli = json.dumps(["sh", "-c", 'echo hi > "cli-$FD_TEST_KEY.txt"'])
+    with Loopback(writer) as server:
+        (tmp_path / "flightdeck.toml").write_text(
+            '[engine]\ndefault_route = "oa"\nstate_dir = "state"\n'
+            f'[routes.oa]\nprovider = "openai"\nmodel = "m"\nbase_url = "{server.openai_url}"\n'
+            'api_key_env = "FD_TEST_KEY"\nworkspace = "worktree"\n'
+            "price = { input_per_mtok = 1, output_per_mtok = 1 }\n"
+            f'[routes.cli]\nprovider = "command"\nargv = {cli}\napi_key_env = "FD_TEST_KEY"\n'
+            'workspace = "worktree"\n'
+        )
+        (tmp_path / "tasks.toml").write_text(
+            f'[batch]\nname = "names"\nworkspace = "{repo}"\n'
+            '[[tasks]]\nid = "model"\ngoal = "write your notes"\n'
+            '[[tasks]]\nid = "cli"\ngoal = "write a file"\nroute = "cli"\n'
+        )
+        env = {**GIT_ENV, "NO_COLOR": "1", "FD_TEST_KEY": KEY}
+
+        def flightdeck(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "flightdeck.tui.cli", *args],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
+
+        run = flightdeck("run", "tasks.toml", "--headless")
+    assert run.returncode == 0, run.stdout + run.stderr
+    batch_id = run.stdout.split()[1]
+    report = flightdeck("report", "--format", "json")
+    logs = flightdeck("logs", batch_id, "model")
+    assert report.returncode == 0 and logs.returncode == 0, report.stderr + logs.stderr
+    data = json.loads(report.stdout)
+    changed = {c["child_id"]: (c["summary"], c["files"]) for c in data["changes"]}
+    assert changed == {"cli": ("+1 −0 in 1 file", ["cli-[REDACTED].txt"])}, changed
+    said = "error: path 'notes-[REDACTED].txt' holds a value the batch redacts"
+    assert said in logs.stdout, logs.stdout
+    printed = run.stdout + run.stderr + report.stdout + logs.stdout + logs.stderr
+    assert MARK not in printed
+    state = tmp_path / "state"
+    own = state / "batches" / batch_id / "workspaces"
+    assert not (own / "model").exists()  # it changed nothing: removed at its end
+    # Only the CLI's own file holds the key in its name (the CLI's, as its workspace's files are).
+    outside = [p for p in state.rglob("*") if own / "cli" not in p.parents and p != own / "cli"]
+    assert [str(p) for p in outside if MARK in p.name] == []
+    files = [p for p in outside if p.is_file()]
+    assert any(p.name == "flightdeck.db" for p in files)
+    assert [str(p) for p in files if MARK.encode() in p.read_bytes()] == []

@@ -133,6 +133,9 @@ class Toolbox:
             raise ToolError(f"path {raw!r} is outside the workspace")
         return target
 
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
     def _list_dir(self, arguments: Mapping[str, Any]) -> str:
         folder = self._resolve(arguments)
         if not folder.is_dir():
@@ -152,6 +155,11 @@ class Toolbox:
         return text + ("\n… (truncated at 64 KiB)" if len(data) > MAX_READ_BYTES else "")
 
     def _write_file(self, arguments: Mapping[str, Any]) -> str:
+        # A key in the content is redacted; one in the file's name is refused, as in a task's
+        # name: "[REDACTED]" would be a name the model never gave.
+        name = arguments.get("path")
+        if isinstance(name, str) and (shown := self._redact(name)) != name:
+            raise ToolError(f"path {shown!r} holds a value the batch redacts: name it otherwise")
         path = self._resolve(arguments)
         content = arguments.get("content")
         if not isinstance(content, str):
@@ -161,7 +169,7 @@ class Toolbox:
             # itself is the folder above it, outside the workspace.
             raise ToolError(f"{arguments['path']!r} is a folder, not a file")
         # Encoded before any folder or file is made: a lone surrogate fails here, leaving nothing.
-        data = redact(content, self._secrets).encode("utf-8")
+        data = self._redact(content).encode("utf-8")
         if self._private:
             private_dir(path.parent)
         else:

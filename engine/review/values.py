@@ -4,6 +4,7 @@ copy), and what the operator decided about them; kept as JSON in the store's eve
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -71,6 +72,10 @@ class Changes:
     ) -> Changes:
         """The same changes, accepted or discarded."""
         return replace(self, state=state, branch=branch, into=into, commit=commit)
+
+    def renamed(self, name: Callable[[str], str]) -> Changes:
+        """The same changes, each file's path through `name`."""
+        return replace(self, files=tuple(replace(f, path=name(f.path)) for f in self.files))
 
 
 def changes_json(changes: Changes | None) -> str:
