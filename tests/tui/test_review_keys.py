@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +28,15 @@ FAKES = Path(__file__).parent.parent / "fakes"
 
 
 def review_engine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, goals: dict[str, str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    goals: dict[str, str],
+    state: str = "state",
 ) -> Engine:
     """An engine whose command children each edit a worktree of a fresh repository as their
-    goal says (`file=text`), then fail until `tmp_path/fixed` exists; started."""
+    goal says (`file=text`), then fail until `tmp_path/fixed` exists; started. Its state folder
+    is `tmp_path/STATE`."""
     for var in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
         monkeypatch.setenv(var, GIT_ENV[var])
     repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
@@ -44,7 +50,7 @@ def review_engine(
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     settings = load_settings(tmp_path / "flightdeck.toml")
     batch = Batch(name=name, tasks=tasks, workspace=repo)
-    e = Engine(batch, settings, state_dir=tmp_path / "state", env=env)
+    e = Engine(batch, settings, state_dir=tmp_path / state, env=env)
     e.start()
     return e
 
@@ -164,3 +170,32 @@ async def test_m_on_children_that_changed_one_file_warns_before_merging(
         await pilot.press("escape")  # merges nothing
         await until(pilot, lambda: app.screen is app.main, "back")
         assert all(table.rows_by_id[c].changes.state != "accepted" for c in ("a", "b"))  # type: ignore[union-attr]
+
+
+async def test_d_says_why_there_is_no_diff_without_escape_sequences(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """D on a child whose worktree is gone says so, naming the worktree: a folder whose name
+    holds escape sequences and a bidi override (a state folder named so) is shown sanitized, as
+    every path on screen is; the reason was put on the screen as it was."""
+    state = "st\x1b]0;title\x07\x1b[31mred\u202eate"
+    e = review_engine(tmp_path, monkeypatch, "gone", {"t0": "x.txt=one"}, state)
+    try:
+        app = app_for(e)
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            await until(pilot, lambda: "t0" in table.rows_by_id, "the child")
+            await until(
+                pilot, lambda: table.rows_by_id["t0"].changes is not None, "its changes", 90
+            )
+            changes = table.rows_by_id["t0"].changes
+            assert changes is not None and "\x1b" in changes.workspace
+            shutil.rmtree(changes.workspace)
+            await pilot.press("D")
+            await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
+            diff = app.screen
+            assert isinstance(diff, DiffScreen)
+            await until(pilot, lambda: "its worktree is gone" in diff.text, "why no diff", 90)
+            assert "stredate/batches/" in diff.text, repr(diff.text)  # named, sanitized
+    finally:
+        e.close()

@@ -188,8 +188,8 @@ class DiffScreen(Screen[None]):
         path = None if self.index is None else self.changes.files[self.index].path
         try:
             text = sanitize(patch_of(self.changes, path))
-        except CommandError as exc:
-            text = f"no diff: {exc}\n"
+        except CommandError as exc:  # git's words and the worktree's path: sanitized too
+            text = f"no diff: {one_line(str(exc))}\n"
         self.app.call_from_thread(self._show, text)
 
     def _show(self, text: str) -> None:
