@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 import tracemalloc
@@ -615,3 +616,36 @@ def test_the_json_report_is_valid_unicode_with_a_lone_surrogate_in_a_question(
         text = render_json(build_report(r))
     assert "ship" in text and "\\ud800" not in text.lower()
     json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")  # no lone surrogate left
+
+
+def test_render_markdown_spells_out_character_references(tmp_path: Path) -> None:
+    """A goal, an error or a name is plain text, and `&#x202e;` in it is those 8 characters:
+    a Markdown renderer (a browser's, Rich's in a terminal) decodes a character reference, so
+    the report must not hand it one. A real batch on the sim, its report as `flightdeck report`
+    prints it, rendered as HTML and in a terminal: no bidi override, no escape (it was both)."""
+    from flightdeck.engine.api import Engine
+    from flightdeck.engine.inputs.tasks import Batch, Task
+    from markdown_it import MarkdownIt
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from helpers import flightdeck, run_to_end
+
+    spoof = "&#x202e;gpj.exe &#8238;x &#X2067;y &#27;[31mred &amp; AT&T"
+    batch = Batch(name=f"night {spoof}", tasks=(Task(id="t1", goal=f"review {spoof}", seq=0),))
+    engine = Engine(batch, settings(sim_route()), state_dir=tmp_path / "state")
+    engine.start()
+    assert [r.status for r in run_to_end(engine).children] == [ChildStatus.COMPLETED]
+    report = flightdeck("report", "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    html = MarkdownIt("commonmark").enable("table").render(report.stdout)
+    out = Console(file=io.StringIO(), force_terminal=True, width=400)
+    out.print(Markdown(report.stdout))
+    shown = out.file.getvalue()  # type: ignore[attr-defined]
+    for rendered in (html, shown):
+        assert not re.search("[\u202a-\u202e\u2066-\u2069\ufffd]", rendered), rendered
+        assert "gpj.exe" in rendered and "AT&" in rendered
+    # Read raw, it says what was written: one `&amp;` stands for each `&` of a reference.
+    spelled = "review &amp;#x202e;gpj.exe &amp;#8238;x &amp;#X2067;y &amp;#27;\\[31mred"
+    assert spelled in report.stdout, report.stdout
+    assert "&amp;amp; AT&T" in report.stdout  # a lone `&` is left as it is

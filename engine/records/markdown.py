@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -359,7 +360,14 @@ def _text(value: object, width: int | None = None) -> str:
     """
     # Backslashes first, so a trailing `\` cannot escape what follows it.
     text = one_line(str(value), width).replace("\\", "\\\\")
+    # A character reference would be decoded by the renderer (`&#x202e;`: a bidi override,
+    # which sanitizing removed from the text itself): its `&` is spelled out.
+    text = _REFERENCE.sub("&amp;", text)
     return text.replace("[", "\\[").replace("]", "\\]").replace("<", "&lt;")
+
+
+# What CommonMark reads as a character reference: `&name;`, `&#123;`, `&#x1F;`.
+_REFERENCE = re.compile(r"&(?=[A-Za-z][A-Za-z0-9]{0,31};|#[0-9]{1,7};|#[xX][0-9A-Fa-f]{1,6};)")
 
 
 def _cell(value: object, width: int | None = None) -> str:
