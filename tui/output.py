@@ -229,10 +229,13 @@ def summary_table(snap: Snapshot) -> Table:
             members = [c for c in snap.children if c.route == r.route]
             rows.append([one_line(r.route, 40), *_summary_cells(r.totals, members)])
     rows.append([*(["total"] if by_route else []), *_summary_cells(snap.totals, snap.children)])
+    caption = superseded_caption(snap.totals.superseded, snap.children)
+    # Every string a Table is given is read as Rich markup: the title, caption and cells are
+    # Text (a route's name, an id, read from the store: `[link=…]` would be a hyperlink).
     table = Table(
-        title=f"batch {snap.batch_id} — {snap.status.value}",
+        title=Text(f"batch {one_line(snap.batch_id)} — {snap.status.value}", "table.title"),
         title_justify="left",
-        caption=superseded_caption(snap.totals.superseded, snap.children),
+        caption=None if caption is None else Text(caption, "table.caption"),
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -248,7 +251,7 @@ def summary_table(snap: Snapshot) -> Table:
     for n, row in enumerate(rows):
         if by_route and n == len(rows) - 1:
             table.add_section()
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     return table
 
 

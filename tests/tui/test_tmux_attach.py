@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -150,3 +151,57 @@ def test_attach_in_tmux_keeps_the_transcripts_last_line_on_screen(tmp_path: Path
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
         owner.close()
+
+
+def test_attach_s_closing_summary_shows_a_route_s_name_as_written(tmp_path: Path) -> None:
+    """What `attach` prints once the TUI has gone (the summary table) is the store's text, as
+    the screen it leaves is: a route's name holding Rich markup (`[b]…[/b]`, `[link=…]`) is
+    shown as written, never made bold or a hyperlink. A real batch on two sim routes, then
+    its store as a hostile or older writer left it; `attach` in tmux, `q`, the pane read."""
+    from flightdeck.engine.records.reader import StoreReader
+
+    quick = "provider = 'sim'\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
+    (tmp_path / "flightdeck.toml").write_text(
+        f'[engine]\nstate_dir = "state"\n[routes.a]\n{quick}[routes.b]\n{quick}'
+    )
+    (tmp_path / "tasks.toml").write_text(
+        '[[tasks]]\nid = "t1"\ngoal = "g"\nroute = "a"\n'
+        '[[tasks]]\nid = "t2"\ngoal = "g"\nroute = "b"\n'
+    )
+    cli = [sys.executable, "-m", "flightdeck.tui.cli"]
+    run = subprocess.run(
+        [*cli, "run", "tasks.toml", "--headless"], cwd=tmp_path, capture_output=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    db = tmp_path / "state" / "flightdeck.db"
+    with StoreReader(db) as reader:
+        [info] = reader.batches()
+    marked = "[b]bold[/b] [link=http://e.x]x[/link]"
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE children SET route = ? WHERE id = 't2'", (marked,))
+    sock = tmp_path / "tmux.sock"
+    tmux = ["tmux", "-S", str(sock)]
+    try:
+        # The pane stays once attach has printed and exited, for the capture; COLUMNS: the
+        # table as wide as the pane (a pane made without a client may say 80 at first).
+        attach = shlex.join(["env", "COLUMNS=200", *cli, "attach", info.id])
+        attach += "; echo attach-ended; sleep 60"
+        size = ["-x", "200", "-y", "40"]
+        subprocess.run([*tmux, "new-session", "-d", *size, "-c", str(tmp_path), attach], check=True)
+
+        def screen() -> str:
+            capture = [*tmux, "capture-pane", "-p", "-t", "0"]
+            return subprocess.run(capture, check=True, capture_output=True, text=True).stdout
+
+        deadline = time.monotonic() + 60
+        while "2/2 done" not in screen():
+            assert time.monotonic() < deadline, f"no TUI on screen:\n{screen()}"
+            time.sleep(0.1)
+        subprocess.run([*tmux, "send-keys", "-t", "0", "q"], check=True)
+        while "attach-ended" not in screen():
+            assert time.monotonic() < deadline, f"attach did not end:\n{screen()}"
+            time.sleep(0.1)
+        summary = screen()
+        assert marked in summary, summary
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
