@@ -16,7 +16,7 @@ from typing import Any
 from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import StopAll
 from flightdeck.engine.model import BatchStatus, Snapshot
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui import alerts, terminal
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.lastlooked import LastLooked
@@ -24,6 +24,7 @@ from flightdeck.tui.logs import Severity, forward_logs
 from flightdeck.tui.options import UiOptions
 from flightdeck.tui.screens.main import MainScreen
 from flightdeck.tui.view import EngineView, LiveView
+from rich.traceback import Traceback
 from textual import events
 from textual.app import App, SystemCommand
 from textual.screen import Screen
@@ -74,6 +75,16 @@ class FlightdeckApp(App[bool]):
         finally:
             if self._terminal_watch is not None:  # over: the process goes its own way
                 self._terminal_watch.set()
+
+    def _fatal_error(self) -> None:
+        # Textual's own report of a failure shows every frame's locals, where a key can be (an
+        # attached client redacts a steer with the batch's keys, and holds the steer), and the
+        # exception's words as they are (they may quote a child's output): neither, here.
+        trace = Traceback.extract(*sys.exc_info(), show_locals=False)
+        for stack in trace.stacks:
+            stack.exc_value = sanitize(stack.exc_value)
+        self.bell()
+        self.panic(Traceback(trace, width=None))
 
     def on_sigterm(self) -> None:
         """Stop every child and quit, as "stop all and quit" does, without asking; attached to
