@@ -152,3 +152,28 @@ def test_the_transcript_drain_thread_survives_an_error_and_still_answers_flush(
         sink.close()
     text = Path(path).read_text()
     assert "kept" in text and "lost" not in text
+
+
+def test_headless_says_an_engine_failure_on_one_line_without_escape_sequences(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failure's words are an exception's, which may quote a child's output or a path."""
+    import io
+
+    from flightdeck.tui.headless import run_headless
+    from rich.console import Console
+
+    def progress(self: Coordinator) -> None:
+        raise RuntimeError("a bug near \x1b]8;;http://x.invalid\x1b\\this\x1b]8;;\x1b\\\nline")
+
+    monkeypatch.setattr(Coordinator, "_progress", progress)
+    s = settings(sim_route(tool_turns=0), pool=2)
+    engine = api.Engine(batch(3), s, state_dir=tmp_path / "state")
+    out, err = io.StringIO(), io.StringIO()
+    run_headless(engine, Console(file=out, width=200), Console(file=err, width=200))
+    last = err.getvalue().strip().splitlines()[-1]
+    assert (
+        last
+        == "flightdeck: error: the batch fails: engine error: RuntimeError: a bug near this line"
+    )
+    assert "\x1b" not in err.getvalue()

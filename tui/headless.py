@@ -237,7 +237,8 @@ def _run_headless(
     print_ending(console, engine, snap, every)
     failure = failure_text(engine)
     if failure is not None:  # said last, on stderr, so it is what a reader sees
-        errors.print(Text(f"flightdeck: error: {failure}", style="red"))
+        # An exception's words, or the file system's: they may quote a child's output, a path.
+        errors.print(Text(f"flightdeck: error: {one_line(failure)}", style="red"))
         return ExitCode.NOT_RECORDED
     if interrupted:
         return exit_code
