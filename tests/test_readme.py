@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -182,3 +183,36 @@ def test_the_layout_map_names_every_module_and_only_real_ones() -> None:
         elif path.name not in named:
             unnamed.add(str(path.relative_to(ROOT)))
     assert unnamed == set(), "modules the map does not name"
+
+
+def undocumented_options(commands_md: str) -> list[str]:
+    """Every command of `flightdeck --help` with no "### `flightdeck COMMAND`" section in
+    `commands_md`, and every option its section does not name (by any of its spellings)."""
+    from flightdeck.tui.cli import _parser
+
+    [sub] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    sections = dict(
+        re.findall(r"^### `flightdeck ([a-z-]+)`\n(.*?)(?=^##)", commands_md + "\n##", re.S | re.M)
+    )
+    missing = []
+    for command, parser in sub.choices.items():
+        if command not in sections:
+            missing.append(command)
+            continue
+        for action in parser._actions:
+            names = [o for o in action.option_strings if o not in ("-h", "--help")]
+            shown = [o for o in names if re.search(rf"{re.escape(o)}(?![\w-])", sections[command])]
+            if names and action.help != argparse.SUPPRESS and not shown:
+                missing.append(f"{command} {names[-1]}")
+    return missing
+
+
+def test_every_command_and_option_has_its_place_in_the_commands_page() -> None:
+    assert undocumented_options((DOCS / "commands.md").read_text(encoding="utf-8")) == []
+
+
+def test_the_commands_check_finds_a_command_or_an_option_left_out() -> None:
+    text = (DOCS / "commands.md").read_text(encoding="utf-8")
+    without_grep = re.sub(r"^### `flightdeck grep`\n.*?(?=^##)", "", text, flags=re.S | re.M)
+    assert undocumented_options(without_grep) == ["grep"]
+    assert undocumented_options(text.replace("--no-rerun", "")) == ["resume --no-rerun"]
