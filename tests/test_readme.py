@@ -216,3 +216,12 @@ def test_the_commands_check_finds_a_command_or_an_option_left_out() -> None:
     without_grep = re.sub(r"^### `flightdeck grep`\n.*?(?=^##)", "", text, flags=re.S | re.M)
     assert undocumented_options(without_grep) == ["grep"]
     assert undocumented_options(text.replace("--no-rerun", "")) == ["resume --no-rerun"]
+
+
+def test_every_make_target_is_in_the_development_page() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    phony = re.search(r"^\.PHONY: (.*)$", makefile, re.M)
+    assert phony is not None
+    page = (DOCS / "development.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^make ([a-z-]+)", page, re.M))
+    assert set(phony.group(1).split()) - listed == set(), "make targets not listed"
