@@ -234,6 +234,18 @@ def test_unknown_engine_key(tmp_path: Path) -> None:
     error_at(path, 3, "engine.stall_after")
 
 
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [("engine", "executor_line"), ("budget", "cost_line"), ("budget", "soft_cost_line")],
+)
+def test_a_field_kept_for_messages_is_no_key_of_the_file(
+    tmp_path: Path, table: str, key: str
+) -> None:
+    # The settings' own record of a line number, never a setting: unknown, as any other.
+    path = write(tmp_path, f"[{table}]\n{key} = 3\n")
+    assert "unknown key" in str(error_at(path, 2, f"{table}.{key}"))
+
+
 def test_bad_provider(tmp_path: Path) -> None:
     path = write(tmp_path, '[routes.x]\nmodel = "m"\nprovider = "openia"\n')
     err = error_at(path, 3, "routes.x.provider")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
@@ -52,7 +53,14 @@ from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, dee
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
-_ENGINE_KEYS = tuple(EngineSettings.__dataclass_fields__)
+
+
+def _file_keys(settings: type) -> tuple[str, ...]:
+    """The fields a file may set: not those kept for messages (a key's line, compare=False)."""
+    return tuple(f.name for f in dataclasses.fields(settings) if f.compare)
+
+
+_ENGINE_KEYS = _file_keys(EngineSettings)
 _ROUTE_KEYS = (
     "provider",
     "model",
@@ -72,7 +80,7 @@ _ROUTE_KEYS = (
 _COMMAND_ROUTE_KEYS = ("provider", "model", "max_concurrent", "price", "loops")
 _PRICE_KEYS = tuple(Price.__dataclass_fields__)
 _RETRY_KEYS = tuple(RetrySettings.__dataclass_fields__)
-_BUDGET_KEYS = tuple(Budget.__dataclass_fields__)
+_BUDGET_KEYS = _file_keys(Budget)
 _TUI_KEYS = tuple(TuiSettings.__dataclass_fields__)
 _PROVIDER_NAMES: Mapping[str, ProviderName] = MappingProxyType({p: p for p in PROVIDERS})
 
