@@ -225,3 +225,35 @@ def test_every_make_target_is_in_the_development_page() -> None:
     page = (DOCS / "development.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^make ([a-z-]+)", page, re.M))
     assert set(phony.group(1).split()) - listed == set(), "make targets not listed"
+
+
+def undocumented_keys(pages: str) -> set[str]:
+    """Every key flightdeck.toml may hold that `pages` neither shows set (`key =`) nor names."""
+    from flightdeck.engine.inputs.settings import load
+    from flightdeck.engine.inputs.settings.cluster import RAY_KEYS
+    from flightdeck.engine.inputs.settings.command import COMMAND_KEYS
+    from flightdeck.engine.inputs.settings.loops import LOOP_KEYS
+
+    keys = {
+        *load._ENGINE_KEYS,
+        *load._ROUTE_KEYS,
+        *load._SIM_OPTIONS,
+        *load._HTTP_OPTIONS,
+        *load._PRICE_KEYS,
+        *load._RETRY_KEYS,
+        *load._BUDGET_KEYS,
+        *load._TUI_KEYS,
+        *COMMAND_KEYS,
+        *RAY_KEYS,
+        *LOOP_KEYS,
+    }
+    return {k for k in keys if not re.search(rf"(^|[{{,\s`(]){k} *=|`{k}`", pages, re.M)}
+
+
+def test_every_key_of_the_config_file_is_documented() -> None:
+    pages = "".join(
+        (DOCS / name).read_text(encoding="utf-8")
+        for name in ("configuration.md", "agents.md", "ray.md", "tui.md")
+    )
+    assert undocumented_keys(pages) == set()
+    assert undocumented_keys(pages.replace("tool_turns", "")) == {"tool_turns"}
