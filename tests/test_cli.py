@@ -531,6 +531,22 @@ def test_the_report_hint_is_a_shell_word_naming_the_very_folder(project: Path) -
     ), hint
 
 
+@pytest.mark.slow
+def test_attach_and_serve_read_the_state_folder_their_config_names(
+    project: Path, tmp_path: Path
+) -> None:
+    # As `run --config` does: [engine] state_dir of the config given, not of ./flightdeck.toml.
+    config = project / "flightdeck.toml"
+    config.write_text(FAST_CONFIG.replace("[engine]\n", '[engine]\nstate_dir = "st"\n'))
+    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for command in ("attach", "serve"):
+        out = flightdeck(command, "nope", "--config", str(config), cwd=elsewhere)
+        assert out.returncode == ExitCode.USAGE
+        assert f"no batch 'nope' in {project / 'st'} " in out.stderr, out.stderr
+
+
 def test_a_folder_named_like_the_database_is_one_clear_error(project: Path) -> None:
     (project / "st" / "flightdeck.db").mkdir(parents=True)
     for command in (["ls"], ["report"]):

@@ -62,7 +62,7 @@ def cmd_attach(args: argparse.Namespace) -> ExitCode:
 
     # The [tui] table of --config, or of ./flightdeck.toml if there is one: checked like a run's.
     tui = load_settings(args.config).tui
-    db = state_db(args.state_dir)
+    db = state_db(args.state_dir, args.config)
     if args.batch_id is not None:  # an unknown id is said as every command says it, first
         from flightdeck.engine.attached.store import StoreReader
 

@@ -202,7 +202,8 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
     attach.add_argument(
         "--config",
         type=Path,
-        help="flightdeck.toml for the [tui] settings (default: ./flightdeck.toml)",
+        help="flightdeck.toml for the [tui] settings and the state folder (default: "
+        "./flightdeck.toml)",
     )
     attach.add_argument(
         "--read-only", action="store_true", help="watch: show everything, send no command"
@@ -213,7 +214,9 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=_port, default=8765, help="0: any free one (%(default)s)")
     serve.add_argument("--read-only", action="store_true", help="show everything, send no command")
-    serve.add_argument("--config", type=Path, help="flightdeck.toml for the [tui] settings")
+    serve.add_argument(
+        "--config", type=Path, help="flightdeck.toml for the [tui] settings and the state folder"
+    )
     serve.add_argument("--state-dir", type=state_dir_arg)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
     logs.add_argument("batch_id")

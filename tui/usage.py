@@ -22,11 +22,12 @@ def state_dir_arg(text: str) -> Path:
     return Path(text)
 
 
-def state_db(state_dir: Path | None) -> Path:
-    """The database of the state folder a reading command (report, ls, attach, logs) names."""
+def state_db(state_dir: Path | None, config: Path | None = None) -> Path:
+    """The database of the state folder a reading command (report, ls, attach, logs) names;
+    `config`: the --config of one that takes it (attach, serve), as `run` reads it."""
     from flightdeck.engine.attached.store import state_folder
 
-    folder = state_folder(state_dir)
+    folder = state_folder(state_dir, config)
     if folder.exists() and not folder.is_dir():  # said as `run` says it, not "no state here"
         where = folder.absolute()
         raise UsageError(

@@ -35,13 +35,13 @@ __all__ = [
 ]
 
 
-def state_folder(state_dir: Path | None) -> Path:
+def state_folder(state_dir: Path | None, config: Path | None = None) -> Path:
     """The state folder a client names: `state_dir` (--state-dir), else FLIGHTDECK_HOME, else
-    ./flightdeck.toml's `[engine] state_dir`, else ./.flightdeck."""
+    the `[engine] state_dir` of `config` (--config) or ./flightdeck.toml, else ./.flightdeck."""
     # flightdeck.toml only matters when it names the state folder: a broken one in the current
     # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
     given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
-    return state_dir_from(state_dir, Settings() if given else load_settings(None))
+    return state_dir_from(state_dir, Settings() if given else load_settings(config))
 
 
 def batch_folder(state_dir: Path, batch_id: str) -> Path:

@@ -47,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> ExitCode:
     from flightdeck.tui.web.server import ServeOptions, WebServer
 
     load_settings(args.config)  # a bad [tui] table fails here, once, not in every tab
-    db = state_db(args.state_dir)
+    db = state_db(args.state_dir, args.config)
     state_dir = db.parent
     if args.batch_id is not None:
         with StoreReader(db) as reader:
