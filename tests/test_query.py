@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from decimal import Decimal
 
 import pytest
@@ -203,3 +204,16 @@ def test_outliers_need_a_median_to_be_over() -> None:
     alone = dataclasses.replace(row("c-1"), usage=Usage(input_tokens=10))
     assert batch_medians([alone], NOW).outlier(alone) is None
     assert batch_medians([], NOW) == Medians(now=NOW)
+
+
+def test_the_help_screen_lists_every_field_and_is_value_of_the_language() -> None:
+    from flightdeck.engine.triage.query import NUMERIC_FIELDS, TEXT_FIELDS
+    from flightdeck.tui.screens.help import FILTER_HELP
+
+    with pytest.raises(QueryError) as refused:
+        parse_filter("is:bogus")
+    values = re.findall(r"is:[\w-]+", str(refused.value).split(": ", 1)[1])
+    assert values, refused.value
+    shown = " ".join(term for term, _ in FILTER_HELP)
+    named = set(re.findall(r"\b([a-z]+)[:<>]", shown)) | set(re.findall(r"is:[\w-]+", shown))
+    assert {*TEXT_FIELDS, *NUMERIC_FIELDS, *values} - named == set()

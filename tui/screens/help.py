@@ -25,7 +25,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 FILTER_HELP = (
-    ('words, "a phrase"', "all must appear in the id, goal, group, activity or error"),
+    ('words, "a phrase"', "all must appear in the id, goal, group, activity, error or model"),
     ("status:failed,running", "any of these statuses; also " + ", ".join(STATUS_ALIASES)),
     ("route:sim  group:NAME", "children on this route / in this group"),
     ("tool:read_file", "children running this tool now"),
@@ -33,6 +33,7 @@ FILTER_HELP = (
     ("cost>0.50  tokens>20k", "compare with > < >= <=: dollars ($ optional), tokens (k, m)"),
     ("idle>5m  depth>0", "since its last activity (s, m, h); a delegate's depth"),
     ("is:looping", "children flagged as looping (n sends them the canned steer)"),
+    ("is:needs-you", "children in the needs-you queue (!)"),
     ("is:tagged  is:outlier", "only tagged children / outliers (▲); every term must hold (AND)"),
 )
 
