@@ -375,7 +375,7 @@ class Accept(Command):
             if row.changes is not None and row.changes.mode != "worktree":
                 raise CommandError(
                     f"{row.id} worked in a copy, which has no history to merge: "
-                    'accept needs workspace = "worktree" (diff and discard work on copies)'
+                    'accept needs workspace = "worktree" (discard works on a copy)'
                 )
 
 

@@ -205,6 +205,20 @@ def test_retry_accept_and_discard_are_checked_against_the_rows(command: Command,
     assert says in str(caught.value)
 
 
+def test_a_copy_refused_for_accept_is_offered_only_what_works_on_a_copy() -> None:
+    from flightdeck.engine.attached.rework import patch_of
+
+    ctx = context(known=set(ROWS), rows=lambda: ROWS)
+    with pytest.raises(CommandError) as refused:
+        Accept(("copy",), "main").check(ctx)
+    changes = ROWS["copy"].changes
+    assert changes is not None
+    with pytest.raises(CommandError, match="no history to diff against"):
+        patch_of(changes)  # a copy's diff is refused, so the refusal does not point to it
+    assert "diff" not in str(refused.value), refused.value
+    Discard(("copy",)).check(ctx)  # what it points to instead
+
+
 def test_what_retry_accept_and_discard_take() -> None:
     ctx = context(known=set(ROWS), rows=lambda: ROWS)
     Retry(("failed", "gone")).check(ctx)  # ended, not completed; nothing pending
