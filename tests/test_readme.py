@@ -257,3 +257,19 @@ def test_every_key_of_the_config_file_is_documented() -> None:
     )
     assert undocumented_keys(pages) == set()
     assert undocumented_keys(pages.replace("tool_turns", "")) == {"tool_turns"}
+
+
+def commands_the_readme_leaves_out(readme: str) -> set[str]:
+    """The commands of `flightdeck --help` that the README's `## Commands` section never names."""
+    from flightdeck.tui.cli import _parser
+
+    [sub] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    section = readme.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    return {c for c in sub.choices if not re.search(rf"`{c}\b", section)}
+
+
+def test_the_readme_names_every_command() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert commands_the_readme_leaves_out(text) == set()
+    without_wait = "\n".join(line for line in text.splitlines() if "`wait" not in line)
+    assert commands_the_readme_leaves_out(without_wait) == {"wait"}
