@@ -39,11 +39,23 @@ __all__ = [
     "OwnerState",
     "QueryError",
     "RowFilter",
+    "batch_keys",
     "parse_filter",
     "settled",
 ]
 
 POLL_S = 0.1  # how often a request and its owner are looked at while waiting
+
+
+def batch_keys(info: BatchInfo | None) -> tuple[str, ...]:
+    """The keys of a stored batch that this process holds: its environment's values under the
+    names the batch's stored settings read keys from (stored.py `stored_keys`). What a process
+    other than the owner redacts from what it records (a steer) or shows (a child's diff)."""
+    if info is None or not info.settings_json:
+        return ()
+    from flightdeck.engine.inputs.settings.stored import settings_from_json, stored_keys
+
+    return stored_keys(settings_from_json(info.settings_json), os.environ)
 
 
 class OwnerGone(FlightdeckError):
@@ -104,7 +116,7 @@ class Client:
         if info is None:
             raise LookupError(f"no batch {self.batch_id} in this state folder")
 
-        from flightdeck.engine.inputs.settings.stored import settings_from_json, stored_keys
+        from flightdeck.engine.inputs.settings.stored import settings_from_json
 
         def max_chars() -> int | None:  # the owner's, as it started (settings are kept whole)
             if not info.settings_json:
@@ -113,9 +125,7 @@ class Client:
 
         # A key typed into a steer or an answer is never written, not even for the owner to
         # redact: the keys this process holds under the routes' names are redacted here.
-        secrets: tuple[str, ...] = ()
-        if isinstance(command, Steer | Answer) and info.settings_json:
-            secrets = stored_keys(settings_from_json(info.settings_json), os.environ)
+        secrets = batch_keys(info) if isinstance(command, Steer | Answer) else ()
 
         return submit(
             self.db,
