@@ -382,6 +382,11 @@ class Engine(CommandMethods):
                 return tuple(reader.children(self.batch_id, results=False))
         return assembly.unstarted_rows(self.batch, self.settings, self.batch_dir, self._created_ts)
 
+    def secrets(self) -> tuple[str, ...]:
+        """The batch's keys (its routes' keys and header values): what the engine redacts from
+        all it records, and a caller from what it shows of a child's own files (its diff)."""
+        return keys.batch_secrets(self._providers, self._commands)
+
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call `fn` for each engine event, on the coordinator thread; keep it fast. Returns
         what unsubscribes it."""

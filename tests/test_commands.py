@@ -214,7 +214,7 @@ def test_a_copy_refused_for_accept_is_offered_only_what_works_on_a_copy() -> Non
     changes = ROWS["copy"].changes
     assert changes is not None
     with pytest.raises(CommandError, match="no history to diff against"):
-        patch_of(changes)  # a copy's diff is refused, so the refusal does not point to it
+        patch_of(changes, None, ())  # a copy's diff is refused, so the refusal does not point to it
     assert "diff" not in str(refused.value), refused.value
     Discard(("copy",)).check(ctx)  # what it points to instead
 

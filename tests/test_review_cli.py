@@ -28,7 +28,9 @@ FAKES = Path(__file__).parent / "fakes"
 ENV = {**GIT_ENV, "NO_COLOR": "1"}
 
 
-def fd(folder: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def fd(
+    folder: Path, *args: str, timeout: float = 120, env: dict[str, str] = ENV
+) -> subprocess.CompletedProcess[str]:
     """`flightdeck ARGS` in `folder`, as a user runs it (piped: plain output)."""
     return subprocess.run(
         [sys.executable, "-m", "flightdeck.tui.cli", *args, "--state-dir", str(folder / "state")],
@@ -36,7 +38,7 @@ def fd(folder: Path, *args: str, timeout: float = 120) -> subprocess.CompletedPr
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=ENV,
+        env=env,
     )
 
 
@@ -56,9 +58,9 @@ def project(tmp_path: Path, goals: dict[str, str], *extra: str) -> tuple[Path, P
     return repo, folder
 
 
-def run(folder: Path) -> str:
+def run(folder: Path, env: dict[str, str] = ENV) -> str:
     """Run the batch to its end (headless, its own owner); its id."""
-    done = fd(folder, "run", "tasks.toml", "--headless")
+    done = fd(folder, "run", "tasks.toml", "--headless", env=env)
     with StoreReader(folder / "state" / "flightdeck.db") as reader:
         [info] = reader.batches()
     assert done.returncode in (0, 1), done.stderr
@@ -174,6 +176,48 @@ def test_diff_of_a_running_child_says_it_has_not_ended(tmp_path: Path) -> None:
         assert info is not None and info.owner_pid is not None
         until(lambda: ended(info.owner_pid), 60, what="the detached owner gone")
     assert "+made" in fd(folder, "diff", batch, "s2").stdout
+
+
+KEY = "sk-DIFFKEY-4r5t6y7u8i9o0p"
+
+
+def test_a_key_a_child_wrote_into_a_file_is_redacted_from_its_diff_not_from_its_merge(
+    tmp_path: Path,
+) -> None:
+    """An agent CLI that writes its key into a file of its worktree (a `.env`): `flightdeck
+    diff` shows `[REDACTED]` in its place, as everything else shown of a child is redacted (of
+    the keys the operator's environment holds under the names the batch's routes read them
+    from). A merge commits the file as the CLI wrote it: what goes into a branch is the
+    operator's to decide, and only what is shown is redacted."""
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    folder = tmp_path / "work"
+    folder.mkdir()
+    argv = ["sh", "-c", 'echo "API_KEY=$FD_TEST_KEY" > .env; echo "key: $FD_TEST_KEY" > notes.txt']
+    (folder / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'workspace = "worktree"\nargv = {json.dumps(argv)}\napi_key_env = "FD_TEST_KEY"\n'
+    )
+    (folder / "tasks.toml").write_text(
+        f'[batch]\nworkspace = "{repo}"\n[[tasks]]\nid = "c1"\ngoal = "keep your key"\n'
+    )
+    env = {**ENV, "FD_TEST_KEY": KEY}
+    batch = run(folder, env)
+
+    diff = fd(folder, "diff", batch, "c1", env=env)
+    assert diff.returncode == 0, diff.stderr
+    assert "+API_KEY=[REDACTED]\n" in diff.stdout and "+key: [REDACTED]\n" in diff.stdout
+    one = fd(folder, "diff", batch, "c1", "--file", ".env", env=env)
+    assert one.returncode == 0 and "+API_KEY=[REDACTED]\n" in one.stdout, one.stderr
+    assert "notes.txt" not in one.stdout
+    shown = diff.stdout + diff.stderr + one.stdout + one.stderr
+    assert KEY not in shown and "DIFFKEY" not in shown
+
+    merged = fd(folder, "merge", batch, "c1", "--into", "main", env=env)
+    assert merged.returncode == 0, merged.stderr
+    assert KEY not in merged.stdout + merged.stderr
+    assert git(repo, "show", "main:.env") == f"API_KEY={KEY}"  # as the CLI wrote it
+    after = fd(folder, "diff", batch, "c1", env=env)  # read from its branch once accepted
+    assert "+API_KEY=[REDACTED]\n" in after.stdout and KEY not in after.stdout, after.stderr
 
 
 @pytest.mark.parametrize("through", ["merge", "the attached TUI"])

@@ -43,6 +43,9 @@ class ReadOnlyView:
     def transcript_path(self, child_id: str) -> Path | None:
         return self.view.transcript_path(child_id)
 
+    def secrets(self) -> tuple[str, ...]:
+        return self.view.secrets()
+
     def subscribe(self, fn: Listener) -> Callable[[], None]:
         return self.view.subscribe(fn)
 

@@ -43,6 +43,11 @@ class EngineView(Protocol):
         """The child's live transcript file, or None if the child is unknown."""
         ...
 
+    def secrets(self) -> tuple[str, ...]:
+        """The batch's keys known here: a child's diff shows the files it wrote, and is redacted
+        of them (everything else the engine shows of a child, it redacted itself)."""
+        ...
+
     def subscribe(self, fn: Listener) -> Callable[[], None]:
         """Call `fn` for each engine event (on any thread); returns an unsubscribe function."""
         ...
@@ -69,6 +74,9 @@ class LiveView:
             # The engine names each file; learn them all at once rather than guessing the layout.
             self._paths = {row.id: Path(row.transcript) for row in self.engine.snapshot().children}
         return self._paths.get(child_id)
+
+    def secrets(self) -> tuple[str, ...]:
+        return self.engine.secrets()
 
     def subscribe(self, fn: Listener) -> Callable[[], None]:
         return self.engine.subscribe(fn)

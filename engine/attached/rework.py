@@ -13,11 +13,11 @@ from __future__ import annotations
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from flightdeck.engine.attached.client import Client, OwnerGone
+from flightdeck.engine.attached.client import Client, OwnerGone, batch_keys
 from flightdeck.engine.attached.spawn import restart_owner
 from flightdeck.engine.commands import Accept, CommandError, Context, Discard, Retry
 from flightdeck.engine.errors import check_known
@@ -29,6 +29,7 @@ from flightdeck.engine.review.apply import Outcome, Reviewer, overlap_text, said
 from flightdeck.engine.review.git import GitError, branch_name_problem
 from flightdeck.engine.review.tree import changes_patch
 from flightdeck.engine.review.values import Changes, changes_from_json
+from flightdeck.engine.sanitize import redact
 
 __all__ = [
     "Changes",
@@ -111,10 +112,12 @@ def rows_of(db: Path, batch_id: str) -> dict[str, ChildRow]:
 
 
 def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> str:
-    """A child's changes as a unified diff (of one file, or all). CommandError if it has none
-    (or none in `path`), has not ended (none recorded yet), or they cannot be read any more
-    (discarded, its worktree gone)."""
+    """A child's changes as a unified diff (of one file, or all), redacted of the batch's keys
+    this process holds (`batch_keys`). CommandError if it has none (or none in `path`), has not
+    ended (none recorded yet), or they cannot be read any more (discarded, its worktree gone)."""
     rows = rows_of(db, batch_id)
+    with StoreReader(db) as reader:
+        secrets = batch_keys(reader.batch(batch_id))
     check_known((child_id,), rows, batch_id)
     row = rows[child_id]
     if row.changes is None and row.status.live:  # its changes are recorded when it ends
@@ -124,7 +127,7 @@ def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> 
     if row.changes is None:
         raise CommandError(f"{child_id} changed no file in a workspace of its own")
     try:
-        text = patch_of(row.changes, path)
+        text = patch_of(row.changes, path, secrets)
     except CommandError as exc:
         raise CommandError(f"{child_id}: {exc}") from None
     if path is not None and not text:
@@ -132,15 +135,18 @@ def diff_of(db: Path, batch_id: str, child_id: str, path: str | None = None) -> 
     return text
 
 
-def patch_of(changes: Changes, path: str | None = None) -> str:
-    """The diff of a child's changes (of one file, or all), as git prints it; CommandError if
-    it cannot be read (its worktree gone, its changes discarded)."""
+def patch_of(changes: Changes, path: str | None, secrets: Iterable[str]) -> str:
+    """The diff of a child's changes (of one file, or all), as git prints it, redacted of
+    `secrets` (the batch's keys): the one text shown of a child that nothing redacted before,
+    its files as it wrote them (a `.env` it made). Only what is shown: an accept commits the
+    files as they are. CommandError if it cannot be read (its worktree gone, its changes
+    discarded)."""
     if changes.mode == "copy":
         raise CommandError("it worked in a copy: there is no history to diff against")
     try:
-        return changes_patch(changes, path)
+        return redact(changes_patch(changes, path), secrets)
     except GitError as exc:
-        raise CommandError(str(exc)) from None
+        raise CommandError(redact(str(exc), secrets)) from None
 
 
 def overlap_of(db: Path, batch_id: str, ids: tuple[str, ...]) -> str | None:

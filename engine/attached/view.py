@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from flightdeck.engine.attached.client import Client, OwnerGone
+from flightdeck.engine.attached.client import Client, OwnerGone, batch_keys
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.attached.reading import BatchReading
 from flightdeck.engine.attached.rework import review, send_retry
@@ -146,6 +146,11 @@ class StoreView:
     def transcript_path(self, child_id: str) -> Path | None:
         row = self._reading.row(child_id)
         return None if row is None else Path(row.transcript)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The keys this process holds under the names the batch's settings read them from (the
+        owner's own, headers' values among them, are not stored)."""
+        return batch_keys(self.info)
 
     def subscribe(self, fn: Listener) -> Callable[[], None]:
         with self._sub_lock:

@@ -184,6 +184,9 @@ class SyntheticView:
     def transcript_path(self, child_id: str) -> Path | None:
         return self.folder / f"{child_id}.log"
 
+    def secrets(self) -> tuple[str, ...]:
+        return ()
+
     def subscribe(self, fn: Callable[[EngineEvent], None]) -> Callable[[], None]:
         return lambda: None
 

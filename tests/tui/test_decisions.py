@@ -208,11 +208,11 @@ def test_merge_and_discard_act_on_pending_changes_only(tmp_path: Path) -> None:
     )
     done = Aim(("review-02",), rows, None, None, False)
     assert review.merge(done) == (Say("nothing here to merge: no changes left pending"),)
-    (shown,) = review.diff(rows["review-02"])  # its changes, accepted, still shown
+    (shown,) = review.diff(rows["review-02"], ())  # its changes, accepted, still shown
     assert (
         isinstance(shown, Ask) and isinstance(shown.dialog, DiffScreen) and shown.then(None) == ()
     )
-    assert review.diff(None) == (Say("this child changed no file in a workspace of its own"),)
+    assert review.diff(None, ()) == (Say("this child changed no file in a workspace of its own"),)
 
 
 def test_m_and_delete_say_what_was_applied_in_the_command_line_sentence(tmp_path: Path) -> None:

@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine, load_settings
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildStatus
+from flightdeck.tui.app import FlightdeckApp
+from flightdeck.tui.options import UiOptions
 from flightdeck.tui.screens.review import AcceptDialog, DiffScreen, DiscardDialog, RetryDialog
+from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.detail import ChildDetail
 from tui_support import SIZE, app_for, on_screen, until
 
@@ -198,4 +202,53 @@ async def test_d_says_why_there_is_no_diff_without_escape_sequences(
             await until(pilot, lambda: "its worktree is gone" in diff.text, "why no diff", 90)
             assert "stredate/batches/" in diff.text, repr(diff.text)  # named, sanitized
     finally:
+        e.close()
+
+
+KEY = "sk-DIFFKEY-4r5t6y7u8i9o0p"
+
+
+@pytest.mark.parametrize("attached", [False, True], ids=["in-process", "attached"])
+async def test_d_shows_a_key_the_child_wrote_into_a_file_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, attached: bool
+) -> None:
+    """An agent CLI that writes its key into a file of its worktree (a `.env`): D shows
+    `[REDACTED]` in its place, of the keys the engine holds (in-process) or the operator's
+    environment holds under the names the batch's routes read them from (attached)."""
+    for var in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
+        monkeypatch.setenv(var, GIT_ENV[var])
+    monkeypatch.setenv("FD_TEST_KEY", KEY)  # the operator's environment (an attached view's)
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    argv = ["sh", "-c", 'echo "API_KEY=$FD_TEST_KEY" > .env']
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'workspace = "worktree"\nargv = {json.dumps(argv)}\napi_key_env = "FD_TEST_KEY"\n'
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FD_TEST_KEY": KEY}
+    batch = Batch(name="keyed", tasks=(Task(id="t0", goal="keep your key", seq=0),), workspace=repo)
+    e = Engine(
+        batch, load_settings(tmp_path / "flightdeck.toml"), state_dir=tmp_path / "st", env=env
+    )
+    e.start()
+    view: LiveView | StoreView = LiveView(e)
+    if attached:
+        view = StoreView(tmp_path / "st" / "flightdeck.db", e.batch_id, poll_s=0.05)
+    app = FlightdeckApp(view, UiOptions(poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            await until(pilot, lambda: "t0" in table.rows_by_id, "the child")
+            await until(
+                pilot, lambda: table.rows_by_id["t0"].changes is not None, "its changes", 90
+            )
+            await pilot.press("D")
+            await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
+            diff = app.screen
+            assert isinstance(diff, DiffScreen)
+            await until(pilot, lambda: ".env" in diff.text, "the diff read", 90)
+            assert "+API_KEY=[REDACTED]\n" in diff.text, diff.text
+            assert KEY not in diff.text and "DIFFKEY" not in diff.text
+    finally:
+        if isinstance(view, StoreView):
+            view.close()
         e.close()

@@ -196,5 +196,8 @@ class StaticView:
                 return Path(row.transcript)
         return None
 
+    def secrets(self) -> tuple[str, ...]:
+        return ()
+
     def subscribe(self, fn: Callable[[EngineEvent], None]) -> Callable[[], None]:
         return lambda: None

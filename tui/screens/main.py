@@ -298,7 +298,8 @@ class MainScreen(Screen[None]):
         self.carry_out(review.retry(targets.act_on(self.table), review.refusal(self.view)))
 
     def action_diff(self) -> None:
-        self.carry_out(review.diff(self.table.rows_by_id.get(self.table.selected_id or "")))
+        row = self.table.rows_by_id.get(self.table.selected_id or "")
+        self.carry_out(review.diff(row, self.view.secrets()))
 
     def action_merge(self) -> None:
         self.carry_out(review.merge(targets.act_on(self.table), review.refusal(self.view)))

@@ -145,12 +145,13 @@ class DiffScreen(Screen[None]):
         Binding("a", "all", "All files", id="diff.all", tooltip="Every file at once"),
     ]
 
-    def __init__(self, row: ChildRow, changes: Changes) -> None:
+    def __init__(self, row: ChildRow, changes: Changes, secrets: tuple[str, ...]) -> None:
         super().__init__()
         self.row = row
         self.changes = changes
+        self.secrets = secrets  # the batch's keys (the view's): the files are the child's
         self.index: int | None = None  # the file shown; None: all of them
-        self.text = ""  # the diff shown, as plain (sanitized) text
+        self.text = ""  # the diff shown, as plain (sanitized, redacted) text
 
     def compose(self) -> ComposeResult:
         yield Static(id="diff-head", markup=False)
@@ -187,7 +188,7 @@ class DiffScreen(Screen[None]):
         """git reads the diff: off the event loop."""
         path = None if self.index is None else self.changes.files[self.index].path
         try:
-            text = sanitize(patch_of(self.changes, path))
+            text = sanitize(patch_of(self.changes, path, self.secrets))
         except CommandError as exc:  # git's words and the worktree's path: sanitized too
             text = f"no diff: {one_line(str(exc))}\n"
         self.app.call_from_thread(self._show, text)
@@ -226,11 +227,11 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
     return (Ask(RetryDialog(ids, len(aim.ids) - len(ids)), chosen),)
 
 
-def diff(row: ChildRow | None) -> Decision:
-    """D: the selected child's diff, on a screen of its own."""
+def diff(row: ChildRow | None, secrets: tuple[str, ...]) -> Decision:
+    """D: the selected child's diff, on a screen of its own, redacted of the batch's keys."""
     if row is None or row.changes is None:
         return (Say("this child changed no file in a workspace of its own"),)
-    return (Ask(DiffScreen(row, row.changes), lambda _: ()),)
+    return (Ask(DiffScreen(row, row.changes, secrets), lambda _: ()),)
 
 
 def _pending(aim: Aim) -> tuple[str, ...]:
