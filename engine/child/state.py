@@ -261,8 +261,7 @@ class Child:
         self._report(fact)
 
     def changed(self, changes: Changes) -> None:
-        """At its end: what it changed in its own workspace (recorded as it is finished). A
-        file's name is the model's or the CLI's text, as its output is: a key in it is redacted."""
+        """At its end: what it changed in its own workspace, its files' names redacted."""
         self.kept.changed(changes.renamed(self.clean) if self._secrets else changes)
 
     def clock(self) -> float:
