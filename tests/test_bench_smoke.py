@@ -156,6 +156,18 @@ def test_the_memory_benchmark_runs_and_reports() -> None:
         assert sum(threads.values()) <= size["cpu_us_per_child"] * 1.25  # parts of the whole
 
 
+def test_the_stop_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    # A real owner, its children held until stopped: 12 running of 30.
+    scale = {"BENCH_STOP_CHILDREN": "30", "BENCH_STOP_RUNNING": "12", "BENCH_STOP_SUBSET": "2"}
+    code = "import json, bench_stop as b; print(json.dumps(b.main()))"
+    _, result = run_bench(code, {**scale, "BENCH_DIR": str(tmp_path)})
+    assert result["bench"] == "stop" and result["children"] == 30 and result["subset"] == 2
+    assert 0 < result["all_running"] <= 12  # the stopped ones' slots are taken again
+    assert 0 < result["one_ms_p50"] <= result["one_ms_max"] and result["all_ms"] > 0
+    [row] = load_runner().summary_rows([result])
+    assert row[0] == "stop all, 30 children, 12 running" and row[3] is not None
+
+
 def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
     rows = load_runner().summary_rows(RECORDED)
     assert rows == [

@@ -160,6 +160,13 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"tmux echo {echo['p50_ms']} ms p50",
                 None,
             )
+        case "stop":
+            yield (
+                f"stop all, {r['children']:,} children, {r['all_running']:,} running",
+                f"{r['all_ms']} ms (one: {r['one_ms_p50']} p50; {r['subset']}: {r['subset_ms']})",
+                f"target {r['target_ms']:,.0f} ms",
+                round(r["target_ms"] / r["all_ms"], 2),
+            )
         case "ray_throughput":
             yield (
                 f"Ray executor: {r['children']:,} one-call sim children",
