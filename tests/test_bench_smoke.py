@@ -164,8 +164,12 @@ def test_the_stop_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert result["bench"] == "stop" and result["children"] == 30 and result["subset"] == 2
     assert 0 < result["all_running"] <= 12  # the stopped ones' slots are taken again
     assert 0 < result["one_ms_p50"] <= result["one_ms_max"] and result["all_ms"] > 0
-    [row] = load_runner().summary_rows([result])
-    assert row[0] == "stop all, 30 children, 12 running" and row[3] is not None
+    assert result["steer_all_ms"] > 0
+    rows = load_runner().summary_rows([result])
+    assert [row[0] for row in rows] == [
+        f"stop all, 30 children, {result['all_running']} running",
+        f"steer --now, {result['all_running']} running children",
+    ]
 
 
 def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:

@@ -6,6 +6,9 @@ in the store, read by a separate connection every 5 ms:
 
 - one running child, ten times (a different child each time; p50 and max);
 - a subset of 100 running children (one command naming them, as a tagged subset's `x`);
+- a steer `--now` to every running child (one command naming them all, as `s` on every child
+  tagged), to the last receipt saying `delivered` (the turn interrupted, and begun again with
+  the message);
 - every child (`X`: stop all), 1,000 running and the rest queued, to the last row stopped.
 
 The README says a stop "takes effect within a second": that is the target for each. Knobs:
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flightdeck.engine.attached.client import Client
-from flightdeck.engine.commands import Command, Stop, StopAll
+from flightdeck.engine.commands import Command, Steer, Stop, StopAll
 
 N = int(os.environ.get("BENCH_STOP_CHILDREN", "5000"))
 RUNNING = int(os.environ.get("BENCH_STOP_RUNNING", "1000"))
@@ -118,6 +121,13 @@ def main() -> dict[str, object]:
                 ]
                 many = _timed(client, Stop(tuple(subset)), _stopped(db, subset), "the subset")
                 left = _running(db)
+                delivered = (
+                    "SELECT count(*) FROM controls WHERE kind = 'steer' AND state = 'delivered'"
+                )
+                steer = Steer(tuple(left), "wrap up now", now=True)
+                steered = _timed(
+                    client, steer, lambda: _count(db, delivered) == len(left), "the steers"
+                )
                 ended = "SELECT count(*) FROM children WHERE status IN ('running', 'queued')"
                 every = _timed(client, StopAll(), lambda: _count(db, ended) == 0, "stop all")
             owner.wait(120)
@@ -135,6 +145,7 @@ def main() -> dict[str, object]:
         "subset": len(subset),
         "subset_ms": round(many * 1000, 1),
         "all_running": len(left),
+        "steer_all_ms": round(steered * 1000, 1),
         "all_ms": round(every * 1000, 1),
         "target_ms": TARGET_S * 1000,
     }
@@ -145,7 +156,8 @@ if __name__ == "__main__":
     print(
         f"stop, {r['children']:,} children, {r['running']:,} running: one child "
         f"{r['one_ms_p50']} ms p50 ({r['one_ms_max']} max), {r['subset']} at once "
-        f"{r['subset_ms']} ms, all ({r['all_running']:,} running) {r['all_ms']} ms "
+        f"{r['subset_ms']} ms, all ({r['all_running']:,} running) {r['all_ms']} ms; "
+        f"steer --now to all {r['steer_all_ms']} ms "
         f"(target {r['target_ms']:.0f}; load {r['load_avg_1m']})"
     )
     print(json.dumps(r))

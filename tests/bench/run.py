@@ -167,6 +167,12 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"target {r['target_ms']:,.0f} ms",
                 round(r["target_ms"] / r["all_ms"], 2),
             )
+            yield (
+                f"steer --now, {r['all_running']:,} running children",
+                f"{r['steer_all_ms']} ms to the last delivered",
+                f"target {r['target_ms']:,.0f} ms",
+                round(r["target_ms"] / r["steer_all_ms"], 2),
+            )
         case "ray_throughput":
             yield (
                 f"Ray executor: {r['children']:,} one-call sim children",
