@@ -417,7 +417,7 @@ def test_steer_now_on_a_stalled_sdk_stream_restarts_the_turn_without_a_retry(
             row = engine.snapshot().children[0]
         finally:
             engine.close()
-    assert elapsed < 1.0
+    assert elapsed < 10.0  # the steer ended the stall, not the 30 s read timeout
     assert row.status is ChildStatus.COMPLETED
     assert row.activity.retries == 0  # our own close is an interruption, not a network fault
     assert [s.state.value for s in row.steers] == ["delivered"]
