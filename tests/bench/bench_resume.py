@@ -14,8 +14,6 @@ import shutil
 import signal
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,6 +24,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import load_settings
 from flightdeck.engine.inputs.tasks import load_batch
 from flightdeck.engine.model import ChildStarted, EngineEvent
+from owner import start_owner
 
 N = int(os.environ.get("BENCH_CHILDREN", "10000"))
 POOL = 64
@@ -45,16 +44,7 @@ tool_turns = 0
 
 def abandoned_batch(folder: Path) -> str:
     """A real owner killed with 64 children running: the batch id."""
-    (folder / "flightdeck.toml").write_text(CONFIG)
-    with open(folder / "tasks.jsonl", "w") as fh:
-        for i in range(N):
-            fh.write(json.dumps({"id": f"c{i:05d}", "goal": f"Answer question {i}"}) + "\n")
-    owner = subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
-        cwd=folder,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    owner = start_owner(folder, CONFIG, N)
     db = folder / "state" / "flightdeck.db"
     deadline = time.monotonic() + 120
     try:

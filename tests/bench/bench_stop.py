@@ -21,8 +21,6 @@ import json
 import os
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from pathlib import Path
 
 from flightdeck.engine.attached.client import Client
 from flightdeck.engine.commands import Command, Steer, Stop, StopAll
+from owner import start_owner
 
 N = int(os.environ.get("BENCH_STOP_CHILDREN", "5000"))
 RUNNING = int(os.environ.get("BENCH_STOP_RUNNING", "1000"))
@@ -95,16 +94,7 @@ def _timed(client: Client, command: Command, done: Callable[[], bool], what: str
 def main() -> dict[str, object]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         folder = Path(tmp)
-        (folder / "flightdeck.toml").write_text(CONFIG)
-        with open(folder / "tasks.jsonl", "w") as fh:
-            for i in range(N):
-                fh.write(json.dumps({"id": f"c{i:05d}", "goal": f"Answer question {i}"}) + "\n")
-        owner = subprocess.Popen(
-            [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
-            cwd=folder,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        owner = start_owner(folder, CONFIG, N)
         db = folder / "state" / "flightdeck.db"
         try:
             running_sql = "SELECT count(*) FROM children WHERE status = 'running'"
