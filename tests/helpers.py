@@ -161,15 +161,18 @@ def laughs(levels: int) -> str:
     return 'tasks:\n  - goal: "x {item}"\n    for_each:\n' + "\n".join(items) + "\n"
 
 
-def flightdeck(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """The `flightdeck` command as a user runs it: a real subprocess, plain (NO_COLOR) output."""
+def flightdeck(
+    *args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The `flightdeck` command as a user runs it (plus `env`): a real subprocess, plain
+    (NO_COLOR) output."""
     return subprocess.run(
         [sys.executable, "-m", "flightdeck.tui.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1"},
+        env={**os.environ, **(env or {}), "NO_COLOR": "1"},
     )
 
 

@@ -115,24 +115,11 @@ def test_a_key_no_http_header_can_carry_is_refused_at_start(tmp_path: Path, key:
     assert message.startswith(f"{config}:5: routes.o.api_key_env: environment variable ODD_KEY")
     assert "HTTP header" in message and "0123456789" not in message
     (tmp_path / "t.jsonl").write_text('{"goal": "x", "route": "o"}\n')
-    run = flightdeck_env(tmp_path, {"ODD_KEY": key}, "run", "t.jsonl", "--headless")
+    run = flightdeck("run", "t.jsonl", "--headless", cwd=tmp_path, env={"ODD_KEY": key})
     assert run.returncode == ExitCode.USAGE
     [line] = run.stderr.splitlines()
     assert "ODD_KEY" in line and "0123456789" not in line
     assert not (tmp_path / ".flightdeck").exists()
-
-
-def flightdeck_env(cwd: Path, env: dict[str, str], *args: str):  # type: ignore[no-untyped-def]
-    import subprocess
-
-    return subprocess.run(
-        [sys.executable, "-m", "flightdeck.tui.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "NO_COLOR": "1", **env},
-    )
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -8,12 +8,14 @@ the commands print."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers import flightdeck as run_flightdeck
 from loopback import Loopback, Received, Reply, ToolUse
 
 KEY = "sk-EVERYKEY-7q8w9e0r1t2y3u4i"
@@ -76,17 +78,8 @@ def test_no_planted_key_reaches_any_file_or_output(tmp_path: Path) -> None:
                 for t in tasks
             )
         )
-        env = {**os.environ, "NO_COLOR": "1", "FD_TEST_KEY": KEY, "FD_TEST_PASSED": PASSED}
-
-        def flightdeck(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, "-m", "flightdeck.tui.cli", *args],
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env=env,
-            )
+        env = {"FD_TEST_KEY": KEY, "FD_TEST_PASSED": PASSED}
+        flightdeck = functools.partial(run_flightdeck, cwd=tmp_path, timeout=120, env=env)
 
         run = flightdeck("run", "tasks.toml", "--headless")
         sent = [json.dumps(r.body) for r in server.received]
@@ -190,17 +183,8 @@ def test_a_key_in_a_file_name_is_not_recorded(tmp_path: Path) -> None:
             '[[tasks]]\nid = "model"\ngoal = "write your notes"\n'
             '[[tasks]]\nid = "cli"\ngoal = "write a file"\nroute = "cli"\n'
         )
-        env = {**GIT_ENV, "NO_COLOR": "1", "FD_TEST_KEY": KEY}
-
-        def flightdeck(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, "-m", "flightdeck.tui.cli", *args],
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env=env,
-            )
+        env = {**GIT_ENV, "FD_TEST_KEY": KEY}
+        flightdeck = functools.partial(run_flightdeck, cwd=tmp_path, timeout=120, env=env)
 
         run = flightdeck("run", "tasks.toml", "--headless")
     assert run.returncode == 0, run.stdout + run.stderr
