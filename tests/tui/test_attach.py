@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.attached.view import StoreView
+from flightdeck.engine.commands import Steer
 from flightdeck.engine.model import BatchStatus, ChildStatus, SteerState
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import (
@@ -26,6 +27,7 @@ from flightdeck.tui.widgets.routes import NOT_STORED
 from tui_support import (
     SIZE,
     filter_rows,
+    notices_of,
     on_screen,
     type_text,
     until,
@@ -239,6 +241,38 @@ async def test_attached_tui_stops_everything_a_filter_keeps(
         view.close()
     finally:
         owner.close()
+
+
+async def test_a_filtered_steer_pending_hides_no_other_operators_receipt(owner: Owner) -> None:
+    """Two operators attached to one batch: this one's steer of everything a filter keeps is
+    summed up once settled, and a steer the other one sent the same child meanwhile is still
+    said on its own (it was taken for this one's, and never said)."""
+    view = owner.view()
+    other = owner.view()  # the second operator's `flightdeck attach`
+    app = FlightdeckApp(view, OPTIONS)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            notices = notices_of(app)
+            await until_running(pilot, app, 3)
+            await filter_rows(pilot, '"item 1"')
+            await until(pilot, lambda: app.main.table.shown == ["c1"], "c1 alone kept")
+            await pilot.press("s")
+            await until(pilot, lambda: on_screen(app, SteerDialog), "steer dialog")
+            await type_text(pilot, "go on")
+            await pilot.press("enter")
+            await until(pilot, lambda: steers(view, "c1") == [SteerState.QUEUED], "queued")
+            other.send(Steer(("c1",), "from the other operator"))
+            queued = [SteerState.QUEUED] * 2
+            await until(pilot, lambda: steers(view, "c1") == queued, "both queued")
+            owner.hold.release("c1", 0)  # both go in at the end of its first call
+            summary = "steer: 1 delivered, 0 missed"
+            await until(pilot, lambda: summary in notices, "this operator's summary")
+            await until(pilot, lambda: "steer delivered: c1" in notices, "the other's receipt")
+            assert notices.count("steer delivered: c1") == 1  # the other's; this one's summed
+            assert notices.count(summary) == 1
+    finally:
+        other.close()
+        view.close()
 
 
 async def test_attached_tui_pauses_and_continues_a_child_and_admission(owner: Owner) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 from flightdeck.engine.commands import Continue, Nudge, Pause, Steer, Stop
 from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import one_line, redact
 from flightdeck.tui.screens.decisions import Ask, Decision, Poll, Say, Send, Track, Untag
 from flightdeck.tui.screens.dialogs import (
     ConfirmPauseDialog,
@@ -19,6 +19,7 @@ from flightdeck.tui.screens.summaries import BulkPause, BulkSteer, BulkStop, had
 from flightdeck.tui.screens.targets import Aim
 
 Look = Callable[[], Snapshot]  # a fresh snapshot, read when a dialog's answer comes
+Keys = Callable[[], tuple[str, ...]]  # the batch's keys, which a steer's message is redacted of
 
 
 def _still_live(
@@ -34,7 +35,7 @@ def _matching(query: str) -> str:
     return f"matching `{one_line(query, 60)}`"
 
 
-def steer(aim: Aim, look: Look, *, cursor_blink: bool) -> Decision:
+def steer(aim: Aim, look: Look, keys: Keys, *, cursor_blink: bool) -> Decision:
     """The steer dialog over the live targets; its message sent to them."""
     ids = aim.live
     if not ids:
@@ -54,10 +55,13 @@ def steer(aim: Aim, look: Look, *, cursor_blink: bool) -> Decision:
         text += had_ended(ended_since + ended)
         if not live:
             return (Say(text),)
-        # The receipts each had before: the one this steer makes is the one not among them.
+        # The receipts each had before: the one this steer makes is a new one with its message
+        # as recorded (a key typed into it redacted), not another operator's steer meanwhile.
         before = {i: frozenset(r.id for r in rows[i].steers) for i in live}
+        recorded = redact(request.message, keys())
+        bulk = BulkSteer(before, ended + ended_since, recorded, request.now)
         sent = Send(Steer(live, request.message, request.now))
-        return (sent, Track(BulkSteer(before, ended + ended_since)), Say(text))
+        return (sent, Track(bulk), Say(text))
 
     rows = aim.rows
     dialog = SteerDialog(

@@ -283,7 +283,7 @@ class MainScreen(Screen[None]):
 
     def action_steer(self) -> None:
         aim, blink = targets.act_on(self.table), self.options.cursor_blink
-        self.order(actions.steer(aim, self.view.snapshot, cursor_blink=blink))
+        self.order(actions.steer(aim, self.view.snapshot, self.view.secrets, cursor_blink=blink))
 
     def action_stop(self) -> None:
         self.order(actions.stop(targets.act_on(self.table), self.view.snapshot))

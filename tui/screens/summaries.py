@@ -22,11 +22,26 @@ class BulkStop:
 
 @dataclass(frozen=True, slots=True)
 class BulkSteer:
-    """A steer sent to every child matching a filter: the receipts each child had before it
-    (the new one is the one not among them), and how many had ended."""
+    """A steer sent to every child matching a filter: the receipts each child had before it,
+    its message (as recorded: redacted) and `now`, and how many had ended."""
 
     before: dict[str, frozenset[int]]
     ended: int
+    message: str
+    now: bool
+
+    def made(self, receipt: SteerReceipt) -> bool:
+        """Whether this steer made `receipt`: a receipt new since it was sent is not enough,
+        as another operator attached to the batch (or a loop policy) may steer the same
+        child meanwhile, and that steer's receipt is theirs to be told of."""
+        known = self.before.get(receipt.child_id)
+        return (
+            known is not None
+            and receipt.id not in known
+            and receipt.by == "operator"
+            and receipt.now == self.now
+            and receipt.message == self.message
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +93,7 @@ class Summaries:
     def counts(self, receipt: SteerReceipt) -> bool:
         """Whether a steer's receipt is one of a steer to everything matching: summed up
         when all have settled, never a notice of its own."""
-        return receipt.id in self._summed or any(
-            receipt.child_id in bulk.before for bulk in self._steers
-        )
+        return receipt.id in self._summed or any(bulk.made(receipt) for bulk in self._steers)
 
     def settle_steers(self, rows: Rows) -> list[str]:
         """A steer of everything matching, every receipt settled: one summary of them."""
@@ -91,12 +104,12 @@ class Summaries:
         for bulk in self._steers:
             states: list[SteerState] = []
             receipts: list[int] = []
-            for child_id, known in bulk.before.items():
-                new = [r for r in rows[child_id].steers if r.id not in known]
-                if not new or new[-1].state is SteerState.QUEUED:
+            for child_id in bulk.before:
+                mine = next((r for r in rows[child_id].steers if bulk.made(r)), None)
+                if mine is None or mine.state is SteerState.QUEUED:
                     break
-                states.append(new[-1].state)
-                receipts.append(new[-1].id)
+                states.append(mine.state)
+                receipts.append(mine.id)
             else:
                 self._summed.update(receipts)  # their own notices may still be on the way
                 delivered = states.count(SteerState.DELIVERED)
