@@ -403,3 +403,41 @@ def test_an_attached_merge_the_store_cannot_take_is_said_not_applied(tmp_path: P
     finally:
         view.close()
     assert git(repo, "show", "main:README.md") == "hello"  # nothing merged
+
+
+# `flightdeck discard` as the CLI runs it, with a warning quoting untrusted text (a file name a
+# child made, say) logged on its way: no TUI and no headless run installs a handler there.
+NOISY_DISCARD = """
+import logging, sys
+from flightdeck.engine.review.apply import Reviewer
+from flightdeck.tui.cli import main
+
+applied = Reviewer.apply
+
+def apply(self, command, rows):
+    logging.getLogger("flightdeck.engine.review").warning("could not tidy %s", sys.argv[1])
+    return applied(self, command, rows)
+
+Reviewer.apply = apply
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_warning_a_command_logs_reaches_stderr_sanitized(tmp_path: Path) -> None:
+    """A command with no owner running applies a discard itself; a flightdeck warning it logs
+    is one sanitized line on stderr, never an escape sequence through Python's last resort."""
+    _, folder = project(tmp_path, {"c1": "x.txt=one"})
+    batch = run(folder)
+    hostile = "evil\x1b]0;pwned\x07.txt\x1b[2J\x1b[31m"
+    state = ["--state-dir", str(folder / "state")]
+    gone = subprocess.run(
+        [sys.executable, "-c", NOISY_DISCARD, hostile, "discard", batch, "c1", *state],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert (gone.returncode, gone.stdout) == (0, "discarded c1\n"), gone.stderr
+    assert "flightdeck: warning: could not tidy evil" in gone.stderr
+    assert "\x1b" not in gone.stderr and "\x07" not in gone.stderr

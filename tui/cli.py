@@ -23,6 +23,7 @@ from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
 from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.limitscmd import cmd_limits
+from flightdeck.tui.logs import log_to_stderr
 from flightdeck.tui.usage import UsageError, state_dir_arg
 from rich.text import Text
 
@@ -343,6 +344,7 @@ def _check_text(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     """Parse `argv` (the process's arguments by default), run the command, return its code."""
     args = _parser().parse_args(argv)
+    log_to_stderr()  # a warning quoting untrusted text reaches the terminal sanitized
     err = console_for(stderr=True)
     try:
         _check_text(args)
