@@ -558,9 +558,10 @@ def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
 def test_a_steer_whose_input_copy_cannot_be_kept_is_missed_with_that_reason(
     tmp_path: Path,
 ) -> None:
-    """Each write to a CLI's input is first copied (`io/ID.in.sent`, for an owner that adopts the
-    process); a copy that cannot be written means the steer is not written either, and the
-    operator is told that, not that the process stopped reading its input (it had not)."""
+    """Each write to a CLI's input is copied (`io/ID.in.sent`, for an owner that adopts the
+    process), the copy opened before the write; a copy that cannot be opened means the steer is
+    not written either, and the operator is told that, not that the process stopped reading its
+    input (it had not)."""
     hold = tmp_path / "hold"
     argv = (*STDIN_ARGV, "--fake-hold", str(hold), "--fake-repeat", "0")
     route = fake("fake_claude.py", *argv) + STDIN_ROUTE

@@ -263,15 +263,10 @@ class Process:
             fd = self._stdin_fd
             if fd is None:
                 return NOT_READ
-            data = text.encode("utf-8", "replace")
-            if self.files.stdin is not None:
-                try:  # first: nothing written goes unrecorded
-                    sent.append(self.files.stdin, data)
-                except OSError as exc:
-                    return f"its input's copy could not be kept ({exc.strerror or exc})"
             try:
-                while data:
-                    data = data[os.write(fd, data) :]
+                sent.write(fd, self.files.stdin, text.encode("utf-8", "replace"))
+            except sent.CopyError as exc:
+                return f"its input's copy could not be kept ({exc.strerror or exc})"
             except OSError:
                 return NOT_READ
             return None

@@ -103,7 +103,7 @@ class CliInput:
         for line in written.splitlines():
             try:
                 message = json.loads(line)
-            except ValueError:  # the last, cut short by the owner's death: never written
+            except ValueError:  # the last, cut short by the owner's death: not known whole
                 continue
             if isinstance(message, dict) and message.get("type") == "user":
                 message_id = str(message.get("uuid"))
