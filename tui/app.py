@@ -65,7 +65,9 @@ class FlightdeckApp(App[bool]):
         if not self.is_headless and stdin is not None and stdin.isatty():
             loop = asyncio.get_running_loop()
             quit_app = partial(loop.call_soon_threadsafe, self.on_sigterm)
-            self._terminal_watch = terminal.watch(stdin.fileno(), quit_app)
+            self._terminal_watch = terminal.watch(
+                stdin.fileno(), quit_app, before_end=self._wind_down
+            )
 
     _terminal_watch: threading.Event | None = None  # set once the app is over (`run`)
 
@@ -75,6 +77,13 @@ class FlightdeckApp(App[bool]):
         finally:
             if self._terminal_watch is not None:  # over: the process goes its own way
                 self._terminal_watch.set()
+
+    def _wind_down(self) -> None:
+        """The process ends, its terminal gone and this app's loop stuck (tui/terminal.py): an
+        engine in this process first stops its children and commits its records, as "stop all
+        and quit" would, bounded as that is."""
+        if isinstance(self.view, LiveView):
+            self.view.wind_down(STOP_WAIT_S)
 
     def _fatal_error(self) -> None:
         # Textual's own report of a failure shows every frame's locals, where a key can be (an

@@ -42,12 +42,14 @@ def watch(
     every_s: float = EVERY_S,
     grace_s: float = GRACE_S,
     end: Callable[[int], object] = os._exit,
+    before_end: Callable[[], object] | None = None,
 ) -> threading.Event:
     """Look at the terminal `fd` every `every_s` seconds; once it has gone, `quit_app()` (from
     this thread: it must only schedule the app's exit), then, unless the app is over within
-    `grace_s` (its event loop blocked on the dead terminal), end the process with HANGUP_EXIT.
-    Returns the event to set once the app is over: the watch ends, and the process goes on its
-    own way (an engine in it winding down, say)."""
+    `grace_s` (its event loop blocked on the dead terminal), `before_end()` (an engine in this
+    process stopped and recorded: it must return, in bounded time) and end the process with
+    HANGUP_EXIT. Returns the event to set once the app is over: the watch ends, and the process
+    goes on its own way (an engine in it winding down, say)."""
     over = threading.Event()
 
     def run() -> None:
@@ -58,6 +60,11 @@ def watch(
         with contextlib.suppress(RuntimeError):  # the app's loop closed: it is over already
             quit_app()
         if not over.wait(grace_s):
+            if before_end is not None:
+                try:
+                    before_end()
+                except Exception:  # the process ends all the same: it has no terminal left
+                    log.exception("the terminal has gone: winding down failed")
             end(HANGUP_EXIT)
 
     threading.Thread(target=run, name="flightdeck-terminal", daemon=True).start()

@@ -6,15 +6,19 @@ from the store. Keep the Protocol small so both fit it: every command goes throu
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from flightdeck.engine.api import Engine
-from flightdeck.engine.commands import Command
+from flightdeck.engine.commands import Command, StopAll
 from flightdeck.engine.model import EngineEvent, Snapshot
 
 Listener = Callable[[EngineEvent], None]
+
+log = logging.getLogger(__name__)
 
 
 class EngineView(Protocol):
@@ -80,3 +84,18 @@ class LiveView:
 
     def subscribe(self, fn: Listener) -> Callable[[], None]:
         return self.engine.subscribe(fn)
+
+    def wind_down(self, timeout: float) -> None:
+        """Stop every child, wait up to `timeout` for the batch to end, and commit what it
+        recorded: for a process about to end with no app left to quit it (its terminal gone),
+        so that the store says `stopped`, not `running` for a resume to find."""
+        engine = self.engine
+        with contextlib.suppress(RuntimeError):  # closed: every child has ended already
+            engine.send(StopAll())
+            if not engine.wait(timeout):
+                log.warning(
+                    "the terminal has gone: batch %s cut off with children still running "
+                    "(flightdeck resume runs it on)",
+                    engine.batch_id,
+                )
+        engine.flush(timeout)

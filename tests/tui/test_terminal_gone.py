@@ -130,3 +130,89 @@ def test_attach_quits_once_its_terminal_is_gone(tmp_path: Path) -> None:
         if attach.poll() is None:
             attach.kill()
             attach.wait()
+
+
+# The Python API's in-process TUI (`run_app`) over an engine whose sim children are held
+# running. The app's event loop is stuck when the terminal goes, as a dead terminal's writes
+# leave it (on_sigterm, which the watch schedules, never returns); the watch looks often.
+IN_PROCESS = """
+import functools, sys, time
+from pathlib import Path
+from flightdeck.engine.api import Engine, load_batch, load_settings
+from flightdeck.tui import terminal
+from flightdeck.tui.app import FlightdeckApp, run_app
+
+folder = Path(sys.argv[1])
+terminal.watch = functools.partial(terminal.watch, every_s=0.05, grace_s=0.2)
+FlightdeckApp.on_sigterm = lambda self: time.sleep(600)
+engine = Engine(
+    load_batch(folder / "tasks.jsonl"),
+    load_settings(folder / "flightdeck.toml"),
+    state_dir=folder / "state",
+)
+engine.start()
+(folder / "batch").write_text(engine.batch_id)
+run_app(engine)
+"""
+
+
+def test_an_in_process_engine_is_stopped_and_recorded_before_the_process_ends(
+    tmp_path: Path,
+) -> None:
+    """Its terminal gone and its app stuck, a TUI with the engine in its own process ends the
+    process (as a hangup would), but only once the engine has stopped its children and its
+    store says so: not a batch left `running`, for a resume to find abandoned."""
+    from flightdeck.engine.model import BatchStatus, ChildStatus
+    from flightdeck.engine.records.reader import StoreReader
+
+    from helpers import Hold
+
+    hold = Hold(tmp_path / "hold")
+    (tmp_path / "flightdeck.toml").write_text(
+        "[routes.sim]\ntime_scale = 0.01\ntool_turns = 6\n" + hold.toml()
+    )
+    tasks = "".join(json.dumps({"id": f"c{i}", "goal": "say hello"}) + "\n" for i in (1, 2))
+    (tmp_path / "tasks.jsonl").write_text(tasks)
+    master, slave = os.openpty()
+    ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    app = subprocess.Popen(
+        [sys.executable, "-c", IN_PROCESS, str(tmp_path)],
+        cwd=tmp_path,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm-256color", "NO_COLOR": "1"},
+        start_new_session=True,  # the pty is not its controlling terminal: no SIGHUP
+    )
+    os.close(slave)
+    screen = bytearray()
+
+    def drain() -> None:  # the screen, read as it is drawn (a full pty would block the app)
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            screen.extend(data)
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        batch = tmp_path / "batch"
+        deadline = time.monotonic() + 60
+        while not (batch.exists() and batch.read_text().encode() in screen):
+            assert app.poll() is None, bytes(screen[-2000:])
+            assert time.monotonic() < deadline, bytes(screen[-2000:])
+            time.sleep(0.05)
+        os.close(master)  # the terminal goes
+        assert app.wait(60) == terminal.HANGUP_EXIT
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        info = reader.batch(batch.read_text())
+        assert info is not None and info.status is BatchStatus.STOPPED
+        statuses = {c.id: c.status for c in reader.children(info.id)}
+    assert statuses == {"c1": ChildStatus.STOPPED, "c2": ChildStatus.STOPPED}
