@@ -185,3 +185,52 @@ def test_a_hold_that_ends_with_the_batch_is_not_said_as_released(tmp_path: Path)
         said = [line for line in out.splitlines() if line.startswith(("held:", "admission"))]
         assert len(said) == 1 and said[0].startswith("held: soft budget $0.00 reached"), out
         assert server.total_runs() == 0
+
+
+@pytest.mark.slow
+def test_limits_of_a_batch_not_running_say_so_and_a_change_to_an_ended_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by a walk-through: `limits` of an ended batch printed its limits as a running
+    # batch's, exit 0, with not a word that nothing would apply them.
+    state_dir = tmp_path / "state"
+    state = ("--state-dir", str(state_dir))
+    with CountingServer() as server:
+        server.hold()
+        folder = project(tmp_path, server, 1, pool=1)
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        try:
+            until(lambda: server.total_runs() == 1)
+            with StoreReader(state_dir / "flightdeck.db") as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            owner.send_signal(signal.SIGKILL)
+            owner.wait(10)
+        finally:
+            owner.kill()
+            owner.communicate()
+        assert main(["limits", batch_id, *state]) == 0
+        out, err = capsys.readouterr()
+        assert out.splitlines()[0] == "pool 1"
+        assert f"was abandoned: its owner process (pid {owner.pid}) died" in err
+        assert f"`flightdeck resume {batch_id} --state-dir {state_dir}`" in err
+        assert err.rstrip().endswith("its limits when the owner died:"), err
+        server.release()
+        code, _, err = run(folder, "resume", batch_id)
+        assert code == 0, err
+
+    assert main(["limits", batch_id, *state]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        "pool 1",
+        "route lb: max_concurrent off, rpm off, tpm off",
+        "soft budget off (hard budget none)",
+    ]
+    assert err == f"flightdeck: batch {batch_id} has ended (completed); its limits when it ended:\n"
+    assert main(["limits", batch_id, "--pool", "3", *state]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"flightdeck: batch {batch_id} has ended (completed): its limits can no longer change\n"
+    )
+    assert limit_requests(state_dir / "flightdeck.db") == 0

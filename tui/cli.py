@@ -164,7 +164,7 @@ def _owner_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     stop.add_argument("--state-dir", type=state_dir_arg)
 
     limits = sub.add_parser(
-        "limits", help="print a running batch's live limits, or change them (--pool, --route …)"
+        "limits", help="print a batch's live limits, or change them while it runs (--pool, …)"
     )
     limits.add_argument("batch_id")
     limits.add_argument("--pool", metavar="N", help="children alive at once")

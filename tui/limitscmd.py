@@ -14,6 +14,7 @@ from flightdeck.tui.usage import UsageError
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when the command runs: `--help` stays fast
+    from flightdeck.engine.attached.client import Client
     from flightdeck.engine.model import Limits, RouteHeadroom
 
 
@@ -29,25 +30,49 @@ _LIMIT_ARGS = {
 
 
 def cmd_limits(args: argparse.Namespace) -> ExitCode:
-    """`flightdeck limits`: a running batch's live limits printed (and the limits learned from
-    the provider's headers), or changed (the owner applies the change at once; a bad one is a
-    usage error naming the argument)."""
+    """`flightdeck limits`: a batch's live limits printed (and the limits learned from the
+    provider's headers; of a batch not running, after a line saying so), or changed (the owner
+    applies the change at once; a bad one, or one for a batch that has ended, is a usage error
+    naming why)."""
     from flightdeck.engine.commands import LimitError, SetLimits, changed, describe
 
     with batch_client(args) as client:
         current = client.limits()
+        info = client.info()
+        status = info.status.value if info is not None else "running"
+        ended = status not in ("running", "abandoned")  # nothing left to apply a change
         try:
             change = _limit_change(args, current)
             if not change:
-                info = client.info()
-                _print_limits(current, info.held if info else None, client.routes())
+                if info is not None and status != "running":
+                    _say_not_running(client, status, info.owner_pid)
+                # An ended batch holds nothing any more; an abandoned one's hold outlives resume.
+                held = info.held if info is not None and not ended else None
+                _print_limits(current, held, client.routes())
                 return ExitCode.OK
             changed(current, change)
         except LimitError as exc:
             field = _LIMIT_ARGS.get(exc.field, exc.field)
             raise UsageError(None, None, field, exc.message) from None
+        if ended:
+            message = (
+                f"batch {client.batch_id} has ended ({status}): its limits can no longer change"
+            )
+            raise UsageError(None, None, None, one_line(message))
         rid = sent(client, SetLimits(change))
         return until_applied(client, rid, f"limits applied: {one_line(describe(change))}")
+
+
+def _say_not_running(client: Client, status: str, pid: int) -> None:
+    """On stderr (stdout keeps the limits' lines, for scripts): these are not a running
+    batch's limits, and why."""
+    from flightdeck.tui.client import abandoned
+
+    if status == "abandoned":
+        text = abandoned(client, pid) + "; its limits when the owner died:"
+    else:
+        text = f"batch {client.batch_id} has ended ({status}); its limits when it ended:"
+    console_for(stderr=True).print(Text(f"flightdeck: {one_line(text)}"))
 
 
 def _limit_change(args: argparse.Namespace, current: Limits) -> dict[str, object]:
