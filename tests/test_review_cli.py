@@ -92,6 +92,14 @@ def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> 
     untouched = fd(folder, "diff", batch, "c2", "--file", "README.md")
     assert (untouched.returncode, untouched.stdout) == (1, "")
     assert untouched.stderr == "flightdeck: c2 did not change 'README.md'\n"
+    # A path outside its worktree is a file it did not change: said so, not as git's refusal
+    # with its pathspec magic (`:(literal)/etc/passwd: ... is outside repository`).
+    for outside in ("/etc/passwd", "../../etc/passwd"):
+        away = fd(folder, "diff", batch, "c2", "--file", outside)
+        assert (away.returncode, away.stdout) == (1, ""), away.stderr
+        assert away.stderr == f"flightdeck: c2 did not change {outside!r}\n"
+    inside = fd(folder, "diff", batch, "c2", "--file", changes["c2"]["workspace"] + "/shared.txt")
+    assert inside.returncode == 0 and "+from c2\n" in inside.stdout  # its own, named in full
     odd = fd(folder, "diff", batch, "c2", "--file", "no\x1b[31mne.txt")
     assert odd.returncode == 1 and "\x1b" not in odd.stderr and "ne.txt" in odd.stderr
     empty = fd(folder, "diff", batch, "c2", "--file", "")

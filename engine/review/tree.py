@@ -6,6 +6,7 @@ still runs, and on one an agent CLI made commits in.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -66,12 +67,22 @@ def changes_of(worktree: Path, base: str, repo: Path) -> Changes:
 def patch(repo: Path, base: str, tree: str, path: str | None = None) -> str:
     """The unified diff from `base` to `tree` (of one file, or all), as text; a very big one
     is cut at MAX_PATCH_BYTES, and says so."""
+    if path is not None and _outside(repo, path):
+        return ""  # no file of it: git's own refusal named its pathspec magic, not the file
     args = ["diff", "--no-color", "--no-ext-diff", "--no-renames", base, tree]
     done = run(repo, *args, *(["--", f":(literal){path}"] if path is not None else []))
     data = done.out
     cut = len(data) - MAX_PATCH_BYTES
     text = data[:MAX_PATCH_BYTES].decode("utf-8", "replace")
     return text + (f"\n… {cut:,} more bytes of diff not shown\n" if cut > 0 else "")
+
+
+def _outside(root: Path, path: str) -> bool:
+    """Whether `path`, read from `root` as git reads it, names nothing under `root` (`..`, or
+    an absolute path elsewhere); symlinks are not followed, as git does not."""
+    full = os.path.normpath(os.path.join(os.path.abspath(root), path))
+    roots = {os.path.abspath(root), os.path.realpath(root)}
+    return not any(full == r or full.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
 def changes_patch(changes: Changes, path: str | None = None) -> str:
