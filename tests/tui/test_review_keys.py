@@ -22,6 +22,7 @@ from flightdeck.tui.options import UiOptions
 from flightdeck.tui.screens.review import AcceptDialog, DiffScreen, DiscardDialog, RetryDialog
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.detail import ChildDetail
+from textual.widgets import Label
 from tui_support import SIZE, app_for, on_screen, until
 
 from gitrepo import GIT_ENV, git, make_repo, worktrees
@@ -75,6 +76,11 @@ def _detail(app: object) -> str:
     return str(app.main.query_one("#detail", ChildDetail).render())  # type: ignore[attr-defined]
 
 
+def _title(app: Any) -> str:
+    """The open dialog's first line."""
+    return str(app.screen.query(Label).first().render())
+
+
 def _toasts(app: Any) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
@@ -102,6 +108,7 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         # delete: t1's changes discarded (confirmed), its worktree gone.
         await pilot.press("delete")
         await until(pilot, lambda: on_screen(app, DiscardDialog), "asked")
+        assert _title(app) == "Discard 1 child's changes?"  # it read "1 child' changes?"
         await pilot.press("delete")
         await until(
             pilot,
@@ -169,6 +176,7 @@ async def test_m_on_children_that_changed_one_file_warns_before_merging(
         await until(pilot, lambda: on_screen(app, AcceptDialog), "the merge dialog")
         dialog = app.screen
         assert isinstance(dialog, AcceptDialog) and sorted(dialog.child_ids) == ["a", "b"]
+        assert _title(app) == "Merge 2 children's changes"  # it read "2 children' changes"
         warning = str(dialog.query_one("#overlap").render())
         assert "changed by more than one of them" in warning and "x.txt" in warning
         await pilot.press("escape")  # merges nothing

@@ -42,6 +42,11 @@ def _n(count: int) -> str:
     return f"{count} child" if count == 1 else f"{count} children"
 
 
+def _whose(count: int) -> str:
+    """`_n` as a possessive: "1 child's", "2 children's"."""
+    return f"{_n(count)}'s"
+
+
 class RetryDialog(ModalScreen[bool | None]):
     """Retry these children: fresh (True: no) or continuing (True); None: cancelled."""
 
@@ -92,7 +97,7 @@ class AcceptDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with DialogBox(classes="dialog"):
-            yield Label(Text(f"Merge {_n(len(self.child_ids))}' changes", style="bold"))
+            yield Label(Text(f"Merge {_whose(len(self.child_ids))} changes", style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             if self.overlap:
                 warning = f"changed by more than one of them: {one_line(self.overlap, 300)}"
@@ -120,7 +125,7 @@ class DiscardDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with DialogBox(classes="dialog"):
-            yield Label(Text(f"Discard {_n(len(self.child_ids))}' changes?", style="bold"))
+            yield Label(Text(f"Discard {_whose(len(self.child_ids))} changes?", style="bold"))
             yield Label(targets_text(self.child_ids), classes="targets")
             yield Label(Text("their worktrees (or copies) and branches are removed"))
             with Horizontal(classes="buttons"):
