@@ -127,9 +127,11 @@ def test_split_terms() -> None:
         ("cost:0.5", "'cost:0.5': cost is compared, e.g. cost>0.50"),
         ("status>1", "'status>1': status is not compared"),
         ("cost>", "'cost>': cost needs a number"),
-        ("cost>abc", "'cost>abc': unknown unit 'c' for cost"),
+        ("cost>abc", "'cost>abc': cost needs a number"),  # it said: unknown unit 'c' for cost
         ("cost>$", "'cost>\\$': cost needs a number"),
-        ("cost>nan", "'cost>nan': unknown unit 'n' for cost"),
+        ("cost>nan", "'cost>nan': cost needs a number"),
+        ("idle>soon", "'idle>soon': idle needs a number"),
+        ("tokens>lots", "'tokens>lots': tokens needs a number"),
         ("tokens>20q", "'tokens>20q': unknown unit 'q' for tokens"),
         ("tokens>k", "'tokens>k': tokens needs a number"),
         ("idle>5d", "'idle>5d': unknown unit 'd' for idle"),

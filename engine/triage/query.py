@@ -281,15 +281,16 @@ def _comparison(raw: str, name: str, op: str, text: str) -> Comparison:
         units = {"": 1}
     unit = value[-1:] if value[-1:].isalpha() else ""
     number = value[: len(value) - len(unit)]
-    if unit not in units:
-        allowed = ", ".join(u for u in units if u) or "none"
-        raise QueryError(f"{raw!r}: unknown unit {unit!r} for {name} (units: {allowed})")
     try:
         amount = Decimal(number)
     except InvalidOperation:
         amount = Decimal("NaN")
+    # The number first: `cost>high` lacks one, rather than having a unit 'h'.
     if not number or not amount.is_finite() or amount < 0:
         raise QueryError(f"{raw!r}: {name} needs a number, e.g. {name}>{_EXAMPLE[name]}")
+    if unit not in units:
+        allowed = ", ".join(u for u in units if u) or "none"
+        raise QueryError(f"{raw!r}: unknown unit {unit!r} for {name} (units: {allowed})")
     if name == "depth" and amount != amount.to_integral_value():
         raise QueryError(f"{raw!r}: depth is a whole number")
     return Comparison(name, op, float(amount * units[unit]))
