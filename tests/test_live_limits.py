@@ -14,7 +14,7 @@ from flightdeck.engine.control import softbudget
 from flightdeck.engine.control.throttle import RateLimiter
 from flightdeck.engine.inputs.settings import Budget, Route
 from flightdeck.engine.model import BatchStatus, ChildStatus
-from flightdeck.engine.model.livelimits import LimitError
+from flightdeck.engine.model.livelimits import LimitError, parse_money
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.reader import StoreReader
@@ -174,6 +174,14 @@ def _soft(soft: str, pool: int = 1) -> object:
 
 
 @pytest.mark.usefixtures("every_step")
+@pytest.mark.parametrize("text", ["inf", "Infinity", "-inf", "nan", "sNaN", "ten"])
+def test_a_soft_budget_that_is_no_amount_is_said_so(text: str) -> None:
+    # `--soft-cost inf` said "must be 0 or more, got inf", of a number above any bound.
+    with pytest.raises(LimitError) as caught:
+        parse_money("soft_cost_usd", text)
+    assert caught.value.message == f"expected dollars (such as 10 or 12.50) or off, got {text!r}"
+
+
 def test_the_projection_crossing_the_soft_budget_holds_admission(tmp_path: Path) -> None:
     engine = start(batch(10), _soft("0.000001"), tmp_path)  # type: ignore[arg-type]
     try:

@@ -177,10 +177,10 @@ def parse_money(field: str, text: str) -> str | None:
     try:
         value = Decimal(text)
     except InvalidOperation:
-        raise LimitError(
-            field, f"expected dollars (such as 10 or 12.50) or off, got {text!r}"
-        ) from None
-    if not value.is_finite() or value < 0:
+        value = Decimal("NaN")
+    if not value.is_finite():  # inf and nan parse, but are no amount (inf is not "under 0")
+        raise LimitError(field, f"expected dollars (such as 10 or 12.50) or off, got {text!r}")
+    if value < 0:
         raise LimitError(field, f"must be 0 or more, got {text}")
     if value > MAX_MONEY:
         raise LimitError(field, f"must be at most ${MAX_MONEY:,}, got {text}")
