@@ -266,6 +266,26 @@ def test_a_process_that_cannot_be_adopted_is_ended_tree_and_all_before_its_task_
 
 
 @pytest.mark.slow
+def test_resume_no_rerun_says_the_ended_process_s_task_is_left_unknown(tmp_path: Path) -> None:
+    # Found by a walk-through: `resume --no-rerun` said the trees it ended were ended "before
+    # their tasks ran again", tasks it leaves unknown and never runs.
+    route = argv(str(FAKES / "tree_holder.py"), str(tmp_path / "{id}.ran"))
+    folder = project(tmp_path / "p", route, ["t0"])
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    until(lambda: "grandchild" in transcript(folder, batch_id, "t0"), what="its tree")
+    kill_owner(owner)
+    resume = flightdeck(folder, "resume", batch_id, "--no-rerun")
+    out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 1, out + err  # an unknown child: the batch did not complete
+    assert "1 ended, whole process trees, their tasks left unknown: t0\n" in out, out
+    assert "ran again" not in out + transcript(folder, batch_id, "t0")
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        [row] = reader.children(batch_id)
+    assert row.status is ChildStatus.UNKNOWN
+
+
+@pytest.mark.slow
 def test_a_codex_child_that_finished_while_its_owner_was_dead_is_read_to_its_end_not_rerun(
     tmp_path: Path,
 ) -> None:

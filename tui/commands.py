@@ -215,9 +215,11 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             if every is not None and every != found.lost_cost_usd:
                 line += f" ({fmt_cost(every)} over every resume of the batch)"
         console.print(Text(line))
+        # With --no-rerun their tasks never run again: they are left unknown.
+        after = "their tasks left unknown" if args.no_rerun else "before their tasks ran again"
         for ids, what in (
             (found.adopted, "adopted (their processes still ran; watched to the end)"),
-            (found.ended, "ended, whole process trees, before their tasks ran again"),
+            (found.ended, f"ended, whole process trees, {after}"),
         ):
             if ids:
                 console.print(Text(f"{len(ids)} {what}: {one_line(', '.join(ids), 200)}"))
