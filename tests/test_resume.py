@@ -169,6 +169,8 @@ def test_an_abandoned_batch_s_report_says_its_running_rows_are_what_the_owner_le
     assert "| running when the owner died | 1 |" in md
     assert "| t0001 | running when the owner died |" in md
     assert "| t0002 | queued |" in md
+    # It never finished: the time the report has is the dead owner's last heartbeat.
+    assert f"- owner last heard from: {report['finished']}\n" in md and "- finished:" not in md
 
 
 def test_flightdeck_report_s_resume_command_names_its_state_folder(

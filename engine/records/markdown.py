@@ -30,7 +30,8 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
         f"- status: **{_text(report['status'])}**" + (_died(report, resume) if died else ""),
         f"- owner: pid {report.get('owner_pid', '—')}",
         f"- created: {report['created']}",
-        f"- finished: {report['finished'] or '—'}",
+        # An abandoned batch never finished: its time is its owner's last heartbeat.
+        f"- {'owner last heard from' if died else 'finished'}: {report['finished'] or '—'}",
         f"- elapsed: {_seconds(report['elapsed_s'])}",
         "",
         "## Totals",
