@@ -116,6 +116,47 @@ def test_pause_and_continue_say_each_child_they_cannot_act_on(
         ended(owner, hold)
 
 
+def pausing(folder: Path, batch_id: str, child_id: str) -> bool:
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        row = reader.child(batch_id, child_id)
+    return row is not None and row.pausing
+
+
+def test_pause_of_a_child_already_paused_says_so_and_sends_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by a walk-through: `pause B t2` of a child already paused printed "pause applied:
+    # t2" again, exit 0, where nothing was applied (the admission's says "already paused").
+    owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2", "t3"], pool=1)
+    state = ("--state-dir", str(tmp_path / "state"))
+
+    def said(*args: str) -> tuple[int, str]:
+        code = main([*args, *state])
+        return code, capsys.readouterr().out
+
+    try:
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2, t3 queued
+        assert said("pause", batch_id, "t2") == (0, "pause applied: t2\n")
+        assert said("pause", batch_id, "t2") == (0, "t2: already paused\n")
+        assert said("pause", batch_id, "t1") == (0, "pause applied: t1\n")
+        until(lambda: pausing(tmp_path, batch_id, "t1"), 30)  # held before its first token
+        assert said("pause", batch_id, "t1", "t2", "t3") == (
+            0,
+            "t1: already pausing (running)\nt2: already paused\npause applied: t3\n",
+        )
+        until(lambda: status(tmp_path, batch_id, "t3") == "paused", 30)
+        assert said("pause", batch_id, "--where", "status:live") == (
+            0,
+            "3 children match `status:live`\n3 of them are already paused\n",
+        )
+        with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+            acts = [c for _, c, k, _ in reader.events(batch_id) if k == "pause"]
+        assert sorted(acts) == ["t1", "t2", "t3"]  # each paused once
+    finally:
+        main(["stop", batch_id, "--all", *state])  # paused children would hold the batch open
+        ended(owner, hold)
+
+
 DELEGATING = "delegate = true\ndelegate_rate = 1.0\ndelegates = 2\n"
 ONE_LEVEL = "[budget]\nmax_depth = 1\n"
 

@@ -250,14 +250,16 @@ def _able(
     batch_id: str,
     *,
     paused_only: bool = False,
+    pause: bool = False,
 ) -> list[str]:
     """Of these children, those the command can act on (clienttargets.py); the rest are said, each
     named one, or how many of a query's (which kept none that had ended). A name no child has
     is a usage error first: one line, not a line of the others and then the error."""
     check_children(ids, {r.id for r in rows}, batch_id)
-    kept, said = acted_on(rows, ids, paused_only=paused_only)
+    kept, said = acted_on(rows, ids, paused_only=paused_only, pause=pause)
     if counted and said:
-        said = [f"{len(said)} of them {'is' if len(said) == 1 else 'are'} not paused"]
+        state = "not paused" if paused_only else "already paused"
+        said = [f"{len(said)} of them {'is' if len(said) == 1 else 'are'} {state}"]
     for line in said:
         console_for().print(Text(line))
     return kept
@@ -274,8 +276,9 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
     row_filter = where_filter(args)
     with batch_client(args) as client:
         ids, counted = _targets(args, client, row_filter, verb)
-        if ids and (resume or not counted):  # a query keeps none that had ended
-            ids = _able(client.rows(), ids, counted, client.batch_id, paused_only=resume)
+        if ids:  # a query keeps none that had ended, but may keep paused ones
+            rows = client.rows()
+            ids = _able(rows, ids, counted, client.batch_id, paused_only=resume, pause=not resume)
         if (counted or args.child_ids) and not ids:  # nothing to act on: not the admission
             return ExitCode.OK
         command: Command

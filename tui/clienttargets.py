@@ -11,10 +11,11 @@ from flightdeck.engine.sanitize import one_line
 
 
 def acted_on(
-    rows: Sequence[ChildRow], ids: list[str], *, paused_only: bool = False
+    rows: Sequence[ChildRow], ids: list[str], *, paused_only: bool = False, pause: bool = False
 ) -> tuple[list[str], list[str]]:
     """The children of `ids` the command can act on (not ended; with `paused_only`, a
-    continue's, paused or pausing too), and a line for each of the rest saying why not."""
+    continue's, paused or pausing too; with `pause`, a pause's, neither), and a line for each
+    of the rest saying why not."""
     by_id = {r.id: r for r in rows}
     kept: list[str] = []
     said: list[str] = []
@@ -24,6 +25,10 @@ def acted_on(
             said.append(f"{one_line(child_id, 60)}: had already ended ({row.status.value})")
         elif row is not None and paused_only and not _paused(row):
             said.append(f"{one_line(child_id, 60)}: not paused ({row.status.value})")
+        elif row is not None and pause and _paused(row):  # the owner would do nothing
+            paused = row.status is ChildStatus.PAUSED
+            how = "paused" if paused else f"pausing ({row.status.value})"
+            said.append(f"{one_line(child_id, 60)}: already {how}")
         else:
             kept.append(child_id)
     return kept, said
