@@ -186,6 +186,25 @@ def test_flightdeck_report_s_resume_command_names_its_state_folder(
     assert resume in capsys.readouterr().out
 
 
+def test_retry_of_a_child_a_dead_owner_left_running_or_queued_names_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by a walk-through: `retry B t0001` of an abandoned batch said "t0001 has not ended
+    # (running): nothing to retry", of a child nothing runs, with no word of `resume`.
+    state = tmp_path / "state"
+    abandoned(state)
+    monkeypatch.chdir(tmp_path)
+    for child, status in (("t0001", "running"), ("t0002", "queued")):
+        assert main(["retry", "b1", child, "--state-dir", "state"]) == ExitCode.USAGE
+        assert capsys.readouterr().err == (
+            f"flightdeck: {child} was {status} when its batch's owner died: "
+            f"`flightdeck resume b1 --state-dir {state}` runs it (retry takes children that "
+            "ended)\n"
+        )
+    with StoreReader(state / "flightdeck.db") as reader:
+        assert reader.batch("b1").status is BatchStatus.ABANDONED  # type: ignore[union-attr]
+
+
 def test_a_resumed_engines_snapshot_before_start_is_its_store_rows(tmp_path: Path) -> None:
     batch_id, _ = abandoned(tmp_path)
     engine = Engine.resume(tmp_path, batch_id)

@@ -79,6 +79,7 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
     with batch_client(args) as client:
         if row_filter is None:
             ids, counted = list(args.child_ids), False
+            _lost(client, ids)
         else:
             kept, ended = client.matching(row_filter, ended=True)
             counted = True
@@ -110,6 +111,29 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
     except (OwnerGone, OwnerFailed) as exc:
         say_error(str(exc))
     return ExitCode.INCOMPLETE
+
+
+def _lost(client: Client, ids: list[str]) -> None:
+    """A usage error for a child an abandoned batch left running or queued: it has not ended,
+    but nothing runs it either; `resume` does (the owner's check would call it running)."""
+    from flightdeck.engine.attached.hints import command_line
+    from flightdeck.engine.model import BatchStatus
+
+    info = client.info()
+    if info is None or info.status is not BatchStatus.ABANDONED:
+        return
+    rows = {r.id: r for r in client.rows()}
+    for child_id in ids:
+        row = rows.get(child_id)
+        if row is not None and row.status.live:
+            resume = command_line(client.db.parent, "resume", client.batch_id)
+            raise UsageError(
+                None,
+                None,
+                None,
+                f"{one_line(child_id, 60)} was {row.status.value} when its batch's owner died: "
+                f"`{resume}` runs it (retry takes children that ended)",
+            )
 
 
 def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
