@@ -169,6 +169,35 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_wait_on_a_soft_budget_hold_says_how_to_lift_it(tmp_path: Path) -> None:
+    # Found by a walk-through: `wait` said "admission held: soft budget $0.00 reached: spent
+    # $0.00" and nothing more, where an operator's pause comes with the command that continues
+    # it (and `continue` does not lift the soft budget's hold).
+    with CountingServer() as server:
+        folder = project(tmp_path, server, 2, pool=1)
+        owner, batch_id = held_owner(folder)
+        waiting = flightdeck(folder, "wait", batch_id)
+        try:
+            assert waiting.stderr is not None
+            assert waiting.stderr.readline().startswith(f"waiting for batch {batch_id} to end")
+            state = folder / "state"
+            assert waiting.stderr.readline() == (
+                "admission held: soft budget $0.00 reached: spent $0.00. To go on: flightdeck "
+                f"limits {batch_id} --soft-cost USD --state-dir {state} (raise it) or "
+                "--soft-cost off (drop it)\n"
+            )
+            code, _, err = run(folder, "limits", batch_id, "--soft-cost", "off")
+            assert code == 0, err
+            out, err = waiting.communicate(timeout=30)
+            assert waiting.returncode == 0, out + err
+        finally:
+            server.release()
+            waiting.kill()
+            owner.kill()
+            owner.communicate()
+
+
+@pytest.mark.slow
 def test_a_hold_that_ends_with_the_batch_is_not_said_as_released(tmp_path: Path) -> None:
     # Found by an audit: a soft-budget hold ended by `stop --all` printed "admission released:
     # children start again" as the batch stopped, where nothing starts again.

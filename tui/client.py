@@ -324,7 +324,7 @@ def say_held(client: Client, told: str | None = None) -> str | None:
 
     held = client.held()
     if held is not None and held != told:
-        console_for(stderr=True).print(held_text(held, client.batch_id))
+        console_for(stderr=True).print(held_text(held, client.batch_id, client.db.parent))
     return held
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from flightdeck.engine.attached.hints import command_line
+from flightdeck.engine.attached.hints import command_line, soft_lift
 from flightdeck.engine.model import (
     OPERATOR_HOLD,
     BatchStatus,
@@ -36,6 +36,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from flightdeck.engine.api import Engine
 
 LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
@@ -93,13 +95,17 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
         show_notices()
 
 
-def held_text(held: str | None, batch_id: str) -> Text:
-    """The line said when admission is held (and how to continue it), or released."""
+def held_text(held: str | None, batch_id: str, state_dir: Path | None = None) -> Text:
+    """The line said when admission is held (and how to continue it), or released; with
+    `state_dir`, a soft budget's hold says how to lift it too."""
     if held is None:
         return Text("admission released: children start again", style="cyan")
     line = f"admission held: {one_line(held, 200)}"
     if OPERATOR_HOLD in held:
         line += f" (`flightdeck continue {batch_id}` continues it)"
+    if state_dir is not None and held.replace(OPERATOR_HOLD, "").strip("; "):
+        # The other hold is the soft budget's, which `continue` does not lift.
+        line += ". " + soft_lift(state_dir, batch_id)
     return Text(line, style="bold cyan")
 
 
