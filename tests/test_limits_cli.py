@@ -169,10 +169,10 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_wait_on_a_soft_budget_hold_says_how_to_lift_it(tmp_path: Path) -> None:
+def test_wait_and_continue_on_a_soft_budget_hold_say_how_to_lift_it(tmp_path: Path) -> None:
     # Found by a walk-through: `wait` said "admission held: soft budget $0.00 reached: spent
     # $0.00" and nothing more, where an operator's pause comes with the command that continues
-    # it (and `continue` does not lift the soft budget's hold).
+    # it; `continue` said "not paused", of a batch that starts nothing.
     with CountingServer() as server:
         folder = project(tmp_path, server, 2, pool=1)
         owner, batch_id = held_owner(folder)
@@ -185,6 +185,14 @@ def test_wait_on_a_soft_budget_hold_says_how_to_lift_it(tmp_path: Path) -> None:
                 "admission held: soft budget $0.00 reached: spent $0.00. To go on: flightdeck "
                 f"limits {batch_id} --soft-cost USD --state-dir {state} (raise it) or "
                 "--soft-cost off (drop it)\n"
+            )
+            # `continue`, the natural next try, sends nothing (nothing is paused) and says how.
+            code, out, err = run(folder, "continue", batch_id)
+            assert (code, err) == (0, ""), err
+            assert out == (
+                f"admission of batch {batch_id}: not paused, but it is held: soft budget $0.00 "
+                f"reached: spent $0.00. To go on: flightdeck limits {batch_id} --soft-cost USD "
+                f"--state-dir {state} (raise it) or --soft-cost off (drop it)\n"
             )
             code, _, err = run(folder, "limits", batch_id, "--soft-cost", "off")
             assert code == 0, err

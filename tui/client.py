@@ -292,7 +292,12 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
             # would do nothing, and "applied" said it had).
             paused = OPERATOR_HOLD in (client.held() or "")
             if paused != resume and client.owner().status.value == "running":
-                console_for().print(Text(f"{what}: {'already' if paused else 'not'} paused"))
+                line = f"{what}: {'already' if paused else 'not'} paused"
+                if resume and (soft := client.limits().soft_held):  # held all the same
+                    line += f", but it is held: {one_line(soft, 200)}. " + soft_lift(
+                        client.db.parent, args.batch_id
+                    )
+                console_for().print(Text(line))
                 return ExitCode.OK
             if resume and (soft := client.limits().soft_held):  # the operator's hold ends, not it
                 what += f", but it is still held: {one_line(soft, 200)}. " + soft_lift(
