@@ -189,6 +189,28 @@ def test_a_steer_to_a_parent_waiting_on_its_delegates_says_so(tmp_path: Path) ->
         ended(owner, hold)
 
 
+def test_a_steer_to_a_paused_child_says_it_waits_for_the_continue(tmp_path: Path) -> None:
+    # Found by a walk-through: it said "queued — waiting for its next turn", and a paused child
+    # takes none until it is continued.
+    owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2"], pool=1)
+    state = ("--state-dir", str(tmp_path / "state"))
+    try:
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2 queued
+        assert main(["pause", batch_id, "t2", *state]) == 0
+        steer = flightdeck_process("steer", batch_id, "t2", "-m", "mind the tests", cwd=tmp_path)
+        assert steer.stdout is not None
+        assert steer.stdout.readline() == (
+            f"t2: queued — it is paused: delivered once continued (`flightdeck continue "
+            f"{batch_id} t2 --state-dir {tmp_path / 'state'}`); Ctrl+C leaves it queued\n"
+        )
+        assert main(["continue", batch_id, "t2", *state]) == 0
+        hold.release()
+        out, err = steer.communicate(timeout=60)
+        assert (steer.returncode, out) == (0, "t2: delivered\n"), err
+    finally:
+        ended(owner, hold)
+
+
 def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -165,6 +165,7 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
     """Follow a request that steers: each receipt printed as it changes (`none` if it made
     none); 0 once every one is delivered, 1 if one was missed, the owner refused it or died."""
     from flightdeck.engine.attached.client import OwnerGone
+    from flightdeck.engine.model import ChildStatus
 
     console = console_for()
     shown: dict[int, str] = {}
@@ -173,6 +174,7 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
     # is queued (not for a steer delivered at once).
     asking: set[str] | None = None
     delegating: set[str] = set()
+    paused: set[str] = set()  # a paused child reads its steer once continued
     try:
         for row in client.follow(request_id):
             for receipt in row.receipts:
@@ -184,12 +186,18 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
                         rows = client.rows()
                         asking = {r.id for r in rows if r.question is not None and r.status.live}
                         delegating = {r.id for r in rows if r.waits_on_delegates}
+                        paused = {r.id for r in rows if r.status is ChildStatus.PAUSED}
                     if state == "queued" and receipt.child_id in (asking or ()):
                         words = ("answer", client.batch_id, receipt.child_id, "-m", "…")
                         answer = command_line(client.db.parent, *words)
                         waits = f"its question waits for your answer first (`{answer}`)"
                     elif state == "queued" and receipt.child_id in delegating:
                         waits = "it waits on its delegates; delivered when they return"
+                    elif state == "queued" and receipt.child_id in paused:
+                        go_on = command_line(
+                            client.db.parent, "continue", client.batch_id, receipt.child_id
+                        )
+                        waits = f"it is paused: delivered once continued (`{go_on}`)"
                     console.print(Text(_receipt_line(receipt, now, waits)))
             if row.state.value == "refused":
                 say_error(f"refused: {row.reason or ''}")
