@@ -4,7 +4,10 @@ why; what a steer waits for; what a missed one missed by."""
 
 from __future__ import annotations
 
+import os
+import select
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -209,6 +212,50 @@ def test_a_steer_to_a_paused_child_says_it_waits_for_the_continue(tmp_path: Path
         assert (steer.returncode, out) == (0, "t2: delivered\n"), err
     finally:
         ended(owner, hold)
+
+
+def test_wait_says_the_paused_children_the_batch_waits_on(tmp_path: Path) -> None:
+    # Found by a walk-through: `wait` on a batch with a paused child said only "waiting for
+    # batch … to end", and waited for ever: nothing runs a paused child until it is continued.
+    owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2"], pool=1)
+    state = ("--state-dir", str(tmp_path / "state"))
+    try:
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2 queued
+        assert main(["pause", batch_id, "t2", *state]) == 0
+        waiting = flightdeck_process("wait", batch_id, cwd=tmp_path)
+        try:
+            assert waiting.stderr is not None
+            said = _read_until(waiting.stderr.fileno(), "or stopped\n")  # not silent for ever
+            assert said.splitlines()[1:] == [
+                f"1 child is paused: the batch ends once they are continued (`flightdeck "
+                f"continue {batch_id} --where status:paused --state-dir {tmp_path / 'state'}`) "
+                "or stopped"
+            ], said
+            assert main(["continue", batch_id, "t2", *state]) == 0
+            hold.release()
+            out, err = waiting.communicate(timeout=60)
+            assert (waiting.returncode, out) == (0, f"batch {batch_id} completed\n"), err
+            assert err == "", err  # said once, not again each time it looks
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
+    finally:
+        main(["stop", batch_id, "--all", *state])  # a paused child would hold the batch open
+        ended(owner, hold)
+
+
+def _read_until(fd: int, text: str, timeout: float = 30) -> str:
+    """What a pipe says until `text` is in it (read as it comes, no buffer hiding it)."""
+    said = ""
+    deadline = time.monotonic() + timeout
+    while text not in said:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"{text!r} not said by now: {said!r}"
+        chunk = os.read(fd, 65536).decode()
+        assert chunk, f"{text!r} never said: {said!r}"
+        said += chunk
+    return said
 
 
 def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(

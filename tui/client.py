@@ -349,6 +349,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
     with batch_client(args) as client:
         said = False
         held: str | None = None  # admission's hold last said
+        paused = 0  # paused children last said
         while True:
             owner = client.owner()
             status = owner.status.value
@@ -367,7 +368,24 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
                     )
                 )
             held = say_held(client, held)  # nothing new starts: it may wait on the operator
+            paused = _say_paused(client, paused)  # nor does the batch end while they are
             time.sleep(WAIT_EVERY_S)
+
+
+def _say_paused(client: Client, told: int) -> int:
+    """Say on stderr how many children are paused, when that changes (to some): the batch
+    cannot end until they are continued or stopped. The count now."""
+    count = client.paused()
+    if count and count != told:
+        words = ("continue", client.batch_id, "--where", "status:paused")
+        noun = "child is" if count == 1 else "children are"
+        console_for(stderr=True).print(
+            Text(
+                f"{count} {noun} paused: the batch ends once they are continued "
+                f"(`{command_line(client.db.parent, *words)}`) or stopped"
+            )
+        )
+    return count
 
 
 def until_applied(client: Client, request_id: int, applied: str) -> ExitCode:

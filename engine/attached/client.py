@@ -237,6 +237,18 @@ class Client:
         age = None if beat is None else max(0.0, time.time() - float(beat))
         return OwnerState(pid, alive, age, status)
 
+    def paused(self) -> int:
+        """How many of the batch's children are paused (the batch ends with none)."""
+        found = (
+            self._connection()
+            .execute(
+                "SELECT count(*) FROM children WHERE batch_id = ? AND status = 'paused'",
+                (self.batch_id,),
+            )
+            .fetchone()
+        )
+        return int(found[0])
+
     def still_running(self) -> int:
         """How many of the batch's command children's processes outlived its owner."""
         return still_running(self.db, self.batch_id)
