@@ -48,6 +48,8 @@ def test_the_ray_table_is_read_and_kept_for_resume(tmp_path: Path) -> None:
     [
         ('[engine]\nexecutor = "dask"\n', 2, "engine.executor", 'expected "threads" or "ray"'),
         ('[ray]\naddress = "10.0.0.1:6379"\n', 2, "ray.address", 'expected "local" or "auto"'),
+        # The natural next try after `ray start` prints a head's address: what to write instead.
+        ('[ray]\naddress = "10.0.0.1:6379"\n', 2, "ray.address", 'address = "auto", with RAY_ADDR'),
         # Ray Client needs ray[client], which the extra does not install.
         ('[ray]\naddress = "ray://head:10001"\n', 2, "ray.address", "ray:// (Ray Client) is not"),
         ("[ray]\nworkers_per_node = 0\n", 2, "ray.workers_per_node", "between 1 and 64"),

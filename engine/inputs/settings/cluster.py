@@ -31,7 +31,13 @@ def read_ray(checks: ValueChecks, table: Table) -> RaySettings:
             # it to interactive shells; an owner on a node of the cluster joins with "auto".
             raise checks.error(key, RAY_CLIENT)
         if address not in ("local", "auto"):
-            raise checks.error(key, f'expected "local" or "auto", got {address!r}')
+            # A head's host:port is the natural next try; Ray's "auto" takes it from RAY_ADDRESS.
+            raise checks.error(
+                key,
+                f'expected "local" or "auto", got {address!r} (to join a running cluster by its '
+                'address: address = "auto", with RAY_ADDRESS=host:port of its head set for '
+                "flightdeck)",
+            )
         values["address"] = address
         values["address_line"] = checks.locator.line(*key)
     if "num_cpus" in table:
