@@ -157,7 +157,8 @@ def test_auto_where_no_cluster_answers_fails_at_once_before_anything_is_written(
     # A port bound but not listening refuses connections, and no one else can take it.
     with socket.socket() as closed:
         closed.bind(("0.0.0.0", 0))
-        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed.getsockname()[1]}")
+        given = f"127.0.0.1:{closed.getsockname()[1]}"
+        monkeypatch.setenv("RAY_ADDRESS", given)
         s = settings()
         s = dataclasses.replace(
             s,
@@ -170,9 +171,31 @@ def test_auto_where_no_cluster_answers_fails_at_once_before_anything_is_written(
             Engine(batch(1), s, state_dir=tmp_path / "state")
     error = caught.value
     assert (error.line, error.field) == (7, "ray.address"), str(error)
-    assert "no Ray cluster answers at" in error.message and "(RAY_ADDRESS)" in error.message
+    assert "no Ray cluster answers at" in error.message
+    # Ray names the address as it resolved it (this machine's IP for 127.0.0.1): what was set too.
+    assert f"(RAY_ADDRESS={given})" in error.message
     assert time.monotonic() - began < 30  # ray.init alone waits over 10 minutes
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ("nonsense", "RAY_ADDRESS must be the host:port of a Ray cluster's head, got 'nonsense'"),
+        ("ray://head:10001", "RAY_ADDRESS=ray://head:10001: ray:// (Ray Client) is not supported"),
+    ],
+)
+def test_a_ray_address_that_is_no_cluster_address_is_named_as_the_culprit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, words: str
+) -> None:
+    # The file says "auto": the error must say it was RAY_ADDRESS that named no cluster.
+    from flightdeck.engine.executors.cluster.join import join_address
+
+    monkeypatch.setenv("RAY_ADDRESS", given)
+    with pytest.raises(ConfigError) as caught:
+        join_address(RaySettings("auto", address_line=6), tmp_path / "flightdeck.toml")
+    assert caught.value.field == "ray.address"
+    assert words in caught.value.message, caught.value.message
 
 
 def test_a_cluster_that_asks_for_a_token_refuses_the_owner_in_one_line_saying_so(

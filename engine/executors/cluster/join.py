@@ -16,6 +16,7 @@ import ray
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import RaySettings
 from flightdeck.engine.inputs.settings.cluster import RAY_CLIENT
+from flightdeck.engine.sanitize import one_line
 
 # How ray.init itself finds "auto"'s address (RAY_ADDRESS, then a `ray start` cluster's file):
 # private, but the same code path, within the `ray>=2.60,<3` the extra pins.
@@ -35,6 +36,11 @@ def join_address(settings: RaySettings, source: Path | None) -> str:
     where = (source, settings.address_line, "ray.address")
     if settings.address.startswith("ray://"):  # a batch stored before it was refused
         raise ConfigError(*where, RAY_CLIENT)
+    # "auto" takes RAY_ADDRESS first: an error about it names it, as the file does not show it.
+    given = one_line(os.environ.get("RAY_ADDRESS", ""))
+    named = f" (RAY_ADDRESS={given})" if given else ""
+    if given.startswith("ray://"):
+        raise ConfigError(*where, f"RAY_ADDRESS={given}: {RAY_CLIENT}")
     try:
         found = canonicalize_bootstrap_address(settings.address)
     except ConnectionError:  # no RAY_ADDRESS, no `ray start` cluster on this machine
@@ -42,15 +48,17 @@ def join_address(settings: RaySettings, source: Path | None) -> str:
             *where, f'"auto" found no Ray cluster running here: {START_ONE}'
         ) from None
     except ValueError as exc:  # a RAY_ADDRESS that is no address
-        raise ConfigError(*where, f"cannot join a Ray cluster: {exc}") from None
-    if found is None or found.startswith("ray://"):
-        raise ConfigError(*where, f"RAY_ADDRESS must be a cluster's host:port, got {found!r}")
+        if not given:
+            raise ConfigError(*where, f"cannot join a Ray cluster: {one_line(str(exc))}") from None
+        found = None
+    if found is None:
+        raise ConfigError(
+            *where, f"RAY_ADDRESS must be the host:port of a Ray cluster's head, got {given!r}"
+        )
     host, _, port = found.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_S).close()
     except (OSError, ValueError) as exc:
-        # "auto" takes RAY_ADDRESS first: say so, as the file does not show it.
-        named = " (RAY_ADDRESS)" if os.environ.get("RAY_ADDRESS") else ""
         raise ConfigError(
             *where, f"no Ray cluster answers at {found}{named} ({exc}): {START_ONE}"
         ) from None
