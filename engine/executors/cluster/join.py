@@ -6,9 +6,14 @@ the batch's folder then removed again (owner/batchdir.py's `Claimed`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import socket
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +108,8 @@ def connect(settings: RaySettings, source: Path | None) -> None:
         # "auto", not the address found: Ray then joins as its own "auto" does, which also
         # takes the token of a cluster with token authentication (~/.ray/auth_token) when it
         # found the cluster on this machine.
-        ray.init(address=settings.address, **kwargs)
+        with core_lines_held():
+            ray.init(address=settings.address, **kwargs)
     except (ConnectionError, AuthenticationError) as exc:
         raise ConfigError(
             source, settings.address_line, "ray.address", refused(address, exc)
@@ -137,3 +143,38 @@ def refused(address: str, exc: BaseException) -> str:
         return f"cannot join the Ray cluster at {address}: {TOKEN}"
     lines = [line.strip() for line in str(exc.__cause__ or exc).splitlines() if line.strip()]
     return f"cannot join the Ray cluster at {address}: {lines[-1][:300] if lines else exc}"
+
+
+# A line of Ray's C++ core on stderr: "[2026-12-06 14:59:20,984 W 23126 23126] gcs_client.cc:…".
+_CORE_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d [\d:,.]+ [A-Z] \d+ \d+\] ")
+
+
+@contextlib.contextmanager
+def core_lines_held() -> Iterator[None]:
+    """Standard error held in a file while Ray joins a cluster: a refused join is retried for
+    20 s by Ray's core, a warning line each straight on fd 2, ahead of the one line that says
+    why. If the join fails, those lines go (the ConfigError says it); what else was written
+    comes out as it was, after the join, whether it failed or not."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all (closed by a daemon): nothing to hold
+        yield
+        return
+    failed = False
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().splitlines(keepends=True)
+            text = b"".join(line for line in lines if not (failed and _CORE_LINE.match(line)))
+            while text:
+                text = text[os.write(2, text) :]
