@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -78,3 +79,33 @@ def test_a_cluster_asking_for_a_token_refuses_the_owner_in_one_line(tmp_path: Pa
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"flightdeck: {config}:6: ray.address: cannot join"), line
     assert "RAY_AUTH_MODE=token" in line, line
+
+
+def test_the_token_a_local_cluster_makes_is_the_users_alone(tmp_path: Path) -> None:
+    # Ray makes ~/.ray/auth_token for a new local cluster where there is none, with the umask's
+    # modes: whoever reads it can join every cluster it opens, later `ray start` ones too.
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\nexecutor = "ray"\n\n[ray]\naddress = "local"\nnum_cpus = 1\n'
+        "workers_per_node = 1\nobject_store_mb = 80\n\n[routes.sim]\ntime_scale = 0.001\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(home), NO_COLOR="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        umask=0o022,
+    )
+    assert done.returncode == 0, done.stderr
+    token = home / ".ray" / "auth_token"
+    assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert len(token.read_text()) == 64 and sorted(p.name for p in token.parent.iterdir()) == [
+        "auth_token"
+    ]

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import socket
 import sys
 import tempfile
@@ -21,6 +22,7 @@ import ray
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import RaySettings
 from flightdeck.engine.inputs.settings.cluster import RAY_CLIENT
+from flightdeck.engine.private import open_private, private_dir
 from flightdeck.engine.sanitize import one_line
 
 # How ray.init itself finds "auto"'s address (RAY_ADDRESS, then a `ray start` cluster's file):
@@ -98,6 +100,7 @@ def connect(settings: RaySettings, source: Path | None) -> None:
         kwargs["num_cpus"] = settings.num_cpus
         if settings.object_store_mb is not None:
             kwargs["object_store_memory"] = settings.object_store_mb * 1024 * 1024
+        private_token()
         # Named, not left out: without an address Ray joins the cluster a `ray start` left on
         # this machine (and refuses num_cpus for it) instead of starting one.
         ray.init(address="local", **kwargs)
@@ -127,6 +130,33 @@ def connect(settings: RaySettings, source: Path | None) -> None:
             f"cannot join the Ray cluster at {address}: {said} (run flightdeck with the Ray "
             "and Python versions the cluster runs)",
         ) from None
+
+
+def private_token() -> None:
+    """The token Ray makes for a new local cluster (~/.ray/auth_token, where none is set),
+    made here first, 0600 in a new ~/.ray 0700: Ray writes it with the umask's modes (0644),
+    and whoever reads it can run code on every cluster that token opens, later `ray start`
+    ones included. Ray then finds and uses it as its own."""
+    names = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    if any(os.environ.get(name) for name in names):
+        return  # the operator says how: Ray makes none
+    path = Path.home() / ".ray" / "auth_token"  # Ray's _get_default_token_path()
+    if path.exists():
+        return  # the user's own, or an earlier batch's
+    draft = path.with_name(f".auth_token.{os.getpid()}")
+    try:
+        private_dir(path.parent, tighten=False)
+        fd = open_private(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="ascii") as file:
+            file.write(secrets.token_hex(32))  # as Ray's generate_new_authentication_token()
+        # Whole, or not there: Ray must never read a token half written.
+        os.link(draft, path)
+    except FileExistsError:
+        pass  # another batch made it meanwhile
+    except OSError as exc:  # Ray makes it, or says why it cannot
+        log.warning("could not make Ray's token file %s: %s", path, exc)
+    finally:
+        draft.unlink(missing_ok=True)
 
 
 TOKEN = (
