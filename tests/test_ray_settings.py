@@ -126,6 +126,22 @@ def run_cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedP
     )
 
 
+def test_a_local_cluster_ray_cannot_start_is_one_line_exit_2_nothing_left(tmp_path: Path) -> None:
+    # An object store larger than this machine's memory: Ray refuses it before starting any
+    # process, in a ValueError that named ray.init's arguments and went out as a traceback.
+    (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
+    config = write(tmp_path, '[engine]\nexecutor = "ray"\n\n[ray]\nobject_store_mb = 1048576\n')
+    # Its own HOME: Ray (and the owner) make ~/.ray/auth_token for a local cluster first.
+    env = {**os.environ, "NO_COLOR": "1", "HOME": str(tmp_path)}
+    done = run_cli(tmp_path, env, "--config", str(config))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]  # after Ray's own warning about its token
+    assert line.startswith(f"flightdeck: {config}:4: ray: cannot start a local Ray cluster: "), line
+    assert "[ray] object_store_mb and num_cpus" in line, line
+    assert not list((tmp_path / "state").glob("batches/*")), "a batch that never started"
+
+
 RAY_AUTO = '[engine]\nexecutor = "ray"\n\n[ray]\nworkers_per_node = 1\naddress = "auto"\n'
 
 

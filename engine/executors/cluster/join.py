@@ -101,9 +101,22 @@ def connect(settings: RaySettings, source: Path | None) -> None:
         if settings.object_store_mb is not None:
             kwargs["object_store_memory"] = settings.object_store_mb * 1024 * 1024
         private_token()
-        # Named, not left out: without an address Ray joins the cluster a `ray start` left on
-        # this machine (and refuses num_cpus for it) instead of starting one.
-        ray.init(address="local", **kwargs)
+        try:
+            # Named, not left out: without an address Ray joins the cluster a `ray start` left
+            # on this machine (and refuses num_cpus for it) instead of starting one.
+            ray.init(address="local", **kwargs)
+        except ValueError as exc:
+            # Ray checks the node's resources against this machine's first (an object store
+            # larger than its memory, say) and says so in terms of ray.init's arguments.
+            ray.shutdown()
+            raise ConfigError(
+                source,
+                settings.line,
+                "ray",
+                f"cannot start a local Ray cluster: {one_line(str(exc), 400)} ([ray] "
+                "object_store_mb and num_cpus set what ray.init is given here: within this "
+                "machine's memory and CPUs)",
+            ) from None
         return
     # Checked again here: the cluster may have ended since the engine was made.
     address = join_address(settings, source)
