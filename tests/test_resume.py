@@ -746,21 +746,32 @@ def test_a_batch_of_schedules_alone_prices_its_carried_waves(tmp_path: Path) -> 
         engine.close()
 
 
-def test_resume_says_what_every_resume_lost_beside_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        {},  # an earlier resume
+        # A Ray worker lost before the owner died (control/lost.py): no resume before this one.
+        {"why": "its worker on node vm:3fa2c1 was lost (ActorDiedError)"},
+    ],
+)
+def test_resume_says_what_every_lost_attempt_cost_beside_its_own(
+    tmp_path: Path, earlier: dict[str, str]
+) -> None:
     # Found by an audit: the summary's `lost attempts: $2.44` (every resume's) stood above
-    # `their lost attempts cost $1.22` (this one's) with nothing to tell the two apart.
+    # `their lost attempts cost $1.22` (this one's) with nothing to tell the two apart. The
+    # whole was called "every resume's", also when a lost worker's attempt made it.
     from helpers import flightdeck
 
     batch_id, _ = abandoned(tmp_path / "state")
-    with Store(tmp_path / "state" / "flightdeck.db") as store:  # an earlier resume lost $0.001
-        detail = json.dumps({"cost_usd": "0.001", "rerun": True})
+    with Store(tmp_path / "state" / "flightdeck.db") as store:  # an attempt that cost $0.001
+        detail = json.dumps({"cost_usd": "0.001", "rerun": True, **earlier})
         store.record_event(batch_id, "t0001", 1300.0, "lost_attempt", detail)
     done = flightdeck("resume", batch_id, "--state-dir", "state", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     last = done.stdout.splitlines()[-1]
     assert last == (
         "resumed: 1 re-run, 0 left unknown; their lost attempts cost $0.002"
-        " ($0.003 over every resume of the batch)"
+        " ($0.003 over every lost attempt of the batch)"
     ), last
 
 

@@ -211,9 +211,10 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             # cost unknown, never $0.00.
             cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
             line += f"; their lost attempts cost {cost}{note}"
-            every = engine.snapshot().lost_cost_usd  # the summary's figure: every resume's
+            # The summary's figure: every lost attempt's, a Ray worker's as well as an owner's.
+            every = engine.snapshot().lost_cost_usd
             if every is not None and every != found.lost_cost_usd:
-                line += f" ({fmt_cost(every)} over every resume of the batch)"
+                line += f" ({fmt_cost(every)} over every lost attempt of the batch)"
         console.print(Text(line))
         # With --no-rerun their tasks never run again: they are left unknown.
         after = "their tasks left unknown" if args.no_rerun else "before their tasks ran again"
