@@ -36,6 +36,8 @@ from flightdeck.engine.inputs.settings import RaySettings, Route
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.private import open_private
 from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.sanitize import one_line
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 log = logging.getLogger(__name__)
@@ -116,8 +118,15 @@ class RayExecutor:
                 scheduling_strategy=strategy, max_concurrency=8, num_cpus=0
             )
             actors.append(options.remote(setup))
-        where = ray.get([a.where.remote() for a in actors], timeout=START_S)
-        ray.get([a.sync.remote(self._clock()) for a in actors], timeout=START_S)
+        try:
+            where = ray.get([a.where.remote() for a in actors], timeout=START_S)
+            ray.get([a.sync.remote(self._clock()) for a in actors], timeout=START_S)
+        except (RayActorError, GetTimeoutError) as exc:
+            for each in actors:
+                ray.kill(each)
+            raise ConfigError(
+                self._source, self._settings.address_line, "ray.address", not_started(exc)
+            ) from None
         for actor, (name, node_id, problems, refused) in zip(actors, where, strict=True):
             if problems or refused:
                 for each in actors:
@@ -293,6 +302,20 @@ class RayExecutor:
                 ended = child.ended_elsewhere(ChildStatus.FAILED, why, None)
             if ended:
                 self._report(ChildDone(child.task.id))
+
+
+def not_started(exc: BaseException) -> str:
+    """Why no worker started, in one line: a worker that died as it started (its node's Python
+    cannot import flightdeck, say: Ray's last line says why), or none within START_S."""
+    if isinstance(exc, GetTimeoutError):
+        return f"the cluster started no flightdeck worker within {START_S:.0f} s"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = one_line(lines[-1], 300) if lines else type(exc).__name__
+    return (
+        f"a flightdeck worker could not start on the cluster: {said} (each node runs its "
+        "workers in the Python `ray start` ran there: install flightdeck, this version, in it "
+        "on every node)"
+    )
 
 
 def alive_nodes() -> list[dict[str, Any]]:

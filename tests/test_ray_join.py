@@ -1,5 +1,7 @@
-"""A real cluster with Ray's token authentication refuses an owner that has no token: one line,
-exit 2, whatever Ray's core writes on stderr while it retries (docs/ray.md, "Turning it on")."""
+"""Joining a cluster of its own, started here in another process: one that asks for a token
+the owner was not given, one whose nodes cannot import flightdeck. Each refused in one line,
+exit 2, whatever Ray writes while it tries (docs/ray.md, "Turning it on"); and the token a
+local cluster makes is the user's alone."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import pytest
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 
-# A head of its own, in a process of its own: Ray reads RAY_AUTH_MODE once per process, so the
-# session's cluster (tests/raycluster.py, this process its driver) cannot be made to ask for one.
+# A head of its own, in a process of its own: Ray reads RAY_AUTH_MODE once per process, and the
+# session's cluster (tests/raycluster.py, this process its driver) is every other test's.
 HEAD = """
 import sys
 from ray.cluster_utils import Cluster
@@ -31,12 +33,12 @@ nodes.shutdown()
 
 
 @contextlib.contextmanager
-def head_asking_for_a_token() -> Iterator[str]:
-    """A one-node cluster with token authentication; its address. Ended when the block ends."""
-    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+def own_head(**env: str) -> Iterator[str]:
+    """A one-node cluster started with this environment added; its address. Ended when the
+    block ends."""
     head = subprocess.Popen(
         [sys.executable, "-c", HEAD],
-        env=env,
+        env={**without_token(), **env},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -56,14 +58,19 @@ def head_asking_for_a_token() -> Iterator[str]:
         head.stdout.close()
 
 
+def without_token() -> dict[str, str]:
+    """This environment, without Ray's token settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+
+
 def test_a_cluster_asking_for_a_token_refuses_the_owner_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
     config = tmp_path / "flightdeck.toml"
     config.write_text(
         '[engine]\nexecutor = "ray"\n\n[ray]\nworkers_per_node = 1\naddress = "auto"\n'
     )
-    with head_asking_for_a_token() as address:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    with own_head(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16)) as address:
+        env = without_token()
         # Two tries instead of Ray's 20 (a second each), each a warning line of Ray's core.
         env.update(RAY_ADDRESS=address, RAY_gcs_server_port_wait_time_s="2", NO_COLOR="1")
         argv = ["run", "tasks.jsonl", "--headless", "--config", str(config), "--state-dir", "st"]
@@ -91,7 +98,7 @@ def test_the_token_a_local_cluster_makes_is_the_users_alone(tmp_path: Path) -> N
         '[engine]\nexecutor = "ray"\n\n[ray]\naddress = "local"\nnum_cpus = 1\n'
         "workers_per_node = 1\nobject_store_mb = 80\n\n[routes.sim]\ntime_scale = 0.001\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env = without_token()
     env.update(HOME=str(home), NO_COLOR="1")
     done = subprocess.run(
         [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
@@ -109,3 +116,35 @@ def test_the_token_a_local_cluster_makes_is_the_users_alone(tmp_path: Path) -> N
     assert len(token.read_text()) == 64 and sorted(p.name for p in token.parent.iterdir()) == [
         "auth_token"
     ]
+
+
+def test_nodes_that_cannot_import_flightdeck_are_one_line_exit_2(tmp_path: Path) -> None:
+    # The head's Python (so its workers') cannot import flightdeck, as where `ray start` ran
+    # in another environment: the workers die as they start, which was a traceback, exit 1.
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['flightdeck'] = None\n")
+    (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
+    config = tmp_path / "flightdeck.toml"
+    config.write_text(
+        '[engine]\nexecutor = "ray"\n\n[ray]\nworkers_per_node = 1\naddress = "auto"\n'
+    )
+    with own_head(PYTHONPATH=str(hide)) as address:
+        env = {**without_token(), "RAY_ADDRESS": address, "NO_COLOR": "1"}
+        argv = ["run", "tasks.jsonl", "--headless", "--config", str(config), "--state-dir", "st"]
+        done = subprocess.run(
+            [sys.executable, "-m", "flightdeck.tui.cli", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"flightdeck: {config}:6: ray.address: a flightdeck worker could not"), (
+        line
+    )
+    assert "No module named 'flightdeck" in line and "install flightdeck" in line, line
+    assert not list((tmp_path / "st").glob("batches/*")), "a batch that never started"
