@@ -122,6 +122,26 @@ async def test_an_error_answer_is_never_cached_or_framed_either(
                 assert answer.headers.get("Referrer-Policy") == "no-referrer", path
 
 
+async def test_a_plain_request_for_a_tab_s_websocket_is_answered_400(
+    project: Path, batch: str
+) -> None:
+    # Not a websocket: the connection was dropped with no answer (no headers), two tracebacks
+    # went to stderr, and a tab was logged opened and closed that never was.
+    server = Serving(project)
+    try:
+        async with (
+            aiohttp.ClientSession(cookies=server.cookie) as client,
+            client.get(f"{server.base}/batch/{batch}/ws") as answer,
+        ):
+            assert answer.status == 400
+            assert answer.headers.get("Cache-Control") == "no-store"
+            assert answer.headers.get("X-Frame-Options") == "DENY"
+        assert server.sessions() == []
+    finally:
+        err = server.stop()
+    assert "Traceback" not in err and "tab opened" not in err, err
+
+
 async def test_the_token_s_redirect_stays_on_this_server(serving: Serving) -> None:
     # The address the token's answer sends the browser to is a path here: `////evil.example/`
     # (or `/\\evil.example/`, which browsers read alike) was sent back as it came, another site.

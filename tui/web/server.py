@@ -149,6 +149,10 @@ class WebServer:
     async def session(self, request: web.Request) -> web.StreamResponse:
         """One tab: its own attached TUI, started by textual-serve, ended when the tab closes."""
         batch_id = self._served(request)
+        if not web.WebSocketResponse().can_prepare(request).ok:
+            # A plain GET here is no tab: answered (with every answer's headers), instead of
+            # the connection dropped with a traceback on stderr and a tab logged that never was.
+            raise web.HTTPBadRequest(text="400: this address takes a websocket only\n")
         opts = self.options
         argv = session_argv(opts.state_dir, batch_id, read_only=opts.read_only, config=opts.config)
         # textual-serve's Server runs one command per websocket through a shell: one made for
