@@ -417,7 +417,10 @@ def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
     waiting = flightdeck_process("wait", batch_id, *state, cwd=tmp_path)
     try:
         assert retried.returncode == 0, retried.stderr
-        held = f"admission held: paused by the operator (`flightdeck continue {batch_id}` "
+        # The command names the state folder, as the soft budget's does: another shell's
+        # default folder would find no such batch.
+        go_on = f"flightdeck continue {batch_id} --state-dir {tmp_path / 'state'}"
+        held = f"admission held: paused by the operator (`{go_on}` "
         assert held + "continues it)" in retried.stderr, retried.stderr
         assert waiting.stderr is not None
         _read_until(waiting.stderr.fileno(), held)

@@ -97,12 +97,16 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
 
 def held_text(held: str | None, batch_id: str, state_dir: Path | None = None) -> Text:
     """The line said when admission is held (and how to continue it), or released; with
-    `state_dir`, a soft budget's hold says how to lift it too."""
+    `state_dir` (another process's batch), its commands name that folder, and a soft budget's
+    hold says how to lift it too."""
     if held is None:
         return Text("admission released: children start again", style="cyan")
     line = f"admission held: {one_line(held, 200)}"
     if OPERATOR_HOLD in held:
-        line += f" (`flightdeck continue {batch_id}` continues it)"
+        go_on = f"flightdeck continue {batch_id}"
+        if state_dir is not None:  # pasted into another shell, whose default folder may differ
+            go_on = command_line(state_dir, "continue", batch_id)
+        line += f" (`{go_on}` continues it)"
     if state_dir is not None and held.replace(OPERATOR_HOLD, "").strip("; "):
         # The other hold is the soft budget's, which `continue` does not lift.
         line += ". " + soft_lift(state_dir, batch_id)
