@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -189,6 +191,20 @@ def flightdeck_process(
         text=True,
         env={**os.environ, **(env or {}), "NO_COLOR": "1"},
     )
+
+
+def read_until(fd: int, text: str, timeout: float = 30) -> str:
+    """What a pipe says until `text` is in it (read as it comes, no buffer hiding it)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()  # a chunk may end inside a character
+    said = ""
+    deadline = time.monotonic() + timeout
+    while text not in said:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"{text!r} not said by now: {said!r}"
+        chunk = os.read(fd, 65536)
+        assert chunk, f"{text!r} never said: {said!r}"
+        said += decoder.decode(chunk)
+    return said
 
 
 def summary_of(lines: list[str]) -> list[list[str]]:

@@ -4,10 +4,7 @@ why; what a steer waits for; what a missed one missed by."""
 
 from __future__ import annotations
 
-import os
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +12,7 @@ from flightdeck.engine.attached.client import Client
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.cli import main
 
-from helpers import Hold, flightdeck_process, until
+from helpers import Hold, flightdeck_process, read_until, until
 
 pytestmark = pytest.mark.slow
 
@@ -225,7 +222,7 @@ def test_wait_says_the_paused_children_the_batch_waits_on(tmp_path: Path) -> Non
         waiting = flightdeck_process("wait", batch_id, cwd=tmp_path)
         try:
             assert waiting.stderr is not None
-            said = _read_until(waiting.stderr.fileno(), "or stopped\n")  # not silent for ever
+            said = read_until(waiting.stderr.fileno(), "or stopped\n")  # not silent for ever
             assert said.splitlines()[1:] == [
                 f"1 child is paused: the batch ends once they are continued (`flightdeck "
                 f"continue {batch_id} --where status:paused --state-dir {tmp_path / 'state'}`) "
@@ -243,19 +240,6 @@ def test_wait_says_the_paused_children_the_batch_waits_on(tmp_path: Path) -> Non
     finally:
         main(["stop", batch_id, "--all", *state])  # a paused child would hold the batch open
         ended(owner, hold)
-
-
-def _read_until(fd: int, text: str, timeout: float = 30) -> str:
-    """What a pipe says until `text` is in it (read as it comes, no buffer hiding it)."""
-    said = ""
-    deadline = time.monotonic() + timeout
-    while text not in said:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        assert ready, f"{text!r} not said by now: {said!r}"
-        chunk = os.read(fd, 65536).decode()
-        assert chunk, f"{text!r} never said: {said!r}"
-        said += chunk
-    return said
 
 
 def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import sys
 import time
 from decimal import Decimal
@@ -32,6 +31,7 @@ from helpers import (
     batch,
     flightdeck,
     flightdeck_process,
+    read_until,
     run_to_end,
     settings,
     sim_route,
@@ -381,19 +381,6 @@ def test_a_session_recorded_by_an_owner_before_its_thread_was_kept_reads_as_its_
     assert session_of(db, "b", "none") is None
 
 
-def _read_until(fd: int, text: str, timeout: float = 30) -> str:
-    """What a pipe says until `text` is in it (read as it comes, no buffer hiding it)."""
-    said = ""
-    deadline = time.monotonic() + timeout
-    while text not in said:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        assert ready, f"{text!r} not said by now: {said!r}"
-        chunk = os.read(fd, 65536).decode()
-        assert chunk, f"{text!r} never said: {said!r}"
-        said += chunk
-    return said
-
-
 def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
     tmp_path: Path,
 ) -> None:
@@ -423,7 +410,7 @@ def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
         held = f"admission held: paused by the operator (`{go_on}` "
         assert held + "continues it)" in retried.stderr, retried.stderr
         assert waiting.stderr is not None
-        _read_until(waiting.stderr.fileno(), held)
+        read_until(waiting.stderr.fileno(), held)
         # Paused already: not paused twice, as `continue` of what is not paused is not sent.
         again = flightdeck("pause", batch_id, *state, cwd=tmp_path)
         assert (again.returncode, again.stdout) == (
