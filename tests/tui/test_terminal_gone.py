@@ -12,10 +12,60 @@ import sys
 import termios
 import threading
 import time
+from collections.abc import Callable
 from fcntl import ioctl
 from pathlib import Path
 
 from flightdeck.tui import terminal
+
+
+class OnPty:
+    """A process on a pseudo-terminal that is not its controlling terminal (so no SIGHUP comes
+    when it closes, as under `make`), its screen read as it is drawn (a full pty would block
+    the app)."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.master, slave = os.openpty()
+        ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        self.process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,  # the pty is not its controlling terminal: no SIGHUP
+        )
+        os.close(slave)
+        self.screen = bytearray()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.screen.extend(data)
+
+    def until_shown(self, text: Callable[[], bytes | None], timeout: float = 60) -> None:
+        """Wait until the screen shows `text()` (None: not known yet), the process alive."""
+        deadline = time.monotonic() + timeout
+        while (shown := text()) is None or shown not in self.screen:
+            assert self.process.poll() is None, bytes(self.screen[-2000:])
+            assert time.monotonic() < deadline, bytes(self.screen[-2000:])
+            time.sleep(0.05)
+
+    def hang_up(self) -> None:
+        """The terminal goes."""
+        os.close(self.master)
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 def test_a_hung_up_terminal_is_seen_gone() -> None:
@@ -86,50 +136,19 @@ def test_attach_quits_once_its_terminal_is_gone(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr
     batch_id = run.stdout.split()[1]  # "batch ID" heads the output
-    master, slave = os.openpty()
-    ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    attach = subprocess.Popen(
-        [*cli, "attach", batch_id, *state],
-        cwd=tmp_path,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        start_new_session=True,  # the pty is not its controlling terminal: no SIGHUP
-    )
-    os.close(slave)
-    screen = bytearray()
-
-    def drain() -> None:  # the screen, read as it is drawn (a full pty would block the app)
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            screen.extend(data)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    attach = OnPty([*cli, "attach", batch_id, *state], tmp_path, env)
     try:
-        deadline = time.monotonic() + 60
-        while batch_id.encode() not in screen and time.monotonic() < deadline:
-            assert attach.poll() is None, bytes(screen[-2000:])
-            time.sleep(0.05)
-        assert batch_id.encode() in screen, bytes(screen[-2000:])  # the app is drawn
-        os.close(master)  # the terminal goes
+        attach.until_shown(batch_id.encode)  # the app is drawn
+        attach.hang_up()
         closed = time.monotonic()
         try:
-            code = attach.wait(terminal.EVERY_S + terminal.GRACE_S + 20)
+            code = attach.process.wait(terminal.EVERY_S + terminal.GRACE_S + 20)
         except subprocess.TimeoutExpired:
             raise AssertionError("attach outlived its terminal") from None
         assert code in (terminal.HANGUP_EXIT, 0, 1), code
         assert time.monotonic() - closed < terminal.EVERY_S + terminal.GRACE_S + 20
     finally:
-        if attach.poll() is None:
-            attach.kill()
-            attach.wait()
+        attach.end()
 
 
 # The Python API's in-process TUI (`run_app`) over an engine whose sim children are held
@@ -173,44 +192,16 @@ def test_an_in_process_engine_is_stopped_and_recorded_before_the_process_ends(
     )
     tasks = "".join(json.dumps({"id": f"c{i}", "goal": "say hello"}) + "\n" for i in (1, 2))
     (tmp_path / "tasks.jsonl").write_text(tasks)
-    master, slave = os.openpty()
-    ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    app = subprocess.Popen(
-        [sys.executable, "-c", IN_PROCESS, str(tmp_path)],
-        cwd=tmp_path,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env={**os.environ, "TERM": "xterm-256color", "NO_COLOR": "1"},
-        start_new_session=True,  # the pty is not its controlling terminal: no SIGHUP
-    )
-    os.close(slave)
-    screen = bytearray()
-
-    def drain() -> None:  # the screen, read as it is drawn (a full pty would block the app)
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            screen.extend(data)
-
-    threading.Thread(target=drain, daemon=True).start()
+    env = {**os.environ, "TERM": "xterm-256color", "NO_COLOR": "1"}
+    app = OnPty([sys.executable, "-c", IN_PROCESS, str(tmp_path)], tmp_path, env)
+    batch = tmp_path / "batch"
     try:
-        batch = tmp_path / "batch"
-        deadline = time.monotonic() + 60
-        while not (batch.exists() and batch.read_text().encode() in screen):
-            assert app.poll() is None, bytes(screen[-2000:])
-            assert time.monotonic() < deadline, bytes(screen[-2000:])
-            time.sleep(0.05)
-        os.close(master)  # the terminal goes
-        assert app.wait(60) == terminal.HANGUP_EXIT
+        # Its id once written whole (an empty file's b"" is on every screen).
+        app.until_shown(lambda: (batch.read_text().encode() or None) if batch.exists() else None)
+        app.hang_up()
+        assert app.process.wait(60) == terminal.HANGUP_EXIT
     finally:
-        if app.poll() is None:
-            app.kill()
-            app.wait()
+        app.end()
     with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
         info = reader.batch(batch.read_text())
         assert info is not None and info.status is BatchStatus.STOPPED
