@@ -168,11 +168,11 @@ def test_steers_an_interrupt_finds_waiting_start_with_the_steer_now_as_one_new_t
 
 
 def test_a_steer_now_that_could_not_be_written_interrupted_no_turn() -> None:
-    # Its input's copy could not be kept, so neither the steer nor its interrupt was written:
+    # Its input's copy could not be opened, so neither the steer nor its interrupt was written:
     # the steer waiting behind it later starts a turn of its own, not "the running one
     # interrupted" (it said so, as if the interrupt had gone out).
     ids = iter(("task", "first", "now"))
-    refused = "its input's copy could not be kept (No space left on device)"
+    refused = "its input's copy could not be kept (Permission denied)"
     cli = CliInput(lambda text: refused if "control_request" in text else None, lambda: next(ids))
     cli.prompt("the task")
     cli.lifecycle(Lifecycle("task", "started"))
@@ -186,7 +186,8 @@ def test_a_steer_now_that_could_not_be_written_interrupted_no_turn() -> None:
 def test_an_adopter_never_writes_a_steer_its_dead_owner_wrote_the_cli_had_not_read() -> None:
     # The dead owner wrote the task and a steer --now (its interrupt with it), then died before
     # the CLI read the steer: the copy of its input says so (the last line, cut short by the
-    # death, was never written), and the CLI's events deliver it as the dead owner's would have.
+    # death mid-write, is not known whole), and the CLI's events deliver it as the dead owner's
+    # would have.
     events = read("claude-stream-json", CLAUDE / "steer_now.jsonl")
     prompt_id, steer_id = dict.fromkeys(e.uuid for e in of(events, Lifecycle))
     now = _steer(1, now=True)
