@@ -48,8 +48,9 @@ def watch(
     this thread: it must only schedule the app's exit), then, unless the app is over within
     `grace_s` (its event loop blocked on the dead terminal), `before_end()` (an engine in this
     process stopped and recorded: it must return, in bounded time) and end the process with
-    HANGUP_EXIT. Returns the event to set once the app is over: the watch ends, and the process
-    goes on its own way (an engine in it winding down, say)."""
+    HANGUP_EXIT, unless the app was over by then too. Returns the event to set once the app is
+    over: the watch ends, and the process goes on its own way (an engine in it winding down,
+    say)."""
     over = threading.Event()
 
     def run() -> None:
@@ -65,6 +66,8 @@ def watch(
                     before_end()
                 except Exception:  # the process ends all the same: it has no terminal left
                     log.exception("the terminal has gone: winding down failed")
+                if over.is_set():  # the app returned meanwhile: its own way out is under way
+                    return
             end(HANGUP_EXIT)
 
     threading.Thread(target=run, name="flightdeck-terminal", daemon=True).start()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from flightdeck.tui import terminal
 
+from helpers import until
+
 
 class OnPty:
     """A process on a pseudo-terminal that is not its controlling terminal (so no SIGHUP comes
@@ -114,6 +116,30 @@ def test_an_app_over_in_time_is_not_ended_by_the_watch() -> None:
         assert over.wait(10)
         time.sleep(0.4)  # past the grace: an end would have come by now
         assert ended == []
+    finally:
+        os.close(slave)
+
+
+def test_an_app_over_while_its_engine_winds_down_is_not_ended_by_the_watch() -> None:
+    """The wind-down (`before_end`) takes seconds; should the app come unstuck and return
+    meanwhile, the process is on its own way out (its engine closing, its store committing),
+    which the watch's os._exit would cut short."""
+    master, slave = os.openpty()
+    ended: list[int] = []
+    watcher: list[threading.Thread] = []
+
+    def wind_down() -> None:
+        watcher.append(threading.current_thread())
+        over.set()  # as the app's `run` does once it has returned
+
+    try:
+        over = terminal.watch(
+            slave, lambda: None, every_s=0.01, grace_s=0.01, end=ended.append, before_end=wind_down
+        )
+        os.close(master)
+        until(lambda: bool(watcher), 10, what="the wind-down")
+        watcher[0].join(10)
+        assert not watcher[0].is_alive() and ended == []
     finally:
         os.close(slave)
 
