@@ -94,7 +94,7 @@ class OwnerDuties:
             try:
                 found = pending_requests(self._connection(), self._batch_id, self._seen, SLICE)
             except sqlite3.Error as exc:  # busy past the timeout, a file gone: next round
-                log.warning("flightdeck: cannot read client requests: %s", exc)
+                log.warning("cannot read client requests: %s", exc)
                 return []
             for row in found:
                 self._seen = row.id
@@ -114,7 +114,7 @@ class OwnerDuties:
                 return
             self._apply(row)
         except Exception as exc:  # one bad request must not end the polling
-            log.exception("flightdeck: applying client request %d failed", row.id)
+            log.exception("applying client request %d failed", row.id)
             # Settled, so a client waiting on it hears why instead of waiting for ever.
             self._refuse(row.id, f"the owner could not apply it: {one_line(str(exc), 200)}")
 
@@ -146,5 +146,5 @@ class OwnerDuties:
                 # A full slice: more are waiting, the next round comes at once.
                 wait = 0.0 if len(self.poll_now()) == SLICE else self._poll_s
             except Exception:  # the heartbeat must go on, or the batch looks abandoned
-                log.exception("flightdeck: a round of the owner's duties failed")
+                log.exception("a round of the owner's duties failed")
                 wait = self._poll_s

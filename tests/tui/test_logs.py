@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from flightdeck.tui.logs import EVERY_S, forward_logs
@@ -63,3 +65,19 @@ def test_a_repeated_message_is_held_back_and_counted(shown: list[tuple[str, str]
         "transcript writer process failed (EOF)",
         "5 transcript write(s) failed; last: no space (2 more like this held back)",
     ]
+
+
+def test_messages_logged_in_flightdeck_s_processes_leave_it_to_the_handler_to_say_whose() -> None:
+    # Every command's handler (log_to_stderr, forward_logs) starts each line `flightdeck:
+    # warning:`; a message written for Python's last resort, `flightdeck: ...`, read twice so.
+    # A Ray worker's own process (worker.py) has no handler: its messages say whose.
+    root = Path(__file__).resolve().parents[2]
+    said = re.compile(r'\blog\.(?:warning|error|exception|info)\(\s*f?"flightdeck: ')
+    doubled = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in ("engine", "tui")
+        for path in sorted((root / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if said.search(line)
+    ]
+    assert doubled == []

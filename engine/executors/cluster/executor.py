@@ -220,7 +220,7 @@ class RayExecutor:
         try:
             ray.wait(closing, num_returns=len(closing), timeout=CLOSE_S)
         except Exception:
-            log.warning("flightdeck: Ray workers did not close cleanly", exc_info=True)
+            log.warning("Ray workers did not close cleanly", exc_info=True)
         for link in links:
             try:
                 ray.kill(link.actor)
@@ -253,7 +253,7 @@ class RayExecutor:
             closed = self._closed
         if closed:
             return
-        log.warning("flightdeck: the Ray worker on %s was lost (%s)", link.name, why)
+        log.warning("the Ray worker on %s was lost (%s)", link.name, why)
         thread = threading.Thread(
             target=self._replace, args=(link.node_id,), name="flightdeck-replace", daemon=True
         )
@@ -274,7 +274,7 @@ class RayExecutor:
             if alive and not self._closed:
                 self._start([node_id], probe=False)  # the node was looked at at the start
         except (Exception, SystemExit):  # SystemExit: Ray shut down under this thread
-            log.warning("flightdeck: no new Ray worker on a node that lost one", exc_info=True)
+            log.warning("no new Ray worker on a node that lost one", exc_info=True)
         finally:
             with self._lock:
                 self._replacing.discard(threading.current_thread())

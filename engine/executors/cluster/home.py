@@ -199,7 +199,7 @@ class Link:
                 try:
                     self._apply(item)
                 except Exception:  # a bug costs this item, never the worker's children
-                    log.exception("flightdeck: applying %s from %s failed", type(item), self.name)
+                    log.exception("applying %s from %s failed", type(item), self.name)
 
     def _gone(self, exc: BaseException) -> None:
         if not self.alive:
