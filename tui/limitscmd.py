@@ -1,4 +1,5 @@
-"""`flightdeck limits`: a running batch's live limits printed, or changed through its owner."""
+"""`flightdeck limits`: a batch's live limits printed (or those it ended with), or changed
+through its owner."""
 
 from __future__ import annotations
 
