@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from flightdeck.tui.logs import EVERY_S, forward_logs
+from flightdeck.tui.logs import EVERY_S, forward_logs, log_to_stderr
 
 
 class Clock:
@@ -81,3 +81,21 @@ def test_messages_logged_in_flightdeck_s_processes_leave_it_to_the_handler_to_sa
         if said.search(line)
     ]
     assert doubled == []
+
+
+def test_lines_forwarded_are_not_said_on_stderr_too_and_stderr_has_them_again_after(
+    shown: list[tuple[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every command logs to stderr (log_to_stderr, from main); a TUI or a headless run shows
+    # the lines its own way meanwhile, and the stderr handler is set aside, not said twice.
+    logger = logging.getLogger("flightdeck.tests.aside")
+    log_to_stderr()
+    stop = forward_logs(lambda text, severity: shown.append((text, severity)), Clock())
+    try:
+        logger.warning("shown \x1b[2J once")
+    finally:
+        stop()
+    assert shown == [("shown once", "warning")]
+    assert capsys.readouterr().err == ""
+    logger.error("after it")
+    assert capsys.readouterr().err == "flightdeck: error: after it\n"
