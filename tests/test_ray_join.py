@@ -63,6 +63,20 @@ def without_token() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
 
 
+def run_owner(folder: Path, config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`flightdeck run tasks.jsonl --headless` in `folder` with this config and environment,
+    its state in `st`, to its end."""
+    argv = ["run", "tasks.jsonl", "--headless", "--config", str(config), "--state-dir", "st"]
+    return subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", *argv],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_a_cluster_asking_for_a_token_refuses_the_owner_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
     config = tmp_path / "flightdeck.toml"
@@ -73,15 +87,7 @@ def test_a_cluster_asking_for_a_token_refuses_the_owner_in_one_line(tmp_path: Pa
         env = without_token()
         # Two tries instead of Ray's 20 (a second each), each a warning line of Ray's core.
         env.update(RAY_ADDRESS=address, RAY_gcs_server_port_wait_time_s="2", NO_COLOR="1")
-        argv = ["run", "tasks.jsonl", "--headless", "--config", str(config), "--state-dir", "st"]
-        done = subprocess.run(
-            [sys.executable, "-m", "flightdeck.tui.cli", *argv],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_owner(tmp_path, config, env)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"flightdeck: {config}:6: ray.address: cannot join"), line
@@ -131,15 +137,7 @@ def test_nodes_that_cannot_import_flightdeck_are_one_line_exit_2(tmp_path: Path)
     )
     with own_head(PYTHONPATH=str(hide)) as address:
         env = {**without_token(), "RAY_ADDRESS": address, "NO_COLOR": "1"}
-        argv = ["run", "tasks.jsonl", "--headless", "--config", str(config), "--state-dir", "st"]
-        done = subprocess.run(
-            [sys.executable, "-m", "flightdeck.tui.cli", *argv],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = run_owner(tmp_path, config, env)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     line = done.stderr.strip().splitlines()[-1]
