@@ -35,3 +35,20 @@ def test_the_owners_pid_is_in_its_log_in_ls_long_and_in_the_report(tmp_path: Pat
     assert f"- owner: pid {pid}\n" in flightdeck("report", batch_id, cwd=tmp_path).stdout
     report = json.loads(flightdeck("report", batch_id, "--format", "json", cwd=tmp_path).stdout)
     assert report["owner_pid"] == pid
+
+
+def test_an_owner_that_died_after_a_warning_is_not_said_to_have_failed_with_it(
+    tmp_path: Path,
+) -> None:
+    # Every command logs its warnings as `flightdeck: warning: …` lines (tui/logs.py): in an
+    # owner's log, one of those is no reason it died, which a traceback's last line says.
+    from flightdeck.engine.attached.spawn import _last_error
+
+    log = tmp_path / "owner.log"
+    warned = "flightdeck: warning: could not make Ray's token file /h/.ray/auth_token: denied\n"
+    log.write_text(f"{warned}Traceback (most recent call last):\n  File 'x'\nRuntimeError: boom\n")
+    assert _last_error(log) == "RuntimeError: boom"
+    log.write_text(f"flightdeck: flightdeck.toml:3: pool: bad\n{warned}")  # an error said first
+    assert _last_error(log) == "flightdeck.toml:3: pool: bad"
+    log.write_text("flightdeck: error: flightdeck store: cannot commit\n")  # logged, and the end
+    assert _last_error(log) == "error: flightdeck store: cannot commit"

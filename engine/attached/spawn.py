@@ -173,7 +173,8 @@ def _last_error(log: Path) -> str | None:
     except OSError:
         return None
     for line in reversed(lines):
-        if line.startswith("flightdeck: "):
+        # A warning it logged on its way is no reason it ended: a traceback's last line is.
+        if line.startswith("flightdeck: ") and not line.startswith("flightdeck: warning: "):
             return one_line(line.removeprefix("flightdeck: "))
     return one_line(lines[-1]) if lines else None
 
