@@ -69,6 +69,15 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0
         time.sleep(0.05)
 
 
+def ended(process: psutil.Process) -> bool:
+    """Whether `process` has ended (gone, or a zombie not reaped yet). A process reaped between
+    two looks raises NoSuchProcess on the second: that is ended too, not an error."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 class Serving:
     """A real `flightdeck serve` process on a free port, and the URL it printed."""
 

@@ -33,6 +33,7 @@ from serve_support import (
     Serving,
     Tab,
     end_batch,
+    ended,
     requests_of,
     start_batch,
     wait_until,
@@ -195,7 +196,7 @@ async def test_the_token_opens_the_page_and_its_websocket_an_attached_app(
     finally:
         await tab.close()
     # Closing the tab ends its app; the batch runs on.
-    wait_until(lambda: not session.is_running() or session.status() == psutil.STATUS_ZOMBIE, "end")
+    wait_until(lambda: ended(session), "end")
     wait_until(lambda: not _served(project, batch), "the record to drop the closed tab")
     assert flightdeck("ls", "--state-dir", "state", cwd=project).stdout.count("running") == 1
 
@@ -298,10 +299,7 @@ async def test_a_killed_server_leaves_no_tab_running(project: Path, batch: str) 
         await tab.until(lambda t: "c1" in t, "the rows")
         [session] = serving.sessions()
         serving.process.send_signal(signal.SIGKILL)
-        wait_until(
-            lambda: not session.is_running() or session.status() == psutil.STATUS_ZOMBIE,
-            "the tab's app to end with its server",
-        )
+        wait_until(lambda: ended(session), "the tab's app to end with its server")
         await tab.client.close()
         # Its record stays behind, stale: `ls` no longer shows it.
         assert served.record_path(project / "state", serving.process.pid).exists()
@@ -412,7 +410,7 @@ async def test_ctrl_c_ends_the_open_tabs_and_the_batch_runs_on(project: Path, ba
         [session] = serving.sessions()
         serving.stop()  # SIGINT
         assert serving.process.returncode == ExitCode.OK
-        assert not session.is_running() or session.status() == psutil.STATUS_ZOMBIE
+        assert ended(session)
         assert not served.record_path(project / "state", serving.process.pid).exists()
     finally:
         await tab.client.close()
