@@ -229,7 +229,7 @@ def test_headless_run_prints_id_lines_and_summary(project: Path) -> None:
         "stopped",
         "tokens in",
         "tokens out",
-        "cache read",
+        "cached",
         "cost",
         "cache saved",
     ]
@@ -1348,6 +1348,30 @@ def test_the_summary_is_readable_at_80_columns() -> None:
         money_lines(_summary_snap())[0].plain
     )
     assert all("…" not in cell for row in rows for cell in row[1:])
+
+
+def test_the_summarys_token_columns_add_up_to_the_childrens_lines() -> None:
+    # Found by a user: a stop-all summary read "tokens in 6" under lines of "255 tok": the
+    # children's first calls had written the cache, counted on each line but in no column.
+    from flightdeck.engine.records.meter import totals_of
+    from flightdeck.tui.output import summary_table
+
+    from test_store import make_child
+
+    rows = [
+        make_child(i, status=ChildStatus.STOPPED, usage=Usage(6, 0, 0, 249)) for i in range(2)
+    ] + [make_child(2, status=ChildStatus.COMPLETED, usage=Usage(10, 20, 249, 0))]
+    snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 1.0, rows, totals_of(rows), pool_size=2)
+    lines = [completion_text(ChildFinished(row, n, 3)) for n, row in enumerate(rows, 1)]
+    assert [re.search(r"  (\d+) tok  ", line).group(1) for line in lines] == [  # type: ignore[union-attr]
+        "255", "255", "279"
+    ]  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=80).print(summary_table(snap))
+    header, totals = summary_of(out.getvalue().splitlines())
+    cells = dict(zip(header, totals, strict=True))
+    assert [cells[k] for k in ("tokens in", "tokens out", "cached")] == ["22", "20", "747"]
+    assert sum(int(cells[k]) for k in ("tokens in", "tokens out", "cached")) == 255 + 255 + 279
 
 
 def test_a_where_query_of_no_term_is_refused_as_empty(

@@ -263,7 +263,7 @@ SUMMARY_COLUMNS = (
     "stopped",
     "tokens\nin",
     "tokens\nout",
-    "cache\nread",
+    "cached",  # cache reads and writes, as the meter says: in, out and cached add up
     "cost",
     "cache\nsaved",
 )
@@ -294,7 +294,7 @@ def _summary_cells(t: Totals, rows: Sequence[ChildRow]) -> list[str]:
         str(t.stopped),
         _tokens(u.input_tokens, unknown),
         _tokens(u.output_tokens, unknown),
-        _tokens(u.cache_read_tokens, unknown),
+        _tokens(u.cache_read_tokens + u.cache_write_tokens, unknown),
         fmt_spent_compact(t.cost_usd, t.cost_unknown),
         # "+?" beside a known saving, "$?" alone: as the report says it
         fmt_spent_compact(t.cache_saved_usd, t.saved_unknown),
