@@ -165,7 +165,7 @@ def test_render_markdown_tables_cannot_break(reader: StoreReader) -> None:
     header = lines.index("## Children") + 2
     rows = lines[header : header + 2 + 6]
     widths = {len(_cells(row)) for row in rows}
-    assert widths == {14}, rows
+    assert widths == {15}, rows
     bad = rows[3]  # c1: pipes, a newline, escapes and a trailing backslash in the goal
     assert "fix \\| the parser now \\\\" in bad
     assert "429 \\| rate limited retry-after: 3" in bad
@@ -186,9 +186,24 @@ def test_render_markdown_names_each_delegates_parent(reader: StoreReader) -> Non
     header = lines.index("## Children") + 2
     assert _cells(lines[header])[:3] == [" id ", " parent ", " status "]
     rows = lines[header : header + 2 + 6]
-    assert {len(_cells(row)) for row in rows} == {15}, rows
+    assert {len(_cells(row)) for row in rows} == {16}, rows
     parents = {_cells(row)[0].strip(): _cells(row)[1].strip() for row in rows[2:]}
     assert parents["c1"] == "c0" and parents["c0"] == ""
+
+
+def test_render_markdown_childrens_tokens_add_up_to_their_lines(reader: StoreReader) -> None:
+    # Found by a user: a child's row left its cache writes out, so its tokens came short of
+    # the `tok` on its line (and of the Totals' cache write row).
+    report = build_report(reader)
+    child = report["children"][0]
+    child.update(tokens_in=6, tokens_out=0, cache_read_tokens=0, cache_write_tokens=249)
+    lines = render_markdown(report).splitlines()
+    header = lines.index("## Children") + 2
+    names = [cell.strip() for cell in _cells(lines[header])]
+    (row,) = [line for line in lines if line.startswith(f"| {child['id']} |")]
+    cells = dict(zip(names, (cell.strip() for cell in _cells(row)), strict=True))
+    kinds = ("tokens in", "tokens out", "cache read", "cache write")
+    assert [cells[k] for k in kinds] == ["6", "0", "0", "249"]
 
 
 def test_render_markdown_truncates_long_goals(reader: StoreReader) -> None:
@@ -196,7 +211,7 @@ def test_render_markdown_truncates_long_goals(reader: StoreReader) -> None:
     report["children"][0]["goal"] = "word " * 100
     md = render_markdown(report)
     (row,) = [line for line in md.splitlines() if line.startswith("| c0 |")]
-    goal = _cells(row)[12].strip()
+    goal = _cells(row)[13].strip()
     assert len(goal) == 80 and goal.endswith("…")
 
 
@@ -349,7 +364,7 @@ def test_tokens_nobody_counted_are_unknown_never_zero(tmp_path: Path) -> None:
     assert "| input tokens | 100+? |" in md
     known = Decimal(str(routes["sim"]["cache_saved_usd"]))
     assert f"| cache saved | ${known} + unknown |" in md  # the known part, not left out
-    assert "| c0 | completed | cli | reviewer | 1 | 0 | 0 | ? | ? | ? | unknown |" in md
+    assert "| c0 | completed | cli | reviewer | 1 | 0 | 0 | ? | ? | ? | ? | unknown |" in md
 
 
 def test_an_attempt_whose_tokens_nobody_counted_has_unknown_tokens_not_zero() -> None:

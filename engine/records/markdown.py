@@ -75,8 +75,8 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
     lines += _table(
         "Children",
         f"| id |{' parent |' if tree else ''} status | route | model | calls | tools | retries "
-        "| tokens in | tokens out | cache read | cost | duration | goal | error |",
-        f"|---|{'---|' if tree else ''}---|---|---|---:|---:|---:|---:|---:|---:|---:|---:"
+        "| tokens in | tokens out | cache read | cache write | cost | duration | goal | error |",
+        f"|---|{'---|' if tree else ''}---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:"
         "|---|---|",
         (_child_cells(c, tree, died) for c in report["children"]),
     )
@@ -321,6 +321,7 @@ def _child_cells(c: Mapping[str, Any], tree: bool, died: bool) -> list[str]:
         _tokens(c, "tokens_in"),
         _tokens(c, "tokens_out"),
         _tokens(c, "cache_read_tokens"),
+        _tokens(c, "cache_write_tokens"),  # so a row's tokens add up to its child's `tok`
         "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]),
         "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
         _cell(c["goal"], GOAL_WIDTH),
