@@ -341,6 +341,27 @@ def test_a_cli_waiting_out_a_retry_is_not_stalled_and_shows_why(tmp_path: Path) 
     assert "api retry: 429 rate_limit, retry 1/10 in 0.5s" in transcript(row)
 
 
+def test_a_codex_child_past_its_reconnects_is_not_held_in_its_tool(tmp_path: Path) -> None:
+    # Found against the real Codex: once it had reconnected, its row said retrying (↻) and it
+    # was held, never stalled, until its turn's end: inside a tool that hung, forever.
+    gate = tmp_path / "gate"
+    codex = fake("fake_codex.py", "exec", "--json", "--fake-retries", "1", "--fake-gate",
+                 str(gate), "{goal}")  # fmt: skip
+    route = codex + 'format = "codex-json"\n'
+    engine = "tool_stall_after_s = 0.5\nstall_grace_s = 0.3"
+    eng = engine_for(tmp_path, config(tmp_path, route, engine=engine))
+    try:
+        until(lambda: row_of(eng).activity.current_tool == "shell", timeout=60)
+        running = row_of(eng).activity
+        assert running.retries == 1 and not running.retrying and running.retry_reason is None
+        row = run_to_end(eng, timeout=30).children[0]
+    finally:
+        gate.touch()  # a child still held ends, not the test's process
+        eng.close()
+    assert row.status is ChildStatus.STALLED, row.error
+    assert row.error == "no activity for 0.5s"
+
+
 def test_the_cli_own_error_is_the_failure_reason_not_its_stderr(tmp_path: Path) -> None:
     codex = fake("fake_codex.py", "exec", "--json", "--fake-retries", "2", "--fake-fail", "{goal}")
     route = codex + 'format = "codex-json"\n'

@@ -226,6 +226,9 @@ class Supervisor:
                 self._write(role, text)
                 self._watch_loops(role, text)
             case ToolStarted(name):
+                # The model answered: a retry it waited on is over (Codex reports no usage
+                # before its turn's end, so nothing else would say so until then).
+                c.progress.working(self._tally.calls)
                 c.progress.tool_started(one_line(c.clean(name), 60))
             case ToolEnded():
                 c.progress.tool_ended()
