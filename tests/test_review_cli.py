@@ -161,6 +161,24 @@ def test_diff_merge_with_a_conflict_then_without_and_discard(tmp_path: Path) -> 
     assert states == {"c1": "accepted", "c2": "accepted", "c3": "discarded"}
 
 
+def test_a_headless_run_names_the_changes_left_pending_and_how_to_see_them(
+    tmp_path: Path,
+) -> None:
+    # Found following docs/agents.md: a batch of worktree children ended "completed", their
+    # work waiting in the state folder for a merge, and nothing at the end said so.
+    _, folder = project(tmp_path, {"c1": "x.txt=one", "c2": "README.md=hello"})
+    done = fd(folder, "run", "tasks.toml", "--headless")
+    assert done.returncode == 0, done.stderr
+    batch = done.stdout.split()[1]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("changes pending")]
+    see = f"flightdeck diff {batch} c1 --state-dir {folder / 'state'}"
+    # c2 wrote what was there: nothing of it is pending.
+    assert line == (
+        f"changes pending: c1 (+1 −0 in 1 file); see them with {see}, then merge … --into"
+        " BRANCH or discard"
+    )
+
+
 def test_diff_of_a_running_child_says_it_has_not_ended(tmp_path: Path) -> None:
     # Its changes are recorded when it ends: till then diff says so, as merge does, not that
     # it changed nothing (it has: new.txt is in its worktree).

@@ -137,11 +137,13 @@ def attach_tui(
         console.print(Text(f"detached: batch {snap.batch_id} runs on{pid}", style="bold"))
         console.print(Text(f"attach again: {attach_hint(snap.batch_id, state_dir)}"))
         return ExitCode.OK
-    from flightdeck.tui.output import money_lines, summary_table
+    from flightdeck.tui.output import money_lines, pending_line, summary_table
 
     console.print(summary_table(snap))
     for line in money_lines(snap):
         console.print(line)
+    if pending := pending_line(snap, state_dir):
+        console.print(Text(pending))
     console.print(Text(f"report: {command_line(state_dir, 'report', snap.batch_id)}"))
     if snap.status is BatchStatus.ABANDONED:  # its owner died: the one thing left to do
         console.print(Text(f"its owner died: {command_line(state_dir, 'resume', snap.batch_id)}"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line, soft_lift
@@ -61,7 +62,29 @@ def print_ending(
     failed = engine.failure is not None or engine.unrecorded > 0
     for line in money_lines(snap, forecast=not failed):
         console.print(line)
+    if pending := pending_line(snap, engine.state_dir):
+        console.print(Text(pending))
     console.print(Text(f"report: {report_hint(engine)}"))
+
+
+def pending_line(snap: Snapshot, state_dir: Path | str) -> str | None:
+    """The children whose changes wait in their own workspace for the operator (kept until
+    merged or discarded), and the command that shows them; None if none wait. Without it a
+    headless batch read `completed`, its work unmentioned in the state folder."""
+    pending = [
+        (r.id, r.changes.summary)
+        for r in snap.children
+        if r.changes is not None and r.changes.state == "pending"
+    ]
+    if not pending:
+        return None
+    shown = ", ".join(f"{one_line(child, 40)} ({summary})" for child, summary in pending[:3])
+    more = f", and {len(pending) - 3} more" if len(pending) > 3 else ""
+    first = command_line(state_dir, "diff", snap.batch_id, pending[0][0])
+    return (
+        f"changes pending: {shown}{more}; see them with {first}, then merge … --into BRANCH"
+        " or discard"
+    )
 
 
 def unrecorded_line(t: Totals, every: int | None) -> str | None:
