@@ -1344,10 +1344,26 @@ def test_the_summary_is_readable_at_80_columns() -> None:
     costs = [row[-2] for row in rows]
     # Every figure whole (it read `$0.…`); only a long route name is cut.
     assert costs == ["$1.25", "$?", "$1.25+?"]
-    assert "$? and +?: 2 children have no known price" in "".join(
+    assert "$? and +?: 2 children have no known cost" in "".join(
         money_lines(_summary_snap())[0].plain
     )
     assert all("…" not in cell for row in rows for cell in row[1:])
+
+
+def test_a_cli_stopped_mid_turn_is_said_of_unknown_cost_not_of_unknown_price() -> None:
+    # Found against the real Claude Code: a child stopped in its turn (its route priced: Claude
+    # Code reports each turn's cost) read "no known price", sending the operator to a route's
+    # `price` that would change nothing.
+    from flightdeck.engine.records.meter import totals_of
+    from flightdeck.tui.output import money_lines
+
+    from test_store import make_child
+
+    rows = [make_child(0, status=ChildStatus.STOPPED, route="claude-code", cost_usd=None)]
+    snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 1.0, rows, totals_of(rows), pool_size=1)
+    [line] = [t.plain for t in money_lines(snap) if t.plain.startswith("$?")]
+    assert "price" not in line.split("(")[0] and "1 child has no known cost" in line
+    assert "calls its CLI never reported" in line
 
 
 def test_the_summarys_token_columns_add_up_to_the_childrens_lines() -> None:

@@ -107,7 +107,13 @@ def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
     out = []
     if unknown := snap.totals.cost_unknown:
         noun = "child has" if unknown == 1 else "children have"
-        out.append(Text(f"$? and +?: {unknown} {noun} no known price (never counted as $0)"))
+        # Not always a price: a CLI stopped mid-turn never reported what the turn cost.
+        out.append(
+            Text(
+                f"$? and +?: {unknown} {noun} no known cost (no price, or calls its CLI never"
+                " reported; never counted as $0)"
+            )
+        )
     ahead = project(snap.children)
     if forecast and ahead.remaining:
         label = forecast_label(ahead, compact=False)
