@@ -83,3 +83,21 @@ def test_codex_exec_ignores_openai_api_key(tmp_path: Path) -> None:
         requests = served(server)
     assert row is not None and row.status is ChildStatus.COMPLETED, row
     assert requests and all("authorization" not in r.headers for r in requests), requests
+
+
+def test_the_documented_codex_route_leaves_no_key_in_home(tmp_path: Path) -> None:
+    """Codex writes its shell's environment, the key with it, to ~/.codex/shell_snapshots
+    (0644) and leaves it there when it is stopped: the documented route turns that off."""
+    with AgentServer() as server:
+        repo, env = documented(tmp_path, server, KEY_ENV)
+        command = f"{sys.executable} {GATE} {tmp_path / 'gate'}"
+        engine = engine_for(tmp_path, repo, env, [f"task t0 [tool: {command}]"])
+        try:
+            until(lambda: in_tool(engine, ["t0"]), what="the child inside its tool")
+            held = [p for p in (tmp_path / "home").rglob("*") if p.is_file()]
+            engine.stop(["t0"])
+            assert engine.wait(120)
+        finally:
+            engine.close()
+    held += [p for p in (tmp_path / "home").rglob("*") if p.is_file()]
+    assert held and not [p for p in held if p.exists() and DUMMY_KEY.encode() in p.read_bytes()]
