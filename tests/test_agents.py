@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -49,11 +50,24 @@ def one(goal: str = "review the change", workspace: Path | None = None, n: int =
     return Batch(name="agents", tasks=tasks, workspace=workspace)
 
 
+_started: list[Engine] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_engines() -> Iterator[None]:
+    """Every engine a test started is closed after it, its processes stopped: a test that fails
+    half-way (a held fake CLI still running) leaves nothing behind for the rest of the run."""
+    yield
+    while _started:
+        _started.pop().close()
+
+
 def engine_for(
     tmp_path: Path, settings: Settings, batch: Batch | None = None, **env: str
 ) -> Engine:
     environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env}
     engine = Engine(batch or one(), settings, state_dir=tmp_path / "state", env=environment)
+    _started.append(engine)
     engine.start()
     return engine
 
