@@ -194,6 +194,7 @@ def test_a_subscriber_cannot_deadlock_the_engine(tmp_path: Path) -> None:
     # Subscribers run on the coordinator thread: close(), or wait() without a timeout, there
     # would wait for that thread. They refuse, and the batch still ends and closes from the
     # caller's thread.
+    before = set(threading.enumerate())  # another test's engine left running is not this one's
     engine = Engine(batch(2), settings(sim_route(tool_turns=0)), state_dir=tmp_path)
     seen: list[object] = []
 
@@ -225,7 +226,7 @@ def test_a_subscriber_cannot_deadlock_the_engine(tmp_path: Path) -> None:
         True,
         "Engine.close() cannot be called from an engine event subscriber",
     ]
-    names = {t.name for t in threading.enumerate()}
+    names = {t.name for t in set(threading.enumerate()) - before}
     assert "flightdeck-coordinator" not in names
 
 

@@ -23,7 +23,7 @@ from flightdeck.tui.screens.review import AcceptDialog, DiffScreen, DiscardDialo
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.detail import ChildDetail
 from textual.widgets import Label
-from tui_support import SIZE, app_for, on_screen, until
+from tui_support import SIZE, app_for, on_screen, until, view_when_ready
 
 from gitrepo import GIT_ENV, git, make_repo, worktrees
 
@@ -239,10 +239,11 @@ async def test_d_shows_a_key_the_child_wrote_into_a_file_redacted(
     )
     e.start()
     view: LiveView | StoreView = LiveView(e)
-    if attached:
-        view = StoreView(tmp_path / "st" / "flightdeck.db", e.batch_id, poll_s=0.05)
-    app = FlightdeckApp(view, UiOptions(poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False))
     try:
+        if attached:  # once the batch's row is committed, a moment after start()
+            view = view_when_ready(tmp_path / "st" / "flightdeck.db", e.batch_id, poll_s=0.05)
+        options = UiOptions(poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False)
+        app = FlightdeckApp(view, options)
         async with app.run_test(size=SIZE) as pilot:
             table = app.main.table
             await until(pilot, lambda: "t0" in table.rows_by_id, "the child")
