@@ -224,7 +224,7 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("resume", "nope"), 2, "no batch 'nope' in "),
             (("resume", str(batch_id)), 0, "nothing to do"),
             (("steer", "nope", "c000", "-m", "hi"), 2, "no batch 'nope'"),
-            (("steer", str(batch_id), "c000", "-m", "hi"), 2, "has finished (completed)"),
+            (("steer", str(batch_id), "c000", "-m", "hi"), 2, "has ended (completed)"),
             (("stop", str(batch_id)), 2, "name the children to stop, --all or --where"),
             (("stop", str(batch_id), "--where", "idle>5d"), 2, "--where: 'idle>5d': unknown unit"),
             (("stop", "nope", "--where", "stauts:x"), 2, "'stauts:x': unknown field 'stauts'"),

@@ -213,7 +213,7 @@ def test_bad_requests_record_nothing(db: Path, tmp_path: Path) -> None:
         submit(db, "b1", Steer(("c1",), "x" * 11), max_chars=lambda: 10)
     with Store(db) as store:
         store.finish_batch("b1", BatchStatus.COMPLETED, 9.0)
-    with pytest.raises(CommandError, match="has finished"):
+    with pytest.raises(CommandError, match="has ended"):
         submit(db, "b1", StopAll())
     with pytest.raises(FileNotFoundError):
         submit(tmp_path / "none.db", "b1", StopAll())

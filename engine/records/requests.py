@@ -121,7 +121,7 @@ def submit(
             if row is None:
                 raise LookupError(f"no batch {batch_id} in this state folder")
             if row[0] != BatchStatus.RUNNING and not reopens:
-                raise CommandError(f"batch {batch_id} has finished ({row[0]})")
+                raise CommandError(f"batch {batch_id} has ended ({row[0]})")
             command.check(Context(batch_id, _StoredIds(conn, batch_id), max_chars, limits))
             cursor = conn.execute(
                 "INSERT INTO requests (batch_id, kind, child_ids, state, created_ts, payload)"

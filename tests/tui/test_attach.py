@@ -320,7 +320,7 @@ async def test_the_quit_question_says_when_another_operator_ended_the_batch_mean
 ) -> None:
     # Found in tmux: q asked "3 children are still running or queued" and, once another
     # terminal had stopped them all, went on asking it; "Stop all and quit" then said "stop
-    # all not sent: batch … has finished (stopped)" and did not quit.
+    # all not sent: batch … has ended (stopped)" and did not quit.
     from flightdeck.engine.commands import StopAll
     from textual.widgets import Label
 
