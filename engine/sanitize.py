@@ -211,6 +211,13 @@ def one_line(text: str, width: int | None = None) -> str:
     return flat
 
 
+def last_line(text: str, width: int) -> str:
+    """The last non-empty line of a message of many lines (an error whose reason comes last),
+    as `one_line` gives it; "" when there is none."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return one_line(lines[-1], width) if lines else ""
+
+
 def valid_text(text: str) -> str:
     """`text` as valid Unicode, which UTF-8 (a request body, a file, SQLite) can encode: a
     surrogate pair split over two JSON escapes is joined again, a lone surrogate (a JSON

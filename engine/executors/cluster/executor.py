@@ -36,7 +36,7 @@ from flightdeck.engine.inputs.settings import RaySettings, Route
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.private import open_private
 from flightdeck.engine.records.meter import Meter
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import last_line
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -309,8 +309,7 @@ def not_started(exc: BaseException) -> str:
     cannot import flightdeck, say: Ray's last line says why), or none within START_S."""
     if isinstance(exc, GetTimeoutError):
         return f"the cluster started no flightdeck worker within {START_S:.0f} s"
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    said = one_line(lines[-1], 300) if lines else type(exc).__name__
+    said = last_line(str(exc), 300) or type(exc).__name__
     return (
         f"a flightdeck worker could not start on the cluster: {said} (each node runs its "
         "workers in the Python `ray start` ran there: install flightdeck, this version, in it "

@@ -23,7 +23,7 @@ from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import RaySettings
 from flightdeck.engine.inputs.settings.cluster import RAY_CLIENT
 from flightdeck.engine.private import open_private, private_dir
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import last_line, one_line
 
 # How ray.init itself finds "auto"'s address (RAY_ADDRESS, then a `ray start` cluster's file):
 # private, but the same code path, within the `ray>=2.60,<3` the extra pins.
@@ -184,8 +184,8 @@ def refused(address: str, exc: BaseException) -> str:
     said = f"{exc} {exc.__cause__ or ''}"
     if isinstance(exc, AuthenticationError) or "InvalidAuthToken" in said:
         return f"cannot join the Ray cluster at {address}: {TOKEN}"
-    lines = [line.strip() for line in str(exc.__cause__ or exc).splitlines() if line.strip()]
-    return f"cannot join the Ray cluster at {address}: {lines[-1][:300] if lines else exc}"
+    said = last_line(str(exc.__cause__ or exc), 300) or one_line(str(exc), 300)
+    return f"cannot join the Ray cluster at {address}: {said}"
 
 
 # A line of Ray's C++ core on stderr: "[2026-12-06 14:59:20,984 W 23126 23126] gcs_client.cc:…".
@@ -198,14 +198,20 @@ def core_lines_held() -> Iterator[None]:
     20 s by Ray's core, a warning line each straight on fd 2, ahead of the one line that says
     why. If the join fails, those lines go (the ConfigError says it); what else was written
     comes out as it was, after the join, whether it failed or not."""
-    sys.stderr.flush()
     try:
-        saved = os.dup(2)
+        saved = os.dup(2)  # first: with fd 2 closed, the file below would become fd 2
     except OSError:  # no stderr at all (closed by a daemon): nothing to hold
         yield
         return
+    try:
+        held = tempfile.TemporaryFile()  # noqa: SIM115 (closed by `with held` below)
+    except OSError:  # nowhere to hold the lines (a full temp folder): they go out as they come
+        os.close(saved)
+        yield
+        return
     failed = False
-    with tempfile.TemporaryFile() as held:
+    with held:
+        _flush_stderr()
         os.dup2(held.fileno(), 2)
         try:
             yield
@@ -213,7 +219,7 @@ def core_lines_held() -> Iterator[None]:
             failed = True
             raise
         finally:
-            sys.stderr.flush()
+            _flush_stderr()
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
@@ -221,3 +227,8 @@ def core_lines_held() -> Iterator[None]:
             text = b"".join(line for line in lines if not (failed and _CORE_LINE.match(line)))
             while text:
                 text = text[os.write(2, text) :]
+
+
+def _flush_stderr() -> None:
+    if sys.stderr is not None:  # None under pythonw, or a daemon that closed it
+        sys.stderr.flush()
