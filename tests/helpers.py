@@ -26,6 +26,9 @@ from flightdeck.engine.inputs.settings import (
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import Snapshot
 
+# A child's transcript once `resume` has adopted its running process (the batch claimed by then).
+# Not "adopted" alone: a test's tmp_path may hold the word ("test_a_steer_to_an_adopted_chi0").
+ADOPTED = "engine    │ adopted: "
 FAST = {"time_scale": 0.001, "latency_ms": 20, "tokens_per_s": 400}
 # A stream that sends the first third of its answer, then hangs like a server that stopped
 # sending until a stop closes it: output streamed, the call never over by itself.

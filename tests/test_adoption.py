@@ -22,7 +22,7 @@ from flightdeck.engine.model import BatchStatus, ChildStatus, Usage
 from flightdeck.engine.records.processes import still_running
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import until
+from helpers import ADOPTED, until
 
 FAKES = Path(__file__).parent / "fakes"
 PY = sys.executable
@@ -165,7 +165,7 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
         assert "2 of its children still run" in wait.communicate(timeout=30)[1]
         resume = flightdeck(folder, "resume", batch_id)
         until(
-            lambda: all("adopted" in transcript(folder, batch_id, c) for c in ("keep", "halt")),
+            lambda: all(ADOPTED in transcript(folder, batch_id, c) for c in ("keep", "halt")),
             what="both adopted",
         )
         # Steer and stop reach an adopted child: its input is the FIFO, its tree is known.
@@ -199,7 +199,7 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
     assert halt.status is ChildStatus.STOPPED
     text = transcript(folder, batch_id, "keep")
     # Whole: what came before the kill, the adoption, what came after; one run, one end.
-    order = ["user      │ task keep", "tool-call │ Bash", "adopted", "tool      │ README.md"]
+    order = ["user      │ task keep", "tool-call │ Bash", ADOPTED, "tool      │ README.md"]
     order += ["delivered into the running turn: also the docs", "engine    │ completed"]
     places = [text.index(line) for line in order]
     assert places == sorted(places), text
@@ -399,7 +399,7 @@ def test_an_adopted_codex_resume_is_billed_only_what_it_adds_to_its_thread(
     until(lambda: not psutil.pid_exists(int(owner.group(1))), what="the owner gone")
     resume = flightdeck(folder, "resume", batch_id)
     try:
-        until(lambda: "adopted" in transcript(folder, batch_id, "t0"), what="adopted")
+        until(lambda: ADOPTED in transcript(folder, batch_id, "t0"), what="adopted")
     finally:
         gate.touch()
     out, err = resume.communicate(timeout=60)

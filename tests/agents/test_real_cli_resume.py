@@ -33,7 +33,7 @@ from realcli import (
 )
 
 from agentserver import AgentServer
-from helpers import until
+from helpers import ADOPTED, until
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -69,7 +69,7 @@ def test_a_killed_owner_is_resumed_with_no_doubles(
     assert sorted(before) == names and all(len(p) == 1 for p in before.values()), before
     doubles: list[dict[str, list[int]]] = []
     resume = flightdeck("resume", batch_id)
-    until(lambda: all("adopted" in read(logs / f"{n}.log") for n in names), what="adopted")
+    until(lambda: all(ADOPTED in read(logs / f"{n}.log") for n in names), what="adopted")
     for _ in range(20):  # sampled while both run under the new owner
         now = tagged(batch_id)
         doubles += [now] if any(len(p) > 1 for p in now.values()) else []
@@ -100,13 +100,15 @@ def test_a_steer_to_an_adopted_child_is_delivered(
     owner.send_signal(signal.SIGKILL)
     owner.communicate(timeout=30)
     resume = flightdeck("resume", batch_id)
-    until(lambda: "adopted" in read(log), what="adopted")
+    until(lambda: ADOPTED in read(log), what="adopted")
+    # It waits until the steer is delivered, which the tool's end (the gate) comes before.
     steer = flightdeck("steer", batch_id, "t0", "-m", "also the docs")
-    steer.communicate(timeout=60)
     # Claude Code: once it has read it (a gate opened before that ends the turn first).
     taken = "queued by the CLI: " if cli == "claude" else "steer (at next turn): "
     until(lambda: taken + "also the docs" in read(log), what="the steer taken")
     (receipt,) = the_steers_once_done(tmp_path, resume, db, batch_id)
+    out, err = steer.communicate(timeout=60)
+    assert steer.returncode == 0 and "t0: delivered" in out, out + err
     assert receipt.state is SteerState.DELIVERED, receipt
     how = "into the running turn" if cli == "claude" else "by resuming the session"
     assert receipt.how == how
@@ -127,7 +129,7 @@ def test_a_steer_the_dead_owner_wrote_is_not_written_again(
     owner.communicate(timeout=30)
     steer.communicate(timeout=60)  # it gives up on the dead owner
     resume = flightdeck("resume", batch_id)
-    until(lambda: "adopted" in read(log), what="adopted")
+    until(lambda: ADOPTED in read(log), what="adopted")
     (receipt,) = the_steers_once_done(tmp_path, resume, db, batch_id)
     assert (receipt.state, receipt.how) == (SteerState.DELIVERED, "into the running turn")
     assert read(log).count("sent to its input: also the docs") == 1
@@ -150,7 +152,7 @@ def test_a_steer_the_dead_owner_wrote_unread_is_not_written_again(
         flightdeck.owner.communicate(timeout=30)
         first.communicate(timeout=60)  # it gives up on the dead owner
         resume = flightdeck("resume", batch_id)
-        until(lambda: "adopted" in read(log), what="adopted")
+        until(lambda: ADOPTED in read(log), what="adopted")
         # The adopter takes its inbox in order: this one is written after the first was dealt
         # with (written again, before the fix).
         second = flightdeck("steer", batch_id, "t0", "-m", "and the tests")
