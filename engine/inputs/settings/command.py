@@ -8,6 +8,7 @@ from collections.abc import Collection
 from types import MappingProxyType
 from typing import Any
 
+from flightdeck.engine.inputs.keyshapes import KEY_IN_ARGV, looks_like_key
 from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
 from flightdeck.engine.inputs.settings.values import (
@@ -142,6 +143,8 @@ def _argv(
     for i, arg in enumerate(value):
         if not isinstance(arg, str):
             raise checks.error((*key, i), f"expected a string, got {kind(arg)}")
+        if looks_like_key(arg):  # first: no later message may quote it
+            raise checks.error((*key, i), KEY_IN_ARGV)
         try:
             names = placeholders(arg)
         except ValueError as exc:

@@ -1,0 +1,31 @@
+"""What a well-known API key looks like, to refuse one pasted where flightdeck keeps text on disk
+(a command route's argv, stored with the batch for `resume`)."""
+
+from __future__ import annotations
+
+import re
+
+# Prefixed shapes only, so ordinary arguments (flags, paths, `{goal}`, `-c key=value`) never
+# match: `sk-` then 20 or more token characters, one a digit ("sk-some-long-hyphenated-name"
+# is no key), covers OpenAI's `sk-`, `sk-proj-`, `sk-svcacct-` and Anthropic's `sk-ant-api03-`,
+# `sk-ant-oat01-`; GitHub's `ghp_` (and gho_, ghu_, ghs_, ghr_) and `github_pat_` tokens;
+# Google's `AIza` and 35 more. Not inside a word: "desk-…" or "task-sk-…" starts no key.
+_KEY = re.compile(
+    r"(?<![A-Za-z0-9_-])"
+    r"(?:sk-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}"
+    r"|gh[pousr]_[A-Za-z0-9]{36,}"
+    r"|github_pat_[A-Za-z0-9_]{22,}"
+    r"|AIza[A-Za-z0-9_-]{35})"
+)
+
+KEY_IN_ARGV = (
+    "looks like an API key (not shown): flightdeck keeps a route's argv with the batch, on "
+    "disk, for resume; put the key in an environment variable instead and name it in "
+    "api_key_env (or env_pass), which the CLI reads"
+)
+
+
+def looks_like_key(text: str) -> bool:
+    """Whether `text` holds a well-known API key: whole, after `--api-key=`, or inside a longer
+    string (`Authorization: Bearer sk-…`)."""
+    return _KEY.search(text) is not None
