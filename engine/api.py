@@ -154,6 +154,8 @@ class Engine(CommandMethods):
         check_executor(settings, providers_given=bool(providers))
         assembly.check_budget(settings, self.routes.values())
         assembly.check_commands(batch, self.routes.values(), settings.source)
+        if not stored:  # a resumed batch's settings are on disk already, as it ran with them
+            keys.refuse_keys_in_argv(settings)
         # Model clients and command routes are built before anything is written: a missing
         # key or program fails cleanly here.
         self._providers, self._commands = assembly.clients(

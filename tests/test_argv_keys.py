@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
+from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.keyshapes import looks_like_key
-from flightdeck.engine.inputs.settings import load_settings
+from flightdeck.engine.inputs.settings import (
+    CommandSpec,
+    EngineSettings,
+    Route,
+    Settings,
+    load_settings,
+)
+from flightdeck.engine.inputs.tasks import Batch, Task
 
 from helpers import flightdeck
 
@@ -107,6 +116,30 @@ ORDINARY = [
 @pytest.mark.parametrize("arg", ORDINARY)
 def test_ordinary_arguments_are_not_taken_for_keys(arg: str) -> None:
     assert not looks_like_key(arg)
+
+
+def cli_route(argv: tuple[str, ...], name: str = "cli") -> Route:
+    return Route(name=name, provider="command", model="cli", command=CommandSpec(argv=argv))
+
+
+def test_a_key_in_the_argv_of_a_route_built_in_python_is_refused(tmp_path: Path) -> None:
+    batch = Batch(name="b", tasks=(Task(id="t", goal="g", seq=0),))
+    # The batch uses `cli` only, but stores every route: a key in `other` is refused as well.
+    for routes in (
+        (cli_route(("true", f"--api-key={ANTHROPIC}")),),
+        (cli_route(("true",)), cli_route(("true", "-k", GITHUB), "other")),
+    ):
+        settings = Settings(
+            engine=EngineSettings(default_route="cli"),
+            routes=MappingProxyType({r.name: r for r in routes}),
+        )
+        with pytest.raises(ConfigError) as info:
+            Engine(batch, settings, state_dir=tmp_path / "state", env={"PATH": "/usr/bin:/bin"})
+        field = "routes.cli.argv.1" if len(routes) == 1 else "routes.other.argv.2"
+        assert info.value.field == field, str(info.value)
+        assert "looks like an API key" in str(info.value)
+        assert shows_no_key(str(info.value), ANTHROPIC) and shows_no_key(str(info.value), GITHUB)
+        assert not (tmp_path / "state").exists()  # nothing written
 
 
 def test_run_refuses_a_key_in_argv_with_one_line_and_writes_no_batch(tmp_path: Path) -> None:

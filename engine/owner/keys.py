@@ -14,7 +14,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from flightdeck.engine.agents.launch import CommandRoute
-from flightdeck.engine.errors import SpecError
+from flightdeck.engine.errors import ConfigError, SpecError
+from flightdeck.engine.inputs.keyshapes import KEY_IN_ARGV, looks_like_key
+from flightdeck.engine.inputs.settings import Settings
 from flightdeck.engine.inputs.tasks import Batch, Task, located
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.sanitize import redact
@@ -55,6 +57,21 @@ def refuse_keys_in_names(batch: Batch, secrets: Iterable[str]) -> None:
     for task in (*batch.tasks, *templates):
         check(task.id, located(task.source), "id")
         check(task.group, located(task.source), "group")
+
+
+def refuse_keys_in_argv(settings: Settings) -> None:
+    """ConfigError when a command route's argv or resume_argv holds what looks like an API key,
+    as flightdeck.toml is refused at load: settings built in Python are checked here. Every
+    route counts, used or not: the batch stores them all."""
+    for route in settings.routes.values():
+        if route.command is None:
+            continue
+        for name in ("argv", "resume_argv"):
+            for i, arg in enumerate(getattr(route.command, name)):
+                if looks_like_key(arg):
+                    line = route.command.lines.get(name)
+                    field = f"routes.{route.name}.{name}.{i}"
+                    raise ConfigError(settings.source, line, field, KEY_IN_ARGV)
 
 
 def redacted_batch(batch: Batch, secrets: Iterable[str]) -> Batch:
