@@ -354,6 +354,12 @@ def test_tokens_per_s_zero_suggests_a_large_number(tmp_path: Path) -> None:
     assert "large number" in str(error_at(path, 2, "routes.sim.tokens_per_s"))
 
 
+def test_a_lower_bound_is_allowed_itself(tmp_path: Path) -> None:
+    # tokens_per_s = 0.01 was refused with "must be at least 0.01, got 0.01".
+    path = write(tmp_path, "[routes.sim]\ntokens_per_s = 0.01\n")
+    assert load_settings(path).route("sim").options["tokens_per_s"] == 0.01
+
+
 def test_rate_above_one(tmp_path: Path) -> None:
     path = write(tmp_path, "[routes.sim]\nerror_rate = 1.5\n")
     assert "between 0 and 1" in str(error_at(path, 2, "routes.sim.error_rate"))

@@ -72,13 +72,13 @@ class ValueChecks:
         low: float = 0.0,
         high: float = MAX_SECONDS,
     ) -> float:
-        """A number in (low, high], or [low, high] with `zero_ok`; `high` defaults to the
+        """A number in [low, high] (0 itself only with `zero_ok`); `high` defaults to the
         longest duration in seconds the code can wait."""
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise self.error(key, f"expected a number, got {kind(value)}")
         if not math.isfinite(value):  # TOML has inf and nan
             raise self.error(key, f"must be a finite number, got {value}")
-        if value < low or (value == low and not zero_ok):
+        if value < low or (value == 0 and not zero_ok):
             bound = f"at least {low:g}" if low else "0 or more" if zero_ok else "greater than 0"
             raise self.error(key, f"must be {bound}, got {value}{hint}")
         if value > high:
