@@ -511,6 +511,8 @@ def test_a_sim_hold_dir_is_a_folder_beside_the_config(tmp_path: Path) -> None:
         ("[routes.sim]\ndelegates = 1000000", "routes.sim.delegates", "between 1 and 1000"),
         ("[routes.sim]\ntool_turns = 100000", "routes.sim.tool_turns", "between 0 and 200"),
         ("[engine]\nstall_after_s = 1e10", "engine.stall_after_s", "at most 10,000,000"),
+        # Just over, the value whole: it read "got 1e+07", as if it were the bound.
+        ("[engine]\nstall_after_s = 10000001", "engine.stall_after_s", "got 10000001"),
         ("[routes.sim]\nrpm = 10000000000", "routes.sim.rpm", "at most 1,000,000,000"),
         ("[routes.sim]\nmax_tokens = 99999999", "routes.sim.max_tokens", "between 1 and 10000000"),
         ("[budget]\nmax_cost_usd = 1e300", "budget.max_cost_usd", "at most 1,000,000,000"),

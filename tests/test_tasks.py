@@ -967,6 +967,9 @@ def test_input_nested_past_the_parsers_stack_is_a_clear_error_at_its_line(
 def test_a_timeout_or_schedule_longer_than_a_wait_can_be_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, "t.jsonl", '{"goal": "x", "timeout_s": 1e300}\n')
     assert "at most 10,000,000 seconds" in str(error_at(path, 1, "timeout_s"))
+    # Just over the bound, the value is shown whole (it read "got 1e+07", as if at the bound).
+    path = write(tmp_path, "t.jsonl", '{"goal": "x", "timeout_s": 10000001}\n')
+    assert "seconds, got 10000001" in str(error_at(path, 1, "timeout_s"))
     path = write(
         tmp_path,
         "s.toml",

@@ -83,7 +83,7 @@ class ValueChecks:
             raise self.error(key, f"must be {bound}, got {value}{hint}")
         if value > high:
             most = f"{high:,.0f}" if high == int(high) else f"{high:g}"
-            raise self.error(key, f"must be at most {most}, got {value:g}")
+            raise self.error(key, f"must be at most {most}, got {value}")
         return float(value)
 
     def fraction(self, key: Key, value: object) -> float:

@@ -33,7 +33,7 @@ def check_field(name: object, value: object) -> str | None:
         if value <= 0:
             return f"must be a positive number of seconds, got {value}"
         if value > MAX_SECONDS:
-            return f"must be at most {MAX_SECONDS:,.0f} seconds, got {value:g}"
+            return f"must be at most {MAX_SECONDS:,.0f} seconds, got {value}"
     elif name == "for_each":
         if not isinstance(value, list):
             return expected("an array of items", value)
