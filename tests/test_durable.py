@@ -369,9 +369,11 @@ def test_pause_and_continue_reach_a_live_owner_children_and_admission(tmp_path: 
                 owner.communicate()
         # The headless owner said when admission was held, and when it was released.
         held = [line for line in said if line.startswith("admission")]
+        # Its command names the state folder, as its other hints do: pasted into another shell
+        # (whose default folder may differ), it reaches this batch.
+        go_on = f"flightdeck continue {batch_id} --state-dir {db_of(folder).parent}"
         assert held == [
-            f"admission held: paused by the operator (`flightdeck continue {batch_id}` "
-            "continues it)",
+            f"admission held: paused by the operator (`{go_on}` continues it)",
             "admission released: children start again",
         ]
         with StoreReader(db_of(folder)) as reader:

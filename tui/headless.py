@@ -97,8 +97,8 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
 
 def held_text(held: str | None, batch_id: str, state_dir: Path | None = None) -> Text:
     """The line said when admission is held (and how to continue it), or released; with
-    `state_dir` (another process's batch), its commands name that folder, and a soft budget's
-    hold says how to lift it too."""
+    `state_dir`, its commands name that folder, and a soft budget's hold says how to lift it
+    too."""
     if held is None:
         return Text("admission released: children start again", style="cyan")
     line = f"admission held: {one_line(held, 200)}"
@@ -220,7 +220,7 @@ def _run_headless(
                 if soft is not None and soft != soft_held:  # with the commands that go on
                     console.print(Text(soft_hold_hint(engine, soft), style="yellow"))
                 else:
-                    console.print(held_text(held, batch_id))
+                    console.print(held_text(held, batch_id, engine.state_dir))
                 soft_held = soft
             show_notices()
             if done:
