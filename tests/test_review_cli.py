@@ -179,6 +179,26 @@ def test_a_headless_run_names_the_changes_left_pending_and_how_to_see_them(
     )
 
 
+def test_a_headless_run_of_copies_names_what_works_on_a_copy(tmp_path: Path) -> None:
+    # Found by a docs audit: the line sent a copy's changes to `diff` and `merge`, which both
+    # refuse a copy (it has no history); it names the copy and `discard` instead.
+    _, folder = project(tmp_path, {"c1": "x.txt=one"})
+    toml = folder / "flightdeck.toml"
+    toml.write_text(toml.read_text().replace('"worktree"', '"copy"'))
+    done = fd(folder, "run", "tasks.toml", "--headless")
+    assert done.returncode == 0, done.stderr
+    batch = done.stdout.split()[1]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("changes pending")]
+    copy = folder / "state" / "batches" / batch / "workspaces" / "c1"
+    discard = f"flightdeck discard {batch} c1 --state-dir {folder / 'state'}"
+    assert line == (
+        f"changes pending: c1 (1 file changed); see them in {copy} (a copy: no diff or merge),"
+        f" then {discard}"
+    )
+    assert (copy / "x.txt").read_text() == "one\n"
+    assert fd(folder, *discard.split()[1:]).returncode == 0
+
+
 def test_diff_of_a_running_child_says_it_has_not_ended(tmp_path: Path) -> None:
     # Its changes are recorded when it ends: till then diff says so, as merge does, not that
     # it changed nothing (it has: new.txt is in its worktree).

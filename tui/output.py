@@ -72,19 +72,23 @@ def pending_line(snap: Snapshot, state_dir: Path | str) -> str | None:
     merged or discarded), and the command that shows them; None if none wait. Without it a
     headless batch read `completed`, its work unmentioned in the state folder."""
     pending = [
-        (r.id, r.changes.summary)
+        (r.id, r.changes)
         for r in snap.children
         if r.changes is not None and r.changes.state == "pending"
     ]
     if not pending:
         return None
-    shown = ", ".join(f"{one_line(child, 40)} ({summary})" for child, summary in pending[:3])
+    shown = ", ".join(f"{one_line(child, 40)} ({c.summary})" for child, c in pending[:3])
     more = f", and {len(pending) - 3} more" if len(pending) > 3 else ""
-    first = command_line(state_dir, "diff", snap.batch_id, pending[0][0])
-    return (
-        f"changes pending: {shown}{more}; see them with {first}, then merge … --into BRANCH"
-        " or discard"
-    )
+    worktree = next((child for child, c in pending if c.mode != "copy"), None)
+    if worktree is None:  # a copy has no history: diff and merge refuse it, discard does not
+        child, copy = pending[0]
+        discard = command_line(state_dir, "discard", snap.batch_id, child)
+        see = f"see them in {sanitize(copy.workspace)} (a copy: no diff or merge), then {discard}"
+    else:
+        diff = command_line(state_dir, "diff", snap.batch_id, worktree)
+        see = f"see them with {diff}, then merge … --into BRANCH or discard"
+    return f"changes pending: {shown}{more}; {see}"
 
 
 def unrecorded_line(t: Totals, every: int | None) -> str | None:
