@@ -1,30 +1,27 @@
-"""`make screenshots`: run the real app on the demo batch (sim) and save what it shows.
+"""`make screenshots`: the screen `flightdeck run` shows on a terminal, saved: the demo batch
+(sim) run by an owner process (`run --detach`), the app attached to it over the store, as
+`flightdeck run` and `attach` run it.
 
 Writes screenshots/main.svg, steer.svg and help.svg, plus main.png when rsvg-convert or
 cairosvg is available (the README shows the SVG; the PNG is for places that cannot). The
-demo's simulated delays are sped up so a busy moment (some done, some retrying, one failed)
-arrives in seconds.
+demo's simulated delays are sped up (every sim route's `time_scale`, in a copy of the example
+config) so a busy moment (some done, some retrying, one failed) arrives in seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import MappingProxyType
 
-from flightdeck.engine.api import Engine
-from flightdeck.engine.inputs.settings import Settings, load_settings
-from flightdeck.engine.inputs.tasks import load_batch
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import ChildStatus, Snapshot
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import SteerDialog
 from flightdeck.tui.screens.main import UiOptions
-from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.rows import is_retrying
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,17 +31,21 @@ SPEEDUP = 0.3  # multiplies the demo's simulated delays
 WAIT_S = 60.0
 
 
-def faster(settings: Settings) -> Settings:
-    """The same settings with every sim route's delays scaled down."""
-    routes = {
-        name: dataclasses.replace(
-            route, options=MappingProxyType({**route.options, "time_scale": SPEEDUP})
-        )
-        if route.provider == "sim"
-        else route
-        for name, route in settings.routes.items()
-    }
-    return dataclasses.replace(settings, routes=MappingProxyType(routes))
+def faster(config: str) -> str:
+    """The example config's text with every sim route's delays scaled by SPEEDUP."""
+    lines = [line for line in config.splitlines() if not line.startswith("time_scale")]
+    out = []
+    for line in lines:
+        out.append(line)
+        if line.strip() == 'provider = "sim"':
+            out.append(f"time_scale = {SPEEDUP}")
+    return "\n".join(out) + "\n"
+
+
+def flightdeck(*args: str) -> str:
+    """Run `flightdeck ARGS` as a user does; its stdout."""
+    cli = [sys.executable, "-m", "flightdeck.tui.cli", *args]
+    return subprocess.run(cli, cwd=ROOT, check=True, capture_output=True, text=True).stdout
 
 
 def busy(snap: Snapshot) -> bool:
@@ -72,8 +73,8 @@ def to_png(svg: Path) -> Path | None:
     return png
 
 
-async def capture(engine: Engine) -> list[Path]:
-    app = FlightdeckApp(LiveView(engine), UiOptions(cursor_blink=False))
+async def capture(view: StoreView) -> list[Path]:
+    app = FlightdeckApp(view, UiOptions(cursor_blink=False))
     shots: list[Path] = []
 
     async def save(name: str) -> None:
@@ -83,7 +84,7 @@ async def capture(engine: Engine) -> list[Path]:
     async with app.run_test(size=SIZE) as pilot:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WAIT_S
-        while not busy(engine.snapshot()) and loop.time() < deadline:
+        while not busy(view.snapshot()) and loop.time() < deadline:
             await pilot.pause(0.2)
         table = app.main.table
         running = [i for i in table.shown if table.rows_by_id[i].status is ChildStatus.RUNNING]
@@ -107,15 +108,26 @@ async def capture(engine: Engine) -> list[Path]:
 
 def main() -> int:
     OUT.mkdir(exist_ok=True)
-    batch = load_batch(ROOT / "examples" / "demo.toml")
-    settings = faster(load_settings(ROOT / "examples" / "flightdeck.toml"))
-    with tempfile.TemporaryDirectory(prefix="flightdeck-shots-") as state:
-        engine = Engine(batch, settings, state_dir=Path(state))
-        engine.start()
+    with tempfile.TemporaryDirectory(prefix="flightdeck-shots-") as folder:
+        state, config = Path(folder) / "state", Path(folder) / "flightdeck.toml"
+        config.write_text(faster((ROOT / "examples" / "flightdeck.toml").read_text()))
+        where = ("--state-dir", str(state))
+        batch_id = flightdeck(
+            "run", "examples/demo.toml", "--config", str(config), "--detach", *where
+        )
+        batch_id = batch_id.strip()
+        view = StoreView(state / "flightdeck.db", batch_id)
         try:
-            shots = asyncio.run(capture(engine))
+            shots = asyncio.run(capture(view))
         finally:
-            engine.close()
+            view.close()
+            flightdeck("stop", batch_id, "--all", *where)
+            subprocess.run(
+                [sys.executable, "-m", "flightdeck.tui.cli", "wait", batch_id, *where],
+                cwd=ROOT,
+                capture_output=True,
+                timeout=60,
+            )
     pngs = 0
     for svg in shots:
         png = to_png(svg) if svg.name == "main.svg" else None
