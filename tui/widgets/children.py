@@ -100,7 +100,8 @@ class ChildrenTable(ScrollView, can_focus=True):
         self.resort_pending = False
         self.columns = fit_columns(120)
         self._widths = tuple(width for _, _, width in self.columns)
-        self._on_screen: dict[Entry, tuple[Cell, ...]] = {}  # cells each visible line last drew
+        # What each line (by its index under the header) last drew: its entry and cells.
+        self._on_screen: dict[int, tuple[Entry, tuple[Cell, ...]]] = {}
         self._strips: LRUCache[_LineKey, Strip] = LRUCache(_STRIPS)
 
     # --- reading (the model's, as the screens and tests read them) ----------------------------
@@ -402,11 +403,14 @@ class ChildrenTable(ScrollView, can_focus=True):
     # --- rendering --------------------------------------------------------------------------
 
     def _repaint_changed(self) -> None:
-        """Refresh only the lines on screen whose cells changed since they were drawn."""
+        """Refresh only the lines on screen that would draw something else than they did: a
+        child's cells changed, or another child (or none) came to the line, as when a child
+        leaves the filter and the rows below it move up."""
         top = round(self.scroll_y)
-        lines, cells = self.model.lines, self.model.entry_cells
-        for index in range(top, min(len(lines), top + self.size.height)):
-            if self._on_screen.get(lines[index]) != cells(lines[index]):
+        lines, cells, drawn = self.model.lines, self.model.entry_cells, self._on_screen
+        for index in range(top, top + self.size.height):
+            shows = (lines[index], cells(lines[index])) if index < len(lines) else None
+            if drawn.get(index) != shows:
                 self.refresh_line(index + 1)
 
     def render_line(self, y: int) -> Strip:
@@ -421,9 +425,11 @@ class ChildrenTable(ScrollView, can_focus=True):
         index = round(self.scroll_y) + y - 1
         lines = self.model.lines
         if index >= len(lines):
+            self._on_screen.pop(index, None)
             return Strip.blank(width, self.rich_style)
         entry = lines[index]
-        cells = self._on_screen[entry] = self.model.entry_cells(entry)
+        cells = self.model.entry_cells(entry)
+        self._on_screen[index] = (entry, cells)
         if index == self.cursor_row:
             name = "children-table--cursor" if self.has_focus else "children-table--cursor-blurred"
             base = self.get_component_rich_style(name)
