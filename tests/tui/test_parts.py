@@ -556,7 +556,13 @@ def test_the_meter_says_whether_a_routes_limit_is_configured_or_learned(tmp_path
     )
     snap = dataclasses.replace(_snapshot((row,)), routes=routes)
     shown = meter_text(snap, width=220)
-    assert "gpt rpm 240 learned   claude tpm 40000 configured   local 3 in flight" in shown
+    # An adapted cap reads as one (the row's words), not as calls in flight: a route with
+    # nothing running once said "local 3 in flight".
+    assert (
+        "gpt rpm 240 learned   claude tpm 40000 configured   local concurrency 3 adapted to 429s"
+        in shown
+    )
+    assert "in flight" not in shown
     assert "sim" not in shown.split("pool")[-1]
     # Narrower, the last figures are left out whole, never cut at the edge.
     line = meter_text(snap, width=160).splitlines()[1]

@@ -222,5 +222,6 @@ def _least_needed(snap: Snapshot) -> list[tuple[str, str]]:
         if limit is not None:
             figures.append((label, f"{'rpm' if route.rpm else 'tpm'} {limit.label}"))
         elif route.adaptive_concurrency is not None:
-            figures.append((label, f"{route.adaptive_concurrency} in flight (adapting to 429s)"))
+            # The cap on its calls at once, not a count of them (the route gauges, `r`, count).
+            figures.append((label, f"concurrency {route.adaptive_concurrency} adapted to 429s"))
     return figures
