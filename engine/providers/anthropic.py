@@ -34,6 +34,7 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
     UsageEvent,
     key_secrets,
+    unsent_key_note,
 )
 from flightdeck.engine.providers.headers import anthropic_headroom, retry_after
 from flightdeck.engine.providers.sdk import (
@@ -67,6 +68,7 @@ class AnthropicProvider:
         self.model = route.model
         options = route.options
         self.secrets = key_secrets(api_key, options.get("headers"))
+        self.key_note = unsent_key_note(options, api_key)
         self._http = http_client(options)
         self._client = anthropic.Anthropic(
             api_key=api_key,
@@ -148,7 +150,9 @@ class AnthropicStream:
             yield from turn.unbilled(self._request)
             if self._abort.fired:
                 raise Interrupted from None
-            raise map_error(exc, secrets=self._p.secrets, streaming=turn.opened) from exc
+            raise map_error(
+                exc, secrets=self._p.secrets, streaming=turn.opened, key_note=self._p.key_note
+            ) from exc
         finally:
             events.close()
 
@@ -326,7 +330,11 @@ def _detail(exc: anthropic.APIError) -> tuple[str | None, str]:
 
 
 def map_error(
-    exc: BaseException, *, secrets: tuple[str, ...] = (), streaming: bool = True
+    exc: BaseException,
+    *,
+    secrets: tuple[str, ...] = (),
+    streaming: bool = True,
+    key_note: str | None = None,
 ) -> ProviderError:
     """An SDK or transport exception as one of our typed errors (`streaming`: after a 200)."""
     if isinstance(exc, anthropic.APIStatusError):
@@ -346,7 +354,7 @@ def map_error(
                 return FatalError(where)
             return TransientError(where)
         account = (kind or "billing_error") if status == 402 or kind in FATAL_TYPES else None
-        return status_error(status, detail, wait, kind=kind, account=account)
+        return status_error(status, detail, wait, kind=kind, account=account, key_note=key_note)
     if isinstance(exc, anthropic.APITimeoutError):
         return TransientError(READ_TIMEOUT)
     if isinstance(exc, anthropic.APIConnectionError):

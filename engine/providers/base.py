@@ -109,6 +109,15 @@ class TurnStream(Protocol):
 LOCAL_PLACEHOLDER_KEY = "local-server-no-key"
 
 
+def unsent_key_note(options: Mapping[str, object], api_key: str) -> str | None:
+    """What a 401/403 adds when the route named a variable for its key and a local server got
+    the placeholder instead (the variable unset or empty): which variable to set."""
+    named = options.get("api_key_env")
+    if api_key != LOCAL_PLACEHOLDER_KEY or not named:
+        return None
+    return f"{named} is not set or empty, so no key was sent"
+
+
 # A header value this long may be a credential (a gateway's key); a shorter one ("1", "json")
 # would only redact the same word wherever the model writes it.
 SECRET_HEADER_CHARS = 8

@@ -29,6 +29,7 @@ from flightdeck.engine.providers.base import (
     TurnRequest,
     UsageEvent,
     key_secrets,
+    unsent_key_note,
 )
 from flightdeck.engine.providers.headers import openai_headroom, retry_after
 from flightdeck.engine.providers.sdk import (
@@ -74,6 +75,7 @@ class OpenAIProvider:
         self.model = route.model
         options = route.options
         self.secrets = key_secrets(api_key, options.get("headers"))
+        self.key_note = unsent_key_note(options, api_key)
         base_url: str | None = options.get("base_url")
         self._http = http_client(options)
         self._client = openai.OpenAI(
@@ -160,7 +162,9 @@ class OpenAIStream:
             yield from turn.unbilled(self._request)
             if self._abort.fired:
                 raise Interrupted from None
-            raise map_error(exc, secrets=self._p.secrets, streaming=turn.opened) from exc
+            raise map_error(
+                exc, secrets=self._p.secrets, streaming=turn.opened, key_note=self._p.key_note
+            ) from exc
         finally:
             chunks.close()
 
@@ -294,7 +298,11 @@ def _body_error(body: object) -> tuple[str | None, str]:
 
 
 def map_error(
-    exc: BaseException, *, secrets: tuple[str, ...] = (), streaming: bool = True
+    exc: BaseException,
+    *,
+    secrets: tuple[str, ...] = (),
+    streaming: bool = True,
+    key_note: str | None = None,
 ) -> ProviderError:
     """An SDK or transport exception as one of our typed errors (`streaming`: after a 200)."""
     if isinstance(exc, openai.APIStatusError):
@@ -303,7 +311,7 @@ def map_error(
         detail = clip_message(message or exc.message, secrets)
         wait = retry_after(exc.response.headers)
         account = code if code in FATAL_CODES else None
-        return status_error(exc.status_code, detail, wait, account=account)
+        return status_error(exc.status_code, detail, wait, account=account, key_note=key_note)
     if isinstance(exc, openai.APITimeoutError):
         return TransientError(READ_TIMEOUT)
     if isinstance(exc, openai.APIConnectionError):

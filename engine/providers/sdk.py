@@ -57,14 +57,17 @@ def status_error(
     *,
     kind: str | None = None,
     account: str | None = None,
+    key_note: str | None = None,
 ) -> ProviderError:
     """An HTTP error status as one of our typed errors.
 
     `kind` is the provider's error type, named in the message when given; `account` names an
-    account problem (out of credit, key revoked) that no retry can fix.
+    account problem (out of credit, key revoked) that no retry can fix; `key_note` why no key
+    went with the request (base.unsent_key_note).
     """
     if status in (401, 403):
-        return FatalError(f"{status} authentication failed (check the API key): {detail}")
+        check = f"check the API key: {key_note}" if key_note else "check the API key"
+        return FatalError(f"{status} authentication failed ({check}): {detail}")
     if account is not None:
         return FatalError(f"{status} {account}: {detail}")
     if status == 429:
