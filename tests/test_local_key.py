@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loopback import Loopback, Reply
 
 from helpers import flightdeck
+from loopback import Loopback, Reply
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
