@@ -22,7 +22,15 @@ from flightdeck.engine.commands import (
     Stop,
     StopAll,
 )
-from flightdeck.engine.model import OPERATOR_HOLD, ChildRow, ChildStatus, Limits, Snapshot
+from flightdeck.engine.model import (
+    OPERATOR_HOLD,
+    ChildRow,
+    ChildStatus,
+    Limits,
+    Snapshot,
+    SteerReceipt,
+    SteerState,
+)
 from flightdeck.tui.readonly import READ_ONLY
 from flightdeck.tui.screens import actions, batch, review
 from flightdeck.tui.screens.decisions import (
@@ -152,6 +160,27 @@ def test_many_engine_facts_between_polls_are_one_toast(tmp_path: Path) -> None:
     for row in rows.values():
         notices.child_finished(row)
     assert tuple(notices.flush()) == (Say("4 updates (4 failures)"),)
+
+
+def test_a_missed_steer_says_why_and_a_delivered_one_alone(tmp_path: Path) -> None:
+    notices = Notices(TuiSettings())
+    missed = SteerReceipt(
+        3,
+        "ev-141",
+        "Be brief.",
+        False,
+        SteerState.MISSED,
+        1.0,
+        1.0,
+        how="the child had ended: completed",
+    )
+    delivered = dataclasses.replace(missed, child_id="ev-136", state=SteerState.DELIVERED, how=None)
+    notices.steer_settled(missed)
+    notices.steer_settled(delivered)
+    assert [say.text for say in notices.flush()] == [
+        "steer missed: ev-141 (the child had ended: completed)",
+        "steer delivered: ev-136",
+    ]
 
 
 def test_child_lines_sort_filter_and_group_without_a_widget(tmp_path: Path) -> None:

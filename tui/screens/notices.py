@@ -5,7 +5,14 @@ the terminal's title; as decisions the screen carries out (decisions.py)."""
 from __future__ import annotations
 
 from flightdeck.engine.api import Need, TuiSettings, needs
-from flightdeck.engine.model import BatchStatus, ChildRow, GroupFinished, Snapshot, SteerReceipt
+from flightdeck.engine.model import (
+    BatchStatus,
+    ChildRow,
+    GroupFinished,
+    Snapshot,
+    SteerReceipt,
+    SteerState,
+)
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
 from flightdeck.tui.alerts import AlertBatcher, AlertWatch
@@ -48,7 +55,10 @@ class Notices:
 
     def steer_settled(self, r: SteerReceipt) -> None:
         severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
-        self._notices.append(Say(f"steer {r.state.value}: {one_line(r.child_id)}", severity))
+        # A missed one says why (the child had ended first, its route takes no steer), as the
+        # row's transcript and `flightdeck steer` do: "steer missed: ev-141" alone left it open.
+        why = f" ({one_line(r.how, 80)})" if r.state is SteerState.MISSED and r.how else ""
+        self._notices.append(Say(f"steer {r.state.value}: {one_line(r.child_id)}{why}", severity))
 
     def batch_finished(self, status: str, why: str | None) -> None:
         """The batch ended, or (`why`) its owner died: nothing finished, it can be resumed."""
