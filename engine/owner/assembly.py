@@ -40,7 +40,7 @@ from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import BatchStatus, ChildRow
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.meter import Meter, spend_known
+from flightdeck.engine.records.meter import Meter, spend_known, starts_known
 from flightdeck.engine.records.processes import ProcessLog
 from flightdeck.engine.records.rows import (
     BatchInfo,
@@ -237,7 +237,7 @@ def build_child(
         report,
         queued_ts,
         sink,
-        cost_known=spend_known(route),
+        cost_known=starts_known(route),
         kept=kept,
         secrets=toolbox.secrets,
     )

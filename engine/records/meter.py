@@ -76,6 +76,14 @@ def spend_known(route: Route) -> bool:
     return reports_cost or price_known(route)
 
 
+def starts_known(route: Route) -> bool:
+    """Whether a child of the route costs a known $0 until it is billed: a model child does
+    (a call refused with a 429, a 401, or stopped before it is billed costs nothing, whatever
+    the price; the first call billed at an unknown price makes it unknown), as does a command
+    whose spend is known. A command whose CLI may report no usage does not."""
+    return route.command is None or spend_known(route)
+
+
 def route_cost(usage: Usage, route: Route) -> Decimal | None:
     """Cost for a route: its configured price first, then genai-prices, else unknown."""
     if route.price is not None:

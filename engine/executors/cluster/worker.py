@@ -50,7 +50,7 @@ from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.owner import assembly
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.records.events import Write
-from flightdeck.engine.records.meter import spend_known
+from flightdeck.engine.records.meter import starts_known
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class Worker:
                 self._clock,
                 order.queued_ts,
                 self._outbox,
-                cost_known=spend_known(route),
+                cost_known=starts_known(route),
                 secrets=self._toolbox.secrets,
             )
             if order.figures is not None:
