@@ -194,7 +194,8 @@ class BatchReading:
             totals=self._totals,
             pool_size=info.pool_size,
             max_cost_usd=info.max_cost_usd,
-            routes=self._live.routes,
+            # A dead owner's gauges died with it: frozen, they read as a route still throttled.
+            routes=self._live.routes if info.status is not BatchStatus.ABANDONED else (),
             finished_ts=info.finished_ts,
             lost_cost_usd=self._lost_cost,
             problem=self._live.problem if running else None,

@@ -567,3 +567,26 @@ def test_a_command_to_an_owner_stopped_silent_is_not_waited_on_for_ever(
 def status_of(view: StoreView, child_id: str) -> ChildStatus | None:
     row = view.snapshot().child(child_id)
     return None if row is None else row.status
+
+
+@pytest.mark.slow
+def test_an_abandoned_batch_shows_none_of_its_dead_owners_route_gauges(
+    project: Path, owners: list[int]
+) -> None:
+    """Found in a sweep in tmux: after a kill -9 of the owner, the route gauges (`r`) still
+    said `paused 2.2s  429s/min 6`, and the meter `concurrency 3 adapted to 429s`, frozen at
+    the death, as if the route were still throttled. They are the owner's live figures, which
+    die with it; the panel says so and counts what the rows tell."""
+    from flightdeck.tui.widgets.routes import NOT_STORED, routes_text
+
+    batch_id = detach(project, "held.toml", owners)
+    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
+    try:
+        wait_for(lambda: view.snapshot().routes != (), "the owner's route gauges")
+        kill_owner(view, owners[-1])
+        snap = view.snapshot()
+        assert snap.routes == ()
+        shown = routes_text(snap).plain
+        assert NOT_STORED in shown and "sim sim-1  in flight 3" in shown, shown
+    finally:
+        view.close()
