@@ -1344,7 +1344,8 @@ def test_the_summary_is_readable_at_80_columns() -> None:
     costs = [row[-2] for row in rows]
     # Every figure whole (it read `$0.…`); only a long route name is cut.
     assert costs == ["$1.25", "$?", "$1.25+?"]
-    assert "$? and +?: 2 children have no known cost" in "".join(
+    # Named by route: the one whose price (or CLI) to look at.
+    assert "$? and +?: 2 children have no known cost on route codex-cli (" in "".join(
         money_lines(_summary_snap())[0].plain
     )
     assert all("…" not in cell for row in rows for cell in row[1:])
@@ -1362,7 +1363,8 @@ def test_a_cli_stopped_mid_turn_is_said_of_unknown_cost_not_of_unknown_price() -
     rows = [make_child(0, status=ChildStatus.STOPPED, route="claude-code", cost_usd=None)]
     snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 1.0, rows, totals_of(rows), pool_size=1)
     [line] = [t.plain for t in money_lines(snap) if t.plain.startswith("$?")]
-    assert "price" not in line.split("(")[0] and "1 child has no known cost" in line
+    assert "price" not in line.split("(")[0]
+    assert "1 child has no known cost on route claude-code" in line
     assert "calls its CLI never reported" in line
 
 

@@ -111,11 +111,17 @@ def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
     out = []
     if unknown := snap.totals.cost_unknown:
         noun = "child has" if unknown == 1 else "children have"
-        # Not always a price: a CLI stopped mid-turn never reported what the turn cost.
+        # Which routes: the one to give a `price`, or the CLI to look at (a CLI stopped
+        # mid-turn never reported what the turn cost: not always a price).
+        named = {
+            r.route for r in snap.children if r.cost_usd is None or r.in_flight_cost_usd is None
+        }
+        routes = ", ".join(one_line(name, 40) for name in sorted(named))
+        on = f" on {'route' if len(named) == 1 else 'routes'} {routes}" if named else ""
         out.append(
             Text(
-                f"$? and +?: {unknown} {noun} no known cost (no price, or calls its CLI never"
-                " reported; never counted as $0)"
+                f"$? and +?: {unknown} {noun} no known cost{on} (no price, or calls its CLI"
+                " never reported; never counted as $0)"
             )
         )
     ahead = project(snap.children)
