@@ -125,9 +125,30 @@ async def test_the_cost_meter_shows_no_zero_dollars_when_every_price_is_unknown(
         meter = app.query_one(CostMeter)
         meter.show(snap, 30.0)
         text = str(meter.render())
-    assert "spent $? (2 unpriced)" in text
+    assert "spent $? (2 unknown)" in text
     assert "burn $?/min" in text
     assert "$0" not in text
+
+
+@pytest.mark.anyio
+async def test_a_priced_cli_child_stopped_mid_turn_is_unknown_on_the_meter_not_unpriced() -> None:
+    # Found by a walk-through: Claude Code stopped in its tool, on a route with a price, made
+    # the meter read `spent $0.4765 (+1 unpriced)` (and the headless bar `running $0.4765 (+1
+    # unpriced)`): its price was known, the calls its CLI never reported were not.
+    from flightdeck.tui.output import progress_label
+
+    done = make_child(0, status=S.COMPLETED, cost_usd=Decimal("0.4765"), route="claude-code")
+    cut = make_child(1, status=S.STOPPED, usage=Usage(12894, 1, 0, 0), route="claude-code")
+    rows = (done, dataclasses.replace(cut, cost_usd=None), make_child(2, status=S.RUNNING))
+    snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, 30.0, rows, totals_of(rows), pool_size=2)
+    app = _MeterApp()
+    async with app.run_test(size=(160, 4)):
+        meter = app.query_one(CostMeter)
+        meter.show(snap, 30.0)
+        text = str(meter.render())
+    assert "spent $0.4765 (+1 unknown)" in text, text
+    assert "unpriced" not in text + progress_label(snap)
+    assert progress_label(snap).startswith("running  $0.4765 (+1 unknown)")
 
 
 @pytest.mark.anyio
