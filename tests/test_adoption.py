@@ -210,6 +210,43 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
 
 
 @pytest.mark.slow
+def test_resume_says_what_it_adopted_as_it_starts_not_once_the_batch_has_ended(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: `resume` of a batch whose Claude Code children were held in
+    # their tools said nothing but the batch id until every child had ended, then
+    # `8 adopted (their processes still ran; ...)`: the operator could not tell, while it ran,
+    # that nothing would run twice.
+    gate = tmp_path / "gate"
+    folder = claude_project(tmp_path, gate)
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    in_tools(folder, batch_id, ("keep", "halt"))
+    kill_owner(owner)
+    resume = flightdeck(folder, "resume", batch_id)
+    said: list[str] = []
+    assert resume.stdout is not None
+    out = resume.stdout
+    reader = threading.Thread(target=lambda: said.extend(out), daemon=True)
+    reader.start()
+    try:
+        until(lambda: any("adopted" in line for line in said), what="the adopted line", timeout=30)
+        assert resume.poll() is None  # said while both still hold in their tools
+        assert said[0] == f"batch {batch_id}\n", said
+        assert said[1].startswith("2 adopted (their processes outlived the owner"), said
+        assert said[1].endswith(": halt, keep\n") or said[1].endswith(": keep, halt\n"), said
+    finally:
+        gate.touch()
+        resume.wait(60)
+        reader.join(10)
+        for stream in (resume.stdout, resume.stderr):
+            assert stream is not None
+            stream.close()
+    assert resume.returncode == 0, said
+    assert sum("adopted" in line for line in said) == 1, said  # said once
+
+
+@pytest.mark.slow
 def test_a_process_that_cannot_be_adopted_is_ended_tree_and_all_before_its_task_reruns(
     tmp_path: Path,
 ) -> None:

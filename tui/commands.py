@@ -196,8 +196,24 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     except NothingToResume as exc:
         return _finished(exc, console)
     tune_interpreter()
+
+    def processes() -> None:
+        # Said as the batch starts, not once it has ended (hours later, maybe): the operator
+        # resuming wants to know at once what still runs and will not run twice.
+        found = engine.resumed
+        if found is None:
+            return
+        # With --no-rerun their tasks never run again: they are left unknown.
+        after = "their tasks left unknown" if args.no_rerun else "before their tasks ran again"
+        for ids, what in (
+            (found.adopted, "adopted (their processes outlived the owner: watched to the end)"),
+            (found.ended, f"ended, whole process trees, {after}"),
+        ):
+            if ids:
+                console.print(Text(f"{len(ids)} {what}: {one_line(', '.join(ids), 200)}"))
+
     try:
-        code = run_headless(engine, console)
+        code = run_headless(engine, console, started=processes)
     except OwnerAlive as exc:
         err.print(Text(f"flightdeck: {one_line(str(exc))}; nothing changed"))
         return ExitCode.USAGE
@@ -216,12 +232,4 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             if every is not None and every != found.lost_cost_usd:
                 line += f" ({fmt_cost(every)} over every lost attempt of the batch)"
         console.print(Text(line))
-        # With --no-rerun their tasks never run again: they are left unknown.
-        after = "their tasks left unknown" if args.no_rerun else "before their tasks ran again"
-        for ids, what in (
-            (found.adopted, "adopted (their processes still ran; watched to the end)"),
-            (found.ended, f"ended, whole process trees, {after}"),
-        ):
-            if ids:
-                console.print(Text(f"{len(ids)} {what}: {one_line(', '.join(ids), 200)}"))
     return code

@@ -59,11 +59,17 @@ def asked_lines(engine: Engine, told: set[object]) -> list[Text]:
     return lines
 
 
-def run_headless(engine: Engine, console: Console, errors: Console | None = None) -> ExitCode:
+def run_headless(
+    engine: Engine,
+    console: Console,
+    errors: Console | None = None,
+    started: Callable[[], None] | None = None,
+) -> ExitCode:
     """Print the batch id, one line per finished child, then a summary table.
 
     The engine's warnings and errors (a store write that failed, ...) go to `errors` (stderr by
-    default) as they happen, one sanitized line each.
+    default) as they happen, one sanitized line each. `started` is called once the batch id is
+    printed (`resume` says there what it adopted and ended).
     """
     errors = errors or console_for(stderr=True)
     notices: queue.SimpleQueue[tuple[str, Severity]] = queue.SimpleQueue()
@@ -80,7 +86,7 @@ def run_headless(engine: Engine, console: Console, errors: Console | None = None
 
     stop_forwarding = forward_logs(lambda text, severity: notices.put((text, severity)))
     try:
-        return _run_headless(engine, console, errors, show_notices)
+        return _run_headless(engine, console, errors, show_notices, started)
     except OutputClosed:
         # The engine has closed on the way out: children still running were stopped and
         # recorded, as for Ctrl+C. Leaving them to run with nobody reading would spend money
@@ -114,7 +120,11 @@ def held_text(held: str | None, batch_id: str, state_dir: Path | None = None) ->
 
 
 def _run_headless(
-    engine: Engine, console: Console, errors: Console, show_notices: Callable[[], None]
+    engine: Engine,
+    console: Console,
+    errors: Console,
+    show_notices: Callable[[], None],
+    started_hook: Callable[[], None] | None = None,
 ) -> ExitCode:
     events: queue.SimpleQueue[EngineEvent] = queue.SimpleQueue()
     engine.subscribe(events.put)  # the coordinator only enqueues; this thread prints
@@ -171,6 +181,8 @@ def _run_headless(
         # a command (`flightdeck stop ID`) must find the batch.
         engine.flush(5)
         console.print(Text(f"batch {batch_id}", style="bold"))
+        if started_hook is not None:
+            started_hook()
         if live_terminal(console):  # not a pipe, even one given colour (FORCE_COLOR)
             progress = Progress(
                 # the words are the spend and the forecast: plain text, never markup
