@@ -247,6 +247,42 @@ def test_resume_says_what_it_adopted_as_it_starts_not_once_the_batch_has_ended(
 
 
 @pytest.mark.slow
+def test_an_adopted_child_s_tool_runs_since_it_began_not_since_the_adoption(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: Claude Code in its tool for 29 s when `resume` adopted it read
+    # `tool: Bash 14s` in the table (the replay of its output started the tool's clock again).
+    gate = tmp_path / "gate"
+    folder = claude_project(tmp_path, gate)
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    in_tools(folder, batch_id, ("keep", "halt"))
+    db = folder / "state" / "flightdeck.db"
+
+    def since() -> dict[str, float | None]:
+        with StoreReader(db) as reader:
+            return {r.id: r.activity.tool_started_ts for r in reader.children(batch_id)}
+
+    until(lambda: None not in since().values(), what="the tools recorded")
+    before = since()
+    time.sleep(1.5)  # the tools run on while no owner watches
+    kill_owner(owner)
+    time.sleep(1.5)
+    resume = flightdeck(folder, "resume", batch_id)
+    try:
+        until(
+            lambda: all(ADOPTED in transcript(folder, batch_id, c) for c in ("keep", "halt")),
+            what="both adopted",
+        )
+        time.sleep(2.0)  # the adopter has flushed its rows (every 0.5 s)
+        after = since()
+    finally:
+        gate.touch()
+        resume.communicate(timeout=60)
+    assert after == before, (before, after)
+
+
+@pytest.mark.slow
 def test_a_process_that_cannot_be_adopted_is_ended_tree_and_all_before_its_task_reruns(
     tmp_path: Path,
 ) -> None:

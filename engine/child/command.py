@@ -74,6 +74,9 @@ class Adoption:
     usage: Usage  # what the child had spent before that process started
     cost: Decimal | None
     thread: Usage  # what the CLI session it resumed had been reported to use before it
+    # The tool the dead owner last saw it in, and since when: replayed, its output says which
+    # tool runs but not since when (the replay's clock is the adoption's).
+    tool: tuple[str, float] | None = None
 
 
 class ProcessRunner:
@@ -287,6 +290,8 @@ class ProcessRunner:
         cli = CliInput(proc.write, tag=self._tag) if self._spec.steer == "stdin" else None
         supervisor = self._supervisor(c, proc, tally, cli)
         supervisor.replay(proc.read(upto=(record.out_offset, record.err_offset)))
+        if adoption.tool is not None:
+            c.progress.tool_since(*adoption.tool)
         return self._finish(c, proc, supervisor, tally)
 
     def _supervisor(

@@ -204,6 +204,15 @@ class Progress:
             self._activity.tool_started(name, now)
             self.version += 1
 
+    def tool_since(self, name: str, ts: float) -> None:
+        """The running tool, if it is `name`, began at `ts` (an adopted process's, as its
+        dead owner saw it begin) rather than when its output was read again."""
+        with self._lock:
+            started = self._activity.tool_started_ts
+            if self._activity.current_tool == name and started is not None and ts < started:
+                self._activity.tool_started_ts = ts
+                self.version += 1
+
     def tool_ended(self) -> None:
         """The running tool call returned (nothing, if none runs)."""
         with self._lock:

@@ -352,7 +352,11 @@ def _adopt(
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
         if live and isinstance(runner, ProcessRunner):
-            adoption = Adoption(record, process.usage, process.cost_usd, process.thread)
+            act = row.activity if row is not None else None
+            tool = None  # the tool the dead owner last recorded it in, and since when
+            if act is not None and act.current_tool and act.tool_started_ts is not None:
+                tool = (act.current_tool, act.tool_started_ts)
+            adoption = Adoption(record, process.usage, process.cost_usd, process.thread, tool)
             why = runner.adopt(adoption) or ""
         if child is not None and live and not why:
             adopted.add(process.child_id)
