@@ -573,6 +573,30 @@ def test_a_steer_mid_turn_goes_into_the_running_turn_and_the_child_still_ends(
     assert [c.how for c in stored] == ["into the running turn"]  # attached views see it too
 
 
+def test_a_steer_after_the_cli_input_closed_says_so_not_that_the_child_had_ended(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: Claude Code moved its held command to the background after 120 s,
+    # answered, and ran on waiting for it (row `running`); a steer then was `missed: ... (the
+    # child had ended)`, of a child the table showed running.
+    linger = tmp_path / "linger"
+    argv = (*STDIN_ARGV, "--fake-repeat", "0", "--fake-linger", str(linger))
+    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "result: success"), timeout=60)
+    time.sleep(0.5)  # its input is closed once the answer is read
+    assert row_of(engine).status is ChildStatus.RUNNING  # it runs on
+    engine.steer(["t0"], "one more thing")
+    until(lambda: bool(row_of(engine).steers), timeout=10)
+    (receipt,) = row_of(engine).steers
+    assert receipt.state is SteerState.MISSED
+    assert receipt.how is not None and "its input was closed" in receipt.how, receipt.how
+    assert "had ended" not in transcript(row_of(engine))
+    linger.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+
+
 def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     argv = (*STDIN_ARGV, "--fake-hold", str(hold), "--fake-repeat", "0")  # no tool: no fold

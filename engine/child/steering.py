@@ -19,6 +19,7 @@ class Steering:
         self._inbox: list[SteerReceipt] = []  # oldest first
         self._receipts: dict[int, SteerReceipt] = {}
         self._closed = False
+        self.closed_why: str | None = None  # why it closed while the child still runs, if said
         self.now_pending = False  # a steer --now waits: the current response is to be dropped
         self.version = 0  # bumped on every change, so readers can skip an unchanged child
 
@@ -84,12 +85,14 @@ class Steering:
             self.now_pending = any(r.now for r in self._inbox)
             self.version += 1
 
-    def close_unless_waiting(self) -> bool:
-        """Close the inbox if it is empty; False (left open) when a steer waits in it."""
+    def close_unless_waiting(self, why: str | None = None) -> bool:
+        """Close the inbox if it is empty; False (left open) when a steer waits in it. `why`:
+        what a steer sent later is told while the child has not ended yet."""
         with self._lock:
             if self._inbox:
                 return False
             self._closed = True
+            self.closed_why = why
             return True
 
     def close(self) -> list[SteerReceipt]:

@@ -66,6 +66,11 @@ class RunEnd:
     err: deque[str] = field(default_factory=lambda: deque(maxlen=KEPT_LINES))
 
 
+# A steer sent once the CLI has answered every message and its input is closed: it runs on
+# until it exits (Claude Code waits for a command it moved to the background), but reads no more.
+INPUT_CLOSED = "its CLI had answered every message and its input was closed: it is ending"
+
+
 class Supervisor:
     """Watches one process for its child; `run` returns when its whole tree has ended."""
 
@@ -299,7 +304,7 @@ class Supervisor:
                 else:
                     self._write("operator", missed_note(receipt.message, why_not))
                     c.settle(receipt, SteerState.MISSED, why_not)
-        if cli.answered() and c.steering.close_unless_waiting():
+        if cli.answered() and c.steering.close_unless_waiting(INPUT_CLOSED):
             proc.close_stdin()  # every message answered and none waits: it exits
 
     def missed(self, reason: str) -> None:

@@ -239,6 +239,8 @@ class Controls:
         reason = "the child had ended"
         if child.status.terminal:  # else it is still writing its final line
             reason += f": {child.status.value}"
+        elif child.steering.closed_why:  # or it runs on, reading no more steers
+            reason = child.steering.closed_why
         child.transcript.write("operator", missed_note(receipt.message, reason))
         missed = dataclasses.replace(
             receipt, state=SteerState.MISSED, settled_ts=settled_ts, how=reason

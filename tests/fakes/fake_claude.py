@@ -23,7 +23,9 @@ first turn starts once PATH exists (what reached stdin by then waits its turn); 
 S`: waits after init; `--fake-repeat N`: the tool call N times per turn; `--fake-retries N`: N
 `api_retry` events before the first answer (and `--fake-retry-hold PATH`: quiet until PATH
 exists, as in a backoff); `--fake-fail TEXT`: the turn fails with TEXT (exit
-1); `--fake-pidfile PATH`: its pid is written there.
+1); `--fake-pidfile PATH`: its pid is written there; `--fake-linger PATH`: once its input
+has ended, it exits only when PATH exists (as Claude Code waits on a command it moved to the
+background).
 """
 
 import argparse
@@ -51,6 +53,7 @@ parser.add_argument("--fake-retries", type=int, default=0)
 parser.add_argument("--fake-retry-hold")
 parser.add_argument("--fake-fail")
 parser.add_argument("--fake-pidfile")
+parser.add_argument("--fake-linger")
 parser.add_argument("prompt", nargs="?", default="")
 args = parser.parse_args()
 
@@ -310,4 +313,6 @@ if args.input_format == "stream-json":
         code = Turn(text, [event.get("uuid") for event in messages]).run()
 else:
     code = Turn(args.prompt, []).run()
+while args.fake_linger and not os.path.exists(args.fake_linger):
+    time.sleep(0.02)
 sys.exit(code)
