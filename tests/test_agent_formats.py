@@ -135,3 +135,36 @@ def test_codex_failed_turn_and_mcp_tool() -> None:
     assert ToolEnded() in done
     failed = reader.feed(line({"type": "turn.failed", "error": {"message": "quota"}}))
     assert Result("quota", error=True) in failed
+
+
+def test_claude_task_bookkeeping_of_a_running_tool_is_no_raw_json_in_the_transcript() -> None:
+    # Found by a walk-through: Claude Code 2.1.332 runs each shell command as a task and prints
+    # its bookkeeping, and a heartbeat every 30 s of a long tool; each was a raw JSON line in
+    # the transcript (`event │ tool_progress: {"type": "tool_progress", ...}`), the pane under
+    # the table filled with them while a child held in its tool. Their lines as it printed them:
+    session = "07351524-a886-41b4-a88c-c9ee7372c0a1"
+    task = {"task_id": "bcyylmnwi", "run_id": "0mxc54hzv-3ac71f57", "uuid": "779eb518"}
+    started = {"type": "system", "subtype": "task_started", **task, "tool_use_id": "call_1"}
+    started |= {"description": "run the goal's command", "is_backgrounded": False}
+    started |= {"task_type": "local_bash", "session_id": session}
+    heartbeat = {"type": "tool_progress", "tool_use_id": "call_1-heartbeat-0"}
+    heartbeat |= {"tool_name": "Bash", "parent_tool_use_id": "call_1"}
+    heartbeat |= {"elapsed_time_seconds": 30, "heartbeat": True, "session_id": session}
+    listed = {"type": "system", "subtype": "background_tasks_changed", "session_id": session}
+    listed |= {"tasks": [{"task_id": "bcyylmnwi", "task_type": "local_bash"}]}
+    moved = {"type": "system", "subtype": "task_updated", **task, "session_id": session}
+    moved |= {"patch": {"is_backgrounded": True}}
+    ended = {"type": "system", "subtype": "task_notification", **task, "status": "completed"}
+    ended |= {"tool_use_id": "call_1", "output_file": "", "summary": "run the goal's command"}
+    ended |= {"session_id": session}
+    reader = reader_for("claude-stream-json")
+    shown = [e for ev in (started, heartbeat, listed, moved, ended) for e in reader.feed(line(ev))]
+    assert [e for e in shown if not isinstance(e, Session)] == [
+        Shown("system", "task bcyylmnwi moved to the background"),
+        Shown("system", "task completed: run the goal's command"),
+    ]
+    # What it does not know yet is still one line, never dropped.
+    other = {"type": "system", "subtype": "task_updated", **task, "patch": {"x": 1}}
+    assert [e.role for e in reader.feed(line(other)) if isinstance(e, Shown)] == ["event"]
+    progress = {**heartbeat, "heartbeat": False}
+    assert [e.role for e in reader.feed(line(progress)) if isinstance(e, Shown)] == ["event"]

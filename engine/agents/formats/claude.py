@@ -82,6 +82,8 @@ class ClaudeStreamJson:
             )
         if kind in _QUIET:  # partial messages and the control protocol's answers
             return []
+        if kind == "tool_progress" and event.get("heartbeat") is True:
+            return []  # every 30 s of a long tool: the row's `tool: Bash 1m30s` says as much
         return [unknown(event, kind)]
 
     def _system(self, event: dict[str, object]) -> list[Event]:
@@ -106,6 +108,17 @@ class ClaudeStreamJson:
             attempts = text_of(event.get("max_retries", "?"))
             text = f"{status} {error}, retry {attempt}/{attempts} in {delay:.1f}s"
             out += [Retrying(text), Shown("system", f"api retry: {text}")]
+        elif subtype in ("task_started", "background_tasks_changed"):
+            pass  # a shell command run as a task: the tool-call line says it
+        elif subtype == "task_notification":
+            status, summary = text_of(event.get("status", "?")), text_of(event.get("summary", ""))
+            out.append(Shown("system", f"task {status}: {summary}"))
+        elif subtype == "task_updated" and event.get("patch") == {"is_backgrounded": True}:
+            out.append(
+                Shown(
+                    "system", f"task {text_of(event.get('task_id', '?'))} moved to the background"
+                )
+            )
         elif subtype == "permission_denied":
             call = text_of(event.get("tool_use_id", ""))
             self._denied.add(call)
