@@ -168,3 +168,32 @@ def test_claude_task_bookkeeping_of_a_running_tool_is_no_raw_json_in_the_transcr
     assert [e.role for e in reader.feed(line(other)) if isinstance(e, Shown)] == ["event"]
     progress = {**heartbeat, "heartbeat": False}
     assert [e.role for e in reader.feed(line(progress)) if isinstance(e, Shown)] == ["event"]
+
+
+def test_claude_live_usage_counts_what_a_message_wrote_before_its_turn_reports_it() -> None:
+    # Found by a walk-through: Claude Code 2.1.332's `assistant` events carry the usage of the
+    # message's start (`output_tokens: 1`, tests/fixtures/agents/claude-2.1.332/tool.jsonl):
+    # a child held in the tool its call asked for read `12.9k/1` tokens, the call's output
+    # (a whole file it writes, in a real run) neither counted nor billed until the turn ended.
+    from flightdeck.engine.agents.formats import Live
+
+    start = {"input_tokens": 12525, "output_tokens": 1}
+    write = "x" * 4000  # a tool call writing 4,000 characters: about 1,000 tokens
+    blocks = [
+        {"type": "text", "text": "Writing it."},
+        {"type": "tool_use", "id": "call_1", "name": "Write", "input": {"content": write}},
+    ]
+    reader = reader_for("claude-stream-json")
+    live = []
+    for block in blocks:
+        event = {"type": "assistant", "message": {"id": "msg_1", "usage": start}}
+        event["message"]["content"] = [block]  # type: ignore[index]
+        live += [e for e in reader.feed(line(event)) if isinstance(e, Live)]
+    assert [e.usage.input_tokens for e in live] == [12525, 12525]
+    assert live[-1].usage.output_tokens >= 1000, live
+    assert live[-1].usage.output_tokens < 1100, live
+    # Reported usage above the estimate is kept as reported.
+    big = {"type": "assistant", "message": {"id": "msg_2", "usage": {"output_tokens": 50}}}
+    big["message"]["content"] = [{"type": "text", "text": "ok"}]  # type: ignore[index]
+    [event] = [e for e in reader.feed(line(big)) if isinstance(e, Live)]
+    assert event.usage.output_tokens == 50

@@ -17,7 +17,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from decimal import Decimal, InvalidOperation
 
 from flightdeck.engine.agents.formats.base import (
@@ -41,6 +43,7 @@ from flightdeck.engine.agents.formats.base import (
     unknown,
 )
 from flightdeck.engine.model import Usage
+from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN
 
 # A tool's output in the transcript is cut here, as a model child's is (child/loop.py).
 TOOL_RESULT_CHARS = 2000
@@ -55,7 +58,11 @@ class ClaudeStreamJson:
         # billed for what it adds to the one before.
         self._cost_seen = Decimal(0)
         self._usage_seen = Usage()
-        self._live_seen: tuple[str, dict[str, object]] | None = None
+        self._live_seen: tuple[str, Usage] | None = None
+        # What each message has written so far (its blocks' characters), by its id: its
+        # `assistant` events carry the usage of its start (`output_tokens: 1`), and the tokens
+        # it wrote are reported only at the turn's end.
+        self._written: dict[str, int] = {}
         # Each tool call's input until its result comes (a denial names the call, not its
         # input), and the calls whose denial was told as it happened (the result lists them
         # all again).
@@ -133,28 +140,35 @@ class ClaudeStreamJson:
         message = event.get("message")
         message = message if isinstance(message, dict) else {}
         synthetic = message.get("model") == "<synthetic>"
+        chars = 0
         for block in _blocks(event):
             kind = block.get("type")
             if kind == "text":
                 role = "error" if synthetic and event.get("error") else "assistant"
                 out.append(Shown(role, text_of(block.get("text", ""))))
+                chars += len(text_of(block.get("text", "")))
             elif kind == "thinking":
                 out.append(Shown("reasoning", text_of(block.get("thinking", ""))))
+                chars += len(text_of(block.get("thinking", "")))
             elif kind == "tool_use":
                 name = text_of(block.get("name", "tool"))
-                self._inputs[text_of(block.get("id", ""))] = _input_json(block.get("input", {}))
+                given = _input_json(block.get("input", {}))
+                self._inputs[text_of(block.get("id", ""))] = given
                 out.append(Shown("tool-call", f"{name} {text_of(block.get('input', {}))}"))
                 out.append(ToolStarted(name))
+                chars += len(name) + len(json.dumps(block.get("input", {})))  # uncut
         key, usage = message.get("id"), message.get("usage")
-        # Each of a message's blocks repeats its usage: only a change is news.
-        if (
-            isinstance(key, str)
-            and isinstance(usage, dict)
-            and not synthetic
-            and (key, usage) != self._live_seen
-        ):
-            self._live_seen = (key, usage)
-            out.append(Live(key, _usage(usage)))
+        if isinstance(key, str) and isinstance(usage, dict) and not synthetic:
+            # Its output so far, estimated from what it wrote, until the result counts it.
+            written = self._written[key] = self._written.get(key, 0) + chars
+            figures = _usage(usage)
+            guess = math.ceil(written / CHARS_PER_TOKEN)
+            if guess > figures.output_tokens:
+                figures = dataclasses.replace(figures, output_tokens=guess)
+            # Each of a message's blocks repeats its usage: only a change is news.
+            if (key, figures) != self._live_seen:
+                self._live_seen = (key, figures)
+                out.append(Live(key, figures))
         return out
 
     def _user(self, event: dict[str, object]) -> list[Event]:
@@ -185,6 +199,7 @@ class ClaudeStreamJson:
         session = event.get("session_id")
         if isinstance(session, str) and session:
             out.append(Session(session))
+        self._written.clear()  # the turn's own figures replace the estimates
         since = event.get("model_usage_since_last_result")
         total = _money(event.get("total_cost_usd"))
         if isinstance(since, dict):
