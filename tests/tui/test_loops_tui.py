@@ -13,7 +13,16 @@ from flightdeck.tui.widgets.detail import ChildDetail
 from test_attach import OPTIONS, Owner
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
-from tui_support import FAST, SIZE, EngineFactory, app_for, filter_rows, make_tasks, until
+from tui_support import (
+    FAST,
+    SIZE,
+    EngineFactory,
+    app_for,
+    filter_rows,
+    make_tasks,
+    notices_of,
+    until,
+)
 
 from helpers import Hold, flightdeck
 
@@ -164,3 +173,40 @@ async def test_attached_a_looping_child_shows_its_evidence_and_n_steers_it(
     finally:
         owner.close()
     assert owner.process.returncode is not None
+
+
+@pytest.mark.slow
+async def test_attached_a_loop_policys_steer_is_told_as_the_policys_not_the_operators(
+    tmp_path: Path,
+) -> None:
+    # Walking a 5,000-child batch: the policy's nudges toasted "steer delivered: t1200" and the
+    # detail line read "steer ✓ delivered", as if an operator had steered a child nobody did.
+    extra = '[routes.sim.loops]\nrepeat_calls = 3\npolicy = ["nudge"]\n'
+    owner = Owner(tmp_path, children=1, sim="", extra=extra, goal=LOOPING, max_turns=200)
+    try:
+        for call in range(3):  # flagged (and nudged) after three calls, the fourth held
+            owner.hold.release("c1", call)
+        view = owner.view()
+        app = FlightdeckApp(view, OPTIONS)
+        async with app.run_test(size=SIZE) as pilot:
+            said = notices_of(app)
+            table = app.main.table
+            await until(pilot, lambda: table.rows_by_id.get("c1") is not None, "the row")
+            table.select("c1")
+            await until(
+                pilot,
+                lambda: [r.state for r in table.rows_by_id["c1"].steers] == [SteerState.QUEUED],
+                "the policy's nudge queued",
+            )
+            owner.hold.release("c1", 3)  # it goes in at the end of that call
+            await until(
+                pilot,
+                lambda: [r.state for r in table.rows_by_id["c1"].steers] == [SteerState.DELIVERED],
+                "the policy's nudge delivered",
+            )
+            await until(pilot, lambda: said, "a toast")
+            assert said == ["loop policy's steer delivered: c1"]
+            await until(pilot, lambda: "loop policy's steer ✓" in _detail(app), "the detail")
+        view.close()
+    finally:
+        owner.close()

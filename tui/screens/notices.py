@@ -58,7 +58,10 @@ class Notices:
         # A missed one says why (the child had ended first, its route takes no steer), as the
         # row's transcript and `flightdeck steer` do: "steer missed: ev-141" alone left it open.
         why = f" ({one_line(r.how, 80)})" if r.state is SteerState.MISSED and r.how else ""
-        self._notices.append(Say(f"steer {r.state.value}: {one_line(r.child_id)}{why}", severity))
+        # A loop policy's nudge is not the operator's: "steer delivered: t1200" alone read as
+        # if someone had steered a child nobody did.
+        whose = "loop policy's steer" if r.by == "policy" else "steer"
+        self._notices.append(Say(f"{whose} {r.state.value}: {one_line(r.child_id)}{why}", severity))
 
     def batch_finished(self, status: str, why: str | None) -> None:
         """The batch ended, or (`why`) its owner died: nothing finished, it can be resumed."""

@@ -63,7 +63,7 @@ def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) ->
     if row.steers:
         last = max(row.steers, key=lambda r: r.id)
         mark, mark_style = STEER_MARKS[last.state]
-        text.append("  steer ", style="dim")
+        text.append("  loop policy's steer " if last.by == "policy" else "  steer ", style="dim")
         text.append(mark, style=mark_style)
     if outlier is not None:
         text.append(f"  {OUTLIER_MARK} outlier: ", style="bold yellow")
