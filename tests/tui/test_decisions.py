@@ -162,6 +162,37 @@ def test_many_engine_facts_between_polls_are_one_toast(tmp_path: Path) -> None:
     assert tuple(notices.flush()) == (Say("4 updates (4 failures)"),)
 
 
+def test_a_trickle_of_failures_keeps_at_most_three_toasts_on_screen(tmp_path: Path) -> None:
+    # Walking a 5,000-child batch: a failure every poll or two was a toast each, five seconds
+    # long, so the toasts stood over half an 80-column screen (and the transcript's end) for
+    # the whole run. Three at most stay on screen; the rest wait and are summed up, none lost.
+    now = [0.0]
+    notices = Notices(TuiSettings(), clock=lambda: now[0])
+    failed = next(iter(rows_of(tmp_path, S.FAILED).values()))
+    told: list[tuple[float, str]] = []
+    for poll in range(40):  # a failure every poll (0.25 s) for ten seconds
+        now[0] = poll * 0.25
+        notices.child_finished(failed)
+        told += [(now[0], say.text) for say in notices.flush()]
+    for at, _ in told:  # never more than three in a toast's five seconds
+        assert sum(1 for t, _ in told if at <= t < at + 5.0) <= 3
+    assert told[:3] == [(t, "review-01 failed") for t in (0.0, 0.25, 0.5)]
+    assert told[3] == (5.0, "18 updates (18 failures)")
+    counted = sum(int(text.split()[0]) if "updates" in text else 1 for _, text in told)
+    now[0] = 60.0
+    counted += sum(int(s.text.split()[0]) if "updates" in s.text else 1 for s in notices.flush())
+    assert counted == 40
+    now[0] = 100.0
+    for _ in range(3):  # three toasts on screen: no room for a fourth
+        notices.child_finished(failed)
+        assert len(notices.flush()) == 1
+    notices.child_finished(failed)
+    notices.batch_finished("completed", None)  # the batch's own news is never held
+    assert [say.text for say in notices.flush()] == ["batch finished: completed"]
+    now[0] = 105.0
+    assert [say.text for say in notices.flush()] == ["review-01 failed"]
+
+
 def test_a_missed_steer_says_why_and_a_delivered_one_alone(tmp_path: Path) -> None:
     notices = Notices(TuiSettings())
     missed = SteerReceipt(

@@ -4,6 +4,10 @@ the terminal's title; as decisions the screen carries out (decisions.py)."""
 
 from __future__ import annotations
 
+import time
+from collections import deque
+from collections.abc import Callable
+
 from flightdeck.engine.api import Need, TuiSettings, needs
 from flightdeck.engine.model import (
     BatchStatus,
@@ -21,6 +25,9 @@ from flightdeck.tui.screens.decisions import Decision, Ring, Say, Step, Title
 from textual.notifications import SeverityLevel
 
 _NOTICES_SHOWN = 3  # more engine notices than this in one poll are summed up in one toast
+# ...and at most that many toasts of them in a toast's life (Textual's default timeout, 5 s):
+# a big batch's failures, one every poll or two, kept half an 80-column screen under toasts.
+_TOAST_S = 5.0
 # A batch running again, attached: `flightdeck resume` took up an abandoned one, or a retry (from
 # another view, `flightdeck retry`) reopened one that had ended.
 _AGAIN = {
@@ -32,9 +39,12 @@ _AGAIN = {
 class Notices:
     """Engine facts since the last poll, and what is due to ring."""
 
-    def __init__(self, tui: TuiSettings) -> None:
+    def __init__(self, tui: TuiSettings, clock: Callable[[], float] = time.monotonic) -> None:
         self._tui = tui
-        self._notices: list[Say] = []  # since the last poll
+        self._clock = clock
+        self._notices: list[Say] = []  # since the last poll (or held: too many shown lately)
+        self._batch_notices: list[Say] = []  # the batch's own facts, never held
+        self._told: deque[float] = deque()  # when each toast still on screen was shown
         self._alert_watch = AlertWatch()
         self._alerts = AlertBatcher(tui.notify_every_s)
         self._title = ""  # the terminal's title as last set
@@ -66,17 +76,28 @@ class Notices:
     def batch_finished(self, status: str, why: str | None) -> None:
         """The batch ended, or (`why`) its owner died: nothing finished, it can be resumed."""
         if status == "abandoned" and why:
-            self._notices.append(Say(why, "error"))
+            self._batch_notices.append(Say(why, "error"))
         else:
-            self._notices.append(Say(f"batch finished: {status}"))
+            self._batch_notices.append(Say(f"batch finished: {status}"))
 
     def flush(self) -> Decision:
-        """The facts gathered since the last poll: each a toast, or one sum when many."""
-        notices, self._notices = self._notices, []
-        if len(notices) > _NOTICES_SHOWN:
-            warnings = sum(1 for say in notices if say.severity == "warning")
-            return (Say(f"{len(notices)} updates ({warnings} failures)"),)
-        return notices
+        """The facts gathered since the last poll: each a toast, or one sum when many; while
+        `_NOTICES_SHOWN` toasts of them are still on screen, the children's are held (and
+        summed up once one has gone). The batch's own facts are told at once."""
+        now, told = self._clock(), self._told
+        while told and now - told[0] >= _TOAST_S:
+            told.popleft()
+        room = _NOTICES_SHOWN - len(told)
+        shown: list[Say] = []
+        if self._notices and room > 0:
+            notices, self._notices = self._notices, []
+            if len(notices) > room:
+                warnings = sum(1 for say in notices if say.severity == "warning")
+                notices = [Say(f"{len(notices)} updates ({warnings} failures)")]
+            shown = notices
+            told.extend(now for _ in shown)
+        batch, self._batch_notices = self._batch_notices, []
+        return [*shown, *batch]
 
     # --- the bell and desktop notifications ----------------------------------------------------
 
@@ -87,7 +108,7 @@ class Notices:
         all along, and a toast would hide the transcript's end."""
         was, self._status = self._status, snap.status
         if was is not None and was is not snap.status and snap.status is BatchStatus.RUNNING:
-            self._notices.append(Say(_AGAIN.get(was, _AGAIN[BatchStatus.COMPLETED])))
+            self._batch_notices.append(Say(_AGAIN.get(was, _AGAIN[BatchStatus.COMPLETED])))
         # Polls between two reads of the store have the very same rows: no pass over them all.
         if not _same_rows(self._queued_from, snap):
             self.queue = needs(snap)
