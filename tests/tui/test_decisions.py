@@ -249,6 +249,23 @@ def test_retry_asks_over_those_that_failed_and_sends_it_off_the_event_loop(tmp_p
     assert review.retry(completed) == (Say("nothing here to retry: none failed or was stopped"),)
 
 
+def test_retry_says_delegates_are_left_out_as_delegates_not_as_completed(tmp_path: Path) -> None:
+    # Walking a 5,000-child batch: R over `status:failed` said "6 children that completed or
+    # still run are left out" of 109 that had all failed: 6 were delegates (they run again
+    # with their parents, as `flightdeck retry` says).
+    rows = rows_of(tmp_path, S.FAILED, S.FAILED, S.COMPLETED, S.STOPPED)
+    rows["review-02"] = dataclasses.replace(rows["review-02"], parent="review-01")
+    rows["review-04"] = dataclasses.replace(rows["review-04"], parent="review-01")
+    (ask,) = review.retry(Aim(tuple(rows), rows, "status:failed", None, False))
+    assert isinstance(ask, Ask) and isinstance(ask.dialog, RetryDialog)
+    assert ask.dialog.child_ids == ["review-01"] and ask.dialog.skipped == 1
+    assert ask.dialog.delegates == 2
+    delegates = Aim(("review-02",), rows, None, None, False)
+    assert review.retry(delegates) == (
+        Say("nothing here to retry: 1 delegate is left out (they run again with their parents)"),
+    )
+
+
 def test_merge_and_discard_act_on_pending_changes_only(tmp_path: Path) -> None:
     pending = Changes(files=(), workspace=str(tmp_path))
     rows = rows_of(tmp_path, S.COMPLETED, S.FAILED)

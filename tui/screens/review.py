@@ -57,10 +57,11 @@ class RetryDialog(ModalScreen[bool | None]):
         Binding("c", "dismiss(True)", "Continue", id="retry.continue", tooltip="Work on"),
     ]
 
-    def __init__(self, child_ids: list[str], skipped: int) -> None:
+    def __init__(self, child_ids: list[str], skipped: int, delegates: int = 0) -> None:
         super().__init__()
         self.child_ids = child_ids
-        self.skipped = skipped
+        self.skipped = skipped  # completed or still running
+        self.delegates = delegates  # ended as a retry would take them, but delegates
 
     def compose(self) -> ComposeResult:
         with DialogBox(classes="dialog"):
@@ -72,6 +73,8 @@ class RetryDialog(ModalScreen[bool | None]):
             )
             if self.skipped:
                 text += f" {_n(self.skipped)} that completed or still run are left out."
+            if self.delegates:
+                text += f" {_left_out(self.delegates)}."
             yield Label(Text(text))
             with Horizontal(classes="buttons"):
                 yield Button("Cancel", id="cancel")
@@ -219,9 +222,13 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
     if refused:
         return (Say(refused, "warning"),)
     rows = aim.rows
-    ids = [i for i in aim.ids if rows[i].status in RETRYABLE and rows[i].parent is None]
+    ended = [i for i in aim.ids if rows[i].status in RETRYABLE]
+    ids = [i for i in ended if rows[i].parent is None]
+    # A delegate failed as much as any child: "completed or still run" said otherwise.
+    delegates = len(ended) - len(ids)
     if not ids:
-        return (Say("nothing here to retry: none failed or was stopped"),)
+        why = _left_out(delegates) if delegates else "none failed or was stopped"
+        return (Say(f"nothing here to retry: {why}"),)
 
     def chosen(resume: bool | None) -> Decision:
         if resume is None:
@@ -229,7 +236,13 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
         done = f"retry ({'continue' if resume else 'fresh'}) queued for {_n(len(ids))}"
         return (SendOff(Retry(tuple(ids), resume), done),)
 
-    return (Ask(RetryDialog(ids, len(aim.ids) - len(ids)), chosen),)
+    return (Ask(RetryDialog(ids, len(aim.ids) - len(ended), delegates), chosen),)
+
+
+def _left_out(delegates: int) -> str:
+    """Why delegates are not retried, as `flightdeck retry` says it."""
+    noun = "1 delegate is" if delegates == 1 else f"{delegates} delegates are"
+    return f"{noun} left out (they run again with their parents)"
 
 
 def diff(row: ChildRow | None, secrets: tuple[str, ...]) -> Decision:
