@@ -32,6 +32,7 @@ from flightdeck.tui.widgets.filter import DEBOUNCE_S, FilterInput
 from flightdeck.tui.widgets.rows import SortOrder
 from flightdeck.tui.widgets.transcript import TranscriptView
 from rich.console import Console
+from textual import events
 from textual.app import App, ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, RadioButton, Static
@@ -925,6 +926,27 @@ async def test_j_k_home_and_end_move_the_cursor(tmp_path: Path) -> None:
         await pilot.press("home", "x", "end", "y")
         box = app.main.query_one("#filter", FilterInput)
         assert box.value == "xjky"
+
+
+async def test_home_and_end_typed_ahead_come_after_the_keys_typed_before_them(
+    tmp_path: Path,
+) -> None:
+    # Walking a 5,000-child batch: "G Home" typed quickly left the cursor on a child in the
+    # middle of the groups, not on the first row: Home and End were priority bindings, which
+    # the app runs as they arrive, ahead of keys typed before them still on their way to the
+    # table. Keys posted at once, as a terminal delivers typed-ahead ones.
+    app = FlightdeckApp(StaticView(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        for key in ("j", "j", "j", "home"):
+            app.post_message(events.Key(key, None))
+        await pilot.pause()  # every queue empty: each key handled
+        assert not table.pinned_top and table.selected_id == table.shown[0]
+        for key in ("k", "k", "end"):
+            app.post_message(events.Key(key, None))
+        await pilot.pause()
+        assert table.selected_id == table.shown[-1]
 
 
 async def test_help_explains_every_column_header(tmp_path: Path) -> None:

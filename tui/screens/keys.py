@@ -119,14 +119,16 @@ MAIN_BINDINGS: list[BindingType] = [
         id="view.row-up",
         tooltip="Move up a row (as the up arrow does)",
     ),
-    # Priority, so the keys reach the table before the screen's scrolling; check_action lets them
-    # through to the filter box or the transcript when either has focus.
+    # The table binds them too (ChildrenTable.BINDINGS), so they reach it before any container's
+    # scrolling; not priority bindings, which the app runs as they arrive, ahead of keys typed
+    # before them still on their way to the table ("j j j Home" left the cursor on row 3, "G
+    # Home" on a child in the middle of the groups). The filter box and the transcript, when
+    # focused, have theirs.
     Binding(
         "home",
         "first_row",
         "First row",
         show=False,
-        priority=True,
         id="view.first-row",
         tooltip="Go to the first row",
     ),
@@ -135,7 +137,6 @@ MAIN_BINDINGS: list[BindingType] = [
         "last_row",
         "Last row",
         show=False,
-        priority=True,
         id="view.last-row",
         tooltip="Go to the last row",
     ),

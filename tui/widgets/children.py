@@ -39,6 +39,8 @@ class ChildrenTable(ScrollView, can_focus=True):
         Binding("down", "cursor_down", "Down", show=False),
         Binding("pageup", "page_up", "Page up", show=False),
         Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "first_row", "First row", show=False),
+        Binding("end", "last_row", "Last row", show=False),
     ]
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
