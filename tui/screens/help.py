@@ -30,7 +30,10 @@ FILTER_HELP = (
     ("route:sim  group:NAME", "children on this route / in this group"),
     ("tool:read_file", "children running this tool now"),
     ('error:"rate limit"', "children whose error says this"),
-    ("cost>0.50  tokens>20k", "compare with > < >= <=: dollars ($ optional), tokens (k, m)"),
+    (
+        "cost>0.50  tokens>20k",
+        "compare with > < >= <=: dollars ($ optional), tokens with the cached (k, m)",
+    ),
     ("idle>5m  depth>0", "since its last activity (s, m, h); a delegate's depth"),
     ("is:looping", "children flagged as looping (n sends them the canned steer)"),
     ("is:needs-you", "children in the needs-you queue (!)"),
