@@ -27,11 +27,13 @@ from flightdeck.tui import alerts
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.screens.needs import NeedsScreen
+from flightdeck.tui.screens.search import SearchScreen
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.status import StatusBar
 from test_attach import OPTIONS, Owner
+from textual.binding import Binding
 from textual.widgets import Label, OptionList
-from tui_fakes import StaticView, frozen_clock
+from tui_fakes import StaticView, child, frozen_clock
 from tui_support import (
     SIZE,
     EngineFactory,
@@ -394,3 +396,34 @@ async def test_the_terminal_s_own_title_is_saved_first_and_put_back_on_exit(
         assert alerts.TITLE_RESTORE not in written
     assert written[-1] == alerts.TITLE_RESTORE
     assert written.count(alerts.TITLE_RESTORE) == 1
+
+
+async def test_j_and_k_move_through_the_queue_as_through_the_table(tmp_path: Path) -> None:
+    # Walking a 5,000-child batch: j j c in the queue meant to clear the third entry, and acted
+    # on the first: j and k, which move through the children, did not move here (nor through
+    # the search's results).
+    rows = tuple(
+        child(
+            n, f"goal {n}", ChildStatus.FAILED, folder=tmp_path, started=1, finished=n, error="boom"
+        )
+        for n in range(1, 4)
+    )
+    app = FlightdeckApp(StaticView(tmp_path, rows), UiOptions(cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.main.snapshot is not None, "the first snapshot")
+        await pilot.press("exclamation_mark")
+        await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+        listing = app.screen.query_one("#needs-list", OptionList)
+        await until(pilot, lambda: listing.option_count == 3, "the entries")
+        listing.highlighted = 0
+        await pilot.press("j", "j")
+        assert listing.highlighted == 2
+        await pilot.press("k")
+        assert listing.highlighted == 1
+        await pilot.press("escape")
+        await until(pilot, lambda: on_screen(app, MainScreen), "back")
+        await pilot.press("F")
+        await until(pilot, lambda: on_screen(app, SearchScreen), "the search")
+        results = app.screen.query_one("#search-results", OptionList)
+        keys = {b.key for b in results.BINDINGS if isinstance(b, Binding)}
+        assert {"j", "k"} <= keys  # there too

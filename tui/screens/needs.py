@@ -15,6 +15,7 @@ from flightdeck.tui.screens.decisions import Decision, Say
 from flightdeck.tui.screens.keys import hidden_reason, refused
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable
+from flightdeck.tui.widgets.lists import Rows
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -104,7 +105,7 @@ class NeedsScreen(Screen[str | None]):
 
     def compose(self) -> ComposeResult:
         yield Label("", id="needs-title")
-        yield OptionList(id="needs-list")
+        yield Rows(id="needs-list")
         yield Label("", id="needs-question")
         answer = Input(
             placeholder="the answer; enter sends it, escape leaves it", id="needs-answer"

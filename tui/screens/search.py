@@ -16,6 +16,7 @@ from flightdeck.engine.attached.search import (
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.view import EngineView
+from flightdeck.tui.widgets.lists import Rows
 from flightdeck.tui.widgets.transcript import TranscriptHighlighter, wrap_line
 from rich.text import Text
 from textual import work
@@ -62,7 +63,7 @@ class SearchScreen(Screen[None]):
             yield pattern
             yield Checkbox("regex", id="search-regex")
         yield Label("", id="search-status")
-        yield OptionList(id="search-results")
+        yield Rows(id="search-results")
         yield Footer()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
