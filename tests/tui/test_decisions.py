@@ -193,6 +193,17 @@ def test_a_trickle_of_failures_keeps_at_most_three_toasts_on_screen(tmp_path: Pa
     assert [say.text for say in notices.flush()] == ["review-01 failed"]
 
 
+def test_many_missed_steers_summed_up_are_not_called_failures(tmp_path: Path) -> None:
+    # Walking a 5,000-child batch: a stop of everything while a steer to a group of 510 was
+    # on its way summed its receipts up as "184 updates (183 failures)"; one child had failed.
+    notices = Notices(TuiSettings())
+    missed = SteerReceipt(3, "ev-141", "Be brief.", False, SteerState.MISSED, 1.0, 1.0)
+    for n in range(5):
+        notices.steer_settled(dataclasses.replace(missed, id=n, child_id=f"ev-{n}"))
+    notices.child_finished(next(iter(rows_of(tmp_path, S.FAILED).values())))
+    assert [say.text for say in notices.flush()] == ["6 updates (1 failure, 5 steers missed)"]
+
+
 def test_a_missed_steer_says_why_and_a_delivered_one_alone(tmp_path: Path) -> None:
     notices = Notices(TuiSettings())
     missed = SteerReceipt(

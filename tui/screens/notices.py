@@ -42,7 +42,9 @@ class Notices:
     def __init__(self, tui: TuiSettings, clock: Callable[[], float] = time.monotonic) -> None:
         self._tui = tui
         self._clock = clock
-        self._notices: list[Say] = []  # since the last poll (or held: too many shown lately)
+        # Since the last poll (or held: too many shown lately), each with what it tells: a
+        # child "failed" (or stalled, timed out), a steer "missed", or "other".
+        self._notices: list[tuple[Say, str]] = []
         self._batch_notices: list[Say] = []  # the batch's own facts, never held
         self._told: deque[float] = deque()  # when each toast still on screen was shown
         self._alert_watch = AlertWatch()
@@ -57,11 +59,13 @@ class Notices:
     def child_finished(self, row: ChildRow) -> None:
         """A child that needs attention."""
         detail = f": {one_line(row.error, 80)}" if row.error else ""
-        self._notices.append(Say(f"{one_line(row.id)} {row.status.value}{detail}", "warning"))
+        self._notices.append(
+            (Say(f"{one_line(row.id)} {row.status.value}{detail}", "warning"), "failed")
+        )
 
     def group_finished(self, unit: GroupFinished) -> None:
         severity: SeverityLevel = "information" if unit.status.value == "completed" else "warning"
-        self._notices.append(Say(completion_text(unit), severity))
+        self._notices.append((Say(completion_text(unit), severity), "other"))
 
     def steer_settled(self, r: SteerReceipt) -> None:
         severity: SeverityLevel = "information" if r.state.value == "delivered" else "warning"
@@ -71,7 +75,8 @@ class Notices:
         # A loop policy's nudge is not the operator's: "steer delivered: t1200" alone read as
         # if someone had steered a child nobody did.
         whose = "loop policy's steer" if r.by == "policy" else "steer"
-        self._notices.append(Say(f"{whose} {r.state.value}: {one_line(r.child_id)}{why}", severity))
+        said = Say(f"{whose} {r.state.value}: {one_line(r.child_id)}{why}", severity)
+        self._notices.append((said, "missed" if r.state is SteerState.MISSED else "other"))
 
     def batch_finished(self, status: str, why: str | None) -> None:
         """The batch ended, or (`why`) its owner died: nothing finished, it can be resumed."""
@@ -91,10 +96,9 @@ class Notices:
         shown: list[Say] = []
         if self._notices and room > 0:
             notices, self._notices = self._notices, []
+            shown = [say for say, _ in notices]
             if len(notices) > room:
-                warnings = sum(1 for say in notices if say.severity == "warning")
-                notices = [Say(f"{len(notices)} updates ({warnings} failures)")]
-            shown = notices
+                shown = [Say(_summed([kind for _, kind in notices]))]
             told.extend(now for _ in shown)
         batch, self._batch_notices = self._batch_notices, []
         return [*shown, *batch]
@@ -133,3 +137,13 @@ def _same_rows(last: Snapshot | None, snap: Snapshot) -> bool:
     return (
         last.children is snap.children and last.limits is snap.limits and last.status is snap.status
     )
+
+
+def _summed(kinds: list[str]) -> str:
+    """Many notices as one: how many, the failures among them, and the steers missed apart (a
+    stop of everything made a group steer's receipts "183 failures")."""
+    failed, missed = kinds.count("failed"), kinds.count("missed")
+    parts = [f"{failed} failure" + ("" if failed == 1 else "s")]
+    if missed:
+        parts.append(f"{missed} steer{'' if missed == 1 else 's'} missed")
+    return f"{len(kinds)} updates ({', '.join(parts)})"
