@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from flightdeck.engine.model import Activity, Usage
-from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN
+from flightdeck.engine.model import CHARS_PER_TOKEN, Activity, Usage
 
 
 @dataclass

@@ -71,6 +71,12 @@ class SteerState(StrEnum):
     MISSED = "missed"
 
 
+# Tokens estimated from characters, where no count has come yet (a stream cut short, an agent
+# CLI's message before its turn's result): about right for English and code on current
+# tokenizers. Here, so the CLI formats share it with the providers.
+CHARS_PER_TOKEN = 4
+
+
 @record
 class Usage:
     """Token counts; `input_tokens` excludes cache reads and writes."""

@@ -23,7 +23,7 @@ from flightdeck.engine.errors import (
     TransientError,
 )
 from flightdeck.engine.inputs.settings import Route
-from flightdeck.engine.model import Usage
+from flightdeck.engine.model import CHARS_PER_TOKEN, Usage
 from flightdeck.engine.providers.base import (
     HeadroomEvent,
     Interrupted,
@@ -47,7 +47,7 @@ from flightdeck.engine.providers.sdk import (
     status_error,
     transport_error,
 )
-from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN, prompt_tokens_estimate
+from flightdeck.engine.providers.tokens import prompt_tokens_estimate
 from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}

@@ -17,7 +17,7 @@ import httpx2
 import openai
 from flightdeck.engine.errors import BrokenStream, FatalError, ProviderError, TransientError
 from flightdeck.engine.inputs.settings import Route
-from flightdeck.engine.model import Usage
+from flightdeck.engine.model import CHARS_PER_TOKEN, Usage
 from flightdeck.engine.providers.base import (
     HeadroomEvent,
     Interrupted,
@@ -42,7 +42,7 @@ from flightdeck.engine.providers.sdk import (
     status_error,
     transport_error,
 )
-from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN, prompt_tokens_estimate
+from flightdeck.engine.providers.tokens import prompt_tokens_estimate
 from flightdeck.engine.providers.transport import Abort, http_client, read_stream, timeout_of
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk

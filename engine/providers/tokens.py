@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+from flightdeck.engine.model import CHARS_PER_TOKEN
 from flightdeck.engine.providers.base import ToolSpec, TurnRequest
-
-CHARS_PER_TOKEN = 4  # about right for English and code on current tokenizers
 
 
 def prompt_tokens_estimate(request: TurnRequest) -> int:

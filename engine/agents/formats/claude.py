@@ -42,8 +42,7 @@ from flightdeck.engine.agents.formats.base import (
     text_of,
     unknown,
 )
-from flightdeck.engine.model import Usage
-from flightdeck.engine.providers.tokens import CHARS_PER_TOKEN
+from flightdeck.engine.model import CHARS_PER_TOKEN, Usage
 
 # A tool's output in the transcript is cut here, as a model child's is (child/loop.py).
 TOOL_RESULT_CHARS = 2000
