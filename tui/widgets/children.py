@@ -12,7 +12,13 @@ from typing import ClassVar
 
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import Cell
-from flightdeck.tui.widgets.columns import fit_columns, group_strip, header_strip, line_strip
+from flightdeck.tui.widgets.columns import (
+    TABLE_CSS,
+    fit_columns,
+    group_strip,
+    header_strip,
+    line_strip,
+)
 from flightdeck.tui.widgets.lines import ChildLines, Entry, GroupHeader
 from flightdeck.tui.widgets.rows import GroupBy, RowFilter, SortOrder
 from textual import events
@@ -49,30 +55,7 @@ class ChildrenTable(ScrollView, can_focus=True):
         "children-table--cursor-blurred",
     }
 
-    DEFAULT_CSS = """
-    ChildrenTable {
-        background: $surface;
-        color: $foreground;
-        overflow-x: hidden;
-        overflow-y: auto;
-        scrollbar-size-vertical: 1;
-    }
-    ChildrenTable > .children-table--header {
-        text-style: bold;
-        background: $panel;
-        color: $foreground;
-    }
-    ChildrenTable > .children-table--cursor {
-        background: $block-cursor-background;
-        color: $block-cursor-foreground;
-        text-style: $block-cursor-text-style;
-    }
-    ChildrenTable > .children-table--cursor-blurred {
-        background: $block-cursor-blurred-background;
-        color: $block-cursor-blurred-foreground;
-        text-style: $block-cursor-blurred-text-style;
-    }
-    """
+    DEFAULT_CSS = TABLE_CSS
 
     class Highlighted(Message):
         """A different child, or a group's header, is under the cursor (or nothing)."""

@@ -1,5 +1,5 @@
 """The children table's columns: which fit a width, by priority, a cell's text fitted to its
-column, and a line drawn from its cells."""
+column, and a line drawn from its cells (and the table's CSS)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,32 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
+
+# The table's look: its header line, and the cursor's line focused and not.
+TABLE_CSS = """
+ChildrenTable {
+    background: $surface;
+    color: $foreground;
+    overflow-x: hidden;
+    overflow-y: auto;
+    scrollbar-size-vertical: 1;
+}
+ChildrenTable > .children-table--header {
+    text-style: bold;
+    background: $panel;
+    color: $foreground;
+}
+ChildrenTable > .children-table--cursor {
+    background: $block-cursor-background;
+    color: $block-cursor-foreground;
+    text-style: $block-cursor-text-style;
+}
+ChildrenTable > .children-table--cursor-blurred {
+    background: $block-cursor-blurred-background;
+    color: $block-cursor-blurred-foreground;
+    text-style: $block-cursor-blurred-text-style;
+}
+"""
 
 DOING_CHARS = 60
 TREE_MARK = "└ "  # before a delegate's id in the tree order, indented by its depth
