@@ -113,6 +113,15 @@ class _MeterApp(App[None]):
         yield CostMeter(id="meter")
 
 
+async def meter_text(snap: Snapshot) -> str:
+    """What the cost meter shows of `snap`, at its `now` of 30 s."""
+    app = _MeterApp()
+    async with app.run_test(size=(160, 4)):
+        meter = app.query_one(CostMeter)
+        meter.show(snap, 30.0)
+        return str(meter.render())
+
+
 @pytest.mark.anyio
 async def test_the_cost_meter_shows_no_zero_dollars_when_every_price_is_unknown() -> None:
     rows = tuple(
@@ -120,11 +129,7 @@ async def test_the_cost_meter_shows_no_zero_dollars_when_every_price_is_unknown(
         for i in range(2)
     )
     snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, 30.0, rows, totals_of(rows), pool_size=2)
-    app = _MeterApp()
-    async with app.run_test(size=(160, 4)):
-        meter = app.query_one(CostMeter)
-        meter.show(snap, 30.0)
-        text = str(meter.render())
+    text = await meter_text(snap)
     assert "spent $? (2 unknown)" in text
     assert "burn $?/min" in text
     assert "$0" not in text
@@ -141,11 +146,7 @@ async def test_a_priced_cli_child_stopped_mid_turn_is_unknown_on_the_meter_not_u
     cut = make_child(1, status=S.STOPPED, usage=Usage(12894, 1, 0, 0), route="claude-code")
     rows = (done, dataclasses.replace(cut, cost_usd=None), make_child(2, status=S.RUNNING))
     snap = Snapshot("b1", BatchStatus.RUNNING, 0.0, 30.0, rows, totals_of(rows), pool_size=2)
-    app = _MeterApp()
-    async with app.run_test(size=(160, 4)):
-        meter = app.query_one(CostMeter)
-        meter.show(snap, 30.0)
-        text = str(meter.render())
+    text = await meter_text(snap)
     assert "spent $0.4765 (+1 unknown)" in text, text
     assert "unpriced" not in text + progress_label(snap)
     assert progress_label(snap).startswith("running  $0.4765 (+1 unknown)")
@@ -155,11 +156,7 @@ async def test_a_priced_cli_child_stopped_mid_turn_is_unknown_on_the_meter_not_u
 async def test_the_cost_meter_shows_stopped_apart_from_failed() -> None:
     rows = _ended_rows()
     snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 30.0, rows, totals_of(rows), pool_size=2)
-    app = _MeterApp()
-    async with app.run_test(size=(160, 4)):
-        meter = app.query_one(CostMeter)
-        meter.show(snap, 30.0)
-        text = str(meter.render())
+    text = await meter_text(snap)
     assert "7/7 done" in text
     assert "✗ 4 failed   ■ 2 stopped" in text
 
