@@ -4,10 +4,14 @@ $0.00`, not `? tok $?` as a command child whose CLI reported no usage is."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from decimal import Decimal
 from pathlib import Path
 
-from helpers import flightdeck
+from flightdeck.engine.api import Engine
+
+from helpers import batch, flightdeck, settings, sim_route
 from loopback import Loopback, Received, Reply
 
 
@@ -38,3 +42,16 @@ def test_a_model_child_billed_nothing_on_an_unpriced_route_has_zero_tokens_and_c
     assert children["refused"]["tokens_in"] == 0 and children["refused"]["cost_usd"] == 0
     assert children["answered"]["cost_usd"] is None
     assert json.loads(report.stdout)["totals"]["cost_unknown_children"] == 1
+
+
+def test_a_snapshot_before_start_costs_an_unpriced_model_child_a_known_zero(tmp_path: Path) -> None:
+    # The rows before start() read `$?` (and counted in the totals' unknown) for what the
+    # children made of the same tasks a moment later cost a known $0.00.
+    unpriced = dataclasses.replace(sim_route(), price=None)
+    engine = Engine(batch(2), settings(unpriced), state_dir=tmp_path / "state")
+    try:
+        before = engine.snapshot()
+    finally:
+        engine.close()
+    assert [row.cost_usd for row in before.children] == [Decimal(0), Decimal(0)]
+    assert before.totals.cost_unknown == 0

@@ -19,7 +19,7 @@ from flightdeck.engine.model import (
     Usage,
     pausing_text,
 )
-from flightdeck.engine.records.meter import route_cost, spend_known
+from flightdeck.engine.records.meter import route_cost, starts_known
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ def queued_row(task: Task, route: Route, transcript: str, queued_ts: float) -> C
         status=ChildStatus.QUEUED,
         activity=Activity(),
         usage=Usage(),
-        cost_usd=Decimal(0) if spend_known(route) else None,
+        cost_usd=Decimal(0) if starts_known(route) else None,  # as its Child (build_child)
         queued_ts=queued_ts,
         started_ts=None,
         finished_ts=None,
