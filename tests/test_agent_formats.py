@@ -197,3 +197,16 @@ def test_claude_live_usage_counts_what_a_message_wrote_before_its_turn_reports_i
     big["message"]["content"] = [{"type": "text", "text": "ok"}]  # type: ignore[index]
     [event] = [e for e in reader.feed(line(big)) if isinstance(e, Live)]
     assert event.usage.output_tokens == 50
+
+
+def test_claude_live_estimate_counts_a_tool_input_in_characters_not_json_escapes() -> None:
+    # A Write of 3,000 Japanese characters was counted as its JSON's `\uXXXX` escapes, six
+    # characters each: about 4,500 tokens live, for a call the turn then billed at about 1,000.
+    from flightdeck.engine.agents.formats import Live
+
+    text = "日本語" * 1000
+    block = {"type": "tool_use", "id": "call_1", "name": "Write", "input": {"content": text}}
+    event = {"type": "assistant", "message": {"id": "msg_1", "usage": {"output_tokens": 1}}}
+    event["message"]["content"] = [block]  # type: ignore[index]
+    [live] = [e for e in reader_for("claude-stream-json").feed(line(event)) if isinstance(e, Live)]
+    assert 750 <= live.usage.output_tokens < 800, live

@@ -155,7 +155,8 @@ class ClaudeStreamJson:
                 self._inputs[text_of(block.get("id", ""))] = given
                 out.append(Shown("tool-call", f"{name} {text_of(block.get('input', {}))}"))
                 out.append(ToolStarted(name))
-                chars += len(name) + len(json.dumps(block.get("input", {})))  # uncut
+                # Uncut, and as written: an escape of each non-ASCII character is no token.
+                chars += len(name) + len(json.dumps(block.get("input", {}), ensure_ascii=False))
         key, usage = message.get("id"), message.get("usage")
         if isinstance(key, str) and isinstance(usage, dict) and not synthetic:
             # Its output so far, estimated from what it wrote, until the result counts it.
