@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from flightdeck.engine.model import BatchStatus, ChildStatus, Usage
-from flightdeck.engine.records.processes import still_running
+from flightdeck.engine.records.processes import processes, still_running
 from flightdeck.engine.records.reader import StoreReader
 
 from helpers import ADOPTED, until
@@ -259,27 +259,35 @@ def test_an_adopted_child_s_tool_runs_since_it_began_not_since_the_adoption(
     in_tools(folder, batch_id, ("keep", "halt"))
     db = folder / "state" / "flightdeck.db"
 
-    def since() -> dict[str, float | None]:
+    def since(by_adopter: float = 0.0) -> dict[str, float | None]:
+        """Each child's tool start as stored, of the rows written after `by_adopter` only."""
         with StoreReader(db) as reader:
-            return {r.id: r.activity.tool_started_ts for r in reader.children(batch_id)}
+            return {
+                r.id: r.activity.tool_started_ts
+                for r in reader.children(batch_id)
+                if (r.activity.last_activity_ts or 0.0) > by_adopter
+            }
 
-    until(lambda: None not in since().values(), what="the tools recorded")
+    def booked() -> bool:
+        """Each process's output read to its end (its tool call) and that recorded: all an
+        adopter replays, so the tool is running when the replay ends."""
+        rows = processes(db, batch_id)
+        return len(rows) == 2 and all(
+            r.out_offset == Path(r.out_path).stat().st_size > 0 for r in rows
+        )
+
+    until(lambda: None not in since().values() and booked(), what="the tools recorded")
     before = since()
-    time.sleep(1.5)  # the tools run on while no owner watches
     kill_owner(owner)
-    time.sleep(1.5)
+    killed = time.time()  # the adopter's rows are those whose activity came after
     resume = flightdeck(folder, "resume", batch_id)
     try:
-        until(
-            lambda: all(ADOPTED in transcript(folder, batch_id, c) for c in ("keep", "halt")),
-            what="both adopted",
-        )
-        time.sleep(2.0)  # the adopter has flushed its rows (every 0.5 s)
-        after = since()
+        # Waited on, not slept on: the adopter's own rows, with the dead owner's start (on the
+        # old code they keep the replay's, and this never comes).
+        until(lambda: since(killed) == before, what="the adopted rows with the tools' start")
     finally:
         gate.touch()
         resume.communicate(timeout=60)
-    assert after == before, (before, after)
 
 
 @pytest.mark.slow
