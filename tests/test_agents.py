@@ -583,8 +583,11 @@ def test_a_steer_after_the_cli_input_closed_says_so_not_that_the_child_had_ended
     argv = (*STDIN_ARGV, "--fake-repeat", "0", "--fake-linger", str(linger))
     route = fake("fake_claude.py", *argv) + STDIN_ROUTE
     engine = engine_for(tmp_path, config(tmp_path, route))
-    until(lambda: written(engine, "result: success"), timeout=60)
-    time.sleep(0.5)  # its input is closed once the answer is read
+    coordinator = engine._coordinator
+    assert coordinator is not None
+    steering = coordinator.slots.by_id["t0"].steering
+    # Waited on, not slept on: a steer sent before its input is closed is delivered.
+    until(lambda: steering.closed_why is not None, timeout=60, what="its input closed")
     assert row_of(engine).status is ChildStatus.RUNNING  # it runs on
     engine.steer(["t0"], "one more thing")
     until(lambda: bool(row_of(engine).steers), timeout=10)
