@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import ChildRow, ChildStatus, Usage
 from flightdeck.engine.records.forecast import (
     Forecast,
     burn_rate,
@@ -140,3 +140,18 @@ def test_lost_attempts_are_summed_from_the_events_and_one_unpriced_makes_them_un
     assert lost_cost([lost("0.01"), lost("0.025")]) == D("0.025")
     assert lost_cost([retry("0.004"), lost("0.006")]) == D("0.002")
     assert lost_attempts([retry(None), lost("0.006")]).unknown == 1
+
+
+def test_a_child_billed_nothing_is_no_sample_of_what_a_child_costs() -> None:
+    # A model child whose calls were refused (a 401, a stop in a 429's backoff) costs a known
+    # $0 even on a route with no price: as a sample, the batch's other children, to be billed
+    # at a price nobody knows, were forecast at $0.00.
+    refused = make_child(0, status=S.FAILED, cost_usd=D(0), started_ts=1.0, finished_ts=2.0)
+    waiting = make_child(1, status=S.RUNNING, cost_usd=D(0), started_ts=1.0)  # in a backoff
+    got = forecast([refused, waiting, make_child(2)])
+    assert (got.finished, got.remaining, got.unpriced) == (1, 2, 0)
+    assert got.projected_usd is None and not got.known
+    # A child of a free model (a price of 0) did its work: a sample of $0 all the same.
+    free = make_child(3, status=S.COMPLETED, cost_usd=D(0), usage=Usage(120, 30, 0, 0),
+                      started_ts=1.0, finished_ts=2.0)  # fmt: skip
+    assert forecast([refused, free, make_child(2)]).projected_usd == D(0)

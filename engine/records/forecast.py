@@ -8,7 +8,8 @@ percentiles of the finished children's costs in place of the average, widened to
 where the costs are skewed (one expensive child lifts the average above the 75th percentile),
 so the projection always lies within its range. Children that a child delegates later are not
 known yet and are not counted. What a superseded delegate (its parent's earlier attempt's) or a
-child queued again (a lost attempt, a retry) spent counts as spent, never as a sample.
+child queued again (a lost attempt, a retry) spent counts as spent, never as a sample; nor is
+a child billed nothing (its calls refused) a sample.
 
 Unknown prices stay unknown: one child with no price makes the projection None, never a guess.
 """
@@ -73,9 +74,10 @@ def forecast(children: Sequence[ChildRow]) -> Forecast:
             unpriced += 1
             continue
         spent += cost
-        # A superseded delegate was cut short with its parent's earlier attempt: no sample of
-        # what a child costs.
-        if ended and not row.superseded:
+        # A superseded delegate was cut short with its parent's earlier attempt, and a child
+        # billed nothing (its calls refused: a known $0 even at an unknown price) did no work:
+        # neither is a sample of what a child costs.
+        if ended and not row.superseded and (cost or row.usage.total):
             finished_costs.append(cost)
     finished = len(children) - remaining
     if unpriced or not finished_costs:
