@@ -143,17 +143,28 @@ def in_tools(folder: Path, batch_id: str, children: tuple[str, ...]) -> None:
     )
 
 
+def held_in_tools(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[str], str]:
+    """claude_project's two children run headless until both are inside their tool: the gate
+    that holds them, the project folder, the owner and the batch id."""
+    gate = tmp_path / "gate"
+    folder = claude_project(tmp_path, gate)
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    in_tools(folder, batch_id, ("keep", "halt"))
+    return gate, folder, owner, batch_id
+
+
+def processes_of(tmp_path: Path) -> Sampler:
+    """A sampler of this test's fake CLIs only (the gate's path is unique to it)."""
+    return Sampler(re.escape(str(tmp_path / "gate")) + r" --fake-pidfile (\w+)\.pid")
+
+
 @pytest.mark.slow
 def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_once(
     tmp_path: Path,
 ) -> None:
-    gate = tmp_path / "gate"
-    folder = claude_project(tmp_path, gate)
-    # This test's processes only (the gate's path is unique to it).
-    with Sampler(re.escape(str(gate)) + r" --fake-pidfile (\w+)\.pid") as sampler:
-        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-        batch_id = batch_of(folder)
-        in_tools(folder, batch_id, ("keep", "halt"))
+    with processes_of(tmp_path) as sampler:
+        gate, folder, owner, batch_id = held_in_tools(tmp_path)
         before = {c: sampler.now()[c] for c in ("keep", "halt")}
         kill_owner(owner)
         # From the processes' side: the dead owner's children still run, and `ls` says so.
@@ -217,11 +228,7 @@ def test_resume_says_what_it_adopted_as_it_starts_not_once_the_batch_has_ended(
     # their tools said nothing but the batch id until every child had ended, then
     # `8 adopted (their processes still ran; ...)`: the operator could not tell, while it ran,
     # that nothing would run twice.
-    gate = tmp_path / "gate"
-    folder = claude_project(tmp_path, gate)
-    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-    batch_id = batch_of(folder)
-    in_tools(folder, batch_id, ("keep", "halt"))
+    gate, folder, owner, batch_id = held_in_tools(tmp_path)
     kill_owner(owner)
     resume = flightdeck(folder, "resume", batch_id)
     said: list[str] = []
@@ -252,11 +259,7 @@ def test_an_adopted_child_s_tool_runs_since_it_began_not_since_the_adoption(
 ) -> None:
     # Found by a walk-through: Claude Code in its tool for 29 s when `resume` adopted it read
     # `tool: Bash 14s` in the table (the replay of its output started the tool's clock again).
-    gate = tmp_path / "gate"
-    folder = claude_project(tmp_path, gate)
-    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-    batch_id = batch_of(folder)
-    in_tools(folder, batch_id, ("keep", "halt"))
+    gate, folder, owner, batch_id = held_in_tools(tmp_path)
     db = folder / "state" / "flightdeck.db"
 
     def since(by_adopter: float = 0.0) -> dict[str, float | None]:
@@ -414,12 +417,8 @@ def test_a_stop_sent_while_the_owner_was_dead_ends_the_adopted_process_and_keeps
     # Found by an audit with the real Claude Code: `resume` applied the pending stop before it
     # watched the adopted process, as to a child never started ("stopped before start"), and
     # the process ran on after `resume` had exited, its spend forgotten.
-    gate = tmp_path / "gate"
-    folder = claude_project(tmp_path, gate)
-    with Sampler(re.escape(str(gate)) + r" --fake-pidfile (\w+)\.pid") as sampler:
-        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-        batch_id = batch_of(folder)
-        in_tools(folder, batch_id, ("keep", "halt"))
+    with processes_of(tmp_path) as sampler:
+        gate, folder, owner, batch_id = held_in_tools(tmp_path)
         spent: dict[str, Usage] = {}
 
         def billed() -> bool:  # its first call, in the store before the kill
