@@ -106,6 +106,8 @@ ORDINARY = [
     "--skip-git-repo-check",
     'model_providers.x={{name="x", base_url="http://127.0.0.1:8080/v1"}}',
     "sk-some-long-hyphenated-project-name",  # no digit: a name, not a token
+    "/data/sk-learn-model-2024-final",  # no capital: a path, not a token
+    "--run=sk-2024-experiment-run-12-final-v2-b",
     "task-sk-0123456789abcdefghij",  # sk- inside a word starts no key
     "3f2a9c1e4b5d6f708192a3b4c5d6e7f8091a2b3c",  # a git sha
     "ghp_short",

@@ -6,13 +6,15 @@ from __future__ import annotations
 import re
 
 # Prefixed shapes only, so ordinary arguments (flags, paths, `{goal}`, `-c key=value`) never
-# match: `sk-` then 20 or more token characters, one a digit ("sk-some-long-hyphenated-name"
+# match: `sk-` then 32 or more token characters, digits, capitals and small letters among them
+# as a random key has ("sk-some-long-hyphenated-name" or a path's "sk-learn-model-2024-final"
 # is no key), covers OpenAI's `sk-`, `sk-proj-`, `sk-svcacct-` and Anthropic's `sk-ant-api03-`,
 # `sk-ant-oat01-`; GitHub's `ghp_` (and gho_, ghu_, ghs_, ghr_) and `github_pat_` tokens;
 # Google's `AIza` and 35 more. Not inside a word: "desk-…" or "task-sk-…" starts no key.
+_TOKEN = "[A-Za-z0-9_-]"
 _KEY = re.compile(
     r"(?<![A-Za-z0-9_-])"
-    r"(?:sk-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}"
+    rf"(?:sk-(?={_TOKEN}*[0-9])(?={_TOKEN}*[A-Z])(?={_TOKEN}*[a-z]){_TOKEN}{{32,}}"
     r"|gh[pousr]_[A-Za-z0-9]{36,}"
     r"|github_pat_[A-Za-z0-9_]{22,}"
     r"|AIza[A-Za-z0-9_-]{35})"
