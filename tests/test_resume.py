@@ -623,7 +623,7 @@ def test_resume_words_an_unpriced_lost_attempt_as_the_summary_does(tmp_path: Pat
     lines = done.stdout.splitlines()
     assert "lost attempts: $? (re-runs after a lost owner or worker), in the cost" in lines, lines
     assert (
-        lines[-1] == "resumed: 0 re-run, 1 left unknown; their lost attempts cost $? (1 unpriced)"
+        lines[-1] == "resumed: 0 re-run, 1 left unknown; their lost attempts cost $? (1 unknown)"
     )
     assert "cost $0.00" not in done.stdout
 

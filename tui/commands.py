@@ -225,7 +225,7 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
         if found.rerun or found.lost:
             # Worded as the summary's `lost attempts` line: an attempt with no price makes the
             # cost unknown, never $0.00.
-            cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown, "unpriced")
+            cost, note = fmt_spent(found.lost_cost_usd, found.lost_cost_unknown)
             line += f"; their lost attempts cost {cost}{note}"
             # The summary's figure: every lost attempt's, a Ray worker's as well as an owner's.
             every = engine.snapshot().lost_cost_usd
