@@ -84,7 +84,7 @@ def pending_line(snap: Snapshot, state_dir: Path | str) -> str | None:
     if worktree is None:  # a copy has no history: diff and merge refuse it, discard does not
         child, copy = pending[0]
         discard = command_line(state_dir, "discard", snap.batch_id, child)
-        see = f"see them in {sanitize(copy.workspace)} (a copy: no diff or merge), then {discard}"
+        see = f"see them in {one_line(copy.workspace)} (a copy: no diff or merge), then {discard}"
     else:
         diff = command_line(state_dir, "diff", snap.batch_id, worktree)
         see = f"see them with {diff}, then merge … --into BRANCH or discard"
