@@ -280,3 +280,30 @@ def test_a_for_each_template_fills_wave_in_each_wave_and_braces_stay_text(
         ("s-1-w1", "a{wave} in wave 1 {wave}"),
         ("s-2-w1", "b in wave 1 {wave}"),
     ]
+
+
+def test_two_schedules_whose_templates_share_an_id_are_refused_at_the_second(
+    tmp_path: Path,
+) -> None:
+    # Found walking the fleet: both made `same-w1`, `same-w2`, ...: the same id twice in the
+    # batch, lines reading `● same-w4 ... running`, and a batch that never ended.
+    path = tmp_path / "b.toml"
+    path.write_text(
+        '[[schedules]]\nid = "a"\nevery = "5s"\n[schedules.task]\nid = "same"\ngoal = "x"\n'
+        '[[schedules]]\nid = "b"\nevery = "5s"\n[schedules.task]\nid = "same"\ngoal = "y"\n'
+    )
+    with pytest.raises(SpecError) as err:
+        load_batch(path)
+    text = str(err.value)
+    assert f"{path}:11" in text and "schedules.task.id" in text, text
+    assert "schedule 'a' has a task 'same' too" in text, text
+
+
+def test_two_waves_due_at_once_never_share_an_id() -> None:
+    # A Batch built in Python is not checked as a file is: the clock steps around the ids of
+    # the waves it makes in the same tick, which are not in the batch yet.
+    a = Schedule(id="a", tasks=TEMPLATE, every_s=60)
+    b = Schedule(id="b", tasks=TEMPLATE, every_s=60)
+    clock = ScheduleClock((a, b), T0)
+    ids = [t.id for wave in clock.due(T0 + 60, never_live) for t in wave]
+    assert ids == ["scan-w1", "scan-w2"]

@@ -57,6 +57,7 @@ class ScheduleClock:
         has ended (`live(child_id)`: still queued or running). The next time is the first one
         after `now`, however many were missed."""
         waves = []
+        made: set[str] = set()  # this call's waves' ids: none is in the batch yet
         for s in self._schedules:
             if s.id not in self._next or now < self._next[s.id]:
                 continue
@@ -66,10 +67,11 @@ class ScheduleClock:
                 continue
             self._waves[s.id] += 1
             wave = _wave(s, self._waves[s.id])
-            while any(self._id_taken(t.id) for t in wave):
+            while any(self._id_taken(t.id) or t.id in made for t in wave):
                 self._waves[s.id] += 1
                 wave = _wave(s, self._waves[s.id])
             self._last_wave[s.id] = tuple(t.id for t in wave)
+            made.update(self._last_wave[s.id])
             waves.append(wave)
         return waves
 

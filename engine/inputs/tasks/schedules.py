@@ -77,6 +77,15 @@ def load_schedules(
         # A template is one wave's tasks, counted on its own (a wave is a task file's worth).
         drafts = expand(template, src, (*key, "task"), defaults, Room(max_tasks), wave=True)
         tasks = finish(drafts).tasks
+        # Two schedules whose templates share a task id would make waves of one id (`x-w1`
+        # twice): the same child twice in the batch, which then never ended.
+        for task in tasks:
+            if other := next((s for s in out if any(t.id == task.id for t in s.tasks)), None):
+                message = (
+                    f"schedule {other.id!r} has a task {task.id!r} too: their waves would"
+                    f" share ids ({task.id}-w1); give this template another id"
+                )
+                raise src.error((*key, "task", "id"), "schedules.task.id", message)
         out.append(
             Schedule(
                 id=schedule_id,
