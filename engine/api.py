@@ -373,6 +373,7 @@ class Engine(CommandMethods):
             held=c.hold if c else None,
             limits=self.limits(),
             own=self._own,
+            scheduled=c is not None and c.scheduled and self.status is BatchStatus.RUNNING,
         )
 
     def _unstarted(self) -> tuple[ChildRow, ...]:

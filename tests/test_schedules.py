@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.settings import Budget
@@ -99,11 +100,18 @@ def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> Non
             clock.now += 60
             until(lambda n=n: engine.snapshot().totals.completed == n, timeout=60)
         assert [c.id for c in engine.snapshot().children] == ["scan-w1", "scan-w2"]
+        assert engine.snapshot().scheduled  # none live, and more waves to come (the TUI's X, q)
+        attached = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id)
+        assert attached.snapshot().scheduled  # as `run` on a terminal sees it
         engine.stop_all()
         assert engine.wait(60)
+        until(lambda: attached.snapshot().status is BatchStatus.STOPPED, timeout=30)
+        assert not attached.snapshot().scheduled
+        attached.close()
     finally:
         engine.close()
     assert engine.status is BatchStatus.STOPPED
+    assert not engine.snapshot().scheduled
 
 
 def test_max_runs_counts_across_waves_and_ends_the_batch(

@@ -57,6 +57,7 @@ from flightdeck.engine.records.rows import (
     child_row,
     own_tasks,
     receipt,
+    stored_spec,
 )
 
 # The children's columns a run changes, in CHILD_COLUMNS order after the id: status (index 7 of
@@ -103,6 +104,7 @@ class BatchReading:
         self._at: dict[str, int] = {}  # each child's place in _order
         self._facts = Facts()
         self._own: frozenset[str] | None = None  # the batch's own tasks: its units' members
+        self._schedules = False  # whether its spec has schedules (read with _own)
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
@@ -180,6 +182,7 @@ class BatchReading:
             self._totals = self._tally.totals()
         if self._own is None:  # a batch's spec never changes: read once
             self._own = own_tasks(info.spec_json)
+            self._schedules = bool(stored_spec(info.spec_json).get("schedules"))
         if events is not None:
             self._facts.units(rows, self._own, events, self._units_told)
             self._facts.batch(was, info, events)
@@ -202,6 +205,9 @@ class BatchReading:
             held=info.held if running else None,
             limits=self._limits_of(info, rows),
             own=self._own,
+            # Until a stop-all or a budget ends the schedules, which then ends the batch
+            # once its last child has: a running batch's schedules may fire.
+            scheduled=running and self._schedules,
         )
 
     def _rows_of(

@@ -168,6 +168,11 @@ class Coordinator:
         )
 
     @property
+    def scheduled(self) -> bool:
+        """Whether a schedule may still start waves (none stopped them, nor a budget)."""
+        return self._parts.arrivals.scheduled
+
+    @property
     def hold(self) -> str | None:
         """Why admission is held, every hold that is on in one sentence; None: it is not."""
         holds = [*self._parts.pauses.holds(), *self._parts.soft.holds()]

@@ -360,6 +360,9 @@ class Snapshot:
     # The batch's own tasks' ids, the same set every snapshot (model/units.py: who is in which
     # completion unit); None: not known (a snapshot made by hand: every task counts as one).
     own: frozenset[str] | None = None
+    # Whether a schedule may still start waves: a running batch with no child live goes on
+    # (the TUI's stop all and quit then act on the batch itself).
+    scheduled: bool = False
 
     def child(self, child_id: str) -> ChildRow | None:
         """The row of `child_id`; None if the batch has no such child."""

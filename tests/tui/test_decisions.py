@@ -128,6 +128,26 @@ def test_quit_exits_at_once_with_nothing_live_else_asks_once(tmp_path: Path) -> 
     assert quit.pressed(view) != ()  # type: ignore[arg-type]  # answered: it may ask again
 
 
+def test_between_two_waves_quit_and_stop_all_still_act_on_the_scheduled_batch(
+    tmp_path: Path,
+) -> None:
+    # Found walking the fleet: with no child live between two waves, `q` detached at once and
+    # `X` was hidden and did nothing, the batch firing wave after wave with nobody watching.
+    rows = rows_of(tmp_path, S.COMPLETED)
+    between = dataclasses.replace(snapshot(tmp_path, rows), scheduled=True)
+    (ask,) = batch.Quit().pressed(Viewed(between))  # type: ignore[arg-type]
+    assert isinstance(ask, Ask) and isinstance(ask.dialog, QuitDialog)
+    assert tuple(ask.then(QuitChoice.STOP)) == (Send(StopAll()), Exit(stopped=True))
+    (ask,) = batch.stop_all(rows, between)
+    assert isinstance(ask, Ask) and isinstance(ask.dialog, ConfirmStopDialog)
+    assert "no more waves" in ask.dialog.heading
+    assert tuple(ask.then(True)) == (Send(StopAll()), Say("stop requested: no more waves"), Poll())
+    # Without schedules (or once they ended) nothing is left to stop: quit at once, X says nothing.
+    ended = snapshot(tmp_path, rows)
+    assert tuple(batch.Quit().pressed(Viewed(ended))) == (Exit(stopped=False),)  # type: ignore[arg-type]
+    assert batch.stop_all(rows, ended) == ()
+
+
 def test_continuing_admission_the_soft_budget_still_holds_says_so(tmp_path: Path) -> None:
     # Found by an audit: P over a batch held by the operator and the soft budget said
     # "admission continued: children start again", and none started: the soft budget held on.

@@ -41,16 +41,18 @@ def pause_admission(snap: Snapshot | None) -> Decision:
     return (Send(PauseAdmission() if on else ContinueAdmission()), Say(text), Poll())
 
 
-def stop_all(rows: Mapping[str, ChildRow]) -> Decision:
-    """Confirm, then stop every live child."""
+def stop_all(rows: Mapping[str, ChildRow], snap: Snapshot | None = None) -> Decision:
+    """Confirm, then stop every live child; with none, a batch that still runs (its schedules
+    wait for their next wave) is stopped as a whole."""
     ids = sorted((i for i, r in rows.items() if r.status.live), key=lambda i: rows[i].seq)
-    if not ids:
+    if not ids and not waiting_for_waves(snap):
         return ()
 
     def answered(confirmed: bool | None) -> Decision:
         if not confirmed:
             return ()
-        return (Send(StopAll()), Say(f"stop requested for all {len(ids)}"), Poll())
+        said = f"stop requested for all {len(ids)}" if ids else "stop requested: no more waves"
+        return (Send(StopAll()), Say(said), Poll())
 
     return (Ask(ConfirmStopDialog(ids, everything=True), answered),)
 
@@ -83,8 +85,9 @@ class Quit:
     def pressed(self, view: EngineView) -> Decision:
         if self.asking:
             return ()
-        live = _live(view.snapshot())
-        if not live or view.read_only:
+        snap = view.snapshot()
+        live = _live(snap)
+        if (not live and not waiting_for_waves(snap)) or view.read_only:
             return (Exit(stopped=False),)
 
         def answered(choice: QuitChoice | None) -> Decision:
@@ -104,11 +107,20 @@ def _live(snap: Snapshot) -> int:
     return sum(1 for row in snap.children if row.status.live)
 
 
+def waiting_for_waves(snap: Snapshot | None) -> bool:
+    """Whether the batch runs on with no child live: a scheduled batch between two waves (any
+    other ends as its last child does). Nothing to stop but the batch itself, which would
+    otherwise fire wave after wave, the UI gone."""
+    if snap is None or not snap.scheduled or snap.status is not BatchStatus.RUNNING:
+        return False
+    return not any(row.status.live for row in snap.children)
+
+
 def moot(view: EngineView) -> str | None:
     """Why stopping all is moot now (no child runs any more, or nothing would apply a stop:
     the owner is gone), or None."""
     snap = view.snapshot()
-    if not _live(snap):
+    if not _live(snap) and not waiting_for_waves(snap):
         running = snap.status is BatchStatus.RUNNING
         what = "no child runs any more" if running else f"the batch has ended ({snap.status.value})"
         return f"{what}: nothing left to stop"

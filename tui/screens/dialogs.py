@@ -243,7 +243,9 @@ class ConfirmStopDialog(_ConfirmTargets):
         query: str | None = None,
     ) -> None:
         n = _children(len(child_ids))
-        if everything:
+        if everything and not child_ids:  # a scheduled batch between two waves
+            heading = "Stop the batch? No child runs now; its schedules start no more waves."
+        elif everything:
             heading = f"Stop all {n}?"
         else:
             heading = f"Stop {n}{_matching(query)}{_ended(ended, ended_of)}?"
@@ -321,6 +323,16 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         """The heading, the note and the stop button's label, as the batch is now."""
         if self.moot_said is not None:
             return one_line(self.moot_said, 300), "Quitting stops nothing.", "Quit  s"
+        if not self.live:  # a scheduled batch between two waves: it runs on if left
+            if self.detach:
+                note = (
+                    "Detach leaves it running, wave after wave (attach again with"
+                    " `flightdeck attach`); stopping ends it. Finished work is already saved."
+                )
+            else:
+                note = "Quitting ends it; finished work is already saved."
+            heading = "No child runs now, but the batch goes on: its schedules start more waves."
+            return heading, note, "Stop and quit  s"
         verb = "is" if self.live == 1 else "are"
         if self.detach:
             note = (

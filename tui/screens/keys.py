@@ -9,6 +9,7 @@ from functools import partial
 
 from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.tui.screens import targets
+from flightdeck.tui.screens.batch import waiting_for_waves
 from flightdeck.tui.screens.decisions import Decision, Say
 from flightdeck.tui.screens.review import refusal
 from flightdeck.tui.view import EngineView
@@ -346,8 +347,9 @@ def applies(
         # screen lay out, 30-130 ms that the next key waited behind (issue 31).
         looping = any(r.loop is not None and r.status.live for r in table.rows_by_id.values())
         return None if looping else False
-    if action == "stop_all":
-        return any(row.status.live for row in table.rows_by_id.values())
+    if action == "stop_all":  # a scheduled batch between two waves has none live
+        live = any(row.status.live for row in table.rows_by_id.values())
+        return live or waiting_for_waves(snap)
     if action == "pause_admission":
         return snap is None or snap.status is BatchStatus.RUNNING
     if action in ("tag", "tag_group"):

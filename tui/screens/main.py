@@ -311,7 +311,7 @@ class MainScreen(Screen[None]):
         self.order(batch.pause_admission(self.snapshot))
 
     def action_stop_all(self) -> None:
-        self.order(batch.stop_all(self.table.rows_by_id))
+        self.order(batch.stop_all(self.table.rows_by_id, self.snapshot))
 
     def action_limits(self) -> None:
         """The limits dialog: the live limits, editable."""
