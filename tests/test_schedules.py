@@ -15,6 +15,9 @@ from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, load_batch
 from flightdeck.engine.model import BatchStatus, ChildStatus
+from flightdeck.engine.records.markdown import render_markdown
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.report import build_report
 
 from helpers import flightdeck, settings, sim_route, until
 
@@ -112,6 +115,12 @@ def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> Non
         engine.close()
     assert engine.status is BatchStatus.STOPPED
     assert not engine.snapshot().scheduled
+    # No wave ran as it was stopped: the report still says who stopped the batch, and how.
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+    [stop] = report["stops"]
+    assert stop["child_id"] is None and "no more waves" in stop["reason"], stop
+    assert "| (schedules) | stop | stopped by operator (stop all)" in render_markdown(report)
 
 
 def test_max_runs_counts_across_waves_and_ends_the_batch(

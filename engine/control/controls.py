@@ -159,6 +159,10 @@ class Controls:
                     [c.task.id for c in slots.children], "stopped by operator (stop all)"
                 )
                 if self._arrivals.scheduled:  # a scheduled batch ends only this way
+                    # The batch's own stop (no child): its report said `stopped` and "No steers
+                    # or stops" when no wave was running.
+                    why = "stopped by operator (stop all): the schedules end, no more waves"
+                    self._recorder.record_event(None, "stop", why)
                     self._arrivals.end_schedules()
                     self.stopped_by_stop_all += 1
             case Pause(ids):

@@ -160,9 +160,10 @@ class SteerReceipt:
 
 @record
 class StopRecord:
-    """A stop the store recorded: the child, when it was asked for, and why."""
+    """A stop the store recorded: the child (None: the batch's schedules), when it was asked
+    for, and why."""
 
-    child_id: str
+    child_id: str | None
     ts: float
     reason: str
 

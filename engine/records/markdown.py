@@ -177,7 +177,16 @@ def _operator(
         for s in steers
     ]
     rows += [
-        (s["requested"], [s["requested"], _cell(s["child_id"]), "stop", _cell(s["reason"]), ""])
+        (
+            s["requested"],
+            [
+                s["requested"],
+                "(schedules)" if s["child_id"] is None else _cell(s["child_id"]),
+                "stop",
+                _cell(s["reason"]),
+                "",
+            ],
+        )
         for s in stops
     ]
     rows += [

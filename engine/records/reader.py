@@ -188,16 +188,19 @@ class StoreReader:
         return [(float(r[0]), r[1], str(r[2]), str(r[3])) for r in rows]
 
     def stops(self, batch_id: str) -> list[StopRecord]:
-        """The stops asked for in a batch (by the operator, a stop-all), oldest first."""
+        """The stops asked for in a batch (by the operator, a stop-all), oldest first; one of
+        the batch itself (its schedules ended by a stop-all) has no child."""
         with self._lock:
             if not self._check_ready():
                 return []
             rows = self._conn.execute(
                 "SELECT child_id, ts, detail FROM events"
-                " WHERE batch_id = ? AND kind = 'stop' AND child_id IS NOT NULL ORDER BY id",
+                " WHERE batch_id = ? AND kind = 'stop' ORDER BY id",
                 (batch_id,),
             ).fetchall()
-        return [StopRecord(str(r[0]), float(r[1]), str(r[2])) for r in rows]
+        return [
+            StopRecord(None if r[0] is None else str(r[0]), float(r[1]), str(r[2])) for r in rows
+        ]
 
     # Everything below runs with the lock held.
 
