@@ -71,6 +71,25 @@ def test_a_header_counts_its_members_by_status_and_sums_their_cost(tmp_path: Pat
     assert "\x1b" not in text and "\n" not in text and text.startswith("▾ [b]x")
 
 
+def test_a_header_counts_superseded_delegates_apart_as_the_meter_does(tmp_path: Path) -> None:
+    # Found walking the fleet: a retried parent's first delegates, stopped with it, read
+    # `8 children: 6 ✓ 2 ■` under the meter's `■ 0 stopped` and the report's `stopped 0`.
+    def row(seq: int, status: ChildStatus, superseded: bool = False) -> ChildRow:
+        base = child(seq, f"task {seq}", status, folder=tmp_path, cost="0.0010", started=1.0)
+        return dataclasses.replace(base, superseded=superseded)
+
+    rows = [
+        row(1, ChildStatus.COMPLETED),
+        row(2, ChildStatus.STOPPED, superseded=True),
+        row(3, ChildStatus.STOPPED, superseded=True),
+        row(4, ChildStatus.STOPPED),
+    ]
+    text, _ = group_header("no group", group_summary(rows, ()), folded=False)
+    assert text == "▾ no group  4 children: 1 ✓ 1 ■, 2 superseded  $0.004"
+    text, _ = group_header("no group", group_summary(rows[1:3], ()), folded=False)
+    assert text == "▾ no group  2 children: 2 superseded  $0.002"
+
+
 def test_the_lines_place_each_row_in_its_unit_in_whatever_order_the_rows_come(
     tmp_path: Path,
 ) -> None:

@@ -401,10 +401,16 @@ class GroupSummary:
     cost: Decimal | None = Decimal(0)  # None: a member's price is unknown
     tagged: int = 0
     delegates: int = 0  # a unit's: its members' delegates (their cost is in `cost`)
+    # Delegates of their parents' earlier attempts: history, apart, as the meter and the report
+    # count them (`■` beside the meter's `■ 0 stopped` read as stopped children).
+    superseded: int = 0
 
     def add(self, row: ChildRow, tagged: bool, *, delegate: bool = False) -> None:
         if delegate:
             self.delegates += 1
+        elif row.superseded and row.status.terminal:
+            self.members += 1
+            self.superseded += 1
         else:
             self.members += 1
             self.by_status[row.status] = self.by_status.get(row.status, 0) + 1
@@ -431,6 +437,8 @@ def group_header(name: str, summary: GroupSummary, folded: bool) -> Cell:
     by_status = " ".join(f"{counts[s]} {GLYPHS[s][0]}" for s in _COUNT_ORDER if counts.get(s))
     if made := summary.delegates:
         by_status += f", {made} delegate{'' if made == 1 else 's'}"
+    if summary.superseded:
+        by_status += f"{', ' if by_status else ''}{summary.superseded} superseded"
     noun = "child" if summary.members == 1 else "children"
     text = (
         f"{FOLDED if folded else UNFOLDED} {one_line(name, GROUP_CHARS)}  "
