@@ -324,3 +324,15 @@ def test_two_waves_due_at_once_never_share_an_id() -> None:
     clock = ScheduleClock((a, b), T0)
     ids = [t.id for wave in clock.due(T0 + 60, never_live) for t in wave]
     assert ids == ["scan-w1", "scan-w2"]
+
+
+def test_wave_in_a_templates_group_is_refused_not_left_as_text(tmp_path: Path) -> None:
+    # Found walking the fleet: `group = "g{wave}"` made every wave's group the text `g{wave}`.
+    path = tmp_path / "b.toml"
+    path.write_text(
+        '[[schedules]]\nevery = "5s"\n[schedules.task]\ngroup = "g{wave}"\ngoal = "x"\n'
+    )
+    with pytest.raises(SpecError) as err:
+        load_batch(path)
+    text = str(err.value)
+    assert f"{path}:4" in text and "schedules.task.group" in text and "{wave}" in text, text
