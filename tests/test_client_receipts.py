@@ -338,3 +338,20 @@ def test_continue_of_admission_the_soft_budget_still_holds_says_how_to_lift_it(
         assert main(["stop", batch_id, "--all", *state]) == 0  # else it holds on to the end
     finally:
         ended(owner, hold)
+
+
+def test_stop_all_of_a_scheduled_batch_says_its_schedules_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found walking the fleet: `stop B --all` between two waves printed `stop applied: every
+    # child`, no child stopped, and what it did (the waves end, so the batch) went unsaid.
+    schedule = '[[schedules]]\nid = "scan"\nevery = "1000s"\n[schedules.task]\ngoal = "w"\n'
+    owner, batch_id, hold = sim_owner(tmp_path, ["a"], pool=2, task=schedule)
+    state = ("--state-dir", str(tmp_path / "state"))
+    try:
+        assert main(["stop", batch_id, "--all", *state]) == 0
+        out = capsys.readouterr().out
+        assert out == "stop applied: every child; the schedules end, no more waves\n", out
+        assert owner.wait(60) == 1  # stopped: a ended stopped, no wave comes
+    finally:
+        ended(owner, hold)

@@ -226,6 +226,14 @@ def _receipt_line(receipt: SteerReceipt, now: bool, waits: str | None) -> str:
     return line
 
 
+def _scheduled(client: Client) -> bool:
+    """Whether the batch has schedules (their waves go on until a stop-all)."""
+    from flightdeck.engine.records.rows import stored_spec
+
+    info = client.info()
+    return info is not None and bool(stored_spec(info.spec_json).get("schedules"))
+
+
 def cmd_stop(args: argparse.Namespace) -> ExitCode:
     """`flightdeck stop`: stop children of a running batch (or all); returns once the owner
     has applied it."""
@@ -239,7 +247,10 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
     with batch_client(args) as client:
         if args.all:
             rid = sent(client, StopAll())
-            return until_applied(client, rid, "stop applied: every child")
+            done = "stop applied: every child"
+            if _scheduled(client):  # what ends it: between two waves no child was stopped
+                done += "; the schedules end, no more waves"
+            return until_applied(client, rid, done)
         ids, counted = _targets(args, client, row_filter, "stop")
         rows = client.rows()
         if not counted:  # named: say which had ended, as a query's count does
