@@ -340,7 +340,7 @@ def test_continue_of_admission_the_soft_budget_still_holds_says_how_to_lift_it(
         ended(owner, hold)
 
 
-def test_stop_all_of_a_scheduled_batch_says_its_schedules_end(
+def test_wait_and_stop_all_of_a_scheduled_batch_say_its_schedules(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Found walking the fleet: `stop B --all` between two waves printed `stop applied: every
@@ -349,9 +349,23 @@ def test_stop_all_of_a_scheduled_batch_says_its_schedules_end(
     owner, batch_id, hold = sim_owner(tmp_path, ["a"], pool=2, task=schedule)
     state = ("--state-dir", str(tmp_path / "state"))
     try:
-        assert main(["stop", batch_id, "--all", *state]) == 0
-        out = capsys.readouterr().out
-        assert out == "stop applied: every child; the schedules end, no more waves\n", out
+        waiting = flightdeck_process("wait", batch_id, cwd=tmp_path)
+        try:
+            assert waiting.stderr is not None
+            said = read_until(waiting.stderr.fileno(), "is reached\n")  # why it may wait long
+            assert said.splitlines()[1:] == [
+                f"its schedules fire until it is stopped (`flightdeck stop {batch_id} --all "
+                f"--state-dir {tmp_path / 'state'}`), or until [budget] max_runs or "
+                "max_cost_usd is reached"
+            ], said
+            assert main(["stop", batch_id, "--all", *state]) == 0
+            out = capsys.readouterr().out
+            assert out == "stop applied: every child; the schedules end, no more waves\n", out
+            assert waiting.wait(60) == 1  # stopped
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+            waiting.communicate()
         assert owner.wait(60) == 1  # stopped: a ended stopped, no wave comes
     finally:
         ended(owner, hold)

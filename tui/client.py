@@ -372,12 +372,17 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
                 return ExitCode.OK if status == "completed" else ExitCode.INCOMPLETE
             if not said:  # what it waits for, on stderr (stdout is the outcome, for scripts)
                 said = True
-                console_for(stderr=True).print(
-                    Text(
-                        f"waiting for batch {one_line(args.batch_id, 60)} to end (owner pid "
-                        f"{owner.pid}); Ctrl+C stops waiting, the batch runs on"
-                    )
+                line = (
+                    f"waiting for batch {one_line(args.batch_id, 60)} to end (owner pid "
+                    f"{owner.pid}); Ctrl+C stops waiting, the batch runs on"
                 )
+                if _scheduled(client):  # else it waited for ever, saying nothing of why
+                    stop = command_line(client.db.parent, "stop", client.batch_id, "--all")
+                    line += (
+                        f"\nits schedules fire until it is stopped (`{stop}`), or until"
+                        " [budget] max_runs or max_cost_usd is reached"
+                    )
+                console_for(stderr=True).print(Text(line))
             held = say_held(client, held)  # nothing new starts: it may wait on the operator
             paused = _say_paused(client, paused)  # nor does the batch end while they are
             time.sleep(WAIT_EVERY_S)
