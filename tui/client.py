@@ -226,14 +226,6 @@ def _receipt_line(receipt: SteerReceipt, now: bool, waits: str | None) -> str:
     return line
 
 
-def _scheduled(client: Client) -> bool:
-    """Whether the batch has schedules (their waves go on until a stop-all)."""
-    from flightdeck.engine.records.rows import stored_spec
-
-    info = client.info()
-    return info is not None and bool(stored_spec(info.spec_json).get("schedules"))
-
-
 def cmd_stop(args: argparse.Namespace) -> ExitCode:
     """`flightdeck stop`: stop children of a running batch (or all); returns once the owner
     has applied it."""
@@ -248,7 +240,7 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
         if args.all:
             rid = sent(client, StopAll())
             done = "stop applied: every child"
-            if _scheduled(client):  # what ends it: between two waves no child was stopped
+            if client.scheduled():  # what ends it: between two waves no child was stopped
                 done += "; the schedules end, no more waves"
             return until_applied(client, rid, done)
         ids, counted = _targets(args, client, row_filter, "stop")
@@ -376,7 +368,7 @@ def cmd_wait(args: argparse.Namespace) -> ExitCode:
                     f"waiting for batch {one_line(args.batch_id, 60)} to end (owner pid "
                     f"{owner.pid}); Ctrl+C stops waiting, the batch runs on"
                 )
-                if _scheduled(client):  # else it waited for ever, saying nothing of why
+                if client.scheduled():  # else it waited for ever, saying nothing of why
                     stop = command_line(client.db.parent, "stop", client.batch_id, "--all")
                     line += (
                         f"\nits schedules fire until it is stopped (`{stop}`), or until"

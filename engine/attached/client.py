@@ -26,7 +26,7 @@ from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
 from flightdeck.engine.records.processes import still_running
 from flightdeck.engine.records.reader import StoreReader, require_state
 from flightdeck.engine.records.requests import RequestRow, RequestState, read_request, submit
-from flightdeck.engine.records.rows import BatchInfo, batch_columns, batch_info
+from flightdeck.engine.records.rows import BatchInfo, batch_columns, batch_info, stored_spec
 from flightdeck.engine.records.schema import connect
 from flightdeck.engine.triage.outliers import batch_medians
 from flightdeck.engine.triage.query import QueryError, RowFilter, parse_filter
@@ -144,6 +144,11 @@ class Client:
         """The batch's row (abandoned if its owner is gone), or None if there is no such batch."""
         with StoreReader(self.db) as reader:
             return reader.batch(self.batch_id)
+
+    def scheduled(self) -> bool:
+        """Whether the batch has schedules (their waves go on until a stop-all or a budget)."""
+        row = self._row()
+        return row is not None and bool(stored_spec(row.spec_json).get("schedules"))
 
     def held(self) -> str | None:
         """Why the batch's admission is held (paused by the operator, the soft budget), or

@@ -205,8 +205,7 @@ class BatchReading:
             held=info.held if running else None,
             limits=self._limits_of(info, rows),
             own=self._own,
-            # Until a stop-all or a budget ends the schedules, which then ends the batch
-            # once its last child has: a running batch's schedules may fire.
+            # A running batch's schedules may fire, till a stop-all or a budget ends them.
             scheduled=running and self._schedules,
         )
 

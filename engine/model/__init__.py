@@ -71,9 +71,7 @@ class SteerState(StrEnum):
     MISSED = "missed"
 
 
-# Tokens estimated from characters, where no count has come yet (a stream cut short, an agent
-# CLI's message before its turn's result): about right for English and code on current
-# tokenizers. Here, so the CLI formats share it with the providers.
+# Characters to a token, in an estimate where no count has come (providers and CLI formats).
 CHARS_PER_TOKEN = 4
 
 
@@ -160,8 +158,7 @@ class SteerReceipt:
 
 @record
 class StopRecord:
-    """A stop the store recorded: the child (None: the batch's schedules), when it was asked
-    for, and why."""
+    """A stop the store recorded: the child (None: the batch's schedules), when, and why."""
 
     child_id: str | None
     ts: float
@@ -361,8 +358,7 @@ class Snapshot:
     # The batch's own tasks' ids, the same set every snapshot (model/units.py: who is in which
     # completion unit); None: not known (a snapshot made by hand: every task counts as one).
     own: frozenset[str] | None = None
-    # Whether a schedule may still start waves: a running batch with no child live goes on
-    # (the TUI's stop all and quit then act on the batch itself).
+    # A schedule may still start waves: with no child live, stop all and quit act on the batch.
     scheduled: bool = False
 
     def child(self, child_id: str) -> ChildRow | None:

@@ -77,8 +77,6 @@ def load_schedules(
         # A template is one wave's tasks, counted on its own (a wave is a task file's worth).
         drafts = expand(template, src, (*key, "task"), defaults, Room(max_tasks), wave=True)
         tasks = finish(drafts).tasks
-        # Two schedules whose templates share a task id would make waves of one id (`x-w1`
-        # twice): the same child twice in the batch, which then never ended.
         for task in tasks:
             if task.group is not None and "{wave}" in task.group:
                 # Left as it was, `{wave}` and all: a wave fills its goal and context alone.
@@ -86,6 +84,8 @@ def load_schedules(
                     "{wave} is filled in goal and context only: a wave's group is its template's"
                 )
                 raise src.error((*key, "task", "group"), "schedules.task.group", message)
+            # Two schedules whose templates share a task id would make waves of one id (`x-w1`
+            # twice): the same child twice in the batch, which then never ended.
             if other := next((s for s in out if any(t.id == task.id for t in s.tasks)), None):
                 message = (
                     f"schedule {other.id!r} has a task {task.id!r} too: their waves would"
