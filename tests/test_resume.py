@@ -622,9 +622,7 @@ def test_resume_words_an_unpriced_lost_attempt_as_the_summary_does(tmp_path: Pat
     done = flightdeck("resume", batch_id, "--no-rerun", "--state-dir", "state", cwd=tmp_path)
     lines = done.stdout.splitlines()
     assert "lost attempts: $? (re-runs after a lost owner or worker), in the cost" in lines, lines
-    assert (
-        lines[-1] == "resumed: 0 re-run, 1 left unknown; their lost attempts cost $? (1 unknown)"
-    )
+    assert lines[-1] == "resumed: 0 re-run, 1 left unknown; their lost attempts cost $? (1 unknown)"
     assert "cost $0.00" not in done.stdout
 
 
