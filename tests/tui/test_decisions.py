@@ -179,7 +179,8 @@ def test_many_engine_facts_between_polls_are_one_toast(tmp_path: Path) -> None:
     assert notices.flush() == []
     for row in rows.values():
         notices.child_finished(row)
-    assert tuple(notices.flush()) == (Say("4 updates (4 failures)"),)
+    # A warning, as its failures each were: shown as information, the sum read as good news.
+    assert tuple(notices.flush()) == (Say("4 updates (4 failures)", "warning"),)
 
 
 def test_a_trickle_of_failures_keeps_at_most_three_toasts_on_screen(tmp_path: Path) -> None:

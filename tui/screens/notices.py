@@ -97,8 +97,10 @@ class Notices:
         if self._notices and room > 0:
             notices, self._notices = self._notices, []
             shown = [say for say, _ in notices]
-            if len(notices) > room:
-                shown = [Say(_summed([kind for _, kind in notices]))]
+            if len(notices) > room:  # a warning if one of them is: a failure is in the sum
+                warns = any(say.severity != "information" for say in shown)
+                severity: SeverityLevel = "warning" if warns else "information"
+                shown = [Say(_summed([kind for _, kind in notices]), severity)]
             told.extend(now for _ in shown)
         batch, self._batch_notices = self._batch_notices, []
         return [*shown, *batch]
