@@ -29,6 +29,8 @@ ANTHROPIC = "sk-ant-api03-" + "Fk3yQ_w-" * 11 + "AA"
 OPENAI = "sk-proj-" + "Fk3yZx9" * 20
 GITHUB = "ghp_" + "Fk3yZx" * 6
 GOOGLE = "AIza" + "SyFk3yZx9_" * 3 + "Fk3yZ"
+GROQ = "gsk_" + "Fk3yZx9q" * 7
+XAI = "xai-" + "Fk3yZx9q" * 10
 HEAD = '[engine]\ndefault_route = "cli"\n\n[routes.cli]\nprovider = "command"\n'
 
 
@@ -61,6 +63,8 @@ PASTED = [
     ),
     (f'argv = ["env", "GH_TOKEN={GITHUB}", "gh", "{{goal}}"]\n', 6, "argv.1", GITHUB),
     (f'argv = ["gemini", "--key", "{GOOGLE}", "{{goal}}"]\n', 6, "argv.2", GOOGLE),
+    (f'argv = ["mycli", "--groq-key={GROQ}", "{{goal}}"]\n', 6, "argv.1", GROQ),
+    (f'argv = ["mycli", "--key", "{XAI}", "{{goal}}"]\n', 6, "argv.2", XAI),
     (
         'argv = ["mycli", "{goal}"]\nformat = "codex-json"\n'
         f'resume_argv = ["mycli", "resume", "{{session}}", "--api-key={ANTHROPIC}"]\n',
@@ -74,7 +78,7 @@ PASTED = [
 @pytest.mark.parametrize(
     ("route", "line", "field", "key"),
     PASTED,
-    ids=["whole", "api-key=", "bearer", "env-github", "google", "resume_argv"],
+    ids=["whole", "api-key=", "bearer", "env-github", "google", "groq", "xai", "resume_argv"],
 )
 def test_a_key_in_argv_is_refused_at_its_line_without_showing_it(
     tmp_path: Path, route: str, line: int, field: str, key: str
@@ -107,6 +111,8 @@ ORDINARY = [
     'model_providers.x={{name="x", base_url="http://127.0.0.1:8080/v1"}}',
     "sk-some-long-hyphenated-project-name",  # no digit: a name, not a token
     "/data/sk-learn-model-2024-final",  # no capital: a path, not a token
+    "gsk_pipeline_config_2024",
+    "xai-grok-2-latest",
     "--run=sk-2024-experiment-run-12-final-v2-b",
     "task-sk-0123456789abcdefghij",  # sk- inside a word starts no key
     "3f2a9c1e4b5d6f708192a3b4c5d6e7f8091a2b3c",  # a git sha

@@ -9,12 +9,15 @@ import re
 # match: `sk-` then 32 or more token characters, digits, capitals and small letters among them
 # as a random key has ("sk-some-long-hyphenated-name" or a path's "sk-learn-model-2024-final"
 # is no key), covers OpenAI's `sk-`, `sk-proj-`, `sk-svcacct-` and Anthropic's `sk-ant-api03-`,
-# `sk-ant-oat01-`; GitHub's `ghp_` (and gho_, ghu_, ghs_, ghr_) and `github_pat_` tokens;
-# Google's `AIza` and 35 more. Not inside a word: "desk-…" or "task-sk-…" starts no key.
+# `sk-ant-oat01-`; Groq's `gsk_` and xAI's `xai-` alike (40 or more); GitHub's `ghp_` (and
+# gho_, ghu_, ghs_, ghr_) and `github_pat_` tokens; Google's `AIza` and 35 more. Not inside a
+# word: "desk-…" or "task-sk-…" starts no key.
 _TOKEN = "[A-Za-z0-9_-]"
+_ALNUM = "[A-Za-z0-9]"
 _KEY = re.compile(
     r"(?<![A-Za-z0-9_-])"
     rf"(?:sk-(?={_TOKEN}*[0-9])(?={_TOKEN}*[A-Z])(?={_TOKEN}*[a-z]){_TOKEN}{{32,}}"
+    rf"|(?:gsk_|xai-)(?={_ALNUM}*[0-9])(?={_ALNUM}*[A-Z])(?={_ALNUM}*[a-z]){_ALNUM}{{40,}}"
     r"|gh[pousr]_[A-Za-z0-9]{36,}"
     r"|github_pat_[A-Za-z0-9_]{22,}"
     r"|AIza[A-Za-z0-9_-]{35})"
