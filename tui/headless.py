@@ -101,19 +101,16 @@ def run_headless(
         show_notices()
 
 
-def held_text(held: str | None, batch_id: str, state_dir: Path | None = None) -> Text:
-    """The line said when admission is held (and how to continue it), or released; with
-    `state_dir`, its commands name that folder, and a soft budget's hold says how to lift it
-    too."""
+def held_text(held: str | None, batch_id: str, state_dir: Path) -> Text:
+    """The line said when admission is held (and how to continue it), or released. Its
+    commands name `state_dir` (pasted into another shell, whose default folder may differ),
+    and a soft budget's hold says how to lift it too."""
     if held is None:
         return Text("admission released: children start again", style="cyan")
     line = f"admission held: {one_line(held, 200)}"
     if OPERATOR_HOLD in held:
-        go_on = f"flightdeck continue {batch_id}"
-        if state_dir is not None:  # pasted into another shell, whose default folder may differ
-            go_on = command_line(state_dir, "continue", batch_id)
-        line += f" (`{go_on}` continues it)"
-    if state_dir is not None and held.replace(OPERATOR_HOLD, "").strip("; "):
+        line += f" (`{command_line(state_dir, 'continue', batch_id)}` continues it)"
+    if held.replace(OPERATOR_HOLD, "").strip("; "):
         # The other hold is the soft budget's, which `continue` does not lift.
         line += ". " + soft_lift(state_dir, batch_id)
     return Text(line, style="bold cyan")
