@@ -67,13 +67,12 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
 def _say_not_running(client: Client, status: str, pid: int) -> None:
     """On stderr (stdout keeps the limits' lines, for scripts): these are not a running
     batch's limits, and why."""
-    from flightdeck.tui.client import abandoned
+    from flightdeck.tui.client import abandoned, say_error
 
     if status == "abandoned":
-        text = abandoned(client, pid) + "; its limits when the owner died:"
+        say_error(abandoned(client, pid) + "; its limits when the owner died:")
     else:
-        text = f"batch {client.batch_id} has ended ({status}); its limits when it ended:"
-    console_for(stderr=True).print(Text(f"flightdeck: {one_line(text)}"))
+        say_error(f"batch {client.batch_id} has ended ({status}); its limits when it ended:")
 
 
 def _limit_change(args: argparse.Namespace, current: Limits) -> dict[str, object]:
