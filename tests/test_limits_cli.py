@@ -271,3 +271,29 @@ def test_limits_of_a_batch_not_running_say_so_and_a_change_to_an_ended_one_is_re
         f"flightdeck: batch {batch_id} has ended (completed): its limits can no longer change\n"
     )
     assert limit_requests(state_dir / "flightdeck.db") == 0
+
+
+@pytest.mark.slow
+def test_a_soft_budget_under_the_spend_says_it_holds_admission_with_its_applied(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: `limits --soft-cost` under what was spent said "limits applied"
+    # alone; the hold it made came a step later, so only another `limits` showed it.
+    with CountingServer() as server:
+        server.hold()  # every request waits: two children stay running, nothing spent
+        folder = project(tmp_path, server, 6, pool=2)
+        owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+        try:
+            until(lambda: server.total_runs() == 2)
+            with StoreReader(folder / "state" / "flightdeck.db") as reader:
+                batch_id = reader.latest_batch_id()
+            assert batch_id is not None
+            code, out, err = run(folder, "limits", batch_id, "--soft-cost", "0")
+            assert code == 0, err
+            lines = out.splitlines()
+            assert lines[0] == "limits applied: soft budget $0.00", out
+            assert lines[1:] == ["held: soft budget $0.00 reached: spent $0.00"], out
+        finally:
+            server.release()
+            owner.kill()
+            owner.communicate()

@@ -61,7 +61,11 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
             )
             raise UsageError(None, None, None, one_line(message))
         rid = sent(client, SetLimits(change))
-        return until_applied(client, rid, f"limits applied: {one_line(describe(change))}")
+        code = until_applied(client, rid, f"limits applied: {one_line(describe(change))}")
+        after = client.info() if code is ExitCode.OK else None
+        if after is not None and after.held:  # a soft budget under what is spent holds at once
+            console_for().print(Text(f"held: {one_line(after.held)}"))
+        return code
 
 
 def _say_not_running(client: Client, status: str, pid: int) -> None:

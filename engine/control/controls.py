@@ -395,6 +395,9 @@ class Controls:
                 throttle.retune(state.route)
         if "soft_cost_usd" in change:
             self._soft.set(new.soft_cost_usd)
+            # Now, not at the next step: the hold it makes is in the store before the request
+            # is settled, so `limits` can say so with its "applied".
+            self._soft.watch()
         self._recorder.record_event(
             None, "limits", json.dumps({"change": _plain(change), "by": "operator"})
         )
