@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import SetLimits
 from flightdeck.engine.inputs.settings import Budget, Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildStatus
@@ -116,6 +117,21 @@ async def test_stop_all_from_the_soft_budgets_question(tmp_path: Path) -> None:
             await pilot.click("#stop")
             await until(pilot, lambda: engine.snapshot().status is BatchStatus.STOPPED, "stopped")
         assert engine.snapshot().totals.stopped == 4
+    finally:
+        engine.close()
+
+
+async def test_the_question_closes_once_its_hold_is_lifted_elsewhere(tmp_path: Path) -> None:
+    # Left open, its Continue would drop the budget another terminal had just raised.
+    engine = _soft_engine(tmp_path, "0")
+    try:
+        app = app_for(engine)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: on_screen(app, SoftBudgetDialog), "the question")
+            engine.send(SetLimits({"soft_cost_usd": "1000"}))  # `flightdeck limits`, say
+            await until(pilot, lambda: on_screen(app, MainScreen), "the question closed")
+            await until(pilot, lambda: engine.snapshot().status is BatchStatus.COMPLETED, "done")
+        assert engine.limits().soft_cost_usd == Decimal("1000")
     finally:
         engine.close()
 

@@ -128,22 +128,37 @@ def moot(view: EngineView) -> str | None:
 
 
 class SoftBudget:
-    """The soft budget's question: asked once, when its hold begins."""
+    """The soft budget's question: asked once, when its hold begins; closed unanswered once
+    that hold is gone (lifted from another terminal, the batch ended, its owner died), so a
+    stale answer never drops or lowers a budget set since."""
 
     def __init__(self) -> None:
         self._held: str | None = None  # the hold last seen
+        self._asking: SoftBudgetDialog | None = None
 
     def seen(self, snap: Snapshot, send: Sender, read_only: str | None) -> Decision:
         """The question, if `snap` shows a hold that was not there before (none read-only)."""
         limits = snap.limits
-        held = limits.soft_held if limits is not None else None
+        held = limits.soft_held if limits is not None and not read_only else None
+        self._close_stale(held)
         if held == self._held:
             return ()
         self._held = held
-        if held is None or limits is None or read_only:
+        if held is None or limits is None:
             return ()
         dialog = SoftBudgetDialog(held, limits, _set_limits(send), lambda: send(StopAll()))
+        self._asking = dialog
         return (Ask(dialog, _answered),)
+
+    def _close_stale(self, held: str | None) -> None:
+        asking = self._asking
+        if asking is None or asking.held == held:
+            return
+        if asking.is_active:
+            asking.dismiss(None)
+        elif asking in asking.app.screen_stack:
+            return  # under another dialog: closed once it is on top again
+        self._asking = None
 
 
 def _answered(answer: SoftBudgetAnswer | None) -> Decision:
