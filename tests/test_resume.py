@@ -827,3 +827,26 @@ def test_a_name_holding_a_key_refuses_a_new_batch_but_not_the_resume_of_a_record
     engine = Engine.resume(tmp_path, batch_id, providers={"sim": keyed})
     engine.start()
     assert run_to_end(engine).status == BatchStatus.COMPLETED
+
+
+def test_a_child_its_dead_owner_was_stopping_ends_stopped_not_run_again(tmp_path: Path) -> None:
+    # The owner applied the operator's stop (its event recorded) and died before the child's
+    # end was: the child was re-run from the start, undoing the stop. Found in a walkthrough
+    # (`stop --all`, then the owner killed while a command child took its SIGTERM).
+    batch_id, bdir = abandoned(tmp_path)
+    with Store(tmp_path / "flightdeck.db") as store:  # after t0001 started at 1450
+        store.record_event(batch_id, "t0001", 1455.0, "stop", "stopped by operator (stop all)")
+        store.record_event(batch_id, "t0000", 1395.0, "stop", "an earlier run's: not this one")
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    snap = run_to_end(engine)
+    assert engine.resumed is not None and engine.resumed.rerun == 0
+    stopped = snap.child("t0001")
+    assert stopped is not None and stopped.status is ChildStatus.STOPPED
+    assert stopped.error == "stopped by operator (stop all)"
+    assert stopped.usage == LOST_USAGE and stopped.cost_usd == Decimal("0.003")  # spent is spent
+    assert [r.status for r in snap.children].count(ChildStatus.COMPLETED) == 3
+    assert "after the operator's stop: it is not run again" in (bdir / "t0001.log").read_text()
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, batch_id)
+    assert report["recovery"]["rerun"] == 0 and report["totals"]["stopped"] == 1

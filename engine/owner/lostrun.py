@@ -77,3 +77,35 @@ def append_line(path: str, role: str, text: str, clock: Callable[[], float]) -> 
         writer.write(role, text)
     finally:
         writer.close()
+
+
+def settle_stopping(
+    rows: list[ChildRow],
+    events: list[tuple[float, str | None, str, str]],
+    batch_id: str,
+    store: Store,
+    pid: int,
+    ts: float,
+    clock: Callable[[], float],
+) -> list[ChildRow]:
+    """`rows`, each child the operator stopped in the run its owner died in ended `stopped`
+    (recorded, and said in its transcript): the stop was applied, its end never came, and
+    running it again would undo the operator's word."""
+    started = {r.id: r.started_ts for r in rows if r.started_ts and not r.status.terminal}
+    stops = {
+        c: why
+        for at, c, kind, why in events
+        if c in started and at >= started[c] and kind == "stop"
+    }
+    out = []
+    for row in rows:
+        if row.id in started and row.id in stops:
+            row = dataclasses.replace(
+                row, status=ChildStatus.STOPPED, finished_ts=lost_end(row, ts), error=stops[row.id]
+            )
+            store.update_child(batch_id, row)
+            note = f"{owner_died(pid)}, after the operator's stop: it is not run again"
+            append_line(row.transcript, "engine", note, clock)
+            append_line(row.transcript, "engine", f"stopped: {stops[row.id]}", clock)
+        out.append(row)
+    return out

@@ -41,6 +41,7 @@ from flightdeck.engine.owner.lostrun import (
     owner_died,
     record_lost,
     settle_lost,
+    settle_stopping,
 )
 from flightdeck.engine.records.attempts import SUPERSEDED, delegates_of, earlier_delegates
 from flightdeck.engine.records.forecast import LostAttempts, lost_attempts
@@ -287,6 +288,7 @@ def take_over(
     rows = with_lineage(rows, {c: d for _, c, kind, d in events if kind == "delegate" and c})
     running = processes(store.path, batch_id)
     lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
+    rows = settle_stopping(rows, events, batch_id, store, info.owner_pid, lost_ts, clock)
     found = settle(
         children,
         stored_ids,
