@@ -489,3 +489,36 @@ def test_an_adopted_codex_resume_is_billed_only_what_it_adds_to_its_thread(
     assert row.status is ChildStatus.COMPLETED and row.attempt == 2, row.error
     one_turn = Usage(input_tokens=500, output_tokens=300, cache_read_tokens=1500)
     assert row.usage == one_turn + one_turn  # what the fake's two turns served
+
+
+@pytest.mark.slow
+def test_a_child_stopped_as_its_owner_died_is_not_run_again_and_its_tree_is_ended(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: `stop` applied, the owner killed within the process's
+    # kill_grace_s, and `resume` ran the stopped child again from the start.
+    route = argv(str(FAKES / "tree_holder.py"), str(tmp_path / "{id}.ran"))
+    folder = project(tmp_path / "p", route, ["t0", "t1"])
+    config = folder / "flightdeck.toml"
+    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 8"))
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    for child in ("t0", "t1"):
+        until(lambda c=child: "grandchild" in transcript(folder, batch_id, c), what="its tree")
+    found = re.search(r"root (\d+) grandchild (\d+)", transcript(folder, batch_id, "t0"))
+    assert found is not None
+    stop = flightdeck(folder, "stop", batch_id, "t0")
+    out, err = stop.communicate(timeout=60)
+    assert stop.returncode == 0 and "stop applied: t0" in out, out + err
+    kill_owner(owner)  # its SIGKILL to t0's tree was 8 s away
+    resume = flightdeck(folder, "resume", batch_id)
+    out, err = resume.communicate(timeout=120)
+    assert resume.returncode == 1, out + err  # the batch ends stopped
+    assert "1 ended, whole process trees, as stopped: t0\n" in out, out
+    assert "1 ended, whole process trees, before their tasks ran again: t1\n" in out, out
+    assert not any(psutil.pid_exists(int(p)) for p in found.groups())
+    text = transcript(folder, batch_id, "t0")
+    assert "after the operator's stop: it is not run again" in text and "ran again" not in text
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        rows = {r.id: r.status for r in reader.children(batch_id)}
+    assert rows == {"t0": ChildStatus.STOPPED, "t1": ChildStatus.COMPLETED}

@@ -186,6 +186,7 @@ def _finished(exc: NothingToResume, console: Console) -> ExitCode:
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
     from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
+    from flightdeck.engine.model import ChildStatus
 
     db = state_db(args.state_dir)
     console, err = console_for(), console_for(stderr=True)
@@ -205,9 +206,12 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             return
         # With --no-rerun their tasks never run again: they are left unknown.
         after = "their tasks left unknown" if args.no_rerun else "before their tasks ran again"
+        # A child stopped as its owner died runs no more: its process is ended all the same.
+        done = {r.id for r in engine.snapshot().children if r.status is ChildStatus.STOPPED}
         for ids, what in (
             (found.adopted, "adopted (their processes outlived the owner: watched to the end)"),
-            (found.ended, f"ended, whole process trees, {after}"),
+            ([i for i in found.ended if i not in done], f"ended, whole process trees, {after}"),
+            ([i for i in found.ended if i in done], "ended, whole process trees, as stopped"),
         ):
             if ids:
                 console.print(Text(f"{len(ids)} {what}: {one_line(', '.join(ids), 200)}"))
