@@ -430,3 +430,27 @@ def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
         waiting.communicate()  # its pipes closed
         flightdeck("stop", batch_id, "--all", *state, cwd=tmp_path)
         assert wait_ended(int(owner[1]), 60)
+
+
+def test_a_retry_in_an_abandoned_batch_says_its_owner_died_not_that_it_ended(
+    tmp_path: Path,
+) -> None:
+    """Found by a walk-through: it said `had ended`, though the batch was running when its
+    owner died, and the owner it starts runs on what the dead one left, as resume does."""
+    import sqlite3
+    import subprocess
+
+    state, batch_id = _failed_batch(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    conn = sqlite3.connect(tmp_path / "state" / "flightdeck.db")
+    with conn:  # as an owner killed before the batch's end was committed leaves it
+        conn.execute("UPDATE batches SET status = 'running', owner_pid = ?", (dead.pid,))
+    conn.close()
+    retried = flightdeck("retry", batch_id, "a", *state, cwd=tmp_path)
+    assert retried.returncode == 0, retried.stderr
+    assert f"batch {batch_id}'s owner had died: owner pid" in retried.stderr, retried.stderr
+    assert "run on what the dead owner left (as resume does)" in retried.stderr
+    assert "had ended" not in retried.stderr
+    waited = flightdeck("wait", batch_id, *state, cwd=tmp_path)
+    assert waited.returncode == 1, waited.stdout + waited.stderr

@@ -90,14 +90,18 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
             if not ids:
                 return ExitCode.OK
     mode = "continue" if args.resume else "fresh"
+    info = client.info()
+    # An abandoned batch's new owner also runs on what the dead one left (as `resume` does).
+    lost = info is not None and info.status.value == "abandoned"
     try:
         for step in retry(client.db, args.batch_id, Retry(tuple(ids), args.resume)):
             if isinstance(step, Restarted):
                 if step.owner_pid is not None:  # said before the owner accepts or refuses
-                    what = f"batch {one_line(args.batch_id, 60)} had ended"
-                    console_for(stderr=True).print(
-                        Text(f"{what}: owner pid {step.owner_pid} started to take the retry")
-                    )
+                    what = "'s owner had died" if lost else " had ended"
+                    line = f"batch {one_line(args.batch_id, 60)}{what}: owner pid"
+                    line += f" {step.owner_pid} started to take the retry"
+                    line += " and run on what the dead owner left (as resume does)" if lost else ""
+                    console_for(stderr=True).print(Text(line))
             elif step.state.value == "refused":
                 say_error(f"refused: {step.reason or ''}")
                 return ExitCode.INCOMPLETE
