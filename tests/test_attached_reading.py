@@ -291,3 +291,25 @@ def test_a_client_or_view_of_a_folder_with_no_state_says_so(tmp_path: Path) -> N
     for make in (lambda: Client(db, "b1"), lambda: StoreView(db, "b1", watch=False)):
         with pytest.raises(StoreError, match="no flightdeck state here"):
             make()
+
+
+def test_a_silent_owner_on_a_full_disk_is_said_so_not_called_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a walk-through: the owner, alive, could record nothing on a full disk; the
+    # attached view (what `flightdeck run` shows) guessed SIGSTOP or a hung disk.
+    import shutil
+
+    db = tmp_path / "flightdeck.db"
+    with Store(db) as store:  # this process owns it, alive, its last heartbeat a minute old
+        store.create_batch(make_batch("b1", heartbeat_ts=time.time() - 60))
+    view = StoreView(db, "b1", watch=False)
+    try:
+        assert "SIGSTOP" in (view.snapshot().problem or "")
+        full = shutil.disk_usage(tmp_path)._replace(free=4096)
+        monkeypatch.setattr(shutil, "disk_usage", lambda _: full)
+        problem = view.snapshot().problem or ""
+        assert f"the disk of {tmp_path} is full, so it cannot record" in problem, problem
+        assert "SIGSTOP" not in problem
+    finally:
+        view.close()

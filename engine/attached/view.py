@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -137,10 +138,12 @@ class StoreView:
         beat = None if info is None else info.heartbeat_ts
         if info is None or beat is None or now - beat <= STALE_AFTER_S:
             return None
+        why = "stopped (SIGSTOP, a debugger) or its disk hangs"
+        if disk_full(self.db.parent):  # the owner says so in its owner.log, which we cannot see
+            why = f"the disk of {self.db.parent} is full, so it cannot record"
         return (
             f"the owner (pid {info.owner_pid}) has written nothing for {int(now - beat)} s: "
-            "stopped (SIGSTOP, a debugger) or its disk hangs; nothing here moves, and steers "
-            "and stops wait, until it goes on"
+            f"{why}; nothing here moves, and steers and stops wait, until it goes on"
         )
 
     def transcript_path(self, child_id: str) -> Path | None:
@@ -248,3 +251,11 @@ class StoreView:
                 fn(event)
             except Exception:  # a broken subscriber must not stop the watching
                 log.exception("attach subscriber failed on %s", type(event).__name__)
+
+
+def disk_full(folder: Path) -> bool:
+    """Whether the disk holding `folder` has less than a MiB free (SQLite's commits fail)."""
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
