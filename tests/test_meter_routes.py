@@ -179,6 +179,16 @@ async def test_the_cost_meter_freezes_elapsed_and_burn_when_the_batch_ends() -> 
     assert "elapsed 1:30" in shown[0] and "burn $1.00/min" in shown[0]
 
 
+def test_an_abandoned_batch_burns_nothing_and_its_frozen_clock_makes_no_average() -> None:
+    # Found by a walk-through: an owner that died (its disk full) two seconds in, its heartbeat
+    # never stamped after the first: $0.0041 over 0.01 s read `burn $22.64/min`.
+    row = make_child(0, status=S.RUNNING, started_ts=0.0, cost_usd=Decimal("0.0041"))
+    snap = Snapshot(
+        "b1", BatchStatus.ABANDONED, 0.0, 50.0, (row,), totals_of((row,)), 2, finished_ts=0.01
+    )
+    assert CostMeter().burn_per_min(snap, 50.0) is None  # the meter shows `burn —`
+
+
 def test_the_burn_rate_never_goes_below_zero_when_an_estimate_is_billed_for_less() -> None:
     # A call in flight is priced as fresh input; billed, its prompt read from the cache costs
     # less. The live cost falls, but nothing was refunded: burning, not -$0.18 a minute.

@@ -8,7 +8,7 @@ from collections import deque
 from decimal import Decimal
 
 from flightdeck.engine.api import Forecast, forecast
-from flightdeck.engine.model import Snapshot
+from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import (
     fmt_clock,
@@ -53,6 +53,10 @@ class CostMeter(Static):
         """Dollars per minute over the last minute (the batch's first, while it is younger);
         once ended, the batch average."""
         cost = snap.totals.live_cost_usd
+        if snap.status is BatchStatus.ABANDONED:
+            # Nothing burns while nobody runs it; and its clock stops at the last heartbeat,
+            # before what its owner recorded after: an average over it read $22/min.
+            return None
         if snap.finished_ts is not None:
             return _average(cost, snap.finished_ts - snap.started_ts)
         samples = self._samples
