@@ -1,5 +1,6 @@
 """What `resume` records of a child its dead owner was running: the attempt it lost (an event
-the report's recovery counts), the note in its transcript, and the operator's pause of it kept."""
+the report's recovery counts), the note in its transcript, and the operator's pause or stop of
+it kept."""
 
 from __future__ import annotations
 
