@@ -850,3 +850,37 @@ def test_a_child_its_dead_owner_was_stopping_ends_stopped_not_run_again(tmp_path
     with StoreReader(tmp_path / "flightdeck.db") as reader:
         report = build_report(reader, batch_id)
     assert report["recovery"]["rerun"] == 0 and report["totals"]["stopped"] == 1
+
+
+@pytest.mark.parametrize("published_with", [LOST_USAGE, Usage(input_tokens=900, output_tokens=500)])
+def test_the_call_in_flight_when_the_owner_died_is_billed_once(
+    tmp_path: Path, published_with: Usage
+) -> None:
+    # Found by a walk-through: the calls in flight at a kill -9 (a quarter of the spend of a
+    # young batch) were billed by the server but dropped by resume, from the totals, the lost
+    # attempts' cost and the budget. Its figures, published beside the row's billed tokens, are
+    # billed; published before the row billed more (the call in it already), they are not.
+    from flightdeck.engine.records.live import live_json
+
+    batch_id, bdir = abandoned(tmp_path)
+    flying = make_child(
+        1,
+        id="t0001",
+        usage=published_with,
+        in_flight=Usage(input_tokens=200, output_tokens=10),
+        in_flight_cost_usd=Decimal("0.00024"),
+    )
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.set_live(batch_id, live_json([flying], (), None, ()))
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    snap = run_to_end(engine)
+    assert engine.resumed is not None and engine.resumed.rerun == 1
+    billed = published_with == LOST_USAGE
+    assert engine.resumed.lost_cost_usd == Decimal("0.003") + (Decimal("0.00024") if billed else 0)
+    log = (bdir / "t0001.log").read_text()
+    assert ("200 input and 10 output tokens billed" in log) is billed
+    with StoreReader(tmp_path / "flightdeck.db") as reader:
+        report = build_report(reader, batch_id)
+    assert Decimal(str(report["recovery"]["lost_cost_usd"])) == engine.resumed.lost_cost_usd
+    assert Decimal(str(report["totals"]["cost_usd"])) == snap.totals.cost_usd

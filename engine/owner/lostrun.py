@@ -5,11 +5,12 @@ it kept."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.records.forecast import lost_attempt_json
+from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.store import Store
 
@@ -80,7 +81,62 @@ def append_line(path: str, role: str, text: str, clock: Callable[[], float]) -> 
         writer.close()
 
 
-def settle_stopping(
+def settle_left(
+    rows: list[ChildRow],
+    events: list[tuple[float, str | None, str, str]],
+    live: str | None,
+    processes: Collection[str],
+    batch_id: str,
+    store: Store,
+    pid: int,
+    ts: float,
+    clock: Callable[[], float],
+) -> list[ChildRow]:
+    """`rows` as the dead owner left them, with the calls it had in flight billed (`live`, its
+    last live figures; not to children whose process `processes` holds: their CLI's own output
+    says what they spent) and the children the operator stopped ended `stopped`."""
+    rows = _bill_in_flight(rows, live, processes, pid, clock)
+    return _settle_stopping(rows, events, batch_id, store, pid, ts, clock)
+
+
+def _bill_in_flight(
+    rows: list[ChildRow],
+    live: str | None,
+    processes: Collection[str],
+    pid: int,
+    clock: Callable[[], float],
+) -> list[ChildRow]:
+    """A call cut short by its owner's death was billed for what the server had read, as one a
+    stop cuts short: its tokens and cost as the owner last published them (the server's count
+    where it came, else the meter's estimate), kept in its child's spend."""
+    flying = live_from_json(live).children if live else {}
+    out = []
+    for row in rows:
+        f = flying.get(row.id)
+        if (
+            f is not None
+            and f.in_flight.total
+            and f.billed_tokens == row.usage.total  # not billed since it was published
+            and not row.status.terminal
+            and row.id not in processes
+        ):
+            cost = (
+                None
+                if row.cost_usd is None or f.in_flight_cost_usd is None
+                else (row.cost_usd + f.in_flight_cost_usd)
+            )
+            row = dataclasses.replace(row, usage=row.usage + f.in_flight, cost_usd=cost)
+            u = f.in_flight
+            note = (
+                f"call cut short: {owner_died(pid)} mid-call; {u.input_tokens} input and "
+                f"{u.output_tokens} output tokens billed as its last figures gave them"
+            )
+            append_line(row.transcript, "engine", note, clock)
+        out.append(row)
+    return out
+
+
+def _settle_stopping(
     rows: list[ChildRow],
     events: list[tuple[float, str | None, str, str]],
     batch_id: str,

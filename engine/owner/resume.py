@@ -40,8 +40,8 @@ from flightdeck.engine.owner.lostrun import (
     lost_end,
     owner_died,
     record_lost,
+    settle_left,
     settle_lost,
-    settle_stopping,
 )
 from flightdeck.engine.records.attempts import SUPERSEDED, delegates_of, earlier_delegates
 from flightdeck.engine.records.forecast import LostAttempts, lost_attempts
@@ -282,13 +282,14 @@ def take_over(
         made = [i for i in stored_ids if i not in spec and i not in started]
         rows += [r for i in made if (r := reader.child(batch_id, i)) is not None]
         receipts = reader.controls(batch_id, kind="steer")
-        events = reader.events(batch_id)
+        events, live = reader.events(batch_id), reader.live(batch_id)
         earlier = lost_attempts(events)  # earlier resumes' losses
     # Queued delegates were read one by one: their parents too (a re-run parent's are history).
     rows = with_lineage(rows, {c: d for _, c, kind, d in events if kind == "delegate" and c})
     running = processes(store.path, batch_id)
     lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
-    rows = settle_stopping(rows, events, batch_id, store, info.owner_pid, lost_ts, clock)
+    held = {p.child_id for p in running}
+    rows = settle_left(rows, events, live, held, batch_id, store, info.owner_pid, lost_ts, clock)
     found = settle(
         children,
         stored_ids,

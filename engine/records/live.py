@@ -31,6 +31,9 @@ class ChildLive:
     retry_reason: str | None = None
     retrying: bool = False
     last_turn: bool = False
+    # The tokens its row had billed when this was published: `resume` bills the call in flight
+    # only to a row still at that total (one billed since has the call in it already).
+    billed_tokens: int | None = None
 
 
 @record
@@ -90,6 +93,7 @@ def live_json(
                 live.retry_reason,
                 live.retrying,
                 live.last_turn,
+                row.usage.total,
             ]
     body = {
         "children": children,
@@ -110,6 +114,7 @@ def live_from_json(text: str) -> Live:
             v[5],
             bool(v[6]),
             bool(v[7]),
+            int(v[8]) if len(v) > 8 else None,  # an older owner's figures have none
         )
         for cid, v in data.get("children", {}).items()
     }

@@ -187,6 +187,16 @@ class StoreReader:
             ).fetchall()
         return [(float(r[0]), r[1], str(r[2]), str(r[3])) for r in rows]
 
+    def live(self, batch_id: str) -> str | None:
+        """The owner's last published live figures (records/live.py), or None."""
+        with self._lock:
+            if not self._check_ready():
+                return None
+            row = self._conn.execute(
+                "SELECT body FROM live WHERE batch_id = ?", (batch_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def stops(self, batch_id: str) -> list[StopRecord]:
         """The stops asked for in a batch (by the operator, a stop-all), oldest first; one of
         the batch itself (its schedules ended by a stop-all) has no child."""
