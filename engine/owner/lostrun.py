@@ -128,8 +128,9 @@ def _bill_in_flight(
             row = dataclasses.replace(row, usage=row.usage + f.in_flight, cost_usd=cost)
             u = f.in_flight
             note = (
-                f"call cut short: {owner_died(pid)} mid-call; {u.input_tokens} input and "
-                f"{u.output_tokens} output tokens billed as its last figures gave them"
+                f"call cut short: its owner process (pid {pid}) died mid-call; "
+                f"{u.input_tokens} input and {u.output_tokens} output tokens billed as its last "
+                "figures gave them"
             )
             append_line(row.transcript, "engine", note, clock)
         out.append(row)
