@@ -288,8 +288,8 @@ def take_over(
     rows = with_lineage(rows, {c: d for _, c, kind, d in events if kind == "delegate" and c})
     running = processes(store.path, batch_id)
     lost_ts = info.finished_ts or info.heartbeat_ts or info.created_ts  # frozen: abandoned
-    held = {p.child_id for p in running}
-    rows = settle_left(rows, events, live, held, batch_id, store, info.owner_pid, lost_ts, clock)
+    procs = {p.child_id for p in running}
+    rows = settle_left(rows, events, live, procs, batch_id, store, info.owner_pid, lost_ts, clock)
     found = settle(
         children,
         stored_ids,
