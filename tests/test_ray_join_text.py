@@ -63,3 +63,35 @@ def test_a_refusal_is_the_last_line_of_rays_reason_sanitized() -> None:
     except ConnectionError as exc:
         said = refused("10.0.0.5:6379", exc)
     assert said == "cannot join the Ray cluster at 10.0.0.5:6379: Timed out after 20 s"
+
+
+def invalid_token() -> ConnectionError:
+    """A join the cluster refused for its token, as Ray raises it."""
+    cause = RuntimeError("Failed to connect to GCS.\n  Status: InvalidAuthToken: bad token\n")
+    try:
+        raise ConnectionError("Failed to connect to Ray cluster") from cause
+    except ConnectionError as exc:
+        return exc
+
+
+def test_a_refused_token_says_it_was_the_wrong_one_not_to_turn_tokens_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Token mode on (RAY_AUTH_MODE=token, which Ray also sets itself on finding
+    # ~/.ray/auth_token): the token was sent and refused; "set RAY_AUTH_MODE=token" misleads.
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    said = refused("10.0.0.5:6379", invalid_token())
+    assert "refused the token this process sent" in said
+    assert "set RAY_AUTH_MODE=token" not in said
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    assert "set RAY_AUTH_MODE=token" in refused("10.0.0.5:6379", invalid_token())
+
+
+def test_token_mode_with_no_token_says_none_was_found() -> None:
+    from ray.exceptions import AuthenticationError
+
+    said = refused("10.0.0.5:6379", AuthenticationError("no authentication token was found"))
+    assert said.endswith(
+        "no token was found: put the cluster's token in ~/.ray/auth_token, "
+        "or set RAY_AUTH_TOKEN where flightdeck runs"
+    )

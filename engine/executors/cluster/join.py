@@ -178,12 +178,27 @@ TOKEN = (
 )
 
 
+NO_TOKEN = (
+    "token authentication is on here (RAY_AUTH_MODE=token) but no token was found: put the "
+    "cluster's token in ~/.ray/auth_token, or set RAY_AUTH_TOKEN where flightdeck runs"
+)
+WRONG_TOKEN = (
+    "it refused the token this process sent (RAY_AUTH_TOKEN, else RAY_AUTH_TOKEN_PATH, else "
+    "~/.ray/auth_token): give flightdeck the token the cluster was started with"
+)
+
+
 def refused(address: str, exc: BaseException) -> str:
     """Why a running cluster would not take this process as a driver, in one line: Ray's
     reason is in what its ConnectionError was raised from, over many lines."""
     said = f"{exc} {exc.__cause__ or ''}"
-    if isinstance(exc, AuthenticationError) or "InvalidAuthToken" in said:
-        return f"cannot join the Ray cluster at {address}: {TOKEN}"
+    if isinstance(exc, AuthenticationError):  # token mode on, and no token anywhere
+        return f"cannot join the Ray cluster at {address}: {NO_TOKEN}"
+    if "InvalidAuthToken" in said:
+        # Token mode on (set by the operator, or by Ray itself on finding ~/.ray/auth_token
+        # for a cluster of this machine): a token was sent, and it is not the cluster's.
+        sent = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+        return f"cannot join the Ray cluster at {address}: {WRONG_TOKEN if sent else TOKEN}"
     said = last_line(str(exc.__cause__ or exc), 300) or one_line(str(exc), 300)
     return f"cannot join the Ray cluster at {address}: {said}"
 
