@@ -50,6 +50,14 @@ def fmt_tokens(n: int) -> str:
     return f"{n / 1_000_000:.2f}M"
 
 
+def fmt_counted(n: int, unknown: int) -> str:
+    """Tokens counted, `?` when none was and some went uncounted (`unknown` children), `1.2k+?`
+    when some were: a command whose CLI reports no usage is never shown as 0."""
+    if not unknown:
+        return fmt_tokens(n)
+    return f"{fmt_tokens(n)}+?" if n else "?"
+
+
 def fmt_cost(cost: Decimal | None) -> str:
     if cost is None:
         return "$?"  # price unknown: never guessed

@@ -20,6 +20,7 @@ from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.fmt import (
     GLYPHS,
     fmt_cost,
+    fmt_counted,
     fmt_spent,
     fmt_spent_compact,
     fmt_tokens,
@@ -220,7 +221,7 @@ def unit_parts(unit: GroupFinished) -> list[tuple[str, str]]:
     completed = sum(m.status is ChildStatus.COMPLETED for m in members)
     rows = (*members, *unit.delegates)
     # Uncounted tokens (a command whose CLI reports none) read `?`, as on each child's line.
-    tokens = _tokens(sum(r.usage.total for r in rows), sum(r.tokens_unknown for r in rows))
+    tokens = fmt_counted(sum(r.usage.total for r in rows), sum(r.tokens_unknown for r in rows))
     each = " ".join(f"{GLYPHS[m.status][0]}{m.id}" for m in members)
     made = len(unit.delegates)
     delegates = f", {made} delegate{'' if made == 1 else 's'}" if made else ""
@@ -331,17 +332,10 @@ def _summary_cells(t: Totals, rows: Sequence[ChildRow]) -> list[str]:
         str(t.completed),
         str(t.failed),
         str(t.stopped),
-        _tokens(u.input_tokens, unknown),
-        _tokens(u.output_tokens, unknown),
-        _tokens(u.cache_read_tokens + u.cache_write_tokens, unknown),
+        fmt_counted(u.input_tokens, unknown),
+        fmt_counted(u.output_tokens, unknown),
+        fmt_counted(u.cache_read_tokens + u.cache_write_tokens, unknown),
         fmt_spent_compact(t.cost_usd, t.cost_unknown),
         # "+?" beside a known saving, "$?" alone: as the report says it
         fmt_spent_compact(t.cache_saved_usd, t.saved_unknown),
     ]
-
-
-def _tokens(n: int, unknown: int) -> str:
-    """Tokens counted, `?` when none was and some went uncounted, `1.2k+?` when some were."""
-    if not unknown:
-        return fmt_tokens(n)
-    return f"{fmt_tokens(n)}+?" if n else "?"

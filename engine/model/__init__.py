@@ -292,10 +292,10 @@ class Totals:
     # Calls in progress, estimated (`ChildRow.in_flight`): zero in anything read from the store.
     in_flight: Usage = field(default_factory=Usage)
     in_flight_cost_usd: Decimal = Decimal(0)
-    # What cache reads saved against the uncached input price (known prices only).
-    cache_saved_usd: Decimal = Decimal(0)
+    cache_saved_usd: Decimal = Decimal(0)  # cache reads against the uncached price (known ones)
     # Children whose saving is unknown: a price unknown, or tokens nobody counted.
     saved_unknown: int = 0
+    tokens_unknown: int = 0  # children that ran whose tokens nobody counted (`?`, never 0)
 
     @property
     def live_usage(self) -> Usage:

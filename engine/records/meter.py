@@ -172,6 +172,7 @@ class RowTally:
         "saved",
         "saved_unknown",
         "superseded",
+        "tokens_unknown",
         "unknown",
         "usage",
     )
@@ -185,6 +186,7 @@ class RowTally:
         self.flight_cost = _ZERO
         self.saved = _ZERO
         self.saved_unknown = 0
+        self.tokens_unknown = 0
         self.pausing = 0
         self.superseded = 0  # ended rows of earlier attempts' delegates: in no status count
 
@@ -204,6 +206,8 @@ class RowTally:
             self.saved += row.cache_saved_usd
         if row.cache_saved_usd is None or row.tokens_unknown:
             self.saved_unknown += 1
+        if row.tokens_unknown:
+            self.tokens_unknown += 1
         if row.in_flight.total:
             self.flight += row.in_flight
             if row.in_flight_cost_usd is not None:
@@ -226,6 +230,8 @@ class RowTally:
             self.saved -= row.cache_saved_usd
         if row.cache_saved_usd is None or row.tokens_unknown:
             self.saved_unknown -= 1
+        if row.tokens_unknown:
+            self.tokens_unknown -= 1
         if row.in_flight.total:
             self.flight -= row.in_flight
             if row.in_flight_cost_usd is not None:
@@ -257,6 +263,7 @@ class RowTally:
             in_flight_cost_usd=self.flight_cost,
             cache_saved_usd=self.saved,
             saved_unknown=self.saved_unknown,
+            tokens_unknown=self.tokens_unknown,
         )
 
 

@@ -579,3 +579,16 @@ def test_a_paused_child_continued_and_waiting_for_a_slot_says_so(tmp_path: Path)
     assert doing(paused, NOW)[0] == "paused by the operator"
     waiting = child(1, "g", ChildStatus.PAUSED, folder=tmp_path, text=CONTINUED_WAITING)
     assert doing(waiting, NOW)[0] == "continued: waiting for a slot"
+
+
+def test_the_meter_says_tokens_nobody_counted_as_a_question_mark_not_zero(tmp_path: Path) -> None:
+    # A command child whose CLI reports no usage: its row reads `?/?` and the headless summary
+    # `?`; the meter read "tokens 0 in · 0 out · 0 cached" beside them.
+    cli = child(1, "g", ChildStatus.RUNNING, folder=tmp_path, calls=1, cost=None)
+    rows: tuple[ChildRow, ...] = (cli,)
+    shown = meter_text(dataclasses.replace(_snapshot(rows), totals=totals_of(rows)))
+    assert "tokens ? in · ? out · ? cached" in shown
+    counted = child(2, "g", ChildStatus.RUNNING, folder=tmp_path, calls=1, tokens=(12_000, 3_000))
+    rows = (cli, counted)
+    shown = meter_text(dataclasses.replace(_snapshot(rows), totals=totals_of(rows)))
+    assert "tokens 12.0k+? in · 3.0k+? out · ? cached" in shown

@@ -13,9 +13,9 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import (
     fmt_clock,
     fmt_cost,
+    fmt_counted,
     fmt_spent,
     fmt_spent_compact,
-    fmt_tokens,
     forecast_label,
 )
 from rich.cells import cell_len
@@ -164,9 +164,13 @@ def meter_text(
     if not compact:
         text.append("tokens ", style="dim")
     dot = " " if compact else " · "
-    text.append(f"{fmt_tokens(usage.input_tokens)} in{dot}{fmt_tokens(usage.output_tokens)} out")
-    if (cached or not compact) and not tight:
-        text.append(f"{dot}{fmt_tokens(cached)} cached")
+    unknown = t.tokens_unknown  # children whose CLI reports no usage: `?`, never 0
+    text.append(
+        f"{fmt_counted(usage.input_tokens, unknown)} in{dot}"
+        f"{fmt_counted(usage.output_tokens, unknown)} out"
+    )
+    if (cached or unknown or not compact) and not tight:
+        text.append(f"{dot}{fmt_counted(cached, unknown)} cached")
     if t.cache_saved_usd and not (compact or lean):  # what the cache saved, at the full price
         saved = fmt_spent_compact(t.cache_saved_usd, t.saved_unknown)  # "+?": some unknown
         text.append(f" (saved {saved})", style="green")
