@@ -249,6 +249,22 @@ def test_a_routes_key_unset_on_the_nodes_is_one_config_error_naming_the_node(
     assert list((tmp_path / "batches").iterdir()) == []  # a batch that never started
 
 
+def test_a_route_no_task_names_needs_nothing_on_the_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on threads, a route the batch does not use is never started nor looked for: the
+    # shipped examples/agents config names Claude Code and Codex routes that `--executor ray`
+    # refused for ANTHROPIC_API_KEY, unset on the nodes, though no task names them.
+    monkeypatch.setenv("FLIGHTDECK_OWNER_ONLY_KEY", "sk-owner-only-1234")
+    unused = dataclasses.replace(
+        command_route("no-such-cli-anywhere"),
+        name="unused",
+        options=MappingProxyType({"api_key_env": "FLIGHTDECK_OWNER_ONLY_KEY"}),
+    )
+    snap = run_to_end(start(batch(2), on_ray(settings(sim_route(), unused, pool=2)), tmp_path))
+    assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 2
+
+
 def test_an_owner_whose_ray_is_not_the_clusters_is_refused_in_one_line_exit_2(
     ray_nodes: Any, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ records either way; only the waiting on models and processes moves."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -78,7 +79,9 @@ def open_executor(
     shared = [workspace.absolute()] + ([batch_dir.absolute()] if commands else [])
     probes = probe_files(shared)
     setup = Setup(
-        settings=settings,
+        # The routes the batch uses, as the owner builds them: a worker refuses its node for a
+        # key or program missing there, which a route no task names must not need.
+        settings=dataclasses.replace(settings, routes=dict(routes)),
         batch_id=batch_id,
         batch_dir=batch_dir.absolute(),
         workspace=workspace.absolute(),
