@@ -395,6 +395,32 @@ def test_the_attach_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_ray_benchmark_leaves_no_token_others_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its `ray.init(num_cpus=2)` starts a new local cluster, for which Ray writes
+    # ~/.ray/auth_token with the umask's modes where none exists (0644 in a 0755 ~/.ray).
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    import bench_ray
+
+    class Started(Exception):
+        pass
+
+    def init(**kwargs: Any) -> None:  # what Ray finds as it starts: no cluster is started
+        token = tmp_path / ".ray" / "auth_token"
+        assert token.exists(), "Ray would make it, with the umask's modes"
+        assert oct(token.stat().st_mode & 0o777) == "0o600"
+        assert oct(token.parent.stat().st_mode & 0o777) == "0o700"
+        raise Started
+
+    monkeypatch.setattr(bench_ray.ray, "init", init)
+    with pytest.raises(Started):
+        bench_ray.main()
+
+
 def test_the_ray_benchmarks_rows() -> None:
     # bench_ray.py starts two Ray clusters: it runs in `make bench`, not here.
     recorded = [

@@ -29,6 +29,7 @@ from typing import Any
 
 import ray
 from flightdeck.engine.api import Engine
+from flightdeck.engine.executors.cluster.join import private_token
 from flightdeck.engine.inputs.settings import EngineSettings, RaySettings, Settings
 from flightdeck.engine.inputs.settings import default_sim_route as sim
 from flightdeck.engine.inputs.tasks import Batch, Task
@@ -178,6 +179,9 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
+        # A new local cluster: Ray would make ~/.ray/auth_token with the umask's modes (0644),
+        # a token every later `ray start` cluster takes; made 0600 first, as a "local" batch does.
+        private_token()
         ray.init(
             num_cpus=2,
             include_dashboard=False,
