@@ -114,6 +114,24 @@ def test_executor_ray_on_the_command_line_without_ray_names_the_argument(tmp_pat
     assert not (tmp_path / "state").exists()
 
 
+def test_a_resumed_batch_run_with_executor_ray_without_ray_blames_the_argument_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `run --executor ray` keeps executor "ray" with the batch's settings (no line of the file
+    # says it); `resume` where Ray is gone named the config file, which never mentions it.
+    from flightdeck.engine.executors import check
+
+    config = write(tmp_path, "[engine]\nmax_concurrent = 2\n")
+    s = load_settings(config)
+    s = dataclasses.replace(s, engine=dataclasses.replace(s.engine, executor="ray"))
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the extra were not installed
+    with pytest.raises(ConfigError) as caught:
+        check(s, providers_given=False)
+    said = str(caught.value)
+    assert str(config) not in said, said
+    assert said.startswith('engine.executor: "ray" (from run --executor) needs Ray'), said
+
+
 def run_cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """`flightdeck run tasks.jsonl --headless` in `cwd`, its state in `cwd/state`."""
     return subprocess.run(

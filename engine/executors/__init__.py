@@ -36,7 +36,11 @@ def check(settings: Settings, *, providers_given: bool) -> None:
     if settings.engine.executor != "ray":
         return
     where = (settings.source, settings.engine.executor_line, "engine.executor")
-    missing = ray_missing('executor = "ray"')
+    asked = 'executor = "ray"'
+    if settings.source is not None and settings.engine.executor_line is None:
+        # Not the file's: `run --executor ray`, kept with the batch's settings for `resume`.
+        where, asked = (None, None, "engine.executor"), '"ray" (from run --executor)'
+    missing = ray_missing(asked)
     if missing:
         raise ConfigError(*where, missing)
     if providers_given:
