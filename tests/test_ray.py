@@ -508,6 +508,55 @@ def test_what_attempts_lost_with_a_worker_cost_is_counted_live_as_the_report_cou
     assert snap.totals.completed == 4
 
 
+def test_the_call_in_flight_when_a_worker_is_lost_is_billed_to_the_lost_attempt(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: a worker killed mid-call dropped the call's estimate (the
+    # prompt the server read, what streamed) from the spend, where a stop bills it: the meter
+    # fell from $0.0072 to $0.0046. Each child's first call streams one chunk and stalls.
+    asked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def respond(received: Received) -> Reply:
+        with lock:
+            count = asked[goal_of(received)] = asked.get(goal_of(received), 0) + 1
+        if count == 1:
+            return Reply(text="thinking at length", chunk_chars=4, stall_after_chunks=1)
+        return Reply(text="done")
+
+    with Loopback(respond) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(batch(2, goal="Check part {i}"), on_ray(settings(route, pool=2)), tmp_path)
+        try:
+
+            def flying() -> dict[str, Any]:
+                rows = engine.snapshot().children
+                return {c.id: c for c in rows if c.in_flight.output_tokens and c.in_flight_cost_usd}
+
+            until(lambda: len(flying()) == 2, 60, what="both streaming, their figures home")
+            executor: Any = engine._pool
+            (_, actor, victims), *_ = executor.workers
+            assert victims, "the first worker runs some of them"
+            held = {c: flying()[c] for c in victims}
+            ray.kill(actor)
+            until(lambda: sum(asked.values()) > 2, 60, what="a lost child asked again")
+            server.release()
+            assert engine.wait(90)
+            snap = engine.snapshot()
+        finally:
+            engine.close()
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        lost = {
+            e[1]: json.loads(e[3]) for e in reader.events(engine.batch_id) if e[2] == "lost_attempt"
+        }
+    assert set(lost) == set(victims)
+    for child_id, row in held.items():
+        # Nothing was billed before the cut: the lost attempt's spend is its estimate, whole.
+        assert row.usage.total == 0 and row.in_flight.total > 0
+        assert lost[child_id]["cost_usd"] == str(row.in_flight_cost_usd), lost[child_id]
+    assert snap.lost_cost_usd == sum(r.in_flight_cost_usd for r in held.values())
+
+
 def test_a_batch_ending_while_a_lost_worker_is_replaced_waits_for_the_replacement(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -79,6 +79,7 @@ class Coordinator:
         self._throttles = setup.throttles
         self._rework = setup.rework
         self._adopted = setup.carried.adopted
+        self._meter = setup.meter  # a lost worker's call in flight is billed to it (lost.py)
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         # Why the batch is ending before its time: the store gave up, or this thread failed.
         self.failure: str | None = None
@@ -380,7 +381,8 @@ class Coordinator:
                 self.slots.queues.saw_headroom(route, event, self._clock())
             case ChildLost(child_id, why):
                 child = self.slots.by_id[child_id]
-                lost = rerun_lost(self.slots, self, self._parts.pauses, self._recorder, child, why)
+                pauses, meter = self._parts.pauses, self._meter
+                lost = rerun_lost(self.slots, self, pauses, self._recorder, meter, child, why)
                 if lost is None or self.lost_cost is None:
                     self.lost_cost = None
                 else:

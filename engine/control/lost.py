@@ -11,6 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from flightdeck.engine.child.elsewhere import Elsewhere
+from flightdeck.engine.child.loop import estimated_note
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.recorder import Recorder
@@ -18,15 +19,23 @@ from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.attempts import SUPERSEDED
 from flightdeck.engine.records.forecast import lost_attempt_json
+from flightdeck.engine.records.meter import Meter, cache_saving
 
 
 def rerun_lost(
-    slots: Slots, ends: Ends, pauses: Pauses, recorder: Recorder, child: Child, why: str
+    slots: Slots,
+    ends: Ends,
+    pauses: Pauses,
+    recorder: Recorder,
+    meter: Meter,
+    child: Child,
+    why: str,
 ) -> Decimal | None:
     """Free what the lost attempt held and queue the child again (or end it, if stopping);
     what the attempt lost cost (beyond what earlier ones carried into it; None: unknown)."""
     if child.status.terminal or not isinstance(child, Elsewhere):
         return Decimal(0)  # ended here meanwhile (the watchdog, a stop while paused)
+    _bill_cut_short(child, meter)
     child_id = child.task.id
     if child_id in slots.alive:
         ends.release(child)
@@ -51,3 +60,15 @@ def rerun_lost(
     if lost.cost_usd is None or carried is None:
         return None
     return lost.cost_usd - carried
+
+
+def _bill_cut_short(child: Child, meter: Meter) -> None:
+    """The call in flight when its worker was lost: the server read its prompt and wrote what
+    streamed, so it is billed its estimate, as a call a stop cuts short is (child/loop.py),
+    into the lost attempt's spend and the budget's meter."""
+    rest = child.progress.not_billed()
+    if not rest.total:
+        return
+    route = child.route
+    child.progress.bill(rest, meter.add(route, rest), cache_saving(rest, route))
+    child.transcript.write("engine", estimated_note(rest))
