@@ -9,6 +9,7 @@ import stat
 import sys
 from typing import IO
 
+from flightdeck.tui.terminal import gone
 from rich.console import Console
 
 
@@ -26,6 +27,18 @@ class PipeSafeConsole(Console):
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.file.fileno())
         raise OutputClosed
+
+
+def hung_up(*consoles: Console) -> None:
+    """Their terminal has hung up (SIGHUP): what they write goes nowhere from now on, where it
+    would fail (EIO) on the way to ending the batch. A file or pipe they write to keeps it."""
+    for console in consoles:
+        with contextlib.suppress(OSError, ValueError):
+            fd = console.file.fileno()
+            if os.isatty(fd) or gone(fd):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def console_for(stderr: bool = False) -> PipeSafeConsole:

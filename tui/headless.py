@@ -20,7 +20,13 @@ from flightdeck.engine.model import (
     GroupFinished,
 )
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.console import OutputClosed, console_for, live_terminal, reader_gone
+from flightdeck.tui.console import (
+    OutputClosed,
+    console_for,
+    hung_up,
+    live_terminal,
+    reader_gone,
+)
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.logs import Severity, forward_logs
 from flightdeck.tui.output import (
@@ -42,6 +48,12 @@ if TYPE_CHECKING:
 
 LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
 ASKS_EVERY_S = 1.0  # how often the batch is looked at for new questions to the operator
+# The signals that stop every child and record it, and what each makes the exit code.
+_EXITS = {
+    signal.SIGINT: ExitCode.INTERRUPTED,
+    signal.SIGTERM: ExitCode.TERMINATED,
+    signal.SIGHUP: ExitCode.HANGUP,
+}
 
 
 def asked_lines(engine: Engine, told: set[object]) -> list[Text]:
@@ -131,14 +143,17 @@ def _run_headless(
     progress: Progress | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        # Ctrl+C, or SIGTERM (`kill`, a service manager, a CI timeout): stop every child and
-        # record it, rather than leave the batch "running" in the store.
+        # Ctrl+C, SIGTERM (`kill`, a service manager, a CI timeout) or SIGHUP (its terminal
+        # closed): stop every child and record it, rather than leave the batch "running" in the
+        # store, and an agent CLI's processes running with nobody watching.
         nonlocal interrupted, exit_code
+        if signum == signal.SIGHUP:
+            hung_up(console, errors)  # what is said from here on would fail on the gone terminal
         if interrupted:
             leave_now()
         interrupted = True
-        exit_code = ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED
-        again = "Ctrl+C again" if signum == signal.SIGINT else "a second SIGTERM"
+        exit_code = _EXITS[signal.Signals(signum)]
+        again = "Ctrl+C again" if signum == signal.SIGINT else "a second signal"
         console.print(Text(f"stopping all children… ({again} to force)", style="yellow"))
         if started:  # else start() has not returned yet: stopped as soon as it does
             engine.stop_all()
@@ -163,7 +178,7 @@ def _run_headless(
     # Installed before the batch starts and until the engine has closed: a signal in between
     # (just after the batch id is printed, while the engine closes) must stop the children and
     # record it, not kill the process or raise in the middle of start() or close().
-    handled = (signal.SIGINT, signal.SIGTERM)
+    handled = tuple(_EXITS)
     previous = {signum: signal.signal(signum, on_signal) for signum in handled}
     try:
         try:
