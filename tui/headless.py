@@ -152,8 +152,9 @@ def _run_headless(
         if interrupted:
             leave_now()
         interrupted = True
-        exit_code = _EXITS[signal.Signals(signum)]
-        again = "Ctrl+C again" if signum == signal.SIGINT else "a second signal"
+        sig = signal.Signals(signum)
+        exit_code = _EXITS[sig]
+        again = "Ctrl+C again" if sig == signal.SIGINT else f"a second {sig.name}"
         console.print(Text(f"stopping all children… ({again} to force)", style="yellow"))
         if started:  # else start() has not returned yet: stopped as soon as it does
             engine.stop_all()
