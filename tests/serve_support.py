@@ -171,6 +171,20 @@ class Tab:
                 raise AssertionError(f"the session ended ({message.type}) before: {what}")
         return self.text()
 
+    async def closed_by_server(self, timeout: float = 20) -> bool:
+        """Whether the server closes this tab's websocket within `timeout` s (the page then
+        says "Session ended"), whatever the app drew before."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (left := deadline - loop.time()) > 0:
+            try:
+                message = await asyncio.wait_for(self.ws.receive(), min(left, 1.0))
+            except TimeoutError:
+                continue
+            if message.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                return True
+        return False
+
     async def close(self) -> None:
         await self.ws.close()
         await self.client.close()

@@ -309,6 +309,23 @@ async def test_a_killed_server_leaves_no_tab_running(project: Path, batch: str) 
         serving.stop()
 
 
+async def test_a_tab_whose_app_died_is_closed_not_left_frozen(
+    serving: Serving, batch: str, project: Path
+) -> None:
+    # An app that crashed or was killed: its page says "Session ended" instead of showing its
+    # last frame as if live (keys going nowhere), and the tab is no longer counted open.
+    tab = await Tab.open(serving, batch_id=batch)
+    try:
+        await tab.until(lambda t: "c1" in t, "the rows")
+        [session] = serving.sessions()
+        wait_until(lambda: _served(project, batch), "ls to show the open tab")
+        session.kill()
+        assert await tab.closed_by_server(), "the page of a killed app was left open"
+        wait_until(lambda: not _served(project, batch), "the record to drop the dead tab")
+    finally:
+        await tab.close()
+
+
 async def test_a_websocket_from_another_origin_is_refused(serving: Serving, batch: str) -> None:
     async with aiohttp.ClientSession(cookies=serving.cookie) as client:
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
@@ -438,7 +455,8 @@ async def test_a_tab_that_fails_to_start_says_why_on_stderr_not_stdout(
             )
             assert line, seen
             seen.append(line)
-        await tab.close()
+        # The page is told (its websocket closed: "Session ended"), not left at its intro.
+        assert await tab.closed_by_server(), "the page of a tab whose app failed was left open"
         serving.process.send_signal(signal.SIGINT)
         serving.process.wait(30)
         out = serving.process.stdout.read()

@@ -32,6 +32,7 @@ from flightdeck.engine.model import BatchStatus
 from flightdeck.tui.commands import LS_COLUMNS, ls_cells
 from flightdeck.tui.web.auth import Token, guard, secure
 from flightdeck.tui.web.session import session_argv
+from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
 TEMPLATES = Path(__file__).parent  # batches.html
@@ -157,7 +158,7 @@ class WebServer:
         argv = session_argv(opts.state_dir, batch_id, read_only=opts.read_only, config=opts.config)
         # textual-serve's Server runs one command per websocket through a shell: one made for
         # this tab carries its batch (`exec`: the app, not a shell, is the server's child).
-        tab = Server("exec " + shlex.join(argv))
+        tab = _TabServer("exec " + shlex.join(argv))
         task = asyncio.current_task()
         assert task is not None
         self._sessions.add(task)
@@ -182,6 +183,28 @@ class WebServer:
             task.cancel()
         if sessions:
             await asyncio.wait(sessions, timeout=timeout)
+
+
+class _TabServer(Server):
+    """textual-serve's session of one tab, whose page is closed once its app has ended.
+
+    textual-serve closes the page only on the app's own exit message: an app that failed to
+    start, crashed or was killed left its page frozen on the last frame (keys going nowhere)
+    and the tab counted open."""
+
+    async def _process_messages(
+        self, websocket: web.WebSocketResponse, app_service: AppService
+    ) -> None:
+        app = app_service._task  # AppService.run: reads the app's pipe until it closes
+        assert app is not None
+        browser = asyncio.ensure_future(super()._process_messages(websocket, app_service))
+        try:
+            await asyncio.wait((browser, app), return_when=asyncio.FIRST_COMPLETED)
+            if not browser.done():
+                await websocket.close()  # the page says "Session ended"
+            await browser
+        finally:
+            browser.cancel()
 
 
 # textual-serve's page loads its font from Google; the same font is in its static files. The
