@@ -379,6 +379,9 @@ async def test_with_nothing_running_the_page_lists_the_batches(tmp_path: Path) -
         assert f"on :{serving.port} read-only" in listing
     finally:
         serving.stop()
+    # Served by its id, an ended batch is not said to run on.
+    err = Serving(tmp_path, engine.batch_id).stop()
+    assert "Ctrl+C stops (the batch has ended: completed)" in err and "runs on" not in err, err
 
 
 async def test_the_page_of_batches_counts_what_a_dead_owner_left_running(

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
@@ -49,10 +50,12 @@ def cmd_serve(args: argparse.Namespace) -> ExitCode:
     load_settings(args.config)  # a bad [tui] table fails here, once, not in every tab
     db = state_db(args.state_dir, args.config)
     state_dir = db.parent
+    runs_on = "the batch runs on"  # what Ctrl+C leaves: said once it serves
     if args.batch_id is not None:
         with StoreReader(db) as reader:
-            if reader.batch(args.batch_id) is None:
+            if (info := reader.batch(args.batch_id)) is None:
                 raise unknown_batch(args.batch_id, db)
+        runs_on = _after_serve(info.status)
     sock = bind(args.host, args.port)
     port = int(sock.getsockname()[1])
     token = Token()
@@ -77,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> ExitCode:
     _log_to_stderr(token.value)
     stdout = sys.stdout
     try:
-        asyncio.run(_serve(server, sock, lambda: _announce(args, port, token.value)))
+        asyncio.run(_serve(server, sock, lambda: _announce(args, port, token.value, runs_on)))
     finally:
         sys.stdout = stdout
         served.remove(state_dir, record.pid)
@@ -145,7 +148,16 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _announce(args: argparse.Namespace, port: int, token: str) -> None:
+def _after_serve(status: BatchStatus) -> str:
+    """What a served batch does once `serve` stops: it runs on only if it still runs."""
+    if status is BatchStatus.RUNNING:
+        return "the batch runs on"
+    if status is BatchStatus.ABANDONED:
+        return "the batch's owner died: `flightdeck resume` runs it on"
+    return f"the batch has ended: {status.value}"
+
+
+def _announce(args: argparse.Namespace, port: int, token: str, runs_on: str) -> None:
     """The address with the token, printed this once, and what it serves."""
     what = f"batch {args.batch_id}" if args.batch_id else "the state folder's batches"
     mode = " read-only" if args.read_only else ""
@@ -153,7 +165,7 @@ def _announce(args: argparse.Namespace, port: int, token: str) -> None:
     sys.stdout.flush()
     sys.stdout = _TabErrors()  # the address is all standard output carries
     err = console_for(stderr=True)
-    err.print(Text(f"serving {what}{mode}; Ctrl+C stops (the batch runs on)"))
+    err.print(Text(f"serving {what}{mode}; Ctrl+C stops ({runs_on})"))
     if not is_local(args.host):
         err.print(
             Text(
