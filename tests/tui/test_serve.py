@@ -326,6 +326,38 @@ async def test_a_tab_whose_app_died_is_closed_not_left_frozen(
         await tab.close()
 
 
+async def test_the_palette_s_screenshot_reaches_the_page_as_a_download(
+    serving: Serving, batch: str
+) -> None:
+    # Textual's "Screenshot" hands its SVG to the page, which opens /download/KEY: served
+    # as an attachment (the SVG holds children's text: never a page of this origin).
+    tab = await Tab.open(serving, batch_id=batch)
+    try:
+        await tab.until(lambda t: "c1" in t, "the rows")
+        await tab.keys("\x10")  # ctrl+p, as xterm.js sends it
+        await tab.until(lambda t: "Search for commands" in t, "the palette")
+        await tab.keys("Screenshot")
+        await tab.until(lambda t: "Save an SVG" in t, "the screenshot command")
+        await tab.keys("\r")
+        key = None
+        while key is None:
+            message = await asyncio.wait_for(tab.ws.receive(), 30)
+            if message.type is aiohttp.WSMsgType.TEXT:
+                kind, data = json.loads(message.data)
+                key = data if kind == "deliver_file_start" else None
+        async with (
+            aiohttp.ClientSession(cookies=serving.cookie) as client,
+            client.get(f"{serving.base}/download/{key}") as answer,
+        ):
+            assert answer.status == 200, await answer.text()
+            assert answer.headers["Content-Disposition"].startswith("attachment;")
+            assert answer.headers["Content-Security-Policy"] == "sandbox"
+            assert answer.headers["Cache-Control"] == "no-store"
+            assert "<svg" in await answer.text()
+    finally:
+        await tab.close()
+
+
 async def test_a_websocket_from_another_origin_is_refused(serving: Serving, batch: str) -> None:
     async with aiohttp.ClientSession(cookies=serving.cookie) as client:
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:

@@ -8,6 +8,7 @@ Routes, every one behind the token (auth.py):
   /batch/{id}/ws      one session: textual-serve starts the attached TUI (session.py) for this
                       tab, pipes it to the browser, and ends it when the tab closes
   /static/...         textual-serve's script, styles and fonts
+  /download/{key}     a file a tab's app delivered to its page (the palette's Screenshot)
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from aiohttp import web
 from flightdeck.engine.attached.store import StoreReader
 from flightdeck.engine.model import BatchStatus
 from flightdeck.tui.commands import LS_COLUMNS, ls_cells
-from flightdeck.tui.web.auth import Token, guard, secure
+from flightdeck.tui.web.auth import HEADERS, Token, guard, secure
 from flightdeck.tui.web.session import session_argv
 from textual_serve.app_service import AppService
+from textual_serve.download_manager import DownloadManager
 from textual_serve.server import Server
 
 TEMPLATES = Path(__file__).parent  # batches.html
@@ -68,6 +70,7 @@ class WebServer:
         self.tabs: Counter[str] = Counter()
         self._sessions: set[asyncio.Task[Any]] = set()
         self._reader: StoreReader | None = None
+        self.downloads = DownloadManager()  # every tab's, as /download/{key} finds them
 
     def app(self) -> web.Application:
         """The aiohttp application: the token in front of every route."""
@@ -82,6 +85,7 @@ class WebServer:
         app.add_routes(
             [
                 web.get("/batch/{batch_id}/ws", self.session),
+                web.get("/download/{key}", self.download),
                 web.static("/static", SERVE_FILES / "static"),
             ]
         )
@@ -159,6 +163,7 @@ class WebServer:
         # textual-serve's Server runs one command per websocket through a shell: one made for
         # this tab carries its batch (`exec`: the app, not a shell, is the server's child).
         tab = _TabServer("exec " + shlex.join(argv))
+        tab.download_manager = self.downloads
         task = asyncio.current_task()
         assert task is not None
         self._sessions.add(task)
@@ -170,6 +175,27 @@ class WebServer:
             self._sessions.discard(task)
             self._count(batch_id, -1)
             log.info("tab closed on batch %s from %s", batch_id, request.remote)
+
+    async def download(self, request: web.Request) -> web.StreamResponse:
+        """A file a tab's app delivered to its page, saved as a file: an SVG screenshot holds
+        children's text, never opened as a page of this origin."""
+        try:
+            meta = await self.downloads.get_download_metadata(request.match_info["key"])
+        except KeyError:
+            raise web.HTTPNotFound(text="404: no such download\n") from None
+        name = re.sub(r"[^\w.-]", "_", meta.file_name, flags=re.ASCII)
+        headers = {
+            **HEADERS,
+            "Content-Type": meta.mime_type,
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "Content-Security-Policy": "sandbox",
+        }
+        response = web.StreamResponse(headers=headers)
+        await response.prepare(request)
+        async for chunk in self.downloads.download(meta.delivery_key):
+            await response.write(chunk)
+        await response.write_eof()
+        return response
 
     def _count(self, batch_id: str, step: int) -> None:
         self.tabs[batch_id] += step
