@@ -339,9 +339,10 @@ async def test_the_palette_s_screenshot_reaches_the_page_as_a_download(
         await tab.keys("Screenshot")
         await tab.until(lambda t: "Save an SVG" in t, "the screenshot command")
         await tab.keys("\r")
-        key = None
+        key, deadline = None, asyncio.get_running_loop().time() + 30
         while key is None:
-            message = await asyncio.wait_for(tab.ws.receive(), 30)
+            left = deadline - asyncio.get_running_loop().time()
+            message = await asyncio.wait_for(tab.ws.receive(), max(left, 0))
             if message.type is aiohttp.WSMsgType.TEXT:
                 kind, data = json.loads(message.data)
                 key = data if kind == "deliver_file_start" else None
