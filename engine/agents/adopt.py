@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from flightdeck.engine.agents import sent, tree
 from flightdeck.engine.agents.process import Record, reopen
@@ -56,3 +57,13 @@ def end_tree(record: Record, grace_s: float) -> list[Pid]:
     if record.files.stdin is not None:
         sent.forget(record.files.stdin)
     return left
+
+
+def end_trees(records: list[tuple[Record, float]]) -> list[list[Pid]]:
+    """`end_tree` for each (record, its grace), all at once: each waits out its own grace
+    beside the others (three CLIs that ignore SIGTERM cost one grace, not three); what survived
+    of each, in their order."""
+    if not records:
+        return []
+    with ThreadPoolExecutor(min(32, len(records)), thread_name_prefix="end-tree") as pool:
+        return list(pool.map(lambda job: end_tree(*job), records))

@@ -20,10 +20,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from flightdeck.engine.agents import tree
-from flightdeck.engine.agents.adopt import end_tree
-from flightdeck.engine.agents.book import record_of
-from flightdeck.engine.child.command import Adoption, ProcessRunner
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.errors import ConfigError, InputError
@@ -33,6 +29,7 @@ from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.model.units import units_told
 from flightdeck.engine.owner import assembly
+from flightdeck.engine.owner.adopting import take_processes
 from flightdeck.engine.owner.lostrun import (
     OWNER_LOST,
     append_line,
@@ -47,7 +44,7 @@ from flightdeck.engine.records.attempts import SUPERSEDED, delegates_of, earlier
 from flightdeck.engine.records.forecast import LostAttempts, lost_attempts
 from flightdeck.engine.records.liveness import claim_batch
 from flightdeck.engine.records.meter import Meter, cache_saving
-from flightdeck.engine.records.processes import ProcessLog, ProcessRow, processes
+from flightdeck.engine.records.processes import ProcessRow, processes
 from flightdeck.engine.records.reader import StoreReader, no_batch, with_lineage
 from flightdeck.engine.records.requests import refuse_pending
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
@@ -180,7 +177,8 @@ def settle(
     kids = delegates_of((r.id, r.parent) for r in rows if not r.superseded)  # not history yet
     # What each child's earlier attempts carried into the one lost now (retries, lost owners).
     out = Resumed(live=[], carried=[], attempts_lost=LostAttempts(carried=dict(spent_before or {})))
-    adopted = _adopt(children, by_id, running, batch_id, store, meter, lost_owner, clock, out)
+    taken = take_processes(children, by_id, running, batch_id, store, meter, lost_owner, clock)
+    out.adopted, out.ended, adopted = taken.adopted, taken.ended, set(taken.adopted)
     missing = []
     for child in children:
         if child.task.id in adopted:
@@ -329,64 +327,6 @@ def take_over(
         ),
     )
     return found, lost
-
-
-def _adopt(
-    children: Sequence[Child],
-    rows: dict[str, ChildRow],
-    running: Sequence[ProcessRow],
-    batch_id: str,
-    store: Store,
-    meter: Meter,
-    pid: int,
-    clock: Callable[[], float],
-    out: Resumed,
-) -> set[str]:
-    """The dead owner's processes: each one still running is adopted by its child if it can
-    be, or ended with its whole tree before its task runs again. Returns the adopted ids."""
-    by_id = {c.task.id: c for c in children}
-    log = ProcessLog(store, batch_id)
-    adopted: set[str] = set()
-    for process in running:
-        child, row = by_id.get(process.child_id), rows.get(process.child_id)
-        record = record_of(process)
-        runs = tree.alive(record.root)  # or it ended since: adopted all the same, read to its end
-        live = row is not None and not row.status.terminal and child is not None
-        runner = child.runner if child is not None else None
-        why = "its child had ended" if not live else "it does not run a command"
-        if live and isinstance(runner, ProcessRunner):
-            act = row.activity if row is not None else None
-            tool = None  # the tool the dead owner last recorded it in, and since when
-            if act is not None and act.current_tool and act.tool_started_ts is not None:
-                tool = (act.current_tool, act.tool_started_ts)
-            adoption = Adoption(record, process.usage, process.cost_usd, process.thread, tool)
-            why = runner.adopt(adoption) or ""
-        if child is not None and live and not why:
-            adopted.add(process.child_id)
-            out.adopted.append(process.child_id)
-            if process.cost_usd is None:
-                meter.add_unpriced(process.usage)
-            else:
-                meter.add_cost(process.usage, process.cost_usd)
-            child.carry(process.usage, process.cost_usd)
-            child.adopted(row.started_ts if row is not None else None)
-            state = "still runs" if runs else "has ended since"
-            child.transcript.write(
-                "engine", f"{owner_died(pid)}; its process {process.pid} {state}: adopted"
-            )
-            store.record_event(batch_id, process.child_id, clock(), "adopted", str(process.pid))
-            continue
-        left = end_tree(record, runner.stop_grace_s if runner is not None else 5.0)
-        log.ended(process.child_id)
-        note = f"its process {process.pid} was not adopted ({why}): its tree was ended"
-        if left:
-            note += f", but {len(left)} process(es) could not be killed"
-        if child is not None:
-            child.transcript.write("engine", note)
-        if runs:
-            out.ended.append(process.child_id)
-            store.record_event(batch_id, process.child_id, clock(), "process_ended", note)
-    return adopted
 
 
 def _with_saving(row: ChildRow, route: Route | None, superseded: bool) -> ChildRow:
