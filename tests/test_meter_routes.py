@@ -15,9 +15,10 @@ from flightdeck.engine.model import (
     Totals,
     Usage,
 )
+from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.meter import RowTally, route_totals, totals_of
 from flightdeck.tui.fmt import fmt_spent
-from flightdeck.tui.widgets.meter import CostMeter
+from flightdeck.tui.widgets.meter import CostMeter, meter_text
 from textual.app import App, ComposeResult
 
 from test_store import make_child  # the store tests' row builder
@@ -187,6 +188,20 @@ def test_an_abandoned_batch_burns_nothing_and_its_frozen_clock_makes_no_average(
         "b1", BatchStatus.ABANDONED, 0.0, 50.0, (row,), totals_of((row,)), 2, finished_ts=0.01
     )
     assert CostMeter().burn_per_min(snap, 50.0) is None  # the meter shows `burn —`
+
+
+def test_an_abandoned_batchs_running_children_are_said_left_running_not_running() -> None:
+    # Found by walk-throughs: the meter of a batch whose owner died read "● 2 running", beside
+    # the banner saying nothing runs it.
+    rows = tuple(make_child(i, status=S.RUNNING, started_ts=0.0) for i in range(2))
+    for status, full, compact in (
+        (BatchStatus.ABANDONED, "● 2 left running", "●2 left "),
+        (BatchStatus.RUNNING, "● 2 running", "●2 run "),
+    ):
+        snap = Snapshot("b1", status, 0.0, 50.0, rows, totals_of(rows), 2)
+        for is_compact, said in ((False, full), (True, compact)):
+            text = meter_text(snap, 50.0, None, forecast(rows), compact=is_compact).plain
+            assert said in text.splitlines()[0], text
 
 
 def test_the_burn_rate_never_goes_below_zero_when_an_estimate_is_billed_for_less() -> None:

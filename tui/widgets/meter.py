@@ -142,17 +142,22 @@ def meter_text(
     gap = "  " if compact else "   "
     text.append(bar(t.done / total, COMPACT_BAR if compact else BAR_WIDTH), style="green")
     text.append(f" {t.done}/{t.children} done{gap}", style="bold")
+    # An abandoned batch runs nothing of its own: its children were running when its owner died.
+    left = snap.status is BatchStatus.ABANDONED
+    running_style = "yellow" if left else "green"
     if compact:
         run, queued, ok, failed, stopped = (
             ("", "", "", "", "") if tight else (" run", " queued", " ok", " failed", " stopped")
         )
-        text.append(f"●{t.running}{run} ", style="green")
+        run = " left" if left and not tight else run
+        text.append(f"●{t.running}{run} ", style=running_style)
         text.append(f"○{t.queued}{queued} ", style="dim")
         text.append(f"✓{t.completed}{ok} ", style="green")
         text.append(f"✗{t.failed}{failed} ", style="bold red" if t.failed else "dim")
         text.append(f"■{t.stopped}{stopped}", style="yellow" if t.stopped else "dim")
     else:
-        text.append(f"● {t.running} running{gap}", style="green")
+        running = "left running" if left else "running"
+        text.append(f"● {t.running} {running}{gap}", style=running_style)
         text.append(f"○ {t.queued} queued{gap}", style="dim")
         text.append(f"✓ {t.completed} completed{gap}", style="green")
         text.append(f"✗ {t.failed} failed{gap}", style="bold red" if t.failed else "dim")
