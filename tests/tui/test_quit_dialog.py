@@ -9,7 +9,7 @@ import pytest
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import QuitDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
-from textual.widgets import Button
+from textual.widgets import Button, Label
 from tui_fakes import StaticView, frozen_clock
 from tui_support import SIZE, on_screen, until, until_exited
 
@@ -89,3 +89,21 @@ async def test_the_question_follows_the_batch_ended_and_reopened_while_it_shows(
             "running again",
         )
         await pilot.press("escape")
+
+
+@pytest.mark.parametrize("web", [False, True])
+async def test_detach_says_how_to_come_back_in_a_terminal_and_in_a_browser_tab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, web: bool
+) -> None:
+    # Found by a walk-through: a browser tab's quit dialog said "attach again with `flightdeck
+    # attach`", a terminal's command, where the page has its own Restart.
+    monkeypatch.setattr(FlightdeckApp, "is_web", property(lambda self: web))
+    view = StaticView(tmp_path)
+    view.can_detach = True
+    app = app_on(view)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(app, pilot)
+        said = " ".join(str(label.render()) for label in dialog.query(Label))
+        again = "the page's Restart opens it again" if web else "attach again with `flightdeck"
+        assert again in said, said
+        assert ("flightdeck attach" in said) is not web, said

@@ -319,6 +319,12 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         self.moot = moot
         self.moot_said: str | None = None
 
+    def _again(self) -> str:
+        """How to come back once detached: a browser tab's page has its own Restart."""
+        if self.app.is_web:
+            return "the page's Restart opens it again"
+        return "attach again with `flightdeck attach`"
+
     def _said(self) -> tuple[str, str, str]:
         """The heading, the note and the stop button's label, as the batch is now."""
         if self.moot_said is not None:
@@ -326,8 +332,8 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         if not self.live:  # a scheduled batch between two waves: it runs on if left
             if self.detach:
                 note = (
-                    "Detach leaves it running, wave after wave (attach again with"
-                    " `flightdeck attach`); stopping ends it. Finished work is already saved."
+                    f"Detach leaves it running, wave after wave ({self._again()}); stopping"
+                    " ends it. Finished work is already saved."
                 )
             else:
                 note = "Quitting ends it; finished work is already saved."
@@ -336,7 +342,7 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         verb = "is" if self.live == 1 else "are"
         if self.detach:
             note = (
-                "Detach leaves them running (attach again with `flightdeck attach`); "
+                f"Detach leaves them running ({self._again()}); "
                 "stopping ends them. Finished work is already saved."
             )
         else:
