@@ -18,7 +18,8 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.meter import RowTally, route_totals, totals_of
 from flightdeck.tui.fmt import fmt_spent
-from flightdeck.tui.widgets.meter import CostMeter, meter_text
+from flightdeck.tui.widgets import meter
+from flightdeck.tui.widgets.meter import CostMeter
 from textual.app import App, ComposeResult
 
 from test_store import make_child  # the store tests' row builder
@@ -200,7 +201,7 @@ def test_an_abandoned_batchs_running_children_are_said_left_running_not_running(
     ):
         snap = Snapshot("b1", status, 0.0, 50.0, rows, totals_of(rows), 2)
         for is_compact, said in ((False, full), (True, compact)):
-            text = meter_text(snap, 50.0, None, forecast(rows), compact=is_compact).plain
+            text = meter.meter_text(snap, 50.0, None, forecast(rows), compact=is_compact).plain
             assert said in text.splitlines()[0], text
 
 
