@@ -153,6 +153,21 @@ def test_plain_output_completes_with_its_last_lines_and_unknown_cost(tmp_path: P
     assert row.cost_usd is None and row.usage.total == 0  # never shown as zero dollars
 
 
+def test_a_child_stopped_before_it_started_spent_a_known_nothing(tmp_path: Path) -> None:
+    # Found by a walk-through: on a route whose CLI reports no usage, every child a stop-all
+    # ended in the queue counted in `$? (N unknown)`, though none of them ever ran.
+    route = fake("ignore_term.py") + f"kill_grace_s = {GRACE}\n"
+    settings = config(tmp_path, route, engine="max_concurrent = 1")
+    engine = engine_for(tmp_path, settings, one(n=3))
+    _pid_in(engine, r"pid (\d+) ignoring")  # t0 runs; t1 and t2 wait in the queue
+    engine.stop_all()
+    rows = {r.id: r for r in run_to_end(engine).children}
+    assert rows["t0"].cost_usd is None  # it ran, and its CLI said nothing of its spend
+    assert [rows[c].cost_usd for c in ("t1", "t2")] == [Decimal(0), Decimal(0)]
+    assert [rows[c].status for c in ("t1", "t2")] == [ChildStatus.STOPPED] * 2
+    assert engine.snapshot().totals.cost_unknown == 1
+
+
 def test_nonzero_exit_fails_with_the_last_stderr_lines(tmp_path: Path) -> None:
     row = run_to_end(engine_for(tmp_path, config(tmp_path, fake("exit3.py")))).children[0]
     assert row.status is ChildStatus.FAILED

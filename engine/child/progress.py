@@ -129,10 +129,14 @@ class Progress:
             self._activity.started(self._clock())
             self.version += 1
 
-    def ended(self, text: str) -> None:
-        """It is final: `text` (its status) is what it shows."""
+    def ended(self, text: str, *, ran: bool = True) -> None:
+        """It is final: `text` (its status) is what it shows. Ended before this attempt `ran`,
+        it spent what earlier attempts carried into it and nothing more: a known sum even on a
+        route whose CLI may report no usage."""
         with self._lock:
             self._activity.ended(text)
+            if not ran:
+                self._cost = self.carried_cost
             self.version += 1
 
     # --- activity -----------------------------------------------------------------------------

@@ -406,7 +406,7 @@ class Child:
             self._error = error
             self._result = result
             self._version += 1
-        self.progress.ended(status.value)
+        self.progress.ended(status.value, ran=self.started_ts is not None)
         return True
 
     def carry(self, usage: Usage, cost: Decimal | None) -> None:
