@@ -78,3 +78,51 @@ def test_a_headless_owner_whose_terminal_closes_stops_and_records_every_child(
         rows = reader.children(batch_id)
     assert info is not None and info.status is BatchStatus.STOPPED, info
     assert sorted(r.status for r in rows) == [ChildStatus.STOPPED] * 5, rows
+
+
+def _nohup_controlled_by_stdin() -> None:
+    """As `nohup` leaves it: SIGHUP ignored (kept across exec), its terminal on stdin only."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _controlled_by_stdin()
+
+
+@pytest.mark.slow
+def test_a_headless_owner_started_under_nohup_runs_on_when_its_terminal_closes(
+    tmp_path: Path,
+) -> None:
+    # `nohup flightdeck run … --headless &` ignores SIGHUP so the batch outlives the terminal;
+    # the handler for a closed terminal replaced that, and stopped every child at the hangup.
+    with CountingServer() as server:
+        server.hold()
+        folder = project(tmp_path, server, 3, pool=2)
+        master, slave = os.openpty()
+        with open(tmp_path / "nohup.out", "w") as out:  # nohup's own: the output is a file
+            owner = subprocess.Popen(
+                [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
+                cwd=folder,
+                stdin=slave,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, KEY_ENV: "sk-test-durable", "NO_COLOR": "1"},
+                start_new_session=True,
+                preexec_fn=_nohup_controlled_by_stdin,
+            )
+        os.close(slave)
+        try:
+            until(lambda: server.total_runs() == 2, 60)
+            os.close(master)  # the hangup is sent as the close returns
+            server.release()
+            code = owner.wait(60)
+        finally:
+            server.release()
+            if owner.poll() is None:
+                owner.kill()
+                owner.wait()
+    said = (tmp_path / "nohup.out").read_text()
+    assert code == ExitCode.OK, said
+    assert "stopping all children" not in said, said
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        batch_id = reader.latest_batch_id()
+        assert batch_id is not None
+        rows = reader.children(batch_id)
+    assert sorted(r.status for r in rows) == [ChildStatus.COMPLETED] * 3, rows

@@ -179,7 +179,10 @@ def _run_headless(
     # Installed before the batch starts and until the engine has closed: a signal in between
     # (just after the batch id is printed, while the engine closes) must stop the children and
     # record it, not kill the process or raise in the middle of start() or close().
-    handled = tuple(_EXITS)
+    # A SIGHUP already ignored (`nohup`) is the operator's word that the batch outlives its
+    # terminal: it stays ignored.
+    nohup = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    handled = tuple(s for s in _EXITS if not (nohup and s == signal.SIGHUP))
     previous = {signum: signal.signal(signum, on_signal) for signum in handled}
     try:
         try:
