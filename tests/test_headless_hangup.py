@@ -25,7 +25,9 @@ from loopback import KEY_ENV
 
 def _controlled_by_stdin() -> None:
     """In the child, a session leader already (start_new_session): the pty on its standard
-    input becomes its controlling terminal, so closing the pty sends it SIGHUP."""
+    input becomes its controlling terminal, so closing the pty sends it SIGHUP (not ignored,
+    whatever the test run's was: an owner keeps an ignored SIGHUP ignored, as under `nohup`)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     ioctl(0, termios.TIOCSCTTY, 0)
 
 
@@ -82,8 +84,8 @@ def test_a_headless_owner_whose_terminal_closes_stops_and_records_every_child(
 
 def _nohup_controlled_by_stdin() -> None:
     """As `nohup` leaves it: SIGHUP ignored (kept across exec), its terminal on stdin only."""
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _controlled_by_stdin()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 @pytest.mark.slow
