@@ -10,6 +10,8 @@ import dataclasses
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
 from flightdeck.engine.api import TuiSettings
 from flightdeck.engine.attached.rework import Changes
 from flightdeck.engine.commands import (
@@ -393,3 +395,49 @@ def test_a_slow_send_says_when_it_was_taken_refused_or_read_only() -> None:
     )
     assert tuple(sent_off(view, step, READ_ONLY)) == (Say(READ_ONLY, "warning"),)
     assert view.sent == [step.command]  # a read-only view sends nothing
+
+
+class _FakeSoftDialog:
+    """The soft budget's dialog as `SoftBudget` sees it: its hold, and its place in a stack."""
+
+    stack: list[object] = []
+
+    def __init__(self, held: str, *_: object) -> None:
+        self.held = held
+        self.app = self  # `asking.app.screen_stack`
+        self.screen_stack = _FakeSoftDialog.stack
+
+    @property
+    def is_active(self) -> bool:
+        return self.stack[-1] is self
+
+    def dismiss(self, _: object) -> None:
+        self.stack.remove(self)
+
+
+def test_a_soft_budget_question_under_another_dialog_is_closed_even_after_a_new_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its hold lifted while another dialog covered it, then a new hold asked again: the first
+    # question was forgotten, left in the stack, its stale Continue dropping the new budget.
+    monkeypatch.setattr(batch, "SoftBudgetDialog", _FakeSoftDialog)
+    stack = _FakeSoftDialog.stack
+    stack[:] = ["main"]
+    soft, rows = batch.SoftBudget(), rows_of(tmp_path, ChildStatus.RUNNING)
+
+    def seen(held: str | None) -> None:
+        limits = Limits(pool_size=2, soft_cost_usd=Decimal(1), soft_held=held)
+        snap = dataclasses.replace(snapshot(tmp_path, rows), limits=limits)
+        for step in soft.seen(snap, lambda command: None, None):
+            assert isinstance(step, Ask)
+            stack.append(step.dialog)
+
+    seen("soft budget $1.00 reached: spent $1.00")
+    first = stack[-1]
+    stack.append("another dialog")
+    seen(None)  # raised from another terminal
+    seen("soft budget $2.00 reached: spent $2.00")  # and reached again
+    stack.remove("another dialog")
+    stack.remove(stack[-1])  # the new question, answered
+    seen(None)
+    assert first not in stack, stack

@@ -134,7 +134,9 @@ class SoftBudget:
 
     def __init__(self) -> None:
         self._held: str | None = None  # the hold last seen
-        self._asking: SoftBudgetDialog | None = None
+        # Its questions still open: one under another dialog when its hold went stays here
+        # until it is on top again, whatever holds were asked about since.
+        self._asking: list[SoftBudgetDialog] = []
 
     def seen(self, snap: Snapshot, send: Sender, read_only: str | None) -> Decision:
         """The question, if `snap` shows a hold that was not there before (none read-only)."""
@@ -147,18 +149,19 @@ class SoftBudget:
         if held is None or limits is None:
             return ()
         dialog = SoftBudgetDialog(held, limits, _set_limits(send), lambda: send(StopAll()))
-        self._asking = dialog
+        self._asking.append(dialog)
         return (Ask(dialog, _answered),)
 
     def _close_stale(self, held: str | None) -> None:
-        asking = self._asking
-        if asking is None or asking.held == held:
-            return
-        if asking.is_active:
-            asking.dismiss(None)
-        elif asking in asking.app.screen_stack:
-            return  # under another dialog: closed once it is on top again
-        self._asking = None
+        keep = []
+        for asking in self._asking:
+            if asking.held == held:
+                keep.append(asking)
+            elif asking.is_active:
+                asking.dismiss(None)
+            elif asking in asking.app.screen_stack:
+                keep.append(asking)  # under another dialog: closed once it is on top again
+        self._asking = keep
 
 
 def _answered(answer: SoftBudgetAnswer | None) -> Decision:
