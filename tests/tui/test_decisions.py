@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from decimal import Decimal
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
-
 from flightdeck.engine.api import TuiSettings
 from flightdeck.engine.attached.rework import Changes
 from flightdeck.engine.commands import (
@@ -400,7 +400,7 @@ def test_a_slow_send_says_when_it_was_taken_refused_or_read_only() -> None:
 class _FakeSoftDialog:
     """The soft budget's dialog as `SoftBudget` sees it: its hold, and its place in a stack."""
 
-    stack: list[object] = []
+    stack: ClassVar[list[object]] = []
 
     def __init__(self, held: str, *_: object) -> None:
         self.held = held
