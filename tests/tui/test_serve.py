@@ -346,15 +346,16 @@ async def test_the_palette_s_screenshot_reaches_the_page_as_a_download(
             if message.type is aiohttp.WSMsgType.TEXT:
                 kind, data = json.loads(message.data)
                 key = data if kind == "deliver_file_start" else None
-        async with (
-            aiohttp.ClientSession(cookies=serving.cookie) as client,
-            client.get(f"{serving.base}/download/{key}") as answer,
-        ):
-            assert answer.status == 200, await answer.text()
-            assert answer.headers["Content-Disposition"].startswith("attachment;")
-            assert answer.headers["Content-Security-Policy"] == "sandbox"
-            assert answer.headers["Cache-Control"] == "no-store"
-            assert "<svg" in await answer.text()
+        async with aiohttp.ClientSession(cookies=serving.cookie) as client:
+            # A HEAD (a prefetch) is refused: it would have used up the one-time download.
+            async with client.head(f"{serving.base}/download/{key}") as looked:
+                assert looked.status == 405
+            async with client.get(f"{serving.base}/download/{key}") as answer:
+                assert answer.status == 200, await answer.text()
+                assert answer.headers["Content-Disposition"].startswith("attachment;")
+                assert answer.headers["Content-Security-Policy"] == "sandbox"
+                assert answer.headers["Cache-Control"] == "no-store"
+                assert "<svg" in await answer.text()
     finally:
         await tab.close()
 

@@ -85,7 +85,8 @@ class WebServer:
         app.add_routes(
             [
                 web.get("/batch/{batch_id}/ws", self.session),
-                web.get("/download/{key}", self.download),
+                # GET alone: a HEAD (a prefetch) would use up the one-time download.
+                web.get("/download/{key}", self.download, allow_head=False),
                 web.static("/static", SERVE_FILES / "static"),
             ]
         )
