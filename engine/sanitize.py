@@ -67,6 +67,14 @@ def sanitize(text: str) -> str:
     return _STRIP.sub(_replacement, text)
 
 
+def sanitize_lines(text: str) -> str:
+    """`sanitize` each line on its own: a control string a line leaves open (a file's content
+    in a diff) loses the rest of that line only, never every line after it."""
+    if _NEEDS_WORK.search(text) is None:
+        return text
+    return "\n".join(sanitize(line) for line in text.split("\n"))
+
+
 class StreamSanitizer:
     """Sanitize a stream chunk by chunk; a sequence split across chunks never leaks a byte."""
 

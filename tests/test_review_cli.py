@@ -487,3 +487,18 @@ def test_a_warning_a_command_logs_reaches_stderr_sanitized(tmp_path: Path) -> No
     assert (gone.returncode, gone.stdout) == (0, "discarded c1\n"), gone.stderr
     assert "flightdeck: warning: could not tidy evil" in gone.stderr
     assert "\x1b" not in gone.stderr and "\x07" not in gone.stderr
+
+
+def test_a_file_that_leaves_an_escape_sequence_open_hides_no_other_file_of_the_diff(
+    tmp_path: Path,
+) -> None:
+    # Found in a walkthrough: a child wrote a file holding an OSC it never closed, and `diff`
+    # printed that file's first line and nothing after it: every other file was hidden from
+    # the operator about to merge them.
+    _, folder = project(tmp_path, {"c1": "z.txt=after"}, "a.txt=red\x1b]0;never closed")
+    batch = run(folder)
+    diff = fd(folder, "diff", batch, "c1")
+    assert diff.returncode == 0, diff.stderr
+    assert "\x1b" not in diff.stdout
+    assert "+red\n" in diff.stdout, diff.stdout
+    assert "+++ b/z.txt\n" in diff.stdout and "+after\n" in diff.stdout, diff.stdout

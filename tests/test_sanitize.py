@@ -12,6 +12,7 @@ from flightdeck.engine.sanitize import (
     one_line,
     redact,
     sanitize,
+    sanitize_lines,
     valid_text,
 )
 
@@ -217,3 +218,9 @@ def test_each_string_reaches_every_string_of_a_json_value_and_its_keys() -> None
         "t": ["c\ufffd"],
         "x": None,
     }
+
+
+def test_sanitize_lines_ends_an_open_control_string_at_its_line() -> None:
+    text = "+red\x1b]0;never closed\n+++ b/z.txt\n+after\x1b[31m\n"
+    assert sanitize_lines(text) == "+red\n+++ b/z.txt\n+after\n"
+    assert sanitize_lines("plain\n") == "plain\n"

@@ -213,6 +213,44 @@ async def test_d_says_why_there_is_no_diff_without_escape_sequences(
         e.close()
 
 
+async def test_d_shows_every_file_after_one_that_leaves_an_escape_sequence_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file holding a control string it never closes (an OSC) loses the rest of its line on
+    screen, not the rest of the diff: the files after it are shown too."""
+    for var in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM"):
+        monkeypatch.setenv(var, GIT_ENV[var])
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
+    argv = ["sh", "-c", "printf 'red\\033]0;never closed\\n' > a.txt; echo after > z.txt"]
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cli"\n[routes.cli]\nprovider = "command"\n'
+        f'workspace = "worktree"\nargv = {json.dumps(argv)}\n'
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    batch = Batch(name="osc", tasks=(Task(id="t0", goal="write", seq=0),), workspace=repo)
+    e = Engine(
+        batch, load_settings(tmp_path / "flightdeck.toml"), state_dir=tmp_path / "st", env=env
+    )
+    e.start()
+    try:
+        app = app_for(e)
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.table
+            await until(pilot, lambda: "t0" in table.rows_by_id, "the child")
+            await until(
+                pilot, lambda: table.rows_by_id["t0"].changes is not None, "its changes", 90
+            )
+            await pilot.press("D")
+            await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
+            diff = app.screen
+            assert isinstance(diff, DiffScreen)
+            await until(pilot, lambda: "a.txt" in diff.text, "the diff read", 90)
+            assert "\x1b" not in diff.text
+            assert "+red\n" in diff.text and "+after\n" in diff.text, repr(diff.text)
+    finally:
+        e.close()
+
+
 KEY = "sk-DIFFKEY-4r5t6y7u8i9o0p"
 
 
