@@ -4,6 +4,7 @@ through the whole engine with settings read from a real flightdeck.toml."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -227,6 +228,20 @@ def test_output_is_sanitized_keys_redacted_and_env_allowlisted(tmp_path: Path) -
     assert names <= allowed | {"FLIGHTDECK_CHILD"}  # its tag: engine/agents/tree.py
     assert "PASSED_ON" in names and "NOT_PASSED" not in names
     assert KEY not in (row.result or "")
+
+
+def test_an_escape_sequence_one_output_line_leaves_open_hides_no_later_line(
+    tmp_path: Path,
+) -> None:
+    # Found in a walkthrough: a CLI printed an OSC it never closed, then more lines in the same
+    # write; the run of lines was sanitized as one text and the transcript kept none after it.
+    script = "printf 'start\\033]0;title never closed\\nwrote x.txt\\ndone\\n'"
+    route = "argv = " + json.dumps(["sh", "-c", script]) + "\n"
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED
+    text = transcript(row)
+    assert "\x1b" not in text
+    assert "│ start\n" in text and "│ wrote x.txt\n" in text and "│ done\n" in text, text
 
 
 # --- stop and stall --------------------------------------------------------------------------

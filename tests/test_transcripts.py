@@ -114,6 +114,17 @@ def test_everything_is_sanitized(tmp_path: Path) -> None:
     assert read(path) == ["13:04:05.250  tool      │ abcd", "13:04:05.250  assistant │ xy"]
 
 
+def test_an_escape_sequence_a_line_leaves_open_ends_with_that_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.log"
+    with TranscriptWriter(path, clock=FakeClock()) as tw:
+        tw.write("output", "a\x1b]0;never closed\nb\nc")
+    assert read(path) == [
+        "13:04:05.250  output    │ a",
+        "13:04:05.250  output    │ b",
+        "13:04:05.250  output    │ c",
+    ]
+
+
 def test_secrets_are_redacted(tmp_path: Path) -> None:
     path = tmp_path / "c.log"
     with TranscriptWriter(path, clock=FakeClock(), secrets=["sk-live-0123456789"]) as tw:
