@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
+from flightdeck.engine.review import merge
 from flightdeck.engine.review.git import GitError, branch_name_problem
 from flightdeck.engine.review.merge import Conflicted, Merged, Work, accept, discard, overlaps
 from flightdeck.engine.review.tree import changes_patch
@@ -100,6 +101,48 @@ def test_accept_merges_every_child_into_the_branch_and_makes_their_branches(
     assert git(repo, "rev-parse", f"{c1}^") == before
     assert git(repo, "log", "-1", "--format=%an <%ae>", c1) == "flightdeck <flightdeck@localhost>"
     assert worktrees(repo) == [str(repo)]  # their worktrees are removed once merged
+
+
+class _Killed(BaseException):
+    """The owner killed (-9) at that point: nothing after it runs."""
+
+
+@pytest.mark.parametrize("at", ["_remove_worktree", "_move"])
+def test_an_accept_cut_short_is_finished_by_the_next_without_merging_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    # Found in a walkthrough: the owner killed after `review` moved, then `resume` applied the
+    # pending accept again: every child's work was committed and merged into `review` twice.
+    repo = make_repo(tmp_path / "repo", {"a.py": "a\n", "b.py": "b\n"})
+    git(repo, "branch", "review")
+    works = [
+        _child(repo, tmp_path, "c1", {"a.py": "A\n"}),
+        _child(repo, tmp_path, "c2", {"b.py": "B\n"}),
+    ]
+    real = getattr(merge, at)
+
+    def killed(*args: object) -> None:
+        raise _Killed
+
+    monkeypatch.setattr(merge, at, killed)
+    with pytest.raises(_Killed):
+        accept(repo, "review", works, "b1")
+    cut_short = git(repo, "rev-parse", "review")
+    monkeypatch.setattr(merge, at, real)
+    done = accept(repo, "review", works, "b1")
+    assert isinstance(done, Merged)
+    merges = git(repo, "log", "--merges", "--format=%s", "review").splitlines()
+    assert sorted(merges) == [
+        "Merge flightdeck/b1/c1 into review",
+        "Merge flightdeck/b1/c2 into review",
+    ], merges
+    if at == "_remove_worktree":  # `review` had moved: nothing more to merge
+        assert done.commit == cut_short
+    assert git(repo, "show", "review:a.py") == "A" and git(repo, "show", "review:b.py") == "B"
+    for child, (branch, sha) in done.branches.items():
+        assert git(repo, "rev-parse", branch) == sha
+        assert git(repo, "merge-base", "--is-ancestor", sha, "review") == "", child
+    assert worktrees(repo) == [str(repo)]
 
 
 def test_accept_into_the_checked_out_branch_fast_forwards_its_checkout(tmp_path: Path) -> None:

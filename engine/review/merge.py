@@ -4,11 +4,13 @@ Accept commits each child's worktree (everything in it, with a temporary index) 
 its own whose parent is the commit its worktree was made from, and merges those commits one
 after another into the target branch with `git merge-tree --write-tree`: in the object store
 only, no checkout touched. The first conflict stops it, and nothing has been applied: no ref
-moved, no branch made, every worktree still there. Only once every merge is clean does the
-target move, in one step: a fast-forward of the checkout that has it (git refuses it if local
-changes would be lost), or a compare-and-swap of its ref; then each child's branch
-(`flightdeck/BATCH/CHILD`) is made and its worktree removed. Discard removes a child's
-worktree and its branch, if it has one.
+moved, no branch made, every worktree still there. Only once every merge is clean is each
+child's branch (`flightdeck/BATCH/CHILD`) made and the target moved, in one step: a
+fast-forward of the checkout that has it (git refuses it if local changes would be lost: the
+branches are then taken back), or a compare-and-swap of its ref; then the worktrees are
+removed. An accept cut short after the move (its process killed) is finished by the next: a
+child whose branch holds the same work, merged already, is not merged again. Discard removes a
+child's worktree and its branch, if it has one.
 """
 
 from __future__ import annotations
@@ -102,9 +104,14 @@ def accept(repo: Path, into: str, works: Sequence[Work], batch_id: str) -> Merge
         if changes.base is None or not folder.is_dir():
             raise GitError(f"{work.child_id}: its worktree is gone ({changes.workspace})")
         branch = branch_name(batch_id, work.child_id)
+        tree = work_tree(folder)
+        own = _merged_before(repo, branch, tree, changes.base, tip)
+        if own is not None:  # an accept cut short (its owner killed) after `into` moved
+            made[work.child_id] = (branch, own)
+            continue
         title = work.goal.strip().splitlines()[0][:72] if work.goal.strip() else "its work"
         message = f"{work.child_id}: {title}\n\nflightdeck batch {batch_id}, child {work.child_id}"
-        own = _commit(repo, work_tree(folder), (changes.base,), message, env)
+        own = _commit(repo, tree, (changes.base,), message, env)
         done = run(
             repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", tip, own,
             ok=(0, 1),
@@ -116,12 +123,41 @@ def accept(repo: Path, into: str, works: Sequence[Work], batch_id: str) -> Merge
         merged = parts[0].decode("ascii")
         tip = _commit(repo, merged, (tip, own), f"Merge {branch} into {into}", env)
         made[work.child_id] = (branch, own)
-    _move(repo, into, before, tip)
+    # The children's branches before `into` moves: an accept cut short after the move finds
+    # them in it, and is finished without merging the same work twice (`_merged_before`).
+    was = {b: _ref(repo, f"refs/heads/{b}") for b, _ in made.values()}
     for branch, sha in made.values():
         run(repo, "update-ref", f"refs/heads/{branch}", sha)
+    try:
+        _move(repo, into, before, tip)
+    except GitError:
+        for branch, old in was.items():  # nothing applied: no branch made either
+            run(
+                repo,
+                "update-ref",
+                *((f"refs/heads/{branch}", old) if old else ("-d", f"refs/heads/{branch}")),
+            )
+        raise
     for work in works:
         _remove_worktree(repo, Path(work.changes.workspace))
     return Merged(into, before, tip, made)
+
+
+def _ref(repo: Path, ref: str) -> str | None:
+    found = run(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", ok=(0, 1))
+    return found.text if found.code == 0 and found.text else None
+
+
+def _merged_before(repo: Path, branch: str, tree: str, base: str, tip: str) -> str | None:
+    """The child's branch when it holds this very work (its tree, on its base) and is merged
+    into `tip` already; else None."""
+    sha = _ref(repo, f"refs/heads/{branch}")
+    if sha is None or _ref(repo, f"{sha}^") != base:
+        return None
+    if run(repo, "rev-parse", f"{sha}^{{tree}}").text != tree:
+        return None
+    merged = run(repo, "merge-base", "--is-ancestor", sha, tip, ok=(0, 1))
+    return sha if merged.code == 0 else None
 
 
 def discard(repo: Path, work: Work, batch_id: str) -> None:
