@@ -68,6 +68,16 @@ def test_a_worktree_s_changes_are_read_without_touching_it(tmp_path: Path) -> No
     assert changes_from_json(changes_json(work.changes)) == work.changes
 
 
+def test_a_diff_names_a_file_outside_ascii_as_it_is(tmp_path: Path) -> None:
+    # Found in a walkthrough: D and `flightdeck diff` showed "\303\274n\303\257c…" where the
+    # detail pane listed ünïcødé.txt; a control character in a name is still quoted.
+    repo = make_repo(tmp_path / "repo", {"a.py": "a\n"})
+    work = _child(repo, tmp_path, "c1", {"ünïcødé.txt": "u\n", "tab\there.txt": "t\n"})
+    text = changes_patch(work.changes)
+    assert "+++ b/ünïcødé.txt\n" in text, text
+    assert '"b/tab\\there.txt"' in text, text
+
+
 def test_a_worktree_left_as_it_was_is_removed_at_the_end(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     ws = Workspace("worktree", repo, tmp_path / "workspaces" / "c1", keep=False)

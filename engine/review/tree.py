@@ -18,6 +18,19 @@ MAX_PATCH_BYTES = 4 * 1024 * 1024  # of a diff shown or printed; the rest is sai
 _KIND = {"A": "added", "D": "deleted"}
 
 
+def _unquoted() -> dict[str, str]:
+    """git's environment to name a file outside ASCII as it is (`ünïcødé.txt`), not in octal
+    (`"\\303\\274n…"`), as the detail pane lists it (a control character is still quoted);
+    after any config the operator passes the same way."""
+    given = os.environ.get("GIT_CONFIG_COUNT", "0")
+    n = int(given) if given.isdigit() else 0
+    return {
+        "GIT_CONFIG_COUNT": str(n + 1),
+        f"GIT_CONFIG_KEY_{n}": "core.quotePath",
+        f"GIT_CONFIG_VALUE_{n}": "false",
+    }
+
+
 def work_tree(worktree: Path) -> str:
     """The id of a tree of everything in `worktree` now, as `git add -A` would stage it."""
     with tempfile.TemporaryDirectory(prefix="flightdeck-index-") as tmp:
@@ -70,7 +83,8 @@ def patch(repo: Path, base: str, tree: str, path: str | None = None) -> str:
     if path is not None and _outside(repo, path):
         return ""  # no file of it: git's own refusal named its pathspec magic, not the file
     args = ["diff", "--no-color", "--no-ext-diff", "--no-renames", base, tree]
-    done = run(repo, *args, *(["--", f":(literal){path}"] if path is not None else []))
+    pathspec = ["--", f":(literal){path}"] if path is not None else []
+    done = run(repo, *args, *pathspec, env=_unquoted())
     data = done.out
     cut = len(data) - MAX_PATCH_BYTES
     text = data[:MAX_PATCH_BYTES].decode("utf-8", "replace")
