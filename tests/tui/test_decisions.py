@@ -326,6 +326,16 @@ def test_merge_and_discard_act_on_pending_changes_only(tmp_path: Path) -> None:
     assert review.diff(None, ()) == (Say("this child changed no file in a workspace of its own"),)
 
 
+def test_d_on_a_running_child_says_its_changes_are_known_once_it_ends(tmp_path: Path) -> None:
+    # Found in a walkthrough: D over a child still running (it had written a file) said it
+    # "changed no file", where `flightdeck diff` says it has not ended.
+    rows = rows_of(tmp_path, S.RUNNING, S.COMPLETED)
+    said = "review-01 has not ended (running): its changes are known once it has"
+    assert review.diff(rows["review-01"], ()) == (Say(said),)
+    no_file = Say("this child changed no file in a workspace of its own")
+    assert review.diff(rows["review-02"], ()) == (no_file,)
+
+
 def test_m_and_delete_say_what_was_applied_in_the_command_line_sentence(tmp_path: Path) -> None:
     # One action, one sentence: `flightdeck merge` prints `accepted a, b into main (now <sha>)`,
     # the M key said `merged 2 children into main` (and delete `discarded 2 children' changes`).

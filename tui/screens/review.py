@@ -247,6 +247,9 @@ def _left_out(delegates: int) -> str:
 
 def diff(row: ChildRow | None, secrets: tuple[str, ...]) -> Decision:
     """D: the selected child's diff, on a screen of its own, redacted of the batch's keys."""
+    if row is not None and row.changes is None and row.status.live:  # known once it ends
+        said = f"{one_line(row.id)} has not ended ({row.status.value})"
+        return (Say(f"{said}: its changes are known once it has"),)
     if row is None or row.changes is None:
         return (Say("this child changed no file in a workspace of its own"),)
     return (Ask(DiffScreen(row, row.changes, secrets), lambda _: ()),)
