@@ -28,8 +28,9 @@ _NEEDS_WORK = re.compile(f"[{UNSAFE_CHARS}]")
 
 # Control strings: OSC, DCS, SOS, PM, APC in 7-bit (ESC ] P X ^ _) and 8-bit C1 form. The body
 # is an unrolled loop (no backtracking) in which an ESC only counts as the start of ST `ESC \`.
+# A newline ends one left open: it is dropped to its line's end, never the lines after it.
 _STRING_START = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])"
-_STRING_BODY = r"[^\x07\x1b\x9c]*(?:\x1b(?!\\)[^\x07\x1b\x9c]*)*"
+_STRING_BODY = r"[^\x07\x1b\x9c\n]*(?:\x1b(?!\\)[^\x07\x1b\x9c\n]*)*"
 _CSI_START = r"(?:\x1b\[|\x9b)"
 _CSI_BODY = r"[\x30-\x3f]*[\x20-\x2f]*"
 
@@ -37,7 +38,7 @@ _CSI_BODY = r"[\x30-\x3f]*[\x20-\x2f]*"
 # take `ESC [` or `ESC ]` as a complete two-byte sequence. A malformed or truncated sequence
 # loses its introducer and parameters, so what is left is plain printable text.
 _STRIP = re.compile(
-    f"{_STRING_START}{_STRING_BODY}(?:\\x07|\\x1b\\\\|\\x9c|\\Z)"
+    f"{_STRING_START}{_STRING_BODY}(?:\\x07|\\x1b\\\\|\\x9c|(?=\\n)|\\Z)"
     f"|{_CSI_START}{_CSI_BODY}[\\x40-\\x7e]?"
     r"|\x1b[\x20-\x2f]*[\x30-\x7e]?"
     f"|[{UNSAFE_CHARS}]"
@@ -65,14 +66,6 @@ def sanitize(text: str) -> str:
     if _NEEDS_WORK.search(text) is None:
         return text
     return _STRIP.sub(_replacement, text)
-
-
-def sanitize_lines(text: str) -> str:
-    """`sanitize` each line on its own: a control string a line leaves open (a file's content
-    in a diff) loses the rest of that line only, never every line after it."""
-    if _NEEDS_WORK.search(text) is None:
-        return text
-    return "\n".join(sanitize(line) for line in text.split("\n"))
 
 
 class StreamSanitizer:

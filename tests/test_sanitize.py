@@ -12,7 +12,6 @@ from flightdeck.engine.sanitize import (
     one_line,
     redact,
     sanitize,
-    sanitize_lines,
     valid_text,
 )
 
@@ -38,7 +37,10 @@ ST = "\x1b\\"
         ("a\x9d0;title\x07b", "ab"),
         ("a\x90q\x9cb\x98s\x9cc\x9ep\x9cd\x9fa\x9ce", "abcde"),
         (f"a{ESC}]0;title{ESC}[31m still title\x07b", "ab"),  # ESC inside OSC is not ST
-        (f"a{ESC}]0;never ends\nmore", "a"),  # unterminated: dropped to the end
+        # Unterminated: dropped to the end of its line; the lines after it stay (a stray OSC in
+        # a CLI's output or a file once hid every line after it).
+        (f"a{ESC}]0;never ends\nmore", "a\nmore"),
+        (f"a{ESC}]0;never ends", "a"),
         (f"a{ESC}Pq never ends", "a"),
         (f"a{ESC}[12", "a"),  # truncated CSI at the end
         (f"a{ESC}", "a"),
@@ -220,7 +222,13 @@ def test_each_string_reaches_every_string_of_a_json_value_and_its_keys() -> None
     }
 
 
-def test_sanitize_lines_ends_an_open_control_string_at_its_line() -> None:
-    text = "+red\x1b]0;never closed\n+++ b/z.txt\n+after\x1b[31m\n"
-    assert sanitize_lines(text) == "+red\n+++ b/z.txt\n+after\n"
-    assert sanitize_lines("plain\n") == "plain\n"
+def test_an_open_control_string_ends_at_its_line() -> None:
+    text = "+red\x1b]0;never closed\n+++ b/z.txt\n+after\x1bP\n"
+    assert sanitize(text) == "+red\n+++ b/z.txt\n+after\n"
+
+
+def test_a_stream_with_an_escape_sequence_left_open_keeps_its_later_lines() -> None:
+    stream = StreamSanitizer()
+    chunks = ["Hello \x1b]0;oops", " line one\nline two\n", "line three\n"]
+    out = "".join(stream.feed(c) for c in chunks) + stream.flush()
+    assert out == "Hello \nline two\nline three\n"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flightdeck.engine.sanitize import one_line, sanitize_lines
+from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.client import (
     batch_client,
     children_said,
@@ -171,7 +171,7 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
         db = client.db
     known_children(db, args.batch_id, (args.child_id,))
     try:
-        text = sanitize_lines(diff_of(db, args.batch_id, args.child_id, args.file))
+        text = sanitize(diff_of(db, args.batch_id, args.child_id, args.file))
     except CommandError as exc:
         say_error(str(exc))
         return ExitCode.INCOMPLETE

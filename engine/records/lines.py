@@ -12,13 +12,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from flightdeck.engine.sanitize import (
-    StreamSanitizer,
-    redact,
-    redact_cut,
-    sanitize,
-    sanitize_lines,
-)
+from flightdeck.engine.sanitize import StreamSanitizer, redact, redact_cut, sanitize
 
 ROLES = ("system", "user", "assistant", "tool", "tool-call", "operator", "engine", "error")
 STAMP_WIDTH = len("HH:MM:SS.mmm")
@@ -60,9 +54,7 @@ class LineFormatter:
         # A pending streamed line goes out first, so the file stays in time order: up to its
         # last word, which waits to go on after this event's lines.
         pending = self._cut_at_word(ts)
-        # Each line on its own: an escape sequence one line leaves open (a process's output,
-        # a tool's result) must not swallow the lines after it.
-        body = sanitize_lines(text).rstrip("\n")
+        body = sanitize(text).rstrip("\n")
         return pending + self._emit(role, body.split("\n"), ts)
 
     def stream(self, chunk: str, ts: float) -> bytes:

@@ -12,7 +12,7 @@ from typing import ClassVar
 from flightdeck.engine.attached.rework import Changes, overlap_in, patch_of, said_of
 from flightdeck.engine.commands import Accept, CommandError, Discard, Retry
 from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
-from flightdeck.engine.sanitize import one_line, sanitize_lines
+from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.decisions import Ask, Decision, Say, SendOff
 from flightdeck.tui.screens.dialogs import DialogBox, targets_text
@@ -196,7 +196,7 @@ class DiffScreen(Screen[None]):
         """git reads the diff: off the event loop."""
         path = None if self.index is None else self.changes.files[self.index].path
         try:
-            text = sanitize_lines(patch_of(self.changes, path, self.secrets))
+            text = sanitize(patch_of(self.changes, path, self.secrets))
         except CommandError as exc:  # git's words and the worktree's path: sanitized too
             text = f"no diff: {one_line(str(exc))}\n"
         self.app.call_from_thread(self._show, text)
