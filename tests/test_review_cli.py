@@ -502,3 +502,27 @@ def test_a_file_that_leaves_an_escape_sequence_open_hides_no_other_file_of_the_d
     assert "\x1b" not in diff.stdout
     assert "+red\n" in diff.stdout, diff.stdout
     assert "+++ b/z.txt\n" in diff.stdout and "+after\n" in diff.stdout, diff.stdout
+
+
+def test_resume_runs_a_lost_child_again_in_the_worktree_it_left(tmp_path: Path) -> None:
+    # Found in a walkthrough: the owner killed (-9) while a command child had edited its
+    # worktree; `resume` said the child "restarts from the start", then failed it at once:
+    # "its worktree holds an earlier attempt's changes" (its own lost attempt's), and the
+    # batch ended failed with nothing run again.
+    marker = tmp_path / "release"
+    repo, folder = project(tmp_path, {"r1": "r1.txt=made"}, "--hold-after", str(marker))
+    started = fd(folder, "run", "tasks.toml", "--detach")
+    assert started.returncode == 0, started.stderr
+    batch = started.stdout.strip()
+    until(lambda: any(Path(w, "r1.txt").exists() for w in worktrees(repo)), 60, what="edit")
+    with StoreReader(folder / "state" / "flightdeck.db") as reader:
+        info = reader.batch(batch)
+    assert info is not None and info.owner_pid is not None
+    os.kill(info.owner_pid, 9)
+    until(lambda: ended(info.owner_pid), 60, what="the owner gone")
+    marker.touch()
+    resumed = fd(folder, "resume", batch)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = fd(folder, "logs", batch, "r1").stdout
+    assert "(as its lost attempt left it)" in log, log
+    assert "+made" in fd(folder, "diff", batch, "r1").stdout

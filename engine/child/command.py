@@ -170,11 +170,13 @@ class ProcessRunner:
             if adoption is not None:
                 cwd = self._workspace.adopt()
             else:
-                cwd = self._workspace.reuse() if resume else self._workspace.prepare()
+                in_place = resume or c.kept.in_place
+                cwd = self._workspace.reuse() if in_place else self._workspace.prepare()
         except WorkspaceError as exc:
             return Ended(ChildStatus.FAILED, f"workspace: {exc}")
         if self._workspace.mode != "shared" and adoption is None:
-            c.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}")
+            left = " (as its lost attempt left it)" if c.kept.in_place and not resume else ""
+            c.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}{left}")
         context = c.task.context or ""
         if again is not None and again.resume and not self._resumes(again):
             context = again.prompt + (f"\n\n{context}" if context else "")

@@ -17,12 +17,19 @@ class Kept:
         self.retrying = retrying
         self.changes = changes
         self.superseded = False  # a delegate whose parent has run again since: history
+        # Its attempt was lost with its owner (`resume` runs it again): in the worktree or copy
+        # that attempt left, whose changes are its own, not an earlier attempt's to keep apart.
+        self.in_place = False
         self.version = 0  # bumped on every change, so readers can skip an unchanged child
 
     def changed(self, changes: Changes | None) -> None:
         """Its changes as found at its end, or as the operator decided them."""
         self.changes = changes
         self.version += 1
+
+    def run_in_place(self) -> None:
+        """It runs again where its lost attempt worked (see `in_place`)."""
+        self.in_place = True
 
     def supersede(self) -> None:
         """Its parent (or an ancestor) runs again: this delegate belongs to an earlier attempt."""

@@ -171,7 +171,7 @@ class ModelRunner:
         ws = self._workspace
         if ws is None:
             return None
-        resume = c.retrying is not None and c.retrying.resume
+        resume = (c.retrying is not None and c.retrying.resume) or c.kept.in_place
         try:
             root = ws.reuse() if resume else ws.prepare()
         except WorkspaceError as exc:

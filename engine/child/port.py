@@ -10,7 +10,7 @@ elsewhere (another machine) hands the runner a port that relays to the child at 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.child.loopwatch import LoopWatch
@@ -22,6 +22,9 @@ from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.review.values import Changes
+
+if TYPE_CHECKING:  # kept.py imports this module
+    from flightdeck.engine.child.kept import Kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,7 @@ class ChildPort(Protocol):
     steering: Steering
     loops: LoopWatch
     leads_gate: bool  # it leads a prompt-cache gate: its first chunk is reported
+    kept: Kept  # its attempt, its changes, and whether it runs again where a lost one worked
 
     @property
     def interrupt(self) -> Interruptible:

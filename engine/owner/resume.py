@@ -204,6 +204,7 @@ def settle(
             meter.add(child.route, row.usage)
             if rerun:  # before `_lost` records it queued again; what it delegated is history
                 child.carry(row.usage, row.cost_usd)
+                child.kept.run_in_place()
                 keep_pause(child, row)
                 for kid in earlier_delegates(row.id, kids):
                     out.superseded.add(kid)
