@@ -26,7 +26,8 @@ from flightdeck.engine.agents.process import Files, Process, Record
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
-from flightdeck.engine.child.port import Attempt, ChildPort, Ended
+from flightdeck.engine.child.kept import Attempt
+from flightdeck.engine.child.port import ChildPort, Ended
 from flightdeck.engine.child.supervise import RunEnd, Supervisor
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.model.session import CliSession

@@ -3,8 +3,37 @@ what it changed in its own workspace, and whether an earlier attempt of its pare
 
 from __future__ import annotations
 
-from flightdeck.engine.child.port import Attempt
+from dataclasses import dataclass
+
+from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.review.values import Changes
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The operator's retry of a child that ended: which attempt this is, and whether it works
+    on from the earlier one (`resume`: its workspace as it was, its transcript as context, the
+    CLI's session resumed) or starts again from its goal."""
+
+    number: int
+    resume: bool
+    before: str  # how the earlier attempt ended: "failed: exit 3"
+    context: str = ""  # resume: the end of the earlier attempt's transcript
+    session: CliSession | None = None  # resume: the CLI session the earlier attempt reported
+
+    @property
+    def prompt(self) -> str:
+        """What a resumed attempt is told ahead of its goal (a model, a CLI with no session)."""
+        return (
+            f"An earlier attempt at this task ended ({self.before}). Its transcript so far "
+            f"follows; continue the task from where it stopped.\n\n{self.context}"
+        )
+
+    def shown(self, text: str) -> str:
+        """`text` (a prompt holding `prompt`) as the transcript shows it: the earlier
+        transcript, already above it in the same file, named rather than repeated."""
+        note = f"[the earlier attempt's transcript, {len(self.context):,} characters]"
+        return text.replace(self.context, note) if self.context else text
 
 
 class Kept:

@@ -10,9 +10,10 @@ elsewhere (another machine) hands the runner a port that relays to the child at 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from flightdeck.engine.child.facts import ChildFact
+from flightdeck.engine.child.kept import Attempt, Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
 from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.child.steering import Steering
@@ -22,9 +23,6 @@ from flightdeck.engine.interrupt import Interruptible
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.review.values import Changes
-
-if TYPE_CHECKING:  # kept.py imports this module
-    from flightdeck.engine.child.kept import Kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,33 +37,6 @@ class Ended:
 
 class Paused:
     """A run that returned for the operator's pause (a continue runs it again)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """The operator's retry of a child that ended: which attempt this is, and whether it works
-    on from the earlier one (`resume`: its workspace as it was, its transcript as context, the
-    CLI's session resumed) or starts again from its goal."""
-
-    number: int
-    resume: bool
-    before: str  # how the earlier attempt ended: "failed: exit 3"
-    context: str = ""  # resume: the end of the earlier attempt's transcript
-    session: CliSession | None = None  # resume: the CLI session the earlier attempt reported
-
-    @property
-    def prompt(self) -> str:
-        """What a resumed attempt is told ahead of its goal (a model, a CLI with no session)."""
-        return (
-            f"An earlier attempt at this task ended ({self.before}). Its transcript so far "
-            f"follows; continue the task from where it stopped.\n\n{self.context}"
-        )
-
-    def shown(self, text: str) -> str:
-        """`text` (a prompt holding `prompt`) as the transcript shows it: the earlier
-        transcript, already above it in the same file, named rather than repeated."""
-        note = f"[the earlier attempt's transcript, {len(self.context):,} characters]"
-        return text.replace(self.context, note) if self.context else text
 
 
 PAUSED = Paused()

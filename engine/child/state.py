@@ -14,11 +14,11 @@ from decimal import Decimal
 
 from flightdeck.engine.child.facts import ChildDone, ChildFact, ChildPaused, ReceiptSettled, Report
 from flightdeck.engine.child.halt import Halt, Move
-from flightdeck.engine.child.kept import Kept
+from flightdeck.engine.child.kept import Attempt, Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
 from flightdeck.engine.child.operator import OperatorNeeds
 from flightdeck.engine.child.policy import StopRequested
-from flightdeck.engine.child.port import PAUSED, Attempt, Closable, Ended, Runner, Transcript
+from flightdeck.engine.child.port import PAUSED, Closable, Ended, Runner, Transcript
 from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.child.result import bounded_result
 from flightdeck.engine.child.rowview import Standing, build_row

@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from flightdeck.engine.child.kept import Kept
-from flightdeck.engine.child.port import Attempt
+from flightdeck.engine.child.kept import Attempt, Kept
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.commands import CommandError, Context, Retry
 from flightdeck.engine.control.finals import Finals
