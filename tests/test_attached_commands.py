@@ -102,7 +102,10 @@ def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
             steer = flightdeck(folder, "steer", batch_id, "c002", "-m", "mind the tests")
             assert steer.stdout is not None
             line = steer.stdout.readline()
-            assert line == "c002: queued — waiting for its next turn; Ctrl+C leaves it queued\n"
+            assert line == (
+                "c002: queued — it has not started: delivered at its first turn; "
+                "Ctrl+C leaves it queued\n"
+            )
             owner.send_signal(signal.SIGKILL)
             owner.wait(30)
             out, err = steer.communicate(timeout=30)  # within a poll, not the heartbeat's 30 s

@@ -211,6 +211,29 @@ def test_a_steer_to_a_paused_child_says_it_waits_for_the_continue(tmp_path: Path
         ended(owner, hold)
 
 
+def test_a_steer_now_to_a_child_not_started_says_it_waits_for_its_first_turn(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: `steer --now` to a queued child said "queued — interrupting its
+    # current response", and it had none: the steer waited for it to start.
+    owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2"], pool=1)
+    try:
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2 queued
+        steer = flightdeck_process(
+            "steer", batch_id, "t2", "-m", "mind the tests", "--now", cwd=tmp_path
+        )
+        assert steer.stdout is not None
+        assert steer.stdout.readline() == (
+            "t2: queued — it has not started: delivered at its first turn; "
+            "Ctrl+C leaves it queued\n"
+        )
+        hold.release()
+        out, err = steer.communicate(timeout=60)
+        assert (steer.returncode, out) == (0, "t2: delivered\n"), err
+    finally:
+        ended(owner, hold)
+
+
 def test_wait_says_the_paused_children_the_batch_waits_on(tmp_path: Path) -> None:
     # Found by a walk-through: `wait` on a batch with a paused child said only "waiting for
     # batch … to end", and waited for ever: nothing runs a paused child until it is continued.

@@ -175,6 +175,8 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
     asking: set[str] | None = None
     delegating: set[str] = set()
     paused: set[str] = set()  # a paused child reads its steer once continued
+    unstarted: set[str] = set()  # nor has one not started a response to interrupt
+    not_started = (ChildStatus.QUEUED, ChildStatus.GATED)
     try:
         for row in client.follow(request_id):
             for receipt in row.receipts:
@@ -187,6 +189,7 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
                         asking = {r.id for r in rows if r.question is not None and r.status.live}
                         delegating = {r.id for r in rows if r.waits_on_delegates}
                         paused = {r.id for r in rows if r.status is ChildStatus.PAUSED}
+                        unstarted = {r.id for r in rows if r.status in not_started}
                     if state == "queued" and receipt.child_id in (asking or ()):
                         words = ("answer", client.batch_id, receipt.child_id, "-m", "…")
                         answer = command_line(client.db.parent, *words)
@@ -198,6 +201,8 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
                             client.db.parent, "continue", client.batch_id, receipt.child_id
                         )
                         waits = f"it is paused: delivered once continued (`{go_on}`)"
+                    elif state == "queued" and receipt.child_id in unstarted:
+                        waits = "it has not started: delivered at its first turn"
                     console.print(Text(_receipt_line(receipt, now, waits)))
             if row.state.value == "refused":
                 say_error(f"refused: {row.reason or ''}")
