@@ -319,7 +319,10 @@ def test_a_missed_nudge_says_why(tmp_path: Path) -> None:
         nudge = flightdeck_process("nudge", batch_id, "--where", "is:looping", cwd=tmp_path)
         assert nudge.stdout is not None
         assert nudge.stdout.readline() == "1 child matches `is:looping`\n"
-        assert nudge.stdout.readline().startswith("loop1: queued — waiting for its next turn")
+        assert nudge.stdout.readline() == (  # said up front: no turn is left to read it
+            "loop1: queued — it is on its last turn (max_turns): missed once that ends; "
+            "Ctrl+C leaves it queued\n"
+        )
         hold.release()  # the turn ends with a call and no turn is left to read the nudge
         out, err = nudge.communicate(timeout=60)
         assert (nudge.returncode, out) == (1, "loop1: missed: max_turns (8) used up\n"), err

@@ -177,6 +177,7 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
     paused: set[str] = set()  # a paused child reads its steer once continued
     unstarted: set[str] = set()  # nor has one not started a response to interrupt
     not_started = (ChildStatus.QUEUED, ChildStatus.GATED)
+    last: set[str] = set()  # on its last turn (max_turns) a steer at the next one is missed
     try:
         for row in client.follow(request_id):
             for receipt in row.receipts:
@@ -190,6 +191,7 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
                         delegating = {r.id for r in rows if r.waits_on_delegates}
                         paused = {r.id for r in rows if r.status is ChildStatus.PAUSED}
                         unstarted = {r.id for r in rows if r.status in not_started}
+                        last = {r.id for r in rows if r.activity.last_turn and not now}
                     if state == "queued" and receipt.child_id in (asking or ()):
                         words = ("answer", client.batch_id, receipt.child_id, "-m", "…")
                         answer = command_line(client.db.parent, *words)
@@ -203,6 +205,8 @@ def _until_delivered(client: Client, request_id: int, now: bool, *, none: str) -
                         waits = f"it is paused: delivered once continued (`{go_on}`)"
                     elif state == "queued" and receipt.child_id in unstarted:
                         waits = "it has not started: delivered at its first turn"
+                    elif state == "queued" and receipt.child_id in last:
+                        waits = "it is on its last turn (max_turns): missed once that ends"
                     console.print(Text(_receipt_line(receipt, now, waits)))
             if row.state.value == "refused":
                 say_error(f"refused: {row.reason or ''}")
