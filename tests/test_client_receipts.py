@@ -234,6 +234,29 @@ def test_a_steer_now_to_a_child_not_started_says_it_waits_for_its_first_turn(
         ended(owner, hold)
 
 
+def test_a_query_naming_a_route_or_group_no_child_has_is_one_error(tmp_path: Path) -> None:
+    # Found by a walk-through: `stop --where route:simm` (a typo of `sim`) said "0 children
+    # match `route:simm`: nothing to stop", exit 0, as if none were on the route.
+    owner, batch_id, hold = sim_owner(tmp_path, ["t1"], pool=1, task='group = "docs"\n')
+    try:
+        for words, said in (
+            (
+                ("stop", "--where", "route:simm"),
+                "'route:simm': no child of this batch is on that route (routes: sim)",
+            ),
+            (
+                ("steer", "-m", "hi", "--where", "group:doc"),
+                "'group:doc': no child of this batch is in that group (groups: docs)",
+            ),
+        ):
+            done = flightdeck_process(words[0], batch_id, *words[1:], cwd=tmp_path)
+            out, err = done.communicate(timeout=30)
+            assert (done.returncode, out, err) == (2, "", f"flightdeck: --where: {said}\n")
+        assert status(tmp_path, batch_id, "t1") != "stopped"  # nothing was sent
+    finally:
+        ended(owner, hold)
+
+
 def test_wait_says_the_paused_children_the_batch_waits_on(tmp_path: Path) -> None:
     # Found by a walk-through: `wait` on a batch with a paused child said only "waiting for
     # batch … to end", and waited for ever: nothing runs a paused child until it is continued.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line, soft_lift
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.clienttargets import acted_on, delegates_said
+from flightdeck.tui.clienttargets import acted_on, delegates_said, unknown_names
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import UsageError, check_children, state_db, unknown_batch
@@ -89,6 +89,8 @@ def _matching(client: Client, row_filter: RowFilter, verb: str) -> list[str]:
     """The ids of the children `row_filter` keeps that have not ended, in batch order; how many
     it keeps (and how many of those had ended) is printed."""
     kept, live = client.matching(row_filter)
+    if not kept and (why := unknown_names(client.rows(), row_filter.routes, row_filter.groups)):
+        raise UsageError(None, None, "--where", why)  # a typo, not "0 children match"
     ended = kept - len(live)
     noun = "child matches" if kept == 1 else "children match"
     line = f"{kept} {noun} `{one_line(row_filter.query, 200)}`"

@@ -60,3 +60,19 @@ def delegates_said(rows: Sequence[ChildRow], ids: list[str]) -> str:
         return ""
     whose = "its" if len(ids) == 1 else "their"
     return f" (and {whose} {count} {'delegate' if count == 1 else 'delegates'})"
+
+
+def unknown_names(
+    rows: Sequence[ChildRow], routes: frozenset[str] | None, groups: frozenset[str] | None
+) -> str | None:
+    """Why a query kept nothing, when a `route:` or `group:` value it gives (a typo, most
+    likely) names no child's route or group in this batch; None when each names one."""
+    for field, wanted, have, where in (
+        ("route", routes, {r.route.lower() for r in rows}, "on that route"),
+        ("group", groups, {(r.group or "").lower() for r in rows} - {""}, "in that group"),
+    ):
+        for name in sorted((wanted or frozenset()) - have):
+            known = one_line(", ".join(sorted(have)[:10]) or "none", 200)
+            term = f"'{field}:{one_line(name, 60)}'"
+            return f"{term}: no child of this batch is {where} ({field}s: {known})"
+    return None
