@@ -32,7 +32,7 @@ from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.status import StatusBar
 from test_attach import OPTIONS, Owner
 from textual.binding import Binding
-from textual.widgets import Label, OptionList
+from textual.widgets import Input, Label, OptionList
 from tui_fakes import StaticView, child, frozen_clock
 from tui_support import (
     SIZE,
@@ -59,6 +59,51 @@ def bar_text(app: FlightdeckApp) -> str:
 def result_of(engine: Engine, child_id: str) -> str:
     row = engine.snapshot().child(child_id)
     return (row.result or "") if row is not None else ""
+
+
+async def test_an_answer_box_closed_by_an_answer_from_elsewhere_says_so(
+    tmp_path: Path, hold: Hold
+) -> None:
+    # Found by a walk-through: while the operator typed an answer, `flightdeck answer` from
+    # another terminal answered the question, and the box vanished with the typed text, not
+    # a word said: it looked as if the answer had gone.
+    route = dataclasses.replace(default_sim_route(**held(hold, tool_turns=0)), ask_operator=True)
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    tasks = make_tasks(["[sim:ask] ship the docs", "[sim:ask] tag it"])
+    engine = Engine(Batch("needs", tasks), settings, state_dir=tmp_path / "s", max_concurrent=2)
+    engine.start()
+    options = UiOptions(poll_s=0.05, transcript_poll_s=0.1, cursor_blink=False)
+    app = FlightdeckApp(LiveView(engine), options)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            hold.release("c1", 0)  # each asks on its first call; the next ones wait
+            hold.release("c2", 0)
+            await until(pilot, lambda: len(app.main.notices.queue) == 2, "both asking")
+            await pilot.press("exclamation_mark")
+            await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+            screen = app.screen
+            assert isinstance(screen, NeedsScreen)
+            await until(pilot, lambda: len(screen.entries) == 2, "their questions")
+            for how in ("answer", "stop"):  # the first entry answered elsewhere, then stopped
+                await pilot.press("a")
+                await until(pilot, lambda: screen.answering is not None, "the answer box")
+                assert screen.answering is not None
+                child_id = screen.answering.child_id or ""
+                box = screen.query_one("#needs-answer", Input)  # the same box each time
+                await until(pilot, lambda b=box: b.has_focus, "the box focused")  # keys go to it
+                await type_text(pilot, "yes, pub")
+                if how == "answer":
+                    engine.answer([child_id], "from elsewhere")
+                    why = "was answered elsewhere"
+                else:
+                    engine.stop([child_id])
+                    why = f"left the queue: {child_id} has stopped"
+                await until(pilot, lambda: screen.answering is None, "the box closed")
+                said = [str(n.message) for n in app._notifications]
+                assert f"{child_id}'s question {why}: yours was not sent" in said, said
+    finally:
+        engine.stop_all()
+        engine.close()
 
 
 async def test_the_status_bar_counts_the_queue_of_the_snapshot_it_shows(tmp_path: Path) -> None:

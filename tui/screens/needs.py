@@ -134,7 +134,8 @@ class NeedsScreen(Screen[str | None]):
         if self._view.read_only != self._refusing:  # the batch ended, or its owner went
             self._refusing = self._view.read_only
             self.refresh_bindings()
-        entries = tuple(needs(self._view.snapshot()))
+        snapshot = self._view.snapshot()
+        entries = tuple(needs(snapshot))
         title = f"Needs you: {len(entries):,}" if entries else "Nothing needs you"
         self.query_one("#needs-title", Label).update(Text(title, style="bold"))
         listing = self.query_one("#needs-list", OptionList)
@@ -156,8 +157,17 @@ class NeedsScreen(Screen[str | None]):
         if entries:
             keys = [n.key for n in entries]
             listing.highlighted = keys.index(was.key) if was is not None and was.key in keys else 0
-        if self.answering is not None and self.answering.key not in {n.key for n in entries}:
-            self._show_answer(None)  # answered elsewhere (another view, the command line)
+        gone = self.answering
+        if gone is not None and gone.key not in {n.key for n in entries}:
+            # Answered elsewhere (another view, the command line), or its child ended: said,
+            # as the box goes with what was typed in it.
+            self._show_answer(None)
+            row = snapshot.child(gone.child_id) if gone.child_id is not None else None
+            who = one_line(gone.child_id or "", 60)
+            why = "was answered elsewhere"
+            if row is not None and row.status.terminal:
+                why = f"left the queue: {who} has {row.status.value}"
+            self.notify(f"{who}'s question {why}: yours was not sent", markup=False)
 
     @property
     def selected(self) -> Need | None:
