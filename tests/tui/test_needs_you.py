@@ -99,8 +99,10 @@ async def test_an_answer_box_closed_by_an_answer_from_elsewhere_says_so(
                     engine.stop([child_id])
                     why = f"left the queue: {child_id} has stopped"
                 await until(pilot, lambda: screen.answering is None, "the box closed")
-                said = [str(n.message) for n in app._notifications]
-                assert f"{child_id}'s question {why}: yours was not sent" in said, said
+                told = f"{child_id}'s question {why}: yours was not sent"
+                await until(  # a notification is a message, handled after the poll's close
+                    pilot, lambda t=told: t in [str(n.message) for n in app._notifications], told
+                )
     finally:
         engine.stop_all()
         engine.close()
