@@ -10,6 +10,7 @@ import subprocess
 import sys
 import termios
 import threading
+from collections.abc import Callable
 from fcntl import ioctl
 from pathlib import Path
 
@@ -31,6 +32,30 @@ def _controlled_by_stdin() -> None:
     ioctl(0, termios.TIOCSCTTY, 0)
 
 
+def headless_owner(
+    folder: Path, tty: int, out: int, preexec: Callable[[], None]
+) -> subprocess.Popen[bytes]:
+    """`flightdeck run tasks.jsonl --headless` in `folder`, a session leader whose standard
+    input is the pty `tty` (made its terminal by `preexec`), its output to `out`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
+        cwd=folder,
+        stdin=tty,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, KEY_ENV: "sk-test-durable", "NO_COLOR": "1"},
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
+
+
+def ended(owner: subprocess.Popen[bytes]) -> None:
+    """Killed if it still runs (a failed test), and waited for."""
+    if owner.poll() is None:
+        owner.kill()
+        owner.wait()
+
+
 @pytest.mark.slow
 def test_a_headless_owner_whose_terminal_closes_stops_and_records_every_child(
     tmp_path: Path,
@@ -39,16 +64,7 @@ def test_a_headless_owner_whose_terminal_closes_stops_and_records_every_child(
         server.hold()  # every request waits: the children stay running
         folder = project(tmp_path, server, 5, pool=2)
         master, slave = os.openpty()
-        owner = subprocess.Popen(
-            [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
-            cwd=folder,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env={**os.environ, KEY_ENV: "sk-test-durable", "NO_COLOR": "1"},
-            start_new_session=True,
-            preexec_fn=_controlled_by_stdin,
-        )
+        owner = headless_owner(folder, slave, slave, _controlled_by_stdin)
         os.close(slave)
         said = bytearray()
 
@@ -69,9 +85,7 @@ def test_a_headless_owner_whose_terminal_closes_stops_and_records_every_child(
             code = owner.wait(60)
         finally:
             server.release()
-            if owner.poll() is None:
-                owner.kill()
-                owner.wait()
+            ended(owner)
     assert code == ExitCode.HANGUP == 128 + signal.SIGHUP, bytes(said[-2000:])
     with StoreReader(folder / "state" / "flightdeck.db") as reader:
         batch_id = reader.latest_batch_id()
@@ -99,16 +113,7 @@ def test_a_headless_owner_started_under_nohup_runs_on_when_its_terminal_closes(
         folder = project(tmp_path, server, 3, pool=2)
         master, slave = os.openpty()
         with open(tmp_path / "nohup.out", "w") as out:  # nohup's own: the output is a file
-            owner = subprocess.Popen(
-                [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
-                cwd=folder,
-                stdin=slave,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, KEY_ENV: "sk-test-durable", "NO_COLOR": "1"},
-                start_new_session=True,
-                preexec_fn=_nohup_controlled_by_stdin,
-            )
+            owner = headless_owner(folder, slave, out.fileno(), _nohup_controlled_by_stdin)
         os.close(slave)
         try:
             until(lambda: server.total_runs() == 2, 60)
@@ -117,9 +122,7 @@ def test_a_headless_owner_started_under_nohup_runs_on_when_its_terminal_closes(
             code = owner.wait(60)
         finally:
             server.release()
-            if owner.poll() is None:
-                owner.kill()
-                owner.wait()
+            ended(owner)
     said = (tmp_path / "nohup.out").read_text()
     assert code == ExitCode.OK, said
     assert "stopping all children" not in said, said
