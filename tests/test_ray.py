@@ -341,18 +341,27 @@ def test_what_the_cluster_publishes_to_drivers_goes_to_the_owners_log_not_its_st
 ) -> None:
     # A node lost publishes "Raylet is terminated ... Last 20 lines of the Raylet logs:" (and
     # those lines) to every driver: one such message, published as Ray does, to an owner.
+    # It waits for the message to be logged (a fixed sleep missed it on a busy machine).
     code = """
-import logging, sys, time
+import logging, threading
 import ray
 from ray._private.utils import publish_error_to_driver
 from flightdeck.engine.executors.cluster.join import connect
 from flightdeck.engine.inputs.settings import RaySettings
 
 logging.basicConfig(format="log: %(message)s")
+seen = threading.Event()
+
+class Seen(logging.Handler):
+    def emit(self, record):
+        if "Raylet is terminated" in record.getMessage():
+            seen.set()
+
+logging.getLogger().addHandler(Seen())  # after basicConfig's: called once that one wrote it
 connect(RaySettings("auto"), None)
 gcs = ray._private.worker.global_worker.gcs_client
 publish_error_to_driver("test", "Raylet is terminated.\\n[state-dump] a line", gcs)
-time.sleep(3)
+seen.wait(90)
 ray.shutdown()
 """
     done = subprocess.run(
