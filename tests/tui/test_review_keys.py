@@ -85,6 +85,19 @@ def _toasts(app: Any) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
 
+async def diff_of_t0(app: Any, pilot: Any, shows: str) -> DiffScreen:
+    """The diff screen `D` opens over t0 once it has ended with changes, read until `shows`."""
+    table = app.main.table
+    await until(pilot, lambda: "t0" in table.rows_by_id, "the child")
+    await until(pilot, lambda: table.rows_by_id["t0"].changes is not None, "its changes", 90)
+    await pilot.press("D")
+    await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
+    diff = app.screen
+    assert isinstance(diff, DiffScreen)
+    await until(pilot, lambda: shows in diff.text, "the diff read", 90)
+    return diff
+
+
 async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     app = app_for(engine)
@@ -235,16 +248,7 @@ async def test_d_shows_every_file_after_one_that_leaves_an_escape_sequence_open(
     try:
         app = app_for(e)
         async with app.run_test(size=SIZE) as pilot:
-            table = app.main.table
-            await until(pilot, lambda: "t0" in table.rows_by_id, "the child")
-            await until(
-                pilot, lambda: table.rows_by_id["t0"].changes is not None, "its changes", 90
-            )
-            await pilot.press("D")
-            await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
-            diff = app.screen
-            assert isinstance(diff, DiffScreen)
-            await until(pilot, lambda: "a.txt" in diff.text, "the diff read", 90)
+            diff = await diff_of_t0(app, pilot, "a.txt")
             assert "\x1b" not in diff.text
             assert "+red\n" in diff.text and "+after\n" in diff.text, repr(diff.text)
     finally:
@@ -283,16 +287,7 @@ async def test_d_shows_a_key_the_child_wrote_into_a_file_redacted(
         options = UiOptions(poll_s=0.1, transcript_poll_s=0.1, cursor_blink=False)
         app = FlightdeckApp(view, options)
         async with app.run_test(size=SIZE) as pilot:
-            table = app.main.table
-            await until(pilot, lambda: "t0" in table.rows_by_id, "the child")
-            await until(
-                pilot, lambda: table.rows_by_id["t0"].changes is not None, "its changes", 90
-            )
-            await pilot.press("D")
-            await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
-            diff = app.screen
-            assert isinstance(diff, DiffScreen)
-            await until(pilot, lambda: ".env" in diff.text, "the diff read", 90)
+            diff = await diff_of_t0(app, pilot, ".env")
             assert "+API_KEY=[REDACTED]\n" in diff.text, diff.text
             assert KEY not in diff.text and "DIFFKEY" not in diff.text
     finally:
