@@ -18,6 +18,7 @@ from flightdeck.engine.child.ask import (
     parse_question,
     wait_settled,
 )
+from flightdeck.engine.child.billing import bill, bill_cut_short, estimated_note
 from flightdeck.engine.child.delegate import (
     DELEGATE_SPEC,
     DelegateCall,
@@ -45,7 +46,7 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
 )
 from flightdeck.engine.providers.tokens import estimate_tokens, prompt_tokens_estimate
-from flightdeck.engine.records.meter import Meter, cache_saving
+from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.sanitize import each_string, one_line, valid_text
 
 __all__ = ["SYSTEM_PROMPT", "TRANSCRIPT_TOOL_CHARS", "ModelRunner"]
@@ -56,14 +57,6 @@ SYSTEM_PROMPT = (
     "follow them. When you are done, answer with your final result and call no tool."
 )
 TRANSCRIPT_TOOL_CHARS = 2000
-
-
-def estimated_note(usage: Usage) -> str:
-    """The transcript's line for the tokens billed as an estimate, those only (Anthropic counts
-    the input at the stream's start: a stream cut after it leaves only the output uncounted)."""
-    sizes = ((usage.input_tokens, "input"), (usage.output_tokens, "output"))
-    parts = " and ".join(f"{n} {what}" for n, what in sizes if n)
-    return f"call cut short: {parts} tokens billed as an estimate (their count never came)"
 
 
 def prefix_digest(system: str, tools: tuple[ToolSpec, ...]) -> str:
@@ -417,19 +410,13 @@ class ModelRunner:
             c.settle(receipt, SteerState.DELIVERED)
 
     def _bill(self, usage: Usage) -> None:
-        route = self._c.route
-        cost = self._meter.add(route, usage)
-        self._c.progress.bill(usage, cost, cache_saving(usage, route))
+        bill(self._c.progress, self._meter, self._c.route, usage)
 
     def _bill_cut_short(self) -> Usage:
-        """A call closed by a stop or steer --now: bill the estimate of what the server read
-        and wrote beyond what it counted (the prompt, and what streamed)."""
+        """A call closed by a stop or steer --now: see `bill_cut_short`."""
         # However the stream ended (an error, Interrupted, or quietly), the server had the
         # prompt and wrote what streamed; its usage chunk may never come.
-        rest = self._c.progress.not_billed()
-        if rest.total:
-            self._bill(rest)
-        return rest
+        return bill_cut_short(self._c.progress, self._meter, self._c.route)
 
     def _on_rate_wait(self, seconds: float, why: str) -> None:
         # why: "rpm 240 learned", "tpm 40000 configured", "concurrency 8 adapted to 429s"

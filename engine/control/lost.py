@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from flightdeck.engine.child.billing import bill_cut_short, estimated_note
 from flightdeck.engine.child.elsewhere import Elsewhere
-from flightdeck.engine.child.loop import estimated_note
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.recorder import Recorder
@@ -19,7 +19,7 @@ from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.attempts import SUPERSEDED
 from flightdeck.engine.records.forecast import lost_attempt_json
-from flightdeck.engine.records.meter import Meter, cache_saving
+from flightdeck.engine.records.meter import Meter
 
 
 def rerun_lost(
@@ -64,11 +64,8 @@ def rerun_lost(
 
 def _bill_cut_short(child: Child, meter: Meter) -> None:
     """The call in flight when its worker was lost: the server read its prompt and wrote what
-    streamed, so it is billed its estimate, as a call a stop cuts short is (child/loop.py),
-    into the lost attempt's spend and the budget's meter."""
-    rest = child.progress.not_billed()
-    if not rest.total:
-        return
-    route = child.route
-    child.progress.bill(rest, meter.add(route, rest), cache_saving(rest, route))
-    child.transcript.write("engine", estimated_note(rest))
+    streamed, so it is billed its estimate, as a call a stop cuts short is, into the lost
+    attempt's spend and the budget's meter."""
+    rest = bill_cut_short(child.progress, meter, child.route)
+    if rest.total:
+        child.transcript.write("engine", estimated_note(rest))
