@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 
+from flightdeck.engine.child.billing import estimated_note
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.records.forecast import lost_attempt_json
@@ -95,7 +96,7 @@ def settle_left(
     """`rows` as the dead owner left them, with the calls it had in flight billed (`live`, its
     last live figures; not to children whose process `processes` holds: their CLI's own output
     says what they spent) and the children the operator stopped ended `stopped`."""
-    rows = _bill_in_flight(rows, live, processes, pid, clock)
+    rows = _bill_in_flight(rows, live, processes, clock)
     return _settle_stopping(rows, events, batch_id, store, pid, ts, clock)
 
 
@@ -103,7 +104,6 @@ def _bill_in_flight(
     rows: list[ChildRow],
     live: str | None,
     processes: Collection[str],
-    pid: int,
     clock: Callable[[], float],
 ) -> list[ChildRow]:
     """A call cut short by its owner's death was billed for what the server had read, as one a
@@ -126,13 +126,8 @@ def _bill_in_flight(
                 else (row.cost_usd + f.in_flight_cost_usd)
             )
             row = dataclasses.replace(row, usage=row.usage + f.in_flight, cost_usd=cost)
-            u = f.in_flight
-            note = (
-                f"call cut short: its owner process (pid {pid}) died mid-call; "
-                f"{u.input_tokens} input and {u.output_tokens} output tokens billed as its last "
-                "figures gave them"
-            )
-            append_line(row.transcript, "engine", note, clock)
+            # As a stop's cut-short call says; the owner's death is the next line's (settle_lost).
+            append_line(row.transcript, "engine", estimated_note(f.in_flight), clock)
         out.append(row)
     return out
 
