@@ -523,19 +523,12 @@ def test_the_call_in_flight_when_a_worker_is_lost_is_billed_to_the_lost_attempt(
     # Found by a walk-through: a worker killed mid-call dropped the call's estimate (the
     # prompt the server read, what streamed) from the spend, where a stop bills it: the meter
     # fell from $0.0072 to $0.0046. Each child's first call streams one chunk and stalls.
-    asked: dict[str, int] = {}
-    lock = threading.Lock()
-
-    def respond(received: Received) -> Reply:
-        with lock:
-            count = asked[goal_of(received)] = asked.get(goal_of(received), 0) + 1
-        if count == 1:
-            return Reply(text="thinking at length", chunk_chars=4, stall_after_chunks=1)
-        return Reply(text="done")
-
-    with Loopback(respond) as server:
+    tasks = batch(2, goal="Check part {i}")
+    goals = {t.goal for t in tasks.tasks}
+    script = Script(goals, lambda *_: Reply(text="done"))
+    with Loopback(script) as server:
         route = route_for(server, "openai", read_timeout_s=60.0)
-        engine = start(batch(2, goal="Check part {i}"), on_ray(settings(route, pool=2)), tmp_path)
+        engine = start(tasks, on_ray(settings(route, pool=2)), tmp_path)
         try:
 
             def flying() -> dict[str, Any]:
@@ -548,7 +541,7 @@ def test_the_call_in_flight_when_a_worker_is_lost_is_billed_to_the_lost_attempt(
             assert victims, "the first worker runs some of them"
             held = {c: flying()[c] for c in victims}
             ray.kill(actor)
-            until(lambda: sum(asked.values()) > 2, 60, what="a lost child asked again")
+            until(lambda: any(script.asked(g) > 1 for g in goals), 60, what="asked again")
             server.release()
             assert engine.wait(90)
             snap = engine.snapshot()
