@@ -88,9 +88,16 @@ def errors_to_log() -> None:
     driver.print_to_stdstream = to_log
 
 
+# Where Ray says, on every run's stderr, that token authentication is on ("Set
+# RAY_AUTH_MODE=disabled to opt out"): Ray's default, which flightdeck keeps and docs/ray.md
+# describes. Its only other line, that tokens are off, Ray never prints for how this joins.
+RAY_TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"
+
+
 def connect(settings: RaySettings, source: Path | None) -> None:
     """Start a local cluster, or join the one at `settings.address` (ConfigError if none)."""
     errors_to_log()
+    logging.getLogger(RAY_TOKEN_NOTICE).setLevel(logging.ERROR)
     kwargs: dict[str, Any] = {
         "include_dashboard": False,
         "log_to_driver": False,
