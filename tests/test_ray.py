@@ -26,7 +26,8 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import CommandSpec, Route, Settings
 from flightdeck.engine.inputs.tasks import Task
-from flightdeck.engine.model import ChildStatus, SteerState
+from flightdeck.engine.model import ChildStatus, SteerState, Usage
+from flightdeck.engine.records.meter import route_cost
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
@@ -557,6 +558,72 @@ def test_the_call_in_flight_when_a_worker_is_lost_is_billed_to_the_lost_attempt(
         assert row.usage.total == 0 and row.in_flight.total > 0
         assert lost[child_id]["cost_usd"] == str(row.in_flight_cost_usd), lost[child_id]
     assert snap.lost_cost_usd == sum(r.in_flight_cost_usd for r in held.values())
+
+
+def test_a_call_billed_just_before_its_worker_is_lost_is_not_billed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker sends a bill home at once (the meter) and its child's figures only every 0.1 s.
+    # Lost in between, the owner's figures still showed the billed call in flight, and the lost
+    # attempt billed its estimate on top: the meter counted that call twice. Here the figures
+    # sent after the bill never reach the owner (the worker dies first, as it may): they are
+    # dropped at the owner's door until the worker is killed.
+    from flightdeck.engine.executors.cluster import home
+    from flightdeck.engine.executors.cluster.wire import Billed, Figures
+
+    answer = threading.Event()
+    asked: list[Received] = []
+
+    def respond(received: Received) -> Reply:
+        asked.append(received)
+        if len(asked) == 1:  # the first call, answered once its figures show it in flight
+            answer.wait(60)
+            return Reply(text="looking first", tools=LIST_DIR)
+        if len(asked) == 2:  # the second, held until the worker is gone
+            return Reply(text="thinking about it at length", chunk_chars=4, stall_after_chunks=1)
+        return Reply(text="done")  # the attempt run again
+
+    apply = home.Link._apply
+    dying: list[home.Link] = []  # the link whose child was billed: its figures never come
+    billed = threading.Event()
+
+    def door(link: home.Link, item: Any) -> None:
+        if isinstance(item, Figures) and link in dying:
+            return
+        apply(link, item)
+        if isinstance(item, Billed) and not dying:
+            dying.append(link)
+            billed.set()
+
+    monkeypatch.setattr(home.Link, "_apply", door)
+    with Loopback(respond) as server:
+        route = route_for(server, "openai", read_timeout_s=60.0)
+        engine = start(batch(1, goal="Check part {i}"), on_ray(settings(route, pool=1)), tmp_path)
+        try:
+            (child_id,) = [c.id for c in engine.snapshot().children]
+
+            def row() -> Any:
+                return engine.snapshot().child(child_id)
+
+            until(lambda: row().in_flight.input_tokens > 0, 60, what="its first call, home")
+            answer.set()
+            until(billed.is_set, 60, what="its first call billed at home")
+            ray.kill(dying[0].actor)
+            assert engine.wait(90)
+            snap = engine.snapshot()
+            meter = engine.meter.totals()
+        finally:
+            answer.set()
+            engine.close()
+    call = route_cost(Usage(input_tokens=120, output_tokens=12), route)  # each reply's usage
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+        (lost,) = [
+            json.loads(e[3]) for e in reader.events(engine.batch_id) if e[2] == "lost_attempt"
+        ]
+    assert len(asked) == 3 and snap.totals.completed == 1
+    # The lost attempt spent its first call, billed; its second had nothing home to estimate.
+    assert lost["cost_usd"] == str(call), lost
+    assert meter.cost_usd == snap.totals.cost_usd == 2 * call
 
 
 def test_a_batch_ending_while_a_lost_worker_is_replaced_waits_for_the_replacement(

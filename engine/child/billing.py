@@ -6,7 +6,7 @@ from __future__ import annotations
 from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import Usage
-from flightdeck.engine.records.meter import Meter, cache_saving
+from flightdeck.engine.records.meter import Meter, cache_saving, route_cost
 
 
 def estimated_note(usage: Usage) -> str:
@@ -18,9 +18,12 @@ def estimated_note(usage: Usage) -> str:
 
 
 def bill(progress: Progress, meter: Meter, route: Route, usage: Usage) -> None:
-    """`usage` billed at the route's price: in the child's figures and the batch's meter (what
-    the budgets read)."""
-    progress.bill(usage, meter.add(route, usage), cache_saving(usage, route))
+    """`usage` billed at the route's price: in the child's figures, then the batch's meter (what
+    the budgets read; on a worker, it sends the bill home counting it in the figures: see
+    executors/cluster/twin.py)."""
+    cost = route_cost(usage, route)
+    progress.bill(usage, cost, cache_saving(usage, route))
+    meter.add_priced(usage, cost)
 
 
 def bill_cut_short(progress: Progress, meter: Meter, route: Route) -> Usage:

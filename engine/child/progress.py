@@ -36,6 +36,7 @@ class Mirror:
     saved: Decimal | None
     in_flight: InFlight
     model: str | None
+    bills: int  # how many bills the figures count (`bill_elsewhere`)
 
 
 class Progress:
@@ -52,6 +53,7 @@ class Progress:
         self._saved: Decimal | None = Decimal(0)  # by cache reads; None: price unknown
         self._in_flight = InFlight()
         self._model: str | None = None
+        self._bills = 0  # how many times usage was billed (`bill`)
         # What earlier attempts carried into this one (in the cost above; None: unknown), so an
         # attempt lost in its turn is known to have cost the rest.
         self.carried_cost: Decimal | None = Decimal(0)
@@ -80,6 +82,7 @@ class Progress:
                 self._saved,
                 dataclasses.replace(self._in_flight),
                 self._model,
+                self._bills,
             )
 
     def follow(self, mirror: Mirror) -> None:
@@ -89,6 +92,7 @@ class Progress:
             self._usage, self._cost, self._saved = mirror.usage, mirror.cost, mirror.saved
             self._in_flight = dataclasses.replace(mirror.in_flight)
             self._model = mirror.model
+            self._bills = mirror.bills
             self.version += 1
 
     @property
@@ -243,14 +247,33 @@ class Progress:
 
     # --- money --------------------------------------------------------------------------------
 
+    @property
+    def bills(self) -> int:
+        """How many times usage was billed into these figures."""
+        return self._bills
+
     def bill(self, usage: Usage, cost: Decimal | None, saved: Decimal | None) -> None:
         """Usage billed by the provider: `cost` None makes the child's cost unknown for good."""
         with self._lock:
-            self._saved = None if saved is None or self._saved is None else self._saved + saved
-            self._usage += usage
-            self._in_flight.billed += usage
-            self._cost = None if cost is None or self._cost is None else self._cost + cost
-            self.version += 1
+            self._bill(usage, cost, saved)
+            self._bills += 1
+
+    def bill_elsewhere(
+        self, count: int, usage: Usage, cost: Decimal | None, saved: Decimal | None
+    ) -> None:
+        """The `count`th bill of these figures, as the child running elsewhere sends it home
+        ahead of them: taken, unless figures that count it came first."""
+        with self._lock:
+            if count > self._bills:
+                self._bill(usage, cost, saved)
+                self._bills = count
+
+    def _bill(self, usage: Usage, cost: Decimal | None, saved: Decimal | None) -> None:
+        self._saved = None if saved is None or self._saved is None else self._saved + saved
+        self._usage += usage
+        self._in_flight.billed += usage  # what its call in flight has been billed already
+        self._cost = None if cost is None or self._cost is None else self._cost + cost
+        self.version += 1
 
     def not_billed(self) -> Usage:
         """The estimate of the call in flight not billed yet (a call cut short)."""

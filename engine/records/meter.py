@@ -132,13 +132,15 @@ class Meter:
     def add(self, route: Route, usage: Usage) -> Decimal | None:
         """Record `usage` on `route` and return its cost (None when the price is unknown)."""
         cost = route_cost(usage, route)
-        with self._lock:
-            self._usage += usage
-            if cost is None:
-                self._unknown += usage
-            else:
-                self._cost += cost
+        self.add_priced(usage, cost)
         return cost
+
+    def add_priced(self, usage: Usage, cost: Decimal | None) -> None:
+        """Record `usage` at its `cost` (None: unknown, shown and never priced)."""
+        if cost is None:
+            self.add_unpriced(usage)
+        else:
+            self.add_cost(usage, cost)
 
     def add_unpriced(self, usage: Usage) -> None:
         """Record `usage` whose price is unknown: shown, never priced."""

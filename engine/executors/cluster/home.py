@@ -61,7 +61,7 @@ from flightdeck.engine.executors.cluster.wire import (
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildStatus, SteerReceipt
 from flightdeck.engine.records.events import EndStream, Release, Stream, Write
-from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.meter import Meter, cache_saving
 
 log = logging.getLogger(__name__)
 C = TypeVar("C", bound=Settled)
@@ -216,8 +216,11 @@ class Link:
                 replay(child, events)
             case Figures(_, mirror) if child is not None:
                 child.progress.follow(mirror)
-            case Billed(usage, cost):
-                home.meter.add_unpriced(usage) if cost is None else home.meter.add_cost(usage, cost)
+            case Billed(child_id, usage, cost, count):
+                home.meter.add_priced(usage, cost)
+                if child is not None and child_id in self.children:  # not lost meanwhile
+                    saved = cache_saving(usage, child.route)
+                    child.progress.bill_elsewhere(count, usage, cost, saved)
             case Fact(fact):
                 self._fact(fact)
             case PauseTaken() if child is not None:

@@ -14,6 +14,7 @@ from flightdeck.engine.child.ask import AskCall
 from flightdeck.engine.child.delegate import DelegateCall
 from flightdeck.engine.child.facts import Asked, ChildDone, ChildFact, Delegated
 from flightdeck.engine.child.port import Runner
+from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.executors.cluster.wire import (
     Asking,
@@ -31,7 +32,7 @@ from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.records.events import EndStream, Release, Stream, Write
-from flightdeck.engine.records.meter import Meter, route_cost
+from flightdeck.engine.records.meter import Meter
 
 MAX_PULL_CHARS = 48_000  # of text in one reply: it stays small, inline in Ray's reply
 GATHER_S = 0.02  # once something is waiting, how long more is gathered into the reply
@@ -124,31 +125,32 @@ class RelayTranscript:
 
 
 class RelayMeter(Meter):
-    """A worker's meter: what its children are billed also goes home, to the owner's meter
-    (which budgets read), priced here exactly as there."""
+    """A child's meter on a worker: what it is billed also goes home at once, to the owner's
+    meter (which budgets read) and its figures there, priced here exactly as there."""
 
-    def __init__(self, outbox: Outbox) -> None:
+    def __init__(self, outbox: Outbox, child_id: str) -> None:
         super().__init__()
         self._outbox = outbox
-
-    def add(self, route: Route, usage: Usage) -> Decimal | None:
-        """As `Meter.add`."""
-        cost = route_cost(usage, route)
-        if cost is None:
-            self.add_unpriced(usage)
-        else:
-            self.add_cost(usage, cost)
-        return cost
+        self._id = child_id
+        self.progress: Progress | None = None  # its twin's figures, once it is made
 
     def add_unpriced(self, usage: Usage) -> None:
         """As `Meter.add_unpriced`."""
         super().add_unpriced(usage)
-        self._outbox.put(Billed(usage, None))
+        self._send(usage, None)
 
     def add_cost(self, usage: Usage, cost: Decimal) -> None:
         """As `Meter.add_cost`."""
         super().add_cost(usage, cost)
-        self._outbox.put(Billed(usage, cost))
+        self._send(usage, cost)
+
+    def _send(self, usage: Usage, cost: Decimal | None) -> None:
+        # Its figures go home only every FIGURES_EVERY_S (worker.py): a worker lost before the
+        # next ones left the owner's copy showing a billed call in flight, whose estimate was
+        # then billed again. A model child's bill is in its figures already (billing.bill):
+        # sent with its count, the owner's copy takes it unless figures counting it came first.
+        count = self.progress.bills if self.progress is not None else 0
+        self._outbox.put(Billed(self._id, usage, cost, count))
 
 
 class Twin(Child):

@@ -159,10 +159,14 @@ class Figures:
 
 @dataclass(frozen=True, slots=True)
 class Billed:
-    """Usage billed on a worker, for the owner's meter (`cost` None: unpriced)."""
+    """Usage billed to a child on a worker (`cost` None: unpriced), for the owner's meter and
+    the child's figures there, which it reaches before they do: the `count`th bill of its
+    figures (0: of its tally, which they carry whole)."""
 
+    child_id: str
     usage: Usage
     cost: Decimal | None
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,14 +286,21 @@ def _mirror(m: Mirror) -> tuple[Any, ...]:
         _money(m.saved),
         (flight.prompt_tokens, flight.streamed_chars, _usage(flight.billed)),
         m.model,
+        m.bills,
     )
 
 
 def _unmirror(t: tuple[Any, ...]) -> Mirror:
-    activity, usage, cost, saved, (prompt, streamed, billed), model = t
+    activity, usage, cost, saved, (prompt, streamed, billed), model, bills = t
     flight = InFlight(prompt, streamed, Usage(*billed))
     return Mirror(
-        ActivityState(*activity), Usage(*usage), _decimal(cost), _decimal(saved), flight, model
+        ActivityState(*activity),
+        Usage(*usage),
+        _decimal(cost),
+        _decimal(saved),
+        flight,
+        model,
+        bills,
     )
 
 
@@ -326,8 +337,8 @@ def pack_from(items: list[FromWorker]) -> list[tuple[Any, ...]]:
                 out.append((1, child_id, tuple(_event(e) for e in events)))
             case Figures(child_id, mirror):
                 out.append((2, child_id, _mirror(mirror)))
-            case Billed(usage, cost):
-                out.append((3, _usage(usage), _money(cost)))
+            case Billed(child_id, usage, cost, count):
+                out.append((3, child_id, _usage(usage), _money(cost), count))
             case Done(child_id, status, error, result):
                 out.append((4, child_id, status.value, error, result))
             case _:
@@ -346,7 +357,7 @@ def unpack_from(rows: list[tuple[Any, ...]]) -> list[FromWorker]:
             case 2:
                 out.append(Figures(row[1], _unmirror(row[2])))
             case 3:
-                out.append(Billed(Usage(*row[1]), _decimal(row[2])))
+                out.append(Billed(row[1], Usage(*row[2]), _decimal(row[3]), row[4]))
             case 4:
                 out.append(Done(row[1], ChildStatus(row[2]), row[3], row[4]))
             case _:

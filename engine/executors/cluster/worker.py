@@ -103,7 +103,6 @@ class Worker:
         self._throttles = {
             name: RelayThrottle(route, self._outbox.put) for name, route in models.items()
         }
-        self._meter = RelayMeter(self._outbox)
         self._pool = WorkerPool(MAX_THREADS, name="flightdeck-worker")
         self._guard = Guard()
         self._twins: dict[str, Twin] = {}
@@ -193,6 +192,7 @@ class Worker:
             setup = self._setup
             route = setup.settings.route(task.route)
             tag = self._guard.tag(f"{setup.batch_id}/{task.id}")
+            meter = RelayMeter(self._outbox, task.id)
             runner = assembly.build_runner(
                 task,
                 route,
@@ -203,7 +203,7 @@ class Worker:
                 throttles=self._throttles,
                 toolbox=self._toolbox,
                 batch_dir=setup.batch_dir,
-                meter=self._meter,
+                meter=meter,
                 book=GuardBook(self._guard, tag),
                 tag=tag,
             )
@@ -220,6 +220,7 @@ class Worker:
             )
             if order.figures is not None:
                 twin.progress.follow(order.figures)
+            meter.progress = twin.progress
             for receipt in order.steers:
                 twin.steering.add(receipt)
             self._twins[task.id] = twin
