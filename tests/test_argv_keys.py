@@ -31,6 +31,7 @@ GITHUB = "ghp_" + "Fk3yZx" * 6
 GOOGLE = "AIza" + "SyFk3yZx9_" * 3 + "Fk3yZ"
 GROQ = "gsk_" + "Fk3yZx9q" * 7
 XAI = "xai-" + "Fk3yZx9q" * 10
+HUGGING_FACE = "hf_" + "FkyZxq" * 5 + "Fkyz"
 HEAD = '[engine]\ndefault_route = "cli"\n\n[routes.cli]\nprovider = "command"\n'
 
 
@@ -65,6 +66,7 @@ PASTED = [
     (f'argv = ["gemini", "--key", "{GOOGLE}", "{{goal}}"]\n', 6, "argv.2", GOOGLE),
     (f'argv = ["mycli", "--groq-key={GROQ}", "{{goal}}"]\n', 6, "argv.1", GROQ),
     (f'argv = ["mycli", "--key", "{XAI}", "{{goal}}"]\n', 6, "argv.2", XAI),
+    (f'argv = ["env", "HF_TOKEN={HUGGING_FACE}", "hf", "{{goal}}"]\n', 6, "argv.1", HUGGING_FACE),
     (
         'argv = ["mycli", "{goal}"]\nformat = "codex-json"\n'
         f'resume_argv = ["mycli", "resume", "{{session}}", "--api-key={ANTHROPIC}"]\n',
@@ -78,7 +80,17 @@ PASTED = [
 @pytest.mark.parametrize(
     ("route", "line", "field", "key"),
     PASTED,
-    ids=["whole", "api-key=", "bearer", "env-github", "google", "groq", "xai", "resume_argv"],
+    ids=[
+        "whole",
+        "api-key=",
+        "bearer",
+        "env-github",
+        "google",
+        "groq",
+        "xai",
+        "hugging-face",
+        "resume_argv",
+    ],
 )
 def test_a_key_in_argv_is_refused_at_its_line_without_showing_it(
     tmp_path: Path, route: str, line: int, field: str, key: str
@@ -117,6 +129,8 @@ ORDINARY = [
     "task-sk-0123456789abcdefghij",  # sk- inside a word starts no key
     "3f2a9c1e4b5d6f708192a3b4c5d6e7f8091a2b3c",  # a git sha
     "ghp_short",
+    "hf_transfer_enabled_for_every_download",
+    "hf_" + "modelcardsfromthehubreadfirstly" + "abc",  # no capital: a name, not a token
     "--model=claude-sonnet-4-5-20250929",
 ]
 

@@ -10,8 +10,9 @@ import re
 # as a random key has ("sk-some-long-hyphenated-name" or a path's "sk-learn-model-2024-final"
 # is no key), covers OpenAI's `sk-`, `sk-proj-`, `sk-svcacct-` and Anthropic's `sk-ant-api03-`,
 # `sk-ant-oat01-`; Groq's `gsk_` and xAI's `xai-` alike (40 or more); GitHub's `ghp_` (and
-# gho_, ghu_, ghs_, ghr_) and `github_pat_` tokens; Google's `AIza` and 35 more. Not inside a
-# word: "desk-…" or "task-sk-…" starts no key.
+# gho_, ghu_, ghs_, ghr_) and `github_pat_` tokens; Google's `AIza` and 35 more; Hugging Face's
+# `hf_` and `api_org_` and 34 letters, capitals and small ones among them. Not inside a word:
+# "desk-…" or "task-sk-…" starts no key.
 _TOKEN = "[A-Za-z0-9_-]"
 _ALNUM = "[A-Za-z0-9]"
 _KEY = re.compile(
@@ -20,7 +21,8 @@ _KEY = re.compile(
     rf"|(?:gsk_|xai-)(?={_ALNUM}*[0-9])(?={_ALNUM}*[A-Z])(?={_ALNUM}*[a-z]){_ALNUM}{{40,}}"
     r"|gh[pousr]_[A-Za-z0-9]{36,}"
     r"|github_pat_[A-Za-z0-9_]{22,}"
-    r"|AIza[A-Za-z0-9_-]{35})"
+    r"|AIza[A-Za-z0-9_-]{35}"
+    r"|(?:hf_|api_org_)(?=[A-Za-z]*[A-Z])(?=[A-Za-z]*[a-z])[A-Za-z]{34})"
 )
 
 KEY_IN_ARGV = (
