@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GLYPHS",
+    "LEFT_RUNNING",
+    "LEFT_RUNNING_TEXT",
     "Cell",
     "fmt_age",
     "fmt_clock",
@@ -40,6 +42,10 @@ GLYPHS: dict[ChildStatus, Cell] = {
     ChildStatus.STALLED: ("⊗", "bold red"),
     ChildStatus.UNKNOWN: ("?", "bold magenta"),
 }
+# A running child of an abandoned batch: its owner died, so nobody watches it until a resume.
+# Yellow, and said in words, as the meter's `● N left running`.
+LEFT_RUNNING: Cell = ("●", "yellow")
+LEFT_RUNNING_TEXT = "left running"
 
 
 def fmt_tokens(n: int) -> str:

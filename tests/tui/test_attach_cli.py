@@ -311,6 +311,37 @@ async def test_an_abandoned_batchs_running_rows_stop_their_clock_with_its_owner(
 
 @pytest.mark.slow
 @pytest.mark.anyio
+async def test_an_abandoned_batchs_running_rows_say_they_were_left_running(
+    project: Path, owners: list[int]
+) -> None:
+    # Found by a user: after a kill -9 of the owner the meter said `● 3 left running`, but each
+    # of those rows kept the green running `●` and its last activity, as if still watched.
+    from flightdeck.tui.widgets.detail import ChildDetail
+
+    batch_id = detach(project, "held.toml", owners)
+    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
+    poll_until(
+        lambda: [r.status for r in view.snapshot().children] == [ChildStatus.RUNNING] * 3,
+        what="three children running",
+    )
+    kill_owner(view, owners[-1])
+    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 3, "three rows")
+        for child_id in ("c1", "c2", "c3"):
+            mark, doing = table.model.cells(child_id)[0], table.model.cells(child_id)[5]
+            assert mark == (" ●", "yellow"), child_id  # not the running green
+            assert doing[0].startswith("left running · "), doing
+        detail = app.main.query_one("#detail", ChildDetail)
+        await until(pilot, lambda: "left running: its owner died" in str(detail.render()), "")
+        assert "burn" not in str(detail.render())  # nothing burns until a resume
+        await until_exited(pilot, by=pilot.press("q"))  # abandoned: q quits at once
+    view.close()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
 async def test_an_owner_that_dies_while_attached_is_said_with_the_resume_command(
     project: Path, owners: list[int]
 ) -> None:

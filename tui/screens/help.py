@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from flightdeck.tui.fmt import GLYPHS
+from flightdeck.tui.fmt import GLYPHS, LEFT_RUNNING, LEFT_RUNNING_TEXT
 from flightdeck.tui.widgets.columns import COLUMNS
 from flightdeck.tui.widgets.rows import (
     COLUMN_HELP,
@@ -69,6 +69,8 @@ class HelpScreen(ModalScreen[None]):
         for status, (glyph, style) in GLYPHS.items():
             legend.append(f"{glyph} ", style=style)
             legend.append(f"{status.value}   ")
+        legend.append(f"{LEFT_RUNNING[0]} ", style=LEFT_RUNNING[1])
+        legend.append(f"{LEFT_RUNNING_TEXT} (its owner died: nobody watches it)   ")
         legend.append(f"{RETRYING_GLYPH[0]} ", style=RETRYING_GLYPH[1])
         legend.append("retrying   ")
         legend.append(f"{LOOPING_GLYPH[0]} ", style=LOOPING_GLYPH[1])

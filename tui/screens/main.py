@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 from flightdeck.engine.commands import CommandError
-from flightdeck.engine.model import Snapshot
+from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
 from flightdeck.tui.attention import Attention
@@ -127,14 +127,14 @@ class MainScreen(Screen[None]):
 
     def apply(self, snap: Snapshot) -> None:
         """Every widget brought in line with `snap`; then what it settles, asks or rings."""
-        first = self.snapshot is None
-        self.snapshot = snap
+        first, self.snapshot = self.snapshot is None, snap
         now = self.options.clock()
         table = self.table
         # The queue first: the status bar counts it, in the same frame as the rows it is of.
         queued = self.notices.observe(snap, now)
         with self.app.batch_update():
-            table.apply(snap.children, counted_to(snap, now), snap.own)
+            left = snap.status is BatchStatus.ABANDONED  # its running children: left running
+            table.apply(snap.children, counted_to(snap, now), snap.own, left)
             if self.following:
                 table.follow()
             self.query_one("#meter", CostMeter).show(snap, now)

@@ -154,10 +154,13 @@ class ChildrenTable(ScrollView, can_focus=True):
 
     # --- updating ---------------------------------------------------------------------------
 
-    def apply(self, rows: Iterable[ChildRow], now: float, own: Container[str] | None) -> None:
-        """Bring the table in line with `rows` (the whole batch; `own`: its own tasks)."""
+    def apply(
+        self, rows: Iterable[ChildRow], now: float, own: Container[str] | None, left: bool = False
+    ) -> None:
+        """Bring the table in line with `rows` (the whole batch; `own`: its own tasks; `left`:
+        the batch is abandoned, its running children left running)."""
         selected = self.selected_entry
-        taken = self.model.take(rows, now, own)
+        taken = self.model.take(rows, now, own, left)
         if taken.wider:  # a new id, indented as the tree order shows it
             self._fit()
         if taken.refiltered:

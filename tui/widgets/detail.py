@@ -7,9 +7,9 @@ full, as far as the screen's width allows.
 from __future__ import annotations
 
 from flightdeck.engine.api import burn_rate
-from flightdeck.engine.model import ChildRow, LoopEvidence, Snapshot
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, LoopEvidence, Snapshot
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import GLYPHS, fmt_cost
+from flightdeck.tui.fmt import GLYPHS, LEFT_RUNNING, LEFT_RUNNING_TEXT, fmt_cost
 from flightdeck.tui.widgets.children import ChildrenTable
 from flightdeck.tui.widgets.rows import (
     GOAL_CHARS,
@@ -29,17 +29,22 @@ LOOP_CALLS_SHOWN = 6  # of a loop's evidence, the latest calls shown one under a
 SHRINK_AFTER_S = 2.0  # the pane keeps its height this long after it has less to show
 
 
-def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) -> Text:
+def detail_text(
+    row: ChildRow | None, now: float, outlier: str | None = None, left: bool = False
+) -> Text:
     """Two lines: id, status, what it does (or how it ended), burn rate, retries, steer and
-    (`outlier`: "tokens 4.2× the batch median") why it is an outlier; then its goal."""
+    (`outlier`: "tokens 4.2× the batch median") why it is an outlier; then its goal. `left`:
+    the batch is abandoned, so a running child is left running, nobody watching it."""
     text = Text(no_wrap=True, overflow="ellipsis")
     if row is None:
         text.append("no child selected", style="dim")
         return text
-    glyph, glyph_style = GLYPHS[row.status]
+    left = left and row.status is ChildStatus.RUNNING
+    glyph, glyph_style = LEFT_RUNNING if left else GLYPHS[row.status]
     text.append(f"{glyph} ", style=glyph_style)
     text.append(one_line(row.id), style="bold")
     status = "retrying" if is_retrying(row) else row.status.value
+    status = f"{LEFT_RUNNING_TEXT}: its owner died" if left else status
     # doing() starts with the status (and says the error) for a child that has ended; a running
     # child's error (its last retry's reason) is said apart.
     what, style = doing(row, now, _FULL)
@@ -53,7 +58,7 @@ def detail_text(row: ChildRow | None, now: float, outlier: str | None = None) ->
     if row.error and row.status.live:
         text.append("  error: ", style="dim")
         text.append(one_line(row.error, _FULL), style="red")
-    if row.status.live and row.started_ts is not None:  # what it spends a minute, as it runs
+    if row.status.live and row.started_ts is not None and not left:  # a minute's spend
         text.append("  burn ", style="dim")
         text.append(f"{fmt_cost(burn_rate(row, now))}/min")
     if row.attempt > 1:
@@ -154,10 +159,16 @@ class ChildDetail(Static):
         self._less_since: float | None = None  # since when the text shown needs fewer lines
 
     def show(
-        self, row: ChildRow | None, now: float, outlier: str | None = None, at: float | None = None
+        self,
+        row: ChildRow | None,
+        now: float,
+        outlier: str | None = None,
+        at: float | None = None,
+        left: bool = False,
     ) -> None:
-        """`at`: the time the row's figures count to, if not `now` (an abandoned batch's end)."""
-        self.show_text(detail_text(row, now if at is None else at, outlier), now)
+        """`at`: the time the row's figures count to, if not `now` (an abandoned batch's end);
+        `left`: the batch is abandoned."""
+        self.show_text(detail_text(row, now if at is None else at, outlier, left), now)
 
     def show_text(self, text: Text, now: float) -> None:
         needed = detail_height(text)
@@ -193,4 +204,6 @@ class ChildDetail(Static):
         kind = table.model.medians.outlier(row) if row is not None else None
         if row is not None and kind is not None:
             outlier = f"{kind} {table.model.medians.ratio(row, kind):.1f}× the batch median"
-        self.show(row, now, outlier, None if snap is None else counted_to(snap, now))
+        at = None if snap is None else counted_to(snap, now)
+        left = snap is not None and snap.status is BatchStatus.ABANDONED
+        self.show(row, now, outlier, at, left)

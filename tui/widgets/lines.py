@@ -17,8 +17,8 @@ from decimal import Decimal
 from typing import cast
 
 from flightdeck.engine.api import MedianRows, Medians, Membership
-from flightdeck.engine.model import ChildRow
-from flightdeck.tui.fmt import Cell
+from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.tui.fmt import LEFT_RUNNING, LEFT_RUNNING_TEXT, Cell
 from flightdeck.tui.widgets.columns import COLUMN_KEYS, ID_MIN, id_width
 from flightdeck.tui.widgets.rows import (
     GroupBy,
@@ -71,6 +71,15 @@ class Taken:
     wider: bool  # a new id needs a wider id column
 
 
+def left_running(cells: tuple[Cell, ...], tagged: bool) -> tuple[Cell, ...]:
+    """A running row of an abandoned batch: its mark and "doing" say nobody watches it now."""
+    mark, doing = cells[0], cells[5]
+    new = list(cells)
+    new[0] = (mark[0][:-1] + LEFT_RUNNING[0], mark[1] if tagged else LEFT_RUNNING[1])
+    new[5] = (f"{LEFT_RUNNING_TEXT} · {doing[0]}", LEFT_RUNNING[1])
+    return tuple(new)
+
+
 class ChildLines:
     """The children as sorted, filtered and grouped lines; updated by difference (`take`)."""
 
@@ -87,6 +96,7 @@ class ChildLines:
         self.row_filter = RowFilter()
         self.folded: set[GroupHeader] = set()  # groups shown as their header only
         self.now = 0.0  # the last snapshot's time: what idle and run times are counted to
+        self.left = False  # the batch is abandoned: its running children are left running
         self.id_need = ID_MIN  # the longest id's cells (with the tree's indent)
         self._delegated = False  # some child delegated: the tree order has a tree to show
         self._subtree: dict[str, Decimal | None] = {}  # in the tree order: each parent's total
@@ -168,6 +178,8 @@ class ChildLines:
     def cells(self, child_id: str) -> tuple[Cell, ...]:
         row = self.rows_by_id[child_id]
         cells = row_cells(row, child_id in self.tagged, self.now, self.medians.outlier(row))
+        if self.left and row.status is ChildStatus.RUNNING:
+            cells = left_running(cells, child_id in self.tagged)
         if self.order is SortOrder.TREE and self._delegated:
             cells = tree_cells(cells, row, self._subtree.get(child_id, False))
         return cells
@@ -210,12 +222,17 @@ class ChildLines:
     # --- updating ---------------------------------------------------------------------------
 
     def take(
-        self, rows: Iterable[ChildRow], now: float, own: Container[str] | None = None
+        self,
+        rows: Iterable[ChildRow],
+        now: float,
+        own: Container[str] | None = None,
+        left: bool = False,
     ) -> Taken:
         """The rows of a snapshot (the whole batch) taken in by difference; the children the
         filter keeps follow, in their old places (new ones last) until `sorted_ids` is shown.
-        `own`: the batch's own tasks (`Snapshot.own`, the same every snapshot)."""
-        self.now = now
+        `own`: the batch's own tasks (`Snapshot.own`, the same every snapshot); `left`: the
+        batch is abandoned, its running children left running by an owner that died."""
+        self.now, self.left = now, left
         batch: Sequence[ChildRow] = rows if isinstance(rows, Sequence) else tuple(rows)
         by_id, keys, order = self.rows_by_id, self._keys, self.order
         if len(batch) > len(by_id):  # new children: each placed in its unit, parents first
