@@ -22,7 +22,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flightdeck.engine.errors import CommandError, check_known
+from flightdeck.engine.errors import CommandError, check_asking, check_known
 from flightdeck.engine.inputs.messages import expected, kind
 from flightdeck.engine.inputs.text import blank, too_long, unicode_problem
 from flightdeck.engine.model import ChildRow, ChildStatus, Limits
@@ -428,10 +428,8 @@ class Answer(Command):
         _check_ids(self.child_ids, ctx)
         _check_message("answer", self.message, ctx)
         asking = ctx.asking()
-        idle = [i for i in dict.fromkeys(self.child_ids) if asking is not None and i not in asking]
-        if idle:
-            shown = ", ".join(repr(one_line(i, 60)) for i in idle[:5])
-            raise CommandError(f"no question of {shown} waits for an answer", "child_ids")
+        if asking is not None:
+            check_asking(self.child_ids, asking)
 
 
 @dataclass(frozen=True, slots=True)

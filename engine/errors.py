@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 
+from flightdeck.engine.sanitize import one_line
+
 
 class FlightdeckError(Exception):
     """Base of every error flightdeck raises on purpose."""
@@ -141,6 +143,24 @@ def check_known(ids: Iterable[str], known: Container[str], batch_id: str) -> Non
         raise no_child(unknown, batch_id)
 
 
+def check_asking(ids: Iterable[str], asking: Container[str]) -> None:
+    """CommandError if one of `ids` asks nothing now. One message answers one question, so an
+    id named by mistake answers none of them, and the refusal says who still waits for one."""
+    named = list(dict.fromkeys(ids))
+    idle = [i for i in named if i not in asking]
+    if not idle:
+        return
+    why = f"no question of {_listed(idle)} waits for an answer"
+    if waiting := [i for i in named if i in asking]:
+        wait = "waits" if len(waiting) == 1 else "wait"
+        why += f"; nothing was answered: {_listed(waiting)} still {wait} for one"
+    raise CommandError(why, "child_ids")
+
+
+def _listed(ids: Sequence[str]) -> str:
+    return ", ".join(repr(one_line(i, 60)) for i in ids[:5]) + (" …" if len(ids) > 5 else "")
+
+
 def no_child(unknown: Sequence[str], batch_id: str) -> CommandError:
     """How every command says that ids name no child of the batch."""
     shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
@@ -161,6 +181,7 @@ __all__ = [
     "StoreError",
     "ToolError",
     "TransientError",
+    "check_asking",
     "check_known",
     "no_child",
 ]

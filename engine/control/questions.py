@@ -18,7 +18,7 @@ from flightdeck.engine.child.ask import AskCall
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Slots
-from flightdeck.engine.errors import CommandError
+from flightdeck.engine.errors import check_asking
 from flightdeck.engine.model import Denial, Question
 
 
@@ -49,9 +49,7 @@ class Questions:
     def answer(self, child_ids: tuple[str, ...], message: str) -> None:
         """The operator's answer to each of these children's questions; CommandError (nothing
         answered) if one of them asks nothing now."""
-        idle = [i for i in child_ids if i not in self.pending]
-        if idle:
-            raise CommandError(f"no question of {idle[0]!r} waits for an answer", "child_ids")
+        check_asking(child_ids, self.pending)
         rec = self._recorder
         for child_id in dict.fromkeys(child_ids):
             call = self.pending.pop(child_id)

@@ -253,6 +253,15 @@ async def test_flightdeck_answer_and_the_attached_tui_answer_a_real_owners_child
         args = ("--state-dir", str(owner.state))
         again = flightdeck("answer", owner.batch_id, "c1", "-m", "again", *args, cwd=tmp_path)
         assert again.returncode == 1 and "no question of 'c1' waits" in again.stderr, again.stderr
+        # Found in use: c2 asking, c1 not, the refusal named c1 alone; c2 got nothing either
+        # (one message answers one question), and said so.
+        both = flightdeck("answer", owner.batch_id, "c2", "c1", "-m", "x", *args, cwd=tmp_path)
+        assert both.returncode == 1, both.stdout + both.stderr
+        assert both.stderr.strip().endswith(
+            "no question of 'c1' waits for an answer; nothing was answered: 'c2' still waits "
+            "for one"
+        ), both.stderr
+        assert _asking(view) == {"c2"}
 
         app = FlightdeckApp(view, OPTIONS)  # attached: the answer goes through the store
         async with app.run_test(size=SIZE) as pilot:
