@@ -375,6 +375,29 @@ def test_retry_of_an_ended_batch_starts_its_owner_again(tmp_path: Path) -> None:
     assert os.path.exists(folder / "state" / "batches" / batch / "owner.log")
 
 
+def test_a_retry_that_continues_a_merged_or_discarded_child_says_it_starts_afresh(
+    tmp_path: Path,
+) -> None:
+    # Found in use: `retry --continue` of a child whose changes were merged started it in a
+    # fresh worktree (the merge had removed its own) and said nothing of it.
+    marker = tmp_path / "fixed"
+    _, folder = project(
+        tmp_path, {"t0": "x.txt=one", "t1": "y.txt=two"}, "--fail-unless", str(marker)
+    )
+    batch = run(folder)
+    assert fd(folder, "merge", batch, "t0", "--into", "main").returncode == 0
+    assert fd(folder, "discard", batch, "t1").returncode == 0
+    marker.touch()
+    done = fd(folder, "retry", batch, "t0", "t1", "--continue")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == [
+        "t0: its worktree went when its changes were merged into main: it continues in a fresh "
+        "worktree",
+        "t1: its worktree went when its changes were discarded: it continues in a fresh worktree",
+    ], done.stdout
+    assert fd(folder, "wait", batch).returncode == 0
+
+
 def test_an_attached_view_s_retry_starts_the_owner_and_its_merge_applies_here(
     tmp_path: Path,
 ) -> None:

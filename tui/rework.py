@@ -90,6 +90,7 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
             if not ids:
                 return ExitCode.OK
     mode = "continue" if args.resume else "fresh"
+    fresh = _fresh_folders(client, ids) if args.resume else []
     info = client.info()
     # An abandoned batch's new owner also runs on what the dead one left (as `resume` does).
     lost = info is not None and info.status.value == "abandoned"
@@ -107,6 +108,8 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
                 return ExitCode.INCOMPLETE
             elif step.state.value == "applied":
                 console_for().print(Text(f"retry ({mode}) queued: {children_said(ids, counted)}"))
+                for line in fresh:
+                    console_for().print(Text(line))
                 with client:  # they wait in the queue for as long as it holds
                     say_held(client)
                 return ExitCode.OK
@@ -138,6 +141,23 @@ def _lost(client: Client, ids: list[str]) -> None:
                 f"{one_line(child_id, 60)} was {row.status.value} when its batch's owner died: "
                 f"`{resume}` runs it (retry takes children that ended)",
             )
+
+
+def _fresh_folders(client: Client, ids: list[str]) -> list[str]:
+    """A line for each child whose worktree (or copy) went when its changes were accepted or
+    discarded: `--continue` cannot work on in it, so it starts in a fresh one, and says so."""
+    rows = {r.id: r for r in client.rows()}
+    lines = []
+    for child_id in ids:
+        changes = rows[child_id].changes if child_id in rows else None
+        if changes is None or changes.pending:
+            continue
+        how = f"merged into {changes.into}" if changes.state == "accepted" else "discarded"
+        lines.append(
+            f"{one_line(child_id, 60)}: its {changes.mode} went when its changes were "
+            f"{one_line(how, 120)}: it continues in a fresh {changes.mode}"
+        )
+    return lines
 
 
 def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
