@@ -318,6 +318,32 @@ def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(
         ended(owner, hold)
 
 
+def test_a_stop_that_arrives_after_its_child_ended_is_not_recorded_applied(
+    tmp_path: Path,
+) -> None:
+    # Found in use: a stop confirmed in the attached TUI just after the child ended on its own
+    # was recorded `applied`, as if it had stopped it.
+    from flightdeck.engine.commands import Stop
+    from flightdeck.engine.records.requests import RequestState
+
+    owner, batch_id, hold = sim_owner(tmp_path, ["a", "b"], pool=2)
+    try:
+        until(lambda: status(tmp_path, batch_id, "b") == "running", 30)
+        hold.release("a")
+        until(lambda: status(tmp_path, batch_id, "a") == "completed", 30)
+        # What the TUI sends once its dialog, opened while `a` ran, is confirmed.
+        with Client(tmp_path / "state" / "flightdeck.db", batch_id) as client:
+            *_, settled = client.follow(client.send(Stop(("a",))))
+        assert settled.state is RequestState.REFUSED
+        assert settled.reason == "a had already ended (completed) when the stop arrived"
+        with Client(tmp_path / "state" / "flightdeck.db", batch_id) as client:
+            *_, settled = client.follow(client.send(Stop(("a", "b"))))
+        assert settled.state is RequestState.APPLIED  # it stopped b
+        until(lambda: status(tmp_path, batch_id, "b") == "stopped", 30)
+    finally:
+        ended(owner, hold)
+
+
 def test_a_missed_nudge_says_why(tmp_path: Path) -> None:
     # Found by an audit: a nudge printed `loop1: missed`, exit 1, while the transcript said
     # `missed: … (max_turns (8) used up)`.

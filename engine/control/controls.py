@@ -59,6 +59,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.model.livelimits import ROUTE_FIELDS, changed
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.transcripts import TranscriptWriter
+from flightdeck.engine.sanitize import one_line
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,10 @@ class Controls:
                 return self.nudge(ids, order.request_id)
             case Stop(ids):
                 # a parent's delegates are its own work: they stop with it
-                self.stop(self._arrivals.subtree(ids), "stopped by operator")
+                if not self.stop(self._arrivals.subtree(ids), "stopped by operator"):
+                    # Each ended on its own before the stop came: it did nothing, and its
+                    # request must not read applied.
+                    raise CommandError(f"{self._ended(ids)} when the stop arrived")
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
@@ -289,6 +293,19 @@ class Controls:
             self._recorder.record_event(child_id, "stop", reason)
             stopped += 1
         return stopped
+
+    def _ended(self, ids: tuple[str, ...]) -> str:
+        """`c1 had already ended (completed)`, or `c1 (completed), c2 (failed) had …`."""
+        slots = self._slots
+        said = []
+        for child_id in dict.fromkeys(ids):
+            child = slots.by_id.get(child_id)  # else a final row an earlier owner left
+            known = child if child is not None else slots.carried.get(child_id)
+            status = known.status.value if known is not None else "ended"
+            said.append((one_line(child_id, 60), status))
+        if len(said) == 1:
+            return f"{said[0][0]} had already ended ({said[0][1]})"
+        return ", ".join(f"{i} ({s})" for i, s in said[:5]) + " had already ended"
 
     def stop_everything(self, reason: str) -> None:
         """The engine's own stop (not the operator's): running children are interrupted,
