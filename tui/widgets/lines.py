@@ -71,12 +71,15 @@ class Taken:
     wider: bool  # a new id needs a wider id column
 
 
+_MARK, _DOING = COLUMN_KEYS.index("mark"), COLUMN_KEYS.index("doing")
+
+
 def left_running(cells: tuple[Cell, ...], tagged: bool) -> tuple[Cell, ...]:
     """A running row of an abandoned batch: its mark and "doing" say nobody watches it now."""
-    mark, doing = cells[0], cells[5]
     new = list(cells)
-    new[0] = (mark[0][:-1] + LEFT_RUNNING[0], mark[1] if tagged else LEFT_RUNNING[1])
-    new[5] = (f"{LEFT_RUNNING_TEXT} · {doing[0]}", LEFT_RUNNING[1])
+    mark, doing = new[_MARK], new[_DOING]
+    new[_MARK] = (mark[0][:-1] + LEFT_RUNNING[0], mark[1] if tagged else LEFT_RUNNING[1])
+    new[_DOING] = (f"{LEFT_RUNNING_TEXT} · {doing[0]}", LEFT_RUNNING[1])
     return tuple(new)
 
 
