@@ -7,13 +7,15 @@ import os
 import sqlite3
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.attached.search import lines_around, search
 from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.records import search as records_search
 from flightdeck.engine.records.lines import LineFormatter
-from flightdeck.engine.records.search import PatternError, compile_pattern, grep
+from flightdeck.engine.records.search import PatternError, PatternTooSlow, compile_pattern, grep
 from flightdeck.engine.records.searchindex import SearchIndex, index_path
 
 from tests.helpers import batch, flightdeck, run_to_end, settings, sim_route, start, until
@@ -127,6 +129,27 @@ def test_bad_patterns_say_why() -> None:
     ):
         with pytest.raises(PatternError, match=why):
             compile_pattern(text, regex=regex)
+
+
+@pytest.mark.slow
+def test_the_regex_budget_is_per_line_and_a_line_past_it_names_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real pattern slow over a block of many lines is not taken for a catastrophic one: the
+    # block is searched again line by line, each line with the whole budget.
+    monkeypatch.setattr(records_search, "REGEX_BUDGET_S", 0.1)
+    transcript(tmp_path / "a.log", *[("tool", "x" * 12 + " done")] * 2000, ("tool", "xxz"))
+    pattern = compile_pattern(r"(x|xx)+z", regex=True)
+    began = time.monotonic()
+    hits = list(grep(tmp_path, pattern))
+    assert time.monotonic() - began > 0.1  # the block alone ran past the budget
+    size = (tmp_path / "a.log").stat().st_size
+    assert [(h.name, h.offset, h.line.endswith("│ xxz")) for h in hits] == [
+        ("a.log", size - len(hits[0].line.encode()) - 1, True)
+    ]
+    transcript(tmp_path / "b.log", ("tool", "x" * 40))
+    with pytest.raises(PatternTooSlow, match=r"took longer than 0\.1 s on one line of b\.log"):
+        list(grep(tmp_path, pattern))
 
 
 def test_lines_written_after_the_index_are_found_at_their_offsets(folder: Path) -> None:
@@ -323,6 +346,40 @@ def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> Non
     code, lines, err = grep_("rate limits")
     assert code == 0 and [ln.split()[0] for ln in lines if " user │ " in ln] == ["t0000", "t0002"]
     assert "1 transcript is gone (deleted since its child started), not searched: t0001" in err
+
+
+def test_flightdeck_grep_a_catastrophic_regex_says_so_instead_of_hanging(tmp_path: Path) -> None:
+    # Found by an audit: `re` backtracked over a line of `a`s for ever (2**40 ways to split
+    # them), holding the GIL. The `regex` module sees through `(a+)+b` (no line matches); a
+    # pattern it cannot, `(a|aa)+b`, is stopped at the per-line budget with an error.
+    aaa = "a" * 40
+    snap = run_to_end(start(batch(2, goal=f"Look at {aaa} {{i}}"), settings(sim_route()), tmp_path))
+    state = str(tmp_path / "state")
+
+    def grep_(pattern: str) -> tuple[int, str, float]:
+        began = time.monotonic()
+        done = flightdeck(
+            "grep",
+            snap.batch_id,
+            pattern,
+            "--regex",
+            "--state-dir",
+            state,
+            cwd=tmp_path,
+            timeout=30,
+        )
+        return done.returncode, done.stderr, time.monotonic() - began
+
+    code, err, took = grep_("(a+)+b")
+    assert (code, err) == (1, "") and took < 20
+    code, err, took = grep_(f"{aaa} 1$")  # a real pattern over those lines still finds them
+    assert code == 0 and took < 20
+    code, err, took = grep_("(a|aa)+b")
+    assert code == 2 and took < 20
+    assert err.strip() == (
+        "flightdeck: PATTERN: the pattern took longer than 1 s on one line of t0000's "
+        "transcript: it backtracks catastrophically; simplify it"
+    )
 
 
 def test_the_index_is_never_written_by_a_search(folder: Path) -> None:

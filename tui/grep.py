@@ -41,11 +41,14 @@ def cmd_grep(args: argparse.Namespace) -> ExitCode:
     width = min(ID_WIDTH, max((len(r.id) for r in rows), default=0))
     console = console_for()
     found = 0
-    for hit in search(rows, pattern, first_only=args.first):
-        found += 1
-        console.print(_line(hit, pattern, width), soft_wrap=True)
-        if args.max_count and found >= args.max_count:
-            break
+    try:
+        for hit in search(rows, pattern, first_only=args.first):
+            found += 1
+            console.print(_line(hit, pattern, width), soft_wrap=True)
+            if args.max_count and found >= args.max_count:
+                break
+    except PatternError as exc:  # a regex that backtracks catastrophically over a line
+        raise UsageError(None, None, "PATTERN", str(exc)) from None
     # Written from a child's start on: one missing was deleted, and nothing in it was searched.
     gone = [r.id for r in rows if r.started_ts is not None and not Path(r.transcript).exists()]
     if gone:
@@ -76,7 +79,10 @@ def _match(hit: Found, pattern: Pattern, start: int) -> tuple[int, int] | None:
     if pattern.whole_line:
         line = hit.line
         cut = line.find(hit.text) if hit.text else -1
-        found = pattern.find(line, 0)
+        try:
+            found = pattern.find(line, 0)
+        except TimeoutError:  # it matched within the budget once: printed unmarked if not again
+            return None
         if found is None or cut < 0 or found[0] < cut:
             return None
         return found[0] - cut + start, found[1] - cut + start

@@ -13,14 +13,21 @@ from pathlib import Path
 
 from flightdeck.engine.model import ChildRow
 from flightdeck.engine.records.lines import parse
-from flightdeck.engine.records.search import Pattern, PatternError, compile_pattern, grep
-from flightdeck.engine.sanitize import sanitize
+from flightdeck.engine.records.search import (
+    Pattern,
+    PatternError,
+    PatternTooSlow,
+    compile_pattern,
+    grep,
+)
+from flightdeck.engine.sanitize import one_line, sanitize
 
 __all__ = [
     "Around",
     "Found",
     "Pattern",
     "PatternError",
+    "PatternTooSlow",
     "compile_pattern",
     "lines_around",
     "search",
@@ -44,19 +51,26 @@ def search(
     rows: Sequence[ChildRow], pattern: Pattern, *, first_only: bool = False
 ) -> Iterator[Found]:
     """The matching lines of these children's transcripts, in the order of `rows`, each
-    child's in file order; `first_only`: each child's first match only."""
+    child's in file order; `first_only`: each child's first match only. PatternTooSlow (naming
+    the child) for a regex that ran past its budget on a line."""
     by_folder: dict[Path, list[ChildRow]] = {}
     for row in rows:
         by_folder.setdefault(Path(row.transcript).parent, []).append(row)
     # One folder for a batch; rows from several are searched folder by folder, in order.
     for folder, members in by_folder.items():
         ids = {Path(r.transcript).name: r.id for r in members}
-        for hit in grep(folder, pattern, names=list(ids), first_only=first_only):
-            parsed = parse(hit.line)
-            stamp, role, text = (
-                (parsed.stamp, parsed.role, parsed.text) if parsed else ("", "", hit.line)
-            )
-            yield Found(ids[hit.name], hit.offset, stamp, role, text, hit.line, folder / hit.name)
+        try:
+            for hit in grep(folder, pattern, names=list(ids), first_only=first_only):
+                parsed = parse(hit.line)
+                stamp, role, text = (
+                    (parsed.stamp, parsed.role, parsed.text) if parsed else ("", "", hit.line)
+                )
+                path = folder / hit.name
+                yield Found(ids[hit.name], hit.offset, stamp, role, text, hit.line, path)
+        except PatternTooSlow as exc:  # said by the child, not by its file's name
+            child = ids.get(exc.where)
+            where = f"{one_line(child, 60)}'s transcript" if child else exc.where
+            raise PatternTooSlow(where) from None
 
 
 @dataclass(frozen=True, slots=True)

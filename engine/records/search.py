@@ -10,10 +10,12 @@ Two kinds of pattern:
   the pattern's words in order (its last word as a prefix), and each is read back from its
   transcript by its offset and checked against the pattern as typed. A pattern with no word in
   it (`->`) is looked for in the files.
-- **regex** (`regex=True`): Python's `re`, over each whole line as written
+- **regex** (`regex=True`): Python's regex syntax, over each whole line as written
   (`HH:MM:SS.mmm  role      │ text`, so `tool-call +│ write_file` works). It reads every
   transcript (no index can answer every regex): slower on a big batch, said in
-  docs/performance.md.
+  docs/performance.md. It runs in the `regex` module (a superset of `re`'s syntax) for its
+  `timeout=`: a pattern that backtracks catastrophically over a line (`(a|aa)+b` over a line of
+  `a`s: `re` would take minutes, holding the GIL) raises PatternTooSlow after REGEX_BUDGET_S.
 
 Either way, the part of each file the index has not reached (a line written a moment ago) is
 read from the file, so nothing written is missed; a file the index points nowhere into and that
@@ -33,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import regex as regexlib  # the module (`regex` is compile_pattern's keyword)
 from flightdeck.engine.records.searchindex import (
     OFFSET_MASK,
     SHIFT,
@@ -46,10 +49,23 @@ FEW_FILES = 64  # named files up to this many are asked of the index by their id
 _LATER = "SELECT rowid FROM lines WHERE lines MATCH ? AND rowid > ? AND rowid < ? ORDER BY rowid"
 SCAN_CHUNK = 16 << 20  # bytes of one file read at a time when reading it through
 LINE_READ = 4096  # a candidate line is read in pieces of this size until its end
+# One regex search over one line: generous for a real pattern (microseconds), short for a hang.
+REGEX_BUDGET_S = 1.0
 
 
 class PatternError(ValueError):
     """A pattern that cannot be searched for (an empty one, a regex that does not compile)."""
+
+
+class PatternTooSlow(PatternError):
+    """A regex that ran past REGEX_BUDGET_S on one line: it backtracks catastrophically."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(
+            f"the pattern took longer than {REGEX_BUDGET_S:g} s on one line of {where}: "
+            "it backtracks catastrophically; simplify it"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +101,13 @@ def compile_pattern(text: str, *, regex: bool = False) -> Pattern:
         raise PatternError("a pattern matches within one line: it cannot hold a newline")
     if regex:
         try:
-            compiled = re.compile(text, re.MULTILINE)  # ^ and $ at each line's ends
-        except re.error as exc:
+            compiled = regexlib.compile(text, regexlib.MULTILINE)  # ^ and $ at each line's ends
+        except regexlib.error as exc:
             raise PatternError(f"not a regular expression: {exc}") from None
 
         def find_rx(s: str, pos: int) -> tuple[int, int] | None:
-            m = compiled.search(s, pos)
+            # TimeoutError past the budget; the matching lets other threads run (the TUI's).
+            m = compiled.search(s, pos, timeout=REGEX_BUDGET_S)
             return None if m is None else m.span()
 
         return Pattern(text, True, find_rx, None, whole_line=True)
@@ -129,7 +146,8 @@ def grep(
     first_only: bool = False,
 ) -> Iterator[Hit]:
     """The lines of these transcripts (all the folder's: None), in the order named, that match;
-    `first_only`: each file's first match only."""
+    `first_only`: each file's first match only. PatternTooSlow (naming the file) for a regex
+    that ran past its budget on one of its lines."""
     only = None if names is None or len(names) > FEW_FILES else set(names)
     sizes = _sizes(folder, only)
     names = sorted(n for n in sizes if n.endswith(TRANSCRIPT_SUFFIX)) if names is None else names
@@ -169,6 +187,8 @@ def grep(
                     yield hit
                     if first_only:
                         break
+            except TimeoutError:  # one line alone took the regex's whole budget
+                raise PatternTooSlow(name) from None
             finally:
                 os.close(fd)
     finally:
@@ -333,7 +353,17 @@ def _in_block(block: bytes, base: int, name: str, pattern: Pattern) -> Iterator[
         return
     pos = 0
     byte_pos, char_pos = base, 0  # the byte offset of character `char_pos` of the block
-    while (found := pattern.find(haystack, pos)) is not None:
+    while True:
+        try:
+            found = pattern.find(haystack, pos)
+        except TimeoutError:
+            # The budget is for one line: a slow block may be many lines of a real pattern.
+            # Line by line from here, where a line that takes it all raises.
+            byte_pos += len(text[char_pos:pos].encode("utf-8", "replace"))
+            yield from _line_by_line(text[pos:], byte_pos, name, pattern)
+            return
+        if found is None:
+            return
         start = text.rfind("\n", 0, found[0]) + 1
         end = text.find("\n", found[0])
         end = len(text) if end < 0 else end
