@@ -3,6 +3,7 @@ matching line."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.search import HitScreen, SearchScreen
 from test_attach import OPTIONS, Owner
-from textual.widgets import OptionList
+from textual.widgets import Input, Label, OptionList
 from tui_support import SIZE, EngineFactory, app_for, on_screen, until
 
 from helpers import until as wait_for
@@ -50,6 +51,44 @@ async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_h
         screen.run_search()
         await until(pilot, lambda: len(screen.found) == 2, "two children")
         assert [f.child_id for f in screen.found] == ["c2", "c4"]
+        await pilot.press("escape")
+        assert app.screen is app.main
+
+
+async def test_a_catastrophic_regex_leaves_the_app_responsive_and_says_why(
+    engine_factory: EngineFactory,
+) -> None:
+    # Found by an audit: `(a|aa)+b` over a line of 40 `a`s ran in `re` for a minute or more
+    # per line, holding the GIL: the search's thread froze the whole screen. Now the search
+    # lets the app run and stops at the per-line budget, saying why where the pattern is typed.
+    engine = engine_factory([f"Look at {'a' * 40} now"], pool=1)
+    assert engine.wait(30)
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("F")
+        await until(pilot, lambda: on_screen(app, SearchScreen), "the search screen")
+        screen = app.screen
+        assert isinstance(screen, SearchScreen)
+        await pilot.press("ctrl+r", *"(a|aa)+b")
+        box = screen.query_one("#search-pattern", Input)
+        status = screen.query_one("#search-status", Label)
+        # The app takes keys while the search runs (a second or two): each at once, not after
+        # a frozen minute.
+        began = time.monotonic()
+        await pilot.press("enter")
+        typed, slowest = 0, time.monotonic() - began
+        while str(status.render()).startswith("searching for"):
+            began = time.monotonic()
+            await pilot.press("x")
+            typed, slowest = typed + 1, max(slowest, time.monotonic() - began)
+        assert slowest < 5, f"the app froze for {slowest:.0f} s"
+        assert typed and box.value == "(a|aa)+b" + "x" * typed
+        await until(pilot, lambda: "backtracks catastrophically" in str(status.render()), "why")
+        assert str(status.render()) == (
+            "the pattern took longer than 1 s on one line of c1's transcript: it backtracks "
+            "catastrophically; simplify it"
+        )
+        assert not screen.found and not app._notifications  # said once, in the search's status
         await pilot.press("escape")
         assert app.screen is app.main
 

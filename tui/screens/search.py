@@ -91,8 +91,16 @@ class SearchScreen(Screen[None]):
         return list(search(rows, pattern, first_only=True))  # type: ignore[arg-type]
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        # Errors are the app's one handler's to show; here only a result is applied.
-        if event.worker is not self._searching or event.state is not WorkerState.SUCCESS:
+        # Other errors are the app's one handler's to show; here a result is applied, and a
+        # pattern the search gave up on (too slow on a line) is said as a bad one typed is.
+        if event.worker is not self._searching:
+            return
+        if event.state is WorkerState.ERROR and isinstance(event.worker.error, PatternError):
+            event.stop()
+            self._searching = None
+            self._status(str(event.worker.error), "red")
+            return
+        if event.state is not WorkerState.SUCCESS:
             return
         self._searching = None
         found = event.worker.result
