@@ -277,15 +277,21 @@ def quit_at_once(
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_an_abandoned_batchs_running_rows_stop_their_clock_with_its_owner(
+async def test_an_abandoned_batchs_running_rows_say_they_were_left_running_and_stop_their_clock(
     project: Path, owners: list[int]
 ) -> None:
-    # Found by a user: after a kill -9 of the owner, the meter's elapsed stopped at its last
-    # heartbeat but the rows still `running` counted their idle time on, as if watched still.
+    # Found by users, after a kill -9 of the owner: the meter said `● 3 left running`, but each
+    # of those rows kept the green running `●`, as if still watched; and the meter's elapsed
+    # stopped at the owner's last heartbeat while the rows counted their idle time on.
+    from flightdeck.tui.widgets.detail import ChildDetail
     from flightdeck.tui.widgets.rows import last
 
     batch_id = detach(project, "held.toml", owners)
     view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
+    poll_until(
+        lambda: [r.status for r in view.snapshot().children] == [ChildStatus.RUNNING] * 3,
+        what="three children running",
+    )
     kill_owner(view, owners[-1])
     ended = view.snapshot().finished_ts
     assert ended is not None
@@ -299,43 +305,19 @@ async def test_an_abandoned_batchs_running_rows_stop_their_clock_with_its_owner(
     async with app.run_test(size=SIZE) as pilot:
         table = app.main.table
         await until(pilot, lambda: len(table.shown) == 3, "three rows")
+        for child_id in ("c1", "c2", "c3"):
+            cells = table.model.cells(child_id)
+            assert cells[0] == (" ●", "yellow"), child_id  # not the running green
+            assert cells[5][0].startswith("left running · "), cells[5]
+        detail = app.main.query_one("#detail", ChildDetail)
+        await until(pilot, lambda: "left running: its owner died" in str(detail.render()), "")
+        assert "burn" not in str(detail.render())  # nothing burns until a resume
         shift[0] = 3600.0  # an hour later
         seen = reads[0]
         await until(pilot, lambda: reads[0] > seen + 4, "polls after the hour passed")
         for child_id, row in table.rows_by_id.items():
             assert row.status is ChildStatus.RUNNING  # as `flightdeck report` says it
             assert table.model.cells(child_id)[6] == last(row, ended), child_id
-        await until_exited(pilot, by=pilot.press("q"))  # abandoned: q quits at once
-    view.close()
-
-
-@pytest.mark.slow
-@pytest.mark.anyio
-async def test_an_abandoned_batchs_running_rows_say_they_were_left_running(
-    project: Path, owners: list[int]
-) -> None:
-    # Found by a user: after a kill -9 of the owner the meter said `● 3 left running`, but each
-    # of those rows kept the green running `●` and its last activity, as if still watched.
-    from flightdeck.tui.widgets.detail import ChildDetail
-
-    batch_id = detach(project, "held.toml", owners)
-    view = open_view(project / ".flightdeck" / "flightdeck.db", batch_id)
-    poll_until(
-        lambda: [r.status for r in view.snapshot().children] == [ChildStatus.RUNNING] * 3,
-        what="three children running",
-    )
-    kill_owner(view, owners[-1])
-    app = FlightdeckApp(view, UiOptions(poll_s=0.05, cursor_blink=False))
-    async with app.run_test(size=SIZE) as pilot:
-        table = app.main.table
-        await until(pilot, lambda: len(table.shown) == 3, "three rows")
-        for child_id in ("c1", "c2", "c3"):
-            mark, doing = table.model.cells(child_id)[0], table.model.cells(child_id)[5]
-            assert mark == (" ●", "yellow"), child_id  # not the running green
-            assert doing[0].startswith("left running · "), doing
-        detail = app.main.query_one("#detail", ChildDetail)
-        await until(pilot, lambda: "left running: its owner died" in str(detail.render()), "")
-        assert "burn" not in str(detail.render())  # nothing burns until a resume
         await until_exited(pilot, by=pilot.press("q"))  # abandoned: q quits at once
     view.close()
 
