@@ -396,6 +396,9 @@ def test_a_retry_that_continues_a_merged_or_discarded_child_says_it_starts_afres
         "t1: its worktree went when its changes were discarded: it continues in a fresh worktree",
     ], done.stdout
     assert fd(folder, "wait", batch).returncode == 0
+    for child in ("t0", "t1"):  # its transcript says so too
+        said = fd(folder, "logs", batch, child).stdout
+        assert "(a fresh worktree: the earlier attempt's is gone)" in said, said
 
 
 def test_an_attached_view_s_retry_starts_the_owner_and_its_merge_applies_here(

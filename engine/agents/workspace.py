@@ -44,9 +44,11 @@ class Workspace:
         self._base: str | None = None  # the commit a worktree was made from
         self._manifest: Manifest | None = None  # a copy's files as copied
         self.path = shared if mode == "shared" else own
+        self.remade = False  # reuse() found no folder left and made one (`note`)
 
     def prepare(self) -> Path:
         """Make the folder (a copy, a worktree); returns where the child works."""
+        self.remade = False
         if self.mode == "shared":
             return self.path
         private_dir(self._own.parent)  # `workspaces/` in the batch folder: the user's alone
@@ -88,14 +90,24 @@ class Workspace:
     def reuse(self) -> Path:
         """The folder an earlier attempt left, to work on in (a retry that continues); made
         afresh if there is none."""
-        if self.mode == "shared" or not self._own.is_dir():
+        if self.mode == "shared":
             return self.prepare()
+        if not self._own.is_dir():  # a merge or a discard removed it, say
+            path = self.prepare()
+            self.remade = True
+            return path
         if self.mode == "worktree":
             self._repo, self._base = self._repository(), self._read_base()
             self.path = self._inner()
             return self.path
         self._manifest = None  # what it was copied as is not known here: any file counts
         return self.path
+
+    @property
+    def note(self) -> str:
+        """What the transcript's workspace line adds: a retry that continues found no folder
+        of the earlier attempt left, and works in a fresh one."""
+        return f" (a fresh {self.mode}: the earlier attempt's is gone)" if self.remade else ""
 
     def adopt(self) -> Path:
         """The folder a dead owner made for this child (its process still runs in it): used as

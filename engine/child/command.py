@@ -177,7 +177,8 @@ class ProcessRunner:
             return Ended(ChildStatus.FAILED, f"workspace: {exc}")
         if self._workspace.mode != "shared" and adoption is None:
             left = " (as its lost attempt left it)" if c.kept.in_place and not resume else ""
-            c.transcript.write("engine", f"workspace ({self._workspace.mode}): {cwd}{left}")
+            said = f"{cwd}{left}{self._workspace.note}"
+            c.transcript.write("engine", f"workspace ({self._workspace.mode}): {said}")
         context = c.task.context or ""
         if again is not None and again.resume and not self._resumes(again):
             context = again.prompt + (f"\n\n{context}" if context else "")

@@ -170,7 +170,7 @@ class ModelRunner:
         except WorkspaceError as exc:
             return Ended(ChildStatus.FAILED, f"workspace: {exc}")
         self._tools = self._tools.rooted(root)
-        c.transcript.write("engine", f"workspace ({ws.mode}): {root}")
+        c.transcript.write("engine", f"workspace ({ws.mode}): {root}{ws.note}")
         return None
 
     def _release(self, c: ChildPort, ws: Workspace) -> None:
