@@ -1,4 +1,4 @@
-"""The README and docs/: short, linked, every link resolving; their examples run as written."""
+"""The README and docs/: short, linked, every link resolving; their examples work as written."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import argparse
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -273,3 +276,109 @@ def test_the_readme_names_every_command() -> None:
     assert commands_the_readme_leaves_out(text) == set()
     without_wait = "\n".join(line for line in text.splitlines() if "`wait" not in line)
     assert commands_the_readme_leaves_out(without_wait) == {"wait"}
+
+
+_EXAMPLE = re.compile(r"^```(toml|jsonl|yaml)\n(.*?)^```", re.S | re.M)
+
+
+def examples() -> list[tuple[str, str, str]]:
+    """Every TOML, JSONL and YAML block of the README and docs/: (where, language, text)."""
+    found = []
+    for page in (README, *sorted(DOCS.glob("*.md"))):
+        text = page.read_text(encoding="utf-8")
+        for m in _EXAMPLE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            found.append((f"{page.relative_to(ROOT)}:{line}", m.group(1), m.group(2)))
+    return found
+
+
+def example_fails(where: str, lang: str, text: str, earlier: dict[str, object]) -> str | None:
+    """Why one example block would not load as the docs present it (None: it loads). A block
+    that does not load on its own, of route keys alone with no `provider`, is a fragment: it
+    must repeat, value for value, what an earlier block of its page set."""
+    import tomllib
+
+    from flightdeck.engine.errors import FlightdeckError
+    from flightdeck.engine.inputs.settings import load_settings
+    from flightdeck.engine.inputs.tasks import load_batch
+
+    data = tomllib.loads(text) if lang == "toml" else {}
+    path = Path(f"example.{lang}")
+    path.write_text(text, encoding="utf-8")
+    try:
+        if lang != "toml" or {"tasks", "schedules", "batch"} & set(data):
+            load_batch(path)
+        else:
+            load_settings(path, env={})
+        return None
+    except FlightdeckError as exc:
+        why = f"{where}: {exc}"
+    routes = data.get("routes", {})
+    if not data or set(data) != {"routes"} or any("provider" in r for r in routes.values()):
+        return why
+    earlier_routes = earlier.get("routes", {})
+    assert isinstance(earlier_routes, dict)
+    for name, keys in routes.items():
+        for key, value in keys.items():
+            if earlier_routes.get(name, {}).get(key) != value:
+                return f"{where}: routes.{name}.{key} is not what the page set before"
+    return None
+
+
+def test_every_config_and_task_file_example_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tomllib
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hold").mkdir()  # what the hold_dir examples name
+    (tmp_path / "repo").mkdir()  # a workspace
+    (tmp_path / "prs.txt").write_text("101\n102\n", encoding="utf-8")
+    found, bad = examples(), []
+    assert len(found) > 10, "the docs' examples were not found"
+    earlier: dict[str, dict[str, object]] = {}
+    for where, lang, text in found:
+        page = where.partition(":")[0]
+        if (why := example_fails(where, lang, text, earlier.get(page, {}))) is not None:
+            bad.append(why)
+        if lang == "toml":
+            merged = earlier.setdefault(page, {"routes": {}})
+            routes = merged["routes"]
+            assert isinstance(routes, dict)
+            for name, keys in tomllib.loads(text).get("routes", {}).items():
+                routes.setdefault(name, {}).update(keys)
+    assert bad == []
+
+
+def test_the_example_checker_finds_a_broken_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert example_fails("a", "toml", "[engine]\nstal_after_s = 5\n", {}) is not None
+    assert example_fails("b", "jsonl", '{"goal": ""}\n', {}) is not None
+    fragment = '[routes.x]\nresume_argv = ["a"]\n'
+    assert example_fails("c", "toml", fragment, {"routes": {"x": {"resume_argv": ["a"]}}}) is None
+    assert example_fails("d", "toml", fragment, {"routes": {"x": {"resume_argv": ["b"]}}})
+
+
+def test_the_configuration_page_shows_every_default_the_code_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its first block is "every key with its default, except those marked *example*": without
+    # the examples it must load to exactly the settings of no config at all.
+    from flightdeck.engine.inputs.settings import load_settings
+
+    monkeypatch.chdir(tmp_path)
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    block = page.split("## The configuration file", 1)[1]
+    found = re.search(r"```toml\n(.*?)```", block, re.S)
+    assert found is not None
+    kept, in_example = [], False
+    for line in found.group(1).splitlines():
+        if line.startswith("["):
+            in_example = "example" in line  # a whole table marked so: [budget]
+        if not in_example and not re.search(r"#\s*example", line):
+            kept.append(line)
+    (tmp_path / "defaults.toml").write_text("\n".join(kept) + "\n", encoding="utf-8")
+    shown = load_settings(Path("defaults.toml"), env={})  # state_dir as the default says it
+    assert replace(shown, source=None) == load_settings(None, env={})
