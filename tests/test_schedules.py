@@ -123,6 +123,32 @@ def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> Non
     assert "| (schedules) | stop | stopped by operator (stop all)" in render_markdown(report)
 
 
+def test_schedules_a_stop_all_ended_stay_ended_when_the_batch_is_reopened(
+    tmp_path: Path,
+) -> None:
+    # Found in a walkthrough: `stop --all` said "the schedules end, no more waves", but a
+    # resume (the owner killed while a child was stopping), or a `retry` that reopened the
+    # batch (even one refused), fired waves again, until stopped once more.
+    clock = FakeClock()
+    engine = scheduled_engine(tmp_path, clock)
+    engine.start()
+    try:
+        clock.now += 60
+        until(lambda: engine.snapshot().totals.completed == 1, timeout=60)
+        engine.stop_all()
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    again = Engine.resume(tmp_path / "state", engine.batch_id, reopen=True, clock=clock)
+    again.start()
+    try:
+        clock.now += 60
+        assert again.wait(10)  # nothing to run and no schedule left: it ends
+    finally:
+        again.close()
+    assert [c.id for c in again.snapshot().children] == ["scan-w1"]
+
+
 def test_max_runs_counts_across_waves_and_ends_the_batch(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
