@@ -171,6 +171,35 @@ def test_max_runs_counts_across_waves_and_ends_the_batch(
     assert said == ["the schedules end, no more waves: max_runs (2) reached"]
 
 
+def test_an_attached_view_says_why_the_schedules_ended(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found in a walkthrough: the owner's warning went to its owner.log alone, so `run` on a
+    # terminal (an attached view) showed the waves stop with nothing saying why.
+    clock = FakeClock()
+    engine = scheduled_engine(tmp_path, clock, max_runs=1)
+    db = tmp_path / "state" / "flightdeck.db"
+    engine.start()
+    try:
+        attached = StoreView(db, engine.batch_id)
+        assert attached.snapshot().scheduled
+        clock.now += 60
+        until(lambda: engine.snapshot().totals.completed == 1, timeout=60)
+        clock.now += 60
+        assert engine.wait(60)  # the budget ended the schedules, then the batch
+    finally:
+        engine.close()
+    until(lambda: attached.snapshot().status is BatchStatus.COMPLETED, timeout=30)
+    attached.close()
+    later = StoreView(db, engine.batch_id)  # opened on the ended batch: history, not news
+    assert later.snapshot().status is BatchStatus.COMPLETED
+    later.close()
+    said = [
+        r.getMessage() for r in caplog.records if r.name.startswith("flightdeck.engine.attached")
+    ]
+    assert said == ["the schedules end, no more waves: max_runs (1) reached"]
+
+
 LAST = "0 0 1 1 * 0 2027"  # one date: 2027-01-01 00:00 UTC, then never again
 NEW_YEAR = datetime(2027, 1, 1, tzinfo=UTC).timestamp()
 

@@ -169,7 +169,7 @@ class Client:
     def limits(self, info: BatchInfo | None = None) -> Limits:
         """The live limits the owner recorded (those the settings began with, for an older
         batch)."""
-        from flightdeck.engine.attached.reading import stored_limits  # the settings: only here
+        from flightdeck.engine.attached.limits import stored_limits  # the settings: only here
 
         info = info or self.info()
         if info is None:

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
 from flightdeck.engine.attached.facts import Facts
+from flightdeck.engine.attached.limits import stored_limits
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
@@ -38,16 +40,15 @@ from flightdeck.engine.model import (
     SteerState,
     Totals,
 )
-from flightdeck.engine.model.livelimits import limits_from_json, limits_of
 from flightdeck.engine.model.units import UNIT_EVENT
 from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
-from flightdeck.engine.records.meter import RowTally, cache_saving, spend_known
+from flightdeck.engine.records.meter import RowTally, cache_saving
 from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
-from flightdeck.engine.records.reader import depth_of
+from flightdeck.engine.records.reader import SCHEDULES_END, depth_of
 from flightdeck.engine.records.rows import (
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
@@ -60,6 +61,7 @@ from flightdeck.engine.records.rows import (
     stored_spec,
 )
 
+log = logging.getLogger(__name__)  # under "flightdeck": the TUI shows warnings as notifications
 # The children's columns a run changes, in CHILD_COLUMNS order after the id: status (index 7 of
 # CHILD_COLUMNS) to cost_usd (20), then started_ts, finished_ts, error (22-24).
 _MUTABLE = (
@@ -72,6 +74,7 @@ _EVENTS = ", ".join(
     f"'{k}'"
     for k in ("delegate", "loop", "loop_policy", "node", "lost_attempt", *KEPT_KINDS, *NEED_EVENTS)
 )
+_BATCH_EVENTS = f"'{UNIT_EVENT}', '{SCHEDULES_END}'"  # events of no child read too
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -105,6 +108,7 @@ class BatchReading:
         self._facts = Facts()
         self._own: frozenset[str] | None = None  # the batch's own tasks: its units' members
         self._schedules = False  # whether its spec has schedules (read with _own)
+        self._waves_ended: str | None = None  # why (a budget, a cron), read and not yet said
         self._receipts: dict[int, SteerReceipt] = {}
         # Each child's loop evidence, from the owner's "loop" events (the last one wins).
         self._loops: dict[str, LoopEvidence] = {}
@@ -188,6 +192,11 @@ class BatchReading:
             self._facts.batch(was, info, events)
         self._units_told = set()
         running = info.status is BatchStatus.RUNNING
+        if self._waves_ended is not None:  # the owner's warning is in its owner.log alone
+            self._schedules = False
+            if was is not None or running:  # not for a batch that had ended before this view
+                log.warning("the schedules end, no more waves: %s", self._waves_ended)
+            self._waves_ended = None
         return Snapshot(
             batch_id=info.id,
             status=info.status,
@@ -205,8 +214,7 @@ class BatchReading:
             held=info.held if running else None,
             limits=self._limits_of(info, rows),
             own=self._own,
-            # A running batch's schedules may fire, till a stop-all or a budget ends them.
-            scheduled=running and self._schedules,
+            scheduled=running and self._schedules,  # till a stop-all, a budget or a cron ends them
         )
 
     def _rows_of(
@@ -334,7 +342,7 @@ class BatchReading:
         (each resume writes them). The ids of the children whose rows must be built again."""
         found = self._conn.execute(
             "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
-            f" AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL OR kind = '{UNIT_EVENT}')"
+            f" AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL OR kind IN ({_BATCH_EVENTS}))"
             " ORDER BY id",
             (self.batch_id, self._events_seen),
         ).fetchall()
@@ -343,6 +351,9 @@ class BatchReading:
             self._events_seen = int(event_id)
             if kind == UNIT_EVENT:  # a unit the owner announced (a resumed one: as it began)
                 self._units_told.add(str(json.loads(detail)["group"]))
+                continue
+            if kind == SCHEDULES_END:
+                self._waves_ended = str(detail)
                 continue
             child_id, detail = str(child_id), str(detail)
             if kind in ("lost_attempt", "retry"):  # each resume's and retry's, as they come
@@ -437,14 +448,3 @@ class BatchReading:
             new[r.id] = r
         self._receipts = new
         return list(new.values())
-
-
-def stored_limits(info: BatchInfo, routes: Callable[[], Iterable[str]]) -> Limits:
-    """The live limits a batch's row keeps (its owner records them from the start), else those
-    its settings began with (a batch of an earlier flightdeck: `routes` names its routes)."""
-    if info.limits_json:
-        return limits_from_json(info.limits_json)
-    if info.settings_json is None:  # older still: only its pool size and budget are known
-        return Limits(info.pool_size, max_cost_usd=info.max_cost_usd)
-    names = dict.fromkeys(sorted(set(routes())))
-    return limits_of(settings_from_json(info.settings_json), names, info.pool_size, spend_known)

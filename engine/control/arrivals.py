@@ -18,6 +18,7 @@ from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.control.slots import Slots
 from flightdeck.engine.inputs.tasks import Schedule, Task
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.records.reader import SCHEDULES_END
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +35,14 @@ class Arrivals:
         taken_ids: frozenset[str],  # children kept from before a resume
         clock: Callable[[], float],
         exhausted: Callable[[], str | None],  # why no more children may start (a budget)
+        record_event: Callable[[str | None, str, str], None],
     ) -> None:
         self._slots = slots
         self._spawn = spawn
         self._taken = taken_ids
         self._clock = clock
         self._exhausted = exhausted
+        self._record_event = record_event
         self._delegations = Delegations(self._id_taken)
         # The call each parent waits on now: an earlier one may still end (its attempt was
         # retried, or ran on a worker that was lost and runs again as the same child).
@@ -60,7 +63,9 @@ class Arrivals:
         """No more waves: the batch ends once the children it has are done. `why` (a budget
         reached) is said, once: nothing else would tell the operator why the waves stopped."""
         if why is not None and self._schedules is not None:
-            log.warning("the schedules end, no more waves: %s", why.removeprefix("not started: "))
+            why = why.removeprefix("not started: ")
+            log.warning("the schedules end, no more waves: %s", why)
+            self._record_event(None, SCHEDULES_END, why)  # for attached views: they say it too
         self._schedules = None
 
     # --- delegates -----------------------------------------------------------------------------

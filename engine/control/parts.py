@@ -134,6 +134,7 @@ def build_parts(setup: Setup, duties: Duties) -> Parts:
         taken_ids=frozenset(r.id for r in carried.rows),
         clock=clock,
         exhausted=lambda: admission.budget_exhausted(),
+        record_event=recorder.record_event,
     )
     questions = Questions(slots, recorder, clock)  # what children ask of the operator
     admission = Admission(

@@ -49,6 +49,10 @@ _FAILED = tuple(
 )
 
 
+# The event of a batch whose schedules a budget or a cron's last date ended (detail: why).
+SCHEDULES_END = "schedules_end"
+
+
 class StoreReader:
     """A read-only connection for the UI, attach and reports; safe to share between threads."""
 
