@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.client import Client
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.control.schedules import ScheduleClock
 from flightdeck.engine.errors import SpecError
@@ -198,6 +199,8 @@ def test_an_attached_view_says_why_the_schedules_ended(
         r.getMessage() for r in caplog.records if r.name.startswith("flightdeck.engine.attached")
     ]
     assert said == ["the schedules end, no more waves: max_runs (1) reached"]
+    # Nor do `wait` and `stop --all` say its schedules fire on (Client.scheduled).
+    assert not Client(db, engine.batch_id).scheduled()
 
 
 LAST = "0 0 1 1 * 0 2027"  # one date: 2027-01-01 00:00 UTC, then never again

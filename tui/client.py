@@ -249,9 +249,10 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
         )
     with batch_client(args) as client:
         if args.all:
+            scheduled = client.scheduled()  # asked first: once applied, they have ended
             rid = sent(client, StopAll())
             done = "stop applied: every child"
-            if client.scheduled():  # what ends it: between two waves no child was stopped
+            if scheduled:  # what ends it: between two waves no child was stopped
                 done += "; the schedules end, no more waves"
             return until_applied(client, rid, done)
         ids, counted = _targets(args, client, row_filter, "stop")

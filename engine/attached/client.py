@@ -146,9 +146,13 @@ class Client:
             return reader.batch(self.batch_id)
 
     def scheduled(self) -> bool:
-        """Whether the batch has schedules (their waves go on until a stop-all or a budget)."""
+        """Whether the batch's schedules may fire again: it has some, and no stop-all, budget
+        or cron's last date has ended them."""
         row = self._row()
-        return row is not None and bool(stored_spec(row.spec_json).get("schedules"))
+        if row is None or not stored_spec(row.spec_json).get("schedules"):
+            return False
+        with StoreReader(self.db) as reader:
+            return not reader.schedules_ended(self.batch_id)
 
     def held(self) -> str | None:
         """Why the batch's admission is held (paused by the operator, the soft budget), or

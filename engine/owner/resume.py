@@ -123,9 +123,9 @@ def load(state_dir: Path, batch_id: str, *, reopen: bool = False) -> Stored:
         raise ConfigError(None, None, "state_dir", f"cannot use {state_dir}: not writable")
     with StoreReader(db) as reader:
         info = reader.batch(batch_id)
-        # A stop-all that ended the schedules is the batch's own stop (no child): they stay
-        # ended, or a resume, or a retry that reopens the batch, fired waves for ever.
-        schedules_stopped = any(s.child_id is None for s in reader.stops(batch_id))
+        # Schedules a stop-all (or a budget, a cron) ended stay ended: else a resume, or a
+        # retry that reopens the batch, fired waves for ever after the operator's stop-all.
+        schedules_ended = reader.schedules_ended(batch_id)
     if info is None:
         raise ResumeError(None, None, "batch_id", no_batch(batch_id, state_dir))
     if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED) and not reopen:
@@ -151,7 +151,7 @@ def load(state_dir: Path, batch_id: str, *, reopen: bool = False) -> Stored:
             "hold keys): this batch cannot be resumed",
         )
     batch = assembly.batch_from_store(info.name, info.spec_json, info.source, info.workspace)
-    if schedules_stopped:
+    if schedules_ended:
         batch = dataclasses.replace(batch, schedules=())
     return Stored(info, batch, settings)
 

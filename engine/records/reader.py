@@ -191,6 +191,19 @@ class StoreReader:
             ).fetchall()
         return [(float(r[0]), r[1], str(r[2]), str(r[3])) for r in rows]
 
+    def schedules_ended(self, batch_id: str) -> bool:
+        """Whether the batch's schedules were ended: by a stop-all (the batch's own stop), a
+        budget or a cron's last date."""
+        with self._lock:
+            if not self._check_ready():
+                return False
+            found = self._conn.execute(
+                "SELECT 1 FROM events WHERE batch_id = ? AND child_id IS NULL"
+                " AND kind IN ('stop', ?) LIMIT 1",
+                (batch_id, SCHEDULES_END),
+            ).fetchone()
+        return found is not None
+
     def live(self, batch_id: str) -> str | None:
         """The owner's last published live figures (records/live.py), or None."""
         with self._lock:
