@@ -170,6 +170,10 @@ def test_max_runs_counts_across_waves_and_ends_the_batch(
     # Said, once (found by an audit: the batch ended with nothing saying why the waves stopped).
     said = [r.getMessage() for r in caplog.records if "schedules end" in r.getMessage()]
     assert said == ["the schedules end, no more waves: max_runs (2) reached"]
+    with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:  # and the report
+        report = build_report(reader, engine.batch_id)
+    assert report["schedules_end"] == "max_runs (2) reached"
+    assert "\n- schedules ended: max_runs (2) reached\n" in render_markdown(report)
 
 
 def test_an_attached_view_says_why_the_schedules_ended(

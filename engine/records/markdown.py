@@ -33,6 +33,7 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
         # An abandoned batch never finished: its time is its owner's last heartbeat.
         f"- {'owner last heard from' if died else 'finished'}: {report['finished'] or '—'}",
         f"- elapsed: {_seconds(report['elapsed_s'])}",
+        *([f"- schedules ended: {_text(ended)}"] if (ended := report.get("schedules_end")) else []),
         "",
         "## Totals",
         "",

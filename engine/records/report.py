@@ -25,7 +25,7 @@ from flightdeck.engine.records.forecast import forecast, lost_attempts
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.needlog import need_records
-from flightdeck.engine.records.reader import StoreReader, no_batch
+from flightdeck.engine.records.reader import SCHEDULES_END, StoreReader, no_batch
 from flightdeck.engine.records.rows import own_tasks
 from flightdeck.engine.sanitize import each_string, valid_text
 
@@ -49,6 +49,8 @@ def build_report(
     # A delegate's parent is kept as its "delegate" event.
     parents = {c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c}
     stops = reader.stops(batch_id)
+    # What ended the schedules, a budget or a cron's last date (a stop-all's is among `stops`).
+    waves_end = [d for _, c, kind, d in reader.events(batch_id) if kind == SCHEDULES_END and not c]
     flags, policy = loop_records(reader.events(batch_id))
     # A loop policy's steers are its own, listed with its steps, not among the operator's.
     by_policy = {r.id: r for r in steers if r.id in {p.get("receipt") for p in policy}}
@@ -77,6 +79,7 @@ def build_report(
         "elapsed_s": round(max(0.0, end - info.created_ts), 3),
         "pool_size": info.pool_size,
         "max_cost_usd": _money(info.max_cost_usd),
+        "schedules_end": waves_end[0] if waves_end else None,
         "totals": {
             "children": totals.children,
             "completed": totals.completed,
