@@ -20,7 +20,7 @@ from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import flightdeck, settings, sim_route, until
+from helpers import Hold, flightdeck, settings, sim_route, until
 
 T0 = datetime(2026, 12, 1, 0, 7, tzinfo=UTC).timestamp()  # 00:07 UTC
 TEMPLATE = (Task(id="scan", goal="Scan the logs (wave {wave})", seq=0),)
@@ -205,6 +205,39 @@ def test_an_attached_view_says_why_the_schedules_ended(
     assert said == ["the schedules end, no more waves: max_runs (1) reached"]
     # Nor do `wait` and `stop --all` say its schedules fire on (Client.scheduled).
     assert not Client(db, engine.batch_id).scheduled()
+
+
+def test_a_retry_of_a_schedules_wave_is_refused_before_anything_is_sent(
+    tmp_path: Path,
+) -> None:
+    # Found in a walkthrough: `retry B --where status:unknown` after a lost owner took the
+    # waves too, and the owner it reopened the batch for refused the whole retry (the batch's
+    # own tasks with it); a wave named was sent, an owner started, and refused only then.
+    from flightdeck.engine.attached.rework import send_retry
+    from flightdeck.engine.commands import CommandError, Retry
+
+    hold = Hold(tmp_path / "hold")
+    clock = FakeClock()
+    batch = Batch(name="s", tasks=(Task(id="t", goal="g", seq=0),), schedules=(every(60),))
+    s = settings(sim_route(tool_turns=0, **hold.options()))
+    engine = Engine(batch, s, state_dir=tmp_path / "state", clock=clock)
+    engine.start()
+    try:
+        clock.now += 60
+        until(lambda: len(engine.snapshot().children) == 2, timeout=60)
+        engine.stop_all()
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    db = tmp_path / "state" / "flightdeck.db"
+
+    def no_owner(*_: object) -> list[str]:
+        raise AssertionError("an owner was started for a retry it refuses")
+
+    with pytest.raises(CommandError, match="scan-w1 is a schedule's wave"):
+        send_retry(db, engine.batch_id, Retry(("scan-w1",)), start=no_owner)
+    with Client(db, engine.batch_id) as client:  # picked by a query: left out, said so
+        assert client.own() == {"t"}
 
 
 LAST = "0 0 1 1 * 0 2027"  # one date: 2027-01-01 00:00 UTC, then never again

@@ -166,10 +166,12 @@ def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
     one by one, each is refused; picked by a query, they are left out)."""
     from flightdeck.engine.model import ChildStatus
 
-    rows = {r.id: r for r in client.rows()}
+    rows, own = {r.id: r for r in client.rows()}, client.own()
     done = [i for i in ended if rows[i].status is ChildStatus.COMPLETED]
     delegates = [i for i in ended if rows[i].parent is not None and i not in done]
-    ids = [i for i in ended if i not in done and i not in delegates]
+    # A schedule's wave is no task of the batch: the owner would refuse the whole retry.
+    waves = [i for i in ended if i not in own and i not in done and i not in delegates]
+    ids = [i for i in ended if i not in done and i not in delegates and i not in waves]
     parts = []
     if done:
         parts.append(f"{len(done)} completed")
@@ -177,6 +179,8 @@ def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
         parts.append("1 delegate (it runs again with its parent)")
     elif delegates:
         parts.append(f"{len(delegates)} delegates (they run again with their parents)")
+    if waves:
+        parts.append(f"{len(waves)} schedule wave{'' if len(waves) == 1 else 's'} (not retried)")
     return ids, f"; left out: {', '.join(parts)}" if parts else ""
 
 

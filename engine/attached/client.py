@@ -26,7 +26,13 @@ from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
 from flightdeck.engine.records.processes import still_running
 from flightdeck.engine.records.reader import StoreReader, require_state
 from flightdeck.engine.records.requests import RequestRow, RequestState, read_request, submit
-from flightdeck.engine.records.rows import BatchInfo, batch_columns, batch_info, stored_spec
+from flightdeck.engine.records.rows import (
+    BatchInfo,
+    batch_columns,
+    batch_info,
+    own_tasks,
+    stored_spec,
+)
 from flightdeck.engine.records.schema import connect
 from flightdeck.engine.triage.outliers import batch_medians
 from flightdeck.engine.triage.query import QueryError, RowFilter, parse_filter
@@ -153,6 +159,11 @@ class Client:
             return False
         with StoreReader(self.db) as reader:
             return not reader.schedules_ended(self.batch_id)
+
+    def own(self) -> frozenset[str]:
+        """The ids of the batch's own tasks: not a schedule's waves, nor delegates."""
+        row = self._row()
+        return own_tasks(row.spec_json) if row is not None else frozenset()
 
     def held(self) -> str | None:
         """Why the batch's admission is held (paused by the operator, the soft budget), or

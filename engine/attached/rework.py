@@ -97,6 +97,13 @@ def send_retry(
     rows = rows_of(db, batch_id)
     command.check(Context(batch_id, rows, rows=lambda: rows))
     with Client(db, batch_id) as client:
+        own = client.own()
+        for child_id in command.child_ids:  # neither a task nor a delegate: a schedule's wave
+            if child_id not in own and rows[child_id].parent is None:
+                raise CommandError(
+                    f"{child_id} is a schedule's wave, not one of the batch's own tasks: "
+                    "not retried"
+                )
         rid = client.send(command, reopens=True)
         if client.owner().alive:
             return rid, None
