@@ -283,6 +283,20 @@ def test_retry_asks_over_those_that_failed_and_sends_it_off_the_event_loop(tmp_p
     assert review.retry(completed) == (Say("nothing here to retry: none failed or was stopped"),)
 
 
+def test_retry_leaves_a_schedules_waves_out(tmp_path: Path) -> None:
+    # Found in a walkthrough: R over `status:unknown` after a lost owner offered the waves
+    # too, and the owner refused the whole retry (the batch's own tasks with it).
+    rows = rows_of(tmp_path, S.FAILED, S.UNKNOWN, S.STOPPED)
+    own = {"review-01", "review-03"}  # review-02 is a schedule's wave
+    (ask,) = review.retry(Aim(tuple(rows), rows, "status:unknown", None, False, own))
+    assert isinstance(ask, Ask) and isinstance(ask.dialog, RetryDialog)
+    assert ask.dialog.child_ids == ["review-01", "review-03"] and ask.dialog.waves == 1
+    wave = Aim(("review-02",), rows, None, None, False, own)
+    assert review.retry(wave) == (
+        Say("nothing here to retry: 1 schedule wave is left out (not retried)"),
+    )
+
+
 def test_retry_says_delegates_are_left_out_as_delegates_not_as_completed(tmp_path: Path) -> None:
     # Walking a 5,000-child batch: R over `status:failed` said "6 children that completed or
     # still run are left out" of 109 that had all failed: 6 were delegates (they run again

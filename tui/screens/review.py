@@ -57,11 +57,14 @@ class RetryDialog(ModalScreen[bool | None]):
         Binding("c", "dismiss(True)", "Continue", id="retry.continue", tooltip="Work on"),
     ]
 
-    def __init__(self, child_ids: list[str], skipped: int, delegates: int = 0) -> None:
+    def __init__(
+        self, child_ids: list[str], skipped: int, delegates: int = 0, waves: int = 0
+    ) -> None:
         super().__init__()
         self.child_ids = child_ids
         self.skipped = skipped  # completed or still running
         self.delegates = delegates  # ended as a retry would take them, but delegates
+        self.waves = waves  # and a schedule's waves
 
     def compose(self) -> ComposeResult:
         with DialogBox(classes="dialog"):
@@ -73,8 +76,8 @@ class RetryDialog(ModalScreen[bool | None]):
             )
             if self.skipped:
                 text += f" {_n(self.skipped)} that completed or still run are left out."
-            if self.delegates:
-                text += f" {_left_out(self.delegates)}."
+            if self.delegates or self.waves:
+                text += f" {_left_out(self.delegates, self.waves)}."
             yield Label(Text(text))
             with Horizontal(classes="buttons"):
                 yield Button("Cancel", id="cancel")
@@ -223,11 +226,13 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
         return (Say(refused, "warning"),)
     rows = aim.rows
     ended = [i for i in aim.ids if rows[i].status in RETRYABLE]
-    ids = [i for i in ended if rows[i].parent is None]
+    tasks = [i for i in ended if rows[i].parent is None]
+    # A schedule's wave is no task of the batch: the owner would refuse the whole retry.
+    ids = [i for i in tasks if aim.own is None or i in aim.own]
     # A delegate failed as much as any child: "completed or still run" said otherwise.
-    delegates = len(ended) - len(ids)
+    delegates, waves = len(ended) - len(tasks), len(tasks) - len(ids)
     if not ids:
-        why = _left_out(delegates) if delegates else "none failed or was stopped"
+        why = _left_out(delegates, waves) if delegates or waves else "none failed or was stopped"
         return (Say(f"nothing here to retry: {why}"),)
 
     def chosen(resume: bool | None) -> Decision:
@@ -236,13 +241,19 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
         done = f"retry ({'continue' if resume else 'fresh'}) queued for {_n(len(ids))}"
         return (SendOff(Retry(tuple(ids), resume), done),)
 
-    return (Ask(RetryDialog(ids, len(aim.ids) - len(ended), delegates), chosen),)
+    return (Ask(RetryDialog(ids, len(aim.ids) - len(ended), delegates, waves), chosen),)
 
 
-def _left_out(delegates: int) -> str:
-    """Why delegates are not retried, as `flightdeck retry` says it."""
-    noun = "1 delegate is" if delegates == 1 else f"{delegates} delegates are"
-    return f"{noun} left out (they run again with their parents)"
+def _left_out(delegates: int, waves: int = 0) -> str:
+    """Why delegates (and a schedule's waves) are not retried, as `flightdeck retry` says it."""
+    parts = []
+    if delegates:
+        noun = "1 delegate is" if delegates == 1 else f"{delegates} delegates are"
+        parts.append(f"{noun} left out (they run again with their parents)")
+    if waves:
+        noun = "1 schedule wave is" if waves == 1 else f"{waves} schedule waves are"
+        parts.append(f"{noun} left out (not retried)")
+    return "; ".join(parts)
 
 
 def diff(row: ChildRow | None, secrets: tuple[str, ...]) -> Decision:

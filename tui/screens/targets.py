@@ -7,7 +7,7 @@ table as one value (`Aim`) for the orders to decide on (`act_on` also keeps the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
 from flightdeck.engine.model import ChildRow, ChildStatus
@@ -53,6 +53,7 @@ class Aim:
     query: str | None  # matching_query(table)
     header: GroupHeader | None  # the group under the cursor, when nothing is tagged
     tagged: bool
+    own: Container[str] | None = None  # the batch's own tasks: not a schedule's waves
 
     @property
     def live(self) -> tuple[str, ...]:
@@ -100,7 +101,7 @@ def aim(table: ChildrenTable) -> Aim:
     tagged = bool(table.tagged)
     header = None if tagged else table.selected_header
     query = matching_query(table)
-    return Aim(tuple(targets(table)), table.rows_by_id, query, header, tagged)
+    return Aim(tuple(targets(table)), table.rows_by_id, query, header, tagged, table.model.own)
 
 
 def act_on(table: ChildrenTable) -> Aim:

@@ -94,6 +94,7 @@ class ChildLines:
         # Who is in which completion unit (the group grouping's headers), as the engine says:
         # made again with the batch's own tasks at the first snapshot.
         self._units = Membership(None)
+        self.own: Container[str] | None = None  # the batch's own tasks (not waves, delegates)
         self.medians = Medians()  # the batch's, this snapshot's: which rows are outliers
         self._median_rows = MedianRows()
         self.row_filter = RowFilter()
@@ -235,7 +236,7 @@ class ChildLines:
         filter keeps follow, in their old places (new ones last) until `sorted_ids` is shown.
         `own`: the batch's own tasks (`Snapshot.own`, the same every snapshot); `left`: the
         batch is abandoned, its running children left running by an owner that died."""
-        self.now, self.left = now, left
+        self.now, self.left, self.own = now, left, own
         batch: Sequence[ChildRow] = rows if isinstance(rows, Sequence) else tuple(rows)
         by_id, keys, order = self.rows_by_id, self._keys, self.order
         if len(batch) > len(by_id):  # new children: each placed in its unit, parents first
