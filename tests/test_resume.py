@@ -71,12 +71,13 @@ def abandoned(
     max_cost: Decimal | None = None,
     max_runs: int | None = None,
     lost_cost: Decimal | None = Decimal("0.003"),
+    soft_cost: Decimal | None = None,
 ) -> tuple[str, Path]:
     """Batch b1 of 4 children as its dead owner left it: t0000 completed, t0001 running (with a
     queued steer, its attempt billed `lost_cost`: None for no price), t0002 and t0003 queued."""
     cfg = settings(sim_route())
-    if max_cost is not None or max_runs is not None:
-        budget = Budget(max_cost_usd=max_cost, max_runs=max_runs)
+    if max_cost is not None or max_runs is not None or soft_cost is not None:
+        budget = Budget(max_cost_usd=max_cost, max_runs=max_runs, soft_cost_usd=soft_cost)
         cfg = dataclasses.replace(cfg, budget=budget)
     tasks = batch(4)
     bdir = state / "batches" / "b1"
@@ -340,6 +341,24 @@ def test_max_runs_counts_the_runs_earlier_owners_made_retries_included(tmp_path:
     assert [by_id[i].status for i in ("t0001", "t0002")] == [ChildStatus.COMPLETED] * 2
     assert by_id["t0003"].status is ChildStatus.STOPPED
     assert "max_runs (4) reached" in (by_id["t0003"].error or "")
+
+
+def test_a_soft_budget_hold_is_kept_across_a_resume(tmp_path: Path) -> None:
+    # Found in a walkthrough: the new owner forgot the hold the operator had been asked about
+    # and started what it held back (a schedule's next wave) until the projection crossed
+    # the soft budget again, if it ever did.
+    batch_id, _ = abandoned(tmp_path, soft_cost=Decimal("0.01"))
+    why = "soft budget $0.01 reached: projected $0.012"
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.set_held(batch_id, why)
+    engine = Engine.resume(tmp_path, batch_id)
+    engine.start()
+    try:
+        snap = engine.snapshot()
+        assert snap.held == why
+        assert [c.status for c in snap.children if c.id != "t0000"] == [ChildStatus.QUEUED] * 3
+    finally:
+        engine.close()
 
 
 def test_a_live_owner_keeps_its_batch(tmp_path: Path) -> None:

@@ -127,6 +127,8 @@ def build_parts(setup: Setup, duties: Duties) -> Parts:
     live_rows = LiveRows(recorder, s.publish_live)
     pauses = Pauses(slots, duties, recorder)
     pauses.admission = carried.admission_paused
+    if soft.cost is not None:  # dropped since (`limits --soft-cost off`): it holds nothing
+        soft.held = carried.soft_held
     arrivals = Arrivals(
         slots,
         spawn=s.spawn,

@@ -28,6 +28,7 @@ class Carried:
     rows: tuple[ChildRow, ...] = ()  # its final rows
     first_receipt_id: int = 1
     admission_paused: bool = False  # the operator's pause, kept across a resume
+    soft_held: str | None = None  # the soft budget's hold, kept too: the operator was asked
     adopted: frozenset[str] = frozenset()  # children whose process the dead owner started
     runs: int = 0  # the runs its owners made: each attempt of each child (max_runs counts them)
     # The batch's own tasks (its spec): of the rows above, only theirs are members of units (a

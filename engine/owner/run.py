@@ -206,6 +206,8 @@ class BatchRun:
             children = found.live
             first_receipt, adopted = found.first_receipt_id, frozenset(found.adopted)
         recorder = StoreRecorder(store, self.batch_id, self.clock)
+        # What held the admission of a resumed batch (the holds joined as Snapshot.held).
+        held = (self._resuming[0].info.held or "").split("; ") if self._resuming else []
         setup = Setup(
             children,
             self.routes,
@@ -223,8 +225,8 @@ class BatchRun:
                 self.carried,
                 first_receipt,
                 # The operator paused admission before the owner died: it stays paused.
-                admission_paused=self._resuming is not None
-                and OPERATOR_HOLD in (self._resuming[0].info.held or ""),
+                admission_paused=OPERATOR_HOLD in held,
+                soft_held=next((h for h in held if h.startswith("soft budget ")), None),
                 adopted=adopted,
                 runs=self.resumed.runs if self.resumed is not None else 0,
                 tasks=frozenset(t.id for t in self.batch.tasks),
