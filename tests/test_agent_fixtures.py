@@ -249,3 +249,23 @@ def test_claude_denying_a_tool_is_told_once_with_the_tool_and_its_input() -> Non
     shown = [e.text for e in of(events, Shown) if e.text.startswith("permission denied")]
     assert len(shown) == 1 and "needs approval" in shown[0]
     assert events.index(denied) < events.index(of(events, Result)[0])  # as it happened
+
+
+@pytest.mark.parametrize("name", ["tool", "steer_midturn", "steer_now", "steer_now_behind_waiting"])
+def test_claude_calls_counted_are_the_calls_the_server_served(name: str) -> None:
+    # Each call the loopback served is one message id in the capture; an interrupted turn's
+    # `num_turns` (3 for its one call) is not its calls.
+    from flightdeck.engine.child.clitally import CliTally
+    from flightdeck.engine.records.meter import Meter
+
+    path = CLAUDE / f"{name}.jsonl"
+    served = {
+        e["message"]["id"] for e in map(json.loads, lines(path)) if e.get("type") == "assistant"
+    }
+    tally = CliTally(Meter(), lambda usage: Decimal(0), Usage(), Decimal(0))
+    for event in read("claude-stream-json", path):
+        if isinstance(event, Live):
+            tally.live(event)
+        elif isinstance(event, Report):
+            tally.report(event)
+    assert tally.calls == len(served)

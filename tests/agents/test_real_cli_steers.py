@@ -115,6 +115,8 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
         path = ANTHROPIC_PATH if cli == "claude" else RESPONSES_PATH
         served, calls = served_tokens(server, path)
     assert done.status is ChildStatus.COMPLETED, done.error
+    if cli == "claude" and how != "retry":  # an interrupted turn's num_turns is not its calls
+        assert done.activity.api_calls == calls, (done.activity, text)
     if cli == "codex" and how != "steer":
         # Stopped mid-turn, Codex reports that turn never, the resumed thread's total leaves
         # it out too: its calls go unbilled, and the child's cost stays unknown (docs).

@@ -212,6 +212,10 @@ class ClaudeStreamJson:
             self._cost_seen = total
         calls = event.get("num_turns")
         calls = calls if isinstance(calls, int) and not isinstance(calls, bool) else None
+        if event.get("subtype") == "error_during_execution":
+            # An interrupted turn's num_turns is not its calls (3 for its one call, 2.1.332):
+            # the calls seen streaming are counted instead.
+            calls = None
         out.append(Report(self._tokens(event), cost, calls))
         error = bool(event.get("is_error")) or event.get("subtype") not in (None, "success")
         text = event.get("result")
@@ -220,7 +224,8 @@ class ClaudeStreamJson:
         subtype = text_of(event.get("subtype", ""))
         if error and subtype == "success":  # how Claude Code reports a failed API call
             subtype = "error"
-        out.append(Shown("system", f"result: {subtype} after {calls} API call(s)"))
+        after = "" if calls is None else f" after {calls} API call(s)"
+        out.append(Shown("system", f"result: {subtype}{after}"))
         out += self._denials(event.get("permission_denials"))
         out.append(Result(text_of(text), error=error))
         return out
