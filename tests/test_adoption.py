@@ -530,3 +530,43 @@ def test_a_child_stopped_as_its_owner_died_is_not_run_again_and_its_tree_is_ende
     with StoreReader(folder / "state" / "flightdeck.db") as reader:
         rows = {r.id: r.status for r in reader.children(batch_id)}
     assert rows == {"t0": ChildStatus.STOPPED, "t1": ChildStatus.COMPLETED}
+
+
+def suspended(pids: list[int]) -> bool:
+    return all(psutil.Process(p).status() == psutil.STATUS_STOPPED for p in pids)
+
+
+@pytest.mark.slow
+def test_a_child_paused_as_its_owner_died_is_adopted_paused_and_continue_runs_it(
+    tmp_path: Path,
+) -> None:
+    # Found walking through with the real Claude Code: adopted, the child paused by the
+    # operator (its process group suspended) showed `running`, `continue` said "not paused",
+    # and its process stayed stopped for good.
+    with processes_of(tmp_path) as sampler:
+        gate, folder, owner, batch_id = held_in_tools(tmp_path)
+        db = folder / "state" / "flightdeck.db"
+
+        def status(child: str) -> ChildStatus:
+            with StoreReader(db) as reader:
+                return {r.id: r.status for r in reader.children(batch_id)}[child]
+
+        pause = flightdeck(folder, "pause", batch_id, "halt")
+        assert pause.communicate(timeout=30) and pause.returncode == 0
+        until(lambda: status("halt") is ChildStatus.PAUSED, what="halt paused")
+        until(lambda: suspended(sampler.now()["halt"]), what="halt's process suspended")
+        kill_owner(owner)
+        resume = flightdeck(folder, "resume", batch_id)
+        until(lambda: ADOPTED in transcript(folder, batch_id, "halt"), what="halt adopted")
+        gate.touch()
+        until(lambda: status("keep") is ChildStatus.COMPLETED, what="keep completed")
+        # Paused still: its row says so and its process has not run on past the open gate.
+        until(lambda: status("halt") is ChildStatus.PAUSED, what="halt paused still")
+        assert suspended(sampler.now()["halt"])
+        go = flightdeck(folder, "continue", batch_id, "halt")
+        said = go.communicate(timeout=30)
+        assert go.returncode == 0, said
+        out, err = resume.communicate(timeout=60)
+        assert not sampler.now()
+    assert resume.returncode == 0, out + err
+    assert status("halt") is ChildStatus.COMPLETED

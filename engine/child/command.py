@@ -78,6 +78,7 @@ class Adoption:
     # The tool the dead owner last saw it in, and since when: replayed, its output says which
     # tool runs but not since when (the replay's clock is the adoption's).
     tool: tuple[str, float] | None = None
+    paused: bool = False  # its group suspended (SIGSTOP) for the operator's pause
 
 
 class ProcessRunner:
@@ -296,6 +297,8 @@ class ProcessRunner:
         supervisor.replay(proc.read(upto=(record.out_offset, record.err_offset)))
         if adoption.tool is not None:
             c.progress.tool_since(*adoption.tool)
+        if adoption.paused:
+            supervisor.suspended_already()
         return self._finish(c, proc, supervisor, tally)
 
     def _supervisor(

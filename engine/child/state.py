@@ -1,8 +1,7 @@
 """What a child is: its task and route, status, steer inbox and receipts, the facts it reports,
 and the frozen rows readers see; halt.py decides its stop and pause. How it runs is its `runner`
 (port.py): a model runner (loop.py) or a process runner (command.py), on the worker thread that
-calls `run`.
-"""
+calls `run`."""
 
 from __future__ import annotations
 
@@ -414,10 +413,11 @@ class Child:
         process, was billed. It stays in this child's usage and cost: spent is spent."""
         self.progress.carry(usage, cost, cache_saving(usage, self.route))
 
-    def adopted(self, started_ts: float | None) -> None:
+    def adopted(self, started_ts: float | None, paused: bool) -> None:
         """Before it runs (`resume`): its process, which a dead owner started at `started_ts`,
-        is watched on; its run began then, not when it was adopted."""
+        is watched on (its run began then); one the operator had `paused` is paused again."""
         self._began = started_ts
+        self.halt.pause_wanted = paused  # its supervisor suspends it at once, until continued
 
     def mark_running(self) -> bool:
         """Admitted: from now on it holds a slot; False if it has already ended (stopped or

@@ -335,6 +335,17 @@ class Supervisor:
             self._write("engine", "continued: process group resumed (SIGCONT)")
             self._suspended = False
 
+    def suspended_already(self) -> None:
+        """An adopted process its dead owner suspended for a pause: paused still, or sent on
+        if a continue (or a stop) came first."""
+        c = self._c
+        if c.take_pause():
+            self._write("engine", "still paused by the operator (suspended): continue it to run it")
+            c.report(ChildPaused(c.task.id))
+            self._suspended = True
+        else:
+            self._proc.signal(signal.SIGCONT)
+
     def _terminate(self, why: str) -> None:
         """SIGTERM to the group and the tree; the grace period starts now."""
         self._stopping = True

@@ -12,7 +12,7 @@ from flightdeck.engine.agents.book import record_of
 from flightdeck.engine.agents.process import Record
 from flightdeck.engine.child.command import Adoption, ProcessRunner
 from flightdeck.engine.child.state import Child
-from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.owner.lostrun import owner_died
 from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.records.processes import ProcessLog, ProcessRow
@@ -53,12 +53,16 @@ def take_processes(
         live = row is not None and not row.status.terminal and child is not None
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
+        # Suspended by its dead owner for the operator's pause: it stays so until continued.
+        stopped = row is not None and row.status is ChildStatus.PAUSED
         if live and isinstance(runner, ProcessRunner):
             act = row.activity if row is not None else None
             tool = None  # the tool the dead owner last recorded it in, and since when
             if act is not None and act.current_tool and act.tool_started_ts is not None:
                 tool = (act.current_tool, act.tool_started_ts)
-            adoption = Adoption(record, process.usage, process.cost_usd, process.thread, tool)
+            adoption = Adoption(
+                record, process.usage, process.cost_usd, process.thread, tool, stopped
+            )
             why = runner.adopt(adoption) or ""
         if child is not None and live and not why:
             out.adopted.append(process.child_id)
@@ -67,7 +71,8 @@ def take_processes(
             else:
                 meter.add_cost(process.usage, process.cost_usd)
             child.carry(process.usage, process.cost_usd)
-            child.adopted(row.started_ts if row is not None else None)
+            paused = stopped or (row is not None and row.pausing)
+            child.adopted(row.started_ts if row is not None else None, paused)
             state = "still runs" if runs else "has ended since"
             child.transcript.write(
                 "engine", f"{owner_died(pid)}; its process {process.pid} {state}: adopted"
