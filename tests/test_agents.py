@@ -345,6 +345,27 @@ def test_an_orphan_that_ends_while_the_process_runs_is_reaped_then(
     assert [p.wait() for p in own] == [7, 7]
 
 
+def test_a_sandbox_killed_as_the_process_exits_is_reaped_not_left_zombies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Codex ends its turn with its tool still running: it kills the tool's sandbox (a session
+    of its own) and exits without waiting; the dead sandbox processes fall to the owner. Seen
+    running under the process, they are its to reap (found with the real Codex: two zombies
+    per such turn, left until the owner exited)."""
+    monkeypatch.setattr(supervise, "REAP_S", 0.0)  # the tree is looked at on every read
+    gate = tmp_path / "gate"
+    engine = engine_for(tmp_path, config(tmp_path, fake("sandboxed_tool.py", str(gate))))
+    sandbox = _pid_in(engine, r"tool (\d+) \d+")
+    inner = _pid_in(engine, r"tool \d+ (\d+)")
+    gate.touch()
+    # A line read after the pids': the tree was looked at since they were printed.
+    until(lambda: "turn over" in transcript(row_of(engine)), timeout=60)
+    (tmp_path / "gate.2").touch()
+    row = run_to_end(engine).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert not {sandbox, inner} & _zombie_children()
+
+
 def test_a_silent_process_is_stalled_and_killed(tmp_path: Path) -> None:
     route = fake("silent.py") + f"kill_grace_s = {GRACE}\n"
     settings = config(tmp_path, route, engine="stall_after_s = 0.3\nstall_grace_s = 0.5")

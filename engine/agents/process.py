@@ -348,7 +348,10 @@ class Process:
 
     def reap(self) -> None:
         """Collect the exit status of its orphans that have ended (this owner is their parent
-        now, and nothing else waits for them); note those running, to know them once ended."""
+        now, and nothing else waits for them); note those running, to know them once ended:
+        its descendants too (a sandbox in a session of its own, killed as the CLI exits
+        without waiting for it, falls to this owner dead)."""
+        self.track()
         self._note_orphans()
         tree.reap(self.pid, self._seen.values())
 
