@@ -22,6 +22,7 @@ from flightdeck.engine.agents.formats import (
     Shown,
     ToolEnded,
     ToolStarted,
+    Waiting,
     reader_for,
 )
 from flightdeck.engine.child.cliinput import (
@@ -269,3 +270,26 @@ def test_claude_calls_counted_are_the_calls_the_server_served(name: str) -> None
         elif isinstance(event, Report):
             tally.report(event)
     assert tally.calls == len(served)
+
+
+@pytest.mark.parametrize(
+    ("name", "answer"), [("background", "bgcap"), ("background_at_start", "bgcap2")]
+)
+def test_claude_waiting_for_its_background_command_is_in_a_tool_until_it_ends(
+    name: str, answer: str
+) -> None:
+    # Its Bash command outlived the tool's timeout (moved to the background: said once the
+    # task ran, or as it started), the turn ended, and Claude Code waited for the command,
+    # silent, before its next turn. (Captured by hand, as capture.py would, with
+    # BASH_DEFAULT_TIMEOUT_MS=5000 and 2000: the gate opened after the turn.)
+    events = read("claude-stream-json", CLAUDE / f"{name}.jsonl")
+    at = [(i, e) for i, e in enumerate(events) if isinstance(e, Result | Waiting)]
+    assert [e for _, e in at] == [
+        Result(f"done: task {answer}"),
+        Waiting("background command (1)"),  # at once: the wait begins as the turn ends
+        Waiting(None),  # the command ended: its next turn is told of it
+        Result(f"done: task {answer}"),
+    ]
+    assert at[1][0] == at[0][0] + 1
+    moved = [e for e in of(events, Shown) if e.role == "system" and "to the background" in e.text]
+    assert len(moved) == 1, moved

@@ -651,6 +651,27 @@ def test_a_steer_after_the_cli_input_closed_says_so_not_that_the_child_had_ended
     assert row.status is ChildStatus.COMPLETED, row.error
 
 
+def test_a_cli_waiting_for_its_background_command_is_in_a_tool_not_stalled(
+    tmp_path: Path,
+) -> None:
+    # Found walking through with the real Claude Code: its command ran past the Bash tool's
+    # 120 s, moved to the background, the turn ended and it waited, silent, for the command:
+    # `stalled: no activity for 120s` (stall_after_s), killed, though it had answered.
+    linger = tmp_path / "linger"
+    argv = (*STDIN_ARGV, "--fake-repeat", "0", "--fake-linger", str(linger))
+    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
+    engine = engine_for(tmp_path, config(tmp_path, route, engine="stall_after_s = 0.5"))
+    until(lambda: row_of(engine).activity.current_tool == "background command (1)", timeout=60)
+    time.sleep(1.5)  # quiet for longer than stall_after_s: inside a tool, its limit holds
+    row = row_of(engine)
+    assert row.status is ChildStatus.RUNNING, row.error
+    assert row.activity.tool_calls == 0  # the wait is no call of its own
+    linger.touch()
+    row = run_to_end(engine, timeout=10).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert row.activity.current_tool is None
+
+
 def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     argv = (*STDIN_ARGV, "--fake-hold", str(hold), "--fake-repeat", "0")  # no tool: no fold

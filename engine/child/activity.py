@@ -78,9 +78,9 @@ class ActivityState:
         self.text = text
         self.last_activity_ts = now
 
-    def tool_started(self, name: str, now: float) -> None:
-        """A tool call began running."""
-        self.tool_calls += 1
+    def tool_started(self, name: str, now: float, call: bool = True) -> None:
+        """A tool call (`call`: else work a CLI waits on, as on a tool) began running."""
+        self.tool_calls += call
         self.current_tool = name
         self.tool_started_ts = now
         self.tick(f"tool: {name}", now)

@@ -203,13 +203,14 @@ class Progress:
             self._activity.retry(text, self._clock())
             self.version += 1
 
-    def tool_started(self, name: str) -> None:
-        """A tool call began (one still running, in an agent CLI, has ended)."""
+    def tool_started(self, name: str, call: bool = True) -> None:
+        """A tool call began (one still running, in an agent CLI, has ended); not a `call`:
+        work the CLI waits on as on a tool (a background command), not counted."""
         with self._lock:
             now = self._clock()
             if self._activity.current_tool is not None:
                 self._activity.tool_ended(now)
-            self._activity.tool_started(name, now)
+            self._activity.tool_started(name, now, call)
             self.version += 1
 
     def tool_since(self, name: str, ts: float) -> None:

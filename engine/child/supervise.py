@@ -28,6 +28,7 @@ from flightdeck.engine.agents.formats import (
     Shown,
     ToolEnded,
     ToolStarted,
+    Waiting,
 )
 from flightdeck.engine.agents.formats.base import cut
 from flightdeck.engine.agents.process import Line, Process, Record
@@ -235,8 +236,10 @@ class Supervisor:
                 # before its turn's end, so nothing else would say so until then).
                 c.progress.working(self._tally.calls)
                 c.progress.tool_started(one_line(c.clean(name), 60))
-            case ToolEnded():
+            case ToolEnded() | Waiting(None):
                 c.progress.tool_ended()
+            case Waiting(what):  # a tool of its own runs on: the limit inside a tool holds
+                c.progress.tool_started(one_line(c.clean(what or ""), 60), call=False)
             case Live():
                 if self._input is not None:
                     self._input.model_answered()

@@ -371,3 +371,28 @@ def test_a_stop_needs_no_sigkill_when_the_tool_obeys_sigterm(
     assert stop_s < 4.0 and "SIGKILL sent" not in text, (stop_s, text)
     assert tagged(eng.batch_id) == {}
     figures.append({"cli": cli, "test": "stop, tool obeys SIGTERM", "stop_s": round(stop_s, 2)})
+
+
+def test_claude_waiting_for_its_background_command_is_not_stalled(
+    tmp_path: Path, server: AgentServer
+) -> None:
+    """Its command outlives the Bash tool's timeout (shortened here to 2 s): moved to the
+    background, the turn ends, and Claude Code waits, silent, for the command: longer than
+    `stall_after_s`, inside a tool (docs/agents.md), not stalled."""
+    repo, env = project(tmp_path, "claude", server)
+    env["BASH_DEFAULT_TIMEOUT_MS"] = "2000"
+    route(
+        tmp_path,
+        env_pass=[*server.claude_env().keys() - {"ANTHROPIC_API_KEY"}, "BASH_DEFAULT_TIMEOUT_MS"],
+    )
+    engine(tmp_path, stall_after_s=2)
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    try:
+        until(lambda: row(eng).activity.current_tool == "background command (1)", timeout=120)
+        time.sleep(3)  # silent for longer than stall_after_s
+        assert row(eng).status is ChildStatus.RUNNING, row(eng).error
+        done, text = gate_opened(tmp_path, eng)
+    finally:
+        eng.close()
+    assert done.status is ChildStatus.COMPLETED, (done.status, done.error, text)
+    assert "moved to the background" in text

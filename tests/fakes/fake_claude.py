@@ -25,7 +25,7 @@ S`: waits after init; `--fake-repeat N`: the tool call N times per turn; `--fake
 exists, as in a backoff); `--fake-fail TEXT`: the turn fails with TEXT (exit
 1); `--fake-pidfile PATH`: its pid is written there; `--fake-linger PATH`: once its input
 has ended, it exits only when PATH exists (as Claude Code waits on a command it moved to the
-background).
+background: its `task_updated` events say so before each result, and once PATH exists).
 """
 
 import argparse
@@ -278,6 +278,9 @@ class Turn:
         }
         if self.interrupted:
             event["terminal_reason"] = "aborted_tools"
+        if args.fake_linger:  # its tool was moved to the background, and runs on
+            task = {"type": "system", "subtype": "task_updated", "task_id": "bg1"}
+            emit({**task, "patch": {"is_backgrounded": True}})
         emit(event)
         for _, message_id in self.folded:
             lifecycle(message_id, "completed")
@@ -315,4 +318,14 @@ else:
     code = Turn(args.prompt, []).run()
 while args.fake_linger and not os.path.exists(args.fake_linger):
     time.sleep(0.02)
+if args.fake_linger:
+    emit(
+        {
+            "type": "system",
+            "subtype": "task_updated",
+            "task_id": "bg1",
+            "patch": {"status": "completed"},
+        }
+    )
+    emit({"type": "system", "subtype": "background_tasks_changed", "tasks": []})
 sys.exit(code)

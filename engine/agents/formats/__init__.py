@@ -16,6 +16,7 @@ from flightdeck.engine.agents.formats.base import (
     Shown,
     ToolEnded,
     ToolStarted,
+    Waiting,
 )
 from flightdeck.engine.agents.formats.claude import ClaudeStreamJson
 from flightdeck.engine.agents.formats.codex import CodexJson
@@ -37,6 +38,7 @@ __all__ = [
     "Shown",
     "ToolEnded",
     "ToolStarted",
+    "Waiting",
     "reader_for",
 ]
 

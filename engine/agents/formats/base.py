@@ -34,6 +34,14 @@ class ToolEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """Its turn over, the CLI waits for commands it moved to the background (`what`) before it
+    goes on or exits: they run as a tool would; None: they have ended."""
+
+    what: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """What a turn used, as the CLI reported at its end: tokens, its own cost for them (None:
     it gave none) and the API calls it made (None: not said)."""
@@ -102,6 +110,7 @@ Event = (
     Shown
     | ToolStarted
     | ToolEnded
+    | Waiting
     | Report
     | Live
     | Retrying

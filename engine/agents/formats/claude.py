@@ -35,6 +35,7 @@ from flightdeck.engine.agents.formats.base import (
     Shown,
     ToolEnded,
     ToolStarted,
+    Waiting,
     count,
     cut,
     cut_line,
@@ -67,6 +68,10 @@ class ClaudeStreamJson:
         # all again).
         self._inputs: dict[str, str] = {}
         self._denied: set[str] = set()
+        # Commands it moved to the background that still run, and whether a turn's end left
+        # it waiting for them (it says nothing meanwhile: no stall, a tool runs).
+        self._background: set[str] = set()
+        self._waiting = False
 
     def feed(self, line: str) -> list[Event]:
         event = json_object(line)
@@ -114,17 +119,29 @@ class ClaudeStreamJson:
             attempts = text_of(event.get("max_retries", "?"))
             text = f"{status} {error}, retry {attempt}/{attempts} in {delay:.1f}s"
             out += [Retrying(text), Shown("system", f"api retry: {text}")]
-        elif subtype in ("task_started", "background_tasks_changed"):
-            pass  # a shell command run as a task: the tool-call line says it
+        elif subtype == "background_tasks_changed":  # the commands in the background now
+            tasks = event.get("tasks")
+            tasks = tasks if isinstance(tasks, list) else []
+            self._background = {text_of(t.get("task_id")) for t in tasks if isinstance(t, dict)}
+            out += self._waited()
+        elif subtype in ("task_started", "task_updated"):
+            # A shell command run as a task (the tool-call line says it), moved to the
+            # background (as it starts, or later: Claude Code says either), or ended (the
+            # task_notification says how, in words).
+            task, patch = text_of(event.get("task_id", "?")), _dict(event.get("patch"))
+            if event.get("is_backgrounded") is True or patch.get("is_backgrounded") is True:
+                self._background.add(task)
+                out.append(Shown("system", f"task {task} moved to the background"))
+            elif "status" in patch:
+                self._background.discard(task)
+                out += self._waited()
+            elif subtype == "task_updated":
+                out.append(unknown(event, "system task_updated"))
         elif subtype == "task_notification":
             status, summary = text_of(event.get("status", "?")), text_of(event.get("summary", ""))
+            self._background.discard(text_of(event.get("task_id", "?")))
             out.append(Shown("system", f"task {status}: {summary}"))
-        elif subtype == "task_updated" and event.get("patch") == {"is_backgrounded": True}:
-            out.append(
-                Shown(
-                    "system", f"task {text_of(event.get('task_id', '?'))} moved to the background"
-                )
-            )
+            out += self._waited()
         elif subtype == "permission_denied":
             call = text_of(event.get("tool_use_id", ""))
             self._denied.add(call)
@@ -228,7 +245,17 @@ class ClaudeStreamJson:
         out.append(Shown("system", f"result: {subtype}{after}"))
         out += self._denials(event.get("permission_denials"))
         out.append(Result(text_of(text), error=error))
+        if self._background and not self._waiting:
+            self._waiting = True
+            out.append(Waiting(f"background command ({len(self._background)})"))
         return out
+
+    def _waited(self) -> list[Event]:
+        """The end of its wait for background commands, once none runs."""
+        if self._waiting and not self._background:
+            self._waiting = False
+            return [Waiting(None)]
+        return []
 
     def _denials(self, found: object) -> list[Event]:
         """The turn's denied calls (`permission_denials`) not told as they happened."""
@@ -316,3 +343,7 @@ def _denied(tool: str, given: str, why: object = None) -> list[Event]:
     """A denied call, in the transcript (with the CLI's reason, if it gave one) and told."""
     because = f" ({text_of(why)})" if why else ""
     return [Shown("system", f"permission denied: {tool} {given}{because}"), Denied(tool, given)]
+
+
+def _dict(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
