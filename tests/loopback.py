@@ -165,10 +165,13 @@ class Loopback:
     def idle(self) -> bool:
         """No connection open or waiting to be accepted: every request a client sent (one now
         dead included) has been read and counted."""
+        # Under the lock, a connection is in one of three places, each seen: the backlog, an
+        # accept under way, or the open set (until its handler has counted it and closed it).
         with self._server._conns_lock:
-            if self._server._conns:
+            server = self._server
+            if server._conns or server._accepting:
                 return False
-        return not select.select([self._server.socket], [], [], 0)[0]
+            return not select.select([server.socket], [], [], 0)[0]
 
     def drop_connections(self) -> None:
         """Close every open connection from the server's side, as a keep-alive timeout does."""
@@ -209,11 +212,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(*args, **kw)
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._conns_lock:
-            self._conns.add(request)
-        super().process_request(request, client_address)
+        self._accepting = 0  # accepts under way: out of the backlog, not yet in _conns
 
     def shutdown_request(self, request: Any) -> None:
         with self._conns_lock:
@@ -221,7 +220,15 @@ class _Server(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def get_request(self) -> tuple[socket.socket, Any]:
-        conn, address = super().get_request()
+        with self._conns_lock:
+            self._accepting += 1
+        try:
+            conn, address = super().get_request()
+            with self._conns_lock:
+                self._conns.add(conn)  # shutdown_request takes it out, on every path
+        finally:
+            with self._conns_lock:
+                self._accepting -= 1
         # Many small SSE writes: without this, Nagle and delayed ACKs add ~40 ms per response.
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn, address

@@ -47,9 +47,7 @@ def killed_owner(folder: Path, server: CountingServer, moment: Callable[[], bool
         owner.wait(10)
         owner.communicate()
     server.release()
-    for _ in range(2):  # twice: a connection accepted in between is seen the second time
-        until(server.server.idle, what="the dead owner's requests read")
-        time.sleep(0.1)
+    until(server.server.idle, what="the dead owner's requests read")
     until(db_of(folder).is_file, what="the database")
     with StoreReader(db_of(folder)) as reader:
         batch_id = reader.latest_batch_id()
