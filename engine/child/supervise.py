@@ -343,6 +343,8 @@ class Supervisor:
         if a continue (or a stop) came first."""
         c = self._c
         if c.take_pause():
+            # Again: a dead owner sends SIGCONT before it records `running` (_pause_point).
+            self._proc.signal(signal.SIGSTOP)
             self._write("engine", "still paused by the operator (suspended): continue it to run it")
             c.report(ChildPaused(c.task.id))
             self._suspended = True
