@@ -293,3 +293,20 @@ def test_claude_waiting_for_its_background_command_is_in_a_tool_until_it_ends(
     assert at[1][0] == at[0][0] + 1
     moved = [e for e in of(events, Shown) if e.role == "system" and "to the background" in e.text]
     assert len(moved) == 1, moved
+
+
+def test_claude_working_again_while_it_waited_ends_the_wait_not_its_new_tool() -> None:
+    # A steer came while it waited for its background command: the new turn's own tool runs
+    # when that command ends, and must not be taken for the end of the wait (its tool limit,
+    # its time in the tool, would be lost: a long command then read as a stall).
+    captured = lines(CLAUDE / "background.jsonl")
+    at = next(i for i, line in enumerate(captured) if json.loads(line).get("type") == "result")
+    call = json.loads(captured[2])  # its first turn's Bash call
+    call["message"]["id"], call["message"]["content"][0]["id"] = "msg_steered", "call_9"
+    reader = reader_for("claude-stream-json")
+    events = [e for line in [*captured[: at + 1], json.dumps(call)] for e in reader.feed(line)]
+    told = len(events)
+    events += [e for line in captured[at + 1 :] for e in reader.feed(line)]
+    waits = [e for e in events if isinstance(e, Waiting | ToolStarted | ToolEnded)]
+    assert waits[-3:] == [Waiting("background command (1)"), Waiting(None), ToolStarted("Bash")]
+    assert not of(events[told:], Waiting)  # the command ended while its new tool ran

@@ -81,6 +81,9 @@ class ClaudeStreamJson:
         if kind == "system":
             return self._system(event)
         if kind == "assistant":
+            if self._waiting:  # a new turn (a steer's) while it waited: it works again
+                self._waiting = False  # its commands may end inside a tool of this turn
+                return [Waiting(None), *self._assistant(event)]
             return self._assistant(event)
         if kind == "user":
             return self._user(event)
