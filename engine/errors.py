@@ -163,8 +163,7 @@ def _listed(ids: Sequence[str]) -> str:
 
 def no_child(unknown: Sequence[str], batch_id: str) -> CommandError:
     """How every command says that ids name no child of the batch."""
-    shown = ", ".join(repr(i) for i in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-    return CommandError(f"no child with id {shown} in batch {batch_id}", "child_ids")
+    return CommandError(f"no child with id {_listed(unknown)} in batch {batch_id}", "child_ids")
 
 
 __all__ = [
