@@ -354,6 +354,9 @@ class Process:
         self.track()
         self._note_orphans()
         tree.reap(self.pid, self._seen.values())
+        # Those gone are forgotten (a zombie is kept, to be reaped): over hours of tool calls
+        # they would pile up for every look, and a reused pid would be taken for a dead one.
+        self._seen = {p.pid: p for p in self._seen.values() if tree.exists(p)}
 
     def wait_gone(self, timeout: float) -> list[Pid]:
         """Wait up to `timeout` for the tree to end; returns the survivors."""

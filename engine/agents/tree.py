@@ -103,6 +103,12 @@ def _ended(pid: int) -> tuple[int, int] | None:
         return None
 
 
+def exists(proc: Pid) -> bool:
+    """True while `proc` (that very process) is in the process table: running or a zombie."""
+    found = stat_of(proc.pid)
+    return found is not None and found[1] == proc.start
+
+
 def reap(session: int, seen: Iterable[Pid]) -> None:
     """Collect the exit status of this process's children that were a command child's and have
     ended, so none is left a zombie: those in its session (`session`, the pid of its process,

@@ -1,0 +1,50 @@
+"""A command child's process remembers the descendants it saw only while they exist."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from flightdeck.engine.agents.process import Files, Process
+
+from helpers import until
+
+# Starts a helper three times over, one after the other, and waits for each, saying so.
+PARENT = (
+    "import subprocess, sys\n"
+    "for _ in range(3):\n"
+    "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+    "    print(p.pid, flush=True)\n"
+    "    p.wait()\n"
+    "    print('waited', p.pid, flush=True)\n"
+)
+
+
+def helpers(out: Path) -> list[int]:
+    return [int(line) for line in out.read_text().splitlines() if line.isdigit()]
+
+
+def test_descendants_seen_are_forgotten_once_gone(tmp_path: Path) -> None:
+    # Its tree is looked at every 2 s (to reap a sandbox left dead): a child running for hours
+    # saw thousands of tool processes, each kept for good, every look and stop went over all of
+    # them, and a pid the system reused was taken for the dead one it had been.
+    files = Files(tmp_path / "out", tmp_path / "err")
+    proc = Process.spawn(
+        [sys.executable, "-c", PARENT], cwd=tmp_path, env=dict(os.environ), files=files, tag="b/c"
+    )
+    try:
+        for n in range(3):
+            until(lambda n=n: len(helpers(files.out)) == n + 1, 30)
+            helper = helpers(files.out)[-1]
+            proc.reap()
+            assert helper in proc._seen  # seen running under it
+            os.kill(helper, signal.SIGKILL)
+            until(lambda said=f"waited {helper}": said in files.out.read_text(), 30)
+            proc.reap()
+            assert helper not in proc._seen, n  # its parent waited for it: gone
+    finally:
+        proc.signal(signal.SIGKILL)
+        proc.wait_gone(10)
+        proc.release()
