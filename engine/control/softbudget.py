@@ -17,6 +17,8 @@ from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
 
+# How its hold starts, among the holds a batch records (Snapshot.held): a resume finds it there.
+SOFT_HOLD = "soft budget "
 # How often the soft budget is checked against the projection (~2 ms at 5,000 children).
 SOFT_BUDGET_EVERY_S = 1.0
 
@@ -63,9 +65,9 @@ class SoftBudget:
         self._last = now
         projected = forecast(self._rows()).projected_usd
         if projected is not None and projected > soft:  # the projection counts the spend
-            why = f"soft budget {_usd(soft)} reached: projected {_usd(projected)}"
+            why = f"{SOFT_HOLD}{_usd(soft)} reached: projected {_usd(projected)}"
         elif spent >= soft:
-            why = f"soft budget {_usd(soft)} reached: spent {_usd(spent)}"
+            why = f"{SOFT_HOLD}{_usd(soft)} reached: spent {_usd(spent)}"
         else:
             return
         self.held = why

@@ -25,6 +25,7 @@ from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.parts import Setup
 from flightdeck.engine.control.sending import Sender
 from flightdeck.engine.control.slots import Carried
+from flightdeck.engine.control.softbudget import SOFT_HOLD
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.executors import Executor, open_executor
 from flightdeck.engine.inputs.settings import Route, Settings
@@ -226,7 +227,7 @@ class BatchRun:
                 first_receipt,
                 # The operator paused admission before the owner died: it stays paused.
                 admission_paused=OPERATOR_HOLD in held,
-                soft_held=next((h for h in held if h.startswith("soft budget ")), None),
+                soft_held=next((h for h in held if h.startswith(SOFT_HOLD)), None),
                 adopted=adopted,
                 runs=self.resumed.runs if self.resumed is not None else 0,
                 tasks=frozenset(t.id for t in self.batch.tasks),
