@@ -537,12 +537,15 @@ def suspended(pids: list[int]) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("continued", [False, True], ids=["suspended", "continued-unrecorded"])
 def test_a_child_paused_as_its_owner_died_is_adopted_paused_and_continue_runs_it(
-    tmp_path: Path,
+    tmp_path: Path, continued: bool
 ) -> None:
     # Found walking through with the real Claude Code: adopted, the child paused by the
     # operator (its process group suspended) showed `running`, `continue` said "not paused",
-    # and its process stayed stopped for good.
+    # and its process stayed stopped for good. `continued`: the owner sends SIGCONT, then
+    # records `running`; killed between the two, its row says paused while the process runs,
+    # and adopted paused it must be suspended again, not left to run on unwatched.
     with processes_of(tmp_path) as sampler:
         gate, folder, owner, batch_id = held_in_tools(tmp_path)
         db = folder / "state" / "flightdeck.db"
@@ -556,51 +559,18 @@ def test_a_child_paused_as_its_owner_died_is_adopted_paused_and_continue_runs_it
         until(lambda: status("halt") is ChildStatus.PAUSED, what="halt paused")
         until(lambda: suspended(sampler.now()["halt"]), what="halt's process suspended")
         kill_owner(owner)
+        if continued:
+            for pid in sampler.now()["halt"]:  # the dead owner's continue, not recorded
+                os.kill(pid, signal.SIGCONT)
+            until(lambda: not any(suspended([p]) for p in sampler.now()["halt"]), what="it runs")
         resume = flightdeck(folder, "resume", batch_id)
         until(lambda: ADOPTED in transcript(folder, batch_id, "halt"), what="halt adopted")
+        until(lambda: suspended(sampler.now()["halt"]), what="halt suspended")
         gate.touch()
         until(lambda: status("keep") is ChildStatus.COMPLETED, what="keep completed")
         # Paused still: its row says so and its process has not run on past the open gate.
         until(lambda: status("halt") is ChildStatus.PAUSED, what="halt paused still")
         assert suspended(sampler.now()["halt"])
-        go = flightdeck(folder, "continue", batch_id, "halt")
-        said = go.communicate(timeout=30)
-        assert go.returncode == 0, said
-        out, err = resume.communicate(timeout=60)
-        assert not sampler.now()
-    assert resume.returncode == 0, out + err
-    assert status("halt") is ChildStatus.COMPLETED
-
-
-@pytest.mark.slow
-def test_a_child_its_dead_owner_continued_before_recording_it_is_suspended_again(
-    tmp_path: Path,
-) -> None:
-    # The owner sends SIGCONT, then records `running`: killed between the two, its row says
-    # paused while the process runs. Adopted paused, it must be suspended again, not said
-    # "still paused (suspended)" while it runs on unwatched.
-    with processes_of(tmp_path) as sampler:
-        gate, folder, owner, batch_id = held_in_tools(tmp_path)
-        db = folder / "state" / "flightdeck.db"
-
-        def status(child: str) -> ChildStatus:
-            with StoreReader(db) as reader:
-                return {r.id: r.status for r in reader.children(batch_id)}[child]
-
-        pause = flightdeck(folder, "pause", batch_id, "halt")
-        assert pause.communicate(timeout=30) and pause.returncode == 0
-        until(lambda: status("halt") is ChildStatus.PAUSED, what="halt paused")
-        until(lambda: suspended(sampler.now()["halt"]), what="halt's process suspended")
-        kill_owner(owner)
-        for pid in sampler.now()["halt"]:  # the dead owner's continue, not recorded
-            os.kill(pid, signal.SIGCONT)
-        until(lambda: not any(suspended([p]) for p in sampler.now()["halt"]), what="it runs")
-        resume = flightdeck(folder, "resume", batch_id)
-        until(lambda: ADOPTED in transcript(folder, batch_id, "halt"), what="halt adopted")
-        until(lambda: suspended(sampler.now()["halt"]), what="halt suspended again")
-        gate.touch()
-        until(lambda: status("keep") is ChildStatus.COMPLETED, what="keep completed")
-        assert status("halt") is ChildStatus.PAUSED and suspended(sampler.now()["halt"])
         go = flightdeck(folder, "continue", batch_id, "halt")
         said = go.communicate(timeout=30)
         assert go.returncode == 0, said
