@@ -624,16 +624,22 @@ def test_a_steer_mid_turn_goes_into_the_running_turn_and_the_child_still_ends(
     assert [c.how for c in stored] == ["into the running turn"]  # attached views see it too
 
 
+def lingering(tmp_path: Path, engine: str = "") -> tuple[Engine, Path]:
+    """A fake Claude Code on its input that answers, then runs on (its input closed) until
+    the file returned exists, as one waiting for a command it moved to the background."""
+    linger = tmp_path / "linger"
+    argv = (*STDIN_ARGV, "--fake-repeat", "0", "--fake-linger", str(linger))
+    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
+    return engine_for(tmp_path, config(tmp_path, route, engine=engine)), linger
+
+
 def test_a_steer_after_the_cli_input_closed_says_so_not_that_the_child_had_ended(
     tmp_path: Path,
 ) -> None:
     # Found by a walk-through: Claude Code moved its held command to the background after 120 s,
     # answered, and ran on waiting for it (row `running`); a steer then was `missed: ... (the
     # child had ended)`, of a child the table showed running.
-    linger = tmp_path / "linger"
-    argv = (*STDIN_ARGV, "--fake-repeat", "0", "--fake-linger", str(linger))
-    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
-    engine = engine_for(tmp_path, config(tmp_path, route))
+    engine, linger = lingering(tmp_path)
     coordinator = engine._coordinator
     assert coordinator is not None
     steering = coordinator.slots.by_id["t0"].steering
@@ -657,10 +663,7 @@ def test_a_cli_waiting_for_its_background_command_is_in_a_tool_not_stalled(
     # Found walking through with the real Claude Code: its command ran past the Bash tool's
     # 120 s, moved to the background, the turn ended and it waited, silent, for the command:
     # `stalled: no activity for 120s` (stall_after_s), killed, though it had answered.
-    linger = tmp_path / "linger"
-    argv = (*STDIN_ARGV, "--fake-repeat", "0", "--fake-linger", str(linger))
-    route = fake("fake_claude.py", *argv) + STDIN_ROUTE
-    engine = engine_for(tmp_path, config(tmp_path, route, engine="stall_after_s = 0.5"))
+    engine, linger = lingering(tmp_path, engine="stall_after_s = 0.5")
     until(lambda: row_of(engine).activity.current_tool == "background command (1)", timeout=60)
     time.sleep(1.5)  # quiet for longer than stall_after_s: inside a tool, its limit holds
     row = row_of(engine)
