@@ -46,18 +46,19 @@ def build_report(
         raise LookupError(no_batch(batch_id, reader.path.parent))
     children = reader.children(batch_id, results=False)  # the report shows no answer
     steers = reader.controls(batch_id, kind="steer")
+    events = reader.events(batch_id)  # read once: every part of the report below reads them
     # A delegate's parent is kept as its "delegate" event.
-    parents = {c: d for _, c, kind, d in reader.events(batch_id) if kind == "delegate" and c}
+    parents = {c: d for _, c, kind, d in events if kind == "delegate" and c}
     stops = reader.stops(batch_id)
     # What ended the schedules, a budget or a cron's last date (a stop-all's is among `stops`).
-    waves_end = [d for _, c, kind, d in reader.events(batch_id) if kind == SCHEDULES_END and not c]
-    flags, policy = loop_records(reader.events(batch_id))
+    waves_end = [d for _, c, kind, d in events if kind == SCHEDULES_END and not c]
+    flags, policy = loop_records(events)
     # A loop policy's steers are its own, listed with its steps, not among the operator's.
     by_policy = {r.id: r for r in steers if r.id in {p.get("receipt") for p in policy}}
     steers = [r for r in steers if r.id not in by_policy]
     pauses = [
         {"child_id": c, "at": _iso(ts), "action": kind, "detail": detail}
-        for ts, c, kind, detail in reader.events(batch_id)
+        for ts, c, kind, detail in events
         if kind in PAUSE_EVENTS
     ]
 
@@ -67,7 +68,7 @@ def build_report(
     # Children whose tokens nobody counted (a command whose CLI reports no usage), by route.
     uncounted = Counter(c.route for c in children if c.tokens_unknown)
     saved = _cache_saved(info.settings_json, per_route, uncounted)
-    recovery = _recovery(reader.events(batch_id))
+    recovery = _recovery(events)
     return {
         "batch_id": info.id,
         "name": info.name,
@@ -135,7 +136,7 @@ def build_report(
             }
             for c in children
         ],
-        **report_entries(reader.events(batch_id), children),
+        **report_entries(events, children),
         "groups": _groups(children, own_tasks(info.spec_json)),
         "steers": [
             {
@@ -180,9 +181,9 @@ def build_report(
             for p in policy
         ],
         # The operator's changes to the live limits, and the soft budget's holds, in order.
-        "limits": _limit_actions(reader.events(batch_id)),
+        "limits": _limit_actions(events),
         # Questions asked and answered, tools denied, entries cleared (the "needs you" queue).
-        "needs": need_records(reader.events(batch_id), _iso),
+        "needs": need_records(events, _iso),
     }
 
 
