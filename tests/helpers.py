@@ -134,6 +134,33 @@ def until(
     return time.monotonic() - t0
 
 
+class SkipClock:
+    """An engine's clock that can skip ahead: the steady clock plus the seconds `skip` added.
+
+    A test that shows a quiet child is *not* stalled skips past `stall_after_s`, then lets the
+    watchdog look (`watched`), instead of sleeping the limit out."""
+
+    def __init__(self) -> None:
+        self._ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self._ahead
+
+    def skip(self, seconds: float) -> None:
+        self._ahead += seconds
+
+
+def watched(engine: Engine) -> None:
+    """Return once the engine's watchdog has looked at its children on its clock as it reads
+    now. A request to record progress is answered in one turn of the coordinator's loop, and
+    the watchdog runs later in that turn (a skip makes it due at once); a second request,
+    answered in a later turn, comes back after it."""
+    coordinator = engine._coordinator
+    assert coordinator is not None, "the engine has not started"
+    for _ in range(2):
+        assert coordinator.record_progress(30), "the coordinator did not answer within 30 s"
+
+
 def ended(pid: int) -> bool:
     """Whether process `pid` has ended: gone, or a zombie nobody reaps (an orphan of this
     machine's init, which may never reap it: it runs nothing)."""

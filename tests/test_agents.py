@@ -23,7 +23,7 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 
-from tests.helpers import run_to_end, until
+from tests.helpers import SkipClock, run_to_end, until, watched
 
 FAKES = Path(__file__).parent / "fakes"
 PY = sys.executable
@@ -64,10 +64,15 @@ def _close_engines() -> Iterator[None]:
 
 
 def engine_for(
-    tmp_path: Path, settings: Settings, batch: Batch | None = None, **env: str
+    tmp_path: Path,
+    settings: Settings,
+    batch: Batch | None = None,
+    clock: SkipClock | None = None,
+    **env: str,
 ) -> Engine:
     environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env}
-    engine = Engine(batch or one(), settings, state_dir=tmp_path / "state", env=environment)
+    state = tmp_path / "state"
+    engine = Engine(batch or one(), settings, state_dir=state, env=environment, clock=clock)
     _started.append(engine)
     engine.start()
     return engine
@@ -393,11 +398,13 @@ def test_a_cli_waiting_out_a_retry_is_not_stalled_and_shows_why(tmp_path: Path) 
     route = fake("fake_claude.py", *args, "--fake-retry-hold", str(hold), "{goal}")
     route += 'format = "claude-stream-json"\n'
     settings = config(tmp_path, route, engine="stall_after_s = 1\nstall_grace_s = 0.3")
-    engine = engine_for(tmp_path, settings)
+    clock = SkipClock()
+    engine = engine_for(tmp_path, settings, clock=clock)
     until(lambda: row_of(engine).activity.retries == 2, timeout=60)
     row = row_of(engine)
     assert row.activity.retrying and row.activity.text == "429 rate_limit, retry 2/10 in 0.5s"
-    time.sleep(2.5)  # quiet for longer than stall_after_s: a CLI in its backoff is held
+    clock.skip(5)  # quiet for longer than stall_after_s: a CLI in its backoff is held
+    watched(engine)
     assert row_of(engine).status is ChildStatus.RUNNING
     hold.touch()
     row = run_to_end(engine).children[0]
@@ -624,13 +631,15 @@ def test_a_steer_mid_turn_goes_into_the_running_turn_and_the_child_still_ends(
     assert [c.how for c in stored] == ["into the running turn"]  # attached views see it too
 
 
-def lingering(tmp_path: Path, engine: str = "") -> tuple[Engine, Path]:
+def lingering(
+    tmp_path: Path, engine: str = "", clock: SkipClock | None = None
+) -> tuple[Engine, Path]:
     """A fake Claude Code on its input that answers, then runs on (its input closed) until
     the file returned exists, as one waiting for a command it moved to the background."""
     linger = tmp_path / "linger"
     argv = (*STDIN_ARGV, "--fake-repeat", "0", "--fake-linger", str(linger))
     route = fake("fake_claude.py", *argv) + STDIN_ROUTE
-    return engine_for(tmp_path, config(tmp_path, route, engine=engine)), linger
+    return engine_for(tmp_path, config(tmp_path, route, engine=engine), clock=clock), linger
 
 
 def test_a_steer_after_the_cli_input_closed_says_so_not_that_the_child_had_ended(
@@ -663,9 +672,11 @@ def test_a_cli_waiting_for_its_background_command_is_in_a_tool_not_stalled(
     # Found walking through with the real Claude Code: its command ran past the Bash tool's
     # 120 s, moved to the background, the turn ended and it waited, silent, for the command:
     # `stalled: no activity for 120s` (stall_after_s), killed, though it had answered.
-    engine, linger = lingering(tmp_path, engine="stall_after_s = 0.5")
+    clock = SkipClock()
+    engine, linger = lingering(tmp_path, engine="stall_after_s = 0.5", clock=clock)
     until(lambda: row_of(engine).activity.current_tool == "background command (1)", timeout=60)
-    time.sleep(1.5)  # quiet for longer than stall_after_s: inside a tool, its limit holds
+    clock.skip(5)  # quiet for longer than stall_after_s: inside a tool, its limit holds
+    watched(engine)
     row = row_of(engine)
     assert row.status is ChildStatus.RUNNING, row.error
     assert row.activity.tool_calls == 0  # the wait is no call of its own

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import termios
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -98,18 +98,31 @@ def goal(tmp_path: Path, name: str, *extra: str) -> str:
     return f"task {name} [tool: {command}]"
 
 
-def engine_for(tmp_path: Path, repo: Path, env: dict[str, str], goals: list[str]) -> Engine:
+def engine_for(
+    tmp_path: Path,
+    repo: Path,
+    env: dict[str, str],
+    goals: list[str],
+    clock: Callable[[], float] | None = None,
+) -> Engine:
     tasks = tuple(Task(id=f"t{i}", goal=g, seq=i) for i, g in enumerate(goals))
-    return engine_on(tmp_path, repo, env, tasks)
+    return engine_on(tmp_path, repo, env, tasks, clock)
 
 
-def engine_on(tmp_path: Path, repo: Path, env: dict[str, str], tasks: tuple[Task, ...]) -> Engine:
+def engine_on(
+    tmp_path: Path,
+    repo: Path,
+    env: dict[str, str],
+    tasks: tuple[Task, ...],
+    clock: Callable[[], float] | None = None,
+) -> Engine:
     """An engine started on these tasks (engine_for's, for fields a goal does not set)."""
     engine = Engine(
         Batch(name="agents", tasks=tasks, workspace=repo),
         load_settings(tmp_path / "flightdeck.toml"),
         state_dir=tmp_path / "state",
         env=env,
+        clock=clock,
     )
     engine.start()
     return engine
@@ -284,10 +297,16 @@ def row(engine_: Engine, child: str = "t0"):  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def in_its_tool(tmp_path: Path, repo: Path, env: dict[str, str], *extra: str) -> Iterator[Engine]:
+def in_its_tool(
+    tmp_path: Path,
+    repo: Path,
+    env: dict[str, str],
+    *extra: str,
+    clock: Callable[[], float] | None = None,
+) -> Iterator[Engine]:
     """An engine whose one child, t0 (`goal` with these arguments), is inside its tool, its
     gate shut; closed at the end."""
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", *extra)])
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0", *extra)], clock)
     try:
         until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
         yield eng

@@ -38,7 +38,7 @@ from realcli import (
 )
 
 from agentserver import DUMMY_KEY, AgentServer
-from helpers import until
+from helpers import SkipClock, until, watched
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -99,15 +99,17 @@ def test_a_paused_cli_never_stalls_and_a_stop_ends_it_paused(
     again, a stop ends it and its whole tree (SIGCONT, SIGTERM, the grace, SIGKILL)."""
     repo, env = project(tmp_path, cli, server)
     engine(tmp_path, stall_after_s=3, tool_stall_after_s=3)
-    with in_its_tool(tmp_path, repo, env, "--tree") as eng:
+    clock = SkipClock()
+    with in_its_tool(tmp_path, repo, env, "--tree", clock=clock) as eng:
         until(lambda: bool(markers()), what="its tool's grandchild")
         eng.send(Pause(("t0",)))
         until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
-        time.sleep(4.5)
+        clock.skip(10)  # paused for longer than both limits
+        watched(eng)
         assert row(eng).status is ChildStatus.PAUSED
         eng.send(Continue(("t0",)))
         until(lambda: row(eng).status is ChildStatus.RUNNING, what="running again")
-        time.sleep(1.5)
+        watched(eng)  # its silence before the pause counts for nothing now
         assert row(eng).status is ChildStatus.RUNNING, row(eng).error
         eng.send(Pause(("t0",)))
         until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused again")
@@ -338,12 +340,14 @@ def test_time_paused_counts_toward_no_timeout(
 ) -> None:
     repo, env = project(tmp_path, cli, server)
     task = Task(id="t0", goal=goal(tmp_path, "t0"), seq=0, timeout_s=6.0)
-    eng = engine_on(tmp_path, repo, env, (task,))
+    clock = SkipClock()
+    eng = engine_on(tmp_path, repo, env, (task,), clock)
     try:
         until(lambda: in_tool(eng, ["t0"]), what="the child inside its tool")
         eng.send(Pause(("t0",)))
         until(lambda: row(eng).status is ChildStatus.PAUSED, what="paused")
-        time.sleep(7)
+        clock.skip(10)  # paused for longer than its timeout
+        watched(eng)
         eng.send(Continue(("t0",)))
         done, _ = gate_opened(tmp_path, eng, 60)
     finally:
@@ -386,10 +390,12 @@ def test_claude_waiting_for_its_background_command_is_not_stalled(
         env_pass=[*server.claude_env().keys() - {"ANTHROPIC_API_KEY"}, "BASH_DEFAULT_TIMEOUT_MS"],
     )
     engine(tmp_path, stall_after_s=2)
-    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")])
+    clock = SkipClock()
+    eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")], clock)
     try:
         until(lambda: row(eng).activity.current_tool == "background command (1)", timeout=120)
-        time.sleep(3)  # silent for longer than stall_after_s
+        clock.skip(10)  # silent for longer than stall_after_s
+        watched(eng)
         assert row(eng).status is ChildStatus.RUNNING, row(eng).error
         done, text = gate_opened(tmp_path, eng)
     finally:
