@@ -13,9 +13,15 @@ from flightdeck.engine.child.elsewhere import Elsewhere
 from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.executors.cluster.home import Home, Link
 from flightdeck.engine.executors.cluster.twin import Outbox, RelayMeter
-from flightdeck.engine.executors.cluster.wire import Figures, FromWorker, pack_from, unpack_from
+from flightdeck.engine.executors.cluster.wire import (
+    Done,
+    Figures,
+    FromWorker,
+    pack_from,
+    unpack_from,
+)
 from flightdeck.engine.inputs.tasks import Task
-from flightdeck.engine.model import Usage
+from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.records.meter import Meter, route_cost
 
 from helpers import sim_route
@@ -120,3 +126,18 @@ def test_a_bill_from_a_worker_lost_meanwhile_goes_to_the_meter_alone(tmp_path: P
     both.send(*items)
     assert both.meter.totals().usage == CALL
     assert both.child.progress.figures().usage == Usage()
+
+
+def test_what_a_lost_worker_sent_late_leaves_the_childs_new_attempt_alone(
+    tmp_path: Path,
+) -> None:
+    # Its pull had taken them before the worker was found lost (by its sender, say): applied
+    # after, its figures overwrote the new attempt's, and its end ended the child again.
+    both = Both(tmp_path)
+    both.twin.call_started(InFlight(prompt_tokens=500))
+    both.billed()  # its bill went home with the rest; its figures count the call
+    late = [both.figures(), Done("c1", ChildStatus.COMPLETED, None, "the lost attempt's")]
+    both.link.children.clear()  # lost: the child runs again from the start
+    both.send(*late)
+    assert both.child.progress.figures().usage == Usage()
+    assert not both.child.status.terminal and both.child.finished_ts is None, both.child.status

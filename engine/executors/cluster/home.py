@@ -210,15 +210,18 @@ class Link:
 
     def _apply(self, item: FromWorker) -> None:
         home = self._home
-        child = home.known.get(getattr(item, "child_id", ""))
+        # Only a child this worker still holds: once it was lost, the child runs again from the
+        # start (perhaps elsewhere), and what the lost attempt sent late (its figures, its end)
+        # is not the new attempt's.
+        child = self.children.get(getattr(item, "child_id", ""))
         match item:
             case Lines(_, events) if child is not None:
                 replay(child, events)
             case Figures(_, mirror) if child is not None:
                 child.progress.follow(mirror)
             case Billed(child_id, usage, cost, count):
-                home.meter.add_priced(usage, cost)
-                if child is not None and child_id in self.children:  # not lost meanwhile
+                home.meter.add_priced(usage, cost)  # spent is spent, lost or not
+                if child is not None:
                     saved = cache_saving(usage, child.route)
                     child.progress.bill_elsewhere(count, usage, cost, saved)
             case Fact(fact):
