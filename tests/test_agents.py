@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.child import supervise
 from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
@@ -149,6 +150,32 @@ def test_codex_tokens_are_priced_by_the_route_price(tmp_path: Path) -> None:
     row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
     # 500 in at $1, 1500 cached at $0.10, 300 out at $10 per million
     assert row.cost_usd == Decimal("0.00365")
+
+
+PRICE = "price = { input_per_mtok = 1.0, output_per_mtok = 10.0, cache_read_per_mtok = 0.1 }\n"
+
+
+def test_a_codex_turn_under_way_is_pending_until_its_end_reports_it(tmp_path: Path) -> None:
+    # Codex reports a turn's usage at its end: until then its row read `$0.00` and the meter
+    # counted nothing, as if the turn were free.
+    gate = tmp_path / "gate"
+    route = fake("fake_codex.py", "exec", "--json", "--fake-gate", str(gate), "{goal}")
+    engine = engine_for(tmp_path, config(tmp_path, route + 'format = "codex-json"\n' + PRICE))
+    until(lambda: row_of(engine).activity.current_tool == "shell", timeout=60)
+    row = row_of(engine)
+    assert row.activity.unreported and row.cost_usd == 0
+    assert engine.snapshot().totals.pending == 1
+    # An attached view (`flightdeck run` on a terminal) reads it from the owner's live figures.
+    view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id, watch=False)
+    try:
+        until(lambda: view.refresh() and view.snapshot().totals.pending == 1, timeout=30)
+        assert view.snapshot().children[0].activity.unreported
+    finally:
+        view.close()
+    gate.touch()
+    snap = run_to_end(engine)
+    assert not snap.children[0].activity.unreported and snap.totals.pending == 0
+    assert snap.children[0].cost_usd == Decimal("0.00365")
 
 
 def test_plain_output_completes_with_its_last_lines_and_unknown_cost(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import math
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.money import fmt_usd
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ __all__ = [
     "fmt_age",
     "fmt_clock",
     "fmt_cost",
+    "fmt_row_cost",
     "fmt_span",
     "fmt_spent",
     "fmt_tokens",
@@ -70,17 +71,26 @@ def fmt_cost(cost: Decimal | None) -> str:
     return fmt_usd(cost)
 
 
-def fmt_spent(known: Decimal, unknown: int, noun: str = "unknown") -> tuple[str, str]:
+def fmt_spent(
+    known: Decimal, unknown: int, noun: str = "unknown", pending: int = 0
+) -> tuple[str, str]:
     """A total of which `unknown` children have no price, as (amount, note).
 
     ("$0.25", " (+2 unknown)"), or ("$?", " (2 unknown)") when only those children spent
-    anything: a known $0 beside them is no total.
+    anything: a known $0 beside them is no total. `pending` children have more to report (an
+    agent CLI's turn under way): ("$0.25", " (+3 pending)"), their known part counted.
     """
-    if not unknown:
+    if not unknown and not pending:
         return fmt_cost(known), ""
-    if not known:
-        return fmt_cost(None), f" ({unknown} {noun})"
-    return fmt_cost(known), f" (+{unknown} {noun})"
+    amount = fmt_cost(None if unknown and not known else known)
+    said = ", ".join(f"{n} {word}" for n, word in ((unknown, noun), (pending, "pending")) if n)
+    return amount, f" ({'' if amount == fmt_cost(None) else '+'}{said})"
+
+
+def fmt_row_cost(row: ChildRow) -> str:
+    """A row's live cost; `$0.42+?` while its agent CLI's turn has reported no usage yet."""
+    cost = row.live_cost_usd
+    return fmt_cost(cost) + ("+?" if row.activity.unreported and cost is not None else "")
 
 
 def fmt_spent_compact(known: Decimal, unknown: int) -> str:

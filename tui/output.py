@@ -141,7 +141,9 @@ def progress_label(snap: Snapshot) -> str:
     """The headless progress bar's words: what is spent, and where it is heading."""
     from flightdeck.engine.api import forecast
 
-    spent, note = fmt_spent(snap.totals.live_cost_usd, snap.totals.cost_unknown)
+    spent, note = fmt_spent(
+        snap.totals.live_cost_usd, snap.totals.cost_unknown, pending=snap.totals.pending
+    )
     ahead = forecast(snap.children)
     heading = f" → {forecast_label(ahead, compact=True)}" if ahead.remaining else ""
     return f"running  {spent}{note}{heading}"

@@ -26,6 +26,7 @@ class ActivityState:
     retrying: bool = False
     last_turn: bool = False  # the turn under way is the last `max_turns` allows
     retry_reason: str | None = None  # the notice of the failure retried, until a reply streams
+    unreported: bool = False  # an agent CLI's turn under way has reported no usage yet
 
     def frozen(self) -> Activity:
         """The current state as an immutable value."""
@@ -41,6 +42,7 @@ class ActivityState:
             retrying=self.retrying,
             last_turn=self.last_turn,
             retry_reason=self.retry_reason,
+            unreported=self.unreported,
         )
 
     def started(self, now: float) -> None:
@@ -93,7 +95,7 @@ class ActivityState:
     def ended(self, text: str) -> None:
         """The child is final: no tool runs and nothing is retried any more."""
         self.current_tool = self.tool_started_ts = None
-        self.retrying = False
+        self.retrying = self.unreported = False
         self.retry_reason = None
         self.text = text
 

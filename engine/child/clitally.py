@@ -4,7 +4,8 @@ Claude Code's `assistant` events carry each call's usage as it streams; those to
 at once (the budget acts on them while the child runs), at the route's price or, without one,
 at the price of the model the CLI reported. At the end of each turn the CLI reports the turn's
 tokens and its own cost for them: what was billed live is trued up to that, so the totals are
-the CLI's. A run that ends without its report leaves the live estimate standing, and the
+the CLI's. Codex reports nothing before its turn's end: until a turn reports some usage, it
+is `pending`. A run that ends without its report leaves the live estimate standing, and the
 child's cost unknown when nothing could price it.
 """
 
@@ -36,6 +37,7 @@ class CliTally:
         self._live_unpriced = False
         self.calls_reported = 0  # the API calls of the turns reported
         self.reports = 0
+        self.pending = False  # a turn is under way and has reported no usage yet
 
     @property
     def cost(self) -> Decimal | None:
@@ -47,12 +49,17 @@ class CliTally:
         """API calls: those the CLI reported, and the calls of the turn under way."""
         return self.calls_reported + len(self._live)
 
+    def begin(self) -> None:
+        """A run starts (or is adopted): its turn has reported nothing yet."""
+        self.pending = True
+
     def live(self, event: Live) -> bool:
         """A call's usage so far (a later figure for the same call replaces the earlier);
         True when it changed what is billed or the calls counted."""
+        was_pending, self.pending = self.pending, False
         before = self._live.get(event.key)
         if before is not None and before == event.usage:
-            return False  # Claude Code repeats a message's usage on each of its blocks
+            return was_pending  # Claude Code repeats a message's usage on each of its blocks
         before = before or Usage()
         now = self._live[event.key] = _max(before, event.usage)
         added = _minus(now, before)
@@ -85,6 +92,7 @@ class CliTally:
         self.usage += extra
         self.calls_reported += event.calls if event.calls is not None else max(1, len(self._live))
         self.reports += 1
+        self.pending = False
         self._live.clear()
         self._live_usage, self._live_cost, self._live_unpriced = Usage(), Decimal(0), False
 
@@ -94,6 +102,7 @@ class CliTally:
         self._known += self._live_cost
         self._unknown = True
         self.calls_reported += len(self._live)
+        self.pending = False
         self._live.clear()
         self._live_usage, self._live_cost, self._live_unpriced = Usage(), Decimal(0), False
 

@@ -304,6 +304,9 @@ class ProcessRunner:
     def _supervisor(
         self, c: ChildPort, proc: Process, tally: CliTally, cli: CliInput | None
     ) -> Supervisor:
+        if self._spec.format != "plain":  # its turn's usage comes later (Codex's: at its end)
+            tally.begin()
+            c.progress.spend(tally.usage, tally.cost, pending=True)
         return Supervisor(
             c,
             proc,

@@ -281,10 +281,12 @@ class Progress:
         with self._lock:
             return self._in_flight.usage()
 
-    def spend(self, usage: Usage, cost: Decimal | None) -> None:
-        """An agent CLI's tally, replacing the one before (`cost` None: unknown)."""
+    def spend(self, usage: Usage, cost: Decimal | None, *, pending: bool = False) -> None:
+        """An agent CLI's tally, replacing the one before (`cost` None: unknown; `pending`: its
+        turn under way has reported no usage yet)."""
         with self._lock:
             self._usage, self._cost = usage, cost
+            self._activity.unreported = pending
             self.version += 1
 
     def carry(self, usage: Usage, cost: Decimal | None, saved: Decimal | None) -> None:

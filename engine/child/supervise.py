@@ -274,7 +274,7 @@ class Supervisor:
                     c.settle(receipt, SteerState.DELIVERED, how)
 
     def _spent(self) -> None:
-        self._c.progress.spend(self._tally.usage, self._tally.cost)
+        self._c.progress.spend(self._tally.usage, self._tally.cost, pending=self._tally.pending)
 
     def _watch_loops(self, role: str, text: str) -> None:
         """A CLI's tool call and its result feed the loop checks as one turn."""

@@ -134,6 +134,7 @@ class Activity:
     # The retry notice of the failure it is retrying after, until a reply streams again: what it
     # is failing with, steady while `text` turns to "route paused" and back. Not stored.
     retry_reason: str | None = None
+    unreported: bool = False  # an agent CLI's turn under way has reported no usage yet. Not stored.
 
 
 @record
@@ -293,9 +294,9 @@ class Totals:
     in_flight: Usage = field(default_factory=Usage)
     in_flight_cost_usd: Decimal = Decimal(0)
     cache_saved_usd: Decimal = Decimal(0)  # cache reads against the uncached price (known ones)
-    # Children whose saving is unknown: a price unknown, or tokens nobody counted.
-    saved_unknown: int = 0
+    saved_unknown: int = 0  # children whose saving is unknown (a price, or tokens nobody counted)
     tokens_unknown: int = 0  # children that ran whose tokens nobody counted (`?`, never 0)
+    pending: int = 0  # children whose turn under way has reported no usage yet (`unreported`)
 
     @property
     def live_usage(self) -> Usage:
@@ -353,8 +354,7 @@ class Snapshot:
     # Why admission is held (the operator paused the batch, the soft budget was reached), in a
     # sentence; None while new children may start.
     held: str | None = None
-    # The live limits (pool size, route caps, soft budget); None where unknown.
-    limits: Limits | None = None
+    limits: Limits | None = None  # live limits (pool, route caps, soft budget); None: unknown
     # The batch's own tasks' ids, the same set every snapshot (model/units.py: who is in which
     # completion unit); None: not known (a snapshot made by hand: every task counts as one).
     own: frozenset[str] | None = None

@@ -34,6 +34,7 @@ class ChildLive:
     # The tokens its row had billed when this was published: `resume` bills the call in flight
     # only to a row still at that total (one billed since has the call in it already).
     billed_tokens: int | None = None
+    unreported: bool = False  # its agent CLI's turn under way has reported no usage yet
 
 
 @record
@@ -49,9 +50,16 @@ class Live:
 def child_live(row: ChildRow) -> ChildLive | None:
     """What `row` has beyond its stored columns; None when that is nothing."""
     a = row.activity
-    if not (row.in_flight.total or a.retry_reason or a.retrying or a.last_turn):
+    if not (row.in_flight.total or a.retry_reason or a.retrying or a.last_turn or a.unreported):
         return None
-    return ChildLive(row.in_flight, row.in_flight_cost_usd, a.retry_reason, a.retrying, a.last_turn)
+    return ChildLive(
+        row.in_flight,
+        row.in_flight_cost_usd,
+        a.retry_reason,
+        a.retrying,
+        a.last_turn,
+        unreported=a.unreported,
+    )
 
 
 def live_fields(row: ChildRow, live: ChildLive | None, steerable: bool) -> dict[str, Any]:
@@ -59,12 +67,13 @@ def live_fields(row: ChildRow, live: ChildLive | None, steerable: bool) -> dict[
     the fields to replace (none when it has nothing the stored row lacks)."""
     fields: dict[str, Any] = {} if steerable else {"steerable": False}
     if live is not None:
-        if live.retry_reason or live.retrying or live.last_turn:  # most calls only stream
-            fields["activity"] = dataclasses.replace(
+        if live.retry_reason or live.retrying or live.last_turn or live.unreported:
+            fields["activity"] = dataclasses.replace(  # (most calls only stream)
                 row.activity,
                 retry_reason=live.retry_reason,
                 retrying=live.retrying,
                 last_turn=live.last_turn,
+                unreported=live.unreported,
             )
         fields["in_flight"] = live.in_flight
         fields["in_flight_cost_usd"] = live.in_flight_cost_usd
@@ -94,6 +103,7 @@ def live_json(
                 live.retrying,
                 live.last_turn,
                 row.usage.total,
+                live.unreported,
             ]
     body = {
         "children": children,
@@ -115,6 +125,7 @@ def live_from_json(text: str) -> Live:
             bool(v[6]),
             bool(v[7]),
             int(v[8]) if len(v) > 8 else None,  # an older owner's figures have none
+            len(v) > 9 and bool(v[9]),
         )
         for cid, v in data.get("children", {}).items()
     }

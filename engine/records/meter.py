@@ -171,6 +171,7 @@ class RowTally:
         "flight",
         "flight_cost",
         "pausing",
+        "pending",
         "saved",
         "saved_unknown",
         "superseded",
@@ -189,6 +190,7 @@ class RowTally:
         self.saved = _ZERO
         self.saved_unknown = 0
         self.tokens_unknown = 0
+        self.pending = 0
         self.pausing = 0
         self.superseded = 0  # ended rows of earlier attempts' delegates: in no status count
 
@@ -210,6 +212,8 @@ class RowTally:
             self.saved_unknown += 1
         if row.tokens_unknown:
             self.tokens_unknown += 1
+        if _pending(row):
+            self.pending += 1
         if row.in_flight.total:
             self.flight += row.in_flight
             if row.in_flight_cost_usd is not None:
@@ -234,6 +238,8 @@ class RowTally:
             self.saved_unknown -= 1
         if row.tokens_unknown:
             self.tokens_unknown -= 1
+        if _pending(row):
+            self.pending -= 1
         if row.in_flight.total:
             self.flight -= row.in_flight
             if row.in_flight_cost_usd is not None:
@@ -266,7 +272,14 @@ class RowTally:
             cache_saved_usd=self.saved,
             saved_unknown=self.saved_unknown,
             tokens_unknown=self.tokens_unknown,
+            pending=self.pending,
         )
+
+
+def _pending(row: ChildRow) -> bool:
+    """Its turn under way has reported no usage yet; counted where its cost is known (an
+    unknown one is counted unknown already)."""
+    return row.activity.unreported and row.cost_usd is not None
 
 
 def totals_of(rows: Iterable[ChildRow]) -> Totals:

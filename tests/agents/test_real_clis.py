@@ -41,14 +41,19 @@ def test_children_complete_with_transcripts_and_live_usage(
     engine = engine_for(tmp_path, repo, env, [goal(tmp_path, n) for n in names])
     try:
         until(lambda: in_tool(engine, names), what="every child inside its tool")
-        live = [engine.snapshot().child(n).usage.total for n in names]  # type: ignore[union-attr]
+        mid = {r.id: r for r in engine.snapshot().children}
+        live = [mid[n].usage.total for n in names]
+        pending = [mid[n].activity.unreported for n in names]
         (tmp_path / "gate").touch()
         assert engine.wait(120)
         snap = engine.snapshot()
     finally:
         engine.close()
+    # Codex reports a turn's usage at its end: until then its row says so (`$0.00+?`).
+    assert pending == [cli == "codex"] * len(names), pending
     for row in snap.children:
         assert row.status is ChildStatus.COMPLETED, (row.id, row.error)
+        assert not row.activity.unreported
         assert row.result is not None and row.result.startswith("done: task")
         assert row.usage.total > 0 and row.activity.tool_calls >= 1
         text = transcript_file(row.transcript)

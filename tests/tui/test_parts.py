@@ -21,7 +21,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
-from flightdeck.tui.widgets.columns import fit_columns, fit_text
+from flightdeck.tui.widgets.columns import COLUMN_KEYS, fit_columns, fit_text
 from flightdeck.tui.widgets.days import Days, day_of_last
 from flightdeck.tui.widgets.detail import SHRINK_AFTER_S, ChildDetail, detail_text
 from flightdeck.tui.widgets.meter import CostMeter
@@ -332,6 +332,30 @@ def test_the_detail_pane_grows_at_once_and_shrinks_back_only_after_a_rest() -> N
         (5, "c1 running"),
         (2, "c1 running"),
     ]
+
+
+def test_a_turn_that_has_reported_no_usage_yet_is_pending_never_shown_as_spent(
+    tmp_path: Path,
+) -> None:
+    # Codex reports a turn's usage at its end: its row read `$0.42` (or `$0.00`) for minutes,
+    # as if that turn were free, and the meter said nothing.
+    quiet = child(1, "g", ChildStatus.RUNNING, folder=tmp_path, calls=1, cost="0.42")
+    waits = dataclasses.replace(
+        quiet, activity=dataclasses.replace(quiet.activity, unreported=True)
+    )
+    cost = COLUMN_KEYS.index("cost")
+    assert row_cells(waits, False, NOW)[cost][0] == "$0.42+?"
+    assert row_cells(quiet, False, NOW)[cost][0] == "$0.42"
+    assert "spent $0.84 (+1 pending) " in meter_text(_real_totals((waits, quiet)))
+    assert "spent $0.84 " in meter_text(_real_totals((quiet, quiet)))
+    # An unknown price is unknown already: said once, not also pending.
+    unpriced = dataclasses.replace(waits, cost_usd=None)
+    assert row_cells(unpriced, False, NOW)[cost][0] == "$?"
+    assert "spent $0.42 (+1 unknown, 1 pending) " in meter_text(_real_totals((waits, unpriced)))
+
+
+def _real_totals(rows: tuple[ChildRow, ...]) -> Snapshot:
+    return dataclasses.replace(_snapshot(rows), totals=totals_of(rows))
 
 
 def test_tokens_in_are_input_alone_with_cache_beside_them(tmp_path: Path) -> None:

@@ -180,7 +180,7 @@ def meter_text(
         saved = fmt_spent_compact(t.cache_saved_usd, t.saved_unknown)  # "+?": some unknown
         text.append(f" (saved {saved})", style="green")
     text.append(f"{gap}spent " if not compact else gap, style="dim")
-    spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown)
+    spent, note = fmt_spent(t.live_cost_usd, t.cost_unknown, pending=t.pending)
     text.append(spent, style="bold")
     text.append(note, style="yellow")
     text.append(f"{gap}burn " if not compact else " ", style="dim")

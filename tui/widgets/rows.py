@@ -26,7 +26,7 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_span, fmt_tokens
+from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_row_cost, fmt_span, fmt_tokens
 from flightdeck.tui.widgets.columns import DOING_CHARS, TREE_MARK
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
@@ -73,8 +73,8 @@ COLUMN_HELP: dict[str, str] = {
     "tokens": "input tokens (cache reads and writes apart, as in the report) / output tokens; "
     f"{OUTLIER_MARK} before them: an outlier, its tokens (among children that used any) or its "
     "run time (among children that started) over 3 times the batch's median",
-    "cost": "dollars spent; $? when the model has no price; in the tree order, Σ is a "
-    "parent's cost with all its delegates'",
+    "cost": "dollars spent; $? when the model has no price; +? while its CLI's turn has not "
+    "reported its usage yet; in the tree order, Σ is a parent's cost with all its delegates'",
     "retries": "retries after a 429, a timeout or a server error",
     "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
 }
@@ -111,7 +111,7 @@ def static_cells(row: ChildRow, tagged: bool) -> tuple[Cell, ...]:
         ("", status_style),  # placeholder: the "doing" cell is time-dependent
         ("", "dim"),  # placeholder: "last"
         tokens,
-        (fmt_cost(row.live_cost_usd), ""),
+        (fmt_row_cost(row), ""),
         (str(row.activity.retries) if row.activity.retries else "", "yellow"),
         steer,
     )
