@@ -178,6 +178,26 @@ def test_a_codex_turn_under_way_is_pending_until_its_end_reports_it(tmp_path: Pa
     assert snap.children[0].cost_usd == Decimal("0.00365")
 
 
+def test_a_claude_turn_stopped_mid_way_stays_spent_at_its_estimate(tmp_path: Path) -> None:
+    # Found watching a stop: the interrupted turn's live estimate moved from the meter's spent
+    # to unknown, and spent went down ($0.1761 became $0.1188 (+4 unknown)).
+    gate = tmp_path / "gate"  # never made: it is stopped inside its tool
+    argv = ("-p", "--output-format", "stream-json", "--verbose", "--fake-gate", str(gate))
+    route = fake("fake_claude.py", *argv, "{goal}") + 'format = "claude-stream-json"\n' + PRICE
+    engine = engine_for(tmp_path, config(tmp_path, route + f"kill_grace_s = {GRACE}\n"))
+    until(lambda: row_of(engine).activity.current_tool == "Bash", timeout=60)
+    shown = engine.snapshot().totals
+    assert shown.cost_usd > 0 and shown.cost_unknown == 0
+    engine.stop(["t0"])
+    snap = run_to_end(engine)
+    row = snap.children[0]
+    assert row.status is ChildStatus.STOPPED
+    assert row.cost_usd == shown.cost_usd and snap.totals.cost_unknown == 0
+    assert "billed as an estimate: a run ended before it reported its usage" in transcript(row)
+    stored = StoreReader(tmp_path / "state" / "flightdeck.db").child(engine.batch_id, "t0")
+    assert stored is not None and stored.cost_usd == shown.cost_usd  # ls, report, attached
+
+
 def test_plain_output_completes_with_its_last_lines_and_unknown_cost(tmp_path: Path) -> None:
     route = fake("workspace_probe.py", "{id}", "{workspace}")
     row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]

@@ -5,8 +5,9 @@ at once (the budget acts on them while the child runs), at the route's price or,
 at the price of the model the CLI reported. At the end of each turn the CLI reports the turn's
 tokens and its own cost for them: what was billed live is trued up to that, so the totals are
 the CLI's. Codex reports nothing before its turn's end: until a turn reports some usage, it
-is `pending`. A run that ends without its report leaves the live estimate standing, and the
-child's cost unknown when nothing could price it.
+is `pending`. A run that ends without its report leaves the live estimate billed (an estimate,
+as a model's call cut short); the child's cost is unknown when nothing could price it, or
+nothing of that turn was ever reported.
 """
 
 from __future__ import annotations
@@ -96,15 +97,19 @@ class CliTally:
         self._live.clear()
         self._live_usage, self._live_cost, self._live_unpriced = Usage(), Decimal(0), False
 
-    def cut_short(self) -> None:
+    def cut_short(self) -> Usage | None:
         """A run ended without reporting its last turn: what streamed stays billed, at the
-        estimate, but the cost is unknown from now on (a call may have gone unseen)."""
+        estimate, as spent (a stop never takes back what was shown); returned. None: the cost
+        is unknown from now on, as nothing of the turn was reported or could be priced."""
+        estimate = self._live_usage
         self._known += self._live_cost
-        self._unknown = True
+        if not self._live or self._live_unpriced:
+            self._unknown = True
         self.calls_reported += len(self._live)
         self.pending = False
         self._live.clear()
         self._live_usage, self._live_cost, self._live_unpriced = Usage(), Decimal(0), False
+        return None if self._unknown else estimate
 
 
 def _max(a: Usage, b: Usage) -> Usage:

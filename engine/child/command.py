@@ -334,9 +334,13 @@ class ProcessRunner:
             self._book.session(self._told)
         supervisor.missed("the CLI ended before it read it")
         if tally.reports == reports and self._spec.format != "plain":
-            tally.cut_short()
+            estimate = tally.cut_short()
             c.progress.spend(tally.usage, tally.cost)
-            c.transcript.write("engine", "cost unknown: a run ended before it reported its usage")
+            if estimate is None:
+                said = "cost unknown"
+            else:  # what had streamed stays spent: a stop takes none of it back
+                said = f"{estimate.total:,} tokens billed as an estimate"
+            c.transcript.write("engine", f"{said}: a run ended before it reported its usage")
         c.progress.tool_ended()
         c.transcript.write("engine", f"process ended: {status_text(end.code)}")
         return end
