@@ -17,103 +17,16 @@ from flightdeck.engine.model.routes import Limits as Limits
 from flightdeck.engine.model.routes import RouteCaps as RouteCaps
 from flightdeck.engine.model.routes import RouteHeadroom as RouteHeadroom
 from flightdeck.engine.model.routes import RouteLimit as RouteLimit
+from flightdeck.engine.model.status import BatchStatus as BatchStatus
+from flightdeck.engine.model.status import ChildStatus as ChildStatus
+from flightdeck.engine.model.status import SteerState as SteerState
+from flightdeck.engine.model.usage import CHARS_PER_TOKEN as CHARS_PER_TOKEN
+from flightdeck.engine.model.usage import Usage as Usage
 from flightdeck.engine.model.waiting import ASK_TOOL as ASK_TOOL
 from flightdeck.engine.model.waiting import DELEGATE_TOOL as DELEGATE_TOOL
 from flightdeck.engine.model.waiting import PAUSING as PAUSING
 from flightdeck.engine.model.waiting import pausing_text as pausing_text
 from flightdeck.engine.review.values import Changes
-
-
-class ChildStatus(StrEnum):
-    """Lifecycle of a child: queued → gated → running → a final status (`unknown` only from
-    crash recovery); `paused` (by the operator, from queued or running) is live, not final."""
-
-    QUEUED = "queued"
-    GATED = "gated"
-    RUNNING = "running"
-    PAUSED = "paused"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    TIMED_OUT = "timed_out"
-    STALLED = "stalled"
-    UNKNOWN = "unknown"
-
-    @property
-    def terminal(self) -> bool:
-        """True once the child has ended."""
-        return self not in _LIVE
-
-    @property
-    def live(self) -> bool:
-        """True while queued, gated, running or paused."""
-        return self in _LIVE
-
-
-_LIVE = frozenset({ChildStatus.QUEUED, ChildStatus.GATED, ChildStatus.RUNNING, ChildStatus.PAUSED})
-
-
-class BatchStatus(StrEnum):
-    """Lifecycle of a batch."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"  # every child completed
-    FAILED = "failed"  # finished, a child failed, timed out or stalled
-    STOPPED = "stopped"  # the rest were stopped (stop-all, one by one, a budget); none failed
-    ABANDONED = "abandoned"  # owner process died (crash recovery)
-
-
-class SteerState(StrEnum):
-    """What became of a steer: queued, delivered to the model, or missed (the child ended)."""
-
-    QUEUED = "queued"
-    DELIVERED = "delivered"
-    MISSED = "missed"
-
-
-# Characters to a token, in an estimate where no count has come (providers and CLI formats).
-CHARS_PER_TOKEN = 4
-
-
-@record
-class Usage:
-    """Token counts; `input_tokens` excludes cache reads and writes."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-        )
-
-    def __sub__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens - other.input_tokens,
-            self.output_tokens - other.output_tokens,
-            self.cache_read_tokens - other.cache_read_tokens,
-            self.cache_write_tokens - other.cache_write_tokens,
-        )
-
-    @property
-    def total(self) -> int:
-        """Every token counted."""
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Everything the model read: fresh input plus cache reads and writes."""
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
 
 
 @record
@@ -134,7 +47,9 @@ class Activity:
     # The retry notice of the failure it is retrying after, until a reply streams again: what it
     # is failing with, steady while `text` turns to "route paused" and back. Not stored.
     retry_reason: str | None = None
-    unreported: bool = False  # an agent CLI's turn under way has reported no usage yet. Not stored.
+    # An agent CLI's turn under way has reported no usage yet (Codex reports at its end), so
+    # its cost has more to come. Not stored.
+    unreported: bool = False
 
 
 @record
@@ -294,7 +209,8 @@ class Totals:
     in_flight: Usage = field(default_factory=Usage)
     in_flight_cost_usd: Decimal = Decimal(0)
     cache_saved_usd: Decimal = Decimal(0)  # cache reads against the uncached price (known ones)
-    saved_unknown: int = 0  # children whose saving is unknown (a price, or tokens nobody counted)
+    # Children whose saving is unknown: a price unknown, or tokens nobody counted.
+    saved_unknown: int = 0
     tokens_unknown: int = 0  # children that ran whose tokens nobody counted (`?`, never 0)
     pending: int = 0  # children whose turn under way has reported no usage yet (`unreported`)
 
@@ -354,7 +270,8 @@ class Snapshot:
     # Why admission is held (the operator paused the batch, the soft budget was reached), in a
     # sentence; None while new children may start.
     held: str | None = None
-    limits: Limits | None = None  # live limits (pool, route caps, soft budget); None: unknown
+    # The live limits (pool size, route caps, soft budget); None where unknown.
+    limits: Limits | None = None
     # The batch's own tasks' ids, the same set every snapshot (model/units.py: who is in which
     # completion unit); None: not known (a snapshot made by hand: every task counts as one).
     own: frozenset[str] | None = None
