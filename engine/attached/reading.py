@@ -5,24 +5,23 @@ raises its change counter, `rev`) and builds a `ChildRow` only for those that ch
 totals take out each changed row's old figures and add its new ones. So a read of a 5,000-child
 batch costs what its running children changed, not what it holds. To the stored rows it adds
 what the owner publishes live (records/live.py: calls in flight, retry notices, the route gauges,
-the problem sentence) and what the store keeps in other tables (who delegated whom, loop flags, the
-cluster node a child ran on, steer receipts), and works out what reading the cache saved at the
-batch's prices (as `flightdeck report` does), so the snapshot has the in-process view's figures.
-The discrete facts (a child started or finished, a steer settled, a unit or the batch finished) are
-the differences between two reads (facts.py).
+the problem sentence), what it keeps as events (events.py: who delegated whom, loop flags, the
+cluster node a child ran on ...) and the steer receipts, and works out what reading the cache
+saved at the batch's prices (as `flightdeck report` does), so the snapshot has the in-process
+view's figures. The discrete facts (a child started or finished, a steer settled, a unit or the
+batch finished) are the differences between two reads (facts.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from decimal import Decimal
 from typing import Any
 
+from flightdeck.engine.attached.events import BatchEvents
 from flightdeck.engine.attached.facts import Facts
 from flightdeck.engine.attached.limits import stored_limits
 from flightdeck.engine.inputs.settings import Route
@@ -33,22 +32,15 @@ from flightdeck.engine.model import (
     ChildStatus,
     EngineEvent,
     Limits,
-    LoopEvidence,
     Snapshot,
     SteerReceipt,
     SteerSettled,
     SteerState,
     Totals,
 )
-from flightdeck.engine.model.units import UNIT_EVENT
-from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
-from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
-from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.meter import RowTally, cache_saving
-from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
-from flightdeck.engine.records.reader import SCHEDULES_END, depth_of
 from flightdeck.engine.records.rows import (
     CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
@@ -69,12 +61,6 @@ _MUTABLE = (
     "activity, last_activity_ts, tokens_in, tokens_out, cache_read, cache_write, cost_usd, "
     "started_ts, finished_ts, error"
 )
-# The events read into rows (and the loop policies' steers, told from the operator's).
-_EVENTS = ", ".join(
-    f"'{k}'"
-    for k in ("delegate", "loop", "loop_policy", "node", "lost_attempt", *KEPT_KINDS, *NEED_EVENTS)
-)
-_BATCH_EVENTS = f"'{UNIT_EVENT}', '{SCHEDULES_END}'"  # events of no child read too
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
 
@@ -92,11 +78,7 @@ class BatchReading:
         self.info: BatchInfo | None = None
         self._owner_checked = 0.0
         self._owner_alive = True
-        self._parents: dict[str, str] = {}  # a delegate's parent, from the "delegate" events
-        self._events_seen = 0  # the last event read (delegate and loop events: _read_events)
-        self._units_told: set[str] = set()  # groups of the "unit" events read, not yet looked at
-        self._lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
-        self._lost: list[tuple[float, str | None, str, str]] = []  # its events, as read
+        self._events = BatchEvents(conn, batch_id)  # what the rows do not keep
         self._rev: int | None = None  # the store's change counter at the last read (version 6)
         self._raw: dict[str, tuple[Any, ...]] = {}  # each child's _MUTABLE columns, as last read
         self._fixed: dict[str, tuple[Any, ...]] = {}  # each child's full row, first read
@@ -108,15 +90,7 @@ class BatchReading:
         self._facts = Facts()
         self._own: frozenset[str] | None = None  # the batch's own tasks: its units' members
         self._schedules = False  # whether its spec has schedules (read with _own)
-        self._waves_ended: str | None = None  # why (a budget, a cron), read and not yet said
         self._receipts: dict[int, SteerReceipt] = {}
-        # Each child's loop evidence, from the owner's "loop" events (the last one wins).
-        self._loops: dict[str, LoopEvidence] = {}
-        self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
-        self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
-        self._by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
-        self._needs = Needs()  # what each child needs of the operator, from the events
-        self._kept = Kept()  # each child's attempt and changes, from the events
         self._limits: tuple[tuple[str | None, int], Limits | None] | None = None
         self._live_text: str | None = None
         self._live = Live()
@@ -137,7 +111,8 @@ class BatchReading:
             return False
         self._owner_checked = now
         alive = process_matches(info.owner_pid, info.owner_start)
-        died, self._owner_alive = self._owner_alive and not alive, alive
+        died = self._owner_alive and not alive
+        self._owner_alive = alive
         return died
 
     def read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
@@ -165,7 +140,7 @@ class BatchReading:
             new_ids = [m[0] for m in mutable if m[0] not in self._fixed]
             if new_ids:
                 self._read_fixed(new_ids)
-            relinked = self._read_events() | self._read_live()
+            relinked = self._events.read() | self._read_live()
             controls = conn.execute(
                 f"SELECT {RECEIPT_COLUMNS} FROM controls WHERE batch_id = ? AND kind = 'steer'"
                 " ORDER BY id",
@@ -187,16 +162,18 @@ class BatchReading:
         if self._own is None:  # a batch's spec never changes: read once
             self._own = own_tasks(info.spec_json)
             self._schedules = bool(stored_spec(info.spec_json).get("schedules"))
+        told = self._events.units_told
+        self._events.units_told = set()
         if events is not None:
-            self._facts.units(rows, self._own, events, self._units_told)
+            self._facts.units(rows, self._own, events, told)
             self._facts.batch(was, info, events)
-        self._units_told = set()
         running = info.status is BatchStatus.RUNNING
-        if self._waves_ended is not None:  # the owner's warning is in its owner.log alone
+        waves_ended = self._events.waves_ended
+        if waves_ended is not None:  # the owner's warning is in its owner.log alone
             self._schedules = False
             if was is not None or running:  # not for a batch that had ended before this view
-                log.warning("the schedules end, no more waves: %s", self._waves_ended)
-            self._waves_ended = None
+                log.warning("the schedules end, no more waves: %s", waves_ended)
+            self._events.waves_ended = None
         return Snapshot(
             batch_id=info.id,
             status=info.status,
@@ -209,12 +186,13 @@ class BatchReading:
             # A dead owner's gauges died with it: frozen, they read as a route still throttled.
             routes=self._live.routes if info.status is not BatchStatus.ABANDONED else (),
             finished_ts=info.finished_ts,
-            lost_cost_usd=self._lost_cost,
+            lost_cost_usd=self._events.lost_cost,
             problem=self._live.problem if running else None,
             held=info.held if running else None,
             limits=self._limits_of(info, rows),
             own=self._own,
-            scheduled=running and self._schedules,  # till a stop-all, a budget or a cron ends them
+            # Till a stop-all, a budget or a cron ends them.
+            scheduled=running and self._schedules,
         )
 
     def _rows_of(
@@ -226,7 +204,9 @@ class BatchReading:
     ) -> tuple[tuple[ChildRow, ...], bool]:
         """Every child's row, in batch order, built again only where something changed (its
         columns, its steers, its events or live figures); and whether anything did."""
-        raw, rows, fixed, tally = self._raw, self._rows, self._fixed, self._tally
+        raw = self._raw
+        rows = self._rows
+        tally = self._tally
         todo: dict[str, tuple[Any, ...]] = {}
         for m in written:
             m = m[:-1]  # without the change counter: a row written again may be the same
@@ -239,7 +219,7 @@ class BatchReading:
                 todo[cid] = raw[cid]
         built: list[tuple[ChildRow | None, ChildRow]] = []
         for cid, m in todo.items():
-            f = fixed[cid]
+            f = self._fixed[cid]
             steers = tuple(by_child.get(cid, ()))
             # Back into CHILD_COLUMNS order, for rows.child_row.
             full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
@@ -248,7 +228,8 @@ class BatchReading:
             if before is not None:
                 tally.remove(before)
             tally.add(row)
-            raw[cid], rows[cid] = m, row
+            raw[cid] = m
+            rows[cid] = row
             built.append((before, row))
         if len(self._order) != len(rows):  # a child added: its place in the batch's order
             self._order = sorted(rows.values(), key=lambda r: (r.seq, r.id))
@@ -267,17 +248,8 @@ class BatchReading:
         """A child's row from its CHILD_COLUMNS, with what the store keeps elsewhere and what
         the owner publishes live (`before`: the row last built, whose figures may still do)."""
         row = child_row(full, steers)
-        cid = row.id
-        fields: dict[str, Any] = {}  # one replace of the row: a 1,000-row read builds hundreds
-        parent, loop = self._parents.get(cid), self._loops.get(cid)
-        looped, node = self._looped.get(cid), self._nodes.get(cid)
-        if parent is not None or looped is not None:
-            depth = depth_of(cid, self._parents) if parent is not None else 0
-            fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
-        if node is not None:  # its work ran on a cluster: where
-            fields["node"] = node
-        fields.update(self._kept.fields(cid))  # its attempt and its changes
-        fields.update(self._needs.fields(row))  # its question, its denied call
+        # One replace of the row: a 1,000-row read builds hundreds.
+        fields = self._events.fields(row)
         if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
             if before is not None and before.usage == row.usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
@@ -287,7 +259,7 @@ class BatchReading:
         live = self._live
         # An ended child has nothing in flight; an abandoned batch's figures died with it.
         running = self.info is None or self.info.status is BatchStatus.RUNNING
-        flight = live.children.get(cid) if running and row.status.live else None
+        flight = live.children.get(row.id) if running and row.status.live else None
         fields.update(live_fields(row, flight, row.route not in live.unsteerable))
         return dataclasses.replace(row, **fields) if fields else row
 
@@ -295,9 +267,11 @@ class BatchReading:
         """The _MUTABLE columns, and the change counter, of the children written since the
         last read (inside the transaction), in batch order: of every child at the first read,
         and at each read of a store from before the counter (version 6)."""
-        conn, counted = self._conn, self._version >= 6
+        conn = self._conn
+        counted = self._version >= 6
         if counted:
-            last, self._rev = self._rev, conn.execute("SELECT max(rev) FROM children").fetchone()[0]
+            last = self._rev
+            self._rev = conn.execute("SELECT max(rev) FROM children").fetchone()[0]
             if last is not None:  # the store's counter, not the batch's: all since the last read
                 return conn.execute(
                     f"SELECT {_MUTABLE}, rev FROM children INDEXED BY children_by_rev"
@@ -328,64 +302,13 @@ class BatchReading:
         text = None if found is None else str(found[0])
         if text == self._live_text:
             return set()
-        before, self._live_text = self._live, text
+        before = self._live
+        self._live_text = text
         self._live = live_from_json(text) if text is not None else Live()
         if before.unsteerable != self._live.unsteerable:
             return set(self._fixed)
         old, new = before.children, self._live.children
         return {cid for cid in old.keys() | new.keys() if old.get(cid) != new.get(cid)}
-
-    def _read_events(self) -> set[str]:
-        """What the owner keeps as events, not in the rows, recorded since the last read
-        (inside the transaction): who delegated whom, the loop flags, the node each child was
-        placed on (on a cluster), the loop policies' steers, the attempts lost with an owner
-        (each resume writes them). The ids of the children whose rows must be built again."""
-        found = self._conn.execute(
-            "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
-            f" AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL OR kind IN ({_BATCH_EVENTS}))"
-            " ORDER BY id",
-            (self.batch_id, self._events_seen),
-        ).fetchall()
-        changed = set()
-        for event_id, child_id, kind, detail, ts in found:
-            self._events_seen = int(event_id)
-            if kind == UNIT_EVENT:  # a unit the owner announced (a resumed one: as it began)
-                self._units_told.add(str(json.loads(detail)["group"]))
-                continue
-            if kind == SCHEDULES_END:
-                self._waves_ended = str(detail)
-                continue
-            child_id, detail = str(child_id), str(detail)
-            if kind in ("lost_attempt", "retry"):  # each resume's and retry's, as they come
-                self._lost.append((float(ts), child_id, kind, detail))
-                if kind == "lost_attempt":
-                    continue
-            if kind in KEPT_KINDS:
-                if self._kept.add(child_id, kind, detail):
-                    changed.add(child_id)
-                continue
-            if kind in NEED_EVENTS:
-                self._needs.add(child_id, kind, detail, float(ts))
-            elif kind == "delegate":
-                self._parents[child_id] = detail
-            elif kind == "node":
-                self._nodes[child_id] = detail
-            elif kind == "loop_policy":
-                receipt_id = policy_receipt(detail)
-                if receipt_id is not None:
-                    self._by_policy.add(receipt_id)
-                continue
-            else:
-                evidence = evidence_from_json(detail)
-                if evidence is None:
-                    self._loops.pop(child_id, None)
-                else:
-                    self._loops[child_id] = evidence
-                    self._looped[child_id] = evidence.ts
-            changed.add(child_id)
-        if found:  # what the attempts lost with owners cost, retries' carried cost taken out
-            self._lost_cost = lost_cost(self._lost)
-        return changed
 
     def _limits_of(self, info: BatchInfo, rows: Sequence[ChildRow]) -> Limits | None:
         """The live limits the owner recorded, else those the batch's settings began with."""
@@ -436,7 +359,7 @@ class BatchReading:
         new: dict[int, SteerReceipt] = {}
         for c in controls:
             r = receipt(c)
-            if r.id in self._by_policy:
+            if r.id in self._events.by_policy:
                 r = dataclasses.replace(r, by="policy")
             before = old.get(r.id)
             if (

@@ -1,0 +1,117 @@
+"""What the owner of a batch keeps as events rather than in its rows, read as they are recorded:
+who delegated whom, the loop flags, the node each child was placed on (on a cluster), the loop
+policies' steers, what each child needs of the operator, its attempt and changes, the attempts
+lost with an owner, the units it announced and why its schedules ended. reading.py adds them to
+the rows it builds."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from decimal import Decimal
+from typing import Any
+
+from flightdeck.engine.model import ChildRow, LoopEvidence
+from flightdeck.engine.model.units import UNIT_EVENT
+from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
+from flightdeck.engine.records.forecast import lost_cost
+from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
+from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
+from flightdeck.engine.records.reader import SCHEDULES_END, depth_of
+
+# The events of a child read (and the loop policies' steers, told from the operator's).
+_EVENTS = ", ".join(
+    f"'{k}'"
+    for k in ("delegate", "loop", "loop_policy", "node", "lost_attempt", *KEPT_KINDS, *NEED_EVENTS)
+)
+_BATCH_EVENTS = f"'{UNIT_EVENT}', '{SCHEDULES_END}'"  # events of no child read too
+
+
+class BatchEvents:
+    """One batch's events on `conn`, read from where the last read ended."""
+
+    def __init__(self, conn: sqlite3.Connection, batch_id: str) -> None:
+        self._conn = conn
+        self.batch_id = batch_id
+        self._seen = 0  # the id of the last event read
+        self._parents: dict[str, str] = {}  # a delegate's parent, from the "delegate" events
+        # Each child's loop evidence, from the owner's "loop" events (the last one wins).
+        self._loops: dict[str, LoopEvidence] = {}
+        self._looped: dict[str, float] = {}  # when each was last flagged (kept once cleared)
+        self._nodes: dict[str, str] = {}  # where each ran, on a cluster ("node" events)
+        self._needs = Needs()  # what each child needs of the operator
+        self._kept = Kept()  # each child's attempt and changes
+        self._lost: list[tuple[float, str | None, str, str]] = []  # lost attempts and retries
+        self.lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
+        self.by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
+        self.units_told: set[str] = set()  # groups of the "unit" events read, not yet looked at
+        self.waves_ended: str | None = None  # why (a budget, a cron), read and not yet said
+
+    def read(self) -> set[str]:
+        """The events recorded since the last read (inside the caller's read transaction); the
+        ids of the children whose rows must be built again."""
+        found = self._conn.execute(
+            "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
+            f" AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL OR kind IN ({_BATCH_EVENTS}))"
+            " ORDER BY id",
+            (self.batch_id, self._seen),
+        ).fetchall()
+        changed = set()
+        for event_id, child_id, kind, detail, ts in found:
+            self._seen = int(event_id)
+            if kind == UNIT_EVENT:  # a unit the owner announced (a resumed one: as it began)
+                self.units_told.add(str(json.loads(detail)["group"]))
+                continue
+            if kind == SCHEDULES_END:
+                self.waves_ended = str(detail)
+                continue
+            child_id = str(child_id)
+            detail = str(detail)
+            if kind in ("lost_attempt", "retry"):  # each resume's and retry's, as they come
+                self._lost.append((float(ts), child_id, kind, detail))
+                if kind == "lost_attempt":
+                    continue
+            if kind in KEPT_KINDS:
+                if self._kept.add(child_id, kind, detail):
+                    changed.add(child_id)
+                continue
+            if kind in NEED_EVENTS:
+                self._needs.add(child_id, kind, detail, float(ts))
+            elif kind == "delegate":
+                self._parents[child_id] = detail
+            elif kind == "node":
+                self._nodes[child_id] = detail
+            elif kind == "loop_policy":
+                receipt_id = policy_receipt(detail)
+                if receipt_id is not None:
+                    self.by_policy.add(receipt_id)
+                continue
+            else:
+                evidence = evidence_from_json(detail)
+                if evidence is None:
+                    self._loops.pop(child_id, None)
+                else:
+                    self._loops[child_id] = evidence
+                    self._looped[child_id] = evidence.ts
+            changed.add(child_id)
+        if found:  # what the attempts lost with owners cost, retries' carried cost taken out
+            self.lost_cost = lost_cost(self._lost)
+        return changed
+
+    def fields(self, row: ChildRow) -> dict[str, Any]:
+        """What the events add to a child's row (for one `dataclasses.replace` of it): its
+        parent and depth, loop flag, node, attempt and changes, question and denied call."""
+        cid = row.id
+        fields: dict[str, Any] = {}
+        parent = self._parents.get(cid)
+        looped = self._looped.get(cid)
+        if parent is not None or looped is not None:
+            depth = depth_of(cid, self._parents) if parent is not None else 0
+            loop = self._loops.get(cid)
+            fields.update(parent=parent, depth=depth, loop=loop, looped_ts=looped)
+        node = self._nodes.get(cid)
+        if node is not None:  # its work ran on a cluster: where
+            fields["node"] = node
+        fields.update(self._kept.fields(cid))
+        fields.update(self._needs.fields(row))
+        return fields
