@@ -4,6 +4,7 @@ real minutes)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from flightdeck.engine.model import BatchStatus, ChildStatus
 from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
+from flightdeck.engine.records.store import Store
 
 from helpers import Hold, flightdeck, settings, sim_route, until
+from test_store import make_batch, make_child
 
 T0 = datetime(2026, 12, 1, 0, 7, tzinfo=UTC).timestamp()  # 00:07 UTC
 TEMPLATE = (Task(id="scan", goal="Scan the logs (wave {wave})", seq=0),)
@@ -205,6 +208,41 @@ def test_an_attached_view_says_why_the_schedules_ended(
     assert said == ["the schedules end, no more waves: max_runs (1) reached"]
     # Nor do `wait` and `stop --all` say its schedules fire on (Client.scheduled).
     assert not Client(db, engine.batch_id).scheduled()
+
+
+def test_an_attached_view_agrees_with_wait_and_stop_all_once_a_stop_all_ended_the_schedules(
+    tmp_path: Path,
+) -> None:
+    # Found in a review: a stop-all ends the schedules with the batch's own stop (no
+    # `schedules_end`), which `wait` and `stop --all` read (Client.scheduled) and an attached
+    # view did not: it said `scheduled` while the stopped children ended, and through a whole
+    # run that reopened the batch (its schedules stay ended).
+    db = tmp_path / "flightdeck.db"
+    store = Store(db)
+    spec = json.dumps({"tasks": [], "schedules": [{"id": "scan"}]})
+    store.create_batch(make_batch("b1", spec_json=spec))  # running, its owner this process
+    store.add_children("b1", [make_child(1, status=ChildStatus.RUNNING)])
+    assert store.flush(timeout=10)
+    view = StoreView(db, "b1", watch=False)
+    client = Client(db, "b1")
+    try:
+        assert view.snapshot().scheduled and client.scheduled()
+        store.record_event("b1", "c1", 1100.0, "stop", "stopped by operator")  # a child's stop
+        assert store.flush(timeout=10)
+        view.refresh()
+        assert view.snapshot().scheduled and client.scheduled()
+        # What the coordinator records of a stop-all of a scheduled batch (controls.py).
+        why = "stopped by operator (stop all): the schedules end, no more waves"
+        store.record_event("b1", None, 1101.0, "stop", why)
+        assert store.flush(timeout=10)
+        assert view.refresh()
+        assert view.snapshot().status is BatchStatus.RUNNING  # its child is still stopping
+        assert not client.scheduled()
+        assert not view.snapshot().scheduled
+    finally:
+        client.close()
+        view.close()
+        store.close()
 
 
 def test_a_retry_of_a_schedules_wave_is_refused_before_anything_is_sent(

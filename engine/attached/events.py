@@ -1,7 +1,7 @@
 """What the owner of a batch keeps as events rather than in its rows, read as they are recorded:
 who delegated whom, the loop flags, the node each child was placed on (on a cluster), the loop
 policies' steers, what each child needs of the operator, its attempt and changes, the attempts
-lost with an owner, the units it announced and why its schedules ended. reading.py adds them to
+lost with an owner, the units it announced and the end of its schedules. reading.py adds them to
 the rows it builds."""
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost
 from flightdeck.engine.records.loops import evidence_from_json, policy_receipt
 from flightdeck.engine.records.needlog import NEED_EVENTS, Needs
-from flightdeck.engine.records.reader import SCHEDULES_END, depth_of
+from flightdeck.engine.records.reader import ENDS_SCHEDULES, SCHEDULES_END, depth_of
 
 # The events of a child read (and the loop policies' steers, told from the operator's).
 _EVENTS = ", ".join(
     f"'{k}'"
     for k in ("delegate", "loop", "loop_policy", "node", "lost_attempt", *KEPT_KINDS, *NEED_EVENTS)
 )
-_BATCH_EVENTS = f"'{UNIT_EVENT}', '{SCHEDULES_END}'"  # events of no child read too
 
 
 class BatchEvents:
@@ -45,25 +44,28 @@ class BatchEvents:
         self.lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
         self.by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
         self.units_told: set[str] = set()  # groups of the "unit" events read, not yet looked at
+        self.schedules_ended = False  # by a stop-all, a budget or a cron's last date
         self.waves_ended: str | None = None  # why (a budget, a cron), read and not yet said
 
     def read(self) -> set[str]:
         """The events recorded since the last read (inside the caller's read transaction); the
         ids of the children whose rows must be built again."""
         found = self._conn.execute(
-            "SELECT id, child_id, kind, detail, ts FROM events WHERE batch_id = ? AND id > ?"
-            f" AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL OR kind IN ({_BATCH_EVENTS}))"
-            " ORDER BY id",
+            f"SELECT id, child_id, kind, detail, ts, {ENDS_SCHEDULES} FROM events"
+            f" WHERE batch_id = ? AND id > ? AND (kind IN ({_EVENTS}) AND child_id IS NOT NULL"
+            f" OR kind = '{UNIT_EVENT}' OR {ENDS_SCHEDULES}) ORDER BY id",
             (self.batch_id, self._seen),
         ).fetchall()
         changed = set()
-        for event_id, child_id, kind, detail, ts in found:
+        for event_id, child_id, kind, detail, ts, ends_schedules in found:
             self._seen = int(event_id)
             if kind == UNIT_EVENT:  # a unit the owner announced (a resumed one: as it began)
                 self.units_told.add(str(json.loads(detail)["group"]))
                 continue
-            if kind == SCHEDULES_END:
-                self.waves_ended = str(detail)
+            if ends_schedules:
+                self.schedules_ended = True
+                if kind == SCHEDULES_END:  # a stop-all's is the operator's own: not said
+                    self.waves_ended = str(detail)
                 continue
             child_id = str(child_id)
             detail = str(detail)

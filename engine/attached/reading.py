@@ -170,7 +170,6 @@ class BatchReading:
         running = info.status is BatchStatus.RUNNING
         waves_ended = self._events.waves_ended
         if waves_ended is not None:  # the owner's warning is in its owner.log alone
-            self._schedules = False
             if was is not None or running:  # not for a batch that had ended before this view
                 log.warning("the schedules end, no more waves: %s", waves_ended)
             self._events.waves_ended = None
@@ -191,8 +190,7 @@ class BatchReading:
             held=info.held if running else None,
             limits=self._limits_of(info, rows),
             own=self._own,
-            # Till a stop-all, a budget or a cron ends them.
-            scheduled=running and self._schedules,
+            scheduled=running and self._schedules and not self._events.schedules_ended,
         )
 
     def _rows_of(

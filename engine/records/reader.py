@@ -51,6 +51,9 @@ _FAILED = tuple(
 
 # The event of a batch whose schedules a budget or a cron's last date ended (detail: why).
 SCHEDULES_END = "schedules_end"
+# Which of a batch's events end its schedules: its own stop (a stop-all's, of no child) and its
+# SCHEDULES_END. One condition for every reader: `wait`, `stop --all`, a resume, attached views.
+ENDS_SCHEDULES = f"(child_id IS NULL AND kind IN ('stop', '{SCHEDULES_END}'))"
 
 
 class StoreReader:
@@ -198,9 +201,8 @@ class StoreReader:
             if not self._check_ready():
                 return False
             found = self._conn.execute(
-                "SELECT 1 FROM events WHERE batch_id = ? AND child_id IS NULL"
-                " AND kind IN ('stop', ?) LIMIT 1",
-                (batch_id, SCHEDULES_END),
+                f"SELECT 1 FROM events WHERE batch_id = ? AND {ENDS_SCHEDULES} LIMIT 1",
+                (batch_id,),
             ).fetchone()
         return found is not None
 
