@@ -1,10 +1,11 @@
 """The main screen: children table, transcript, meter and status; every operator key.
 
 The screen composes the widgets, applies each snapshot to them, and routes keys and engine
-facts. What a command key does is decided apart, as values (decisions.py): actions.py for s, x,
-p and n on targets.py's `Aim`, review.py for R, D, M and delete, batch.py for X, P, L and the
-soft budget's question, notices.py for toasts and alerts. The screen carries decisions out
-(`carry_out`): it alone touches the app.
+facts. The keys that change only how the children show (the cursor, tags, folds, order, the
+filter) are its base class's, `Browsing` (browsing.py). What a command key does is decided
+apart, as values (decisions.py): actions.py for s, x, p and n on targets.py's `Aim`, review.py
+for R, D, M and delete, batch.py for X, P, L and the soft budget's question, notices.py for
+toasts and alerts. The screen carries decisions out (`carry_out`): it alone touches the app.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from flightdeck.tui.messages import (
 )
 from flightdeck.tui.options import UiOptions
 from flightdeck.tui.screens import actions, batch, decisions, keys, review, targets
+from flightdeck.tui.screens.browsing import Browsing
 from flightdeck.tui.screens.decisions import Decision
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.needs import NeedsScreen, go_to
@@ -40,28 +42,20 @@ from flightdeck.tui.widgets.digest import DigestPanel
 from flightdeck.tui.widgets.filter import FilterInput
 from flightdeck.tui.widgets.footer import KeysFooter
 from flightdeck.tui.widgets.routes import RoutePanel
-from flightdeck.tui.widgets.rows import counted_to, next_grouping
-from flightdeck.tui.widgets.status import status_line
+from flightdeck.tui.widgets.rows import counted_to
 from textual import events, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
-from textual.reactive import var
-from textual.screen import Screen
 
 __all__ = ["MainScreen", "UiOptions"]  # UiOptions: where tests and benchmarks have found it
 
 
-class MainScreen(Screen[None]):
+class MainScreen(Browsing):
     """Supervise a batch: watch every child, steer or stop any of them."""
 
     CSS_PATH = "main.tcss"
     AUTO_FOCUS = "#children"
     BINDINGS: ClassVar[list[BindingType]] = keys.MAIN_BINDINGS
-
-    following: var[bool] = var(False)
-    """Whether the cursor jumps to the most recently active child on every poll."""
-    frozen: var[bool] = var(False)
-    """Whether live updates are paused (the engine keeps running)."""
 
     def __init__(self, view: EngineView, options: UiOptions | None = None) -> None:
         super().__init__()
@@ -93,18 +87,6 @@ class MainScreen(Screen[None]):
         yield StatusBar(id="status")
         yield KeysFooter()
 
-    @property
-    def table(self) -> ChildrenTable:
-        return self.query_one("#children", ChildrenTable)
-
-    @property
-    def transcript(self) -> TranscriptView:
-        return self.query_one("#transcript", TranscriptView)
-
-    @property
-    def digest(self) -> DigestPanel:
-        return self.query_one("#digest", DigestPanel)
-
     def on_mount(self) -> None:
         self.query_one("#filter").display = False
         self.query_one("#routes").display = False  # until `r`: it costs a pass over the rows
@@ -127,7 +109,8 @@ class MainScreen(Screen[None]):
 
     def apply(self, snap: Snapshot) -> None:
         """Every widget brought in line with `snap`; then what it settles, asks or rings."""
-        first, self.snapshot = self.snapshot is None, snap
+        first = self.snapshot is None
+        self.snapshot = snap
         now = self.options.clock()
         table = self.table
         # The queue first: the status bar counts it, in the same frame as the rows it is of.
@@ -146,7 +129,8 @@ class MainScreen(Screen[None]):
             self.digest.show(self.attention.opened(snap) if first else self.attention.polled(snap))
             self._detail()
             self._status()
-        rows, summaries = table.rows_by_id, self.summaries
+        rows = table.rows_by_id
+        summaries = self.summaries
         self.carry_out([decisions.Say(t) for t in summaries.settle_stops(rows)])
         self.carry_out([decisions.Say(t) for t in summaries.settle_steers(rows)])
         self.carry_out(self.soft_budget.seen(snap, self.view.send, self.view.read_only))
@@ -154,24 +138,6 @@ class MainScreen(Screen[None]):
         self.carry_out(self.notices.flush())
         self.carry_out(queued)
         self._sync_bindings()
-
-    def _detail(self) -> None:
-        now = self.options.clock()
-        self.query_one("#detail", ChildDetail).show_selected(self.table, now, self.snapshot)
-
-    def _status(self) -> None:
-        following, needs_you = self.following, len(self.notices.queue)
-        line = status_line(
-            self.snapshot, self.table, following=following, frozen=self.frozen, needs=needs_you
-        )
-        self.query_one("#status", StatusBar).show(line)
-
-    def _sync_bindings(self) -> None:
-        """check_action depends on the rows; refresh the footer only when the answer changed."""
-        state = tuple(self.check_action(a, ()) for a in keys.ROW_ACTIONS)
-        if state != self._bindings_state:
-            self._bindings_state = state
-            self.refresh_bindings()
 
     def noticed_input(self) -> None:
         """A key or a click anywhere in the app: the operator is looking."""
@@ -282,7 +248,8 @@ class MainScreen(Screen[None]):
     # --- keys that send a command (actions.py on the targets, batch.py on the batch) ----------
 
     def action_steer(self) -> None:
-        aim, blink = targets.act_on(self.table), self.options.cursor_blink
+        aim = targets.act_on(self.table)
+        blink = self.options.cursor_blink
         self.order(actions.steer(aim, self.view.snapshot, self.view.secrets, cursor_blink=blink))
 
     def action_stop(self) -> None:
@@ -317,67 +284,7 @@ class MainScreen(Screen[None]):
         """The limits dialog: the live limits, editable."""
         self.order(batch.limits(self.view.snapshot(), self.view.send))
 
-    # --- tags (targets.py) --------------------------------------------------------------------
-
-    def action_tag(self) -> None:
-        if targets.tag(self.table):
-            self._reshaped()
-
-    def action_tag_visible(self) -> None:
-        targets.tag_visible(self.table)
-        self._reshaped()
-
-    def action_tag_group(self) -> None:
-        """Tag the selected child's whole group (a completion unit): s and x then act on it."""
-        done = targets.tag_group(self.table)
-        if isinstance(done, str):
-            self.notify(done, markup=False)
-        elif done:
-            self._reshaped()
-
-    def _reshaped(self) -> None:
-        """The table's lines or tags changed: the detail (a header counts its tagged members),
-        the status and the footer follow."""
-        with self.app.batch_update():
-            self._detail()
-            self._status()
-        self._sync_bindings()
-
-    # --- the table's view ---------------------------------------------------------------------
-
-    def action_row_down(self) -> None:
-        self.table.action_cursor_down()
-
-    def action_row_up(self) -> None:
-        self.table.action_cursor_up()
-
-    def action_first_row(self) -> None:
-        self.table.action_first_row()
-
-    def action_last_row(self) -> None:
-        self.table.action_last_row()
-
-    def action_fold(self) -> None:
-        """Grouped: fold the group under the cursor to its header, or unfold it."""
-        header = self.table.group_under_cursor()
-        if header is not None:
-            self.table.toggle_fold(header)
-            self._reshaped()
-
-    def action_sort(self) -> None:
-        self.table.set_order(self.table.model.order.next())
-        self._status()
-
-    def action_group_by(self) -> None:
-        """Group the table by the next of: group, status, route, tool, error, nothing."""
-        self.table.set_grouping(next_grouping(self.table.model.grouping))
-        self._reshaped()
-
-    def action_follow(self) -> None:
-        self.following = not self.following
-        if self.following:
-            self.table.follow(start=True)
-        self._status()
+    # --- live updates paused, help, quit ------------------------------------------------------
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
@@ -385,23 +292,6 @@ class MainScreen(Screen[None]):
         self._status()
         if not self.frozen:
             self.poll()
-
-    def action_routes(self) -> None:
-        routes = self.query_one("#routes", RoutePanel)
-        routes.display = not routes.display
-        if routes.display and self.snapshot is not None:
-            routes.show(self.snapshot)
-
-    def action_digest(self) -> None:
-        """Show what happened since the operator last looked; dismiss it if it shows."""
-        if self.digest.shown:
-            self._dismiss_digest()
-        elif self.snapshot is not None:
-            self.digest.show(self.attention.on_demand(self.snapshot))
-
-    def _dismiss_digest(self) -> None:
-        self.digest.show(None)
-        self.attention.dismissed(self.snapshot)
 
     def action_help(self) -> None:
         shown = [(self.app.get_key_display(b), b.description, b.tooltip) for b in keys.HELP]
@@ -411,10 +301,7 @@ class MainScreen(Screen[None]):
         """Quit now if nothing runs; otherwise ask to stop all first."""
         self.carry_out(self.quitting.pressed(self.view))  # looked at again when answered
 
-    # --- filter -----------------------------------------------------------------------------
-
-    def action_filter(self) -> None:
-        self.query_one("#filter", FilterInput).open(self.table.row_filter)
+    # --- other screens: search, needs you -----------------------------------------------------
 
     def action_search(self) -> None:
         """Search every transcript (F): a screen of its own (screens/search.py)."""
@@ -422,26 +309,12 @@ class MainScreen(Screen[None]):
 
     def action_needs(self) -> None:
         """What needs the operator (!, screens/needs.py); enter there selects that child."""
-        o, table = self.options, self.table
-        queue = NeedsScreen(self.view, o.clock, poll_s=o.poll_s, cursor_blink=o.cursor_blink)
-        self.carry_out((decisions.Ask(queue, lambda child_id: go_to(table, child_id)),))
-
-    def on_filter_input_applied(self, message: FilterInput.Applied) -> None:
+        options = self.options
         table = self.table
-        if message.row_filter == table.row_filter:
-            return
-        table.row_filter = message.row_filter
-        table.rebuild()
-        self._reshaped()
-
-    def on_filter_input_rejected(self, message: FilterInput.Rejected) -> None:
-        self.notify(message.reason, severity="error", markup=False)
-
-    def on_filter_input_closed(self, _: FilterInput.Closed) -> None:
-        # Unless it was opened again since (enter, then / before this came): it keeps the focus,
-        # or what is typed into it would go to the table's keys.
-        if not self.query_one("#filter", FilterInput).display:
-            self.table.focus()
+        queue = NeedsScreen(
+            self.view, options.clock, poll_s=options.poll_s, cursor_blink=options.cursor_blink
+        )
+        self.carry_out((decisions.Ask(queue, lambda child_id: go_to(table, child_id)),))
 
     # --- command palette --------------------------------------------------------------------
 
