@@ -43,9 +43,9 @@ class BatchEvents:
         self._lost: list[tuple[float, str | None, str, str]] = []  # lost attempts and retries
         self.lost_cost: Decimal | None = Decimal(0)  # what attempts lost with owners cost
         self.by_policy: set[int] = set()  # steer receipts a loop policy sent, not the operator
-        self.units_told: set[str] = set()  # groups of the "unit" events read, not yet looked at
         self.schedules_ended = False  # by a stop-all, a budget or a cron's last date
-        self.waves_ended: str | None = None  # why (a budget, a cron), read and not yet said
+        self._units_told: set[str] = set()  # groups of the "unit" events, not yet taken
+        self._waves_ended: str | None = None  # why (a budget, a cron), not yet taken
 
     def read(self) -> set[str]:
         """The events recorded since the last read (inside the caller's read transaction); the
@@ -60,12 +60,12 @@ class BatchEvents:
         for event_id, child_id, kind, detail, ts, ends_schedules in found:
             self._seen = int(event_id)
             if kind == UNIT_EVENT:  # a unit the owner announced (a resumed one: as it began)
-                self.units_told.add(str(json.loads(detail)["group"]))
+                self._units_told.add(str(json.loads(detail)["group"]))
                 continue
             if ends_schedules:
                 self.schedules_ended = True
                 if kind == SCHEDULES_END:  # a stop-all's is the operator's own: not said
-                    self.waves_ended = str(detail)
+                    self._waves_ended = str(detail)
                 continue
             child_id = str(child_id)
             detail = str(detail)
@@ -99,6 +99,18 @@ class BatchEvents:
         if found:  # what the attempts lost with owners cost, retries' carried cost taken out
             self.lost_cost = lost_cost(self._lost)
         return changed
+
+    def units_told(self) -> set[str]:
+        """The groups of the units the owner announced since the last call."""
+        told = self._units_told
+        self._units_told = set()
+        return told
+
+    def waves_ended(self) -> str | None:
+        """Why a budget or a cron's last date ended the schedules, if read since the last call."""
+        why = self._waves_ended
+        self._waves_ended = None
+        return why
 
     def fields(self, row: ChildRow) -> dict[str, Any]:
         """What the events add to a child's row (for one `dataclasses.replace` of it): its

@@ -162,17 +162,16 @@ class BatchReading:
         if self._own is None:  # a batch's spec never changes: read once
             self._own = own_tasks(info.spec_json)
             self._schedules = bool(stored_spec(info.spec_json).get("schedules"))
-        told = self._events.units_told
-        self._events.units_told = set()
+        told = self._events.units_told()
         if events is not None:
             self._facts.units(rows, self._own, events, told)
             self._facts.batch(was, info, events)
         running = info.status is BatchStatus.RUNNING
-        waves_ended = self._events.waves_ended
-        if waves_ended is not None:  # the owner's warning is in its owner.log alone
-            if was is not None or running:  # not for a batch that had ended before this view
-                log.warning("the schedules end, no more waves: %s", waves_ended)
-            self._events.waves_ended = None
+        waves_ended = self._events.waves_ended()
+        # The owner's warning is in its owner.log alone; not said of a batch that had ended
+        # before this view.
+        if waves_ended is not None and (was is not None or running):
+            log.warning("the schedules end, no more waves: %s", waves_ended)
         return Snapshot(
             batch_id=info.id,
             status=info.status,
