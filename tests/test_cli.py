@@ -1249,6 +1249,40 @@ def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(
 
 
 @pytest.mark.slow
+def test_a_child_id_given_for_the_batch_id_is_said_as_that(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found in use: `flightdeck steer job-0 -m hi` (the batch id left out) said "name the
+    # children to steer", as stop, nudge and retry said theirs: the batch id was the mistake.
+    from flightdeck.tui.cli import main
+
+    done = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert done.returncode == ExitCode.OK, done.stderr
+    batch_id = done.stdout.split()[1]
+    state = project / ".flightdeck"
+    monkeypatch.chdir(project)
+    for verb, *rest in (
+        ("steer", "-m", "hi"),
+        ("stop",),
+        ("nudge",),
+        ("retry",),
+        ("pause",),
+        ("continue",),
+        ("answer", "job-1", "-m", "yes"),
+    ):
+        assert main([verb, "job-0", *rest]) == ExitCode.USAGE, verb
+        meant = f"flightdeck {verb} {batch_id} job-0 … --state-dir {state.absolute()}"
+        said = (
+            f"flightdeck: batch_id: no batch 'job-0' in {state.absolute()} (a child of batch "
+            f"{batch_id}: did you mean `{meant}`?)\n"
+        )
+        assert capsys.readouterr() == ("", said), verb
+    # An id no batch has a child of: where to look, as before.
+    assert main(["steer", "job-9", "-m", "hi"]) == ExitCode.USAGE
+    assert "no batch 'job-9' in " in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_an_unknown_child_id_is_said_the_same_way_by_every_command(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -35,8 +35,9 @@ def batch_client(args: argparse.Namespace) -> Client:
 
     db = state_db(args.state_dir)
     client = Client(db, args.batch_id)
-    if client.info() is None:
-        raise unknown_batch(args.batch_id, db)
+    if client.info() is None:  # a command naming children may have been given one first
+        verb = args.command if hasattr(args, "child_ids") else None
+        raise unknown_batch(args.batch_id, db, verb)
     return client
 
 
@@ -126,9 +127,9 @@ def cmd_steer(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.commands import Steer
 
     row_filter = where_filter(args)
-    if row_filter is None and not args.child_ids:
-        raise UsageError(None, None, None, "name the children to steer, or --where QUERY")
-    with batch_client(args) as client:
+    with batch_client(args) as client:  # first: a batch id left out is said as that
+        if row_filter is None and not args.child_ids:
+            raise UsageError(None, None, None, "name the children to steer, or --where QUERY")
         ids, _ = _targets(args, client, row_filter, "steer")
         if not ids:
             return ExitCode.OK
@@ -153,9 +154,9 @@ def cmd_nudge(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.commands import Nudge
 
     row_filter = where_filter(args)
-    if row_filter is None and not args.child_ids:
-        raise UsageError(None, None, None, "name the children to nudge, or --where QUERY")
-    with batch_client(args) as client:
+    with batch_client(args) as client:  # first, as for steer
+        if row_filter is None and not args.child_ids:
+            raise UsageError(None, None, None, "name the children to nudge, or --where QUERY")
         ids, _ = _targets(args, client, row_filter, "nudge")
         if not ids:
             return ExitCode.OK
@@ -243,11 +244,11 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.commands import Stop, StopAll
 
     row_filter = where_filter(args)
-    if row_filter is None and args.all == bool(args.child_ids):
-        raise UsageError(
-            None, None, None, "name the children to stop, --all or --where QUERY (one of them)"
-        )
-    with batch_client(args) as client:
+    with batch_client(args) as client:  # first, as for steer
+        if row_filter is None and args.all == bool(args.child_ids):
+            raise UsageError(
+                None, None, None, "name the children to stop, --all or --where QUERY (one of them)"
+            )
         if args.all:
             scheduled = client.scheduled()  # asked first: once applied, they have ended
             rid = sent(client, StopAll())

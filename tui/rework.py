@@ -74,9 +74,9 @@ def cmd_retry(args: argparse.Namespace) -> ExitCode:
     from flightdeck.engine.commands import CommandError, Retry
 
     row_filter = where_filter(args)
-    if row_filter is None and not args.child_ids:
-        raise UsageError(None, None, None, "name the children to retry, or --where QUERY")
-    with batch_client(args) as client:
+    with batch_client(args) as client:  # first: a batch id left out is said as that
+        if row_filter is None and not args.child_ids:
+            raise UsageError(None, None, None, "name the children to retry, or --where QUERY")
         if row_filter is None:
             ids, counted = list(args.child_ids), False
             _lost(client, ids)

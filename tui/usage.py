@@ -41,12 +41,23 @@ def state_db(state_dir: Path | None, config: Path | None = None) -> Path:
     return db
 
 
-def unknown_batch(batch_id: str, db: Path) -> UsageError:
+def unknown_batch(batch_id: str, db: Path, verb: str | None = None) -> UsageError:
     """The error of an id that names no batch of `db`'s state folder, said as every command
-    that takes a batch id says it."""
-    from flightdeck.engine.attached.store import no_batch
+    that takes a batch id says it. `verb`: a command taking BATCH_ID CHILD..., whose batch id
+    left out makes its first child id the batch's: the command meant is said, when that id
+    names a child of one batch."""
+    from flightdeck.engine.attached.hints import command_line
+    from flightdeck.engine.attached.store import StoreReader, no_batch
+    from flightdeck.engine.sanitize import one_line
 
-    return UsageError(None, None, "batch_id", no_batch(batch_id, db.parent))
+    instead = None
+    if verb is not None:
+        with StoreReader(db) as reader:
+            found = reader.batches_of_child(batch_id)
+        if len(found) == 1:
+            meant = command_line(db.parent, verb, found[0], batch_id, "…")
+            instead = f"(a child of batch {one_line(found[0], 80)}: did you mean `{meant}`?)"
+    return UsageError(None, None, "batch_id", no_batch(batch_id, db.parent, instead))
 
 
 def unknown_children(unknown: Sequence[str], batch_id: str) -> UsageError:

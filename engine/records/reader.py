@@ -154,6 +154,17 @@ class StoreReader:
             ).fetchall()
         return {str(r[0]) for r in rows}
 
+    def batches_of_child(self, child_id: str) -> list[str]:
+        """The ids of at most two batches with a child of this id: what a batch id that names
+        no batch may have meant (the child's id given in its place)."""
+        with self._lock:
+            if not self._check_ready():
+                return []
+            rows = self._conn.execute(
+                "SELECT DISTINCT batch_id FROM children WHERE id = ? LIMIT 2", (child_id,)
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def child(self, batch_id: str, child_id: str) -> ChildRow | None:
         """One child with its steer receipts, or None."""
         with self._lock:
@@ -412,10 +423,9 @@ def require_state(db: Path) -> None:
         raise StoreError(db, None, None, "no flightdeck state here (run a batch first)")
 
 
-def no_batch(batch_id: str, state_dir: Path) -> str:
+def no_batch(batch_id: str, state_dir: Path, instead: str | None = None) -> str:
     """How every command says that an id names no batch of this state folder (`logs`,
-    `report`, `resume`, `steer`, `stop`, `wait`… alike)."""
-    return (
-        f"no batch {one_line(batch_id, 80)!r} in {sanitize(str(state_dir.absolute()))} "
-        "(flightdeck ls lists them; another state folder: --state-dir)"
-    )
+    `report`, `resume`, `steer`, `stop`, `wait`… alike); `instead`: what the id names, if
+    that says more than where to look."""
+    where = instead or "(flightdeck ls lists them; another state folder: --state-dir)"
+    return f"no batch {one_line(batch_id, 80)!r} in {sanitize(str(state_dir.absolute()))} {where}"
