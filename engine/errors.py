@@ -15,6 +15,7 @@ Our exception hierarchy:
     * FatalError - bad key, exhausted quota, bad request: retrying cannot help
   * ToolError - a tool call failed; the message goes back to the model
   * CommandError - an operator command that cannot be applied as given (also a ValueError)
+    * AlreadyEnded - every child it names had ended before it came: nothing left to do
 
 The command line reports every LocatedError the same way: one line naming the file, exit code 2.
 Beside their raisers live UsageError (a bad command-line argument, an InputError) and
@@ -134,6 +135,11 @@ class CommandError(FlightdeckError, ValueError):
         super().__init__(message)
         self.field = field
         self.message = message
+
+
+class AlreadyEnded(CommandError):
+    """A stop, pause or continue that came after every child it names had ended on its own:
+    not applied, yet no failure, since nothing was left for it to act on."""
 
 
 def check_known(ids: Iterable[str], known: Container[str], batch_id: str) -> None:

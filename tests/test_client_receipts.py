@@ -4,11 +4,14 @@ why; what a steer waits for; what a missed one missed by."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.attached.client import Client
+from flightdeck.engine.commands import Command
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.cli import main
 
@@ -319,28 +322,128 @@ def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(
 
 
 def test_a_stop_that_arrives_after_its_child_ended_is_not_recorded_applied(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Found in use: a stop confirmed in the attached TUI just after the child ended on its own
     # was recorded `applied`, as if it had stopped it.
+    from flightdeck.engine.attached.view import StoreView
     from flightdeck.engine.commands import Stop
     from flightdeck.engine.records.requests import RequestState
 
     owner, batch_id, hold = sim_owner(tmp_path, ["a", "b"], pool=2)
+    db = tmp_path / "state" / "flightdeck.db"
     try:
         until(lambda: status(tmp_path, batch_id, "b") == "running", 30)
         hold.release("a")
         until(lambda: status(tmp_path, batch_id, "a") == "completed", 30)
         # What the TUI sends once its dialog, opened while `a` ran, is confirmed.
-        with Client(tmp_path / "state" / "flightdeck.db", batch_id) as client:
+        with Client(db, batch_id) as client:
             *_, settled = client.follow(client.send(Stop(("a",))))
         assert settled.state is RequestState.REFUSED
-        assert settled.reason == "a had already ended (completed) when the stop arrived"
+        assert (
+            settled.reason == "a had already ended (completed) when the stop arrived: not stopped"
+        )
+        # The attached TUI says so as that, not as a refusal (it said `stop refused: …`).
+        view = StoreView(db, batch_id, watch=False)
+
+        def told() -> bool:
+            view.refresh()
+            return bool(caplog.records)
+
+        try:
+            with caplog.at_level(logging.WARNING, logger="flightdeck"):
+                view.send(Stop(("a",)))
+                until(told, 30)
+        finally:
+            view.close()
+        assert [r.getMessage() for r in caplog.records] == [settled.reason]
         with Client(tmp_path / "state" / "flightdeck.db", batch_id) as client:
             *_, settled = client.follow(client.send(Stop(("a", "b"))))
         assert settled.state is RequestState.APPLIED  # it stopped b
         until(lambda: status(tmp_path, batch_id, "b") == "stopped", 30)
     finally:
+        ended(owner, hold)
+
+
+def test_a_stop_pause_or_continue_that_arrives_after_its_child_ended_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: `stop B a` of a child found ended by the command's read of the batch
+    # said so, exit 0; of one that ended on its own after that read, before the owner took the
+    # stop, it said `refused: …`, exit 1: one outcome, two exit codes, by a race. A pause so
+    # late said `pause applied: b`, and was recorded applied, though it paused nothing.
+    from flightdeck.engine.commands import Stop
+    from flightdeck.engine.records.requests import RequestState
+    from flightdeck.tui import client as cli_client
+
+    # d, held throughout, keeps the batch running
+    owner, batch_id, hold = sim_owner(tmp_path, ["a", "b", "c", "d"], pool=2)
+    db = tmp_path / "state" / "flightdeck.db"
+    real_sent = cli_client.sent
+    meanwhile: list[Callable[[], None]] = []
+
+    def late_sent(client: Client, command: Command) -> int:
+        """The child ends after the command's read of the batch, before its request."""
+        meanwhile.pop()()
+        return real_sent(client, command)
+
+    def completes(child_id: str) -> Callable[[], None]:
+        def end() -> None:
+            hold.release(child_id)
+            until(lambda: status(tmp_path, batch_id, child_id) == "completed", 30)
+
+        return end
+
+    def stopped_by_another(child_id: str) -> Callable[[], None]:
+        def end() -> None:
+            with Client(db, batch_id) as other:
+                *_, done = other.follow(other.send(Stop((child_id,))))
+            assert done.state is RequestState.APPLIED
+
+        return end
+
+    def said(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "--state-dir", str(tmp_path / "state")])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    try:
+        until(lambda: status(tmp_path, batch_id, "b") == "running", 30)  # a too; c, d queued
+        assert said("pause", batch_id, "c") == (0, "pause applied: c\n", "")
+        monkeypatch.setattr(cli_client, "sent", late_sent)
+        meanwhile.append(completes("a"))
+        assert said("stop", batch_id, "a") == (
+            0,
+            "a had already ended (completed) when the stop arrived: not stopped\n",
+            "",
+        )
+        meanwhile.append(completes("b"))
+        assert said("pause", batch_id, "b") == (
+            0,
+            "b had already ended (completed) when the pause arrived: not paused\n",
+            "",
+        )
+        meanwhile.append(stopped_by_another("c"))
+        assert said("continue", batch_id, "c") == (
+            0,
+            "c had already ended (stopped) when the continue arrived: not continued\n",
+            "",
+        )
+        with StoreReader(db) as reader:
+            acts = [(c, k) for _, c, k, _ in reader.events(batch_id) if k in ("pause", "continue")]
+        assert acts == [("c", "pause")]  # neither late one did anything
+        with Client(db, batch_id) as client:  # nor is either recorded as applied
+            states = [(r.kind, r.state) for r in map(client.request, range(1, 6))]
+        assert states == [
+            ("pause", RequestState.APPLIED),
+            ("stop", RequestState.REFUSED),
+            ("pause", RequestState.REFUSED),
+            ("stop", RequestState.APPLIED),  # another's
+            ("continue", RequestState.REFUSED),
+        ]
+    finally:
+        monkeypatch.setattr(cli_client, "sent", real_sent)
+        main(["stop", batch_id, "--all", "--state-dir", str(tmp_path / "state")])  # c, if paused
         ended(owner, hold)
 
 

@@ -4,6 +4,7 @@ last turn, budgets that cannot be enforced, and the Engine API used out of order
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from decimal import Decimal
@@ -409,6 +410,35 @@ def test_a_steer_to_a_child_that_has_ended_is_missed_with_the_reason(tmp_path: P
     with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:  # for `flightdeck steer`
         (stored,) = reader.child(engine.batch_id, "t0000").steers  # type: ignore[union-attr]
     assert stored.how == "the child had ended: completed"
+
+
+def test_a_stop_or_pause_of_children_that_had_ended_is_a_notice_not_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by an audit: a stop the TUI sent (its dialog confirmed late) to a child that had
+    # just completed was shown as an error, `stop not applied: …`; a pause so late, not at all.
+    hold = Hold(tmp_path / "hold")
+    engine = start(batch(2), settings(sim_route(**hold.options())), tmp_path)
+
+    def said() -> list[tuple[str, str]]:
+        return [(r.levelname, r.getMessage()) for r in caplog.records]
+
+    try:
+        hold.release("t0000")  # it completes; t0001 holds the batch open
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.COMPLETED)
+        with caplog.at_level(logging.WARNING, logger="flightdeck"):
+            engine.stop(["t0000"])
+            until(lambda: len(said()) == 1)
+            engine.pause(["t0000"])
+            until(lambda: len(said()) == 2)
+        hold.release()
+        run_to_end(engine)
+    finally:
+        engine.close()
+    assert said() == [
+        ("WARNING", "t0000 had already ended (completed) when the stop arrived: not stopped"),
+        ("WARNING", "t0000 had already ended (completed) when the pause arrived: not paused"),
+    ]
 
 
 def test_a_given_batch_id_is_a_plain_name_not_taken_and_max_concurrent_a_number(

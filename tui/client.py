@@ -411,10 +411,12 @@ def _say_paused(client: Client, told: int) -> int:
 
 def until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
     """Wait for the owner to settle the request: print `applied` once it has applied it (0),
-    or why it refused it, or that the owner is gone (1). Waiting more than a moment is said."""
+    or why it refused it, or that the owner is gone (1). Waiting more than a moment is said.
+    A stop, pause or continue that came after its children ended did nothing and failed in
+    nothing: why is printed as for one left out by the batch's read before it (0)."""
     import time
 
-    from flightdeck.engine.attached.client import OwnerGone
+    from flightdeck.engine.attached.client import OwnerGone, ended_first
 
     said_waiting = False
     started = time.monotonic()
@@ -424,6 +426,9 @@ def until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
                 console_for().print(Text(applied))
                 return ExitCode.OK
             if row.state.value == "refused":
+                if ended_first(row.kind, row.child_ids, client.rows()):
+                    console_for().print(Text(one_line(row.reason or "")))
+                    return ExitCode.OK
                 say_error(f"refused: {row.reason or ''}")
                 return ExitCode.INCOMPLETE
             if not said_waiting and time.monotonic() - started > 1.0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -319,6 +319,16 @@ class Client:
         if self._conn is None:
             self._conn = connect(f"{self.db.resolve().as_uri()}?mode=ro", uri=True)
         return self._conn
+
+
+def ended_first(kind: str, child_ids: Sequence[str], rows: Iterable[ChildRow]) -> bool:
+    """Whether a refused request was a stop, pause or continue whose every child has ended:
+    one that came after they ended on their own (the owner's AlreadyEnded), which did nothing
+    and failed in nothing, as one its sender left out for that."""
+    if kind not in ("stop", "pause", "continue") or not child_ids:
+        return False
+    live = {r.id for r in rows if r.status.live}
+    return not any(i in live for i in child_ids)
 
 
 def settled(row: RequestRow) -> bool:

@@ -12,6 +12,7 @@ does an accept or discard the owner refuses: those are waited for, as in-process
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
 import threading
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from flightdeck.engine.attached.client import Client, OwnerGone, batch_keys
+from flightdeck.engine.attached.client import Client, OwnerGone, batch_keys, ended_first
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.attached.reading import BatchReading
 from flightdeck.engine.attached.rework import review, send_retry
@@ -27,7 +28,7 @@ from flightdeck.engine.attached.spawn import OwnerFailed
 from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
 from flightdeck.engine.errors import StoreError
-from flightdeck.engine.model import BatchStatus, EngineEvent, Snapshot
+from flightdeck.engine.model import BatchStatus, ChildRow, EngineEvent, Snapshot
 from flightdeck.engine.records.liveness import STALE_AFTER_S
 from flightdeck.engine.records.reader import require_state
 from flightdeck.engine.records.rows import BatchInfo
@@ -216,11 +217,14 @@ class StoreView:
                 return False
             self._snapshot = snap
             self.reads += 1
-            refused = self._refused() if self._pending else []
+            refused = self._refused(snap.children) if self._pending else []
         for event in events:
             self._publish(event)
         for what, reason in refused:
-            log.warning("%s refused: %s", what, reason)
+            if what is None:  # it came after its children ended: a notice, no failure
+                log.warning("%s", reason)
+            else:
+                log.warning("%s refused: %s", what, reason)
         return True
 
     def _read(self, events: list[EngineEvent] | None = None) -> Snapshot | None:
@@ -229,20 +233,23 @@ class StoreView:
         self._data_version = version  # a read that failed is tried again at the next wake
         return None if snap is None else dataclasses.replace(snap, version=version)
 
-    def _refused(self) -> list[tuple[str, str]]:
-        """This view's requests the owner refused since the last read, with the reason."""
+    def _refused(self, children: tuple[ChildRow, ...]) -> list[tuple[str | None, str]]:
+        """This view's requests the owner refused since the last read, with the reason (and
+        no kind for one that came after its children ended: `ended_first`)."""
         ids = sorted(self._pending)
         marks = ", ".join("?" * len(ids))
         rows = self._conn.execute(
-            f"SELECT id, kind, state, reason FROM requests WHERE batch_id = ? AND id IN ({marks})",
+            "SELECT id, kind, state, reason, child_ids FROM requests"
+            f" WHERE batch_id = ? AND id IN ({marks})",
             (self.batch_id, *ids),
         ).fetchall()
-        out = []
-        for rid, kind, state, reason in rows:
+        out: list[tuple[str | None, str]] = []
+        for rid, kind, state, reason, child_ids in rows:
             if state != "pending":
                 self._pending.discard(rid)
             if state == "refused":
-                out.append((str(kind).replace("_", " "), str(reason or "")))
+                moot = ended_first(str(kind), json.loads(child_ids or "[]"), children)
+                out.append((None if moot else str(kind).replace("_", " "), str(reason or "")))
         return out
 
     def _publish(self, event: EngineEvent) -> None:

@@ -45,6 +45,7 @@ from flightdeck.engine.control.reviews import ReviewDesk
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.softbudget import SoftBudget
 from flightdeck.engine.control.throttle import RouteThrottle
+from flightdeck.engine.errors import AlreadyEnded
 from flightdeck.engine.inputs.settings import CannedSteers
 from flightdeck.engine.inputs.settings.loops import fill
 from flightdeck.engine.model import (
@@ -114,18 +115,26 @@ class Controls:
         request (if any) settled after what it made is queued to the store."""
         try:
             receipts = self._dispatch(order)
+        except AlreadyEnded as exc:  # nothing left to act on: not applied, yet no failure
+            self._settle(order, (), str(exc), failed=False)
+            return
         except CommandError as exc:  # checked by the sender; the batch changed since
             self._settle(order, (), str(exc))
             return
         if receipts is not None:  # None: applied elsewhere, settled once it is (`reviewed`)
             self._settle(order, receipts, None)
 
-    def _settle(self, order: Order, receipts: tuple[int, ...], refused: str | None) -> None:
-        """The order's request and its in-process sender told it was applied, or refused."""
+    def _settle(
+        self, order: Order, receipts: tuple[int, ...], refused: str | None, *, failed: bool = True
+    ) -> None:
+        """The order's request and its in-process sender told it was applied, or refused
+        (`failed`: as an error, else a notice of why it did nothing)."""
         if order.answer is not None:
             order.answer.settle(refused)
         if order.request_id is not None:
             self._recorder.settle_request(order.request_id, receipts, refused, order.command)
+        elif refused is not None and order.answer is None and not failed:
+            log.warning("%s", refused)  # shown by the TUI that sent it, not as an error
         elif refused is not None and order.answer is None:
             log.error("flightdeck engine: %s not applied: %s", order.command.title, refused)
 
@@ -155,7 +164,7 @@ class Controls:
                 if not self.stop(self._arrivals.subtree(ids), "stopped by operator"):
                     # Each ended on its own before the stop came: it did nothing, and its
                     # request must not read applied.
-                    raise CommandError(f"{self._ended(ids)} when the stop arrived")
+                    raise AlreadyEnded(f"{self._ended(ids)} when the stop arrived: not stopped")
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
@@ -170,10 +179,12 @@ class Controls:
                     self._arrivals.end_schedules()
                     self.stopped_by_stop_all += 1
             case Pause(ids):
+                self._none_live(ids, "pause", "paused")  # as a stop: then it does nothing
                 for child_id in ids:  # the operator has it now: no policy step behind
                     self.loop_policies.ended(child_id)  # their back (`n` still works)
                 self._pauses.pause(ids)
             case Continue(ids):
+                self._none_live(ids, "continue", "continued")
                 self._pauses.continue_(ids)
             case PauseAdmission() | ContinueAdmission() as command:
                 if self._pauses.hold_admission(isinstance(command, PauseAdmission)):
@@ -293,6 +304,13 @@ class Controls:
             self._recorder.record_event(child_id, "stop", reason)
             stopped += 1
         return stopped
+
+    def _none_live(self, ids: tuple[str, ...], verb: str, done: str) -> None:
+        """AlreadyEnded if every one of these children has ended (on its own, after its sender
+        read the batch): a pause or continue that would do nothing must not read applied."""
+        live = (self._slots.by_id.get(i) for i in ids)  # else an earlier owner's: ended
+        if not any(c is not None and not c.status.terminal for c in live):
+            raise AlreadyEnded(f"{self._ended(ids)} when the {verb} arrived: not {done}")
 
     def _ended(self, ids: tuple[str, ...]) -> str:
         """`c1 had already ended (completed)`, or `c1 (completed), c2 (failed) had …`."""
