@@ -9,9 +9,11 @@ import threading
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Budget
 from flightdeck.engine.model import (
@@ -439,6 +441,59 @@ def test_a_stop_or_pause_of_children_that_had_ended_is_a_notice_not_an_error(
         ("WARNING", "t0000 had already ended (completed) when the stop arrived: not stopped"),
         ("WARNING", "t0000 had already ended (completed) when the pause arrived: not paused"),
     ]
+
+
+def test_a_stop_refused_as_come_after_its_child_ended_is_settled_after_the_childs_final_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found in review: a child's thread ends it, then tells the coordinator, which records its
+    # final row. A stop taken in between was refused at once, the refusal maybe committed while
+    # the row still read `running`: `flightdeck stop` then could not tell it came too late.
+    from flightdeck.engine.attached.client import Client
+    from flightdeck.engine.child.state import Child
+    from flightdeck.engine.commands import Stop
+    from flightdeck.engine.control.controls import Controls
+    from flightdeck.engine.records.requests import RequestState
+
+    in_between, let_go, taken = threading.Event(), threading.Event(), threading.Event()
+    finalize, apply = Child.finalize, Controls.apply
+
+    def finalize_then_wait(child: Child, status: ChildStatus, *args: Any, **kw: Any) -> bool:
+        done = finalize(child, status, *args, **kw)
+        if child.task.id == "t0000" and status is ChildStatus.COMPLETED:
+            in_between.set()  # ended, and the coordinator not told yet
+            assert let_go.wait(30)
+        return done
+
+    def apply_then_say(controls: Controls, order: Order) -> None:
+        apply(controls, order)
+        if isinstance(order.command, Stop):
+            taken.set()
+
+    monkeypatch.setattr(Child, "finalize", finalize_then_wait)
+    monkeypatch.setattr(Controls, "apply", apply_then_say)
+    hold = Hold(tmp_path / "hold")
+    engine = start(batch(2), settings(sim_route(**hold.options())), tmp_path)
+    db = tmp_path / "state" / "flightdeck.db"
+    try:
+        hold.release("t0000")  # it completes; t0001 holds the batch open
+        assert in_between.wait(30)
+        with Client(db, engine.batch_id) as client:
+            request = client.send(Stop(("t0000",)))
+            assert taken.wait(30)
+            assert engine._run.store is not None and engine._run.store.flush(30)
+            # Its final row is not handed to the store yet (a progress write may have caught
+            # its status): the refusal waits for it.
+            assert client.request(request).state is RequestState.PENDING
+            let_go.set()
+            *_, settled = client.follow(request)
+            assert settled.state is RequestState.REFUSED
+            assert {r.id: r.status for r in client.rows()}["t0000"] is ChildStatus.COMPLETED
+        hold.release()
+        run_to_end(engine)
+    finally:
+        let_go.set()
+        engine.close()
 
 
 def test_a_given_batch_id_is_a_plain_name_not_taken_and_max_concurrent_a_number(

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from flightdeck.engine.attached.client import Client, OwnerGone, batch_keys, ended_first
 from flightdeck.engine.attached.hints import command_line
@@ -212,12 +213,15 @@ class StoreView:
             version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
             if version == self._data_version and not self._reading.owner_died():
                 return False
+            # Read before the rows: a stop refused as come after its children ended is settled
+            # after their final rows (control/endedfirst.py), which the rows then have.
+            requests = self._requests() if self._pending else []
             snap = self._read(events)
             if snap is None:
                 return False
             self._snapshot = snap
             self.reads += 1
-            refused = self._refused(snap.children) if self._pending else []
+            refused = self._refused(requests, snap.children)
         for event in events:
             self._publish(event)
         for what, reason in refused:
@@ -233,18 +237,23 @@ class StoreView:
         self._data_version = version  # a read that failed is tried again at the next wake
         return None if snap is None else dataclasses.replace(snap, version=version)
 
-    def _refused(self, children: tuple[ChildRow, ...]) -> list[tuple[str | None, str]]:
-        """This view's requests the owner refused since the last read, with the reason (and
-        no kind for one that came after its children ended: `ended_first`)."""
+    def _requests(self) -> list[tuple[Any, ...]]:
+        """This view's requests not known to be settled, as they stand now."""
         ids = sorted(self._pending)
         marks = ", ".join("?" * len(ids))
-        rows = self._conn.execute(
+        return self._conn.execute(
             "SELECT id, kind, state, reason, child_ids FROM requests"
             f" WHERE batch_id = ? AND id IN ({marks})",
             (self.batch_id, *ids),
         ).fetchall()
+
+    def _refused(
+        self, requests: list[tuple[Any, ...]], children: tuple[ChildRow, ...]
+    ) -> list[tuple[str | None, str]]:
+        """Of `requests`, those the owner refused, with the reason (and no kind for one that
+        came after its children ended: `ended_first`); the settled ones are not asked again."""
         out: list[tuple[str | None, str]] = []
-        for rid, kind, state, reason, child_ids in rows:
+        for rid, kind, state, reason, child_ids in requests:
             if state != "pending":
                 self._pending.discard(rid)
             if state == "refused":

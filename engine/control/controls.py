@@ -35,6 +35,7 @@ from flightdeck.engine.commands import (
 )
 from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.attempts import Attempts
+from flightdeck.engine.control.endedfirst import EndedFirst
 from flightdeck.engine.control.inbox import Order, ReceiptIds, Reviewed
 from flightdeck.engine.control.loops import LoopPolicies, Step
 from flightdeck.engine.control.pauses import Pauses
@@ -60,7 +61,6 @@ from flightdeck.engine.model import (
 from flightdeck.engine.model.livelimits import ROUTE_FIELDS, changed
 from flightdeck.engine.records.loops import evidence_json
 from flightdeck.engine.records.transcripts import TranscriptWriter
-from flightdeck.engine.sanitize import one_line
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ class Controls:
         self.loop_policies = LoopPolicies()
         # Children a stop-all found still queued or running; any makes the batch `stopped`.
         self.stopped_by_stop_all = 0
+        self._ended_first = EndedFirst(slots)
 
     def apply(self, order: Order) -> None:
         """One of the operator's commands, from this process or a client's request; the
@@ -116,7 +117,8 @@ class Controls:
         try:
             receipts = self._dispatch(order)
         except AlreadyEnded as exc:  # nothing left to act on: not applied, yet no failure
-            self._settle(order, (), str(exc), failed=False)
+            if not self._ended_first.hold(order, str(exc), order.command.targets):
+                self._settle(order, (), str(exc), failed=False)
             return
         except CommandError as exc:  # checked by the sender; the batch changed since
             self._settle(order, (), str(exc))
@@ -137,6 +139,12 @@ class Controls:
             log.warning("%s", refused)  # shown by the TUI that sent it, not as an error
         elif refused is not None and order.answer is None:
             log.error("flightdeck engine: %s not applied: %s", order.command.title, refused)
+
+    def finished(self, child_id: str) -> None:
+        """A child's final row was handed to the store: the refusals that waited for it (a
+        stop, pause or continue that came after it ended) are settled after it."""
+        for order, reason in self._ended_first.finished(child_id):
+            self._settle(order, (), reason, failed=False)
 
     def reviewed(self, done: Reviewed) -> None:
         """An accept or discard was applied (each child's changes as decided), or refused."""
@@ -164,7 +172,7 @@ class Controls:
                 if not self.stop(self._arrivals.subtree(ids), "stopped by operator"):
                     # Each ended on its own before the stop came: it did nothing, and its
                     # request must not read applied.
-                    raise AlreadyEnded(f"{self._ended(ids)} when the stop arrived: not stopped")
+                    raise self._ended_first.refusal(ids, "stop", "stopped")
             case StopAll():
                 # Only a stop-all that stopped something makes the batch `stopped`: one that
                 # came as the last child ended (Engine.close() on the way out) changes nothing.
@@ -179,12 +187,12 @@ class Controls:
                     self._arrivals.end_schedules()
                     self.stopped_by_stop_all += 1
             case Pause(ids):
-                self._none_live(ids, "pause", "paused")  # as a stop: then it does nothing
+                self._ended_first.check(ids, "pause", "paused")  # as a stop: it would do nothing
                 for child_id in ids:  # the operator has it now: no policy step behind
                     self.loop_policies.ended(child_id)  # their back (`n` still works)
                 self._pauses.pause(ids)
             case Continue(ids):
-                self._none_live(ids, "continue", "continued")
+                self._ended_first.check(ids, "continue", "continued")
                 self._pauses.continue_(ids)
             case PauseAdmission() | ContinueAdmission() as command:
                 if self._pauses.hold_admission(isinstance(command, PauseAdmission)):
@@ -304,26 +312,6 @@ class Controls:
             self._recorder.record_event(child_id, "stop", reason)
             stopped += 1
         return stopped
-
-    def _none_live(self, ids: tuple[str, ...], verb: str, done: str) -> None:
-        """AlreadyEnded if every one of these children has ended (on its own, after its sender
-        read the batch): a pause or continue that would do nothing must not read applied."""
-        live = (self._slots.by_id.get(i) for i in ids)  # else an earlier owner's: ended
-        if not any(c is not None and not c.status.terminal for c in live):
-            raise AlreadyEnded(f"{self._ended(ids)} when the {verb} arrived: not {done}")
-
-    def _ended(self, ids: tuple[str, ...]) -> str:
-        """`c1 had already ended (completed)`, or `c1 (completed), c2 (failed) had …`."""
-        slots = self._slots
-        said = []
-        for child_id in dict.fromkeys(ids):
-            child = slots.by_id.get(child_id)  # else a final row an earlier owner left
-            known = child if child is not None else slots.carried.get(child_id)
-            status = known.status.value if known is not None else "ended"
-            said.append((one_line(child_id, 60), status))
-        if len(said) == 1:
-            return f"{said[0][0]} had already ended ({said[0][1]})"
-        return ", ".join(f"{i} ({s})" for i, s in said[:5]) + " had already ended"
 
     def stop_everything(self, reason: str) -> None:
         """The engine's own stop (not the operator's): running children are interrupted,

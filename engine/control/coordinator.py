@@ -203,6 +203,7 @@ class Coordinator:
         self.questions.ended(child)
         self._parts.told.changes(child)
         self._parts.finals.hand(child.row())
+        self._parts.controls.finished(child.task.id)  # a refusal that waited for its row
 
     def reopen_ended(self) -> None:
         """A retry came (control/attempts.py): a batch that had ended runs again."""
