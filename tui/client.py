@@ -413,7 +413,7 @@ def until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
     """Wait for the owner to settle the request: print `applied` once it has applied it (0),
     or why it refused it, or that the owner is gone (1). Waiting more than a moment is said.
     A stop, pause or continue that came after its children ended did nothing and failed in
-    nothing: why is printed as for one left out by the batch's read before it (0)."""
+    nothing: the owner's line is printed as for a child the command's own read found ended (0)."""
     import time
 
     from flightdeck.engine.attached.client import OwnerGone, ended_first

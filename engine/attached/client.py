@@ -322,9 +322,9 @@ class Client:
 
 
 def ended_first(kind: str, child_ids: Sequence[str], rows: Iterable[ChildRow]) -> bool:
-    """Whether a refused request was a stop, pause or continue whose every child has ended:
-    one that came after they ended on their own (the owner's AlreadyEnded), which did nothing
-    and failed in nothing, as one its sender left out for that."""
+    """Whether a refused request was a stop, pause or continue whose every child has ended: it
+    came after they ended on their own (the owner's AlreadyEnded, settled after their final
+    rows), did nothing and failed in nothing, as for a child its sender found ended."""
     if kind not in ("stop", "pause", "continue") or not child_ids:
         return False
     live = {r.id for r in rows if r.status.live}
