@@ -86,7 +86,9 @@ def stop(aim: Aim, look: Look) -> Decision:
         if not confirmed:
             return ()
         if query is None:
-            return (Send(Stop(ids)), Untag(ids), Say(f"stop requested for {len(ids)}"), Poll())
+            # Every target untagged, the ended too: a tag left on one would take the next key.
+            untag = Untag(aim.ids)
+            return (Send(Stop(ids)), untag, Say(f"stop requested for {len(ids)}"), Poll())
         # Everything matching: one summary once every stop has landed (see settle_stops).
         live, ended_since, _ = _still_live(ids, look)
         sent = (Send(Stop(live)),) if live else ()
@@ -126,7 +128,8 @@ def pause(aim: Aim, look: Look) -> Decision:
             return ()
         if query is None:
             command = Continue(ids) if resume else Pause(ids)
-            return (Send(command), Untag(ids), Say(f"{verb} requested for {len(ids)}"), Poll())
+            untag = Untag(aim.ids)  # the ended too, as stop does
+            return (Send(command), untag, Say(f"{verb} requested for {len(ids)}"), Poll())
         # One summary once every one has taken it (see settle_pauses).
         live, ended_since, _ = _still_live(ids, look)
         sent = (Send(Continue(live) if resume else Pause(live)),) if live else ()
