@@ -328,6 +328,33 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
         assert app.main.query_one("#status").line.order == "batch"
 
 
+async def test_a_query_typed_right_after_slash_goes_into_the_box_not_to_the_tables_keys(
+    tmp_path: Path,
+) -> None:
+    """Keys a terminal delivers together (a lagging ssh link, a paste without bracketing, tmux
+    send-keys): every one is queued before `/` has opened the box. They went to the table's
+    keys: `s` opened the steer dialog, `t` tagged every row, `o` sorted, `r` the gauges."""
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        box = app.main.query_one("#filter", FilterInput)
+        await until(pilot, lambda: len(table.shown) == 10, "rows")
+        typed = [("slash", "/"), *(("colon" if c == ":" else c, c) for c in "status:running")]
+        for key, char in [*typed, ("enter", "\r")]:
+            key_event = events.Key(key, char)
+            key_event.set_sender(app)
+            app.post_message(key_event)  # as the driver's thread does, none waited on
+        applied = lambda: table.row_filter.query == "status:running" and not box.display  # noqa: E731
+        await until(pilot, applied, "the query applied, the box closed", timeout=10)
+        assert isinstance(app.screen, MainScreen) and not table.tagged
+        assert table.model.order is SortOrder.ATTENTION
+        await pilot.press("slash")
+        await until(pilot, lambda: box.has_focus, "the box open again")
+        await pilot.press("end", "slash")  # in the box, a slash is text: a path, say
+        await until(pilot, lambda: box.value == "status:running/", "the slash typed")
+
+
 async def test_the_filter_box_opened_again_keeps_the_focus_its_last_close_would_move(
     engine_factory: EngineFactory,
 ) -> None:

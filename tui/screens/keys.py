@@ -14,6 +14,7 @@ from flightdeck.tui.screens.decisions import Decision, Say
 from flightdeck.tui.screens.review import refusal
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable
+from flightdeck.tui.widgets.filter import FilterInput
 from textual.app import SystemCommand
 from textual.binding import ActiveBinding, Binding, BindingType
 from textual.widget import Widget
@@ -182,10 +183,13 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="What needs you, oldest first with the reason: questions to answer (a), tools "
         "denied, loops, failures a retry may fix, the soft budget's hold; c clears an entry",
     ),
+    # A priority binding, run as the app reads the key, with the box focused at once: keys read
+    # in the same burst (a lagging ssh link, a paste) go into the box, not to the table's keys.
     Binding(
         "slash",
         "filter",
         "Filter",
+        priority=True,
         id="view.filter",
         tooltip="Filter rows by a query: words, status:failed, cost>0.50, idle>5m (see help)",
     ),
@@ -330,10 +334,13 @@ ROW_ACTIONS = ("steer", "stop", "nudge", "stop_all", "pause", "pause_admission",
 
 
 def applies(
-    action: str, table: ChildrenTable, snap: Snapshot | None, *, table_focused: bool
+    action: str, table: ChildrenTable, snap: Snapshot | None, *, focused: Widget | None
 ) -> bool | None:
     """Whether `action` applies to what the table shows: False hides it; None shows it
     disabled (the screen's on_key says why it does nothing)."""
+    table_focused = focused is table
+    if action == "filter":  # `/` typed into the box is a slash (the binding has priority)
+        return not isinstance(focused, FilterInput)
     if action in ("steer", "stop", "pause"):
         aim = targets.aim(table)
         if aim.live:

@@ -232,7 +232,7 @@ class MainScreen(Browsing):
         if keys.refused(action, self.view):  # it would only say why it sends nothing
             return False  # hidden (on_key says why, if pressed)
         table = self.table
-        return keys.applies(action, table, self.snapshot, table_focused=self.focused is table)
+        return keys.applies(action, table, self.snapshot, focused=self.focused)
 
     def on_key(self, event: events.Key) -> None:
         """Escape dismisses the digest while it shows; a key over children it cannot act on, or

@@ -57,7 +57,7 @@ class FilterInput(Input):
         self._before = current
         self.value = current.query
         self.display = True
-        self.focus()
+        self.screen.set_focus(self)  # now: focus() waits its turn behind keys already read
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if not self.display:  # a key's change read after Escape or Enter closed the box
