@@ -81,15 +81,27 @@ def test_stop_over_the_cursor_asks_then_sends_untags_says_and_polls(tmp_path: Pa
     )
 
 
-def test_stop_and_pause_of_tagged_children_untag_the_ended_ones_too(tmp_path: Path) -> None:
+def test_stop_and_continue_of_tagged_children_untag_the_ended_ones_too(tmp_path: Path) -> None:
     """A tag left on a child that had ended took the next key: a filter on, `p` said "c016 has
     completed: nothing to pause" instead of acting on the children the filter kept."""
-    rows = rows_of(tmp_path, S.RUNNING, S.COMPLETED)
-    aim = Aim(tuple(rows), rows, None, None, True)
+    rows = rows_of(tmp_path, S.RUNNING, S.COMPLETED, S.PAUSED)
     look = lambda: snapshot(tmp_path, rows)  # noqa: E731
-    for act in (actions.stop, actions.pause):
-        (ask,) = act(aim, look)
-        assert Untag(("review-01", "review-02")) in tuple(ask.then(True))
+    (ask,) = actions.stop(Aim(("review-01", "review-02"), rows, None, None, True), look)
+    assert Untag(("review-01", "review-02")) in tuple(ask.then(True))
+    (ask,) = actions.pause(Aim(("review-02", "review-03"), rows, None, None, True), look)
+    assert Untag(("review-02", "review-03")) in tuple(ask.then(True))  # continued
+
+
+def test_a_pause_of_tagged_children_keeps_their_tags_so_p_again_continues_them(
+    tmp_path: Path,
+) -> None:
+    """The dialog says "Press p again over them to continue": untagged, p again acted on the
+    cursor's one child."""
+    rows = rows_of(tmp_path, S.RUNNING, S.RUNNING)
+    (ask,) = actions.pause(
+        Aim(tuple(rows), rows, None, None, True), lambda: snapshot(tmp_path, rows)
+    )
+    assert not any(isinstance(step, Untag) for step in ask.then(True))
 
 
 def test_stop_over_a_filter_sends_to_those_still_live_when_confirmed(tmp_path: Path) -> None:

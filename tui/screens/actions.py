@@ -128,8 +128,10 @@ def pause(aim: Aim, look: Look) -> Decision:
             return ()
         if query is None:
             command = Continue(ids) if resume else Pause(ids)
-            untag = Untag(aim.ids)  # the ended too, as stop does
-            return (Send(command), untag, Say(f"{verb} requested for {len(ids)}"), Poll())
+            # Paused, they stay tagged: p again continues them, as the dialog says; continued,
+            # every tag goes, the ended ones' too, as after a stop.
+            untag = (Untag(aim.ids),) if resume else ()
+            return (Send(command), *untag, Say(f"{verb} requested for {len(ids)}"), Poll())
         # One summary once every one has taken it (see settle_pauses).
         live, ended_since, _ = _still_live(ids, look)
         sent = (Send(Continue(live) if resume else Pause(live)),) if live else ()
