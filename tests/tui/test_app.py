@@ -24,6 +24,7 @@ from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitDialog, SteerDialog
 from flightdeck.tui.screens.help import HelpScreen
 from flightdeck.tui.screens.main import MainScreen, UiOptions
+from flightdeck.tui.screens.search import SearchScreen
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets import children as children_module
 from flightdeck.tui.widgets import lines as lines_module
@@ -328,6 +329,16 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
         assert app.main.query_one("#status").line.order == "batch"
 
 
+def burst(app: FlightdeckApp, text: str) -> None:
+    """`text`'s keys as a terminal delivers them together: each posted as the driver's thread
+    does, none waited on, so all are queued before the first is handled."""
+    for char in text:
+        key = {" ": "space", "\r": "enter", "/": "slash", ":": "colon"}.get(char, char)
+        key_event = events.Key(key, char)
+        key_event.set_sender(app)
+        app.post_message(key_event)
+
+
 async def test_a_query_typed_right_after_slash_goes_into_the_box_not_to_the_tables_keys(
     tmp_path: Path,
 ) -> None:
@@ -340,11 +351,7 @@ async def test_a_query_typed_right_after_slash_goes_into_the_box_not_to_the_tabl
         table = app.main.table
         box = app.main.query_one("#filter", FilterInput)
         await until(pilot, lambda: len(table.shown) == 10, "rows")
-        typed = [("slash", "/"), *(("colon" if c == ":" else c, c) for c in "status:running")]
-        for key, char in [*typed, ("enter", "\r")]:
-            key_event = events.Key(key, char)
-            key_event.set_sender(app)
-            app.post_message(key_event)  # as the driver's thread does, none waited on
+        burst(app, "/status:running\r")
         applied = lambda: table.row_filter.query == "status:running" and not box.display  # noqa: E731
         await until(pilot, applied, "the query applied, the box closed", timeout=10)
         assert isinstance(app.screen, MainScreen) and not table.tagged
@@ -353,6 +360,27 @@ async def test_a_query_typed_right_after_slash_goes_into_the_box_not_to_the_tabl
         await until(pilot, lambda: box.has_focus, "the box open again")
         await pilot.press("end", "slash")  # in the box, a slash is text: a path, say
         await until(pilot, lambda: box.value == "status:running/", "the slash typed")
+
+
+async def test_a_message_typed_right_after_s_is_the_steers_not_the_tables_keys(
+    tmp_path: Path,
+) -> None:
+    """`s` and its message read in one burst: the message's keys reached the table's keys
+    before the dialog was up (`p` paused, `t` tagged, `a`, `d`...) and the dialog opened empty."""
+    rows = tuple(child(i, f"task {i}", ChildStatus.RUNNING, folder=tmp_path) for i in range(3))
+    view = StaticView(tmp_path, rows)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: len(table.shown) == 3, "rows")
+        burst(app, "splease add tests\r")
+        await until(pilot, lambda: bool(view.steered), "the steer sent", timeout=10)
+        assert view.steered == [(["review-00"], "please add tests", False)]
+        assert not table.tagged and isinstance(app.screen, MainScreen)
+        burst(app, "Fneedle")
+        await until(pilot, lambda: isinstance(app.screen, SearchScreen), "the search screen")
+        pattern = app.screen.query_one("#search-pattern", Input)
+        await until(pilot, lambda: pattern.value == "needle", "the words typed in its box")
 
 
 async def test_the_filter_box_opened_again_keeps_the_focus_its_last_close_would_move(

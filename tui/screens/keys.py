@@ -19,11 +19,17 @@ from textual.app import SystemCommand
 from textual.binding import ActiveBinding, Binding, BindingType
 from textual.widget import Widget
 
+# The keys that open a box to type in. Their bindings have priority: they run as the app reads
+# the key, so the keys read with it in one burst (a lagging ssh link, a paste, tmux send-keys)
+# reach the box they open, not the table's keys (`s` then `please…` paused, tagged, sorted).
+TYPED_AFTER = frozenset({"steer", "filter", "search"})
+
 MAIN_BINDINGS: list[BindingType] = [
-    Binding(
+    Binding(  # priority: see TYPED_AFTER
         "s",
         "steer",
         "Steer",
+        priority=True,
         id="child.steer",
         tooltip="Send a message to the selected or tagged children; with a filter on and none "
         "tagged, to every child it keeps",
@@ -183,9 +189,7 @@ MAIN_BINDINGS: list[BindingType] = [
         tooltip="What needs you, oldest first with the reason: questions to answer (a), tools "
         "denied, loops, failures a retry may fix, the soft budget's hold; c clears an entry",
     ),
-    # A priority binding, run as the app reads the key, with the box focused at once: keys read
-    # in the same burst (a lagging ssh link, a paste) go into the box, not to the table's keys.
-    Binding(
+    Binding(  # priority: see TYPED_AFTER; the box takes the focus at once
         "slash",
         "filter",
         "Filter",
@@ -193,11 +197,12 @@ MAIN_BINDINGS: list[BindingType] = [
         id="view.filter",
         tooltip="Filter rows by a query: words, status:failed, cost>0.50, idle>5m (see help)",
     ),
-    Binding(
+    Binding(  # priority: see TYPED_AFTER
         "F",
         "search",
         "Search",
         show=False,
+        priority=True,
         id="view.search",
         tooltip="Search every transcript for words (or a regex): the children that match, each "
         "with its first matching line; enter opens the transcript there",
@@ -339,8 +344,8 @@ def applies(
     """Whether `action` applies to what the table shows: False hides it; None shows it
     disabled (the screen's on_key says why it does nothing)."""
     table_focused = focused is table
-    if action == "filter":  # `/` typed into the box is a slash (the binding has priority)
-        return not isinstance(focused, FilterInput)
+    if action in TYPED_AFTER and isinstance(focused, FilterInput):
+        return False  # typed into the filter box, the key is text
     if action in ("steer", "stop", "pause"):
         aim = targets.aim(table)
         if aim.live:
