@@ -1181,8 +1181,11 @@ def test_a_batch_on_two_routes_is_summed_per_route_with_the_unknown_price_unknow
     snap = engine.snapshot()
     sim_cost = sum((r.cost_usd or Decimal(0) for r in snap.children), Decimal(0))
     assert sim_cost > 0 and [r.cost_usd for r in snap.children if r.route == "gpt"] == [None] * 2
-    table = summary_of(out.getvalue().splitlines())
+    lines = out.getvalue().splitlines()
+    table = summary_of(lines)
     assert [row[0] for row in table] == ["route", "gpt", "sim", "total"]
+    total = next(i for i, line in enumerate(lines) if line.startswith("total"))
+    assert set(lines[total - 1]) == {"─"}  # a rule over the total (Rich's own: spaces)
     assert [row[1:4] for row in table[1:]] == [["2", "2", "0"], ["3", "3", "0"], ["5", "5", "0"]]
     assert table[0][-2:] == ["cost", "cache saved"]
     assert [row[-2] for row in table[1:]] == ["$?", fmt_cost(sim_cost), f"{fmt_cost(sim_cost)}+?"]

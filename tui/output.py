@@ -256,6 +256,11 @@ def _parts(event: Ended) -> list[tuple[str, str]]:
     return completion_parts(event)
 
 
+# Rich's SIMPLE_HEAD (a rule under the header), with a rule above the routes' total too: its
+# own section line is blank, a line of spaces in a file.
+HEAD_AND_TOTAL = box.Box("    \n    \n ── \n    \n ── \n    \n    \n    \n")
+
+
 def summary_table(snap: Snapshot) -> Table:
     """The batch's totals, after one line per route when it used more than one.
 
@@ -279,7 +284,7 @@ def summary_table(snap: Snapshot) -> Table:
         title_justify="left",
         caption=None if caption is None else Text(caption, "table.caption"),
         caption_justify="left",
-        box=box.SIMPLE_HEAD,
+        box=HEAD_AND_TOTAL,
         show_edge=False,
         pad_edge=False,
         padding=(0, 0, 0, 1),  # two spaces between columns
