@@ -4,7 +4,9 @@ worker's and the owner's parts, with the messages packed as they cross."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from flightdeck.engine.child.activity import InFlight
@@ -22,7 +24,7 @@ from flightdeck.engine.executors.cluster.wire import (
 )
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.model import ChildStatus, Usage
-from flightdeck.engine.records.meter import Meter, route_cost
+from flightdeck.engine.records.meter import Meter, route_cost, totals_of
 
 from helpers import sim_route
 
@@ -141,3 +143,20 @@ def test_what_a_lost_worker_sent_late_leaves_the_childs_new_attempt_alone(
     both.send(*late)
     assert both.child.progress.figures().usage == Usage()
     assert not both.child.status.terminal and both.child.finished_ts is None, both.child.status
+
+
+def test_a_child_ended_here_is_not_pending_whatever_its_worker_sends_after(
+    tmp_path: Path,
+) -> None:
+    # The watchdog gave up on it (a stop its worker's CLI ignored): final here, its worker still
+    # runs the turn and sends its figures, its turn's usage not reported. The meter said
+    # `(+1 pending)` and its row `$0.00+?` while nothing ran.
+    both = Both(tmp_path)
+    runner: Any = SimpleNamespace(steerable=None)  # its row asks whether it takes steers
+    both.child.runner = runner
+    both.twin.spend(Usage(), Decimal(0), pending=True)  # a Codex turn under way on the worker
+    both.send(both.figures())
+    assert totals_of([both.child.row()]).pending == 1
+    assert both.child.finalize(ChildStatus.STOPPED, "did not stop within 5s; abandoned")
+    both.send(both.figures())  # the link still holds it: its worker may yet bill the turn
+    assert totals_of([both.child.row()]).pending == 0

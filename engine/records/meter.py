@@ -278,8 +278,9 @@ class RowTally:
 
 def _pending(row: ChildRow) -> bool:
     """Its turn under way has reported no usage yet; counted where its cost is known (an
-    unknown one is counted unknown already)."""
-    return row.activity.unreported and row.cost_usd is not None
+    unknown one is counted unknown already). An ended child has no turn under way, whatever
+    figures its worker sent after the watchdog gave up on it."""
+    return row.activity.unreported and row.cost_usd is not None and row.status.live
 
 
 def totals_of(rows: Iterable[ChildRow]) -> Totals:

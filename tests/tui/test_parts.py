@@ -352,6 +352,10 @@ def test_a_turn_that_has_reported_no_usage_yet_is_pending_never_shown_as_spent(
     unpriced = dataclasses.replace(waits, cost_usd=None)
     assert row_cells(unpriced, False, NOW)[cost][0] == "$?"
     assert "spent $0.42 (+1 unknown, 1 pending) " in meter_text(_real_totals((waits, unpriced)))
+    # Ended, nothing is under way, whatever the figures its worker sent last said.
+    ended = dataclasses.replace(waits, status=ChildStatus.STOPPED)
+    assert row_cells(ended, False, NOW)[cost][0] == "$0.42"
+    assert "spent $0.84 " in meter_text(_real_totals((ended, quiet)))
 
 
 def _real_totals(rows: tuple[ChildRow, ...]) -> Snapshot:
