@@ -358,6 +358,15 @@ def test_a_turn_that_has_reported_no_usage_yet_is_pending_never_shown_as_spent(
     assert "spent $0.84 " in meter_text(_real_totals((ended, quiet)))
 
 
+def test_a_pending_cost_is_shown_whole_at_any_width() -> None:
+    # Seen on a 160-column tmux: a Codex child's turn under way read `$0.0262…`, its `+?` cut
+    # off by the 8-cell cost column, so the row looked like any other.
+    for width in range(60, 260):
+        cost = widths(width)["cost"]
+        for text in ("$0.0262+?", "$123.45+?", "$1,234.56"):
+            assert fit_text(text, cost).rstrip() == text, (width, text)
+
+
 def _real_totals(rows: tuple[ChildRow, ...]) -> Snapshot:
     return dataclasses.replace(_snapshot(rows), totals=totals_of(rows))
 

@@ -52,7 +52,7 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("doing", "doing", 20),
     ("last", "last", 7),
     ("tokens", "tok in/out", 11),
-    ("cost", "cost", 8),
+    ("cost", "cost", 9),  # "$0.0262+?": a pending turn's mark is never cut off
     ("retries", "rt", 3),
     ("steer", "steer", 15),  # "✓ delivered (2)"; "doing" gave 4: the same columns fit a width
 )
@@ -66,7 +66,7 @@ _SEP = " "  # between columns
 # Dropped first to last when the screen is narrow; the mark (status), id, "doing" (activity) and
 # cost stay. The goal shrinks to its floor before anything is dropped, and goes last.
 DROP_ORDER = ("retries", "calls", "route", "last", "steer", "tokens", "goal")
-GOAL_MIN = 12
+GOAL_MIN = 11  # gave one cell to "cost": the same columns fit a width
 DOING_MIN = 12
 ID_MIN = 8
 ID_MAX = 40  # a longer id is cut in its middle (fit_name)
