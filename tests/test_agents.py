@@ -13,16 +13,19 @@ import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.store import build_report, render_markdown
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.child import supervise
 from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.tui.commands import LS_COLUMNS, ls_cells
 
 from tests.helpers import SkipClock, run_to_end, until, watched
 
@@ -172,10 +175,32 @@ def test_a_codex_turn_under_way_is_pending_until_its_end_reports_it(tmp_path: Pa
         assert view.snapshot().children[0].activity.unreported
     finally:
         view.close()
+    # So does `flightdeck report` of the running batch: its `$0.00` read as a free turn.
+    db = tmp_path / "state" / "flightdeck.db"
+    report = _report(db, engine.batch_id)
+    assert report["children"][0]["cost_pending"] and report["totals"]["cost_pending_children"]
+    text = render_markdown(report)
+    assert "| cost | $0.00 (+1 pending) |" in text and "| $0.00+? |" in text
+    assert _ls_cost(db, engine.batch_id) == "$0.00+?"  # and `flightdeck ls`
     gate.touch()
     snap = run_to_end(engine)
     assert not snap.children[0].activity.unreported and snap.totals.pending == 0
     assert snap.children[0].cost_usd == Decimal("0.00365")
+    ended = render_markdown(_report(db, engine.batch_id))
+    assert "pending" not in ended and "+?" not in ended
+    assert _ls_cost(db, engine.batch_id) == "$0.0036"
+
+
+def _report(db: Path, batch_id: str) -> dict[str, Any]:
+    with StoreReader(db) as reader:
+        return build_report(reader, batch_id)
+
+
+def _ls_cost(db: Path, batch_id: str) -> str:
+    with StoreReader(db) as reader:
+        info = reader.batch(batch_id)
+    assert info is not None
+    return ls_cells(db, info)[LS_COLUMNS.index("cost")]
 
 
 def test_a_claude_turn_stopped_mid_way_stays_spent_at_its_estimate(tmp_path: Path) -> None:

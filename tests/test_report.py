@@ -96,6 +96,7 @@ def test_build_report(reader: StoreReader) -> None:
         "cost_usd": None,  # one child's price is unknown: so is the total
         "cost_known_usd": 0.3234565,  # the exact Decimal sum, not a sum of rounded parts
         "cost_unknown_children": 1,
+        "cost_pending_children": 0,
         "cache_saved_usd": None,  # no settings kept in this row: the prices are unknown
         "cache_saved_known_usd": 0.0,
     }
@@ -117,6 +118,7 @@ def test_build_report(reader: StoreReader) -> None:
         "cache_read_tokens": 1000,
         "cache_write_tokens": 10,
         "cost_usd": 0.1234565,
+        "cost_pending": False,
         "duration_s": 30.25,
         "error": None,
         "transcript": "batches/b1/c0.log",
@@ -278,6 +280,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_usd": 0.25,
             "cost_known_usd": 0.25,
             "cost_unknown_children": 0,
+            "cost_pending_children": 0,
             "cache_saved_usd": None,
             "cache_saved_known_usd": 0.0,
         },
@@ -300,6 +303,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_usd": None,  # unknown, never $0
             "cost_known_usd": 0.0,
             "cost_unknown_children": 2,
+            "cost_pending_children": 0,
             "cache_saved_usd": None,
             "cache_saved_known_usd": 0.0,
         },
@@ -322,6 +326,7 @@ def test_routes_are_totalled_from_the_rows_exactly(tmp_path: Path) -> None:
             "cost_usd": 0.3,  # Decimal 0.1 + 0.2, where floats would give 0.30000000000000004
             "cost_known_usd": 0.3,
             "cost_unknown_children": 0,
+            "cost_pending_children": 0,
             "cache_saved_usd": None,
             "cache_saved_known_usd": 0.0,
         },

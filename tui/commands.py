@@ -129,15 +129,18 @@ def ls_cells(db: Path, b: BatchInfo) -> tuple[str, ...]:
     outlived its owner (what `resume` adopts)."""
     import time
 
-    from flightdeck.engine.attached.store import still_running
+    from flightdeck.engine.attached.store import pending_turns, still_running
     from flightdeck.engine.model import BatchStatus
 
     left = still_running(db, b.id) if b.status is BatchStatus.ABANDONED else 0
+    pending = pending_turns(db, b.id) if b.status is BatchStatus.RUNNING else 0
     created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
     status = b.status.value
     if left:  # command children's processes that outlived their owner
         status += f" ({left} still running)"
     cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
+    if pending and not cost.endswith("?"):  # a Codex turn under way: more to come, as the TUI's
+        cost += "+?"
     counts = (b.children, b.completed, b.failed, b.stopped)
     return (b.id, one_line(b.name, 30), status, *map(str, counts), cost, created)
 

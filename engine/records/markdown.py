@@ -332,7 +332,7 @@ def _child_cells(c: Mapping[str, Any], tree: bool, died: bool) -> list[str]:
         _tokens(c, "tokens_out"),
         _tokens(c, "cache_read_tokens"),
         _tokens(c, "cache_write_tokens"),  # so a row's tokens add up to its child's `tok`
-        "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]),
+        "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]) + _more(c),
         "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
         _cell(c["goal"], GOAL_WIDTH),
         "" if c["error"] is None else _cell(c["error"], ERROR_WIDTH),
@@ -343,11 +343,18 @@ def _spent(entry: Mapping[str, Any]) -> str:
     """A batch's or a route's cost: `unknown` when only children of unknown price spent
     anything, since a known $0 beside them is no total."""
     known, unknown = entry["cost_known_usd"], entry["cost_unknown_children"]
+    pending = entry.get("cost_pending_children", 0)  # (a report from before had none)
+    more = f" (+{pending} pending)" if pending else ""
     if not unknown:
-        return _usd(known)
+        return _usd(known) + more
     if not known:
         return "unknown"
-    return f"{_usd(known)} + unknown for {unknown} {'child' if unknown == 1 else 'children'}"
+    return f"{_usd(known)} + unknown for {unknown} {'child' if unknown == 1 else 'children'}{more}"
+
+
+def _more(child: Mapping[str, Any]) -> str:
+    """`+?` after a child's cost while its agent CLI's turn has reported no usage yet."""
+    return "+?" if child.get("cost_pending") else ""
 
 
 def _usd(value: float) -> str:

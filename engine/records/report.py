@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -12,6 +13,7 @@ from typing import Any, NamedTuple
 
 from flightdeck.engine.inputs.settings.stored import settings_from_json
 from flightdeck.engine.model import (
+    BatchStatus,
     ChildRow,
     ChildStatus,
     GroupFinished,
@@ -22,6 +24,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.model.units import unit_rows
 from flightdeck.engine.records.attempts import report_entries
 from flightdeck.engine.records.forecast import forecast, lost_attempts
+from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.needlog import need_records
@@ -45,6 +48,8 @@ def build_report(
     if info is None:
         raise LookupError(no_batch(batch_id, reader.path.parent))
     children = reader.children(batch_id, results=False)  # the report shows no answer
+    if info.status is BatchStatus.RUNNING:
+        children = _with_pending(children, reader.live(batch_id))
     steers = reader.controls(batch_id, kind="steer")
     events = reader.events(batch_id)  # read once: every part of the report below reads them
     # A delegate's parent is kept as its "delegate" event.
@@ -128,6 +133,8 @@ def build_report(
                 # null, never 0, when nobody counted them
                 **{k: None if c.tokens_unknown else v for k, v in _tokens(c.usage).items()},
                 "cost_usd": _money(c.cost_usd),
+                # its agent CLI's turn under way has reported no usage yet: more to come
+                "cost_pending": c.activity.unreported and c.cost_usd is not None,
                 "duration_s": None if c.duration_s is None else round(c.duration_s, 3),
                 "error": c.error,
                 "transcript": c.transcript,
@@ -225,6 +232,19 @@ def _forecast(children: list[ChildRow], recovery: Mapping[str, Any]) -> dict[str
         "lost_cost_usd": recovery["lost_cost_usd"],
         "lost_cost_unknown": recovery["lost_cost_unknown"],
     }
+
+
+def _with_pending(children: list[ChildRow], live: str | None) -> list[ChildRow]:
+    """The rows with the owner's live word on which agent CLI turns have reported no usage
+    yet (the stored rows do not keep it): a Codex child mid-turn is `$0.42+?`, never `$0.42`
+    as if its turn were free, as the TUI shows it."""
+    waiting = live_from_json(live).children if live is not None else {}
+    return [
+        dataclasses.replace(c, activity=dataclasses.replace(c.activity, unreported=True))
+        if c.status.live and (f := waiting.get(c.id)) is not None and f.unreported
+        else c
+        for c in children
+    ]
 
 
 def _recovery(events: Iterable[tuple[float, str | None, str, str]]) -> dict[str, Any]:
@@ -331,6 +351,7 @@ def _usage(totals: Totals, uncounted: int) -> dict[str, Any]:
         "cost_usd": None if totals.cost_unknown else _money(totals.cost_usd),
         "cost_known_usd": _money(totals.cost_usd),
         "cost_unknown_children": totals.cost_unknown,
+        "cost_pending_children": totals.pending,  # turns under way, not reported yet
     }
 
 
