@@ -27,6 +27,9 @@ class ActivityState:
     last_turn: bool = False  # the turn under way is the last `max_turns` allows
     retry_reason: str | None = None  # the notice of the failure retried, until a reply streams
     unreported: bool = False  # an agent CLI's turn under way has reported no usage yet
+    # Being stopped: what it shows until it ends, whatever its process prints meanwhile (the
+    # tool its SIGTERM ended, the CLI's last events).
+    stopping: str | None = None
 
     def frozen(self) -> Activity:
         """The current state as an immutable value."""
@@ -77,12 +80,20 @@ class ActivityState:
 
     def tick(self, text: str, now: float) -> None:
         """Something happened (a chunk streamed, a tool call announced)."""
-        self.text = text
+        self.text = self.stopping or text
         self.last_activity_ts = now
+
+    def stop_shown(self, text: str) -> None:
+        """It is being stopped: `text` is shown from now on, in place of its tool too."""
+        self.stopping = self.text = text
+        self.current_tool = self.tool_started_ts = None
 
     def tool_started(self, name: str, now: float, call: bool = True) -> None:
         """A tool call (`call`: else work a CLI waits on, as on a tool) began running."""
         self.tool_calls += call
+        if self.stopping:  # counted, not shown: it is being stopped
+            self.last_activity_ts = now
+            return
         self.current_tool = name
         self.tool_started_ts = now
         self.tick(f"tool: {name}", now)
@@ -96,7 +107,7 @@ class ActivityState:
         """The child is final: no tool runs and nothing is retried any more."""
         self.current_tool = self.tool_started_ts = None
         self.retrying = self.unreported = False
-        self.retry_reason = None
+        self.retry_reason = self.stopping = None
         self.text = text
 
 

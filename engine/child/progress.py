@@ -151,6 +151,13 @@ class Progress:
             self._activity.text = text
             self.version += 1
 
+    def stopping(self, text: str) -> None:
+        """It is being stopped: `text` is what it shows until it has ended (its tool, which the
+        stop ends, and what its process prints meanwhile do not replace it)."""
+        with self._lock:
+            self._activity.stop_shown(text)
+            self.version += 1
+
     def wait_on_operator(self, text: str) -> None:
         """It waits for the operator (`text` says on what): held, never a stall."""
         with self._lock:

@@ -148,7 +148,7 @@ class Supervisor:
             self._deliver()
         if self._term_at is None:
             if c.interrupt.is_set():
-                c.progress.show("stopping")
+                c.progress.stopping("stopping")
                 if self._suspended:  # a stopped process acts on no SIGTERM until it goes on
                     proc.signal(signal.SIGCONT)
                     self._suspended = False

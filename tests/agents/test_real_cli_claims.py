@@ -69,6 +69,30 @@ def test_live_figures_while_in_a_tool(tmp_path: Path, server: AgentServer, cli: 
     assert done.cost_usd is not None and done.cost_usd > 0
 
 
+def test_a_child_being_stopped_shows_stopping_until_it_has_ended(
+    tmp_path: Path, server: AgentServer
+) -> None:
+    # Seen stopping Claude Code in a tool: its row read `tool: Bash 25s` after the stop was
+    # confirmed, then `thinking` (the tool result its SIGTERM made), never `stopping`.
+    repo, env = project(tmp_path, "claude", server)
+    with in_its_tool(tmp_path, repo, env, "--tree") as eng:  # its tool ignores SIGTERM
+        until(lambda: bool(markers()), what="its tool's grandchild")
+        eng.stop(["t0"])
+        seen: list[tuple[str | None, str]] = []
+
+        def ended() -> bool:
+            now = row(eng)
+            if not now.status.terminal:
+                seen.append((now.activity.current_tool, now.activity.text))
+            return now.status.terminal
+
+        until(ended, timeout=30, every=0.002, what="stopped")
+    assert ("Bash", "stopping") not in seen  # the tool the stop ends is not what it shows
+    assert (None, "stopping") in seen, seen
+    after = seen[seen.index((None, "stopping")) :]
+    assert set(after) == {(None, "stopping")}, after  # nor anything it prints as it dies
+
+
 @pytest.mark.parametrize("cli", CLIS)
 def test_pause_suspends_the_tree_and_continue_resumes_it(
     tmp_path: Path, server: AgentServer, cli: str
