@@ -390,8 +390,10 @@ def test_close_also_aborts_a_connect_that_hangs() -> None:
             pytest.skip(f"connect did not block on this platform: {outcome}")
         t0 = time.monotonic()
         stream.close()
-        reader.join(2.0)
-        assert not reader.is_alive() and time.monotonic() - t0 < 1.0
+        reader.join(10.0)
+        # The close ended it, not the 30 s connect timeout; how fast is for the benchmarks, as a
+        # loaded machine can take more than a second to switch to the reader and back.
+        assert not reader.is_alive() and time.monotonic() - t0 < 10.0
         assert isinstance(outcome[-1], Interrupted)
     finally:
         p.close()
