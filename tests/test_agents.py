@@ -457,7 +457,7 @@ def test_a_silent_process_is_stalled_and_killed(tmp_path: Path) -> None:
         return bool(pids)
 
     until(spawned, timeout=60)
-    row = run_to_end(engine, timeout=5).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.STALLED
     assert row.error == "no activity for 0.3s"
     assert pids and all(_gone(pid) for pid in pids)
@@ -692,7 +692,7 @@ def test_a_steer_mid_turn_goes_into_the_running_turn_and_the_child_still_ends(
     engine.steer(["t0"], "also check the docs")
     until(lambda: written(engine, "queued by the CLI: also check the docs"), timeout=60)
     gate.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "got: review the change + also check the docs"  # one turn, both
     (receipt,) = row.steers
@@ -728,13 +728,13 @@ def test_a_steer_after_the_cli_input_closed_says_so_not_that_the_child_had_ended
     until(lambda: steering.closed_why is not None, timeout=60, what="its input closed")
     assert row_of(engine).status is ChildStatus.RUNNING  # it runs on
     engine.steer(["t0"], "one more thing")
-    until(lambda: bool(row_of(engine).steers), timeout=10)
+    until(lambda: bool(row_of(engine).steers))
     (receipt,) = row_of(engine).steers
     assert receipt.state is SteerState.MISSED
     assert receipt.how is not None and "its input was closed" in receipt.how, receipt.how
     assert "had ended" not in transcript(row_of(engine))
     linger.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
 
 
@@ -753,7 +753,7 @@ def test_a_cli_waiting_for_its_background_command_is_in_a_tool_not_stalled(
     assert row.status is ChildStatus.RUNNING, row.error
     assert row.activity.tool_calls == 0  # the wait is no call of its own
     linger.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.activity.current_tool is None
 
@@ -767,7 +767,7 @@ def test_a_steer_between_turns_starts_a_turn_of_its_own(tmp_path: Path) -> None:
     engine.steer(["t0"], "and the changelog")
     until(lambda: written(engine, "sent to its input: and the changelog"), timeout=60)
     hold.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "got: and the changelog"  # the last turn's answer
     assert [(r.state, r.how) for r in row.steers] == [(SteerState.DELIVERED, "as a new turn")]
@@ -796,7 +796,7 @@ def test_a_steer_whose_input_copy_cannot_be_kept_is_missed_with_that_reason(
     )
     assert row_of(engine).steers[0].how == "its input's copy could not be kept (Is a directory)"
     hold.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error  # the CLI went on with its turn
     assert "missed: and the changelog (its input's copy could not be kept" in transcript(row)
 
@@ -813,7 +813,7 @@ def test_steers_waiting_between_turns_start_together_as_one_new_turn(tmp_path: P
         engine.steer(["t0"], message)
         until(lambda m=message: written(engine, f"queued by the CLI: {m}"), timeout=60)
     hold.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "got: and the changelog\nand the readme"
     assert [r.how for r in row.steers] == ["as a new turn", "as a new turn"]
@@ -827,7 +827,7 @@ def test_steer_now_interrupts_the_claude_turn_and_starts_a_new_one(tmp_path: Pat
     engine.steer(["t0"], "focus on security", now=True)
     until(lambda: written(engine, "delivered as a new turn"), timeout=60)
     gate.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "got: focus on security"
     how = "as a new turn, the running one interrupted"
@@ -853,7 +853,7 @@ def test_steers_waiting_when_steer_now_interrupts_go_in_with_it_as_one_new_turn(
     engine.steer(["t0"], "third now", now=True)
     until(lambda: all(r.state is SteerState.DELIVERED for r in row_of(engine).steers), timeout=60)
     gate.touch()
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "got: first\nsecond\nthird now"  # one turn took all three
     how = "as a new turn, the running one interrupted"
@@ -878,7 +878,7 @@ def test_steer_now_stops_claude_and_resumes_its_session(tmp_path: Path) -> None:
     engine = engine_for(tmp_path, config(tmp_path, route))
     until(lambda: written(engine, "claude session sess-0001"), timeout=60)
     engine.steer(["t0"], "focus on security", now=True)
-    row = run_to_end(engine, timeout=10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "resumed sess-0001: focus on security"
     assert [r.state for r in row.steers] == [SteerState.DELIVERED]
@@ -1197,7 +1197,7 @@ def test_pause_suspends_a_process_frees_its_slot_and_continue_resumes_it(tmp_pat
         assert row_of(engine, "t0").status is ChildStatus.PAUSED
         engine.continue_(["t0"])
         (gates / "t0").touch()
-        snap = run_to_end(engine, timeout=10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0")
