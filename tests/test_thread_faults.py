@@ -141,13 +141,11 @@ def test_the_transcript_drain_thread_survives_an_error_and_still_answers_flush(
     try:
         with caplog.at_level(logging.ERROR, logger="flightdeck"):
             sink.send(Write(path, time.time(), "engine", "lost"))
-            t0 = time.monotonic()
-            assert sink.flush(timeout=5)  # answered, not left to time out
-            assert time.monotonic() - t0 < 2
+            assert sink.flush(timeout=60)  # answered (False had it waited out the timeout)
         assert "transcript lines could not be written" in caplog.text
         assert "a bug in the transcript writer" in caplog.text
         sink.send(Write(path, time.time(), "engine", "kept"))
-        assert sink.flush(timeout=5)
+        assert sink.flush(timeout=60)
     finally:
         sink.close()
     text = Path(path).read_text()
