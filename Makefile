@@ -13,9 +13,13 @@ $(STAMP): pyproject.toml
 
 # The demo batch fails a child or two on purpose (exit 1) and "stop all and quit" exits 130:
 # neither is a failure of the demo itself; bad input (2) still is.
+# The commands it prints (attach, report) name `flightdeck`, which a new shell finds only in
+# the venv: said once the demo ends.
 demo: $(STAMP)
 	@$(VENV)/bin/flightdeck run examples/demo.toml --config examples/flightdeck.toml; \
-	code=$$?; [ $$code -eq 0 ] || [ $$code -eq 1 ] || [ $$code -eq 130 ] || [ $$code -eq 143 ] || exit $$code
+	code=$$?; command -v flightdeck >/dev/null || \
+	echo "(here flightdeck is $(VENV)/bin/flightdeck: run the commands above as that, or . $(VENV)/bin/activate first)"; \
+	[ $$code -eq 0 ] || [ $$code -eq 1 ] || [ $$code -eq 130 ] || [ $$code -eq 143 ] || exit $$code
 
 # Most tests wait on threads, subprocesses and the sim's clock rather than the CPU: three
 # workers take about half the time of one, even on two cores. TEST_WORKERS=0 runs them in one
