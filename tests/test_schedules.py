@@ -189,6 +189,7 @@ def test_an_attached_view_says_why_the_schedules_ended(
     db = tmp_path / "state" / "flightdeck.db"
     engine.start()
     try:
+        assert engine.flush(60)  # the batch's row committed: the store's writer thread has it
         attached = StoreView(db, engine.batch_id)
         assert attached.snapshot().scheduled
         clock.now += 60
