@@ -90,8 +90,7 @@ def fmt_spent(
 def fmt_row_cost(row: ChildRow) -> str:
     """A row's live cost; `$0.42+?` while its agent CLI's turn has reported no usage yet."""
     cost = row.live_cost_usd
-    pending = row.activity.unreported and cost is not None and row.status.live  # as the meter's
-    return fmt_cost(cost) + ("+?" if pending else "")
+    return fmt_cost(cost) + ("+?" if row.cost_pending and cost is not None else "")
 
 
 def fmt_spent_compact(known: Decimal, unknown: int) -> str:

@@ -174,6 +174,13 @@ class ChildRow:
         return self.cost_usd is None and self.activity.api_calls > 0 and not self.live_usage.total
 
     @property
+    def cost_pending(self) -> bool:
+        """Its agent CLI's turn under way has reported no usage yet: more to come (`$0.42+?`).
+        Only of a live child whose cost is known (an unknown one is counted unknown already);
+        an ended child has no turn under way, whatever figures its worker sent after."""
+        return self.activity.unreported and self.cost_usd is not None and self.status.live
+
+    @property
     def live_cost_usd(self) -> Decimal | None:
         """Billed cost plus the estimate of the call in progress; None if the price is unknown."""
         if self.cost_usd is None or self.in_flight_cost_usd is None:
@@ -212,7 +219,7 @@ class Totals:
     # Children whose saving is unknown: a price unknown, or tokens nobody counted.
     saved_unknown: int = 0
     tokens_unknown: int = 0  # children that ran whose tokens nobody counted (`?`, never 0)
-    pending: int = 0  # children whose turn under way has reported no usage yet (`unreported`)
+    pending: int = 0  # children whose turn under way has reported no usage yet (`cost_pending`)
 
     @property
     def live_usage(self) -> Usage:

@@ -212,7 +212,7 @@ class RowTally:
             self.saved_unknown += 1
         if row.tokens_unknown:
             self.tokens_unknown += 1
-        if _pending(row):
+        if row.cost_pending:
             self.pending += 1
         if row.in_flight.total:
             self.flight += row.in_flight
@@ -238,7 +238,7 @@ class RowTally:
             self.saved_unknown -= 1
         if row.tokens_unknown:
             self.tokens_unknown -= 1
-        if _pending(row):
+        if row.cost_pending:
             self.pending -= 1
         if row.in_flight.total:
             self.flight -= row.in_flight
@@ -274,13 +274,6 @@ class RowTally:
             tokens_unknown=self.tokens_unknown,
             pending=self.pending,
         )
-
-
-def _pending(row: ChildRow) -> bool:
-    """Its turn under way has reported no usage yet; counted where its cost is known (an
-    unknown one is counted unknown already). An ended child has no turn under way, whatever
-    figures its worker sent after the watchdog gave up on it."""
-    return row.activity.unreported and row.cost_usd is not None and row.status.live
 
 
 def totals_of(rows: Iterable[ChildRow]) -> Totals:

@@ -134,7 +134,7 @@ def build_report(
                 **{k: None if c.tokens_unknown else v for k, v in _tokens(c.usage).items()},
                 "cost_usd": _money(c.cost_usd),
                 # its agent CLI's turn under way has reported no usage yet: more to come
-                "cost_pending": c.activity.unreported and c.cost_usd is not None,
+                "cost_pending": c.cost_pending,
                 "duration_s": None if c.duration_s is None else round(c.duration_s, 3),
                 "error": c.error,
                 "transcript": c.transcript,
