@@ -165,6 +165,7 @@ def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
     rest: a completed child has nothing to retry, a delegate runs again with its parent (named
     one by one, each is refused; picked by a query, they are left out)."""
     from flightdeck.engine.model import ChildStatus
+    from flightdeck.engine.model.units import is_wave
 
     rows, own = {r.id: r for r in client.rows()}, client.own()
     done: list[str] = []
@@ -176,7 +177,7 @@ def _retryable(client: Client, ended: list[str]) -> tuple[list[str], str]:
             done.append(i)
         elif rows[i].parent is not None:
             delegates.append(i)
-        elif i not in own:  # a schedule's wave: the owner would refuse the whole retry
+        elif is_wave(rows[i], own):  # the owner would refuse the whole retry
             waves.append(i)
         else:
             ids.append(i)

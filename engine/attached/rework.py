@@ -22,6 +22,7 @@ from flightdeck.engine.attached.spawn import restart_owner
 from flightdeck.engine.commands import Accept, CommandError, Context, Discard, Retry
 from flightdeck.engine.errors import check_known
 from flightdeck.engine.model import ChildRow
+from flightdeck.engine.model.units import is_wave
 from flightdeck.engine.records.reader import StoreReader, no_batch
 from flightdeck.engine.records.requests import RequestRow, RequestState, with_connection
 from flightdeck.engine.records.rows import INSERT_EVENT
@@ -98,8 +99,8 @@ def send_retry(
     command.check(Context(batch_id, rows, rows=lambda: rows))
     with Client(db, batch_id) as client:
         own = client.own()
-        for child_id in command.child_ids:  # neither a task nor a delegate: a schedule's wave
-            if child_id not in own and rows[child_id].parent is None:
+        for child_id in command.child_ids:
+            if is_wave(rows[child_id], own):
                 raise CommandError(
                     f"{child_id} is a schedule's wave, not one of the batch's own tasks: "
                     "not retried"

@@ -20,6 +20,12 @@ from flightdeck.engine.model import ChildRow, GroupFinished
 UNIT_EVENT = "unit"  # the events table's kind for a unit announced
 
 
+def is_wave(row: ChildRow, own: Container[str] | None) -> bool:
+    """A schedule's wave: neither a delegate nor one of the batch's own tasks (`own`; None: not
+    known, so no child is taken for a wave). A retry leaves it out: it is no task to run again."""
+    return row.parent is None and own is not None and row.id not in own
+
+
 class Membership:
     """The unit of each child placed so far (parents before their delegates)."""
 

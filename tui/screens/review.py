@@ -12,6 +12,7 @@ from typing import ClassVar
 from flightdeck.engine.attached.rework import Changes, overlap_in, patch_of, said_of
 from flightdeck.engine.commands import Accept, CommandError, Discard, Retry
 from flightdeck.engine.model import ChildRow, ChildStatus, Snapshot
+from flightdeck.engine.model.units import is_wave
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.decisions import Ask, Decision, Say, SendOff
@@ -228,7 +229,7 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
     ended = [i for i in aim.ids if rows[i].status in RETRYABLE]
     tasks = [i for i in ended if rows[i].parent is None]
     # A schedule's wave is no task of the batch: the owner would refuse the whole retry.
-    ids = [i for i in tasks if aim.own is None or i in aim.own]
+    ids = [i for i in tasks if not is_wave(rows[i], aim.own)]
     # A delegate failed as much as any child: "completed or still run" said otherwise.
     delegates, waves = len(ended) - len(tasks), len(tasks) - len(ids)
     if not ids:
