@@ -12,7 +12,7 @@ from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
 from flightdeck.engine.model import Snapshot
 from flightdeck.engine.private import private_dir
-from flightdeck.engine.records.live import live_from_json
+from flightdeck.engine.records.live import unreported
 from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.processes import still_running
@@ -70,5 +70,4 @@ def pending_turns(db: Path, batch_id: str) -> int:
     """The agent CLI turns under way in a running batch that have reported no usage yet, as its
     owner last published them (the stored rows do not keep it)."""
     with StoreReader(db) as reader:
-        text = reader.live(batch_id)
-    return 0 if text is None else sum(c.unreported for c in live_from_json(text).children.values())
+        return len(unreported(reader.live(batch_id)))

@@ -152,3 +152,11 @@ def _headroom(data: dict[str, Any]) -> RouteHeadroom:
         if values.get(name) is not None:
             values[name] = RouteLimit(int(values[name][0]), values[name][1])
     return RouteHeadroom(**values)
+
+
+def unreported(text: str | None) -> frozenset[str]:
+    """The children whose agent CLI's turn under way has reported no usage yet, in the live
+    figures `text` an owner published (None: none published); the stored rows do not keep it."""
+    if text is None:
+        return frozenset()
+    return frozenset(cid for cid, c in live_from_json(text).children.items() if c.unreported)

@@ -24,7 +24,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.model.units import unit_rows
 from flightdeck.engine.records.attempts import report_entries
 from flightdeck.engine.records.forecast import forecast, lost_attempts
-from flightdeck.engine.records.live import live_from_json
+from flightdeck.engine.records.live import unreported
 from flightdeck.engine.records.loops import loop_records
 from flightdeck.engine.records.meter import cache_saving, route_totals, totals_of
 from flightdeck.engine.records.needlog import need_records
@@ -238,10 +238,10 @@ def _with_pending(children: list[ChildRow], live: str | None) -> list[ChildRow]:
     """The rows with the owner's live word on which agent CLI turns have reported no usage
     yet (the stored rows do not keep it): a Codex child mid-turn is `$0.42+?`, never `$0.42`
     as if its turn were free, as the TUI shows it."""
-    waiting = live_from_json(live).children if live is not None else {}
+    waiting = unreported(live)
     return [
         dataclasses.replace(c, activity=dataclasses.replace(c.activity, unreported=True))
-        if c.status.live and (f := waiting.get(c.id)) is not None and f.unreported
+        if c.status.live and c.id in waiting
         else c
         for c in children
     ]
