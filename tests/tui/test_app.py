@@ -44,6 +44,7 @@ from tui_support import (
     SIZE,
     EngineFactory,
     app_for,
+    burst,
     filter_rows,
     held,
     make_tasks,
@@ -327,16 +328,6 @@ async def test_filter_and_sort(engine_factory: EngineFactory) -> None:
         assert table.model.order is SortOrder.BATCH
         assert table.shown == ["c6", "c5", "c4", "c3", "c2", "c1"]
         assert app.main.query_one("#status").line.order == "batch"
-
-
-def burst(app: FlightdeckApp, text: str) -> None:
-    """`text`'s keys as a terminal delivers them together: each posted as the driver's thread
-    does, none waited on, so all are queued before the first is handled."""
-    for char in text:
-        key = {" ": "space", "\r": "enter", "/": "slash", ":": "colon"}.get(char, char)
-        key_event = events.Key(key, char)
-        key_event.set_sender(app)
-        app.post_message(key_event)
 
 
 async def test_a_query_typed_right_after_slash_goes_into_the_box_not_to_the_tables_keys(

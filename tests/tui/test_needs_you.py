@@ -38,6 +38,7 @@ from tui_support import (
     SIZE,
     EngineFactory,
     app_for,
+    burst,
     filter_rows,
     held,
     make_tasks,
@@ -483,3 +484,34 @@ async def test_j_and_k_move_through_the_queue_as_through_the_table(tmp_path: Pat
         results = app.screen.query_one("#search-results", OptionList)
         keys = {b.key for b in results.BINDINGS if isinstance(b, Binding)}
         assert {"j", "k"} <= keys  # there too
+
+
+async def test_an_answer_typed_right_after_a_goes_into_its_box(tmp_path: Path, hold: Hold) -> None:
+    """`a` and the answer read in one burst (a lagging ssh link, a paste, tmux send-keys): the
+    answer's keys were queued before the box had the focus, so they went to the queue's list
+    and the screen's keys (`c` clears an entry, enter goes to the child)."""
+    route = dataclasses.replace(default_sim_route(**held(hold, tool_turns=0)), ask_operator=True)
+    settings = Settings(routes=MappingProxyType({"sim": route}))
+    engine = Engine(
+        Batch("needs", make_tasks(["[sim:ask] ship the docs"])),
+        settings,
+        state_dir=tmp_path / "s",
+        max_concurrent=1,
+    )
+    engine.start()
+    options = UiOptions(poll_s=0.05, transcript_poll_s=0.1, cursor_blink=False)
+    app = FlightdeckApp(LiveView(engine), options)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            hold.release()
+            await until(pilot, lambda: app.main.notices.queue, "c1 asking")
+            await pilot.press("exclamation_mark")
+            await until(pilot, lambda: on_screen(app, NeedsScreen), "the queue")
+            screen = app.screen
+            assert isinstance(screen, NeedsScreen)
+            await until(pilot, lambda: len(screen.entries) == 1, "the entry")
+            burst(app, "ayes, cut a release\r")
+            await until(pilot, lambda: "cut a release" in result_of(engine, "c1"), "c1's result")
+            assert "The operator answered: yes, cut a release" in result_of(engine, "c1")
+    finally:
+        engine.close()

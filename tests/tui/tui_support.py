@@ -17,6 +17,7 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.filter import FilterInput
+from textual import events
 from textual.app import App
 from textual.pilot import Pilot
 from textual.screen import Screen
@@ -166,3 +167,13 @@ def view_when_ready(db: Path, batch_id: str, timeout: float = 30, **options: Any
         except LookupError:
             assert time.monotonic() < deadline, f"no batch {batch_id} in {db} after {timeout} s"
             time.sleep(0.01)
+
+
+def burst(app: FlightdeckApp, text: str) -> None:
+    """`text`'s keys as a terminal delivers them together: each posted as the driver's thread
+    does, none waited on, so all are queued before the first is handled."""
+    for char in text:
+        key = {" ": "space", "\r": "enter", "/": "slash", ":": "colon"}.get(char, char)
+        key_event = events.Key(key, char)
+        key_event.set_sender(app)
+        app.post_message(key_event)

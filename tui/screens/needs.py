@@ -68,10 +68,11 @@ class NeedsScreen(Screen[str | None]):
     AUTO_FOCUS = "#needs-list"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close", id="needs.close", tooltip="Back to the children"),
-        Binding(
+        Binding(  # priority, as the main screen's keys that open a box (screens/keys.py)
             "a",
             "answer",
             "Answer",
+            priority=True,
             id="needs.answer",
             tooltip="Answer the selected child's question (ask_operator): its tool's result",
         ),
@@ -120,6 +121,8 @@ class NeedsScreen(Screen[str | None]):
         self.set_interval(self._poll_s, self.refresh_queue)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "answer" and self.focused is self.query_one("#needs-answer", Input):
+            return False  # typed into the answer box, `a` is text
         # Hidden where it would only say why it sends nothing (on_key says why, if pressed).
         return not refused(action, self._view)
 
@@ -240,4 +243,4 @@ class NeedsScreen(Screen[str | None]):
         asks = Text(f"{one_line(need.child_id or '', 60)} asks: ", style="bold magenta")
         question.update(asks.append(one_line(need.text, 2000)))
         box.value = ""
-        box.focus()
+        self.set_focus(box)  # now: focus() waits its turn behind keys already read
