@@ -54,9 +54,16 @@ def dead_pid() -> tuple[int, float | None]:
     return proc.pid, start
 
 
+def version_6_schema() -> str:
+    """The schema as version 6 made it: no refusal kept with a refused request."""
+    v6 = schema.SCHEMA.replace(schema.REQUESTS_SCHEMA, schema.REQUESTS_V3_SCHEMA)
+    assert "refusal" not in v6
+    return v6
+
+
 def version_5_schema() -> str:
-    """The schema as version 5 made it: no change counter on the children."""
-    v5 = schema.SCHEMA.replace("    rev INTEGER NOT NULL DEFAULT 0,\n", "")
+    """The schema as version 5 made it: no change counter on the children either."""
+    v5 = version_6_schema().replace("    rev INTEGER NOT NULL DEFAULT 0,\n", "")
     v5 = v5.replace(schema.REV_INDEX, "")
     assert "rev" not in v5
     return v5
@@ -64,7 +71,7 @@ def version_5_schema() -> str:
 
 def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "flightdeck.db"
-    v1 = version_5_schema().replace(schema.REQUESTS_SCHEMA, "")
+    v1 = version_5_schema().replace(schema.REQUESTS_V3_SCHEMA, "")
     v1 = v1.replace(
         "    finished_ts REAL,\n    heartbeat_ts REAL,\n    settings_json TEXT,\n"
         "    held TEXT,\n    limits_json TEXT\n",

@@ -426,7 +426,7 @@ def until_applied(client: Client, request_id: int, applied: str) -> ExitCode:
                 console_for().print(Text(applied))
                 return ExitCode.OK
             if row.state.value == "refused":
-                if ended_first(row.kind, row.child_ids, client.rows()):
+                if ended_first(row.kind, row.child_ids, row.refusal, client.rows):
                     console_for().print(Text(one_line(row.reason or "")))
                     return ExitCode.OK
                 say_error(f"refused: {row.reason or ''}")

@@ -25,7 +25,13 @@ from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.liveness import STALE_AFTER_S, process_matches
 from flightdeck.engine.records.processes import still_running
 from flightdeck.engine.records.reader import StoreReader, require_state
-from flightdeck.engine.records.requests import RequestRow, RequestState, read_request, submit
+from flightdeck.engine.records.requests import (
+    Refusal,
+    RequestRow,
+    RequestState,
+    read_request,
+    submit,
+)
 from flightdeck.engine.records.rows import (
     BatchInfo,
     batch_columns,
@@ -321,13 +327,31 @@ class Client:
         return self._conn
 
 
-def ended_first(kind: str, child_ids: Sequence[str], rows: Iterable[ChildRow]) -> bool:
-    """Whether a refused request was a stop, pause or continue whose every child has ended: it
-    came after they ended on their own (the owner's AlreadyEnded, settled after their final
-    rows), did nothing and failed in nothing, as for a child its sender found ended."""
-    if kind not in ("stop", "pause", "continue") or not child_ids:
+# What a command that came after its children (or its batch) ended leaves undone: nothing.
+_MOOT_WHEN_ENDED = frozenset(
+    ("stop", "pause", "continue", "stop_all", "pause_admission", "continue_admission")
+)
+
+
+def ended_first(
+    kind: str,
+    child_ids: Sequence[str],
+    refusal: str | None,
+    rows: Callable[[], Iterable[ChildRow]],
+) -> bool:
+    """Whether a refused request was a stop, pause or continue that the owner refused only
+    because what it named had ended first (`refusal` "ended": its AlreadyEnded, or a batch that
+    had finished): it did nothing and failed in nothing, as for a child its sender found ended.
+    Refused for any other reason, it failed, whatever its children's rows say now. Only for a
+    refusal an older owner left without its word are the children's `rows` asked (read then):
+    every one it names has ended."""
+    if kind not in _MOOT_WHEN_ENDED:
         return False
-    live = {r.id for r in rows if r.status.live}
+    if refusal is not None:
+        return refusal == Refusal.ENDED
+    if not child_ids:  # an older owner refused none of these as come too late
+        return False
+    live = {r.id for r in rows() if r.status.live}
     return not any(i in live for i in child_ids)
 
 

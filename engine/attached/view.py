@@ -214,7 +214,8 @@ class StoreView:
             if version == self._data_version and not self._reading.owner_died():
                 return False
             # Read before the rows: a stop refused as come after its children ended is settled
-            # after their final rows (control/endedfirst.py), which the rows then have.
+            # after their final rows (control/endedfirst.py), which the rows then have (an
+            # older owner's refusal, which says not why, is judged on them).
             requests = self._requests() if self._pending else []
             snap = self._read(events)
             if snap is None:
@@ -242,7 +243,7 @@ class StoreView:
         ids = sorted(self._pending)
         marks = ", ".join("?" * len(ids))
         return self._conn.execute(
-            "SELECT id, kind, state, reason, child_ids FROM requests"
+            "SELECT id, kind, state, reason, child_ids, refusal FROM requests"
             f" WHERE batch_id = ? AND id IN ({marks})",
             (self.batch_id, *ids),
         ).fetchall()
@@ -253,11 +254,12 @@ class StoreView:
         """Of `requests`, those the owner refused, with the reason (and no kind for one that
         came after its children ended: `ended_first`); the settled ones are not asked again."""
         out: list[tuple[str | None, str]] = []
-        for rid, kind, state, reason, child_ids in requests:
+        for rid, kind, state, reason, child_ids, refusal in requests:
             if state != "pending":
                 self._pending.discard(rid)
             if state == "refused":
-                moot = ended_first(str(kind), json.loads(child_ids or "[]"), children)
+                ids = json.loads(child_ids or "[]")
+                moot = ended_first(str(kind), ids, refusal, lambda: children)
                 out.append((None if moot else str(kind).replace("_", " "), str(reason or "")))
         return out
 

@@ -118,7 +118,7 @@ class Controls:
             receipts = self._dispatch(order)
         except AlreadyEnded as exc:  # nothing left to act on: not applied, yet no failure
             if not self._ended_first.hold(order, str(exc), order.command.targets):
-                self._settle(order, (), str(exc), failed=False)
+                self._settle(order, (), str(exc), ended=True)
             return
         except CommandError as exc:  # checked by the sender; the batch changed since
             self._settle(order, (), str(exc))
@@ -127,15 +127,18 @@ class Controls:
             self._settle(order, receipts, None)
 
     def _settle(
-        self, order: Order, receipts: tuple[int, ...], refused: str | None, *, failed: bool = True
+        self, order: Order, receipts: tuple[int, ...], refused: str | None, *, ended: bool = False
     ) -> None:
         """The order's request and its in-process sender told it was applied, or refused
-        (`failed`: as an error, else a notice of why it did nothing)."""
+        (`ended`: only because its children had ended first, a notice of why it did nothing,
+        else an error)."""
         if order.answer is not None:
             order.answer.settle(refused)
         if order.request_id is not None:
-            self._recorder.settle_request(order.request_id, receipts, refused, order.command)
-        elif refused is not None and order.answer is None and not failed:
+            self._recorder.settle_request(
+                order.request_id, receipts, refused, order.command, ended=ended
+            )
+        elif refused is not None and order.answer is None and ended:
             log.warning("%s", refused)  # shown by the TUI that sent it, not as an error
         elif refused is not None and order.answer is None:
             log.error("flightdeck engine: %s not applied: %s", order.command.title, refused)
@@ -144,7 +147,7 @@ class Controls:
         """A child's final row was handed to the store: the refusals that waited for it (a
         stop, pause or continue that came after it ended) are settled after it."""
         for order, reason in self._ended_first.finished(child_id):
-            self._settle(order, (), reason, failed=False)
+            self._settle(order, (), reason, ended=True)
 
     def reviewed(self, done: Reviewed) -> None:
         """An accept or discard was applied (each child's changes as decided), or refused."""

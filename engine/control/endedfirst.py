@@ -1,8 +1,10 @@
 """A stop, pause or continue that came after every child it names had ended on its own (after its
 sender read the batch, before the coordinator took it): it does nothing, and is refused with
-AlreadyEnded, which is no failure. It is settled once the store has those children's final
-rows, so that a client reading them after the refusal finds them ended (engine/attached's
-`ended_first`): a child whose thread has ended may not have been finished (recorded) yet."""
+AlreadyEnded, which is no failure: its request is recorded refused as `ended` (records/requests.py
+`Refusal`), which its client says as a notice (engine/attached's `ended_first`). It is settled
+once the store has those children's final rows, so that a client reading them after the refusal
+finds them ended, as it says: a child whose thread has ended may not have been finished
+(recorded) yet."""
 
 from __future__ import annotations
 

@@ -48,10 +48,13 @@ class Recorder(Protocol):
         receipts: tuple[int, ...],
         refused: str | None,
         command: Command | None = None,
+        *,
+        ended: bool = False,
     ) -> None:
-        """A client's request applied (with the steer receipts it made) or refused (why);
-        `command` as the owner took it (a key typed into a message redacted), kept in its
-        stead."""
+        """A client's request applied (with the steer receipts it made) or refused (why;
+        `ended`: only because what it named had ended first, which its client says as a
+        notice); `command` as the owner took it (a key typed into a message redacted), kept
+        in its stead."""
 
     def trouble(self) -> StoreTrouble | None:
         """What keeps the store from committing now; None while it commits."""

@@ -21,6 +21,7 @@ from flightdeck.engine.commands import Nudge, Steer
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.liveness import HEARTBEAT_EVERY_S
 from flightdeck.engine.records.requests import (
+    Refusal,
     RequestRow,
     RequestState,
     pending_requests,
@@ -120,7 +121,12 @@ class OwnerDuties:
 
     def _refuse(self, request_id: int, reason: str) -> None:
         self._store.settle_request(
-            self._batch_id, request_id, RequestState.REFUSED, self._clock(), reason=reason
+            self._batch_id,
+            request_id,
+            RequestState.REFUSED,
+            self._clock(),
+            reason=reason,
+            refusal=Refusal.ERROR,
         )
 
     def _already_applied(self, row: RequestRow) -> bool:

@@ -10,7 +10,7 @@ from flightdeck.engine.model import ChildRow, GroupFinished, Limits, SteerReceip
 from flightdeck.engine.model.livelimits import limits_json
 from flightdeck.engine.model.units import UNIT_EVENT, told_json
 from flightdeck.engine.records.faults import StoreTrouble
-from flightdeck.engine.records.requests import RequestState
+from flightdeck.engine.records.requests import Refusal, RequestState
 from flightdeck.engine.records.store import Store
 
 
@@ -63,11 +63,15 @@ class StoreRecorder:
         receipts: tuple[int, ...],
         refused: str | None,
         command: Command | None = None,
+        *,
+        ended: bool = False,
     ) -> None:
-        """A client's request applied (with the steer receipts it made) or refused (why):
-        settled in the store after what it made. A steer or an answer is kept as the owner
-        took it: a key the client could not redact (a header's value) is redacted there."""
+        """A client's request applied (with the steer receipts it made) or refused (why, and
+        `ended`: only because what it named had ended first): settled in the store after what
+        it made. A steer or an answer is kept as the owner took it: a key the client could not
+        redact (a header's value) is redacted there."""
         payload = encode(command)[1] if isinstance(command, Steer | Answer) else None
+        refusal = None if refused is None else Refusal.ENDED if ended else Refusal.ERROR
         self._store.settle_request(
             self._batch_id,
             request_id,
@@ -75,6 +79,7 @@ class StoreRecorder:
             self._clock(),
             control_ids=receipts if refused is None else (),
             reason=refused,
+            refusal=refusal,
             payload=payload,
         )
 

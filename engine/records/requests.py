@@ -5,8 +5,9 @@ A client (`flightdeck steer`, `stop`, an attached TUI: engine/attached) records 
 in `payload` (the child ids also in `child_ids`, for a person reading the table). The owner
 process reads pending requests within a fraction of a second, decodes each with the same code
 that encoded it, and sends it as it would a command of its own; it marks them `applied` (with
-the steer receipts they made) or `refused` (with a reason). An owner that dies first leaves
-them pending: `resume` settles them. Each call is one short transaction on its own connection,
+the steer receipts they made) or `refused` (with a reason, and its `Refusal`: whether it came
+after what it named had ended, which a client says as a notice). An owner that dies first
+leaves them pending: `resume` settles them. Each call is one short transaction on its own connection,
 and waits out a busy database.
 """
 
@@ -40,6 +41,7 @@ from flightdeck.engine.sanitize import one_line, redact
 
 __all__ = [
     "REQUEST_COLUMNS",
+    "Refusal",
     "RequestRow",
     "RequestState",
     "pending_requests",
@@ -55,7 +57,7 @@ __all__ = [
 
 REQUEST_COLUMNS = (
     "id, batch_id, kind, child_ids, message, now, state, reason, control_ids, created_ts, "
-    "settled_ts, payload"
+    "settled_ts, payload, refusal"
 )
 _T = TypeVar("_T")
 # How long a caller that says what it waits for waits on a held lock before it says so again.
@@ -70,6 +72,13 @@ class RequestState(StrEnum):
     REFUSED = "refused"
 
 
+class Refusal(StrEnum):
+    """Why a request was refused, as the owner recorded it (its reason says it in words)."""
+
+    ENDED = "ended"  # what it named had ended before it came: nothing left to act on
+    ERROR = "error"  # any other reason: the owner could not apply it, or would not
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRow:
     """One client command and what became of it; for a steer, its receipts so far (one per
@@ -81,6 +90,7 @@ class RequestRow:
     command: Command | CommandError  # as decoded, or why it cannot be
     state: RequestState
     reason: str | None  # why it was refused
+    refusal: Refusal | None  # and that, in a word (None: not refused, or by an older owner)
     control_ids: tuple[int, ...]  # the steer receipts it made, once applied
     created_ts: float
     settled_ts: float | None
@@ -181,16 +191,17 @@ def read_request(conn: sqlite3.Connection, batch_id: str, request_id: int) -> Re
 
 
 def refuse_pending(db_path: Path, batch_id: str, reason: str) -> int:
-    """Settle every request still pending for a finished batch as refused (its owner died
-    after the batch's end was committed, before it could apply them); how many."""
+    """Settle every request still pending for a finished batch as refused, as come after it
+    ended (its owner died after the batch's end was committed, before it could apply them);
+    how many."""
 
     def refuse(conn: sqlite3.Connection) -> int:
         conn.execute("BEGIN IMMEDIATE")
         try:
             cursor = conn.execute(
-                "UPDATE requests SET state = 'refused', reason = ?, settled_ts = ?"
+                "UPDATE requests SET state = 'refused', reason = ?, refusal = ?, settled_ts = ?"
                 " WHERE batch_id = ? AND state = 'pending'",
-                (reason, time.time(), batch_id),
+                (reason, Refusal.ENDED.value, time.time(), batch_id),
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -248,11 +259,21 @@ def request_row(r: Sequence[Any], receipts: tuple[SteerReceipt, ...] = ()) -> Re
         command=command,
         state=RequestState(r[6]),
         reason=r[7],
+        refusal=None if r[12] is None else _refusal(str(r[12])),
         control_ids=tuple(json.loads(r[8])) if r[8] else (),
         created_ts=float(r[9]),
         settled_ts=None if r[10] is None else float(r[10]),
         receipts=receipts,
     )
+
+
+def _refusal(word: str) -> Refusal:
+    """A recorded refusal; a word this flightdeck does not know (a newer owner's) as an error:
+    never read as the notice `ended` is."""
+    try:
+        return Refusal(word)
+    except ValueError:
+        return Refusal.ERROR
 
 
 # -- one short transaction ---------------------------------------------------------------------

@@ -95,7 +95,7 @@ SET_LIVE = (
 SET_HELD = "UPDATE batches SET held = ? WHERE id = ?"
 SET_LIMITS = "UPDATE batches SET pool_size = ?, limits_json = ? WHERE id = ?"
 SETTLE_REQUEST = (
-    "UPDATE requests SET state = ?, reason = ?, control_ids = ?, settled_ts = ?, "
+    "UPDATE requests SET state = ?, reason = ?, refusal = ?, control_ids = ?, settled_ts = ?, "
     "payload = COALESCE(?, payload) WHERE batch_id = ? AND id = ? AND state = 'pending'"
 )
 INSERT_EVENT = "INSERT INTO events (batch_id, child_id, ts, kind, detail) VALUES (?, ?, ?, ?, ?)"

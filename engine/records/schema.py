@@ -10,12 +10,35 @@ from pathlib import Path
 from flightdeck.engine.errors import StoreError
 from flightdeck.engine.records.faults import rollback
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 BUSY_TIMEOUT_MS = 30_000
 
 # Commands from clients (other processes: `flightdeck steer/stop`, an attached TUI), recorded
 # before the owner applies them, so none is lost if the owner dies first: `resume` settles them.
+# `refusal`: why one was refused, in a word the client decides on (records/requests.py
+# `Refusal`): its reason is a sentence for the operator.
 REQUESTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    child_ids TEXT NOT NULL,
+    message TEXT,
+    now INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'applied', 'refused')),
+    reason TEXT,
+    control_ids TEXT,
+    created_ts REAL NOT NULL,
+    settled_ts REAL,
+    payload TEXT,
+    refusal TEXT
+);
+CREATE INDEX IF NOT EXISTS requests_pending ON requests (batch_id, state, id);
+"""
+
+# The requests table as versions 3 to 6 had it: what the migrations from 1 and 2 make, before
+# the step from 6 adds `refusal` (each step brings a file to the next version, no further).
+REQUESTS_V3_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     batch_id TEXT NOT NULL,
@@ -40,7 +63,7 @@ MIGRATE_1_TO_2 = (
     "ALTER TABLE batches ADD COLUMN settings_json TEXT",
     "ALTER TABLE controls ADD COLUMN request_id INTEGER",
     "ALTER TABLE controls ADD COLUMN reason TEXT",
-    *(s for s in REQUESTS_SCHEMA.split(";") if s.strip()),
+    *(s for s in REQUESTS_V3_SCHEMA.split(";") if s.strip()),
 )
 
 # From version 2: two batch columns, and requests of any kind (the kinds are the code's to
@@ -54,7 +77,7 @@ MIGRATE_2_TO_3 = (
     "ALTER TABLE batches ADD COLUMN limits_json TEXT",
     "ALTER TABLE requests RENAME TO requests_v2",
     "DROP INDEX IF EXISTS requests_pending",
-    *(s for s in REQUESTS_SCHEMA.split(";") if s.strip()),
+    *(s for s in REQUESTS_V3_SCHEMA.split(";") if s.strip()),
     f"INSERT INTO requests ({_REQUESTS_V2_COLUMNS}) SELECT {_REQUESTS_V2_COLUMNS} FROM requests_v2",
     "DROP TABLE requests_v2",
 )
@@ -118,6 +141,10 @@ MIGRATE_5_TO_6 = (
     *REV_TRIGGERS,
 )
 
+# From version 6: why the owner refused a request, in a word (an older owner that still runs on
+# the file leaves it NULL, as rows refused before the migration have it).
+MIGRATE_6_TO_7 = ("ALTER TABLE requests ADD COLUMN refusal TEXT",)
+
 # The steps from each older version to the next.
 MIGRATIONS = {
     1: MIGRATE_1_TO_2,
@@ -125,6 +152,7 @@ MIGRATIONS = {
     3: MIGRATE_3_TO_4,
     4: MIGRATE_4_TO_5,
     5: MIGRATE_5_TO_6,
+    6: MIGRATE_6_TO_7,
 }
 
 SCHEMA = (

@@ -212,10 +212,12 @@ class Store:
         *,
         control_ids: Sequence[int] = (),
         reason: str | None = None,
+        refusal: str | None = None,  # why refused, in a word (records/requests.py `Refusal`)
         payload: str | None = None,  # the command as applied (keys redacted), else as sent
     ) -> None:
         """Mark a pending client request applied or refused (a settled one stays as it is)."""
-        params = (state, reason, json.dumps(list(control_ids)), ts, payload, batch_id, request_id)
+        ids = json.dumps(list(control_ids))
+        params = (state, reason, refusal, ids, ts, payload, batch_id, request_id)
         self._put(Write("settle_request", SETTLE_REQUEST, params))
 
     def record_event(
