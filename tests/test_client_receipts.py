@@ -29,10 +29,12 @@ def sim_owner(
     more: str = "",
     goal: str = "{id}",
     task: str = "",
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[str], str, Hold]:
     """`flightdeck run --headless` of tasks `ids` (`goal` each, its id filled in; `task`: more
     keys for each) on a sim route whose every call is held until the returned Hold releases it
-    (`route`: more keys for the route, `more`: more tables); returned once it has started."""
+    (`route`: more keys for the route, `more`: more tables; `env`: more for the owner's
+    environment); returned once it has started."""
     hold = Hold(folder / "hold")
     (folder / "ws").mkdir(exist_ok=True)
     tasks = "".join(f'[[tasks]]\nid = "{i}"\ngoal = "{goal.format(id=i)}"\n{task}' for i in ids)
@@ -42,7 +44,7 @@ def sim_owner(
         f'[routes.sim]\nprovider = "sim"\nmodel = "sim-1"\ntime_scale = 0.001\n'
         f"{hold.toml()}{route}{more}"
     )
-    owner = flightdeck_process("run", "tasks.toml", "--headless", cwd=folder)
+    owner = flightdeck_process("run", "tasks.toml", "--headless", cwd=folder, env=env)
     assert owner.stdout is not None
     first = owner.stdout.readline()  # "batch <id>", once it has started
     assert first.startswith("batch "), first + owner.communicate()[1]
