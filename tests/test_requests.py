@@ -17,8 +17,10 @@ from flightdeck.engine.records import schema
 from flightdeck.engine.records.liveness import owner_of, process_matches
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import (
+    Refusal,
     RequestState,
     pending_requests,
+    refuse_pending,
     request,
     submit,
 )
@@ -160,6 +162,45 @@ def test_version_2_file_is_migrated_keeping_its_requests_and_takes_any_kind(
         assert any("requests_pending" in str(step) for step in plan)
 
 
+def test_version_6_file_is_migrated_and_its_refusals_read_as_saying_not_why(
+    tmp_path: Path,
+) -> None:
+    # Version 7 keeps why the owner refused a request (`refusal`); a version 6 file's refused
+    # rows read with none, and what is refused after the migration has one.
+    path = tmp_path / "flightdeck.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(version_6_schema())
+    conn.execute("PRAGMA user_version = 6")
+    conn.execute(
+        "INSERT INTO batches (id, name, spec_json, workspace, state_dir, owner_pid, pool_size,"
+        " status, created_ts) VALUES ('b1', 'b1', '[]', '/w', '/s', 1, 2, 'running', 5.0)"
+    )
+    conn.execute(
+        "INSERT INTO children (batch_id, id, seq, goal, route, model, status, queued_ts,"
+        " transcript) VALUES ('b1', 'c1', 0, 'g', 'sim', 'm', 'completed', 5.0, 't')"
+    )
+    conn.execute(
+        "INSERT INTO requests (batch_id, kind, child_ids, state, reason, created_ts, payload)"
+        " VALUES ('b1', 'stop', '[\"c1\"]', 'refused', 'c1 had already ended', 7.0,"
+        " '{\"child_ids\": [\"c1\"]}')"
+    )
+    conn.commit()
+    conn.close()
+    with StoreReader(path) as reader:  # read as it is, before anything migrates it
+        assert [c.id for c in reader.children("b1", results=False)] == ["c1"]
+    with Store(path) as store:
+        rid = submit(path, "b1", Stop(("c1",)))
+        store.settle_request("b1", rid, RequestState.REFUSED, 8.0, reason="no", refusal="error")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    old = request(path, "b1", 1)
+    assert old is not None and old.state is RequestState.REFUSED and old.refusal is None
+    assert old.reason == "c1 had already ended" and old.child_ids == ("c1",)
+    new = request(path, "b1", rid)
+    assert new is not None and new.refusal is Refusal.ERROR
+
+
 def test_database_and_folder_are_the_users_alone(tmp_path: Path) -> None:
     path = tmp_path / "state" / "flightdeck.db"
     Store(path).close()
@@ -203,8 +244,34 @@ def test_stops_and_a_refusal(db: Path) -> None:
         store.settle_request("b1", stop, RequestState.APPLIED, 2.0)  # settled once only
     row = request(db, "b1", stop)
     assert row is not None and row.state == RequestState.REFUSED and row.reason == "no owner"
+    assert row.refusal is None  # refused by an owner that said not why (an older one)
     row = request(db, "b1", everything)
     assert row is not None and row.kind == "stop_all" and row.child_ids == ()
+    assert row.state is RequestState.PENDING and row.refusal is None
+
+
+def test_a_refusal_word_is_kept_and_one_not_known_reads_as_an_error(db: Path) -> None:
+    ids = [submit(db, "b1", Stop(("c1",))) for _ in range(3)]
+    with Store(db) as store:
+        for rid, word in zip(ids, ("ended", "error", "later"), strict=True):
+            store.settle_request("b1", rid, RequestState.REFUSED, 1.0, reason="r", refusal=word)
+    got = [request(db, "b1", rid) for rid in ids]
+    # A word from a newer owner is never read as the notice `ended` is.
+    assert [r.refusal if r else None for r in got] == [Refusal.ENDED, Refusal.ERROR, Refusal.ERROR]
+
+
+def test_requests_a_finished_batch_left_pending_are_refused_as_come_after_it_ended(
+    db: Path,
+) -> None:
+    stop = submit(db, "b1", Stop(("c1",)))
+    steer = submit(db, "b1", Steer(("c2",), "hi"))
+    with Store(db) as store:
+        store.finish_batch("b1", BatchStatus.COMPLETED, 9.0)
+    assert refuse_pending(db, "b1", "the batch had finished (completed)") == 2
+    for rid in (stop, steer):
+        row = request(db, "b1", rid)
+        assert row is not None and row.state is RequestState.REFUSED
+        assert row.refusal is Refusal.ENDED
 
 
 def test_bad_requests_record_nothing(db: Path, tmp_path: Path) -> None:
@@ -307,6 +374,10 @@ def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path, h
             refused = conn.execute(
                 "SELECT id, state, reason FROM requests WHERE id < ? ORDER BY id", (rid,)
             ).fetchall()
+            words = conn.execute(
+                "SELECT refusal FROM requests WHERE id < ? ORDER BY id", (rid,)
+            ).fetchall()
+        assert words == [("error",)] * 3  # none of them an `ended`, a notice
         assert refused[0] == (1, "refused", "this flightdeck cannot apply a 'set_priority' command")
         assert refused[1][:2] == (2, "refused") and "cannot read the request" in refused[1][2]
         assert (
@@ -314,3 +385,26 @@ def test_an_owner_refuses_a_request_it_cannot_read_and_goes_on(tmp_path: Path, h
         )
     finally:
         engine.close()
+
+
+def test_a_refusal_is_a_notice_only_when_the_owner_said_it_came_after_the_end() -> None:
+    # A stop, pause or continue is a notice (exit 0) when the owner refused it as come after
+    # its children (or its batch) ended; for any other reason it failed, however its children
+    # are now. An older owner's refusal, which says not why, is judged by the rows.
+    from flightdeck.engine.attached.client import ended_first
+
+    ended = (make_child(1, status=ChildStatus.COMPLETED),)
+    running = (make_child(1, status=ChildStatus.RUNNING),)
+
+    def never() -> tuple[()]:
+        raise AssertionError("rows read for a refusal that says why")
+
+    for kind in ("stop", "pause", "continue"):
+        assert ended_first(kind, ("c1",), "ended", never)
+        assert not ended_first(kind, ("c1",), "error", never)
+        assert ended_first(kind, ("c1",), None, lambda: ended)
+        assert not ended_first(kind, ("c1",), None, lambda: running)
+    assert ended_first("stop_all", (), "ended", never)  # the batch had finished
+    assert not ended_first("stop_all", (), None, lambda: ended)
+    assert not ended_first("steer", ("c1",), "ended", never)  # a steer that missed: an error
+    assert not ended_first("limits", (), "ended", never)
