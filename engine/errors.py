@@ -16,6 +16,7 @@ Our exception hierarchy:
   * ToolError - a tool call failed; the message goes back to the model
   * CommandError - an operator command that cannot be applied as given (also a ValueError)
     * AlreadyEnded - every child it names had ended before it came: nothing left to do
+    * BatchEnded - its batch had ended before it could be recorded: nothing left to apply it
 
 The command line reports every LocatedError the same way: one line naming the file, exit code 2.
 Beside their raisers live UsageError (a bad command-line argument, an InputError) and
@@ -140,6 +141,11 @@ class CommandError(FlightdeckError, ValueError):
 class AlreadyEnded(CommandError):
     """A stop, pause or continue that came after every child it names had ended on its own:
     not applied, yet no failure, since nothing was left for it to act on."""
+
+
+class BatchEnded(CommandError):
+    """A command for a batch that had ended when it would have been recorded: nothing is left
+    to apply it (to a stop, pause or continue, nothing is left to act on either: no failure)."""
 
 
 def check_known(ids: Iterable[str], known: Container[str], batch_id: str) -> None:

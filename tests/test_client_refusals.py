@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.attached.client import Client
 from flightdeck.engine.commands import Command, Stop
+from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import Refusal, RequestState
 from flightdeck.tui.cli import main
 
@@ -145,4 +146,51 @@ def test_a_stop_pause_or_continue_the_owner_failed_on_is_an_error_though_its_chi
         monkeypatch.setattr(cli_client, "sent", real_sent)
         gate.unlink(missing_ok=True)
         main(["stop", batch_id, "--all", "--state-dir", str(tmp_path / "state")])
+        ended(owner, hold)
+
+
+def test_a_stop_pause_or_continue_of_a_batch_that_has_ended_is_a_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by an audit: `stop B c1` of a child that had ended said so, exit 0, while `stop B
+    # --all` of a batch that had ended was a usage error, exit 2; and so was `stop B c1` when
+    # the batch ended after the command read c1 running, before it could record the stop.
+    from flightdeck.tui import client as cli_client
+
+    owner, batch_id, hold = sim_owner(tmp_path, ["a"], pool=1)
+    db = tmp_path / "state" / "flightdeck.db"
+    real_sent = cli_client.sent
+
+    def late_sent(client: Client, command: Command) -> int:
+        """The batch ends after the command's read of it, before its request."""
+        ended(owner, hold)
+        return real_sent(client, command)
+
+    def said(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "--state-dir", str(tmp_path / "state")])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    try:
+        until(lambda: status(tmp_path, batch_id, "a") == "running", 30)
+        monkeypatch.setattr(cli_client, "sent", late_sent)
+        assert said("stop", batch_id, "a") == (
+            0,
+            f"batch {batch_id} has ended (completed): nothing left to stop\n",
+            "",
+        )
+        monkeypatch.setattr(cli_client, "sent", real_sent)
+        assert said("stop", batch_id, "a") == (0, "a: had already ended (completed)\n", "")
+        for verb in ("stop", "pause", "continue"):
+            args = (verb, batch_id, "--all") if verb == "stop" else (verb, batch_id)
+            assert said(*args) == (
+                0,
+                f"batch {batch_id} has ended (completed): nothing left to {verb}\n",
+                "",
+            )
+        with Client(db, batch_id) as client:
+            assert client.owner().status.value == "completed"
+        with StoreReader(db) as reader:
+            assert [k for _, _, k, _ in reader.events(batch_id) if k == "stop"] == []
+    finally:
         ended(owner, hold)

@@ -233,6 +233,11 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("retry", str(batch_id), "--where", ""), 2, "--where: the query is empty"),
             (("steer", str(batch_id), "-m", "hi"), 2, "name the children to steer, or --where"),
             (("stop", str(batch_id), "--where", "durable"), 0, "2 children match `durable`, 2 had"),
+            # as a child that has ended is said: nothing is left to act on, no error
+            (("stop", str(batch_id), "c000"), 0, "c000: had already ended (completed)"),
+            (("stop", str(batch_id), "--all"), 0, "has ended (completed): nothing left to stop"),
+            (("pause", str(batch_id)), 0, "has ended (completed): nothing left to pause"),
+            (("continue", str(batch_id)), 0, "has ended (completed): nothing left to continue"),
             # Two children alike: neither is over 3x the other's median.
             (("stop", str(batch_id), "--where", "is:outlier"), 0, "0 children match `is:outlier`"),
             (("wait", "nope"), 2, "no batch 'nope'"),

@@ -181,8 +181,8 @@ def test_version_6_file_is_migrated_and_its_refusals_read_as_saying_not_why(
     )
     conn.execute(
         "INSERT INTO requests (batch_id, kind, child_ids, state, reason, created_ts, payload)"
-        " VALUES ('b1', 'stop', '[\"c1\"]', 'refused', 'c1 had already ended', 7.0,"
-        " '{\"child_ids\": [\"c1\"]}')"
+        " VALUES ('b1', 'stop', ?, 'refused', 'c1 had already ended', 7.0, ?)",
+        ('["c1"]', '{"child_ids": ["c1"]}'),
     )
     conn.commit()
     conn.close()

@@ -10,21 +10,20 @@ helpers: `batch_client`, `where_filter`, `children_said`, `say_error`, `sent` an
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line, soft_lift
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.clienttargets import acted_on, delegates_said, unknown_names
+from flightdeck.tui.clienttargets import able, delegates_said, unknown_names
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, check_children, state_db, unknown_batch
+from flightdeck.tui.usage import UsageError, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
     from flightdeck.engine.attached.client import Client, RowFilter
     from flightdeck.engine.commands import Command
-    from flightdeck.engine.model import ChildRow, SteerReceipt
+    from flightdeck.engine.model import SteerReceipt
 
 WAIT_EVERY_S = 0.2  # how often `wait` looks at the batch
 
@@ -42,8 +41,11 @@ def batch_client(args: argparse.Namespace) -> Client:
 
 
 def sent(client: Client, command: Command) -> int:
-    """The command recorded, or why not as a usage error (nothing written)."""
+    """The command recorded, or why not as a usage error (nothing written); but to a stop,
+    pause or continue a batch that has ended is no error: BatchEnded (`sent_to_live`)."""
+    from flightdeck.engine.attached.client import MOOT_ONCE_ENDED
     from flightdeck.engine.commands import CommandError
+    from flightdeck.engine.errors import BatchEnded
 
     said: list[bool] = []
 
@@ -60,7 +62,21 @@ def sent(client: Client, command: Command) -> int:
     try:
         return client.send(command, busy=busy)
     except (LookupError, CommandError) as exc:
+        if isinstance(exc, BatchEnded) and command.kind in MOOT_ONCE_ENDED:
+            raise
         raise UsageError(None, None, None, str(exc).strip("'\"")) from None
+
+
+def sent_to_live(client: Client, command: Command, verb: str) -> int | None:
+    """A stop's, pause's or continue's `sent`; None, said as a notice, for a batch found ended
+    as it would be recorded: nothing left to `verb`, as for a child found ended (exit 0)."""
+    from flightdeck.engine.errors import BatchEnded
+
+    try:
+        return sent(client, command)
+    except BatchEnded as exc:
+        console_for().print(Text(f"{one_line(str(exc))}: nothing left to {verb}"))
+        return None
 
 
 def where_filter(args: argparse.Namespace) -> RowFilter | None:
@@ -251,42 +267,22 @@ def cmd_stop(args: argparse.Namespace) -> ExitCode:
             )
         if args.all:
             scheduled = client.scheduled()  # asked first: once applied, they have ended
-            rid = sent(client, StopAll())
+            rid = sent_to_live(client, StopAll(), "stop")
             done = "stop applied: every child"
             if scheduled:  # what ends it: between two waves no child was stopped
                 done += "; the schedules end, no more waves"
-            return until_applied(client, rid, done)
+            return ExitCode.OK if rid is None else until_applied(client, rid, done)
         ids, counted = _targets(args, client, row_filter, "stop")
         rows = client.rows()
         if not counted:  # named: say which had ended, as a query's count does
-            ids = _able(rows, ids, False, client.batch_id)
+            ids = able(rows, ids, False, client.batch_id)
         if not ids:
             return ExitCode.OK
-        rid = sent(client, Stop(tuple(ids)))
+        rid = sent_to_live(client, Stop(tuple(ids)), "stop")
+        if rid is None:
+            return ExitCode.OK
         what = children_said(ids, counted) + delegates_said(rows, ids)  # they stop with them
         return until_applied(client, rid, f"stop applied: {what}")
-
-
-def _able(
-    rows: Sequence[ChildRow],
-    ids: list[str],
-    counted: bool,
-    batch_id: str,
-    *,
-    paused_only: bool = False,
-    pause: bool = False,
-) -> list[str]:
-    """Of these children, those the command can act on (clienttargets.py); the rest are said, each
-    named one, or how many of a query's (which kept none that had ended). A name no child has
-    is a usage error first: one line, not a line of the others and then the error."""
-    check_children(ids, {r.id for r in rows}, batch_id)
-    kept, said = acted_on(rows, ids, paused_only=paused_only, pause=pause)
-    if counted and said:
-        state = "not paused" if paused_only else "already paused"
-        said = [f"{len(said)} of them {'is' if len(said) == 1 else 'are'} {state}"]
-    for line in said:
-        console_for().print(Text(line))
-    return kept
 
 
 def cmd_pause(args: argparse.Namespace) -> ExitCode:
@@ -302,7 +298,7 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
         ids, counted = _targets(args, client, row_filter, verb)
         if ids:  # a query keeps none that had ended, but may keep paused ones
             rows = client.rows()
-            ids = _able(rows, ids, counted, client.batch_id, paused_only=resume, pause=not resume)
+            ids = able(rows, ids, counted, client.batch_id, paused_only=resume, pause=not resume)
         if (counted or args.child_ids) and not ids:  # nothing to act on: not the admission
             return ExitCode.OK
         command: Command
@@ -327,8 +323,8 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
                 what += f", but it is still held: {one_line(soft, 200)}. " + soft_lift(
                     client.db.parent, args.batch_id
                 )
-        rid = sent(client, command)
-        return until_applied(client, rid, f"{verb} applied: {what}")
+        rid = sent_to_live(client, command, verb)
+        return ExitCode.OK if rid is None else until_applied(client, rid, f"{verb} applied: {what}")
 
 
 def abandoned(client: Client, pid: int) -> str:

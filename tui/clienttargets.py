@@ -8,6 +8,31 @@ from collections.abc import Sequence
 
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.console import console_for
+from flightdeck.tui.usage import check_children
+from rich.text import Text
+
+
+def able(
+    rows: Sequence[ChildRow],
+    ids: list[str],
+    counted: bool,
+    batch_id: str,
+    *,
+    paused_only: bool = False,
+    pause: bool = False,
+) -> list[str]:
+    """Of these children, those the command can act on (`acted_on`); the rest are said, each
+    named one, or how many of a query's (which kept none that had ended). A name no child has
+    is a usage error first: one line, not a line of the others and then the error."""
+    check_children(ids, {r.id for r in rows}, batch_id)
+    kept, said = acted_on(rows, ids, paused_only=paused_only, pause=pause)
+    if counted and said:
+        state = "not paused" if paused_only else "already paused"
+        said = [f"{len(said)} of them {'is' if len(said) == 1 else 'are'} {state}"]
+    for line in said:
+        console_for().print(Text(line))
+    return kept
 
 
 def acted_on(

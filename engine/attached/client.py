@@ -45,6 +45,7 @@ from flightdeck.engine.triage.query import QueryError, RowFilter, parse_filter
 
 # The filter language `--where` takes (the TUI's), parsed before anything is read.
 __all__ = [
+    "MOOT_ONCE_ENDED",
     "POLL_S",
     "Client",
     "OwnerGone",
@@ -327,8 +328,9 @@ class Client:
         return self._conn
 
 
-# What a command that came after its children (or its batch) ended leaves undone: nothing.
-_MOOT_WHEN_ENDED = frozenset(
+# The kinds of command that have nothing left to do once what they name (children, or the
+# batch) has ended: refused as come after that, they did nothing and failed in nothing.
+MOOT_ONCE_ENDED = frozenset(
     ("stop", "pause", "continue", "stop_all", "pause_admission", "continue_admission")
 )
 
@@ -345,7 +347,7 @@ def ended_first(
     Refused for any other reason, it failed, whatever its children's rows say now. Only for a
     refusal an older owner left without its word are the children's `rows` asked (read then):
     every one it names has ended."""
-    if kind not in _MOOT_WHEN_ENDED:
+    if kind not in MOOT_ONCE_ENDED:
         return False
     if refusal is not None:
         return refusal == Refusal.ENDED

@@ -7,8 +7,8 @@ process reads pending requests within a fraction of a second, decodes each with 
 that encoded it, and sends it as it would a command of its own; it marks them `applied` (with
 the steer receipts they made) or `refused` (with a reason, and its `Refusal`: whether it came
 after what it named had ended, which a client says as a notice). An owner that dies first
-leaves them pending: `resume` settles them. Each call is one short transaction on its own connection,
-and waits out a busy database.
+leaves them pending: `resume` settles them. Each call is one short transaction on its own
+connection, and waits out a busy database.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from flightdeck.engine.commands import (
     decode,
     encode,
 )
-from flightdeck.engine.errors import StoreError
+from flightdeck.engine.errors import BatchEnded, StoreError
 from flightdeck.engine.model import BatchStatus, Limits, SteerReceipt
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.faults import rollback
@@ -119,7 +119,8 @@ def submit(
     next applies it). `busy`: as with_connection's.
 
     LookupError for an unknown batch; CommandError (recording nothing) for a batch that has
-    finished, or a command its checks refuse (an unknown child id, a message too long …).
+    finished (BatchEnded), or a command its checks refuse (an unknown child id, a message too
+    long …).
     `secrets`: keys redacted from a steer's or an answer's message before it is written."""
     command = redacted_command(command, secrets)
     kind, body = encode(command)
@@ -131,7 +132,7 @@ def submit(
             if row is None:
                 raise LookupError(f"no batch {batch_id} in this state folder")
             if row[0] != BatchStatus.RUNNING and not reopens:
-                raise CommandError(f"batch {batch_id} has ended ({row[0]})")
+                raise BatchEnded(f"batch {batch_id} has ended ({row[0]})")
             command.check(Context(batch_id, _StoredIds(conn, batch_id), max_chars, limits))
             cursor = conn.execute(
                 "INSERT INTO requests (batch_id, kind, child_ids, state, created_ts, payload)"
