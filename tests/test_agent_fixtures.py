@@ -263,7 +263,7 @@ def test_claude_calls_counted_are_the_calls_the_server_served(name: str) -> None
     served = {
         e["message"]["id"] for e in map(json.loads, lines(path)) if e.get("type") == "assistant"
     }
-    tally = CliTally(Meter(), lambda usage: Decimal(0), Usage(), Decimal(0))
+    tally = CliTally(Meter(), lambda usage: Decimal(0), Usage(), Decimal(0), Decimal(0))
     for event in read("claude-stream-json", path):
         if isinstance(event, Live):
             tally.live(event)

@@ -1382,7 +1382,7 @@ def test_the_summary_is_readable_at_80_columns() -> None:
     # Every figure whole (it read `$0.…`); only a long route name is cut.
     assert costs == ["$1.25", "$?", "$1.25+?"]
     # Named by route: the one whose price (or CLI) to look at.
-    assert "$? and +?: 2 children have no known cost on route codex-cli (" in "".join(
+    assert "$? and +?: 2 children's costs are not known in full on route codex-cli (" in "".join(
         money_lines(_summary_snap())[0].plain
     )
     assert all("…" not in cell for row in rows for cell in row[1:])
@@ -1401,7 +1401,7 @@ def test_a_cli_stopped_mid_turn_is_said_of_unknown_cost_not_of_unknown_price() -
     snap = Snapshot("b1", BatchStatus.STOPPED, 0.0, 1.0, rows, totals_of(rows), pool_size=1)
     [line] = [t.plain for t in money_lines(snap) if t.plain.startswith("$?")]
     assert "price" not in line.split("(")[0]
-    assert "1 child has no known cost on route claude-code" in line
+    assert "1 child's cost is not known in full on route claude-code" in line
     assert "calls its CLI never reported" in line
 
 

@@ -154,9 +154,11 @@ def test_a_child_ended_here_is_not_pending_whatever_its_worker_sends_after(
     both = Both(tmp_path)
     runner: Any = SimpleNamespace(steerable=None)  # its row asks whether it takes steers
     both.child.runner = runner
-    both.twin.spend(Usage(), Decimal(0), pending=True)  # a Codex turn under way on the worker
+    # A Codex turn under way on the worker.
+    both.twin.spend(Usage(), Decimal(0), Decimal(0), pending=True)
     both.send(both.figures())
     assert totals_of([both.child.row()]).pending == 1
     assert both.child.finalize(ChildStatus.STOPPED, "did not stop within 5s; abandoned")
     both.send(both.figures())  # the link still holds it: its worker may yet bill the turn
     assert totals_of([both.child.row()]).pending == 0
+

@@ -118,6 +118,7 @@ def test_build_report(reader: StoreReader) -> None:
         "cache_read_tokens": 1000,
         "cache_write_tokens": 10,
         "cost_usd": 0.1234565,
+        "cost_known_usd": 0.1234565,  # all of it: its cost is known
         "cost_pending": False,
         "duration_s": 30.25,
         "error": None,
@@ -126,6 +127,7 @@ def test_build_report(reader: StoreReader) -> None:
         "superseded": False,
     }
     assert second["cost_usd"] is None and second["error"].startswith("429")
+    assert second["cost_known_usd"] == 0.0  # nothing of it is known
     assert [c["duration_s"] for c in report["children"][2:]] == [None] * 4
 
 

@@ -88,9 +88,12 @@ def fmt_spent(
 
 
 def fmt_row_cost(row: ChildRow) -> str:
-    """A row's live cost; `$0.42+?` while its agent CLI's turn has reported no usage yet."""
+    """A row's live cost; `$0.42+?`, what is known and more, while its agent CLI's turn has
+    reported no usage yet, or when the rest is unknown (a turn a stop cut short)."""
     cost = row.live_cost_usd
-    return fmt_cost(cost) + ("+?" if row.cost_pending and cost is not None else "")
+    if cost is None:
+        return fmt_cost(row.cost_floor_usd) + "+?" if row.cost_floor_usd else fmt_cost(None)
+    return fmt_cost(cost) + ("+?" if row.cost_pending else "")
 
 
 def fmt_spent_compact(known: Decimal, unknown: int) -> str:

@@ -21,6 +21,7 @@ from flightdeck.tui.fmt import (
     GLYPHS,
     fmt_cost,
     fmt_counted,
+    fmt_row_cost,
     fmt_spent,
     fmt_spent_compact,
     fmt_tokens,
@@ -111,7 +112,7 @@ def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
 
     out = []
     if unknown := snap.totals.cost_unknown:
-        noun = "child has" if unknown == 1 else "children have"
+        noun = "child's cost is" if unknown == 1 else "children's costs are"
         # Which routes: the one to give a `price`, or the CLI to look at (a CLI stopped
         # mid-turn never reported what the turn cost: not always a price).
         named = {
@@ -121,7 +122,7 @@ def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
         on = f" on {'route' if len(named) == 1 else 'routes'} {routes}" if named else ""
         out.append(
             Text(
-                f"$? and +?: {unknown} {noun} no known cost{on} (no price, or calls its CLI"
+                f"$? and +?: {unknown} {noun} not known in full{on} (no price, or calls its CLI"
                 " never reported; never counted as $0)"
             )
         )
@@ -197,8 +198,7 @@ def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
         (
             f"  api={a.api_calls} tools={a.tool_calls}{retries}"
             f"  {'?' if row.tokens_unknown else fmt_tokens(row.usage.total)} tok"
-            f"  {fmt_cost(row.cost_usd)}"
-            + (f"  {duration:.1f}s" if duration is not None else "  -"),
+            f"  {fmt_row_cost(row)}" + (f"  {duration:.1f}s" if duration is not None else "  -"),
             "",
         ),
     ]

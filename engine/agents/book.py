@@ -22,9 +22,11 @@ class StoreBook:
         self._child_id = child_id
         self._read_to = (-1, -1)
 
-    def started(self, record: Record, usage: Usage, cost: Decimal | None, thread: Usage) -> None:
-        """A process started: where to find it, what the child spent before it, and what
-        the CLI session it resumes had been reported to use."""
+    def started(
+        self, record: Record, usage: Usage, cost: Decimal | None, known: Decimal, thread: Usage
+    ) -> None:
+        """A process started: where to find it, what the child spent before it (`known`: what
+        is known of that cost), and what the CLI session it resumes had been reported to use."""
         files, holder = record.files, record.holder
         self._log.started(
             ProcessRow(
@@ -40,6 +42,7 @@ class StoreBook:
                 err_offset=record.err_offset,
                 usage=usage,
                 cost_usd=cost,
+                known_usd=known,
                 thread=thread,
             )
         )

@@ -42,11 +42,11 @@ from flightdeck.engine.records.live import Live, live_fields, live_from_json
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.meter import RowTally, cache_saving
 from flightdeck.engine.records.rows import (
-    CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
     batch_columns,
     batch_info,
+    child_columns,
     child_row,
     own_tasks,
     receipt,
@@ -55,11 +55,12 @@ from flightdeck.engine.records.rows import (
 
 log = logging.getLogger(__name__)  # under "flightdeck": the TUI shows warnings as notifications
 # The children's columns a run changes, in CHILD_COLUMNS order after the id: status (index 7 of
-# CHILD_COLUMNS) to cost_usd (20), then started_ts, finished_ts, error (22-24).
+# CHILD_COLUMNS) to cost_usd (20), then started_ts, finished_ts, error (22-24), cost_floor_usd
+# (27; NULL in a file from before it, version 7).
 _MUTABLE = (
     "id, status, api_calls, tool_calls, retries, turns, current_tool, tool_started_ts, "
     "activity, last_activity_ts, tokens_in, tokens_out, cache_read, cache_write, cost_usd, "
-    "started_ts, finished_ts, error"
+    "started_ts, finished_ts, error, cost_floor_usd"
 )
 OWNER_CHECK_S = 1.0  # a killed owner changes nothing in the store: its pid is looked at this often
 
@@ -74,6 +75,8 @@ class BatchReading:
         self.batch_id = batch_id
         self._version = version
         self._batch_columns = batch_columns(version)
+        self._mutable = _MUTABLE if version >= 7 else _MUTABLE.replace("cost_floor_usd", "NULL")
+        self._fixed_columns = child_columns(version, results=False)
         self._clock = clock
         self.info: BatchInfo | None = None
         self._owner_checked = 0.0
@@ -219,7 +222,7 @@ class BatchReading:
             f = self._fixed[cid]
             steers = tuple(by_child.get(cid, ()))
             # Back into CHILD_COLUMNS order, for rows.child_row.
-            full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26])
+            full = (*f[:7], *m[1:15], f[21], *m[15:18], None, f[26], m[18])
             before = rows.get(cid)
             row = self._built(full, steers, before)
             if before is not None:
@@ -271,12 +274,12 @@ class BatchReading:
             self._rev = conn.execute("SELECT max(rev) FROM children").fetchone()[0]
             if last is not None:  # the store's counter, not the batch's: all since the last read
                 return conn.execute(
-                    f"SELECT {_MUTABLE}, rev FROM children INDEXED BY children_by_rev"
+                    f"SELECT {self._mutable}, rev FROM children INDEXED BY children_by_rev"
                     " WHERE rev > ? AND batch_id = ? ORDER BY seq, id",
                     (last, self.batch_id),
                 ).fetchall()
         return conn.execute(
-            f"SELECT {_MUTABLE}, {'rev' if counted else '0'} FROM children WHERE batch_id = ?"
+            f"SELECT {self._mutable}, {'rev' if counted else '0'} FROM children WHERE batch_id = ?"
             " ORDER BY seq, id",
             (self.batch_id,),
         ).fetchall()
@@ -318,13 +321,13 @@ class BatchReading:
         """The columns of these children that never change (inside the read transaction)."""
         if len(ids) > 500:  # the first read: every child, in one go
             rows = self._conn.execute(
-                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children WHERE batch_id = ?",
+                f"SELECT {self._fixed_columns} FROM children WHERE batch_id = ?",
                 (self.batch_id,),
             ).fetchall()
         else:
             marks = ", ".join("?" * len(ids))
             rows = self._conn.execute(
-                f"SELECT {CHILD_COLUMNS_NO_RESULT} FROM children"
+                f"SELECT {self._fixed_columns} FROM children"
                 f" WHERE batch_id = ? AND id IN ({marks})",
                 (self.batch_id, *ids),
             ).fetchall()

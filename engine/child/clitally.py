@@ -7,7 +7,8 @@ tokens and its own cost for them: what was billed live is trued up to that, so t
 the CLI's. Codex reports nothing before its turn's end: until a turn reports some usage, it
 is `pending`. A run that ends without its report leaves the live estimate billed (an estimate,
 as a model's call cut short); the child's cost is unknown when nothing could price it, or
-nothing of that turn was ever reported.
+nothing of that turn was ever reported: what is known of it (`known`, the turns reported before)
+stays spent.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ class CliTally:
     """One child's spend: what earlier attempts carried in, the turns reported, and the calls
     of the turn under way."""
 
-    def __init__(self, meter: Meter, price: Price, usage: Usage, cost: Decimal | None) -> None:
+    def __init__(
+        self, meter: Meter, price: Price, usage: Usage, cost: Decimal | None, known: Decimal
+    ) -> None:
         self._meter = meter
         self._price = price
         self.usage = usage  # everything billed: carried, reported, live
-        self._known = cost if cost is not None else Decimal(0)
+        self._known = known  # what is known of the cost (all of it, unless `_unknown`)
         self._unknown = cost is None  # something billed has no price: the cost is unknown
         self._live: dict[str, Usage] = {}  # the turn's calls, by key: their usage so far
         self._live_usage = Usage()
@@ -44,6 +47,12 @@ class CliTally:
     def cost(self) -> Decimal | None:
         """The child's cost so far; None when part of it has no price."""
         return None if self._unknown or self._live_unpriced else self._known + self._live_cost
+
+    @property
+    def known(self) -> Decimal:
+        """What is known of the child's cost: all of it, or, once part is unknown, the rest
+        (the turns reported, and what the turn under way has been priced so far)."""
+        return self._known + self._live_cost
 
     @property
     def calls(self) -> int:

@@ -48,9 +48,12 @@ _PRICED_AS = {"claude-stream-json": "anthropic", "codex-json": "openai"}
 class ProcessBook(Protocol):
     """Where a child's running process is recorded, for a new owner to find (the store)."""
 
-    def started(self, record: Record, usage: Usage, cost: Decimal | None, thread: Usage) -> None:
-        """A process started; `usage` and `cost`: what the child had spent before it;
-        `thread`: what the CLI session it resumes had been reported to use."""
+    def started(
+        self, record: Record, usage: Usage, cost: Decimal | None, known: Decimal, thread: Usage
+    ) -> None:
+        """A process started; `usage` and `cost`: what the child had spent before it (`known`:
+        what is known of that cost); `thread`: what the CLI session it resumes had been
+        reported to use."""
         ...
 
     def read_to(self, record: Record) -> None:
@@ -74,6 +77,7 @@ class Adoption:
     record: Record
     usage: Usage  # what the child had spent before that process started
     cost: Decimal | None
+    known: Decimal  # what is known of that cost (all of it, unless `cost` is None)
     thread: Usage  # what the CLI session it resumed had been reported to use before it
     # The tool the dead owner last saw it in, and since when: replayed, its output says which
     # tool runs but not since when (the replay's clock is the adoption's).
@@ -186,12 +190,12 @@ class ProcessRunner:
         values = {"goal": c.task.goal, "context": context, "id": c.task.id, "workspace": str(cwd)}
         prompt = c.task.goal + (f"\n\nContext:\n{context}" if context else "")
         figures = c.progress.figures()
-        cost = None if adoption is None else adoption.cost
         tally = CliTally(
             self._meter,
             lambda usage: self._price(usage, c.progress.model),
             figures.usage if adoption is None else adoption.usage,
-            figures.cost_usd if adoption is None else cost,
+            figures.cost_usd if adoption is None else adoption.cost,
+            figures.known_usd if adoption is None else adoption.known,
         )
         if adoption is not None:
             end = self._watch_adopted(c, adoption, tally)
@@ -270,7 +274,7 @@ class ProcessRunner:
             end = RunEnd(code=127)
             end.err.append(f"cannot start {argv[0]}: {exc.strerror or exc}")
             return end
-        self._book.started(proc.record(), tally.usage, tally.cost, self._thread_usage)
+        self._book.started(proc.record(), tally.usage, tally.cost, tally.known, self._thread_usage)
         cli = None
         if spec.stdin and spec.steer == "stdin":
             cli = CliInput(proc.write, tag=self._tag)
@@ -306,7 +310,7 @@ class ProcessRunner:
     ) -> Supervisor:
         if self._spec.format != "plain":  # its turn's usage comes later (Codex's: at its end)
             tally.begin()
-            c.progress.spend(tally.usage, tally.cost, pending=True)
+            c.progress.spend(tally.usage, tally.cost, tally.known, pending=True)
         return Supervisor(
             c,
             proc,
@@ -335,7 +339,7 @@ class ProcessRunner:
         supervisor.missed("the CLI ended before it read it")
         if tally.reports == reports and self._spec.format != "plain":
             estimate = tally.cut_short()
-            c.progress.spend(tally.usage, tally.cost)
+            c.progress.spend(tally.usage, tally.cost, tally.known)
             if estimate is None:
                 said = "cost unknown"
             else:  # what had streamed stays spent: a stop takes none of it back

@@ -84,7 +84,7 @@ class Elsewhere(Child):
         old = self.progress
         figures = old.figures()
         progress = Progress(self._clock, cost_known=figures.cost_usd is not None)
-        progress.carry(figures.usage, figures.cost_usd, figures.saved_usd)
+        progress.carry(figures.usage, figures.cost_usd, figures.known_usd, figures.saved_usd)
         with self._lock:
             self.relay = None
             self.node = None

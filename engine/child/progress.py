@@ -21,6 +21,7 @@ class Figures:
     activity: Activity
     usage: Usage
     cost_usd: Decimal | None
+    known_usd: Decimal  # what is known of the cost: all of it, unless `cost_usd` is None
     saved_usd: Decimal | None
     in_flight: Usage
     model: str | None  # the model the runner reported (an agent CLI's), if any
@@ -33,6 +34,7 @@ class Mirror:
     activity: ActivityState
     usage: Usage
     cost: Decimal | None
+    known: Decimal
     saved: Decimal | None
     in_flight: InFlight
     model: str | None
@@ -50,6 +52,9 @@ class Progress:
         self._usage = Usage()
         # None once any usage has an unknown price (an agent CLI's: until it reports its cost).
         self._cost: Decimal | None = Decimal(0) if cost_known else None
+        # What is known of it: all of it while it is known, else the part that was (a CLI's
+        # turns reported before one went unreported), spent all the same.
+        self._known = Decimal(0)
         self._saved: Decimal | None = Decimal(0)  # by cache reads; None: price unknown
         self._in_flight = InFlight()
         self._model: str | None = None
@@ -57,6 +62,7 @@ class Progress:
         # What earlier attempts carried into this one (in the cost above; None: unknown), so an
         # attempt lost in its turn is known to have cost the rest.
         self.carried_cost: Decimal | None = Decimal(0)
+        self._carried_known = Decimal(0)
 
     # --- read -------------------------------------------------------------------------------
 
@@ -67,6 +73,7 @@ class Progress:
                 self._activity.frozen(),
                 self._usage,
                 self._cost,
+                self._known,
                 self._saved,
                 self._in_flight.usage(),
                 self._model,
@@ -79,6 +86,7 @@ class Progress:
                 dataclasses.replace(self._activity),
                 self._usage,
                 self._cost,
+                self._known,
                 self._saved,
                 dataclasses.replace(self._in_flight),
                 self._model,
@@ -90,6 +98,7 @@ class Progress:
         with self._lock:
             self._activity = dataclasses.replace(mirror.activity)
             self._usage, self._cost, self._saved = mirror.usage, mirror.cost, mirror.saved
+            self._known = mirror.known
             self._in_flight = dataclasses.replace(mirror.in_flight)
             self._model = mirror.model
             self._bills = mirror.bills
@@ -140,7 +149,7 @@ class Progress:
         with self._lock:
             self._activity.ended(text)
             if not ran:
-                self._cost = self.carried_cost
+                self._cost, self._known = self.carried_cost, self._carried_known
             self.version += 1
 
     # --- activity -----------------------------------------------------------------------------
@@ -281,6 +290,8 @@ class Progress:
         self._usage += usage
         self._in_flight.billed += usage  # what its call in flight has been billed already
         self._cost = None if cost is None or self._cost is None else self._cost + cost
+        if cost is not None:
+            self._known += cost
         self.version += 1
 
     def not_billed(self) -> Usage:
@@ -288,20 +299,26 @@ class Progress:
         with self._lock:
             return self._in_flight.usage()
 
-    def spend(self, usage: Usage, cost: Decimal | None, *, pending: bool = False) -> None:
-        """An agent CLI's tally, replacing the one before (`cost` None: unknown; `pending`: its
-        turn under way has reported no usage yet)."""
+    def spend(
+        self, usage: Usage, cost: Decimal | None, known: Decimal, *, pending: bool = False
+    ) -> None:
+        """An agent CLI's tally, replacing the one before (`cost` None: unknown, `known` what
+        is known of it; `pending`: its turn under way has reported no usage yet)."""
         with self._lock:
-            self._usage, self._cost = usage, cost
+            self._usage, self._cost, self._known = usage, cost, known
             self._activity.unreported = pending
             self.version += 1
 
-    def carry(self, usage: Usage, cost: Decimal | None, saved: Decimal | None) -> None:
-        """What an earlier attempt, lost with its owner process, was billed (and what its cache
-        reads saved): spent is spent."""
+    def carry(
+        self, usage: Usage, cost: Decimal | None, known: Decimal, saved: Decimal | None
+    ) -> None:
+        """What an earlier attempt, lost with its owner process, was billed (`known`: what is
+        known of its `cost`; and what its cache reads saved): spent is spent."""
         with self._lock:
             self._usage += usage
             self._cost = None if cost is None or self._cost is None else self._cost + cost
+            self._known += known
+            self._carried_known += known
             self._saved = None if saved is None or self._saved is None else self._saved + saved
             carried = self.carried_cost
             self.carried_cost = None if cost is None or carried is None else carried + cost

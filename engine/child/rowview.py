@@ -67,6 +67,7 @@ def build_row(
         activity=activity,
         usage=now.usage,
         cost_usd=now.cost_usd,
+        cost_floor_usd=now.known_usd if now.cost_usd is None else Decimal(0),
         queued_ts=standing.queued_ts,
         started_ts=standing.started_ts,
         finished_ts=standing.finished_ts,

@@ -408,10 +408,10 @@ class Child:
         self.progress.ended(status.value, ran=self.started_ts is not None)
         return True
 
-    def carry(self, usage: Usage, cost: Decimal | None) -> None:
-        """Before it runs again (`resume`): what an earlier attempt, lost with its owner
-        process, was billed. It stays in this child's usage and cost: spent is spent."""
-        self.progress.carry(usage, cost, cache_saving(usage, self.route))
+    def carry(self, usage: Usage, cost: Decimal | None, known: Decimal) -> None:
+        """Before it runs again (`resume`): what an earlier attempt was billed (`known`: what
+        is known of its `cost`). It stays in this child's usage and cost: spent is spent."""
+        self.progress.carry(usage, cost, known, cache_saving(usage, self.route))
 
     def adopted(self, started_ts: float | None, paused: bool) -> None:
         """Before it runs (`resume`): its process, which a dead owner started at `started_ts`,

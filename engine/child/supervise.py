@@ -274,7 +274,8 @@ class Supervisor:
                     c.settle(receipt, SteerState.DELIVERED, how)
 
     def _spent(self) -> None:
-        self._c.progress.spend(self._tally.usage, self._tally.cost, pending=self._tally.pending)
+        tally = self._tally
+        self._c.progress.spend(tally.usage, tally.cost, tally.known, pending=tally.pending)
 
     def _watch_loops(self, role: str, text: str) -> None:
         """A CLI's tool call and its result feed the loop checks as one turn."""

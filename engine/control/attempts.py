@@ -122,7 +122,7 @@ class Attempts:
         )
         kept = Kept(attempt.number, attempt, row.changes if resume else None)
         child = self._remake(task, kept)
-        child.carry(row.usage, row.cost_usd)  # its earlier attempts' spend
+        child.carry(row.usage, row.cost_usd, row.cost_known_usd)  # its earlier attempts' spend
         mode = "continue" if resume else "fresh"
         for kid in self._slots.supersede(row.id):  # recorded before the attempt that makes it so
             self._recorder.record_event(kid, SUPERSEDED, row.id)

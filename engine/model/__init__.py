@@ -150,6 +150,9 @@ class ChildRow:
     attempt: int = 1  # 2 and on: the operator retried it (the earlier attempts' spend included)
     changes: Changes | None = None  # what it changed in its own worktree or copy (None: nothing)
     superseded: bool = False  # a delegate of its parent's earlier attempt: history, not outcome
+    # Of a child whose cost is unknown, the part that is known: what its agent CLI's turns
+    # reported before one never did (a stop mid-turn). Spent all the same: `$0.42+?`.
+    cost_floor_usd: Decimal = Decimal(0)
 
     @property
     def pausing(self) -> bool:
@@ -179,6 +182,11 @@ class ChildRow:
         Only of a live child whose cost is known (an unknown one is counted unknown already);
         an ended child has no turn under way, whatever figures its worker sent after."""
         return self.activity.unreported and self.cost_usd is not None and self.status.live
+
+    @property
+    def cost_known_usd(self) -> Decimal:
+        """What is known of its cost: all of it, or, where that is unknown, the part known."""
+        return self.cost_floor_usd if self.cost_usd is None else self.cost_usd
 
     @property
     def live_cost_usd(self) -> Decimal | None:

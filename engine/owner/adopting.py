@@ -61,7 +61,13 @@ def take_processes(
             if act is not None and act.current_tool and act.tool_started_ts is not None:
                 tool = (act.current_tool, act.tool_started_ts)
             adoption = Adoption(
-                record, process.usage, process.cost_usd, process.thread, tool, stopped
+                record,
+                process.usage,
+                process.cost_usd,
+                process.known_usd,
+                process.thread,
+                tool,
+                stopped,
             )
             why = runner.adopt(adoption) or ""
         if child is not None and live and not why:
@@ -70,7 +76,7 @@ def take_processes(
                 meter.add_unpriced(process.usage)
             else:
                 meter.add_cost(process.usage, process.cost_usd)
-            child.carry(process.usage, process.cost_usd)
+            child.carry(process.usage, process.cost_usd, process.known_usd)
             paused = stopped or (row is not None and row.pausing)
             child.adopted(row.started_ts if row is not None else None, paused)
             state = "still runs" if runs else "has ended since"

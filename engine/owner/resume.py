@@ -198,7 +198,7 @@ def settle(
                 # Queued again after earlier attempts (a retry, a re-run after a lost owner):
                 # their spend is its own still.
                 meter.add(child.route, row.usage)
-                child.carry(row.usage, row.cost_usd)
+                child.carry(row.usage, row.cost_usd, row.cost_known_usd)
             keep_pause(child, row)
             out.live.append(child)
         elif row.status.terminal:
@@ -208,7 +208,7 @@ def settle(
             out.attempts_lost.add(row.id, row.cost_usd)
             meter.add(child.route, row.usage)
             if rerun:  # before `_lost` records it queued again; what it delegated is history
-                child.carry(row.usage, row.cost_usd)
+                child.carry(row.usage, row.cost_usd, row.cost_known_usd)
                 child.kept.run_in_place()
                 keep_pause(child, row)
                 for kid in earlier_delegates(row.id, kids):

@@ -332,7 +332,7 @@ def _child_cells(c: Mapping[str, Any], tree: bool, died: bool) -> list[str]:
         _tokens(c, "tokens_out"),
         _tokens(c, "cache_read_tokens"),
         _tokens(c, "cache_write_tokens"),  # so a row's tokens add up to its child's `tok`
-        "unknown" if c["cost_usd"] is None else _usd(c["cost_usd"]) + _more(c),
+        _child_cost(c),
         "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
         _cell(c["goal"], GOAL_WIDTH),
         "" if c["error"] is None else _cell(c["error"], ERROR_WIDTH),
@@ -352,9 +352,15 @@ def _spent(entry: Mapping[str, Any]) -> str:
     return f"{_usd(known)} + unknown for {unknown} {'child' if unknown == 1 else 'children'}{more}"
 
 
-def _more(child: Mapping[str, Any]) -> str:
-    """`+?` after a child's cost while its agent CLI's turn has reported no usage yet."""
-    return "+?" if child.get("cost_pending") else ""
+def _child_cost(child: Mapping[str, Any]) -> str:
+    """A child's cost; `+?` after what is known of it while its agent CLI's turn has reported
+    no usage yet, or when the rest is unknown (a turn a stop cut short); `unknown` when none is
+    known."""
+    cost = child["cost_usd"]
+    if cost is not None:
+        return _usd(cost) + ("+?" if child.get("cost_pending") else "")
+    known = child.get("cost_known_usd")  # (a report from before had none)
+    return _usd(known) + "+?" if known else "unknown"
 
 
 def _usd(value: float) -> str:

@@ -204,8 +204,7 @@ class RowTally:
         self.usage += row.usage
         if row.cost_usd is None or row.in_flight_cost_usd is None:
             self.unknown += 1
-        if row.cost_usd is not None:
-            self.cost += row.cost_usd
+        self.cost += row.cost_known_usd  # all of it, or the part known: spent is spent
         if row.cache_saved_usd:
             self.saved += row.cache_saved_usd
         if row.cache_saved_usd is None or row.tokens_unknown:
@@ -230,8 +229,7 @@ class RowTally:
         self.usage -= row.usage
         if row.cost_usd is None or row.in_flight_cost_usd is None:
             self.unknown -= 1
-        if row.cost_usd is not None:
-            self.cost -= row.cost_usd
+        self.cost -= row.cost_known_usd
         if row.cache_saved_usd:
             self.saved -= row.cache_saved_usd
         if row.cache_saved_usd is None or row.tokens_unknown:

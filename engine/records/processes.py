@@ -44,6 +44,7 @@ class ProcessRow:
     err_offset: int
     usage: Usage  # what the child had spent before this process started
     cost_usd: Decimal | None
+    known_usd: Decimal  # what is known of that cost (all of it, unless `cost_usd` is None)
     # What the CLI's session had been reported to use before this process (it resumed one):
     # an adopter's reader of a Codex thread bills only what the process adds.
     thread: Usage
@@ -51,7 +52,7 @@ class ProcessRow:
 
 def _carried(row: ProcessRow) -> str:
     cost = None if row.cost_usd is None else str(row.cost_usd)
-    carried = {"usage": usage_figures(row.usage), "cost_usd": cost}
+    carried = {"usage": usage_figures(row.usage), "cost_usd": cost, "known_usd": str(row.known_usd)}
     return json.dumps(carried | {"thread": usage_figures(row.thread)})
 
 
@@ -112,6 +113,8 @@ def processes(db: Path, batch_id: str) -> list[ProcessRow]:
     for r in rows:
         carried = json.loads(r[10])
         cost = carried.get("cost_usd")
+        # A row from before `known_usd`: all of its cost, or nothing, is known.
+        known = carried.get("known_usd", cost or "0")
         out.append(
             ProcessRow(
                 child_id=r[0],
@@ -126,6 +129,7 @@ def processes(db: Path, batch_id: str) -> list[ProcessRow]:
                 err_offset=r[9],
                 usage=Usage(*carried["usage"]),
                 cost_usd=None if cost is None else Decimal(cost),
+                known_usd=Decimal(known),
                 thread=Usage(*carried.get("thread", ())),  # a row from before: none known
             )
         )

@@ -16,12 +16,11 @@ from flightdeck.engine.records.attempts import KEPT_KINDS, SUPERSEDED, kept_of
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.loops import current_loops
 from flightdeck.engine.records.rows import (
-    CHILD_COLUMNS,
-    CHILD_COLUMNS_NO_RESULT,
     RECEIPT_COLUMNS,
     BatchInfo,
     batch_columns,
     batch_info,
+    child_columns,
     child_row,
     receipt,
 )
@@ -114,11 +113,11 @@ class StoreReader:
         every `result` is None and never read (a report's memory then does not grow with the
         answers); with `started`, only those that have run: no longer queued, or queued again
         with earlier attempts' spend (a retry, a re-run after a lost owner)."""
-        columns = CHILD_COLUMNS if results else CHILD_COLUMNS_NO_RESULT
         where = f" AND (status != 'queued' OR {_SPENT})" if started else ""
         with self._lock:
             if not self._check_ready():
                 return []
+            columns = child_columns(self._version, results=results)
             with self._snapshot():
                 rows = self._conn.execute(
                     f"SELECT {columns} FROM children WHERE batch_id = ?{where} ORDER BY seq, id",
@@ -172,7 +171,8 @@ class StoreReader:
                 return None
             with self._snapshot():
                 row = self._conn.execute(
-                    f"SELECT {CHILD_COLUMNS} FROM children WHERE batch_id = ? AND id = ?",
+                    f"SELECT {child_columns(self._version)} FROM children"
+                    " WHERE batch_id = ? AND id = ?",
                     (batch_id, child_id),
                 ).fetchone()
                 steers = tuple(self._controls(batch_id, child_id, "steer"))
@@ -278,8 +278,9 @@ class StoreReader:
                 args,
             ).fetchall()
             child_where = "WHERE batch_id = ?" if batch_id is not None else ""
+            floor = "cost_floor_usd" if self._version >= 7 else "NULL"
             child_rows = self._conn.execute(
-                "SELECT batch_id, id, status, cost_usd,"
+                f"SELECT batch_id, id, status, cost_usd, {floor},"
                 " max(coalesce(finished_ts, 0), coalesce(last_activity_ts, 0))"
                 f" FROM children {child_where}",
                 args,
@@ -293,11 +294,11 @@ class StoreReader:
             )
         # Costs are exact Decimal strings: sum them here, not as SQL floats.
         summary: dict[str, _Summary] = {}
-        for bid, cid, status, cost, last_ts in child_rows:
+        for bid, cid, status, cost, floor, last_ts in child_rows:
             s = summary.get(bid)
             if s is None:
                 s = summary[bid] = _Summary()
-            s.add(status, cost, superseded=(bid, cid) in history)
+            s.add(status, cost, floor, superseded=(bid, cid) in history)
             s.last_ts = max(s.last_ts, float(last_ts or 0))
         empty = _Summary()
         out = []
@@ -343,7 +344,8 @@ def _abandoned(info: BatchInfo, last_child_ts: float) -> BatchInfo:
 
 
 class _Summary:
-    """A batch's children counted by outcome, and the exact sum of their known costs."""
+    """A batch's children counted by outcome, and the exact sum of what is known of their
+    costs."""
 
     __slots__ = (
         "children",
@@ -366,7 +368,8 @@ class _Summary:
         self.cost_unknown = 0
         self.last_ts = 0.0
 
-    def add(self, status: str, cost: str | None, *, superseded: bool) -> None:
+    def add(self, status: str, cost: str | None, floor: str | None, *, superseded: bool) -> None:
+        """A child's row: `floor`, of one whose `cost` is unknown, the part that is known."""
         self.children += 1
         if superseded and status in _ENDED:
             self.superseded += 1
@@ -378,8 +381,7 @@ class _Summary:
             self.failed += 1
         if cost is None:
             self.cost_unknown += 1
-        else:
-            self.cost_usd += Decimal(cost)
+        self.cost_usd += Decimal(cost if cost is not None else floor or 0)
 
 
 class _ReadTransaction:

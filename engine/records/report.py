@@ -133,6 +133,9 @@ def build_report(
                 # null, never 0, when nobody counted them
                 **{k: None if c.tokens_unknown else v for k, v in _tokens(c.usage).items()},
                 "cost_usd": _money(c.cost_usd),
+                # what is known of it: all of it, or, where `cost_usd` is null, the part known
+                # (its agent CLI's turns reported before a stop cut one short)
+                "cost_known_usd": _money(c.cost_known_usd),
                 # its agent CLI's turn under way has reported no usage yet: more to come
                 "cost_pending": c.cost_pending,
                 "duration_s": None if c.duration_s is None else round(c.duration_s, 3),

@@ -39,10 +39,19 @@ CHILD_COLUMNS = (
     "batch_id, id, seq, goal, grp, route, model, status, api_calls, tool_calls, retries, turns, "
     "current_tool, tool_started_ts, activity, last_activity_ts, tokens_in, tokens_out, "
     "cache_read, cache_write, cost_usd, queued_ts, started_ts, finished_ts, error, result, "
-    "transcript"
+    "transcript, cost_floor_usd"
 )
 # The same, with NULL for the result: what a reader that never shows answers selects.
 CHILD_COLUMNS_NO_RESULT = CHILD_COLUMNS.replace(" result,", " NULL,")
+
+
+def child_columns(version: int, *, results: bool = True) -> str:
+    """CHILD_COLUMNS (CHILD_COLUMNS_NO_RESULT without `results`) as a file of schema `version`
+    has them: NULL for what it lacks."""
+    columns = CHILD_COLUMNS if results else CHILD_COLUMNS_NO_RESULT
+    return columns if version >= 7 else columns.replace("cost_floor_usd", "NULL")
+
+
 CONTROL_COLUMNS = "id, batch_id, child_id, kind, message, now, state, created_ts, settled_ts"
 RECEIPT_COLUMNS = "id, child_id, message, now, state, created_ts, settled_ts, reason"
 
@@ -76,6 +85,7 @@ _NOT_STARTED = {
     **dict.fromkeys(("started_ts", "finished_ts", "error", "result"), "NULL"),
     "activity": "''",
     "cost_usd": "'0'",
+    "cost_floor_usd": "NULL",
     "rev": NEXT_REV,
 }
 UPSERT_QUEUED = upsert("children", CHILD_COLUMNS + ", rev", ("batch_id", "id"), _NOT_STARTED)
@@ -132,8 +142,8 @@ class BatchInfo:
     completed: int = 0
     failed: int = 0  # failed, timed out or stalled (or unknown, after a crash)
     stopped: int = 0
-    cost_usd: Decimal = Decimal(0)  # sum of the known costs
-    cost_unknown: int = 0  # children whose price is unknown
+    cost_usd: Decimal = Decimal(0)  # the exact sum of what is known of the costs
+    cost_unknown: int = 0  # children whose cost is unknown (in part: `cost_floor_usd`)
 
 
 class QueuedChild(NamedTuple):
@@ -227,6 +237,7 @@ def child_params(batch_id: str, row: ChildRow) -> tuple[Any, ...]:
         row.error,
         row.result,
         row.transcript,
+        _text(row.cost_floor_usd) if row.cost_floor_usd else None,
     )
 
 
@@ -338,6 +349,7 @@ def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...]) -> ChildRow:
         result=r[25],
         transcript=r[26],
         steers=steers,
+        cost_floor_usd=Decimal(0) if r[27] is None else Decimal(r[27]),
     )
 
 

@@ -142,8 +142,13 @@ MIGRATE_5_TO_6 = (
 )
 
 # From version 6: why the owner refused a request, in a word (an older owner that still runs on
-# the file leaves it NULL, as rows refused before the migration have it).
-MIGRATE_6_TO_7 = ("ALTER TABLE requests ADD COLUMN refusal TEXT",)
+# the file leaves it NULL, as rows refused before the migration have it); and of a child whose
+# cost is unknown, the part that is known (model ChildRow's `cost_floor_usd`; NULL in an older
+# row, as in a row whose cost is known: none).
+MIGRATE_6_TO_7 = (
+    "ALTER TABLE requests ADD COLUMN refusal TEXT",
+    "ALTER TABLE children ADD COLUMN cost_floor_usd TEXT",
+)
 
 # The steps from each older version to the next.
 MIGRATIONS = {
@@ -205,6 +210,7 @@ CREATE TABLE IF NOT EXISTS children (
     result TEXT,
     transcript TEXT NOT NULL,
     rev INTEGER NOT NULL DEFAULT 0,
+    cost_floor_usd TEXT,
     PRIMARY KEY (batch_id, id)
 );
 CREATE INDEX IF NOT EXISTS children_by_seq ON children (batch_id, seq);

@@ -125,7 +125,9 @@ class GuardBook:
         self._tag = tag  # the child's processes' TAG_ENV
         self._groups: list[int] = []
 
-    def started(self, record: Record, usage: Usage, cost: object, thread: Usage) -> None:
+    def started(
+        self, record: Record, usage: Usage, cost: object, known: object, thread: Usage
+    ) -> None:
         """A process (and its stdin holder) started: their groups are watched."""
         self._groups = [record.root.pid] + ([record.holder.pid] if record.holder else [])
         for pgid in self._groups:

@@ -283,6 +283,7 @@ def _mirror(m: Mirror) -> tuple[Any, ...]:
         _ACTIVITY(m.activity),
         _usage(m.usage),
         _money(m.cost),
+        str(m.known),
         _money(m.saved),
         (flight.prompt_tokens, flight.streamed_chars, _usage(flight.billed)),
         m.model,
@@ -291,12 +292,13 @@ def _mirror(m: Mirror) -> tuple[Any, ...]:
 
 
 def _unmirror(t: tuple[Any, ...]) -> Mirror:
-    activity, usage, cost, saved, (prompt, streamed, billed), model, bills = t
+    activity, usage, cost, known, saved, (prompt, streamed, billed), model, bills = t
     flight = InFlight(prompt, streamed, Usage(*billed))
     return Mirror(
         ActivityState(*activity),
         Usage(*usage),
         _decimal(cost),
+        Decimal(known),
         _decimal(saved),
         flight,
         model,
