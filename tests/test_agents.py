@@ -26,6 +26,7 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.commands import LS_COLUMNS, ls_cells
+from flightdeck.tui.fmt import fmt_row_cost, fmt_spent
 
 from tests.helpers import SkipClock, run_to_end, until, watched
 
@@ -221,6 +222,97 @@ def test_a_claude_turn_stopped_mid_way_stays_spent_at_its_estimate(tmp_path: Pat
     assert "billed as an estimate: a run ended before it reported its usage" in transcript(row)
     stored = StoreReader(tmp_path / "state" / "flightdeck.db").child(engine.batch_id, "t0")
     assert stored is not None and stored.cost_usd == shown.cost_usd  # ls, report, attached
+
+
+ONE_CODEX_TURN = Decimal("0.00365")  # the fake Codex's turn at PRICE
+
+
+def test_a_codex_turn_stopped_mid_way_keeps_the_turns_reported_before_spent(
+    tmp_path: Path,
+) -> None:
+    # Found watching a stop: a Codex child stopped in its second turn (the first reported) went
+    # from `$0.0786 (+1 pending)` to `$0.0524 (+1 unknown)`: its first turn left the spend.
+    gate, second = tmp_path / "gate", tmp_path / "second"  # `second` is never made
+    route = fake("fake_codex.py", "exec", "--json", "--fake-gate", str(gate), "{goal}")
+    resume = ("exec", "resume", "{session}", "--json", "--fake-gate", str(second), "{message}")
+    route += "resume_" + fake("fake_codex.py", *resume)
+    route += f'format = "codex-json"\nsteer = "resume"\nkill_grace_s = {GRACE}\n' + PRICE
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    until(lambda: written(engine, "codex thread thread-42"), timeout=60)
+    engine.steer(["t0"], "and the changelog")
+    gate.touch()
+    until(lambda: written(engine, "delivered: and the changelog (resume)"), timeout=60)
+    until(lambda: row_of(engine).activity.current_tool == "shell", timeout=60)
+    shown = engine.snapshot().totals
+    assert (shown.cost_usd, shown.pending, shown.cost_unknown) == (ONE_CODEX_TURN, 1, 0)
+    assert fmt_spent(shown.cost_usd, shown.cost_unknown, pending=shown.pending) == (
+        "$0.0036",
+        " (+1 pending)",
+    )
+    engine.stop(["t0"])
+    assert engine.wait(STOP_CEILING)
+    snap = engine.snapshot()
+    row = snap.children[0]
+    assert row.status is ChildStatus.STOPPED
+    # Its second turn is unknown, its first still spent: `$0.0036+?`, never less than shown.
+    t = snap.totals
+    assert fmt_spent(t.cost_usd, t.cost_unknown, pending=t.pending) == ("$0.0036", " (+1 unknown)")
+    assert (t.cost_usd, t.cost_unknown, t.pending) == (ONE_CODEX_TURN, 1, 0)
+    assert fmt_row_cost(row) == "$0.0036+?"
+    assert row.cost_usd is None and row.cost_known_usd == ONE_CODEX_TURN
+    # As the store keeps it: `report` (JSON and Markdown), `ls` and an attached view.
+    db = tmp_path / "state" / "flightdeck.db"
+    engine.flush(5.0)
+    report = _report(db, engine.batch_id)
+    (child,) = report["children"]
+    assert child["cost_usd"] is None and child["cost_known_usd"] == float(ONE_CODEX_TURN)
+    assert report["totals"]["cost_known_usd"] == float(ONE_CODEX_TURN)
+    text = render_markdown(report)
+    assert "| $0.0036+? |" in text and "| cost | $0.0036 + unknown for 1 child |" in text
+    assert _ls_cost(db, engine.batch_id) == "$0.0036+?"
+    view = StoreView(db, engine.batch_id, watch=False)
+    try:
+        attached = view.snapshot()
+        assert attached.totals.cost_usd == ONE_CODEX_TURN and attached.totals.cost_unknown == 1
+        assert fmt_row_cost(attached.children[0]) == "$0.0036+?"
+    finally:
+        view.close()
+    # A retry carries it: its own turn adds to the part known, the rest stays unknown.
+    engine.retry(["t0"])
+    snap = run_to_end(engine)
+    row = snap.children[0]
+    assert row.status is ChildStatus.COMPLETED and row.attempt == 2, row.error
+    assert row.cost_usd is None and row.cost_known_usd == 2 * ONE_CODEX_TURN
+    assert snap.totals.cost_usd == 2 * ONE_CODEX_TURN and snap.totals.cost_unknown == 1
+
+
+def test_a_claude_run_stopped_before_its_first_message_keeps_the_turns_before_spent(
+    tmp_path: Path,
+) -> None:
+    # The same for Claude Code: its resumed run stopped before it streamed anything.
+    gate, hold = tmp_path / "gate", tmp_path / "hold"  # `hold` is never made
+    args = ("-p", "--output-format", "stream-json", "--verbose")
+    route = fake("fake_claude.py", *args, "--fake-gate", str(gate), "{goal}")
+    resume = (*args, "--fake-hold", str(hold), "--resume", "{session}", "{message}")
+    route += "resume_" + fake("fake_claude.py", *resume)
+    route += f'format = "claude-stream-json"\nsteer = "resume"\nkill_grace_s = {GRACE}\n'
+    engine = engine_for(tmp_path, config(tmp_path, route + PRICE))
+    until(lambda: written(engine, "claude session sess-0001"), timeout=60)
+    engine.steer(["t0"], "focus on security")
+    gate.touch()
+    until(lambda: written(engine, "delivered: focus on security (resume)"), timeout=60)
+    # Its resumed run has started (and is held before its turn): nothing of it is reported.
+    until(lambda: transcript(row_of(engine)).count("run: ") == 2, timeout=60)
+    until(lambda: row_of(engine).activity.unreported, timeout=60)
+    first = row_of(engine).cost_usd
+    assert first is not None and first > 0
+    engine.stop(["t0"])
+    snap = run_to_end(engine, STOP_CEILING)
+    row = snap.children[0]
+    assert row.status is ChildStatus.STOPPED
+    assert snap.totals.cost_usd == first and snap.totals.cost_unknown == 1
+    assert row.cost_usd is None and row.cost_known_usd == first
+    assert "cost unknown: a run ended before it reported its usage" in transcript(row)
 
 
 def test_plain_output_completes_with_its_last_lines_and_unknown_cost(tmp_path: Path) -> None:

@@ -162,3 +162,20 @@ def test_a_child_ended_here_is_not_pending_whatever_its_worker_sends_after(
     both.send(both.figures())  # the link still holds it: its worker may yet bill the turn
     assert totals_of([both.child.row()]).pending == 0
 
+
+def test_the_known_part_of_an_unknown_cost_comes_home_and_outlives_a_lost_worker(
+    tmp_path: Path,
+) -> None:
+    # A Codex child on a worker stopped in its second turn: its cost unknown, its first turn's
+    # known. Its figures at home, and its next attempt once the worker is lost, keep that part.
+    both = Both(tmp_path)
+    runner: Any = SimpleNamespace(steerable=None)  # its row asks whether it takes steers
+    both.child.runner = runner
+    both.twin.spend(CALL, None, Decimal("0.03"))
+    both.send(both.figures())
+    row = both.child.row()
+    assert row.cost_usd is None and row.cost_floor_usd == Decimal("0.03")
+    lost = both.child.restart("its worker was lost")
+    assert lost.cost_known_usd == Decimal("0.03")
+    again = both.child.row()
+    assert again.cost_usd is None and again.cost_known_usd == Decimal("0.03")

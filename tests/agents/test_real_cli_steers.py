@@ -19,6 +19,7 @@ from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.records.reader import StoreReader
 from realcli import (
     CLIS,
+    GATE,
     engine_for,
     finished,
     gate_opened,
@@ -124,6 +125,34 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
     else:  # Claude stopped in its tool (retry): the calls it streamed are billed, all of them
         assert done.cost_usd is not None, text
         assert done.usage.input_tokens == served, (done.usage, served, calls, text)
+
+
+def test_codex_stopped_in_a_later_turn_keeps_the_turns_reported_spent(
+    tmp_path: Path, server: AgentServer
+) -> None:
+    """Codex stopped in the turn a steer resumed it for: that turn is never reported, so the
+    child's cost is unknown, but the first turn's stays spent (`$0.0036+?`), as the docs say:
+    the meter's spent went down by it."""
+    repo, env = project(tmp_path, "codex", server)
+    second = tmp_path / "second"  # its gate, never opened: the stop ends the turn
+    with in_its_tool(tmp_path, repo, env) as eng:
+        hold = " ".join([sys.executable, str(GATE), str(second)])
+        eng.steer(["t0"], f"also the docs [tool: {hold}]")
+        (tmp_path / "gate").touch()
+
+        def in_second_tool() -> bool:
+            lines = transcript(eng, "t0").splitlines()
+            return any("tool-call │" in line and str(second) in line for line in lines)
+
+        until(in_second_tool, what="the resumed turn inside its tool")
+        before = eng.snapshot().totals
+        assert before.pending == 1 and before.cost_unknown == 0 and before.cost_usd > 0, before
+        eng.stop(["t0"])
+        done, text = finished(eng, 60)
+        after = eng.snapshot().totals
+    assert done.status is ChildStatus.STOPPED, done
+    assert after.cost_usd == before.cost_usd and after.cost_unknown == 1, (after, before)
+    assert done.cost_usd is None and done.cost_known_usd == before.cost_usd, (done, text)
 
 
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs"

@@ -303,8 +303,9 @@ time.sleep(args.fake_sleep)
 code = 0
 if args.input_format == "stream-json":
     threading.Thread(target=read_stdin, daemon=True).start()
-    while args.fake_hold and not os.path.exists(args.fake_hold):
-        time.sleep(0.02)
+while args.fake_hold and not os.path.exists(args.fake_hold):
+    time.sleep(0.02)
+if args.input_format == "stream-json":
     first = True
     while messages := waiting(first_only=first):
         first = False

@@ -1,0 +1,189 @@
+"""A child whose cost turned unknown (an agent CLI's run stopped before it reported its turn)
+keeps the part that was known spent: its tally, its figures, its row, the totals, and what the
+table, the meter and the report show. Spent went down when a stop made a cost unknown."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+
+from flightdeck.engine.agents.formats import Live, Report
+from flightdeck.engine.attached.store import build_report, render_markdown
+from flightdeck.engine.attached.view import StoreView
+from flightdeck.engine.child.clitally import CliTally
+from flightdeck.engine.child.progress import Progress
+from flightdeck.engine.model import BatchStatus, ChildStatus, Usage
+from flightdeck.engine.records import schema
+from flightdeck.engine.records.meter import Meter, RowTally, totals_of
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.store import Store
+from flightdeck.tui.commands import LS_COLUMNS, ls_cells
+from flightdeck.tui.fmt import fmt_row_cost, fmt_spent
+
+from test_requests import version_6_schema
+from test_store import make_batch, make_child  # the store tests' row builders
+
+TURN = Usage(input_tokens=500, output_tokens=300)
+CALL = Usage(input_tokens=400, output_tokens=20)
+
+
+def price(usage: Usage) -> Decimal:
+    return Decimal(usage.input_tokens) / 10**6 + Decimal(usage.output_tokens) * 10 / 10**6
+
+
+def test_a_codex_turn_cut_short_after_one_reported_keeps_that_one_known() -> None:
+    tally = CliTally(Meter(), price, Usage(), Decimal(0), Decimal(0))
+    tally.begin()
+    tally.report(Report(TURN, Decimal("0.03")))
+    tally.begin()  # the next turn: Codex reports nothing before its end
+    assert (tally.cost, tally.known, tally.pending) == (Decimal("0.03"), Decimal("0.03"), True)
+    assert tally.cut_short() is None  # nothing of the turn came: its cost is unknown
+    assert tally.cost is None and tally.known == Decimal("0.03")
+    tally.report(Report(TURN, Decimal("0.01")))  # a later run's turn (a steer's resume)
+    assert tally.cost is None and tally.known == Decimal("0.04")
+
+
+def test_a_claude_run_cut_before_its_first_message_keeps_the_turns_before() -> None:
+    meter = Meter()
+    tally = CliTally(meter, price, Usage(), Decimal(0), Decimal(0))
+    tally.live(Live("m1", CALL))
+    assert tally.known == price(CALL)  # billed as it streams
+    tally.report(Report(CALL, Decimal("0.02")))
+    tally.begin()
+    assert tally.cut_short() is None
+    assert tally.cost is None and tally.known == Decimal("0.02")
+    assert meter.totals().cost_usd == Decimal("0.02")  # the budget's meter never lost it
+
+
+def test_a_tally_carried_in_unknown_starts_from_the_part_known() -> None:
+    # A retry, or an adopted process, of a child whose cost was unknown in part already.
+    tally = CliTally(Meter(), price, TURN, None, Decimal("0.05"))
+    tally.live(Live("m1", CALL))
+    assert tally.cost is None and tally.known == Decimal("0.05") + price(CALL)
+
+
+def test_the_figures_carry_the_known_part_through_a_carry_and_an_end_before_running() -> None:
+    progress = Progress(lambda: 1.0)
+    progress.spend(TURN, None, Decimal("0.03"))
+    figures = progress.figures()
+    assert figures.cost_usd is None and figures.known_usd == Decimal("0.03")
+    again = Progress(lambda: 1.0)  # its next attempt, carrying the spend
+    again.carry(figures.usage, figures.cost_usd, figures.known_usd, None)
+    again.ended("stopped", ran=False)  # stopped before it ran: what it carried, no more
+    after = again.figures()
+    assert after.cost_usd is None and after.known_usd == Decimal("0.03")
+    copy = Progress(lambda: 1.0)
+    copy.follow(progress.mirror())  # as a child on a cluster worker sends its figures home
+    assert copy.figures().known_usd == Decimal("0.03")
+
+
+def test_the_totals_count_the_known_part_and_take_it_back_exactly() -> None:
+    known = make_child(0, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.05"))
+    cut = make_child(1, status=ChildStatus.STOPPED, cost_usd=None, usage=TURN)
+    cut = dataclasses.replace(cut, cost_floor_usd=Decimal("0.0262"))
+    totals = totals_of([known, cut])
+    assert (totals.cost_usd, totals.cost_unknown) == (Decimal("0.0762"), 1)
+    assert fmt_spent(totals.cost_usd, totals.cost_unknown) == ("$0.0762", " (+1 unknown)")
+    tally = RowTally()
+    tally.add(cut)
+    tally.remove(cut)
+    assert tally.totals().cost_usd == 0 and tally.totals().cost_unknown == 0
+
+
+def test_a_row_reads_its_known_part_and_more_and_nothing_known_reads_unknown() -> None:
+    cut = make_child(0, status=ChildStatus.STOPPED, cost_usd=None, usage=TURN)
+    assert fmt_row_cost(cut) == "$?"
+    assert fmt_row_cost(dataclasses.replace(cut, cost_floor_usd=Decimal("0.0262"))) == "$0.0262+?"
+    known = make_child(1, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.0262"))
+    assert fmt_row_cost(known) == "$0.0262"
+    # The part known of a cost that is known is all of it, whatever the row carries beside.
+    assert dataclasses.replace(known, cost_floor_usd=Decimal(1)).cost_known_usd == Decimal("0.0262")
+
+
+def _stored(db: Path) -> None:
+    """A batch of two stopped children, one of whose cost is known in part."""
+    with Store(db) as store:
+        store.create_batch(make_batch("b1"))
+        cut = make_child(0, status=ChildStatus.STOPPED, cost_usd=None, usage=TURN)
+        rows = [
+            dataclasses.replace(cut, cost_floor_usd=Decimal("0.0262")),
+            make_child(1, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.0524"), usage=TURN),
+        ]
+        store.add_children("b1", rows)
+        store.finish_batch("b1", BatchStatus.STOPPED, 2000.0)
+
+
+def test_the_store_keeps_the_known_part_for_report_ls_and_attached_views(tmp_path: Path) -> None:
+    db = tmp_path / "flightdeck.db"
+    _stored(db)
+    with StoreReader(db) as reader:
+        row = reader.child("b1", "c0")
+        assert row is not None and row.cost_usd is None
+        assert row.cost_floor_usd == Decimal("0.0262")
+        info = reader.batch("b1")
+        assert info is not None and (info.cost_usd, info.cost_unknown) == (Decimal("0.0786"), 1)
+        report = build_report(reader, "b1")
+    first = report["children"][0]
+    assert first["cost_usd"] is None and first["cost_known_usd"] == 0.0262
+    assert report["totals"]["cost_known_usd"] == 0.0786
+    text = render_markdown(report)
+    assert "| cost | $0.0786 + unknown for 1 child |" in text
+    assert "| $0.0262+? |" in text
+    assert ls_cells(db, info)[LS_COLUMNS.index("cost")] == "$0.0786+?"
+    view = StoreView(db, "b1", watch=False)
+    try:
+        snap = view.snapshot()
+        assert snap.totals.cost_usd == Decimal("0.0786") and snap.totals.cost_unknown == 1
+        assert fmt_row_cost(snap.children[0]) == "$0.0262+?"
+    finally:
+        view.close()
+
+
+def test_a_version_6_state_folder_reads_as_it_did_then_keeps_the_known_part(
+    tmp_path: Path,
+) -> None:
+    # A state folder from before the column: read as it is (nothing known of an unknown cost),
+    # then migrated by the owner that opens it, its rows kept.
+    db = tmp_path / "flightdeck.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(version_6_schema())
+    for statement in schema.REV_TRIGGERS:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 6")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(
+        "INSERT INTO batches (id, name, spec_json, workspace, state_dir, owner_pid, pool_size,"
+        " status, created_ts) VALUES ('b1', 'b', '[]', '/w', '/s', 1, 1, 'stopped', 1.0)"
+    )
+    conn.execute(
+        "INSERT INTO children (batch_id, id, seq, goal, route, model, status, cost_usd,"
+        " queued_ts, transcript) VALUES ('b1', 'c0', 0, 'g', 'codex', 'm', 'stopped', NULL,"
+        " 1.0, 't')"
+    )
+    conn.commit()
+    conn.close()
+    with StoreReader(db) as reader:  # read-only: nothing migrates the file
+        row = reader.child("b1", "c0")
+        assert row is not None and row.cost_usd is None and row.cost_known_usd == 0
+        info = reader.batch("b1")
+        assert info is not None and (info.cost_usd, info.cost_unknown) == (0, 1)
+        assert len(reader.children("b1")) == 1
+    view = StoreView(db, "b1", watch=False)
+    try:
+        assert fmt_row_cost(view.snapshot().children[0]) == "$?"
+    finally:
+        view.close()
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 6
+    raw.close()
+    with Store(db) as store:  # its owner migrates it
+        assert row is not None
+        store.update_child("b1", dataclasses.replace(row, cost_floor_usd=Decimal("0.01")))
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    raw.close()
+    with StoreReader(db) as reader:
+        again = reader.child("b1", "c0")
+        assert again is not None and again.cost_known_usd == Decimal("0.01")
