@@ -24,8 +24,12 @@ from flightdeck.engine.inputs.settings import (
     default_sim_route,
 )
 from flightdeck.engine.inputs.tasks import Batch, Task
-from flightdeck.engine.model import Snapshot
+from flightdeck.engine.model import ChildFinished, EngineEvent, Snapshot
 
+# The bound on a wait that only guards against a hang: generous, so that a busy machine never
+# trips it (a test that fails on it was stuck, not slow). A bound that is part of what a test
+# asserts ("ended within a second") is stated where it is asserted, not with this.
+HANG_S = 60.0
 # A child's transcript once `resume` has adopted its running process (the batch claimed by then).
 # Not "adopted" alone: a test's tmp_path may hold the word ("test_a_steer_to_an_adopted_chi0").
 ADOPTED = "engine    │ adopted: "
@@ -110,7 +114,7 @@ def start(b: Batch, s: Settings, tmp: Path, **kw: Any) -> Engine:
     return engine
 
 
-def run_to_end(engine: Engine, timeout: float = 60.0) -> Snapshot:
+def run_to_end(engine: Engine, timeout: float = HANG_S) -> Snapshot:
     """Wait until every child is final, snapshot, and close the engine whatever happens."""
     try:
         assert engine.wait(timeout)
@@ -120,7 +124,7 @@ def run_to_end(engine: Engine, timeout: float = 60.0) -> Snapshot:
 
 
 def until(
-    pred: Callable[[], bool], timeout: float = 60.0, every: float = 0.005, what: str = ""
+    pred: Callable[[], bool], timeout: float = HANG_S, every: float = 0.005, what: str = ""
 ) -> float:
     """Poll `pred` until true; return the seconds it took. Fails the test on timeout (saying
     `what` it waited for)."""
@@ -150,15 +154,42 @@ class SkipClock:
         self._ahead += seconds
 
 
-def watched(engine: Engine) -> None:
-    """Return once the engine's watchdog has looked at its children on its clock as it reads
-    now. A request to record progress is answered in one turn of the coordinator's loop, and
-    the watchdog runs later in that turn (a skip makes it due at once); a second request,
-    answered in a later turn, comes back after it."""
+def stepped(engine: Engine) -> None:
+    """Return once the engine's coordinator has gone round its loop after handling everything
+    queued to it before this call (the orders sent, the facts its workers reported): what it
+    decides on them in a step (admission, the soft budget's hold, the watchdog when due) it has
+    decided. A request to record progress is answered in one step, and the rest of that step
+    runs after it; a second request, answered in a later step, comes back after that rest.
+
+    What a test waits on before it shows that something did *not* happen (nothing started, no
+    hold lifted), in place of a sleep that hoped the coordinator had got there."""
     coordinator = engine._coordinator
     assert coordinator is not None, "the engine has not started"
     for _ in range(2):
-        assert coordinator.record_progress(30), "the coordinator did not answer within 30 s"
+        assert coordinator.record_progress(HANG_S), f"the coordinator did not answer in {HANG_S}s"
+
+
+def watched(engine: Engine) -> None:
+    """Return once the engine's watchdog has looked at its children on its clock as it reads
+    now: it runs in the coordinator's step (`stepped`) when due, and a `SkipClock.skip` makes
+    it due at once."""
+    stepped(engine)
+
+
+def announced(engine: Engine) -> set[str]:
+    """A set that fills with the ids of the children whose end `engine` announces from now on
+    (ChildFinished, on the coordinator's thread). The coordinator frees a child's slot when it
+    hears of its end, before its row is committed and announced (a final status in the
+    snapshot comes before either): once an id is in, its slot is free, and after a `stepped`
+    admission has looked at what that lets start."""
+    ids: set[str] = set()
+
+    def on_event(event: EngineEvent) -> None:
+        if isinstance(event, ChildFinished):
+            ids.add(event.row.id)
+
+    engine.subscribe(on_event)
+    return ids
 
 
 def ended(pid: int) -> bool:

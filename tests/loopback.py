@@ -637,7 +637,7 @@ def run_batch(
             env={KEY_ENV: key},
         )
         engine.start()
-        return run_to_end(engine, 30)
+        return run_to_end(engine)
 
 
 # --- a provider's rate limit: a bucket with real waits, and its headers in both dialects ---------

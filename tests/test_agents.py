@@ -590,7 +590,7 @@ def test_a_codex_child_past_its_reconnects_is_not_held_in_its_tool(tmp_path: Pat
         until(lambda: row_of(eng).activity.current_tool == "shell", timeout=60)
         running = row_of(eng).activity
         assert running.retries == 1 and not running.retrying and running.retry_reason is None
-        row = run_to_end(eng, timeout=30).children[0]
+        row = run_to_end(eng).children[0]
     finally:
         gate.touch()  # a child still held ends, not the test's process
         eng.close()
@@ -988,7 +988,7 @@ def test_steer_at_next_turn_resumes_codex_after_it_ends(tmp_path: Path) -> None:
     until(lambda: written(engine, "codex thread thread-42"), timeout=60)
     engine.steer(["t0"], "and the changelog")
     gate.touch()
-    row = run_to_end(engine, timeout=30).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.COMPLETED, row.error
     assert row.result == "resumed thread-42: and the changelog"
     assert [r.state for r in row.steers] == [SteerState.DELIVERED]

@@ -30,7 +30,7 @@ def delegating(pool: int, *, depth: int = 1, max_delegates: int = 8, **sim: Any)
 def run(tmp_path: Path, n: int, s: Settings) -> tuple[Snapshot, Engine]:
     engine = Engine(batch(n), s, state_dir=tmp_path / "state")
     engine.start()
-    return run_to_end(engine, timeout=60), engine
+    return run_to_end(engine), engine
 
 
 def test_parents_that_wait_on_delegates_hold_no_slot_they_need(tmp_path: Path) -> None:
@@ -215,7 +215,7 @@ def test_a_retried_parent_waiting_on_its_delegates_keeps_its_slot_free_when_the_
         engine.retry(["b"])  # a.2 runs, a waits holding none: one slot of two is free for b
         until(lambda: committed("b", 2), timeout=20, what="b's second attempt")
         hold.release()
-        snap = run_to_end(engine, timeout=60)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("a")

@@ -350,14 +350,14 @@ def test_stop_during_retry_backoff_wakes_it(tmp_path: Path) -> None:
 def test_burst_of_429s_is_recovered(tmp_path: Path) -> None:
     route = sim_route(error_rate=0.3, retry_after_s=0.5, seed=3)
     engine = start(batch(40), settings(route, pool=8), tmp_path)
-    snap = run_to_end(engine, 30)
+    snap = run_to_end(engine)
     assert snap.totals.completed == 40
     assert sum(r.activity.retries for r in snap.children) >= 10
 
 
 def test_retries_run_out_and_fail_with_the_reason(tmp_path: Path) -> None:
     engine = start(batch(1), settings(sim_route(server_error_rate=1.0)), tmp_path)
-    row = run_to_end(engine, 30).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.FAILED
     assert row.error is not None and "503" in row.error
     assert row.activity.api_calls == 8  # attempts=8 in helpers.sim_route
@@ -367,7 +367,7 @@ def test_rate_limits_fail_a_child_only_after_max_wait_s_with_that_reason(tmp_pat
     # Every call draws a 429 with Retry-After 20 s (scaled: 20 ms); max_wait_s 100 s (0.1 s).
     route = sim_route(error_rate=1.0, retry_after_s=20)
     route = dataclasses.replace(route, retry=dataclasses.replace(route.retry, max_wait_s=100))
-    row = run_to_end(start(batch(1), settings(route), tmp_path), 30).children[0]
+    row = run_to_end(start(batch(1), settings(route), tmp_path)).children[0]
     assert row.status is ChildStatus.FAILED
     assert row.error is not None and "still rate limited after" in row.error
     assert "(max_wait_s 0.1s)" in row.error
@@ -381,7 +381,7 @@ def test_a_retry_after_longer_than_max_wait_s_fails_the_child_at_once(tmp_path: 
     # max_wait_s 100 s (0.1 s): nothing is waited, and the reason says why.
     route = sim_route(error_rate=1.0, retry_after_s=600)
     route = dataclasses.replace(route, retry=dataclasses.replace(route.retry, max_wait_s=100))
-    row = run_to_end(start(batch(1), settings(route), tmp_path), 30).children[0]
+    row = run_to_end(start(batch(1), settings(route), tmp_path)).children[0]
     assert row.status is ChildStatus.FAILED
     assert row.error is not None and "the server asking for 1s more" in row.error, row.error
     assert "(max_wait_s 0.1s)" in row.error
@@ -390,7 +390,7 @@ def test_a_retry_after_longer_than_max_wait_s_fails_the_child_at_once(tmp_path: 
 
 def test_fatal_error_fails_without_retry(tmp_path: Path) -> None:
     engine = start(batch(1), settings(sim_route(fail_rate=1.0)), tmp_path)
-    row = run_to_end(engine, 10).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.FAILED and row.activity.retries == 0
     assert "FatalError" in (row.error or "")
 
@@ -436,7 +436,7 @@ def test_waiting_on_the_routes_own_rate_limit_is_not_a_stall(tmp_path: Path) -> 
     engine = start(batch(3), settings(route, pool=3, stall_after_s=0.5), tmp_path)
     waiting = "rpm 60 configured: next slot in "  # what the table shows meanwhile
     until(lambda: any(r.activity.text.startswith(waiting) for r in engine.snapshot().children))
-    rows = run_to_end(engine, 30).children
+    rows = run_to_end(engine).children
     assert [(r.status, r.error) for r in rows] == [(ChildStatus.COMPLETED, None)] * 3
     starts = sorted(r.started_ts or 0 for r in rows)
     finishes = sorted(r.finished_ts or 0 for r in rows)
@@ -480,7 +480,7 @@ def test_cost_totals_are_exact_from_64_threads() -> None:
 
 def test_child_costs_sum_to_the_batch_total(tmp_path: Path) -> None:
     engine = start(batch(30), settings(sim_route(), pool=16), tmp_path)
-    snap = run_to_end(engine, 30)
+    snap = run_to_end(engine)
     child_sum = sum((r.cost_usd or Decimal(0) for r in snap.children), Decimal(0))
     assert child_sum == snap.totals.cost_usd == engine.meter.totals().cost_usd > 0
     assert snap.totals.usage.cache_read_tokens > 0  # the shared prefix was cached
@@ -490,7 +490,7 @@ def test_the_snapshot_ends_when_the_store_says_the_batch_ended(tmp_path: Path) -
     from flightdeck.engine.records.report import build_report
 
     engine = start(batch(3), settings(sim_route(tool_turns=0)), tmp_path)
-    snap = run_to_end(engine, 30)
+    snap = run_to_end(engine)
     assert snap.finished_ts is not None
     with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
         info = reader.batch(engine.batch_id)
@@ -704,7 +704,7 @@ def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
 
     s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_runs=3))
     engine = start(batch(6), s, tmp_path)
-    rows = run_to_end(engine, 10).children
+    rows = run_to_end(engine).children
     assert [r.status for r in rows[:3]] == [ChildStatus.COMPLETED] * 3
     assert all(
         r.status is ChildStatus.STOPPED and "max_runs (3)" in (r.error or "") for r in rows[3:]
@@ -712,7 +712,7 @@ def test_budgets_stop_admitting_work(tmp_path: Path) -> None:
 
     s = replace(settings(sim_route(tool_turns=0), pool=1), budget=Budget(max_cost_usd=Decimal("0")))
     engine = start(batch(2), s, tmp_path / "b")
-    rows = run_to_end(engine, 10).children
+    rows = run_to_end(engine).children
     assert all("budget of $0.00 reached" in (r.error or "") for r in rows)
     assert engine.snapshot().totals.cost_usd == 0
 
@@ -786,7 +786,7 @@ def test_a_sim_batch_replays_exactly_for_a_seed(tmp_path: Path) -> None:
     def run(folder: str) -> list[tuple[str, str, int, int, int, int]]:
         route = sim_route(error_rate=0.3, fail_rate=0.05, retry_after_s=0.2, seed=11)
         engine = start(batch(12), settings(route, pool=4), tmp_path / folder)
-        rows = run_to_end(engine, 30).children
+        rows = run_to_end(engine).children
         # Which child writes the shared prompt-cache prefix depends on thread timing, so the
         # split between fresh and cached input may differ; the totals may not.
         a = [(r.id, r.status.value, r.activity.api_calls, r.activity.retries) for r in rows]
@@ -939,7 +939,7 @@ def test_the_batch_row_names_the_process_that_runs_it(tmp_path: Path) -> None:
     from flightdeck.engine.records.rows import process_start_time
 
     engine = start(batch(1), settings(sim_route(tool_turns=0)), tmp_path)
-    run_to_end(engine, 10)
+    run_to_end(engine)
     info = StoreReader(tmp_path / "state" / "flightdeck.db").batch(engine.batch_id)
     assert info is not None
     assert info.owner_pid == os.getpid()

@@ -53,7 +53,7 @@ def test_a_stopped_response_is_billed_for_what_it_streamed(provider: str, tmp_pa
             # A line is written once it ends: the answer's first line is in, the rest is not.
             until(lambda: log.exists() and "Result for:" in log.read_text())
             engine.stop(["t0000"])
-            row = run_to_end(engine, 30).children[0]
+            row = run_to_end(engine).children[0]
         finally:
             engine.close()
     assert row.status is ChildStatus.STOPPED
@@ -134,7 +134,7 @@ def test_the_last_turn_does_not_run_tools_nobody_would_read(tmp_path: Path) -> N
     # Every answer asks for another tool: the second (last) turn's call would write or read
     # for nothing, since no third turn can see its result.
     engine = start(batch(1, max_turns=2), settings(sim_route(tool_turns=5)), tmp_path)
-    row = run_to_end(engine, 20).children[0]
+    row = run_to_end(engine).children[0]
     assert row.status is ChildStatus.FAILED
     assert row.error == "max_turns (2) reached without a final answer"
     assert (row.activity.api_calls, row.activity.tool_calls) == (2, 1)
@@ -152,7 +152,7 @@ def test_a_steer_sent_while_the_final_answer_streams_reaches_the_child(tmp_path:
         engine.steer(["t0000"], "cite the file")
         until(lambda: len(engine.snapshot().children[0].steers) == 1)  # queued
         hold.release()
-        row = run_to_end(engine, 30).children[0]
+        row = run_to_end(engine).children[0]
     finally:
         engine.close()
     assert row.status is ChildStatus.COMPLETED and row.activity.turns == 2
@@ -317,7 +317,7 @@ def test_a_batch_whose_children_were_stopped_one_by_one_ends_stopped(
         until(lambda: sum(r.status is ChildStatus.RUNNING for r in engine.snapshot().children) == 3)
         for child_id in ("t0000", "t0001", "t0002"):
             engine.stop([child_id])
-        snap = run_to_end(engine, 30)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert snap.status is expected

@@ -247,7 +247,7 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     try:
         until(lambda: engine.snapshot().child("loops").status is ChildStatus.PAUSED, 60)  # type: ignore[union-attr]
         engine.continue_(["loops"])
-        snap = run_to_end(engine, 20)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("loops")

@@ -305,7 +305,7 @@ def test_the_soft_budget_holding_many_children_is_one_entry_for_the_batch(
         until(lambda: engine.snapshot().totals.running == 0, what="the two held ones done")
         assert not watch.observe(needs(engine.snapshot()))  # nothing new: no second alert
         engine.set_limits({"soft_cost_usd": None})
-        snap = run_to_end(engine, 30)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     assert snap.totals.completed == 12 and needs(snap) == ()

@@ -50,7 +50,7 @@ def _run(tmp_path: Path, model: str) -> tuple[Engine, Usage, Decimal | None]:
             batch(1, route="openai"), settings(route), state_dir=tmp_path, env={KEY_ENV: "k"}
         )
         engine.start()
-        snap = run_to_end(engine, 20)
+        snap = run_to_end(engine)
     [row] = snap.children
     assert row.status is ChildStatus.COMPLETED, row.error
     [stored] = StoreReader(tmp_path / "flightdeck.db").children(engine.batch_id)

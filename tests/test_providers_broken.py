@@ -184,7 +184,7 @@ def run_one(tmp_path: Path, kind: str, *replies: Reply, default: Reply | None = 
             batch(1, route=kind), settings(route), state_dir=tmp_path, env={KEY_ENV: KEY}
         )
         engine.start()
-        snap = run_to_end(engine, 20)
+        snap = run_to_end(engine)
         received = list(server.received)
     row = snap.children[0]
     return row, received, Path(row.transcript).read_text(encoding="utf-8")

@@ -521,7 +521,7 @@ def test_an_unconfigured_route_is_paced_to_the_servers_bucket_and_no_child_fails
     with Loopback(limit) as server:
         route = route_for(server, "openai")  # retry: 4 attempts, no rpm, no tpm
         engine = start(batch(60, route="openai"), settings(route, pool=16), tmp_path, env={})
-        snap = run_to_end(engine, 60)
+        snap = run_to_end(engine)
     assert [c.status for c in snap.children] == [ChildStatus.COMPLETED] * 60
     # Most runs draw a few 429s (each retried, none failing a child); a machine too busy to
     # outrun the bucket draws none, so their number is not asserted either way.

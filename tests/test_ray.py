@@ -138,7 +138,7 @@ def test_what_a_child_on_a_worker_writes_in_the_batchs_own_workspace_is_private(
 
     with Loopback(reply) as server:
         route = route_for(server, "openai", read_timeout_s=60.0)
-        snap = run_to_end(start(batch(1), on_ray(settings(route, pool=1)), tmp_path), 60)
+        snap = run_to_end(start(batch(1), on_ray(settings(route, pool=1)), tmp_path))
     [child] = snap.children
     assert child.status is ChildStatus.COMPLETED and child.node
     state = tmp_path / "state"

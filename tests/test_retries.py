@@ -343,7 +343,7 @@ def test_a_canary_key_reaches_no_file_under_the_state_dir(
             batch(3, route=provider), settings(route), state_dir=state, env={KEY_ENV: canary}
         )
         engine.start()
-        snap = run_to_end(engine, 30)
+        snap = run_to_end(engine)
     # The key did travel (so the test could fail), and the server echoed it back in an error.
     assert any(canary in str(r.headers) for r in server.received)
     assert [r.status for r in snap.children] == [

@@ -84,7 +84,7 @@ def test_a_stopped_sim_child_runs_again_fresh_in_the_batch_it_reopens(
         engine.retry(["t0000"])  # returns once queued: the ended batch runs again
         assert engine.status is BatchStatus.RUNNING
         hold.release()
-        snap = run_to_end(engine, 10)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0000")
@@ -131,7 +131,7 @@ def test_a_retry_that_continues_gives_the_model_its_earlier_transcript(tmp_path:
             assert engine.wait(60)
             assert _row(engine).status is ChildStatus.FAILED
             engine.retry(["t0000"], resume=True)
-            snap = run_to_end(engine, 10)
+            snap = run_to_end(engine)
         finally:
             engine.close()
         prompt = server.received[-1].body["messages"][-1]["content"]
@@ -170,7 +170,7 @@ def test_a_failed_command_child_runs_again_and_completes(tmp_path: Path) -> None
         assert first.status is ChildStatus.FAILED and "exit 3" in (first.error or "")
         marker.touch()
         engine.retry(["t0"])
-        snap = run_to_end(engine, 20)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0")
@@ -193,7 +193,7 @@ def test_a_retry_that_continues_resumes_the_cli_s_session(tmp_path: Path) -> Non
         first = _row(engine, "t0")
         assert first.status is ChildStatus.FAILED, first.error
         engine.retry(["t0"], resume=True)
-        snap = run_to_end(engine, 20)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0")
@@ -293,7 +293,7 @@ def test_a_retry_waits_while_the_soft_budget_holds_and_runs_once_it_is_lifted(
         assert (_row(engine).status, _row(engine).started_ts) == (ChildStatus.QUEUED, None)
         engine.set_limits({"soft_cost_usd": None})
         hold.release()
-        snap = run_to_end(engine, 30)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0000")
@@ -338,7 +338,7 @@ def _codex_continued(tmp_path: Path, *fails: str) -> tuple[ChildRow, ChildRow]:
         first = _row(engine, "t0")
         assert first.status is ChildStatus.FAILED, first
         engine.retry(["t0"], resume=True)
-        snap = run_to_end(engine, 20)
+        snap = run_to_end(engine)
     finally:
         engine.close()
     row = snap.child("t0")

@@ -44,7 +44,7 @@ def test_a_coordinator_exception_stops_every_child_and_fails_the_batch(
     s = settings(sim_route(time_scale=0.05, tool_turns=0), pool=2)
     with caplog.at_level(logging.ERROR, logger="flightdeck"):
         engine = start(batch(30), s, tmp_path)
-        snap = run_to_end(engine, timeout=20)
+        snap = run_to_end(engine)
     assert calls >= 20
     assert snap.status is BatchStatus.FAILED
     assert engine.failure == "engine error: RuntimeError: a bug in the coordinator"
@@ -69,7 +69,7 @@ def test_a_worker_whose_child_raises_fails_that_child_and_the_batch_ends(
     monkeypatch.setattr(Child, "run", run)
     with caplog.at_level(logging.ERROR, logger="flightdeck"):
         engine = start(batch(5), settings(sim_route(tool_turns=0), pool=2), tmp_path)
-        snap = run_to_end(engine, timeout=10)
+        snap = run_to_end(engine)
     bad = snap.child("t0002")
     assert bad is not None and bad.status is ChildStatus.FAILED
     assert "a bug below the agent loop" in (bad.error or "")
@@ -95,7 +95,7 @@ def test_a_manifest_that_cannot_be_written_at_the_end_is_said_and_the_batch_stil
     monkeypatch.setattr(threading, "excepthook", hook_calls.append)
     with caplog.at_level(logging.ERROR, logger="flightdeck"):
         engine = start(batch(3), settings(sim_route(tool_turns=0)), tmp_path)
-        snap = run_to_end(engine, timeout=10)
+        snap = run_to_end(engine)
     assert hook_calls == []  # no thread died
     assert snap.status is BatchStatus.COMPLETED
     assert "cannot write the batch manifest: [Errno 28] No space left on device" in caplog.text

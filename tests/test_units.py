@@ -239,7 +239,7 @@ def test_a_member_s_delegates_belong_to_its_unit_their_spend_counted(tmp_path: P
     events: list[EngineEvent] = []
     engine.subscribe(events.append)
     engine.start()
-    snap = run_to_end(engine, timeout=60)
+    snap = run_to_end(engine)
     rows = {r.id: r for r in snap.children}
     made = {"a.1", "a.2", "b.1", "b.2"}
     assert {i for i, r in rows.items() if r.group == "g"} == {"a", "b"} | made
