@@ -23,7 +23,18 @@ from flightdeck.engine.records.meter import Meter, cost_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import HANGS, Hold, batch, run_to_end, settings, sim_route, start, tasks_batch, until
+from helpers import (
+    HANGS,
+    Hold,
+    batch,
+    run_to_end,
+    settings,
+    sim_route,
+    start,
+    stepped,
+    tasks_batch,
+    until,
+)
 
 
 def max_overlap(rows: list[ChildRow]) -> int:
@@ -544,7 +555,8 @@ def test_a_finish_is_announced_only_once_it_is_on_disk(tmp_path: Path) -> None:
     try:
         engine.start()
         until(lambda: engine.snapshot().totals.completed == 2)  # both final, in memory
-        time.sleep(0.2)  # what the coordinator would have announced by now, it has
+        until(lambda: engine.snapshot().routes[0].alive == 0, what="both ends heard")
+        stepped(engine)  # what the coordinator would have announced on them, it has
         assert announced == [] and not engine.wait(0)
         other.execute("COMMIT")
         assert engine.wait(60)

@@ -22,7 +22,7 @@ from flightdeck.tui.headless import run_headless
 from rich.console import Console
 
 from faults import FaultyConnection, faulty, small_filesystem
-from helpers import batch, settings, sim_route, until
+from helpers import batch, settings, sim_route, stepped, until
 
 # Children that take some tens of milliseconds each, two at a time: a fault can land mid-batch.
 SLOW = {"time_scale": 0.05, "tool_turns": 0}
@@ -110,7 +110,8 @@ def test_no_child_starts_while_commits_are_refused_and_all_land_once_they_are_no
             started = sum(isinstance(e, ChildStarted) for e in events)
             finished = sum(isinstance(e, ChildFinished) for e in events)
             until(lambda: engine.snapshot().totals.running == 0)  # those running have ended
-            time.sleep(0.1)  # a few coordinator wake-ups: none admits a child
+            until(lambda: engine.snapshot().routes[0].alive == 0, what="their slots freed")
+            stepped(engine)  # admission has looked at the free slots: none admits a child
             assert sum(isinstance(e, ChildStarted) for e in events) == started < 12
             assert sum(isinstance(e, ChildFinished) for e in events) == finished  # held, unsaid
             problem = engine.snapshot().problem or ""

@@ -219,11 +219,10 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
     # the coordinator after the pause, and used to start the policy the pause had ended, which
     # then steered and stopped the child behind the operator's back once it was continued.
     import threading
-    import time
 
     from flightdeck.engine.child.loopwatch import LoopWatch
 
-    from tests.helpers import until
+    from tests.helpers import stepped, until
 
     box: list[object] = []
     paused = threading.Event()
@@ -233,7 +232,7 @@ def test_a_loop_flag_heard_after_the_operators_pause_starts_no_policy(
         if found is not None and not paused.is_set():
             paused.set()
             box[0].pause([self._child_id])  # type: ignore[attr-defined]
-            time.sleep(0.2)  # the coordinator handles the pause before the flag
+            stepped(box[0])  # type: ignore[arg-type]  # the pause is handled before the flag
         changed(self, before, found, again)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LoopWatch, "_changed", pause_first)

@@ -5,7 +5,6 @@ tests/tui/test_needs_you.py."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from flightdeck.engine.api import Engine
@@ -15,7 +14,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.triage.needs import needs
 
-from helpers import batch, until
+from helpers import batch, stepped, until
 from test_needs import asking, asking_settings
 
 
@@ -75,7 +74,7 @@ def test_pause_then_continue_keeps_the_question_until_it_is_answered(tmp_path: P
         assert [(n.child_id, n.kind) for n in before] == [("t0000", "asks")]
         engine.pause(["t0000"])
         until(lambda: engine.snapshot().child("t0000").pausing, what="t0000 pausing")  # type: ignore[union-attr]
-        time.sleep(0.2)  # a few coordinator steps: the pause changes nothing of the question
+        stepped(engine)  # the coordinator has acted on it: the pause changes nothing of the question
         assert needs(engine.snapshot()) == before  # same entry (same key: no second alert)
         engine.continue_(["t0000"])
         until(lambda: not engine.snapshot().child("t0000").pausing, what="t0000 continued")  # type: ignore[union-attr]

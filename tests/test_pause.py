@@ -3,7 +3,6 @@ the batch's admission, on the sim with small delays."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,19 @@ from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
+from helpers import (
+    Hold,
+    SkipClock,
+    announced,
+    batch,
+    run_to_end,
+    settings,
+    sim_route,
+    start,
+    stepped,
+    until,
+    watched,
+)
 
 
 def held(hold: Hold) -> Route:
@@ -162,8 +173,7 @@ def test_admission_paused_starts_nothing_new_and_the_running_go_on(
 def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path, hold: Hold) -> None:
     # Paused far longer than the stall and timeout limits (the engine's clock jumps an hour
     # while it is): neither counts the pause.
-    skew = [0.0]
-    clock = lambda: time.time() + skew[0]  # noqa: E731
+    clock = SkipClock()
     s = settings(held(hold), pool=1, stall_after_s=60, stall_grace_s=0.1)
     engine = start(batch(1, timeout_s=120), s, tmp_path, clock=clock)
     try:
@@ -172,8 +182,8 @@ def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path, hold: Hold) -> 
         until(lambda: pausing(engine, "t0000"))
         hold.release("t0000", 0)
         until(lambda: _row(engine, "t0000").status is ChildStatus.PAUSED)
-        skew[0] = 3600.0
-        time.sleep(0.6)  # a few of the watchdog's rounds (it checks every 250 ms)
+        clock.skip(3600.0)
+        watched(engine)  # the watchdog has looked, an hour on
         assert _row(engine, "t0000").status is ChildStatus.PAUSED
         engine.continue_(["t0000"])
         hold.release()
@@ -194,13 +204,15 @@ def _paused_behind_a_held_child(engine: Engine, hold: Hold) -> None:
 
 def test_paused_again_while_waiting_for_a_slot_it_stays_paused(tmp_path: Path, hold: Hold) -> None:
     engine = start(batch(2), settings(held(hold), pool=1), tmp_path)
+    ended = announced(engine)
     try:
         _paused_behind_a_held_child(engine, hold)
         engine.continue_(["t0000"])  # no slot is free: it waits for t0001's
         engine.pause(["t0000"])  # and is paused again before it gets it
         hold.release("t0001")
-        until(lambda: _row(engine, "t0001").status is ChildStatus.COMPLETED)
-        assert engine.wait(0.2) is False
+        until(lambda: "t0001" in ended, what="t0001's end heard")
+        stepped(engine)  # admission has looked at the slot t0001 freed
+        assert engine.wait(0) is False
         assert _row(engine, "t0000").status is ChildStatus.PAUSED
         engine.continue_(["t0000"])
         hold.release()
@@ -335,7 +347,8 @@ def test_a_stop_that_lands_while_a_child_takes_its_pause_ends_it(
         if took and not stopped.is_set():
             stopped.set()
             engine_box[0].stop([self.task.id])  # type: ignore[attr-defined]
-            time.sleep(0.3)  # the stop is handled before the pause is heard (a real window)
+            # The stop is handled before the pause is heard (a real window, held open).
+            stepped(engine_box[0])  # type: ignore[arg-type]
         return took
 
     monkeypatch.setattr(Child, "take_pause", take_then_be_stopped)

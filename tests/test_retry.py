@@ -8,7 +8,6 @@ import json
 import os
 import re
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from helpers import (
     settings,
     sim_route,
     start,
+    stepped,
     until,
     wait_ended,
 )
@@ -289,7 +289,7 @@ def test_a_retry_waits_while_the_soft_budget_holds_and_runs_once_it_is_lifted(
         # under load the writer can be behind the row's STOPPED, and the engine says so.
         until(lambda: _retried(engine, "t0000"), what="the retry accepted")
         until(lambda: _row(engine).attempt == 2, what="attempt 2 queued")
-        time.sleep(0.2)  # a few coordinator steps: still held
+        stepped(engine)  # admission has looked at it since: still held
         assert (_row(engine).status, _row(engine).started_ts) == (ChildStatus.QUEUED, None)
         engine.set_limits({"soft_cost_usd": None})
         hold.release()

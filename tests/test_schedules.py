@@ -22,7 +22,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.store import Store
 
-from helpers import Hold, flightdeck, settings, sim_route, until
+from helpers import Hold, flightdeck, settings, sim_route, stepped, until
 from test_store import make_batch, make_child
 
 T0 = datetime(2026, 12, 1, 0, 7, tzinfo=UTC).timestamp()  # 00:07 UTC
@@ -101,7 +101,8 @@ def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> Non
     engine = scheduled_engine(tmp_path, clock)
     engine.start()
     try:
-        assert not engine.wait(0.3)  # no tasks and nothing due: it keeps running
+        stepped(engine)  # the coordinator has looked at its schedule
+        assert not engine.wait(0)  # no tasks and nothing due: it keeps running
         assert engine.snapshot().children == ()
         for n in (1, 2):
             clock.now += 60
@@ -308,7 +309,8 @@ def test_a_batch_whose_cron_passes_its_last_date_ends_when_its_last_wave_has(
     engine = Engine(batch, s, state_dir=tmp_path / "state", clock=clock)
     engine.start()
     try:
-        assert not engine.wait(0.2)
+        stepped(engine)
+        assert not engine.wait(0)  # its last date not come: it keeps running
         clock.now = NEW_YEAR
         assert engine.wait(60)
     finally:

@@ -16,9 +16,12 @@ from collections.abc import Callable
 from fcntl import ioctl
 from pathlib import Path
 
+import pytest
 from flightdeck.tui import terminal
 
-from helpers import until
+from helpers import HANG_S, until
+
+WATCH = "flightdeck-terminal"  # the watch's thread (terminal.watch)
 
 
 class OnPty:
@@ -82,10 +85,22 @@ def test_a_hung_up_terminal_is_seen_gone() -> None:
         assert not terminal.gone(null.fileno())
 
 
-def test_watch_quits_the_app_then_ends_the_process_if_it_does_not() -> None:
+def test_watch_quits_the_app_then_ends_the_process_if_it_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     master, slave = os.openpty()
     quit_asked, ended = threading.Event(), threading.Event()
     codes: list[int] = []
+    there = threading.Semaphore(0)  # released each time the watch finds the terminal there
+    real_gone = terminal.gone
+
+    def gone(fd: int) -> bool:
+        found = real_gone(fd)
+        if not found:
+            there.release()
+        return found
+
+    monkeypatch.setattr(terminal, "gone", gone)
 
     def end(code: int) -> None:
         codes.append(code)
@@ -93,7 +108,9 @@ def test_watch_quits_the_app_then_ends_the_process_if_it_does_not() -> None:
 
     try:
         terminal.watch(slave, quit_asked.set, every_s=0.01, grace_s=0.01, end=end)
-        assert not quit_asked.wait(0.1)  # the terminal is there: nothing
+        # Looked twice, the first look's outcome past: the terminal is there, nothing done.
+        assert there.acquire(timeout=HANG_S) and there.acquire(timeout=HANG_S)
+        assert not quit_asked.is_set()
         os.close(master)
         assert quit_asked.wait(10) and ended.wait(10)
         assert codes == [terminal.HANGUP_EXIT]
@@ -111,11 +128,13 @@ def test_an_app_over_in_time_is_not_ended_by_the_watch() -> None:
         over.set()  # as the app's `run` does once it has returned
 
     try:
+        before = set(threading.enumerate())
         over = terminal.watch(slave, quit_app, every_s=0.01, grace_s=0.2, end=ended.append)
+        [watcher] = [t for t in threading.enumerate() if t not in before and t.name == WATCH]
         os.close(master)
-        assert over.wait(10)
-        time.sleep(0.4)  # past the grace: an end would have come by now
-        assert ended == []
+        assert over.wait(HANG_S)
+        watcher.join(HANG_S)  # the watch is over: an end would have come before
+        assert not watcher.is_alive() and ended == []
     finally:
         os.close(slave)
 
@@ -184,6 +203,7 @@ IN_PROCESS = """
 import functools, sys, time
 from pathlib import Path
 from flightdeck.engine.api import Engine, load_batch, load_settings
+import pytest
 from flightdeck.tui import terminal
 from flightdeck.tui.app import FlightdeckApp, run_app
 
