@@ -192,6 +192,14 @@ def announced(engine: Engine) -> set[str]:
     return ids
 
 
+def stops_asked(engine: Engine) -> set[str]:
+    """The children the coordinator has asked to stop (the operator, the watchdog) and not yet
+    heard end: a stop shows in a child's row only once its worker has acted on it."""
+    coordinator = engine._coordinator
+    assert coordinator is not None, "the engine has not started"
+    return set(coordinator.slots.stop_requested)
+
+
 def ended(pid: int) -> bool:
     """Whether process `pid` has ended: gone, or a zombie nobody reaps (an orphan of this
     machine's init, which may never reap it: it runs nothing)."""

@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.api import Engine
 from flightdeck.engine.control import softbudget
 from flightdeck.engine.control.throttle import RateLimiter
 from flightdeck.engine.inputs.settings import Budget, Route
@@ -20,19 +19,23 @@ from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import Hold, announced, batch, run_to_end, settings, sim_route, start, stepped, until
+from helpers import (
+    Hold,
+    announced,
+    batch,
+    run_to_end,
+    settings,
+    sim_route,
+    start,
+    stepped,
+    stops_asked,
+    until,
+)
 
 
 def held(hold: Hold, **options: object) -> Route:
     """A sim route whose children stream until the test stops them (held mid-answer)."""
     return sim_route(tool_turns=0, **hold.options(), **options)  # type: ignore[arg-type]
-
-
-def _stops_asked(engine: Engine) -> dict[str, float]:
-    """The children the coordinator has asked to stop and not yet heard end (a held child's
-    stop shows in its row only once its worker has acted on it)."""
-    assert engine._coordinator is not None
-    return dict(engine._coordinator.slots.stop_requested)
 
 
 def _overlaps(rows: list, at: float) -> int:
@@ -56,7 +59,7 @@ def test_lowering_the_pool_interrupts_nothing_and_admits_only_once_under(
         stepped(engine)  # the coordinator has acted on it: nothing stops, nothing starts
         snap = engine.snapshot()
         assert (snap.totals.running, snap.totals.queued, snap.totals.stopped) == (4, 4, 0)
-        assert not _stops_asked(engine)
+        assert not stops_asked(engine)
         engine.stop(["t0000", "t0001", "t0002"])  # 1 left: not under the pool of 1 yet
         until(lambda: ended >= {"t0000", "t0001", "t0002"}, what="the three stops heard")
         stepped(engine)  # admission has looked at the three slots freed
@@ -105,7 +108,7 @@ def test_a_routes_max_concurrent_changes_live_both_ways(tmp_path: Path, hold: Ho
         until(lambda: engine.snapshot().routes[0].max_concurrent == 1)
         stepped(engine)
         assert engine.snapshot().totals.running == 5  # lowered: none interrupted
-        assert not _stops_asked(engine)
+        assert not stops_asked(engine)
         engine.set_limits({"routes": {"sim": {"max_concurrent": None}}})  # off: the pool caps
         until(lambda: engine.snapshot().totals.running == 8)
     finally:

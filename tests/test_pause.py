@@ -30,6 +30,7 @@ from helpers import (
     sim_route,
     start,
     stepped,
+    stops_asked,
     until,
     watched,
 )
@@ -186,6 +187,10 @@ def test_the_watchdog_never_flags_a_paused_child(tmp_path: Path, hold: Hold) -> 
         watched(engine)  # the watchdog has looked, an hour on
         assert _row(engine, "t0000").status is ChildStatus.PAUSED
         engine.continue_(["t0000"])
+        until(lambda: _row(engine, "t0000").status is ChildStatus.RUNNING)  # its call 1 held
+        clock.skip(1.0)  # the watchdog due at once
+        watched(engine)  # it has looked at the child running again, the hour paused behind it
+        assert not stops_asked(engine) and _row(engine, "t0000").status is ChildStatus.RUNNING
         hold.release()
         row = run_to_end(engine).children[0]
     finally:
