@@ -36,7 +36,7 @@ from flightdeck.engine.records.store import Store
 from flightdeck.tui.cli import main
 from flightdeck.tui.exitcodes import ExitCode
 
-from helpers import batch, run_to_end, settings, sim_route, until
+from helpers import batch, run_to_end, settings, sim_route, stepped, until
 from test_store import make_batch, make_child
 
 LOST_USAGE = Usage(input_tokens=1000, output_tokens=500)
@@ -612,7 +612,8 @@ def test_paused_children_and_paused_admission_stay_paused(tmp_path: Path) -> Non
         assert (engine.resumed.rerun, engine.resumed.lost) == (1, 0)  # t0002 lost nothing
         snap = engine.snapshot()
         assert snap.held == "paused by the operator"
-        assert engine.wait(0.3) is False  # nothing starts while admission stays paused
+        stepped(engine)  # admission has looked: nothing starts while it stays paused
+        assert engine.wait(0) is False
         paused = {"t0001": ChildStatus.PAUSED, "t0002": ChildStatus.PAUSED}
         assert {r.id: r.status for r in engine.snapshot().children if r.status.live} == {
             **paused,
