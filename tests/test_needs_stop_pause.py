@@ -74,7 +74,7 @@ def test_pause_then_continue_keeps_the_question_until_it_is_answered(tmp_path: P
         assert [(n.child_id, n.kind) for n in before] == [("t0000", "asks")]
         engine.pause(["t0000"])
         until(lambda: engine.snapshot().child("t0000").pausing, what="t0000 pausing")  # type: ignore[union-attr]
-        stepped(engine)  # the coordinator has acted on it: the pause changes nothing of the question
+        stepped(engine)  # acted on: the pause changes nothing of the question
         assert needs(engine.snapshot()) == before  # same entry (same key: no second alert)
         engine.continue_(["t0000"])
         until(lambda: not engine.snapshot().child("t0000").pausing, what="t0000 continued")  # type: ignore[union-attr]
