@@ -1,5 +1,5 @@
-"""A child's stop signal: `threading.Event`'s `is_set`, `set` and `wait`, with the Event made
-only when a thread first waits on it.
+"""A child's stop signal (and a `sim` stream's close): `threading.Event`'s `is_set`, `set` and
+`wait`, with the Event made only when a thread first waits on it.
 
 Every child has one, and most never wait on it (a stop is seen between steps; only a retry's
 backoff or a throttled call sleeps on it). An Event is about 1.1 KB (a Condition, its lock and

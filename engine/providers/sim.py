@@ -19,6 +19,7 @@ from pathlib import Path
 
 from flightdeck.engine.errors import FatalError, RateLimited, TransientError
 from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.interrupt import Interrupt
 from flightdeck.engine.model import ASK_TOOL, Usage
 from flightdeck.engine.providers.base import (
     Interrupted,
@@ -173,7 +174,8 @@ class SimStream:
         self._rng = rng
         self._stall = stall
         self._call = call
-        self._closed = threading.Event()
+        # Its Event is made only if a thread waits on it: an instant stream never does.
+        self._closed = Interrupt()
 
     def close(self) -> None:
         self._closed.set()
