@@ -21,7 +21,10 @@ class AdaptiveConcurrency:
     def __init__(self, ceiling: int | None, clock: Clock = time.monotonic) -> None:
         self.ceiling = ceiling
         self._clock = clock
-        self._cond = threading.Condition()
+        # Taken as the plain lock (`with self._lock`): Condition's own `with` is Python code,
+        # run twice a call. Waiters wait on the condition built on it.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self.in_flight = 0
         self.cap: float | None = None  # None: not cut yet
         self._cut_at = -math.inf
@@ -29,7 +32,7 @@ class AdaptiveConcurrency:
     def acquire(self, cancel: Interruptible, on_wait: OnWait | None = None) -> float:
         """Take a slot, waiting while the route is at its cap; the seconds waited. Raises
         Cancelled."""
-        with self._cond:
+        with self._lock:
             if self.cap is None or self.in_flight < int(self.cap):
                 self.in_flight += 1
                 return 0.0
@@ -45,9 +48,11 @@ class AdaptiveConcurrency:
 
     def release(self, *, ok: bool) -> None:
         """A call ended (`ok`: it succeeded, so the cap may grow)."""
-        with self._cond:
+        with self._lock:
             self.in_flight -= 1
-            if ok and self.cap is not None:
+            if self.cap is None:
+                return  # uncapped: nobody waits for a slot
+            if ok:
                 self.cap += 1.0 / self.cap
                 if self.ceiling is not None:
                     self.cap = min(self.cap, float(self.ceiling))
@@ -55,7 +60,7 @@ class AdaptiveConcurrency:
 
     def set_ceiling(self, ceiling: int | None) -> None:
         """A new upper bound on the cap (the route's max_concurrent changed)."""
-        with self._cond:
+        with self._lock:
             self.ceiling = ceiling
             if ceiling is not None and self.cap is not None:
                 self.cap = min(self.cap, float(ceiling))
@@ -63,7 +68,7 @@ class AdaptiveConcurrency:
 
     def rate_limited(self, started: float) -> None:
         """A call that began at `started` drew a 429: halve the cap, once per burst."""
-        with self._cond:
+        with self._lock:
             if started < self._cut_at:
                 return  # sent before the last cut: the same burst
             self._cut_at = self._clock()
@@ -75,5 +80,5 @@ class AdaptiveConcurrency:
     @property
     def limit(self) -> int | None:
         """The cap in force; None before the first cut."""
-        with self._cond:
+        with self._lock:
             return None if self.cap is None else int(self.cap)

@@ -99,6 +99,9 @@ class RouteThrottle:
         return self._clock()
 
     def _limiter(self, route: Route) -> RateLimiter:
+        limiter = self.limiter
+        if limiter is not None and self.concurrency is not None:
+            return limiter  # built once, then only read: no lock (twice a call)
         with self._lock:
             if self.limiter is None:
                 self.limiter = RateLimiter(route.rpm, route.tpm, jitter=0.25, clock=self._clock)
@@ -222,8 +225,8 @@ class RouteThrottle:
 
     def remaining(self) -> float:
         """Seconds left of the route's pause; 0 when it is not paused."""
-        with self._lock:
-            return max(0.0, self._paused_until - self._clock())
+        # One float read, atomic: no lock (every call asks, before it is made).
+        return max(0.0, self._paused_until - self._clock())
 
     @property
     def paused_until(self) -> float | None:
