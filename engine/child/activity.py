@@ -4,7 +4,7 @@ both with its lock."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from flightdeck.engine.model import CHARS_PER_TOKEN, Activity, Usage
 
@@ -111,13 +111,16 @@ class ActivityState:
         self.text = text
 
 
+_NOTHING_BILLED = Usage()  # a value, never changed in place: shared, not made per call
+
+
 @dataclass
 class InFlight:
     """The call in progress: its prompt and what has streamed, counted until it is billed."""
 
     prompt_tokens: int = 0
     streamed_chars: int = 0
-    billed: Usage = field(default_factory=Usage)
+    billed: Usage = _NOTHING_BILLED
 
     def usage(self) -> Usage:
         """The estimated usage not billed yet (zero with no call open)."""

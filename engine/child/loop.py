@@ -321,9 +321,10 @@ class ModelRunner:
             raise
         finally:
             closed = c.close_call()
-            rest = self._bill_cut_short() if closed and sent else Usage()
-            usage += rest
-            estimated += rest
+            if closed and sent:
+                rest = self._bill_cut_short()
+                usage += rest
+                estimated += rest
             c.progress.call_ended()
             transcript.end_stream(interrupted=closed)
             if estimated.total:  # after the reply's line, which it would otherwise break
