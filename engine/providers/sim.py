@@ -128,11 +128,13 @@ class SimProvider:
         if not self.options.cache:
             return 0, 0, None
         size = prefix.cache_tokens
-        with self._lock:
-            ready = self._prefix_ready.get(prefix.key)
-            if ready is None:
-                self._prefix_ready[prefix.key] = ready = threading.Event()
-                return 0, size, ready
+        ready = self._prefix_ready.get(prefix.key)  # once made, read without the lock
+        if ready is None:
+            with self._lock:
+                ready = self._prefix_ready.get(prefix.key)
+                if ready is None:
+                    self._prefix_ready[prefix.key] = ready = threading.Event()
+                    return 0, size, ready
         if ready.is_set():
             return size, 0, None
         # Written by a response that has not started streaming yet: a miss, written again.
@@ -285,8 +287,11 @@ def _plan(req: TurnRequest, rng: random.Random, o: SimOptions) -> tuple[str, tup
     preface = ""
     if last is not None and last.role == "user" and last.content.startswith("[operator]"):
         preface = f"Understood — {last.content.removeprefix('[operator]').strip()[:200]}. "
-    first_turn = not any(m.role == "assistant" for m in req.messages)
-    offered = first_turn and o.delegate_rate and any(t.name == "delegate" for t in req.tools)
+    offered = (  # on its first turn (no reply yet), when the route offers `delegate`
+        o.delegate_rate
+        and any(t.name == "delegate" for t in req.tools)
+        and not any(m.role == "assistant" for m in req.messages)
+    )
     if offered and rng.random() < o.delegate_rate:
         parts = [
             {"goal": f"Part {i} of {o.delegates} of: {goal_line}"}
@@ -363,6 +368,7 @@ def _make_sentences() -> tuple[str, ...]:
 
 
 _SENTENCES = _make_sentences()
+_RING = _SENTENCES + _SENTENCES  # the pool as a ring: any run of it is one slice
 
 
 def _sentence(rng: random.Random) -> str:
@@ -373,4 +379,4 @@ def _body(rng: random.Random) -> str:
     """Three to nine consecutive sentences of the pool, taken as a ring."""
     start = rng.randrange(len(_SENTENCES))
     count = rng.randint(3, 9)
-    return " ".join(_SENTENCES[(start + i) % len(_SENTENCES)] for i in range(count))
+    return " ".join(_RING[start : start + count])

@@ -16,7 +16,8 @@ def prompt_tokens_estimate(request: TurnRequest) -> int:
         chars += len(message.content) + 8
         for call in message.tool_calls:
             chars += len(call.name) + len(json.dumps(dict(call.arguments)))
-    chars += sum(_tool_chars(tool) for tool in request.tools)
+    for tool in request.tools:
+        chars += _tool_chars(tool)
     return math.ceil(chars / CHARS_PER_TOKEN)
 
 
