@@ -6,10 +6,9 @@ another machine, and the coordinator looks the child up."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.model import Denial, LoopEvidence, SteerReceipt
+from flightdeck.engine.model import Denial, LoopEvidence, SteerReceipt, record
 from flightdeck.engine.providers.base import HeadroomEvent
 
 if TYPE_CHECKING:
@@ -17,21 +16,21 @@ if TYPE_CHECKING:
     from flightdeck.engine.child.delegate import DelegateCall
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildDone:
     """The child's run has returned (it is final, or was abandoned while it ran)."""
 
     child_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReceiptSettled:
     """A steer was delivered to the model, or missed because the child ended first."""
 
     receipt: SteerReceipt
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HeadroomSeen:
     """A response carried the route's rate-limit headroom."""
 
@@ -39,14 +38,14 @@ class HeadroomSeen:
     event: HeadroomEvent
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FirstChunk:
     """A prompt-cache gate's leader: its first response began streaming."""
 
     child_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Delegated:
     """A child called `delegate`: the coordinator queues the sub-tasks and settles `call`."""
 
@@ -54,7 +53,7 @@ class Delegated:
     call: DelegateCall
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildPaused:
     """The operator's pause reached the child at a turn boundary: a model child's run has
     returned (its messages kept for the continue), a process child is suspended."""
@@ -62,7 +61,7 @@ class ChildPaused:
     child_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LoopFlagged:
     """The child was judged to be looping (`evidence`), or made progress since (None)."""
 
@@ -71,7 +70,7 @@ class LoopFlagged:
     again: bool = False  # found afresh on what it did after a loop policy's steer reached it
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Asked:
     """A child called `ask_operator`: the coordinator records the question, frees its slot and
     settles `call` with the operator's answer."""
@@ -80,7 +79,7 @@ class Asked:
     call: AskCall
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolDenied:
     """An agent CLI's permissions denied one of its tool calls (the operator may allow it)."""
 
@@ -88,7 +87,7 @@ class ToolDenied:
     denial: Denial
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildLost:
     """Its work ran elsewhere (a worker on a cluster), and the worker is gone (`why` says how,
     naming the node): it runs again, as after a crash."""

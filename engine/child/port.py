@@ -9,7 +9,6 @@ elsewhere (another machine) hands the runner a port that relays to the child at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from flightdeck.engine.child.facts import ChildFact
@@ -20,12 +19,12 @@ from flightdeck.engine.child.steering import Steering
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.inputs.tasks import Task
 from flightdeck.engine.interrupt import Interruptible
-from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState
+from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, record
 from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.review.values import Changes
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Ended:
     """How a run ended: the child's final status, and its reason or answer."""
 

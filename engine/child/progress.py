@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 
 from flightdeck.engine.child.activity import ActivityState, InFlight
-from flightdeck.engine.model import Activity, Usage
+from flightdeck.engine.model import Activity, Usage, record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Figures:
     """The live figures at one moment, as the child's row shows them."""
 
@@ -27,7 +26,7 @@ class Figures:
     model: str | None  # the model the runner reported (an agent CLI's), if any
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Mirror:
     """Everything a `Progress` holds, copied: what a child running elsewhere sends home."""
 
