@@ -12,8 +12,26 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+TYPE_CHECKING = False  # `typing` stays out of the writer process, which imports this module
+if TYPE_CHECKING:
+    from typing import TypeVar, dataclass_transform
 
-@dataclass(frozen=True, slots=True)
+    _T = TypeVar("_T")
+
+    @dataclass_transform(frozen_default=True)
+    def _event(cls: type[_T]) -> type[_T]:
+        """Frozen to mypy; see below."""
+
+else:
+
+    def _event(cls: type) -> type:
+        """`model.record`'s rule, here because the writer process imports this module and
+        not the model: a plain slotted dataclass at run time (a frozen one sets each field
+        through `object.__setattr__`, and a child sends seven events), frozen to mypy."""
+        return dataclass(slots=True, unsafe_hash=True)(cls)
+
+
+@_event
 class Write:
     """One event by `role`; multi-line text becomes several lines with the same stamp."""
 
@@ -23,7 +41,7 @@ class Write:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class Stream:
     """Streamed assistant text; each line is written once it is complete."""
 
@@ -32,7 +50,7 @@ class Stream:
     chunk: str
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class EndStream:
     """The end of a stream: its partial last line, if any, is written (marked as cut off when
     the response was `interrupted`)."""
@@ -42,7 +60,7 @@ class EndStream:
     interrupted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class Release:
     """The transcript is done for now: its stream ends and its file is closed."""
 
@@ -50,7 +68,7 @@ class Release:
     ts: float
 
 
-@dataclass(frozen=True, slots=True)
+@_event
 class Raw:
     """Lines formatted already (by the engine, which redacts secrets before they leave it)."""
 
