@@ -71,6 +71,10 @@ class Hold:
         """Hold again the calls `release()` (of everything) let go; those in flight go on."""
         (self.folder / "all").unlink(missing_ok=True)
 
+    def held(self) -> set[str]:
+        """The calls that have reached the hold (`<child id>@<call>`), released since or not."""
+        return {p.name.removesuffix(".held") for p in self.folder.glob("*.held")}
+
 
 def sim_route(name: str = "sim", *, max_concurrent: int | None = None, **options: Any) -> Route:
     merged = {**FAST, **options}

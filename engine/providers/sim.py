@@ -201,6 +201,9 @@ class SimStream:
             return
         child = self._req.child_id
         names = [Path(folder, name) for name in ("all", child, f"{child}@{self._call}")]
+        # Said with a file, so a test can wait until the call has got here: past its cache
+        # read, which a call counted as made but not yet here has still to do.
+        Path(folder, f"{child}@{self._call}.held").touch()
         while not any(path.exists() for path in names):
             if self._closed.wait(HOLD_POLL_S):
                 raise Interrupted
