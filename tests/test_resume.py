@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.inputs.settings import Budget, Settings
+from flightdeck.engine.inputs.settings import Budget, CommandSpec, Route, Settings
 from flightdeck.engine.inputs.settings.stored import settings_from_json, settings_json
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import (
@@ -904,3 +904,46 @@ def test_the_call_in_flight_when_the_owner_died_is_billed_once(
         report = build_report(reader, batch_id)
     assert Decimal(str(report["recovery"]["lost_cost_usd"])) == engine.resumed.lost_cost_usd
     assert Decimal(str(report["totals"]["cost_usd"])) == snap.totals.cost_usd
+
+
+@pytest.mark.parametrize("known", [None, Decimal("0.003")], ids=["cost-known", "part-known"])
+def test_an_agent_cli_childs_reported_spend_counts_against_the_budget_after_a_resume(
+    tmp_path: Path, known: Decimal | None
+) -> None:
+    """A command route has no price: what its children spent is what their CLIs reported, as
+    stored (all of it, or, where a stop left the rest unknown, the part known). Priced again on
+    the route at resume, it was unknown, and the cap counted none of it."""
+    claude = CommandSpec(argv=("true",), format="claude-stream-json")  # it reports its cost
+    route = Route(name="cli", provider="command", model="cli", command=claude)
+    cfg = dataclasses.replace(settings(route), budget=Budget(max_cost_usd=Decimal("0.002")))
+    tasks = batch(3)
+    info = dead_batch(tmp_path, cfg, tasks, heartbeat_ts=1500.0, max_cost_usd=Decimal("0.002"))
+    spent = dict(cost_usd=Decimal("0.003")) if known is None else dict(cost_usd=None)
+    rows = [
+        make_child(
+            0,
+            id="t0000",
+            route="cli",
+            status=ChildStatus.COMPLETED if known is None else ChildStatus.STOPPED,
+            usage=Usage(input_tokens=1000, output_tokens=500),
+            cost_floor_usd=known or Decimal(0),
+            started_ts=1390.0,
+            finished_ts=1400.0,
+            transcript=str(tmp_path / "t0000.log"),
+            **spent,
+        ),
+        *(
+            make_child(i, id=f"t{i:04d}", route="cli", transcript=str(tmp_path / f"t{i}.log"))
+            for i in (1, 2)
+        ),
+    ]
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.create_batch(info)
+        store.add_children("b1", rows)
+    engine = Engine.resume(tmp_path, "b1")
+    engine.start()
+    snap = run_to_end(engine)
+    for queued in ("t0001", "t0002"):  # $0.003 spent: the $0.002 cap is reached already
+        row = snap.child(queued)
+        assert row is not None and row.status is ChildStatus.STOPPED, row
+        assert "budget" in (row.error or "")

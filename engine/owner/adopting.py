@@ -72,10 +72,7 @@ def take_processes(
             why = runner.adopt(adoption) or ""
         if child is not None and live and not why:
             out.adopted.append(process.child_id)
-            if process.cost_usd is None:
-                meter.add_unpriced(process.usage)
-            else:
-                meter.add_cost(process.usage, process.cost_usd)
+            meter.add_spent(process.usage, process.cost_usd, process.known_usd)
             child.carry(process.usage, process.cost_usd, process.known_usd)
             paused = stopped or (row is not None and row.pausing)
             child.adopted(row.started_ts if row is not None else None, paused)

@@ -197,16 +197,16 @@ def settle(
             elif row is not None and (row.usage.total or row.cost_usd):
                 # Queued again after earlier attempts (a retry, a re-run after a lost owner):
                 # their spend is its own still.
-                meter.add(child.route, row.usage)
+                meter.add_spent(row.usage, row.cost_usd, row.cost_floor_usd, child.route)
                 child.carry(row.usage, row.cost_usd, row.cost_known_usd)
             keep_pause(child, row)
             out.live.append(child)
         elif row.status.terminal:
-            meter.add(child.route, row.usage)
+            meter.add_spent(row.usage, row.cost_usd, row.cost_floor_usd, child.route)
             out.carried.append(row)
         else:  # running, gated or paused when its owner died: its context died with it
             out.attempts_lost.add(row.id, row.cost_usd)
-            meter.add(child.route, row.usage)
+            meter.add_spent(row.usage, row.cost_usd, row.cost_floor_usd, child.route)
             if rerun:  # before `_lost` records it queued again; what it delegated is history
                 child.carry(row.usage, row.cost_usd, row.cost_known_usd)
                 child.kept.run_in_place()
@@ -390,7 +390,4 @@ def _settle_made(
     for row in out.carried:  # their spend counts in the totals and against the budget
         if row.id in spec or not row.usage.total:
             continue
-        if row.route in routes:
-            meter.add(routes[row.route], row.usage)
-        elif row.cost_usd is not None:
-            meter.add_cost(row.usage, row.cost_usd)
+        meter.add_spent(row.usage, row.cost_usd, row.cost_floor_usd, routes.get(row.route))

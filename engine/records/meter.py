@@ -154,6 +154,23 @@ class Meter:
             self._usage += usage
             self._cost += cost
 
+    def add_spent(
+        self, usage: Usage, cost: Decimal | None, known: Decimal, route: Route | None = None
+    ) -> None:
+        """What a child spent before this owner (a row carried in, a process adopted): its cost
+        as recorded (an agent CLI's is its own report, which its route's price may not know);
+        where that is unknown, priced on `route` if it can be, else its usage unpriced and the
+        part `known` (what a stop left known of it) counted all the same."""
+        if cost is None and route is not None:
+            cost = route_cost(usage, route)
+        if cost is not None:
+            self.add_cost(usage, cost)
+            return
+        with self._lock:
+            self._usage += usage
+            self._unknown += usage
+            self._cost += known
+
     def totals(self) -> MeterTotals:
         """The sums so far."""
         with self._lock:
