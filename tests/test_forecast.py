@@ -110,6 +110,20 @@ def test_an_unknown_price_leaves_the_projection_unknown_never_zero() -> None:
     assert forecast(batch).projected_usd is None  # the call in progress has no price either
 
 
+def test_a_child_queued_again_after_spend_of_unknown_cost_leaves_the_projection_unknown() -> None:
+    # Found by a review: a retried agent CLI child whose stop made its cost unknown (the part
+    # known kept, `cost_floor_usd`) was counted as $0 spent, and the projection (and the soft
+    # budget's hold on it) read a number, short of what was spent.
+    batch = _batch()
+    again = make_child(12, cost_usd=None, cost_floor_usd=D("0.07"), usage=Usage(1000, 100))
+    got = forecast([*batch, again])
+    assert got.unpriced == 1 and got.projected_usd is None
+    # Queued, never run, on a route whose spend is unknown until billed: nothing spent yet.
+    fresh = forecast([*batch, make_child(12, cost_usd=None)])
+    assert fresh.unpriced == 0
+    assert fresh.projected_usd == forecast([*batch, make_child(12)]).projected_usd is not None
+
+
 def test_burn_rate_is_the_live_cost_over_the_running_time() -> None:
     running = make_child(5, status=S.RUNNING, cost_usd=D("0.10"), in_flight_cost_usd=D("0.02"),
                          started_ts=1000.0)  # fmt: skip

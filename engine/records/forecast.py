@@ -32,7 +32,9 @@ class Forecast:
 
     finished: int  # children that have ended, however
     remaining: int  # children not yet finished: queued and running
-    unpriced: int  # started children whose price is unknown (any makes the projection None)
+    # started children (a child queued again among them) whose cost is unknown: any makes the
+    # projection None
+    unpriced: int
     projected_usd: Decimal | None  # None: no child has finished yet, or a price is unknown
     low_usd: Decimal | None  # the 25th percentile of finished costs in place of the average
     high_usd: Decimal | None  # the 75th (each widened to the average: see the module docstring)
@@ -67,7 +69,9 @@ def forecast(children: Sequence[ChildRow]) -> Forecast:
         if not ended:
             remaining += 1
         if row.status is ChildStatus.QUEUED:  # queued again: its earlier attempts' spend
-            spent += row.cost_usd or 0
+            if row.cost_usd is None and (row.usage.total or row.cost_floor_usd):
+                unpriced += 1  # what they spent is unknown, in part at least
+            spent += row.cost_known_usd
             continue
         cost = row.cost_usd if ended else row.live_cost_usd
         if cost is None:
