@@ -21,19 +21,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flightdeck.engine.attached.client import Client, OwnerGone, batch_keys, ended_first
+from flightdeck.engine.attached.client import (
+    MOOT_ONCE_ENDED,
+    Client,
+    OwnerGone,
+    batch_keys,
+    ended_first,
+)
 from flightdeck.engine.attached.hints import command_line
 from flightdeck.engine.attached.reading import BatchReading
 from flightdeck.engine.attached.rework import review, send_retry
 from flightdeck.engine.attached.spawn import OwnerFailed
 from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
-from flightdeck.engine.errors import StoreError
+from flightdeck.engine.errors import BatchEnded, StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, EngineEvent, Snapshot
 from flightdeck.engine.records.liveness import STALE_AFTER_S
 from flightdeck.engine.records.reader import require_state
 from flightdeck.engine.records.rows import BatchInfo
 from flightdeck.engine.records.schema import connect
+from flightdeck.engine.sanitize import one_line
 
 __all__ = ["DB_FILES", "MIN_READ_S", "Listener", "StoreView"]
 
@@ -174,7 +181,8 @@ class StoreView:
         retry starts one again. An accept or discard returns once applied (both take a while:
         the TUI sends them off its event loop). With its owner dead, any other command is
         refused (CommandError, with the command that runs the batch on): nothing would apply
-        it, as the keys already say (`read_only`)."""
+        it, as the keys already say (`read_only`). A stop, pause or continue of a batch that
+        has ended since the key is no failure: said as a warning, nothing sent."""
         try:
             if isinstance(command, Accept | Discard):
                 self._review(command)
@@ -186,6 +194,14 @@ class StoreView:
                 raise CommandError(self._abandoned(owner.pid))
             else:
                 rid = self._client.send(command)
+        except BatchEnded as exc:
+            if command.kind not in MOOT_ONCE_ENDED:
+                raise
+            # Ended after the key was read: nothing left to act on, a notice (as `flightdeck
+            # stop` says it), not a failure that keeps the TUI from going on (stop all, quit).
+            verb = command.kind.split("_")[0]  # stop, pause or continue
+            log.warning("%s: nothing left to %s", one_line(str(exc)), verb)
+            return
         except (LookupError, StoreError, OwnerFailed) as exc:
             log.warning("%s not sent: %s", command.title, str(exc).strip("'\""))
             return

@@ -5,6 +5,7 @@ whether watchfiles reports the changes or only polling finds them."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -23,7 +24,7 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records.reader import StoreReader
 from tui_support import view_when_ready
 
-from helpers import Hold, batch, settings, sim_route, until
+from helpers import HANG_S, Hold, batch, settings, sim_route, until
 
 
 def events_to_the_end(
@@ -190,3 +191,35 @@ def test_an_attached_view_publishes_a_retried_units_result_again(
         engine.close()
     assert [u.status for u in units()] == [UnitStatus.PARTIAL, UnitStatus.COMPLETED]
     assert [u.status for u in units()] == [u.status for u in live if isinstance(u, GroupFinished)]
+
+
+def test_a_stop_pause_or_continue_of_a_batch_ended_since_the_key_is_a_notice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by a review: a batch that ended between the TUI's look at it and the send (stop all
+    # and quit, the admission's pause) made the send an error (`stop all not sent: batch B has
+    # ended`), and the decision stopped there: the TUI did not quit. `flightdeck stop` says it
+    # as a notice, exit 0.
+    from flightdeck.engine.commands import CommandError, PauseAdmission, Steer, Stop, StopAll
+
+    engine = Engine(batch(1), settings(sim_route(tool_turns=0)), state_dir=tmp_path / "state")
+    engine.start()
+    try:
+        assert engine.wait(HANG_S)
+    finally:
+        engine.close()
+    view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id, watch=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="flightdeck.engine.attached"):
+            for command in (StopAll(), Stop(("t0000",)), PauseAdmission()):
+                view.send(command)
+        ended = f"batch {engine.batch_id} has ended (completed)"
+        assert [r.getMessage() for r in caplog.records] == [
+            f"{ended}: nothing left to stop",
+            f"{ended}: nothing left to stop",
+            f"{ended}: nothing left to pause",
+        ]
+        with pytest.raises(CommandError, match="has ended"):  # a steer is still refused
+            view.send(Steer(("t0000",), "go on", False))
+    finally:
+        view.close()
