@@ -82,7 +82,7 @@ def test_a_stop_pause_or_continue_the_owner_failed_on_is_an_error_though_its_chi
     def completes(child_id: str) -> Callable[[], None]:
         def end() -> None:
             hold.release(child_id)
-            until(lambda: status(tmp_path, batch_id, child_id) == "completed", 30)
+            until(lambda: status(tmp_path, batch_id, child_id) == "completed")
 
         return end
 
@@ -99,7 +99,7 @@ def test_a_stop_pause_or_continue_the_owner_failed_on_is_an_error_though_its_chi
 
     failed = "flightdeck: refused: the owner could not apply it: injected fault\n"
     try:
-        until(lambda: status(tmp_path, batch_id, "b") == "running", 30)  # a too; c, d queued
+        until(lambda: status(tmp_path, batch_id, "b") == "running")  # a too; c, d queued
         assert said("pause", batch_id, "c") == (0, "pause applied: c\n", "")
         monkeypatch.setattr(cli_client, "sent", late_sent)
         meanwhile.append(completes("a"))
@@ -132,10 +132,10 @@ def test_a_stop_pause_or_continue_the_owner_failed_on_is_an_error_though_its_chi
             with caplog.at_level(logging.WARNING, logger="flightdeck.engine.attached"):
                 gate.touch()
                 view.send(Stop(("a",)))
-                until(told(1), 30)
+                until(told(1))
                 gate.unlink()
                 view.send(Stop(("a",)))
-                until(told(2), 30)
+                until(told(2))
         finally:
             view.close()
         assert [r.getMessage() for r in caplog.records] == [
@@ -172,7 +172,7 @@ def test_a_stop_pause_or_continue_of_a_batch_that_has_ended_is_a_notice(
         return code, out, err
 
     try:
-        until(lambda: status(tmp_path, batch_id, "a") == "running", 30)
+        until(lambda: status(tmp_path, batch_id, "a") == "running")
         monkeypatch.setattr(cli_client, "sent", late_sent)
         assert said("stop", batch_id, "a") == (
             0,
