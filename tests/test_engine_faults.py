@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 import logging
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.control import coordinator as coordinator_module
 from flightdeck.engine.model import BatchStatus, ChildFinished, ChildStarted, ChildStatus
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.reader import StoreReader
@@ -222,3 +224,60 @@ def test_headless_says_the_batch_id_once_its_row_is_committed(
 
     code = run_headless(engine, Console(file=_Out(), width=200), Console(file=io.StringIO()))
     assert code == ExitCode.OK and found == [True]
+
+
+class HeldCommits(FaultyConnection):
+    """A real connection whose COMMIT waits while `held` is set: a store that falls behind."""
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self.waiting = threading.Event()  # a COMMIT waits now
+        self.go = threading.Event()
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT" and not self.go.is_set():
+            self.waiting.set()
+            self.go.wait()
+        return super().execute(sql, *args)
+
+
+def test_no_child_starts_while_the_store_is_far_behind_and_all_run_once_it_catches_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Children that end faster than the store commits their final rows (instant ones, 64
+    workers sharing the interpreter lock with its thread) left it 16,000 rows behind at 50,000
+    children: the batch ended a second after its last child, every row held in memory."""
+    monkeypatch.setattr(coordinator_module, "STORE_BEHIND_ROWS", 3)
+    held: list[HeldCommits] = []
+
+    class _Store(Store):
+        def __init__(self, path: Path, **kw: Any) -> None:
+            super().__init__(path, **kw)
+            conn = HeldCommits(self._conn)
+            self._conn = conn  # type: ignore[assignment]
+            held.append(conn)
+
+    monkeypatch.setattr(run_module, "Store", _Store)
+    instant = sim_route(latency_ms=0, tokens_per_s=1e9, tool_turns=0)
+    engine = Engine(batch(30), settings(instant, pool=2), state_dir=tmp_path / "state")
+    events: list[Any] = []
+    engine.subscribe(events.append)
+    engine.start()  # every commit held from the first, the batch's row's
+    [conn] = held
+    try:
+        until(conn.waiting.is_set, what="a commit held")
+        until(lambda: engine.snapshot().totals.running == 0, what="the running ended")
+        until(lambda: engine.snapshot().routes[0].alive == 0, what="their slots freed")
+        stepped(engine)  # admission has looked at the free slots: none admits a child
+        started = sum(isinstance(e, ChildStarted) for e in events)
+        # Past three final rows behind, none starts: at most those three, and the two slots'.
+        assert started <= 3 + 2
+        assert engine.snapshot().totals.queued == 30 - started
+        conn.go.set()
+        assert engine.wait(60)
+        snap = engine.snapshot()
+    finally:
+        conn.go.set()
+        engine.close()
+    assert snap.status is BatchStatus.COMPLETED and snap.totals.completed == 30
+    assert sum(isinstance(e, ChildStarted) for e in events) == 30

@@ -60,9 +60,11 @@ class Admission:
         self.started = started
         self.store_paused = False  # no child starts while the store cannot commit
 
-    def admit(self, *, held: bool, failed: bool) -> None:
+    def admit(self, *, held: bool, failed: bool, behind: bool = False) -> None:
         """FIFO among tasks whose route is under its cap; capped routes wait in place. `held`:
-        the operator or the soft budget holds admission; `failed`: the batch is failing."""
+        the operator or the soft budget holds admission; `failed`: the batch is failing;
+        `behind`: the store has many final rows still to commit (nothing new starts until it
+        catches up)."""
         slots = self._slots
         self._arrivals.resume_parents()  # not new work: a parent finishing what it began
         self._questions.admit()  # nor a child the operator answered
@@ -72,7 +74,7 @@ class Admission:
             self._cancel_queued(budget_reason)
             return
         slots.queues.requeue(self.gate.expired(self._clock()))
-        if slots.full() or self.store_paused or failed:
+        if slots.full() or self.store_paused or failed or behind:
             return
         if not held:
             candidates = slots.queues.ready()

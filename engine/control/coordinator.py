@@ -63,6 +63,11 @@ log = logging.getLogger(__name__)
 TICK_S = 0.25  # the coordinator wakes at least this often while children are alive
 WATCH_EVERY_S = 0.05  # timeouts and stalls are checked at most this often, not on every wake
 WIND_DOWN_S = 10.0  # after this thread failed, how long the stopped children get to end
+# Final rows the store may have to commit before no new child starts. Children that end
+# faster than the store's thread commits them (instant ones, sharing the interpreter lock
+# with 64 workers) left it 16,000 rows behind at 50,000 children: a second and more between
+# the last child's end and the batch's, and every one of those rows held in memory.
+STORE_BEHIND_ROWS = 500
 
 
 class Coordinator:
@@ -270,7 +275,10 @@ class Coordinator:
             self._between_facts()
 
     def _admit(self) -> None:
-        self._parts.admission.admit(held=self.hold is not None, failed=self.failure is not None)
+        behind = self._parts.finals.waiting > STORE_BEHIND_ROWS
+        self._parts.admission.admit(
+            held=self.hold is not None, failed=self.failure is not None, behind=behind
+        )
 
     def _failed(self, exc: Exception) -> None:
         """This thread's one error path: say so, stop every child, let them end (for a bounded

@@ -123,6 +123,11 @@ class Finals:
         self.done += 1
         self.unrecorded += 1
 
+    @property
+    def waiting(self) -> int:
+        """Final rows handed to the store and not yet heard back from (committed or given up)."""
+        return self._handed - self.done
+
     def committed(self, child_id: str) -> bool:
         """Whether the child's final row is in the store."""
         return child_id in self._committed
