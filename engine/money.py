@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+# The one zero every sum starts from: a Decimal is a value, and each Decimal(0) an object of its
+# own (about 100 bytes), which a child's figures and rows would otherwise each hold.
+ZERO_USD = Decimal(0)
+
 
 def fmt_usd(cost: Decimal) -> str:
     """`$12.50`, `$0.0085`, `$0.10`, `<$0.0001`: small sums need four places, rounder ones read

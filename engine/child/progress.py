@@ -11,10 +11,7 @@ from decimal import Decimal
 
 from flightdeck.engine.child.activity import ActivityState, InFlight
 from flightdeck.engine.model import Activity, Usage, record
-
-# One zero for every child's sums to start from (a Decimal is a value; each Decimal(0) is an
-# object of its own, about 100 bytes a child each).
-_ZERO = Decimal(0)
+from flightdeck.engine.money import ZERO_USD
 
 
 @record
@@ -54,18 +51,18 @@ class Progress:
         self._activity = ActivityState()
         self._usage = Usage()
         # None once any usage has an unknown price (an agent CLI's: until it reports its cost).
-        self._cost: Decimal | None = _ZERO if cost_known else None
+        self._cost: Decimal | None = ZERO_USD if cost_known else None
         # What is known of it: all of it while it is known, else the part that was (a CLI's
         # turns reported before one went unreported), spent all the same.
-        self._known = _ZERO
-        self._saved: Decimal | None = _ZERO  # by cache reads; None: price unknown
+        self._known = ZERO_USD
+        self._saved: Decimal | None = ZERO_USD  # by cache reads; None: price unknown
         self._in_flight = InFlight()
         self._model: str | None = None
         self._bills = 0  # how many times usage was billed (`bill`)
         # What earlier attempts carried into this one (in the cost above; None: unknown), so an
         # attempt lost in its turn is known to have cost the rest.
-        self.carried_cost: Decimal | None = _ZERO
-        self._carried_known = _ZERO
+        self.carried_cost: Decimal | None = ZERO_USD
+        self._carried_known = ZERO_USD
 
     # --- read -------------------------------------------------------------------------------
 

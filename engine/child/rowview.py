@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from decimal import Decimal
 
 from flightdeck.engine.child.kept import Kept
 from flightdeck.engine.child.loopwatch import LoopWatch
@@ -19,6 +18,7 @@ from flightdeck.engine.model import (
     Usage,
     pausing_text,
 )
+from flightdeck.engine.money import ZERO_USD
 from flightdeck.engine.records.meter import route_cost, starts_known
 
 
@@ -51,7 +51,7 @@ def build_row(
 ) -> ChildRow:
     """The row readers see, from the child's figures now and what it holds."""
     in_flight = now.in_flight
-    flight_cost = route_cost(in_flight, route) if in_flight.total else Decimal(0)
+    flight_cost = route_cost(in_flight, route) if in_flight.total else ZERO_USD
     activity = now.activity
     if standing.pausing and standing.status is ChildStatus.RUNNING:
         # Said until the pause is taken, whatever it streams or runs meanwhile.
@@ -67,7 +67,7 @@ def build_row(
         activity=activity,
         usage=now.usage,
         cost_usd=now.cost_usd,
-        cost_floor_usd=now.known_usd if now.cost_usd is None else Decimal(0),
+        cost_floor_usd=now.known_usd if now.cost_usd is None else ZERO_USD,
         queued_ts=standing.queued_ts,
         started_ts=standing.started_ts,
         finished_ts=standing.finished_ts,
@@ -107,7 +107,7 @@ def queued_row(task: Task, route: Route, transcript: str, queued_ts: float) -> C
         status=ChildStatus.QUEUED,
         activity=Activity(),
         usage=Usage(),
-        cost_usd=Decimal(0) if starts_known(route) else None,  # as its Child (build_child)
+        cost_usd=ZERO_USD if starts_known(route) else None,  # as its Child (build_child)
         queued_ts=queued_ts,
         started_ts=None,
         finished_ts=None,

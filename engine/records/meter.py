@@ -12,9 +12,9 @@ from functools import lru_cache
 
 from flightdeck.engine.inputs.settings import Price, Route
 from flightdeck.engine.model import ChildRow, ChildStatus, RouteTotals, Totals, Usage
+from flightdeck.engine.money import ZERO_USD
 
 _MILLION = Decimal(1_000_000)
-_ZERO = Decimal(0)
 
 
 def cost_of(usage: Usage, price: Price) -> Decimal:
@@ -97,7 +97,7 @@ def cache_saving(usage: Usage, route: Route) -> Decimal | None:
     """What reading `usage`'s cache tokens saved against paying them as input (None: the price
     is unknown)."""
     if not usage.cache_read_tokens:
-        return _ZERO
+        return ZERO_USD
     uncached = dataclasses.replace(
         usage,
         input_tokens=usage.input_tokens + usage.cache_read_tokens,
@@ -126,7 +126,7 @@ class Meter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._usage = Usage()
-        self._cost = _ZERO
+        self._cost = ZERO_USD
         self._unknown = Usage()
 
     def add(self, route: Route, usage: Usage) -> Decimal | None:
@@ -200,11 +200,11 @@ class RowTally:
     def __init__(self) -> None:
         self.counts = dict.fromkeys(ChildStatus, 0)
         self.usage = Usage()
-        self.cost = _ZERO
+        self.cost = ZERO_USD
         self.unknown = 0
         self.flight = Usage()
-        self.flight_cost = _ZERO
-        self.saved = _ZERO
+        self.flight_cost = ZERO_USD
+        self.saved = ZERO_USD
         self.saved_unknown = 0
         self.tokens_unknown = 0
         self.pending = 0

@@ -18,6 +18,7 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
+from flightdeck.engine.money import ZERO_USD
 from flightdeck.engine.records.schema import NEXT_REV
 
 BATCH_COLUMNS = (
@@ -349,7 +350,7 @@ def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...]) -> ChildRow:
         result=r[25],
         transcript=r[26],
         steers=steers,
-        cost_floor_usd=Decimal(0) if r[27] is None else Decimal(r[27]),
+        cost_floor_usd=ZERO_USD if r[27] is None else Decimal(r[27]),
     )
 
 
