@@ -60,7 +60,7 @@ class Admission:
         self.started = started
         self.store_paused = False  # no child starts while the store cannot commit
 
-    def admit(self, *, held: bool, failed: bool, behind: bool = False) -> None:
+    def admit(self, *, held: bool, failed: bool, behind: bool) -> None:
         """FIFO among tasks whose route is under its cap; capped routes wait in place. `held`:
         the operator or the soft budget holds admission; `failed`: the batch is failing;
         `behind`: the store has many final rows still to commit (nothing new starts until it
