@@ -164,11 +164,13 @@ class ClaudeStreamJson:
             kind = block.get("type")
             if kind == "text":
                 role = "error" if synthetic and event.get("error") else "assistant"
-                out.append(Shown(role, text_of(block.get("text", ""))))
-                chars += len(text_of(block.get("text", "")))
+                text = text_of(block.get("text", ""))
+                out.append(Shown(role, text))
+                chars += len(text)
             elif kind == "thinking":
-                out.append(Shown("reasoning", text_of(block.get("thinking", ""))))
-                chars += len(text_of(block.get("thinking", "")))
+                text = text_of(block.get("thinking", ""))
+                out.append(Shown("reasoning", text))
+                chars += len(text)
             elif kind == "tool_use":
                 name = text_of(block.get("name", "tool"))
                 given = _input_json(block.get("input", {}))
