@@ -577,3 +577,13 @@ def test_a_config_read_from_a_pipe_is_bounded_too(tmp_path: Path) -> None:
             read_text(fifo, ConfigError, max_bytes=64)
     finally:
         writer.join(10)
+
+
+@pytest.mark.parametrize("key", ["batch", "tasks", "defaults"])
+def test_a_task_file_given_as_the_config_is_said_as_that(tmp_path: Path, key: str) -> None:
+    # `flightdeck run x --config demo.toml` with the task file: "batch: unknown key" alone
+    # left the operator to guess which file was which.
+    table = "[[tasks]]" if key == "tasks" else f"[{key}]"
+    path = write(tmp_path, f"# a task file\n{table}\ngoal = 'x'\n", "demo.toml")
+    message = str(error_at(path, 2, key))
+    assert "a task file's, not a config's" in message and "--config takes" in message

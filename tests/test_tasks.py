@@ -976,3 +976,12 @@ def test_a_timeout_or_schedule_longer_than_a_wait_can_be_is_an_error(tmp_path: P
         '[[schedules]]\nid = "s"\nevery = "999999999d"\n[schedules.task]\ngoal = "x"\n',
     )
     assert "at most 10,000,000 seconds" in str(error_at(path, 3, "schedules.every"))
+
+
+@pytest.mark.parametrize("key", ["engine", "routes"])
+def test_a_config_given_as_the_task_file_is_said_as_that(tmp_path: Path, key: str) -> None:
+    # `flightdeck run flightdeck.toml`: "engine: unknown key" alone did not say the file's kind.
+    table = "[routes.sim]" if key == "routes" else f"[{key}]"
+    path = write(tmp_path, "flightdeck.toml", f"{table}\nprovider = 'sim'\n")
+    message = str(error_at(path, 1, key))
+    assert "unknown key: a config's, not a task file's (give it with --config)" in message

@@ -53,6 +53,7 @@ from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, dee
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
+_TASK_FILE_KEYS = ("batch", "defaults", "tasks", "schedules")
 
 
 def _file_keys(settings: type) -> tuple[str, ...]:
@@ -127,6 +128,13 @@ class _Reader(ValueChecks):
     """Reads a parsed flightdeck.toml into Settings."""
 
     def settings(self, data: Table) -> Settings:
+        for name in data:
+            if name in _TASK_FILE_KEYS:  # a task file given as the config: said as that
+                raise self.error(
+                    (name,),
+                    "unknown key: a task file's, not a config's (the task file is `run`'s "
+                    "argument; --config takes a flightdeck.toml)",
+                )
         self.known((), data, _TOP_KEYS)
         routes: dict[str, Route] = {}
         for name, table in self.table(("routes",), data.get("routes", {})).items():

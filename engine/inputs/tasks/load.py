@@ -34,6 +34,7 @@ from flightdeck.engine.inputs.text import unicode_problem
 from flightdeck.engine.inputs.tomlpos import deep_line
 
 _TOP_KEYS = ("batch", "defaults", "tasks", "schedules")
+_CONFIG_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
 _BATCH_KEYS = ("name", "workspace", "delegate")
 
 
@@ -83,6 +84,8 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
     for key in map(key_name, data):
         if key not in _TOP_KEYS:
             hint = " (task fields go inside a tasks entry)" if key in TASK_FIELDS else ""
+            if key in _CONFIG_KEYS:  # a flightdeck.toml given as the task file
+                hint = ": a config's, not a task file's (give it with --config)"
             raise src.error((key,), key, f"unknown key{suggest(key, _TOP_KEYS)}{hint}")
     header = _table(src, data, "batch")
     for key in map(key_name, header):
