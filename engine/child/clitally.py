@@ -72,7 +72,7 @@ class CliTally:
             return was_pending  # Claude Code repeats a message's usage on each of its blocks
         before = before or Usage()
         now = self._live[event.key] = _max(before, event.usage)
-        added = _minus(now, before)
+        added = now - before  # never below zero: `now` is the larger of the two, field by field
         if not added.total:
             return True
         cost = self._price(added)
@@ -90,7 +90,7 @@ class CliTally:
         """A turn's end: its tokens and cost, as the CLI counts them, replace the live ones."""
         cost = event.cost_usd if event.cost_usd is not None else self._price(event.usage)
         # Exact: the turn's figures replace the live ones (a field may go down).
-        extra = _difference(event.usage, self._live_usage)
+        extra = event.usage - self._live_usage
         if cost is None:
             self._meter.add_unpriced(extra)
             self._unknown = True
@@ -127,19 +127,4 @@ def _max(a: Usage, b: Usage) -> Usage:
         max(a.output_tokens, b.output_tokens),
         max(a.cache_read_tokens, b.cache_read_tokens),
         max(a.cache_write_tokens, b.cache_write_tokens),
-    )
-
-
-def _minus(a: Usage, b: Usage) -> Usage:
-    """`a` less `b`, field by field, never below zero."""
-    return _max(_difference(a, b), Usage())
-
-
-def _difference(a: Usage, b: Usage) -> Usage:
-    """`a` less `b`, field by field (a field may be negative: a correction)."""
-    return Usage(
-        a.input_tokens - b.input_tokens,
-        a.output_tokens - b.output_tokens,
-        a.cache_read_tokens - b.cache_read_tokens,
-        a.cache_write_tokens - b.cache_write_tokens,
     )
