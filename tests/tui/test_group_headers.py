@@ -22,14 +22,9 @@ from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.children import ChildrenTable
+from flightdeck.tui.widgets.headers import GroupSummary, group_header, group_summary
 from flightdeck.tui.widgets.lines import ChildLines, GroupHeader
-from flightdeck.tui.widgets.rows import (
-    GroupBy,
-    GroupSummary,
-    SortOrder,
-    group_header,
-    group_summary,
-)
+from flightdeck.tui.widgets.rows import GroupBy, SortOrder
 from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
 from tui_support import FAST, SIZE, EngineFactory, app_for, held, on_screen, until

@@ -20,15 +20,13 @@ from flightdeck.engine.api import MedianRows, Medians, Membership
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import LEFT_RUNNING, LEFT_RUNNING_TEXT, Cell
 from flightdeck.tui.widgets.columns import COLUMN_KEYS, ID_MIN, id_width
+from flightdeck.tui.widgets.headers import GroupSummary, group_header, group_summary
 from flightdeck.tui.widgets.rows import (
     GroupBy,
-    GroupSummary,
     Rank,
     RowFilter,
     SortOrder,
-    group_header,
     group_rank,
-    group_summary,
     group_value,
     no_value_label,
     row_cells,
