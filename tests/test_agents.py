@@ -24,6 +24,7 @@ from flightdeck.engine.child import supervise
 from flightdeck.engine.inputs.settings import Settings, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.commands import LS_COLUMNS, ls_cells
 from flightdeck.tui.fmt import fmt_row_cost, fmt_spent
@@ -260,6 +261,7 @@ def test_a_codex_turn_stopped_mid_way_keeps_the_turns_reported_before_spent(
     assert (t.cost_usd, t.cost_unknown, t.pending) == (ONE_CODEX_TURN, 1, 0)
     assert fmt_row_cost(row) == "$0.0036+?"
     assert row.cost_usd is None and row.cost_known_usd == ONE_CODEX_TURN
+    assert "cost $0.0036 known, the rest unknown: a run ended before" in transcript(row)
     # As the store keeps it: `report` (JSON and Markdown), `ls` and an attached view.
     db = tmp_path / "state" / "flightdeck.db"
     engine.flush(5.0)
@@ -312,7 +314,9 @@ def test_a_claude_run_stopped_before_its_first_message_keeps_the_turns_before_sp
     assert row.status is ChildStatus.STOPPED
     assert snap.totals.cost_usd == first and snap.totals.cost_unknown == 1
     assert row.cost_usd is None and row.cost_known_usd == first
-    assert "cost unknown: a run ended before it reported its usage" in transcript(row)
+    # Worded as the row reads `$…+?`: the part known, not "cost unknown" as if none were.
+    said = f"cost {fmt_usd(first)} known, the rest unknown: a run ended before it reported"
+    assert said in transcript(row)
 
 
 def test_plain_output_completes_with_its_last_lines_and_unknown_cost(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from flightdeck.engine.child.port import ChildPort, Ended
 from flightdeck.engine.child.supervise import RunEnd, Supervisor
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.model.session import CliSession
+from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.meter import Meter, cost_of, genai_cost
 from flightdeck.engine.sanitize import one_line, sanitize
 
@@ -340,8 +341,9 @@ class ProcessRunner:
         if tally.reports == reports and self._spec.format != "plain":
             estimate = tally.cut_short()
             c.progress.spend(tally.usage, tally.cost, tally.known)
-            if estimate is None:
-                said = "cost unknown"
+            if estimate is None:  # what is known stays spent: the row's `$0.0262+?`
+                known = tally.known
+                said = f"cost {fmt_usd(known)} known, the rest unknown" if known else "cost unknown"
             else:  # what had streamed stays spent: a stop takes none of it back
                 said = f"{estimate.total:,} tokens billed as an estimate"
             c.transcript.write("engine", f"{said}: a run ended before it reported its usage")
