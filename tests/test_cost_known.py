@@ -10,17 +10,21 @@ from decimal import Decimal
 from pathlib import Path
 
 from flightdeck.engine.agents.formats import Live, Report
+from flightdeck.engine.api import parse_filter
 from flightdeck.engine.attached.store import build_report, render_markdown
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.child.clitally import CliTally
 from flightdeck.engine.child.progress import Progress
-from flightdeck.engine.model import BatchStatus, ChildStatus, Usage
+from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, GroupFinished, Usage
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.meter import Meter, RowTally, totals_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 from flightdeck.tui.commands import LS_COLUMNS, ls_cells
-from flightdeck.tui.fmt import fmt_row_cost, fmt_spent
+from flightdeck.tui.fmt import Cell, fmt_row_cost, fmt_spent
+from flightdeck.tui.output import completion_text
+from flightdeck.tui.widgets.headers import group_header, group_summary
+from flightdeck.tui.widgets.rows import SortOrder, sort_key, subtree_costs, tree_cells
 
 from test_requests import version_6_schema
 from test_store import make_batch, make_child  # the store tests' row builders
@@ -104,8 +108,8 @@ def test_a_row_reads_its_known_part_and_more_and_nothing_known_reads_unknown() -
 
 def _stored(db: Path) -> None:
     """A batch of two stopped children, one of whose cost is known in part."""
-    with Store(db) as store:
-        store.create_batch(make_batch("b1"))
+    with Store(db) as store:  # both in group "g": one completion unit
+        store.create_batch(make_batch("b1", spec_json='{"tasks": [{"id": "c0"}, {"id": "c1"}]}'))
         cut = make_child(0, status=ChildStatus.STOPPED, cost_usd=None, usage=TURN)
         rows = [
             dataclasses.replace(cut, cost_floor_usd=Decimal("0.0262")),
@@ -187,3 +191,63 @@ def test_a_version_6_state_folder_reads_as_it_did_then_keeps_the_known_part(
     with StoreReader(db) as reader:
         again = reader.child("b1", "c0")
         assert again is not None and again.cost_known_usd == Decimal("0.01")
+
+
+def _cut(seq: int, floor: str = "0.0262", **kw: object) -> ChildRow:
+    """A child stopped mid-turn: its cost unknown, `floor` of it known."""
+    row = make_child(seq, status=ChildStatus.STOPPED, cost_usd=None, usage=TURN, **kw)
+    return dataclasses.replace(row, cost_floor_usd=Decimal(floor))
+
+
+def test_a_group_header_and_a_subtree_sum_the_known_parts_and_more() -> None:
+    # Found by a review: one partly known delegate made its group's and its parent's sums `$?`.
+    parent = make_child(0, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.01"))
+    cut = _cut(1, parent="c0", depth=1)
+    text, _ = group_header("g", group_summary([parent, cut], ()), folded=False)
+    assert text.endswith("  $0.0362+?"), text
+    blank: tuple[Cell, ...] = (("", ""),) * 11
+    subtree = subtree_costs({"c0": parent, "c1": cut})
+    assert tree_cells(blank, parent, subtree["c0"])[8] == ("Σ$0.0362+?", "bold")
+    # Nothing known of a lone child's cost: `$?`, never `$0.00+?`.
+    text, _ = group_header("h", group_summary([_cut(2, "0")], ()), folded=False)
+    assert text.endswith("  $?"), text
+
+
+def test_a_unit_carries_its_known_part_to_its_line_notice_and_report(tmp_path: Path) -> None:
+    db = tmp_path / "flightdeck.db"
+    _stored(db)
+    with StoreReader(db) as reader:
+        unit = GroupFinished.of("g", reader.children("b1"))
+        report = build_report(reader, "b1")
+    assert unit.cost_usd is None and unit.cost_known_usd == Decimal("0.0786")
+    assert "  $0.0786+?  " in completion_text(unit)  # the headless line, the TUI's notice
+    (group,) = report["groups"]
+    assert group["cost_usd"] is None and group["cost_known_usd"] == 0.0786
+    assert "| g | partial | 2 | 1 | $0.0786+? |" in render_markdown(report)
+    whole = GroupFinished.of("g", [make_child(0, cost_usd=Decimal("0.01"))])
+    assert whole.cost_floor_usd == 0 and whole.cost_known_usd == Decimal("0.01")
+    assert "$?" in completion_text(GroupFinished.of("g", [_cut(0, "0")]))
+
+
+def test_cost_above_a_bound_keeps_a_child_whose_known_part_is_above_it() -> None:
+    # Its cost is at least its known part: over the bound for certain, under it never known.
+    cut = _cut(0)
+
+    def keeps(query: str, row: ChildRow) -> bool:
+        return parse_filter(query).matches(row)
+
+    assert keeps("cost>0.02", cut) and keeps("cost>=0.0262", cut) and keeps("cost>$0", cut)
+    assert not keeps("cost>0.0262", cut) and not keeps("cost>0.03", cut)
+    assert not keeps("cost<1", cut) and not keeps("cost<=1", cut)
+    assert not keeps("cost>=0", _cut(1, "0"))  # nothing known: no comparison holds
+
+
+def test_sort_by_cost_puts_a_partly_known_cost_at_its_known_part() -> None:
+    rows = [
+        make_child(0, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.01")),
+        _cut(1),
+        _cut(2, "0"),  # nothing known: last, as before
+        make_child(3, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.05")),
+    ]
+    order = sorted(rows, key=lambda r: sort_key(SortOrder.COST, r))
+    assert [r.id for r in order] == ["c3", "c1", "c0", "c2"]

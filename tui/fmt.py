@@ -92,7 +92,7 @@ def fmt_row_cost(row: ChildRow) -> str:
     reported no usage yet, or when the rest is unknown (a turn a stop cut short)."""
     cost = row.live_cost_usd
     if cost is None:
-        return fmt_cost(row.cost_floor_usd) + "+?" if row.cost_floor_usd else fmt_cost(None)
+        return fmt_spent_compact(row.cost_floor_usd, 1)
     return fmt_cost(cost) + ("+?" if row.cost_pending else "")
 
 

@@ -233,7 +233,8 @@ def unit_parts(unit: GroupFinished) -> list[tuple[str, str]]:
         (f"  {unit.status.value}", UNIT_STYLES[unit.status]),
         (
             f": {completed}/{len(members)} completed{delegates}  {tokens} tok"
-            f"  {fmt_cost(unit.cost_usd)}  {unit.duration_s:.1f}s",
+            f"  {fmt_spent_compact(unit.cost_known_usd, unit.cost_usd is None)}"
+            f"  {unit.duration_s:.1f}s",
             "",
         ),
         (f"  {one_line(each, 160)}", "dim"),

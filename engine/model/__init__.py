@@ -196,6 +196,15 @@ class ChildRow:
         return self.cost_usd + self.in_flight_cost_usd
 
     @property
+    def live_known_usd(self) -> Decimal | None:
+        """What is known of its live cost: all of it, or where the rest is unknown the part
+        known (`cost_floor_usd`, `$0.42+?`); None when nothing is."""
+        live = self.live_cost_usd
+        if live is None and self.cost_floor_usd:
+            return self.cost_floor_usd
+        return live
+
+    @property
     def duration_s(self) -> float | None:
         """Seconds from start to end (or to the last activity while running); None if unstarted."""
         if self.started_ts is None:
@@ -342,7 +351,7 @@ class GroupFinished:
     """Every child of a group ended (and is committed): the unit's result, members in batch
     order, then the delegates they made (they belong to their parent's group). The status is
     the members'; `cost_usd` and the duration count the delegates too. `cost_usd` is None when
-    a price is unknown, never a partial sum."""
+    a cost is unknown, never a partial sum: `cost_floor_usd` is then the part known."""
 
     group: str
     status: UnitStatus
@@ -350,6 +359,12 @@ class GroupFinished:
     cost_usd: Decimal | None
     duration_s: float  # from the first start to the last end
     delegates: tuple[ChildRow, ...] = ()
+    cost_floor_usd: Decimal = Decimal(0)  # of an unknown cost, its known part (`$0.42+?`)
+
+    @property
+    def cost_known_usd(self) -> Decimal:
+        """What is known of its cost: all of it, or, where that is unknown, the part known."""
+        return self.cost_floor_usd if self.cost_usd is None else self.cost_usd
 
     @classmethod
     def of(cls, group: str, rows: Sequence[ChildRow]) -> GroupFinished:
@@ -363,12 +378,15 @@ class GroupFinished:
             status = UnitStatus.FAILED
         else:
             status = UnitStatus.PARTIAL
-        costs = [r.cost_usd for r in rows]
-        cost = None if None in costs else sum((c for c in costs if c is not None), Decimal(0))
+        known = sum((r.cost_known_usd for r in rows), Decimal(0))
+        if any(r.cost_usd is None for r in rows):
+            cost, floor = None, known
+        else:
+            cost, floor = known, Decimal(0)
         starts = [r.started_ts for r in rows if r.started_ts is not None]
         ends = [r.finished_ts for r in rows if r.finished_ts is not None]
         duration = max(0.0, max(ends) - min(starts)) if starts and ends else 0.0
-        return cls(group, status, members, cost, duration, delegates)
+        return cls(group, status, members, cost, duration, delegates, floor)
 
 
 @record

@@ -261,7 +261,7 @@ def _loop_lines(flags: list[dict[str, Any]], steps: list[dict[str, Any]]) -> lis
 
 
 def _group_cells(g: Mapping[str, Any]) -> list[str]:
-    cost, duration = g["cost_usd"], g["duration_s"]
+    duration = g["duration_s"]
     n = len(g["delegates"])  # their spend is in the cost
     made = f"; {n} delegate{'' if n == 1 else 's'}" if n else ""
     return [
@@ -269,7 +269,7 @@ def _group_cells(g: Mapping[str, Any]) -> list[str]:
         g["status"],
         str(g["children"]),
         str(g["completed"]),
-        "unknown" if cost is None else _usd(cost),
+        _cost(g),
         "—" if duration is None else _seconds(duration),
         _cell(" ".join(f"{m['id']} ({m['status']})" for m in g["members"]) + made, GOAL_WIDTH),
     ]
@@ -332,7 +332,7 @@ def _child_cells(c: Mapping[str, Any], tree: bool, died: bool) -> list[str]:
         _tokens(c, "tokens_out"),
         _tokens(c, "cache_read_tokens"),
         _tokens(c, "cache_write_tokens"),  # so a row's tokens add up to its child's `tok`
-        _child_cost(c),
+        _cost(c),
         "—" if c["duration_s"] is None else _seconds(c["duration_s"]),
         _cell(c["goal"], GOAL_WIDTH),
         "" if c["error"] is None else _cell(c["error"], ERROR_WIDTH),
@@ -352,14 +352,14 @@ def _spent(entry: Mapping[str, Any]) -> str:
     return f"{_usd(known)} + unknown for {unknown} {'child' if unknown == 1 else 'children'}{more}"
 
 
-def _child_cost(child: Mapping[str, Any]) -> str:
-    """A child's cost; `+?` after what is known of it while its agent CLI's turn has reported
-    no usage yet, or when the rest is unknown (a turn a stop cut short); `unknown` when none is
-    known."""
-    cost = child["cost_usd"]
+def _cost(entry: Mapping[str, Any]) -> str:
+    """A child's or a group's cost; `+?` after what is known of it while a child's agent CLI's
+    turn has reported no usage yet, or when the rest is unknown (a turn a stop cut short, a
+    price unknown); `unknown` when none is known."""
+    cost = entry["cost_usd"]
     if cost is not None:
-        return _usd(cost) + ("+?" if child.get("cost_pending") else "")
-    known = child.get("cost_known_usd")  # (a report from before had none)
+        return _usd(cost) + ("+?" if entry.get("cost_pending") else "")
+    known = entry.get("cost_known_usd")  # (a report from before had none)
     return _usd(known) + "+?" if known else "unknown"
 
 

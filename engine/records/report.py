@@ -293,6 +293,7 @@ def _groups(children: list[ChildRow], own: Container[str]) -> list[dict[str, Any
                 "members": [{"id": r.id, "status": r.status.value} for r in unit.members],
                 "delegates": [{"id": r.id, "status": r.status.value} for r in unit.delegates],
                 "cost_usd": _money(unit.cost_usd),
+                "cost_known_usd": _money(unit.cost_known_usd),
                 "duration_s": round(unit.duration_s, 3) if ended else None,
                 "finished": _iso(max(ends)) if ended and ends else None,
             }

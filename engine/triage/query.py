@@ -70,7 +70,8 @@ class Comparison:
     def holds(self, row: ChildRow, now: float) -> bool:
         have: float | None
         if self.field == "cost":
-            cost = row.live_cost_usd
+            # Partly unknown, it costs at least its known part: enough for `>`, never for `<`.
+            cost = row.live_known_usd if self.op[0] == ">" else row.live_cost_usd
             have = None if cost is None else float(cost)  # an unknown price matches nothing
         elif self.field == "tokens":
             have = row.live_usage.total

@@ -83,7 +83,8 @@ EXPECTED: dict[GroupBy, list[tuple[str, list[str]]]] = {
                                                              "review-06", "review-07"]),
     ],
     GroupBy.STATUS: [
-        ("▾ failed  2 children: 2 ✗  $?", ["review-04", "review-05"]),
+        # a cost unknown beside known ones: what is known and more (`+?`), as the meter sums it
+        ("▾ failed  2 children: 2 ✗  $0.0001+?", ["review-04", "review-05"]),
         ("▾ retrying  2 children: 2 ●  $0.005", ["review-02", "review-03"]),
         ("▾ running  1 child: 1 ●  $0.01", ["review-01"]),
         ("▾ queued  1 child: 1 ○  $0.00", ["review-07"]),
@@ -91,17 +92,18 @@ EXPECTED: dict[GroupBy, list[tuple[str, list[str]]]] = {
     ],
     GroupBy.ROUTE: [
         ("▾ claude  2 children: 2 ●  $0.005", ["review-02", "review-03"]),
-        ("▾ sim  5 children: 1 ✓ 2 ✗ 1 ● 1 ○  $?", ["review-01", "review-04", "review-05",
-                                                    "review-06", "review-07"]),
+        ("▾ sim  5 children: 1 ✓ 2 ✗ 1 ● 1 ○  $0.0501+?", ["review-01", "review-04",
+                                                          "review-05", "review-06", "review-07"]),
     ],
     GroupBy.TOOL: [
         ("▾ read_file  1 child: 1 ●  $0.01", ["review-01"]),
-        ("▾ no tool  6 children: 1 ✓ 2 ✗ 2 ● 1 ○  $?", ["review-02", "review-03", "review-04",
-                                                       "review-05", "review-06", "review-07"]),
+        ("▾ no tool  6 children: 1 ✓ 2 ✗ 2 ● 1 ○  $0.0451+?", ["review-02", "review-03",
+                                                             "review-04", "review-05",
+                                                             "review-06", "review-07"]),
     ],
     GroupBy.ERROR: [
         (f"▾ {RATE}  2 children: 2 ●  $0.005", ["review-02", "review-03"]),
-        (f"▾ {TIMEOUT}  2 children: 2 ✗  $?", ["review-04", "review-05"]),
+        (f"▾ {TIMEOUT}  2 children: 2 ✗  $0.0001+?", ["review-04", "review-05"]),
         ("▾ no error  3 children: 1 ✓ 1 ● 1 ○  $0.05", ["review-01", "review-06",
                                                         "review-07"]),
     ],

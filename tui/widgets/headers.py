@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.money import ZERO_USD
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import GLYPHS, Cell, fmt_cost
-from flightdeck.tui.widgets.rows import TAG_MARK
+from flightdeck.tui.fmt import GLYPHS, Cell, fmt_spent_compact
+from flightdeck.tui.widgets.rows import TAG_MARK, Spent, add_spent, spent_of
 
 GROUP_CHARS = 60  # of a group's name in its header
 FOLDED, UNFOLDED = "▸", "▾"
@@ -36,7 +36,7 @@ class GroupSummary:
 
     members: int = 0
     by_status: dict[ChildStatus, int] = field(default_factory=dict)
-    cost: Decimal | None = Decimal(0)  # None: a member's price is unknown
+    cost: Spent = (ZERO_USD, False)  # what is known, and whether some is unknown
     tagged: int = 0
     delegates: int = 0  # a unit's: its members' delegates (their cost is in `cost`)
     # Delegates of their parents' earlier attempts: history, apart, as the meter and the report
@@ -52,8 +52,7 @@ class GroupSummary:
         else:
             self.members += 1
             self.by_status[row.status] = self.by_status.get(row.status, 0) + 1
-        cost = row.live_cost_usd
-        self.cost = None if cost is None or self.cost is None else self.cost + cost
+        self.cost = add_spent(self.cost, spent_of(row))
         self.tagged += tagged
 
 
@@ -80,7 +79,7 @@ def group_header(name: str, summary: GroupSummary, folded: bool) -> Cell:
     noun = "child" if summary.members == 1 else "children"
     text = (
         f"{FOLDED if folded else UNFOLDED} {one_line(name, GROUP_CHARS)}  "
-        f"{summary.members} {noun}: {by_status}  {fmt_cost(summary.cost)}"
+        f"{summary.members} {noun}: {by_status}  {fmt_spent_compact(*summary.cost)}"
     )
     if summary.tagged:
         text += f"  {TAG_MARK} {summary.tagged} tagged"

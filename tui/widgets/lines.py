@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import cast
 
 from flightdeck.engine.api import MedianRows, Medians, Membership
@@ -26,6 +25,7 @@ from flightdeck.tui.widgets.rows import (
     Rank,
     RowFilter,
     SortOrder,
+    Spent,
     group_rank,
     group_value,
     no_value_label,
@@ -101,7 +101,7 @@ class ChildLines:
         self.left = False  # the batch is abandoned: its running children are left running
         self.id_need = ID_MIN  # the longest id's cells (with the tree's indent)
         self._delegated = False  # some child delegated: the tree order has a tree to show
-        self._subtree: dict[str, Decimal | None] = {}  # in the tree order: each parent's total
+        self._subtree: dict[str, Spent] = {}  # in the tree order: each parent's total
         self._keys: dict[str, tuple[object, ...]] = {}  # sort key of every row
         self._shown: list[str] = []  # ids the filter keeps, in display order
         self._index: dict[str, int] | None = None  # id -> position in _shown, built on demand
@@ -183,7 +183,7 @@ class ChildLines:
         if self.left and row.status is ChildStatus.RUNNING:
             cells = left_running(cells, child_id in self.tagged)
         if self.order is SortOrder.TREE and self._delegated:
-            cells = tree_cells(cells, row, self._subtree.get(child_id, False))
+            cells = tree_cells(cells, row, self._subtree.get(child_id))
         return cells
 
     def entry_cells(self, entry: Entry) -> tuple[Cell, ...]:

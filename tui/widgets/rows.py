@@ -25,7 +25,15 @@ from flightdeck.engine.model import (
     SteerState,
 )
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.fmt import GLYPHS, Cell, fmt_age, fmt_cost, fmt_row_cost, fmt_span, fmt_tokens
+from flightdeck.tui.fmt import (
+    GLYPHS,
+    Cell,
+    fmt_age,
+    fmt_row_cost,
+    fmt_span,
+    fmt_spent_compact,
+    fmt_tokens,
+)
 from flightdeck.tui.widgets.columns import DOING_CHARS, TREE_MARK
 
 GOAL_CHARS = 200  # the column truncates further; this only bounds memory per row
@@ -215,10 +223,9 @@ def sort_key(order: SortOrder, row: ChildRow) -> tuple[object, ...]:
     if order is SortOrder.RECENT:
         ts = row.finished_ts if row.status.terminal else row.activity.last_activity_ts
         return (-(ts if ts is not None else -_INF), row.seq)
-    if order is SortOrder.COST:
-        live = row.live_cost_usd
-        cost = -float(live) if live is not None else _INF
-        return (cost, row.seq)
+    if order is SortOrder.COST:  # a cost partly unknown by its known part, none known last
+        known = row.live_known_usd
+        return (-float(known) if known is not None else _INF, row.seq)
     if order is SortOrder.TOKENS:
         return (-row.live_usage.total, row.seq)
     if order is SortOrder.ID:
@@ -240,38 +247,48 @@ def tree_key(row: ChildRow, rows: Mapping[str, ChildRow]) -> tuple[int, ...]:
     return tuple(reversed(seqs))
 
 
-def subtree_costs(rows: Mapping[str, ChildRow]) -> dict[str, Decimal | None]:
-    """Each parent's cost with every delegate below it (live, as the cost column); None when a
-    price in the subtree is unknown. Only children that delegated are in it."""
-    totals: dict[str, Decimal | None] = {}
+Spent = tuple[Decimal, bool]  # a sum of costs: what is known, and whether some is unknown
+
+
+def spent_of(row: ChildRow) -> Spent:
+    """A row's live cost, as its cost column reads, to sum: `$0.42+?` is (0.42, True)."""
+    live = row.live_cost_usd
+    return (row.cost_floor_usd, True) if live is None else (live, False)
+
+
+def add_spent(a: Spent, b: Spent) -> Spent:
+    return (a[0] + b[0], a[1] or b[1])
+
+
+def subtree_costs(rows: Mapping[str, ChildRow]) -> dict[str, Spent]:
+    """Each parent's cost with every delegate below it (live, as the cost column). Only children
+    that delegated are in it."""
+    totals: dict[str, Spent] = {}
     for row in rows.values():
         if row.parent is None:
             continue
-        cost = row.live_cost_usd
+        cost = spent_of(row)
         parent: str | None = row.parent
         for _ in range(64):
             if parent is None or parent not in rows:
                 break
-            if parent not in totals:
-                totals[parent] = rows[parent].live_cost_usd
-            known = totals[parent]
-            totals[parent] = None if known is None or cost is None else known + cost
+            total = totals[parent] if parent in totals else spent_of(rows[parent])
+            totals[parent] = add_spent(total, cost)
             parent = rows[parent].parent
     return totals
 
 
 def tree_cells(
-    cells: tuple[Cell, ...], row: ChildRow, subtree_cost: Decimal | bool | None
+    cells: tuple[Cell, ...], row: ChildRow, subtree_cost: Spent | None
 ) -> tuple[Cell, ...]:
     """A row's cells in the tree order: its id indented by depth, and for a parent the cost of
-    its whole subtree (`Σ$…`). `subtree_cost` False: it delegated nothing."""
+    its whole subtree (`Σ$…`, `Σ$…+?`). `subtree_cost` None: it delegated nothing."""
     out = list(cells)
     if row.depth:
         text, style = out[1]
         out[1] = ("  " * (row.depth - 1) + TREE_MARK + text, style)
-    if subtree_cost is not False:
-        cost = subtree_cost if isinstance(subtree_cost, Decimal) else None
-        out[8] = ("Σ" + fmt_cost(cost), "bold")
+    if subtree_cost is not None:
+        out[8] = ("Σ" + fmt_spent_compact(*subtree_cost), "bold")
     return tuple(out)
 
 
