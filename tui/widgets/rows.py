@@ -81,7 +81,8 @@ COLUMN_HELP: dict[str, str] = {
     f"{OUTLIER_MARK} before them: an outlier, its tokens (among children that used any) or its "
     "run time (among children that started) over 3 times the batch's median",
     "cost": "dollars spent; $? when the model has no price; +? while its CLI's turn has not "
-    "reported its usage yet; in the tree order, Σ is a parent's cost with all its delegates'",
+    "reported its usage yet, or after the part known when the rest is unknown; in the tree "
+    "order, Σ is a parent's cost with all its delegates'",
     "retries": "retries after a 429, a timeout or a server error",
     "steer": "the latest steer's receipt (queued, delivered or missed) and how many were sent",
 }
