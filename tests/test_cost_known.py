@@ -251,3 +251,19 @@ def test_sort_by_cost_puts_a_partly_known_cost_at_its_known_part() -> None:
     ]
     order = sorted(rows, key=lambda r: sort_key(SortOrder.COST, r))
     assert [r.id for r in order] == ["c3", "c1", "c0", "c2"]
+
+
+def test_a_group_header_and_a_subtree_say_more_to_come_while_a_turn_reports_nothing() -> None:
+    # A running agent CLI child whose turn has reported no usage reads `$0.01+?` in its row: its
+    # group's header and its parent's Σ said `$0.02`, as if nothing more were coming.
+    parent = make_child(0, status=ChildStatus.COMPLETED, cost_usd=Decimal("0.01"))
+    running = make_child(1, status=ChildStatus.RUNNING, cost_usd=Decimal("0.01"), parent="c0")
+    running = dataclasses.replace(
+        running, depth=1, activity=dataclasses.replace(running.activity, unreported=True)
+    )
+    assert fmt_row_cost(running) == "$0.01+?"
+    text, _ = group_header("g", group_summary([parent, running], ()), folded=False)
+    assert text.endswith("  $0.02+?"), text
+    blank: tuple[Cell, ...] = (("", ""),) * 11
+    subtree = subtree_costs({"c0": parent, "c1": running})
+    assert tree_cells(blank, parent, subtree["c0"])[8] == ("Σ$0.02+?", "bold")

@@ -252,9 +252,10 @@ Spent = tuple[Decimal, bool]  # a sum of costs: what is known, and whether some 
 
 
 def spent_of(row: ChildRow) -> Spent:
-    """A row's live cost, as its cost column reads, to sum: `$0.42+?` is (0.42, True)."""
+    """A row's live cost, as its cost column reads, to sum: `$0.42+?` is (0.42, True), a
+    part unknown or a turn under way that has reported nothing yet (`cost_pending`)."""
     live = row.live_cost_usd
-    return (row.cost_floor_usd, True) if live is None else (live, False)
+    return (row.cost_floor_usd, True) if live is None else (live, row.cost_pending)
 
 
 def add_spent(a: Spent, b: Spent) -> Spent:
