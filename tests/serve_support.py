@@ -19,9 +19,13 @@ import psutil
 
 from helpers import flightdeck
 
-# Children that wait ten minutes for their first token: running, and held there until stopped
-# (the sim's wait wakes on stop), however loaded the machine.
-HELD = "[routes.sim]\ntime_scale = 1.0\nlatency_ms = 600000\n"
+# Children that wait a day for their first token: running, and held there until stopped (the
+# sim's wait wakes on stop), however loaded the machine and however long the tests sharing them
+# take (test_serve's batch lasts its whole module: ten minutes, 6 to 14 with the sim's spread,
+# a long module could outlast). The watchdog's stall limit is a day too: at its default, 120 s,
+# a child silent that long is stalled, and on a loaded machine the module's batch had ended
+# `failed` (its three children stalled) before its last test read it running.
+HELD = "[engine]\nstall_after_s = 86400\n[routes.sim]\ntime_scale = 1.0\nlatency_ms = 86400000\n"
 SERVE = (sys.executable, "-m", "flightdeck.tui.cli", "serve")
 SESSION_MODULE = "flightdeck.tui.web.session"
 _ESCAPE = re.compile(rb"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
