@@ -394,7 +394,24 @@ def test_bad_arguments_exit_2(project: Path) -> None:
             ("run",),
             "the following arguments are required: batch_file (see `flightdeck run --help`)",
         ),
-        (("run", "t.jsonl", "--nope"), "unrecognized arguments: --nope (see `flightdeck --help`)"),
+        # The command's own --help, which lists its options; the top one lists none.
+        (
+            ("run", "t.jsonl", "--nope"),
+            "unrecognized arguments: --nope (see `flightdeck run --help`)",
+        ),
+        (("report", "-f", "json"), "unrecognized arguments: -f (see `flightdeck report --help`)"),
+        # An option before the command: its value was read as the command (invalid choice: '/x').
+        (
+            ("--state-dir", "/x", "ls"),
+            "--state-dir: options go after the command: `flightdeck ls … --state-dir …` "
+            "(see `flightdeck ls --help`)",
+        ),
+        (
+            ("--headless", "run", "t.jsonl"),
+            "--headless: options go after the command: `flightdeck run … --headless …`",
+        ),
+        (("--headless", "ls"), "--headless: `flightdeck ls` has no such option"),
+        (("--nope",), "--nope: options go after the command: `flightdeck COMMAND … --nope …`"),
         (("steer", "b1", "c1"), "the following arguments are required: -m/--message"),
         # A byte that is not UTF-8 in argv (subprocess writes "\udcff" as the byte 0xff).
         (

@@ -50,12 +50,51 @@ class _Parser(argparse.ArgumentParser):
     `--help` is for), and terminal-safe: "unrecognized arguments" quotes them raw, and a file
     name (a shell glob's match) can carry escape sequences."""
 
-    def error(self, message: str) -> NoReturn:
-        hint = f" (see `{self.prog} --help`)"
+    def error(self, message: str, prog: str | None = None) -> NoReturn:
+        hint = f" (see `{prog or self.prog} --help`)"
         self.exit(ExitCode.USAGE, f"flightdeck: {one_line(message)}{hint}\n")
 
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but an option is said where it goes: before the command it read as
+        the command ("invalid choice: '/my/state'"), and after it argparse sent every user to
+        the top `--help`, which lists no command's options."""
+        argv = sys.argv[1:] if args is None else list(args)
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+            self.error(*_misplaced(self, argv))
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            self.error(f"unrecognized arguments: {' '.join(extras)}", f"flightdeck {command}")
+        return parsed
 
-def _parser() -> argparse.ArgumentParser:
+
+def _misplaced(parser: _Parser, argv: list[str]) -> tuple[str, str]:
+    """The error of an option given before the command (`flightdeck --state-dir D ls`), and
+    whose `--help` to see."""
+    option = argv[0].split("=", 1)[0]
+    commands = _subcommands(parser)
+    command = next((a for a in argv if a in commands), None)
+    if command is None:
+        return (
+            f"{option}: options go after the command: `flightdeck COMMAND … {option} …`",
+            "flightdeck",
+        )
+    prog = f"flightdeck {command}"
+    if option in commands[command]._option_string_actions:
+        return f"{option}: options go after the command: `{prog} … {option} …`", prog
+    return f"{option}: `{prog}` has no such option", prog
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _parser() -> _Parser:
     p = _Parser(
         prog="flightdeck",
         description="Run many LLM subagents in parallel and supervise them live.",
