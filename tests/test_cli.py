@@ -433,6 +433,27 @@ def test_every_argument_error_is_one_line_and_exit_2(
     assert result.stdout == ""
 
 
+def test_child_ids_after_an_option_are_taken(project: Path) -> None:
+    # `flightdeck stop B --state-dir D c1 c2`, `steer B -m hi c1`: argparse takes the CHILD...
+    # list in one run, so the ids after an option were "unrecognized arguments".
+    run = flightdeck("run", "tasks.jsonl", "--headless", cwd=project)
+    batch_id = run.stdout.split()[1]
+    result = flightdeck(
+        "stop", batch_id, "job-0", "--state-dir", ".flightdeck", "job-1", "job-0", cwd=project
+    )
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert result.stdout.splitlines() == [
+        "job-0: had already ended (completed)",
+        "job-1: had already ended (completed)",
+    ]
+    typo = flightdeck("pause", batch_id, "--state-dir", ".flightdeck", "job-9", cwd=project)
+    assert typo.returncode == ExitCode.USAGE
+    assert typo.stderr == f"flightdeck: no child with id 'job-9' in batch {batch_id}\n"
+    # An option it does not know is still said, alone.
+    bad = flightdeck("stop", batch_id, "--state-dir", ".flightdeck", "job-1", "-x", cwd=project)
+    assert bad.stderr == "flightdeck: unrecognized arguments: -x (see `flightdeck stop --help`)\n"
+
+
 def test_an_empty_state_dir_argument_is_bad_input(project: Path) -> None:
     # `--state-dir "$UNSET"`: Path("") is the current folder, which run filled with its
     # database and batches and made private (mode 0700), the user's project folder.

@@ -64,6 +64,12 @@ class _Parser(argparse.ArgumentParser):
         if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
             self.error(*_misplaced(self, argv))
         parsed, extras = self.parse_known_args(argv, namespace)
+        children = getattr(parsed, "child_ids", None)
+        if isinstance(children, list):
+            # Child ids after an option (`steer B -m hi c1`): argparse takes a list positional
+            # in one run, and left these over as unrecognized.
+            children += [a for a in extras if not a.startswith("-")]
+            extras = [a for a in extras if a.startswith("-")]
         if extras:
             command = getattr(parsed, "command", None)
             self.error(f"unrecognized arguments: {' '.join(extras)}", f"flightdeck {command}")
