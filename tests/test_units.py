@@ -178,6 +178,62 @@ fail_rate = 1.0
 """
 
 
+def test_a_unit_the_operator_stopped_whole_reads_stopped(tmp_path: Path) -> None:
+    # Found by running the demo: Ctrl+C early printed `▣ group review failed: 0/18 completed`
+    # while the batch read stopped. A stop is nobody's failure, for a unit as for the batch.
+    from flightdeck.engine.model.units import UNIT_EVENT
+    from flightdeck.tui.output import completion_text
+
+    from helpers import Hold
+
+    hold = Hold(tmp_path / "hold")
+    tasks = [  # g: both stopped; h: one failed, one stopped; p: one completed, one stopped
+        Task(id="a", goal="x", seq=0, group="g"),
+        Task(id="b", goal="x", seq=1, group="g"),
+        Task(id="c", goal="x", seq=2, group="h"),
+        Task(id="d", goal="x", seq=3, route="bad", group="h"),
+        Task(id="e", goal="x", seq=4, group="p"),
+        Task(id="f", goal="x", seq=5, group="p"),
+    ]
+    s = settings(sim_route(**hold.options()), sim_route("bad", fail_rate=1.0), pool=6)
+    engine = Engine(tasks_batch(tasks), s, state_dir=tmp_path / "state")
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+    engine.start()
+    try:
+        until(lambda: {"a@0", "b@0", "c@0", "e@0", "f@0"} <= hold.held() and ended(events, "d"))
+        hold.release("e")
+        until(lambda: ended(events, "e"))
+        engine.stop_all()
+        assert engine.wait(60)
+    finally:
+        engine.close()
+    units = {e.group: e for e in events if isinstance(e, GroupFinished)}
+    assert {g: u.status for g, u in units.items()} == {
+        "g": UnitStatus.STOPPED,
+        "h": UnitStatus.FAILED,  # a stop does not hide a failure
+        "p": UnitStatus.PARTIAL,
+    }
+    assert completion_text(units["g"]).startswith("▣ group g  stopped: 0/2 completed")
+    with StoreReader(engine.state_dir / "flightdeck.db") as reader:
+        report = build_report(reader, engine.batch_id)
+        told = [
+            json.loads(d) for _, _, kind, d in reader.events(engine.batch_id) if kind == UNIT_EVENT
+        ]
+    assert report["status"] == "stopped"
+    assert {g["group"]: g["status"] for g in report["groups"]} == {
+        "g": "stopped",
+        "h": "failed",
+        "p": "partial",
+    }
+    assert {t["group"]: t["status"] for t in told} == {
+        "g": "stopped",
+        "h": "failed",
+        "p": "partial",
+    }
+    assert "| g | stopped | 2 | 0 |" in render_markdown(report)
+
+
 def test_headless_prints_the_unit_line_after_its_members(tmp_path: Path) -> None:
     (tmp_path / "b.toml").write_text(GROUPED)
     (tmp_path / "c.toml").write_text(CONFIG)
@@ -272,7 +328,7 @@ def test_a_unit_waits_for_a_delegate_its_stopped_parent_did_not() -> None:
     kid = make_child(2, id="c1.1", parent="c1", depth=1, cost_usd=Decimal("0.02"))
     unit = units.ended(dataclasses_replace(kid, status=ChildStatus.STOPPED))
     assert unit is not None and [d.id for d in unit.delegates] == ["c1.1"]
-    assert [m.id for m in unit.members] == ["c1"] and unit.status is UnitStatus.FAILED
+    assert [m.id for m in unit.members] == ["c1"] and unit.status is UnitStatus.STOPPED
     assert unit.cost_usd == Decimal("0.03")
     assert units.ended(parent) is None  # reported once
 

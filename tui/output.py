@@ -211,6 +211,7 @@ def completion_parts(event: ChildFinished) -> list[tuple[str, str]]:
 UNIT_STYLES = {
     UnitStatus.COMPLETED: "green",
     UnitStatus.PARTIAL: "yellow",
+    UnitStatus.STOPPED: "yellow",  # as a stopped child's glyph
     UnitStatus.FAILED: "red",
 }
 

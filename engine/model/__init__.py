@@ -343,7 +343,8 @@ class UnitStatus(StrEnum):
 
     COMPLETED = "completed"  # every member completed
     PARTIAL = "partial"  # some did, some did not
-    FAILED = "failed"  # none did
+    STOPPED = "stopped"  # none did, and every member was stopped (as a batch reads stopped)
+    FAILED = "failed"  # none did, and one failed, timed out, stalled or is unknown
 
 
 @record
@@ -374,6 +375,10 @@ class GroupFinished:
         completed = sum(m.status is ChildStatus.COMPLETED for m in members)
         if completed == len(members):
             status = UnitStatus.COMPLETED
+        elif all(m.status is ChildStatus.STOPPED for m in members):
+            # A stop is nobody's failure: a unit the operator (or a budget) stopped whole
+            # reads as its batch would, not `failed`.
+            status = UnitStatus.STOPPED
         elif completed == 0:
             status = UnitStatus.FAILED
         else:

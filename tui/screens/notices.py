@@ -16,6 +16,7 @@ from flightdeck.engine.model import (
     Snapshot,
     SteerReceipt,
     SteerState,
+    UnitStatus,
 )
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui import alerts
@@ -64,7 +65,9 @@ class Notices:
         )
 
     def group_finished(self, unit: GroupFinished) -> None:
-        severity: SeverityLevel = "information" if unit.status.value == "completed" else "warning"
+        # A stop is nobody's failure: a unit stopped whole is told as its stopped batch is.
+        calm = unit.status in (UnitStatus.COMPLETED, UnitStatus.STOPPED)
+        severity: SeverityLevel = "information" if calm else "warning"
         self._notices.append((Say(completion_text(unit), severity), "other"))
 
     def steer_settled(self, r: SteerReceipt) -> None:
