@@ -39,7 +39,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 from flightdeck.tui.console import PipeSafeConsole
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.headless import run_headless
+from flightdeck.tui.headless import left_text, run_headless
 from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
@@ -667,6 +667,27 @@ def test_a_second_ctrl_c_leaves_at_once(project: Path) -> None:
     assert left_after < 6
     assert "Traceback" not in err
     assert "left without waiting for children still stopping" in err
+
+
+def test_a_second_ctrl_c_says_children_were_left_only_if_some_had_not_ended(
+    tmp_path: Path,
+) -> None:
+    # It used to say so after every child had ended and been printed, while the engine closed.
+    hold = Hold(tmp_path / "hold")
+    route = sim_route(tool_turns=0, **hold.options())
+    engine = Engine(batch(1), settings(route), state_dir=tmp_path)
+    assert "without waiting" in left_text(engine, started=False).plain
+    try:
+        engine.start()
+        assert "without waiting" in left_text(engine, started=True).plain  # held, running
+        hold.release()
+        assert engine.wait(60)
+        assert left_text(engine, started=True).plain == (
+            f"flightdeck: left before the summary "
+            f"(flightdeck report {engine.batch_id} --state-dir {tmp_path})"
+        )
+    finally:
+        engine.close()
 
 
 def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> None:

@@ -113,6 +113,14 @@ def run_headless(
         show_notices()
 
 
+def left_text(engine: Engine, started: bool) -> Text:
+    """What a second Ctrl+C says as it leaves: children still stopping are left behind only
+    if some had not ended (it may come after the last one, while the engine closes)."""
+    if started and engine.wait(0):
+        return Text(f"flightdeck: left before the summary ({report_hint(engine)})", style="yellow")
+    return Text("flightdeck: left without waiting for children still stopping", style="yellow")
+
+
 def held_text(held: str | None, batch_id: str, state_dir: Path) -> Text:
     """The line said when admission is held (and how to continue it), or released. Its
     commands name `state_dir` (pasted into another shell, whose default folder may differ),
@@ -168,9 +176,7 @@ def _run_headless(
             progress.stop()  # the terminal gets its cursor back
         engine.flush(LEAVE_S)
         show_notices()
-        errors.print(
-            Text("flightdeck: left without waiting for children still stopping", style="yellow")
-        )
+        errors.print(left_text(engine, started))
         for stream in (console.file, errors.file):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
