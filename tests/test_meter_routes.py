@@ -164,7 +164,7 @@ async def test_the_cost_meter_shows_stopped_apart_from_failed() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_cost_meter_freezes_elapsed_and_burn_when_the_batch_ends() -> None:
+async def test_the_cost_meter_freezes_elapsed_and_shows_no_burn_once_the_batch_ends() -> None:
     rows = (make_child(0, status=S.COMPLETED, cost_usd=Decimal("1.5")),)
     snap = Snapshot(
         "b1", BatchStatus.COMPLETED, 0.0, 100.0, rows, totals_of(rows), 2, finished_ts=90.0
@@ -177,8 +177,19 @@ async def test_the_cost_meter_freezes_elapsed_and_burn_when_the_batch_ends() -> 
             meter.show(dataclasses.replace(snap, now=now), now)
             shown.append(str(meter.render()))
     assert len(set(shown)) == 1, shown
-    # $1.50 over the batch's 90 s, as the report's cost and elapsed_s give it.
-    assert "elapsed 1:30" in shown[0] and "burn $1.00/min" in shown[0]
+    # Once it has ended nothing burns: it used to show the batch's average, `burn $1.00/min`.
+    assert "elapsed 1:30" in shown[0] and "burn —" in shown[0]
+    assert "/min" not in shown[0]
+
+
+@pytest.mark.anyio
+async def test_an_ended_batchs_unpriced_spend_burns_nothing_either() -> None:
+    rows = (make_child(0, status=S.COMPLETED, cost_usd=None),)
+    snap = Snapshot(
+        "b1", BatchStatus.COMPLETED, 0.0, 30.0, rows, totals_of(rows), 2, finished_ts=20.0
+    )
+    text = await meter_text(snap)
+    assert "burn —" in text and "/min" not in text, text
 
 
 def test_an_abandoned_batch_burns_nothing_and_its_frozen_clock_makes_no_average() -> None:

@@ -33,13 +33,6 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
-def _average(cost: Decimal, elapsed: float) -> Decimal | None:
-    """Dollars per minute spent over `elapsed` seconds; None before any time has passed."""
-    if elapsed <= 0:
-        return None
-    return cost * 60 / Decimal(elapsed)
-
-
 class CostMeter(Static):
     """Batch progress and money at a glance; fed a snapshot on every poll."""
 
@@ -51,14 +44,10 @@ class CostMeter(Static):
 
     def burn_per_min(self, snap: Snapshot, now: float) -> Decimal | None:
         """Dollars per minute over the last minute (the batch's first, while it is younger);
-        once ended, the batch average."""
+        None once the batch has ended, or nobody runs it: nothing burns then."""
         cost = snap.totals.live_cost_usd
-        if snap.status is BatchStatus.ABANDONED:
-            # Nothing burns while nobody runs it; and its clock stops at the last heartbeat,
-            # before what its owner recorded after: an average over it read $22/min.
+        if _burns_nothing(snap):
             return None
-        if snap.finished_ts is not None:
-            return _average(cost, snap.finished_ts - snap.started_ts)
         samples = self._samples
         samples.append((now, cost))
         while now - samples[0][0] > BURN_WINDOW_S:
@@ -111,6 +100,12 @@ class CostMeter(Static):
         # Big token counts at 80 columns, or a narrower screen: tighter still, rather than the
         # elapsed time cut at the edge.
         return meter_text(snap, now, burn, ahead, compact=True, tight=True, width=width)
+
+
+def _burns_nothing(snap: Snapshot) -> bool:
+    """An ended batch spends no more; an abandoned one runs nothing of its own (and an average
+    over its clock, stopped at the last heartbeat, read $22/min)."""
+    return snap.finished_ts is not None or snap.status is BatchStatus.ABANDONED
 
 
 def _fits(text: Text, width: int) -> bool:
@@ -184,7 +179,8 @@ def meter_text(
     text.append(spent, style="bold")
     text.append(note, style="yellow")
     text.append(f"{gap}burn " if not compact else " ", style="dim")
-    if t.cost_unknown and not t.live_cost_usd:  # only unpriced spend: its rate is unknown too
+    if t.cost_unknown and not t.live_cost_usd and not _burns_nothing(snap):
+        # only unpriced spend: its rate is unknown too
         text.append(f"{fmt_cost(None)}/min")
     else:
         text.append("—" if burn is None else f"{fmt_cost(burn)}/min")
