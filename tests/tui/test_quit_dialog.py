@@ -3,9 +3,11 @@ stay); Enter never stops a batch, nor stays by surprise."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.model import ChildStatus
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.screens.dialogs import QuitDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
@@ -107,3 +109,29 @@ async def test_detach_says_how_to_come_back_in_a_terminal_and_in_a_browser_tab(
         again = "the page's Restart opens it again" if web else "attach again with `flightdeck"
         assert again in said, said
         assert ("flightdeck attach" in said) is not web, said
+
+
+async def test_the_count_of_live_children_stays_current_while_the_question_shows(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: "3 children are still running or queued" was counted as the
+    # dialog opened and went on saying so as children ended under it.
+    view = StaticView(tmp_path)
+    app = app_on(view)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(app, pilot)
+        live = [i for i, row in enumerate(view.rows) if row.status.live]
+        assert len(live) >= 2, view.rows
+
+        def heading() -> str:
+            return str(dialog.query_one("#quit-heading", Label).render())
+
+        assert heading() == f"{len(live)} children are still running or queued."
+        rows = list(view.rows)
+        for i in live[1:]:  # all but one end while it shows
+            rows[i] = dataclasses.replace(rows[i], status=ChildStatus.COMPLETED)
+        view.rows = tuple(rows)
+        await until(
+            pilot, lambda: heading() == "1 child is still running or queued.", "the count follows"
+        )
+        await pilot.press("escape")

@@ -99,7 +99,12 @@ class Quit:
             return ()
 
         self.asking = True
-        dialog = QuitDialog(live, detach=view.can_detach, moot=lambda: moot(view))
+        dialog = QuitDialog(
+            live,
+            detach=view.can_detach,
+            moot=lambda: moot(view),
+            count=lambda: _live(view.snapshot()),
+        )
         return (Ask(dialog, answered),)
 
 

@@ -310,13 +310,20 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
     ]
 
     def __init__(
-        self, live: int, *, detach: bool = False, moot: Callable[[], str | None] | None = None
+        self,
+        live: int,
+        *,
+        detach: bool = False,
+        moot: Callable[[], str | None] | None = None,
+        count: Callable[[], int] | None = None,
     ) -> None:
         super().__init__()
         self.live = live
         self.detach = detach
-        # Why stopping is moot now (the batch ended, its owner died): looked at while it shows.
+        # Why stopping is moot now (the batch ended, its owner died), and how many children
+        # are live: looked at while it shows, so that what it says is never stale.
         self.moot = moot
+        self.count = count
         self.moot_said: str | None = None
 
     def _again(self) -> str:
@@ -362,16 +369,19 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
                 yield Button("Cancel  Esc", id="cancel")
 
     def on_mount(self) -> None:
-        if self.moot is not None:
+        if self.moot is not None or self.count is not None:
             self.set_interval(0.25, self._look)
 
     def _look(self) -> None:
-        """Say so once stopping is moot: the batch ended, or its owner died, meanwhile; `s`
-        then quits alone (batch.Quit looks again when answered)."""
+        """Keep the count of live children current, and say so once stopping is moot: the
+        batch ended, or its owner died, meanwhile; `s` then quits alone (batch.Quit looks
+        again when answered)."""
         why = self.moot() if self.moot is not None else None
-        if why == self.moot_said:
+        live = self.count() if self.count is not None else self.live
+        if (why, live) == (self.moot_said, self.live):
             return
         self.moot_said = why  # None again: a retry reopened it, s stops all again
+        self.live = live
         heading, note, stop = self._said()
         self.query_one("#quit-heading", Label).update(Text(heading, "bold"))
         self.query_one("#quit-note", Label).update(Text(note))
