@@ -3,6 +3,7 @@ view itself, whatever reaches it (a key, a dialog, a direct call)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from flightdeck.engine.commands import (
     Stop,
     StopAll,
 )
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.model import BatchStatus, ChildStatus, Snapshot
 from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.readonly import READ_ONLY, ReadOnlyView
 from flightdeck.tui.screens.main import MainScreen, UiOptions
@@ -320,3 +321,26 @@ async def test_the_needs_you_screen_drops_answer_and_clear_once_the_batch_ends(
         )
         await pilot.press("c")  # hidden, it still says why it sends nothing
         await until(pilot, lambda: ended in notices, "the reason said")
+
+
+async def test_l_on_an_ended_batch_says_its_limits_can_no_longer_change(tmp_path: Path) -> None:
+    # Found by a walk-through: attached to an ended batch, `L` said "nothing left to steer or
+    # stop" (the view's reason for every command), which reads oddly for limits.
+    class Ended(StaticView):
+        read_only = "batch 20270115-080000-demo has ended (stopped): nothing left to steer or stop"
+
+        def snapshot(self) -> Snapshot:
+            snap = super().snapshot()
+            return dataclasses.replace(snap, status=BatchStatus.STOPPED, finished_ts=snap.now)
+
+    app = FlightdeckApp(Ended(tmp_path), UiOptions(clock=frozen_clock, cursor_blink=False))
+    notices = notices_of(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) > 0, "rows")
+        before = len(notices)  # what the batch's end itself is said with
+        await pilot.press("L")
+        await until(pilot, lambda: len(notices) > before, "a notice")
+        assert isinstance(app.screen, MainScreen)  # no dialog
+    assert notices[before:] == [
+        "batch 20270115-080000-demo has ended (stopped): its limits can no longer change"
+    ]

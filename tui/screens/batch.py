@@ -61,6 +61,18 @@ def _set_limits(send: Sender) -> Callable[[dict[str, object]], None]:
     return lambda change: send(SetLimits(change))
 
 
+def limits_refusal(view: EngineView) -> str | None:
+    """Why `L` changes nothing from `view` (None: it can): an ended batch's is said as
+    `flightdeck limits` says it ("nothing left to steer or stop" read oddly for limits)."""
+    reason = view.read_only
+    if reason is None:
+        return None
+    snap = view.snapshot()
+    if snap.status in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
+        return reason  # read-only, or its owner is gone
+    return f"batch {snap.batch_id} has ended ({snap.status.value}): its limits can no longer change"
+
+
 def limits(snap: Snapshot, send: Sender) -> Decision:
     """The limits dialog over the live limits (`snap`: read fresh as the key is pressed)."""
     if snap.limits is None:

@@ -9,7 +9,7 @@ from functools import partial
 
 from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.tui.screens import targets
-from flightdeck.tui.screens.batch import waiting_for_waves
+from flightdeck.tui.screens.batch import limits_refusal, waiting_for_waves
 from flightdeck.tui.screens.decisions import Decision, Say
 from flightdeck.tui.screens.review import refusal
 from flightdeck.tui.view import EngineView
@@ -379,15 +379,17 @@ def applies(
 # and delete's): hidden where each would only say why it sends nothing. A read-only view, or a
 # batch that ended or whose owner is gone (`EngineView.read_only`); R, M and delete only
 # read-only (`review.refusal`: a retry opens an ended batch again, an accept or a discard needs
-# no owner).
+# no owner); L as well, said its own way (`batch.limits_refusal`).
 _ORDERS = frozenset(
-    {"steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "limits", "answer", "clear"}
+    {"steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "answer", "clear"}
 )
 _REVIEWS = frozenset({"retry", "merge", "discard"})
 
 
 def refused(action: str, view: EngineView) -> str | None:
     """Why `action` sends nothing from `view` (its key hidden; pressed, it says so), or None."""
+    if action == "limits":
+        return limits_refusal(view)
     if action in _ORDERS:
         return view.read_only
     return refusal(view) if action in _REVIEWS else None

@@ -282,7 +282,11 @@ class MainScreen(Browsing):
 
     def action_limits(self) -> None:
         """The limits dialog: the live limits, editable."""
-        self.order(batch.limits(self.view.snapshot(), self.view.send))
+        reason = batch.limits_refusal(self.view)
+        if reason:
+            self.notify(reason, severity="warning", markup=False)
+            return
+        self.carry_out(batch.limits(self.view.snapshot(), self.view.send))
 
     # --- live updates paused, help, quit ------------------------------------------------------
 
