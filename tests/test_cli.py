@@ -1345,6 +1345,36 @@ def test_a_child_id_given_for_the_batch_id_is_said_as_that(
 
 
 @pytest.mark.slow
+def test_logs_and_diff_given_only_a_child_id_say_the_command_meant(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by a walk-through: `flightdeck logs job-0` said "the following arguments are
+    # required: child_id", where steer, stop and the rest say the command meant.
+    from flightdeck.tui.cli import main
+
+    done = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert done.returncode == ExitCode.OK, done.stderr
+    batch_id = done.stdout.split()[1]
+    state = project / ".flightdeck"
+    monkeypatch.chdir(project)
+    for verb in ("logs", "diff"):
+        assert main([verb, "job-0"]) == ExitCode.USAGE, verb
+        meant = f"flightdeck {verb} {batch_id} job-0 --state-dir {state.absolute()}"
+        said = (
+            f"flightdeck: batch_id: no batch 'job-0' in {state.absolute()} (a child of batch "
+            f"{batch_id}: did you mean `{meant}`?)\n"
+        )
+        assert capsys.readouterr() == ("", said), verb
+        # The batch's id alone: the child's is missing, as argparse would say it.
+        assert main([verb, batch_id]) == ExitCode.USAGE, verb
+        assert capsys.readouterr() == (
+            "",
+            "flightdeck: the following arguments are required: child_id "
+            f"(see `flightdeck {verb} --help`)\n",
+        ), verb
+
+
+@pytest.mark.slow
 def test_an_unknown_child_id_is_said_the_same_way_by_every_command(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,7 +14,13 @@ from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import sanitize
 from flightdeck.tui.console import console_for, draws_tui
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db, unknown_batch, unknown_children
+from flightdeck.tui.usage import (
+    UsageError,
+    no_child_id,
+    state_db,
+    unknown_batch,
+    unknown_children,
+)
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -163,6 +169,8 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
     from flightdeck.tui.client import abandoned, batch_client, say_error
     from flightdeck.tui.widgets.tail import follow, read_all
 
+    if args.child_id is None:
+        raise no_child_id(args)
     db = state_db(args.state_dir)
     reader = StoreReader(db)
     try:

@@ -266,7 +266,8 @@ def _attach_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument("--state-dir", type=state_dir_arg)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
     logs.add_argument("batch_id")
-    logs.add_argument("child_id")
+    # optional to argparse, so that a batch id left out is said as such (cmd_logs)
+    logs.add_argument("child_id", nargs="?", help="the child's id (required)")
     logs.add_argument(
         "-f", "--follow", action="store_true", help="follow the transcript until the child ends"
     )

@@ -20,7 +20,7 @@ from flightdeck.tui.client import (
 )
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, known_children, state_dir_arg
+from flightdeck.tui.usage import UsageError, known_children, no_child_id, state_dir_arg
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     retry.add_argument("--state-dir", type=state_dir_arg)
     diff = sub.add_parser("diff", help="print what a child changed in its own worktree")
     diff.add_argument("batch_id")
-    diff.add_argument("child_id")
+    # optional to argparse, so that a batch id left out is said as such (cmd_diff)
+    diff.add_argument("child_id", nargs="?", help="the child's id (required)")
     diff.add_argument("--file", metavar="PATH", help="only this file")
     diff.add_argument("--state-dir", type=state_dir_arg)
     merge = sub.add_parser(
@@ -200,6 +201,8 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
 
     if args.file == "":  # git would take it for every file
         raise UsageError(None, None, "--file", "name a file, or leave --file out for every file")
+    if args.child_id is None:
+        raise no_child_id(args)
     with batch_client(args) as client:
         db = client.db
     known_children(db, args.batch_id, (args.child_id,))

@@ -41,11 +41,13 @@ def state_db(state_dir: Path | None, config: Path | None = None) -> Path:
     return db
 
 
-def unknown_batch(batch_id: str, db: Path, verb: str | None = None) -> UsageError:
+def unknown_batch(
+    batch_id: str, db: Path, verb: str | None = None, *, more: bool = True
+) -> UsageError:
     """The error of an id that names no batch of `db`'s state folder, said as every command
     that takes a batch id says it. `verb`: a command taking BATCH_ID CHILD..., whose batch id
     left out makes its first child id the batch's: the command meant is said, when that id
-    names a child of one batch."""
+    names a child of one batch (with `…` for the rest, if it takes `more`)."""
     from flightdeck.engine.attached.hints import command_line
     from flightdeck.engine.attached.store import StoreReader, no_batch
     from flightdeck.engine.sanitize import one_line
@@ -55,9 +57,26 @@ def unknown_batch(batch_id: str, db: Path, verb: str | None = None) -> UsageErro
         with StoreReader(db) as reader:
             found = reader.batches_of_child(batch_id)
         if len(found) == 1:
-            meant = command_line(db.parent, verb, found[0], batch_id, "…")
+            meant = command_line(db.parent, verb, found[0], batch_id, *("…",) * more)
             instead = f"(a child of batch {one_line(found[0], 80)}: did you mean `{meant}`?)"
     return UsageError(None, None, "batch_id", no_batch(batch_id, db.parent, instead))
+
+
+def no_child_id(args: argparse.Namespace) -> UsageError:
+    """The error of `logs` or `diff` given one id, as argparse says a missing argument; when
+    that id names no batch, said as `unknown_batch` says it, with the command meant when it
+    names a child of one batch (the batch id left out)."""
+    from flightdeck.engine.attached.store import StoreReader
+
+    db = state_db(args.state_dir)
+    with StoreReader(db) as reader:
+        is_batch = reader.batch(args.batch_id) is not None
+    if not is_batch:
+        return unknown_batch(args.batch_id, db, args.command, more=False)
+    missing = (
+        f"the following arguments are required: child_id (see `flightdeck {args.command} --help`)"
+    )
+    return UsageError(None, None, None, missing)
 
 
 def unknown_children(unknown: Sequence[str], batch_id: str) -> UsageError:
