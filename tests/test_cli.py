@@ -1372,6 +1372,21 @@ def test_logs_and_diff_given_only_a_child_id_say_the_command_meant(
             "flightdeck: the following arguments are required: child_id "
             f"(see `flightdeck {verb} --help`)\n",
         ), verb
+        # The child's id after an option is taken, as before it was optional to argparse
+        # (`logs B -f c1` said "unrecognized arguments: c1"); a second id is still too many.
+        code = main([verb, batch_id, "--state-dir", str(state), "job-0"])
+        taken = capsys.readouterr()
+        if verb == "logs":
+            assert (code, taken.err) == (ExitCode.OK, ""), taken
+            assert "Summarize file 0" in taken.out
+        else:  # the child's, read: it worked in the project folder
+            assert taken.err == "flightdeck: job-0 changed no file in a workspace of its own\n"
+        with pytest.raises(SystemExit) as exits:
+            main([verb, batch_id, "--state-dir", str(state), "job-0", "job-1"])
+        assert exits.value.code == ExitCode.USAGE, verb
+        assert capsys.readouterr().err == (
+            f"flightdeck: unrecognized arguments: job-1 (see `flightdeck {verb} --help`)\n"
+        ), verb
 
 
 @pytest.mark.slow

@@ -65,11 +65,17 @@ class _Parser(argparse.ArgumentParser):
             self.error(*_misplaced(self, argv))
         parsed, extras = self.parse_known_args(argv, namespace)
         children = getattr(parsed, "child_ids", None)
+        left = [a for a in extras if not a.startswith("-")]
         if isinstance(children, list):
             # Child ids after an option (`steer B -m hi c1`): argparse takes a list positional
             # in one run, and left these over as unrecognized.
-            children += [a for a in extras if not a.startswith("-")]
+            children += left
             extras = [a for a in extras if a.startswith("-")]
+        elif left and getattr(parsed, "child_id", "") is None:
+            # `logs B -f c1`: an optional positional (logs and diff say a missing child id
+            # themselves) matched nothing in the run before the option, so c1 was left over.
+            parsed.child_id = left[0]
+            extras.remove(left[0])
         if extras:
             command = getattr(parsed, "command", None)
             self.error(f"unrecognized arguments: {' '.join(extras)}", f"flightdeck {command}")
