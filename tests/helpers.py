@@ -7,6 +7,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -289,3 +290,12 @@ def summary_of(lines: list[str]) -> list[list[str]]:
     header = [f"{above.get(m.end(), '')} {m.group()}".strip() for m in names]
     rows = [re.split(r"\s{2,}", line.strip()) for line in lines[rule + 1 :]]
     return [header, *(row for row in rows if len(row) == len(header))]
+
+
+def signals_as_a_shell_gives_them() -> None:
+    """In the child before exec: SIGINT and SIGTERM unblocked and at their defaults, as a shell
+    starts a command. An ignored or blocked signal is inherited across exec, and a test worker
+    that ran other tests first is not a shell."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

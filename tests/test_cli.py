@@ -43,7 +43,16 @@ from flightdeck.tui.headless import left_text, run_headless
 from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
-from helpers import Hold, batch, flightdeck, laughs, settings, sim_route, summary_of
+from helpers import (
+    Hold,
+    batch,
+    flightdeck,
+    laughs,
+    settings,
+    signals_as_a_shell_gives_them,
+    sim_route,
+    summary_of,
+)
 
 FAST_CONFIG = """
 [engine]
@@ -110,15 +119,6 @@ class Lines:
                 self.seen.append(line)
 
 
-def _signals_as_a_shell_gives_them() -> None:
-    """In the child before exec: SIGINT and SIGTERM unblocked and at their defaults, as a shell
-    starts a command. An ignored or blocked signal is inherited across exec, and a test worker
-    that ran other tests first is not a shell."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def signal_state(pid: int) -> str:
     """The process's blocked, ignored and caught signal masks, for a failure's message."""
     with contextlib.suppress(OSError):
@@ -138,7 +138,7 @@ class Headless:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=_signals_as_a_shell_gives_them,
+            preexec_fn=signals_as_a_shell_gives_them,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self.out, self.err = Lines(self.proc.stdout), Lines(self.proc.stderr)

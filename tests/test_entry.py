@@ -11,6 +11,8 @@ from pathlib import Path
 
 from flightdeck.tui.exitcodes import ExitCode
 
+from helpers import signals_as_a_shell_gives_them
+
 # Loaded by `site` from PYTHONPATH: holds the import of flightdeck.tui.cli (the bulk of the
 # start-up) until a signal ends the wait, having said so in a file the test waits for.
 _HOLD = """
@@ -34,8 +36,15 @@ def test_ctrl_c_while_the_script_loads_is_one_line_and_exit_130(tmp_path: Path) 
     mark = tmp_path / "loading"
     script = Path(sys.executable).parent / "flightdeck"
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "HOLD_MARK": str(mark), "NO_COLOR": "1"}
+    # Started as a shell starts it: a worker that ran other tests first may have SIGINT
+    # ignored, which the script would inherit, and never hear the Ctrl+C.
     proc = subprocess.Popen(
-        [str(script), "ls"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+        [str(script), "ls"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=signals_as_a_shell_gives_them,
     )
     deadline = time.monotonic() + 30
     while not mark.exists():  # the script is inside the held import
