@@ -46,11 +46,16 @@ def test_ctrl_c_while_the_script_loads_is_one_line_and_exit_130(tmp_path: Path) 
         text=True,
         preexec_fn=signals_as_a_shell_gives_them,
     )
-    deadline = time.monotonic() + 30
-    while not mark.exists():  # the script is inside the held import
-        assert proc.poll() is None and time.monotonic() < deadline, "never reached the import"
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 30
+        while not mark.exists():  # the script is inside the held import
+            assert proc.poll() is None and time.monotonic() < deadline, "never reached the import"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:  # failed, it is not left holding its import
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert err == "flightdeck: interrupted\n"
     assert proc.returncode == ExitCode.INTERRUPTED
