@@ -376,8 +376,10 @@ class QuitDialog(ModalScreen[QuitChoice | None]):
         """Keep the count of live children current, and say so once stopping is moot: the
         batch ended, or its owner died, meanwhile; `s` then quits alone (batch.Quit looks
         again when answered)."""
-        why = self.moot() if self.moot is not None else None
+        # The count first: a later look at moot then sees no child live either, and says so,
+        # rather than the heading of a scheduled batch between two waves.
         live = self.count() if self.count is not None else self.live
+        why = self.moot() if self.moot is not None else None
         if (why, live) == (self.moot_said, self.live):
             return
         self.moot_said = why  # None again: a retry reopened it, s stops all again
