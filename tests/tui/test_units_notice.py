@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
@@ -12,6 +13,18 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from tui_support import FAST, SIZE, app_for, until
 
 pytestmark = pytest.mark.anyio
+
+
+def told(screen: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every notice the screen shows from now on, with its severity (shown as before)."""
+    notices: list[tuple[str, str]] = []
+    notify = screen.notify
+    monkeypatch.setattr(
+        screen,
+        "notify",
+        lambda text, **kw: notices.append((text, kw["severity"])) or notify(text, **kw),
+    )
+    return notices
 
 
 async def test_a_unit_that_ends_is_one_notice(
@@ -28,14 +41,7 @@ async def test_a_unit_that_ends_is_one_notice(
     app = app_for(engine)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            screen = app.main
-            notices: list[tuple[str, str]] = []
-            notify = screen.notify
-            monkeypatch.setattr(
-                screen,
-                "notify",
-                lambda text, **kw: notices.append((text, kw["severity"])) or notify(text, **kw),
-            )
+            notices = told(app.main, monkeypatch)
             engine.start()
             await until(pilot, lambda: any("batch finished" in t for t, _ in notices), "the end")
     finally:
@@ -62,14 +68,7 @@ async def test_a_unit_stopped_whole_is_told_stopped_not_as_a_warning(
     app = app_for(engine)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            screen = app.main
-            notices: list[tuple[str, str]] = []
-            notify = screen.notify
-            monkeypatch.setattr(
-                screen,
-                "notify",
-                lambda text, **kw: notices.append((text, kw["severity"])) or notify(text, **kw),
-            )
+            notices = told(app.main, monkeypatch)
             engine.start()
             await until(pilot, lambda: {"a@0", "b@0"} <= hold.held(), "both held")
             engine.stop_all()
