@@ -19,7 +19,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.owner import batchdir
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.lines import parse
-from flightdeck.engine.records.meter import Meter, cost_of
+from flightdeck.engine.records.meter import Meter, cost_of, route_cost
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
@@ -476,7 +476,7 @@ def test_cost_totals_are_exact_from_64_threads() -> None:
 
     def work(part: int) -> None:
         for u in usages[part::64]:
-            meter.add(route, u)
+            meter.add_priced(u, route_cost(u, route))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
     for t in threads:

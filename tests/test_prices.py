@@ -38,7 +38,7 @@ def test_genai_prices_price_a_real_model_exactly(
     assert route_cost(usage, route) == Decimal(dollars)
     meter = Meter()
     for _ in range(3):
-        meter.add(route, usage)
+        meter.add_priced(usage, route_cost(usage, route))
     assert meter.totals().cost_usd == 3 * Decimal(dollars)
 
 

@@ -129,12 +129,6 @@ class Meter:
         self._cost = ZERO_USD
         self._unknown = Usage()
 
-    def add(self, route: Route, usage: Usage) -> Decimal | None:
-        """Record `usage` on `route` and return its cost (None when the price is unknown)."""
-        cost = route_cost(usage, route)
-        self.add_priced(usage, cost)
-        return cost
-
     def add_priced(self, usage: Usage, cost: Decimal | None) -> None:
         """Record `usage` at its `cost` (None: unknown, shown and never priced)."""
         if cost is None:
