@@ -6,6 +6,11 @@ import datetime
 import difflib
 from collections.abc import Collection
 
+# The top-level keys of each kind of file, one loader's own and the other's mistake: a key of
+# the other kind says which file was given where (a task file as --config, or the reverse).
+TASK_FILE_KEYS = ("batch", "defaults", "tasks", "schedules")
+CONFIG_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
+
 
 def expected(what: str, value: object) -> str:
     """ "expected WHAT, got KIND": the usual message for a value of the wrong type."""

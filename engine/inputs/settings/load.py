@@ -21,7 +21,7 @@ from flightdeck.engine.inputs.bounds import (
     MIN_TOKENS_PER_S,
 )
 from flightdeck.engine.inputs.files import MAX_CONFIG_BYTES, read_text
-from flightdeck.engine.inputs.messages import kind
+from flightdeck.engine.inputs.messages import CONFIG_KEYS, TASK_FILE_KEYS, kind
 from flightdeck.engine.inputs.settings.checks import Table, ValueChecks
 from flightdeck.engine.inputs.settings.cluster import read_ray
 from flightdeck.engine.inputs.settings.command import COMMAND_KEYS, read_command
@@ -52,8 +52,6 @@ from flightdeck.engine.inputs.tasks.values import MAX_TASKS_LIMIT, MAX_TURNS_LIM
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, deep_line
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_TOP_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
-_TASK_FILE_KEYS = ("batch", "defaults", "tasks", "schedules")
 
 
 def _file_keys(settings: type) -> tuple[str, ...]:
@@ -129,13 +127,13 @@ class _Reader(ValueChecks):
 
     def settings(self, data: Table) -> Settings:
         for name in data:
-            if name in _TASK_FILE_KEYS:  # a task file given as the config: said as that
+            if name in TASK_FILE_KEYS:  # a task file given as the config: said as that
                 raise self.error(
                     (name,),
                     "unknown key: a task file's, not a config's (the task file is `run`'s "
                     "argument; --config takes a flightdeck.toml)",
                 )
-        self.known((), data, _TOP_KEYS)
+        self.known((), data, CONFIG_KEYS)
         routes: dict[str, Route] = {}
         for name, table in self.table(("routes",), data.get("routes", {})).items():
             routes[name] = self.route(name, self.table(("routes", name), table))

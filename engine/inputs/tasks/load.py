@@ -7,7 +7,14 @@ import os
 from pathlib import Path
 
 from flightdeck.engine.errors import SpecError
-from flightdeck.engine.inputs.messages import expected, key_name, kind, suggest
+from flightdeck.engine.inputs.messages import (
+    CONFIG_KEYS,
+    TASK_FILE_KEYS,
+    expected,
+    key_name,
+    kind,
+    suggest,
+)
 from flightdeck.engine.inputs.tasks.checks import check_field
 from flightdeck.engine.inputs.tasks.expand import Draft, Room, expand
 from flightdeck.engine.inputs.tasks.readers import (
@@ -33,8 +40,6 @@ from flightdeck.engine.inputs.tasks.values import (
 from flightdeck.engine.inputs.text import unicode_problem
 from flightdeck.engine.inputs.tomlpos import deep_line
 
-_TOP_KEYS = ("batch", "defaults", "tasks", "schedules")
-_CONFIG_KEYS = ("engine", "routes", "budget", "steer", "tui", "ray")
 _BATCH_KEYS = ("name", "workspace", "delegate")
 
 
@@ -82,11 +87,11 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
     if not isinstance(data, dict):
         raise src.error((), None, f"expected a table with [[tasks]], got {kind(data)}")
     for key in map(key_name, data):
-        if key not in _TOP_KEYS:
+        if key not in TASK_FILE_KEYS:
             hint = " (task fields go inside a tasks entry)" if key in TASK_FIELDS else ""
-            if key in _CONFIG_KEYS:  # a flightdeck.toml given as the task file
+            if key in CONFIG_KEYS:  # a flightdeck.toml given as the task file
                 hint = ": a config's, not a task file's (give it with --config)"
-            raise src.error((key,), key, f"unknown key{suggest(key, _TOP_KEYS)}{hint}")
+            raise src.error((key,), key, f"unknown key{suggest(key, TASK_FILE_KEYS)}{hint}")
     header = _table(src, data, "batch")
     for key in map(key_name, header):
         if key not in _BATCH_KEYS:
