@@ -24,6 +24,7 @@ __all__ = [
     "fmt_span",
     "fmt_spent",
     "fmt_tokens",
+    "limits_ended",
 ]
 
 # A cell is its plain text and a Rich style name; comparing these tuples is how the table
@@ -140,3 +141,8 @@ def forecast_label(ahead: Forecast, *, compact: bool) -> str:
     if compact or ahead.low_usd == ahead.high_usd:
         return shown
     return f"{shown} ({fmt_cost(ahead.low_usd)}–{fmt_cost(ahead.high_usd)})"
+
+
+def limits_ended(batch_id: str, status: str) -> str:
+    """Why a batch's limits cannot change: it has ended (`flightdeck limits` and the TUI's `L`)."""
+    return f"batch {batch_id} has ended ({status}): its limits can no longer change"

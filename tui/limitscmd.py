@@ -10,7 +10,7 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.client import batch_client, sent, until_applied
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost
+from flightdeck.tui.fmt import fmt_cost, limits_ended
 from flightdeck.tui.usage import UsageError
 from rich.text import Text
 
@@ -56,10 +56,7 @@ def cmd_limits(args: argparse.Namespace) -> ExitCode:
             field = _LIMIT_ARGS.get(exc.field, exc.field)
             raise UsageError(None, None, field, exc.message) from None
         if ended:
-            message = (
-                f"batch {client.batch_id} has ended ({status}): its limits can no longer change"
-            )
-            raise UsageError(None, None, None, one_line(message))
+            raise UsageError(None, None, None, one_line(limits_ended(client.batch_id, status)))
         rid = sent(client, SetLimits(change))
         code = until_applied(client, rid, f"limits applied: {one_line(describe(change))}")
         after = client.info() if code is ExitCode.OK else None

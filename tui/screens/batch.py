@@ -18,6 +18,7 @@ from flightdeck.engine.commands import (
 from flightdeck.engine.model import OPERATOR_HOLD, BatchStatus, ChildRow, Snapshot
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.fmt import limits_ended
 from flightdeck.tui.screens.decisions import Ask, Decision, Exit, Poll, Say, Send
 from flightdeck.tui.screens.dialogs import ConfirmStopDialog, QuitChoice, QuitDialog
 from flightdeck.tui.screens.limits import LimitsDialog, SoftBudgetAnswer, SoftBudgetDialog
@@ -70,7 +71,7 @@ def limits_refusal(view: EngineView) -> str | None:
     snap = view.snapshot()
     if snap.status in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
         return reason  # read-only, or its owner is gone
-    return f"batch {snap.batch_id} has ended ({snap.status.value}): its limits can no longer change"
+    return limits_ended(snap.batch_id, snap.status.value)
 
 
 def limits(snap: Snapshot, send: Sender) -> Decision:
