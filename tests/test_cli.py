@@ -452,6 +452,15 @@ def test_child_ids_after_an_option_are_taken(project: Path) -> None:
     # An option it does not know is still said, alone.
     bad = flightdeck("stop", batch_id, "--state-dir", ".flightdeck", "job-1", "-x", cwd=project)
     assert bad.stderr == "flightdeck: unrecognized arguments: -x (see `flightdeck stop --help`)\n"
+    # POSIX `--` ends the options: what follows is a child's id, even one like an option (it
+    # said "unrecognized arguments: --" once an option came before it).
+    ended = flightdeck("stop", batch_id, "--state-dir", ".flightdeck", "--", "job-1", cwd=project)
+    assert (ended.returncode, ended.stdout) == (
+        ExitCode.OK,
+        "job-1: had already ended (completed)\n",
+    ), ended.stderr
+    dashed = flightdeck("stop", batch_id, "--state-dir", ".flightdeck", "--", "-x", cwd=project)
+    assert dashed.stderr == f"flightdeck: no child with id '-x' in batch {batch_id}\n"
 
 
 def test_an_empty_state_dir_argument_is_bad_input(project: Path) -> None:
@@ -1381,8 +1390,8 @@ def test_logs_and_diff_given_only_a_child_id_say_the_command_meant(
             assert "Summarize file 0" in taken.out
         else:  # the child's, read: it worked in the project folder
             assert taken.err == "flightdeck: job-0 changed no file in a workspace of its own\n"
-        with pytest.raises(SystemExit) as exits:
-            main([verb, batch_id, "--state-dir", str(state), "job-0", "job-1"])
+        with pytest.raises(SystemExit) as exits:  # and after `--` (the options' end)
+            main([verb, batch_id, "--state-dir", str(state), "--", "job-0", "job-1"])
         assert exits.value.code == ExitCode.USAGE, verb
         assert capsys.readouterr().err == (
             f"flightdeck: unrecognized arguments: job-1 (see `flightdeck {verb} --help`)\n"

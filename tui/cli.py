@@ -64,22 +64,31 @@ class _Parser(argparse.ArgumentParser):
         if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
             self.error(*_misplaced(self, argv))
         parsed, extras = self.parse_known_args(argv, namespace)
+        left, extras = _leftovers(extras)
         children = getattr(parsed, "child_ids", None)
-        left = [a for a in extras if not a.startswith("-")]
         if isinstance(children, list):
             # Child ids after an option (`steer B -m hi c1`): argparse takes a list positional
             # in one run, and left these over as unrecognized.
             children += left
-            extras = [a for a in extras if a.startswith("-")]
+            left = []
         elif left and getattr(parsed, "child_id", "") is None:
             # `logs B -f c1`: an optional positional (logs and diff say a missing child id
             # themselves) matched nothing in the run before the option, so c1 was left over.
-            parsed.child_id = left[0]
-            extras.remove(left[0])
+            parsed.child_id = left.pop(0)
+        extras += left
         if extras:
             command = getattr(parsed, "command", None)
             self.error(f"unrecognized arguments: {' '.join(extras)}", f"flightdeck {command}")
         return parsed
+
+
+def _leftovers(extras: list[str]) -> tuple[list[str], list[str]]:
+    """argparse's leftover arguments as words and options. After a `--` (POSIX: the options
+    end) every one is a word, even `-x`; argparse leaves the `--` itself over once an option
+    came before it (`stop B --state-dir D -- c1`)."""
+    end = extras.index("--") if "--" in extras else len(extras)
+    words = [a for a in extras[:end] if not a.startswith("-")] + extras[end + 1 :]
+    return words, [a for a in extras[:end] if a.startswith("-")]
 
 
 def _misplaced(parser: _Parser, argv: list[str]) -> tuple[str, str]:
