@@ -410,7 +410,14 @@ def test_bad_arguments_exit_2(project: Path) -> None:
             ("--headless", "run", "t.jsonl"),
             "--headless: options go after the command: `flightdeck run … --headless …`",
         ),
+        # Abbreviated, as argparse takes it after the command (it said "no such option").
+        (
+            ("--state", "/x", "ls"),
+            "--state: options go after the command: `flightdeck ls … --state …`",
+        ),
+        (("--head", "run", "t.jsonl"), "--head: options go after the command:"),
         (("--headless", "ls"), "--headless: `flightdeck ls` has no such option"),
+        (("--head", "ls"), "--head: `flightdeck ls` has no such option"),
         (("--nope",), "--nope: options go after the command: `flightdeck COMMAND … --nope …`"),
         (("steer", "b1", "c1"), "the following arguments are required: -m/--message"),
         # A byte that is not UTF-8 in argv (subprocess writes "\udcff" as the byte 0xff).
@@ -536,9 +543,10 @@ def test_argument_errors_never_print_escape_sequences(
 def test_version_names_the_installed_package(project: Path) -> None:
     import importlib.metadata
 
-    out = flightdeck("--version", cwd=project)
-    assert out.returncode == ExitCode.OK, out.stderr
-    assert out.stdout == f"flightdeck {importlib.metadata.version('flightdeck')}\n"
+    for spelled in ("--version", "--ver"):  # abbreviated, as argparse allows any long option
+        out = flightdeck(spelled, cwd=project)
+        assert out.returncode == ExitCode.OK, out.stderr
+        assert out.stdout == f"flightdeck {importlib.metadata.version('flightdeck')}\n"
 
 
 @pytest.mark.slow
