@@ -267,3 +267,26 @@ def test_a_group_header_and_a_subtree_say_more_to_come_while_a_turn_reports_noth
     blank: tuple[Cell, ...] = (("", ""),) * 11
     subtree = subtree_costs({"c0": parent, "c1": running})
     assert tree_cells(blank, parent, subtree["c0"])[8] == ("Σ$0.02+?", "bold")
+
+
+def test_a_group_of_a_turn_that_reported_nothing_yet_reads_as_its_row() -> None:
+    # Found by a review: a lone agent CLI child whose first turn had reported nothing read
+    # `$0.00+?` in its row (known $0, more to come, as the meter's `$0.00 (+1 pending)`) and
+    # `$?` in its group's header, which says a price is unknown.
+    def running(seq: int, parent: str | None = None) -> ChildRow:
+        row = make_child(seq, status=ChildStatus.RUNNING, cost_usd=Decimal(0), parent=parent)
+        pending = dataclasses.replace(row.activity, unreported=True)
+        return dataclasses.replace(row, depth=0 if parent is None else 1, activity=pending)
+
+    lone = running(0)
+    assert fmt_row_cost(lone) == "$0.00+?"
+    assert fmt_spent(Decimal(0), 0, pending=1) == ("$0.00", " (+1 pending)")
+    text, _ = group_header("g", group_summary([lone], ()), folded=False)
+    assert text.endswith("  $0.00+?"), text
+    blank: tuple[Cell, ...] = (("", ""),) * 11
+    subtree = subtree_costs({"c0": lone, "c1": running(1, parent="c0")})
+    assert tree_cells(blank, lone, subtree["c0"])[8] == ("Σ$0.00+?", "bold")
+    # Beside a child of unknown price, nothing is known of the sum: `$?`, as the meter's amount.
+    text, _ = group_header("h", group_summary([lone, _cut(2, "0")], ()), folded=False)
+    assert text.endswith("  $?"), text
+    assert fmt_spent(Decimal(0), 1, pending=1)[0] == "$?"

@@ -138,9 +138,8 @@ def ls_cells(db: Path, b: BatchInfo) -> tuple[str, ...]:
     status = b.status.value
     if left:  # command children's processes that outlived their owner
         status += f" ({left} still running)"
-    cost = fmt_spent_compact(b.cost_usd, b.cost_unknown)
-    if pending and not cost.endswith("?"):  # a Codex turn under way: more to come, as the TUI's
-        cost += "+?"
+    # a Codex turn under way: more to come, as the TUI's
+    cost = fmt_spent_compact(b.cost_usd, b.cost_unknown, pending=bool(pending))
     counts = (b.children, b.completed, b.failed, b.stopped)
     return (b.id, one_line(b.name, 30), status, *map(str, counts), cost, created)
 

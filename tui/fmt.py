@@ -94,13 +94,16 @@ def fmt_row_cost(row: ChildRow) -> str:
     cost = row.live_cost_usd
     if cost is None:
         return fmt_spent_compact(row.cost_floor_usd, 1)
-    return fmt_cost(cost) + ("+?" if row.cost_pending else "")
+    return fmt_spent_compact(cost, 0, row.cost_pending)
 
 
-def fmt_spent_compact(known: Decimal, unknown: int) -> str:
-    """`fmt_spent` in one cell of a table: "$0.25+?" when some prices are unknown, "$?" when
-    only those children spent anything."""
-    return fmt_spent(known, unknown)[0] + ("+?" if unknown and known else "")
+def fmt_spent_compact(known: Decimal, unknown: int, pending: bool = False) -> str:
+    """`fmt_spent` in one cell of a table: "$0.25+?" when some prices are unknown or more is
+    to come (`pending`: an agent CLI's turn has reported nothing yet, `$0.00+?` as the meter's
+    `$0.00 (+1 pending)`), "$?" when only children of unknown price spent anything."""
+    amount = fmt_spent(known, unknown)[0]
+    more = (unknown or pending) and amount != fmt_cost(None)
+    return amount + ("+?" if more else "")
 
 
 def fmt_span(seconds: float) -> str:

@@ -34,13 +34,16 @@ def test_the_tree_key_puts_each_delegate_under_its_parent(tmp_path: Path) -> Non
     order = sorted(by_id, key=lambda i: tree_key(by_id[i], by_id))
     assert order == ["review-01", "review-01.3", "review-01.3.5", "review-01.4", "review-02"]
     costs = subtree_costs(by_id)
-    assert costs == {"review-01": (Decimal("0.04"), False), "review-01.3": (Decimal("0.02"), False)}
+    assert costs == {
+        "review-01": (Decimal("0.04"), False, False),
+        "review-01.3": (Decimal("0.02"), False, False),
+    }
     by_id["review-01.4"] = row(4, "review-01", cost=None)  # the rest is known: $0.03+?
-    assert subtree_costs(by_id)["review-01"] == (Decimal("0.03"), True)
+    assert subtree_costs(by_id)["review-01"] == (Decimal("0.03"), True, False)
     blank: tuple[Cell, ...] = ((" ✓", ""), ("review-01.3.5", ""), *[("", "")] * 9)
     cells = tree_cells(blank, by_id["review-01.3.5"], None)
     assert cells[1][0] == "  └ review-01.3.5" and cells[8] == ("", "")
-    cells = tree_cells(cells, by_id["review-01"], (Decimal("0.04"), False))
+    cells = tree_cells(cells, by_id["review-01"], (Decimal("0.04"), False, False))
     assert cells[8] == ("Σ" + fmt_cost(Decimal("0.04")), "bold")
 
 

@@ -36,7 +36,7 @@ class GroupSummary:
 
     members: int = 0
     by_status: dict[ChildStatus, int] = field(default_factory=dict)
-    cost: Spent = (ZERO_USD, False)  # what is known, and whether some is unknown
+    cost: Spent = (ZERO_USD, False, False)  # what is known, some unknown, more to come
     tagged: int = 0
     delegates: int = 0  # a unit's: its members' delegates (their cost is in `cost`)
     # Delegates of their parents' earlier attempts: history, apart, as the meter and the report

@@ -248,18 +248,20 @@ def tree_key(row: ChildRow, rows: Mapping[str, ChildRow]) -> tuple[int, ...]:
     return tuple(reversed(seqs))
 
 
-Spent = tuple[Decimal, bool]  # a sum of costs: what is known, and whether some is unknown
+# A sum of costs: what is known, whether some price is unknown, whether more is to come (a
+# turn that has reported nothing yet); `fmt_spent_compact(*spent)` reads it as the rows do.
+Spent = tuple[Decimal, bool, bool]
 
 
 def spent_of(row: ChildRow) -> Spent:
-    """A row's live cost, as its cost column reads, to sum: `$0.42+?` is (0.42, True), a
-    part unknown or a turn under way that has reported nothing yet (`cost_pending`)."""
+    """A row's live cost, as its cost column reads, to sum: `$0.42+?` is (0.42, True, False),
+    a part unknown, or (0.42, False, True), a turn under way that has reported nothing yet."""
     live = row.live_cost_usd
-    return (row.cost_floor_usd, True) if live is None else (live, row.cost_pending)
+    return (row.cost_floor_usd, True, False) if live is None else (live, False, row.cost_pending)
 
 
 def add_spent(a: Spent, b: Spent) -> Spent:
-    return (a[0] + b[0], a[1] or b[1])
+    return (a[0] + b[0], a[1] or b[1], a[2] or b[2])
 
 
 def subtree_costs(rows: Mapping[str, ChildRow]) -> dict[str, Spent]:
