@@ -35,7 +35,7 @@ from flightdeck.engine.attached.spawn import OwnerFailed
 from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
 from flightdeck.engine.errors import BatchEnded, StoreError
-from flightdeck.engine.model import BatchStatus, ChildRow, EngineEvent, Snapshot
+from flightdeck.engine.model import BatchStatus, ChildRow, EngineEvent, Snapshot, batch_ended
 from flightdeck.engine.records.liveness import STALE_AFTER_S
 from flightdeck.engine.records.reader import require_state
 from flightdeck.engine.records.rows import BatchInfo
@@ -124,7 +124,7 @@ class StoreView:
             return None
         if info.status is BatchStatus.ABANDONED:
             return self._abandoned(info.owner_pid)
-        return f"batch {info.id} has ended ({info.status.value}): nothing left to steer or stop"
+        return batch_ended(info.id, info.status)
 
     def _abandoned(self, pid: int) -> str:
         return (

@@ -20,6 +20,7 @@ from flightdeck.engine.model.routes import RouteLimit as RouteLimit
 from flightdeck.engine.model.status import BatchStatus as BatchStatus
 from flightdeck.engine.model.status import ChildStatus as ChildStatus
 from flightdeck.engine.model.status import SteerState as SteerState
+from flightdeck.engine.model.status import batch_ended as batch_ended
 from flightdeck.engine.model.usage import CHARS_PER_TOKEN as CHARS_PER_TOKEN
 from flightdeck.engine.model.usage import Usage as Usage
 from flightdeck.engine.model.waiting import ASK_TOOL as ASK_TOOL

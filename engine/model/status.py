@@ -44,6 +44,12 @@ class BatchStatus(StrEnum):
     ABANDONED = "abandoned"  # owner process died (crash recovery)
 
 
+def batch_ended(batch_id: str, status: BatchStatus) -> str:
+    """Why no command acts on a batch that has ended (an attached view's `read_only`; the TUI's
+    batch-wide keys in-process)."""
+    return f"batch {batch_id} has ended ({status.value}): nothing left to steer or stop"
+
+
 class SteerState(StrEnum):
     """What became of a steer: queued, delivered to the model, or missed (the child ended)."""
 

@@ -29,6 +29,7 @@ from tui_support import (
     app_for,
     held,
     make_tasks,
+    notices_of,
     on_screen,
     until,
     view_when_ready,
@@ -74,6 +75,30 @@ async def test_l_changes_the_pool_and_a_bad_value_says_why_in_the_dialog(
         assert caps is not None and caps.rpm == 600
         meter = str(app.main.query_one("#meter").render())
         await until(pilot, lambda: "pool 4" in str(app.main.query_one("#meter").render()), meter)
+
+
+async def test_in_process_l_p_and_x_on_an_ended_batch_say_so_as_attached(
+    engine_factory: EngineFactory,
+) -> None:
+    # Found by a walk-through: in-process, an ended batch's `L` opened the dialog and took a
+    # change ("limits changed: pool 3", for a batch with nothing left to admit), and `P` and
+    # `X` did nothing at all; attached, each says the batch has ended.
+    engine = engine_factory(["a", "b"])
+    app = app_for(engine)
+    notices = notices_of(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "batch finished: completed" in notices, "the batch's end")
+        for key in ("L", "P", "X"):
+            said = len(notices)
+            await pilot.press(key)
+            await until(pilot, lambda n=said: len(notices) > n, f"{key} said why", timeout=10)
+        assert isinstance(app.screen, MainScreen)  # no dialog
+    ended = f"batch {engine.batch_id} has ended (completed)"
+    assert notices[1:] == [
+        f"{ended}: its limits can no longer change",
+        f"{ended}: nothing left to steer or stop",
+        f"{ended}: nothing left to steer or stop",
+    ]
 
 
 def _soft_engine(tmp_path: Path, soft: str, n: int = 4) -> Engine:

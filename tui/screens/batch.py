@@ -62,15 +62,12 @@ def _set_limits(send: Sender) -> Callable[[dict[str, object]], None]:
     return lambda change: send(SetLimits(change))
 
 
-def limits_refusal(view: EngineView) -> str | None:
-    """Why `L` changes nothing from `view` (None: it can): an ended batch's is said as
-    `flightdeck limits` says it ("nothing left to steer or stop" read oddly for limits)."""
-    reason = view.read_only
-    if reason is None:
-        return None
-    snap = view.snapshot()
-    if snap.status in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
-        return reason  # read-only, or its owner is gone
+def limits_refusal(view: EngineView, snap: Snapshot | None) -> str | None:
+    """Why `L` changes nothing from `view` (None: it can), `snap` the batch as last read: an
+    ended batch's is said as `flightdeck limits` says it, in-process too (its engine took a
+    change with nothing left to admit), not as "nothing left to steer or stop"."""
+    if snap is None or snap.status in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
+        return view.read_only  # read-only, or its owner is gone
     return limits_ended(snap.batch_id, snap.status.value)
 
 

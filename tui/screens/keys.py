@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from functools import partial
 
-from flightdeck.engine.model import BatchStatus, Snapshot
+from flightdeck.engine.model import BatchStatus, Snapshot, batch_ended
 from flightdeck.tui.screens import targets
 from flightdeck.tui.screens.batch import limits_refusal, waiting_for_waves
 from flightdeck.tui.screens.decisions import Decision, Say
@@ -379,26 +379,37 @@ def applies(
 # and delete's): hidden where each would only say why it sends nothing. A read-only view, or a
 # batch that ended or whose owner is gone (`EngineView.read_only`); R, M and delete only
 # read-only (`review.refusal`: a retry opens an ended batch again, an accept or a discard needs
-# no owner); L as well, said its own way (`batch.limits_refusal`).
+# no owner); L as well, said its own way (`batch.limits_refusal`). In-process an ended batch
+# still hears commands, yet P and X have nothing to act on: said as attached (`_ended`).
 _ORDERS = frozenset(
     {"steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "answer", "clear"}
 )
 _REVIEWS = frozenset({"retry", "merge", "discard"})
+_BATCH_WIDE = frozenset({"pause_admission", "stop_all"})
 
 
-def refused(action: str, view: EngineView) -> str | None:
-    """Why `action` sends nothing from `view` (its key hidden; pressed, it says so), or None."""
+def refused(action: str, view: EngineView, snap: Snapshot | None = None) -> str | None:
+    """Why `action` sends nothing from `view` (its key hidden; pressed, it says so), or None;
+    `snap`: the batch as last read."""
     if action == "limits":
-        return limits_refusal(view)
+        return limits_refusal(view, snap)
     if action in _ORDERS:
-        return view.read_only
+        return view.read_only or _ended(action, snap)
     return refusal(view) if action in _REVIEWS else None
 
 
-def hidden_reason(key: str, bindings: Iterable[BindingType], view: EngineView) -> str | None:
+def _ended(action: str, snap: Snapshot | None) -> str | None:
+    if action in _BATCH_WIDE and snap is not None and snap.status is not BatchStatus.RUNNING:
+        return batch_ended(snap.batch_id, snap.status)
+    return None
+
+
+def hidden_reason(
+    key: str, bindings: Iterable[BindingType], view: EngineView, snap: Snapshot | None = None
+) -> str | None:
     """Why `key`, its binding among `bindings` hidden as `refused`, sends nothing (or None)."""
     bound = (b.action for b in bindings if isinstance(b, Binding) and b.key == key)
-    return next(filter(None, (refused(a, view) for a in bound)), None)
+    return next(filter(None, (refused(a, view, snap) for a in bound)), None)
 
 
 def unheard(
@@ -407,10 +418,11 @@ def unheard(
     table: ChildrenTable,
     focused: Widget | None,
     view: EngineView,
+    snap: Snapshot | None = None,
 ) -> Decision:
     """Why a key does nothing, rather than silence: its binding hidden as `refused` (`active`:
     None, no binding of the key applies), or shown disabled over children it cannot act on."""
-    if active is None and (reason := hidden_reason(key, MAIN_BINDINGS, view)):
+    if active is None and (reason := hidden_reason(key, MAIN_BINDINGS, view, snap)):
         return (Say(reason, "warning"),)
     disabled = active.binding.action if active is not None and not active.enabled else None
     table_focused = focused is table

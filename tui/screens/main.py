@@ -229,7 +229,7 @@ class MainScreen(Browsing):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
-        if keys.refused(action, self.view):  # it would only say why it sends nothing
+        if keys.refused(action, self.view, self.snapshot):  # it would only say why it sends nothing
             return False  # hidden (on_key says why, if pressed)
         table = self.table
         return keys.applies(action, table, self.snapshot, focused=self.focused)
@@ -243,7 +243,10 @@ class MainScreen(Browsing):
             return
         # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
         active = self.active_bindings.get(event.key)
-        self.carry_out(keys.unheard(event.key, active, self.table, self.focused, self.view))
+        unheard = keys.unheard(
+            event.key, active, self.table, self.focused, self.view, self.snapshot
+        )
+        self.carry_out(unheard)
 
     # --- keys that send a command (actions.py on the targets, batch.py on the batch) ----------
 
@@ -282,7 +285,7 @@ class MainScreen(Browsing):
 
     def action_limits(self) -> None:
         """The limits dialog: the live limits, editable."""
-        reason = batch.limits_refusal(self.view)
+        reason = batch.limits_refusal(self.view, self.view.snapshot())
         if reason:
             self.notify(reason, severity="warning", markup=False)
             return
