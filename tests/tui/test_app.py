@@ -48,6 +48,7 @@ from tui_support import (
     filter_rows,
     held,
     make_tasks,
+    notices_of,
     on_screen,
     type_text,
     until,
@@ -822,6 +823,31 @@ async def test_steer_or_stop_on_a_finished_child_says_why(
         "review-01 has completed: nothing to stop",
         "review-06 was stopped: nothing to steer",
         "all 2 tagged children have ended: nothing to stop",
+    ]
+    assert view.steered == [] and view.stopped == []
+
+
+async def test_keys_over_a_filter_that_keeps_no_child_say_why_they_do_nothing(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: with a filter that keeps no child, s, x, p, n, t and space did
+    # nothing at all, and D said "this child changed no file" of no child.
+    view = StaticView(tmp_path)
+    app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
+    notices = notices_of(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) == 10, "rows")
+        await filter_rows(pilot, "nosuchchild")
+        assert not app.main.table.shown
+        said = len(notices)
+        await pilot.press("s", "x", "p", "n", "t", "space", "D")
+        await until(pilot, lambda: len(notices) >= said + 7, "each key said why")
+        assert isinstance(app.screen, MainScreen)  # no dialog
+    nothing = "no child matches `nosuchchild`: nothing to "
+    verbs = ("steer", "stop", "pause", "nudge", "tag", "tag")
+    assert notices[said:] == [
+        *(nothing + verb for verb in verbs),
+        "no child is selected: D shows the selected child's changes",
     ]
     assert view.steered == [] and view.stopped == []
 

@@ -408,8 +408,16 @@ def hidden_reason(
     key: str, bindings: Iterable[BindingType], view: EngineView, snap: Snapshot | None = None
 ) -> str | None:
     """Why `key`, its binding among `bindings` hidden as `refused`, sends nothing (or None)."""
-    bound = (b.action for b in bindings if isinstance(b, Binding) and b.key == key)
-    return next(filter(None, (refused(a, view, snap) for a in bound)), None)
+    return next(filter(None, (refused(a, view, snap) for a in _bound(key, bindings))), None)
+
+
+def _bound(key: str, bindings: Iterable[BindingType]) -> Iterator[str]:
+    return (b.action for b in bindings if isinstance(b, Binding) and b.key == key)
+
+
+# The keys on the children, hidden over a filter that keeps none (`applies`): each says so.
+_ON_CHILDREN = {"steer": "steer", "stop": "stop", "pause": "pause", "nudge": "nudge"}
+_ON_CHILDREN |= {"tag": "tag", "tag_visible": "tag", "tag_group": "tag"}
 
 
 def unheard(
@@ -430,6 +438,11 @@ def unheard(
         aim = targets.aim(table)
         if aim.ids and not aim.looping:
             return (Say("no child here is flagged as looping: nothing to nudge"),)
+    verbs = [_ON_CHILDREN[a] for a in _bound(key, MAIN_BINDINGS) if a in _ON_CHILDREN]
+    if active is None and table_focused and verbs:
+        aim = targets.aim(table)
+        if aim.query is not None and not aim.ids:
+            return (Say(aim.nothing_to(verbs[0])),)
     if disabled in ("steer", "stop", "pause"):  # over children that have all ended
         aim = targets.aim(table)
         if aim.ids:

@@ -262,7 +262,9 @@ def diff(row: ChildRow | None, secrets: tuple[str, ...]) -> Decision:
     if row is not None and row.changes is None and row.status.live:  # known once it ends
         said = f"{one_line(row.id)} has not ended ({row.status.value})"
         return (Say(f"{said}: its changes are known once it has"),)
-    if row is None or row.changes is None:
+    if row is None:  # a group's header, or a filter that keeps no child
+        return (Say("no child is selected: D shows the selected child's changes"),)
+    if row.changes is None:
         return (Say("this child changed no file in a workspace of its own"),)
     return (Ask(DiffScreen(row, row.changes, secrets), lambda _: ()),)
 

@@ -81,9 +81,12 @@ class Aim:
         return "matching" if self.query is not None else "tagged"
 
     def nothing_to(self, verb: str) -> str:
-        """Every target has ended: why the key does nothing, said rather than silent."""
+        """Every target has ended, or the filter keeps none: why the key does nothing, said
+        rather than silent."""
         ended = self.ended
-        if self.header is not None:
+        if not self.ids and self.query is not None:
+            why = f"no child matches `{one_line(self.query, 60)}`"
+        elif self.header is not None:
             why = f"every child under {one_line(self.header.described, 60)} has ended"
         elif self.query is not None:
             why = f"every child matching `{one_line(self.query, 60)}` has ended"
