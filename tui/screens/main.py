@@ -26,7 +26,7 @@ from flightdeck.tui.messages import (
     forwarder,
 )
 from flightdeck.tui.options import UiOptions
-from flightdeck.tui.screens import actions, batch, decisions, keys, review, targets
+from flightdeck.tui.screens import actions, batch, decisions, keys, refusals, review, targets
 from flightdeck.tui.screens.browsing import Browsing
 from flightdeck.tui.screens.decisions import Decision
 from flightdeck.tui.screens.help import HelpScreen
@@ -229,8 +229,9 @@ class MainScreen(Browsing):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
-        if keys.refused(action, self.view, self.snapshot):  # it would only say why it sends nothing
-            return False  # hidden (on_key says why, if pressed)
+        # Hidden where it would only say why it sends nothing (on_key says why, if pressed).
+        if refusals.refused(action, self.view, self.snapshot):
+            return False
         table = self.table
         return keys.applies(action, table, self.snapshot, focused=self.focused)
 
@@ -243,10 +244,8 @@ class MainScreen(Browsing):
             return
         # Before the bindings run (the key bubbles up first); a disabled binding runs nothing.
         active = self.active_bindings.get(event.key)
-        unheard = keys.unheard(
-            event.key, active, self.table, self.focused, self.view, self.snapshot
-        )
-        self.carry_out(unheard)
+        view, snap = self.view, self.snapshot
+        self.carry_out(refusals.unheard(event.key, active, self.table, self.focused, view, snap))
 
     # --- keys that send a command (actions.py on the targets, batch.py on the batch) ----------
 

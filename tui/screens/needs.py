@@ -1,6 +1,6 @@
 """The "needs you" queue (`!`): every entry oldest first with its reason (engine/triage/needs.py);
 `a` answers a child's question, `c` clears an entry, enter goes to the child in the table. `a` and
-`c` are hidden where they would send nothing (`keys.refused`: read-only, ended, owner gone)."""
+`c` are hidden where they would send nothing (`refusals.refused`: read-only, ended, owner gone)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from flightdeck.engine.commands import Answer, Command, CommandError, Dismiss
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_age
 from flightdeck.tui.screens.decisions import Decision, Say
-from flightdeck.tui.screens.keys import hidden_reason, refused
+from flightdeck.tui.screens.refusals import hidden_reason, refused
 from flightdeck.tui.view import EngineView
 from flightdeck.tui.widgets import ChildrenTable
 from flightdeck.tui.widgets.lists import Rows
