@@ -17,7 +17,7 @@ import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Settings, default_sim_route
 from flightdeck.engine.inputs.tasks import Batch, Task
-from flightdeck.engine.model import ChildStatus, SteerState
+from flightdeck.engine.model import ChildStatus, LoopEvidence, SteerState
 from flightdeck.tui.app import FlightdeckApp, exit_code
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens import targets
@@ -831,12 +831,15 @@ async def test_keys_over_a_filter_that_keeps_no_child_say_why_they_do_nothing(
     tmp_path: Path,
 ) -> None:
     # Found by a walk-through: with a filter that keeps no child, s, x, p, n, t and space did
-    # nothing at all, and D said "this child changed no file" of no child.
-    view = StaticView(tmp_path)
+    # nothing at all, and D said "this child changed no file" of no child. A child flagged
+    # looping keeps n in the footer (dimmed): pressed, it said nothing either.
+    rows = demo_rows(tmp_path)
+    evidence = LoopEvidence("repeat", "read_file called 5 times", ("read_file",) * 5, NOW - 5)
+    view = StaticView(tmp_path, (*rows, dataclasses.replace(rows[1], id="looper", loop=evidence)))
     app = FlightdeckApp(view, UiOptions(clock=frozen_clock, cursor_blink=False))
     notices = notices_of(app)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: len(app.main.table.shown) == 10, "rows")
+        await until(pilot, lambda: len(app.main.table.shown) == 11, "rows")
         await filter_rows(pilot, "nosuchchild")
         assert not app.main.table.shown
         said = len(notices)

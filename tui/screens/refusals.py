@@ -56,7 +56,7 @@ def _bound(key: str, bindings: Iterable[BindingType]) -> Iterator[str]:
     return (b.action for b in bindings if isinstance(b, Binding) and b.key == key)
 
 
-# The keys on the children, hidden over a filter that keeps none (`applies`): each says so.
+# The keys on the children, hidden (n dimmed) over a filter that keeps none: each says so.
 _ON_CHILDREN = {"steer": "steer", "stop": "stop", "pause": "pause", "nudge": "nudge"}
 _ON_CHILDREN |= {"tag": "tag", "tag_visible": "tag", "tag_group": "tag"}
 
@@ -80,7 +80,7 @@ def unheard(
         if aim.ids and not aim.looping:
             return (Say("no child here is flagged as looping: nothing to nudge"),)
     verbs = [_ON_CHILDREN[a] for a in _bound(key, MAIN_BINDINGS) if a in _ON_CHILDREN]
-    if active is None and table_focused and verbs:
+    if (active is None or disabled) and table_focused and verbs:
         aim = targets.aim(table)
         if aim.query is not None and not aim.ids:
             return (Say(aim.nothing_to(verbs[0])),)
