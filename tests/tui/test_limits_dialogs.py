@@ -101,6 +101,27 @@ async def test_in_process_l_p_and_x_on_an_ended_batch_say_so_as_attached(
     ]
 
 
+async def test_in_process_a_limits_dialog_open_as_the_batch_ends_takes_no_change(
+    engine_factory: EngineFactory, hold: Hold
+) -> None:
+    # Attached, a change sent after the batch ended is refused in the dialog; in-process the
+    # engine took it ("limits changed: pool 3", with nothing left to admit).
+    engine = engine_factory(["a"], sim=held(hold))
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine.snapshot().totals.running == 1, "running")
+        await pilot.press("L")
+        await until(pilot, lambda: on_screen(app, LimitsDialog), "limits dialog")
+        hold.release()
+        await until(pilot, lambda: engine.status is BatchStatus.COMPLETED, "the batch's end")
+        app.screen.query_one("#limit-pool", Input).value = "3"
+        await pilot.press("enter")
+        ended = f"batch {engine.batch_id} has ended (completed): its limits can no longer change"
+        await until(pilot, lambda: ended in error_text(app, "#limit-error"), "why, in the dialog")
+        assert isinstance(app.screen, LimitsDialog)
+    assert engine.limits().pool_size == 4
+
+
 def _soft_engine(tmp_path: Path, soft: str, n: int = 4) -> Engine:
     route = default_sim_route(**FAST)
     settings = Settings(

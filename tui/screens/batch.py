@@ -15,6 +15,7 @@ from flightdeck.engine.commands import (
     StopAll,
     describe,
 )
+from flightdeck.engine.errors import CommandError
 from flightdeck.engine.model import OPERATOR_HOLD, BatchStatus, ChildRow, Snapshot
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.sanitize import one_line
@@ -56,6 +57,18 @@ def stop_all(rows: Mapping[str, ChildRow], snap: Snapshot | None = None) -> Deci
         return (Send(StopAll()), Say(said), Poll())
 
     return (Ask(ConfirmStopDialog(ids, everything=True), answered),)
+
+
+def limits_sender(view: EngineView) -> Sender:
+    """`view.send` for the limits dialog: a change to a batch that ended while it was open is
+    refused in the dialog, as `L` then is (in-process the engine took it, nothing to admit)."""
+
+    def send(command: Command) -> None:
+        if reason := limits_refusal(view, view.snapshot()):
+            raise CommandError(reason)
+        view.send(command)
+
+    return send
 
 
 def _set_limits(send: Sender) -> Callable[[dict[str, object]], None]:

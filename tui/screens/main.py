@@ -288,7 +288,7 @@ class MainScreen(Browsing):
         if reason:
             self.notify(reason, severity="warning", markup=False)
             return
-        self.carry_out(batch.limits(self.view.snapshot(), self.view.send))
+        self.carry_out(batch.limits(self.view.snapshot(), batch.limits_sender(self.view)))
 
     # --- live updates paused, help, quit ------------------------------------------------------
 
