@@ -831,8 +831,8 @@ async def test_keys_over_a_filter_that_keeps_no_child_say_why_they_do_nothing(
     tmp_path: Path,
 ) -> None:
     # Found by a walk-through: with a filter that keeps no child, s, x, p, n, t and space did
-    # nothing at all, and D said "this child changed no file" of no child. A child flagged
-    # looping keeps n in the footer (dimmed): pressed, it said nothing either.
+    # nothing at all, R said "none failed", and D "this child changed no file" of no child. A
+    # child flagged looping keeps n in the footer (dimmed): pressed, it said nothing either.
     rows = demo_rows(tmp_path)
     evidence = LoopEvidence("repeat", "read_file called 5 times", ("read_file",) * 5, NOW - 5)
     view = StaticView(tmp_path, (*rows, dataclasses.replace(rows[1], id="looper", loop=evidence)))
@@ -843,11 +843,11 @@ async def test_keys_over_a_filter_that_keeps_no_child_say_why_they_do_nothing(
         await filter_rows(pilot, "nosuchchild")
         assert not app.main.table.shown
         said = len(notices)
-        await pilot.press("s", "x", "p", "n", "t", "space", "D")
-        await until(pilot, lambda: len(notices) >= said + 7, "each key said why")
+        await pilot.press("s", "x", "p", "n", "t", "space", "R", "M", "delete", "D")
+        await until(pilot, lambda: len(notices) >= said + 10, "each key said why")
         assert isinstance(app.screen, MainScreen)  # no dialog
     nothing = "no child matches `nosuchchild`: nothing to "
-    verbs = ("steer", "stop", "pause", "nudge", "tag", "tag")
+    verbs = ("steer", "stop", "pause", "nudge", "tag", "tag", "retry", "merge", "discard")
     assert notices[said:] == [
         *(nothing + verb for verb in verbs),
         "no child is selected: D shows the selected child's changes",
