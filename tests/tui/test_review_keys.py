@@ -22,7 +22,8 @@ from flightdeck.tui.options import UiOptions
 from flightdeck.tui.screens.review import AcceptDialog, DiffScreen, DiscardDialog, RetryDialog
 from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.detail import ChildDetail
-from textual.widgets import Label
+from textual.widgets import Label, Static
+from textual.widgets._footer import FooterKey
 from tui_support import SIZE, app_for, on_screen, until, view_when_ready
 
 from gitrepo import GIT_ENV, git, make_repo, worktrees
@@ -173,6 +174,27 @@ def same_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engin
     e = review_engine(tmp_path, monkeypatch, "overlap", {"a": "x.txt=one", "b": "x.txt=two"})
     yield e
     e.close()
+
+
+async def test_the_diff_screens_footer_shows_the_arrows_its_title_and_the_docs_name(
+    engine: Engine,
+) -> None:
+    # Found by a walk-through: the footer showed `]` and `[` for the next and previous file,
+    # where the screen's title and docs/tui.md say ← and →.
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.main.table
+        await until(pilot, lambda: _both_ended(table), "both children ended", 90)
+        table.select("t1")
+        await pilot.press("D")
+        await until(pilot, lambda: on_screen(app, DiffScreen), "the diff screen")
+        diff = app.screen
+        assert isinstance(diff, DiffScreen)
+        head = diff.query_one("#diff-head", Static)
+        await until(pilot, lambda: "←/→ file" in str(head.render()), "the title")
+        await until(pilot, lambda: list(diff.query(FooterKey)), "the footer's keys")
+        shown = {key.action: key.key_display for key in diff.query(FooterKey)}
+        assert shown["file(1)"] == "→" and shown["file(-1)"] == "←"
 
 
 async def test_m_on_children_that_changed_one_file_warns_before_merging(

@@ -152,8 +152,17 @@ class DiffScreen(Screen[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "app.pop_screen", "Close", id="diff.close", tooltip="Back"),
-        Binding("right,right_square_bracket", "file(1)", "Next file", id="diff.next"),
-        Binding("left,left_square_bracket", "file(-1)", "Previous file", id="diff.previous"),
+        # The arrows, as the title says: the footer showed the last key of each, `]` and `[`.
+        Binding(
+            "right,right_square_bracket", "file(1)", "Next file", key_display="→", id="diff.next"
+        ),
+        Binding(
+            "left,left_square_bracket",
+            "file(-1)",
+            "Previous file",
+            key_display="←",
+            id="diff.previous",
+        ),
         Binding("a", "all", "All files", id="diff.all", tooltip="Every file at once"),
     ]
 
