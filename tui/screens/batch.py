@@ -79,8 +79,11 @@ def limits_refusal(view: EngineView, snap: Snapshot | None) -> str | None:
     """Why `L` changes nothing from `view` (None: it can), `snap` the batch as last read: an
     ended batch's is said as `flightdeck limits` says it, in-process too (its engine took a
     change with nothing left to admit), not as "nothing left to steer or stop"."""
+    reason = view.read_only
+    if reason is not None:  # it may have ended since the last poll: its own (cheap) snapshot
+        snap = view.snapshot()
     if snap is None or snap.status in (BatchStatus.RUNNING, BatchStatus.ABANDONED):
-        return view.read_only  # read-only, or its owner is gone
+        return reason  # read-only, or its owner is gone
     return limits_ended(snap.batch_id, snap.status.value)
 
 
