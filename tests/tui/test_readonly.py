@@ -174,11 +174,11 @@ async def test_retry_merge_and_discard_say_read_only_and_open_nothing(
             "c1 stopped",
         )
         table.set_tagged(["c1"], True)  # what R, M and delete act on
-        for key in ("R", "M", "delete"):
+        for key in ("R", "M", "delete", "backspace"):
             await pilot.press(key)
             await pilot.pause()
             assert isinstance(app.screen, MainScreen), key  # no dialog to send from
-        assert notices.count(READ_ONLY) == 3, notices
+        assert notices.count(READ_ONLY) == 4, notices
         await until_exited(pilot, "the app to quit", by=pilot.press("q"))
     assert "retry" not in recorded(view)
 

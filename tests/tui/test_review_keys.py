@@ -119,11 +119,16 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is app.main, "back")
 
-        # delete: t1's changes discarded (confirmed), its worktree gone.
+        # delete: t1's changes discarded (confirmed), its worktree gone. A Mac's delete key
+        # sends backspace: it opens and confirms the dialog as well.
+        await pilot.press("backspace")
+        await until(pilot, lambda: on_screen(app, DiscardDialog), "asked on backspace")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.main, "kept")
         await pilot.press("delete")
         await until(pilot, lambda: on_screen(app, DiscardDialog), "asked")
         assert _title(app) == "Discard 1 child's changes?"  # it read "1 child' changes?"
-        await pilot.press("delete")
+        await pilot.press("backspace")
         await until(
             pilot,
             lambda: (c := table.rows_by_id["t1"].changes) is not None and c.state == "discarded",

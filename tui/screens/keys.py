@@ -101,12 +101,14 @@ MAIN_BINDINGS: list[BindingType] = [
         "them all into a branch you name (at a conflict, none)",
     ),
     Binding(
-        "delete",
+        "delete,backspace",  # a Mac's delete key sends backspace
         "discard",
         "Discard",
         show=False,
+        key_display="delete",
         id="child.discard",
-        tooltip="Discard the targets' pending changes: worktrees and branches removed (confirm)",
+        tooltip="Discard the targets' pending changes: worktrees and branches removed (confirm; "
+        "backspace too)",
     ),
     Binding(
         "j",

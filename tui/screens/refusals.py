@@ -53,7 +53,8 @@ def hidden_reason(
 
 
 def _bound(key: str, bindings: Iterable[BindingType]) -> Iterator[str]:
-    return (b.action for b in bindings if isinstance(b, Binding) and b.key == key)
+    bound = (b for b in bindings if isinstance(b, Binding))
+    return (b.action for b in bound if key in b.key.split(","))  # "delete,backspace"
 
 
 # The keys on the children, hidden (n dimmed) over a filter that keeps none: each says so.

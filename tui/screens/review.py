@@ -123,7 +123,14 @@ class DiscardDialog(ModalScreen[bool]):
     CSS_PATH = "dialogs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss(False)", "Cancel", id="dialog.cancel", tooltip="Keep them"),
-        Binding("delete", "dismiss(True)", "Discard", id="discard.confirm", tooltip="Drop them"),
+        Binding(
+            "delete,backspace",  # a Mac's delete key sends backspace
+            "dismiss(True)",
+            "Discard",
+            key_display="delete",
+            id="discard.confirm",
+            tooltip="Drop them",
+        ),
     ]
 
     def __init__(self, child_ids: list[str]) -> None:
