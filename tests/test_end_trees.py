@@ -4,6 +4,7 @@ beside the others. It ended them one after another, so three CLIs that ignore SI
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -61,3 +62,39 @@ def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> N
                 proc.wait()
             assert proc.stdout is not None
             proc.stdout.close()
+
+
+def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: Path) -> None:
+    # A paused command child's process is stopped (SIGSTOP); its owner dies; `resume` ends its
+    # tree. SIGTERM alone stays pending on a stopped process: it waited out the whole grace,
+    # then SIGKILL, never letting the process end as told.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time\nprint('ready', flush=True)\ntime.sleep(300)\n"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        root = identify(proc.pid)
+        assert root is not None
+        proc.send_signal(signal.SIGSTOP)
+        until(lambda: Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] == "T")
+        files = Files(tmp_path / "out", tmp_path / "err")
+        survived: list[list[object]] = []
+        # A grace no test waits out: only SIGTERM can end it in time.
+        ending = threading.Thread(
+            target=lambda: survived.extend(end_trees([(Record(root, None, files), 600.0)])),
+            daemon=True,
+        )
+        ending.start()
+        ending.join(30)
+        assert not ending.is_alive(), "end_trees waited out the grace of a suspended process"
+        assert survived == [[]]
+        assert proc.wait(30) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()

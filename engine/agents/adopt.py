@@ -45,6 +45,9 @@ def end_tree(record: Record, grace_s: float) -> list[Pid]:
     left = found
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
         signal_all(sig)
+        if sig == signal.SIGTERM:
+            # One its dead owner suspended for a pause acts on no SIGTERM until it goes on.
+            signal_all(signal.SIGCONT)
         deadline = time.monotonic() + wait_s
         while (left := [p for p in found if tree.alive(p)]) and time.monotonic() < deadline:
             time.sleep(0.02)
