@@ -578,3 +578,74 @@ def test_a_child_paused_as_its_owner_died_is_adopted_paused_and_continue_runs_it
         assert not sampler.now()
     assert resume.returncode == 0, out + err
     assert status("halt") is ChildStatus.COMPLETED
+
+
+# A plain command that ends on SIGTERM (its default): it prints its pid and waits; run again
+# (its marker exists), it says so and ends.
+OBEDIENT = (
+    "import os, pathlib, sys, time\n"
+    "marker = pathlib.Path(sys.argv[1])\n"
+    "if marker.exists():\n"
+    "    print('ran again', flush=True)\n"
+    "    sys.exit(0)\n"
+    "marker.touch()\n"
+    "print('pid', os.getpid(), flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+@pytest.mark.slow
+def test_a_plain_child_paused_as_its_owner_died_is_ended_by_sigterm_and_waits_for_continue(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: the paused child's process, suspended (SIGSTOP) by its dead
+    # owner, was sent SIGTERM alone, which a stopped process does not act on: `resume` waited
+    # out its whole kill_grace_s, then SIGKILL; and it said the child's task ran again, while
+    # it waits, paused, for `continue`.
+    script = tmp_path / "obedient.py"
+    script.write_text(OBEDIENT)
+    route = argv(str(script), str(tmp_path / "{id}.ran"))
+    folder = project(tmp_path / "p", route, ["t0", "t1"])
+    config = folder / "flightdeck.toml"
+    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
+    db = folder / "state" / "flightdeck.db"
+
+    def status(child: str) -> ChildStatus:
+        with StoreReader(db) as reader:
+            return {r.id: r.status for r in reader.children(batch_id)}[child]
+
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    pids = {}
+    for child in ("t0", "t1"):
+        until(lambda c=child: "pid " in transcript(folder, batch_id, c), what="its process")
+        found = re.search(r"pid (\d+)", transcript(folder, batch_id, child))
+        assert found is not None
+        pids[child] = int(found.group(1))
+    pause = flightdeck(folder, "pause", batch_id, "t0")
+    assert pause.communicate(timeout=30) and pause.returncode == 0
+    until(lambda: status("t0") is ChildStatus.PAUSED, what="t0 paused")
+    until(lambda: suspended([pids["t0"]]), what="t0's process suspended")
+    kill_owner(owner)
+    resume = flightdeck(folder, "resume", batch_id)
+    try:
+        # Told SIGTERM, it ends long before its grace is over (a SIGKILL would be 600 s away).
+        until(lambda: not runs(pids["t0"]) and not runs(pids["t1"]), 30, what="both ended")
+        until(lambda: status("t1") is ChildStatus.COMPLETED, what="t1 ran again")
+        assert status("t0") is ChildStatus.PAUSED
+        go = flightdeck(folder, "continue", batch_id, "t0")
+        said = go.communicate(timeout=30)
+        assert go.returncode == 0, said
+        out, err = resume.communicate(timeout=60)
+    finally:
+        for pid in pids.values():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if resume.poll() is None:
+            resume.kill()
+            resume.communicate()
+    assert resume.returncode == 0, out + err
+    assert "1 ended, whole process trees, before their tasks ran again: t1\n" in out, out
+    assert "1 ended, whole process trees, paused: their tasks run again once continued: t0\n" in out
+    assert "ran again" in transcript(folder, batch_id, "t0")
+    assert status("t0") is ChildStatus.COMPLETED

@@ -208,11 +208,19 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
             return
         # With --no-rerun their tasks never run again: they are left unknown.
         after = "their tasks left unknown" if args.no_rerun else "before their tasks ran again"
-        # A child stopped as its owner died runs no more: its process is ended all the same.
-        done = {r.id for r in engine.snapshot().children if r.status is ChildStatus.STOPPED}
+        # A child stopped as its owner died runs no more, and one paused waits for `continue`:
+        # the process of each is ended all the same.
+        rows = engine.snapshot().children
+        done = {r.id for r in rows if r.status is ChildStatus.STOPPED}
+        paused = {r.id for r in rows if r.status is ChildStatus.PAUSED}
+        ended = [i for i in found.ended if i not in done]
         for ids, what in (
             (found.adopted, "adopted (their processes outlived the owner: watched to the end)"),
-            ([i for i in found.ended if i not in done], f"ended, whole process trees, {after}"),
+            ([i for i in ended if i not in paused], f"ended, whole process trees, {after}"),
+            (
+                [i for i in ended if i in paused],
+                "ended, whole process trees, paused: their tasks run again once continued",
+            ),
             ([i for i in found.ended if i in done], "ended, whole process trees, as stopped"),
         ):
             if ids:
