@@ -25,6 +25,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from flightdeck.engine.api import TuiSettings
+    from flightdeck.engine.attached.spawn import StartedOwner
     from flightdeck.engine.attached.view import StoreView
 
 STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to record the end
@@ -34,7 +35,7 @@ def run_in_background(
     args: argparse.Namespace, state_dir: Path, tui: TuiSettings | None = None
 ) -> ExitCode:
     """`flightdeck run` on a terminal (the TUI attached to a new owner) or with `--detach`."""
-    from flightdeck.engine.attached.spawn import start_owner
+    from flightdeck.engine.attached.spawn import launch_owner, wait_ready
 
     command = [sys.executable, "-m", "flightdeck.tui.cli", "run", "--headless"]
     command += [str(args.batch_file.absolute()), "--state-dir", str(state_dir)]
@@ -44,8 +45,17 @@ def run_in_background(
         command += ["--max-concurrent", str(args.max_concurrent)]
     if args.executor is not None:
         command += ["--executor", args.executor]
-    owner = start_owner(command, state_dir)
-    if args.detach:
+    owner = launch_owner(command, state_dir)
+    try:
+        wait_ready(owner)
+        return _show(owner, args.detach, state_dir, tui)
+    except KeyboardInterrupt:
+        return _interrupted(owner, state_dir)
+
+
+def _show(owner: StartedOwner, detach: bool, state_dir: Path, tui: TuiSettings | None) -> ExitCode:
+    """A started owner's batch: its id said (`--detach`), or the TUI attached to it."""
+    if detach:
         # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.
         try:
             sys.stdout.write(owner.batch_id + "\n")
@@ -59,6 +69,27 @@ def run_in_background(
     from flightdeck.engine.attached.view import StoreView
 
     return attach_tui(StoreView(owner.db, owner.batch_id), tui)
+
+
+def _interrupted(owner: StartedOwner, state_dir: Path) -> ExitCode:
+    """Ctrl+C before the batch was shown (its owner starting, the TUI loading): the operator
+    has seen nothing of it, so it is stopped, not left to run and spend unseen."""
+    from flightdeck.engine.attached.spawn import end_owner
+
+    err = console_for(stderr=True)
+    b = owner.batch_id
+    err.print(
+        Text(
+            f"flightdeck: interrupted: stopping batch {b} (its owner, pid {owner.pid}; "
+            "Ctrl+C again leaves, and it stops all the same)"
+        )
+    )
+    if (status := end_owner(owner)) is not None:
+        report = command_line(state_dir, "report", b)
+        err.print(Text(f"flightdeck: batch {b} {status} (report: {report})"))
+    else:
+        err.print(Text(f"flightdeck: batch {b} never started: nothing is left of it"))
+    return ExitCode.INTERRUPTED
 
 
 def cmd_attach(args: argparse.Namespace) -> ExitCode:

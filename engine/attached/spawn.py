@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -79,15 +80,43 @@ def start_owner(command: list[str], state_dir: Path) -> StartedOwner:
     """Start `command --owner-of BATCH_ID` (a headless `flightdeck run`) as the owner of a new
     batch; return once it has recorded the batch. OwnerFailed (exit 2 upstream) if it exits
     before that."""
+    owner = launch_owner(command, state_dir)
+    wait_ready(owner)
+    return owner
+
+
+def launch_owner(command: list[str], state_dir: Path) -> StartedOwner:
+    """`start_owner` without the wait: the owner started, its batch maybe not recorded yet."""
     batch_id, folder = claim_batch_folder(state_dir)
     log = folder / OWNER_LOG
     pid = _launch([*command, "--owner-of", batch_id], log)
     if pid is None:
         _forget(folder)
         raise OwnerFailed(None, None, None, "could not start the owner process")
-    owner = StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
-    _wait_ready(owner, folder)
-    return owner
+    return StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
+
+
+def wait_ready(owner: StartedOwner) -> None:
+    """Return once a launched owner has recorded its batch; OwnerFailed if it exits first."""
+    _wait_ready(owner, owner.log.parent)
+
+
+def end_owner(owner: StartedOwner) -> str | None:
+    """End an owner whose starter was interrupted before the operator could see the batch:
+    SIGTERM (it stops every child and records it; before its batch is recorded it just ends),
+    and wait for it to exit. The batch's status as it ended; None if it was never recorded,
+    and then nothing of it is left behind."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(owner.pid, signal.SIGTERM)
+    while process_matches(owner.pid, None):
+        time.sleep(_READY_EVERY_S)
+    info = None
+    with contextlib.suppress(StoreNotFoundError), StoreReader(owner.db) as reader:
+        info = reader.batch(owner.batch_id)
+    if info is None:
+        _forget(owner.log.parent)
+        return None
+    return info.status.value
 
 
 def restart_owner(command: list[str], state_dir: Path, batch_id: str) -> StartedOwner:

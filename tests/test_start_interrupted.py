@@ -1,0 +1,70 @@
+"""Ctrl+C while `flightdeck run` starts a batch's owner in the background, before the operator
+has seen the batch (the TUI loading, or `--detach` not yet done): the owner is stopped, not
+left to run the batch unseen. It was: `flightdeck: interrupted`, exit 130, and the batch ran on
+in its owner, children and spend included, with nothing said of it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from flightdeck.tui.exitcodes import ExitCode
+
+from helpers import ended, signals_as_a_shell_gives_them, until
+
+# Holds the owner (the process `run` starts with --owner-of) before it loads anything, as a
+# busy machine holds it: it says its pid, then waits for the gate.
+HOLD = """import os, sys, time
+if "--owner-of" in sys.argv:
+    with open(os.environ["FD_TEST_HELD"] + ".part", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(os.environ["FD_TEST_HELD"] + ".part", os.environ["FD_TEST_HELD"])
+    while not os.path.exists(os.environ["FD_TEST_GATE"]):
+        time.sleep(0.01)
+"""
+
+
+@pytest.mark.slow  # a starter and its owner
+def test_ctrl_c_before_the_owner_recorded_the_batch_ends_it_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOLD)
+    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n')
+    held, gate = tmp_path / "held", tmp_path / "gate"
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": path}
+    env |= {"FD_TEST_HELD": str(held), "FD_TEST_GATE": str(gate)}
+    command = ["run", "--detach", "tasks.jsonl", "--state-dir", "state"]
+    starter = subprocess.Popen(
+        [sys.executable, "-m", "flightdeck.tui.cli", *command],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=signals_as_a_shell_gives_them,
+    )
+    owner = 0
+    try:
+        until(held.exists, 60, what="the owner started, and held")
+        owner = int(held.read_text())
+        starter.send_signal(signal.SIGINT)
+        out, err = starter.communicate(timeout=60)
+        assert starter.returncode == ExitCode.INTERRUPTED, err
+        assert out == ""  # no batch id: it never started
+        assert f"its owner, pid {owner};" in err, err
+        assert "never started: nothing is left of it" in err, err
+        assert ended(owner)  # not left to run the batch once the machine lets it
+        assert list((tmp_path / "state" / "batches").iterdir()) == []
+    finally:
+        if owner and not ended(owner):
+            os.kill(owner, signal.SIGKILL)
+        if starter.poll() is None:
+            starter.kill()
+            starter.communicate()
