@@ -649,3 +649,70 @@ def test_a_plain_child_paused_as_its_owner_died_is_ended_by_sigterm_and_waits_fo
     assert "1 ended, whole process trees, paused: their tasks run again once continued: t0\n" in out
     assert "ran again" in transcript(folder, batch_id, "t0")
     assert status("t0") is ChildStatus.COMPLETED
+
+
+# A plain command that takes its time to stop: it ignores SIGTERM until `gate` exists.
+SLOW_TO_STOP = (
+    "import os, pathlib, signal, sys, time\n"
+    "gate = pathlib.Path(sys.argv[1])\n"
+    "signal.signal(signal.SIGTERM, lambda *a: gate.exists() and sys.exit(0))\n"
+    "print('pid', os.getpid(), flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_says_which_processes_it_left_running_and_resume_ends_them(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: a second Ctrl+C while command children stopped said only "left
+    # without waiting for children still stopping"; their processes ran on, unsaid, and the
+    # batch read abandoned, with nothing telling the operator that `resume` ends them.
+    from helpers import signals_as_a_shell_gives_them
+
+    script, gate = tmp_path / "slow.py", tmp_path / "gate"
+    script.write_text(SLOW_TO_STOP)
+    folder = project(tmp_path / "p", argv(str(script), str(gate)), ["t0", "t1"])
+    config = folder / "flightdeck.toml"
+    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
+    owner = subprocess.Popen(
+        [PY, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+        preexec_fn=signals_as_a_shell_gives_them,
+    )
+    batch_id = batch_of(folder)
+    pids = []
+    try:
+        for child in ("t0", "t1"):
+            until(lambda c=child: "pid " in transcript(folder, batch_id, c), what="its process")
+            found = re.search(r"pid (\d+)", transcript(folder, batch_id, child))
+            assert found is not None
+            pids.append(int(found.group(1)))
+        owner.send_signal(signal.SIGINT)
+        until(lambda: all("SIGTERM sent" in transcript(folder, batch_id, c) for c in ("t0", "t1")))
+        owner.send_signal(signal.SIGINT)
+        out, err = owner.communicate(timeout=60)
+        assert owner.returncode == 130, out + err
+        assert all(runs(p) for p in pids)  # left running, as said
+        resume_line = f"flightdeck resume {batch_id} --state-dir {folder / 'state'}"
+        said = f"2 of their processes still run (`{resume_line}` ends them and records"
+        assert said in " ".join(err.split()), err
+        gate.touch()  # they take the next SIGTERM
+        resume = flightdeck(folder, "resume", batch_id)
+        out, err = resume.communicate(timeout=60)
+        assert resume.returncode == 1, out + err  # the batch ends stopped
+        assert re.search(r"^2 ended, whole process trees, as stopped: t[01], t[01]$", out, re.M), (
+            out
+        )
+        assert not [p for p in pids if runs(p)]
+    finally:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if owner.poll() is None:
+            owner.kill()
+            owner.communicate()

@@ -115,10 +115,19 @@ def run_headless(
 
 def left_text(engine: Engine, started: bool) -> Text:
     """What a second Ctrl+C says as it leaves: children still stopping are left behind only
-    if some had not ended (it may come after the last one, while the engine closes)."""
+    if some had not ended (it may come after the last one, while the engine closes); their
+    ends unrecorded and command children's processes running on, `resume` finishes the job."""
     if started and engine.wait(0):
         return Text(f"flightdeck: left before the summary ({report_hint(engine)})", style="yellow")
-    return Text("flightdeck: left without waiting for children still stopping", style="yellow")
+    text = "flightdeck: left without waiting for children still stopping"
+    if started:
+        from flightdeck.engine.attached.store import still_running
+
+        resume = command_line(engine.state_dir, "resume", engine.batch_id)
+        left = still_running(engine.state_dir / "flightdeck.db", engine.batch_id)
+        running = f"; {left} of their processes still run" if left else ""
+        text += f"{running} (`{resume}` ends them and records the batch's end)"
+    return Text(text, style="yellow")
 
 
 def held_text(held: str | None, batch_id: str, state_dir: Path) -> Text:
