@@ -16,6 +16,7 @@ from flightdeck.engine.attached.reading import BatchReading
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.model import (
     Activity,
+    BatchStatus,
     ChildFinished,
     ChildRow,
     ChildStarted,
@@ -313,3 +314,30 @@ def test_a_silent_owner_on_a_full_disk_is_said_so_not_called_stopped(
         assert "SIGSTOP" not in problem
     finally:
         view.close()
+
+
+def test_an_owner_gone_from_a_full_disk_is_said_so_not_only_abandoned(tmp_path: Path) -> None:
+    # Found by a walk-through: the owner gave up on a full disk (exit 3) and could record
+    # neither its end nor why (its owner.log was cut short on that disk too); the attached TUI
+    # `flightdeck run` shows said only that its owner died.
+    import subprocess
+    import sys
+
+    from faults import fill, small_filesystem
+
+    code = "import os; print(os.getpid())"
+    gone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    with small_filesystem("2m") as fs:
+        db = fs / "flightdeck.db"
+        with Store(db) as store:  # its owner has ended, its row still `running`
+            store.create_batch(make_batch("b1", owner_pid=int(gone.stdout), owner_start=1.0))
+        view = StoreView(db, "b1", watch=False)
+        try:
+            snap = view.snapshot()
+            assert snap.status is BatchStatus.ABANDONED and snap.problem is None
+            fill(fs)
+            problem = view.snapshot().problem or ""
+            assert f"the disk of {fs} is full: the batch's owner is gone" in problem, problem
+            assert f"flightdeck resume b1 --state-dir {fs} runs it on" in problem, problem
+        finally:
+            view.close()

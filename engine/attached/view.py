@@ -138,6 +138,15 @@ class StoreView:
         if snap.status is BatchStatus.RUNNING:
             now = self.clock()
             return dataclasses.replace(snap, now=now, problem=self._silent(now) or snap.problem)
+        if snap.status is BatchStatus.ABANDONED and disk_full(self.db.parent):
+            # An owner that gave up on a full disk could record neither its end nor why (its
+            # owner.log is on that disk too): else all this view would say is that it died.
+            resume = command_line(self.db.parent, "resume", self.batch_id)
+            full = (
+                f"the disk of {self.db.parent} is full: the batch's owner is gone and nothing "
+                f"can record its end; free some space, then {resume} runs it on"
+            )
+            return dataclasses.replace(snap, problem=full)
         return snap
 
     def _silent(self, now: float) -> str | None:
