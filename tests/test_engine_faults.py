@@ -1,6 +1,6 @@
 """The engine on a store that cannot write: a finish is announced only once committed, no child
 starts while commits are refused, and a store that gives up fails the batch (exit 3), naming
-how many finished children could not be recorded."""
+how many children's ends could not be recorded."""
 
 from __future__ import annotations
 
@@ -91,11 +91,16 @@ def test_a_store_that_gives_up_fails_the_batch_and_announces_only_what_it_commit
     on_disk = stored(engine)
     assert announced and all(on_disk[i] is ChildStatus.COMPLETED for i in announced)
     assert engine.unrecorded == 20 - len(announced) > 0
-    assert snap.problem is not None
-    assert f"{engine.unrecorded} finished children could not be recorded" in snap.problem
     # No child started once the store had given up: the rest ended without starting.
     not_started = [r for r in snap.children if r.started_ts is None]
     assert not_started and all("before start" in (r.error or "") for r in not_started)
+    # Said apart: they are no finished work that was lost (it said "20 finished children").
+    ran = engine.unrecorded - len(not_started)
+    assert snap.problem is not None
+    assert (
+        f"{engine.unrecorded} children's ends could not be recorded: {ran} finished, "
+        f"{len(not_started)} never started"
+    ) in snap.problem, snap.problem
 
 
 def test_no_child_starts_while_commits_are_refused_and_all_land_once_they_are_not(
@@ -161,9 +166,11 @@ def test_headless_prints_a_line_only_for_a_committed_child_and_exits_3(
     errors = err.getvalue()
     assert "cannot commit" in errors and "database or disk is full" in errors  # said at once
     last = errors.strip().splitlines()[-1]
+    unstarted = sum(r.started_ts is None for r in engine.snapshot().children)
     assert last == (
         "flightdeck: error: the batch fails: the store cannot record (database or disk is "
-        f"full); {engine.unrecorded} finished children could not be recorded"
+        f"full); {engine.unrecorded} children's ends could not be recorded: "
+        f"{engine.unrecorded - unstarted} finished, {unstarted} never started"
     )
 
 

@@ -17,7 +17,7 @@ class ExitCode(IntEnum):
     NOT_RECORDED = 3
     """The batch failed as a whole: the store could not commit (a full disk, an I/O error)
     for longer than `store_retry_s`, or an engine thread failed; stderr says why, and how many
-    finished children could not be recorded."""
+    children's ends could not be recorded."""
     HANGUP = 129
     """SIGHUP headless (its terminal closed): every child stopped and recorded, as for SIGTERM."""
     INTERRUPTED = 130

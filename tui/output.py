@@ -152,7 +152,7 @@ def progress_label(snap: Snapshot) -> str:
 
 def failure_text(engine: Engine) -> str | None:
     """Why the batch failed as a whole (the store gave up, an engine thread failed), with how
-    many finished children could not be recorded; None if it did not."""
+    many children's ends could not be recorded; None if it did not."""
     if engine.failure is None and not engine.unrecorded:
         return None
     return engine.problem()

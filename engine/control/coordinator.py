@@ -113,6 +113,11 @@ class Coordinator:
         """Final rows the store gave up on: those children ended, but were never announced."""
         return self._parts.finals.unrecorded
 
+    @property
+    def unrecorded_unstarted(self) -> int:
+        """Of `unrecorded`, the children that ended without starting (queued at the end)."""
+        return self._parts.finals.unrecorded_unstarted
+
     # --- called from any thread ----------------------------------------------------------------
 
     def start(self) -> None:

@@ -62,6 +62,7 @@ class Finals:
         self._handed = 0  # final rows handed to the store (committed or not yet)
         # Final rows the store gave up on: those children ended, but were never announced.
         self.unrecorded = 0
+        self.unrecorded_unstarted = 0  # of those, children that ended without starting
         self._ending: dict[str, GroupFinished] = {}  # units announced with these final rows
         self.units_held = 0  # carried units whose event is not committed yet: not announced
 
@@ -122,6 +123,7 @@ class Finals:
         self._ending.pop(row.id, None)
         self.done += 1
         self.unrecorded += 1
+        self.unrecorded_unstarted += row.started_ts is None
 
     @property
     def waiting(self) -> int:

@@ -16,7 +16,7 @@ def problem(c: Coordinator, trouble: StoreTrouble | None, retry_s: float) -> str
     if c.failure is not None:
         text = f"the batch fails: {c.failure}"
         if lost or trouble is not None:
-            text += f"; {_children(lost)} could not be recorded"
+            text += f"; {_unrecorded(lost, c.unrecorded_unstarted)}"
         return text
     if trouble is not None:
         left = max(0.0, trouble.since + retry_s - monotonic())
@@ -25,8 +25,20 @@ def problem(c: Coordinator, trouble: StoreTrouble | None, retry_s: float) -> str
             f"memory, trying again for up to {left:.0f}s; no new child starts"
         )
     if lost:
-        return f"{_children(lost)} could not be recorded"
+        return _unrecorded(lost, c.unrecorded_unstarted)
     return None
+
+
+def _unrecorded(lost: int, unstarted: int) -> str:
+    """How many children's ends the store gave up on; those that never started said apart,
+    not counted as finished work that was lost."""
+    if not unstarted:
+        return f"{_children(lost)} could not be recorded"
+    ends = "child's end" if lost == 1 else "children's ends"
+    return (
+        f"{lost} {ends} could not be recorded: {lost - unstarted} finished, "
+        f"{unstarted} never started"
+    )
 
 
 def _children(n: int) -> str:
