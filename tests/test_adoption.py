@@ -716,3 +716,73 @@ def test_a_second_ctrl_c_says_which_processes_it_left_running_and_resume_ends_th
         if owner.poll() is None:
             owner.kill()
             owner.communicate()
+
+
+# A plain command slow to end: told SIGTERM, it notes it (`{id}.term`) and runs on, until the
+# gate exists; run again once it does, it ends at once.
+UNTIL_GATE = (
+    "import os, pathlib, signal, sys, time\n"
+    "gate, term = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+    "signal.signal(signal.SIGTERM, lambda *a: term.touch())\n"
+    "print('pid', os.getpid(), flush=True)\n"
+    "while not gate.exists():\n"
+    "    time.sleep(0.01)\n"
+)
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_while_resume_ends_the_trees_does_not_make_them_stopped_by_the_operator(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: Ctrl+C while `resume` waited for the dead owner's processes to
+    # end (within their kill_grace_s) stopped every child, and resume then said the trees were
+    # ended "as stopped" (what it says of a child the operator stopped before the owner died),
+    # beside "resumed: 2 re-run".
+    from helpers import read_until, signals_as_a_shell_gives_them
+
+    script, gate = tmp_path / "slow.py", tmp_path / "gate"
+    script.write_text(UNTIL_GATE)
+    route = argv(str(script), str(gate), str(tmp_path / "{id}.term"))
+    folder = project(tmp_path / "p", route, ["t0", "t1"])
+    config = folder / "flightdeck.toml"
+    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    pids = []
+    resume: subprocess.Popen[str] | None = None
+    try:
+        for child in ("t0", "t1"):
+            until(lambda c=child: "pid " in transcript(folder, batch_id, c), what="its process")
+            found = re.search(r"pid (\d+)", transcript(folder, batch_id, child))
+            assert found is not None
+            pids.append(int(found.group(1)))
+        kill_owner(owner)
+        resume = subprocess.Popen(
+            [PY, "-m", "flightdeck.tui.cli", "resume", batch_id],
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+            preexec_fn=signals_as_a_shell_gives_them,
+        )
+        # Both told SIGTERM by the resume, which waits for them to end.
+        until(lambda: all((tmp_path / f"{c}.term").exists() for c in ("t0", "t1")), 60)
+        resume.send_signal(signal.SIGINT)
+        assert resume.stdout is not None
+        said = read_until(resume.stdout.fileno(), "stopping all children")
+        gate.touch()  # they end: the resume goes on, and stops every child
+        out, err = resume.communicate(timeout=60)
+        out = said + out
+    finally:
+        gate.touch()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if resume is not None and resume.poll() is None:
+            resume.kill()
+            resume.communicate()
+    assert resume.returncode == 130, out + err
+    assert "as stopped" not in out, out
+    assert re.search(r"^2 ended, whole process trees, before their tasks ran again: ", out, re.M)
+    assert "resumed: 2 re-run" in out, out

@@ -209,10 +209,10 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
         # With --no-rerun their tasks never run again: they are left unknown.
         after = "their tasks left unknown" if args.no_rerun else "before their tasks ran again"
         # A child stopped as its owner died runs no more, and one paused waits for `continue`:
-        # the process of each is ended all the same.
-        rows = engine.snapshot().children
-        done = {r.id for r in rows if r.status is ChildStatus.STOPPED}
-        paused = {r.id for r in rows if r.status is ChildStatus.PAUSED}
+        # the process of each is ended all the same. Told by what resuming found, not by the
+        # rows now: a Ctrl+C while the trees were ended has stopped every child since.
+        done = {r.id for r in found.carried if r.status is ChildStatus.STOPPED}
+        paused = {c.task.id for c in found.live if c.pause_wanted}
         ended = [i for i in found.ended if i not in done]
         for ids, what in (
             (found.adopted, "adopted (their processes outlived the owner: watched to the end)"),
