@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,27 +49,28 @@ def run_in_background(
     owner = launch_owner(command, state_dir)
     try:
         wait_ready(owner)
-        return _show(owner, args.detach, state_dir, tui)
+        if args.detach:
+            return _detached(owner, state_dir)
+        from flightdeck.engine.attached.view import StoreView
+
+        view = StoreView(owner.db, owner.batch_id)
     except KeyboardInterrupt:
         return _interrupted(owner, state_dir)
+    return attach_tui(view, tui, unseen=lambda: _interrupted(owner, state_dir))
 
 
-def _show(owner: StartedOwner, detach: bool, state_dir: Path, tui: TuiSettings | None) -> ExitCode:
-    """A started owner's batch: its id said (`--detach`), or the TUI attached to it."""
-    if detach:
-        # The id alone on stdout, for scripts: `id=$(flightdeck run --detach tasks.toml)`.
-        try:
-            sys.stdout.write(owner.batch_id + "\n")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            console_for().on_broken_pipe()
-        err = console_for(stderr=True)
-        err.print(Text(f"owner pid {owner.pid}, log {sanitize(str(owner.log))}"))
-        err.print(Text(f"attach: {attach_hint(owner.batch_id, state_dir)}"))
-        return ExitCode.OK
-    from flightdeck.engine.attached.view import StoreView
-
-    return attach_tui(StoreView(owner.db, owner.batch_id), tui)
+def _detached(owner: StartedOwner, state_dir: Path) -> ExitCode:
+    """`--detach`: the id alone on stdout, for scripts (`id=$(flightdeck run --detach
+    tasks.toml)`); the owner's pid and log, and how to attach, on stderr."""
+    try:
+        sys.stdout.write(owner.batch_id + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        console_for().on_broken_pipe()
+    err = console_for(stderr=True)
+    err.print(Text(f"owner pid {owner.pid}, log {sanitize(str(owner.log))}"))
+    err.print(Text(f"attach: {attach_hint(owner.batch_id, state_dir)}"))
+    return ExitCode.OK
 
 
 def _interrupted(owner: StartedOwner, state_dir: Path) -> ExitCode:
@@ -140,23 +142,34 @@ def open_view(db: Path, batch_id: str | None) -> StoreView:
 
 
 def attach_tui(
-    view: StoreView, tui: TuiSettings | None = None, *, read_only: bool = False
+    view: StoreView,
+    tui: TuiSettings | None = None,
+    *,
+    read_only: bool = False,
+    unseen: Callable[[], ExitCode] | None = None,
 ) -> ExitCode:
     """Run the TUI over `view` until the operator detaches or quits; say what is left.
     `read_only`: every command refused (readonly.py), and the operator's last-looked mark left
-    alone (a watcher is not the operator)."""
-    from flightdeck.engine.api import TuiSettings
-    from flightdeck.tui.app import FlightdeckApp, exit_code
-    from flightdeck.tui.lastlooked import LastLooked
-    from flightdeck.tui.options import UiOptions
-    from flightdeck.tui.readonly import ReadOnlyView
-
-    state_dir = view.db.parent
-    looked = None if read_only else LastLooked(state_dir, view.batch_id)
+    alone (a watcher is not the operator). `unseen`: what a Ctrl+C does while the TUI loads,
+    before it has the terminal (`run`: its batch is stopped)."""
     try:
+        from flightdeck.engine.api import TuiSettings
+        from flightdeck.tui.app import FlightdeckApp, exit_code
+        from flightdeck.tui.lastlooked import LastLooked
+        from flightdeck.tui.options import UiOptions
+        from flightdeck.tui.readonly import ReadOnlyView
+
+        state_dir = view.db.parent
+        looked = None if read_only else LastLooked(state_dir, view.batch_id)
         shown = ReadOnlyView(view) if read_only else view
         app = FlightdeckApp(shown, UiOptions(tui=tui or TuiSettings(), looked=looked))
         stopped = app.run()
+    except BaseException as exc:
+        view.close()
+        if unseen is None or not isinstance(exc, KeyboardInterrupt):
+            raise
+        return unseen()
+    try:
         if stopped:  # "stop all and quit": the owner records the end, then this says so
             deadline = time.monotonic() + STOP_WAIT_S
             while view.snapshot().status is BatchStatus.RUNNING and time.monotonic() < deadline:
