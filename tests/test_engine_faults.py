@@ -288,3 +288,48 @@ def test_no_child_starts_while_the_store_is_far_behind_and_all_run_once_it_catch
         engine.close()
     assert snap.status is BatchStatus.COMPLETED and snap.totals.completed == 30
     assert sum(isinstance(e, ChildStarted) for e in events) == 30
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_disk_is_full_says_the_stop_waits_for_the_store(tmp_path: Path) -> None:
+    # Found by a walk-through: Ctrl+C on a full disk said "stopping all children…" and then
+    # nothing for the whole store_retry_s, the stop waiting (as documented) for room that the
+    # line never mentioned.
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from helpers import read_until, signals_as_a_shell_gives_them
+
+    lines = [json.dumps({"goal": f"Summarize item {i} in two sentences."}) for i in range(400)]
+    (tmp_path / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "flightdeck.toml").write_text(
+        "[engine]\nmax_concurrent = 8\nstore_retry_s = 600\n"
+        "[routes.sim]\ntime_scale = 0.05\nmax_concurrent = 8\n"
+    )
+    with small_filesystem("2m") as fs:
+        command = ["run", "tasks.jsonl", "--headless", "--state-dir", str(fs / "state")]
+        owner = subprocess.Popen(
+            [sys.executable, "-m", "flightdeck.tui.cli", *command],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "NO_COLOR": "1"},
+            preexec_fn=signals_as_a_shell_gives_them,
+        )
+        try:
+            assert owner.stdout is not None and owner.stderr is not None
+            read_until(owner.stderr.fileno(), "held in memory", timeout=60)  # the disk filled
+            owner.send_signal(signal.SIGINT)
+            said = read_until(owner.stdout.fileno(), "the stop waits for the store: ")
+            assert "stopping all children" in said
+            assert "the stop waits for the store: cannot write to the store (database" in said
+            subprocess.run(["mount", "-o", "remount,size=64m", str(fs)], check=True)  # room
+            owner.communicate(timeout=120)
+            assert owner.returncode == ExitCode.INTERRUPTED
+        finally:
+            if owner.poll() is None:
+                owner.kill()
+                owner.communicate()

@@ -175,6 +175,10 @@ def _run_headless(
         console.print(Text(f"stopping all children… ({again} to force)", style="yellow"))
         if started:  # else start() has not returned yet: stopped as soon as it does
             engine.stop_all()
+            # A full disk: their ends are held with the rest, so the stop waits for room.
+            if engine.failure is None and (problem := engine.problem()) is not None:
+                said = f"the stop waits for the store: {one_line(problem)}"
+                console.print(Text(said, style="yellow"))
 
     def leave_now() -> NoReturn:
         """A second Ctrl+C: keep what is already recorded (a second or two at most), then go,
