@@ -786,3 +786,36 @@ def test_a_ctrl_c_while_resume_ends_the_trees_does_not_make_them_stopped_by_the_
     assert "as stopped" not in out, out
     assert re.search(r"^2 ended, whole process trees, before their tasks ran again: ", out, re.M)
     assert "resumed: 2 re-run" in out, out
+
+
+@pytest.mark.slow
+def test_resume_says_it_ends_the_dead_owner_s_processes_before_it_waits_for_them(
+    tmp_path: Path,
+) -> None:
+    # Found by a walk-through: a resume whose dead owner's processes ignored SIGTERM said
+    # nothing at all, not even the batch id, for their whole kill_grace_s.
+    from helpers import read_until
+
+    script, gate = tmp_path / "slow.py", tmp_path / "gate"
+    script.write_text(UNTIL_GATE)
+    route = argv(str(script), str(gate), str(tmp_path / "{id}.term"))
+    folder = project(tmp_path / "p", route, ["t0", "t1"])
+    config = folder / "flightdeck.toml"
+    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    batch_id = batch_of(folder)
+    for child in ("t0", "t1"):
+        until(lambda c=child: "pid " in transcript(folder, batch_id, c), what="its process")
+    kill_owner(owner)
+    resume = flightdeck(folder, "resume", batch_id)
+    try:
+        assert resume.stderr is not None
+        said = read_until(resume.stderr.fileno(), "kill_grace_s)")
+        assert f"batch {batch_id}: 2 process(es) its dead owner left still run" in said, said
+        until(lambda: all((tmp_path / f"{c}.term").exists() for c in ("t0", "t1")), 60)
+        assert resume.poll() is None  # it waits for them, the line said
+    finally:
+        gate.touch()  # they end; their tasks run again, and end at once
+    out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 0, out + err
+    assert "2 ended, whole process trees, before their tasks ran again" in out, out

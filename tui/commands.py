@@ -185,6 +185,26 @@ def _finished(exc: NothingToResume, console: Console) -> ExitCode:
     return ExitCode.OK if exc.status == "completed" else ExitCode.INCOMPLETE
 
 
+def _left_running(db: Path, batch_id: str, err: Console) -> None:
+    """Said before the batch starts: ending a dead owner's processes waits out their
+    kill_grace_s (a CLI that ignores SIGTERM holds it that long), and nothing else is said
+    until they have ended."""
+    from flightdeck.engine.attached.store import StoreReader, still_running
+    from flightdeck.engine.model import BatchStatus
+
+    with StoreReader(db) as reader:
+        info = reader.batch(batch_id)
+    if info is None or info.status is not BatchStatus.ABANDONED:  # a live owner: refused
+        return
+    if left := still_running(db, batch_id):
+        err.print(
+            Text(
+                f"batch {batch_id}: {left} process(es) its dead owner left still run: adopting "
+                "them, or ending them first (each within its kill_grace_s)"
+            )
+        )
+
+
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
     from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
@@ -199,6 +219,7 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     except NothingToResume as exc:
         return _finished(exc, console)
     tune_interpreter()
+    _left_running(db, args.batch_id, err)
 
     def processes() -> None:
         # Said as the batch starts, not once it has ended (hours later, maybe): the operator
