@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line, soft_lift
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.clienttargets import able, delegates_said, unknown_names
+from flightdeck.tui.clienttargets import able, delegates_said, unknown_names, waiting_said
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import UsageError, state_db, unknown_batch
@@ -324,7 +324,12 @@ def cmd_pause(args: argparse.Namespace) -> ExitCode:
                     client.db.parent, args.batch_id
                 )
         rid = sent_to_live(client, command, verb)
-        return ExitCode.OK if rid is None else until_applied(client, rid, f"{verb} applied: {what}")
+        if rid is None:
+            return ExitCode.OK
+        code = until_applied(client, rid, f"{verb} applied: {what}")
+        if resume and ids and code == ExitCode.OK:
+            waiting_said(client.rows(), ids)
+        return code
 
 
 def abandoned(client: Client, pid: int) -> str:

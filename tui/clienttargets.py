@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import CONTINUED_WAITING, ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
 from flightdeck.tui.usage import check_children
@@ -101,3 +101,19 @@ def unknown_names(
             term = f"'{field}:{one_line(name, 60)}'"
             return f"{term}: no child of this batch is {where} ({field}s: {known})"
     return None
+
+
+def waiting_said(rows: Sequence[ChildRow], ids: list[str]) -> None:
+    """Continued children that wait for a slot (the pool is full; they go first once one
+    frees): said, as "applied" alone read as if they ran again, their processes suspended
+    still."""
+    named = set(ids)
+    waiting = [
+        r.id
+        for r in rows
+        if r.id in named and r.status is ChildStatus.PAUSED and r.activity.text == CONTINUED_WAITING
+    ]
+    if waiting:
+        shown = ", ".join(one_line(i, 60) for i in waiting[:20])
+        more = f" and {len(waiting) - 20} more" if len(waiting) > 20 else ""
+        console_for().print(Text(f"waiting for a slot, ahead of new work: {shown}{more}"))
