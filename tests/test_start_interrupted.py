@@ -68,3 +68,67 @@ def test_ctrl_c_before_the_owner_recorded_the_batch_ends_it_and_leaves_nothing(
         if starter.poll() is None:
             starter.kill()
             starter.communicate()
+
+
+# The launcher (spawn._LAUNCH: it starts the owner in a session of its own and says its pid),
+# held after it started the owner and before it says its pid, as a busy machine holds it.
+HELD_LAUNCH = """import os, subprocess, sys, time
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=2, stderr=2,
+                     start_new_session=True)
+open(os.environ["FD_TEST_LAUNCHED"], "w").close()
+while not os.path.exists(os.environ["FD_TEST_LAUNCH_GATE"]):
+    time.sleep(0.01)
+print(p.pid)
+"""
+STARTER = """import sys
+from flightdeck.engine.attached import spawn
+spawn._LAUNCH = sys.argv.pop(1)
+from flightdeck.tui.entry import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.slow  # a starter, its launcher and its owner
+def test_ctrl_c_while_the_launcher_starts_the_owner_ends_the_owner(tmp_path: Path) -> None:
+    # A terminal's Ctrl+C reaches the whole foreground process group: it killed the launcher
+    # before it said the owner's pid, and the owner, in a session of its own, ran on unseen.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOLD)
+    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n')
+    held, gate = tmp_path / "held", tmp_path / "gate"
+    launched, launch_gate = tmp_path / "launched", tmp_path / "launch-gate"
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": path}
+    env |= {"FD_TEST_HELD": str(held), "FD_TEST_GATE": str(gate)}
+    env |= {"FD_TEST_LAUNCHED": str(launched), "FD_TEST_LAUNCH_GATE": str(launch_gate)}
+    command = ["run", "--detach", "tasks.jsonl", "--state-dir", "state"]
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, HELD_LAUNCH, *command],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=signals_as_a_shell_gives_them,
+        process_group=0,  # a terminal's foreground group: the starter and its launcher
+    )
+    owner = 0
+    try:
+        until(launched.exists, 60, what="the launcher started the owner, and held")
+        until(held.exists, 60, what="the owner started, and held")
+        owner = int(held.read_text())
+        os.killpg(starter.pid, signal.SIGINT)  # as the terminal sends it
+        launch_gate.touch()
+        out, err = starter.communicate(timeout=60)
+        assert starter.returncode == ExitCode.INTERRUPTED, err
+        assert out == "", out
+        assert f"its owner, pid {owner};" in err, err
+        assert "never started: nothing is left of it" in err, err
+        assert ended(owner)  # not left to run the batch unseen
+    finally:
+        if owner and not ended(owner):
+            os.kill(owner, signal.SIGKILL)
+        if starter.poll() is None:
+            starter.kill()
+            starter.communicate()

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,8 +48,11 @@ def run_in_background(
         command += ["--max-concurrent", str(args.max_concurrent)]
     if args.executor is not None:
         command += ["--executor", args.executor]
-    owner = launch_owner(command, state_dir)
+    with _interrupt_noted() as interrupted:
+        owner = launch_owner(command, state_dir)
     try:
+        if interrupted:
+            raise KeyboardInterrupt
         wait_ready(owner)
         if args.detach:
             return _detached(owner, state_dir)
@@ -57,6 +62,18 @@ def run_in_background(
     except KeyboardInterrupt:
         return _interrupted(owner, state_dir)
     return attach_tui(view, tui, unseen=lambda: _interrupted(owner, state_dir))
+
+
+@contextlib.contextmanager
+def _interrupt_noted() -> Iterator[list[int]]:
+    """A Ctrl+C while the owner is launched is noted, then acted on once its pid is known:
+    raised mid-launch, it lost the pid, and the owner (a session of its own) ran on unseen."""
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _detached(owner: StartedOwner, state_dir: Path) -> ExitCode:

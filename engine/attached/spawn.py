@@ -155,6 +155,7 @@ def _launch(argv: list[str], log: Path) -> int | None:
             stdout=subprocess.PIPE,
             stderr=fd,  # the owner's stdout and stderr: the log, never a pipe we could close
             check=False,
+            start_new_session=True,  # a terminal's Ctrl+C must not end it before it says the pid
         )
     finally:
         os.close(fd)
