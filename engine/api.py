@@ -57,6 +57,7 @@ from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, p
 from flightdeck.engine.records.liveness import OwnerAlive
 from flightdeck.engine.records.meter import Meter, route_totals, spend_known, totals_of
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.requests import typed
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.subscribers import Subscriber, Subscribers
 from flightdeck.engine.triage.needs import Need, needs
@@ -403,7 +404,9 @@ class Engine(CommandMethods):
 
         Raises CommandError (a ValueError), sending nothing, if the command cannot be applied:
         an id that names no child of this batch, a steer message that cannot be sent (empty, a
-        lone surrogate, longer than `[engine] max_task_chars`), a bad limit (LimitError)."""
+        lone surrogate, longer than `[engine] max_task_chars`), a bad limit (LimitError), a
+        field of the wrong type; TypeError for what is no command."""
+        command = typed(command)
         sender = self._require_sender()
         if self._closed:  # every child has ended
             if command.answered:  # nothing would ever settle a receipt, or apply a limit

@@ -308,7 +308,7 @@ def _flag(where: str, value: object) -> bool:
 
 
 def _mapping(where: str, value: object) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise CommandError(f"{where}: expected a table", where.split()[-1])
     return value
 

@@ -375,6 +375,38 @@ def test_child_ids_of_the_wrong_type_are_said_to_be_so(tmp_path: Path) -> None:
         engine.close()
 
 
+def test_a_command_with_a_field_of_the_wrong_type_is_refused_and_the_batch_runs_on(
+    tmp_path: Path,
+) -> None:
+    # steer(now="yes") reached the coordinator and failed it on recording the receipt: every
+    # child stopped. A command value's fields are read as a client's request is, first.
+    from flightdeck.engine.commands import CommandError, Steer
+
+    hold = Hold(tmp_path / "hold")
+    engine = start(batch(1), settings(sim_route(tool_turns=0, **hold.options())), tmp_path)
+    try:
+        until(lambda: engine.snapshot().children[0].status is ChildStatus.RUNNING)
+        for call, said in (
+            (lambda: engine.steer(["t0000"], "hi", now="yes"), "steer now: expected true or"),
+            (lambda: engine.steer(["t0000"], 5), "steer message: expected text"),
+            (lambda: engine.send(Steer("t0000", "hi")), "expected a list of child ids, got str"),
+            (lambda: engine.accept(["t0000"], 5), "accept into: expected text"),
+        ):
+            with pytest.raises(CommandError, match=said):
+                call()  # type: ignore[no-untyped-call]
+        with pytest.raises(TypeError, match=r"expected a command of .*, got string 'stop'"):
+            engine.send("stop")  # type: ignore[arg-type]
+        assert engine.receipts() == []
+        [receipt] = engine.steer(["t0000"], "answer briefly", now=True)
+        hold.release()
+        row = run_to_end(engine).children[0]
+    finally:
+        engine.close()
+    assert engine.failure is None
+    assert row.status is ChildStatus.COMPLETED
+    assert [r.id for r in row.steers] == [receipt]
+
+
 def test_steer_and_stop_refuse_an_id_that_names_no_child(tmp_path: Path) -> None:
     # A typo would otherwise be dropped in silence: nothing queued, nothing stopped.
     slow = sim_route(tool_turns=0, **Hold(tmp_path / "hold").options())

@@ -287,6 +287,12 @@ def test_bad_requests_record_nothing(db: Path, tmp_path: Path) -> None:
         submit(db, "b1", Steer(("c1",), "bad \ud800"))
     with pytest.raises(CommandError, match="too long"):
         submit(db, "b1", Steer(("c1",), "x" * 11), max_chars=lambda: 10)
+    # A field of the wrong type, as the owner would read it back: not a string's letters taken
+    # for ids, not a flag recorded for the owner to refuse.
+    with pytest.raises(CommandError, match="expected a list of child ids, got string 'c1'"):
+        submit(db, "b1", Stop("c1"))  # type: ignore[arg-type]
+    with pytest.raises(CommandError, match="steer now: expected true or false"):
+        submit(db, "b1", Steer(("c1",), "hi", now="yes"))  # type: ignore[arg-type]
     with Store(db) as store:
         store.finish_batch("b1", BatchStatus.COMPLETED, 9.0)
     with pytest.raises(CommandError, match="has ended"):

@@ -33,6 +33,7 @@ from flightdeck.engine.commands import (
     encode,
 )
 from flightdeck.engine.errors import BatchEnded, StoreError
+from flightdeck.engine.inputs.messages import expected
 from flightdeck.engine.model import BatchStatus, Limits, SteerReceipt
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.faults import rollback
@@ -52,6 +53,7 @@ __all__ = [
     "request",
     "request_row",
     "submit",
+    "typed",
     "with_connection",
 ]
 
@@ -122,7 +124,7 @@ def submit(
     finished (BatchEnded), or a command its checks refuse (an unknown child id, a message too
     long …).
     `secrets`: keys redacted from a steer's or an answer's message before it is written."""
-    command = redacted_command(command, secrets)
+    command = redacted_command(typed(command), secrets)
     kind, body = encode(command)
 
     def write(conn: sqlite3.Connection) -> int:
@@ -336,3 +338,14 @@ def redacted_command(command: Command, secrets: tuple[str, ...]) -> Command:
         if message != command.message:
             return dataclasses.replace(command, message=message)
     return command
+
+
+def typed(command: object) -> Command:
+    """`command` with each field read as the owner reads a client's (`decode`): CommandError
+    naming a field of the wrong type (`Steer("c1", …)` is no list of ids, `now="yes"` no flag)
+    before it is checked or sent, rather than a string read as its letters or a coordinator
+    failing on it."""
+    if not isinstance(command, Command):
+        raise TypeError(expected("a command of flightdeck.engine.commands", command))
+    fields = dataclasses.fields(command)  # type: ignore[arg-type]
+    return decode(command.kind, {f.name: getattr(command, f.name) for f in fields})
