@@ -23,6 +23,7 @@ from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.sending import CommandMethods, Sender
 from flightdeck.engine.executors import Executor, ray_missing
 from flightdeck.engine.executors import check as check_executor
+from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     DesktopNotify,
@@ -134,6 +135,7 @@ class Engine(CommandMethods):
         env: Mapping[str, str] | None = None,
         stored: bool = False,  # the batch as the store kept it (`resume`): its names recorded
     ) -> None:
+        _check_arguments(batch, settings)
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
         assembly.check_task_text(batch, settings.engine.max_task_chars)
         self.batch = batch
@@ -436,3 +438,11 @@ class Engine(CommandMethods):
         self._require()
         assert self._run is not None and self._run.sender is not None  # with the coordinator
         return self._run.sender
+
+
+def _check_arguments(batch: object, settings: object) -> None:
+    """TypeError for a batch or settings given as what their loaders read (a path, a list)."""
+    if not isinstance(batch, Batch):
+        raise TypeError(f"batch: expected a Batch (load_batch(path)), got {kind(batch)}")
+    if not isinstance(settings, Settings):
+        raise TypeError(f"settings: expected Settings (load_settings(path)), got {kind(settings)}")

@@ -23,6 +23,8 @@ class Subscribers:
 
     def add(self, fn: Subscriber) -> Callable[[], None]:
         """Subscribe `fn`; returns what unsubscribes it."""
+        if not callable(fn):  # else it fails on every event, on the coordinator thread
+            raise TypeError(f"expected a function of one event, got {type(fn).__name__}")
         with self._lock:
             self._fns = (*self._fns, fn)
 

@@ -193,6 +193,21 @@ def test_start_runs_one_batch_once(tmp_path: Path) -> None:
     engine.stop_all()  # nothing left to stop: harmless
 
 
+def test_arguments_of_the_wrong_type_are_said_so_at_the_call(tmp_path: Path) -> None:
+    # A list of tasks or a config's path for the loaded values failed on an attribute deep in
+    # the checks; a subscriber that is no function failed later, on every event.
+    s = settings(sim_route(tool_turns=0))
+    with pytest.raises(TypeError, match=r"batch: expected a Batch \(load_batch\(path\)\)"):
+        Engine([{"goal": "x"}], s, state_dir=tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"settings: expected Settings .*, got PosixPath"):
+        Engine(batch(1), tmp_path / "flightdeck.toml", state_dir=tmp_path)  # type: ignore[arg-type]
+    engine = Engine(batch(1), s, state_dir=tmp_path)
+    with pytest.raises(TypeError, match="expected a function of one event, got int"):
+        engine.subscribe(5)  # type: ignore[arg-type]
+    engine.close()
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 def test_a_subscriber_cannot_deadlock_the_engine(tmp_path: Path) -> None:
     # Subscribers run on the coordinator thread: close(), or wait() without a timeout, there
     # would wait for that thread. They refuse, and the batch still ends and closes from the
