@@ -167,6 +167,30 @@ def test_the_from_python_example_runs(tmp_path: Path) -> None:
     assert (tmp_path / ".flightdeck" / "flightdeck.db").is_file()
 
 
+def test_the_from_python_example_keeps_the_configs_limits_on_input(tmp_path: Path) -> None:
+    # load_batch's own defaults are not the config's: the example gives it [engine] max_tasks
+    # (and max_task_chars), or a batch the CLI refuses would run from Python.
+    section = (DOCS / "python-api.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    (tmp_path / "flightdeck.toml").write_text("[engine]\nmax_tasks = 2\n", encoding="utf-8")
+    (tmp_path / "tasks.jsonl").write_text(
+        '{"goal": "a"}\n{"goal": "b"}\n{"goal": "c"}\n', encoding="utf-8"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert (
+        "SpecError: tasks.jsonl:3: more than 2 tasks, the limit ([engine] max_tasks" in done.stderr
+    )
+    assert not (tmp_path / ".flightdeck").exists()
+
+
 def test_the_layout_map_names_every_module_and_only_real_ones() -> None:
     # Modules of engine/, tui/ and the engine's parts are named one by one; deeper folders
     # (tasks/, screens/, ...) by their folder.
