@@ -33,7 +33,7 @@ from flightdeck.engine.inputs.settings import (
     load_settings,
     state_dir_from,
 )
-from flightdeck.engine.inputs.tasks import Batch, check_routes, load_batch
+from flightdeck.engine.inputs.tasks import Batch, check_routes, check_tasks, load_batch
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
@@ -135,7 +135,7 @@ class Engine(CommandMethods):
         env: Mapping[str, str] | None = None,
         stored: bool = False,  # the batch as the store kept it (`resume`): its names recorded
     ) -> None:
-        _check_arguments(batch, settings)
+        _check_arguments(batch, settings, stored)
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
         assembly.check_task_text(batch, settings.engine.max_task_chars)
         self.batch = batch
@@ -440,9 +440,11 @@ class Engine(CommandMethods):
         return self._run.sender
 
 
-def _check_arguments(batch: object, settings: object) -> None:
-    """TypeError for a batch or settings given as what their loaders read (a path, a list)."""
+def _check_arguments(batch: object, settings: object, stored: bool) -> None:
+    """TypeError for a batch or settings of the wrong type; SpecError for a task a file refuses."""
     if not isinstance(batch, Batch):
         raise TypeError(f"batch: expected a Batch (load_batch(path)), got {kind(batch)}")
     if not isinstance(settings, Settings):
         raise TypeError(f"settings: expected Settings (load_settings(path)), got {kind(settings)}")
+    if not stored:  # the store's were checked as they were loaded
+        check_tasks(batch)

@@ -32,6 +32,34 @@ def test_a_batch_built_in_python_with_a_text_over_the_limit_is_refused(
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # "../x" wrote its transcript outside the batch folder; two tasks "a" hung the batch.
+        ({"id": "../x"}, "id: task 2: '../x' is not a valid id: it names a file, so use 1-64"),
+        ({"id": "a"}, "id: task 2: duplicate id 'a'"),
+        ({"id": "OWNER"}, "id: task 2: 'OWNER' is reserved: the batch folder's OWNER.log is"),
+        ({"goal": " "}, "goal: task 2: must not be empty"),
+        ({"goal": 5}, "goal: task 2: expected a string, got integer 5"),
+        ({"group": ""}, "group: task 2: must not be empty (leave it out for no group)"),
+        ({"max_turns": 0}, "max_turns: task 2: must be between 1 and 200, got 0"),
+        ({"timeout_s": -1}, "timeout_s: task 2: must be a positive number of seconds, got -1"),
+    ],
+)
+def test_a_batch_built_in_python_meets_a_task_files_checks(
+    tmp_path: Path, change: dict[str, object], said: str
+) -> None:
+    ok = Task(id="a", goal="g", seq=0)
+    bad = dataclasses.replace(ok, seq=1, **{"id": "b", **change})  # type: ignore[arg-type]
+    with pytest.raises(SpecError) as caught:
+        Engine(tasks_batch([ok, bad]), settings(), state_dir=tmp_path)
+    assert str(caught.value).startswith(said)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing written
+    with pytest.raises(SpecError, match=r"^tasks.jsonl:7: id: duplicate id 'a'$"):
+        located = dataclasses.replace(ok, seq=1, source="tasks.jsonl:7")
+        Engine(tasks_batch([ok, located]), settings(), state_dir=tmp_path)
+
+
 def test_a_task_from_a_file_is_named_at_its_line(tmp_path: Path) -> None:
     task = Task(id="a", goal="x" * 101, seq=0, source="tasks.jsonl:7")
     with pytest.raises(SpecError) as caught:

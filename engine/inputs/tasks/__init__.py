@@ -12,7 +12,7 @@ validation), `load` (structure, ids and order), `values` (Task and Batch).
 
 from __future__ import annotations
 
-from flightdeck.engine.inputs.tasks.checks import check_routes
+from flightdeck.engine.inputs.tasks.checks import check_routes, check_tasks
 from flightdeck.engine.inputs.tasks.load import load_batch
 from flightdeck.engine.inputs.tasks.values import (
     DEFAULT_MAX_TURNS,
@@ -35,6 +35,7 @@ __all__ = [
     "Schedule",
     "Task",
     "check_routes",
+    "check_tasks",
     "load_batch",
     "located",
     "too_long",

@@ -8,7 +8,15 @@ from collections.abc import Collection
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.bounds import MAX_SECONDS
 from flightdeck.engine.inputs.messages import expected, suggest
-from flightdeck.engine.inputs.tasks.values import MAX_TURNS_LIMIT, Batch
+from flightdeck.engine.inputs.tasks.values import (
+    ID_PATTERN,
+    ID_RULE,
+    MAX_TURNS_LIMIT,
+    RESERVED_IDS,
+    Batch,
+    Task,
+    located,
+)
 from flightdeck.engine.inputs.text import blank, unicode_problem
 
 
@@ -65,4 +73,36 @@ def check_routes(batch: Batch, route_names: Collection[str], default: str) -> No
         else:
             message = f"unknown route {name!r}{suggest(name, route_names)}"
         line_number = int(line) if line else None
-        raise SpecError(where, line_number, field, f"{message} (configured: {known})")
+        raise SpecError(where or None, line_number, field, f"{message} (configured: {known})")
+
+
+def check_tasks(batch: Batch) -> None:
+    """SpecError at the first task a task file would refuse: an id that is not a plain name (it
+    names the child's files: "../x" would be written outside the batch folder), reserved or
+    taken, or a field check_field refuses. A task file is checked as it loads; a Batch built in
+    Python is checked here."""
+    seen: set[str] = set()
+    for n, task in enumerate(batch.tasks, 1):
+        field, problem = _task_problem(task, seen)
+        if problem is not None:
+            path, line = located(task.source)
+            label = "" if line else f"task {n}: "  # built in Python: no line to name it by
+            raise SpecError(path, line, field, label + problem)
+        seen.add(task.id)
+
+
+def _task_problem(task: Task, seen: Collection[str]) -> tuple[str, str | None]:
+    """The field at fault in `task` and why (None: it is valid)."""
+    if not isinstance(task.id, str) or not ID_PATTERN.fullmatch(task.id):
+        return "id", f"{task.id!r} is not a valid id: it names a file, so use {ID_RULE}"
+    if task.id.lower() in RESERVED_IDS:
+        return "id", f"{task.id!r} is reserved: the batch folder's {task.id}.log is the owner's"
+    if task.id in seen:
+        return "id", f"duplicate id {task.id!r}"
+    for field in ("goal", "context", "group", "route", "max_turns", "timeout_s"):
+        value = getattr(task, field)
+        if value is not None or field == "goal":
+            problem = check_field(field, value)
+            if problem is not None:
+                return field, problem
+    return "id", None
