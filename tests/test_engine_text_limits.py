@@ -42,7 +42,8 @@ def test_a_batch_built_in_python_with_a_text_over_the_limit_is_refused(
         ({"goal": " "}, "goal: task 2: must not be empty"),
         ({"goal": 5}, "goal: task 2: expected a string, got integer 5"),
         ({"group": ""}, "group: task 2: must not be empty (leave it out for no group)"),
-        ({"max_turns": 0}, "max_turns: task 2: must be between 1 and 200, got 0"),
+        ({"max_turns": 0}, "max_turns: task 2: must be a whole number, 1 or more, got 0"),
+        ({"max_turns": "8"}, "max_turns: task 2: must be a whole number, 1 or more, got '8'"),
         ({"timeout_s": -1}, "timeout_s: task 2: must be a positive number of seconds, got -1"),
     ],
 )

@@ -99,10 +99,14 @@ def _task_problem(task: Task, seen: Collection[str]) -> tuple[str, str | None]:
         return "id", f"{task.id!r} is reserved: the batch folder's {task.id}.log is the owner's"
     if task.id in seen:
         return "id", f"duplicate id {task.id!r}"
-    for field in ("goal", "context", "group", "route", "max_turns", "timeout_s"):
+    for field in ("goal", "context", "group", "route", "timeout_s"):
         value = getattr(task, field)
         if value is not None or field == "goal":
             problem = check_field(field, value)
             if problem is not None:
                 return field, problem
+    # No upper bound here: a file's 200 keeps a typo from running for ever, a script may mean it.
+    turns = task.max_turns
+    if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
+        return "max_turns", f"must be a whole number, 1 or more, got {turns!r}"
     return "id", None
