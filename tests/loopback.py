@@ -111,6 +111,9 @@ class Loopback:
         self.served: list[tuple[float, float, int]] = []  # (received, finished, status)
         self.in_flight = 0
         self.peak_in_flight = 0
+        # Stalls that ran out MAX_STALL_S unreleased: a client that saw its stream end while
+        # this is 0 was ended by itself (its timeout, a close), not by the server giving up.
+        self.stalls_given_up = 0
         self._released = threading.Event()
         self._ids = itertools.count(1)
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -198,7 +201,9 @@ class Loopback:
             self.served.append((received.ts, time.monotonic(), status))
 
     def _stall(self) -> None:
-        self._released.wait(MAX_STALL_S)
+        if not self._released.wait(MAX_STALL_S):
+            with self._lock:
+                self.stalls_given_up += 1
 
     def _id(self) -> int:
         return next(self._ids)

@@ -16,7 +16,7 @@ from flightdeck.engine.providers.base import Interrupted, Message, Provider, Tex
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import batch, settings, until
+from helpers import HANG_S, batch, settings, until
 from loopback import KEY_ENV, READ_FILE, Loopback, Reply, provider_for, route_for
 
 KEY = "sk-test-0123456789abcdef"
@@ -33,15 +33,13 @@ def open_provider(server: Loopback, kind: str, **kw: float) -> Provider:
 def test_a_stream_stalled_past_the_read_timeout_is_transient(server: Loopback, kind: str) -> None:
     server.script(Reply(stall_after_chunks=1))
     p = open_provider(server, kind, read_timeout_s=0.2)
-    t0 = time.monotonic()
     try:
         with pytest.raises(TransientError, match="timeout"):
             list(p.open(REQUEST))
     finally:
         p.close()
-    # The 0.2 s read timeout broke the stall, not the loopback giving up (MAX_STALL_S, 30 s);
-    # the margin is for a loaded machine (1.51 s seen with two busy loops on two cores).
-    assert time.monotonic() - t0 < 5.0
+    # The 0.2 s read timeout broke the stall, not the loopback giving up (MAX_STALL_S).
+    assert server.stalls_given_up == 0
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)
@@ -52,7 +50,7 @@ def test_close_from_another_thread_ends_a_stalled_stream(
     server: Loopback, kind: str, stall: Reply
 ) -> None:
     server.script(stall)
-    p = open_provider(server, kind, read_timeout_s=30.0)
+    p = open_provider(server, kind, read_timeout_s=2 * HANG_S)
     stream = p.open(REQUEST)
     outcome: list[object] = []
 
@@ -67,15 +65,13 @@ def test_close_from_another_thread_ends_a_stalled_stream(
     reader.start()
     until(lambda: len(server.received) == 1 and (stall.stall_before_headers or bool(outcome)))
     time.sleep(0.05)  # let the reader block in recv
-    t0 = time.monotonic()
     stream.close()
-    reader.join(10.0)
-    elapsed = time.monotonic() - t0
+    reader.join(HANG_S)
     try:
         assert not reader.is_alive()
-        # The close ended it, not the 30 s read timeout. How fast (within a second) is measured
-        # by the benchmarks (bench_stop.py): a loaded machine can take longer here.
-        assert elapsed < 10.0
+        # The close ended it, not the read timeout (past HANG_S) nor the loopback giving up.
+        # How fast (within a second) is measured by the benchmarks (bench_stop.py).
+        assert server.stalls_given_up == 0
         assert isinstance(outcome[-1], Interrupted) or outcome[-1] == "ended"
         # The route's connection pool still works after the abort.
         assert any(isinstance(e, TextDelta) for e in p.open(REQUEST))
@@ -87,19 +83,20 @@ def test_close_from_another_thread_ends_a_stalled_stream(
 def test_stop_during_a_stall_in_the_engine_ends_it(tmp_path: Path, kind: str) -> None:
     with Loopback() as server:
         server.default = Reply(text="z" * 64, stall_after_chunks=3)
-        route = route_for(server, kind, read_timeout_s=30.0)
+        route = route_for(server, kind, read_timeout_s=2 * HANG_S)
         engine = Engine(batch(2, route=kind), settings(route), state_dir=tmp_path, env=ENV)
         engine.start()
         try:
             until(lambda: all(r.activity.text == "streaming" for r in engine.snapshot().children))
-            t0 = time.monotonic()
             engine.stop_all()
-            until(lambda: engine.snapshot().totals.running == 0, timeout=60)
-            elapsed = time.monotonic() - t0
+            until(lambda: engine.snapshot().totals.running == 0)
+            given_up = server.stalls_given_up
             snap = engine.snapshot()
         finally:
             engine.close()
-    assert elapsed < 10.0  # the stop, not the 30 s read timeout (its speed: bench_stop.py)
+    # The stop ended the stalls, not the read timeout (past HANG_S) nor the loopback giving
+    # up (its speed: bench_stop.py).
+    assert given_up == 0
     assert [r.status for r in snap.children] == [ChildStatus.STOPPED] * 2
     if kind == "anthropic":  # message_start bills the prompt before any text
         assert all(r.usage.input_tokens == 120 for r in snap.children)
@@ -133,7 +130,7 @@ def test_a_call_cut_short_by_the_operator_is_billed_live_in_the_store_and_the_re
                 engine.stop_all()
             else:
                 engine.steer(["t0000"], "wrap up", now=True)
-            assert engine.wait(60)
+            assert engine.wait(HANG_S)
             snap = engine.snapshot()
         finally:
             engine.close()
