@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -116,27 +115,22 @@ def test_a_routes_max_concurrent_changes_live_both_ways(tmp_path: Path, hold: Ho
 
 
 def test_an_rpm_change_reaches_the_routes_bucket(tmp_path: Path) -> None:
-    # rpm 6: one request every ten seconds; raised to 6000, the children waiting go at once.
-    route = dataclasses.replace(sim_route(tool_turns=0, latency_ms=0), rpm=6)
+    # rpm 1: one request a minute, so the last of the three waiting would start three minutes
+    # after the first, far past run_to_end's HANG_S. Raised to 6000, they go at once: the
+    # waits already begun look at the bucket again (every 0.1 s) and find their debt repaid.
+    route = dataclasses.replace(sim_route(tool_turns=0, latency_ms=0), rpm=1)
     engine = start(batch(4), settings(route, pool=4), tmp_path)
     try:
         until(lambda: engine.snapshot().totals.completed >= 1)
-        waiting = "rpm 6 configured"
+        waiting = "rpm 1 configured"
         until(lambda: any(waiting in r.activity.text for r in engine.snapshot().children))
         engine.set_limits({"routes": {"sim": {"rpm": 6000}}})
         rpm = lambda: engine.snapshot().routes[0].rpm  # noqa: E731
         until(lambda: (limit := rpm()) is not None and limit.label == "6000 configured")
-        changed = time.monotonic()
         snap = run_to_end(engine)
     finally:
         engine.close()
     assert snap.totals.completed == 4
-    # The waits already begun look at the bucket again (every 0.1 s) and find their debt
-    # repaid at the new rate, a thousand times faster: the three waiting started within a
-    # fraction of a second, where the old rate gave them a slot every ten seconds (the last
-    # some 30 s after the first). Half that is the line, for a busy machine.
-    took = time.monotonic() - changed
-    assert took < 15, f"the children waiting kept to the old rate: done {took:.1f}s after"
 
 
 def test_configured_and_learned_limits_combine_as_the_lower() -> None:
