@@ -44,8 +44,8 @@ test-ray: $(STAMP)
 test-bench: $(STAMP)
 	$(PYTEST) -q -n $(TEST_WORKERS) -m bench
 
-# The real-terminal tests alone: `flightdeck attach` in tmux following a bursty transcript for
-# 30 s (part of `make test`), and the tmux key benchmark at tiny sizes (of `make test-bench`).
+# The real-terminal tests alone: `flightdeck attach` in tmux following a bursty transcript
+# (part of `make test`), and the tmux benchmarks at tiny sizes (of `make test-bench`).
 test-tmux: $(STAMP)
 	$(PYTEST) -q tests/tui/test_tmux_attach.py tests/test_bench_smoke.py -k tmux
 

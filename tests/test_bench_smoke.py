@@ -89,6 +89,15 @@ RECORDED: list[dict[str, Any]] = [
         "screen": {"samples": 900, "p50_ms": 200.0, "p99_ms": 500.0},
     },
     {
+        "bench": "attach_tail",
+        "samples": 60,
+        "unmatched": 0,
+        "lag_s_p50": 0.0,
+        "lag_s_p90": 0.2,
+        "lag_s_max": 0.6,
+        "within_1s_share": 1.0,
+    },
+    {
         "bench": "attach_throughput",
         "children": 2000,
         "alone_children_per_s": 500.0,
@@ -140,6 +149,16 @@ def test_the_tmux_key_benchmark_runs_and_reports() -> None:
     assert result["bench"] == "keys_tmux" and result["running"] >= 18
     assert 0 < result["key_to_screen"]["p50_ms"] <= result["key_to_screen"]["max_ms"]
     assert result["tmux_echo"]["p50_ms"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_tmux_transcript_pane_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    scale = {"BENCH_TAIL_S": "3", "BENCH_DIR": str(tmp_path)}
+    _, result = run_bench("import json, bench_tail as b; print(json.dumps(b.main()))", scale)
+    assert result["bench"] == "attach_tail" and result["samples"] > 0
+    assert 0 <= result["lag_s_p50"] <= result["lag_s_max"]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
@@ -204,6 +223,7 @@ def test_the_summary_gives_benchmark_figure_baseline_and_ratio() -> None:
             "store view 60.0 ms p50, 300.0 p99",
             None,
         ),
+        ("transcript pane in tmux, a bursty child", "lag 0.0 s p50, 0.2 p90, 0.6 max", "", None),
         (
             "owner, 2,000 instant children, 2 clients attached",
             "480.0 children/s",

@@ -160,6 +160,13 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 f"tmux echo {echo['p50_ms']} ms p50",
                 None,
             )
+        case "attach_tail":
+            yield (
+                "transcript pane in tmux, a bursty child",
+                f"lag {r['lag_s_p50']} s p50, {r['lag_s_p90']} p90, {r['lag_s_max']} max",
+                "",
+                None,
+            )
         case "stop":
             yield (
                 f"stop all, {r['children']:,} children, {r['all_running']:,} running",
