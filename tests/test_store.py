@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -31,6 +30,8 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import BatchInfo, QueuedChild, process_start_time
 from flightdeck.engine.records.schema import SCHEMA_VERSION, StoreNotFoundError, StoreVersionError
 from flightdeck.engine.records.store import MAX_BATCH, Store
+
+from helpers import HANG_S
 
 
 def make_batch(batch_id: str = "b1", created_ts: float = 1000.0, **kw: object) -> BatchInfo:
@@ -732,16 +733,20 @@ def test_a_write_waits_for_a_lock_held_past_the_busy_timeout(
     closing = threading.Thread(target=store.close)
     try:
         store.update_child("b1", make_child(0, status=ChildStatus.COMPLETED, finished_ts=9.0))
-        assert retried.wait(5), "the writer stopped trying"
+        assert retried.wait(HANG_S), "the writer stopped trying"
         closing.start()  # close() waits for the write, however long the lock is held ...
-        t0 = time.monotonic()
-        assert store.flush(timeout=0.2) is False  # ... but a second Ctrl+C's flush does not
-        assert time.monotonic() - t0 < 2
+        # ... but a second Ctrl+C's flush does not: the lock is held until this test lets it
+        # go, so a flush that waited for the write would still be waiting at HANG_S.
+        flushed: list[bool] = []
+        flusher = threading.Thread(target=lambda: flushed.append(store.flush(timeout=0.2)))
+        flusher.start()
+        flusher.join(HANG_S)
+        assert flushed == [False]
         assert closing.is_alive()
     finally:
         other.execute("COMMIT")
         other.close()
-    closing.join(10)
+    closing.join(HANG_S)
     assert not closing.is_alive()
     assert store.failed_writes == 0
     assert "failed" not in caplog.text and "database is locked" in caplog.text
