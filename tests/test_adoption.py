@@ -22,7 +22,7 @@ from flightdeck.engine.model import BatchStatus, ChildStatus, Usage
 from flightdeck.engine.records.processes import processes, still_running
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import ADOPTED, until
+from helpers import ADOPTED, HANG_S, until
 
 FAKES = Path(__file__).parent / "fakes"
 PY = sys.executable
@@ -72,7 +72,7 @@ class Sampler:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(HANG_S)
         for pids in self.now().values():  # a failed test leaves nothing running
             for pid in pids:
                 with contextlib.suppress(OSError):
@@ -102,7 +102,7 @@ class Sampler:
 
 def kill_owner(owner: subprocess.Popen[str]) -> None:
     owner.send_signal(signal.SIGKILL)
-    owner.wait(10)
+    owner.wait(HANG_S)
     owner.communicate()
 
 
@@ -179,9 +179,9 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
         assert all(len(pids) == 1 for pids in before.values()), before
         assert still_running(folder / "state" / "flightdeck.db", batch_id) == 2
         ls = flightdeck(folder, "ls")
-        assert "abandoned (2 still running)" in ls.communicate(timeout=30)[0]
+        assert "abandoned (2 still running)" in ls.communicate(timeout=HANG_S)[0]
         wait = flightdeck(folder, "wait", batch_id)
-        assert "2 of its children still run" in wait.communicate(timeout=30)[1]
+        assert "2 of its children still run" in wait.communicate(timeout=HANG_S)[1]
         resume = flightdeck(folder, "resume", batch_id)
         until(
             lambda: all(ADOPTED in transcript(folder, batch_id, c) for c in ("keep", "halt")),
@@ -191,14 +191,14 @@ def test_a_claude_child_running_when_its_owner_dies_is_adopted_and_completes_onc
         # (`steer` waits for its receipt: delivered once the turn takes it, past the gate.)
         steer = flightdeck(folder, "steer", batch_id, "keep", "-m", "also the docs")
         stop = flightdeck(folder, "stop", batch_id, "halt")
-        stopped = stop.communicate(timeout=30)
+        stopped = stop.communicate(timeout=HANG_S)
         assert stop.returncode == 0, stopped
         until(
             lambda: "queued by the CLI: also the docs" in transcript(folder, batch_id, "keep"),
             what="the steer read by the CLI",
         )
         gate.touch()
-        steered = steer.communicate(timeout=30)
+        steered = steer.communicate(timeout=HANG_S)
         # How the CLI took it, as the transcript says (it printed a bare "delivered").
         assert steer.returncode == 0, steered
         assert steered[0].splitlines()[-1] == "keep: delivered into the running turn", steered
@@ -245,7 +245,7 @@ def test_resume_says_what_it_adopted_as_it_starts_not_once_the_batch_has_ended(
     reader = threading.Thread(target=lambda: said.extend(out), daemon=True)
     reader.start()
     try:
-        until(lambda: any("adopted" in line for line in said), what="the adopted line", timeout=30)
+        until(lambda: any("adopted" in line for line in said), HANG_S, what="the adopted line")
         assert resume.poll() is None  # said while both still hold in their tools
         assert said[0] == f"batch {batch_id}\n", said
         assert said[1].startswith("2 adopted (their processes outlived the owner"), said
@@ -253,7 +253,7 @@ def test_resume_says_what_it_adopted_as_it_starts_not_once_the_batch_has_ended(
     finally:
         gate.touch()
         resume.wait(60)
-        reader.join(10)
+        reader.join(HANG_S)
         for stream in (resume.stdout, resume.stderr):
             assert stream is not None
             stream.close()
@@ -437,7 +437,7 @@ def test_a_stop_sent_while_the_owner_was_dead_ends_the_adopted_process_and_keeps
         until(billed, what="the stopped child's first call recorded")
         kill_owner(owner)
         stop = flightdeck(folder, "stop", batch_id, "halt")
-        said = stop.communicate(timeout=30)
+        said = stop.communicate(timeout=HANG_S)
         assert stop.returncode == 1 and "the request stays pending" in said[1], said
         resume = flightdeck(folder, "resume", batch_id)
         until(lambda: "halt" not in sampler.now(), what="the stopped child's process to end")
@@ -555,7 +555,7 @@ def test_a_child_paused_as_its_owner_died_is_adopted_paused_and_continue_runs_it
                 return {r.id: r.status for r in reader.children(batch_id)}[child]
 
         pause = flightdeck(folder, "pause", batch_id, "halt")
-        assert pause.communicate(timeout=30) and pause.returncode == 0
+        assert pause.communicate(timeout=HANG_S) and pause.returncode == 0
         until(lambda: status("halt") is ChildStatus.PAUSED, what="halt paused")
         until(lambda: suspended(sampler.now()["halt"]), what="halt's process suspended")
         kill_owner(owner)
@@ -572,7 +572,7 @@ def test_a_child_paused_as_its_owner_died_is_adopted_paused_and_continue_runs_it
         until(lambda: status("halt") is ChildStatus.PAUSED, what="halt paused still")
         assert suspended(sampler.now()["halt"])
         go = flightdeck(folder, "continue", batch_id, "halt")
-        said = go.communicate(timeout=30)
+        said = go.communicate(timeout=HANG_S)
         assert go.returncode == 0, said
         out, err = resume.communicate(timeout=60)
         assert not sampler.now()

@@ -173,7 +173,7 @@ def test_a_codex_turn_under_way_is_pending_until_its_end_reports_it(tmp_path: Pa
     # An attached view (`flightdeck run` on a terminal) reads it from the owner's live figures.
     view = StoreView(tmp_path / "state" / "flightdeck.db", engine.batch_id, watch=False)
     try:
-        until(lambda: view.refresh() and view.snapshot().totals.pending == 1, timeout=30)
+        until(lambda: view.refresh() and view.snapshot().totals.pending == 1, HANG_S)
         assert view.snapshot().children[0].activity.unreported
     finally:
         view.close()

@@ -14,7 +14,7 @@ import pytest
 from flightdeck.engine.records.reader import StoreReader
 
 from durable import CountingServer, flightdeck, project
-from helpers import until
+from helpers import HANG_S, until
 from loopback import Reply
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def live_owner(folder: Path) -> tuple[subprocess.Popen[str], str, Path]:
         with StoreReader(db) as reader:
             return reader.batch(batch_id) is not None
 
-    until(recorded, 30)
+    until(recorded, HANG_S)
     return owner, batch_id, db
 
 
@@ -56,7 +56,7 @@ def test_the_owner_refuses_what_a_client_recorded_that_its_checks_refuse(tmp_pat
         folder = project(tmp_path, server, 3, pool=1, engine="max_task_chars = 100")
         owner, batch_id, db = live_owner(folder)
         try:
-            until(lambda: server.total_runs() >= 1, 30)
+            until(lambda: server.total_runs() >= 1, HANG_S)
             with sqlite3.connect(db) as conn:  # as any client could: the columns every one has
                 for message in ("x" * 101, None, "keep it short"):
                     conn.execute(
@@ -71,14 +71,14 @@ def test_the_owner_refuses_what_a_client_recorded_that_its_checks_refuse(tmp_pat
                         "SELECT id, state, reason FROM requests ORDER BY id"
                     ).fetchall()
 
-            until(lambda: all(state != "pending" for _, state, _ in settled()), 30)
+            until(lambda: all(state != "pending" for _, state, _ in settled()), HANG_S)
             long, null, short = settled()
             assert long[1] == "refused" and "too long: 101 characters" in str(long[2])
             assert null[1] == "refused" and "steer message: missing" in str(null[2])
             assert short[1] == "applied"
             # The command line checks it the same way before it records anything.
             proc = flightdeck(folder, "steer", batch_id, "c001", "-m", "y" * 101)
-            out, err = proc.communicate(timeout=30)
+            out, err = proc.communicate(timeout=HANG_S)
             assert proc.returncode == 2 and "too long: 101 characters" in err, out + err
             assert len(settled()) == 3
         finally:
@@ -98,7 +98,7 @@ def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
         folder = project(tmp_path, server, 3, pool=1)
         owner, batch_id, _ = live_owner(folder)
         try:
-            until(lambda: server.total_runs() >= 1, 30)
+            until(lambda: server.total_runs() >= 1, HANG_S)
             steer = flightdeck(folder, "steer", batch_id, "c002", "-m", "mind the tests")
             assert steer.stdout is not None
             line = steer.stdout.readline()
@@ -107,7 +107,7 @@ def test_steer_on_a_queued_child_says_what_it_waits_for_and_that_its_owner_died(
                 "Ctrl+C leaves it queued\n"
             )
             owner.send_signal(signal.SIGKILL)
-            owner.wait(30)
+            owner.wait(HANG_S)
             out, err = steer.communicate(timeout=30)  # within a poll, not the heartbeat's 30 s
             assert steer.returncode == 1, out + err
             resume = f"flightdeck resume {batch_id} --state-dir {folder / 'state'}"
@@ -127,15 +127,15 @@ def test_logs_follow_ends_when_the_owner_dies_and_says_how_to_resume(tmp_path: P
         owner, batch_id, _ = live_owner(folder)
         follows: list[subprocess.Popen[str]] = []
         try:
-            until(lambda: server.total_runs() >= 1, 30)
+            until(lambda: server.total_runs() >= 1, HANG_S)
             follows += [flightdeck(folder, "logs", batch_id, c, "-f") for c in ("c000", "c001")]
             assert follows[0].stdout is not None
             assert follows[0].stdout.readline()  # the running child's transcript, begun
             owner.send_signal(signal.SIGKILL)
-            owner.wait(30)
+            owner.wait(HANG_S)
             resume = f"flightdeck resume {batch_id} --state-dir {folder / 'state'}"
             for follow in follows:
-                out, err = follow.communicate(timeout=30)
+                out, err = follow.communicate(timeout=HANG_S)
                 assert follow.returncode == 1, out + err
                 assert f"was abandoned: its owner process (pid {owner.pid}) died" in err
                 assert f"`{resume}` runs it to the end" in err
@@ -153,9 +153,9 @@ def test_logs_of_a_child_not_started_yet_says_so(tmp_path: Path) -> None:
         folder = project(tmp_path, server, 2, pool=1)
         owner, batch_id, _ = live_owner(folder)
         try:
-            until(lambda: server.total_runs() >= 1, 30)
+            until(lambda: server.total_runs() >= 1, HANG_S)
             logs = flightdeck(folder, "logs", batch_id, "c001")
-            out, err = logs.communicate(timeout=30)
+            out, err = logs.communicate(timeout=HANG_S)
             assert (logs.returncode, out) == (1, "")
             assert err == "flightdeck: c001 has not started yet (queued): it has no transcript\n"
         finally:
@@ -171,7 +171,7 @@ def test_stop_names_the_children_that_had_already_ended(tmp_path: Path) -> None:
         folder = project(tmp_path, server, 2, pool=2)
         owner, batch_id, db = live_owner(folder)
         try:
-            until(lambda: server.total_runs() >= 2, 30)
+            until(lambda: server.total_runs() >= 2, HANG_S)
             server.release("c000")  # it completes; c001 holds the batch open
 
             def completed() -> bool:
@@ -179,20 +179,20 @@ def test_stop_names_the_children_that_had_already_ended(tmp_path: Path) -> None:
                     row = reader.child(batch_id, "c000")
                 return row is not None and row.status.value == "completed"
 
-            until(completed, 30)
+            until(completed, HANG_S)
             # A name no child has is the one line of a usage error: c000 was said to have
             # ended first, on stdout, before the error.
             for verb in ("stop", "pause", "continue"):
                 bad = flightdeck(folder, verb, batch_id, "c000", "nope")
-                out, err = bad.communicate(timeout=30)
+                out, err = bad.communicate(timeout=HANG_S)
                 assert (bad.returncode, out) == (2, ""), (verb, out, err)
                 assert err == f"flightdeck: no child with id 'nope' in batch {batch_id}\n", err
             stop = flightdeck(folder, "stop", batch_id, "c000", "c001")
-            out, err = stop.communicate(timeout=30)
+            out, err = stop.communicate(timeout=HANG_S)
             assert stop.returncode == 0, out + err
             assert out.splitlines() == ["c000: had already ended (completed)", "stop applied: c001"]
             stop = flightdeck(folder, "stop", batch_id, "c000")  # nothing left to stop
-            out, err = stop.communicate(timeout=30)
+            out, err = stop.communicate(timeout=HANG_S)
             assert (stop.returncode, out) == (0, "c000: had already ended (completed)\n"), err
         finally:
             server.release()
@@ -207,16 +207,16 @@ def test_a_child_named_twice_is_sent_the_command_once(tmp_path: Path) -> None:
         folder = project(tmp_path, server, 2, pool=2)
         owner, batch_id, db = live_owner(folder)
         try:
-            until(lambda: server.total_runs() >= 2, 30)
+            until(lambda: server.total_runs() >= 2, HANG_S)
             steer = flightdeck(folder, "steer", batch_id, "c000", "c000", "-m", "once", "--now")
-            out, err = steer.communicate(timeout=30)
+            out, err = steer.communicate(timeout=HANG_S)
             assert steer.returncode == 0, out + err
             assert out.splitlines()[-1] == "c000: delivered" and out.count("c000: d") == 1, out
             stop = flightdeck(folder, "stop", batch_id, "c001", "c001")
-            out, err = stop.communicate(timeout=30)
+            out, err = stop.communicate(timeout=HANG_S)
             assert (stop.returncode, out) == (0, "stop applied: c001\n"), err
             retry = flightdeck(folder, "retry", batch_id, "c001", "c001")
-            out, err = retry.communicate(timeout=30)
+            out, err = retry.communicate(timeout=HANG_S)
             assert (retry.returncode, out) == (0, "retry (fresh) queued: c001\n"), err
             with sqlite3.connect(db) as conn:
                 sent = conn.execute("SELECT kind, child_ids FROM requests ORDER BY id").fetchall()
@@ -239,7 +239,7 @@ def test_limits_prints_what_the_owner_learned_from_the_providers_headers(tmp_pat
         assert owner.wait(60) == 0
         ended(owner)
         proc = flightdeck(folder, "limits", batch_id)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err
     assert (
         "route lb: max_concurrent off, rpm off, tpm off (learned from the provider: rpm 240)"
@@ -255,7 +255,7 @@ def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
         folder = project(tmp_path, server, 3, pool=1)
         owner, batch_id, _ = live_owner(folder)
         try:
-            until(lambda: server.total_runs() >= 1, 30)
+            until(lambda: server.total_runs() >= 1, HANG_S)
             owner.send_signal(signal.SIGSTOP)  # alive, but applying nothing
             stop = flightdeck(folder, "stop", batch_id, "c002")
             assert stop.stderr is not None
@@ -269,8 +269,8 @@ def test_stop_on_a_silent_owner_says_what_it_waits_for_then_that_the_owner_died(
                 LOCK_HELD,
             )
             owner.send_signal(signal.SIGKILL)
-            owner.wait(30)
-            out, err = stop.communicate(timeout=30)
+            owner.wait(HANG_S)
+            out, err = stop.communicate(timeout=HANG_S)
             assert stop.returncode == 1 and out == "", out + err
             assert err == (
                 f"flightdeck: the owner of batch {batch_id} (pid {owner.pid}) is gone: the "
@@ -290,7 +290,7 @@ def test_a_command_waiting_on_the_databases_lock_says_so_then_is_applied(tmp_pat
         folder = project(tmp_path, server, 3, pool=1)
         owner, batch_id, db = live_owner(folder)
         try:
-            until(lambda: server.total_runs() >= 1, 30)
+            until(lambda: server.total_runs() >= 1, HANG_S)
             holder = sqlite3.connect(db, isolation_level=None)
             holder.execute("BEGIN IMMEDIATE")
             try:

@@ -30,6 +30,7 @@ from flightdeck.engine.records import schema
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.store import Store
 
+from helpers import HANG_S
 from test_requests import version_5_schema
 from test_store import make_batch, make_child
 
@@ -63,7 +64,7 @@ def test_each_read_agrees_with_reading_the_whole_store_again(tmp_path: Path) -> 
     rows = {f"c{i}": make_child(i) for i in range(200)}
     store.add_children("b1", list(rows.values()))
     store.add_children("b2", [make_child(i) for i in range(50)])
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     view = StoreView(db, "b1", watch=False)
     try:
         for round_ in range(25):
@@ -82,7 +83,7 @@ def test_each_read_agrees_with_reading_the_whole_store_again(tmp_path: Path) -> 
                 store.add_children("b1", [late])
             if round_ == 20:
                 store.settle_live_children("b1", ChildStatus.FAILED, 1700.0)
-            assert store.flush(timeout=10)
+            assert store.flush(timeout=HANG_S)
             assert view.refresh()
             again = StoreView(db, "b1", watch=False)
             try:
@@ -133,7 +134,7 @@ def _batch(db: Path, children: int) -> tuple[Store, list[ChildRow]]:
     store.create_batch(make_batch("b1"))
     rows = [make_child(i) for i in range(children)]
     store.add_children("b1", rows)
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     return store, rows
 
 
@@ -146,7 +147,7 @@ def test_a_read_fetches_only_the_child_rows_written_since_the_last(tmp_path: Pat
     assert conn.child_rows() == 1000 + 1000  # the first read: every row, and its fixed columns
     conn.fetched.clear()
     store.update_child("b1", dataclasses.replace(rows[7], status=ChildStatus.RUNNING))
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     events: list[EngineEvent] = []
     snap = reading.read(events)
     assert snap is not None and snap.children[7].status is ChildStatus.RUNNING
@@ -155,7 +156,7 @@ def test_a_read_fetches_only_the_child_rows_written_since_the_last(tmp_path: Pat
     assert conn.child_rows() == 1  # the one row written
     conn.fetched.clear()
     store.update_child("b1", dataclasses.replace(rows[7], status=ChildStatus.COMPLETED))
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     events.clear()
     snap = reading.read(events)
     assert snap is not None and conn.child_rows() == 1
@@ -205,7 +206,7 @@ def test_a_version_5_store_is_read_whole_and_then_by_its_counter_once_migrated(
     store = Store(db)  # migrates: the old rows have counter 0
     row = make_child(2, status=ChildStatus.COMPLETED)
     store.update_child("b1", row)
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     raw = sqlite3.connect(db)
     assert raw.execute("SELECT id, rev FROM children ORDER BY id").fetchall() == [
         ("c0", 0),
@@ -218,7 +219,7 @@ def test_a_version_5_store_is_read_whole_and_then_by_its_counter_once_migrated(
         statuses = [r.status for r in view.snapshot().children]
         assert statuses == [ChildStatus.QUEUED, ChildStatus.RUNNING, ChildStatus.COMPLETED]
         store.update_child("b1", make_child(0, status=ChildStatus.RUNNING))
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         assert view.refresh()
         assert view.snapshot().totals.running == 2
         # The version 5 owner still running writes as it did, without the counter: the
@@ -270,7 +271,7 @@ def test_a_read_that_fails_midway_loses_nothing(
             calls = 1
         for i in (1, 2):
             store.update_child("b1", dataclasses.replace(rows[i], status=ChildStatus.COMPLETED))
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         with pytest.raises(sqlite3.OperationalError):
             view.refresh()
         assert view.refresh()  # nothing written since: the failed read is tried again

@@ -26,7 +26,7 @@ from flightdeck.engine.providers.base import (
 )
 from flightdeck.engine.records.meter import Meter
 
-from helpers import sim_route, until
+from helpers import HANG_S, sim_route, until
 
 
 class TwoTurns:
@@ -101,7 +101,7 @@ def test_activity_token_tracks_calls_turns_and_the_running_tool(tmp_path: Path) 
     assert child.in_tool and child.last_activity == act.last_activity_ts
 
     tools.release.set()
-    worker.join(10)
+    worker.join(HANG_S)
     until(lambda: bool(facts))
     done = child.row()
     act = done.activity
@@ -204,7 +204,7 @@ def test_the_route_key_never_reaches_the_row(tmp_path: Path) -> None:
     assert tools.entered.wait(60)
     during = child.row().activity
     tools.release.set()
-    worker.join(10)
+    worker.join(HANG_S)
     done = child.row()
     assert (during.current_tool, during.text) == ("get_[REDACTED]", "tool: get_[REDACTED]")
     assert done.status is ChildStatus.COMPLETED and done.result == "The key is [REDACTED]."
@@ -323,7 +323,7 @@ def steer_mid_answer(tmp_path: Path, max_turns: int) -> tuple[Child, AnswersWhil
     on_last_turn = child.row().activity.last_turn
     assert child.add_steer(SteerReceipt(1, "c1", "cite your sources", False, SteerState.QUEUED, 1))
     provider.steered.set()
-    worker.join(10)
+    worker.join(HANG_S)
     assert on_last_turn is (max_turns == 1)
     return child, provider
 
@@ -395,7 +395,7 @@ def test_the_call_in_progress_counts_as_it_streams_until_its_usage_is_billed(
     assert during.in_flight_cost_usd and during.in_flight_cost_usd > 0
     assert during.live_cost_usd == during.in_flight_cost_usd
     provider.release.set()
-    worker.join(10)
+    worker.join(HANG_S)
     done = child.row()
     # The real usage replaces the estimate, which is gone with the call.
     assert done.usage == Usage(input_tokens=30, output_tokens=25, cache_read_tokens=100)

@@ -44,6 +44,7 @@ from flightdeck.tui.output import completion_text, print_lines
 from rich.console import Console
 
 from helpers import (
+    HANG_S,
     Hold,
     batch,
     flightdeck,
@@ -266,7 +267,7 @@ def test_quitting_the_tui_prints_the_summary_and_the_report_hint(
 
     def run_app(app: FlightdeckApp) -> bool:  # the operator watches the batch end, then quits
         assert isinstance(app.view, StoreView)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while app.view.snapshot().status is BatchStatus.RUNNING:
             assert time.monotonic() < deadline
             time.sleep(0.02)
@@ -619,7 +620,7 @@ def test_ctrl_c_stops_every_child_and_exits_130(project: Path) -> None:
         batch_id = run.wait_for("batch ").split()[1]
         wait_until_running(project, batch_id, "job-0")
         run.proc.send_signal(signal.SIGINT)
-        code, out, err = run.finish(timeout=30)  # held children: only the stop ends them
+        code, out, err = run.finish(timeout=HANG_S)  # held children: only the stop ends them
     assert code == ExitCode.INTERRUPTED, err
     assert out.count("■") == 6  # every child reported as stopped
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
@@ -635,7 +636,7 @@ def test_sigterm_stops_every_child_records_it_and_exits_143(project: Path) -> No
         batch_id = run.wait_for("batch ").split()[1]
         wait_until_running(project, batch_id, "job-0")
         run.proc.send_signal(signal.SIGTERM)
-        code, out, err = run.finish(timeout=30)
+        code, out, err = run.finish(timeout=HANG_S)
     assert code == ExitCode.TERMINATED, err
     assert "stopping all children… (a second SIGTERM to force)" in out
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
@@ -653,7 +654,7 @@ def test_a_signal_as_soon_as_the_batch_id_is_printed_still_stops_and_records(
     with Headless(project, "tasks.jsonl") as run:
         run.wait_for("batch ")
         run.proc.send_signal(signal.SIGTERM)
-        code, _, err = run.finish(timeout=30)
+        code, _, err = run.finish(timeout=HANG_S)
     assert code == ExitCode.TERMINATED, err
     report = json.loads(flightdeck("report", "--format", "json", cwd=project).stdout)
     assert report["status"] == "stopped"
@@ -737,7 +738,7 @@ def test_ctrl_c_while_the_batch_file_loads_exits_130_quietly(project: Path) -> N
                 run.proc.wait(60)  # a ceiling: it exits as soon as the signal is handled
         finally:
             os.close(writer)  # the read ends, signal or not: the test cannot hang on it
-        code, out, err = run.finish(timeout=20)
+        code, out, err = run.finish(timeout=HANG_S)
     assert code == ExitCode.INTERRUPTED, f"{err} ({signals})"
     assert (out, err) == ("", "flightdeck: interrupted\n")  # no batch started, no traceback
 
@@ -1090,7 +1091,7 @@ def test_a_closed_pipe_stops_the_children_before_the_next_line_is_due(project: P
     wait_until_running(project, batch_id, "job-0")
     proc.stdout.close()
     with proc.stderr:
-        assert proc.wait(timeout=30) == ExitCode.OUTPUT_CLOSED
+        assert proc.wait(HANG_S) == ExitCode.OUTPUT_CLOSED
         assert proc.stderr.read().startswith("flightdeck: output closed; children still running")
     with StoreReader(project / ".flightdeck" / "flightdeck.db") as reader:
         info = reader.batch(batch_id)

@@ -15,7 +15,7 @@ from flightdeck.engine.commands import Command
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.cli import main
 
-from helpers import Hold, flightdeck_process, read_until, until
+from helpers import HANG_S, Hold, flightdeck_process, read_until, until
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def sim_owner(
     first = owner.stdout.readline()  # "batch <id>", once it has started
     assert first.startswith("batch "), first + owner.communicate()[1]
     batch_id = first.split()[1]
-    until(lambda: recorded(folder, batch_id), 30)  # said as its row is queued to the store
+    until(lambda: recorded(folder, batch_id), HANG_S)  # said as its row is queued to the store
     return owner, batch_id, hold
 
 
@@ -99,11 +99,11 @@ def test_pause_and_continue_say_each_child_they_cannot_act_on(
 
     try:
         hold.release("t1")  # it completes; t3 takes its slot
-        until(lambda: status(tmp_path, batch_id, "t1") == "completed", 30)
+        until(lambda: status(tmp_path, batch_id, "t1") == "completed", HANG_S)
         assert said("continue", batch_id, "t2") == (0, "t2: not paused (running)\n")
         assert said("pause", batch_id, "t1") == (0, "t1: had already ended (completed)\n")
         assert said("stop", batch_id, "t3") == (0, "stop applied: t3\n")
-        until(lambda: status(tmp_path, batch_id, "t3") == "stopped", 30)
+        until(lambda: status(tmp_path, batch_id, "t3") == "stopped", HANG_S)
         assert said("pause", batch_id, "t3") == (0, "t3: had already ended (stopped)\n")
         # Those it can act on it does; the others are said, as stop says them.
         assert said("pause", batch_id, "t1", "t2") == (
@@ -140,16 +140,16 @@ def test_pause_of_a_child_already_paused_says_so_and_sends_nothing(
         return code, capsys.readouterr().out
 
     try:
-        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2, t3 queued
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", HANG_S)  # held; t2, t3 queued
         assert said("pause", batch_id, "t2") == (0, "pause applied: t2\n")
         assert said("pause", batch_id, "t2") == (0, "t2: already paused\n")
         assert said("pause", batch_id, "t1") == (0, "pause applied: t1\n")
-        until(lambda: pausing(tmp_path, batch_id, "t1"), 30)  # held before its first token
+        until(lambda: pausing(tmp_path, batch_id, "t1"), HANG_S)  # held before its first token
         assert said("pause", batch_id, "t1", "t2", "t3") == (
             0,
             "t1: already pausing (running)\nt2: already paused\npause applied: t3\n",
         )
-        until(lambda: status(tmp_path, batch_id, "t3") == "paused", 30)
+        until(lambda: status(tmp_path, batch_id, "t3") == "paused", HANG_S)
         assert said("pause", batch_id, "--where", "status:live") == (
             0,
             "3 children match `status:live`\n3 of them are already paused\n",
@@ -178,7 +178,7 @@ def test_a_steer_to_a_parent_waiting_on_its_delegates_says_so(tmp_path: Path) ->
     owner, batch_id, hold = sim_owner(tmp_path, ["b"], pool=4, route=DELEGATING, more=ONE_LEVEL)
     try:
         hold.release("b", 0)  # its first turn hands out two delegates, which are held
-        until(lambda: waits_on_delegates(tmp_path, batch_id, "b"), 30)
+        until(lambda: waits_on_delegates(tmp_path, batch_id, "b"), HANG_S)
         steer = flightdeck_process(
             "steer", batch_id, "b", "-m", "mind the tests", "--now", cwd=tmp_path
         )
@@ -200,7 +200,7 @@ def test_a_steer_to_a_paused_child_says_it_waits_for_the_continue(tmp_path: Path
     owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2"], pool=1)
     state = ("--state-dir", str(tmp_path / "state"))
     try:
-        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2 queued
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", HANG_S)  # held; t2 queued
         assert main(["pause", batch_id, "t2", *state]) == 0
         steer = flightdeck_process("steer", batch_id, "t2", "-m", "mind the tests", cwd=tmp_path)
         assert steer.stdout is not None
@@ -223,7 +223,7 @@ def test_a_steer_now_to_a_child_not_started_says_it_waits_for_its_first_turn(
     # current response", and it had none: the steer waited for it to start.
     owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2"], pool=1)
     try:
-        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2 queued
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", HANG_S)  # held; t2 queued
         steer = flightdeck_process(
             "steer", batch_id, "t2", "-m", "mind the tests", "--now", cwd=tmp_path
         )
@@ -255,7 +255,7 @@ def test_a_query_naming_a_route_or_group_no_child_has_is_one_error(tmp_path: Pat
             ),
         ):
             done = flightdeck_process(words[0], batch_id, *words[1:], cwd=tmp_path)
-            out, err = done.communicate(timeout=30)
+            out, err = done.communicate(timeout=HANG_S)
             assert (done.returncode, out, err) == (2, "", f"flightdeck: --where: {said}\n")
         assert status(tmp_path, batch_id, "t1") != "stopped"  # nothing was sent
     finally:
@@ -268,7 +268,7 @@ def test_wait_says_the_paused_children_the_batch_waits_on(tmp_path: Path) -> Non
     owner, batch_id, hold = sim_owner(tmp_path, ["t1", "t2"], pool=1)
     state = ("--state-dir", str(tmp_path / "state"))
     try:
-        until(lambda: status(tmp_path, batch_id, "t1") == "running", 30)  # held; t2 queued
+        until(lambda: status(tmp_path, batch_id, "t1") == "running", HANG_S)  # held; t2 queued
         assert main(["pause", batch_id, "t2", *state]) == 0
         waiting = flightdeck_process("wait", batch_id, cwd=tmp_path)
         try:
@@ -309,11 +309,11 @@ def test_stop_of_a_parent_counts_the_delegates_stopped_with_it(
             delegates = (status(tmp_path, batch_id, f"{parent}.{n}") for n in (1, 2))
             return waits_on_delegates(tmp_path, batch_id, parent) and None not in delegates
 
-        until(lambda: waiting("a") and waiting("b"), 30)
+        until(lambda: waiting("a") and waiting("b"), HANG_S)
         assert main(["stop", batch_id, "a", *state]) == 0
         assert capsys.readouterr().out == "stop applied: a (and its 2 delegates)\n"
         hold.release("b.1")  # it completes: only b.2 is left to stop with b
-        until(lambda: status(tmp_path, batch_id, "b.1") == "completed", 30)
+        until(lambda: status(tmp_path, batch_id, "b.1") == "completed", HANG_S)
         assert main(["stop", batch_id, "b", *state]) == 0
         assert capsys.readouterr().out == "stop applied: b (and its 1 delegate)\n"
         with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
@@ -335,9 +335,9 @@ def test_a_stop_that_arrives_after_its_child_ended_is_not_recorded_applied(
     owner, batch_id, hold = sim_owner(tmp_path, ["a", "b"], pool=2)
     db = tmp_path / "state" / "flightdeck.db"
     try:
-        until(lambda: status(tmp_path, batch_id, "b") == "running", 30)
+        until(lambda: status(tmp_path, batch_id, "b") == "running", HANG_S)
         hold.release("a")
-        until(lambda: status(tmp_path, batch_id, "a") == "completed", 30)
+        until(lambda: status(tmp_path, batch_id, "a") == "completed", HANG_S)
         # What the TUI sends once its dialog, opened while `a` ran, is confirmed.
         with Client(db, batch_id) as client:
             *_, settled = client.follow(client.send(Stop(("a",))))
@@ -355,14 +355,14 @@ def test_a_stop_that_arrives_after_its_child_ended_is_not_recorded_applied(
         try:
             with caplog.at_level(logging.WARNING, logger="flightdeck"):
                 view.send(Stop(("a",)))
-                until(told, 30)
+                until(told, HANG_S)
         finally:
             view.close()
         assert [r.getMessage() for r in caplog.records] == [settled.reason]
         with Client(tmp_path / "state" / "flightdeck.db", batch_id) as client:
             *_, settled = client.follow(client.send(Stop(("a", "b"))))
         assert settled.state is RequestState.APPLIED  # it stopped b
-        until(lambda: status(tmp_path, batch_id, "b") == "stopped", 30)
+        until(lambda: status(tmp_path, batch_id, "b") == "stopped", HANG_S)
     finally:
         ended(owner, hold)
 
@@ -392,7 +392,7 @@ def test_a_stop_pause_or_continue_that_arrives_after_its_child_ended_exits_0(
     def completes(child_id: str) -> Callable[[], None]:
         def end() -> None:
             hold.release(child_id)
-            until(lambda: status(tmp_path, batch_id, child_id) == "completed", 30)
+            until(lambda: status(tmp_path, batch_id, child_id) == "completed", HANG_S)
 
         return end
 
@@ -410,7 +410,7 @@ def test_a_stop_pause_or_continue_that_arrives_after_its_child_ended_exits_0(
         return code, out, err
 
     try:
-        until(lambda: status(tmp_path, batch_id, "b") == "running", 30)  # a too; c, d queued
+        until(lambda: status(tmp_path, batch_id, "b") == "running", HANG_S)  # a too; c, d queued
         assert said("pause", batch_id, "c") == (0, "pause applied: c\n", "")
         monkeypatch.setattr(cli_client, "sent", late_sent)
         meanwhile.append(completes("a"))
@@ -469,7 +469,7 @@ def test_a_missed_nudge_says_why(tmp_path: Path) -> None:
     try:
         for call in range(7):
             hold.release("loop1", call)  # its eighth call, its last turn, is held
-        until(on_its_last_turn, 30)
+        until(on_its_last_turn, HANG_S)
         nudge = flightdeck_process("nudge", batch_id, "--where", "is:looping", cwd=tmp_path)
         assert nudge.stdout is not None
         assert nudge.stdout.readline() == "1 child matches `is:looping`\n"
@@ -505,7 +505,7 @@ def test_continue_of_admission_the_soft_budget_still_holds_says_how_to_lift_it(
     )
     state = ("--state-dir", str(tmp_path / "state"))
     try:
-        until(lambda: "soft budget" in (held(tmp_path, batch_id) or ""), 30)
+        until(lambda: "soft budget" in (held(tmp_path, batch_id) or ""), HANG_S)
         assert main(["pause", batch_id, *state]) == 0
         capsys.readouterr()
         assert main(["continue", batch_id, *state]) == 0

@@ -16,7 +16,7 @@ from flightdeck.engine.model import ChildFinished, ChildRow, ChildStatus, Snapsh
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import Hold, batch, run_to_end, settings, sim_route, until
+from helpers import HANG_S, Hold, batch, run_to_end, settings, sim_route, until
 
 FAST = {"tool_turns": 0, "delegate_rate": 1.0, "delegates": 3}
 
@@ -213,7 +213,7 @@ def test_a_retried_parent_waiting_on_its_delegates_keeps_its_slot_free_when_the_
         hold.release("a.1")
         until(lambda: committed("a.1"), what="the old delegate ended")
         engine.retry(["b"])  # a.2 runs, a waits holding none: one slot of two is free for b
-        until(lambda: committed("b", 2), timeout=20, what="b's second attempt")
+        until(lambda: committed("b", 2), HANG_S, what="b's second attempt")
         hold.release()
         snap = run_to_end(engine)
     finally:

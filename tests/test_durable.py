@@ -18,6 +18,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import request
 
 from durable import CountingServer, flightdeck, project
+from helpers import HANG_S
 
 CHILDREN = 9
 
@@ -44,7 +45,7 @@ def killed_owner(folder: Path, server: CountingServer, moment: Callable[[], bool
         until(lambda: moment() or owner.poll() is not None, what="the moment to kill")
         owner.send_signal(signal.SIGKILL)
     finally:
-        owner.wait(10)
+        owner.wait(HANG_S)
         owner.communicate()
     server.release()
     until(server.server.idle, what="the dead owner's requests read")

@@ -14,7 +14,7 @@ from flightdeck.engine.agents.adopt import end_trees
 from flightdeck.engine.agents.process import Files, Record
 from flightdeck.engine.agents.tree import identify
 
-from helpers import until
+from helpers import HANG_S, until
 
 # Told SIGTERM, it notes it and runs on: only SIGKILL ends it.
 STUBBORN = (
@@ -47,12 +47,12 @@ def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> N
         ending = threading.Thread(target=lambda: survived.extend(end_trees(records)))
         ending.start()
         # Told one after another, the second would hear SIGTERM only after the first's grace.
-        until(lambda: all((tmp_path / f"term-{i}").exists() for i in range(3)), 30)
+        until(lambda: all((tmp_path / f"term-{i}").exists() for i in range(3)), HANG_S)
         for proc in procs:
             assert proc.poll() is None  # each is still within its grace
             proc.kill()
             proc.wait()
-        ending.join(30)
+        ending.join(HANG_S)
         assert not ending.is_alive()
         assert survived == [[], [], []]
     finally:

@@ -24,6 +24,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
 from helpers import (
+    HANG_S,
     HANGS,
     Hold,
     batch,
@@ -95,7 +96,7 @@ def test_the_manifest_names_every_child_and_ends_with_the_batch_status(
     try:
         running = json.loads(manifest.read_text(encoding="utf-8"))  # written by start()
         engine.stop_all()
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
     final = json.loads(manifest.read_text(encoding="utf-8"))
@@ -157,7 +158,7 @@ def test_fifo_and_route_caps(tmp_path: Path) -> None:
     tasks += [Task(id=f"f{i}", goal="g", seq=6 + i, route="free") for i in range(4)]
     engine = start(tasks_batch(tasks), settings(capped, free, pool=5), tmp_path)
     try:
-        until(lambda: engine.snapshot().totals.completed == 10, timeout=30)
+        until(lambda: engine.snapshot().totals.completed == 10, HANG_S)
         rows = {r.id: r for r in engine.snapshot().children}
     finally:
         engine.close()
@@ -180,7 +181,7 @@ def test_steer_is_delivered_at_the_next_turn_and_recorded(tmp_path: Path, hold: 
         [rid] = engine.steer(["t0000"], "focus on the retry loop")
         until(lambda: len(engine.snapshot().children[0].steers) == 1)  # queued, its call held
         hold.release()
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         row = engine.snapshot().children[0]
     finally:
         engine.close()
@@ -208,7 +209,7 @@ def test_the_report_gives_the_operators_steers_and_stops_from_the_store(
         delivered = SteerState.DELIVERED
         until(lambda: any(r.state is delivered for r in engine.snapshot().children[0].steers))
         engine.stop(["t0000"])
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
     with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
@@ -235,7 +236,7 @@ def test_a_queued_child_stopped_before_it_started_is_in_the_reports_stops(
         engine.stop(["t0001"])  # still queued: one slot, held by t0000
         until(lambda: engine.snapshot().children[1].status is ChildStatus.STOPPED)
         engine.stop_all()
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
     with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
@@ -259,7 +260,7 @@ def test_steer_now_interrupts_the_response_and_restarts_the_turn(tmp_path: Path)
         log = Path(engine.snapshot().children[0].transcript)
         until(lambda: log.exists() and "Understood — stop and summarize" in log.read_text())
         engine.stop(["t0000"])
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
     text = log.read_text()
@@ -412,7 +413,7 @@ def test_stop_all_stops_queued_and_running(tmp_path: Path, hold: Hold) -> None:
     try:
         until(lambda: engine.snapshot().totals.running == 3)
         engine.stop_all()
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         snap = engine.snapshot()
     finally:
         engine.close()
@@ -430,7 +431,7 @@ def test_timeout_and_stall_are_detected(tmp_path: Path, hold: Hold) -> None:
     s = settings(slow, stall, stall_after_s=0.3, stall_grace_s=1.0)
     engine = start(tasks_batch(tasks), s, tmp_path)
     try:
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         rows = {r.id: r for r in engine.snapshot().children}
     finally:
         engine.close()
@@ -677,7 +678,7 @@ def test_writes_to_one_path_take_turns_across_workspaces(
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join(HANG_S)
     assert most["shared"] == 1
     assert most["any"] > 1  # the other files were written meanwhile
     assert (tmp_path / "ws" / "shared").read_text() in ("shared", "d/../shared")
@@ -763,7 +764,7 @@ class _ResetOnClose:
         class Stream:
             def __iter__(self):  # type: ignore[no-untyped-def]
                 yield TextDelta("partial ")
-                if first and closed.wait(10):
+                if first and closed.wait(HANG_S):
                     raise TransientError("connection reset by peer")
                 yield TextDelta("done\n")
                 yield UsageEvent(Usage(10, 2))
@@ -979,7 +980,7 @@ class _QuietOnClose:
             def __iter__(self):  # type: ignore[no-untyped-def]
                 yield TextDelta("x" * 40)
                 streaming.set()
-                closed.wait(10)
+                closed.wait(HANG_S)
 
             def close(self) -> None:
                 closed.set()

@@ -28,7 +28,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import HANGS, Hold, batch, run_to_end, settings, sim_route, start, until
+from helpers import HANG_S, HANGS, Hold, batch, run_to_end, settings, sim_route, start, until
 from loopback import KEY_ENV, Loopback, Reply, route_for
 
 
@@ -268,7 +268,7 @@ class _Deaf:
         class Stream:
             def __iter__(self):  # type: ignore[no-untyped-def]
                 provider.streaming.set()
-                provider.release.wait(10)
+                provider.release.wait(HANG_S)
                 yield TextDelta("too late\n")
                 yield UsageEvent(Usage(1000, 200))
 
@@ -509,7 +509,7 @@ def test_a_stop_refused_as_come_after_its_child_ended_is_settled_after_the_child
         done = finalize(child, status, *args, **kw)
         if child.task.id == "t0000" and status is ChildStatus.COMPLETED:
             in_between.set()  # ended, and the coordinator not told yet
-            assert let_go.wait(30)
+            assert let_go.wait(HANG_S)
         return done
 
     def apply_then_say(controls: Controls, order: Order) -> None:
@@ -524,10 +524,10 @@ def test_a_stop_refused_as_come_after_its_child_ended_is_settled_after_the_child
     db = tmp_path / "state" / "flightdeck.db"
     try:
         hold.release("t0000")  # it completes; t0001 holds the batch open
-        assert in_between.wait(30)
+        assert in_between.wait(HANG_S)
         with Client(db, engine.batch_id) as client:
             request = client.send(Stop(("t0000",)))
-            assert taken.wait(30)
+            assert taken.wait(HANG_S)
             assert engine._run.store is not None and engine._run.store.flush(30)
             # Its final row is not handed to the store yet (a progress write may have caught
             # its status): the refusal waits for it.

@@ -24,7 +24,7 @@ from flightdeck.tui.headless import run_headless
 from rich.console import Console
 
 from faults import FaultyConnection, faulty, small_filesystem
-from helpers import batch, settings, sim_route, stepped, until
+from helpers import HANG_S, batch, settings, sim_route, stepped, until
 
 # Children that take some tens of milliseconds each, two at a time: a fault can land mid-batch.
 SLOW = {"time_scale": 0.05, "tool_turns": 0}
@@ -78,7 +78,7 @@ def test_a_store_that_gives_up_fails_the_batch_and_announces_only_what_it_commit
     events = fail_at_first_finish(engine, stores)
     engine.start()
     try:
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         snap = engine.snapshot()
     finally:
         engine.close()
@@ -125,7 +125,7 @@ def test_no_child_starts_while_commits_are_refused_and_all_land_once_they_are_no
             assert "cannot write to the store (database or disk is full)" in problem
             assert "held in memory" in problem and "no new child starts" in problem
             stores.conn.failing.clear()  # room again
-            assert engine.wait(30)
+            assert engine.wait(HANG_S)
             snap = engine.snapshot()
         finally:
             engine.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from flightdeck.tui.exitcodes import ExitCode
 
-from helpers import signals_as_a_shell_gives_them
+from helpers import HANG_S, signals_as_a_shell_gives_them
 
 # Loaded by `site` from PYTHONPATH: holds the import of flightdeck.tui.cli (the bulk of the
 # start-up) until a signal ends the wait, having said so in a file the test waits for.
@@ -47,12 +47,12 @@ def test_ctrl_c_while_the_script_loads_is_one_line_and_exit_130(tmp_path: Path) 
         preexec_fn=signals_as_a_shell_gives_them,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while not mark.exists():  # the script is inside the held import
             assert proc.poll() is None and time.monotonic() < deadline, "never reached the import"
             time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=HANG_S)
     finally:  # failed, it is not left holding its import
         if proc.poll() is None:
             proc.kill()

@@ -10,7 +10,7 @@ from pathlib import Path
 from flightdeck.engine.agents.process import Files, Process
 from flightdeck.engine.executors.cluster.guard import Guard
 
-from helpers import ended, until
+from helpers import HANG_S, ended, until
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
@@ -34,7 +34,7 @@ def test_a_lost_workers_guard_ends_its_own_run_of_a_child_not_the_run_that_repla
         lost.watch(old.record().root.pid, lost.tag(child))
         other.watch(new.record().root.pid, other.tag(child))
         lost.close()  # as when the worker is SIGKILLed: its write end closes
-        until(lambda: ended(lost.pid), 30, what="the lost worker's guard done")
+        until(lambda: ended(lost.pid), HANG_S, what="the lost worker's guard done")
         assert ended(old.record().root.pid)
         assert not ended(new.record().root.pid), "the rerun was ended by the old guard"
     finally:

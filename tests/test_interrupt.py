@@ -9,6 +9,8 @@ import tracemalloc
 
 from flightdeck.engine.interrupt import Interrupt
 
+from helpers import HANG_S
+
 
 def test_it_behaves_as_an_event() -> None:
     stop = Interrupt()
@@ -23,12 +25,12 @@ def test_a_set_wakes_a_thread_already_waiting() -> None:
     got: list[bool] = []
     waiter = threading.Thread(target=lambda: got.append(stop.wait(60)))
     waiter.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG_S
     while stop._event is None:  # the waiter is in wait(): its Event made
         assert time.monotonic() < deadline, "the waiter never waited"
         time.sleep(0.001)
     stop.set()
-    waiter.join(30)
+    waiter.join(HANG_S)
     assert got == [True]
 
 

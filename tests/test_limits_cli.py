@@ -19,6 +19,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.tui.cli import main
 
 from durable import CountingServer, flightdeck, project
+from helpers import HANG_S
 
 
 def until(condition: Callable[[], bool], timeout: float = 30) -> None:
@@ -30,7 +31,7 @@ def until(condition: Callable[[], bool], timeout: float = 30) -> None:
 
 def run(folder: Path, *args: str) -> tuple[int, str, str]:
     proc = flightdeck(folder, *args)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_S)
     return proc.returncode, out, err
 
 
@@ -103,7 +104,7 @@ def test_limits_prints_changes_refuses_bad_arguments_and_survives_a_resume(
             code, _, err = run(folder, "limits", batch_id, "--rpm", "90", "--soft-cost", "7.5")
             assert code == 0, err
             owner.send_signal(signal.SIGKILL)  # the owner dies: resume takes the batch over
-            owner.wait(10)
+            owner.wait(HANG_S)
         finally:
             server.release()
             owner.kill()
@@ -153,7 +154,7 @@ def test_a_headless_soft_budget_hold_says_how_to_go_on(tmp_path: Path) -> None:
             code, out, err = run(folder, "limits", batch_id, "--soft-cost", "off")
             assert code == 0, err
             assert out.strip() == "limits applied: soft budget off"
-            out, err = owner.communicate(timeout=30)
+            out, err = owner.communicate(timeout=HANG_S)
         finally:
             server.release()
             owner.kill()
@@ -196,7 +197,7 @@ def test_wait_and_continue_on_a_soft_budget_hold_say_how_to_lift_it(tmp_path: Pa
             )
             code, _, err = run(folder, "limits", batch_id, "--soft-cost", "off")
             assert code == 0, err
-            out, err = waiting.communicate(timeout=30)
+            out, err = waiting.communicate(timeout=HANG_S)
             assert waiting.returncode == 0, out + err
         finally:
             server.release()
@@ -215,7 +216,7 @@ def test_a_hold_that_ends_with_the_batch_is_not_said_as_released(tmp_path: Path)
         try:
             code, _, err = run(folder, "stop", batch_id, "--all")
             assert code == 0, err
-            out, err = owner.communicate(timeout=30)
+            out, err = owner.communicate(timeout=HANG_S)
         finally:
             server.release()
             owner.kill()
@@ -242,7 +243,7 @@ def test_limits_of_a_batch_not_running_say_so_and_a_change_to_an_ended_one_is_re
                 batch_id = reader.latest_batch_id()
             assert batch_id is not None
             owner.send_signal(signal.SIGKILL)
-            owner.wait(10)
+            owner.wait(HANG_S)
         finally:
             owner.kill()
             owner.communicate()

@@ -19,7 +19,7 @@ from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from tests.helpers import run_to_end, settings, sim_route, start, tasks_batch, until
+from tests.helpers import HANG_S, run_to_end, settings, sim_route, start, tasks_batch, until
 
 
 def _events(engine_db: Path, batch_id: str, kind: str) -> list[tuple[str | None, str]]:
@@ -266,7 +266,7 @@ def test_the_operators_nudge_from_a_client_reaches_the_looping_child_only(tmp_pa
     engine = start(tasks_batch(tasks), settings(route), tmp_path)
     state = tmp_path / "state"
     try:
-        until(lambda: (row := engine.snapshot().child("loops")) is not None and row.loop, 30)
+        until(lambda: (row := engine.snapshot().child("loops")) is not None and row.loop, HANG_S)
 
         def nudge(*ids: str) -> tuple[int, list[str]]:
             argv = ["nudge", engine.batch_id, *ids, "--state-dir", str(state)]

@@ -40,7 +40,7 @@ from flightdeck.engine.triage.query import parse_filter
 from flightdeck.tui.alerts import AlertWatch
 from flightdeck.tui.headless import asked_lines
 
-from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
+from helpers import HANG_S, Hold, batch, run_to_end, settings, sim_route, start, until
 
 ASKING = {"tool_turns": 0}
 
@@ -87,7 +87,7 @@ def test_a_question_waits_without_its_slot_and_the_answer_is_the_tools_result(
         with pytest.raises(CommandError, match="no question of 't0001' waits"):
             engine.answer(["t0001"], "again")
         engine.answer(["t0000"], "no")
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         assert needs(engine.snapshot()) == ()
     finally:
         engine.close()
@@ -119,7 +119,7 @@ def test_a_route_without_ask_operator_never_offers_it(tmp_path: Path) -> None:
     )
     engine.start()
     try:
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         (row,) = engine.snapshot().children
         assert row.status is ChildStatus.COMPLETED and row.question is None
     finally:
@@ -328,7 +328,7 @@ def test_where_is_needs_you_keeps_a_child_asking_of_another_process(tmp_path: Pa
 
             until(lambda: kept() == (1, ["t0000"]), what="the question stored")
             engine.answer(["t0000"], "go")
-            assert engine.wait(30)
+            assert engine.wait(HANG_S)
             until(lambda: kept() == (0, []), what="the answer stored")
     finally:
         engine.close()
@@ -345,6 +345,6 @@ def test_the_answer_command_a_headless_run_prints_names_a_long_id_whole(tmp_path
         printed = line.plain.rsplit("(`", 1)[1].removesuffix("`)")
         assert shlex.split(printed)[2:4] == [engine.batch_id, long_id]
         engine.answer([long_id], "go")
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()

@@ -14,7 +14,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.triage.needs import needs
 
-from helpers import batch, stepped, until
+from helpers import HANG_S, batch, stepped, until
 from test_needs import asking, asking_settings
 
 
@@ -50,7 +50,7 @@ def test_a_stop_ends_a_child_waiting_on_its_answer_and_clears_its_entry(tmp_path
         finally:
             view.close()
         engine.answer(["t0001"], "go")
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         snap = engine.snapshot()
     finally:
         engine.close()
@@ -80,7 +80,7 @@ def test_pause_then_continue_keeps_the_question_until_it_is_answered(tmp_path: P
         until(lambda: not engine.snapshot().child("t0000").pausing, what="t0000 continued")  # type: ignore[union-attr]
         assert needs(engine.snapshot()) == before
         engine.answer(["t0000"], "ship it on Monday")
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         snap = engine.snapshot()
     finally:
         engine.close()
@@ -107,7 +107,7 @@ def test_a_pause_taken_after_the_answer_parks_the_child_and_continue_finishes_it
         )
         assert needs(engine.snapshot()) == ()  # answered: nothing is asked any more
         engine.continue_(["t0000"])
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         snap = engine.snapshot()
     finally:
         engine.close()

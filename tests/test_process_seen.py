@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flightdeck.engine.agents.process import Files, Process
 
-from helpers import until
+from helpers import HANG_S, until
 
 # Starts a helper three times over, one after the other, and waits for each, saying so.
 PARENT = (
@@ -36,12 +36,12 @@ def test_descendants_seen_are_forgotten_once_gone(tmp_path: Path) -> None:
     )
     try:
         for n in range(3):
-            until(lambda n=n: len(helpers(files.out)) == n + 1, 30)
+            until(lambda n=n: len(helpers(files.out)) == n + 1, HANG_S)
             helper = helpers(files.out)[-1]
             proc.reap()
             assert helper in proc._seen  # seen running under it
             os.kill(helper, signal.SIGKILL)
-            until(lambda said=f"waited {helper}": said in files.out.read_text(), 30)
+            until(lambda said=f"waited {helper}": said in files.out.read_text(), HANG_S)
             proc.reap()
             assert helper not in proc._seen, n  # its parent waited for it: gone
     finally:

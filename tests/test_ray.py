@@ -31,7 +31,7 @@ from flightdeck.engine.records.meter import route_cost
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 
-from helpers import batch, ended, run_to_end, settings, sim_route, start, tasks_batch, until
+from helpers import HANG_S, batch, ended, run_to_end, settings, sim_route, start, tasks_batch, until
 from loopback import Loopback, Received, Reply, ToolUse, route_for
 
 # The session's cluster of two nodes (conftest's ray_nodes), one worker on each.
@@ -174,22 +174,22 @@ def test_steer_steer_now_stop_pause_and_continue_reach_children_on_workers(
 
             # steer --now: the held response is cut and the turn restarts with the message
             engine.steer(["now"], "focus on the tests", now=True)
-            until(lambda: status(engine, "now") is ChildStatus.COMPLETED, 30, what="now done")
+            until(lambda: status(engine, "now") is ChildStatus.COMPLETED, HANG_S, what="now done")
             [again] = script.seen[goals["now"]][1:]
             assert operator_said(again) == ["[operator] focus on the tests"]
 
             t0 = time.monotonic()
             engine.stop(["stop"])
-            until(lambda: status(engine, "stop") is ChildStatus.STOPPED, 30, what="stopped")
+            until(lambda: status(engine, "stop") is ChildStatus.STOPPED, HANG_S, what="stopped")
             stopped_in = time.monotonic() - t0
 
             engine.steer(["next"], "check the docs too")
             engine.pause(["pause"])
-            until(lambda: engine.snapshot().child("pause").pausing, 30, what="pausing")
+            until(lambda: engine.snapshot().child("pause").pausing, HANG_S, what="pausing")
             server.release()  # the held replies end; each child retries its first turn
-            until(lambda: status(engine, "pause") is ChildStatus.PAUSED, 30, what="paused")
+            until(lambda: status(engine, "pause") is ChildStatus.PAUSED, HANG_S, what="paused")
             asked = script.asked(goals["pause"])
-            until(lambda: status(engine, "next") is ChildStatus.COMPLETED, 30, what="next done")
+            until(lambda: status(engine, "next") is ChildStatus.COMPLETED, HANG_S, what="next done")
             assert script.asked(goals["pause"]) == asked  # paused: no call while it is
             engine.continue_(["pause"])
             assert engine.wait(60)
@@ -398,7 +398,7 @@ def test_a_command_childs_tree_is_killed_on_its_node_when_stopped(tmp_path: Path
         root, grandchild = found
         assert not ended(root) and not ended(grandchild)
         engine.stop([child.id])
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
     assert status(engine, child.id) is ChildStatus.STOPPED
@@ -681,7 +681,7 @@ def test_a_killed_workers_command_children_do_not_outlive_it(tmp_path: Path) -> 
         executor: Any = engine._pool
         [actor] = [a for _, a, placed in executor.workers if child.id in placed]
         ray.kill(actor)  # SIGKILL: no code of the worker runs; its guard ends the tree
-        until(lambda: ended(found[0]) and ended(found[1]), 30, what="the tree gone")
+        until(lambda: ended(found[0]) and ended(found[1]), HANG_S, what="the tree gone")
         # It runs again on a worker left (the marker file says so: it prints and ends).
         assert engine.wait(60)
     finally:
@@ -862,7 +862,9 @@ def test_a_parent_run_again_after_its_worker_was_lost_takes_no_slot_when_its_old
             until(lambda: seen("new part a") > 0, 60, what="the second run's first part, held")
             assert seen("new part b") == 0  # both slots taken: the old part and new part a
             held["old part"].set()
-            until(lambda: seen("new part c") > 0, 30, what="the third new part, in the freed slot")
+            until(
+                lambda: seen("new part c") > 0, HANG_S, what="the third new part, in the freed slot"
+            )
             held["new part a"].set()
             snap = run_to_end(engine, 90)
         finally:
@@ -898,14 +900,14 @@ def test_a_command_child_on_a_worker_pauses_and_continues(tmp_path: Path) -> Non
         process = pid()
         assert process is not None
         engine.pause([child.id])
-        until(lambda: status(engine, child.id) is ChildStatus.PAUSED, 30, what="paused")
+        until(lambda: status(engine, child.id) is ChildStatus.PAUSED, HANG_S, what="paused")
         # its group suspended, on its node (the signal lands a moment after the row says so)
-        until(lambda: process_state(process) == "T", 30, what="its group stopped")
+        until(lambda: process_state(process) == "T", HANG_S, what="its group stopped")
         engine.continue_([child.id])
-        until(lambda: status(engine, child.id) is ChildStatus.RUNNING, 30, what="running")
-        until(lambda: process_state(process) != "T", 30, what="resumed")
+        until(lambda: status(engine, child.id) is ChildStatus.RUNNING, HANG_S, what="running")
+        until(lambda: process_state(process) != "T", HANG_S, what="resumed")
         go.touch()
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
     row = engine.snapshot().children[0]
@@ -948,7 +950,7 @@ def test_an_owner_that_dies_takes_its_workers_children_with_it_and_resume_runs_t
         found = pids_of(transcript)
         assert found is not None
         owner.send_signal(signal.SIGKILL)
-        owner.wait(10)
+        owner.wait(HANG_S)
         # Its cluster ends with it; the worker's guard ends the tree its child started.
         until(lambda: ended(found[0]) and ended(found[1]), 60, what="the tree gone with its owner")
     finally:

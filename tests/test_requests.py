@@ -27,7 +27,7 @@ from flightdeck.engine.records.requests import (
 from flightdeck.engine.records.rows import process_start_time
 from flightdeck.engine.records.store import Store
 
-from helpers import Hold
+from helpers import HANG_S, Hold
 from test_store import make_batch, make_child
 
 # The version 1 schema, as flightdeck wrote it before durable batches.
@@ -313,7 +313,7 @@ def test_submits_wait_out_a_busy_database(db: Path) -> None:
     t.join(0.3)
     assert t.is_alive() and not got  # waiting for the lock, not failing
     holder.execute("COMMIT")
-    t.join(10)
+    t.join(HANG_S)
     assert got
     holder.close()
 

@@ -226,7 +226,7 @@ def test_a_429_with_retry_after_pauses_every_thread_of_the_route(
         until(lambda: throttle.paused_until is not None)
         # Another child of the same route starts now: it must wait out the pause too.
         second.call(call(p), interrupt=threading.Event())
-        a.join(5)
+        a.join(HANG_S)
     finally:
         p.close()
     times = server.times()

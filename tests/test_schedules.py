@@ -22,7 +22,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.store import Store
 
-from helpers import Hold, flightdeck, settings, sim_route, stepped, until
+from helpers import HANG_S, Hold, flightdeck, settings, sim_route, stepped, until
 from test_store import make_batch, make_child
 
 T0 = datetime(2026, 12, 1, 0, 7, tzinfo=UTC).timestamp()  # 00:07 UTC
@@ -113,7 +113,7 @@ def test_a_scheduled_batch_runs_waves_until_it_is_stopped(tmp_path: Path) -> Non
         assert attached.snapshot().scheduled  # as `run` on a terminal sees it
         engine.stop_all()
         assert engine.wait(60)
-        until(lambda: attached.snapshot().status is BatchStatus.STOPPED, timeout=30)
+        until(lambda: attached.snapshot().status is BatchStatus.STOPPED, HANG_S)
         assert not attached.snapshot().scheduled
         attached.close()
     finally:
@@ -148,7 +148,7 @@ def test_schedules_a_stop_all_ended_stay_ended_when_the_batch_is_reopened(
     again.start()
     try:
         clock.now += 60
-        assert again.wait(10)  # nothing to run and no schedule left: it ends
+        assert again.wait(HANG_S)  # nothing to run and no schedule left: it ends
     finally:
         again.close()
     assert [c.id for c in again.snapshot().children] == ["scan-w1"]
@@ -199,7 +199,7 @@ def test_an_attached_view_says_why_the_schedules_ended(
         assert engine.wait(60)  # the budget ended the schedules, then the batch
     finally:
         engine.close()
-    until(lambda: attached.snapshot().status is BatchStatus.COMPLETED, timeout=30)
+    until(lambda: attached.snapshot().status is BatchStatus.COMPLETED, HANG_S)
     attached.close()
     later = StoreView(db, engine.batch_id)  # opened on the ended batch: history, not news
     assert later.snapshot().status is BatchStatus.COMPLETED
@@ -224,19 +224,19 @@ def test_an_attached_view_agrees_with_wait_and_stop_all_once_a_stop_all_ended_th
     spec = json.dumps({"tasks": [], "schedules": [{"id": "scan"}]})
     store.create_batch(make_batch("b1", spec_json=spec))  # running, its owner this process
     store.add_children("b1", [make_child(1, status=ChildStatus.RUNNING)])
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     view = StoreView(db, "b1", watch=False)
     client = Client(db, "b1")
     try:
         assert view.snapshot().scheduled and client.scheduled()
         store.record_event("b1", "c1", 1100.0, "stop", "stopped by operator")  # a child's stop
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         view.refresh()
         assert view.snapshot().scheduled and client.scheduled()
         # What the coordinator records of a stop-all of a scheduled batch (controls.py).
         why = "stopped by operator (stop all): the schedules end, no more waves"
         store.record_event("b1", None, 1101.0, "stop", why)
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         assert view.refresh()
         assert view.snapshot().status is BatchStatus.RUNNING  # its child is still stopping
         assert not client.scheduled()

@@ -18,7 +18,7 @@ from flightdeck.engine.records.lines import LineFormatter
 from flightdeck.engine.records.search import PatternError, PatternTooSlow, compile_pattern, grep
 from flightdeck.engine.records.searchindex import SearchIndex, index_path
 
-from tests.helpers import batch, flightdeck, run_to_end, settings, sim_route, start, until
+from tests.helpers import HANG_S, batch, flightdeck, run_to_end, settings, sim_route, start, until
 from tests.test_agents import config, engine_for, fake, row_of, written
 
 T0 = 1_800_000_000.0
@@ -307,7 +307,7 @@ def test_grep_finds_a_line_a_running_child_wrote_a_moment_ago(tmp_path: Path) ->
         [line] = done.stdout.splitlines()
         assert line.split()[0] == "t0" and line.endswith("assistant │ Looking at the files.")
         gate.touch()
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
 

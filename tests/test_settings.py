@@ -22,6 +22,8 @@ from flightdeck.engine.inputs.settings import (
     state_dir_from,
 )
 
+from helpers import HANG_S
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -590,7 +592,7 @@ def test_a_config_read_from_a_pipe_is_bounded_too(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="too large: over 0 MiB"):
             read_text(fifo, ConfigError, max_bytes=64)
     finally:
-        writer.join(10)
+        writer.join(HANG_S)
 
 
 @pytest.mark.parametrize("key", ["batch", "tasks", "defaults"])

@@ -24,6 +24,8 @@ from flightdeck.engine.providers.sim import (
     turn_random,
 )
 
+from helpers import HANG_S
+
 
 def test_a_turns_draws_are_fixed_by_seed_child_and_turn() -> None:
     def draws(seed: int, child: str, turn: int) -> list[float]:
@@ -178,17 +180,17 @@ def test_a_held_call_waits_for_its_release_file_and_a_stop_ends_the_wait(
     c1.join(0.3)
     assert c1.is_alive() and c1_events == []  # held: not a token
     (tmp_path / "c1@0").touch()  # c1's first call only
-    c1.join(10)
+    c1.join(HANG_S)
     assert not c1.is_alive() and isinstance(c1_events[-1], UsageEvent)
     c1_again, c1_again_events = answer("c1")  # its second call: held again
     streams["c2"].close()  # a stop ends a held call at once, the prompt billed
-    c2.join(10)
+    c2.join(HANG_S)
     assert c2_events[-1] == "interrupted" and isinstance(c2_events[-2], UsageEvent)
     assert c2_events[-2].usage.output_tokens == 0  # the prompt billed, nothing written
     c1_again.join(0.3)
     assert c1_again.is_alive() and c1_again_events == []
     (tmp_path / "all").touch()
-    c1_again.join(10)
+    c1_again.join(HANG_S)
     assert isinstance(c1_again_events[-1], UsageEvent)
 
 

@@ -31,7 +31,7 @@ from flightdeck.engine.records.events import (
 from flightdeck.engine.records.sink import TranscriptSink
 from flightdeck.engine.records.transcripts import TranscriptWriter
 
-from helpers import until
+from helpers import HANG_S, until
 
 TS = time.mktime((2024, 5, 1, 13, 4, 5, 0, 0, -1)) + 0.25  # 13:04:05.250 local time
 
@@ -402,7 +402,7 @@ def test_the_writer_process_writes_everything_after_the_engine_is_gone(tmp_path:
         proc.stdin.write(encode([Write(path, TS, "engine", f"line {n}")]))
         proc.stdin.flush()
     proc.stdin.close()
-    assert proc.wait(10) == 0
+    assert proc.wait(HANG_S) == 0
     assert bodies(path) == [f"line {n}" for n in range(100)]
 
 

@@ -259,7 +259,7 @@ def test_row_readable_by_fresh_reader_right_after_flush(db: Path) -> None:
         store.add_children("b1", [make_child(i) for i in range(3)])
         for i in range(3):
             store.update_child("b1", make_child(i, status=ChildStatus.COMPLETED, result=f"r{i}"))
-            assert store.flush(timeout=10)
+            assert store.flush(timeout=HANG_S)
             with StoreReader(db) as reader:  # as another process would after a crash
                 row = reader.child("b1", f"c{i}")
                 assert row is not None and row.status is ChildStatus.COMPLETED
@@ -297,7 +297,7 @@ def test_a_coalesced_update_still_runs_its_callback(db: Path) -> None:
                 then=lambda committed, i=i: calls.append((i, committed)),
             )
         with StoreReader(db) as reader:
-            assert store.flush(timeout=10)
+            assert store.flush(timeout=HANG_S)
             assert reader.children("b1")[0].activity.api_calls == 299
     assert calls == [(i, True) for i in range(300)]
 
@@ -306,7 +306,7 @@ def test_concurrent_writers_and_a_polling_reader(db: Path) -> None:
     store = Store(db)
     store.create_batch(make_batch())
     store.add_children("b1", [make_child(i) for i in range(8)])
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     errors: list[BaseException] = []
     stop_polling = threading.Event()
     polls = 0
@@ -340,7 +340,7 @@ def test_concurrent_writers_and_a_polling_reader(db: Path) -> None:
         t.start()
     for t in writers:
         t.join()
-    assert store.flush(timeout=30)
+    assert store.flush(timeout=HANG_S)
     stop_polling.set()
     poller.join()
     store.close()
@@ -432,7 +432,7 @@ def test_failed_write_is_logged_and_writer_survives(
             "b1", dataclasses.replace(make_child(1), seq=2**70)
         )  # OverflowError, not sqlite3.Error
         store.update_child("b1", make_child(0, status=ChildStatus.COMPLETED))
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         assert store.failed_writes == 2
     assert "record_control failed" in caplog.text and "update_child failed" in caplog.text
     with StoreReader(db) as reader:
@@ -446,7 +446,7 @@ def test_text_that_is_not_valid_unicode_is_kept_with_a_replacement(db: Path) -> 
         store.create_batch(make_batch(name="bad \ud800 name"))
         store.add_children("b1", [make_child(0, goal="goal \udfff")])
         store.update_child("b1", make_child(1, result="answer \ud83d", error="e \ud800"))
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         assert store.failed_writes == 0
     with StoreReader(db) as reader:
         info = reader.batch("b1")
@@ -631,7 +631,7 @@ def test_two_processes_opening_a_new_database_together_both_succeed(tmp_path: Pa
                 answers.append(proc.stdout.readline().strip())
     finally:
         for proc in procs:
-            proc.communicate(timeout=30)
+            proc.communicate(timeout=HANG_S)
     assert answers == ["ok"] * 50
     with StoreReader(tmp_path / "0" / "flightdeck.db") as reader:
         assert reader.batches() == []  # and the schema is there
@@ -674,7 +674,7 @@ def test_a_big_write_lets_another_writer_in_between_its_transactions(db: Path) -
     n = 3 * MAX_BATCH
     store = Store(db)
     store.create_batch(make_batch())
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     begins = 0
     between = threading.Event()
     go_on = threading.Event()
@@ -685,12 +685,12 @@ def test_a_big_write_lets_another_writer_in_between_its_transactions(db: Path) -
             begins += 1
             if begins == 2:  # the big write has committed one transaction
                 between.set()
-                go_on.wait(10)
+                go_on.wait(HANG_S)
 
     store._conn.set_trace_callback(trace)
     store.add_queued("b1", _queued(n))
     try:
-        assert between.wait(5), "the whole write went in one transaction"
+        assert between.wait(HANG_S), "the whole write went in one transaction"
         other = sqlite3.connect(db, isolation_level=None, timeout=0)
         try:
             other.execute("BEGIN IMMEDIATE")  # at once: no lock is held between transactions
@@ -700,7 +700,7 @@ def test_a_big_write_lets_another_writer_in_between_its_transactions(db: Path) -
             other.close()
     finally:
         go_on.set()
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     store.close()
     assert seen == MAX_BATCH
     with StoreReader(db) as reader:
@@ -716,7 +716,7 @@ def test_a_write_waits_for_a_lock_held_past_the_busy_timeout(
     caplog.set_level(logging.WARNING, logger="flightdeck.engine.records.store")
     store = Store(db)
     store.add_children("b1", [make_child(0, status=ChildStatus.RUNNING)])
-    assert store.flush(timeout=10)
+    assert store.flush(timeout=HANG_S)
     attempts = 0
     retried = threading.Event()
 
@@ -817,13 +817,13 @@ def test_a_read_only_folder_whose_wal_holds_rows_is_not_read_without_them(
     copy.parent.mkdir()
     with Store(db) as store:
         store.create_batch(make_batch())
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         other = sqlite3.connect(db)
         other.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the batch, into the database file
         other.close()
         copy.write_bytes(db.read_bytes())
         store.add_children("b1", [make_child(i) for i in range(3)])
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         Path(f"{copy}-wal").write_bytes(Path(f"{db}-wal").read_bytes())
     assert os.path.getsize(f"{copy}-wal") > 0
     out = _read_from_read_only_folder(copy)
@@ -858,17 +858,17 @@ def test_a_units_event_commits_with_the_row_that_ends_it(db: Path) -> None:
 
         def hold(_: bool) -> None:
             held.set()
-            release.wait(10)
+            release.wait(HANG_S)
 
         store.update_child("b1", make_child(0), then=hold)
-        assert held.wait(10)
+        assert held.wait(HANG_S)
         for i in range(MAX_BATCH - 1):
             store.record_event("b1", None, float(i), "note", "")
         row = make_child(1, status=ChildStatus.COMPLETED, finished_ts=1100.0)
         unit = GroupFinished.of("g", (row,))
         StoreRecorder(store, "b1", lambda: 1200.0).record_final(row, lambda _: None, unit)
         release.set()
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
     [together] = [t for t in transactions if "c1" in t]
     assert together[-2:] == [UNIT_EVENT, "c1"]  # the event, then its row
     with StoreReader(db) as reader:
@@ -888,7 +888,7 @@ def test_a_units_event_is_not_committed_without_its_row_when_the_row_fails(db: P
         bad = make_child(1, status=ChildStatus.COMPLETED, activity=Activity(api_calls=2**70))
         store.update_child("b1", bad, then=told.append, event=(1.0, UNIT_EVENT, "{}"))
         store.update_child("b1", make_child(2))  # a good write beside them lands
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
     assert told == [False]
     with StoreReader(db) as reader:
         assert [c.id for c in reader.children("b1")] == ["c2"]

@@ -15,7 +15,7 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store, storage_fault
 
 from faults import FAULTS, faulty, fill, small_filesystem
-from helpers import until
+from helpers import HANG_S, until
 from test_store import make_batch, make_child
 
 
@@ -43,7 +43,7 @@ def test_a_refused_commit_is_held_and_lands_once_the_disk_takes_it_again(
     calls = Calls()
     try:
         store.create_batch(make_batch())
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         conn.failing.set()
         for seq in range(3):
             store.update_child("b1", make_child(seq), then=calls.then(seq))
@@ -54,7 +54,7 @@ def test_a_refused_commit_is_held_and_lands_once_the_disk_takes_it_again(
         with StoreReader(tmp_path / "flightdeck.db") as reader:
             assert reader.children("b1") == []
         conn.failing.clear()  # room again
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         assert calls.seen == [(0, True), (1, True), (2, True)]
         assert store.trouble is None and store.failed_writes == 0
         with StoreReader(tmp_path / "flightdeck.db") as reader:
@@ -72,7 +72,7 @@ def test_a_commit_refused_past_the_retry_window_is_given_up_counted_and_said(
     calls = Calls()
     try:
         store.create_batch(make_batch())
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         conn.failing.set()
         with caplog.at_level(logging.WARNING, logger="flightdeck"):
             for seq in range(3):
@@ -84,13 +84,13 @@ def test_a_commit_refused_past_the_retry_window_is_given_up_counted_and_said(
             # Given up: a later write is tried once, not for another window.
             refused = conn.refused
             store.update_child("b1", make_child(3), then=calls.then(3))
-            store.flush(timeout=10)
+            store.flush(timeout=HANG_S)
             assert conn.refused == refused + 1 and calls.seen[-1] == (3, False)
             # A write that lands after that is committed, and said to be.
             conn.failing.clear()
             store.update_child("b1", make_child(4), then=calls.then(4))
             store.finish_batch("b1", BatchStatus.FAILED, 2000.0)
-            store.flush(timeout=10)
+            store.flush(timeout=HANG_S)
             assert calls.seen[-1] == (4, True)
         messages = [r.getMessage() for r in caplog.records]
         assert any("cannot commit" in m and "database or disk is full" in m for m in messages)
@@ -124,7 +124,7 @@ def test_the_writer_thread_survives_any_error_and_tells_the_callbacks(
             until(lambda: calls.seen == [(0, False)])
         assert "a bug in the writer" in caplog.text
         store.update_child("b1", make_child(1), then=calls.then(1))
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         assert calls.seen == [(0, False), (1, True)]
         assert store.failed_writes == 1
 
@@ -138,7 +138,7 @@ def test_a_full_real_filesystem_holds_the_rows_and_they_land_when_room_is_made()
         calls = Calls()
         try:
             store.create_batch(make_batch())
-            assert store.flush(timeout=10)
+            assert store.flush(timeout=HANG_S)
             filler = fill(fs)
             big = "x" * 90_000  # more than a full disk has room for, in any WAL page reused
             for seq in range(4):
@@ -147,7 +147,7 @@ def test_a_full_real_filesystem_holds_the_rows_and_they_land_when_room_is_made()
             assert "full" in store.trouble.reason  # type: ignore[union-attr]
             assert calls.seen == []
             filler.unlink()
-            assert store.flush(timeout=30)
+            assert store.flush(timeout=HANG_S)
             assert sorted(calls.seen) == [(s, True) for s in range(4)]
             assert store.trouble is None
         finally:
@@ -163,7 +163,7 @@ def test_a_full_real_filesystem_past_the_window_gives_the_rows_up_and_says_so() 
         calls = Calls()
         try:
             store.create_batch(make_batch())
-            assert store.flush(timeout=10)
+            assert store.flush(timeout=HANG_S)
             fill(fs)
             for seq in range(4):
                 store.update_child("b1", make_child(seq, result="y" * 90_000), then=calls.then(seq))
@@ -184,7 +184,7 @@ def test_a_database_file_deleted_under_the_store_is_a_storage_fault_not_a_silent
     calls = Calls()
     try:
         store.create_batch(make_batch())
-        assert store.flush(timeout=10)
+        assert store.flush(timeout=HANG_S)
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
         store.update_child("b1", make_child(0), then=calls.then(0))

@@ -15,7 +15,7 @@ from flightdeck.engine.providers.base import TextDelta
 from flightdeck.engine.records import lines
 from flightdeck.engine.records.lines import CONTINUED, LineFormatter, parse
 
-from helpers import batch, settings, sim_route, start, until
+from helpers import HANG_S, batch, settings, sim_route, start, until
 
 REPLY = "the change looks correct overall but the error path needs a test\n"
 
@@ -107,7 +107,7 @@ class _Held:
                     return
                 yield TextDelta(provider.first)
                 provider.waiting.set()
-                provider.go.wait(10)
+                provider.go.wait(HANG_S)
                 if not self.closed:
                     yield TextDelta(provider.rest)
 

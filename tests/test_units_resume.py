@@ -16,6 +16,7 @@ from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.store import Store
 
 from helpers import (
+    HANG_S,
     flightdeck,
     flightdeck_process,
     run_to_end,
@@ -167,7 +168,7 @@ def test_a_unit_announced_before_the_owner_was_killed_is_not_announced_again(
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.communicate()
-        reader.join(10)
+        reader.join(HANG_S)
     batch_id = next(line.split()[1] for line in seen if line.startswith("batch "))
     done = flightdeck("resume", batch_id, "--no-rerun", "--state-dir", "state", cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr

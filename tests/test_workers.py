@@ -14,7 +14,7 @@ import pytest
 from flightdeck.engine.control.pool import SPARE_WORKERS, worker_pool
 from flightdeck.engine.control.workers import WorkerPool
 
-from helpers import Hold, batch, run_to_end, settings, sim_route, start, until
+from helpers import HANG_S, Hold, batch, run_to_end, settings, sim_route, start, until
 
 
 def test_at_most_the_slots_plus_spares_run_at_once_and_the_rest_wait() -> None:
@@ -28,7 +28,7 @@ def test_at_most_the_slots_plus_spares_run_at_once_and_the_rest_wait() -> None:
         with lock:
             running += 1
             peak = max(peak, running)
-        release.wait(5)
+        release.wait(HANG_S)
         with lock:
             running -= 1
             finished += 1
@@ -71,7 +71,7 @@ def test_shutdown_drops_queued_work_and_refuses_more() -> None:
 
     def blocker() -> None:
         started.set()
-        release.wait(5)
+        release.wait(HANG_S)
         ran.append("blocker")
 
     pool.submit(blocker)
@@ -172,10 +172,10 @@ def test_a_thread_lent_for_a_paused_process_lets_the_next_child_run() -> None:
     # at once instead of waiting for a thread that will not come back until it continues.
     pool = WorkerPool(1)
     held, ran = threading.Event(), threading.Event()
-    pool.submit(lambda: held.wait(5))  # the suspended process's thread
+    pool.submit(lambda: held.wait(HANG_S))  # the suspended process's thread
     pool.lend(1)
     pool.submit(ran.set)
-    assert ran.wait(5) and pool.threads == 2
+    assert ran.wait(HANG_S) and pool.threads == 2
     pool.lend(-1)  # continued: its thread is its own again
     held.set()
     pool.shutdown()
@@ -188,7 +188,7 @@ def test_raising_the_pool_keeps_the_threads_lent_to_paused_processes() -> None:
     pool = WorkerPool(1)
     held = threading.Event()
     for _ in range(6):
-        pool.submit(lambda: held.wait(10))
+        pool.submit(lambda: held.wait(HANG_S))
         pool.lend(1)
     pool.grow(20)
     started = threading.Semaphore(0)
@@ -196,12 +196,12 @@ def test_raising_the_pool_keeps_the_threads_lent_to_paused_processes() -> None:
 
     def child() -> None:
         started.release()
-        release.wait(10)
+        release.wait(HANG_S)
 
     for _ in range(20):
         pool.submit(child)
     for _ in range(20):
-        assert started.acquire(timeout=5), "a child waited for a thread"
+        assert started.acquire(timeout=HANG_S), "a child waited for a thread"
     assert pool.threads == 26
     pool.lend(-6)
     assert pool._max == 20

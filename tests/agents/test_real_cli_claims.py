@@ -35,7 +35,7 @@ from realcli import (
 )
 
 from agentserver import AgentServer
-from helpers import until
+from helpers import HANG_S, until
 
 
 def stopped_states(batch_id: str) -> set[str]:
@@ -86,7 +86,7 @@ def test_a_child_being_stopped_shows_stopping_until_it_has_ended(
                 seen.append((now.activity.current_tool, now.activity.text))
             return now.status.terminal
 
-        until(ended, timeout=30, every=0.002, what="stopped")
+        until(ended, HANG_S, every=0.002, what="stopped")
     assert ("Bash", "stopping") not in seen  # the tool the stop ends is not what it shows
     assert (None, "stopping") in seen, seen
     after = seen[seen.index((None, "stopping")) :]
@@ -110,7 +110,7 @@ def test_pause_suspends_the_tree_and_continue_resumes_it(
             eng.send(Continue(("t0",)))
             until(lambda: row(eng).status.terminal, timeout=120, what="ended once continued")
             done = row(eng)
-            assert eng.wait(30)
+            assert eng.wait(HANG_S)
     finally:
         for pid in markers():
             os.kill(pid, 9)
@@ -169,7 +169,7 @@ def test_a_fresh_retry_runs_the_argv_again(tmp_path: Path, server: AgentServer, 
     repo, env = project(tmp_path, cli, server)
     with in_its_tool(tmp_path, repo, env) as eng:
         eng.stop(["t0"])
-        assert eng.wait(30)
+        assert eng.wait(HANG_S)
         assert row(eng).status is ChildStatus.STOPPED
         (tmp_path / "gate").touch()
         eng.send(Retry(("t0",)))

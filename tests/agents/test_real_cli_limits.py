@@ -38,7 +38,7 @@ from realcli import (
 )
 
 from agentserver import DUMMY_KEY, AgentServer
-from helpers import SkipClock, until, watched
+from helpers import HANG_S, SkipClock, until, watched
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -239,7 +239,7 @@ def test_a_retry_that_continues_works_on_in_the_worktree(
         made = tmp_path / "state" / "batches" / eng.batch_id / "workspaces" / "t0" / "made.txt"
         until(lambda: in_tool(eng, ["t0"]) and made.exists(), what="its change made")
         eng.stop(["t0"])
-        assert eng.wait(30)
+        assert eng.wait(HANG_S)
         stopped = row(eng)
         assert stopped.changes is not None and stopped.changes.pending, stopped
         with pytest.raises(Exception, match="changes not yet accepted"):

@@ -33,7 +33,7 @@ from realcli import (
 )
 
 from agentserver import AgentServer
-from helpers import ADOPTED, until
+from helpers import ADOPTED, HANG_S, until
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -65,7 +65,7 @@ def test_a_killed_owner_is_resumed_with_no_doubles(
     until(lambda: all(called(read(logs / f"{n}.log")) for n in names), what="both in tools")
     before = tagged(batch_id)
     owner.send_signal(signal.SIGKILL)
-    owner.communicate(timeout=30)
+    owner.communicate(timeout=HANG_S)
     assert sorted(before) == names and all(len(p) == 1 for p in before.values()), before
     doubles: list[dict[str, list[int]]] = []
     resume = flightdeck("resume", batch_id)
@@ -98,7 +98,7 @@ def test_a_steer_to_an_adopted_child_is_delivered(
     flightdeck, db, batch_id, log = owned_in_tool(tmp_path, server, cli)
     owner = flightdeck.owner
     owner.send_signal(signal.SIGKILL)
-    owner.communicate(timeout=30)
+    owner.communicate(timeout=HANG_S)
     resume = flightdeck("resume", batch_id)
     until(lambda: ADOPTED in read(log), what="adopted")
     # It waits until the steer is delivered, which the tool's end (the gate) comes before.
@@ -126,7 +126,7 @@ def test_a_steer_the_dead_owner_wrote_is_not_written_again(
     steer = flightdeck("steer", batch_id, "t0", "-m", "also the docs")  # waits: not waited on
     until(lambda: "queued by the CLI: also the docs" in read(log), what="the steer read")
     owner.send_signal(signal.SIGKILL)
-    owner.communicate(timeout=30)
+    owner.communicate(timeout=HANG_S)
     steer.communicate(timeout=60)  # it gives up on the dead owner
     resume = flightdeck("resume", batch_id)
     until(lambda: ADOPTED in read(log), what="adopted")
@@ -149,7 +149,7 @@ def test_a_steer_the_dead_owner_wrote_unread_is_not_written_again(
         first = flightdeck("steer", batch_id, "t0", "-m", "also the docs")
         until(lambda: "sent to its input: also the docs" in read(log), what="the steer written")
         flightdeck.owner.send_signal(signal.SIGKILL)
-        flightdeck.owner.communicate(timeout=30)
+        flightdeck.owner.communicate(timeout=HANG_S)
         first.communicate(timeout=60)  # it gives up on the dead owner
         resume = flightdeck("resume", batch_id)
         until(lambda: ADOPTED in read(log), what="adopted")

@@ -32,7 +32,7 @@ from realcli import (
 )
 
 from agentserver import AgentServer
-from helpers import until
+from helpers import HANG_S, until
 
 
 def test_a_steer_waiting_when_claude_is_interrupted_goes_into_the_new_turn(
@@ -102,7 +102,7 @@ def test_every_call_is_billed_once(tmp_path: Path, cli: str, how: str) -> None:
         with in_its_tool(tmp_path, repo, env) as eng:
             if how == "retry":
                 eng.stop(["t0"])
-                assert eng.wait(30)
+                assert eng.wait(HANG_S)
                 (tmp_path / "gate").touch()
                 eng.send(Retry(("t0",), resume=True))
             else:

@@ -29,7 +29,7 @@ from realcli import (
 )
 
 from agentserver import RESPONSES_PATH, AgentServer
-from helpers import until
+from helpers import HANG_S, until
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -89,7 +89,7 @@ def test_stop_ends_the_whole_tree(
         engine.stop(["t0"])
         until(lambda: engine.snapshot().child("t0").status.terminal, what="stopped")  # type: ignore[union-attr]
         stop_s = time.monotonic() - t0
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
     finally:
         engine.close()
     assert engine.snapshot().child("t0").status is ChildStatus.STOPPED  # type: ignore[union-attr]
@@ -164,7 +164,7 @@ def test_a_retry_that_continues_resumes_the_session(
     try:
         until(lambda: in_tool(engine, ["t0"]), what="the child inside its tool")
         engine.stop(["t0"])
-        assert engine.wait(30)  # its end committed: a retry before is "still ending"
+        assert engine.wait(HANG_S)  # its end committed: a retry before is "still ending"
         (tmp_path / "gate").touch()
         engine.send(Retry(("t0",), resume=True))
         assert engine.wait(120)

@@ -55,7 +55,7 @@ from tui_support import (
     until_exited,
 )
 
-from helpers import Hold
+from helpers import HANG_S, Hold
 
 pytestmark = pytest.mark.anyio
 
@@ -345,7 +345,7 @@ async def test_a_query_typed_right_after_slash_goes_into_the_box_not_to_the_tabl
         await until(pilot, lambda: len(table.shown) == 10, "rows")
         burst(app, "/status:running\r")
         applied = lambda: table.row_filter.query == "status:running" and not box.display  # noqa: E731
-        await until(pilot, applied, "the query applied, the box closed", timeout=10)
+        await until(pilot, applied, "the query applied, the box closed", HANG_S)
         assert isinstance(app.screen, MainScreen) and not table.tagged
         assert table.model.order is SortOrder.ATTENTION
         await pilot.press("slash")
@@ -366,7 +366,7 @@ async def test_a_message_typed_right_after_s_is_the_steers_not_the_tables_keys(
         table = app.main.table
         await until(pilot, lambda: len(table.shown) == 3, "rows")
         burst(app, "splease add tests\r")
-        await until(pilot, lambda: bool(view.steered), "the steer sent", timeout=10)
+        await until(pilot, lambda: bool(view.steered), "the steer sent", HANG_S)
         assert view.steered == [(["review-00"], "please add tests", False)]
         assert not table.tagged and isinstance(app.screen, MainScreen)
         burst(app, "Fneedle")
@@ -430,7 +430,7 @@ async def test_quit_dialog_cancel_then_stop_all(engine_factory: EngineFactory, h
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog again")
         await until_exited(pilot, by=pilot.click("#stop-quit"))
     assert app.return_value is True
-    assert engine.wait(30)
+    assert engine.wait(HANG_S)
     assert all(r.status is ChildStatus.STOPPED for r in engine.snapshot().children)
 
 

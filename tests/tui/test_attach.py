@@ -36,7 +36,7 @@ from tui_support import (
     view_when_ready,
 )
 
-from helpers import Hold
+from helpers import HANG_S, Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -205,7 +205,7 @@ async def test_attached_tui_steers_stops_detaches_and_attaches_again(owner: Owne
         await until(pilot, lambda: on_screen(app, QuitDialog), "quit dialog again")
         await until_exited(pilot, by=pilot.click("#stop-quit"))
     assert app.return_value is True
-    assert owner.process.wait(15) == 1  # stopped children: the batch did not complete
+    assert owner.process.wait(HANG_S) == 1  # stopped children: the batch did not complete
     again.refresh()
     assert again.snapshot().status is BatchStatus.STOPPED
     again.close()

@@ -22,7 +22,7 @@ from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
 from tui_support import SIZE, notices_of, until, until_exited, until_running
 
-from helpers import Hold, flightdeck, wait_ended
+from helpers import HANG_S, Hold, flightdeck, wait_ended
 from helpers import until as poll_until
 
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
@@ -59,7 +59,7 @@ def owners() -> Iterator[list[int]]:
 def kill_owner(view: StoreView, pid: int) -> None:
     """kill -9 the batch's owner, and wait for the view to see it abandoned."""
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG_S
     while view.snapshot().status is not BatchStatus.ABANDONED:
         assert time.monotonic() < deadline, "the dead owner is noticed"
         time.sleep(0.05)
@@ -130,7 +130,7 @@ def test_logs_prints_and_follows_a_transcript_sanitized(project: Path, owners: l
         with open(row.transcript, "a", encoding="utf-8") as fh:
             fh.write("00:00:00.000  tool      │ \x1b]0;pwned\x07evil \x1b[31mred\n")
         flightdeck("stop", batch_id, "c1", cwd=project)
-        follow.wait(30)  # it ends once the child has ended (its output is far below a pipe's)
+        follow.wait(HANG_S)  # it ends once the child has ended (its output is far below a pipe's)
         out = follow.stdout.read()  # through the same buffer `readline` filled
     finally:
         if follow.poll() is None:
@@ -170,7 +170,7 @@ def test_logs_f_says_a_transcript_deleted_while_it_follows(
             row = reader.child(batch_id, "c1")
         assert row is not None
         Path(row.transcript).unlink()
-        _, err = follow.communicate(timeout=30)
+        _, err = follow.communicate(timeout=HANG_S)
     finally:
         if follow.poll() is None:
             follow.kill()

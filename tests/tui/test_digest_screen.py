@@ -22,6 +22,8 @@ from flightdeck.tui.widgets.digest import DigestPanel
 from tui_fakes import NOW, T0, StaticView, child
 from tui_support import SIZE
 
+from helpers import HANG_S
+
 pytestmark = pytest.mark.anyio
 S = ChildStatus
 BATCH = "20270115-080000-demo"
@@ -207,7 +209,7 @@ async def test_attached_again_to_an_owner_the_digest_tells_what_happened_meanwhi
         other = owner.view()  # meanwhile, another terminal stops c2
         try:
             other.send(Stop(("c2",)))
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + HANG_S
             while other.snapshot().child("c2").status is not S.STOPPED:  # type: ignore[union-attr]
                 assert time.monotonic() < deadline, "c2 stopped by the other terminal"
                 time.sleep(0.02)

@@ -35,7 +35,7 @@ from tui_support import (
     view_when_ready,
 )
 
-from helpers import Hold
+from helpers import HANG_S, Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # each takes a second or more
 
@@ -272,6 +272,6 @@ async def test_attached_the_question_and_l_reach_the_owner(tmp_path: Path) -> No
     finally:
         view.close()
         process.send_signal(signal.SIGTERM)
-        process.wait(15)
+        process.wait(HANG_S)
         assert process.stdout is not None
         process.stdout.close()

@@ -47,7 +47,7 @@ from tui_support import (
     until,
 )
 
-from helpers import Hold, flightdeck, flightdeck_process
+from helpers import HANG_S, Hold, flightdeck, flightdeck_process
 from helpers import until as wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -215,7 +215,7 @@ def said_lines(owner: Owner, n: int) -> list[str]:
     out = owner.process.stdout
     assert out is not None
     text = ""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG_S
     while True:
         found = [line for line in text.splitlines() if " asks: " in line and line.endswith(")")]
         if len(found) >= n:

@@ -22,7 +22,7 @@ from flightdeck.tui.widgets.status import StatusBar
 from textual.widgets import Label
 from tui_support import SIZE, app_for, filter_rows, on_screen, until
 
-from helpers import Hold
+from helpers import HANG_S, Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -152,7 +152,7 @@ async def test_an_attached_view_shows_and_counts_the_pending_pause(
                 and all(r.waits_on_delegates for r in rows if r.id in "ab")
             )
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while not waiting():
             assert time.monotonic() < deadline, "the parents never waited on four delegates"
             time.sleep(0.02)
@@ -160,7 +160,7 @@ async def test_an_attached_view_shows_and_counts_the_pending_pause(
         assert engine.flush(10)
         view = StoreView(tmp_path / "flightdeck.db", engine.batch_id)
         try:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + HANG_S
             while not (row := view.snapshot().child("a")) or not row.pausing:
                 assert time.monotonic() < deadline, "the attached view never saw it pausing"
                 time.sleep(0.02)

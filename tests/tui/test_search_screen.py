@@ -14,6 +14,7 @@ from test_attach import OPTIONS, Owner
 from textual.widgets import Input, Label, OptionList
 from tui_support import SIZE, EngineFactory, app_for, on_screen, until
 
+from helpers import HANG_S
 from helpers import until as wait_for
 
 pytestmark = pytest.mark.anyio
@@ -24,7 +25,7 @@ async def test_f_lists_matching_children_and_enter_opens_the_transcript_at_the_h
 ) -> None:
     goals = [f"Review item {i}" for i in range(1, 6)] + ["Check the zanzibar config"]
     engine = engine_factory(goals, pool=3)
-    assert engine.wait(30)
+    assert engine.wait(HANG_S)
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(app.main.table.rows_by_id) == 6, "rows")
@@ -62,7 +63,7 @@ async def test_a_catastrophic_regex_leaves_the_app_responsive_and_says_why(
     # per line, holding the GIL: the search's thread froze the whole screen. Now the search
     # lets the app run and stops at the per-line budget, saying why where the pattern is typed.
     engine = engine_factory([f"Look at {'a' * 40} now"], pool=1)
-    assert engine.wait(30)
+    assert engine.wait(HANG_S)
     app = app_for(engine)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("F")
@@ -117,7 +118,7 @@ async def test_results_and_a_hit_fold_long_lines_under_their_text_as_the_transcr
     # Found by an audit: the option lists wrapped a long line themselves, its rest at column 0.
     goal = "Check the zanzibar config " + " ".join(f"word{i}" for i in range(40))
     engine = engine_factory([goal], pool=1)
-    assert engine.wait(30)
+    assert engine.wait(HANG_S)
     app = app_for(engine)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("F")

@@ -28,7 +28,7 @@ from flightdeck.engine.records.processes import processes
 from flightdeck.tui.exitcodes import ExitCode
 from tui_support import FAST, make_tasks
 
-from helpers import flightdeck
+from helpers import HANG_S, flightdeck
 from serve_support import (
     Serving,
     Tab,
@@ -495,7 +495,7 @@ async def test_a_tab_that_fails_to_start_says_why_on_stderr_not_stdout(
         # The page is told (its websocket closed: "Session ended"), not left at its intro.
         assert await tab.closed_by_server(), "the page of a tab whose app failed was left open"
         serving.process.send_signal(signal.SIGINT)
-        serving.process.wait(30)
+        serving.process.wait(HANG_S)
         out = serving.process.stdout.read()
     finally:
         await tab.close()

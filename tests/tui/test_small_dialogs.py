@@ -26,6 +26,8 @@ from textual.widget import Widget
 from tui_fakes import StaticView, frozen_clock
 from tui_support import until
 
+from helpers import HANG_S
+
 pytestmark = pytest.mark.anyio
 
 IDS = [f"review-{n:02d}-{'a-long-task-name' * 3}" for n in range(9)]
@@ -103,4 +105,4 @@ async def test_the_focused_button_stays_in_view_when_the_terminal_shrinks(tmp_pa
         await until(pilot, lambda: app.focused is detach, "Detach focused")
         await pilot.resize_terminal(40, 12)
         whole = Region(0, 0, 40, 12)
-        await until(pilot, lambda: shown_whole(detach, whole), "Detach in view", 10)
+        await until(pilot, lambda: shown_whole(detach, whole), "Detach in view", HANG_S)

@@ -46,7 +46,7 @@ def events_to_the_end(
         ended_before |= {r.id for r in view.snapshot().children if r.status.terminal}
     if hold is not None:
         hold.release()
-    assert ended.wait(30), "the batch's end seen through the store"
+    assert ended.wait(HANG_S), "the batch's end seen through the store"
     return events
 
 
@@ -185,7 +185,7 @@ def test_an_attached_view_publishes_a_retried_units_result_again(
         until(lambda: row_of("a") is ChildStatus.RUNNING, what="the retry, through the store")
         hold.release()
         until(lambda: len(units()) == 2, what="the retried unit, through the store")
-        assert engine.wait(30)
+        assert engine.wait(HANG_S)
         view.close()
     finally:
         engine.close()

@@ -112,7 +112,7 @@ def test_watch_quits_the_app_then_ends_the_process_if_it_does_not(
         assert there.acquire(timeout=HANG_S) and there.acquire(timeout=HANG_S)
         assert not quit_asked.is_set()
         os.close(master)
-        assert quit_asked.wait(10) and ended.wait(10)
+        assert quit_asked.wait(HANG_S) and ended.wait(HANG_S)
         assert codes == [terminal.HANGUP_EXIT]
     finally:
         os.close(slave)
@@ -156,8 +156,8 @@ def test_an_app_over_while_its_engine_winds_down_is_not_ended_by_the_watch() -> 
             slave, lambda: None, every_s=0.01, grace_s=0.01, end=ended.append, before_end=wind_down
         )
         os.close(master)
-        until(lambda: bool(watcher), 10, what="the wind-down")
-        watcher[0].join(10)
+        until(lambda: bool(watcher), HANG_S, what="the wind-down")
+        watcher[0].join(HANG_S)
         assert not watcher[0].is_alive() and ended == []
     finally:
         os.close(slave)

@@ -26,7 +26,7 @@ from flightdeck.tui.widgets.status import StatusBar
 from tui_fakes import StaticView, child, frozen_clock
 from tui_support import SIZE, app_for, filter_rows, held, on_screen, until, view_when_ready
 
-from helpers import Hold
+from helpers import HANG_S, Hold
 
 pytestmark = pytest.mark.anyio
 
@@ -369,7 +369,7 @@ async def test_attached_tui_groups_by_error_and_tool_and_stops_a_tools_children(
     finally:
         if owner.poll() is None:
             owner.send_signal(signal.SIGTERM)
-            owner.wait(10)
+            owner.wait(HANG_S)
         assert owner.stdout is not None
         owner.stdout.close()
 

@@ -22,7 +22,7 @@ from textual.app import App
 from textual.pilot import Pilot
 from textual.screen import Screen
 
-from helpers import Hold
+from helpers import HANG_S, Hold
 
 # FAST: a whole child in a fraction of a second.
 FAST: dict[str, Any] = {"time_scale": 0.01, "latency_ms": 400.0, "tokens_per_s": 60.0}
@@ -74,7 +74,7 @@ def on_screen(app: App[Any], kind: type[Screen[Any]]) -> bool:
 
 
 async def until(
-    pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 60.0
+    pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = HANG_S
 ) -> None:
     """Let the app run until `condition()` holds; fail naming `what` after `timeout` s."""
     await _poll(pilot, condition, what, timeout, pilot.pause)
@@ -96,7 +96,7 @@ async def until_running(pilot: Pilot[Any], app: FlightdeckApp, children: int) ->
 async def until_exited(
     pilot: Pilot[Any],
     what: str = "the app exited",
-    timeout: float = 60.0,
+    timeout: float = HANG_S,
     by: Awaitable[object] | None = None,
 ) -> None:
     """Let the app run until it has exited, `by` (the `pilot.press` or `pilot.click` that ends
