@@ -135,3 +135,51 @@ async def test_the_count_of_live_children_stays_current_while_the_question_shows
             pilot, lambda: heading() == "1 child is still running or queued.", "the count follows"
         )
         await pilot.press("escape")
+
+
+class EndsBetweenLooks:
+    """A batch's live count and moot as the quit dialog reads them: once `armed`, the batch
+    ends right after the next read, whichever of the two it is."""
+
+    ENDED = "the batch has ended (completed): nothing left to stop"
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.ended = False
+
+    def _read(self) -> bool:
+        ended = self.ended
+        self.ended = self.ended or self.armed
+        return ended
+
+    def count(self) -> int:
+        return 0 if self._read() else 3
+
+    def moot(self) -> str | None:
+        return self.ENDED if self._read() else None
+
+
+async def test_a_batch_that_ends_between_the_dialogs_two_reads_is_said_ended(
+    tmp_path: Path,
+) -> None:
+    # The dialog reads the live count and whether stopping is moot one after the other, and
+    # the batch may end in between. Moot read first (before e672235), it saw the batch running
+    # and then no child live: the heading of a scheduled batch between two waves ("the batch
+    # goes on") for a batch that had ended. The count read first, the later moot says the end.
+    app = app_on(StaticView(tmp_path))
+    batch = EndsBetweenLooks()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.main.table.shown) > 0, "rows")
+        dialog = QuitDialog(3, detach=True, moot=batch.moot, count=batch.count)
+        app.push_screen(dialog)
+        await until(pilot, lambda: on_screen(app, QuitDialog), "the quit dialog")
+        heading = dialog.query_one("#quit-heading", Label)
+        assert str(heading.render()) == "3 children are still running or queued."
+        # One look, run here rather than by the dialog's timer, so that the end falls between
+        # its two reads: nothing else runs until it returns.
+        batch.armed = True
+        dialog._look()
+        assert batch.ended
+        assert str(heading.render()) == EndsBetweenLooks.ENDED
+        assert str(dialog.query_one("#stop-quit", Button).label) == "Quit  s"
+        await pilot.press("escape")
