@@ -185,13 +185,13 @@ def test_attach_quits_once_its_terminal_is_gone(tmp_path: Path) -> None:
     try:
         attach.until_shown(batch_id.encode)  # the app is drawn
         attach.hang_up()
-        closed = time.monotonic()
+        # Its watch ends it some EVERY_S + GRACE_S after the close; nothing else would (no
+        # SIGHUP comes): a watch that missed the close leaves it running past HANG_S.
         try:
-            code = attach.process.wait(terminal.EVERY_S + terminal.GRACE_S + 20)
+            code = attach.process.wait(HANG_S)
         except subprocess.TimeoutExpired:
             raise AssertionError("attach outlived its terminal") from None
         assert code in (terminal.HANGUP_EXIT, 0, 1), code
-        assert time.monotonic() - closed < terminal.EVERY_S + terminal.GRACE_S + 20
     finally:
         attach.end()
 
