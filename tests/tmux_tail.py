@@ -60,6 +60,7 @@ class Transcript:
         self.path = path
         self.lines: list[str] = []
         self.seen_at: list[float] = []
+        self.partial = ""  # the line being written, as far as it was at the last look
 
     def look(self) -> None:
         try:
@@ -67,7 +68,9 @@ class Transcript:
         except FileNotFoundError:
             return
         now = time.monotonic()
-        ended = data[: data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+        cut = data.rfind(b"\n") + 1
+        ended = data[:cut].decode("utf-8", "replace").splitlines()
+        self.partial = data[cut:].decode("utf-8", "replace")
         for line in ended[len(self.lines) :]:
             self.lines.append(line)
             self.seen_at.append(now)
