@@ -62,6 +62,7 @@ __all__ = [
     "decode",
     "describe",
     "encode",
+    "flag",
     "parse_count",
     "parse_money",
 ]
@@ -301,15 +302,16 @@ def _text(where: str, value: object) -> str:
     return value
 
 
-def _flag(where: str, value: object) -> bool:
+def flag(where: str, value: object) -> bool:
+    """A command's flag (`where`: "steer now"); CommandError naming it for what is none."""
     if not isinstance(value, bool | int):
-        raise CommandError(f"{where}: expected true or false", where.split()[-1])
+        raise CommandError(f"{where}: {expected('true or false', value)}", where.split()[-1])
     return bool(value)
 
 
 def _mapping(where: str, value: object) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise CommandError(f"{where}: expected a table", where.split()[-1])
+        raise CommandError(f"{where}: {expected('a table', value)}", where.split()[-1])
     return value
 
 
@@ -317,7 +319,7 @@ def _mapping(where: str, value: object) -> Mapping[str, Any]:
 _READERS: dict[str, Callable[[str, object], Any]] = {
     "tuple[str, ...]": lambda where, value: child_ids_of(value, where),
     "str": _text,
-    "bool": _flag,
+    "bool": flag,
     "Mapping[str, Any]": _mapping,
 }
 

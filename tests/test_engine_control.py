@@ -406,6 +406,10 @@ def test_a_command_with_a_field_of_the_wrong_type_is_refused_and_the_batch_runs_
             (lambda: engine.steer(["t0000"], 5), "steer message: expected text"),
             (lambda: engine.send(Steer("t0000", "hi")), "expected a list of child ids, got str"),
             (lambda: engine.accept(["t0000"], 5), "accept into: expected text"),
+            # "no" is truthy: it paused admission; None failed as "not iterable".
+            (lambda: engine.pause_admission("no"), "pause_admission on: expected true or"),
+            (lambda: engine.set_limits(None), "limits: expected a table .*, got null"),
+            (lambda: engine.set_limits(["pool_size"]), "limits: expected a table .*, got array"),
         ):
             with pytest.raises(CommandError, match=said):
                 call()  # type: ignore[no-untyped-call]

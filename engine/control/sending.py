@@ -26,6 +26,7 @@ from flightdeck.engine.commands import (
     Stop,
     StopAll,
     child_ids_of,
+    flag,
 )
 from flightdeck.engine.control import inbox
 from flightdeck.engine.control.coordinator import Coordinator
@@ -73,6 +74,7 @@ class CommandMethods:
     def pause_admission(self, on: bool = True) -> None:
         """Pause the batch's admission (`on`), or continue it: while paused no child starts;
         the running go on (pause them to hold them too)."""
+        on = flag("pause_admission on", on)  # "no" is truthy: it paused the batch
         self.send(PauseAdmission() if on else ContinueAdmission())
 
     def answer(self, child_ids: Iterable[str], message: str) -> None:
@@ -100,9 +102,9 @@ class CommandMethods:
     def set_limits(self, change: Mapping[str, object]) -> Limits:
         """Change the live limits (see model/livelimits.py for `change`); returns the limits it
         makes; LimitError (a CommandError naming the field, nothing changed) for a bad one."""
-        before = self.limits()
+        after = changed(self.limits(), change)  # checked before `dict(change)` reads it
         self.send(SetLimits(dict(change)))
-        return changed(before, change)
+        return after
 
 
 class Sender:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.errors import CommandError
 from flightdeck.engine.inputs.bounds import MAX_CONCURRENT, MAX_COUNT, MAX_MONEY
+from flightdeck.engine.inputs.messages import expected
 from flightdeck.engine.model import Limits, RouteCaps
 from flightdeck.engine.model.routes import ROUTE_FIELDS
 from flightdeck.engine.money import fmt_usd
@@ -91,6 +92,8 @@ def limits_of(
 def changed(limits: Limits, change: Mapping[str, Any]) -> Limits:
     """The limits `change` makes of `limits`; LimitError (nothing changed) for a bad value, an
     unknown route or key, a soft budget below 0 or above the hard budget, or no change."""
+    if not isinstance(change, Mapping):  # None failed as "'NoneType' object is not iterable"
+        raise LimitError("limits", expected("a table such as {'pool_size': 4}", change))
     unknown = sorted(set(change) - {"pool_size", "routes", "soft_cost_usd"})
     if unknown:
         raise LimitError(unknown[0], "not a limit that can be changed")
