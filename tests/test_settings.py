@@ -69,6 +69,22 @@ def test_finds_flightdeck_toml_in_the_working_directory(
     assert settings.source == Path("flightdeck.toml")
 
 
+@pytest.mark.parametrize("kind", ["directory", "dangling symlink"])
+def test_a_flightdeck_toml_that_is_no_file_is_said_not_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # A folder named flightdeck.toml (or a link to nothing) ran the batch on the defaults.
+    if kind == "directory":
+        (tmp_path / "flightdeck.toml").mkdir()
+    else:
+        (tmp_path / "flightdeck.toml").symlink_to(tmp_path / "gone.toml")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    said = {"directory": "Is a directory", "dangling symlink": "a link to a file that is not there"}
+    assert str(caught.value) == f"flightdeck.toml: {said[kind]}"
+
+
 def test_full_config_round_trip(tmp_path: Path) -> None:
     path = write(
         tmp_path,

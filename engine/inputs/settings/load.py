@@ -90,12 +90,14 @@ def load_settings(path: Path | None = None, *, env: Mapping[str, str] | None = N
     Unknown keys are errors. Raises ConfigError naming file, line and field. `env` is accepted
     for settings that will come from the environment; FLIGHTDECK_HOME is read by state_dir_from.
     """
+    missing = "config file not found"
     if path is None:
-        if not Path(CONFIG_NAME).is_file():
+        # Only no such name means no config: a folder or a broken link there is said, not skipped.
+        if not os.path.lexists(CONFIG_NAME):
             return Settings(routes=MappingProxyType({DEFAULT_ROUTE: _implicit_sim()}))
-        path = Path(CONFIG_NAME)
+        path, missing = Path(CONFIG_NAME), "a link to a file that is not there"
     path = Path(path)
-    text = read_text(path, ConfigError, MAX_CONFIG_BYTES, "config file not found")
+    text = read_text(path, ConfigError, MAX_CONFIG_BYTES, missing)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
