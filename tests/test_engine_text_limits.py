@@ -61,6 +61,13 @@ def test_a_batch_built_in_python_meets_a_task_files_checks(
         Engine(tasks_batch([ok, located]), settings(), state_dir=tmp_path)
 
 
+def test_a_batch_built_in_python_with_no_tasks_is_refused_as_a_file_is(tmp_path: Path) -> None:
+    # It ran and completed empty, where a task file like it is refused.
+    with pytest.raises(SpecError, match=r"^tasks: the batch has no tasks$"):
+        Engine(tasks_batch([]), settings(), state_dir=tmp_path)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing written
+
+
 def test_a_task_from_a_file_is_named_at_its_line(tmp_path: Path) -> None:
     task = Task(id="a", goal="x" * 101, seq=0, source="tasks.jsonl:7")
     with pytest.raises(SpecError) as caught:

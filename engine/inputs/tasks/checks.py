@@ -80,7 +80,9 @@ def check_tasks(batch: Batch) -> None:
     """SpecError at the first task a task file would refuse: an id that is not a plain name (it
     names the child's files: "../x" would be written outside the batch folder), reserved or
     taken, or a field check_field refuses. A task file is checked as it loads; a Batch built in
-    Python is checked here."""
+    Python is checked here; one with no tasks and no schedules is refused as a file is."""
+    if not batch.tasks and not batch.schedules:  # it ran and completed, empty
+        raise SpecError(batch.source, None, "tasks", "the batch has no tasks")
     seen: set[str] = set()
     for n, task in enumerate(batch.tasks, 1):
         field, problem = _task_problem(task, seen)
