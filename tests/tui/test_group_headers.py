@@ -19,7 +19,7 @@ from flightdeck.tui.app import FlightdeckApp
 from flightdeck.tui.fmt import fmt_cost
 from flightdeck.tui.output import completion_text
 from flightdeck.tui.screens import targets
-from flightdeck.tui.screens.dialogs import ConfirmStopDialog, SteerDialog
+from flightdeck.tui.screens.dialogs import ConfirmPauseDialog, ConfirmStopDialog, SteerDialog
 from flightdeck.tui.screens.main import MainScreen, UiOptions
 from flightdeck.tui.widgets.children import ChildrenTable
 from flightdeck.tui.widgets.headers import GroupSummary, group_header, group_summary
@@ -207,7 +207,7 @@ async def test_s_on_a_header_steers_the_groups_live_members(tmp_path: Path) -> N
         dialog = app.screen
         assert isinstance(dialog, SteerDialog)
         assert dialog.child_ids == ["review-02"]  # the one of three still running
-        assert dialog.heading == "Steer 1 child (2 in the group have ended)"
+        assert dialog.heading == "Steer 1 child under group security (2 in the group have ended)"
         await pilot.press("escape")
         await until(pilot, lambda: on_screen(app, MainScreen), "dialog closed")
         table.select(GroupHeader(GroupBy.GROUP, "docs"))  # every member ended: the key says why
@@ -243,12 +243,20 @@ async def test_x_on_a_header_stops_exactly_the_groups_live_members(
         table.pinned_top = False  # as a key press would: the cursor stays where it is put
         assert table.select(GroupHeader(GroupBy.GROUP, "security"))
         await until(pilot, lambda: app.main.check_action("stop", ()), "stop enabled")
+        # Each dialog names the group as its header does ("Pause 2 children?" named none).
+        await pilot.press("p")
+        await until(pilot, lambda: on_screen(app, ConfirmPauseDialog), "pause dialog")
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmPauseDialog)
+        assert dialog.heading == "Pause 2 children under group security (1 in the group has ended)?"
+        await pilot.press("escape")
+        await until(pilot, lambda: on_screen(app, MainScreen), "pause dialog closed")
         await pilot.press("x")
         await until(pilot, lambda: on_screen(app, ConfirmStopDialog), "confirm dialog")
         dialog = app.screen
         assert isinstance(dialog, ConfirmStopDialog)
         assert dialog.child_ids == ["r1", "r2"]
-        assert dialog.heading == "Stop 2 children (1 in the group has ended)?"
+        assert dialog.heading == "Stop 2 children under group security (1 in the group has ended)?"
         await pilot.press("x")
         await until(
             pilot, lambda: {status("r1"), status("r2")} == {ChildStatus.STOPPED}, "group stopped"

@@ -71,6 +71,7 @@ def steer(aim: Aim, look: Look, keys: Keys, *, cursor_blink: bool) -> Decision:
         unsteerable=sum(1 for i in ids if not rows[i].steerable),
         cursor_blink=cursor_blink,
         query=query,
+        group=aim.group,
     )
     return (Ask(dialog, answered),)
 
@@ -95,7 +96,9 @@ def stop(aim: Aim, look: Look) -> Decision:
         text = f"stop requested for {len(live)} {_matching(query)}"
         return (*sent, Track(BulkStop(live, ended + ended_since)), Say(text), Poll())
 
-    dialog = ConfirmStopDialog(ids, ended=ended, ended_of=aim.ended_of, query=query)
+    dialog = ConfirmStopDialog(
+        ids, ended=ended, ended_of=aim.ended_of, query=query, group=aim.group
+    )
     return (Ask(dialog, answered),)
 
 
@@ -139,5 +142,7 @@ def pause(aim: Aim, look: Look) -> Decision:
         text = f"{verb} requested for {len(live)} {_matching(query)}"
         return (*sent, Track(bulk), Say(text), Poll())
 
-    dialog = ConfirmPauseDialog(ids, resume=resume, ended=ended, ended_of=aim.ended_of, query=query)
+    dialog = ConfirmPauseDialog(
+        ids, resume=resume, ended=ended, ended_of=aim.ended_of, query=query, group=aim.group
+    )
     return (Ask(dialog, answered),)

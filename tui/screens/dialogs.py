@@ -64,9 +64,12 @@ def _ended(n: int, of: str = "tagged") -> str:
     return f" ({n} {of} {'has' if n == 1 else 'have'} ended)"
 
 
-def _matching(query: str | None) -> str:
-    """` matching `cost>0.50`` when the action is on everything a filter keeps."""
-    return f" matching `{one_line(query, 60)}`" if query is not None else ""
+def _whose(query: str | None, group: str | None) -> str:
+    """` matching `cost>0.50`` when the action is on everything a filter keeps, ` under group
+    security` on a group's header (named as the header names it)."""
+    if query is not None:
+        return f" matching `{one_line(query, 60)}`"
+    return f" under {one_line(group, 60)}" if group is not None else ""
 
 
 def unsteerable_text(n: int, of: int) -> Text:
@@ -125,12 +128,13 @@ class SteerDialog(ModalScreen[SteerRequest | None]):
         unsteerable: int = 0,
         cursor_blink: bool = True,
         query: str | None = None,
+        group: str | None = None,  # the header's group the keys act on (`group security`)
     ) -> None:
         super().__init__()
         self.child_ids = list(child_ids)
         self.unsteerable = unsteerable  # children whose route takes no steer (a command)
         n = _children(len(self.child_ids))
-        self.heading = f"Steer {n}{_matching(query)}{_ended(ended, ended_of)}"
+        self.heading = f"Steer {n}{_whose(query, group)}{_ended(ended, ended_of)}"
         self.cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
@@ -241,6 +245,7 @@ class ConfirmStopDialog(_ConfirmTargets):
         ended: int = 0,
         ended_of: str = "tagged",
         query: str | None = None,
+        group: str | None = None,
     ) -> None:
         n = _children(len(child_ids))
         if everything and not child_ids:  # a scheduled batch between two waves
@@ -248,7 +253,7 @@ class ConfirmStopDialog(_ConfirmTargets):
         elif everything:
             heading = f"Stop all {n}?"
         else:
-            heading = f"Stop {n}{_matching(query)}{_ended(ended, ended_of)}?"
+            heading = f"Stop {n}{_whose(query, group)}{_ended(ended, ended_of)}?"
         note = "Partial transcripts and usage are kept. Queued ones never start."
         super().__init__(child_ids, heading, note, "Stop", "error")
 
@@ -271,10 +276,11 @@ class ConfirmPauseDialog(_ConfirmTargets):
         ended: int = 0,
         ended_of: str = "tagged",
         query: str | None = None,
+        group: str | None = None,
     ) -> None:
         verb = "Continue" if resume else "Pause"
         n = _children(len(child_ids))
-        heading = f"{verb} {n}{_matching(query)}{_ended(ended, ended_of)}?"
+        heading = f"{verb} {n}{_whose(query, group)}{_ended(ended, ended_of)}?"
         note = (
             "Each takes a slot again before any new child starts, with its context intact."
             if resume

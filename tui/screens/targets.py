@@ -71,6 +71,11 @@ class Aim:
         return tuple(i for i in self.live if rows[i].loop is not None)
 
     @property
+    def group(self) -> str | None:
+        """The header's group in words (`group security`), when the key acts on one."""
+        return None if self.header is None else self.header.described
+
+    @property
     def ended_of(self) -> str:
         """Whose ended children a dialog counts: the tagged ones, the header's group's, or the
         filter's."""
