@@ -24,9 +24,19 @@ from flightdeck.tui.view import LiveView
 from flightdeck.tui.widgets.detail import ChildDetail
 from textual.widgets import Label, Static
 from textual.widgets._footer import FooterKey
-from tui_support import SIZE, app_for, on_screen, until, view_when_ready
+from tui_support import (
+    SIZE,
+    EngineFactory,
+    app_for,
+    held,
+    notices_of,
+    on_screen,
+    until,
+    view_when_ready,
+)
 
 from gitrepo import GIT_ENV, git, make_repo, worktrees
+from helpers import Hold
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -171,6 +181,26 @@ async def test_review_and_retry_keys(engine: Engine, tmp_path: Path) -> None:
         # Said as `flightdeck merge` says it (it said "merged 1 child into main").
         said = f"accepted t0 into main (now {git(repo, 'rev-parse', 'main')[:12]})"
         await until(pilot, lambda: said in _toasts(app), "the merge said")
+
+
+async def test_r_over_a_running_child_names_it_as_d_does(
+    engine_factory: EngineFactory, hold: Hold
+) -> None:
+    # Found in a walkthrough: it said "nothing here to retry: none failed or was stopped".
+    engine = engine_factory(["first"], pool=1, sim=held(hold))
+    app = app_for(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        notices = notices_of(app)
+        table = app.main.table
+        await until(pilot, lambda: "c1" in table.rows_by_id, "c1 shown")
+        await until(
+            pilot, lambda: table.rows_by_id["c1"].status is ChildStatus.RUNNING, "c1 running"
+        )
+        table.select("c1")
+        await pilot.press("R")
+        said = "c1 has not ended (running): nothing to retry"
+        await until(pilot, lambda: said in notices, "said, naming the child")
+        assert app.screen is app.main  # no dialog
 
 
 @pytest.fixture

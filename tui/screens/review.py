@@ -250,6 +250,9 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
     ids = [i for i in tasks if not is_wave(rows[i], aim.own)]
     # A delegate failed as much as any child: "completed or still run" said otherwise.
     delegates, waves = len(ended) - len(tasks), len(tasks) - len(ids)
+    if not ids and len(aim.ids) == 1 and rows[aim.ids[0]].status.live:  # named, as D does
+        row = rows[aim.ids[0]]
+        return (Say(f"{one_line(row.id)} has not ended ({row.status.value}): nothing to retry"),)
     if not ids:
         why = _left_out(delegates, waves) if delegates or waves else "none failed or was stopped"
         return (Say(f"nothing here to retry: {why}"),)
