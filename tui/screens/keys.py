@@ -105,7 +105,7 @@ MAIN_BINDINGS: list[BindingType] = [
         "discard",
         "Discard",
         show=False,
-        key_display="delete",
+        key_display="del",
         id="child.discard",
         tooltip="Discard the targets' pending changes: worktrees and branches removed (confirm; "
         "backspace too)",

@@ -127,7 +127,7 @@ class DiscardDialog(ModalScreen[bool]):
             "delete,backspace",  # a Mac's delete key sends backspace
             "dismiss(True)",
             "Discard",
-            key_display="delete",
+            key_display="del",
             id="discard.confirm",
             tooltip="Drop them",
         ),
