@@ -471,6 +471,25 @@ def test_child_ids_after_an_option_are_taken(project: Path) -> None:
     assert dashed.stderr == f"flightdeck: no child with id '-x' in batch {batch_id}\n"
 
 
+def test_a_dashes_word_after_the_options_end_is_a_word(capsys: pytest.CaptureFixture[str]) -> None:
+    # Found in review: argparse (3.11) dropped a `--` after the options' end, so `grep B -- --`
+    # (searching for `--`) failed with a traceback on a PATTERN of [], and a child id was lost.
+    from flightdeck.tui import cli
+
+    parse = cli._parser().parse_args
+    assert parse(["grep", "b1", "--", "--"]).pattern == "--"
+    assert parse(["grep", "b1", "--state-dir", "D", "--", "--"]).pattern == "--"
+    assert parse(["logs", "b1", "--", "--"]).child_id == "--"
+    assert parse(["stop", "b1", "--", "c1", "--", "-x"]).child_ids == ["c1", "--", "-x"]
+    assert parse(["stop", "b1", "--state-dir", "D", "--", "c1", "--"]).child_ids == ["c1", "--"]
+    assert parse(["run", "--", "--"]).batch_file == Path("--")
+    with pytest.raises(SystemExit) as exits:  # one word too many is said, not taken in silence
+        parse(["logs", "b1", "--", "c1", "--"])
+    assert exits.value.code == ExitCode.USAGE
+    said = "flightdeck: unrecognized arguments: -- (see `flightdeck logs --help`)\n"
+    assert capsys.readouterr().err == said
+
+
 def test_an_empty_state_dir_argument_is_bad_input(project: Path) -> None:
     # `--state-dir "$UNSET"`: Path("") is the current folder, which run filled with its
     # database and batches and made private (mode 0700), the user's project folder.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import PurePath
 from typing import NoReturn
 
 from flightdeck.engine.sanitize import one_line
@@ -47,8 +48,9 @@ class Parser(argparse.ArgumentParser):
         argv = sys.argv[1:] if args is None else list(args)
         if argv and argv[0].startswith("-") and not _takes(self, argv[0]):
             self.error(*_misplaced(self, argv))
-        parsed, extras = self.parse_known_args(argv, namespace)
-        left, extras = _leftovers(extras)
+        parsed, extras = self.parse_known_args(_kept(argv), namespace)
+        _restore(parsed)
+        left, extras = (["--" if a == _DASHES else a for a in x] for x in _leftovers(extras))
         children = getattr(parsed, "child_ids", None)
         if isinstance(children, list):
             # Child ids after an option (`steer B -m hi c1`): argparse takes a list positional
@@ -64,6 +66,28 @@ class Parser(argparse.ArgumentParser):
             command = getattr(parsed, "command", None)
             self.error(f"unrecognized arguments: {' '.join(extras)}", f"flightdeck {command}")
         return parsed
+
+
+# A `--` after the one that ends the options is a word (`grep B -- --` searches for it), but
+# argparse (3.11) drops it: PATTERN read as [] (a traceback), a child id lost. Hidden from it.
+_DASHES = "\0--"
+
+
+def _kept(argv: list[str]) -> list[str]:
+    """`argv` with every `--` after the first one hidden from argparse."""
+    if "--" not in argv:
+        return argv
+    end = argv.index("--") + 1
+    return argv[:end] + [_DASHES if a == "--" else a for a in argv[end:]]
+
+
+def _restore(parsed: argparse.Namespace) -> None:
+    """The hidden `--` words given back, in a value (a path: `run -- --`) or a list of them."""
+    for name, value in vars(parsed).items():
+        if isinstance(value, str | PurePath) and str(value) == _DASHES:
+            setattr(parsed, name, type(value)("--"))
+        elif isinstance(value, list):
+            setattr(parsed, name, ["--" if v == _DASHES else v for v in value])
 
 
 def _leftovers(extras: list[str]) -> tuple[list[str], list[str]]:
