@@ -132,3 +132,50 @@ def test_ctrl_c_while_the_launcher_starts_the_owner_ends_the_owner(tmp_path: Pat
         if starter.poll() is None:
             starter.kill()
             starter.communicate()
+
+
+@pytest.mark.slow  # an owner started
+def test_a_ctrl_c_just_as_the_launch_ends_still_ends_the_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found in review: a SIGINT just after the handler that notes it was put back (the owner's
+    # pid known) raised outside the `try` that stops the owner: it ran the batch on, unseen.
+    import argparse
+    import contextlib
+    from collections.abc import Iterator
+
+    from flightdeck.tui import attached
+
+    @contextlib.contextmanager
+    def interrupted_as_it_ends() -> Iterator[list[int]]:
+        yield []
+        raise KeyboardInterrupt  # as the terminal's SIGINT, the default handler back
+
+    monkeypatch.setattr(attached, "_interrupt_noted", interrupted_as_it_ends)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOLD)
+    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n')
+    held = tmp_path / "held"
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("FD_TEST_HELD", str(held))
+    monkeypatch.setenv("FD_TEST_GATE", str(tmp_path / "gate"))
+    args = argparse.Namespace(
+        batch_file=tmp_path / "tasks.jsonl",
+        config=None,
+        max_concurrent=None,
+        executor=None,
+        detach=True,
+    )
+    state = tmp_path / "state"
+    try:
+        code = attached.run_in_background(args, state)
+    except KeyboardInterrupt:
+        until(held.exists, 60, what="the owner started")
+        os.kill(int(held.read_text()), signal.SIGKILL)
+        pytest.fail("the interrupt escaped, and the owner ran on unseen")
+    assert code == ExitCode.INTERRUPTED
+    assert list((state / "batches").iterdir()) == []  # never started: nothing left of it
+    # Ended before it got far, or held: either way it runs no more.
+    assert not held.exists() or ended(int(held.read_text()))

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,9 +49,11 @@ def run_in_background(
         command += ["--max-concurrent", str(args.max_concurrent)]
     if args.executor is not None:
         command += ["--executor", args.executor]
-    with _interrupt_noted() as interrupted:
-        owner = launch_owner(command, state_dir)
+    owner: StartedOwner | None = None
     try:
+        # In the `try`: a Ctrl+C just as the noting handler is put back stops the owner too.
+        with _interrupt_noted() as interrupted:
+            owner = launch_owner(command, state_dir)
         if interrupted:
             raise KeyboardInterrupt
         wait_ready(owner)
@@ -60,8 +63,10 @@ def run_in_background(
 
         view = StoreView(owner.db, owner.batch_id)
     except KeyboardInterrupt:
+        if owner is None:  # before the launch: nothing to stop
+            raise
         return _interrupted(owner, state_dir)
-    return attach_tui(view, tui, unseen=lambda: _interrupted(owner, state_dir))
+    return attach_tui(view, tui, unseen=partial(_interrupted, owner, state_dir))
 
 
 @contextlib.contextmanager
