@@ -95,3 +95,29 @@ def test_a_steer_message_over_the_limit_is_refused_and_nothing_is_queued(tmp_pat
     finally:
         engine.close()
     assert [r.id for r in engine.receipts()] == [receipt]
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        # "../x" wrote each wave's transcript (`../x-w1.log`) outside the batch folder.
+        (
+            Task(id="../x", goal="g", seq=0),
+            "id: schedule 's2' task 1: '../x' is not a valid id: it names a file",
+        ),
+        (Task(id="a", goal="g", seq=0), "id: schedule 's2' task 1: duplicate id 'a'"),
+        (Task(id="b", goal=5, seq=0), "goal: schedule 's2' task 1: expected a string"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_schedules_template_built_in_python_meets_a_task_files_checks(
+    tmp_path: Path, template: Task, said: str
+) -> None:
+    # Found in review: check_tasks read the batch's tasks, not its schedules' templates.
+    from flightdeck.engine.inputs.tasks import Batch, Schedule
+
+    first = Schedule(id="s1", tasks=(Task(id="a", goal="g", seq=0),), every_s=3600.0)
+    second = Schedule(id="s2", tasks=(template,), every_s=3600.0)
+    with pytest.raises(SpecError) as caught:
+        Engine(Batch(name="b", tasks=(), schedules=(first, second)), settings(), state_dir=tmp_path)
+    assert str(caught.value).startswith(said), caught.value
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing written

@@ -79,18 +79,30 @@ def check_routes(batch: Batch, route_names: Collection[str], default: str) -> No
 def check_tasks(batch: Batch) -> None:
     """SpecError at the first task a task file would refuse: an id that is not a plain name (it
     names the child's files: "../x" would be written outside the batch folder), reserved or
-    taken, or a field check_field refuses. A task file is checked as it loads; a Batch built in
-    Python is checked here; one with no tasks and no schedules is refused as a file is."""
+    taken, or a field check_field refuses; a schedule's template tasks alike. A task file is
+    checked as it loads; a Batch built in Python is checked here; one with no tasks and no
+    schedules is refused as a file is."""
     if not batch.tasks and not batch.schedules:  # it ran and completed, empty
         raise SpecError(batch.source, None, "tasks", "the batch has no tasks")
     seen: set[str] = set()
     for n, task in enumerate(batch.tasks, 1):
-        field, problem = _task_problem(task, seen)
-        if problem is not None:
-            path, line = located(task.source)
-            label = "" if line else f"task {n}: "  # built in Python: no line to name it by
-            raise SpecError(path, line, field, label + problem)
-        seen.add(task.id)
+        _check_task(task, seen, f"task {n}")
+    # A schedule's template too: its id names each wave's files (`<id>-w<n>`), and two
+    # schedules' templates of one id would share their waves' ids.
+    templates: set[str] = set()
+    for s in batch.schedules:
+        for n, task in enumerate(s.tasks, 1):
+            _check_task(task, templates, f"schedule {s.id!r} task {n}")
+
+
+def _check_task(task: Task, seen: set[str], label: str) -> None:
+    """SpecError if `_task_problem` refuses `task`; else its id is `seen`."""
+    field, problem = _task_problem(task, seen)
+    if problem is not None:
+        path, line = located(task.source)
+        label = "" if line else f"{label}: "  # built in Python: no line to name it by
+        raise SpecError(path, line, field, label + problem)
+    seen.add(task.id)
 
 
 def _task_problem(task: Task, seen: Collection[str]) -> tuple[str, str | None]:
