@@ -216,20 +216,6 @@ def test_state_dir_precedence(tmp_path: Path) -> None:
     assert state_dir_from(Path("/c"), settings, env={"FLIGHTDECK_HOME": "/h"}) == Path("/c")
 
 
-def test_a_state_dir_that_is_a_file_is_said_at_its_line(tmp_path: Path) -> None:
-    # It was said once the batch started, as "state_dir: cannot use …", with no file or line.
-    (tmp_path / "tasks.jsonl").write_text('{"goal": "x"}\n', encoding="utf-8")
-    config = write(tmp_path, '[engine]\nmax_tasks = 5\nstate_dir = "tasks.jsonl"\n')
-    with pytest.raises(ConfigError) as caught:
-        load_settings(config)
-    assert str(caught.value) == (
-        f"{config}:3: engine.state_dir: tasks.jsonl exists and is not a folder"
-    )
-    (tmp_path / "s").mkdir()
-    write(tmp_path, '[engine]\nstate_dir = "s"\n')
-    assert load_settings(config).engine.state_dir == tmp_path / "s"  # a folder, or none yet
-
-
 def test_example_config_loads_without_keys() -> None:
     settings = load_settings(EXAMPLES / "flightdeck.toml", env={})
     assert settings.engine.max_concurrent == 8

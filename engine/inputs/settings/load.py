@@ -172,9 +172,6 @@ class _Reader(ValueChecks):
             folder = Path(self.string(("engine", "state_dir"), table["state_dir"])).expanduser()
             # Relative to the config file, so a project's config works from any directory.
             values["state_dir"] = self.path.parent / folder
-            if values["state_dir"].exists() and not values["state_dir"].is_dir():
-                # Said here, at its line: the batch would say it later with no file or line.
-                raise self.error(("engine", "state_dir"), f"{folder} exists and is not a folder")
         if "default_route" in table:
             name = self.string(("engine", "default_route"), table["default_route"])
             if name not in routes:
