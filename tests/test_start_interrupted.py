@@ -179,3 +179,43 @@ def test_a_ctrl_c_just_as_the_launch_ends_still_ends_the_owner(
     assert list((state / "batches").iterdir()) == []  # never started: nothing left of it
     # Ended before it got far, or held: either way it runs no more.
     assert not held.exists() or ended(int(held.read_text()))
+
+
+@pytest.mark.parametrize("shown", [False, True])
+def test_an_interrupt_stops_the_batch_only_before_the_tui_has_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: bool
+) -> None:
+    # Found in review: any KeyboardInterrupt out of the app's run was taken as "before the
+    # operator saw the batch", so a `kill -INT` while it showed, or a Ctrl+C as it gave the
+    # terminal back after a detach, stopped a batch the operator had chosen to leave running.
+    from flightdeck.tui import app as app_module
+    from flightdeck.tui import attached
+
+    def run(self: app_module.FlightdeckApp) -> bool:
+        self.shown = shown
+        raise KeyboardInterrupt
+
+    class View:  # what attach_tui reads of a StoreView before the app runs
+        db = tmp_path / "flightdeck.db"
+        batch_id = "20270115-080000-demo"
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(app_module.FlightdeckApp, "run", run)
+    view = View()
+    stopped: list[bool] = []
+
+    def unseen() -> ExitCode:
+        stopped.append(True)
+        return ExitCode.INTERRUPTED
+
+    if shown:
+        with pytest.raises(KeyboardInterrupt):
+            attached.attach_tui(view, unseen=unseen)  # type: ignore[arg-type]
+        assert stopped == []
+    else:
+        assert attached.attach_tui(view, unseen=unseen) == ExitCode.INTERRUPTED  # type: ignore[arg-type]
+        assert stopped == [True]
+    assert view.closed

@@ -47,8 +47,10 @@ class FlightdeckApp(App[bool]):
         self.options = options
 
     terminated = False  # ended by SIGTERM
+    shown = False  # it has the terminal: a Ctrl+C from here on is no longer before it showed
 
     def on_mount(self) -> None:
+        self.shown = True
         # Pushed rather than made the default screen: only pushed screens load their CSS_PATH.
         self.push_screen(self.main)
         # What start-up built (modules, widgets, the first snapshot) lives as long as the screen:

@@ -174,6 +174,7 @@ def attach_tui(
     `read_only`: every command refused (readonly.py), and the operator's last-looked mark left
     alone (a watcher is not the operator). `unseen`: what a Ctrl+C does while the TUI loads,
     before it has the terminal (`run`: its batch is stopped)."""
+    app = None
     try:
         from flightdeck.engine.api import TuiSettings
         from flightdeck.tui.app import FlightdeckApp, exit_code
@@ -188,7 +189,10 @@ def attach_tui(
         stopped = app.run()
     except BaseException as exc:
         view.close()
-        if unseen is None or not isinstance(exc, KeyboardInterrupt):
+        # Once it has shown (then a `kill -INT`, a Ctrl+C as it gives the terminal back), the
+        # operator has seen the batch: an interrupt is no reason to stop it.
+        seen = app is not None and app.shown
+        if unseen is None or not isinstance(exc, KeyboardInterrupt) or seen:
             raise
         return unseen()
     try:
