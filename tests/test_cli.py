@@ -717,6 +717,16 @@ def test_a_second_ctrl_c_says_children_were_left_only_if_some_had_not_ended(
     try:
         engine.start()
         assert "without waiting" in left_text(engine, started=True).plain  # held, running
+        # Its processes' count read from a damaged store: the line is said without it (an
+        # error there was raised out of the signal handler, which then never left).
+        import flightdeck.engine.attached.store as store
+
+        def damaged(db: Path, batch_id: str) -> int:
+            raise sqlite3.DatabaseError("file is not a database")
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "still_running", damaged)
+            assert "without waiting" in left_text(engine, started=True).plain
         hold.release()
         assert engine.wait(60)
         assert left_text(engine, started=True).plain == (

@@ -6,6 +6,7 @@ import contextlib
 import os
 import queue
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -124,7 +125,11 @@ def left_text(engine: Engine, started: bool) -> Text:
         from flightdeck.engine.attached.store import still_running
 
         resume = command_line(engine.state_dir, "resume", engine.batch_id)
-        left = still_running(engine.state_dir / "flightdeck.db", engine.batch_id)
+        left = 0
+        # Said from a signal handler that must go on to leave: a store it cannot read (damaged,
+        # gone) leaves the count out, never the exit.
+        with contextlib.suppress(sqlite3.Error, OSError):
+            left = still_running(engine.state_dir / "flightdeck.db", engine.batch_id)
         running = f"; {left} of their processes still run" if left else ""
         text += f"{running} (`{resume}` ends them and records the batch's end)"
     return Text(text, style="yellow")
