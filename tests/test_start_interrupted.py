@@ -28,18 +28,24 @@ if "--owner-of" in sys.argv:
 """
 
 
-@pytest.mark.slow  # a starter and its owner
-def test_ctrl_c_before_the_owner_recorded_the_batch_ends_it_and_leaves_nothing(
-    tmp_path: Path,
-) -> None:
+def held_project(tmp_path: Path) -> dict[str, str]:
+    """A task file in `tmp_path`, and the environment under which an owner started there says
+    its pid in `held` and waits for `gate` (HOLD)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(HOLD)
     (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n')
-    held, gate = tmp_path / "held", tmp_path / "gate"
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": path}
-    env |= {"FD_TEST_HELD": str(held), "FD_TEST_GATE": str(gate)}
+    env = {"NO_COLOR": "1", "PYTHONPATH": path}
+    return env | {"FD_TEST_HELD": str(tmp_path / "held"), "FD_TEST_GATE": str(tmp_path / "gate")}
+
+
+@pytest.mark.slow  # a starter and its owner
+def test_ctrl_c_before_the_owner_recorded_the_batch_ends_it_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, **held_project(tmp_path)}
+    held = tmp_path / "held"
     command = ["run", "--detach", "tasks.jsonl", "--state-dir", "state"]
     starter = subprocess.Popen(
         [sys.executable, "-m", "flightdeck.tui.cli", *command],
@@ -92,15 +98,9 @@ sys.exit(main())
 def test_ctrl_c_while_the_launcher_starts_the_owner_ends_the_owner(tmp_path: Path) -> None:
     # A terminal's Ctrl+C reaches the whole foreground process group: it killed the launcher
     # before it said the owner's pid, and the owner, in a session of its own, ran on unseen.
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(HOLD)
-    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n')
-    held, gate = tmp_path / "held", tmp_path / "gate"
+    env = {**os.environ, **held_project(tmp_path)}
+    held = tmp_path / "held"
     launched, launch_gate = tmp_path / "launched", tmp_path / "launch-gate"
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": path}
-    env |= {"FD_TEST_HELD": str(held), "FD_TEST_GATE": str(gate)}
     env |= {"FD_TEST_LAUNCHED": str(launched), "FD_TEST_LAUNCH_GATE": str(launch_gate)}
     command = ["run", "--detach", "tasks.jsonl", "--state-dir", "state"]
     starter = subprocess.Popen(
@@ -152,15 +152,9 @@ def test_a_ctrl_c_just_as_the_launch_ends_still_ends_the_owner(
         raise KeyboardInterrupt  # as the terminal's SIGINT, the default handler back
 
     monkeypatch.setattr(attached, "_interrupt_noted", interrupted_as_it_ends)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(HOLD)
-    (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n')
+    for name, value in held_project(tmp_path).items():
+        monkeypatch.setenv(name, value)
     held = tmp_path / "held"
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    monkeypatch.setenv("PYTHONPATH", path)
-    monkeypatch.setenv("FD_TEST_HELD", str(held))
-    monkeypatch.setenv("FD_TEST_GATE", str(tmp_path / "gate"))
     args = argparse.Namespace(
         batch_file=tmp_path / "tasks.jsonl",
         config=None,
