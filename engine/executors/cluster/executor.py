@@ -28,7 +28,7 @@ from flightdeck.engine.child.state import Child
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.executors.cluster.home import ChildRelay, Home, Link
-from flightdeck.engine.executors.cluster.join import connect
+from flightdeck.engine.executors.cluster.join import TOKEN_IMPLIED, connect
 from flightdeck.engine.executors.cluster.permits import PermitDesk
 from flightdeck.engine.executors.cluster.wire import Dispatch, Setup, ToWorker
 from flightdeck.engine.executors.cluster.worker import Worker
@@ -66,9 +66,10 @@ class RayExecutor:
         self._source = source
         self._clock = clock
         self._started_ray = False
+        self._token_implied = False
         if not ray.is_initialized():
             self._started_ray = True
-            connect(ray_settings, source)
+            self._token_implied = connect(ray_settings, source)
         self._setup = setup
         self._report = report
         self._lock = threading.Lock()
@@ -125,7 +126,10 @@ class RayExecutor:
             for each in actors:
                 ray.kill(each)
             raise ConfigError(
-                self._source, self._settings.address_line, "ray.address", not_started(exc)
+                self._source,
+                self._settings.address_line,
+                "ray.address",
+                not_started(exc, token_implied=self._token_implied),
             ) from None
         for actor, (name, node_id, problems, refused) in zip(actors, where, strict=True):
             if problems or refused:
@@ -304,12 +308,15 @@ class RayExecutor:
                 self._report(ChildDone(child.task.id))
 
 
-def not_started(exc: BaseException) -> str:
+def not_started(exc: BaseException, *, token_implied: bool = False) -> str:
     """Why no worker started, in one line: a worker that died as it started (its node's Python
-    cannot import flightdeck, say: Ray's last line says why), or none within START_S."""
+    cannot import flightdeck, say: Ray's last line says why), none within START_S, or (Ray
+    having sent a token the operator never asked for) a cluster that takes no token."""
     if isinstance(exc, GetTimeoutError):
         return f"the cluster started no flightdeck worker within {START_S:.0f} s"
     said = last_line(str(exc), 300) or type(exc).__name__
+    if token_implied and "ModuleNotFoundError" not in said:
+        return f"a flightdeck worker could not start on the cluster: {said} ({TOKEN_IMPLIED})"
     return (
         f"a flightdeck worker could not start on the cluster: {said} (each node runs its "
         "workers in the Python `ray start` ran there: install flightdeck, this version, in it "

@@ -94,8 +94,9 @@ def errors_to_log() -> None:
 RAY_TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"
 
 
-def connect(settings: RaySettings, source: Path | None) -> None:
-    """Start a local cluster, or join the one at `settings.address` (ConfigError if none)."""
+def connect(settings: RaySettings, source: Path | None) -> bool:
+    """Start a local cluster, or join the one at `settings.address` (ConfigError if none).
+    True if Ray turned token authentication on by itself as it joined (see TOKEN_IMPLIED)."""
     errors_to_log()
     logging.getLogger(RAY_TOKEN_NOTICE).setLevel(logging.ERROR)
     kwargs: dict[str, Any] = {
@@ -124,9 +125,10 @@ def connect(settings: RaySettings, source: Path | None) -> None:
                 "object_store_mb and num_cpus set what ray.init is given here: within this "
                 "machine's memory and CPUs)",
             ) from None
-        return
+        return False
     # Checked again here: the cluster may have ended since the engine was made.
     address = join_address(settings, source)
+    chosen = os.environ.get(AUTH_MODE)
     try:
         # "auto", not the address found: Ray then joins as its own "auto" does, which also
         # takes the token of a cluster with token authentication (~/.ray/auth_token) when it
@@ -150,6 +152,18 @@ def connect(settings: RaySettings, source: Path | None) -> None:
             f"cannot join the Ray cluster at {address}: {said} (run flightdeck with the Ray "
             "and Python versions the cluster runs)",
         ) from None
+    return chosen is None and os.environ.get(AUTH_MODE) == "token"
+
+
+AUTH_MODE = "RAY_AUTH_MODE"  # Ray sets it to "token" in this process when it sends a token
+# Ray's "auto" sends ~/.ray/auth_token to a cluster it found on this machine whenever that file
+# exists; one `ray start` started before it existed answers the owner but never runs its actors.
+TOKEN_IMPLIED = (
+    "Ray sent this cluster the token in ~/.ray/auth_token, as it does to every cluster it finds "
+    "on this machine, and one started without token authentication starts no worker for a "
+    "driver that sends one: set RAY_AUTH_MODE=disabled where flightdeck runs, or start the "
+    "cluster again (`ray stop`, `ray start --head`: it then takes that token)"
+)
 
 
 def private_token() -> None:
