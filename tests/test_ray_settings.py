@@ -30,13 +30,13 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_ray_table_is_read_and_kept_for_resume(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        '[engine]\nexecutor = "ray"\n\n[ray]\naddress = "auto"\n'
+        '[engine]\nexecutor = "ray"\n\n[ray]\naddress = "local"\n'
         "num_cpus = 4\nworkers_per_node = 3\nobject_store_mb = 200\n",
     )
     loaded = load_settings(path)
     assert loaded.engine.executor == "ray"
     assert loaded.engine.executor_line == 2
-    assert loaded.ray == RaySettings("auto", 4, 3, 200)
+    assert loaded.ray == RaySettings("local", 4, 3, 200)
     assert loaded.ray.address_line == 5
     again = settings_from_json(settings_json(loaded))
     assert (again.engine.executor, again.ray) == ("ray", loaded.ray)
@@ -59,6 +59,9 @@ def test_the_ray_table_is_read_and_kept_for_resume(tmp_path: Path) -> None:
         ("[ray]\nworkers_per_node = 1000\n", 2, "ray.workers_per_node", "between 1 and 64"),
         ("[ray]\nnum_cpus = 1e308\n", 2, "ray.num_cpus", "expected an integer"),
         ("[ray]\nnodes = 2\n", 2, "ray.nodes", "unknown key"),
+        # They size a cluster "local" starts; "auto" would silently ignore them.
+        ('[ray]\naddress = "auto"\nnum_cpus = 2\n', 3, "ray.num_cpus", "ray start --num-cpus"),
+        ('[ray]\nobject_store_mb = 99\naddress = "auto"\n', 2, "ray.object_store_mb", "remove"),
     ],
 )
 def test_bad_ray_settings_name_file_line_and_field(

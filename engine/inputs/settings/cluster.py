@@ -52,4 +52,16 @@ def read_ray(checks: ValueChecks, table: Table) -> RaySettings:
         values["object_store_mb"] = checks.integer(
             key, table[key[1]], MIN_OBJECT_STORE_MB, MAX_OBJECT_STORE_MB
         )
+    if values.get("address") == "auto":
+        # They size the cluster "local" starts; a running one was sized by its `ray start`.
+        for name, flag in (
+            ("num_cpus", "--num-cpus"),
+            ("object_store_mb", "--object-store-memory"),
+        ):
+            if name in table:
+                raise checks.error(
+                    ("ray", name),
+                    f'sets the cluster address = "local" starts, not one "auto" joins: that '
+                    f"one's is set where it started (`ray start {flag}` on each node); remove it",
+                )
     return RaySettings(**values)
