@@ -98,7 +98,7 @@ def _detached(owner: StartedOwner, state_dir: Path) -> ExitCode:
 def _interrupted(owner: StartedOwner, state_dir: Path) -> ExitCode:
     """Ctrl+C before the batch was shown (its owner starting, the TUI loading): the operator
     has seen nothing of it, so it is stopped, not left to run and spend unseen."""
-    from flightdeck.engine.attached.spawn import end_owner
+    from flightdeck.engine.attached.spawn import OwnerDidNotEnd, end_owner
 
     err = console_for(stderr=True)
     b = owner.batch_id
@@ -108,7 +108,12 @@ def _interrupted(owner: StartedOwner, state_dir: Path) -> ExitCode:
             "Ctrl+C again leaves, and it stops all the same)"
         )
     )
-    if (status := end_owner(owner)) is not None:
+    try:
+        status = end_owner(owner)
+    except OwnerDidNotEnd as exc:
+        err.print(Text(f"flightdeck: {exc}"))
+        return ExitCode.INTERRUPTED
+    if status is not None:
         report = command_line(state_dir, "report", b)
         err.print(Text(f"flightdeck: batch {b} {status} (report: {report})"))
     else:

@@ -24,11 +24,13 @@ from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.rows import process_start_time
 from flightdeck.engine.records.schema import StoreNotFoundError
 from flightdeck.engine.sanitize import one_line
 
 OWNER_LOG = "owner.log"
 READY_TIMEOUT_S = 120.0  # loading and recording a very big batch file takes a while
+END_TIMEOUT_S = 120.0  # stopping and recording every child of a very big batch takes a while
 _READY_EVERY_S = 0.02
 
 
@@ -36,14 +38,31 @@ class OwnerFailed(InputError):
     """The owner process exited before its batch was recorded (its own error is the message)."""
 
 
+class OwnerDidNotEnd(Exception):
+    """The owner process still ran long after it was asked to end (wedged)."""
+
+    def __init__(self, pid: int, waited_s: float) -> None:
+        super().__init__(
+            f"the owner process (pid {pid}) did not end within {waited_s:g}s of SIGTERM; "
+            f"end it with `kill -KILL {pid}`"
+        )
+        self.pid = pid
+
+
 @dataclass(frozen=True)
 class StartedOwner:
-    """A started owner process: its batch, its pid, where it logs."""
+    """A started owner process: its batch, its pid and start time (which tell it from a later
+    process given the same pid), where it logs."""
 
     batch_id: str
     pid: int
+    start: float | None  # None: it had ended before its start time could be read
     db: Path
     log: Path
+
+    def alive(self) -> bool:
+        """Whether this owner (that very process, not a later one with its pid) still runs."""
+        return self.start is not None and process_matches(self.pid, self.start)
 
 
 def claim_batch_folder(state_dir: Path) -> tuple[str, Path]:
@@ -93,7 +112,7 @@ def launch_owner(command: list[str], state_dir: Path) -> StartedOwner:
     if pid is None:
         _forget(folder)
         raise OwnerFailed(None, None, None, "could not start the owner process")
-    return StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
+    return StartedOwner(batch_id, pid, process_start_time(pid), state_dir / "flightdeck.db", log)
 
 
 def wait_ready(owner: StartedOwner) -> None:
@@ -101,14 +120,18 @@ def wait_ready(owner: StartedOwner) -> None:
     _wait_ready(owner, owner.log.parent)
 
 
-def end_owner(owner: StartedOwner) -> str | None:
+def end_owner(owner: StartedOwner, timeout_s: float = END_TIMEOUT_S) -> str | None:
     """End an owner whose starter was interrupted before the operator could see the batch:
     SIGTERM (it stops every child and records it; before its batch is recorded it just ends),
     and wait for it to exit. The batch's status as it ended; None if it was never recorded,
-    and then nothing of it is left behind."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(owner.pid, signal.SIGTERM)
-    while process_matches(owner.pid, None):
+    and then nothing of it is left behind. OwnerDidNotEnd if it still runs after `timeout_s`."""
+    if owner.alive():  # never a signal to a later process given its pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(owner.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while owner.alive():
+        if time.monotonic() > deadline:
+            raise OwnerDidNotEnd(owner.pid, timeout_s)
         time.sleep(_READY_EVERY_S)
     info = None
     with contextlib.suppress(StoreNotFoundError), StoreReader(owner.db) as reader:
@@ -127,11 +150,11 @@ def restart_owner(command: list[str], state_dir: Path, batch_id: str) -> Started
     pid = _launch(command, log)
     if pid is None:
         raise OwnerFailed(None, None, None, "could not start the owner process")
-    owner = StartedOwner(batch_id, pid, state_dir / "flightdeck.db", log)
+    owner = StartedOwner(batch_id, pid, process_start_time(pid), state_dir / "flightdeck.db", log)
     deadline = time.monotonic() + READY_TIMEOUT_S
     with StoreReader(owner.db) as reader:
         while True:
-            alive = process_matches(pid, None)  # asked first: a claim seen after it counts
+            alive = owner.alive()  # asked first: a claim seen after it counts
             info = reader.batch(batch_id)
             if info is not None and info.owner_pid == pid:  # claimed (it may have ended since)
                 return owner
@@ -170,9 +193,7 @@ def _wait_ready(owner: StartedOwner, folder: Path) -> None:
     reader: StoreReader | None = None
     try:
         while True:
-            alive = process_matches(
-                owner.pid, None
-            )  # asked first: a batch row seen after it counts
+            alive = owner.alive()  # asked first: a batch row seen after it counts
             if reader is None:
                 with contextlib.suppress(StoreNotFoundError):
                     reader = StoreReader(owner.db)
