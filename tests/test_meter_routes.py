@@ -35,7 +35,7 @@ def _rows() -> list[ChildRow]:
         make_child(2, status=S.STOPPED, usage=Usage(5, 0, 0, 0), cost_usd=Decimal("0.2")),
         make_child(3, status=S.QUEUED, route="gpt", model="no-such-model-zz"),  # unbilled: $0
         make_child(4, status=S.GATED, route="alpha", model="a-1", cost_usd=Decimal("1e-7")),
-        make_child(5, status=S.COMPLETED, **unpriced),
+        make_child(5, status=S.COMPLETED, started_ts=1.0, **unpriced),  # it ran
     ]
 
 

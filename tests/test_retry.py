@@ -181,6 +181,34 @@ def test_a_failed_command_child_runs_again_and_completes(tmp_path: Path) -> None
     assert text.count("run: ") == 2
 
 
+def test_a_command_child_stopped_before_its_retry_ran_keeps_its_tokens_unknown(
+    tmp_path: Path,
+) -> None:
+    # Its first attempt ran and its CLI counted no tokens; the retry, held by paused admission,
+    # is stopped before it starts: it spent what the first did, unknown, never 0 tokens.
+    b = Batch(name="cli", tasks=(Task(id="t0", goal="fix it", seq=0),))
+    engine = _cli(tmp_path, _argv("edit_files.py", "--fail-unless", str(tmp_path / "no")), b)
+    try:
+        assert engine.wait(60)
+        first = _row(engine, "t0")
+        assert first.status is ChildStatus.FAILED and first.tokens_unknown
+        engine.pause_admission()
+        engine.retry(["t0"])
+        until(lambda: _row(engine, "t0").attempt == 2, 60, what="the retry queued")
+        engine.stop(["t0"])
+        assert engine.wait(60)
+        row = _row(engine, "t0")
+        assert engine.flush(60)
+        with StoreReader(tmp_path / "state" / "flightdeck.db") as reader:
+            report = build_report(reader, engine.batch_id)
+    finally:
+        engine.close()
+    assert row.status is ChildStatus.STOPPED and row.started_ts is None and row.attempt == 2
+    assert row.cost_usd is None and row.tokens_unknown
+    assert report["children"][0]["tokens_in"] is None
+    assert [a["tokens"] for a in report["attempts"]] == [None, None]
+
+
 def test_a_retry_that_continues_resumes_the_cli_s_session(tmp_path: Path) -> None:
     args = ("-p", "--output-format", "stream-json", "--verbose")
     route = _argv("fake_claude.py", *args, "--fake-fail", "quota hit", "{goal}")

@@ -174,8 +174,12 @@ class ChildRow:
     @property
     def tokens_unknown(self) -> bool:
         """It ran, but nobody counted its tokens (a command whose CLI reports no usage): shown
-        as `?`, never as 0. Its cost is unknown too; a model child always has a count."""
-        return self.cost_usd is None and self.activity.api_calls > 0 and not self.live_usage.total
+        as `?`, never as 0. Its cost is unknown too; a model child always has a count. One that
+        ended before this attempt started costs what earlier attempts carried into it: unknown
+        only if one of them ran (whose calls were that attempt's, not this one's)."""
+        if self.cost_usd is not None or self.live_usage.total:
+            return False
+        return self.activity.api_calls > 0 or (self.status.terminal and self.started_ts is None)
 
     @property
     def cost_pending(self) -> bool:
