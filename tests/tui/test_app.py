@@ -843,14 +843,16 @@ async def test_keys_over_a_filter_that_keeps_no_child_say_why_they_do_nothing(
         await filter_rows(pilot, "nosuchchild")
         assert not app.main.table.shown
         said = len(notices)
-        await pilot.press("s", "x", "p", "n", "t", "space", "R", "M", "delete", "D")
-        await until(pilot, lambda: len(notices) >= said + 10, "each key said why")
+        await pilot.press("s", "x", "p", "n", "t", "space", "R", "M", "delete", "D", "f")
+        await until(pilot, lambda: len(notices) >= said + 11, "each key said why")
         assert isinstance(app.screen, MainScreen)  # no dialog
+        assert not app.main.following  # f: nothing to follow, rather than following nothing
     nothing = "no child matches `nosuchchild`: nothing to "
     verbs = ("steer", "stop", "pause", "nudge", "tag", "tag", "retry", "merge", "discard")
     assert notices[said:] == [
         *(nothing + verb for verb in verbs),
         "no child is selected: D shows the selected child's changes",
+        nothing + "follow",
     ]
     assert view.steered == [] and view.stopped == []
 

@@ -126,6 +126,9 @@ class Browsing(Screen[None]):
         self._reshaped()
 
     def action_follow(self) -> None:
+        if not self.following and (why := targets.kept_none(self.table, "follow")):
+            self.notify(why, markup=False)
+            return
         self.following = not self.following
         if self.following:
             self.table.follow(start=True)

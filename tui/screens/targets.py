@@ -90,7 +90,7 @@ class Aim:
         rather than silent."""
         ended = self.ended
         if not self.ids and self.query is not None:
-            why = f"no child matches `{one_line(self.query, 60)}`"
+            why = _no_match(self.query)
         elif self.header is not None:
             why = f"every child under {one_line(self.header.described, 60)} has ended"
         elif self.query is not None:
@@ -102,6 +102,17 @@ class Aim:
         else:
             why = f"all {len(ended)} tagged children have ended"
         return f"{why}: nothing to {verb}"
+
+
+def _no_match(query: str) -> str:
+    return f"no child matches `{one_line(query, 60)}`"
+
+
+def kept_none(table: ChildrenTable, verb: str) -> str | None:
+    """A filter is on and keeps no child: why a key on the rows shown does nothing, else None."""
+    if not table.row_filter.active or table.model.matching:
+        return None
+    return f"{_no_match(table.row_filter.query)}: nothing to {verb}"
 
 
 def aim(table: ChildrenTable) -> Aim:
