@@ -21,12 +21,12 @@ from textual.widget import Widget
 # batch that ended or whose owner is gone (`EngineView.read_only`); R, M and delete only
 # read-only (`review.refusal`: a retry opens an ended batch again, an accept or a discard needs
 # no owner); L as well, said its own way (`batch.limits_refusal`). In-process an ended batch
-# still hears commands, yet P and X have nothing to act on: said as attached (`_ended`).
+# still hears commands (a retry reopens it), yet none of these has a child to act on: hidden
+# and said as attached (`_ended`).
 _ORDERS = frozenset(
     {"steer", "stop", "nudge", "pause", "pause_admission", "stop_all", "answer", "clear"}
 )
 _REVIEWS = frozenset({"retry", "merge", "discard"})
-_BATCH_WIDE = frozenset({"pause_admission", "stop_all"})
 
 
 def refused(action: str, view: EngineView, snap: Snapshot | None = None) -> str | None:
@@ -35,12 +35,12 @@ def refused(action: str, view: EngineView, snap: Snapshot | None = None) -> str 
     if action == "limits":
         return limits_refusal(view, snap)
     if action in _ORDERS:
-        return view.read_only or _ended(action, snap)
+        return view.read_only or _ended(snap)
     return refusal(view) if action in _REVIEWS else None
 
 
-def _ended(action: str, snap: Snapshot | None) -> str | None:
-    if action in _BATCH_WIDE and snap is not None and snap.status is not BatchStatus.RUNNING:
+def _ended(snap: Snapshot | None) -> str | None:
+    if snap is not None and snap.status is not BatchStatus.RUNNING:
         return batch_ended(snap.batch_id, snap.status)
     return None
 
