@@ -366,6 +366,11 @@ def test_resume_no_rerun_says_the_ended_process_s_task_is_left_unknown(tmp_path:
     owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
     batch_id = batch_of(folder)
     until(lambda: "grandchild" in transcript(folder, batch_id, "t0"), what="its tree")
+    # Its process row goes through the store's writer thread, its output through the writer
+    # process: the transcript can show it first, and an owner killed in between leaves nothing
+    # for resume to end (seen once in make check on a loaded machine).
+    db = folder / "state" / "flightdeck.db"
+    until(lambda: still_running(db, batch_id) == 1, what="its process recorded")
     kill_owner(owner)
     resume = flightdeck(folder, "resume", batch_id, "--no-rerun")
     out, err = resume.communicate(timeout=60)
