@@ -735,6 +735,36 @@ UNTIL_GATE = (
 )
 
 
+def gated_and_orphaned(tmp_path: Path) -> tuple[Path, str, Path, list[int]]:
+    """Two children, t0 and t1, that run until `gate` (UNTIL_GATE: a SIGTERM noted in
+    `{id}.term`, not acted on; kill_grace_s 600), their owner killed once both processes are
+    recorded: (folder, batch id, gate, their pids). Recorded, not only seen in the transcript:
+    the row goes through the store's writer thread, the output through the writer process."""
+    script, gate = tmp_path / "slow.py", tmp_path / "gate"
+    script.write_text(UNTIL_GATE)
+    route = argv(str(script), str(gate), str(tmp_path / "{id}.term"))
+    folder = project(tmp_path / "p", route, ["t0", "t1"])
+    config = folder / "flightdeck.toml"
+    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    try:
+        batch_id = batch_of(folder)
+        pids = []
+        for child in ("t0", "t1"):
+            until(lambda c=child: "pid " in transcript(folder, batch_id, c), what="its process")
+            found = re.search(r"pid (\d+)", transcript(folder, batch_id, child))
+            assert found is not None
+            pids.append(int(found.group(1)))
+        db = folder / "state" / "flightdeck.db"
+        until(lambda: still_running(db, batch_id) == 2, what="both processes recorded")
+    except BaseException:
+        gate.touch()  # its children end rather than wait for ever
+        raise
+    finally:
+        kill_owner(owner)
+    return folder, batch_id, gate, pids
+
+
 @pytest.mark.slow
 def test_a_ctrl_c_while_resume_ends_the_trees_does_not_make_them_stopped_by_the_operator(
     tmp_path: Path,
@@ -745,23 +775,9 @@ def test_a_ctrl_c_while_resume_ends_the_trees_does_not_make_them_stopped_by_the_
     # beside "resumed: 2 re-run".
     from helpers import read_until, signals_as_a_shell_gives_them
 
-    script, gate = tmp_path / "slow.py", tmp_path / "gate"
-    script.write_text(UNTIL_GATE)
-    route = argv(str(script), str(gate), str(tmp_path / "{id}.term"))
-    folder = project(tmp_path / "p", route, ["t0", "t1"])
-    config = folder / "flightdeck.toml"
-    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
-    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-    batch_id = batch_of(folder)
-    pids = []
+    folder, batch_id, gate, pids = gated_and_orphaned(tmp_path)
     resume: subprocess.Popen[str] | None = None
     try:
-        for child in ("t0", "t1"):
-            until(lambda c=child: "pid " in transcript(folder, batch_id, c), what="its process")
-            found = re.search(r"pid (\d+)", transcript(folder, batch_id, child))
-            assert found is not None
-            pids.append(int(found.group(1)))
-        kill_owner(owner)
         resume = subprocess.Popen(
             [PY, "-m", "flightdeck.tui.cli", "resume", batch_id],
             cwd=folder,
@@ -801,17 +817,7 @@ def test_resume_says_it_ends_the_dead_owner_s_processes_before_it_waits_for_them
     # nothing at all, not even the batch id, for their whole kill_grace_s.
     from helpers import read_until
 
-    script, gate = tmp_path / "slow.py", tmp_path / "gate"
-    script.write_text(UNTIL_GATE)
-    route = argv(str(script), str(gate), str(tmp_path / "{id}.term"))
-    folder = project(tmp_path / "p", route, ["t0", "t1"])
-    config = folder / "flightdeck.toml"
-    config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
-    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-    batch_id = batch_of(folder)
-    for child in ("t0", "t1"):
-        until(lambda c=child: "pid " in transcript(folder, batch_id, c), what="its process")
-    kill_owner(owner)
+    folder, batch_id, gate, _ = gated_and_orphaned(tmp_path)
     resume = flightdeck(folder, "resume", batch_id)
     try:
         assert resume.stderr is not None
