@@ -107,17 +107,11 @@ def start_owner(command: list[str], state_dir: Path) -> StartedOwner:
 def launch_owner(command: list[str], state_dir: Path) -> StartedOwner:
     """`start_owner` without the wait: the owner started, its batch maybe not recorded yet."""
     batch_id, folder = claim_batch_folder(state_dir)
-    log = folder / OWNER_LOG
-    pid = _launch([*command, "--owner-of", batch_id], log)
-    if pid is None:
+    try:
+        return _started([*command, "--owner-of", batch_id], state_dir, batch_id)
+    except OwnerFailed:
         _forget(folder)
-        raise OwnerFailed(None, None, None, "could not start the owner process")
-    return StartedOwner(batch_id, pid, process_start_time(pid), state_dir / "flightdeck.db", log)
-
-
-def wait_ready(owner: StartedOwner) -> None:
-    """Return once a launched owner has recorded its batch; OwnerFailed if it exits first."""
-    _wait_ready(owner, owner.log.parent)
+        raise
 
 
 def end_owner(owner: StartedOwner, timeout_s: float = END_TIMEOUT_S) -> str | None:
@@ -146,11 +140,8 @@ def restart_owner(command: list[str], state_dir: Path, batch_id: str) -> Started
     """Start `command` (a `flightdeck resume BATCH_ID --reopen`) as the new owner of a batch
     that ended or whose owner died; return once it owns the batch (its pid in the batch's row).
     OwnerFailed if it exits before that (its error line is the message)."""
-    log = state_dir / "batches" / batch_id / OWNER_LOG
-    pid = _launch(command, log)
-    if pid is None:
-        raise OwnerFailed(None, None, None, "could not start the owner process")
-    owner = StartedOwner(batch_id, pid, process_start_time(pid), state_dir / "flightdeck.db", log)
+    owner = _started(command, state_dir, batch_id)
+    pid, log = owner.pid, owner.log
     deadline = time.monotonic() + READY_TIMEOUT_S
     with StoreReader(owner.db) as reader:
         while True:
@@ -166,6 +157,16 @@ def restart_owner(command: list[str], state_dir: Path, batch_id: str) -> Started
                     None, None, None, f"the owner process (pid {pid}) did not take the batch over"
                 )
             time.sleep(_READY_EVERY_S)
+
+
+def _started(argv: list[str], state_dir: Path, batch_id: str) -> StartedOwner:
+    """`argv` launched as the owner of `batch_id` (`_launch`), known by its pid and start
+    time; OwnerFailed if it could not be."""
+    log = state_dir / "batches" / batch_id / OWNER_LOG
+    pid = _launch(argv, log)
+    if pid is None:
+        raise OwnerFailed(None, None, None, "could not start the owner process")
+    return StartedOwner(batch_id, pid, process_start_time(pid), state_dir / "flightdeck.db", log)
 
 
 def _launch(argv: list[str], log: Path) -> int | None:
@@ -188,7 +189,8 @@ def _launch(argv: list[str], log: Path) -> int | None:
         return None
 
 
-def _wait_ready(owner: StartedOwner, folder: Path) -> None:
+def wait_ready(owner: StartedOwner) -> None:
+    """Return once a launched owner has recorded its batch; OwnerFailed if it exits first."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     reader: StoreReader | None = None
     try:
@@ -201,7 +203,7 @@ def _wait_ready(owner: StartedOwner, folder: Path) -> None:
                 return
             if not alive:
                 message = _last_error(owner.log) or "the owner process exited"
-                _forget(folder)
+                _forget(owner.log.parent)
                 raise OwnerFailed(None, None, None, message)
             if time.monotonic() > deadline:
                 raise OwnerFailed(
