@@ -81,10 +81,9 @@ def unheard(
         if aim.ids and not aim.looping:
             return (Say("no child here is flagged as looping: nothing to nudge"),)
     verbs = [_ON_CHILDREN[a] for a in _bound(key, MAIN_BINDINGS) if a in _ON_CHILDREN]
-    if (active is None or disabled) and table_focused and verbs:
-        aim = targets.aim(table)
-        if aim.query is not None and not aim.ids:
-            return (Say(aim.nothing_to(verbs[0])),)
+    unheard_here = (active is None or disabled) and table_focused and verbs
+    if unheard_here and (why := targets.aim(table).kept_none(verbs[0])):
+        return (Say(why),)
     if disabled in ("steer", "stop", "pause"):  # over children that have all ended
         aim = targets.aim(table)
         if aim.ids:

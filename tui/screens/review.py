@@ -241,8 +241,8 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
     `refused` (a read-only view, `refusal`): said, and no dialog opened, as the other keys."""
     if refused:
         return (Say(refused, "warning"),)
-    if not aim.ids and aim.query is not None:
-        return (Say(aim.nothing_to("retry")),)
+    if why := aim.kept_none("retry"):
+        return (Say(why),)
     rows = aim.rows
     ended = [i for i in aim.ids if rows[i].status in RETRYABLE]
     tasks = [i for i in ended if rows[i].parent is None]
@@ -317,8 +317,8 @@ def merge(aim: Aim, refused: str | None = None) -> Decision:
     if refused:
         return (Say(refused, "warning"),)
     ids = _pending(aim)
-    if not aim.ids and aim.query is not None:
-        return (Say(aim.nothing_to("merge")),)
+    if why := aim.kept_none("merge"):
+        return (Say(why),)
     if not ids:
         return (Say("nothing here to merge: no changes left pending"),)
 
@@ -333,8 +333,8 @@ def discard(aim: Aim, refused: str | None = None) -> Decision:
     if refused:
         return (Say(refused, "warning"),)
     ids = _pending(aim)
-    if not aim.ids and aim.query is not None:
-        return (Say(aim.nothing_to("discard")),)
+    if why := aim.kept_none("discard"):
+        return (Say(why),)
     if not ids:
         return (Say("nothing here to discard: no changes left pending"),)
 

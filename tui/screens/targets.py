@@ -85,6 +85,10 @@ class Aim:
             return "in the group"
         return "matching" if self.query is not None else "tagged"
 
+    def kept_none(self, verb: str) -> str | None:
+        """The filter keeps no child: why the key does nothing (`nothing_to`), else None."""
+        return self.nothing_to(verb) if self.query is not None and not self.ids else None
+
     def nothing_to(self, verb: str) -> str:
         """Every target has ended, or the filter keeps none: why the key does nothing, said
         rather than silent."""
