@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.process import Files, Process
 
 from helpers import HANG_S, until
@@ -44,6 +45,35 @@ def test_descendants_seen_are_forgotten_once_gone(tmp_path: Path) -> None:
             until(lambda said=f"waited {helper}": said in files.out.read_text(), HANG_S)
             proc.reap()
             assert helper not in proc._seen, n  # its parent waited for it: gone
+    finally:
+        proc.signal(signal.SIGKILL)
+        proc.wait_gone(10)
+        proc.release()
+
+
+def test_an_orphan_is_found_by_its_tag_read_once_and_forgotten_once_reaped(tmp_path: Path) -> None:
+    # A command child's end looks at every child of the owner's main thread (where orphans
+    # come), and the engine's own writer is one: each tag is read once, and a process reaped
+    # leaves the cache, which would otherwise grow over a batch of thousands of children.
+    files = Files(tmp_path / "out", tmp_path / "err")
+    tree.become_subreaper()
+    proc = Process.spawn(
+        ["sh", "-c", "sleep 300 & echo $!"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        files=files,
+        tag="b/c",
+    )
+    try:
+        until(lambda: proc.poll() and helpers(files.out), HANG_S)
+        orphan = helpers(files.out)[0]
+        left = proc.survivors()  # its parent has gone: the orphan is this process's child
+        assert [p.pid for p in left] == [orphan]
+        assert [p.pid for p in tree._tags if tree._tags[p] == "b/c"] == [orphan]
+        os.kill(orphan, signal.SIGKILL)
+        until(lambda: not proc.survivors(), HANG_S)  # reaped as one seen
+        tree.orphans("b/c", [], tree.adopted())
+        assert all(p.pid != orphan for p in tree._tags)
     finally:
         proc.signal(signal.SIGKILL)
         proc.wait_gone(10)

@@ -144,7 +144,7 @@ class Process:
         self._pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
             fd = os.pidfd_open(root.pid)
-            if tree.alive(root) or popen is not None:
+            if popen is not None or tree.alive(root):
                 self._pidfd = fd
             else:
                 os.close(fd)
@@ -320,13 +320,15 @@ class Process:
     def track(self) -> None:
         """Remember the descendants under it now (a stop reaches them after their parents
         have gone)."""
+        if self._reaped():
+            return  # nothing is under it: its children went to this owner, its subreaper
         for proc in tree.descendants(self.root):
             self._seen.setdefault(proc.pid, proc)
 
     def signal(self, sig: signal.Signals) -> None:
         """Send `sig` to its process group, its descendants and its orphans."""
         self.track()
-        self._note_orphans()
+        self._note_orphans(tree.adopted())
         # ProcessLookupError: the group is empty (all exited).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
@@ -337,13 +339,15 @@ class Process:
         """What is left of its tree, running (the holder aside: it goes with the input)."""
         self.poll()  # reap the process itself if it has exited
         self.track()
-        self._note_orphans()
+        among = tree.adopted()
+        self._note_orphans(among)
         # Every member of its group is under it, or an orphan of it (this owner is their
         # subreaper): the group itself is never asked (a zombie would keep it "alive").
-        known = [self.root, *self._seen.values()]
+        known = list(self._seen.values()) if self._reaped() else [self.root, *self._seen.values()]
         left = [p for p in known if p != self.holder and tree.alive(p)]
-        # After the look: what it found ended is a zombie by now, or gone.
-        tree.reap(self.pid, self._seen.values())
+        # After the look: what it found ended is a zombie by now, or gone. With nothing under
+        # it seen (a command that started nothing), the first look serves.
+        tree.reap(self.pid, self._seen.values(), tree.adopted() if self._seen else among)
         return left
 
     def reap(self) -> None:
@@ -352,8 +356,9 @@ class Process:
         its descendants too (a sandbox in a session of its own, killed as the CLI exits
         without waiting for it, falls to this owner dead)."""
         self.track()
-        self._note_orphans()
-        tree.reap(self.pid, self._seen.values())
+        among = tree.adopted()
+        self._note_orphans(among)
+        tree.reap(self.pid, self._seen.values(), among)
         # Those gone are forgotten (a zombie is kept, to be reaped): over hours of tool calls
         # they would pile up for every look, and a reused pid would be taken for a dead one.
         self._seen = {p.pid: p for p in self._seen.values() if tree.exists(p)}
@@ -386,14 +391,19 @@ class Process:
             if self.files.stdin is not None:
                 sent.forget(self.files.stdin)
 
-    def _note_orphans(self) -> None:
-        """Its orphans running now, kept with its descendants: once one ends, its tag can no
-        longer be read, and one that left its session is known as one seen."""
+    def _note_orphans(self, among: list[tree.Adopted]) -> None:
+        """Its orphans running now (`among`, one look), kept with its descendants: once one
+        ends, its tag can no longer be read, and one that left its session is known as one
+        seen."""
         known = [self.pid, *self._seen]
         if self.holder is not None:
             known.append(self.holder.pid)
-        for proc in tree.orphans(self.tag, known):
+        for proc in tree.orphans(self.tag, known, among):
             self._seen.setdefault(proc.pid, proc)
+
+    def _reaped(self) -> bool:
+        """True once its `Popen` has collected its exit status: that pid is not its any more."""
+        return self._popen is not None and self._popen.returncode is not None
 
     def _reap_holder(self) -> None:
         if self._holding is not None:

@@ -21,10 +21,21 @@ import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from flightdeck.engine.records.liveness import Pid, alive, identify, stat_fields, stat_of
 
-__all__ = ["TAG_ENV", "Pid", "alive", "children", "descendants", "identify", "orphans"]
+__all__ = [
+    "TAG_ENV",
+    "Adopted",
+    "Pid",
+    "adopted",
+    "alive",
+    "children",
+    "descendants",
+    "identify",
+    "orphans",
+]
 
 TAG_ENV = "FLIGHTDECK_CHILD"  # "<batch id>/<child id>" (on a Ray worker "...@<its guard pid>")
 
@@ -70,37 +81,58 @@ def tag_of(pid: int) -> str | None:
     return None
 
 
-def _adopted() -> list[int]:
-    """This process's main thread's children: where the kernel hands a subreaper's orphans.
+@dataclass(frozen=True, slots=True)
+class Adopted:
+    """One of this process's main thread's children, as it was read."""
+
+    proc: Pid
+    session: int
+    ended: bool  # a zombie, left to be reaped
+
+
+def adopted() -> list[Adopted]:
+    """This process's main thread's children now: where the kernel hands a subreaper's orphans.
     Only its list is read, not every worker thread's (whose lists hold the processes they
-    started)."""
+    started). One look serves `orphans` and `reap` alike: each read of /proc costs tens of
+    microseconds, and a command child's end looks at them all."""
     main = os.getpid()
     try:
         with open(f"/proc/{main}/task/{main}/children") as f:
-            return [int(p) for p in f.read().split()]
+            pids = [int(p) for p in f.read().split()]
     except OSError:
         return []
-
-
-def orphans(tag: str, known: Iterable[int]) -> list[Pid]:
-    """This process's running children tagged `tag`, other than `known` (the ones it started):
-    the descendants of a command child whose parents have gone (this process is their
-    subreaper)."""
-    skip = set(known)
     found = []
-    for pid in _adopted():
-        if pid not in skip and tag_of(pid) == tag and (proc := identify(pid)) is not None:
-            found.append(proc)
+    for pid in pids:
+        fields = stat_fields(pid)
+        if fields is None:
+            continue  # gone since the list was read
+        with contextlib.suppress(IndexError, ValueError):
+            found.append(Adopted(Pid(pid, int(fields[19])), int(fields[3]), fields[0] == b"Z"))
     return found
 
 
-def _ended(pid: int) -> tuple[int, int] | None:
-    """A zombie's session and start time; None if `pid` is not one."""
-    fields = stat_fields(pid)
-    try:
-        return (int(fields[3]), int(fields[19])) if fields and fields[0] == b"Z" else None
-    except (IndexError, ValueError):
-        return None
+# The tags of this process's children, each read once (the engine's own transcript writer is
+# one, looked at as every command child ends): a child is known by its start time too, so a
+# reused pid is read again. Those no longer among its children are forgotten at every look.
+_tags: dict[Pid, str | None] = {}
+_tags_lock = threading.Lock()
+
+
+def orphans(tag: str, known: Iterable[int], among: list[Adopted]) -> list[Pid]:
+    """This process's running children (`among`, one look) tagged `tag`, other than `known`
+    (the ones it started): the descendants of a command child whose parents have gone (this
+    process is their subreaper)."""
+    skip = set(known)
+    found = []
+    with _tags_lock:
+        for a in among:
+            if a.proc not in _tags:
+                _tags[a.proc] = tag_of(a.proc.pid)
+            if not a.ended and a.proc.pid not in skip and _tags[a.proc] == tag:
+                found.append(a.proc)
+        for gone in _tags.keys() - {a.proc for a in among}:
+            del _tags[gone]
+    return found
 
 
 def exists(proc: Pid) -> bool:
@@ -109,18 +141,16 @@ def exists(proc: Pid) -> bool:
     return found is not None and found[1] == proc.start
 
 
-def reap(session: int, seen: Iterable[Pid]) -> None:
-    """Collect the exit status of this process's children that were a command child's and have
-    ended, so none is left a zombie: those in its session (`session`, the pid of its process,
-    which leads it) and those `seen` under it (one may have left the session). The leader
-    itself, and every other child, is left to the `Popen` that waits for it."""
+def reap(session: int, seen: Iterable[Pid], among: list[Adopted]) -> None:
+    """Collect the exit status of this process's children (`among`, one look) that were a
+    command child's and have ended, so none is left a zombie: those in its session (`session`,
+    the pid of its process, which leads it) and those `seen` under it (one may have left the
+    session). The leader itself, and every other child, is left to the `Popen` that waits for
+    it."""
     known = set(seen)
-    for pid in _adopted():
-        found = _ended(pid)
-        if found is None:
-            continue
-        sid, start = found
-        if (sid == session and pid != session) or Pid(pid, start) in known:
+    for a in among:
+        pid = a.proc.pid
+        if a.ended and ((a.session == session and pid != session) or a.proc in known):
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
 
