@@ -29,24 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.agents import sent, tree
+from flightdeck.engine.agents.tail import Line, Tail
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.private import private_dir
 
-# A line longer than this is cut into pieces, so output with no newline is never held whole.
-# Not much less: one JSON event is one line, Claude Code's tool results and Codex's command
-# output run to hundreds of kilobytes, and a piece of an event parses as nothing.
-MAX_LINE_BYTES = 8 * 1024 * 1024
-READ_BYTES = 1 << 16
 NOT_READ = "the process no longer reads its input"  # why a write to its stdin was not made
 _HOLDER = ("sleep", "infinity")  # holds the FIFO's write end open; it never writes
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One line the process wrote (without its newline)."""
-
-    stream: str  # "stdout" or "stderr"
-    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,50 +55,6 @@ class Record:
     files: Files
     out_offset: int = 0
     err_offset: int = 0
-
-
-class _Tail:
-    """A file being written by the process, read as it grows, line by line."""
-
-    def __init__(self, path: Path, stream: str, offset: int) -> None:
-        self.stream = stream
-        self.offset = offset
-        self._partial = b""
-        self._fd = os.open(path, os.O_RDONLY)
-        os.lseek(self._fd, offset, os.SEEK_SET)
-
-    def read(self, out: list[Line], final: bool = False, upto: int | None = None) -> None:
-        while upto is None or self.offset < upto:
-            size = READ_BYTES if upto is None else min(READ_BYTES, upto - self.offset)
-            chunk = os.read(self._fd, size)
-            if not chunk:
-                break
-            self.offset += len(chunk)
-            lines = (self._partial + chunk).split(b"\n")
-            self._partial = lines.pop()
-            out += [Line(self.stream, _text(line)) for line in lines]
-            while len(self._partial) > MAX_LINE_BYTES:
-                piece, self._partial = (
-                    self._partial[:MAX_LINE_BYTES],
-                    self._partial[MAX_LINE_BYTES:],
-                )
-                out.append(Line(self.stream, _text(piece)))
-        if final and self._partial:
-            out.append(Line(self.stream, _text(self._partial)))
-            self._partial = b""
-
-    @property
-    def read_to(self) -> int:
-        """Where the next whole line starts (an unfinished one is read again by an adopter)."""
-        return self.offset - len(self._partial)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-
-
-def _text(line: bytes) -> str:
-    return line.decode("utf-8", "replace").removesuffix("\r")
 
 
 class Process:
@@ -137,8 +81,8 @@ class Process:
         self._stdin_fd = stdin_fd
         self._stdin_lock = threading.Lock()
         self._tails = (
-            _Tail(files.out, "stdout", offsets[0]),
-            _Tail(files.err, "stderr", offsets[1]),
+            Tail(files.out, "stdout", offsets[0]),
+            Tail(files.err, "stderr", offsets[1]),
         )
         self._seen: dict[int, Pid] = {}  # descendants found under it, and its orphans, by pid
         self._pidfd: int | None = None
@@ -345,8 +289,7 @@ class Process:
         # subreaper): the group itself is never asked (a zombie would keep it "alive").
         known = list(self._seen.values()) if self._reaped() else [self.root, *self._seen.values()]
         left = [p for p in known if p != self.holder and tree.alive(p)]
-        # After the look: what it found ended is a zombie by now, or gone. With nothing under
-        # it seen (a command that started nothing), the first look serves.
+        # After the look, what it found ended is a zombie: looked at again, unless none was seen.
         tree.reap(self.pid, self._seen.values(), tree.adopted() if self._seen else among)
         return left
 
@@ -392,9 +335,8 @@ class Process:
                 sent.forget(self.files.stdin)
 
     def _note_orphans(self, among: list[tree.Adopted]) -> None:
-        """Its orphans running now (`among`, one look), kept with its descendants: once one
-        ends, its tag can no longer be read, and one that left its session is known as one
-        seen."""
+        """Its orphans running now, kept with its descendants: once one ends, its tag can no
+        longer be read, and one that left its session is known as one seen."""
         known = [self.pid, *self._seen]
         if self.holder is not None:
             known.append(self.holder.pid)

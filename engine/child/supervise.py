@@ -31,7 +31,8 @@ from flightdeck.engine.agents.formats import (
     Waiting,
 )
 from flightdeck.engine.agents.formats.base import cut
-from flightdeck.engine.agents.process import Line, Process, Record
+from flightdeck.engine.agents.process import Process, Record
+from flightdeck.engine.agents.tail import Line
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
