@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.attached.hints import command_line
+from flightdeck.engine.attached.hints import command_line, gone, resume_hint
 from flightdeck.engine.model import BatchStatus
 from flightdeck.engine.sanitize import sanitize
 from flightdeck.tui.console import console_for, draws_tui
@@ -227,7 +227,7 @@ def attach_tui(
         console.print(Text(pending))
     console.print(Text(f"report: {command_line(state_dir, 'report', snap.batch_id)}"))
     if snap.status is BatchStatus.ABANDONED:  # its owner died: the one thing left to do
-        console.print(Text(f"its owner died: {command_line(state_dir, 'resume', snap.batch_id)}"))
+        console.print(Text(f"{gone(state_dir)}: {resume_hint(state_dir, snap.batch_id)}"))
     if stopped:
         return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED
     return exit_code(snap)

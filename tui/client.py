@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from flightdeck.engine.attached.hints import command_line, soft_lift
+from flightdeck.engine.attached.hints import command_line, gone, resume_hint, soft_lift
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.clienttargets import able, delegates_said, unknown_names, waiting_said
 from flightdeck.tui.console import console_for
@@ -341,9 +341,10 @@ def abandoned(client: Client, pid: int) -> str:
         if left
         else ""
     )
+    folder = client.db.parent
     return (
-        f"batch {client.batch_id} was abandoned: its owner process (pid {pid}) died{running}; "
-        f"`{command_line(client.db.parent, 'resume', client.batch_id)}` runs it to the end"
+        f"batch {client.batch_id} was abandoned: {gone(folder, pid)}{running}; "
+        f"{resume_hint(folder, client.batch_id)}"
     )
 
 

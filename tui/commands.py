@@ -129,15 +129,16 @@ def ls_cells(db: Path, b: BatchInfo) -> tuple[str, ...]:
     outlived its owner (what `resume` adopts)."""
     import time
 
-    from flightdeck.engine.attached.store import pending_turns, still_running
+    from flightdeck.engine.attached.store import disk_full, pending_turns, still_running
     from flightdeck.engine.model import BatchStatus
 
     left = still_running(db, b.id) if b.status is BatchStatus.ABANDONED else 0
     pending = pending_turns(db, b.id) if b.status is BatchStatus.RUNNING else 0
     created = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.created_ts))
-    status = b.status.value
-    if left:  # command children's processes that outlived their owner
-        status += f" ({left} still running)"
+    notes = [f"{left} still running"] if left else []  # command children's, past their owner
+    if b.status is BatchStatus.ABANDONED and disk_full(db.parent):  # the store gave up there
+        notes.insert(0, "disk full")
+    status = b.status.value + (f" ({'; '.join(notes)})" if notes else "")
     # a Codex turn under way: more to come, as the TUI's
     cost = fmt_spent_compact(b.cost_usd, b.cost_unknown, pending=bool(pending))
     counts = (b.children, b.completed, b.failed, b.stopped)

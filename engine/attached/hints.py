@@ -9,6 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
+from flightdeck.engine.records.faults import disk_full
 from flightdeck.engine.sanitize import UNSAFE_CHARS
 
 # What a terminal could act on or hides (what sanitize.py strips), and tab and newline, which
@@ -50,3 +51,18 @@ def soft_lift(state_dir: Path | str, batch_id: str) -> str:
     """The commands that lift the soft budget's hold on admission: raise it, or drop it."""
     limits = command_line(state_dir, "limits", batch_id, "--soft-cost", "USD")
     return f"To go on: {limits} (raise it) or --soft-cost off (drop it)"
+
+
+def gone(state_dir: Path, pid: int | None = None) -> str:
+    """What left a batch abandoned: its owner died, or the store gave up on a full disk and its
+    owner left (which no row can say, none could be written: the disk is looked at)."""
+    owner = "its owner" if pid is None else f"its owner process (pid {pid})"
+    if disk_full(state_dir):
+        return f"the store gave up on a full disk and {owner} left"
+    return f"{owner} died"
+
+
+def resume_hint(state_dir: Path, batch_id: str) -> str:
+    """What runs an abandoned batch on: `resume`, once there is room when the disk is full."""
+    resume = f"`{command_line(state_dir, 'resume', batch_id)}` runs it to the end"
+    return f"free some space, then {resume}" if disk_full(state_dir) else resume

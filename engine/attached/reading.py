@@ -336,7 +336,7 @@ class BatchReading:
 
     def _alive_or_abandoned(self, info: BatchInfo, mutable: list[tuple[Any, ...]]) -> BatchInfo:
         """A running batch whose owner is gone is abandoned, its time stopped at the last
-        heartbeat (as records/reader.py has it)."""
+        thing recorded of it, its heartbeat or a child's (as records/reader.py has it)."""
         if info.status is not BatchStatus.RUNNING:
             return info
         if self._owner_checked == 0.0 or not self._owner_alive:
@@ -344,10 +344,9 @@ class BatchReading:
             self._owner_alive = process_matches(info.owner_pid, info.owner_start)
         if self._owner_alive:
             return info
-        last = info.heartbeat_ts
-        if last is None:  # written before heartbeats: the last thing a child did
-            seen = (*self._raw.values(), *mutable)  # as last read, and written since
-            last = max((max(m[9] or 0.0, m[16] or 0.0) for m in seen), default=0.0)
+        seen = (*self._raw.values(), *mutable)  # as last read, and written since
+        child = max((max(m[9] or 0.0, m[16] or 0.0) for m in seen), default=0.0)
+        last = max(info.heartbeat_ts or 0.0, child)
         return dataclasses.replace(
             info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
         )

@@ -12,6 +12,7 @@ from flightdeck.engine.errors import FlightdeckError
 from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
 from flightdeck.engine.model import Snapshot
 from flightdeck.engine.private import private_dir
+from flightdeck.engine.records.faults import disk_full
 from flightdeck.engine.records.live import unreported
 from flightdeck.engine.records.markdown import render_markdown
 from flightdeck.engine.records.meter import totals_of
@@ -28,6 +29,7 @@ __all__ = [
     "as_stored",
     "batch_folder",
     "build_report",
+    "disk_full",
     "no_batch",
     "pending_turns",
     "render_json",

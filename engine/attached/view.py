@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.commands import Accept, Command, CommandError, Discard, Retry
 from flightdeck.engine.errors import BatchEnded, StoreError
 from flightdeck.engine.model import BatchStatus, ChildRow, EngineEvent, Snapshot, batch_ended
+from flightdeck.engine.records.faults import disk_full
 from flightdeck.engine.records.liveness import STALE_AFTER_S
 from flightdeck.engine.records.reader import require_state
 from flightdeck.engine.records.rows import BatchInfo
@@ -294,11 +294,3 @@ class StoreView:
                 fn(event)
             except Exception:  # a broken subscriber must not stop the watching
                 log.exception("attach subscriber failed on %s", type(event).__name__)
-
-
-def disk_full(folder: Path) -> bool:
-    """Whether the disk holding `folder` has less than a MiB free (SQLite's commits fail)."""
-    try:
-        return shutil.disk_usage(folder).free < 1 << 20
-    except OSError:
-        return False

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RETRY_S", "GaveUp", "RefusedCommits", "StoreTrouble", "rollback", "storage_fault"]
+__all__ = [
+    "RETRY_S",
+    "GaveUp",
+    "RefusedCommits",
+    "StoreTrouble",
+    "disk_full",
+    "rollback",
+    "storage_fault",
+]
 
 log = logging.getLogger("flightdeck.engine.records.store")
 
@@ -138,3 +147,12 @@ def rollback(conn: sqlite3.Connection) -> None:
     back already: a ROLLBACK then raises "no transaction is active", in place of the reason."""
     if conn.in_transaction:
         conn.execute("ROLLBACK")
+
+
+def disk_full(folder: Path) -> bool:
+    """Whether the disk holding `folder` has less than a MiB free (SQLite's commits fail): of
+    an abandoned batch, the store gave up there, as no row can say (none could be written)."""
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False

@@ -23,6 +23,8 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
     budget = report.get("max_cost_usd")
     # An owner that died left its running children's rows `running`: nothing runs them now.
     died = report["status"] == "abandoned"
+    # What ended it: its owner died, or the store gave up on a full disk (its owner then left).
+    cause = "the store gave up" if report.get("disk_full") else "the owner died"
     lines = [
         f"# flightdeck batch {_text(report['name'])}",
         "",
@@ -32,7 +34,7 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
         f"- created: {report['created']}",
         # An abandoned batch never finished: its time is its owner's last heartbeat.
         f"- {'owner last heard from' if died else 'finished'}: {report['finished'] or '—'}",
-        f"- elapsed: {_seconds(report['elapsed_s'])}",
+        f"- elapsed: {_elapsed(report['elapsed_s'])}",
         *([f"- schedules ended: {_text(ended)}"] if (ended := report.get("schedules_end")) else []),
         "",
         "## Totals",
@@ -45,7 +47,7 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
         f"| stopped | {totals['stopped']} |",
         f"| paused | {totals.get('paused', 0)} |",  # so the rows add up to the children
         *([f"| superseded | {n} |"] if (n := totals.get("superseded")) else []),
-        f"| running{' when the owner died' if died else ''} | {totals['running']} |",
+        f"| running{f' when {cause}' if died else ''} | {totals['running']} |",
         f"| queued | {totals['queued']} |",
         f"| input tokens | {_tokens(totals, 'tokens_in')} |",
         f"| output tokens | {_tokens(totals, 'tokens_out')} |",
@@ -79,7 +81,7 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
         "| tokens in | tokens out | cache read | cache write | cost | duration | goal | error |",
         f"|---|{'---|' if tree else ''}---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:"
         "|---|---|",
-        (_child_cells(c, tree, died) for c in report["children"]),
+        (_child_cells(c, tree, cause if died else None) for c in report["children"]),
     )
     if report["groups"]:
         lines += _table(
@@ -309,16 +311,21 @@ def _died(report: Mapping[str, Any], command: str | None) -> str:
     left = sum(totals.get(k, 0) for k in ("running", "paused", "queued"))
     command = command or f"flightdeck resume {_text(report['batch_id'])}"
     resume = f"`{command}` runs it to the end"
-    if not left:
-        return f" (its owner died; {resume})"
-    return f" (its owner died before {left} of its children ended; {resume})"
+    before = f" before {left} of its children ended" if left else ""
+    if report.get("disk_full"):
+        return (
+            f" (the store gave up on a full disk{before}: nothing could record the batch's end;"
+            f" free some space, then {resume})"
+        )
+    return f" (its owner died{before}; {resume})"
 
 
-def _child_cells(c: Mapping[str, Any], tree: bool, died: bool) -> list[str]:
+def _child_cells(c: Mapping[str, Any], tree: bool, ended: str | None) -> list[str]:
+    """One child's cells; `ended`: what ended its abandoned batch, said of a `running` row."""
     parent = [_cell(c.get("parent") or "")] if tree else []
     status = _cell(c["status"]) + (" (superseded)" if c.get("superseded") else "")
-    if died and c["status"] == "running":
-        status += " when the owner died"
+    if ended and c["status"] == "running":
+        status += f" when {ended}"
     return [
         _cell(c["id"]),
         *parent,
@@ -366,6 +373,13 @@ def _cost(entry: Mapping[str, Any]) -> str:
 def _usd(value: float) -> str:
     # The JSON report's float, back to the exact decimal it was written from (`_money`).
     return fmt_usd(Decimal(repr(value)))
+
+
+def _elapsed(value: float | None) -> str:
+    """The batch's elapsed time; None when the store gave up on a full disk before its end."""
+    if value is None:
+        return "unknown (the full disk kept the batch's end from the store)"
+    return _seconds(value)
 
 
 def _seconds(value: float) -> str:

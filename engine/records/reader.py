@@ -334,10 +334,11 @@ class StoreReader:
 
 def _abandoned(info: BatchInfo, last_child_ts: float) -> BatchInfo:
     """A `running` batch whose owner process is gone, as `abandoned`: its elapsed time stops
-    at the last heartbeat (or, written before heartbeats, the last thing a child did)."""
+    at the last thing recorded of it, its heartbeat or a child's (a full disk that refused the
+    heartbeats let a child's end through: the time until then is known)."""
     if info.status != BatchStatus.RUNNING or process_matches(info.owner_pid, info.owner_start):
         return info
-    last = info.heartbeat_ts if info.heartbeat_ts is not None else last_child_ts
+    last = max(info.heartbeat_ts or 0.0, last_child_ts)
     return dataclasses.replace(
         info, status=BatchStatus.ABANDONED, finished_ts=max(last, info.created_ts)
     )

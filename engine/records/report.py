@@ -23,6 +23,7 @@ from flightdeck.engine.model import (
 )
 from flightdeck.engine.model.units import unit_rows
 from flightdeck.engine.records.attempts import report_entries
+from flightdeck.engine.records.faults import disk_full
 from flightdeck.engine.records.forecast import forecast, lost_attempts
 from flightdeck.engine.records.live import unreported
 from flightdeck.engine.records.loops import loop_records
@@ -68,6 +69,8 @@ def build_report(
     ]
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
+    # The store gave up on a full disk: the time its owner ran on could not be recorded.
+    full = info.status is BatchStatus.ABANDONED and disk_full(reader.path.parent)
     totals = totals_of(children)
     per_route = route_totals(children)
     # Children whose tokens nobody counted (a command whose CLI reports no usage), by route.
@@ -82,7 +85,8 @@ def build_report(
         "owner_pid": info.owner_pid,  # the process that ran it last (a resume's, after one)
         "created": _iso(info.created_ts),
         "finished": None if info.finished_ts is None else _iso(info.finished_ts),
-        "elapsed_s": round(max(0.0, end - info.created_ts), 3),
+        "elapsed_s": None if full else round(max(0.0, end - info.created_ts), 3),
+        "disk_full": full,
         "pool_size": info.pool_size,
         "max_cost_usd": _money(info.max_cost_usd),
         "schedules_end": waves_end[0] if waves_end else None,

@@ -260,7 +260,7 @@ async def test_an_abandoned_batch_opens_read_only_and_says_why(
         assert reader.controls(batch_id) == []
     # On quit, `attach` says what is left to do: the resume command, ready to paste.
     out = quit_at_once(monkeypatch, capsys, StoreView(db, batch_id, watch=False))
-    assert f"its owner died: flightdeck resume {batch_id} --state-dir" in out, out
+    assert f"its owner died: `flightdeck resume {batch_id} --state-dir" in out, out
 
 
 def quit_at_once(
