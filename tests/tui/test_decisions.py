@@ -302,8 +302,13 @@ def test_retry_asks_over_those_that_failed_and_sends_it_off_the_event_loop(tmp_p
     assert ask.then(None) == ()
     retried = Retry(("review-01", "review-03"), True)
     assert tuple(ask.then(True)) == (SendOff(retried, "retry (continue) queued for 2 children"),)
+    # One child that completed is named, as one still running is and as `flightdeck retry`
+    # says it (found in a walkthrough: "nothing here to retry: none failed or was stopped").
     completed = Aim(("review-02",), rows, None, None, False)
-    assert review.retry(completed) == (Say("nothing here to retry: none failed or was stopped"),)
+    assert review.retry(completed) == (Say("review-02 completed: nothing to retry"),)
+    done = rows_of(tmp_path, S.COMPLETED, S.COMPLETED)
+    both = Aim(tuple(done), done, "status:completed", None, False)
+    assert review.retry(both) == (Say("nothing here to retry: none failed or was stopped"),)
 
 
 def test_retry_leaves_a_schedules_waves_out(tmp_path: Path) -> None:

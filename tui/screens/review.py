@@ -250,9 +250,8 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
     ids = [i for i in tasks if not is_wave(rows[i], aim.own)]
     # A delegate failed as much as any child: "completed or still run" said otherwise.
     delegates, waves = len(ended) - len(tasks), len(tasks) - len(ids)
-    if not ids and len(aim.ids) == 1 and rows[aim.ids[0]].status.live:  # named, as D does
-        row = rows[aim.ids[0]]
-        return (Say(f"{one_line(row.id)} has not ended ({row.status.value}): nothing to retry"),)
+    if not ids and len(aim.ids) == 1 and (one := _nothing_to_retry(rows[aim.ids[0]])):
+        return (Say(one),)  # named, as D and `flightdeck retry` do
     if not ids:
         why = _left_out(delegates, waves) if delegates or waves else "none failed or was stopped"
         return (Say(f"nothing here to retry: {why}"),)
@@ -264,6 +263,16 @@ def retry(aim: Aim, refused: str | None = None) -> Decision:
         return (SendOff(Retry(tuple(ids), resume), done),)
 
     return (Ask(RetryDialog(ids, len(aim.ids) - len(ended), delegates, waves), chosen),)
+
+
+def _nothing_to_retry(row: ChildRow) -> str | None:
+    """Why one child is no retry's, in the owner's words (engine/commands.py, Retry.check);
+    None for a delegate or a wave, which `_left_out` words."""
+    if row.status.live:
+        return f"{one_line(row.id)} has not ended ({row.status.value}): nothing to retry"
+    if row.status is ChildStatus.COMPLETED:
+        return f"{one_line(row.id)} completed: nothing to retry"
+    return None
 
 
 def _left_out(delegates: int, waves: int = 0) -> str:
