@@ -303,10 +303,11 @@ def _text(where: str, value: object) -> str:
 
 
 def flag(where: str, value: object) -> bool:
-    """A command's flag (`where`: "steer now"); CommandError naming it for what is none."""
-    if not isinstance(value, bool | int):
+    """A command's flag (`where`: "steer now"); CommandError naming it for what is none: an
+    integer too, as a config or task file's flag (a `"now": 7` was read as true)."""
+    if not isinstance(value, bool):
         raise CommandError(f"{where}: {expected('true or false', value)}", where.split()[-1])
-    return bool(value)
+    return value
 
 
 def _mapping(where: str, value: object) -> Mapping[str, Any]:

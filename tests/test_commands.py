@@ -141,6 +141,9 @@ def test_what_the_sender_does_not_know_is_left_to_the_owner() -> None:
         ("stop", "not json", "stop: not JSON"),
         ("stop", "[1, 2]", "stop: expected a JSON object"),
         ("limits", '{"change": 5}', "limits change: expected a table"),
+        # A flag is true or false, as in a config or task file: 7 was read as true, 0 as false.
+        ("steer", '{"child_ids": ["a"], "message": "hi", "now": 7}', "steer now: expected true"),
+        ("retry", '{"child_ids": ["a"], "resume": 0}', "retry resume: expected true or false"),
     ],
 )
 def test_a_command_that_cannot_be_read_says_why(kind: str, body: str, says: str) -> None:
