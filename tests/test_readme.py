@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -134,6 +135,11 @@ def test_the_link_checker_finds_what_is_broken(tmp_path: Path) -> None:
     assert broken_links(a) == ["b.md#nothing (no such heading)", "c.md (no such file)"]
 
 
+def _no_home() -> dict[str, str]:
+    """This environment without FLIGHTDECK_HOME: the example's state folder is then the config's."""
+    return {k: v for k, v in os.environ.items() if k != "FLIGHTDECK_HOME"}
+
+
 def test_the_from_python_example_runs(tmp_path: Path) -> None:
     section = (DOCS / "python-api.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(.*?)```", section, re.S)
@@ -154,6 +160,7 @@ def test_the_from_python_example_runs(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        env=_no_home(),
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -165,6 +172,35 @@ def test_the_from_python_example_runs(tmp_path: Path) -> None:
     assert lines[4] == "[<SteerState.DELIVERED: 'delivered'>]"
     assert len(lines) == 5
     assert (tmp_path / ".flightdeck" / "flightdeck.db").is_file()
+
+
+@pytest.mark.parametrize("home", [True, False])
+def test_the_from_python_example_runs_in_the_state_folder_the_cli_reads(
+    tmp_path: Path, home: bool
+) -> None:
+    # Found by a review: the example ran in ./.flightdeck whatever FLIGHTDECK_HOME or the
+    # config's [engine] state_dir said, where `flightdeck ls` then did not look.
+    section = (DOCS / "python-api.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    config = '[engine]\nstate_dir = "from-config"\n[routes.sim]\ntime_scale = 0.01\n'
+    (tmp_path / "flightdeck.toml").write_text(config, encoding="utf-8")
+    (tmp_path / "tasks.jsonl").write_text('{"id": "t0", "goal": "a"}\n', encoding="utf-8")
+    env = {**_no_home(), **({"FLIGHTDECK_HOME": str(tmp_path / "home")} if home else {})}
+    run = [sys.executable, "-c", code.group(1)]
+    done = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "flightdeck.tui.cli", "ls"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "NO_COLOR": "1"},
+    )
+    assert listed.returncode == 0 and "completed" in listed.stdout, listed.stdout + listed.stderr
+    used = tmp_path / ("home" if home else "from-config")
+    assert (used / "flightdeck.db").is_file() and not (tmp_path / ".flightdeck").exists()
 
 
 def test_the_from_python_example_keeps_the_configs_limits_on_input(tmp_path: Path) -> None:
