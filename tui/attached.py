@@ -28,7 +28,7 @@ from flightdeck.tui.usage import (
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from flightdeck.engine.api import TuiSettings
+    from flightdeck.engine.api import Settings, TuiSettings
     from flightdeck.engine.attached.spawn import StartedOwner
     from flightdeck.engine.attached.view import StoreView
 
@@ -36,7 +36,7 @@ STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to recor
 
 
 def run_in_background(
-    args: argparse.Namespace, state_dir: Path, tui: TuiSettings | None = None
+    args: argparse.Namespace, state_dir: Path, settings: Settings | None = None
 ) -> ExitCode:
     """`flightdeck run` on a terminal (the TUI attached to a new owner) or with `--detach`."""
     from flightdeck.engine.attached.spawn import launch_owner, wait_ready
@@ -53,7 +53,7 @@ def run_in_background(
     try:
         # In the `try`: a Ctrl+C just as the noting handler is put back stops the owner too.
         with _interrupt_noted() as interrupted:
-            owner = launch_owner(command, state_dir)
+            owner = launch_owner(command, state_dir, settings)
         if interrupted:
             raise KeyboardInterrupt
         wait_ready(owner)
@@ -66,6 +66,7 @@ def run_in_background(
         if owner is None:  # before the launch: nothing to stop
             raise
         return _interrupted(owner, state_dir)
+    tui = None if settings is None else settings.tui
     return attach_tui(view, tui, unseen=partial(_interrupted, owner, state_dir))
 
 

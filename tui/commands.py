@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         engine.close()
         from flightdeck.tui.attached import run_in_background
 
-        return run_in_background(args, engine.state_dir, settings.tui)
+        return run_in_background(args, engine.state_dir, settings)
     tune_interpreter()
     return run_headless(engine, console_for())
 

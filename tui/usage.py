@@ -27,13 +27,7 @@ def state_db(state_dir: Path | None, config: Path | None = None) -> Path:
     `config`: the --config of one that takes it (attach, serve), as `run` reads it."""
     from flightdeck.engine.attached.store import state_folder
 
-    folder = state_folder(state_dir, config)
-    if folder.exists() and not folder.is_dir():  # said as `run` says it, not "no state here"
-        where = folder.absolute()
-        raise UsageError(
-            None, None, "state_dir", f"cannot use {where}: {where} exists and is not a folder"
-        )
-    db = folder / "flightdeck.db"
+    db = state_folder(state_dir, config) / "flightdeck.db"
     if not db.exists():
         raise UsageError(db, None, None, "no flightdeck state here (run a batch first)")
     if not db.is_file():

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flightdeck.engine.errors import ConfigError, InputError
+from flightdeck.engine.errors import InputError
+from flightdeck.engine.inputs.settings import Settings, state_dir_error
 from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.liveness import process_matches
 from flightdeck.engine.records.reader import StoreReader
@@ -65,7 +66,7 @@ class StartedOwner:
         return self.start is not None and process_matches(self.pid, self.start)
 
 
-def claim_batch_folder(state_dir: Path) -> tuple[str, Path]:
+def claim_batch_folder(state_dir: Path, settings: Settings | None) -> tuple[str, Path]:
     """A fresh batch id and its folder, made here so no other run can draw the same one."""
     from flightdeck.engine.owner.assembly import new_batch_id  # here: the engine, only for `run`
 
@@ -81,8 +82,7 @@ def claim_batch_folder(state_dir: Path) -> tuple[str, Path]:
             except FileExistsError:
                 continue
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise ConfigError(None, None, "state_dir", f"cannot use {state_dir}: {reason}") from None
+        raise state_dir_error(state_dir, settings, exc.strerror or str(exc)) from None
 
 
 # Started through a short-lived launcher, so the owner is nobody's child here: it is reaped by
@@ -104,9 +104,12 @@ def start_owner(command: list[str], state_dir: Path) -> StartedOwner:
     return owner
 
 
-def launch_owner(command: list[str], state_dir: Path) -> StartedOwner:
-    """`start_owner` without the wait: the owner started, its batch maybe not recorded yet."""
-    batch_id, folder = claim_batch_folder(state_dir)
+def launch_owner(
+    command: list[str], state_dir: Path, settings: Settings | None = None
+) -> StartedOwner:
+    """`start_owner` without the wait: the owner started, its batch maybe not recorded yet;
+    `settings`: the config's, which may have named the state folder (said at its line)."""
+    batch_id, folder = claim_batch_folder(state_dir, settings)
     try:
         return _started([*command, "--owner-of", batch_id], state_dir, batch_id)
     except OwnerFailed:

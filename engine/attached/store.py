@@ -9,7 +9,12 @@ import sqlite3
 from pathlib import Path
 
 from flightdeck.engine.errors import FlightdeckError
-from flightdeck.engine.inputs.settings import Settings, load_settings, state_dir_from
+from flightdeck.engine.inputs.settings import (
+    Settings,
+    load_settings,
+    state_dir_error,
+    state_dir_from,
+)
 from flightdeck.engine.model import Snapshot
 from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.faults import disk_full
@@ -41,11 +46,17 @@ __all__ = [
 
 def state_folder(state_dir: Path | None, config: Path | None = None) -> Path:
     """The state folder a client names: `state_dir` (--state-dir), else FLIGHTDECK_HOME, else
-    the `[engine] state_dir` of `config` (--config) or ./flightdeck.toml, else ./.flightdeck."""
+    the `[engine] state_dir` of `config` (--config) or ./flightdeck.toml, else ./.flightdeck;
+    ConfigError if it is there but no folder (at the config's line, if the config named it)."""
     # flightdeck.toml only matters when it names the state folder: a broken one in the current
     # folder must not stop a report on a state folder given by --state-dir or FLIGHTDECK_HOME.
     given = state_dir is not None or bool(os.environ.get("FLIGHTDECK_HOME"))
-    return state_dir_from(state_dir, Settings() if given else load_settings(config))
+    settings = Settings() if given else load_settings(config)
+    folder = state_dir_from(state_dir, settings)
+    if folder.exists() and not folder.is_dir():  # said as `run` says it, not "no state here"
+        where = folder.absolute()
+        raise state_dir_error(folder, settings, f"{where} exists and is not a folder")
+    return folder
 
 
 def batch_folder(state_dir: Path, batch_id: str) -> Path:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.errors import ConfigError, InputError
-from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.inputs.settings import Route, Settings, state_dir_error
 from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.inputs.tasks.values import ID_PATTERN, ID_RULE
 from flightdeck.engine.model import BatchStatus
@@ -43,7 +43,7 @@ def check_not_taken(batch_id: str, state_dir: Path) -> None:
             )
 
 
-def folder(path: Path, state_dir: Path, *, private: bool = True) -> Path:
+def folder(path: Path, state_dir: Path, settings: Settings, *, private: bool = True) -> Path:
     """`path`, made if it is not there yet; `private` (in the state folder): the user's alone,
     else (a workspace the user named) made as the user's umask says."""
     try:
@@ -52,16 +52,16 @@ def folder(path: Path, state_dir: Path, *, private: bool = True) -> Path:
         else:
             path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise unusable(exc, state_dir) from exc
+        raise unusable(exc, state_dir, settings) from exc
     return path
 
 
-def unusable(exc: OSError, state_dir: Path) -> ConfigError:
-    """The state folder cannot be used, and why."""
+def unusable(exc: OSError, state_dir: Path, settings: Settings) -> ConfigError:
+    """The state folder cannot be used, and why (at its line of the config, if from there)."""
     reason = exc.strerror or str(exc)
     if isinstance(exc, FileExistsError):  # mkdir(exist_ok=True) met something else there
         reason = f"{exc.filename} exists and is not a folder"
-    return ConfigError(None, None, "state_dir", f"cannot use {state_dir}: {reason}")
+    return state_dir_error(state_dir, settings, reason)
 
 
 @dataclass
@@ -91,12 +91,17 @@ class Claimed:
 
 
 def claim(
-    batch_dir: Path, *, id_given: bool, clock: Callable[[], float], state_dir: Path
+    batch_dir: Path,
+    *,
+    id_given: bool,
+    clock: Callable[[], float],
+    state_dir: Path,
+    settings: Settings,
 ) -> Claimed:
     """Make this batch's folder; a generated id already taken (two runs started in the same
     second drew the same one) is drawn again, so two batches never share rows or files.
     A given id's folder may be there already (the one `run` claimed for the owner it starts)."""
-    folder(batch_dir.parent, state_dir)
+    folder(batch_dir.parent, state_dir, settings)
     while True:
         try:
             there = id_given and batch_dir.is_dir()
@@ -105,7 +110,7 @@ def claim(
         except FileExistsError:
             batch_dir = batch_dir.parent / new_batch_id(clock)
         except OSError as exc:
-            raise unusable(exc, state_dir) from exc
+            raise unusable(exc, state_dir, settings) from exc
 
 
 def manifest(

@@ -112,7 +112,7 @@ class BatchRun:
         # The database first: one that cannot be used (not a database, a newer schema, another
         # program's) is reported before this batch writes anything.
         self.store = store = Store(
-            batchdir.folder(self.state_dir, self.state_dir) / "flightdeck.db",
+            batchdir.folder(self.state_dir, self.state_dir, self.settings) / "flightdeck.db",
             retry_s=self.settings.engine.store_retry_s,
         )
         if self._resuming is not None:
@@ -120,14 +120,20 @@ class BatchRun:
 
             resume.claim(store, self.batch_id, self.clock, reopen=self._reopen)
         claimed = batchdir.claim(
-            self.batch_dir, id_given=self._id_given, clock=self.clock, state_dir=self.state_dir
+            self.batch_dir,
+            id_given=self._id_given,
+            clock=self.clock,
+            state_dir=self.state_dir,
+            settings=self.settings,
         )
         self.batch_id, self.batch_dir = claimed.folder.name, claimed.folder
         if self._resuming is None:  # a resumed batch's folder and row are an earlier start's
             self._unrecorded = claimed
         own = self.batch.workspace is None  # the batch's own, in its folder: private
         workspace = self.batch.workspace or self.batch_dir / "workspace"
-        self.workspace = made = batchdir.folder(workspace, self.state_dir, private=own)
+        self.workspace = made = batchdir.folder(
+            workspace, self.state_dir, self.settings, private=own
+        )
         if own:
             claimed.workspace = made
         self._secrets = secrets = keys.batch_secrets(self._providers, self._commands)
@@ -186,7 +192,7 @@ class BatchRun:
         try:
             self._manifest()
         except OSError as exc:  # a full disk, say: nothing of this batch is recorded yet
-            raise batchdir.unusable(exc, self.state_dir) from exc
+            raise batchdir.unusable(exc, self.state_dir, self.settings) from exc
         first_receipt, adopted = 1, frozenset[str]()
         if self._resuming is None:
             store.create_batch(

@@ -6,7 +6,7 @@ TOML value each, with its line in errors).
 
 from __future__ import annotations
 
-from flightdeck.engine.inputs.settings.load import load_settings, state_dir_from
+from flightdeck.engine.inputs.settings.load import load_settings, state_dir_error, state_dir_from
 from flightdeck.engine.inputs.settings.values import (
     API_KEY_ENV,
     CANNED_PLACEHOLDERS,
@@ -64,5 +64,6 @@ __all__ = [
     "TuiSettings",
     "default_sim_route",
     "load_settings",
+    "state_dir_error",
     "state_dir_from",
 ]

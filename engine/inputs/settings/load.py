@@ -124,6 +124,24 @@ def state_dir_from(
     return settings.engine.state_dir
 
 
+def state_dir_error(
+    state_dir: Path, settings: Settings | None, reason: str, env: Mapping[str, str] | None = None
+) -> ConfigError:
+    """The state folder in use cannot be used (`reason`): said at the config's [engine]
+    state_dir line when it is the folder that line names (and FLIGHTDECK_HOME is not set),
+    else as `state_dir` (--state-dir, FLIGHTDECK_HOME). Only the folder used is judged: a
+    config's folder overridden is never looked at."""
+    where = Path(state_dir).absolute()
+    message = f"cannot use {where}: {reason}"
+    env = os.environ if env is None else env
+    line = (
+        None if settings is None or env.get("FLIGHTDECK_HOME") else settings.engine.state_dir_line
+    )
+    if settings is not None and line is not None and where == settings.engine.state_dir.absolute():
+        return ConfigError(settings.source, line, "engine.state_dir", message)
+    return ConfigError(None, None, "state_dir", message)
+
+
 class _Reader(ValueChecks):
     """Reads a parsed flightdeck.toml into Settings."""
 
@@ -172,6 +190,7 @@ class _Reader(ValueChecks):
             folder = Path(self.string(("engine", "state_dir"), table["state_dir"])).expanduser()
             # Relative to the config file, so a project's config works from any directory.
             values["state_dir"] = self.path.parent / folder
+            values["state_dir_line"] = self.locator.line("engine", "state_dir")
         if "default_route" in table:
             name = self.string(("engine", "default_route"), table["default_route"])
             if name not in routes:

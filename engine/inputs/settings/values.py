@@ -161,6 +161,7 @@ class EngineSettings:
     # Where children's work runs: threads of the owner process, or a Ray cluster (`[ray]`).
     executor: ExecutorName = "threads"
     state_dir: Path = DEFAULT_STATE_DIR
+    state_dir_line: int | None = field(default=None, compare=False)  # for messages
     default_route: str = DEFAULT_ROUTE
     stall_after_s: float = 120.0  # idle (no chunk, no call) outside a tool
     tool_stall_after_s: float = 600.0  # idle inside a tool
