@@ -215,6 +215,34 @@ def test_auto_where_no_cluster_answers_fails_at_once_before_anything_is_written(
     assert not (tmp_path / "state").exists()
 
 
+def test_auto_where_a_listener_never_answers_is_one_line_exit_2_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    from flightdeck.engine.executors.cluster.join import ANSWER_S
+
+    # Something takes the connection (the kernel does, from the backlog) and never says a word:
+    # ray.init waited on it for over 10 minutes. 127.0.0.2, as Ray turns 127.0.0.1 into this
+    # machine's address, where nothing listens; still loopback only.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.2", 0))
+        silent.listen()
+        given = f"127.0.0.2:{silent.getsockname()[1]}"
+        (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
+        config = write(tmp_path, RAY_AUTO)
+        env = {**os.environ, "RAY_ADDRESS": given, "NO_COLOR": "1"}
+        began = time.monotonic()
+        done = run_cli(tmp_path, env, "--config", str(config))
+        took = time.monotonic() - began
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"flightdeck: {config}:6: ray.address: no Ray cluster answers at"), line
+    assert f"(RAY_ADDRESS={given})" in line and "GCS port" in line, line
+    assert took < ANSWER_S + 15, took  # the CLI's start and its Ray import, on a busy machine
+    assert not (tmp_path / "state").exists()
+
+
 @pytest.mark.parametrize(
     ("given", "words"),
     [

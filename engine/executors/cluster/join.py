@@ -14,6 +14,7 @@ import secrets
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,38 @@ def join_address(settings: RaySettings, source: Path | None) -> str:
         )
     host, _, port = found.rpartition(":")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_S).close()
+        answered = answers(host.strip("[]"), int(port))
     except (OSError, ValueError) as exc:
         raise ConfigError(
             *where, f"no Ray cluster answers at {found}{named} ({exc}): {START_ONE}"
         ) from None
+    if not answered:
+        raise ConfigError(*where, f"no Ray cluster answers at {found}{named}: {SILENT}")
     return found
+
+
+# The HTTP/2 client preface and an empty SETTINGS frame: a head's GCS (gRPC) sends its own
+# SETTINGS back at once. A listener that accepts and never answers held ray.init 10 minutes.
+HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+SILENT = (
+    f"something accepts connections there but did not answer in {ANSWER_S:g} s: check that it "
+    "is the head's GCS port (the one `ray start --head` prints, 6379 by default) and that the "
+    "head is not stopped or overloaded"
+)
+
+
+def answers(host: str, port: int) -> bool:
+    """Whether what listens at host:port answers a gRPC client's first words within ANSWER_S
+    (anything, even a close: then Ray says what is wrong); OSError if nothing listens."""
+    deadline = time.monotonic() + ANSWER_S
+    with socket.create_connection((host, port), timeout=ANSWER_S) as conn:
+        conn.settimeout(max(0.01, deadline - time.monotonic()))  # 0 would not wait
+        try:
+            conn.sendall(HELLO)
+            conn.recv(1)
+        except TimeoutError:
+            return False
+    return True
 
 
 def errors_to_log() -> None:
