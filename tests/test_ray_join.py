@@ -1,20 +1,24 @@
 """Joining a cluster of its own, started here in another process: one that asks for a token
 the owner was not given, one whose nodes cannot import flightdeck. Each refused in one line,
-exit 2, whatever Ray writes while it tries (docs/ray.md, "Turning it on"); and the token a
-local cluster makes is the user's alone."""
+exit 2, whatever Ray writes while it tries (docs/ray.md, "Turning it on"); and a local
+cluster's token is the user's alone, its processes ending with the batch."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from helpers import until
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 
@@ -63,6 +67,19 @@ def without_token() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
 
 
+def ray_processes(folder: Path) -> list[str]:
+    """The processes whose command line names `folder` (a Ray node's name their session's)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            line = (proc / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        if str(folder).encode() in line:
+            found.append(line.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
 def run_owner(folder: Path, config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`flightdeck run tasks.jsonl --headless` in `folder` with this config and environment,
     its state in `st`, to its end."""
@@ -94,10 +111,12 @@ def test_a_cluster_asking_for_a_token_refuses_the_owner_in_one_line(tmp_path: Pa
     assert "RAY_AUTH_MODE=token" in line, line
 
 
-def test_the_token_a_local_cluster_makes_is_the_users_alone(tmp_path: Path) -> None:
+def test_a_local_batch_keeps_its_token_private_and_leaves_no_ray_process(tmp_path: Path) -> None:
     # Ray makes ~/.ray/auth_token for a new local cluster where there is none, with the umask's
     # modes: whoever reads it can join every cluster it opens, later `ray start` ones too.
     home = tmp_path / "home"
+    # Ray's own folder, short: tmp_path would make its sockets' paths too long for AF_UNIX.
+    rays = Path(tempfile.mkdtemp(prefix="fd-ray-"))
     home.mkdir()
     (tmp_path / "tasks.jsonl").write_text('{"goal": "one"}\n')
     (tmp_path / "flightdeck.toml").write_text(
@@ -105,17 +124,24 @@ def test_the_token_a_local_cluster_makes_is_the_users_alone(tmp_path: Path) -> N
         "workers_per_node = 1\nobject_store_mb = 80\n\n[routes.sim]\ntime_scale = 0.001\n"
     )
     env = without_token()
-    env.update(HOME=str(home), NO_COLOR="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        umask=0o022,
-    )
-    assert done.returncode == 0, done.stderr
+    env.update(HOME=str(home), NO_COLOR="1", RAY_TMPDIR=str(rays))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            umask=0o022,
+        )
+        assert done.returncode == 0, done.stderr
+        # The cluster the batch started ended with it; Ray keeps its session folder (its logs),
+        # as it does every session's (docs/ray.md, "Turning it on").
+        until(lambda: not ray_processes(rays), what=f"Ray's processes of {rays} to end")
+        assert [p.name[:8] for p in (rays / "ray").glob("session_2*")] == ["session_"]
+    finally:
+        shutil.rmtree(rays, ignore_errors=True)
     assert "Token authentication" not in done.stderr  # Ray's notice to opt out: ours to choose
     token = home / ".ray" / "auth_token"
     assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700
