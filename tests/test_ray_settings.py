@@ -243,6 +243,40 @@ def test_auto_where_a_listener_never_answers_is_one_line_exit_2_within_the_bound
     assert not (tmp_path / "state").exists()
 
 
+def test_auto_where_something_else_answers_names_the_gcs_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import http.server
+    import threading
+
+    from flightdeck.engine.executors.cluster.join import join_address
+
+    # An HTTP server (the dashboard's port, 8265, is the usual slip) answers, in no gRPC:
+    # ray.init waited on it as on silence.
+    web = http.server.HTTPServer(("127.0.0.2", 0), http.server.BaseHTTPRequestHandler)
+    serving = threading.Thread(target=web.serve_forever)
+    serving.start()
+    try:
+        given = f"127.0.0.2:{web.server_address[1]}"
+        monkeypatch.setenv("RAY_ADDRESS", given)
+        monkeypatch.delenv("RAY_USE_TLS", raising=False)
+        with pytest.raises(ConfigError) as caught:
+            join_address(RaySettings("auto", address_line=6), tmp_path / "flightdeck.toml")
+        assert caught.value.field == "ray.address"
+        message = caught.value.message
+        assert message.startswith(f"what answers at {given} (RAY_ADDRESS={given}) is not a Ray"), (
+            message
+        )
+        assert "GCS port" in message and "8265" in message, message
+        # A cluster with TLS answers plain words in TLS, not gRPC: its answer is enough.
+        monkeypatch.setenv("RAY_USE_TLS", "1")
+        assert join_address(RaySettings("auto"), None) == given
+    finally:
+        web.shutdown()
+        serving.join()
+        web.server_close()
+
+
 @pytest.mark.parametrize(
     ("given", "words"),
     [

@@ -65,38 +65,54 @@ def join_address(settings: RaySettings, source: Path | None) -> str:
         )
     host, _, port = found.rpartition(":")
     try:
-        answered = answers(host.strip("[]"), int(port))
+        said = first_words(host.strip("[]"), int(port))
     except (OSError, ValueError) as exc:
         raise ConfigError(
             *where, f"no Ray cluster answers at {found}{named} ({exc}): {START_ONE}"
         ) from None
-    if not answered:
+    if said is None:
         raise ConfigError(*where, f"no Ray cluster answers at {found}{named}: {SILENT}")
+    # With RAY_USE_TLS the GCS expects TLS, and answers these plain words with an alert.
+    tls = os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true")
+    if said[3:4] != SETTINGS and not tls:
+        raise ConfigError(*where, f"what answers at {found}{named} {NOT_GRPC}")
     return found
 
 
 # The HTTP/2 client preface and an empty SETTINGS frame: a head's GCS (gRPC) sends its own
-# SETTINGS back at once. A listener that accepts and never answers held ray.init 10 minutes.
+# SETTINGS frame back at once. ray.init waited 10 minutes and more on a listener that never
+# answers, or on one that answers but speaks no gRPC (the dashboard's HTTP, say).
 HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+SETTINGS = b"\x04"  # an HTTP/2 frame's type, its fourth byte
+GCS_PORT = "the head's GCS port (the one `ray start --head` prints, 6379 by default)"
 SILENT = (
     f"something accepts connections there but did not answer in {ANSWER_S:g} s: check that it "
-    "is the head's GCS port (the one `ray start --head` prints, 6379 by default) and that the "
-    "head is not stopped or overloaded"
+    f"is {GCS_PORT} and that the head is not stopped or overloaded"
+)
+NOT_GRPC = (
+    f"is not a Ray cluster (it does not speak gRPC): check that it is {GCS_PORT}, not the "
+    "dashboard's (8265) or another program's"
 )
 
 
-def answers(host: str, port: int) -> bool:
-    """Whether what listens at host:port answers a gRPC client's first words within ANSWER_S
-    (anything, even a close: then Ray says what is wrong); OSError if nothing listens."""
+def first_words(host: str, port: int) -> bytes | None:
+    """The first bytes (up to 4) of what listens at host:port answers a gRPC client's first
+    words with (fewer if it closed); None if it said nothing in ANSWER_S; OSError if nothing
+    listens there."""
     deadline = time.monotonic() + ANSWER_S
+    said = b""
     with socket.create_connection((host, port), timeout=ANSWER_S) as conn:
-        conn.settimeout(max(0.01, deadline - time.monotonic()))  # 0 would not wait
-        try:
-            conn.sendall(HELLO)
-            conn.recv(1)
-        except TimeoutError:
-            return False
-    return True
+        conn.sendall(HELLO)
+        while len(said) < 4:
+            conn.settimeout(max(0.01, deadline - time.monotonic()))  # 0 would not wait
+            try:
+                chunk = conn.recv(4 - len(said))
+            except TimeoutError:
+                return said or None
+            if not chunk:  # closed
+                break
+            said += chunk
+    return said
 
 
 def errors_to_log() -> None:
