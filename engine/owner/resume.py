@@ -181,7 +181,8 @@ def settle(
     by_id = {r.id: r for r in rows}
     kids = delegates_of((r.id, r.parent) for r in rows if not r.superseded)  # not history yet
     # What each child's earlier attempts carried into the one lost now (retries, lost owners).
-    out = Resumed(live=[], carried=[], attempts_lost=LostAttempts(carried=dict(spent_before or {})))
+    before = spent_before or {}
+    out = Resumed(live=[], carried=[], attempts_lost=LostAttempts(carried=dict(before)))
     taken = take_processes(children, by_id, running, batch_id, store, meter, lost_owner, clock)
     out.adopted, out.ended, adopted = taken.adopted, taken.ended, set(taken.adopted)
     missing = []
@@ -194,9 +195,10 @@ def settle(
         if row is None or row.status == ChildStatus.QUEUED or unstarted:
             if child.task.id not in stored:  # the owner died before it was committed
                 missing.append(child)
-            elif row is not None and (row.usage.total or row.cost_usd):
+            elif row is not None and (row.usage.total or row.cost_usd or row.id in before):
                 # Queued again after earlier attempts (a retry, a re-run after a lost owner):
-                # their spend is its own still.
+                # their spend is its own still. Their events tell it from a fresh row: one that
+                # counted no token and cost an unknown sum reads as a fresh one would.
                 meter.add_spent(row.usage, row.cost_usd, row.cost_floor_usd, child.route)
                 child.carry(row.usage, row.cost_usd, row.cost_known_usd)
             keep_pause(child, row)
@@ -281,13 +283,17 @@ def take_over(
     with StoreReader(store.path) as reader:
         stored_ids = reader.child_ids(batch_id)
         rows = reader.children(batch_id, results=False, started=True)
-        # Queued children the batch made as it ran (delegates, waves): not in its spec.
-        spec, started = {c.task.id for c in children}, {r.id for r in rows}
-        made = [i for i in stored_ids if i not in spec and i not in started]
-        rows += [r for i in made if (r := reader.child(batch_id, i)) is not None]
-        receipts = reader.controls(batch_id, kind="steer")
         events, live = reader.events(batch_id), reader.live(batch_id)
         earlier = lost_attempts(events)  # earlier resumes' losses
+        # Queued children the batch made as it ran (delegates, waves): not in its spec; and
+        # those queued again whose earlier attempts counted no token at an unknown cost: only
+        # their events say they ran.
+        spec, started = {c.task.id for c in children}, {r.id for r in rows}
+        unread = [
+            i for i in stored_ids if i not in started and (i not in spec or i in earlier.carried)
+        ]
+        rows += [r for i in unread if (r := reader.child(batch_id, i)) is not None]
+        receipts = reader.controls(batch_id, kind="steer")
     # Queued delegates were read one by one: their parents too (a re-run parent's are history).
     rows = with_lineage(rows, {c: d for _, c, kind, d in events if kind == "delegate" and c})
     running = processes(store.path, batch_id)
