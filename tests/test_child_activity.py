@@ -411,3 +411,13 @@ def test_billed_figures_replace_the_estimate_as_they_come() -> None:
     assert call.usage() == Usage(output_tokens=99)
     call.billed += Usage(output_tokens=120)  # more than estimated: never a negative estimate
     assert call.usage() == Usage()
+
+
+def test_the_part_of_a_prompt_the_last_call_left_cached_is_estimated_as_a_cache_read() -> None:
+    # Priced as fresh input, a prompt mostly read from the cache made the live cost fall when
+    # it was billed (tests/test_live_spent.py).
+    call = InFlight(prompt_tokens=1_000, cached=600)
+    assert call.usage() == Usage(input_tokens=400, cache_read_tokens=600)
+    assert InFlight(prompt_tokens=500, cached=600).usage() == Usage(cache_read_tokens=500)
+    call.billed += Usage(cache_write_tokens=1_000)  # counted: the server's figures replace it
+    assert call.usage() == Usage()

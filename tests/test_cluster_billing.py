@@ -89,6 +89,13 @@ def test_a_bill_home_before_the_figures_leaves_no_billed_call_to_estimate(tmp_pa
     )
 
 
+def test_the_cached_part_of_a_call_in_flight_reaches_the_owner(tmp_path: Path) -> None:
+    both = Both(tmp_path)
+    both.twin.call_started(InFlight(prompt_tokens=500, cached=300))
+    both.send(both.figures())
+    assert both.child.progress.not_billed() == Usage(input_tokens=200, cache_read_tokens=300)
+
+
 def test_figures_counting_a_bill_before_it_comes_home_keep_it_once(tmp_path: Path) -> None:
     both = Both(tmp_path)
     both.twin.call_started(InFlight(prompt_tokens=500))

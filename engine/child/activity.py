@@ -121,14 +121,21 @@ class InFlight:
     prompt_tokens: int = 0
     streamed_chars: int = 0
     billed: Usage = _NOTHING_BILLED
+    # Of the prompt, what the child's previous call read from the server's cache or wrote to
+    # it: estimated as read from the cache, at its price. Priced as fresh input, the live cost
+    # fell when the call was billed.
+    cached: int = 0
 
     def usage(self) -> Usage:
         """The estimated usage not billed yet (zero with no call open)."""
         # Once the server has counted the prompt (Anthropic does at the start, OpenAI at the
         # end), its figures replace the estimate; output is topped up to what has streamed.
-        read = self.billed.input_tokens + self.billed.cache_read_tokens
+        counted = self.billed.input_tokens + self.billed.cache_read_tokens
+        counted += self.billed.cache_write_tokens
+        cached = 0 if counted else min(self.cached, self.prompt_tokens)
         written = math.ceil(self.streamed_chars / CHARS_PER_TOKEN)
         return Usage(
-            input_tokens=0 if read or self.billed.cache_write_tokens else self.prompt_tokens,
+            input_tokens=0 if counted else self.prompt_tokens - cached,
             output_tokens=max(0, written - self.billed.output_tokens),
+            cache_read_tokens=cached,
         )

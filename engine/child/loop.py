@@ -102,6 +102,7 @@ class ModelRunner:
         self.ask_chars = ask_chars  # a question's most characters (None: it may not ask)
         self._messages: list[Message] | None = None  # the conversation so far, once begun
         self._next_turn = 1
+        self._cached = 0  # what its last call billed read from the cache or wrote to it
         self._port: ChildPort | None = None  # the child it runs, while `run` runs
         self._workspace = workspace
 
@@ -282,7 +283,7 @@ class ModelRunner:
             # goes out with the message, rather than queueing again behind other children.
             self._deliver_steers(messages)
             request = self._request(messages)
-        c.progress.call_started(InFlight(prompt_tokens_estimate(request)))
+        c.progress.call_started(InFlight(prompt_tokens_estimate(request), cached=self._cached))
         text: list[str] = []
         calls: list[ToolCall] = []
         usage = estimated = Usage()
@@ -331,6 +332,8 @@ class ModelRunner:
                 transcript.write("engine", estimated_note(estimated))
             if lease is not None:
                 lease.settle(usage.total)
+            if usage.total:  # the server's word on its cache, for the next call's estimate
+                self._cached = usage.cache_read_tokens + usage.cache_write_tokens
         if closed:
             raise Interrupted  # the stream was closed under us and ended quietly
         # Sent back with every later request, which UTF-8 encodes: a lone surrogate (a JSON

@@ -62,8 +62,8 @@ class CostMeter(Static):
             # batch): the batch's average up to then stands for it. Measured from the attach
             # alone, it read $0.00/min while every call was still out.
             spent += c0 * Decimal(t0 - since) / Decimal(t0 - snap.started_ts)
-        # The live cost falls when a call priced as fresh input is billed for less (its prompt
-        # read from the cache): an estimate corrected, not money coming back.
+        # The live cost falls when a child's first call, its prompt priced as fresh input, is
+        # billed for less (a prefix read from the cache): an estimate corrected, not money back.
         return max(Decimal(0), spent * 60 / Decimal(now - since))
 
     def show(self, snap: Snapshot, now: float) -> None:

@@ -285,15 +285,15 @@ def _mirror(m: Mirror) -> tuple[Any, ...]:
         _money(m.cost),
         str(m.known),
         _money(m.saved),
-        (flight.prompt_tokens, flight.streamed_chars, _usage(flight.billed)),
+        (flight.prompt_tokens, flight.streamed_chars, _usage(flight.billed), flight.cached),
         m.model,
         m.bills,
     )
 
 
 def _unmirror(t: tuple[Any, ...]) -> Mirror:
-    activity, usage, cost, known, saved, (prompt, streamed, billed), model, bills = t
-    flight = InFlight(prompt, streamed, Usage(*billed))
+    activity, usage, cost, known, saved, (prompt, streamed, billed, cached), model, bills = t
+    flight = InFlight(prompt, streamed, Usage(*billed), cached)
     return Mirror(
         ActivityState(*activity),
         Usage(*usage),
