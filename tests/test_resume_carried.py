@@ -4,6 +4,7 @@ still counts that attempt's unknown cost in the totals, the report and `ls`."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import sqlite3
 import sys
@@ -25,7 +26,7 @@ FAKE_CLAUDE = Path(__file__).parent / "fakes" / "fake_claude.py"
 DONE = Decimal("0.003")  # what the child that completed before the first owner died cost
 
 
-def test_an_unknown_cost_carried_by_a_queued_child_survives_a_second_resume(
+def test_an_unknown_cost_carried_by_a_queued_child_survives_every_later_resume(
     tmp_path: Path,
 ) -> None:
     # Found by a walkthrough: the first resume queued the lost child again carrying its unknown
@@ -69,23 +70,17 @@ def test_an_unknown_cost_carried_by_a_queued_child_survives_a_second_resume(
     with sqlite3.connect(db) as conn:  # admission paused: the re-run waits, queued, for the kill
         conn.execute("UPDATE batches SET held = 'paused by the operator'")
     conn.close()
-    owner = flightdeck_process("resume", "b1", "--state-dir", str(state), cwd=tmp_path)
-    try:
-
-        def queued_again() -> bool:
-            with StoreReader(db) as reader:
-                info, rows = reader.batch("b1"), reader.children("b1")
-            row = next(r for r in rows if r.id == "t0001")
-            return (
-                info is not None
-                and info.owner_pid == owner.pid
-                and row.status is ChildStatus.QUEUED
-            )
-
-        until(lambda: lost_attempts(db) == 1 and queued_again(), what="t0001 queued again")
-    finally:
-        owner.send_signal(signal.SIGKILL)
-        owner.communicate()
+    for resumes in (1, 2):  # two owners resume it and are killed before it starts again
+        owner = flightdeck_process("resume", "b1", "--state-dir", str(state), cwd=tmp_path)
+        try:
+            until(functools.partial(settled, db, resumes), what=f"resume {resumes} settled")
+        finally:
+            owner.send_signal(signal.SIGKILL)
+            owner.communicate()
+        with StoreReader(db) as reader:
+            row = reader.child("b1", "t0001")
+        assert row is not None and (row.status, row.cost_usd) == (ChildStatus.QUEUED, None)
+    assert lost_attempts(db) == 1
     engine = Engine.resume(state, "b1")
     engine.start()
     try:
@@ -110,3 +105,12 @@ def test_an_unknown_cost_carried_by_a_queued_child_survives_a_second_resume(
     ls = flightdeck("ls", "--state-dir", str(state), cwd=tmp_path)
     assert ls.returncode == 0, ls.stderr
     assert "+?" in next(line for line in ls.stdout.splitlines() if "b1" in line), ls.stdout
+
+
+def settled(db: Path, resumes: int) -> bool:
+    """Whether `resumes` resumes have settled what their dead owners left (each records it
+    last)."""
+    with sqlite3.connect(db) as conn:
+        found = conn.execute("SELECT count(*) FROM events WHERE kind = 'resumed'").fetchone()
+    conn.close()
+    return int(found[0]) == resumes
