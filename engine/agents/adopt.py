@@ -10,7 +10,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from flightdeck.engine.agents import sent, tree
-from flightdeck.engine.agents.process import Record, reopen
+from flightdeck.engine.agents.fifo import reopen
+from flightdeck.engine.agents.process import Record
 from flightdeck.engine.agents.tree import Pid
 
 

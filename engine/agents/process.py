@@ -18,9 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shutil
 import signal
-import stat
 import subprocess
 import threading
 import time
@@ -29,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flightdeck.engine.agents import sent, tree
+from flightdeck.engine.agents.fifo import fifo, holder, reopen
 from flightdeck.engine.agents.tail import Line, Tail
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.private import private_dir
 
 NOT_READ = "the process no longer reads its input"  # why a write to its stdin was not made
-_HOLDER = ("sleep", "infinity")  # holds the FIFO's write end open; it never writes
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +117,7 @@ class Process:
         holding: subprocess.Popen[bytes] | None = None
         try:
             if files.stdin is not None:
-                stdin_r, stdin_w = _fifo(files.stdin)
+                stdin_r, stdin_w = fifo(files.stdin)
             popen = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
@@ -132,7 +130,7 @@ class Process:
             root = tree.identify(popen.pid) or Pid(popen.pid, -1)
             if stdin_w is not None:
                 try:
-                    holding = _holder(stdin_w, env)
+                    holding = holder(stdin_w, env)
                 except OSError:  # no holder: a dead owner would end the command's input
                     holding = None
         except BaseException:
@@ -350,48 +348,3 @@ class Process:
     def _reap_holder(self) -> None:
         if self._holding is not None:
             self._holding.wait()
-
-
-def _fifo(path: Path) -> tuple[int, int]:
-    """A fresh FIFO at `path` (0600), opened at both ends: (read, write); no copy is left of
-    what an earlier process was written there."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    sent.forget(path)
-    os.mkfifo(path, 0o600)
-    # Non-blocking, the read end opens at once; then the write end finds its reader.
-    read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    write = os.open(path, os.O_WRONLY)
-    os.set_blocking(read, True)
-    return read, write
-
-
-def reopen(path: Path) -> int | None:
-    """The write end of a live command's FIFO, reopened by a new owner; None if it is not a
-    FIFO or nothing reads it any more."""
-    try:
-        if not stat.S_ISFIFO(os.stat(path).st_mode):
-            return None
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader
-    except OSError:
-        return None
-    os.set_blocking(fd, True)
-    return fd
-
-
-def _holder(stdin_w: int, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
-    """A process that holds the command's input open while no owner does."""
-    program = shutil.which(_HOLDER[0], path=env.get("PATH")) or shutil.which(_HOLDER[0])
-    if program is None:
-        return None  # without one, a dead owner ends the command's input
-    return subprocess.Popen(
-        [program, *_HOLDER[1:]],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        pass_fds=(stdin_w,),
-        # A session of its own: a group in the command's session cannot be joined from here.
-        # It is signalled by pid (`close_stdin`, `end_tree`), never with the group.
-        start_new_session=True,
-        env={tree.TAG_ENV: env[tree.TAG_ENV]},
-    )
