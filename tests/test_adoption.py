@@ -366,11 +366,8 @@ def test_resume_no_rerun_says_the_ended_process_s_task_is_left_unknown(tmp_path:
     owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
     batch_id = batch_of(folder)
     until(lambda: "grandchild" in transcript(folder, batch_id, "t0"), what="its tree")
-    # Its process row goes through the store's writer thread, its output through the writer
-    # process: the transcript can show it first, and an owner killed in between leaves nothing
-    # for resume to end (seen once in make check on a loaded machine).
-    db = folder / "state" / "flightdeck.db"
-    until(lambda: still_running(db, batch_id) == 1, what="its process recorded")
+    # Its process ran once its row was committed (engine/agents/gate.py): no wait for it.
+    assert still_running(folder / "state" / "flightdeck.db", batch_id) == 1
     kill_owner(owner)
     resume = flightdeck(folder, "resume", batch_id, "--no-rerun")
     out, err = resume.communicate(timeout=60)
@@ -737,9 +734,8 @@ UNTIL_GATE = (
 
 def gated_and_orphaned(tmp_path: Path) -> tuple[Path, str, Path, list[int]]:
     """Two children, t0 and t1, that run until `gate` (UNTIL_GATE: a SIGTERM noted in
-    `{id}.term`, not acted on; kill_grace_s 600), their owner killed once both processes are
-    recorded: (folder, batch id, gate, their pids). Recorded, not only seen in the transcript:
-    the row goes through the store's writer thread, the output through the writer process."""
+    `{id}.term`, not acted on; kill_grace_s 600), their owner killed once both processes run
+    (recorded before they ran): (folder, batch id, gate, their pids)."""
     script, gate = tmp_path / "slow.py", tmp_path / "gate"
     script.write_text(UNTIL_GATE)
     route = argv(str(script), str(gate), str(tmp_path / "{id}.term"))
@@ -755,8 +751,7 @@ def gated_and_orphaned(tmp_path: Path) -> tuple[Path, str, Path, list[int]]:
             found = re.search(r"pid (\d+)", transcript(folder, batch_id, child))
             assert found is not None
             pids.append(int(found.group(1)))
-        db = folder / "state" / "flightdeck.db"
-        until(lambda: still_running(db, batch_id) == 2, what="both processes recorded")
+        assert still_running(folder / "state" / "flightdeck.db", batch_id) == 2
     except BaseException:
         gate.touch()  # its children end rather than wait for ever
         raise

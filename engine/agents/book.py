@@ -24,11 +24,13 @@ class StoreBook:
 
     def started(
         self, record: Record, usage: Usage, cost: Decimal | None, known: Decimal, thread: Usage
-    ) -> None:
-        """A process started: where to find it, what the child spent before it (`known`: what
-        is known of that cost), and what the CLI session it resumes had been reported to use."""
+    ) -> str | None:
+        """A process started (held): where to find it, what the child spent before it (`known`:
+        what is known of that cost), and what the CLI session it resumes had been reported to
+        use; committed when this returns None, else why it could not be (it must not run)."""
         files, holder = record.files, record.holder
-        self._log.started(
+        self._read_to = (record.out_offset, record.err_offset)
+        return self._log.started(
             ProcessRow(
                 child_id=self._child_id,
                 pid=record.root.pid,
@@ -46,7 +48,6 @@ class StoreBook:
                 thread=thread,
             )
         )
-        self._read_to = (record.out_offset, record.err_offset)
 
     def read_to(self, record: Record) -> None:
         """How far its output has been read (written only when it moved)."""

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from flightdeck.engine.agents import sent, tree
 from flightdeck.engine.agents.fifo import fifo, holder, reopen
+from flightdeck.engine.agents.gate import Gate
 from flightdeck.engine.agents.tail import Line, Tail
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.private import private_dir
@@ -83,6 +84,7 @@ class Process:
             Tail(files.err, "stderr", offsets[1]),
         )
         self._seen: dict[int, Pid] = {}  # descendants found under it, and its orphans, by pid
+        self._gate: Gate | None = None  # spawned held: what it waits on before it runs
         self._pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
             fd = os.pidfd_open(root.pid)
@@ -102,8 +104,10 @@ class Process:
         env: Mapping[str, str],
         files: Files,
         tag: str,
+        held: bool = False,
     ) -> Process:
-        """Start `argv` in a session of its own, its output to `files` (made 0600, emptied)."""
+        """Start `argv` in a session of its own, its output to `files` (made 0600, emptied);
+        `held`: it runs once `go()` lets it (its pid and start time are known before)."""
         tree.become_subreaper()
         env = {**env, tree.TAG_ENV: tag}
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -115,17 +119,19 @@ class Process:
         err = os.open(files.err, flags, 0o600)
         stdin_r = stdin_w = None
         holding: subprocess.Popen[bytes] | None = None
+        gate = Gate() if held else None
         try:
             if files.stdin is not None:
                 stdin_r, stdin_w = fifo(files.stdin)
             popen = subprocess.Popen(
-                list(argv),
+                list(argv) if gate is None else gate.argv(argv, env),
                 cwd=cwd,
                 env=env,
                 stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,  # its own session and process group: pgid == pid
+                pass_fds=() if gate is None else (gate.read_fd,),
             )
             root = tree.identify(popen.pid) or Pid(popen.pid, -1)
             if stdin_w is not None:
@@ -136,12 +142,17 @@ class Process:
         except BaseException:
             if stdin_w is not None:
                 os.close(stdin_w)
+            if gate is not None:
+                gate.close()
             raise
         finally:
+            if gate is not None:
+                gate.passed()
             for fd in (out, err, stdin_r):
                 if fd is not None:
                     os.close(fd)
         proc = cls(root, files, tag=tag, popen=popen, stdin_fd=stdin_w)
+        proc._gate = gate
         if holding is not None:
             proc.holder = tree.identify(holding.pid) or Pid(holding.pid, -1)
             proc._holding = holding
@@ -167,6 +178,14 @@ class Process:
             if stdin_fd is not None:
                 os.close(stdin_fd)
             return None
+
+    def go(self, run: bool = True) -> None:
+        """Let a process spawned held run, or (`run=False`) end it unrun."""
+        if self._gate is not None:
+            if run:
+                self._gate.open()
+            else:
+                self._gate.close()
 
     @property
     def adopted(self) -> bool:
@@ -314,6 +333,7 @@ class Process:
     def release(self, *, remove: bool = True) -> None:
         """Close everything this owner holds of it, and (`remove`) delete its files: the raw
         output may hold what the transcript redacted."""
+        self.go(run=False)  # still held: it never runs
         self.close_stdin()
         for tail in self._tails:
             tail.close()

@@ -3,8 +3,9 @@ reporting the same figures as a model child (activity, current tool, usage and c
 unknown, transcript, status, result), so the table, meter, steer, stop, slots, caps, budgets
 and records work unchanged.
 
-A process it starts is recorded in the store (`ProcessBook`): a new owner adopts it if it still
-runs when the owner that started it has died (`adopt`), and reads its output on from there.
+A process it starts is recorded in the store (`ProcessBook`) before it runs: a new owner adopts
+it if it still runs when the owner that started it has died (`adopt`), and reads its output on
+from there.
 """
 
 from __future__ import annotations
@@ -46,15 +47,20 @@ ADOPTABLE = ("claude-stream-json", "codex-json")
 _PRICED_AS = {"claude-stream-json": "anthropic", "codex-json": "openai"}
 
 
+class NotRecorded(Exception):
+    """A process could not be recorded for a new owner to find: it was not run."""
+
+
 class ProcessBook(Protocol):
     """Where a child's running process is recorded, for a new owner to find (the store)."""
 
     def started(
         self, record: Record, usage: Usage, cost: Decimal | None, known: Decimal, thread: Usage
-    ) -> None:
-        """A process started; `usage` and `cost`: what the child had spent before it (`known`:
-        what is known of that cost); `thread`: what the CLI session it resumes had been
-        reported to use."""
+    ) -> str | None:
+        """A process started, held until this returns: None once a new owner would find it,
+        else why it would not (it never runs); `usage` and `cost`: what the child had spent
+        before it (`known`: what is known of that cost); `thread`: what the CLI session it
+        resumes had been reported to use."""
         ...
 
     def read_to(self, record: Record) -> None:
@@ -160,6 +166,8 @@ class ProcessRunner:
         """Run the process (or watch the adopted one) and its resumes."""
         try:
             return self._run_all(child)
+        except NotRecorded as exc:
+            return Ended(ChildStatus.FAILED, f"not started: {exc}")
         finally:
             try:
                 changes, note = self._workspace.release()
@@ -269,13 +277,27 @@ class ProcessRunner:
         c.progress.show("starting " + one_line(Path(argv[0]).name, 40))
         files = self._files if spec.stdin else Files(self._files.out, self._files.err)
         try:
-            proc = Process.spawn(argv, cwd=cwd, env=self._command.env, files=files, tag=self._tag)
+            # Held until its row is committed: an owner killed before leaves nothing running
+            # that `resume` could not find (and end, or adopt).
+            proc = Process.spawn(
+                argv, cwd=cwd, env=self._command.env, files=files, tag=self._tag, held=True
+            )
         except OSError as exc:
             c.transcript.write("error", f"cannot start {argv[0]}: {exc}")
             end = RunEnd(code=127)
             end.err.append(f"cannot start {argv[0]}: {exc.strerror or exc}")
             return end
-        self._book.started(proc.record(), tally.usage, tally.cost, tally.known, self._thread_usage)
+        why = self._book.started(
+            proc.record(), tally.usage, tally.cost, tally.known, self._thread_usage
+        )
+        if why is not None:
+            proc.go(run=False)
+            proc.wait_gone(self.stop_grace_s)  # the shell that held it: it exits at once
+            proc.release()
+            self._book.ended()
+            c.transcript.write("error", f"not started: {why}")
+            raise NotRecorded(why)
+        proc.go()
         cli = None
         if spec.stdin and spec.steer == "stdin":
             cli = CliInput(proc.write, tag=self._tag)

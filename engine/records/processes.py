@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -26,6 +27,9 @@ UPSERT = (
 )
 READ_TO = "UPDATE processes SET out_offset = ?, err_offset = ? WHERE batch_id = ? AND child_id = ?"
 DELETE = "DELETE FROM processes WHERE batch_id = ? AND child_id = ?"
+# Beyond the store's retry window, how long a process row may take to commit: the writes queued
+# before it, and another process holding the write lock (which the store waits out).
+COMMIT_MARGIN_S = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +67,10 @@ class ProcessLog:
         self._store = store
         self._batch_id = batch_id
 
-    def started(self, row: ProcessRow) -> None:
-        """A process started (or was adopted): its row, replacing any earlier one."""
+    def started(self, row: ProcessRow) -> str | None:
+        """A process started (held, not yet running): its row, replacing any earlier one,
+        committed before this returns; else why not (it must not run: a new owner would not
+        find it). Bounded: the store gives up on a full disk after its retry window."""
         params = (
             self._batch_id,
             row.child_id,
@@ -79,7 +85,22 @@ class ProcessLog:
             row.err_offset,
             _carried(row),
         )
-        self._store.write("record_process", UPSERT, params)
+        done = threading.Event()
+        committed: list[bool] = []
+
+        def then(ok: bool) -> None:
+            committed.append(ok)
+            done.set()
+
+        self._store.write("record_process", UPSERT, params, then)
+        wait_s = self._store.retry_s + COMMIT_MARGIN_S
+        if done.wait(wait_s) and committed[0]:
+            return None
+        trouble = self._store.trouble
+        why = f" ({trouble.reason})" if trouble is not None else ""
+        if not committed:
+            return f"its process was not recorded in the store within {wait_s:g}s{why}"
+        return f"its process could not be recorded in the store{why}"
 
     def read_to(self, child_id: str, out_offset: int, err_offset: int) -> None:
         """How far its output has been read."""

@@ -183,9 +183,16 @@ class Store:
             extra = request_id if reason is None else reason
             self._put(Write("record_control", sql, (*params, extra)))
 
-    def write(self, what: str, sql: str, params: Sequence[Any]) -> None:
-        """Queue one statement of a part that keeps its own table (records/processes.py)."""
-        self._put(Write(what, sql, params))
+    def write(
+        self,
+        what: str,
+        sql: str,
+        params: Sequence[Any],
+        then: Callable[[bool], object] | None = None,
+    ) -> None:
+        """Queue one statement of a part that keeps its own table (records/processes.py);
+        `then` as for update_child."""
+        self._put(Write(what, sql, params, then=then))
 
     def heartbeat(self, batch_id: str, ts: float) -> None:
         """Stamp the batch row: its owner is alive at `ts`."""
@@ -250,6 +257,11 @@ class Store:
         """Set while commits are refused (a full disk, say), and for good once the store has
         given up on one; any thread may read it."""
         return self._refused.trouble
+
+    @property
+    def retry_s(self) -> float:
+        """How long a commit the storage refuses is tried again before the store gives up."""
+        return self._refused.retry_s
 
     # -- synchronisation ---------------------------------------------------------------------
 

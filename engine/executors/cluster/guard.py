@@ -128,7 +128,7 @@ class GuardBook:
     def started(
         self, record: Record, usage: Usage, cost: object, known: object, thread: Usage
     ) -> None:
-        """A process (and its stdin holder) started: their groups are watched."""
+        """A process (and its stdin holder) started: their groups are watched (it may run)."""
         self._groups = [record.root.pid] + ([record.holder.pid] if record.holder else [])
         for pgid in self._groups:
             self._guard.watch(pgid, self._tag)

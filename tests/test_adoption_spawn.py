@@ -1,0 +1,150 @@
+"""An owner killed right after it spawned a command child, before the child's process row was
+committed, leaves nothing running that `resume` cannot find: the command is held until its row
+is committed (engine/agents/gate.py). A real owner, killed with SIGKILL the instant the child's
+process is in the process table, while another connection holds the database's write lock (as a
+second run on the state folder may): the row cannot commit before the kill."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.owner import run as run_module
+from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
+from flightdeck.engine.records.processes import still_running
+from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.store import Store
+
+from faults import FaultyConnection
+from helpers import HANG_S, until
+from test_adoption import argv, batch_of, flightdeck, kill_owner, project, runs
+from test_agents import config, engine_for, row_of
+
+# Notes its pid in `{task}.ran` (one line a run), then runs until `{task}.go` exists.
+UNTIL_GO = (
+    "import os, pathlib, sys, time\n"
+    "folder, task = pathlib.Path(sys.argv[1]), sys.argv[2]\n"
+    "with open(folder / f'{task}.ran', 'a') as f:\n"
+    "    f.write(f'{os.getpid()}\\n')\n"
+    "while not (folder / f'{task}.go').exists():\n"
+    "    time.sleep(0.01)\n"
+)
+
+
+def ran(tmp_path: Path, task: str) -> list[int]:
+    path = tmp_path / f"{task}.ran"
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def spawned(script: Path, task: str) -> list[int]:
+    """The processes of `task` in the process table now (held or running), zombies aside."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.info["cmdline"] or []
+            live = proc.info["status"] != psutil.STATUS_ZOMBIE
+            if live and str(script) in cmdline and cmdline[-1] == task:
+                found.append(proc.pid)
+    return found
+
+
+@pytest.mark.slow
+def test_an_owner_killed_before_its_child_s_process_row_commits_leaves_no_orphan(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "until_go.py"
+    script.write_text(UNTIL_GO)
+    folder = project(tmp_path / "p", argv(str(script), str(tmp_path), "{id}"), ["t0", "t1"])
+    config = folder / "flightdeck.toml"
+    # One at a time: t1 is spawned once t0 ends, after the test has taken the write lock.
+    config.write_text(config.read_text().replace("max_concurrent = 4", "max_concurrent = 1"))
+    db = folder / "state" / "flightdeck.db"
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless")
+    lock = None
+    seen: list[int] = []
+    try:
+        batch_id = batch_of(folder)
+        until(lambda: len(ran(tmp_path, "t0")) == 1, what="t0 running")
+        until(lambda: still_running(db, batch_id) == 1, what="t0's process recorded")
+        lock = sqlite3.connect(db, isolation_level=None, timeout=HANG_S)
+        lock.execute("BEGIN IMMEDIATE")  # the owner's writer thread waits from here on
+        (tmp_path / "t0.go").touch()
+        until(lambda: bool(seen.extend(spawned(script, "t1")) or seen), what="t1's process")
+        owner.send_signal(signal.SIGKILL)
+        lock.rollback()
+        kill_owner(owner)
+        # Nothing recorded t1's process: the kill came before its row could commit.
+        assert still_running(db, batch_id) == 0
+        resume = flightdeck(folder, "resume", batch_id)
+        # t1 runs again: by then, nothing of its first spawn may be left running.
+        until(lambda: [p for p in ran(tmp_path, "t1") if p not in seen] != [], what="t1 rerun")
+        left = [pid for pid in seen if runs(pid)]
+        (tmp_path / "t1.go").touch()
+        out, err = resume.communicate(timeout=HANG_S)
+    finally:
+        (tmp_path / "t0.go").touch()
+        (tmp_path / "t1.go").touch()
+        if lock is not None:
+            lock.close()
+        if owner.poll() is None:
+            kill_owner(owner)
+        for pid in seen:  # a failed test leaves nothing running
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert left == [], f"the dead owner's spawn of t1 still runs: {left}"
+    assert resume.returncode == 0, out + err
+    # Held until its row committed, the first spawn never ran the command: t1 ran once.
+    assert len(ran(tmp_path, "t1")) == 1, ran(tmp_path, "t1")
+    with StoreReader(db) as reader:
+        rows = {r.id: r for r in reader.children(batch_id)}
+    assert all(r.status is ChildStatus.COMPLETED for r in rows.values()), rows
+
+
+class FullAtProcessRow(FaultyConnection):
+    """The disk fills as the first process row is written: from then on, no COMMIT lands."""
+
+    def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
+        if sql == PROCESS_ROW:
+            self.failing.set()
+        return self._conn.executemany(sql, params)
+
+
+def test_a_process_the_store_cannot_record_never_runs_and_its_child_fails_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conns: list[FullAtProcessRow] = []
+
+    class _Store(Store):
+        def __init__(self, path: Path, **kw: Any) -> None:
+            super().__init__(path, **kw)
+            conns.append(FullAtProcessRow(self._conn))
+            self._conn = conns[-1]  # type: ignore[assignment]
+
+    monkeypatch.setattr(run_module, "Store", _Store)
+    script = tmp_path / "until_go.py"
+    script.write_text(UNTIL_GO)
+    route = argv(str(script), str(tmp_path), "{id}")
+    settings = config(tmp_path, route, engine="store_retry_s = 0.3\n")
+    engine = engine_for(tmp_path, settings)
+    try:
+        assert engine.wait(HANG_S)
+        row = row_of(engine)
+        said = Path(row.transcript).read_text()
+    finally:
+        (tmp_path / "t0.go").touch()
+        engine.close()
+    assert conns[0].refused > 0  # the process row's commit was refused
+    assert row.status is ChildStatus.FAILED
+    assert row.error == (
+        "not started: its process could not be recorded in the store (database or disk is full)"
+    )
+    assert "not started: its process could not be recorded" in said
+    assert ran(tmp_path, "t0") == []  # held until recorded: the command never ran
+    assert spawned(script, "t0") == []  # and nothing of it is left
