@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
+from flightdeck.engine.agents.tree import TAG_ENV
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
@@ -43,25 +44,27 @@ def ran(tmp_path: Path, task: str) -> list[int]:
     return [int(line) for line in path.read_text().split()] if path.exists() else []
 
 
-def spawned(script: Path, task: str) -> list[int]:
-    """The processes of `task` in the process table now (held or running), zombies aside."""
+def spawned(batch_id: str, task: str) -> list[int]:
+    """The processes a child's run started (held or running: its command, the holder of its
+    input), by their tag (engine/agents/tree.py), zombies aside."""
     found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    for proc in psutil.process_iter(["status"]):
         with contextlib.suppress(psutil.Error):
-            cmdline = proc.info["cmdline"] or []
-            live = proc.info["status"] != psutil.STATUS_ZOMBIE
-            if live and str(script) in cmdline and cmdline[-1] == task:
+            tagged = proc.environ().get(TAG_ENV) == f"{batch_id}/{task}"
+            if tagged and proc.info["status"] != psutil.STATUS_ZOMBIE:
                 found.append(proc.pid)
     return found
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("stdin", [False, True], ids=["no-input", "fifo-input"])
 def test_an_owner_killed_before_its_child_s_process_row_commits_leaves_no_orphan(
-    tmp_path: Path,
+    tmp_path: Path, stdin: bool
 ) -> None:
     script = tmp_path / "until_go.py"
     script.write_text(UNTIL_GO)
-    folder = project(tmp_path / "p", argv(str(script), str(tmp_path), "{id}"), ["t0", "t1"])
+    route = argv(str(script), str(tmp_path), "{id}") + ("stdin = true\n" if stdin else "")
+    folder = project(tmp_path / "p", route, ["t0", "t1"])
     config = folder / "flightdeck.toml"
     # One at a time: t1 is spawned once t0 ends, after the test has taken the write lock.
     config.write_text(config.read_text().replace("max_concurrent = 4", "max_concurrent = 1"))
@@ -76,7 +79,14 @@ def test_an_owner_killed_before_its_child_s_process_row_commits_leaves_no_orphan
         lock = sqlite3.connect(db, isolation_level=None, timeout=HANG_S)
         lock.execute("BEGIN IMMEDIATE")  # the owner's writer thread waits from here on
         (tmp_path / "t0.go").touch()
-        until(lambda: bool(seen.extend(spawned(script, "t1")) or seen), what="t1's process")
+        # Its command, and the holder of its input (started right after it); or, where the
+        # command is not held (as before), its first line: it runs.
+        started = 2 if stdin else 1
+        until(
+            lambda: len(spawned(batch_id, "t1")) == started or bool(ran(tmp_path, "t1")),
+            what="t1's processes",
+        )
+        seen = spawned(batch_id, "t1")
         owner.send_signal(signal.SIGKILL)
         lock.rollback()
         kill_owner(owner)
@@ -147,4 +157,4 @@ def test_a_process_the_store_cannot_record_never_runs_and_its_child_fails_saying
     )
     assert "not started: its process could not be recorded" in said
     assert ran(tmp_path, "t0") == []  # held until recorded: the command never ran
-    assert spawned(script, "t0") == []  # and nothing of it is left
+    assert spawned(engine.batch_id, "t0") == []  # and nothing of it is left

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from flightdeck.engine.agents import sent, tree
+from flightdeck.engine.agents.gate import Gate
 
 _HOLDER = ("sleep", "infinity")  # holds the FIFO's write end open; it never writes
 
@@ -44,19 +45,23 @@ def reopen(path: Path) -> int | None:
     return fd
 
 
-def holder(stdin_w: int, env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
-    """A process that holds the command's input open while no owner does."""
+def holder(
+    stdin_w: int, env: Mapping[str, str], gate: Gate | None = None
+) -> subprocess.Popen[bytes] | None:
+    """A process that holds the command's input open while no owner does (held at `gate`
+    with its command, if given)."""
     program = shutil.which(_HOLDER[0], path=env.get("PATH")) or shutil.which(_HOLDER[0])
     if program is None:
         return None  # without one, a dead owner ends the command's input
+    argv, held_env = [program, *_HOLDER[1:]], {tree.TAG_ENV: env[tree.TAG_ENV]}
     return subprocess.Popen(
-        [program, *_HOLDER[1:]],
+        argv if gate is None else gate.argv(argv, held_env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        pass_fds=(stdin_w,),
+        pass_fds=(stdin_w,) if gate is None else (stdin_w, gate.read_fd),
         # A session of its own: a group in the command's session cannot be joined from here.
         # It is signalled by pid (`close_stdin`, `end_tree`), never with the group.
         start_new_session=True,
-        env={tree.TAG_ENV: env[tree.TAG_ENV]},
+        env=held_env,
     )

@@ -84,7 +84,7 @@ class Process:
             Tail(files.err, "stderr", offsets[1]),
         )
         self._seen: dict[int, Pid] = {}  # descendants found under it, and its orphans, by pid
-        self._gate: Gate | None = None  # spawned held: what it waits on before it runs
+        self._gates: list[Gate] = []  # spawned held: what it (and its holder) wait on
         self._pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
             fd = os.pidfd_open(root.pid)
@@ -119,40 +119,41 @@ class Process:
         err = os.open(files.err, flags, 0o600)
         stdin_r = stdin_w = None
         holding: subprocess.Popen[bytes] | None = None
-        gate = Gate() if held else None
+        gates = [Gate()] if held else []
         try:
             if files.stdin is not None:
                 stdin_r, stdin_w = fifo(files.stdin)
             popen = subprocess.Popen(
-                list(argv) if gate is None else gate.argv(argv, env),
+                gates[0].argv(argv, env) if gates else list(argv),
                 cwd=cwd,
                 env=env,
                 stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,  # its own session and process group: pgid == pid
-                pass_fds=() if gate is None else (gate.read_fd,),
+                pass_fds=tuple(gate.read_fd for gate in gates),
             )
             root = tree.identify(popen.pid) or Pid(popen.pid, -1)
             if stdin_w is not None:
+                gates += [Gate()] if held else []  # nor is the holder left by a dead owner
                 try:
-                    holding = holder(stdin_w, env)
+                    holding = holder(stdin_w, env, gates[-1] if held else None)
                 except OSError:  # no holder: a dead owner would end the command's input
                     holding = None
         except BaseException:
             if stdin_w is not None:
                 os.close(stdin_w)
-            if gate is not None:
+            for gate in gates:
                 gate.close()
             raise
         finally:
-            if gate is not None:
+            for gate in gates:
                 gate.passed()
             for fd in (out, err, stdin_r):
                 if fd is not None:
                     os.close(fd)
         proc = cls(root, files, tag=tag, popen=popen, stdin_fd=stdin_w)
-        proc._gate = gate
+        proc._gates = gates
         if holding is not None:
             proc.holder = tree.identify(holding.pid) or Pid(holding.pid, -1)
             proc._holding = holding
@@ -181,11 +182,11 @@ class Process:
 
     def go(self, run: bool = True) -> None:
         """Let a process spawned held run, or (`run=False`) end it unrun."""
-        if self._gate is not None:
+        for gate in self._gates:
             if run:
-                self._gate.open()
+                gate.open()
             else:
-                self._gate.close()
+                gate.close()
 
     @property
     def adopted(self) -> bool:

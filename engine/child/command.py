@@ -287,9 +287,13 @@ class ProcessRunner:
             end = RunEnd(code=127)
             end.err.append(f"cannot start {argv[0]}: {exc.strerror or exc}")
             return end
-        why = self._book.started(
-            proc.record(), tally.usage, tally.cost, tally.known, self._thread_usage
-        )
+        try:
+            why = self._book.started(
+                proc.record(), tally.usage, tally.cost, tally.known, self._thread_usage
+            )
+        except BaseException:
+            proc.release()  # still held: it never runs
+            raise
         if why is not None:
             proc.go(run=False)
             proc.wait_gone(self.stop_grace_s)  # the shell that held it: it exits at once
