@@ -569,6 +569,24 @@ def test_version_names_the_installed_package(project: Path) -> None:
         assert out.stdout == f"flightdeck {importlib.metadata.version('flightdeck')}\n"
 
 
+def test_version_into_a_closed_pipe_ends_as_every_command_does(project: Path) -> None:
+    # `flightdeck --version | true`: the reader has gone before the line is written.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "flightdeck.tui.cli", "--version"],
+            cwd=project,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (ExitCode.OUTPUT_CLOSED, "")
+
+
 @pytest.mark.slow
 def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Path) -> None:
     assert (

@@ -10,6 +10,7 @@ from pathlib import PurePath
 from typing import NoReturn
 
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.console import to_devnull
 from flightdeck.tui.exitcodes import ExitCode
 
 
@@ -26,7 +27,12 @@ class Version(argparse.Action):
             version = importlib.metadata.version("flightdeck")
         except importlib.metadata.PackageNotFoundError:  # a source tree, not installed
             version = "unknown"
-        sys.stdout.write(f"flightdeck {version}\n")
+        try:
+            sys.stdout.write(f"flightdeck {version}\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # `flightdeck --version | true`: as every command says it
+            to_devnull(sys.stdout)
+            parser.exit(ExitCode.OUTPUT_CLOSED)
         parser.exit()
 
 

@@ -23,10 +23,17 @@ class PipeSafeConsole(Console):
     def on_broken_pipe(self) -> None:
         # Rich's own answer is SystemExit(1), which reads as "some child failed".
         self.quiet = True  # nothing more is written to the closed pipe
-        # Nor at exit: the interpreter's last flush would complain on stderr.
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self.file.fileno())
+        to_devnull(self.file)
         raise OutputClosed
+
+
+def to_devnull(file: IO[str]) -> None:
+    """Point `file` at /dev/null once its pipe has closed: the interpreter's last flush at exit
+    would otherwise complain on stderr."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, file.fileno())
+        os.close(null)
 
 
 def hung_up(*consoles: Console) -> None:
@@ -36,9 +43,7 @@ def hung_up(*consoles: Console) -> None:
         with contextlib.suppress(OSError, ValueError):
             fd = console.file.fileno()
             if os.isatty(fd) or gone(fd):
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, fd)
-                os.close(null)
+                to_devnull(console.file)
 
 
 def console_for(stderr: bool = False) -> PipeSafeConsole:
