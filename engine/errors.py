@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Sequence
 from pathlib import Path
 
-from flightdeck.engine.sanitize import one_line
+from flightdeck.engine.sanitize import quoted
 
 
 class FlightdeckError(Exception):
@@ -170,7 +170,7 @@ def check_asking(ids: Iterable[str], asking: Container[str]) -> None:
 
 
 def _listed(ids: Sequence[str]) -> str:
-    return ", ".join(repr(one_line(i, 60)) for i in ids[:5]) + (" …" if len(ids) > 5 else "")
+    return ", ".join(quoted(i) for i in ids[:5]) + (" …" if len(ids) > 5 else "")
 
 
 def no_child(unknown: Sequence[str], batch_id: str) -> CommandError:

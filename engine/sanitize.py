@@ -212,6 +212,14 @@ def one_line(text: str, width: int | None = None) -> str:
     return flat
 
 
+def quoted(text: str, width: int = 60) -> str:
+    """`text` a user typed, quoted as Python writes it for an error that names it: an escape
+    sequence, a newline or a trailing space shows escaped or kept, where `one_line` would drop
+    it and say "no child 'k0'" of the `k0 ` that was typed. Cut at `width` characters, `…`."""
+    shown = repr(text[:width])
+    return shown + "…" if len(text) > width else shown
+
+
 def last_line(text: str, width: int) -> str:
     """The last non-empty line of a message of many lines (an error whose reason comes last),
     as `one_line` gives it; "" when there is none."""

@@ -1376,6 +1376,31 @@ def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(
 
 
 @pytest.mark.slow
+def test_an_id_typed_with_a_stray_space_or_escape_is_named_as_typed(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found in use: `flightdeck pause B "job-0 "` said "no child with id 'job-0'" of a
+    # child that exists (the space, an escape code or a newline dropped from the id it named).
+    from flightdeck.tui.cli import main
+
+    done = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert done.returncode == ExitCode.OK, done.stderr
+    b = done.stdout.split()[1]
+    monkeypatch.chdir(project)
+    for args, said in (
+        (["pause", b, "job-0 "], f"no child with id 'job-0 ' in batch {b}"),
+        (["logs", b, "job-0\n"], f"no child with id 'job-0\\n' in batch {b}"),
+        (["grep", b, "x", "--child", "job-0\x1b[31m"], "id 'job-0\\x1b[31m' in"),
+        (["report", f"{b} "], f"no batch '{b} ' in "),
+        (["logs", f"\u202e{b}", "job-0"], f"no batch '\\u202e{b}' in "),
+    ):
+        assert main(args) == ExitCode.USAGE, args
+        out, err = capsys.readouterr()
+        assert out == "" and said in err, (args, err)
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", err), repr(err)
+
+
+@pytest.mark.slow
 def test_a_child_id_given_for_the_batch_id_is_said_as_that(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

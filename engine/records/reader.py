@@ -31,7 +31,7 @@ from flightdeck.engine.records.schema import (
     readable_without_shm,
     schema_version,
 )
-from flightdeck.engine.sanitize import one_line, sanitize
+from flightdeck.engine.sanitize import quoted, sanitize
 
 MAX_LINEAGE = 64  # deeper than any `max_depth`: a loop in bad data ends here
 # The events read back into children's rows: who delegated whom, loop flags, attempts, changes.
@@ -431,4 +431,4 @@ def no_batch(batch_id: str, state_dir: Path, instead: str | None = None) -> str:
     `report`, `resume`, `steer`, `stop`, `wait`… alike); `instead`: what the id names, if
     that says more than where to look."""
     where = instead or "(flightdeck ls lists them; another state folder: --state-dir)"
-    return f"no batch {one_line(batch_id, 80)!r} in {sanitize(str(state_dir.absolute()))} {where}"
+    return f"no batch {quoted(batch_id, 80)} in {sanitize(str(state_dir.absolute()))} {where}"
