@@ -158,6 +158,14 @@ def test_logs_of_a_child_not_started_yet_says_so(tmp_path: Path) -> None:
             out, err = logs.communicate(timeout=HANG_S)
             assert (logs.returncode, out) == (1, "")
             assert err == "flightdeck: c001 has not started yet (queued): it has no transcript\n"
+            # Paused before it ran, it has the operator's line, printed as any transcript.
+            pause = flightdeck(folder, "pause", batch_id, "c001")
+            said = pause.communicate(timeout=HANG_S)
+            assert pause.returncode == 0, said
+            logs = flightdeck(folder, "logs", batch_id, "c001")
+            out, err = logs.communicate(timeout=HANG_S)
+            assert (logs.returncode, err) == (0, "")
+            assert out.endswith("operator  │ pause requested\n"), out
         finally:
             server.release()
             ended(owner)
