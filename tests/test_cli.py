@@ -1455,6 +1455,9 @@ def test_logs_and_diff_given_only_a_child_id_say_the_command_meant(
             f"{batch_id}: did you mean `{meant}`?)\n"
         )
         assert capsys.readouterr() == ("", said), verb
+        # The two ids swapped (`logs job-0 B`): the same (it said only "no batch 'job-0'").
+        assert main([verb, "job-0", batch_id]) == ExitCode.USAGE, verb
+        assert capsys.readouterr() == ("", said), verb
         # The batch's id alone: the child's is missing, as argparse would say it.
         assert main([verb, batch_id]) == ExitCode.USAGE, verb
         assert capsys.readouterr() == (

@@ -250,8 +250,8 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
     db = state_db(args.state_dir)
     reader = StoreReader(db)
     try:
-        if reader.batch(args.batch_id) is None:
-            raise unknown_batch(args.batch_id, db)
+        if reader.batch(args.batch_id) is None:  # a child's id first: the command meant
+            raise unknown_batch(args.batch_id, db, "logs", more=False)
         row = reader.child(args.batch_id, args.child_id)
         if row is None:
             raise unknown_children((args.child_id,), args.batch_id)
