@@ -490,6 +490,33 @@ def test_a_dashes_word_after_the_options_end_is_a_word(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == said
 
 
+def test_a_pattern_like_an_option_is_said_to_go_after_dashes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Found in a walk-through: `grep B --force` (searching for `--force`) said only "the
+    # following arguments are required: PATTERN", of the pattern it was given.
+    from flightdeck.tui import cli
+
+    for argv, hint in (
+        (["grep", "b1", "--force"], "; '--force' reads as an option: a word that starts with"),
+        (["grep", "b1", "--state-dir", "D", "-rf"], "; '-rf' reads as an option: a word that"),
+        (["grep", "b1"], ""),  # nothing like an option given: the word was left out
+        (["grep", "b1", "--", "-x", "--force"], ""),  # after `--`: a word, one too many
+        (["merge", "b1", "c1", "--bogus"], ""),  # what is missing is an option (--into)
+    ):
+        with pytest.raises(SystemExit) as exits:
+            cli._parser().parse_args(argv)
+        assert exits.value.code == ExitCode.USAGE, argv
+        err = capsys.readouterr().err
+        if hint:
+            assert err.startswith(
+                f"flightdeck: the following arguments are required: PATTERN{hint}"
+            )
+            assert err.endswith(" goes after `--` (see `flightdeck grep --help`)\n"), err
+        else:
+            assert "reads as an option" not in err, err
+
+
 def test_an_empty_state_dir_argument_is_bad_input(project: Path) -> None:
     # `--state-dir "$UNSET"`: Path("") is the current folder, which run filled with its
     # database and batches and made private (mode 0700), the user's project folder.

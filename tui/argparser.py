@@ -41,8 +41,14 @@ class Parser(argparse.ArgumentParser):
     `--help` is for), and terminal-safe: "unrecognized arguments" quotes them raw, and a file
     name (a shell glob's match) can carry escape sequences."""
 
+    given: Sequence[str] = ()  # the command line, which a command's parser is told
+
     def error(self, message: str, prog: str | None = None) -> NoReturn:
         hint = f" (see `{prog or self.prog} --help`)"
+        required = "the following arguments are required: "
+        missing = message.removeprefix(required).split(", ") if message.startswith(required) else []
+        if any(n[:1] != "-" for n in missing):  # a word (not an option): taken for one?
+            message += _read_as_option(self)
         self.exit(ExitCode.USAGE, f"flightdeck: {one_line(message)}{hint}\n")
 
     def parse_args(  # type: ignore[override]
@@ -52,6 +58,9 @@ class Parser(argparse.ArgumentParser):
         the command ("invalid choice: '/my/state'"), and after it argparse sent every user to
         the top `--help`, which lists no command's options."""
         argv = sys.argv[1:] if args is None else list(args)
+        for sub in _subcommands(self).values():
+            if isinstance(sub, Parser):  # its error names a word read as an option
+                sub.given = argv
         if argv and argv[0].startswith("-") and not _takes(self, argv[0]):
             self.error(*_misplaced(self, argv))
         parsed, extras = self.parse_known_args(_kept(argv), namespace)
@@ -103,6 +112,16 @@ def _leftovers(extras: list[str]) -> tuple[list[str], list[str]]:
     end = extras.index("--") if "--" in extras else len(extras)
     words = [a for a in extras[:end] if not a.startswith("-")] + extras[end + 1 :]
     return words, [a for a in extras[:end] if a.startswith("-")]
+
+
+def _read_as_option(parser: Parser) -> str:
+    """Why a word is missing when one like an option was given (`grep B --force` searches for
+    nothing: argparse took `--force` for an option), and how to give it; "" otherwise."""
+    end = parser.given.index("--") if "--" in parser.given else len(parser.given)
+    dashed = [a for a in parser.given[:end] if a[:1] == "-" and a != "-" and not _takes(parser, a)]
+    if not dashed:
+        return ""
+    return f"; {dashed[0]!r} reads as an option: a word that starts with '-' goes after `--`"
 
 
 def _misplaced(parser: Parser, argv: list[str]) -> tuple[str, str]:
