@@ -158,6 +158,16 @@ def test_logs_of_a_child_not_started_yet_says_so(tmp_path: Path) -> None:
             out, err = logs.communicate(timeout=HANG_S)
             assert (logs.returncode, out) == (1, "")
             assert err == "flightdeck: c001 has not started yet (queued): it has no transcript\n"
+            # `-f` waits for it to start, and says so (it waited in silence).
+            follow = flightdeck(folder, "logs", batch_id, "c001", "-f")
+            try:
+                assert follow.stderr is not None
+                ready, _, _ = select.select([follow.stderr], [], [], HANG_S)
+                assert ready, "nothing said while it waits"
+                said = "c001 has not started yet (queued): waiting for it to start; Ctrl+C stops\n"
+                assert follow.stderr.readline() == said
+            finally:
+                ended(follow)
             # Paused before it ran, it has the operator's line, printed as any transcript.
             pause = flightdeck(folder, "pause", batch_id, "c001")
             said = pause.communicate(timeout=HANG_S)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line, gone, resume_hint
 from flightdeck.engine.model import BatchStatus
-from flightdeck.engine.sanitize import sanitize
+from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.console import console_for, draws_tui
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import (
@@ -260,11 +260,15 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
         if row.started_ts is not None and not path.exists():  # written from its start on
             say_error(deleted)
             return ExitCode.INCOMPLETE
-        if row.started_ts is None and not path.exists() and not args.follow:
+        if row.started_ts is None and not path.exists():
             # Nothing printed and exit 0 read as an empty transcript; `-f` waits for it instead.
             when = "never started" if row.status.terminal else "has not started yet"
-            say_error(f"{args.child_id} {when} ({row.status.value}): it has no transcript")
-            return ExitCode.INCOMPLETE
+            said = f"{one_line(args.child_id)} {when} ({row.status.value})"
+            if not args.follow or row.status.terminal:
+                say_error(f"{said}: it has no transcript")
+                return ExitCode.INCOMPLETE
+            # On stderr (stdout is the transcript), as `wait` says what it waits for.
+            console_for(stderr=True).print(Text(f"{said}: waiting for it to start; Ctrl+C stops"))
         out = sys.stdout
         try:
             if not args.follow:
