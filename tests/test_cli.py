@@ -1462,6 +1462,26 @@ def test_a_child_id_given_for_the_batch_id_is_said_as_that(
 
 
 @pytest.mark.slow
+def test_logs_follow_of_a_child_that_never_started_and_has_no_transcript_says_so(
+    project: Path,
+) -> None:
+    # Found in a walk-through: `logs -f` of it printed nothing and exited 0 (as an empty
+    # transcript); without -f it said so, exit 1.
+    with (project / "flightdeck.toml").open("a") as config:
+        config.write("\n[budget]\nmax_runs = 1\n")  # one child runs; the rest never start
+    done = flightdeck("run", "tasks.jsonl", "--max-concurrent", "1", cwd=project)
+    batch_id = done.stdout.split()[1]
+    state = project / ".flightdeck"
+    with StoreReader(state / "flightdeck.db") as reader:
+        never = next(r for r in reader.children(batch_id) if r.started_ts is None)
+    Path(never.transcript).unlink()  # none written for it (deleted here)
+    said = f"flightdeck: {never.id} never started (stopped): it has no transcript\n"
+    for follow in ((), ("-f",)):
+        logs = flightdeck("logs", batch_id, never.id, *follow, cwd=project)
+        assert (logs.returncode, logs.stdout, logs.stderr) == (ExitCode.INCOMPLETE, "", said)
+
+
+@pytest.mark.slow
 def test_logs_and_diff_given_only_a_child_id_say_the_command_meant(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
