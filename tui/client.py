@@ -35,10 +35,9 @@ def batch_client(args: argparse.Namespace) -> Client:
     db = state_db(args.state_dir)
     client = Client(db, args.batch_id)
     if client.info() is None:  # a command naming children may have been given one first
-        if hasattr(args, "child_id"):  # logs and diff, their two ids swapped
-            raise unknown_batch(args.batch_id, db, args.command, more=False)
-        verb = args.command if hasattr(args, "child_ids") else None
-        raise unknown_batch(args.batch_id, db, verb)
+        more = hasattr(args, "child_ids")  # or logs and diff, their two ids swapped
+        verb = args.command if more or hasattr(args, "child_id") else None
+        raise unknown_batch(args.batch_id, db, verb, more=more)
     return client
 
 
