@@ -342,11 +342,8 @@ def abandoned(client: Client, pid: int) -> str:
         if left
         else ""
     )
-    folder = client.db.parent
-    return (
-        f"batch {client.batch_id} was abandoned: {gone(folder, pid)}{running}; "
-        f"{resume_hint(folder, client.batch_id)}"
-    )
+    gone_, resume = gone(client.db.parent, pid), resume_hint(client.db.parent, client.batch_id)
+    return f"batch {client.batch_id} was abandoned: {gone_}{running}; {resume}"
 
 
 def say_held(client: Client, told: str | None = None) -> str | None:
