@@ -15,6 +15,7 @@ from flightdeck.engine.attached.store import build_report, render_markdown
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.child.clitally import CliTally
 from flightdeck.engine.child.progress import Progress
+from flightdeck.engine.inputs.settings import Price, Route
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, GroupFinished, Usage
 from flightdeck.engine.records import schema
 from flightdeck.engine.records.meter import Meter, RowTally, totals_of
@@ -94,6 +95,23 @@ def test_the_totals_count_the_known_part_and_take_it_back_exactly() -> None:
     tally.add(cut)
     tally.remove(cut)
     assert tally.totals().cost_usd == 0 and tally.totals().cost_unknown == 0
+
+
+def test_the_meter_counts_a_carried_unknown_cost_at_no_less_than_its_known_part() -> None:
+    # On a priced route the meter priced the row's tokens instead: the part known was dropped
+    # when they came to less (none at all: $0).
+    route = Route(name="r", provider="command", model="cli", price=Price(Decimal(1), Decimal(10)))
+    for usage, known, counted in (
+        (Usage(), Decimal("0.003"), Decimal("0.003")),
+        (TURN, Decimal("0.005"), Decimal("0.005")),  # its CLI said more than the price does
+        (TURN, Decimal("0.001"), price(TURN)),  # its tokens at the price come to more
+    ):
+        meter = Meter()
+        meter.add_spent(usage, None, known, route)
+        assert meter.totals().cost_usd == counted, (usage, known)
+    meter = Meter()
+    meter.add_spent(TURN, None, Decimal("0.003"))  # no route to price it on
+    assert meter.totals().cost_usd == Decimal("0.003")
 
 
 def test_a_row_reads_its_known_part_and_more_and_nothing_known_reads_unknown() -> None:

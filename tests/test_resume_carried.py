@@ -1,9 +1,12 @@
 """What a child's earlier attempts cost outlives every resume: a real owner process (`flightdeck
 resume`) is killed with SIGKILL after it has queued a lost child again, and the next resume
-still counts that attempt's unknown cost in the totals, the report and `ls`."""
+still counts that attempt's unknown cost in the totals, the report and `ls`; and what is known
+of an unknown cost counts against `max_cost_usd`, whatever the route's price makes of its
+tokens."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import signal
 import sqlite3
@@ -11,8 +14,10 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
 from flightdeck.engine.api import Engine
-from flightdeck.engine.inputs.settings import CommandSpec, Route
+from flightdeck.engine.control.attempts import retry_json
+from flightdeck.engine.inputs.settings import Budget, CommandSpec, Price, Route
 from flightdeck.engine.model import Activity, ChildStatus, Usage
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
@@ -114,3 +119,52 @@ def settled(db: Path, resumes: int) -> bool:
         found = conn.execute("SELECT count(*) FROM events WHERE kind = 'resumed'").fetchone()
     conn.close()
     return int(found[0]) == resumes
+
+
+@pytest.mark.parametrize("left", ["stopped", "lost", "retried", "made"])
+def test_the_known_part_of_an_unknown_cost_counts_against_the_cap_on_a_priced_route(
+    tmp_path: Path, left: str
+) -> None:
+    # A CLI child's turns reported $0.003 and no token, then a stop left the rest unknown. Its
+    # route has a price: resumed, the meter priced its tokens instead ($0) and dropped the
+    # $0.003, so the $0.002 cap let the queued children run. Each way a resume carries a row.
+    claude = CommandSpec(argv=("true",), format="claude-stream-json")  # never runs: the cap
+    price = Price(input_per_mtok=Decimal(1), output_per_mtok=Decimal(2))
+    route = Route(name="cli", provider="command", model="cli", command=claude, price=price)
+    cap = Decimal("0.002")
+    cfg = dataclasses.replace(settings(route), budget=Budget(max_cost_usd=cap))
+    info = dead_batch(tmp_path, cfg, batch(3), heartbeat_ts=1500.0, max_cost_usd=cap)
+    status = {
+        "stopped": ChildStatus.STOPPED,
+        "lost": ChildStatus.RUNNING,  # when its owner died: run again
+        "retried": ChildStatus.QUEUED,  # queued again by the operator, its spend carried
+        "made": ChildStatus.STOPPED,  # a wave or delegate: not in the batch's spec
+    }[left]
+    spent = make_child(
+        0,
+        id="t0000-w1" if left == "made" else "t0000",
+        route="cli",
+        status=status,
+        usage=Usage(),
+        cost_usd=None,
+        cost_floor_usd=DONE,
+        attempt=2 if left == "retried" else 1,
+        started_ts=None if left == "retried" else 1390.0,
+        finished_ts=1400.0 if status is ChildStatus.STOPPED else None,
+        transcript=str(tmp_path / "spent.log"),
+    )
+    with Store(tmp_path / "flightdeck.db") as store:
+        store.create_batch(info)
+        store.add_children("b1", [spent])
+        if left == "retried":
+            before = dataclasses.replace(spent, status=ChildStatus.STOPPED, attempt=1)
+            store.record_event("b1", "t0000", 1450.0, "retry", retry_json(before, 2, "fresh"))
+    engine = Engine.resume(tmp_path, "b1")
+    engine.start()
+    snap = run_to_end(engine)
+    ids = ["t0001", "t0002"] if left == "stopped" else ["t0000", "t0001", "t0002"]
+    for queued in ids:  # $0.003 known spent: the $0.002 cap is reached already
+        row = snap.child(queued)
+        assert row is not None and row.status is ChildStatus.STOPPED, row
+        assert "budget" in (row.error or ""), row
+    assert (snap.totals.cost_usd, snap.totals.cost_unknown) == (DONE, 1)  # `$0.003+?`

@@ -195,7 +195,7 @@ def settle(
         if row is None or row.status == ChildStatus.QUEUED or unstarted:
             if child.task.id not in stored:  # the owner died before it was committed
                 missing.append(child)
-            elif row is not None and (row.usage.total or row.cost_usd or row.id in before):
+            elif row is not None and (row.usage.total or row.cost_known_usd or row.id in before):
                 # Queued again after earlier attempts (a retry, a re-run after a lost owner):
                 # their spend is its own still. Their events tell it from a fresh row: one that
                 # counted no token and cost an unknown sum reads as a fresh one would.
@@ -394,6 +394,6 @@ def _settle_made(
     history = out.superseded
     out.carried = [_with_saving(r, routes.get(r.route), r.id in history) for r in out.carried]
     for row in out.carried:  # their spend counts in the totals and against the budget
-        if row.id in spec or not row.usage.total:
+        if row.id in spec:
             continue
         meter.add_spent(row.usage, row.cost_usd, row.cost_floor_usd, routes.get(row.route))

@@ -153,17 +153,17 @@ class Meter:
     ) -> None:
         """What a child spent before this owner (a row carried in, a process adopted): its cost
         as recorded (an agent CLI's is its own report, which its route's price may not know);
-        where that is unknown, priced on `route` if it can be, else its usage unpriced and the
-        part `known` (what a stop left known of it) counted all the same."""
-        if cost is None and route is not None:
-            cost = route_cost(usage, route)
+        where that is unknown, the part `known` (what a stop left known of it), or its usage
+        priced on `route` if that can be and comes to more: never less than is known spent
+        (priced, its usage may come to less: a CLI's own report is not the route's price)."""
         if cost is not None:
             self.add_cost(usage, cost)
             return
+        priced = route_cost(usage, route) if route is not None else None
         with self._lock:
             self._usage += usage
             self._unknown += usage
-            self._cost += known
+            self._cost += known if priced is None else max(known, priced)
 
     def totals(self) -> MeterTotals:
         """The sums so far."""
