@@ -37,44 +37,7 @@ def test_an_unknown_cost_carried_by_a_queued_child_survives_every_later_resume(
     # Found by a walkthrough: the first resume queued the lost child again carrying its unknown
     # cost; its owner killed before the child started, the next resume took the queued row
     # (no tokens counted, cost unknown) for a fresh one, and the totals read a known $0.00x.
-    argv = (sys.executable, str(FAKE_CLAUDE), "-p", "--output-format", "stream-json")
-    claude = CommandSpec(argv=(*argv, "--verbose", "{goal}"), format="claude-stream-json")
-    route = Route(name="cli", provider="command", model="cli", command=claude)
-    state = tmp_path / "state"
-    info = dead_batch(state, settings(route), batch(2), heartbeat_ts=1500.0, max_cost_usd=None)
-    rows = [
-        make_child(
-            0,
-            id="t0000",
-            route="cli",
-            status=ChildStatus.COMPLETED,
-            usage=Usage(input_tokens=1000, output_tokens=500),
-            cost_usd=DONE,
-            started_ts=1390.0,
-            finished_ts=1400.0,
-            transcript=str(state / "t0000.log"),
-        ),
-        # Its CLI's first run was cut short before it reported anything (a steer-now): no
-        # token counted, its cost unknown; its next run was under way when the owner died.
-        make_child(
-            1,
-            id="t0001",
-            route="cli",
-            status=ChildStatus.RUNNING,
-            usage=Usage(),
-            cost_usd=None,
-            activity=Activity(api_calls=1),
-            started_ts=1450.0,
-            transcript=str(state / "t0001.log"),
-        ),
-    ]
-    with Store(state / "flightdeck.db") as store:
-        store.create_batch(info)
-        store.add_children("b1", rows)
-    db = state / "flightdeck.db"
-    with sqlite3.connect(db) as conn:  # admission paused: the re-run waits, queued, for the kill
-        conn.execute("UPDATE batches SET held = 'paused by the operator'")
-    conn.close()
+    state, db = held_batch(tmp_path)
     for resumes in (1, 2):  # two owners resume it and are killed before it starts again
         owner = flightdeck_process("resume", "b1", "--state-dir", str(state), cwd=tmp_path)
         try:
@@ -110,6 +73,89 @@ def test_an_unknown_cost_carried_by_a_queued_child_survives_every_later_resume(
     ls = flightdeck("ls", "--state-dir", str(state), cwd=tmp_path)
     assert ls.returncode == 0, ls.stderr
     assert "+?" in next(line for line in ls.stdout.splitlines() if "b1" in line), ls.stdout
+
+
+def test_a_lost_attempts_event_is_committed_with_its_queued_row_or_neither_is(
+    tmp_path: Path,
+) -> None:
+    # settle_lost wrote the row queued again, then its lost_attempt event, apart: an owner
+    # killed between the two left the row (cost unknown, no token) with no event to tell it
+    # from a fresh child, and the next resume counted it a known $0. The event's write refused
+    # here stands for that kill, at that point, every time.
+    state, db = held_batch(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "CREATE TRIGGER killed BEFORE INSERT ON events WHEN NEW.kind = 'lost_attempt'"
+            " BEGIN SELECT RAISE(ABORT, 'the owner was killed here'); END"
+        )
+    conn.close()
+    owner = flightdeck_process("resume", "b1", "--state-dir", str(state), cwd=tmp_path)
+    try:
+        until(functools.partial(settled, db, 1), what="resume settled")
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.communicate()
+    with StoreReader(db) as reader:
+        row = reader.child("b1", "t0001")
+    assert row is not None and row.status is ChildStatus.RUNNING  # as the dead owner left it
+    assert lost_attempts(db) == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TRIGGER killed")
+    conn.close()
+    engine = Engine.resume(state, "b1")
+    engine.start()
+    try:  # its attempt lost again, this time recorded, and its unknown cost carried
+        totals = engine.snapshot().totals
+        assert (totals.cost_usd, totals.cost_unknown) == (DONE, 1)  # `$0.003+?`
+        assert engine.resumed is not None and engine.resumed.lost_cost_unknown == 1
+    finally:
+        engine.close()
+    assert lost_attempts(db) == 1
+
+
+def held_batch(tmp_path: Path) -> tuple[Path, Path]:
+    """Batch b1 as its dead owner left it, admission paused by the operator: t0000 completed
+    at $0.003, t0001 running, its cost unknown with no token counted (its state folder and
+    database)."""
+    argv = (sys.executable, str(FAKE_CLAUDE), "-p", "--output-format", "stream-json")
+    claude = CommandSpec(argv=(*argv, "--verbose", "{goal}"), format="claude-stream-json")
+    route = Route(name="cli", provider="command", model="cli", command=claude)
+    state = tmp_path / "state"
+    info = dead_batch(state, settings(route), batch(2), heartbeat_ts=1500.0, max_cost_usd=None)
+    rows = [
+        make_child(
+            0,
+            id="t0000",
+            route="cli",
+            status=ChildStatus.COMPLETED,
+            usage=Usage(input_tokens=1000, output_tokens=500),
+            cost_usd=DONE,
+            started_ts=1390.0,
+            finished_ts=1400.0,
+            transcript=str(state / "t0000.log"),
+        ),
+        # Its CLI's first run was cut short before it reported anything (a steer-now): no
+        # token counted, its cost unknown; its next run was under way when the owner died.
+        make_child(
+            1,
+            id="t0001",
+            route="cli",
+            status=ChildStatus.RUNNING,
+            usage=Usage(),
+            cost_usd=None,
+            activity=Activity(api_calls=1),
+            started_ts=1450.0,
+            transcript=str(state / "t0001.log"),
+        ),
+    ]
+    with Store(state / "flightdeck.db") as store:
+        store.create_batch(info)
+        store.add_children("b1", rows)
+    db = state / "flightdeck.db"
+    with sqlite3.connect(db) as conn:  # admission paused: a re-run waits, queued, for the kill
+        conn.execute("UPDATE batches SET held = 'paused by the operator'")
+    conn.close()
+    return state, db
 
 
 def settled(db: Path, resumes: int) -> bool:

@@ -886,7 +886,7 @@ def test_a_units_event_is_not_committed_without_its_row_when_the_row_fails(db: P
     told: list[bool] = []
     with Store(db) as store:
         bad = make_child(1, status=ChildStatus.COMPLETED, activity=Activity(api_calls=2**70))
-        store.update_child("b1", bad, then=told.append, event=(1.0, UNIT_EVENT, "{}"))
+        store.update_child("b1", bad, then=told.append, events=[(None, 1.0, UNIT_EVENT, "{}")])
         store.update_child("b1", make_child(2))  # a good write beside them lands
         assert store.flush(timeout=HANG_S)
     assert told == [False]

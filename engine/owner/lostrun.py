@@ -13,7 +13,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.records.forecast import lost_attempt_json
 from flightdeck.engine.records.live import live_from_json
 from flightdeck.engine.records.loops import evidence_json
-from flightdeck.engine.records.store import Store
+from flightdeck.engine.records.store import Event, Store
 
 OWNER_LOST = "owner lost"
 
@@ -36,10 +36,12 @@ def owner_died(pid: int) -> str:
     return f"{OWNER_LOST}: its owner process (pid {pid}) died while it ran"
 
 
-def record_lost(store: Store, batch_id: str, row: ChildRow, ts: float, rerun: bool) -> None:
-    """The attempt a dead owner lost (the report's recovery and the forecast's lost cost are
-    these events)."""
-    store.record_event(batch_id, row.id, ts, "lost_attempt", lost_attempt_json(row, rerun))
+def lost_event(row: ChildRow, ts: float, rerun: bool) -> Event:
+    """The event of the attempt a dead owner lost (the report's recovery and the forecast's lost
+    cost are these), committed with the row that ends or queues it again: apart, an owner killed
+    between the two left a row no event told from a fresh one, or an event a second resume
+    counted again."""
+    return (row.id, ts, "lost_attempt", lost_attempt_json(row, rerun))
 
 
 def settle_lost(
@@ -56,16 +58,16 @@ def settle_lost(
     attempt's spend carried: `unknown` reads as an end, so had this owner died too before the
     child started, the next resume would never have run it. Otherwise it is left `unknown`,
     with what was recorded of it."""
+    events = [lost_event(row, ts, rerun)]
     if rerun:
-        store.update_child(batch_id, child.row())
+        # It starts over: a loop its lost attempt was flagged in is not its own now.
+        events.append((row.id, ts, "loop", evidence_json(None)))
+        store.update_child(batch_id, child.row(), events=events)
     else:
         unknown = dataclasses.replace(
             row, status=ChildStatus.UNKNOWN, finished_ts=lost_end(row, ts), error=owner_died(pid)
         )
-        store.update_child(batch_id, unknown)
-    record_lost(store, batch_id, row, ts, rerun)
-    if rerun:  # it starts over: a loop its lost attempt was flagged in is not its own now
-        store.record_event(batch_id, row.id, ts, "loop", evidence_json(None))
+        store.update_child(batch_id, unknown, events=events)
     then = "it restarts from the start" if rerun else "it is left unknown (--no-rerun)"
     child.transcript.write("engine", f"{owner_died(pid)}; {then}")
     if not rerun:

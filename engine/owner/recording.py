@@ -31,8 +31,8 @@ class StoreRecorder:
     ) -> None:
         """A child's final row; `then(committed)` once the store has it (or gave up). `unit`:
         the unit it ends, its "unit" event in the row's transaction."""
-        event = None if unit is None else (self._clock(), UNIT_EVENT, told_json(unit))
-        self._store.update_child(self._batch_id, row, then, event=event)
+        events = () if unit is None else ((None, self._clock(), UNIT_EVENT, told_json(unit)),)
+        self._store.update_child(self._batch_id, row, then, events=events)
 
     def record_unit(self, unit: GroupFinished, then: Callable[[bool], None] | None) -> None:
         """A unit announced (a "unit" event: what a resume reads to announce no unit twice);

@@ -35,8 +35,8 @@ from flightdeck.engine.owner.lostrun import (
     append_line,
     keep_pause,
     lost_end,
+    lost_event,
     owner_died,
-    record_lost,
     settle_left,
     settle_lost,
 )
@@ -48,7 +48,7 @@ from flightdeck.engine.records.processes import ProcessRow, processes
 from flightdeck.engine.records.reader import StoreReader, no_batch, with_lineage
 from flightdeck.engine.records.requests import refuse_pending
 from flightdeck.engine.records.rows import BatchInfo, process_start_time
-from flightdeck.engine.records.store import Store
+from flightdeck.engine.records.store import Event, Store
 
 __all__ = [
     "OWNER_LOST",
@@ -373,6 +373,7 @@ def _settle_made(
             out.carried.append(row)
             continue
         never = row.status is ChildStatus.PAUSED and not row.started_ts  # paused unstarted
+        events: list[Event] = []
         if row.status is ChildStatus.QUEUED or never:  # never started: nothing was lost
             ended = dataclasses.replace(
                 row, status=ChildStatus.STOPPED, finished_ts=ts, error=f"not started: {OWNER_LOST}"
@@ -386,9 +387,9 @@ def _settle_made(
             )
             out.lost += 1
             out.attempts_lost.add(row.id, row.cost_usd)
-            record_lost(store, batch_id, row, ts, rerun=False)  # as the report counts it
+            events.append(lost_event(row, ts, rerun=False))  # as the report counts it
             append_line(row.transcript, "engine", f"{owner_died(pid)}; it is not run again", clock)
-        store.update_child(batch_id, ended)
+        store.update_child(batch_id, ended, events=events)
         out.carried.append(ended)
     # The store keeps no saving: priced again, as the report and attached views do.
     history = out.superseded

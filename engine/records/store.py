@@ -66,9 +66,12 @@ from flightdeck.engine.records.writes import (
     units,
 )
 
-__all__ = ["MAX_BATCH", "RETRY_S", "Store", "StoreTrouble", "storage_fault"]
+__all__ = ["MAX_BATCH", "RETRY_S", "Event", "Store", "StoreTrouble", "storage_fault"]
 
 log = logging.getLogger(__name__)
+
+# A batch event: its child (None: the batch's own), time, kind and detail.
+Event = tuple[str | None, float, str, str]
 
 # Rows per transaction (an operation writing several counts each): transactions stay short, so
 # another process's writer gets the lock between them, and fsyncs stay few. A multiple of the
@@ -145,21 +148,22 @@ class Store:
         row: ChildRow,
         then: Callable[[bool], object] | None = None,
         *,
-        event: tuple[float, str, str] | None = None,
+        events: Sequence[Event] = (),
     ) -> None:
         """Upsert every column of one child; `then` runs (on the writer thread) once the write
-        is committed, `then(True)`, or given up on, `then(False)`. `event` (its time, kind and
-        detail): a batch event committed in the same transaction, never apart from the row."""
+        is committed, `then(True)`, or given up on, `then(False)`. `events`: batch events
+        committed in the same transaction, never apart from the row."""
         params = child_params(batch_id, row)
         key = (batch_id, row.id)
-        if event is None:
+        if not events:
             self._put(Write("update_child", UPSERT_CHILD, params, key=key, then=then))
             return
-        ts, kind, detail = event
         group = next(self._groups)
-        first = Write("record_event", INSERT_EVENT, (batch_id, None, ts, kind, detail), group=group)
+        first = [
+            Write("record_event", INSERT_EVENT, (batch_id, *event), group=group) for event in events
+        ]
         write = Write("update_child", UPSERT_CHILD, params, key=key, then=then, group=group)
-        self._put(Together((first, write)))
+        self._put(Together((*first, write)))
 
     def record_control(
         self,
