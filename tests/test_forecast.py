@@ -118,6 +118,11 @@ def test_a_child_queued_again_after_spend_of_unknown_cost_leaves_the_projection_
     again = make_child(12, cost_usd=None, cost_floor_usd=D("0.07"), usage=Usage(1000, 100))
     got = forecast([*batch, again])
     assert got.unpriced == 1 and got.projected_usd is None
+    # Its earlier attempt counted no token and nothing of its cost is known: only the events
+    # tell it from a fresh child (`carried_unknown`); it read as one, and the projection as a
+    # number while spent read `$X+?`.
+    carried = forecast([*batch, make_child(12, cost_usd=None, carried_unknown=True)])
+    assert carried.unpriced == 1 and carried.projected_usd is None
     # Queued, never run, on a route whose spend is unknown until billed: nothing spent yet.
     fresh = forecast([*batch, make_child(12, cost_usd=None)])
     assert fresh.unpriced == 0

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.control.attempts import retry_json
 from flightdeck.engine.inputs.settings import Budget, CommandSpec, Price, Route
 from flightdeck.engine.model import Activity, ChildStatus, Usage
+from flightdeck.engine.records.forecast import forecast
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.report import build_report
 from flightdeck.engine.records.store import Store
@@ -48,6 +50,14 @@ def test_an_unknown_cost_carried_by_a_queued_child_survives_every_later_resume(
         with StoreReader(db) as reader:
             row = reader.child("b1", "t0001")
         assert row is not None and (row.status, row.cost_usd) == (ChildStatus.QUEUED, None)
+        assert row.carried_unknown  # its lost_attempt event says so
+        with StoreReader(db) as reader:  # no projection while a spend is unknown: `$?`
+            assert build_report(reader, "b1")["forecast"]["projected_usd"] is None
+    view = StoreView(db, "b1", watch=False)  # as `attach` reads it
+    try:
+        assert forecast(view.snapshot().children).projected_usd is None
+    finally:
+        view.close()
     assert lost_attempts(db) == 1
     engine = Engine.resume(state, "b1")
     engine.start()
@@ -58,6 +68,7 @@ def test_an_unknown_cost_carried_by_a_queued_child_survives_every_later_resume(
     finally:
         engine.close()
     assert (before.totals.cost_usd, before.totals.cost_unknown) == (DONE, 1)  # `$0.003+?`
+    assert forecast(before.children).projected_usd is None  # the header's forecast: `$?`
     rerun = snap.child("t0001")
     assert rerun is not None and rerun.status is ChildStatus.COMPLETED, rerun
     assert rerun.cost_usd is None and rerun.cost_floor_usd > 0  # its run's reported cost, known

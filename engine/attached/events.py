@@ -21,8 +21,7 @@ from flightdeck.engine.records.reader import ENDS_SCHEDULES, SCHEDULES_END, dept
 
 # The events of a child read (and the loop policies' steers, told from the operator's).
 _EVENTS = ", ".join(
-    f"'{k}'"
-    for k in ("delegate", "loop", "loop_policy", "node", "lost_attempt", *KEPT_KINDS, *NEED_EVENTS)
+    f"'{k}'" for k in ("delegate", "loop", "loop_policy", "node", *KEPT_KINDS, *NEED_EVENTS)
 )
 
 
@@ -71,8 +70,6 @@ class BatchEvents:
             detail = str(detail)
             if kind in ("lost_attempt", "retry"):  # each resume's and retry's, as they come
                 self._lost.append((float(ts), child_id, kind, detail))
-                if kind == "lost_attempt":
-                    continue
             if kind in KEPT_KINDS:
                 if self._kept.add(child_id, kind, detail):
                     changed.add(child_id)

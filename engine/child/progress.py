@@ -25,6 +25,7 @@ class Figures:
     saved_usd: Decimal | None
     in_flight: Usage
     model: str | None  # the model the runner reported (an agent CLI's), if any
+    carried_unknown: bool  # an earlier attempt's cost, carried into this one, is unknown
 
 
 @record
@@ -77,6 +78,7 @@ class Progress:
                 self._saved,
                 self._in_flight.usage(),
                 self._model,
+                self.carried_cost is None,
             )
 
     def mirror(self) -> Mirror:

@@ -68,6 +68,7 @@ def build_row(
         usage=now.usage,
         cost_usd=now.cost_usd,
         cost_floor_usd=now.known_usd if now.cost_usd is None else ZERO_USD,
+        carried_unknown=now.carried_unknown,
         queued_ts=standing.queued_ts,
         started_ts=standing.started_ts,
         finished_ts=standing.finished_ts,

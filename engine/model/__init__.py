@@ -154,6 +154,10 @@ class ChildRow:
     # Of a child whose cost is unknown, the part that is known: what its agent CLI's turns
     # reported before one never did (a stop mid-turn). Spent all the same: `$0.42+?`.
     cost_floor_usd: Decimal = Decimal(0)
+    # An earlier attempt (lost, or retried) cost an unknown sum, carried into this one: a row
+    # queued again reads as a fresh one otherwise when that attempt counted no token. Not
+    # stored: its `retry` and `lost_attempt` events say so (records/attempts.py).
+    carried_unknown: bool = False
 
     @property
     def pausing(self) -> bool:

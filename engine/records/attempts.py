@@ -1,6 +1,7 @@
 """What the events table keeps of a child beside its row: its attempts (each retry's "retry"
-event, with the attempt before it as it ended), whether it is a delegate of an earlier attempt
-of its parent ("superseded") and its changes (the "changes" found at its end, then "accept" or
+event, with the attempt before it as it ended), whether one of them (retried, or lost with its
+owner: "lost_attempt") cost an unknown sum, whether it is a delegate of an earlier attempt of
+its parent ("superseded") and its changes (the "changes" found at its end, then "accept" or
 "discard" as the operator decided), read back for views and the report."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from flightdeck.engine.review.values import Changes, changes_from_json
 # names that one. Recorded before the new attempt is, so a store holding that attempt holds it.
 SUPERSEDED = "superseded"
 # The event kinds read back into a child's row.
-KEPT_KINDS = ("changes", "accept", "discard", "retry", SUPERSEDED)
+KEPT_KINDS = ("changes", "accept", "discard", "retry", "lost_attempt", SUPERSEDED)
 
 
 def delegates_of(parents: Iterable[tuple[str, str | None]]) -> dict[str, list[str]]:
@@ -51,9 +52,14 @@ class Kept:
         self.attempts: dict[str, int] = {}
         self.changes: dict[str, Changes] = {}
         self.superseded: set[str] = set()
+        self.carried_unknown: set[str] = set()
 
     def add(self, child_id: str, kind: str, detail: str) -> bool:
         """One event; True if it says something of the child's row."""
+        if kind in ("retry", "lost_attempt") and _unknown_cost(kind, detail):
+            self.carried_unknown.add(child_id)  # once unknown, every later attempt's sum is
+            if kind == "lost_attempt":
+                return True
         if kind == "retry":
             try:
                 attempt = json.loads(detail).get("attempt")
@@ -85,15 +91,26 @@ class Kept:
             out["changes"] = self.changes[child_id]
         if child_id in self.superseded:
             out["superseded"] = True
+        if child_id in self.carried_unknown:
+            out["carried_unknown"] = True
         return out
 
     def rows(self, rows: list[ChildRow]) -> list[ChildRow]:
         """The rows with what the events say of them."""
-        if not self.attempts and not self.changes and not self.superseded:
+        if not (self.attempts or self.changes or self.superseded or self.carried_unknown):
             return rows
         return [
             dataclasses.replace(r, **fields) if (fields := self.fields(r.id)) else r for r in rows
         ]
+
+
+def _unknown_cost(kind: str, detail: str) -> bool:
+    """Whether a "retry" (the attempt it ended) or "lost_attempt" event's cost is unknown."""
+    try:
+        found = json.loads(detail)
+        return (found["before"] if kind == "retry" else found)["cost_usd"] is None
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def kept_of(events: Iterable[tuple[str | None, str, str]]) -> Kept:

@@ -69,7 +69,9 @@ def forecast(children: Sequence[ChildRow]) -> Forecast:
         if not ended:
             remaining += 1
         if row.status is ChildStatus.QUEUED:  # queued again: its earlier attempts' spend
-            if row.cost_usd is None and (row.usage.total or row.cost_floor_usd):
+            if row.cost_usd is None and (
+                row.usage.total or row.cost_floor_usd or row.carried_unknown
+            ):
                 unpriced += 1  # what they spent is unknown, in part at least
             spent += row.cost_known_usd
             continue
