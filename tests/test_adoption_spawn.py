@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,54 @@ def test_a_process_the_store_cannot_record_never_runs_and_its_child_fails_saying
     assert "not started: its process could not be recorded" in said
     assert ran(tmp_path, "t0") == []  # held until recorded: the command never ran
     assert spawned(engine.batch_id, "t0") == []  # and nothing of it is left
+
+
+class HeldAtProcessRow(FaultyConnection):
+    """The process row's write waits for `release` (a write lock held elsewhere, say)."""
+
+    reached = threading.Event()
+    release = threading.Event()
+
+    def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
+        if sql == PROCESS_ROW:
+            self.reached.set()
+            self.release.wait(HANG_S)
+        return self._conn.executemany(sql, params)
+
+
+def test_a_child_stopped_while_its_process_row_commits_never_runs_its_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a review: the stop was seen only once the held command had been let run (a
+    # commit waits up to store_retry_s + 15 s), and the command then ran until its SIGTERM.
+    class _Store(Store):
+        def __init__(self, path: Path, **kw: Any) -> None:
+            super().__init__(path, **kw)
+            self._conn = HeldAtProcessRow(self._conn)  # type: ignore[assignment]
+
+    monkeypatch.setattr(run_module, "Store", _Store)
+    HeldAtProcessRow.reached.clear()
+    HeldAtProcessRow.release.clear()
+    script = tmp_path / "until_go.py"
+    script.write_text(UNTIL_GO)
+    route = argv(str(script), str(tmp_path), "{id}") + f"kill_grace_s = {HANG_S}\n"
+    # A command let run outlives its SIGTERM (ignored here, and so in what this process starts)
+    # long enough to say it ran: the test cannot pass by a stop that came first.
+    term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    engine = engine_for(tmp_path, config(tmp_path, route))
+    try:
+        assert HeldAtProcessRow.reached.wait(HANG_S)
+        engine.stop(["t0"])
+        child = engine._coordinator.slots.by_id["t0"]  # type: ignore[union-attr]
+        until(child.interrupt.is_set, what="the stop to reach t0")
+        HeldAtProcessRow.release.set()
+        until(lambda: row_of(engine).status.terminal or bool(ran(tmp_path, "t0")), what="t0")
+        assert ran(tmp_path, "t0") == []  # it never ran
+        assert engine.wait(HANG_S)
+        assert row_of(engine).status is ChildStatus.STOPPED
+        assert spawned(engine.batch_id, "t0") == []
+    finally:
+        HeldAtProcessRow.release.set()
+        (tmp_path / "t0.go").touch()
+        signal.signal(signal.SIGTERM, term)
+        engine.close()

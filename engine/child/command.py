@@ -294,11 +294,15 @@ class ProcessRunner:
         except BaseException:
             proc.release()  # still held: it never runs
             raise
-        if why is not None:
+        # A stop while the row was committed (a wait of up to store_retry_s + 15 s): unrun.
+        if why is not None or c.interrupt.is_set():
             proc.go(run=False)
             proc.wait_gone(self.stop_grace_s)  # the shell that held it: it exits at once
             proc.release()
             self._book.ended()
+            if why is None:
+                c.transcript.write("engine", "stopped before its process ran")
+                return RunEnd(code=None)  # its end: the stop's (`_outcome`)
             c.transcript.write("error", f"not started: {why}")
             raise NotRecorded(why)
         proc.go()
