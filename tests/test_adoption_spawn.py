@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from flightdeck.engine.agents.process import Files, Process
 from flightdeck.engine.agents.tree import TAG_ENV
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.owner import run as run_module
@@ -210,3 +211,22 @@ def test_a_child_stopped_while_its_process_row_commits_never_runs_its_command(
         (tmp_path / "t0.go").touch()
         signal.signal(signal.SIGTERM, term)
         engine.close()
+
+
+@pytest.mark.parametrize("mode", [None, 0o644, "folder"])
+def test_a_held_program_that_cannot_start_is_said_as_popen_says_it(
+    tmp_path: Path, mode: int | str | None
+) -> None:
+    # Under the shell that holds it, a program gone since the batch started (or made not
+    # executable) would be the shell's `exec: not found` in its stderr, exit 127 or 126.
+    program = tmp_path / "gone"
+    if mode == "folder":
+        program.mkdir()
+    elif mode is not None:
+        program.write_text("#!/bin/sh\necho ran\n")
+        program.chmod(int(mode))
+    files = Files(tmp_path / "out", tmp_path / "err")
+    env = {"PATH": os.environ["PATH"]}
+    expected = FileNotFoundError if mode is None else PermissionError
+    with pytest.raises(expected):
+        Process.spawn([str(program)], cwd=tmp_path, env=env, files=files, tag="b/c", held=True)

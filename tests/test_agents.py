@@ -1075,6 +1075,13 @@ def test_start_checks_program_workspace_key_and_budget(tmp_path: Path) -> None:
     assert (err.line, err.field) == (6, "routes.cli.argv") and "not found on PATH" in str(err)
     err = refused('argv = ["./missing.py"]\n')
     assert "not an executable file" in str(err)
+    # Held under /bin/sh until its process row commits (gate.py), such a file would run as a
+    # shell script where `execve` refuses it.
+    bare = tmp_path / "bare"
+    bare.write_text("echo ran as a shell script\n")
+    bare.chmod(0o755)
+    err = refused('argv = ["./bare"]\n')
+    assert (err.line, err.field) == (6, "routes.cli.argv") and "a #! line" in str(err), err
     err = refused(fake("noisy.py") + 'api_key_env = "FAKE_KEY"\n')
     assert err.field == "routes.cli.api_key_env" and "FAKE_KEY is not set" in str(err)
     not_git = tmp_path / "plain"

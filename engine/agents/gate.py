@@ -9,10 +9,24 @@ so nothing runs that a new owner could not find (`resume` reads the records).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 
 SH = "/bin/sh"
+
+
+def runnable(program: str, env: Mapping[str, str]) -> None:
+    """Raise what `execve` would for a program that cannot start (not there, not executable),
+    as `subprocess.Popen` did before the shell held it: the shell would say it instead, in the
+    command's stderr, exit 127 or 126. (A file with no `#!` line the shell would run as a
+    script: a route's program is refused at the batch's start for that, `agents/launch.py`.)"""
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        exists = "/" in program and os.path.exists(program)
+        code = errno.EACCES if exists else errno.ENOENT
+        raise OSError(code, os.strerror(code), program)
 
 
 class Gate:

@@ -59,8 +59,12 @@ class CommandRoute:
         if "/" in program:
             program = str((base / Path(program).expanduser()).absolute())
         found = shutil.which(program, path=self.env.get("PATH", ""))
+        where = None
         if found is None:
             where = "is not an executable file" if "/" in program else "was not found on PATH"
+        elif not _starts(found):  # started under /bin/sh (gate.py), it would run as a script
+            where = "is neither a binary nor a script with a #! line"
+        if where is not None or found is None:
             raise ConfigError(
                 self._source,
                 self.spec.lines.get(field),
@@ -68,3 +72,13 @@ class CommandRoute:
                 f"program {argv[0]!r} {where}",
             )
         return (str(Path(found).absolute()), *argv[1:])
+
+
+def _starts(path: str) -> bool:
+    """Whether `execve` can start the file: an ELF binary or a script with a `#!` line."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return True  # unreadable yet executable: the system may still run it; exec will say
+    return head.startswith((b"#!", b"\x7fELF"))

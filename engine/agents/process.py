@@ -28,7 +28,7 @@ from pathlib import Path
 
 from flightdeck.engine.agents import sent, tree
 from flightdeck.engine.agents.fifo import fifo, holder, reopen
-from flightdeck.engine.agents.gate import Gate
+from flightdeck.engine.agents.gate import Gate, runnable
 from flightdeck.engine.agents.tail import Line, Tail
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.private import private_dir
@@ -110,6 +110,8 @@ class Process:
         `held`: it runs once `go()` lets it (its pid and start time are known before)."""
         tree.become_subreaper()
         env = {**env, tree.TAG_ENV: tag}
+        if held:  # said as Popen says it, not by the shell that holds it
+            runnable(argv[0], env)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
         try:
             out = os.open(files.out, flags, 0o600)
