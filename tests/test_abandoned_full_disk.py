@@ -1,5 +1,5 @@
-"""A batch whose store gave up on a full disk, as `report`, `ls` and `wait` tell it: not only
-that its owner died, and no elapsed time the store could not know."""
+"""A batch abandoned while its store's disk is full, as `report`, `ls` and `wait` tell it: not
+that its owner died (the store may have given up), and its elapsed time a lower bound."""
 
 from __future__ import annotations
 
@@ -52,7 +52,9 @@ def test_a_batch_the_store_gave_up_on_a_full_disk_says_so_in_report_ls_and_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Found by a review: after `run` exited 3 on a full disk, `report`, `ls` and `wait` said
-    # only that its owner died, and the report's elapsed read 0.0s.
+    # only that its owner died, and the report's elapsed read 0.0s. A second review: that the
+    # store gave up is not known (a batch killed weeks ago would be said so too), the full disk
+    # now is.
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "250")
     with small_filesystem("2m") as fs:
@@ -60,23 +62,26 @@ def test_a_batch_the_store_gave_up_on_a_full_disk_says_so_in_report_ls_and_wait(
         fill(fs, keep=256 << 10)  # room for a reader's shared-memory file, none for commits
         state = ["--state-dir", str(fs)]
         resume = f"free some space, then `flightdeck resume b1 --state-dir {fs}` runs it to the end"
+        # Said as what is known now (the disk is full), not as the cause: no row could say it.
 
         assert main(["report", "b1", *state]) == ExitCode.OK
         md = capsys.readouterr().out
         assert (
-            "- status: **abandoned** (the store gave up on a full disk before 1 of its children "
-            f"ended: nothing could record the batch's end; {resume})"
+            "- status: **abandoned** (its owner ended before 1 of its children ended, and the "
+            "disk holding its store is full now: the store may have given up there, its last "
+            f"records kept out; {resume})"
         ) in md, md
-        assert "- elapsed: unknown (the full disk kept the batch's end from the store)" in md
-        assert "| running when the store gave up | 1 |" in md
-        assert "| t0001 | running when the store gave up |" in md
+        assert "- elapsed: 6m40s at least" in md
+        assert "| running when its owner ended | 1 |" in md
+        assert "| t0001 | running when its owner ended |" in md
         assert main(["report", "b1", "--format", "json", *state]) == ExitCode.OK
-        assert '"elapsed_s": null,\n  "disk_full": true,' in capsys.readouterr().out
+        assert '"elapsed_s": 400.0,\n  "disk_full": true,' in capsys.readouterr().out
 
         assert main(["ls", *state]) == ExitCode.OK
         assert "│ abandoned (disk full) │" in capsys.readouterr().out
 
         assert main(["wait", "b1", *state]) == ExitCode.INCOMPLETE
         err = capsys.readouterr().err
-        assert "batch b1 was abandoned: the store gave up on a full disk and its owner" in err
+        assert "batch b1 was abandoned: its owner process (pid" in err
+        assert "has ended and the disk holding its store is full" in err
         assert f"; {resume}" in err

@@ -54,11 +54,12 @@ def soft_lift(state_dir: Path | str, batch_id: str) -> str:
 
 
 def gone(state_dir: Path, pid: int | None = None) -> str:
-    """What left a batch abandoned: its owner died, or the store gave up on a full disk and its
-    owner left (which no row can say, none could be written: the disk is looked at)."""
+    """What is known of a batch abandoned: its owner died; or, the disk holding its store full
+    now, its owner has ended, maybe as the store gave up there (no row can say: none could be
+    written)."""
     owner = "its owner" if pid is None else f"its owner process (pid {pid})"
     if disk_full(state_dir):
-        return f"the store gave up on a full disk and {owner} left"
+        return f"{owner} has ended and the disk holding its store is full"
     return f"{owner} died"
 
 

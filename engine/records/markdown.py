@@ -23,8 +23,9 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
     budget = report.get("max_cost_usd")
     # An owner that died left its running children's rows `running`: nothing runs them now.
     died = report["status"] == "abandoned"
-    # What ended it: its owner died, or the store gave up on a full disk (its owner then left).
-    cause = "the store gave up" if report.get("disk_full") else "the owner died"
+    # Its owner died; or, its disk full now, the store may have given up first (no row says).
+    full = bool(report.get("disk_full"))
+    cause = "its owner ended" if full else "the owner died"
     lines = [
         f"# flightdeck batch {_text(report['name'])}",
         "",
@@ -34,7 +35,7 @@ def render_markdown(report: Mapping[str, Any], resume: str | None = None) -> str
         f"- created: {report['created']}",
         # An abandoned batch never finished: its time is its owner's last heartbeat.
         f"- {'owner last heard from' if died else 'finished'}: {report['finished'] or '—'}",
-        f"- elapsed: {_elapsed(report['elapsed_s'])}",
+        f"- elapsed: {_seconds(report['elapsed_s'])}{' at least' if full and died else ''}",
         *([f"- schedules ended: {_text(ended)}"] if (ended := report.get("schedules_end")) else []),
         "",
         "## Totals",
@@ -314,8 +315,8 @@ def _died(report: Mapping[str, Any], command: str | None) -> str:
     before = f" before {left} of its children ended" if left else ""
     if report.get("disk_full"):
         return (
-            f" (the store gave up on a full disk{before}: nothing could record the batch's end;"
-            f" free some space, then {resume})"
+            f" (its owner ended{before}, and the disk holding its store is full now: the store"
+            f" may have given up there, its last records kept out; free some space, then {resume})"
         )
     return f" (its owner died{before}; {resume})"
 
@@ -373,13 +374,6 @@ def _cost(entry: Mapping[str, Any]) -> str:
 def _usd(value: float) -> str:
     # The JSON report's float, back to the exact decimal it was written from (`_money`).
     return fmt_usd(Decimal(repr(value)))
-
-
-def _elapsed(value: float | None) -> str:
-    """The batch's elapsed time; None when the store gave up on a full disk before its end."""
-    if value is None:
-        return "unknown (the full disk kept the batch's end from the store)"
-    return _seconds(value)
 
 
 def _seconds(value: float) -> str:

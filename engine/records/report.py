@@ -69,7 +69,8 @@ def build_report(
     ]
 
     end = info.finished_ts if info.finished_ts is not None else time.time() if now is None else now
-    # The store gave up on a full disk: the time its owner ran on could not be recorded.
+    # The disk is full now: the store may have given up there, its last records kept out (no
+    # row can say so, none could be written): its elapsed time is then a lower bound.
     full = info.status is BatchStatus.ABANDONED and disk_full(reader.path.parent)
     totals = totals_of(children)
     per_route = route_totals(children)
@@ -85,7 +86,7 @@ def build_report(
         "owner_pid": info.owner_pid,  # the process that ran it last (a resume's, after one)
         "created": _iso(info.created_ts),
         "finished": None if info.finished_ts is None else _iso(info.finished_ts),
-        "elapsed_s": None if full else round(max(0.0, end - info.created_ts), 3),
+        "elapsed_s": round(max(0.0, end - info.created_ts), 3),
         "disk_full": full,
         "pool_size": info.pool_size,
         "max_cost_usd": _money(info.max_cost_usd),
