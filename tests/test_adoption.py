@@ -22,13 +22,14 @@ from flightdeck.engine.model import BatchStatus, ChildStatus, Usage
 from flightdeck.engine.records.processes import processes, still_running
 from flightdeck.engine.records.reader import StoreReader
 
-from helpers import ADOPTED, HANG_S, until
+from helpers import ADOPTED, HANG_S, signals_as_a_shell_gives_them, until
 
 FAKES = Path(__file__).parent / "fakes"
 PY = sys.executable
 
 
-def flightdeck(folder: Path, *args: str) -> subprocess.Popen[str]:
+def flightdeck(folder: Path, *args: str, as_a_shell: bool = False) -> subprocess.Popen[str]:
+    """The CLI in `folder`; `as_a_shell`: its signals as a shell's job gets them (a Ctrl+C)."""
     return subprocess.Popen(
         [PY, "-m", "flightdeck.tui.cli", *args],
         cwd=folder,
@@ -36,6 +37,7 @@ def flightdeck(folder: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "NO_COLOR": "1"},
+        preexec_fn=signals_as_a_shell_gives_them if as_a_shell else None,
     )
 
 
@@ -670,22 +672,13 @@ def test_a_second_ctrl_c_says_which_processes_it_left_running_and_resume_ends_th
     # Found by a walk-through: a second Ctrl+C while command children stopped said only "left
     # without waiting for children still stopping"; their processes ran on, unsaid, and the
     # batch read abandoned, with nothing telling the operator that `resume` ends them.
-    from helpers import signals_as_a_shell_gives_them
 
     script, gate = tmp_path / "slow.py", tmp_path / "gate"
     script.write_text(SLOW_TO_STOP)
     folder = project(tmp_path / "p", argv(str(script), str(gate)), ["t0", "t1"])
     config = folder / "flightdeck.toml"
     config.write_text(config.read_text().replace("kill_grace_s = 0.5", "kill_grace_s = 600"))
-    owner = subprocess.Popen(
-        [PY, "-m", "flightdeck.tui.cli", "run", "tasks.jsonl", "--headless"],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "NO_COLOR": "1"},
-        preexec_fn=signals_as_a_shell_gives_them,
-    )
+    owner = flightdeck(folder, "run", "tasks.jsonl", "--headless", as_a_shell=True)
     batch_id = batch_of(folder)
     pids = []
     try:
@@ -768,20 +761,12 @@ def test_a_ctrl_c_while_resume_ends_the_trees_does_not_make_them_stopped_by_the_
     # end (within their kill_grace_s) stopped every child, and resume then said the trees were
     # ended "as stopped" (what it says of a child the operator stopped before the owner died),
     # beside "resumed: 2 re-run".
-    from helpers import read_until, signals_as_a_shell_gives_them
+    from helpers import read_until
 
     folder, batch_id, gate, pids = gated_and_orphaned(tmp_path)
     resume: subprocess.Popen[str] | None = None
     try:
-        resume = subprocess.Popen(
-            [PY, "-m", "flightdeck.tui.cli", "resume", batch_id],
-            cwd=folder,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "NO_COLOR": "1"},
-            preexec_fn=signals_as_a_shell_gives_them,
-        )
+        resume = flightdeck(folder, "resume", batch_id, as_a_shell=True)
         # Both told SIGTERM by the resume, which waits for them to end.
         until(lambda: all((tmp_path / f"{c}.term").exists() for c in ("t0", "t1")), 60)
         resume.send_signal(signal.SIGINT)

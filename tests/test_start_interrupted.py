@@ -40,40 +40,59 @@ def held_project(tmp_path: Path) -> dict[str, str]:
     return env | {"FD_TEST_HELD": str(tmp_path / "held"), "FD_TEST_GATE": str(tmp_path / "gate")}
 
 
-@pytest.mark.slow  # a starter and its owner
-def test_ctrl_c_before_the_owner_recorded_the_batch_ends_it_and_leaves_nothing(
-    tmp_path: Path,
-) -> None:
-    env = {**os.environ, **held_project(tmp_path)}
-    held = tmp_path / "held"
+def starter(
+    tmp_path: Path, env: dict[str, str], *argv: str, process_group: int | None = None
+) -> subprocess.Popen[str]:
+    """`flightdeck run --detach` (through `argv`, the program that starts it) in `tmp_path`,
+    its signals as a shell's job gets them."""
     command = ["run", "--detach", "tasks.jsonl", "--state-dir", "state"]
-    starter = subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", *command],
+    return subprocess.Popen(
+        [sys.executable, *argv, *command],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=signals_as_a_shell_gives_them,
+        process_group=process_group,
     )
+
+
+def said_never_started(run: subprocess.Popen[str], owner: int) -> None:
+    """`run`, interrupted, ended its held owner and said nothing of it is left."""
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == ExitCode.INTERRUPTED, err
+    assert out == "", out  # no batch id: it never started
+    assert f"its owner, pid {owner};" in err, err
+    assert "never started: nothing is left of it" in err, err
+    assert ended(owner)  # not left to run the batch unseen
+
+
+def cleaned_up(run: subprocess.Popen[str], owner: int) -> None:
+    """Nothing of a test's run or its owner left, however the test ended."""
+    if owner and not ended(owner):
+        os.kill(owner, signal.SIGKILL)
+    if run.poll() is None:
+        run.kill()
+        run.communicate()
+
+
+@pytest.mark.slow  # a starter and its owner
+def test_ctrl_c_before_the_owner_recorded_the_batch_ends_it_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, **held_project(tmp_path)}
+    held = tmp_path / "held"
+    run = starter(tmp_path, env, "-m", "flightdeck.tui.cli")
     owner = 0
     try:
         until(held.exists, 60, what="the owner started, and held")
         owner = int(held.read_text())
-        starter.send_signal(signal.SIGINT)
-        out, err = starter.communicate(timeout=60)
-        assert starter.returncode == ExitCode.INTERRUPTED, err
-        assert out == ""  # no batch id: it never started
-        assert f"its owner, pid {owner};" in err, err
-        assert "never started: nothing is left of it" in err, err
-        assert ended(owner)  # not left to run the batch once the machine lets it
+        run.send_signal(signal.SIGINT)
+        said_never_started(run, owner)
         assert list((tmp_path / "state" / "batches").iterdir()) == []
     finally:
-        if owner and not ended(owner):
-            os.kill(owner, signal.SIGKILL)
-        if starter.poll() is None:
-            starter.kill()
-            starter.communicate()
+        cleaned_up(run, owner)
 
 
 # The launcher (spawn._LAUNCH: it starts the owner in a session of its own and says its pid),
@@ -102,15 +121,12 @@ def test_ctrl_c_while_the_launcher_starts_the_owner_ends_the_owner(tmp_path: Pat
     held = tmp_path / "held"
     launched, launch_gate = tmp_path / "launched", tmp_path / "launch-gate"
     env |= {"FD_TEST_LAUNCHED": str(launched), "FD_TEST_LAUNCH_GATE": str(launch_gate)}
-    command = ["run", "--detach", "tasks.jsonl", "--state-dir", "state"]
-    starter = subprocess.Popen(
-        [sys.executable, "-c", STARTER, HELD_LAUNCH, *command],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=signals_as_a_shell_gives_them,
+    run = starter(
+        tmp_path,
+        env,
+        "-c",
+        STARTER,
+        HELD_LAUNCH,
         process_group=0,  # a terminal's foreground group: the starter and its launcher
     )
     owner = 0
@@ -118,20 +134,11 @@ def test_ctrl_c_while_the_launcher_starts_the_owner_ends_the_owner(tmp_path: Pat
         until(launched.exists, 60, what="the launcher started the owner, and held")
         until(held.exists, 60, what="the owner started, and held")
         owner = int(held.read_text())
-        os.killpg(starter.pid, signal.SIGINT)  # as the terminal sends it
+        os.killpg(run.pid, signal.SIGINT)  # as the terminal sends it
         launch_gate.touch()
-        out, err = starter.communicate(timeout=60)
-        assert starter.returncode == ExitCode.INTERRUPTED, err
-        assert out == "", out
-        assert f"its owner, pid {owner};" in err, err
-        assert "never started: nothing is left of it" in err, err
-        assert ended(owner)  # not left to run the batch unseen
+        said_never_started(run, owner)
     finally:
-        if owner and not ended(owner):
-            os.kill(owner, signal.SIGKILL)
-        if starter.poll() is None:
-            starter.kill()
-            starter.communicate()
+        cleaned_up(run, owner)
 
 
 @pytest.mark.slow  # an owner started
