@@ -140,10 +140,18 @@ def _no_home() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "FLIGHTDECK_HOME"}
 
 
-def test_the_from_python_example_runs(tmp_path: Path) -> None:
+def _run_example(
+    folder: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """docs/python-api.md's example, run as written in `folder` (with `env`, else this one's)."""
     section = (DOCS / "python-api.md").read_text(encoding="utf-8")
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None
+    run = [sys.executable, "-c", code.group(1)]
+    return subprocess.run(run, cwd=folder, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_the_from_python_example_runs(tmp_path: Path) -> None:
     (tmp_path / "flightdeck.toml").write_text(
         # Each call waits at least 60 ms for its first token (0.6 x 400 ms x 0.25): the steer
         # sent right after start() is delivered at t0's next turn, not missed.
@@ -154,14 +162,7 @@ def test_the_from_python_example_runs(tmp_path: Path) -> None:
         "".join(f'{{"id": "t{i}", "goal": "Review item {i}"}}\n' for i in range(3)),
         encoding="utf-8",
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code.group(1)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_no_home(),
-    )
+    done = _run_example(tmp_path, _no_home())
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     finished = [line.split() for line in lines[:3]]
@@ -180,15 +181,11 @@ def test_the_from_python_example_runs_in_the_state_folder_the_cli_reads(
 ) -> None:
     # Found by a review: the example ran in ./.flightdeck whatever FLIGHTDECK_HOME or the
     # config's [engine] state_dir said, where `flightdeck ls` then did not look.
-    section = (DOCS / "python-api.md").read_text(encoding="utf-8")
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
     config = '[engine]\nstate_dir = "from-config"\n[routes.sim]\ntime_scale = 0.01\n'
     (tmp_path / "flightdeck.toml").write_text(config, encoding="utf-8")
     (tmp_path / "tasks.jsonl").write_text('{"id": "t0", "goal": "a"}\n', encoding="utf-8")
     env = {**_no_home(), **({"FLIGHTDECK_HOME": str(tmp_path / "home")} if home else {})}
-    run = [sys.executable, "-c", code.group(1)]
-    done = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    done = _run_example(tmp_path, env)
     assert done.returncode == 0, done.stderr
     listed = subprocess.run(
         [sys.executable, "-m", "flightdeck.tui.cli", "ls"],
@@ -206,20 +203,11 @@ def test_the_from_python_example_runs_in_the_state_folder_the_cli_reads(
 def test_the_from_python_example_keeps_the_configs_limits_on_input(tmp_path: Path) -> None:
     # load_batch's own defaults are not the config's: the example gives it [engine] max_tasks
     # (and max_task_chars), or a batch the CLI refuses would run from Python.
-    section = (DOCS / "python-api.md").read_text(encoding="utf-8")
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
     (tmp_path / "flightdeck.toml").write_text("[engine]\nmax_tasks = 2\n", encoding="utf-8")
     (tmp_path / "tasks.jsonl").write_text(
         '{"goal": "a"}\n{"goal": "b"}\n{"goal": "c"}\n', encoding="utf-8"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code.group(1)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run_example(tmp_path)
     assert done.returncode != 0
     assert (
         "SpecError: tasks.jsonl:3: more than 2 tasks, the limit ([engine] max_tasks" in done.stderr
