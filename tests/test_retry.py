@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import sys
 from decimal import Decimal
 from pathlib import Path
@@ -207,6 +208,35 @@ def test_a_command_child_stopped_before_its_retry_ran_keeps_its_tokens_unknown(
     assert row.cost_usd is None and row.tokens_unknown
     assert report["children"][0]["tokens_in"] is None
     assert [a["tokens"] for a in report["attempts"]] == [None, None]
+
+
+def test_a_retry_event_is_committed_with_its_queued_row_or_neither_is(tmp_path: Path) -> None:
+    # The retry event was written apart from the row that queues the new attempt: an owner
+    # killed between the two left a retry the store says ran with no attempt for it (or the
+    # reverse). The event refused here stands for that kill, at that point, every time;
+    # paused admission keeps the new attempt from writing rows of its own after it.
+    engine = start(batch(1), settings(sim_route(fail_rate=1.0)), tmp_path)
+    db = tmp_path / "state" / "flightdeck.db"
+    try:
+        assert engine.wait(60) and engine.flush(60)
+        assert _row(engine).status is ChildStatus.FAILED
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "CREATE TRIGGER killed BEFORE INSERT ON events WHEN NEW.kind = 'retry'"
+                " BEGIN SELECT RAISE(ABORT, 'the owner was killed here'); END"
+            )
+        conn.close()
+        engine.pause_admission()
+        engine.retry(["t0000"])
+        assert _row(engine).attempt == 2  # in memory, it is queued again
+        engine.flush(60)
+        with StoreReader(db) as reader:
+            stored = reader.child(engine.batch_id, "t0000")
+    finally:
+        engine.close()
+    assert _events(db, engine.batch_id, "retry") == []
+    assert stored is not None
+    assert (stored.attempt, stored.status) == (1, ChildStatus.FAILED)  # as it was
 
 
 def test_a_retry_that_continues_resumes_the_cli_s_session(tmp_path: Path) -> None:

@@ -129,9 +129,9 @@ class Attempts:
         child.transcript.write(
             "operator", f"retry requested: attempt {attempt.number} ({mode}) after {before}"
         )
-        self._recorder.record_event(row.id, "retry", retry_json(row, attempt.number, mode))
         self._replace(old, child)
-        self._recorder.record(child.row())
+        # In one transaction: a retry event without its queued row would say it ran again.
+        self._recorder.record(child.row(), [("retry", retry_json(row, attempt.number, mode))])
         return child
 
     def _replace(self, old: Child | None, new: Child) -> None:

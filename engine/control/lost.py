@@ -50,13 +50,14 @@ def rerun_lost(
         recorder.record_event(kid, SUPERSEDED, child_id)
     carried = child.progress.carried_cost
     lost = child.restart(why)
-    recorder.record(lost)
-    recorder.record_event(child_id, "lost_attempt", lost_attempt_json(lost, True, why))
     if child.status is ChildStatus.PAUSED:
         pauses.parked[child_id] = child  # a paused child that holds nothing waits to be continued
     else:
         slots.queues.requeue([child])
-    recorder.record(child.row())
+    # The lost attempt's event in the transaction that queues it again: apart, a dead owner
+    # could leave the queued row (its spend carried) with no event to say it ran, and a resume
+    # would count a carried unknown cost as a known $0 (as owner/lostrun.py's settle_lost).
+    recorder.record(child.row(), [("lost_attempt", lost_attempt_json(lost, True, why))])
     if lost.cost_usd is None or carried is None:
         return None
     return lost.cost_usd - carried

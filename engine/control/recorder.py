@@ -7,7 +7,7 @@ the SQLite store), and the parts record through it without knowing where it goes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from flightdeck.engine.commands import Command
@@ -18,8 +18,10 @@ from flightdeck.engine.records.faults import StoreTrouble
 class Recorder(Protocol):
     """Where a running batch's records go (called on the coordinator thread)."""
 
-    def record(self, row: ChildRow) -> None:
-        """A child's row as it is now."""
+    def record(self, row: ChildRow, events: Sequence[tuple[str, str]] = ()) -> None:
+        """A child's row as it is now; `events` (kind, detail) of that child, committed in the
+        row's transaction: an owner killed between a row and the event that explains it left
+        one without the other."""
 
     def record_final(
         self, row: ChildRow, then: Callable[[bool], None], unit: GroupFinished | None = None

@@ -3,7 +3,7 @@ owner's SQLite store, under the batch's id."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from flightdeck.engine.commands import Answer, Command, Steer, encode
 from flightdeck.engine.model import ChildRow, GroupFinished, Limits, SteerReceipt
@@ -22,9 +22,10 @@ class StoreRecorder:
         self._batch_id = batch_id
         self._clock = clock
 
-    def record(self, row: ChildRow) -> None:
-        """A child's row as it is now."""
-        self._store.update_child(self._batch_id, row)
+    def record(self, row: ChildRow, events: Sequence[tuple[str, str]] = ()) -> None:
+        """A child's row as it is now, with its `events` (kind, detail) in the same transaction."""
+        told = [(row.id, self._clock(), kind, detail) for kind, detail in events]
+        self._store.update_child(self._batch_id, row, events=told)
 
     def record_final(
         self, row: ChildRow, then: Callable[[bool], None], unit: GroupFinished | None = None
