@@ -10,25 +10,32 @@ import contextlib
 import os
 import signal
 import sqlite3
+import sys
 import threading
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from flightdeck.engine.agents.book import StoreBook
 from flightdeck.engine.agents.process import Files, Process
 from flightdeck.engine.agents.tree import TAG_ENV
-from flightdeck.engine.model import ChildStatus
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import CommandSpec, Route
+from flightdeck.engine.model import ChildStatus, Usage
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
-from flightdeck.engine.records.processes import still_running
+from flightdeck.engine.records.processes import ProcessLog, still_running
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 
 from faults import FaultyConnection
-from helpers import HANG_S, until
+from helpers import HANG_S, batch, settings, until
 from test_adoption import argv, batch_of, flightdeck, kill_owner, project, runs
 from test_agents import config, engine_for, row_of
+from test_resume import dead_batch
+from test_store import make_child
 
 # Notes its pid in `{task}.ran` (one line a run), then runs until `{task}.go` exists.
 UNTIL_GO = (
@@ -230,3 +237,51 @@ def test_a_held_program_that_cannot_start_is_said_as_popen_says_it(
     expected = FileNotFoundError if mode is None else PermissionError
     with pytest.raises(expected):
         Process.spawn([str(program)], cwd=tmp_path, env=env, files=files, tag="b/c", held=True)
+
+
+def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_run_again(
+    tmp_path: Path,
+) -> None:
+    # An owner killed between the process row's commit and opening the gate left the row of a
+    # shell that exits unrun. `resume` took it for a process that ran and ended: an agent
+    # CLI's child was adopted, read to the end of no output and failed, "ended without a
+    # result", its task never run. The process here is held and recorded as the owner does,
+    # then its gate's write end closed, as the owner's death closes it.
+    fake = Path(__file__).parent / "fakes" / "fake_claude.py"
+    argv = (sys.executable, str(fake), "-p", "--output-format", "stream-json", "--verbose")
+    command = CommandSpec(argv=(*argv, "{goal}"), format="claude-stream-json")
+    route = Route(name="cli", provider="command", model="cli", command=command)
+    state = tmp_path / "state"
+    bdir = state / "batches" / "b1"
+    bdir.mkdir(parents=True)
+    row = make_child(
+        0, id="t0000", route="cli", status=ChildStatus.RUNNING, usage=Usage(), cost_usd=None,
+        started_ts=1450.0, transcript=str(bdir / "t0000.log"),
+    )  # fmt: skip
+    io = bdir / "io"
+    files = Files(io / "t0000.out", io / "t0000.err")
+    with Store(state / "flightdeck.db") as store:
+        store.create_batch(dead_batch(state, settings(route), batch(1), heartbeat_ts=1500.0))
+        store.add_children("b1", [row])
+        proc = Process.spawn(
+            [*argv, row.goal], cwd=tmp_path, env=os.environ, files=files, tag="b1/t0000", held=True
+        )
+        try:
+            book = StoreBook(ProcessLog(store, "b1"), "t0000")
+            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
+        finally:
+            proc.go(run=False)  # the pipe's write end closed, as by the owner's death
+        until(lambda: proc.returncode is not None, what="the held shell to end")
+    assert proc.returncode != 0  # at the pipe's end, unrun
+    engine = Engine.resume(state, "b1")
+    engine.start()
+    try:
+        assert engine.wait(HANG_S)
+        ended = engine.snapshot().child("t0000")
+    finally:
+        engine.close()
+    assert ended is not None
+    assert (ended.status, ended.error) == (ChildStatus.COMPLETED, None)
+    said = Path(ended.transcript).read_text()
+    assert "never ran: its owner died before letting it start" in said
+    assert "restarts from the start" in said

@@ -3,7 +3,9 @@
 It is started under the shell, which waits on a pipe from the owner and then execs the command:
 the same pid and start time, so the record made while it waits stays true. An owner killed
 before it lets go leaves the pipe's end to read: the shell exits and the command never runs,
-so nothing runs that a new owner could not find (`resume` reads the records).
+so nothing runs that a new owner could not find (`resume` reads the records). A marker file
+says which: the owner writes it before the spawn, the shell empties it just before the exec,
+so a process found ended with its marker still full never ran (`never_ran`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import errno
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 SH = "/bin/sh"
+HELD = b"held: its owner had not let it run\n"  # emptied by the shell as it execs the command
 
 
 def runnable(program: str, env: Mapping[str, str]) -> None:
@@ -36,15 +40,21 @@ class Gate:
         self.read_fd, write = os.pipe()
         self._write: int | None = write
 
-    def argv(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        """`argv`, held at this gate (the read end must be passed to it), run with `env`."""
+    def argv(
+        self, argv: Sequence[str], env: Mapping[str, str], marker: Path | None = None
+    ) -> list[str]:
+        """`argv`, held at this gate (the read end must be passed to it), run with `env`;
+        `marker` (written by `mark_held`) emptied just before it runs."""
         # The shell exports PWD: the command's environment stays the one it was given.
         unset = "" if "PWD" in env else "unset PWD; "
         # `read` fails at the pipe's end (closed unopened, or its owner died): no exec. By its
         # path: dash's redirections take one digit, and the owner's fds run higher. The command
         # keeps that fd, a pipe nothing writes to any more.
-        script = f'{unset}read -r go < /proc/self/fd/{self.read_fd} && exec "$@"'
-        return [SH, "-c", script, "sh", *argv]
+        wait = f"{unset}read -r go < /proc/self/fd/{self.read_fd}"
+        if marker is None:
+            return [SH, "-c", f'{wait} && exec "$@"', "sh", *argv]
+        # A marker that cannot be emptied runs nothing: a resume would run it again.
+        return [SH, "-c", f'{wait} && : > "$1" && shift && exec "$@"', "sh", str(marker), *argv]
 
     def passed(self) -> None:
         """The held process has its copy of the read end (or was not started)."""
@@ -64,3 +74,22 @@ class Gate:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def mark_held(marker: Path) -> None:
+    """Before a held spawn: the marker its shell empties as it lets the command run."""
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, HELD)
+    finally:
+        os.close(fd)
+
+
+def never_ran(marker: Path) -> bool:
+    """Whether a held process found ended never ran its command: its marker was never emptied.
+    Only for an ended process (one alive may be let go still); False with no marker (a process
+    recorded before markers were written: it may have run)."""
+    try:
+        return os.path.getsize(marker) > 0
+    except OSError:
+        return False

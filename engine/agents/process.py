@@ -28,7 +28,7 @@ from pathlib import Path
 
 from flightdeck.engine.agents import sent, tree
 from flightdeck.engine.agents.fifo import fifo, holder, reopen
-from flightdeck.engine.agents.gate import Gate, runnable
+from flightdeck.engine.agents.gate import Gate, mark_held, runnable
 from flightdeck.engine.agents.tail import Line, Tail
 from flightdeck.engine.agents.tree import Pid
 from flightdeck.engine.private import private_dir
@@ -43,6 +43,11 @@ class Files:
     out: Path
     err: Path
     stdin: Path | None = None  # a FIFO, for a route that writes to its stdin
+
+    @property
+    def held(self) -> Path:
+        """The marker of a process spawned held: emptied once it was let run (agents/gate.py)."""
+        return self.out.with_suffix(".held")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +128,12 @@ class Process:
         holding: subprocess.Popen[bytes] | None = None
         gates = [Gate()] if held else []
         try:
+            if held:
+                mark_held(files.held)
             if files.stdin is not None:
                 stdin_r, stdin_w = fifo(files.stdin)
             popen = subprocess.Popen(
-                gates[0].argv(argv, env) if gates else list(argv),
+                gates[0].argv(argv, env, files.held) if gates else list(argv),
                 cwd=cwd,
                 env=env,
                 stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
@@ -348,7 +355,7 @@ class Process:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(0)
         if remove:
-            for path in (self.files.out, self.files.err, self.files.stdin):
+            for path in (self.files.out, self.files.err, self.files.stdin, self.files.held):
                 if path is not None:
                     with contextlib.suppress(OSError):
                         path.unlink()

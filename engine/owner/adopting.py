@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.adopt import end_trees
 from flightdeck.engine.agents.book import record_of
+from flightdeck.engine.agents.gate import never_ran
 from flightdeck.engine.agents.process import Record
 from flightdeck.engine.child.command import Adoption, ProcessRunner
 from flightdeck.engine.child.state import Child
@@ -17,6 +18,8 @@ from flightdeck.engine.owner.lostrun import owner_died
 from flightdeck.engine.records.meter import Meter
 from flightdeck.engine.records.processes import ProcessLog, ProcessRow
 from flightdeck.engine.records.store import Store
+
+UNRUN = "its owner died before letting it start"
 
 
 @dataclasses.dataclass(slots=True)
@@ -50,12 +53,17 @@ def take_processes(
         child, row = by_id.get(process.child_id), rows.get(process.child_id)
         record = record_of(process)
         runs = tree.alive(record.root)  # or it ended since: adopted all the same, read to its end
+        # Its owner died after recording it, before letting it run: nothing to adopt, its task
+        # runs again (an agent CLI's would otherwise read as one that ended without a result).
+        unrun = not runs and never_ran(record.files.held)
         live = row is not None and not row.status.terminal and child is not None
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
+        if unrun:
+            why = UNRUN
         # Suspended by its dead owner for the operator's pause: it stays so until continued.
         stopped = row is not None and row.status is ChildStatus.PAUSED
-        if live and isinstance(runner, ProcessRunner):
+        if live and isinstance(runner, ProcessRunner) and not unrun:
             act = row.activity if row is not None else None
             tool = None  # the tool the dead owner last recorded it in, and since when
             if act is not None and act.current_tool and act.tool_started_ts is not None:
@@ -87,6 +95,8 @@ def take_processes(
     for (process, why, runs), left in zip(ending, end_trees(trees), strict=True):
         log.ended(process.child_id)
         note = f"its process {process.pid} was not adopted ({why}): its tree was ended"
+        if why == UNRUN:
+            note = f"its process {process.pid} never ran: {UNRUN}"
         if left:
             note += f", but {len(left)} process(es) could not be killed"
         if (child := by_id.get(process.child_id)) is not None:
