@@ -239,6 +239,25 @@ def test_a_held_program_that_cannot_start_is_said_as_popen_says_it(
         Process.spawn([str(program)], cwd=tmp_path, env=env, files=files, tag="b/c", held=True)
 
 
+def test_a_held_command_let_go_runs_in_its_own_folder_with_the_owner_s_paths_relative(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A state folder given as a relative path (`state_dir = "state"`) makes the batch's files
+    # relative to the owner's folder, while the command runs in its workspace: its marker,
+    # emptied by the shell there, was looked for in the workspace, and the command never ran.
+    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "ws"
+    work.mkdir()
+    io = Path("state") / "io"
+    io.mkdir(parents=True)
+    files = Files(io / "t0.out", io / "t0.err")
+    proc = Process.spawn(["pwd"], cwd=work, env=os.environ, files=files, tag="b/t0", held=True)
+    proc.go()
+    until(lambda: proc.returncode is not None, what="the command to end")
+    assert (proc.returncode, files.out.read_text()) == (0, f"{work}\n"), files.err.read_text()
+    assert files.held.read_bytes() == b""  # emptied as it was let run
+
+
 def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_run_again(
     tmp_path: Path,
 ) -> None:

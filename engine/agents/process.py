@@ -133,7 +133,8 @@ class Process:
             if files.stdin is not None:
                 stdin_r, stdin_w = fifo(files.stdin)
             popen = subprocess.Popen(
-                gates[0].argv(argv, env, files.held) if gates else list(argv),
+                # The marker's path as the owner wrote it: the shell runs in the command's cwd.
+                gates[0].argv(argv, env, files.held.absolute()) if gates else list(argv),
                 cwd=cwd,
                 env=env,
                 stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
