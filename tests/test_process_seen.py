@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
+import pytest
 from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.process import Files, Process
 
@@ -78,3 +82,20 @@ def test_an_orphan_is_found_by_its_tag_read_once_and_forgotten_once_reaped(tmp_p
         proc.signal(signal.SIGKILL)
         proc.wait_gone(10)
         proc.release()
+
+
+def test_becoming_a_subreaper_runs_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first spawn of a batch makes the owner a subreaper while every other spawn waits on
+    # the same lock: `ctypes.util.find_library("c")` ran `ldconfig` there, twice (and again at
+    # the batch's close).
+    def refused(*args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", refused)
+    reaper = tree._Subreaper()
+    assert reaper.become()  # Linux: PR_SET_CHILD_SUBREAPER through libc's prctl
+    now = ctypes.c_int(0)
+    assert reaper._prctl(37, ctypes.byref(now)) and now.value == 1  # PR_GET_CHILD_SUBREAPER
+    reaper.opened()
+    reaper.closed()
+    assert reaper._prctl(37, ctypes.byref(now)) and now.value == 0

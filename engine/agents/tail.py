@@ -35,7 +35,8 @@ class Tail:
         self.offset = offset
         self._partial = b""
         self._fd = os.open(path, os.O_RDONLY)
-        os.lseek(self._fd, offset, os.SEEK_SET)
+        if offset:
+            os.lseek(self._fd, offset, os.SEEK_SET)
 
     def read(self, out: list[Line], final: bool = False, upto: int | None = None) -> None:
         while upto is None or self.offset < upto:

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from flightdeck.engine.records.liveness import Pid, alive, identify, stat_fields, stat_of
+from flightdeck.engine.records.liveness import (
+    Pid,
+    alive,
+    identify,
+    read_proc,
+    stat_fields,
+    stat_of,
+)
 
 __all__ = [
     "TAG_ENV",
@@ -45,8 +51,7 @@ def children(pid: int) -> list[int]:
     out: list[int] = []
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(p) for p in f.read().split()]
+            out += map(int, (read_proc(f"/proc/{pid}/task/{task}/children") or b"").split())
     return out
 
 
@@ -69,10 +74,8 @@ def descendants(root: Pid) -> Iterator[Pid]:
 
 def tag_of(pid: int) -> str | None:
     """The command child a process belongs to (its `TAG_ENV`), if it has one we can read."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read()
-    except OSError:
+    environ = read_proc(f"/proc/{pid}/environ")
+    if environ is None:
         return None
     prefix = TAG_ENV.encode() + b"="
     for item in environ.split(b"\0"):
@@ -96,13 +99,9 @@ def adopted() -> list[Adopted]:
     started). One look serves `orphans` and `reap` alike: each read of /proc costs tens of
     microseconds, and a command child's end looks at them all."""
     main = os.getpid()
-    try:
-        with open(f"/proc/{main}/task/{main}/children") as f:
-            pids = [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-    found = []
-    for pid in pids:
+    listed = read_proc(f"/proc/{main}/task/{main}/children")
+    found: list[Adopted] = []
+    for pid in map(int, (listed or b"").split()):
         fields = stat_fields(pid)
         if fields is None:
             continue  # gone since the list was read
@@ -190,9 +189,10 @@ class _Subreaper:
         self._was = False  # it was a subreaper before (the program's own choice)
 
     def _prctl(self, option: int, arg: object) -> bool:
+        # The process's own symbols, libc's among them: `ctypes.util.find_library` would run
+        # `ldconfig` as a subprocess at each call, while every spawn waits on this lock.
         with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-            return bool(libc.prctl(option, arg, 0, 0, 0) == 0)
+            return bool(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0)
         return False
 
     def become(self) -> bool:

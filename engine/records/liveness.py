@@ -8,6 +8,7 @@ seconds apart says when it was last heard of: an abandoned batch's elapsed time 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ __all__ = [
     "claim_batch",
     "owner_of",
     "process_matches",
+    "read_proc",
 ]
 
 HEARTBEAT_EVERY_S = 2.0  # how often a live owner stamps its batch row
@@ -63,12 +65,28 @@ class Pid:
     start: int  # clock ticks since boot
 
 
+def read_proc(path: str) -> bytes | None:
+    """A /proc file's bytes; None if it cannot be read (its process is gone). By `os` calls: a
+    file object makes five more system calls a read, each a turn at the interpreter lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def stat_fields(pid: int) -> list[bytes] | None:
     """A process's /proc/PID/stat from its state (field 3) on; None if no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
+    data = read_proc(f"/proc/{pid}/stat")
+    if data is None:
         return None
     # The command name (field 2) is in parentheses and may hold spaces or parentheses.
     return data[data.rfind(b")") + 2 :].split()
