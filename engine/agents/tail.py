@@ -45,9 +45,14 @@ class Tail:
             if not chunk:
                 break
             self.offset += len(chunk)
-            lines = (self._partial + chunk).split(b"\n")
-            self._partial = lines.pop()
-            out += [Line(self.stream, _text(line)) for line in lines]
+            data = self._partial + chunk
+            end = data.rfind(b"\n") + 1  # past the last whole line
+            self._partial = data[end:]
+            if end:
+                # Decoded in one call, not one a line: a newline byte is never inside a
+                # character, so an invalid sequence is replaced the same either way.
+                text = data[:end].decode("utf-8", "replace").replace("\r\n", "\n")
+                out += [Line(self.stream, line) for line in text.split("\n")[:-1]]
             while len(self._partial) > MAX_LINE_BYTES:
                 piece, self._partial = (
                     self._partial[:MAX_LINE_BYTES],

@@ -156,6 +156,8 @@ def unknown(event: dict[str, object], kind: object) -> Shown:
 def cut(text: str, limit: int) -> str:
     """`text` up to about `limit` characters (never inside a key: `cut_at`), and how many more
     there were. Cut before the child redacts it."""
+    if len(text) <= limit:  # nearly every line: one test, not a call
+        return text
     end = cut_at(text, limit)
     more = len(text) - end
     return text[:end] + (f"\n… ({more} more characters)" if more else "")

@@ -1,0 +1,46 @@
+"""A command child's output file read as it grows (agents/tail.py): whole lines, as written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flightdeck.engine.agents import tail
+from flightdeck.engine.agents.tail import Tail
+
+
+def read_as_written(path: Path, pieces: list[bytes]) -> tuple[list[str], int]:
+    """The lines a Tail gives when each piece is appended, then read; and where it read to."""
+    path.write_bytes(b"")
+    reader = Tail(path, "stdout", 0)
+    lines: list[tail.Line] = []
+    try:
+        for piece in pieces:
+            with path.open("ab") as f:
+                f.write(piece)
+            reader.read(lines)
+        read_to = reader.read_to
+        reader.read(lines, final=True)
+    finally:
+        reader.close()
+    assert {line.stream for line in lines} <= {"stdout"}
+    return [line.text for line in lines], read_to
+
+
+def test_lines_split_across_reads_come_whole(tmp_path: Path) -> None:
+    # A character cut between two reads, a CRLF cut between its two bytes, bytes that are no
+    # UTF-8 (replaced, never fatal), a lone CR kept, and an unfinished last line.
+    euro = "€".encode()
+    pieces = [b"one\r", b"\ntw", b"o " + euro[:2], euro[2:] + b"\n\xff\xfe x\n"]
+    pieces += [b"a\rb\n\nla", b"st"]
+    lines, read_to = read_as_written(tmp_path / "out", pieces)
+    assert lines == ["one", "two €", "\ufffd\ufffd x", "a\rb", "", "last"]
+    assert read_to == len(b"".join(pieces)) - len(b"last")  # an adopter reads it again
+
+
+def test_a_line_longer_than_the_limit_comes_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tail, "MAX_LINE_BYTES", 4)
+    lines, _ = read_as_written(tmp_path / "out", [b"abcdefghij", b"k\nxy\n"])
+    assert lines == ["abcd", "efgh", "ijk", "xy"]
