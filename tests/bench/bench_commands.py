@@ -11,10 +11,11 @@ Run on a checkout's own venv, it measures that checkout (the engine API it uses 
 before and after the runner split), so before/after figures come from one machine and load.
 
 Knobs: BENCH_CHILDREN, BENCH_LINES, BENCH_SLEEPERS, BENCH_SLEEP_S, BENCH_DIR (where the state
-goes: /dev/shm keeps the disk out of it), and BENCH_TUNED=1: the interpreter as `flightdeck run`
-sets it (`tune_interpreter`: a longer GIL switch interval, fewer collections), not as a program
-that embeds an `Engine` leaves it. The children's threads spend much of their CPU handing the
-GIL to each other, so the two differ; figures are comparable only at the same setting.
+goes: /dev/shm keeps the disk out of it), and BENCH_TUNED: 1 (the default) runs the interpreter
+as `flightdeck run` and `resume` set it, the owner users run (`tune_interpreter`: a longer GIL
+switch interval, fewer collections), 0 as a program that embeds an `Engine` leaves it. The
+children's threads spend much of their CPU handing the GIL to each other, so the two differ;
+figures are comparable only at the same setting (before 2026-12-07 they were all at 0).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ LINES = int(os.environ.get("BENCH_LINES", "100000"))
 JSON_LINES = LINES // 5
 SLEEPERS = int(os.environ.get("BENCH_SLEEPERS", "128"))
 SLEEP_S = float(os.environ.get("BENCH_SLEEP_S", "3"))
-TUNED = os.environ.get("BENCH_TUNED") == "1"
+TUNED = os.environ.get("BENCH_TUNED", "1") == "1"
 ENV = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
 ASSISTANT = json.dumps(
     {
