@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import sys
 import threading
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from flightdeck.engine.agents.process import Files, Process
 from flightdeck.engine.agents.tree import TAG_ENV
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import CommandSpec, Route
-from flightdeck.engine.model import ChildStatus, Usage
+from flightdeck.engine.model import ChildRow, ChildStatus, Usage
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
 from flightdeck.engine.records.processes import ProcessLog, still_running
@@ -239,6 +240,20 @@ def test_a_held_program_that_cannot_start_is_said_as_popen_says_it(
         Process.spawn([str(program)], cwd=tmp_path, env=env, files=files, tag="b/c", held=True)
 
 
+def test_a_held_shell_whose_marker_cannot_be_written_ends_unrun_and_reaped(
+    tmp_path: Path,
+) -> None:
+    # The marker is written once the shell is spawned: one it cannot be (here a folder in its
+    # place) fails the spawn as a start would, the shell let go unrun and reaped, no zombie.
+    files = Files(tmp_path / "t0.out", tmp_path / "t0.err")
+    files.held.mkdir()
+    before = {p.pid for p in psutil.Process().children()}
+    with pytest.raises(IsADirectoryError):
+        Process.spawn(["true"], cwd=tmp_path, env=os.environ, files=files, tag="b/t0", held=True)
+    left = [p for p in psutil.Process().children() if p.pid not in before]
+    assert left == []
+
+
 def test_a_held_command_let_go_runs_in_its_own_folder_with_the_owner_s_paths_relative(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -258,16 +273,14 @@ def test_a_held_command_let_go_runs_in_its_own_folder_with_the_owner_s_paths_rel
     assert files.held.read_bytes() == b""  # emptied as it was let run
 
 
-def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_run_again(
-    tmp_path: Path,
-) -> None:
-    # An owner killed between the process row's commit and opening the gate left the row of a
-    # shell that exits unrun. `resume` took it for a process that ran and ended: an agent
-    # CLI's child was adopted, read to the end of no output and failed, "ended without a
-    # result", its task never run. The process here is held and recorded as the owner does,
-    # then its gate's write end closed, as the owner's death closes it.
+def a_dead_owner_s_cli_child(
+    tmp_path: Path, *extra: str
+) -> tuple[Path, Files, Callable[[], Process], StoreBook, Store]:
+    """Batch b1 of a dead owner whose child t0000, of an agent CLI's route, runs: its state
+    folder, its process's files, how that process is spawned held, its book, and the store
+    (the caller closes it)."""
     fake = Path(__file__).parent / "fakes" / "fake_claude.py"
-    argv = (sys.executable, str(fake), "-p", "--output-format", "stream-json", "--verbose")
+    argv = [sys.executable, str(fake), "-p", "--output-format", "stream-json", "--verbose", *extra]
     command = CommandSpec(argv=(*argv, "{goal}"), format="claude-stream-json")
     route = Route(name="cli", provider="command", model="cli", command=command)
     state = tmp_path / "state"
@@ -279,19 +292,21 @@ def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_
     )  # fmt: skip
     io = bdir / "io"
     files = Files(io / "t0000.out", io / "t0000.err")
-    with Store(state / "flightdeck.db") as store:
-        store.create_batch(dead_batch(state, settings(route), batch(1), heartbeat_ts=1500.0))
-        store.add_children("b1", [row])
-        proc = Process.spawn(
+    store = Store(state / "flightdeck.db")
+    store.create_batch(dead_batch(state, settings(route), batch(1), heartbeat_ts=1500.0))
+    store.add_children("b1", [row])
+
+    def spawn() -> Process:
+        return Process.spawn(
             [*argv, row.goal], cwd=tmp_path, env=os.environ, files=files, tag="b1/t0000", held=True
         )
-        try:
-            book = StoreBook(ProcessLog(store, "b1"), "t0000")
-            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
-        finally:
-            proc.go(run=False)  # the pipe's write end closed, as by the owner's death
-        until(lambda: proc.returncode is not None, what="the held shell to end")
-    assert proc.returncode != 0  # at the pipe's end, unrun
+
+    book = StoreBook(ProcessLog(store, "b1"), "t0000")
+    return state, files, spawn, book, store
+
+
+def resumed(state: Path) -> tuple[ChildRow, str]:
+    """Batch b1 resumed to its end: its child's row and transcript."""
     engine = Engine.resume(state, "b1")
     engine.start()
     try:
@@ -300,7 +315,60 @@ def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_
     finally:
         engine.close()
     assert ended is not None
+    return ended, Path(ended.transcript).read_text()
+
+
+def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_run_again(
+    tmp_path: Path,
+) -> None:
+    # An owner killed between the process row's commit and opening the gate left the row of a
+    # shell that exits unrun. `resume` took it for a process that ran and ended: an agent
+    # CLI's child was adopted, read to the end of no output and failed, "ended without a
+    # result", its task never run. The process here is held and recorded as the owner does,
+    # then its gate's write end closed, as the owner's death closes it.
+    state, _, spawn, book, store = a_dead_owner_s_cli_child(tmp_path)
+    with store:
+        proc = spawn()
+        try:
+            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
+        finally:
+            proc.go(run=False)  # the pipe's write end closed, as by the owner's death
+        until(lambda: proc.returncode is not None, what="the held shell to end")
+    assert proc.returncode != 0  # at the pipe's end, unrun
+    ended, said = resumed(state)
     assert (ended.status, ended.error) == (ChildStatus.COMPLETED, None)
-    said = Path(ended.transcript).read_text()
     assert "never ran: its owner died before letting it start" in said
     assert "restarts from the start" in said
+
+
+def test_a_process_that_ran_is_not_taken_for_unrun_by_the_marker_of_the_next(
+    tmp_path: Path,
+) -> None:
+    # A route with steer = "resume" spawns its child's next process with the same files as
+    # soon as the last one ended, before the row saying so is committed (another process may
+    # hold the database's write lock). An owner killed then left the row of a process that
+    # ran beside the next one's full marker: `resume` said it never ran and ran its task again
+    # from the start, twice in all. The CLI here notes its pid: one run, never a second.
+    pidfile = tmp_path / "cli.pid"
+    state, files, spawn, book, store = a_dead_owner_s_cli_child(
+        tmp_path, "--fake-pidfile", str(pidfile)
+    )
+    with store:
+        first = spawn()
+        assert book.started(first.record(), Usage(), None, Decimal(0), Usage()) is None
+        first.go()
+        until(lambda: first.returncode is not None, what="the first process to end")
+        assert first.returncode == 0
+        first.release()  # as the runner does, before its `ended` row (not committed here)
+        following = spawn()  # the next, held: its row not committed as the owner dies
+        following.go(run=False)
+        until(lambda: following.returncode is not None, what="the held shell to end")
+        assert files.held.read_bytes() != b""  # the next one's, unrun
+    ended, said = resumed(state)
+    assert "never ran" not in said
+    assert "adopted" in said
+    # Its output went with its files (the next spawn's are new): never run twice, not again.
+    assert (ended.status, ended.error) == (
+        ChildStatus.FAILED, "it ended without a result (adopted: no exit status)"
+    )  # fmt: skip
+    assert pidfile.read_text().split() == [str(first.pid)]  # its task was not run again

@@ -4,8 +4,9 @@ It is started under the shell, which waits on a pipe from the owner and then exe
 the same pid and start time, so the record made while it waits stays true. An owner killed
 before it lets go leaves the pipe's end to read: the shell exits and the command never runs,
 so nothing runs that a new owner could not find (`resume` reads the records). A marker file
-says which: the owner writes it before the spawn, the shell empties it just before the exec,
-so a process found ended with its marker still full never ran (`never_ran`).
+says which: the owner writes it once the shell is spawned, before its record, naming that
+process; the shell empties it just before the exec, so a process found ended with its marker
+still naming it never ran (`never_ran`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from flightdeck.engine.agents.tree import Pid
+
 SH = "/bin/sh"
-HELD = b"held: its owner had not let it run\n"  # emptied by the shell as it execs the command
 
 
 def runnable(program: str, env: Mapping[str, str]) -> None:
@@ -44,7 +46,7 @@ class Gate:
         self, argv: Sequence[str], env: Mapping[str, str], marker: Path | None = None
     ) -> list[str]:
         """`argv`, held at this gate (the read end must be passed to it), run with `env`;
-        `marker` (written by `mark_held`) emptied just before it runs."""
+        `marker` (written by `mark_held` once it is spawned) emptied just before it runs."""
         # The shell exports PWD: the command's environment stays the one it was given.
         unset = "" if "PWD" in env else "unset PWD; "
         # `read` fails at the pipe's end (closed unopened, or its owner died): no exec. By its
@@ -76,20 +78,27 @@ class Gate:
                 os.close(fd)
 
 
-def mark_held(marker: Path) -> None:
-    """Before a held spawn: the marker its shell empties as it lets the command run."""
+def mark_held(marker: Path, proc: Pid) -> None:
+    """After a held spawn, before its record: the marker its shell empties as it lets the
+    command run. It names the process: the next one spawned with the same files writes its
+    own, maybe before the end of this one is recorded."""
     fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, HELD)
+        os.write(fd, _naming(proc))
     finally:
         os.close(fd)
 
 
-def never_ran(marker: Path) -> bool:
-    """Whether a held process found ended never ran its command: its marker was never emptied.
-    Only for an ended process (one alive may be let go still); False with no marker (a process
-    recorded before markers were written: it may have run)."""
+def never_ran(marker: Path, proc: Pid) -> bool:
+    """Whether held process `proc`, found ended, never ran its command: its marker still names
+    it. Only for an ended process (one alive may be let go still); False with no marker, or
+    another's (one recorded before markers were written, or followed by another: it may have
+    run)."""
     try:
-        return os.path.getsize(marker) > 0
+        return marker.read_bytes() == _naming(proc)
     except OSError:
         return False
+
+
+def _naming(proc: Pid) -> bytes:
+    return f"held: process {proc.pid} started at {proc.start} was not let run\n".encode()

@@ -128,8 +128,6 @@ class Process:
         holding: subprocess.Popen[bytes] | None = None
         gates = [Gate()] if held else []
         try:
-            if held:
-                mark_held(files.held)
             if files.stdin is not None:
                 stdin_r, stdin_w = fifo(files.stdin)
             popen = subprocess.Popen(
@@ -144,6 +142,13 @@ class Process:
                 pass_fds=tuple(gate.read_fd for gate in gates),
             )
             root = tree.identify(popen.pid) or Pid(popen.pid, -1)
+            if held:  # before its record (by the caller, once this returns)
+                try:
+                    mark_held(files.held, root)
+                except BaseException:
+                    gates[0].close()  # its shell exits unrun: reaped here, not left a zombie
+                    popen.wait()
+                    raise
             if stdin_w is not None:
                 gates += [Gate()] if held else []  # nor is the holder left by a dead owner
                 try:

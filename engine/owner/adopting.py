@@ -55,7 +55,7 @@ def take_processes(
         runs = tree.alive(record.root)  # or it ended since: adopted all the same, read to its end
         # Its owner died after recording it, before letting it run: nothing to adopt, its task
         # runs again (an agent CLI's would otherwise read as one that ended without a result).
-        unrun = not runs and never_ran(record.files.held)
+        unrun = not runs and never_ran(record.files.held, record.root)
         live = row is not None and not row.status.terminal and child is not None
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
