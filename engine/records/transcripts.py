@@ -51,6 +51,9 @@ class TranscriptWriter:
         self._remote = sink.send if sink is not None and not secrets else None
         self._formatter = None if self._remote is not None else LineFormatter(secrets)
         self._fd: int | None = None
+        # Text streamed since the stream last ended: only then has an end anything to write
+        # (an end with nothing streamed is one event less for a child to send).
+        self._streaming = False
         if sink is None:
             private_dir(Path(path).parent)
             self._fd = open_private(path, OPEN_FLAGS)
@@ -65,6 +68,7 @@ class TranscriptWriter:
         (`ts`, here and below: when it happened elsewhere, as a relayed event says.)"""
         with self._lock:
             ts = self._clock() if ts is None else ts
+            self._streaming = True
             if self._remote is not None:
                 self._remote(Stream(self._key, ts, chunk))
             else:
@@ -74,6 +78,9 @@ class TranscriptWriter:
         """Write the partial last line of the stream, if any (`interrupted`: the response was
         cut off there, and the line says so)."""
         with self._lock:
+            if not self._streaming:
+                return
+            self._streaming = False
             ts = self._clock() if ts is None else ts
             if self._remote is not None:
                 self._remote(EndStream(self._key, ts, interrupted))
@@ -87,10 +94,12 @@ class TranscriptWriter:
         child's last line costs no lock of its own."""
         with self._lock:
             ts = self._clock() if ts is None else ts
-            if self._remote is None:
-                self._out(self._local().end_stream(ts))
-            elif role is not None:
-                self._remote(EndStream(self._key, ts))
+            if self._streaming:
+                self._streaming = False
+                if self._remote is None:
+                    self._out(self._local().end_stream(ts))
+                elif role is not None:  # else the writer ends it on `Release`
+                    self._remote(EndStream(self._key, ts))
             if role is not None:
                 self._write(role, text, ts)
             if self._sink is not None:
