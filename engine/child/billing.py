@@ -22,7 +22,7 @@ def bill(progress: Progress, meter: Meter, route: Route, usage: Usage) -> None:
     the budgets read; on a worker, it sends the bill home counting it in the figures: see
     executors/cluster/twin.py)."""
     cost = route_cost(usage, route)
-    progress.bill(usage, cost, cache_saving(usage, route))
+    progress.bill(usage, cost, cache_saving(usage, route, cost))
     meter.add_priced(usage, cost)
 
 

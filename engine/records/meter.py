@@ -3,7 +3,6 @@ thread-safe meter, and totals per batch and per route from child rows."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -93,17 +92,20 @@ def route_cost(usage: Usage, route: Route) -> Decimal | None:
     return genai_cost(usage, route.provider, route.model)
 
 
-def cache_saving(usage: Usage, route: Route) -> Decimal | None:
+def cache_saving(usage: Usage, route: Route, paid: Decimal | None = None) -> Decimal | None:
     """What reading `usage`'s cache tokens saved against paying them as input (None: the price
-    is unknown)."""
+    is unknown); `paid`: `route_cost(usage, route)`, when the caller has it already."""
     if not usage.cache_read_tokens:
         return ZERO_USD
-    uncached = dataclasses.replace(
-        usage,
-        input_tokens=usage.input_tokens + usage.cache_read_tokens,
-        cache_read_tokens=0,
+    uncached = Usage(
+        usage.input_tokens + usage.cache_read_tokens,
+        usage.output_tokens,
+        0,
+        usage.cache_write_tokens,
     )
-    full, paid = route_cost(uncached, route), route_cost(usage, route)
+    full = route_cost(uncached, route)
+    if paid is None:
+        paid = route_cost(usage, route)
     return None if full is None or paid is None else full - paid
 
 
