@@ -70,16 +70,17 @@ def reason_of(exc: BaseException | None) -> str:
 class _JitteredBackoff:
     """Full-jitter exponential backoff, never shorter than what `classify` says to wait."""
 
-    __slots__ = ("_ceiling", "_rng", "_seed")  # one per child: no instance dict
+    __slots__ = ("_ceiling", "_rng", "_scale", "_seed", "_settings")  # one per child: no dict
 
     def __init__(
         self, settings: RetrySettings, scale: float, rng: random.Random | None, seed: str | None
     ) -> None:
+        self._settings = settings
+        self._scale = scale
         # tenacity computes the exponential ceiling; the jitter draws from our own generator
-        # (wait_random_exponential uses the global one) so a run can be replayed.
-        self._ceiling = wait_exponential(
-            multiplier=settings.base_s * scale, max=settings.max_s * scale
-        )
+        # (wait_random_exponential uses the global one) so a run can be replayed. Both are
+        # made on first use: nearly every call succeeds at once, and a child keeps its policy.
+        self._ceiling: wait_exponential | None = None
         self._rng = rng
         self._seed = seed
 
@@ -87,8 +88,13 @@ class _JitteredBackoff:
         """The backoff before the next attempt. A 429 with Retry-After paused the route: with
         `release` (the route's: when this waiter leaves the pause, spread out from the others)
         that is the backoff, rather than one growing with the attempts."""
-        if self._rng is None:  # seeded on first use: nearly every call succeeds at once
+        if self._rng is None:
             self._rng = random.Random(self._seed)
+        if self._ceiling is None:
+            settings, scale = self._settings, self._scale
+            self._ceiling = wait_exponential(
+                multiplier=settings.base_s * scale, max=settings.max_s * scale
+            )
         exc = state.outcome.exception() if state.outcome is not None else None
         if (
             release is not None
