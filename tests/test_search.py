@@ -419,3 +419,28 @@ def test_catching_up_a_few_files_reads_no_more_of_a_big_index(folder: Path) -> N
 
     small, big = steps(30), steps(3000)
     assert big <= small + 5, (small, big)
+
+
+def test_a_round_of_new_transcripts_asks_for_their_rows_in_few_statements(folder: Path) -> None:
+    """Catching up many small transcripts (an instant child's is five lines): their rows in
+    `files` are looked up a few hundred names a query, and a new one's row is written with
+    its count (no UPDATE after its lines); a file that grew is updated, and nothing is lost."""
+    for n in range(1200):
+        transcript(folder / f"c{n:05d}.log", ("user", f"goal {n}"), ("engine", "completed"))
+    idx = SearchIndex(folder)
+    statements: list[str] = []
+    idx._conn.set_trace_callback(statements.append)
+    try:
+        idx.catch_up()
+        on_files = [s for s in statements if " files " in f"{s} "]
+        assert len(on_files) - 1202 <= 3, len(on_files)  # 1,202 inserts, 3 lookups
+        assert not [s for s in on_files if s.startswith("UPDATE")]
+        transcript(folder / "c00007.log", ("operator", "grown since"))
+        statements.clear()
+        idx.catch_up(["c00007.log"])
+        assert [s.split()[0] for s in statements if " files " in f"{s} "] == ["SELECT", "UPDATE"]
+    finally:
+        idx.close()
+    assert texts(folder, "goal 1199") == ["c01199.log:goal 1199"]
+    assert texts(folder, "grown since") == ["c00007.log:grown since"]
+    assert len(texts(folder, "completed")) == 1200

@@ -215,6 +215,50 @@ def test_close_with_a_last_event_writes_what_end_write_close_writes(tmp_path: Pa
         )
 
 
+class Sent:
+    """A sink stand-in that keeps what is sent to it (its events, in order)."""
+
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def send(self, event: object) -> None:
+        self.events.append(event)
+
+
+def test_an_end_with_nothing_streamed_since_sends_nothing(tmp_path: Path) -> None:
+    """An instant child ends its reply's stream, then closes with its last line: the second
+    end (and a turn that streamed nothing) has nothing to write, and is not sent."""
+    sent = Sent()
+    tw = TranscriptWriter(tmp_path / "c.log", clock=FakeClock(), sink=sent)  # type: ignore[arg-type]
+    tw.end_stream()  # a turn that streamed no text (tool calls only)
+    tw.stream("the answer\n")
+    tw.end_stream()
+    tw.end_stream(interrupted=True)
+    tw.close("engine", "completed")
+    kinds = [type(event).__name__ for event in sent.events]
+    assert kinds == ["Stream", "EndStream", "Write", "Release"]
+
+
+def test_ends_sent_or_not_the_lines_are_the_same(tmp_path: Path) -> None:
+    for sink in (None, TranscriptSink()):
+        path = tmp_path / f"c-{sink is None}.log"
+        tw = TranscriptWriter(path, clock=FakeClock(), sink=sink)
+        tw.end_stream()
+        tw.stream("one\ntw")
+        tw.end_stream(interrupted=True)
+        tw.end_stream()
+        tw.stream("three")
+        tw.close("engine", "completed")
+        if sink is not None:
+            sink.close()
+        assert read(path) == [
+            "13:04:05.250  assistant │ one",
+            "13:04:05.250  assistant │ tw (interrupted)",
+            "13:04:05.250  assistant │ three",
+            "13:04:05.250  engine    │ completed",
+        ]
+
+
 def test_long_streamed_line_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lines, "MAX_STREAM_LINE", 10)
     path = tmp_path / "c.log"
