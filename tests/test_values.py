@@ -11,7 +11,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.child.activity import InFlight
+from flightdeck.engine.child.progress import Progress
 from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Usage
+from flightdeck.engine.money import ZERO_USD
 from flightdeck.engine.providers.base import Message, TextDelta
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,5 +116,21 @@ def test_what_every_child_keeps_has_slots_and_no_instance_dict() -> None:
     watch = LoopWatch(
         "c1", LoopSettings(), write=print, report=print, tokens=lambda: 0, clock=lambda: 0.0
     )
-    for part in (policy, policy._backoff, policy._account, watch):
+    progress = Progress(lambda: 0.0)
+    progress.call_started(InFlight(100))
+    for part in (policy, policy._backoff, policy._account, watch, progress):
         assert not hasattr(part, "__dict__"), type(part).__name__
+    for part in (progress._activity, progress._in_flight):
+        assert not hasattr(part, "__dict__"), type(part).__name__
+
+
+def test_a_child_billed_known_costs_keeps_one_decimal_for_its_cost_and_what_is_known() -> None:
+    """Its cost and what is known of it are the same sums while every price is known."""
+    progress = Progress(lambda: 0.0)
+    for cost in (Decimal("0.0013"), Decimal("0.0002")):
+        progress.bill(Usage(10, 5), cost, ZERO_USD)
+    assert progress._cost is progress._known and progress._cost == Decimal("0.0015")
+    progress.bill(Usage(1), None, None)  # an unknown price: the cost is unknown, the rest known
+    assert progress._cost is None and progress._known == Decimal("0.0015")
+    progress.bill(Usage(1), Decimal("0.0001"), None)
+    assert progress._cost is None and progress._known == Decimal("0.0016")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from flightdeck.engine.model import CHARS_PER_TOKEN, Activity, Usage
 
 
-@dataclass
+@dataclass(slots=True)  # one per child, kept to the batch's end: no instance dict
 class ActivityState:
     """The mutable counterpart of `model.Activity`; every change stamps the activity time."""
 
@@ -114,7 +114,7 @@ class ActivityState:
 _NOTHING_BILLED = Usage()  # a value, never changed in place: shared, not made per call
 
 
-@dataclass
+@dataclass(slots=True)
 class InFlight:
     """The call in progress: its prompt and what has streamed, counted until it is billed."""
 

@@ -47,8 +47,9 @@ class TranscriptWriter:
         self._lock = threading.Lock()  # stamps follow file order, whichever thread writes
         secrets = tuple(secrets)
         self._sink = sink
-        # Exactly one of the two: the writer process formats, or this object does.
-        self._remote = sink.send if sink is not None and not secrets else None
+        # Exactly one of the two: the writer process formats (`_remote`, the sink: not its bound
+        # `send`, 64 bytes more a child, kept to the end), or this object does.
+        self._remote = sink if not secrets else None
         self._formatter = None if self._remote is not None else LineFormatter(secrets)
         self._fd: int | None = None
         # Text streamed since the stream last ended: only then has an end anything to write
@@ -70,7 +71,7 @@ class TranscriptWriter:
             ts = self._clock() if ts is None else ts
             self._streaming = True
             if self._remote is not None:
-                self._remote(Stream(self._key, ts, chunk))
+                self._remote.send(Stream(self._key, ts, chunk))
             else:
                 self._out(self._local().stream(chunk, ts))
 
@@ -83,7 +84,7 @@ class TranscriptWriter:
             self._streaming = False
             ts = self._clock() if ts is None else ts
             if self._remote is not None:
-                self._remote(EndStream(self._key, ts, interrupted))
+                self._remote.send(EndStream(self._key, ts, interrupted))
             else:
                 self._out(self._local().end_stream(ts, interrupted=interrupted))
 
@@ -99,7 +100,7 @@ class TranscriptWriter:
                 if self._remote is None:
                     self._out(self._local().end_stream(ts))
                 elif role is not None:  # else the writer ends it on `Release`
-                    self._remote(EndStream(self._key, ts))
+                    self._remote.send(EndStream(self._key, ts))
             if role is not None:
                 self._write(role, text, ts)
             if self._sink is not None:
@@ -118,7 +119,7 @@ class TranscriptWriter:
 
     def _write(self, role: str, text: str, ts: float) -> None:
         if self._remote is not None:
-            self._remote(Write(self._key, ts, role, text))
+            self._remote.send(Write(self._key, ts, role, text))
         else:
             self._out(self._local().write(role, text, ts))
 
