@@ -145,6 +145,7 @@ class Transcripts:
         self._formatters: dict[str, LineFormatter] = {}
         self._index = index
         self.indexer: Indexer | None = None
+        self._released: list[str] = []  # written and closed since the index last heard
 
     def apply(self, events: Iterable[Event]) -> None:
         """Format each event into its file's lines and queue them (see `write_pending`)."""
@@ -162,7 +163,7 @@ class Transcripts:
                     if formatter is not None:
                         self._add(path, formatter.end_stream(event.ts))
                     self.files.release(path)
-                    self._written([path])
+                    self._released.append(path)  # the index hears of it with the rest
                     continue
                 case Raw():
                     data = event.data
@@ -191,7 +192,11 @@ class Transcripts:
         return failed, error
 
     def _written(self, paths: list[str]) -> None:
-        """Lines were appended to these files: the index reads them back."""
+        """Lines were appended to these files (and to those released since): the index reads
+        them back."""
+        if self._released:
+            paths = paths + self._released
+            self._released = []
         if not self._index or not paths:
             return
         if self.indexer is None:

@@ -53,7 +53,7 @@ class LineFormatter:
         """One event; multi-line text becomes several lines with the same stamp."""
         # A pending streamed line goes out first, so the file stays in time order: up to its
         # last word, which waits to go on after this event's lines.
-        pending = self._cut_at_word(ts)
+        pending = self._cut_at_word(ts) if self._partial else b""
         body = sanitize(text).rstrip("\n")
         return pending + self._emit(role, body.split("\n"), ts)
 
