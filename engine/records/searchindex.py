@@ -187,7 +187,8 @@ class SearchIndex:
         known: dict[str, tuple[int, int]] = {}
         for start in range(0, len(names), _KNOWN_AT_ONCE):
             some = names[start : start + _KNOWN_AT_ONCE]
-            sql = f"SELECT name, id, indexed FROM files WHERE name IN ({', '.join('?' * len(some))})"
+            marks = ", ".join("?" * len(some))
+            sql = f"SELECT name, id, indexed FROM files WHERE name IN ({marks})"
             for name, file_id, indexed in self._conn.execute(sql, some):
                 known[name] = (file_id, indexed)
         return known
