@@ -444,3 +444,26 @@ def test_a_round_of_new_transcripts_asks_for_their_rows_in_few_statements(folder
     assert texts(folder, "goal 1199") == ["c01199.log:goal 1199"]
     assert texts(folder, "grown since") == ["c00007.log:grown since"]
     assert len(texts(folder, "completed")) == 1200
+
+
+def test_the_index_keeps_no_line_sizes_and_one_of_the_version_before_is_made_again(
+    folder: Path,
+) -> None:
+    """Lines are indexed without their sizes (`columnsize=0`: only ranking reads them, and no
+    search ranks); an index made before (version 1, with them) is dropped and made again."""
+    conn = sqlite3.connect(index_path(folder))
+    conn.execute("CREATE TABLE files (id INTEGER PRIMARY KEY, name TEXT UNIQUE, indexed INT)")
+    conn.execute("CREATE VIRTUAL TABLE lines USING fts5(text, content='', detail=full)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    assert index(folder) > 0
+    conn = sqlite3.connect(index_path(folder))
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert "lines_docsize" not in tables and "lines_idx" in tables
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    finally:
+        conn.close()
+    for pattern, expected in PLAIN:
+        assert texts(folder, pattern) == expected, pattern
