@@ -3,7 +3,9 @@ the estimate of its call in progress."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from flightdeck.engine.providers.base import (
     UsageEvent,
 )
 from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.records.sink import TranscriptSink
 
 from helpers import HANG_S, sim_route, until
 
@@ -123,6 +126,7 @@ def make_child(
     tools: Toolbox | None = None,
     clock: Callable[[], float] = lambda: 100.0,
     max_turns: int = 30,
+    sink: TranscriptSink | None = None,
 ) -> Child:
     route = sim_route()
     runner = ModelRunner(
@@ -140,7 +144,30 @@ def make_child(
         clock,
         facts.append,
         queued_ts=0.0,
+        sink=sink,
     )
+
+
+def test_an_ended_child_keeps_no_transcript_writer_and_a_later_line_still_lands(
+    tmp_path: Path,
+) -> None:
+    """A batch keeps every child to its end, so its writer (a lock and its state) goes when it
+    ends; an operator's line after that is written all the same, after the last one."""
+    sink = TranscriptSink()
+    try:
+        child = make_child(tmp_path, [], sink=sink)
+        running = weakref.ref(child.transcript)
+        child.run()
+        assert child.row().status is ChildStatus.COMPLETED
+        gc.collect()
+        assert running() is None
+        child.transcript.write("operator", "stop requested")
+        sink.flush()
+    finally:
+        sink.close()
+    lines = (tmp_path / "c1.log").read_text(encoding="utf-8").splitlines()
+    assert lines[-2].endswith("engine    │ completed")
+    assert lines[-1].endswith("operator  │ stop requested")
 
 
 def test_a_child_that_ended_before_its_thread_ran_stays_ended(tmp_path: Path) -> None:

@@ -98,8 +98,7 @@ class Child:
         self._open_transcript = open_transcript  # else a TranscriptWriter on the path
         self._clock = clock
         self._report = report  # hands facts to the coordinator (thread-safe queue)
-        # Every API key the batch holds, redacted from all we record and show: a file read
-        # or a tool's output can carry another route's key as well as its own.
+        # Every key the batch holds, redacted from all we record and show (any output may echo one)
         self._secrets = runner.secrets if secrets is None else secrets
         self.progress = Progress(clock, cost_known=cost_known)
         self.kept = kept or Kept()
@@ -396,10 +395,11 @@ class Child:
         if self._secrets:  # a server's error text or the model's answer may echo the key
             error = None if error is None else self.clean(error)
             result = None if result is None else self.clean(result)
-        if result is not None:
-            result = bounded_result(result, self.transcript_path)
+        result = None if result is None else bounded_result(result, self.transcript_path)
         self.transcript.close("engine", status.value + (f": {error}" if error else ""))
         with self._lock:
+            if self._sink is not None:  # its writer holds no file: a later line makes another
+                self._transcript = None
             self.status = status
             self.finished_ts = self._clock()
             self._error = error
