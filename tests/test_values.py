@@ -122,6 +122,8 @@ def test_what_every_child_keeps_has_slots_and_no_instance_dict() -> None:
         assert not hasattr(part, "__dict__"), type(part).__name__
     for part in (progress._activity, progress._in_flight):
         assert not hasattr(part, "__dict__"), type(part).__name__
+    progress.call_ended()  # its row's usage in flight, zero: the one shared zero
+    assert progress.figures().in_flight is Progress(lambda: 0.0).figures().in_flight == Usage()
 
 
 def test_a_child_billed_known_costs_keeps_one_decimal_for_its_cost_and_what_is_known() -> None:

@@ -128,6 +128,8 @@ class InFlight:
 
     def usage(self) -> Usage:
         """The estimated usage not billed yet (zero with no call open)."""
+        if not self.prompt_tokens and not self.streamed_chars:
+            return _NOTHING_BILLED  # no call open: the one zero, not one more a row keeps
         # Once the server has counted the prompt (Anthropic does at the start, OpenAI at the
         # end), its figures replace the estimate; output is topped up to what has streamed.
         counted = self.billed.input_tokens + self.billed.cache_read_tokens
