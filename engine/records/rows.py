@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -242,9 +242,30 @@ def child_params(batch_id: str, row: ChildRow) -> tuple[Any, ...]:
     )
 
 
+def child_params_of(batch_id: str, row: Callable[[], ChildRow]) -> tuple[Any, ...]:
+    """The parameters of UPSERT_CHILD for the row `row()` gives now."""
+    return child_params(batch_id, row())
+
+
 def queued_params(batch_id: str, c: QueuedChild) -> tuple[Any, ...]:
     """The parameters of UPSERT_QUEUED."""
     return (batch_id, c.id, c.seq, c.goal, c.group, c.route, c.model, c.queued_ts, c.transcript)
+
+
+def control_write(
+    batch_id: str, receipt: SteerReceipt, kind: str, request_id: int | None, reason: str | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The upsert of a steer or stop command (with the request that made it and why it was
+    missed, if known: `reason`, else how it was delivered) and its parameters."""
+    params = control_params(batch_id, receipt, kind)
+    reason = reason or receipt.how
+    if request_id is None and reason is None:
+        return UPSERT_CONTROL, params
+    if request_id is not None and reason is not None:
+        return UPSERT_CONTROL_BOTH, (*params, request_id, reason)
+    if reason is None:
+        return UPSERT_CONTROL_REQUEST, (*params, request_id)
+    return UPSERT_CONTROL_REASON, (*params, reason)
 
 
 def control_params(batch_id: str, receipt: SteerReceipt, kind: str) -> tuple[Any, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import functools
 import itertools
 import json
 import logging
@@ -39,16 +40,13 @@ from flightdeck.engine.records.rows import (
     SETTLE_REQUEST,
     UPSERT_BATCH,
     UPSERT_CHILD,
-    UPSERT_CONTROL,
-    UPSERT_CONTROL_BOTH,
-    UPSERT_CONTROL_REASON,
-    UPSERT_CONTROL_REQUEST,
     UPSERT_QUEUED,
     BatchInfo,
     QueuedChild,
     batch_params,
     child_params,
-    control_params,
+    child_params_of,
+    control_write,
     queued_params,
 )
 from flightdeck.engine.records.writes import (
@@ -60,6 +58,7 @@ from flightdeck.engine.records.writes import (
     Write,
     coalesce,
     insert_rows,
+    made,
     runs,
     scrubbed,
     take,
@@ -165,6 +164,12 @@ class Store:
         write = Write("update_child", UPSERT_CHILD, params, key=key, then=then, group=group)
         self._put(Together((*first, write)))
 
+    def update_child_later(self, batch_id: str, child_id: str, row: Callable[[], ChildRow]) -> None:
+        """Upsert one child's row as `row()` gives it on the writer thread, at its commit; never
+        made if a later write of the child in its transaction supersedes it (a child's start)."""
+        later = functools.partial(child_params_of, batch_id, row)
+        self._put(Write("update_child", UPSERT_CHILD, (), key=(batch_id, child_id), later=later))
+
     def record_control(
         self,
         batch_id: str,
@@ -176,16 +181,8 @@ class Store:
         """Upsert a steer or stop command and its receipt state; `request_id` names the
         client request it came from (its first write; later ones keep it), `reason` why it
         was missed when the child's own end does not say (the owner was lost)."""
-        params = control_params(batch_id, receipt, kind)
-        reason = reason or receipt.how  # how it was delivered, or why it was missed
-        if request_id is None and reason is None:
-            self._put(Write("record_control", UPSERT_CONTROL, params))
-        elif request_id is not None and reason is not None:
-            self._put(Write("record_control", UPSERT_CONTROL_BOTH, (*params, request_id, reason)))
-        else:
-            sql = UPSERT_CONTROL_REQUEST if reason is None else UPSERT_CONTROL_REASON
-            extra = request_id if reason is None else reason
-            self._put(Write("record_control", sql, (*params, extra)))
+        sql, params = control_write(batch_id, receipt, kind, request_id, reason)
+        self._put(Write("record_control", sql, params))
 
     def write(
         self,
@@ -347,7 +344,9 @@ class Store:
         their callbacks told so), never the writer thread."""
         writes = [op for op in ops if isinstance(op, Write)]
         try:
-            failed = self._commit(coalesce(writes)) if writes else []
+            ready, failed = made(coalesce(writes))
+            self.failed_writes += len(failed)
+            failed += self._commit(ready) if ready else []
         except Exception:
             self._rollback()
             self.failed_writes += len(writes)

@@ -3,8 +3,10 @@ to SQLite (merged, coalesced, several rows to a statement, text made valid Unico
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+import logging
 import queue
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -13,6 +15,8 @@ from typing import Any
 
 from flightdeck.engine.records.rows import INSERT_EVENT, UPSERT_CHILD, UPSERT_CONTROL, UPSERT_QUEUED
 from flightdeck.engine.sanitize import valid_text
+
+log = logging.getLogger("flightdeck.engine.records.store")  # the writer's lines, as its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,9 @@ class Write:
     # Writes of one `Together` share a group: retried apart from the rest of their batch (a
     # bad write elsewhere in it), they still commit in one transaction.
     group: int | None = None
+    # Its parameters, made on the writer thread when it is committed (`params` is empty until
+    # then): never made at all when a later write of the same child supersedes it (`coalesce`).
+    later: Callable[[], Sequence[Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +122,25 @@ def runs(writes: list[Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
             params.append(write.params)
     if sql is not None:
         yield sql, params
+
+
+def made(writes: list[Write]) -> tuple[list[Write], list[Write]]:
+    """`writes` with the parameters of each deferred one (`Write.later`) made now; and apart,
+    the deferred ones whose parameters could not be made (each logged)."""
+    ready: list[Write] = []
+    broken: list[Write] = []
+    for write in writes:
+        if write.later is None:
+            ready.append(write)
+            continue
+        try:
+            params = write.later()
+        except Exception:  # a bug in what builds the row: it costs that row, not the others
+            log.exception("flightdeck store: %s could not be made", write.what)
+            broken.append(write)
+            continue
+        ready.append(dataclasses.replace(write, params=params, later=None))
+    return ready, broken
 
 
 def scrubbed(write: Write) -> Write:
