@@ -74,6 +74,12 @@ def transcript_name(task: Task) -> str:
     return f"{task.id}.log"
 
 
+def transcript_path(batch_dir: Path, task: Task) -> str:
+    """A child's transcript file: a str, not a Path (a Path per child interned its name for
+    good, about 200 bytes each), and joined plainly (os.path.join's checks cost a child 3 µs)."""
+    return f"{batch_dir}{os.sep}{transcript_name(task)}"
+
+
 def task_json(task: Task) -> dict[str, object]:
     """A task as stored in the batch row: the fields it was given, None ones left out."""
     out: dict[str, object] = {"id": task.id, "goal": task.goal, "seq": task.seq}
@@ -226,8 +232,7 @@ def build_child(
         book=StoreBook(processes, task.id),
         tag=f"{batch_id}/{task.id}",
     )
-    # a str join: a Path per child interned its name for good (about 200 bytes each)
-    transcript = os.path.join(batch_dir, transcript_name(task))
+    transcript = transcript_path(batch_dir, task)
     return kind(
         task,
         route,
@@ -332,7 +337,7 @@ def unstarted_rows(
 ) -> tuple[ChildRow, ...]:
     """The batch's tasks as the queued children `start()` makes of them (a snapshot before it)."""
     return tuple(
-        queued_row(t, settings.route(t.route), os.path.join(batch_dir, transcript_name(t)), at)
+        queued_row(t, settings.route(t.route), transcript_path(batch_dir, t), at)
         for t in batch.tasks
     )
 
