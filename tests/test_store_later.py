@@ -1,22 +1,23 @@
-"""A child's row the store's writer builds at its commit (`Store.update_child_later`): built
-then, on the writer's thread, and not at all when a later row of the child comes in the same
-transaction (how a child's start is recorded)."""
+"""A running child's row the store's writer builds at its commit (`Store.update_running`):
+built then, on the writer's thread, never with the child's end, and not at all when a later
+row of the child comes in the same transaction (how a child's start and its counters are
+recorded)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import threading
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.control.admission import started_row
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.records.reader import StoreReader
+from flightdeck.engine.records.rows import child_params, running_params
 from flightdeck.engine.records.store import Store
 
 from helpers import HANG_S
-from test_child_activity import make_child as make_real_child
 from test_store import make_child
 
 
@@ -51,11 +52,11 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "state" / "flightdeck.db"
 
 
-def test_a_later_row_is_built_by_the_writer_as_the_child_is_at_its_commit(db: Path) -> None:
+def test_a_running_row_is_built_by_the_writer_as_the_child_is_at_its_commit(db: Path) -> None:
     with Store(db) as store:
         gate = _held(store)
         rows = Rows(make_child(0, status=ChildStatus.RUNNING, started_ts=1001.0))
-        store.update_child_later("b1", "c0", rows)
+        store.update_running("b1", "c0", rows)
         rows.row = dataclasses.replace(rows.row, result="since")  # it changed before the commit
         gate.set()
         assert store.flush(timeout=HANG_S)
@@ -66,12 +67,12 @@ def test_a_later_row_is_built_by_the_writer_as_the_child_is_at_its_commit(db: Pa
     assert (row.status, row.started_ts, row.result) == (ChildStatus.RUNNING, 1001.0, "since")
 
 
-def test_a_later_row_superseded_in_its_transaction_is_never_built(db: Path) -> None:
+def test_a_running_row_superseded_in_its_transaction_is_never_built(db: Path) -> None:
     with Store(db) as store:
         gate = _held(store)
         rows = Rows(make_child(0, status=ChildStatus.RUNNING))
-        store.update_child_later("b1", "c0", rows)
-        store.update_child_later("b1", "c1", Rows(make_child(1, status=ChildStatus.RUNNING)))
+        store.update_running("b1", "c0", rows)
+        store.update_running("b1", "c1", Rows(make_child(1, status=ChildStatus.RUNNING)))
         store.update_child("b1", make_child(0, status=ChildStatus.COMPLETED, result="done"))
         gate.set()
         assert store.flush(timeout=HANG_S)
@@ -82,7 +83,34 @@ def test_a_later_row_superseded_in_its_transaction_is_never_built(db: Path) -> N
     assert found["c1"] == (ChildStatus.RUNNING, None)
 
 
-def test_a_later_row_that_cannot_be_built_costs_that_row_alone(
+def test_a_running_row_built_after_the_child_ended_records_no_end(db: Path) -> None:
+    """Its end is its final row's to record, and only once that row is committed (the batch
+    announces it then, or counts it lost): a running row must not record it first."""
+    ended = make_child(
+        0,
+        status=ChildStatus.FAILED,
+        started_ts=1001.0,
+        finished_ts=1002.0,
+        error="it broke",
+        result="half an answer",
+        cost_usd=None,  # unknown, of which 0.25 is known: the columns after the four
+        cost_floor_usd=Decimal("0.25"),
+    )
+    running = dataclasses.replace(
+        ended, status=ChildStatus.RUNNING, finished_ts=None, error=None, result=None
+    )
+    assert running_params("b1", lambda: ended) == child_params("b1", running)
+    assert running_params("b1", lambda: running) == child_params("b1", running)
+    with Store(db) as store:
+        store.update_running("b1", "c0", lambda: ended)
+    with StoreReader(db) as reader:
+        row = reader.child("b1", "c0")
+    assert row is not None
+    assert (row.status, row.started_ts, row.finished_ts) == (ChildStatus.RUNNING, 1001.0, None)
+    assert (row.error, row.result, row.cost_floor_usd) == (None, None, Decimal("0.25"))
+
+
+def test_a_running_row_that_cannot_be_built_costs_that_row_alone(
     db: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger="flightdeck.engine.records.store")
@@ -92,8 +120,8 @@ def test_a_later_row_that_cannot_be_built_costs_that_row_alone(
 
     with Store(db) as store:
         gate = _held(store)
-        store.update_child_later("b1", "c0", broken)
-        store.update_child_later("b1", "c1", Rows(make_child(1, status=ChildStatus.RUNNING)))
+        store.update_running("b1", "c0", broken)
+        store.update_running("b1", "c1", Rows(make_child(1, status=ChildStatus.RUNNING)))
         store.update_child("b1", make_child(2, status=ChildStatus.COMPLETED))
         gate.set()
         assert store.flush(timeout=HANG_S)
@@ -101,18 +129,3 @@ def test_a_later_row_that_cannot_be_built_costs_that_row_alone(
     assert "update_child could not be made" in caplog.text and "no row" in caplog.text
     with StoreReader(db) as reader:
         assert [r.id for r in reader.children("b1")] == ["c1", "c2", "c9"]
-
-
-def test_a_start_row_built_after_the_child_ended_says_only_that_it_started(
-    tmp_path: Path,
-) -> None:
-    """Its end is its final row's to record, and only once that row is committed (the batch
-    announces it then, or counts it lost): a start row must not record it first."""
-    child = make_real_child(tmp_path, [], clock=lambda: 100.0)
-    assert child.mark_running()
-    assert started_row(child) is child.row()  # running: the row as it is
-    assert child.finalize(ChildStatus.COMPLETED, result="All done.")
-    row = started_row(child)
-    assert (row.status, row.started_ts, row.finished_ts) == (ChildStatus.RUNNING, 100.0, None)
-    assert (row.result, row.error) == (None, None)
-    assert child.row().status is ChildStatus.COMPLETED  # the child itself is untouched

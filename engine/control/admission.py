@@ -7,7 +7,6 @@ new starts; what already runs goes on.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -21,25 +20,12 @@ from flightdeck.engine.control.recorder import Recorder
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
-from flightdeck.engine.model import ChildRow, ChildStarted, ChildStatus, EngineEvent
+from flightdeck.engine.model import ChildStarted, ChildStatus, EngineEvent
 from flightdeck.engine.money import fmt_usd
 from flightdeck.engine.records.faults import StoreTrouble
 from flightdeck.engine.records.meter import Meter
 
 log = logging.getLogger(__name__)
-
-
-def started_row(child: Child) -> ChildRow:
-    """The row that records a child's start, built by the store's writer when it commits it
-    (never, if the child's final row comes in the same transaction, as most of an instant
-    batch's do): the child as it is then, but never its end, which only its final row records
-    (and only once that row is committed: the batch announces it then, or says it was lost)."""
-    row = child.row()
-    if not row.status.terminal:
-        return row
-    return dataclasses.replace(
-        row, status=ChildStatus.RUNNING, finished_ts=None, error=None, result=None
-    )
 
 
 class Admission:
@@ -113,7 +99,7 @@ class Admission:
         # them `running` there, so `resume` knows they were lost (unknown), not never run.
         # After the loop, so the submits follow each other as closely as before.
         for child in launched:
-            self._recorder.record_later(child.task.id, functools.partial(started_row, child))
+            self._recorder.record_running(child.task.id, child.row)
 
     def launch_adopted(self, ids: frozenset[str]) -> None:
         """The children whose process a dead owner started (`resume` adopted them), watched at
@@ -124,7 +110,7 @@ class Admission:
             return
         for child in self._slots.queues.pull(lambda c: c.task.id in ids):
             if self.launch(child):
-                self._recorder.record_later(child.task.id, functools.partial(started_row, child))
+                self._recorder.record_running(child.task.id, child.row)
 
     def launch(self, child: Child, *, new: bool = True) -> bool:
         """Hand the child to the pool (`new`: not a paused child continued); False if it could

@@ -6,11 +6,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from flightdeck.engine.child.facts import ChildFact
 from flightdeck.engine.commands import Command
 from flightdeck.engine.model import ChildRow, GroupFinished
+from flightdeck.engine.model.record import record
 from flightdeck.engine.review.values import Changes
 
 
@@ -31,7 +31,7 @@ class Answer:
         return self._done.wait(timeout)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Order:
     """An operator's command (engine/commands.py), checked by its sender, for the coordinator to
     apply: with the receipt ids its sender numbered (one per child of a steer), the client
@@ -43,7 +43,7 @@ class Order:
     answer: Answer | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reviewed:
     """An accept or discard was applied off the coordinator thread: each child's changes as
     now decided, or why it was refused (nothing applied)."""
@@ -53,33 +53,33 @@ class Reviewed:
     refused: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RecordProgress:
     """Record every running child's current row now, then set `done`."""
 
     done: threading.Event
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Shutdown:
     """Stop answering commands: the engine is closing."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Recorded:
     """A final row is committed to the store: the child now counts as done."""
 
     row: ChildRow
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Unrecorded:
     """A final row the store gave up on: the child counts as done, but is never announced."""
 
     row: ChildRow
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnitRecorded:
     """A unit's "unit" event is committed (or given up on): it is announced only if it was."""
 

@@ -16,7 +16,8 @@ LIVE_EVERY_S = 0.2
 
 
 class LiveRows:
-    """The alive children's rows as last recorded; only a child that changed is recorded again."""
+    """The alive children's rows, recorded when they changed, and their live figures
+    published."""
 
     def __init__(
         self,
@@ -27,8 +28,7 @@ class LiveRows:
         self._publish_live = publish_live
         self._last_progress = 0.0
         self._last_live = 0.0
-        self._versions: dict[str, int] = {}
-        self._rows: dict[str, ChildRow] = {}  # alive children's rows, as last recorded
+        self._versions: dict[str, int] = {}  # alive children's versions, as last recorded
 
     def tick(self, alive: Mapping[str, Child], now: float) -> None:
         """Record and publish what is due at `now`."""
@@ -37,19 +37,20 @@ class LiveRows:
             self.record(alive)
             if now - self._last_live >= LIVE_EVERY_S:
                 self._last_live = now
-                self._publish_live(tuple(self._rows.values()))
+                self._publish_live(tuple(child.row() for child in alive.values()))
 
     def forget(self, child_id: str) -> None:
         """A child runs again (a retry): its next row is recorded whatever its version."""
         self._versions.pop(child_id, None)
 
     def record(self, alive: Mapping[str, Child]) -> None:
-        """Record every alive child's row that changed since it was last recorded, now."""
-        rows = self._rows
+        """Record every alive child's row that changed since it was last recorded: built as the
+        store commits it, and not at all if the child's final row comes with it (an instant
+        child's often does)."""
+        versions = self._versions
         for child in alive.values():
-            if self._versions.get(child.task.id) != child.version:
-                self._versions[child.task.id] = child.version
-                row = rows[child.task.id] = child.row()
-                self._recorder.record(row)
-        if len(rows) > len(alive) or any(cid not in alive for cid in rows):
-            self._rows = {cid: row for cid, row in rows.items() if cid in alive}
+            if versions.get(child.task.id) != child.version:
+                versions[child.task.id] = child.version
+                self._recorder.record_running(child.task.id, child.row)
+        if len(versions) > len(alive):
+            self._versions = {cid: v for cid, v in versions.items() if cid in alive}

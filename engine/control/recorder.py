@@ -23,9 +23,9 @@ class Recorder(Protocol):
         row's transaction: an owner killed between a row and the event that explains it left
         one without the other."""
 
-    def record_later(self, child_id: str, row: Callable[[], ChildRow]) -> None:
-        """A child's row as `row()` gives it when it is written (on another thread), or not at
-        all if the child's next row comes first: a start, only needed while no later row is."""
+    def record_running(self, child_id: str, row: Callable[[], ChildRow]) -> None:
+        """A running child's row as `row()` gives it when it is written (on another thread),
+        never its end; not made at all if the child's next row comes with it."""
 
     def record_final(
         self, row: ChildRow, then: Callable[[bool], None], unit: GroupFinished | None = None

@@ -27,10 +27,10 @@ class StoreRecorder:
         told = [(row.id, self._clock(), kind, detail) for kind, detail in events]
         self._store.update_child(self._batch_id, row, events=told)
 
-    def record_later(self, child_id: str, row: Callable[[], ChildRow]) -> None:
-        """A child's row as `row()` gives it when the store's writer commits it; not made if
-        the child's next row is committed with it."""
-        self._store.update_child_later(self._batch_id, child_id, row)
+    def record_running(self, child_id: str, row: Callable[[], ChildRow]) -> None:
+        """A running child's row as `row()` gives it when the store's writer commits it, never
+        its end; not made if the child's next row is committed with it."""
+        self._store.update_running(self._batch_id, child_id, row)
 
     def record_final(
         self, row: ChildRow, then: Callable[[bool], None], unit: GroupFinished | None = None

@@ -45,9 +45,9 @@ from flightdeck.engine.records.rows import (
     QueuedChild,
     batch_params,
     child_params,
-    child_params_of,
     control_write,
     queued_params,
+    running_params,
 )
 from flightdeck.engine.records.writes import (
     MULTI_ROW,
@@ -164,10 +164,10 @@ class Store:
         write = Write("update_child", UPSERT_CHILD, params, key=key, then=then, group=group)
         self._put(Together((*first, write)))
 
-    def update_child_later(self, batch_id: str, child_id: str, row: Callable[[], ChildRow]) -> None:
-        """Upsert one child's row as `row()` gives it on the writer thread, at its commit; never
-        made if a later write of the child in its transaction supersedes it (a child's start)."""
-        later = functools.partial(child_params_of, batch_id, row)
+    def update_running(self, batch_id: str, child_id: str, row: Callable[[], ChildRow]) -> None:
+        """Upsert a running child's row as `row()` gives it at its commit, never its end (see
+        rows.running_params); not made if a later write of the child in its transaction is."""
+        later = functools.partial(running_params, batch_id, row)
         self._put(Write("update_child", UPSERT_CHILD, (), key=(batch_id, child_id), later=later))
 
     def record_control(

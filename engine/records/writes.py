@@ -3,23 +3,22 @@ to SQLite (merged, coalesced, several rows to a statement, text made valid Unico
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import logging
 import queue
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from flightdeck.engine.model.record import record
 from flightdeck.engine.records.rows import INSERT_EVENT, UPSERT_CHILD, UPSERT_CONTROL, UPSERT_QUEUED
 from flightdeck.engine.sanitize import valid_text
 
 log = logging.getLogger("flightdeck.engine.records.store")  # the writer's lines, as its own
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Write:
     what: str  # for the log line when it fails; never the parameters (they may be large)
     sql: str
@@ -38,7 +37,7 @@ class Write:
     later: Callable[[], Sequence[Any]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Then:
     """Runs `call` on the writer thread once every write queued before it has been committed
     (or, for a write that can never succeed, given up on and logged)."""
@@ -46,7 +45,7 @@ class Then:
     call: Callable[[], object]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Together:
     """Writes committed in one transaction: one item on the queue, which the writer never
     splits between two (as it may two items, at its batch's size)."""
@@ -139,7 +138,9 @@ def made(writes: list[Write]) -> tuple[list[Write], list[Write]]:
             log.exception("flightdeck store: %s could not be made", write.what)
             broken.append(write)
             continue
-        ready.append(dataclasses.replace(write, params=params, later=None))
+        ready.append(
+            Write(write.what, write.sql, params, key=write.key, then=write.then, group=write.group)
+        )
     return ready, broken
 
 
