@@ -354,17 +354,18 @@ class Store:
             failed = writes
         lost = {id(w) for w in failed}
         lost_keys = {w.key for w in failed if w.key is not None}
+        stop = False
         for op in ops:
-            if op is None:
-                continue
             try:
-                if isinstance(op, Then):
+                if op is None:
+                    stop = True
+                elif isinstance(op, Then):
                     op.call()
                 elif op.then is not None:
                     op.then(id(op) not in lost and op.key not in lost_keys)
             except Exception:  # the caller's bug must not stop the writer
                 log.exception("flightdeck store: a commit callback failed")
-        return any(op is None for op in ops)
+        return stop
 
     def _commit(self, writes: list[Write]) -> list[Write]:
         """Commit `writes`; returns those that could not be (each counted and logged)."""

@@ -64,9 +64,12 @@ def take(items: queue.SimpleQueue[Queued], rows: int) -> list[Op]:
     taken = 0
     item = items.get()
     while True:
-        for op in item.writes if isinstance(item, Together) else (item,):
-            ops.append(op)
-            taken += len(op.params) if isinstance(op, Write) and op.many else 1
+        if isinstance(item, Together):
+            ops += item.writes
+            taken += len(item.writes)
+        else:
+            ops.append(item)
+            taken += len(item.params) if isinstance(item, Write) and item.many else 1
         if taken >= rows:
             return ops
         try:
@@ -170,9 +173,11 @@ def units(writes: list[Write]) -> Iterator[list[Write]]:
 def coalesce(writes: list[Write]) -> list[Write]:
     """Drop update_child writes superseded by a later one for the same child in this batch."""
     last: dict[tuple[str, str], int] = {}
+    keyed = 0
     for i, write in enumerate(writes):
         if write.key is not None:
             last[write.key] = i
-    if len(last) == sum(1 for w in writes if w.key is not None):
+            keyed += 1
+    if len(last) == keyed:
         return writes
     return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]
