@@ -3,6 +3,7 @@ reads them from the store), and published with their live figures every LIVE_EVE
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 from flightdeck.engine.child.state import Child
@@ -32,12 +33,27 @@ class LiveRows:
 
     def tick(self, alive: Mapping[str, Child], now: float) -> None:
         """Record and publish what is due at `now`."""
-        if now - self._last_progress >= PROGRESS_EVERY_S:
-            self._last_progress = now
+        if now - self._last_progress < PROGRESS_EVERY_S:
+            return
+        self._last_progress = now
+        if now - self._last_live < LIVE_EVERY_S:
             self.record(alive)
-            if now - self._last_live >= LIVE_EVERY_S:
-                self._last_live = now
-                self._publish_live(tuple(child.row() for child in alive.values()))
+            return
+        self._last_live = now
+        # The rows published are the rows recorded, built here and not at their commit:
+        # `resume` bills a call in flight only to the row stored beside these figures, and a row
+        # built before a bill that the figures count had neither (the call's cost was lost).
+        versions = self._versions
+        rows = []
+        for child in alive.values():
+            version = child.version  # before its row: a change after it is recorded next time
+            row = child.row()
+            rows.append(row)
+            if versions.get(child.task.id) != version:
+                versions[child.task.id] = version
+                self._recorder.record_running(child.task.id, functools.partial(_as_built, row))
+        self._prune(alive)
+        self._publish_live(tuple(rows))
 
     def forget(self, child_id: str) -> None:
         """A child runs again (a retry): its next row is recorded whatever its version."""
@@ -52,5 +68,12 @@ class LiveRows:
             if versions.get(child.task.id) != child.version:
                 versions[child.task.id] = child.version
                 self._recorder.record_running(child.task.id, child.row)
-        if len(versions) > len(alive):
-            self._versions = {cid: v for cid, v in versions.items() if cid in alive}
+        self._prune(alive)
+
+    def _prune(self, alive: Mapping[str, Child]) -> None:
+        if len(self._versions) > len(alive):
+            self._versions = {cid: v for cid, v in self._versions.items() if cid in alive}
+
+
+def _as_built(row: ChildRow) -> ChildRow:
+    return row
