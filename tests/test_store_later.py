@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from flightdeck.engine.model import ChildRow, ChildStatus
+from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Usage
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.rows import child_params, running_params
 from flightdeck.engine.records.store import Store
@@ -129,3 +129,25 @@ def test_a_running_row_that_cannot_be_built_costs_that_row_alone(
     assert "update_child could not be made" in caplog.text and "no row" in caplog.text
     with StoreReader(db) as reader:
         assert [r.id for r in reader.children("b1")] == ["c1", "c2", "c9"]
+
+
+@pytest.mark.parametrize("again", [ChildStatus.QUEUED, ChildStatus.PAUSED])
+def test_a_running_row_built_after_the_child_was_queued_again_is_not_written(
+    db: Path, again: ChildStatus
+) -> None:
+    """A child on a lost Ray worker is queued (or, paused, parked) again, its lost attempt's
+    spend carried, in one transaction with its `lost_attempt` event. A running row queued
+    before, and built after that, wrote the queued row first: an owner killed between the two
+    left a queued row no event explained, which `resume` read as a fresh child (found by
+    review: fails on the tree before)."""
+    ran = make_child(0, status=ChildStatus.RUNNING, started_ts=1001.0, usage=Usage(100, 20))
+    requeued = dataclasses.replace(ran, status=again, started_ts=None, activity=Activity())
+    assert running_params("b1", lambda: requeued) is None
+    with Store(db) as store:
+        store.update_child("b1", ran)
+        assert store.flush(timeout=HANG_S)
+        store.update_running("b1", "c0", Rows(requeued))
+        assert store.flush(timeout=HANG_S) and store.failed_writes == 0
+    with StoreReader(db) as reader:
+        row = reader.child("b1", "c0")
+    assert row is not None and (row.status, row.started_ts) == (ChildStatus.RUNNING, 1001.0)

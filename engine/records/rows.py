@@ -242,11 +242,17 @@ def child_params(batch_id: str, row: ChildRow) -> tuple[Any, ...]:
     )
 
 
-def running_params(batch_id: str, row: Callable[[], ChildRow]) -> tuple[Any, ...]:
+def running_params(batch_id: str, row: Callable[[], ChildRow]) -> tuple[Any, ...] | None:
     """The parameters of UPSERT_CHILD for the row `row()` gives now, as a running child's: an
     end the child has reached is its final row's to record (running, no finish, error or
-    result). The four are cut out of the tuple (`dataclasses.replace` of a row is far slower)."""
+    result). The four are cut out of the tuple (`dataclasses.replace` of a row is far slower).
+    None (nothing written) for a child queued again since (a lost worker's): the row that
+    queues it comes with its `lost_attempt` event, never before it."""
     now = row()
+    if now.status is ChildStatus.QUEUED or (
+        now.status is ChildStatus.PAUSED and now.started_ts is None
+    ):
+        return None
     params = child_params(batch_id, now)
     if not now.status.terminal:
         return params

@@ -34,7 +34,8 @@ class Write:
     group: int | None = None
     # Its parameters, made on the writer thread when it is committed (`params` is empty until
     # then): never made at all when a later write of the same child supersedes it (`coalesce`).
-    later: Callable[[], Sequence[Any]] | None = None
+    # None made: nothing to write after all.
+    later: Callable[[], Sequence[Any] | None] | None = None
 
 
 @record
@@ -127,8 +128,9 @@ def runs(writes: list[Write]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
 
 
 def made(writes: list[Write]) -> tuple[list[Write], list[Write]]:
-    """`writes` with the parameters of each deferred one (`Write.later`) made now; and apart,
-    the deferred ones whose parameters could not be made (each logged)."""
+    """`writes` with the parameters of each deferred one (`Write.later`) made now (left out
+    when there is nothing to write); and apart, the deferred ones whose parameters could not be
+    made (each logged)."""
     ready: list[Write] = []
     broken: list[Write] = []
     for write in writes:
@@ -140,6 +142,8 @@ def made(writes: list[Write]) -> tuple[list[Write], list[Write]]:
         except Exception:  # a bug in what builds the row: it costs that row, not the others
             log.exception("flightdeck store: %s could not be made", write.what)
             broken.append(write)
+            continue
+        if params is None:
             continue
         ready.append(
             Write(write.what, write.sql, params, key=write.key, then=write.then, group=write.group)
