@@ -10,6 +10,7 @@ import logging
 import threading
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flightdeck.engine.model import Activity, ChildRow, ChildStatus, Usage
@@ -151,3 +152,42 @@ def test_a_running_row_built_after_the_child_was_queued_again_is_not_written(
     with StoreReader(db) as reader:
         row = reader.child("b1", "c0")
     assert row is not None and (row.status, row.started_ts) == (ChildStatus.RUNNING, 1001.0)
+
+
+def test_a_running_row_whose_child_is_held_by_a_stopped_thread_holds_no_other_write(
+    db: Path,
+) -> None:
+    # Found by a review: a second Ctrl+C's handler flushes the store on the main thread, which
+    # the signal may have stopped inside a child's `row()`, holding its lock. The writer, to
+    # build that child's running row, waited on the lock for ever: the flush gave up after its
+    # second, and the final rows queued behind that row were never written.
+    from types import SimpleNamespace
+
+    from flightdeck.engine.child.state import Child
+    from flightdeck.engine.control.liverows import LiveRows
+    from flightdeck.engine.inputs.tasks import Task
+    from flightdeck.engine.owner.recording import StoreRecorder
+
+    from helpers import sim_route
+
+    runner: Any = SimpleNamespace(steerable=True)
+    child = Child(
+        Task(id="c0", goal="Look around", seq=0), sim_route(), runner, str(db.parent / "c0.log"),
+        lambda: 1000.0, lambda fact: None, 1000.0, secrets=(),
+    )  # fmt: skip
+    assert child.mark_running()
+    with Store(db) as store:
+        store.update_child("b1", make_child(0))  # c0 queued, as admission found it
+        assert store.flush(HANG_S)
+        live = LiveRows(StoreRecorder(store, "b1", lambda: 1000.0), lambda rows: None)
+        held = child._lock  # the main thread, stopped by the signal inside `row()`
+        held.acquire()
+        try:
+            live.record({"c0": child})  # the coordinator's tick: c0's running row, deferred
+            store.update_child("b1", make_child(1, status=ChildStatus.COMPLETED))
+            assert store.flush(3.0)  # the handler's flush, within its time
+        finally:
+            held.release()
+    with StoreReader(db) as reader:
+        rows = {r.id: r.status for r in reader.children("b1")}
+    assert rows == {"c0": ChildStatus.QUEUED, "c1": ChildStatus.COMPLETED}  # c0's row left out

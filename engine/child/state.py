@@ -126,8 +126,7 @@ class Child:
         self._result: str | None = None
         self._row: ChildRow | None = None
         self._row_version = -1
-        # Set by the coordinator when it leads a prompt-cache gate: report the first chunk.
-        self.leads_gate = False
+        self.leads_gate = False  # set by the coordinator: it leads a prompt-cache gate
         self.operator = OperatorNeeds()  # what it needs of the operator (coordinator thread)
 
     @property
@@ -148,17 +147,18 @@ class Child:
     def _usage_total(self) -> int:
         return self.progress.usage_total
 
-    # --- read side -----------------------------------------------------------------------------
-
     @property
     def version(self) -> int:
         """Changes whenever the child's row would."""
         figures = self.progress.version + self.loops.version + self.kept.version
         return self._version + self.steering.version + figures + self.operator.version
 
-    def row(self) -> ChildRow:
-        """A frozen view; rebuilt only when something changed since the last call."""
-        with self._lock:
+    def row(self, wait: float = -1) -> ChildRow:
+        """A frozen view; rebuilt only when something changed since the last call. TimeoutError
+        if its lock is not free within `wait` seconds (the store's writer, `running_params`)."""
+        if not self._lock.acquire(timeout=wait):
+            raise TimeoutError(f"{self.task.id}'s row is held by another thread")
+        try:
             version = self.version
             if self._row is not None and self._row_version == version:
                 return self._row
@@ -186,6 +186,8 @@ class Child:
             )
             self._row, self._row_version = row, version
             return row
+        finally:
+            self._lock.release()
 
     @property
     def last_activity(self) -> float | None:
@@ -290,9 +292,8 @@ class Child:
 
     def settle(self, receipt: SteerReceipt, state: SteerState, note: str = "") -> None:
         """A steer was delivered or missed; its receipt is kept and reported."""
-        settled = dataclasses.replace(
-            receipt, state=state, settled_ts=self._clock(), how=note or None
-        )
+        now = self._clock()
+        settled = dataclasses.replace(receipt, state=state, settled_ts=now, how=note or None)
         self.steering.keep(settled)
         self._report(ReceiptSettled(settled))
 
@@ -390,8 +391,8 @@ class Child:
         for receipt in undelivered:
             self.transcript.write("operator", missed_note(receipt.message, reason))
             self.settle(receipt, SteerState.MISSED, reason)
-        if error is not None:  # stored as it is (report --json, exports): a server's or CLI's
-            error = sanitize(error)  # words, not their escape sequences
+        # Stored as it is (report --json, exports): a server's or CLI's words, not their escapes.
+        error = None if error is None else sanitize(error)
         if self._secrets:  # a server's error text or the model's answer may echo the key
             error = None if error is None else self.clean(error)
             result = None if result is None else self.clean(result)
@@ -439,9 +440,8 @@ class Child:
         """Held by the prompt-cache gate until `leader_id`'s first response streams; no slot."""
         with self._lock:
             if self.status is ChildStatus.QUEUED and not self._finalizing:
-                self._apply(
-                    Move(ChildStatus.GATED, f"gated: cache warm-up, waiting for {leader_id}")
-                )
+                why = f"gated: cache warm-up, waiting for {leader_id}"
+                self._apply(Move(ChildStatus.GATED, why))
 
     def unmark_gated(self) -> bool:
         """The gate opened: queued again, to be admitted next; False if it ended meanwhile."""

@@ -16,7 +16,7 @@ from flightdeck.engine.control.arrivals import Arrivals
 from flightdeck.engine.control.gate import CacheGate
 from flightdeck.engine.control.pauses import Pauses
 from flightdeck.engine.control.questions import Questions
-from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.recorder import ROW_WAIT_S, Recorder
 from flightdeck.engine.control.slots import Ends, Slots
 from flightdeck.engine.control.workers import ThreadRefused
 from flightdeck.engine.inputs.settings import Budget
@@ -99,7 +99,7 @@ class Admission:
         # them `running` there, so `resume` knows they were lost (unknown), not never run.
         # After the loop, so the submits follow each other as closely as before.
         for child in launched:
-            self._recorder.record_running(child.task.id, child.row)
+            self._recorder.record_running(child.task.id, functools.partial(child.row, ROW_WAIT_S))
 
     def launch_adopted(self, ids: frozenset[str]) -> None:
         """The children whose process a dead owner started (`resume` adopted them), watched at
@@ -110,7 +110,9 @@ class Admission:
             return
         for child in self._slots.queues.pull(lambda c: c.task.id in ids):
             if self.launch(child):
-                self._recorder.record_running(child.task.id, child.row)
+                self._recorder.record_running(
+                    child.task.id, functools.partial(child.row, ROW_WAIT_S)
+                )
 
     def launch(self, child: Child, *, new: bool = True) -> bool:
         """Hand the child to the pool (`new`: not a paused child continued); False if it could

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Mapping
 
 from flightdeck.engine.child.state import Child
-from flightdeck.engine.control.recorder import Recorder
+from flightdeck.engine.control.recorder import ROW_WAIT_S, Recorder
 from flightdeck.engine.model import ChildRow
 
 PROGRESS_EVERY_S = 0.1  # how often running children's counters reach the store (for attach)
@@ -67,7 +67,9 @@ class LiveRows:
         for child in alive.values():
             if versions.get(child.task.id) != child.version:
                 versions[child.task.id] = child.version
-                self._recorder.record_running(child.task.id, child.row)
+                self._recorder.record_running(
+                    child.task.id, functools.partial(child.row, ROW_WAIT_S)
+                )
         self._prune(alive)
 
     def _prune(self, alive: Mapping[str, Child]) -> None:

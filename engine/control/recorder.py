@@ -14,6 +14,11 @@ from flightdeck.engine.commands import Command
 from flightdeck.engine.model import ChildRow, GroupFinished, Limits, SteerReceipt
 from flightdeck.engine.records.faults import StoreTrouble
 
+# How long the store's writer waits for a child's lock to build its running row (`row(wait)`):
+# past it, that row is not written. A thread holding it that long is stopped there: the main
+# thread, in `row()` when a signal came, whose handler waits for the writer (a second Ctrl+C).
+ROW_WAIT_S = 0.25
+
 
 class Recorder(Protocol):
     """Where a running batch's records go (called on the coordinator thread)."""

@@ -247,8 +247,13 @@ def running_params(batch_id: str, row: Callable[[], ChildRow]) -> tuple[Any, ...
     end the child has reached is its final row's to record (running, no finish, error or
     result). The four are cut out of the tuple (`dataclasses.replace` of a row is far slower).
     None (nothing written) for a child queued again since (a lost worker's): the row that
-    queues it comes with its `lost_attempt` event, never before it."""
-    now = row()
+    queues it comes with its `lost_attempt` event, never before it; and for one whose row is
+    held by another thread past `row`'s bound (TimeoutError): the main thread, stopped there by
+    a signal whose handler waits for the writer, would hold every write behind it."""
+    try:
+        now = row()
+    except TimeoutError:
+        return None
     if now.status is ChildStatus.QUEUED or (
         now.status is ChildStatus.PAUSED and now.started_ts is None
     ):
