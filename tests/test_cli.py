@@ -421,6 +421,11 @@ def test_bad_arguments_exit_2(project: Path) -> None:
         (("--head", "ls"), "--head: `flightdeck ls` has no such option"),
         (("--nope",), "--nope: options go after the command: `flightdeck COMMAND … --nope …`"),
         (("steer", "b1", "c1"), "the following arguments are required: -m/--message"),
+        # Only the batch is missing: the child ids may be none (--all), so they are not named.
+        (
+            ("stop", "--all"),
+            "the following arguments are required: batch_id (see `flightdeck stop --help`)",
+        ),
         # A byte that is not UTF-8 in argv (subprocess writes "\udcff" as the byte 0xff).
         (
             ("steer", "b1", "c1", "-m", "x\udcff"),

@@ -25,7 +25,7 @@ from flightdeck.tui.console import OutputClosed, console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.limitscmd import cmd_limits
 from flightdeck.tui.logs import log_to_stderr
-from flightdeck.tui.usage import UsageError, state_dir_arg
+from flightdeck.tui.usage import BATCH_ID_HELP, UsageError, state_dir_arg
 from rich.text import Text
 
 
@@ -89,7 +89,7 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     """resume, steer, answer, nudge, stop, pause, continue, wait: a batch's owner taken over,
     or sent commands from here."""
     resume = sub.add_parser("resume", help="run an abandoned batch to the end, same id")
-    resume.add_argument("batch_id", help="batch id (see flightdeck ls)")
+    resume.add_argument("batch_id", help=BATCH_ID_HELP)
     resume.add_argument(
         "--no-rerun",
         action="store_true",
@@ -103,8 +103,8 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     resume.add_argument("--state-dir", type=state_dir_arg)
 
     steer = sub.add_parser("steer", help="send children of a running batch a message")
-    steer.add_argument("batch_id")
-    steer.add_argument("child_ids", nargs="*", metavar="CHILD")
+    steer.add_argument("batch_id", help=BATCH_ID_HELP)
+    steer.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
     steer.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="steer"))
     steer.add_argument(
         "-m", "--message", type=_argv_text, required=True, help="the operator's message"
@@ -115,7 +115,7 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     answer = sub.add_parser(
         "answer", help="answer the question (ask_operator) children of a running batch wait on"
     )
-    answer.add_argument("batch_id")
+    answer.add_argument("batch_id", help=BATCH_ID_HELP)
     answer.add_argument("child_ids", nargs="+", metavar="CHILD")
     answer.add_argument(
         "-m", "--message", type=_argv_text, required=True, help="the operator's answer"
@@ -125,14 +125,14 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     nudge = sub.add_parser(
         "nudge", help="send the canned loop steer to children of a running batch flagged looping"
     )
-    nudge.add_argument("batch_id")
-    nudge.add_argument("child_ids", nargs="*", metavar="CHILD")
+    nudge.add_argument("batch_id", help=BATCH_ID_HELP)
+    nudge.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
     nudge.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="nudge"))
     nudge.add_argument("--state-dir", type=state_dir_arg)
 
     stop = sub.add_parser("stop", help="stop children of a running batch (or --all)")
-    stop.add_argument("batch_id")
-    stop.add_argument("child_ids", nargs="*", metavar="CHILD")
+    stop.add_argument("batch_id", help=BATCH_ID_HELP)
+    stop.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
     stop.add_argument("--all", action="store_true", help="stop every child not ended")
     stop.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb="stop"))
     stop.add_argument("--state-dir", type=state_dir_arg)
@@ -140,7 +140,7 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     limits = sub.add_parser(
         "limits", help="print a batch's live limits, or change them while it runs (--pool, …)"
     )
-    limits.add_argument("batch_id")
+    limits.add_argument("batch_id", help=BATCH_ID_HELP)
     limits.add_argument("--pool", metavar="N", help="children alive at once")
     limits.add_argument("--route", metavar="NAME", help="the route the next three change")
     limits.add_argument("--max-concurrent", metavar="N", help="the route's cap (or off)")
@@ -157,13 +157,13 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
             verb,
             help=f"{what} children of a running batch (no child named: the batch's admission)",
         )
-        pause.add_argument("batch_id")
-        pause.add_argument("child_ids", nargs="*", metavar="CHILD")
+        pause.add_argument("batch_id", help=BATCH_ID_HELP)
+        pause.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
         pause.add_argument("--where", metavar="QUERY", help=_WHERE_HELP.format(verb=verb))
         pause.add_argument("--state-dir", type=state_dir_arg)
 
     wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")
-    wait.add_argument("batch_id")
+    wait.add_argument("batch_id", help=BATCH_ID_HELP)
     wait.add_argument("--state-dir", type=state_dir_arg)
 
 
@@ -194,7 +194,7 @@ def _attach_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     serve.add_argument("--state-dir", type=state_dir_arg)
     logs = sub.add_parser("logs", help="print a child's transcript, or follow it (-f)")
-    logs.add_argument("batch_id")
+    logs.add_argument("batch_id", help=BATCH_ID_HELP)
     # optional to argparse, so that a batch id left out is said as such (cmd_logs)
     logs.add_argument("child_id", nargs="?", help="the child's id (required)")
     logs.add_argument(
@@ -204,7 +204,7 @@ def _attach_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
     grep = sub.add_parser(
         "grep", help="search every transcript of a batch (running or ended) for a pattern"
     )
-    grep.add_argument("batch_id")
+    grep.add_argument("batch_id", help=BATCH_ID_HELP)
     grep.add_argument(
         "pattern",
         metavar="PATTERN",

@@ -20,7 +20,13 @@ from flightdeck.tui.client import (
 )
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, known_children, no_child_id, state_dir_arg
+from flightdeck.tui.usage import (
+    BATCH_ID_HELP,
+    UsageError,
+    known_children,
+    no_child_id,
+    state_dir_arg,
+)
 from rich.text import Text
 
 if TYPE_CHECKING:
@@ -33,8 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     retry = sub.add_parser(
         "retry", help="run children that ended (failed, stopped, …) again, as a new attempt"
     )
-    retry.add_argument("batch_id")
-    retry.add_argument("child_ids", nargs="*", metavar="CHILD")
+    retry.add_argument("batch_id", help=BATCH_ID_HELP)
+    retry.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
     retry.add_argument(
         "--where",
         metavar="QUERY",
@@ -48,7 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     )
     retry.add_argument("--state-dir", type=state_dir_arg)
     diff = sub.add_parser("diff", help="print what a child changed in its own worktree")
-    diff.add_argument("batch_id")
+    diff.add_argument("batch_id", help=BATCH_ID_HELP)
     # optional to argparse, so that a batch id left out is said as such (cmd_diff)
     diff.add_argument("child_id", nargs="?", help="the child's id (required)")
     diff.add_argument("--file", metavar="PATH", help="only this file")
@@ -56,12 +62,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     merge = sub.add_parser(
         "merge", help="commit children's changes on branches of their own, merge them into one"
     )
-    merge.add_argument("batch_id")
+    merge.add_argument("batch_id", help=BATCH_ID_HELP)
     merge.add_argument("child_ids", nargs="+", metavar="CHILD")
     merge.add_argument("--into", required=True, metavar="BRANCH", help="the branch to merge into")
     merge.add_argument("--state-dir", type=state_dir_arg)
     discard = sub.add_parser("discard", help="drop children's changes: worktree and branch")
-    discard.add_argument("batch_id")
+    discard.add_argument("batch_id", help=BATCH_ID_HELP)
     discard.add_argument("child_ids", nargs="+", metavar="CHILD")
     discard.add_argument("--state-dir", type=state_dir_arg)
 

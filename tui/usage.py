@@ -14,6 +14,9 @@ class UsageError(InputError):
     """A bad command-line argument."""
 
 
+BATCH_ID_HELP = "batch id (flightdeck ls lists them)"
+
+
 def state_dir_arg(text: str) -> Path:
     """`--state-dir`'s type. An empty one (an unset shell variable) is refused: Path("") is the
     current folder, which `run` filled with a database and made private (mode 0700)."""
