@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from flightdeck.engine.model import CHARS_PER_TOKEN, Activity, Usage
+from flightdeck.engine.model.usage import NO_USAGE
 
 
 @dataclass(slots=True)  # one per child, kept to the batch's end: no instance dict
@@ -111,7 +112,7 @@ class ActivityState:
         self.text = text
 
 
-_NOTHING_BILLED = Usage()  # a value, never changed in place: shared, not made per call
+_NOTHING_BILLED = NO_USAGE  # a value, never changed in place: shared, not made per call
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ from flightdeck.engine.child.port import PAUSED, ChildPort, Ended, Paused
 from flightdeck.engine.child.tools import Toolbox
 from flightdeck.engine.errors import ProviderError, ToolError
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
+from flightdeck.engine.model.usage import NO_USAGE
 from flightdeck.engine.providers.base import (
     HeadroomEvent,
     Interrupted,
@@ -286,7 +287,7 @@ class ModelRunner:
         c.progress.call_started(InFlight(prompt_tokens_estimate(request), cached=self._cached))
         text: list[str] = []
         calls: list[ToolCall] = []
-        usage = estimated = Usage()
+        usage = estimated = NO_USAGE
         transcript = c.transcript
         sent = False
         closed = False

@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from flightdeck.engine.child.activity import ActivityState, InFlight
 from flightdeck.engine.model import Activity, Usage, record
+from flightdeck.engine.model.usage import NO_USAGE
 from flightdeck.engine.money import ZERO_USD
 
 
@@ -66,7 +67,7 @@ class Progress:
         self._lock = threading.Lock()
         self.version = 0
         self._activity = ActivityState()
-        self._usage = Usage()
+        self._usage = NO_USAGE
         # None once any usage has an unknown price (an agent CLI's: until it reports its cost).
         self._cost: Decimal | None = ZERO_USD if cost_known else None
         # What is known of it: all of it while it is known, else the part that was (a CLI's

@@ -132,6 +132,9 @@ class Child:
     @property
     def transcript(self) -> Transcript:
         """Opened on first use, so a queued child holds no file descriptor."""
+        transcript = self._transcript
+        if transcript is not None:  # nearly every use: read without the lock (one attribute)
+            return transcript
         with self._lock:
             if self._transcript is None and self._open_transcript is not None:
                 self._transcript = self._open_transcript()
@@ -300,6 +303,8 @@ class Child:
     def take_pause(self) -> bool:
         """At a turn boundary (the worker): True, and the child is `paused`, if a pause is
         wanted and no stop came first."""
+        if not self.halt.pause_wanted:  # nearly every turn (set under the lock, read here)
+            return False
         with self._lock:
             ending = self._finalizing or self.interrupt.is_set()
             return self._apply(self.halt.take(ending, self._clock()))
@@ -387,7 +392,8 @@ class Child:
                 return False
             self._finalizing = True
             undelivered = self.steering.close()
-        reason = missed or f"the child ended ({status.value}) before its next turn"
+        shown = status.value  # the member's own string: a row keeps it, not a copy
+        reason = missed or f"the child ended ({shown}) before its next turn"
         for receipt in undelivered:
             self.transcript.write("operator", missed_note(receipt.message, reason))
             self.settle(receipt, SteerState.MISSED, reason)
@@ -397,7 +403,7 @@ class Child:
             error = None if error is None else self.clean(error)
             result = None if result is None else self.clean(result)
         result = None if result is None else bounded_result(result, self.transcript_path)
-        self.transcript.close("engine", status.value + (f": {error}" if error else ""))
+        self.transcript.close("engine", shown + (f": {error}" if error else ""))
         with self._lock:
             if self._sink is not None:  # its writer holds no file: a later line makes another
                 self._transcript = None
@@ -406,7 +412,7 @@ class Child:
             self._error = error
             self._result = result
             self._version += 1
-        self.progress.ended(status.value, ran=self.started_ts is not None)
+        self.progress.ended(shown, ran=self.started_ts is not None)
         return True
 
     def carry(self, usage: Usage, cost: Decimal | None, known: Decimal) -> None:

@@ -8,6 +8,7 @@ route's pause, its rate buckets and concurrency slot, its backoff after 429s).
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,21 +165,10 @@ class RetryPolicy:
         """Call `fn(*args)` until it succeeds, fails for good, runs out of attempts (or, for
         rate limits, of `max_wait_s`), or is stopped (StopRequested)."""
         account = self._account = _Throttled()
-        throttle, route = self.throttle, self.route
-
-        def attempt() -> T:
-            if interrupt.is_set():
-                raise StopRequested
-            if throttle is None:
-                return fn(*args)
-            if route is not None:
-                account.waited_s += throttle.slot(route, interrupt, on_wait)
-            return self._noting(fn, args, route, interrupt, on_pause)
-
         # Nearly every call succeeds at once, and tenacity's bookkeeping is a large share of
         # an instant call's cost: tenacity takes over from the first retryable failure.
         try:
-            return attempt()
+            return self._attempt(fn, args, interrupt, on_pause, on_wait)
         except Exception as exc:
             if classify(exc) is None:
                 raise
@@ -188,28 +178,35 @@ class RetryPolicy:
                     raise self._gave_up(account, exc) from exc
                 raise
             first_error = exc
+        again = functools.partial(self._attempt, fn, args, interrupt, on_pause, on_wait)
         try:
-            return self._retrying(interrupt, on_retry, account)(_replaying(first_error, attempt))
+            return self._retrying(interrupt, on_retry, account)(_replaying(first_error, again))
         except RateLimited as exc:
             raise self._gave_up(account, exc) from exc
 
-    def _noting(
+    def _attempt(
         self,
         fn: Callable[..., T],
         args: tuple[object, ...],
-        route: Route | None,
         interrupt: Interruptible,
         on_pause: Callable[[float], None] | None,
+        on_wait: OnWait | None,
     ) -> T:
-        """`fn(*args)` once the route's pause is over, telling the throttle how it went (and
-        giving back the slot taken, if `route`)."""
-        throttle = self.throttle
-        assert throttle is not None
+        """One attempt: `fn(*args)` once the route's slot is taken and its pause is over,
+        telling the throttle how it went (and giving back the slot)."""
+        if interrupt.is_set():
+            raise StopRequested
+        throttle, route = self.throttle, self.route
+        if throttle is None:
+            return fn(*args)
+        account = self._account
+        if route is not None:
+            account.waited_s += throttle.slot(route, interrupt, on_wait)
         ok = False
         try:
             # Another child of this route was told to back off: wait with it. After taking
             # the slot: a child that waited for a slot while a 429 paused the route waits on.
-            self._account.waited_s += throttle.wait_out_pause(interrupt, on_pause)
+            account.waited_s += throttle.wait_out_pause(interrupt, on_pause)
             started = throttle.now()
             result = fn(*args)
             ok = True

@@ -18,6 +18,8 @@ class Usage:
     cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
+        if self is NO_USAGE:  # a sum begun at the shared zero: the value itself (immutable)
+            return other
         return Usage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
@@ -47,3 +49,6 @@ class Usage:
     def prompt_tokens(self) -> int:
         """Everything the model read: fresh input plus cache reads and writes."""
         return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+NO_USAGE = Usage()  # the zero that sums start from: shared, never changed in place
