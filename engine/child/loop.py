@@ -200,11 +200,13 @@ class ModelRunner:
             messages = self._messages = [Message("user", goal)]
         for turn in range(self._next_turn, c.task.max_turns + 1):
             self._next_turn = turn
-            self._check_stop()
+            if c.interrupt.is_set():
+                raise StopRequested
             if c.take_pause():
                 c.transcript.write("engine", f"paused before turn {turn}; its slot is free")
                 raise _Paused
-            self._deliver_steers(messages)
+            if c.steering.waiting:
+                self._deliver_steers(messages)
             self._hold(turn)
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
@@ -238,7 +240,8 @@ class ModelRunner:
     def _hold(self, turn: int) -> None:
         """A call is about to be made: until it starts, the child waits on its route (a pause
         after a 429, the rpm/tpm buckets), which is not a stall."""
-        self._c.progress.hold(turn, last=turn >= self._c.task.max_turns)
+        c = self._c
+        c.progress.hold(turn, last=turn >= c.task.max_turns)
 
     def _check_stop(self) -> None:
         if self._c.interrupt.is_set():
@@ -271,7 +274,7 @@ class ModelRunner:
             # steer --now during a backoff: it waited the backoff out (the server asked for
             # it), and this attempt carries the message instead of going without it.
             self._deliver_steers(messages)
-        request = self._request(messages)
+        request = self._request(c, messages)
         # The route's rpm/tpm buckets, configured or learned (its pause was waited out before
         # this attempt); the token estimate is reconciled with usage below.
         lease = None
@@ -283,7 +286,7 @@ class ModelRunner:
             # ... or while it waited for the rate limit: the request it waited (and paid) for
             # goes out with the message, rather than queueing again behind other children.
             self._deliver_steers(messages)
-            request = self._request(messages)
+            request = self._request(c, messages)
         c.progress.call_started(InFlight(prompt_tokens_estimate(request), cached=self._cached))
         text: list[str] = []
         calls: list[ToolCall] = []
@@ -311,7 +314,8 @@ class ModelRunner:
                     usage += event.usage
                     if event.estimated:
                         estimated += event.usage
-                    self._bill(event.usage)  # billed tokens count even if the turn is dropped
+                    # billed tokens count even if the turn is dropped
+                    bill(c.progress, self._meter, route, event.usage)
                 elif isinstance(event, HeadroomEvent):
                     self._retry.saw_headroom(route, event)  # the route paces to it now
                     c.report(HeadroomSeen(route.name, event))
@@ -344,8 +348,7 @@ class ModelRunner:
         ]
         return TurnResult(valid_text("".join(text)), tuple(calls), usage)
 
-    def _request(self, messages: list[Message]) -> TurnRequest:
-        c = self._c
+    def _request(self, c: ChildPort, messages: list[Message]) -> TurnRequest:
         return TurnRequest(
             system=SYSTEM_PROMPT,
             messages=tuple(messages),
@@ -413,9 +416,6 @@ class ModelRunner:
             else:
                 c.transcript.write("operator", f"delivered: {receipt.message}")
             c.settle(receipt, SteerState.DELIVERED)
-
-    def _bill(self, usage: Usage) -> None:
-        bill(self._c.progress, self._meter, self._c.route, usage)
 
     def _bill_cut_short(self) -> Usage:
         """A call closed by a stop or steer --now: see `bill_cut_short`."""

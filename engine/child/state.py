@@ -393,8 +393,8 @@ class Child:
             self._finalizing = True
             undelivered = self.steering.close()
         shown = status.value  # the member's own string: a row keeps it, not a copy
-        reason = missed or f"the child ended ({shown}) before its next turn"
         for receipt in undelivered:
+            reason = missed or f"the child ended ({shown}) before its next turn"
             self.transcript.write("operator", missed_note(receipt.message, reason))
             self.settle(receipt, SteerState.MISSED, reason)
         # Stored as it is (report --json, exports): a server's or CLI's words, not their escapes.

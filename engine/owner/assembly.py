@@ -218,6 +218,9 @@ def build_child(
     """A queued child for one task: one of the batch's, or a child's delegate (`kind`: a
     Child, or one whose work runs elsewhere; `kept`: the operator's retry of one that ended)."""
     route = settings.route(task.route)
+    book = tag = None
+    if route.command is not None:  # only a command child's processes are booked and tagged
+        book, tag = StoreBook(processes, task.id), f"{batch_id}/{task.id}"
     runner = build_runner(
         task,
         route,
@@ -229,8 +232,8 @@ def build_child(
         toolbox=toolbox,
         batch_dir=batch_dir,
         meter=meter,
-        book=StoreBook(processes, task.id),
-        tag=f"{batch_id}/{task.id}",
+        book=book,
+        tag=tag,
     )
     transcript = transcript_path(batch_dir, task)
     return kind(
@@ -260,15 +263,16 @@ def build_runner(
     toolbox: Toolbox,
     batch_dir: Path,
     meter: Meter,
-    book: ProcessBook,
-    tag: str,
+    book: ProcessBook | None,
+    tag: str | None,
 ) -> Runner:
     """How one task's child runs: a process for a command route, else turns of a model (in the
     owner, or on an executor's worker with its own clients). `tag`: what a command child's
-    processes carry in their environment (agents/tree.py's TAG_ENV)."""
+    processes carry in their environment (agents/tree.py's TAG_ENV); `book` and `tag` are
+    a command child's (None for a model's)."""
     command = commands.get(route.name)
     if command is not None:
-        assert route.command is not None
+        assert route.command is not None and book is not None and tag is not None
         workspace = Workspace(
             route.command.workspace,
             toolbox.root,
