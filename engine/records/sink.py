@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from flightdeck.engine.records.appender import Transcripts, apply_frames
 from flightdeck.engine.records.events import Event, encode
@@ -45,6 +46,9 @@ class TranscriptSink:
 
     def __init__(self) -> None:
         self._items: deque[_Item] = deque()
+        # Queue one transcript event; any thread, never blocks: the deque's own append (atomic,
+        # no lock, no wake-up), with no Python call around it (a child sends several).
+        self.send: Callable[[Event], None] = self._items.append
         self._wake = threading.Event()
         self._frame_lock = threading.Lock()  # taking items off the queue and framing them
         self._out = bytearray()  # framed, not yet handed to the helper
@@ -60,10 +64,6 @@ class TranscriptSink:
         """The writer process, while one is in use."""
         helper = self._helper
         return None if helper is None else helper.pid
-
-    def send(self, event: Event) -> None:
-        """Queue one transcript event; any thread, never blocks."""
-        self._items.append(event)  # deque.append is atomic; no lock, no wake-up
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every line queued before this call has been written."""
