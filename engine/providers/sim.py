@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import operator
 import random
 import threading
 from collections.abc import Iterator
@@ -87,6 +88,9 @@ class _Prefix:
     key: str  # the provider-side prompt cache key
     cache_tokens: int  # what a cache read or write of this prefix counts
     prompt_tokens: int  # its share of a prompt's input tokens
+
+
+_NAME = operator.attrgetter("name")  # a tool's name, read without a Python call
 
 
 @functools.lru_cache(maxsize=64)
@@ -211,7 +215,7 @@ class SimStream:
     def __iter__(self) -> Iterator[StreamEvent]:
         o = self._p.options
         text, calls = _plan(self._req, self._rng, o)
-        prefix = _prefix(self._req.system, tuple(t.name for t in self._req.tools))
+        prefix = _prefix(self._req.system, tuple(map(_NAME, self._req.tools)))
         cache_read, cache_write, writes = self._p._cache_split(prefix)
         prompt = prefix.prompt_tokens
         for m in self._req.messages:

@@ -16,26 +16,28 @@ def prompt_tokens_estimate(request: TurnRequest) -> int:
         chars += len(message.content) + 8
         for call in message.tool_calls:
             chars += len(call.name) + len(json.dumps(dict(call.arguments)))
-    for tool in request.tools:
-        chars += _tool_chars(tool)
-    return math.ceil(chars / CHARS_PER_TOKEN)
+    return math.ceil((chars + _tools_chars(request.tools)) / CHARS_PER_TOKEN)
 
 
-# A tool's schema is the same in every prompt of every child: its size is worked out once per
-# spec (a JSON dump per tool per turn was a tenth of an instant child's worker time). Keyed by
-# identity (a spec's parameters are a dict, not hashable); the entry keeps the spec, so its id
-# is never reused while cached. Specs are constants: the bound only guards against a leak.
-_TOOL_CHARS: dict[int, tuple[ToolSpec, int]] = {}
-_TOOL_CHARS_MAX = 1024
+# The tools offered are the same few specs in every prompt of every child: their schemas' size
+# is worked out once per set (a JSON dump per tool per turn was a tenth of an instant child's
+# worker time). Keyed by the specs' identities (a spec's parameters are a dict, not hashable);
+# the entry keeps the specs, so no id in a key is reused while it is cached. Specs are
+# constants: the bound only guards against a leak.
+_TOOLS_CHARS: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], int]] = {}
+_TOOLS_CHARS_MAX = 1024
 
 
-def _tool_chars(tool: ToolSpec) -> int:
-    known = _TOOL_CHARS.get(id(tool))
-    if known is not None and known[0] is tool:
+def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
+    key = tuple(map(id, tools))
+    known = _TOOLS_CHARS.get(key)
+    if known is not None:
         return known[1]
-    chars = len(tool.name) + len(tool.description) + len(json.dumps(dict(tool.parameters)))
-    if len(_TOOL_CHARS) < _TOOL_CHARS_MAX:
-        _TOOL_CHARS[id(tool)] = (tool, chars)
+    chars = sum(
+        len(t.name) + len(t.description) + len(json.dumps(dict(t.parameters))) for t in tools
+    )
+    if len(_TOOLS_CHARS) < _TOOLS_CHARS_MAX:
+        _TOOLS_CHARS[key] = (tools, chars)
     return chars
 
 
