@@ -202,7 +202,7 @@ class ModelRunner:
             self._next_turn = turn
             if c.interrupt.is_set():
                 raise StopRequested
-            if c.take_pause():
+            if c.pause_wanted and c.take_pause():  # the lock only when one is wanted
                 c.transcript.write("engine", f"paused before turn {turn}; its slot is free")
                 raise _Paused
             if c.steering.waiting:

@@ -132,9 +132,6 @@ class Child:
     @property
     def transcript(self) -> Transcript:
         """Opened on first use, so a queued child holds no file descriptor."""
-        transcript = self._transcript
-        if transcript is not None:  # nearly every use: read without the lock (one attribute)
-            return transcript
         with self._lock:
             if self._transcript is None and self._open_transcript is not None:
                 self._transcript = self._open_transcript()
@@ -303,8 +300,6 @@ class Child:
     def take_pause(self) -> bool:
         """At a turn boundary (the worker): True, and the child is `paused`, if a pause is
         wanted and no stop came first."""
-        if not self.halt.pause_wanted:  # nearly every turn (set under the lock, read here)
-            return False
         with self._lock:
             ending = self._finalizing or self.interrupt.is_set()
             return self._apply(self.halt.take(ending, self._clock()))
@@ -392,9 +387,8 @@ class Child:
                 return False
             self._finalizing = True
             undelivered = self.steering.close()
-        shown = status.value  # the member's own string: a row keeps it, not a copy
         for receipt in undelivered:
-            reason = missed or f"the child ended ({shown}) before its next turn"
+            reason = missed or f"the child ended ({status.value}) before its next turn"
             self.transcript.write("operator", missed_note(receipt.message, reason))
             self.settle(receipt, SteerState.MISSED, reason)
         # Stored as it is (report --json, exports): a server's or CLI's words, not their escapes.
@@ -403,7 +397,7 @@ class Child:
             error = None if error is None else self.clean(error)
             result = None if result is None else self.clean(result)
         result = None if result is None else bounded_result(result, self.transcript_path)
-        self.transcript.close("engine", shown + (f": {error}" if error else ""))
+        self.transcript.close("engine", status.value + (f": {error}" if error else ""))
         with self._lock:
             if self._sink is not None:  # its writer holds no file: a later line makes another
                 self._transcript = None
@@ -412,7 +406,7 @@ class Child:
             self._error = error
             self._result = result
             self._version += 1
-        self.progress.ended(shown, ran=self.started_ts is not None)
+        self.progress.ended(status.value, ran=self.started_ts is not None)
         return True
 
     def carry(self, usage: Usage, cost: Decimal | None, known: Decimal) -> None:
