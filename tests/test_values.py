@@ -109,7 +109,7 @@ def test_values_have_slots_and_no_instance_dict(value: object) -> None:
 def test_what_every_child_keeps_has_slots_and_no_instance_dict() -> None:
     """A batch holds one of each per child (its retry policy, its loop watch): no dicts."""
     from flightdeck.engine.child.loopwatch import LoopWatch
-    from flightdeck.engine.control.retry import RetryPolicy
+    from flightdeck.engine.control.retry import RetryPolicy, _JitteredBackoff
     from flightdeck.engine.inputs.settings import LoopSettings, RetrySettings
 
     policy = RetryPolicy(RetrySettings())
@@ -118,7 +118,8 @@ def test_what_every_child_keeps_has_slots_and_no_instance_dict() -> None:
     )
     progress = Progress(lambda: 0.0)
     progress.call_started(InFlight(100))
-    for part in (policy, policy._backoff, policy._account, watch, progress):
+    backoff = _JitteredBackoff(RetrySettings(), 1.0, None, "c1")  # made at a first retry
+    for part in (policy, backoff, policy._account, watch, progress):
         assert not hasattr(part, "__dict__"), type(part).__name__
     for part in (progress._activity, progress._in_flight):
         assert not hasattr(part, "__dict__"), type(part).__name__

@@ -71,31 +71,22 @@ def reason_of(exc: BaseException | None) -> str:
 class _JitteredBackoff:
     """Full-jitter exponential backoff, never shorter than what `classify` says to wait."""
 
-    __slots__ = ("_ceiling", "_rng", "_scale", "_seed", "_settings")  # one per child: no dict
+    __slots__ = ("_ceiling", "_rng")  # one per child that retried: no dict
 
     def __init__(
         self, settings: RetrySettings, scale: float, rng: random.Random | None, seed: str | None
     ) -> None:
-        self._settings = settings
-        self._scale = scale
         # tenacity computes the exponential ceiling; the jitter draws from our own generator
-        # (wait_random_exponential uses the global one) so a run can be replayed. Both are
-        # made on first use: nearly every call succeeds at once, and a child keeps its policy.
-        self._ceiling: wait_exponential | None = None
-        self._rng = rng
-        self._seed = seed
+        # (wait_random_exponential uses the global one) so a run can be replayed.
+        self._ceiling = wait_exponential(
+            multiplier=settings.base_s * scale, max=settings.max_s * scale
+        )
+        self._rng = random.Random(seed) if rng is None else rng
 
     def __call__(self, state: RetryCallState, release: Callable[[], float] | None = None) -> float:
         """The backoff before the next attempt. A 429 with Retry-After paused the route: with
         `release` (the route's: when this waiter leaves the pause, spread out from the others)
         that is the backoff, rather than one growing with the attempts."""
-        if self._rng is None:
-            self._rng = random.Random(self._seed)
-        if self._ceiling is None:
-            settings, scale = self._settings, self._scale
-            self._ceiling = wait_exponential(
-                multiplier=settings.base_s * scale, max=settings.max_s * scale
-            )
         exc = state.outcome.exception() if state.outcome is not None else None
         if (
             release is not None
@@ -129,7 +120,7 @@ class RetryPolicy:
     throttle (and `route`), every attempt waits out the route's pause and takes a slot of its
     adaptive concurrency, and the route hears of each 429."""
 
-    __slots__ = ("_account", "_backoff", "route", "scale", "settings", "throttle")
+    __slots__ = ("_account", "_backoff", "_rng", "_seed", "route", "scale", "settings", "throttle")
 
     def __init__(
         self,
@@ -145,7 +136,9 @@ class RetryPolicy:
         self.scale = scale
         self.throttle = throttle
         self.route = route
-        self._backoff = _JitteredBackoff(settings, scale, rng, seed)
+        # The backoff's, made at the first retry: nearly every child has none.
+        self._rng, self._seed = rng, seed
+        self._backoff: _JitteredBackoff | None = None
         self._account = _Throttled()
 
     @property
@@ -268,6 +261,8 @@ class RetryPolicy:
                     f"throttled (max_wait_s {self.max_wait_s:g}s), the server asking for "
                     f"{asked:.0f}s more: {exc}"
                 ) from exc
+            if self._backoff is None:
+                self._backoff = _JitteredBackoff(self.settings, self.scale, self._rng, self._seed)
             return self._backoff(state, release)
 
         def before_sleep(state: RetryCallState) -> None:
