@@ -114,6 +114,10 @@ class Supervisor:
         interval = FAST_S
         last_track = last_reap = last_book = time.monotonic()
         try:
+            # One just let go has written nothing yet: reading its empty files first would
+            # cost system calls, each a turn at the interpreter lock (its exit ends the wait).
+            if not proc.adopted:
+                proc.wait(interval)
             while True:
                 read = self._lines(proc.read())
                 interval = FAST_S if read else min(SLOW_S, interval * 1.5)
