@@ -28,11 +28,17 @@ def runnable(program: str, env: Mapping[str, str]) -> None:
     as `subprocess.Popen` did before the shell held it: the shell would say it instead, in the
     command's stderr, exit 127 or 126. (A file with no `#!` line the shell would run as a
     script: a route's program is refused at the batch's start for that, `agents/launch.py`.)"""
-    found = shutil.which(program, path=env.get("PATH", os.defpath))
-    if found is None:
-        exists = "/" in program and os.path.exists(program)
-        code = errno.EACCES if exists else errno.ENOENT
-        raise OSError(code, os.strerror(code), program)
+    if "/" in program:
+        # shutil.which's check less its `exists` (`access` fails on a missing file): each
+        # system call, at every spawn, is a turn at the interpreter lock.
+        found = os.access(program, os.X_OK) and not os.path.isdir(program)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if found:
+        return
+    exists = "/" in program and os.path.exists(program)
+    code = errno.EACCES if exists else errno.ENOENT
+    raise OSError(code, os.strerror(code), program)
 
 
 class Gate:
