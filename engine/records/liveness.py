@@ -76,6 +76,10 @@ def read_proc(path: str) -> bytes | None:
         chunks = []
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
+            # The kernel fills a read of /proc from a buffer of a page or more, stopping short
+            # only at the file's end or that buffer's: one under half a page was the end.
+            if len(chunk) < 2048:
+                break
         return b"".join(chunks)
     except OSError:
         return None
