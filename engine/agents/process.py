@@ -74,6 +74,7 @@ class Process:
         holder: Pid | None = None,
         stdin_fd: int | None = None,
         offsets: tuple[int, int] = (0, 0),
+        output_fds: tuple[int, int] | None = None,
     ) -> None:
         self.root = root
         self.pid = root.pid
@@ -84,9 +85,10 @@ class Process:
         self._holding: subprocess.Popen[bytes] | None = None  # the holder, if started here
         self._stdin_fd = stdin_fd
         self._stdin_lock = threading.Lock()
+        out_fd, err_fd = output_fds or (None, None)
         self._tails = (
-            Tail(files.out, "stdout", offsets[0]),
-            Tail(files.err, "stderr", offsets[1]),
+            Tail(files.out, "stdout", offsets[0], out_fd),
+            Tail(files.err, "stderr", offsets[1], err_fd),
         )
         self._seen: dict[int, Pid] = {}  # descendants found under it, and its orphans, by pid
         self._gates: list[Gate] = []  # spawned held: what it (and its holder) wait on
@@ -117,7 +119,9 @@ class Process:
         env = {**env, tree.TAG_ENV: tag}
         if held:  # said as Popen says it, not by the shell that holds it
             runnable(argv[0], env)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        # Read by this owner through the same descriptors: two opens and two closes fewer a
+        # spawn, each a turn at the interpreter lock (the process may read what it wrote).
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
         try:
             out = os.open(files.out, flags, 0o600)
         except FileNotFoundError:  # the batch's first: its folder is made, the user's alone
@@ -156,18 +160,18 @@ class Process:
                 except OSError:  # no holder: a dead owner would end the command's input
                     holding = None
         except BaseException:
-            if stdin_w is not None:
-                os.close(stdin_w)
+            for fd in (out, err, stdin_w):
+                if fd is not None:
+                    os.close(fd)
             for gate in gates:
                 gate.close()
             raise
         finally:
             for gate in gates:
                 gate.passed()
-            for fd in (out, err, stdin_r):
-                if fd is not None:
-                    os.close(fd)
-        proc = cls(root, files, tag=tag, popen=popen, stdin_fd=stdin_w)
+            if stdin_r is not None:
+                os.close(stdin_r)
+        proc = cls(root, files, tag=tag, popen=popen, stdin_fd=stdin_w, output_fds=(out, err))
         proc._gates = gates
         if holding is not None:
             proc.holder = tree.identify(holding.pid) or Pid(holding.pid, -1)

@@ -30,18 +30,18 @@ class Line:
 class Tail:
     """A file being written by the process, read as it grows, line by line."""
 
-    def __init__(self, path: Path, stream: str, offset: int) -> None:
+    def __init__(self, path: Path, stream: str, offset: int, fd: int | None = None) -> None:
+        """Read from `offset` on; through `fd` when given (the one the process was given,
+        opened for reading too: it is closed here), else a new one."""
         self.stream = stream
         self.offset = offset
         self._partial = b""
-        self._fd = os.open(path, os.O_RDONLY)
-        if offset:
-            os.lseek(self._fd, offset, os.SEEK_SET)
+        self._fd = os.open(path, os.O_RDONLY) if fd is None else fd
 
     def read(self, out: list[Line], final: bool = False, upto: int | None = None) -> None:
         while upto is None or self.offset < upto:
             size = READ_BYTES if upto is None else min(READ_BYTES, upto - self.offset)
-            chunk = os.read(self._fd, size)
+            chunk = os.pread(self._fd, size, self.offset)  # the process moves the fd's own
             if not chunk:
                 break
             self.offset += len(chunk)
