@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,23 @@ def test_a_line_longer_than_the_limit_comes_in_pieces(
     monkeypatch.setattr(tail, "MAX_LINE_BYTES", 4)
     lines, _ = read_as_written(tmp_path / "out", [b"abcdefghij", b"k\nxy\n"])
     assert lines == ["abcd", "efgh", "ijk", "xy"]
+
+
+def test_lines_come_through_the_descriptor_the_process_appends_through(tmp_path: Path) -> None:
+    # A spawned command's output file is opened once, read-write, and given to the process: its
+    # appends move that descriptor's offset to the end, and the Tail reads at its own.
+    path = tmp_path / "out"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    reader = Tail(path, "stdout", 0, fd)
+    lines: list[tail.Line] = []
+    try:
+        os.write(fd, b"one\ntw")
+        reader.read(lines)
+        os.write(fd, b"o\nthree\n")
+        reader.read(lines)
+        assert [line.text for line in lines] == ["one", "two", "three"]
+        assert reader.read_to == os.fstat(fd).st_size
+    finally:
+        reader.close()
+    with pytest.raises(OSError):  # the Tail closed it: the owner holds nothing more
+        os.fstat(fd)
