@@ -215,9 +215,11 @@ def test_retry_continue_of_an_ended_batch_from_the_command_line(
     """A CLI child timed out ends its headless batch; `flightdeck retry --continue` reopens
     it (an owner in the background) and the CLI resumes its session; `wait` exits 0."""
     repo, env = project(tmp_path, cli, server)
+    # The retry runs under the same timeout, the CLI's start and its turn included: 4 s timed
+    # out a Claude Code that took 3 s to start at load 10, its result 0.4 s late.
     tasks = {
         "batch": {"name": "agents", "workspace": str(repo)},
-        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0"), "timeout_s": 4}],
+        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0"), "timeout_s": 12}],
     }
     (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
     full = {**os.environ, **env, "NO_COLOR": "1"}
