@@ -21,7 +21,8 @@ import psutil
 import pytest
 from flightdeck.engine.agents.book import StoreBook
 from flightdeck.engine.agents.process import Files, Process
-from flightdeck.engine.agents.tree import TAG_ENV
+from flightdeck.engine.agents.tree import TAG_ENV, exists
+from flightdeck.engine.agents.tree import alive as tree_alive
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import CommandSpec, Route
 from flightdeck.engine.model import ChildRow, ChildStatus, Usage
@@ -338,7 +339,9 @@ def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_
     ended, said = resumed(state)
     assert (ended.status, ended.error) == (ChildStatus.COMPLETED, None)
     assert "never ran: its owner died before letting it start" in said
-    assert "restarts from the start" in said
+    # What the owner's death did, said as it happened (it had said "died while it ran").
+    assert "died while it ran" not in said
+    assert "died before its process ran; it restarts from the start" in said
 
 
 def test_a_process_that_ran_is_not_taken_for_unrun_by_the_marker_of_the_next(
@@ -372,3 +375,36 @@ def test_a_process_that_ran_is_not_taken_for_unrun_by_the_marker_of_the_next(
         ChildStatus.FAILED, "it ended without a result (adopted: no exit status)"
     )  # fmt: skip
     assert pidfile.read_text().split() == [str(first.pid)]  # its task was not run again
+
+
+def test_a_held_shell_found_alive_after_its_owner_died_is_ended_and_its_task_run_again(
+    tmp_path: Path,
+) -> None:
+    # `resume` started within the instant its owner died may find the held shell alive still
+    # (at its pipe's end, not yet exited): adopted, it ended unrun and an agent CLI's child
+    # failed, "ended without a result". Here the gate's write end is held through the
+    # resume's start (as the dying owner's was), and closed once the resume has looked.
+    state, _, spawn, book, store = a_dead_owner_s_cli_child(tmp_path)
+    with store:
+        proc = spawn()
+        engine = Engine.resume(state, "b1")
+        try:
+            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
+            engine.start()
+            found_alive, left = tree_alive(proc.root), exists(proc.root)
+        finally:
+            proc.go(run=False)  # the pipe's write end closed, as by the owner's death
+        proc.poll()  # its Popen learns it was reaped (ECHILD)
+    try:
+        assert engine.wait(HANG_S)
+        ended = engine.snapshot().child("t0000")
+    finally:
+        engine.close()
+    assert ended is not None
+    assert (ended.status, ended.error) == (ChildStatus.COMPLETED, None)
+    assert not found_alive  # ended by the resume, not by its pipe's end
+    assert not left  # and reaped, its parent being this process
+    said = Path(ended.transcript).read_text()
+    assert f"its process {proc.pid} never ran: its owner died before letting it start" in said
+    assert "died before its process ran; it restarts from the start" in said
+    assert "adopted" not in said and "died while it ran" not in said

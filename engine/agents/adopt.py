@@ -31,7 +31,7 @@ def adoptable(record: Record) -> str | None:
 def end_tree(record: Record, grace_s: float) -> list[Pid]:
     """End a dead owner's process and what is found of its tree (its group, its descendants,
     the holder of its input): SIGTERM, SIGKILL after `grace_s`; returns what survived. Its
-    files go too."""
+    files go too; what ended is reaped if it is this process's child."""
     found = [record.root, *tree.descendants(record.root)]
     if record.holder is not None:
         found.append(record.holder)
@@ -54,6 +54,8 @@ def end_tree(record: Record, grace_s: float) -> list[Pid]:
             time.sleep(0.02)
         if not left:
             break
+    # Those it ended are this process's to reap when it is their subreaper.
+    tree.reap(record.root.pid, found, tree.adopted())
     for path in (record.files.out, record.files.err, record.files.stdin):
         if path is not None:
             with contextlib.suppress(OSError):

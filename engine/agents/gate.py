@@ -96,10 +96,10 @@ def mark_held(marker: Path, proc: Pid) -> None:
 
 
 def never_ran(marker: Path, proc: Pid) -> bool:
-    """Whether held process `proc`, found ended, never ran its command: its marker still names
-    it. Only for an ended process (one alive may be let go still); False with no marker, or
-    another's (one recorded before markers were written, or followed by another: it may have
-    run)."""
+    """Whether held process `proc` has not run its command: its marker still names it. Final
+    for one ended (one alive may be let go still, even by an owner as it died: `resume` ends
+    it, then asks again); False with no marker, or another's (one recorded before markers were
+    written, or followed by another: it may have run)."""
     try:
         return marker.read_bytes() == _naming(proc)
     except OSError:

@@ -24,11 +24,12 @@ UNRUN = "its owner died before letting it start"
 
 @dataclasses.dataclass(slots=True)
 class Taken:
-    """The children whose processes were adopted, and those whose process trees were ended
-    (running still when found)."""
+    """The children whose processes were adopted, those whose process trees were ended
+    (running still when found), and those whose process never ran (held when its owner died)."""
 
     adopted: list[str] = dataclasses.field(default_factory=list)
     ended: list[str] = dataclasses.field(default_factory=list)
+    unrun: list[str] = dataclasses.field(default_factory=list)
 
 
 def take_processes(
@@ -47,7 +48,7 @@ def take_processes(
     log = ProcessLog(store, batch_id)
     out = Taken()
     # Not adopted: why, whether it still ran; its tree, ended with the others' at once.
-    ending: list[tuple[ProcessRow, str, bool]] = []
+    ending: list[tuple[ProcessRow, Record, str, bool]] = []
     trees: list[tuple[Record, float]] = []
     for process in running:
         child, row = by_id.get(process.child_id), rows.get(process.child_id)
@@ -55,7 +56,9 @@ def take_processes(
         runs = tree.alive(record.root)  # or it ended since: adopted all the same, read to its end
         # Its owner died after recording it, before letting it run: nothing to adopt, its task
         # runs again (an agent CLI's would otherwise read as one that ended without a result).
-        unrun = not runs and never_ran(record.files.held, record.root)
+        # Found alive, it is at its pipe's end, not yet exited: no owner can let it go now, and
+        # it is ended with its tree as one not adopted is.
+        unrun = never_ran(record.files.held, record.root)
         live = row is not None and not row.status.terminal and child is not None
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
@@ -90,13 +93,16 @@ def take_processes(
             )
             store.record_event(batch_id, process.child_id, clock(), "adopted", str(process.pid))
             continue
-        ending.append((process, why, runs))
+        ending.append((process, record, why, runs))
         trees.append((record, runner.stop_grace_s if runner is not None else 5.0))
-    for (process, why, runs), left in zip(ending, end_trees(trees), strict=True):
+    for (process, record, why, runs), left in zip(ending, end_trees(trees), strict=True):
         log.ended(process.child_id)
         note = f"its process {process.pid} was not adopted ({why}): its tree was ended"
-        if why == UNRUN:
+        if why == UNRUN and never_ran(record.files.held, record.root):  # looked at once ended
             note = f"its process {process.pid} never ran: {UNRUN}"
+            out.unrun.append(process.child_id)
+        elif why == UNRUN:  # let go in the instant its owner died, before it was ended here
+            note = f"its process {process.pid} was let start as its owner died: its tree was ended"
         if left:
             note += f", but {len(left)} process(es) could not be killed"
         if (child := by_id.get(process.child_id)) is not None:

@@ -32,8 +32,11 @@ def lost_end(row: ChildRow, ts: float) -> float:
     return max(ts, row.started_ts or ts, row.activity.last_activity_ts or ts)
 
 
-def owner_died(pid: int) -> str:
-    return f"{OWNER_LOST}: its owner process (pid {pid}) died while it ran"
+def owner_died(pid: int, ran: bool = True) -> str:
+    """Why a child its owner died running was lost (`ran`: False when its command process, held
+    until its owner let it go, never ran)."""
+    when = "while it ran" if ran else "before its process ran"
+    return f"{OWNER_LOST}: its owner process (pid {pid}) died {when}"
 
 
 def lost_event(row: ChildRow, ts: float, rerun: bool) -> Event:
@@ -52,12 +55,13 @@ def settle_lost(
     pid: int,
     ts: float,
     rerun: bool,
+    ran: bool = True,
 ) -> None:
     """Record the attempt of a child that was running when its owner died as lost, and say so
-    in its transcript. Re-run, it is recorded queued again, as `child` is now, with that
-    attempt's spend carried: `unknown` reads as an end, so had this owner died too before the
-    child started, the next resume would never have run it. Otherwise it is left `unknown`,
-    with what was recorded of it."""
+    in its transcript (`ran`: as `owner_died` says). Re-run, it is recorded queued again, as
+    `child` is now, with that attempt's spend carried: `unknown` reads as an end, so had this
+    owner died too before the child started, the next resume would never have run it.
+    Otherwise it is left `unknown`, with what was recorded of it."""
     events = [lost_event(row, ts, rerun)]
     if rerun:
         # It starts over: a loop its lost attempt was flagged in is not its own now.
@@ -65,11 +69,14 @@ def settle_lost(
         store.update_child(batch_id, child.row(), events=events)
     else:
         unknown = dataclasses.replace(
-            row, status=ChildStatus.UNKNOWN, finished_ts=lost_end(row, ts), error=owner_died(pid)
+            row,
+            status=ChildStatus.UNKNOWN,
+            finished_ts=lost_end(row, ts),
+            error=owner_died(pid, ran),
         )
         store.update_child(batch_id, unknown, events=events)
     then = "it restarts from the start" if rerun else "it is left unknown (--no-rerun)"
-    child.transcript.write("engine", f"{owner_died(pid)}; {then}")
+    child.transcript.write("engine", f"{owner_died(pid, ran)}; {then}")
     if not rerun:
         child.transcript.close("engine", f"unknown: {OWNER_LOST}")
 

@@ -185,6 +185,7 @@ def settle(
     out = Resumed(live=[], carried=[], attempts_lost=LostAttempts(carried=dict(before)))
     taken = take_processes(children, by_id, running, batch_id, store, meter, lost_owner, clock)
     out.adopted, out.ended, adopted = taken.adopted, taken.ended, set(taken.adopted)
+    unrun = set(taken.unrun)
     missing = []
     for child in children:
         if child.task.id in adopted:
@@ -216,7 +217,8 @@ def settle(
                 for kid in earlier_delegates(row.id, kids):
                     out.superseded.add(kid)
                     store.record_event(batch_id, kid, lost_ts, SUPERSEDED, row.id)
-            settle_lost(child, row, batch_id, store, lost_owner, lost_ts, rerun)
+            ran = child.task.id not in unrun
+            settle_lost(child, row, batch_id, store, lost_owner, lost_ts, rerun, ran)
             if rerun:
                 out.live.append(child)
                 out.rerun += 1
@@ -227,7 +229,7 @@ def settle(
                         row,
                         status=ChildStatus.UNKNOWN,
                         finished_ts=lost_end(row, lost_ts),
-                        error=owner_died(lost_owner),
+                        error=owner_died(lost_owner, ran),
                     )
                 )
     out.live = [c for c in children if c.task.id in adopted] + out.live  # they hold slots
