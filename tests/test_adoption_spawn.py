@@ -7,6 +7,7 @@ second run on the state folder may): the row cannot commit before the kill."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sqlite3
@@ -20,11 +21,13 @@ from typing import Any
 import psutil
 import pytest
 from flightdeck.engine.agents.book import StoreBook
+from flightdeck.engine.agents.gate import MarkerError
 from flightdeck.engine.agents.process import Files, Process
 from flightdeck.engine.agents.tree import TAG_ENV, exists
 from flightdeck.engine.agents.tree import alive as tree_alive
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import CommandSpec, Route
+from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, Usage
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
@@ -32,7 +35,7 @@ from flightdeck.engine.records.processes import ProcessLog, still_running
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 
-from faults import FaultyConnection
+from faults import FaultyConnection, fill, small_filesystem
 from helpers import HANG_S, batch, settings, until
 from test_adoption import argv, batch_of, flightdeck, kill_owner, project, runs
 from test_agents import config, engine_for, row_of
@@ -171,6 +174,44 @@ def test_a_process_the_store_cannot_record_never_runs_and_its_child_fails_saying
     assert spawned(engine.batch_id, "t0") == []  # and nothing of it is left
 
 
+def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full(
+    tmp_path: Path,
+) -> None:
+    # On a disk with no room left, the held process's marker is the first write to fail,
+    # before its row: the child failed "exit 127: cannot start …: No space left on device", as
+    # if its program could not start, where the docs say it was not started, unrecorded.
+    script = tmp_path / "until_go.py"
+    script.write_text(UNTIL_GO)
+    route = argv(str(script), str(tmp_path), "{id}")
+    # Room held for the store's rows until the disk has some again: they land once it does.
+    settings = config(tmp_path, route, engine="max_concurrent = 1\nstore_retry_s = 60\n")
+    tasks = Batch(name="full", tasks=(Task(id="t0", goal="x", seq=0), Task(id="t1", goal="x", seq=1)))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    with small_filesystem("2m") as fs:
+        engine = Engine(tasks, settings, state_dir=fs / "state", env=env)
+        engine.start()
+        try:
+            until(lambda: ran(tmp_path, "t0") != [], what="t0 running")
+            filler = fill(fs)
+            (tmp_path / "t0.go").touch()  # t1 starts on the full disk
+            until(lambda: row_of(engine, "t1").status.terminal, what="t1's end")
+            filler.unlink()
+            assert engine.wait(HANG_S)
+            row = row_of(engine, "t1")
+            with StoreReader(fs / "state" / "flightdeck.db") as reader:
+                stored = reader.child(engine.batch_id, "t1")
+        finally:
+            (tmp_path / "t0.go").touch()
+            engine.close()
+    assert ran(tmp_path, "t1") == []  # never run
+    assert row.status is ChildStatus.FAILED
+    assert row.error is not None and row.error.startswith(
+        "not started: its process could not be recorded (its marker "
+    )
+    assert row.error.endswith("/io/t1.held: No space left on device)"), row.error
+    assert stored is not None and (stored.status, stored.error) == (row.status, row.error)
+
+
 class HeldAtProcessRow(FaultyConnection):
     """The process row's write waits for `release` (a write lock held elsewhere, say)."""
 
@@ -249,8 +290,9 @@ def test_a_held_shell_whose_marker_cannot_be_written_ends_unrun_and_reaped(
     files = Files(tmp_path / "t0.out", tmp_path / "t0.err")
     files.held.mkdir()
     before = {p.pid for p in psutil.Process().children()}
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(MarkerError) as raised:  # the runner says it was not recorded
         Process.spawn(["true"], cwd=tmp_path, env=os.environ, files=files, tag="b/t0", held=True)
+    assert (raised.value.errno, raised.value.filename) == (errno.EISDIR, str(files.held))
     left = [p for p in psutil.Process().children() if p.pid not in before]
     assert left == []
 

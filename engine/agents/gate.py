@@ -84,15 +84,22 @@ class Gate:
                 os.close(fd)
 
 
+class MarkerError(OSError):
+    """A held process's marker could not be written (a full disk, say): it never runs."""
+
+
 def mark_held(marker: Path, proc: Pid) -> None:
     """After a held spawn, before its record: the marker its shell empties as it lets the
     command run. It names the process: the next one spawned with the same files writes its
-    own, maybe before the end of this one is recorded."""
-    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    own, maybe before the end of this one is recorded. MarkerError if it cannot be written."""
     try:
-        os.write(fd, _naming(proc))
-    finally:
-        os.close(fd)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, _naming(proc))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise MarkerError(exc.errno, exc.strerror, str(marker)) from None
 
 
 def never_ran(marker: Path, proc: Pid) -> bool:

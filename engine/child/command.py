@@ -22,6 +22,7 @@ from flightdeck.engine.agents.adopt import adoptable
 from flightdeck.engine.agents.argv import expand
 from flightdeck.engine.agents.formats import reader_for
 from flightdeck.engine.agents.formats.codex import CodexJson
+from flightdeck.engine.agents.gate import MarkerError
 from flightdeck.engine.agents.launch import CommandRoute
 from flightdeck.engine.agents.process import Files, Process, Record
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
@@ -282,6 +283,10 @@ class ProcessRunner:
             proc = Process.spawn(
                 argv, cwd=cwd, env=self._command.env, files=files, tag=self._tag, held=True
             )
+        except MarkerError as exc:  # the first write a full disk refuses: said as the row's
+            why = f"its process could not be recorded (its marker {exc.filename}: {exc.strerror})"
+            c.transcript.write("error", f"not started: {why}")
+            raise NotRecorded(why) from None
         except OSError as exc:
             c.transcript.write("error", f"cannot start {argv[0]}: {exc}")
             end = RunEnd(code=127)
