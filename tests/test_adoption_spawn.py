@@ -185,7 +185,9 @@ def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full
     route = argv(str(script), str(tmp_path), "{id}")
     # Room held for the store's rows until the disk has some again: they land once it does.
     settings = config(tmp_path, route, engine="max_concurrent = 1\nstore_retry_s = 60\n")
-    tasks = Batch(name="full", tasks=(Task(id="t0", goal="x", seq=0), Task(id="t1", goal="x", seq=1)))
+    tasks = Batch(
+        name="full", tasks=(Task(id="t0", goal="x", seq=0), Task(id="t1", goal="x", seq=1))
+    )
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     with small_filesystem("2m") as fs:
         engine = Engine(tasks, settings, state_dir=fs / "state", env=env)

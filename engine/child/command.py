@@ -284,9 +284,10 @@ class ProcessRunner:
                 argv, cwd=cwd, env=self._command.env, files=files, tag=self._tag, held=True
             )
         except MarkerError as exc:  # the first write a full disk refuses: said as the row's
-            why = f"its process could not be recorded (its marker {exc.filename}: {exc.strerror})"
-            c.transcript.write("error", f"not started: {why}")
-            raise NotRecorded(why) from None
+            unrecorded = f"its process could not be recorded (its marker {exc.filename}: "
+            unrecorded += f"{exc.strerror})"
+            c.transcript.write("error", f"not started: {unrecorded}")
+            raise NotRecorded(unrecorded) from None
         except OSError as exc:
             c.transcript.write("error", f"cannot start {argv[0]}: {exc}")
             end = RunEnd(code=127)
