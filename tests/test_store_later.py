@@ -191,3 +191,49 @@ def test_a_running_row_whose_child_is_held_by_a_stopped_thread_holds_no_other_wr
     with StoreReader(db) as reader:
         rows = {r.id: r.status for r in reader.children("b1")}
     assert rows == {"c0": ChildStatus.QUEUED, "c1": ChildStatus.COMPLETED}  # c0's row left out
+
+
+def test_a_row_written_with_its_events_is_kept_when_a_later_row_of_its_child_is_not_built(
+    db: Path,
+) -> None:
+    # A retry queues its child again in one transaction with its "retry" event, and admission
+    # starts it at once: its running row, built at the commit, is left out when another thread
+    # holds the child past ROW_WAIT_S (the main thread, stopped by a signal). Both in one
+    # writer's batch, the queued row was dropped as superseded by the running row: neither was
+    # written, and the store kept the child's failed row beside its retry event.
+    import functools
+    from types import SimpleNamespace
+
+    from flightdeck.engine.child.state import Child
+    from flightdeck.engine.control.recorder import ROW_WAIT_S
+    from flightdeck.engine.inputs.tasks import Task
+    from flightdeck.engine.owner.recording import StoreRecorder
+
+    from helpers import sim_route
+
+    runner: Any = SimpleNamespace(steerable=True)
+    child = Child(
+        Task(id="c0", goal="Look around", seq=0), sim_route(), runner, str(db.parent / "c0.log"),
+        lambda: 1000.0, lambda fact: None, 1000.0, secrets=(),
+    )  # fmt: skip
+    assert child.mark_running()
+    failed = make_child(0, status=ChildStatus.FAILED, started_ts=1001.0, finished_ts=1002.0)
+    with Store(db) as store:
+        store.update_child("b1", failed)
+        assert store.flush(HANG_S)
+        recorder = StoreRecorder(store, "b1", lambda: 1003.0)
+        gate = _held(store)
+        held = child._lock
+        held.acquire()
+        try:
+            recorder.record(make_child(0), [("retry", "{}")])  # queued again, with its event
+            recorder.record_running("c0", functools.partial(child.row, ROW_WAIT_S))
+            gate.set()
+            assert store.flush(HANG_S)
+        finally:
+            held.release()
+    with StoreReader(db) as reader:
+        row = reader.child("b1", "c0")
+        kinds = [kind for _, c, kind, _ in reader.events("b1") if c == "c0"]
+    assert kinds == ["retry"]
+    assert row is not None and row.status is ChildStatus.QUEUED  # its retry's row, with it

@@ -175,7 +175,9 @@ def units(writes: list[Write]) -> Iterator[list[Write]]:
 
 
 def coalesce(writes: list[Write]) -> list[Write]:
-    """Drop update_child writes superseded by a later one for the same child in this batch."""
+    """Drop update_child writes superseded by a later one for the same child in this batch.
+    One of a `Together` is kept: its events need it (a later row may be left out when it is
+    made, and one retried alone may fail)."""
     last: dict[tuple[str, str], int] = {}
     keyed = 0
     for i, write in enumerate(writes):
@@ -184,4 +186,6 @@ def coalesce(writes: list[Write]) -> list[Write]:
             keyed += 1
     if len(last) == keyed:
         return writes
-    return [w for i, w in enumerate(writes) if w.key is None or last[w.key] == i]
+    return [
+        w for i, w in enumerate(writes) if w.key is None or w.group is not None or last[w.key] == i
+    ]
