@@ -422,3 +422,87 @@ def test_a_flush_asked_from_another_thread_survives_the_coordinators_pump(
         assert bodies(path) == ["before the flush"]
     finally:
         s.close()
+
+
+def holding(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open."""
+    where = Path(f"/proc/{pid}/fd")
+    found = []
+    for fd in where.iterdir():
+        try:
+            found.append(os.readlink(fd))
+        except OSError:  # closed since it was listed
+            continue
+    return str(path) in found
+
+
+@pytest.mark.parametrize("secrets", [(), ("sk-live-0123456789",)], ids=["events", "lines"])
+@pytest.mark.parametrize("helper", [True, False], ids=["writer-process", "in-process"])
+def test_a_line_after_a_transcript_is_closed_leaves_its_file_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper: bool, secrets: tuple[str, ...]
+) -> None:
+    # Found by a review: an ended child's later line (a merge of its changes, a resume's note)
+    # opened its file in the writer again, and its formatter, for good: one descriptor (up to
+    # 128) and one formatter more for every such child, until the batch closed.
+    if not helper:
+
+        def no_process(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+            raise OSError("fork failed")
+
+        monkeypatch.setattr(writerproc.subprocess, "Popen", no_process)
+    s = TranscriptSink()
+    path = tmp_path / "c.log"
+    try:
+        pid = s.helper_pid or os.getpid()
+        assert (s.helper_pid is not None) is helper
+        tw = TranscriptWriter(path, sink=s, secrets=secrets)
+        tw.write("engine", "its run")
+        tw.close("engine", "completed")
+        assert s.flush(10)
+        assert not holding(pid, path)
+        tw.write("engine", "merged: its changes")  # after its end
+        assert s.flush(10)
+        assert not holding(pid, path)
+        tw.stream("a later run streams\nand ")  # a retry's run: open until it is closed again
+        tw.stream("ends")
+        tw.close()
+        assert s.flush(10)
+        assert not holding(pid, path)
+        if s._helper is not None:
+            assert s._helper.proc.poll() is None  # alive still: it was not the exit that closed it
+    finally:
+        s.close()
+    lines = ["its run", "completed", "merged: its changes", "a later run streams", "and ends"]
+    assert bodies(str(path)) == lines
+
+
+def test_an_ended_child_s_later_line_leaves_its_file_closed_in_the_writer(tmp_path: Path) -> None:
+    # Its writer is let go as it ends (a later line makes another): that one, never closed,
+    # kept the file open in the writer process, and its formatter, until the batch closed.
+    from types import SimpleNamespace
+    from typing import Any
+
+    from flightdeck.engine.child.state import Child
+    from flightdeck.engine.inputs.tasks import Task
+    from flightdeck.engine.model import ChildStatus
+
+    from helpers import sim_route
+
+    runner: Any = SimpleNamespace(steerable=True)
+    path = tmp_path / "c0.log"
+    s = TranscriptSink()
+    try:
+        assert s.helper_pid is not None
+        child = Child(
+            Task(id="c0", goal="Look around", seq=0), sim_route(), runner, str(path),
+            time.time, lambda fact: None, 1000.0, s, secrets=(),
+        )  # fmt: skip
+        assert child.mark_running()
+        child.transcript.write("engine", "its run")
+        assert child.finalize(ChildStatus.COMPLETED)
+        child.transcript.write("engine", "merged: its changes")
+        assert s.flush(10)
+        assert not holding(s.helper_pid, path)
+    finally:
+        s.close()
+    assert bodies(str(path)) == ["its run", "completed", "merged: its changes"]

@@ -137,7 +137,11 @@ class Child:
                 self._transcript = self._open_transcript()
             elif self._transcript is None:
                 self._transcript = TranscriptWriter(
-                    self.transcript_path, self._clock, secrets=self._secrets, sink=self._sink
+                    self.transcript_path,
+                    self._clock,
+                    secrets=self._secrets,
+                    sink=self._sink,
+                    closed=self.status.terminal,  # a line after its end: its file not kept open
                 )
             return self._transcript
 
@@ -399,8 +403,8 @@ class Child:
         result = None if result is None else bounded_result(result, self.transcript_path)
         self.transcript.close("engine", status.value + (f": {error}" if error else ""))
         with self._lock:
-            if self._sink is not None:  # its writer holds no file: a later line makes another
-                self._transcript = None
+            if self._sink is not None:  # its writer holds no file: a later line makes another,
+                self._transcript = None  # which lets it go after each line (`closed`)
             self.status = status
             self.finished_ts = self._clock()
             self._error = error

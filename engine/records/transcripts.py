@@ -40,6 +40,7 @@ class TranscriptWriter:
         *,
         secrets: Iterable[str] = (),
         sink: TranscriptSink | None = None,
+        closed: bool = False,
     ) -> None:
         self.path = path
         self._clock = clock
@@ -55,14 +56,21 @@ class TranscriptWriter:
         # Text streamed since the stream last ended: only then has an end anything to write
         # (an end with nothing streamed is one event less for a child to send).
         self._streaming = False
+        # Closed (or made for a child that has ended: `closed`), and not streaming since: a
+        # later line opens its file for that line alone (the writer would keep it open, and
+        # its formatter, for good).
+        self._closed = closed
         if sink is None:
             private_dir(Path(path).parent)
-            self._fd = open_private(path, OPEN_FLAGS)
+            self._fd = None if closed else open_private(path, OPEN_FLAGS)
 
     def write(self, role: str, text: str, ts: float | None = None) -> None:
         """Append one event; multi-line text becomes several lines with the same stamp."""
         with self._lock:
-            self._write(role, text, self._clock() if ts is None else ts)
+            ts = self._clock() if ts is None else ts
+            self._write(role, text, ts)
+            if self._closed and self._sink is not None:
+                self._sink.send(Release(self._key, ts))
 
     def stream(self, chunk: str, ts: float | None = None) -> None:
         """Append streamed assistant text; each line is written as soon as it is complete.
@@ -70,6 +78,7 @@ class TranscriptWriter:
         with self._lock:
             ts = self._clock() if ts is None else ts
             self._streaming = True
+            self._closed = False  # open again until it is closed again (a retry's run)
             if self._remote is not None:
                 self._remote.send(Stream(self._key, ts, chunk))
             else:
@@ -103,6 +112,7 @@ class TranscriptWriter:
                     self._remote.send(EndStream(self._key, ts))
             if role is not None:
                 self._write(role, text, ts)
+            self._closed = True
             if self._sink is not None:
                 self._sink.send(Release(self._key, ts))
             if self._fd is not None:
