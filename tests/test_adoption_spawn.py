@@ -31,7 +31,7 @@ from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, Usage
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
-from flightdeck.engine.records.processes import ProcessLog, still_running
+from flightdeck.engine.records.processes import ProcessLog, processes, still_running
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 
@@ -216,6 +216,44 @@ def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full
     )
     assert row.error.endswith("/io/t1.held: No space left on device)"), row.error
     assert stored is not None and (stored.status, stored.error) == (row.status, row.error)
+
+
+def test_a_fast_command_s_child_is_recorded_started_before_its_process_row_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a review: the coordinator records a child's start after its launch loop, while
+    # its worker spawns the command, records its process, lets it run and, once it ended,
+    # deletes that row. A coordinator slow to get there (a long loop, a busy interpreter) let
+    # the delete commit first: an owner killed then left a row saying queued and no process,
+    # and `resume` ran the child afresh as one never started (no lost attempt; its worktree's
+    # changes refused it). The start is held here until the command's process row is gone.
+    from flightdeck.engine.owner.recording import StoreRecorder
+
+    go = threading.Event()
+    real = StoreRecorder.record_running
+
+    def late(self: StoreRecorder, child_id: str, row: Callable[[], ChildRow]) -> None:
+        if child_id == "t0":
+            go.wait(HANG_S)
+        real(self, child_id, row)
+
+    monkeypatch.setattr(StoreRecorder, "record_running", late)
+    script = tmp_path / "until_go.py"
+    script.write_text(UNTIL_GO)
+    (tmp_path / "t0.go").touch()  # it ends at once
+    engine = engine_for(tmp_path, config(tmp_path, argv(str(script), str(tmp_path), "{id}")))
+    db = tmp_path / "state" / "flightdeck.db"
+    try:
+        until(lambda: ran(tmp_path, "t0") != [], what="t0's command")
+        until(lambda: processes(db, engine.batch_id) == [], what="its process row deleted")
+        with StoreReader(db) as reader:
+            stored = reader.child(engine.batch_id, "t0")
+    finally:
+        go.set()
+        assert engine.wait(HANG_S)
+        engine.close()
+    assert stored is not None
+    assert (stored.status, stored.started_ts is not None) == (ChildStatus.RUNNING, True)
 
 
 class HeldAtProcessRow(FaultyConnection):

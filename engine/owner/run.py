@@ -172,7 +172,7 @@ class BatchRun:
             clock=self.clock,
             report=self._report,
             sink=self.sink,
-            processes=ProcessLog(store, self.batch_id),
+            processes=ProcessLog(store, self.batch_id, self.clock),
             batch_id=self.batch_id,
             kind=Elsewhere if self.settings.engine.executor == "ray" else Child,
         )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -27,6 +29,12 @@ UPSERT = (
 )
 READ_TO = "UPDATE processes SET out_offset = ?, err_offset = ? WHERE batch_id = ? AND child_id = ?"
 DELETE = "DELETE FROM processes WHERE batch_id = ? AND child_id = ?"
+# A child whose process is recorded has started, whatever its row says yet: the coordinator
+# records its start apart, and may be later than the process's whole run (`ProcessLog.started`).
+MARK_STARTED = (
+    "UPDATE children SET status = 'running', started_ts = COALESCE(started_ts, ?) "
+    "WHERE batch_id = ? AND id = ? AND status = 'queued'"
+)
 # Beyond the store's retry window, how long a process row may take to commit: the writes queued
 # before it, and another process holding the write lock (which the store waits out).
 COMMIT_MARGIN_S = 15.0
@@ -63,14 +71,19 @@ def _carried(row: ProcessRow) -> str:
 class ProcessLog:
     """Writes one batch's process rows through the store's writer thread."""
 
-    def __init__(self, store: Store, batch_id: str) -> None:
+    def __init__(self, store: Store, batch_id: str, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._batch_id = batch_id
+        self._clock = clock
 
     def started(self, row: ProcessRow) -> str | None:
         """A process started (held, not yet running): its row, replacing any earlier one,
         committed before this returns; else why not (it must not run: a new owner would not
-        find it). Bounded: the store gives up on a full disk after its retry window."""
+        find it). Bounded: the store gives up on a full disk after its retry window. Its
+        child's row is marked started first, if it still says queued: the process's end deletes
+        its row, and a new owner finding neither would run the child afresh, as never run."""
+        started = (self._clock(), self._batch_id, row.child_id)
+        self._store.write("mark_started", MARK_STARTED, started)
         params = (
             self._batch_id,
             row.child_id,
