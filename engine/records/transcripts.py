@@ -78,7 +78,7 @@ class TranscriptWriter:
         with self._lock:
             ts = self._clock() if ts is None else ts
             self._streaming = True
-            self._closed = False  # open again until it is closed again (a retry's run)
+            self._closed = False  # kept open for the stream, until it is closed again
             if self._remote is not None:
                 self._remote.send(Stream(self._key, ts, chunk))
             else:
