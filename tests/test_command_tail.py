@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from flightdeck.engine.agents import tail
+from flightdeck.engine.agents.process import Files, Process
 from flightdeck.engine.agents.tail import Tail
 
 
@@ -65,3 +66,14 @@ def test_lines_come_through_the_descriptor_the_process_appends_through(tmp_path:
         reader.close()
     with pytest.raises(OSError):  # the Tail closed it: the owner holds nothing more
         os.fstat(fd)
+
+
+def test_a_spawn_whose_error_file_cannot_be_made_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    # The owner reads through the descriptors it gives the process: one made before a failure
+    # (a full disk, here a folder where the file goes) was left open, one more every child.
+    files = Files(tmp_path / "out", tmp_path / "err")
+    files.err.mkdir()
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(IsADirectoryError):
+        Process.spawn(["true"], cwd=tmp_path, env=dict(os.environ), files=files, tag="b/c")
+    assert set(os.listdir("/proc/self/fd")) <= before

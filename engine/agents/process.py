@@ -127,7 +127,11 @@ class Process:
         except FileNotFoundError:  # the batch's first: its folder is made, the user's alone
             private_dir(files.out.parent)
             out = os.open(files.out, flags, 0o600)
-        err = os.open(files.err, flags, 0o600)
+        try:
+            err = os.open(files.err, flags, 0o600)
+        except BaseException:  # a full disk, say: the first is not left open
+            os.close(out)
+            raise
         stdin_r = stdin_w = None
         holding: subprocess.Popen[bytes] | None = None
         gates = [Gate()] if held else []
