@@ -565,13 +565,15 @@ def test_a_cli_waiting_out_a_retry_is_not_stalled_and_shows_why(tmp_path: Path) 
     args = ("-p", "--output-format", "stream-json", "--verbose", "--fake-retries", "2")
     route = fake("fake_claude.py", *args, "--fake-retry-hold", str(hold), "{goal}")
     route += 'format = "claude-stream-json"\n'
-    settings = config(tmp_path, route, engine="stall_after_s = 1\nstall_grace_s = 0.3")
+    # stall_after_s on the steady clock too: a CLI still starting (a second or more on a busy
+    # machine) is quiet before its first retry, and must not be stalled for it.
+    settings = config(tmp_path, route, engine="stall_after_s = 30\nstall_grace_s = 0.3")
     clock = SkipClock()
     engine = engine_for(tmp_path, settings, clock=clock)
     until(lambda: row_of(engine).activity.retries == 2, timeout=60)
     row = row_of(engine)
     assert row.activity.retrying and row.activity.text == "429 rate_limit, retry 2/10 in 0.5s"
-    clock.skip(5)  # quiet for longer than stall_after_s: a CLI in its backoff is held
+    clock.skip(60)  # quiet for longer than stall_after_s: a CLI in its backoff is held
     watched(engine)
     assert row_of(engine).status is ChildStatus.RUNNING
     hold.touch()
