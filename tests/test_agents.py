@@ -847,9 +847,10 @@ def test_a_cli_waiting_for_its_background_command_is_in_a_tool_not_stalled(
     # 120 s, moved to the background, the turn ended and it waited, silent, for the command:
     # `stalled: no activity for 120s` (stall_after_s), killed, though it had answered.
     clock = SkipClock()
-    engine, linger = lingering(tmp_path, engine="stall_after_s = 0.5", clock=clock)
+    # 30 s on the steady clock: a CLI still starting on a busy machine is not stalled first.
+    engine, linger = lingering(tmp_path, engine="stall_after_s = 30", clock=clock)
     until(lambda: row_of(engine).activity.current_tool == "background command (1)", timeout=60)
-    clock.skip(5)  # quiet for longer than stall_after_s: inside a tool, its limit holds
+    clock.skip(60)  # quiet for longer than stall_after_s: inside a tool, its limit holds
     watched(engine)
     row = row_of(engine)
     assert row.status is ChildStatus.RUNNING, row.error
