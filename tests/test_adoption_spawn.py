@@ -494,3 +494,51 @@ def test_a_held_shell_found_alive_after_its_owner_died_is_ended_and_its_task_run
     assert f"its process {proc.pid} never ran: its owner died before letting it start" in said
     assert "died before its process ran; it restarts from the start" in said
     assert "adopted" not in said and "died while it ran" not in said
+
+
+def test_a_held_shell_let_go_as_its_owner_died_is_adopted_not_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a review: a shell whose marker still named it when `resume` first looked was
+    # ended, though its dying owner may have let it go in that instant (the marker emptied and
+    # the command run just after the look): an agent CLI that ran was killed and its task run
+    # again from the start, where it could have been adopted. Here the owner lets it go right
+    # after that first look, and the CLI is running before the resume goes on.
+    from flightdeck.engine.owner import adopting
+
+    pidfile, hold = tmp_path / "cli.pid", tmp_path / "hold"
+    state, _, spawn, book, store = a_dead_owner_s_cli_child(
+        tmp_path, "--fake-pidfile", str(pidfile), "--fake-hold", str(hold)
+    )
+    real = adopting.never_ran
+    looked: list[bool] = []
+
+    def let_go_after_the_look(marker: Path, proc_id: Any) -> bool:
+        found = real(marker, proc_id)
+        if not looked:
+            looked.append(found)
+            proc.go()  # its owner let it go as it died
+            until(pidfile.exists, what="the CLI to run")
+        return found
+
+    monkeypatch.setattr(adopting, "never_ran", let_go_after_the_look)
+    with store:
+        proc = spawn()
+        engine = Engine.resume(state, "b1")
+        try:
+            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
+            engine.start()
+            hold.touch()
+            assert engine.wait(HANG_S)
+            ended = engine.snapshot().child("t0000")
+        finally:
+            proc.go(run=False)
+            hold.touch()
+            engine.close()
+        until(lambda: proc.poll() is not None or not exists(proc.root), what="its end")
+    assert looked == [True]  # the first look found it held
+    assert ended is not None
+    said = Path(ended.transcript).read_text()
+    assert "adopted" in said and "its tree was ended" not in said, said
+    assert (ended.status, ended.error) == (ChildStatus.COMPLETED, None)
+    assert pidfile.read_text() == str(proc.pid)  # one run, never a second

@@ -15,10 +15,14 @@ import contextlib
 import errno
 import os
 import shutil
+import signal
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.tree import Pid
+from flightdeck.engine.records.liveness import stat_of
 
 SH = "/bin/sh"
 
@@ -111,6 +115,23 @@ def never_ran(marker: Path, proc: Pid) -> bool:
         return marker.read_bytes() == _naming(proc)
     except OSError:
         return False
+
+
+def still_held(marker: Path, proc: Pid, wait_s: float = 5.0) -> bool:
+    """Whether held process `proc`, found alive with its marker naming it, has not run its
+    command: it is stopped (SIGSTOP) before the marker is read again, so it cannot be let go
+    in between. True: it stays stopped, never to run (end it); False: it was let go (its owner
+    did, as it died) and is continued, to be adopted as any process that runs."""
+    tree.send(proc, signal.SIGSTOP)
+    deadline = time.monotonic() + wait_s
+    while (found := stat_of(proc.pid)) is not None and found[1] == proc.start:
+        if found[0] in ("T", "t", "Z", "X") or time.monotonic() > deadline:
+            break
+        time.sleep(0.005)  # a signal is taken when it next runs: on a busy machine, a while
+    if never_ran(marker, proc):
+        return True
+    tree.send(proc, signal.SIGCONT)
+    return False
 
 
 def _naming(proc: Pid) -> bytes:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from flightdeck.engine.agents import tree
 from flightdeck.engine.agents.adopt import end_trees
 from flightdeck.engine.agents.book import record_of
-from flightdeck.engine.agents.gate import never_ran
+from flightdeck.engine.agents.gate import never_ran, still_held
 from flightdeck.engine.agents.process import Record
 from flightdeck.engine.child.command import Adoption, ProcessRunner
 from flightdeck.engine.child.state import Child
@@ -56,9 +56,13 @@ def take_processes(
         runs = tree.alive(record.root)  # or it ended since: adopted all the same, read to its end
         # Its owner died after recording it, before letting it run: nothing to adopt, its task
         # runs again (an agent CLI's would otherwise read as one that ended without a result).
-        # Found alive, it is at its pipe's end, not yet exited: no owner can let it go now, and
-        # it is ended with its tree as one not adopted is.
+        # Found alive, it is at its pipe's end, not yet exited (ended with its tree, as one not
+        # adopted is), or its owner let it go as it died, after this look (adopted): stopped
+        # first, so that the marker, read again, tells which.
         unrun = never_ran(record.files.held, record.root)
+        if unrun and runs:
+            unrun = still_held(record.files.held, record.root)
+            runs = tree.alive(record.root)
         live = row is not None and not row.status.terminal and child is not None
         runner = child.runner if child is not None else None
         why = "its child had ended" if not live else "it does not run a command"
