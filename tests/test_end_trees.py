@@ -24,6 +24,14 @@ STUBBORN = (
     "time.sleep(300)\n"
 )
 
+# Told SIGTERM, it notes it and ends.
+ENDS_ON_SIGTERM = (
+    "import pathlib, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path(sys.argv[1]).touch(), sys.exit(0)))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(300)\n"
+)
+
 
 def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> None:
     procs = [
@@ -68,8 +76,11 @@ def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: P
     # A paused command child's process is stopped (SIGSTOP); its owner dies; `resume` ends its
     # tree. SIGTERM alone stays pending on a stopped process: it waited out the whole grace,
     # then SIGKILL, never letting the process end as told.
+    # How it ended is noted by it: `end_trees` reaps what it ended that is this process's
+    # child (as a resume that is its subreaper), leaving its Popen no exit status to read.
+    told = tmp_path / "term"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time\nprint('ready', flush=True)\ntime.sleep(300)\n"],
+        [sys.executable, "-c", ENDS_ON_SIGTERM, str(told)],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -91,10 +102,12 @@ def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: P
         ending.join(30)
         assert not ending.is_alive(), "end_trees waited out the grace of a suspended process"
         assert survived == [[]]
-        assert proc.wait(30) == -signal.SIGTERM
+        proc.wait(30)
+        assert told.exists()  # it ended on SIGTERM, within its grace
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
+
