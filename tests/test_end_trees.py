@@ -12,7 +12,7 @@ from pathlib import Path
 
 from flightdeck.engine.agents.adopt import end_trees
 from flightdeck.engine.agents.process import Files, Record
-from flightdeck.engine.agents.tree import identify
+from flightdeck.engine.agents.tree import Pid, identify
 
 from helpers import HANG_S, until
 
@@ -28,6 +28,14 @@ STUBBORN = (
 ENDS_ON_SIGTERM = (
     "import pathlib, signal, sys, time\n"
     "signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path(sys.argv[1]).touch(), sys.exit(0)))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+# Told SIGRTMIN, it notes it; any signal sent before it is taken first (SIGTERM: it ends).
+SYNCS_ON_SIGRTMIN = (
+    "import pathlib, signal, sys, time\n"
+    "signal.signal(signal.SIGRTMIN, lambda *a: pathlib.Path(sys.argv[1]).touch())\n"
     "print('ready', flush=True)\n"
     "time.sleep(300)\n"
 )
@@ -111,3 +119,35 @@ def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: P
         assert proc.stdout is not None
         proc.stdout.close()
 
+
+def test_a_recorded_pid_another_process_leads_a_group_with_now_is_never_signalled(
+    tmp_path: Path,
+) -> None:
+    # Found by a review: the recorded process had ended and its pid had been given to another
+    # process, the leader of a group of its own (any command a shell starts is one). `resume`
+    # told that whole group SIGTERM, then SIGKILL: the start time was checked for each process
+    # signalled alone, not for the group. Here the pid is a process the test started, recorded
+    # with another start time.
+    synced = tmp_path / "synced"
+    other = subprocess.Popen(
+        [sys.executable, "-c", SYNCS_ON_SIGRTMIN, str(synced)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "ready\n"
+        now = identify(other.pid)
+        assert now is not None
+        gone = Pid(other.pid, now.start - 1)  # the process once recorded with this pid
+        files = Files(tmp_path / "out", tmp_path / "err")
+        assert end_trees([(Record(gone, None, files), 0.2)]) == [[]]
+        # A signal sent before is pending or taken by now, and taken first (the lowest first).
+        other.send_signal(signal.SIGRTMIN)
+        until(lambda: synced.exists() or other.poll() is not None, what="its answer")
+        assert other.poll() is None  # not ours: never signalled
+    finally:
+        other.kill()
+        other.wait()
+        assert other.stdout is not None
+        other.stdout.close()

@@ -37,7 +37,11 @@ def end_tree(record: Record, grace_s: float) -> list[Pid]:
         found.append(record.holder)
 
     def signal_all(sig: signal.Signals) -> None:
-        if tree.alive(record.root) or tree.group_alive(record.root.pid):
+        # Its group, named by its pid: unless that pid is another process's now (its group is
+        # another's). No process holding it, the group is its own still: a pid naming a group is
+        # never given out.
+        now = tree.identify(record.root.pid)
+        if now in (None, record.root) and tree.group_alive(record.root.pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record.root.pid, sig)
         for proc in found:
