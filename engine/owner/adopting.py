@@ -105,7 +105,7 @@ def take_processes(
         if why == UNRUN and never_ran(record.files.held, record.root):  # looked at once ended
             note = f"its process {process.pid} never ran: {UNRUN}"
             out.unrun.append(process.child_id)
-        elif why == UNRUN:  # let go in the instant its owner died, before it was ended here
+        elif why == UNRUN:  # let go as its owner died, and not stopped in time (`still_held`)
             note = f"its process {process.pid} was let start as its owner died: its tree was ended"
         if left:
             note += f", but {len(left)} process(es) could not be killed"
