@@ -135,13 +135,10 @@ class Child:
         with self._lock:
             if self._transcript is None and self._open_transcript is not None:
                 self._transcript = self._open_transcript()
-            elif self._transcript is None:
+            elif self._transcript is None:  # after its end, a line's file is not kept open
+                path, ended = self.transcript_path, self.status.terminal
                 self._transcript = TranscriptWriter(
-                    self.transcript_path,
-                    self._clock,
-                    secrets=self._secrets,
-                    sink=self._sink,
-                    closed=self.status.terminal,  # a line after its end: its file not kept open
+                    path, self._clock, secrets=self._secrets, sink=self._sink, closed=ended
                 )
             return self._transcript
 
@@ -356,7 +353,6 @@ class Child:
         that reads no steer) misses it at once, and says why."""
         refused = self.runner.refuse_steer(self, receipt)
         if refused is not None:
-            # Never dropped in silence: missed at once, and the operator is told why.
             self.transcript.write("operator", missed_note(receipt.message, refused))
             self.settle(receipt, SteerState.MISSED, refused)
             return True
@@ -403,8 +399,8 @@ class Child:
         result = None if result is None else bounded_result(result, self.transcript_path)
         self.transcript.close("engine", status.value + (f": {error}" if error else ""))
         with self._lock:
-            if self._sink is not None:  # its writer holds no file: a later line makes another,
-                self._transcript = None  # which lets it go after each line (`closed`)
+            if self._sink is not None:  # no file held: a later line makes one that lets go
+                self._transcript = None
             self.status = status
             self.finished_ts = self._clock()
             self._error = error
