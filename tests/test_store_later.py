@@ -48,6 +48,24 @@ def _held(store: Store) -> threading.Event:
     return gate
 
 
+def _running_child(db: Path) -> Any:
+    """A real child, running, with no runner of its own (its row is all these tests read)."""
+    from types import SimpleNamespace
+
+    from flightdeck.engine.child.state import Child
+    from flightdeck.engine.inputs.tasks import Task
+
+    from helpers import sim_route
+
+    runner: Any = SimpleNamespace(steerable=True)
+    child = Child(
+        Task(id="c0", goal="Look around", seq=0), sim_route(), runner, str(db.parent / "c0.log"),
+        lambda: 1000.0, lambda fact: None, 1000.0, secrets=(),
+    )  # fmt: skip
+    assert child.mark_running()
+    return child
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "state" / "flightdeck.db"
@@ -161,21 +179,10 @@ def test_a_running_row_whose_child_is_held_by_a_stopped_thread_holds_no_other_wr
     # the signal may have stopped inside a child's `row()`, holding its lock. The writer, to
     # build that child's running row, waited on the lock for ever: the flush gave up after its
     # second, and the final rows queued behind that row were never written.
-    from types import SimpleNamespace
-
-    from flightdeck.engine.child.state import Child
     from flightdeck.engine.control.liverows import LiveRows
-    from flightdeck.engine.inputs.tasks import Task
     from flightdeck.engine.owner.recording import StoreRecorder
 
-    from helpers import sim_route
-
-    runner: Any = SimpleNamespace(steerable=True)
-    child = Child(
-        Task(id="c0", goal="Look around", seq=0), sim_route(), runner, str(db.parent / "c0.log"),
-        lambda: 1000.0, lambda fact: None, 1000.0, secrets=(),
-    )  # fmt: skip
-    assert child.mark_running()
+    child = _running_child(db)
     with Store(db) as store:
         store.update_child("b1", make_child(0))  # c0 queued, as admission found it
         assert store.flush(HANG_S)
@@ -202,21 +209,11 @@ def test_a_row_written_with_its_events_is_kept_when_a_later_row_of_its_child_is_
     # writer's batch, the queued row was dropped as superseded by the running row: neither was
     # written, and the store kept the child's failed row beside its retry event.
     import functools
-    from types import SimpleNamespace
 
-    from flightdeck.engine.child.state import Child
     from flightdeck.engine.control.recorder import ROW_WAIT_S
-    from flightdeck.engine.inputs.tasks import Task
     from flightdeck.engine.owner.recording import StoreRecorder
 
-    from helpers import sim_route
-
-    runner: Any = SimpleNamespace(steerable=True)
-    child = Child(
-        Task(id="c0", goal="Look around", seq=0), sim_route(), runner, str(db.parent / "c0.log"),
-        lambda: 1000.0, lambda fact: None, 1000.0, secrets=(),
-    )  # fmt: skip
-    assert child.mark_running()
+    child = _running_child(db)
     failed = make_child(0, status=ChildStatus.FAILED, started_ts=1001.0, finished_ts=1002.0)
     with Store(db) as store:
         store.update_child("b1", failed)
