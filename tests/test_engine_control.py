@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import SetLimits
 from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import Budget
@@ -64,43 +65,44 @@ def test_a_stopped_response_is_billed_for_what_it_streamed(provider: str, tmp_pa
 
 
 def test_steer_now_while_waiting_for_the_rate_limit_sends_one_request(tmp_path: Path) -> None:
-    # rpm 60: one request a second. The first child takes the first; the second waits about
-    # a second for the next, the third about two seconds.
-    route = dataclasses.replace(
-        sim_route(tool_turns=0, latency_ms=0, tokens_per_s=20, time_scale=1.0), rpm=60
-    )
+    # rpm 1 to begin with: whichever child reaches the bucket first calls at once, the other two
+    # wait about a minute and two. Their order shows in their waits whatever order their threads
+    # came in, and the steer lands long before either slot; rpm 60 then lets them go a slot
+    # (0.75 to 1.25 s, the bucket's jitter) apart. Every call is held before its first token.
+    hold = Hold(tmp_path / "hold")
+    route = dataclasses.replace(sim_route(tool_turns=0, **hold.options()), rpm=1)
     engine = start(batch(3), settings(route, pool=3), tmp_path)
-    waiting = "rpm 60 configured: next slot in "
+    waiting = "rpm 1 configured: next slot in "
 
-    def slots() -> dict[str, float] | None:
-        """Each waiting child's wait for its slot, once both children after the first wait."""
-        rows = engine.snapshot().children[1:]
-        if not all(r.activity.text.startswith(waiting) for r in rows):
-            return None
-        return {r.id: float(r.activity.text.removeprefix(waiting).rstrip("s")) for r in rows}
+    def slots() -> dict[str, float]:
+        """Each child waiting for its slot, and its wait."""
+        rows = engine.snapshot().children
+        return {
+            r.id: float(r.activity.text.removeprefix(waiting).rstrip("s"))
+            for r in rows
+            if r.activity.text.startswith(waiting)
+        }
 
     def row(child_id: str) -> ChildRow:
         return next(r for r in engine.snapshot().children if r.id == child_id)
 
     try:
-        until(lambda: slots() is not None, 60)
+        until(lambda: len(slots()) == 2)
         waits = slots()
-        assert waits is not None
-        # Whichever reached the bucket first has the nearer slot: on a busy machine that need
-        # not be the second child.
-        second, third = sorted(waits, key=waits.__getitem__)
-        engine.steer([second], "answer in one line", now=True)
-        until(lambda: row(second).activity.api_calls > 0, 60)
-        later = row(third)
-        until(lambda: row(second).activity.text == "streaming", 60)
-        sooner = row(second)
+        sooner, later = sorted(waits, key=waits.__getitem__)
+        engine.steer([sooner], "answer in one line", now=True)
+        until(lambda: bool(row(sooner).steers))  # in its inbox while it still waits
+        engine.send(SetLimits({"routes": {"sim": {"rpm": 60}}}))
+        until(lambda: f"{later}@0" in hold.held())  # the later child's call reached the server
+        held = hold.held()
+        steered = row(sooner)
     finally:
         engine.close()
-    # The request it had waited for went out with the message, still ahead of the third
-    # child's: not thrown away for another (a call never made, counted, and another wait).
-    assert later.activity.api_calls == 0
-    assert sooner.activity.api_calls == 1
-    assert [s.state for s in sooner.steers] == [SteerState.DELIVERED]
+    # The request it had waited for went out with the message, ahead of the later child's: not
+    # thrown away for another (a call counted but never made, and a wait behind that child).
+    assert f"{sooner}@0" in held and f"{sooner}@1" not in held
+    assert steered.activity.api_calls == 1
+    assert [s.state for s in steered.steers] == [SteerState.DELIVERED]
 
 
 def test_a_turn_restarted_by_steer_now_may_wait_on_the_rate_limit(tmp_path: Path) -> None:
