@@ -216,10 +216,13 @@ def test_retry_continue_of_an_ended_batch_from_the_command_line(
     it (an owner in the background) and the CLI resumes its session; `wait` exits 0."""
     repo, env = project(tmp_path, cli, server)
     # The retry runs under the same timeout, the CLI's start and its turn included: 4 s timed
-    # out a Claude Code that took 3 s to start at load 10, its result 0.4 s late.
+    # out a Claude Code that took 3 s to start at load 10, its result 0.4 s late. Codex starts
+    # in a fraction of that, and its shell tool gives up on the gated command after 10 s (the
+    # turn then completes): its first run must time out before.
+    timeout_s = {"claude": 12, "codex": 6}[cli]
     tasks = {
         "batch": {"name": "agents", "workspace": str(repo)},
-        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0"), "timeout_s": 12}],
+        "tasks": [{"id": "t0", "goal": goal(tmp_path, "t0"), "timeout_s": timeout_s}],
     }
     (tmp_path / "tasks.yaml").write_text(json.dumps(tasks))
     full = {**os.environ, **env, "NO_COLOR": "1"}
