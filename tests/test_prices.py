@@ -4,6 +4,8 @@ can price runs, and its cost stays unknown instead of becoming zero."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -71,3 +73,45 @@ def test_a_model_nobody_prices_runs_and_its_cost_stays_unknown(tmp_path: Path) -
     assert cost is None  # unknown, never $0
     totals = engine.snapshot().totals
     assert totals.cost_unknown == 1 and totals.usage == usage
+
+
+_COMMAND_BATCH = """
+import os
+import sys
+from pathlib import Path
+from flightdeck.engine.api import Engine
+from flightdeck.engine.inputs.settings import load_settings
+from flightdeck.engine.inputs.tasks import Batch, Task
+
+folder = Path(sys.argv[1])
+settings = load_settings(folder / "flightdeck.toml")
+tasks = (Task(id="t0", goal="g", seq=0), Task(id="t1", goal="g", seq=1, route="gpt"))
+env = {"PATH": os.environ["PATH"]}
+engine = Engine(Batch("b", tasks), settings, state_dir=folder / "state", env=env)
+engine.start()
+assert engine.wait(60)
+rows = {row.id: row for row in engine.snapshot().children}
+engine.close()
+print(rows["t0"].status.value, rows["t0"].cost_usd, rows["t1"].cost_usd)
+print("genai_prices" in sys.modules)
+"""
+
+
+def test_a_command_batch_does_not_load_the_price_tables(tmp_path: Path) -> None:
+    """genai-prices prices model APIs' models, never a command's (its `model` is a program's
+    name or a label, even one a model API would know): a command batch's owner does not spend
+    half a second of CPU loading its tables before its first child, and its costs are as
+    before: $0 for a command that bills nothing, unknown for one that may."""
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "cmd"\n'
+        '[routes.cmd]\nprovider = "command"\nargv = ["true"]\n'
+        "price = { input_per_mtok = 1, output_per_mtok = 1 }\n"
+        '[routes.gpt]\nprovider = "command"\nargv = ["true"]\nmodel = "gpt-4o-mini"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _COMMAND_BATCH, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split("\n")[:2] == ["completed 0 None", "False"], done.stderr

@@ -60,11 +60,18 @@ def genai_cost(usage: Usage, provider: str, model: str) -> Decimal | None:
     return Decimal(result.total_price)
 
 
+def _looked_up(route: Route) -> bool:
+    """Whether genai-prices may know the route's model: a model API's only. A sim's and a
+    command's never (a command's `model` is its program's name or a label), so neither pays
+    for loading its tables: about half a second of CPU at a batch's start."""
+    return route.provider in ("openai", "anthropic")
+
+
 def price_known(route: Route) -> bool:
     """Whether the route's calls can be priced (its own price, or genai-prices knows it)."""
     if route.price is not None:
         return True
-    return route.provider != "sim" and _known_model(route.provider, route.model)
+    return _looked_up(route) and _known_model(route.provider, route.model)
 
 
 def spend_known(route: Route) -> bool:
@@ -87,7 +94,7 @@ def route_cost(usage: Usage, route: Route) -> Decimal | None:
     """Cost for a route: its configured price first, then genai-prices, else unknown."""
     if route.price is not None:
         return cost_of(usage, route.price)
-    if route.provider == "sim":
+    if not _looked_up(route):
         return None
     return genai_cost(usage, route.provider, route.model)
 
