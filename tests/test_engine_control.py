@@ -3,8 +3,10 @@ last turn, budgets that cannot be enforced, and the Engine API used out of order
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import time
 from decimal import Decimal
@@ -311,6 +313,35 @@ def test_a_child_abandoned_by_the_watchdog_is_recorded_again_when_it_bills_late(
     assert row.cost_usd is not None and row.cost_usd > 0
     assert row.usage == live.children[0].usage == live.totals.usage
     assert row.cost_usd == live.totals.cost_usd
+
+
+def test_an_abandoned_child_s_late_stream_leaves_its_transcript_closed(tmp_path: Path) -> None:
+    # Found by a review: the call the watchdog gave up on came back and streamed through the
+    # transcript writer the turn took before the call, which the child's end had closed. The
+    # stream marked it open again and nothing closed it: the writer process kept the file
+    # open, and its formatter, until the batch closed (one more for every such child).
+    provider = _Deaf()
+    s = settings(sim_route(tool_turns=0), stall_grace_s=0.1)
+    engine = start(batch(1), s, tmp_path, providers={"sim": provider})
+    try:
+        assert provider.streaming.wait(60)
+        log = Path(engine.snapshot().children[0].transcript)
+        engine.stop(["t0000"])
+        assert engine.wait(60)
+        reader = StoreReader(tmp_path / "state" / "flightdeck.db")
+        provider.release.set()
+        until(lambda: reader.children(engine.batch_id)[0].usage.total == 1200, timeout=60)
+        sink = engine._run.sink if engine._run is not None else None
+        assert sink is not None and sink.flush(HANG_S)
+        assert "too late" in log.read_text()  # the late line is written, as before
+        fds = Path(f"/proc/{sink.helper_pid or os.getpid()}/fd")
+        held = []
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):  # closed since it was listed
+                held.append(os.readlink(fd))
+        assert str(log) not in held
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize(

@@ -468,12 +468,17 @@ def test_a_line_after_a_transcript_is_closed_leaves_its_file_closed(
         tw.close()
         assert s.flush(10)
         assert not holding(pid, path)
+        tw.stream("a call given up on, come back\nlate")  # ended, not closed again
+        tw.end_stream(interrupted=True)
+        assert s.flush(10)
+        assert not holding(pid, path)
         if s._helper is not None:
             assert s._helper.proc.poll() is None  # alive still: it was not the exit that closed it
     finally:
         s.close()
     lines = ["its run", "completed", "merged: its changes", "a later run streams", "and ends"]
-    assert bodies(str(path)) == lines
+    assert bodies(str(path))[:5] == lines
+    assert bodies(str(path))[5:] == ["a call given up on, come back", "late (interrupted)"]
 
 
 def test_an_ended_child_s_later_line_leaves_its_file_closed_in_the_writer(tmp_path: Path) -> None:

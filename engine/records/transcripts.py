@@ -56,9 +56,9 @@ class TranscriptWriter:
         # Text streamed since the stream last ended: only then has an end anything to write
         # (an end with nothing streamed is one event less for a child to send).
         self._streaming = False
-        # Closed (or made for a child that has ended: `closed`), and not streaming since: a
-        # later line opens its file for that line alone (the writer would keep it open, and
-        # its formatter, for good).
+        # Closed (or made for a child that has ended: `closed`): a later line, or stream to
+        # its end, opens its file for that alone (the writer would keep it open, and its
+        # formatter, for good).
         self._closed = closed
         if sink is None:
             private_dir(Path(path).parent)
@@ -69,7 +69,7 @@ class TranscriptWriter:
         with self._lock:
             ts = self._clock() if ts is None else ts
             self._write(role, text, ts)
-            if self._closed and self._sink is not None:
+            if self._closed and not self._streaming and self._sink is not None:
                 self._sink.send(Release(self._key, ts))
 
     def stream(self, chunk: str, ts: float | None = None) -> None:
@@ -78,7 +78,6 @@ class TranscriptWriter:
         with self._lock:
             ts = self._clock() if ts is None else ts
             self._streaming = True
-            self._closed = False  # kept open for the stream, until it is closed again
             if self._remote is not None:
                 self._remote.send(Stream(self._key, ts, chunk))
             else:
@@ -96,6 +95,10 @@ class TranscriptWriter:
                 self._remote.send(EndStream(self._key, ts, interrupted))
             else:
                 self._out(self._local().end_stream(ts, interrupted=interrupted))
+            # A stream after the close (a call the watchdog gave up on, come back): its file
+            # is let go at the stream's end, as after a line.
+            if self._closed and self._sink is not None:
+                self._sink.send(Release(self._key, ts))
 
     def close(self, role: str | None = None, text: str = "", ts: float | None = None) -> None:
         """End the stream and close the file; idempotent. Later writes reopen it briefly.
