@@ -234,3 +234,37 @@ def test_a_row_written_with_its_events_is_kept_when_a_later_row_of_its_child_is_
         kinds = [kind for _, c, kind, _ in reader.events("b1") if c == "c0"]
     assert kinds == ["retry"]
     assert row is not None and row.status is ChildStatus.QUEUED  # its retry's row, with it
+
+
+def test_a_row_is_kept_when_the_later_row_of_its_child_is_not_built(db: Path) -> None:
+    # Found by a review: the same hole as a retry's row, for a row recorded alone. A child takes
+    # its pause (its `paused` row, recorded whole), and the coordinator's next tick defers its
+    # running row; both in one writer's batch, with the child held past ROW_WAIT_S (the main
+    # thread, stopped by a signal), the paused row was dropped as superseded by a row that was
+    # then left out: the store said `running` of a paused child (and the tick, which had
+    # recorded its version, did not write it again while it stayed paused).
+    from flightdeck.engine.control.liverows import LiveRows
+    from flightdeck.engine.owner.recording import StoreRecorder
+
+    child = _running_child(db)
+    with Store(db) as store:
+        store.update_child("b1", child.row())
+        assert store.flush(HANG_S)
+        child.request_pause()
+        assert child.take_pause()  # at its turn boundary
+        paused = child.row()
+        recorder = StoreRecorder(store, "b1", lambda: 1003.0)
+        live = LiveRows(recorder, lambda rows: None)
+        gate = _held(store)
+        held = child._lock
+        held.acquire()
+        try:
+            recorder.record(paused)  # the coordinator heard it took its pause
+            live.record({"c0": child})  # the tick: its row deferred, built at the commit
+            gate.set()
+            assert store.flush(HANG_S)
+        finally:
+            held.release()
+    with StoreReader(db) as reader:
+        row = reader.child("b1", "c0")
+    assert row is not None and row.status is ChildStatus.PAUSED

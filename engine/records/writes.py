@@ -177,15 +177,24 @@ def units(writes: list[Write]) -> Iterator[list[Write]]:
 def coalesce(writes: list[Write]) -> list[Write]:
     """Drop update_child writes superseded by a later one for the same child in this batch.
     One of a `Together` is kept: its events need it (a later row may be left out when it is
-    made, and one retried alone may fail)."""
+    made, and one retried alone may fail). So is the last row given whole before a child's
+    last row that is made at the commit (`Write.later`): that one may be left out then."""
     last: dict[tuple[str, str], int] = {}
+    whole: dict[tuple[str, str], int] = {}  # the last of each child's rows not made later
     keyed = 0
     for i, write in enumerate(writes):
         if write.key is not None:
             last[write.key] = i
+            if write.later is None:
+                whole[write.key] = i
             keyed += 1
     if len(last) == keyed:
         return writes
     return [
-        w for i, w in enumerate(writes) if w.key is None or w.group is not None or last[w.key] == i
+        w
+        for i, w in enumerate(writes)
+        if w.key is None
+        or w.group is not None
+        or last[w.key] == i
+        or (whole.get(w.key) == i and writes[last[w.key]].later is not None)
     ]
