@@ -77,3 +77,17 @@ def test_a_spawn_whose_error_file_cannot_be_made_leaves_no_descriptor_open(tmp_p
     with pytest.raises(IsADirectoryError):
         Process.spawn(["true"], cwd=tmp_path, env=dict(os.environ), files=files, tag="b/c")
     assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_an_adoption_whose_error_file_is_gone_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    # Found by a review: `resume` looked, then the stderr file went before the adoption
+    # (anticipated: "its files are gone since resume looked"): the stdout file, opened first,
+    # was left open.
+    from flightdeck.engine.agents.process import Record
+    from flightdeck.engine.agents.tree import Pid
+
+    files = Files(tmp_path / "out", tmp_path / "err")
+    files.out.write_bytes(b"a line\n")
+    before = set(os.listdir("/proc/self/fd"))
+    assert Process.adopt(Record(Pid(os.getpid(), -1), None, files), tag="b/c") is None
+    assert set(os.listdir("/proc/self/fd")) <= before

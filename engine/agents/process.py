@@ -86,10 +86,13 @@ class Process:
         self._stdin_fd = stdin_fd
         self._stdin_lock = threading.Lock()
         out_fd, err_fd = output_fds or (None, None)
-        self._tails = (
-            Tail(files.out, "stdout", offsets[0], out_fd),
-            Tail(files.err, "stderr", offsets[1], err_fd),
-        )
+        out = Tail(files.out, "stdout", offsets[0], out_fd)
+        try:
+            err = Tail(files.err, "stderr", offsets[1], err_fd)
+        except BaseException:  # an adopted one's stderr file gone: the first is not left open
+            out.close()
+            raise
+        self._tails = (out, err)
         self._seen: dict[int, Pid] = {}  # descendants found under it, and its orphans, by pid
         self._gates: list[Gate] = []  # spawned held: what it (and its holder) wait on
         self._pidfd: int | None = None
