@@ -312,13 +312,21 @@ class ProcessRunner:
             c.transcript.write("error", f"not started: {why}")
             raise NotRecorded(why)
         proc.go()
-        cli = None
-        if spec.stdin and spec.steer == "stdin":
-            cli = CliInput(proc.write, tag=self._tag)
-            proc.feed(cli.prompt(stdin_text), then_close=False)
-        elif spec.stdin:
-            proc.feed(stdin_text, then_close=True)
-        return self._finish(c, proc, self._supervisor(c, proc, tally, cli), tally)
+        try:
+            cli = None
+            if spec.stdin and spec.steer == "stdin":
+                cli = CliInput(proc.write, tag=self._tag)
+                proc.feed(cli.prompt(stdin_text), then_close=False)
+            elif spec.stdin:
+                proc.feed(stdin_text, then_close=True)
+            supervisor = self._supervisor(c, proc, tally, cli)
+        except BaseException:  # its stdin's thread refused, say: it must not run unwatched
+            proc.signal(signal.SIGKILL)
+            proc.wait_gone(1.0)
+            proc.release()
+            self._book.ended()
+            raise
+        return self._finish(c, proc, supervisor, tally)
 
     def _watch_adopted(self, c: ChildPort, adoption: Adoption, tally: CliTally) -> RunEnd:
         """A process a dead owner started: its output so far replayed quietly (the transcript
