@@ -32,6 +32,8 @@ from pathlib import Path
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
+from flightdeck.engine.model import Usage
+from flightdeck.engine.records.meter import genai_cost
 
 TRUE_N = int(os.environ.get("BENCH_CHILDREN", "1000"))
 LINES = int(os.environ.get("BENCH_LINES", "100000"))
@@ -94,23 +96,21 @@ def main() -> None:
         from flightdeck.engine.control.pool import tune_interpreter
 
         tune_interpreter()
-    # One-time costs are not per-line costs: the price tables (live usage is priced) load now.
-    from flightdeck.engine.model import Usage
-    from flightdeck.engine.records.meter import genai_cost
-
-    genai_cost(Usage(1, 1), "anthropic", "claude-sonnet-4-5")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         xargs = xargs_rate(TRUE_N)
         wall, used = run(root / "true", ["/bin/true"], TRUE_N, 32)
         quiet = run(root / "quiet", ["/bin/true"], 1, 1)[1]
         plain = run(root / "plain", ["seq", str(LINES)], 1, 1)[1]
+        makespan = run(root / "sleep", ["sleep", str(SLEEP_S)], SLEEPERS, SLEEPERS)[0]
         emitter = root / "emit.py"
         emitter.write_text(
             f"import sys\nline = {ASSISTANT!r} + '\\n'\nsys.stdout.write(line * {JSON_LINES})\n"
         )
+        # One-time costs are not per-line costs: the price tables that price a Claude Code
+        # child's live usage load now. (A plain command's batch never loads them.)
+        genai_cost(Usage(1, 1), "anthropic", "claude-sonnet-4-5")
         stream = run(root / "json", [sys.executable, str(emitter)], 1, 1, "claude-stream-json")[1]
-        makespan = run(root / "sleep", ["sleep", str(SLEEP_S)], SLEEPERS, SLEEPERS)[0]
     rate = TRUE_N / wall
     print(
         json.dumps(
