@@ -18,7 +18,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import SetLimits
 from flightdeck.engine.control.inbox import Order
 from flightdeck.engine.errors import ConfigError
-from flightdeck.engine.inputs.settings import Budget
+from flightdeck.engine.inputs.settings import Budget, Route
 from flightdeck.engine.model import (
     BatchFinished,
     BatchStatus,
@@ -29,6 +29,8 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
+from flightdeck.engine.providers.base import TurnRequest
+from flightdeck.engine.providers.sim import SimProvider, SimStream
 from flightdeck.engine.records.reader import StoreReader
 
 from helpers import HANG_S, HANGS, Hold, batch, run_to_end, settings, sim_route, start, until
@@ -105,6 +107,49 @@ def test_steer_now_while_waiting_for_the_rate_limit_sends_one_request(tmp_path: 
     assert f"{sooner}@0" in held and f"{sooner}@1" not in held
     assert steered.activity.api_calls == 1
     assert [s.state for s in steered.steers] == [SteerState.DELIVERED]
+
+
+class _HeldAtOpen(SimProvider):
+    """The sim, its first call held inside `open` until the test lets it go: the runner is
+    past its last look for a steer --now and has not yet made the call the steer closes."""
+
+    def __init__(self, route: Route) -> None:
+        super().__init__(route)
+        self.opening = threading.Event()
+        self.go = threading.Event()
+
+    def open(self, request: TurnRequest) -> SimStream:
+        if not self.opening.is_set():
+            self.opening.set()
+            self.go.wait(HANG_S)
+        return super().open(request)
+
+
+def test_a_steer_now_landing_as_the_call_opens_goes_out_with_it(tmp_path: Path) -> None:
+    # The slot it waited for is spent on the request with the message: not counted as a call
+    # made and then thrown away for another slot (at rpm 1, a minute away).
+    route = dataclasses.replace(sim_route(tool_turns=0), rpm=1)
+    provider = _HeldAtOpen(route)
+    engine = start(batch(1), settings(route), tmp_path, providers={"sim": provider})
+    waiting = "rpm 1 configured: next slot in "
+    try:
+        assert provider.opening.wait(60)
+        engine.steer(["t0000"], "answer in one line", now=True)
+        until(lambda: bool(engine.snapshot().children[0].steers))  # in its inbox
+        provider.go.set()
+        until(
+            lambda: (
+                (r := engine.snapshot().children[0]).status.terminal
+                or r.activity.text.startswith(waiting)
+            )
+        )
+        row = engine.snapshot().children[0]
+    finally:
+        provider.go.set()
+        engine.close()
+    assert (row.status, row.activity.api_calls) == (ChildStatus.COMPLETED, 1)
+    assert [s.state for s in row.steers] == [SteerState.DELIVERED]
+    assert "response interrupted" not in Path(row.transcript).read_text()
 
 
 def test_a_turn_restarted_by_steer_now_may_wait_on_the_rate_limit(tmp_path: Path) -> None:

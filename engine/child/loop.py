@@ -296,8 +296,13 @@ class ModelRunner:
         closed = False
         try:
             stream = self._provider.open(request)
-            if not c.open_call(stream):
-                raise Interrupted
+            while not c.open_call(stream):
+                if c.interrupt.is_set():
+                    raise Interrupted
+                # A steer --now since the look above: the stream, closed unread, sent nothing,
+                # and the slot waited for is spent on the request with the message.
+                self._deliver_steers(messages)
+                stream = self._provider.open(self._request(c, messages))
             sent = True  # the prompt goes out as the stream is read (the SDKs' request is lazy)
             for event in stream:
                 if c.leads_gate:  # its siblings wait for this: the cache entry is readable
