@@ -205,8 +205,7 @@ class ModelRunner:
             if c.pause_wanted and c.take_pause():  # the lock only when one is wanted
                 c.transcript.write("engine", f"paused before turn {turn}; its slot is free")
                 raise _Paused
-            if c.steering.waiting:
-                self._deliver_steers(messages)
+            self._deliver_steers(messages)
             self._hold(turn)
             result = self._turn(messages)
             messages.append(Message("assistant", result.text, result.tool_calls))
@@ -410,6 +409,7 @@ class ModelRunner:
         return answer_text(call.answer or "")  # settled, not refused: answered
 
     def _deliver_steers(self, messages: list[Message]) -> None:
+        """The steers waiting in its inbox, added to the conversation; none: nothing done."""
         c = self._c
         if not c.steering.waiting:
             return
