@@ -430,6 +430,32 @@ def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_
     assert "died before its process ran; it restarts from the start" in said
 
 
+def test_a_dead_owner_s_process_ended_by_resume_leaves_no_file_in_the_batch_folder(
+    tmp_path: Path,
+) -> None:
+    # Its output files went with its tree, its marker stayed: one `io/ID.held` left for each
+    # such process in a batch whose task did not run again (a rerun's spawn writes it anew and
+    # deletes it at its end). Here the resume runs nothing again.
+    state, files, spawn, book, store = a_dead_owner_s_cli_child(tmp_path)
+    with store:
+        proc = spawn()
+        try:
+            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
+        finally:
+            proc.go(run=False)  # the pipe's write end closed, as by the owner's death
+        until(lambda: proc.returncode is not None, what="the held shell to end")
+    engine = Engine.resume(state, "b1", rerun=False)
+    engine.start()
+    try:
+        assert engine.wait(HANG_S)
+        ended = engine.snapshot().child("t0000")
+    finally:
+        engine.close()
+    assert ended is not None and ended.status is ChildStatus.UNKNOWN
+    assert "never ran: its owner died before letting it start" in Path(ended.transcript).read_text()
+    assert sorted(p.name for p in files.out.parent.iterdir()) == []
+
+
 def test_a_process_that_ran_is_not_taken_for_unrun_by_the_marker_of_the_next(
     tmp_path: Path,
 ) -> None:

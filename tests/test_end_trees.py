@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-from flightdeck.engine.agents.adopt import end_trees
+from flightdeck.engine.agents.adopt import TreeEnd, end_trees
 from flightdeck.engine.agents.process import Files, Record
 from flightdeck.engine.agents.tree import Pid, identify
 
@@ -59,7 +59,7 @@ def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> N
             assert root is not None
             files = Files(tmp_path / f"out-{i}", tmp_path / f"err-{i}")
             records.append((Record(root, None, files), 600.0))  # a grace no test waits out
-        survived: list[list[object]] = []
+        survived: list[TreeEnd] = []
         ending = threading.Thread(target=lambda: survived.extend(end_trees(records)))
         ending.start()
         # Told one after another, the second would hear SIGTERM only after the first's grace.
@@ -70,7 +70,7 @@ def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> N
             proc.wait()
         ending.join(HANG_S)
         assert not ending.is_alive()
-        assert survived == [[], [], []]
+        assert [end.left for end in survived] == [[], [], []]
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -100,7 +100,7 @@ def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: P
         proc.send_signal(signal.SIGSTOP)
         until(lambda: Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] == "T")
         files = Files(tmp_path / "out", tmp_path / "err")
-        survived: list[list[object]] = []
+        survived: list[TreeEnd] = []
         # A grace no test waits out: only SIGTERM can end it in time.
         ending = threading.Thread(
             target=lambda: survived.extend(end_trees([(Record(root, None, files), 600.0)])),
@@ -109,7 +109,7 @@ def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: P
         ending.start()
         ending.join(30)
         assert not ending.is_alive(), "end_trees waited out the grace of a suspended process"
-        assert survived == [[]]
+        assert [end.left for end in survived] == [[]]
         proc.wait(30)
         assert told.exists()  # it ended on SIGTERM, within its grace
     finally:
@@ -141,7 +141,7 @@ def test_a_recorded_pid_another_process_leads_a_group_with_now_is_never_signalle
         assert now is not None
         gone = Pid(other.pid, now.start - 1)  # the process once recorded with this pid
         files = Files(tmp_path / "out", tmp_path / "err")
-        assert end_trees([(Record(gone, None, files), 0.2)]) == [[]]
+        assert [e.left for e in end_trees([(Record(gone, None, files), 0.2)])] == [[]]
         # A signal sent before is pending or taken by now, and taken first (the lowest first).
         other.send_signal(signal.SIGRTMIN)
         until(lambda: synced.exists() or other.poll() is not None, what="its answer")

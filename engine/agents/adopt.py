@@ -8,9 +8,11 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from flightdeck.engine.agents import sent, tree
 from flightdeck.engine.agents.fifo import reopen
+from flightdeck.engine.agents.gate import never_ran
 from flightdeck.engine.agents.process import Record
 from flightdeck.engine.agents.tree import Pid
 
@@ -28,10 +30,19 @@ def adoptable(record: Record) -> str | None:
     return None
 
 
-def end_tree(record: Record, grace_s: float) -> list[Pid]:
+@dataclass(frozen=True, slots=True)
+class TreeEnd:
+    """What `end_tree` left running, and whether the command never ran: its marker, read once
+    the tree had ended, still named the process (`gate.never_ran`)."""
+
+    left: list[Pid]
+    never_ran: bool
+
+
+def end_tree(record: Record, grace_s: float) -> TreeEnd:
     """End a dead owner's process and what is found of its tree (its group, its descendants,
-    the holder of its input): SIGTERM, SIGKILL after `grace_s`; returns what survived. Its
-    files go too; what ended is reaped if it is this process's child."""
+    the holder of its input): SIGTERM, SIGKILL after `grace_s`. Its files go too, its marker
+    once read; what ended is reaped if it is this process's child."""
     found = [record.root, *tree.descendants(record.root)]
     if record.holder is not None:
         found.append(record.holder)
@@ -60,16 +71,17 @@ def end_tree(record: Record, grace_s: float) -> list[Pid]:
             break
     # Those it ended are this process's to reap when it is their subreaper.
     tree.reap(record.root.pid, found, tree.adopted())
-    for path in (record.files.out, record.files.err, record.files.stdin):
+    unrun = never_ran(record.files.held, record.root)
+    for path in (record.files.out, record.files.err, record.files.stdin, record.files.held):
         if path is not None:
             with contextlib.suppress(OSError):
                 path.unlink()
     if record.files.stdin is not None:
         sent.forget(record.files.stdin)
-    return left
+    return TreeEnd(left, unrun)
 
 
-def end_trees(records: list[tuple[Record, float]]) -> list[list[Pid]]:
+def end_trees(records: list[tuple[Record, float]]) -> list[TreeEnd]:
     """`end_tree` for each (record, its grace), all at once: each waits out its own grace
     beside the others (three CLIs that ignore SIGTERM cost one grace, not three); what survived
     of each, in their order."""

@@ -48,7 +48,7 @@ def take_processes(
     log = ProcessLog(store, batch_id)
     out = Taken()
     # Not adopted: why, whether it still ran; its tree, ended with the others' at once.
-    ending: list[tuple[ProcessRow, Record, str, bool]] = []
+    ending: list[tuple[ProcessRow, str, bool]] = []
     trees: list[tuple[Record, float]] = []
     for process in running:
         child, row = by_id.get(process.child_id), rows.get(process.child_id)
@@ -97,18 +97,18 @@ def take_processes(
             )
             store.record_event(batch_id, process.child_id, clock(), "adopted", str(process.pid))
             continue
-        ending.append((process, record, why, runs))
+        ending.append((process, why, runs))
         trees.append((record, runner.stop_grace_s if runner is not None else 5.0))
-    for (process, record, why, runs), left in zip(ending, end_trees(trees), strict=True):
+    for (process, why, runs), end in zip(ending, end_trees(trees), strict=True):
         log.ended(process.child_id)
         note = f"its process {process.pid} was not adopted ({why}): its tree was ended"
-        if why == UNRUN and never_ran(record.files.held, record.root):  # looked at once ended
+        if why == UNRUN and end.never_ran:  # looked at once ended
             note = f"its process {process.pid} never ran: {UNRUN}"
             out.unrun.append(process.child_id)
         elif why == UNRUN:  # let go as its owner died, and not stopped in time (`still_held`)
             note = f"its process {process.pid} was let start as its owner died: its tree was ended"
-        if left:
-            note += f", but {len(left)} process(es) could not be killed"
+        if end.left:
+            note += f", but {len(end.left)} process(es) could not be killed"
         if (child := by_id.get(process.child_id)) is not None:
             child.transcript.write("engine", note)
         if runs:
