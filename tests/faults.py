@@ -66,15 +66,16 @@ def faulty(store: Store, **kw: Any) -> FaultyConnection:
 
 
 @contextlib.contextmanager
-def small_filesystem(size: str = "2m") -> Iterator[Path]:
-    """A tmpfs of `size`, mounted for the test; the test is skipped where mounting is not
-    allowed (not root, no CAP_SYS_ADMIN, no `mount`)."""
+def small_filesystem(size: str = "2m", inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs of `size` (and at most `inodes` files and folders), mounted for the test; the
+    test is skipped where mounting is not allowed (not root, no CAP_SYS_ADMIN, no `mount`)."""
     if shutil.which("mount") is None or os.geteuid() != 0:
         pytest.skip("mounting a small filesystem needs root and mount(8)")
     where = Path("/tmp") / f"flightdeck-tmpfs-{uuid.uuid4().hex[:8]}"
     where.mkdir()
+    options = f"size={size}" + (f",nr_inodes={inodes}" if inodes is not None else "")
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
         capture_output=True,
         text=True,
         check=False,
@@ -106,3 +107,19 @@ def fill(folder: Path, keep: int = 0) -> Path:
                     raise
                 break
     return filler
+
+
+def fill_inodes(folder: Path) -> Path:
+    """Take every free inode of the filesystem of `folder` (a small tmpfs): empty files in a
+    folder made for them, which is returned; no file or folder can be made there after."""
+    filler = folder / "inodes"
+    filler.mkdir()
+    n = 0
+    while True:
+        try:
+            (filler / str(n)).touch()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            return filler
+        n += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import sqlite3
 import sys
@@ -26,6 +27,7 @@ from flightdeck.engine.agents.process import Files, Process
 from flightdeck.engine.agents.tree import TAG_ENV, exists
 from flightdeck.engine.agents.tree import alive as tree_alive
 from flightdeck.engine.api import Engine
+from flightdeck.engine.commands import ContinueAdmission, PauseAdmission
 from flightdeck.engine.inputs.settings import CommandSpec, Route
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, Usage
@@ -35,7 +37,7 @@ from flightdeck.engine.records.processes import ProcessLog, processes, still_run
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.store import Store
 
-from faults import FaultyConnection, fill, small_filesystem
+from faults import FaultyConnection, fill, fill_inodes, small_filesystem
 from helpers import HANG_S, batch, settings, until
 from test_adoption import argv, batch_of, flightdeck, kill_owner, project, runs
 from test_agents import config, engine_for, row_of
@@ -216,6 +218,50 @@ def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full
     )
     assert row.error.endswith("/io/t1.held: No space left on device)"), row.error
     assert stored is not None and (stored.status, stored.error) == (row.status, row.error)
+
+
+def test_output_files_a_full_disk_refuses_fail_the_command_unrun_saying_why(
+    tmp_path: Path,
+) -> None:
+    # No file can be made on the disk (no inode left): its output files are the first refused
+    # and the child failed "exit 127: cannot start <program>: No space left on device", as if
+    # its program could not start. t1 waits behind the paused admission until t0's files are
+    # gone and the last inode is taken.
+    script = tmp_path / "until_go.py"
+    script.write_text(UNTIL_GO)
+    route = argv(str(script), str(tmp_path), "{id}")
+    settings = config(tmp_path, route, engine="max_concurrent = 1\n")
+    tasks = Batch(
+        name="full", tasks=(Task(id="t0", goal="x", seq=0), Task(id="t1", goal="x", seq=1))
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    with small_filesystem("2m", inodes=64) as fs:
+        (state / "batches").symlink_to(fs)
+        engine = Engine(tasks, settings, state_dir=state, env=env)
+        engine.start()
+        try:
+            until(lambda: ran(tmp_path, "t0") != [], what="t0 running")
+            engine.send(PauseAdmission())
+            until(lambda: engine.snapshot().held is not None, what="admission paused")
+            (tmp_path / "t0.go").touch()
+            until(lambda: row_of(engine, "t0").status.terminal, what="t0 ended")
+            filler = fill_inodes(fs)
+            engine.send(ContinueAdmission())
+            until(lambda: row_of(engine, "t1").status.terminal, what="t1 ended")
+            row = row_of(engine, "t1")
+            shutil.rmtree(filler)
+            assert engine.wait(HANG_S)
+        finally:
+            (tmp_path / "t0.go").touch()
+            engine.close()
+    assert ran(tmp_path, "t1") == []  # never run
+    assert row.status is ChildStatus.FAILED
+    assert row.error is not None and row.error.startswith(
+        "not started: its process could not be recorded (its output file "
+    )
+    assert row.error.endswith("/io/t1.out: No space left on device)"), row.error
 
 
 def test_a_fast_command_s_child_is_recorded_started_before_its_process_row_goes(

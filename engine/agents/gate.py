@@ -91,6 +91,8 @@ class Gate:
 class MarkerError(OSError):
     """A held process's marker could not be written (a full disk, say): it never runs."""
 
+    what = "marker"  # as the child's error names it
+
 
 def mark_held(marker: Path, proc: Pid) -> None:
     """After a held spawn, before its record: the marker its shell empties as it lets the

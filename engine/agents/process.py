@@ -36,6 +36,12 @@ from flightdeck.engine.private import private_dir
 NOT_READ = "the process no longer reads its input"  # why a write to its stdin was not made
 
 
+class OutputError(OSError):
+    """A command's output files could not be made (a full disk, say): it never runs."""
+
+    what = "output file"  # as the child's error names it
+
+
 @dataclass(frozen=True, slots=True)
 class Files:
     """Where a command child's process talks: files in its batch folder."""
@@ -122,19 +128,7 @@ class Process:
         env = {**env, tree.TAG_ENV: tag}
         if held:  # said as Popen says it, not by the shell that holds it
             runnable(argv[0], env)
-        # Read by this owner through the same descriptors: two opens and two closes fewer a
-        # spawn, each a turn at the interpreter lock (the process may read what it wrote).
-        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        try:
-            out = os.open(files.out, flags, 0o600)
-        except FileNotFoundError:  # the batch's first: its folder is made, the user's alone
-            private_dir(files.out.parent)
-            out = os.open(files.out, flags, 0o600)
-        try:
-            err = os.open(files.err, flags, 0o600)
-        except BaseException:  # a full disk, say: the first is not left open
-            os.close(out)
-            raise
+        out, err = _output(files)
         stdin_r = stdin_w = None
         holding: subprocess.Popen[bytes] | None = None
         gates = [Gate()] if held else []
@@ -395,3 +389,23 @@ class Process:
     def _reap_holder(self) -> None:
         if self._holding is not None:
             self._holding.wait()
+
+
+def _output(files: Files) -> tuple[int, int]:
+    """Its stdout and stderr files, made 0600 and emptied: OutputError if they cannot be.
+    Read by this owner through the same descriptors: two opens and two closes fewer a spawn,
+    each a turn at the interpreter lock (the process may read what it wrote)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    try:
+        try:
+            out = os.open(files.out, flags, 0o600)
+        except FileNotFoundError:  # the batch's first: its folder is made, the user's alone
+            private_dir(files.out.parent)
+            out = os.open(files.out, flags, 0o600)
+        try:
+            return out, os.open(files.err, flags, 0o600)
+        except BaseException:  # a full disk, say: the first is not left open
+            os.close(out)
+            raise
+    except OSError as exc:
+        raise OutputError(exc.errno, exc.strerror, exc.filename) from None

@@ -24,7 +24,7 @@ from flightdeck.engine.agents.formats import reader_for
 from flightdeck.engine.agents.formats.codex import CodexJson
 from flightdeck.engine.agents.gate import MarkerError
 from flightdeck.engine.agents.launch import CommandRoute
-from flightdeck.engine.agents.process import Files, Process, Record
+from flightdeck.engine.agents.process import Files, OutputError, Process, Record
 from flightdeck.engine.agents.workspace import Workspace, WorkspaceError
 from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
@@ -283,8 +283,9 @@ class ProcessRunner:
             proc = Process.spawn(
                 argv, cwd=cwd, env=self._command.env, files=files, tag=self._tag, held=True
             )
-        except MarkerError as exc:  # the first write a full disk refuses: said as the row's
-            unrecorded = f"its process could not be recorded (its marker {exc.filename}: "
+        except (OutputError, MarkerError) as exc:  # the first writes a full disk refuses:
+            # said as the row's, not as a program that could not start
+            unrecorded = f"its process could not be recorded (its {exc.what} {exc.filename}: "
             unrecorded += f"{exc.strerror})"
             c.transcript.write("error", f"not started: {unrecorded}")
             raise NotRecorded(unrecorded) from None
