@@ -406,12 +406,13 @@ def test_a_held_command_let_go_runs_in_its_own_folder_with_the_owner_s_paths_rel
     assert files.held.read_bytes() == b""  # emptied as it was let run
 
 
-def a_dead_owner_s_cli_child(
+def a_dead_owner_s_held_process(
     tmp_path: Path, *extra: str
-) -> tuple[Path, Files, Callable[[], Process], StoreBook, Store]:
-    """Batch b1 of a dead owner whose child t0000, of an agent CLI's route, runs: its state
-    folder, its process's files, how that process is spawned held, its book, and the store
-    (the caller closes it)."""
+) -> tuple[Path, Files, Callable[[], Process], Process, Store]:
+    """Batch b1 of a dead owner whose child t0000, of an agent CLI's route, runs: its process
+    spawned held and recorded, as its owner does before letting it go. Its state folder, the
+    process's files, how another is spawned with them, the process, and the store (the caller
+    closes it)."""
     fake = Path(__file__).parent / "fakes" / "fake_claude.py"
     argv = [sys.executable, str(fake), "-p", "--output-format", "stream-json", "--verbose", *extra]
     command = CommandSpec(argv=(*argv, "{goal}"), format="claude-stream-json")
@@ -435,12 +436,19 @@ def a_dead_owner_s_cli_child(
         )
 
     book = StoreBook(ProcessLog(store, "b1"), "t0000")
-    return state, files, spawn, book, store
+    proc = spawn()
+    try:
+        assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
+    except BaseException:
+        proc.go(run=False)
+        store.close()
+        raise
+    return state, files, spawn, proc, store
 
 
-def resumed(state: Path) -> tuple[ChildRow, str]:
+def resumed(state: Path, *, rerun: bool = True) -> tuple[ChildRow, str]:
     """Batch b1 resumed to its end: its child's row and transcript."""
-    engine = Engine.resume(state, "b1")
+    engine = Engine.resume(state, "b1", rerun=rerun)
     engine.start()
     try:
         assert engine.wait(HANG_S)
@@ -459,13 +467,9 @@ def test_an_owner_killed_after_the_row_committed_before_letting_go_has_its_task_
     # CLI's child was adopted, read to the end of no output and failed, "ended without a
     # result", its task never run. The process here is held and recorded as the owner does,
     # then its gate's write end closed, as the owner's death closes it.
-    state, _, spawn, book, store = a_dead_owner_s_cli_child(tmp_path)
+    state, _, _, proc, store = a_dead_owner_s_held_process(tmp_path)
     with store:
-        proc = spawn()
-        try:
-            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
-        finally:
-            proc.go(run=False)  # the pipe's write end closed, as by the owner's death
+        proc.go(run=False)  # the pipe's write end closed, as by the owner's death
         until(lambda: proc.returncode is not None, what="the held shell to end")
     assert proc.returncode != 0  # at the pipe's end, unrun
     ended, said = resumed(state)
@@ -482,23 +486,13 @@ def test_a_dead_owner_s_process_ended_by_resume_leaves_no_file_in_the_batch_fold
     # Its output files went with its tree, its marker stayed: one `io/ID.held` left for each
     # such process in a batch whose task did not run again (a rerun's spawn writes it anew and
     # deletes it at its end). Here the resume runs nothing again.
-    state, files, spawn, book, store = a_dead_owner_s_cli_child(tmp_path)
+    state, files, _, proc, store = a_dead_owner_s_held_process(tmp_path)
     with store:
-        proc = spawn()
-        try:
-            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
-        finally:
-            proc.go(run=False)  # the pipe's write end closed, as by the owner's death
+        proc.go(run=False)  # the pipe's write end closed, as by the owner's death
         until(lambda: proc.returncode is not None, what="the held shell to end")
-    engine = Engine.resume(state, "b1", rerun=False)
-    engine.start()
-    try:
-        assert engine.wait(HANG_S)
-        ended = engine.snapshot().child("t0000")
-    finally:
-        engine.close()
-    assert ended is not None and ended.status is ChildStatus.UNKNOWN
-    assert "never ran: its owner died before letting it start" in Path(ended.transcript).read_text()
+    ended, said = resumed(state, rerun=False)
+    assert ended.status is ChildStatus.UNKNOWN
+    assert "never ran: its owner died before letting it start" in said
     assert sorted(p.name for p in files.out.parent.iterdir()) == []
 
 
@@ -511,12 +505,10 @@ def test_a_process_that_ran_is_not_taken_for_unrun_by_the_marker_of_the_next(
     # ran beside the next one's full marker: `resume` said it never ran and ran its task again
     # from the start, twice in all. The CLI here notes its pid: one run, never a second.
     pidfile = tmp_path / "cli.pid"
-    state, files, spawn, book, store = a_dead_owner_s_cli_child(
+    state, files, spawn, first, store = a_dead_owner_s_held_process(
         tmp_path, "--fake-pidfile", str(pidfile)
     )
     with store:
-        first = spawn()
-        assert book.started(first.record(), Usage(), None, Decimal(0), Usage()) is None
         first.go()
         until(lambda: first.returncode is not None, what="the first process to end")
         assert first.returncode == 0
@@ -542,12 +534,10 @@ def test_a_held_shell_found_alive_after_its_owner_died_is_ended_and_its_task_run
     # (at its pipe's end, not yet exited): adopted, it ended unrun and an agent CLI's child
     # failed, "ended without a result". Here the gate's write end is held through the
     # resume's start (as the dying owner's was), and closed once the resume has looked.
-    state, _, spawn, book, store = a_dead_owner_s_cli_child(tmp_path)
+    state, _, _, proc, store = a_dead_owner_s_held_process(tmp_path)
     with store:
-        proc = spawn()
         engine = Engine.resume(state, "b1")
         try:
-            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
             engine.start()
             found_alive, left = tree_alive(proc.root), exists(proc.root)
         finally:
@@ -579,7 +569,7 @@ def test_a_held_shell_let_go_as_its_owner_died_is_adopted_not_ended(
     from flightdeck.engine.owner import adopting
 
     pidfile, hold = tmp_path / "cli.pid", tmp_path / "hold"
-    state, _, spawn, book, store = a_dead_owner_s_cli_child(
+    state, _, _, proc, store = a_dead_owner_s_held_process(
         tmp_path, "--fake-pidfile", str(pidfile), "--fake-hold", str(hold)
     )
     real = adopting.never_ran
@@ -595,10 +585,8 @@ def test_a_held_shell_let_go_as_its_owner_died_is_adopted_not_ended(
 
     monkeypatch.setattr(adopting, "never_ran", let_go_after_the_look)
     with store:
-        proc = spawn()
         engine = Engine.resume(state, "b1")
         try:
-            assert book.started(proc.record(), Usage(), None, Decimal(0), Usage()) is None
             engine.start()
             hold.touch()
             assert engine.wait(HANG_S)
