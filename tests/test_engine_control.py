@@ -607,6 +607,9 @@ def test_a_stop_refused_as_come_after_its_child_ended_is_settled_after_the_child
     try:
         hold.release("t0000")  # it completes; t0001 holds the batch open
         assert in_between.wait(HANG_S)
+        # The batch's row committed, as a client waits for it (spawn.wait_ready): on a busy
+        # machine the child could end before the store's writer had, and the stop found no batch.
+        assert engine._run.store is not None and engine._run.store.flush(30)
         with Client(db, engine.batch_id) as client:
             request = client.send(Stop(("t0000",)))
             assert taken.wait(HANG_S)
