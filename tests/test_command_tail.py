@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 import pytest
 from flightdeck.engine.agents import tail
-from flightdeck.engine.agents.process import Files, Process
+from flightdeck.engine.agents.process import Files, OutputError, Process
 from flightdeck.engine.agents.tail import Tail
 
 
@@ -74,8 +75,9 @@ def test_a_spawn_whose_error_file_cannot_be_made_leaves_no_descriptor_open(tmp_p
     files = Files(tmp_path / "out", tmp_path / "err")
     files.err.mkdir()
     before = set(os.listdir("/proc/self/fd"))
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(OutputError) as raised:
         Process.spawn(["true"], cwd=tmp_path, env=dict(os.environ), files=files, tag="b/c")
+    assert raised.value.errno == errno.EISDIR
     assert set(os.listdir("/proc/self/fd")) <= before
 
 
