@@ -389,12 +389,14 @@ def test_claude_waiting_for_its_background_command_is_not_stalled(
         tmp_path,
         env_pass=[*server.claude_env().keys() - {"ANTHROPIC_API_KEY"}, "BASH_DEFAULT_TIMEOUT_MS"],
     )
-    engine(tmp_path, stall_after_s=2)
+    # Past Claude Code's start under load (over 2 s at load 8): the silence judged is the
+    # skipped one, not the start's.
+    engine(tmp_path, stall_after_s=30)
     clock = SkipClock()
     eng = engine_for(tmp_path, repo, env, [goal(tmp_path, "t0")], clock)
     try:
         until(lambda: row(eng).activity.current_tool == "background command (1)", timeout=120)
-        clock.skip(10)  # silent for longer than stall_after_s
+        clock.skip(60)  # silent for longer than stall_after_s
         watched(eng)
         assert row(eng).status is ChildStatus.RUNNING, row(eng).error
         done, text = gate_opened(tmp_path, eng)
