@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
@@ -57,6 +58,13 @@ def toml_value(value: Any) -> str:
 
 def project(tmp_path: Path, cli: str, server: AgentServer) -> tuple[Path, dict[str, str]]:
     """A git workspace and a flightdeck.toml holding the documented route; the environment."""
+    if cli == "codex" and tmp_path.resolve().is_relative_to("/dev"):
+        # Else each test waits out Codex's 10 s shell yield and fails on a missing output line.
+        pytest.fail(
+            f"{tmp_path} is under /dev, which Codex's sandbox replaces with a /dev of its own: "
+            "its commands cannot see the test's gate and files. Use a --basetemp (or TMPDIR) "
+            "outside /dev, such as /tmp (docs/agents.md, Codex's sandbox)."
+        )
     repo = tmp_path / "repo"
     repo.mkdir()
     git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
