@@ -10,7 +10,6 @@ from pathlib import PurePath
 from typing import NoReturn
 
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.console import to_devnull
 from flightdeck.tui.exitcodes import ExitCode
 
 
@@ -22,6 +21,8 @@ class Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
         import importlib.metadata
+
+        from flightdeck.tui.console import to_devnull  # rich: not for every start
 
         try:
             version = importlib.metadata.version("flightdeck")

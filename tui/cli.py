@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
 from flightdeck.engine.errors import LocatedError
-from flightdeck.engine.sanitize import one_line
-from flightdeck.tui import rework
 from flightdeck.tui.argparser import Parser, Version
-from flightdeck.tui.client import (
-    cmd_answer,
-    cmd_nudge,
-    cmd_pause,
-    cmd_steer,
-    cmd_stop,
-    cmd_wait,
-)
-from flightdeck.tui.commands import cmd_ls, cmd_report, cmd_resume, cmd_run
-from flightdeck.tui.console import OutputClosed, console_for
-from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.limitscmd import cmd_limits
+from flightdeck.tui.exitcodes import ExitCode, OutputClosed
 from flightdeck.tui.logs import log_to_stderr
 from flightdeck.tui.usage import BATCH_ID_HELP, UsageError, state_dir_arg
-from rich.text import Text
 
 
 def _parser() -> Parser:
@@ -74,7 +61,7 @@ def _parser() -> Parser:
     ls.add_argument("--state-dir", type=state_dir_arg)
     ls.add_argument("-l", "--long", action="store_true", help="also each batch's owner process id")
     _owner_commands(sub)
-    rework.add_parsers(sub)
+    _rework_parsers(sub)
     _attach_parsers(sub)
     return p
 
@@ -165,6 +152,44 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     wait = sub.add_parser("wait", help="wait for a batch to end; exit with its exit code")
     wait.add_argument("batch_id", help=BATCH_ID_HELP)
     wait.add_argument("--state-dir", type=state_dir_arg)
+
+
+def _rework_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
+    """retry, diff, merge and discard."""
+    retry = sub.add_parser(
+        "retry", help="run children that ended (failed, stopped, …) again, as a new attempt"
+    )
+    retry.add_argument("batch_id", help=BATCH_ID_HELP)
+    retry.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
+    retry.add_argument(
+        "--where",
+        metavar="QUERY",
+        help="retry every child that ended which the query keeps (the TUI's filter language)",
+    )
+    retry.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="work on from where it stopped (its transcript as context, or the CLI's session)",
+    )
+    retry.add_argument("--state-dir", type=state_dir_arg)
+    diff = sub.add_parser("diff", help="print what a child changed in its own worktree")
+    diff.add_argument("batch_id", help=BATCH_ID_HELP)
+    # optional to argparse, so that a batch id left out is said as such (cmd_diff)
+    diff.add_argument("child_id", nargs="?", help="the child's id (required)")
+    diff.add_argument("--file", metavar="PATH", help="only this file")
+    diff.add_argument("--state-dir", type=state_dir_arg)
+    merge = sub.add_parser(
+        "merge", help="commit children's changes on branches of their own, merge them into one"
+    )
+    merge.add_argument("batch_id", help=BATCH_ID_HELP)
+    merge.add_argument("child_ids", nargs="+", metavar="CHILD")
+    merge.add_argument("--into", required=True, metavar="BRANCH", help="the branch to merge into")
+    merge.add_argument("--state-dir", type=state_dir_arg)
+    discard = sub.add_parser("discard", help="drop children's changes: worktree and branch")
+    discard.add_argument("batch_id", help=BATCH_ID_HELP)
+    discard.add_argument("child_ids", nargs="+", metavar="CHILD")
+    discard.add_argument("--state-dir", type=state_dir_arg)
 
 
 def _attach_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -273,21 +298,39 @@ def _pool_size(text: str) -> int | Literal["auto"]:
     return value
 
 
-_OWNER_COMMANDS = {
-    "resume": cmd_resume,
-    "steer": cmd_steer,
-    "answer": cmd_answer,
-    "nudge": cmd_nudge,
-    "stop": cmd_stop,
-    "pause": cmd_pause,
-    "continue": cmd_pause,
-    "wait": cmd_wait,
-    "limits": cmd_limits,
-    "retry": rework.cmd_retry,
-    "diff": rework.cmd_diff,
-    "merge": rework.cmd_merge,
-    "discard": rework.cmd_discard,
+# Each command's module is imported when the command runs: they were most of every start's
+# CPU, and `--help` or one command has no use for the others'.
+_COMMANDS = {
+    "run": "commands:cmd_run",
+    "report": "commands:cmd_report",
+    "ls": "commands:cmd_ls",
+    "resume": "commands:cmd_resume",
+    "steer": "client:cmd_steer",
+    "answer": "client:cmd_answer",
+    "nudge": "client:cmd_nudge",
+    "stop": "client:cmd_stop",
+    "pause": "client:cmd_pause",
+    "continue": "client:cmd_pause",
+    "wait": "client:cmd_wait",
+    "limits": "limitscmd:cmd_limits",
+    "retry": "rework:cmd_retry",
+    "diff": "rework:cmd_diff",
+    "merge": "rework:cmd_merge",
+    "discard": "rework:cmd_discard",
+    "grep": "grep:cmd_grep",
+    "serve": "web.command:cmd_serve",
+    "attach": "attached:cmd_attach",
+    "logs": "attached:cmd_logs",
 }
+
+
+def _command(name: str) -> Callable[[argparse.Namespace], ExitCode]:
+    """The function that runs command `name`, its module imported now."""
+    module, function = _COMMANDS[name].split(":")
+    run: Callable[[argparse.Namespace], ExitCode] = getattr(
+        importlib.import_module(f"flightdeck.tui.{module}"), function
+    )
+    return run
 
 
 # Arguments that name what the store holds (ids, a pattern, a query, a route, a branch), by
@@ -320,40 +363,27 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
     """Parse `argv` (the process's arguments by default), run the command, return its code."""
     args = _parser().parse_args(argv)
     log_to_stderr()  # a warning quoting untrusted text reaches the terminal sanitized
-    err = console_for(stderr=True)
     try:
         _check_text(args)
         if isinstance(getattr(args, "child_ids", None), list):  # one named twice is taken once
             args.child_ids = list(dict.fromkeys(args.child_ids))
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command in _OWNER_COMMANDS:
-            return _OWNER_COMMANDS[args.command](args)
-        if args.command == "grep":
-            from flightdeck.tui.grep import cmd_grep
-
-            return cmd_grep(args)
-        if args.command == "serve":
-            from flightdeck.tui.web.command import cmd_serve
-
-            return cmd_serve(args)
-        if args.command in ("attach", "logs"):
-            from flightdeck.tui import attached
-
-            return (
-                attached.cmd_attach(args) if args.command == "attach" else attached.cmd_logs(args)
-            )
-        return cmd_ls(args)
+        return _command(args.command)(args)
     except LocatedError as exc:  # bad input, or a state folder that cannot be used
-        err.print(Text(f"flightdeck: {one_line(str(exc))}"))
+        _say_error(str(exc))
         return ExitCode.USAGE
     except KeyboardInterrupt:  # Ctrl+C before a batch runs (loading a big file, say)
-        err.print(Text("flightdeck: interrupted"))
+        _say_error("interrupted")
         return ExitCode.INTERRUPTED
     except OutputClosed:  # `flightdeck report | head`: the reader has what it wanted
         return ExitCode.OUTPUT_CLOSED
+
+
+def _say_error(text: str) -> None:
+    from flightdeck.engine.sanitize import one_line
+    from flightdeck.tui.console import console_for
+    from rich.text import Text
+
+    console_for(stderr=True).print(Text(f"flightdeck: {one_line(text)}"))
 
 
 if __name__ == "__main__":

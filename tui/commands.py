@@ -14,7 +14,6 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for, draws_tui
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost, fmt_spent, fmt_spent_compact
-from flightdeck.tui.headless import run_headless
 from flightdeck.tui.usage import UsageError, state_db
 from rich.table import Table
 from rich.text import Text
@@ -70,6 +69,8 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         from flightdeck.tui.attached import run_in_background
 
         return run_in_background(args, engine.state_dir, settings)
+    from flightdeck.tui.headless import run_headless
+
     tune_interpreter()
     return run_headless(engine, console_for())
 
@@ -210,6 +211,7 @@ def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
     from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
     from flightdeck.engine.model import ChildStatus
+    from flightdeck.tui.headless import run_headless
 
     db = state_db(args.state_dir)
     console, err = console_for(), console_for(stderr=True)

@@ -9,12 +9,9 @@ import stat
 import sys
 from typing import IO
 
+from flightdeck.tui.exitcodes import OutputClosed
 from flightdeck.tui.terminal import gone
 from rich.console import Console
-
-
-class OutputClosed(Exception):
-    """Whoever read our output has gone (`flightdeck run … | head -1`)."""
 
 
 class PipeSafeConsole(Console):

@@ -26,3 +26,7 @@ class ExitCode(IntEnum):
     """The reader of our output went away (SIGPIPE): children still running were stopped."""
     TERMINATED = 143
     """SIGTERM: every child stopped and recorded, as for an interrupt."""
+
+
+class OutputClosed(Exception):
+    """Whoever read our output has gone (`flightdeck run … | head -1`): OUTPUT_CLOSED."""

@@ -21,14 +21,8 @@ from flightdeck.engine.model import (
     GroupFinished,
 )
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.console import (
-    OutputClosed,
-    console_for,
-    hung_up,
-    live_terminal,
-    reader_gone,
-)
-from flightdeck.tui.exitcodes import ExitCode
+from flightdeck.tui.console import console_for, hung_up, live_terminal, reader_gone
+from flightdeck.tui.exitcodes import ExitCode, OutputClosed
 from flightdeck.tui.logs import Severity, forward_logs
 from flightdeck.tui.output import (
     failure_text,

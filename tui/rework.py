@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flightdeck.engine.sanitize import one_line, sanitize
 from flightdeck.tui.client import (
@@ -21,55 +21,15 @@ from flightdeck.tui.client import (
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import (
-    BATCH_ID_HELP,
     UsageError,
     known_children,
     no_child_id,
-    state_dir_arg,
 )
 from rich.text import Text
 
 if TYPE_CHECKING:
     from flightdeck.engine.attached.client import Client
     from flightdeck.engine.commands import Accept, Discard
-
-
-def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
-    """retry, diff, merge and discard."""
-    retry = sub.add_parser(
-        "retry", help="run children that ended (failed, stopped, …) again, as a new attempt"
-    )
-    retry.add_argument("batch_id", help=BATCH_ID_HELP)
-    retry.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
-    retry.add_argument(
-        "--where",
-        metavar="QUERY",
-        help="retry every child that ended which the query keeps (the TUI's filter language)",
-    )
-    retry.add_argument(
-        "--continue",
-        dest="resume",
-        action="store_true",
-        help="work on from where it stopped (its transcript as context, or the CLI's session)",
-    )
-    retry.add_argument("--state-dir", type=state_dir_arg)
-    diff = sub.add_parser("diff", help="print what a child changed in its own worktree")
-    diff.add_argument("batch_id", help=BATCH_ID_HELP)
-    # optional to argparse, so that a batch id left out is said as such (cmd_diff)
-    diff.add_argument("child_id", nargs="?", help="the child's id (required)")
-    diff.add_argument("--file", metavar="PATH", help="only this file")
-    diff.add_argument("--state-dir", type=state_dir_arg)
-    merge = sub.add_parser(
-        "merge", help="commit children's changes on branches of their own, merge them into one"
-    )
-    merge.add_argument("batch_id", help=BATCH_ID_HELP)
-    merge.add_argument("child_ids", nargs="+", metavar="CHILD")
-    merge.add_argument("--into", required=True, metavar="BRANCH", help="the branch to merge into")
-    merge.add_argument("--state-dir", type=state_dir_arg)
-    discard = sub.add_parser("discard", help="drop children's changes: worktree and branch")
-    discard.add_argument("batch_id", help=BATCH_ID_HELP)
-    discard.add_argument("child_ids", nargs="+", metavar="CHILD")
-    discard.add_argument("--state-dir", type=state_dir_arg)
 
 
 def cmd_retry(args: argparse.Namespace) -> ExitCode:
