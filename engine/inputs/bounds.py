@@ -26,3 +26,15 @@ MAX_DELEGATES = 1_000  # sub-tasks one delegate call may make (each is a child)
 MAX_WORKERS_PER_NODE = 64  # each runs many children; more only adds processes
 MIN_OBJECT_STORE_MB = 80  # Ray refuses less than about 75 MB
 MAX_OBJECT_STORE_MB = 1 << 20  # a tebibyte
+
+# Here, not in tasks/values.py, because the settings read them too: loading flightdeck.toml
+# (every reading command does) would otherwise import the whole task-file package.
+MAX_TURNS_LIMIT = 200
+# Characters a task's goal, context or group may hold ([engine] max_task_chars): each is copied
+# into every prompt and into the store, so one pasted-in file must not be taken as a goal.
+DEFAULT_MAX_TASK_CHARS = 1_000_000
+# Tasks one batch file may become ([engine] max_tasks). Each task is a child with its own state
+# from the start (about 14 KB of memory, and about 0.15 ms to set up): ten thousand start in
+# about a second. A file of more is refused at the first task over, before the rest is read.
+DEFAULT_MAX_TASKS = 10_000
+MAX_TASKS_LIMIT = 1_000_000  # the most [engine] max_tasks may say

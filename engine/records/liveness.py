@@ -14,9 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 from flightdeck.engine.records.faults import rollback
-from flightdeck.engine.records.requests import with_connection
 
 __all__ = [
     "HEARTBEAT_EVERY_S",
@@ -124,6 +122,8 @@ def process_matches(pid: int, start: float | None) -> bool:
     With no start recorded, a live pid counts (the row cannot tell a reused one)."""
     if pid <= 0:
         return False
+    import psutil  # here: a reader asks only of a running batch's owner, or a serve's
+
     try:
         process = psutil.Process(pid)
         created = process.create_time()
@@ -174,6 +174,8 @@ def claim_batch(
 
     One IMMEDIATE transaction, so of two claims at once one wins and the other finds the
     winner alive. LookupError for an unknown batch; OwnerAlive if its owner lives."""
+    # Here: the commands' module it brings is an owner's, not a reader's.
+    from flightdeck.engine.records.requests import with_connection
 
     def claim(conn: sqlite3.Connection) -> str:
         conn.execute("BEGIN IMMEDIATE")

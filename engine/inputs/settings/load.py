@@ -15,9 +15,11 @@ from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.bounds import (
     MAX_DELEGATES,
     MAX_SECONDS,
+    MAX_TASKS_LIMIT,
     MAX_TIME_SCALE,
     MAX_TOKENS,
     MAX_TOKENS_PER_S,
+    MAX_TURNS_LIMIT,
     MIN_TOKENS_PER_S,
 )
 from flightdeck.engine.inputs.files import MAX_CONFIG_BYTES, read_text
@@ -48,7 +50,6 @@ from flightdeck.engine.inputs.settings.values import (
     TuiSettings,
     default_sim_route,
 )
-from flightdeck.engine.inputs.tasks.values import MAX_TASKS_LIMIT, MAX_TURNS_LIMIT
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator, decode_error, deep_line
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

@@ -9,8 +9,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from flightdeck.engine.inputs.bounds import DEFAULT_MAX_TASK_CHARS, DEFAULT_MAX_TASKS
 from flightdeck.engine.inputs.bounds import MAX_CONCURRENT as MAX_CONCURRENT
-from flightdeck.engine.inputs.tasks.values import DEFAULT_MAX_TASK_CHARS, DEFAULT_MAX_TASKS
 
 ProviderName = Literal["sim", "openai", "anthropic", "command"]
 

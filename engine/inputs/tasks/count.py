@@ -2,14 +2,14 @@
 of a million is refused at the first task over `[engine] max_tasks` in the time it takes to
 read that far, not after building a million nodes. What is counted here is the entries of
 `tasks` (an entry with an inline `for_each` list as its items; in TOML, a schedule's inline
-`for_each` too); everything is counted again, exactly, as the tasks are expanded (expand.Room)."""
+`for_each` too); everything is counted again, exactly, as the tasks are expanded (expand.Room).
+A YAML file's count is yamlfile.py's, which only a YAML file imports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from flightdeck.engine.errors import SpecError
 from flightdeck.engine.inputs.tomlpos import Key
 
@@ -52,82 +52,3 @@ class TomlCount:
         if total > self.limit:
             label = f"for_each item {index + 1}: "
             raise SpecError(self.path, line, "for_each", too_many(self.limit, label))
-
-
-@dataclass(slots=True)
-class _Frame:
-    role: str  # "root", "tasks", "task", "for_each" or "other"
-    mapping: bool
-    key: object = None  # a mapping's key whose value comes next (None: a key comes next)
-    expect_key: bool = True
-    items: int = 0  # for_each: its items so far
-
-
-def check_yaml(path: Path, text: str, limit: int, loader: type[yaml.SafeLoader]) -> None:
-    """SpecError at the first task over `limit`, from YAML's event stream (nothing built).
-    A syntax error is left for the loader to report."""
-    if len(text) < SCAN_FROM_BYTES:
-        return
-    events = loader(text)
-    stack: list[_Frame] = []
-    done = 0  # tasks counted before the entry in hand
-    try:
-        while events.check_event():
-            event = events.get_event()  # type: ignore[no-untyped-call]
-            if isinstance(event, yaml.CollectionEndEvent):
-                frame = stack.pop()
-                if frame.role == "task":
-                    done += max(1, frame.items)
-                _value_taken(stack)
-                continue
-            if not isinstance(event, yaml.NodeEvent):
-                continue
-            role = _role(stack, event)
-            line = event.start_mark.line + 1 if event.start_mark else None
-            if role == "task" and done + 1 > limit:
-                raise SpecError(path, line, None, too_many(limit))
-            if role == "for_each item":
-                task = stack[-2]
-                task.items += 1
-                if done + task.items > limit:
-                    label = f"for_each item {task.items}: "
-                    raise SpecError(path, line, "for_each", too_many(limit, label))
-            if isinstance(event, yaml.CollectionStartEvent):
-                stack.append(_Frame(role, isinstance(event, yaml.MappingStartEvent)))
-                continue
-            if role == "task":
-                done += 1  # not a table: expanding it says what is wrong
-            if stack and stack[-1].mapping and stack[-1].expect_key:
-                stack[-1].key = event.value if isinstance(event, yaml.ScalarEvent) else None
-                stack[-1].expect_key = False
-                continue
-            _value_taken(stack)
-    except yaml.YAMLError:
-        return  # the loader reads it again and says where
-    finally:
-        events.dispose()
-
-
-def _role(stack: list[_Frame], event: yaml.NodeEvent) -> str:
-    """What the node this event starts is, in a batch file."""
-    if not stack:
-        return "tasks" if isinstance(event, yaml.SequenceStartEvent) else "root"
-    top = stack[-1]
-    if top.mapping and top.expect_key:
-        return "other"  # a key
-    if top.role == "root" and top.key == "tasks" and isinstance(event, yaml.SequenceStartEvent):
-        return "tasks"
-    if top.role == "tasks":
-        return "task"
-    if top.role == "task" and top.key == "for_each" and isinstance(event, yaml.SequenceStartEvent):
-        return "for_each"
-    if top.role == "for_each":
-        return "for_each item"
-    return "other"
-
-
-def _value_taken(stack: list[_Frame]) -> None:
-    """A mapping's value has ended: its next node is a key."""
-    if stack and stack[-1].mapping:
-        stack[-1].expect_key = True
-        stack[-1].key = None

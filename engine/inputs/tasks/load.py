@@ -21,7 +21,6 @@ from flightdeck.engine.inputs.tasks.readers import (
     Source,
     jsonl_objects,
     parse_toml,
-    parse_yaml,
     read_text,
 )
 from flightdeck.engine.inputs.tasks.schedules import load_schedules
@@ -67,6 +66,8 @@ def _load_text(path: Path, text: str, max_chars: int, room: Room) -> Batch:
     if suffix == ".toml":
         data, locate = parse_toml(path, text, room.limit)
     elif suffix in (".yaml", ".yml"):
+        from flightdeck.engine.inputs.tasks.yamlfile import parse_yaml  # PyYAML: only here
+
         data, locate = parse_yaml(path, text, room.limit)
     else:
         raise SpecError(path, None, None, "unsupported file type: use .jsonl, .toml, .yaml or .yml")

@@ -6,16 +6,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from flightdeck.engine.inputs.bounds import DEFAULT_MAX_TASK_CHARS as DEFAULT_MAX_TASK_CHARS
+from flightdeck.engine.inputs.bounds import DEFAULT_MAX_TASKS as DEFAULT_MAX_TASKS
+from flightdeck.engine.inputs.bounds import MAX_TASKS_LIMIT as MAX_TASKS_LIMIT
+from flightdeck.engine.inputs.bounds import MAX_TURNS_LIMIT as MAX_TURNS_LIMIT
+
 DEFAULT_MAX_TURNS = 8
-MAX_TURNS_LIMIT = 200
-# Characters a task's goal, context or group may hold ([engine] max_task_chars): each is copied
-# into every prompt and into the store, so one pasted-in file must not be taken as a goal.
-DEFAULT_MAX_TASK_CHARS = 1_000_000
-# Tasks one batch file may become ([engine] max_tasks). Each task is a child with its own state
-# from the start (about 14 KB of memory, and about 0.15 ms to set up): ten thousand start in
-# about a second. A file of more is refused at the first task over, before the rest is read.
-DEFAULT_MAX_TASKS = 10_000
-MAX_TASKS_LIMIT = 1_000_000  # the most [engine] max_tasks may say
 TEXT_FIELDS = ("goal", "context", "group")
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
