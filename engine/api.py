@@ -17,23 +17,42 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from flightdeck.engine.apilight import (
+    CONTINUED,
+    MAX_CONCURRENT,
+    SEPARATOR,
+    STAMP_WIDTH,
+    STATUS_ALIASES,
+    DesktopNotify,
+    Forecast,
+    Kind,
+    MedianRows,
+    Medians,
+    Membership,
+    Need,
+    QueryError,
+    RowFilter,
+    Settings,
+    TuiSettings,
+    burn_rate,
+    error_signature,
+    forecast,
+    is_retrying,
+    load_settings,
+    needs,
+    parse,
+    parse_filter,
+    route_totals,
+    state_dir_from,
+)
 from flightdeck.engine.commands import Command, StopAll
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.sending import CommandMethods, Sender
 from flightdeck.engine.executors import Executor, ray_missing
 from flightdeck.engine.executors import check as check_executor
-from flightdeck.engine.inputs.messages import kind
-from flightdeck.engine.inputs.settings import (
-    MAX_CONCURRENT,
-    DesktopNotify,
-    Route,
-    Settings,
-    TuiSettings,
-    load_settings,
-    state_dir_from,
-)
-from flightdeck.engine.inputs.tasks import Batch, check_routes, check_tasks, load_batch
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.inputs.tasks import Batch, check_routes, load_batch
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
@@ -46,35 +65,22 @@ from flightdeck.engine.model.livelimits import (
     limits_of,
     with_limits,
 )
-from flightdeck.engine.model.units import Membership
 from flightdeck.engine.owner import assembly, batchdir, keys
 from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
 from flightdeck.engine.owner.duties import OwnerDuties
 from flightdeck.engine.owner.resume import NothingToResume, Resumed, Stored
 from flightdeck.engine.owner.run import BatchRun
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.forecast import Forecast, burn_rate, forecast
-from flightdeck.engine.records.lines import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.records.liveness import OwnerAlive
-from flightdeck.engine.records.meter import Meter, route_totals, spend_known, totals_of
+from flightdeck.engine.records.meter import Meter, spend_known, totals_of
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import typed
 from flightdeck.engine.records.store import Store
 from flightdeck.engine.subscribers import Subscriber, Subscribers
-from flightdeck.engine.triage.needs import Need, needs
-from flightdeck.engine.triage.outliers import Kind, MedianRows, Medians
-from flightdeck.engine.triage.query import (
-    STATUS_ALIASES,
-    QueryError,
-    RowFilter,
-    is_retrying,
-    parse_filter,
-)
-from flightdeck.engine.triage.signatures import error_signature
 
-# Beside `Engine`, what the UI and scripts use of the engine, from this one place: the task and
-# settings loaders, the filter language, outliers and error signatures of rows, forecasts, who is
-# in which completion unit, the transcript line format (the UI imports no other engine part:
+# Beside `Engine`, what the UI and scripts use of the engine, from this one place: the task
+# loader, and apilight.py's (the settings loader, the filter language, ...), which a process
+# that runs no batch imports instead (the UI imports neither the store nor the inputs directly:
 # pyproject's import contract).
 __all__ = [
     "CONTINUED",
@@ -135,7 +141,7 @@ class Engine(CommandMethods):
         env: Mapping[str, str] | None = None,
         stored: bool = False,  # the batch as the store kept it (`resume`): its names recorded
     ) -> None:
-        _check_arguments(batch, settings, stored)
+        assembly.check_arguments(batch, settings, stored)
         check_routes(batch, settings.routes.keys(), settings.engine.default_route)
         assembly.check_task_text(batch, settings.engine.max_task_chars)
         self.batch = batch
@@ -438,13 +444,3 @@ class Engine(CommandMethods):
         self._require()
         assert self._run is not None and self._run.sender is not None  # with the coordinator
         return self._run.sender
-
-
-def _check_arguments(batch: object, settings: object, stored: bool) -> None:
-    """TypeError for a batch or settings of the wrong type; SpecError for a task a file refuses."""
-    if not isinstance(batch, Batch):
-        raise TypeError(f"batch: expected a Batch (load_batch(path)), got {kind(batch)}")
-    if not isinstance(settings, Settings):
-        raise TypeError(f"settings: expected Settings (load_settings(path)), got {kind(settings)}")
-    if not stored:  # the store's were checked as they were loaded
-        check_tasks(batch)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flightdeck.engine.api import DesktopNotify, Need
+from flightdeck.engine.apilight import DesktopNotify, Need
 from textual.app import App
 
 GATHER_S = 1.0  # a burst that spans a few polls still makes one alert

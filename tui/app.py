@@ -11,9 +11,8 @@ import sys
 import threading
 from collections.abc import Iterable
 from functools import cached_property, partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import StopAll
 from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line, sanitize
@@ -29,6 +28,9 @@ from textual import events
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
+
+if TYPE_CHECKING:  # attach runs the app over a store, with no engine of its own to import
+    from flightdeck.engine.api import Engine
 
 STOP_WAIT_S = 10.0  # stop takes effect within a second; this only bounds a misbehaving child
 

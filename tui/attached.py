@@ -28,7 +28,7 @@ from flightdeck.tui.usage import (
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from flightdeck.engine.api import Settings, TuiSettings
+    from flightdeck.engine.apilight import Settings, TuiSettings
     from flightdeck.engine.attached.spawn import StartedOwner
     from flightdeck.engine.attached.view import StoreView
 
@@ -125,7 +125,7 @@ def _interrupted(owner: StartedOwner, state_dir: Path) -> ExitCode:
 def cmd_attach(args: argparse.Namespace) -> ExitCode:
     """`flightdeck attach [BATCH_ID] [--read-only]`: the TUI on a batch (the latest running one
     by default); read-only once the batch has ended or its owner is gone, or when asked."""
-    from flightdeck.engine.api import load_settings
+    from flightdeck.engine.apilight import load_settings
 
     # The [tui] table of --config, or of ./flightdeck.toml if there is one: checked like a run's.
     tui = load_settings(args.config).tui
@@ -182,7 +182,7 @@ def attach_tui(
     before it has the terminal (`run`: its batch is stopped)."""
     app = None
     try:
-        from flightdeck.engine.api import TuiSettings
+        from flightdeck.engine.apilight import TuiSettings
         from flightdeck.tui.app import FlightdeckApp, exit_code
         from flightdeck.tui.lastlooked import LastLooked
         from flightdeck.tui.options import UiOptions

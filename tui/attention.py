@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from flightdeck.engine.api import TuiSettings
+from flightdeck.engine.apilight import TuiSettings
 from flightdeck.engine.model import Snapshot
 from flightdeck.tui.digest import Digest, Mark, digest
 from flightdeck.tui.lastlooked import LastLooked

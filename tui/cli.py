@@ -285,7 +285,7 @@ def _count(text: str) -> int:
 def _pool_size(text: str) -> int | Literal["auto"]:
     if text == "auto":  # puts a config's fixed number back to the automatic size
         return "auto"
-    from flightdeck.engine.api import MAX_CONCURRENT  # only when the option is given
+    from flightdeck.engine.apilight import MAX_CONCURRENT  # only when the option is given
 
     try:
         value = int(text)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from flightdeck.engine.api import error_signature
+from flightdeck.engine.apilight import error_signature
 from flightdeck.engine.model import ChildStatus, Snapshot, SteerState
 
 TOP_SIGNATURES = 3  # error signatures the digest names; the rest are counted as "other"

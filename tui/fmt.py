@@ -10,7 +10,7 @@ from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.engine.money import fmt_usd
 
 if TYPE_CHECKING:
-    from flightdeck.engine.api import Forecast
+    from flightdeck.engine.apilight import Forecast
 
 __all__ = [
     "GLYPHS",

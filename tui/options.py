@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from flightdeck.engine.api import TuiSettings
+from flightdeck.engine.apilight import TuiSettings
 from flightdeck.tui.lastlooked import LastLooked
 
 

@@ -108,7 +108,7 @@ def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
     """Under the summary: how many children have no price (the table's `+?`), the projected
     cost while children remain (a batch left running, or one that ended early; not with
     `forecast` off), and what attempts lost with an owner cost, when any did."""
-    from flightdeck.engine.api import forecast as project  # here: `--help` stays fast
+    from flightdeck.engine.apilight import forecast as project  # here: `--help` stays fast
 
     out = []
     if unknown := snap.totals.cost_unknown:
@@ -140,7 +140,7 @@ def money_lines(snap: Snapshot, *, forecast: bool = True) -> list[Text]:
 
 def progress_label(snap: Snapshot) -> str:
     """The headless progress bar's words: what is spent, and where it is heading."""
-    from flightdeck.engine.api import forecast
+    from flightdeck.engine.apilight import forecast
 
     spent, note = fmt_spent(
         snap.totals.live_cost_usd, snap.totals.cost_unknown, pending=snap.totals.pending
@@ -268,7 +268,7 @@ def summary_table(snap: Snapshot) -> Table:
 
     Readable at 80 columns: no vertical rules, short headers, and figures never cut (a route's
     name is cut before any figure is)."""
-    from flightdeck.engine.api import route_totals
+    from flightdeck.engine.apilight import route_totals
 
     routes = route_totals(snap.children)
     by_route = len(routes) > 1

@@ -10,11 +10,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import Command, StopAll
 from flightdeck.engine.model import EngineEvent, Snapshot
+
+if TYPE_CHECKING:  # attach reads a store, with no engine of its own to import
+    from flightdeck.engine.api import Engine
 
 Listener = Callable[[EngineEvent], None]
 

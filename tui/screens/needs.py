@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from flightdeck.engine.api import Need, needs
+from flightdeck.engine.apilight import Need, needs
 from flightdeck.engine.commands import Answer, Command, CommandError, Dismiss
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import fmt_age

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from flightdeck.engine.api import Need, TuiSettings, needs
+from flightdeck.engine.apilight import Need, TuiSettings, needs
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,

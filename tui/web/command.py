@@ -41,7 +41,7 @@ log = logging.getLogger("flightdeck.serve")
 def cmd_serve(args: argparse.Namespace) -> ExitCode:
     """Serve the batch (or every batch of the state folder) until interrupted."""
     import psutil
-    from flightdeck.engine.api import load_settings
+    from flightdeck.engine.apilight import load_settings
     from flightdeck.engine.attached import served
     from flightdeck.engine.attached.store import StoreReader
     from flightdeck.tui.web.auth import Token

@@ -32,7 +32,7 @@ def session_argv(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the attached TUI on one batch until the tab closes (the server says quit)."""
-    from flightdeck.engine.api import load_settings
+    from flightdeck.engine.apilight import load_settings
     from flightdeck.tui.attached import attach_tui, open_view
 
     parser = argparse.ArgumentParser(prog="flightdeck serve (session)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 from itertools import pairwise
 
-from flightdeck.engine.api import parse
+from flightdeck.engine.apilight import parse
 
 # A stamp this much earlier than the line before it means midnight passed; smaller steps back
 # are a daylight-saving change (an hour at most), not a new day.

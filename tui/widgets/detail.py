@@ -6,7 +6,7 @@ full, as far as the screen's width allows.
 
 from __future__ import annotations
 
-from flightdeck.engine.api import burn_rate
+from flightdeck.engine.apilight import burn_rate
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, LoopEvidence, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import GLYPHS, LEFT_RUNNING, LEFT_RUNNING_TEXT, fmt_cost

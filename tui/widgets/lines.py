@@ -15,7 +15,7 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from flightdeck.engine.api import MedianRows, Medians, Membership
+from flightdeck.engine.apilight import MedianRows, Medians, Membership
 from flightdeck.engine.model import ChildRow, ChildStatus
 from flightdeck.tui.fmt import LEFT_RUNNING, LEFT_RUNNING_TEXT, Cell
 from flightdeck.tui.widgets.columns import COLUMN_KEYS, ID_MIN, id_width

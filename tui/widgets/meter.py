@@ -7,7 +7,7 @@ import math
 from collections import deque
 from decimal import Decimal
 
-from flightdeck.engine.api import Forecast, forecast
+from flightdeck.engine.apilight import Forecast, forecast
 from flightdeck.engine.model import BatchStatus, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import (

@@ -9,12 +9,12 @@ from enum import StrEnum
 from functools import lru_cache
 
 # The filter language is shared with `--where` on the command line.
-from flightdeck.engine.api import STATUS_ALIASES as STATUS_ALIASES
-from flightdeck.engine.api import Kind, Membership, error_signature
-from flightdeck.engine.api import QueryError as QueryError
-from flightdeck.engine.api import RowFilter as RowFilter
-from flightdeck.engine.api import is_retrying as is_retrying
-from flightdeck.engine.api import parse_filter as parse_filter
+from flightdeck.engine.apilight import STATUS_ALIASES as STATUS_ALIASES
+from flightdeck.engine.apilight import Kind, Membership, error_signature
+from flightdeck.engine.apilight import QueryError as QueryError
+from flightdeck.engine.apilight import RowFilter as RowFilter
+from flightdeck.engine.apilight import is_retrying as is_retrying
+from flightdeck.engine.apilight import parse_filter as parse_filter
 from flightdeck.engine.model import (
     CONTINUED_WAITING,
     PAUSED_SHOWS,

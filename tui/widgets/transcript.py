@@ -6,7 +6,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from flightdeck.engine.api import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
+from flightdeck.engine.apilight import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.widgets.days import Days
