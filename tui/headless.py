@@ -33,13 +33,13 @@ from flightdeck.tui.output import (
     soft_hold_hint,
 )
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from flightdeck.engine.api import Engine
+    from rich.progress import Progress
 
 LEAVE_S = 1.0  # a second Ctrl+C waits this long for the store, and for the transcripts
 ASKS_EVERY_S = 1.0  # how often the batch is looked at for new questions to the operator
@@ -53,7 +53,7 @@ _EXITS = {
 
 def asked_lines(engine: Engine, told: set[object]) -> list[Text]:
     """A line for each question (`ask_operator`) not told yet, with the command that answers."""
-    from flightdeck.engine.api import needs
+    from flightdeck.engine.apilight import needs
 
     lines = []
     for need in needs(engine.snapshot()):
@@ -218,6 +218,15 @@ def _run_headless(
         if started_hook is not None:
             started_hook()
         if live_terminal(console):  # not a pipe, even one given colour (FORCE_COLOR)
+            # Here: an owner writing its log, or a headless run piped, draws no bar.
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             progress = Progress(
                 # the words are the spend and the forecast: plain text, never markup
                 TextColumn("{task.description}", style="progress.description", markup=False),

@@ -10,13 +10,10 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from flightdeck.engine.agents.book import StoreBook
 from flightdeck.engine.agents.launch import CommandRoute
-from flightdeck.engine.agents.process import Files
 from flightdeck.engine.agents.workspace import Workspace, git_toplevel
-from flightdeck.engine.child.command import ProcessBook, ProcessRunner
 from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import Report
 from flightdeck.engine.child.kept import Kept
@@ -29,13 +26,14 @@ from flightdeck.engine.control.pool import auto_pool_size
 from flightdeck.engine.control.retry import RetryPolicy
 from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.errors import ConfigError, SpecError
+from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings import (
     MAX_CONCURRENT,
     Route,
     Settings,
 )
 from flightdeck.engine.inputs.settings.stored import settings_json
-from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, located, too_long
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, check_tasks, located, too_long
 from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
 from flightdeck.engine.model import BatchStatus, ChildRow
 from flightdeck.engine.providers import make_provider
@@ -49,6 +47,9 @@ from flightdeck.engine.records.rows import (
     stored_spec,
 )
 from flightdeck.engine.records.sink import TranscriptSink
+
+if TYPE_CHECKING:  # a command child's parts (its process, the CLI formats): imported for one
+    from flightdeck.engine.child.command import ProcessBook
 
 IO_FOLDER = "io"  # in the batch folder: command children's output and input files
 
@@ -110,6 +111,16 @@ def pool_size(
     if configured != "auto":
         return configured
     return auto_pool_size(routes, os.cpu_count())
+
+
+def check_arguments(batch: object, settings: object, stored: bool) -> None:
+    """TypeError for a batch or settings of the wrong type; SpecError for a task a file refuses."""
+    if not isinstance(batch, Batch):
+        raise TypeError(f"batch: expected a Batch (load_batch(path)), got {kind(batch)}")
+    if not isinstance(settings, Settings):
+        raise TypeError(f"settings: expected Settings (load_settings(path)), got {kind(settings)}")
+    if not stored:  # the store's were checked as they were loaded
+        check_tasks(batch)
 
 
 def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
@@ -220,6 +231,8 @@ def build_child(
     route = settings.route(task.route)
     book = tag = None
     if route.command is not None:  # only a command child's processes are booked and tagged
+        from flightdeck.engine.agents.book import StoreBook
+
         book, tag = StoreBook(processes, task.id), f"{batch_id}/{task.id}"
     runner = build_runner(
         task,
@@ -272,6 +285,9 @@ def build_runner(
     a command child's (None for a model's)."""
     command = commands.get(route.name)
     if command is not None:
+        from flightdeck.engine.agents.process import Files
+        from flightdeck.engine.child.command import ProcessRunner
+
         assert route.command is not None and book is not None and tag is not None
         workspace = Workspace(
             route.command.workspace,

@@ -29,7 +29,6 @@ from flightdeck.engine.inputs.tasks import Batch
 from flightdeck.engine.model import BatchStatus, ChildRow, ChildStatus, SteerReceipt, SteerState
 from flightdeck.engine.model.units import units_told
 from flightdeck.engine.owner import assembly
-from flightdeck.engine.owner.adopting import take_processes
 from flightdeck.engine.owner.lostrun import (
     OWNER_LOST,
     append_line,
@@ -178,6 +177,9 @@ def settle(
     `stored` holds the ids of every child in the store, `rows` the rows of those that had
     started (a queued child needs no row built: most of a big batch, often); `running` the
     processes the dead owner recorded as running."""
+    # Here: adopting brings the command children's code, which a batch not resumed never uses.
+    from flightdeck.engine.owner.adopting import take_processes
+
     by_id = {r.id: r for r in rows}
     kids = delegates_of((r.id, r.parent) for r in rows if not r.superseded)  # not history yet
     # What each child's earlier attempts carried into the one lost now (retries, lost owners).
