@@ -154,6 +154,8 @@ def test_help_imports_no_command_and_no_rich(tmp_path: Path) -> None:
         (("report", "{id}"), "flightdeck.engine.records.report", "completed"),
         # steered after its end: refused once the batch's record is read, the client's way
         (("steer", "{id}", "t0", "-m", "hi"), "flightdeck.engine.attached.client", "has ended"),
+        # its reader is the transcript pane's, without the pane (Textual)
+        (("logs", "{id}", "t0"), "flightdeck.tui.attached", "completed"),
     ],
 )
 def test_a_reading_command_starts_no_engine(

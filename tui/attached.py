@@ -243,7 +243,7 @@ def cmd_logs(args: argparse.Namespace) -> ExitCode:
     """`flightdeck logs BATCH CHILD [-f]`: print a transcript, or follow it until the child ends."""
     from flightdeck.engine.attached.store import StoreReader
     from flightdeck.tui.client import abandoned, batch_client, say_error
-    from flightdeck.tui.widgets.tail import follow, read_all
+    from flightdeck.tui.tail import follow, read_all
 
     if args.child_id is None:
         raise no_child_id(args)

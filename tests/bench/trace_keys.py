@@ -179,8 +179,8 @@ def install(trace: Trace) -> None:
     from flightdeck.engine.attached.view import StoreView
     from flightdeck.tui.app import FlightdeckApp
     from flightdeck.tui.screens.main import MainScreen
+    from flightdeck.tui.tail import Tail
     from flightdeck.tui.widgets.children import ChildrenTable
-    from flightdeck.tui.widgets.tail import Tail
     from flightdeck.tui.widgets.transcript import TranscriptView
     from textual import events
     from textual._compositor import Compositor

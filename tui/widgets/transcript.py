@@ -9,8 +9,8 @@ from pathlib import Path
 from flightdeck.engine.apilight import CONTINUED, SEPARATOR, STAMP_WIDTH, parse
 from flightdeck.engine.attached.watch import Waker
 from flightdeck.engine.sanitize import one_line
+from flightdeck.tui.tail import Chunk, Tail
 from flightdeck.tui.widgets.days import Days
-from flightdeck.tui.widgets.tail import Chunk, Tail
 from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.text import Text
