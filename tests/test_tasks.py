@@ -139,6 +139,14 @@ def test_yaml_top_level_list_is_the_tasks(tmp_path: Path) -> None:
     assert [t.id for t in load_batch(path).tasks] == ["task-0001", "second"]
 
 
+def test_a_yaml_document_of_one_scalar_says_what_yaml_takes(tmp_path: Path) -> None:
+    # Not `[[tasks]]`, TOML's way, which a YAML writer cannot act on.
+    path = write(tmp_path, "b.yaml", '"just a string"\n')
+    message = str(error_at(path, 1, None))
+    assert "a list of tasks, or a mapping with a tasks: list, got string" in message
+    assert "[[tasks]]" not in message
+
+
 def test_for_each_list_of_fifty_makes_fifty_tasks(tmp_path: Path) -> None:
     items = ", ".join(f'"pr-{n}"' for n in range(1, 51))
     path = write(tmp_path, "b.toml", f'[[tasks]]\nfor_each = [{items}]\ngoal = "Review {{item}}"\n')

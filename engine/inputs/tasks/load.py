@@ -85,8 +85,9 @@ def _load_document(src: Source, data: object, max_chars: int, room: Room) -> Bat
         raise src.error((), None, "the batch is empty: add tasks")
     if isinstance(data, list):  # YAML may be just the list of tasks
         data = {"tasks": data}
-    if not isinstance(data, dict):
-        raise src.error((), None, f"expected a table with [[tasks]], got {kind(data)}")
+    if not isinstance(data, dict):  # only YAML: a TOML document is always a table
+        shape = "a list of tasks, or a mapping with a tasks: list"
+        raise src.error((), None, f"expected {shape}, got {kind(data)}")
     for key in map(key_name, data):
         if key not in TASK_FILE_KEYS:
             hint = " (task fields go inside a tasks entry)" if key in TASK_FIELDS else ""
