@@ -1487,6 +1487,37 @@ def test_logs_follow_of_a_child_that_never_started_and_has_no_transcript_says_so
 
 
 @pytest.mark.slow
+def test_answer_merge_and_discard_given_only_a_child_id_say_the_command_meant(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found by a walk-through: `flightdeck answer job-0 -m yes` (the batch id left out) said
+    # "the following arguments are required: CHILD", where steer and the rest say the command
+    # meant; so did merge and discard.
+    from flightdeck.tui.cli import main
+
+    done = flightdeck("run", "tasks.jsonl", cwd=project)
+    assert done.returncode == ExitCode.OK, done.stderr
+    batch_id = done.stdout.split()[1]
+    state = project / ".flightdeck"
+    monkeypatch.chdir(project)
+    for verb, *rest in (("answer", "-m", "yes"), ("merge", "--into", "main"), ("discard",)):
+        assert main([verb, "job-0", *rest]) == ExitCode.USAGE, verb
+        meant = f"flightdeck {verb} {batch_id} job-0 … --state-dir {state.absolute()}"
+        said = (
+            f"flightdeck: batch_id: no batch 'job-0' in {state.absolute()} (a child of batch "
+            f"{batch_id}: did you mean `{meant}`?)\n"
+        )
+        assert capsys.readouterr() == ("", said), verb
+        # The batch's id alone: its children are missing, as argparse said it.
+        assert main([verb, batch_id, *rest]) == ExitCode.USAGE, verb
+        assert capsys.readouterr() == (
+            "",
+            "flightdeck: the following arguments are required: CHILD "
+            f"(see `flightdeck {verb} --help`)\n",
+        ), verb
+
+
+@pytest.mark.slow
 def test_logs_and_diff_given_only_a_child_id_say_the_command_meant(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

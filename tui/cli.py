@@ -103,7 +103,8 @@ def _owner_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "answer", help="answer the question (ask_operator) children of a running batch wait on"
     )
     answer.add_argument("batch_id", help=BATCH_ID_HELP)
-    answer.add_argument("child_ids", nargs="+", metavar="CHILD")
+    # optional to argparse, so that a batch id left out is said as such (cmd_answer)
+    answer.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
     answer.add_argument(
         "-m", "--message", type=_argv_text, required=True, help="the operator's answer"
     )
@@ -183,12 +184,13 @@ def _rework_parsers(sub: argparse._SubParsersAction[Parser]) -> None:
         "merge", help="commit children's changes on branches of their own, merge them into one"
     )
     merge.add_argument("batch_id", help=BATCH_ID_HELP)
-    merge.add_argument("child_ids", nargs="+", metavar="CHILD")
+    # CHILD optional to argparse, here and for discard: a batch id left out is said as such
+    merge.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
     merge.add_argument("--into", required=True, metavar="BRANCH", help="the branch to merge into")
     merge.add_argument("--state-dir", type=state_dir_arg)
     discard = sub.add_parser("discard", help="drop children's changes: worktree and branch")
     discard.add_argument("batch_id", help=BATCH_ID_HELP)
-    discard.add_argument("child_ids", nargs="+", metavar="CHILD")
+    discard.add_argument("child_ids", nargs="*", metavar="CHILD", default=[])
     discard.add_argument("--state-dir", type=state_dir_arg)
 
 

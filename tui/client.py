@@ -17,7 +17,7 @@ from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.clienttargets import able, delegates_said, unknown_names, waiting_said
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.usage import UsageError, state_db, unknown_batch
+from flightdeck.tui.usage import UsageError, no_children, state_db, unknown_batch
 from rich.text import Text
 
 if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
@@ -161,6 +161,8 @@ def cmd_answer(args: argparse.Namespace) -> ExitCode:
 
     with batch_client(args) as client:
         ids = list(args.child_ids)
+        if not ids:
+            raise no_children(args)
         rid = sent(client, Answer(tuple(ids), args.message))
         return until_applied(client, rid, f"answer delivered: {children_said(ids, False)}")
 

@@ -24,6 +24,7 @@ from flightdeck.tui.usage import (
     UsageError,
     known_children,
     no_child_id,
+    no_children,
 )
 from rich.text import Text
 
@@ -200,6 +201,8 @@ def cmd_merge(args: argparse.Namespace) -> ExitCode:
     ids = tuple(args.child_ids)
     with batch_client(args) as client:
         db = client.db
+    if not ids:
+        raise no_children(args)
     known_children(db, args.batch_id, ids)
     # A branch git would refuse: said before anything is sent (the owner would record it).
     if (problem := branch_name_problem(args.into)) is not None:
@@ -220,6 +223,8 @@ def cmd_discard(args: argparse.Namespace) -> ExitCode:
     ids = tuple(args.child_ids)
     with batch_client(args) as client:
         db = client.db
+    if not ids:
+        raise no_children(args)
     known_children(db, args.batch_id, ids)
     return _review(args, db, Discard(ids))
 

@@ -76,6 +76,16 @@ def no_child_id(args: argparse.Namespace) -> UsageError:
     return UsageError(None, None, None, missing)
 
 
+def no_children(args: argparse.Namespace) -> UsageError:
+    """The error of `answer`, `merge` or `discard` given no child once their batch id is known
+    (their CHILD is optional to argparse, so that a batch id left out, its first child's id
+    taken for it, is said as `unknown_batch` says it, with the command meant)."""
+    missing = (
+        f"the following arguments are required: CHILD (see `flightdeck {args.command} --help`)"
+    )
+    return UsageError(None, None, None, missing)
+
+
 def unknown_children(unknown: Sequence[str], batch_id: str) -> UsageError:
     """The error of ids that name no child of the batch, said as every command that takes
     child ids says it (the owner's check's words: engine/errors.py's `no_child`)."""
