@@ -15,6 +15,8 @@ from flightdeck.tui.console import console_for, draws_tui
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import fmt_cost, fmt_spent, fmt_spent_compact
 from flightdeck.tui.usage import UsageError, state_db
+from rich import box
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -156,21 +158,60 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
     finally:
         reader.close()
     servers = served.live(reader.path.parent)
-    table = Table()
-    table.add_column("batch", no_wrap=True)
     extra = (("owner pid",) if args.long else ()) + (("served",) if servers else ())
-    for col in LS_COLUMNS[1:] + extra:
-        table.add_column(col)
+    rows = []
     for b in batches:
         cells = ls_cells(reader.path, b) + ((str(b.owner_pid),) if args.long else ())
         on = [_port(s) for s in servers if s.serves(b.id)]
-        table.add_row(*map(Text, cells + ((" ".join(on),) if servers else ())))
+        rows.append(cells + ((" ".join(on),) if servers else ()))
     console = console_for()
-    console.print(table)
+    console.print(ls_table(LS_COLUMNS + extra, rows, console))
     for s in servers:
         if s.batch_id is None:
             console.print(Text(f"serving every batch of this folder on {_port(s)} (pid {s.pid})"))
     return ExitCode.OK
+
+
+def ls_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], console: Console) -> Table:
+    """`ls`'s table, one row a batch; on a terminal too narrow for it (80 columns), without
+    its rules, the year or a column for each count, so that a batch stays one line whose
+    status and cost are read whole, not cut to `com…` and `$0.…`."""
+    table = Table()
+    for col in columns:
+        table.add_column(col, no_wrap=col == "batch")
+    for cells in rows:
+        table.add_row(*map(Text, cells))
+    unbounded = console.options.update_width(1 << 20)  # its natural width, not the console's
+    if console.measure(table, options=unbounded).maximum <= console.width:
+        return table
+    counts = slice(columns.index("children"), columns.index("stopped") + 1)
+    created = columns.index("created") - (counts.stop - counts.start - 1)  # once counts are one
+    compact = []
+    for cells in rows:
+        n, done, failed, stopped = cells[counts]
+        merged = (
+            *cells[: counts.start],
+            f"{n} {done}✓ {failed}✗ {stopped}■",
+            *cells[counts.stop :],
+        )
+        compact.append(
+            (*merged[:created], merged[created].partition("-")[2], *merged[created + 1 :])
+        )
+    names = (*columns[: counts.start], "children", *columns[counts.stop :])
+    # Each column as wide as its widest cell, but the name, cut to what is left of the line.
+    widths = [max(len(col), *(cell_len(c[i]) for c in compact)) for i, col in enumerate(names)]
+    at = names.index("name")
+    # between two columns: a space of padding each side, and the (blank) rule between them
+    room = console.width - 3 * (len(names) - 1)
+    widths[at] = max(4, room - (sum(widths) - widths[at]))
+    status = names.index("status")  # then a long status (its notes) is cut, never the batch id
+    widths[status] = max(9, widths[status] - max(0, sum(widths) - room))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col, width in zip(names, widths, strict=True):
+        table.add_column(col, width=width, no_wrap=True, overflow="ellipsis")
+    for cells in compact:
+        table.add_row(*map(Text, cells))
+    return table
 
 
 def _port(s: Served) -> str:
