@@ -1453,6 +1453,10 @@ def test_a_child_id_given_for_the_batch_id_is_said_as_that(
         ("pause",),
         ("continue",),
         ("answer", "job-1", "-m", "yes"),
+        # Their CHILD was required to argparse, which said so first (a walk-through's find).
+        ("answer", "-m", "yes"),
+        ("merge", "--into", "main"),
+        ("discard",),
     ):
         assert main([verb, "job-0", *rest]) == ExitCode.USAGE, verb
         meant = f"flightdeck {verb} {batch_id} job-0 … --state-dir {state.absolute()}"
@@ -1461,6 +1465,14 @@ def test_a_child_id_given_for_the_batch_id_is_said_as_that(
             f"{batch_id}: did you mean `{meant}`?)\n"
         )
         assert capsys.readouterr() == ("", said), verb
+    # The batch's id alone, to a command whose children are required: said as argparse did.
+    for verb, *rest in (("answer", "-m", "yes"), ("merge", "--into", "main"), ("discard",)):
+        assert main([verb, batch_id, *rest]) == ExitCode.USAGE, verb
+        assert capsys.readouterr() == (
+            "",
+            "flightdeck: the following arguments are required: CHILD "
+            f"(see `flightdeck {verb} --help`)\n",
+        ), verb
     # An id no batch has a child of: where to look, as before.
     assert main(["steer", "job-9", "-m", "hi"]) == ExitCode.USAGE
     assert "no batch 'job-9' in " in capsys.readouterr().err
@@ -1484,37 +1496,6 @@ def test_logs_follow_of_a_child_that_never_started_and_has_no_transcript_says_so
     for follow in ((), ("-f",)):
         logs = flightdeck("logs", batch_id, never.id, *follow, cwd=project)
         assert (logs.returncode, logs.stdout, logs.stderr) == (ExitCode.INCOMPLETE, "", said)
-
-
-@pytest.mark.slow
-def test_answer_merge_and_discard_given_only_a_child_id_say_the_command_meant(
-    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Found by a walk-through: `flightdeck answer job-0 -m yes` (the batch id left out) said
-    # "the following arguments are required: CHILD", where steer and the rest say the command
-    # meant; so did merge and discard.
-    from flightdeck.tui.cli import main
-
-    done = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert done.returncode == ExitCode.OK, done.stderr
-    batch_id = done.stdout.split()[1]
-    state = project / ".flightdeck"
-    monkeypatch.chdir(project)
-    for verb, *rest in (("answer", "-m", "yes"), ("merge", "--into", "main"), ("discard",)):
-        assert main([verb, "job-0", *rest]) == ExitCode.USAGE, verb
-        meant = f"flightdeck {verb} {batch_id} job-0 … --state-dir {state.absolute()}"
-        said = (
-            f"flightdeck: batch_id: no batch 'job-0' in {state.absolute()} (a child of batch "
-            f"{batch_id}: did you mean `{meant}`?)\n"
-        )
-        assert capsys.readouterr() == ("", said), verb
-        # The batch's id alone: its children are missing, as argparse said it.
-        assert main([verb, batch_id, *rest]) == ExitCode.USAGE, verb
-        assert capsys.readouterr() == (
-            "",
-            "flightdeck: the following arguments are required: CHILD "
-            f"(see `flightdeck {verb} --help`)\n",
-        ), verb
 
 
 @pytest.mark.slow
