@@ -28,7 +28,7 @@ from flightdeck.engine.agents.tree import TAG_ENV, exists
 from flightdeck.engine.agents.tree import alive as tree_alive
 from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import ContinueAdmission, PauseAdmission
-from flightdeck.engine.inputs.settings import CommandSpec, Route
+from flightdeck.engine.inputs.settings import CommandSpec, Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, Usage
 from flightdeck.engine.owner import run as run_module
@@ -176,6 +176,21 @@ def test_a_process_the_store_cannot_record_never_runs_and_its_child_fails_saying
     assert spawned(engine.batch_id, "t0") == []  # and nothing of it is left
 
 
+def _two_held_in_turn(tmp_path: Path) -> tuple[Batch, Settings, dict[str, str], Path]:
+    """Two tasks on one slot, each running until its go file (`UNTIL_GO`), and the state
+    folder they record into: the full-disk tests' batch."""
+    script = tmp_path / "until_go.py"
+    script.write_text(UNTIL_GO)
+    route = argv(str(script), str(tmp_path), "{id}")
+    settings = config(tmp_path, route, engine="max_concurrent = 1\n")
+    tasks = Batch(
+        name="full", tasks=(Task(id="t0", goal="x", seq=0), Task(id="t1", goal="x", seq=1))
+    )
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    return tasks, settings, {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, state
+
+
 def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full(
     tmp_path: Path,
 ) -> None:
@@ -185,16 +200,7 @@ def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full
     # The batches' folder is on the full disk; the database, beside it, still commits (as
     # SQLite does on a full disk in the pages its log has already: admission would otherwise
     # hold t1 back until the store commits again).
-    script = tmp_path / "until_go.py"
-    script.write_text(UNTIL_GO)
-    route = argv(str(script), str(tmp_path), "{id}")
-    settings = config(tmp_path, route, engine="max_concurrent = 1\n")
-    tasks = Batch(
-        name="full", tasks=(Task(id="t0", goal="x", seq=0), Task(id="t1", goal="x", seq=1))
-    )
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700)
+    tasks, settings, env, state = _two_held_in_turn(tmp_path)
     with small_filesystem("2m") as fs:
         (state / "batches").symlink_to(fs)
         engine = Engine(tasks, settings, state_dir=state, env=env)
@@ -227,16 +233,7 @@ def test_output_files_a_full_disk_refuses_fail_the_command_unrun_saying_why(
     # and the child failed "exit 127: cannot start <program>: No space left on device", as if
     # its program could not start. t1 waits behind the paused admission until t0's files are
     # gone and the last inode is taken.
-    script = tmp_path / "until_go.py"
-    script.write_text(UNTIL_GO)
-    route = argv(str(script), str(tmp_path), "{id}")
-    settings = config(tmp_path, route, engine="max_concurrent = 1\n")
-    tasks = Batch(
-        name="full", tasks=(Task(id="t0", goal="x", seq=0), Task(id="t1", goal="x", seq=1))
-    )
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700)
+    tasks, settings, env, state = _two_held_in_turn(tmp_path)
     with small_filesystem("2m", inodes=64) as fs:
         (state / "batches").symlink_to(fs)
         engine = Engine(tasks, settings, state_dir=state, env=env)
