@@ -9,6 +9,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from flightdeck.engine.model import (
     SteerState,
     Usage,
 )
-from flightdeck.engine.providers.base import TurnRequest
+from flightdeck.engine.providers.base import StreamEvent, TurnRequest, UsageEvent
 from flightdeck.engine.providers.sim import SimProvider, SimStream
 from flightdeck.engine.records.reader import StoreReader
 
@@ -150,6 +151,50 @@ def test_a_steer_now_landing_as_the_call_opens_goes_out_with_it(tmp_path: Path) 
     assert (row.status, row.activity.api_calls) == (ChildStatus.COMPLETED, 1)
     assert [s.state for s in row.steers] == [SteerState.DELIVERED]
     assert "response interrupted" not in Path(row.transcript).read_text()
+
+
+class _Unbilled:
+    """A sim stream whose usage never comes (an OpenAI reply cut short: its usage is the last
+    chunk): what a stop bills of it is the runner's estimate of the prompt."""
+
+    def __init__(self, stream: SimStream) -> None:
+        self._stream = stream
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        return (e for e in self._stream if not isinstance(e, UsageEvent))
+
+
+class _HeldAtOpenUnbilled(_HeldAtOpen):
+    def open(self, request: TurnRequest) -> Any:
+        return _Unbilled(super().open(request))
+
+
+def test_a_call_opened_again_for_a_steer_now_is_estimated_with_the_message(
+    tmp_path: Path,
+) -> None:
+    # The call that goes out carries the steer: stopped before the server's usage came, its
+    # cut-short bill is the estimate of that prompt, not of the one without the message.
+    hold = Hold(tmp_path / "hold")
+    route = sim_route(tool_turns=0, **hold.options())
+    provider = _HeldAtOpenUnbilled(route)
+    engine = start(batch(1), settings(route), tmp_path, providers={"sim": provider})
+    message = "x" * 40_000  # 10,000 tokens at 4 characters a token
+    try:
+        assert provider.opening.wait(60)
+        engine.steer(["t0000"], message, now=True)
+        until(lambda: bool(engine.snapshot().children[0].steers))  # in its inbox
+        provider.go.set()
+        until(lambda: bool(hold.held()), what="the call opened again, held")
+        engine.stop(["t0000"])
+        row = run_to_end(engine).children[0]
+    finally:
+        provider.go.set()
+        engine.close()
+    assert [s.state for s in row.steers] == [SteerState.DELIVERED]
+    assert row.usage.input_tokens >= len(message) // 4
 
 
 def test_a_turn_restarted_by_steer_now_may_wait_on_the_rate_limit(tmp_path: Path) -> None:

@@ -301,7 +301,12 @@ class ModelRunner:
                 # A steer --now since the look above: the stream, closed unread, sent nothing,
                 # and the slot waited for is spent on the request with the message.
                 self._deliver_steers(messages)
-                stream = self._provider.open(self._request(c, messages))
+                request = self._request(c, messages)
+                # What a cut-short call bills and the live cost count: the prompt sent.
+                c.progress.call_estimated(
+                    InFlight(prompt_tokens_estimate(request), cached=self._cached)
+                )
+                stream = self._provider.open(request)
             sent = True  # the prompt goes out as the stream is read (the SDKs' request is lazy)
             for event in stream:
                 if c.leads_gate:  # its siblings wait for this: the cache entry is readable

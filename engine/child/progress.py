@@ -219,6 +219,13 @@ class Progress:
                 self._in_flight = call
             self.version += 1
 
+    def call_estimated(self, call: InFlight) -> None:
+        """The request going out was made again, a steer --now in it: its estimate, in place of
+        the one `call_started` took (no call more)."""
+        with self._lock:
+            self._in_flight = call
+            self.version += 1
+
     def streamed(self, text: str) -> None:
         """A chunk of the reply streamed: activity, and output counted before it is billed."""
         with self._lock:
