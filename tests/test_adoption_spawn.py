@@ -211,6 +211,7 @@ def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full
             (tmp_path / "t0.go").touch()  # t1 starts on the full disk
             assert engine.wait(HANG_S)
             row = row_of(engine, "t1")
+            left = sorted(p.name for p in (fs / engine.batch_id / "io").iterdir())
             filler.unlink()
         finally:
             (tmp_path / "t0.go").touch()
@@ -218,6 +219,7 @@ def test_a_full_disk_at_a_command_s_start_fails_it_unrun_saying_the_disk_is_full
     with StoreReader(state / "flightdeck.db") as reader:
         stored = reader.child(engine.batch_id, "t1")
     assert ran(tmp_path, "t1") == []  # never run
+    assert left == []  # nor its output files, made before the marker, left behind
     assert row.status is ChildStatus.FAILED
     assert row.error is not None and row.error.startswith(
         "not started: its process could not be recorded (its marker "

@@ -78,6 +78,7 @@ def test_a_spawn_whose_error_file_cannot_be_made_leaves_no_descriptor_open(tmp_p
     with pytest.raises(OutputError) as raised:
         Process.spawn(["true"], cwd=tmp_path, env=dict(os.environ), files=files, tag="b/c")
     assert raised.value.errno == errno.EISDIR
+    assert not files.out.exists()  # nor is the file made before left in the batch folder
     assert set(os.listdir("/proc/self/fd")) <= before
 
 

@@ -166,6 +166,7 @@ class Process:
                     os.close(fd)
             for gate in gates:
                 gate.close()
+            _remove(files)  # it never ran: nothing of it is left in the batch folder
             raise
         finally:
             for gate in gates:
@@ -366,10 +367,7 @@ class Process:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(0)
         if remove:
-            for path in (self.files.out, self.files.err, self.files.stdin, self.files.held):
-                if path is not None:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
+            _remove(self.files)
             if self.files.stdin is not None:
                 sent.forget(self.files.stdin)
 
@@ -404,8 +402,17 @@ def _output(files: Files) -> tuple[int, int]:
             out = os.open(files.out, flags, 0o600)
         try:
             return out, os.open(files.err, flags, 0o600)
-        except BaseException:  # a full disk, say: the first is not left open
+        except BaseException:  # a full disk, say: the first is not left open, nor made
             os.close(out)
+            _remove(files)
             raise
     except OSError as exc:
         raise OutputError(exc.errno, exc.strerror, exc.filename) from None
+
+
+def _remove(files: Files) -> None:
+    """A process's files in the batch folder, deleted where they were made."""
+    for path in (files.out, files.err, files.stdin, files.held):
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
