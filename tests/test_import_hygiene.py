@@ -188,3 +188,16 @@ def test_the_attached_app_imports_no_owner_engine() -> None:
     ).stdout.split("\n")
     assert out[1] == "True"  # the app's modules were imported
     assert out[0] == "", f"attach imported the owner's engine: {out[0]}"
+
+
+def test_every_command_the_parser_knows_has_a_function_that_loads() -> None:
+    """Commands are imported by name when they run (`tui/cli.py`'s table): a command added to
+    the parser and not to the table, or a name mistyped there, would fail only when run."""
+    import argparse
+
+    from flightdeck.tui import cli
+
+    [sub] = [a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(sub.choices) == set(cli._COMMANDS)
+    for name in sub.choices:
+        assert callable(cli._command(name)), name
