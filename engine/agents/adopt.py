@@ -72,10 +72,7 @@ def end_tree(record: Record, grace_s: float) -> TreeEnd:
     # Those it ended are this process's to reap when it is their subreaper.
     tree.reap(record.root.pid, found, tree.adopted())
     unrun = never_ran(record.files.held, record.root)
-    for path in (record.files.out, record.files.err, record.files.stdin, record.files.held):
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.unlink()
+    record.files.remove()
     if record.files.stdin is not None:
         sent.forget(record.files.stdin)
     return TreeEnd(left, unrun)

@@ -55,6 +55,14 @@ class Files:
         """The marker of a process spawned held: emptied once it was let run (agents/gate.py)."""
         return self.out.with_suffix(".held")
 
+    def remove(self) -> None:
+        """Delete them, those that were made (the raw output may hold what the transcript
+        redacted)."""
+        for path in (self.out, self.err, self.stdin, self.held):
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
@@ -166,7 +174,7 @@ class Process:
                     os.close(fd)
             for gate in gates:
                 gate.close()
-            _remove(files)  # it never ran: nothing of it is left in the batch folder
+            files.remove()  # it never ran: nothing of it is left in the batch folder
             raise
         finally:
             for gate in gates:
@@ -367,7 +375,7 @@ class Process:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._popen.wait(0)
         if remove:
-            _remove(self.files)
+            self.files.remove()
             if self.files.stdin is not None:
                 sent.forget(self.files.stdin)
 
@@ -404,15 +412,7 @@ def _output(files: Files) -> tuple[int, int]:
             return out, os.open(files.err, flags, 0o600)
         except BaseException:  # a full disk, say: the first is not left open, nor made
             os.close(out)
-            _remove(files)
+            files.remove()
             raise
     except OSError as exc:
         raise OutputError(exc.errno, exc.strerror, exc.filename) from None
-
-
-def _remove(files: Files) -> None:
-    """A process's files in the batch folder, deleted where they were made."""
-    for path in (files.out, files.err, files.stdin, files.held):
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.unlink()
