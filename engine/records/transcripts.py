@@ -69,8 +69,7 @@ class TranscriptWriter:
         with self._lock:
             ts = self._clock() if ts is None else ts
             self._write(role, text, ts)
-            if self._closed and not self._streaming and self._sink is not None:
-                self._sink.send(Release(self._key, ts))
+            self._let_go(ts)
 
     def stream(self, chunk: str, ts: float | None = None) -> None:
         """Append streamed assistant text; each line is written as soon as it is complete.
@@ -97,8 +96,7 @@ class TranscriptWriter:
                 self._out(self._local().end_stream(ts, interrupted=interrupted))
             # A stream after the close (a call the watchdog gave up on, come back): its file
             # is let go at the stream's end, as after a line.
-            if self._closed and self._sink is not None:
-                self._sink.send(Release(self._key, ts))
+            self._let_go(ts)
 
     def close(self, role: str | None = None, text: str = "", ts: float | None = None) -> None:
         """End the stream and close the file; idempotent. Later writes reopen it briefly.
@@ -129,6 +127,11 @@ class TranscriptWriter:
         self.close()
 
     # Below: with the lock held.
+
+    def _let_go(self, ts: float) -> None:
+        """A closed writer's file, held in the writer process for no stream: released."""
+        if self._closed and not self._streaming and self._sink is not None:
+            self._sink.send(Release(self._key, ts))
 
     def _write(self, role: str, text: str, ts: float) -> None:
         if self._remote is not None:
