@@ -286,7 +286,7 @@ class ModelRunner:
             # goes out with the message, rather than queueing again behind other children.
             self._deliver_steers(messages)
             request = self._request(c, messages)
-        c.progress.call_started(InFlight(prompt_tokens_estimate(request), cached=self._cached))
+        c.progress.call_started(self._in_flight(request))
         text: list[str] = []
         calls: list[ToolCall] = []
         usage = estimated = NO_USAGE
@@ -303,9 +303,7 @@ class ModelRunner:
                 self._deliver_steers(messages)
                 request = self._request(c, messages)
                 # What a cut-short call bills and the live cost count: the prompt sent.
-                c.progress.call_estimated(
-                    InFlight(prompt_tokens_estimate(request), cached=self._cached)
-                )
+                c.progress.call_estimated(self._in_flight(request))
                 stream = self._provider.open(request)
             sent = True  # the prompt goes out as the stream is read (the SDKs' request is lazy)
             for event in stream:
@@ -412,6 +410,10 @@ class ModelRunner:
         c.report(Asked(c.task.id, call))
         wait_settled(call, self._check_stop)
         return answer_text(call.answer or "")  # settled, not refused: answered
+
+    def _in_flight(self, request: TurnRequest) -> InFlight:
+        """What a call of `request` is estimated to bill until its usage comes."""
+        return InFlight(prompt_tokens_estimate(request), cached=self._cached)
 
     def _deliver_steers(self, messages: list[Message]) -> None:
         """The steers waiting in its inbox, added to the conversation; none: nothing done."""
