@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for, draws_tui
 from flightdeck.tui.exitcodes import ExitCode
-from flightdeck.tui.fmt import fmt_cost, fmt_spent, fmt_spent_compact
+from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_spent_compact
 from flightdeck.tui.usage import UsageError, state_db
 from rich import box
 from rich.cells import cell_len
@@ -186,12 +187,15 @@ def ls_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], console: Con
         return table
     counts = slice(columns.index("children"), columns.index("stopped") + 1)
     created = columns.index("created") - (counts.stop - counts.start - 1)  # once counts are one
+    ok, bad, halted = (
+        GLYPHS[s][0] for s in (ChildStatus.COMPLETED, ChildStatus.FAILED, ChildStatus.STOPPED)
+    )
     compact = []
     for cells in rows:
         n, done, failed, stopped = cells[counts]
         merged = (
             *cells[: counts.start],
-            f"{n} {done}✓ {failed}✗ {stopped}■",
+            f"{n} {done}{ok} {failed}{bad} {stopped}{halted}",  # the TUI's status glyphs
             *cells[counts.stop :],
         )
         compact.append(
@@ -251,7 +255,6 @@ def _left_running(db: Path, batch_id: str, err: Console) -> None:
 def cmd_resume(args: argparse.Namespace) -> ExitCode:
     """`flightdeck resume`: become the owner of an abandoned batch and run it to the end."""
     from flightdeck.engine.api import Engine, NothingToResume, OwnerAlive, tune_interpreter
-    from flightdeck.engine.model import ChildStatus
     from flightdeck.tui.headless import run_headless
 
     db = state_db(args.state_dir)
