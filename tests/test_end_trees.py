@@ -4,10 +4,12 @@ beside the others. It ended them one after another, so three CLIs that ignore SI
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from flightdeck.engine.agents.adopt import TreeEnd, end_trees
@@ -41,22 +43,34 @@ SYNCS_ON_SIGRTMIN = (
 )
 
 
-def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> None:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", STUBBORN, str(tmp_path / f"term-{i}")],
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own group, as a command child's
-        )
-        for i in range(3)
-    ]
+@contextlib.contextmanager
+def ready(script: str, noted: Path) -> Iterator[tuple[subprocess.Popen[str], Pid]]:
+    """`script` (noting its signal in `noted`) in a group of its own, as a command child's, once
+    it says it is ready: the process, and its pid with its start; killed at the end if need be."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(noted)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        root = identify(proc.pid)
+        assert root is not None
+        yield proc, root
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(ready(STUBBORN, tmp_path / f"term-{i}")) for i in range(3)]
         records = []
-        for i, proc in enumerate(procs):
-            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-            root = identify(proc.pid)
-            assert root is not None
+        for i, (_, root) in enumerate(started):
             files = Files(tmp_path / f"out-{i}", tmp_path / f"err-{i}")
             records.append((Record(root, None, files), 600.0))  # a grace no test waits out
         survived: list[TreeEnd] = []
@@ -64,20 +78,13 @@ def test_every_tree_is_told_to_end_before_any_grace_is_over(tmp_path: Path) -> N
         ending.start()
         # Told one after another, the second would hear SIGTERM only after the first's grace.
         until(lambda: all((tmp_path / f"term-{i}").exists() for i in range(3)), HANG_S)
-        for proc in procs:
+        for proc, _ in started:
             assert proc.poll() is None  # each is still within its grace
             proc.kill()
             proc.wait()
         ending.join(HANG_S)
         assert not ending.is_alive()
         assert [end.left for end in survived] == [[], [], []]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            assert proc.stdout is not None
-            proc.stdout.close()
 
 
 def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: Path) -> None:
@@ -87,16 +94,7 @@ def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: P
     # How it ended is noted by it: `end_trees` reaps what it ended that is this process's
     # child (as a resume that is its subreaper), leaving its Popen no exit status to read.
     told = tmp_path / "term"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", ENDS_ON_SIGTERM, str(told)],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        root = identify(proc.pid)
-        assert root is not None
+    with ready(ENDS_ON_SIGTERM, told) as (proc, root):
         proc.send_signal(signal.SIGSTOP)
         until(lambda: Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] == "T")
         files = Files(tmp_path / "out", tmp_path / "err")
@@ -112,12 +110,6 @@ def test_a_tree_its_dead_owner_suspended_for_a_pause_ends_on_sigterm(tmp_path: P
         assert [end.left for end in survived] == [[]]
         proc.wait(30)
         assert told.exists()  # it ended on SIGTERM, within its grace
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 def test_a_recorded_pid_another_process_leads_a_group_with_now_is_never_signalled(
@@ -129,16 +121,7 @@ def test_a_recorded_pid_another_process_leads_a_group_with_now_is_never_signalle
     # signalled alone, not for the group. Here the pid is a process the test started, recorded
     # with another start time.
     synced = tmp_path / "synced"
-    other = subprocess.Popen(
-        [sys.executable, "-c", SYNCS_ON_SIGRTMIN, str(synced)],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert other.stdout is not None and other.stdout.readline() == "ready\n"
-        now = identify(other.pid)
-        assert now is not None
+    with ready(SYNCS_ON_SIGRTMIN, synced) as (other, now):
         gone = Pid(other.pid, now.start - 1)  # the process once recorded with this pid
         files = Files(tmp_path / "out", tmp_path / "err")
         assert [e.left for e in end_trees([(Record(gone, None, files), 0.2)])] == [[]]
@@ -146,8 +129,3 @@ def test_a_recorded_pid_another_process_leads_a_group_with_now_is_never_signalle
         other.send_signal(signal.SIGRTMIN)
         until(lambda: synced.exists() or other.poll() is not None, what="its answer")
         assert other.poll() is None  # not ours: never signalled
-    finally:
-        other.kill()
-        other.wait()
-        assert other.stdout is not None
-        other.stdout.close()
