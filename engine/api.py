@@ -49,10 +49,9 @@ from flightdeck.engine.commands import Command, StopAll
 from flightdeck.engine.control.coordinator import Coordinator
 from flightdeck.engine.control.pool import tune_interpreter
 from flightdeck.engine.control.sending import CommandMethods, Sender
-from flightdeck.engine.executors import Executor, ray_missing
-from flightdeck.engine.executors import check as check_executor
-from flightdeck.engine.inputs.settings import Route
-from flightdeck.engine.inputs.tasks import Batch, check_routes, load_batch
+from flightdeck.engine.executors import ray_missing
+from flightdeck.engine.executors.base import Executor
+from flightdeck.engine.inputs.tasks import Batch, load_batch
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
@@ -66,7 +65,9 @@ from flightdeck.engine.model.livelimits import (
     with_limits,
 )
 from flightdeck.engine.owner import assembly, batchdir, keys
-from flightdeck.engine.owner.assembly import new_batch_id, steady_clock
+from flightdeck.engine.owner.assembly import steady_clock
+from flightdeck.engine.owner.batchdir import new_batch_id
+from flightdeck.engine.owner.checks import check_batch
 from flightdeck.engine.owner.duties import OwnerDuties
 from flightdeck.engine.owner.resume import NothingToResume, Resumed, Stored
 from flightdeck.engine.owner.run import BatchRun
@@ -141,40 +142,30 @@ class Engine(CommandMethods):
         env: Mapping[str, str] | None = None,
         stored: bool = False,  # the batch as the store kept it (`resume`): its names recorded
     ) -> None:
-        assembly.check_arguments(batch, settings, stored)
-        check_routes(batch, settings.routes.keys(), settings.engine.default_route)
-        assembly.check_task_text(batch, settings.engine.max_task_chars)
-        self.batch = batch
+        checked = check_batch(
+            batch,
+            settings,
+            max_concurrent=max_concurrent,
+            batch_id=batch_id,
+            given=providers,
+            env=env,
+            stored=stored,
+        )
         self._own = frozenset(t.id for t in batch.tasks)  # each snapshot's `own`: one set
         self.settings = settings
         self.state_dir = Path(state_dir).absolute()  # records stay valid from any cwd
         self.clock = clock = clock or steady_clock()
         self._id_given = batch_id is not None
-        if batch_id is not None:
-            batchdir.check_given_id(batch_id)
         self.batch_id = batch_id or new_batch_id(clock)
         self.batch_dir = self.state_dir / "batches" / self.batch_id
-        templates = [t for s in batch.schedules for t in s.tasks]
-        used = {settings.route(t.route).name for t in (*batch.tasks, *templates)}
-        self.routes: dict[str, Route] = {name: settings.routes[name] for name in sorted(used)}
-        self.pool_size = assembly.pool_size(max_concurrent, settings, self.routes.values())
-        configured = max_concurrent or settings.engine.max_concurrent
-        self._auto_pool = not isinstance(max_concurrent, int) and configured == "auto"
-        check_executor(settings, providers_given=bool(providers))
-        assembly.check_budget(settings, self.routes.values())
-        assembly.check_commands(batch, self.routes.values(), settings.source)
-        if not stored:  # a resumed batch's settings are on disk already, as it ran with them
-            keys.refuse_keys_in_argv(settings)
-        # Model clients and command routes are built before anything is written: a missing
-        # key or program fails cleanly here.
-        self._providers, self._commands = assembly.clients(
-            self.routes, providers or {}, env, settings.source
-        )
+        self.routes = checked.routes
+        self.pool_size = checked.pool_size
+        self._auto_pool = checked.auto_pool
+        self._providers = assembly.providers(self.routes, providers or {}, env, settings.source)
+        self._commands = checked.commands
         # A key the operator typed into a goal or a context is redacted before anything keeps
         # or sends it; one in a name is refused (owner/keys.py), but in one already recorded.
         secrets = keys.batch_secrets(self._providers, self._commands)
-        if not stored:
-            keys.refuse_keys_in_names(batch, secrets)
         self.batch = keys.redacted_batch(batch, secrets)
         self.meter = Meter()
         self._subscribers = Subscribers()

@@ -68,7 +68,7 @@ class StartedOwner:
 
 def claim_batch_folder(state_dir: Path, settings: Settings | None) -> tuple[str, Path]:
     """A fresh batch id and its folder, made here so no other run can draw the same one."""
-    from flightdeck.engine.owner.assembly import new_batch_id  # here: the engine, only for `run`
+    from flightdeck.engine.owner.batchdir import new_batch_id  # here: only `run` needs it
 
     batches = state_dir / "batches"
     try:

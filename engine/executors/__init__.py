@@ -1,23 +1,17 @@
 """Where children's work runs: threads of the owner process (threads.py, the default), or worker
 actors on a Ray cluster (cluster/, the optional extra `flightdeck[ray]`). The owner decides and
-records either way; only the waiting on models and processes moves."""
+records either way; only the waiting on models and processes moves.
+
+Here, the checks that a batch's executor can be used (which a process that only checks a batch
+imports); opening.py opens it, base.py is what the owner drives.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
-from pathlib import Path
-
-from flightdeck.engine.child.facts import Report
-from flightdeck.engine.control.pool import auto_pool_size, worker_pool
-from flightdeck.engine.control.throttle import RouteThrottle
 from flightdeck.engine.errors import ConfigError
-from flightdeck.engine.executors.base import Executor
-from flightdeck.engine.executors.threads import ThreadExecutor
-from flightdeck.engine.inputs.settings import Route, Settings
-from flightdeck.engine.records.meter import Meter
+from flightdeck.engine.inputs.settings import Settings
 
-__all__ = ["Executor", "check", "open_executor", "ray_missing"]
+__all__ = ["check", "ray_missing"]
 
 
 def ray_missing(name: str) -> str | None:
@@ -54,61 +48,3 @@ def check(settings: Settings, *, providers_given: bool) -> None:
         from flightdeck.engine.executors.cluster.join import join_address
 
         join_address(settings.ray, settings.source)
-
-
-def open_executor(
-    settings: Settings,
-    *,
-    pool_size: int,
-    auto: bool,
-    report: Report,
-    meter: Meter,
-    routes: Mapping[str, Route],
-    throttles: Mapping[str, RouteThrottle],
-    clock: Callable[[], float],
-    batch_id: str,
-    batch_dir: Path,
-    workspace: Path,
-    delegate: bool,
-    private: bool,
-) -> tuple[Executor, int]:
-    """The executor the settings name, started, and the pool size (`auto`: the formula of
-    control/pool.py, over the cluster's CPUs on Ray)."""
-    if settings.engine.executor != "ray":
-        return ThreadExecutor(worker_pool(pool_size), report), pool_size
-    from flightdeck.engine.executors.cluster.executor import RayExecutor, probe_files
-    from flightdeck.engine.executors.cluster.wire import Setup
-
-    commands = any(r.command is not None for r in routes.values())
-    shared = [workspace.absolute()] + ([batch_dir.absolute()] if commands else [])
-    probes = probe_files(shared)
-    setup = Setup(
-        # The routes the batch uses, as the owner builds them: a worker refuses its node for a
-        # key or program missing there, which a route no task names must not need.
-        settings=dataclasses.replace(settings, routes=dict(routes)),
-        batch_id=batch_id,
-        batch_dir=batch_dir.absolute(),
-        workspace=workspace.absolute(),
-        delegate=delegate,
-        owner_now=clock(),
-        private=private,
-        probes=probes,
-    )
-    try:
-        executor = RayExecutor(
-            settings.ray,
-            setup,
-            report=report,
-            meter=meter,
-            routes=routes,
-            throttles=throttles,
-            clock=clock,
-            permit_threads=pool_size,
-            source=settings.source,
-        )
-    finally:
-        for path, _ in probes:
-            path.unlink(missing_ok=True)
-    if auto:
-        pool_size = auto_pool_size(routes.values(), executor.cpus)
-    return executor, pool_size

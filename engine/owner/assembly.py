@@ -1,19 +1,18 @@
-"""Assembling a batch's parts before it starts: its id, pool size, children and records;
-the checks a batch passes first (budget, commands, the length of its texts)."""
+"""Assembling a batch's parts before it starts: its id, clients, children and records (the
+checks it passes first are checks.py's)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from flightdeck.engine.agents.launch import CommandRoute
-from flightdeck.engine.agents.workspace import Workspace, git_toplevel
+from flightdeck.engine.agents.workspace import Workspace
 from flightdeck.engine.child.delegate import Delegation
 from flightdeck.engine.child.facts import Report
 from flightdeck.engine.child.kept import Kept
@@ -22,23 +21,18 @@ from flightdeck.engine.child.port import Runner
 from flightdeck.engine.child.rowview import queued_row
 from flightdeck.engine.child.state import Child
 from flightdeck.engine.child.tools import Toolbox
-from flightdeck.engine.control.pool import auto_pool_size
 from flightdeck.engine.control.retry import RetryPolicy
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.errors import ConfigError, SpecError
-from flightdeck.engine.inputs.messages import kind
 from flightdeck.engine.inputs.settings import (
-    MAX_CONCURRENT,
     Route,
     Settings,
 )
 from flightdeck.engine.inputs.settings.stored import settings_json
-from flightdeck.engine.inputs.tasks import Batch, Schedule, Task, check_tasks, located, too_long
-from flightdeck.engine.inputs.tasks.values import TEXT_FIELDS
+from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
 from flightdeck.engine.model import BatchStatus, ChildRow
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.meter import Meter, spend_known, starts_known
+from flightdeck.engine.records.meter import Meter, starts_known
 from flightdeck.engine.records.processes import ProcessLog
 from flightdeck.engine.records.rows import (
     BatchInfo,
@@ -62,12 +56,6 @@ def steady_clock() -> Callable[[], float]:
     look stalled, so the wall clock is read once, here, and never again."""
     offset = time.time() - time.monotonic()
     return lambda: offset + time.monotonic()
-
-
-def new_batch_id(clock: Callable[[], float] = time.time) -> str:
-    """Sortable and readable: 20261129-081500-a3f2."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
-    return f"{stamp}-{secrets.token_hex(2)}"
 
 
 def transcript_name(task: Task) -> str:
@@ -97,113 +85,19 @@ def task_json(task: Task) -> dict[str, object]:
     return out
 
 
-def pool_size(
-    override: int | Literal["auto"] | None, settings: Settings, routes: Iterable[Route]
-) -> int:
-    """The number of slots: given, configured, or `auto` from the CPUs and the routes."""
-    if override not in (None, "auto") and (type(override) is not int):  # not 2.5, "8", True
-        raise ValueError(f'max_concurrent must be a whole number or "auto", got {override!r}')
-    if isinstance(override, int):
-        if not 1 <= override <= MAX_CONCURRENT:
-            raise ValueError(f"max_concurrent must be between 1 and {MAX_CONCURRENT}")
-        return override
-    configured = override or settings.engine.max_concurrent
-    if configured != "auto":
-        return configured
-    return auto_pool_size(routes, os.cpu_count())
-
-
-def check_arguments(batch: object, settings: object, stored: bool) -> None:
-    """TypeError for a batch or settings of the wrong type; SpecError for a task a file refuses."""
-    if not isinstance(batch, Batch):
-        raise TypeError(f"batch: expected a Batch (load_batch(path)), got {kind(batch)}")
-    if not isinstance(settings, Settings):
-        raise TypeError(f"settings: expected Settings (load_settings(path)), got {kind(settings)}")
-    if not stored:  # the store's were checked as they were loaded
-        check_tasks(batch)
-
-
-def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
-    """A cost cap (hard or soft) needs every route priced: spend at an unknown price is never
-    counted, so the cap would silently never be reached."""
-    budget = settings.budget
-    caps = [
-        (line, name)
-        for value, line, name in (
-            (budget.max_cost_usd, budget.cost_line, "budget.max_cost_usd"),
-            (budget.soft_cost_usd, budget.soft_cost_line, "budget.soft_cost_usd"),
-        )
-        if value is not None
-    ]
-    if not caps:
-        return
-    line, name = caps[0]
-    for route in routes:
-        if not spend_known(route):
-            raise ConfigError(
-                settings.source,
-                line,
-                name,
-                f"cannot be enforced: no price is known for route {route.name!r} "
-                f"(model {route.model!r}); give [routes.{route.name}] a price",
-            )
-
-
-def check_task_text(batch: Batch, limit: int) -> None:
-    """SpecError at the first task whose goal, context or group is over `limit` characters. A
-    task file is checked as it loads; a Batch built in Python is checked here."""
-    for task in batch.tasks:
-        for name in TEXT_FIELDS:
-            value = getattr(task, name)
-            if isinstance(value, str) and len(value) > limit:
-                path, line = located(task.source)
-                raise SpecError(
-                    path, line, name, f"task {task.id!r}: {too_long(len(value), limit)}"
-                )
-
-
-def check_commands(batch: Batch, routes: Iterable[Route], source: Path | None) -> None:
-    """A route's workspace must be usable before anything starts: a worktree needs the batch
-    workspace to be in a git repository."""
-    for route in routes:
-        if route.own_workspace != "worktree":
-            continue
-        line = route.command.lines.get("workspace") if route.command is not None else None
-        where = (source, line, f"routes.{route.name}.workspace")
-        if batch.workspace is None:
-            raise ConfigError(
-                *where,
-                'workspace = "worktree" needs the batch\'s workspace to be a git checkout, '
-                "and the batch names no workspace",
-            )
-        if git_toplevel(Path(batch.workspace)) is None:
-            raise ConfigError(
-                *where,
-                f'workspace = "worktree": {batch.workspace} is not in a git repository '
-                "(or git is not installed)",
-            )
-
-
-def clients(
+def providers(
     routes: Mapping[str, Route],
     given: Mapping[str, Provider],
     env: Mapping[str, str] | None,
     source: Path | None,
-) -> tuple[dict[str, Provider], dict[str, CommandRoute]]:
-    """Each route's client: a model provider (`given`, or made), or a command route made ready
-    (its program found, its environment, its key). ConfigError names what is missing."""
-    environ = os.environ if env is None else env
-    providers = {
+) -> dict[str, Provider]:
+    """Each model route's client: `given`, or made (its SDK imported here). Its key was
+    checked already (checks.py)."""
+    return {
         name: given.get(name) or make_provider(route, env, source=source)
         for name, route in routes.items()
         if route.command is None
     }
-    commands = {
-        name: CommandRoute(route, environ, source)
-        for name, route in routes.items()
-        if route.command is not None
-    }
-    return providers, commands
 
 
 def build_child(

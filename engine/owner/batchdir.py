@@ -1,8 +1,11 @@
-"""The batch's own folder under the state folder, and its manifest. A folder that cannot be used
-(a file in the way, read-only, a full disk) is one ConfigError naming the state folder."""
+"""The batch's own folder under the state folder: its id, the folder, and its manifest. A folder
+that cannot be used (a file in the way, read-only, a full disk) is one ConfigError naming the
+state folder."""
 
 from __future__ import annotations
 
+import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,24 +13,16 @@ from pathlib import Path
 from flightdeck.engine.errors import ConfigError, InputError
 from flightdeck.engine.inputs.settings import Route, Settings, state_dir_error
 from flightdeck.engine.inputs.tasks import Batch
-from flightdeck.engine.inputs.tasks.values import ID_PATTERN, ID_RULE
 from flightdeck.engine.model import BatchStatus
-from flightdeck.engine.owner.assembly import new_batch_id
 from flightdeck.engine.private import private_dir
 from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.transcripts import MANIFEST, write_manifest
 
 
-def check_given_id(batch_id: object) -> None:
-    """A batch id given, not drawn: a plain name, as a task's id is (it names the batch's folder:
-    "../x" would be outside the state folder)."""
-    if not isinstance(batch_id, str) or not ID_PATTERN.fullmatch(batch_id):
-        raise InputError(
-            None,
-            None,
-            "batch_id",
-            f"{batch_id!r} is not a valid batch id: it names a folder, so use {ID_RULE}",
-        )
+def new_batch_id(clock: Callable[[], float] = time.time) -> str:
+    """Sortable and readable: 20261129-081500-a3f2."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
+    return f"{stamp}-{secrets.token_hex(2)}"
 
 
 def check_not_taken(batch_id: str, state_dir: Path) -> None:

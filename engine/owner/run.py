@@ -27,7 +27,8 @@ from flightdeck.engine.control.sending import Sender
 from flightdeck.engine.control.slots import Carried
 from flightdeck.engine.control.softbudget import SOFT_HOLD
 from flightdeck.engine.control.throttle import RouteThrottle
-from flightdeck.engine.executors import Executor, open_executor
+from flightdeck.engine.executors.base import Executor
+from flightdeck.engine.executors.opening import open_executor
 from flightdeck.engine.inputs.settings import Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import OPERATOR_HOLD, BatchFinished, BatchStatus, ChildRow, EngineEvent

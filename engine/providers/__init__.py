@@ -11,9 +11,16 @@ from urllib.parse import urlsplit
 
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import API_KEY_ENV, Route
-from flightdeck.engine.providers.base import LOCAL_PLACEHOLDER_KEY, Provider
+from flightdeck.engine.providers.base import LOCAL_PLACEHOLDER_KEY, Provider, key_secrets
 
-__all__ = ["LOCAL_PLACEHOLDER_KEY", "Provider", "api_key", "is_local", "make_provider"]
+__all__ = [
+    "LOCAL_PLACEHOLDER_KEY",
+    "Provider",
+    "api_key",
+    "is_local",
+    "make_provider",
+    "provider_secrets",
+]
 
 
 def make_provider(
@@ -37,6 +44,18 @@ def make_provider(
 
         return AnthropicProvider(route, key)
     raise ConfigError(source, None, f"routes.{route.name}.provider", "unknown provider")
+
+
+def provider_secrets(
+    route: Route, env: Mapping[str, str], source: Path | str | None = None
+) -> tuple[str, ...]:
+    """The `secrets` of the client `make_provider(route, env)` makes, and the same ConfigError
+    for its key, without importing its SDK: what a batch's checks need of it."""
+    if route.provider == "sim":
+        return ()
+    if route.provider not in API_KEY_ENV:
+        raise ConfigError(source, None, f"routes.{route.name}.provider", "unknown provider")
+    return key_secrets(api_key(route, env, source), route.options.get("headers"))
 
 
 def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = None) -> str:
