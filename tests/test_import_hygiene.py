@@ -135,6 +135,34 @@ def test_an_owner_of_a_jsonl_sim_batch_imports_no_yaml_ray_ui_or_command_child(
     assert "rich.progress" not in modules  # a bar only on a terminal
 
 
+def test_run_detach_checks_an_openai_batch_without_its_sdk_or_the_engine(tmp_path: Path) -> None:
+    # `run` on a terminal and `run --detach` check the batch here, then start the owner that
+    # runs it: the SDK (openai's import takes 1.6 s of CPU) and the coordinator are the owner's
+    # to load. They were loaded twice, the first time only to check, before the screen showed.
+    (tmp_path / "flightdeck.toml").write_text(
+        '[engine]\ndefault_route = "gpt"\n\n[routes.gpt]\nprovider = "openai"\n'
+        'model = "gpt-4o-mini"\nbase_url = "http://127.0.0.1:9/v1"\nretry = { attempts = 1 }\n'
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"id": "t0", "goal": "g"}\n')
+    code, out, modules = _run("run", "--detach", "tasks.jsonl", "--state-dir", "st", cwd=tmp_path)
+    assert code == 0, out
+    batch_id = out.splitlines()[0]
+    try:
+        assert not _packages(modules) & {"openai", "anthropic", "textual"}
+        heavy = ("flightdeck.engine.control.coordinator", "flightdeck.engine.child.state")
+        assert not {m for m in modules if m.startswith(heavy)}
+        assert "flightdeck.engine.owner.checks" in modules  # it checked the batch here
+    finally:  # the owner's one call fails at once (nothing listens there), and the batch ends
+        from flightdeck.engine.records.reader import StoreReader
+
+        from helpers import ended, until
+
+        with StoreReader(tmp_path / "st" / "flightdeck.db") as reader:
+            info = reader.batch(batch_id)
+        assert info is not None and info.owner_pid is not None
+        until(lambda: ended(info.owner_pid), 60, what="the detached owner gone")
+
+
 def test_help_imports_no_command_and_no_rich(tmp_path: Path) -> None:
     code, out, modules = _run("ls", "--help", cwd=tmp_path)
     assert code == 0 and "--state-dir" in out

@@ -30,14 +30,8 @@ if TYPE_CHECKING:  # imported when a command needs them: `--help` stays fast
 
 def cmd_run(args: argparse.Namespace) -> ExitCode:
     """`flightdeck run`: the TUI on a terminal, the headless runner otherwise."""
-    from flightdeck.engine.api import (
-        Engine,
-        load_batch,
-        load_settings,
-        ray_missing,
-        state_dir_from,
-        tune_interpreter,
-    )
+    from flightdeck.engine.apilight import load_settings, state_dir_from
+    from flightdeck.engine.attached.precheck import check_batch, load_batch, ray_missing
 
     # Everything is validated before anything is written.
     if args.executor == "ray" and (missing := ray_missing('"ray"')):
@@ -58,6 +52,17 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         _check_claimed(state_dir, args.owner_of)
         # The first line of its owner.log (this process's output): which process to look for.
         print(f"owner pid {os.getpid()} of batch {args.owner_of}", flush=True)
+    # A dumb terminal (TERM=dumb) cannot draw the TUI: the run prints its lines there instead.
+    if args.detach or (not args.headless and args.owner_of is None and draws_tui()):
+        # The batch runs in an owner process of its own; this one only checks the input, as
+        # the engine does, without loading the engine.
+        check_batch(batch, settings, max_concurrent=args.max_concurrent)
+        from flightdeck.tui.attached import run_in_background
+
+        return run_in_background(args, state_dir.absolute(), settings)
+    from flightdeck.engine.api import Engine, tune_interpreter
+    from flightdeck.tui.headless import run_headless
+
     engine = Engine(
         batch,
         settings,
@@ -65,15 +70,6 @@ def cmd_run(args: argparse.Namespace) -> ExitCode:
         max_concurrent=args.max_concurrent,
         batch_id=args.owner_of,  # an owner started by `run` below: its folder is claimed
     )
-    # A dumb terminal (TERM=dumb) cannot draw the TUI: the run prints its lines there instead.
-    if args.detach or (not args.headless and args.owner_of is None and draws_tui()):
-        # The batch runs in an owner process of its own; this one only checked the input.
-        engine.close()
-        from flightdeck.tui.attached import run_in_background
-
-        return run_in_background(args, engine.state_dir, settings)
-    from flightdeck.tui.headless import run_headless
-
     tune_interpreter()
     return run_headless(engine, console_for())
 

@@ -1,0 +1,81 @@
+"""`flightdeck run` on a terminal and `run --detach` check the batch in their own process before
+they start the owner that runs it (owner/checks.py: the checks `Engine` runs as it is made). Bad
+input fails there: exit 2, the engine's own words, nothing written. And a provider's client is
+not made there (its SDK is the owner's to load), yet its key is checked and its secrets known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+from flightdeck.engine.api import Engine, load_batch, load_settings
+from flightdeck.engine.errors import InputError
+from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.providers import make_provider, provider_secrets
+from flightdeck.tui.cli import main
+from flightdeck.tui.exitcodes import ExitCode
+
+KEY_ENV = "FD_CHECKS_KEY"
+KEY = "sk-checks-0123456789abcdef"
+GPT = '[routes.gpt]\nprovider = "openai"\nmodel = "gpt-4o-mini"\napi_key_env = "FD_CHECKS_KEY"\n'
+
+# Each a batch the engine refuses, and the field its error names.
+REFUSED = {
+    "a key not set": ('[engine]\ndefault_route = "gpt"\n' + GPT, "t0", {}, "api_key_env"),
+    "an unknown route": ('[engine]\ndefault_route = "nope"\n' + GPT, "t0", {}, "route"),
+    "a key in a task's id": ('[engine]\ndefault_route = "gpt"\n' + GPT, KEY, {KEY_ENV: KEY}, "id"),
+    "a cost cap no price can keep": (
+        '[engine]\ndefault_route = "gpt"\n[budget]\nmax_cost_usd = 1.0\n'
+        + GPT.replace("gpt-4o-mini", "no-such-model-anywhere"),
+        "t0",
+        {KEY_ENV: KEY},
+        "max_cost_usd",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_run_detach_refuses_what_the_engine_refuses_in_its_words_and_writes_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+) -> None:
+    config, task_id, env, field = REFUSED[case]
+    (tmp_path / "flightdeck.toml").write_text(config)
+    (tmp_path / "tasks.jsonl").write_text(f'{{"id": "{task_id}", "goal": "g"}}\n')
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    state = tmp_path / "state"
+    with pytest.raises(InputError) as engine_said:  # the paths as the command line gives them
+        Engine(load_batch(Path("tasks.jsonl")), load_settings(None), state_dir=state)
+    assert engine_said.value.field.endswith(field)
+
+    code = main(["run", "--detach", "tasks.jsonl", "--state-dir", str(state)])
+
+    assert code == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert str(engine_said.value) in err
+    assert KEY not in err
+    assert not state.exists()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_providers_secrets_are_known_without_making_its_client(provider: str) -> None:
+    # The checks refuse a name that holds a secret from these; the owner redacts with the
+    # client's own: the two must be the same.
+    headers = {"Authorization": "Bearer gw-0123456789", "X-Gateway-Key": "gk-9876543210"}
+    options = {"api_key_env": KEY_ENV, "base_url": "https://gw.example.com/v1", "headers": headers}
+    route = Route(name="r", provider=provider, model="m", options=MappingProxyType(options))
+    env = {KEY_ENV: KEY}
+    client = make_provider(route, env)
+    try:
+        assert provider_secrets(route, env) == client.secrets
+        assert {KEY, "gw-0123456789", "gk-9876543210"} <= set(client.secrets)
+    finally:
+        client.close()
+    with pytest.raises(InputError, match=f"{KEY_ENV} is not set"):
+        provider_secrets(route, {})
