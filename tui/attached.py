@@ -56,11 +56,14 @@ def run_in_background(
             owner = launch_owner(command, state_dir, settings)
         if interrupted:
             raise KeyboardInterrupt
+        if not args.detach:
+            # Loaded while the owner starts, not after: each takes about half a second, and
+            # the two run at once on two cores.
+            import flightdeck.tui.app  # noqa: F401
+            from flightdeck.engine.attached.view import StoreView
         wait_ready(owner)
         if args.detach:
             return _detached(owner, state_dir)
-        from flightdeck.engine.attached.view import StoreView
-
         view = StoreView(owner.db, owner.batch_id)
     except KeyboardInterrupt:
         if owner is None:  # before the launch: nothing to stop
