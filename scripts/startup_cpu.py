@@ -8,14 +8,17 @@ checkout against another, alternating: each figure the median of N runs of each.
 runs; compile both (`python -m compileall -q`). The commands: `ls --help`; `ls`, `report B` and
 `steer B t0000 -m hi` (refused: B has ended) on a state folder of three ended sim batches; an
 owner's imports (`flightdeck.tui.headless` and `flightdeck.engine.api`); `run --headless` of one
-sim child (the whole owner, its transcript writer included); and `attach B` under a 160x50
-pseudo-terminal up to its first full frame, as tests/bench/bench_screen.py takes the TUI's
-start-up. Prints the 1-minute load before and after.
+sim child (the whole owner, its transcript writer included); `run --detach` of one sim child
+and of one child on an OpenAI route (a loopback address nothing answers: its one call fails at
+once), the starting process alone; and under a 160x50 pseudo-terminal up to its first full
+frame, as tests/bench/bench_screen.py takes the TUI's start-up, `attach B` and `run` of one sim
+child (the time the operator waits for a screen, too). Prints the 1-minute load before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import pty
@@ -33,6 +36,14 @@ import psutil
 ENTRY = "import sys; from flightdeck.tui.entry import main; sys.exit(main())"  # as the script
 OWNER_IMPORTS = "import flightdeck.tui.headless, flightdeck.engine.api"
 CONFIG = '[engine]\nmax_concurrent = 4\n\n[routes.sim]\nprovider = "sim"\ntime_scale = 0.001\n'
+OPENAI = """[engine]
+default_route = "openai"
+[routes.openai]
+provider = "openai"
+model = "gpt-4o-mini"
+base_url = "http://127.0.0.1:9/v1"
+retry = { attempts = 1 }
+"""
 SIZE = (50, 160)
 
 
@@ -54,14 +65,15 @@ def cpu_of(argv: list[str], cwd: Path, base: Path | None) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def attach_cpu(folder: Path, batch_id: str, base: Path | None) -> float:
-    """`attach`'s CPU when its first full frame has been written."""
+def first_frame(argv: list[str], folder: Path, base: Path | None) -> tuple[float, float]:
+    """The wall time to the first full frame `argv` writes, and its process's CPU by then."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *SIZE, 0, 0))
     env = {**env_for(base), "TERM": "xterm-256color", "COLUMNS": "", "LINES": ""}
     env.pop("NO_COLOR")
+    started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "flightdeck.tui.cli", "attach", batch_id, "--state-dir", "st"],
+        argv,
         cwd=folder,
         stdin=slave,
         stdout=slave,
@@ -70,7 +82,7 @@ def attach_cpu(folder: Path, batch_id: str, base: Path | None) -> float:
         env=env,
     )
     os.close(slave)
-    written, used = 0, float("nan")
+    written, used, waited = 0, float("nan"), float("nan")
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
@@ -80,14 +92,18 @@ def attach_cpu(folder: Path, batch_id: str, base: Path | None) -> float:
                 chunk = b""
             written += len(chunk)
             if not chunk or written > SIZE[0] * SIZE[1]:  # the first frame paints every cell
+                waited = time.monotonic() - started
                 times = psutil.Process(process.pid).cpu_times()
                 used = times.user + times.system
                 break
     finally:
         process.terminate()
+        with contextlib.suppress(OSError):  # drained, or a full terminal holds its exit
+            while os.read(master, 1 << 16):
+                pass
         process.wait(30)
         os.close(master)
-    return used
+    return waited, used
 
 
 def main() -> None:
@@ -97,13 +113,14 @@ def main() -> None:
     parser.add_argument("--no-attach", action="store_true")
     args = parser.parse_args()
     root = Path(os.environ.get("BENCH_DIR") or tempfile.gettempdir())
+    module = [sys.executable, "-m", "flightdeck.tui.cli"]
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         folder = Path(tmp)
         (folder / "flightdeck.toml").write_text(CONFIG)
         tasks = "".join(f'{{"id": "t{i:04d}", "goal": "task {i}"}}\n' for i in range(12))
         (folder / "tasks.jsonl").write_text(tasks)
         (folder / "one.jsonl").write_text('{"id": "t0000", "goal": "g"}\n')
-        module = [sys.executable, "-m", "flightdeck.tui.cli"]
+        (folder / "openai.toml").write_text(OPENAI)
         for _ in range(3):
             subprocess.run(
                 [*module, "run", "tasks.jsonl", "--headless", "--state-dir", "st"],
@@ -145,6 +162,24 @@ def main() -> None:
                 "--state-dir",
                 "runs",
             ],
+            "run --detach, 1 sim child": [
+                *cli,
+                "run",
+                "one.jsonl",
+                "--detach",
+                "--state-dir",
+                "runs",
+            ],
+            "run --detach, 1 OpenAI child": [
+                *cli,
+                "run",
+                "one.jsonl",
+                "--detach",
+                "--config",
+                "openai.toml",
+                "--state-dir",
+                "runs",
+            ],
         }
         print(f"1-minute load {os.getloadavg()[0]:.2f}")
         for name, argv in cases.items():
@@ -154,11 +189,17 @@ def main() -> None:
             ]
             report(name, pairs)
         if not args.no_attach:
-            pairs = [
-                (attach_cpu(folder, batch_id, args.base), attach_cpu(folder, batch_id, None))
-                for _ in range(args.pairs)
-            ]
-            report("attach B, to its first frame", pairs)
+            screens = {
+                "attach B": [*module, "attach", batch_id, "--state-dir", "st"],
+                "run, 1 sim child": [*module, "run", "one.jsonl", "--state-dir", "runs"],
+            }
+            for name, argv in screens.items():
+                frames = [
+                    (first_frame(argv, folder, args.base), first_frame(argv, folder, None))
+                    for _ in range(args.pairs)
+                ]
+                report(f"{name}, to its first frame", [(b[1], m[1]) for b, m in frames])
+                report(f"{name}, its first frame's wait", [(b[0], m[0]) for b, m in frames])
         print(f"1-minute load {os.getloadavg()[0]:.2f}")
 
 
