@@ -161,8 +161,7 @@ class Engine(CommandMethods):
         self.routes = checked.routes
         self.pool_size = checked.pool_size
         self._auto_pool = checked.auto_pool
-        self._providers = assembly.providers(self.routes, providers or {}, env, settings.source)
-        self._commands = checked.commands
+        self._providers, self._commands = checked.providers, checked.commands
         # A key the operator typed into a goal or a context is redacted before anything keeps
         # or sends it; one in a name is refused (owner/keys.py), but in one already recorded.
         secrets = keys.batch_secrets(self._providers, self._commands)

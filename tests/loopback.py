@@ -40,7 +40,7 @@ from typing import Any
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import Price, RetrySettings, Route
 from flightdeck.engine.model import Snapshot
-from flightdeck.engine.providers import make_provider
+from flightdeck.engine.providers import FirstCall, make_provider
 from flightdeck.engine.providers.base import Provider, ToolSpec
 
 OPENAI_PATH = "/v1/chat/completions"
@@ -622,8 +622,11 @@ READ_FILE = ToolSpec(
 
 
 def provider_for(server: Loopback, provider: str, key: str, **fields: Any) -> Provider:
-    """A real SDK provider for `route_for(server, provider, ...)`, holding `key`."""
-    return make_provider(route_for(server, provider, **fields), {KEY_ENV: key})
+    """A real SDK provider for `route_for(server, provider, ...)`, holding `key`: the SDK's
+    client itself, made now (the engine's is made at its route's first turn: FirstCall)."""
+    made = make_provider(route_for(server, provider, **fields), {KEY_ENV: key})
+    assert isinstance(made, FirstCall)
+    return made.client()
 
 
 def run_batch(

@@ -5,14 +5,17 @@ not made there (its SDK is the owner's to load), yet its key is checked and its 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from flightdeck.engine import providers
 from flightdeck.engine.api import Engine, load_batch, load_settings
 from flightdeck.engine.errors import InputError
 from flightdeck.engine.inputs.settings import Route
-from flightdeck.engine.providers import make_provider, provider_secrets
+from flightdeck.engine.providers import Provider, make_provider
+from flightdeck.engine.providers.base import TurnRequest
 from flightdeck.tui.cli import main
 from flightdeck.tui.exitcodes import ExitCode
 
@@ -64,18 +67,39 @@ def test_run_detach_refuses_what_the_engine_refuses_in_its_words_and_writes_noth
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_a_providers_secrets_are_known_without_making_its_client(provider: str) -> None:
-    # The checks refuse a name that holds a secret from these; the owner redacts with the
-    # client's own: the two must be the same.
+def test_an_sdk_client_is_made_at_its_first_turn_once_with_the_secrets_it_has(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Made with the batch, the client's SDK import (1.3-1.6 s for openai's) came before the
+    # batch was recorded and shown. Its key is checked, and its secrets known, from the start.
     headers = {"Authorization": "Bearer gw-0123456789", "X-Gateway-Key": "gk-9876543210"}
     options = {"api_key_env": KEY_ENV, "base_url": "https://gw.example.com/v1", "headers": headers}
     route = Route(name="r", provider=provider, model="m", options=MappingProxyType(options))
-    env = {KEY_ENV: KEY}
-    client = make_provider(route, env)
-    try:
-        assert provider_secrets(route, env) == client.secrets
-        assert {KEY, "gw-0123456789", "gk-9876543210"} <= set(client.secrets)
-    finally:
-        client.close()
     with pytest.raises(InputError, match=f"{KEY_ENV} is not set"):
-        provider_secrets(route, {})
+        make_provider(route, {})
+    made: list[Provider] = []
+    real = providers._sdk_client
+    both_in = threading.Barrier(2)
+
+    def counted(route: Route, key: str) -> Provider:
+        client = real(route, key)
+        made.append(client)
+        return client
+
+    monkeypatch.setattr(providers, "_sdk_client", counted)
+    first = make_provider(route, {KEY_ENV: KEY})
+    assert made == []
+    assert {KEY, "gw-0123456789", "gk-9876543210"} <= set(first.secrets)
+
+    def turn() -> None:
+        both_in.wait()
+        first.open(TurnRequest("", (), (), 8)).close()  # lazy: sent when iterated, never here
+
+    threads = [threading.Thread(target=turn) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    first.close()
+    assert len(made) == 1  # two first turns at once: one client
+    assert made[0].secrets == first.secrets

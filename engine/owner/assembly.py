@@ -30,7 +30,6 @@ from flightdeck.engine.inputs.settings import (
 from flightdeck.engine.inputs.settings.stored import settings_json
 from flightdeck.engine.inputs.tasks import Batch, Schedule, Task
 from flightdeck.engine.model import BatchStatus, ChildRow
-from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import Meter, starts_known
 from flightdeck.engine.records.processes import ProcessLog
@@ -83,21 +82,6 @@ def task_json(task: Task) -> dict[str, object]:
     out["source"] = task.source
     out["max_turns"] = task.max_turns
     return out
-
-
-def providers(
-    routes: Mapping[str, Route],
-    given: Mapping[str, Provider],
-    env: Mapping[str, str] | None,
-    source: Path | None,
-) -> dict[str, Provider]:
-    """Each model route's client: `given`, or made (its SDK imported here). Its key was
-    checked already (checks.py)."""
-    return {
-        name: given.get(name) or make_provider(route, env, source=source)
-        for name, route in routes.items()
-        if route.command is None
-    }
 
 
 def build_child(

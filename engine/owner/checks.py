@@ -1,9 +1,9 @@
 """The checks a batch passes before anything is written or started: its arguments, routes,
-texts, pool, executor, budget, workspaces, each route's key or program, and the keys it must
-not hold. `Engine` runs them as it is made; `flightdeck run`'s own process runs them alone
-before it starts the owner that runs the batch (tui/commands.py), so this module imports
-neither the coordinator nor a provider's SDK (openai's costs 1.6 s of CPU to import): the
-owner imports those, once."""
+texts, pool, executor, budget, workspaces, each route's client (its key) or program, and the
+keys it must not hold. `Engine` runs them as it is made; `flightdeck run`'s own process runs
+them alone before it starts the owner that runs the batch (tui/commands.py), so this module
+imports neither the coordinator nor a provider's SDK (openai's costs 1.3-1.6 s of CPU to
+import): the owner imports those, once."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from flightdeck.engine.inputs.settings import MAX_CONCURRENT, Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, check_routes, check_tasks, located, too_long
 from flightdeck.engine.inputs.tasks.values import ID_PATTERN, ID_RULE, TEXT_FIELDS
 from flightdeck.engine.owner import keys
-from flightdeck.engine.providers import provider_secrets
+from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
 from flightdeck.engine.records.meter import spend_known
 
@@ -35,6 +35,7 @@ class Checked:
     routes: dict[str, Route]  # the routes its tasks use, by name, in order
     pool_size: int
     auto_pool: bool  # the size is "auto": it follows the routes' limits
+    providers: dict[str, Provider]  # each model route's client
     commands: dict[str, CommandRoute]  # each command route made ready: its program found
 
 
@@ -67,28 +68,23 @@ def check_batch(
     check_commands(batch, routes.values(), settings.source)
     if not stored:  # a resumed batch's settings are on disk already, as it ran with them
         keys.refuse_keys_in_argv(settings)
-    # A missing key or program fails here, before anything is written.
+    # Each route's client, made before anything is written: a missing key or program fails
+    # here. (An SDK's client is itself made at its route's first turn: providers.FirstCall.)
     environ = os.environ if env is None else env
-    secrets = [
-        s
+    providers = {
+        name: given.get(name) or make_provider(route, environ, source=settings.source)
         for name, route in routes.items()
         if route.command is None
-        for s in (
-            given[name].secrets
-            if name in given
-            else provider_secrets(route, environ, settings.source)
-        )
-    ]
+    }
     commands = {
         name: CommandRoute(route, environ, settings.source)
         for name, route in routes.items()
         if route.command is not None
     }
-    secrets += (s for command in commands.values() for s in command.secrets)
     if not stored:  # the store's names were recorded as they were
-        keys.refuse_keys_in_names(batch, secrets)
+        keys.refuse_keys_in_names(batch, keys.batch_secrets(providers, commands))
     auto = not isinstance(max_concurrent, int) and configured == "auto"
-    return Checked(routes, size, auto, commands)
+    return Checked(routes, size, auto, providers, commands)
 
 
 def check_given_id(batch_id: object) -> None:

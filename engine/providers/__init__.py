@@ -5,13 +5,20 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.settings import API_KEY_ENV, Route
-from flightdeck.engine.providers.base import LOCAL_PLACEHOLDER_KEY, Provider, key_secrets
+from flightdeck.engine.providers.base import (
+    LOCAL_PLACEHOLDER_KEY,
+    Provider,
+    TurnRequest,
+    TurnStream,
+    key_secrets,
+)
 
 __all__ = [
     "LOCAL_PLACEHOLDER_KEY",
@@ -19,43 +26,63 @@ __all__ = [
     "api_key",
     "is_local",
     "make_provider",
-    "provider_secrets",
 ]
 
 
 def make_provider(
     route: Route, env: Mapping[str, str] | None = None, *, source: Path | str | None = None
 ) -> Provider:
-    """Build the client for `route`; SDK modules are imported only when a route uses them.
-
-    Raises ConfigError (naming `source`, the settings file) when the route's key is missing.
-    """
+    """The client for `route`. An SDK's is made at its first turn (`FirstCall`), its key read
+    and checked now: ConfigError (naming `source`, the settings file) when it is missing."""
     if route.provider == "sim":
         from flightdeck.engine.providers.sim import SimProvider
 
         return SimProvider(route)
-    key = api_key(route, os.environ if env is None else env, source)
+    if route.provider not in API_KEY_ENV:
+        raise ConfigError(source, None, f"routes.{route.name}.provider", "unknown provider")
+    return FirstCall(route, api_key(route, os.environ if env is None else env, source))
+
+
+class FirstCall:
+    """An SDK's client made at the route's first turn, not with the batch: the owner records
+    its batch, which `flightdeck run` then shows, without first waiting on the SDK's import
+    (openai's takes 1.3-1.6 s of CPU). Its secrets are known from the start."""
+
+    def __init__(self, route: Route, key: str) -> None:
+        self.name: str = route.provider
+        self.model = route.model
+        self.secrets = key_secrets(key, route.options.get("headers"))
+        self._route, self._key = route, key
+        self._lock = threading.Lock()  # children's first turns come on many threads at once
+        self._client: Provider | None = None
+
+    def open(self, request: TurnRequest) -> TurnStream:
+        """A turn of the client, made first if need be."""
+        return self.client().open(request)
+
+    def client(self) -> Provider:
+        """The SDK's client, made once."""
+        with self._lock:
+            if self._client is None:
+                self._client = _sdk_client(self._route, self._key)
+            return self._client
+
+    def close(self) -> None:
+        """Release the client's connections, if it was made."""
+        with self._lock:
+            client = self._client
+        if client is not None:
+            client.close()
+
+
+def _sdk_client(route: Route, key: str) -> Provider:
     if route.provider == "openai":
         from flightdeck.engine.providers.openai import OpenAIProvider
 
         return OpenAIProvider(route, key)
-    if route.provider == "anthropic":
-        from flightdeck.engine.providers.anthropic import AnthropicProvider
+    from flightdeck.engine.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(route, key)
-    raise ConfigError(source, None, f"routes.{route.name}.provider", "unknown provider")
-
-
-def provider_secrets(
-    route: Route, env: Mapping[str, str], source: Path | str | None = None
-) -> tuple[str, ...]:
-    """The `secrets` of the client `make_provider(route, env)` makes, and the same ConfigError
-    for its key, without importing its SDK: what a batch's checks need of it."""
-    if route.provider == "sim":
-        return ()
-    if route.provider not in API_KEY_ENV:
-        raise ConfigError(source, None, f"routes.{route.name}.provider", "unknown provider")
-    return key_secrets(api_key(route, env, source), route.options.get("headers"))
+    return AnthropicProvider(route, key)
 
 
 def api_key(route: Route, env: Mapping[str, str], source: Path | str | None = None) -> str:
