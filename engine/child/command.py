@@ -34,7 +34,7 @@ from flightdeck.engine.child.supervise import RunEnd, Supervisor
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.money import fmt_usd
-from flightdeck.engine.records.meter import Meter, cost_of, genai_cost
+from flightdeck.engine.records.meter import Meter, route_cost
 from flightdeck.engine.sanitize import one_line, sanitize
 
 CANNOT_STEER = "this route cannot be steered"
@@ -45,7 +45,6 @@ MAX_ARGV_SHOWN = 1000  # characters of the command line in the transcript
 # Formats whose output says how the run ended: a process another owner started can be
 # adopted (its exit status is for its parent alone to read).
 ADOPTABLE = ("claude-stream-json", "codex-json")
-_PRICED_AS = {"claude-stream-json": "anthropic", "codex-json": "openai"}
 
 
 class NotRecorded(Exception):
@@ -202,7 +201,7 @@ class ProcessRunner:
         figures = c.progress.figures()
         tally = CliTally(
             self._meter,
-            lambda usage: self._price(usage, c.progress.model),
+            lambda usage: route_cost(usage, self._command.route, c.progress.model),
             figures.usage if adoption is None else adoption.usage,
             figures.cost_usd if adoption is None else adoption.cost,
             figures.known_usd if adoption is None else adoption.known,
@@ -395,15 +394,6 @@ class ProcessRunner:
         c.progress.tool_ended()
         c.transcript.write("engine", f"process ended: {status_text(end.code)}")
         return end
-
-    def _price(self, usage: Usage, reported: str | None) -> Decimal | None:
-        """An estimate for live usage: the route's price, or the reported model's."""
-        route = self._command.route
-        if route.price is not None:
-            return cost_of(usage, route.price)
-        provider = _PRICED_AS.get(self._spec.format)
-        model = reported or route.model
-        return genai_cost(usage, provider, model) if provider and model else None
 
 
 def _ended_well(end: RunEnd) -> bool:

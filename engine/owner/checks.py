@@ -25,7 +25,7 @@ from flightdeck.engine.inputs.tasks.values import ID_PATTERN, ID_RULE, TEXT_FIEL
 from flightdeck.engine.owner import keys
 from flightdeck.engine.providers import make_provider
 from flightdeck.engine.providers.base import Provider
-from flightdeck.engine.records.meter import spend_known
+from flightdeck.engine.records.meter import pricing_wanted, spend_known
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +147,7 @@ def check_budget(settings: Settings, routes: Iterable[Route]) -> None:
                 line,
                 name,
                 f"cannot be enforced: no price is known for route {route.name!r} "
-                f"(model {route.model!r}); give [routes.{route.name}] a price",
+                f"(model {route.model!r}); {pricing_wanted(route)}",
             )
 
 

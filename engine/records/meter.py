@@ -60,26 +60,43 @@ def genai_cost(usage: Usage, provider: str, model: str) -> Decimal | None:
     return Decimal(result.total_price)
 
 
-def _looked_up(route: Route) -> bool:
-    """Whether genai-prices may know the route's model: a model API's only. A sim's and a
-    command's never (a command's `model` is its program's name or a label), so neither pays
-    for loading its tables: about half a second of CPU at a batch's start."""
-    return route.provider in ("openai", "anthropic")
+# An agent CLI's usage is its model API's: priced as that API prices the model it runs.
+_PRICED_AS = {"claude-stream-json": "anthropic", "codex-json": "openai"}
+
+
+def _priced_as(route: Route) -> str | None:
+    """The model API under which genai-prices may know the route's model: a model API's own, or
+    the API of an agent CLI that reports its usage (Claude Code's, Codex's). A sim's and another
+    command's never (its `model` is its program's name or a label), so neither pays for
+    loading the tables: about half a second of CPU at a batch's start."""
+    if route.command is not None:
+        return _PRICED_AS.get(route.command.format)
+    return route.provider if route.provider in ("openai", "anthropic") else None
 
 
 def price_known(route: Route) -> bool:
     """Whether the route's calls can be priced (its own price, or genai-prices knows it)."""
     if route.price is not None:
         return True
-    return _looked_up(route) and _known_model(route.provider, route.model)
+    provider = _priced_as(route)
+    return provider is not None and _known_model(provider, route.model)
 
 
 def spend_known(route: Route) -> bool:
     """Whether what the route's children spend is known: priced calls, or a command whose CLI
-    reports its cost (Claude Code; another command's tokens need the route's price). A cost
-    cap over a route that is not is never reached: it cannot be enforced."""
+    reports its cost (Claude Code; Codex's tokens need the route's price or a model that
+    genai-prices knows, another command's the route's price). A cost cap over a route that
+    is not is never reached: it cannot be enforced."""
     reports_cost = route.command is not None and route.command.format == "claude-stream-json"
     return reports_cost or price_known(route)
+
+
+def pricing_wanted(route: Route) -> str:
+    """What a route whose spend is unknown needs for it to be known, said to its user."""
+    wanted = f"give [routes.{route.name}] a price"
+    if route.command is not None and _priced_as(route) is not None:  # Codex: its tokens only
+        return f"{wanted}, or set its model to the one its CLI runs (one genai-prices knows)"
+    return wanted
 
 
 def starts_known(route: Route) -> bool:
@@ -90,13 +107,15 @@ def starts_known(route: Route) -> bool:
     return route.command is None or spend_known(route)
 
 
-def route_cost(usage: Usage, route: Route) -> Decimal | None:
-    """Cost for a route: its configured price first, then genai-prices, else unknown."""
+def route_cost(usage: Usage, route: Route, model: str | None = None) -> Decimal | None:
+    """Cost for a route: its configured price first, then genai-prices for `model` (an agent
+    CLI's reported one) or the route's, else unknown."""
     if route.price is not None:
         return cost_of(usage, route.price)
-    if not _looked_up(route):
+    provider = _priced_as(route)
+    if provider is None:
         return None
-    return genai_cost(usage, route.provider, route.model)
+    return genai_cost(usage, provider, model or route.model)
 
 
 def cache_saving(usage: Usage, route: Route, paid: Decimal | None = None) -> Decimal | None:
