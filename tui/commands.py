@@ -169,10 +169,14 @@ def cmd_ls(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+_NAME_LEAST = 4  # a name cut to fewer cells than this shows nothing: its column goes instead
+
+
 def ls_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], console: Console) -> Table:
     """`ls`'s table, one row a batch; on a terminal too narrow for it (80 columns), without
-    its rules, the year or a column for each count, so that a batch stays one line whose
-    status and cost are read whole, not cut to `com…` and `$0.…`."""
+    its rules, the year or a column for each count (and then the date, then the name), so
+    that a batch stays one line whose id, status and cost are read whole, not cut to `com…`
+    and `$0.…`."""
     table = Table()
     for col in columns:
         table.add_column(col, no_wrap=col == "batch")
@@ -197,13 +201,23 @@ def ls_table(columns: tuple[str, ...], rows: list[tuple[str, ...]], console: Con
         compact.append(
             (*merged[:created], merged[created].partition("-")[2], *merged[created + 1 :])
         )
-    names = (*columns[: counts.start], "children", *columns[counts.stop :])
+    names = [*columns[: counts.start], "children", *columns[counts.stop :]]
     # Each column as wide as its widest cell, but the name, cut to what is left of the line.
     widths = [max(len(col), *(cell_len(c[i]) for c in compact)) for i, col in enumerate(names)]
-    at = names.index("name")
-    # between two columns: a space of padding each side, and the (blank) rule between them
+    # Still too wide (`-l`'s owner pid, a served column): the least essential columns go, the
+    # date first (the batch id holds it), then the name. Between two columns: a space of
+    # padding each side, and the (blank) rule between them.
+    for dropped in ("created", "name"):
+        others = sum(w for col, w in zip(names, widths, strict=True) if col != "name")
+        if others + _NAME_LEAST + 3 * (len(names) - 1) <= console.width:
+            break
+        at = names.index(dropped)
+        del names[at], widths[at]
+        compact = [(*cells[:at], *cells[at + 1 :]) for cells in compact]
     room = console.width - 3 * (len(names) - 1)
-    widths[at] = max(4, room - (sum(widths) - widths[at]))
+    if "name" in names:
+        at = names.index("name")
+        widths[at] = max(_NAME_LEAST, room - (sum(widths) - widths[at]))
     status = names.index("status")  # then a long status (its notes) is cut, never the batch id
     widths[status] = max(9, widths[status] - max(0, sum(widths) - room))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
