@@ -30,7 +30,7 @@ from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
 from flightdeck.engine.child.kept import Attempt
 from flightdeck.engine.child.port import ChildPort, Ended
-from flightdeck.engine.child.supervise import RunEnd, Supervisor
+from flightdeck.engine.child.supervise import RunEnd, Supervisor, left_running
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.model.session import CliSession
 from flightdeck.engine.money import fmt_usd
@@ -322,7 +322,7 @@ class ProcessRunner:
             supervisor = self._supervisor(c, proc, tally, cli)
         except BaseException:  # its stdin's thread refused, say: it must not run unwatched
             proc.signal(signal.SIGKILL)
-            proc.wait_gone(1.0)
+            left_running(c, proc.wait_gone(1.0))
             proc.release()
             self._book.ended()
             raise

@@ -68,6 +68,15 @@ class RunEnd:
     err: deque[str] = field(default_factory=lambda: deque(maxlen=KEPT_LINES))
 
 
+def left_running(c: ChildPort, survivors: list[Pid]) -> None:
+    """Name the processes of its tree that outlived SIGKILL by a second (an uninterruptible
+    wait, say): its run is over, and nothing watches them any more."""
+    for survivor in survivors:
+        c.transcript.write(
+            "error", f"process {survivor.pid} could not be killed: left running, unwatched"
+        )
+
+
 # A steer sent once the CLI has answered every message and its input is closed: it runs on
 # until it exits (Claude Code waits for a command it moved to the background), but reads no more.
 INPUT_CLOSED = "its CLI had answered every message and its input was closed: it is ending"
@@ -379,8 +388,6 @@ class Supervisor:
             if survivors:
                 proc.signal(signal.SIGKILL)
         if survivors:
-            survivors = proc.wait_gone(1.0)
-        for survivor in survivors:
-            self._c.transcript.write("error", f"process {survivor.pid} could not be killed")
+            left_running(self._c, proc.wait_gone(1.0))
         self._stopping = False
         self._c.progress.tool_ended()
