@@ -4,8 +4,8 @@ what they print is here. Each says what it waits for, and a dead owner as soon a
 with the command that runs the batch on.
 
 The other client commands (rework.py: retry, accept, discard; limitscmd.py: limits) share its
-helpers: `batch_client`, `where_filter`, `children_said`, `say_error`, `sent` and
-`until_applied`."""
+helpers: `batch_client`, `children_said`, `say_error`, `sent` and `until_applied` (and
+clienttargets.py's `where_filter`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 
 from flightdeck.engine.attached.hints import command_line, gone, resume_hint, soft_lift
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.clienttargets import able, delegates_said, unknown_names, waiting_said
+from flightdeck.tui.clienttargets import (
+    able,
+    delegates_said,
+    unknown_names,
+    waiting_said,
+    where_filter,
+)
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import UsageError, no_children, state_db, unknown_batch
@@ -80,29 +86,6 @@ def sent_to_live(client: Client, command: Command, verb: str) -> int | None:
         return None
 
 
-def where_filter(args: argparse.Namespace) -> RowFilter | None:
-    """`--where`'s query parsed (before anything is read), or None without one; names or
-    --all with it are a usage error, as a query that does not parse is."""
-    if args.where is None:
-        return None
-    from flightdeck.engine.attached.client import QueryError, parse_filter
-
-    if args.child_ids:
-        raise UsageError(None, None, "--where", "name children or give --where (not both)")
-    if getattr(args, "all", False):
-        raise UsageError(None, None, "--where", "give --all or --where (not both)")
-    try:
-        row_filter = parse_filter(args.where, tags=False)
-    except QueryError as exc:
-        raise UsageError(None, None, "--where", str(exc)) from None
-    # An unset shell variable, most likely (`--where "$Q"`, or quoted, `"\"$Q\""`): no term
-    # at all would keep them all.
-    if not row_filter.active:
-        every = " (--all for every child)" if hasattr(args, "all") else ""
-        raise UsageError(None, None, "--where", f"the query is empty{every}")
-    return row_filter
-
-
 def _matching(client: Client, row_filter: RowFilter, verb: str) -> list[str]:
     """The ids of the children `row_filter` keeps that have not ended, in batch order; how many
     it keeps (and how many of those had ended) is printed."""
@@ -120,9 +103,17 @@ def _matching(client: Client, row_filter: RowFilter, verb: str) -> list[str]:
 def _targets(
     args: argparse.Namespace, client: Client, row_filter: RowFilter | None, verb: str
 ) -> tuple[list[str], bool]:
-    """The children named, or those `--where` keeps (and whether it was a query)."""
+    """The children named, or those `--where` keeps (and whether it was a query). A batch that
+    has ended refuses a steer's or a nudge's query as it refuses their named children: no
+    child left to match is said as that, not as `0 children match`."""
     if row_filter is None:
         return list(args.child_ids), False
+    from flightdeck.engine.model import BatchStatus
+
+    info = client.info()  # an abandoned batch takes them: they wait for `resume`
+    going = (BatchStatus.RUNNING, BatchStatus.ABANDONED)
+    if verb in ("steer", "nudge") and info is not None and info.status not in going:
+        raise UsageError(None, None, None, f"batch {info.id} has ended ({info.status.value})")
     return _matching(client, row_filter, verb), True
 
 

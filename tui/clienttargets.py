@@ -1,16 +1,45 @@
-"""What a stop, pause or continue of named children can act on, decided from the batch's rows
-as read before it is sent; the rest are said, so "applied" never names a child it left alone,
-nor leaves out the delegates a parent's stop stops with it."""
+"""Which children a client command names: a `--where` query parsed, and what a stop, pause or
+continue of named children can act on, decided from the batch's rows as read before it is
+sent; the rest are said, so "applied" never names a child it left alone, nor leaves out the
+delegates a parent's stop stops with it."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import CONTINUED_WAITING, ChildRow, ChildStatus
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.console import console_for
-from flightdeck.tui.usage import check_children
+from flightdeck.tui.usage import UsageError, check_children
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from flightdeck.engine.attached.client import RowFilter
+
+
+def where_filter(args: argparse.Namespace) -> RowFilter | None:
+    """`--where`'s query parsed (before anything is read), or None without one; names or
+    --all with it are a usage error, as a query that does not parse is."""
+    if args.where is None:
+        return None
+    from flightdeck.engine.attached.client import QueryError, parse_filter
+
+    if args.child_ids:
+        raise UsageError(None, None, "--where", "name children or give --where (not both)")
+    if getattr(args, "all", False):
+        raise UsageError(None, None, "--where", "give --all or --where (not both)")
+    try:
+        row_filter = parse_filter(args.where, tags=False)
+    except QueryError as exc:
+        raise UsageError(None, None, "--where", str(exc)) from None
+    # An unset shell variable, most likely (`--where "$Q"`, or quoted, `"\"$Q\""`): no term
+    # at all would keep them all.
+    if not row_filter.active:
+        every = " (--all for every child)" if hasattr(args, "all") else ""
+        raise UsageError(None, None, "--where", f"the query is empty{every}")
+    return row_filter
 
 
 def able(

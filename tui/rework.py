@@ -16,8 +16,8 @@ from flightdeck.tui.client import (
     children_said,
     say_error,
     say_held,
-    where_filter,
 )
+from flightdeck.tui.clienttargets import where_filter
 from flightdeck.tui.console import console_for
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import (
