@@ -19,6 +19,7 @@ import psutil
 import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.attached.store import build_report, render_markdown
+from flightdeck.engine.agents.process import Process
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.child import supervise
 from flightdeck.engine.inputs.settings import Settings, load_settings
@@ -456,6 +457,28 @@ def test_stop_kills_a_process_that_ignores_sigterm_within_the_grace(tmp_path: Pa
     assert row.status is ChildStatus.STOPPED
     assert _gone(pid)
     assert "SIGKILL sent" in transcript(row)
+
+
+def test_what_a_process_left_running_is_waited_on_not_spun_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exited process's pidfd reads ready for good: the waits through the grace period its
+    leftover child ignores SIGTERM in must sleep, not return at once (a spin of thousands of
+    rounds, each reading its files and /proc)."""
+    reads: list[int] = []
+    read = Process.read
+
+    def counted(self: Process, *args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Process, "read", counted)
+    grace = 1.0
+    route = fake("outlive_term.py") + f"kill_grace_s = {grace}\n"
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert "SIGKILL sent" in transcript(row)
+    # Reads 0.05 s apart growing to 0.25 s while nothing is written: under ten in the grace.
+    assert len(reads) < 40, len(reads)
 
 
 def test_stop_kills_a_setsid_grandchild_outside_the_group(tmp_path: Path) -> None:

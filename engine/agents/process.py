@@ -237,13 +237,22 @@ class Process:
             tail.read(lines, final, None if upto is None else upto[i])
         return lines
 
-    def wait(self, timeout: float) -> None:
-        """Sleep up to `timeout`, waking at once if the process exits."""
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to `timeout`, waking at once if the process exits: True if it did. Once it
+        has, the waits that follow (for its descendants) sleep their time out: its pidfd
+        would wake them at once, every time."""
         if self._pidfd is None:
             time.sleep(timeout)
-            return
-        with contextlib.suppress(OSError, ValueError):
-            select.select([self._pidfd], [], [], timeout)
+            return False
+        try:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                return False
+        except (OSError, ValueError):
+            return False
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
+        self._pidfd = None
+        return True
 
     # --- input ---------------------------------------------------------------------------------
 
