@@ -125,10 +125,11 @@ class Supervisor:
         try:
             # One just let go has written nothing yet: reading its empty files first would
             # cost system calls, each a turn at the interpreter lock (its exit ends the wait).
-            if not proc.adopted:
-                proc.wait(interval)
+            exited = False if proc.adopted else proc.wait(interval)
             while True:
-                read = self._lines(proc.read())
+                # Woken by its exit, it is read once its tree is looked at: by the final read
+                # below, or on the next round if descendants run on (not here and there too).
+                read = not exited and self._lines(proc.read())
                 interval = FAST_S if read else min(SLOW_S, interval * 1.5)
                 now = time.monotonic()
                 if proc.adopted and now - last_track >= TRACK_ADOPTED_S:
@@ -142,7 +143,7 @@ class Supervisor:
                 if now - last_book >= READ_TO_S:
                     last_book = now
                     self._record(proc.record())
-                proc.wait(interval)
+                exited = proc.wait(interval)
         except BaseException:
             # A bug (or a signal) while reading it: the process must not outlive its child.
             proc.signal(signal.SIGKILL)
