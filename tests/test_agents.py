@@ -404,6 +404,29 @@ def test_output_is_sanitized_keys_redacted_and_env_allowlisted(tmp_path: Path) -
     assert KEY not in (row.result or "")
 
 
+def test_a_command_gets_dev_null_read_write_and_nothing_of_the_gate_it_was_held_at(
+    tmp_path: Path,
+) -> None:
+    """Its stdin as `Popen`'s DEVNULL gave it; no descriptor beyond its three streams (the pipe
+    its shell waited on is not left open in it)."""
+    probe = (
+        "import fcntl, os\n"
+        "mode = fcntl.fcntl(0, fcntl.F_GETFL) & os.O_ACCMODE\n"
+        "print(os.readlink('/proc/self/fd/0'), mode == os.O_RDWR)\n"
+        "others = []\n"
+        "for fd in sorted(int(fd) for fd in os.listdir('/proc/self/fd') if int(fd) > 2):\n"
+        "    try:\n"
+        "        others.append(os.readlink('/proc/self/fd/%d' % fd))\n"
+        "    except OSError:\n"
+        "        pass\n"  # the listing's own, closed since
+        "print('others', others)\n"
+    )  # no braces: the route's placeholders
+    route = "argv = " + json.dumps([PY, "-c", probe]) + "\n"
+    row = run_to_end(engine_for(tmp_path, config(tmp_path, route))).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert (row.result or "").splitlines() == ["/dev/null True", "others []"]
+
+
 def test_an_escape_sequence_one_output_line_leaves_open_hides_no_later_line(
     tmp_path: Path,
 ) -> None:

@@ -53,20 +53,30 @@ class Gate:
         self._write: int | None = write
 
     def argv(
-        self, argv: Sequence[str], env: Mapping[str, str], marker: Path | None = None
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        marker: Path | None = None,
+        *,
+        on_stdin: bool = False,
     ) -> list[str]:
-        """`argv`, held at this gate (the read end must be passed to it), run with `env`;
-        `marker` (written by `mark_held` once it is spawned) emptied just before it runs."""
+        """`argv`, held at this gate, run with `env`; `marker` (written by `mark_held` once it
+        is spawned) emptied just before it runs. `on_stdin`: the read end is given as the
+        shell's stdin, and the command gets /dev/null (read-write, as `Popen`'s DEVNULL);
+        else the read end must be passed to it, and the command keeps the stdin it was given."""
         # The shell exports PWD: the command's environment stays the one it was given.
         unset = "" if "PWD" in env else "unset PWD; "
-        # `read` fails at the pipe's end (closed unopened, or its owner died): no exec. By its
-        # path: dash's redirections take one digit, and the owner's fds run higher. The command
-        # keeps that fd, a pipe nothing writes to any more.
-        wait = f"{unset}read -r go < /proc/self/fd/{self.read_fd}"
+        # `read` fails at the pipe's end (closed unopened, or its owner died): no exec.
+        if on_stdin:  # the shell opens /dev/null, not the owner: two system calls fewer there
+            wait, run = f"{unset}read -r go", 'exec "$@" <> /dev/null'
+        else:
+            # By its path: dash's redirections take one digit, and the owner's fds run higher.
+            # The command keeps that fd, a pipe nothing writes to any more.
+            wait, run = f"{unset}read -r go < /proc/self/fd/{self.read_fd}", 'exec "$@"'
         if marker is None:
-            return [SH, "-c", f'{wait} && exec "$@"', "sh", *argv]
+            return [SH, "-c", f"{wait} && {run}", "sh", *argv]
         # A marker that cannot be emptied runs nothing: a resume would run it again.
-        return [SH, "-c", f'{wait} && : > "$1" && shift && exec "$@"', "sh", str(marker), *argv]
+        return [SH, "-c", f'{wait} && : > "$1" && shift && {run}', "sh", str(marker), *argv]
 
     def passed(self) -> None:
         """The held process has its copy of the read end (or was not started)."""

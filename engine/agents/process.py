@@ -137,27 +137,37 @@ class Process:
         if held:  # said as Popen says it, not by the shell that holds it
             runnable(argv[0], env)
         out, err = _output(files)
+        marker = files.held
         stdin_r = stdin_w = None
         holding: subprocess.Popen[bytes] | None = None
         gates = [Gate()] if held else []
         try:
             if files.stdin is not None:
                 stdin_r, stdin_w = fifo(files.stdin)
+            # The marker's path as the owner wrote it: the shell runs in the command's cwd.
+            if not gates:
+                command, stdin = list(argv), subprocess.DEVNULL if stdin_r is None else stdin_r
+                passed: tuple[int, ...] = ()
+            elif stdin_r is None:  # the shell reads its gate on stdin, and gives it /dev/null
+                command = gates[0].argv(argv, env, marker.absolute(), on_stdin=True)
+                stdin, passed = gates[0].read_fd, ()
+            else:
+                command = gates[0].argv(argv, env, marker.absolute())
+                stdin, passed = stdin_r, (gates[0].read_fd,)
             popen = subprocess.Popen(
-                # The marker's path as the owner wrote it: the shell runs in the command's cwd.
-                gates[0].argv(argv, env, files.held.absolute()) if gates else list(argv),
+                command,
                 cwd=cwd,
                 env=env,
-                stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,  # its own session and process group: pgid == pid
-                pass_fds=tuple(gate.read_fd for gate in gates),
+                pass_fds=passed,
             )
             root = tree.identify(popen.pid) or Pid(popen.pid, -1)
             if held:  # before its record (by the caller, once this returns)
                 try:
-                    mark_held(files.held, root)
+                    mark_held(marker, root)
                 except BaseException:
                     gates[0].close()  # its shell exits unrun: reaped here, not left a zombie
                     popen.wait()
