@@ -17,9 +17,9 @@ from typing import Any
 
 import psutil
 import pytest
+from flightdeck.engine.agents.process import Process
 from flightdeck.engine.api import Engine
 from flightdeck.engine.attached.store import build_report, render_markdown
-from flightdeck.engine.agents.process import Process
 from flightdeck.engine.attached.view import StoreView
 from flightdeck.engine.child import supervise
 from flightdeck.engine.inputs.settings import Settings, load_settings
