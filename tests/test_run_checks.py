@@ -35,6 +35,15 @@ REFUSED = {
         {KEY_ENV: KEY},
         "max_cost_usd",
     ),
+    # A port that is no number: the SDK's client refused it when the batch was made; made at
+    # the route's first turn, it let the batch start and each child fail as an internal error.
+    "a base_url no client can use": (
+        '[engine]\ndefault_route = "local"\n[routes.local]\nprovider = "openai"\n'
+        'model = "llama3"\nbase_url = "http://localhost:11434:v1"\n',
+        "t0",
+        {},
+        "base_url",
+    ),
 }
 
 

@@ -399,6 +399,25 @@ def test_base_url_needs_a_scheme(tmp_path: Path) -> None:
     error_at(path, 4, "routes.o.base_url")
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://localhost:11434:v1", "not a URL a client can use"),  # no number for a port
+        ("http://[::1:8000/v1", "not a URL a client can use"),  # an unclosed IPv6 bracket
+        ("http://localhost:99999/v1", "not a URL a client can use"),  # out of range
+        ("http:///v1", "names no host"),
+        ("http://local\\u0000host/v1", "control character"),
+    ],
+)
+def test_base_url_a_client_cannot_use_is_said_at_its_line(
+    tmp_path: Path, url: str, said: str
+) -> None:
+    # The SDK's client is made at its route's first turn: a URL it refuses let the batch start
+    # and each child fail as an internal error (InvalidURL), where it had failed the start.
+    path = write(tmp_path, f'[routes.o]\nprovider = "openai"\nmodel = "m"\nbase_url = "{url}"\n')
+    assert said in error_at(path, 4, "routes.o.base_url").message
+
+
 def test_retry_attempts_out_of_range(tmp_path: Path) -> None:
     path = write(tmp_path, "[routes.sim]\nretry = { attempts = 21 }\n")
     assert "between 1 and 20" in str(error_at(path, 2, "routes.sim.retry.attempts"))

@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from flightdeck.engine.errors import ConfigError
 from flightdeck.engine.inputs.bounds import MAX_COUNT, MAX_MONEY, MAX_SECONDS
@@ -16,6 +17,7 @@ from flightdeck.engine.inputs.messages import kind, suggest
 from flightdeck.engine.inputs.tomlpos import Key, TomlLocator
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Table = dict[str, object]
 
@@ -119,6 +121,18 @@ class ValueChecks:
         url = self.string(key, value)
         if not url.startswith(("http://", "https://")):
             raise self.error(key, f"expected an http:// or https:// URL, got {kind(value)}")
+        # The SDK's client, made at the route's first turn, refuses what does not parse: said
+        # here, before the batch starts, not as each child's internal error.
+        if _CONTROL.search(url):
+            raise self.error(key, "holds a control character, which no URL can")
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname
+            parts.port  # noqa: B018  # checked as it is read: a number from 0 to 65535
+        except ValueError as exc:
+            raise self.error(key, f"not a URL a client can use: {exc}") from None
+        if not host:
+            raise self.error(key, "names no host")
         return url
 
     def env_name(self, key: Key, value: object) -> str:
