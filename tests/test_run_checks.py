@@ -14,10 +14,13 @@ from flightdeck.engine import providers
 from flightdeck.engine.api import Engine, load_batch, load_settings
 from flightdeck.engine.errors import InputError
 from flightdeck.engine.inputs.settings import Route
+from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers import Provider, make_provider
 from flightdeck.engine.providers.base import TurnRequest
 from flightdeck.tui.cli import main
 from flightdeck.tui.exitcodes import ExitCode
+
+from helpers import batch, run_to_end, settings, start
 
 KEY_ENV = "FD_CHECKS_KEY"
 KEY = "sk-checks-0123456789abcdef"
@@ -112,3 +115,26 @@ def test_an_sdk_client_is_made_at_its_first_turn_once_with_the_secrets_it_has(
     first.close()
     assert len(made) == 1  # two first turns at once: one client
     assert made[0].secrets == first.secrets
+
+
+def test_a_client_the_sdk_will_not_make_fails_its_children_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Made with the batch, such a client failed the start with a traceback; made at the first
+    # turn, each child said "internal error" with a traceback in its transcript. An
+    # OPENAI_BASE_URL the SDK refuses (no base_url in the route, which the settings check).
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434:v1")
+    route = Route(
+        name="gpt",
+        provider="openai",
+        model="gpt-x",
+        options=MappingProxyType({"api_key_env": KEY_ENV}),
+    )
+    engine = start(batch(2, route="gpt"), settings(route), tmp_path, env={KEY_ENV: KEY})
+    snap = run_to_end(engine)
+    said = "route gpt: its openai client could not be made: InvalidURL: Invalid port: '11434:v1'"
+    for row in snap.children:
+        assert row.status is ChildStatus.FAILED
+        assert row.error is not None and said in row.error
+        transcript = (engine.batch_dir / f"{row.id}.log").read_text()
+        assert said in transcript and "Traceback" not in transcript

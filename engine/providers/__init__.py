@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from flightdeck.engine.errors import ConfigError
+from flightdeck.engine.errors import ConfigError, FatalError
 from flightdeck.engine.inputs.settings import API_KEY_ENV, Route
 from flightdeck.engine.providers.base import (
     LOCAL_PLACEHOLDER_KEY,
@@ -19,6 +19,7 @@ from flightdeck.engine.providers.base import (
     TurnStream,
     key_secrets,
 )
+from flightdeck.engine.sanitize import redact
 
 __all__ = [
     "LOCAL_PLACEHOLDER_KEY",
@@ -61,10 +62,19 @@ class FirstCall:
         return self.client().open(request)
 
     def client(self) -> Provider:
-        """The SDK's client, made once."""
+        """The SDK's client, made once. FatalError, naming the route, if it cannot be made (an
+        OPENAI_BASE_URL in the environment the SDK refuses, say): each child of the route
+        fails with that line, as a call refused for good would."""
         with self._lock:
             if self._client is None:
-                self._client = _sdk_client(self._route, self._key)
+                try:
+                    self._client = _sdk_client(self._route, self._key)
+                except Exception as exc:
+                    said = redact(f"{type(exc).__name__}: {exc}", self.secrets)
+                    raise FatalError(
+                        f"route {self._route.name}: its {self.name} client could not be made: "
+                        + said
+                    ) from exc
             return self._client
 
     def close(self) -> None:
