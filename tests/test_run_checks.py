@@ -117,19 +117,12 @@ def test_an_sdk_client_is_made_at_its_first_turn_once_with_the_secrets_it_has(
     assert made[0].secrets == first.secrets
 
 
-def test_a_client_the_sdk_will_not_make_fails_its_children_with_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_client_the_sdk_will_not_make_fails_its_children_with_one_line(tmp_path: Path) -> None:
     # Made with the batch, such a client failed the start with a traceback; made at the first
-    # turn, each child said "internal error" with a traceback in its transcript. An
-    # OPENAI_BASE_URL the SDK refuses (no base_url in the route, which the settings check).
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434:v1")
-    route = Route(
-        name="gpt",
-        provider="openai",
-        model="gpt-x",
-        options=MappingProxyType({"api_key_env": KEY_ENV}),
-    )
+    # turn, each child said "internal error" with a traceback in its transcript. A base_url the
+    # SDK refuses, in a route built in Python (a settings file's is refused as it loads).
+    options = {"api_key_env": KEY_ENV, "base_url": "http://localhost:11434:v1"}
+    route = Route(name="gpt", provider="openai", model="gpt-x", options=MappingProxyType(options))
     engine = start(batch(2, route="gpt"), settings(route), tmp_path, env={KEY_ENV: KEY})
     snap = run_to_end(engine)
     said = "route gpt: its openai client could not be made: InvalidURL: Invalid port: '11434:v1'"

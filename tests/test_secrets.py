@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from flightdeck.engine.api import Engine
 from flightdeck.engine.errors import ConfigError
-from flightdeck.engine.inputs.settings import load_settings
+from flightdeck.engine.inputs.settings import API_KEY_ENV, Route, load_settings
 from flightdeck.engine.inputs.tasks import Batch, Task
-from flightdeck.engine.providers import make_provider
+from flightdeck.engine.providers import FirstCall, make_provider
 from flightdeck.tui.exitcodes import ExitCode
 
 from helpers import flightdeck, run_to_end
@@ -345,3 +345,27 @@ def test_a_key_in_an_agent_clis_output_is_never_cut_in_two(tmp_path: Path) -> No
     for path in (tmp_path / "state").rglob("*"):
         if path.is_file():
             assert b"CUTKEY" not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    ("provider", "variable", "official"),
+    [
+        ("openai", "OPENAI_BASE_URL", "https://api.openai.com/v1/"),
+        ("anthropic", "ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+    ],
+)
+def test_a_base_url_in_the_environment_never_gets_the_providers_key(
+    provider: str, variable: str, official: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a review: a route without a base_url let the SDK take one from the environment,
+    # and send the provider's own key there, which a route's base_url may not do (it must name
+    # its own key's variable). Nothing is sent here: the client is made and looked at.
+    monkeypatch.setenv(variable, "http://127.0.0.1:9/elsewhere")
+    route = Route(name="r", provider=provider, model="m")  # type: ignore[arg-type]
+    first = make_provider(route, {API_KEY_ENV[provider]: "sk-the-providers-own-0123456789"})
+    assert isinstance(first, FirstCall)
+    client = first.client()
+    try:
+        assert str(client._client.base_url) == official  # type: ignore[attr-defined]
+    finally:
+        first.close()

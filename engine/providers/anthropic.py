@@ -59,6 +59,9 @@ FATAL_STREAM_TYPES = frozenset(
 FATAL_TYPES = frozenset({"billing_error", "insufficient_quota"})
 
 
+OFFICIAL_URL = "https://api.anthropic.com"
+
+
 class AnthropicProvider:
     """One route's client; thread-safe, shared by the route's children."""
 
@@ -72,7 +75,9 @@ class AnthropicProvider:
         self._http = http_client(options)
         self._client = anthropic.Anthropic(
             api_key=api_key,
-            base_url=options.get("base_url"),
+            # Given, never the SDK's own choice: it takes ANTHROPIC_BASE_URL from the
+            # environment, and would send ANTHROPIC_API_KEY there (see openai.py).
+            base_url=options.get("base_url") or OFFICIAL_URL,
             max_retries=0,  # retries are ours: the engine's retry policy
             timeout=timeout_of(options),
             default_headers=dict(options.get("headers") or {}),

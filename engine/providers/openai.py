@@ -66,6 +66,9 @@ FATAL_CODES = frozenset(
 )
 
 
+OFFICIAL_URL = "https://api.openai.com/v1"
+
+
 class OpenAIProvider:
     """One route's client; thread-safe, shared by the route's children."""
 
@@ -76,7 +79,9 @@ class OpenAIProvider:
         options = route.options
         self.secrets = key_secrets(api_key, options.get("headers"))
         self.key_note = unsent_key_note(options, api_key)
-        base_url: str | None = options.get("base_url")
+        # Given, never the SDK's own choice: it takes OPENAI_BASE_URL from the environment, and
+        # would send OPENAI_API_KEY there (a route's base_url names its own key: __init__.py).
+        base_url: str = options.get("base_url") or OFFICIAL_URL
         self._http = http_client(options)
         self._client = openai.OpenAI(
             api_key=api_key,
@@ -87,7 +92,7 @@ class OpenAIProvider:
             http_client=self._http,
         )
         # OpenAI's own models want max_completion_tokens; compatible servers know max_tokens.
-        host = urlsplit(base_url).hostname if base_url else "api.openai.com"
+        host = urlsplit(base_url).hostname
         self._max_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
     def open(self, request: TurnRequest) -> OpenAIStream:
