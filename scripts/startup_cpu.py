@@ -12,7 +12,8 @@ sim child (the whole owner, its transcript writer included); `run --detach` of o
 and of one child on an OpenAI route (a loopback address nothing answers: its one call fails at
 once), the starting process alone; and under a 160x50 pseudo-terminal up to its first full
 frame, as tests/bench/bench_screen.py takes the TUI's start-up, `attach B` and `run` of one sim
-child (the time the operator waits for a screen, too). Prints the 1-minute load before and after.
+child and of one OpenAI child (the time the operator waits for a screen, too). Prints the
+1-minute load before and after.
 """
 
 from __future__ import annotations
@@ -192,6 +193,10 @@ def main() -> None:
             screens = {
                 "attach B": [*module, "attach", batch_id, "--state-dir", "st"],
                 "run, 1 sim child": [*module, "run", "one.jsonl", "--state-dir", "runs"],
+                "run, 1 OpenAI child": [
+                    *module,
+                    *("run", "one.jsonl", "--config", "openai.toml", "--state-dir", "runs"),
+                ],
             }
             for name, argv in screens.items():
                 frames = [
