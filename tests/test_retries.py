@@ -173,7 +173,9 @@ def test_transient_faults_are_retried_until_success(
 ) -> None:
     server.script(fault, Reply(text="recovered"))
     policy = RetryPolicy(RetrySettings(attempts=3, base_s=0.01, max_s=0.02))
-    p = client(server, provider, read_timeout_s=0.2)
+    # The stall's timeout; long enough that the reply after it, on a busy machine, is not one
+    # (0.2 s was not, at load 10: a third request).
+    p = client(server, provider, read_timeout_s=1.0)
     try:
         events = policy.call(call(p), interrupt=threading.Event())
     finally:
