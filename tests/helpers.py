@@ -16,7 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from flightdeck.engine.api import Engine
+import pytest
+from flightdeck.engine.api import Engine, load_batch, load_settings, state_dir_from
 from flightdeck.engine.inputs.settings import (
     EngineSettings,
     RetrySettings,
@@ -250,6 +251,37 @@ def flightdeck(
         timeout=timeout,
         env={**os.environ, **(env or {}), "NO_COLOR": "1"},
     )
+
+
+def finished_here(folder: Path, tasks: str = "tasks.jsonl", state_dir: str | None = None) -> str:
+    """The batch `flightdeck run TASKS --headless [--state-dir D]` would leave in `folder`'s
+    store, run to its end in this process through the Engine API: its id. For a test that
+    needs only a finished batch to read; the `run` command itself is tested as a process."""
+    config = load_settings(folder / "flightdeck.toml")
+    where = state_dir_from(None if state_dir is None else Path(state_dir), config)
+    work = load_batch(
+        folder / tasks,
+        max_chars=config.engine.max_task_chars,
+        max_tasks=config.engine.max_tasks,
+    )
+    engine = Engine(work, config, state_dir=folder / where)
+    engine.start()
+    run_to_end(engine)
+    return engine.batch_id
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`flightdeck ARGS` called in this process (`tui.cli.main`, from the current folder): its
+    exit code, stdout and stderr. For a command's checks of its input and its messages, where
+    a test elsewhere runs the same command as a process."""
+    from flightdeck.tui.cli import main
+
+    try:
+        code = int(main(list(args)))
+    except SystemExit as exits:  # argparse's errors end the parse
+        code = int(exits.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def flightdeck_process(

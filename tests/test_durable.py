@@ -18,7 +18,8 @@ from flightdeck.engine.records.reader import StoreReader
 from flightdeck.engine.records.requests import request
 
 from durable import CountingServer, flightdeck, project
-from helpers import HANG_S
+from helpers import HANG_S, cli, finished_here
+from loopback import KEY_ENV
 
 CHILDREN = 9
 
@@ -208,16 +209,18 @@ def test_two_resumes_at_once_leave_one_owner(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+def test_resume_bad_input_is_one_line_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     with CountingServer() as server:
         folder = project(tmp_path, server, 2)
-        missing = flightdeck(folder, "resume", "nope")
-        out, err = missing.communicate(timeout=90)
+        missing = flightdeck(folder, "resume", "nope")  # a process, as a user runs it
+        _, err = missing.communicate(timeout=90)
         assert missing.returncode == 2 and "no flightdeck state here" in err
-        done = flightdeck(folder, "run", "tasks.jsonl", "--headless")
-        done.communicate(timeout=120)
-        with StoreReader(db_of(folder)) as reader:
-            batch_id = reader.latest_batch_id()
+        # The rest in this process: the tests above (and test_retry's) run each as a process.
+        monkeypatch.setenv(KEY_ENV, "sk-test-durable")
+        monkeypatch.chdir(folder)
+        batch_id = finished_here(folder)
         before = db_of(folder).read_bytes()
         for args, code, text in (
             (("resume", "nope"), 2, "no batch 'nope' in "),
@@ -244,10 +247,9 @@ def test_resume_bad_input_is_one_line_and_changes_nothing(tmp_path: Path) -> Non
             (("wait", "nope"), 2, "no batch 'nope'"),
             (("wait", str(batch_id)), 0, "completed"),
         ):
-            proc = flightdeck(folder, *args)
-            out, err = proc.communicate(timeout=90)
-            assert proc.returncode == code, (args, out, err)
-            shown = out + err
+            said = cli(capsys, *args)
+            assert said[0] == code, (args, said)
+            shown = said[1] + said[2]
             assert text in shown, (args, shown)
             assert len(shown.strip().splitlines()) == 1, (args, shown)
         assert db_of(folder).read_bytes() == before

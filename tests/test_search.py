@@ -18,7 +18,17 @@ from flightdeck.engine.records.lines import LineFormatter
 from flightdeck.engine.records.search import PatternError, PatternTooSlow, compile_pattern, grep
 from flightdeck.engine.records.searchindex import SearchIndex, index_path
 
-from tests.helpers import HANG_S, batch, flightdeck, run_to_end, settings, sim_route, start, until
+from tests.helpers import (
+    HANG_S,
+    batch,
+    cli,
+    flightdeck,
+    run_to_end,
+    settings,
+    sim_route,
+    start,
+    until,
+)
 from tests.test_agents import config, engine_for, fake, row_of, written
 
 T0 = 1_800_000_000.0
@@ -312,19 +322,22 @@ def test_grep_finds_a_line_a_running_child_wrote_a_moment_ago(tmp_path: Path) ->
         engine.close()
 
 
-def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> None:
+def test_flightdeck_grep_plain_regex_child_and_exit_codes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     snap = run_to_end(
         start(batch(3, goal="Review item {i} for rate limits"), settings(sim_route()), tmp_path)
     )
     state = str(tmp_path / "state")
-
-    def grep_(*args: str) -> tuple[int, list[str], str]:
-        done = flightdeck("grep", snap.batch_id, *args, "--state-dir", state, cwd=tmp_path)
-        return done.returncode, done.stdout.splitlines(), done.stderr
-
-    code, lines, _ = grep_("rate limits")
-    assert code == 0
+    done = flightdeck("grep", snap.batch_id, "rate limits", "--state-dir", state, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr  # as a user runs it: a process
+    lines = done.stdout.splitlines()
     assert [ln.split()[0] for ln in lines if " user │ " in ln] == ["t0000", "t0001", "t0002"]
+
+    def grep_(*args: str) -> tuple[int, list[str], str]:  # the rest in this process
+        code, out, err = cli(capsys, "grep", snap.batch_id, *args, "--state-dir", state)
+        return code, out.splitlines(), err
+
     code, lines, _ = grep_("Review item \\d for", "--regex", "--child", "t0001")
     assert code == 0 and all(ln.startswith("t0001 ") for ln in lines) and lines
     code, lines, _ = grep_("nothing like this")
@@ -338,8 +351,8 @@ def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> Non
     for bad in ("0", "-1"):  # no "stop after none" (grep's own -m 0) and no "every one"
         code, _, err = grep_("rate limits", "-m", bad)
         assert code == 2 and f"must be 1 or more, got {bad}" in err
-    done = flightdeck("grep", "no-such-batch", "x", "--state-dir", state, cwd=tmp_path)
-    assert done.returncode == 2 and "no batch 'no-such-batch'" in done.stderr
+    code, _, err = cli(capsys, "grep", "no-such-batch", "x", "--state-dir", state)
+    assert code == 2 and "no batch 'no-such-batch'" in err
     # A transcript deleted since its child started: said, not skipped as if nothing matched
     # (found by an audit).
     Path(snap.children[1].transcript).unlink()
@@ -348,7 +361,9 @@ def test_flightdeck_grep_plain_regex_child_and_exit_codes(tmp_path: Path) -> Non
     assert "1 transcript is gone (deleted since its child started), not searched: t0001" in err
 
 
-def test_flightdeck_grep_a_catastrophic_regex_says_so_instead_of_hanging(tmp_path: Path) -> None:
+def test_flightdeck_grep_a_catastrophic_regex_says_so_instead_of_hanging(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Found by an audit: `re` backtracked over a line of `a`s for ever (2**40 ways to split
     # them), holding the GIL. The `regex` module sees through `(a+)+b` (no line matches); a
     # pattern it cannot, `(a|aa)+b`, is stopped at the per-line budget with an error.
@@ -357,24 +372,26 @@ def test_flightdeck_grep_a_catastrophic_regex_says_so_instead_of_hanging(tmp_pat
     state = str(tmp_path / "state")
 
     def grep_(pattern: str) -> tuple[int, str]:
-        # The timeout bounds a hang (`re` would take hours), not a process slow to start on a
-        # loaded machine: the budget's firing is shown by the error below, not by a stopwatch.
-        done = flightdeck(
-            "grep",
-            snap.batch_id,
-            pattern,
-            "--regex",
-            "--state-dir",
-            state,
-            cwd=tmp_path,
-            timeout=120,
-        )
-        return done.returncode, done.stderr
+        code, _, err = cli(capsys, "grep", snap.batch_id, pattern, "--regex", "--state-dir", state)
+        return code, err
 
     assert grep_("(a+)+b") == (1, "")
     code, _ = grep_(f"{aaa} 1$")  # a real pattern over those lines still finds them
     assert code == 0
-    code, err = grep_("(a|aa)+b")
+    # The pattern that backtracks, as a user runs it: a process. Its timeout bounds a hang
+    # (`re` would take hours), not a process slow to start on a loaded machine: the budget's
+    # firing is shown by the error below, not by a stopwatch.
+    done = flightdeck(
+        "grep",
+        snap.batch_id,
+        "(a|aa)+b",
+        "--regex",
+        "--state-dir",
+        state,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    code, err = done.returncode, done.stderr
     assert code == 2
     assert err.strip() == (
         "flightdeck: PATTERN: the pattern took longer than 1 s on one line of t0000's "
