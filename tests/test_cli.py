@@ -47,6 +47,8 @@ from helpers import (
     HANG_S,
     Hold,
     batch,
+    cli,
+    finished_here,
     flightdeck,
     laughs,
     settings,
@@ -446,12 +448,13 @@ def test_every_argument_error_is_one_line_and_exit_2(
     assert result.stdout == ""
 
 
-def test_child_ids_after_an_option_are_taken(project: Path) -> None:
+def test_child_ids_after_an_option_are_taken(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # `flightdeck stop B --state-dir D c1 c2`, `steer B -m hi c1`: argparse takes the CHILD...
     # list in one run, so the ids after an option were "unrecognized arguments".
-    run = flightdeck("run", "tasks.jsonl", "--headless", cwd=project)
-    batch_id = run.stdout.split()[1]
-    result = flightdeck(
+    batch_id = finished_here(project)
+    result = flightdeck(  # as a user runs it: a process; the rest in this one
         "stop", batch_id, "job-0", "--state-dir", ".flightdeck", "job-1", "job-0", cwd=project
     )
     assert result.returncode == ExitCode.OK, result.stderr
@@ -459,21 +462,19 @@ def test_child_ids_after_an_option_are_taken(project: Path) -> None:
         "job-0: had already ended (completed)",
         "job-1: had already ended (completed)",
     ]
-    typo = flightdeck("pause", batch_id, "--state-dir", ".flightdeck", "job-9", cwd=project)
-    assert typo.returncode == ExitCode.USAGE
-    assert typo.stderr == f"flightdeck: no child with id 'job-9' in batch {batch_id}\n"
+    monkeypatch.chdir(project)
+    code, _, err = cli(capsys, "pause", batch_id, "--state-dir", ".flightdeck", "job-9")
+    assert code == ExitCode.USAGE
+    assert err == f"flightdeck: no child with id 'job-9' in batch {batch_id}\n"
     # An option it does not know is still said, alone.
-    bad = flightdeck("stop", batch_id, "--state-dir", ".flightdeck", "job-1", "-x", cwd=project)
-    assert bad.stderr == "flightdeck: unrecognized arguments: -x (see `flightdeck stop --help`)\n"
+    _, _, err = cli(capsys, "stop", batch_id, "--state-dir", ".flightdeck", "job-1", "-x")
+    assert err == "flightdeck: unrecognized arguments: -x (see `flightdeck stop --help`)\n"
     # POSIX `--` ends the options: what follows is a child's id, even one like an option (it
     # said "unrecognized arguments: --" once an option came before it).
-    ended = flightdeck("stop", batch_id, "--state-dir", ".flightdeck", "--", "job-1", cwd=project)
-    assert (ended.returncode, ended.stdout) == (
-        ExitCode.OK,
-        "job-1: had already ended (completed)\n",
-    ), ended.stderr
-    dashed = flightdeck("stop", batch_id, "--state-dir", ".flightdeck", "--", "-x", cwd=project)
-    assert dashed.stderr == f"flightdeck: no child with id '-x' in batch {batch_id}\n"
+    ended = cli(capsys, "stop", batch_id, "--state-dir", ".flightdeck", "--", "job-1")
+    assert ended == (ExitCode.OK, "job-1: had already ended (completed)\n", "")
+    _, _, err = cli(capsys, "stop", batch_id, "--state-dir", ".flightdeck", "--", "-x")
+    assert err == f"flightdeck: no child with id '-x' in batch {batch_id}\n"
 
 
 def test_a_dashes_word_after_the_options_end_is_a_word(capsys: pytest.CaptureFixture[str]) -> None:
@@ -535,22 +536,28 @@ def test_an_empty_state_dir_argument_is_bad_input(project: Path) -> None:
     assert project.stat().st_mode == mode
 
 
-def test_a_byte_that_is_not_utf8_in_an_id_or_pattern_is_bad_input(project: Path) -> None:
+def test_a_byte_that_is_not_utf8_in_an_id_or_pattern_is_bad_input(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A lone surrogate (argv's 0xff) reached SQLite: a UnicodeEncodeError's traceback, exit 1,
     # from every command that looks a batch, a child or a pattern up.
-    run = flightdeck("run", "tasks.jsonl", "--headless", cwd=project)
-    batch_id = run.stdout.split()[1]
+    batch_id = finished_here(project)
+    # The byte in a process's argv (subprocess writes "\udcff" as 0xff), then in this process
+    # the argv Python decodes it to.
+    result = flightdeck("report", "b\udcff", cwd=project)
+    said = [(result.returncode, result.stdout, result.stderr, "batch_id")]
+    monkeypatch.chdir(project)
     for args, label in (
-        (("report", "b\udcff"), "batch_id"),
         (("wait", "b\udcff"), "batch_id"),
         (("logs", batch_id, "c\udcff"), "child_id"),
         (("grep", batch_id, "x\udcff"), "PATTERN"),
         (("stop", batch_id, "--where", "\udcff"), "--where"),
         (("retry", batch_id, "job-0", "c\udcff"), "CHILD"),
     ):
-        result = flightdeck(*args, cwd=project)
-        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
-        [line] = result.stderr.splitlines()
+        said.append((*cli(capsys, *args), label))
+    for code, out, err, label in said:
+        assert (code, out) == (ExitCode.USAGE, ""), (label, err)
+        [line] = err.splitlines()
         assert line.startswith(f"flightdeck: {label}: not UTF-8 text: the byte 0xff at "), line
 
 
@@ -620,14 +627,16 @@ def test_version_into_a_closed_pipe_ends_as_every_command_does(project: Path) ->
 
 
 @pytest.mark.slow
-def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Path) -> None:
-    assert (
-        flightdeck("run", "tasks.jsonl", "--state-dir", "st", cwd=project).returncode == ExitCode.OK
-    )
+def test_report_and_ls_need_no_config_when_the_state_folder_is_given(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    finished_here(project, state_dir="st")
     (project / "flightdeck.toml").write_text("[engine]\nbogus = 1\n")  # broken since
+    monkeypatch.chdir(project)
     for command in (["ls"], ["report", "--format", "json"]):
-        given = flightdeck(*command, "--state-dir", "st", cwd=project)
-        assert given.returncode == ExitCode.OK, given.stderr
+        given = cli(capsys, *command, "--state-dir", "st")
+        assert given[0] == ExitCode.OK, given
+        # FLIGHTDECK_HOME in the environment of a process, as a user sets it
         home = subprocess.run(
             [sys.executable, "-m", "flightdeck.tui.cli", *command],
             cwd=project,
@@ -637,8 +646,8 @@ def test_report_and_ls_need_no_config_when_the_state_folder_is_given(project: Pa
         )
         assert home.returncode == ExitCode.OK, home.stderr
         # without either, flightdeck.toml would say where the state is: its error stands
-        broken = flightdeck(*command, cwd=project)
-        assert broken.returncode == ExitCode.USAGE and "engine.bogus: unknown key" in broken.stderr
+        code, _, err = cli(capsys, *command)
+        assert code == ExitCode.USAGE and "engine.bogus: unknown key" in err
 
 
 @pytest.mark.slow
@@ -663,7 +672,7 @@ def test_attach_and_serve_read_the_state_folder_their_config_names(
     # As `run --config` does: [engine] state_dir of the config given, not of ./flightdeck.toml.
     config = project / "flightdeck.toml"
     config.write_text(FAST_CONFIG.replace("[engine]\n", '[engine]\nstate_dir = "st"\n'))
-    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
+    finished_here(project)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for command in ("attach", "serve"):
@@ -1181,7 +1190,7 @@ def test_a_closed_pipe_stops_the_children_before_the_next_line_is_due(project: P
 
 @pytest.mark.slow
 def test_a_report_piped_into_head_leaves_quietly(project: Path) -> None:
-    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
+    finished_here(project)
     proc = subprocess.Popen(
         [sys.executable, "-m", "flightdeck.tui.cli", "report", "--format", "json"],
         cwd=project,
@@ -1392,7 +1401,7 @@ def test_an_unknown_batch_id_is_said_the_same_way_by_every_command(
     # more; merge printed a traceback.
     from flightdeck.tui.cli import main
 
-    assert flightdeck("run", "tasks.jsonl", cwd=project).returncode == ExitCode.OK
+    finished_here(project)
     state = project / ".flightdeck"
     verbs = verbs_with_a_batch_id()
     assert {"logs", "report", "resume", "grep", "diff", "serve", "merge", "attach"} <= set(verbs)
@@ -1415,9 +1424,7 @@ def test_an_id_typed_with_a_stray_space_or_escape_is_named_as_typed(
     # child that exists (the space, an escape code or a newline dropped from the id it named).
     from flightdeck.tui.cli import main
 
-    done = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert done.returncode == ExitCode.OK, done.stderr
-    b = done.stdout.split()[1]
+    b = finished_here(project)
     monkeypatch.chdir(project)
     for args, said in (
         (["pause", b, "job-0 "], f"no child with id 'job-0 ' in batch {b}"),
@@ -1440,9 +1447,7 @@ def test_a_child_id_given_for_the_batch_id_is_said_as_that(
     # children to steer", as stop, nudge and retry said theirs: the batch id was the mistake.
     from flightdeck.tui.cli import main
 
-    done = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert done.returncode == ExitCode.OK, done.stderr
-    batch_id = done.stdout.split()[1]
+    batch_id = finished_here(project)
     state = project / ".flightdeck"
     monkeypatch.chdir(project)
     for verb, *rest in (
@@ -1484,10 +1489,10 @@ def test_logs_follow_of_a_child_that_never_started_and_has_no_transcript_says_so
 ) -> None:
     # Found in a walk-through: `logs -f` of it printed nothing and exited 0 (as an empty
     # transcript); without -f it said so, exit 1.
-    with (project / "flightdeck.toml").open("a") as config:
-        config.write("\n[budget]\nmax_runs = 1\n")  # one child runs; the rest never start
-    done = flightdeck("run", "tasks.jsonl", "--max-concurrent", "1", cwd=project)
-    batch_id = done.stdout.split()[1]
+    (project / "flightdeck.toml").write_text(  # one child runs; the rest never start
+        FAST_CONFIG.replace("max_concurrent = 4", "max_concurrent = 1") + "[budget]\nmax_runs = 1\n"
+    )
+    batch_id = finished_here(project)
     state = project / ".flightdeck"
     with StoreReader(state / "flightdeck.db") as reader:
         never = next(r for r in reader.children(batch_id) if r.started_ts is None)
@@ -1506,9 +1511,7 @@ def test_logs_and_diff_given_only_a_child_id_say_the_command_meant(
     # required: child_id", where steer, stop and the rest say the command meant.
     from flightdeck.tui.cli import main
 
-    done = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert done.returncode == ExitCode.OK, done.stderr
-    batch_id = done.stdout.split()[1]
+    batch_id = finished_here(project)
     state = project / ".flightdeck"
     monkeypatch.chdir(project)
     for verb in ("logs", "diff"):
@@ -1553,9 +1556,7 @@ def test_an_unknown_child_id_is_said_the_same_way_by_every_command(
     # diff, merge and discard exited 1, logs, retry and grep 2, in three wordings: bad input.
     from flightdeck.tui.cli import main
 
-    done = flightdeck("run", "tasks.jsonl", cwd=project)
-    assert done.returncode == ExitCode.OK
-    batch_id = done.stdout.split()[1]
+    batch_id = finished_here(project)
     monkeypatch.chdir(project)
     for verb, *rest in (
         ("logs", "zz"),
